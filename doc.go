@@ -1,0 +1,18 @@
+// Package conveyor is a Go SDK for running the lifecycles of agent runs, queued
+// jobs, NLM backend jobs, inbox entries and artifacts.
+//
+// Each lifecycle is a declarative transition table (package lifecycle); every
+// state change goes through one small, pluggable Store with compare-and-swap
+// writes (package storage and its adapters); and the SDK supplies the
+// orchestration that turns a plain Go program into a Worker.
+//
+// Packages, in the one direction imports point:
+//
+//	storage     the Store contract, its errors, key layout, typed documents, audit log
+//	lifecycle   the declarative Machine, the run and step machines, the Runner
+//	jobqueue    the job and NLM-job machines and the Queue
+//	inbox       the inbox entry machine
+//	artifact    the artifact model
+//	adapters/…  memstore, filestore, s3store, httpapi, metrics
+//	examples/…  runnable programs that assemble a Worker
+package conveyor

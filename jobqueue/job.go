@@ -1,0 +1,135 @@
+package jobqueue
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// JobState is a state of the job machine (seed 003 §1).
+type JobState string
+
+// States of the job machine, spelled as in seed 003.
+const (
+	JobPending         JobState = "PENDING"
+	JobQueued          JobState = "QUEUED"
+	JobContextAssembly JobState = "CONTEXT_ASSEMBLY"
+	JobNotebookLMCall  JobState = "NOTEBOOKLM_CALL"
+	JobArtifactWrite   JobState = "ARTIFACT_WRITE"
+	JobComplete        JobState = "COMPLETE"
+	JobRetryBackoff    JobState = "RETRY_BACKOFF"
+	JobFailed          JobState = "FAILED"
+	JobDead            JobState = "DEAD"
+)
+
+// JobStates lists the job states in pipeline order.
+func JobStates() []JobState {
+	return []JobState{JobPending, JobQueued, JobContextAssembly, JobNotebookLMCall, JobArtifactWrite,
+		JobComplete, JobRetryBackoff, JobFailed, JobDead}
+}
+
+// JobType is what a job produces (seed 003 §1.3).
+type JobType string
+
+// Job types of seed 003 §1.3.
+const (
+	JobResearch           JobType = "RESEARCH"
+	JobBrief              JobType = "BRIEF"
+	JobProposalPreprocess JobType = "PROPOSAL_PREPROCESS"
+)
+
+// JobContext is the context a job is assembled from (seed 003 §1.3).
+type JobContext struct {
+	MemorySnapshotURL string   `json:"memory_snapshot_url,omitempty"`
+	EntityRefs        []string `json:"entity_refs,omitempty"`
+}
+
+// Job is a job record, jobs/{job_id}.json (seed 003 §1.3).
+//
+// Attempt counts the attempts started: the pickup QUEUED → CONTEXT_ASSEMBLY
+// increments it, so a job that failed its first attempt sits in
+// RETRY_BACKOFF with Attempt 1. It is retried while Attempt < MaxAttempts.
+type Job struct {
+	JobID       string          `json:"job_id"`
+	RunID       string          `json:"run_id"`
+	JobType     JobType         `json:"job_type"`
+	AgentSlug   string          `json:"agent_slug"`
+	Status      JobState        `json:"status"`
+	Attempt     int             `json:"attempt"`
+	MaxAttempts int             `json:"max_attempts"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	Context     JobContext      `json:"context"`
+	Callback    string          `json:"callback,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	ArtifactID  string          `json:"artifact_id,omitempty"`
+	Error       *string         `json:"error"`
+}
+
+// Job-machine events.
+const (
+	EventValidate       lifecycle.Event = "validate"        // PENDING → QUEUED
+	EventPickup         lifecycle.Event = "pickup"          // QUEUED → CONTEXT_ASSEMBLY
+	EventSnapshotReady  lifecycle.Event = "snapshot_ready"  // CONTEXT_ASSEMBLY → NOTEBOOKLM_CALL
+	EventResponseOK     lifecycle.Event = "response_ok"     // NOTEBOOKLM_CALL → ARTIFACT_WRITE
+	EventCommit         lifecycle.Event = "commit"          // ARTIFACT_WRITE → COMPLETE
+	EventRetryableError lifecycle.Event = "retryable_error" // a pipeline state → RETRY_BACKOFF
+	EventBackoffElapsed lifecycle.Event = "backoff_elapsed" // RETRY_BACKOFF → QUEUED or FAILED, by guard
+	EventBury           lifecycle.Event = "bury"            // FAILED → DEAD
+	EventRequeue        lifecycle.Event = "requeue"         // FAILED or DEAD → QUEUED (operator)
+)
+
+// JobMachine is the job machine of seed 003 §1.2; its transition table stands
+// over the ASCII diagram where the two differ. The orchestration layer makes
+// every automatic move; only an admin requeues. RETRY_BACKOFF leaves by one
+// event, backoff_elapsed, whose guards send the job back to QUEUED while
+// attempts are left and to FAILED once they are exhausted.
+//
+// Extension (DESIGN.md §2): DEAD → QUEUED, the operator's requeue of a dead
+// job (invariant F2); it is the only move out of a terminal state.
+func JobMachine() *lifecycle.Machine[JobState, *Job] { return jobMachine() }
+
+var jobMachine = sync.OnceValue(func() *lifecycle.Machine[JobState, *Job] {
+	orch := []lifecycle.Actor{lifecycle.ActorOrchestration}
+	admin := []lifecycle.Actor{lifecycle.ActorAdmin}
+	// Guards on the attempt count (seed 003 §1.2: "attempt < 3", "attempt ≥ 3").
+	attemptsLeft := lifecycle.Guard[*Job]{
+		Name:  "attempt < max_attempts",
+		Allow: func(j *Job) bool { return j.Attempt < j.MaxAttempts },
+	}
+	attemptsExhausted := lifecycle.Guard[*Job]{
+		Name:  "attempt >= max_attempts",
+		Allow: func(j *Job) bool { return j.Attempt >= j.MaxAttempts },
+	}
+	return lifecycle.MustNew(lifecycle.Definition[JobState, *Job]{
+		Name:     "job",
+		Initial:  JobPending,
+		States:   JobStates(),
+		Terminal: []JobState{JobComplete, JobDead},
+		Transitions: []lifecycle.Transition[JobState, *Job]{
+			{From: JobPending, To: JobQueued, Event: EventValidate, Actors: orch},
+			{From: JobQueued, To: JobContextAssembly, Event: EventPickup, Actors: orch},
+			{From: JobContextAssembly, To: JobNotebookLMCall, Event: EventSnapshotReady, Actors: orch},
+			{From: JobContextAssembly, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
+			{From: JobNotebookLMCall, To: JobArtifactWrite, Event: EventResponseOK, Actors: orch},
+			{From: JobNotebookLMCall, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
+			{From: JobArtifactWrite, To: JobComplete, Event: EventCommit, Actors: orch},
+			{From: JobArtifactWrite, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
+			{From: JobRetryBackoff, To: JobQueued, Event: EventBackoffElapsed, Actors: orch, Guard: &attemptsLeft},
+			{From: JobRetryBackoff, To: JobFailed, Event: EventBackoffElapsed, Actors: orch, Guard: &attemptsExhausted},
+			{From: JobFailed, To: JobDead, Event: EventBury, Actors: orch},
+			{From: JobFailed, To: JobQueued, Event: EventRequeue, Actors: admin, Requeue: true},
+			{From: JobDead, To: JobQueued, Event: EventRequeue, Actors: admin, Requeue: true, Extension: true},
+		},
+		GetState: func(j *Job) JobState { return j.Status },
+		SetState: func(j *Job, s JobState) { j.Status = s },
+	})
+})
+
+// String makes a job readable in logs.
+func (j *Job) String() string {
+	return fmt.Sprintf("job %s (%s, attempt %d/%d)", j.JobID, j.Status, j.Attempt, j.MaxAttempts)
+}

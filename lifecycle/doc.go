@@ -1,0 +1,13 @@
+// Package lifecycle holds Conveyor's declarative state machines.
+//
+// A [Machine] is data: its states, initial state, terminal set and a table of
+// [Transition] values {From, To, Event, Actors, Guard}. The same table drives
+// validation ([Machine.Check]), event firing through
+// github.com/qmuntal/stateless ([Machine.Fire]), the typed errors, and the
+// Mermaid, DOT and JSON exports ([Spec]).
+//
+// The package defines the run machines of the specs ([CanonicalRun],
+// [CancelableRun], [ApprovalRun]) and the run-step machine ([RunStep]); the job
+// and NLM-job machines live in package jobqueue and the inbox machine in
+// package inbox, all built with [New].
+package lifecycle

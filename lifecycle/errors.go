@@ -1,0 +1,142 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors for the categories of failure. Match them with errors.Is;
+// the typed errors below carry the details and are reached with errors.As.
+var (
+	// ErrInvalidTransition: the machine has no such move (or its guard refused it).
+	ErrInvalidTransition = errors.New("invalid transition")
+	// ErrTerminalState: the move starts in a terminal state. Errors that match
+	// it also match ErrInvalidTransition.
+	ErrTerminalState = errors.New("terminal state")
+	// ErrUnknownState: a state name the machine does not define. Errors that
+	// match it also match ErrInvalidTransition.
+	ErrUnknownState = errors.New("unknown state")
+	// ErrForbiddenActor: the move exists but the actor may not make it.
+	ErrForbiddenActor = errors.New("forbidden actor")
+	// ErrInvalidDefinition: a machine definition that [New] refuses.
+	ErrInvalidDefinition = errors.New("invalid machine definition")
+)
+
+// Error codes of seed 004 (appendix) for an API layer.
+const (
+	CodeInvalidTransition = "RUN_INVALID_TRANSITION"
+	CodeTerminalState     = "RUN_TERMINAL_STATE"
+	// CodeForbidden is the code of a refused actor (seed 003 §4 authority matrix).
+	CodeForbidden = "FORBIDDEN"
+)
+
+// InvalidTransitionError reports a move the machine does not allow. It matches
+// [ErrInvalidTransition], and also [ErrTerminalState] when From is terminal
+// and [ErrUnknownState] when From or To is not a state of the machine.
+type InvalidTransitionError struct {
+	Machine string
+	From    string
+	// To is empty when an event was fired and no transition matched it.
+	To string
+	// Event is empty when a from → to move was checked directly.
+	Event string
+	// ValidNext lists the states reachable from From in one move.
+	ValidNext []string
+	// Terminal tells whether From is a terminal state.
+	Terminal bool
+	// Unknown names the state the machine does not define, if that is the cause.
+	Unknown string
+	// Guards names the guards that refused the move, if that is the cause.
+	Guards []string
+}
+
+// Error describes the move, why it was refused and what the valid moves are.
+func (e *InvalidTransitionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: invalid transition from %q", e.Machine, e.From)
+	if e.To != "" {
+		fmt.Fprintf(&b, " to %q", e.To)
+	}
+	if e.Event != "" {
+		fmt.Fprintf(&b, " on event %q", e.Event)
+	}
+	switch {
+	case e.Unknown != "":
+		fmt.Fprintf(&b, ": unknown state %q", e.Unknown)
+	case e.Terminal:
+		fmt.Fprintf(&b, ": %q is a terminal state", e.From)
+	case len(e.Guards) > 0:
+		fmt.Fprintf(&b, ": guard %s not met", strings.Join(e.Guards, ", "))
+	}
+	if len(e.ValidNext) == 0 {
+		b.WriteString(" (no valid next states)")
+	} else {
+		fmt.Fprintf(&b, " (valid next states: %s)", strings.Join(e.ValidNext, ", "))
+	}
+	return b.String()
+}
+
+// Is matches ErrInvalidTransition always, ErrTerminalState when From is
+// terminal, and ErrUnknownState when a state is unknown.
+func (e *InvalidTransitionError) Is(target error) bool {
+	switch target {
+	case ErrInvalidTransition:
+		return true
+	case ErrTerminalState:
+		return e.Terminal
+	case ErrUnknownState:
+		return e.Unknown != ""
+	}
+	return false
+}
+
+// Code is the seed error code: RUN_TERMINAL_STATE when From is terminal,
+// RUN_INVALID_TRANSITION otherwise.
+func (e *InvalidTransitionError) Code() string {
+	if e.Terminal {
+		return CodeTerminalState
+	}
+	return CodeInvalidTransition
+}
+
+// ForbiddenActorError reports an actor that may not make a move the machine
+// otherwise allows. It matches [ErrForbiddenActor].
+type ForbiddenActorError struct {
+	Machine string
+	From    string
+	To      string
+	Event   string
+	Actor   Actor
+	// Allowed lists the actors that may make the move.
+	Allowed []Actor
+}
+
+func (e *ForbiddenActorError) Error() string {
+	allowed := make([]string, len(e.Allowed))
+	for i, a := range e.Allowed {
+		allowed[i] = string(a)
+	}
+	return fmt.Sprintf("%s: actor %q may not move %q to %q on event %q (allowed: %s)",
+		e.Machine, e.Actor, e.From, e.To, e.Event, strings.Join(allowed, ", "))
+}
+
+// Is matches ErrForbiddenActor.
+func (e *ForbiddenActorError) Is(target error) bool { return target == ErrForbiddenActor }
+
+// Code is [CodeForbidden].
+func (e *ForbiddenActorError) Code() string { return CodeForbidden }
+
+// DefinitionError reports why [New] refused a machine definition. It matches
+// [ErrInvalidDefinition].
+type DefinitionError struct {
+	Machine string
+	Problem string
+}
+
+func (e *DefinitionError) Error() string {
+	return fmt.Sprintf("lifecycle: machine %q: %s", e.Machine, e.Problem)
+}
+
+// Is matches ErrInvalidDefinition.
+func (e *DefinitionError) Is(target error) bool { return target == ErrInvalidDefinition }

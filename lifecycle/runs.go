@@ -1,0 +1,202 @@
+package lifecycle
+
+import "sync"
+
+// RunState is a state of the canonical run machine (seed 000 §1, seed 002 §2).
+type RunState string
+
+// States of the canonical run machine.
+const (
+	RunRequested RunState = "requested"
+	RunQueued    RunState = "queued"
+	RunRunning   RunState = "running"
+	RunCompleted RunState = "completed"
+	RunFailed    RunState = "failed"
+)
+
+// RunStates lists the canonical run states in lifecycle order.
+func RunStates() []RunState {
+	return []RunState{RunRequested, RunQueued, RunRunning, RunCompleted, RunFailed}
+}
+
+func getRunState(r *RunStatus) RunState    { return RunState(r.Status) }
+func setRunState(r *RunStatus, s RunState) { r.Status = string(s) }
+
+// CanonicalRun is the run machine of seeds 000 and 002:
+// requested → queued → running → completed | failed, with running → running
+// for a step update. The gateway (the seed's Worker) creates a run in
+// requested; the orchestration layer makes every move after that.
+//
+// Extensions (DESIGN.md §2): requested → failed and queued → failed, for a run
+// that can never start (orchestration unavailable, run timeout while queued).
+func CanonicalRun() *Machine[RunState, *RunStatus] { return canonicalRun() }
+
+var canonicalRun = sync.OnceValue(func() *Machine[RunState, *RunStatus] {
+	orch := []Actor{ActorOrchestration}
+	return MustNew(Definition[RunState, *RunStatus]{
+		Name:     "canonical-run",
+		Initial:  RunRequested,
+		States:   RunStates(),
+		Terminal: []RunState{RunCompleted, RunFailed},
+		Transitions: []Transition[RunState, *RunStatus]{
+			{From: RunRequested, To: RunQueued, Event: EventAdmit, Actors: orch},
+			{From: RunQueued, To: RunRunning, Event: EventStart, Actors: orch},
+			{From: RunRunning, To: RunRunning, Event: EventStepCompleted, Actors: orch},
+			{From: RunRunning, To: RunCompleted, Event: EventComplete, Actors: orch},
+			{From: RunRunning, To: RunFailed, Event: EventFail, Actors: orch},
+			{From: RunRequested, To: RunFailed, Event: EventFail, Actors: []Actor{ActorGateway, ActorOrchestration}, Extension: true},
+			{From: RunQueued, To: RunFailed, Event: EventFail, Actors: orch, Extension: true},
+		},
+		GetState: getRunState,
+		SetState: setRunState,
+	})
+})
+
+// CancelableRunState is a state of the cancel-aware run machine (seed 001).
+type CancelableRunState string
+
+// States of the cancel-aware run machine.
+const (
+	CancelableQueued          CancelableRunState = "queued"
+	CancelableRunning         CancelableRunState = "running"
+	CancelableSucceeded       CancelableRunState = "succeeded"
+	CancelableFailed          CancelableRunState = "failed"
+	CancelableCanceled        CancelableRunState = "canceled"
+	CancelableTimeout         CancelableRunState = "timeout"
+	CancelableCancelRequested CancelableRunState = "cancel_requested"
+)
+
+// CancelableRunStates lists the cancel-aware run states in the seed's order.
+func CancelableRunStates() []CancelableRunState {
+	return []CancelableRunState{CancelableQueued, CancelableRunning, CancelableSucceeded, CancelableFailed,
+		CancelableCanceled, CancelableTimeout, CancelableCancelRequested}
+}
+
+// CancelableRun is seed 001's machine, its _ALLOWED_TRANSITIONS as written.
+// Cancellation is cooperative: the gateway (on the owner's behalf) or the
+// orchestration layer asks with request_cancel, and a run whose step finishes
+// first may still end succeeded or failed.
+func CancelableRun() *Machine[CancelableRunState, *RunStatus] { return cancelableRun() }
+
+var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, *RunStatus] {
+	orch := []Actor{ActorOrchestration}
+	canceller := []Actor{ActorGateway, ActorOrchestration}
+	return MustNew(Definition[CancelableRunState, *RunStatus]{
+		Name:     "cancelable-run",
+		Initial:  CancelableQueued,
+		States:   CancelableRunStates(),
+		Terminal: []CancelableRunState{CancelableSucceeded, CancelableFailed, CancelableCanceled, CancelableTimeout},
+		Transitions: []Transition[CancelableRunState, *RunStatus]{
+			{From: CancelableQueued, To: CancelableRunning, Event: EventStart, Actors: orch},
+			{From: CancelableQueued, To: CancelableCanceled, Event: EventCancel, Actors: canceller},
+			{From: CancelableRunning, To: CancelableSucceeded, Event: EventSucceed, Actors: orch},
+			{From: CancelableRunning, To: CancelableFailed, Event: EventFail, Actors: orch},
+			{From: CancelableRunning, To: CancelableTimeout, Event: EventTimeOut, Actors: orch},
+			{From: CancelableRunning, To: CancelableCancelRequested, Event: EventRequestCancel, Actors: canceller},
+			{From: CancelableCancelRequested, To: CancelableCanceled, Event: EventCancel, Actors: orch},
+			{From: CancelableCancelRequested, To: CancelableSucceeded, Event: EventSucceed, Actors: orch},
+			{From: CancelableCancelRequested, To: CancelableFailed, Event: EventFail, Actors: orch},
+		},
+		GetState: func(r *RunStatus) CancelableRunState { return CancelableRunState(r.Status) },
+		SetState: func(r *RunStatus, s CancelableRunState) { r.Status = string(s) },
+	})
+})
+
+// ApprovalRunState is a state of the approval run machine (seed 004 §1).
+type ApprovalRunState string
+
+// States of the approval run machine.
+const (
+	ApprovalPending          ApprovalRunState = "pending"
+	ApprovalRunning          ApprovalRunState = "running"
+	ApprovalAwaitingApproval ApprovalRunState = "awaiting_approval"
+	ApprovalWaitingExternal  ApprovalRunState = "waiting_external"
+	ApprovalCompleted        ApprovalRunState = "completed"
+	ApprovalFailed           ApprovalRunState = "failed"
+	ApprovalCancelled        ApprovalRunState = "cancelled"
+)
+
+// ApprovalRunStates lists the approval run states in the seed's order.
+func ApprovalRunStates() []ApprovalRunState {
+	return []ApprovalRunState{ApprovalPending, ApprovalRunning, ApprovalAwaitingApproval, ApprovalWaitingExternal,
+		ApprovalCompleted, ApprovalFailed, ApprovalCancelled}
+}
+
+// ApprovalRun is seed 004's machine (table 2.1): a run may park at an
+// approval gate or wait for an external event. The orchestration layer makes
+// every move; the gateway may also make the ones an owner or a webhook
+// causes: cancel, approve (→ running, or → completed when the gate was the
+// last step), reject (→ failed) and deliver (the external event arrived).
+func ApprovalRun() *Machine[ApprovalRunState, *RunStatus] { return approvalRun() }
+
+var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, *RunStatus] {
+	orch := []Actor{ActorOrchestration}
+	both := []Actor{ActorGateway, ActorOrchestration}
+	return MustNew(Definition[ApprovalRunState, *RunStatus]{
+		Name:     "approval-run",
+		Initial:  ApprovalPending,
+		States:   ApprovalRunStates(),
+		Terminal: []ApprovalRunState{ApprovalCompleted, ApprovalFailed, ApprovalCancelled},
+		Transitions: []Transition[ApprovalRunState, *RunStatus]{
+			{From: ApprovalPending, To: ApprovalRunning, Event: EventStart, Actors: orch},
+			{From: ApprovalPending, To: ApprovalCancelled, Event: EventCancel, Actors: both},
+			{From: ApprovalPending, To: ApprovalFailed, Event: EventFail, Actors: orch},
+			{From: ApprovalRunning, To: ApprovalCompleted, Event: EventComplete, Actors: orch},
+			{From: ApprovalRunning, To: ApprovalFailed, Event: EventFail, Actors: orch},
+			{From: ApprovalRunning, To: ApprovalCancelled, Event: EventCancel, Actors: both},
+			{From: ApprovalRunning, To: ApprovalAwaitingApproval, Event: EventAwaitApproval, Actors: orch},
+			{From: ApprovalRunning, To: ApprovalWaitingExternal, Event: EventWaitExternal, Actors: orch},
+			{From: ApprovalAwaitingApproval, To: ApprovalRunning, Event: EventApprove, Actors: both},
+			{From: ApprovalAwaitingApproval, To: ApprovalCompleted, Event: EventComplete, Actors: both},
+			{From: ApprovalAwaitingApproval, To: ApprovalFailed, Event: EventReject, Actors: both},
+			{From: ApprovalAwaitingApproval, To: ApprovalCancelled, Event: EventCancel, Actors: both},
+			{From: ApprovalWaitingExternal, To: ApprovalRunning, Event: EventDeliver, Actors: both},
+			{From: ApprovalWaitingExternal, To: ApprovalCompleted, Event: EventComplete, Actors: orch},
+			{From: ApprovalWaitingExternal, To: ApprovalFailed, Event: EventFail, Actors: orch},
+			{From: ApprovalWaitingExternal, To: ApprovalCancelled, Event: EventCancel, Actors: both},
+		},
+		GetState: func(r *RunStatus) ApprovalRunState { return ApprovalRunState(r.Status) },
+		SetState: func(r *RunStatus, s ApprovalRunState) { r.Status = string(s) },
+	})
+})
+
+// StepState is a state of a run step (seed 002 §2.5).
+type StepState string
+
+// States of the run-step machine.
+const (
+	StepPending   StepState = "pending"
+	StepRunning   StepState = "running"
+	StepCompleted StepState = "completed"
+	StepFailed    StepState = "failed"
+	StepSkipped   StepState = "skipped"
+)
+
+// StepStates lists the run-step states in the seed's order.
+func StepStates() []StepState {
+	return []StepState{StepPending, StepRunning, StepCompleted, StepFailed, StepSkipped}
+}
+
+// RunStep is the run-step machine. Seed 002 §2.5 lists the states only; the
+// moves are Conveyor's: a step starts and then completes or fails (retries
+// happen inside running), or is skipped without running (a resumed run
+// reusing a checkpoint). Only the orchestration layer writes step files.
+func RunStep() *Machine[StepState, *RunStepRecord] { return runStep() }
+
+var runStep = sync.OnceValue(func() *Machine[StepState, *RunStepRecord] {
+	orch := []Actor{ActorOrchestration}
+	return MustNew(Definition[StepState, *RunStepRecord]{
+		Name:     "run-step",
+		Initial:  StepPending,
+		States:   StepStates(),
+		Terminal: []StepState{StepCompleted, StepFailed, StepSkipped},
+		Transitions: []Transition[StepState, *RunStepRecord]{
+			{From: StepPending, To: StepRunning, Event: EventStart, Actors: orch},
+			{From: StepPending, To: StepSkipped, Event: EventSkip, Actors: orch},
+			{From: StepRunning, To: StepCompleted, Event: EventComplete, Actors: orch},
+			{From: StepRunning, To: StepFailed, Event: EventFail, Actors: orch},
+		},
+		GetState: func(r *RunStepRecord) StepState { return r.Status },
+		SetState: func(r *RunStepRecord, s StepState) { r.Status = s },
+	})
+})
