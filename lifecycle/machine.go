@@ -58,12 +58,10 @@ type Definition[S ~string, R any] struct {
 // Machine is a validated, immutable lifecycle. Its methods are safe for
 // concurrent use.
 type Machine[S ~string, R any] struct {
-	def      Definition[S, R]
-	index    map[S]int
-	terminal uint64   // bit i: States[i] is terminal
-	next     []uint64 // next[i] bit j: States[i] → States[j] is in the table
-	edges    map[[2]int]int
-	engine   *stateless.StateMachine
+	def    Definition[S, R]
+	tab    table
+	edges  map[[2]int]int // (from, to) positions → index in def.Transitions
+	engine *stateless.StateMachine
 }
 
 // maxStates bounds a machine so its adjacency fits in one word per state.
@@ -133,47 +131,40 @@ func (m *Machine[S, R]) Transitions() []Transition[S, R] {
 }
 
 // IsState tells whether s is a state of the machine.
-func (m *Machine[S, R]) IsState(s S) bool {
-	_, ok := m.index[s]
-	return ok
-}
+func (m *Machine[S, R]) IsState(s S) bool { return m.tab.find(string(s)) >= 0 }
 
 // IsTerminal tells whether s is a terminal state.
 func (m *Machine[S, R]) IsTerminal(s S) bool {
-	i, ok := m.index[s]
-	return ok && m.terminal&(1<<i) != 0
+	i := m.tab.find(string(s))
+	return i >= 0 && m.tab.terminal&(1<<i) != 0
 }
 
 // Allowed tells whether the table has a from → to transition. It does not
 // allocate.
-func (m *Machine[S, R]) Allowed(from, to S) bool {
-	i, ok := m.index[from]
-	if !ok {
-		return false
-	}
-	j, ok := m.index[to]
-	return ok && m.next[i]&(1<<j) != 0
-}
+func (m *Machine[S, R]) Allowed(from, to S) bool { return m.tab.allowed(string(from), string(to)) }
 
 // Check returns nil when the table has a from → to transition and an
 // [*InvalidTransitionError] otherwise. The nil path does not allocate. It
 // checks neither actors nor guards; see [Machine.Edge] and [Machine.Fire].
 func (m *Machine[S, R]) Check(from, to S) error {
-	if m.Allowed(from, to) {
+	if m.tab.allowed(string(from), string(to)) {
 		return nil
 	}
-	return m.invalid(from, to, "", nil)
+	return m.checkFailed(from, to)
 }
+
+// checkFailed builds Check's error out of line, keeping Check inlinable.
+func (m *Machine[S, R]) checkFailed(from, to S) error { return m.invalid(from, to, "", nil) }
 
 // Next lists the states reachable from s in one move, in table order.
 func (m *Machine[S, R]) Next(s S) []S {
-	i, ok := m.index[s]
-	if !ok {
+	i := m.tab.find(string(s))
+	if i < 0 {
 		return nil
 	}
 	var out []S
 	for j, st := range m.def.States {
-		if m.next[i]&(1<<j) != 0 {
+		if m.tab.next[i]&(1<<j) != 0 {
 			out = append(out, st)
 		}
 	}
@@ -182,9 +173,8 @@ func (m *Machine[S, R]) Next(s S) []S {
 
 // Edge returns the transition from → to, if the table has one.
 func (m *Machine[S, R]) Edge(from, to S) (Transition[S, R], bool) {
-	i, ok1 := m.index[from]
-	j, ok2 := m.index[to]
-	if !ok1 || !ok2 {
+	i, j := m.tab.find(string(from)), m.tab.find(string(to))
+	if i < 0 || j < 0 {
 		return Transition[S, R]{}, false
 	}
 	k, ok := m.edges[[2]int{i, j}]
@@ -203,7 +193,7 @@ func (m *Machine[S, R]) CheckActor(from, to S, actor Actor) error {
 	if err := m.Check(from, to); err != nil {
 		return err
 	}
-	t := m.def.Transitions[m.edges[[2]int{m.index[from], m.index[to]}]]
+	t := m.def.Transitions[m.edges[[2]int{m.tab.find(string(from)), m.tab.find(string(to))}]]
 	if !slices.Contains(t.Actors, actor) {
 		return m.forbidden(t, actor)
 	}

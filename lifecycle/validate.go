@@ -17,16 +17,19 @@ func (m *Machine[S, R]) validate() error {
 	if len(d.States) > maxStates {
 		return m.fail("%d states; at most %d are supported", len(d.States), maxStates)
 	}
-	m.index = make(map[S]int, len(d.States))
-	for i, s := range d.States {
+	m.tab.names = toStrings(d.States)
+	m.tab.byName = make(map[string]int, len(d.States))
+	for i, s := range m.tab.names {
 		if s == "" {
 			return m.fail("empty state name")
 		}
-		if _, dup := m.index[s]; dup {
+		if _, dup := m.tab.byName[s]; dup {
 			return m.fail("state %q listed twice", s)
 		}
-		m.index[s] = i
+		m.tab.byName[s] = i
 	}
+	m.tab.hashNames()
+	m.tab.hashIdentities()
 	if !m.IsState(d.Initial) {
 		return m.fail("initial state %q is not in States", d.Initial)
 	}
@@ -34,14 +37,14 @@ func (m *Machine[S, R]) validate() error {
 		return m.fail("no terminal state")
 	}
 	for _, s := range d.Terminal {
-		i, ok := m.index[s]
-		if !ok {
+		i := m.tab.find(string(s))
+		if i < 0 {
 			return m.fail("terminal state %q is not in States", s)
 		}
-		m.terminal |= 1 << i
+		m.tab.terminal |= 1 << i
 	}
 
-	m.next = make([]uint64, len(d.States))
+	m.tab.next = make([]uint64, len(d.States))
 	m.edges = make(map[[2]int]int, len(d.Transitions))
 	type fromEvent struct {
 		from  S
@@ -49,12 +52,12 @@ func (m *Machine[S, R]) validate() error {
 	}
 	byEvent := map[fromEvent][]int{}
 	for k, t := range d.Transitions {
-		i, ok := m.index[t.From]
-		if !ok {
+		i := m.tab.find(string(t.From))
+		if i < 0 {
 			return m.fail("transition %d: unknown state %q", k, t.From)
 		}
-		j, ok := m.index[t.To]
-		if !ok {
+		j := m.tab.find(string(t.To))
+		if j < 0 {
 			return m.fail("transition %d: unknown state %q", k, t.To)
 		}
 		if t.Event == "" {
@@ -66,14 +69,14 @@ func (m *Machine[S, R]) validate() error {
 		if t.Guard != nil && (t.Guard.Name == "" || t.Guard.Allow == nil) {
 			return m.fail("transition %s → %s: a guard needs a Name and an Allow func", t.From, t.To)
 		}
-		if m.terminal&(1<<i) != 0 && !t.Requeue {
+		if m.tab.terminal&(1<<i) != 0 && !t.Requeue {
 			return m.fail("terminal state %q has an outbound transition to %q", t.From, t.To)
 		}
 		if _, dup := m.edges[[2]int{i, j}]; dup {
 			return m.fail("duplicate transition %s → %s", t.From, t.To)
 		}
 		m.edges[[2]int{i, j}] = k
-		m.next[i] |= 1 << j
+		m.tab.next[i] |= 1 << j
 		fe := fromEvent{t.From, t.Event}
 		for _, other := range byEvent[fe] {
 			if t.Guard == nil || d.Transitions[other].Guard == nil {
@@ -84,13 +87,14 @@ func (m *Machine[S, R]) validate() error {
 	}
 
 	// Every state must be reachable from the initial one.
-	seen := uint64(1) << m.index[d.Initial]
-	queue := []int{m.index[d.Initial]}
+	start := m.tab.find(string(d.Initial))
+	seen := uint64(1) << start
+	queue := []int{start}
 	for len(queue) > 0 {
 		i := queue[0]
 		queue = queue[1:]
 		for j := range d.States {
-			if m.next[i]&(1<<j) != 0 && seen&(1<<j) == 0 {
+			if m.tab.next[i]&(1<<j) != 0 && seen&(1<<j) == 0 {
 				seen |= 1 << j
 				queue = append(queue, j)
 			}

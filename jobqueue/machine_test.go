@@ -1,0 +1,218 @@
+package jobqueue_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/runconveyor/conveyor/internal/machinetest"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// Seed 003 §1.2, the transition table, transcribed by hand; plus DESIGN.md's
+// extension DEAD → QUEUED (the operator's requeue, invariant F2).
+var seedJob = map[jobqueue.JobState][]jobqueue.JobState{
+	"PENDING":          {"QUEUED"},
+	"QUEUED":           {"CONTEXT_ASSEMBLY"},
+	"CONTEXT_ASSEMBLY": {"NOTEBOOKLM_CALL", "RETRY_BACKOFF"},
+	"NOTEBOOKLM_CALL":  {"ARTIFACT_WRITE", "RETRY_BACKOFF"},
+	"ARTIFACT_WRITE":   {"COMPLETE", "RETRY_BACKOFF"},
+	"RETRY_BACKOFF":    {"QUEUED", "FAILED"},
+	"FAILED":           {"DEAD", "QUEUED"},
+	"DEAD":             {"QUEUED"},
+	"COMPLETE":         {},
+}
+
+// Seed 003 §2: the pipeline, and any non-terminal step to ERROR.
+var seedNLM = map[jobqueue.NLMJobState][]jobqueue.NLMJobState{
+	"ACCEPTED":         {"FETCHING_CONTEXT", "ERROR"},
+	"FETCHING_CONTEXT": {"BUILDING_PROMPT", "ERROR"},
+	"BUILDING_PROMPT":  {"NLM_QUERY", "ERROR"},
+	"NLM_QUERY":        {"STRUCTURING", "ERROR"},
+	"STRUCTURING":      {"CALLBACK", "ERROR"},
+	"CALLBACK":         {"DONE", "ERROR"},
+	"DONE":             {},
+	"ERROR":            {},
+}
+
+func TestJobGrid(t *testing.T) {
+	t.Parallel()
+	machinetest.Grid(t, jobqueue.JobMachine(), seedJob)
+}
+
+func TestNLMJobGrid(t *testing.T) {
+	t.Parallel()
+	machinetest.Grid(t, jobqueue.NLMJobMachine(), seedNLM)
+}
+
+func TestStructure(t *testing.T) {
+	t.Parallel()
+	machinetest.Structure(t, jobqueue.JobMachine().Spec())
+	machinetest.Structure(t, jobqueue.NLMJobMachine().Spec())
+}
+
+func TestJobTerminalsAndExtensions(t *testing.T) {
+	t.Parallel()
+	m := jobqueue.JobMachine()
+	for _, s := range jobqueue.JobStates() {
+		want := s == jobqueue.JobComplete || s == jobqueue.JobDead
+		if m.IsTerminal(s) != want {
+			t.Errorf("IsTerminal(%s) = %v", s, !want)
+		}
+	}
+	for _, tr := range m.Transitions() {
+		wantExt := tr.From == jobqueue.JobDead
+		if tr.Extension != wantExt {
+			t.Errorf("%s → %s: Extension = %v", tr.From, tr.To, tr.Extension)
+		}
+		wantRequeue := tr.Event == jobqueue.EventRequeue
+		if tr.Requeue != wantRequeue {
+			t.Errorf("%s → %s: Requeue = %v", tr.From, tr.To, tr.Requeue)
+		}
+	}
+	// F1: nothing leaves COMPLETE, not even for an admin.
+	if next := m.Next(jobqueue.JobComplete); len(next) != 0 {
+		t.Errorf("COMPLETE → %v", next)
+	}
+}
+
+// TestBackoffElapsedRoutesByAttempt: one event leaves RETRY_BACKOFF, and the
+// guards on attempt pick QUEUED or FAILED.
+func TestBackoffElapsedRoutesByAttempt(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		attempt, max int
+		want         jobqueue.JobState
+	}{
+		{1, 3, jobqueue.JobQueued},
+		{2, 3, jobqueue.JobQueued},
+		{3, 3, jobqueue.JobFailed},
+		{4, 3, jobqueue.JobFailed},
+		{0, 0, jobqueue.JobFailed},
+		{1, 1, jobqueue.JobFailed},
+		{1, 5, jobqueue.JobQueued},
+	}
+	for _, tt := range tests {
+		job := &jobqueue.Job{JobID: "j", Status: jobqueue.JobRetryBackoff, Attempt: tt.attempt, MaxAttempts: tt.max}
+		change, err := jobqueue.JobMachine().Fire(context.Background(), job, jobqueue.EventBackoffElapsed, lifecycle.ActorOrchestration)
+		if err != nil {
+			t.Fatalf("attempt %d/%d: %v", tt.attempt, tt.max, err)
+		}
+		if job.Status != tt.want || change.To != tt.want {
+			t.Errorf("attempt %d/%d: went to %s, want %s", tt.attempt, tt.max, job.Status, tt.want)
+		}
+	}
+}
+
+// TestThreeAttemptsEndDead walks a job through three failed attempts with
+// max_attempts 3, counting attempts at pickup as documented on Job.
+func TestThreeAttemptsEndDead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := jobqueue.JobMachine()
+	job := &jobqueue.Job{JobID: "j", Status: jobqueue.JobPending, MaxAttempts: 3}
+	fire := func(e lifecycle.Event, actor lifecycle.Actor) {
+		t.Helper()
+		if _, err := m.Fire(ctx, job, e, actor); err != nil {
+			t.Fatalf("%s from %s: %v", e, job.Status, err)
+		}
+	}
+	orch := lifecycle.ActorOrchestration
+	fire(jobqueue.EventValidate, orch)
+	for attempt := 1; attempt <= 3; attempt++ {
+		fire(jobqueue.EventPickup, orch)
+		job.Attempt++
+		fire(jobqueue.EventRetryableError, orch)
+		fire(jobqueue.EventBackoffElapsed, orch)
+		want := jobqueue.JobQueued
+		if attempt == 3 {
+			want = jobqueue.JobFailed
+		}
+		if job.Status != want {
+			t.Fatalf("after attempt %d: %s, want %s", attempt, job.Status, want)
+		}
+	}
+	fire(jobqueue.EventBury, orch)
+	if job.Status != jobqueue.JobDead {
+		t.Fatalf("status %s, want DEAD", job.Status)
+	}
+	// F2: no automatic way out of DEAD; only the admin's requeue.
+	_, err := m.Fire(ctx, job, jobqueue.EventRequeue, orch)
+	var fe *lifecycle.ForbiddenActorError
+	if !errors.As(err, &fe) || fe.Allowed[0] != lifecycle.ActorAdmin {
+		t.Fatalf("orchestration requeueing DEAD: %v", err)
+	}
+	fire(jobqueue.EventRequeue, lifecycle.ActorAdmin)
+	if job.Status != jobqueue.JobQueued {
+		t.Fatalf("status %s after requeue", job.Status)
+	}
+}
+
+func TestGuardRefusalIsTyped(t *testing.T) {
+	t.Parallel()
+	// A retryable error from QUEUED is no move of the table.
+	job := &jobqueue.Job{Status: jobqueue.JobQueued}
+	_, err := jobqueue.JobMachine().Fire(context.Background(), job, jobqueue.EventRetryableError, lifecycle.ActorOrchestration)
+	var ite *lifecycle.InvalidTransitionError
+	if !errors.As(err, &ite) || ite.Event != string(jobqueue.EventRetryableError) || ite.ValidNext[0] != "CONTEXT_ASSEMBLY" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func newJob(s jobqueue.JobState) *jobqueue.Job   { return &jobqueue.Job{Status: s, MaxAttempts: 3} }
+func jobState(j *jobqueue.Job) jobqueue.JobState { return j.Status }
+
+// bumpAttempt lets the walks move the attempt count, so both guards fire.
+func bumpAttempt(j *jobqueue.Job, b byte) {
+	if b&1 == 1 {
+		j.Attempt++
+	}
+}
+
+func newNLM(s jobqueue.NLMJobState) *jobqueue.NLMJob   { return &jobqueue.NLMJob{Status: s} }
+func nlmState(j *jobqueue.NLMJob) jobqueue.NLMJobState { return j.Status }
+
+func TestRandomWalks(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	reachedJob := map[jobqueue.JobState]bool{}
+	reachedNLM := map[jobqueue.NLMJobState]bool{}
+	for range 3000 {
+		choices := make([]byte, 2*(1+rng.IntN(30)))
+		for i := range choices {
+			choices[i] = byte(rng.Uint32())
+		}
+		for _, s := range machinetest.Walk(t, jobqueue.JobMachine(), newJob, jobState, bumpAttempt, choices) {
+			reachedJob[s] = true
+		}
+		for _, s := range machinetest.Walk(t, jobqueue.NLMJobMachine(), newNLM, nlmState, nil, choices) {
+			reachedNLM[s] = true
+		}
+	}
+	for _, s := range jobqueue.JobStates() {
+		if !reachedJob[s] {
+			t.Errorf("job walks never reached %s", s)
+		}
+	}
+	for _, s := range jobqueue.NLMJobStates() {
+		if !reachedNLM[s] {
+			t.Errorf("NLM walks never reached %s", s)
+		}
+	}
+}
+
+func FuzzJobWalk(f *testing.F) {
+	f.Add([]byte{0, 1, 1, 1, 3, 1, 8, 1})
+	f.Fuzz(func(t *testing.T, choices []byte) {
+		machinetest.Walk(t, jobqueue.JobMachine(), newJob, jobState, bumpAttempt, choices)
+	})
+}
+
+func FuzzNLMJobWalk(f *testing.F) {
+	f.Add([]byte{0, 2, 1, 2, 6, 2})
+	f.Fuzz(func(t *testing.T, choices []byte) {
+		machinetest.Walk(t, jobqueue.NLMJobMachine(), newNLM, nlmState, nil, choices)
+	})
+}

@@ -1,0 +1,204 @@
+package lifecycle_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/runconveyor/conveyor/internal/machinetest"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// The seeds' tables, transcribed by hand and independently of runs.go.
+
+// Seed 000 §1.4 (and 002 §2.3), plus DESIGN.md's two extensions
+// requested → failed and queued → failed.
+var seedCanonical = map[lifecycle.RunState][]lifecycle.RunState{
+	"requested": {"queued", "failed"},
+	"queued":    {"running", "failed"},
+	"running":   {"running", "completed", "failed"},
+	"completed": {},
+	"failed":    {},
+}
+
+// Seed 001 _ALLOWED_TRANSITIONS, as written.
+var seedCancelable = map[lifecycle.CancelableRunState][]lifecycle.CancelableRunState{
+	"queued":           {"running", "canceled"},
+	"running":          {"succeeded", "failed", "timeout", "cancel_requested"},
+	"cancel_requested": {"canceled", "succeeded", "failed"},
+	"succeeded":        {},
+	"failed":           {},
+	"canceled":         {},
+	"timeout":          {},
+}
+
+// Seed 004 table 2.1.
+var seedApproval = map[lifecycle.ApprovalRunState][]lifecycle.ApprovalRunState{
+	"pending":           {"running", "cancelled", "failed"},
+	"running":           {"completed", "failed", "cancelled", "awaiting_approval", "waiting_external"},
+	"awaiting_approval": {"running", "completed", "failed", "cancelled"},
+	"waiting_external":  {"running", "completed", "failed", "cancelled"},
+	"completed":         {},
+	"failed":            {},
+	"cancelled":         {},
+}
+
+// Seed 002 §2.5 lists the step states; the moves are Conveyor's (decisions.md).
+var seedStep = map[lifecycle.StepState][]lifecycle.StepState{
+	"pending":   {"running", "skipped"},
+	"running":   {"completed", "failed"},
+	"completed": {},
+	"failed":    {},
+	"skipped":   {},
+}
+
+func TestCanonicalRunGrid(t *testing.T) {
+	t.Parallel()
+	machinetest.Grid(t, lifecycle.CanonicalRun(), seedCanonical)
+}
+
+func TestCancelableRunGrid(t *testing.T) {
+	t.Parallel()
+	machinetest.Grid(t, lifecycle.CancelableRun(), seedCancelable)
+}
+
+func TestApprovalRunGrid(t *testing.T) {
+	t.Parallel()
+	machinetest.Grid(t, lifecycle.ApprovalRun(), seedApproval)
+}
+
+func TestRunStepGrid(t *testing.T) {
+	t.Parallel()
+	machinetest.Grid(t, lifecycle.RunStep(), seedStep)
+}
+
+func TestRunMachinesStructure(t *testing.T) {
+	t.Parallel()
+	for _, s := range []lifecycle.Spec{
+		lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(),
+		lifecycle.ApprovalRun().Spec(), lifecycle.RunStep().Spec(),
+	} {
+		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
+			machinetest.Structure(t, s)
+		})
+	}
+}
+
+func TestRunMachineNamesAndTerminals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		spec     lifecycle.Spec
+		name     string
+		initial  string
+		terminal []string
+	}{
+		{lifecycle.CanonicalRun().Spec(), "canonical-run", "requested", []string{"completed", "failed"}},
+		{lifecycle.CancelableRun().Spec(), "cancelable-run", "queued", []string{"succeeded", "failed", "canceled", "timeout"}},
+		{lifecycle.ApprovalRun().Spec(), "approval-run", "pending", []string{"completed", "failed", "cancelled"}},
+		{lifecycle.RunStep().Spec(), "run-step", "pending", []string{"completed", "failed", "skipped"}},
+	}
+	for _, tt := range tests {
+		if tt.spec.Name != tt.name || tt.spec.Initial != tt.initial {
+			t.Errorf("got %s/%s, want %s/%s", tt.spec.Name, tt.spec.Initial, tt.name, tt.initial)
+		}
+		if len(tt.spec.Terminal) != len(tt.terminal) {
+			t.Errorf("%s: terminal %v, want %v", tt.name, tt.spec.Terminal, tt.terminal)
+		}
+		for i := range tt.terminal {
+			if tt.spec.Terminal[i] != tt.terminal[i] {
+				t.Errorf("%s: terminal %v, want %v", tt.name, tt.spec.Terminal, tt.terminal)
+			}
+		}
+	}
+}
+
+func TestExtensionsAreMarked(t *testing.T) {
+	t.Parallel()
+	m := lifecycle.CanonicalRun()
+	for _, tr := range m.Transitions() {
+		wantExt := tr.To == lifecycle.RunFailed && tr.From != lifecycle.RunRunning
+		if tr.Extension != wantExt {
+			t.Errorf("%s → %s: Extension = %v, want %v", tr.From, tr.To, tr.Extension, wantExt)
+		}
+	}
+	for _, m := range []lifecycle.Specifier{lifecycle.CancelableRun(), lifecycle.ApprovalRun(), lifecycle.RunStep()} {
+		for _, tr := range m.Spec().Transitions {
+			if tr.Extension {
+				t.Errorf("%s: %s → %s is marked an extension; the seed has it", m.Spec().Name, tr.From, tr.To)
+			}
+		}
+	}
+}
+
+func newRun[S ~string](s S) *lifecycle.RunStatus { return &lifecycle.RunStatus{Status: string(s)} }
+
+// TestRandomWalks fires thousands of random event sequences at every run
+// machine; Walk fails the test the moment one leaves the table.
+func TestRandomWalks(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	reached := map[string]map[string]bool{}
+	mark := func(name string, s string) {
+		if reached[name] == nil {
+			reached[name] = map[string]bool{}
+		}
+		reached[name][s] = true
+	}
+	for range 2000 {
+		choices := make([]byte, 2*(1+rng.IntN(12)))
+		for i := range choices {
+			choices[i] = byte(rng.Uint32())
+		}
+		for _, s := range machinetest.Walk(t, lifecycle.CanonicalRun(), newRun, getState[lifecycle.RunState], nil, choices) {
+			mark("canonical-run", string(s))
+		}
+		for _, s := range machinetest.Walk(t, lifecycle.CancelableRun(), newRun, getState[lifecycle.CancelableRunState], nil, choices) {
+			mark("cancelable-run", string(s))
+		}
+		for _, s := range machinetest.Walk(t, lifecycle.ApprovalRun(), newRun, getState[lifecycle.ApprovalRunState], nil, choices) {
+			mark("approval-run", string(s))
+		}
+		for _, s := range machinetest.Walk(t, lifecycle.RunStep(), newStep, stepState, nil, choices) {
+			mark("run-step", string(s))
+		}
+	}
+	// The walks must be able to fail: they have to reach every state.
+	for _, s := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(),
+		lifecycle.ApprovalRun().Spec(), lifecycle.RunStep().Spec()} {
+		for _, st := range s.States {
+			if !reached[s.Name][st] {
+				t.Errorf("%s: random walks never reached %q", s.Name, st)
+			}
+		}
+	}
+}
+
+func getState[S ~string](r *lifecycle.RunStatus) S { return S(r.Status) }
+
+func newStep(s lifecycle.StepState) *lifecycle.RunStepRecord {
+	return &lifecycle.RunStepRecord{Status: s}
+}
+
+func stepState(r *lifecycle.RunStepRecord) lifecycle.StepState { return r.Status }
+
+func FuzzCancelableRunWalk(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3})
+	f.Add([]byte{5, 1, 6, 1, 6, 1})
+	f.Fuzz(func(t *testing.T, choices []byte) {
+		machinetest.Walk(t, lifecycle.CancelableRun(), newRun, getState[lifecycle.CancelableRunState], nil, choices)
+	})
+}
+
+func FuzzApprovalRunWalk(f *testing.F) {
+	f.Add([]byte{0, 1, 3, 1, 4, 0})
+	f.Fuzz(func(t *testing.T, choices []byte) {
+		machinetest.Walk(t, lifecycle.ApprovalRun(), newRun, getState[lifecycle.ApprovalRunState], nil, choices)
+	})
+}
+
+func FuzzCanonicalRunWalk(f *testing.F) {
+	f.Add([]byte{0, 1, 1, 1, 2, 1})
+	f.Fuzz(func(t *testing.T, choices []byte) {
+		machinetest.Walk(t, lifecycle.CanonicalRun(), newRun, getState[lifecycle.RunState], nil, choices)
+	})
+}
