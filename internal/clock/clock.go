@@ -1,0 +1,179 @@
+// Package clock lets code that waits (leases, timeouts, TTLs, backoff) run on
+// a fake clock in tests, so those tests take milliseconds.
+package clock
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock tells the time and schedules work. Real is the wall clock; Fake is
+// moved by hand.
+type Clock interface {
+	Now() time.Time
+	// NewTimer fires once, d from now, on the returned timer's channel.
+	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine, d from now, unless stopped.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a scheduled event of a Clock.
+type Timer interface {
+	// C delivers the time the timer fired at; nil for AfterFunc timers.
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it did.
+	Stop() bool
+}
+
+// Real returns the wall clock.
+func Real() Clock { return realClock{} }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) NewTimer(d time.Duration) Timer { return realTimer{t: time.NewTimer(d)} }
+
+func (realClock) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{t: time.AfterFunc(d, f)}
+}
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time { return r.t.C }
+func (r realTimer) Stop() bool          { return r.t.Stop() }
+
+// Fake is a Clock that moves only when told to. It is safe for concurrent use.
+type Fake struct {
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	waiters []waiter
+}
+
+type waiter struct {
+	n  int
+	ch chan struct{}
+}
+
+// NewFake returns a fake clock that reads start.
+func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+
+// Now returns the fake time.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// NewTimer schedules a timer d after the fake now.
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	return f.schedule(d, &fakeTimer{clock: f, ch: make(chan time.Time, 1)})
+}
+
+// AfterFunc schedules fn d after the fake now.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	return f.schedule(d, &fakeTimer{clock: f, fn: fn})
+}
+
+func (f *Fake) schedule(d time.Duration, t *fakeTimer) Timer {
+	f.mu.Lock()
+	t.at = f.now.Add(d)
+	if d <= 0 {
+		f.mu.Unlock()
+		t.fire(t.at)
+		return t
+	}
+	f.timers = append(f.timers, t)
+	f.notifyLocked()
+	f.mu.Unlock()
+	return t
+}
+
+// Advance moves the clock forward by d, firing every timer due by then in
+// time order.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	now := f.now
+	var due []*fakeTimer
+	kept := f.timers[:0]
+	for _, t := range f.timers {
+		if !t.at.After(now) {
+			due = append(due, t)
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	f.timers = kept
+	f.mu.Unlock()
+	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	for _, t := range due {
+		t.fire(t.at)
+	}
+}
+
+// Pending reports how many timers are scheduled and not yet fired or stopped.
+func (f *Fake) Pending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+// WaitForTimers returns a channel closed once at least n timers are
+// scheduled: a test uses it to know the code under test has started waiting
+// before it advances the clock.
+func (f *Fake) WaitForTimers(n int) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := make(chan struct{})
+	if len(f.timers) >= n {
+		close(ch)
+		return ch
+	}
+	f.waiters = append(f.waiters, waiter{n: n, ch: ch})
+	return ch
+}
+
+func (f *Fake) notifyLocked() {
+	kept := f.waiters[:0]
+	for _, w := range f.waiters {
+		if len(f.timers) >= w.n {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	f.waiters = kept
+}
+
+type fakeTimer struct {
+	clock *Fake
+	at    time.Time
+	ch    chan time.Time
+	fn    func()
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	f := t.clock
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, x := range f.timers {
+		if x == t {
+			f.timers = append(f.timers[:i], f.timers[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (t *fakeTimer) fire(at time.Time) {
+	if t.fn != nil {
+		go t.fn()
+		return
+	}
+	t.ch <- at // buffered, fires once
+}
