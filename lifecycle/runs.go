@@ -151,7 +151,7 @@ var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, *RunStatus] {
 			{From: ApprovalAwaitingApproval, To: ApprovalFailed, Event: EventReject, Actors: both},
 			{From: ApprovalAwaitingApproval, To: ApprovalCancelled, Event: EventCancel, Actors: both},
 			{From: ApprovalWaitingExternal, To: ApprovalRunning, Event: EventDeliver, Actors: both},
-			{From: ApprovalWaitingExternal, To: ApprovalCompleted, Event: EventComplete, Actors: orch},
+			{From: ApprovalWaitingExternal, To: ApprovalCompleted, Event: EventComplete, Actors: both},
 			{From: ApprovalWaitingExternal, To: ApprovalFailed, Event: EventFail, Actors: orch},
 			{From: ApprovalWaitingExternal, To: ApprovalCancelled, Event: EventCancel, Actors: both},
 		},

@@ -1,0 +1,104 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Error codes a run can fail with (seed 000 §5.3), and the other codes of the
+// run API (seed 004 appendix and Conveyor's own).
+const (
+	CodeNLMUnavailable      = "NLM_UNAVAILABLE"
+	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
+	CodeAgentTimeout        = "AGENT_TIMEOUT"
+	CodeInternalError       = "INTERNAL_ERROR"
+	CodeRunOrphaned         = "RUN_ORPHANED"
+	CodeRunResumeFailed     = "RUN_RESUME_FAILED"
+	CodeIdempotencyConflict = "IDEMPOTENCY_CONFLICT"
+	CodeIdempotencyExpired  = "IDEMPOTENCY_EXPIRED"
+	// CodeApprovalRejected is the error of a run whose approval was refused.
+	CodeApprovalRejected = "APPROVAL_REJECTED"
+	// CodeCanceled is the error of a run that was canceled.
+	CodeCanceled = "CANCELED"
+	// CodeRunNotFound: no run has the id.
+	CodeRunNotFound = "RUN_NOT_FOUND"
+	// CodeInvalidRequest: the request was malformed.
+	CodeInvalidRequest = "INVALID_REQUEST"
+	// CodeUnsupported: the run's machine has no such operation.
+	CodeUnsupported = "RUN_UNSUPPORTED_OPERATION"
+	// CodeLeaseLost: this runner no longer owns the run.
+	CodeLeaseLost = "RUN_LEASE_LOST"
+)
+
+// httpStatus is the one table from error code to HTTP status (seed 000 §5.3
+// for the failure codes).
+var httpStatus = map[string]int{
+	CodeNLMUnavailable:      http.StatusBadGateway,
+	CodeUpstreamUnavailable: http.StatusBadGateway,
+	CodeAgentTimeout:        http.StatusGatewayTimeout,
+	CodeInternalError:       http.StatusInternalServerError,
+	CodeRunOrphaned:         http.StatusInternalServerError,
+	CodeRunResumeFailed:     http.StatusInternalServerError,
+	CodeInvalidTransition:   http.StatusConflict,
+	CodeTerminalState:       http.StatusConflict,
+	CodeForbidden:           http.StatusForbidden,
+	CodeIdempotencyConflict: http.StatusConflict,
+	CodeIdempotencyExpired:  http.StatusGone,
+	CodeApprovalRejected:    http.StatusConflict,
+	CodeCanceled:            http.StatusConflict,
+	CodeRunNotFound:         http.StatusNotFound,
+	CodeInvalidRequest:      http.StatusBadRequest,
+	CodeUnsupported:         http.StatusConflict,
+	CodeLeaseLost:           http.StatusConflict,
+}
+
+// HTTPStatus maps an error code to the HTTP status an API answers with; an
+// unknown code is a 500.
+func HTTPStatus(code string) int {
+	if s, ok := httpStatus[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// ErrorCode returns the code of err: that of a *RunError in its chain, else
+// that of the first error with a Code method, else INTERNAL_ERROR (nil has no
+// code).
+func ErrorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var re *RunError
+	if errors.As(err, &re) {
+		return re.Code
+	}
+	var c interface{ Code() string }
+	if errors.As(err, &c) {
+		return c.Code()
+	}
+	return CodeInternalError
+}
+
+// RunError is an error with a seed code. A step returns one (or wraps one)
+// to say why it failed, e.g. NLM_UNAVAILABLE; the run's error field then
+// reads "CODE: message". Retryable says whether another attempt may help.
+type RunError struct {
+	Code    string
+	Message string
+	// Permanent stops retries: the step fails at once.
+	Permanent bool
+	// Err is the cause, if any.
+	Err error
+}
+
+// NewRunError returns a retryable *RunError.
+func NewRunError(code, format string, args ...any) *RunError {
+	return &RunError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Error is "CODE: message", the form of status.json's error field.
+func (e *RunError) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap returns the cause.
+func (e *RunError) Unwrap() error { return e.Err }

@@ -1,0 +1,217 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// ErrUnsupported is matched when a run's machine has no such operation, e.g.
+// cancel on the canonical machine.
+var ErrUnsupported = errors.New("lifecycle: operation not supported by the run's machine")
+
+// UnsupportedError names the machine and the operation it lacks.
+type UnsupportedError struct {
+	Machine   string
+	Operation string
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("lifecycle: machine %s does not support %s", e.Machine, e.Operation)
+}
+
+// Is matches ErrUnsupported.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// Code is RUN_UNSUPPORTED_OPERATION.
+func (e *UnsupportedError) Code() string { return CodeUnsupported }
+
+// control loads a run for an operation by actor and applies change to it as
+// that actor, with compare-and-swap; then it lets this runner's loop and
+// execution know.
+func (r *Runner) control(ctx context.Context, runID string, actor Actor, change func(f *flow, d *RunStatus) error) (RunStatus, error) {
+	slug, key, err := r.locate(ctx, runID)
+	if err != nil {
+		return RunStatus{}, err
+	}
+	agent, ok := r.agents[slug]
+	if !ok {
+		return RunStatus{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", ErrRunNotFound, runID, slug)
+	}
+	doc, ver, err := storage.Read[RunStatus](ctx, r.store, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return RunStatus{}, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+	}
+	if err != nil {
+		return RunStatus{}, err
+	}
+	w := &statusWriter{r: r, key: key, doc: doc, ver: ver}
+	f := &agent.flow
+	if err := w.apply(ctx, actor, func(d *RunStatus) error { return change(f, d) }); err != nil {
+		return RunStatus{}, err
+	}
+	after := w.snapshot()
+	if f.terminal(after.Status) {
+		r.cleanup(ctx, slug, runID, "", "")
+		r.finished(ctx, after)
+	} else if !f.executing(doc.Status) || after.Lease == nil {
+		select {
+		case r.wake <- candidate{slug: slug, w: w}:
+		default:
+		}
+	}
+	return after, nil
+}
+
+// Cancel asks a run to stop (seed 001). On the cancel-aware machine a queued
+// run is canceled at once and a running one moves to cancel_requested: its
+// step's context is canceled and the runner ends it canceled, unless the
+// step finishes first (then it may still succeed or fail, as seed 001
+// allows). On the approval machine a run that is not executing is cancelled
+// at once, and an executing one when its runner notices. The canonical
+// machine has no cancel: [ErrUnsupported].
+func (r *Runner) Cancel(ctx context.Context, runID string, actor Actor, reason string) (RunStatus, error) {
+	doc, err := r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
+		if f.cancel == "" {
+			return &UnsupportedError{Machine: f.machine, Operation: "cancel"}
+		}
+		now := r.now()
+		switch {
+		case f.executing(d.Status) && f.requestCancel != "":
+			if d.Status == f.cancelRq {
+				return nil // asked already
+			}
+			if err := f.fire(ctx, d, f.requestCancel, actor); err != nil {
+				return err
+			}
+		case f.executing(d.Status) && d.Lease != nil:
+			// The approval machine has no cancel_requested state: the flag
+			// asks, and the executing runner makes the move.
+			if err := f.check(d.Status, string(ApprovalCancelled)); err != nil {
+				return err
+			}
+			if _, ok := r.agents[d.AgentSlug]; ok {
+				if err := ApprovalRun().CheckActor(ApprovalRunState(d.Status), ApprovalCancelled, actor); err != nil {
+					return err
+				}
+			}
+		default:
+			if err := f.fire(ctx, d, f.cancel, actor); err != nil {
+				return err
+			}
+			r.finishFields(d, nil)
+		}
+		d.CancelRequested, d.CancelReason, d.CancelRequestedAt = true, reason, &now
+		return nil
+	})
+	if err != nil {
+		return doc, err
+	}
+	r.mu.Lock()
+	x := r.executing[runID]
+	r.mu.Unlock()
+	if x != nil {
+		x.stop(errCanceled)
+	}
+	return doc, nil
+}
+
+// Decision is an owner's answer at an approval gate.
+type Decision struct {
+	// DecidedBy names who decided, e.g. "owner".
+	DecidedBy string
+	Reason    string
+}
+
+// Approve resumes a run waiting at an approval gate (awaiting_approval →
+// running), or completes it when the gate followed its last step.
+func (r *Runner) Approve(ctx context.Context, runID string, actor Actor, dec Decision) (RunStatus, error) {
+	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
+		if f.approve == "" {
+			return &UnsupportedError{Machine: f.machine, Operation: "approve"}
+		}
+		event := f.approve
+		last := d.StepsCompleted >= d.StepsTotal
+		if last {
+			event = f.complete
+		}
+		if err := f.fire(ctx, d, event, actor); err != nil {
+			return err
+		}
+		r.decide(d, "approved", dec)
+		if last {
+			r.finishFields(d, nil)
+		}
+		return nil
+	})
+}
+
+// Reject fails a run waiting at an approval gate with APPROVAL_REJECTED.
+func (r *Runner) Reject(ctx context.Context, runID string, actor Actor, dec Decision) (RunStatus, error) {
+	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
+		if f.reject == "" {
+			return &UnsupportedError{Machine: f.machine, Operation: "reject"}
+		}
+		if err := f.fire(ctx, d, f.reject, actor); err != nil {
+			return err
+		}
+		r.decide(d, "rejected", dec)
+		r.finishFields(d, NewRunError(CodeApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
+		return nil
+	})
+}
+
+func (r *Runner) decide(d *RunStatus, decision string, dec Decision) {
+	now := r.now()
+	if d.Approval == nil {
+		d.Approval = &Approval{}
+	}
+	d.Approval.Decision, d.Approval.DecidedAt, d.Approval.DecidedBy, d.Approval.Reason = decision, &now, dec.DecidedBy, dec.Reason
+}
+
+// ExternalEvent is an event a waiting run receives (seed 004 §2.2).
+type ExternalEvent struct {
+	// Type must be the event type the run waits for.
+	Type   string
+	ID     string
+	Source string
+}
+
+// Deliver hands a run the external event it waits for (waiting_external →
+// running, or completed when the wait followed its last step).
+func (r *Runner) Deliver(ctx context.Context, runID string, actor Actor, ev ExternalEvent) (RunStatus, error) {
+	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
+		if f.deliver == "" {
+			return &UnsupportedError{Machine: f.machine, Operation: "deliver"}
+		}
+		if d.External != nil && ev.Type != d.External.EventType && d.Status == string(ApprovalWaitingExternal) {
+			return &RequestError{Field: "event type", Reason: fmt.Sprintf("run waits for %q, not %q", d.External.EventType, ev.Type)}
+		}
+		event := f.deliver
+		last := d.StepsCompleted >= d.StepsTotal
+		if last {
+			event = f.complete
+		}
+		if err := f.fire(ctx, d, event, actor); err != nil {
+			return err
+		}
+		now := r.now()
+		if d.External == nil {
+			d.External = &ExternalWait{EventType: ev.Type}
+		}
+		d.External.EventID, d.External.Source, d.External.ReceivedAt = ev.ID, ev.Source, &now
+		if last {
+			r.finishFields(d, nil)
+		}
+		return nil
+	})
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

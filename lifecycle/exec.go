@@ -1,0 +1,671 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Causes that stop an execution, as context causes.
+var (
+	errCanceled    = errors.New("lifecycle: run canceled")
+	errRunTimeout  = errors.New("lifecycle: run timeout")
+	errStepTimeout = errors.New("lifecycle: step timeout")
+)
+
+// execution is one runner executing one run under its lease.
+type execution struct {
+	r       *Runner
+	agent   *agentDef
+	w       *statusWriter
+	epoch   int64
+	resumed bool
+	slotKey string
+	slotVer storage.Version
+	// records are the step files this execution knows, for the manifest.
+	records map[int]RunStepRecord
+	// lastProposals are the final step's, counted by the terminal write.
+	lastProposals []string
+
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc
+}
+
+// outcome is how the steps of an execution ended.
+type outcome struct {
+	kind    outcomeKind
+	err     error // the failure, for failed; the cause, for stopped
+	outputs []json.RawMessage
+	files   []string
+}
+
+type outcomeKind int
+
+const (
+	done outcomeKind = iota
+	parked
+	failed
+	canceled
+	timedOut
+	stopped // lease lost or shutdown: write nothing more
+)
+
+func (x *execution) stop(cause error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.cancel != nil {
+		x.cancel(cause)
+	}
+}
+
+func (x *execution) run(ctx context.Context) {
+	r := x.r
+	defer r.wg.Done()
+	defer func() {
+		r.mu.Lock()
+		delete(r.executing, x.w.doc.RunID)
+		r.mu.Unlock()
+	}()
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	x.mu.Lock()
+	x.cancel = cancel
+	x.mu.Unlock()
+	deadline := r.cfg.Clock.AfterFunc(r.cfg.RunTimeout, func() { cancel(errRunTimeout) })
+	defer deadline.Stop()
+	if x.w.snapshot().CancelRequested {
+		cancel(errCanceled)
+	}
+
+	beat := make(chan struct{})
+	beatDone := make(chan struct{})
+	go x.heartbeat(runCtx, beat, beatDone)
+	out := x.execute(runCtx, ctx)
+	close(beat)
+	<-beatDone
+	x.finish(ctx, out)
+}
+
+// heartbeat renews the lease every HeartbeatInterval while steps run, and
+// notices a cancel request or a takeover written by someone else.
+func (x *execution) heartbeat(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	r := x.r
+	for {
+		t := r.cfg.Clock.NewTimer(r.cfg.HeartbeatInterval)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		err := x.w.apply(ctx, ActorOrchestration, func(*RunStatus) error { return nil })
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			x.stop(err)
+			return
+		case err != nil:
+			r.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat_failed", slog.String("runId", x.w.doc.RunID), slog.String("error", err.Error()))
+		case x.w.snapshot().CancelRequested:
+			x.stop(errCanceled)
+		}
+	}
+}
+
+// resumePlan says, for a run taken over from a lost runner, which steps to
+// skip with their checkpointed output (seed 004 §5.3).
+type resumePlan struct {
+	skip   []bool
+	cached []json.RawMessage
+	counts int // steps the status must count before continuing
+}
+
+// plan reads the step files of a run that already made progress and decides
+// per step: a completed resumable step is skipped with its cached output; a
+// completed step that is not resumable is replayed when idempotent; the step
+// a lost runner was in is replayed when idempotent; anything else fails the
+// run (RUN_RESUME_FAILED, or RUN_ORPHANED when there is no checkpoint at all).
+func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error) {
+	steps := x.agent.Steps
+	p := resumePlan{skip: make([]bool, len(steps)), cached: make([]json.RawMessage, len(steps))}
+	if doc.StepsCompleted == 0 && !x.resumed {
+		return p, nil
+	}
+	files, err := x.r.readSteps(ctx, doc.AgentSlug, doc.RunID)
+	if err != nil {
+		return p, err
+	}
+	done := map[int]RunStepRecord{}
+	for _, f := range files {
+		if f.Status == StepCompleted {
+			done[f.StepNumber] = f
+			x.records[f.StepNumber] = f
+		}
+	}
+	if !x.resumed {
+		// Resumed after a wait: every counted step completed, outputs cached.
+		for i := 0; i < doc.StepsCompleted; i++ {
+			p.skip[i], p.cached[i] = true, done[i+1].Output
+		}
+		p.counts = doc.StepsCompleted
+		return p, nil
+	}
+	for i, s := range steps {
+		cp, ok := done[i+1]
+		switch {
+		case ok && s.Resumable:
+			p.skip[i], p.cached[i] = true, cp.Output
+			if i+1 > p.counts && i == p.counts {
+				p.counts = i + 1
+			}
+		case ok && s.Idempotent:
+		case ok:
+			return p, NewRunError(CodeRunResumeFailed, "step %s completed before the takeover but is neither resumable nor idempotent", s.Name)
+		case s.Idempotent:
+			return p, nil // the interrupted step replays; the rest run normally
+		case len(done) == 0:
+			return p, NewRunError(CodeRunOrphaned, "runner lost in step %s, which is not idempotent, with no checkpoint", s.Name)
+		default:
+			return p, NewRunError(CodeRunResumeFailed, "runner lost in step %s, which is not idempotent", s.Name)
+		}
+	}
+	return p, nil
+}
+
+// execute runs the steps not yet done. runCtx carries the stops; ctx (the
+// runner's) is used for the writes, so a timed-out or canceled run can
+// still record its end.
+func (x *execution) execute(runCtx, ctx context.Context) outcome {
+	r := x.r
+	steps := x.agent.Steps
+	doc := x.w.snapshot()
+	p, err := x.plan(ctx, doc)
+	if err != nil {
+		return outcome{kind: failed, err: err}
+	}
+	if p.counts > doc.StepsCompleted {
+		// Steps whose files were written but not counted before the takeover.
+		if err := x.count(ctx, p.counts, nil, nil); err != nil {
+			return x.writeFailure(err)
+		}
+	}
+	var input json.RawMessage
+	if inKey, err := runInputKey(doc.AgentSlug, doc.RunID); err == nil {
+		if b, _, err := r.store.Get(ctx, inKey); err == nil {
+			input = b
+		} else if !errors.Is(err, storage.ErrNotFound) {
+			return x.writeFailure(err)
+		}
+	}
+	outputs := p.cached
+	var files []string
+	for i, s := range steps {
+		if p.skip[i] {
+			continue
+		}
+		if cause := context.Cause(runCtx); cause != nil {
+			return x.stopped(cause)
+		}
+		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
+		started := r.now()
+		out, attempts, stepErr := x.runStep(runCtx, s, in)
+		if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
+			return x.stopped(context.Cause(runCtx))
+		}
+		rec := x.stepRecord(i, started, out, attempts, stepErr)
+		if err := x.writeStep(ctx, rec); err != nil {
+			return x.writeFailure(err)
+		}
+		x.records[rec.StepNumber] = rec
+		if stepErr != nil {
+			switch context.Cause(runCtx) {
+			case errCanceled:
+				return outcome{kind: canceled}
+			case errRunTimeout:
+				return outcome{kind: timedOut}
+			}
+			return outcome{kind: failed, err: stepErr}
+		}
+		names, err := x.writeFiles(ctx, out.Files)
+		if err != nil {
+			return x.writeFailure(err)
+		}
+		files = append(files, names...)
+		outputs[i] = out.Data
+		if i == len(steps)-1 {
+			x.lastProposals = out.Proposals
+			return outcome{kind: done, outputs: outputs, files: files}
+		}
+		if context.Cause(runCtx) == errCanceled {
+			return outcome{kind: canceled}
+		}
+		if err := x.count(ctx, i+1, out.Proposals, out.Await); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				return outcome{kind: stopped, err: err}
+			}
+			return outcome{kind: failed, err: err}
+		}
+		if out.Await != nil {
+			return outcome{kind: parked}
+		}
+	}
+	return outcome{kind: done, outputs: outputs, files: files}
+}
+
+func isStop(ctx context.Context) bool    { return context.Cause(ctx) != nil }
+func isTimeout(ctx context.Context) bool { return context.Cause(ctx) == errRunTimeout }
+
+func (x *execution) stopped(cause error) outcome {
+	switch cause {
+	case errCanceled:
+		return outcome{kind: canceled}
+	case errRunTimeout:
+		return outcome{kind: timedOut}
+	}
+	return outcome{kind: stopped, err: cause}
+}
+
+// writeFailure turns a failed side write into an outcome: a lost lease stops
+// the execution; a store error fails the run as UPSTREAM_UNAVAILABLE.
+func (x *execution) writeFailure(err error) outcome {
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, context.Canceled) {
+		return outcome{kind: stopped, err: err}
+	}
+	return outcome{kind: failed, err: &RunError{Code: CodeUpstreamUnavailable, Message: err.Error(), Err: err}}
+}
+
+// count writes the status that counts steps 1..n (one write: the step
+// update, and the move to a wait when the step asked for one).
+func (x *execution) count(ctx context.Context, n int, proposals []string, await *Await) error {
+	f := &x.agent.flow
+	r := x.r
+	return x.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+		if f.stepDone != "" {
+			if err := f.fire(ctx, d, f.stepDone, ActorOrchestration); err != nil {
+				return err
+			}
+		}
+		if n > d.StepsCompleted {
+			d.StepsCompleted = n
+		}
+		if n < len(x.agent.Steps) {
+			d.CurrentStep = x.agent.Steps[n].Name
+		}
+		d.ProposalsCreated = appendNew(d.ProposalsCreated, proposals...)
+		if await == nil {
+			return nil
+		}
+		now := r.now()
+		switch {
+		case await.Approval != "" && f.awaitApproval != "":
+			if err := f.fire(ctx, d, f.awaitApproval, ActorOrchestration); err != nil {
+				return err
+			}
+			d.Approval = &Approval{Action: await.Approval, RequestedAt: now}
+		case await.ExternalEvent != "" && f.waitExternal != "":
+			if err := f.fire(ctx, d, f.waitExternal, ActorOrchestration); err != nil {
+				return err
+			}
+			timeout := await.Timeout
+			if timeout <= 0 {
+				timeout = r.cfg.ExternalTimeout
+			}
+			deadline := now.Add(timeout)
+			d.External = &ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline}
+		default:
+			return &UnsupportedError{Machine: f.machine, Operation: "await " + awaitKind(await)}
+		}
+		d.Lease = nil // a parked run holds no lease and no slot
+		return nil
+	})
+}
+
+func awaitKind(a *Await) string {
+	if a.Approval != "" {
+		return "approval"
+	}
+	return "external event"
+}
+
+func appendNew(list []string, items ...string) []string {
+	for _, it := range items {
+		if !contains(list, it) {
+			list = append(list, it)
+		}
+	}
+	return list
+}
+
+// runStep runs one step with its per-attempt timeout and the retry schedule
+// (StepRetries more attempts, RetryBackoff doubling), waiting on the
+// runner's clock. It returns the output, the attempts made and the error of
+// the last attempt, with a seed code.
+func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutput, int, error) {
+	r := x.r
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = r.cfg.StepTimeout
+	}
+	exp := &backoff.ExponentialBackOff{
+		InitialInterval:     r.cfg.RetryBackoff,
+		RandomizationFactor: 0, // seed 000 §5.1: exactly 1 s, 2 s, 4 s
+		Multiplier:          2,
+		MaxInterval:         time.Duration(1<<62 - 1),
+		Stop:                backoff.Stop,
+		Clock:               r.cfg.Clock,
+	}
+	exp.Reset()
+	policy := backoff.WithContext(backoff.WithMaxRetries(exp, uint64(r.cfg.StepRetries)), ctx)
+	var out StepOutput
+	attempts := 0
+	op := func() error {
+		attempts++
+		in.Attempt = attempts
+		o, err := x.attempt(ctx, s, in, timeout)
+		if err == nil {
+			out = o
+			return nil
+		}
+		var re *RunError
+		if context.Cause(ctx) != nil || (errors.As(err, &re) && re.Permanent) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}
+	notify := func(err error, wait time.Duration) {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
+			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
+	}
+	err := backoff.RetryNotifyWithTimer(op, policy, notify, &backoffTimer{clock: r.cfg.Clock})
+	if err != nil {
+		return out, attempts, failureOf(s, attempts, err)
+	}
+	return out, attempts, nil
+}
+
+// failureOf gives a step's final error its seed code: its own, AGENT_TIMEOUT
+// for a timeout, INTERNAL_ERROR once retries are exhausted.
+func failureOf(s Step, attempts int, err error) error {
+	var re *RunError
+	if errors.As(err, &re) {
+		return re
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &RunError{Code: CodeInternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
+}
+
+// attempt runs the step once under its timeout. The step runs in its own
+// goroutine so a step that ignores its context cannot hold the run past the
+// timeout; its late result is discarded.
+func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
+	stepCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t := x.r.cfg.Clock.AfterFunc(timeout, func() { cancel(errStepTimeout) })
+	defer t.Stop()
+	type result struct {
+		out StepOutput
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- result{err: &RunError{Code: CodeInternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, p), Permanent: true}}
+			}
+		}()
+		o, err := s.Run(stepCtx, in)
+		ch <- result{o, err}
+	}()
+	timedOut := func() error {
+		return NewRunError(CodeAgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
+	}
+	select {
+	case res := <-ch:
+		if res.err != nil && context.Cause(stepCtx) == errStepTimeout {
+			return res.out, timedOut()
+		}
+		return res.out, res.err
+	case <-stepCtx.Done():
+		if context.Cause(stepCtx) == errStepTimeout {
+			return StepOutput{}, timedOut()
+		}
+		return StepOutput{}, context.Cause(stepCtx)
+	}
+}
+
+func seconds(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%ds", int64(d/time.Second))
+	}
+	return d.String()
+}
+
+// backoffTimer lets backoff/v4 wait on the runner's clock.
+type backoffTimer struct {
+	clock Clock
+	t     Timer
+}
+
+func (b *backoffTimer) Start(d time.Duration) { b.t = b.clock.NewTimer(d) }
+
+func (b *backoffTimer) Stop() {
+	if b.t != nil {
+		b.t.Stop()
+	}
+}
+
+func (b *backoffTimer) C() <-chan time.Time { return b.t.C() }
+
+func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) RunStepRecord {
+	s := x.agent.Steps[i]
+	now := x.r.now()
+	rec := RunStepRecord{
+		StepNumber: i + 1, StepName: s.Name, Status: StepPending,
+		StartedAt: &started, FinishedAt: &now, DurationMS: now.Sub(started).Milliseconds(),
+		Resumable: s.Resumable, Idempotent: s.Idempotent, Attempts: attempts, Epoch: x.epoch,
+	}
+	// The step machine vouches for the moves; the file is written once, at the end.
+	m := RunStep()
+	_, _ = m.Fire(context.Background(), &rec, EventStart, ActorOrchestration)
+	if err != nil {
+		_, _ = m.Fire(context.Background(), &rec, EventFail, ActorOrchestration)
+		rec.Error = err.Error()
+		return rec
+	}
+	_, _ = m.Fire(context.Background(), &rec, EventComplete, ActorOrchestration)
+	rec.OutputSummary, rec.Output, rec.Proposals = out.Summary, out.Data, out.Proposals
+	return rec
+}
+
+// writeStep writes a step file, fenced: only while this runner's lease is
+// certainly its own (else after checking it against the store). A file left
+// by a runner of an older epoch is replaced.
+func (x *execution) writeStep(ctx context.Context, rec RunStepRecord) error {
+	if err := x.w.confirmLease(ctx); err != nil {
+		return err
+	}
+	doc := x.w.snapshot()
+	key, err := storage.RunStepKey(doc.AgentSlug, doc.RunID, rec.StepNumber, rec.StepName)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = x.r.store.Put(ctx, key, b, storage.IfNotExists())
+	if !errors.Is(err, storage.ErrPreconditionFailed) {
+		if err == nil {
+			x.r.log.LogAttrs(ctx, slog.LevelInfo, "run_checkpoint", slog.String("runId", doc.RunID),
+				slog.String("stepId", rec.StepName), slog.Bool("resumable", rec.Resumable))
+		}
+		return err
+	}
+	old, v, err := x.r.store.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	var prev RunStepRecord
+	if err := json.Unmarshal(old, &prev); err == nil && prev.Epoch > x.epoch {
+		return &LeaseLostError{RunID: doc.RunID, Epoch: x.epoch, HolderEpoch: prev.Epoch}
+	}
+	_, err = x.r.store.Put(ctx, key, b, storage.IfMatch(v))
+	return err
+}
+
+func (x *execution) writeFiles(ctx context.Context, files map[string][]byte) ([]string, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	if err := x.w.confirmLease(ctx); err != nil {
+		return nil, err
+	}
+	doc := x.w.snapshot()
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		key, err := storage.RunOutputKey(doc.AgentSlug, doc.RunID, name)
+		if err != nil {
+			return nil, &RunError{Code: CodeInternalError, Message: err.Error(), Permanent: true, Err: err}
+		}
+		if _, err := x.r.store.Put(ctx, key, files[name], storage.Condition{}); err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
+}
+
+// finish writes how the execution ended: the manifest and the terminal
+// status, or the failure; then frees the slot and the active entry.
+func (x *execution) finish(ctx context.Context, out outcome) {
+	r := x.r
+	doc := x.w.snapshot()
+	if out.kind == stopped || ctx.Err() != nil {
+		if out.err != nil && !errors.Is(out.err, context.Canceled) {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", doc.RunID), slog.String("error", out.err.Error()))
+		}
+		if errors.Is(out.err, ErrLeaseLost) {
+			r.releaseSlotIfOurs(ctx, x)
+		}
+		return
+	}
+	if out.kind == parked {
+		r.releaseSlot(ctx, doc.AgentSlug, x.slotKey, x.slotVer)
+		return
+	}
+	f := &x.agent.flow
+	if out.kind == done {
+		if err := x.writeManifest(ctx, out); err != nil {
+			out = x.writeFailure(err)
+			if out.kind == stopped {
+				return
+			}
+		}
+	}
+	err := x.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+		event, runErr := f.complete, error(nil)
+		switch out.kind {
+		case done:
+			d.StepsCompleted = len(x.agent.Steps)
+			d.CurrentStep = x.agent.Steps[len(x.agent.Steps)-1].Name
+			d.ProposalsCreated = appendNew(d.ProposalsCreated, x.lastProposals...)
+		case failed:
+			event, runErr = f.fail, out.err
+		case timedOut:
+			event, runErr = f.timeOut, NewRunError(CodeAgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
+		case canceled:
+			event = f.cancel
+		}
+		if f.cancelRq != "" && d.Status == f.cancelRq && out.kind == timedOut {
+			event = f.cancel // cancel_requested cannot time out (seed 001); the cancel wins
+		}
+		if err := f.fire(ctx, d, event, ActorOrchestration); err != nil {
+			return err
+		}
+		r.finishFields(d, runErr)
+		return nil
+	})
+	if err != nil {
+		r.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		if errors.Is(err, ErrLeaseLost) {
+			r.releaseSlotIfOurs(ctx, x)
+		}
+		return
+	}
+	r.cleanup(ctx, doc.AgentSlug, doc.RunID, x.slotKey, x.slotVer)
+	r.finished(ctx, x.w.snapshot())
+}
+
+// finishFields sets what a terminal write records (seed 004 §2.3).
+func (r *Runner) finishFields(d *RunStatus, runErr error) {
+	now := r.now()
+	d.FinishedAt = &now
+	d.DurationMS = now.Sub(d.StartedAt).Milliseconds()
+	d.Lease = nil
+	if runErr != nil {
+		var re *RunError
+		msg := runErr.Error()
+		if !errors.As(runErr, &re) {
+			msg = CodeInternalError + ": " + msg
+		}
+		d.Error = &msg
+	}
+}
+
+// finished records a run's end in logs and metrics.
+func (r *Runner) finished(ctx context.Context, d RunStatus) {
+	dur := time.Duration(d.DurationMS) * time.Millisecond
+	r.cfg.Metrics.RunFinished(d.AgentSlug, d.Status, dur)
+	r.log.LogAttrs(ctx, slog.LevelInfo, "run_completed", slog.String("runId", d.RunID),
+		slog.Int64("durationMs", d.DurationMS), slog.String("status", d.Status))
+}
+
+func (r *Runner) releaseSlotIfOurs(ctx context.Context, x *execution) {
+	r.releaseSlot(ctx, x.agent.Slug, x.slotKey, x.slotVer)
+}
+
+func (x *execution) writeManifest(ctx context.Context, out outcome) error {
+	if err := x.w.confirmLease(ctx); err != nil {
+		return err
+	}
+	doc := x.w.snapshot()
+	var steps []ManifestStep
+	for i := range x.agent.Steps {
+		if rec, ok := x.records[i+1]; ok {
+			steps = append(steps, ManifestStep{StepNumber: rec.StepNumber, StepName: rec.StepName, Status: rec.Status, DurationMS: rec.DurationMS})
+		}
+	}
+	now := x.r.now()
+	m := Manifest{
+		RunID: doc.RunID, AgentSlug: doc.AgentSlug, Status: x.agent.flow.completed, Trigger: doc.Trigger,
+		StartedAt: doc.StartedAt, FinishedAt: now, DurationMS: now.Sub(doc.StartedAt).Milliseconds(),
+		Steps: steps, ProposalsCreated: appendNew(append([]string{}, doc.ProposalsCreated...), x.lastProposals...),
+		Outputs: out.files,
+	}
+	key, err := storage.RunManifestKey(doc.AgentSlug, doc.RunID)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = x.r.store.Put(ctx, key, b, storage.Condition{})
+	return err
+}

@@ -1,0 +1,114 @@
+package lifecycle_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+var epoch0 = time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
+
+// rig is one or more runners over one store, on a fake clock.
+type rig struct {
+	t     *testing.T
+	store storage.Store
+	clock *clock.Fake
+}
+
+func newRig(t *testing.T, store storage.Store) *rig {
+	t.Helper()
+	if store == nil {
+		store = memstore.New()
+	}
+	return &rig{t: t, store: store, clock: clock.NewFake(epoch0)}
+}
+
+// runner builds a runner on the rig's store and clock, and runs it until the
+// test ends (or until the returned stop is called).
+func (g *rig) runner(owner string, tweak func(*lifecycle.Config), agents ...lifecycle.Agent) (*lifecycle.Runner, func()) {
+	g.t.Helper()
+	cfg := lifecycle.Config{
+		Store: g.store, Owner: owner, Clock: g.clock, Node: "test",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r, err := lifecycle.NewRunner(cfg, agents...)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx); err != nil {
+			g.t.Errorf("Run: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	g.t.Cleanup(stop)
+	return r, stop
+}
+
+// wait waits for a run to end or park, advancing the fake clock by step
+// whenever nothing happens for a moment, up to limit of fake time.
+func (g *rig) wait(r *lifecycle.Runner, runID string, step, limit time.Duration) lifecycle.RunStatus {
+	g.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var advanced time.Duration
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		st, err := r.Wait(ctx, runID)
+		cancel()
+		if err == nil {
+			return st
+		}
+		if time.Now().After(deadline) || advanced > limit {
+			g.t.Fatalf("run %s did not end: %+v (%v)", runID, st, err)
+		}
+		if step > 0 {
+			g.clock.Advance(step)
+			advanced += step
+		}
+	}
+}
+
+// until polls cond (real time) for up to 10 s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func okStep(name string) lifecycle.Step {
+	return lifecycle.Step{Name: name, Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+		return lifecycle.StepOutput{Summary: name + " done", Data: json.RawMessage(`{"step":"` + name + `"}`)}, nil
+	}}
+}
+
+func readJSON(t *testing.T, s storage.Store, key string, v any) {
+	t.Helper()
+	b, _, err := s.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decode %s: %v", key, err)
+	}
+}

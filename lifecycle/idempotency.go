@@ -1,0 +1,269 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Sources of idempotency keys (seed 004 §3.1) and their record names.
+const (
+	SourceGitHub    = "github_webhook"
+	SourceAPI       = "api"
+	SourceSlack     = "slack"
+	SourceScheduler = "scheduler"
+)
+
+// Idempotency record states (seed 004 §3.3).
+const (
+	IdempotencyProcessing = "processing"
+	IdempotencyCompleted  = "completed"
+	IdempotencyFailed     = "failed"
+)
+
+// Errors of the idempotency check-and-set (seed 004 appendix).
+var (
+	// ErrIdempotencyConflict: the key was used with another request.
+	ErrIdempotencyConflict = errors.New("lifecycle: idempotency key used with a different request")
+	// ErrIdempotencyExpired: the key's record outlived its TTL.
+	ErrIdempotencyExpired = errors.New("lifecycle: idempotency record expired")
+	// ErrInvalidIdempotencyKey: the key follows none of the schemes.
+	ErrInvalidIdempotencyKey = errors.New("lifecycle: invalid idempotency key")
+)
+
+// IdempotencyError carries the key and the seed code of an idempotency
+// failure; it matches ErrIdempotencyConflict or ErrIdempotencyExpired.
+type IdempotencyError struct {
+	Key   string
+	RunID string
+	kind  error
+}
+
+func (e *IdempotencyError) Error() string {
+	return fmt.Sprintf("%v: %s (run %s)", e.kind, e.Key, e.RunID)
+}
+
+// Unwrap returns the sentinel.
+func (e *IdempotencyError) Unwrap() error { return e.kind }
+
+// Code is IDEMPOTENCY_CONFLICT or IDEMPOTENCY_EXPIRED.
+func (e *IdempotencyError) Code() string {
+	if e.kind == ErrIdempotencyExpired {
+		return CodeIdempotencyExpired
+	}
+	return CodeIdempotencyConflict
+}
+
+// IdempotencyKey is a parsed key: its source and the parts after the scheme.
+type IdempotencyKey struct {
+	Source string
+	Parts  []string
+}
+
+// maxIdempotencyKeyLen bounds a key; longer ones are refused.
+const maxIdempotencyKeyLen = 512
+
+// ParseIdempotencyKey checks a key against the schemes of seed 004 §3.1:
+// github:{delivery_id}, api:{client_id}:{request_id},
+// slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}
+// (the execution time may itself contain colons). Parts are non-empty,
+// printable UTF-8 without spaces; the whole key is at most 512 bytes.
+func ParseIdempotencyKey(key string) (IdempotencyKey, error) {
+	bad := func(reason string) (IdempotencyKey, error) {
+		return IdempotencyKey{}, fmt.Errorf("%w %q: %s", ErrInvalidIdempotencyKey, truncate(key, 60), reason)
+	}
+	if len(key) > maxIdempotencyKeyLen {
+		return bad(fmt.Sprintf("longer than %d bytes", maxIdempotencyKeyLen))
+	}
+	if !utf8.ValidString(key) {
+		return bad("not valid UTF-8")
+	}
+	for _, c := range key {
+		if c <= ' ' || c == 0x7f {
+			return bad("contains a space or control character")
+		}
+	}
+	scheme, rest, ok := strings.Cut(key, ":")
+	if !ok {
+		return bad("no scheme (want github:, api:, slack: or scheduler:)")
+	}
+	var k IdempotencyKey
+	switch scheme {
+	case "github":
+		k = IdempotencyKey{Source: SourceGitHub, Parts: []string{rest}}
+	case "api", "slack", "scheduler":
+		a, b, ok := strings.Cut(rest, ":")
+		if !ok {
+			return bad(fmt.Sprintf("%s keys have two parts after the scheme", scheme))
+		}
+		k = IdempotencyKey{Source: map[string]string{"api": SourceAPI, "slack": SourceSlack, "scheduler": SourceScheduler}[scheme], Parts: []string{a, b}}
+	default:
+		return bad(fmt.Sprintf("unknown scheme %q", scheme))
+	}
+	for _, p := range k.Parts {
+		if p == "" {
+			return bad("empty part")
+		}
+	}
+	return k, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// IdempotencyRecord is the check-and-set record of one key (seed 004 §3.3),
+// at idempotency/{sha256 of the key}.json. The run id is chosen when the
+// record is created, so every duplicate learns it at once.
+type IdempotencyRecord struct {
+	storage.Meta
+	Key           string          `json:"key"`
+	Source        string          `json:"source"`
+	RunID         string          `json:"run_id,omitempty"`
+	Status        string          `json:"status"`
+	RequestHash   string          `json:"request_hash"`
+	Response      json.RawMessage `json:"response,omitempty"`
+	Error         string          `json:"error,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+	ExpiresAt     time.Time       `json:"expires_at"`
+	LockExpiresAt *time.Time      `json:"lock_expires_at,omitempty"`
+	Attempts      int             `json:"attempts"`
+}
+
+func idempotencyRecordKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return idempotencyPrefix + hex.EncodeToString(sum[:]) + ".json"
+}
+
+func requestHash(req SubmitRequest) string {
+	h := sha256.New()
+	var compact []byte
+	if len(req.Input) > 0 {
+		compact = compactJSON(req.Input)
+	}
+	fmt.Fprintf(h, "%s\x00%s\x00", req.AgentSlug, req.Trigger)
+	h.Write(compact)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func compactJSON(b []byte) []byte {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return b
+	}
+	out, err := json.Marshal(v) // map keys sorted: one form per value
+	if err != nil {
+		return b
+	}
+	return out
+}
+
+// errDuplicate carries the run of an earlier submit out of the CAS loop.
+type errDuplicate struct{ runID string }
+
+func (e *errDuplicate) Error() string { return "duplicate of " + e.runID }
+
+// submitIdempotent is the check-and-set flow of seed 004 §4.1: a new key
+// creates its record (processing) and the run; a completed or processing
+// duplicate with the same request returns the first run; another request
+// under the key is IDEMPOTENCY_CONFLICT; an expired record, a failed one with
+// attempts left, or a processing one whose lock lapsed is taken over.
+func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req SubmitRequest) (SubmitResult, error) {
+	k, err := ParseIdempotencyKey(req.IdempotencyKey)
+	if err != nil {
+		return SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
+	}
+	key := idempotencyRecordKey(req.IdempotencyKey)
+	hash := requestHash(req)
+	now := r.now()
+	lock := now.Add(r.cfg.IdempotencyLockTTL)
+	rec := IdempotencyRecord{
+		Key: req.IdempotencyKey, Source: k.Source, RunID: newRunID(now), Status: IdempotencyProcessing,
+		RequestHash: hash, CreatedAt: now, UpdatedAt: now, ExpiresAt: lock, LockExpiresAt: &lock, Attempts: 1,
+	}
+	_, err = storage.Create(ctx, r.store, key, &rec)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		rec, _, err = storage.Update(ctx, r.store, key, func(cur *IdempotencyRecord) error {
+			now := r.now()
+			switch {
+			case now.After(cur.ExpiresAt) && cur.Status != IdempotencyProcessing,
+				cur.Status == IdempotencyProcessing && cur.LockExpiresAt != nil && now.After(*cur.LockExpiresAt):
+				// Expired, or its submitter died: this submit takes the key over.
+			case cur.RequestHash != hash:
+				return &IdempotencyError{Key: cur.Key, RunID: cur.RunID, kind: ErrIdempotencyConflict}
+			case cur.Status == IdempotencyFailed && cur.Attempts < r.cfg.IdempotencyMaxAttempts:
+			default:
+				return &errDuplicate{runID: cur.RunID}
+			}
+			lock := now.Add(r.cfg.IdempotencyLockTTL)
+			if cur.Status != IdempotencyProcessing || cur.RequestHash != hash {
+				cur.RunID = newRunID(now)
+			}
+			cur.Status, cur.RequestHash, cur.UpdatedAt = IdempotencyProcessing, hash, now
+			cur.ExpiresAt, cur.LockExpiresAt, cur.Error = lock, &lock, ""
+			cur.Attempts++
+			return nil
+		})
+		var dup *errDuplicate
+		if errors.As(err, &dup) {
+			r.cfg.Metrics.Idempotency(k.Source, true)
+			r.log.LogAttrs(ctx, slog.LevelInfo, "idempotency_hit", slog.String("key", req.IdempotencyKey), slog.String("cachedRunId", dup.runID))
+			return SubmitResult{RunID: dup.runID, Duplicate: true}, nil
+		}
+	}
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	r.cfg.Metrics.Idempotency(k.Source, false)
+	createErr := r.createRun(ctx, agent, req, rec.RunID)
+	_, _, err = storage.Update(ctx, r.store, key, func(cur *IdempotencyRecord) error {
+		if cur.RunID != rec.RunID {
+			return nil // taken over meanwhile; leave it to its new owner
+		}
+		now := r.now()
+		cur.UpdatedAt, cur.LockExpiresAt = now, nil
+		if createErr != nil {
+			cur.Status, cur.Error, cur.ExpiresAt = IdempotencyFailed, createErr.Error(), now.Add(r.cfg.IdempotencyFailedTTL)
+			return nil
+		}
+		cur.Status, cur.ExpiresAt = IdempotencyCompleted, now.Add(r.cfg.IdempotencyCompletedTTL)
+		cur.Response, _ = json.Marshal(map[string]string{"run_id": rec.RunID})
+		return nil
+	})
+	if createErr != nil {
+		return SubmitResult{}, createErr
+	}
+	if err != nil {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", req.IdempotencyKey), slog.String("error", err.Error()))
+	}
+	return SubmitResult{RunID: rec.RunID}, nil
+}
+
+// Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL
+// has passed, ErrNotFound (storage's) when there is none.
+func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
+	if _, err := ParseIdempotencyKey(key); err != nil {
+		return IdempotencyRecord{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
+	}
+	rec, _, err := storage.Read[IdempotencyRecord](ctx, r.store, idempotencyRecordKey(key))
+	if err != nil {
+		return rec, err
+	}
+	if r.now().After(rec.ExpiresAt) && rec.Status != IdempotencyProcessing {
+		return rec, &IdempotencyError{Key: key, RunID: rec.RunID, kind: ErrIdempotencyExpired}
+	}
+	return rec, nil
+}

@@ -1,0 +1,344 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// ErrRunnerStarted is returned by a second call of Run.
+var ErrRunnerStarted = errors.New("lifecycle: runner already running")
+
+// Run executes runs until ctx is done, then waits for the runs it is
+// executing to stop and returns nil. Runs cut short by the shutdown keep
+// their lease until it lapses; then any runner (this one restarted, with the
+// same Owner, at once) takes them over and resumes them from their
+// checkpoints. Run first recovers the runs that are not terminal (seed 004
+// §5.1), then takes work as Submit hands it over and every PollInterval.
+func (r *Runner) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return ErrRunnerStarted
+	}
+	defer r.wg.Wait()
+	r.poll(ctx, true)
+	for {
+		t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case c := <-r.wake:
+			t.Stop()
+			r.consider(ctx, c, false)
+		case <-t.C():
+			r.poll(ctx, false)
+		}
+	}
+}
+
+// poll looks at every run not yet terminal, through the active index, and
+// then at the runs waiting for a slot.
+func (r *Runner) poll(ctx context.Context, startup bool) {
+	for key, err := range r.store.List(ctx, activePrefix) {
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("error", err.Error()))
+			}
+			return
+		}
+		slug, runID, ok := parseActiveKey(key)
+		if !ok || r.isExecuting(runID) || r.isWaiting(slug, runID) {
+			continue
+		}
+		if _, known := r.agents[slug]; !known {
+			continue // another service's agent
+		}
+		statusKey, err := storage.RunStatusKey(slug, runID)
+		if err != nil {
+			continue
+		}
+		doc, ver, err := storage.Read[RunStatus](ctx, r.store, statusKey)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue // its submit has not written the status yet
+		}
+		if err != nil {
+			r.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
+			continue
+		}
+		r.consider(ctx, candidate{slug: slug, w: &statusWriter{r: r, key: statusKey, doc: doc, ver: ver}}, startup)
+	}
+	r.mu.Lock()
+	waiting := r.waiting
+	r.waiting = map[string][]candidate{}
+	r.mu.Unlock()
+	for _, list := range waiting {
+		for _, c := range list {
+			r.consider(ctx, c, false)
+		}
+	}
+}
+
+func (r *Runner) isExecuting(runID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.executing[runID]
+	return ok
+}
+
+func (r *Runner) isWaiting(slug, runID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.waiting[slug] {
+		if c.w.doc.RunID == runID {
+			return true
+		}
+	}
+	return false
+}
+
+// consider moves one run forward as far as this runner can: admit it, start
+// it if a slot is free, take it over if its runner was lost, expire its
+// external wait, or clean up after it.
+func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
+	agent := r.agents[c.slug]
+	f := &agent.flow
+	doc := c.w.snapshot()
+	now := r.now()
+	var err error
+	switch {
+	case f.terminal(doc.Status):
+		r.cleanup(ctx, c.slug, doc.RunID, "", "")
+		return
+	case doc.Status == f.initial && f.admit != "":
+		err = c.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+			return f.fire(ctx, d, f.admit, ActorOrchestration)
+		})
+		if err == nil {
+			r.startOrWait(ctx, c, false)
+			return
+		}
+	case doc.Status == f.waiting:
+		r.startOrWait(ctx, c, false)
+		return
+	case f.executing(doc.Status):
+		switch {
+		case r.isExecuting(doc.RunID):
+		case doc.Lease == nil:
+			r.startOrWait(ctx, c, false) // resumed after an approval or event
+		case now.After(doc.Lease.ExpiresAt) || (startup && doc.Lease.Owner == r.cfg.Owner):
+			r.log.LogAttrs(ctx, slog.LevelWarn, "orphan_detected", slog.String("runId", doc.RunID),
+				slog.Time("lastHeartbeat", derefTime(doc.LastHeartbeatAt)), slog.String("owner", doc.Lease.Owner))
+			r.startOrWait(ctx, c, true)
+		}
+		return
+	case doc.Status == string(ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline):
+		ext := doc.External
+		err = c.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+			if err := f.fire(ctx, d, f.fail, ActorOrchestration); err != nil {
+				return err
+			}
+			r.finishFields(d, NewRunError(CodeAgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
+			return nil
+		})
+		if err == nil {
+			r.cleanup(ctx, c.slug, doc.RunID, "", "")
+			r.finished(ctx, c.w.snapshot())
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+	}
+}
+
+// startOrWait takes a slot and the lease and starts executing the run, or
+// queues it in memory until a slot frees. takeover is set for an orphan.
+func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
+	runID := c.w.snapshot().RunID
+	slot, slotVer, err := r.acquireSlot(ctx, c.slug, runID)
+	if errors.Is(err, errNoSlot) {
+		r.mu.Lock()
+		r.waiting[c.slug] = append(r.waiting[c.slug], c)
+		r.mu.Unlock()
+		return
+	}
+	if err != nil {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "slot_failed", slog.String("runId", runID), slog.String("error", err.Error()))
+		return
+	}
+	x, err := r.claim(ctx, c, takeover)
+	if err != nil {
+		r.releaseSlot(ctx, c.slug, slot, slotVer)
+		if ctx.Err() == nil {
+			r.log.LogAttrs(ctx, slog.LevelInfo, "run_not_claimed", slog.String("runId", runID), slog.String("error", err.Error()))
+		}
+		return
+	}
+	x.slotKey, x.slotVer = slot, slotVer
+	r.mu.Lock()
+	r.executing[runID] = x
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go x.run(ctx)
+}
+
+var errNoSlot = errors.New("lifecycle: no free slot")
+
+// acquireSlot takes one of the agent's concurrency slots for runID: a free
+// one (create-only), the one the run already holds (an orphan's), or one whose
+// run no longer executes.
+func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, storage.Version, error) {
+	n := r.agents[slug].concurrency
+	body, _ := json.Marshal(slotEntry{RunID: runID})
+	for i := range n {
+		key, err := slotKey(slug, i)
+		if err != nil {
+			return "", "", err
+		}
+		v, err := r.store.Put(ctx, key, body, storage.IfNotExists())
+		if err == nil {
+			return key, v, nil
+		}
+		if !errors.Is(err, storage.ErrPreconditionFailed) {
+			return "", "", err
+		}
+	}
+	for i := range n {
+		key, _ := slotKey(slug, i)
+		b, v, err := r.store.Get(ctx, key)
+		if errors.Is(err, storage.ErrNotFound) {
+			if v, err := r.store.Put(ctx, key, body, storage.IfNotExists()); err == nil {
+				return key, v, nil
+			}
+			continue
+		}
+		if err != nil {
+			return "", "", err
+		}
+		var e slotEntry
+		_ = json.Unmarshal(b, &e)
+		if e.RunID == runID {
+			return key, v, nil
+		}
+		if r.slotHolderGone(ctx, slug, e.RunID) {
+			if v, err := r.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
+				return key, v, nil
+			}
+		}
+	}
+	return "", "", errNoSlot
+}
+
+// slotHolderGone tells whether the run holding a slot no longer executes
+// (it ended, parked, or never started), so the slot may be taken.
+func (r *Runner) slotHolderGone(ctx context.Context, slug, runID string) bool {
+	if r.isExecuting(runID) {
+		return false
+	}
+	key, err := storage.RunStatusKey(slug, runID)
+	if err != nil {
+		return true
+	}
+	doc, _, err := storage.Read[RunStatus](ctx, r.store, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	f := r.flowOfDoc(&doc)
+	return !f.executing(doc.Status) || doc.Lease == nil
+}
+
+func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Version) {
+	if key == "" {
+		return
+	}
+	err := r.store.Delete(ctx, key, storage.IfMatch(v))
+	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrNotFound) {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "slot_release_failed", slog.String("slot", key), slog.String("error", err.Error()))
+	}
+	r.mu.Lock()
+	next := r.waiting[slug]
+	if len(next) > 0 {
+		r.waiting[slug] = next[1:]
+	}
+	r.mu.Unlock()
+	if len(next) > 0 {
+		select {
+		case r.wake <- next[0]:
+		default:
+			r.mu.Lock()
+			r.waiting[slug] = append(r.waiting[slug], next[0])
+			r.mu.Unlock()
+		}
+	}
+}
+
+// cleanup removes a finished or parked run from the active index (finished
+// only) and frees its slot.
+func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
+	r.releaseSlot(ctx, slug, slot, slotVer)
+	key, err := activeKey(slug, runID)
+	if err != nil {
+		return
+	}
+	if err := r.store.Delete(ctx, key, storage.Condition{}); err != nil {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "active_index_cleanup_failed", slog.String("runId", runID), slog.String("error", err.Error()))
+	}
+}
+
+// claim writes this runner's lease into the run (epoch + 1), starting it if
+// it waits for a slot. It fails when another runner holds a live lease or
+// the run moved on meanwhile.
+func (r *Runner) claim(ctx context.Context, c candidate, takeover bool) (*execution, error) {
+	agent := r.agents[c.slug]
+	f := &agent.flow
+	var epoch int64
+	var resumed bool
+	err := c.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+		now := r.now()
+		switch {
+		case d.Status == f.waiting:
+			if err := f.fire(ctx, d, f.start, ActorOrchestration); err != nil {
+				return err
+			}
+		case f.executing(d.Status):
+			if d.Lease != nil && d.Lease.Owner != r.cfg.Owner && !now.After(d.Lease.ExpiresAt) {
+				return fmt.Errorf("lifecycle: run %s is held by %s until %s", d.RunID, d.Lease.Owner, d.Lease.ExpiresAt)
+			}
+		default:
+			return fmt.Errorf("lifecycle: run %s is %s, not claimable", d.RunID, d.Status)
+		}
+		resumed = d.Lease != nil
+		epoch = 1
+		if d.Lease != nil {
+			epoch = d.Lease.Epoch + 1
+		}
+		if resumed {
+			d.ResumeCount++
+		}
+		d.Lease = &Lease{Owner: r.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(r.cfg.LeaseDuration)}
+		d.LastHeartbeatAt = &now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.w.mu.Lock()
+	c.w.epoch, c.w.leaseUntil = epoch, c.w.doc.Lease.ExpiresAt
+	c.w.mu.Unlock()
+	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed || takeover, records: map[int]RunStepRecord{}}
+	return x, nil
+}
+
+func derefTime[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

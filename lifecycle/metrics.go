@@ -1,0 +1,24 @@
+package lifecycle
+
+import "time"
+
+// Metrics receives the run metrics of seed 004 §7.1. Implementations must be
+// safe for concurrent use and fast: they are called on the write path.
+type Metrics interface {
+	// RunTransition counts a status write from → to (gwi_run_transitions_total).
+	RunTransition(machine, from, to string)
+	// RunFinished observes a run's duration by outcome (gwi_run_duration_seconds).
+	RunFinished(agent, status string, d time.Duration)
+	// RunActive moves the gauge of active runs by status (gwi_run_active_gauge).
+	RunActive(status string, delta int)
+	// Idempotency counts a lookup of an idempotency key as a hit or a miss
+	// (gwi_idempotency_hits_total).
+	Idempotency(source string, hit bool)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RunTransition(string, string, string)      {}
+func (noMetrics) RunFinished(string, string, time.Duration) {}
+func (noMetrics) RunActive(string, int)                     {}
+func (noMetrics) Idempotency(string, bool)                  {}

@@ -1,0 +1,410 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Runner is the Orchestration Layer wrapper of the seeds: the one writer of
+// every run's status.json (seed 000 §2, seed 003 F4). Submit creates a run
+// (requested); Run executes runs: it admits them, starts them when a slot of
+// their agent is free, runs their steps with timeouts and retries, keeps a
+// lease on each by heartbeat, and recovers runs whose runner was lost.
+// Several Runners may share one Store: slots, leases and compare-and-swap
+// writes keep each run executed by one of them at a time.
+type Runner struct {
+	cfg    Config
+	store  storage.Store
+	log    *slog.Logger
+	audit  *storage.AuditLog
+	agents map[string]*agentDef
+
+	wake chan candidate
+
+	mu        sync.Mutex
+	executing map[string]*execution // by run id
+	waiting   map[string][]candidate
+	changed   chan struct{}
+
+	started atomic.Bool
+	wg      sync.WaitGroup
+}
+
+type agentDef struct {
+	Agent
+	flow        flow
+	concurrency int
+}
+
+// candidate is a run the loop should look at, with the writer that knows its
+// latest document (so a run handed over by Submit needs no read).
+type candidate struct {
+	slug string
+	w    *statusWriter
+}
+
+// NewRunner checks cfg and the agents and returns a Runner. Nothing runs
+// until Run is called.
+func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		cfg:       cfg,
+		store:     cfg.Store,
+		log:       cfg.Logger,
+		audit:     &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
+		agents:    map[string]*agentDef{},
+		wake:      make(chan candidate, 1024),
+		executing: map[string]*execution{},
+		waiting:   map[string][]candidate{},
+		changed:   make(chan struct{}),
+	}
+	if len(agents) == 0 {
+		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)
+	}
+	for _, a := range agents {
+		f, err := validateAgent(a)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := r.agents[a.Slug]; dup {
+			return nil, fmt.Errorf("%w: agent %s given twice", ErrInvalidConfig, a.Slug)
+		}
+		def := &agentDef{Agent: a, flow: f, concurrency: a.Concurrency}
+		if def.concurrency <= 0 {
+			def.concurrency = cfg.Concurrency
+		}
+		def.Steps = append([]Step(nil), a.Steps...)
+		r.agents[a.Slug] = def
+	}
+	return r, nil
+}
+
+// Owner is the name this runner holds leases under.
+func (r *Runner) Owner() string { return r.cfg.Owner }
+
+func (r *Runner) now() time.Time { return r.cfg.Clock.Now().UTC() }
+
+func (r *Runner) flowOfDoc(d *RunStatus) *flow {
+	if a, ok := r.agents[d.AgentSlug]; ok {
+		return &a.flow
+	}
+	f, _ := flowFor(d.Machine)
+	return &f
+}
+
+// broadcast wakes every Wait: some run's status changed.
+func (r *Runner) broadcast() {
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *Runner) changes() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+// Triggers of a run (seed 000 §3).
+const (
+	TriggerManual = "manual"
+	TriggerCron   = "cron"
+	TriggerEvent  = "event"
+)
+
+// SubmitRequest asks for a run (POST /agents/run).
+type SubmitRequest struct {
+	AgentSlug string
+	// Trigger is TriggerManual (the default), TriggerCron or TriggerEvent.
+	Trigger string
+	// Input is handed to every step; it must be valid JSON when set.
+	Input json.RawMessage
+	// IdempotencyKey, when set, makes a repeated submit return the first
+	// run (seed 004 §3); see ParseIdempotencyKey for its schemes.
+	IdempotencyKey string
+}
+
+// SubmitResult answers a submit.
+type SubmitResult struct {
+	RunID string
+	// Duplicate is true when an idempotency key matched an earlier submit,
+	// whose run this is.
+	Duplicate bool
+}
+
+// RequestError is a request the Runner refuses as malformed; it carries the
+// code INVALID_REQUEST (an HTTP 400).
+type RequestError struct {
+	Field  string
+	Reason string
+}
+
+func (e *RequestError) Error() string { return "lifecycle: invalid " + e.Field + ": " + e.Reason }
+
+// Code is INVALID_REQUEST.
+func (e *RequestError) Code() string { return CodeInvalidRequest }
+
+// ErrRunNotFound is matched when no run has the id asked for.
+var ErrRunNotFound = errors.New("lifecycle: run not found")
+
+// Submit creates a run in its machine's initial state (requested on the
+// canonical machine), as the gateway, and hands it to this runner's loop.
+// It writes nothing when the request is invalid.
+func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	agent, ok := r.agents[req.AgentSlug]
+	if !ok {
+		return SubmitResult{}, &RequestError{Field: "agent_slug", Reason: fmt.Sprintf("unknown agent %q", req.AgentSlug)}
+	}
+	switch req.Trigger {
+	case "":
+		req.Trigger = TriggerManual
+	case TriggerManual, TriggerCron, TriggerEvent:
+	default:
+		return SubmitResult{}, &RequestError{Field: "trigger", Reason: fmt.Sprintf("%q is not manual, cron or event", req.Trigger)}
+	}
+	if len(req.Input) > 0 && !json.Valid(req.Input) {
+		return SubmitResult{}, &RequestError{Field: "input", Reason: "not valid JSON"}
+	}
+	if req.IdempotencyKey != "" {
+		return r.submitIdempotent(ctx, agent, req)
+	}
+	runID := newRunID(r.now())
+	if err := r.createRun(ctx, agent, req, runID); err != nil {
+		return SubmitResult{}, err
+	}
+	return SubmitResult{RunID: runID}, nil
+}
+
+// newRunID makes an id like the seeds' run_2026-02-14_080000_abc123: it
+// sorts by time, and 40 random bits make two runs of one second distinct.
+func newRunID(now time.Time) string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return "run_" + now.UTC().Format("2006-01-02_150405") + "_" + hex.EncodeToString(b[:])
+}
+
+// createRun writes a new run: its index entry, input, status and active
+// entry, in an order that leaves nothing a reader could misread if it stops
+// half-way. Writing an existing run again (a retried idempotent submit) is a
+// no-op for the parts already there.
+func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitRequest, runID string) error {
+	idxKey, err := runIndexKey(runID)
+	if err != nil {
+		return err
+	}
+	statusKey, err := storage.RunStatusKey(agent.Slug, runID)
+	if err != nil {
+		return err
+	}
+	active, err := activeKey(agent.Slug, runID)
+	if err != nil {
+		return err
+	}
+	entry, _ := json.Marshal(runIndexEntry{AgentSlug: agent.Slug, Machine: agent.Machine})
+	if err := r.putOnce(ctx, idxKey, entry); err != nil {
+		return err
+	}
+	if len(req.Input) > 0 {
+		inKey, err := runInputKey(agent.Slug, runID)
+		if err != nil {
+			return err
+		}
+		if err := r.putOnce(ctx, inKey, req.Input); err != nil {
+			return err
+		}
+	}
+	doc := RunStatus{
+		RunID:            runID,
+		AgentSlug:        agent.Slug,
+		Status:           agent.flow.initial,
+		Trigger:          req.Trigger,
+		StartedAt:        r.now(),
+		StepsTotal:       len(agent.Steps),
+		ProposalsCreated: []string{},
+		IdempotencyKey:   req.IdempotencyKey,
+	}
+	if agent.Machine != MachineCanonical {
+		doc.Machine = agent.Machine
+	}
+	ver, err := storage.Create(ctx, r.store, statusKey, &doc)
+	created := err == nil
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		doc, ver, err = storage.Read[RunStatus](ctx, r.store, statusKey)
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.putOnce(ctx, active, []byte("{}")); err != nil {
+		return err
+	}
+	if created {
+		r.recordAudit(ctx, storage.AuditEvent{Event: "run.status.update", Actor: string(ActorGateway), RunID: runID, To: doc.Status})
+		r.cfg.Metrics.RunTransition(agent.flow.machine, "", doc.Status)
+		r.cfg.Metrics.RunActive(doc.Status, 1)
+		r.log.LogAttrs(ctx, slog.LevelInfo, "run_created", slog.String("runId", runID),
+			slog.String("type", agent.Slug), slog.String("idempotencyKey", req.IdempotencyKey))
+		r.broadcast()
+	}
+	w := &statusWriter{r: r, key: statusKey, doc: doc, ver: ver}
+	select {
+	case r.wake <- candidate{slug: agent.Slug, w: w}:
+	default: // the loop is busy; its next poll finds the run
+	}
+	return nil
+}
+
+// putOnce writes value at key create-only; an existing key is left as is.
+func (r *Runner) putOnce(ctx context.Context, key string, value []byte) error {
+	_, err := r.store.Put(ctx, key, value, storage.IfNotExists())
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		return nil
+	}
+	return err
+}
+
+// locate finds a run's agent through the run index.
+func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey string, err error) {
+	idx, err := runIndexKey(runID)
+	if err != nil {
+		return "", "", &RequestError{Field: "run_id", Reason: err.Error()}
+	}
+	b, _, err := r.store.Get(ctx, idx)
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", "", fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	var e runIndexEntry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return "", "", fmt.Errorf("lifecycle: run index of %s: %w", runID, err)
+	}
+	statusKey, err = storage.RunStatusKey(e.AgentSlug, runID)
+	return e.AgentSlug, statusKey, err
+}
+
+// Status reads a run's status.json (GET /runs/{runId}/status).
+func (r *Runner) Status(ctx context.Context, runID string) (RunStatus, error) {
+	_, key, err := r.locate(ctx, runID)
+	if err != nil {
+		return RunStatus{}, err
+	}
+	doc, _, err := storage.Read[RunStatus](ctx, r.store, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return RunStatus{}, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+	}
+	return doc, err
+}
+
+// Steps reads a run's step files in step order (GET /runs/{runId}/steps).
+func (r *Runner) Steps(ctx context.Context, runID string) ([]RunStepRecord, error) {
+	slug, _, err := r.locate(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	return r.readSteps(ctx, slug, runID)
+}
+
+func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]RunStepRecord, error) {
+	prefix, err := storage.RunStepsPrefix(slug, runID)
+	if err != nil {
+		return nil, err
+	}
+	var out []RunStepRecord
+	for key, err := range r.store.List(ctx, prefix) {
+		if err != nil {
+			return nil, err
+		}
+		b, _, err := r.store.Get(ctx, key)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var s RunStepRecord
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("lifecycle: step file %s: %w", key, err)
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StepNumber < out[j].StepNumber })
+	return out, nil
+}
+
+// Runs reads the status of every run of an agent, oldest first
+// (GET /runs?agent={slug}).
+func (r *Runner) Runs(ctx context.Context, slug string) ([]RunStatus, error) {
+	prefix, err := storage.AgentRunsPrefix(slug)
+	if err != nil {
+		return nil, &RequestError{Field: "agent", Reason: err.Error()}
+	}
+	var out []RunStatus
+	for key, err := range r.store.List(ctx, prefix) {
+		if err != nil {
+			return nil, err
+		}
+		if !strings.HasSuffix(key, "/status.json") || strings.Count(strings.TrimPrefix(key, prefix), "/") != 1 {
+			continue
+		}
+		doc, _, err := storage.Read[RunStatus](ctx, r.store, key)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, doc)
+	}
+	return out, nil
+}
+
+// Wait returns the run's status once it is terminal or parked (waiting for
+// an approval or an external event), or ctx's error. It re-reads when this
+// runner writes any status and at every PollInterval.
+func (r *Runner) Wait(ctx context.Context, runID string) (RunStatus, error) {
+	for {
+		changed := r.changes()
+		doc, err := r.Status(ctx, runID)
+		if err != nil {
+			return doc, err
+		}
+		f := r.flowOfDoc(&doc)
+		if f.terminal(doc.Status) || (doc.Lease == nil && contains(f.parked, doc.Status)) {
+			return doc, nil
+		}
+		t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
+		select {
+		case <-changed:
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return doc, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

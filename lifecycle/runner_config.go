@@ -1,0 +1,239 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Clock is what the Runner reads time from and waits on; tests pass a fake
+// one so lease, timeout and TTL tests take milliseconds.
+type Clock = clock.Clock
+
+// Timer is a scheduled event of a [Clock].
+type Timer = clock.Timer
+
+// Step is one unit of an agent's work. The Runner calls Run; it never gives
+// step code anything that can write status.
+type Step struct {
+	// Name becomes part of the step file's key, steps/NN-name.json, so it must
+	// be a valid id (storage.ValidateID).
+	Name string
+	Run  StepFunc
+	// Resumable: after a crash, a completed step can be skipped and its
+	// checkpointed output reused (seed 004 §5.2).
+	Resumable bool
+	// Idempotent: the step can safely run again after a crash.
+	Idempotent bool
+	// Timeout bounds one attempt; 0 means Config.StepTimeout.
+	Timeout time.Duration
+}
+
+// StepFunc does a step's work. It must return when ctx is done; the Runner
+// stops waiting for it then (at a step timeout, a cancellation, the run
+// timeout or a lost lease) and discards a late result.
+type StepFunc func(ctx context.Context, in StepInput) (StepOutput, error)
+
+// StepInput is what a step is given.
+type StepInput struct {
+	RunID     string
+	AgentSlug string
+	// Step is the 1-based position of the step; Attempt counts from 1.
+	Step    int
+	Attempt int
+	// Input is the run's input, as given to Submit.
+	Input json.RawMessage
+	// Previous holds the outputs of the steps before this one, by position.
+	Previous []json.RawMessage
+}
+
+// StepOutput is what a step produced.
+type StepOutput struct {
+	// Summary becomes the step file's output_summary.
+	Summary string
+	// Data is the step's checkpointed output, kept in the step file: it is
+	// handed to later steps and reused when a resumable step is skipped.
+	Data json.RawMessage
+	// Proposals are proposal ids the step created; they are added to the
+	// run's proposals_created.
+	Proposals []string
+	// Files are written under the run's output/ folder, e.g. "proposal.json".
+	Files map[string][]byte
+	// Await parks the run after this step (approval-run machine only).
+	Await *Await
+}
+
+// Await parks a run after a step: at an approval gate, or until an external
+// event arrives. Exactly one of Approval and ExternalEvent is set.
+type Await struct {
+	// Approval names the action that waits for approval.
+	Approval string
+	// ExternalEvent names the event type the run waits for.
+	ExternalEvent string
+	// Timeout bounds an external wait; 0 means Config.ExternalTimeout.
+	Timeout time.Duration
+}
+
+// Agent is a kind of run the Runner executes: its slug, machine and steps.
+type Agent struct {
+	// Slug identifies the agent (a valid id, e.g. "archivist-violin").
+	Slug string
+	// Machine is MachineCanonical (the default), MachineCancelable or
+	// MachineApproval.
+	Machine string
+	Steps   []Step
+	// Concurrency is the number of this agent's runs that may execute at
+	// once, across every runner sharing the store; 0 means
+	// Config.Concurrency.
+	Concurrency int
+}
+
+// Config configures a Runner. Only Store is required; every other field has
+// the documented default when left zero.
+type Config struct {
+	Store storage.Store
+	// Owner names this runner in leases. Default: host-pid-random. A name
+	// kept across restarts lets recovery reclaim this runner's runs at once
+	// instead of waiting for their leases to lapse.
+	Owner string
+	// Clock defaults to the wall clock.
+	Clock Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the run metrics of seed 004 §7.1; default none.
+	Metrics Metrics
+	// Node is written into audit events; default the host name.
+	Node string
+
+	// StepTimeout bounds one attempt of a step. Default 120 s (seed 000 §5.1).
+	StepTimeout time.Duration
+	// StepRetries is how many times a failed step is tried again. Default 3;
+	// a negative value means no retries.
+	StepRetries int
+	// RetryBackoff is the first wait before a retry; each next one doubles.
+	// Default 1 s (so 1 s, 2 s, 4 s).
+	RetryBackoff time.Duration
+	// RunTimeout bounds the time a run spends running (waiting for a slot,
+	// an approval or an external event does not count). Default 600 s.
+	RunTimeout time.Duration
+	// ExternalTimeout bounds an external wait whose Await sets none.
+	// Default 24 h.
+	ExternalTimeout time.Duration
+	// Concurrency is the default number of runs per agent that execute at
+	// once. Default 1 (seed 003 §1.1).
+	Concurrency int
+	// LeaseDuration is how long a run's lease lasts unless renewed. Default
+	// 5 min (seed 004 §5.4: a heartbeat older than 5 min is an orphan).
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often the lease is renewed while a step runs.
+	// Default 30 s (seed 004 §5.4).
+	HeartbeatInterval time.Duration
+	// PollInterval is how often the runner looks for work it was not handed
+	// directly: runs submitted elsewhere, orphans, freed slots, expired
+	// waits. Default 1 s.
+	PollInterval time.Duration
+
+	// Idempotency TTLs (seed 004 §4.3). Defaults 24 h, 1 h and 5 min.
+	IdempotencyCompletedTTL time.Duration
+	IdempotencyFailedTTL    time.Duration
+	IdempotencyLockTTL      time.Duration
+	// IdempotencyMaxAttempts bounds retries of a failed request. Default 3.
+	IdempotencyMaxAttempts int
+}
+
+// ErrInvalidConfig is matched by errors from NewRunner about its arguments.
+var ErrInvalidConfig = errors.New("lifecycle: invalid runner config")
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	if c.Node == "" {
+		c.Node, _ = os.Hostname()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.StepTimeout, 120*time.Second)
+	def(&c.RetryBackoff, time.Second)
+	def(&c.RunTimeout, 600*time.Second)
+	def(&c.ExternalTimeout, 24*time.Hour)
+	def(&c.LeaseDuration, 5*time.Minute)
+	def(&c.HeartbeatInterval, 30*time.Second)
+	def(&c.PollInterval, time.Second)
+	def(&c.IdempotencyCompletedTTL, 24*time.Hour)
+	def(&c.IdempotencyFailedTTL, time.Hour)
+	def(&c.IdempotencyLockTTL, 5*time.Minute)
+	if c.StepRetries == 0 {
+		c.StepRetries = 3
+	} else if c.StepRetries < 0 {
+		c.StepRetries = 0
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	if c.IdempotencyMaxAttempts <= 0 {
+		c.IdempotencyMaxAttempts = 3
+	}
+	if c.HeartbeatInterval >= c.LeaseDuration {
+		return fmt.Errorf("%w: HeartbeatInterval %v must be shorter than LeaseDuration %v", ErrInvalidConfig, c.HeartbeatInterval, c.LeaseDuration)
+	}
+	return nil
+}
+
+func validateAgent(a Agent) (flow, error) {
+	if err := storage.ValidateID("agent slug", a.Slug); err != nil {
+		return flow{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	f, ok := flowFor(a.Machine)
+	if !ok {
+		return flow{}, fmt.Errorf("%w: agent %s: unknown machine %q (want %s, %s or %s)",
+			ErrInvalidConfig, a.Slug, a.Machine, MachineCanonical, MachineCancelable, MachineApproval)
+	}
+	if len(a.Steps) == 0 {
+		return flow{}, fmt.Errorf("%w: agent %s has no steps", ErrInvalidConfig, a.Slug)
+	}
+	if len(a.Steps) > 99 {
+		return flow{}, fmt.Errorf("%w: agent %s has %d steps; step files are numbered 01 to 99", ErrInvalidConfig, a.Slug, len(a.Steps))
+	}
+	seen := map[string]bool{}
+	for i, s := range a.Steps {
+		if err := storage.ValidateID("step name", s.Name); err != nil {
+			return flow{}, fmt.Errorf("%w: agent %s step %d: %w", ErrInvalidConfig, a.Slug, i+1, err)
+		}
+		if seen[s.Name] {
+			return flow{}, fmt.Errorf("%w: agent %s: step name %q used twice", ErrInvalidConfig, a.Slug, s.Name)
+		}
+		seen[s.Name] = true
+		if s.Run == nil {
+			return flow{}, fmt.Errorf("%w: agent %s step %s has no Run func", ErrInvalidConfig, a.Slug, s.Name)
+		}
+	}
+	return f, nil
+}
