@@ -126,24 +126,17 @@ type Decision struct {
 }
 
 // Approve resumes a run waiting at an approval gate (awaiting_approval →
-// running), or completes it when the gate followed its last step.
+// running). A runner then executes the steps left; when the gate followed
+// the last step it completes the run, writing its manifest.
 func (r *Runner) Approve(ctx context.Context, runID string, actor Actor, dec Decision) (RunStatus, error) {
 	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
 		if f.approve == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "approve"}
 		}
-		event := f.approve
-		last := d.StepsCompleted >= d.StepsTotal
-		if last {
-			event = f.complete
-		}
-		if err := f.fire(ctx, d, event, actor); err != nil {
+		if err := f.fire(ctx, d, f.approve, actor); err != nil {
 			return err
 		}
 		r.decide(d, "approved", dec)
-		if last {
-			r.finishFields(d, nil)
-		}
 		return nil
 	})
 }
@@ -180,7 +173,7 @@ type ExternalEvent struct {
 }
 
 // Deliver hands a run the external event it waits for (waiting_external →
-// running, or completed when the wait followed its last step).
+// running); a runner then goes on as after an approval.
 func (r *Runner) Deliver(ctx context.Context, runID string, actor Actor, ev ExternalEvent) (RunStatus, error) {
 	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
 		if f.deliver == "" {
@@ -189,12 +182,7 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor Actor, ev Exte
 		if d.External != nil && ev.Type != d.External.EventType && d.Status == string(ApprovalWaitingExternal) {
 			return &RequestError{Field: "event type", Reason: fmt.Sprintf("run waits for %q, not %q", d.External.EventType, ev.Type)}
 		}
-		event := f.deliver
-		last := d.StepsCompleted >= d.StepsTotal
-		if last {
-			event = f.complete
-		}
-		if err := f.fire(ctx, d, event, actor); err != nil {
+		if err := f.fire(ctx, d, f.deliver, actor); err != nil {
 			return err
 		}
 		now := r.now()
@@ -202,9 +190,6 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor Actor, ev Exte
 			d.External = &ExternalWait{EventType: ev.Type}
 		}
 		d.External.EventID, d.External.Source, d.External.ReceivedAt = ev.ID, ev.Source, &now
-		if last {
-			r.finishFields(d, nil)
-		}
 		return nil
 	})
 }

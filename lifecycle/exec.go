@@ -243,7 +243,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		}
 		files = append(files, names...)
 		outputs[i] = out.Data
-		if i == len(steps)-1 {
+		if i == len(steps)-1 && out.Await == nil {
 			x.lastProposals = out.Proposals
 			return outcome{kind: done, outputs: outputs, files: files}
 		}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,10 @@ type rig struct {
 	t     *testing.T
 	store storage.Store
 	clock *clock.Fake
+	// lastWrite is the real time (UnixNano) of the runners' latest write, so
+	// wait moves the fake clock only while they are idle: with a slow store
+	// (MinIO) fake time must not race ahead of the work.
+	lastWrite *atomic.Int64
 }
 
 func newRig(t *testing.T, store storage.Store) *rig {
@@ -29,7 +35,31 @@ func newRig(t *testing.T, store storage.Store) *rig {
 	if store == nil {
 		store = memstore.New()
 	}
-	return &rig{t: t, store: store, clock: clock.NewFake(epoch0)}
+	return &rig{t: t, store: store, clock: clock.NewFake(epoch0), lastWrite: new(atomic.Int64)}
+}
+
+// with returns a rig on another store (a wrapper of this one) sharing the
+// clock and the idleness tracking.
+func (g *rig) with(store storage.Store) *rig {
+	return &rig{t: g.t, store: store, clock: g.clock, lastWrite: g.lastWrite}
+}
+
+// trackedStore notes the time of every write.
+type trackedStore struct {
+	storage.Store
+	last *atomic.Int64
+}
+
+func (s trackedStore) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	s.last.Store(time.Now().UnixNano())
+	defer s.last.Store(time.Now().UnixNano())
+	return s.Store.Put(ctx, key, v, c)
+}
+
+func (s trackedStore) Delete(ctx context.Context, key string, c storage.Condition) error {
+	s.last.Store(time.Now().UnixNano())
+	defer s.last.Store(time.Now().UnixNano())
+	return s.Store.Delete(ctx, key, c)
 }
 
 // runner builds a runner on the rig's store and clock, and runs it until the
@@ -37,7 +67,7 @@ func newRig(t *testing.T, store storage.Store) *rig {
 func (g *rig) runner(owner string, tweak func(*lifecycle.Config), agents ...lifecycle.Agent) (*lifecycle.Runner, func()) {
 	g.t.Helper()
 	cfg := lifecycle.Config{
-		Store: g.store, Owner: owner, Clock: g.clock, Node: "test",
+		Store: trackedStore{Store: g.store, last: g.lastWrite}, Owner: owner, Clock: g.clock, Node: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if tweak != nil {
@@ -77,11 +107,39 @@ func (g *rig) wait(r *lifecycle.Runner, runID string, step, limit time.Duration)
 		if time.Now().After(deadline) || advanced > limit {
 			g.t.Fatalf("run %s did not end: %+v (%v)", runID, st, err)
 		}
+		if time.Since(time.Unix(0, g.lastWrite.Load())) < 15*time.Millisecond {
+			continue // the runners are busy; let them work
+		}
 		if step > 0 {
 			g.clock.Advance(step)
 			advanced += step
 		}
 	}
+}
+
+// logBuffer collects a runner's JSON log lines, safely for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// capture makes a runner log JSON into the returned buffer.
+func capture(c *lifecycle.Config) *logBuffer {
+	b := &logBuffer{}
+	c.Logger = slog.New(slog.NewJSONHandler(b, nil))
+	return b
 }
 
 // until polls cond (real time) for up to 10 s.

@@ -107,6 +107,9 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 	agent := r.agents[c.slug]
 	f := &agent.flow
 	doc := c.w.snapshot()
+	if r.isExecuting(doc.RunID) {
+		return // this runner has it; a stale copy must not start it twice
+	}
 	now := r.now()
 	var err error
 	switch {
@@ -126,7 +129,6 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 		return
 	case f.executing(doc.Status):
 		switch {
-		case r.isExecuting(doc.RunID):
 		case doc.Lease == nil:
 			r.startOrWait(ctx, c, false) // resumed after an approval or event
 		case now.After(doc.Lease.ExpiresAt) || (startup && doc.Lease.Owner == r.cfg.Owner):
@@ -169,7 +171,7 @@ func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "slot_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 		return
 	}
-	x, err := r.claim(ctx, c, takeover)
+	x, err := r.claim(ctx, c, takeover && doc0(c).Lease != nil && doc0(c).Lease.Owner == r.cfg.Owner)
 	if err != nil {
 		r.releaseSlot(ctx, c.slug, slot, slotVer)
 		if ctx.Err() == nil {
@@ -187,17 +189,36 @@ func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
 
 var errNoSlot = errors.New("lifecycle: no free slot")
 
-// acquireSlot takes one of the agent's concurrency slots for runID: a free
-// one (create-only), the one the run already holds (an orphan's), or one whose
-// run no longer executes.
+// acquireSlot takes one of the agent's concurrency slots for runID: one this
+// runner freed (a compare-and-swap on the version it wrote, no read), a new
+// one (create-only), the one the run already holds (an orphan's), a freed
+// one, or one whose run no longer executes. Slots are freed by writing an
+// empty holder, never deleted: S3 compare-and-swap writes are atomic where a
+// conditional delete on MinIO is not.
 func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, storage.Version, error) {
 	n := r.agents[slug].concurrency
 	body, _ := json.Marshal(slotEntry{RunID: runID})
+	keys := make([]string, n)
 	for i := range n {
 		key, err := slotKey(slug, i)
 		if err != nil {
 			return "", "", err
 		}
+		keys[i] = key
+	}
+	for _, key := range keys {
+		r.mu.Lock()
+		v, ok := r.freedSlots[key]
+		delete(r.freedSlots, key)
+		r.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if v, err := r.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
+			return key, v, nil
+		}
+	}
+	for _, key := range keys {
 		v, err := r.store.Put(ctx, key, body, storage.IfNotExists())
 		if err == nil {
 			return key, v, nil
@@ -206,8 +227,7 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 			return "", "", err
 		}
 	}
-	for i := range n {
-		key, _ := slotKey(slug, i)
+	for _, key := range keys {
 		b, v, err := r.store.Get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
 			if v, err := r.store.Put(ctx, key, body, storage.IfNotExists()); err == nil {
@@ -223,7 +243,7 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		if e.RunID == runID {
 			return key, v, nil
 		}
-		if r.slotHolderGone(ctx, slug, e.RunID) {
+		if e.RunID == "" || r.slotHolderGone(ctx, slug, e.RunID) {
 			if v, err := r.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
 				return key, v, nil
 			}
@@ -253,12 +273,19 @@ func (r *Runner) slotHolderGone(ctx context.Context, slug, runID string) bool {
 	return !f.executing(doc.Status) || doc.Lease == nil
 }
 
+// releaseSlot frees a slot this runner holds at version v, unless another
+// runner took it meanwhile, and wakes the next run waiting for one.
 func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Version) {
 	if key == "" {
 		return
 	}
-	err := r.store.Delete(ctx, key, storage.IfMatch(v))
-	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrNotFound) {
+	free, err := r.store.Put(ctx, key, []byte(`{"run_id":""}`), storage.IfMatch(v))
+	switch {
+	case err == nil:
+		r.mu.Lock()
+		r.freedSlots[key] = free
+		r.mu.Unlock()
+	case !errors.Is(err, storage.ErrPreconditionFailed):
 		r.log.LogAttrs(ctx, slog.LevelWarn, "slot_release_failed", slog.String("slot", key), slog.String("error", err.Error()))
 	}
 	r.mu.Lock()
@@ -291,10 +318,13 @@ func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer 
 	}
 }
 
+func doc0(c candidate) RunStatus { return c.w.snapshot() }
+
 // claim writes this runner's lease into the run (epoch + 1), starting it if
-// it waits for a slot. It fails when another runner holds a live lease or
-// the run moved on meanwhile.
-func (r *Runner) claim(ctx context.Context, c candidate, takeover bool) (*execution, error) {
+// it waits for a slot. It fails when any runner holds a live lease (but for
+// reclaimOwn: this runner's own lease left by its previous process) or the
+// run moved on meanwhile.
+func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*execution, error) {
 	agent := r.agents[c.slug]
 	f := &agent.flow
 	var epoch int64
@@ -307,7 +337,8 @@ func (r *Runner) claim(ctx context.Context, c candidate, takeover bool) (*execut
 				return err
 			}
 		case f.executing(d.Status):
-			if d.Lease != nil && d.Lease.Owner != r.cfg.Owner && !now.After(d.Lease.ExpiresAt) {
+			live := d.Lease != nil && !now.After(d.Lease.ExpiresAt)
+			if live && !(reclaimOwn && d.Lease.Owner == r.cfg.Owner) {
 				return fmt.Errorf("lifecycle: run %s is held by %s until %s", d.RunID, d.Lease.Owner, d.Lease.ExpiresAt)
 			}
 		default:
@@ -331,7 +362,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, takeover bool) (*execut
 	c.w.mu.Lock()
 	c.w.epoch, c.w.leaseUntil = epoch, c.w.doc.Lease.ExpiresAt
 	c.w.mu.Unlock()
-	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed || takeover, records: map[int]RunStepRecord{}}
+	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{}}
 	return x, nil
 }
 

@@ -73,7 +73,7 @@ type runIndexEntry struct {
 	Machine   string `json:"machine,omitempty"`
 }
 
-// slotEntry is the body of a slot: the run holding it.
+// slotEntry is the body of a slot: the run holding it, empty when free.
 type slotEntry struct {
 	RunID string `json:"run_id"`
 }

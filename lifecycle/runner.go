@@ -37,6 +37,9 @@ type Runner struct {
 	executing map[string]*execution // by run id
 	waiting   map[string][]candidate
 	changed   chan struct{}
+	// freedSlots remembers the version of each slot this runner freed, so
+	// taking it again is one compare-and-swap without a read.
+	freedSlots map[string]storage.Version
 
 	started atomic.Bool
 	wg      sync.WaitGroup
@@ -62,15 +65,16 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{
-		cfg:       cfg,
-		store:     cfg.Store,
-		log:       cfg.Logger,
-		audit:     &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
-		agents:    map[string]*agentDef{},
-		wake:      make(chan candidate, 1024),
-		executing: map[string]*execution{},
-		waiting:   map[string][]candidate{},
-		changed:   make(chan struct{}),
+		cfg:        cfg,
+		store:      cfg.Store,
+		log:        cfg.Logger,
+		audit:      &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
+		agents:     map[string]*agentDef{},
+		wake:       make(chan candidate, 1024),
+		executing:  map[string]*execution{},
+		waiting:    map[string][]candidate{},
+		changed:    make(chan struct{}),
+		freedSlots: map[string]storage.Version{},
 	}
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)

@@ -63,6 +63,7 @@ type statusWriter struct {
 func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunStatus) error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	fresh := false // the cached document may be stale until re-read
 	for conflicts := 0; ; conflicts++ {
 		doc := w.doc.clone()
 		if err := w.fence(&doc); err != nil {
@@ -70,7 +71,16 @@ func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunS
 		}
 		from := doc.Status
 		if err := change(&doc); err != nil {
-			return err
+			if fresh {
+				return err
+			}
+			// Someone else may have moved the run since our last write: judge
+			// the change against the stored document before refusing it.
+			if err := w.reloadLocked(ctx); err != nil {
+				return err
+			}
+			fresh = true
+			continue
 		}
 		now := w.r.now()
 		if w.epoch > 0 && doc.Lease != nil { // a terminal or parking write drops the lease
@@ -96,6 +106,7 @@ func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunS
 		if err := w.reloadLocked(ctx); err != nil {
 			return err
 		}
+		fresh = true
 	}
 }
 

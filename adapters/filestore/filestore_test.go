@@ -1,0 +1,220 @@
+//go:build unix
+
+package filestore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/storetest"
+)
+
+const childEnv = "CONVEYOR_FILESTORE_CHILD_DIR"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(childEnv); dir != "" {
+		os.Exit(childIncrement(dir))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func newStore(t *testing.T) *filestore.Store {
+	t.Helper()
+	s, err := filestore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.TestStore(t, func(t *testing.T) storage.Store { return newStore(t) })
+}
+
+// TestSurvivesRestart: a second Store on the same directory (a restarted
+// process) sees the data and versions of the first.
+func TestSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s1, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := s1.Put(t.Context(), "agents/a/runs/r/status.json", []byte(`{"status":"running"}`), storage.IfNotExists())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, v2, err := s2.Get(t.Context(), "agents/a/runs/r/status.json")
+	if err != nil || string(b) != `{"status":"running"}` || v2 != v {
+		t.Fatalf("after reopen: %q %q %v, want the value at %q", b, v2, err, v)
+	}
+	if _, err := s2.Put(t.Context(), "agents/a/runs/r/status.json", []byte("x"), storage.IfMatch(v)); err != nil {
+		t.Fatalf("CAS with the version from before the restart: %v", err)
+	}
+}
+
+// TestIgnoresLeftovers: temp files of a crashed write and lock files are
+// never keys, and a stray file without a header is an error, not a value.
+func TestIgnoresLeftovers(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	if _, err := s.Put(ctx, "k", []byte("v"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Root(), ".cnvtmp-crashed"), []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k, err := range s.List(ctx, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) != 1 || keys[0] != "k" {
+		t.Fatalf("List = %q, want [k]", keys)
+	}
+	if err := os.WriteFile(filepath.Join(s.Root(), "bad"), []byte("no header"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "bad"); err == nil || errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("Get of a corrupt value file = %v, want a non-NotFound error", err)
+	}
+}
+
+// TestNativeErrorReachable: the *fs.PathError behind ErrNotFound stays
+// reachable with errors.As.
+func TestNativeErrorReachable(t *testing.T) {
+	s := newStore(t)
+	_, _, err := s.Get(t.Context(), "missing")
+	var pe *fs.PathError
+	if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &pe) {
+		t.Fatalf("Get(missing) = %v, want ErrNotFound wrapping *fs.PathError", err)
+	}
+}
+
+const (
+	children          = 4
+	incrementsPerProc = 50
+)
+
+// TestSharedAcrossProcesses re-runs this test binary as several child
+// processes that increment one counter in one directory with
+// compare-and-swap; no increment may be lost.
+func TestSharedAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	s := newStore(t)
+	if _, err := s.Put(t.Context(), "counter", []byte("0"), storage.IfNotExists()); err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]*exec.Cmd, children)
+	for i := range cmds {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+s.Root())
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v", i, err)
+		}
+	}
+	b, _, err := s.Get(t.Context(), "counter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strconv.Itoa(children * incrementsPerProc); string(b) != want {
+		t.Fatalf("counter = %s after %d processes x %d increments, want %s", b, children, incrementsPerProc, want)
+	}
+}
+
+// childIncrement is the body of one child process.
+func childIncrement(dir string) int {
+	s, err := filestore.New(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	for done := 0; done < incrementsPerProc; {
+		b, v, err := s.Get(ctx, "counter")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		n, _ := strconv.Atoi(string(b))
+		_, err = s.Put(ctx, "counter", []byte(strconv.Itoa(n+1)), storage.IfMatch(v))
+		switch {
+		case err == nil:
+			done++
+		case errors.Is(err, storage.ErrPreconditionFailed):
+		default:
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+func BenchmarkFilestore(b *testing.B) {
+	storetest.BenchmarkStore(b, func(b *testing.B) storage.Store {
+		s, err := filestore.New(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	})
+}
+
+// TestLockWaitHonoursContext: a writer waiting for another process's lock
+// gives up when its context ends, and writes nothing.
+func TestLockWaitHonoursContext(t *testing.T) {
+	s := newStore(t)
+	if _, err := s.Put(t.Context(), "held/k", []byte("v"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	// Take the key's lock as another process would.
+	f, err := os.OpenFile(filepath.Join(s.Root(), "held", ".cnvlock-k"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = s.Put(ctx, "held/k", []byte("late"), storage.Condition{})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Put while the lock is held = %v, want DeadlineExceeded", err)
+	}
+	if err := s.Delete(ctx, "held/k", storage.Condition{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Delete after the deadline = %v", err)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	b, _, err := s.Get(t.Context(), "held/k")
+	if err != nil || string(b) != "v" {
+		t.Fatalf("value = %q, %v; want the value from before", b, err)
+	}
+}

@@ -1,0 +1,142 @@
+// Package memstore is an in-memory storage.Store for tests and examples. It
+// keeps nothing across restarts and is shared only within one process.
+package memstore
+
+import (
+	"context"
+	"iter"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Store is an in-memory storage.Store. The zero value is not usable; call New.
+type Store struct {
+	mu   sync.RWMutex
+	data map[string]entry
+	seq  uint64 // version counter shared by all keys, so versions never repeat
+}
+
+type entry struct {
+	value   []byte
+	version storage.Version
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// New returns an empty Store.
+func New() *Store { return &Store{data: make(map[string]entry)} }
+
+func check(ctx context.Context, op, key string) error {
+	if err := storage.CheckKey(op, key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return storage.NewOpError(op, key, err, nil)
+	}
+	return nil
+}
+
+// Get implements storage.Store.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	if err := check(ctx, "get", key); err != nil {
+		return nil, "", err
+	}
+	s.mu.RLock()
+	e, ok := s.data[key]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, nil)
+	}
+	return slices.Clone(e.value), e.version, nil
+}
+
+// match reports whether cond holds for the current entry; callers hold mu.
+func match(cond storage.Condition, e entry, exists bool) bool {
+	switch cond.Kind() {
+	case storage.CreateOnly:
+		return !exists
+	case storage.MatchVersion:
+		return exists && e.version == cond.Version()
+	default:
+		return true
+	}
+}
+
+// Put implements storage.Store.
+func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	if err := check(ctx, "put", key); err != nil {
+		return "", err
+	}
+	if err := storage.CheckCondition("put", key, cond); err != nil {
+		return "", err
+	}
+	v := slices.Clone(value)
+	if v == nil {
+		v = []byte{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.data[key]
+	if !match(cond, e, ok) {
+		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+	}
+	s.seq++
+	ver := storage.Version("m" + strconv.FormatUint(s.seq, 10))
+	s.data[key] = entry{value: v, version: ver}
+	return ver, nil
+}
+
+// Delete implements storage.Store.
+func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	if err := check(ctx, "delete", key); err != nil {
+		return err
+	}
+	if err := storage.CheckCondition("delete", key, cond); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.data[key]
+	if !match(cond, e, ok) {
+		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+	}
+	delete(s.data, key)
+	return nil
+}
+
+// List implements storage.Store. It sorts a snapshot of the matching keys
+// taken when iteration starts.
+func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		if err := storage.ValidatePrefix(prefix); err != nil {
+			yield("", storage.NewOpError("list", prefix, nil, err))
+			return
+		}
+		if err := ctx.Err(); err != nil {
+			yield("", storage.NewOpError("list", prefix, err, nil))
+			return
+		}
+		s.mu.RLock()
+		var keys []string
+		for k := range s.data {
+			if strings.HasPrefix(k, prefix) {
+				keys = append(keys, k)
+			}
+		}
+		s.mu.RUnlock()
+		slices.Sort(keys)
+		for _, k := range keys {
+			if err := ctx.Err(); err != nil {
+				yield("", storage.NewOpError("list", prefix, err, nil))
+				return
+			}
+			if !yield(k, nil) {
+				return
+			}
+		}
+	}
+}

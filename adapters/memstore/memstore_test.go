@@ -1,0 +1,21 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	storetest.TestStore(t, func(*testing.T) storage.Store { return memstore.New() })
+}
+
+func BenchmarkMemstore(b *testing.B) {
+	storetest.BenchmarkStore(b, func(*testing.B) storage.Store { return memstore.New() })
+}

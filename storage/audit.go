@@ -1,0 +1,123 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+)
+
+// AuditEvent is one line of the audit log of 003 §5.1: every write to
+// canonical storage records who moved what from which state to which.
+// Field names are the seed's; times are RFC 3339 UTC.
+type AuditEvent struct {
+	// ID names the event's object; it sorts by time. It is not part of the
+	// JSON (the key carries it) and is filled in by Record and ReadAuditDay.
+	ID         string    `json:"-"`
+	TS         time.Time `json:"ts"`
+	Event      string    `json:"event"` // e.g. "job.status.update"
+	Actor      string    `json:"actor"` // e.g. "orchestration-layer"
+	JobID      string    `json:"job_id,omitempty"`
+	RunID      string    `json:"run_id,omitempty"`
+	EntryID    string    `json:"entry_id,omitempty"`
+	ArtifactID string    `json:"artifact_id,omitempty"`
+	From       string    `json:"from"` // empty for a creation
+	To         string    `json:"to"`
+	Node       string    `json:"node"` // the host that wrote
+}
+
+// AuditLog writes audit events create-only to audit/YYYYMMDD/<event_id>.json.
+// The zero value of the optional fields is usable.
+type AuditLog struct {
+	// Store receives the events. Required.
+	Store Store
+	// Node fills AuditEvent.Node when an event leaves it empty.
+	Node string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// NewAuditEventID returns an id that sorts by ts across nodes to the
+// nanosecond ("20260224T100000.000000000Z-<16 hex>") and is unique by its
+// 64 random bits, so listing a day reads the events in time order.
+func NewAuditEventID(ts time.Time) string {
+	var r [8]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
+	return ts.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(r[:])
+}
+
+// Record fills in ts (if zero), node (if empty) and a fresh id, then writes
+// ev create-only under AuditKey. The event's day is the day of its ts in
+// UTC. It returns the event as written.
+func (l *AuditLog) Record(ctx context.Context, ev AuditEvent) (AuditEvent, error) {
+	if l.Store == nil {
+		return ev, errors.New("storage: AuditLog has no Store")
+	}
+	if ev.TS.IsZero() {
+		now := time.Now
+		if l.Now != nil {
+			now = l.Now
+		}
+		ev.TS = now()
+	}
+	ev.TS = ev.TS.UTC()
+	if ev.Node == "" {
+		ev.Node = l.Node
+	}
+	if ev.Event == "" || ev.Actor == "" {
+		return ev, errors.New("storage: audit event needs event and actor")
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return ev, fmt.Errorf("storage: encode audit event: %w", err)
+	}
+	// 64 random bits make an id collision practically impossible; should one
+	// happen, create-only refuses it and a second id is drawn.
+	for attempt := 0; ; attempt++ {
+		ev.ID = NewAuditEventID(ev.TS)
+		key, err := AuditKey(ev.TS, ev.ID)
+		if err != nil {
+			return ev, err
+		}
+		_, err = l.Store.Put(ctx, key, b, IfNotExists())
+		if err == nil || !errors.Is(err, ErrPreconditionFailed) || attempt == 2 {
+			return ev, err
+		}
+	}
+}
+
+// ReadAuditDay yields the audit events of one UTC day in time order. A
+// malformed object yields an error and ends the iteration.
+func ReadAuditDay(ctx context.Context, s Store, day time.Time) iter.Seq2[AuditEvent, error] {
+	prefix := AuditDayPrefix(day)
+	return func(yield func(AuditEvent, error) bool) {
+		for key, err := range s.List(ctx, prefix) {
+			if err != nil {
+				yield(AuditEvent{}, err)
+				return
+			}
+			b, _, err := s.Get(ctx, key)
+			if errors.Is(err, ErrNotFound) {
+				continue // deleted since listing
+			}
+			if err != nil {
+				yield(AuditEvent{}, err)
+				return
+			}
+			var ev AuditEvent
+			if err := json.Unmarshal(b, &ev); err != nil {
+				yield(AuditEvent{}, fmt.Errorf("storage: decode audit event %s: %w", key, err))
+				return
+			}
+			ev.ID = strings.TrimSuffix(strings.TrimPrefix(key, prefix), ".json")
+			if !yield(ev, nil) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Match them with errors.Is; adapters wrap them in *OpError.
+var (
+	// ErrNotFound: the key does not exist.
+	ErrNotFound = errors.New("storage: not found")
+	// ErrPreconditionFailed: the Condition of a Put or Delete did not hold,
+	// so nothing was written. A compare-and-swap loop re-reads and retries.
+	ErrPreconditionFailed = errors.New("storage: precondition failed")
+	// ErrInvalidKey: the key (or List prefix) breaks the rules of ValidateKey.
+	ErrInvalidKey = errors.New("storage: invalid key")
+	// ErrInvalidID: an id breaks the rules of ValidateID.
+	ErrInvalidID = errors.New("storage: invalid id")
+	// ErrOutcomeUnknown: a conditional write may or may not have been
+	// applied (its response was lost and the store cannot tell whether it
+	// landed). Re-read before acting; do not blindly retry a change that
+	// must happen once.
+	ErrOutcomeUnknown = errors.New("storage: outcome unknown")
+	// ErrInvalidCondition: the condition makes no sense for the operation
+	// (IfNotExists on Delete, IfMatch with an empty version).
+	ErrInvalidCondition = errors.New("storage: invalid condition")
+)
+
+// OpError describes a failed Store operation. It wraps both a kind (one of
+// the sentinels, or a context error) and the adapter's native error, so
+// errors.Is(err, ErrNotFound) and errors.As(err, &awsErr) both work.
+type OpError struct {
+	Op    string // "get", "put", "delete", "list"
+	Key   string // the key or List prefix
+	Kind  error  // a sentinel of this package, a context error, or nil
+	Cause error  // the adapter's native error, or nil
+}
+
+// Error renders "storage: put agents/x/status.json: precondition failed: <cause>".
+func (e *OpError) Error() string {
+	msg := "storage: " + e.Op + " " + e.Key
+	if e.Kind != nil {
+		msg += ": " + trimPrefix(e.Kind.Error())
+	}
+	if e.Cause != nil {
+		msg += ": " + trimPrefix(e.Cause.Error())
+	}
+	return msg
+}
+
+// Unwrap returns the kind and the cause, whichever are set.
+func (e *OpError) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if e.Kind != nil {
+		errs = append(errs, e.Kind)
+	}
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	return errs
+}
+
+func trimPrefix(s string) string {
+	const p = "storage: "
+	if len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}
+
+// NewOpError builds an *OpError; adapters use it so all of them report
+// errors the same way.
+func NewOpError(op, key string, kind, cause error) *OpError {
+	return &OpError{Op: op, Key: key, Kind: kind, Cause: cause}
+}
+
+// CheckKey validates key for op and returns an *OpError wrapping the
+// *KeyError (so it matches ErrInvalidKey). Adapters call it before any I/O.
+func CheckKey(op, key string) error {
+	if err := ValidateKey(key); err != nil {
+		return NewOpError(op, key, nil, err)
+	}
+	return nil
+}
+
+// CheckCondition reports whether cond is valid for op ("put" or "delete").
+// Adapters call it before any I/O.
+func CheckCondition(op, key string, cond Condition) error {
+	switch cond.kind {
+	case Unconditional:
+		return nil
+	case CreateOnly:
+		if op == "delete" {
+			return NewOpError(op, key, ErrInvalidCondition, errors.New("if-not-exists cannot guard a delete"))
+		}
+		return nil
+	case MatchVersion:
+		if cond.version == "" {
+			return NewOpError(op, key, ErrInvalidCondition, errors.New("if-match with an empty version"))
+		}
+		return nil
+	default:
+		return NewOpError(op, key, ErrInvalidCondition, fmt.Errorf("unknown condition kind %d", cond.kind))
+	}
+}

@@ -1,0 +1,118 @@
+package storage
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxKeyLen is the longest key accepted, in bytes. S3 allows 1024; the
+// rest is left for an adapter's prefix (s3store's Config.Prefix), so every
+// valid key fits every adapter.
+const MaxKeyLen = 896
+
+// MaxSegmentLen is the longest "/"-separated segment of a key, in bytes:
+// NAME_MAX of common file systems, so filestore can map segments to names.
+const MaxSegmentLen = 255
+
+// KeyError explains why a key or prefix was refused. It matches
+// ErrInvalidKey with errors.Is.
+type KeyError struct {
+	Key    string
+	Reason string
+}
+
+// Error renders the key (quoted, so control characters show) and the reason.
+func (e *KeyError) Error() string {
+	k := e.Key
+	if len(k) > 80 {
+		k = k[:80] + "..."
+	}
+	return "storage: invalid key " + quote(k) + ": " + e.Reason
+}
+
+// Unwrap returns ErrInvalidKey.
+func (e *KeyError) Unwrap() error { return ErrInvalidKey }
+
+// ValidateKey reports whether key may be stored. A key is a "/"-separated
+// path: at most MaxKeyLen bytes of valid UTF-8, no control characters or
+// backslashes, no leading or trailing "/", and segments that are non-empty,
+// at most MaxSegmentLen bytes, not "." or "..", and not starting with
+// ".cnv" (filestore keeps its lock and temporary files under that name, so
+// they can never collide with a key). Every adapter calls it before any
+// I/O, so no key can escape a directory root or alias another key.
+func ValidateKey(key string) error {
+	if key == "" {
+		return &KeyError{Key: key, Reason: "empty"}
+	}
+	if len(key) > MaxKeyLen {
+		return &KeyError{Key: key, Reason: "longer than " + strconv.Itoa(MaxKeyLen) + " bytes"}
+	}
+	if err := checkChars(key); err != nil {
+		return err
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if err := checkSegment(key, seg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidatePrefix reports whether prefix can start a valid key, which is
+// what List requires. The empty prefix (list everything) is valid. Every
+// complete segment of prefix must be valid; the last, partial one may be
+// empty (prefix ends in "/") or the start of a longer name, so it is
+// checked for characters only.
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if len(prefix) > MaxKeyLen {
+		return &KeyError{Key: prefix, Reason: "prefix longer than " + strconv.Itoa(MaxKeyLen) + " bytes"}
+	}
+	if err := checkChars(prefix); err != nil {
+		return err
+	}
+	segs := strings.Split(prefix, "/")
+	for _, seg := range segs[:len(segs)-1] {
+		if err := checkSegment(prefix, seg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reservedPrefix starts the names adapters keep for themselves.
+const reservedPrefix = ".cnv"
+
+func checkChars(key string) error {
+	if !utf8.ValidString(key) {
+		return &KeyError{Key: key, Reason: "not valid UTF-8"}
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return &KeyError{Key: key, Reason: "contains a control character"}
+		}
+		if r == '\\' {
+			return &KeyError{Key: key, Reason: `contains a backslash`}
+		}
+	}
+	return nil
+}
+
+func checkSegment(key, seg string) error {
+	switch {
+	case seg == "":
+		return &KeyError{Key: key, Reason: "empty path segment (leading, trailing or double slash)"}
+	case seg == "." || seg == "..":
+		return &KeyError{Key: key, Reason: `"." or ".." path segment`}
+	case len(seg) > MaxSegmentLen:
+		return &KeyError{Key: key, Reason: "path segment longer than 255 bytes"}
+	case strings.HasPrefix(seg, reservedPrefix):
+		return &KeyError{Key: key, Reason: "segment starts with the reserved " + reservedPrefix}
+	}
+	return nil
+}
+
+func quote(s string) string { return strconv.Quote(s) }

@@ -1,0 +1,189 @@
+package storage
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MaxIDLen is the longest id accepted, in bytes.
+const MaxIDLen = 128
+
+// IDError explains why an id was refused before it became part of a key. It
+// matches ErrInvalidID with errors.Is.
+type IDError struct {
+	Field  string // which id: "run id", "slug", ...
+	ID     string
+	Reason string
+}
+
+// Error renders the field, the id (quoted and cut) and the reason.
+func (e *IDError) Error() string {
+	id := e.ID
+	if len(id) > 40 {
+		id = id[:40] + "..."
+	}
+	return fmt.Sprintf("storage: invalid %s %s: %s", e.Field, quote(id), e.Reason)
+}
+
+// Unwrap returns ErrInvalidID.
+func (e *IDError) Unwrap() error { return ErrInvalidID }
+
+// ValidateID checks one id that will become a single key segment: 1 to
+// MaxIDLen bytes of [A-Za-z0-9._:-], not starting with "." and not
+// containing "..". That admits every id of the seeds (run ids like
+// run_2026-02-14_080000_abc123, slugs, UUIDs, inbox_..., idempotency keys
+// like github:<uuid>) and refuses anything that could be a path: "/", "\",
+// "..", control characters, spaces. Field names the id in the error.
+func ValidateID(field, id string) error {
+	switch {
+	case id == "":
+		return &IDError{Field: field, ID: id, Reason: "empty"}
+	case len(id) > MaxIDLen:
+		return &IDError{Field: field, ID: id, Reason: fmt.Sprintf("longer than %d bytes", MaxIDLen)}
+	case id[0] == '.':
+		return &IDError{Field: field, ID: id, Reason: `starts with "."`}
+	case strings.Contains(id, ".."):
+		return &IDError{Field: field, ID: id, Reason: `contains ".."`}
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return &IDError{Field: field, ID: id, Reason: fmt.Sprintf("byte %q at %d is not one of [A-Za-z0-9._:-]", c, i)}
+		}
+	}
+	return nil
+}
+
+func validateIDs(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := ValidateID(pairs[i], pairs[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AgentRunsPrefix is the List prefix of every run of one agent:
+// agents/{slug}/runs/.
+func AgentRunsPrefix(slug string) (string, error) {
+	if err := ValidateID("slug", slug); err != nil {
+		return "", err
+	}
+	return "agents/" + slug + "/runs/", nil
+}
+
+// RunPrefix is the folder of one run (003 §5.2): agents/{slug}/runs/{runId}/.
+func RunPrefix(slug, runID string) (string, error) {
+	if err := validateIDs("slug", slug, "run id", runID); err != nil {
+		return "", err
+	}
+	return "agents/" + slug + "/runs/" + runID + "/", nil
+}
+
+// RunStatusKey is the canonical run status: agents/{slug}/runs/{runId}/status.json.
+func RunStatusKey(slug, runID string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	return p + "status.json", nil
+}
+
+// RunManifestKey is the run metadata: agents/{slug}/runs/{runId}/manifest.json.
+func RunManifestKey(slug, runID string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	return p + "manifest.json", nil
+}
+
+// RunStepsPrefix is the List prefix of a run's steps; listing it yields the
+// steps in order because step numbers are zero-padded.
+func RunStepsPrefix(slug, runID string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	return p + "steps/", nil
+}
+
+// RunStepKey is one step result: agents/{slug}/runs/{runId}/steps/NN-name.json,
+// e.g. steps/01-context.json. n is 0..99 so that key order is step order.
+func RunStepKey(slug, runID string, n int, name string) (string, error) {
+	p, err := RunStepsPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	if n < 0 || n > 99 {
+		return "", &IDError{Field: "step number", ID: fmt.Sprint(n), Reason: "outside 0..99"}
+	}
+	if err := ValidateID("step name", name); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s%02d-%s.json", p, n, name), nil
+}
+
+// RunOutputKey is one output file of a run: agents/{slug}/runs/{runId}/output/{name},
+// e.g. output/proposal.json. name is a single validated segment.
+func RunOutputKey(slug, runID, name string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateID("output name", name); err != nil {
+		return "", err
+	}
+	return p + "output/" + name, nil
+}
+
+// JobKey is a queued job: jobs/{jobId}.json.
+func JobKey(jobID string) (string, error) {
+	if err := ValidateID("job id", jobID); err != nil {
+		return "", err
+	}
+	return "jobs/" + jobID + ".json", nil
+}
+
+// ArtifactKey is an artifact record: projects/{cid}/artifacts/{artifactId}.json.
+func ArtifactKey(cid, artifactID string) (string, error) {
+	if err := validateIDs("project id", cid, "artifact id", artifactID); err != nil {
+		return "", err
+	}
+	return "projects/" + cid + "/artifacts/" + artifactID + ".json", nil
+}
+
+// InboxKey is a live inbox entry: inbox/{entryId}.json.
+func InboxKey(entryID string) (string, error) {
+	if err := ValidateID("inbox entry id", entryID); err != nil {
+		return "", err
+	}
+	return "inbox/" + entryID + ".json", nil
+}
+
+// InboxExpiredKey is where an expired entry moves: inbox/expired/{entryId}.json.
+// Expired entries move, never vanish (002 §1.4).
+func InboxExpiredKey(entryID string) (string, error) {
+	if err := ValidateID("inbox entry id", entryID); err != nil {
+		return "", err
+	}
+	return "inbox/expired/" + entryID + ".json", nil
+}
+
+// AuditDayPrefix is the List prefix of one UTC day of audit events:
+// audit/YYYYMMDD/.
+func AuditDayPrefix(day time.Time) string {
+	return "audit/" + day.UTC().Format("20060102") + "/"
+}
+
+// AuditKey is one audit event (003 §5.1): audit/YYYYMMDD/{eventId}.json, the
+// day taken from ts in UTC.
+func AuditKey(ts time.Time, eventID string) (string, error) {
+	if err := ValidateID("audit event id", eventID); err != nil {
+		return "", err
+	}
+	return AuditDayPrefix(ts) + eventID + ".json", nil
+}

@@ -1,0 +1,146 @@
+package storage_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// seedIDs are ids as the seeds write them; all must pass.
+var seedIDs = []string{
+	"run_2026-02-14_080000_abc123",
+	"run_2026-02-24_abc123",
+	"archivist-violin",
+	"architect-guardian",
+	"inbox_2026-02-14_abc123",
+	"550e8400-e29b-41d4-a716-446655440000",
+	"art-uuid",
+	"art-550e8400-e29b-41d4-a716-446655440000",
+	"github:12345678-1234-1234-1234-123456789012",
+	"api:cli-abc123:req-550e8400-e29b-41d4-a716-446655440000",
+	"slack:T12345678:1234567890.123456",
+	"scheduler:daily-cleanup:2024-12-19T00:00:00Z",
+	"context", "proposal.json",
+}
+
+var badIDs = []string{
+	"", "../x", "..", ".", ".hidden", "a..b", "a/b", `a\b`, "a b", "tab\t", "nl\n", "nul\x00",
+	"ключ", "a%2F", strings.Repeat("x", 2048), strings.Repeat("x", storage.MaxIDLen+1),
+}
+
+func TestValidateID(t *testing.T) {
+	t.Parallel()
+	for _, id := range seedIDs {
+		if err := storage.ValidateID("id", id); err != nil {
+			t.Errorf("seed id %q refused: %v", id, err)
+		}
+	}
+	for _, id := range badIDs {
+		err := storage.ValidateID("run id", id)
+		var ie *storage.IDError
+		if !errors.Is(err, storage.ErrInvalidID) || !errors.As(err, &ie) || ie.Field != "run id" {
+			t.Errorf("ValidateID(%q) = %v, want an *IDError for run id", id, err)
+			continue
+		}
+		if len(err.Error()) > 200 {
+			t.Errorf("error for a %d-byte id is %d bytes long", len(id), len(err.Error()))
+		}
+	}
+}
+
+func TestLayout(t *testing.T) {
+	t.Parallel()
+	const slug, run = "archivist-violin", "run_2026-02-14_080000_abc123"
+	ts := time.Date(2026, 2, 24, 23, 59, 59, 0, time.FixedZone("UTC+2", 2*3600)) // 21:59:59Z
+	tests := []struct {
+		name string
+		key  func() (string, error)
+		want string
+	}{
+		{"status", func() (string, error) { return storage.RunStatusKey(slug, run) }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/status.json"},
+		{"manifest", func() (string, error) { return storage.RunManifestKey(slug, run) }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/manifest.json"},
+		{"step", func() (string, error) { return storage.RunStepKey(slug, run, 1, "context") }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/steps/01-context.json"},
+		{"step 12", func() (string, error) { return storage.RunStepKey(slug, run, 12, "persist") }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/steps/12-persist.json"},
+		{"output", func() (string, error) { return storage.RunOutputKey(slug, run, "proposal.json") }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/output/proposal.json"},
+		{"run prefix", func() (string, error) { return storage.RunPrefix(slug, run) }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/"},
+		{"agent runs", func() (string, error) { return storage.AgentRunsPrefix(slug) }, "agents/archivist-violin/runs/"},
+		{"steps prefix", func() (string, error) { return storage.RunStepsPrefix(slug, run) }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/steps/"},
+		{"job", func() (string, error) { return storage.JobKey("550e8400-e29b-41d4-a716-446655440000") }, "jobs/550e8400-e29b-41d4-a716-446655440000.json"},
+		{"artifact", func() (string, error) { return storage.ArtifactKey("cid-1", "art-uuid") }, "projects/cid-1/artifacts/art-uuid.json"},
+		{"inbox", func() (string, error) { return storage.InboxKey("inbox_2026-02-14_abc123") }, "inbox/inbox_2026-02-14_abc123.json"},
+		{"inbox expired", func() (string, error) { return storage.InboxExpiredKey("inbox_2026-02-14_abc123") }, "inbox/expired/inbox_2026-02-14_abc123.json"},
+		{"audit", func() (string, error) { return storage.AuditKey(ts, "evt-1") }, "audit/20260224/evt-1.json"},
+	}
+	for _, tc := range tests {
+		got, err := tc.key()
+		if err != nil || got != tc.want {
+			t.Errorf("%s = %q, %v; want %q", tc.name, got, err, tc.want)
+			continue
+		}
+		if strings.HasSuffix(got, "/") {
+			got += "x"
+		}
+		if err := storage.ValidateKey(got); err != nil {
+			t.Errorf("%s produced an invalid key: %v", tc.name, err)
+		}
+	}
+}
+
+// TestLayoutRefusesBadIDs: every layout function checks every id it puts in
+// a key, and returns no key with the error.
+func TestLayoutRefusesBadIDs(t *testing.T) {
+	t.Parallel()
+	const ok = "ok-id"
+	for _, bad := range badIDs {
+		fns := map[string]func() (string, error){
+			"status/slug":     func() (string, error) { return storage.RunStatusKey(bad, ok) },
+			"status/run":      func() (string, error) { return storage.RunStatusKey(ok, bad) },
+			"manifest":        func() (string, error) { return storage.RunManifestKey(ok, bad) },
+			"step/name":       func() (string, error) { return storage.RunStepKey(ok, ok, 1, bad) },
+			"step/run":        func() (string, error) { return storage.RunStepKey(ok, bad, 1, ok) },
+			"output":          func() (string, error) { return storage.RunOutputKey(ok, ok, bad) },
+			"agent runs":      func() (string, error) { return storage.AgentRunsPrefix(bad) },
+			"job":             func() (string, error) { return storage.JobKey(bad) },
+			"artifact/cid":    func() (string, error) { return storage.ArtifactKey(bad, ok) },
+			"artifact/id":     func() (string, error) { return storage.ArtifactKey(ok, bad) },
+			"inbox":           func() (string, error) { return storage.InboxKey(bad) },
+			"inbox expired":   func() (string, error) { return storage.InboxExpiredKey(bad) },
+			"audit":           func() (string, error) { return storage.AuditKey(time.Now(), bad) },
+			"steps prefix":    func() (string, error) { return storage.RunStepsPrefix(bad, ok) },
+			"run prefix/slug": func() (string, error) { return storage.RunPrefix(bad, ok) },
+		}
+		for name, fn := range fns {
+			key, err := fn()
+			if !errors.Is(err, storage.ErrInvalidID) || key != "" {
+				t.Errorf("%s with id %.20q = %q, %v; want no key and ErrInvalidID", name, bad, key, err)
+			}
+		}
+	}
+	for _, n := range []int{-1, 100} {
+		if _, err := storage.RunStepKey(ok, ok, n, ok); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("step number %d accepted", n)
+		}
+	}
+}
+
+// FuzzValidateID: an accepted id is one safe key segment.
+func FuzzValidateID(f *testing.F) {
+	for _, id := range append(seedIDs, badIDs...) {
+		f.Add(id)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if storage.ValidateID("id", id) != nil {
+			return
+		}
+		if strings.ContainsAny(id, "/\\") || strings.Contains(id, "..") || strings.HasPrefix(id, ".") || len(id) > storage.MaxIDLen {
+			t.Fatalf("accepted unsafe id %q", id)
+		}
+		key, err := storage.JobKey(id)
+		if err != nil || key != "jobs/"+id+".json" || storage.ValidateKey(key) != nil {
+			t.Fatalf("JobKey(%q) = %q, %v", id, key, err)
+		}
+	})
+}

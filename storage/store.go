@@ -1,0 +1,118 @@
+// Package storage defines the Store contract every state change in Conveyor
+// goes through, its errors, the key layout of the run folders, typed JSON
+// documents with a compare-and-swap update loop, and the audit log.
+//
+// A Store is a flat map from keys to byte values with conditional writes.
+// Its promises (read-after-write, create-once, compare-and-swap linearizable
+// per key) are what make the single status writer, lease fencing and
+// create-once artifacts true, so every adapter is proven against the same
+// conformance suite, package storage/storetest.
+package storage
+
+import (
+	"context"
+	"iter"
+)
+
+// Version identifies one write of one key. It is opaque: callers compare
+// versions only for equality and pass them back in IfMatch. Every successful
+// write produces a version different from every earlier version of that key,
+// even when the value written is byte-for-byte the same, so a stale version
+// can never match again (no ABA).
+type Version string
+
+// ConditionKind says which precondition a Condition carries.
+type ConditionKind uint8
+
+const (
+	// Unconditional writes or deletes whatever is stored.
+	Unconditional ConditionKind = iota
+	// CreateOnly succeeds only if the key does not exist (If-None-Match: *).
+	CreateOnly
+	// MatchVersion succeeds only if the key exists and its current version
+	// equals the given one (If-Match).
+	MatchVersion
+)
+
+// Condition is the precondition of a Put or Delete. The zero value is
+// unconditional. Build others with IfNotExists and IfMatch.
+type Condition struct {
+	kind    ConditionKind
+	version Version
+}
+
+// IfNotExists makes a Put create-only: it fails with ErrPreconditionFailed
+// when the key already exists.
+func IfNotExists() Condition { return Condition{kind: CreateOnly} }
+
+// IfMatch makes a Put or Delete succeed only while the key's current version
+// is v. A missing key fails the condition (ErrPreconditionFailed), never
+// ErrNotFound, so a compare-and-swap loop has one error to handle.
+func IfMatch(v Version) Condition { return Condition{kind: MatchVersion, version: v} }
+
+// Kind reports which precondition c carries.
+func (c Condition) Kind() ConditionKind { return c.kind }
+
+// Version is the version an IfMatch condition expects; empty otherwise.
+func (c Condition) Version() Version { return c.version }
+
+// String renders c for error messages and logs.
+func (c Condition) String() string {
+	switch c.kind {
+	case CreateOnly:
+		return "if-not-exists"
+	case MatchVersion:
+		return "if-match(" + string(c.version) + ")"
+	default:
+		return "unconditional"
+	}
+}
+
+// Store is the contract every storage adapter meets. All methods take the
+// context first and honour its cancellation: a call whose context is done
+// before it starts returns an error matching ctx.Err() and does nothing.
+//
+// Keys are checked with ValidateKey before any I/O; an invalid key gives an
+// error matching ErrInvalidKey. Keys are "/"-separated paths, and like file
+// paths a key must not also be the "directory" of other keys: storing both
+// "a" and "a/b" is undefined (MinIO and file systems cannot hold an object
+// and a folder of one name). The key layout of this package never does it. Errors match the package's sentinels with
+// errors.Is, and an adapter's native error (an AWS API error, an *os.PathError)
+// stays reachable with errors.As through *OpError.
+//
+// All methods are safe for concurrent use. Operations on one key are
+// linearizable: each takes effect atomically at some instant between its call
+// and its return, and reads see the latest completed write.
+type Store interface {
+	// Get returns the value stored at key and its current version. A missing
+	// key gives an error matching ErrNotFound. The returned slice belongs to
+	// the caller.
+	Get(ctx context.Context, key string) ([]byte, Version, error)
+
+	// Put stores value at key if cond holds and returns the new version,
+	// which differs from every earlier version of key. A failed condition
+	// gives an error matching ErrPreconditionFailed and writes nothing:
+	// IfNotExists fails when the key exists, IfMatch fails when the key is
+	// missing or has another version. The store does not keep value after
+	// Put returns. Values of any size the backend allows (at least 5 MiB)
+	// are accepted, including empty ones. An adapter that cannot tell
+	// whether a conditional write landed (a lost response, then another
+	// writer) returns an error matching ErrOutcomeUnknown, never a false
+	// success or a false ErrPreconditionFailed.
+	Put(ctx context.Context, key string, value []byte, cond Condition) (Version, error)
+
+	// Delete removes key if cond holds. Unconditional Delete of a missing key
+	// succeeds (deletes are idempotent). IfMatch fails with
+	// ErrPreconditionFailed when the key is missing or has another version.
+	// IfNotExists is meaningless for Delete and gives ErrInvalidCondition.
+	Delete(ctx context.Context, key string, cond Condition) error
+
+	// List yields, in ascending byte order, every key that starts with prefix
+	// (a plain string prefix, not necessarily ending in "/"; "" lists all).
+	// It hides pagination: iteration continues past any backend page size.
+	// Keys written or deleted during iteration may or may not appear. An
+	// error is yielded once, with an empty key, and ends the iteration; a
+	// prefix that can never start a valid key yields an error matching
+	// ErrInvalidKey.
+	List(ctx context.Context, prefix string) iter.Seq2[string, error]
+}

@@ -1,0 +1,15 @@
+package storetest
+
+import "github.com/runconveyor/conveyor/storage"
+
+// RegInputForTest builds a history input for the model's own tests.
+func RegInputForTest(op, value, expect string) any {
+	k := map[string]opKind{"get": opGet, "put": opPut, "create": opCreate, "cas": opCAS, "delete": opDelete}[op]
+	return regInput{Op: k, Value: value, Expect: storage.Version(expect)}
+}
+
+// RegOutputForTest builds a history output for the model's own tests.
+func RegOutputForTest(res, value, version string) any {
+	r := map[string]result{"ok": resOK, "nf": resNotFound, "pf": resPrecondition}[res]
+	return regOutput{Result: r, Value: value, Version: storage.Version(version)}
+}

@@ -1,0 +1,679 @@
+// Package storetest is the conformance suite for storage.Store adapters.
+// Every adapter's tests call TestStore, as gocloud.dev's blob/drivertest and
+// testing/fstest.TestFS do, so all adapters are held to one written contract
+// (the doc comments of storage.Store) by one set of tests.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// NewStore returns an empty store for one subtest. The suite calls it once
+// per subtest; an adapter may hand out views of one backend (a fresh key
+// prefix or bucket each time) and register cleanup with t.Cleanup.
+type NewStore func(t *testing.T) storage.Store
+
+// TestStore runs the whole conformance suite against the stores newStore
+// makes. Subtests run in parallel with each other.
+func TestStore(t *testing.T, newStore NewStore) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, storage.Store)
+	}{
+		{"GetMissing", testGetMissing},
+		{"ReadAfterWrite", testReadAfterWrite},
+		{"EmptyValue", testEmptyValue},
+		{"ValuesAreCopied", testValuesAreCopied},
+		{"IdenticalBodiesGetNewVersions", testIdenticalBodies},
+		{"PutConditions", testPutConditions},
+		{"DeleteConditions", testDeleteConditions},
+		{"RecreateAfterDelete", testRecreateAfterDelete},
+		{"CreateOnceRace", testCreateOnceRace},
+		{"CASCounterRace", testCASCounterRace},
+		{"Linearizable", testLinearizable},
+		{"ListOrderAndPrefixes", testListOrder},
+		{"ListStopsEarly", testListStopsEarly},
+		{"ListMoreThan1000", testListMany},
+		{"InvalidKeys", testInvalidKeys},
+		{"UnusualValidKeys", testUnusualValidKeys},
+		{"ContextCanceled", testContextCanceled},
+		{"LargeValues", testLargeValues},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
+
+func ctxT(t *testing.T) context.Context { return t.Context() }
+
+func mustPut(t *testing.T, s storage.Store, key string, value []byte, cond storage.Condition) storage.Version {
+	t.Helper()
+	v, err := s.Put(ctxT(t), key, value, cond)
+	if err != nil {
+		t.Fatalf("Put(%q, %s): %v", short(key), cond, err)
+	}
+	if v == "" {
+		t.Fatalf("Put(%q) returned an empty version", short(key))
+	}
+	return v
+}
+
+func mustGet(t *testing.T, s storage.Store, key string) ([]byte, storage.Version) {
+	t.Helper()
+	b, v, err := s.Get(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", short(key), err)
+	}
+	return b, v
+}
+
+func wantGet(t *testing.T, s storage.Store, key string, value []byte, version storage.Version) {
+	t.Helper()
+	b, v := mustGet(t, s, key)
+	if !bytes.Equal(b, value) {
+		t.Fatalf("Get(%q) = %q, want %q", short(key), trunc(b), trunc(value))
+	}
+	if version != "" && v != version {
+		t.Fatalf("Get(%q) version = %q, want %q", short(key), v, version)
+	}
+}
+
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: error = %v, want one matching %v", what, err, target)
+	}
+}
+
+func wantMissing(t *testing.T, s storage.Store, key string) {
+	t.Helper()
+	_, _, err := s.Get(ctxT(t), key)
+	wantErr(t, fmt.Sprintf("Get(%q)", key), err, storage.ErrNotFound)
+}
+
+func short(key string) string {
+	if len(key) > 60 {
+		return key[:60] + "..."
+	}
+	return key
+}
+
+func trunc(b []byte) []byte {
+	if len(b) > 64 {
+		return append(slices.Clone(b[:64]), "..."...)
+	}
+	return b
+}
+
+func listAll(t *testing.T, s storage.Store, prefix string) []string {
+	t.Helper()
+	keys := []string{}
+	for k, err := range s.List(ctxT(t), prefix) {
+		if err != nil {
+			t.Fatalf("List(%q): %v", prefix, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func testGetMissing(t *testing.T, s storage.Store) {
+	b, v, err := s.Get(ctxT(t), "nothing/here.json")
+	wantErr(t, "Get of a missing key", err, storage.ErrNotFound)
+	if b != nil || v != "" {
+		t.Errorf("Get of a missing key returned value %q, version %q", b, v)
+	}
+}
+
+func testReadAfterWrite(t *testing.T, s storage.Store) {
+	const key = "agents/a/runs/r1/status.json"
+	v1 := mustPut(t, s, key, []byte(`{"status":"queued"}`), storage.Condition{})
+	wantGet(t, s, key, []byte(`{"status":"queued"}`), v1)
+	v2 := mustPut(t, s, key, []byte(`{"status":"running"}`), storage.Condition{})
+	if v2 == v1 {
+		t.Fatalf("overwrite kept version %q", v1)
+	}
+	wantGet(t, s, key, []byte(`{"status":"running"}`), v2)
+	// A sibling key is independent.
+	wantMissing(t, s, "agents/a/runs/r1/manifest.json")
+}
+
+func testEmptyValue(t *testing.T, s storage.Store) {
+	v := mustPut(t, s, "empty", nil, storage.IfNotExists())
+	b, got := mustGet(t, s, "empty")
+	if len(b) != 0 || got != v {
+		t.Fatalf("Get(empty) = %q, %q; want empty value at %q", b, got, v)
+	}
+}
+
+func testValuesAreCopied(t *testing.T, s storage.Store) {
+	in := []byte("original")
+	mustPut(t, s, "k", in, storage.Condition{})
+	copy(in, "mutated!")
+	out, _ := mustGet(t, s, "k")
+	if string(out) != "original" {
+		t.Fatalf("store kept the caller's slice: got %q", out)
+	}
+	copy(out, "changed!")
+	wantGet(t, s, "k", []byte("original"), "")
+}
+
+// testIdenticalBodies guards the ABA trap of content-addressed versions
+// (S3 ETags are the MD5 of the body): writing the same bytes again must
+// still produce a new version, and the old version must stop matching.
+func testIdenticalBodies(t *testing.T, s storage.Store) {
+	const key = "same.json"
+	body := []byte(`{"n":1}`)
+	v1 := mustPut(t, s, key, body, storage.IfNotExists())
+	v2 := mustPut(t, s, key, body, storage.IfMatch(v1))
+	if v1 == v2 {
+		t.Fatalf("rewriting identical bytes returned the same version %q", v1)
+	}
+	_, err := s.Put(ctxT(t), key, []byte(`{"n":2}`), storage.IfMatch(v1))
+	wantErr(t, "Put IfMatch(version before an identical rewrite)", err, storage.ErrPreconditionFailed)
+	// A -> B -> A: the first A's version must not match the second A.
+	v3 := mustPut(t, s, key, []byte(`{"n":9}`), storage.Condition{})
+	v4 := mustPut(t, s, key, body, storage.Condition{})
+	for _, old := range []storage.Version{v1, v2, v3} {
+		if old == v4 {
+			t.Fatalf("version %q reused after A-B-A writes", old)
+		}
+		_, err := s.Put(ctxT(t), key, []byte("x"), storage.IfMatch(old))
+		wantErr(t, "Put IfMatch(stale version after A-B-A)", err, storage.ErrPreconditionFailed)
+	}
+	wantGet(t, s, key, body, v4)
+	if err := s.Delete(ctxT(t), key, storage.IfMatch(v1)); !errors.Is(err, storage.ErrPreconditionFailed) {
+		t.Fatalf("Delete IfMatch(stale identical-body version): %v, want ErrPreconditionFailed", err)
+	}
+}
+
+func testPutConditions(t *testing.T, s storage.Store) {
+	// A version taken from another key: well-formed, but not this key's.
+	foreign := mustPut(t, s, "other", []byte("o"), storage.Condition{})
+
+	tests := []struct {
+		name    string
+		setup   bool // key exists before the Put
+		cond    func(cur storage.Version) storage.Condition
+		wantErr error
+	}{
+		{"unconditional/missing", false, func(storage.Version) storage.Condition { return storage.Condition{} }, nil},
+		{"unconditional/existing", true, func(storage.Version) storage.Condition { return storage.Condition{} }, nil},
+		{"if-not-exists/missing", false, func(storage.Version) storage.Condition { return storage.IfNotExists() }, nil},
+		{"if-not-exists/existing", true, func(storage.Version) storage.Condition { return storage.IfNotExists() }, storage.ErrPreconditionFailed},
+		{"if-match/current", true, storage.IfMatch, nil},
+		{"if-match/stale", true, func(storage.Version) storage.Condition { return storage.IfMatch(foreign) }, storage.ErrPreconditionFailed},
+		{"if-match/missing-key", false, func(storage.Version) storage.Condition { return storage.IfMatch(foreign) }, storage.ErrPreconditionFailed},
+		{"if-match/empty-version", true, func(storage.Version) storage.Condition { return storage.IfMatch("") }, storage.ErrInvalidCondition},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "cond/" + strings.ReplaceAll(tc.name, "/", "-")
+			var cur storage.Version
+			if tc.setup {
+				cur = mustPut(t, s, key, []byte("before"), storage.Condition{})
+			}
+			v, err := s.Put(ctxT(t), key, []byte("after"), tc.cond(cur))
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("Put: %v", err)
+				}
+				wantGet(t, s, key, []byte("after"), v)
+				return
+			}
+			wantErr(t, "Put", err, tc.wantErr)
+			if errors.Is(err, storage.ErrNotFound) {
+				t.Fatalf("Put with a failed condition also matches ErrNotFound: %v", err)
+			}
+			if v != "" {
+				t.Errorf("failed Put returned version %q", v)
+			}
+			if tc.setup {
+				wantGet(t, s, key, []byte("before"), cur)
+			} else {
+				wantMissing(t, s, key)
+			}
+		})
+	}
+}
+
+func testDeleteConditions(t *testing.T, s storage.Store) {
+	foreign := mustPut(t, s, "other", []byte("o"), storage.Condition{})
+	tests := []struct {
+		name       string
+		setup      bool
+		cond       func(cur storage.Version) storage.Condition
+		wantErr    error
+		wantExists bool
+	}{
+		{"unconditional/existing", true, func(storage.Version) storage.Condition { return storage.Condition{} }, nil, false},
+		{"unconditional/missing", false, func(storage.Version) storage.Condition { return storage.Condition{} }, nil, false},
+		{"if-match/current", true, storage.IfMatch, nil, false},
+		{"if-match/stale", true, func(storage.Version) storage.Condition { return storage.IfMatch(foreign) }, storage.ErrPreconditionFailed, true},
+		{"if-match/missing-key", false, func(storage.Version) storage.Condition { return storage.IfMatch(foreign) }, storage.ErrPreconditionFailed, false},
+		{"if-not-exists", true, func(storage.Version) storage.Condition { return storage.IfNotExists() }, storage.ErrInvalidCondition, true},
+		{"if-match/empty-version", true, func(storage.Version) storage.Condition { return storage.IfMatch("") }, storage.ErrInvalidCondition, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "del/" + strings.ReplaceAll(tc.name, "/", "-")
+			var cur storage.Version
+			if tc.setup {
+				cur = mustPut(t, s, key, []byte("v"), storage.Condition{})
+			}
+			err := s.Delete(ctxT(t), key, tc.cond(cur))
+			if tc.wantErr == nil && err != nil {
+				t.Fatalf("Delete: %v", err)
+			}
+			if tc.wantErr != nil {
+				wantErr(t, "Delete", err, tc.wantErr)
+			}
+			if tc.wantExists {
+				wantGet(t, s, key, []byte("v"), cur)
+			} else {
+				wantMissing(t, s, key)
+			}
+		})
+	}
+}
+
+func testRecreateAfterDelete(t *testing.T, s storage.Store) {
+	const key = "jobs/j1.json"
+	v1 := mustPut(t, s, key, []byte("a"), storage.IfNotExists())
+	if err := s.Delete(ctxT(t), key, storage.IfMatch(v1)); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	wantMissing(t, s, key)
+	if got := listAll(t, s, "jobs/"); len(got) != 0 {
+		t.Fatalf("List after Delete = %q, want none", got)
+	}
+	v2 := mustPut(t, s, key, []byte("a"), storage.IfNotExists())
+	if v2 == v1 {
+		t.Fatalf("re-created key reused version %q", v1)
+	}
+	_, err := s.Put(ctxT(t), key, []byte("b"), storage.IfMatch(v1))
+	wantErr(t, "Put IfMatch(version from before the delete)", err, storage.ErrPreconditionFailed)
+}
+
+// testCreateOnceRace: 16 goroutines create one key; exactly one wins and
+// its value is the one stored.
+func testCreateOnceRace(t *testing.T, s storage.Store) {
+	const n = 16
+	const key = "artifacts/once.json"
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		errs    [n]error
+		vers    [n]storage.Version
+		winners atomic.Int32
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			vers[i], errs[i] = s.Put(ctxT(t), key, []byte("writer-"+strconv.Itoa(i)), storage.IfNotExists())
+			if errs[i] == nil {
+				winners.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if w := winners.Load(); w != 1 {
+		t.Fatalf("%d writers won a create-only race, want exactly 1 (errors: %v)", w, errs)
+	}
+	for i := range n {
+		if errs[i] == nil {
+			wantGet(t, s, key, []byte("writer-"+strconv.Itoa(i)), vers[i])
+			continue
+		}
+		wantErr(t, "losing create", errs[i], storage.ErrPreconditionFailed)
+	}
+}
+
+// testCASCounterRace: 8 goroutines each add 1 a hundred times with
+// read/compare-and-swap; the counter must end at exactly 800 and exactly 800
+// swaps must have succeeded.
+func testCASCounterRace(t *testing.T, s storage.Store) {
+	const goroutines, increments = 8, 100
+	const key = "counter"
+	mustPut(t, s, key, []byte("0"), storage.IfNotExists())
+	var wg sync.WaitGroup
+	var successes, conflicts atomic.Int64
+	errc := make(chan error, goroutines)
+	for range goroutines {
+		wg.Go(func() {
+			for done := 0; done < increments; {
+				b, v, err := s.Get(ctxT(t), key)
+				if err != nil {
+					errc <- err
+					return
+				}
+				n, err := strconv.Atoi(string(b))
+				if err != nil {
+					errc <- fmt.Errorf("counter holds %q: %w", b, err)
+					return
+				}
+				_, err = s.Put(ctxT(t), key, []byte(strconv.Itoa(n+1)), storage.IfMatch(v))
+				switch {
+				case err == nil:
+					done++
+					successes.Add(1)
+				case errors.Is(err, storage.ErrPreconditionFailed):
+					conflicts.Add(1)
+				default:
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	b, _ := mustGet(t, s, key)
+	if string(b) != strconv.Itoa(goroutines*increments) || successes.Load() != goroutines*increments {
+		t.Fatalf("counter = %s after %d successful swaps, want %d", b, successes.Load(), goroutines*increments)
+	}
+	t.Logf("%d swaps, %d conflicts", successes.Load(), conflicts.Load())
+}
+
+func testListOrder(t *testing.T, s storage.Store) {
+	keys := []string{"a/2", "b", "a-b", "a/b/c", "a/1", "ab", "a/10", "A", "a/é", "a/z"}
+	for _, k := range keys {
+		mustPut(t, s, k, []byte(k), storage.Condition{})
+	}
+	tests := []struct {
+		prefix string
+		want   []string
+	}{
+		{"", []string{"A", "a-b", "a/1", "a/10", "a/2", "a/b/c", "a/z", "a/é", "ab", "b"}},
+		{"a/", []string{"a/1", "a/10", "a/2", "a/b/c", "a/z", "a/é"}},
+		{"a", []string{"a-b", "a/1", "a/10", "a/2", "a/b/c", "a/z", "a/é", "ab"}},
+		{"a/1", []string{"a/1", "a/10"}},
+		{"a/b", []string{"a/b/c"}},
+		{"a/b/c", []string{"a/b/c"}},
+		{"a/b/", []string{"a/b/c"}},
+		{"c", []string{}},
+		{"a/x/", []string{}},
+	}
+	for _, tc := range tests {
+		if diff := cmp.Diff(tc.want, listAll(t, s, tc.prefix)); diff != "" {
+			t.Errorf("List(%q) mismatch (-want +got):\n%s", tc.prefix, diff)
+		}
+	}
+	for _, bad := range []string{"/a", "a//", "../", "a/../", "a\x00", "\xff"} {
+		var gotErr error
+		n := 0
+		for _, err := range s.List(ctxT(t), bad) {
+			n++
+			gotErr = err
+		}
+		if n != 1 || !errors.Is(gotErr, storage.ErrInvalidKey) {
+			t.Errorf("List(%q) yielded %d items, last error %v; want one ErrInvalidKey", bad, n, gotErr)
+		}
+	}
+}
+
+func testListStopsEarly(t *testing.T, s storage.Store) {
+	for i := range 5 {
+		mustPut(t, s, fmt.Sprintf("stop/%d", i), nil, storage.Condition{})
+	}
+	var got []string
+	for k, err := range s.List(ctxT(t), "stop/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, k)
+		if len(got) == 2 {
+			break
+		}
+	}
+	if diff := cmp.Diff([]string{"stop/0", "stop/1"}, got); diff != "" {
+		t.Fatalf("List with break (-want +got):\n%s", diff)
+	}
+}
+
+// testListMany puts more keys than one S3 page (1,000) holds.
+func testListMany(t *testing.T, s storage.Store) {
+	const n = 1234
+	want := make([]string, n)
+	for i := range n {
+		want[i] = fmt.Sprintf("many/%05d.json", i)
+	}
+	mustPut(t, s, "many.json", nil, storage.Condition{}) // outside the prefix, sorts before it
+	mustPut(t, s, "manz/0", nil, storage.Condition{})    // outside the prefix, sorts after it
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for _, k := range want {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := s.Put(ctxT(t), k, []byte(k), storage.IfNotExists()); err != nil {
+				errc <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	got := listAll(t, s, "many/")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("List of %d keys mismatch (-want +got):\n%s", n, diff)
+	}
+}
+
+// InvalidKeys lists keys every Store must refuse, for adapters' own tests.
+func InvalidKeys() []string {
+	return []string{
+		"",
+		"/abs",
+		"trailing/",
+		"double//slash",
+		"..",
+		".",
+		"../escape",
+		"a/../b",
+		"a/./b",
+		"nul\x00byte",
+		"new\nline",
+		"tab\there",
+		"del\x7f",
+		"c1\u0085control",
+		"back\\slash",
+		"bad-utf8-\xff",
+		".cnv-lock",
+		"a/.cnvtmp",
+		longKey() + "k",
+		strings.Repeat("s", storage.MaxSegmentLen+1),
+	}
+}
+
+// longKey is a valid key of exactly storage.MaxKeyLen bytes, in segments
+// of storage.MaxSegmentLen.
+func longKey() string {
+	var b strings.Builder
+	for b.Len() < storage.MaxKeyLen {
+		if b.Len() > 0 {
+			b.WriteByte('/')
+		}
+		n := min(storage.MaxSegmentLen, storage.MaxKeyLen-b.Len())
+		b.WriteString(strings.Repeat("k", n))
+	}
+	return b.String()
+}
+
+func testInvalidKeys(t *testing.T, s storage.Store) {
+	ctx := ctxT(t)
+	for _, key := range InvalidKeys() {
+		name := strconv.Quote(key)
+		if len(name) > 40 {
+			name = name[:40]
+		}
+		t.Run(name, func(t *testing.T) {
+			_, _, err := s.Get(ctx, key)
+			wantErr(t, "Get", err, storage.ErrInvalidKey)
+			_, err = s.Put(ctx, key, []byte("x"), storage.Condition{})
+			wantErr(t, "Put", err, storage.ErrInvalidKey)
+			_, err = s.Put(ctx, key, []byte("x"), storage.IfNotExists())
+			wantErr(t, "Put IfNotExists", err, storage.ErrInvalidKey)
+			err = s.Delete(ctx, key, storage.Condition{})
+			wantErr(t, "Delete", err, storage.ErrInvalidKey)
+		})
+	}
+	if got := listAll(t, s, ""); len(got) != 0 {
+		t.Fatalf("refused keys left objects behind: %q", got)
+	}
+}
+
+// testUnusualValidKeys: keys that look odd but are valid must round-trip
+// exactly and not alias each other.
+func testUnusualValidKeys(t *testing.T, s storage.Store) {
+	keys := []string{
+		"with space/file name.json",
+		"ключ/значення.json",
+		"..dots/x",
+		"x..y/z",
+		"colon:key/a:b",
+		"a-b", "a.b", "a_b/c", "a/b", // neighbours of "a/" in byte order
+		"idempotency/github:12345678-1234-1234-1234-123456789012.json",
+		longKey(),
+	}
+	for _, k := range keys {
+		mustPut(t, s, k, []byte("v:"+k), storage.IfNotExists())
+	}
+	for _, k := range keys {
+		wantGet(t, s, k, []byte("v:"+k), "")
+	}
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	if diff := cmp.Diff(want, listAll(t, s, "")); diff != "" {
+		t.Fatalf("List mismatch (-want +got):\n%s", diff)
+	}
+	if err := s.Delete(ctxT(t), "a/b", storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	wantMissing(t, s, "a/b")
+	wantMissing(t, s, "a")
+	wantGet(t, s, "a_b/c", []byte("v:a_b/c"), "")
+	wantGet(t, s, "a.b", []byte("v:a.b"), "")
+}
+
+func testContextCanceled(t *testing.T, s storage.Store) {
+	const key = "ctx/k"
+	v := mustPut(t, s, key, []byte("kept"), storage.Condition{})
+
+	canceled, cancel := context.WithCancel(ctxT(t))
+	cancel()
+	expired, cancel2 := context.WithDeadline(ctxT(t), time.Now().Add(-time.Second))
+	defer cancel2()
+
+	for _, c := range []struct {
+		ctx  context.Context
+		want error
+	}{{canceled, context.Canceled}, {expired, context.DeadlineExceeded}} {
+		_, _, err := s.Get(c.ctx, key)
+		wantErr(t, "Get", err, c.want)
+		_, err = s.Put(c.ctx, key, []byte("overwritten"), storage.Condition{})
+		wantErr(t, "Put", err, c.want)
+		_, err = s.Put(c.ctx, "ctx/new", []byte("created"), storage.IfNotExists())
+		wantErr(t, "Put IfNotExists", err, c.want)
+		err = s.Delete(c.ctx, key, storage.Condition{})
+		wantErr(t, "Delete", err, c.want)
+		var listErr error
+		for _, err := range s.List(c.ctx, "ctx/") {
+			listErr = err
+		}
+		wantErr(t, "List", listErr, c.want)
+	}
+	wantGet(t, s, key, []byte("kept"), v)
+	wantMissing(t, s, "ctx/new")
+}
+
+func testLargeValues(t *testing.T, s storage.Store) {
+	for _, size := range []int{5<<20 + 1, 8 << 20} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			big := make([]byte, size)
+			_, _ = rand.Read(big)
+			key := "big/" + strconv.Itoa(size)
+			v1 := mustPut(t, s, key, big, storage.IfNotExists())
+			wantGet(t, s, key, big, v1)
+			big[0] ^= 0xff
+			v2 := mustPut(t, s, key, big, storage.IfMatch(v1))
+			wantGet(t, s, key, big, v2)
+		})
+	}
+}
+
+// BenchValueSize is the value size the benchmarks write: a typical
+// status.json.
+const BenchValueSize = 1 << 10
+
+// BenchmarkStore measures Get, create-only Put and compare-and-swap Put on
+// the stores newStore makes, each as a sub-benchmark (Get, Create,
+// CASUpdate) so adapters report comparable figures.
+func BenchmarkStore(b *testing.B, newStore func(b *testing.B) storage.Store) {
+	value := bytes.Repeat([]byte("x"), BenchValueSize)
+	b.Run("Get", func(b *testing.B) {
+		s := newStore(b)
+		ctx := b.Context()
+		if _, err := s.Put(ctx, "bench/get", value, storage.Condition{}); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(BenchValueSize)
+		b.ResetTimer()
+		for b.Loop() {
+			if _, _, err := s.Get(ctx, "bench/get"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Create", func(b *testing.B) {
+		s := newStore(b)
+		ctx := b.Context()
+		b.SetBytes(BenchValueSize)
+		i := 0
+		for b.Loop() {
+			i++
+			if _, err := s.Put(ctx, "bench/create/"+strconv.Itoa(i), value, storage.IfNotExists()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("CASUpdate", func(b *testing.B) {
+		s := newStore(b)
+		ctx := b.Context()
+		v, err := s.Put(ctx, "bench/cas", value, storage.Condition{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(BenchValueSize)
+		for b.Loop() {
+			if v, err = s.Put(ctx, "bench/cas", value, storage.IfMatch(v)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,54 @@
+package storetest_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestSuiteOnMemstore runs the suite against the simplest adapter, so a
+// change to the suite is checked even without the adapters' own packages.
+func TestSuiteOnMemstore(t *testing.T) {
+	storetest.TestStore(t, func(*testing.T) storage.Store { return memstore.New() })
+}
+
+// TestRegisterModelRejects proves the linearizability model can fail: it
+// must refuse a stale read, a lost compare-and-swap that "succeeded", and a
+// write that kept the old version (the ABA trap).
+func TestRegisterModelRejects(t *testing.T) {
+	type op = porcupine.Operation
+	put := func(c int, v, ver string, call, ret int64) op {
+		return op{ClientId: c, Input: storetest.RegInputForTest("put", v, ""), Output: storetest.RegOutputForTest("ok", "", ver), Call: call, Return: ret}
+	}
+	get := func(c int, v, ver string, call, ret int64) op {
+		return op{ClientId: c, Input: storetest.RegInputForTest("get", "", ""), Output: storetest.RegOutputForTest("ok", v, ver), Call: call, Return: ret}
+	}
+	cas := func(c int, v, expect, res, ver string, call, ret int64) op {
+		return op{ClientId: c, Input: storetest.RegInputForTest("cas", v, expect), Output: storetest.RegOutputForTest(res, "", ver), Call: call, Return: ret}
+	}
+	tests := []struct {
+		name string
+		ops  []op
+		want porcupine.CheckResult
+	}{
+		{"sequential ok", []op{put(0, "a", "v1", 0, 1), get(1, "a", "v1", 2, 3), cas(0, "b", "v1", "ok", "v2", 4, 5), get(1, "b", "v2", 6, 7)}, porcupine.Ok},
+		{"concurrent read may see either", []op{put(0, "a", "v1", 0, 1), put(0, "b", "v2", 2, 5), get(1, "a", "v1", 3, 4)}, porcupine.Ok},
+		{"stale read", []op{put(0, "a", "v1", 0, 1), put(0, "b", "v2", 2, 3), get(1, "a", "v1", 4, 5)}, porcupine.Illegal},
+		{"two cas from one version", []op{put(0, "a", "v1", 0, 1), cas(0, "b", "v1", "ok", "v2", 2, 3), cas(1, "c", "v1", "ok", "v3", 4, 5)}, porcupine.Illegal},
+		{"failed cas that should succeed", []op{put(0, "a", "v1", 0, 1), cas(0, "b", "v1", "pf", "", 2, 3)}, porcupine.Illegal},
+		{"rewrite kept version", []op{put(0, "a", "v1", 0, 1), put(0, "a", "v1", 2, 3)}, porcupine.Illegal},
+	}
+	for _, tc := range tests {
+		if got := storetest.CheckRegisterHistory(tc.ops, 10*time.Second); got != tc.want {
+			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
