@@ -57,10 +57,7 @@ func (r *Runner) control(ctx context.Context, runID string, actor Actor, change 
 		r.cleanup(ctx, slug, runID, "", "")
 		r.finished(ctx, after)
 	} else if !f.executing(doc.Status) || after.Lease == nil {
-		select {
-		case r.wake <- candidate{slug: slug, w: w}:
-		default:
-		}
+		r.hand(candidate{slug: slug, w: w})
 	}
 	return after, nil
 }

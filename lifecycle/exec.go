@@ -34,6 +34,8 @@ type execution struct {
 	records map[int]RunStepRecord
 	// lastProposals are the final step's, counted by the terminal write.
 	lastProposals []string
+	input         json.RawMessage
+	inputKnown    bool
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc
@@ -200,8 +202,12 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return x.writeFailure(err)
 		}
 	}
-	var input json.RawMessage
-	if inKey, err := runInputKey(doc.AgentSlug, doc.RunID); err == nil {
+	input := x.input
+	if !x.inputKnown {
+		inKey, err := runInputKey(doc.AgentSlug, doc.RunID)
+		if err != nil {
+			return outcome{kind: failed, err: err}
+		}
 		if b, _, err := r.store.Get(ctx, inKey); err == nil {
 			input = b
 		} else if !errors.Is(err, storage.ErrNotFound) {

@@ -1,6 +1,176 @@
 package lifecycle_test
 
-// helperEnv makes the test binary act as a runner process (see helperMain).
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// helperEnv makes the test binary act as a runner process (see helperMain):
+// its value is the directory the processes share.
 const helperEnv = "CONVEYOR_LIFECYCLE_HELPER"
 
-func helperMain() int { return 0 }
+// killAgent's steps append their name to dir/executions.log each time they
+// run, so the test can count executions across processes. In the victim
+// process "render" announces itself and then hangs until it is killed.
+func killAgent(dir string, victim bool) lifecycle.Agent {
+	record := func(name string) error {
+		f, err := os.OpenFile(filepath.Join(dir, "executions.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = fmt.Fprintln(f, name)
+		return err
+	}
+	step := func(name string, resumable, idempotent bool, body func(ctx context.Context) error) lifecycle.Step {
+		return lifecycle.Step{Name: name, Resumable: resumable, Idempotent: idempotent,
+			Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+				if err := record(name); err != nil {
+					return lifecycle.StepOutput{}, err
+				}
+				if body != nil {
+					if err := body(ctx); err != nil {
+						return lifecycle.StepOutput{}, err
+					}
+				}
+				return lifecycle.StepOutput{Summary: name, Data: json.RawMessage(`"` + name + `"`)}, nil
+			}}
+	}
+	hang := func(ctx context.Context) error {
+		if !victim {
+			return nil
+		}
+		if err := os.WriteFile(filepath.Join(dir, "in-render"), nil, 0o644); err != nil {
+			return err
+		}
+		<-ctx.Done() // until SIGKILL
+		return ctx.Err()
+	}
+	return lifecycle.Agent{Slug: "killable", Steps: []lifecycle.Step{
+		step("fetch", true, true, nil),
+		step("charge", true, false, nil), // a side effect that must never repeat
+		step("render", false, true, hang),
+		step("publish", false, false, nil),
+	}}
+}
+
+// helperMain is the victim process: a runner on the shared directory that
+// submits one run, prints its id and executes it until killed.
+func helperMain() int {
+	dir := os.Getenv(helperEnv)
+	store, err := filestore.New(filepath.Join(dir, "store"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	r, err := lifecycle.NewRunner(lifecycle.Config{
+		Store: store, Owner: "victim", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		LeaseDuration: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
+	}, killAgent(dir, true))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "killable"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Println(res.RunID)
+	_ = r.Run(context.Background())
+	return 0
+}
+
+func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("victim printed no run id: %v\n%s", err, stderr.String())
+	}
+	runID := strings.TrimSpace(line)
+	until(t, "the victim to enter render", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "in-render"))
+		return err == nil
+	})
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup of any kind
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+
+	// A second runner, whose clock reads past the victim's lease.
+	store, err := filestore.New(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Now().Add(time.Hour))
+	r, err := lifecycle.NewRunner(lifecycle.Config{Store: store, Owner: "rescuer", Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, killAgent(dir, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	st, err := r.Wait(wctx, runID)
+	if err != nil {
+		t.Fatalf("wait: %v (victim said:\n%s)", err, stderr.String())
+	}
+	if st.Status != "completed" || st.ResumeCount != 1 || st.StepsCompleted != 4 {
+		t.Fatalf("after takeover: %+v", st)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "executions.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(string(log))
+	want := []string{"fetch", "charge", "render", "render", "publish"}
+	if !slices.Equal(got, want) {
+		t.Errorf("executions %v, want %v: charge (not idempotent) once, render (idempotent) replayed", got, want)
+	}
+	steps, err := r.Steps(context.Background(), runID)
+	if err != nil || len(steps) != 4 {
+		t.Fatalf("step files %+v (%v)", steps, err)
+	}
+	for i, s := range steps {
+		wantEpoch := int64(1)
+		if i >= 2 {
+			wantEpoch = 2
+		}
+		if s.Status != lifecycle.StepCompleted || s.Epoch != wantEpoch {
+			t.Errorf("step %d: %s by epoch %d, want completed by epoch %d", s.StepNumber, s.Status, s.Epoch, wantEpoch)
+		}
+	}
+}

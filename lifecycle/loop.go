@@ -31,9 +31,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
-		case c := <-r.wake:
+		case <-r.wake:
 			t.Stop()
-			r.consider(ctx, c, false)
+			for _, c := range r.takeHanded() {
+				r.consider(ctx, c, false)
+			}
 		case <-t.C():
 			r.poll(ctx, false)
 		}
@@ -206,7 +208,25 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		}
 		keys[i] = key
 	}
+	// Slots this runner's own executions hold need no look.
+	r.mu.Lock()
+	var open []string
 	for _, key := range keys {
+		if _, held := r.heldSlots[key]; !held {
+			open = append(open, key)
+		}
+	}
+	r.mu.Unlock()
+	if len(open) == 0 {
+		return "", "", errNoSlot
+	}
+	take := func(key string, v storage.Version) (string, storage.Version, error) {
+		r.mu.Lock()
+		r.heldSlots[key] = runID
+		r.mu.Unlock()
+		return key, v, nil
+	}
+	for _, key := range open {
 		r.mu.Lock()
 		v, ok := r.freedSlots[key]
 		delete(r.freedSlots, key)
@@ -215,23 +235,23 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 			continue
 		}
 		if v, err := r.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
-			return key, v, nil
+			return take(key, v)
 		}
 	}
-	for _, key := range keys {
+	for _, key := range open {
 		v, err := r.store.Put(ctx, key, body, storage.IfNotExists())
 		if err == nil {
-			return key, v, nil
+			return take(key, v)
 		}
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			return "", "", err
 		}
 	}
-	for _, key := range keys {
+	for _, key := range open {
 		b, v, err := r.store.Get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
 			if v, err := r.store.Put(ctx, key, body, storage.IfNotExists()); err == nil {
-				return key, v, nil
+				return take(key, v)
 			}
 			continue
 		}
@@ -241,11 +261,11 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		var e slotEntry
 		_ = json.Unmarshal(b, &e)
 		if e.RunID == runID {
-			return key, v, nil
+			return take(key, v)
 		}
 		if e.RunID == "" || r.slotHolderGone(ctx, slug, e.RunID) {
 			if v, err := r.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
-				return key, v, nil
+				return take(key, v)
 			}
 		}
 	}
@@ -279,6 +299,9 @@ func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Ve
 	if key == "" {
 		return
 	}
+	r.mu.Lock()
+	delete(r.heldSlots, key)
+	r.mu.Unlock()
 	free, err := r.store.Put(ctx, key, []byte(`{"run_id":""}`), storage.IfMatch(v))
 	switch {
 	case err == nil:
@@ -295,13 +318,7 @@ func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Ve
 	}
 	r.mu.Unlock()
 	if len(next) > 0 {
-		select {
-		case r.wake <- next[0]:
-		default:
-			r.mu.Lock()
-			r.waiting[slug] = append(r.waiting[slug], next[0])
-			r.mu.Unlock()
-		}
+		r.hand(next[0])
 	}
 }
 
@@ -362,7 +379,8 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 	c.w.mu.Lock()
 	c.w.epoch, c.w.leaseUntil = epoch, c.w.doc.Lease.ExpiresAt
 	c.w.mu.Unlock()
-	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{}}
+	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{},
+		input: c.input, inputKnown: c.inputKnown}
 	return x, nil
 }
 

@@ -31,7 +31,10 @@ type Runner struct {
 	audit  *storage.AuditLog
 	agents map[string]*agentDef
 
-	wake chan candidate
+	// handed holds runs handed to the loop (by Submit, control calls and
+	// freed slots); wake tells the loop there are some.
+	handed []candidate
+	wake   chan struct{}
 
 	mu        sync.Mutex
 	executing map[string]*execution // by run id
@@ -40,6 +43,8 @@ type Runner struct {
 	// freedSlots remembers the version of each slot this runner freed, so
 	// taking it again is one compare-and-swap without a read.
 	freedSlots map[string]storage.Version
+	// heldSlots are the slots this runner's executions hold, by key.
+	heldSlots map[string]string
 
 	started atomic.Bool
 	wg      sync.WaitGroup
@@ -56,6 +61,10 @@ type agentDef struct {
 type candidate struct {
 	slug string
 	w    *statusWriter
+	// input is the run's input when known (handed over by Submit), so
+	// executing it needs no read either.
+	input      json.RawMessage
+	inputKnown bool
 }
 
 // NewRunner checks cfg and the agents and returns a Runner. Nothing runs
@@ -70,11 +79,12 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		log:        cfg.Logger,
 		audit:      &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
 		agents:     map[string]*agentDef{},
-		wake:       make(chan candidate, 1024),
+		wake:       make(chan struct{}, 1),
 		executing:  map[string]*execution{},
 		waiting:    map[string][]candidate{},
 		changed:    make(chan struct{}),
 		freedSlots: map[string]storage.Version{},
+		heldSlots:  map[string]string{},
 	}
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)
@@ -265,11 +275,28 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 		r.broadcast()
 	}
 	w := &statusWriter{r: r, key: statusKey, doc: doc, ver: ver}
-	select {
-	case r.wake <- candidate{slug: agent.Slug, w: w}:
-	default: // the loop is busy; its next poll finds the run
-	}
+	r.hand(candidate{slug: agent.Slug, w: w, input: req.Input, inputKnown: true})
 	return nil
+}
+
+// hand gives the loop a run to consider, without blocking.
+func (r *Runner) hand(c candidate) {
+	r.mu.Lock()
+	r.handed = append(r.handed, c)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// takeHanded empties the queue of handed runs.
+func (r *Runner) takeHanded() []candidate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.handed
+	r.handed = nil
+	return h
 }
 
 // putOnce writes value at key create-only; an existing key is left as is.

@@ -131,15 +131,21 @@ func scenarioHappyPath(t *testing.T, g *rig) {
 	}
 	// One audit event per status write: requested, queued, running, 2 step
 	// updates, completed.
+	// The audit event follows its status write, so it may land just after
+	// Wait saw the status.
 	var events []storage.AuditEvent
-	for ev, err := range storage.ReadAuditDay(context.Background(), g.store, epoch0) {
-		if err != nil {
-			t.Fatal(err)
+	until(t, "six audit events", func() bool {
+		events = events[:0]
+		for ev, err := range storage.ReadAuditDay(context.Background(), g.store, epoch0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.RunID == id {
+				events = append(events, ev)
+			}
 		}
-		if ev.RunID == id {
-			events = append(events, ev)
-		}
-	}
+		return len(events) >= 6
+	})
 	var moves []string
 	for _, ev := range events {
 		moves = append(moves, ev.From+">"+ev.To)
@@ -152,19 +158,23 @@ func scenarioHappyPath(t *testing.T, g *rig) {
 	if !slices.Equal(moves, want) {
 		t.Errorf("audit moves %v, want %v", moves, want)
 	}
-	// The run left no slot or active entry behind.
-	for key, err := range g.store.List(context.Background(), "index/active/") {
-		t.Errorf("active entry left: %s %v", key, err)
-	}
-	for key, err := range g.store.List(context.Background(), "agents/"+agent.Slug+"/slots/") {
-		var slot struct {
-			RunID string `json:"run_id"`
+	// The run leaves no active entry and no held slot behind (cleanup follows
+	// the final status write).
+	until(t, "cleanup after the run", func() bool {
+		for range g.store.List(context.Background(), "index/active/") {
+			return false
 		}
-		readJSON(t, g.store, key, &slot)
-		if err != nil || slot.RunID != "" {
-			t.Errorf("slot %s still held by %q (%v)", key, slot.RunID, err)
+		for key := range g.store.List(context.Background(), "agents/"+agent.Slug+"/slots/") {
+			var slot struct {
+				RunID string `json:"run_id"`
+			}
+			readJSON(t, g.store, key, &slot)
+			if slot.RunID != "" {
+				return false
+			}
 		}
-	}
+		return true
+	})
 }
 
 func scenarioConcurrency(t *testing.T, g *rig) {

@@ -1,0 +1,227 @@
+package lifecycle_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// recordingMetrics keeps every metric call.
+type recordingMetrics struct {
+	mu          sync.Mutex
+	transitions []string
+	finished    []string
+	active      map[string]int
+	idem        []string
+}
+
+func (m *recordingMetrics) RunTransition(machine, from, to string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.transitions = append(m.transitions, machine+":"+from+">"+to)
+}
+
+func (m *recordingMetrics) RunFinished(agent, status string, d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.finished = append(m.finished, agent+":"+status)
+}
+
+func (m *recordingMetrics) RunActive(status string, delta int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.active == nil {
+		m.active = map[string]int{}
+	}
+	m.active[status] += delta
+}
+
+func (m *recordingMetrics) Idempotency(source string, hit bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.idem = append(m.idem, source+":"+map[bool]string{true: "hit", false: "miss"}[hit])
+}
+
+func TestObservability(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	metrics := &recordingMetrics{}
+	var logs *logBuffer
+	agent := lifecycle.Agent{Slug: "observed", Steps: []lifecycle.Step{okStep("one"), okStep("two")}}
+	r, _ := g.runner("a", func(c *lifecycle.Config) { c.Metrics = metrics; logs = capture(c) }, agent)
+	ctx := context.Background()
+	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:cli-abc123:req-1"}
+	res, err := r.Submit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Submit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	g.wait(r, res.RunID, 0, 0)
+
+	// seed 004 §7.2 log events, with their fields.
+	var events = map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		events[rec["msg"].(string)] = rec
+	}
+	for name, fields := range map[string][]string{
+		"run_created":     {"runId", "type", "idempotencyKey"},
+		"run_transition":  {"runId", "from", "to", "initiator"},
+		"run_checkpoint":  {"runId", "stepId", "resumable"},
+		"run_completed":   {"runId", "durationMs", "status"},
+		"idempotency_hit": {"key", "cachedRunId"},
+	} {
+		rec, ok := events[name]
+		if !ok {
+			t.Errorf("no %s event in:\n%s", name, logs.String())
+			continue
+		}
+		for _, f := range fields {
+			if _, ok := rec[f]; !ok {
+				t.Errorf("%s lacks %s: %v", name, f, rec)
+			}
+		}
+	}
+	// seed 004 §7.1 metrics.
+	metrics.mu.Lock()
+	defer metrics.mu.Unlock()
+	want := []string{"canonical-run:>requested", "canonical-run:requested>queued", "canonical-run:queued>running",
+		"canonical-run:running>running", "canonical-run:running>completed"}
+	if strings.Join(metrics.transitions, " ") != strings.Join(want, " ") {
+		t.Errorf("transitions %v, want %v", metrics.transitions, want)
+	}
+	if len(metrics.finished) != 1 || metrics.finished[0] != "observed:completed" {
+		t.Errorf("finished %v", metrics.finished)
+	}
+	for status, n := range metrics.active {
+		if n != 0 {
+			t.Errorf("active gauge %s = %d after the run ended", status, n)
+		}
+	}
+	if strings.Join(metrics.idem, " ") != "api:miss api:hit" {
+		t.Errorf("idempotency %v", metrics.idem)
+	}
+}
+
+func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	r, _ := g.runner("a", nil, lifecycle.Agent{Slug: "ok", Steps: []lifecycle.Step{okStep("s")}})
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		req  lifecycle.SubmitRequest
+	}{
+		{"unknown agent", lifecycle.SubmitRequest{AgentSlug: "nope"}},
+		{"path agent", lifecycle.SubmitRequest{AgentSlug: "../x"}},
+		{"bad trigger", lifecycle.SubmitRequest{AgentSlug: "ok", Trigger: "webhook"}},
+		{"bad input", lifecycle.SubmitRequest{AgentSlug: "ok", Input: json.RawMessage(`{"a":`)}},
+		{"bad key scheme", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "jira:1"}},
+		{"key with space", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "github:a b"}},
+		{"key missing part", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "api:client-only"}},
+		{"key too long", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "github:" + strings.Repeat("x", 600)}},
+	}
+	for _, tt := range tests {
+		_, err := r.Submit(ctx, tt.req)
+		var re *lifecycle.RequestError
+		if !errors.As(err, &re) || lifecycle.HTTPStatus(lifecycle.ErrorCode(err)) != 400 {
+			t.Errorf("%s: %v, want a 400 RequestError", tt.name, err)
+		}
+	}
+	for key, err := range g.store.List(ctx, "") {
+		t.Errorf("refused submits wrote %s (%v)", key, err)
+	}
+	for _, id := range []string{"../etc/passwd", "", strings.Repeat("r", 300), "run\x00"} {
+		if _, err := r.Status(ctx, id); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
+			t.Errorf("Status(%q): %v", id, err)
+		}
+	}
+	if _, err := r.Status(ctx, "run_2026-02-14_080000_abc123"); !errors.Is(err, lifecycle.ErrRunNotFound) {
+		t.Errorf("unknown run: %v", err)
+	}
+}
+
+func TestNewRunnerRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	store := memStore(t)
+	ok := lifecycle.Agent{Slug: "a", Steps: []lifecycle.Step{okStep("s")}}
+	tests := []struct {
+		name   string
+		cfg    lifecycle.Config
+		agents []lifecycle.Agent
+		want   string
+	}{
+		{"no store", lifecycle.Config{}, []lifecycle.Agent{ok}, "Store is required"},
+		{"no agents", lifecycle.Config{Store: store}, nil, "no agents"},
+		{"bad slug", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a/b", Steps: ok.Steps}}, "agent slug"},
+		{"unknown machine", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a", Machine: "fsm", Steps: ok.Steps}}, "unknown machine"},
+		{"no steps", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a"}}, "no steps"},
+		{"bad step name", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a", Steps: []lifecycle.Step{{Name: "x/y", Run: ok.Steps[0].Run}}}}, "step name"},
+		{"duplicate step", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a", Steps: []lifecycle.Step{ok.Steps[0], ok.Steps[0]}}}, "used twice"},
+		{"nil run", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a", Steps: []lifecycle.Step{{Name: "s"}}}}, "no Run func"},
+		{"duplicate agent", lifecycle.Config{Store: store}, []lifecycle.Agent{ok, ok}, "given twice"},
+		{"heartbeat too slow", lifecycle.Config{Store: store, HeartbeatInterval: time.Hour}, []lifecycle.Agent{ok}, "shorter than LeaseDuration"},
+	}
+	for _, tt := range tests {
+		_, err := lifecycle.NewRunner(tt.cfg, tt.agents...)
+		if !errors.Is(err, lifecycle.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want ErrInvalidConfig saying %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestHTTPStatusTable(t *testing.T) {
+	t.Parallel()
+	tests := map[string]int{
+		lifecycle.CodeNLMUnavailable: 502, lifecycle.CodeUpstreamUnavailable: 502, lifecycle.CodeAgentTimeout: 504,
+		lifecycle.CodeInternalError: 500, lifecycle.CodeInvalidTransition: 409, lifecycle.CodeTerminalState: 409,
+		lifecycle.CodeForbidden: 403, lifecycle.CodeIdempotencyConflict: 409, lifecycle.CodeIdempotencyExpired: 410,
+		lifecycle.CodeRunNotFound: 404, lifecycle.CodeInvalidRequest: 400, "SOMETHING_ELSE": 500,
+	}
+	for code, want := range tests {
+		if got := lifecycle.HTTPStatus(code); got != want {
+			t.Errorf("HTTPStatus(%s) = %d, want %d", code, got, want)
+		}
+	}
+	wrapped := fmtErr(lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "down"))
+	if lifecycle.ErrorCode(wrapped) != lifecycle.CodeNLMUnavailable || lifecycle.ErrorCode(errors.New("x")) != lifecycle.CodeInternalError || lifecycle.ErrorCode(nil) != "" {
+		t.Error("ErrorCode does not see through wrapping")
+	}
+}
+
+func fmtErr(err error) error { return errors.Join(errors.New("context"), err) }
+
+func FuzzParseIdempotencyKey(f *testing.F) {
+	for _, k := range []string{"github:12345678-1234", "api:cli:req", "slack:T1:1.2", "scheduler:daily:2024-12-19T00:00:00Z", "x", "api:", ":"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		k, err := lifecycle.ParseIdempotencyKey(key)
+		if err != nil {
+			return
+		}
+		if len(key) > 512 || strings.ContainsAny(key, " \t\n\x00") {
+			t.Fatalf("accepted %q", key)
+		}
+		for _, p := range k.Parts {
+			if p == "" {
+				t.Fatalf("empty part in %q", key)
+			}
+		}
+		if !slices.Contains([]string{lifecycle.SourceGitHub, lifecycle.SourceAPI, lifecycle.SourceSlack, lifecycle.SourceScheduler}, k.Source) {
+			t.Fatalf("source %q for %q", k.Source, key)
+		}
+	})
+}

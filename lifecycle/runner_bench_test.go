@@ -1,0 +1,77 @@
+package lifecycle_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// benchmarkRunner pushes b.N runs of three no-op steps through one Runner and
+// reports runs per second and store round trips per run.
+func benchmarkRunner(b *testing.B, store storage.Store, concurrency int) {
+	counting := &countingStore{Store: store}
+	done := make(chan string, 256)
+	noop := func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+		return lifecycle.StepOutput{}, nil
+	}
+	agent := lifecycle.Agent{Slug: "bench", Concurrency: concurrency, Steps: []lifecycle.Step{
+		{Name: "a", Run: noop}, {Name: "b", Run: noop}, {Name: "c", Run: noop}}}
+	r, err := lifecycle.NewRunner(lifecycle.Config{Store: counting, Owner: "bench",
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: finishSignal{Metrics: noMetrics{}, done: done}}, agent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-stopped }()
+	for counting.lists.Load() == 0 {
+		time.Sleep(time.Millisecond) // the start-up poll
+	}
+	counting.reset()
+	b.ResetTimer()
+	start := time.Now()
+	go func() {
+		for range b.N {
+			if _, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "bench"}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	}()
+	for range b.N {
+		if st := <-done; st != "completed" {
+			b.Fatalf("run %s", st)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(n/elapsed.Seconds(), "runs/s")
+	b.ReportMetric(float64(counting.puts.Load())/n, "puts/run")
+	b.ReportMetric(float64(counting.deletes.Load())/n, "deletes/run")
+	b.ReportMetric(float64(counting.gets.Load())/n, "gets/run")
+	b.ReportMetric(float64(counting.lists.Load())/n, "lists/run")
+}
+
+func BenchmarkRunnerMemstore(b *testing.B) {
+	for _, c := range []int{1, 8} {
+		b.Run(map[int]string{1: "concurrency-1", 8: "concurrency-8"}[c], func(b *testing.B) {
+			benchmarkRunner(b, memStore(b), c)
+		})
+	}
+}
+
+func BenchmarkRunnerMinIO(b *testing.B) {
+	for _, c := range []int{1, 8} {
+		b.Run(map[int]string{1: "concurrency-1", 8: "concurrency-8"}[c], func(b *testing.B) {
+			benchmarkRunner(b, minioStore(b), c)
+		})
+	}
+}
