@@ -25,19 +25,21 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	defer r.wg.Wait()
 	r.poll(ctx, true)
+	// The poll keeps its own schedule: a steady stream of handed runs must
+	// not starve it, or orphans and other runners' runs would wait forever.
+	t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
+	defer func() { t.Stop() }()
 	for {
-		t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return nil
 		case <-r.wake:
-			t.Stop()
 			for _, c := range r.takeHanded() {
 				r.consider(ctx, c, false)
 			}
 		case <-t.C():
 			r.poll(ctx, false)
+			t = r.cfg.Clock.NewTimer(r.cfg.PollInterval)
 		}
 	}
 }

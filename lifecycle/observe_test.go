@@ -225,3 +225,30 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 		}
 	})
 }
+
+// TestPollNotStarvedByHandoffs: a run submitted through another runner is
+// found by this one's poll even while work is handed to it every half
+// PollInterval (a poll timer reset at each handoff would never fire).
+func TestPollNotStarvedByHandoffs(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	agent := lifecycle.Agent{Slug: "busy", Concurrency: 4, Steps: []lifecycle.Step{okStep("s")}}
+	r, _ := g.runner("a", nil, agent)
+	gateway, err := lifecycle.NewRunner(lifecycle.Config{Store: g.store, Clock: g.clock}, agent) // never Run
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := gateway.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		submit(t, r, agent.Slug)
+		time.Sleep(5 * time.Millisecond)
+		g.clock.Advance(500 * time.Millisecond)
+	}
+	until(t, "the foreign run to complete", func() bool {
+		st, err := r.Status(context.Background(), foreign.RunID)
+		return err == nil && st.Status == "completed"
+	})
+}
