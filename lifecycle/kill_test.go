@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +17,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/clock"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // helperEnv makes the test binary act as a runner process (see helperMain):
@@ -69,11 +72,31 @@ func killAgent(dir string, victim bool) lifecycle.Agent {
 	}}
 }
 
-// helperMain is the victim process: a runner on the shared directory that
+// Environment of the victim process for the MinIO variant.
+const (
+	helperS3Endpoint = "CONVEYOR_LIFECYCLE_HELPER_S3"
+	helperS3Bucket   = "CONVEYOR_LIFECYCLE_HELPER_BUCKET"
+	helperS3Prefix   = "CONVEYOR_LIFECYCLE_HELPER_PREFIX"
+)
+
+// helperStore opens the store the processes share: MinIO when the parent
+// said so, else a filestore in the shared directory.
+func helperStore(dir string) (storage.Store, error) {
+	if endpoint := os.Getenv(helperS3Endpoint); endpoint != "" {
+		return s3store.New(context.Background(), s3store.Config{
+			Endpoint: endpoint, Bucket: os.Getenv(helperS3Bucket), Prefix: os.Getenv(helperS3Prefix),
+			Region: "us-east-1", UsePathStyle: true,
+			AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
+		})
+	}
+	return filestore.New(filepath.Join(dir, "store"))
+}
+
+// helperMain is the victim process: a runner on the shared store that
 // submits one run, prints its id and executes it until killed.
 func helperMain() int {
 	dir := os.Getenv(helperEnv)
-	store, err := filestore.New(filepath.Join(dir, "store"))
+	store, err := helperStore(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -98,9 +121,35 @@ func helperMain() int {
 
 func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	t.Run("filestore", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		testSIGKILL(t, dir, nil, func() storage.Store {
+			s, err := filestore.New(filepath.Join(dir, "store"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		})
+	})
+	t.Run("minio", func(t *testing.T) {
+		t.Parallel()
+		minioStore(t) // starts the shared server and its bucket, or skips
+		srv := minio.Get(t)
+		prefix := fmt.Sprintf("kill-%d/", time.Now().UnixNano())
+		s, err := s3store.NewWithClient(srv.Client(&http.Client{Transport: transport}), bucket, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
+			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
+		testSIGKILL(t, t.TempDir(), env, func() storage.Store { return s })
+	})
+}
+
+func testSIGKILL(t *testing.T, dir string, env []string, open func() storage.Store) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+dir), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -128,10 +177,7 @@ func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
 
 	// A second runner, whose clock reads past the victim's lease.
-	store, err := filestore.New(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := open()
 	clk := clock.NewFake(time.Now().Add(time.Hour))
 	r, err := lifecycle.NewRunner(lifecycle.Config{Store: store, Owner: "rescuer", Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, killAgent(dir, false))
