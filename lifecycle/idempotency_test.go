@@ -1,0 +1,126 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// faultyStore fails Puts whose key matches, with errInjected: after letting
+// skip of them through, the next n.
+type faultyStore struct {
+	storage.Store
+	mu    sync.Mutex
+	rules []*fault
+}
+
+type fault struct {
+	match   func(key string) bool
+	skip, n int
+}
+
+var errInjected = errors.New("injected store failure")
+
+func (f *faultyStore) fail(skip, n int, match func(string) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = append(f.rules, &fault{match: match, skip: skip, n: n})
+}
+
+func (f *faultyStore) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	f.mu.Lock()
+	for _, r := range f.rules {
+		if r.n > 0 && r.match(key) {
+			if r.skip > 0 {
+				r.skip--
+				continue
+			}
+			r.n--
+			f.mu.Unlock()
+			return "", errInjected
+		}
+	}
+	f.mu.Unlock()
+	return f.Store.Put(ctx, key, v, c)
+}
+
+func isStatus(key string) bool      { return strings.HasSuffix(key, "/status.json") }
+func isIdempotency(key string) bool { return strings.HasPrefix(key, "idempotency/") }
+
+func TestIdempotencyFailedRequestIsRetried(t *testing.T) {
+	t.Parallel()
+	faulty := &faultyStore{Store: memStore(t)}
+	g := newRig(t, faulty)
+	agent := lifecycle.Agent{Slug: "retry", Steps: []lifecycle.Step{okStep("s")}}
+	r, _ := g.runner("a", nil, agent)
+	ctx := context.Background()
+	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "slack:T12345678:1234567890.123456"}
+
+	faulty.fail(0, 1, isStatus)
+	if _, err := r.Submit(ctx, req); !errors.Is(err, errInjected) {
+		t.Fatalf("first submit: %v", err)
+	}
+	rec, err := r.Idempotency(ctx, req.IdempotencyKey)
+	if err != nil || rec.Status != lifecycle.IdempotencyFailed || !strings.Contains(rec.Error, "injected") ||
+		!rec.ExpiresAt.Equal(g.clock.Now().Add(time.Hour)) {
+		t.Fatalf("record after failure: %+v %v", rec, err)
+	}
+	// A failed request with attempts left is tried again, as a new run.
+	res, err := r.Submit(ctx, req)
+	if err != nil || res.Duplicate || res.RunID == rec.RunID {
+		t.Fatalf("retry: %+v %v", res, err)
+	}
+	if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" {
+		t.Fatalf("retried run %s", st.Status)
+	}
+	again, err := r.Submit(ctx, req)
+	if err != nil || !again.Duplicate || again.RunID != res.RunID {
+		t.Fatalf("after success: %+v %v", again, err)
+	}
+}
+
+func TestIdempotencyLapsedLockIsTakenOver(t *testing.T) {
+	t.Parallel()
+	faulty := &faultyStore{Store: memStore(t)}
+	g := newRig(t, faulty)
+	agent := lifecycle.Agent{Slug: "lock", Steps: []lifecycle.Step{okStep("s")}}
+	r, _ := g.runner("a", nil, agent)
+	ctx := context.Background()
+	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "scheduler:daily-cleanup:2024-12-19T00:00:00Z"}
+
+	// The first submitter "dies" after creating its record: the run is never
+	// written and the record stays processing.
+	faulty.fail(0, 1, isStatus)
+	faulty.fail(1, 1, isIdempotency) // the create passes; the update that would mark it failed does not
+	if _, err := r.Submit(ctx, req); err == nil {
+		t.Fatal("first submit succeeded")
+	}
+	first, err := r.Idempotency(ctx, req.IdempotencyKey)
+	if err != nil || first.Status != lifecycle.IdempotencyProcessing {
+		t.Fatalf("record %+v %v", first, err)
+	}
+	// While the lock holds, a duplicate learns the run id chosen for it.
+	dup, err := r.Submit(ctx, req)
+	if err != nil || !dup.Duplicate || dup.RunID != first.RunID {
+		t.Fatalf("duplicate under lock: %+v %v", dup, err)
+	}
+	// After the 5-minute lock the next submit takes over and creates that run.
+	g.clock.Advance(5*time.Minute + time.Second)
+	res, err := r.Submit(ctx, req)
+	if err != nil || res.Duplicate || res.RunID != first.RunID {
+		t.Fatalf("takeover: %+v %v", res, err)
+	}
+	if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" || st.IdempotencyKey != req.IdempotencyKey {
+		t.Fatalf("run %+v", st)
+	}
+	rec, _ := r.Idempotency(ctx, req.IdempotencyKey)
+	if rec.Status != lifecycle.IdempotencyCompleted || rec.Attempts != 2 {
+		t.Errorf("record %+v", rec)
+	}
+}
