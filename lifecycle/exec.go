@@ -96,13 +96,16 @@ func (x *execution) run(ctx context.Context) {
 	x.finish(ctx, out)
 }
 
-// heartbeat renews the lease every HeartbeatInterval while steps run, and
-// notices a cancel request or a takeover written by someone else.
+// heartbeat renews the lease HeartbeatInterval after its last renewal (any
+// owner write renews it) while steps run, and notices a cancel request or a
+// takeover written by someone else. Scheduling from the last renewal, not
+// from the last beat, keeps a process that lagged from drifting towards
+// the lease's end: an overdue beat fires at once.
 func (x *execution) heartbeat(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	r := x.r
 	for {
-		t := r.cfg.Clock.NewTimer(r.cfg.HeartbeatInterval)
+		t := r.cfg.Clock.NewTimer(x.w.renewed().Add(r.cfg.HeartbeatInterval).Sub(r.now()))
 		select {
 		case <-stop:
 			t.Stop()
@@ -111,6 +114,9 @@ func (x *execution) heartbeat(ctx context.Context, stop <-chan struct{}, done ch
 			t.Stop()
 			return
 		case <-t.C():
+		}
+		if r.now().Before(x.w.renewed().Add(r.cfg.HeartbeatInterval)) {
+			continue // a step's write renewed the lease meanwhile
 		}
 		err := x.w.apply(ctx, ActorOrchestration, func(*RunStatus) error { return nil })
 		switch {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -127,6 +128,18 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 		if err == nil {
 			r.startOrWait(ctx, c, false)
 			return
+		}
+	case doc.Status == f.waiting && r.queueExpired(f, doc, now):
+		err = c.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+			if err := f.fire(ctx, d, f.fail, ActorOrchestration); err != nil {
+				return err
+			}
+			r.finishFields(d, NewRunError(CodeAgentTimeout, "queued longer than %s", seconds(r.cfg.QueueTimeout)))
+			return nil
+		})
+		if err == nil {
+			r.cleanup(ctx, c.slug, doc.RunID, "", "")
+			r.finished(ctx, c.w.snapshot())
 		}
 	case doc.Status == f.waiting:
 		r.startOrWait(ctx, c, false)
@@ -339,6 +352,13 @@ func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer 
 
 func doc0(c candidate) RunStatus { return c.w.snapshot() }
 
+// queueExpired tells whether a waiting run outlived QueueTimeout and its
+// machine can fail it from there.
+func (r *Runner) queueExpired(f *flow, doc RunStatus, now time.Time) bool {
+	return r.cfg.QueueTimeout > 0 && now.Sub(doc.StartedAt) > r.cfg.QueueTimeout &&
+		f.check(doc.Status, "failed") == nil
+}
+
 // claim writes this runner's lease into the run (epoch + 1), starting it if
 // it waits for a slot. It fails when any runner holds a live lease (but for
 // reclaimOwn: this runner's own lease left by its previous process) or the
@@ -379,7 +399,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 		return nil, err
 	}
 	c.w.mu.Lock()
-	c.w.epoch, c.w.leaseUntil = epoch, c.w.doc.Lease.ExpiresAt
+	c.w.epoch, c.w.leaseUntil, c.w.renewedAt = epoch, c.w.doc.Lease.ExpiresAt, *c.w.doc.LastHeartbeatAt
 	c.w.mu.Unlock()
 	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{},
 		input: c.input, inputKnown: c.inputKnown}

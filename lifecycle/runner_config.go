@@ -125,6 +125,11 @@ type Config struct {
 	// RunTimeout bounds the time a run spends running (waiting for a slot,
 	// an approval or an external event does not count). Default 600 s.
 	RunTimeout time.Duration
+	// QueueTimeout, when set, fails a run that waited longer than this for a
+	// slot since it was requested (AGENT_TIMEOUT), on the machines whose table
+	// has that move: canonical (queued → failed, an extension) and approval
+	// (pending → failed). Default 0: no limit.
+	QueueTimeout time.Duration
 	// ExternalTimeout bounds an external wait whose Await sets none.
 	// Default 24 h.
 	ExternalTimeout time.Duration

@@ -39,6 +39,8 @@ func scenarios() []scenario {
 		{"Takeover", scenarioTakeover},
 		{"PausedRunnerIsFenced", scenarioFencing},
 		{"Idempotency", scenarioIdempotency},
+		{"QueueTimeout", scenarioQueueTimeout},
+		{"HeartbeatKeepsLease", scenarioHeartbeatKeepsLease},
 	}
 }
 
@@ -793,5 +795,63 @@ func scenarioIdempotency(t *testing.T, g *rig) {
 	}
 	if _, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "gitlab:1"}); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
 		t.Errorf("bad scheme: %v", err)
+	}
+}
+
+func scenarioQueueTimeout(t *testing.T, g *rig) {
+	b := newBlocker()
+	agent := lifecycle.Agent{Slug: "crowded", Steps: []lifecycle.Step{b.step("work")}}
+	r, _ := g.runner("a", func(c *lifecycle.Config) {
+		c.QueueTimeout = 5 * time.Minute
+		c.StepTimeout = time.Hour
+		c.RunTimeout = time.Hour
+	}, agent)
+	busy := submit(t, r, agent.Slug)
+	<-b.started
+	waiting := submit(t, r, agent.Slug)
+	st := g.wait(r, waiting, 30*time.Second, 10*time.Minute)
+	if st.Status != "failed" || *st.Error != "AGENT_TIMEOUT: queued longer than 300s" {
+		t.Fatalf("queued run: %s %v", st.Status, deref(st.Error))
+	}
+	if st := status(t, r, busy); st.Status != "running" {
+		t.Fatalf("busy run %s", st.Status)
+	}
+	close(b.release)
+	g.wait(r, busy, 0, 0)
+}
+
+func scenarioHeartbeatKeepsLease(t *testing.T, g *rig) {
+	b := newBlocker()
+	agent := lifecycle.Agent{Slug: "long", Steps: []lifecycle.Step{b.step("work")}}
+	cfg := func(c *lifecycle.Config) { c.StepTimeout = time.Hour; c.RunTimeout = time.Hour }
+	var logs *logBuffer
+	a, _ := g.runner("a", func(c *lifecycle.Config) { cfg(c); logs = capture(c) }, agent)
+	defer func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
+	id := submit(t, a, agent.Slug)
+	<-b.started
+	g.runner("b", cfg, agent) // would take the run over if the lease lapsed
+	// Twice the lease, in heartbeat-sized steps: a's heartbeat keeps it. Each
+	// step waits for the beat due before it, as a live process would make it.
+	for range 20 {
+		g.clock.Advance(30 * time.Second)
+		until(t, "a's heartbeat", func() bool {
+			st := status(t, a, id)
+			return st.LastHeartbeatAt != nil && !st.LastHeartbeatAt.Before(g.clock.Now().Add(-30*time.Second))
+		})
+	}
+	st := status(t, a, id)
+	if st.Lease == nil || st.Lease.Owner != "a" || st.Lease.Epoch != 1 || st.ResumeCount != 0 || b.calls.Load() != 1 {
+		t.Fatalf("after 10 minutes: lease %+v, resumes %d, step calls %d", st.Lease, st.ResumeCount, b.calls.Load())
+	}
+	if st.LastHeartbeatAt.Before(epoch0.Add(9*time.Minute + 30*time.Second)) {
+		t.Errorf("last heartbeat %v", st.LastHeartbeatAt)
+	}
+	close(b.release)
+	if st := g.wait(a, id, 0, 0); st.Status != "completed" || st.ResumeCount != 0 {
+		t.Fatalf("final %+v", st)
 	}
 }

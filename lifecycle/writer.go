@@ -54,8 +54,10 @@ type statusWriter struct {
 	doc   RunStatus
 	ver   storage.Version
 	epoch int64
-	// leaseUntil is the lease expiry of this writer's last write.
+	// leaseUntil is the lease expiry of this writer's last write, renewedAt
+	// when that write was made.
 	leaseUntil time.Time
+	renewedAt  time.Time
 }
 
 // apply runs change on a copy of the document and writes the result. change
@@ -95,7 +97,7 @@ func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunS
 		if err == nil {
 			w.doc, w.ver = doc, v
 			if w.epoch > 0 && doc.Lease != nil {
-				w.leaseUntil = doc.Lease.ExpiresAt
+				w.leaseUntil, w.renewedAt = doc.Lease.ExpiresAt, now
 			}
 			w.r.afterWrite(ctx, &doc, from, actor)
 			return nil
@@ -139,6 +141,13 @@ func (w *statusWriter) snapshot() RunStatus {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.doc.clone()
+}
+
+// renewed is when this writer last renewed its lease.
+func (w *statusWriter) renewed() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.renewedAt
 }
 
 // leaseValid tells, without I/O, whether this writer's lease is certainly
