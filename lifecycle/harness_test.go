@@ -92,21 +92,21 @@ func (g *rig) runner(owner string, tweak func(*lifecycle.Config), agents ...life
 }
 
 // wait waits for a run to end or park, advancing the fake clock by step
-// whenever nothing happens for a moment, up to limit of fake time.
+// whenever the runners are idle, up to limit of fake time. Status reads get
+// no deadline: on a loaded machine a MinIO read may take a while.
 func (g *rig) wait(r *lifecycle.Runner, runID string, step, limit time.Duration) lifecycle.RunStatus {
 	g.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	var advanced time.Duration
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		st, err := r.Wait(ctx, runID)
-		cancel()
-		if err == nil {
+		st, err := r.Status(context.Background(), runID)
+		if err == nil && settled(st) {
 			return st
 		}
 		if time.Now().After(deadline) || advanced > limit {
 			g.t.Fatalf("run %s did not end: %+v (%v)", runID, st, err)
 		}
+		time.Sleep(2 * time.Millisecond)
 		if time.Since(time.Unix(0, g.lastWrite.Load())) < 15*time.Millisecond {
 			continue // the runners are busy; let them work
 		}
@@ -115,6 +115,18 @@ func (g *rig) wait(r *lifecycle.Runner, runID string, step, limit time.Duration)
 			advanced += step
 		}
 	}
+}
+
+// settled tells whether a run ended, or parked waiting for an approval or
+// an external event.
+func settled(st lifecycle.RunStatus) bool {
+	switch st.Status {
+	case "completed", "failed", "succeeded", "canceled", "cancelled", "timeout":
+		return true
+	case "awaiting_approval", "waiting_external":
+		return st.Lease == nil
+	}
+	return false
 }
 
 // logBuffer collects a runner's JSON log lines, safely for concurrent use.

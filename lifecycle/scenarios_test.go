@@ -695,6 +695,13 @@ func scenarioFencing(t *testing.T, g *rig) {
 	id := submit(t, a, "fenced")
 	<-inA
 	gated.pause() // runner a freezes: no heartbeat, no writes
+	thawed := false
+	defer func() { // whatever happens, let runner a go so cleanup cannot hang
+		if !thawed {
+			gated.resume(false)
+			close(release)
+		}
+	}()
 	b, _ := g.runner("b", nil, mk("b"))
 	st := g.wait(b, id, 30*time.Second, 15*time.Minute)
 	if st.Status != "completed" || st.ResumeCount != 1 {
@@ -702,6 +709,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 	}
 	// Runner a wakes up: its step returns, its heartbeat fires; every write
 	// it attempts must be refused.
+	thawed = true
 	gated.resume(true)
 	close(release)
 	g.clock.Advance(time.Minute)

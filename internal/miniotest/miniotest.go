@@ -171,6 +171,7 @@ func start(ctx context.Context, bin, parent string) (*Server, error) {
 	)
 	// *os.File outputs: no copying goroutines, so goleak stays quiet.
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	dieWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
