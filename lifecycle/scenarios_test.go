@@ -596,10 +596,17 @@ func scenarioTakeover(t *testing.T, g *rig) {
 		id := submit(t, a, agent.Slug)
 		<-b.started
 		stopA()
-		r, _ := g.runner("b2", nil, agent)
+		var logs *logBuffer
+		r, _ := g.runner("b2", func(c *lifecycle.Config) { logs = capture(c) }, agent)
 		st := g.wait(r, id, 30*time.Second, 10*time.Minute)
 		if st.Status != "failed" || !strings.HasPrefix(deref(st.Error), "RUN_ORPHANED:") {
 			t.Fatalf("orphan: %s %v", st.Status, deref(st.Error))
+		}
+		// seed 004 §7.2: orphan_detected, with the stale heartbeat.
+		// The lost runner's last heartbeat was its claim, when the run started.
+		want := `"msg":"orphan_detected","runId":"` + id + `","lastHeartbeat":"` + st.StartedAt.Format(time.RFC3339) + `"`
+		if l := logs.String(); !strings.Contains(l, want) {
+			t.Errorf("no orphan_detected event for %s (status %+v) in %d bytes:\n%s", id, st, len(l), l)
 		}
 	})
 }
