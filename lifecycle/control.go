@@ -86,13 +86,8 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor Actor, reason s
 		case f.executing(d.Status) && d.Lease != nil:
 			// The approval machine has no cancel_requested state: the flag
 			// asks, and the executing runner makes the move.
-			if err := f.check(d.Status, string(ApprovalCancelled)); err != nil {
+			if err := ApprovalRun().CheckActor(ApprovalRunState(d.Status), ApprovalCancelled, actor); err != nil {
 				return err
-			}
-			if _, ok := r.agents[d.AgentSlug]; ok {
-				if err := ApprovalRun().CheckActor(ApprovalRunState(d.Status), ApprovalCancelled, actor); err != nil {
-					return err
-				}
 			}
 		default:
 			if err := f.fire(ctx, d, f.cancel, actor); err != nil {

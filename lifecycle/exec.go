@@ -43,10 +43,9 @@ type execution struct {
 
 // outcome is how the steps of an execution ended.
 type outcome struct {
-	kind    outcomeKind
-	err     error // the failure, for failed; the cause, for stopped
-	outputs []json.RawMessage
-	files   []string
+	kind  outcomeKind
+	err   error    // the failure, for failed; the cause, for stopped
+	files []string // written under output/, for the manifest
 }
 
 type outcomeKind int
@@ -257,7 +256,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		outputs[i] = out.Data
 		if i == len(steps)-1 && out.Await == nil {
 			x.lastProposals = out.Proposals
-			return outcome{kind: done, outputs: outputs, files: files}
+			return outcome{kind: done, files: files}
 		}
 		if context.Cause(runCtx) == errCanceled {
 			return outcome{kind: canceled}
@@ -272,7 +271,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return outcome{kind: parked}
 		}
 	}
-	return outcome{kind: done, outputs: outputs, files: files}
+	return outcome{kind: done, files: files}
 }
 
 func isStop(ctx context.Context) bool    { return context.Cause(ctx) != nil }

@@ -176,7 +176,8 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 // startOrWait takes a slot and the lease and starts executing the run, or
 // queues it in memory until a slot frees. takeover is set for an orphan.
 func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
-	runID := c.w.snapshot().RunID
+	doc := c.w.snapshot()
+	runID := doc.RunID
 	slot, slotVer, err := r.acquireSlot(ctx, c.slug, runID)
 	if errors.Is(err, errNoSlot) {
 		r.mu.Lock()
@@ -188,7 +189,8 @@ func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "slot_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 		return
 	}
-	x, err := r.claim(ctx, c, takeover && doc0(c).Lease != nil && doc0(c).Lease.Owner == r.cfg.Owner)
+	reclaimOwn := takeover && doc.Lease != nil && doc.Lease.Owner == r.cfg.Owner
+	x, err := r.claim(ctx, c, reclaimOwn)
 	if err != nil {
 		r.releaseSlot(ctx, c.slug, slot, slotVer)
 		if ctx.Err() == nil {
@@ -349,8 +351,6 @@ func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer 
 		r.log.LogAttrs(ctx, slog.LevelWarn, "active_index_cleanup_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 	}
 }
-
-func doc0(c candidate) RunStatus { return c.w.snapshot() }
 
 // queueExpired tells whether a waiting run outlived QueueTimeout and its
 // machine can fail it from there.
