@@ -18,6 +18,7 @@ type UnsupportedError struct {
 	Operation string
 }
 
+// Error names the machine and the missing operation.
 func (e *UnsupportedError) Error() string {
 	return fmt.Sprintf("lifecycle: machine %s does not support %s", e.Machine, e.Operation)
 }

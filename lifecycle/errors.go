@@ -112,6 +112,7 @@ type ForbiddenActorError struct {
 	Allowed []Actor
 }
 
+// Error names the actor, the move and who may make it.
 func (e *ForbiddenActorError) Error() string {
 	allowed := make([]string, len(e.Allowed))
 	for i, a := range e.Allowed {
@@ -134,6 +135,7 @@ type DefinitionError struct {
 	Problem string
 }
 
+// Error names the machine and what is wrong with its definition.
 func (e *DefinitionError) Error() string {
 	return fmt.Sprintf("lifecycle: machine %q: %s", e.Machine, e.Problem)
 }

@@ -48,6 +48,7 @@ type IdempotencyError struct {
 	kind  error
 }
 
+// Error names the failure, the key and its run.
 func (e *IdempotencyError) Error() string {
 	return fmt.Sprintf("%v: %s (run %s)", e.kind, e.Key, e.RunID)
 }

@@ -168,6 +168,7 @@ type RequestError struct {
 	Reason string
 }
 
+// Error names the field and why it was refused.
 func (e *RequestError) Error() string { return "lifecycle: invalid " + e.Field + ": " + e.Reason }
 
 // Code is INVALID_REQUEST.

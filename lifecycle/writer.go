@@ -27,6 +27,7 @@ type LeaseLostError struct {
 	HolderEpoch int64
 }
 
+// Error names the run, the lost epoch and the lease now in the record.
 func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("lifecycle: run %s: lease epoch %d lost (now held by %q at epoch %d)", e.RunID, e.Epoch, e.Holder, e.HolderEpoch)
 }
