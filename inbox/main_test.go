@@ -4,6 +4,10 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/internal/teststores"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+var env teststores.Env
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(env.Wrap(m)) }

@@ -1,3 +1,31 @@
 // Package jobqueue holds the job machine and the NLM-job machine of seed 003
-// (§1 and §2) and the records they move.
+// (§1 and §2), the records they move, and what runs them over a
+// storage.Store:
+//
+//   - Queue: enqueue (PENDING → QUEUED after validation), claim with a lease
+//     from per-agent ready lanes (jobs/queue/{agent}/, O(1) store calls per
+//     job amortized) under a per-agent lock (jobs/agents/{agent}.json, at
+//     most one running job per agent across every worker sharing the
+//     store), the pipeline CONTEXT_ASSEMBLY → NOTEBOOKLM_CALL →
+//     ARTIFACT_WRITE → COMPLETE with the embedding service's Handlers,
+//     retries after 15 s, 30 s, 60 s, FAILED → DEAD, the admin's requeue,
+//     orphan rescue, and an audit event for every move.
+//   - Worker: the loop that claims and runs jobs.
+//   - NLMProcessor: the NLM backend's side, ACCEPTED … DONE or ERROR, with
+//     the callback.
+//   - Evaluate: the SLO metrics and alerts of seed 003 §5.3-5.4.
+//   - ReplayAudit: replays the audit log through the job machine.
+//
+// Attempt counts attempts started: pickup increments it, so with
+// max_attempts 3 a job runs at most three times; each failure waits in
+// RETRY_BACKOFF (15 s after the first, 30 s after the second, 60 s after
+// the third) and the end of that wait sends it back to QUEUED while
+// attempt < max_attempts, else to FAILED and at once to DEAD.
+//
+// Every job write is one compare-and-swap with the job machine fired inside
+// the mutation; a worker's writes are fenced by its lease (owner, epoch,
+// expiry), so a worker whose lease lapsed and was taken over cannot write.
+// ARTIFACT_WRITE creates the job's one artifact (its id derived from the
+// job id, create-only, finalized in that write) and the job points at it
+// only in the write that makes it COMPLETE (invariant F3).
 package jobqueue

@@ -67,6 +67,50 @@ type Job struct {
 	UpdatedAt   time.Time       `json:"updated_at"`
 	ArtifactID  string          `json:"artifact_id,omitempty"`
 	Error       *string         `json:"error"`
+
+	// Fields Conveyor adds (DESIGN.md §3), omitted when empty.
+
+	// ProjectID is the cid its artifact is stored under
+	// (projects/{cid}/artifacts/); empty means the Queue's Config.Project.
+	ProjectID string `json:"project_id,omitempty"`
+	// ErrorCode classifies Error: TIMEOUT, RATE_LIMITED (429), UNAVAILABLE
+	// (503), HTTP_<status>, ARTIFACT_WRITE_ERROR, LEASE_EXPIRED or
+	// HANDLER_ERROR.
+	ErrorCode string `json:"error_code,omitempty"`
+	// FailedStep is the pipeline state the last error happened in.
+	FailedStep JobState `json:"failed_step,omitempty"`
+	// QueuedAt is when the job last entered QUEUED (alerts: QUEUED > 5 min).
+	QueuedAt *time.Time `json:"queued_at,omitempty"`
+	// NextAttemptAt is when a job in RETRY_BACKOFF may be picked up again.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// ReadyKey is the job's entry in its agent's ready lane, while it is
+	// QUEUED or in RETRY_BACKOFF.
+	ReadyKey string `json:"ready_key,omitempty"`
+	// Lease is held by the worker running the job (a pipeline state).
+	Lease *Lease `json:"lease,omitempty"`
+	// Trail lists the transitions of the record's last write, so that a
+	// later writer can re-emit their audit events should the writer have
+	// died between the write and its audit.
+	Trail []Move `json:"trail,omitempty"`
+}
+
+// Lease is a worker's claim on a running job (DESIGN.md §5): its owner, the
+// fencing epoch of the agent lock it was taken under, and its expiry.
+// Every write by the worker checks owner and epoch and that the lease has
+// not expired, so a worker whose lease lapsed and was taken over cannot
+// write.
+type Lease struct {
+	Owner     string    `json:"owner"`
+	Epoch     int64     `json:"epoch"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Move is one transition of a job, as its audit event records it.
+type Move struct {
+	From  JobState        `json:"from"`
+	To    JobState        `json:"to"`
+	Event lifecycle.Event `json:"event"`
+	Actor lifecycle.Actor `json:"actor"`
 }
 
 // Job-machine events.

@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"sync"
+	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -33,6 +34,11 @@ type NLMJob struct {
 	Status     NLMJobState `json:"status"`
 	ArtifactID string      `json:"artifact_id,omitempty"`
 	Error      string      `json:"error,omitempty"`
+
+	// The request the backend accepted (NLMProcessor), omitted when empty.
+	Request   *NLMRequest `json:"request,omitempty"`
+	CreatedAt time.Time   `json:"created_at,omitzero"`
+	UpdatedAt time.Time   `json:"updated_at,omitzero"`
 }
 
 // NLM-job events.

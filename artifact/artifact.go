@@ -1,0 +1,356 @@
+// Package artifact is the artifact model of seed 003 §3: the record, the
+// three content types and their schemas, and a store that writes each
+// artifact once per job, finalized, never modifies it, and deletes only in
+// the admin's cleanup of old artifacts. Every call takes the caller's actor
+// and checks the authority matrix (003 §4.2) before it writes anything.
+//
+// Invariant F3 rests on two properties of this package: an artifact's id is
+// derived from its job's id (IDForJob), so however often a job is retried
+// there is one key its artifact can live at and create-only decides the
+// winner; and an artifact is written finalized in that one write, so no
+// reader ever sees a partial one.
+package artifact
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/authority"
+	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// SourceRef is a source an artifact cites (seed 003 §3.1 "sources").
+type SourceRef struct {
+	Ref     string `json:"ref"`
+	Excerpt string `json:"excerpt,omitempty"`
+}
+
+// Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
+// (seed 003 §3.1). The embedded storage.Meta is the seed's "version" (1 on
+// create; an artifact is never rewritten, so it stays 1).
+type Artifact struct {
+	storage.Meta
+	ArtifactID  string          `json:"artifact_id"`
+	JobID       string          `json:"job_id"`
+	RunID       string          `json:"run_id,omitempty"`
+	Type        Type            `json:"type"`
+	AgentSlug   string          `json:"agent_slug"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Finalized   bool            `json:"finalized"`
+	FinalizedAt *time.Time      `json:"finalized_at,omitempty"`
+	URL         string          `json:"url,omitempty"`
+	EntityRefs  []string        `json:"entity_refs,omitempty"`
+	Tags        []string        `json:"tags,omitempty"`
+	Content     json.RawMessage `json:"content"`
+	Sources     []SourceRef     `json:"sources,omitempty"`
+	// ProjectID is the cid of the key; Conveyor adds it so a record read on
+	// its own says where it lives.
+	ProjectID string `json:"project_id,omitempty"`
+}
+
+// Draft is what a writer supplies to Create; the store fills in the id,
+// times, finalization, version and URL.
+type Draft struct {
+	JobID      string
+	RunID      string
+	Type       Type
+	AgentSlug  string
+	EntityRefs []string
+	Tags       []string
+	Content    json.RawMessage
+	Sources    []SourceRef
+}
+
+// IDForJob is the id of the one artifact job jobID can have:
+// "art-" and a UUID-shaped digest (RFC 9562 version 8) of the job id. It is
+// the same on every retry and every worker, which is what makes the
+// artifact create-once per job.
+func IDForJob(jobID string) string {
+	sum := sha256.Sum256([]byte("conveyor/artifact/" + jobID))
+	b := sum[:16]
+	b[6] = b[6]&0x0f | 0x80 // version 8
+	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
+	h := hex.EncodeToString(b)
+	return "art-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// DefaultCleanupAge is Config.CleanupAge's default: the admin's cleanup may
+// delete artifacts created more than 30 days ago.
+const DefaultCleanupAge = 30 * 24 * time.Hour
+
+// Config configures a Store.
+type Config struct {
+	// Store holds the artifacts and the audit log. Required.
+	Store storage.Store
+	// Clock stamps created_at and finalized_at and ages artifacts for
+	// cleanup. Default: the wall clock.
+	Clock clock.Clock
+	// Node names this host in audit events. Default: "".
+	Node string
+	// BaseURL, when set, makes each artifact's url BaseURL + "/" + its key,
+	// e.g. "https://minio.internal/bucket". Default: no url.
+	BaseURL string
+	// CleanupAge is the N days of seed 003 §3.3: only artifacts older than
+	// this may be deleted, and only by the admin. Default: DefaultCleanupAge.
+	CleanupAge time.Duration
+	// Logger receives audit write failures. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Store reads and writes artifacts. It is safe for concurrent use.
+type Store struct {
+	cfg   Config
+	audit *storage.AuditLog
+}
+
+// New returns a Store for cfg.
+func New(cfg Config) (*Store, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("artifact: Config.Store is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.CleanupAge <= 0 {
+		cfg.CleanupAge = DefaultCleanupAge
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	return &Store{cfg: cfg, audit: &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
+}
+
+// ErrNotFinalized is returned for a stored artifact whose finalized flag
+// is false (one not written by this package): it must not back a COMPLETE
+// job.
+var ErrNotFinalized = errors.New("artifact: not finalized")
+
+// ErrNotFound matches a missing artifact (and storage.ErrNotFound).
+var ErrNotFound = storage.ErrNotFound
+
+func (d *Draft) validate(cid string) error {
+	if err := storage.ValidateID("project id", cid); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
+	}
+	if err := storage.ValidateID("job id", d.JobID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
+	}
+	if d.RunID != "" {
+		if err := storage.ValidateID("run id", d.RunID); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
+		}
+	}
+	if err := storage.ValidateID("agent slug", d.AgentSlug); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
+	}
+	for i, s := range d.Sources {
+		if s.Ref == "" {
+			return invalid(fmt.Sprintf("sources[%d].ref", i), "empty")
+		}
+	}
+	return ValidateContent(d.Type, d.Content)
+}
+
+// Create writes the artifact of draft's job, finalized, create-only, and
+// reports whether this call created it. When the job already has its
+// artifact (a retry, or another worker got there first) it returns the
+// stored one, unchanged, with created false and no error: the seed's
+// idempotent write (§3.3). The actor needs WriteNew (003 §4.2); a refusal
+// or an invalid draft writes nothing.
+func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d Draft) (Artifact, bool, error) {
+	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {
+		return Artifact{}, false, err
+	}
+	if err := d.validate(cid); err != nil {
+		return Artifact{}, false, err
+	}
+	id := IDForJob(d.JobID)
+	key, err := storage.ArtifactKey(cid, id)
+	if err != nil {
+		return Artifact{}, false, err
+	}
+	now := s.cfg.Clock.Now().UTC()
+	a := Artifact{
+		ArtifactID:  id,
+		JobID:       d.JobID,
+		RunID:       d.RunID,
+		Type:        d.Type,
+		AgentSlug:   d.AgentSlug,
+		CreatedAt:   now,
+		Finalized:   true,
+		FinalizedAt: &now,
+		EntityRefs:  d.EntityRefs,
+		Tags:        d.Tags,
+		Content:     d.Content,
+		Sources:     d.Sources,
+		ProjectID:   cid,
+	}
+	if s.cfg.BaseURL != "" {
+		a.URL = s.cfg.BaseURL + "/" + key
+	}
+	_, err = storage.Create(ctx, s.cfg.Store, key, &a)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		existing, _, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+		if err != nil {
+			return Artifact{}, false, err
+		}
+		return existing, false, nil
+	}
+	if err != nil {
+		return Artifact{}, false, err
+	}
+	s.record(ctx, storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+		RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
+	return a, true, nil
+}
+
+func (s *Store) record(ctx context.Context, ev storage.AuditEvent) {
+	if _, err := s.audit.Record(ctx, ev); err != nil {
+		s.cfg.Logger.ErrorContext(ctx, "artifact: audit write failed", "event", ev.Event, "artifact_id", ev.ArtifactID, "err", err)
+	}
+}
+
+// Get reads an artifact. The actor needs Read (003 §4.2). A missing
+// artifact gives an error matching ErrNotFound.
+func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) (Artifact, error) {
+	if err := authority.Check(actor, authority.Artifacts, authority.Read, authority.Scope{}); err != nil {
+		return Artifact{}, err
+	}
+	key, err := storage.ArtifactKey(cid, id)
+	if err != nil {
+		return Artifact{}, err
+	}
+	a, _, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+	return a, err
+}
+
+// GetForJob reads the artifact of job jobID, if it has one.
+func (s *Store) GetForJob(ctx context.Context, actor lifecycle.Actor, cid, jobID string) (Artifact, error) {
+	if err := storage.ValidateID("job id", jobID); err != nil {
+		return Artifact{}, err
+	}
+	return s.Get(ctx, actor, cid, IDForJob(jobID))
+}
+
+// Prefix returns the List prefix of a project's artifacts.
+func Prefix(cid string) (string, error) {
+	if err := storage.ValidateID("project id", cid); err != nil {
+		return "", err
+	}
+	return "projects/" + cid + "/artifacts/", nil
+}
+
+// List yields the artifacts of project cid in key order. The actor needs
+// Read.
+func (s *Store) List(ctx context.Context, actor lifecycle.Actor, cid string) iter.Seq2[Artifact, error] {
+	return func(yield func(Artifact, error) bool) {
+		if err := authority.Check(actor, authority.Artifacts, authority.Read, authority.Scope{}); err != nil {
+			yield(Artifact{}, err)
+			return
+		}
+		prefix, err := Prefix(cid)
+		if err != nil {
+			yield(Artifact{}, err)
+			return
+		}
+		for key, err := range s.cfg.Store.List(ctx, prefix) {
+			if err != nil {
+				yield(Artifact{}, err)
+				return
+			}
+			a, _, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+			if errors.Is(err, storage.ErrNotFound) {
+				continue // cleaned up since listing
+			}
+			if !yield(a, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Delete removes one artifact. Seed 003 §3.3 forbids deleting artifacts
+// for every component except the admin's cleanup after N days
+// (Config.CleanupAge): any other actor, or the admin on a younger
+// artifact, gets a FORBIDDEN error and nothing is deleted.
+func (s *Store) Delete(ctx context.Context, actor lifecycle.Actor, cid, id string) error {
+	if err := authority.Check(actor, authority.Artifacts, authority.Delete, authority.Scope{Cleanup: true}); err != nil {
+		return err
+	}
+	key, err := storage.ArtifactKey(cid, id)
+	if err != nil {
+		return err
+	}
+	a, ver, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+	if err != nil {
+		return err
+	}
+	return s.deleteOld(ctx, actor, key, a, ver)
+}
+
+func (s *Store) deleteOld(ctx context.Context, actor lifecycle.Actor, key string, a Artifact, ver storage.Version) error {
+	now := s.cfg.Clock.Now()
+	old := now.Sub(a.CreatedAt) > s.cfg.CleanupAge
+	if err := authority.Check(actor, authority.Artifacts, authority.Delete, authority.Scope{Cleanup: old}); err != nil {
+		var fe *authority.ForbiddenError
+		if errors.As(err, &fe) && !old {
+			fe.Reason = fmt.Sprintf("artifact %s is %s old; cleanup deletes only artifacts older than %s",
+				a.ArtifactID, now.Sub(a.CreatedAt).Round(time.Second), s.cfg.CleanupAge)
+		}
+		return err
+	}
+	if err := s.cfg.Store.Delete(ctx, key, storage.IfMatch(ver)); err != nil {
+		return err
+	}
+	s.record(ctx, storage.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
+		RunID: a.RunID, ArtifactID: a.ArtifactID, From: "finalized"})
+	return nil
+}
+
+// Cleanup is the admin's cleanup of seed 003 §3.3: it deletes every
+// artifact of project cid created more than Config.CleanupAge ago and
+// returns their ids. Only the admin may run it.
+func (s *Store) Cleanup(ctx context.Context, actor lifecycle.Actor, cid string) ([]string, error) {
+	if err := authority.Check(actor, authority.Artifacts, authority.Delete, authority.Scope{Cleanup: true}); err != nil {
+		return nil, err
+	}
+	prefix, err := Prefix(cid)
+	if err != nil {
+		return nil, err
+	}
+	var deleted []string
+	for key, err := range s.cfg.Store.List(ctx, prefix) {
+		if err != nil {
+			return deleted, err
+		}
+		a, ver, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return deleted, err
+		}
+		if s.cfg.Clock.Now().Sub(a.CreatedAt) <= s.cfg.CleanupAge {
+			continue
+		}
+		if err := s.deleteOld(ctx, actor, key, a, ver); err != nil {
+			if errors.Is(err, storage.ErrPreconditionFailed) {
+				continue // deleted by a concurrent cleanup
+			}
+			return deleted, err
+		}
+		deleted = append(deleted, a.ArtifactID)
+	}
+	return deleted, nil
+}

@@ -1,0 +1,205 @@
+package artifact
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+)
+
+// Type is an artifact's content type (seed 003 §3.1).
+type Type string
+
+// The content types of seed 003 §3.2.
+const (
+	ResearchBrief        Type = "RESEARCH_BRIEF"
+	Brief                Type = "BRIEF"
+	PreprocessedProposal Type = "PREPROCESSED_PROPOSAL"
+)
+
+// Types lists the content types in the seed's order.
+func Types() []Type { return []Type{ResearchBrief, Brief, PreprocessedProposal} }
+
+// ErrInvalidArtifact matches every refusal of bad input: an unknown type,
+// content that breaks its type's schema, an invalid id.
+var ErrInvalidArtifact = errors.New("artifact: invalid artifact")
+
+// ValidationError says which field of an artifact or its content is wrong.
+// It matches ErrInvalidArtifact.
+type ValidationError struct {
+	Field  string // e.g. "content.sections[2].heading"
+	Reason string
+}
+
+// Error renders the field and the reason.
+func (e *ValidationError) Error() string {
+	return "artifact: invalid " + e.Field + ": " + e.Reason
+}
+
+// Unwrap returns ErrInvalidArtifact.
+func (e *ValidationError) Unwrap() error { return ErrInvalidArtifact }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Section is one section of a research brief.
+type Section struct {
+	Heading string   `json:"heading"`
+	Body    string   `json:"body"`
+	Sources []string `json:"sources,omitempty"`
+}
+
+// ResearchBriefContent is the content of a RESEARCH_BRIEF (seed 003 §3.2).
+type ResearchBriefContent struct {
+	Title         string    `json:"title"`
+	Summary       string    `json:"summary"`
+	Sections      []Section `json:"sections"`
+	Conclusions   []string  `json:"conclusions"`
+	OpenQuestions []string  `json:"open_questions"`
+}
+
+// BriefContent is the content of a BRIEF (seed 003 §3.2).
+type BriefContent struct {
+	Title     string            `json:"title"`
+	Body      string            `json:"body"`
+	EntityMap map[string]string `json:"entity_map"`
+	WordCount int               `json:"word_count"`
+}
+
+// Issue is a problem found in a proposal draft.
+type Issue struct {
+	Field    string `json:"field"`
+	Severity string `json:"severity"` // "info", "warning" or "error"
+	Message  string `json:"message"`
+}
+
+// EntityMatch links text of a proposal to an entity.
+type EntityMatch struct {
+	Text       string  `json:"text"`
+	EntityID   string  `json:"entity_id"`
+	Confidence float64 `json:"confidence"` // 0..1
+}
+
+// PreprocessedProposalContent is the content of a PREPROCESSED_PROPOSAL
+// (seed 003 §3.2). Original and Enriched are the drafts, JSON objects of
+// any shape.
+type PreprocessedProposalContent struct {
+	Original      json.RawMessage `json:"original"`
+	Enriched      json.RawMessage `json:"enriched"`
+	Issues        []Issue         `json:"issues"`
+	EntityMatches []EntityMatch   `json:"entity_matches"`
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields and
+// trailing data.
+func decodeStrict(raw []byte, v any) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return invalid("content", "missing")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalid("content", "%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("content", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func isObject(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && t[0] == '{' && json.Valid(t)
+}
+
+// ValidateContent checks raw against the content schema of t (seed 003
+// §3.2): a single JSON object with exactly the type's fields, and
+//
+//   - RESEARCH_BRIEF: title and summary set; every section has a heading
+//     and a body.
+//   - BRIEF: title and body set; word_count not negative; entity_map keys
+//     not empty.
+//   - PREPROCESSED_PROPOSAL: original and enriched are JSON objects; every
+//     issue has a field, a message and a severity of info, warning or
+//     error; every entity match has an entity_id and a confidence in 0..1.
+//
+// Lists may be empty or absent. Errors match ErrInvalidArtifact.
+func ValidateContent(t Type, raw []byte) error {
+	switch t {
+	case ResearchBrief:
+		var c ResearchBriefContent
+		if err := decodeStrict(raw, &c); err != nil {
+			return err
+		}
+		if c.Title == "" {
+			return invalid("content.title", "empty")
+		}
+		if c.Summary == "" {
+			return invalid("content.summary", "empty")
+		}
+		for i, s := range c.Sections {
+			if s.Heading == "" {
+				return invalid(fmt.Sprintf("content.sections[%d].heading", i), "empty")
+			}
+			if s.Body == "" {
+				return invalid(fmt.Sprintf("content.sections[%d].body", i), "empty")
+			}
+		}
+	case Brief:
+		var c BriefContent
+		if err := decodeStrict(raw, &c); err != nil {
+			return err
+		}
+		if c.Title == "" {
+			return invalid("content.title", "empty")
+		}
+		if c.Body == "" {
+			return invalid("content.body", "empty")
+		}
+		if c.WordCount < 0 {
+			return invalid("content.word_count", "negative (%d)", c.WordCount)
+		}
+		for k := range c.EntityMap {
+			if k == "" {
+				return invalid("content.entity_map", "empty entity slug")
+			}
+		}
+	case PreprocessedProposal:
+		var c PreprocessedProposalContent
+		if err := decodeStrict(raw, &c); err != nil {
+			return err
+		}
+		if !isObject(c.Original) {
+			return invalid("content.original", "not a JSON object")
+		}
+		if !isObject(c.Enriched) {
+			return invalid("content.enriched", "not a JSON object")
+		}
+		for i, is := range c.Issues {
+			f := fmt.Sprintf("content.issues[%d]", i)
+			switch {
+			case is.Field == "":
+				return invalid(f+".field", "empty")
+			case is.Message == "":
+				return invalid(f+".message", "empty")
+			case is.Severity != "info" && is.Severity != "warning" && is.Severity != "error":
+				return invalid(f+".severity", "%q is not info, warning or error", is.Severity)
+			}
+		}
+		for i, m := range c.EntityMatches {
+			f := fmt.Sprintf("content.entity_matches[%d]", i)
+			if m.EntityID == "" {
+				return invalid(f+".entity_id", "empty")
+			}
+			if math.IsNaN(m.Confidence) || m.Confidence < 0 || m.Confidence > 1 {
+				return invalid(f+".confidence", "%v is outside 0..1", m.Confidence)
+			}
+		}
+	default:
+		return invalid("type", "%q is not RESEARCH_BRIEF, BRIEF or PREPROCESSED_PROPOSAL", string(t))
+	}
+	return nil
+}

@@ -1,0 +1,13 @@
+package artifact_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/internal/teststores"
+)
+
+var env teststores.Env
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(env.Wrap(m)) }

@@ -1,0 +1,42 @@
+package jobqueue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+func ExampleQueue() {
+	ctx := context.Background()
+	q, _ := jobqueue.New(jobqueue.Config{Store: memstore.New()})
+
+	// The gateway enqueues; the queue validates and admits (PENDING → QUEUED).
+	job, _ := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{
+		JobID: "job-1", RunID: "run_2026-02-24_abc123", JobType: jobqueue.JobBrief, AgentSlug: "architect-guardian",
+	})
+	fmt.Println(job.Status)
+
+	// A worker claims it (QUEUED → CONTEXT_ASSEMBLY, attempt 1) and runs it.
+	c, _ := q.Claim(ctx, "worker-1")
+	fmt.Println(c.Job().Status, c.Job().Attempt)
+	done, _ := c.Run(ctx, jobqueue.Handlers{
+		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
+			return jobqueue.Output{Content: json.RawMessage(`{"title":"Brief","body":"Short","entity_map":{},"word_count":1}`)}, nil
+		},
+	})
+	fmt.Println(done.Status, done.ArtifactID == artifact.IDForJob("job-1"))
+
+	// The frontend may read jobs, never requeue them.
+	_, err := q.Requeue(ctx, lifecycle.ActorFrontend, "job-1")
+	fmt.Println(err)
+	// Output:
+	// QUEUED
+	// CONTEXT_ASSEMBLY 1
+	// COMPLETE true
+	// FORBIDDEN: actor "frontend" may not update_status jobs (seed 003 §4: denied)
+}

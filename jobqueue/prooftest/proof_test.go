@@ -1,0 +1,394 @@
+package prooftest_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Package prooftest_test holds the proof of the job queue (issue 5 item 7)
+// in a test binary of its own, so that its minute on MinIO does not slow
+// the unit tests of package jobqueue.
+//
+// The proof: workers (goroutines, and separate processes
+// on MinIO) sharing one store run 1,000 jobs with injected faults: handler
+// errors (429, 503, plain), context-assembly timeouts, artifact write
+// errors, and killed workers. Every job must end COMPLETE or DEAD, every
+// COMPLETE job must have exactly its one finalized artifact, and replaying
+// the audit log must give the final states through legal transitions only.
+
+const workerProcessEnv = "CONVEYOR_JOBQUEUE_WORKER"
+
+var env teststores.Env
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerProcessEnv) != "" {
+		os.Exit(workerProcess())
+	}
+	goleak.VerifyTestMain(env.Wrap(m))
+}
+
+func spec(id, agent string) jobqueue.NewJob {
+	return jobqueue.NewJob{JobID: id, RunID: "run_2026-02-24_abc123", JobType: jobqueue.JobBrief, AgentSlug: agent}
+}
+
+func newQueue(t testing.TB, s storage.Store, c clock.Clock, mod ...func(*jobqueue.Config)) *jobqueue.Queue {
+	t.Helper()
+	cfg := jobqueue.Config{Store: s, Clock: c, Node: "test", Logger: slog.New(slog.DiscardHandler)}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	q, err := jobqueue.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// proofConfig is the timing of the proof: real time, scaled down.
+type proofConfig struct {
+	lease, step, poll time.Duration
+	backoff           []time.Duration
+}
+
+func (p proofConfig) apply(c *jobqueue.Config) {
+	c.LeaseTTL, c.StepTimeout, c.Backoff = p.lease, p.step, p.backoff
+}
+
+// faultyHandlers fail about one attempt in six: a context-assembly timeout
+// (the handler hangs past StepTimeout), 429, 503 or a plain error.
+func faultyHandlers(seed uint64) jobqueue.Handlers {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	roll := func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.Float64()
+	}
+	return jobqueue.Handlers{
+		AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+			if roll() < 0.04 {
+				<-ctx.Done() // hang until the step timeout
+				return nil, ctx.Err()
+			}
+			return json.RawMessage(`{"ok":true}`), nil
+		},
+		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			switch r := roll(); {
+			case r < 0.04:
+				return jobqueue.Output{}, &jobqueue.StatusError{Code: 429}
+			case r < 0.08:
+				return jobqueue.Output{}, &jobqueue.StatusError{Code: 503}
+			case r < 0.12:
+				return jobqueue.Output{}, errors.New("injected handler error")
+			}
+			return jobqueue.Output{Content: json.RawMessage(fmt.Sprintf(
+				`{"title":"Brief %s","body":"b","entity_map":{},"word_count":1}`, job.JobID))}, nil
+		},
+	}
+}
+
+// faultyStore fails a share of artifact writes, and every call once killed
+// (a worker cut off from the store is dead to everyone else).
+type faultyStore struct {
+	storage.Store
+	killed    atomic.Bool
+	mu        sync.Mutex
+	rng       *rand.Rand
+	writeFail float64
+}
+
+var errKilled = errors.New("injected: worker killed")
+
+func (f *faultyStore) fail(key string) error {
+	if f.killed.Load() {
+		return errKilled
+	}
+	if strings.HasPrefix(key, "projects/") {
+		f.mu.Lock()
+		r := f.rng.Float64()
+		f.mu.Unlock()
+		if r < f.writeFail {
+			return storage.NewOpError("put", key, nil, errors.New("injected artifact write error"))
+		}
+	}
+	return nil
+}
+
+func (f *faultyStore) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	if f.killed.Load() {
+		return nil, "", errKilled
+	}
+	return f.Store.Get(ctx, key)
+}
+
+func (f *faultyStore) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	if err := f.fail(key); err != nil {
+		return "", err
+	}
+	return f.Store.Put(ctx, key, value, cond)
+}
+
+func (f *faultyStore) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	if f.killed.Load() {
+		return errKilled
+	}
+	return f.Store.Delete(ctx, key, cond)
+}
+
+// runProof enqueues n jobs over agents agents, runs them with workers
+// in-process workers of slots slots each (one of which is killed midway)
+// plus whatever extra does (other processes), and checks the outcome.
+func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc proofConfig, extra func(ctx context.Context, kill func())) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mod := pc.apply
+	q := newQueue(t, s, clock.Real(), mod)
+	start := time.Now()
+	for i := range n {
+		j := spec(fmt.Sprintf("job-%04d", i), fmt.Sprintf("agent-%02d", i%agents))
+		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var victims []*faultyStore
+	var runningPerAgent sync.Map // agent → *atomic.Int32: handler executions at once
+	var overlap atomic.Int32
+	for w := range workers {
+		fs := &faultyStore{Store: s, rng: rand.New(rand.NewPCG(uint64(w), 7)), writeFail: 0.03}
+		wq := newQueue(t, fs, clock.Real(), mod, func(c *jobqueue.Config) { c.Node = fmt.Sprintf("node-%d", w) })
+		h := faultyHandlers(uint64(w) + 100)
+		inner := h.CallNotebookLM
+		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			v, _ := runningPerAgent.LoadOrStore(job.AgentSlug, new(atomic.Int32))
+			c := v.(*atomic.Int32)
+			if c.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			defer c.Add(-1)
+			return inner(ctx, job, snap)
+		}
+		if w == 0 {
+			victims = append(victims, fs)
+		}
+		worker := &jobqueue.Worker{Queue: wq, ID: fmt.Sprintf("w%d", w), Handlers: h, Slots: slots, PollInterval: pc.poll, SweepInterval: -1}
+		wg.Go(func() { _ = worker.Run(ctx) })
+	}
+	kill := func() {
+		for _, v := range victims {
+			v.killed.Store(true)
+		}
+	}
+	if extra != nil {
+		extra(ctx, kill)
+	} else {
+		time.AfterFunc(50*time.Millisecond, kill)
+	}
+	// Wait until every job is COMPLETE or DEAD, sweeping now and then as a
+	// worker would.
+	deadline := time.Now().Add(3 * time.Minute)
+	var final map[string]jobqueue.Job
+	sweeps := 0
+	for {
+		final = map[string]jobqueue.Job{}
+		open := 0
+		for j, err := range q.List(ctx, lifecycle.ActorOrchestration) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			final[j.JobID] = j
+			if j.Status != jobqueue.JobComplete && j.Status != jobqueue.JobDead {
+				open++
+			}
+		}
+		if open == 0 && len(final) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d jobs still open after 3 minutes", open, n)
+		}
+		if sweeps++; sweeps%10 == 0 {
+			if _, err := q.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	// A final sweep re-emits the audit of writes whose writer died before
+	// auditing them (what workers' periodic sweeps do).
+	if _, err := newQueue(t, s, clock.Real()).Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	complete, dead, attempts := 0, 0, 0
+	for id, j := range final {
+		attempts += j.Attempt
+		switch j.Status {
+		case jobqueue.JobComplete:
+			complete++
+			if j.ArtifactID != artifact.IDForJob(id) {
+				t.Errorf("%s: artifact_id %q", id, j.ArtifactID)
+			}
+			a, err := q.Artifacts().Get(bg, lifecycle.ActorOrchestration, jobqueue.DefaultProject, j.ArtifactID)
+			if err != nil || !a.Finalized || a.JobID != id {
+				t.Errorf("%s: artifact %+v %v", id, a, err)
+			}
+		case jobqueue.JobDead:
+			dead++
+			if j.Attempt != j.MaxAttempts {
+				t.Errorf("%s: DEAD after %d attempts", id, j.Attempt)
+			}
+		}
+	}
+	// One artifact per job at most: every artifact belongs to a distinct
+	// job, and its id is that job's.
+	arts := 0
+	seen := map[string]bool{}
+	for a, err := range q.Artifacts().List(bg, lifecycle.ActorOrchestration, jobqueue.DefaultProject) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		arts++
+		if seen[a.JobID] || a.ArtifactID != artifact.IDForJob(a.JobID) || !a.Finalized {
+			t.Errorf("artifact %s of job %s: duplicate or foreign", a.ArtifactID, a.JobID)
+		}
+		seen[a.JobID] = true
+	}
+	states, err := jobqueue.ReplayAudit(bg, s, start.Add(-time.Hour), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != n {
+		t.Fatalf("audit log replays %d jobs, want %d", len(states), n)
+	}
+	for id, j := range final {
+		if states[id] != j.Status {
+			t.Errorf("%s: audit replays to %s, record says %s", id, states[id], j.Status)
+		}
+	}
+	if overlap.Load() > 0 {
+		t.Logf("note: %d handler calls overlapped another of the same agent (only possible after a lease was lost)", overlap.Load())
+	}
+	if complete == 0 || dead+complete != n {
+		t.Fatalf("complete %d dead %d of %d", complete, dead, n)
+	}
+	t.Logf("%d jobs in %s: %d COMPLETE, %d DEAD, %d attempts, %d artifacts (%d of them for DEAD jobs)",
+		n, elapsed.Round(time.Millisecond), complete, dead, attempts, arts, arts-complete)
+}
+
+func TestProofMemstore(t *testing.T) {
+	t.Parallel()
+	s := env.Cases()[0].New(t)
+	runProof(t, s, 1000, 40, 6, 4, proofConfig{lease: 200 * time.Millisecond, step: 30 * time.Millisecond, poll: 2 * time.Millisecond,
+		backoff: []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}}, nil)
+}
+
+// TestProofMinIO runs the proof on a real MinIO with two worker processes
+// besides the in-process ones; one process is killed with SIGKILL midway.
+func TestProofMinIO(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("the MinIO proof takes a while; not run with -short")
+	}
+	srv, bkt := env.MinIO(t)
+	prefix := "proof-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "/"
+	s := env.S3At(t, prefix)
+	pc := proofConfig{lease: 2 * time.Second, step: 300 * time.Millisecond, poll: 20 * time.Millisecond,
+		backoff: []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}}
+	extra := func(ctx context.Context, kill func()) {
+		var procs []*exec.Cmd
+		var stdins []io.WriteCloser
+		for i := range 2 {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), workerProcessEnv+"=1",
+				"W_ENDPOINT="+srv.Endpoint, "W_ACCESS="+srv.AccessKey, "W_SECRET="+srv.SecretKey,
+				"W_REGION="+srv.Region, "W_BUCKET="+bkt, "W_PREFIX="+prefix, fmt.Sprintf("W_ID=proc%d", i),
+				"W_LEASE="+pc.lease.String(), "W_STEP="+pc.step.String(), "W_POLL="+pc.poll.String())
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			procs = append(procs, cmd)
+			stdins = append(stdins, stdin)
+		}
+		t.Cleanup(func() {
+			for i, p := range procs {
+				_ = stdins[i].Close()
+				_ = p.Process.Signal(syscall.SIGTERM)
+				_ = p.Wait()
+			}
+		})
+		time.AfterFunc(time.Second, func() {
+			kill()
+			_ = procs[0].Process.Kill() // SIGKILL: dies mid-job, lease and all
+		})
+	}
+	runProof(t, s, 1000, 50, 3, 4, pc, extra)
+}
+
+// workerProcess is the body of a worker process of TestProofMinIO: it runs
+// a Worker against the bucket until SIGTERM or its stdin closes.
+func workerProcess() int {
+	srv := &miniotest.Server{Endpoint: os.Getenv("W_ENDPOINT"), AccessKey: os.Getenv("W_ACCESS"),
+		SecretKey: os.Getenv("W_SECRET"), Region: os.Getenv("W_REGION")}
+	s, err := s3store.NewWithClient(srv.Client(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}), os.Getenv("W_BUCKET"), os.Getenv("W_PREFIX"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	lease, _ := time.ParseDuration(os.Getenv("W_LEASE"))
+	step, _ := time.ParseDuration(os.Getenv("W_STEP"))
+	poll, _ := time.ParseDuration(os.Getenv("W_POLL"))
+	id := os.Getenv("W_ID")
+	q, err := jobqueue.New(jobqueue.Config{Store: &faultyStore{Store: s, rng: rand.New(rand.NewPCG(9, 9)), writeFail: 0.03},
+		LeaseTTL: lease, StepTimeout: step, Node: id, Logger: slog.New(slog.DiscardHandler),
+		Backoff: []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin)) // parent gone or done
+		stop()
+	}()
+	w := &jobqueue.Worker{Queue: q, ID: id, Handlers: faultyHandlers(uint64(len(id)) * 31), Slots: 4, PollInterval: poll, SweepInterval: -1}
+	_ = w.Run(ctx)
+	return 0
+}

@@ -1,0 +1,725 @@
+package jobqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/authority"
+	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts = 3
+	DefaultLeaseTTL    = 30 * time.Second
+	DefaultStepTimeout = 120 * time.Second
+	DefaultProject     = "default"
+)
+
+// DefaultBackoff is the retry schedule of seed 003 §1.1: the wait in
+// RETRY_BACKOFF after the first, second and third failed attempt.
+func DefaultBackoff() []time.Duration {
+	return []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second}
+}
+
+// Config configures a Queue.
+type Config struct {
+	// Store holds the jobs, the ready lanes, the agent locks, the artifacts
+	// and the audit log. Required.
+	Store storage.Store
+	// Artifacts writes the artifact at ARTIFACT_WRITE. Default: an
+	// artifact.Store over Store with the same Clock and Node.
+	Artifacts *artifact.Store
+	// Clock drives leases, backoff, step timeouts and timestamps. Default:
+	// the wall clock.
+	Clock clock.Clock
+	// Node names this host in audit events. Default: "".
+	Node string
+	// Project is the cid artifacts go to when a job names none. Default:
+	// DefaultProject ("default").
+	Project string
+	// MaxAttempts is max_attempts for jobs enqueued without one. Default: 3.
+	MaxAttempts int
+	// Backoff is the wait in RETRY_BACKOFF after failed attempt n
+	// (Backoff[n-1]; the last entry repeats). Default: DefaultBackoff,
+	// 15 s, 30 s, 60 s.
+	Backoff []time.Duration
+	// LeaseTTL is how long a claim lives without a heartbeat; a running job
+	// renews it every LeaseTTL/3. Default: 30 s.
+	LeaseTTL time.Duration
+	// StepTimeout bounds each handler call. Default: 120 s (DESIGN.md §6).
+	StepTimeout time.Duration
+	// ArtifactActor is the actor ARTIFACT_WRITE writes the artifact as.
+	// Seed 003 §4.2 lets only the NLM backend write new artifacts, and the
+	// artifact holds the NLM backend's answer, so the default is
+	// lifecycle.ActorNLMBackend.
+	ArtifactActor lifecycle.Actor
+	// Logger receives what cannot be returned (audit write failures,
+	// heartbeat trouble). Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Queue is the job queue of seed 003 §1 over a Store. Many Queues in many
+// processes may share one Store: all coordination goes through conditional
+// writes. It is safe for concurrent use.
+type Queue struct {
+	cfg       Config
+	store     storage.Store
+	artifacts *artifact.Store
+	clock     clock.Clock
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	known    map[string]bool       // agents whose lock object this Queue has seen
+	lanes    map[string]*laneCache // per agent: ready-lane keys listed but not yet tried
+	agents   []string              // agents listed from the store
+	agentAt  time.Time             // when agents was listed
+	globalAt time.Time             // when refreshLanes last listed every lane
+	audited  map[string]int64      // job id → latest version whose audit this Queue wrote
+}
+
+type laneCache struct {
+	mu   sync.Mutex
+	keys []string
+	// complete: keys held the whole lane when listed (fewer than laneBatch).
+	complete  bool
+	listedAt  time.Time // when the lane was last listed
+	idle      int       // empty listings in a row
+	busyUntil time.Time // the agent's lock was held; do not read it before
+	lockAt    time.Time // when the agent's lock was last read for an orphan
+}
+
+// New checks cfg, fills in its defaults and returns a Queue.
+func New(cfg Config) (*Queue, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("jobqueue: Config.Store is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Project == "" {
+		cfg.Project = DefaultProject
+	}
+	if err := storage.ValidateID("project id", cfg.Project); err != nil {
+		return nil, err
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.MaxAttempts < 1 {
+		return nil, fmt.Errorf("jobqueue: Config.MaxAttempts %d < 1", cfg.MaxAttempts)
+	}
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = DefaultBackoff()
+	}
+	for _, d := range cfg.Backoff {
+		if d < 0 {
+			return nil, fmt.Errorf("jobqueue: negative backoff %s", d)
+		}
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.StepTimeout == 0 {
+		cfg.StepTimeout = DefaultStepTimeout
+	}
+	if cfg.LeaseTTL < 3*time.Millisecond || cfg.StepTimeout < 0 {
+		return nil, errors.New("jobqueue: LeaseTTL below 3ms or negative StepTimeout")
+	}
+	if cfg.ArtifactActor == "" {
+		cfg.ArtifactActor = lifecycle.ActorNLMBackend
+	}
+	if cfg.Artifacts == nil {
+		a, err := artifact.New(artifact.Config{Store: cfg.Store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Artifacts = a
+	}
+	return &Queue{
+		cfg: cfg, store: cfg.Store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
+		known: map[string]bool{}, lanes: map[string]*laneCache{}, audited: map[string]int64{},
+	}, nil
+}
+
+// Artifacts returns the artifact store the queue writes to.
+func (q *Queue) Artifacts() *artifact.Store { return q.artifacts }
+
+// backoff is the wait after failed attempt n (1-based).
+func (q *Queue) backoff(attempt int) time.Duration {
+	i := attempt - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(q.cfg.Backoff) {
+		i = len(q.cfg.Backoff) - 1
+	}
+	return q.cfg.Backoff[i]
+}
+
+// Errors of the queue. Bad input matches ErrInvalidJob; refusals of the
+// authority matrix match authority.ErrForbidden.
+var (
+	// ErrInvalidJob: a NewJob that breaks a rule of Enqueue.
+	ErrInvalidJob = errors.New("jobqueue: invalid job")
+	// ErrJobExists: Enqueue with the id of a job that already exists.
+	ErrJobExists = errors.New("jobqueue: job already exists")
+	// ErrLeaseLost: the worker's lease on the job lapsed or was taken over;
+	// it may no longer write the job.
+	ErrLeaseLost = errors.New("jobqueue: lease lost")
+	// ErrStepTimeout is the cause of a step's context when StepTimeout runs out.
+	ErrStepTimeout = errors.New("jobqueue: step timeout")
+)
+
+// ---- keys ----
+
+const (
+	lanePrefix  = "jobs/queue/"
+	agentPrefix = "jobs/agents/"
+)
+
+// LanePrefix is the List prefix of an agent's ready lane:
+// jobs/queue/{agent}/. Its keys are {ready_at as 19-digit Unix
+// nanoseconds}-{job_id}, so listing returns the job ready first first.
+func LanePrefix(agent string) (string, error) {
+	if err := storage.ValidateID("agent slug", agent); err != nil {
+		return "", err
+	}
+	return lanePrefix + agent + "/", nil
+}
+
+func laneKey(agent string, at time.Time, jobID string) string {
+	return lanePrefix + agent + "/" + fmt.Sprintf("%019d", at.UnixNano()) + "-" + jobID
+}
+
+// parseLaneKey returns the ready time and job id of a lane key.
+func parseLaneKey(key string) (time.Time, string, bool) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 || len(key)-i-1 < 21 || key[i+20] != '-' {
+		return time.Time{}, "", false
+	}
+	n, err := strconv.ParseInt(key[i+1:i+20], 10, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, "", false
+	}
+	id := key[i+21:]
+	if storage.ValidateID("job id", id) != nil {
+		return time.Time{}, "", false
+	}
+	return time.Unix(0, n), id, true
+}
+
+// AgentLockKey is the object that holds an agent's lock: jobs/agents/{agent}.json.
+func AgentLockKey(agent string) (string, error) {
+	if err := storage.ValidateID("agent slug", agent); err != nil {
+		return "", err
+	}
+	return agentPrefix + agent + ".json", nil
+}
+
+// jobIDFromKey returns the id of a job key jobs/{id}.json, or false for the
+// queue's own objects under jobs/.
+func jobIDFromKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "jobs/")
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
+	}
+	return strings.CutSuffix(rest, ".json")
+}
+
+// ---- records ----
+
+// jobDoc is the stored form of a Job: the record plus the document version.
+type jobDoc struct {
+	storage.Meta
+	Job
+}
+
+// agentLock is jobs/agents/{agent}.json: which worker runs the agent's job,
+// under which fencing epoch, until when. It gives at most one running job
+// per agent across every worker sharing the store.
+type agentLock struct {
+	storage.Meta
+	Agent     string    `json:"agent"`
+	Owner     string    `json:"owner,omitempty"`
+	Epoch     int64     `json:"epoch"`
+	JobID     string    `json:"job_id,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+func (l *agentLock) free(now time.Time) bool { return l.Owner == "" || !now.Before(l.ExpiresAt) }
+
+// laneEntry is the value of a lane key.
+type laneEntry struct {
+	JobID   string    `json:"job_id"`
+	ReadyAt time.Time `json:"ready_at"`
+}
+
+// ---- enqueue ----
+
+// NewJob is what Enqueue needs; the queue fills in the rest of the record.
+type NewJob struct {
+	// JobID is the job's id; empty means a fresh UUID v4.
+	JobID     string
+	RunID     string
+	JobType   JobType
+	AgentSlug string
+	// MaxAttempts is max_attempts; 0 means Config.MaxAttempts.
+	MaxAttempts int
+	Payload     json.RawMessage
+	Context     JobContext
+	// Callback is an http or https URL, or empty.
+	Callback string
+	// ProjectID is the artifact's cid; empty means Config.Project.
+	ProjectID string
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+func badJob(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
+}
+
+func (n *NewJob) validate(defaultMax int) error {
+	if n.JobID == "" {
+		n.JobID = newUUID()
+	}
+	if err := storage.ValidateID("job id", n.JobID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if err := storage.ValidateID("run id", n.RunID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if err := storage.ValidateID("agent slug", n.AgentSlug); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if n.ProjectID != "" {
+		if err := storage.ValidateID("project id", n.ProjectID); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		}
+	}
+	if _, ok := ArtifactType(n.JobType); !ok {
+		return badJob("job_type %q is not RESEARCH, BRIEF or PROPOSAL_PREPROCESS", n.JobType)
+	}
+	if n.MaxAttempts == 0 {
+		n.MaxAttempts = defaultMax
+	}
+	if n.MaxAttempts < 1 || n.MaxAttempts > 100 {
+		return badJob("max_attempts %d outside 1..100", n.MaxAttempts)
+	}
+	if len(n.Payload) > 0 && !json.Valid(n.Payload) {
+		return badJob("payload is not valid JSON")
+	}
+	if n.Callback != "" {
+		u, err := url.Parse(n.Callback)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return badJob("callback %q is not an http(s) URL", n.Callback)
+		}
+	}
+	for i, ref := range n.Context.EntityRefs {
+		if ref == "" {
+			return badJob("context.entity_refs[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// ArtifactType maps a job type to the artifact type it produces:
+// RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
+// PREPROCESSED_PROPOSAL.
+func ArtifactType(t JobType) (artifact.Type, bool) {
+	switch t {
+	case JobResearch:
+		return artifact.ResearchBrief, true
+	case JobBrief:
+		return artifact.Brief, true
+	case JobProposalPreprocess:
+		return artifact.PreprocessedProposal, true
+	}
+	return "", false
+}
+
+// Enqueue creates a job in PENDING, validates it and moves it to QUEUED
+// (003 §1.2: PENDING → QUEUED after validation), and puts it in its
+// agent's ready lane. The actor needs Create (003 §4.1: the gateway or the
+// orchestration layer); the move to QUEUED is the orchestration layer's,
+// which the queue is. Invalid input (ErrInvalidJob) or a refusal
+// (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
+func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (Job, error) {
+	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
+		return Job{}, err
+	}
+	if err := n.validate(q.cfg.MaxAttempts); err != nil {
+		return Job{}, err
+	}
+	key, err := storage.JobKey(n.JobID)
+	if err != nil {
+		return Job{}, err
+	}
+	if err := q.ensureAgent(ctx, n.AgentSlug); err != nil {
+		return Job{}, err
+	}
+	now := q.clock.Now().UTC()
+	doc := jobDoc{Job: Job{
+		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
+		Status: JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
+		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
+		Trail: []Move{{From: "", To: JobPending, Event: "create", Actor: actor}},
+	}}
+	ver, err := storage.Create(ctx, q.store, key, &doc)
+	if err != nil {
+		if errors.Is(err, storage.ErrPreconditionFailed) {
+			return Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
+		}
+		return Job{}, err
+	}
+	q.audit(ctx, &doc)
+	var lane string
+	d, _, err := q.update(ctx, n.JobID, &doc, ver, func(d *jobDoc, now time.Time) error {
+		if err := q.fire(ctx, d, EventValidate, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		lane = laneKey(d.AgentSlug, now, d.JobID)
+		d.QueuedAt, d.ReadyKey = &now, lane
+		return nil
+	})
+	if err != nil {
+		return Job{}, err
+	}
+	return d.Job, q.putLane(ctx, lane, d.JobID, now)
+}
+
+func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
+	q.mu.Lock()
+	known := q.known[agent]
+	q.mu.Unlock()
+	if known {
+		return nil
+	}
+	key, err := AgentLockKey(agent)
+	if err != nil {
+		return err
+	}
+	_, err = storage.Create(ctx, q.store, key, &agentLock{Agent: agent})
+	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		return err
+	}
+	q.mu.Lock()
+	q.known[agent] = true
+	if !containsString(q.agents, agent) {
+		q.agents = append(q.agents, agent)
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+func containsString(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func (q *Queue) putLane(ctx context.Context, key, jobID string, at time.Time) error {
+	b, _ := json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
+	_, err := q.store.Put(ctx, key, b, storage.IfNotExists())
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		err = nil
+	}
+	if agent, ok := laneAgent(key); ok && err == nil {
+		q.laneAdded(agent, key)
+	}
+	return err
+}
+
+func laneAgent(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, lanePrefix)
+	if !ok {
+		return "", false
+	}
+	agent, _, ok := strings.Cut(rest, "/")
+	return agent, ok
+}
+
+// laneAdded puts a key this Queue wrote into agent's cache, in order,
+// when the cache would otherwise miss it: the cache held the whole lane,
+// or the key sorts before its last entry.
+func (q *Queue) laneAdded(agent, key string) {
+	l := q.lane(agent)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.listedAt.IsZero() {
+		return // never listed: the first head lists it
+	}
+	i, found := slices.BinarySearch(l.keys, key)
+	if found || (!l.complete && i == len(l.keys)) {
+		return
+	}
+	l.keys = slices.Insert(l.keys, i, key)
+	l.idle = 0
+}
+
+// ---- reads ----
+
+func (q *Queue) read(ctx context.Context, jobID string) (jobDoc, storage.Version, error) {
+	key, err := storage.JobKey(jobID)
+	if err != nil {
+		return jobDoc{}, "", err
+	}
+	return storage.Read[jobDoc](ctx, q.store, key)
+}
+
+// ownJob is the "own job" of the NLM backend in 003 §4.1: the job the
+// orchestration layer has handed to it, which is the job in NOTEBOOKLM_CALL.
+func ownJob(actor lifecycle.Actor, j *Job) bool {
+	return actor == lifecycle.ActorNLMBackend && j.Status == JobNotebookLMCall
+}
+
+// Get reads a job. The actor needs Read (003 §4.1); the NLM backend may
+// read only its own job, one in NOTEBOOKLM_CALL.
+func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (Job, error) {
+	if authority.Lookup(actor, authority.Jobs, authority.Read) == authority.Denied {
+		return Job{}, authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{})
+	}
+	d, _, err := q.read(ctx, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{Own: ownJob(actor, &d.Job)}); err != nil {
+		return Job{}, err
+	}
+	return d.Job, nil
+}
+
+// List yields every job in key order. The actor needs Read without
+// qualification (the NLM backend may not list jobs).
+func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[Job, error] {
+	return func(yield func(Job, error) bool) {
+		if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
+			yield(Job{}, err)
+			return
+		}
+		for d, err := range q.docs(ctx) {
+			if !yield(d.Job, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (q *Queue) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
+	return func(yield func(jobDoc, error) bool) {
+		for key, err := range q.store.List(ctx, "jobs/") {
+			if err != nil {
+				yield(jobDoc{}, err)
+				return
+			}
+			id, ok := jobIDFromKey(key)
+			if !ok {
+				continue
+			}
+			d, _, err := q.read(ctx, id)
+			if errors.Is(err, storage.ErrNotFound) {
+				continue
+			}
+			if !yield(d, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// ---- writes ----
+
+// fire moves d by event as actor and appends the move to d's trail.
+func (q *Queue) fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle.Actor) error {
+	ch, err := JobMachine().Fire(ctx, &d.Job, event, actor)
+	if err != nil {
+		return err
+	}
+	d.Trail = append(d.Trail, Move{From: ch.From, To: ch.To, Event: event, Actor: actor})
+	return nil
+}
+
+// update is every job write: mutate on a fresh trail, updated_at never
+// going back, a compare-and-swap write, then the write's audit events.
+// When the caller holds the document as it last wrote it (cached, at
+// version ver) the write goes straight to If-Match; on a conflict, or
+// without a cache, it is storage.Update's read-check-write loop. Before
+// writing it makes sure the audit events of the version it read exist, so
+// a writer that died between its write and its audit leaves no gap.
+func (q *Queue) update(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
+	key, err := storage.JobKey(jobID)
+	if err != nil {
+		return jobDoc{}, "", err
+	}
+	var prior jobDoc
+	apply := func(d *jobDoc) error {
+		prior = *d
+		now := q.clock.Now().UTC()
+		if now.Before(d.UpdatedAt) {
+			now = d.UpdatedAt
+		}
+		d.Trail = nil
+		if err := mutate(d, now); err != nil {
+			return err
+		}
+		if len(d.Trail) > 0 {
+			d.UpdatedAt = now
+		}
+		return nil
+	}
+	if cached != nil && ver != "" {
+		// Mutations replace pointer fields rather than write through them,
+		// so a shallow copy leaves the cache intact.
+		d := *cached
+		if err := apply(&d); err != nil {
+			return jobDoc{}, "", err
+		}
+		d.Version = prior.Version + 1
+		b, err := json.Marshal(&d)
+		if err != nil {
+			return jobDoc{}, "", err
+		}
+		nv, err := q.store.Put(ctx, key, b, storage.IfMatch(ver))
+		if err == nil {
+			q.ensureAudited(ctx, &prior)
+			q.audit(ctx, &d)
+			return d, nv, nil
+		}
+		if !errors.Is(err, storage.ErrPreconditionFailed) {
+			return jobDoc{}, "", err
+		}
+	}
+	d, nv, err := storage.Update(ctx, q.store, key, apply)
+	if err != nil {
+		return jobDoc{}, "", err
+	}
+	q.ensureAudited(ctx, &prior)
+	q.audit(ctx, &d)
+	return d, nv, nil
+}
+
+func (q *Queue) ensureAudited(ctx context.Context, d *jobDoc) {
+	q.mu.Lock()
+	done := q.audited[d.JobID] >= d.Version
+	q.mu.Unlock()
+	if !done {
+		q.audit(ctx, d)
+	}
+}
+
+// audit writes the audit events of d's last write, create-only under ids
+// derived from the job and the document version, so writing them twice
+// stores them once. Failures are logged: the record is the truth, and a
+// later writer re-emits what is missing.
+func (q *Queue) audit(ctx context.Context, d *jobDoc) {
+	for i, m := range d.Trail {
+		ev := storage.AuditEvent{
+			TS: d.UpdatedAt, Event: "job.status.update", Actor: string(m.Actor), JobID: d.JobID, RunID: d.RunID,
+			From: string(m.From), To: string(m.To), Node: q.cfg.Node,
+		}
+		if m.From == "" {
+			ev.Event = "job.create"
+		}
+		if m.To == JobComplete {
+			ev.ArtifactID = d.ArtifactID
+		}
+		if err := q.putAudit(ctx, ev, d.Version, i); err != nil {
+			q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "from", m.From, "to", m.To, "err", err)
+			return
+		}
+	}
+	q.mu.Lock()
+	if q.audited[d.JobID] < d.Version {
+		q.audited[d.JobID] = d.Version
+	}
+	if JobMachine().IsTerminal(d.Status) {
+		delete(q.audited, d.JobID)
+	}
+	q.mu.Unlock()
+}
+
+// AuditEventID is the id of the i-th audit event of version v of job
+// jobID written at ts: the time (so a day lists in time order), a digest
+// of the job id, the version and i (so one job's events sort in the order
+// they happened even at equal times).
+func AuditEventID(ts time.Time, jobID string, v int64, i int) string {
+	sum := sha256.Sum256([]byte(jobID))
+	return ts.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(sum[:6]) +
+		"-" + fmt.Sprintf("%010d", v) + "-" + strconv.Itoa(i)
+}
+
+func (q *Queue) putAudit(ctx context.Context, ev storage.AuditEvent, v int64, i int) error {
+	key, err := storage.AuditKey(ev.TS, AuditEventID(ev.TS, ev.JobID, v, i))
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = q.store.Put(ctx, key, b, storage.IfNotExists())
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		return nil
+	}
+	return err
+}
+
+// Requeue is the operator's manual requeue (003 §1.2 FAILED → QUEUED, and
+// the extension DEAD → QUEUED, invariant F2). Only the admin may make it:
+// the matrix lets the orchestration layer update status too, but the job
+// machine gives this move to the admin alone, so anyone else gets a
+// FORBIDDEN error and nothing is written. The job starts over with a fresh
+// set of attempts (attempt 0) and its error cleared.
+func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (Job, error) {
+	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {
+		return Job{}, err
+	}
+	var lane string
+	var at time.Time
+	d, _, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
+		if err := q.fire(ctx, d, EventRequeue, actor); err != nil {
+			return err
+		}
+		lane, at = laneKey(d.AgentSlug, now, d.JobID), now
+		d.Attempt, d.Error, d.ErrorCode, d.FailedStep = 0, nil, "", ""
+		d.QueuedAt, d.ReadyKey, d.NextAttemptAt, d.Lease = &now, lane, nil, nil
+		return nil
+	})
+	if err != nil {
+		return Job{}, err
+	}
+	if err := q.ensureAgent(ctx, d.AgentSlug); err != nil {
+		return d.Job, err
+	}
+	return d.Job, q.putLane(ctx, lane, jobID, at)
+}
