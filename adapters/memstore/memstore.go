@@ -7,7 +7,6 @@ import (
 	"iter"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/runconveyor/conveyor/storage"
@@ -15,9 +14,10 @@ import (
 
 // Store is an in-memory storage.Store. The zero value is not usable; call New.
 type Store struct {
-	mu   sync.RWMutex
-	data map[string]entry
-	seq  uint64 // version counter shared by all keys, so versions never repeat
+	mu    sync.RWMutex
+	data  map[string]entry
+	order *index // the keys in byte order, for List
+	seq   uint64 // version counter shared by all keys, so versions never repeat
 }
 
 type entry struct {
@@ -28,7 +28,7 @@ type entry struct {
 var _ storage.Store = (*Store)(nil)
 
 // New returns an empty Store.
-func New() *Store { return &Store{data: make(map[string]entry)} }
+func New() *Store { return &Store{data: make(map[string]entry), order: newIndex()} }
 
 func check(ctx context.Context, op, key string) error {
 	if err := storage.CheckKey(op, key); err != nil {
@@ -86,6 +86,9 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	}
 	s.seq++
 	ver := storage.Version("m" + strconv.FormatUint(s.seq, 10))
+	if !ok {
+		s.order.insert(key)
+	}
 	s.data[key] = entry{value: v, version: ver}
 	return ver, nil
 }
@@ -104,12 +107,15 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	if !match(cond, e, ok) {
 		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
 	}
-	delete(s.data, key)
+	if ok {
+		delete(s.data, key)
+		s.order.remove(key)
+	}
 	return nil
 }
 
-// List implements storage.Store. It sorts a snapshot of the matching keys
-// taken when iteration starts.
+// List implements storage.Store. It yields a snapshot of the matching keys
+// taken, in order, when iteration starts.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		if err := storage.ValidatePrefix(prefix); err != nil {
@@ -120,15 +126,10 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 			yield("", storage.NewOpError("list", prefix, err, nil))
 			return
 		}
-		s.mu.RLock()
-		var keys []string
-		for k := range s.data {
-			if strings.HasPrefix(k, prefix) {
-				keys = append(keys, k)
-			}
-		}
-		s.mu.RUnlock()
-		slices.Sort(keys)
+		// seek writes the index's scratch space: take the write lock.
+		s.mu.Lock()
+		keys := s.order.withPrefix(prefix)
+		s.mu.Unlock()
 		for _, k := range keys {
 			if err := ctx.Err(); err != nil {
 				yield("", storage.NewOpError("list", prefix, err, nil))
