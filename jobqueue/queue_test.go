@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -657,31 +657,6 @@ func TestReadAuthority(t *testing.T) {
 	}
 }
 
-// countingStore counts calls per operation.
-type countingStore struct {
-	storage.Store
-	gets, puts, deletes, lists atomic.Int64
-}
-
-func (c *countingStore) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	c.gets.Add(1)
-	return c.Store.Get(ctx, key)
-}
-
-func (c *countingStore) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	c.puts.Add(1)
-	return c.Store.Put(ctx, key, value, cond)
-}
-
-func (c *countingStore) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	c.deletes.Add(1)
-	return c.Store.Delete(ctx, key, cond)
-}
-
-func (c *countingStore) total() int64 {
-	return c.gets.Load() + c.puts.Load() + c.deletes.Load() + c.lists.Load()
-}
-
 // TestClaimCostIsConstantPerJob: the store calls it takes to claim and run
 // a job do not grow with the number of jobs waiting, and a lane is listed
 // once per batch of jobs, not once per job.
@@ -689,18 +664,14 @@ func TestClaimCostIsConstantPerJob(t *testing.T) {
 	t.Parallel()
 	perJob := map[int]float64{}
 	for _, n := range []int{20, 400} {
-		cs := &countingStore{Store: stores[0].new(t)}
-		ls := &listCounter{countingStore: cs}
+		cs := &teststores.Counting{Store: stores[0].new(t)}
 		clk := clock.NewFake(t0)
-		q := newQueue(t, ls, clk)
+		q := newQueue(t, cs, clk)
 		for i := range n {
 			enqueue(t, q, fmt.Sprintf("job-%04d", i), "agent")
 		}
 		enqueue(t, q, "other-1", "agent-2")
-		cs.gets.Store(0)
-		cs.puts.Store(0)
-		cs.deletes.Store(0)
-		cs.lists.Store(0)
+		cs.Reset()
 		done := 0
 		for {
 			c := claim(t, q, "w")
@@ -715,8 +686,8 @@ func TestClaimCostIsConstantPerJob(t *testing.T) {
 		if done != n+1 {
 			t.Fatalf("ran %d of %d jobs", done, n+1)
 		}
-		perJob[n] = float64(cs.total()) / float64(done)
-		if lists := cs.lists.Load(); lists > int64(n/64+10) {
+		perJob[n] = float64(cs.Total()) / float64(done)
+		if lists := cs.Lists.Load(); lists > int64(n/64+10) {
 			t.Errorf("%d jobs took %d List calls", n, lists)
 		}
 	}
@@ -724,11 +695,4 @@ func TestClaimCostIsConstantPerJob(t *testing.T) {
 		t.Fatalf("store calls per job grow with the queue: %v", perJob)
 	}
 	t.Logf("store calls per job: %v", perJob)
-}
-
-type listCounter struct{ *countingStore }
-
-func (l *listCounter) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	l.lists.Add(1)
-	return l.countingStore.Store.List(ctx, prefix)
 }

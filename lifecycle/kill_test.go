@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,16 +133,12 @@ func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
 	})
 	t.Run("minio", func(t *testing.T) {
 		t.Parallel()
-		minioStore(t) // starts the shared server and its bucket, or skips
-		srv := minio.Get(t)
+		srv, bucket := env.MinIO(t)
 		prefix := fmt.Sprintf("kill-%d/", time.Now().UnixNano())
-		s, err := s3store.NewWithClient(srv.Client(&http.Client{Transport: transport}), bucket, prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env := []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
+		s := env.S3At(t, prefix)
+		vars := []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
 			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
-		testSIGKILL(t, t.TempDir(), env, func() storage.Store { return s })
+		testSIGKILL(t, t.TempDir(), vars, func() storage.Store { return s })
 	})
 }
 

@@ -2,47 +2,13 @@ package lifecycle_test
 
 import (
 	"context"
-	"iter"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// countingStore counts the round trips a Store serves.
-type countingStore struct {
-	storage.Store
-	gets, puts, deletes, lists atomic.Int64
-}
-
-func (c *countingStore) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	c.gets.Add(1)
-	return c.Store.Get(ctx, key)
-}
-
-func (c *countingStore) Put(ctx context.Context, key string, v []byte, cond storage.Condition) (storage.Version, error) {
-	c.puts.Add(1)
-	return c.Store.Put(ctx, key, v, cond)
-}
-
-func (c *countingStore) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	c.deletes.Add(1)
-	return c.Store.Delete(ctx, key, cond)
-}
-
-func (c *countingStore) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	c.lists.Add(1)
-	return c.Store.List(ctx, prefix)
-}
-
-func (c *countingStore) reset() {
-	c.gets.Store(0)
-	c.puts.Store(0)
-	c.deletes.Store(0)
-	c.lists.Store(0)
-}
 
 // finishSignal is a Metrics that reports each finished run on a channel.
 type finishSignal struct {
@@ -61,7 +27,7 @@ func TestHappyPathStoreRoundTrips(t *testing.T) {
 	for name, newStore := range map[string]func(testing.TB) storage.Store{"memstore": memStore, "minio": minioStore} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			counting := &countingStore{Store: newStore(t)}
+			counting := &teststores.Counting{Store: newStore(t)}
 			g := newRig(t, counting)
 			done := make(chan string, 1)
 			agent := lifecycle.Agent{Slug: "counted", Steps: []lifecycle.Step{okStep("a"), okStep("b"), okStep("c")}}
@@ -69,15 +35,15 @@ func TestHappyPathStoreRoundTrips(t *testing.T) {
 				c.Metrics = finishSignal{Metrics: noMetrics{}, done: done}
 			}, agent)
 			// Let the runner's start-up poll (one list) pass first.
-			until(t, "the start-up poll", func() bool { return counting.lists.Load() >= 1 })
-			counting.reset()
+			until(t, "the start-up poll", func() bool { return counting.Lists.Load() >= 1 })
+			counting.Reset()
 			if _, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug}); err != nil {
 				t.Fatal(err)
 			}
 			if st := <-done; st != "completed" {
 				t.Fatalf("run %s", st)
 			}
-			got := [4]int64{counting.puts.Load(), counting.deletes.Load(), counting.gets.Load(), counting.lists.Load()}
+			got := [4]int64{counting.Puts.Load(), counting.Deletes.Load(), counting.Gets.Load(), counting.Lists.Load()}
 			// puts: 6 status + 6 audit + 3 steps + manifest + run index + active + slot taken + slot freed
 			if want := [4]int64{20, 1, 0, 0}; got != want {
 				t.Errorf("puts, deletes, gets, lists = %v, want %v", got, want)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -14,7 +15,7 @@ import (
 // benchmarkRunner pushes b.N runs of three no-op steps through one Runner and
 // reports runs per second and store round trips per run.
 func benchmarkRunner(b *testing.B, store storage.Store, concurrency int) {
-	counting := &countingStore{Store: store}
+	counting := &teststores.Counting{Store: store}
 	done := make(chan string, 256)
 	noop := func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
 		return lifecycle.StepOutput{}, nil
@@ -31,10 +32,10 @@ func benchmarkRunner(b *testing.B, store storage.Store, concurrency int) {
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = r.Run(ctx) }()
 	defer func() { cancel(); <-stopped }()
-	for counting.lists.Load() == 0 {
+	for counting.Lists.Load() == 0 {
 		time.Sleep(time.Millisecond) // the start-up poll
 	}
-	counting.reset()
+	counting.Reset()
 	b.ResetTimer()
 	start := time.Now()
 	go func() {
@@ -54,10 +55,10 @@ func benchmarkRunner(b *testing.B, store storage.Store, concurrency int) {
 	b.StopTimer()
 	n := float64(b.N)
 	b.ReportMetric(n/elapsed.Seconds(), "runs/s")
-	b.ReportMetric(float64(counting.puts.Load())/n, "puts/run")
-	b.ReportMetric(float64(counting.deletes.Load())/n, "deletes/run")
-	b.ReportMetric(float64(counting.gets.Load())/n, "gets/run")
-	b.ReportMetric(float64(counting.lists.Load())/n, "lists/run")
+	b.ReportMetric(float64(counting.Puts.Load())/n, "puts/run")
+	b.ReportMetric(float64(counting.Deletes.Load())/n, "deletes/run")
+	b.ReportMetric(float64(counting.Gets.Load())/n, "gets/run")
+	b.ReportMetric(float64(counting.Lists.Load())/n, "lists/run")
 }
 
 func BenchmarkRunnerMemstore(b *testing.B) {

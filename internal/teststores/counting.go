@@ -1,0 +1,53 @@
+package teststores
+
+import (
+	"context"
+	"iter"
+	"sync/atomic"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Counting wraps a Store and counts the round trips of each kind it serves,
+// for tests and benchmarks that hold a cost (calls per job, per run).
+type Counting struct {
+	storage.Store
+	Gets, Puts, Deletes, Lists atomic.Int64
+}
+
+// Get counts and forwards.
+func (c *Counting) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	c.Gets.Add(1)
+	return c.Store.Get(ctx, key)
+}
+
+// Put counts and forwards.
+func (c *Counting) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	c.Puts.Add(1)
+	return c.Store.Put(ctx, key, value, cond)
+}
+
+// Delete counts and forwards.
+func (c *Counting) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	c.Deletes.Add(1)
+	return c.Store.Delete(ctx, key, cond)
+}
+
+// List counts and forwards.
+func (c *Counting) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	c.Lists.Add(1)
+	return c.Store.List(ctx, prefix)
+}
+
+// Reset sets every count to zero.
+func (c *Counting) Reset() {
+	c.Gets.Store(0)
+	c.Puts.Store(0)
+	c.Deletes.Store(0)
+	c.Lists.Store(0)
+}
+
+// Total is the number of round trips counted.
+func (c *Counting) Total() int64 {
+	return c.Gets.Load() + c.Puts.Load() + c.Deletes.Load() + c.Lists.Load()
+}
