@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -94,10 +93,9 @@ func BenchmarkJobsMemstore(b *testing.B) {
 // straight through aws-sdk-go-v2) measured in the same run; their ratio is
 // reported as jobs/put.
 func BenchmarkJobsMinIO(b *testing.B) {
-	srv, bkt := minioEnv(b)
+	client, bkt := env.Client(b)
 	workers := 16
 	// The raw rate first: workers goroutines creating distinct objects.
-	client := srv.Client(&http.Client{Transport: transport})
 	body := bytes.Repeat([]byte("x"), 1024)
 	const raw = 2000
 	prefix := fmt.Sprintf("raw-%d/", time.Now().UnixNano())
@@ -124,7 +122,7 @@ func BenchmarkJobsMinIO(b *testing.B) {
 	putRate := raw / time.Since(start).Seconds()
 	b.ResetTimer()
 	n := b.N
-	el := runJobs(b, minioStore(b), n, 256, workers)
+	el := runJobs(b, env.S3(b), n, 256, workers)
 	jobRate := float64(n) / el.Seconds()
 	b.ReportMetric(jobRate, "jobs/s")
 	b.ReportMetric(putRate, "puts/s")

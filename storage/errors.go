@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -79,6 +80,18 @@ func NewOpError(op, key string, kind, cause error) *OpError {
 func CheckKey(op, key string) error {
 	if err := ValidateKey(key); err != nil {
 		return NewOpError(op, key, nil, err)
+	}
+	return nil
+}
+
+// CheckOp is what every adapter checks before any I/O of op on key: the key
+// is valid (CheckKey) and ctx is not done (an *OpError matching ctx.Err()).
+func CheckOp(ctx context.Context, op, key string) error {
+	if err := CheckKey(op, key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return NewOpError(op, key, err, nil)
 	}
 	return nil
 }

@@ -80,19 +80,9 @@ func (s *Store) Root() string { return s.root }
 
 func (s *Store) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
 
-func check(ctx context.Context, op, key string) error {
-	if err := storage.CheckKey(op, key); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return storage.NewOpError(op, key, err, nil)
-	}
-	return nil
-}
-
 // Get implements storage.Store.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	if err := check(ctx, "get", key); err != nil {
+	if err := storage.CheckOp(ctx, "get", key); err != nil {
 		return nil, "", err
 	}
 	b, err := os.ReadFile(s.path(key))
@@ -153,7 +143,7 @@ func holds(cond storage.Condition, cur storage.Version) bool {
 
 // Put implements storage.Store.
 func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	if err := check(ctx, "put", key); err != nil {
+	if err := storage.CheckOp(ctx, "put", key); err != nil {
 		return "", err
 	}
 	if err := storage.CheckCondition("put", key, cond); err != nil {
@@ -190,7 +180,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 
 // Delete implements storage.Store.
 func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if err := check(ctx, "delete", key); err != nil {
+	if err := storage.CheckOp(ctx, "delete", key); err != nil {
 		return err
 	}
 	if err := storage.CheckCondition("delete", key, cond); err != nil {

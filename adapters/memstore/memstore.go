@@ -30,19 +30,9 @@ var _ storage.Store = (*Store)(nil)
 // New returns an empty Store.
 func New() *Store { return &Store{data: make(map[string]entry), order: newIndex()} }
 
-func check(ctx context.Context, op, key string) error {
-	if err := storage.CheckKey(op, key); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return storage.NewOpError(op, key, err, nil)
-	}
-	return nil
-}
-
 // Get implements storage.Store.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	if err := check(ctx, "get", key); err != nil {
+	if err := storage.CheckOp(ctx, "get", key); err != nil {
 		return nil, "", err
 	}
 	s.mu.RLock()
@@ -68,7 +58,7 @@ func match(cond storage.Condition, e entry, exists bool) bool {
 
 // Put implements storage.Store.
 func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	if err := check(ctx, "put", key); err != nil {
+	if err := storage.CheckOp(ctx, "put", key); err != nil {
 		return "", err
 	}
 	if err := storage.CheckCondition("put", key, cond); err != nil {
@@ -95,7 +85,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 
 // Delete implements storage.Store.
 func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if err := check(ctx, "delete", key); err != nil {
+	if err := storage.CheckOp(ctx, "delete", key); err != nil {
 		return err
 	}
 	if err := storage.CheckCondition("delete", key, cond); err != nil {

@@ -210,16 +210,6 @@ func (s *Store) Client() *s3.Client { return s.client }
 
 func (s *Store) objectKey(key string) *string { return aws.String(s.prefix + key) }
 
-func check(ctx context.Context, op, key string) error {
-	if err := storage.CheckKey(op, key); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return storage.NewOpError(op, key, err, nil)
-	}
-	return nil
-}
-
 // httpStatus is the HTTP status of an SDK error, or 0.
 func httpStatus(err error) int {
 	var re *awshttp.ResponseError
@@ -260,7 +250,7 @@ func quote(v storage.Version) *string { return aws.String(`"` + string(v) + `"`)
 
 // Get implements storage.Store.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	if err := check(ctx, "get", key); err != nil {
+	if err := storage.CheckOp(ctx, "get", key); err != nil {
 		return nil, "", err
 	}
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)})
@@ -304,7 +294,7 @@ func body(token string, value []byte) io.ReadSeeker {
 
 // Put implements storage.Store.
 func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	if err := check(ctx, "put", key); err != nil {
+	if err := storage.CheckOp(ctx, "put", key); err != nil {
 		return "", err
 	}
 	if err := storage.CheckCondition("put", key, cond); err != nil {
@@ -405,7 +395,7 @@ func (s *Store) landed(ctx context.Context, key, token string) (storage.Version,
 
 // Delete implements storage.Store.
 func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if err := check(ctx, "delete", key); err != nil {
+	if err := storage.CheckOp(ctx, "delete", key); err != nil {
 		return err
 	}
 	if err := storage.CheckCondition("delete", key, cond); err != nil {

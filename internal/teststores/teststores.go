@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/miniotest"
@@ -131,4 +132,12 @@ func (r runner) Run() int {
 		code = 1
 	}
 	return code
+}
+
+// Client returns a raw aws-sdk-go-v2 client for the MinIO, on the shared
+// transport, and the bucket: for baselines measured beside an s3store.
+func (e *Env) Client(tb testing.TB) (*s3.Client, string) {
+	tb.Helper()
+	srv, bkt := e.MinIO(tb)
+	return srv.Client(&http.Client{Transport: e.rt()}), bkt
 }
