@@ -72,7 +72,7 @@ func (x *execution) run(ctx context.Context) {
 	defer r.wg.Done()
 	defer func() {
 		r.mu.Lock()
-		delete(r.executing, x.w.doc.RunID)
+		delete(r.executing, x.w.runID)
 		r.mu.Unlock()
 	}()
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -123,7 +123,7 @@ func (x *execution) heartbeat(ctx context.Context, stop <-chan struct{}, done ch
 			x.stop(err)
 			return
 		case err != nil:
-			r.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat_failed", slog.String("runId", x.w.doc.RunID), slog.String("error", err.Error()))
+			r.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat_failed", slog.String("runId", x.w.runID), slog.String("error", err.Error()))
 		case x.w.snapshot().CancelRequested:
 			x.stop(errCanceled)
 		}

@@ -82,7 +82,8 @@ func (t *table) findSlow(s string) int {
 type identity struct {
 	data *byte // the state name's bytes
 	n    int   // its length; -1 marks an empty slot, which nothing matches
-	pos  int
+	next uint64 // the state's row of the table: bit j, a move to names[j]
+	bit  uint64 // 1 << the state's position
 }
 
 // hashIdentities fills the fast path: state names written as constants share
@@ -100,7 +101,7 @@ func (t *table) hashIdentities() {
 				ok = false
 				break
 			}
-			ids[h] = identity{data: unsafe.StringData(s), n: len(s), pos: i}
+			ids[h] = identity{data: unsafe.StringData(s), n: len(s), next: t.next[i], bit: 1 << i}
 		}
 		if ok {
 			t.idMult, t.ids = mult, ids
@@ -121,14 +122,28 @@ func identitySlot(p *byte, mult uint32) uint32 {
 	return (uint32(uintptr(unsafe.Pointer(p))>>3) * mult) >> (32 - indexBits)
 }
 
+// idSlot is identitySlot with the table's multiplier, kept tiny so that
+// allowed stays within the inliner's budget.
+func (t *table) idSlot(s string) *identity {
+	return &t.ids[(uint32(uintptr(unsafe.Pointer(unsafe.StringData(s)))>>3)*t.idMult)>>(32-indexBits)]
+}
+
 // allowed tells whether from → to is in the table.
 func (t *table) allowed(from, to string) bool {
-	a := &t.ids[identitySlot(unsafe.StringData(from), t.idMult)]
-	b := &t.ids[identitySlot(unsafe.StringData(to), t.idMult)]
-	if a.n == len(from) && b.n == len(to) && a.data == unsafe.StringData(from) && b.data == unsafe.StringData(to) {
-		return t.next[a.pos]&(1<<b.pos) != 0
+	if ok, hit := t.fast(from, to); hit {
+		return ok
 	}
 	return t.allowedHashed(from, to)
+}
+
+// fast answers by identity alone (hit) or gives up (no hit). It makes no
+// call, so it inlines into Check: the common case costs one call in all.
+func (t *table) fast(from, to string) (ok, hit bool) {
+	a, b := t.idSlot(from), t.idSlot(to)
+	if a.data != unsafe.StringData(from) || b.data != unsafe.StringData(to) || a.n != len(from) || b.n != len(to) {
+		return false, false
+	}
+	return a.next&b.bit != 0, true
 }
 
 // allowedHashed looks both names up by their fingerprint. The lookups are

@@ -74,7 +74,7 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			r.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 			continue
 		}
-		r.consider(ctx, candidate{slug: slug, w: &statusWriter{r: r, key: statusKey, doc: doc, ver: ver}}, startup)
+		r.consider(ctx, candidate{slug: slug, w: &statusWriter{r: r, runID: doc.RunID, key: statusKey, doc: doc, ver: ver}}, startup)
 	}
 	r.mu.Lock()
 	waiting := r.waiting
@@ -98,7 +98,7 @@ func (r *Runner) isWaiting(slug, runID string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.waiting[slug] {
-		if c.w.doc.RunID == runID {
+		if c.w.runID == runID {
 			return true
 		}
 	}

@@ -275,7 +275,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 			slog.String("type", agent.Slug), slog.String("idempotencyKey", req.IdempotencyKey))
 		r.broadcast()
 	}
-	w := &statusWriter{r: r, key: statusKey, doc: doc, ver: ver}
+	w := &statusWriter{r: r, runID: doc.RunID, key: statusKey, doc: doc, ver: ver}
 	r.hand(candidate{slug: agent.Slug, w: w, input: req.Input, inputKnown: true})
 	return nil
 }

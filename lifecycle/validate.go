@@ -29,7 +29,6 @@ func (m *Machine[S, R]) validate() error {
 		m.tab.byName[s] = i
 	}
 	m.tab.hashNames()
-	m.tab.hashIdentities()
 	if !m.IsState(d.Initial) {
 		return m.fail("initial state %q is not in States", d.Initial)
 	}
@@ -108,5 +107,6 @@ func (m *Machine[S, R]) validate() error {
 	if slices.Contains(d.Terminal, d.Initial) {
 		return m.fail("initial state %q is terminal", d.Initial)
 	}
+	m.tab.hashIdentities() // after the table: each identity carries its row
 	return nil
 }

@@ -50,6 +50,7 @@ const maxConflicts = 32
 // runner that was taken over cannot write.
 type statusWriter struct {
 	r     *Runner
+	runID string // fixed for the writer's life; read without the lock
 	key   string
 	mu    sync.Mutex
 	doc   RunStatus
