@@ -80,8 +80,8 @@ func (t *table) findSlow(s string) int {
 
 // identity is one slot of the pointer-keyed fast path.
 type identity struct {
-	data *byte // the state name's bytes
-	n    int   // its length; -1 marks an empty slot, which nothing matches
+	data *byte  // the state name's bytes
+	n    int    // its length; -1 marks an empty slot, which nothing matches
 	next uint64 // the state's row of the table: bit j, a move to names[j]
 	bit  uint64 // 1 << the state's position
 }
