@@ -56,6 +56,20 @@ func (c Condition) Kind() ConditionKind { return c.kind }
 // Version is the version an IfMatch condition expects; empty otherwise.
 func (c Condition) Version() Version { return c.version }
 
+// Holds tells whether c allows a write over a key whose current version is
+// current ("" when the key is missing): the one statement of the conditions'
+// meaning that adapters deciding locally share.
+func (c Condition) Holds(current Version) bool {
+	switch c.kind {
+	case CreateOnly:
+		return current == ""
+	case MatchVersion:
+		return current != "" && current == c.version
+	default:
+		return true
+	}
+}
+
 // String renders c for error messages and logs.
 func (c Condition) String() string {
 	switch c.kind {

@@ -130,17 +130,6 @@ func current(path string) (storage.Version, error) {
 	return v, err
 }
 
-func holds(cond storage.Condition, cur storage.Version) bool {
-	switch cond.Kind() {
-	case storage.CreateOnly:
-		return cur == ""
-	case storage.MatchVersion:
-		return cur != "" && cur == cond.Version()
-	default:
-		return true
-	}
-}
-
 // Put implements storage.Store.
 func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	if err := storage.CheckOp(ctx, "put", key); err != nil {
@@ -168,7 +157,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	if err != nil {
 		return "", storage.NewOpError("put", key, nil, err)
 	}
-	if !holds(cond, cur) {
+	if !cond.Holds(cur) {
 		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
 	}
 	ver := newVersion()
@@ -202,7 +191,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	if err != nil {
 		return storage.NewOpError("delete", key, nil, err)
 	}
-	if !holds(cond, cur) {
+	if !cond.Holds(cur) {
 		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
 	}
 	if cur == "" {

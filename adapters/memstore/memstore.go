@@ -44,18 +44,6 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, e
 	return slices.Clone(e.value), e.version, nil
 }
 
-// match reports whether cond holds for the current entry; callers hold mu.
-func match(cond storage.Condition, e entry, exists bool) bool {
-	switch cond.Kind() {
-	case storage.CreateOnly:
-		return !exists
-	case storage.MatchVersion:
-		return exists && e.version == cond.Version()
-	default:
-		return true
-	}
-}
-
 // Put implements storage.Store.
 func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	if err := storage.CheckOp(ctx, "put", key); err != nil {
@@ -71,7 +59,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.data[key]
-	if !match(cond, e, ok) {
+	if !cond.Holds(e.version) {
 		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
 	}
 	s.seq++
@@ -94,7 +82,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.data[key]
-	if !match(cond, e, ok) {
+	if !cond.Holds(e.version) {
 		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
 	}
 	if ok {
