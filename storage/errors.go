@@ -96,6 +96,18 @@ func CheckOp(ctx context.Context, op, key string) error {
 	return nil
 }
 
+// CheckPrefix is what every adapter checks before listing prefix: the prefix
+// can start a valid key, and ctx is not done.
+func CheckPrefix(ctx context.Context, prefix string) error {
+	if err := ValidatePrefix(prefix); err != nil {
+		return NewOpError("list", prefix, nil, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return NewOpError("list", prefix, err, nil)
+	}
+	return nil
+}
+
 // CheckCondition reports whether cond is valid for op ("put" or "delete").
 // Adapters call it before any I/O.
 func CheckCondition(op, key string, cond Condition) error {

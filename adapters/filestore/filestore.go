@@ -218,12 +218,8 @@ func opErr(op, key string, err error) error {
 // the number of keys under that directory.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := storage.ValidatePrefix(prefix); err != nil {
-			yield("", storage.NewOpError("list", prefix, nil, err))
-			return
-		}
-		if err := ctx.Err(); err != nil {
-			yield("", storage.NewOpError("list", prefix, err, nil))
+		if err := storage.CheckPrefix(ctx, prefix); err != nil {
+			yield("", err)
 			return
 		}
 		base := s.root

@@ -432,12 +432,8 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 // markers) are skipped.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := storage.ValidatePrefix(prefix); err != nil {
-			yield("", storage.NewOpError("list", prefix, nil, err))
-			return
-		}
-		if err := ctx.Err(); err != nil {
-			yield("", storage.NewOpError("list", prefix, err, nil))
+		if err := storage.CheckPrefix(ctx, prefix); err != nil {
+			yield("", err)
 			return
 		}
 		p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
