@@ -48,7 +48,7 @@ func (r *Runner) control(ctx context.Context, runID string, actor Actor, change 
 	if err != nil {
 		return RunStatus{}, err
 	}
-	w := &statusWriter{r: r, runID: doc.RunID, key: key, doc: doc, ver: ver}
+	w := &statusWriter{r: r, runID: doc.RunID, key: key, doc: doc, ver: ver, fresh: true}
 	f := &agent.flow
 	if err := w.apply(ctx, actor, func(d *RunStatus) error { return change(f, d) }); err != nil {
 		return RunStatus{}, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -234,7 +235,10 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
 			return x.stopped(context.Cause(runCtx))
 		}
-		rec := x.stepRecord(i, started, out, attempts, stepErr)
+		rec, err := x.stepRecord(i, started, out, attempts, stepErr)
+		if err != nil {
+			return outcome{kind: failed, err: err}
+		}
 		if err := x.writeStep(ctx, rec); err != nil {
 			return x.writeFailure(err)
 		}
@@ -351,7 +355,7 @@ func awaitKind(a *Await) string {
 
 func appendNew(list []string, items ...string) []string {
 	for _, it := range items {
-		if !contains(list, it) {
+		if !slices.Contains(list, it) {
 			list = append(list, it)
 		}
 	}
@@ -480,7 +484,7 @@ func (b *backoffTimer) Stop() {
 
 func (b *backoffTimer) C() <-chan time.Time { return b.t.C() }
 
-func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) RunStepRecord {
+func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (RunStepRecord, error) {
 	s := x.agent.Steps[i]
 	now := x.r.now()
 	rec := RunStepRecord{
@@ -488,17 +492,21 @@ func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempt
 		StartedAt: &started, FinishedAt: &now, DurationMS: now.Sub(started).Milliseconds(),
 		Resumable: s.Resumable, Idempotent: s.Idempotent, Attempts: attempts, Epoch: x.epoch,
 	}
-	// The step machine vouches for the moves; the file is written once, at the end.
-	m := RunStep()
-	_, _ = m.Fire(context.Background(), &rec, EventStart, ActorOrchestration)
+	// The step machine makes the moves (the file is written once, at the
+	// end): pending → running → completed or failed.
+	end := EventComplete
 	if err != nil {
-		_, _ = m.Fire(context.Background(), &rec, EventFail, ActorOrchestration)
+		end = EventFail
 		rec.Error = err.Error()
-		return rec
+	} else {
+		rec.OutputSummary, rec.Output, rec.Proposals = out.Summary, out.Data, out.Proposals
 	}
-	_, _ = m.Fire(context.Background(), &rec, EventComplete, ActorOrchestration)
-	rec.OutputSummary, rec.Output, rec.Proposals = out.Summary, out.Data, out.Proposals
-	return rec
+	for _, e := range []Event{EventStart, end} {
+		if _, ferr := RunStep().Fire(context.Background(), &rec, e, ActorOrchestration); ferr != nil {
+			return rec, ferr
+		}
+	}
+	return rec, nil
 }
 
 // writeStep writes a step file, fenced: only while this runner's lease is

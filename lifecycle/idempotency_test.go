@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -122,5 +123,33 @@ func TestIdempotencyLapsedLockIsTakenOver(t *testing.T) {
 	rec, _ := r.Idempotency(ctx, req.IdempotencyKey)
 	if rec.Status != lifecycle.IdempotencyCompleted || rec.Attempts != 2 {
 		t.Errorf("record %+v", rec)
+	}
+}
+
+// TestRefusedControlCallCostsTwoReads: cancelling a finished run reads the
+// run index and the status once each, judges the refusal on that fresh
+// read, and writes nothing.
+func TestRefusedControlCallCostsTwoReads(t *testing.T) {
+	t.Parallel()
+	counting := &teststores.Counting{Store: memStore(t)}
+	g := newRig(t, counting)
+	agent := lifecycle.Agent{Slug: "done", Machine: lifecycle.MachineCancelable, Steps: []lifecycle.Step{okStep("s")}}
+	r, _ := g.runner("a", nil, agent)
+	id := submit(t, r, agent.Slug)
+	if st := g.wait(r, id, 0, 0); st.Status != "succeeded" {
+		t.Fatalf("run %s", st.Status)
+	}
+	until(t, "cleanup", func() bool {
+		for range counting.Store.List(context.Background(), "index/active/") {
+			return false
+		}
+		return true
+	})
+	counting.Reset()
+	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "late"); !errors.Is(err, lifecycle.ErrTerminalState) {
+		t.Fatalf("cancel: %v", err)
+	}
+	if got := [2]int64{counting.Gets.Load(), counting.Puts.Load() + counting.Deletes.Load()}; got != [2]int64{2, 0} {
+		t.Errorf("gets, writes = %v, want [2 0]", got)
 	}
 }

@@ -74,7 +74,7 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			r.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 			continue
 		}
-		r.consider(ctx, candidate{slug: slug, w: &statusWriter{r: r, runID: doc.RunID, key: statusKey, doc: doc, ver: ver}}, startup)
+		r.consider(ctx, candidate{slug: slug, w: &statusWriter{r: r, runID: doc.RunID, key: statusKey, doc: doc, ver: ver, fresh: true}}, startup)
 	}
 	r.mu.Lock()
 	waiting := r.waiting

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -417,7 +418,7 @@ func (r *Runner) Wait(ctx context.Context, runID string) (RunStatus, error) {
 			return doc, err
 		}
 		f := r.flowOfDoc(&doc)
-		if f.terminal(doc.Status) || (doc.Lease == nil && contains(f.parked, doc.Status)) {
+		if f.terminal(doc.Status) || (doc.Lease == nil && slices.Contains(f.parked, doc.Status)) {
 			return doc, nil
 		}
 		t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
@@ -430,13 +431,4 @@ func (r *Runner) Wait(ctx context.Context, runID string) (RunStatus, error) {
 		}
 		t.Stop()
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -52,6 +52,9 @@ type statusWriter struct {
 	r     *Runner
 	runID string // fixed for the writer's life; read without the lock
 	key   string
+	// fresh: doc was just read from the store, so a change it refuses is
+	// refused without reading again.
+	fresh bool
 	mu    sync.Mutex
 	doc   RunStatus
 	ver   storage.Version
@@ -67,7 +70,8 @@ type statusWriter struct {
 func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunStatus) error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	fresh := false // the cached document may be stale until re-read
+	fresh := w.fresh // else the cached document may be stale until re-read
+	w.fresh = false
 	for conflicts := 0; ; conflicts++ {
 		doc := w.doc.clone()
 		if err := w.fence(&doc); err != nil {
