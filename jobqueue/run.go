@@ -1,0 +1,371 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Handlers are the pipeline steps the embedding service supplies (003
+// §1.2). The queue runs them in order, each under Config.StepTimeout, and
+// writes ARTIFACT_WRITE itself. A handler's error sends the job to
+// RETRY_BACKOFF; return a *StatusError for an HTTP status (429, 503) so
+// the job's error_code says which.
+type Handlers struct {
+	// AssembleContext is CONTEXT_ASSEMBLY: it builds the context snapshot
+	// (the memory backend's part). Nil means an empty snapshot.
+	AssembleContext func(ctx context.Context, job Job) (json.RawMessage, error)
+	// CallNotebookLM is NOTEBOOKLM_CALL: it asks the NLM backend and returns
+	// the artifact content. Required.
+	CallNotebookLM func(ctx context.Context, job Job, snapshot json.RawMessage) (Output, error)
+}
+
+// Output is what NOTEBOOKLM_CALL produced: the artifact's content and
+// metadata. Its type is the job type's (ArtifactType).
+type Output struct {
+	Content    json.RawMessage
+	EntityRefs []string
+	Tags       []string
+	Sources    []artifact.SourceRef
+}
+
+// StatusError is a handler error carrying an HTTP status, e.g. 429 or 503
+// from the NLM backend.
+type StatusError struct {
+	Code int
+	Err  error
+}
+
+// Error renders the status and the cause.
+func (e *StatusError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("HTTP %d %s", e.Code, http.StatusText(e.Code))
+	}
+	return fmt.Sprintf("HTTP %d: %v", e.Code, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StatusError) Unwrap() error { return e.Err }
+
+// Error codes written to Job.ErrorCode.
+const (
+	CodeTimeout            = "TIMEOUT"
+	CodeRateLimited        = "RATE_LIMITED"
+	CodeUnavailable        = "UNAVAILABLE"
+	CodeArtifactWriteError = "ARTIFACT_WRITE_ERROR"
+	CodeLeaseExpired       = "LEASE_EXPIRED"
+	CodeHandlerError       = "HANDLER_ERROR"
+)
+
+// errorCode classifies a step's error.
+func errorCode(step JobState, stepCtx context.Context, err error) string {
+	var se *StatusError
+	switch {
+	case errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
+		return CodeTimeout
+	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
+		return CodeRateLimited
+	case errors.As(err, &se) && se.Code == http.StatusServiceUnavailable:
+		return CodeUnavailable
+	case errors.As(err, &se):
+		return fmt.Sprintf("HTTP_%d", se.Code)
+	case step == JobArtifactWrite:
+		return CodeArtifactWriteError
+	}
+	return CodeHandlerError
+}
+
+// Claim is one job a worker has picked up: the job is in CONTEXT_ASSEMBLY
+// with the worker's lease, and the worker holds its agent's lock. Run it,
+// or Abandon it.
+type Claim struct {
+	q      *Queue
+	worker string
+	epoch  int64
+	agent  string
+
+	mu      sync.Mutex // serializes the pipeline's and the heartbeat's writes
+	job     Job
+	doc     jobDoc          // the job as this claim last wrote it
+	ver     storage.Version // its store version
+	lockVer storage.Version
+	done    bool
+}
+
+// Job is the job as claimed (or as last written by the claim).
+func (c *Claim) Job() Job {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.job
+}
+
+// release frees the agent lock if the claim still holds it.
+func (c *Claim) release(ctx context.Context) {
+	key, _ := AgentLockKey(c.agent)
+	l := agentLock{Agent: c.agent, Epoch: c.epoch}
+	b, _ := json.Marshal(&l)
+	// Meta's version is not needed on the lock: only the store's version
+	// fences it. Write with If-Match on the version we hold.
+	if _, err := c.q.store.Put(context.WithoutCancel(ctx), key, b, storage.IfMatch(c.lockVer)); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		c.q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent, "err", err)
+	}
+	c.q.lane(c.agent).setBusy(time.Time{}) // free: this Queue may claim it at once
+}
+
+// Abandon gives the claim up without running it: the job goes back to
+// RETRY_BACKOFF as a failed attempt and the agent lock is released.
+func (c *Claim) Abandon(ctx context.Context) error {
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return nil
+	}
+	c.done = true
+	step := c.job.Status
+	c.mu.Unlock()
+	defer c.release(ctx)
+	_, err := c.fail(ctx, step, CodeHandlerError, "claim abandoned")
+	return err
+}
+
+// write runs mutate on the job only while the claim's lease holds.
+func (c *Claim) write(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeLocked(ctx, mutate)
+}
+
+// writeLocked is write with c.mu held.
+func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (Job, error) {
+	doc, ver, err := c.q.update(ctx, c.job.JobID, &c.doc, c.ver, func(d *jobDoc, now time.Time) error {
+		if d.Lease == nil || d.Lease.Owner != c.worker || d.Lease.Epoch != c.epoch || !now.Before(d.Lease.ExpiresAt) {
+			return fmt.Errorf("%w: job %s", ErrLeaseLost, d.JobID)
+		}
+		return mutate(d, now)
+	})
+	if err == nil {
+		c.job, c.doc, c.ver = doc.Job, doc, ver
+	}
+	return doc.Job, err
+}
+
+func (c *Claim) move(ctx context.Context, event lifecycle.Event, set func(d *jobDoc)) error {
+	_, err := c.write(ctx, func(d *jobDoc, _ time.Time) error {
+		if err := c.q.fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		if set != nil {
+			set(d)
+		}
+		return nil
+	})
+	return err
+}
+
+func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job, error) {
+	var lane string
+	var at time.Time
+	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
+		c.q.retry(ctx, d, now, step, code, msg)
+		lane, at = d.ReadyKey, *d.NextAttemptAt
+		return nil
+	})
+	if err != nil {
+		return job, err
+	}
+	return job, c.q.putLane(ctx, lane, job.JobID, at)
+}
+
+// heartbeat renews the agent lock and the job's lease every LeaseTTL/3
+// until stop is called; when renewal finds the lease lost it cancels the
+// run with ErrLeaseLost.
+func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   clock.Timer
+		wg      sync.WaitGroup
+	)
+	every := c.q.cfg.LeaseTTL / 3
+	var beat func()
+	beat = func() {
+		defer wg.Done()
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		if err := c.renew(ctx); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				cancel(err)
+				return
+			}
+			c.q.log.WarnContext(ctx, "jobqueue: heartbeat", "job_id", c.Job().JobID, "err", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			wg.Add(1)
+			timer = c.q.clock.AfterFunc(every, beat)
+		}
+	}
+	wg.Add(1)
+	mu.Lock()
+	timer = c.q.clock.AfterFunc(every, beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		if timer.Stop() {
+			wg.Done()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+}
+
+func (c *Claim) renew(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || !pipelineState(c.job.Status) {
+		return nil // finished: nothing left to keep alive
+	}
+	key, _ := AgentLockKey(c.agent)
+	now := c.q.clock.Now()
+	l := agentLock{Agent: c.agent, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.q.cfg.LeaseTTL)}
+	b, _ := json.Marshal(&l)
+	v, err := c.q.store.Put(ctx, key, b, storage.IfMatch(c.lockVer))
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		return fmt.Errorf("%w: agent lock of %s taken over", ErrLeaseLost, c.agent)
+	}
+	if err != nil {
+		return err
+	}
+	c.lockVer = v
+	_, err = c.writeLocked(ctx, func(d *jobDoc, now time.Time) error {
+		l := *d.Lease
+		l.ExpiresAt = now.Add(c.q.cfg.LeaseTTL)
+		d.Lease = &l // replace, never write through: update's cache shares pointers
+		return nil
+	})
+	return err
+}
+
+// Run runs the claimed job's pipeline (003 §1.2): CONTEXT_ASSEMBLY →
+// NOTEBOOKLM_CALL → ARTIFACT_WRITE → COMPLETE, each step's error sending
+// it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
+// left). ARTIFACT_WRITE creates the job's one artifact (create-once by job
+// id, finalized) and COMPLETE points the job at it in the same write, so
+// no reader sees COMPLETE without its finalized artifact (F3). It returns
+// the job as last written. An error means the claim could not write
+// (ErrLeaseLost when another worker rescued the job); a handler's failure
+// is not an error of Run, it is the job's state.
+func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return c.job, errors.New("jobqueue: claim already run")
+	}
+	c.mu.Unlock()
+	if h.CallNotebookLM == nil {
+		_ = c.Abandon(ctx)
+		return c.Job(), errors.New("jobqueue: Handlers.CallNotebookLM is required")
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := c.heartbeat(runCtx, cancel)
+	job, err := c.pipeline(runCtx, h)
+	stop()
+	c.mu.Lock()
+	c.done = true
+	c.mu.Unlock()
+	if cause := context.Cause(runCtx); err == nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
+		err = cause
+	}
+	c.release(ctx)
+	return job, err
+}
+
+// step runs fn under the step timeout, on the queue's clock.
+func (c *Claim) step(ctx context.Context, fn func(ctx context.Context) error) (context.Context, error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	t := c.q.clock.AfterFunc(c.q.cfg.StepTimeout, func() { cancel(ErrStepTimeout) })
+	err := fn(sctx)
+	t.Stop()
+	cancel(nil)
+	return sctx, err
+}
+
+func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
+	orchestrate := func(step JobState, sctx context.Context, err error) (Job, error) {
+		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+			return c.Job(), context.Cause(ctx)
+		}
+		code := errorCode(step, sctx, err)
+		return c.fail(context.WithoutCancel(ctx), step, code, err.Error())
+	}
+	job := c.Job()
+	var snapshot json.RawMessage
+	if h.AssembleContext != nil {
+		sctx, err := c.step(ctx, func(ctx context.Context) (err error) {
+			snapshot, err = h.AssembleContext(ctx, job)
+			return err
+		})
+		if err != nil {
+			return orchestrate(JobContextAssembly, sctx, err)
+		}
+	}
+	if err := c.move(ctx, EventSnapshotReady, nil); err != nil {
+		return c.Job(), err
+	}
+	job = c.Job()
+	var out Output
+	sctx, err := c.step(ctx, func(ctx context.Context) (err error) {
+		out, err = h.CallNotebookLM(ctx, job, snapshot)
+		return err
+	})
+	if err != nil {
+		return orchestrate(JobNotebookLMCall, sctx, err)
+	}
+	if err := c.move(ctx, EventResponseOK, nil); err != nil {
+		return c.Job(), err
+	}
+	typ, _ := ArtifactType(job.JobType)
+	cid := job.ProjectID
+	if cid == "" {
+		cid = c.q.cfg.Project
+	}
+	var art artifact.Artifact
+	sctx, err = c.step(ctx, func(ctx context.Context) (err error) {
+		art, _, err = c.q.artifacts.Create(ctx, c.q.cfg.ArtifactActor, cid, artifact.Draft{
+			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
+			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
+		})
+		if err == nil && !art.Finalized {
+			err = fmt.Errorf("%w: %s", artifact.ErrNotFinalized, art.ArtifactID)
+		}
+		return err
+	})
+	if err != nil {
+		return orchestrate(JobArtifactWrite, sctx, err)
+	}
+	err = c.move(ctx, EventCommit, func(d *jobDoc) {
+		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
+	})
+	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
+		// The commit itself failed (a store error): a write error of
+		// ARTIFACT_WRITE, retried like any other.
+		return orchestrate(JobArtifactWrite, ctx, err)
+	}
+	return c.Job(), err
+}
