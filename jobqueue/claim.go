@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -17,28 +16,46 @@ import (
 // store calls amortized, never a scan of the jobs.
 const laneBatch = 1000
 
-// Claim finds a ready job of any agent whose lock is free and picks it
-// up for worker, or returns nil when there is none. On the way it rescues
-// the orphan of an expired lock and moves on the jobs whose backoff ran
-// out. worker must be unique among the workers sharing the store.
+// claimTries bounds the agents one Claim looks at, so a call costs O(1)
+// store calls however many agents are due; the rest wait for the next call.
+const claimTries = 16
+
+// Claim finds a ready job of an agent whose lock is free and picks it up
+// for worker, or returns nil when there is none. On the way it rescues the
+// orphan of an expired lock and moves on the jobs whose backoff ran out.
+// worker must be unique among the workers sharing the store.
+//
+// The Queue keeps its agents in order of when each is next worth a look
+// (its lane's head is ready, its lock is due an orphan check, a lock seen
+// held may be free), so a Claim looks only at agents that are due.
 func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
 	if err := storage.ValidateID("worker id", worker); err != nil {
 		return nil, err
 	}
-	agents, err := q.agentList(ctx)
-	if err != nil {
+	if err := q.refreshAgents(ctx); err != nil {
 		return nil, err
 	}
-	if len(agents) == 0 {
-		return nil, nil
-	}
-	if err := q.refreshLanes(ctx, agents); err != nil {
+	if err := q.refreshLanes(ctx); err != nil {
 		return nil, err
 	}
-	start := rand.IntN(len(agents))
 	var firstErr error
-	for i := range agents {
-		c, err := q.claimAgent(ctx, worker, agents[(start+i)%len(agents)])
+	for range claimTries {
+		now := q.clock.Now()
+		a := q.take(now)
+		if a == nil {
+			break
+		}
+		c, next, err := q.claimAgent(ctx, worker, a, now)
+		if c != nil {
+			// Looked at again when the claim ends, or when its lease
+			// would have run out if it never ends.
+			q.putBack(a, now.Add(q.cfg.LeaseTTL))
+			return c, nil
+		}
+		if err != nil {
+			next = now.Add(laneRecheck) // do not retry a failing agent at once
+		}
+		q.putBack(a, next)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, err
@@ -46,48 +63,37 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
 			if firstErr == nil {
 				firstErr = err
 			}
-			continue
-		}
-		if c != nil {
-			return c, nil
 		}
 	}
 	return nil, firstErr
 }
 
-// agentList returns the agents with a lock object, listed at most once per
-// second (agents this Queue enqueued for are known at once).
-func (q *Queue) agentList(ctx context.Context) ([]string, error) {
+// refreshAgents lists the agents with a lock object, at most once per
+// second, so that agents other processes enqueued for are looked at
+// (agents this Queue enqueued for are known at once).
+func (q *Queue) refreshAgents(ctx context.Context) error {
 	now := q.clock.Now()
 	q.mu.Lock()
 	fresh := !q.agentAt.IsZero() && now.Sub(q.agentAt) < time.Second && now.After(q.agentAt.Add(-time.Second))
-	out := append([]string(nil), q.agents...)
+	if !fresh {
+		q.agentAt = now
+	}
 	q.mu.Unlock()
 	if fresh {
-		return out, nil
+		return nil
 	}
-	var agents []string
 	for key, err := range q.store.List(ctx, agentPrefix) {
 		if err != nil {
-			return nil, err
+			return err
 		}
-		name, ok := cutAgentKey(key)
-		if ok {
-			agents = append(agents, name)
-		}
-	}
-	q.mu.Lock()
-	for _, a := range agents {
-		q.known[a] = true
-	}
-	for _, a := range q.agents { // keep agents enqueued here since the List started
-		if !containsString(agents, a) {
-			agents = append(agents, a)
+		if name, ok := cutAgentKey(key); ok {
+			q.agent(name)
+			q.mu.Lock()
+			q.known[name] = true
+			q.mu.Unlock()
 		}
 	}
-	q.agents, q.agentAt = agents, now
-	q.mu.Unlock()
-	return append([]string(nil), agents...), nil
+	return nil
 }
 
 func cutAgentKey(key string) (string, bool) {
@@ -96,17 +102,6 @@ func cutAgentKey(key string) (string, bool) {
 	}
 	name := key[len(agentPrefix) : len(key)-5]
 	return name, storage.ValidateID("agent slug", name) == nil
-}
-
-func (q *Queue) lane(agent string) *laneCache {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	l := q.lanes[agent]
-	if l == nil {
-		l = &laneCache{}
-		q.lanes[agent] = l
-	}
-	return l
 }
 
 // laneRecheck is how long an agent's lane, listed empty, is taken to stay
@@ -119,26 +114,30 @@ const (
 	maxIdleShift = 4
 )
 
-// head returns the first lane key of agent. It lists the lane (laneBatch
+// recheckAt is when a's lane, as last listed, is worth listing again.
+// a.mu must be held.
+func (a *agentState) recheckAt() time.Time {
+	return a.listedAt.Add(laneRecheck << min(a.idle, maxIdleShift))
+}
+
+// head returns the first lane key of a. It lists the lane (laneBatch
 // keys) when the cache is empty, or when the cached head is not ready yet,
 // unless the last listing is less than laneRecheck old; force lists an
 // empty cache regardless. It does not remove the key.
-func (q *Queue) head(ctx context.Context, agent string, force bool) (string, error) {
-	l := q.lane(agent)
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	now := q.clock.Now()
-	recheck := laneRecheck << min(l.idle, maxIdleShift)
-	fresh := !l.listedAt.IsZero() && now.Sub(l.listedAt) < recheck && !now.Before(l.listedAt)
-	if len(l.keys) > 0 {
-		at, _, ok := parseLaneKey(l.keys[0])
+	fresh := !a.listedAt.IsZero() && now.Before(a.recheckAt()) && !now.Before(a.listedAt)
+	if len(a.keys) > 0 {
+		at, _, ok := parseLaneKey(a.keys[0])
 		if !ok || !at.After(now) || fresh {
-			return l.keys[0], nil
+			return a.keys[0], nil
 		}
-	} else if fresh && l.complete && !force {
+	} else if fresh && a.complete && !force {
 		return "", nil // listed whole and used up less than laneRecheck ago
 	}
-	prefix, err := LanePrefix(agent)
+	prefix, err := LanePrefix(a.name)
 	if err != nil {
 		return "", err
 	}
@@ -152,12 +151,12 @@ func (q *Queue) head(ctx context.Context, agent string, force bool) (string, err
 			break
 		}
 	}
-	l.keys, l.complete, l.listedAt = keys, len(keys) < laneBatch, now
+	a.keys, a.complete, a.listedAt = keys, len(keys) < laneBatch, now
 	if len(keys) == 0 {
-		l.idle++ // an idle agent is listed less and less often
+		a.idle++ // an idle agent is listed less and less often
 		return "", nil
 	}
-	l.idle = 0
+	a.idle = 0
 	return keys[0], nil
 }
 
@@ -165,11 +164,12 @@ func (q *Queue) head(ctx context.Context, agent string, force bool) (string, err
 const globalBatch = 10000
 
 // refreshLanes lists every agent's lane at once (jobs/queue/, up to
-// globalBatch keys), at most once per laneRecheck, and fills the empty
-// caches of the agents it covered: one List finds new work of every idle
-// agent, instead of one List per idle agent. Agents past a truncated
-// listing keep their own, backing-off rechecks in head.
-func (q *Queue) refreshLanes(ctx context.Context, agents []string) error {
+// globalBatch keys), at most once per laneRecheck, fills the empty caches
+// of the agents it covered and schedules those with work: one List finds
+// new work of every idle agent, instead of one List per idle agent.
+// Agents past a truncated listing keep their own, backing-off rechecks in
+// head.
+func (q *Queue) refreshLanes(ctx context.Context) error {
 	now := q.clock.Now()
 	q.mu.Lock()
 	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < laneRecheck && !now.Before(q.globalAt) {
@@ -195,78 +195,98 @@ func (q *Queue) refreshLanes(ctx context.Context, agents []string) error {
 		}
 	}
 	lastAgent, _ := laneAgent(last)
-	for agent := range byAgent {
-		if !containsString(agents, agent) {
-			agents = append(agents, agent)
+	for name := range byAgent {
+		if storage.ValidateID("agent slug", name) == nil {
+			q.agent(name)
 		}
 	}
-	for _, agent := range agents {
-		if truncated && lanePrefix+agent+"/" > last {
-			continue // not covered
-		}
-		keys := byAgent[agent]
-		l := q.lane(agent)
-		l.mu.Lock()
-		if len(l.keys) == 0 {
-			l.keys, l.listedAt = keys, now
-			l.complete = len(keys) < laneBatch && !(truncated && agent == lastAgent)
+	q.mu.Lock()
+	agents := make([]*agentState, 0, len(q.agents))
+	for _, a := range q.agents {
+		agents = append(agents, a)
+	}
+	q.mu.Unlock()
+	for _, a := range agents {
+		covered := !truncated || lanePrefix+a.name+"/" <= last
+		keys := byAgent[a.name]
+		a.mu.Lock()
+		a.covered = covered
+		var first string
+		if covered && len(a.keys) == 0 {
+			a.keys, a.listedAt = keys, now
+			a.complete = len(keys) < laneBatch && !(truncated && a.name == lastAgent)
 			if len(keys) == 0 {
-				l.idle++
+				a.idle++
 			} else {
-				l.idle = 0
+				a.idle = 0
+				first = keys[0]
 			}
 		}
-		l.mu.Unlock()
+		a.mu.Unlock()
+		if first != "" {
+			at, _, ok := parseLaneKey(first)
+			if !ok {
+				at = now // malformed: claimAgent cleans it up
+			}
+			q.schedule(a, at)
+		}
 	}
 	return nil
 }
 
-// busy tells whether the agent's lock was seen held recently enough that
-// reading it again is not worth a store call yet.
-func (l *laneCache) busy(now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return now.Before(l.busyUntil)
-}
-
-// setBusy skips the agent's lock until t (zero: no more).
-func (l *laneCache) setBusy(t time.Time) {
-	l.mu.Lock()
-	l.busyUntil = t
-	l.mu.Unlock()
-}
-
-// lockCheckDue reports whether the agent's lock should be read for an
-// orphan, at most once per every.
-func (l *laneCache) lockCheckDue(now time.Time, every time.Duration) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.lockAt.IsZero() && now.Sub(l.lockAt) < every && !now.Before(l.lockAt) {
-		return false
+// lockCheckDue reports whether a's lock should be read for an orphan, at
+// most once per every, and when it next should be.
+func (a *agentState) lockCheckDue(now time.Time, every time.Duration) (bool, time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.lockAt.IsZero() && now.Sub(a.lockAt) < every && !now.Before(a.lockAt) {
+		return false, a.lockAt.Add(every)
 	}
-	l.lockAt = now
-	return true
+	a.lockAt = now
+	return true, now.Add(every)
 }
 
-// drop removes key from agent's cache.
-func (q *Queue) drop(agent, key string) {
-	l := q.lane(agent)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, k := range l.keys {
+// drop removes key from a's cache.
+func (a *agentState) drop(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, k := range a.keys {
 		if k == key {
-			l.keys = append(l.keys[:i], l.keys[i+1:]...)
+			a.keys = append(a.keys[:i], a.keys[i+1:]...)
 			return
 		}
 	}
 }
 
-// forget empties agent's cache, so the next head lists the lane again.
-func (q *Queue) forget(agent string) {
-	l := q.lane(agent)
-	l.mu.Lock()
-	l.keys, l.listedAt = nil, time.Time{}
-	l.mu.Unlock()
+// forget empties a's cache, so the next head lists the lane again.
+func (a *agentState) forget() {
+	a.mu.Lock()
+	a.keys, a.listedAt = nil, time.Time{}
+	a.mu.Unlock()
+}
+
+// idleUntil is when an agent with no ready job is next worth a look: its
+// lane's head becomes ready, its lock is due an orphan check (lockAt), or,
+// for a lane no whole-queue listing covers, the lane is due a listing.
+func (a *agentState) idleUntil(lockAt time.Time) time.Time {
+	next := lockAt
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.keys) > 0 {
+		if at, _, ok := parseLaneKey(a.keys[0]); ok && at.Before(next) {
+			next = at
+		}
+	} else if !a.covered || !a.complete {
+		next = minTime(next, a.recheckAt())
+	}
+	return next
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 var (
@@ -274,45 +294,54 @@ var (
 	errNotReady = errors.New("not ready")
 )
 
-// claimAgent tries to pick up the next ready job of agent. It reads the
-// agent's lock only when the lane has a ready job, or at most twice per
-// lease lifetime to find an orphan, so idle agents cost no store calls
-// between lane listings.
-func (q *Queue) claimAgent(ctx context.Context, worker, agent string) (*Claim, error) {
-	lockKey, err := AgentLockKey(agent)
+// claimAgent tries to pick up the next ready job of a, and says when a is
+// next worth a look if it picks none up. It reads the agent's lock only
+// when the lane has a ready job, or at most twice per lease lifetime to
+// find an orphan, so idle agents cost no store calls between lane listings.
+func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time) (*Claim, time.Time, error) {
+	lockKey, err := AgentLockKey(a.name)
 	if err != nil {
-		return nil, err
+		return nil, now.Add(time.Hour), err
 	}
-	now := q.clock.Now()
-	head, err := q.head(ctx, agent, false)
+	head, err := q.head(ctx, a, false)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	ready := false
 	if head != "" {
 		at, _, ok := parseLaneKey(head)
 		ready = !ok || !at.After(now) // a malformed key is cleaned up below
 	}
-	if ready && q.lane(agent).busy(now) {
-		return nil, nil // its lock was held a moment ago
+	a.mu.Lock()
+	busyUntil := a.busyUntil
+	a.mu.Unlock()
+	if ready && now.Before(busyUntil) {
+		return nil, busyUntil, nil // its lock was held a moment ago
 	}
-	if !ready && !q.lane(agent).lockCheckDue(now, q.cfg.LeaseTTL/2) {
-		return nil, nil
+	due, lockAt := a.lockCheckDue(now, q.cfg.LeaseTTL/2)
+	if !ready && !due {
+		return nil, a.idleUntil(lockAt), nil
 	}
 	lock, lockVer, err := storage.Read[agentLock](ctx, q.store, lockKey)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, nil // the agent's first job is being enqueued
+		return nil, now.Add(laneRecheck), nil // the agent's first job is being enqueued
 	}
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	if !lock.free(now) {
-		q.lane(agent).setBusy(now.Add(min(q.cfg.LeaseTTL/4, time.Second)))
-		return nil, nil
+		until := now.Add(min(q.cfg.LeaseTTL/4, time.Second))
+		a.mu.Lock()
+		a.busyUntil = until
+		a.mu.Unlock()
+		if !ready {
+			return nil, minTime(a.idleUntil(lockAt), lock.ExpiresAt), nil
+		}
+		return nil, until, nil
 	}
 	orphan := lock.JobID
 	if !ready && orphan == "" {
-		return nil, nil
+		return nil, a.idleUntil(lockAt), nil
 	}
 	// Take the lock with a new epoch: the fencing token of whatever job
 	// this claim runs or rescues.
@@ -322,69 +351,69 @@ func (q *Queue) claimAgent(ctx context.Context, worker, agent string) (*Claim, e
 		// orphan, the lock keeps naming it until it is rescued.
 		_, lock.JobID, _ = parseLaneKey(head)
 	}
-	c := &Claim{q: q, worker: worker, epoch: lock.Epoch, agent: agent}
+	c := &Claim{q: q, worker: worker, epoch: lock.Epoch, agent: a}
 	if lockVer, err = q.writeLock(ctx, lockKey, &lock, lockVer); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
-			return nil, nil // another worker took it first
+			return nil, now.Add(min(q.cfg.LeaseTTL/4, time.Second)), nil // another worker took it first
 		}
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	c.lockVer = lockVer
 	if orphan != "" {
 		if err := q.rescue(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			c.release(ctx)
-			return nil, err
+			return nil, time.Time{}, err
 		}
 	}
 	for range 64 {
-		key, err := q.head(ctx, agent, true)
+		key, err := q.head(ctx, a, true)
 		if err != nil || key == "" {
 			c.release(ctx)
-			return nil, err
+			return nil, a.idleUntil(lockAt), err
 		}
 		at, jobID, ok := parseLaneKey(key)
 		if !ok {
-			q.drop(agent, key)
+			a.drop(key)
 			_ = q.store.Delete(ctx, key, storage.Condition{})
 			continue
 		}
 		if at.After(q.clock.Now()) {
 			c.release(ctx)
-			return nil, nil
+			return nil, a.idleUntil(lockAt), nil
 		}
 		if lock.JobID != jobID {
 			lock.JobID = jobID
 			if c.lockVer, err = q.writeLock(ctx, lockKey, &lock, c.lockVer); err != nil {
-				q.forget(agent)
-				return nil, err // lost the lock: nothing of ours to release
+				a.forget()
+				return nil, time.Time{}, err // lost the lock: nothing of ours to release
 			}
 		}
 		doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
 		switch {
 		case errors.Is(err, errNotReady):
-			q.forget(agent)
+			a.forget()
 			c.release(ctx)
-			return nil, nil
+			return nil, now.Add(laneRecheck), nil
 		case errors.Is(err, errStale), errors.Is(err, storage.ErrNotFound):
 			// Another process took it: the cache is out of date, so list
 			// the lane afresh rather than try its other entries one by one.
-			q.forget(agent)
+			a.forget()
 			_ = q.store.Delete(ctx, key, storage.Condition{})
 			continue
 		case err != nil:
 			c.release(ctx)
-			return nil, err
+			return nil, time.Time{}, err
 		}
-		q.drop(agent, key)
+		a.drop(key)
 		_ = q.store.Delete(ctx, key, storage.Condition{})
 		if picked {
 			c.job, c.doc, c.ver = doc.Job, doc, ver
-			return c, nil
+			return c, time.Time{}, nil
 		}
 		// The job's attempts ran out: it went to FAILED and DEAD; next.
 	}
 	c.release(ctx)
-	return nil, nil
+	return nil, now, nil // 64 stale or dead entries: more may follow
 }
 
 func (q *Queue) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {

@@ -86,23 +86,15 @@ type Queue struct {
 	log       *slog.Logger
 
 	mu       sync.Mutex
-	known    map[string]bool       // agents whose lock object this Queue has seen
-	lanes    map[string]*laneCache // per agent: ready-lane keys listed but not yet tried
-	agents   []string              // agents listed from the store
-	agentAt  time.Time             // when agents was listed
-	globalAt time.Time             // when refreshLanes last listed every lane
-	audited  map[string]int64      // job id → latest version whose audit this Queue wrote
-}
+	known    map[string]bool        // agents whose lock object this Queue has seen
+	agents   map[string]*agentState // every agent this Queue knows of
+	agentAt  time.Time              // when the agents' locks were last listed
+	globalAt time.Time              // when refreshLanes last listed every lane
+	audited  map[string]int64       // job id → latest version whose audit this Queue wrote
 
-type laneCache struct {
-	mu   sync.Mutex
-	keys []string
-	// complete: keys held the whole lane when listed (fewer than laneBatch).
-	complete  bool
-	listedAt  time.Time // when the lane was last listed
-	idle      int       // empty listings in a row
-	busyUntil time.Time // the agent's lock was held; do not read it before
-	lockAt    time.Time // when the agent's lock was last read for an orphan
+	schedMu sync.Mutex
+	due     dueHeap       // the agents by when each is next worth a look
+	wake    chan struct{} // closed when an agent becomes due sooner (see nextDue)
 }
 
 // New checks cfg, fills in its defaults and returns a Queue.
@@ -157,7 +149,7 @@ func New(cfg Config) (*Queue, error) {
 	}
 	return &Queue{
 		cfg: cfg, store: cfg.Store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
-		known: map[string]bool{}, lanes: map[string]*laneCache{}, audited: map[string]int64{},
+		known: map[string]bool{}, agents: map[string]*agentState{}, audited: map[string]int64{},
 	}, nil
 }
 
@@ -432,20 +424,9 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	}
 	q.mu.Lock()
 	q.known[agent] = true
-	if !containsString(q.agents, agent) {
-		q.agents = append(q.agents, agent)
-	}
 	q.mu.Unlock()
+	q.agent(agent)
 	return nil
-}
-
-func containsString(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func (q *Queue) putLane(ctx context.Context, key, jobID string, at time.Time) error {
@@ -470,21 +451,23 @@ func laneAgent(key string) (string, bool) {
 }
 
 // laneAdded puts a key this Queue wrote into agent's cache, in order,
-// when the cache would otherwise miss it: the cache held the whole lane,
-// or the key sorts before its last entry.
+// when the cache would otherwise miss it (the cache held the whole lane,
+// or the key sorts before its last entry), and schedules a look at the
+// agent when the key becomes ready.
 func (q *Queue) laneAdded(agent, key string) {
-	l := q.lane(agent)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.listedAt.IsZero() {
-		return // never listed: the first head lists it
+	a := q.agent(agent)
+	a.mu.Lock()
+	if !a.listedAt.IsZero() {
+		i, found := slices.BinarySearch(a.keys, key)
+		if !found && (a.complete || i < len(a.keys)) {
+			a.keys = slices.Insert(a.keys, i, key)
+			a.idle = 0
+		}
 	}
-	i, found := slices.BinarySearch(l.keys, key)
-	if found || (!l.complete && i == len(l.keys)) {
-		return
+	a.mu.Unlock()
+	if at, _, ok := parseLaneKey(key); ok {
+		q.schedule(a, at)
 	}
-	l.keys = slices.Insert(l.keys, i, key)
-	l.idle = 0
 }
 
 // ---- reads ----

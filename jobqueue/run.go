@@ -91,7 +91,7 @@ type Claim struct {
 	q      *Queue
 	worker string
 	epoch  int64
-	agent  string
+	agent  *agentState
 
 	mu      sync.Mutex // serializes the pipeline's and the heartbeat's writes
 	job     Job
@@ -110,15 +110,25 @@ func (c *Claim) Job() Job {
 
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
-	key, _ := AgentLockKey(c.agent)
-	l := agentLock{Agent: c.agent, Epoch: c.epoch}
+	key, _ := AgentLockKey(c.agent.name)
+	l := agentLock{Agent: c.agent.name, Epoch: c.epoch}
 	b, _ := json.Marshal(&l)
 	// Meta's version is not needed on the lock: only the store's version
 	// fences it. Write with If-Match on the version we hold.
 	if _, err := c.q.store.Put(context.WithoutCancel(ctx), key, b, storage.IfMatch(c.lockVer)); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
-		c.q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent, "err", err)
+		c.q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent.name, "err", err)
 	}
-	c.q.lane(c.agent).setBusy(time.Time{}) // free: this Queue may claim it at once
+	a := c.agent
+	a.mu.Lock()
+	a.busyUntil = time.Time{} // free: this Queue may claim it at once
+	a.mu.Unlock()
+}
+
+// end releases the agent lock of a claim that ran (or was abandoned) and
+// asks for a look at the agent at once: its lane may hold more work.
+func (c *Claim) end(ctx context.Context) {
+	c.release(ctx)
+	c.q.schedule(c.agent, c.q.clock.Now())
 }
 
 // Abandon gives the claim up without running it: the job goes back to
@@ -132,7 +142,7 @@ func (c *Claim) Abandon(ctx context.Context) error {
 	c.done = true
 	step := c.job.Status
 	c.mu.Unlock()
-	defer c.release(ctx)
+	defer c.end(ctx)
 	_, err := c.fail(ctx, step, CodeHandlerError, "claim abandoned")
 	return err
 }
@@ -240,13 +250,13 @@ func (c *Claim) renew(ctx context.Context) error {
 	if c.done || !pipelineState(c.job.Status) {
 		return nil // finished: nothing left to keep alive
 	}
-	key, _ := AgentLockKey(c.agent)
+	key, _ := AgentLockKey(c.agent.name)
 	now := c.q.clock.Now()
-	l := agentLock{Agent: c.agent, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.q.cfg.LeaseTTL)}
+	l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.q.cfg.LeaseTTL)}
 	b, _ := json.Marshal(&l)
 	v, err := c.q.store.Put(ctx, key, b, storage.IfMatch(c.lockVer))
 	if errors.Is(err, storage.ErrPreconditionFailed) {
-		return fmt.Errorf("%w: agent lock of %s taken over", ErrLeaseLost, c.agent)
+		return fmt.Errorf("%w: agent lock of %s taken over", ErrLeaseLost, c.agent.name)
 	}
 	if err != nil {
 		return err
@@ -292,7 +302,7 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 	if cause := context.Cause(runCtx); err == nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
 		err = cause
 	}
-	c.release(ctx)
+	c.end(ctx)
 	return job, err
 }
 

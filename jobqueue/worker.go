@@ -138,7 +138,7 @@ func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 				if err := q.putLane(ctx, d.ReadyKey, d.JobID, at); err != nil {
 					return r, err
 				}
-				q.forget(d.AgentSlug)
+				q.agent(d.AgentSlug).forget()
 				r.Relaned++
 			} else if err != nil {
 				return r, err
