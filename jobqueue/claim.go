@@ -518,4 +518,3 @@ func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step JobSta
 	d.Error, d.ErrorCode, d.FailedStep = &msg, code, step
 	d.NextAttemptAt, d.ReadyKey, d.Lease = &next, laneKey(d.AgentSlug, next, d.JobID), nil
 }
-
