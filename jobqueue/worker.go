@@ -14,8 +14,9 @@ import (
 )
 
 // Worker runs jobs from a Queue: Slots loops, each claiming a job, running
-// it and claiming the next, polling every PollInterval when there is no
-// work, and sweeping the queue every SweepInterval.
+// it and claiming the next. Without work a loop waits until the Queue has
+// an agent due (work this process enqueued wakes it at once) or
+// PollInterval passes; the worker sweeps the queue every SweepInterval.
 type Worker struct {
 	// Queue to run. Required.
 	Queue *Queue
@@ -27,7 +28,8 @@ type Worker struct {
 	// Slots is how many jobs the worker runs at once (of different agents:
 	// an agent runs one job at a time). Default 1.
 	Slots int
-	// PollInterval is the wait after finding no work. Default 1 s.
+	// PollInterval is the longest wait after finding no work: how soon work
+	// enqueued by other processes is found. Default 1 s.
 	PollInterval time.Duration
 	// SweepInterval is how often the worker runs Queue.Sweep; negative
 	// disables it. Default 1 min.
@@ -81,6 +83,26 @@ func (w *Worker) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// waitWork waits until an agent of the Queue is due, this process
+// enqueues work, or poll passes (work other processes enqueue is found by
+// polling). It returns false when ctx is done.
+func (w *Worker) waitWork(ctx context.Context, poll time.Duration) bool {
+	due, wake := w.Queue.nextDue()
+	d := poll
+	if !due.IsZero() {
+		d = min(d, max(due.Sub(w.Queue.clock.Now()), 0))
+	}
+	t := w.Queue.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+	case <-wake:
+	}
+	return true
+}
+
 func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 	for ctx.Err() == nil {
 		c, err := w.Queue.Claim(ctx, w.ID)
@@ -88,7 +110,7 @@ func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 			w.Queue.log.WarnContext(ctx, "jobqueue: claim", "worker", w.ID, "err", err)
 		}
 		if c == nil {
-			if !w.sleep(ctx, poll) {
+			if !w.waitWork(ctx, poll) {
 				return
 			}
 			continue
