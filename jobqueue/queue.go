@@ -359,7 +359,8 @@ func ArtifactType(t JobType) (artifact.Type, bool) {
 
 // Enqueue creates a job in PENDING, validates it and moves it to QUEUED
 // (003 §1.2: PENDING → QUEUED after validation), and puts it in its
-// agent's ready lane. The actor needs Create (003 §4.1: the gateway or the
+// agent's ready lane. Validation comes before any write, so the job is
+// written once, already QUEUED, with both moves in its audit. The actor needs Create (003 §4.1: the gateway or the
 // orchestration layer); the move to QUEUED is the orchestration layer's,
 // which the queue is. Invalid input (ErrInvalidJob) or a refusal
 // (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
@@ -384,27 +385,21 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
 		Trail: []Move{{From: "", To: JobPending, Event: "create", Actor: actor}},
 	}}
-	ver, err := storage.Create(ctx, q.store, key, &doc)
-	if err != nil {
+	// Validation is done, so the job is created already moved on to
+	// QUEUED: one write whose trail, and audit, holds both moves.
+	if err := q.fire(ctx, &doc, EventValidate, lifecycle.ActorOrchestration); err != nil {
+		return Job{}, err
+	}
+	lane := laneKey(n.AgentSlug, now, n.JobID)
+	doc.QueuedAt, doc.ReadyKey = &now, lane
+	if _, err := storage.Create(ctx, q.store, key, &doc); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			return Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
 		}
 		return Job{}, err
 	}
 	q.audit(ctx, &doc)
-	var lane string
-	d, _, err := q.update(ctx, n.JobID, &doc, ver, func(d *jobDoc, now time.Time) error {
-		if err := q.fire(ctx, d, EventValidate, lifecycle.ActorOrchestration); err != nil {
-			return err
-		}
-		lane = laneKey(d.AgentSlug, now, d.JobID)
-		d.QueuedAt, d.ReadyKey = &now, lane
-		return nil
-	})
-	if err != nil {
-		return Job{}, err
-	}
-	return d.Job, q.putLane(ctx, lane, d.JobID, now)
+	return doc.Job, q.putLane(ctx, lane, n.JobID, now)
 }
 
 func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
