@@ -173,3 +173,32 @@ func BenchmarkJobsMinIO(b *testing.B) {
 	b.ReportMetric(jobRate/putRate, "jobs/put")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkClaimNoWork: a Claim that finds nothing, on a queue whose
+// agents all ran their jobs and are idle. Its cost must not grow with the
+// number of agents (the Queue looks only at agents that are due).
+func BenchmarkClaimNoWork(b *testing.B) {
+	for _, agents := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
+			ctx := context.Background()
+			q := newQueue(b, stores[0].new(b), clock.NewFake(t0))
+			for i := range agents {
+				enqueue(b, q, "job-"+strconv.Itoa(i), "agent-"+strconv.Itoa(i))
+			}
+			for range agents {
+				c := claim(b, q, "w")
+				if c == nil {
+					b.Fatal("a job was not claimed")
+				}
+				if _, err := c.Run(ctx, noopHandlers); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				if c := claim(b, q, "w"); c != nil {
+					b.Fatalf("claimed %s from an idle queue", c.Job().JobID)
+				}
+			}
+		})
+	}
+}

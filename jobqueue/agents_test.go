@@ -1,0 +1,83 @@
+package jobqueue
+
+import (
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/clock"
+)
+
+// TestScheduleOrder: take hands out only agents that are due, earliest
+// first; schedule only ever brings a due time forward; a request made while
+// a Claim is trying the agent is kept and applied when it is put back; and
+// a waiter is woken when an agent becomes due sooner.
+func TestScheduleOrder(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+	q, err := New(Config{Store: memstore.New(), Clock: clock.NewFake(t0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := q.agent("a"), q.agent("b"), q.agent("c")
+	// New agents are due at once; push them to known times.
+	for range 3 {
+		if got := q.take(t0); got == nil {
+			t.Fatal("a new agent is not due at once")
+		} else {
+			q.putBack(got, t0.Add(time.Hour))
+		}
+	}
+	q.schedule(a, t0.Add(3*time.Second))
+	q.schedule(b, t0.Add(1*time.Second))
+	q.schedule(c, t0.Add(2*time.Second))
+	q.schedule(b, t0.Add(5*time.Second)) // later: ignored
+	if got := q.take(t0); got != nil {
+		t.Fatalf("took %s before it was due", got.name)
+	}
+	due, wake := q.nextDue()
+	if !due.Equal(t0.Add(time.Second)) {
+		t.Fatalf("next due %v", due)
+	}
+	select {
+	case <-wake:
+		t.Fatal("woken with nothing new")
+	default:
+	}
+	q.schedule(c, t0) // sooner than anything: wakes the waiter
+	select {
+	case <-wake:
+	default:
+		t.Fatal("not woken when an agent became due sooner")
+	}
+
+	now := t0.Add(10 * time.Second)
+	var order []*agentState
+	for x := q.take(now); x != nil; x = q.take(now) {
+		order = append(order, x)
+	}
+	if len(order) != 3 || order[0] != c || order[1] != b || order[2] != a {
+		t.Fatalf("took %v, want c b a", names(order))
+	}
+	q.putBack(b, now.Add(time.Hour))
+	q.putBack(c, now.Add(time.Hour))
+
+	// a is being tried: a request for t0+20s waits for putBack, which
+	// takes it over its own later time.
+	q.schedule(a, t0.Add(20*time.Second))
+	if a.index >= 0 {
+		t.Fatal("an agent being tried went back into the heap")
+	}
+	q.putBack(a, now.Add(time.Hour))
+	if got := q.take(t0.Add(20 * time.Second)); got != a {
+		t.Fatalf("took %v at t0+20s, want a", got)
+	}
+}
+
+func names(as []*agentState) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.name)
+	}
+	return out
+}
