@@ -696,3 +696,63 @@ func TestClaimCostIsConstantPerJob(t *testing.T) {
 	}
 	t.Logf("store calls per job: %v", perJob)
 }
+
+// TestSweepIfDueOncePerInterval: among workers sharing a store, one sweep
+// runs per interval, whoever asks first after it ends; racing askers get
+// one sweep between them; the lease is never taken for a job.
+func TestSweepIfDueOncePerInterval(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)
+		enqueue(t, q1, "job-1", "agent-a")
+		enqueue(t, q1, "job-2", "agent-b")
+		sweep := func(q *jobqueue.Queue, w string) bool {
+			t.Helper()
+			r, swept, err := q.SweepIfDue(ctx, w, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if swept && r.Jobs != 2 {
+				t.Fatalf("swept %d jobs, want 2", r.Jobs)
+			}
+			return swept
+		}
+		if !sweep(q1, "w1") {
+			t.Fatal("the first sweep did not run")
+		}
+		if sweep(q2, "w2") {
+			t.Fatal("a second sweep ran within the interval")
+		}
+		clk.Advance(time.Minute - time.Nanosecond)
+		if sweep(q1, "w1") {
+			t.Fatal("swept before the interval ended")
+		}
+		clk.Advance(time.Nanosecond)
+		var n atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 6 {
+			wg.Go(func() {
+				_, swept, err := []*jobqueue.Queue{q1, q2}[i%2].SweepIfDue(ctx, fmt.Sprintf("w%d", i), time.Minute)
+				if err != nil {
+					t.Error(err)
+				}
+				if swept {
+					n.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n.Load() != 1 {
+			t.Fatalf("%d of 6 racing workers swept, want 1", n.Load())
+		}
+		for _, bad := range []struct {
+			worker string
+			every  time.Duration
+		}{{"", time.Minute}, {"../w", time.Minute}, {"w", 0}} {
+			if _, _, err := q1.SweepIfDue(ctx, bad.worker, bad.every); err == nil {
+				t.Errorf("SweepIfDue(%q, %s) gave no error", bad.worker, bad.every)
+			}
+		}
+	})
+}

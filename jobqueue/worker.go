@@ -31,8 +31,9 @@ type Worker struct {
 	// PollInterval is the longest wait after finding no work: how soon work
 	// enqueued by other processes is found. Default 1 s.
 	PollInterval time.Duration
-	// SweepInterval is how often the worker runs Queue.Sweep; negative
-	// disables it. Default 1 min.
+	// SweepInterval is how often the workers sharing the store sweep the
+	// queue: each worker calls Queue.SweepIfDue this often, and one sweep
+	// per interval runs among them all. Negative disables it. Default 1 min.
 	SweepInterval time.Duration
 }
 
@@ -62,7 +63,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if sweep > 0 {
 		wg.Go(func() {
 			for w.sleep(ctx, sweep) {
-				if _, err := w.Queue.Sweep(ctx); err != nil && ctx.Err() == nil {
+				if _, _, err := w.Queue.SweepIfDue(ctx, w.ID, sweep); err != nil && ctx.Err() == nil {
 					w.Queue.log.WarnContext(ctx, "jobqueue: sweep", "worker", w.ID, "err", err)
 				}
 			}
@@ -173,6 +174,56 @@ func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 	}
 	return r, nil
+}
+
+// sweepKey holds the sweep lease: who swept last and until when no other
+// worker need sweep. It sits in a folder of its own so that it is never
+// taken for a job (jobs/{id}.json).
+const sweepKey = "jobs/sweep/lease.json"
+
+// sweepLease is the value of sweepKey.
+type sweepLease struct {
+	storage.Meta
+	Owner     string    `json:"owner"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+var errSweptRecently = errors.New("swept recently")
+
+// SweepIfDue runs Sweep unless a worker sharing the store has swept within
+// every: it takes the sweep lease (create-only, or compare-and-swap of an
+// expired one) for every, and only the worker that takes it sweeps. So N
+// workers calling it every minute cost one scan of the jobs a minute, not
+// N. The lease is not given back: its expiry spaces the sweeps, and a worker
+// that dies while sweeping is followed by the next one after every. swept
+// tells whether this call swept.
+func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Duration) (r SweepReport, swept bool, err error) {
+	if err := storage.ValidateID("worker id", worker); err != nil {
+		return r, false, err
+	}
+	if every <= 0 {
+		return r, false, fmt.Errorf("jobqueue: sweep interval %s is not positive", every)
+	}
+	now := q.clock.Now().UTC()
+	lease := sweepLease{Owner: worker, ExpiresAt: now.Add(every)}
+	_, err = storage.Create(ctx, q.store, sweepKey, &lease)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		_, _, err = storage.Update(ctx, q.store, sweepKey, func(l *sweepLease) error {
+			if now.Before(l.ExpiresAt) {
+				return errSweptRecently
+			}
+			l.Owner, l.ExpiresAt = worker, lease.ExpiresAt
+			return nil
+		})
+		if errors.Is(err, errSweptRecently) {
+			return r, false, nil
+		}
+	}
+	if err != nil {
+		return r, false, err
+	}
+	r, err = q.Sweep(ctx)
+	return r, true, err
 }
 
 // ReplayError reports an audit log that does not replay.
