@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -212,7 +213,8 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 		a.mu.Lock()
 		a.covered = covered
 		var first string
-		if covered && len(a.keys) == 0 {
+		switch {
+		case covered && len(a.keys) == 0:
 			a.keys, a.listedAt = keys, now
 			a.complete = len(keys) < laneBatch && !(truncated && a.name == lastAgent)
 			if len(keys) == 0 {
@@ -221,6 +223,12 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 				a.idle = 0
 				first = keys[0]
 			}
+		case len(keys) > 0 && keys[0] < a.keys[0]:
+			// Another process put work ahead of what the cache holds (say,
+			// a job enqueued now before a retry due later): merge it in.
+			a.keys = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(a.keys), keys...))))
+			a.complete = a.complete && !(truncated && a.name == lastAgent)
+			first = a.keys[0]
 		}
 		a.mu.Unlock()
 		if first != "" {

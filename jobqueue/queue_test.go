@@ -266,6 +266,34 @@ func TestRetryScheduleToDead(t *testing.T) {
 	})
 }
 
+// TestOtherProcessWorkAheadOfRetry: a job another process enqueues for an
+// agent whose cached lane holds only a retry due later is found within a
+// lane refresh, not when the retry falls due.
+func TestOtherProcessWorkAheadOfRetry(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)
+		enqueue(t, q1, "job-retry", "agent-x")
+		var calls atomic.Int32
+		if _, err := claim(t, q1, "w1").Run(ctx, failing(errors.New("boom"), &calls)); err != nil {
+			t.Fatal(err)
+		}
+		if c := claim(t, q1, "w1"); c != nil {
+			t.Fatalf("claimed %s during its backoff", c.Job().JobID)
+		}
+		enqueue(t, q2, "job-new", "agent-x")
+		clk.Advance(time.Second) // a lane refresh, far short of the 15 s backoff
+		c := claim(t, q1, "w1")
+		if c == nil || c.Job().JobID != "job-new" {
+			t.Fatalf("claimed %v, want job-new", c)
+		}
+		if _, err := c.Run(ctx, okHandlers()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestErrorCodes(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
