@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/runconveyor/conveyor/storage"
@@ -46,8 +47,15 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // poll looks at every run not yet terminal, through the active index, and
-// then at the runs waiting for a slot.
+// then at the runs waiting for a slot. A run it can only watch (executing
+// under another runner's live lease, or parked) is not read again until it
+// may need this runner: its lease may have lapsed, its external wait's
+// deadline passed, or ParkedPollInterval passed. So a poll costs a List and
+// a read per run that may move, not a read of every active run.
 func (r *Runner) poll(ctx context.Context, startup bool) {
+	now := r.now()
+	quiet := make(map[string]time.Time, len(r.quiet))
+	defer func() { r.quiet = quiet }()
 	for key, err := range r.store.List(ctx, activePrefix) {
 		if err != nil {
 			if ctx.Err() == nil {
@@ -59,8 +67,13 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 		if !ok || r.isExecuting(runID) || r.isWaiting(slug, runID) {
 			continue
 		}
-		if _, known := r.agents[slug]; !known {
+		agent, known := r.agents[slug]
+		if !known {
 			continue // another service's agent
+		}
+		if until, ok := r.quiet[runID]; ok && now.Before(until) {
+			quiet[runID] = until
+			continue
 		}
 		statusKey, err := storage.RunStatusKey(slug, runID)
 		if err != nil {
@@ -75,6 +88,9 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			continue
 		}
 		r.consider(ctx, candidate{slug: slug, w: &statusWriter{r: r, runID: doc.RunID, key: statusKey, doc: doc, ver: ver, fresh: true}}, startup)
+		if until := r.quietUntil(&agent.flow, &doc, now); !until.IsZero() {
+			quiet[runID] = until
+		}
 	}
 	r.mu.Lock()
 	waiting := r.waiting
@@ -85,6 +101,24 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			r.consider(ctx, c, false)
 		}
 	}
+}
+
+// quietUntil is until when a run that consider left alone cannot need
+// this runner: the end of another runner's live lease, or for a parked run
+// ParkedPollInterval or its external deadline, whichever comes first. Zero
+// means it should be read at every poll.
+func (r *Runner) quietUntil(f *flow, doc *RunStatus, now time.Time) time.Time {
+	switch {
+	case f.executing(doc.Status) && doc.Lease != nil && doc.Lease.Owner != r.cfg.Owner && !now.After(doc.Lease.ExpiresAt):
+		return doc.Lease.ExpiresAt
+	case doc.Lease == nil && slices.Contains(f.parked, doc.Status):
+		until := now.Add(r.cfg.ParkedPollInterval)
+		if doc.External != nil && doc.External.Deadline != nil && doc.External.Deadline.Before(until) {
+			until = *doc.External.Deadline
+		}
+		return until
+	}
+	return time.Time{}
 }
 
 func (r *Runner) isExecuting(runID string) bool {

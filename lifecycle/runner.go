@@ -47,6 +47,10 @@ type Runner struct {
 	// heldSlots are the slots this runner's executions hold, by key.
 	heldSlots map[string]string
 
+	// quiet holds, for the runs the last poll could only watch, until when
+	// the next polls need not read them. Only the loop touches it.
+	quiet map[string]time.Time
+
 	started atomic.Bool
 	wg      sync.WaitGroup
 }

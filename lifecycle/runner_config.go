@@ -146,6 +146,14 @@ type Config struct {
 	// directly: runs submitted elsewhere, orphans, freed slots, expired
 	// waits. Default 1 s.
 	PollInterval time.Duration
+	// ParkedPollInterval is how often a poll re-reads a run parked for an
+	// approval or an external event that this runner was not handed. A
+	// control call hands the run it resumes to its own runner, so this
+	// bounds only how soon other runners notice a run resumed by a runner
+	// that is not running; an external wait's deadline is read on time
+	// regardless. Runs another runner executes are re-read when their lease
+	// would lapse. Default 30 s.
+	ParkedPollInterval time.Duration
 
 	// Idempotency TTLs (seed 004 §4.3). Defaults 24 h, 1 h and 5 min.
 	IdempotencyCompletedTTL time.Duration
@@ -192,6 +200,7 @@ func (c *Config) setDefaults() error {
 	def(&c.LeaseDuration, 5*time.Minute)
 	def(&c.HeartbeatInterval, 30*time.Second)
 	def(&c.PollInterval, time.Second)
+	def(&c.ParkedPollInterval, 30*time.Second)
 	def(&c.IdempotencyCompletedTTL, 24*time.Hour)
 	def(&c.IdempotencyFailedTTL, time.Hour)
 	def(&c.IdempotencyLockTTL, 5*time.Minute)

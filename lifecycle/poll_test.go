@@ -1,0 +1,104 @@
+package lifecycle_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// TestPollLeavesParkedRunsAlone: a runner watching runs parked by another
+// reads each once per ParkedPollInterval, not at every poll, and still
+// picks up, within that interval, a run resumed by a runner that is not
+// running its loop.
+func TestPollLeavesParkedRunsAlone(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, memStore(t))
+	agent := lifecycle.Agent{Slug: "gated", Machine: lifecycle.MachineApproval,
+		Steps: []lifecycle.Step{awaitStep("plan", &lifecycle.Await{Approval: "merge"}), okStep("apply")}}
+	a, stopA := g.runner("a", nil, agent)
+	var ids []string
+	for range 5 {
+		id := submit(t, a, agent.Slug)
+		if st := g.wait(a, id, 0, 0); st.Status != "awaiting_approval" {
+			t.Fatalf("run %s is %s", id, st.Status)
+		}
+		ids = append(ids, id)
+	}
+	stopA()
+
+	counting := &teststores.Counting{Store: g.store}
+	b, _ := g.with(counting).runner("b", nil, agent)
+	until(t, "b's start-up poll", func() bool { return g.clock.Pending() == 1 })
+	if got := counting.Gets.Load(); got != 5 {
+		t.Fatalf("the start-up poll read %d statuses, want the 5 parked runs", got)
+	}
+	counting.Reset()
+	poll := func(n int) {
+		for range n {
+			g.clock.Advance(time.Second)
+			<-g.clock.WaitForTimers(1) // the next poll is armed: this one is done
+		}
+	}
+	poll(29)
+	if got, lists := counting.Gets.Load(), counting.Lists.Load(); got != 0 || lists != 29 {
+		t.Fatalf("29 polls read %d statuses in %d lists, want 0 reads in 29 lists", got, lists)
+	}
+	poll(1) // 30 s: ParkedPollInterval
+	if got := counting.Gets.Load(); got != 5 {
+		t.Fatalf("after ParkedPollInterval the poll read %d statuses, want 5", got)
+	}
+
+	// A runner that only serves control calls approves: b finds the run
+	// within ParkedPollInterval and finishes it.
+	c, err := lifecycle.NewRunner(lifecycle.Config{Store: g.store, Owner: "c", Clock: g.clock,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Approve(context.Background(), ids[0], lifecycle.ActorGateway, lifecycle.Decision{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.wait(b, ids[0], time.Second, 31*time.Second); st.Status != "completed" {
+		t.Fatalf("approved run ended %s", st.Status)
+	}
+}
+
+// TestPollLeavesLeasedRunsAlone: a run another runner executes is read once
+// and then not until its lease would lapse; when it does lapse the watching
+// runner takes the run over as before.
+func TestPollLeavesLeasedRunsAlone(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, memStore(t))
+	b := newBlocker()
+	step := b.step("work")
+	step.Idempotent = true // so the takeover resumes it
+	agent := lifecycle.Agent{Slug: "long", Steps: []lifecycle.Step{step}}
+	a, stopA := g.runner("a", nil, agent)
+	id := submit(t, a, agent.Slug)
+	<-b.started
+	stopA() // a's lease stays until it lapses
+	close(b.release)
+
+	counting := &teststores.Counting{Store: g.store}
+	w, _ := g.with(counting).runner("w", nil, agent)
+	until(t, "w's start-up poll", func() bool { return g.clock.Pending() == 1 })
+	if got := counting.Gets.Load(); got != 1 {
+		t.Fatalf("the start-up poll read %d statuses, want 1", got)
+	}
+	counting.Reset()
+	for range 29 {
+		g.clock.Advance(time.Second)
+		<-g.clock.WaitForTimers(1)
+	}
+	if got := counting.Gets.Load(); got != 0 {
+		t.Fatalf("29 polls read the leased run %d times, want 0", got)
+	}
+	if st := g.wait(w, id, 10*time.Second, 6*time.Minute); st.ResumeCount != 1 || st.Status != "completed" {
+		t.Fatalf("after the lease lapsed: %+v (%s)", st, deref(st.Error))
+	}
+}
