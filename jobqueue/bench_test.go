@@ -96,6 +96,9 @@ func BenchmarkJobsMemstore(b *testing.B) {
 			b.StopTimer()
 			jobRate := float64(n) / el.Seconds()
 			floor := rawMemstoreRate(int(float64(n)*writes), workers) / writes
+			if floor == 0 {
+				b.Fatal("raw memstore writes failed")
+			}
 			b.ReportMetric(jobRate, "jobs/s")
 			b.ReportMetric(writes, "writes/job")
 			b.ReportMetric(floor, "floor-jobs/s")
@@ -111,24 +114,33 @@ func BenchmarkJobsMemstore(b *testing.B) {
 func rawMemstoreRate(n, workers int) float64 {
 	s := memstore.New()
 	body := bytes.Repeat([]byte("x"), 512)
+	return parallelRate(n, workers, func(i int64) error {
+		key := "audit/20260224/20260224T100000.000000000Z-" + strconv.FormatInt(i, 10) + ".json"
+		_, err := s.Put(context.Background(), key, body, storage.IfNotExists())
+		return err
+	})
+}
+
+// parallelRate runs op for i = 1..n on workers goroutines and returns the
+// rate, in calls per second, or 0 if an op failed.
+func parallelRate(n, workers int, op func(i int64) error) float64 {
 	var next atomic.Int64
+	var failed atomic.Bool
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range workers {
 		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(n) {
-					return
-				}
-				key := "audit/20260224/20260224T100000.000000000Z-" + strconv.FormatInt(i, 10) + ".json"
-				if _, err := s.Put(context.Background(), key, body, storage.IfNotExists()); err != nil {
-					panic(err)
+			for i := next.Add(1); i <= int64(n) && !failed.Load(); i = next.Add(1) {
+				if op(i) != nil {
+					failed.Store(true)
 				}
 			}
 		})
 	}
 	wg.Wait()
+	if failed.Load() {
+		return 0
+	}
 	return float64(n) / time.Since(start).Seconds()
 }
 
@@ -141,29 +153,15 @@ func BenchmarkJobsMinIO(b *testing.B) {
 	workers := 16
 	// The raw rate first: workers goroutines creating distinct objects.
 	body := bytes.Repeat([]byte("x"), 1024)
-	const raw = 2000
 	prefix := fmt.Sprintf("raw-%d/", time.Now().UnixNano())
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > raw {
-					return
-				}
-				_, err := client.PutObject(context.Background(), &s3.PutObjectInput{Bucket: &bkt,
-					Key: aws.String(prefix + strconv.FormatInt(i, 10)), Body: bytes.NewReader(body), IfNoneMatch: aws.String("*")})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+	putRate := parallelRate(2000, workers, func(i int64) error {
+		_, err := client.PutObject(context.Background(), &s3.PutObjectInput{Bucket: &bkt,
+			Key: aws.String(prefix + strconv.FormatInt(i, 10)), Body: bytes.NewReader(body), IfNoneMatch: aws.String("*")})
+		return err
+	})
+	if putRate == 0 {
+		b.Fatal("raw PUTs failed")
 	}
-	wg.Wait()
-	putRate := raw / time.Since(start).Seconds()
 	b.ResetTimer()
 	n := b.N
 	el := runJobs(b, env.S3(b), n, 256, workers)

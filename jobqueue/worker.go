@@ -62,7 +62,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if sweep > 0 {
 		wg.Go(func() {
-			for w.sleep(ctx, sweep) {
+			for w.sleep(ctx, sweep, nil) {
 				if _, _, err := w.Queue.SweepIfDue(ctx, w.ID, sweep); err != nil && ctx.Err() == nil {
 					w.Queue.log.WarnContext(ctx, "jobqueue: sweep", "worker", w.ID, "err", err)
 				}
@@ -73,15 +73,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or less if wake is closed (a nil wake never is). It
+// returns false when ctx is done.
+func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := w.Queue.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C():
-		return true
+	case <-wake:
 	}
+	return true
 }
 
 // waitWork waits until an agent of the Queue is due, this process
@@ -93,15 +96,7 @@ func (w *Worker) waitWork(ctx context.Context, poll time.Duration) bool {
 	if !due.IsZero() {
 		d = min(d, max(due.Sub(w.Queue.clock.Now()), 0))
 	}
-	t := w.Queue.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-	case <-wake:
-	}
-	return true
+	return w.sleep(ctx, d, wake)
 }
 
 func (w *Worker) loop(ctx context.Context, poll time.Duration) {
