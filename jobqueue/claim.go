@@ -223,7 +223,7 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 				a.idle = 0
 				first = keys[0]
 			}
-		case len(keys) > 0 && keys[0] < a.keys[0]:
+		case len(keys) > 0 && len(a.keys) > 0 && keys[0] < a.keys[0]:
 			// Another process put work ahead of what the cache holds (say,
 			// a job enqueued now before a retry due later): merge it in.
 			a.keys = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(a.keys), keys...))))

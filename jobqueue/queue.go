@@ -360,9 +360,9 @@ func ArtifactType(t JobType) (artifact.Type, bool) {
 // Enqueue creates a job in PENDING, validates it and moves it to QUEUED
 // (003 §1.2: PENDING → QUEUED after validation), and puts it in its
 // agent's ready lane. Validation comes before any write, so the job is
-// written once, already QUEUED, with both moves in its audit. The actor needs Create (003 §4.1: the gateway or the
-// orchestration layer); the move to QUEUED is the orchestration layer's,
-// which the queue is. Invalid input (ErrInvalidJob) or a refusal
+// written once, already QUEUED, with both moves in its audit. The actor
+// needs Create (003 §4.1: the gateway or the orchestration layer); the
+// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
 // (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (Job, error) {
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
