@@ -311,10 +311,10 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		}
 		var e slotEntry
 		_ = json.Unmarshal(b, &e)
-		if e.RunID == runID {
-			return take(key, v)
-		}
-		if e.RunID == "" || r.slotHolderGone(ctx, slug, e.RunID) {
+		// The slot may still name this run after its runner was lost:
+		// rewrite it all the same, so the lost runner's release (a
+		// compare-and-swap on the version it wrote) is fenced off.
+		if e.RunID == runID || e.RunID == "" || r.slotHolderGone(ctx, slug, e.RunID) {
 			if v, err := r.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
 				return take(key, v)
 			}

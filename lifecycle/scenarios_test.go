@@ -38,6 +38,7 @@ func scenarios() []scenario {
 		{"ExternalEvent", scenarioExternal},
 		{"Takeover", scenarioTakeover},
 		{"PausedRunnerIsFenced", scenarioFencing},
+		{"LostRunnerCannotFreeTheSlot", scenarioSlotFencing},
 		{"Idempotency", scenarioIdempotency},
 		{"QueueTimeout", scenarioQueueTimeout},
 		{"HeartbeatKeepsLease", scenarioHeartbeatKeepsLease},
@@ -739,6 +740,80 @@ func scenarioFencing(t *testing.T, g *rig) {
 	}
 	if st := status(t, b, id); st.Status != "completed" {
 		t.Errorf("final status %s", st.Status)
+	}
+}
+
+// scenarioSlotFencing: a runner that lost its run to a takeover wakes up
+// while the new runner still executes it; its release of the run's slot
+// must be refused, or a second run of the agent could start beside it.
+func scenarioSlotFencing(t *testing.T, g *rig) {
+	gated := newGatedStore(g.store)
+	releaseA, releaseB := make(chan struct{}), make(chan struct{})
+	inA, inB := make(chan struct{}), make(chan struct{})
+	var onceA, onceB sync.Once
+	mk := func(owner string) lifecycle.Agent {
+		return lifecycle.Agent{Slug: "slotted", Steps: []lifecycle.Step{{Name: "work", Idempotent: true,
+			Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+				if owner == "a" {
+					onceA.Do(func() { close(inA) })
+					<-releaseA // paused: ignores its context
+				} else {
+					onceB.Do(func() { close(inB) })
+					<-releaseB
+				}
+				return lifecycle.StepOutput{Summary: "by " + owner}, nil
+			}}}}
+	}
+	var logs *logBuffer
+	a, _ := g.with(gated).runner("a", func(c *lifecycle.Config) { logs = capture(c) }, mk("a"))
+	id := submit(t, a, "slotted")
+	<-inA
+	gated.pause()
+	thawed := false
+	defer func() {
+		if !thawed {
+			gated.resume(false)
+			close(releaseA)
+		}
+		close(releaseB)
+	}()
+	b, _ := g.runner("b", nil, mk("b"))
+	deadline := time.Now().Add(30 * time.Second)
+	for took := false; !took; {
+		select {
+		case <-inB:
+			took = true
+		default:
+			if time.Now().After(deadline) {
+				t.Fatal("runner b never took the run over")
+			}
+			g.clock.Advance(30 * time.Second)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Runner a wakes up while b executes the run.
+	thawed = true
+	gated.resume(true)
+	close(releaseA)
+	until(t, "runner a to give the run up", func() bool {
+		return strings.Contains(logs.String(), `"msg":"run_stopped"`)
+	})
+	gated.mu.Lock()
+	late := slices.Clone(gated.late)
+	gated.mu.Unlock()
+	if len(late) != 0 {
+		t.Fatalf("runner a wrote after losing its lease: %v", late)
+	}
+	const slot = "agents/slotted/slots/0.json" // the slot layout of runkeys.go
+	var held struct {
+		RunID string `json:"run_id"`
+	}
+	readJSON(t, g.store, slot, &held)
+	if held.RunID != id {
+		t.Fatalf("while b executes %s its slot holds %q", id, held.RunID)
+	}
+	if st := status(t, b, id); st.Status != "running" || st.Lease == nil || st.Lease.Owner != "b" {
+		t.Fatalf("run during b's step: %+v", st)
 	}
 }
 
