@@ -1,0 +1,73 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// ReplayError reports an audit log that does not replay.
+type ReplayError struct {
+	JobID   string
+	EventID string
+	Problem string
+}
+
+// Error renders the job, the event and the problem.
+func (e *ReplayError) Error() string {
+	return fmt.Sprintf("jobqueue: audit replay of job %s at event %s: %s", e.JobID, e.EventID, e.Problem)
+}
+
+// ReplayAudit reads the job events of the audit log for the UTC days from
+// first to last (inclusive) and replays each job's transitions through the
+// job machine: the first must create the job in PENDING, each next one must
+// start where the last ended, be a move of the table and be made by one of
+// its actors. It returns each job's final state, or a *ReplayError.
+func ReplayAudit(ctx context.Context, s storage.Store, first, last time.Time) (map[string]JobState, error) {
+	byJob := map[string][]storage.AuditEvent{}
+	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
+		for e, err := range storage.ReadAuditDay(ctx, s, day) {
+			if err != nil {
+				return nil, err
+			}
+			if e.JobID == "" || !strings.HasPrefix(e.Event, "job.") {
+				continue
+			}
+			byJob[e.JobID] = append(byJob[e.JobID], e)
+		}
+	}
+	m := JobMachine()
+	out := make(map[string]JobState, len(byJob))
+	for id, evs := range byJob {
+		slices.SortFunc(evs, func(a, b storage.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
+		var state JobState
+		for i, e := range evs {
+			from, to := JobState(e.From), JobState(e.To)
+			if i == 0 {
+				if from != "" || to != JobPending {
+					return nil, &ReplayError{id, e.ID, fmt.Sprintf("first event %q → %q does not create the job in PENDING", from, to)}
+				}
+				state = to
+				continue
+			}
+			if from != state {
+				return nil, &ReplayError{id, e.ID, fmt.Sprintf("event starts in %q but the job was in %q", from, state)}
+			}
+			t, ok := m.Edge(from, to)
+			if !ok {
+				return nil, &ReplayError{id, e.ID, fmt.Sprintf("%q → %q is not a move of the job machine", from, to)}
+			}
+			if !slices.Contains(t.Actors, lifecycle.Actor(e.Actor)) {
+				return nil, &ReplayError{id, e.ID, fmt.Sprintf("actor %q may not move %q → %q", e.Actor, from, to)}
+			}
+			state = to
+		}
+		out[id] = state
+	}
+	return out, nil
+}

@@ -1,0 +1,115 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// SweepReport counts what Sweep repaired.
+type SweepReport struct {
+	Jobs    int // jobs read
+	Rescued int // orphans moved to RETRY_BACKOFF
+	Relaned int // lane entries recreated
+	Buried  int // FAILED jobs moved to DEAD
+}
+
+// Sweep is the slow repair pass behind the fast paths, for what a worker
+// that died between two writes can leave: it reads every job and rescues
+// orphans whose lease expired (when no claim on their agent's lock did),
+// recreates missing ready-lane entries, buries FAILED jobs and re-emits
+// missing audit events of each job's last write. It costs a scan of the
+// jobs, so workers run it rarely (Worker.SweepInterval).
+func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
+	var r SweepReport
+	for d, err := range q.docs(ctx) {
+		if err != nil {
+			return r, err
+		}
+		r.Jobs++
+		q.ensureAudited(ctx, &d)
+		now := q.clock.Now()
+		switch {
+		case pipelineState(d.Status) && (d.Lease == nil || !now.Before(d.Lease.ExpiresAt)):
+			if err := q.rescue(ctx, d.JobID, 0); err != nil {
+				return r, err
+			}
+			r.Rescued++
+		case (d.Status == JobQueued || d.Status == JobRetryBackoff) && d.ReadyKey != "":
+			_, _, err := q.store.Get(ctx, d.ReadyKey)
+			if errors.Is(err, storage.ErrNotFound) {
+				at, _, ok := parseLaneKey(d.ReadyKey)
+				if !ok {
+					return r, fmt.Errorf("jobqueue: job %s has a malformed ready key %q", d.JobID, d.ReadyKey)
+				}
+				if err := q.putLane(ctx, d.ReadyKey, d.JobID, at); err != nil {
+					return r, err
+				}
+				q.agent(d.AgentSlug).forget()
+				r.Relaned++
+			} else if err != nil {
+				return r, err
+			}
+		case d.Status == JobFailed:
+			if _, err := q.bury(ctx, d.JobID, nil, ""); err != nil {
+				return r, err
+			}
+			r.Buried++
+		}
+	}
+	return r, nil
+}
+
+// sweepKey holds the sweep lease: who swept last and until when no other
+// worker need sweep. It sits in a folder of its own so that it is never
+// taken for a job (jobs/{id}.json).
+const sweepKey = "jobs/sweep/lease.json"
+
+// sweepLease is the value of sweepKey.
+type sweepLease struct {
+	storage.Meta
+	Owner     string    `json:"owner"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+var errSweptRecently = errors.New("swept recently")
+
+// SweepIfDue runs Sweep unless a worker sharing the store has swept within
+// every: it takes the sweep lease (create-only, or compare-and-swap of an
+// expired one) for every, and only the worker that takes it sweeps. So N
+// workers calling it every minute cost one scan of the jobs a minute, not
+// N. The lease is not given back: its expiry spaces the sweeps, and a worker
+// that dies while sweeping is followed by the next one after every. swept
+// tells whether this call swept.
+func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Duration) (r SweepReport, swept bool, err error) {
+	if err := storage.ValidateID("worker id", worker); err != nil {
+		return r, false, err
+	}
+	if every <= 0 {
+		return r, false, fmt.Errorf("jobqueue: sweep interval %s is not positive", every)
+	}
+	now := q.clock.Now().UTC()
+	lease := sweepLease{Owner: worker, ExpiresAt: now.Add(every)}
+	_, err = storage.Create(ctx, q.store, sweepKey, &lease)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		_, _, err = storage.Update(ctx, q.store, sweepKey, func(l *sweepLease) error {
+			if now.Before(l.ExpiresAt) {
+				return errSweptRecently
+			}
+			l.Owner, l.ExpiresAt = worker, lease.ExpiresAt
+			return nil
+		})
+		if errors.Is(err, errSweptRecently) {
+			return r, false, nil
+		}
+	}
+	if err != nil {
+		return r, false, err
+	}
+	r, err = q.Sweep(ctx)
+	return r, true, err
+}
+
