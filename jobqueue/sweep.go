@@ -112,4 +112,3 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	r, err = q.Sweep(ctx)
 	return r, true, err
 }
-

@@ -112,4 +112,3 @@ func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 		}
 	}
 }
-
