@@ -30,6 +30,7 @@ const (
 	DefaultLeaseTTL    = 30 * time.Second
 	DefaultStepTimeout = 120 * time.Second
 	DefaultProject     = "default"
+	DefaultSweepBatch  = 10000
 )
 
 // DefaultBackoff is the retry schedule of seed 003 §1.1: the wait in
@@ -70,6 +71,9 @@ type Config struct {
 	// artifact holds the NLM backend's answer, so the default is
 	// lifecycle.ActorNLMBackend.
 	ArtifactActor lifecycle.Actor
+	// SweepBatch is the most jobs one SweepIfDue reads; the next call goes
+	// on where it stopped. Default 10,000. (Sweep itself reads every job.)
+	SweepBatch int
 	// Logger receives what cannot be returned (audit write failures,
 	// heartbeat trouble). Default: slog.Default().
 	Logger *slog.Logger
@@ -97,10 +101,11 @@ type Queue struct {
 	wake    chan struct{} // closed when an agent becomes due sooner (see nextDue)
 }
 
-// New checks cfg, fills in its defaults and returns a Queue.
+// New checks cfg, fills in its defaults and returns a Queue. A Config it
+// refuses gives an error matching ErrInvalidConfig.
 func New(cfg Config) (*Queue, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("jobqueue: Config.Store is required")
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
@@ -112,20 +117,20 @@ func New(cfg Config) (*Queue, error) {
 		cfg.Project = DefaultProject
 	}
 	if err := storage.ValidateID("project id", cfg.Project); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
 	if cfg.MaxAttempts < 1 {
-		return nil, fmt.Errorf("jobqueue: Config.MaxAttempts %d < 1", cfg.MaxAttempts)
+		return nil, fmt.Errorf("%w: MaxAttempts %d < 1", ErrInvalidConfig, cfg.MaxAttempts)
 	}
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = DefaultBackoff()
 	}
 	for _, d := range cfg.Backoff {
 		if d < 0 {
-			return nil, fmt.Errorf("jobqueue: negative backoff %s", d)
+			return nil, fmt.Errorf("%w: negative Backoff %s", ErrInvalidConfig, d)
 		}
 	}
 	if cfg.LeaseTTL == 0 {
@@ -135,7 +140,13 @@ func New(cfg Config) (*Queue, error) {
 		cfg.StepTimeout = DefaultStepTimeout
 	}
 	if cfg.LeaseTTL < 3*time.Millisecond || cfg.StepTimeout < 0 {
-		return nil, errors.New("jobqueue: LeaseTTL below 3ms or negative StepTimeout")
+		return nil, fmt.Errorf("%w: LeaseTTL %s below 3ms or negative StepTimeout %s", ErrInvalidConfig, cfg.LeaseTTL, cfg.StepTimeout)
+	}
+	if cfg.SweepBatch == 0 {
+		cfg.SweepBatch = DefaultSweepBatch
+	}
+	if cfg.SweepBatch < 0 {
+		return nil, fmt.Errorf("%w: SweepBatch %d < 0", ErrInvalidConfig, cfg.SweepBatch)
 	}
 	if cfg.ArtifactActor == "" {
 		cfg.ArtifactActor = lifecycle.ActorNLMBackend
@@ -171,6 +182,8 @@ func (q *Queue) backoff(attempt int) time.Duration {
 // Errors of the queue. Bad input matches ErrInvalidJob; refusals of the
 // authority matrix match authority.ErrForbidden.
 var (
+	// ErrInvalidConfig: a Config that New refuses.
+	ErrInvalidConfig = errors.New("jobqueue: invalid config")
 	// ErrInvalidJob: a NewJob that breaks a rule of Enqueue.
 	ErrInvalidJob = errors.New("jobqueue: invalid job")
 	// ErrJobExists: Enqueue with the id of a job that already exists.

@@ -142,6 +142,28 @@ func TestHappyPath(t *testing.T) {
 	})
 }
 
+func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	for name, mod := range map[string]func(*jobqueue.Config){
+		"no store":         func(c *jobqueue.Config) { c.Store = nil },
+		"project":          func(c *jobqueue.Config) { c.Project = "../x" },
+		"max attempts":     func(c *jobqueue.Config) { c.MaxAttempts = -1 },
+		"negative backoff": func(c *jobqueue.Config) { c.Backoff = []time.Duration{time.Second, -time.Second} },
+		"lease":            func(c *jobqueue.Config) { c.LeaseTTL = time.Millisecond },
+		"step timeout":     func(c *jobqueue.Config) { c.StepTimeout = -time.Second },
+		"sweep batch":      func(c *jobqueue.Config) { c.SweepBatch = -1 },
+	} {
+		cfg := jobqueue.Config{Store: stores[0].new(t)}
+		mod(&cfg)
+		if _, err := jobqueue.New(cfg); !errors.Is(err, jobqueue.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if _, err := jobqueue.New(jobqueue.Config{Store: stores[0].new(t)}); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}
+
 func TestEnqueueRefusesBadInputAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -723,6 +745,40 @@ func TestClaimCostIsConstantPerJob(t *testing.T) {
 		t.Fatalf("store calls per job grow with the queue: %v", perJob)
 	}
 	t.Logf("store calls per job: %v", perJob)
+}
+
+// TestSweepIfDueInBatches: each sweep reads the next SweepBatch jobs and
+// the batches go round all of them, so a repair waits for its batch.
+func TestSweepIfDueInBatches(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		q := newQueue(t, s, clk, func(c *jobqueue.Config) { c.SweepBatch = 2 })
+		for i := 1; i <= 5; i++ {
+			enqueue(t, q, fmt.Sprintf("job-%d", i), "agent-a")
+		}
+		// job-5's lane entry is lost, as if its writer died after the job.
+		lane := get(t, q, "job-5").ReadyKey
+		if err := s.Delete(ctx, lane, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+		type got struct{ jobs, relaned int }
+		var seen []got
+		for range 4 {
+			r, swept, err := q.SweepIfDue(ctx, "w1", time.Minute)
+			if err != nil || !swept {
+				t.Fatalf("swept %v, %v", swept, err)
+			}
+			seen = append(seen, got{r.Jobs, r.Relaned})
+			clk.Advance(time.Minute)
+		}
+		if want := []got{{2, 0}, {2, 0}, {1, 1}, {2, 0}}; fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Fatalf("batches (jobs, relaned) %v, want %v", seen, want)
+		}
+		if n := countKeys(t, s, "jobs/queue/"); n != 5 {
+			t.Fatalf("%d lane entries after the sweeps, want 5", n)
+		}
+	})
 }
 
 // TestSweepIfDueOncePerInterval: among workers sharing a store, one sweep

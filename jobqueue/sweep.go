@@ -22,45 +22,76 @@ type SweepReport struct {
 // orphans whose lease expired (when no claim on their agent's lock did),
 // recreates missing ready-lane entries, buries FAILED jobs and re-emits
 // missing audit events of each job's last write. It costs a scan of the
-// jobs, so workers run it rarely (Worker.SweepInterval).
+// jobs; workers run it in batches through SweepIfDue.
 func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
-	var r SweepReport
-	for d, err := range q.docs(ctx) {
+	r, _, err := q.sweep(ctx, "", 0)
+	return r, err
+}
+
+// sweep sweeps the jobs whose keys sort after after, at most limit of them
+// (0: no limit). next is the key of the last job swept when the limit cut
+// the pass short, or "" when the pass reached the end.
+func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepReport, next string, err error) {
+	last := ""
+	for key, err := range q.store.List(ctx, "jobs/") {
 		if err != nil {
-			return r, err
+			return r, "", err
+		}
+		id, ok := jobIDFromKey(key)
+		if !ok || key <= after {
+			continue
+		}
+		if limit > 0 && r.Jobs == limit {
+			return r, last, nil // more jobs follow
+		}
+		d, _, err := q.read(ctx, id)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return r, "", err
 		}
 		r.Jobs++
-		q.ensureAudited(ctx, &d)
-		now := q.clock.Now()
-		switch {
-		case pipelineState(d.Status) && (d.Lease == nil || !now.Before(d.Lease.ExpiresAt)):
-			if err := q.rescue(ctx, d.JobID, 0); err != nil {
-				return r, err
-			}
-			r.Rescued++
-		case (d.Status == JobQueued || d.Status == JobRetryBackoff) && d.ReadyKey != "":
-			_, _, err := q.store.Get(ctx, d.ReadyKey)
-			if errors.Is(err, storage.ErrNotFound) {
-				at, _, ok := parseLaneKey(d.ReadyKey)
-				if !ok {
-					return r, fmt.Errorf("jobqueue: job %s has a malformed ready key %q", d.JobID, d.ReadyKey)
-				}
-				if err := q.putLane(ctx, d.ReadyKey, d.JobID, at); err != nil {
-					return r, err
-				}
-				q.agent(d.AgentSlug).forget()
-				r.Relaned++
-			} else if err != nil {
-				return r, err
-			}
-		case d.Status == JobFailed:
-			if _, err := q.bury(ctx, d.JobID, nil, ""); err != nil {
-				return r, err
-			}
-			r.Buried++
+		last = key
+		if err := q.sweepJob(ctx, &d, &r); err != nil {
+			return r, "", err
 		}
 	}
-	return r, nil
+	return r, "", nil
+}
+
+// sweepJob repairs one job as Sweep describes.
+func (q *Queue) sweepJob(ctx context.Context, d *jobDoc, r *SweepReport) error {
+	q.ensureAudited(ctx, d)
+	now := q.clock.Now()
+	switch {
+	case pipelineState(d.Status) && (d.Lease == nil || !now.Before(d.Lease.ExpiresAt)):
+		if err := q.rescue(ctx, d.JobID, 0); err != nil {
+			return err
+		}
+		r.Rescued++
+	case (d.Status == JobQueued || d.Status == JobRetryBackoff) && d.ReadyKey != "":
+		_, _, err := q.store.Get(ctx, d.ReadyKey)
+		if errors.Is(err, storage.ErrNotFound) {
+			at, _, ok := parseLaneKey(d.ReadyKey)
+			if !ok {
+				return fmt.Errorf("jobqueue: job %s has a malformed ready key %q", d.JobID, d.ReadyKey)
+			}
+			if err := q.putLane(ctx, d.ReadyKey, d.JobID, at); err != nil {
+				return err
+			}
+			q.agent(d.AgentSlug).forget()
+			r.Relaned++
+		} else if err != nil {
+			return err
+		}
+	case d.Status == JobFailed:
+		if _, err := q.bury(ctx, d.JobID, nil, ""); err != nil {
+			return err
+		}
+		r.Buried++
+	}
+	return nil
 }
 
 // sweepKey holds the sweep lease: who swept last and until when no other
@@ -73,17 +104,22 @@ type sweepLease struct {
 	storage.Meta
 	Owner     string    `json:"owner"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Cursor is the key of the last job swept when a batch ended before the
+	// jobs did; the next sweep goes on after it.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 var errSweptRecently = errors.New("swept recently")
 
-// SweepIfDue runs Sweep unless a worker sharing the store has swept within
-// every: it takes the sweep lease (create-only, or compare-and-swap of an
-// expired one) for every, and only the worker that takes it sweeps. So N
-// workers calling it every minute cost one scan of the jobs a minute, not
-// N. The lease is not given back: its expiry spaces the sweeps, and a worker
-// that dies while sweeping is followed by the next one after every. swept
-// tells whether this call swept.
+// SweepIfDue sweeps the next Config.SweepBatch jobs unless a worker
+// sharing the store has swept within every: it takes the sweep lease
+// (create-only, or compare-and-swap of an expired one) for every, and only
+// the worker that takes it sweeps. So N workers calling it every minute
+// read one batch of jobs a minute between them, not N scans of every job;
+// the lease keeps the cursor, so the batches go round all the jobs. The
+// lease is not given back: its expiry spaces the sweeps, and a worker that
+// dies while sweeping is followed by the next one after every. swept tells
+// whether this call swept.
 func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Duration) (r SweepReport, swept bool, err error) {
 	if err := storage.ValidateID("worker id", worker); err != nil {
 		return r, false, err
@@ -99,6 +135,7 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 			if now.Before(l.ExpiresAt) {
 				return errSweptRecently
 			}
+			lease.Cursor = l.Cursor
 			l.Owner, l.ExpiresAt = worker, lease.ExpiresAt
 			return nil
 		})
@@ -109,6 +146,19 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	if err != nil {
 		return r, false, err
 	}
-	r, err = q.Sweep(ctx)
+	r, next, err := q.sweep(ctx, lease.Cursor, q.cfg.SweepBatch)
+	if err != nil {
+		return r, true, err
+	}
+	_, _, err = storage.Update(ctx, q.store, sweepKey, func(l *sweepLease) error {
+		if l.Owner != worker || !l.ExpiresAt.Equal(lease.ExpiresAt) {
+			return errSweptRecently // our lease ran out and another worker swept on
+		}
+		l.Cursor = next
+		return nil
+	})
+	if errors.Is(err, errSweptRecently) {
+		err = nil
+	}
 	return r, true, err
 }

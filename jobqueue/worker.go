@@ -28,8 +28,9 @@ type Worker struct {
 	// enqueued by other processes is found. Default 1 s.
 	PollInterval time.Duration
 	// SweepInterval is how often the workers sharing the store sweep the
-	// queue: each worker calls Queue.SweepIfDue this often, and one sweep
-	// per interval runs among them all. Negative disables it. Default 1 min.
+	// queue: each worker calls Queue.SweepIfDue this often, and one batch
+	// (Config.SweepBatch jobs) per interval is swept among them all.
+	// Negative disables it. Default 1 min.
 	SweepInterval time.Duration
 }
 
