@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"sync"
 	"time"
+
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // agentState is what a Queue knows of one agent: the head of its ready
@@ -23,6 +25,10 @@ type agentState struct {
 	idle      int       // empty listings in a row
 	busyUntil time.Time // the agent's lock was held; do not read it before
 	lockAt    time.Time // when the agent's lock was last read for an orphan
+	// freed is the lock as this Queue last freed it, at version freedVer:
+	// the next claim takes it by compare-and-swap without reading it first.
+	freed    *agentLock
+	freedVer storage.Version
 
 	// The schedule's fields, guarded by Queue.schedMu.
 	due    time.Time

@@ -330,7 +330,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	if !ready && !due {
 		return nil, a.idleUntil(lockAt), nil
 	}
-	lock, lockVer, err := storage.Read[agentLock](ctx, q.store, lockKey)
+	lock, lockVer, cached, err := q.readLock(ctx, a, lockKey)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, now.Add(laneRecheck), nil // the agent's first job is being enqueued
 	}
@@ -362,6 +362,9 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	c := &Claim{q: q, worker: worker, epoch: lock.Epoch, agent: a}
 	if lockVer, err = q.writeLock(ctx, lockKey, &lock, lockVer); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
+			if cached {
+				return nil, now, nil // the lock changed since this Queue freed it: read it and try again
+			}
 			return nil, now.Add(min(q.cfg.LeaseTTL/4, time.Second)), nil // another worker took it first
 		}
 		return nil, time.Time{}, err
@@ -422,6 +425,22 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	}
 	c.release(ctx)
 	return nil, now, nil // 64 stale or dead entries: more may follow
+}
+
+// readLock returns a's lock: the copy this Queue freed last, used once
+// (cached), or else the stored one.
+func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
+	a.mu.Lock()
+	if a.freed != nil {
+		lock, ver, cached = *a.freed, a.freedVer, true
+		a.freed, a.freedVer = nil, ""
+	}
+	a.mu.Unlock()
+	if cached {
+		return lock, ver, true, nil
+	}
+	lock, ver, err = storage.Read[agentLock](ctx, q.store, key)
+	return lock, ver, false, err
 }
 
 func (q *Queue) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {

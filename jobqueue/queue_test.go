@@ -460,6 +460,36 @@ func TestOneRunningJobPerAgent(t *testing.T) {
 	})
 }
 
+// TestStaleFreedLock: a Queue takes the agent lock it freed last without
+// reading it; when another process has used the lock since, that write
+// fails and the same Claim reads the lock and takes it after all.
+func TestStaleFreedLock(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)
+		for _, id := range []string{"a-1", "a-2", "a-3"} {
+			enqueue(t, q1, id, "agent-a")
+		}
+		for i, q := range []*jobqueue.Queue{q1, q2} {
+			c := claim(t, q, fmt.Sprintf("w%d", i+1))
+			if c == nil {
+				t.Fatalf("queue %d claimed nothing", i+1)
+			}
+			if _, err := c.Run(ctx, okHandlers()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := claim(t, q1, "w1")
+		if c == nil || c.Job().JobID != "a-3" {
+			t.Fatalf("claim after another process used the lock: %v", c)
+		}
+		if _, err := c.Run(ctx, okHandlers()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestOrphanRescueAndFencing: a worker that stops heartbeating loses its
 // job to the next claim after the lease runs out, and can write nothing
 // afterwards.

@@ -115,12 +115,17 @@ func (c *Claim) release(ctx context.Context) {
 	b, _ := json.Marshal(&l)
 	// Meta's version is not needed on the lock: only the store's version
 	// fences it. Write with If-Match on the version we hold.
-	if _, err := c.q.store.Put(context.WithoutCancel(ctx), key, b, storage.IfMatch(c.lockVer)); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+	v, err := c.q.store.Put(context.WithoutCancel(ctx), key, b, storage.IfMatch(c.lockVer))
+	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		c.q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent.name, "err", err)
 	}
 	a := c.agent
 	a.mu.Lock()
 	a.busyUntil = time.Time{} // free: this Queue may claim it at once
+	a.freed, a.freedVer = nil, ""
+	if err == nil {
+		a.freed, a.freedVer = &l, v
+	}
 	a.mu.Unlock()
 }
 
