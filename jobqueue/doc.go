@@ -10,7 +10,10 @@
 //     ARTIFACT_WRITE → COMPLETE with the embedding service's Handlers,
 //     retries after 15 s, 30 s, 60 s, FAILED → DEAD, the admin's requeue,
 //     orphan rescue, and an audit event for every move.
-//   - Worker: the loop that claims and runs jobs.
+//   - Worker: the loops that claim and run jobs, waking when an agent is
+//     due (a job ready, a backoff over, a lock to check) rather than on a
+//     fixed poll, and sweeping one batch of jobs a minute among all the
+//     workers sharing the store (SweepIfDue).
 //   - NLMProcessor: the NLM backend's side, ACCEPTED … DONE or ERROR, with
 //     the callback.
 //   - Evaluate: the SLO metrics and alerts of seed 003 §5.3-5.4.
