@@ -15,6 +15,8 @@ type agentState struct {
 	name string
 
 	mu sync.Mutex // guards the lane and lock fields below
+	// lockExists: the agent's lock object is known to exist.
+	lockExists bool
 	// keys are lane keys listed (or written by this Queue) and not yet tried.
 	keys []string
 	// complete: keys held the whole lane when listed (fewer than laneBatch).

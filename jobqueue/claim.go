@@ -53,17 +53,16 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
 			q.putBack(a, now.Add(q.cfg.LeaseTTL))
 			return c, nil
 		}
-		if err != nil {
-			next = now.Add(laneRecheck) // do not retry a failing agent at once
+		if err == nil {
+			q.putBack(a, next)
+			continue
 		}
-		q.putBack(a, next)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, err
-			}
-			if firstErr == nil {
-				firstErr = err
-			}
+		q.putBack(a, now.Add(laneRecheck)) // do not retry a failing agent at once
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if firstErr == nil {
+			firstErr = err
 		}
 	}
 	return nil, firstErr
@@ -88,10 +87,10 @@ func (q *Queue) refreshAgents(ctx context.Context) error {
 			return err
 		}
 		if name, ok := cutAgentKey(key); ok {
-			q.agent(name)
-			q.mu.Lock()
-			q.known[name] = true
-			q.mu.Unlock()
+			a := q.agent(name)
+			a.mu.Lock()
+			a.lockExists = true
+			a.mu.Unlock()
 		}
 	}
 	return nil

@@ -90,7 +90,6 @@ type Queue struct {
 	log       *slog.Logger
 
 	mu       sync.Mutex
-	known    map[string]bool        // agents whose lock object this Queue has seen
 	agents   map[string]*agentState // every agent this Queue knows of
 	agentAt  time.Time              // when the agents' locks were last listed
 	globalAt time.Time              // when refreshLanes last listed every lane
@@ -160,7 +159,7 @@ func New(cfg Config) (*Queue, error) {
 	}
 	return &Queue{
 		cfg: cfg, store: cfg.Store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
-		known: map[string]bool{}, agents: map[string]*agentState{}, audited: map[string]int64{},
+		agents: map[string]*agentState{}, audited: map[string]int64{},
 	}, nil
 }
 
@@ -416,10 +415,11 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 }
 
 func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
-	q.mu.Lock()
-	known := q.known[agent]
-	q.mu.Unlock()
-	if known {
+	a := q.agent(agent)
+	a.mu.Lock()
+	exists := a.lockExists
+	a.mu.Unlock()
+	if exists {
 		return nil
 	}
 	key, err := AgentLockKey(agent)
@@ -430,10 +430,9 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}
-	q.mu.Lock()
-	q.known[agent] = true
-	q.mu.Unlock()
-	q.agent(agent)
+	a.mu.Lock()
+	a.lockExists = true
+	a.mu.Unlock()
 	return nil
 }
 
