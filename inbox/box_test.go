@@ -11,7 +11,7 @@ import (
 
 	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )

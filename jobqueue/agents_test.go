@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
 // TestScheduleOrder: take hands out only agents that are due, earliest

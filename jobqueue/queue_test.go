@@ -14,7 +14,7 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/authority"
-	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"

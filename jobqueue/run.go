@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )

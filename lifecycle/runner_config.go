@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 

@@ -25,7 +25,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/internal/miniotest"
 	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"

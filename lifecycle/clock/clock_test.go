@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/clock"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"go.uber.org/goleak"
 )
 
@@ -61,9 +61,26 @@ func TestFakeWaitForTimers(t *testing.T) {
 	t.Parallel()
 	c := clock.NewFake(start)
 	ready := c.WaitForTimers(1)
-	go func() { <-c.NewTimer(time.Hour).C() }()
+	select {
+	case <-ready:
+		t.Fatal("WaitForTimers(1) closed with no timer scheduled")
+	default:
+	}
+	fired := make(chan time.Time)
+	go func() { fired <- <-c.NewTimer(time.Hour).C() }()
 	<-ready
+	if n := c.Pending(); n != 1 {
+		t.Fatalf("Pending() = %d once WaitForTimers(1) closed, want 1", n)
+	}
+	select {
+	case <-c.WaitForTimers(1):
+	default:
+		t.Fatal("WaitForTimers(1) with one timer already scheduled is not closed at once")
+	}
 	c.Advance(time.Hour)
+	if got := <-fired; !got.Equal(start.Add(time.Hour)) {
+		t.Errorf("timer fired at %v, want %v", got, start.Add(time.Hour))
+	}
 }
 
 func TestRealClock(t *testing.T) {
