@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/authority"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
