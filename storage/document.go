@@ -19,20 +19,21 @@ type Meta struct {
 	Version int64 `json:"version"`
 }
 
-func (m *Meta) storageMeta() *Meta { return m }
+// StorageMeta gives the typed-document functions the embedded Meta.
+func (m *Meta) StorageMeta() *Meta { return m }
 
 // Doc is the constraint of the typed-document functions: a pointer to a
 // struct that embeds Meta. It is satisfied only by embedding Meta.
 type Doc[T any] interface {
 	*T
-	storageMeta() *Meta
+	StorageMeta() *Meta
 }
 
 // Create writes doc at key, create-only, with its version counter set to 1.
 // An existing key gives an error matching ErrPreconditionFailed and leaves
 // both the stored document and doc's counter untouched.
 func Create[T any, P Doc[T]](ctx context.Context, s Store, key string, doc P) (Version, error) {
-	m := doc.storageMeta()
+	m := doc.StorageMeta()
 	old := m.Version
 	m.Version = 1
 	b, err := json.Marshal(doc)
@@ -57,7 +58,7 @@ func Read[T any, P Doc[T]](ctx context.Context, s Store, key string) (T, Version
 		return doc, "", err
 	}
 	if err := json.Unmarshal(b, P(&doc)); err != nil {
-		return doc, "", fmt.Errorf("storage: decode %s: %w", key, err)
+		return doc, "", &CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
 	}
 	return doc, v, nil
 }
@@ -122,12 +123,12 @@ func Update[T any, P Doc[T]](ctx context.Context, s Store, key string, mutate fu
 			return zero, "", err
 		}
 		p := P(&doc)
-		counter := p.storageMeta().Version
+		counter := p.StorageMeta().Version
 		if err := mutate(p); err != nil {
 			var zero T
 			return zero, "", err
 		}
-		p.storageMeta().Version = counter + 1
+		p.StorageMeta().Version = counter + 1
 		b, err := json.Marshal(p)
 		if err != nil {
 			var zero T

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Match them with errors.Is; adapters wrap them in *OpError.
@@ -128,3 +129,38 @@ func CheckCondition(op, key string, cond Condition) error {
 		return NewOpError(op, key, ErrInvalidCondition, fmt.Errorf("unknown condition kind %d", cond.kind))
 	}
 }
+
+// ErrUnavailable is matched by the error of a call that met only transient
+// failures of the store (timeouts, 5xx, refused connections) until its
+// context ended: the store was unreachable for as long as the caller could
+// wait. Its code is UPSTREAM_UNAVAILABLE.
+var ErrUnavailable = errors.New("storage: store unavailable")
+
+// UnavailableError is a call that gave up on a store that kept failing.
+type UnavailableError struct {
+	Op, Key string
+	// Waited is how long the call kept retrying.
+	Waited time.Duration
+	// Err is the last failure; Stop what ended the wait (the context's
+	// error, or nil when the retry schedule itself gave up).
+	Err, Stop error
+}
+
+// Error names the call, how long it waited and the last failure.
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("storage: %s %s: store unavailable for %s: %s", e.Op, e.Key, e.Waited, trimPrefix(e.Err.Error()))
+}
+
+// Is matches ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the last failure and what ended the wait.
+func (e *UnavailableError) Unwrap() []error {
+	if e.Stop == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Stop}
+}
+
+// Code is UPSTREAM_UNAVAILABLE, the code of the SDK's code table.
+func (e *UnavailableError) Code() string { return "UPSTREAM_UNAVAILABLE" }

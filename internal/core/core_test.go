@@ -1,0 +1,361 @@
+package core_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/faultstore"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+type doc struct {
+	State string         `json:"state"`
+	Lease *storage.Lease `json:"lease,omitempty"`
+	storage.Meta
+}
+
+func leaseOf(d *doc) *storage.Lease { return d.Lease }
+
+func mustCreate(t *testing.T, s storage.Store, key string, d doc) storage.Version {
+	t.Helper()
+	b, _ := json.Marshal(&d)
+	v, err := s.Put(context.Background(), key, b, storage.IfNotExists())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestRecordFencesALostOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	mustCreate(t, s, "r.json", doc{State: "running", Lease: &storage.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}})
+	a := &core.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "a", Epoch: 1}
+	if _, _, err := a.Apply(ctx, func(d *doc) error { d.State = "step"; return nil }); err != nil {
+		t.Fatalf("owner's write: %v", err)
+	}
+	// b takes over at epoch 2 (the lease lapsed while a was paused).
+	b := &core.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "b", Epoch: 2}
+	taken := &core.Record[doc, *doc]{Store: s, Key: "r.json"}
+	if _, _, err := taken.Apply(ctx, func(d *doc) error { d.Lease = &storage.Lease{Owner: "b", Epoch: 2}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Apply(ctx, func(d *doc) error { d.State = "completed"; return nil }); err != nil {
+		t.Fatalf("new owner's write: %v", err)
+	}
+	before, _, _ := s.Get(ctx, "r.json")
+	// a wakes up with its cached version and writes: refused, nothing written.
+	_, _, err := a.Apply(ctx, func(d *doc) error { d.State = "failed"; return nil })
+	var lost *storage.LeaseLostError
+	if !errors.Is(err, storage.ErrLeaseLost) || !errors.As(err, &lost) || lost.HolderEpoch != 2 || lost.Holder != "b" {
+		t.Fatalf("late owner's write: %v, want a LeaseLostError naming b at epoch 2", err)
+	}
+	after, _, _ := s.Get(ctx, "r.json")
+	if string(after) != string(before) {
+		t.Fatalf("late write landed: %s", after)
+	}
+}
+
+func TestRecordJudgesARefusalOnFreshState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	mustCreate(t, s, "r.json", doc{State: "queued"})
+	r := &core.Record[doc, *doc]{Store: s, Key: "r.json"}
+	if _, _, err := r.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := &core.Record[doc, *doc]{Store: s, Key: "r.json"}
+	if _, _, err := other.Apply(ctx, func(d *doc) error { d.State = "running"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// r's cache says queued; the change needs running: it must re-read, not refuse.
+	_, after, err := r.Apply(ctx, func(d *doc) error {
+		if d.State != "running" {
+			return errors.New("not running")
+		}
+		d.State = "completed"
+		return nil
+	})
+	if err != nil || after.State != "completed" || after.Version != 2 {
+		t.Fatalf("Apply = %+v, %v; want completed at counter 2", after, err)
+	}
+}
+
+func TestRecordReportsPoison(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		body     string
+		validate func(*doc) error
+		reason   string
+	}{
+		{"garbage", "{not json", nil, "cannot decode"},
+		{"wrong type", `{"state": 7}`, nil, "cannot decode"},
+		{"invalid", `{"state": "sideways"}`, func(d *doc) error {
+			if d.State != "queued" {
+				return errors.New("unknown state")
+			}
+			return nil
+		}, "invalid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := memstore.New()
+			v, _ := s.Put(ctx, "r.json", []byte(tt.body), storage.IfNotExists())
+			r := &core.Record[doc, *doc]{Store: s, Key: "r.json", Validate: tt.validate}
+			_, _, err := r.Apply(ctx, func(d *doc) error { return nil })
+			var ce *storage.CorruptError
+			if !errors.Is(err, storage.ErrCorrupt) || !errors.As(err, &ce) || ce.Version != v || string(ce.Data) != tt.body || ce.Reason != tt.reason {
+				t.Fatalf("Apply on %s: %v, want a CorruptError with the bytes and version", tt.body, err)
+			}
+			qkey, err := storage.Quarantine(ctx, s, ce, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.Get(ctx, "r.json"); !errors.Is(err, storage.ErrNotFound) {
+				t.Fatalf("original still there after quarantine: %v", err)
+			}
+			var got []storage.Quarantined
+			for q, err := range storage.ListQuarantine(ctx, s) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, q)
+			}
+			if len(got) != 1 || got[0].QKey != qkey || got[0].Key != "r.json" || string(got[0].Data) != tt.body || !got[0].QuarantinedAt.Equal(t0) {
+				t.Fatalf("quarantine lists %+v", got)
+			}
+			if err := storage.Restore(ctx, s, qkey, nil); err != nil {
+				t.Fatal(err)
+			}
+			if b, _, err := s.Get(ctx, "r.json"); err != nil || string(b) != tt.body {
+				t.Fatalf("restored %q, %v", b, err)
+			}
+		})
+	}
+}
+
+func TestPutFencedKeepsTheNewerOwnersObject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	epochOf := func(b []byte) (int64, bool) {
+		var v struct{ Epoch int64 }
+		return v.Epoch, json.Unmarshal(b, &v) == nil
+	}
+	put := func(epoch int64, body string) error {
+		_, err := core.PutFenced(ctx, s, "m.json", []byte(body), "w", epoch, epochOf)
+		return err
+	}
+	if err := put(1, `{"epoch":1,"by":"old"}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(2, `{"epoch":2,"by":"new"}`); err != nil {
+		t.Fatalf("newer epoch replacing an older object: %v", err)
+	}
+	if err := put(1, `{"epoch":1,"by":"late"}`); !errors.Is(err, storage.ErrLeaseLost) {
+		t.Fatalf("older epoch over a newer object: %v, want ErrLeaseLost", err)
+	}
+	if b, _, _ := s.Get(ctx, "m.json"); string(b) != `{"epoch":2,"by":"new"}` {
+		t.Fatalf("object is %s", b)
+	}
+}
+
+func TestUnitsAbandonCodeThatIgnoresItsContext(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	u := &core.Units{Clock: clk}
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := core.Do(context.Background(), u, "step research", time.Minute, func(context.Context) (int, error) {
+			<-release // ignores its context
+			return 1, nil
+		})
+		done <- err
+	}()
+	<-clk.WaitForTimers(1)
+	clk.Advance(time.Minute)
+	err := <-done
+	var oe *core.OverrunError
+	if !errors.As(err, &oe) || !errors.Is(err, context.DeadlineExceeded) || oe.Limit != time.Minute {
+		t.Fatalf("Do = %v, want an OverrunError at 1m", err)
+	}
+	if live, total := u.Stragglers(); live != 1 || total != 1 {
+		t.Fatalf("Stragglers = %d, %d; want 1 live of 1", live, total)
+	}
+	grace, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if n := u.Wait(grace); n != 1 {
+		t.Fatalf("Wait with a straggler = %d, want 1 (bounded by its context)", n)
+	}
+	close(release)
+	if n := u.Wait(context.Background()); n != 0 {
+		t.Fatalf("Wait after the straggler returned = %d", n)
+	}
+	if live, total := u.Stragglers(); live != 0 || total != 1 {
+		t.Fatalf("Stragglers = %d, %d; want 0 live of 1", live, total)
+	}
+}
+
+func TestUnitsResults(t *testing.T) {
+	t.Parallel()
+	u := &core.Units{Clock: clock.NewFake(t0)}
+	boom := errors.New("boom")
+	tests := []struct {
+		name string
+		fn   func(context.Context) (int, error)
+		ctx  func() context.Context
+		want func(int, error) bool
+	}{
+		{"value", func(context.Context) (int, error) { return 7, nil }, context.Background,
+			func(v int, err error) bool { return v == 7 && err == nil }},
+		{"error", func(context.Context) (int, error) { return 0, boom }, context.Background,
+			func(_ int, err error) bool { return errors.Is(err, boom) }},
+		{"panic", func(context.Context) (int, error) { panic("bad step") }, context.Background,
+			func(_ int, err error) bool { var pe *core.PanicError; return errors.As(err, &pe) && pe.Value == "bad step" }},
+		{"caller canceled", func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() },
+			func() context.Context {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				cancel(boom)
+				return ctx
+			},
+			func(_ int, err error) bool { return errors.Is(err, boom) }},
+	}
+	for _, tt := range tests {
+		v, err := core.Do(tt.ctx(), u, tt.name, time.Hour, tt.fn)
+		if !tt.want(v, err) {
+			t.Errorf("%s: Do = %v, %v", tt.name, v, err)
+		}
+	}
+	u.Wait(context.Background())
+}
+
+func TestHeartbeatFromLastRenewal(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	var renewed atomic.Int64
+	renewed.Store(t0.UnixNano())
+	last := func() time.Time { return time.Unix(0, renewed.Load()) }
+	beats := make(chan time.Time, 10)
+	stop := core.Heartbeat(context.Background(), clk, 10*time.Second, last, func(context.Context) bool {
+		now := clk.Now()
+		renewed.Store(now.UnixNano())
+		beats <- now
+		return now.Before(t0.Add(time.Minute))
+	})
+	defer stop()
+	<-clk.WaitForTimers(1)
+	// An owner write renews at +5s: the beat moves to +15s.
+	renewed.Store(t0.Add(5 * time.Second).UnixNano())
+	clk.Advance(10 * time.Second)
+	<-clk.WaitForTimers(1) // re-armed for +15s, no beat
+	select {
+	case b := <-beats:
+		t.Fatalf("beat at %v although the lease was renewed at +5s", b)
+	default:
+	}
+	clk.Advance(5 * time.Second)
+	if b := <-beats; !b.Equal(t0.Add(15 * time.Second)) {
+		t.Fatalf("beat at %v, want +15s", b)
+	}
+	// Lagging: time jumps 2 minutes; one overdue beat fires at once and, past
+	// a minute, returns false: the heartbeat ends by itself.
+	<-clk.WaitForTimers(1)
+	clk.Advance(2 * time.Minute)
+	<-beats
+	stop()
+	if n := clk.Pending(); n != 0 {
+		t.Fatalf("%d timers left after stop", n)
+	}
+}
+
+func TestPatientWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	fs := faultstore.New(memstore.New())
+	p := &core.Patient{Store: fs, Clock: clk}
+	v, err := p.Put(ctx, "k", []byte("1"), storage.IfNotExists())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Down()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Put(ctx, "k", []byte("2"), storage.IfMatch(v))
+		done <- err
+	}()
+	for range 5 { // five retries pass during the outage
+		<-clk.WaitForTimers(1)
+		clk.Advance(3 * time.Second)
+	}
+	<-clk.WaitForTimers(1)
+	fs.Up()
+	clk.Advance(3 * time.Second)
+	if err := <-done; err != nil {
+		t.Fatalf("Put across a %d-call outage: %v", fs.Failed(), err)
+	}
+	if b, _, _ := p.Get(ctx, "k"); string(b) != "2" {
+		t.Fatalf("value %q", b)
+	}
+	if p.Retries() < 6 {
+		t.Fatalf("retries %d", p.Retries())
+	}
+}
+
+func TestPatientGivesUpAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	fs := faultstore.New(memstore.New())
+	p := &core.Patient{Store: fs, Clock: clk}
+	fs.Down()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, _, err := p.Get(ctx, "k"); done <- err }()
+	<-clk.WaitForTimers(1)
+	cancel()
+	err := <-done
+	var ue *storage.UnavailableError
+	if !errors.Is(err, storage.ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.As(err, &ue) || storage.Transient(err) {
+		t.Fatalf("Get on a dead store = %v; want ErrUnavailable and the context's error, not transient", err)
+	}
+}
+
+func TestPatientReportsAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	fs := faultstore.New(memstore.New())
+	p := &core.Patient{Store: fs, Clock: clk}
+	v, _ := p.Put(ctx, "k", []byte("1"), storage.IfNotExists())
+	// Someone else writes between our failed attempt and our retry: the
+	// retry's condition fails, but our first attempt might have landed.
+	fs.FailNext(1)
+	done := make(chan error, 1)
+	go func() { _, err := p.Put(ctx, "k", []byte("2"), storage.IfMatch(v)); done <- err }()
+	<-clk.WaitForTimers(1)
+	if _, err := fs.Store.Put(ctx, "k", []byte("3"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if err := <-done; !errors.Is(err, storage.ErrOutcomeUnknown) {
+		t.Fatalf("retried conditional Put = %v, want ErrOutcomeUnknown", err)
+	}
+}

@@ -1,0 +1,46 @@
+package core
+
+import (
+	"context"
+	"errors"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// PutFenced writes an owner's object (a step file, an output, a manifest)
+// at key so that a writer of an older epoch can never replace a newer
+// writer's object: the object carries its writer's epoch, read back by
+// epochOf, and a replacement is conditional on the version whose epoch was
+// judged. A missing key is created create-only; an existing one is replaced
+// only while its epoch is at most epoch, else the error matches
+// storage.ErrLeaseLost. owner names the writer in that error.
+//
+// The run's own lease is checked by the caller's status writes; PutFenced
+// makes sure that whatever a lost writer does, the object a newer owner
+// wrote stays.
+func PutFenced(ctx context.Context, s storage.Store, key string, value []byte, owner string, epoch int64, epochOf func([]byte) (int64, bool)) (storage.Version, error) {
+	cond := storage.IfNotExists()
+	for conflicts := 0; ; conflicts++ {
+		v, err := s.Put(ctx, key, value, cond)
+		if err == nil || (!errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown)) {
+			return v, err
+		}
+		if conflicts >= MaxConflicts {
+			return "", err
+		}
+		old, ov, gerr := s.Get(ctx, key)
+		switch {
+		case errors.Is(gerr, storage.ErrNotFound):
+			cond = storage.IfNotExists()
+			continue
+		case gerr != nil:
+			return "", gerr
+		case errors.Is(err, storage.ErrOutcomeUnknown) && string(old) == string(value):
+			return ov, nil // ours landed
+		}
+		if e, ok := epochOf(old); ok && e > epoch {
+			return "", &storage.LeaseLostError{Key: key, Owner: owner, Epoch: epoch, HolderEpoch: e}
+		}
+		cond = storage.IfMatch(ov)
+	}
+}

@@ -1,0 +1,229 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// MaxConflicts bounds how often one Apply re-reads after losing a
+// compare-and-swap before it gives up; each retry re-reads, so this is no
+// busy loop, and 64 lost races in a row mean a record too hot to write.
+const MaxConflicts = 64
+
+// Record is the one read-check-write of a typed document at one key. It
+// keeps the document and store version of its last read or write, so on the
+// happy path Apply writes with IfMatch and never reads; a conflict makes it
+// re-read and judge the change again on the fresh document.
+//
+// A Record with an Epoch is an owner's: before every write it checks that
+// the document still carries its lease (Owner, Epoch), and the write is
+// conditional on the version it checked, so the check and the write are one
+// atomic step. A Record without an Epoch writes on the document's state
+// alone (a cancel request, an operator's requeue).
+//
+// Documents that cannot be decoded or fail Validate come back as a
+// *storage.CorruptError carrying their bytes and version, for the caller to
+// quarantine. Methods are safe for concurrent use; writes are serialized.
+type Record[T any, P storage.Doc[T]] struct {
+	Store storage.Store
+	Key   string
+	// Lease returns the document's lease field; required when Epoch > 0.
+	Lease func(P) *storage.Lease
+	// Owner and Epoch fence the writer; Epoch 0 means unfenced.
+	Owner string
+	Epoch int64
+	// Clone deep-copies a document so a refused or retried change never
+	// touches the cached one; nil means a shallow copy, enough when changes
+	// replace pointer fields rather than write through them.
+	Clone func(P) T
+	// Validate judges a decoded document; an error makes it poison.
+	Validate func(P) error
+
+	mu     sync.Mutex
+	doc    T
+	ver    storage.Version
+	cached bool
+	fresh  bool
+}
+
+// Seed caches doc as the document at version ver (just created, or read by
+// the caller), so the next Apply writes without reading. A change that the
+// cached document refuses is judged again on a fresh read before Apply
+// refuses it.
+func (r *Record[T, P]) Seed(doc T, ver storage.Version) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.doc, r.ver, r.cached, r.fresh = doc, ver, true, false
+}
+
+// Snapshot returns a copy of the document last read or written, and its
+// version ("" before any).
+func (r *Record[T, P]) Snapshot() (T, storage.Version) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clone(&r.doc), r.ver
+}
+
+// Load reads the document from the store and caches it.
+func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.reload(ctx); err != nil {
+		var zero T
+		return zero, "", err
+	}
+	r.fresh = false // by the next Apply, someone may have written
+	return r.clone(&r.doc), r.ver, nil
+}
+
+// Decode is how every engine reads a typed document: JSON into T, then
+// validate; either failing gives a *storage.CorruptError.
+func Decode[T any, P storage.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
+	var doc T
+	if err := json.Unmarshal(b, P(&doc)); err != nil {
+		return doc, &storage.CorruptError{Key: key, Version: ver, Data: b, Reason: "cannot decode", Err: err}
+	}
+	if validate != nil {
+		if err := validate(P(&doc)); err != nil {
+			return doc, &storage.CorruptError{Key: key, Version: ver, Data: b, Reason: "invalid", Err: err}
+		}
+	}
+	return doc, nil
+}
+
+func (r *Record[T, P]) reload(ctx context.Context) error {
+	b, v, err := r.Store.Get(ctx, r.Key)
+	if err != nil {
+		return err
+	}
+	doc, err := Decode[T, P](r.Key, b, v, r.Validate)
+	if err != nil {
+		return err
+	}
+	r.doc, r.ver, r.cached, r.fresh = doc, v, true, true
+	return nil
+}
+
+func (r *Record[T, P]) clone(d *T) T {
+	if r.Clone != nil {
+		return r.Clone(P(d))
+	}
+	return *d
+}
+
+// fence refuses a write by an owner whose lease is no longer in doc.
+func (r *Record[T, P]) fence(doc P) error {
+	if r.Epoch == 0 {
+		return nil
+	}
+	l := r.Lease(doc)
+	if l.HeldBy(r.Owner, r.Epoch) {
+		return nil
+	}
+	e := &storage.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch}
+	if l != nil {
+		e.Holder, e.HolderEpoch = l.Owner, l.Epoch
+	}
+	return e
+}
+
+// Apply runs change on a copy of the document and writes the result with
+// its storage.Meta counter bumped, conditional on the version the change
+// was judged on. change may run more than once (after a conflict) and must
+// touch only its argument. An error from change is returned as it is, once
+// it was judged on a freshly read document; nothing is written. It returns
+// the document before and after the change.
+func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before, after T, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.cached {
+		if err := r.reload(ctx); err != nil {
+			return before, after, err
+		}
+	}
+	fresh := r.fresh // else the cached document may be stale until re-read
+	r.fresh = false
+	for conflicts := 0; ; {
+		doc := r.clone(&r.doc)
+		if err := r.fence(&doc); err != nil {
+			if fresh {
+				return before, after, err
+			}
+			if err := r.reload(ctx); err != nil {
+				return before, after, err
+			}
+			fresh = true
+			continue
+		}
+		prior := r.clone(&r.doc)
+		if err := change(&doc); err != nil {
+			if fresh {
+				return before, after, err
+			}
+			// Someone else may have moved the record since our last write:
+			// judge the change against the stored document before refusing.
+			if err := r.reload(ctx); err != nil {
+				return before, after, err
+			}
+			fresh = true
+			continue
+		}
+		P(&doc).StorageMeta().Version++
+		b, err := json.Marshal(P(&doc))
+		if err != nil {
+			return before, after, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
+		}
+		v, err := r.Store.Put(ctx, r.Key, b, storage.IfMatch(r.ver))
+		switch {
+		case err == nil:
+			r.doc, r.ver, r.fresh = doc, v, false
+			return prior, r.clone(&doc), nil
+		case errors.Is(err, storage.ErrOutcomeUnknown):
+			// The write may have landed: it did if the stored bytes are ours.
+			got, gv, gerr := r.Store.Get(ctx, r.Key)
+			if gerr == nil && bytes.Equal(got, b) {
+				r.doc, r.ver, r.fresh = doc, gv, false
+				return prior, r.clone(&doc), nil
+			}
+		case errors.Is(err, storage.ErrPreconditionFailed):
+		default:
+			return before, after, err
+		}
+		if conflicts++; conflicts > MaxConflicts {
+			return before, after, fmt.Errorf("conveyor: %s: gave up after %d conflicting writes: %w", r.Key, MaxConflicts, err)
+		}
+		if err := r.reload(ctx); err != nil {
+			return before, after, err
+		}
+		fresh = true
+	}
+}
+
+// Create writes doc at the key, create-only, with its counter set to 1,
+// and caches it. An existing key gives ErrPreconditionFailed.
+func (r *Record[T, P]) Create(ctx context.Context, doc T) (storage.Version, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	P(&doc).StorageMeta().Version = 1
+	b, err := json.Marshal(P(&doc))
+	if err != nil {
+		return "", fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
+	}
+	v, err := r.Store.Put(ctx, r.Key, b, storage.IfNotExists())
+	if errors.Is(err, storage.ErrOutcomeUnknown) {
+		if got, gv, gerr := r.Store.Get(ctx, r.Key); gerr == nil && bytes.Equal(got, b) {
+			v, err = gv, nil
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	r.doc, r.ver, r.cached, r.fresh = doc, v, true, false
+	return v, nil
+}

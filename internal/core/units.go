@@ -1,0 +1,187 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+)
+
+// ErrOverrun is matched by the error of a unit of user code that did not
+// return within its limit.
+var ErrOverrun = errors.New("conveyor: unit overran its deadline")
+
+// OverrunError is a unit abandoned at its deadline.
+type OverrunError struct {
+	Unit  string
+	Limit time.Duration
+}
+
+// Error names the unit and its limit.
+func (e *OverrunError) Error() string {
+	return fmt.Sprintf("conveyor: %s exceeded its %s limit", e.Unit, e.Limit)
+}
+
+// Is matches ErrOverrun and context.DeadlineExceeded, so code that checks
+// for a deadline sees one.
+func (e *OverrunError) Is(target error) bool {
+	return target == ErrOverrun || target == context.DeadlineExceeded
+}
+
+// PanicError is a unit whose code panicked; the stack is kept for the log.
+type PanicError struct {
+	Unit  string
+	Value any
+	Stack []byte
+}
+
+// Error names the unit and the panic value.
+func (e *PanicError) Error() string { return fmt.Sprintf("conveyor: %s panicked: %v", e.Unit, e.Value) }
+
+// Units runs units of user code (a step, a job handler) under deadlines
+// and accounts for the goroutines of units it abandoned: Go cannot stop a
+// goroutine, so one that ignores its context lives on, but it is counted,
+// logged when abandoned and when it finally returns, and its result is
+// discarded, so it can never write through the engine again. The zero
+// value is not usable; set Clock. Safe for concurrent use.
+type Units struct {
+	// Clock times the deadlines. Required.
+	Clock clock.Clock
+	// Log receives unit_abandoned and unit_returned_late at WARN; nil
+	// discards.
+	Log *slog.Logger
+
+	mu        sync.Mutex
+	running   int           // unit goroutines alive, abandoned or not
+	idle      chan struct{} // closed while running == 0
+	abandoned int           // of running, those abandoned
+	total     int64         // abandoned since start
+}
+
+// Stragglers reports how many abandoned units are still running, and how
+// many units were abandoned in all.
+func (u *Units) Stragglers() (live int, total int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.abandoned, u.total
+}
+
+// Wait waits until no unit goroutine is running or ctx ends, and reports
+// how many are still running (abandoned ones included). Shutdown calls it
+// with a grace period: it never waits longer than ctx allows.
+func (u *Units) Wait(ctx context.Context) int {
+	u.mu.Lock()
+	if u.running == 0 {
+		u.mu.Unlock()
+		return 0
+	}
+	idle := u.idle
+	u.mu.Unlock()
+	select {
+	case <-idle:
+		return 0
+	case <-ctx.Done():
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.running
+	}
+}
+
+func (u *Units) started() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.running == 0 {
+		u.idle = make(chan struct{})
+	}
+	u.running++
+}
+
+func (u *Units) ended(abandoned bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.running--
+	if abandoned {
+		u.abandoned--
+	}
+	if u.running == 0 {
+		close(u.idle)
+	}
+}
+
+func (u *Units) abandon() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.abandoned++
+	u.total++
+}
+
+// Do runs fn as the unit named name, in its own goroutine, with a context
+// that ends at limit (cause: an *OverrunError) or when ctx ends. It returns
+// fn's result when fn returns first. At the deadline it returns the
+// *OverrunError at once, and when ctx ends first it returns
+// context.Cause(ctx) at once: in both cases fn is abandoned (counted in
+// Stragglers until it returns) and whatever it returns later is dropped. A
+// panic in fn is returned as a *PanicError. limit <= 0 means no limit but
+// ctx's.
+func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	uctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if limit > 0 {
+		t := u.Clock.AfterFunc(limit, func() { cancel(&OverrunError{Unit: name, Limit: limit}) })
+		defer t.Stop()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	var (
+		mu   sync.Mutex
+		left bool // the caller returned without the result
+		at   time.Time
+	)
+	u.started()
+	go func() {
+		var res result
+		defer func() {
+			if p := recover(); p != nil {
+				res = result{err: &PanicError{Unit: name, Value: p, Stack: debug.Stack()}}
+			}
+			mu.Lock()
+			late := left
+			mu.Unlock()
+			ch <- res // buffered: never blocks
+			u.ended(late)
+			if late && u.Log != nil {
+				u.Log.LogAttrs(context.Background(), slog.LevelWarn, "unit_returned_late", slog.String("unit", name),
+					slog.Duration("late_by", u.Clock.Now().Sub(at)))
+			}
+		}()
+		res.v, res.err = fn(uctx)
+	}()
+	select {
+	case res := <-ch:
+		return res.v, res.err
+	case <-uctx.Done():
+	}
+	select {
+	case res := <-ch: // returned in the same instant: keep it
+		return res.v, res.err
+	default:
+	}
+	mu.Lock()
+	left, at = true, u.Clock.Now()
+	u.abandon()
+	mu.Unlock()
+	cause := context.Cause(uctx)
+	if u.Log != nil {
+		u.Log.LogAttrs(ctx, slog.LevelWarn, "unit_abandoned", slog.String("unit", name), slog.String("cause", cause.Error()))
+	}
+	var zero T
+	return zero, cause
+}

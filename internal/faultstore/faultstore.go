@@ -1,0 +1,87 @@
+// Package faultstore wraps a storage.Store with switchable outages, for the
+// fault suites: while it is down every call fails the way a stopped server
+// fails (an *storage.OpError whose cause is a refused connection), so the
+// engines see exactly what they see when MinIO stops.
+package faultstore
+
+import (
+	"context"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Store is a storage.Store that can be taken down and brought back up.
+type Store struct {
+	storage.Store
+
+	mu    sync.Mutex
+	down  bool
+	next  int // fail this many calls more, down or not
+	calls atomic.Int64
+	fails atomic.Int64
+}
+
+// New wraps inner; it starts up.
+func New(inner storage.Store) *Store { return &Store{Store: inner} }
+
+// Down makes every call fail until Up.
+func (s *Store) Down() { s.mu.Lock(); s.down = true; s.mu.Unlock() }
+
+// Up ends an outage.
+func (s *Store) Up() { s.mu.Lock(); s.down = false; s.mu.Unlock() }
+
+// FailNext makes the next n calls fail, after which the store is up.
+func (s *Store) FailNext(n int) { s.mu.Lock(); s.next = n; s.mu.Unlock() }
+
+// Failed counts the calls refused so far.
+func (s *Store) Failed() int64 { return s.fails.Load() }
+
+func (s *Store) refuse(op, key string) error {
+	s.calls.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.down && s.next == 0 {
+		return nil
+	}
+	if s.next > 0 {
+		s.next--
+	}
+	s.fails.Add(1)
+	return storage.NewOpError(op, key, nil, syscall.ECONNREFUSED)
+}
+
+// Get implements storage.Store.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	if err := s.refuse("get", key); err != nil {
+		return nil, "", err
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// Put implements storage.Store.
+func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	if err := s.refuse("put", key); err != nil {
+		return "", err
+	}
+	return s.Store.Put(ctx, key, value, cond)
+}
+
+// Delete implements storage.Store.
+func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	if err := s.refuse("delete", key); err != nil {
+		return err
+	}
+	return s.Store.Delete(ctx, key, cond)
+}
+
+// List implements storage.Store.
+func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	if err := s.refuse("list", prefix); err != nil {
+		return func(yield func(string, error) bool) { yield("", err) }
+	}
+	return s.Store.List(ctx, prefix)
+}

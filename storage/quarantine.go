@@ -1,0 +1,175 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+)
+
+// ErrCorrupt is matched by the error of a record that cannot be decoded or
+// fails validation: a poison record. Engines never block on one: they move
+// it under QuarantinePrefix (Quarantine) and go on with everything else.
+var ErrCorrupt = errors.New("storage: corrupt record")
+
+// CorruptError describes a poison record: where it is, the version it was
+// read at, its bytes, and why it was refused.
+type CorruptError struct {
+	Key     string
+	Version Version
+	Data    []byte
+	Reason  string
+	Err     error // the decoder's or validator's error, if any
+}
+
+// Error names the key and the reason.
+func (e *CorruptError) Error() string {
+	msg := "storage: corrupt record " + e.Key + ": " + e.Reason
+	if e.Err != nil {
+		msg += ": " + trimPrefix(e.Err.Error())
+	}
+	return msg
+}
+
+// Is matches ErrCorrupt.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Unwrap returns the decoder's or validator's error.
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Code is RECORD_QUARANTINED, the code of the SDK's code table.
+func (e *CorruptError) Code() string { return "RECORD_QUARANTINED" }
+
+// QuarantinePrefix holds poison records, each under
+// quarantine/{original key}/{stamp}.json, never deleted by the SDK.
+const QuarantinePrefix = "quarantine/"
+
+// Quarantined is one record in quarantine: the original key and bytes, why
+// and when it was moved. Data is base64 in the JSON, so bytes that are not
+// valid JSON or UTF-8 survive as they were.
+type Quarantined struct {
+	// QKey is where the record is kept now (not part of the JSON).
+	QKey          string    `json:"-"`
+	Key           string    `json:"key"`
+	Reason        string    `json:"reason"`
+	QuarantinedAt time.Time `json:"quarantined_at"`
+	Data          []byte    `json:"data"`
+}
+
+// maxReason bounds the reason kept with a quarantined record.
+const maxReason = 4096
+
+// Quarantine moves the poison record described by ce out of the way: it
+// writes a Quarantined copy (create-only, under a fresh name) and then
+// deletes the original if it still has the version ce was read at. When the
+// record changed meanwhile (a writer repaired it), the copy stays as
+// evidence, the original is left alone and the error matches
+// ErrPreconditionFailed. It returns where the copy is.
+func Quarantine(ctx context.Context, s Store, ce *CorruptError, now time.Time) (string, error) {
+	reason := ce.Reason
+	if ce.Err != nil {
+		reason += ": " + trimPrefix(ce.Err.Error())
+	}
+	if len(reason) > maxReason {
+		reason = strings.ToValidUTF8(reason[:maxReason], "")
+	}
+	q := Quarantined{Key: ce.Key, Reason: reason, QuarantinedAt: now.UTC(), Data: ce.Data}
+	var r [4]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
+	qkey := QuarantinePrefix + ce.Key + "/" + now.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(r[:]) + ".json"
+	if err := ValidateKey(qkey); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(&q)
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.Put(ctx, qkey, b, IfNotExists()); err != nil {
+		return "", err
+	}
+	cond := Condition{}
+	if ce.Version != "" {
+		cond = IfMatch(ce.Version)
+	}
+	if err := s.Delete(ctx, ce.Key, cond); err != nil {
+		return qkey, err
+	}
+	return qkey, nil
+}
+
+// ListQuarantine yields every quarantined record, oldest key first.
+func ListQuarantine(ctx context.Context, s Store) iter.Seq2[Quarantined, error] {
+	return func(yield func(Quarantined, error) bool) {
+		for key, err := range s.List(ctx, QuarantinePrefix) {
+			if err != nil {
+				yield(Quarantined{}, err)
+				return
+			}
+			q, err := ReadQuarantined(ctx, s, key)
+			if errors.Is(err, ErrNotFound) {
+				continue // restored meanwhile
+			}
+			if !yield(q, err) {
+				return
+			}
+		}
+	}
+}
+
+// ReadQuarantined reads one quarantined record by its QKey.
+func ReadQuarantined(ctx context.Context, s Store, qkey string) (Quarantined, error) {
+	if !strings.HasPrefix(qkey, QuarantinePrefix) {
+		return Quarantined{}, fmt.Errorf("storage: %q is not a quarantine key: %w", qkey, ErrInvalidKey)
+	}
+	b, _, err := s.Get(ctx, qkey)
+	if err != nil {
+		return Quarantined{}, err
+	}
+	var q Quarantined
+	if err := json.Unmarshal(b, &q); err != nil {
+		return Quarantined{}, &CorruptError{Key: qkey, Data: b, Reason: "undecodable quarantine record", Err: err}
+	}
+	q.QKey = qkey
+	return q, nil
+}
+
+// Restore puts a quarantined record's bytes back at its original key
+// (create-only: a key that was written since is never overwritten; that
+// gives ErrPreconditionFailed) and removes it from quarantine. An operator
+// restores a record after repairing what made it poison, or to let the
+// engines judge it again.
+func Restore(ctx context.Context, s Store, qkey string, data []byte) error {
+	q, err := ReadQuarantined(ctx, s, qkey)
+	if err != nil {
+		return err
+	}
+	if data == nil {
+		data = q.Data
+	}
+	if _, err := s.Put(ctx, q.Key, data, IfNotExists()); err != nil {
+		return err
+	}
+	return s.Delete(ctx, qkey, Condition{})
+}
+
+// Transient tells whether err is a store failure worth waiting out: an
+// adapter's native error (a timeout, a 5xx, a refused connection) rather
+// than an answer (not found, precondition failed, invalid key, a context
+// ending). Engines retry transient errors with backoff within the deadline
+// of the unit they serve.
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return false // already waited out by the one who gave up
+	}
+	var oe *OpError
+	if !errors.As(err, &oe) {
+		return false
+	}
+	return oe.Kind == nil && oe.Cause != nil &&
+		!errors.Is(oe.Cause, context.Canceled) && !errors.Is(oe.Cause, context.DeadlineExceeded)
+}
