@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -438,8 +439,26 @@ func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock a
 	if cached {
 		return lock, ver, true, nil
 	}
-	lock, ver, err = storage.Read[agentLock](ctx, q.store, key)
-	return lock, ver, false, err
+	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key, Validate: func(l *agentLock) error {
+		if l.Agent != a.name {
+			return fmt.Errorf("lock of agent %q at the key of %q", l.Agent, a.name)
+		}
+		return nil
+	}}
+	lock, ver, err = rec.Load(ctx)
+	if err = q.poison(ctx, err); err == nil || !errors.Is(err, storage.ErrCorrupt) {
+		return lock, ver, false, err
+	}
+	// The junk lock is in quarantine, and its epoch with it. Epochs must
+	// only grow (they fence the lock's earlier holders), so the new lock
+	// starts from the clock in milliseconds, beyond any count of claims.
+	fresh := agentLock{Agent: a.name, Epoch: q.clock.Now().UnixMilli()}
+	ver, err = rec.Create(ctx, fresh)
+	if err != nil {
+		return lock, "", false, err // ErrPreconditionFailed: another worker made it; next look reads it
+	}
+	fresh.Version = 1
+	return fresh, ver, false, nil
 }
 
 func (q *Queue) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
@@ -480,7 +499,7 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 		}
 		d.Attempt++
 		d.ReadyKey = ""
-		d.Lease = &Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.cfg.LeaseTTL)}
+		d.Lease = &storage.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.cfg.LeaseTTL)}
 		return nil
 	})
 	if err != nil {

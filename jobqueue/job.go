@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // JobState is a state of the job machine (seed 003 §1).
@@ -86,23 +87,15 @@ type Job struct {
 	// ReadyKey is the job's entry in its agent's ready lane, while it is
 	// QUEUED or in RETRY_BACKOFF.
 	ReadyKey string `json:"ready_key,omitempty"`
-	// Lease is held by the worker running the job (a pipeline state).
-	Lease *Lease `json:"lease,omitempty"`
+	// Lease is held by the worker running the job (a pipeline state): its
+	// owner, the fencing epoch of the agent lock it was taken under, and its
+	// expiry. Every write by the worker is conditional on owner and epoch
+	// still being here, so a worker that was taken over cannot write.
+	Lease *storage.Lease `json:"lease,omitempty"`
 	// Trail lists the transitions of the record's last write, so that a
 	// later writer can re-emit their audit events should the writer have
 	// died between the write and its audit.
 	Trail []Move `json:"trail,omitempty"`
-}
-
-// Lease is a worker's claim on a running job (DESIGN.md §5): its owner, the
-// fencing epoch of the agent lock it was taken under, and its expiry.
-// Every write by the worker checks owner and epoch and that the lease has
-// not expired, so a worker whose lease lapsed and was taken over cannot
-// write.
-type Lease struct {
-	Owner     string    `json:"owner"`
-	Epoch     int64     `json:"epoch"`
-	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // Move is one transition of a job, as its audit event records it.

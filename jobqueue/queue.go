@@ -15,10 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/authority"
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -29,6 +31,7 @@ const (
 	DefaultMaxAttempts = 3
 	DefaultLeaseTTL    = 30 * time.Second
 	DefaultStepTimeout = 120 * time.Second
+	DefaultStopGrace   = 10 * time.Second
 	DefaultProject     = "default"
 	DefaultSweepBatch  = 10000
 )
@@ -74,8 +77,13 @@ type Config struct {
 	// SweepBatch is the most jobs one SweepIfDue reads; the next call goes
 	// on where it stopped. Default 10,000. (Sweep itself reads every job.)
 	SweepBatch int
+	// StopGrace bounds what a claim still does once its context ended (a
+	// Worker stopping): recording the interrupted attempt and releasing the
+	// agent; and how long Worker.Run waits for handlers that ignore their
+	// context before returning. Default: 10 s.
+	StopGrace time.Duration
 	// Logger receives what cannot be returned (audit write failures,
-	// heartbeat trouble). Default: slog.Default().
+	// heartbeat trouble, quarantined records). Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -88,6 +96,9 @@ type Queue struct {
 	artifacts *artifact.Store
 	clock     clock.Clock
 	log       *slog.Logger
+	units     *core.Units // the handlers' calls, under StepTimeout
+
+	quarantined atomic.Int64
 
 	mu       sync.Mutex
 	agents   map[string]*agentState // every agent this Queue knows of
@@ -147,6 +158,12 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.SweepBatch < 0 {
 		return nil, fmt.Errorf("%w: SweepBatch %d < 0", ErrInvalidConfig, cfg.SweepBatch)
 	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.StopGrace < 0 {
+		return nil, fmt.Errorf("%w: negative StopGrace %s", ErrInvalidConfig, cfg.StopGrace)
+	}
 	if cfg.ArtifactActor == "" {
 		cfg.ArtifactActor = lifecycle.ActorNLMBackend
 	}
@@ -157,11 +174,22 @@ func New(cfg Config) (*Queue, error) {
 		}
 		cfg.Artifacts = a
 	}
+	// Every store call waits out transient failures for as long as its
+	// context allows (core.Patient); the claim's and the sweep's contexts
+	// carry the deadlines.
+	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	return &Queue{
-		cfg: cfg, store: cfg.Store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
+		cfg: cfg, store: store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
+		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		agents: map[string]*agentState{}, audited: map[string]int64{},
 	}, nil
 }
+
+// Stragglers reports how many handler calls abandoned at StepTimeout (or at
+// shutdown) are still running, and how many were abandoned in all. Go
+// cannot stop a goroutine that ignores its context; the queue counts them,
+// logs unit_abandoned and unit_returned_late, and drops their results.
+func (q *Queue) Stragglers() (live int, total int64) { return q.units.Stragglers() }
 
 // Artifacts returns the artifact store the queue writes to.
 func (q *Queue) Artifacts() *artifact.Store { return q.artifacts }
@@ -188,8 +216,9 @@ var (
 	// ErrJobExists: Enqueue with the id of a job that already exists.
 	ErrJobExists = errors.New("jobqueue: job already exists")
 	// ErrLeaseLost: the worker's lease on the job lapsed or was taken over;
-	// it may no longer write the job.
-	ErrLeaseLost = errors.New("jobqueue: lease lost")
+	// it may no longer write the job. It is storage.ErrLeaseLost, the one
+	// sentinel of the SDK.
+	ErrLeaseLost = storage.ErrLeaseLost
 	// ErrStepTimeout is the cause of a step's context when StepTimeout runs out.
 	ErrStepTimeout = errors.New("jobqueue: step timeout")
 )
@@ -479,13 +508,63 @@ func (q *Queue) laneAdded(agent, key string) {
 
 // ---- reads ----
 
+// read reads a job; a poison record is quarantined and reads as missing
+// (ErrNotFound), with the quarantine logged and counted.
 func (q *Queue) read(ctx context.Context, jobID string) (jobDoc, storage.Version, error) {
 	key, err := storage.JobKey(jobID)
 	if err != nil {
 		return jobDoc{}, "", err
 	}
-	return storage.Read[jobDoc](ctx, q.store, key)
+	rec := q.jobRecord(key)
+	d, v, err := rec.Load(ctx)
+	if err = q.poison(ctx, err); err != nil {
+		return jobDoc{}, "", err
+	}
+	return d, v, nil
 }
+
+// jobRecord is the job at key as the core writes it: validated on every
+// read, so a record that is not a job of this key is poison.
+func (q *Queue) jobRecord(key string) *core.Record[jobDoc, *jobDoc] {
+	return &core.Record[jobDoc, *jobDoc]{Store: q.store, Key: key, Validate: func(d *jobDoc) error { return validJob(key, d) }}
+}
+
+// validJob refuses a decoded job that cannot be this key's job.
+func validJob(key string, d *jobDoc) error {
+	id, _ := jobIDFromKey(key)
+	switch {
+	case d.JobID != id:
+		return fmt.Errorf("job_id %q in the record of %q", d.JobID, id)
+	case !slices.Contains(JobStates(), d.Status):
+		return fmt.Errorf("unknown status %q", d.Status)
+	case storage.ValidateID("agent slug", d.AgentSlug) != nil:
+		return fmt.Errorf("invalid agent_slug %q", d.AgentSlug)
+	case d.ReadyKey != "" && !strings.HasPrefix(d.ReadyKey, lanePrefix+d.AgentSlug+"/"):
+		return fmt.Errorf("ready_key %q outside the agent's lane", d.ReadyKey)
+	}
+	return nil
+}
+
+// poison quarantines the record of a *storage.CorruptError and turns the
+// error into ErrNotFound for the caller, which goes on as if the record were
+// gone: a poison record never blocks anything. Other errors pass.
+func (q *Queue) poison(ctx context.Context, err error) error {
+	var ce *storage.CorruptError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	qkey, qerr := storage.Quarantine(ctx, q.store, ce, q.clock.Now())
+	q.quarantined.Add(1)
+	q.log.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("reason", ce.Error()),
+		slog.String("quarantine_key", qkey), slog.Any("quarantine_error", qerr))
+	if qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
+		return qerr
+	}
+	return fmt.Errorf("jobqueue: %w (quarantined at %s): %w", storage.ErrNotFound, qkey, err)
+}
+
+// Quarantined counts the records this Queue moved to quarantine.
+func (q *Queue) Quarantined() int64 { return q.quarantined.Load() }
 
 // ownJob is the "own job" of the NLM backend in 003 §4.1: the job the
 // orchestration layer has handed to it, which is the job in NOTEBOOKLM_CALL.
@@ -567,13 +646,24 @@ func (q *Queue) fire(ctx context.Context, d *jobDoc, event lifecycle.Event, acto
 // writing it makes sure the audit events of the version it read exist, so
 // a writer that died between its write and its audit leaves no gap.
 func (q *Queue) update(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
+	return q.updateFenced(ctx, jobID, cached, ver, "", 0, mutate)
+}
+
+// updateFenced is update for an owner: the write is refused with
+// ErrLeaseLost unless the job still carries the lease (owner, epoch).
+func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
 	key, err := storage.JobKey(jobID)
 	if err != nil {
 		return jobDoc{}, "", err
 	}
-	var prior jobDoc
-	apply := func(d *jobDoc) error {
-		prior = *d
+	rec := q.jobRecord(key)
+	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *storage.Lease { return d.Lease }
+	if cached != nil && ver != "" {
+		// Mutations replace pointer fields rather than write through them,
+		// so the record's shallow copies leave the cache intact.
+		rec.Seed(*cached, ver)
+	}
+	prior, d, err := rec.Apply(ctx, func(d *jobDoc) error {
 		now := q.clock.Now().UTC()
 		if now.Before(d.UpdatedAt) {
 			now = d.UpdatedAt
@@ -586,33 +676,11 @@ func (q *Queue) update(ctx context.Context, jobID string, cached *jobDoc, ver st
 			d.UpdatedAt = now
 		}
 		return nil
-	}
-	if cached != nil && ver != "" {
-		// Mutations replace pointer fields rather than write through them,
-		// so a shallow copy leaves the cache intact.
-		d := *cached
-		if err := apply(&d); err != nil {
-			return jobDoc{}, "", err
-		}
-		d.Version = prior.Version + 1
-		b, err := json.Marshal(&d)
-		if err != nil {
-			return jobDoc{}, "", err
-		}
-		nv, err := q.store.Put(ctx, key, b, storage.IfMatch(ver))
-		if err == nil {
-			q.ensureAudited(ctx, &prior)
-			q.audit(ctx, &d)
-			return d, nv, nil
-		}
-		if !errors.Is(err, storage.ErrPreconditionFailed) {
-			return jobDoc{}, "", err
-		}
-	}
-	d, nv, err := storage.Update(ctx, q.store, key, apply)
-	if err != nil {
+	})
+	if err = q.poison(ctx, err); err != nil {
 		return jobDoc{}, "", err
 	}
+	_, nv := rec.Snapshot()
 	q.ensureAudited(ctx, &prior)
 	q.audit(ctx, &d)
 	return d, nv, nil

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -70,7 +71,7 @@ const (
 func errorCode(step JobState, stepCtx context.Context, err error) string {
 	var se *StatusError
 	switch {
-	case errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
 		return CodeTimeout
 	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
 		return CodeRateLimited
@@ -99,6 +100,11 @@ type Claim struct {
 	ver     storage.Version // its store version
 	lockVer storage.Version
 	done    bool
+	// renewedAt is when the claim last renewed its lease (Unix ns); the
+	// heartbeat is scheduled from it. Atomic, not under mu: a write that
+	// waits out a store outage holds mu, and the heartbeat must still be
+	// able to schedule itself meanwhile.
+	renewedAt atomic.Int64
 }
 
 // Job is the job as claimed (or as last written by the claim).
@@ -161,9 +167,11 @@ func (c *Claim) write(ctx context.Context, mutate func(d *jobDoc, now time.Time)
 
 // writeLocked is write with c.mu held.
 func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (Job, error) {
-	doc, ver, err := c.q.update(ctx, c.job.JobID, &c.doc, c.ver, func(d *jobDoc, now time.Time) error {
-		if d.Lease == nil || d.Lease.Owner != c.worker || d.Lease.Epoch != c.epoch || !now.Before(d.Lease.ExpiresAt) {
-			return fmt.Errorf("%w: job %s", ErrLeaseLost, d.JobID)
+	doc, ver, err := c.q.updateFenced(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, func(d *jobDoc, now time.Time) error {
+		if !now.Before(d.Lease.ExpiresAt) {
+			// Lapsed, though no one took it yet: another worker may at
+			// any moment, so this claim must not go on as the owner.
+			return &storage.LeaseLostError{Key: d.JobID, Owner: c.worker, Epoch: c.epoch, Expired: true}
 		}
 		return mutate(d, now)
 	})
@@ -200,53 +208,22 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 	return job, c.q.putLane(ctx, lane, job.JobID, at)
 }
 
-// heartbeat renews the agent lock and the job's lease every LeaseTTL/3
-// until stop is called; when renewal finds the lease lost it cancels the
-// run with ErrLeaseLost.
+// heartbeat renews the agent lock and the job's lease LeaseTTL/3 after
+// the last renewal until stop is called; when renewal finds the lease lost
+// it cancels the run with ErrLeaseLost.
 func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
-	var (
-		mu      sync.Mutex
-		stopped bool
-		timer   clock.Timer
-		wg      sync.WaitGroup
-	)
-	every := c.q.cfg.LeaseTTL / 3
-	var beat func()
-	beat = func() {
-		defer wg.Done()
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		mu.Unlock()
-		if err := c.renew(ctx); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				cancel(err)
-				return
-			}
+	last := func() time.Time { return time.Unix(0, c.renewedAt.Load()) }
+	return core.Heartbeat(ctx, c.q.clock, c.q.cfg.LeaseTTL/3, last, func(ctx context.Context) bool {
+		err := c.renew(ctx)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			cancel(err)
+			return false
+		case err != nil && ctx.Err() == nil:
 			c.q.log.WarnContext(ctx, "jobqueue: heartbeat", "job_id", c.Job().JobID, "err", err)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			wg.Add(1)
-			timer = c.q.clock.AfterFunc(every, beat)
-		}
-	}
-	wg.Add(1)
-	mu.Lock()
-	timer = c.q.clock.AfterFunc(every, beat)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		if timer.Stop() {
-			wg.Done()
-		}
-		mu.Unlock()
-		wg.Wait()
-	}
+		return true
+	})
 }
 
 func (c *Claim) renew(ctx context.Context) error {
@@ -273,6 +250,9 @@ func (c *Claim) renew(ctx context.Context) error {
 		d.Lease = &l // replace, never write through: update's cache shares pointers
 		return nil
 	})
+	if err == nil {
+		c.renewedAt.Store(now.UnixNano())
+	}
 	return err
 }
 
@@ -298,6 +278,7 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	c.renewedAt.Store(c.q.clock.Now().UnixNano())
 	stop := c.heartbeat(runCtx, cancel)
 	job, err := c.pipeline(runCtx, h)
 	stop()
@@ -307,18 +288,32 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 	if cause := context.Cause(runCtx); err == nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
 		err = cause
 	}
-	c.end(ctx)
+	ectx, ecancel := c.q.afterStop(ctx)
+	defer ecancel()
+	c.end(ectx)
 	return job, err
 }
 
-// step runs fn under the step timeout, on the queue's clock.
-func (c *Claim) step(ctx context.Context, fn func(ctx context.Context) error) (context.Context, error) {
-	sctx, cancel := context.WithCancelCause(ctx)
-	t := c.q.clock.AfterFunc(c.q.cfg.StepTimeout, func() { cancel(ErrStepTimeout) })
-	err := fn(sctx)
-	t.Stop()
-	cancel(nil)
-	return sctx, err
+// afterStop is the context for what a claim still writes once ctx may have
+// ended (the interrupted attempt, the agent's release): not canceled with
+// ctx, but bounded by StopGrace, so a store outage during shutdown cannot
+// hold the Worker.
+func (q *Queue) afterStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), q.cfg.StopGrace)
+}
+
+// step runs fn as one unit of the core under the step timeout, on the
+// queue's clock: at the timeout the step ends with an error matching
+// ErrStepTimeout whether or not fn returns, and a fn that ignores its
+// context is left behind, counted in Stragglers, its result dropped.
+func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
+	_, err := core.Do(ctx, c.q.units, "job "+c.Job().JobID+" "+name, c.q.cfg.StepTimeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, fn(ctx)
+	})
+	if errors.Is(err, core.ErrOverrun) {
+		err = fmt.Errorf("%w: %w", ErrStepTimeout, err)
+	}
+	return ctx, err
 }
 
 func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
@@ -327,12 +322,14 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 			return c.Job(), context.Cause(ctx)
 		}
 		code := errorCode(step, sctx, err)
-		return c.fail(context.WithoutCancel(ctx), step, code, err.Error())
+		ectx, cancel := c.q.afterStop(ctx)
+		defer cancel()
+		return c.fail(ectx, step, code, err.Error())
 	}
 	job := c.Job()
 	var snapshot json.RawMessage
 	if h.AssembleContext != nil {
-		sctx, err := c.step(ctx, func(ctx context.Context) (err error) {
+		sctx, err := c.step(ctx, "AssembleContext", func(ctx context.Context) (err error) {
 			snapshot, err = h.AssembleContext(ctx, job)
 			return err
 		})
@@ -345,7 +342,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	}
 	job = c.Job()
 	var out Output
-	sctx, err := c.step(ctx, func(ctx context.Context) (err error) {
+	sctx, err := c.step(ctx, "CallNotebookLM", func(ctx context.Context) (err error) {
 		out, err = h.CallNotebookLM(ctx, job, snapshot)
 		return err
 	})
@@ -361,7 +358,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 		cid = c.q.cfg.Project
 	}
 	var art artifact.Artifact
-	sctx, err = c.step(ctx, func(ctx context.Context) (err error) {
+	sctx, err = c.step(ctx, "artifact write", func(ctx context.Context) (err error) {
 		art, _, err = c.q.artifacts.Create(ctx, c.q.cfg.ArtifactActor, cid, artifact.Draft{
 			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
 			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -15,6 +17,11 @@ type SweepReport struct {
 	Rescued int // orphans moved to RETRY_BACKOFF
 	Relaned int // lane entries recreated
 	Buried  int // FAILED jobs moved to DEAD
+	// Quarantined counts poison job records moved to quarantine/.
+	Quarantined int
+	// Skipped counts jobs the sweep could not repair (logged at WARN); the
+	// sweep goes on past them.
+	Skipped int
 }
 
 // Sweep is the slow repair pass behind the fast paths, for what a worker
@@ -45,6 +52,9 @@ func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepRepo
 			return r, last, nil // more jobs follow
 		}
 		d, _, err := q.read(ctx, id)
+		if errors.Is(err, storage.ErrCorrupt) {
+			r.Quarantined++
+		}
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
@@ -54,7 +64,13 @@ func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepRepo
 		r.Jobs++
 		last = key
 		if err := q.sweepJob(ctx, &d, &r); err != nil {
-			return r, "", err
+			if ctx.Err() != nil || errors.Is(err, storage.ErrUnavailable) || storage.Transient(err) {
+				return r, "", err // the store, not the job: the next sweep resumes here
+			}
+			// One job that cannot be repaired must not stop the sweep of
+			// every other job for good.
+			r.Skipped++
+			q.log.LogAttrs(ctx, slog.LevelWarn, "sweep_skipped", slog.String("job_id", d.JobID), slog.String("error", err.Error()))
 		}
 	}
 	return r, "", nil
@@ -129,18 +145,24 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	}
 	now := q.clock.Now().UTC()
 	lease := sweepLease{Owner: worker, ExpiresAt: now.Add(every)}
-	_, err = storage.Create(ctx, q.store, sweepKey, &lease)
-	if errors.Is(err, storage.ErrPreconditionFailed) {
-		_, _, err = storage.Update(ctx, q.store, sweepKey, func(l *sweepLease) error {
-			if now.Before(l.ExpiresAt) {
-				return errSweptRecently
+	rec := &core.Record[sweepLease, *sweepLease]{Store: q.store, Key: sweepKey}
+	for range 2 { // a junk lease is quarantined and the lease made anew once
+		_, err = rec.Create(ctx, lease)
+		if errors.Is(err, storage.ErrPreconditionFailed) {
+			_, _, err = rec.Apply(ctx, func(l *sweepLease) error {
+				if now.Before(l.ExpiresAt) {
+					return errSweptRecently
+				}
+				lease.Cursor = l.Cursor
+				l.Owner, l.ExpiresAt = worker, lease.ExpiresAt
+				return nil
+			})
+			if errors.Is(err, errSweptRecently) {
+				return r, false, nil
 			}
-			lease.Cursor = l.Cursor
-			l.Owner, l.ExpiresAt = worker, lease.ExpiresAt
-			return nil
-		})
-		if errors.Is(err, errSweptRecently) {
-			return r, false, nil
+		}
+		if err = q.poison(ctx, err); !errors.Is(err, storage.ErrNotFound) {
+			break
 		}
 	}
 	if err != nil {
@@ -150,7 +172,7 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	if err != nil {
 		return r, true, err
 	}
-	_, _, err = storage.Update(ctx, q.store, sweepKey, func(l *sweepLease) error {
+	_, _, err = rec.Apply(ctx, func(l *sweepLease) error {
 		if l.Owner != worker || !l.ExpiresAt.Equal(lease.ExpiresAt) {
 			return errSweptRecently // our lease ran out and another worker swept on
 		}

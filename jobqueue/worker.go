@@ -53,6 +53,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	if sweep == 0 {
 		sweep = time.Minute
 	}
+	defer func() {
+		// Handlers that ignore their context are left behind, not waited
+		// for past StopGrace (Queue.Stragglers counts them).
+		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Queue.cfg.StopGrace)
+		defer cancel()
+		if n := w.Queue.units.Wait(grace); n > 0 {
+			w.Queue.log.WarnContext(ctx, "jobqueue: stopped with handlers still running", "worker", w.ID, "handlers", n)
+		}
+	}()
 	var wg sync.WaitGroup
 	for range slots {
 		wg.Go(func() { w.loop(ctx, poll) })
