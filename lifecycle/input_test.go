@@ -76,13 +76,14 @@ func checkInputErr(t *testing.T, err error, field string, limit int, wantCode st
 	t.Helper()
 	if wantCode == "" {
 		if err != nil {
-			t.Fatalf("want no error, got %v", err)
+			t.Errorf("want no error, got %v", err)
 		}
 		return
 	}
 	var ie *lifecycle.InputError
 	if !errors.As(err, &ie) || !errors.Is(err, lifecycle.ErrInvalidInput) {
-		t.Fatalf("want an *InputError matching ErrInvalidInput, got %v", err)
+		t.Errorf("want an *InputError matching ErrInvalidInput, got %.300v", err)
+		return
 	}
 	if ie.Field != field || ie.Limit != limit {
 		t.Errorf("Field, Limit = %q, %d; want %q, %d", ie.Field, ie.Limit, field, limit)
