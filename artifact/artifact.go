@@ -59,7 +59,11 @@ type Artifact struct {
 }
 
 // Draft is what a writer supplies to Create; the store fills in the id,
-// times, finalization, version and URL.
+// times, finalization, version and URL. Its text is bounded: at most
+// lifecycle.MaxListLen tags (lifecycle.MaxNameBytes each), entity refs and
+// sources (lifecycle.MaxRefBytes per ref, lifecycle.MaxTextBytes per
+// excerpt), content of at most lifecycle.MaxDocumentBytes, all valid UTF-8
+// without NUL; Create refuses more with a *lifecycle.InputError.
 type Draft struct {
 	JobID      string
 	RunID      string
@@ -154,12 +158,49 @@ func (d *Draft) validate(cid string) error {
 	if err := storage.ValidateID("agent slug", d.AgentSlug); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
+	if err := d.checkText(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
+	}
 	for i, s := range d.Sources {
 		if s.Ref == "" {
 			return invalid(fmt.Sprintf("sources[%d].ref", i), "empty")
 		}
 	}
 	return ValidateContent(d.Type, d.Content)
+}
+
+// checkText bounds the free text of a draft (issue 10 F) with the one
+// lifecycle check, before the content is parsed: tags (MaxNameBytes), entity
+// and source refs (MaxRefBytes), excerpts (MaxTextBytes), each list at most
+// MaxListLen items, and the content (MaxDocumentBytes). It returns nil or a
+// *lifecycle.InputError.
+func (d *Draft) checkText() error {
+	for _, l := range []struct {
+		field string
+		items []string
+		limit int
+	}{{"tags", d.Tags, lifecycle.MaxNameBytes}, {"entity_refs", d.EntityRefs, lifecycle.MaxRefBytes}} {
+		if err := lifecycle.CheckList(l.field, len(l.items)); err != nil {
+			return err
+		}
+		for i, v := range l.items {
+			if err := lifecycle.CheckText(fmt.Sprintf("%s[%d]", l.field, i), v, l.limit, lifecycle.OneLine); err != nil {
+				return err
+			}
+		}
+	}
+	if err := lifecycle.CheckList("sources", len(d.Sources)); err != nil {
+		return err
+	}
+	for i, s := range d.Sources {
+		if err := lifecycle.CheckText(fmt.Sprintf("sources[%d].ref", i), s.Ref, lifecycle.MaxRefBytes, lifecycle.OneLine); err != nil {
+			return err
+		}
+		if err := lifecycle.CheckText(fmt.Sprintf("sources[%d].excerpt", i), s.Excerpt, lifecycle.MaxTextBytes, lifecycle.MultiLine); err != nil {
+			return err
+		}
+	}
+	return lifecycle.CheckBytes("content", d.Content, lifecycle.MaxDocumentBytes)
 }
 
 // Create writes the artifact of draft's job, finalized, create-only, and

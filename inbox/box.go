@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -73,28 +72,79 @@ func New(cfg Config) (*Box, error) {
 	return &Box{cfg: cfg, ttlH: h, audit: &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
 }
 
-// Errors of the inbox. Bad input matches ErrInvalidEntry; a refused actor
-// matches lifecycle.ErrForbiddenActor (code FORBIDDEN); a move the machine
-// does not allow matches lifecycle.ErrInvalidTransition.
+// Errors of the inbox, each with a code of lifecycle's one table
+// (lifecycle.ErrorCode, lifecycle.HTTPStatus):
+//
+//   - bad input matches ErrInvalidEntry: a *ValidationError, INVALID_INPUT
+//     (400) or INPUT_TOO_LARGE (413) for text, INVALID_REQUEST (400) for the
+//     other rules;
+//   - an id in use matches ErrEntryExists: INBOX_ENTRY_EXISTS (409);
+//   - a missing entry matches ErrNotFound: NOT_FOUND (404);
+//   - a move the machine does not allow matches
+//     lifecycle.ErrInvalidTransition: INBOX_ENTRY_EXPIRED (410) from an
+//     expired entry, INBOX_INVALID_TRANSITION (409) otherwise;
+//   - a refused actor matches lifecycle.ErrForbiddenActor: FORBIDDEN (403).
 var (
-	ErrInvalidEntry = errors.New("inbox: invalid entry")
-	ErrEntryExists  = errors.New("inbox: entry already exists")
+	ErrInvalidEntry       = errors.New("inbox: invalid entry")
+	ErrEntryExists  error = &codedError{err: errors.New("inbox: entry already exists"), code: lifecycle.CodeInboxEntryExists}
 	// ErrNotFound matches a missing entry (and storage.ErrNotFound).
 	ErrNotFound = storage.ErrNotFound
 )
 
+// codedError gives an error of another package, or a sentinel, the inbox's
+// code, which lifecycle.ErrorCode finds before any code further down the
+// chain.
+type codedError struct {
+	err  error
+	code string
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+func (e *codedError) Code() string  { return e.code }
+
+// transitionError gives a refused move its inbox code: an expired entry can
+// do nothing any more (410), other refusals are conflicts (409).
+func transitionError(err error) error {
+	var ite *lifecycle.InvalidTransitionError
+	if !errors.As(err, &ite) {
+		return err
+	}
+	if ite.From == string(Expired) {
+		return &codedError{err: err, code: lifecycle.CodeInboxEntryExpired}
+	}
+	return &codedError{err: err, code: lifecycle.CodeInboxInvalidTransition}
+}
+
 // ValidationError says which field of a submission is wrong. It matches
-// ErrInvalidEntry.
+// ErrInvalidEntry, and a *lifecycle.InputError when the field's text broke
+// its limit or was not clean.
 type ValidationError struct {
 	Field  string
 	Reason string
+	// Err is the *lifecycle.InputError of a text field, or nil.
+	Err error
 }
 
 // Error renders the field and the reason.
 func (e *ValidationError) Error() string { return "inbox: invalid " + e.Field + ": " + e.Reason }
 
-// Unwrap returns ErrInvalidEntry.
-func (e *ValidationError) Unwrap() error { return ErrInvalidEntry }
+// Unwrap returns ErrInvalidEntry and Err, if set.
+func (e *ValidationError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrInvalidEntry}
+	}
+	return []error{ErrInvalidEntry, e.Err}
+}
+
+// Code is that of Err (INVALID_INPUT or INPUT_TOO_LARGE) for a text field,
+// else INVALID_REQUEST.
+func (e *ValidationError) Code() string {
+	if e.Err != nil {
+		return lifecycle.ErrorCode(e.Err)
+	}
+	return lifecycle.CodeInvalidRequest
+}
 
 func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -127,36 +177,32 @@ func DecodeSubmission(data []byte) (Submission, error) {
 
 var sourceTypes = []string{"ui", "telegram", "webhook", "agent", "cron"}
 
-func plainText(field, s string, maxLen int, required bool) error {
-	switch {
-	case s == "" && required:
+// text checks a text field with lifecycle's one input check (limits shared
+// with the rest of the SDK); required refuses the empty string.
+func text(field, s string, limit int, kind lifecycle.TextKind, required bool) error {
+	if s == "" && required {
 		return invalid(field, "empty")
-	case len(s) > maxLen:
-		return invalid(field, "longer than %d bytes", maxLen)
-	case !utf8.ValidString(s):
-		return invalid(field, "not valid UTF-8")
 	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return invalid(field, "contains a control character")
-		}
+	err := lifecycle.CheckText(field, s, limit, kind)
+	if ie := (*lifecycle.InputError)(nil); errors.As(err, &ie) {
+		return &ValidationError{Field: field, Reason: ie.Reason, Err: err}
 	}
-	return nil
+	return err
 }
 
 // Validate is the validation gate at submission (seed 002 §1.2 "→ pending"):
 //
 //   - id, if set, is a valid storage id;
 //   - source.type is one of ui, telegram, webhook, agent, cron, and
-//     source.identity is set (at most 256 bytes);
+//     source.identity is set (at most lifecycle.MaxNameBytes, 256);
 //   - intent.action is set, lower-case letters, digits and "-" (at most 64
-//     bytes), and intent.target is set (at most 512 bytes);
+//     bytes), and intent.target is set (at most lifecycle.MaxRefBytes, 1 KiB);
 //   - metadata.priority is "normal" (the default when empty) or "high";
 //     metadata.ttl_hours is 0 (the Box's default) or 1..MaxTTLHours;
-//     metadata.correlation_id has at most 128 bytes.
+//     metadata.correlation_id has at most lifecycle.MaxNameBytes.
 //
-// Text fields must be UTF-8 without control characters. Errors match
-// ErrInvalidEntry and name the field.
+// Text fields must be one line of UTF-8 without control characters
+// (lifecycle.CheckText). Errors match ErrInvalidEntry and name the field.
 func (s *Submission) Validate() error {
 	if s.ID != "" {
 		if err := storage.ValidateID("inbox entry id", s.ID); err != nil {
@@ -170,7 +216,7 @@ func (s *Submission) Validate() error {
 	if !ok {
 		return invalid("source.type", "%q is not one of %s", s.Source.Type, strings.Join(sourceTypes, ", "))
 	}
-	if err := plainText("source.identity", s.Source.Identity, 256, true); err != nil {
+	if err := text("source.identity", s.Source.Identity, lifecycle.MaxNameBytes, lifecycle.OneLine, true); err != nil {
 		return err
 	}
 	if s.Intent.Action == "" || len(s.Intent.Action) > 64 {
@@ -181,7 +227,7 @@ func (s *Submission) Validate() error {
 			return invalid("intent.action", "%q is not lower-case letters, digits and \"-\"", s.Intent.Action)
 		}
 	}
-	if err := plainText("intent.target", s.Intent.Target, 512, true); err != nil {
+	if err := text("intent.target", s.Intent.Target, lifecycle.MaxRefBytes, lifecycle.OneLine, true); err != nil {
 		return err
 	}
 	if s.Metadata.Priority != "" && s.Metadata.Priority != "normal" && s.Metadata.Priority != "high" {
@@ -190,7 +236,7 @@ func (s *Submission) Validate() error {
 	if s.Metadata.TTLHours < 0 || s.Metadata.TTLHours > MaxTTLHours {
 		return invalid("metadata.ttl_hours", "%d is outside 1..%d", s.Metadata.TTLHours, MaxTTLHours)
 	}
-	return plainText("metadata.correlation_id", s.Metadata.CorrelationID, 128, false)
+	return text("metadata.correlation_id", s.Metadata.CorrelationID, lifecycle.MaxNameBytes, lifecycle.OneLine, false)
 }
 
 // entryDoc is the stored form of an Entry.
@@ -274,7 +320,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 	d, _, err := storage.Update(ctx, b.cfg.Store, key, func(d *entryDoc) error {
 		from = d.Status
 		if _, err := Machine().Fire(ctx, &d.Entry, event, actor); err != nil {
-			return err
+			return transitionError(err)
 		}
 		if set != nil {
 			set(&d.Entry)
@@ -285,7 +331,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 		// An expired entry has moved; report it as the terminal state it is.
 		if e, gerr := b.Get(ctx, id); gerr == nil {
 			_, err = Machine().Fire(ctx, &e, event, actor)
-			return Entry{}, err
+			return Entry{}, transitionError(err)
 		}
 	}
 	if err != nil {
@@ -305,9 +351,10 @@ func (b *Box) Process(ctx context.Context, actor lifecycle.Actor, id, proposalID
 }
 
 // Reject records that the validation gate refused the entry: pending →
-// rejected, with the reason (1 to 1000 bytes). Only the gateway rejects.
+// rejected, with the reason (1 byte to lifecycle.MaxTextBytes, may span
+// lines, as every reason in the SDK). Only the gateway rejects.
 func (b *Box) Reject(ctx context.Context, actor lifecycle.Actor, id, reason string) (Entry, error) {
-	if err := plainText("rejection_reason", reason, 1000, true); err != nil {
+	if err := text("rejection_reason", reason, lifecycle.MaxTextBytes, lifecycle.MultiLine, true); err != nil {
 		return Entry{}, err
 	}
 	return b.move(ctx, actor, id, EventReject, func(e *Entry) { e.RejectionReason = reason })

@@ -266,7 +266,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"intent.action", func(s *inbox.Submission) { s.Intent.Action = "Propose Edit" }},
 		{"intent.action", func(s *inbox.Submission) { s.Intent.Action = "" }},
 		{"intent.target", func(s *inbox.Submission) { s.Intent.Target = "" }},
-		{"intent.target", func(s *inbox.Submission) { s.Intent.Target = strings.Repeat("x", 513) }},
+		{"intent.target", func(s *inbox.Submission) { s.Intent.Target = strings.Repeat("x", lifecycle.MaxRefBytes+1) }},
 		{"metadata.priority", func(s *inbox.Submission) { s.Metadata.Priority = "urgent" }},
 		{"metadata.ttl_hours", func(s *inbox.Submission) { s.Metadata.TTLHours = -1 }},
 		{"metadata.ttl_hours", func(s *inbox.Submission) { s.Metadata.TTLHours = inbox.MaxTTLHours + 1 }},

@@ -27,7 +27,8 @@ type NLMRequest struct {
 	AgentSlug string  `json:"agent_slug"`
 	// ContextSnapshotURL is where FETCHING_CONTEXT loads the context from.
 	ContextSnapshotURL string `json:"context_snapshot_url,omitempty"`
-	// Query is what to ask NotebookLM.
+	// Query is what to ask NotebookLM: at most lifecycle.MaxDocumentBytes
+	// of UTF-8 text. The URLs are at most lifecycle.MaxURLBytes.
 	Query string `json:"query,omitempty"`
 	// Callback is the URL the result is posted to (http or https).
 	Callback string `json:"callback"`
@@ -156,6 +157,16 @@ type nlmDoc struct {
 }
 
 func (r *NLMRequest) validate(defaultProject string) error {
+	// Text first (issue 10 F), so nothing below quotes megabytes.
+	if err := lifecycle.CheckText("query", r.Query, lifecycle.MaxDocumentBytes, lifecycle.MultiLine); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if err := lifecycle.CheckText("callback", r.Callback, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if err := lifecycle.CheckText("context_snapshot_url", r.ContextSnapshotURL, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
 	for _, id := range [][2]string{{"job id", r.JobID}, {"agent slug", r.AgentSlug}} {
 		if err := storage.ValidateID(id[0], id[1]); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)

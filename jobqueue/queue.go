@@ -310,6 +310,10 @@ type laneEntry struct {
 // ---- enqueue ----
 
 // NewJob is what Enqueue needs; the queue fills in the rest of the record.
+// Ids are storage ids (storage.ValidateID); Payload is JSON of at most
+// lifecycle.MaxDocumentBytes, the URLs at most lifecycle.MaxURLBytes, and
+// Context.EntityRefs at most lifecycle.MaxListLen refs of
+// lifecycle.MaxRefBytes, all valid UTF-8 without NUL or control characters.
 type NewJob struct {
 	// JobID is the job's id; empty means a fresh UUID v4.
 	JobID     string
@@ -366,6 +370,9 @@ func (n *NewJob) validate(defaultMax int) error {
 	if n.MaxAttempts < 1 || n.MaxAttempts > 100 {
 		return badJob("max_attempts %d outside 1..100", n.MaxAttempts)
 	}
+	if err := n.checkText(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
 	if len(n.Payload) > 0 && !json.Valid(n.Payload) {
 		return badJob("payload is not valid JSON")
 	}
@@ -378,6 +385,31 @@ func (n *NewJob) validate(defaultMax int) error {
 	for i, ref := range n.Context.EntityRefs {
 		if ref == "" {
 			return badJob("context.entity_refs[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// checkText bounds the free text of a job (issue 10 F) before anything
+// else looks at it: the payload (MaxDocumentBytes), the URLs (MaxURLBytes)
+// and the entity refs (MaxListLen of MaxRefBytes each), all clean UTF-8.
+// It returns nil or a *lifecycle.InputError.
+func (n *NewJob) checkText() error {
+	if err := lifecycle.CheckBytes("payload", n.Payload, lifecycle.MaxDocumentBytes); err != nil {
+		return err
+	}
+	if err := lifecycle.CheckText("callback", n.Callback, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {
+		return err
+	}
+	if err := lifecycle.CheckText("context.memory_snapshot_url", n.Context.MemorySnapshotURL, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {
+		return err
+	}
+	if err := lifecycle.CheckList("context.entity_refs", len(n.Context.EntityRefs)); err != nil {
+		return err
+	}
+	for i, ref := range n.Context.EntityRefs {
+		if err := lifecycle.CheckText(fmt.Sprintf("context.entity_refs[%d]", i), ref, lifecycle.MaxRefBytes, lifecycle.OneLine); err != nil {
+			return err
 		}
 	}
 	return nil

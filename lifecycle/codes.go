@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // Error codes a run can fail with (seed 000 §5.3), and the other codes of the
@@ -29,6 +31,23 @@ const (
 	CodeUnsupported = "RUN_UNSUPPORTED_OPERATION"
 	// CodeLeaseLost: this runner no longer owns the run.
 	CodeLeaseLost = "RUN_LEASE_LOST"
+	// CodeInvalidInput: a field is not clean text (invalid UTF-8, NUL, a
+	// control character) or an id is malformed; see [InputError].
+	CodeInvalidInput = "INVALID_INPUT"
+	// CodeInputTooLarge: a field is over its documented limit (MaxTextBytes
+	// and the others).
+	CodeInputTooLarge = "INPUT_TOO_LARGE"
+	// CodeNotFound: the record asked for does not exist (a missing run is
+	// RUN_NOT_FOUND).
+	CodeNotFound = "NOT_FOUND"
+	// CodeInboxEntryExists: an inbox entry with the id exists (or expired).
+	CodeInboxEntryExists = "INBOX_ENTRY_EXISTS"
+	// CodeInboxEntryExpired: the inbox entry expired; it can no longer be
+	// processed or rejected.
+	CodeInboxEntryExpired = "INBOX_ENTRY_EXPIRED"
+	// CodeInboxInvalidTransition: the inbox entry machine refused the move,
+	// e.g. processing a rejected entry.
+	CodeInboxInvalidTransition = "INBOX_INVALID_TRANSITION"
 )
 
 // httpStatus is the one table from error code to HTTP status (seed 000 §5.3
@@ -51,6 +70,13 @@ var httpStatus = map[string]int{
 	CodeInvalidRequest:      http.StatusBadRequest,
 	CodeUnsupported:         http.StatusConflict,
 	CodeLeaseLost:           http.StatusConflict,
+	CodeInvalidInput:        http.StatusBadRequest,
+	CodeInputTooLarge:       http.StatusRequestEntityTooLarge,
+	CodeNotFound:            http.StatusNotFound,
+
+	CodeInboxEntryExists:       http.StatusConflict,
+	CodeInboxEntryExpired:      http.StatusGone,
+	CodeInboxInvalidTransition: http.StatusConflict,
 }
 
 // HTTPStatus maps an error code to the HTTP status an API answers with; an
@@ -63,8 +89,10 @@ func HTTPStatus(code string) int {
 }
 
 // ErrorCode returns the code of err: that of a *RunError in its chain, else
-// that of the first error with a Code method, else INTERNAL_ERROR (nil has no
-// code).
+// that of the first error with a Code method, else RUN_NOT_FOUND for
+// [ErrRunNotFound], NOT_FOUND for storage.ErrNotFound and INVALID_INPUT for
+// storage.ErrInvalidID (an id a caller passed), else INTERNAL_ERROR (nil has
+// no code).
 func ErrorCode(err error) string {
 	if err == nil {
 		return ""
@@ -76,6 +104,16 @@ func ErrorCode(err error) string {
 	var c interface{ Code() string }
 	if errors.As(err, &c) {
 		return c.Code()
+	}
+	// Sentinels without a Code method, most specific first: a missing run
+	// also wraps storage.ErrNotFound on some paths.
+	switch {
+	case errors.Is(err, ErrRunNotFound):
+		return CodeRunNotFound
+	case errors.Is(err, storage.ErrNotFound):
+		return CodeNotFound
+	case errors.Is(err, storage.ErrInvalidID):
+		return CodeInvalidInput
 	}
 	return CodeInternalError
 }

@@ -69,8 +69,12 @@ func (r *Runner) control(ctx context.Context, runID string, actor Actor, change 
 // step finishes first (then it may still succeed or fail, as seed 001
 // allows). On the approval machine a run that is not executing is cancelled
 // at once, and an executing one when its runner notices. The canonical
-// machine has no cancel: [ErrUnsupported].
+// machine has no cancel: [ErrUnsupported]. A reason over MaxTextBytes or
+// not clean text is an *InputError, and nothing is written.
 func (r *Runner) Cancel(ctx context.Context, runID string, actor Actor, reason string) (RunStatus, error) {
+	if err := checkReason(reason); err != nil {
+		return RunStatus{}, err
+	}
 	doc, err := r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
 		if f.cancel == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "cancel"}
@@ -111,7 +115,10 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor Actor, reason s
 	return doc, nil
 }
 
-// Decision is an owner's answer at an approval gate.
+// Decision is an owner's answer at an approval gate. Approve and Reject
+// refuse one with an *InputError, writing nothing, when DecidedBy is over
+// MaxNameBytes or Reason over MaxTextBytes, or either is not clean text
+// (Reason may span lines).
 type Decision struct {
 	// DecidedBy names who decided, e.g. "owner".
 	DecidedBy string
@@ -122,6 +129,9 @@ type Decision struct {
 // running). A runner then executes the steps left; when the gate followed
 // the last step it completes the run, writing its manifest.
 func (r *Runner) Approve(ctx context.Context, runID string, actor Actor, dec Decision) (RunStatus, error) {
+	if err := dec.check(); err != nil {
+		return RunStatus{}, err
+	}
 	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
 		if f.approve == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "approve"}
@@ -136,6 +146,9 @@ func (r *Runner) Approve(ctx context.Context, runID string, actor Actor, dec Dec
 
 // Reject fails a run waiting at an approval gate with APPROVAL_REJECTED.
 func (r *Runner) Reject(ctx context.Context, runID string, actor Actor, dec Decision) (RunStatus, error) {
+	if err := dec.check(); err != nil {
+		return RunStatus{}, err
+	}
 	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
 		if f.reject == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "reject"}
@@ -157,7 +170,10 @@ func (r *Runner) decide(d *RunStatus, decision string, dec Decision) {
 	d.Approval.Decision, d.Approval.DecidedAt, d.Approval.DecidedBy, d.Approval.Reason = decision, &now, dec.DecidedBy, dec.Reason
 }
 
-// ExternalEvent is an event a waiting run receives (seed 004 §2.2).
+// ExternalEvent is an event a waiting run receives (seed 004 §2.2). Deliver
+// refuses one with an *InputError, writing nothing, when Type is over
+// MaxNameBytes, ID or Source over MaxRefBytes, or any is not one line of
+// clean text.
 type ExternalEvent struct {
 	// Type must be the event type the run waits for.
 	Type   string
@@ -168,6 +184,9 @@ type ExternalEvent struct {
 // Deliver hands a run the external event it waits for (waiting_external →
 // running); a runner then goes on as after an approval.
 func (r *Runner) Deliver(ctx context.Context, runID string, actor Actor, ev ExternalEvent) (RunStatus, error) {
+	if err := ev.check(); err != nil {
+		return RunStatus{}, err
+	}
 	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
 		if f.deliver == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "deliver"}

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -70,8 +69,10 @@ type IdempotencyKey struct {
 	Parts  []string
 }
 
-// maxIdempotencyKeyLen bounds a key; longer ones are refused.
-const maxIdempotencyKeyLen = 512
+// MaxIdempotencyKeyBytes bounds an idempotency key (seed 004 §3.1 gives no
+// limit; its longest example is 60 bytes); a longer key is refused with
+// INPUT_TOO_LARGE.
+const MaxIdempotencyKeyBytes = 512
 
 // ParseIdempotencyKey checks a key against the schemes of seed 004 §3.1:
 // github:{delivery_id}, api:{client_id}:{request_id},
@@ -82,16 +83,12 @@ func ParseIdempotencyKey(key string) (IdempotencyKey, error) {
 	bad := func(reason string) (IdempotencyKey, error) {
 		return IdempotencyKey{}, fmt.Errorf("%w %q: %s", ErrInvalidIdempotencyKey, truncate(key, 60), reason)
 	}
-	if len(key) > maxIdempotencyKeyLen {
-		return bad(fmt.Sprintf("longer than %d bytes", maxIdempotencyKeyLen))
+	if err := CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, OneLine); err != nil {
+		// Both matchable: ErrInvalidIdempotencyKey and the *InputError.
+		return IdempotencyKey{}, fmt.Errorf("%w: %w", ErrInvalidIdempotencyKey, err)
 	}
-	if !utf8.ValidString(key) {
-		return bad("not valid UTF-8")
-	}
-	for _, c := range key {
-		if c <= ' ' || c == 0x7f {
-			return bad("contains a space or control character")
-		}
+	if strings.ContainsRune(key, ' ') {
+		return bad("contains a space")
 	}
 	scheme, rest, ok := strings.Cut(key, ":")
 	if !ok {
@@ -256,6 +253,9 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 // Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL
 // has passed, ErrNotFound (storage's) when there is none.
 func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
+	if err := CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, OneLine); err != nil {
+		return IdempotencyRecord{}, err
+	}
 	if _, err := ParseIdempotencyKey(key); err != nil {
 		return IdempotencyRecord{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}

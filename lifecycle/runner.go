@@ -184,8 +184,13 @@ var ErrRunNotFound = errors.New("lifecycle: run not found")
 
 // Submit creates a run in its machine's initial state (requested on the
 // canonical machine), as the gateway, and hands it to this runner's loop.
-// It writes nothing when the request is invalid.
+// It writes nothing when the request is invalid: an *InputError for text
+// over its limit (MaxNameBytes, MaxDocumentBytes for Input,
+// MaxIdempotencyKeyBytes) or not clean UTF-8, a *RequestError otherwise.
 func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	if err := req.check(); err != nil {
+		return SubmitResult{}, err
+	}
 	agent, ok := r.agents[req.AgentSlug]
 	if !ok {
 		return SubmitResult{}, &RequestError{Field: "agent_slug", Reason: fmt.Sprintf("unknown agent %q", req.AgentSlug)}

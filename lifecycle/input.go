@@ -1,0 +1,144 @@
+package lifecycle
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Limits of the free text and documents a caller hands the SDK, in bytes
+// (MaxListLen: in items). Every such field is checked by [CheckText] or
+// [CheckBytes] before anything is written, so no caller can put megabytes or
+// undecodable bytes into status.json, a job record or an artifact.
+// docs/decisions.md ("Input limits and codes") lists which field takes
+// which limit.
+const (
+	// MaxNameBytes bounds a name: who decided (decided_by), a source
+	// identity, an event type, a tag, a trigger, a correlation id.
+	MaxNameBytes = 256
+	// MaxRefBytes bounds a reference to something outside the SDK: an
+	// external event's id and source, an entity ref, a source ref, an inbox
+	// target.
+	MaxRefBytes = 1024
+	// MaxURLBytes bounds a URL (a callback, a context snapshot); presigned
+	// S3 URLs with a session token run to a few KiB.
+	MaxURLBytes = 4096
+	// MaxTextBytes bounds a paragraph of free text: a cancel, approval or
+	// rejection reason, a source excerpt.
+	MaxTextBytes = 4096
+	// MaxDocumentBytes bounds a JSON document or a long text: a run's input,
+	// a job's payload, an artifact's content, an NLM query. It keeps every
+	// record that embeds one small enough to be re-read on each write.
+	MaxDocumentBytes = 1 << 20
+	// MaxListLen bounds the items of a list field: tags, entity refs,
+	// sources.
+	MaxListLen = 256
+)
+
+// TextKind says which control characters a text field may hold.
+type TextKind int
+
+const (
+	// OneLine is a name, an id or a reference: no control characters at all
+	// (they would break log lines and headers).
+	OneLine TextKind = iota
+	// MultiLine is prose such as a reason: tab, line feed and carriage
+	// return are allowed, other control characters are not.
+	MultiLine
+)
+
+// ErrInvalidInput is matched by every *InputError.
+var ErrInvalidInput = errors.New("lifecycle: invalid input")
+
+// InputError reports a caller's field that breaks its limit or is not
+// clean text. Nothing is written when one is returned. It matches
+// [ErrInvalidInput]; its code is INPUT_TOO_LARGE (HTTP 413) when the field
+// is over its limit and INVALID_INPUT (HTTP 400) otherwise.
+type InputError struct {
+	// Field names the field as the API spells it, e.g. "reason",
+	// "decided_by", "tags[3]".
+	Field string
+	// Limit is the field's limit: bytes, or items for a list.
+	Limit int
+	// Size is the field's size when it is over Limit, else 0.
+	Size int
+	// Reason says what is wrong, e.g. "not valid UTF-8".
+	Reason string
+}
+
+// Error names the field and the problem; it never quotes the value, which
+// may be megabytes long.
+func (e *InputError) Error() string {
+	return fmt.Sprintf("lifecycle: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Is matches ErrInvalidInput.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
+// TooLarge tells whether the field is over its limit.
+func (e *InputError) TooLarge() bool { return e.Size > e.Limit }
+
+// Code is INPUT_TOO_LARGE for a field over its limit, INVALID_INPUT
+// otherwise.
+func (e *InputError) Code() string {
+	if e.TooLarge() {
+		return CodeInputTooLarge
+	}
+	return CodeInvalidInput
+}
+
+func tooLarge(field string, size, limit int, unit string) *InputError {
+	return &InputError{Field: field, Limit: limit, Size: size,
+		Reason: fmt.Sprintf("%d %s, more than the limit of %d", size, unit, limit)}
+}
+
+// CheckText reports whether s may be stored as field: at most limit bytes
+// of valid UTF-8 without NUL, and without the control characters kind
+// forbids. The empty string passes; a caller that requires the field says
+// so itself. It returns nil or an *InputError.
+func CheckText(field, s string, limit int, kind TextKind) error {
+	if len(s) > limit {
+		return tooLarge(field, len(s), limit, "bytes")
+	}
+	if !utf8.ValidString(s) {
+		return &InputError{Field: field, Limit: limit, Reason: "not valid UTF-8"}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == 0:
+			return &InputError{Field: field, Limit: limit, Reason: fmt.Sprintf("NUL byte at %d", i)}
+		case c >= 0x20 && c != 0x7f:
+		case kind == MultiLine && (c == '\t' || c == '\n' || c == '\r'):
+		default:
+			return &InputError{Field: field, Limit: limit, Reason: fmt.Sprintf("control character %#02x at %d", c, i)}
+		}
+	}
+	return nil
+}
+
+// CheckBytes reports whether b may be stored as document field: at most
+// limit bytes of valid UTF-8 without NUL bytes. Whether b is JSON, and of
+// which shape, is the caller's check. It returns nil or an *InputError.
+func CheckBytes(field string, b []byte, limit int) error {
+	if len(b) > limit {
+		return tooLarge(field, len(b), limit, "bytes")
+	}
+	if !utf8.Valid(b) {
+		return &InputError{Field: field, Limit: limit, Reason: "not valid UTF-8"}
+	}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return &InputError{Field: field, Limit: limit, Reason: fmt.Sprintf("NUL byte at %d", i)}
+	}
+	return nil
+}
+
+// CheckList reports whether a list field of n items fits MaxListLen; it
+// returns nil or an *InputError.
+func CheckList(field string, n int) error {
+	if n > MaxListLen {
+		return tooLarge(field, n, MaxListLen, "items")
+	}
+	return nil
+}

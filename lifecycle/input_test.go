@@ -1,0 +1,100 @@
+package lifecycle_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+func TestCheckText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		s        string
+		limit    int
+		kind     lifecycle.TextKind
+		wantCode string // "" for no error
+	}{
+		{"empty", "", 4, lifecycle.OneLine, ""},
+		{"at the limit", "abcd", 4, lifecycle.OneLine, ""},
+		{"over the limit", "abcde", 4, lifecycle.OneLine, lifecycle.CodeInputTooLarge},
+		{"multi-byte at the limit", "żż", 4, lifecycle.OneLine, ""},
+		{"multi-byte over the limit", "żżż", 4, lifecycle.OneLine, lifecycle.CodeInputTooLarge},
+		{"invalid UTF-8", "a\xffb", 10, lifecycle.MultiLine, lifecycle.CodeInvalidInput},
+		{"truncated rune", "\xc5", 10, lifecycle.MultiLine, lifecycle.CodeInvalidInput},
+		{"NUL one-line", "a\x00b", 10, lifecycle.OneLine, lifecycle.CodeInvalidInput},
+		{"NUL multi-line", "a\x00b", 10, lifecycle.MultiLine, lifecycle.CodeInvalidInput},
+		{"newline one-line", "a\nb", 10, lifecycle.OneLine, lifecycle.CodeInvalidInput},
+		{"newline multi-line", "a\r\n\tb", 10, lifecycle.MultiLine, ""},
+		{"escape multi-line", "a\x1b[2Jb", 10, lifecycle.MultiLine, lifecycle.CodeInvalidInput},
+		{"DEL", "a\x7f", 10, lifecycle.MultiLine, lifecycle.CodeInvalidInput},
+		{"10 MB reason", strings.Repeat("x", 10<<20), lifecycle.MaxTextBytes, lifecycle.MultiLine, lifecycle.CodeInputTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := lifecycle.CheckText("field", tt.s, tt.limit, tt.kind)
+			checkInputErr(t, err, "field", tt.limit, tt.wantCode)
+		})
+	}
+}
+
+func TestCheckBytes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		b        string
+		wantCode string
+	}{
+		{"empty", "", ""},
+		{"JSON", `{"a":"ż\n"}`, ""},
+		{"over the limit", strings.Repeat("x", 17), lifecycle.CodeInputTooLarge},
+		{"invalid UTF-8", "{\"a\":\"\xff\"}", lifecycle.CodeInvalidInput},
+		{"NUL", "{\"a\":\"\x00\"}", lifecycle.CodeInvalidInput},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			checkInputErr(t, lifecycle.CheckBytes("input", []byte(tt.b), 16), "input", 16, tt.wantCode)
+		})
+	}
+}
+
+func TestCheckList(t *testing.T) {
+	t.Parallel()
+	checkInputErr(t, lifecycle.CheckList("tags", lifecycle.MaxListLen), "tags", lifecycle.MaxListLen, "")
+	checkInputErr(t, lifecycle.CheckList("tags", lifecycle.MaxListLen+1), "tags", lifecycle.MaxListLen, lifecycle.CodeInputTooLarge)
+}
+
+// checkInputErr asserts that err is nil when wantCode is empty, and else an
+// *InputError for field and limit, matching ErrInvalidInput, with wantCode
+// and a short message that does not quote the value.
+func checkInputErr(t *testing.T, err error, field string, limit int, wantCode string) {
+	t.Helper()
+	if wantCode == "" {
+		if err != nil {
+			t.Errorf("want no error, got %v", err)
+		}
+		return
+	}
+	var ie *lifecycle.InputError
+	if !errors.As(err, &ie) || !errors.Is(err, lifecycle.ErrInvalidInput) {
+		t.Errorf("want an *InputError matching ErrInvalidInput, got %.300v", err)
+		return
+	}
+	if ie.Field != field || ie.Limit != limit {
+		t.Errorf("Field, Limit = %q, %d; want %q, %d", ie.Field, ie.Limit, field, limit)
+	}
+	if got := lifecycle.ErrorCode(fmt.Errorf("wrapped: %w", err)); got != wantCode {
+		t.Errorf("code %s, want %s (%v)", got, wantCode, err)
+	}
+	if ie.TooLarge() != (wantCode == lifecycle.CodeInputTooLarge) {
+		t.Errorf("TooLarge() = %v for code %s", ie.TooLarge(), wantCode)
+	}
+	if len(err.Error()) > 200 {
+		t.Errorf("message of %d bytes: the value leaked into it", len(err.Error()))
+	}
+}
