@@ -1,6 +1,8 @@
 package storetest_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +51,52 @@ func TestRegisterModelRejects(t *testing.T) {
 	for _, tc := range tests {
 		if got := storetest.CheckRegisterHistory(tc.ops, 10*time.Second); got != tc.want {
 			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLinearizabilityVerdict proves the suite's verdict can fail: on an
+// illegal history, and on one porcupine cannot decide in time (Unknown),
+// which proves nothing and must not pass.
+func TestLinearizabilityVerdict(t *testing.T) {
+	t.Parallel()
+	op := func(c int, in, out any, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: c, Input: in, Output: out, Call: call, Return: ret}
+	}
+	// hard: n writes that all overlap, then a read of a value none of them
+	// wrote. Illegal, but porcupine can say so only after trying every
+	// order of the writes (2^n subsets), far longer than a millisecond.
+	hard := func(n int) []porcupine.Operation {
+		ops := make([]porcupine.Operation, 0, n+1)
+		for i := range n {
+			v := fmt.Sprintf("w%d", i)
+			ops = append(ops, op(i, storetest.RegInputForTest("put", v, ""), storetest.RegOutputForTest("ok", "", "v-"+v), 0, 100))
+		}
+		return append(ops, op(n, storetest.RegInputForTest("get", "", ""), storetest.RegOutputForTest("ok", "never", "v-never"), 101, 102))
+	}
+	put := func(v, ver string, call, ret int64) porcupine.Operation {
+		return op(0, storetest.RegInputForTest("put", v, ""), storetest.RegOutputForTest("ok", "", ver), call, ret)
+	}
+	get := func(v, ver string, call, ret int64) porcupine.Operation {
+		return op(1, storetest.RegInputForTest("get", "", ""), storetest.RegOutputForTest("ok", v, ver), call, ret)
+	}
+	tests := []struct {
+		name    string
+		ops     []porcupine.Operation
+		timeout time.Duration
+		wantErr string // "" for a pass
+	}{
+		{"linearizable", []porcupine.Operation{put("a", "v1", 0, 1), get("a", "v1", 2, 3)}, 10 * time.Second, ""},
+		{"illegal", []porcupine.Operation{put("a", "v1", 0, 1), put("b", "v2", 2, 3), get("a", "v1", 4, 5)}, 10 * time.Second, "not linearizable"},
+		{"timed out", hard(40), time.Millisecond, "not proven"},
+	}
+	for _, tc := range tests {
+		err := storetest.CheckHistoryForTest(tc.ops, tc.timeout)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v, want a pass", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.wantErr)
 		}
 	}
 }
