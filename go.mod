@@ -26,4 +26,5 @@ require (
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/qmuntal/stateless v1.7.2 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.32.0 // indirect
 )
