@@ -62,7 +62,9 @@ type regState struct {
 // RegisterModel is the sequential specification of one key of a Store, for
 // porcupine: Get sees the latest write, writes with a failed condition change
 // nothing, and every successful write gets a version other than the one it
-// replaced.
+// replaced. The suite's histories never write the bytes a key already
+// holds (every written value is unique), so adapters with ContentVersions
+// meet this model too.
 func RegisterModel() porcupine.Model { return registerModel }
 
 var registerModel = porcupine.Model{

@@ -1,8 +1,13 @@
 package storetest_test
 
 import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +25,88 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // change to the suite is checked even without the adapters' own packages.
 func TestSuiteOnMemstore(t *testing.T) {
 	storetest.TestStore(t, func(*testing.T) storage.Store { return memstore.New() })
+}
+
+// TestSuiteOnContentVersions runs the suite, with ContentVersions, against
+// a store whose versions are the MD5 of the bytes, as S3's ETags are: the
+// suite's content-version paths are checked without a MinIO server.
+func TestSuiteOnContentVersions(t *testing.T) {
+	storetest.TestStore(t, func(*testing.T) storage.Store { return &md5Store{Store: memstore.New()} }, storetest.ContentVersions())
+}
+
+// md5Store is a memstore whose versions are the MD5 of the stored bytes.
+// One mutex makes its read-compare-write conditions atomic.
+type md5Store struct {
+	storage.Store
+	mu sync.Mutex
+}
+
+func md5Version(b []byte) storage.Version {
+	sum := md5.Sum(b)
+	return storage.Version(hex.EncodeToString(sum[:]))
+}
+
+func (m *md5Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, _, err := m.Store.Get(ctx, key)
+	if err != nil {
+		return nil, "", err
+	}
+	return b, md5Version(b), nil
+}
+
+// current is the key's version, "" when missing; m.mu is held.
+func (m *md5Store) current(ctx context.Context, key string) (storage.Version, error) {
+	b, _, err := m.Store.Get(ctx, key)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return md5Version(b), nil
+}
+
+func (m *md5Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	if err := storage.CheckOp(ctx, "put", key); err != nil {
+		return "", err
+	}
+	if err := storage.CheckCondition("put", key, cond); err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, err := m.current(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	if !cond.Holds(cur) {
+		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+	}
+	if _, err := m.Store.Put(ctx, key, value, storage.Condition{}); err != nil {
+		return "", err
+	}
+	return md5Version(value), nil
+}
+
+func (m *md5Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	if err := storage.CheckOp(ctx, "delete", key); err != nil {
+		return err
+	}
+	if err := storage.CheckCondition("delete", key, cond); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, err := m.current(ctx, key)
+	if err != nil {
+		return err
+	}
+	if cond.Kind() == storage.MatchVersion && !cond.Holds(cur) {
+		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+	}
+	return m.Store.Delete(ctx, key, storage.Condition{})
 }
 
 // TestRegisterModelRejects proves the linearizability model can fail: it
