@@ -142,7 +142,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, e
 	if err := storage.CheckOp(ctx, "get", key); err != nil {
 		return nil, "", err
 	}
-	f, err := open(s.path(key))
+	f, fi, err := open(s.path(key))
 	if err != nil {
 		if notFound(err) {
 			return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, err)
@@ -150,19 +150,19 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, e
 		return nil, "", storage.NewOpError("get", key, nil, err)
 	}
 	defer f.Close()
-	b, v, err := readValue(f)
+	b, v, err := readValue(f, fi)
 	if err != nil {
 		return nil, "", storage.NewOpError("get", key, nil, err)
 	}
 	return b, v, nil
 }
 
-// open opens the value file at path for reading; a directory (of other
-// keys) is no value and gives EISDIR.
-func open(path string) (*os.File, error) {
+// open opens the value file at path for reading and stats it; a directory
+// (of other keys) is no value and gives EISDIR.
+func open(path string) (*os.File, fs.FileInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fi, err := f.Stat()
 	if err == nil && fi.IsDir() {
@@ -170,29 +170,22 @@ func open(path string) (*os.File, error) {
 	}
 	if err != nil {
 		_ = f.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return f, nil
+	return f, fi, nil
 }
 
-// readValue reads the whole value file f and its version.
-func readValue(f *os.File) ([]byte, storage.Version, error) {
-	before, err := f.Stat()
+// readValue reads the whole value file f, which stat described as fi, and
+// its version. Another tool writing f in place during the read may leave
+// torn bytes paired with the stamp's token; no compare-and-swap can use
+// that token, as the file's mtime no longer matches its stamp.
+func readValue(f *os.File, fi fs.FileInfo) ([]byte, storage.Version, error) {
+	b, err := readAll(f, fi.Size())
 	if err != nil {
 		return nil, "", err
 	}
-	b, err := readAll(f, before.Size())
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := f.Stat()
-	if err != nil {
-		return nil, "", err
-	}
-	// The stamp vouches for these bytes only if nobody wrote the file in
-	// place while it was read.
-	if sameFile(before, after) && int64(len(b)) == before.Size() {
-		tok, ok, err := stampToken(f, before)
+	if int64(len(b)) == fi.Size() {
+		tok, ok, err := stampToken(f, fi)
 		if err != nil {
 			return nil, "", err
 		}
@@ -201,10 +194,6 @@ func readValue(f *os.File) ([]byte, storage.Version, error) {
 		}
 	}
 	return b, contentVersion(b), nil
-}
-
-func sameFile(a, b fs.FileInfo) bool {
-	return a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
 }
 
 // readAll reads f to its end, sized by the size stat reported.
@@ -271,7 +260,7 @@ func notFound(err error) bool {
 // current reads the version stored at path; "" when the key is missing.
 // Writers call it under the key's lock.
 func current(path string) (storage.Version, error) {
-	f, err := open(path)
+	f, fi, err := open(path)
 	if notFound(err) {
 		return "", nil
 	}
@@ -279,16 +268,12 @@ func current(path string) (storage.Version, error) {
 		return "", err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
 	tok, ok, err := stampToken(f, fi)
 	if err != nil || ok {
 		return tok, err
 	}
 	// No valid stamp: hash the bytes, as Get does.
-	_, v, err := readValue(f)
+	_, v, err := readValue(f, fi)
 	return v, err
 }
 
