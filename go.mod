@@ -13,6 +13,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/qmuntal/stateless v1.7.2
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.32.0
 )
 
 require (

@@ -14,11 +14,28 @@ import (
 	"iter"
 )
 
-// Version identifies one write of one key. It is opaque: callers compare
-// versions only for equality and pass them back in IfMatch. Every successful
-// write produces a version different from every earlier version of that key,
-// even when the value written is byte-for-byte the same, so a stale version
-// can never match again (no ABA).
+// Version identifies the state one write left at one key. It is opaque:
+// callers compare versions only for equality and pass them back in IfMatch.
+//
+// Every adapter guarantees: two versions of one key are equal only if they
+// were issued for equal bytes. So IfMatch(v) succeeds only while the key
+// holds the very bytes v was returned with (by Get or Put); once other
+// bytes replace them, v fails, at least until those exact bytes are back.
+//
+// memstore and filestore guarantee more: every successful write gets a
+// version never issued before for that key, even when it writes the bytes
+// already stored, so a stale version can never match again (no ABA).
+// s3store cannot: the object's bytes are exactly the value and its version
+// is the ETag, the MD5 of those bytes, so rewriting identical bytes, at
+// once or after A-B-A, brings the earlier version back, and a
+// compare-and-swap holding it succeeds. Such a swap acts on exactly the
+// bytes it was computed from, so it is correct whenever a record's state is
+// its bytes; what it cannot do is notice that identical bytes were
+// rewritten in between. A caller that must notice every write makes every
+// write change the bytes: typed documents do (Meta's counter goes up on
+// every Update); a raw object under compare-and-swap carries an epoch or
+// counter of its own. (storetest checks the weaker guarantee for adapters
+// that declare storetest.ContentVersions.)
 type Version string
 
 // ConditionKind says which precondition a Condition carries.
@@ -103,8 +120,9 @@ type Store interface {
 	// the caller.
 	Get(ctx context.Context, key string) ([]byte, Version, error)
 
-	// Put stores value at key if cond holds and returns the new version,
-	// which differs from every earlier version of key. A failed condition
+	// Put stores value at key if cond holds and returns the new version
+	// (new as Version explains: always, but for a content-versioned adapter
+	// rewriting bytes the key held before). A failed condition
 	// gives an error matching ErrPreconditionFailed and writes nothing:
 	// IfNotExists fails when the key exists, IfMatch fails when the key is
 	// missing or has another version. The store does not keep value after
@@ -119,6 +137,16 @@ type Store interface {
 	// succeeds (deletes are idempotent). IfMatch fails with
 	// ErrPreconditionFailed when the key is missing or has another version.
 	// IfNotExists is meaningless for Delete and gives ErrInvalidCondition.
+	//
+	// A conditional Delete is atomic on memstore, filestore and AWS S3, but
+	// NOT on MinIO, which ignores If-Match on DeleteObject: s3store checks
+	// the version with a HEAD and then deletes, so a write landing between
+	// the two is deleted too. Nothing may therefore rely on a conditional
+	// Delete for mutual exclusion. Use it only on records nobody writes any
+	// more (a finalized artifact, an expired inbox entry), where the
+	// condition catches a mistake, not a race; to retire a record others may
+	// still write, first move it with a compare-and-swap Put to a state no
+	// writer changes, then delete it.
 	Delete(ctx context.Context, key string, cond Condition) error
 
 	// List yields, in ascending byte order, every key that starts with prefix

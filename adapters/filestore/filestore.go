@@ -7,40 +7,72 @@
 // Layout: a key is a file path under the root, so a run folder reads like
 // 003 §5.2; writers keep their lock and temporary files beside it:
 //
-//	<root>/agents/x/runs/r1/status.json              the value, with a header
+//	<root>/agents/x/runs/r1/status.json              exactly the value's bytes
 //	<root>/agents/x/runs/r1/.cnvlock-status.json     flock(2) lock for writers
 //	<root>/agents/x/runs/r1/.cnvtmp-*                a write in progress
 //
 // storage.ValidateKey refuses key segments starting with ".cnv", so these
 // names can never be keys, and refuses "..", so no key leaves the root.
 //
-// A value file starts with the 38-byte header "cnv1 <32 hex>\n" carrying
-// the version, a random 128-bit token drawn per write, followed by the
-// value. Header and value are replaced together by rename(2), so a reader
-// never sees one without the other, and rewriting identical bytes still
-// changes the version.
+// # Versions
+//
+// A value file holds the value and nothing else (jq reads status.json). Its
+// version lives in an extended attribute of the same file,
+// "user.conveyor.version": a random 128-bit token drawn per write, plus the
+// mtime and size the file had when it was written. What is guaranteed, and
+// why:
+//
+//   - Every write gets a new version, identical bytes or not, and a version
+//     is never reused (A-B-A cannot bring one back): the token is random
+//     per write, never derived from the bytes.
+//   - A reader never pairs a value with another write's version, without a
+//     lock: value and attribute belong to one inode, written completely
+//     (and fsync'd) under a temporary name before rename(2) puts that inode
+//     at the key. Get reads both through one open file, so it sees one
+//     write's bytes and that same write's token, never a mix. (A sidecar
+//     file would make them two renames, and a reader or a crash between
+//     them could pair a new value with an old version.)
+//   - A crash leaves either the old file or the new one at the key, each
+//     with its own attribute; at worst a .cnvtmp- file, which is never a key.
+//   - A file at a key that has no valid attribute (written by another tool,
+//     edited in place so that its mtime or size no longer match, or copied
+//     without extended attributes) is still a value: its version is
+//     "sha256-" and a hash of its bytes. It can be read, and overwritten
+//     unconditionally or with IfMatch of that version; the next write gives
+//     it a token. Such a content version repeats only for identical bytes,
+//     so a compare-and-swap on it acts on the bytes that are there. An
+//     in-place edit that keeps both size and mtime goes unseen: write with
+//     rename, as editors and the SDK do.
+//
+// New refuses a directory whose file system has no user extended attributes
+// (ext4, xfs, btrfs, APFS and tmpfs since Linux 6.6 have them).
 //
 // Writers take an exclusive flock on the key's lock file for the whole
 // read-check-write, which makes conditional writes atomic across goroutines
-// and processes; readers take no lock, because rename is atomic. Every
-// write is fsync'd, then renamed, then the directory is fsync'd, so a
-// completed Put survives a crash. Deleting a key leaves its lock file and
-// directories behind; they are harmless and reused by the next write. flock
-// needs a local file system; do not share the root over NFS.
+// and processes. A writer waits for the lock by polling with LOCK_NB, so
+// the wait ends when its context does, even if the holder is a paused
+// process; locks are per key, so a paused holder delays only writers of its
+// own key. A killed holder's lock is released by the kernel. Every write is
+// fsync'd, then renamed, then the directory is fsync'd, so a completed Put
+// survives a crash. Deleting a key leaves its lock file and directories
+// behind; they are harmless and reused by the next write. flock needs a
+// local file system; do not share the root over NFS.
 package filestore
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"iter"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -51,8 +83,13 @@ import (
 const (
 	lockPrefix  = ".cnvlock-"
 	tempPattern = ".cnvtmp-*"
-	magic       = "cnv1 "
-	headerLen   = len(magic) + 32 + 1
+	// attrName is the extended attribute holding a value file's stamp.
+	attrName = "user.conveyor.version"
+	// contentPrefix starts the version of a file without a valid stamp; a
+	// token is 32 hex digits, so the two kinds never collide.
+	contentPrefix = "sha256-"
+	// maxStampLen bounds a stamp: token, mtime and size in decimal.
+	maxStampLen = 32 + 1 + 20 + 1 + 20
 )
 
 // Store is a storage.Store in a directory. Create it with New.
@@ -72,7 +109,26 @@ func New(dir string) (*Store, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
+	if err := probeAttr(root); err != nil {
+		return nil, err
+	}
 	return &Store{root: root}, nil
+}
+
+// probeAttr checks that files under root can carry the version attribute,
+// so that a store which cannot keep versions fails at New, not at its
+// first write.
+func probeAttr(root string) error {
+	f, err := os.CreateTemp(root, tempPattern)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if err := setAttr(f, []byte("probe")); err != nil {
+		return fmt.Errorf("filestore: %s cannot hold versions: its file system has no user extended attributes: %w", root, err)
+	}
+	return nil
 }
 
 // Root is the absolute directory the store lives in.
@@ -80,30 +136,119 @@ func (s *Store) Root() string { return s.root }
 
 func (s *Store) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
 
-// Get implements storage.Store.
+// Get implements storage.Store. It takes no lock: the value and its
+// version are read through one open file, so they belong to one write.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	if err := storage.CheckOp(ctx, "get", key); err != nil {
 		return nil, "", err
 	}
-	b, err := os.ReadFile(s.path(key))
+	f, fi, err := open(s.path(key))
 	if err != nil {
 		if notFound(err) {
 			return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, err)
 		}
 		return nil, "", storage.NewOpError("get", key, nil, err)
 	}
-	v, value, err := parse(b)
+	defer f.Close()
+	b, v, err := readValue(f, fi)
 	if err != nil {
 		return nil, "", storage.NewOpError("get", key, nil, err)
 	}
-	return value, v, nil
+	return b, v, nil
 }
 
-func parse(b []byte) (storage.Version, []byte, error) {
-	if len(b) < headerLen || !bytes.HasPrefix(b, []byte(magic)) || b[headerLen-1] != '\n' {
-		return "", nil, errors.New("filestore: value file has no valid header")
+// open opens the value file at path for reading and stats it; a directory
+// (of other keys) is no value and gives EISDIR.
+func open(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
 	}
-	return storage.Version(b[len(magic) : headerLen-1]), b[headerLen:], nil
+	fi, err := f.Stat()
+	if err == nil && fi.IsDir() {
+		err = &fs.PathError{Op: "read", Path: path, Err: syscall.EISDIR}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// readValue reads the whole value file f, which stat described as fi, and
+// its version. Another tool writing f in place during the read may leave
+// torn bytes paired with the stamp's token; no compare-and-swap can use
+// that token, as the file's mtime no longer matches its stamp.
+func readValue(f *os.File, fi fs.FileInfo) ([]byte, storage.Version, error) {
+	b, err := readAll(f, fi.Size())
+	if err != nil {
+		return nil, "", err
+	}
+	if int64(len(b)) == fi.Size() {
+		tok, ok, err := stampToken(f, fi)
+		if err != nil {
+			return nil, "", err
+		}
+		if ok {
+			return b, tok, nil
+		}
+	}
+	return b, contentVersion(b), nil
+}
+
+// readAll reads f to its end, sized by the size stat reported.
+func readAll(f *os.File, size int64) ([]byte, error) {
+	b := make([]byte, 0, size+1) // +1: see EOF without growing
+	for {
+		n, err := f.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // the file grew meanwhile
+		}
+	}
+}
+
+// stamp is the value of a file's version attribute: the write's token and
+// the mtime and size the file had when it was written, so that a later
+// in-place change by another tool, which keeps the attribute, is noticed.
+func stamp(token storage.Version, fi fs.FileInfo) []byte {
+	return fmt.Appendf(nil, "%s %d %d", token, fi.ModTime().UnixNano(), fi.Size())
+}
+
+// stampToken returns the token of f's stamp if f has one that matches fi
+// (the file as it was read).
+func stampToken(f *os.File, fi fs.FileInfo) (storage.Version, bool, error) {
+	var buf [maxStampLen]byte
+	n, ok, err := getAttr(f, buf[:])
+	if err != nil || !ok {
+		return "", false, err
+	}
+	fields := strings.Fields(string(buf[:n]))
+	if len(fields) != 3 || len(fields[0]) != 32 {
+		return "", false, nil
+	}
+	if _, err := hex.DecodeString(fields[0]); err != nil {
+		return "", false, nil
+	}
+	mtime, err1 := strconv.ParseInt(fields[1], 10, 64)
+	size, err2 := strconv.ParseInt(fields[2], 10, 64)
+	if err1 != nil || err2 != nil || mtime != fi.ModTime().UnixNano() || size != fi.Size() {
+		return "", false, nil
+	}
+	return storage.Version(fields[0]), true, nil
+}
+
+// contentVersion is the version of a file without a valid stamp: a hash of
+// its bytes (128 bits of SHA-256), equal only for equal bytes.
+func contentVersion(b []byte) storage.Version {
+	sum := sha256.Sum256(b)
+	return storage.Version(contentPrefix + hex.EncodeToString(sum[:16]))
 }
 
 // notFound reports whether err means no value is stored at a path: it
@@ -113,8 +258,9 @@ func notFound(err error) bool {
 }
 
 // current reads the version stored at path; "" when the key is missing.
+// Writers call it under the key's lock.
 func current(path string) (storage.Version, error) {
-	f, err := os.Open(path)
+	f, fi, err := open(path)
 	if notFound(err) {
 		return "", nil
 	}
@@ -122,11 +268,12 @@ func current(path string) (storage.Version, error) {
 		return "", err
 	}
 	defer f.Close()
-	var h [headerLen]byte
-	if _, err := io.ReadFull(f, h[:]); err != nil {
-		return "", err
+	tok, ok, err := stampToken(f, fi)
+	if err != nil || ok {
+		return tok, err
 	}
-	v, _, err := parse(h[:])
+	// No valid stamp: hash the bytes, as Get does.
+	_, v, err := readValue(f, fi)
 	return v, err
 }
 
@@ -160,7 +307,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	if !cond.Holds(cur) {
 		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
 	}
-	ver := newVersion()
+	ver := newToken()
 	if err := writeAtomic(path, ver, value); err != nil {
 		return "", storage.NewOpError("put", key, nil, err)
 	}
@@ -328,15 +475,17 @@ func lock(ctx context.Context, path string) (func(), error) {
 	}
 }
 
-func newVersion() storage.Version {
+func newToken() storage.Version {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails since Go 1.24
 	return storage.Version(hex.EncodeToString(b[:]))
 }
 
-// writeAtomic replaces the file at path with header+value: temp file in the
-// same directory, fsync, rename, fsync the directory.
-func writeAtomic(path string, ver storage.Version, value []byte) (err error) {
+// writeAtomic replaces the file at path with value, stamped with token:
+// temp file in the same directory, value, stamp, fsync, rename, fsync the
+// directory. The stamp is set before the rename, so the file is never
+// visible at the key without it.
+func writeAtomic(path string, token storage.Version, value []byte) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, tempPattern)
 	if err != nil {
@@ -349,10 +498,14 @@ func writeAtomic(path string, ver storage.Version, value []byte) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
-	if _, err = f.WriteString(magic + string(ver) + "\n"); err != nil {
+	if _, err = f.Write(value); err != nil {
 		return err
 	}
-	if _, err = f.Write(value); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err = setAttr(f, stamp(token, fi)); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {

@@ -7,35 +7,44 @@
 //
 // # The traps of S3 conditional writes, and how this package meets them
 //
-// Identical bodies, identical ETags. A single-part ETag is the MD5 of the
-// body, so writing A, then B, then A again brings back the first ETag, and a
-// writer holding the first version would win an If-Match it should lose
-// (ABA). Therefore every object body starts with a 38-byte header
-// "cnv1 <32 hex>\n" whose token is drawn at random for each write: no two
-// writes share a body, so no two share an ETag, and the ETag alone is a
-// correct version. Get strips the header; an object without one (written by
-// another tool) is returned whole, with its ETag as version. Read objects
-// through the Store, not with raw S3 tools, if the header would surprise.
+// Identical bodies, identical ETags. An object's body is exactly the value
+// (jq, mc cat and any S3 client read it as it is), and a single-part ETag
+// is the MD5 of the body, so writing A, then B, then A again brings back
+// the first ETag: versions are content-addressed. No header-free S3
+// mechanism gives a per-write ETag or a condition on anything but the ETag
+// (metadata does not change the ETag; MinIO's random ETags need SSE or
+// --no-compat, AWS has neither), so this adapter gives the weaker guarantee
+// storage.Version describes: equal versions only for equal bytes. A
+// compare-and-swap that succeeds after A-B-A acts on the bytes it was
+// computed from; callers that must notice every write change the bytes on
+// every write (typed documents carry a counter). Its conformance run
+// declares storetest.ContentVersions.
 //
 // Lost responses. When the response to a conditional PutObject is lost, the
 // SDK retries, and the retry can answer 412 because the first attempt
 // landed. The adapter counts the SDK's attempts: a 412 on the first attempt
-// is a plain conflict. After a retry, it HEADs the object; the write token
-// is also stored as object metadata (x-amz-meta-conveyor-token), and if the
-// token there is its own, the write landed and Put reports success with
-// that ETag. If it is not, the first attempt may have landed and been
-// replaced since, or never landed: Put cannot tell, and returns an error
-// matching storage.ErrOutcomeUnknown (not ErrPreconditionFailed, which
-// would invite a retry that applies a change twice).
+// is a plain conflict. After a retry, it HEADs the object; each write
+// carries a random token as object metadata (x-amz-meta-conveyor-token, not
+// in the body), and if the token there is its own, the write landed and Put
+// reports success with that ETag. If it is not, the first attempt may have
+// landed and been replaced since, or never landed: Put cannot tell, and
+// returns an error matching storage.ErrOutcomeUnknown (not
+// ErrPreconditionFailed, which would invite a retry that applies a change
+// twice).
 //
 // If-Match on a missing key answers 404, not 412. Put and Delete map it to
 // ErrPreconditionFailed, as the storage.Store contract requires.
 //
-// Conditional Delete. DeleteObject sends If-Match, which AWS S3 honours
-// atomically; MinIO (as of the pinned release) ignores it. The adapter
-// therefore HEADs first and refuses a stale version itself, so a
-// conditional Delete is always correct against a sequential writer, and
-// atomic against concurrent writers on AWS S3 only.
+// Conditional Delete is not atomic on MinIO. DeleteObject sends If-Match,
+// which AWS S3 honours atomically; MinIO (as of the pinned release) ignores
+// it and deletes whatever is there. The adapter therefore HEADs first and
+// refuses a stale version itself: correct against a sequential writer,
+// atomic against concurrent writers on AWS S3 only. On MinIO a write that
+// lands between the HEAD and the DELETE is deleted, so nothing may rely on
+// a conditional Delete for mutual exclusion (see storage.Store's Delete).
+//
+// Objects written by other tools are values like any other: read whole,
+// with their ETag as version.
 package s3store
 
 import (
@@ -64,13 +73,9 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-const (
-	magic     = "cnv1 "
-	headerLen = len(magic) + 32 + 1
-	// metaToken is the user metadata key of the write token
-	// (x-amz-meta-conveyor-token on the wire).
-	metaToken = "conveyor-token"
-)
+// metaToken is the user metadata key of the write token
+// (x-amz-meta-conveyor-token on the wire).
+const metaToken = "conveyor-token"
 
 // Config configures New. Only Bucket is required; every empty field falls
 // back to the AWS SDK's default chain (AWS_* environment variables, shared
@@ -269,27 +274,13 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, e
 	if _, err := io.Copy(b, out.Body); err != nil {
 		return nil, "", fail(ctx, "get", key, err)
 	}
-	return stripHeader(b.Bytes()), unquote(out.ETag), nil
-}
-
-// stripHeader removes the write-token header, if the object has one.
-func stripHeader(b []byte) []byte {
-	if len(b) >= headerLen && bytes.HasPrefix(b, []byte(magic)) && b[headerLen-1] == '\n' {
-		return b[headerLen:]
-	}
-	return b
+	return b.Bytes(), unquote(out.ETag), nil
 }
 
 func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails since Go 1.24
 	return hex.EncodeToString(b[:])
-}
-
-// body is header+value as one seekable reader, so the SDK can sign, retry
-// and send it without copying value.
-func body(token string, value []byte) io.ReadSeeker {
-	return &multiReadSeeker{parts: [2][]byte{[]byte(magic + token + "\n"), value}}
 }
 
 // Put implements storage.Store.
@@ -304,8 +295,8 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	in := &s3.PutObjectInput{
 		Bucket:        &s.bucket,
 		Key:           s.objectKey(key),
-		Body:          body(token, value),
-		ContentLength: aws.Int64(int64(headerLen + len(value))),
+		Body:          bytes.NewReader(value), // seekable: the SDK signs and retries it without a copy
+		ContentLength: aws.Int64(int64(len(value))),
 		Metadata:      map[string]string{metaToken: token},
 	}
 	switch cond.Kind() {
@@ -457,74 +448,4 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 			}
 		}
 	}
-}
-
-// multiReadSeeker reads two byte slices as one stream and can seek, which
-// the SDK needs to sign the payload and to rewind it for a retry.
-type multiReadSeeker struct {
-	parts [2][]byte
-	off   int64
-}
-
-func (m *multiReadSeeker) size() int64 { return int64(len(m.parts[0]) + len(m.parts[1])) }
-
-func (m *multiReadSeeker) Read(p []byte) (int, error) {
-	if m.off >= m.size() {
-		return 0, io.EOF
-	}
-	n := 0
-	h := int64(len(m.parts[0]))
-	if m.off < h {
-		n = copy(p, m.parts[0][m.off:])
-	}
-	if n < len(p) {
-		start := max(m.off+int64(n)-h, 0)
-		n += copy(p[n:], m.parts[1][start:])
-	}
-	m.off += int64(n)
-	return n, nil
-}
-
-// WriteTo writes the unread rest to w without an intermediate buffer; the
-// SDK's payload hashing and net/http's body copy use it through io.Copy.
-func (m *multiReadSeeker) WriteTo(w io.Writer) (int64, error) {
-	var total int64
-	h := int64(len(m.parts[0]))
-	for m.off < m.size() {
-		var chunk []byte
-		if m.off < h {
-			chunk = m.parts[0][m.off:]
-		} else {
-			chunk = m.parts[1][m.off-h:]
-		}
-		n, err := w.Write(chunk)
-		m.off += int64(n)
-		total += int64(n)
-		if err != nil {
-			return total, err
-		}
-		if n < len(chunk) {
-			return total, io.ErrShortWrite
-		}
-	}
-	return total, nil
-}
-
-func (m *multiReadSeeker) Seek(offset int64, whence int) (int64, error) {
-	var abs int64
-	switch whence {
-	case io.SeekStart:
-		abs = offset
-	case io.SeekCurrent:
-		abs = m.off + offset
-	case io.SeekEnd:
-		abs = m.size() + offset
-	default:
-		return 0, errors.New("s3store: invalid whence")
-	}
-	if abs < 0 {
-		return 0, errors.New("s3store: negative position")
-	}
-	m.off = abs
-	return abs, nil
 }

@@ -2,6 +2,9 @@ package storetest
 
 import "github.com/runconveyor/conveyor/storage"
 
+// CheckHistoryForTest is the verdict testLinearizable gives a history.
+var CheckHistoryForTest = checkHistory
+
 // RegInputForTest builds a history input for the model's own tests.
 func RegInputForTest(op, value, expect string) any {
 	k := map[string]opKind{"get": opGet, "put": opPut, "create": opCreate, "cas": opCAS, "delete": opDelete}[op]

@@ -1,6 +1,13 @@
 package storetest_test
 
 import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +25,88 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // change to the suite is checked even without the adapters' own packages.
 func TestSuiteOnMemstore(t *testing.T) {
 	storetest.TestStore(t, func(*testing.T) storage.Store { return memstore.New() })
+}
+
+// TestSuiteOnContentVersions runs the suite, with ContentVersions, against
+// a store whose versions are the MD5 of the bytes, as S3's ETags are: the
+// suite's content-version paths are checked without a MinIO server.
+func TestSuiteOnContentVersions(t *testing.T) {
+	storetest.TestStore(t, func(*testing.T) storage.Store { return &md5Store{Store: memstore.New()} }, storetest.ContentVersions())
+}
+
+// md5Store is a memstore whose versions are the MD5 of the stored bytes.
+// One mutex makes its read-compare-write conditions atomic.
+type md5Store struct {
+	storage.Store
+	mu sync.Mutex
+}
+
+func md5Version(b []byte) storage.Version {
+	sum := md5.Sum(b)
+	return storage.Version(hex.EncodeToString(sum[:]))
+}
+
+func (m *md5Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, _, err := m.Store.Get(ctx, key)
+	if err != nil {
+		return nil, "", err
+	}
+	return b, md5Version(b), nil
+}
+
+// current is the key's version, "" when missing; m.mu is held.
+func (m *md5Store) current(ctx context.Context, key string) (storage.Version, error) {
+	b, _, err := m.Store.Get(ctx, key)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return md5Version(b), nil
+}
+
+func (m *md5Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	if err := storage.CheckOp(ctx, "put", key); err != nil {
+		return "", err
+	}
+	if err := storage.CheckCondition("put", key, cond); err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, err := m.current(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	if !cond.Holds(cur) {
+		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+	}
+	if _, err := m.Store.Put(ctx, key, value, storage.Condition{}); err != nil {
+		return "", err
+	}
+	return md5Version(value), nil
+}
+
+func (m *md5Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	if err := storage.CheckOp(ctx, "delete", key); err != nil {
+		return err
+	}
+	if err := storage.CheckCondition("delete", key, cond); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, err := m.current(ctx, key)
+	if err != nil {
+		return err
+	}
+	if cond.Kind() == storage.MatchVersion && !cond.Holds(cur) {
+		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+	}
+	return m.Store.Delete(ctx, key, storage.Condition{})
 }
 
 // TestRegisterModelRejects proves the linearizability model can fail: it
@@ -49,6 +138,52 @@ func TestRegisterModelRejects(t *testing.T) {
 	for _, tc := range tests {
 		if got := storetest.CheckRegisterHistory(tc.ops, 10*time.Second); got != tc.want {
 			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLinearizabilityVerdict proves the suite's verdict can fail: on an
+// illegal history, and on one porcupine cannot decide in time (Unknown),
+// which proves nothing and must not pass.
+func TestLinearizabilityVerdict(t *testing.T) {
+	t.Parallel()
+	op := func(c int, in, out any, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: c, Input: in, Output: out, Call: call, Return: ret}
+	}
+	// hard: n writes that all overlap, then a read of a value none of them
+	// wrote. Illegal, but porcupine can say so only after trying every
+	// order of the writes (2^n subsets), far longer than a millisecond.
+	hard := func(n int) []porcupine.Operation {
+		ops := make([]porcupine.Operation, 0, n+1)
+		for i := range n {
+			v := fmt.Sprintf("w%d", i)
+			ops = append(ops, op(i, storetest.RegInputForTest("put", v, ""), storetest.RegOutputForTest("ok", "", "v-"+v), 0, 100))
+		}
+		return append(ops, op(n, storetest.RegInputForTest("get", "", ""), storetest.RegOutputForTest("ok", "never", "v-never"), 101, 102))
+	}
+	put := func(v, ver string, call, ret int64) porcupine.Operation {
+		return op(0, storetest.RegInputForTest("put", v, ""), storetest.RegOutputForTest("ok", "", ver), call, ret)
+	}
+	get := func(v, ver string, call, ret int64) porcupine.Operation {
+		return op(1, storetest.RegInputForTest("get", "", ""), storetest.RegOutputForTest("ok", v, ver), call, ret)
+	}
+	tests := []struct {
+		name    string
+		ops     []porcupine.Operation
+		timeout time.Duration
+		wantErr string // "" for a pass
+	}{
+		{"linearizable", []porcupine.Operation{put("a", "v1", 0, 1), get("a", "v1", 2, 3)}, 10 * time.Second, ""},
+		{"illegal", []porcupine.Operation{put("a", "v1", 0, 1), put("b", "v2", 2, 3), get("a", "v1", 4, 5)}, 10 * time.Second, "not linearizable"},
+		{"timed out", hard(40), time.Millisecond, "not proven"},
+	}
+	for _, tc := range tests {
+		err := storetest.CheckHistoryForTest(tc.ops, tc.timeout)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v, want a pass", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.wantErr)
 		}
 	}
 }

@@ -1,0 +1,6 @@
+package filestore
+
+import "golang.org/x/sys/unix"
+
+// errNoAttr is what getxattr(2) says for a file without the attribute.
+const errNoAttr = unix.ENODATA
