@@ -48,6 +48,9 @@ const (
 	// CodeInboxInvalidTransition: the inbox entry machine refused the move,
 	// e.g. processing a rejected entry.
 	CodeInboxInvalidTransition = "INBOX_INVALID_TRANSITION"
+	// CodeRecordQuarantined: the record could not be decoded or failed
+	// validation, and was moved under quarantine/ (storage.CorruptError).
+	CodeRecordQuarantined = "RECORD_QUARANTINED"
 )
 
 // httpStatus is the one table from error code to HTTP status (seed 000 §5.3
@@ -77,6 +80,7 @@ var httpStatus = map[string]int{
 	CodeInboxEntryExists:       http.StatusConflict,
 	CodeInboxEntryExpired:      http.StatusGone,
 	CodeInboxInvalidTransition: http.StatusConflict,
+	CodeRecordQuarantined:      http.StatusGone,
 }
 
 // HTTPStatus maps an error code to the HTTP status an API answers with; an
@@ -114,6 +118,12 @@ func ErrorCode(err error) string {
 		return CodeNotFound
 	case errors.Is(err, storage.ErrInvalidID):
 		return CodeInvalidInput
+	case errors.Is(err, storage.ErrLeaseLost):
+		return CodeLeaseLost
+	case errors.Is(err, storage.ErrUnavailable):
+		return CodeUpstreamUnavailable
+	case errors.Is(err, storage.ErrCorrupt):
+		return CodeRecordQuarantined
 	}
 	return CodeInternalError
 }

@@ -27,6 +27,12 @@ func TestErrorCodeOfSentinels(t *testing.T) {
 		{"invalid input", &lifecycle.InputError{Field: "reason", Limit: 1}, lifecycle.CodeInvalidInput, 400},
 		{"a step's code wins", lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "%v", storage.ErrNotFound), lifecycle.CodeNLMUnavailable, 502},
 		{"precondition failed", storage.ErrPreconditionFailed, lifecycle.CodeInternalError, 500},
+		{"lease lost (typed)", &storage.LeaseLostError{Key: "jobs/x.json", Owner: "w", Epoch: 1}, lifecycle.CodeLeaseLost, 409},
+		{"lease lost (sentinel)", fmt.Errorf("job x: %w", storage.ErrLeaseLost), lifecycle.CodeLeaseLost, 409},
+		{"store unavailable", &storage.UnavailableError{Op: "get", Key: "k", Err: errors.New("refused")}, lifecycle.CodeUpstreamUnavailable, 502},
+		{"store unavailable (sentinel)", fmt.Errorf("x: %w", storage.ErrUnavailable), lifecycle.CodeUpstreamUnavailable, 502},
+		{"quarantined record", fmt.Errorf("%w: %w", storage.ErrNotFound, &storage.CorruptError{Key: "jobs/x.json", Reason: "cannot decode"}), lifecycle.CodeRecordQuarantined, 410},
+		{"corrupt (sentinel)", fmt.Errorf("x: %w", storage.ErrCorrupt), lifecycle.CodeRecordQuarantined, 410},
 		{"plain error", errors.New("boom"), lifecycle.CodeInternalError, 500},
 	}
 	for _, tt := range tests {
