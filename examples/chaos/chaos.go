@@ -32,9 +32,9 @@ type Report struct {
 	Options Options
 
 	Jobs, Complete, Dead, Quarantined, Open int
-	QuarantineRecords, Artifacts             int
-	ReusedArtifacts                          int // COMPLETE with an artifact of an earlier attempt
-	Attempts                                 int
+	QuarantineRecords, Artifacts            int
+	ReusedArtifacts                         int // COMPLETE with an artifact of an earlier attempt
+	Attempts                                int
 
 	Kills, Pauses, Corruptions, Outages int
 	Chaos, Drained, Total               time.Duration

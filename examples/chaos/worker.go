@@ -134,7 +134,7 @@ func RunWorker(w WorkerOptions, stderr io.Writer) int {
 	}()
 	h := newHandlers(w, log)
 	wk := &jobqueue.Worker{Queue: q, ID: w.ID, Handlers: h, Slots: max(w.Slots, 1), PollInterval: w.Poll, SweepInterval: w.Sweep}
-		if err := wk.Run(ctx); err != nil {
+	if err := wk.Run(ctx); err != nil {
 		log.Error("chaos worker: run", "err", err)
 		return 2
 	}
