@@ -40,6 +40,8 @@ type Report struct {
 	Chaos, Drained, Total               time.Duration
 	Settled                             bool
 
+	// DeadWhy gives each DEAD job's last error.
+	DeadWhy []string
 	// WorkerLog counts the workers' log lines by message.
 	WorkerLog map[string]int
 	// Kept is where the logs (and a filestore) were left for a look, if
@@ -51,8 +53,8 @@ type Report struct {
 // Print writes the summary.
 func (r *Report) Print(w io.Writer) {
 	o := r.Options
-	fmt.Fprintf(w, "chaos: store=%s workers=%d slots=%d jobs=%d agents=%d seed=%d faults=%s lease=%s step=%s\n",
-		o.Store, o.Workers, o.Slots, o.Jobs, o.Agents, o.Seed, o.faults(), o.Lease, o.Step)
+	fmt.Fprintf(w, "chaos: store=%s workers=%d slots=%d jobs=%d agents=%d seed=%d faults=%s lease=%s step=%s work=%s\n",
+		o.Store, o.Workers, o.Slots, o.Jobs, o.Agents, o.Seed, o.faults(), o.Lease, o.Step, o.Work)
 	fmt.Fprintf(w, "  faults injected: %d kills, %d pauses, %d corruptions, %d outages (of %s) in %s\n",
 		r.Kills, r.Pauses, r.Corruptions, r.Outages, o.OutageFor, r.Chaos.Round(time.Millisecond))
 	settled := "settled"
@@ -62,6 +64,13 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  drain: %s after %s; total %s\n", settled, r.Drained.Round(time.Millisecond), r.Total.Round(time.Millisecond))
 	fmt.Fprintf(w, "  jobs: %d: %d COMPLETE, %d DEAD, %d quarantined, %d open; %d attempts; %d artifacts (%d from an earlier attempt); %d quarantine records\n",
 		r.Jobs, r.Complete, r.Dead, r.Quarantined, r.Open, r.Attempts, r.Artifacts, r.ReusedArtifacts, r.QuarantineRecords)
+	for i, d := range r.DeadWhy {
+		if i == 5 {
+			fmt.Fprintf(w, "    ... and %d DEAD more\n", len(r.DeadWhy)-i)
+			break
+		}
+		fmt.Fprintf(w, "    DEAD %s\n", d)
+	}
 	if len(r.WorkerLog) > 0 {
 		type kv struct {
 			k string
@@ -287,6 +296,11 @@ func (r *run) fill(st *State) {
 			rep.Complete++
 		case rec.Job != nil && rec.Job.Status == jobqueue.JobDead:
 			rep.Dead++
+			why := ""
+			if rec.Job.Error != nil {
+				why = *rec.Job.Error
+			}
+			rep.DeadWhy = append(rep.DeadWhy, fmt.Sprintf("%s: %s in %s: %s", p.JobID, rec.Job.ErrorCode, rec.Job.FailedStep, why))
 		case !rec.Present && st.quarantined(p.JobID):
 			rep.Quarantined++
 		default:
@@ -320,7 +334,7 @@ func plannedJobs(o Options) []Planned {
 func (r *run) openStore(ctx context.Context) (func(), error) {
 	o := r.o
 	r.base = WorkerOptions{Store: o.Store, Lease: o.Lease, Step: o.Step, Poll: o.Poll, Sweep: o.Sweep,
-		Slots: o.Slots, FailRate: o.FailRate, HangRate: o.HangRate, Seed: o.Seed}
+		Slots: o.Slots, FailRate: o.FailRate, HangRate: o.HangRate, Seed: o.Seed, Work: o.Work}
 	r.env = append(os.Environ(), workerEnv+"=1")
 	switch o.Store {
 	case "file":

@@ -212,7 +212,11 @@ func Check(st *State) []Violation {
 				if j.Lease != nil {
 					lease = fmt.Sprintf("lease %s epoch %d expiring %s", j.Lease.Owner, j.Lease.Epoch, j.Lease.ExpiresAt.Format(time.RFC3339Nano))
 				}
-				add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease)
+				lock := ""
+				if lk, _ := jobqueue.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
+					lock = "; its agent lock " + lk + " still holds chaos's garbage"
+				}
+				add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)%s", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease, lock)
 			}
 			if j.RunID != p.RunID || j.AgentSlug != p.AgentSlug {
 				add(CheckTerminal, p.JobID, "record says run %s agent %s, enqueued as run %s agent %s", j.RunID, j.AgentSlug, p.RunID, p.AgentSlug)
@@ -306,7 +310,7 @@ func Check(st *State) []Violation {
 		}
 	}
 	for key := range st.Corrupted {
-		if g, ok := st.Garbage[key]; ok && st.Current[key] != nil && bytes.Equal(g, st.Current[key]) && !isJobKey(st, key) {
+		if st.poisoned(key) && !isJobKey(st, key) {
 			add(CheckQuarantine, key, "still holds the garbage chaos wrote: neither quarantined nor repaired")
 		}
 	}
@@ -349,4 +353,10 @@ func isJobKey(st *State, key string) bool {
 		}
 	}
 	return false
+}
+
+// poisoned tells whether key still holds the garbage chaos wrote there.
+func (st *State) poisoned(key string) bool {
+	g, ok := st.Garbage[key]
+	return ok && st.Current[key] != nil && bytes.Equal(g, st.Current[key])
 }

@@ -65,6 +65,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		worker.Store, worker.Dir = o.Store, o.Dir
 		worker.Lease, worker.Step, worker.Poll, worker.Sweep = o.Lease, o.Step, o.Poll, o.Sweep
 		worker.Slots, worker.FailRate, worker.HangRate, worker.Seed = o.Slots, o.FailRate, o.HangRate, o.Seed
+		worker.Work = o.Work
 		return RunWorker(worker, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -100,6 +101,9 @@ type Options struct {
 
 	// Queue timing, short so that a run takes seconds.
 	Lease, Step, Poll, Sweep time.Duration
+	// Work is the mean simulated work of a handler call (each of the two
+	// takes 0.25 to 1.75 times it).
+	Work time.Duration
 
 	// Faults, each switched on separately.
 	Kill, Pause, Corrupt, Outage bool
@@ -122,7 +126,7 @@ func DefaultOptions() Options {
 	return Options{
 		Store: "file", Workers: 3, Slots: 2, Jobs: 100, Agents: 8, Seed: 1,
 		Duration: 20 * time.Second, Drain: 20 * time.Second, Interval: 1500 * time.Millisecond,
-		Lease: time.Second, Step: 500 * time.Millisecond, Poll: 50 * time.Millisecond, Sweep: time.Second,
+		Lease: time.Second, Step: 500 * time.Millisecond, Poll: 50 * time.Millisecond, Sweep: time.Second, Work: 60 * time.Millisecond,
 		Kill: true, Pause: true, Corrupt: true, Outage: true, OutageFor: 3 * time.Second,
 		FailRate: 0.08, HangRate: 0, Grace: 5 * time.Second,
 	}
@@ -143,6 +147,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Step, "step", o.Step, "jobqueue StepTimeout")
 	fs.DurationVar(&o.Poll, "poll", o.Poll, "worker PollInterval")
 	fs.DurationVar(&o.Sweep, "sweep", o.Sweep, "worker SweepInterval")
+	fs.DurationVar(&o.Work, "work", o.Work, "mean simulated work per handler call")
 	fs.BoolVar(&o.Kill, "kill", o.Kill, "fault: kill -9 a worker, then start a new one")
 	fs.BoolVar(&o.Pause, "pause", o.Pause, "fault: SIGSTOP a worker past its lease, then SIGCONT")
 	fs.BoolVar(&o.Corrupt, "corrupt", o.Corrupt, "fault: overwrite a job record or agent lock with garbage")

@@ -38,6 +38,7 @@ type WorkerOptions struct {
 	S3Region   string
 
 	Lease, Step, Poll, Sweep time.Duration
+	Work                     time.Duration // mean simulated work per handler call
 	Slots                    int
 	FailRate, HangRate       float64
 	Seed                     uint64
@@ -61,7 +62,7 @@ func (w *WorkerOptions) bind(fs *flag.FlagSet) {
 func (w WorkerOptions) args() []string {
 	a := []string{"-worker", "-id", w.ID, "-store", w.Store,
 		"-lease", w.Lease.String(), "-step", w.Step.String(), "-poll", w.Poll.String(), "-sweep", w.Sweep.String(),
-		"-slots", fmt.Sprint(w.Slots), "-fail-rate", fmt.Sprint(w.FailRate), "-hang-rate", fmt.Sprint(w.HangRate),
+		"-work", w.Work.String(), "-slots", fmt.Sprint(w.Slots), "-fail-rate", fmt.Sprint(w.FailRate), "-hang-rate", fmt.Sprint(w.HangRate),
 		"-seed", fmt.Sprint(w.Seed)}
 	if w.Dir != "" {
 		a = append(a, "-dir", w.Dir)
@@ -153,7 +154,7 @@ func newHandlers(w WorkerOptions, log *slog.Logger) jobqueue.Handlers {
 	roll := func() (float64, time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
-		return rng.Float64(), time.Duration(5+rng.IntN(40)) * time.Millisecond
+		return rng.Float64(), time.Duration(float64(w.Work) * (0.25 + 1.5*rng.Float64()))
 	}
 	work := func(ctx context.Context, d time.Duration) error {
 		t := time.NewTimer(d)
