@@ -334,7 +334,7 @@ func plannedJobs(o Options) []Planned {
 func (r *run) openStore(ctx context.Context) (func(), error) {
 	o := r.o
 	r.base = WorkerOptions{Store: o.Store, Lease: o.Lease, Step: o.Step, Poll: o.Poll, Sweep: o.Sweep,
-		Slots: o.Slots, FailRate: o.FailRate, HangRate: o.HangRate, Seed: o.Seed, Work: o.Work}
+		Slots: o.Slots, FailRate: o.FailRate, HangRate: o.HangRate, Seed: o.Seed, Work: o.Work, HangFor: o.HangFor}
 	r.env = append(os.Environ(), workerEnv+"=1")
 	switch o.Store {
 	case "file":

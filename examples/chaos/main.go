@@ -65,7 +65,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		worker.Store, worker.Dir = o.Store, o.Dir
 		worker.Lease, worker.Step, worker.Poll, worker.Sweep = o.Lease, o.Step, o.Poll, o.Sweep
 		worker.Slots, worker.FailRate, worker.HangRate, worker.Seed = o.Slots, o.FailRate, o.HangRate, o.Seed
-		worker.Work = o.Work
+		worker.Work, worker.HangFor = o.Work, o.HangFor
 		return RunWorker(worker, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -109,7 +109,8 @@ type Options struct {
 	Kill, Pause, Corrupt, Outage bool
 	OutageFor                    time.Duration // how long the store is stopped
 	FailRate                     float64       // share of handler calls answering 503
-	HangRate                     float64       // share of handler calls ignoring ctx for 4×Step
+	HangRate                     float64       // share of handler calls ignoring their ctx
+	HangFor                      time.Duration // for how long
 
 	// Grace is how long a worker may take to stop after SIGTERM.
 	Grace time.Duration
@@ -128,7 +129,7 @@ func DefaultOptions() Options {
 		Duration: 20 * time.Second, Drain: 20 * time.Second, Interval: 1500 * time.Millisecond,
 		Lease: time.Second, Step: 500 * time.Millisecond, Poll: 50 * time.Millisecond, Sweep: time.Second, Work: 60 * time.Millisecond,
 		Kill: true, Pause: true, Corrupt: true, Outage: true, OutageFor: 3 * time.Second,
-		FailRate: 0.08, HangRate: 0, Grace: 5 * time.Second,
+		FailRate: 0.08, HangRate: 0, HangFor: 2 * time.Second, Grace: 5 * time.Second,
 	}
 }
 
@@ -154,7 +155,8 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Outage, "outage", o.Outage, "fault: stop the store for -outage-for")
 	fs.DurationVar(&o.OutageFor, "outage-for", o.OutageFor, "length of a store outage")
 	fs.Float64Var(&o.FailRate, "fail-rate", o.FailRate, "fault: share of handler calls that answer 503")
-	fs.Float64Var(&o.HangRate, "hang-rate", o.HangRate, "fault: share of handler calls that ignore ctx for 4×step")
+	fs.Float64Var(&o.HangRate, "hang-rate", o.HangRate, "fault: share of handler calls that ignore their ctx for -hang-for")
+	fs.DurationVar(&o.HangFor, "hang-for", o.HangFor, "how long a hung handler call ignores its ctx")
 	fs.DurationVar(&o.Grace, "grace", o.Grace, "how long a worker may take to stop after SIGTERM")
 	fs.StringVar(&o.LogDir, "logs", o.LogDir, "directory for the workers' logs (default: temporary, removed)")
 }

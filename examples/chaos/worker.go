@@ -41,6 +41,7 @@ type WorkerOptions struct {
 	Work                     time.Duration // mean simulated work per handler call
 	Slots                    int
 	FailRate, HangRate       float64
+	HangFor                  time.Duration // how long a hung handler call ignores its ctx
 	Seed                     uint64
 }
 
@@ -62,7 +63,7 @@ func (w *WorkerOptions) bind(fs *flag.FlagSet) {
 func (w WorkerOptions) args() []string {
 	a := []string{"-worker", "-id", w.ID, "-store", w.Store,
 		"-lease", w.Lease.String(), "-step", w.Step.String(), "-poll", w.Poll.String(), "-sweep", w.Sweep.String(),
-		"-work", w.Work.String(), "-slots", fmt.Sprint(w.Slots), "-fail-rate", fmt.Sprint(w.FailRate), "-hang-rate", fmt.Sprint(w.HangRate),
+		"-work", w.Work.String(), "-slots", fmt.Sprint(w.Slots), "-fail-rate", fmt.Sprint(w.FailRate), "-hang-rate", fmt.Sprint(w.HangRate), "-hang-for", w.HangFor.String(),
 		"-seed", fmt.Sprint(w.Seed)}
 	if w.Dir != "" {
 		a = append(a, "-dir", w.Dir)
@@ -127,8 +128,18 @@ func RunWorker(w WorkerOptions, stderr io.Writer) int {
 		log.Error("chaos worker: queue", "err", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	// Stop on SIGTERM or when stdin closes (the parent is gone). The signal
+	// stays caught for the process's life: a second SIGTERM must not kill a
+	// worker that is slow to stop, or the parent could not tell.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	go func() {
+		<-sigs
+		stop()
+	}()
 	go func() {
 		_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
 		stop()
@@ -179,8 +190,8 @@ func newHandlers(w WorkerOptions, log *slog.Logger) jobqueue.Handlers {
 			switch {
 			case r < w.HangRate:
 				// User code that ignores its ctx (issue 10 item 1).
-				log.Warn("chaos worker: handler ignoring ctx", "worker", w.ID, "job_id", job.JobID, "for", 4*w.Step)
-				time.Sleep(4 * w.Step)
+				log.Warn("chaos worker: handler ignoring ctx", "worker", w.ID, "job_id", job.JobID, "for", w.HangFor)
+				time.Sleep(w.HangFor)
 				return jobqueue.Output{}, errors.New("chaos: hung handler returned late")
 			case r < w.HangRate+w.FailRate:
 				_ = work(ctx, d)
