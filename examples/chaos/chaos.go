@@ -98,7 +98,7 @@ func (r *Report) Print(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "  checks: %d VIOLATIONS\n", len(r.Violations))
-	for _, v := range summarize(r.Violations, 5) {
+	for _, v := range summarize(r.Violations, 20) {
 		fmt.Fprintln(w, "   ", v)
 	}
 }

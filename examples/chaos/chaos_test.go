@@ -46,24 +46,26 @@ func smallRun(store string) Options {
 // engine is fixed: the test then guards the fix.
 type engineBug struct {
 	issue, check, contains string
+	// requires: the violation is this bug's only when the run also has a
+	// violation of this check (say, the sweep that should repair it failed).
+	requires string
 }
 
 var engineBugs = []engineBug{
 	// Issue 10 item 2: jobqueue has no quarantine yet; a job record that
 	// cannot be decoded stays in place (jobqueue/queue.go read returns the
 	// decode error) and the cluster-wide sweep stops at it for good.
-	{"issue 10 item 2 (a corrupt job record is never quarantined)", CheckTerminal, "and was not quarantined"},
-	{"issue 10 item 2 (one corrupt job record stops the sweep)", CheckSweep, "storage: corrupt record jobs/"},
+	{"issue 10 item 2 (a corrupt job record is never quarantined)", CheckTerminal, "and was not quarantined", ""},
+	{"issue 10 item 2 (one corrupt job record stops the sweep)", CheckSweep, "storage: corrupt record jobs/", ""},
 	// Issue 10 item 2: a corrupt agent lock blocks its agent: storage.Read
 	// of the lock fails in claimAgent, every claim of that agent errs.
-	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckQuarantine, "still holds the garbage chaos wrote"},
-	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckTerminal, "still holds chaos's garbage"},
-	// Issue 10 item 3/B: ARTIFACT_WRITE (jobqueue/run.go) creates the
-	// artifact through artifact.Store.Create, which is create-only but not
-	// fenced by the job's lease: a worker paused past its lease writes the
-	// artifact after its job was rescued.
-	{"issue 10 item 3/B (the artifact write is not fenced by the lease)", CheckLateWrite, "the write should have been refused"},
-	{"issue 10 item 3/B (the artifact write is not fenced by the lease)", CheckArtifact, "has an artifact (written by"},
+	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckQuarantine, "still holds the garbage chaos wrote", ""},
+	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckTerminal, "still holds chaos's garbage", ""},
+	// A job enqueued as an outage began: its record landed, its lane entry
+	// and audit did not (Enqueue is three writes); the sweep repairs both,
+	// but the sweep is stopped by a corrupt job record (item 2).
+	{"issue 10 item 2 (the sweep that would relane a half-enqueued job is stopped by a corrupt record)", CheckTerminal, "only a sweep relanes it", CheckSweep},
+	{"issue 10 item 2 (the sweep that would re-emit unaudited moves is stopped by a corrupt record)", CheckAudit, "a later write or a sweep re-emits them", CheckSweep},
 }
 
 // judge reports a chaos run: a pass, a skip naming the engine bugs that
@@ -78,10 +80,14 @@ func judge(t *testing.T, rep *Report) {
 	}
 	var unexplained []Violation
 	bugs := map[string]int{}
+	has := map[string]bool{}
+	for _, v := range rep.Violations {
+		has[v.Check] = true
+	}
 	for _, v := range rep.Violations {
 		known := false
 		for _, b := range engineBugs {
-			if v.Check == b.check && strings.Contains(v.Detail, b.contains) {
+			if v.Check == b.check && strings.Contains(v.Detail, b.contains) && (b.requires == "" || has[b.requires]) {
 				bugs[b.issue]++
 				known = true
 				break

@@ -49,6 +49,9 @@ type Record struct {
 	Raw     []byte
 	Job     *jobqueue.Job // nil when absent or invalid
 	Invalid string        // why a present record is not a valid job
+	// LaneMissing: the job waits (QUEUED, RETRY_BACKOFF) for a ready-lane
+	// entry (its ready_key) that is not in the store.
+	LaneMissing bool
 }
 
 // State is what the checker judges: the store after a run, plus what the
@@ -110,7 +113,13 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 			return nil, err
 		}
 		j, why := decodeJob(p.JobID, raw)
-		st.Records[p.JobID] = Record{Present: true, Raw: raw, Job: j, Invalid: why}
+		rec := Record{Present: true, Raw: raw, Job: j, Invalid: why}
+		if full && j != nil && j.ReadyKey != "" && (j.Status == jobqueue.JobQueued || j.Status == jobqueue.JobRetryBackoff) {
+			if _, _, err := s.Get(ctx, j.ReadyKey); errors.Is(err, storage.ErrNotFound) {
+				rec.LaneMissing = true
+			}
+		}
+		st.Records[p.JobID] = rec
 	}
 	for q, err := range storage.ListQuarantine(ctx, s) {
 		if err != nil {
@@ -216,6 +225,9 @@ func Check(st *State) []Violation {
 				if lk, _ := jobqueue.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
 					lock = "; its agent lock " + lk + " still holds chaos's garbage"
 				}
+				if rec.LaneMissing {
+					lock += "; its ready-lane entry " + j.ReadyKey + " is missing (only a sweep relanes it)"
+				}
 				add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)%s", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease, lock)
 			}
 			if j.RunID != p.RunID || j.AgentSlug != p.AgentSlug {
@@ -298,7 +310,12 @@ func Check(st *State) []Violation {
 				continue // quarantined, or already reported
 			}
 			if got := st.Replayed[p.JobID]; got != rec.Job.Status {
-				add(CheckAudit, p.JobID, "audit replays to %q, the record says %s", got, rec.Job.Status)
+				why := ""
+				if len(rec.Job.Trail) > 0 {
+					last := rec.Job.Trail[len(rec.Job.Trail)-1]
+					why = fmt.Sprintf(" (the record's trail ends %s → %s: moves written but not audited; a later write or a sweep re-emits them)", last.From, last.To)
+				}
+				add(CheckAudit, p.JobID, "audit replays to %q, the record says %s%s", got, rec.Job.Status, why)
 			}
 		}
 	}
