@@ -57,6 +57,12 @@ var engineBugs = []engineBug{
 	// decode error) and the cluster-wide sweep stops at it for good.
 	{"issue 10 item 2 (a corrupt job record is never quarantined)", CheckTerminal, "and was not quarantined", ""},
 	{"issue 10 item 2 (one corrupt job record stops the sweep)", CheckSweep, "storage: corrupt record jobs/", ""},
+	// Issue 10 item 2: one unreadable job record blocks its agent's queue:
+	// its lane entry stays at the head, every claim of the agent fails on
+	// it ("claim: storage: corrupt record jobs/job-N.json", 113 times in a
+	// 26 s MinIO run), and the agent's later jobs stay QUEUED or in
+	// RETRY_BACKOFF.
+	{"issue 10 item 2 (a corrupt job record blocks its agent's queue)", CheckTerminal, "a poison job record of its agent", ""},
 	// Issue 10 item 2: a corrupt agent lock blocks its agent: storage.Read
 	// of the lock fails in claimAgent, every claim of that agent errs.
 	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckQuarantine, "still holds the garbage chaos wrote", ""},
@@ -66,6 +72,13 @@ var engineBugs = []engineBug{
 	// but the sweep is stopped by a corrupt job record (item 2).
 	{"issue 10 item 2 (the sweep that would relane a half-enqueued job is stopped by a corrupt record)", CheckTerminal, "only a sweep relanes it", CheckSweep},
 	{"issue 10 item 2 (the sweep that would re-emit unaudited moves is stopped by a corrupt record)", CheckAudit, "a later write or a sweep re-emits them", CheckSweep},
+	// Issue 10 item 3/B: ARTIFACT_WRITE (jobqueue/run.go) creates the
+	// artifact with artifact.Store.Create, create-only but not fenced by the
+	// job's lease. Seen on MinIO (README, seed 1): a worker SIGSTOPped at
+	// 13:11:32.086 for 1.7 s lost job-00246 (ARTIFACT_WRITE → RETRY_BACKOFF
+	// at 13:11:33.062), woke, created the artifact at 13:11:33.832, and only
+	// its next job write got "lease lost"; attempt 2 completed with it.
+	{"issue 10 item 3/B (the artifact write is not fenced by the lease)", CheckLateWrite, "the write should have been refused", ""},
 }
 
 // judge reports a chaos run: a pass, a skip naming the engine bugs that

@@ -225,6 +225,12 @@ func Check(st *State) []Violation {
 				if lk, _ := jobqueue.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
 					lock = "; its agent lock " + lk + " still holds chaos's garbage"
 				}
+				for _, o := range st.Plan {
+					if or := st.Records[o.JobID]; o.AgentSlug == p.AgentSlug && or.Present && or.Job == nil {
+						lock += "; a poison job record of its agent (" + o.JobID + ") is still in place"
+						break
+					}
+				}
 				if rec.LaneMissing {
 					lock += "; its ready-lane entry " + j.ReadyKey + " is missing (only a sweep relanes it)"
 				}
