@@ -54,6 +54,12 @@ type Server struct {
 	waitErr  chan error
 	stopOnce sync.Once
 	stopErr  error
+
+	// What Halt and Resume need to start the same server again.
+	bin     string
+	args    []string
+	restart sync.Mutex
+	halted  bool
 }
 
 // FindBinary returns the path of the MinIO server binary, or an error
@@ -158,10 +164,12 @@ func start(ctx context.Context, bin, parent string) (*Server, error) {
 		return nil, err
 	}
 	defer logf.Close() // the child keeps its own descriptor
-	s.cmd = exec.Command(bin, "server", filepath.Join(dir, "data"),
+	s.bin = bin
+	s.args = []string{"server", filepath.Join(dir, "data"),
 		"--address", fmt.Sprintf("127.0.0.1:%d", apiPort),
 		"--console-address", fmt.Sprintf("127.0.0.1:%d", consolePort),
-		"--quiet")
+		"--quiet"}
+	s.cmd = exec.Command(bin, s.args...)
 	s.cmd.Env = append(os.Environ(),
 		"MINIO_ROOT_USER="+s.AccessKey,
 		"MINIO_ROOT_PASSWORD="+s.SecretKey,
@@ -222,7 +230,9 @@ func (s *Server) logTail() string {
 // safe to call more than once.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
-		if s.cmd.Process != nil {
+		s.restart.Lock()
+		defer s.restart.Unlock()
+		if s.cmd.Process != nil && !s.halted {
 			_ = s.cmd.Process.Signal(os.Interrupt)
 			select {
 			case <-s.waitErr:

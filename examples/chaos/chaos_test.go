@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		// A worker process of a chaos run: this test binary re-executed.
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// smallRun is the configuration of the test suite's chaos runs: about 20 s
+// of wall time each, on two CPU cores shared with other work.
+func smallRun(store string) Options {
+	o := DefaultOptions()
+	o.Store, o.Workers, o.Jobs, o.Agents, o.Seed = store, 3, 60, 6, 7
+	o.Duration, o.Drain, o.Interval, o.OutageFor = 12*time.Second, 8*time.Second, time.Second, 2*time.Second
+	return o
+}
+
+// engineBug is a violation today's engines are known to cause (issue 10),
+// recognized by its check and a piece of its text. A chaos test whose
+// every violation is one of these is skipped, naming the bug and quoting
+// the checker; any other violation fails it. Remove an entry when the
+// engine is fixed: the test then guards the fix.
+type engineBug struct {
+	issue, check, contains string
+	// requires: the violation is this bug's only when the run also has a
+	// violation of this check (say, the sweep that should repair it failed).
+	requires string
+}
+
+var engineBugs = []engineBug{
+	// Issue 10 item 2: jobqueue has no quarantine yet; a job record that
+	// cannot be decoded stays in place (jobqueue/queue.go read returns the
+	// decode error) and the cluster-wide sweep stops at it for good.
+	{"issue 10 item 2 (a corrupt job record is never quarantined)", CheckTerminal, "and was not quarantined", ""},
+	{"issue 10 item 2 (one corrupt job record stops the sweep)", CheckSweep, "storage: corrupt record jobs/", ""},
+	// Issue 10 item 2: one unreadable job record blocks its agent's queue:
+	// its lane entry stays at the head, every claim of the agent fails on
+	// it ("claim: storage: corrupt record jobs/job-N.json", 113 times in a
+	// 26 s MinIO run), and the agent's later jobs stay QUEUED or in
+	// RETRY_BACKOFF.
+	{"issue 10 item 2 (a corrupt job record blocks its agent's queue)", CheckTerminal, "a poison job record of its agent", ""},
+	// Issue 10 item 2: a corrupt agent lock blocks its agent: storage.Read
+	// of the lock fails in claimAgent, every claim of that agent errs.
+	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckQuarantine, "still holds the garbage chaos wrote", ""},
+	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckTerminal, "still holds chaos's garbage", ""},
+	// A job enqueued as an outage began: its record landed, its lane entry
+	// and audit did not (Enqueue is three writes); the sweep repairs both,
+	// but the sweep is stopped by a corrupt job record (item 2).
+	{"issue 10 item 2 (the sweep that would relane a half-enqueued job is stopped by a corrupt record)", CheckTerminal, "only a sweep relanes it", CheckSweep},
+	{"issue 10 item 2 (the sweep that would re-emit unaudited moves is stopped by a corrupt record)", CheckAudit, "a later write or a sweep re-emits them", CheckSweep},
+	// Issue 10 item 3/B: ARTIFACT_WRITE (jobqueue/run.go) creates the
+	// artifact with artifact.Store.Create, create-only but not fenced by the
+	// job's lease. Seen on MinIO (README, seed 1): a worker SIGSTOPped at
+	// 13:11:32.086 for 1.7 s lost job-00246 (ARTIFACT_WRITE → RETRY_BACKOFF
+	// at 13:11:33.062), woke, created the artifact at 13:11:33.832, and only
+	// its next job write got "lease lost"; attempt 2 completed with it.
+	{"issue 10 item 3/B (the artifact write is not fenced by the lease)", CheckLateWrite, "the write should have been refused", ""},
+}
+
+// judge reports a chaos run: a pass, a skip naming the engine bugs that
+// explain every violation, or a failure.
+func judge(t *testing.T, rep *Report) {
+	t.Helper()
+	var out bytes.Buffer
+	rep.Print(&out)
+	t.Log("\n" + out.String())
+	if len(rep.Violations) == 0 {
+		return
+	}
+	var unexplained []Violation
+	bugs := map[string]int{}
+	has := map[string]bool{}
+	for _, v := range rep.Violations {
+		has[v.Check] = true
+	}
+	for _, v := range rep.Violations {
+		known := false
+		for _, b := range engineBugs {
+			if v.Check == b.check && strings.Contains(v.Detail, b.contains) && (b.requires == "" || has[b.requires]) {
+				bugs[b.issue]++
+				known = true
+				break
+			}
+		}
+		if !known {
+			unexplained = append(unexplained, v)
+		}
+	}
+	if len(unexplained) > 0 {
+		t.Fatalf("%d violations not explained by a known engine bug:\n%s", len(unexplained), strings.Join(summarize(unexplained, 10), "\n"))
+	}
+	var names []string
+	for b, n := range bugs {
+		names = append(names, fmt.Sprintf("%s: %d violations", b, n))
+	}
+	t.Skipf("SKIP: the chaos checks fail on today's engines because of known engine bugs (every other check passed): %s\n%s",
+		strings.Join(names, "; "), strings.Join(summarize(rep.Violations, 5), "\n"))
+}
+
+// runSmall runs smallRun(store) with the faults of mod, keeping the
+// workers' logs in the test's directory.
+func runSmall(t *testing.T, store string, mod func(*Options)) {
+	o := smallRun(store)
+	o.LogDir = t.TempDir()
+	if mod != nil {
+		mod(&o)
+	}
+	var log bytes.Buffer
+	o.Log = &log
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if rep.Kills+rep.Pauses+rep.Corruptions+rep.Outages == 0 {
+		t.Fatalf("no fault was injected:\n%s", log.String())
+	}
+	judge(t, rep)
+}
+
+// TestChaosFilestore: three worker processes on one filestore directory,
+// killed, paused, their records corrupted and their store failing.
+func TestChaosFilestore(t *testing.T) {
+	t.Parallel()
+	runSmall(t, "file", nil)
+}
+
+// TestChaosMinIO: the same on one MinIO bucket, the server stopped and
+// restarted on the same port and data.
+func TestChaosMinIO(t *testing.T) {
+	t.Parallel()
+	miniotest.Require(t)
+	runSmall(t, "minio", nil)
+}
+
+// TestCheckerCatches feeds the checker states with one violation each and
+// a clean one: the checks can fail.
+func TestCheckerCatches(t *testing.T) {
+	base := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+	plan := []Planned{{"job-a", "run_a", "agent-1"}, {"job-b", "run_b", "agent-1"}}
+	job := func(p Planned, s jobqueue.JobState, attempt int) Record {
+		j := &jobqueue.Job{JobID: p.JobID, RunID: p.RunID, AgentSlug: p.AgentSlug, JobType: jobqueue.JobBrief,
+			Status: s, Attempt: attempt, MaxAttempts: 3}
+		if s == jobqueue.JobComplete {
+			j.ArtifactID = artifact.IDForJob(p.JobID)
+		}
+		return Record{Present: true, Job: j}
+	}
+	art := func(p Planned, attempt int, at time.Time) artifact.Artifact {
+		c, _ := json.Marshal(map[string]any{"title": "t", "body": producer{"w0-g0", 3, attempt, 42}.String()})
+		return artifact.Artifact{ArtifactID: artifact.IDForJob(p.JobID), JobID: p.JobID, RunID: p.RunID,
+			AgentSlug: p.AgentSlug, Type: artifact.Brief, Finalized: true, CreatedAt: at, Content: c}
+	}
+	ev := func(id string, min int, from, to jobqueue.JobState) storage.AuditEvent {
+		ts := base.Add(time.Duration(min) * time.Minute)
+		return storage.AuditEvent{ID: ts.Format("20060102T150405.000000000Z") + "-" + id, TS: ts, Event: "job.status.update",
+			JobID: id, From: string(from), To: string(to), Actor: "orchestration-layer"}
+	}
+	trail := func(id string, final jobqueue.JobState) []storage.AuditEvent {
+		evs := []storage.AuditEvent{ev(id, 0, "", jobqueue.JobPending), ev(id, 0, jobqueue.JobPending, jobqueue.JobQueued),
+			ev(id, 1, jobqueue.JobQueued, jobqueue.JobContextAssembly)}
+		if final == jobqueue.JobComplete {
+			evs = append(evs, ev(id, 2, jobqueue.JobContextAssembly, jobqueue.JobNotebookLMCall),
+				ev(id, 2, jobqueue.JobNotebookLMCall, jobqueue.JobArtifactWrite), ev(id, 3, jobqueue.JobArtifactWrite, jobqueue.JobComplete))
+		}
+		return evs
+	}
+	clean := func() *State {
+		return &State{
+			Plan:      plan,
+			Records:   map[string]Record{"job-a": job(plan[0], jobqueue.JobComplete, 1), "job-b": job(plan[1], jobqueue.JobComplete, 1)},
+			Artifacts: []artifact.Artifact{art(plan[0], 1, base.Add(150*time.Second)), art(plan[1], 1, base.Add(150*time.Second))},
+			Events:    map[string][]storage.AuditEvent{"job-a": trail("job-a", jobqueue.JobComplete), "job-b": trail("job-b", jobqueue.JobComplete)},
+			Replayed:  map[string]jobqueue.JobState{"job-a": jobqueue.JobComplete, "job-b": jobqueue.JobComplete},
+			Corrupted: map[string]bool{}, Garbage: map[string][]byte{}, Current: map[string][]byte{},
+		}
+	}
+	if vs := Check(clean()); len(vs) != 0 {
+		t.Fatalf("a clean state has violations: %v", vs)
+	}
+	cases := []struct {
+		name   string
+		break_ func(st *State)
+		check  string
+		want   string
+	}{
+		{"artifact for a DEAD job", func(st *State) {
+			st.Records["job-b"] = job(plan[1], jobqueue.JobDead, 3)
+			st.Replayed["job-b"] = jobqueue.JobDead
+		}, CheckArtifact, "DEAD job (attempt 3/3"},
+		{"COMPLETE without artifact", func(st *State) {
+			st.Artifacts = st.Artifacts[:1]
+		}, CheckArtifact, "COMPLETE with 0 artifacts"},
+		{"two artifacts", func(st *State) {
+			a := st.Artifacts[0]
+			a.ArtifactID = "art-other"
+			st.Artifacts = append(st.Artifacts, a)
+		}, CheckArtifact, "COMPLETE with 2 artifacts"},
+		{"artifact disagreeing with its job", func(st *State) {
+			st.Artifacts[1].RunID = "run_a"
+		}, CheckArtifact, "artifact says job job-b run run_a"},
+		{"job stuck in a pipeline state", func(st *State) {
+			r := job(plan[1], jobqueue.JobNotebookLMCall, 2)
+			r.Job.Lease = &jobqueue.Lease{Owner: "w1-g0", Epoch: 4, ExpiresAt: base}
+			st.Records["job-b"] = r
+			st.Artifacts = st.Artifacts[:1]
+			st.Replayed["job-b"] = jobqueue.JobNotebookLMCall
+		}, CheckTerminal, "stuck in NOTEBOOKLM_CALL (attempt 2/3"},
+		{"poison record left in place", func(st *State) {
+			st.Records["job-b"] = Record{Present: true, Raw: []byte("junk"), Invalid: "undecodable"}
+			st.Corrupted["jobs/job-b.json"] = true
+		}, CheckTerminal, "and was not quarantined"},
+		{"record gone without quarantine", func(st *State) {
+			st.Records["job-b"] = Record{}
+		}, CheckTerminal, "record is gone and not in quarantine"},
+		{"quarantine of a record nobody corrupted", func(st *State) {
+			st.Records["job-b"] = Record{}
+			st.Quarantine = []storage.Quarantined{{Key: "jobs/job-b.json", Reason: "cannot decode"}}
+		}, CheckQuarantine, "though chaos never corrupted it"},
+		{"corrupt lock left in place", func(st *State) {
+			k := "jobs/agents/agent-1.json"
+			st.Corrupted[k], st.Garbage[k], st.Current[k] = true, []byte("junk"), []byte("junk")
+		}, CheckQuarantine, "still holds the garbage"},
+		{"late artifact write", func(st *State) {
+			// Attempt 1 was rescued at minute 2; the artifact it produced
+			// was created at minute 4; attempt 2 completed with it.
+			st.Events["job-b"] = append(trail("job-b", "")[:3],
+				ev("job-b", 2, jobqueue.JobContextAssembly, jobqueue.JobRetryBackoff),
+				ev("job-b", 3, jobqueue.JobRetryBackoff, jobqueue.JobQueued),
+				ev("job-b", 3, jobqueue.JobQueued, jobqueue.JobContextAssembly),
+				ev("job-b", 5, jobqueue.JobContextAssembly, jobqueue.JobNotebookLMCall),
+				ev("job-b", 5, jobqueue.JobNotebookLMCall, jobqueue.JobArtifactWrite),
+				ev("job-b", 5, jobqueue.JobArtifactWrite, jobqueue.JobComplete))
+			st.Records["job-b"].Job.Attempt = 2
+			st.Artifacts[1].CreatedAt = base.Add(4 * time.Minute)
+		}, CheckLateWrite, "after its attempt 1 had ended"},
+		{"audit disagreeing with the record", func(st *State) {
+			st.Replayed["job-b"] = jobqueue.JobNotebookLMCall
+		}, CheckAudit, `audit replays to "NOTEBOOKLM_CALL", the record says COMPLETE`},
+		{"audit that does not replay", func(st *State) {
+			st.ReplayErr = &jobqueue.ReplayError{JobID: "job-b", EventID: "e1", Problem: `"COMPLETE" → "QUEUED" is not a move`}
+		}, CheckAudit, "does not replay"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := clean()
+			c.break_(st)
+			vs := Check(st)
+			for _, v := range vs {
+				if v.Check == c.check && strings.Contains(v.Detail, c.want) {
+					return
+				}
+			}
+			t.Fatalf("want a [%s] violation containing %q, got %v", c.check, c.want, vs)
+		})
+	}
+}
+
+// TestObserveCleanRun: a run without faults, in process on a memstore,
+// read back by observe, passes every check; the same store with an
+// artifact for a job that is not COMPLETE fails one.
+func TestObserveCleanRun(t *testing.T) {
+	ctx := t.Context()
+	s := memstore.New()
+	w := WorkerOptions{ID: "w0-g0", Step: time.Second, Work: 5 * time.Millisecond}
+	q, err := jobqueue.New(queueConfig(s, "test", time.Second, time.Second, slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := plannedJobs(Options{Jobs: 6, Agents: 2})
+	for _, p := range plan {
+		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: p.JobID, RunID: p.RunID, JobType: jobqueue.JobBrief, AgentSlug: p.AgentSlug}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	wk := &jobqueue.Worker{Queue: q, ID: w.ID, Handlers: newHandlers(w, slog.New(slog.DiscardHandler)), Slots: 2, PollInterval: 10 * time.Millisecond, SweepInterval: -1}
+	go func() { _ = wk.Run(wctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := observe(ctx, s, plan, false)
+		if err == nil && st.settled() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("jobs did not settle")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-done
+	st, err := observe(ctx, s, plan, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := Check(st); len(vs) != 0 {
+		t.Fatalf("a clean run has violations: %v", vs)
+	}
+	if len(st.Artifacts) != len(plan) {
+		t.Fatalf("%d artifacts, want %d", len(st.Artifacts), len(plan))
+	}
+	// An extra job that never ran, given an artifact behind the queue's
+	// back: the checker must see it.
+	extra := Planned{JobID: "job-extra", RunID: "run_2026-02-24_extra", AgentSlug: "agent-09"}
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: extra.JobID, RunID: extra.RunID, JobType: jobqueue.JobBrief, AgentSlug: extra.AgentSlug}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.Artifacts().Create(ctx, lifecycle.ActorNLMBackend, jobqueue.DefaultProject, artifact.Draft{
+		JobID: extra.JobID, RunID: extra.RunID, Type: artifact.Brief, AgentSlug: extra.AgentSlug,
+		Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	st, err = observe(ctx, s, append(plan, extra), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := Check(st)
+	var got []string
+	for _, v := range vs {
+		got = append(got, v.String())
+	}
+	joined := strings.Join(got, "\n")
+	if !strings.Contains(joined, "[artifact] job-extra: QUEUED job") || !strings.Contains(joined, "[terminal] job-extra: stuck in QUEUED") {
+		t.Fatalf("the checker missed the extra job's artifact or state:\n%s", joined)
+	}
+}
+
+// TestGarbageIsNotAJob: what corruption writes is never a valid job.
+func TestGarbageIsNotAJob(t *testing.T) {
+	for i := range 40 {
+		g := garbage(rand.New(rand.NewPCG(uint64(i), 1)), "job-x")
+		if j, _ := decodeJob("job-x", g); j != nil {
+			t.Fatalf("garbage %q decodes as a job", g)
+		}
+	}
+}

@@ -1,0 +1,385 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// The checks a run must pass.
+const (
+	CheckTerminal   = "terminal"   // every job COMPLETE, DEAD or quarantined
+	CheckArtifact   = "artifact"   // one artifact per COMPLETE job, none for another, agreeing with the job
+	CheckLateWrite  = "late-write" // no artifact created after its attempt lost the job
+	CheckAudit      = "audit"      // the audit log replays to every record's state
+	CheckQuarantine = "quarantine" // only corrupted records quarantined; no poison left in place
+	CheckShutdown   = "shutdown"   // a worker stops within the grace period of SIGTERM
+	CheckSweep      = "sweep"      // the final sweep succeeds
+	CheckEnqueue    = "enqueue"    // every job could be enqueued (outages waited out)
+)
+
+// Violation is one broken promise.
+type Violation struct {
+	Check   string
+	Subject string // a job id, a key, a worker
+	Detail  string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Check, v.Subject, v.Detail) }
+
+// Planned is a job the parent enqueues.
+type Planned struct {
+	JobID, RunID, AgentSlug string
+}
+
+// Record is a job record as found in the store.
+type Record struct {
+	Present bool
+	Raw     []byte
+	Job     *jobqueue.Job // nil when absent or invalid
+	Invalid string        // why a present record is not a valid job
+	// LaneMissing: the job waits (QUEUED, RETRY_BACKOFF) for a ready-lane
+	// entry (its ready_key) that is not in the store.
+	LaneMissing bool
+}
+
+// State is what the checker judges: the store after a run, plus what the
+// chaos loop did to it.
+type State struct {
+	Plan       []Planned
+	Records    map[string]Record // by job id
+	Quarantine []storage.Quarantined
+	Artifacts  []artifact.Artifact
+	// Events are each job's audit events (job.* and artifact.*), in id
+	// (time) order.
+	Events map[string][]storage.AuditEvent
+	// Replayed is jobqueue.ReplayAudit's answer, ReplayErr its error.
+	Replayed  map[string]jobqueue.JobState
+	ReplayErr error
+	// ReadErrs are failures to read parts of the state (an artifact or
+	// quarantine record that cannot be read).
+	ReadErrs []Violation
+	// Corrupted holds the keys the chaos loop overwrote with garbage;
+	// Garbage what it wrote last at each, Current what is there now (nil:
+	// absent).
+	Corrupted map[string]bool
+	Garbage   map[string][]byte
+	Current   map[string][]byte
+}
+
+// decodeJob reads a job record the way a reader outside the SDK would:
+// JSON of a job with this id, in a state of the job machine.
+func decodeJob(id string, raw []byte) (*jobqueue.Job, string) {
+	var j jobqueue.Job
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, "undecodable: " + err.Error()
+	}
+	if j.JobID != id {
+		return nil, fmt.Sprintf("job_id %q in the record of %s", j.JobID, id)
+	}
+	if !slices.Contains(jobqueue.JobStates(), j.Status) {
+		return nil, fmt.Sprintf("status %q is not a job state", j.Status)
+	}
+	return &j, ""
+}
+
+// observe reads the state of a run from s: the job records always, the
+// rest when full.
+func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*State, error) {
+	st := &State{Plan: plan, Records: map[string]Record{}, Corrupted: map[string]bool{},
+		Garbage: map[string][]byte{}, Current: map[string][]byte{}}
+	for _, p := range plan {
+		key, err := storage.JobKey(p.JobID)
+		if err != nil {
+			return nil, err
+		}
+		raw, _, err := s.Get(ctx, key)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			st.Records[p.JobID] = Record{}
+			continue
+		case err != nil:
+			return nil, err
+		}
+		j, why := decodeJob(p.JobID, raw)
+		rec := Record{Present: true, Raw: raw, Job: j, Invalid: why}
+		if full && j != nil && j.ReadyKey != "" && (j.Status == jobqueue.JobQueued || j.Status == jobqueue.JobRetryBackoff) {
+			if _, _, err := s.Get(ctx, j.ReadyKey); errors.Is(err, storage.ErrNotFound) {
+				rec.LaneMissing = true
+			}
+		}
+		st.Records[p.JobID] = rec
+	}
+	for q, err := range storage.ListQuarantine(ctx, s) {
+		if err != nil {
+			if !full {
+				return nil, err
+			}
+			st.ReadErrs = append(st.ReadErrs, Violation{CheckQuarantine, "quarantine/", "listing: " + err.Error()})
+			break
+		}
+		st.Quarantine = append(st.Quarantine, q)
+	}
+	if !full {
+		return st, nil
+	}
+	q, err := jobqueue.New(jobqueue.Config{Store: s, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	for a, err := range q.Artifacts().List(ctx, lifecycle.ActorOrchestration, jobqueue.DefaultProject) {
+		if err != nil {
+			st.ReadErrs = append(st.ReadErrs, Violation{CheckArtifact, "projects/" + jobqueue.DefaultProject, "listing artifacts: " + err.Error()})
+			break
+		}
+		st.Artifacts = append(st.Artifacts, a)
+	}
+	now := time.Now()
+	first, last := now.Add(-48*time.Hour), now.Add(time.Hour)
+	st.Events = map[string][]storage.AuditEvent{}
+	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
+		for e, err := range storage.ReadAuditDay(ctx, s, day) {
+			if err != nil {
+				st.ReadErrs = append(st.ReadErrs, Violation{CheckAudit, storage.AuditDayPrefix(day), "reading: " + err.Error()})
+				break
+			}
+			if e.JobID != "" {
+				st.Events[e.JobID] = append(st.Events[e.JobID], e)
+			}
+		}
+	}
+	for _, evs := range st.Events {
+		slices.SortFunc(evs, func(a, b storage.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
+	}
+	st.Replayed, st.ReplayErr = jobqueue.ReplayAudit(ctx, s, first, last)
+	return st, nil
+}
+
+// quarantined tells whether the record of job id is in quarantine.
+func (st *State) quarantined(id string) bool {
+	key, _ := storage.JobKey(id)
+	for _, q := range st.Quarantine {
+		if q.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// settled tells whether every job is COMPLETE, DEAD or quarantined.
+func (st *State) settled() bool {
+	for _, p := range st.Plan {
+		rec := st.Records[p.JobID]
+		if rec.Job != nil && jobqueue.JobMachine().IsTerminal(rec.Job.Status) {
+			continue
+		}
+		if !rec.Present && st.quarantined(p.JobID) {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// Check judges st and returns every violation, in a stable order.
+func Check(st *State) []Violation {
+	var vs []Violation
+	add := func(check, subject, format string, args ...any) {
+		vs = append(vs, Violation{Check: check, Subject: subject, Detail: fmt.Sprintf(format, args...)})
+	}
+	vs = append(vs, st.ReadErrs...)
+	planned := map[string]Planned{}
+	for _, p := range st.Plan {
+		planned[p.JobID] = p
+	}
+	arts := map[string][]artifact.Artifact{}
+	for _, a := range st.Artifacts {
+		arts[a.JobID] = append(arts[a.JobID], a)
+	}
+
+	// Every job ends COMPLETE, DEAD or quarantined; its record agrees with
+	// what was enqueued.
+	for _, p := range st.Plan {
+		rec := st.Records[p.JobID]
+		key, _ := storage.JobKey(p.JobID)
+		switch {
+		case rec.Job != nil:
+			j := rec.Job
+			if !jobqueue.JobMachine().IsTerminal(j.Status) {
+				lease := "no lease"
+				if j.Lease != nil {
+					lease = fmt.Sprintf("lease %s epoch %d expiring %s", j.Lease.Owner, j.Lease.Epoch, j.Lease.ExpiresAt.Format(time.RFC3339Nano))
+				}
+				lock := ""
+				if lk, _ := jobqueue.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
+					lock = "; its agent lock " + lk + " still holds chaos's garbage"
+				}
+				for _, o := range st.Plan {
+					if or := st.Records[o.JobID]; o.AgentSlug == p.AgentSlug && or.Present && or.Job == nil {
+						lock += "; a poison job record of its agent (" + o.JobID + ") is still in place"
+						break
+					}
+				}
+				if rec.LaneMissing {
+					lock += "; its ready-lane entry " + j.ReadyKey + " is missing (only a sweep relanes it)"
+				}
+				add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)%s", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease, lock)
+			}
+			if j.RunID != p.RunID || j.AgentSlug != p.AgentSlug {
+				add(CheckTerminal, p.JobID, "record says run %s agent %s, enqueued as run %s agent %s", j.RunID, j.AgentSlug, p.RunID, p.AgentSlug)
+			}
+			if j.Attempt > j.MaxAttempts || j.Status == jobqueue.JobDead && j.Attempt != j.MaxAttempts {
+				add(CheckTerminal, p.JobID, "%s after %d of %d attempts", j.Status, j.Attempt, j.MaxAttempts)
+			}
+		case rec.Present:
+			by := "not by chaos"
+			if st.Corrupted[key] {
+				by = "corrupted by chaos"
+			}
+			add(CheckTerminal, p.JobID, "record is poison (%s, %s) and was not quarantined", rec.Invalid, by)
+		case !st.quarantined(p.JobID):
+			add(CheckTerminal, p.JobID, "record is gone and not in quarantine")
+		}
+	}
+
+	// Artifacts: exactly one per COMPLETE job, none for a job that is not
+	// COMPLETE, each agreeing with its job.
+	for _, a := range st.Artifacts {
+		subj := a.ArtifactID
+		p, ok := planned[a.JobID]
+		if !ok {
+			add(CheckArtifact, subj, "artifact of job %q, which was never enqueued", a.JobID)
+			continue
+		}
+		if a.ArtifactID != artifact.IDForJob(a.JobID) {
+			add(CheckArtifact, subj, "artifact id is not the one of job %s (%s)", a.JobID, artifact.IDForJob(a.JobID))
+		}
+		if !a.Finalized {
+			add(CheckArtifact, subj, "artifact of %s is not finalized", a.JobID)
+		}
+		if a.RunID != p.RunID || a.AgentSlug != p.AgentSlug {
+			add(CheckArtifact, subj, "artifact says job %s run %s agent %s; the job is run %s agent %s", a.JobID, a.RunID, a.AgentSlug, p.RunID, p.AgentSlug)
+		}
+	}
+	for _, p := range st.Plan {
+		rec := st.Records[p.JobID]
+		as := arts[p.JobID]
+		switch {
+		case rec.Job != nil && rec.Job.Status == jobqueue.JobComplete:
+			if len(as) != 1 {
+				add(CheckArtifact, p.JobID, "COMPLETE with %d artifacts", len(as))
+			}
+			if rec.Job.ArtifactID != artifact.IDForJob(p.JobID) {
+				add(CheckArtifact, p.JobID, "COMPLETE pointing at artifact %q, not %s", rec.Job.ArtifactID, artifact.IDForJob(p.JobID))
+			}
+		case rec.Job != nil && len(as) > 0:
+			detail := ""
+			if pr, ok := parseProducer(as[0].Content); ok {
+				detail = fmt.Sprintf(" (written by %s at %s)", pr, as[0].CreatedAt.Format(time.RFC3339Nano))
+			}
+			add(CheckArtifact, p.JobID, "%s job (attempt %d/%d, last error %q) has an artifact%s", rec.Job.Status, rec.Job.Attempt, rec.Job.MaxAttempts, rec.Job.ErrorCode, detail)
+		}
+	}
+
+	// Late writes: an artifact created after the attempt that produced it
+	// had lost the job (the attempt's end is in the job's audit trail).
+	for _, a := range st.Artifacts {
+		pr, ok := parseProducer(a.Content)
+		if !ok {
+			continue
+		}
+		if end, ev, ok := attemptEnd(st.Events[a.JobID], pr.Attempt); ok && a.CreatedAt.After(end) {
+			add(CheckLateWrite, a.JobID, "artifact created at %s by %s, %s after its attempt %d had ended (%s → %s at %s); the write should have been refused",
+				a.CreatedAt.Format(time.RFC3339Nano), pr, a.CreatedAt.Sub(end).Round(time.Millisecond), pr.Attempt, ev.From, ev.To, end.Format(time.RFC3339Nano))
+		}
+	}
+
+	// The audit log replays through the job machine to every record's state.
+	if st.ReplayErr != nil {
+		add(CheckAudit, "audit/", "does not replay: %v", st.ReplayErr)
+	}
+	if st.Replayed != nil {
+		for _, p := range st.Plan {
+			rec := st.Records[p.JobID]
+			if rec.Job == nil {
+				continue // quarantined, or already reported
+			}
+			if got := st.Replayed[p.JobID]; got != rec.Job.Status {
+				why := ""
+				if len(rec.Job.Trail) > 0 {
+					last := rec.Job.Trail[len(rec.Job.Trail)-1]
+					why = fmt.Sprintf(" (the record's trail ends %s → %s: moves written but not audited; a later write or a sweep re-emits them)", last.From, last.To)
+				}
+				add(CheckAudit, p.JobID, "audit replays to %q, the record says %s%s", got, rec.Job.Status, why)
+			}
+		}
+	}
+
+	// Quarantine holds only what chaos corrupted; no poison stays in place.
+	for _, q := range st.Quarantine {
+		if !st.Corrupted[q.Key] {
+			add(CheckQuarantine, q.Key, "quarantined (%s) though chaos never corrupted it", q.Reason)
+		}
+	}
+	for key := range st.Corrupted {
+		if st.poisoned(key) && !isJobKey(st, key) {
+			add(CheckQuarantine, key, "still holds the garbage chaos wrote: neither quarantined nor repaired")
+		}
+	}
+	slices.SortStableFunc(vs, func(a, b Violation) int { return strings.Compare(a.Check, b.Check) })
+	return vs
+}
+
+// attemptEnd finds when attempt n of a job lost the job: the first move
+// to RETRY_BACKOFF after its pickup (QUEUED → CONTEXT_ASSEMBLY), by
+// whoever made it. It is false when attempt n ended otherwise (COMPLETE) or
+// the trail does not say.
+func attemptEnd(evs []storage.AuditEvent, n int) (time.Time, storage.AuditEvent, bool) {
+	pickups := 0
+	for _, e := range evs {
+		if !strings.HasPrefix(e.Event, "job.") {
+			continue
+		}
+		if jobqueue.JobState(e.To) == jobqueue.JobContextAssembly {
+			pickups++
+			continue
+		}
+		if pickups == n {
+			switch jobqueue.JobState(e.To) {
+			case jobqueue.JobRetryBackoff:
+				return e.TS, e, true
+			case jobqueue.JobComplete:
+				return time.Time{}, e, false
+			}
+		}
+	}
+	return time.Time{}, storage.AuditEvent{}, false
+}
+
+// isJobKey tells whether key is the record of a planned job (judged by the
+// terminal check).
+func isJobKey(st *State, key string) bool {
+	for _, p := range st.Plan {
+		if k, _ := storage.JobKey(p.JobID); k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// poisoned tells whether key still holds the garbage chaos wrote there.
+func (st *State) poisoned(key string) bool {
+	g, ok := st.Garbage[key]
+	return ok && st.Current[key] != nil && bytes.Equal(g, st.Current[key])
+}
