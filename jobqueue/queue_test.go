@@ -606,7 +606,10 @@ func (f *flakyStore) Put(ctx context.Context, key string, value []byte, cond sto
 	}
 	f.mu.Unlock()
 	if fail {
-		return "", storage.NewOpError("put", key, nil, errors.New("injected write error"))
+		// An outage that outlasted the write's deadline: what the store
+		// gives once core.Patient stopped waiting (a transient error alone
+		// would be waited out).
+		return "", &storage.UnavailableError{Op: "put", Key: key, Err: errors.New("injected write error")}
 	}
 	return f.Store.Put(ctx, key, value, cond)
 }

@@ -52,26 +52,6 @@ type engineBug struct {
 }
 
 var engineBugs = []engineBug{
-	// Issue 10 item 2: jobqueue has no quarantine yet; a job record that
-	// cannot be decoded stays in place (jobqueue/queue.go read returns the
-	// decode error) and the cluster-wide sweep stops at it for good.
-	{"issue 10 item 2 (a corrupt job record is never quarantined)", CheckTerminal, "and was not quarantined", ""},
-	{"issue 10 item 2 (one corrupt job record stops the sweep)", CheckSweep, "storage: corrupt record jobs/", ""},
-	// Issue 10 item 2: one unreadable job record blocks its agent's queue:
-	// its lane entry stays at the head, every claim of the agent fails on
-	// it ("claim: storage: corrupt record jobs/job-N.json", 113 times in a
-	// 26 s MinIO run), and the agent's later jobs stay QUEUED or in
-	// RETRY_BACKOFF.
-	{"issue 10 item 2 (a corrupt job record blocks its agent's queue)", CheckTerminal, "a poison job record of its agent", ""},
-	// Issue 10 item 2: a corrupt agent lock blocks its agent: storage.Read
-	// of the lock fails in claimAgent, every claim of that agent errs.
-	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckQuarantine, "still holds the garbage chaos wrote", ""},
-	{"issue 10 item 2 (a corrupt agent lock blocks its agent)", CheckTerminal, "still holds chaos's garbage", ""},
-	// A job enqueued as an outage began: its record landed, its lane entry
-	// and audit did not (Enqueue is three writes); the sweep repairs both,
-	// but the sweep is stopped by a corrupt job record (item 2).
-	{"issue 10 item 2 (the sweep that would relane a half-enqueued job is stopped by a corrupt record)", CheckTerminal, "only a sweep relanes it", CheckSweep},
-	{"issue 10 item 2 (the sweep that would re-emit unaudited moves is stopped by a corrupt record)", CheckAudit, "a later write or a sweep re-emits them", CheckSweep},
 	// Issue 10 item 3/B: ARTIFACT_WRITE (jobqueue/run.go) creates the
 	// artifact with artifact.Store.Create, create-only but not fenced by the
 	// job's lease. Seen on MinIO (README, seed 1): a worker SIGSTOPped at
@@ -224,7 +204,7 @@ func TestCheckerCatches(t *testing.T) {
 		}, CheckArtifact, "artifact says job job-b run run_a"},
 		{"job stuck in a pipeline state", func(st *State) {
 			r := job(plan[1], jobqueue.JobNotebookLMCall, 2)
-			r.Job.Lease = &jobqueue.Lease{Owner: "w1-g0", Epoch: 4, ExpiresAt: base}
+			r.Job.Lease = &storage.Lease{Owner: "w1-g0", Epoch: 4, ExpiresAt: base}
 			st.Records["job-b"] = r
 			st.Artifacts = st.Artifacts[:1]
 			st.Replayed["job-b"] = jobqueue.JobNotebookLMCall

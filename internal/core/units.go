@@ -164,14 +164,23 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 		}()
 		res.v, res.err = fn(uctx)
 	}()
+	// A failure that comes with the deadline is the deadline's: code that
+	// honours its context returns ctx.Err() just as the limit strikes.
+	overran := func(res result) (T, error) {
+		var oe *OverrunError
+		if res.err != nil && errors.As(context.Cause(uctx), &oe) {
+			return res.v, oe
+		}
+		return res.v, res.err
+	}
 	select {
 	case res := <-ch:
-		return res.v, res.err
+		return overran(res)
 	case <-uctx.Done():
 	}
 	select {
 	case res := <-ch: // returned in the same instant: keep it
-		return res.v, res.err
+		return overran(res)
 	default:
 	}
 	mu.Lock()
