@@ -155,6 +155,22 @@ type Config struct {
 	// would lapse. Default 30 s.
 	ParkedPollInterval time.Duration
 
+	// FinishGrace is how long past a run's deadline (RunTimeout from the
+	// start of its execution) the runner keeps trying to record the run's
+	// end while the store is unavailable. Every store call of an execution
+	// waits out transient store errors (timeouts, 5xx, refused connections)
+	// with backoff until start + RunTimeout + FinishGrace; only that deadline
+	// turns an outage into UPSTREAM_UNAVAILABLE. Default 60 s.
+	FinishGrace time.Duration
+	// PollTimeout bounds one poll pass (and one look at a handed run), so a
+	// dead store can delay the loop by at most this much at a time. Default
+	// 10 s.
+	PollTimeout time.Duration
+	// ShutdownGrace is how long, in wall-clock time, Run waits at shutdown
+	// for step goroutines that ignore their context (stragglers, see
+	// Runner.Stragglers) before it returns anyway. Default 5 s.
+	ShutdownGrace time.Duration
+
 	// Idempotency TTLs (seed 004 §4.3). Defaults 24 h, 1 h and 5 min.
 	IdempotencyCompletedTTL time.Duration
 	IdempotencyFailedTTL    time.Duration
@@ -201,6 +217,9 @@ func (c *Config) setDefaults() error {
 	def(&c.HeartbeatInterval, 30*time.Second)
 	def(&c.PollInterval, time.Second)
 	def(&c.ParkedPollInterval, 30*time.Second)
+	def(&c.FinishGrace, time.Minute)
+	def(&c.PollTimeout, 10*time.Second)
+	def(&c.ShutdownGrace, 5*time.Second)
 	def(&c.IdempotencyCompletedTTL, 24*time.Hour)
 	def(&c.IdempotencyFailedTTL, time.Hour)
 	def(&c.IdempotencyLockTTL, 5*time.Minute)

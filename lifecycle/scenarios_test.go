@@ -724,7 +724,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 	time.Sleep(50 * time.Millisecond)
 	g.clock.Advance(time.Minute)
 	until(t, "runner a to give the run up", func() bool {
-		return strings.Contains(logs.String(), `"msg":"run_stopped"`) && strings.Contains(logs.String(), "lease epoch 1 lost")
+		return strings.Contains(logs.String(), `"msg":"run_stopped"`) && strings.Contains(logs.String(), "at epoch 1 lost")
 	})
 	gated.mu.Lock()
 	late := slices.Clone(gated.late)
