@@ -639,6 +639,11 @@ func (x *execution) writeOutput(ctx context.Context, key string, b []byte) error
 func (x *execution) finish(ctx context.Context, out outcome) {
 	r := x.r
 	doc := x.w.snapshot()
+	if out.kind == done {
+		if err := x.writeManifest(ctx, out); err != nil {
+			out = x.writeFailure(ctx, err)
+		}
+	}
 	if out.kind == stopped || ctx.Err() != nil {
 		if out.err != nil && !errors.Is(out.err, context.Canceled) {
 			r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", doc.RunID), slog.String("error", out.err.Error()))
@@ -651,14 +656,6 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		return
 	}
 	f := &x.agent.flow
-	if out.kind == done {
-		if err := x.writeManifest(ctx, out); err != nil {
-			out = x.writeFailure(ctx, err)
-			if out.kind == stopped {
-				return
-			}
-		}
-	}
 	err := x.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
 		event, runErr := f.complete, error(nil)
 		switch out.kind {

@@ -49,6 +49,9 @@ type Server struct {
 	Region string
 
 	cmd      *exec.Cmd
+	bin      string
+	args     []string
+	env      []string
 	dir      string
 	logPath  string
 	waitErr  chan error
@@ -158,30 +161,86 @@ func start(ctx context.Context, bin, parent string) (*Server, error) {
 		return nil, err
 	}
 	defer logf.Close() // the child keeps its own descriptor
-	s.cmd = exec.Command(bin, "server", filepath.Join(dir, "data"),
+	s.bin = bin
+	s.args = []string{"server", filepath.Join(dir, "data"),
 		"--address", fmt.Sprintf("127.0.0.1:%d", apiPort),
 		"--console-address", fmt.Sprintf("127.0.0.1:%d", consolePort),
-		"--quiet")
-	s.cmd.Env = append(os.Environ(),
+		"--quiet"}
+	s.env = append(os.Environ(),
 		"MINIO_ROOT_USER="+s.AccessKey,
 		"MINIO_ROOT_PASSWORD="+s.SecretKey,
 		"MINIO_UPDATE=off",
 		"MINIO_BROWSER=off",
 		"MINIO_REGION="+s.Region,
 	)
-	// *os.File outputs: no copying goroutines, so goleak stays quiet.
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	dieWithParent(s.cmd)
-	if err := s.cmd.Start(); err != nil {
+	if err := s.spawn(logf); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	go func() { s.waitErr <- s.cmd.Wait() }()
 	if err := s.waitLive(ctx, 60*time.Second); err != nil {
 		_ = s.Stop()
 		return nil, err
 	}
 	return s, nil
+}
+
+// spawn starts the process with the server's arguments, logging to logf.
+func (s *Server) spawn(logf *os.File) error {
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.Env = s.env
+	// *os.File outputs: no copying goroutines, so goleak stays quiet.
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	dieWithParent(s.cmd)
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	s.waitErr = make(chan error, 1)
+	cmd, ch := s.cmd, s.waitErr
+	go func() { ch <- cmd.Wait() }()
+	return nil
+}
+
+// Halt stops the server process as an outage would (clients then get
+// refused connections) and keeps its port, credentials and data for
+// Restart. Not safe to call concurrently with Restart or Stop.
+func (s *Server) Halt() error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return errors.New("miniotest: server not running")
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.waitErr
+	s.cmd = nil
+	return nil
+}
+
+// Restart starts a halted server again on the same port with the same
+// data, and waits until it is live.
+func (s *Server) Restart(ctx context.Context) error {
+	if s.cmd != nil {
+		return errors.New("miniotest: server is running")
+	}
+	logf, err := os.OpenFile(s.logPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	var lastErr error
+	for range 20 { // the port may linger for a moment after the kill
+		if lastErr = s.spawn(logf); lastErr != nil {
+			return lastErr
+		}
+		if lastErr = s.waitLive(ctx, 30*time.Second); lastErr == nil {
+			return nil
+		}
+		_ = s.cmd.Process.Kill() // fails harmlessly when it exited already
+		<-s.waitErr              // waitLive puts an exit back for us
+		s.cmd = nil
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return lastErr
 }
 
 func (s *Server) waitLive(ctx context.Context, limit time.Duration) error {
@@ -222,7 +281,7 @@ func (s *Server) logTail() string {
 // safe to call more than once.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
-		if s.cmd.Process != nil {
+		if s.cmd != nil && s.cmd.Process != nil {
 			_ = s.cmd.Process.Signal(os.Interrupt)
 			select {
 			case <-s.waitErr:
