@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/faultstore"
 	"github.com/runconveyor/conveyor/internal/miniotest"
@@ -435,5 +436,59 @@ func TestCanceledStepRecordedCanceled(t *testing.T) {
 	steps, err := r.Steps(context.Background(), id)
 	if err != nil || len(steps) != 1 || !strings.HasPrefix(steps[0].Error, lifecycle.CodeCanceled+":") {
 		t.Fatalf("step files %+v (%v), want the step recorded %s", steps, err, lifecycle.CodeCanceled)
+	}
+}
+
+// TestFaultJunkSlot (fault 4, last part): a slot object that is not a slot
+// (junk bytes, a run id that is no id), as another tool might leave it, is
+// quarantined, and the agent keeps running.
+func TestFaultJunkSlot(t *testing.T) {
+	t.Parallel()
+	stores := []struct {
+		name string
+		new  func(t *testing.T) storage.Store
+	}{
+		{"memstore", func(t *testing.T) storage.Store { return memStore(t) }},
+		{"filestore", func(t *testing.T) storage.Store {
+			s, err := filestore.New(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+	}
+	junk := []string{"{not json", `{"run_id": "../../etc"}`}
+	for _, st := range stores {
+		for i, j := range junk {
+			t.Run(fmt.Sprintf("%s/%d", st.name, i), func(t *testing.T) {
+				t.Parallel()
+				s := st.new(t)
+				if _, err := s.Put(context.Background(), "agents/junk/slots/0.json", []byte(j), storage.Condition{}); err != nil {
+					t.Fatal(err)
+				}
+				g := newRig(t, s)
+				var logs *logBuffer
+				agent := lifecycle.Agent{Slug: "junk", Steps: []lifecycle.Step{okStep("work")}}
+				r, _ := g.runner("a", func(c *lifecycle.Config) { logs = capture(c) }, agent)
+				for range 2 {
+					id := submit(t, r, agent.Slug)
+					if st := g.wait(r, id, time.Second, time.Minute); st.Status != "completed" {
+						t.Fatalf("run beside a junk slot: %s %s", st.Status, deref(st.Error))
+					}
+				}
+				if n := strings.Count(logs.String(), `"msg":"slot_failed"`); n != 0 {
+					t.Errorf("slot_failed logged %d times", n)
+				}
+				var q []string
+				for e, err := range storage.ListQuarantine(context.Background(), s) {
+					if err == nil {
+						q = append(q, e.Key)
+					}
+				}
+				if len(q) != 1 || q[0] != "agents/junk/slots/0.json" || r.Quarantined() != 1 {
+					t.Errorf("quarantine holds %v (counted %d), want the junk slot", q, r.Quarantined())
+				}
+			})
+		}
 	}
 }
