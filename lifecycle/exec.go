@@ -34,6 +34,9 @@ type execution struct {
 	slotVer storage.Version
 	// records are the step files this execution knows, for the manifest.
 	records map[int]RunStepRecord
+	// markers are the versions of the start markers this execution wrote,
+	// by step number (see markStarted).
+	markers map[int]storage.Version
 	// lastProposals are the final step's, counted by the terminal write.
 	lastProposals []string
 	input         json.RawMessage
@@ -156,8 +159,10 @@ type resumePlan struct {
 // plan reads the step files of a run that already made progress and decides
 // per step: a completed resumable step is skipped with its cached output; a
 // completed step that is not resumable is replayed when idempotent; the step
-// a lost runner was in is replayed when idempotent; anything else fails the
-// run (RUN_RESUME_FAILED, or RUN_ORPHANED when there is no checkpoint at all).
+// a lost runner was in is replayed when idempotent, and run when it is not
+// idempotent but provably never started (no start marker, see markStarted);
+// anything else fails the run (RUN_RESUME_FAILED, or RUN_ORPHANED when there
+// is no checkpoint at all).
 func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error) {
 	steps := x.agent.Steps
 	p := resumePlan{skip: make([]bool, len(steps)), cached: make([]json.RawMessage, len(steps))}
@@ -169,7 +174,9 @@ func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error)
 		return p, err
 	}
 	done := map[int]RunStepRecord{}
+	started := map[int]bool{} // a step file exists: the step may have run
 	for _, f := range files {
+		started[f.StepNumber] = true
 		if f.Status == StepCompleted {
 			done[f.StepNumber] = f
 			x.records[f.StepNumber] = f
@@ -196,6 +203,10 @@ func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error)
 			return p, NewRunError(CodeRunResumeFailed, "step %s completed before the takeover but is neither resumable nor idempotent", s.Name)
 		case s.Idempotent:
 			return p, nil // the interrupted step replays; the rest run normally
+		case !started[i+1]:
+			// A step that is not idempotent gets its start marker before it
+			// runs: without one it provably never started, so it runs now.
+			return p, nil
 		case len(done) == 0:
 			return p, NewRunError(CodeRunOrphaned, "runner lost in step %s, which is not idempotent, with no checkpoint", s.Name)
 		default:
@@ -244,6 +255,15 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return x.stopped(cause)
 		}
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
+		if !s.Idempotent {
+			if err := x.markStarted(ctx, i); err != nil {
+				var re *RunError
+				if errors.As(err, &re) {
+					return outcome{kind: failed, err: err}
+				}
+				return x.writeFailure(ctx, err)
+			}
+		}
 		started := r.now()
 		out, attempts, stepErr := x.runStep(runCtx, s, in)
 		if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
@@ -557,12 +577,69 @@ func (x *execution) writeStep(ctx context.Context, rec RunStepRecord) error {
 	if err != nil {
 		return err
 	}
-	if _, err := core.PutFenced(ctx, x.r.store, key, b, x.r.cfg.Owner, x.epoch, epochOf); err != nil {
-		return err
+	// Over this execution's own start marker: one compare-and-swap on the
+	// version it wrote; anything else goes through PutFenced.
+	done := false
+	if v, ok := x.markers[rec.StepNumber]; ok {
+		_, err := x.r.store.Put(ctx, key, b, storage.IfMatch(v))
+		if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {
+			return err
+		}
+		done = err == nil
+	}
+	if !done {
+		if _, err := core.PutFenced(ctx, x.r.store, key, b, x.r.cfg.Owner, x.epoch, epochOf); err != nil {
+			return err
+		}
 	}
 	x.r.log.LogAttrs(ctx, slog.LevelInfo, "run_checkpoint", slog.String("runId", x.w.runID),
 		slog.String("stepId", rec.StepName), slog.Bool("resumable", rec.Resumable))
 	return nil
+}
+
+// markStarted writes the start marker of a step that is not idempotent
+// before it runs: its step file in status running, create-only. The marker
+// is what lets a takeover (or this process restarted under the same Owner)
+// prove that such a step never started and run it instead of failing the
+// run RUN_ORPHANED. Create-only makes the start one decision: if two
+// runners (a new owner and a late one) both found no marker, exactly one
+// creates it and runs the step; the other fails its run RUN_ORPHANED (the
+// late one's status write is fenced anyway).
+func (x *execution) markStarted(ctx context.Context, i int) error {
+	if err := x.w.confirmLease(ctx); err != nil {
+		return err
+	}
+	s := x.agent.Steps[i]
+	now := x.r.now()
+	rec := RunStepRecord{StepNumber: i + 1, StepName: s.Name, Status: StepPending, StartedAt: &now,
+		Resumable: s.Resumable, Idempotent: s.Idempotent, Epoch: x.epoch}
+	if _, err := RunStep().Fire(context.Background(), &rec, EventStart, ActorOrchestration); err != nil {
+		return err
+	}
+	key, err := storage.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	v, err := x.r.store.Put(ctx, key, b, storage.IfNotExists())
+	if errors.Is(err, storage.ErrOutcomeUnknown) || errors.Is(err, storage.ErrPreconditionFailed) {
+		old, ov, gerr := x.r.store.Get(ctx, key)
+		if gerr != nil {
+			return gerr
+		}
+		if string(old) == string(b) {
+			x.markers[i+1] = ov // ours landed
+			return nil
+		}
+		return NewRunError(CodeRunOrphaned, "step %s, which is not idempotent, was started by another runner", s.Name)
+	}
+	if err == nil {
+		x.markers[i+1] = v
+	}
+	return err
 }
 
 // epochOf reads the writer's epoch of an SDK object (step file, manifest).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -490,5 +491,77 @@ func TestFaultJunkSlot(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// cutStore cancels its runner the moment that runner tries to write a key
+// matching match, and refuses that write, as if the process died just
+// before it.
+type cutStore struct {
+	storage.Store
+	match  func(string) bool
+	cancel context.CancelFunc
+}
+
+func (c *cutStore) Put(ctx context.Context, key string, v []byte, cond storage.Condition) (storage.Version, error) {
+	if c.match(key) {
+		c.cancel()
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return c.Store.Put(ctx, key, v, cond)
+}
+
+// TestRestartResumesUnstartedStep (issue 10 H): a process that restarts
+// with the same Owner takes its runs over at once, and a step that is not
+// idempotent but provably never started (no start marker) runs instead of
+// failing the run RUN_ORPHANED or RUN_RESUME_FAILED.
+func TestRestartResumesUnstartedStep(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	var twoRuns atomic.Int32
+	agent := lifecycle.Agent{Slug: "restarted", Steps: []lifecycle.Step{
+		{Name: "one", Resumable: true, Run: okStep("one").Run},
+		{Name: "two", Run: func(context.Context, lifecycle.StepInput) (lifecycle.StepOutput, error) {
+			twoRuns.Add(1)
+			return lifecycle.StepOutput{}, nil
+		}},
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cut := &cutStore{Store: g.store, cancel: cancel, match: func(k string) bool { return strings.HasSuffix(k, "/steps/02-two.json") }}
+	first, err := lifecycle.NewRunner(lifecycle.Config{Store: cut, Owner: "host-a", Clock: g.clock, Node: "test",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	id := submit(t, first, agent.Slug)
+	if err := <-done; err != nil { // died right before step two
+		t.Fatal(err)
+	}
+	if st := status(t, first, id); st.Status != "running" || st.StepsCompleted != 1 || st.Lease == nil {
+		t.Fatalf("after the first process died: %+v", st)
+	}
+	second, _ := g.runner("host-a", nil, agent) // restarted, same identity
+	st := g.wait(second, id, 0, 0)              // no time passes: no lease lapses
+	if st.Status != "completed" || st.ResumeCount != 1 || twoRuns.Load() != 1 {
+		t.Fatalf("after the restart: %s %s, resumed %d, step two ran %d times", st.Status, deref(st.Error), st.ResumeCount, twoRuns.Load())
+	}
+}
+
+// TestDefaultOwnerIsStable: the default Owner survives a restart (no pid,
+// nothing random), so TestRestartResumesUnstartedStep holds by default.
+func TestDefaultOwnerIsStable(t *testing.T) {
+	t.Parallel()
+	mk := func() string {
+		r, err := lifecycle.NewRunner(lifecycle.Config{Store: memStore(t)}, lifecycle.Agent{Slug: "x", Steps: []lifecycle.Step{okStep("s")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Owner()
+	}
+	if a, b := mk(), mk(); a != b || a != lifecycle.DefaultOwner() || strings.Contains(a, fmt.Sprint(os.Getpid())) {
+		t.Fatalf("default owners %q, %q", a, b)
 	}
 }

@@ -474,7 +474,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 		return nil, err
 	}
 	c.w.hold(epoch)
-	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{},
+	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{}, markers: map[int]storage.Version{},
 		input: c.input, inputKnown: c.inputKnown}
 	return x, nil
 }

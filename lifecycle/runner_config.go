@@ -2,13 +2,12 @@ package lifecycle
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -101,9 +100,15 @@ type Agent struct {
 // the documented default when left zero.
 type Config struct {
 	Store storage.Store
-	// Owner names this runner in leases. Default: host-pid-random. A name
-	// kept across restarts lets recovery reclaim this runner's runs at once
-	// instead of waiting for their leases to lapse.
+	// Owner names this runner in leases. Default: DefaultOwner(), the host
+	// name and the executable's name, which a restarted process keeps: at
+	// start-up a runner takes over the runs leased to its own Owner at once
+	// instead of waiting for their leases to lapse. That is safe even when
+	// two live processes share an Owner (set distinct ones all the same):
+	// the takeover bumps the epoch, so the other one's writes are fenced
+	// out, and a step that is not idempotent runs again only when it
+	// provably never started (its start marker is written create-only
+	// before it runs), else the run fails RUN_RESUME_FAILED or RUN_ORPHANED.
 	Owner string
 	// Clock defaults to the wall clock.
 	Clock Clock
@@ -179,6 +184,22 @@ type Config struct {
 	IdempotencyMaxAttempts int
 }
 
+// DefaultOwner is the Owner of a Runner whose Config sets none: the host
+// name and the executable's base name, e.g. "worker-7/conveyor-worker". It
+// is stable across restarts of the same program on the same host (a pod
+// name, a VM), so a restarted process resumes its runs at once.
+func DefaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	exe := "conveyor"
+	if p, err := os.Executable(); err == nil {
+		exe = filepath.Base(p)
+	}
+	return host + "/" + exe
+}
+
 // ErrInvalidConfig is matched by errors from NewRunner about its arguments.
 var ErrInvalidConfig = errors.New("lifecycle: invalid runner config")
 
@@ -187,10 +208,7 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
 	}
 	if c.Owner == "" {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+		c.Owner = DefaultOwner()
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()

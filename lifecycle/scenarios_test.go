@@ -721,9 +721,10 @@ func scenarioFencing(t *testing.T, g *rig) {
 	gated.resume(true)
 	close(release)
 	g.clock.Advance(time.Minute)
-	time.Sleep(50 * time.Millisecond)
-	g.clock.Advance(time.Minute)
+	// Time moves on while a gives up, so that a store call it retries
+	// (core.Patient waits on the clock) is not left waiting.
 	until(t, "runner a to give the run up", func() bool {
+		g.clock.Advance(time.Second)
 		return strings.Contains(logs.String(), `"msg":"run_stopped"`) && strings.Contains(logs.String(), "at epoch 1 lost")
 	})
 	gated.mu.Lock()
@@ -796,6 +797,7 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 	gated.resume(true)
 	close(releaseA)
 	until(t, "runner a to give the run up", func() bool {
+		g.clock.Advance(time.Second) // a store call a retries waits on the clock
 		return strings.Contains(logs.String(), `"msg":"run_stopped"`)
 	})
 	gated.mu.Lock()
