@@ -19,7 +19,8 @@ var ErrRunnerStarted = errors.New("lifecycle: runner already running")
 // executing to stop and returns nil. Runs cut short by the shutdown keep
 // their lease until it lapses; then any runner (this one restarted, with the
 // same Owner, at once) takes them over and resumes them from their
-// checkpoints. Run first recovers the runs that are not terminal (seed 004
+// checkpoints. Step goroutines that ignore their context are waited for at
+// most ShutdownGrace. Run first recovers the runs that are not terminal (seed 004
 // §5.1), then takes work as Submit hands it over and every PollInterval.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
