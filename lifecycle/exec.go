@@ -722,8 +722,14 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		}
 	}
 	if out.kind == stopped || ctx.Err() != nil {
-		if out.err != nil && !errors.Is(out.err, context.Canceled) {
-			r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", doc.RunID), slog.String("error", out.err.Error()))
+		// Quiet on the runner's shutdown; said when the run's deadline and
+		// grace cut its writes (a runner frozen that long writes nothing).
+		reason := out.err
+		if context.Cause(ctx) == errWriteLimit {
+			reason = errors.Join(errWriteLimit, out.err)
+		}
+		if reason != nil && (!errors.Is(reason, context.Canceled) || errors.Is(reason, errWriteLimit)) {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", doc.RunID), slog.String("error", reason.Error()))
 		}
 		x.giveUp(ctx, out.err)
 		return

@@ -796,6 +796,11 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 	thawed = true
 	gated.resume(true)
 	close(releaseA)
+	defer func() {
+		if t.Failed() {
+			t.Logf("runner a's log:\n%s", logs.String())
+		}
+	}()
 	until(t, "runner a to give the run up", func() bool {
 		g.clock.Advance(time.Second) // a store call a retries waits on the clock
 		return strings.Contains(logs.String(), `"msg":"run_stopped"`)
