@@ -2,6 +2,7 @@ package lifecycle_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/qmuntal/stateless"
@@ -58,6 +59,24 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 	for _, tr := range m.Transitions() {
 		if n := testing.AllocsPerRun(100, func() { _ = m.Check(tr.From, tr.To) }); n != 0 {
 			t.Errorf("Check(%q, %q) allocates %v times", tr.From, tr.To, n)
+		}
+	}
+}
+
+// BenchmarkCheckDecoded measures Check on the production path: the from
+// state decoded from a status.json (its bytes are the decoder's, not a
+// constant's), the to state a constant, as the Runner checks a move.
+func BenchmarkCheckDecoded(b *testing.B) {
+	m := lifecycle.CancelableRun()
+	var doc lifecycle.RunStatus
+	if err := json.Unmarshal([]byte(`{"run_id":"r","status":"running"}`), &doc); err != nil {
+		b.Fatal(err)
+	}
+	from := lifecycle.CancelableRunState(doc.Status)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.Check(from, lifecycle.CancelableCancelRequested); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

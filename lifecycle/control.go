@@ -41,23 +41,30 @@ func (r *Runner) control(ctx context.Context, runID string, actor Actor, change 
 	if !ok {
 		return RunStatus{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", ErrRunNotFound, runID, slug)
 	}
-	doc, ver, err := storage.Read[RunStatus](ctx, r.store, key)
-	if errors.Is(err, storage.ErrNotFound) {
-		return RunStatus{}, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
-	}
-	if err != nil {
-		return RunStatus{}, err
-	}
-	w := &statusWriter{r: r, runID: doc.RunID, key: key, doc: doc, ver: ver, fresh: true}
+	w := r.newWriter(slug, runID, key, nil, "") // the first apply reads
 	f := &agent.flow
-	if err := w.apply(ctx, actor, func(d *RunStatus) error { return change(f, d) }); err != nil {
+	var from string
+	err = w.apply(ctx, actor, func(d *RunStatus) error {
+		from = d.Status
+		return change(f, d)
+	})
+	var ce *storage.CorruptError
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		if qe := r.findQuarantined(ctx, runID, key); qe != nil {
+			return RunStatus{}, qe
+		}
+		return RunStatus{}, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+	case errors.As(err, &ce):
+		return RunStatus{}, r.quarantineRun(ctx, slug, runID, ce)
+	case err != nil:
 		return RunStatus{}, err
 	}
 	after := w.snapshot()
 	if f.terminal(after.Status) {
 		r.cleanup(ctx, slug, runID, "", "")
 		r.finished(ctx, after)
-	} else if !f.executing(doc.Status) || after.Lease == nil {
+	} else if !f.executing(from) || after.Lease == nil {
 		r.hand(candidate{slug: slug, w: w})
 	}
 	return after, nil

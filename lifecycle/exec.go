@@ -12,14 +12,15 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/storage"
 )
 
 // Causes that stop an execution, as context causes.
 var (
-	errCanceled    = errors.New("lifecycle: run canceled")
-	errRunTimeout  = errors.New("lifecycle: run timeout")
-	errStepTimeout = errors.New("lifecycle: step timeout")
+	errCanceled   = errors.New("lifecycle: run canceled")
+	errRunTimeout = errors.New("lifecycle: run timeout")
+	errWriteLimit = errors.New("lifecycle: run deadline and finish grace passed")
 )
 
 // execution is one runner executing one run under its lease.
@@ -33,6 +34,9 @@ type execution struct {
 	slotVer storage.Version
 	// records are the step files this execution knows, for the manifest.
 	records map[int]RunStepRecord
+	// markers are the versions of the start markers this execution wrote,
+	// by step number (see markStarted).
+	markers map[int]storage.Version
 	// lastProposals are the final step's, counted by the terminal write.
 	lastProposals []string
 	input         json.RawMessage
@@ -81,54 +85,67 @@ func (x *execution) run(ctx context.Context) {
 	x.mu.Lock()
 	x.cancel = cancel
 	x.mu.Unlock()
-	deadline := r.cfg.Clock.AfterFunc(r.cfg.RunTimeout, func() { cancel(errRunTimeout) })
-	defer deadline.Stop()
+	// Writes outlive a stop of the steps, so a timed-out or canceled run can
+	// still record its end, but not for ever: the steps' writes (sctx) end
+	// FinishGrace after the run's deadline, the finish (wctx) FinishGrace
+	// after that. Until then a store outage is waited out; after it the
+	// store's error stands (UPSTREAM_UNAVAILABLE). Each timer is armed by
+	// the one before, so an execution keeps one timer at a time.
+	wctx, wcancel := context.WithCancelCause(ctx)
+	defer wcancel(nil)
+	sctx, scancel := context.WithCancelCause(wctx)
+	defer scancel(nil)
+	var (
+		timerMu sync.Mutex
+		timer   Timer
+		over    bool
+	)
+	arm := func(d time.Duration, f func()) {
+		timerMu.Lock()
+		defer timerMu.Unlock()
+		if !over {
+			timer = r.cfg.Clock.AfterFunc(d, f)
+		}
+	}
+	arm(r.cfg.RunTimeout, func() {
+		cancel(errRunTimeout)
+		arm(r.cfg.FinishGrace, func() {
+			scancel(errWriteLimit)
+			arm(r.cfg.FinishGrace, func() { wcancel(errWriteLimit) })
+		})
+	})
+	defer func() {
+		timerMu.Lock()
+		over = true
+		timer.Stop()
+		timerMu.Unlock()
+	}()
 	if x.w.snapshot().CancelRequested {
 		cancel(errCanceled)
 	}
-
-	beat := make(chan struct{})
-	beatDone := make(chan struct{})
-	go x.heartbeat(runCtx, beat, beatDone)
-	out := x.execute(runCtx, ctx)
-	close(beat)
-	<-beatDone
-	x.finish(ctx, out)
+	stopBeat := core.Heartbeat(runCtx, r.cfg.Clock, r.cfg.HeartbeatInterval, x.w.renewed, x.beat)
+	out := x.execute(runCtx, sctx)
+	stopBeat()
+	x.finish(wctx, out)
 }
 
-// heartbeat renews the lease HeartbeatInterval after its last renewal (any
-// owner write renews it) while steps run, and notices a cancel request or a
-// takeover written by someone else. Scheduling from the last renewal, not
-// from the last beat, keeps a process that lagged from drifting towards
-// the lease's end: an overdue beat fires at once.
-func (x *execution) heartbeat(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	r := x.r
-	for {
-		t := r.cfg.Clock.NewTimer(x.w.renewed().Add(r.cfg.HeartbeatInterval).Sub(r.now()))
-		select {
-		case <-stop:
-			t.Stop()
-			return
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
+// beat renews the lease (any owner write renews it; core.Heartbeat
+// schedules beats from the last renewal) and notices a cancel request or a
+// takeover written by someone else. It returns false once the lease is lost.
+func (x *execution) beat(ctx context.Context) bool {
+	err := x.w.apply(ctx, ActorOrchestration, func(*RunStatus) error { return nil })
+	switch {
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
+		x.stop(err)
+		return false
+	case err != nil:
+		if ctx.Err() == nil {
+			x.r.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat_failed", slog.String("runId", x.w.runID), slog.String("error", err.Error()))
 		}
-		if r.now().Before(x.w.renewed().Add(r.cfg.HeartbeatInterval)) {
-			continue // a step's write renewed the lease meanwhile
-		}
-		err := x.w.apply(ctx, ActorOrchestration, func(*RunStatus) error { return nil })
-		switch {
-		case errors.Is(err, ErrLeaseLost):
-			x.stop(err)
-			return
-		case err != nil:
-			r.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat_failed", slog.String("runId", x.w.runID), slog.String("error", err.Error()))
-		case x.w.snapshot().CancelRequested:
-			x.stop(errCanceled)
-		}
+	case x.w.snapshot().CancelRequested:
+		x.stop(errCanceled)
 	}
+	return true
 }
 
 // resumePlan says, for a run taken over from a lost runner, which steps to
@@ -142,8 +159,10 @@ type resumePlan struct {
 // plan reads the step files of a run that already made progress and decides
 // per step: a completed resumable step is skipped with its cached output; a
 // completed step that is not resumable is replayed when idempotent; the step
-// a lost runner was in is replayed when idempotent; anything else fails the
-// run (RUN_RESUME_FAILED, or RUN_ORPHANED when there is no checkpoint at all).
+// a lost runner was in is replayed when idempotent, and run when it is not
+// idempotent but provably never started (no start marker, see markStarted);
+// anything else fails the run (RUN_RESUME_FAILED, or RUN_ORPHANED when there
+// is no checkpoint at all).
 func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error) {
 	steps := x.agent.Steps
 	p := resumePlan{skip: make([]bool, len(steps)), cached: make([]json.RawMessage, len(steps))}
@@ -155,7 +174,9 @@ func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error)
 		return p, err
 	}
 	done := map[int]RunStepRecord{}
+	started := map[int]bool{} // a step file exists: the step may have run
 	for _, f := range files {
+		started[f.StepNumber] = true
 		if f.Status == StepCompleted {
 			done[f.StepNumber] = f
 			x.records[f.StepNumber] = f
@@ -182,6 +203,10 @@ func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error)
 			return p, NewRunError(CodeRunResumeFailed, "step %s completed before the takeover but is neither resumable nor idempotent", s.Name)
 		case s.Idempotent:
 			return p, nil // the interrupted step replays; the rest run normally
+		case !started[i+1]:
+			// A step that is not idempotent gets its start marker before it
+			// runs: without one it provably never started, so it runs now.
+			return p, nil
 		case len(done) == 0:
 			return p, NewRunError(CodeRunOrphaned, "runner lost in step %s, which is not idempotent, with no checkpoint", s.Name)
 		default:
@@ -205,7 +230,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 	if p.counts > doc.StepsCompleted {
 		// Steps whose files were written but not counted before the takeover.
 		if err := x.count(ctx, p.counts, nil, nil); err != nil {
-			return x.writeFailure(err)
+			return x.writeFailure(ctx, err)
 		}
 	}
 	input := x.input
@@ -217,7 +242,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		if b, _, err := r.store.Get(ctx, inKey); err == nil {
 			input = b
 		} else if !errors.Is(err, storage.ErrNotFound) {
-			return x.writeFailure(err)
+			return x.writeFailure(ctx, err)
 		}
 	}
 	outputs := p.cached
@@ -230,17 +255,29 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return x.stopped(cause)
 		}
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
+		if !s.Idempotent {
+			if err := x.markStarted(ctx, i); err != nil {
+				var re *RunError
+				if errors.As(err, &re) {
+					return outcome{kind: failed, err: err}
+				}
+				return x.writeFailure(ctx, err)
+			}
+		}
 		started := r.now()
 		out, attempts, stepErr := x.runStep(runCtx, s, in)
 		if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
 			return x.stopped(context.Cause(runCtx))
+		}
+		if stepErr != nil {
+			stepErr = stoppedStepError(runCtx, s, stepErr)
 		}
 		rec, err := x.stepRecord(i, started, out, attempts, stepErr)
 		if err != nil {
 			return outcome{kind: failed, err: err}
 		}
 		if err := x.writeStep(ctx, rec); err != nil {
-			return x.writeFailure(err)
+			return x.writeFailure(ctx, err)
 		}
 		x.records[rec.StepNumber] = rec
 		if stepErr != nil {
@@ -254,7 +291,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		}
 		names, err := x.writeFiles(ctx, out.Files)
 		if err != nil {
-			return x.writeFailure(err)
+			return x.writeFailure(ctx, err)
 		}
 		files = append(files, names...)
 		outputs[i] = out.Data
@@ -266,8 +303,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return outcome{kind: canceled}
 		}
 		if err := x.count(ctx, i+1, out.Proposals, out.Await); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				return outcome{kind: stopped, err: err}
+			if errors.Is(err, ErrLeaseLost) || errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
+				errors.Is(err, context.Canceled) || storage.Transient(err) {
+				return x.writeFailure(ctx, err)
 			}
 			return outcome{kind: failed, err: err}
 		}
@@ -276,6 +314,19 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		}
 	}
 	return outcome{kind: done, files: files}
+}
+
+// stoppedStepError gives the error of a step that a cancel or the run's
+// timeout stopped the code of that stop, whatever the step returned: a
+// canceled step is recorded CANCELED, not INTERNAL_ERROR.
+func stoppedStepError(runCtx context.Context, s Step, err error) error {
+	switch context.Cause(runCtx) {
+	case errCanceled:
+		return &RunError{Code: CodeCanceled, Message: fmt.Sprintf("step %s canceled", s.Name), Permanent: true, Err: err}
+	case errRunTimeout:
+		return &RunError{Code: CodeAgentTimeout, Message: fmt.Sprintf("step %s stopped at the run timeout", s.Name), Permanent: true, Err: err}
+	}
+	return err
 }
 
 func isStop(ctx context.Context) bool    { return context.Cause(ctx) != nil }
@@ -291,11 +342,16 @@ func (x *execution) stopped(cause error) outcome {
 	return outcome{kind: stopped, err: cause}
 }
 
-// writeFailure turns a failed side write into an outcome: a lost lease stops
-// the execution; a store error fails the run as UPSTREAM_UNAVAILABLE.
-func (x *execution) writeFailure(err error) outcome {
-	if errors.Is(err, ErrLeaseLost) || errors.Is(err, context.Canceled) {
+// writeFailure turns a failed write made under ctx into an outcome: a lost
+// lease or a quarantined status stops the execution, and so does the
+// runner's shutdown; a store error that outlasted the run's deadline (or
+// one that is no outage at all) fails the run as UPSTREAM_UNAVAILABLE.
+func (x *execution) writeFailure(ctx context.Context, err error) outcome {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
 		return outcome{kind: stopped, err: err}
+	case ctx.Err() != nil && cause != errRunTimeout && cause != errWriteLimit:
+		return outcome{kind: stopped, err: err} // shutdown
 	}
 	return outcome{kind: failed, err: &RunError{Code: CodeUpstreamUnavailable, Message: err.Error(), Err: err}}
 }
@@ -422,43 +478,37 @@ func failureOf(s Step, attempts int, err error) error {
 	return &RunError{Code: CodeInternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
 }
 
-// attempt runs the step once under its timeout. The step runs in its own
-// goroutine so a step that ignores its context cannot hold the run past the
-// timeout; its late result is discarded.
+// attempt runs the step once through core.Do on the runner's Units: under
+// its timeout, in its own goroutine, so a step that ignores its context
+// cannot hold the run past the timeout. Such a step's goroutine is
+// abandoned: counted (Runner.Stragglers), logged, and its late result
+// discarded.
 func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
-	stepCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	t := x.r.cfg.Clock.AfterFunc(timeout, func() { cancel(errStepTimeout) })
-	defer t.Stop()
-	type result struct {
-		out StepOutput
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				ch <- result{err: &RunError{Code: CodeInternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, p), Permanent: true}}
-			}
-		}()
-		o, err := s.Run(stepCtx, in)
-		ch <- result{o, err}
-	}()
 	timedOut := func() error {
 		return NewRunError(CodeAgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
 	}
-	select {
-	case res := <-ch:
-		if res.err != nil && context.Cause(stepCtx) == errStepTimeout {
-			return res.out, timedOut()
+	out, err := core.Do(ctx, x.r.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
+		o, err := s.Run(uctx, in)
+		var oe *core.OverrunError
+		if err != nil && errors.As(context.Cause(uctx), &oe) {
+			return o, timedOut()
 		}
-		return res.out, res.err
-	case <-stepCtx.Done():
-		if context.Cause(stepCtx) == errStepTimeout {
-			return StepOutput{}, timedOut()
+		return o, err
+	})
+	var (
+		oe *core.OverrunError
+		pe *core.PanicError
+	)
+	switch {
+	case errors.As(err, &oe):
+		if m, ok := x.r.cfg.Metrics.(StragglerMetrics); ok {
+			m.StepAbandoned(in.AgentSlug, s.Name)
 		}
-		return StepOutput{}, context.Cause(stepCtx)
+		return StepOutput{}, timedOut()
+	case errors.As(err, &pe):
+		return StepOutput{}, &RunError{Code: CodeInternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, pe.Value), Permanent: true}
 	}
+	return out, err
 }
 
 func seconds(d time.Duration) string {
@@ -509,15 +559,17 @@ func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempt
 	return rec, nil
 }
 
-// writeStep writes a step file, fenced: only while this runner's lease is
-// certainly its own (else after checking it against the store). A file left
-// by a runner of an older epoch is replaced.
+// writeStep writes a step file, fenced (core.PutFenced): the file carries
+// this runner's epoch, and a file of a newer epoch is never replaced, so a
+// runner that lost its lease gets ErrLeaseLost and the new owner's file
+// stays. The lease is confirmed first, so a lost writer also cannot create
+// a file the new owner has not written yet, unless the new owner's write
+// then replaces it.
 func (x *execution) writeStep(ctx context.Context, rec RunStepRecord) error {
 	if err := x.w.confirmLease(ctx); err != nil {
 		return err
 	}
-	doc := x.w.snapshot()
-	key, err := storage.RunStepKey(doc.AgentSlug, doc.RunID, rec.StepNumber, rec.StepName)
+	key, err := storage.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
 	if err != nil {
 		return err
 	}
@@ -525,49 +577,138 @@ func (x *execution) writeStep(ctx context.Context, rec RunStepRecord) error {
 	if err != nil {
 		return err
 	}
-	_, err = x.r.store.Put(ctx, key, b, storage.IfNotExists())
-	if !errors.Is(err, storage.ErrPreconditionFailed) {
-		if err == nil {
-			x.r.log.LogAttrs(ctx, slog.LevelInfo, "run_checkpoint", slog.String("runId", doc.RunID),
-				slog.String("stepId", rec.StepName), slog.Bool("resumable", rec.Resumable))
+	// Over this execution's own start marker: one compare-and-swap on the
+	// version it wrote; anything else goes through PutFenced.
+	done := false
+	if v, ok := x.markers[rec.StepNumber]; ok {
+		_, err := x.r.store.Put(ctx, key, b, storage.IfMatch(v))
+		if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {
+			return err
 		}
+		done = err == nil
+	}
+	if !done {
+		if _, err := core.PutFenced(ctx, x.r.store, key, b, x.r.cfg.Owner, x.epoch, epochOf); err != nil {
+			return err
+		}
+	}
+	x.r.log.LogAttrs(ctx, slog.LevelInfo, "run_checkpoint", slog.String("runId", x.w.runID),
+		slog.String("stepId", rec.StepName), slog.Bool("resumable", rec.Resumable))
+	return nil
+}
+
+// markStarted writes the start marker of a step that is not idempotent
+// before it runs: its step file in status running, create-only. The marker
+// is what lets a takeover (or this process restarted under the same Owner)
+// prove that such a step never started and run it instead of failing the
+// run RUN_ORPHANED. Create-only makes the start one decision: if two
+// runners (a new owner and a late one) both found no marker, exactly one
+// creates it and runs the step; the other fails its run RUN_ORPHANED (the
+// late one's status write is fenced anyway).
+func (x *execution) markStarted(ctx context.Context, i int) error {
+	if err := x.w.confirmLease(ctx); err != nil {
 		return err
 	}
-	old, v, err := x.r.store.Get(ctx, key)
+	s := x.agent.Steps[i]
+	now := x.r.now()
+	rec := RunStepRecord{StepNumber: i + 1, StepName: s.Name, Status: StepPending, StartedAt: &now,
+		Resumable: s.Resumable, Idempotent: s.Idempotent, Epoch: x.epoch}
+	if _, err := RunStep().Fire(context.Background(), &rec, EventStart, ActorOrchestration); err != nil {
+		return err
+	}
+	key, err := storage.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
 	if err != nil {
 		return err
 	}
-	var prev RunStepRecord
-	if err := json.Unmarshal(old, &prev); err == nil && prev.Epoch > x.epoch {
-		return &LeaseLostError{RunID: doc.RunID, Epoch: x.epoch, HolderEpoch: prev.Epoch}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
 	}
-	_, err = x.r.store.Put(ctx, key, b, storage.IfMatch(v))
+	v, err := x.r.store.Put(ctx, key, b, storage.IfNotExists())
+	if errors.Is(err, storage.ErrOutcomeUnknown) || errors.Is(err, storage.ErrPreconditionFailed) {
+		old, ov, gerr := x.r.store.Get(ctx, key)
+		if gerr != nil {
+			return gerr
+		}
+		if string(old) == string(b) {
+			x.markers[i+1] = ov // ours landed
+			return nil
+		}
+		return NewRunError(CodeRunOrphaned, "step %s, which is not idempotent, was started by another runner", s.Name)
+	}
+	if err == nil {
+		x.markers[i+1] = v
+	}
 	return err
+}
+
+// epochOf reads the writer's epoch of an SDK object (step file, manifest).
+func epochOf(b []byte) (int64, bool) {
+	var v struct {
+		Epoch int64 `json:"epoch"`
+	}
+	return v.Epoch, json.Unmarshal(b, &v) == nil
 }
 
 func (x *execution) writeFiles(ctx context.Context, files map[string][]byte) ([]string, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
-	if err := x.w.confirmLease(ctx); err != nil {
-		return nil, err
-	}
-	doc := x.w.snapshot()
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		key, err := storage.RunOutputKey(doc.AgentSlug, doc.RunID, name)
+		key, err := storage.RunOutputKey(x.agent.Slug, x.w.runID, name)
 		if err != nil {
 			return nil, &RunError{Code: CodeInternalError, Message: err.Error(), Permanent: true, Err: err}
 		}
-		if _, err := x.r.store.Put(ctx, key, files[name], storage.Condition{}); err != nil {
+		if err := x.writeOutput(ctx, key, files[name]); err != nil {
 			return nil, err
 		}
 	}
 	return names, nil
+}
+
+// writeOutput writes one output file. Its bytes are the step's, so it
+// cannot carry an epoch; it is fenced by order instead: the writer observes
+// the object (absent, or at version v), then confirms its lease, then
+// writes conditionally on what it observed (create-only, or IfMatch v). A
+// newer owner exists only after the lease it confirmed, so any object that
+// owner wrote is newer than the observation and the lost writer's
+// condition fails: it gets ErrLeaseLost on its next confirmation and
+// writes nothing. A lost writer may still create a name the new owner has
+// not written yet; the new owner replaces it when it writes that name, and
+// only the outputs listed in the fenced manifest.json are the run's.
+func (x *execution) writeOutput(ctx context.Context, key string, b []byte) error {
+	if err := x.w.confirmLease(ctx); err != nil {
+		return err
+	}
+	cond := storage.IfNotExists()
+	for conflicts := 0; ; conflicts++ {
+		_, err := x.r.store.Put(ctx, key, b, cond)
+		if err == nil || (!errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown)) {
+			return err
+		}
+		if conflicts >= core.MaxConflicts {
+			return err
+		}
+		old, v, gerr := x.r.store.Get(ctx, key)
+		switch {
+		case errors.Is(gerr, storage.ErrNotFound):
+			cond = storage.IfNotExists()
+		case gerr != nil:
+			return gerr
+		case errors.Is(err, storage.ErrOutcomeUnknown) && string(old) == string(b):
+			return nil // ours landed
+		default:
+			cond = storage.IfMatch(v)
+		}
+		if err := x.w.confirmLease(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // finish writes how the execution ended: the manifest and the terminal
@@ -575,13 +716,22 @@ func (x *execution) writeFiles(ctx context.Context, files map[string][]byte) ([]
 func (x *execution) finish(ctx context.Context, out outcome) {
 	r := x.r
 	doc := x.w.snapshot()
+	if out.kind == done {
+		if err := x.writeManifest(ctx, out); err != nil {
+			out = x.writeFailure(ctx, err)
+		}
+	}
 	if out.kind == stopped || ctx.Err() != nil {
-		if out.err != nil && !errors.Is(out.err, context.Canceled) {
-			r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", doc.RunID), slog.String("error", out.err.Error()))
+		// Quiet on the runner's shutdown; said when the run's deadline and
+		// grace cut its writes (a runner frozen that long writes nothing).
+		reason := out.err
+		if context.Cause(ctx) == errWriteLimit {
+			reason = errors.Join(errWriteLimit, out.err)
 		}
-		if errors.Is(out.err, ErrLeaseLost) {
-			r.releaseSlotIfOurs(ctx, x)
+		if reason != nil && (!errors.Is(reason, context.Canceled) || errors.Is(reason, errWriteLimit)) {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", doc.RunID), slog.String("error", reason.Error()))
 		}
+		x.giveUp(ctx, out.err)
 		return
 	}
 	if out.kind == parked {
@@ -589,14 +739,6 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		return
 	}
 	f := &x.agent.flow
-	if out.kind == done {
-		if err := x.writeManifest(ctx, out); err != nil {
-			out = x.writeFailure(err)
-			if out.kind == stopped {
-				return
-			}
-		}
-	}
 	err := x.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
 		event, runErr := f.complete, error(nil)
 		switch out.kind {
@@ -622,8 +764,9 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 	})
 	if err != nil {
 		r.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
-		if errors.Is(err, ErrLeaseLost) {
-			r.releaseSlotIfOurs(ctx, x)
+		x.giveUp(ctx, err)
+		if !errors.Is(err, ErrLeaseLost) && !errors.Is(err, storage.ErrCorrupt) && ctx.Err() == nil {
+			r.releaseSlotIfOurs(ctx, x) // not executing any more: recovery takes it from here
 		}
 		return
 	}
@@ -655,6 +798,19 @@ func (r *Runner) finished(ctx context.Context, d RunStatus) {
 		slog.Int64("durationMs", d.DurationMS), slog.String("status", d.Status))
 }
 
+// giveUp frees what an execution that stops without recording an end
+// holds: the slot of a run it lost, or of a run whose status turned out
+// poison (quarantined here, with its active entry).
+func (x *execution) giveUp(ctx context.Context, err error) {
+	var ce *storage.CorruptError
+	if errors.As(err, &ce) {
+		_ = x.r.quarantineRun(ctx, x.agent.Slug, x.w.runID, ce)
+	}
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, storage.ErrCorrupt) {
+		x.r.releaseSlotIfOurs(ctx, x)
+	}
+}
+
 func (r *Runner) releaseSlotIfOurs(ctx context.Context, x *execution) {
 	r.releaseSlot(ctx, x.agent.Slug, x.slotKey, x.slotVer)
 }
@@ -675,7 +831,7 @@ func (x *execution) writeManifest(ctx context.Context, out outcome) error {
 		RunID: doc.RunID, AgentSlug: doc.AgentSlug, Status: x.agent.flow.completed, Trigger: doc.Trigger,
 		StartedAt: doc.StartedAt, FinishedAt: now, DurationMS: now.Sub(doc.StartedAt).Milliseconds(),
 		Steps: steps, ProposalsCreated: appendNew(append([]string{}, doc.ProposalsCreated...), x.lastProposals...),
-		Outputs: out.files,
+		Outputs: out.files, Epoch: x.epoch,
 	}
 	key, err := storage.RunManifestKey(doc.AgentSlug, doc.RunID)
 	if err != nil {
@@ -685,6 +841,6 @@ func (x *execution) writeManifest(ctx context.Context, out outcome) error {
 	if err != nil {
 		return err
 	}
-	_, err = x.r.store.Put(ctx, key, b, storage.Condition{})
+	_, err = core.PutFenced(ctx, x.r.store, key, b, x.r.cfg.Owner, x.epoch, epochOf)
 	return err
 }

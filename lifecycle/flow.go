@@ -29,6 +29,7 @@ type flow struct {
 
 	fire     func(ctx context.Context, r *RunStatus, e Event, a Actor) error
 	terminal func(string) bool
+	isState  func(string) bool
 	check    func(from, to string) error
 }
 
@@ -41,6 +42,7 @@ func flowOf[S ~string](m *Machine[S, *RunStatus]) flow {
 			return err
 		},
 		terminal: func(s string) bool { return m.IsTerminal(S(s)) },
+		isState:  func(s string) bool { return m.IsState(S(s)) },
 		check:    func(from, to string) error { return m.Check(S(from), S(to)) },
 	}
 }

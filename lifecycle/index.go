@@ -1,22 +1,19 @@
 package lifecycle
 
-import "unsafe"
-
 // table is the non-generic core of a machine's lookups, on plain strings so
 // generic dictionaries stay off the hot path: Check runs on every status write
 // and must not allocate.
 //
-// A state's position is found in one of three ways, fastest first: by the
-// identity of its bytes (a state constant), by a perfect hash over a few
-// bytes of its name confirmed by one comparison, or, for a machine whose
-// names defeat every multiplier tried, by the map.
+// A state's position is found by a perfect hash over a few bytes of its
+// name confirmed by one comparison or, for a machine whose names defeat
+// every multiplier tried, by the map. (An identity fast path keyed on the
+// address of a constant's bytes was removed: states decoded from JSON never
+// hit it, and on that production path it cost time, see BenchmarkCheckDecoded.)
 type table struct {
 	names    []string
 	mult     uint32
 	slots    [indexSlots]int8 // position+1; 0 is empty
 	byName   map[string]int
-	idMult   uint32
-	ids      [indexSlots]identity
 	next     []uint64 // next[i] bit j: names[i] → names[j] is in the table
 	terminal uint64   // bit i: names[i] is terminal
 }
@@ -78,73 +75,8 @@ func (t *table) findSlow(s string) int {
 	return -1
 }
 
-// identity is one slot of the pointer-keyed fast path.
-type identity struct {
-	data *byte  // the state name's bytes
-	n    int    // its length; -1 marks an empty slot, which nothing matches
-	next uint64 // the state's row of the table: bit j, a move to names[j]
-	bit  uint64 // 1 << the state's position
-}
-
-// hashIdentities fills the fast path: state names written as constants share
-// their bytes with the table's copy, so their data pointer identifies them
-// with one load and no byte comparison. Go's heap does not move, so the
-// pointers stay valid; a name from elsewhere (decoded JSON) misses and takes
-// the hashed path.
-func (t *table) hashIdentities() {
-	for _, mult := range multipliers {
-		ids := emptyIdentities()
-		ok := true
-		for i, s := range t.names {
-			h := identitySlot(unsafe.StringData(s), mult)
-			if ids[h].n >= 0 {
-				ok = false
-				break
-			}
-			ids[h] = identity{data: unsafe.StringData(s), n: len(s), next: t.next[i], bit: 1 << i}
-		}
-		if ok {
-			t.idMult, t.ids = mult, ids
-			return
-		}
-	}
-	t.idMult, t.ids = 0, emptyIdentities() // every lookup takes the hashed path
-}
-
-func emptyIdentities() (ids [indexSlots]identity) {
-	for i := range ids {
-		ids[i].n = -1
-	}
-	return ids
-}
-
-func identitySlot(p *byte, mult uint32) uint32 {
-	return (uint32(uintptr(unsafe.Pointer(p))>>3) * mult) >> (32 - indexBits)
-}
-
-// idSlot is identitySlot with the table's multiplier, kept tiny so that
-// allowed stays within the inliner's budget.
-func (t *table) idSlot(s string) *identity {
-	return &t.ids[(uint32(uintptr(unsafe.Pointer(unsafe.StringData(s)))>>3)*t.idMult)>>(32-indexBits)]
-}
-
 // allowed tells whether from → to is in the table.
-func (t *table) allowed(from, to string) bool {
-	if ok, hit := t.fast(from, to); hit {
-		return ok
-	}
-	return t.allowedHashed(from, to)
-}
-
-// fast answers by identity alone (hit) or gives up (no hit). It makes no
-// call, so it inlines into Check: the common case costs one call in all.
-func (t *table) fast(from, to string) (ok, hit bool) {
-	a, b := t.idSlot(from), t.idSlot(to)
-	if a.data != unsafe.StringData(from) || b.data != unsafe.StringData(to) || a.n != len(from) || b.n != len(to) {
-		return false, false
-	}
-	return a.next&b.bit != 0, true
-}
+func (t *table) allowed(from, to string) bool { return t.allowedHashed(from, to) }
 
 // allowedHashed looks both names up by their fingerprint. The lookups are
 // written out, not called, so the two independent load chains overlap.

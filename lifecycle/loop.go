@@ -19,14 +19,18 @@ var ErrRunnerStarted = errors.New("lifecycle: runner already running")
 // executing to stop and returns nil. Runs cut short by the shutdown keep
 // their lease until it lapses; then any runner (this one restarted, with the
 // same Owner, at once) takes them over and resumes them from their
-// checkpoints. Run first recovers the runs that are not terminal (seed 004
+// checkpoints. Step goroutines that ignore their context are waited for at
+// most ShutdownGrace. Run first recovers the runs that are not terminal (seed 004
 // §5.1), then takes work as Submit hands it over and every PollInterval.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrRunnerStarted
 	}
-	defer r.wg.Wait()
-	r.poll(ctx, true)
+	r.mu.Lock()
+	r.life = ctx
+	r.mu.Unlock()
+	defer r.shutdown()
+	r.pass(ctx, func(pctx context.Context) { r.poll(pctx, true) })
 	// The poll keeps its own schedule: a steady stream of handed runs must
 	// not starve it, or orphans and other runners' runs would wait forever.
 	t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
@@ -36,14 +40,49 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-r.wake:
-			for _, c := range r.takeHanded() {
-				r.consider(ctx, c, false)
-			}
+			r.pass(ctx, func(pctx context.Context) {
+				for _, c := range r.takeHanded() {
+					r.consider(pctx, c, false)
+				}
+			})
 		case <-t.C():
-			r.poll(ctx, false)
+			r.pass(ctx, func(pctx context.Context) { r.poll(pctx, false) })
 			t = r.cfg.Clock.NewTimer(r.cfg.PollInterval)
 		}
 	}
+}
+
+// pass runs one pass of the loop under PollTimeout (wall-clock), so a
+// store that hangs or is down delays the loop by at most that much: the
+// pass's store calls wait out transient errors until then and give up, and
+// the next pass starts over from the store.
+func (r *Runner) pass(ctx context.Context, fn func(context.Context)) {
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PollTimeout)
+	defer cancel()
+	fn(pctx)
+}
+
+// shutdown waits for this runner's executions to stop, then for abandoned
+// step goroutines at most ShutdownGrace (wall-clock).
+func (r *Runner) shutdown() {
+	r.wg.Wait()
+	grace, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownGrace)
+	defer cancel()
+	if n := r.units.Wait(grace); n > 0 {
+		r.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown_with_stragglers", slog.Int("goroutines", n),
+			slog.Duration("grace", r.cfg.ShutdownGrace))
+	}
+}
+
+// lifeCtx is Run's context: executions live as long as the runner, not as
+// long as the pass that started them.
+func (r *Runner) lifeCtx() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.life == nil {
+		return context.Background()
+	}
+	return r.life
 }
 
 // poll looks at every run not yet terminal, through the active index, and
@@ -79,15 +118,20 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 		if err != nil {
 			continue
 		}
-		doc, ver, err := storage.Read[RunStatus](ctx, r.store, statusKey)
+		doc, ver, err := r.readStatus(ctx, slug, runID, statusKey)
 		if errors.Is(err, storage.ErrNotFound) {
 			continue // its submit has not written the status yet
 		}
 		if err != nil {
-			r.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
+			if ctx.Err() != nil {
+				return // the pass is over; the next one goes on
+			}
+			if !errors.Is(err, storage.ErrCorrupt) { // quarantined: logged there
+				r.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
+			}
 			continue
 		}
-		r.consider(ctx, candidate{slug: slug, w: &statusWriter{r: r, runID: doc.RunID, key: statusKey, doc: doc, ver: ver, fresh: true}}, startup)
+		r.consider(ctx, candidate{slug: slug, w: r.newWriter(slug, runID, statusKey, &doc, ver)}, startup)
 		if until := r.quietUntil(&agent.flow, &doc, now); !until.IsZero() {
 			quiet[runID] = until
 		}
@@ -237,7 +281,7 @@ func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
 	r.executing[runID] = x
 	r.mu.Unlock()
 	r.wg.Add(1)
-	go x.run(ctx)
+	go x.run(r.lifeCtx())
 }
 
 var errNoSlot = errors.New("lifecycle: no free slot")
@@ -299,7 +343,7 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		}
 	}
 	for _, key := range open {
-		b, v, err := r.store.Get(ctx, key)
+		e, v, err := r.readSlot(ctx, key) // a junk slot is quarantined: not found
 		if errors.Is(err, storage.ErrNotFound) {
 			if v, err := r.store.Put(ctx, key, body, storage.IfNotExists()); err == nil {
 				return take(key, v)
@@ -309,8 +353,6 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		if err != nil {
 			return "", "", err
 		}
-		var e slotEntry
-		_ = json.Unmarshal(b, &e)
 		// The slot may still name this run after its runner was lost:
 		// rewrite it all the same, so the lost runner's release (a
 		// compare-and-swap on the version it wrote) is fenced off.
@@ -333,9 +375,9 @@ func (r *Runner) slotHolderGone(ctx context.Context, slug, runID string) bool {
 	if err != nil {
 		return true
 	}
-	doc, _, err := storage.Read[RunStatus](ctx, r.store, key)
-	if errors.Is(err, storage.ErrNotFound) {
-		return true
+	doc, _, err := r.readStatus(ctx, slug, runID, key)
+	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) {
+		return true // gone, or poison and quarantined
 	}
 	if err != nil {
 		return false
@@ -432,10 +474,8 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 	if err != nil {
 		return nil, err
 	}
-	c.w.mu.Lock()
-	c.w.epoch, c.w.leaseUntil, c.w.renewedAt = epoch, c.w.doc.Lease.ExpiresAt, *c.w.doc.LastHeartbeatAt
-	c.w.mu.Unlock()
-	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{},
+	c.w.hold(epoch)
+	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{}, markers: map[int]storage.Version{},
 		input: c.input, inputKnown: c.inputKnown}
 	return x, nil
 }

@@ -147,9 +147,7 @@ func (m *Machine[S, R]) Allowed(from, to S) bool { return m.tab.allowed(string(f
 // [*InvalidTransitionError] otherwise. The nil path does not allocate. It
 // checks neither actors nor guards; see [Machine.Edge] and [Machine.Fire].
 func (m *Machine[S, R]) Check(from, to S) error {
-	if ok, hit := m.tab.fast(string(from), string(to)); hit && ok {
-		return nil
-	} else if !hit && m.tab.allowedHashed(string(from), string(to)) {
+	if m.tab.allowedHashed(string(from), string(to)) {
 		return nil
 	}
 	return m.checkFailed(from, to)

@@ -55,14 +55,11 @@ type RunStatus struct {
 	DurationMS int64 `json:"duration_ms,omitempty"`
 }
 
-// Lease says which runner executes a run and until when (DESIGN.md §5). A
-// runner renews it by heartbeat; another takes the run over only after
-// ExpiresAt, with Epoch+1, which fences the first one out.
-type Lease struct {
-	Owner     string    `json:"owner"`
-	Epoch     int64     `json:"epoch"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
+// Lease says which runner executes a run and until when (DESIGN.md §5): the
+// SDK's one lease, storage.Lease. A runner renews it by heartbeat; another
+// takes the run over only after ExpiresAt, with Epoch+1, which fences the
+// first one out of every write.
+type Lease = storage.Lease
 
 // Approval is the approval a run waits for or got (seed 004 §2.2).
 type Approval struct {
@@ -120,6 +117,9 @@ type Manifest struct {
 	ProposalsCreated []string        `json:"proposals_created"`
 	Outputs          []string        `json:"outputs,omitempty"`
 	Input            json.RawMessage `json:"input,omitempty"`
+	// Epoch is the lease epoch of the runner that wrote the manifest: a
+	// runner of an older epoch cannot replace it (DESIGN.md §5).
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // ManifestStep summarises one step in the manifest.

@@ -21,7 +21,8 @@ func (f finishSignal) RunFinished(agent, status string, _ time.Duration) { f.don
 // TestHappyPathStoreRoundTrips holds the target for a 3-step run:
 // one status write per transition (6), one file per step (3), an audit event
 // per status write (6), the manifest, the run and active index entries and
-// the slot (taken and freed), and not a single read or list.
+// the slot (taken and freed), a start marker per step that is not idempotent
+// (3; see markStarted), and not a single read or list.
 func TestHappyPathStoreRoundTrips(t *testing.T) {
 	t.Parallel()
 	for name, newStore := range map[string]func(testing.TB) storage.Store{"memstore": memStore, "minio": minioStore} {
@@ -44,8 +45,9 @@ func TestHappyPathStoreRoundTrips(t *testing.T) {
 				t.Fatalf("run %s", st)
 			}
 			got := [4]int64{counting.Puts.Load(), counting.Deletes.Load(), counting.Gets.Load(), counting.Lists.Load()}
-			// puts: 6 status + 6 audit + 3 steps + manifest + run index + active + slot taken + slot freed
-			if want := [4]int64{20, 1, 0, 0}; got != want {
+			// puts: 6 status + 6 audit + 3 steps + manifest + run index + active + slot taken + slot freed,
+			// and a start marker for each of the 3 steps, which are not idempotent
+			if want := [4]int64{23, 1, 0, 0}; got != want {
 				t.Errorf("puts, deletes, gets, lists = %v, want %v", got, want)
 			}
 		})

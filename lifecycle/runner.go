@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -26,8 +27,14 @@ import (
 // Several Runners may share one Store: slots, leases and compare-and-swap
 // writes keep each run executed by one of them at a time.
 type Runner struct {
-	cfg    Config
-	store  storage.Store
+	cfg Config
+	// store is cfg.Store behind core.Patient: transient store errors are
+	// waited out with backoff for as long as each call's context allows.
+	store   storage.Store
+	patient *core.Patient
+	// units runs step attempts under their deadlines and counts the
+	// goroutines of attempts abandoned there (stragglers).
+	units  *core.Units
 	log    *slog.Logger
 	audit  *storage.AuditLog
 	agents map[string]*agentDef
@@ -51,8 +58,13 @@ type Runner struct {
 	// the next polls need not read them. Only the loop touches it.
 	quiet map[string]time.Time
 
+	// quarantined counts poison records this runner moved to quarantine.
+	quarantined atomic.Int64
+
 	started atomic.Bool
 	wg      sync.WaitGroup
+	// life is Run's context, for executions started from a bounded pass.
+	life context.Context
 }
 
 type agentDef struct {
@@ -78,11 +90,14 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	patient := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	r := &Runner{
 		cfg:        cfg,
-		store:      cfg.Store,
+		store:      patient,
+		patient:    patient,
+		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		log:        cfg.Logger,
-		audit:      &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
+		audit:      &storage.AuditLog{Store: patient, Node: cfg.Node, Now: cfg.Clock.Now},
 		agents:     map[string]*agentDef{},
 		wake:       make(chan struct{}, 1),
 		executing:  map[string]*execution{},
@@ -116,6 +131,24 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 func (r *Runner) Owner() string { return r.cfg.Owner }
 
 func (r *Runner) now() time.Time { return r.cfg.Clock.Now().UTC() }
+
+// Stragglers reports the goroutines of step attempts this runner abandoned
+// at a deadline (step timeout, run timeout, cancel, lost lease, shutdown)
+// although their step ignored its context: how many still run, and how
+// many there were in all. Go cannot stop a goroutine; the Runner discards
+// whatever such a step returns later, logs unit_abandoned and
+// unit_returned_late, and at shutdown waits for them at most ShutdownGrace.
+func (r *Runner) Stragglers() (live int, total int64) { return r.units.Stragglers() }
+
+// Quarantined counts the poison records (undecodable or invalid run
+// statuses and slot objects) this runner moved under storage's quarantine
+// prefix; storage.ListQuarantine lists them and storage.Restore puts one
+// back.
+func (r *Runner) Quarantined() int64 { return r.quarantined.Load() }
+
+// StoreRetries counts the store calls this runner retried after a
+// transient failure.
+func (r *Runner) StoreRetries() int64 { return r.patient.Retries() }
 
 func (r *Runner) flowOfDoc(d *RunStatus) *flow {
 	if a, ok := r.agents[d.AgentSlug]; ok {
@@ -269,7 +302,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	ver, err := storage.Create(ctx, r.store, statusKey, &doc)
 	created := err == nil
 	if errors.Is(err, storage.ErrPreconditionFailed) {
-		doc, ver, err = storage.Read[RunStatus](ctx, r.store, statusKey)
+		doc, ver, err = r.readStatus(ctx, agent.Slug, runID, statusKey)
 	}
 	if err != nil {
 		return err
@@ -285,7 +318,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 			slog.String("type", agent.Slug), slog.String("idempotencyKey", req.IdempotencyKey))
 		r.broadcast()
 	}
-	w := &statusWriter{r: r, runID: doc.RunID, key: statusKey, doc: doc, ver: ver}
+	w := r.newWriter(agent.Slug, runID, statusKey, &doc, ver)
 	r.hand(candidate{slug: agent.Slug, w: w, input: req.Input, inputKnown: true})
 	return nil
 }
@@ -341,12 +374,16 @@ func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey stri
 }
 
 // Status reads a run's status.json (GET /runs/{runId}/status).
+//
+// A status.json that cannot be decoded or fails validation (a status its
+// machine does not know, a run_id or agent_slug that is not its key's) is
+// quarantined, and Status, like Wait, returns a *RunQuarantinedError.
 func (r *Runner) Status(ctx context.Context, runID string) (RunStatus, error) {
-	_, key, err := r.locate(ctx, runID)
+	slug, key, err := r.locate(ctx, runID)
 	if err != nil {
 		return RunStatus{}, err
 	}
-	doc, _, err := storage.Read[RunStatus](ctx, r.store, key)
+	doc, _, err := r.readStatus(ctx, slug, runID, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return RunStatus{}, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
 	}
@@ -401,12 +438,13 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]RunStatus, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !strings.HasSuffix(key, "/status.json") || strings.Count(strings.TrimPrefix(key, prefix), "/") != 1 {
+		runID, ok := strings.CutSuffix(strings.TrimPrefix(key, prefix), "/status.json")
+		if !ok || strings.Contains(runID, "/") {
 			continue
 		}
-		doc, _, err := storage.Read[RunStatus](ctx, r.store, key)
-		if errors.Is(err, storage.ErrNotFound) {
-			continue
+		doc, _, err := r.readStatus(ctx, slug, runID, key)
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) {
+			continue // gone, or poison: quarantined
 		}
 		if err != nil {
 			return nil, err

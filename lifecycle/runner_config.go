@@ -2,13 +2,12 @@ package lifecycle
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -101,9 +100,15 @@ type Agent struct {
 // the documented default when left zero.
 type Config struct {
 	Store storage.Store
-	// Owner names this runner in leases. Default: host-pid-random. A name
-	// kept across restarts lets recovery reclaim this runner's runs at once
-	// instead of waiting for their leases to lapse.
+	// Owner names this runner in leases. Default: DefaultOwner(), the host
+	// name and the executable's name, which a restarted process keeps: at
+	// start-up a runner takes over the runs leased to its own Owner at once
+	// instead of waiting for their leases to lapse. That is safe even when
+	// two live processes share an Owner (set distinct ones all the same):
+	// the takeover bumps the epoch, so the other one's writes are fenced
+	// out, and a step that is not idempotent runs again only when it
+	// provably never started (its start marker is written create-only
+	// before it runs), else the run fails RUN_RESUME_FAILED or RUN_ORPHANED.
 	Owner string
 	// Clock defaults to the wall clock.
 	Clock Clock
@@ -155,12 +160,44 @@ type Config struct {
 	// would lapse. Default 30 s.
 	ParkedPollInterval time.Duration
 
+	// FinishGrace is how long past a run's deadline (RunTimeout from the
+	// start of its execution) the runner keeps trying to record the run's
+	// end while the store is unavailable. Every store call of an execution
+	// waits out transient store errors (timeouts, 5xx, refused connections)
+	// with backoff until start + RunTimeout + FinishGrace; only that deadline
+	// turns an outage into UPSTREAM_UNAVAILABLE. Default 60 s.
+	FinishGrace time.Duration
+	// PollTimeout bounds one poll pass (and one look at a handed run), so a
+	// dead store can delay the loop by at most this much at a time. Default
+	// 10 s.
+	PollTimeout time.Duration
+	// ShutdownGrace is how long, in wall-clock time, Run waits at shutdown
+	// for step goroutines that ignore their context (stragglers, see
+	// Runner.Stragglers) before it returns anyway. Default 5 s.
+	ShutdownGrace time.Duration
+
 	// Idempotency TTLs (seed 004 §4.3). Defaults 24 h, 1 h and 5 min.
 	IdempotencyCompletedTTL time.Duration
 	IdempotencyFailedTTL    time.Duration
 	IdempotencyLockTTL      time.Duration
 	// IdempotencyMaxAttempts bounds retries of a failed request. Default 3.
 	IdempotencyMaxAttempts int
+}
+
+// DefaultOwner is the Owner of a Runner whose Config sets none: the host
+// name and the executable's base name, e.g. "worker-7/conveyor-worker". It
+// is stable across restarts of the same program on the same host (a pod
+// name, a VM), so a restarted process resumes its runs at once.
+func DefaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	exe := "conveyor"
+	if p, err := os.Executable(); err == nil {
+		exe = filepath.Base(p)
+	}
+	return host + "/" + exe
 }
 
 // ErrInvalidConfig is matched by errors from NewRunner about its arguments.
@@ -171,10 +208,7 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
 	}
 	if c.Owner == "" {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+		c.Owner = DefaultOwner()
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()
@@ -201,6 +235,9 @@ func (c *Config) setDefaults() error {
 	def(&c.HeartbeatInterval, 30*time.Second)
 	def(&c.PollInterval, time.Second)
 	def(&c.ParkedPollInterval, 30*time.Second)
+	def(&c.FinishGrace, time.Minute)
+	def(&c.PollTimeout, 10*time.Second)
+	def(&c.ShutdownGrace, 5*time.Second)
 	def(&c.IdempotencyCompletedTTL, 24*time.Hour)
 	def(&c.IdempotencyFailedTTL, time.Hour)
 	def(&c.IdempotencyLockTTL, 5*time.Minute)

@@ -721,10 +721,11 @@ func scenarioFencing(t *testing.T, g *rig) {
 	gated.resume(true)
 	close(release)
 	g.clock.Advance(time.Minute)
-	time.Sleep(50 * time.Millisecond)
-	g.clock.Advance(time.Minute)
+	// Time moves on while a gives up, so that a store call it retries
+	// (core.Patient waits on the clock) is not left waiting.
 	until(t, "runner a to give the run up", func() bool {
-		return strings.Contains(logs.String(), `"msg":"run_stopped"`) && strings.Contains(logs.String(), "lease epoch 1 lost")
+		g.clock.Advance(time.Second)
+		return strings.Contains(logs.String(), `"msg":"run_stopped"`) && strings.Contains(logs.String(), "at epoch 1 lost")
 	})
 	gated.mu.Lock()
 	late := slices.Clone(gated.late)
@@ -795,7 +796,13 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 	thawed = true
 	gated.resume(true)
 	close(releaseA)
+	defer func() {
+		if t.Failed() {
+			t.Logf("runner a's log:\n%s", logs.String())
+		}
+	}()
 	until(t, "runner a to give the run up", func() bool {
+		g.clock.Advance(time.Second) // a store call a retries waits on the clock
 		return strings.Contains(logs.String(), `"msg":"run_stopped"`)
 	})
 	gated.mu.Lock()

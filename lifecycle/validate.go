@@ -107,6 +107,5 @@ func (m *Machine[S, R]) validate() error {
 	if slices.Contains(d.Terminal, d.Initial) {
 		return m.fail("initial state %q is terminal", d.Initial)
 	}
-	m.tab.hashIdentities() // after the table: each identity carries its row
 	return nil
 }

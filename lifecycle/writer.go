@@ -2,151 +2,148 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/storage"
 )
 
 // ErrLeaseLost is matched by the error a runner gets when another runner has
-// taken its run over: it must stop, and none of its later writes land.
-var ErrLeaseLost = errors.New("lifecycle: lease lost")
+// taken its run over: it must stop, and none of its later writes land. It is
+// storage.ErrLeaseLost, the one such sentinel of the SDK; the error itself
+// is a *storage.LeaseLostError.
+var ErrLeaseLost = storage.ErrLeaseLost
 
-// LeaseLostError says who holds the run now.
-type LeaseLostError struct {
-	RunID string
-	// Epoch is the epoch this runner held; Holder and HolderEpoch the lease
-	// found in the record (empty when none).
-	Epoch       int64
-	Holder      string
-	HolderEpoch int64
-}
-
-// Error names the run, the lost epoch and the lease now in the record.
-func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("lifecycle: run %s: lease epoch %d lost (now held by %q at epoch %d)", e.RunID, e.Epoch, e.Holder, e.HolderEpoch)
-}
-
-// Is matches ErrLeaseLost.
-func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
-
-// Code is RUN_LEASE_LOST.
-func (e *LeaseLostError) Code() string { return CodeLeaseLost }
-
-// maxConflicts bounds how often one status write re-reads after losing a
-// compare-and-swap before it gives up.
-const maxConflicts = 32
-
-// statusWriter writes one run's status.json. It keeps the document and store
+// statusWriter writes one run's status.json through core.Record, the one
+// fenced read-check-write of the SDK: it keeps the document and store
 // version of its last write, so on the happy path it writes with IfMatch and
-// never reads. A conflict (a cancel request, an approval, a takeover) makes it
-// re-read and re-apply the change to the fresh document, and when it holds a
-// lease (epoch > 0) every write first checks the lease is still its own: a
-// runner that was taken over cannot write.
+// never reads; a change the cached document refuses is judged again on a
+// fresh read; and once the writer holds the run's lease (after claim) every
+// write checks, inside the conditional write, that the lease is still its
+// own, and renews it.
 type statusWriter struct {
 	r     *Runner
 	runID string // fixed for the writer's life; read without the lock
+	slug  string
 	key   string
-	// fresh: doc was just read from the store, so a change it refuses is
-	// refused without reading again.
-	fresh bool
-	mu    sync.Mutex
-	doc   RunStatus
-	ver   storage.Version
-	epoch int64
-	// leaseUntil is the lease expiry of this writer's last write, renewedAt
-	// when that write was made.
+
+	mu  sync.Mutex
+	rec *core.Record[RunStatus, *RunStatus]
+	// epoch is the lease epoch this writer holds (0: none); leaseUntil is
+	// the lease expiry of its last write, renewedAt when that write was made.
+	epoch      int64
 	leaseUntil time.Time
 	renewedAt  time.Time
 }
 
-// apply runs change on a copy of the document and writes the result. change
-// may run more than once (after a conflict) and must touch only its argument.
-func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunStatus) error) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	fresh := w.fresh // else the cached document may be stale until re-read
-	w.fresh = false
-	for conflicts := 0; ; conflicts++ {
-		doc := w.doc.clone()
-		if err := w.fence(&doc); err != nil {
-			return err
-		}
-		from := doc.Status
-		if err := change(&doc); err != nil {
-			if fresh {
-				return err
-			}
-			// Someone else may have moved the run since our last write: judge
-			// the change against the stored document before refusing it.
-			if err := w.reloadLocked(ctx); err != nil {
-				return err
-			}
-			fresh = true
-			continue
-		}
-		now := w.r.now()
-		if w.epoch > 0 && doc.Lease != nil { // a terminal or parking write drops the lease
-			doc.Lease.ExpiresAt, doc.LastHeartbeatAt = now.Add(w.r.cfg.LeaseDuration), &now
-		}
-		doc.Version++
-		b, err := json.Marshal(&doc)
-		if err != nil {
-			return fmt.Errorf("lifecycle: encode status of %s: %w", doc.RunID, err)
-		}
-		v, err := w.r.store.Put(ctx, w.key, b, storage.IfMatch(w.ver))
-		if err == nil {
-			w.doc, w.ver = doc, v
-			if w.epoch > 0 && doc.Lease != nil {
-				w.leaseUntil, w.renewedAt = doc.Lease.ExpiresAt, now
-			}
-			w.r.afterWrite(ctx, &doc, from, actor)
-			return nil
-		}
-		if !errors.Is(err, storage.ErrPreconditionFailed) || conflicts >= maxConflicts {
-			return err
-		}
-		if err := w.reloadLocked(ctx); err != nil {
-			return err
-		}
-		fresh = true
+// newWriter returns the writer of a run's status at key; doc and ver seed
+// its cache when known (ver == "": read on first use).
+func (r *Runner) newWriter(slug, runID, key string, doc *RunStatus, ver storage.Version) *statusWriter {
+	w := &statusWriter{r: r, runID: runID, slug: slug, key: key}
+	w.rec = r.statusRecord(slug, runID, key, "", 0)
+	if ver != "" {
+		w.rec.Seed(*doc, ver)
+	}
+	return w
+}
+
+// statusRecord is the core.Record of one run's status.json, fenced by
+// (owner, epoch) when epoch > 0.
+func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[RunStatus, *RunStatus] {
+	return &core.Record[RunStatus, *RunStatus]{
+		Store: r.store, Key: key, Owner: owner, Epoch: epoch,
+		Lease:    func(d *RunStatus) *storage.Lease { return d.Lease },
+		Clone:    func(d *RunStatus) RunStatus { return d.clone() },
+		Validate: r.statusValidator(slug, runID),
 	}
 }
 
-// fence refuses a write by a runner whose lease is no longer in the record.
-func (w *statusWriter) fence(doc *RunStatus) error {
-	if w.epoch == 0 {
+// statusValidator judges a decoded status.json: it must name the run and
+// agent of its key, and its status must be a state of the run's machine.
+// A document that fails is poison: it is quarantined, never acted on.
+func (r *Runner) statusValidator(slug, runID string) func(*RunStatus) error {
+	return func(d *RunStatus) error {
+		if d.RunID != runID {
+			return fmt.Errorf("run_id %q at the key of run %s", d.RunID, runID)
+		}
+		if d.AgentSlug != slug {
+			return fmt.Errorf("agent_slug %q at the key of agent %s", d.AgentSlug, slug)
+		}
+		f, ok := flowFor(d.Machine)
+		if !ok {
+			return fmt.Errorf("unknown machine %q", d.Machine)
+		}
+		if a, known := r.agents[slug]; known && a.flow.machine != f.machine {
+			return fmt.Errorf("machine %s, but agent %s runs %s", f.machine, slug, a.flow.machine)
+		}
+		if !f.isState(d.Status) {
+			return fmt.Errorf("status %q is not a state of %s", d.Status, f.machine)
+		}
 		return nil
 	}
-	if doc.Lease == nil || doc.Lease.Owner != w.r.cfg.Owner || doc.Lease.Epoch != w.epoch {
-		e := &LeaseLostError{RunID: doc.RunID, Epoch: w.epoch}
-		if doc.Lease != nil {
-			e.Holder, e.HolderEpoch = doc.Lease.Owner, doc.Lease.Epoch
-		}
-		return e
-	}
-	return nil
 }
 
-func (w *statusWriter) reloadLocked(ctx context.Context) error {
-	doc, v, err := storage.Read[RunStatus](ctx, w.r.store, w.key)
+func (w *statusWriter) record() *core.Record[RunStatus, *RunStatus] {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rec
+}
+
+// apply runs change on a copy of the document and writes the result. change
+// may run more than once (after a conflict) and must touch only its argument.
+// A write of the lease holder renews the lease.
+func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunStatus) error) error {
+	w.mu.Lock()
+	rec, epoch := w.rec, w.epoch
+	w.mu.Unlock()
+	var renewed time.Time
+	before, after, err := rec.Apply(ctx, func(d *RunStatus) error {
+		if err := change(d); err != nil {
+			return err
+		}
+		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
+			now := w.r.now()
+			d.Lease.ExpiresAt, d.LastHeartbeatAt = now.Add(w.r.cfg.LeaseDuration), &now
+			renewed = now
+		} else {
+			renewed = time.Time{}
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	w.doc, w.ver = doc, v
+	if !renewed.IsZero() {
+		w.mu.Lock()
+		if w.rec == rec {
+			w.leaseUntil, w.renewedAt = after.Lease.ExpiresAt, renewed
+		}
+		w.mu.Unlock()
+	}
+	w.r.afterWrite(ctx, &after, before.Status, actor)
 	return nil
+}
+
+// hold makes the writer the lease holder at epoch, with the document just
+// written by its claim: from now on every write is fenced.
+func (w *statusWriter) hold(epoch int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	doc, ver := w.rec.Snapshot()
+	rec := w.r.statusRecord(w.slug, w.runID, w.key, w.r.cfg.Owner, epoch)
+	rec.Seed(doc, ver)
+	w.rec, w.epoch = rec, epoch
+	w.leaseUntil, w.renewedAt = doc.Lease.ExpiresAt, *doc.LastHeartbeatAt
 }
 
 // snapshot returns a copy of the last document written or read.
 func (w *statusWriter) snapshot() RunStatus {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.doc.clone()
+	doc, _ := w.record().Snapshot()
+	return doc
 }
 
 // renewed is when this writer last renewed its lease.
@@ -166,19 +163,29 @@ func (w *statusWriter) leaseValid() bool {
 	return w.r.now().Before(w.leaseUntil.Add(-margin))
 }
 
-// confirmLease checks the lease against the store; a runner calls it before
-// a side write (a step file) once leaseValid can no longer vouch for it.
+// confirmLease makes sure the lease is this writer's at this instant: by
+// time while leaseValid vouches for it, else by a fenced read. Side writes
+// call it after observing the object they replace (see writeOutput), so
+// that no newer owner can have written that object in between.
 func (w *statusWriter) confirmLease(ctx context.Context) error {
 	if w.leaseValid() {
 		return nil
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.reloadLocked(ctx); err != nil {
+	rec, epoch := w.rec, w.epoch
+	w.mu.Unlock()
+	doc, _, err := rec.Load(ctx)
+	if err != nil {
 		return err
 	}
-	doc := w.doc
-	return w.fence(&doc)
+	if !doc.Lease.HeldBy(w.r.cfg.Owner, epoch) {
+		e := &storage.LeaseLostError{Key: w.key, Owner: w.r.cfg.Owner, Epoch: epoch}
+		if doc.Lease != nil {
+			e.Holder, e.HolderEpoch = doc.Lease.Owner, doc.Lease.Epoch
+		}
+		return e
+	}
+	return nil
 }
 
 // afterWrite records what a status write did: the audit event of seed 003

@@ -1,0 +1,199 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// RunQuarantinedError is the error of a run whose status.json was poison
+// (undecodable, or failing validation: a status its machine does not know,
+// a run_id or agent_slug that is not its key's) and was moved under
+// storage.QuarantinePrefix. The run no longer holds a slot or an active
+// entry; an operator may repair and restore the record (storage.Restore),
+// after which the runners pick the run up again. It matches
+// storage.ErrCorrupt; its code is RECORD_QUARANTINED.
+type RunQuarantinedError struct {
+	RunID string
+	// Key is where the record was; QKey where it is kept now (empty when
+	// only its absence and a quarantined copy were found).
+	Key, QKey string
+	Reason    string
+}
+
+// Error names the run and the reason.
+func (e *RunQuarantinedError) Error() string {
+	msg := "lifecycle: run " + e.RunID + ": status quarantined"
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	if e.QKey != "" {
+		msg += " (at " + e.QKey + ")"
+	}
+	return msg
+}
+
+// Is matches storage.ErrCorrupt.
+func (e *RunQuarantinedError) Is(target error) bool { return target == storage.ErrCorrupt }
+
+// Code is RECORD_QUARANTINED, as storage.CorruptError's.
+func (e *RunQuarantinedError) Code() string { return (&storage.CorruptError{}).Code() }
+
+// readStatus reads and validates a run's status.json. A poison document is
+// quarantined (see quarantineRun); a missing one that was quarantined gives
+// a *RunQuarantinedError too, so Wait and Status report it.
+func (r *Runner) readStatus(ctx context.Context, slug, runID, key string) (RunStatus, storage.Version, error) {
+	b, v, err := r.store.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		if qe := r.findQuarantined(ctx, runID, key); qe != nil {
+			return RunStatus{}, "", qe
+		}
+	}
+	if err != nil {
+		return RunStatus{}, "", err
+	}
+	doc, err := core.Decode[RunStatus](key, b, v, r.statusValidator(slug, runID))
+	var ce *storage.CorruptError
+	if errors.As(err, &ce) {
+		return RunStatus{}, "", r.quarantineRun(ctx, slug, runID, ce)
+	}
+	return doc, v, err
+}
+
+// findQuarantined looks for a quarantined copy of a run's status.
+func (r *Runner) findQuarantined(ctx context.Context, runID, key string) *RunQuarantinedError {
+	for qkey, err := range r.store.List(ctx, storage.QuarantinePrefix+key+"/") {
+		if err != nil {
+			return nil
+		}
+		qe := &RunQuarantinedError{RunID: runID, Key: key, QKey: qkey}
+		if q, err := storage.ReadQuarantined(ctx, r.store, qkey); err == nil {
+			qe.Reason = q.Reason
+		}
+		return qe
+	}
+	return nil
+}
+
+// quarantineRun moves a poison status.json out of the way and frees what
+// the run held: its execution here (stopped), its slot and its active
+// entry, so the agent's other runs go on. It is counted and logged at WARN.
+func (r *Runner) quarantineRun(ctx context.Context, slug, runID string, ce *storage.CorruptError) error {
+	qkey, err := r.quarantine(ctx, ce)
+	if err != nil {
+		return err
+	}
+	qe := &RunQuarantinedError{RunID: runID, Key: ce.Key, QKey: qkey, Reason: ce.Reason}
+	if ce.Err != nil {
+		qe.Reason += ": " + ce.Err.Error()
+	}
+	r.mu.Lock()
+	x := r.executing[runID]
+	r.mu.Unlock()
+	if x != nil {
+		x.stop(qe) // its finish frees its slot
+	} else {
+		r.freeSlotsOf(ctx, slug, runID)
+	}
+	if key, err := activeKey(slug, runID); err == nil {
+		if err := r.store.Delete(ctx, key, storage.Condition{}); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "active_index_cleanup_failed", slog.String("runId", runID), slog.String("error", err.Error()))
+		}
+	}
+	r.broadcast()
+	return qe
+}
+
+// quarantine moves one poison record under the quarantine prefix, counts
+// it and logs record_quarantined at WARN. A record that changed since it
+// was read (someone repaired it) is left alone: the error matches
+// storage.ErrPreconditionFailed and the caller reads it again later.
+func (r *Runner) quarantine(ctx context.Context, ce *storage.CorruptError) (string, error) {
+	qkey, err := storage.Quarantine(ctx, r.store, ce, r.now())
+	if errors.Is(err, storage.ErrNotFound) {
+		err = nil // someone else quarantined it first
+	}
+	if err != nil {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "quarantine_failed", slog.String("key", ce.Key), slog.String("error", err.Error()))
+		return qkey, err
+	}
+	r.quarantined.Add(1)
+	if m, ok := r.cfg.Metrics.(QuarantineMetrics); ok {
+		m.RecordQuarantined(quarantineKind(ce.Key))
+	}
+	r.log.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("qkey", qkey),
+		slog.String("reason", ce.Error()))
+	return qkey, nil
+}
+
+func quarantineKind(key string) string {
+	switch {
+	case strings.HasSuffix(key, "/status.json"):
+		return "run_status"
+	case strings.Contains(key, "/slots/"):
+		return "slot"
+	}
+	return "other"
+}
+
+// QuarantineMetrics is implemented by a Metrics that also counts poison
+// records the Runner quarantined, by kind ("run_status", "slot").
+type QuarantineMetrics interface {
+	RecordQuarantined(kind string)
+}
+
+// StragglerMetrics is implemented by a Metrics that also counts step
+// attempts abandoned at a deadline while their goroutine ran on.
+type StragglerMetrics interface {
+	StepAbandoned(agent, step string)
+}
+
+// freeSlotsOf frees every slot of the agent that names runID.
+func (r *Runner) freeSlotsOf(ctx context.Context, slug, runID string) {
+	a, ok := r.agents[slug]
+	if !ok {
+		return
+	}
+	for i := range a.concurrency {
+		key, err := slotKey(slug, i)
+		if err != nil {
+			return
+		}
+		e, v, err := r.readSlot(ctx, key)
+		if err != nil || e.RunID != runID {
+			continue
+		}
+		r.releaseSlot(ctx, slug, key, v)
+	}
+}
+
+// readSlot reads and validates a slot object; a junk one is quarantined
+// and reported as not found, so the slot can be created afresh.
+func (r *Runner) readSlot(ctx context.Context, key string) (slotEntry, storage.Version, error) {
+	b, v, err := r.store.Get(ctx, key)
+	if err != nil {
+		return slotEntry{}, "", err
+	}
+	var e slotEntry
+	var ce *storage.CorruptError
+	if err := json.Unmarshal(b, &e); err != nil {
+		ce = &storage.CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
+	} else if e.RunID != "" {
+		if err := storage.ValidateID("run id", e.RunID); err != nil {
+			ce = &storage.CorruptError{Key: key, Version: v, Data: b, Reason: "invalid", Err: err}
+		}
+	}
+	if ce != nil {
+		if _, qerr := r.quarantine(ctx, ce); qerr != nil {
+			return slotEntry{}, "", qerr
+		}
+		return slotEntry{}, "", fmt.Errorf("%w: slot %s quarantined", storage.ErrNotFound, key)
+	}
+	return e, v, nil
+}
