@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -294,7 +293,7 @@ var errNoSlot = errors.New("lifecycle: no free slot")
 // conditional delete on MinIO is not.
 func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, storage.Version, error) {
 	n := r.agents[slug].concurrency
-	body, _ := json.Marshal(slotEntry{RunID: runID})
+	body := slotBody(runID)
 	keys := make([]string, n)
 	for i := range n {
 		key, err := slotKey(slug, i)
@@ -395,7 +394,7 @@ func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Ve
 	r.mu.Lock()
 	delete(r.heldSlots, key)
 	r.mu.Unlock()
-	free, err := r.store.Put(ctx, key, []byte(`{"run_id":""}`), storage.IfMatch(v))
+	free, err := r.store.Put(ctx, key, slotBody(""), storage.IfMatch(v))
 	switch {
 	case err == nil:
 		r.mu.Lock()
