@@ -229,7 +229,10 @@ func TestUnitsResults(t *testing.T) {
 		{"error", func(context.Context) (int, error) { return 0, boom }, context.Background,
 			func(_ int, err error) bool { return errors.Is(err, boom) }},
 		{"panic", func(context.Context) (int, error) { panic("bad step") }, context.Background,
-			func(_ int, err error) bool { var pe *core.PanicError; return errors.As(err, &pe) && pe.Value == "bad step" }},
+			func(_ int, err error) bool {
+				var pe *core.PanicError
+				return errors.As(err, &pe) && pe.Value == "bad step"
+			}},
 		{"caller canceled", func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() },
 			func() context.Context {
 				ctx, cancel := context.WithCancelCause(context.Background())
