@@ -88,6 +88,9 @@ func (p *Processor) Process(ctx context.Context, jobID string) (Job, error) {
 	}
 	h.rec.Owner, h.rec.Epoch = p.cfg.Owner, epoch
 	h.req = *after.Request
+	if h.req.ProjectID == "" {
+		h.req.ProjectID = p.cfg.Project // a request Accept did not see
+	}
 	h.renewedAt.Store(p.now().UnixNano())
 
 	jctx, cancel := context.WithCancelCause(ctx)

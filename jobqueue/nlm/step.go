@@ -107,7 +107,7 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in lifecycle
 		case job.ArtifactID == "":
 			return lifecycle.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "NLM job %s has no result yet (%s)", job.JobID, job.Status)
 		}
-		art, err := p.cfg.Artifacts.Get(ctx, lifecycle.ActorOrchestration, job.Request.ProjectID, job.ArtifactID)
+		art, err := p.cfg.Artifacts.Get(ctx, lifecycle.ActorOrchestration, orDefault(job.Request.ProjectID, p.cfg.Project), job.ArtifactID)
 		if err != nil {
 			return lifecycle.StepOutput{}, err
 		}
