@@ -101,6 +101,8 @@ func (p *poster) next(t *testing.T) nlm.CallbackBody {
 type watched struct {
 	storage.Store
 	changed chan struct{}
+	// onPut, when set, sees every successful Put.
+	onPut func(key string, v []byte)
 }
 
 func watch(s storage.Store) *watched { return &watched{Store: s, changed: make(chan struct{}, 1)} }
@@ -114,7 +116,11 @@ func (w *watched) poke() {
 
 func (w *watched) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
 	defer w.poke()
-	return w.Store.Put(ctx, key, v, c)
+	ver, err := w.Store.Put(ctx, key, v, c)
+	if err == nil && w.onPut != nil {
+		w.onPut(key, v)
+	}
+	return ver, err
 }
 
 func (w *watched) Delete(ctx context.Context, key string, c storage.Condition) error {
@@ -142,4 +148,14 @@ func jobIs(p *nlm.Processor, id string, s nlm.State) func() bool {
 		j, err := p.Get(context.Background(), id)
 		return err == nil && j.Status == s
 	}
+}
+
+// replay posts cb to the poster's handler again and returns its status.
+func (p *poster) replay(t *testing.T, cb nlm.CallbackBody) int {
+	t.Helper()
+	b, _ := json.Marshal(cb)
+	req := httptest.NewRequest(http.MethodPost, "https://conveyor.example/nlm/callback", strings.NewReader(string(b)))
+	rec := httptest.NewRecorder()
+	p.handler.ServeHTTP(rec, req)
+	return rec.Code
 }
