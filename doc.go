@@ -10,7 +10,8 @@
 //
 //	storage     the Store contract, its errors, key layout, typed documents, audit log
 //	lifecycle   the declarative Machine, the run and step machines, the Runner
-//	jobqueue    the job and NLM-job machines and the Queue
+//	jobqueue    the job machine, the Queue and the Worker
+//	jobqueue/nlm  the NLM-job machine and processor; a run step that waits for it
 //	inbox       the inbox entry machine
 //	artifact    the artifact model
 //	adapters/…  memstore, filestore, s3store, httpapi, metrics

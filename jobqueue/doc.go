@@ -1,6 +1,5 @@
-// Package jobqueue holds the job machine and the NLM-job machine of seed 003
-// (§1 and §2), the records they move, and what runs them over a
-// storage.Store:
+// Package jobqueue holds the job machine of seed 003 (§1), the records it
+// moves, and what runs them over a storage.Store:
 //
 //   - Queue: enqueue (PENDING → QUEUED after validation), claim with a lease
 //     from per-agent ready lanes (jobs/queue/{agent}/, O(1) store calls per
@@ -14,8 +13,7 @@
 //     due (a job ready, a backoff over, a lock to check) rather than on a
 //     fixed poll, and sweeping one batch of jobs a minute among all the
 //     workers sharing the store (SweepIfDue).
-//   - NLMProcessor: the NLM backend's side, ACCEPTED … DONE or ERROR, with
-//     the callback.
+//   - The NLM backend's side (seed 003 §2) is package jobqueue/nlm.
 //   - Evaluate: the SLO metrics and alerts of seed 003 §5.3-5.4.
 //   - ReplayAudit: replays the audit log through the job machine.
 //

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -115,42 +114,4 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 			t.Fatalf("payload of %d bytes: %v", len(n.Payload), err)
 		}
 	})
-}
-
-// TestNLMAcceptRefusesBadText: the NLM backend's Accept checks the text of
-// a request as Enqueue does, and writes nothing for a bad one.
-func TestNLMAcceptRefusesBadText(t *testing.T) {
-	t.Parallel()
-	s := memstore.New()
-	p, err := jobqueue.NewNLMProcessor(jobqueue.NLMConfig{Store: s, Clock: clock.NewFake(t0), Logger: slog.New(slog.DiscardHandler)},
-		jobqueue.NLMSteps{Query: func(context.Context, jobqueue.NLMRequest, string) (json.RawMessage, error) { return nil, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	req := jobqueue.NLMRequest{JobID: "job-0", JobType: jobqueue.JobBrief, AgentSlug: "agent", Query: "q", Callback: "https://example.com/cb"}
-	if _, err := p.Accept(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	inputs := []struct {
-		field string
-		limit int
-		set   func(r *jobqueue.NLMRequest, v string)
-	}{
-		{"query", lifecycle.MaxDocumentBytes, func(r *jobqueue.NLMRequest, v string) { r.Query = v }},
-		{"callback", lifecycle.MaxURLBytes, func(r *jobqueue.NLMRequest, v string) { r.Callback = "https://example.com/" + v }},
-		{"context_snapshot_url", lifecycle.MaxURLBytes, func(r *jobqueue.NLMRequest, v string) { r.ContextSnapshotURL = "s3://b/" + v }},
-	}
-	for i, in := range inputs {
-		for j, bv := range badValues(in.limit) {
-			t.Run(in.field+"/"+bv.name, func(t *testing.T) {
-				r := req
-				r.JobID = fmt.Sprintf("job-%d-%d", i, j)
-				in.set(&r, bv.value)
-				before := teststores.Snapshot(t, s)
-				_, err := p.Accept(ctx, r)
-				checkRefused(t, err, jobqueue.ErrInvalidJob, in.field, bv.code, s, before)
-			})
-		}
-	}
 }

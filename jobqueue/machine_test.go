@@ -25,32 +25,14 @@ var seedJob = map[jobqueue.JobState][]jobqueue.JobState{
 	"COMPLETE":         {},
 }
 
-// Seed 003 §2: the pipeline, and any non-terminal step to ERROR.
-var seedNLM = map[jobqueue.NLMJobState][]jobqueue.NLMJobState{
-	"ACCEPTED":         {"FETCHING_CONTEXT", "ERROR"},
-	"FETCHING_CONTEXT": {"BUILDING_PROMPT", "ERROR"},
-	"BUILDING_PROMPT":  {"NLM_QUERY", "ERROR"},
-	"NLM_QUERY":        {"STRUCTURING", "ERROR"},
-	"STRUCTURING":      {"CALLBACK", "ERROR"},
-	"CALLBACK":         {"DONE", "ERROR"},
-	"DONE":             {},
-	"ERROR":            {},
-}
-
 func TestJobGrid(t *testing.T) {
 	t.Parallel()
 	machinetest.Grid(t, jobqueue.JobMachine(), seedJob)
 }
 
-func TestNLMJobGrid(t *testing.T) {
-	t.Parallel()
-	machinetest.Grid(t, jobqueue.NLMJobMachine(), seedNLM)
-}
-
 func TestStructure(t *testing.T) {
 	t.Parallel()
 	machinetest.Structure(t, jobqueue.JobMachine().Spec())
-	machinetest.Structure(t, jobqueue.NLMJobMachine().Spec())
 }
 
 func TestJobTerminalsAndExtensions(t *testing.T) {
@@ -171,14 +153,10 @@ func bumpAttempt(j *jobqueue.Job, b byte) {
 	}
 }
 
-func newNLM(s jobqueue.NLMJobState) *jobqueue.NLMJob   { return &jobqueue.NLMJob{Status: s} }
-func nlmState(j *jobqueue.NLMJob) jobqueue.NLMJobState { return j.Status }
-
 func TestRandomWalks(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	reachedJob := map[jobqueue.JobState]bool{}
-	reachedNLM := map[jobqueue.NLMJobState]bool{}
 	for range 3000 {
 		choices := make([]byte, 2*(1+rng.IntN(30)))
 		for i := range choices {
@@ -187,18 +165,10 @@ func TestRandomWalks(t *testing.T) {
 		for _, s := range machinetest.Walk(t, jobqueue.JobMachine(), newJob, jobState, bumpAttempt, choices) {
 			reachedJob[s] = true
 		}
-		for _, s := range machinetest.Walk(t, jobqueue.NLMJobMachine(), newNLM, nlmState, nil, choices) {
-			reachedNLM[s] = true
-		}
 	}
 	for _, s := range jobqueue.JobStates() {
 		if !reachedJob[s] {
 			t.Errorf("job walks never reached %s", s)
-		}
-	}
-	for _, s := range jobqueue.NLMJobStates() {
-		if !reachedNLM[s] {
-			t.Errorf("NLM walks never reached %s", s)
 		}
 	}
 }
@@ -207,12 +177,5 @@ func FuzzJobWalk(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 1, 3, 1, 8, 1})
 	f.Fuzz(func(t *testing.T, choices []byte) {
 		machinetest.Walk(t, jobqueue.JobMachine(), newJob, jobState, bumpAttempt, choices)
-	})
-}
-
-func FuzzNLMJobWalk(f *testing.F) {
-	f.Add([]byte{0, 2, 1, 2, 6, 2})
-	f.Fuzz(func(t *testing.T, choices []byte) {
-		machinetest.Walk(t, jobqueue.NLMJobMachine(), newNLM, nlmState, nil, choices)
 	})
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -30,7 +31,7 @@ func specs() []lifecycle.Spec {
 		lifecycle.ApprovalRun().Spec(),
 		lifecycle.RunStep().Spec(),
 		jobqueue.JobMachine().Spec(),
-		jobqueue.NLMJobMachine().Spec(),
+		nlm.Machine().Spec(),
 		inbox.Machine().Spec(),
 	}
 }
