@@ -8,11 +8,13 @@
 //
 // Packages, in the one direction imports point:
 //
-//	storage     the Store contract, its errors, key layout, typed documents, audit log
-//	lifecycle   the declarative Machine, the run and step machines, the Runner
-//	jobqueue    the job and NLM-job machines and the Queue
-//	inbox       the inbox entry machine
-//	artifact    the artifact model
-//	adapters/…  memstore, filestore, s3store, httpapi, metrics
-//	examples/…  runnable programs that assemble a Worker
+//	storage        the Store contract, its errors, key layout, typed documents, audit log
+//	lifecycle      the declarative Machine, the run and step machines, actors, codes, input checks
+//	lifecycle/run  the Runner: run records, idempotency, recovery
+//	lifecycle/clock  the clock the SDK waits on, and a fake one for tests
+//	jobqueue       the job and NLM-job machines and the Queue
+//	inbox          the inbox entry machine
+//	artifact       the artifact model
+//	adapters/…     memstore, filestore, s3store, httpapi, metrics
+//	examples/…     runnable programs that assemble a Worker
 package conveyor

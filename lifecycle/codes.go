@@ -93,10 +93,10 @@ func HTTPStatus(code string) int {
 }
 
 // ErrorCode returns the code of err: that of a *RunError in its chain, else
-// that of the first error with a Code method, else RUN_NOT_FOUND for
-// [ErrRunNotFound], NOT_FOUND for storage.ErrNotFound and INVALID_INPUT for
-// storage.ErrInvalidID (an id a caller passed), else INTERNAL_ERROR (nil has
-// no code).
+// that of the first error with a Code method (the run package's
+// ErrNotFound is RUN_NOT_FOUND), else NOT_FOUND for storage.ErrNotFound and
+// INVALID_INPUT for storage.ErrInvalidID (an id a caller passed), else
+// INTERNAL_ERROR (nil has no code).
 func ErrorCode(err error) string {
 	if err == nil {
 		return ""
@@ -109,11 +109,8 @@ func ErrorCode(err error) string {
 	if errors.As(err, &c) {
 		return c.Code()
 	}
-	// Sentinels without a Code method, most specific first: a missing run
-	// also wraps storage.ErrNotFound on some paths.
+	// Sentinels without a Code method.
 	switch {
-	case errors.Is(err, ErrRunNotFound):
-		return CodeRunNotFound
 	case errors.Is(err, storage.ErrNotFound):
 		return CodeNotFound
 	case errors.Is(err, storage.ErrInvalidID):

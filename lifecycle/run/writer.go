@@ -1,4 +1,4 @@
-package lifecycle
+package run
 
 import (
 	"context"
@@ -9,14 +9,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// ErrLeaseLost is matched by the error a runner gets when another runner has
-// taken its run over: it must stop, and none of its later writes land. It is
-// storage.ErrLeaseLost, the one such sentinel of the SDK; the error itself
-// is a *storage.LeaseLostError.
-var ErrLeaseLost = storage.ErrLeaseLost
 
 // statusWriter writes one run's status.json through core.Record, the one
 // fenced read-check-write of the SDK: it keeps the document and store
@@ -32,7 +27,7 @@ type statusWriter struct {
 	key   string
 
 	mu  sync.Mutex
-	rec *core.Record[RunStatus, *RunStatus]
+	rec *core.Record[Status, *Status]
 	// epoch is the lease epoch this writer holds (0: none); leaseUntil is
 	// the lease expiry of its last write, renewedAt when that write was made.
 	epoch      int64
@@ -42,7 +37,7 @@ type statusWriter struct {
 
 // newWriter returns the writer of a run's status at key; doc and ver seed
 // its cache when known (ver == "": read on first use).
-func (r *Runner) newWriter(slug, runID, key string, doc *RunStatus, ver storage.Version) *statusWriter {
+func (r *Runner) newWriter(slug, runID, key string, doc *Status, ver storage.Version) *statusWriter {
 	w := &statusWriter{r: r, runID: runID, slug: slug, key: key}
 	w.rec = r.statusRecord(slug, runID, key, "", 0)
 	if ver != "" {
@@ -53,11 +48,11 @@ func (r *Runner) newWriter(slug, runID, key string, doc *RunStatus, ver storage.
 
 // statusRecord is the core.Record of one run's status.json, fenced by
 // (owner, epoch) when epoch > 0.
-func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[RunStatus, *RunStatus] {
-	return &core.Record[RunStatus, *RunStatus]{
+func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[Status, *Status] {
+	return &core.Record[Status, *Status]{
 		Store: r.store, Key: key, Owner: owner, Epoch: epoch,
-		Lease:    func(d *RunStatus) *storage.Lease { return d.Lease },
-		Clone:    func(d *RunStatus) RunStatus { return d.clone() },
+		Lease:    func(d *Status) *storage.Lease { return d.Lease },
+		Clone:    func(d *Status) Status { return d.clone() },
 		Validate: r.statusValidator(slug, runID),
 	}
 }
@@ -65,8 +60,8 @@ func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core
 // statusValidator judges a decoded status.json: it must name the run and
 // agent of its key, and its status must be a state of the run's machine.
 // A document that fails is poison: it is quarantined, never acted on.
-func (r *Runner) statusValidator(slug, runID string) func(*RunStatus) error {
-	return func(d *RunStatus) error {
+func (r *Runner) statusValidator(slug, runID string) func(*Status) error {
+	return func(d *Status) error {
 		if d.RunID != runID {
 			return fmt.Errorf("run_id %q at the key of run %s", d.RunID, runID)
 		}
@@ -87,7 +82,7 @@ func (r *Runner) statusValidator(slug, runID string) func(*RunStatus) error {
 	}
 }
 
-func (w *statusWriter) record() *core.Record[RunStatus, *RunStatus] {
+func (w *statusWriter) record() *core.Record[Status, *Status] {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.rec
@@ -96,12 +91,12 @@ func (w *statusWriter) record() *core.Record[RunStatus, *RunStatus] {
 // apply runs change on a copy of the document and writes the result. change
 // may run more than once (after a conflict) and must touch only its argument.
 // A write of the lease holder renews the lease.
-func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunStatus) error) error {
+func (w *statusWriter) apply(ctx context.Context, actor lifecycle.Actor, change func(*Status) error) error {
 	w.mu.Lock()
 	rec, epoch := w.rec, w.epoch
 	w.mu.Unlock()
 	var renewed time.Time
-	before, after, err := rec.Apply(ctx, func(d *RunStatus) error {
+	before, after, err := rec.Apply(ctx, func(d *Status) error {
 		if err := change(d); err != nil {
 			return err
 		}
@@ -141,7 +136,7 @@ func (w *statusWriter) hold(epoch int64) {
 }
 
 // snapshot returns a copy of the last document written or read.
-func (w *statusWriter) snapshot() RunStatus {
+func (w *statusWriter) snapshot() Status {
 	doc, _ := w.record().Snapshot()
 	return doc
 }
@@ -190,7 +185,7 @@ func (w *statusWriter) confirmLease(ctx context.Context) error {
 
 // afterWrite records what a status write did: the audit event of seed 003
 // §5.1, the metrics of seed 004 §7.1 and the run_transition log event.
-func (r *Runner) afterWrite(ctx context.Context, doc *RunStatus, from string, actor Actor) {
+func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, actor lifecycle.Actor) {
 	f := r.flowOfDoc(doc)
 	r.recordAudit(ctx, storage.AuditEvent{
 		Event: "run.status.update", Actor: string(actor), RunID: doc.RunID, From: from, To: doc.Status,
@@ -218,7 +213,7 @@ func (r *Runner) recordAudit(ctx context.Context, ev storage.AuditEvent) {
 	}
 }
 
-func (d *RunStatus) clone() RunStatus {
+func (d *Status) clone() Status {
 	c := *d
 	c.ProposalsCreated = slices.Clone(d.ProposalsCreated)
 	if c.ProposalsCreated == nil {

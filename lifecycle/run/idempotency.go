@@ -1,4 +1,4 @@
-package lifecycle
+package run
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -27,16 +28,6 @@ const (
 	IdempotencyProcessing = "processing"
 	IdempotencyCompleted  = "completed"
 	IdempotencyFailed     = "failed"
-)
-
-// Errors of the idempotency check-and-set (seed 004 appendix).
-var (
-	// ErrIdempotencyConflict: the key was used with another request.
-	ErrIdempotencyConflict = errors.New("lifecycle: idempotency key used with a different request")
-	// ErrIdempotencyExpired: the key's record outlived its TTL.
-	ErrIdempotencyExpired = errors.New("lifecycle: idempotency record expired")
-	// ErrInvalidIdempotencyKey: the key follows none of the schemes.
-	ErrInvalidIdempotencyKey = errors.New("lifecycle: invalid idempotency key")
 )
 
 // IdempotencyError carries the key and the seed code of an idempotency
@@ -58,9 +49,9 @@ func (e *IdempotencyError) Unwrap() error { return e.kind }
 // Code is IDEMPOTENCY_CONFLICT or IDEMPOTENCY_EXPIRED.
 func (e *IdempotencyError) Code() string {
 	if e.kind == ErrIdempotencyExpired {
-		return CodeIdempotencyExpired
+		return lifecycle.CodeIdempotencyExpired
 	}
-	return CodeIdempotencyConflict
+	return lifecycle.CodeIdempotencyConflict
 }
 
 // IdempotencyKey is a parsed key: its source and the parts after the scheme.
@@ -83,7 +74,7 @@ func ParseIdempotencyKey(key string) (IdempotencyKey, error) {
 	bad := func(reason string) (IdempotencyKey, error) {
 		return IdempotencyKey{}, fmt.Errorf("%w %q: %s", ErrInvalidIdempotencyKey, truncate(key, 60), reason)
 	}
-	if err := CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, OneLine); err != nil {
+	if err := lifecycle.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {
 		// Both matchable: ErrInvalidIdempotencyKey and the *InputError.
 		return IdempotencyKey{}, fmt.Errorf("%w: %w", ErrInvalidIdempotencyKey, err)
 	}
@@ -253,7 +244,7 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 // Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL
 // has passed, ErrNotFound (storage's) when there is none.
 func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
-	if err := CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, OneLine); err != nil {
+	if err := lifecycle.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {
 		return IdempotencyRecord{}, err
 	}
 	if _, err := ParseIdempotencyKey(key); err != nil {

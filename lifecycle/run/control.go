@@ -1,50 +1,30 @@
-package lifecycle
+package run
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// ErrUnsupported is matched when a run's machine has no such operation, e.g.
-// cancel on the canonical machine.
-var ErrUnsupported = errors.New("lifecycle: operation not supported by the run's machine")
-
-// UnsupportedError names the machine and the operation it lacks.
-type UnsupportedError struct {
-	Machine   string
-	Operation string
-}
-
-// Error names the machine and the missing operation.
-func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("lifecycle: machine %s does not support %s", e.Machine, e.Operation)
-}
-
-// Is matches ErrUnsupported.
-func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
-
-// Code is RUN_UNSUPPORTED_OPERATION.
-func (e *UnsupportedError) Code() string { return CodeUnsupported }
 
 // control loads a run for an operation by actor and applies change to it as
 // that actor, with compare-and-swap; then it lets this runner's loop and
 // execution know.
-func (r *Runner) control(ctx context.Context, runID string, actor Actor, change func(f *flow, d *RunStatus) error) (RunStatus, error) {
+func (r *Runner) control(ctx context.Context, runID string, actor lifecycle.Actor, change func(f *flow, d *Status) error) (Status, error) {
 	slug, key, err := r.locate(ctx, runID)
 	if err != nil {
-		return RunStatus{}, err
+		return Status{}, err
 	}
 	agent, ok := r.agents[slug]
 	if !ok {
-		return RunStatus{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", ErrRunNotFound, runID, slug)
+		return Status{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", ErrNotFound, runID, slug)
 	}
 	w := r.newWriter(slug, runID, key, nil, "") // the first apply reads
 	f := &agent.flow
 	var from string
-	err = w.apply(ctx, actor, func(d *RunStatus) error {
+	err = w.apply(ctx, actor, func(d *Status) error {
 		from = d.Status
 		return change(f, d)
 	})
@@ -52,13 +32,13 @@ func (r *Runner) control(ctx context.Context, runID string, actor Actor, change 
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		if qe := r.findQuarantined(ctx, runID, key); qe != nil {
-			return RunStatus{}, qe
+			return Status{}, qe
 		}
-		return RunStatus{}, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
 	case errors.As(err, &ce):
-		return RunStatus{}, r.quarantineRun(ctx, slug, runID, ce)
+		return Status{}, r.quarantineRun(ctx, slug, runID, ce)
 	case err != nil:
-		return RunStatus{}, err
+		return Status{}, err
 	}
 	after := w.snapshot()
 	if f.terminal(after.Status) {
@@ -78,11 +58,11 @@ func (r *Runner) control(ctx context.Context, runID string, actor Actor, change 
 // at once, and an executing one when its runner notices. The canonical
 // machine has no cancel: [ErrUnsupported]. A reason over MaxTextBytes or
 // not clean text is an *InputError, and nothing is written.
-func (r *Runner) Cancel(ctx context.Context, runID string, actor Actor, reason string) (RunStatus, error) {
+func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor, reason string) (Status, error) {
 	if err := checkReason(reason); err != nil {
-		return RunStatus{}, err
+		return Status{}, err
 	}
-	doc, err := r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
+	doc, err := r.control(ctx, runID, actor, func(f *flow, d *Status) error {
 		if f.cancel == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "cancel"}
 		}
@@ -98,7 +78,7 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor Actor, reason s
 		case f.executing(d.Status) && d.Lease != nil:
 			// The approval machine has no cancel_requested state: the flag
 			// asks, and the executing runner makes the move.
-			if err := ApprovalRun().CheckActor(ApprovalRunState(d.Status), ApprovalCancelled, actor); err != nil {
+			if err := lifecycle.ApprovalRun().CheckActor(lifecycle.ApprovalRunState(d.Status), lifecycle.ApprovalCancelled, actor); err != nil {
 				return err
 			}
 		default:
@@ -135,11 +115,11 @@ type Decision struct {
 // Approve resumes a run waiting at an approval gate (awaiting_approval →
 // running). A runner then executes the steps left; when the gate followed
 // the last step it completes the run, writing its manifest.
-func (r *Runner) Approve(ctx context.Context, runID string, actor Actor, dec Decision) (RunStatus, error) {
+func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
 	if err := dec.check(); err != nil {
-		return RunStatus{}, err
+		return Status{}, err
 	}
-	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
+	return r.control(ctx, runID, actor, func(f *flow, d *Status) error {
 		if f.approve == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "approve"}
 		}
@@ -152,11 +132,11 @@ func (r *Runner) Approve(ctx context.Context, runID string, actor Actor, dec Dec
 }
 
 // Reject fails a run waiting at an approval gate with APPROVAL_REJECTED.
-func (r *Runner) Reject(ctx context.Context, runID string, actor Actor, dec Decision) (RunStatus, error) {
+func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
 	if err := dec.check(); err != nil {
-		return RunStatus{}, err
+		return Status{}, err
 	}
-	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
+	return r.control(ctx, runID, actor, func(f *flow, d *Status) error {
 		if f.reject == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "reject"}
 		}
@@ -164,15 +144,15 @@ func (r *Runner) Reject(ctx context.Context, runID string, actor Actor, dec Deci
 			return err
 		}
 		r.decide(d, "rejected", dec)
-		r.finishFields(d, NewRunError(CodeApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
+		r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
 		return nil
 	})
 }
 
-func (r *Runner) decide(d *RunStatus, decision string, dec Decision) {
+func (r *Runner) decide(d *Status, decision string, dec Decision) {
 	now := r.now()
 	if d.Approval == nil {
-		d.Approval = &Approval{}
+		d.Approval = &lifecycle.Approval{}
 	}
 	d.Approval.Decision, d.Approval.DecidedAt, d.Approval.DecidedBy, d.Approval.Reason = decision, &now, dec.DecidedBy, dec.Reason
 }
@@ -190,15 +170,15 @@ type ExternalEvent struct {
 
 // Deliver hands a run the external event it waits for (waiting_external →
 // running); a runner then goes on as after an approval.
-func (r *Runner) Deliver(ctx context.Context, runID string, actor Actor, ev ExternalEvent) (RunStatus, error) {
+func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (Status, error) {
 	if err := ev.check(); err != nil {
-		return RunStatus{}, err
+		return Status{}, err
 	}
-	return r.control(ctx, runID, actor, func(f *flow, d *RunStatus) error {
+	return r.control(ctx, runID, actor, func(f *flow, d *Status) error {
 		if f.deliver == "" {
 			return &UnsupportedError{Machine: f.machine, Operation: "deliver"}
 		}
-		if d.External != nil && ev.Type != d.External.EventType && d.Status == string(ApprovalWaitingExternal) {
+		if d.External != nil && ev.Type != d.External.EventType && d.Status == string(lifecycle.ApprovalWaitingExternal) {
 			return &RequestError{Field: "event type", Reason: fmt.Sprintf("run waits for %q, not %q", d.External.EventType, ev.Type)}
 		}
 		if err := f.fire(ctx, d, f.deliver, actor); err != nil {
@@ -206,7 +186,7 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor Actor, ev Exte
 		}
 		now := r.now()
 		if d.External == nil {
-			d.External = &ExternalWait{EventType: ev.Type}
+			d.External = &lifecycle.ExternalWait{EventType: ev.Type}
 		}
 		d.External.EventID, d.External.Source, d.External.ReceivedAt = ev.ID, ev.Source, &now
 		return nil
