@@ -11,6 +11,13 @@ import (
 // Error codes a run can fail with (seed 000 §5.3), and the other codes of the
 // run API (seed 004 appendix and Conveyor's own).
 const (
+	// CodeInvalidTransition and CodeTerminalState are seed 004's (appendix):
+	// the machine has no such move, or the run is terminal.
+	CodeInvalidTransition = "RUN_INVALID_TRANSITION"
+	CodeTerminalState     = "RUN_TERMINAL_STATE"
+	// CodeForbidden is the code of a refused actor (seed 003 §4 authority matrix).
+	CodeForbidden = "FORBIDDEN"
+
 	CodeNLMUnavailable      = "NLM_UNAVAILABLE"
 	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
 	CodeAgentTimeout        = "AGENT_TIMEOUT"

@@ -21,14 +21,10 @@ var (
 	ErrForbiddenActor = errors.New("forbidden actor")
 	// ErrInvalidDefinition: a machine definition that [New] refuses.
 	ErrInvalidDefinition = errors.New("invalid machine definition")
-)
-
-// Error codes of seed 004 (appendix) for an API layer.
-const (
-	CodeInvalidTransition = "RUN_INVALID_TRANSITION"
-	CodeTerminalState     = "RUN_TERMINAL_STATE"
-	// CodeForbidden is the code of a refused actor (seed 003 §4 authority matrix).
-	CodeForbidden = "FORBIDDEN"
+	// ErrNilRecord is returned by [Machine.Fire] for a nil record.
+	ErrNilRecord = errors.New("lifecycle: nil record")
+	// ErrInvalidInput is matched by every [*InputError].
+	ErrInvalidInput = errors.New("lifecycle: invalid input")
 )
 
 // InvalidTransitionError reports a move the machine does not allow. It matches

@@ -2,16 +2,12 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
 
 	"github.com/qmuntal/stateless"
 )
-
-// ErrNilRecord is returned by [Machine.Fire] for a nil record.
-var ErrNilRecord = errors.New("lifecycle: nil record")
 
 // Change describes a transition [Machine.Fire] made.
 type Change[S ~string] struct {

@@ -30,8 +30,8 @@ const (
 	RunFailed    RunState = "failed"
 )
 
-// RunStates lists the canonical run states in lifecycle order.
-func RunStates() []RunState {
+// runStates lists the canonical run states in lifecycle order.
+func runStates() []RunState {
 	return []RunState{RunRequested, RunQueued, RunRunning, RunCompleted, RunFailed}
 }
 
@@ -54,7 +54,7 @@ var canonicalRun = sync.OnceValue(func() *Machine[RunState, Stateful] {
 	return MustNew(Definition[RunState, Stateful]{
 		Name:     MachineCanonical,
 		Initial:  RunRequested,
-		States:   RunStates(),
+		States:   runStates(),
 		Terminal: []RunState{RunCompleted, RunFailed},
 		Transitions: []Transition[RunState, Stateful]{
 			{From: RunRequested, To: RunQueued, Event: EventAdmit, Actors: orch},
@@ -84,8 +84,8 @@ const (
 	CancelableCancelRequested CancelableRunState = "cancel_requested"
 )
 
-// CancelableRunStates lists the cancel-aware run states in the seed's order.
-func CancelableRunStates() []CancelableRunState {
+// cancelableRunStates lists the cancel-aware run states in the seed's order.
+func cancelableRunStates() []CancelableRunState {
 	return []CancelableRunState{CancelableQueued, CancelableRunning, CancelableSucceeded, CancelableFailed,
 		CancelableCanceled, CancelableTimeout, CancelableCancelRequested}
 }
@@ -102,7 +102,7 @@ var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, Stateful]
 	return MustNew(Definition[CancelableRunState, Stateful]{
 		Name:     MachineCancelable,
 		Initial:  CancelableQueued,
-		States:   CancelableRunStates(),
+		States:   cancelableRunStates(),
 		Terminal: []CancelableRunState{CancelableSucceeded, CancelableFailed, CancelableCanceled, CancelableTimeout},
 		Transitions: []Transition[CancelableRunState, Stateful]{
 			{From: CancelableQueued, To: CancelableRunning, Event: EventStart, Actors: orch},
@@ -134,8 +134,8 @@ const (
 	ApprovalCancelled        ApprovalRunState = "cancelled"
 )
 
-// ApprovalRunStates lists the approval run states in the seed's order.
-func ApprovalRunStates() []ApprovalRunState {
+// approvalRunStates lists the approval run states in the seed's order.
+func approvalRunStates() []ApprovalRunState {
 	return []ApprovalRunState{ApprovalPending, ApprovalRunning, ApprovalAwaitingApproval, ApprovalWaitingExternal,
 		ApprovalCompleted, ApprovalFailed, ApprovalCancelled}
 }
@@ -153,7 +153,7 @@ var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, Stateful] {
 	return MustNew(Definition[ApprovalRunState, Stateful]{
 		Name:     MachineApproval,
 		Initial:  ApprovalPending,
-		States:   ApprovalRunStates(),
+		States:   approvalRunStates(),
 		Terminal: []ApprovalRunState{ApprovalCompleted, ApprovalFailed, ApprovalCancelled},
 		Transitions: []Transition[ApprovalRunState, Stateful]{
 			{From: ApprovalPending, To: ApprovalRunning, Event: EventStart, Actors: orch},
@@ -190,8 +190,8 @@ const (
 	StepSkipped   StepState = "skipped"
 )
 
-// StepStates lists the run-step states in the seed's order.
-func StepStates() []StepState {
+// stepStates lists the run-step states in the seed's order.
+func stepStates() []StepState {
 	return []StepState{StepPending, StepRunning, StepCompleted, StepFailed, StepSkipped}
 }
 
@@ -206,7 +206,7 @@ var runStep = sync.OnceValue(func() *Machine[StepState, Stateful] {
 	return MustNew(Definition[StepState, Stateful]{
 		Name:     "run-step",
 		Initial:  StepPending,
-		States:   StepStates(),
+		States:   stepStates(),
 		Terminal: []StepState{StepCompleted, StepFailed, StepSkipped},
 		Transitions: []Transition[StepState, Stateful]{
 			{From: StepPending, To: StepRunning, Event: EventStart, Actors: orch},

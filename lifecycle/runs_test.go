@@ -121,7 +121,7 @@ func TestExtensionsAreMarked(t *testing.T) {
 			t.Errorf("%s → %s: Extension = %v, want %v", tr.From, tr.To, tr.Extension, wantExt)
 		}
 	}
-	for _, m := range []lifecycle.Specifier{lifecycle.CancelableRun(), lifecycle.ApprovalRun(), lifecycle.RunStep()} {
+	for _, m := range []interface{ Spec() lifecycle.Spec }{lifecycle.CancelableRun(), lifecycle.ApprovalRun(), lifecycle.RunStep()} {
 		for _, tr := range m.Spec().Transitions {
 			if tr.Extension {
 				t.Errorf("%s: %s → %s is marked an extension; the seed has it", m.Spec().Name, tr.From, tr.To)

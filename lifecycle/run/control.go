@@ -64,7 +64,7 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor
 	}
 	doc, err := r.control(ctx, runID, actor, func(f *flow, d *Status) error {
 		if f.cancel == "" {
-			return &UnsupportedError{Machine: f.machine, Operation: "cancel"}
+			return &unsupportedError{Machine: f.machine, Operation: "cancel"}
 		}
 		now := r.now()
 		switch {
@@ -121,7 +121,7 @@ func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Acto
 	}
 	return r.control(ctx, runID, actor, func(f *flow, d *Status) error {
 		if f.approve == "" {
-			return &UnsupportedError{Machine: f.machine, Operation: "approve"}
+			return &unsupportedError{Machine: f.machine, Operation: "approve"}
 		}
 		if err := f.fire(ctx, d, f.approve, actor); err != nil {
 			return err
@@ -138,7 +138,7 @@ func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor
 	}
 	return r.control(ctx, runID, actor, func(f *flow, d *Status) error {
 		if f.reject == "" {
-			return &UnsupportedError{Machine: f.machine, Operation: "reject"}
+			return &unsupportedError{Machine: f.machine, Operation: "reject"}
 		}
 		if err := f.fire(ctx, d, f.reject, actor); err != nil {
 			return err
@@ -176,7 +176,7 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Acto
 	}
 	return r.control(ctx, runID, actor, func(f *flow, d *Status) error {
 		if f.deliver == "" {
-			return &UnsupportedError{Machine: f.machine, Operation: "deliver"}
+			return &unsupportedError{Machine: f.machine, Operation: "deliver"}
 		}
 		if d.External != nil && ev.Type != d.External.EventType && d.Status == string(lifecycle.ApprovalWaitingExternal) {
 			return &RequestError{Field: "event type", Reason: fmt.Sprintf("run waits for %q, not %q", d.External.EventType, ev.Type)}

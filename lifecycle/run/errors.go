@@ -8,6 +8,32 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
+// Constants of runs: triggers, idempotency sources and record states,
+// limits.
+const (
+	// Triggers of a run (seed 000 §3).
+	TriggerManual = "manual"
+	TriggerCron   = "cron"
+	TriggerEvent  = "event"
+
+	// Sources of idempotency keys (seed 004 §3.1), as IdempotencyRecord
+	// names them.
+	SourceGitHub    = "github_webhook"
+	SourceAPI       = "api"
+	SourceSlack     = "slack"
+	SourceScheduler = "scheduler"
+
+	// States of an IdempotencyRecord (seed 004 §3.3).
+	IdempotencyProcessing = "processing"
+	IdempotencyCompleted  = "completed"
+	IdempotencyFailed     = "failed"
+
+	// MaxIdempotencyKeyBytes bounds an idempotency key (seed 004 §3.1 gives
+	// no limit; its longest example is 60 bytes); a longer key is refused
+	// with INPUT_TOO_LARGE.
+	MaxIdempotencyKeyBytes = 512
+)
+
 // Sentinel errors of the run package. Match them with errors.Is;
 // lifecycle.ErrorCode gives each its code.
 var (
@@ -47,23 +73,23 @@ func (e *RequestError) Error() string { return "run: invalid " + e.Field + ": " 
 // Code is INVALID_REQUEST.
 func (e *RequestError) Code() string { return lifecycle.CodeInvalidRequest }
 
-// UnsupportedError names the machine and the operation it lacks; it
-// matches [ErrUnsupported].
-type UnsupportedError struct {
+// unsupportedError names the machine and the operation it lacks; it
+// matches ErrUnsupported.
+type unsupportedError struct {
 	Machine   string
 	Operation string
 }
 
 // Error names the machine and the missing operation.
-func (e *UnsupportedError) Error() string {
+func (e *unsupportedError) Error() string {
 	return fmt.Sprintf("run: machine %s does not support %s", e.Machine, e.Operation)
 }
 
 // Is matches ErrUnsupported.
-func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
 
 // Code is RUN_UNSUPPORTED_OPERATION.
-func (e *UnsupportedError) Code() string { return lifecycle.CodeUnsupported }
+func (e *unsupportedError) Code() string { return lifecycle.CodeUnsupported }
 
 // QuarantinedError is the error of a run whose status.json was poison
 // (undecodable, or failing validation: a status its machine does not know,

@@ -397,7 +397,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 			deadline := now.Add(timeout)
 			d.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline}
 		default:
-			return &UnsupportedError{Machine: f.machine, Operation: "await " + awaitKind(await)}
+			return &unsupportedError{Machine: f.machine, Operation: "await " + awaitKind(await)}
 		}
 		d.Lease = nil // a parked run holds no lease and no slot
 		return nil
@@ -503,7 +503,7 @@ func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout t
 	)
 	switch {
 	case errors.As(err, &oe):
-		if m, ok := x.r.cfg.Metrics.(StragglerMetrics); ok {
+		if m, ok := x.r.cfg.Metrics.(stragglerMetrics); ok {
 			m.StepAbandoned(in.AgentSlug, s.Name)
 		}
 		return StepOutput{}, timedOut()

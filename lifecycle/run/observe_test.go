@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -203,29 +202,6 @@ func TestHTTPStatusTable(t *testing.T) {
 }
 
 func fmtErr(err error) error { return errors.Join(errors.New("context"), err) }
-
-func FuzzParseIdempotencyKey(f *testing.F) {
-	for _, k := range []string{"github:12345678-1234", "api:cli:req", "slack:T1:1.2", "scheduler:daily:2024-12-19T00:00:00Z", "x", "api:", ":"} {
-		f.Add(k)
-	}
-	f.Fuzz(func(t *testing.T, key string) {
-		k, err := run.ParseIdempotencyKey(key)
-		if err != nil {
-			return
-		}
-		if len(key) > 512 || strings.ContainsAny(key, " \t\n\x00") {
-			t.Fatalf("accepted %q", key)
-		}
-		for _, p := range k.Parts {
-			if p == "" {
-				t.Fatalf("empty part in %q", key)
-			}
-		}
-		if !slices.Contains([]string{run.SourceGitHub, run.SourceAPI, run.SourceSlack, run.SourceScheduler}, k.Source) {
-			t.Fatalf("source %q for %q", k.Source, key)
-		}
-	})
-}
 
 // TestPollNotStarvedByHandoffs: a run submitted through another runner is
 // found by this one's poll even while work is handed to it every half

@@ -91,7 +91,7 @@ func (r *Runner) quarantine(ctx context.Context, ce *storage.CorruptError) (stri
 		return qkey, err
 	}
 	r.quarantined.Add(1)
-	if m, ok := r.cfg.Metrics.(QuarantineMetrics); ok {
+	if m, ok := r.cfg.Metrics.(quarantineMetrics); ok {
 		m.RecordQuarantined(quarantineKind(ce.Key))
 	}
 	r.log.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("qkey", qkey),
@@ -109,15 +109,15 @@ func quarantineKind(key string) string {
 	return "other"
 }
 
-// QuarantineMetrics is implemented by a Metrics that also counts poison
-// records the Runner quarantined, by kind ("run_status", "slot").
-type QuarantineMetrics interface {
+// quarantineMetrics is a Metrics that also counts poison records the
+// Runner quarantined (see Metrics).
+type quarantineMetrics interface {
 	RecordQuarantined(kind string)
 }
 
-// StragglerMetrics is implemented by a Metrics that also counts step
-// attempts abandoned at a deadline while their goroutine ran on.
-type StragglerMetrics interface {
+// stragglerMetrics is a Metrics that also counts abandoned step attempts
+// (see Metrics).
+type stragglerMetrics interface {
 	StepAbandoned(agent, step string)
 }
 

@@ -173,13 +173,6 @@ func (r *Runner) changes() <-chan struct{} {
 	return r.changed
 }
 
-// Triggers of a run (seed 000 §3).
-const (
-	TriggerManual = "manual"
-	TriggerCron   = "cron"
-	TriggerEvent  = "event"
-)
-
 // SubmitRequest asks for a run (POST /agents/run).
 type SubmitRequest struct {
 	AgentSlug string
@@ -188,7 +181,7 @@ type SubmitRequest struct {
 	// Input is handed to every step; it must be valid JSON when set.
 	Input json.RawMessage
 	// IdempotencyKey, when set, makes a repeated submit return the first
-	// run (seed 004 §3); see ParseIdempotencyKey for its schemes.
+	// run (seed 004 §3); its schemes are those of seed 004 §3.1: github:{delivery_id}, api:{client_id}:{request_id}, slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
 	IdempotencyKey string
 }
 
