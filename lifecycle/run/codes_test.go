@@ -36,7 +36,10 @@ func TestMissingRunIsNotFound(t *testing.T) {
 		"Status": func() error { _, err := r.Status(ctx, id); return err },
 		"Steps":  func() error { _, err := r.Steps(ctx, id); return err },
 		"Wait":   func() error { _, err := r.Wait(ctx, id); return err },
-		"Cancel": func() error { _, err := r.Cancel(ctx, id, lifecycle.ActorGateway, "x"); return err },
+		"Cancel": func() error {
+			_, err := r.Cancel(ctx, id, lifecycle.ActorGateway, run.CancelRequest{Reason: "x"})
+			return err
+		},
 		"Approve": func() error {
 			_, err := r.Approve(ctx, id, lifecycle.ActorGateway, run.Decision{DecidedBy: "owner"})
 			return err

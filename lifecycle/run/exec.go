@@ -135,7 +135,7 @@ func (x *execution) run(ctx context.Context) {
 // schedules beats from the last renewal) and notices a cancel request or a
 // takeover written by someone else. It returns false once the lease is lost.
 func (x *execution) beat(ctx context.Context) bool {
-	err := x.w.apply(ctx, lifecycle.ActorOrchestration, func(*Status) error { return nil })
+	err := x.w.apply(ctx, bySystem(), func(context.Context, *Status) error { return nil })
 	switch {
 	case errors.Is(err, storage.ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
 		x.stop(err)
@@ -363,7 +363,14 @@ func (x *execution) writeFailure(ctx context.Context, err error) outcome {
 func (x *execution) count(ctx context.Context, n int, proposals []string, await *Await) error {
 	f := &x.agent.flow
 	r := x.r
-	return x.w.apply(ctx, lifecycle.ActorOrchestration, func(d *Status) error {
+	b := bySystem()
+	switch {
+	case await != nil && await.Approval != "":
+		b.tc.Approval = &lifecycle.Approval{Action: await.Approval} // filled from the document written
+	case await != nil && await.ExternalEvent != "":
+		b.tc.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent}
+	}
+	return x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
 		if f.stepDone != "" {
 			if err := f.fire(ctx, d, f.stepDone, lifecycle.ActorOrchestration); err != nil {
 				return err
@@ -741,7 +748,11 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		return
 	}
 	f := &x.agent.flow
-	err := x.w.apply(ctx, lifecycle.ActorOrchestration, func(d *Status) error {
+	b := bySystem()
+	if out.kind == timedOut {
+		b = byTimeout()
+	}
+	err := x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
 		event, runErr := f.complete, error(nil)
 		switch out.kind {
 		case done:

@@ -429,7 +429,7 @@ func TestCanceledStepRecordedCanceled(t *testing.T) {
 	r, _ := g.runner("a", nil, agent)
 	id := submit(t, r, agent.Slug)
 	<-in
-	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "stop"); err != nil {
+	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "stop"}); err != nil {
 		t.Fatal(err)
 	}
 	if st := g.wait(r, id, 0, 0); st.Status != "canceled" {

@@ -147,7 +147,7 @@ func TestRefusedControlCallCostsTwoReads(t *testing.T) {
 		return true
 	})
 	counting.Reset()
-	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "late"); !errors.Is(err, lifecycle.ErrTerminalState) {
+	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "late"}); !errors.Is(err, lifecycle.ErrTerminalState) {
 		t.Fatalf("cancel: %v", err)
 	}
 	if got := [2]int64{counting.Gets.Load(), counting.Puts.Load() + counting.Deletes.Load()}; got != [2]int64{2, 0} {

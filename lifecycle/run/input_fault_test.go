@@ -97,7 +97,7 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 			return err
 		}},
 		{"Cancel", "reason", lifecycle.MaxTextBytes, func(v string) error {
-			_, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, v)
+			_, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, run.CancelRequest{Reason: v})
 			return err
 		}},
 		{"Approve", "decided_by", lifecycle.MaxNameBytes, func(v string) error {
@@ -156,7 +156,7 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 	// The 10 MB values of the issue, for the record.
 	huge := strings.Repeat("x", 10<<20)
 	before := teststores.Snapshot(t, g.store)
-	if _, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, huge); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
+	if _, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, run.CancelRequest{Reason: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
 		t.Errorf("10 MB cancel reason: %v", err)
 	}
 	if _, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway, run.Decision{DecidedBy: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {

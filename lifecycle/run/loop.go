@@ -197,7 +197,7 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 		r.cleanup(ctx, c.slug, doc.RunID, "", "")
 		return
 	case doc.Status == f.initial && f.admit != "":
-		err = c.w.apply(ctx, lifecycle.ActorOrchestration, func(d *Status) error {
+		err = c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
 			return f.fire(ctx, d, f.admit, lifecycle.ActorOrchestration)
 		})
 		if err == nil {
@@ -205,7 +205,7 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 			return
 		}
 	case doc.Status == f.waiting && r.queueExpired(f, doc, now):
-		err = c.w.apply(ctx, lifecycle.ActorOrchestration, func(d *Status) error {
+		err = c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *Status) error {
 			if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
@@ -231,7 +231,9 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 		return
 	case doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline):
 		ext := doc.External
-		err = c.w.apply(ctx, lifecycle.ActorOrchestration, func(d *Status) error {
+		b := byTimeout()
+		b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
+		err = c.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
 			if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
@@ -441,7 +443,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 	f := &agent.flow
 	var epoch int64
 	var resumed bool
-	err := c.w.apply(ctx, lifecycle.ActorOrchestration, func(d *Status) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
 		now := r.now()
 		switch {
 		case d.Status == f.waiting:

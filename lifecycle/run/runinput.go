@@ -19,7 +19,10 @@ func (req *SubmitRequest) check() error {
 	if err := lifecycle.CheckBytes("input", req.Input, lifecycle.MaxDocumentBytes); err != nil {
 		return err
 	}
-	return lifecycle.CheckText("idempotency_key", req.IdempotencyKey, MaxIdempotencyKeyBytes, lifecycle.OneLine)
+	if err := lifecycle.CheckText("idempotency_key", req.IdempotencyKey, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {
+		return err
+	}
+	return req.Caller.check()
 }
 
 // check refuses a decision whose decided_by or reason breaks its limit.
@@ -27,7 +30,10 @@ func (d *Decision) check() error {
 	if err := lifecycle.CheckText("decided_by", d.DecidedBy, lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
 		return err
 	}
-	return lifecycle.CheckText("reason", d.Reason, lifecycle.MaxTextBytes, lifecycle.MultiLine)
+	if err := lifecycle.CheckText("reason", d.Reason, lifecycle.MaxTextBytes, lifecycle.MultiLine); err != nil {
+		return err
+	}
+	return d.Caller.check()
 }
 
 // check refuses an event whose type, id or source breaks its limit.
@@ -38,10 +44,17 @@ func (ev *ExternalEvent) check() error {
 	if err := lifecycle.CheckText("event_id", ev.ID, lifecycle.MaxRefBytes, lifecycle.OneLine); err != nil {
 		return err
 	}
-	return lifecycle.CheckText("source", ev.Source, lifecycle.MaxRefBytes, lifecycle.OneLine)
+	if err := lifecycle.CheckText("source", ev.Source, lifecycle.MaxRefBytes, lifecycle.OneLine); err != nil {
+		return err
+	}
+	return ev.Caller.check()
 }
 
-// checkReason refuses a cancel reason over MaxTextBytes or not clean text.
-func checkReason(reason string) error {
-	return lifecycle.CheckText("reason", reason, lifecycle.MaxTextBytes, lifecycle.MultiLine)
+// check refuses a cancel whose reason is over MaxTextBytes or not clean
+// text.
+func (req *CancelRequest) check() error {
+	if err := lifecycle.CheckText("reason", req.Reason, lifecycle.MaxTextBytes, lifecycle.MultiLine); err != nil {
+		return err
+	}
+	return req.Caller.check()
 }

@@ -181,8 +181,13 @@ type SubmitRequest struct {
 	// Input is handed to every step; it must be valid JSON when set.
 	Input json.RawMessage
 	// IdempotencyKey, when set, makes a repeated submit return the first
-	// run (seed 004 §3); its schemes are those of seed 004 §3.1: github:{delivery_id}, api:{client_id}:{request_id}, slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
+	// run (seed 004 §3). Its schemes are seed 004 §3.1's:
+	// github:{delivery_id}, api:{client_id}:{request_id},
+	// slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
 	IdempotencyKey string
+	// Caller is the context of the run's creation (the initiator defaults
+	// by Trigger).
+	Caller
 }
 
 // SubmitResult answers a submit.
@@ -224,6 +229,17 @@ func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, e
 		return SubmitResult{}, err
 	}
 	return SubmitResult{RunID: runID}, nil
+}
+
+// triggerInitiator is the initiator of a run's creation by its trigger.
+func triggerInitiator(trigger string) lifecycle.Initiator {
+	switch trigger {
+	case TriggerCron:
+		return lifecycle.InitiatorSystem
+	case TriggerEvent:
+		return lifecycle.InitiatorWebhook
+	}
+	return lifecycle.InitiatorUser
 }
 
 // newRunID makes an id like the seeds' run_2026-02-14_080000_abc123: it
@@ -289,11 +305,14 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 		return err
 	}
 	if created {
-		r.recordAudit(ctx, storage.AuditEvent{Event: "run.status.update", Actor: string(lifecycle.ActorGateway), RunID: runID, To: doc.Status})
+		b := req.Caller.by(lifecycle.ActorGateway, triggerInitiator(req.Trigger))
+		b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
+		r.recordAudit(ctx, storage.AuditEvent{Event: "run.status.update", Actor: string(b.actor), RunID: runID, To: doc.Status}, &b.tc)
 		r.cfg.Metrics.RunTransition(agent.flow.machine, "", doc.Status)
 		r.cfg.Metrics.RunActive(doc.Status, 1)
-		r.log.LogAttrs(ctx, slog.LevelInfo, "run_created", slog.String("runId", runID),
-			slog.String("type", agent.Slug), slog.String("idempotencyKey", req.IdempotencyKey))
+		attrs := []slog.Attr{slog.String("runId", runID), slog.String("type", agent.Slug),
+			slog.String("idempotencyKey", req.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
+		r.log.LogAttrs(ctx, slog.LevelInfo, "run_created", append(attrs, contextAttrs(&b.tc)...)...)
 		r.broadcast()
 	}
 	w := r.newWriter(agent.Slug, runID, statusKey, &doc, ver)

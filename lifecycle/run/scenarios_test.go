@@ -316,15 +316,15 @@ func scenarioCancelQueued(t *testing.T, g *rig) {
 	busy := submit(t, r, agent.Slug)
 	<-b.started
 	queued := submit(t, r, agent.Slug)
-	st, err := r.Cancel(context.Background(), queued, lifecycle.ActorGateway, "changed my mind")
+	st, err := r.Cancel(context.Background(), queued, lifecycle.ActorGateway, run.CancelRequest{Reason: "changed my mind"})
 	if err != nil || st.Status != "canceled" || !st.CancelRequested || st.CancelReason != "changed my mind" || st.FinishedAt == nil {
 		t.Fatalf("cancel queued: %+v %v", st, err)
 	}
 	// Mastra may not cancel; a finished run cannot be canceled.
-	if _, err := r.Cancel(context.Background(), busy, lifecycle.ActorMastra, ""); !errors.Is(err, lifecycle.ErrForbiddenActor) {
+	if _, err := r.Cancel(context.Background(), busy, lifecycle.ActorMastra, run.CancelRequest{Reason: ""}); !errors.Is(err, lifecycle.ErrForbiddenActor) {
 		t.Errorf("mastra cancel: %v", err)
 	}
-	if _, err := r.Cancel(context.Background(), queued, lifecycle.ActorGateway, ""); !errors.Is(err, lifecycle.ErrTerminalState) {
+	if _, err := r.Cancel(context.Background(), queued, lifecycle.ActorGateway, run.CancelRequest{Reason: ""}); !errors.Is(err, lifecycle.ErrTerminalState) {
 		t.Errorf("cancel of a canceled run: %v", err)
 	}
 	close(b.release)
@@ -343,7 +343,7 @@ func scenarioCancelRunning(t *testing.T, g *rig) {
 	r, _ := g.runner("a", nil, agent, approval)
 	id := submit(t, r, agent.Slug)
 	<-b.started
-	st, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "stop")
+	st, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "stop"})
 	if err != nil || st.Status != "cancel_requested" {
 		t.Fatalf("cancel running: %+v %v", st, err)
 	}
@@ -358,7 +358,7 @@ func scenarioCancelRunning(t *testing.T, g *rig) {
 	r2, _ := g2.runner("b", nil, approval)
 	id2 := submit(t, r2, approval.Slug)
 	<-b2.started
-	if st, err := r2.Cancel(context.Background(), id2, lifecycle.ActorGateway, "stop"); err != nil || st.Status != "running" || !st.CancelRequested {
+	if st, err := r2.Cancel(context.Background(), id2, lifecycle.ActorGateway, run.CancelRequest{Reason: "stop"}); err != nil || st.Status != "running" || !st.CancelRequested {
 		t.Fatalf("approval cancel: %+v %v", st, err)
 	}
 	if st := g2.wait(r2, id2, 0, 0); st.Status != "cancelled" {
@@ -383,7 +383,7 @@ func scenarioCancelLoses(t *testing.T, g *rig) {
 	id := submit(t, r, agent.Slug)
 	<-started
 	other, _ := g.runner("b", nil, agent) // started now, it finds the run held
-	if st, err := other.Cancel(context.Background(), id, lifecycle.ActorGateway, "late"); err != nil || st.Status != "cancel_requested" {
+	if st, err := other.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "late"}); err != nil || st.Status != "cancel_requested" {
 		t.Fatalf("cancel: %+v %v", st, err)
 	}
 	close(release)
@@ -398,7 +398,7 @@ func scenarioCancelUnsupported(t *testing.T, g *rig) {
 	r, _ := g.runner("a", nil, run.Agent{Slug: "canon", Steps: []run.Step{b.step("work")}})
 	id := submit(t, r, "canon")
 	<-b.started
-	_, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "")
+	_, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: ""})
 	if !errors.Is(err, run.ErrUnsupported) || lifecycle.ErrorCode(err) != lifecycle.CodeUnsupported || !strings.Contains(err.Error(), "canonical-run does not support cancel") {
 		t.Fatalf("cancel on the canonical machine: %v", err)
 	}

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -88,16 +89,24 @@ func (w *statusWriter) record() *core.Record[Status, *Status] {
 	return w.rec
 }
 
-// apply runs change on a copy of the document and writes the result. change
-// may run more than once (after a conflict) and must touch only its argument.
-// A write of the lease holder renews the lease.
-func (w *statusWriter) apply(ctx context.Context, actor lifecycle.Actor, change func(*Status) error) error {
+// apply runs change on a copy of the document and writes the result, as
+// b's actor and with b's transition context (its run id and timestamp
+// filled in here): change gets a ctx that carries the context, so a move
+// its machine refuses reports it. change may run more than once (after a
+// conflict) and must touch only its argument. A write of the lease holder
+// renews the lease.
+func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.Context, d *Status) error) error {
+	b.tc.RunID = w.runID
+	if b.tc.Timestamp.IsZero() {
+		b.tc.Timestamp = w.r.now()
+	}
+	fctx := lifecycle.WithTransition(ctx, b.tc)
 	w.mu.Lock()
 	rec, epoch := w.rec, w.epoch
 	w.mu.Unlock()
 	var renewed time.Time
 	before, after, err := rec.Apply(ctx, func(d *Status) error {
-		if err := change(d); err != nil {
+		if err := change(fctx, d); err != nil {
 			return err
 		}
 		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
@@ -119,7 +128,7 @@ func (w *statusWriter) apply(ctx context.Context, actor lifecycle.Actor, change 
 		}
 		w.mu.Unlock()
 	}
-	w.r.afterWrite(ctx, &after, before.Status, actor)
+	w.r.afterWrite(ctx, &after, before.Status, b)
 	return nil
 }
 
@@ -183,13 +192,43 @@ func (w *statusWriter) confirmLease(ctx context.Context) error {
 	return nil
 }
 
+// by is who makes a status write (the actor the machine checks) and the
+// write's transition context (seed 004 §2.2).
+type by struct {
+	actor lifecycle.Actor
+	tc    lifecycle.TransitionContext
+}
+
+// bySystem is a write the orchestration layer makes on its own.
+func bySystem() by {
+	return by{actor: lifecycle.ActorOrchestration, tc: lifecycle.TransitionContext{Initiator: lifecycle.InitiatorSystem}}
+}
+
+// byTimeout is a write the orchestration layer makes because a deadline
+// passed.
+func byTimeout() by {
+	return by{actor: lifecycle.ActorOrchestration, tc: lifecycle.TransitionContext{Initiator: lifecycle.InitiatorTimeout}}
+}
+
 // afterWrite records what a status write did: the audit event of seed 003
-// §5.1, the metrics of seed 004 §7.1 and the run_transition log event.
-func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, actor lifecycle.Actor) {
+// §5.1 with the transition context, the metrics of seed 004 §7.1 and the
+// run_transition log event of seed 004 §7.2. A context that is about an
+// approval or an external event gets its details from the document just
+// written.
+func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, b by) {
 	f := r.flowOfDoc(doc)
+	tc := b.tc
+	if tc.Approval != nil && doc.Approval != nil {
+		a := *doc.Approval
+		tc.Approval = &a
+	}
+	if tc.External != nil && doc.External != nil {
+		e := *doc.External
+		tc.External = &e
+	}
 	r.recordAudit(ctx, storage.AuditEvent{
-		Event: "run.status.update", Actor: string(actor), RunID: doc.RunID, From: from, To: doc.Status,
-	})
+		Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID, From: from, To: doc.Status,
+	}, &tc)
 	r.cfg.Metrics.RunTransition(f.machine, from, doc.Status)
 	if from != doc.Status {
 		if from != "" && !f.terminal(from) {
@@ -198,16 +237,40 @@ func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, actor
 		if !f.terminal(doc.Status) {
 			r.cfg.Metrics.RunActive(doc.Status, 1)
 		}
-		r.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", slog.String("runId", doc.RunID),
-			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(actor)))
+		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
+			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
+			slog.String("actor", string(b.actor)))
+		r.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", append(attrs, contextAttrs(&tc)...)...)
 	}
 	r.broadcast()
 }
 
+// contextAttrs are the parts of a transition context a log line adds to
+// the seed's fields (run id, initiator and time are there already).
+func contextAttrs(tc *lifecycle.TransitionContext) []slog.Attr {
+	var attrs []slog.Attr
+	if tc.UserID != "" {
+		attrs = append(attrs, slog.String("userId", tc.UserID))
+	}
+	if len(tc.Metadata) > 0 {
+		attrs = append(attrs, slog.Any("metadata", tc.Metadata))
+	}
+	if tc.Approval != nil {
+		attrs = append(attrs, slog.Any("approval", tc.Approval))
+	}
+	if tc.External != nil {
+		attrs = append(attrs, slog.Any("externalEvent", tc.External))
+	}
+	return attrs
+}
+
 // recordAudit writes one audit event; a failure is logged, not returned,
 // because the write it describes has already happened.
-func (r *Runner) recordAudit(ctx context.Context, ev storage.AuditEvent) {
+func (r *Runner) recordAudit(ctx context.Context, ev storage.AuditEvent, tc *lifecycle.TransitionContext) {
 	ev.TS = r.now()
+	if tc != nil {
+		ev.Context, _ = json.Marshal(tc) // strings, times and maps of strings: it cannot fail
+	}
 	if _, err := r.audit.Record(ctx, ev); err != nil {
 		r.log.LogAttrs(ctx, slog.LevelError, "audit_write_failed", slog.String("runId", ev.RunID), slog.String("error", err.Error()))
 	}
