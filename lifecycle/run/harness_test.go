@@ -117,6 +117,29 @@ func (g *rig) wait(r *run.Runner, runID string, step, limit time.Duration) run.S
 	}
 }
 
+// timers waits (real time, at most 10 s) until at least n timers of the
+// fake clock are scheduled: the code under test is waiting on the clock
+// again. No sleeps: the clock's WaitForTimers says when.
+func (g *rig) timers(n int) {
+	g.t.Helper()
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-g.clock.WaitForTimers(n):
+	case <-t.C:
+		g.t.Fatalf("%d timers pending, want %d", g.clock.Pending(), n)
+	}
+}
+
+// tick advances the fake clock by d, then waits until n timers are
+// scheduled again: whatever fired has been handled (a fired poll timer is
+// replaced only after its pass).
+func (g *rig) tick(d time.Duration, n int) {
+	g.t.Helper()
+	g.clock.Advance(d)
+	g.timers(n)
+}
+
 // settled tells whether a run ended, or parked waiting for an approval or
 // an external event.
 func settled(st run.Status) bool {

@@ -187,11 +187,16 @@ func scenarioConcurrency(t *testing.T, g *rig) {
 	r, _ := g.runner("a", nil, agent)
 	first := submit(t, r, agent.Slug)
 	<-b.started
+	// Idle, the runner waits on four timers: its poll, and the first run's
+	// run timeout, heartbeat and step deadline.
+	const idle = 4
+	g.timers(idle)
 	second := submit(t, r, agent.Slug)
-	// The second run waits in queued while the slot is taken; that is no error.
+	// The second run waits in queued while the slot is taken; that is no
+	// error. Each tick fires the poll; its pass is over when the next poll
+	// timer is scheduled.
 	for range 3 {
-		g.clock.Advance(time.Second) // polls
-		time.Sleep(5 * time.Millisecond)
+		g.tick(time.Second, idle)
 	}
 	if st := status(t, r, second); st.Status != "queued" || b.calls.Load() != 1 {
 		t.Fatalf("second run %s with %d steps started; want queued", st.Status, b.calls.Load())
