@@ -8,12 +8,14 @@
 //
 // Packages, in the one direction imports point:
 //
-//	storage     the Store contract, its errors, key layout, typed documents, audit log
-//	lifecycle   the declarative Machine, the run and step machines, the Runner
-//	jobqueue    the job machine, the Queue and the Worker
-//	jobqueue/nlm  the NLM-job machine and processor; a run step that waits for it
-//	inbox       the inbox entry machine
-//	artifact    the artifact model
-//	adapters/…  memstore, filestore, s3store, httpapi, metrics
-//	examples/…  runnable programs that assemble a Worker
+//	storage        the Store contract, its errors, key layout, typed documents, audit log
+//	lifecycle      the declarative Machine, the run and step machines, actors, codes, input checks
+//	lifecycle/run  the Runner: run records, idempotency, recovery
+//	lifecycle/clock  the clock the SDK waits on, and a fake one for tests
+//	jobqueue       the job machine, the Queue and the Worker
+//	jobqueue/nlm   the NLM-job machine and processor; a run step that waits for it
+//	inbox          the inbox entry machine
+//	artifact       the artifact model
+//	adapters/…     memstore, filestore, s3store, httpapi, metrics
+//	examples/…     runnable programs that assemble a Worker
 package conveyor

@@ -42,7 +42,7 @@ func BenchmarkStatelessCanFire(b *testing.B) {
 func BenchmarkFire(b *testing.B) {
 	m := lifecycle.CancelableRun()
 	ctx := context.Background()
-	run := &lifecycle.RunStatus{}
+	run := &record{}
 	b.ReportAllocs()
 	for b.Loop() {
 		run.Status = string(lifecycle.CancelableRunning)
@@ -68,7 +68,7 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 // constant's), the to state a constant, as the Runner checks a move.
 func BenchmarkCheckDecoded(b *testing.B) {
 	m := lifecycle.CancelableRun()
-	var doc lifecycle.RunStatus
+	var doc record
 	if err := json.Unmarshal([]byte(`{"run_id":"r","status":"running"}`), &doc); err != nil {
 		b.Fatal(err)
 	}

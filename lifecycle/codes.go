@@ -11,6 +11,13 @@ import (
 // Error codes a run can fail with (seed 000 §5.3), and the other codes of the
 // run API (seed 004 appendix and Conveyor's own).
 const (
+	// CodeInvalidTransition and CodeTerminalState are seed 004's (appendix):
+	// the machine has no such move, or the run is terminal.
+	CodeInvalidTransition = "RUN_INVALID_TRANSITION"
+	CodeTerminalState     = "RUN_TERMINAL_STATE"
+	// CodeForbidden is the code of a refused actor (seed 003 §4 authority matrix).
+	CodeForbidden = "FORBIDDEN"
+
 	CodeNLMUnavailable      = "NLM_UNAVAILABLE"
 	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
 	CodeAgentTimeout        = "AGENT_TIMEOUT"
@@ -93,10 +100,10 @@ func HTTPStatus(code string) int {
 }
 
 // ErrorCode returns the code of err: that of a *RunError in its chain, else
-// that of the first error with a Code method, else RUN_NOT_FOUND for
-// [ErrRunNotFound], NOT_FOUND for storage.ErrNotFound and INVALID_INPUT for
-// storage.ErrInvalidID (an id a caller passed), else INTERNAL_ERROR (nil has
-// no code).
+// that of the first error with a Code method (the run package's
+// ErrNotFound is RUN_NOT_FOUND), else NOT_FOUND for storage.ErrNotFound and
+// INVALID_INPUT for storage.ErrInvalidID (an id a caller passed), else
+// INTERNAL_ERROR (nil has no code).
 func ErrorCode(err error) string {
 	if err == nil {
 		return ""
@@ -109,11 +116,8 @@ func ErrorCode(err error) string {
 	if errors.As(err, &c) {
 		return c.Code()
 	}
-	// Sentinels without a Code method, most specific first: a missing run
-	// also wraps storage.ErrNotFound on some paths.
+	// Sentinels without a Code method.
 	switch {
-	case errors.Is(err, ErrRunNotFound):
-		return CodeRunNotFound
 	case errors.Is(err, storage.ErrNotFound):
 		return CodeNotFound
 	case errors.Is(err, storage.ErrInvalidID):

@@ -1,7 +1,6 @@
 package lifecycle_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -19,8 +18,6 @@ func TestErrorCodeOfSentinels(t *testing.T) {
 		code string
 		http int
 	}{
-		{"run not found", fmt.Errorf("%w: run_x", lifecycle.ErrRunNotFound), lifecycle.CodeRunNotFound, 404},
-		{"run not found over storage", fmt.Errorf("%w: %w", lifecycle.ErrRunNotFound, storage.ErrNotFound), lifecycle.CodeRunNotFound, 404},
 		{"storage not found", storage.NewOpError("get", "jobs/x.json", storage.ErrNotFound, nil), lifecycle.CodeNotFound, 404},
 		{"invalid id", fmt.Errorf("queue: %w", idErr), lifecycle.CodeInvalidInput, 400},
 		{"input too large", &lifecycle.InputError{Field: "reason", Limit: 1, Size: 2}, lifecycle.CodeInputTooLarge, 413},
@@ -55,41 +52,6 @@ func TestHTTPStatusOfNewCodes(t *testing.T) {
 	for code, want := range tests {
 		if got := lifecycle.HTTPStatus(code); got != want {
 			t.Errorf("HTTPStatus(%s) = %d, want %d", code, got, want)
-		}
-	}
-}
-
-// A missing run is a 404 on every Runner call that names one.
-func TestMissingRunIsNotFound(t *testing.T) {
-	t.Parallel()
-	g := newRig(t, nil)
-	agent := lifecycle.Agent{Slug: "ap", Machine: lifecycle.MachineApproval, Steps: []lifecycle.Step{okStep("s")}}
-	r, _ := g.runner("a", nil, agent)
-	ctx := context.Background()
-	const id = "run_2026-02-14_080000_abc123"
-	calls := map[string]func() error{
-		"Status": func() error { _, err := r.Status(ctx, id); return err },
-		"Steps":  func() error { _, err := r.Steps(ctx, id); return err },
-		"Wait":   func() error { _, err := r.Wait(ctx, id); return err },
-		"Cancel": func() error { _, err := r.Cancel(ctx, id, lifecycle.ActorGateway, "x"); return err },
-		"Approve": func() error {
-			_, err := r.Approve(ctx, id, lifecycle.ActorGateway, lifecycle.Decision{DecidedBy: "owner"})
-			return err
-		},
-		"Reject": func() error {
-			_, err := r.Reject(ctx, id, lifecycle.ActorGateway, lifecycle.Decision{DecidedBy: "owner"})
-			return err
-		},
-		"Deliver": func() error {
-			_, err := r.Deliver(ctx, id, lifecycle.ActorGateway, lifecycle.ExternalEvent{Type: "e"})
-			return err
-		},
-	}
-	for name, call := range calls {
-		err := call()
-		if !errors.Is(err, lifecycle.ErrRunNotFound) || lifecycle.ErrorCode(err) != lifecycle.CodeRunNotFound ||
-			lifecycle.HTTPStatus(lifecycle.ErrorCode(err)) != 404 {
-			t.Errorf("%s: %v (code %s), want RUN_NOT_FOUND / 404", name, err, lifecycle.ErrorCode(err))
 		}
 	}
 }

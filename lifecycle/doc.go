@@ -7,17 +7,16 @@
 // Mermaid, DOT and JSON exports ([Spec]).
 //
 // The package defines the run machines of the specs ([CanonicalRun],
-// [CancelableRun], [ApprovalRun]) and the run-step machine ([RunStep]); the job
-// and NLM-job machines live in package jobqueue and the inbox machine in
-// package inbox, all built with [New].
+// [CancelableRun], [ApprovalRun]) and the run-step machine ([RunStep]) over
+// any [Stateful] record; the job and NLM-job machines live in package
+// jobqueue and the inbox machine in package inbox, all built with [New].
 //
-// The [Runner] executes runs on those machines over a storage.Store, on the
-// SDK's one execution core (internal/core): every status write is a fenced
-// read-check-write, step files and manifest.json carry the writer's epoch,
-// and a runner that lost its lease gets [ErrLeaseLost] and writes nothing;
-// step attempts run under deadlines with abandoned goroutines counted
-// ([Runner.Stragglers]); transient store errors are waited out until the
-// run's deadline plus [Config].FinishGrace; a poison status.json or slot
-// object is quarantined ([RunQuarantinedError], [Runner.Quarantined]) and
-// never blocks the agent's other runs.
+// The package also holds what every other package of the SDK shares: the
+// actors, the error codes with their HTTP statuses ([ErrorCode],
+// [HTTPStatus]) and the one input check of free text ([CheckText],
+// [CheckBytes]) with its limits.
+//
+// Run orchestration (the Runner, run records, idempotency, recovery) is in
+// the subpackage run; the fake clock for tests of your own code is in the
+// subpackage clock.
 package lifecycle

@@ -21,14 +21,10 @@ var (
 	ErrForbiddenActor = errors.New("forbidden actor")
 	// ErrInvalidDefinition: a machine definition that [New] refuses.
 	ErrInvalidDefinition = errors.New("invalid machine definition")
-)
-
-// Error codes of seed 004 (appendix) for an API layer.
-const (
-	CodeInvalidTransition = "RUN_INVALID_TRANSITION"
-	CodeTerminalState     = "RUN_TERMINAL_STATE"
-	// CodeForbidden is the code of a refused actor (seed 003 §4 authority matrix).
-	CodeForbidden = "FORBIDDEN"
+	// ErrNilRecord is returned by [Machine.Fire] for a nil record.
+	ErrNilRecord = errors.New("lifecycle: nil record")
+	// ErrInvalidInput is matched by every [*InputError].
+	ErrInvalidInput = errors.New("lifecycle: invalid input")
 )
 
 // InvalidTransitionError reports a move the machine does not allow. It matches
@@ -49,6 +45,9 @@ type InvalidTransitionError struct {
 	Unknown string
 	// Guards names the guards that refused the move, if that is the cause.
 	Guards []string
+	// Context is the transition context of the refused move, when the
+	// caller gave one (see WithTransition).
+	Context *TransitionContext
 }
 
 // Error describes the move, why it was refused and what the valid moves are.
@@ -73,6 +72,11 @@ func (e *InvalidTransitionError) Error() string {
 		b.WriteString(" (no valid next states)")
 	} else {
 		fmt.Fprintf(&b, " (valid next states: %s)", strings.Join(e.ValidNext, ", "))
+	}
+	if e.Context != nil {
+		if s := e.Context.String(); s != "" {
+			fmt.Fprintf(&b, " [%s]", s)
+		}
 	}
 	return b.String()
 }
@@ -110,6 +114,9 @@ type ForbiddenActorError struct {
 	Actor   Actor
 	// Allowed lists the actors that may make the move.
 	Allowed []Actor
+	// Context is the transition context of the refused move, when the
+	// caller gave one (see WithTransition).
+	Context *TransitionContext
 }
 
 // Error names the actor, the move and who may make it.
@@ -118,8 +125,14 @@ func (e *ForbiddenActorError) Error() string {
 	for i, a := range e.Allowed {
 		allowed[i] = string(a)
 	}
-	return fmt.Sprintf("%s: actor %q may not move %q to %q on event %q (allowed: %s)",
+	msg := fmt.Sprintf("%s: actor %q may not move %q to %q on event %q (allowed: %s)",
 		e.Machine, e.Actor, e.From, e.To, e.Event, strings.Join(allowed, ", "))
+	if e.Context != nil {
+		if s := e.Context.String(); s != "" {
+			msg += " [" + s + "]"
+		}
+	}
+	return msg
 }
 
 // Is matches ErrForbiddenActor.

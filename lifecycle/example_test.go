@@ -24,7 +24,7 @@ func ExampleMachine_Check() {
 func ExampleMachine_Fire() {
 	ctx := context.Background()
 	m := lifecycle.CanonicalRun()
-	run := &lifecycle.RunStatus{RunID: "run_2026-02-14_080000_abc123", Status: string(m.Initial())}
+	run := &record{RunID: "run_2026-02-14_080000_abc123", Status: string(m.Initial())}
 
 	for _, event := range []lifecycle.Event{lifecycle.EventAdmit, lifecycle.EventStart, lifecycle.EventComplete} {
 		change, err := m.Fire(ctx, run, event, lifecycle.ActorOrchestration)

@@ -10,9 +10,6 @@ import (
 	"github.com/qmuntal/stateless"
 )
 
-// ErrNilRecord is returned by [Machine.Fire] for a nil record.
-var ErrNilRecord = errors.New("lifecycle: nil record")
-
 // Change describes a transition [Machine.Fire] made.
 type Change[S ~string] struct {
 	From  S
@@ -79,8 +76,14 @@ func (m *Machine[S, R]) buildEngine() *stateless.StateMachine {
 // state has changed (through SetState) and the Change says how. On failure
 // rec is untouched and the error is an [*InvalidTransitionError] (no such
 // move, terminal or unknown state, or a guard refused) or a
-// [*ForbiddenActorError].
+// [*ForbiddenActorError], carrying the [TransitionContext] that ctx holds
+// (see [WithTransition]).
 func (m *Machine[S, R]) Fire(ctx context.Context, rec R, event Event, actor Actor) (change Change[S], err error) {
+	defer func() {
+		if err != nil {
+			withContext(err, transitionOf(ctx))
+		}
+	}()
 	if err := ctx.Err(); err != nil {
 		return Change[S]{}, err
 	}
@@ -137,4 +140,22 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// withContext puts tc into a refusal Fire returns.
+func withContext(err error, tc *TransitionContext) {
+	if tc == nil {
+		return
+	}
+	c := *tc
+	var (
+		ite *InvalidTransitionError
+		fae *ForbiddenActorError
+	)
+	switch {
+	case errors.As(err, &ite):
+		ite.Context = &c
+	case errors.As(err, &fae):
+		fae.Context = &c
+	}
 }

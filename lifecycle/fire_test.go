@@ -16,7 +16,7 @@ func TestFireMovesTheRecord(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m := lifecycle.CanonicalRun()
-	run := &lifecycle.RunStatus{RunID: "run_1", Status: string(lifecycle.RunRequested)}
+	run := &record{RunID: "run_1", Status: string(lifecycle.RunRequested)}
 	steps := []struct {
 		event lifecycle.Event
 		to    lifecycle.RunState
@@ -90,7 +90,7 @@ func TestFireRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			run := &lifecycle.RunStatus{Status: string(tt.from)}
+			run := &record{Status: string(tt.from)}
 			_, err := lifecycle.CancelableRun().Fire(ctx, run, tt.event, tt.actor)
 			if err == nil {
 				t.Fatal("fire succeeded")
@@ -161,7 +161,7 @@ func TestFireNilRecordAndCanceledContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	run := &lifecycle.RunStatus{Status: "requested"}
+	run := &record{Status: "requested"}
 	if _, err := lifecycle.CanonicalRun().Fire(ctx, run, lifecycle.EventAdmit, lifecycle.ActorOrchestration); !errors.Is(err, context.Canceled) || run.Status != "requested" {
 		t.Errorf("canceled context: %v, status %q", err, run.Status)
 	}
@@ -194,10 +194,10 @@ func TestFireOverlappingGuards(t *testing.T) {
 func TestFireConcurrently(t *testing.T) {
 	t.Parallel()
 	m := lifecycle.CancelableRun()
-	runs := make([]*lifecycle.RunStatus, 64)
+	runs := make([]*record, 64)
 	var wg sync.WaitGroup
 	for i := range runs {
-		runs[i] = &lifecycle.RunStatus{Status: "queued"}
+		runs[i] = &record{Status: "queued"}
 		wg.Go(func() {
 			ctx := context.Background()
 			events := []lifecycle.Event{lifecycle.EventStart, lifecycle.EventRequestCancel, lifecycle.EventCancel}

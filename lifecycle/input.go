@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"unicode/utf8"
 )
@@ -47,9 +46,6 @@ const (
 	// return are allowed, other control characters are not.
 	MultiLine
 )
-
-// ErrInvalidInput is matched by every *InputError.
-var ErrInvalidInput = errors.New("lifecycle: invalid input")
 
 // InputError reports a caller's field that breaks its limit or is not
 // clean text. Nothing is written when one is returned. It matches

@@ -1,28 +1,11 @@
 package lifecycle_test
 
 import (
-	"os"
 	"testing"
 
-	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/teststores"
-	"github.com/runconveyor/conveyor/storage"
 	"go.uber.org/goleak"
 )
 
-// env is the package's MinIO: one server and bucket, each test under its
-// own prefix.
-var env teststores.Env
-
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) != "" {
-		os.Exit(helperMain())
-	}
-	goleak.VerifyTestMain(env.Wrap(m))
+	goleak.VerifyTestMain(m)
 }
-
-// minioStore returns an s3store on the shared MinIO under a fresh prefix,
-// skipping (or, in CI, failing) when there is no MinIO binary.
-func minioStore(t testing.TB) storage.Store { return env.S3(t) }
-
-func memStore(testing.TB) storage.Store { return memstore.New() }

@@ -2,6 +2,22 @@ package lifecycle
 
 import "sync"
 
+// Names of the run machines, as their Spec and errors give them.
+const (
+	MachineCanonical  = "canonical-run"
+	MachineCancelable = "cancelable-run"
+	MachineApproval   = "approval-run"
+)
+
+// Stateful is a record that keeps its state as a string: the record the
+// run and run-step machines move. The run package's status and step
+// records are Stateful, and so may be a user's own records, so these
+// machines know no record type of their own.
+type Stateful interface {
+	State() string
+	SetState(string)
+}
+
 // RunState is a state of the canonical run machine (seed 000 §1, seed 002 §2).
 type RunState string
 
@@ -14,13 +30,15 @@ const (
 	RunFailed    RunState = "failed"
 )
 
-// RunStates lists the canonical run states in lifecycle order.
-func RunStates() []RunState {
+// runStates lists the canonical run states in lifecycle order.
+func runStates() []RunState {
 	return []RunState{RunRequested, RunQueued, RunRunning, RunCompleted, RunFailed}
 }
 
-func getRunState(r *RunStatus) RunState    { return RunState(r.Status) }
-func setRunState(r *RunStatus, s RunState) { r.Status = string(s) }
+// stateOf and setState are the state accessors of every machine over
+// Stateful records.
+func stateOf[S ~string](r Stateful) S     { return S(r.State()) }
+func setState[S ~string](r Stateful, s S) { r.SetState(string(s)) }
 
 // CanonicalRun is the run machine of seeds 000 and 002:
 // requested → queued → running → completed | failed, with running → running
@@ -29,16 +47,16 @@ func setRunState(r *RunStatus, s RunState) { r.Status = string(s) }
 //
 // Extensions (DESIGN.md §2): requested → failed and queued → failed, for a run
 // that can never start (orchestration unavailable, run timeout while queued).
-func CanonicalRun() *Machine[RunState, *RunStatus] { return canonicalRun() }
+func CanonicalRun() *Machine[RunState, Stateful] { return canonicalRun() }
 
-var canonicalRun = sync.OnceValue(func() *Machine[RunState, *RunStatus] {
+var canonicalRun = sync.OnceValue(func() *Machine[RunState, Stateful] {
 	orch := []Actor{ActorOrchestration}
-	return MustNew(Definition[RunState, *RunStatus]{
-		Name:     "canonical-run",
+	return MustNew(Definition[RunState, Stateful]{
+		Name:     MachineCanonical,
 		Initial:  RunRequested,
-		States:   RunStates(),
+		States:   runStates(),
 		Terminal: []RunState{RunCompleted, RunFailed},
-		Transitions: []Transition[RunState, *RunStatus]{
+		Transitions: []Transition[RunState, Stateful]{
 			{From: RunRequested, To: RunQueued, Event: EventAdmit, Actors: orch},
 			{From: RunQueued, To: RunRunning, Event: EventStart, Actors: orch},
 			{From: RunRunning, To: RunRunning, Event: EventStepCompleted, Actors: orch},
@@ -47,8 +65,8 @@ var canonicalRun = sync.OnceValue(func() *Machine[RunState, *RunStatus] {
 			{From: RunRequested, To: RunFailed, Event: EventFail, Actors: []Actor{ActorGateway, ActorOrchestration}, Extension: true},
 			{From: RunQueued, To: RunFailed, Event: EventFail, Actors: orch, Extension: true},
 		},
-		GetState: getRunState,
-		SetState: setRunState,
+		GetState: stateOf[RunState],
+		SetState: setState[RunState],
 	})
 })
 
@@ -66,8 +84,8 @@ const (
 	CancelableCancelRequested CancelableRunState = "cancel_requested"
 )
 
-// CancelableRunStates lists the cancel-aware run states in the seed's order.
-func CancelableRunStates() []CancelableRunState {
+// cancelableRunStates lists the cancel-aware run states in the seed's order.
+func cancelableRunStates() []CancelableRunState {
 	return []CancelableRunState{CancelableQueued, CancelableRunning, CancelableSucceeded, CancelableFailed,
 		CancelableCanceled, CancelableTimeout, CancelableCancelRequested}
 }
@@ -76,17 +94,17 @@ func CancelableRunStates() []CancelableRunState {
 // Cancellation is cooperative: the gateway (on the owner's behalf) or the
 // orchestration layer asks with request_cancel, and a run whose step finishes
 // first may still end succeeded or failed.
-func CancelableRun() *Machine[CancelableRunState, *RunStatus] { return cancelableRun() }
+func CancelableRun() *Machine[CancelableRunState, Stateful] { return cancelableRun() }
 
-var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, *RunStatus] {
+var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, Stateful] {
 	orch := []Actor{ActorOrchestration}
 	canceller := []Actor{ActorGateway, ActorOrchestration}
-	return MustNew(Definition[CancelableRunState, *RunStatus]{
-		Name:     "cancelable-run",
+	return MustNew(Definition[CancelableRunState, Stateful]{
+		Name:     MachineCancelable,
 		Initial:  CancelableQueued,
-		States:   CancelableRunStates(),
+		States:   cancelableRunStates(),
 		Terminal: []CancelableRunState{CancelableSucceeded, CancelableFailed, CancelableCanceled, CancelableTimeout},
-		Transitions: []Transition[CancelableRunState, *RunStatus]{
+		Transitions: []Transition[CancelableRunState, Stateful]{
 			{From: CancelableQueued, To: CancelableRunning, Event: EventStart, Actors: orch},
 			{From: CancelableQueued, To: CancelableCanceled, Event: EventCancel, Actors: canceller},
 			{From: CancelableRunning, To: CancelableSucceeded, Event: EventSucceed, Actors: orch},
@@ -97,8 +115,8 @@ var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, *RunStatu
 			{From: CancelableCancelRequested, To: CancelableSucceeded, Event: EventSucceed, Actors: orch},
 			{From: CancelableCancelRequested, To: CancelableFailed, Event: EventFail, Actors: orch},
 		},
-		GetState: func(r *RunStatus) CancelableRunState { return CancelableRunState(r.Status) },
-		SetState: func(r *RunStatus, s CancelableRunState) { r.Status = string(s) },
+		GetState: stateOf[CancelableRunState],
+		SetState: setState[CancelableRunState],
 	})
 })
 
@@ -116,8 +134,8 @@ const (
 	ApprovalCancelled        ApprovalRunState = "cancelled"
 )
 
-// ApprovalRunStates lists the approval run states in the seed's order.
-func ApprovalRunStates() []ApprovalRunState {
+// approvalRunStates lists the approval run states in the seed's order.
+func approvalRunStates() []ApprovalRunState {
 	return []ApprovalRunState{ApprovalPending, ApprovalRunning, ApprovalAwaitingApproval, ApprovalWaitingExternal,
 		ApprovalCompleted, ApprovalFailed, ApprovalCancelled}
 }
@@ -127,17 +145,17 @@ func ApprovalRunStates() []ApprovalRunState {
 // every move; the gateway may also make the ones an owner or a webhook
 // causes: cancel, approve (→ running, or → completed when the gate was the
 // last step), reject (→ failed) and deliver (the external event arrived).
-func ApprovalRun() *Machine[ApprovalRunState, *RunStatus] { return approvalRun() }
+func ApprovalRun() *Machine[ApprovalRunState, Stateful] { return approvalRun() }
 
-var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, *RunStatus] {
+var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, Stateful] {
 	orch := []Actor{ActorOrchestration}
 	both := []Actor{ActorGateway, ActorOrchestration}
-	return MustNew(Definition[ApprovalRunState, *RunStatus]{
-		Name:     "approval-run",
+	return MustNew(Definition[ApprovalRunState, Stateful]{
+		Name:     MachineApproval,
 		Initial:  ApprovalPending,
-		States:   ApprovalRunStates(),
+		States:   approvalRunStates(),
 		Terminal: []ApprovalRunState{ApprovalCompleted, ApprovalFailed, ApprovalCancelled},
-		Transitions: []Transition[ApprovalRunState, *RunStatus]{
+		Transitions: []Transition[ApprovalRunState, Stateful]{
 			{From: ApprovalPending, To: ApprovalRunning, Event: EventStart, Actors: orch},
 			{From: ApprovalPending, To: ApprovalCancelled, Event: EventCancel, Actors: both},
 			{From: ApprovalPending, To: ApprovalFailed, Event: EventFail, Actors: orch},
@@ -155,8 +173,8 @@ var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, *RunStatus] {
 			{From: ApprovalWaitingExternal, To: ApprovalFailed, Event: EventFail, Actors: orch},
 			{From: ApprovalWaitingExternal, To: ApprovalCancelled, Event: EventCancel, Actors: both},
 		},
-		GetState: func(r *RunStatus) ApprovalRunState { return ApprovalRunState(r.Status) },
-		SetState: func(r *RunStatus, s ApprovalRunState) { r.Status = string(s) },
+		GetState: stateOf[ApprovalRunState],
+		SetState: setState[ApprovalRunState],
 	})
 })
 
@@ -172,8 +190,8 @@ const (
 	StepSkipped   StepState = "skipped"
 )
 
-// StepStates lists the run-step states in the seed's order.
-func StepStates() []StepState {
+// stepStates lists the run-step states in the seed's order.
+func stepStates() []StepState {
 	return []StepState{StepPending, StepRunning, StepCompleted, StepFailed, StepSkipped}
 }
 
@@ -181,22 +199,22 @@ func StepStates() []StepState {
 // moves are Conveyor's: a step starts and then completes or fails (retries
 // happen inside running), or is skipped without running (a resumed run
 // reusing a checkpoint). Only the orchestration layer writes step files.
-func RunStep() *Machine[StepState, *RunStepRecord] { return runStep() }
+func RunStep() *Machine[StepState, Stateful] { return runStep() }
 
-var runStep = sync.OnceValue(func() *Machine[StepState, *RunStepRecord] {
+var runStep = sync.OnceValue(func() *Machine[StepState, Stateful] {
 	orch := []Actor{ActorOrchestration}
-	return MustNew(Definition[StepState, *RunStepRecord]{
+	return MustNew(Definition[StepState, Stateful]{
 		Name:     "run-step",
 		Initial:  StepPending,
-		States:   StepStates(),
+		States:   stepStates(),
 		Terminal: []StepState{StepCompleted, StepFailed, StepSkipped},
-		Transitions: []Transition[StepState, *RunStepRecord]{
+		Transitions: []Transition[StepState, Stateful]{
 			{From: StepPending, To: StepRunning, Event: EventStart, Actors: orch},
 			{From: StepPending, To: StepSkipped, Event: EventSkip, Actors: orch},
 			{From: StepRunning, To: StepCompleted, Event: EventComplete, Actors: orch},
 			{From: StepRunning, To: StepFailed, Event: EventFail, Actors: orch},
 		},
-		GetState: func(r *RunStepRecord) StepState { return r.Status },
-		SetState: func(r *RunStepRecord, s StepState) { r.Status = s },
+		GetState: stateOf[StepState],
+		SetState: setState[StepState],
 	})
 })

@@ -121,7 +121,7 @@ func TestExtensionsAreMarked(t *testing.T) {
 			t.Errorf("%s → %s: Extension = %v, want %v", tr.From, tr.To, tr.Extension, wantExt)
 		}
 	}
-	for _, m := range []lifecycle.Specifier{lifecycle.CancelableRun(), lifecycle.ApprovalRun(), lifecycle.RunStep()} {
+	for _, m := range []interface{ Spec() lifecycle.Spec }{lifecycle.CancelableRun(), lifecycle.ApprovalRun(), lifecycle.RunStep()} {
 		for _, tr := range m.Spec().Transitions {
 			if tr.Extension {
 				t.Errorf("%s: %s → %s is marked an extension; the seed has it", m.Spec().Name, tr.From, tr.To)
@@ -130,7 +130,7 @@ func TestExtensionsAreMarked(t *testing.T) {
 	}
 }
 
-func newRun[S ~string](s S) *lifecycle.RunStatus { return &lifecycle.RunStatus{Status: string(s)} }
+func newRun[S ~string](s S) lifecycle.Stateful { return &record{Status: string(s)} }
 
 // TestRandomWalks fires thousands of random event sequences at every run
 // machine; Walk fails the test the moment one leaves the table.
@@ -173,13 +173,11 @@ func TestRandomWalks(t *testing.T) {
 	}
 }
 
-func getState[S ~string](r *lifecycle.RunStatus) S { return S(r.Status) }
+func getState[S ~string](r lifecycle.Stateful) S { return S(r.State()) }
 
-func newStep(s lifecycle.StepState) *lifecycle.RunStepRecord {
-	return &lifecycle.RunStepRecord{Status: s}
-}
+func newStep(s lifecycle.StepState) lifecycle.Stateful { return &record{Status: string(s)} }
 
-func stepState(r *lifecycle.RunStepRecord) lifecycle.StepState { return r.Status }
+func stepState(r lifecycle.Stateful) lifecycle.StepState { return lifecycle.StepState(r.State()) }
 
 func FuzzCancelableRunWalk(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3})

@@ -23,12 +23,6 @@ type SpecTransition struct {
 	Requeue   bool    `json:"-"`
 }
 
-// Specifier is anything that describes itself as a [Spec]; every [Machine]
-// is one.
-type Specifier interface {
-	Spec() Spec
-}
-
 // Spec describes the machine as plain data.
 func (m *Machine[S, R]) Spec() Spec {
 	s := Spec{

@@ -29,6 +29,11 @@ type AuditEvent struct {
 	From       string    `json:"from"` // empty for a creation
 	To         string    `json:"to"`
 	Node       string    `json:"node"` // the host that wrote
+	// Context is the transition's context (seed 004 §2.2, a
+	// lifecycle.TransitionContext as JSON: run id, user id, initiator,
+	// timestamp, metadata, approval and external-event details), when the
+	// writer gives one; the seed's fields above keep their names.
+	Context json.RawMessage `json:"context,omitempty"`
 }
 
 // AuditLog writes audit events create-only to audit/YYYYMMDD/<event_id>.json.

@@ -3,6 +3,7 @@ package storage_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -45,10 +46,10 @@ func TestAuditLog(t *testing.T) {
 		}
 		day2 = append(day2, ev)
 	}
-	if len(day1) != 1 || day1[0] != written[0] {
+	if len(day1) != 1 || !reflect.DeepEqual(day1[0], written[0]) {
 		t.Fatalf("day 1 = %+v, want %+v", day1, written[:1])
 	}
-	if len(day2) != 3 || day2[0] != written[1] || day2[1] != written[2] || day2[2].RunID != "r1" {
+	if len(day2) != 3 || !reflect.DeepEqual(day2[0], written[1]) || !reflect.DeepEqual(day2[1], written[2]) || day2[2].RunID != "r1" {
 		t.Fatalf("day 2 = %+v, want the later events in time order", day2)
 	}
 
@@ -105,5 +106,39 @@ func TestAuditCreateOnly(t *testing.T) {
 	key, _ := storage.AuditKey(ev.TS, ev.ID)
 	if _, err := s.Put(ctx, key, []byte("{}"), storage.IfNotExists()); !errors.Is(err, storage.ErrPreconditionFailed) {
 		t.Fatalf("re-creating an audit event = %v", err)
+	}
+}
+
+// The transition context is one optional field beside the seed's: absent
+// when empty, a JSON object when given, and read back as written.
+func TestAuditEventContext(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := memstore.New()
+	log := &storage.AuditLog{Store: s, Node: "n1"}
+	at := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+	tc := json.RawMessage(`{"run_id":"r1","user_id":"u-42","initiator":"user"}`)
+	for _, ev := range []storage.AuditEvent{
+		{TS: at, Event: "run.status.update", Actor: "gateway", RunID: "r1", To: "requested"},
+		{TS: at.Add(time.Second), Event: "run.status.update", Actor: "gateway", RunID: "r1", From: "requested", To: "queued", Context: tc},
+	} {
+		if _, err := log.Record(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []storage.AuditEvent
+	for ev, err := range storage.ReadAuditDay(ctx, s, at) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ev)
+	}
+	if len(got) != 2 || got[0].Context != nil || string(got[1].Context) != string(tc) {
+		t.Fatalf("events %+v", got)
+	}
+	key, _ := storage.AuditKey(got[0].TS, got[0].ID)
+	b, _, err := s.Get(ctx, key)
+	if err != nil || strings.Contains(string(b), "context") {
+		t.Errorf("event without a context: %s %v", b, err)
 	}
 }

@@ -25,8 +25,8 @@
 // Runner.Deliver; the second step's output is the job's Result.
 //
 //	p, _ := nlm.New(nlm.Config{Store: store, CallbackURL: "https://conveyor.internal/nlm/callback"}, stages)
-//	runner, _ := lifecycle.NewRunner(cfg, lifecycle.Agent{Slug: "researcher", Machine: lifecycle.MachineApproval,
-//		Steps: nlm.Ask(p, "brief", func(ctx context.Context, in lifecycle.StepInput) (nlm.Request, error) {
+//	runner, _ := run.NewRunner(cfg, run.Agent{Slug: "researcher", Machine: lifecycle.MachineApproval,
+//		Steps: nlm.Ask(p, "brief", func(ctx context.Context, in run.StepInput) (nlm.Request, error) {
 //			return nlm.Request{JobType: jobqueue.JobBrief, Query: string(in.Input)}, nil
 //		})})
 //	http.Handle("POST /nlm/callback", nlm.Sink(runner, p))

@@ -90,7 +90,7 @@ func TestFaultStageIgnoresItsContext(t *testing.T) {
 				cfg.Client = blockingPoster{poster: post, entered: entered, release: release}
 			}
 			p := newProcessor(t, cfg, hanging(tt.stage, entered, release))
-			stop := run(t, p, grace+5*time.Second)
+			stop := runProcessor(t, p, grace+5*time.Second)
 			if _, err := p.Accept(context.Background(), request("https://cb.example/r", "job-h")); err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestFaultShutdownHandsBack(t *testing.T) {
 	defer close(release)
 	p1 := newProcessor(t, nlm.Config{Store: s, Clock: clk, Owner: "p1", Client: newPoster(nil), StopGrace: grace},
 		hanging("query", entered, release))
-	stop := run(t, p1, grace+5*time.Second)
+	stop := runProcessor(t, p1, grace+5*time.Second)
 	if _, err := p1.Accept(context.Background(), request("https://cb.example/r", "job-s")); err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestFaultPoisonRecord(t *testing.T) {
 			}
 			post := newPoster(nil)
 			p := newProcessor(t, nlm.Config{Store: s, Clock: clk, Owner: "p1", Client: post}, stagesFailingAt(""))
-			run(t, p, 5*time.Second)
+			runProcessor(t, p, 5*time.Second)
 			s.until(t, "job-good DONE", jobIs(p, "job-good", nlm.Done))
 			var qs []storage.Quarantined
 			for q, err := range storage.ListQuarantine(ctx, s) {

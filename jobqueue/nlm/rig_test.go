@@ -15,9 +15,9 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// run runs p until the test ends; stop stops it and returns how long Run
+// runProcessor runs p until the test ends; stop stops it and returns how long Run
 // took to return, failing the test if it took more than limit.
-func run(t *testing.T, p *nlm.Processor, limit time.Duration) (stop func() time.Duration) {
+func runProcessor(t *testing.T, p *nlm.Processor, limit time.Duration) (stop func() time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -14,6 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
@@ -79,13 +80,13 @@ func TestAskParksAndResumes(t *testing.T) {
 			post := newPoster(late)
 			p := newProcessor(t, nlm.Config{Store: s, Clock: clk, Owner: "nlm-1", Client: post,
 				CallbackURL: "https://conveyor.example/nlm/callback"}, stagesFailingAt(tt.failAt))
-			var parked lifecycle.StepInput
-			steps := nlm.Ask(p, "brief", func(_ context.Context, in lifecycle.StepInput) (nlm.Request, error) {
+			var parked run.StepInput
+			steps := nlm.Ask(p, "brief", func(_ context.Context, in run.StepInput) (nlm.Request, error) {
 				parked = in
 				return nlm.Request{JobType: jobqueue.JobBrief, Query: "brief on " + string(in.Input)}, nil
 			})
-			r, err := lifecycle.NewRunner(lifecycle.Config{Store: s, Clock: clk, Owner: "runner-1", Logger: quiet, Node: "test"},
-				lifecycle.Agent{Slug: "researcher", Machine: lifecycle.MachineApproval, Steps: steps})
+			r, err := run.NewRunner(run.Config{Store: s, Clock: clk, Owner: "runner-1", Logger: quiet, Node: "test"},
+				run.Agent{Slug: "researcher", Machine: lifecycle.MachineApproval, Steps: steps})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,9 +95,9 @@ func TestAskParksAndResumes(t *testing.T) {
 			runnerDone := make(chan struct{})
 			go func() { defer close(runnerDone); _ = r.Run(rctx) }()
 			defer func() { stopRunner(); <-runnerDone }()
-			run(t, p, 5*time.Second)
+			runProcessor(t, p, 5*time.Second)
 
-			res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "researcher", Input: json.RawMessage(`"violin"`)})
+			res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "researcher", Input: json.RawMessage(`"violin"`)})
 			if err != nil {
 				t.Fatal(err)
 			}

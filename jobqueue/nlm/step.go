@@ -13,6 +13,7 @@ import (
 
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -58,11 +59,11 @@ func jobIDFor(runID string, step int) string {
 // Both are idempotent and resumable. Put them next to each other, in this
 // order, in the agent's steps. The wait is bounded by the runner's
 // ExternalTimeout.
-func Ask(p *Processor, name string, build func(ctx context.Context, in lifecycle.StepInput) (Request, error)) []lifecycle.Step {
-	ask := func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+func Ask(p *Processor, name string, build func(ctx context.Context, in run.StepInput) (Request, error)) []run.Step {
+	ask := func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		req, err := build(ctx, in)
 		if err != nil {
-			return lifecycle.StepOutput{}, err
+			return run.StepOutput{}, err
 		}
 		if req.JobID == "" {
 			req.JobID = jobIDFor(in.RunID, in.Step)
@@ -77,47 +78,47 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in lifecycle
 			req.Callback = p.cfg.CallbackURL
 		}
 		if req.RunID != in.RunID {
-			return lifecycle.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeInvalidInput, Permanent: true,
+			return run.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeInvalidInput, Permanent: true,
 				Message: fmt.Sprintf("NLM request names run %q, not this run", req.RunID)}
 		}
 		job, err := p.Accept(ctx, req)
 		if errors.Is(err, jobqueue.ErrInvalidJob) {
-			return lifecycle.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeInvalidInput, Message: err.Error(), Permanent: true, Err: err}
+			return run.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeInvalidInput, Message: err.Error(), Permanent: true, Err: err}
 		}
 		if err != nil {
-			return lifecycle.StepOutput{}, err
+			return run.StepOutput{}, err
 		}
 		data, _ := json.Marshal(asked{JobID: job.JobID})
-		return lifecycle.StepOutput{Summary: "NLM job " + job.JobID + " accepted", Data: data,
-			Await: &lifecycle.Await{ExternalEvent: eventType(job.JobID)}}, nil
+		return run.StepOutput{Summary: "NLM job " + job.JobID + " accepted", Data: data,
+			Await: &run.Await{ExternalEvent: eventType(job.JobID)}}, nil
 	}
-	result := func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	result := func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		var a asked
 		if in.Step < 2 || len(in.Previous) < in.Step-1 || json.Unmarshal(in.Previous[in.Step-2], &a) != nil || a.JobID == "" {
-			return lifecycle.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeInternalError, Permanent: true,
+			return run.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeInternalError, Permanent: true,
 				Message: fmt.Sprintf("step %s-result must follow step %s", name, name)}
 		}
 		job, err := p.Get(ctx, a.JobID)
 		switch {
 		case err != nil:
-			return lifecycle.StepOutput{}, err
+			return run.StepOutput{}, err
 		case job.Status == Error:
-			return lifecycle.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeNLMUnavailable, Permanent: true,
+			return run.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeNLMUnavailable, Permanent: true,
 				Message: fmt.Sprintf("NLM job %s failed: %s", job.JobID, job.Error)}
 		case job.ArtifactID == "":
-			return lifecycle.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "NLM job %s has no result yet (%s)", job.JobID, job.Status)
+			return run.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "NLM job %s has no result yet (%s)", job.JobID, job.Status)
 		}
 		art, err := p.cfg.Artifacts.Get(ctx, lifecycle.ActorOrchestration, orDefault(job.Request.ProjectID, p.cfg.Project), job.ArtifactID)
 		if err != nil {
-			return lifecycle.StepOutput{}, err
+			return run.StepOutput{}, err
 		}
 		data, err := json.Marshal(Result{JobID: job.JobID, ArtifactID: art.ArtifactID, Content: art.Content})
 		if err != nil {
-			return lifecycle.StepOutput{}, err
+			return run.StepOutput{}, err
 		}
-		return lifecycle.StepOutput{Summary: "NLM artifact " + art.ArtifactID, Data: data}, nil
+		return run.StepOutput{Summary: "NLM artifact " + art.ArtifactID, Data: data}, nil
 	}
-	return []lifecycle.Step{
+	return []run.Step{
 		{Name: name, Run: ask, Idempotent: true, Resumable: true},
 		{Name: name + "-result", Run: result, Idempotent: true, Resumable: true},
 	}
@@ -133,7 +134,7 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in lifecycle
 // job has no run); 400 for a bad body, 404 for an unknown job, 409 when the
 // body contradicts the job's record, 503 when the store or the runner
 // failed (the processor tries again).
-func Sink(r *lifecycle.Runner, p *Processor) http.Handler {
+func Sink(r *run.Runner, p *Processor) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		status, msg := sink(req.Context(), r, p, req)
 		if status == http.StatusNoContent {
@@ -144,7 +145,7 @@ func Sink(r *lifecycle.Runner, p *Processor) http.Handler {
 	})
 }
 
-func sink(ctx context.Context, r *lifecycle.Runner, p *Processor, req *http.Request) (int, string) {
+func sink(ctx context.Context, r *run.Runner, p *Processor, req *http.Request) (int, string) {
 	if req.Method != http.MethodPost {
 		return http.StatusMethodNotAllowed, "POST only"
 	}
@@ -180,7 +181,7 @@ func sink(ctx context.Context, r *lifecycle.Runner, p *Processor, req *http.Requ
 		case st.External != nil && st.External.EventType == want && st.External.EventID != "":
 			return http.StatusNoContent, "" // delivered before
 		case st.Status == string(lifecycle.ApprovalWaitingExternal) && st.External != nil && st.External.EventType == want:
-			_, err := r.Deliver(ctx, runID, lifecycle.ActorGateway, lifecycle.ExternalEvent{Type: want, ID: job.JobID, Source: string(lifecycle.ActorNLMBackend)})
+			_, err := r.Deliver(ctx, runID, lifecycle.ActorGateway, run.ExternalEvent{Type: want, ID: job.JobID, Source: string(lifecycle.ActorNLMBackend)})
 			if err != nil && !errors.Is(err, lifecycle.ErrInvalidTransition) {
 				return http.StatusServiceUnavailable, err.Error()
 			}

@@ -1,7 +1,7 @@
 // Package clock lets code that waits (leases, timeouts, TTLs, backoff) run on
 // a fake clock in tests, so those tests take milliseconds.
 //
-// The Runner (lifecycle.Config.Clock), the job Queue (jobqueue.Config.Clock),
+// The Runner (run.Config.Clock), the job Queue (jobqueue.Config.Clock),
 // the inbox and the artifact store all accept a Clock. A test of your own
 // steps or handlers passes a Fake, waits until the code under test is
 // waiting (WaitForTimers), then moves time with Advance: no sleeps, no real

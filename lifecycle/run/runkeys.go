@@ -1,4 +1,4 @@
-package lifecycle
+package run
 
 import (
 	"crypto/rand"

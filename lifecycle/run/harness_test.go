@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -64,16 +64,16 @@ func (s trackedStore) Delete(ctx context.Context, key string, c storage.Conditio
 
 // runner builds a runner on the rig's store and clock, and runs it until the
 // test ends (or until the returned stop is called).
-func (g *rig) runner(owner string, tweak func(*lifecycle.Config), agents ...lifecycle.Agent) (*lifecycle.Runner, func()) {
+func (g *rig) runner(owner string, tweak func(*run.Config), agents ...run.Agent) (*run.Runner, func()) {
 	g.t.Helper()
-	cfg := lifecycle.Config{
+	cfg := run.Config{
 		Store: trackedStore{Store: g.store, last: g.lastWrite}, Owner: owner, Clock: g.clock, Node: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	r, err := lifecycle.NewRunner(cfg, agents...)
+	r, err := run.NewRunner(cfg, agents...)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func (g *rig) runner(owner string, tweak func(*lifecycle.Config), agents ...life
 // wait waits for a run to end or park, advancing the fake clock by step
 // whenever the runners are idle, up to limit of fake time. Status reads get
 // no deadline: on a loaded machine a MinIO read may take a while.
-func (g *rig) wait(r *lifecycle.Runner, runID string, step, limit time.Duration) lifecycle.RunStatus {
+func (g *rig) wait(r *run.Runner, runID string, step, limit time.Duration) run.Status {
 	g.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	var advanced time.Duration
@@ -117,9 +117,32 @@ func (g *rig) wait(r *lifecycle.Runner, runID string, step, limit time.Duration)
 	}
 }
 
+// timers waits (real time, at most 10 s) until at least n timers of the
+// fake clock are scheduled: the code under test is waiting on the clock
+// again. No sleeps: the clock's WaitForTimers says when.
+func (g *rig) timers(n int) {
+	g.t.Helper()
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-g.clock.WaitForTimers(n):
+	case <-t.C:
+		g.t.Fatalf("%d timers pending, want %d", g.clock.Pending(), n)
+	}
+}
+
+// tick advances the fake clock by d, then waits until n timers are
+// scheduled again: whatever fired has been handled (a fired poll timer is
+// replaced only after its pass).
+func (g *rig) tick(d time.Duration, n int) {
+	g.t.Helper()
+	g.clock.Advance(d)
+	g.timers(n)
+}
+
 // settled tells whether a run ended, or parked waiting for an approval or
 // an external event.
-func settled(st lifecycle.RunStatus) bool {
+func settled(st run.Status) bool {
 	switch st.Status {
 	case "completed", "failed", "succeeded", "canceled", "cancelled", "timeout":
 		return true
@@ -148,7 +171,7 @@ func (b *logBuffer) String() string {
 }
 
 // capture makes a runner log JSON into the returned buffer.
-func capture(c *lifecycle.Config) *logBuffer {
+func capture(c *run.Config) *logBuffer {
 	b := &logBuffer{}
 	c.Logger = slog.New(slog.NewJSONHandler(b, nil))
 	return b
@@ -166,9 +189,9 @@ func until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func okStep(name string) lifecycle.Step {
-	return lifecycle.Step{Name: name, Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
-		return lifecycle.StepOutput{Summary: name + " done", Data: json.RawMessage(`{"step":"` + name + `"}`)}, nil
+func okStep(name string) run.Step {
+	return run.Step{Name: name, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		return run.StepOutput{Summary: name + " done", Data: json.RawMessage(`{"step":"` + name + `"}`)}, nil
 	}}
 }
 
@@ -181,4 +204,12 @@ func readJSON(t *testing.T, s storage.Store, key string, v any) {
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("decode %s: %v", key, err)
 	}
+}
+
+// manifestDoc is the part of manifest.json the tests read.
+type manifestDoc struct {
+	Status  string            `json:"status"`
+	Steps   []json.RawMessage `json:"steps"`
+	Outputs []string          `json:"outputs"`
+	Epoch   int64             `json:"epoch"`
 }

@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // TestPollLeavesParkedRunsAlone: a runner watching runs parked by another
@@ -18,8 +19,8 @@ import (
 func TestPollLeavesParkedRunsAlone(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, memStore(t))
-	agent := lifecycle.Agent{Slug: "gated", Machine: lifecycle.MachineApproval,
-		Steps: []lifecycle.Step{awaitStep("plan", &lifecycle.Await{Approval: "merge"}), okStep("apply")}}
+	agent := run.Agent{Slug: "gated", Machine: lifecycle.MachineApproval,
+		Steps: []run.Step{awaitStep("plan", &run.Await{Approval: "merge"}), okStep("apply")}}
 	a, stopA := g.runner("a", nil, agent)
 	var ids []string
 	for range 5 {
@@ -55,12 +56,12 @@ func TestPollLeavesParkedRunsAlone(t *testing.T) {
 
 	// A runner that only serves control calls approves: b finds the run
 	// within ParkedPollInterval and finishes it.
-	c, err := lifecycle.NewRunner(lifecycle.Config{Store: g.store, Owner: "c", Clock: g.clock,
+	c, err := run.NewRunner(run.Config{Store: g.store, Owner: "c", Clock: g.clock,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, agent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Approve(context.Background(), ids[0], lifecycle.ActorGateway, lifecycle.Decision{}); err != nil {
+	if _, err := c.Approve(context.Background(), ids[0], lifecycle.ActorGateway, run.Decision{}); err != nil {
 		t.Fatal(err)
 	}
 	if st := g.wait(b, ids[0], time.Second, 31*time.Second); st.Status != "completed" {
@@ -77,7 +78,7 @@ func TestPollLeavesLeasedRunsAlone(t *testing.T) {
 	b := newBlocker()
 	step := b.step("work")
 	step.Idempotent = true // so the takeover resumes it
-	agent := lifecycle.Agent{Slug: "long", Steps: []lifecycle.Step{step}}
+	agent := run.Agent{Slug: "long", Steps: []run.Step{step}}
 	a, stopA := g.runner("a", nil, agent)
 	id := submit(t, a, agent.Slug)
 	<-b.started

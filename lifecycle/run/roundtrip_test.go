@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/teststores"
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
 // finishSignal is a Metrics that reports each finished run on a channel.
 type finishSignal struct {
-	lifecycle.Metrics
+	run.Metrics
 	done chan string
 }
 
@@ -31,14 +31,14 @@ func TestHappyPathStoreRoundTrips(t *testing.T) {
 			counting := &teststores.Counting{Store: newStore(t)}
 			g := newRig(t, counting)
 			done := make(chan string, 1)
-			agent := lifecycle.Agent{Slug: "counted", Steps: []lifecycle.Step{okStep("a"), okStep("b"), okStep("c")}}
-			r, _ := g.runner("a", func(c *lifecycle.Config) {
+			agent := run.Agent{Slug: "counted", Steps: []run.Step{okStep("a"), okStep("b"), okStep("c")}}
+			r, _ := g.runner("a", func(c *run.Config) {
 				c.Metrics = finishSignal{Metrics: noMetrics{}, done: done}
 			}, agent)
 			// Let the runner's start-up poll (one list) pass first.
 			until(t, "the start-up poll", func() bool { return counting.Lists.Load() >= 1 })
 			counting.Reset()
-			if _, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug}); err != nil {
+			if _, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug}); err != nil {
 				t.Fatal(err)
 			}
 			if st := <-done; st != "completed" {

@@ -1,4 +1,4 @@
-package lifecycle
+package run
 
 import (
 	"context"
@@ -12,67 +12,34 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// RunQuarantinedError is the error of a run whose status.json was poison
-// (undecodable, or failing validation: a status its machine does not know,
-// a run_id or agent_slug that is not its key's) and was moved under
-// storage.QuarantinePrefix. The run no longer holds a slot or an active
-// entry; an operator may repair and restore the record (storage.Restore),
-// after which the runners pick the run up again. It matches
-// storage.ErrCorrupt; its code is RECORD_QUARANTINED.
-type RunQuarantinedError struct {
-	RunID string
-	// Key is where the record was; QKey where it is kept now (empty when
-	// only its absence and a quarantined copy were found).
-	Key, QKey string
-	Reason    string
-}
-
-// Error names the run and the reason.
-func (e *RunQuarantinedError) Error() string {
-	msg := "lifecycle: run " + e.RunID + ": status quarantined"
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	if e.QKey != "" {
-		msg += " (at " + e.QKey + ")"
-	}
-	return msg
-}
-
-// Is matches storage.ErrCorrupt.
-func (e *RunQuarantinedError) Is(target error) bool { return target == storage.ErrCorrupt }
-
-// Code is RECORD_QUARANTINED, as storage.CorruptError's.
-func (e *RunQuarantinedError) Code() string { return (&storage.CorruptError{}).Code() }
-
 // readStatus reads and validates a run's status.json. A poison document is
 // quarantined (see quarantineRun); a missing one that was quarantined gives
-// a *RunQuarantinedError too, so Wait and Status report it.
-func (r *Runner) readStatus(ctx context.Context, slug, runID, key string) (RunStatus, storage.Version, error) {
+// a *QuarantinedError too, so Wait and Status report it.
+func (r *Runner) readStatus(ctx context.Context, slug, runID, key string) (Status, storage.Version, error) {
 	b, v, err := r.store.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		if qe := r.findQuarantined(ctx, runID, key); qe != nil {
-			return RunStatus{}, "", qe
+			return Status{}, "", qe
 		}
 	}
 	if err != nil {
-		return RunStatus{}, "", err
+		return Status{}, "", err
 	}
-	doc, err := core.Decode[RunStatus](key, b, v, r.statusValidator(slug, runID))
+	doc, err := core.Decode[Status](key, b, v, r.statusValidator(slug, runID))
 	var ce *storage.CorruptError
 	if errors.As(err, &ce) {
-		return RunStatus{}, "", r.quarantineRun(ctx, slug, runID, ce)
+		return Status{}, "", r.quarantineRun(ctx, slug, runID, ce)
 	}
 	return doc, v, err
 }
 
 // findQuarantined looks for a quarantined copy of a run's status.
-func (r *Runner) findQuarantined(ctx context.Context, runID, key string) *RunQuarantinedError {
+func (r *Runner) findQuarantined(ctx context.Context, runID, key string) *QuarantinedError {
 	for qkey, err := range r.store.List(ctx, storage.QuarantinePrefix+key+"/") {
 		if err != nil {
 			return nil
 		}
-		qe := &RunQuarantinedError{RunID: runID, Key: key, QKey: qkey}
+		qe := &QuarantinedError{RunID: runID, Key: key, QKey: qkey}
 		if q, err := storage.ReadQuarantined(ctx, r.store, qkey); err == nil {
 			qe.Reason = q.Reason
 		}
@@ -89,7 +56,7 @@ func (r *Runner) quarantineRun(ctx context.Context, slug, runID string, ce *stor
 	if err != nil {
 		return err
 	}
-	qe := &RunQuarantinedError{RunID: runID, Key: ce.Key, QKey: qkey, Reason: ce.Reason}
+	qe := &QuarantinedError{RunID: runID, Key: ce.Key, QKey: qkey, Reason: ce.Reason}
 	if ce.Err != nil {
 		qe.Reason += ": " + ce.Err.Error()
 	}
@@ -124,7 +91,7 @@ func (r *Runner) quarantine(ctx context.Context, ce *storage.CorruptError) (stri
 		return qkey, err
 	}
 	r.quarantined.Add(1)
-	if m, ok := r.cfg.Metrics.(QuarantineMetrics); ok {
+	if m, ok := r.cfg.Metrics.(quarantineMetrics); ok {
 		m.RecordQuarantined(quarantineKind(ce.Key))
 	}
 	r.log.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("qkey", qkey),
@@ -142,15 +109,15 @@ func quarantineKind(key string) string {
 	return "other"
 }
 
-// QuarantineMetrics is implemented by a Metrics that also counts poison
-// records the Runner quarantined, by kind ("run_status", "slot").
-type QuarantineMetrics interface {
+// quarantineMetrics is a Metrics that also counts poison records the
+// Runner quarantined (see Metrics).
+type quarantineMetrics interface {
 	RecordQuarantined(kind string)
 }
 
-// StragglerMetrics is implemented by a Metrics that also counts step
-// attempts abandoned at a deadline while their goroutine ran on.
-type StragglerMetrics interface {
+// stragglerMetrics is a Metrics that also counts abandoned step attempts
+// (see Metrics).
+type stragglerMetrics interface {
 	StepAbandoned(agent, step string)
 }
 

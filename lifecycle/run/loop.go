@@ -1,4 +1,4 @@
-package lifecycle
+package run
 
 import (
 	"context"
@@ -8,11 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// ErrRunnerStarted is returned by a second call of Run.
-var ErrRunnerStarted = errors.New("lifecycle: runner already running")
 
 // Run executes runs until ctx is done, then waits for the runs it is
 // executing to stop and returns nil. Runs cut short by the shutdown keep
@@ -150,7 +148,7 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 // this runner: the end of another runner's live lease, or for a parked run
 // ParkedPollInterval or its external deadline, whichever comes first. Zero
 // means it should be read at every poll.
-func (r *Runner) quietUntil(f *flow, doc *RunStatus, now time.Time) time.Time {
+func (r *Runner) quietUntil(f *flow, doc *Status, now time.Time) time.Time {
 	switch {
 	case f.executing(doc.Status) && doc.Lease != nil && doc.Lease.Owner != r.cfg.Owner && !now.After(doc.Lease.ExpiresAt):
 		return doc.Lease.ExpiresAt
@@ -199,19 +197,19 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 		r.cleanup(ctx, c.slug, doc.RunID, "", "")
 		return
 	case doc.Status == f.initial && f.admit != "":
-		err = c.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
-			return f.fire(ctx, d, f.admit, ActorOrchestration)
+		err = c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+			return f.fire(ctx, d, f.admit, lifecycle.ActorOrchestration)
 		})
 		if err == nil {
 			r.startOrWait(ctx, c, false)
 			return
 		}
 	case doc.Status == f.waiting && r.queueExpired(f, doc, now):
-		err = c.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
-			if err := f.fire(ctx, d, f.fail, ActorOrchestration); err != nil {
+		err = c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *Status) error {
+			if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			r.finishFields(d, NewRunError(CodeAgentTimeout, "queued longer than %s", seconds(r.cfg.QueueTimeout)))
+			r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "queued longer than %s", seconds(r.cfg.QueueTimeout)))
 			return nil
 		})
 		if err == nil {
@@ -231,13 +229,15 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 			r.startOrWait(ctx, c, true)
 		}
 		return
-	case doc.Status == string(ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline):
+	case doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline):
 		ext := doc.External
-		err = c.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
-			if err := f.fire(ctx, d, f.fail, ActorOrchestration); err != nil {
+		b := byTimeout()
+		b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
+		err = c.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+			if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			r.finishFields(d, NewRunError(CodeAgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
+			r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
 			return nil
 		})
 		if err == nil {
@@ -283,7 +283,7 @@ func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
 	go x.run(r.lifeCtx())
 }
 
-var errNoSlot = errors.New("lifecycle: no free slot")
+var errNoSlot = errors.New("run: no free slot")
 
 // acquireSlot takes one of the agent's concurrency slots for runID: one this
 // runner freed (a compare-and-swap on the version it wrote, no read), a new
@@ -429,7 +429,7 @@ func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer 
 
 // queueExpired tells whether a waiting run outlived QueueTimeout and its
 // machine can fail it from there.
-func (r *Runner) queueExpired(f *flow, doc RunStatus, now time.Time) bool {
+func (r *Runner) queueExpired(f *flow, doc Status, now time.Time) bool {
 	return r.cfg.QueueTimeout > 0 && now.Sub(doc.StartedAt) > r.cfg.QueueTimeout &&
 		f.check(doc.Status, "failed") == nil
 }
@@ -443,20 +443,20 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 	f := &agent.flow
 	var epoch int64
 	var resumed bool
-	err := c.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
 		now := r.now()
 		switch {
 		case d.Status == f.waiting:
-			if err := f.fire(ctx, d, f.start, ActorOrchestration); err != nil {
+			if err := f.fire(ctx, d, f.start, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
 		case f.executing(d.Status):
 			live := d.Lease != nil && !now.After(d.Lease.ExpiresAt)
 			if live && !(reclaimOwn && d.Lease.Owner == r.cfg.Owner) {
-				return fmt.Errorf("lifecycle: run %s is held by %s until %s", d.RunID, d.Lease.Owner, d.Lease.ExpiresAt)
+				return fmt.Errorf("run: run %s is held by %s until %s", d.RunID, d.Lease.Owner, d.Lease.ExpiresAt)
 			}
 		default:
-			return fmt.Errorf("lifecycle: run %s is %s, not claimable", d.RunID, d.Status)
+			return fmt.Errorf("run: run %s is %s, not claimable", d.RunID, d.Status)
 		}
 		resumed = d.Lease != nil
 		epoch = 1
@@ -466,7 +466,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 		if resumed {
 			d.ResumeCount++
 		}
-		d.Lease = &Lease{Owner: r.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(r.cfg.LeaseDuration)}
+		d.Lease = &storage.Lease{Owner: r.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(r.cfg.LeaseDuration)}
 		d.LastHeartbeatAt = &now
 		return nil
 	})
@@ -474,7 +474,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 		return nil, err
 	}
 	c.w.hold(epoch)
-	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]RunStepRecord{}, markers: map[int]storage.Version{},
+	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]StepRecord{}, markers: map[int]storage.Version{},
 		input: c.input, inputKnown: c.inputKnown}
 	return x, nil
 }

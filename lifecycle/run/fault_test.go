@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/miniotest"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -29,8 +30,8 @@ import (
 // before it moved onto internal/core (see the commit that added it).
 
 // clockStep is a step that takes d of the rig's (fake) time.
-func clockStep(name string, clk clock.Clock, d time.Duration, started chan<- string) lifecycle.Step {
-	return lifecycle.Step{Name: name, Idempotent: true, Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+func clockStep(name string, clk clock.Clock, d time.Duration, started chan<- string) run.Step {
+	return run.Step{Name: name, Idempotent: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		if started != nil {
 			started <- in.RunID
 		}
@@ -38,9 +39,9 @@ func clockStep(name string, clk clock.Clock, d time.Duration, started chan<- str
 		defer t.Stop()
 		select {
 		case <-t.C():
-			return lifecycle.StepOutput{Summary: name, Files: map[string][]byte{"out.json": []byte(`"` + in.RunID + `"`)}}, nil
+			return run.StepOutput{Summary: name, Files: map[string][]byte{"out.json": []byte(`"` + in.RunID + `"`)}}, nil
 		case <-ctx.Done():
-			return lifecycle.StepOutput{}, ctx.Err()
+			return run.StepOutput{}, ctx.Err()
 		}
 	}}
 }
@@ -52,8 +53,8 @@ func TestFaultStoreOutage(t *testing.T) {
 	g := newRig(t, nil)
 	fs := faultstore.New(g.store)
 	started := make(chan string, 40)
-	agent := lifecycle.Agent{Slug: "outage", Concurrency: 10,
-		Steps: []lifecycle.Step{clockStep("work", g.clock, 2*time.Second, started), okStep("after")}}
+	agent := run.Agent{Slug: "outage", Concurrency: 10,
+		Steps: []run.Step{clockStep("work", g.clock, 2*time.Second, started), okStep("after")}}
 	r, _ := g.with(fs).runner("a", nil, agent)
 	var ids []string
 	for range 20 {
@@ -102,17 +103,17 @@ func TestFaultStoreOutageMinIO(t *testing.T) {
 	}
 	gate := make(chan struct{})
 	started := make(chan string, 40)
-	agent := lifecycle.Agent{Slug: "outage", Concurrency: 10, Steps: []lifecycle.Step{{Name: "work", Idempotent: true,
-		Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	agent := run.Agent{Slug: "outage", Concurrency: 10, Steps: []run.Step{{Name: "work", Idempotent: true,
+		Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 			started <- in.RunID
 			select {
 			case <-gate:
-				return lifecycle.StepOutput{Files: map[string][]byte{"out.json": []byte(`"done"`)}}, nil
+				return run.StepOutput{Files: map[string][]byte{"out.json": []byte(`"done"`)}}, nil
 			case <-ctx.Done():
-				return lifecycle.StepOutput{}, ctx.Err()
+				return run.StepOutput{}, ctx.Err()
 			}
 		}}, okStep("after")}}
-	r, err := lifecycle.NewRunner(lifecycle.Config{Store: s, Owner: "a", Node: "test",
+	r, err := run.NewRunner(run.Config{Store: s, Owner: "a", Node: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, agent)
 	if err != nil {
 		t.Fatal(err)
@@ -179,17 +180,17 @@ func TestFaultPoisonStatus(t *testing.T) {
 			g := newRig(t, nil)
 			var calls atomic.Int32
 			inFirst := make(chan struct{})
-			agent := lifecycle.Agent{Slug: "poisoned", Steps: []lifecycle.Step{{Name: "work",
-				Run: func(ctx context.Context, _ lifecycle.StepInput) (lifecycle.StepOutput, error) {
+			agent := run.Agent{Slug: "poisoned", Steps: []run.Step{{Name: "work",
+				Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 					if calls.Add(1) == 1 { // the run to be poisoned holds the slot
 						close(inFirst)
 						<-ctx.Done()
-						return lifecycle.StepOutput{}, ctx.Err()
+						return run.StepOutput{}, ctx.Err()
 					}
-					return lifecycle.StepOutput{}, nil
+					return run.StepOutput{}, nil
 				}}}}
 			var logs *logBuffer
-			r, _ := g.runner("a", func(c *lifecycle.Config) { logs = capture(c) }, agent)
+			r, _ := g.runner("a", func(c *run.Config) { logs = capture(c) }, agent)
 			bad := submit(t, r, agent.Slug)
 			<-inFirst
 			next := submit(t, r, agent.Slug) // waits for bad's slot
@@ -202,7 +203,7 @@ func TestFaultPoisonStatus(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_, err := r.Wait(ctx, bad)
-			var qe *lifecycle.RunQuarantinedError
+			var qe *run.QuarantinedError
 			if !errors.Is(err, storage.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
 				t.Fatalf("Wait on the poisoned run: %v, want a RunQuarantinedError", err)
 			}
@@ -248,13 +249,13 @@ func TestFaultStragglerCounted(t *testing.T) {
 	g := newRig(t, nil)
 	release := make(chan struct{})
 	inStep := make(chan struct{}, 1)
-	agent := lifecycle.Agent{Slug: "stubborn", Steps: []lifecycle.Step{{Name: "hang", Timeout: time.Minute,
-		Run: func(context.Context, lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	agent := run.Agent{Slug: "stubborn", Steps: []run.Step{{Name: "hang", Timeout: time.Minute,
+		Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
 			inStep <- struct{}{}
 			<-release // ignores its context
-			return lifecycle.StepOutput{}, nil
+			return run.StepOutput{}, nil
 		}}}}
-	r, stop := g.runner("a", func(c *lifecycle.Config) {
+	r, stop := g.runner("a", func(c *run.Config) {
 		c.StepRetries = -1
 		c.ShutdownGrace = 50 * time.Millisecond
 	}, agent)
@@ -365,15 +366,15 @@ func TestFaultLateWriter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			g := newRig(t, nil)
-			mk := func(owner string) lifecycle.Agent {
-				return lifecycle.Agent{Slug: "late", Steps: []lifecycle.Step{{Name: "work", Idempotent: true,
-					Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
-						return lifecycle.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
+			mk := func(owner string) run.Agent {
+				return run.Agent{Slug: "late", Steps: []run.Step{{Name: "work", Idempotent: true,
+					Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+						return run.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
 					}}}}
 			}
 			gate := newLateGate(g.store, tt.match)
 			var logs *logBuffer
-			a, _ := g.with(gate).runner("a", func(c *lifecycle.Config) { logs = capture(c) }, mk("a"))
+			a, _ := g.with(gate).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 			id := submit(t, a, "late")
 			<-gate.tripped
 			thawed := false
@@ -419,16 +420,16 @@ func TestCanceledStepRecordedCanceled(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
 	in := make(chan struct{})
-	agent := lifecycle.Agent{Slug: "cancel-code", Machine: lifecycle.MachineCancelable, Steps: []lifecycle.Step{{Name: "work",
-		Run: func(ctx context.Context, _ lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	agent := run.Agent{Slug: "cancel-code", Machine: lifecycle.MachineCancelable, Steps: []run.Step{{Name: "work",
+		Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 			close(in)
 			<-ctx.Done()
-			return lifecycle.StepOutput{}, fmt.Errorf("upstream call aborted")
+			return run.StepOutput{}, fmt.Errorf("upstream call aborted")
 		}}}}
 	r, _ := g.runner("a", nil, agent)
 	id := submit(t, r, agent.Slug)
 	<-in
-	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "stop"); err != nil {
+	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "stop"}); err != nil {
 		t.Fatal(err)
 	}
 	if st := g.wait(r, id, 0, 0); st.Status != "canceled" {
@@ -469,8 +470,8 @@ func TestFaultJunkSlot(t *testing.T) {
 				}
 				g := newRig(t, s)
 				var logs *logBuffer
-				agent := lifecycle.Agent{Slug: "junk", Steps: []lifecycle.Step{okStep("work")}}
-				r, _ := g.runner("a", func(c *lifecycle.Config) { logs = capture(c) }, agent)
+				agent := run.Agent{Slug: "junk", Steps: []run.Step{okStep("work")}}
+				r, _ := g.runner("a", func(c *run.Config) { logs = capture(c) }, agent)
 				for range 2 {
 					id := submit(t, r, agent.Slug)
 					if st := g.wait(r, id, time.Second, time.Minute); st.Status != "completed" {
@@ -520,16 +521,16 @@ func TestRestartResumesUnstartedStep(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
 	var twoRuns atomic.Int32
-	agent := lifecycle.Agent{Slug: "restarted", Steps: []lifecycle.Step{
+	agent := run.Agent{Slug: "restarted", Steps: []run.Step{
 		{Name: "one", Resumable: true, Run: okStep("one").Run},
-		{Name: "two", Run: func(context.Context, lifecycle.StepInput) (lifecycle.StepOutput, error) {
+		{Name: "two", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
 			twoRuns.Add(1)
-			return lifecycle.StepOutput{}, nil
+			return run.StepOutput{}, nil
 		}},
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cut := &cutStore{Store: g.store, cancel: cancel, match: func(k string) bool { return strings.HasSuffix(k, "/steps/02-two.json") }}
-	first, err := lifecycle.NewRunner(lifecycle.Config{Store: cut, Owner: "host-a", Clock: g.clock, Node: "test",
+	first, err := run.NewRunner(run.Config{Store: cut, Owner: "host-a", Clock: g.clock, Node: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, agent)
 	if err != nil {
 		t.Fatal(err)
@@ -555,13 +556,13 @@ func TestRestartResumesUnstartedStep(t *testing.T) {
 func TestDefaultOwnerIsStable(t *testing.T) {
 	t.Parallel()
 	mk := func() string {
-		r, err := lifecycle.NewRunner(lifecycle.Config{Store: memStore(t)}, lifecycle.Agent{Slug: "x", Steps: []lifecycle.Step{okStep("s")}})
+		r, err := run.NewRunner(run.Config{Store: memStore(t)}, run.Agent{Slug: "x", Steps: []run.Step{okStep("s")}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r.Owner()
 	}
-	if a, b := mk(), mk(); a != b || a != lifecycle.DefaultOwner() || strings.Contains(a, fmt.Sprint(os.Getpid())) {
+	if a, b := mk(), mk(); a != b || a != run.DefaultOwner() || strings.Contains(a, fmt.Sprint(os.Getpid())) {
 		t.Fatalf("default owners %q, %q", a, b)
 	}
 }

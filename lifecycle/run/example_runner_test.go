@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -7,22 +7,22 @@ import (
 	"log/slog"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 func ExampleRunner() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	research := func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
-		return lifecycle.StepOutput{Summary: "brief written", Proposals: []string{"prop_2026-02-14_xyz789"}}, nil
+	research := func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		return run.StepOutput{Summary: "brief written", Proposals: []string{"prop_2026-02-14_xyz789"}}, nil
 	}
-	r, err := lifecycle.NewRunner(lifecycle.Config{
+	r, err := run.NewRunner(run.Config{
 		Store:  memstore.New(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, lifecycle.Agent{
+	}, run.Agent{
 		Slug:  "archivist-violin",
-		Steps: []lifecycle.Step{{Name: "research", Run: research}},
+		Steps: []run.Step{{Name: "research", Run: research}},
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -31,7 +31,7 @@ func ExampleRunner() {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
 
-	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist-violin"})
+	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin"})
 	if err != nil {
 		fmt.Println(err)
 		return

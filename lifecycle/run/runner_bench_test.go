@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/teststores"
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -17,12 +17,12 @@ import (
 func benchmarkRunner(b *testing.B, store storage.Store, concurrency int) {
 	counting := &teststores.Counting{Store: store}
 	done := make(chan string, 256)
-	noop := func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
-		return lifecycle.StepOutput{}, nil
+	noop := func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		return run.StepOutput{}, nil
 	}
-	agent := lifecycle.Agent{Slug: "bench", Concurrency: concurrency, Steps: []lifecycle.Step{
+	agent := run.Agent{Slug: "bench", Concurrency: concurrency, Steps: []run.Step{
 		{Name: "a", Run: noop}, {Name: "b", Run: noop}, {Name: "c", Run: noop}}}
-	r, err := lifecycle.NewRunner(lifecycle.Config{Store: counting, Owner: "bench",
+	r, err := run.NewRunner(run.Config{Store: counting, Owner: "bench",
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: finishSignal{Metrics: noMetrics{}, done: done}}, agent)
 	if err != nil {
@@ -40,7 +40,7 @@ func benchmarkRunner(b *testing.B, store storage.Store, concurrency int) {
 	start := time.Now()
 	go func() {
 		for range b.N {
-			if _, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "bench"}); err != nil {
+			if _, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "bench"}); err != nil {
 				b.Error(err)
 				return
 			}

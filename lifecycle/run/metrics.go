@@ -1,9 +1,19 @@
-package lifecycle
+package run
 
 import "time"
 
 // Metrics receives the run metrics of seed 004 §7.1. Implementations must be
 // safe for concurrent use and fast: they are called on the write path.
+//
+// A Metrics may also have either or both of these methods, which the
+// Runner then calls:
+//
+//	// RecordQuarantined counts a poison record the Runner quarantined,
+//	// by kind ("run_status", "slot").
+//	RecordQuarantined(kind string)
+//	// StepAbandoned counts a step attempt abandoned at a deadline while
+//	// its goroutine ran on (see Runner.Stragglers).
+//	StepAbandoned(agent, step string)
 type Metrics interface {
 	// RunTransition counts a status write from → to (gwi_run_transitions_total).
 	RunTransition(machine, from, to string)

@@ -1,7 +1,8 @@
-package lifecycle
+package run
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -9,14 +10,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// ErrLeaseLost is matched by the error a runner gets when another runner has
-// taken its run over: it must stop, and none of its later writes land. It is
-// storage.ErrLeaseLost, the one such sentinel of the SDK; the error itself
-// is a *storage.LeaseLostError.
-var ErrLeaseLost = storage.ErrLeaseLost
 
 // statusWriter writes one run's status.json through core.Record, the one
 // fenced read-check-write of the SDK: it keeps the document and store
@@ -32,7 +28,7 @@ type statusWriter struct {
 	key   string
 
 	mu  sync.Mutex
-	rec *core.Record[RunStatus, *RunStatus]
+	rec *core.Record[Status, *Status]
 	// epoch is the lease epoch this writer holds (0: none); leaseUntil is
 	// the lease expiry of its last write, renewedAt when that write was made.
 	epoch      int64
@@ -42,7 +38,7 @@ type statusWriter struct {
 
 // newWriter returns the writer of a run's status at key; doc and ver seed
 // its cache when known (ver == "": read on first use).
-func (r *Runner) newWriter(slug, runID, key string, doc *RunStatus, ver storage.Version) *statusWriter {
+func (r *Runner) newWriter(slug, runID, key string, doc *Status, ver storage.Version) *statusWriter {
 	w := &statusWriter{r: r, runID: runID, slug: slug, key: key}
 	w.rec = r.statusRecord(slug, runID, key, "", 0)
 	if ver != "" {
@@ -53,11 +49,11 @@ func (r *Runner) newWriter(slug, runID, key string, doc *RunStatus, ver storage.
 
 // statusRecord is the core.Record of one run's status.json, fenced by
 // (owner, epoch) when epoch > 0.
-func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[RunStatus, *RunStatus] {
-	return &core.Record[RunStatus, *RunStatus]{
+func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[Status, *Status] {
+	return &core.Record[Status, *Status]{
 		Store: r.store, Key: key, Owner: owner, Epoch: epoch,
-		Lease:    func(d *RunStatus) *storage.Lease { return d.Lease },
-		Clone:    func(d *RunStatus) RunStatus { return d.clone() },
+		Lease:    func(d *Status) *storage.Lease { return d.Lease },
+		Clone:    func(d *Status) Status { return d.clone() },
 		Validate: r.statusValidator(slug, runID),
 	}
 }
@@ -65,8 +61,8 @@ func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core
 // statusValidator judges a decoded status.json: it must name the run and
 // agent of its key, and its status must be a state of the run's machine.
 // A document that fails is poison: it is quarantined, never acted on.
-func (r *Runner) statusValidator(slug, runID string) func(*RunStatus) error {
-	return func(d *RunStatus) error {
+func (r *Runner) statusValidator(slug, runID string) func(*Status) error {
+	return func(d *Status) error {
 		if d.RunID != runID {
 			return fmt.Errorf("run_id %q at the key of run %s", d.RunID, runID)
 		}
@@ -87,22 +83,30 @@ func (r *Runner) statusValidator(slug, runID string) func(*RunStatus) error {
 	}
 }
 
-func (w *statusWriter) record() *core.Record[RunStatus, *RunStatus] {
+func (w *statusWriter) record() *core.Record[Status, *Status] {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.rec
 }
 
-// apply runs change on a copy of the document and writes the result. change
-// may run more than once (after a conflict) and must touch only its argument.
-// A write of the lease holder renews the lease.
-func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunStatus) error) error {
+// apply runs change on a copy of the document and writes the result, as
+// b's actor and with b's transition context (its run id and timestamp
+// filled in here): change gets a ctx that carries the context, so a move
+// its machine refuses reports it. change may run more than once (after a
+// conflict) and must touch only its argument. A write of the lease holder
+// renews the lease.
+func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.Context, d *Status) error) error {
+	b.tc.RunID = w.runID
+	if b.tc.Timestamp.IsZero() {
+		b.tc.Timestamp = w.r.now()
+	}
+	fctx := lifecycle.WithTransition(ctx, b.tc)
 	w.mu.Lock()
 	rec, epoch := w.rec, w.epoch
 	w.mu.Unlock()
 	var renewed time.Time
-	before, after, err := rec.Apply(ctx, func(d *RunStatus) error {
-		if err := change(d); err != nil {
+	before, after, err := rec.Apply(ctx, func(d *Status) error {
+		if err := change(fctx, d); err != nil {
 			return err
 		}
 		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
@@ -124,7 +128,7 @@ func (w *statusWriter) apply(ctx context.Context, actor Actor, change func(*RunS
 		}
 		w.mu.Unlock()
 	}
-	w.r.afterWrite(ctx, &after, before.Status, actor)
+	w.r.afterWrite(ctx, &after, before.Status, b)
 	return nil
 }
 
@@ -141,7 +145,7 @@ func (w *statusWriter) hold(epoch int64) {
 }
 
 // snapshot returns a copy of the last document written or read.
-func (w *statusWriter) snapshot() RunStatus {
+func (w *statusWriter) snapshot() Status {
 	doc, _ := w.record().Snapshot()
 	return doc
 }
@@ -188,13 +192,43 @@ func (w *statusWriter) confirmLease(ctx context.Context) error {
 	return nil
 }
 
+// by is who makes a status write (the actor the machine checks) and the
+// write's transition context (seed 004 §2.2).
+type by struct {
+	actor lifecycle.Actor
+	tc    lifecycle.TransitionContext
+}
+
+// bySystem is a write the orchestration layer makes on its own.
+func bySystem() by {
+	return by{actor: lifecycle.ActorOrchestration, tc: lifecycle.TransitionContext{Initiator: lifecycle.InitiatorSystem}}
+}
+
+// byTimeout is a write the orchestration layer makes because a deadline
+// passed.
+func byTimeout() by {
+	return by{actor: lifecycle.ActorOrchestration, tc: lifecycle.TransitionContext{Initiator: lifecycle.InitiatorTimeout}}
+}
+
 // afterWrite records what a status write did: the audit event of seed 003
-// §5.1, the metrics of seed 004 §7.1 and the run_transition log event.
-func (r *Runner) afterWrite(ctx context.Context, doc *RunStatus, from string, actor Actor) {
+// §5.1 with the transition context, the metrics of seed 004 §7.1 and the
+// run_transition log event of seed 004 §7.2. A context that is about an
+// approval or an external event gets its details from the document just
+// written.
+func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, b by) {
 	f := r.flowOfDoc(doc)
+	tc := b.tc
+	if tc.Approval != nil && doc.Approval != nil {
+		a := *doc.Approval
+		tc.Approval = &a
+	}
+	if tc.External != nil && doc.External != nil {
+		e := *doc.External
+		tc.External = &e
+	}
 	r.recordAudit(ctx, storage.AuditEvent{
-		Event: "run.status.update", Actor: string(actor), RunID: doc.RunID, From: from, To: doc.Status,
-	})
+		Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID, From: from, To: doc.Status,
+	}, &tc)
 	r.cfg.Metrics.RunTransition(f.machine, from, doc.Status)
 	if from != doc.Status {
 		if from != "" && !f.terminal(from) {
@@ -203,22 +237,46 @@ func (r *Runner) afterWrite(ctx context.Context, doc *RunStatus, from string, ac
 		if !f.terminal(doc.Status) {
 			r.cfg.Metrics.RunActive(doc.Status, 1)
 		}
-		r.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", slog.String("runId", doc.RunID),
-			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(actor)))
+		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
+			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
+			slog.String("actor", string(b.actor)))
+		r.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", append(attrs, contextAttrs(&tc)...)...)
 	}
 	r.broadcast()
 }
 
+// contextAttrs are the parts of a transition context a log line adds to
+// the seed's fields (run id, initiator and time are there already).
+func contextAttrs(tc *lifecycle.TransitionContext) []slog.Attr {
+	var attrs []slog.Attr
+	if tc.UserID != "" {
+		attrs = append(attrs, slog.String("userId", tc.UserID))
+	}
+	if len(tc.Metadata) > 0 {
+		attrs = append(attrs, slog.Any("metadata", tc.Metadata))
+	}
+	if tc.Approval != nil {
+		attrs = append(attrs, slog.Any("approval", tc.Approval))
+	}
+	if tc.External != nil {
+		attrs = append(attrs, slog.Any("externalEvent", tc.External))
+	}
+	return attrs
+}
+
 // recordAudit writes one audit event; a failure is logged, not returned,
 // because the write it describes has already happened.
-func (r *Runner) recordAudit(ctx context.Context, ev storage.AuditEvent) {
+func (r *Runner) recordAudit(ctx context.Context, ev storage.AuditEvent, tc *lifecycle.TransitionContext) {
 	ev.TS = r.now()
+	if tc != nil {
+		ev.Context, _ = json.Marshal(tc) // strings, times and maps of strings: it cannot fail
+	}
 	if _, err := r.audit.Record(ctx, ev); err != nil {
 		r.log.LogAttrs(ctx, slog.LevelError, "audit_write_failed", slog.String("runId", ev.RunID), slog.String("error", err.Error()))
 	}
 }
 
-func (d *RunStatus) clone() RunStatus {
+func (d *Status) clone() Status {
 	c := *d
 	c.ProposalsCreated = slices.Clone(d.ProposalsCreated)
 	if c.ProposalsCreated == nil {

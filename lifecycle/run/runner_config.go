@@ -1,25 +1,18 @@
-package lifecycle
+package run
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// Clock is what the Runner reads time from and waits on; tests pass a fake
-// one so lease, timeout and TTL tests take milliseconds.
-type Clock = clock.Clock
-
-// Timer is a scheduled event of a [Clock].
-type Timer = clock.Timer
 
 // Step is one unit of an agent's work. The Runner calls Run; it never gives
 // step code anything that can write status.
@@ -110,8 +103,8 @@ type Config struct {
 	// provably never started (its start marker is written create-only
 	// before it runs), else the run fails RUN_RESUME_FAILED or RUN_ORPHANED.
 	Owner string
-	// Clock defaults to the wall clock.
-	Clock Clock
+	// clock.Clock defaults to the wall clock.
+	Clock clock.Clock
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the run metrics of seed 004 §7.1; default none.
@@ -200,9 +193,6 @@ func DefaultOwner() string {
 	return host + "/" + exe
 }
 
-// ErrInvalidConfig is matched by errors from NewRunner about its arguments.
-var ErrInvalidConfig = errors.New("lifecycle: invalid runner config")
-
 func (c *Config) setDefaults() error {
 	if c.Store == nil {
 		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
@@ -265,7 +255,7 @@ func validateAgent(a Agent) (flow, error) {
 	f, ok := flowFor(a.Machine)
 	if !ok {
 		return flow{}, fmt.Errorf("%w: agent %s: unknown machine %q (want %s, %s or %s)",
-			ErrInvalidConfig, a.Slug, a.Machine, MachineCanonical, MachineCancelable, MachineApproval)
+			ErrInvalidConfig, a.Slug, a.Machine, lifecycle.MachineCanonical, lifecycle.MachineCancelable, lifecycle.MachineApproval)
 	}
 	if len(a.Steps) == 0 {
 		return flow{}, fmt.Errorf("%w: agent %s has no steps", ErrInvalidConfig, a.Slug)

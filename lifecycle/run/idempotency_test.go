@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -58,17 +59,17 @@ func TestIdempotencyFailedRequestIsRetried(t *testing.T) {
 	t.Parallel()
 	faulty := &faultyStore{Store: memStore(t)}
 	g := newRig(t, faulty)
-	agent := lifecycle.Agent{Slug: "retry", Steps: []lifecycle.Step{okStep("s")}}
+	agent := run.Agent{Slug: "retry", Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
-	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "slack:T12345678:1234567890.123456"}
+	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "slack:T12345678:1234567890.123456"}
 
 	faulty.fail(0, 1, isStatus)
 	if _, err := r.Submit(ctx, req); !errors.Is(err, errInjected) {
 		t.Fatalf("first submit: %v", err)
 	}
 	rec, err := r.Idempotency(ctx, req.IdempotencyKey)
-	if err != nil || rec.Status != lifecycle.IdempotencyFailed || !strings.Contains(rec.Error, "injected") ||
+	if err != nil || rec.Status != run.IdempotencyFailed || !strings.Contains(rec.Error, "injected") ||
 		!rec.ExpiresAt.Equal(g.clock.Now().Add(time.Hour)) {
 		t.Fatalf("record after failure: %+v %v", rec, err)
 	}
@@ -90,10 +91,10 @@ func TestIdempotencyLapsedLockIsTakenOver(t *testing.T) {
 	t.Parallel()
 	faulty := &faultyStore{Store: memStore(t)}
 	g := newRig(t, faulty)
-	agent := lifecycle.Agent{Slug: "lock", Steps: []lifecycle.Step{okStep("s")}}
+	agent := run.Agent{Slug: "lock", Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
-	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "scheduler:daily-cleanup:2024-12-19T00:00:00Z"}
+	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "scheduler:daily-cleanup:2024-12-19T00:00:00Z"}
 
 	// The first submitter "dies" after creating its record: the run is never
 	// written and the record stays processing.
@@ -103,7 +104,7 @@ func TestIdempotencyLapsedLockIsTakenOver(t *testing.T) {
 		t.Fatal("first submit succeeded")
 	}
 	first, err := r.Idempotency(ctx, req.IdempotencyKey)
-	if err != nil || first.Status != lifecycle.IdempotencyProcessing {
+	if err != nil || first.Status != run.IdempotencyProcessing {
 		t.Fatalf("record %+v %v", first, err)
 	}
 	// While the lock holds, a duplicate learns the run id chosen for it.
@@ -121,7 +122,7 @@ func TestIdempotencyLapsedLockIsTakenOver(t *testing.T) {
 		t.Fatalf("run %+v", st)
 	}
 	rec, _ := r.Idempotency(ctx, req.IdempotencyKey)
-	if rec.Status != lifecycle.IdempotencyCompleted || rec.Attempts != 2 {
+	if rec.Status != run.IdempotencyCompleted || rec.Attempts != 2 {
 		t.Errorf("record %+v", rec)
 	}
 }
@@ -133,7 +134,7 @@ func TestRefusedControlCallCostsTwoReads(t *testing.T) {
 	t.Parallel()
 	counting := &teststores.Counting{Store: memStore(t)}
 	g := newRig(t, counting)
-	agent := lifecycle.Agent{Slug: "done", Machine: lifecycle.MachineCancelable, Steps: []lifecycle.Step{okStep("s")}}
+	agent := run.Agent{Slug: "done", Machine: lifecycle.MachineCancelable, Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	id := submit(t, r, agent.Slug)
 	if st := g.wait(r, id, 0, 0); st.Status != "succeeded" {
@@ -146,7 +147,7 @@ func TestRefusedControlCallCostsTwoReads(t *testing.T) {
 		return true
 	})
 	counting.Reset()
-	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "late"); !errors.Is(err, lifecycle.ErrTerminalState) {
+	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "late"}); !errors.Is(err, lifecycle.ErrTerminalState) {
 		t.Fatalf("cancel: %v", err)
 	}
 	if got := [2]int64{counting.Gets.Load(), counting.Puts.Load() + counting.Deletes.Load()}; got != [2]int64{2, 0} {

@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -70,29 +71,29 @@ func newBlocker() *blocker {
 	return &blocker{started: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (b *blocker) step(name string) lifecycle.Step {
-	return lifecycle.Step{Name: name, Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+func (b *blocker) step(name string) run.Step {
+	return run.Step{Name: name, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		b.calls.Add(1)
 		b.once.Do(func() { close(b.started) })
 		select {
 		case <-b.release:
-			return lifecycle.StepOutput{Summary: name}, nil
+			return run.StepOutput{Summary: name}, nil
 		case <-ctx.Done():
-			return lifecycle.StepOutput{}, ctx.Err()
+			return run.StepOutput{}, ctx.Err()
 		}
 	}}
 }
 
-func submit(t *testing.T, r *lifecycle.Runner, slug string) string {
+func submit(t *testing.T, r *run.Runner, slug string) string {
 	t.Helper()
-	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: slug})
+	res, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: slug})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res.RunID
 }
 
-func status(t *testing.T, r *lifecycle.Runner, id string) lifecycle.RunStatus {
+func status(t *testing.T, r *run.Runner, id string) run.Status {
 	t.Helper()
 	st, err := r.Status(context.Background(), id)
 	if err != nil {
@@ -102,7 +103,7 @@ func status(t *testing.T, r *lifecycle.Runner, id string) lifecycle.RunStatus {
 }
 
 func scenarioHappyPath(t *testing.T, g *rig) {
-	agent := lifecycle.Agent{Slug: "archivist-violin", Steps: []lifecycle.Step{okStep("context"), okStep("execute"), okStep("persist")}}
+	agent := run.Agent{Slug: "archivist-violin", Steps: []run.Step{okStep("context"), okStep("execute"), okStep("persist")}}
 	r, _ := g.runner("a", nil, agent)
 	id := submit(t, r, agent.Slug)
 	st := g.wait(r, id, 0, 0)
@@ -182,15 +183,20 @@ func scenarioHappyPath(t *testing.T, g *rig) {
 
 func scenarioConcurrency(t *testing.T, g *rig) {
 	b := newBlocker()
-	agent := lifecycle.Agent{Slug: "one-at-a-time", Steps: []lifecycle.Step{b.step("work")}}
+	agent := run.Agent{Slug: "one-at-a-time", Steps: []run.Step{b.step("work")}}
 	r, _ := g.runner("a", nil, agent)
 	first := submit(t, r, agent.Slug)
 	<-b.started
+	// Idle, the runner waits on four timers: its poll, and the first run's
+	// run timeout, heartbeat and step deadline.
+	const idle = 4
+	g.timers(idle)
 	second := submit(t, r, agent.Slug)
-	// The second run waits in queued while the slot is taken; that is no error.
+	// The second run waits in queued while the slot is taken; that is no
+	// error. Each tick fires the poll; its pass is over when the next poll
+	// timer is scheduled.
 	for range 3 {
-		g.clock.Advance(time.Second) // polls
-		time.Sleep(5 * time.Millisecond)
+		g.tick(time.Second, idle)
 	}
 	if st := status(t, r, second); st.Status != "queued" || b.calls.Load() != 1 {
 		t.Fatalf("second run %s with %d steps started; want queued", st.Status, b.calls.Load())
@@ -207,16 +213,16 @@ func scenarioConcurrency(t *testing.T, g *rig) {
 func scenarioRetries(t *testing.T, g *rig) {
 	var mu sync.Mutex
 	var at []time.Time
-	flaky := lifecycle.Step{Name: "nlm-query", Idempotent: true, Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	flaky := run.Step{Name: "nlm-query", Idempotent: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		mu.Lock()
 		at = append(at, g.clock.Now())
 		mu.Unlock()
 		if in.Attempt < 3 {
-			return lifecycle.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "503 from NotebookLM")
+			return run.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "503 from NotebookLM")
 		}
-		return lifecycle.StepOutput{Summary: "ok"}, nil
+		return run.StepOutput{Summary: "ok"}, nil
 	}}
-	agent := lifecycle.Agent{Slug: "flaky", Steps: []lifecycle.Step{flaky}}
+	agent := run.Agent{Slug: "flaky", Steps: []run.Step{flaky}}
 	r, _ := g.runner("a", nil, agent)
 	id := submit(t, r, agent.Slug)
 	st := g.wait(r, id, 250*time.Millisecond, time.Minute)
@@ -242,16 +248,16 @@ func scenarioRetries(t *testing.T, g *rig) {
 
 func scenarioRetriesExhausted(t *testing.T, g *rig) {
 	var calls atomic.Int32
-	coded := lifecycle.Step{Name: "nlm", Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	coded := run.Step{Name: "nlm", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		calls.Add(1)
-		return lifecycle.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "NotebookLM down")
+		return run.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "NotebookLM down")
 	}}
-	plain := lifecycle.Step{Name: "boom", Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
-		return lifecycle.StepOutput{}, errors.New("boom")
+	plain := run.Step{Name: "boom", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		return run.StepOutput{}, errors.New("boom")
 	}}
 	r, _ := g.runner("a", nil,
-		lifecycle.Agent{Slug: "coded", Steps: []lifecycle.Step{coded}},
-		lifecycle.Agent{Slug: "plain", Steps: []lifecycle.Step{plain}})
+		run.Agent{Slug: "coded", Steps: []run.Step{coded}},
+		run.Agent{Slug: "plain", Steps: []run.Step{plain}})
 	a, b := submit(t, r, "coded"), submit(t, r, "plain")
 	st := g.wait(r, a, time.Second, time.Minute)
 	if st.Status != "failed" || *st.Error != "NLM_UNAVAILABLE: NotebookLM down" || calls.Load() != 4 {
@@ -279,8 +285,8 @@ func deref(p *string) string {
 
 func scenarioStepTimeout(t *testing.T, g *rig) {
 	b := newBlocker()
-	agent := lifecycle.Agent{Slug: "slow", Steps: []lifecycle.Step{b.step("hang")}}
-	r, _ := g.runner("a", func(c *lifecycle.Config) { c.StepRetries = -1 }, agent)
+	agent := run.Agent{Slug: "slow", Steps: []run.Step{b.step("hang")}}
+	r, _ := g.runner("a", func(c *run.Config) { c.StepRetries = -1 }, agent)
 	id := submit(t, r, agent.Slug)
 	<-b.started
 	st := g.wait(r, id, 10*time.Second, 5*time.Minute)
@@ -294,9 +300,9 @@ func scenarioStepTimeout(t *testing.T, g *rig) {
 
 func scenarioRunTimeout(t *testing.T, g *rig) {
 	b := newBlocker()
-	r, _ := g.runner("a", func(c *lifecycle.Config) { c.StepTimeout = time.Hour },
-		lifecycle.Agent{Slug: "canon", Steps: []lifecycle.Step{b.step("hang")}},
-		lifecycle.Agent{Slug: "cancelable", Machine: lifecycle.MachineCancelable, Steps: []lifecycle.Step{b.step("hang")}})
+	r, _ := g.runner("a", func(c *run.Config) { c.StepTimeout = time.Hour },
+		run.Agent{Slug: "canon", Steps: []run.Step{b.step("hang")}},
+		run.Agent{Slug: "cancelable", Machine: lifecycle.MachineCancelable, Steps: []run.Step{b.step("hang")}})
 	a, c := submit(t, r, "canon"), submit(t, r, "cancelable")
 	st := g.wait(r, a, 30*time.Second, 20*time.Minute)
 	if st.Status != "failed" || *st.Error != "AGENT_TIMEOUT: execution exceeded 600s limit" {
@@ -310,20 +316,20 @@ func scenarioRunTimeout(t *testing.T, g *rig) {
 
 func scenarioCancelQueued(t *testing.T, g *rig) {
 	b := newBlocker()
-	agent := lifecycle.Agent{Slug: "c", Machine: lifecycle.MachineCancelable, Steps: []lifecycle.Step{b.step("work")}}
+	agent := run.Agent{Slug: "c", Machine: lifecycle.MachineCancelable, Steps: []run.Step{b.step("work")}}
 	r, _ := g.runner("a", nil, agent)
 	busy := submit(t, r, agent.Slug)
 	<-b.started
 	queued := submit(t, r, agent.Slug)
-	st, err := r.Cancel(context.Background(), queued, lifecycle.ActorGateway, "changed my mind")
+	st, err := r.Cancel(context.Background(), queued, lifecycle.ActorGateway, run.CancelRequest{Reason: "changed my mind"})
 	if err != nil || st.Status != "canceled" || !st.CancelRequested || st.CancelReason != "changed my mind" || st.FinishedAt == nil {
 		t.Fatalf("cancel queued: %+v %v", st, err)
 	}
 	// Mastra may not cancel; a finished run cannot be canceled.
-	if _, err := r.Cancel(context.Background(), busy, lifecycle.ActorMastra, ""); !errors.Is(err, lifecycle.ErrForbiddenActor) {
+	if _, err := r.Cancel(context.Background(), busy, lifecycle.ActorMastra, run.CancelRequest{Reason: ""}); !errors.Is(err, lifecycle.ErrForbiddenActor) {
 		t.Errorf("mastra cancel: %v", err)
 	}
-	if _, err := r.Cancel(context.Background(), queued, lifecycle.ActorGateway, ""); !errors.Is(err, lifecycle.ErrTerminalState) {
+	if _, err := r.Cancel(context.Background(), queued, lifecycle.ActorGateway, run.CancelRequest{Reason: ""}); !errors.Is(err, lifecycle.ErrTerminalState) {
 		t.Errorf("cancel of a canceled run: %v", err)
 	}
 	close(b.release)
@@ -337,12 +343,12 @@ func scenarioCancelQueued(t *testing.T, g *rig) {
 
 func scenarioCancelRunning(t *testing.T, g *rig) {
 	b := newBlocker()
-	agent := lifecycle.Agent{Slug: "c", Machine: lifecycle.MachineCancelable, Steps: []lifecycle.Step{b.step("work"), okStep("never")}}
-	approval := lifecycle.Agent{Slug: "ap", Machine: lifecycle.MachineApproval, Steps: []lifecycle.Step{b.step("work")}}
+	agent := run.Agent{Slug: "c", Machine: lifecycle.MachineCancelable, Steps: []run.Step{b.step("work"), okStep("never")}}
+	approval := run.Agent{Slug: "ap", Machine: lifecycle.MachineApproval, Steps: []run.Step{b.step("work")}}
 	r, _ := g.runner("a", nil, agent, approval)
 	id := submit(t, r, agent.Slug)
 	<-b.started
-	st, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "stop")
+	st, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "stop"})
 	if err != nil || st.Status != "cancel_requested" {
 		t.Fatalf("cancel running: %+v %v", st, err)
 	}
@@ -352,12 +358,12 @@ func scenarioCancelRunning(t *testing.T, g *rig) {
 	}
 	// The approval machine has no cancel_requested: the runner makes the move.
 	b2 := newBlocker()
-	approval.Steps = []lifecycle.Step{b2.step("work")}
+	approval.Steps = []run.Step{b2.step("work")}
 	g2 := g.with(g.store)
 	r2, _ := g2.runner("b", nil, approval)
 	id2 := submit(t, r2, approval.Slug)
 	<-b2.started
-	if st, err := r2.Cancel(context.Background(), id2, lifecycle.ActorGateway, "stop"); err != nil || st.Status != "running" || !st.CancelRequested {
+	if st, err := r2.Cancel(context.Background(), id2, lifecycle.ActorGateway, run.CancelRequest{Reason: "stop"}); err != nil || st.Status != "running" || !st.CancelRequested {
 		t.Fatalf("approval cancel: %+v %v", st, err)
 	}
 	if st := g2.wait(r2, id2, 0, 0); st.Status != "cancelled" {
@@ -368,21 +374,21 @@ func scenarioCancelRunning(t *testing.T, g *rig) {
 func scenarioCancelLoses(t *testing.T, g *rig) {
 	release := make(chan struct{})
 	started := make(chan struct{})
-	stubborn := lifecycle.Step{Name: "finish", Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	stubborn := run.Step{Name: "finish", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		close(started)
 		<-release // ignores ctx: finishes first
-		return lifecycle.StepOutput{Summary: "done anyway"}, nil
+		return run.StepOutput{Summary: "done anyway"}, nil
 	}}
 	// The step ignores its context, so the runner stops waiting for it at the
 	// cancel; to let it finish first the cancel must reach a runner that is
 	// not this one: a second runner's Cancel writes cancel_requested, and
 	// this runner only notices at its next heartbeat.
-	agent := lifecycle.Agent{Slug: "c", Machine: lifecycle.MachineCancelable, Steps: []lifecycle.Step{stubborn}}
+	agent := run.Agent{Slug: "c", Machine: lifecycle.MachineCancelable, Steps: []run.Step{stubborn}}
 	r, _ := g.runner("a", nil, agent)
 	id := submit(t, r, agent.Slug)
 	<-started
 	other, _ := g.runner("b", nil, agent) // started now, it finds the run held
-	if st, err := other.Cancel(context.Background(), id, lifecycle.ActorGateway, "late"); err != nil || st.Status != "cancel_requested" {
+	if st, err := other.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "late"}); err != nil || st.Status != "cancel_requested" {
 		t.Fatalf("cancel: %+v %v", st, err)
 	}
 	close(release)
@@ -394,15 +400,14 @@ func scenarioCancelLoses(t *testing.T, g *rig) {
 
 func scenarioCancelUnsupported(t *testing.T, g *rig) {
 	b := newBlocker()
-	r, _ := g.runner("a", nil, lifecycle.Agent{Slug: "canon", Steps: []lifecycle.Step{b.step("work")}})
+	r, _ := g.runner("a", nil, run.Agent{Slug: "canon", Steps: []run.Step{b.step("work")}})
 	id := submit(t, r, "canon")
 	<-b.started
-	_, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, "")
-	var ue *lifecycle.UnsupportedError
-	if !errors.As(err, &ue) || !errors.Is(err, lifecycle.ErrUnsupported) || lifecycle.ErrorCode(err) != lifecycle.CodeUnsupported {
+	_, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: ""})
+	if !errors.Is(err, run.ErrUnsupported) || lifecycle.ErrorCode(err) != lifecycle.CodeUnsupported || !strings.Contains(err.Error(), "canonical-run does not support cancel") {
 		t.Fatalf("cancel on the canonical machine: %v", err)
 	}
-	if _, err := r.Approve(context.Background(), id, lifecycle.ActorGateway, lifecycle.Decision{}); !errors.Is(err, lifecycle.ErrUnsupported) {
+	if _, err := r.Approve(context.Background(), id, lifecycle.ActorGateway, run.Decision{}); !errors.Is(err, run.ErrUnsupported) {
 		t.Fatalf("approve on the canonical machine: %v", err)
 	}
 	if st := status(t, r, id); st.Status != "running" || st.CancelRequested {
@@ -412,20 +417,20 @@ func scenarioCancelUnsupported(t *testing.T, g *rig) {
 	g.wait(r, id, 0, 0)
 }
 
-func awaitStep(name string, await *lifecycle.Await) lifecycle.Step {
-	return lifecycle.Step{Name: name, Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
-		return lifecycle.StepOutput{Summary: name, Data: json.RawMessage(`"` + name + `"`), Await: await}, nil
+func awaitStep(name string, await *run.Await) run.Step {
+	return run.Step{Name: name, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		return run.StepOutput{Summary: name, Data: json.RawMessage(`"` + name + `"`), Await: await}, nil
 	}}
 }
 
 func scenarioApproval(t *testing.T, g *rig) {
 	var seen atomic.Value
-	check := lifecycle.Step{Name: "apply", Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	check := run.Step{Name: "apply", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		seen.Store(string(in.Previous[0]))
-		return lifecycle.StepOutput{Summary: "applied"}, nil
+		return run.StepOutput{Summary: "applied"}, nil
 	}}
-	agent := lifecycle.Agent{Slug: "gated", Machine: lifecycle.MachineApproval,
-		Steps: []lifecycle.Step{awaitStep("plan", &lifecycle.Await{Approval: "merge"}), check}}
+	agent := run.Agent{Slug: "gated", Machine: lifecycle.MachineApproval,
+		Steps: []run.Step{awaitStep("plan", &run.Await{Approval: "merge"}), check}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
 
@@ -439,28 +444,28 @@ func scenarioApproval(t *testing.T, g *rig) {
 	if st := g.wait(r, other, 0, 0); st.Status != "awaiting_approval" {
 		t.Fatalf("second run %s", st.Status)
 	}
-	if _, err := r.Approve(ctx, id, lifecycle.ActorMastra, lifecycle.Decision{}); !errors.Is(err, lifecycle.ErrForbiddenActor) {
+	if _, err := r.Approve(ctx, id, lifecycle.ActorMastra, run.Decision{}); !errors.Is(err, lifecycle.ErrForbiddenActor) {
 		t.Errorf("mastra approving: %v", err)
 	}
-	if st, err := r.Approve(ctx, id, lifecycle.ActorGateway, lifecycle.Decision{DecidedBy: "owner"}); err != nil || st.Status != "running" {
+	if st, err := r.Approve(ctx, id, lifecycle.ActorGateway, run.Decision{DecidedBy: "owner"}); err != nil || st.Status != "running" {
 		t.Fatalf("approve: %+v %v", st, err)
 	}
 	st = g.wait(r, id, time.Second, time.Minute)
 	if st.Status != "completed" || st.Approval.Decision != "approved" || st.Approval.DecidedBy != "owner" || seen.Load() != `"plan"` {
 		t.Fatalf("after approval: %+v (previous %v)", st, seen.Load())
 	}
-	st, err := r.Reject(ctx, other, lifecycle.ActorGateway, lifecycle.Decision{DecidedBy: "owner", Reason: "too risky"})
+	st, err := r.Reject(ctx, other, lifecycle.ActorGateway, run.Decision{DecidedBy: "owner", Reason: "too risky"})
 	if err != nil || st.Status != "failed" || *st.Error != "APPROVAL_REJECTED: too risky" {
 		t.Fatalf("reject: %+v %v", st, err)
 	}
-	if _, err := r.Approve(ctx, other, lifecycle.ActorGateway, lifecycle.Decision{}); !errors.Is(err, lifecycle.ErrTerminalState) {
+	if _, err := r.Approve(ctx, other, lifecycle.ActorGateway, run.Decision{}); !errors.Is(err, lifecycle.ErrTerminalState) {
 		t.Errorf("approve after reject: %v", err)
 	}
 }
 
 func scenarioExternal(t *testing.T, g *rig) {
-	agent := lifecycle.Agent{Slug: "ci-wait", Machine: lifecycle.MachineApproval,
-		Steps: []lifecycle.Step{okStep("push"), awaitStep("wait-ci", &lifecycle.Await{ExternalEvent: "ci.finished", Timeout: time.Hour})}}
+	agent := run.Agent{Slug: "ci-wait", Machine: lifecycle.MachineApproval,
+		Steps: []run.Step{okStep("push"), awaitStep("wait-ci", &run.Await{ExternalEvent: "ci.finished", Timeout: time.Hour})}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
 	id := submit(t, r, agent.Slug)
@@ -468,12 +473,12 @@ func scenarioExternal(t *testing.T, g *rig) {
 	if st.Status != "waiting_external" || st.External == nil || st.External.EventType != "ci.finished" {
 		t.Fatalf("parked: %+v", st)
 	}
-	if _, err := r.Deliver(ctx, id, lifecycle.ActorGateway, lifecycle.ExternalEvent{Type: "other"}); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
+	if _, err := r.Deliver(ctx, id, lifecycle.ActorGateway, run.ExternalEvent{Type: "other"}); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
 		t.Errorf("wrong event type: %v", err)
 	}
 	// The wait followed the last step: after the event the runner completes
 	// the run and writes its manifest.
-	st, err := r.Deliver(ctx, id, lifecycle.ActorGateway, lifecycle.ExternalEvent{Type: "ci.finished", ID: "evt-1", Source: "github"})
+	st, err := r.Deliver(ctx, id, lifecycle.ActorGateway, run.ExternalEvent{Type: "ci.finished", ID: "evt-1", Source: "github"})
 	if err != nil || st.Status != "running" || st.External.EventID != "evt-1" {
 		t.Fatalf("deliver: %+v %v", st, err)
 	}
@@ -481,7 +486,7 @@ func scenarioExternal(t *testing.T, g *rig) {
 		t.Fatalf("after the event: %+v", st)
 	}
 	mkey, _ := storage.RunManifestKey(agent.Slug, id)
-	var m lifecycle.Manifest
+	var m manifestDoc
 	readJSON(t, g.store, mkey, &m)
 	if len(m.Steps) != 2 || m.Status != "completed" {
 		t.Errorf("manifest %+v", m)
@@ -525,16 +530,16 @@ func (c *countingStep) get(name string) int {
 func scenarioTakeover(t *testing.T, g *rig) {
 	tests := []struct {
 		name          string
-		first, second lifecycle.Step // the second blocks in runner a
+		first, second run.Step // the second blocks in runner a
 		wantStatus    string
 		wantError     string
 		wantFirstRuns int
 	}{
-		{name: "resumable-skip-idempotent-replay", first: lifecycle.Step{Name: "one", Resumable: true}, second: lifecycle.Step{Name: "two", Idempotent: true},
+		{name: "resumable-skip-idempotent-replay", first: run.Step{Name: "one", Resumable: true}, second: run.Step{Name: "two", Idempotent: true},
 			wantStatus: "completed", wantFirstRuns: 1},
-		{name: "not-idempotent-fails", first: lifecycle.Step{Name: "one", Resumable: true}, second: lifecycle.Step{Name: "two"},
+		{name: "not-idempotent-fails", first: run.Step{Name: "one", Resumable: true}, second: run.Step{Name: "two"},
 			wantStatus: "failed", wantError: "RUN_RESUME_FAILED: runner lost in step two, which is not idempotent", wantFirstRuns: 1},
-		{name: "completed-not-resumable-replays", first: lifecycle.Step{Name: "one", Idempotent: true}, second: lifecycle.Step{Name: "two", Idempotent: true},
+		{name: "completed-not-resumable-replays", first: run.Step{Name: "one", Idempotent: true}, second: run.Step{Name: "two", Idempotent: true},
 			wantStatus: "completed", wantFirstRuns: 2},
 	}
 	for i, tt := range tests {
@@ -543,28 +548,28 @@ func scenarioTakeover(t *testing.T, g *rig) {
 			var counts countingStep
 			hold := make(chan struct{})
 			inA := make(chan struct{}, 1)
-			mk := func(owner string) lifecycle.Agent {
+			mk := func(owner string) run.Agent {
 				first, second := tt.first, tt.second
-				first.Run = func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+				first.Run = func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 					counts.inc("one")
-					return lifecycle.StepOutput{Data: json.RawMessage(`"one"`)}, nil
+					return run.StepOutput{Data: json.RawMessage(`"one"`)}, nil
 				}
-				second.Run = func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+				second.Run = func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 					counts.inc("two")
 					if string(in.Previous[0]) != `"one"` {
-						return lifecycle.StepOutput{}, fmt.Errorf("previous output %s", in.Previous[0])
+						return run.StepOutput{}, fmt.Errorf("previous output %s", in.Previous[0])
 					}
 					if owner == "a" {
 						inA <- struct{}{}
 						select {
 						case <-hold:
 						case <-ctx.Done():
-							return lifecycle.StepOutput{}, ctx.Err()
+							return run.StepOutput{}, ctx.Err()
 						}
 					}
-					return lifecycle.StepOutput{}, nil
+					return run.StepOutput{}, nil
 				}
-				return lifecycle.Agent{Slug: slug, Steps: []lifecycle.Step{first, second, okStep("three")}}
+				return run.Agent{Slug: slug, Steps: []run.Step{first, second, okStep("three")}}
 			}
 			a, stopA := g.runner("a", nil, mk("a"))
 			id := submit(t, a, slug)
@@ -592,13 +597,13 @@ func scenarioTakeover(t *testing.T, g *rig) {
 	// checkpoint to resume from: it is an orphan.
 	t.Run("orphan-without-checkpoint", func(t *testing.T) {
 		b := newBlocker()
-		agent := lifecycle.Agent{Slug: "orphan", Steps: []lifecycle.Step{b.step("only")}}
+		agent := run.Agent{Slug: "orphan", Steps: []run.Step{b.step("only")}}
 		a, stopA := g.runner("a2", nil, agent)
 		id := submit(t, a, agent.Slug)
 		<-b.started
 		stopA()
 		var logs *logBuffer
-		r, _ := g.runner("b2", func(c *lifecycle.Config) { logs = capture(c) }, agent)
+		r, _ := g.runner("b2", func(c *run.Config) { logs = capture(c) }, agent)
 		st := g.wait(r, id, 30*time.Second, 10*time.Minute)
 		if st.Status != "failed" || !strings.HasPrefix(deref(st.Error), "RUN_ORPHANED:") {
 			t.Fatalf("orphan: %s %v", st.Status, deref(st.Error))
@@ -687,19 +692,19 @@ func scenarioFencing(t *testing.T, g *rig) {
 	release := make(chan struct{})
 	inA := make(chan struct{})
 	var once sync.Once
-	mk := func(owner string) lifecycle.Agent {
-		return lifecycle.Agent{Slug: "fenced", Steps: []lifecycle.Step{{Name: "work", Idempotent: true,
-			Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	mk := func(owner string) run.Agent {
+		return run.Agent{Slug: "fenced", Steps: []run.Step{{Name: "work", Idempotent: true,
+			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				if owner == "a" {
 					once.Do(func() { close(inA) })
 					<-release // paused: ignores its context, like a frozen process
 				}
-				return lifecycle.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
+				return run.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
 			}}, okStep("after")}}
 	}
 	ga := g.with(gated)
 	var logs *logBuffer
-	a, _ := ga.runner("a", func(c *lifecycle.Config) { logs = capture(c) }, mk("a"))
+	a, _ := ga.runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 	id := submit(t, a, "fenced")
 	<-inA
 	gated.pause() // runner a freezes: no heartbeat, no writes
@@ -752,9 +757,9 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 	releaseA, releaseB := make(chan struct{}), make(chan struct{})
 	inA, inB := make(chan struct{}), make(chan struct{})
 	var onceA, onceB sync.Once
-	mk := func(owner string) lifecycle.Agent {
-		return lifecycle.Agent{Slug: "slotted", Steps: []lifecycle.Step{{Name: "work", Idempotent: true,
-			Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	mk := func(owner string) run.Agent {
+		return run.Agent{Slug: "slotted", Steps: []run.Step{{Name: "work", Idempotent: true,
+			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				if owner == "a" {
 					onceA.Do(func() { close(inA) })
 					<-releaseA // paused: ignores its context
@@ -762,11 +767,11 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 					onceB.Do(func() { close(inB) })
 					<-releaseB
 				}
-				return lifecycle.StepOutput{Summary: "by " + owner}, nil
+				return run.StepOutput{Summary: "by " + owner}, nil
 			}}}}
 	}
 	var logs *logBuffer
-	a, _ := g.with(gated).runner("a", func(c *lifecycle.Config) { logs = capture(c) }, mk("a"))
+	a, _ := g.with(gated).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 	id := submit(t, a, "slotted")
 	<-inA
 	gated.pause()
@@ -826,10 +831,10 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 
 func scenarioIdempotency(t *testing.T, g *rig) {
 	b := newBlocker()
-	agent := lifecycle.Agent{Slug: "webhook", Steps: []lifecycle.Step{b.step("work")}}
+	agent := run.Agent{Slug: "webhook", Steps: []run.Step{b.step("work")}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
-	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, Trigger: "event", Input: json.RawMessage(`{"pr": 7}`),
+	req := run.SubmitRequest{AgentSlug: agent.Slug, Trigger: "event", Input: json.RawMessage(`{"pr": 7}`),
 		IdempotencyKey: "github:12345678-1234-1234-1234-123456789012"}
 
 	// 100 concurrent submits with one key create exactly one run.
@@ -866,7 +871,7 @@ func scenarioIdempotency(t *testing.T, g *rig) {
 	other := req
 	other.Input = json.RawMessage(`{"pr": 8}`)
 	_, err = r.Submit(ctx, other)
-	if !errors.Is(err, lifecycle.ErrIdempotencyConflict) || lifecycle.HTTPStatus(lifecycle.ErrorCode(err)) != 409 {
+	if !errors.Is(err, run.ErrIdempotencyConflict) || lifecycle.HTTPStatus(lifecycle.ErrorCode(err)) != 409 {
 		t.Fatalf("conflict: %v", err)
 	}
 	// Key order in the payload does not matter.
@@ -878,27 +883,27 @@ func scenarioIdempotency(t *testing.T, g *rig) {
 	close(b.release)
 	g.wait(r, ids[0], 0, 0)
 	rec, err := r.Idempotency(ctx, req.IdempotencyKey)
-	if err != nil || rec.Status != lifecycle.IdempotencyCompleted || rec.RunID != ids[0] || rec.Source != lifecycle.SourceGitHub {
+	if err != nil || rec.Status != run.IdempotencyCompleted || rec.RunID != ids[0] || rec.Source != run.SourceGitHub {
 		t.Fatalf("record %+v %v", rec, err)
 	}
 	// After the 24 h TTL the record is expired and the key is free again.
 	g.clock.Advance(24*time.Hour + time.Minute)
-	if _, err := r.Idempotency(ctx, req.IdempotencyKey); !errors.Is(err, lifecycle.ErrIdempotencyExpired) || lifecycle.ErrorCode(err) != lifecycle.CodeIdempotencyExpired {
+	if _, err := r.Idempotency(ctx, req.IdempotencyKey); !errors.Is(err, run.ErrIdempotencyExpired) || lifecycle.ErrorCode(err) != lifecycle.CodeIdempotencyExpired {
 		t.Fatalf("expired: %v", err)
 	}
 	res, err := r.Submit(ctx, other)
 	if err != nil || res.Duplicate || res.RunID == ids[0] {
 		t.Fatalf("submit after expiry: %+v %v", res, err)
 	}
-	if _, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "gitlab:1"}); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
+	if _, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "gitlab:1"}); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
 		t.Errorf("bad scheme: %v", err)
 	}
 }
 
 func scenarioQueueTimeout(t *testing.T, g *rig) {
 	b := newBlocker()
-	agent := lifecycle.Agent{Slug: "crowded", Steps: []lifecycle.Step{b.step("work")}}
-	r, _ := g.runner("a", func(c *lifecycle.Config) {
+	agent := run.Agent{Slug: "crowded", Steps: []run.Step{b.step("work")}}
+	r, _ := g.runner("a", func(c *run.Config) {
 		c.QueueTimeout = 5 * time.Minute
 		c.StepTimeout = time.Hour
 		c.RunTimeout = time.Hour
@@ -919,10 +924,10 @@ func scenarioQueueTimeout(t *testing.T, g *rig) {
 
 func scenarioHeartbeatKeepsLease(t *testing.T, g *rig) {
 	b := newBlocker()
-	agent := lifecycle.Agent{Slug: "long", Steps: []lifecycle.Step{b.step("work")}}
-	cfg := func(c *lifecycle.Config) { c.StepTimeout = time.Hour; c.RunTimeout = time.Hour }
+	agent := run.Agent{Slug: "long", Steps: []run.Step{b.step("work")}}
+	cfg := func(c *run.Config) { c.StepTimeout = time.Hour; c.RunTimeout = time.Hour }
 	var logs *logBuffer
-	a, _ := g.runner("a", func(c *lifecycle.Config) { cfg(c); logs = capture(c) }, agent)
+	a, _ := g.runner("a", func(c *run.Config) { cfg(c); logs = capture(c) }, agent)
 	defer func() {
 		if t.Failed() {
 			t.Log(logs.String())

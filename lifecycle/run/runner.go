@@ -1,4 +1,4 @@
-package lifecycle
+package run
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -150,7 +151,7 @@ func (r *Runner) Quarantined() int64 { return r.quarantined.Load() }
 // transient failure.
 func (r *Runner) StoreRetries() int64 { return r.patient.Retries() }
 
-func (r *Runner) flowOfDoc(d *RunStatus) *flow {
+func (r *Runner) flowOfDoc(d *Status) *flow {
 	if a, ok := r.agents[d.AgentSlug]; ok {
 		return &a.flow
 	}
@@ -172,13 +173,6 @@ func (r *Runner) changes() <-chan struct{} {
 	return r.changed
 }
 
-// Triggers of a run (seed 000 §3).
-const (
-	TriggerManual = "manual"
-	TriggerCron   = "cron"
-	TriggerEvent  = "event"
-)
-
 // SubmitRequest asks for a run (POST /agents/run).
 type SubmitRequest struct {
 	AgentSlug string
@@ -187,8 +181,13 @@ type SubmitRequest struct {
 	// Input is handed to every step; it must be valid JSON when set.
 	Input json.RawMessage
 	// IdempotencyKey, when set, makes a repeated submit return the first
-	// run (seed 004 §3); see ParseIdempotencyKey for its schemes.
+	// run (seed 004 §3). Its schemes are seed 004 §3.1's:
+	// github:{delivery_id}, api:{client_id}:{request_id},
+	// slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
 	IdempotencyKey string
+	// Caller is the context of the run's creation (the initiator defaults
+	// by Trigger).
+	Caller
 }
 
 // SubmitResult answers a submit.
@@ -198,22 +197,6 @@ type SubmitResult struct {
 	// whose run this is.
 	Duplicate bool
 }
-
-// RequestError is a request the Runner refuses as malformed; it carries the
-// code INVALID_REQUEST (an HTTP 400).
-type RequestError struct {
-	Field  string
-	Reason string
-}
-
-// Error names the field and why it was refused.
-func (e *RequestError) Error() string { return "lifecycle: invalid " + e.Field + ": " + e.Reason }
-
-// Code is INVALID_REQUEST.
-func (e *RequestError) Code() string { return CodeInvalidRequest }
-
-// ErrRunNotFound is matched when no run has the id asked for.
-var ErrRunNotFound = errors.New("lifecycle: run not found")
 
 // Submit creates a run in its machine's initial state (requested on the
 // canonical machine), as the gateway, and hands it to this runner's loop.
@@ -246,6 +229,17 @@ func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, e
 		return SubmitResult{}, err
 	}
 	return SubmitResult{RunID: runID}, nil
+}
+
+// triggerInitiator is the initiator of a run's creation by its trigger.
+func triggerInitiator(trigger string) lifecycle.Initiator {
+	switch trigger {
+	case TriggerCron:
+		return lifecycle.InitiatorSystem
+	case TriggerEvent:
+		return lifecycle.InitiatorWebhook
+	}
+	return lifecycle.InitiatorUser
 }
 
 // newRunID makes an id like the seeds' run_2026-02-14_080000_abc123: it
@@ -286,7 +280,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 			return err
 		}
 	}
-	doc := RunStatus{
+	doc := Status{
 		RunID:            runID,
 		AgentSlug:        agent.Slug,
 		Status:           agent.flow.initial,
@@ -296,7 +290,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 		ProposalsCreated: []string{},
 		IdempotencyKey:   req.IdempotencyKey,
 	}
-	if agent.Machine != MachineCanonical {
+	if agent.Machine != lifecycle.MachineCanonical {
 		doc.Machine = agent.Machine
 	}
 	ver, err := storage.Create(ctx, r.store, statusKey, &doc)
@@ -311,11 +305,14 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 		return err
 	}
 	if created {
-		r.recordAudit(ctx, storage.AuditEvent{Event: "run.status.update", Actor: string(ActorGateway), RunID: runID, To: doc.Status})
+		b := req.Caller.by(lifecycle.ActorGateway, triggerInitiator(req.Trigger))
+		b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
+		r.recordAudit(ctx, storage.AuditEvent{Event: "run.status.update", Actor: string(b.actor), RunID: runID, To: doc.Status}, &b.tc)
 		r.cfg.Metrics.RunTransition(agent.flow.machine, "", doc.Status)
 		r.cfg.Metrics.RunActive(doc.Status, 1)
-		r.log.LogAttrs(ctx, slog.LevelInfo, "run_created", slog.String("runId", runID),
-			slog.String("type", agent.Slug), slog.String("idempotencyKey", req.IdempotencyKey))
+		attrs := []slog.Attr{slog.String("runId", runID), slog.String("type", agent.Slug),
+			slog.String("idempotencyKey", req.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
+		r.log.LogAttrs(ctx, slog.LevelInfo, "run_created", append(attrs, contextAttrs(&b.tc)...)...)
 		r.broadcast()
 	}
 	w := r.newWriter(agent.Slug, runID, statusKey, &doc, ver)
@@ -360,14 +357,14 @@ func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey stri
 	}
 	b, _, err := r.store.Get(ctx, idx)
 	if errors.Is(err, storage.ErrNotFound) {
-		return "", "", fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		return "", "", fmt.Errorf("%w: %s", ErrNotFound, runID)
 	}
 	if err != nil {
 		return "", "", err
 	}
 	var e runIndexEntry
 	if err := json.Unmarshal(b, &e); err != nil {
-		return "", "", fmt.Errorf("lifecycle: run index of %s: %w", runID, err)
+		return "", "", fmt.Errorf("run: run index of %s: %w", runID, err)
 	}
 	statusKey, err = storage.RunStatusKey(e.AgentSlug, runID)
 	return e.AgentSlug, statusKey, err
@@ -377,21 +374,21 @@ func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey stri
 //
 // A status.json that cannot be decoded or fails validation (a status its
 // machine does not know, a run_id or agent_slug that is not its key's) is
-// quarantined, and Status, like Wait, returns a *RunQuarantinedError.
-func (r *Runner) Status(ctx context.Context, runID string) (RunStatus, error) {
+// quarantined, and Status, like Wait, returns a *QuarantinedError.
+func (r *Runner) Status(ctx context.Context, runID string) (Status, error) {
 	slug, key, err := r.locate(ctx, runID)
 	if err != nil {
-		return RunStatus{}, err
+		return Status{}, err
 	}
 	doc, _, err := r.readStatus(ctx, slug, runID, key)
 	if errors.Is(err, storage.ErrNotFound) {
-		return RunStatus{}, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
 	}
 	return doc, err
 }
 
 // Steps reads a run's step files in step order (GET /runs/{runId}/steps).
-func (r *Runner) Steps(ctx context.Context, runID string) ([]RunStepRecord, error) {
+func (r *Runner) Steps(ctx context.Context, runID string) ([]StepRecord, error) {
 	slug, _, err := r.locate(ctx, runID)
 	if err != nil {
 		return nil, err
@@ -399,12 +396,12 @@ func (r *Runner) Steps(ctx context.Context, runID string) ([]RunStepRecord, erro
 	return r.readSteps(ctx, slug, runID)
 }
 
-func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]RunStepRecord, error) {
+func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]StepRecord, error) {
 	prefix, err := storage.RunStepsPrefix(slug, runID)
 	if err != nil {
 		return nil, err
 	}
-	var out []RunStepRecord
+	var out []StepRecord
 	for key, err := range r.store.List(ctx, prefix) {
 		if err != nil {
 			return nil, err
@@ -416,9 +413,9 @@ func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]RunStepRe
 		if err != nil {
 			return nil, err
 		}
-		var s RunStepRecord
+		var s StepRecord
 		if err := json.Unmarshal(b, &s); err != nil {
-			return nil, fmt.Errorf("lifecycle: step file %s: %w", key, err)
+			return nil, fmt.Errorf("run: step file %s: %w", key, err)
 		}
 		out = append(out, s)
 	}
@@ -428,12 +425,12 @@ func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]RunStepRe
 
 // Runs reads the status of every run of an agent, oldest first
 // (GET /runs?agent={slug}).
-func (r *Runner) Runs(ctx context.Context, slug string) ([]RunStatus, error) {
+func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
 	prefix, err := storage.AgentRunsPrefix(slug)
 	if err != nil {
 		return nil, &RequestError{Field: "agent", Reason: err.Error()}
 	}
-	var out []RunStatus
+	var out []Status
 	for key, err := range r.store.List(ctx, prefix) {
 		if err != nil {
 			return nil, err
@@ -457,7 +454,7 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]RunStatus, error) {
 // Wait returns the run's status once it is terminal or parked (waiting for
 // an approval or an external event), or ctx's error. It re-reads when this
 // runner writes any status and at every PollInterval.
-func (r *Runner) Wait(ctx context.Context, runID string) (RunStatus, error) {
+func (r *Runner) Wait(ctx context.Context, runID string) (Status, error) {
 	for {
 		changed := r.changes()
 		doc, err := r.Status(ctx, runID)

@@ -1,16 +1,16 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // recordingMetrics keeps every metric call.
@@ -54,10 +54,10 @@ func TestObservability(t *testing.T) {
 	g := newRig(t, nil)
 	metrics := &recordingMetrics{}
 	var logs *logBuffer
-	agent := lifecycle.Agent{Slug: "observed", Steps: []lifecycle.Step{okStep("one"), okStep("two")}}
-	r, _ := g.runner("a", func(c *lifecycle.Config) { c.Metrics = metrics; logs = capture(c) }, agent)
+	agent := run.Agent{Slug: "observed", Steps: []run.Step{okStep("one"), okStep("two")}}
+	r, _ := g.runner("a", func(c *run.Config) { c.Metrics = metrics; logs = capture(c) }, agent)
 	ctx := context.Background()
-	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:cli-abc123:req-1"}
+	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:cli-abc123:req-1"}
 	res, err := r.Submit(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -118,24 +118,24 @@ func TestObservability(t *testing.T) {
 func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
-	r, _ := g.runner("a", nil, lifecycle.Agent{Slug: "ok", Steps: []lifecycle.Step{okStep("s")}})
+	r, _ := g.runner("a", nil, run.Agent{Slug: "ok", Steps: []run.Step{okStep("s")}})
 	ctx := context.Background()
 	tests := []struct {
 		name string
-		req  lifecycle.SubmitRequest
+		req  run.SubmitRequest
 	}{
-		{"unknown agent", lifecycle.SubmitRequest{AgentSlug: "nope"}},
-		{"path agent", lifecycle.SubmitRequest{AgentSlug: "../x"}},
-		{"bad trigger", lifecycle.SubmitRequest{AgentSlug: "ok", Trigger: "webhook"}},
-		{"bad input", lifecycle.SubmitRequest{AgentSlug: "ok", Input: json.RawMessage(`{"a":`)}},
-		{"bad key scheme", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "jira:1"}},
-		{"key with space", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "github:a b"}},
-		{"key missing part", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "api:client-only"}},
+		{"unknown agent", run.SubmitRequest{AgentSlug: "nope"}},
+		{"path agent", run.SubmitRequest{AgentSlug: "../x"}},
+		{"bad trigger", run.SubmitRequest{AgentSlug: "ok", Trigger: "webhook"}},
+		{"bad input", run.SubmitRequest{AgentSlug: "ok", Input: json.RawMessage(`{"a":`)}},
+		{"bad key scheme", run.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "jira:1"}},
+		{"key with space", run.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "github:a b"}},
+		{"key missing part", run.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "api:client-only"}},
 		// A key over its limit is an INPUT_TOO_LARGE *InputError: TestRunnerRefusesBadInput.
 	}
 	for _, tt := range tests {
 		_, err := r.Submit(ctx, tt.req)
-		var re *lifecycle.RequestError
+		var re *run.RequestError
 		if !errors.As(err, &re) || lifecycle.HTTPStatus(lifecycle.ErrorCode(err)) != 400 {
 			t.Errorf("%s: %v, want a 400 RequestError", tt.name, err)
 		}
@@ -148,7 +148,7 @@ func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
 			t.Errorf("Status(%q): %v", id, err)
 		}
 	}
-	if _, err := r.Status(ctx, "run_2026-02-14_080000_abc123"); !errors.Is(err, lifecycle.ErrRunNotFound) {
+	if _, err := r.Status(ctx, "run_2026-02-14_080000_abc123"); !errors.Is(err, run.ErrNotFound) {
 		t.Errorf("unknown run: %v", err)
 	}
 }
@@ -156,27 +156,27 @@ func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
 func TestNewRunnerRefusesBadConfig(t *testing.T) {
 	t.Parallel()
 	store := memStore(t)
-	ok := lifecycle.Agent{Slug: "a", Steps: []lifecycle.Step{okStep("s")}}
+	ok := run.Agent{Slug: "a", Steps: []run.Step{okStep("s")}}
 	tests := []struct {
 		name   string
-		cfg    lifecycle.Config
-		agents []lifecycle.Agent
+		cfg    run.Config
+		agents []run.Agent
 		want   string
 	}{
-		{"no store", lifecycle.Config{}, []lifecycle.Agent{ok}, "Store is required"},
-		{"no agents", lifecycle.Config{Store: store}, nil, "no agents"},
-		{"bad slug", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a/b", Steps: ok.Steps}}, "agent slug"},
-		{"unknown machine", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a", Machine: "fsm", Steps: ok.Steps}}, "unknown machine"},
-		{"no steps", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a"}}, "no steps"},
-		{"bad step name", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a", Steps: []lifecycle.Step{{Name: "x/y", Run: ok.Steps[0].Run}}}}, "step name"},
-		{"duplicate step", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a", Steps: []lifecycle.Step{ok.Steps[0], ok.Steps[0]}}}, "used twice"},
-		{"nil run", lifecycle.Config{Store: store}, []lifecycle.Agent{{Slug: "a", Steps: []lifecycle.Step{{Name: "s"}}}}, "no Run func"},
-		{"duplicate agent", lifecycle.Config{Store: store}, []lifecycle.Agent{ok, ok}, "given twice"},
-		{"heartbeat too slow", lifecycle.Config{Store: store, HeartbeatInterval: time.Hour}, []lifecycle.Agent{ok}, "shorter than LeaseDuration"},
+		{"no store", run.Config{}, []run.Agent{ok}, "Store is required"},
+		{"no agents", run.Config{Store: store}, nil, "no agents"},
+		{"bad slug", run.Config{Store: store}, []run.Agent{{Slug: "a/b", Steps: ok.Steps}}, "agent slug"},
+		{"unknown machine", run.Config{Store: store}, []run.Agent{{Slug: "a", Machine: "fsm", Steps: ok.Steps}}, "unknown machine"},
+		{"no steps", run.Config{Store: store}, []run.Agent{{Slug: "a"}}, "no steps"},
+		{"bad step name", run.Config{Store: store}, []run.Agent{{Slug: "a", Steps: []run.Step{{Name: "x/y", Run: ok.Steps[0].Run}}}}, "step name"},
+		{"duplicate step", run.Config{Store: store}, []run.Agent{{Slug: "a", Steps: []run.Step{ok.Steps[0], ok.Steps[0]}}}, "used twice"},
+		{"nil run", run.Config{Store: store}, []run.Agent{{Slug: "a", Steps: []run.Step{{Name: "s"}}}}, "no Run func"},
+		{"duplicate agent", run.Config{Store: store}, []run.Agent{ok, ok}, "given twice"},
+		{"heartbeat too slow", run.Config{Store: store, HeartbeatInterval: time.Hour}, []run.Agent{ok}, "shorter than LeaseDuration"},
 	}
 	for _, tt := range tests {
-		_, err := lifecycle.NewRunner(tt.cfg, tt.agents...)
-		if !errors.Is(err, lifecycle.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
+		_, err := run.NewRunner(tt.cfg, tt.agents...)
+		if !errors.Is(err, run.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want ErrInvalidConfig saying %q", tt.name, err, tt.want)
 		}
 	}
@@ -203,42 +203,19 @@ func TestHTTPStatusTable(t *testing.T) {
 
 func fmtErr(err error) error { return errors.Join(errors.New("context"), err) }
 
-func FuzzParseIdempotencyKey(f *testing.F) {
-	for _, k := range []string{"github:12345678-1234", "api:cli:req", "slack:T1:1.2", "scheduler:daily:2024-12-19T00:00:00Z", "x", "api:", ":"} {
-		f.Add(k)
-	}
-	f.Fuzz(func(t *testing.T, key string) {
-		k, err := lifecycle.ParseIdempotencyKey(key)
-		if err != nil {
-			return
-		}
-		if len(key) > 512 || strings.ContainsAny(key, " \t\n\x00") {
-			t.Fatalf("accepted %q", key)
-		}
-		for _, p := range k.Parts {
-			if p == "" {
-				t.Fatalf("empty part in %q", key)
-			}
-		}
-		if !slices.Contains([]string{lifecycle.SourceGitHub, lifecycle.SourceAPI, lifecycle.SourceSlack, lifecycle.SourceScheduler}, k.Source) {
-			t.Fatalf("source %q for %q", k.Source, key)
-		}
-	})
-}
-
 // TestPollNotStarvedByHandoffs: a run submitted through another runner is
 // found by this one's poll even while work is handed to it every half
 // PollInterval (a poll timer reset at each handoff would never fire).
 func TestPollNotStarvedByHandoffs(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
-	agent := lifecycle.Agent{Slug: "busy", Concurrency: 4, Steps: []lifecycle.Step{okStep("s")}}
+	agent := run.Agent{Slug: "busy", Concurrency: 4, Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
-	gateway, err := lifecycle.NewRunner(lifecycle.Config{Store: g.store, Clock: g.clock}, agent) // never Run
+	gateway, err := run.NewRunner(run.Config{Store: g.store, Clock: g.clock}, agent) // never Run
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, err := gateway.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug})
+	foreign, err := gateway.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug})
 	if err != nil {
 		t.Fatal(err)
 	}

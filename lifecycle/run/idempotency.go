@@ -1,4 +1,4 @@
-package lifecycle
+package run
 
 import (
 	"context"
@@ -11,32 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-)
-
-// Sources of idempotency keys (seed 004 §3.1) and their record names.
-const (
-	SourceGitHub    = "github_webhook"
-	SourceAPI       = "api"
-	SourceSlack     = "slack"
-	SourceScheduler = "scheduler"
-)
-
-// Idempotency record states (seed 004 §3.3).
-const (
-	IdempotencyProcessing = "processing"
-	IdempotencyCompleted  = "completed"
-	IdempotencyFailed     = "failed"
-)
-
-// Errors of the idempotency check-and-set (seed 004 appendix).
-var (
-	// ErrIdempotencyConflict: the key was used with another request.
-	ErrIdempotencyConflict = errors.New("lifecycle: idempotency key used with a different request")
-	// ErrIdempotencyExpired: the key's record outlived its TTL.
-	ErrIdempotencyExpired = errors.New("lifecycle: idempotency record expired")
-	// ErrInvalidIdempotencyKey: the key follows none of the schemes.
-	ErrInvalidIdempotencyKey = errors.New("lifecycle: invalid idempotency key")
 )
 
 // IdempotencyError carries the key and the seed code of an idempotency
@@ -58,34 +34,29 @@ func (e *IdempotencyError) Unwrap() error { return e.kind }
 // Code is IDEMPOTENCY_CONFLICT or IDEMPOTENCY_EXPIRED.
 func (e *IdempotencyError) Code() string {
 	if e.kind == ErrIdempotencyExpired {
-		return CodeIdempotencyExpired
+		return lifecycle.CodeIdempotencyExpired
 	}
-	return CodeIdempotencyConflict
+	return lifecycle.CodeIdempotencyConflict
 }
 
-// IdempotencyKey is a parsed key: its source and the parts after the scheme.
-type IdempotencyKey struct {
+// idempotencyKey is a parsed key: its source and the parts after the scheme.
+type idempotencyKey struct {
 	Source string
 	Parts  []string
 }
 
-// MaxIdempotencyKeyBytes bounds an idempotency key (seed 004 §3.1 gives no
-// limit; its longest example is 60 bytes); a longer key is refused with
-// INPUT_TOO_LARGE.
-const MaxIdempotencyKeyBytes = 512
-
-// ParseIdempotencyKey checks a key against the schemes of seed 004 §3.1:
+// parseIdempotencyKey checks a key against the schemes of seed 004 §3.1:
 // github:{delivery_id}, api:{client_id}:{request_id},
 // slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}
 // (the execution time may itself contain colons). Parts are non-empty,
 // printable UTF-8 without spaces; the whole key is at most 512 bytes.
-func ParseIdempotencyKey(key string) (IdempotencyKey, error) {
-	bad := func(reason string) (IdempotencyKey, error) {
-		return IdempotencyKey{}, fmt.Errorf("%w %q: %s", ErrInvalidIdempotencyKey, truncate(key, 60), reason)
+func parseIdempotencyKey(key string) (idempotencyKey, error) {
+	bad := func(reason string) (idempotencyKey, error) {
+		return idempotencyKey{}, fmt.Errorf("%w %q: %s", ErrInvalidIdempotencyKey, truncate(key, 60), reason)
 	}
-	if err := CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, OneLine); err != nil {
+	if err := lifecycle.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {
 		// Both matchable: ErrInvalidIdempotencyKey and the *InputError.
-		return IdempotencyKey{}, fmt.Errorf("%w: %w", ErrInvalidIdempotencyKey, err)
+		return idempotencyKey{}, fmt.Errorf("%w: %w", ErrInvalidIdempotencyKey, err)
 	}
 	if strings.ContainsRune(key, ' ') {
 		return bad("contains a space")
@@ -94,16 +65,16 @@ func ParseIdempotencyKey(key string) (IdempotencyKey, error) {
 	if !ok {
 		return bad("no scheme (want github:, api:, slack: or scheduler:)")
 	}
-	var k IdempotencyKey
+	var k idempotencyKey
 	switch scheme {
 	case "github":
-		k = IdempotencyKey{Source: SourceGitHub, Parts: []string{rest}}
+		k = idempotencyKey{Source: SourceGitHub, Parts: []string{rest}}
 	case "api", "slack", "scheduler":
 		a, b, ok := strings.Cut(rest, ":")
 		if !ok {
 			return bad(fmt.Sprintf("%s keys have two parts after the scheme", scheme))
 		}
-		k = IdempotencyKey{Source: map[string]string{"api": SourceAPI, "slack": SourceSlack, "scheduler": SourceScheduler}[scheme], Parts: []string{a, b}}
+		k = idempotencyKey{Source: map[string]string{"api": SourceAPI, "slack": SourceSlack, "scheduler": SourceScheduler}[scheme], Parts: []string{a, b}}
 	default:
 		return bad(fmt.Sprintf("unknown scheme %q", scheme))
 	}
@@ -180,7 +151,7 @@ func (e *errDuplicate) Error() string { return "duplicate of " + e.runID }
 // under the key is IDEMPOTENCY_CONFLICT; an expired record, a failed one with
 // attempts left, or a processing one whose lock lapsed is taken over.
 func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req SubmitRequest) (SubmitResult, error) {
-	k, err := ParseIdempotencyKey(req.IdempotencyKey)
+	k, err := parseIdempotencyKey(req.IdempotencyKey)
 	if err != nil {
 		return SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
@@ -253,10 +224,10 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 // Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL
 // has passed, ErrNotFound (storage's) when there is none.
 func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
-	if err := CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, OneLine); err != nil {
+	if err := lifecycle.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {
 		return IdempotencyRecord{}, err
 	}
-	if _, err := ParseIdempotencyKey(key); err != nil {
+	if _, err := parseIdempotencyKey(key); err != nil {
 		return IdempotencyRecord{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
 	rec, _, err := storage.Read[IdempotencyRecord](ctx, r.store, idempotencyRecordKey(key))

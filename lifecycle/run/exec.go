@@ -1,4 +1,4 @@
-package lifecycle
+package run
 
 import (
 	"context"
@@ -13,14 +13,16 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
 // Causes that stop an execution, as context causes.
 var (
-	errCanceled   = errors.New("lifecycle: run canceled")
-	errRunTimeout = errors.New("lifecycle: run timeout")
-	errWriteLimit = errors.New("lifecycle: run deadline and finish grace passed")
+	errCanceled   = errors.New("run: run canceled")
+	errRunTimeout = errors.New("run: run timeout")
+	errWriteLimit = errors.New("run: run deadline and finish grace passed")
 )
 
 // execution is one runner executing one run under its lease.
@@ -33,7 +35,7 @@ type execution struct {
 	slotKey string
 	slotVer storage.Version
 	// records are the step files this execution knows, for the manifest.
-	records map[int]RunStepRecord
+	records map[int]StepRecord
 	// markers are the versions of the start markers this execution wrote,
 	// by step number (see markStarted).
 	markers map[int]storage.Version
@@ -97,7 +99,7 @@ func (x *execution) run(ctx context.Context) {
 	defer scancel(nil)
 	var (
 		timerMu sync.Mutex
-		timer   Timer
+		timer   clock.Timer
 		over    bool
 	)
 	arm := func(d time.Duration, f func()) {
@@ -133,9 +135,9 @@ func (x *execution) run(ctx context.Context) {
 // schedules beats from the last renewal) and notices a cancel request or a
 // takeover written by someone else. It returns false once the lease is lost.
 func (x *execution) beat(ctx context.Context) bool {
-	err := x.w.apply(ctx, ActorOrchestration, func(*RunStatus) error { return nil })
+	err := x.w.apply(ctx, bySystem(), func(context.Context, *Status) error { return nil })
 	switch {
-	case errors.Is(err, ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
+	case errors.Is(err, storage.ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
 		x.stop(err)
 		return false
 	case err != nil:
@@ -163,7 +165,7 @@ type resumePlan struct {
 // idempotent but provably never started (no start marker, see markStarted);
 // anything else fails the run (RUN_RESUME_FAILED, or RUN_ORPHANED when there
 // is no checkpoint at all).
-func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error) {
+func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
 	steps := x.agent.Steps
 	p := resumePlan{skip: make([]bool, len(steps)), cached: make([]json.RawMessage, len(steps))}
 	if doc.StepsCompleted == 0 && !x.resumed {
@@ -173,11 +175,11 @@ func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error)
 	if err != nil {
 		return p, err
 	}
-	done := map[int]RunStepRecord{}
+	done := map[int]StepRecord{}
 	started := map[int]bool{} // a step file exists: the step may have run
 	for _, f := range files {
 		started[f.StepNumber] = true
-		if f.Status == StepCompleted {
+		if f.Status == lifecycle.StepCompleted {
 			done[f.StepNumber] = f
 			x.records[f.StepNumber] = f
 		}
@@ -200,7 +202,7 @@ func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error)
 			}
 		case ok && s.Idempotent:
 		case ok:
-			return p, NewRunError(CodeRunResumeFailed, "step %s completed before the takeover but is neither resumable nor idempotent", s.Name)
+			return p, lifecycle.NewRunError(lifecycle.CodeRunResumeFailed, "step %s completed before the takeover but is neither resumable nor idempotent", s.Name)
 		case s.Idempotent:
 			return p, nil // the interrupted step replays; the rest run normally
 		case !started[i+1]:
@@ -208,9 +210,9 @@ func (x *execution) plan(ctx context.Context, doc RunStatus) (resumePlan, error)
 			// runs: without one it provably never started, so it runs now.
 			return p, nil
 		case len(done) == 0:
-			return p, NewRunError(CodeRunOrphaned, "runner lost in step %s, which is not idempotent, with no checkpoint", s.Name)
+			return p, lifecycle.NewRunError(lifecycle.CodeRunOrphaned, "runner lost in step %s, which is not idempotent, with no checkpoint", s.Name)
 		default:
-			return p, NewRunError(CodeRunResumeFailed, "runner lost in step %s, which is not idempotent", s.Name)
+			return p, lifecycle.NewRunError(lifecycle.CodeRunResumeFailed, "runner lost in step %s, which is not idempotent", s.Name)
 		}
 	}
 	return p, nil
@@ -257,7 +259,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
 		if !s.Idempotent {
 			if err := x.markStarted(ctx, i); err != nil {
-				var re *RunError
+				var re *lifecycle.RunError
 				if errors.As(err, &re) {
 					return outcome{kind: failed, err: err}
 				}
@@ -303,7 +305,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return outcome{kind: canceled}
 		}
 		if err := x.count(ctx, i+1, out.Proposals, out.Await); err != nil {
-			if errors.Is(err, ErrLeaseLost) || errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
+			if errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
 				errors.Is(err, context.Canceled) || storage.Transient(err) {
 				return x.writeFailure(ctx, err)
 			}
@@ -322,9 +324,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 func stoppedStepError(runCtx context.Context, s Step, err error) error {
 	switch context.Cause(runCtx) {
 	case errCanceled:
-		return &RunError{Code: CodeCanceled, Message: fmt.Sprintf("step %s canceled", s.Name), Permanent: true, Err: err}
+		return &lifecycle.RunError{Code: lifecycle.CodeCanceled, Message: fmt.Sprintf("step %s canceled", s.Name), Permanent: true, Err: err}
 	case errRunTimeout:
-		return &RunError{Code: CodeAgentTimeout, Message: fmt.Sprintf("step %s stopped at the run timeout", s.Name), Permanent: true, Err: err}
+		return &lifecycle.RunError{Code: lifecycle.CodeAgentTimeout, Message: fmt.Sprintf("step %s stopped at the run timeout", s.Name), Permanent: true, Err: err}
 	}
 	return err
 }
@@ -348,12 +350,12 @@ func (x *execution) stopped(cause error) outcome {
 // one that is no outage at all) fails the run as UPSTREAM_UNAVAILABLE.
 func (x *execution) writeFailure(ctx context.Context, err error) outcome {
 	switch cause := context.Cause(ctx); {
-	case errors.Is(err, ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
+	case errors.Is(err, storage.ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
 		return outcome{kind: stopped, err: err}
 	case ctx.Err() != nil && cause != errRunTimeout && cause != errWriteLimit:
 		return outcome{kind: stopped, err: err} // shutdown
 	}
-	return outcome{kind: failed, err: &RunError{Code: CodeUpstreamUnavailable, Message: err.Error(), Err: err}}
+	return outcome{kind: failed, err: &lifecycle.RunError{Code: lifecycle.CodeUpstreamUnavailable, Message: err.Error(), Err: err}}
 }
 
 // count writes the status that counts steps 1..n (one write: the step
@@ -361,9 +363,16 @@ func (x *execution) writeFailure(ctx context.Context, err error) outcome {
 func (x *execution) count(ctx context.Context, n int, proposals []string, await *Await) error {
 	f := &x.agent.flow
 	r := x.r
-	return x.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+	b := bySystem()
+	switch {
+	case await != nil && await.Approval != "":
+		b.tc.Approval = &lifecycle.Approval{Action: await.Approval} // filled from the document written
+	case await != nil && await.ExternalEvent != "":
+		b.tc.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent}
+	}
+	return x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
 		if f.stepDone != "" {
-			if err := f.fire(ctx, d, f.stepDone, ActorOrchestration); err != nil {
+			if err := f.fire(ctx, d, f.stepDone, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
 		}
@@ -380,12 +389,12 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 		now := r.now()
 		switch {
 		case await.Approval != "" && f.awaitApproval != "":
-			if err := f.fire(ctx, d, f.awaitApproval, ActorOrchestration); err != nil {
+			if err := f.fire(ctx, d, f.awaitApproval, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			d.Approval = &Approval{Action: await.Approval, RequestedAt: now}
+			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now}
 		case await.ExternalEvent != "" && f.waitExternal != "":
-			if err := f.fire(ctx, d, f.waitExternal, ActorOrchestration); err != nil {
+			if err := f.fire(ctx, d, f.waitExternal, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
 			timeout := await.Timeout
@@ -393,9 +402,9 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 				timeout = r.cfg.ExternalTimeout
 			}
 			deadline := now.Add(timeout)
-			d.External = &ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline}
+			d.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline}
 		default:
-			return &UnsupportedError{Machine: f.machine, Operation: "await " + awaitKind(await)}
+			return &unsupportedError{Machine: f.machine, Operation: "await " + awaitKind(await)}
 		}
 		d.Lease = nil // a parked run holds no lease and no slot
 		return nil
@@ -448,7 +457,7 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 			out = o
 			return nil
 		}
-		var re *RunError
+		var re *lifecycle.RunError
 		if context.Cause(ctx) != nil || (errors.As(err, &re) && re.Permanent) {
 			return backoff.Permanent(err)
 		}
@@ -468,14 +477,14 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 // failureOf gives a step's final error its seed code: its own, AGENT_TIMEOUT
 // for a timeout, INTERNAL_ERROR once retries are exhausted.
 func failureOf(s Step, attempts int, err error) error {
-	var re *RunError
+	var re *lifecycle.RunError
 	if errors.As(err, &re) {
 		return re
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return &RunError{Code: CodeInternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
+	return &lifecycle.RunError{Code: lifecycle.CodeInternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
 }
 
 // attempt runs the step once through core.Do on the runner's Units: under
@@ -485,7 +494,7 @@ func failureOf(s Step, attempts int, err error) error {
 // discarded.
 func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
 	timedOut := func() error {
-		return NewRunError(CodeAgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
+		return lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
 	}
 	out, err := core.Do(ctx, x.r.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
 		o, err := s.Run(uctx, in)
@@ -501,12 +510,12 @@ func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout t
 	)
 	switch {
 	case errors.As(err, &oe):
-		if m, ok := x.r.cfg.Metrics.(StragglerMetrics); ok {
+		if m, ok := x.r.cfg.Metrics.(stragglerMetrics); ok {
 			m.StepAbandoned(in.AgentSlug, s.Name)
 		}
 		return StepOutput{}, timedOut()
 	case errors.As(err, &pe):
-		return StepOutput{}, &RunError{Code: CodeInternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, pe.Value), Permanent: true}
+		return StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeInternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, pe.Value), Permanent: true}
 	}
 	return out, err
 }
@@ -520,8 +529,8 @@ func seconds(d time.Duration) string {
 
 // backoffTimer lets backoff/v4 wait on the runner's clock.
 type backoffTimer struct {
-	clock Clock
-	t     Timer
+	clock clock.Clock
+	t     clock.Timer
 }
 
 func (b *backoffTimer) Start(d time.Duration) { b.t = b.clock.NewTimer(d) }
@@ -534,25 +543,25 @@ func (b *backoffTimer) Stop() {
 
 func (b *backoffTimer) C() <-chan time.Time { return b.t.C() }
 
-func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (RunStepRecord, error) {
+func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (StepRecord, error) {
 	s := x.agent.Steps[i]
 	now := x.r.now()
-	rec := RunStepRecord{
-		StepNumber: i + 1, StepName: s.Name, Status: StepPending,
+	rec := StepRecord{
+		StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending,
 		StartedAt: &started, FinishedAt: &now, DurationMS: now.Sub(started).Milliseconds(),
 		Resumable: s.Resumable, Idempotent: s.Idempotent, Attempts: attempts, Epoch: x.epoch,
 	}
 	// The step machine makes the moves (the file is written once, at the
 	// end): pending → running → completed or failed.
-	end := EventComplete
+	end := lifecycle.EventComplete
 	if err != nil {
-		end = EventFail
+		end = lifecycle.EventFail
 		rec.Error = err.Error()
 	} else {
 		rec.OutputSummary, rec.Output, rec.Proposals = out.Summary, out.Data, out.Proposals
 	}
-	for _, e := range []Event{EventStart, end} {
-		if _, ferr := RunStep().Fire(context.Background(), &rec, e, ActorOrchestration); ferr != nil {
+	for _, e := range []lifecycle.Event{lifecycle.EventStart, end} {
+		if _, ferr := lifecycle.RunStep().Fire(context.Background(), &rec, e, lifecycle.ActorOrchestration); ferr != nil {
 			return rec, ferr
 		}
 	}
@@ -565,7 +574,7 @@ func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempt
 // stays. The lease is confirmed first, so a lost writer also cannot create
 // a file the new owner has not written yet, unless the new owner's write
 // then replaces it.
-func (x *execution) writeStep(ctx context.Context, rec RunStepRecord) error {
+func (x *execution) writeStep(ctx context.Context, rec StepRecord) error {
 	if err := x.w.confirmLease(ctx); err != nil {
 		return err
 	}
@@ -611,9 +620,9 @@ func (x *execution) markStarted(ctx context.Context, i int) error {
 	}
 	s := x.agent.Steps[i]
 	now := x.r.now()
-	rec := RunStepRecord{StepNumber: i + 1, StepName: s.Name, Status: StepPending, StartedAt: &now,
+	rec := StepRecord{StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending, StartedAt: &now,
 		Resumable: s.Resumable, Idempotent: s.Idempotent, Epoch: x.epoch}
-	if _, err := RunStep().Fire(context.Background(), &rec, EventStart, ActorOrchestration); err != nil {
+	if _, err := lifecycle.RunStep().Fire(context.Background(), &rec, lifecycle.EventStart, lifecycle.ActorOrchestration); err != nil {
 		return err
 	}
 	key, err := storage.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
@@ -634,7 +643,7 @@ func (x *execution) markStarted(ctx context.Context, i int) error {
 			x.markers[i+1] = ov // ours landed
 			return nil
 		}
-		return NewRunError(CodeRunOrphaned, "step %s, which is not idempotent, was started by another runner", s.Name)
+		return lifecycle.NewRunError(lifecycle.CodeRunOrphaned, "step %s, which is not idempotent, was started by another runner", s.Name)
 	}
 	if err == nil {
 		x.markers[i+1] = v
@@ -662,7 +671,7 @@ func (x *execution) writeFiles(ctx context.Context, files map[string][]byte) ([]
 	for _, name := range names {
 		key, err := storage.RunOutputKey(x.agent.Slug, x.w.runID, name)
 		if err != nil {
-			return nil, &RunError{Code: CodeInternalError, Message: err.Error(), Permanent: true, Err: err}
+			return nil, &lifecycle.RunError{Code: lifecycle.CodeInternalError, Message: err.Error(), Permanent: true, Err: err}
 		}
 		if err := x.writeOutput(ctx, key, files[name]); err != nil {
 			return nil, err
@@ -739,7 +748,11 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		return
 	}
 	f := &x.agent.flow
-	err := x.w.apply(ctx, ActorOrchestration, func(d *RunStatus) error {
+	b := bySystem()
+	if out.kind == timedOut {
+		b = byTimeout()
+	}
+	err := x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
 		event, runErr := f.complete, error(nil)
 		switch out.kind {
 		case done:
@@ -749,14 +762,14 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		case failed:
 			event, runErr = f.fail, out.err
 		case timedOut:
-			event, runErr = f.timeOut, NewRunError(CodeAgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
+			event, runErr = f.timeOut, lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
 		case canceled:
 			event = f.cancel
 		}
 		if f.cancelRq != "" && d.Status == f.cancelRq && out.kind == timedOut {
 			event = f.cancel // cancel_requested cannot time out (seed 001); the cancel wins
 		}
-		if err := f.fire(ctx, d, event, ActorOrchestration); err != nil {
+		if err := f.fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		r.finishFields(d, runErr)
@@ -765,7 +778,7 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 	if err != nil {
 		r.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 		x.giveUp(ctx, err)
-		if !errors.Is(err, ErrLeaseLost) && !errors.Is(err, storage.ErrCorrupt) && ctx.Err() == nil {
+		if !errors.Is(err, storage.ErrLeaseLost) && !errors.Is(err, storage.ErrCorrupt) && ctx.Err() == nil {
 			r.releaseSlotIfOurs(ctx, x) // not executing any more: recovery takes it from here
 		}
 		return
@@ -775,23 +788,23 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 }
 
 // finishFields sets what a terminal write records (seed 004 §2.3).
-func (r *Runner) finishFields(d *RunStatus, runErr error) {
+func (r *Runner) finishFields(d *Status, runErr error) {
 	now := r.now()
 	d.FinishedAt = &now
 	d.DurationMS = now.Sub(d.StartedAt).Milliseconds()
 	d.Lease = nil
 	if runErr != nil {
-		var re *RunError
+		var re *lifecycle.RunError
 		msg := runErr.Error()
 		if !errors.As(runErr, &re) {
-			msg = CodeInternalError + ": " + msg
+			msg = lifecycle.CodeInternalError + ": " + msg
 		}
 		d.Error = &msg
 	}
 }
 
 // finished records a run's end in logs and metrics.
-func (r *Runner) finished(ctx context.Context, d RunStatus) {
+func (r *Runner) finished(ctx context.Context, d Status) {
 	dur := time.Duration(d.DurationMS) * time.Millisecond
 	r.cfg.Metrics.RunFinished(d.AgentSlug, d.Status, dur)
 	r.log.LogAttrs(ctx, slog.LevelInfo, "run_completed", slog.String("runId", d.RunID),
@@ -806,7 +819,7 @@ func (x *execution) giveUp(ctx context.Context, err error) {
 	if errors.As(err, &ce) {
 		_ = x.r.quarantineRun(ctx, x.agent.Slug, x.w.runID, ce)
 	}
-	if errors.Is(err, ErrLeaseLost) || errors.Is(err, storage.ErrCorrupt) {
+	if errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrCorrupt) {
 		x.r.releaseSlotIfOurs(ctx, x)
 	}
 }
@@ -820,14 +833,14 @@ func (x *execution) writeManifest(ctx context.Context, out outcome) error {
 		return err
 	}
 	doc := x.w.snapshot()
-	var steps []ManifestStep
+	var steps []manifestStep
 	for i := range x.agent.Steps {
 		if rec, ok := x.records[i+1]; ok {
-			steps = append(steps, ManifestStep{StepNumber: rec.StepNumber, StepName: rec.StepName, Status: rec.Status, DurationMS: rec.DurationMS})
+			steps = append(steps, manifestStep{StepNumber: rec.StepNumber, StepName: rec.StepName, Status: rec.Status, DurationMS: rec.DurationMS})
 		}
 	}
 	now := x.r.now()
-	m := Manifest{
+	m := manifest{
 		RunID: doc.RunID, AgentSlug: doc.AgentSlug, Status: x.agent.flow.completed, Trigger: doc.Trigger,
 		StartedAt: doc.StartedAt, FinishedAt: now, DurationMS: now.Sub(doc.StartedAt).Milliseconds(),
 		Steps: steps, ProposalsCreated: appendNew(append([]string{}, doc.ProposalsCreated...), x.lastProposals...),

@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
@@ -6,23 +6,24 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
 func TestRunnerHappyPath(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
-	propose := lifecycle.Step{Name: "create-proposal", Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	propose := run.Step{Name: "create-proposal", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		if len(in.Previous) != 2 || string(in.Previous[1]) != `{"step":"execute-agent"}` {
 			t.Errorf("previous outputs %s", in.Previous)
 		}
-		return lifecycle.StepOutput{Summary: "1 proposal", Proposals: []string{"prop_2026-02-14_xyz789"},
+		return run.StepOutput{Summary: "1 proposal", Proposals: []string{"prop_2026-02-14_xyz789"},
 			Files: map[string][]byte{"proposal.json": []byte(`{"id":"prop_2026-02-14_xyz789"}`)}}, nil
 	}}
-	agent := lifecycle.Agent{Slug: "archivist-violin", Steps: []lifecycle.Step{okStep("load-context"), okStep("execute-agent"), propose}}
+	agent := run.Agent{Slug: "archivist-violin", Steps: []run.Step{okStep("load-context"), okStep("execute-agent"), propose}}
 	r, _ := g.runner("runner-a", nil, agent)
 	ctx := context.Background()
-	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist-violin", Input: json.RawMessage(`{"q": 1}`)})
+	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin", Input: json.RawMessage(`{"q": 1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestRunnerHappyPath(t *testing.T) {
 			t.Errorf("step %d: %+v", i, s)
 		}
 	}
-	var m lifecycle.Manifest
+	var m manifestDoc
 	key, _ := storage.RunManifestKey("archivist-violin", res.RunID)
 	readJSON(t, g.store, key, &m)
 	if m.Status != "completed" || len(m.Steps) != 3 || m.Outputs[0] != "proposal.json" {

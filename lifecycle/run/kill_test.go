@@ -1,4 +1,4 @@
-package lifecycle_test
+package run_test
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -29,7 +30,7 @@ const helperEnv = "CONVEYOR_LIFECYCLE_HELPER"
 // killAgent's steps append their name to dir/executions.log each time they
 // run, so the test can count executions across processes. In the victim
 // process "render" announces itself and then hangs until it is killed.
-func killAgent(dir string, victim bool) lifecycle.Agent {
+func killAgent(dir string, victim bool) run.Agent {
 	record := func(name string) error {
 		f, err := os.OpenFile(filepath.Join(dir, "executions.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err != nil {
@@ -39,18 +40,18 @@ func killAgent(dir string, victim bool) lifecycle.Agent {
 		_, err = fmt.Fprintln(f, name)
 		return err
 	}
-	step := func(name string, resumable, idempotent bool, body func(ctx context.Context) error) lifecycle.Step {
-		return lifecycle.Step{Name: name, Resumable: resumable, Idempotent: idempotent,
-			Run: func(ctx context.Context, in lifecycle.StepInput) (lifecycle.StepOutput, error) {
+	step := func(name string, resumable, idempotent bool, body func(ctx context.Context) error) run.Step {
+		return run.Step{Name: name, Resumable: resumable, Idempotent: idempotent,
+			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				if err := record(name); err != nil {
-					return lifecycle.StepOutput{}, err
+					return run.StepOutput{}, err
 				}
 				if body != nil {
 					if err := body(ctx); err != nil {
-						return lifecycle.StepOutput{}, err
+						return run.StepOutput{}, err
 					}
 				}
-				return lifecycle.StepOutput{Summary: name, Data: json.RawMessage(`"` + name + `"`)}, nil
+				return run.StepOutput{Summary: name, Data: json.RawMessage(`"` + name + `"`)}, nil
 			}}
 	}
 	hang := func(ctx context.Context) error {
@@ -63,7 +64,7 @@ func killAgent(dir string, victim bool) lifecycle.Agent {
 		<-ctx.Done() // until SIGKILL
 		return ctx.Err()
 	}
-	return lifecycle.Agent{Slug: "killable", Steps: []lifecycle.Step{
+	return run.Agent{Slug: "killable", Steps: []run.Step{
 		step("fetch", true, true, nil),
 		step("charge", true, false, nil), // a side effect that must never repeat
 		step("render", false, true, hang),
@@ -100,7 +101,7 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	r, err := lifecycle.NewRunner(lifecycle.Config{
+	r, err := run.NewRunner(run.Config{
 		Store: store, Owner: "victim", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		LeaseDuration: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
 	}, killAgent(dir, true))
@@ -108,7 +109,7 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "killable"})
+	res, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: "killable"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -174,7 +175,7 @@ func testSIGKILL(t *testing.T, dir string, env []string, open func() storage.Sto
 	// A second runner, whose clock reads past the victim's lease.
 	store := open()
 	clk := clock.NewFake(time.Now().Add(time.Hour))
-	r, err := lifecycle.NewRunner(lifecycle.Config{Store: store, Owner: "rescuer", Clock: clk,
+	r, err := run.NewRunner(run.Config{Store: store, Owner: "rescuer", Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, killAgent(dir, false))
 	if err != nil {
 		t.Fatal(err)

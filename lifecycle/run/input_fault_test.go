@@ -1,14 +1,17 @@
-package lifecycle_test
+package run_test
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // badValue is one bad value of a field: over its limit, not UTF-8, or with
@@ -35,11 +38,11 @@ func badValues(limit int) []badValue {
 func TestRunnerRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
-	gated := lifecycle.Agent{Slug: "gated", Machine: lifecycle.MachineApproval,
-		Steps: []lifecycle.Step{awaitStep("plan", &lifecycle.Await{Approval: "merge"}), okStep("apply")}}
-	waits := lifecycle.Agent{Slug: "waits", Machine: lifecycle.MachineApproval,
-		Steps: []lifecycle.Step{awaitStep("wait-ci", &lifecycle.Await{ExternalEvent: "ci.finished", Timeout: time.Hour}), okStep("after")}}
-	plain := lifecycle.Agent{Slug: "plain", Steps: []lifecycle.Step{okStep("s")}}
+	gated := run.Agent{Slug: "gated", Machine: lifecycle.MachineApproval,
+		Steps: []run.Step{awaitStep("plan", &run.Await{Approval: "merge"}), okStep("apply")}}
+	waits := run.Agent{Slug: "waits", Machine: lifecycle.MachineApproval,
+		Steps: []run.Step{awaitStep("wait-ci", &run.Await{ExternalEvent: "ci.finished", Timeout: time.Hour}), okStep("after")}}
+	plain := run.Agent{Slug: "plain", Steps: []run.Step{okStep("s")}}
 	r, stop := g.runner("a", nil, gated, waits, plain)
 	// A parked run per operation, so that on code without the checks each
 	// operation's first bad value shows what it wrote.
@@ -57,9 +60,9 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 	// doing of the call under test.
 	stop()
 	ctx := context.Background()
-	ok := lifecycle.SubmitRequest{AgentSlug: plain.Slug}
-	dec := lifecycle.Decision{DecidedBy: "owner", Reason: "fine"}
-	ev := lifecycle.ExternalEvent{Type: "ci.finished", ID: "evt-1", Source: "github"}
+	ok := run.SubmitRequest{AgentSlug: plain.Slug}
+	dec := run.Decision{DecidedBy: "owner", Reason: "fine"}
+	ev := run.ExternalEvent{Type: "ci.finished", ID: "evt-1", Source: "github"}
 
 	type input struct {
 		method, field string
@@ -87,14 +90,14 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 			_, err := r.Submit(ctx, req)
 			return err
 		}},
-		{"Submit", "idempotency_key", lifecycle.MaxIdempotencyKeyBytes, func(v string) error {
+		{"Submit", "idempotency_key", run.MaxIdempotencyKeyBytes, func(v string) error {
 			req := ok
 			req.IdempotencyKey = "api:client:" + v
 			_, err := r.Submit(ctx, req)
 			return err
 		}},
 		{"Cancel", "reason", lifecycle.MaxTextBytes, func(v string) error {
-			_, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, v)
+			_, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, run.CancelRequest{Reason: v})
 			return err
 		}},
 		{"Approve", "decided_by", lifecycle.MaxNameBytes, func(v string) error {
@@ -153,13 +156,13 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 	// The 10 MB values of the issue, for the record.
 	huge := strings.Repeat("x", 10<<20)
 	before := teststores.Snapshot(t, g.store)
-	if _, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, huge); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
+	if _, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, run.CancelRequest{Reason: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
 		t.Errorf("10 MB cancel reason: %v", err)
 	}
-	if _, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway, lifecycle.Decision{DecidedBy: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
+	if _, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway, run.Decision{DecidedBy: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
 		t.Errorf("10 MB decided_by: %v", err)
 	}
-	if _, err := r.Deliver(ctx, waitingRun, lifecycle.ActorGateway, lifecycle.ExternalEvent{Type: "ci.finished", ID: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
+	if _, err := r.Deliver(ctx, waitingRun, lifecycle.ActorGateway, run.ExternalEvent{Type: "ci.finished", ID: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
 		t.Errorf("10 MB event id: %v", err)
 	}
 	teststores.Unchanged(t, g.store, before)
@@ -167,8 +170,38 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 	// Clean values at the limits still pass: a multi-line reason and
 	// multi-byte names.
 	st, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway,
-		lifecycle.Decision{DecidedBy: strings.Repeat("ż", lifecycle.MaxNameBytes/2), Reason: "line one\nline two\t" + strings.Repeat("x", lifecycle.MaxTextBytes-18)})
+		run.Decision{DecidedBy: strings.Repeat("ż", lifecycle.MaxNameBytes/2), Reason: "line one\nline two\t" + strings.Repeat("x", lifecycle.MaxTextBytes-18)})
 	if err != nil || st.Approval == nil || len(st.Approval.DecidedBy) != lifecycle.MaxNameBytes || len(st.Approval.Reason) != lifecycle.MaxTextBytes {
 		t.Fatalf("approve at the limits: %+v %v", st.Approval, err)
+	}
+}
+
+// checkInputErr asserts that err is nil when wantCode is empty, and else an
+// *InputError for field and limit, matching ErrInvalidInput, with wantCode
+// and a short message that does not quote the value.
+func checkInputErr(t *testing.T, err error, field string, limit int, wantCode string) {
+	t.Helper()
+	if wantCode == "" {
+		if err != nil {
+			t.Errorf("want no error, got %v", err)
+		}
+		return
+	}
+	var ie *lifecycle.InputError
+	if !errors.As(err, &ie) || !errors.Is(err, lifecycle.ErrInvalidInput) {
+		t.Errorf("want an *InputError matching ErrInvalidInput, got %.300v", err)
+		return
+	}
+	if ie.Field != field || ie.Limit != limit {
+		t.Errorf("Field, Limit = %q, %d; want %q, %d", ie.Field, ie.Limit, field, limit)
+	}
+	if got := lifecycle.ErrorCode(fmt.Errorf("wrapped: %w", err)); got != wantCode {
+		t.Errorf("code %s, want %s (%v)", got, wantCode, err)
+	}
+	if ie.TooLarge() != (wantCode == lifecycle.CodeInputTooLarge) {
+		t.Errorf("TooLarge() = %v for code %s", ie.TooLarge(), wantCode)
+	}
+	if len(err.Error()) > 200 {
+		t.Errorf("message of %d bytes: the value leaked into it", len(err.Error()))
 	}
 }

@@ -1,0 +1,130 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// Approval is the approval a run waits for or got (seed 004 §2.2): a run's
+// status.json keeps it while the run waits at its gate and after.
+type Approval struct {
+	Action      string     `json:"action"`
+	RequestedAt time.Time  `json:"requested_at"`
+	Decision    string     `json:"decision,omitempty"` // "approved" or "rejected"
+	DecidedAt   *time.Time `json:"decided_at,omitempty"`
+	DecidedBy   string     `json:"decided_by,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+}
+
+// ExternalWait is the external event a run waits for (seed 004 §2.2).
+type ExternalWait struct {
+	EventType string     `json:"event_type"`
+	Since     time.Time  `json:"since"`
+	Deadline  *time.Time `json:"deadline,omitempty"`
+	// Filled when the event arrives.
+	EventID    string     `json:"event_id,omitempty"`
+	Source     string     `json:"source,omitempty"`
+	ReceivedAt *time.Time `json:"received_at,omitempty"`
+}
+
+// Initiator says what caused a transition (seed 004 §2.2).
+type Initiator string
+
+// The initiators of seed 004 §2.2.
+const (
+	InitiatorUser     Initiator = "user"     // a person, through the API
+	InitiatorSystem   Initiator = "system"   // the orchestration layer on its own
+	InitiatorTimeout  Initiator = "timeout"  // a deadline passed
+	InitiatorPolicy   Initiator = "policy"   // a rule of the deployment
+	InitiatorWebhook  Initiator = "webhook"  // an external event arrived
+	InitiatorApproval Initiator = "approval" // an approval gate was answered
+)
+
+// TransitionContext is the audit context of one transition (seed 004 §2.2):
+// which run, who asked and why, when, and the approval or external event
+// the move is about. Give it to [Machine.Fire] with [WithTransition]; a
+// refused move reports it ([InvalidTransitionError].Context,
+// [ForbiddenActorError].Context), and the run package writes it into the
+// audit event and the run_transition log line of every status write.
+type TransitionContext struct {
+	RunID     string    `json:"run_id,omitempty"`
+	UserID    string    `json:"user_id,omitempty"`
+	Initiator Initiator `json:"initiator,omitempty"`
+	Timestamp time.Time `json:"timestamp,omitzero"`
+	// Metadata is the caller's, kept as given (seed 004: Record<string,
+	// unknown>; here strings, so every value is checked text).
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Approval is set on moves into, at and out of an approval gate.
+	Approval *Approval `json:"approval,omitempty"`
+	// External is set on moves into and out of an external wait.
+	External *ExternalWait `json:"external_event,omitempty"`
+}
+
+// Check refuses a context whose free text breaks the SDK's input limits,
+// with an [*InputError]: UserID over MaxNameBytes or not one line of clean
+// text, an Initiator not of seed 004's set, more than MaxListLen metadata
+// entries, a metadata key over MaxNameBytes or a value over MaxTextBytes
+// (values may span lines). The zero context passes.
+func (tc *TransitionContext) Check() error {
+	if err := CheckText("user_id", tc.UserID, MaxNameBytes, OneLine); err != nil {
+		return err
+	}
+	switch tc.Initiator {
+	case "", InitiatorUser, InitiatorSystem, InitiatorTimeout, InitiatorPolicy, InitiatorWebhook, InitiatorApproval:
+	default:
+		if err := CheckText("initiator", string(tc.Initiator), MaxNameBytes, OneLine); err != nil {
+			return err
+		}
+		return &InputError{Field: "initiator", Limit: MaxNameBytes,
+			Reason: "not one of user, system, timeout, policy, webhook, approval"}
+	}
+	if err := CheckList("metadata", len(tc.Metadata)); err != nil {
+		return err
+	}
+	for k, v := range tc.Metadata {
+		if k == "" {
+			return &InputError{Field: "metadata", Limit: MaxNameBytes, Reason: "empty key"}
+		}
+		if err := CheckText("metadata key", k, MaxNameBytes, OneLine); err != nil {
+			return err
+		}
+		if err := CheckText("metadata["+k+"]", v, MaxTextBytes, MultiLine); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// String is a short form for error messages: run, user, initiator and
+// time, never the metadata (which may be large).
+func (tc *TransitionContext) String() string {
+	var parts []string
+	if tc.RunID != "" {
+		parts = append(parts, "run "+tc.RunID)
+	}
+	if tc.UserID != "" {
+		parts = append(parts, "user "+tc.UserID)
+	}
+	if tc.Initiator != "" {
+		parts = append(parts, "initiator "+string(tc.Initiator))
+	}
+	if !tc.Timestamp.IsZero() {
+		parts = append(parts, "at "+tc.Timestamp.UTC().Format(time.RFC3339Nano))
+	}
+	return strings.Join(parts, ", ")
+}
+
+type transitionKey struct{}
+
+// WithTransition returns a copy of ctx that carries tc: [Machine.Fire]
+// under it reports tc in the errors of a refused move.
+func WithTransition(ctx context.Context, tc TransitionContext) context.Context {
+	return context.WithValue(ctx, transitionKey{}, &tc)
+}
+
+// transitionOf returns the context WithTransition put in ctx, or nil.
+func transitionOf(ctx context.Context) *TransitionContext {
+	tc, _ := ctx.Value(transitionKey{}).(*TransitionContext)
+	return tc
+}

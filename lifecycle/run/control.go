@@ -1,0 +1,262 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// control loads a run for an operation and applies change to it as b's
+// actor, with b's transition context, with compare-and-swap; then it lets
+// this runner's loop and execution know.
+func (r *Runner) control(ctx context.Context, runID string, b by, change func(ctx context.Context, f *flow, d *Status) error) (Status, error) {
+	slug, key, err := r.locate(ctx, runID)
+	if err != nil {
+		return Status{}, err
+	}
+	agent, ok := r.agents[slug]
+	if !ok {
+		return Status{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", ErrNotFound, runID, slug)
+	}
+	w := r.newWriter(slug, runID, key, nil, "") // the first apply reads
+	f := &agent.flow
+	var from string
+	err = w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+		from = d.Status
+		return change(ctx, f, d)
+	})
+	var ce *storage.CorruptError
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		if qe := r.findQuarantined(ctx, runID, key); qe != nil {
+			return Status{}, qe
+		}
+		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
+	case errors.As(err, &ce):
+		return Status{}, r.quarantineRun(ctx, slug, runID, ce)
+	case err != nil:
+		return Status{}, err
+	}
+	after := w.snapshot()
+	if f.terminal(after.Status) {
+		r.cleanup(ctx, slug, runID, "", "")
+		r.finished(ctx, after)
+	} else if !f.executing(from) || after.Lease == nil {
+		r.hand(candidate{slug: slug, w: w})
+	}
+	return after, nil
+}
+
+// Caller is the caller's part of a control call's transition context
+// (seed 004 §2.2): on whose behalf the call is made, what caused it, and
+// anything the audit log should keep about it. Every control call's
+// request embeds one; the Runner adds the rest of the context (run id,
+// timestamp, approval and external-event details) and writes it into the
+// audit event and the run_transition log line, and a refused move reports
+// it (*lifecycle.InvalidTransitionError's Context). A call whose Caller
+// breaks the limits of lifecycle.TransitionContext.Check (UserID
+// MaxNameBytes, metadata keys MaxNameBytes and values MaxTextBytes, at
+// most MaxListLen entries, clean text, an Initiator of the seed's set) is
+// refused with an *lifecycle.InputError, and nothing is written.
+type Caller struct {
+	// UserID names the user the call is made for, e.g. "u-42".
+	UserID string
+	// Initiator says what caused the call. Default: Submit by its trigger
+	// (manual: user, cron: system, event: webhook), Cancel user, Approve
+	// and Reject approval, Deliver webhook.
+	Initiator lifecycle.Initiator
+	// Metadata is kept as given in the audit event and the log line.
+	Metadata map[string]string
+}
+
+// by is the write a control call makes as actor, with the caller's
+// context (initiator def unless the caller names one).
+func (c *Caller) by(actor lifecycle.Actor, def lifecycle.Initiator) by {
+	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
+	if tc.Initiator == "" {
+		tc.Initiator = def
+	}
+	return by{actor: actor, tc: tc}
+}
+
+// check refuses a Caller that breaks the input limits.
+func (c *Caller) check() error {
+	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
+	return tc.Check()
+}
+
+// CancelRequest asks Cancel to stop a run. Cancel refuses one with an
+// *lifecycle.InputError, writing nothing, when Reason is over MaxTextBytes
+// or not clean text (it may span lines), or its Caller breaks its limits.
+type CancelRequest struct {
+	// Reason becomes the run's cancel_reason.
+	Reason string
+	Caller
+}
+
+// Cancel asks a run to stop (seed 001). On the cancel-aware machine a queued
+// run is canceled at once and a running one moves to cancel_requested: its
+// step's context is canceled and the runner ends it canceled, unless the
+// step finishes first (then it may still succeed or fail, as seed 001
+// allows). On the approval machine a run that is not executing is cancelled
+// at once, and an executing one when its runner notices. The canonical
+// machine has no cancel: [ErrUnsupported].
+func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (Status, error) {
+	if err := req.check(); err != nil {
+		return Status{}, err
+	}
+	doc, err := r.control(ctx, runID, req.by(actor, lifecycle.InitiatorUser), func(ctx context.Context, f *flow, d *Status) error {
+		if f.cancel == "" {
+			return &unsupportedError{Machine: f.machine, Operation: "cancel"}
+		}
+		now := r.now()
+		switch {
+		case f.executing(d.Status) && f.requestCancel != "":
+			if d.Status == f.cancelRq {
+				return nil // asked already
+			}
+			if err := f.fire(ctx, d, f.requestCancel, actor); err != nil {
+				return err
+			}
+		case f.executing(d.Status) && d.Lease != nil:
+			// The approval machine has no cancel_requested state: the flag
+			// asks, and the executing runner makes the move. The move is
+			// tried on a copy, so a refusal is the machine's own error.
+			probe := *d
+			if err := f.fire(ctx, &probe, f.cancel, actor); err != nil {
+				return err
+			}
+		default:
+			if err := f.fire(ctx, d, f.cancel, actor); err != nil {
+				return err
+			}
+			r.finishFields(d, nil)
+		}
+		d.CancelRequested, d.CancelReason, d.CancelRequestedAt = true, req.Reason, &now
+		return nil
+	})
+	if err != nil {
+		return doc, err
+	}
+	r.mu.Lock()
+	x := r.executing[runID]
+	r.mu.Unlock()
+	if x != nil {
+		x.stop(errCanceled)
+	}
+	return doc, nil
+}
+
+// Decision is an owner's answer at an approval gate. Approve and Reject
+// refuse one with an *lifecycle.InputError, writing nothing, when
+// DecidedBy is over MaxNameBytes or Reason over MaxTextBytes, or either is
+// not clean text (Reason may span lines), or its Caller breaks its limits.
+type Decision struct {
+	// DecidedBy names who decided, e.g. "owner".
+	DecidedBy string
+	Reason    string
+	Caller
+}
+
+// by is the write of a decision: its context names the approval decided.
+func (dec *Decision) by(actor lifecycle.Actor, decision string, now time.Time) by {
+	b := dec.Caller.by(actor, lifecycle.InitiatorApproval)
+	b.tc.Approval = &lifecycle.Approval{Decision: decision, DecidedAt: &now, DecidedBy: dec.DecidedBy, Reason: dec.Reason}
+	return b
+}
+
+// Approve resumes a run waiting at an approval gate (awaiting_approval →
+// running). A runner then executes the steps left; when the gate followed
+// the last step it completes the run, writing its manifest.
+func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+	if err := dec.check(); err != nil {
+		return Status{}, err
+	}
+	now := r.now()
+	return r.control(ctx, runID, dec.by(actor, "approved", now), func(ctx context.Context, f *flow, d *Status) error {
+		if f.approve == "" {
+			return &unsupportedError{Machine: f.machine, Operation: "approve"}
+		}
+		if err := f.fire(ctx, d, f.approve, actor); err != nil {
+			return err
+		}
+		decide(d, "approved", dec, now)
+		return nil
+	})
+}
+
+// Reject fails a run waiting at an approval gate with APPROVAL_REJECTED.
+func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+	if err := dec.check(); err != nil {
+		return Status{}, err
+	}
+	now := r.now()
+	return r.control(ctx, runID, dec.by(actor, "rejected", now), func(ctx context.Context, f *flow, d *Status) error {
+		if f.reject == "" {
+			return &unsupportedError{Machine: f.machine, Operation: "reject"}
+		}
+		if err := f.fire(ctx, d, f.reject, actor); err != nil {
+			return err
+		}
+		decide(d, "rejected", dec, now)
+		r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
+		return nil
+	})
+}
+
+func decide(d *Status, decision string, dec Decision, now time.Time) {
+	if d.Approval == nil {
+		d.Approval = &lifecycle.Approval{}
+	}
+	d.Approval.Decision, d.Approval.DecidedAt, d.Approval.DecidedBy, d.Approval.Reason = decision, &now, dec.DecidedBy, dec.Reason
+}
+
+// ExternalEvent is an event a waiting run receives (seed 004 §2.2). Deliver
+// refuses one with an *lifecycle.InputError, writing nothing, when Type is
+// over MaxNameBytes, ID or Source over MaxRefBytes, or any is not one line
+// of clean text, or its Caller breaks its limits.
+type ExternalEvent struct {
+	// Type must be the event type the run waits for.
+	Type   string
+	ID     string
+	Source string
+	Caller
+}
+
+// Deliver hands a run the external event it waits for (waiting_external →
+// running); a runner then goes on as after an approval.
+func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (Status, error) {
+	if err := ev.check(); err != nil {
+		return Status{}, err
+	}
+	now := r.now()
+	b := ev.Caller.by(actor, lifecycle.InitiatorWebhook)
+	b.tc.External = &lifecycle.ExternalWait{EventType: ev.Type, EventID: ev.ID, Source: ev.Source, ReceivedAt: &now}
+	return r.control(ctx, runID, b, func(ctx context.Context, f *flow, d *Status) error {
+		if f.deliver == "" {
+			return &unsupportedError{Machine: f.machine, Operation: "deliver"}
+		}
+		if d.External != nil && ev.Type != d.External.EventType && d.Status == string(lifecycle.ApprovalWaitingExternal) {
+			return &RequestError{Field: "event type", Reason: fmt.Sprintf("run waits for %q, not %q", d.External.EventType, ev.Type)}
+		}
+		if err := f.fire(ctx, d, f.deliver, actor); err != nil {
+			return err
+		}
+		if d.External == nil {
+			d.External = &lifecycle.ExternalWait{EventType: ev.Type}
+		}
+		d.External.EventID, d.External.Source, d.External.ReceivedAt = ev.ID, ev.Source, &now
+		return nil
+	})
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

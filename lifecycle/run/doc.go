@@ -1,0 +1,20 @@
+// Package run executes agent runs on the run machines of package lifecycle:
+// the [Runner] is the seeds' Orchestration Layer, the one writer of every
+// run's status.json.
+//
+//	r, _ := run.NewRunner(run.Config{Store: store}, run.Agent{Slug: "archivist-violin", Steps: steps})
+//	go r.Run(ctx)
+//	res, _ := r.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin"})
+//	st, _ := r.Wait(ctx, res.RunID)
+//
+// The Runner runs on the SDK's one execution core (internal/core): every
+// status write is a fenced read-check-write, step files and manifest.json
+// carry the writer's epoch, and a runner that lost its lease gets
+// storage.ErrLeaseLost and writes nothing; step attempts run under
+// deadlines with abandoned goroutines counted ([Runner.Stragglers]);
+// transient store errors are waited out until the run's deadline plus
+// [Config].FinishGrace; a poison status.json or slot object is quarantined
+// ([QuarantinedError], [Runner.Quarantined]) and never blocks the agent's
+// other runs. Submits may carry an idempotency key (seed 004 §3), and runs
+// whose runner was lost are taken over from their checkpoints (seed 004 §5).
+package run

@@ -1,0 +1,125 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Constants of runs: triggers, idempotency sources and record states,
+// limits.
+const (
+	// Triggers of a run (seed 000 §3).
+	TriggerManual = "manual"
+	TriggerCron   = "cron"
+	TriggerEvent  = "event"
+
+	// Sources of idempotency keys (seed 004 §3.1), as IdempotencyRecord
+	// names them.
+	SourceGitHub    = "github_webhook"
+	SourceAPI       = "api"
+	SourceSlack     = "slack"
+	SourceScheduler = "scheduler"
+
+	// States of an IdempotencyRecord (seed 004 §3.3).
+	IdempotencyProcessing = "processing"
+	IdempotencyCompleted  = "completed"
+	IdempotencyFailed     = "failed"
+
+	// MaxIdempotencyKeyBytes bounds an idempotency key (seed 004 §3.1 gives
+	// no limit; its longest example is 60 bytes); a longer key is refused
+	// with INPUT_TOO_LARGE.
+	MaxIdempotencyKeyBytes = 512
+)
+
+// Sentinel errors of the run package. Match them with errors.Is;
+// lifecycle.ErrorCode gives each its code.
+var (
+	// ErrNotFound: no run has the id asked for (RUN_NOT_FOUND, 404).
+	ErrNotFound error = &codedError{"run: run not found", lifecycle.CodeRunNotFound}
+	// ErrUnsupported: the run's machine has no such operation, e.g. cancel
+	// on the canonical machine (RUN_UNSUPPORTED_OPERATION).
+	ErrUnsupported error = &codedError{"run: operation not supported by the run's machine", lifecycle.CodeUnsupported}
+	// ErrInvalidConfig is matched by errors from NewRunner about its arguments.
+	ErrInvalidConfig = errors.New("run: invalid runner config")
+	// ErrRunnerStarted is returned by a second call of Runner.Run.
+	ErrRunnerStarted = errors.New("run: runner already running")
+	// ErrIdempotencyConflict: the key was used with another request.
+	ErrIdempotencyConflict = errors.New("run: idempotency key used with a different request")
+	// ErrIdempotencyExpired: the key's record outlived its TTL.
+	ErrIdempotencyExpired = errors.New("run: idempotency record expired")
+	// ErrInvalidIdempotencyKey: the key follows none of the schemes.
+	ErrInvalidIdempotencyKey = errors.New("run: invalid idempotency key")
+)
+
+// codedError is a sentinel with a code of its own.
+type codedError struct{ msg, code string }
+
+func (e *codedError) Error() string { return e.msg }
+func (e *codedError) Code() string  { return e.code }
+
+// RequestError is a request the Runner refuses as malformed; it carries the
+// code INVALID_REQUEST (an HTTP 400).
+type RequestError struct {
+	Field  string
+	Reason string
+}
+
+// Error names the field and why it was refused.
+func (e *RequestError) Error() string { return "run: invalid " + e.Field + ": " + e.Reason }
+
+// Code is INVALID_REQUEST.
+func (e *RequestError) Code() string { return lifecycle.CodeInvalidRequest }
+
+// unsupportedError names the machine and the operation it lacks; it
+// matches ErrUnsupported.
+type unsupportedError struct {
+	Machine   string
+	Operation string
+}
+
+// Error names the machine and the missing operation.
+func (e *unsupportedError) Error() string {
+	return fmt.Sprintf("run: machine %s does not support %s", e.Machine, e.Operation)
+}
+
+// Is matches ErrUnsupported.
+func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// Code is RUN_UNSUPPORTED_OPERATION.
+func (e *unsupportedError) Code() string { return lifecycle.CodeUnsupported }
+
+// QuarantinedError is the error of a run whose status.json was poison
+// (undecodable, or failing validation: a status its machine does not know,
+// a run_id or agent_slug that is not its key's) and was moved under
+// storage.QuarantinePrefix. The run no longer holds a slot or an active
+// entry; an operator may repair and restore the record (storage.Restore),
+// after which the runners pick the run up again. It matches
+// storage.ErrCorrupt; its code is RECORD_QUARANTINED.
+type QuarantinedError struct {
+	RunID string
+	// Key is where the record was; QKey where it is kept now (empty when
+	// only its absence and a quarantined copy were found).
+	Key, QKey string
+	Reason    string
+}
+
+// Error names the run and the reason.
+func (e *QuarantinedError) Error() string {
+	msg := "run: run " + e.RunID + ": status quarantined"
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	if e.QKey != "" {
+		msg += " (at " + e.QKey + ")"
+	}
+	return msg
+}
+
+// Is matches storage.ErrCorrupt.
+func (e *QuarantinedError) Is(target error) bool { return target == storage.ErrCorrupt }
+
+// Code is RECORD_QUARANTINED, as storage.CorruptError's.
+func (e *QuarantinedError) Code() string { return (&storage.CorruptError{}).Code() }
