@@ -14,8 +14,8 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // lateHandler serves the sink once the processor has a Sink to give it
