@@ -80,7 +80,12 @@ func (x *execution) run(ctx context.Context) {
 	defer func() {
 		r.mu.Lock()
 		delete(r.executing, x.w.runID)
+		c, again := r.rehand[x.w.runID]
+		delete(r.rehand, x.w.runID)
 		r.mu.Unlock()
+		if again {
+			r.hand(c)
+		}
 	}()
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

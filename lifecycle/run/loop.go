@@ -39,7 +39,19 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-r.wake:
 			r.pass(ctx, func(pctx context.Context) {
 				for _, c := range r.takeHanded() {
-					r.consider(pctx, c, false)
+					runID := c.w.snapshot().RunID
+					r.mu.Lock()
+					_, busy := r.executing[runID]
+					if busy {
+						// Handed over (a Deliver, an Approve) while this
+						// runner still ends the run's last execution (it
+						// parks): look again when that execution ends.
+						r.rehand[runID] = c
+					}
+					r.mu.Unlock()
+					if !busy {
+						r.consider(pctx, c, false)
+					}
 				}
 			})
 		case <-t.C():

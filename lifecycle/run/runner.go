@@ -47,8 +47,12 @@ type Runner struct {
 
 	mu        sync.Mutex
 	executing map[string]*execution // by run id
-	waiting   map[string][]candidate
-	changed   chan struct{}
+	// rehand holds runs handed over (a Deliver, an Approve) while this
+	// runner was still ending their previous execution (parking them): they
+	// are handed again the moment that execution ends, not at the next poll.
+	rehand  map[string]candidate
+	waiting map[string][]candidate
+	changed chan struct{}
 	// freedSlots remembers the version of each slot this runner freed, so
 	// taking it again is one compare-and-swap without a read.
 	freedSlots map[string]storage.Version
@@ -102,6 +106,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		agents:     map[string]*agentDef{},
 		wake:       make(chan struct{}, 1),
 		executing:  map[string]*execution{},
+		rehand:     map[string]candidate{},
 		waiting:    map[string][]candidate{},
 		changed:    make(chan struct{}),
 		freedSlots: map[string]storage.Version{},
