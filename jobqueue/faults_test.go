@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/faultstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -285,5 +288,217 @@ func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
 	}
 	if j := get(t, q, "job-1"); j.Status != jobqueue.JobComplete || j.Attempt != 1 {
 		t.Fatalf("job after the outage: %s attempt %d; want COMPLETE on its first attempt", j.Status, j.Attempt)
+	}
+}
+
+// freezer is one process's view of a shared store that can be frozen the
+// way SIGSTOP freezes a process: once a trigger matches a Put (before it
+// is made, or after it returned), that call and every later call through
+// this view block until thaw. The heartbeat of a frozen worker is frozen
+// with it, so its lease runs out.
+type freezer struct {
+	storage.Store
+	mu            sync.Mutex
+	before, after func(key string, val []byte) bool
+	frozen        bool
+	stopped       chan struct{} // closed when frozen
+	thawed        chan struct{} // closed by thaw
+	thawOnce      sync.Once
+}
+
+func newFreezer(s storage.Store) *freezer {
+	return &freezer{Store: s, stopped: make(chan struct{}), thawed: make(chan struct{})}
+}
+
+// arm sets the triggers; nil never matches.
+func (f *freezer) arm(before, after func(key string, val []byte) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.before, f.after = before, after
+}
+
+// freeze freezes the view now (a handler freezing its own process).
+func (f *freezer) freeze() { f.trip(func(string, []byte) bool { return true }, "", nil) }
+
+func (f *freezer) thaw() { f.thawOnce.Do(func() { close(f.thawed) }) }
+
+func (f *freezer) trip(match func(string, []byte) bool, key string, val []byte) {
+	f.mu.Lock()
+	if !f.frozen && match != nil && match(key, val) {
+		f.frozen = true
+		close(f.stopped)
+	}
+	f.mu.Unlock()
+}
+
+func (f *freezer) wait() {
+	f.mu.Lock()
+	frozen := f.frozen
+	f.mu.Unlock()
+	if frozen {
+		<-f.thawed
+	}
+}
+
+func (f *freezer) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	f.wait()
+	return f.Store.Get(ctx, key)
+}
+
+func (f *freezer) Put(ctx context.Context, key string, val []byte, cond storage.Condition) (storage.Version, error) {
+	f.wait()
+	f.mu.Lock()
+	before, after := f.before, f.after
+	f.mu.Unlock()
+	f.trip(before, key, val)
+	f.wait()
+	v, err := f.Store.Put(ctx, key, val, cond)
+	if err == nil {
+		f.trip(after, key, val)
+	}
+	f.wait()
+	return v, err
+}
+
+func (f *freezer) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	f.wait()
+	return f.Store.Delete(ctx, key, cond)
+}
+
+func (f *freezer) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	f.wait()
+	return f.Store.List(ctx, prefix)
+}
+
+// producedBy are handlers whose artifact names the worker that produced it
+// (its title), so a test can tell whose attempt an artifact is.
+func producedBy(worker string) jobqueue.Handlers {
+	h := okHandlers()
+	h.CallNotebookLM = func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+		return jobqueue.Output{Content: json.RawMessage(`{"title":"` + worker + `","body":"b","entity_map":{},"word_count":1}`)}, nil
+	}
+	return h
+}
+
+// Fault 3/B (found by examples/chaos on MinIO): ARTIFACT_WRITE created the
+// job's artifact create-only but unfenced by the lease, so a worker paused
+// past its lease woke, created the artifact after another worker had
+// rescued the job, and attempt 2 completed pointing at the lost attempt's
+// artifact. Worker 1 (its own view of the store, frozen as by SIGSTOP) is
+// paused at three points; worker 2 rescues the job and completes it, and
+// worker 1 wakes before attempt 2 or after it completed.
+//
+// On the old code the rows paused after the move to ARTIFACT_WRITE and
+// inside the artifact's Put fail when worker 1 wakes after the rescue: its
+// artifact lands, and attempt 2 completes with it.
+func TestFaultLateArtifactWrite(t *testing.T) {
+	jobKey, _ := storage.JobKey("job-1")
+	tests := []struct {
+		name           string
+		pause          string // where worker 1 freezes
+		wakeEarly      bool   // wakes after the rescue, before attempt 2
+		lateArtifactOK bool   // its artifact may land (it froze inside the Put): attempt 2 must replace it
+	}{
+		{"in the handler, wakes after the rescue", "handler", true, false},
+		{"in the handler, wakes after attempt 2", "handler", false, false},
+		{"before the artifact write, wakes after the rescue", "before", true, false},
+		{"before the artifact write, wakes after attempt 2", "before", false, false},
+		{"inside the artifact's Put, wakes after the rescue", "put", true, true},
+		{"inside the artifact's Put, wakes after attempt 2", "put", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+				ctx := context.Background()
+				clk := clock.NewFake(t0)
+				view1 := newFreezer(s)
+				t.Cleanup(view1.thaw)
+				slow := func(c *jobqueue.Config) { c.StepTimeout = time.Hour }
+				q1 := newQueue(t, view1, clk, slow)
+				q2 := newQueue(t, s, clk, slow)
+				enqueue(t, q1, "job-1", "agent-a")
+				c1 := claim(t, q1, "w1")
+				if c1 == nil {
+					t.Fatal("no claim")
+				}
+				h1 := producedBy("w1")
+				switch tt.pause {
+				case "handler":
+					call := h1.CallNotebookLM
+					h1.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+						view1.freeze()
+						<-view1.thawed
+						return call(ctx, job, snap)
+					}
+				case "before":
+					view1.arm(nil, func(key string, val []byte) bool {
+						return key == jobKey && strings.Contains(string(val), `"status":"ARTIFACT_WRITE"`)
+					})
+				case "put":
+					view1.arm(func(key string, _ []byte) bool { return strings.HasPrefix(key, "projects/") }, nil)
+				}
+				ran1 := make(chan error, 1)
+				go func() { _, err := c1.Run(ctx, h1); ran1 <- err }()
+				within(t, "worker 1 frozen", view1.stopped)
+
+				// Worker 1's lease runs out; worker 2 rescues the job.
+				clk.Advance(jobqueue.DefaultLeaseTTL + time.Second)
+				if c := claim(t, q2, "w2"); c != nil {
+					t.Fatal("claimed the rescued job before its backoff")
+				}
+				if j := get(t, q2, "job-1"); j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeLeaseExpired {
+					t.Fatalf("after the rescue: %s %s", j.Status, j.ErrorCode)
+				}
+				artKey, _ := storage.ArtifactKey(jobqueue.DefaultProject, artifact.IDForJob("job-1"))
+				wake := func() {
+					view1.thaw()
+					if err := within(t, "worker 1 after waking", ran1); !errors.Is(err, jobqueue.ErrLeaseLost) {
+						t.Fatalf("worker 1 woke to %v, want ErrLeaseLost", err)
+					}
+				}
+				if tt.wakeEarly {
+					wake()
+					_, _, err := s.Get(ctx, artKey)
+					if !tt.lateArtifactOK && !errors.Is(err, storage.ErrNotFound) {
+						t.Fatalf("worker 1 wrote the artifact after losing the job (get: %v)", err)
+					}
+				}
+				clk.Advance(jobqueue.DefaultBackoff()[0])
+				c2 := claim(t, q2, "w2")
+				if c2 == nil {
+					t.Fatal("attempt 2 not claimed")
+				}
+				epoch2 := c2.Job().Lease.Epoch
+				if done, err := c2.Run(ctx, producedBy("w2")); err != nil || done.Status != jobqueue.JobComplete || done.Attempt != 2 {
+					t.Fatalf("attempt 2: %s attempt %d, %v", done.Status, done.Attempt, err)
+				}
+				committed, _, err := s.Get(ctx, artKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !tt.wakeEarly {
+					wake()
+				}
+				a, err := q2.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, "job-1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var content struct{ Title string }
+				_ = json.Unmarshal(a.Content, &content)
+				if content.Title != "w2" || a.Epoch != epoch2 {
+					t.Fatalf("COMPLETE job's artifact written by %q at epoch %d; want attempt 2's (w2, epoch %d)", content.Title, a.Epoch, epoch2)
+				}
+				if now, _, _ := s.Get(ctx, artKey); string(now) != string(committed) {
+					t.Fatalf("worker 1 changed the artifact after attempt 2 completed:\n%s\nwas\n%s", now, committed)
+				}
+				if j := get(t, q2, "job-1"); j.Status != jobqueue.JobComplete || j.ArtifactID != a.ArtifactID {
+					t.Fatalf("job %s pointing at %q", j.Status, j.ArtifactID)
+				}
+				if st := replay(t, s, clk.Now()); st["job-1"] != jobqueue.JobComplete {
+					t.Fatalf("replay %v", st)
+				}
+			})
+		})
 	}
 }

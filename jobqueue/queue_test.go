@@ -615,9 +615,9 @@ func (f *flakyStore) Put(ctx context.Context, key string, value []byte, cond sto
 }
 
 // TestF3CommitFailsAfterArtifactWritten: the artifact is written but the
-// COMPLETE write fails; the retry finds the existing artifact, so the job
-// ends COMPLETE with exactly one artifact, and it was never COMPLETE
-// without it.
+// COMPLETE write fails; the retry replaces that unreferenced artifact with
+// its own, so the job ends COMPLETE with exactly one artifact, its
+// completing attempt's, and it was never COMPLETE without it.
 func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s storage.Store) {
 		ctx := context.Background()
@@ -650,9 +650,12 @@ func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 		if n := countKeys(t, s, "projects/default/artifacts/"); n != 1 {
 			t.Fatalf("%d artifacts after the retry", n)
 		}
+		// The first attempt's artifact backs no job (its commit failed), so
+		// the retry, of a newer epoch, replaced it with its own: COMPLETE
+		// points at the artifact of the attempt that completed.
 		a, _ := q.Artifacts().GetForJob(ctx, lifecycle.ActorOrchestration, "default", "job-f")
-		if string(a.Content) != string(first.Content) || a.Version != 1 {
-			t.Fatalf("the finalized artifact changed: %s", a.Content)
+		if string(a.Content) == string(first.Content) || a.Version != 2 || a.Epoch <= first.Epoch {
+			t.Fatalf("the retry's artifact: %s version %d epoch %d (first: epoch %d)", a.Content, a.Version, a.Epoch, first.Epoch)
 		}
 	})
 }

@@ -256,12 +256,31 @@ func (c *Claim) renew(ctx context.Context) error {
 	return err
 }
 
+// confirm makes sure, just before a write that the job record's
+// compare-and-swap cannot fence (the artifact), that the claim still holds
+// its lease: by the clock while more than a tenth of LeaseTTL is left,
+// else by renewing it (a fenced write). A claim that woke up from a pause
+// past its lease gets ErrLeaseLost here and writes nothing; one paused
+// between this check and the write can still create the artifact, which
+// the next attempt replaces (artifact.Draft.Epoch).
+func (c *Claim) confirm(ctx context.Context) error {
+	c.mu.Lock()
+	l := c.doc.Lease
+	c.mu.Unlock()
+	if l != nil && c.q.clock.Now().Before(l.ExpiresAt.Add(-c.q.cfg.LeaseTTL/10)) {
+		return nil
+	}
+	return c.renew(ctx)
+}
+
 // Run runs the claimed job's pipeline (003 §1.2): CONTEXT_ASSEMBLY →
 // NOTEBOOKLM_CALL → ARTIFACT_WRITE → COMPLETE, each step's error sending
 // it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
-// left). ARTIFACT_WRITE creates the job's one artifact (create-once by job
-// id, finalized) and COMPLETE points the job at it in the same write, so
-// no reader sees COMPLETE without its finalized artifact (F3). It returns
+// left). ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
+// finalized, fenced by the claim's epoch: a lost attempt's artifact is
+// replaced, a newer one never) and COMPLETE points the job at it in a
+// fenced write, so no reader sees COMPLETE without its finalized artifact,
+// written by the attempt that completed (F3). It returns
 // the job as last written. An error means the claim could not write
 // (ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
@@ -285,8 +304,8 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 	c.mu.Lock()
 	c.done = true
 	c.mu.Unlock()
-	if cause := context.Cause(runCtx); err == nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
-		err = cause
+	if cause := context.Cause(runCtx); errors.Is(cause, ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
+		err = cause // the heartbeat found the lease lost, and the write it cut says only "canceled"
 	}
 	ectx, ecancel := c.q.afterStop(ctx)
 	defer ecancel()
@@ -357,17 +376,32 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	if cid == "" {
 		cid = c.q.cfg.Project
 	}
+	// The artifact is fenced by the claim's epoch (artifact.Draft.Epoch):
+	// a newer attempt's artifact is never replaced, a lost attempt's is;
+	// and the lease is confirmed just before the write, so an attempt that
+	// woke up after losing the job writes none (see confirm).
 	var art artifact.Artifact
 	sctx, err = c.step(ctx, "artifact write", func(ctx context.Context) (err error) {
+		if err := c.confirm(ctx); err != nil {
+			return err
+		}
 		art, _, err = c.q.artifacts.Create(ctx, c.q.cfg.ArtifactActor, cid, artifact.Draft{
 			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
 			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
+			Epoch: c.epoch,
 		})
-		if err == nil && !art.Finalized {
+		switch {
+		case err != nil:
+		case !art.Finalized:
 			err = fmt.Errorf("%w: %s", artifact.ErrNotFinalized, art.ArtifactID)
+		case art.Epoch != c.epoch:
+			err = fmt.Errorf("jobqueue: artifact %s of epoch %d, not the claim's %d", art.ArtifactID, art.Epoch, c.epoch)
 		}
 		return err
 	})
+	if errors.Is(err, ErrLeaseLost) {
+		return c.Job(), err
+	}
 	if err != nil {
 		return orchestrate(JobArtifactWrite, sctx, err)
 	}
