@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,6 +120,12 @@ type Config struct {
 	CleanupAge time.Duration
 	// Logger receives audit write failures. Default: slog.Default().
 	Logger *slog.Logger
+	// Types are content types of the user's beside the seed's three, each
+	// with its content check: content must be JSON, and the check (nil:
+	// none) may refuse it; its error is wrapped to match
+	// ErrInvalidArtifact. Names are ids (storage.ValidateID) and may not be
+	// a seed type's.
+	Types map[Type]func(content json.RawMessage) error
 }
 
 // Store reads and writes artifacts. It is safe for concurrent use.
@@ -141,6 +148,14 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	for t := range cfg.Types {
+		if err := storage.ValidateID("artifact type", string(t)); err != nil {
+			return nil, fmt.Errorf("artifact: Config.Types: %w", err)
+		}
+		if slices.Contains(Types(), t) {
+			return nil, fmt.Errorf("artifact: Config.Types: %s is a seed type", t)
+		}
+	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	return &Store{cfg: cfg, audit: &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
 }
@@ -153,7 +168,7 @@ var ErrNotFinalized = errors.New("artifact: not finalized")
 // ErrNotFound matches a missing artifact (and storage.ErrNotFound).
 var ErrNotFound = storage.ErrNotFound
 
-func (d *Draft) validate(cid string) error {
+func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error) error {
 	if err := storage.ValidateID("project id", cid); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
@@ -175,6 +190,21 @@ func (d *Draft) validate(cid string) error {
 		if s.Ref == "" {
 			return invalid(fmt.Sprintf("sources[%d].ref", i), "empty")
 		}
+	}
+	if check, ok := types[d.Type]; ok {
+		if !json.Valid(d.Content) {
+			return invalid("content", "not valid JSON")
+		}
+		if check == nil {
+			return nil
+		}
+		if err := check(d.Content); err != nil {
+			if errors.Is(err, ErrInvalidArtifact) {
+				return err
+			}
+			return fmt.Errorf("%w: content: %w", ErrInvalidArtifact, err)
+		}
+		return nil
 	}
 	return ValidateContent(d.Type, d.Content)
 }
@@ -233,7 +263,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {
 		return Artifact{}, false, err
 	}
-	if err := d.validate(cid); err != nil {
+	if err := d.validate(cid, s.cfg.Types); err != nil {
 		return Artifact{}, false, err
 	}
 	if d.Epoch < 0 {

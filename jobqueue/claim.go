@@ -554,12 +554,21 @@ func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
 }
 
 // retry fires retryable_error on d (a pipeline state) and schedules the
-// next attempt.
+// next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
+// the same write instead.
 func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step JobState, code, msg string) {
 	if err := q.fire(ctx, d, EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
+	d.Error, d.ErrorCode, d.FailedStep, d.Lease = &msg, code, step, nil
+	if code == CodePermanent {
+		// No wait: backoff_elapsed's guard sends it to FAILED at once.
+		if err := q.fire(ctx, d, EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
+			panic(fmt.Sprintf("jobqueue: backoff_elapsed of a permanent failure refused: %v", err))
+		}
+		d.NextAttemptAt, d.ReadyKey = nil, ""
+		return
+	}
 	next := now.Add(q.backoff(d.Attempt))
-	d.Error, d.ErrorCode, d.FailedStep = &msg, code, step
-	d.NextAttemptAt, d.ReadyKey, d.Lease = &next, laneKey(d.AgentSlug, next, d.JobID), nil
+	d.NextAttemptAt, d.ReadyKey = &next, laneKey(d.AgentSlug, next, d.JobID)
 }

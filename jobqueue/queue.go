@@ -85,6 +85,24 @@ type Config struct {
 	// Logger receives what cannot be returned (audit write failures,
 	// heartbeat trouble, quarantined records). Default: slog.Default().
 	Logger *slog.Logger
+	// Types registers job types of the user's beside the seed's three
+	// (RESEARCH, BRIEF, PROPOSAL_PREPROCESS): Enqueue accepts them, and
+	// their artifact's type is the job type's name, its content checked by
+	// the type's Validate. Names are ids (storage.ValidateID) and may not
+	// be a seed type's. With Config.Artifacts set, that store must know
+	// the types (artifact.Config.Types); the default store is given them.
+	Types map[JobType]TypeConfig
+}
+
+// TypeConfig is a user job type (Config.Types).
+type TypeConfig struct {
+	// Handlers run the type's jobs; a nil CallNotebookLM means the
+	// Handlers given to Claim.Run (the Worker's).
+	Handlers Handlers
+	// Validate checks the content of the type's artifact, which must be
+	// JSON; nil accepts any JSON. An error sends the job to RETRY_BACKOFF
+	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
+	Validate func(content json.RawMessage) error
 }
 
 // Queue is the job queue of seed 003 §1 over a Store. Many Queues in many
@@ -97,6 +115,7 @@ type Queue struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	units     *core.Units // the handlers' calls, under StepTimeout
+	userTypes map[JobType]bool
 
 	quarantined atomic.Int64
 
@@ -167,8 +186,18 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.ArtifactActor == "" {
 		cfg.ArtifactActor = lifecycle.ActorNLMBackend
 	}
+	contentTypes := map[artifact.Type]func(json.RawMessage) error{}
+	for t, tc := range cfg.Types {
+		if err := storage.ValidateID("job type", string(t)); err != nil {
+			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
+		}
+		if _, seed := ArtifactType(t); seed {
+			return nil, fmt.Errorf("%w: Types: %s is a seed job type", ErrInvalidConfig, t)
+		}
+		contentTypes[artifact.Type(t)] = tc.Validate
+	}
 	if cfg.Artifacts == nil {
-		a, err := artifact.New(artifact.Config{Store: cfg.Store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
+		a, err := artifact.New(artifact.Config{Store: cfg.Store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes})
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +207,11 @@ func New(cfg Config) (*Queue, error) {
 	// context allows (core.Patient); the claim's and the sweep's contexts
 	// carry the deadlines.
 	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
-	return &Queue{
+	userTypes := map[JobType]bool{}
+	for t := range cfg.Types {
+		userTypes[t] = true
+	}
+	return &Queue{userTypes: userTypes,
 		cfg: cfg, store: store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
 		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		agents: map[string]*agentState{}, audited: map[string]int64{},
@@ -343,7 +376,7 @@ func badJob(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
 }
 
-func (n *NewJob) validate(defaultMax int) error {
+func (n *NewJob) validate(defaultMax int, user map[JobType]bool) error {
 	if n.JobID == "" {
 		n.JobID = newUUID()
 	}
@@ -361,8 +394,8 @@ func (n *NewJob) validate(defaultMax int) error {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
-	if _, ok := ArtifactType(n.JobType); !ok {
-		return badJob("job_type %q is not RESEARCH, BRIEF or PROPOSAL_PREPROCESS", n.JobType)
+	if _, ok := ArtifactType(n.JobType); !ok && !user[n.JobType] {
+		return badJob("job_type %q is not RESEARCH, BRIEF, PROPOSAL_PREPROCESS or a type of Config.Types", n.JobType)
 	}
 	if n.MaxAttempts == 0 {
 		n.MaxAttempts = defaultMax
@@ -415,6 +448,15 @@ func (n *NewJob) checkText() error {
 	return nil
 }
 
+// artifactType is the artifact type of a job of type t: the seed's
+// mapping, or the user type's own name.
+func (q *Queue) artifactType(t JobType) artifact.Type {
+	if a, ok := ArtifactType(t); ok {
+		return a
+	}
+	return artifact.Type(t)
+}
+
 // ArtifactType maps a job type to the artifact type it produces:
 // RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
 // PREPROCESSED_PROPOSAL.
@@ -441,7 +483,7 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
 		return Job{}, err
 	}
-	if err := n.validate(q.cfg.MaxAttempts); err != nil {
+	if err := n.validate(q.cfg.MaxAttempts, q.userTypes); err != nil {
 		return Job{}, err
 	}
 	key, err := storage.JobKey(n.JobID)

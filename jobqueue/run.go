@@ -20,7 +20,9 @@ import (
 // §1.2). The queue runs them in order, each under Config.StepTimeout, and
 // writes ARTIFACT_WRITE itself. A handler's error sends the job to
 // RETRY_BACKOFF; return a *StatusError for an HTTP status (429, 503) so
-// the job's error_code says which.
+// the job's error_code says which, and Permanent(err) for a failure no
+// retry can mend (the job goes to DEAD at once). User job types may bring
+// handlers of their own (Config.Types).
 type Handlers struct {
 	// AssembleContext is CONTEXT_ASSEMBLY: it builds the context snapshot
 	// (the memory backend's part). Nil means an empty snapshot.
@@ -57,6 +59,26 @@ func (e *StatusError) Error() string {
 // Unwrap returns the cause.
 func (e *StatusError) Unwrap() error { return e.Err }
 
+// Permanent marks a handler's error (or an artifact content check's) as
+// permanent: the job is not retried, whatever attempts it has left. It
+// goes on at once through the seed's table, ARTIFACT_WRITE or another
+// pipeline state → RETRY_BACKOFF → FAILED → DEAD (seed 003 has no edge
+// from a pipeline state to FAILED; backoff_elapsed's guard sends a job
+// whose error_code is PERMANENT to FAILED), with error_code PERMANENT and
+// the error's text. An operator's requeue runs it afresh. Permanent(nil)
+// is nil; errors.Is and errors.As see through it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
 // Error codes written to Job.ErrorCode.
 const (
 	CodeTimeout            = "TIMEOUT"
@@ -65,12 +87,17 @@ const (
 	CodeArtifactWriteError = "ARTIFACT_WRITE_ERROR"
 	CodeLeaseExpired       = "LEASE_EXPIRED"
 	CodeHandlerError       = "HANDLER_ERROR"
+	// CodePermanent: a handler said Permanent; the job was not retried.
+	CodePermanent = "PERMANENT"
 )
 
 // errorCode classifies a step's error.
 func errorCode(step JobState, stepCtx context.Context, err error) string {
 	var se *StatusError
+	var pe *permanentError
 	switch {
+	case errors.As(err, &pe):
+		return CodePermanent
 	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
 		return CodeTimeout
 	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
@@ -199,11 +226,16 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 	var at time.Time
 	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
 		c.q.retry(ctx, d, now, step, code, msg)
-		lane, at = d.ReadyKey, *d.NextAttemptAt
+		if d.NextAttemptAt != nil {
+			lane, at = d.ReadyKey, *d.NextAttemptAt
+		}
 		return nil
 	})
 	if err != nil {
 		return job, err
+	}
+	if job.Status == JobFailed { // permanent: no retry
+		return c.q.bury(ctx, job.JobID, nil, "")
 	}
 	return job, c.q.putLane(ctx, lane, job.JobID, at)
 }
@@ -291,6 +323,9 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 		return c.job, errors.New("jobqueue: claim already run")
 	}
 	c.mu.Unlock()
+	if tc, ok := c.q.cfg.Types[c.Job().JobType]; ok && tc.Handlers.CallNotebookLM != nil {
+		h = tc.Handlers
+	}
 	if h.CallNotebookLM == nil {
 		_ = c.Abandon(ctx)
 		return c.Job(), errors.New("jobqueue: Handlers.CallNotebookLM is required")
@@ -371,7 +406,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	if err := c.move(ctx, EventResponseOK, nil); err != nil {
 		return c.Job(), err
 	}
-	typ, _ := ArtifactType(job.JobType)
+	typ := c.q.artifactType(job.JobType)
 	cid := job.ProjectID
 	if cid == "" {
 		cid = c.q.cfg.Project
