@@ -193,7 +193,7 @@ func TestFaultCorruptAgentLockIsQuarantinedNotBlocking(t *testing.T) {
 	s := memstore.New()
 	q := newQueue(t, s, clock.NewFake(t0))
 	enqueue(t, q, "job-1", "agent-a")
-	lockKey, _ := jobqueue.AgentLockKey("agent-a")
+	lockKey, _ := storage.AgentLockKey("agent-a")
 	putRaw(t, s, lockKey, "\x00\x01 not a lock")
 	// A fresh Queue (another process) that has no cached copy of the lock.
 	q2 := newQueue(t, s, clock.NewFake(t0))
@@ -231,7 +231,7 @@ func TestFaultSweepGoesOnPastPoison(t *testing.T) {
 	}
 	key, _ := storage.JobKey("job-b")
 	putRaw(t, s, key, "{garbage")
-	putRaw(t, s, "jobs/sweep/lease.json", "junk")
+	putRaw(t, s, storage.SweepLeaseKey, "junk")
 	clk.Advance(time.Hour) // every lease lapsed
 	r, swept, err := q.SweepIfDue(ctx, "sweeper", time.Minute)
 	if err != nil || !swept {
@@ -241,7 +241,7 @@ func TestFaultSweepGoesOnPastPoison(t *testing.T) {
 		t.Fatalf("sweep report %+v; want both orphans rescued and the corrupt job quarantined", r)
 	}
 	got := quarantined(t, s)
-	if got[key] != "{garbage" || got["jobs/sweep/lease.json"] != "junk" {
+	if got[key] != "{garbage" || got[storage.SweepLeaseKey] != "junk" {
 		t.Fatalf("quarantine holds %v", got)
 	}
 }

@@ -3,7 +3,6 @@ package jobqueue
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,59 +256,27 @@ var (
 
 // ---- keys ----
 
+// The queue's keys are built in storage's layout (issue 10 G): jobs under
+// storage.JobsPrefix, lanes, agent locks and the sweep lease under
+// storage.QueuePrefix, so listing jobs/ yields only jobs.
 const (
-	lanePrefix  = "jobs/queue/"
-	agentPrefix = "jobs/agents/"
+	lanePrefix  = storage.LanesPrefix
+	agentPrefix = storage.AgentLocksPrefix
 )
 
-// LanePrefix is the List prefix of an agent's ready lane:
-// jobs/queue/{agent}/. Its keys are {ready_at as 19-digit Unix
-// nanoseconds}-{job_id}, so listing returns the job ready first first.
-func LanePrefix(agent string) (string, error) {
-	if err := storage.ValidateID("agent slug", agent); err != nil {
-		return "", err
-	}
-	return lanePrefix + agent + "/", nil
-}
-
+// laneKey is storage.LaneKey of ids already validated.
 func laneKey(agent string, at time.Time, jobID string) string {
-	return lanePrefix + agent + "/" + fmt.Sprintf("%019d", at.UnixNano()) + "-" + jobID
+	k, _ := storage.LaneKey(agent, at, jobID)
+	return k
 }
 
 // parseLaneKey returns the ready time and job id of a lane key.
 func parseLaneKey(key string) (time.Time, string, bool) {
-	i := strings.LastIndexByte(key, '/')
-	if i < 0 || len(key)-i-1 < 21 || key[i+20] != '-' {
-		return time.Time{}, "", false
-	}
-	n, err := strconv.ParseInt(key[i+1:i+20], 10, 64)
-	if err != nil || n < 0 {
-		return time.Time{}, "", false
-	}
-	id := key[i+21:]
-	if storage.ValidateID("job id", id) != nil {
-		return time.Time{}, "", false
-	}
-	return time.Unix(0, n), id, true
+	_, at, id, ok := storage.ParseLaneKey(key)
+	return at, id, ok
 }
 
-// AgentLockKey is the object that holds an agent's lock: jobs/agents/{agent}.json.
-func AgentLockKey(agent string) (string, error) {
-	if err := storage.ValidateID("agent slug", agent); err != nil {
-		return "", err
-	}
-	return agentPrefix + agent + ".json", nil
-}
-
-// jobIDFromKey returns the id of a job key jobs/{id}.json, or false for the
-// queue's own objects under jobs/.
-func jobIDFromKey(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, "jobs/")
-	if !ok || strings.Contains(rest, "/") {
-		return "", false
-	}
-	return strings.CutSuffix(rest, ".json")
-}
+func jobIDFromKey(key string) (string, bool) { return storage.JobIDFromKey(key) }
 
 // ---- records ----
 
@@ -320,7 +286,7 @@ type jobDoc struct {
 	Job
 }
 
-// agentLock is jobs/agents/{agent}.json: which worker runs the agent's job,
+// agentLock is queue/agents/{agent}.json (storage.AgentLockKey): which worker runs the agent's job,
 // under which fencing epoch, until when. It gives at most one running job
 // per agent across every worker sharing the store.
 type agentLock struct {
@@ -525,7 +491,7 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	if exists {
 		return nil
 	}
-	key, err := AgentLockKey(agent)
+	key, err := storage.AgentLockKey(agent)
 	if err != nil {
 		return err
 	}
@@ -680,7 +646,7 @@ func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[Job, 
 
 func (q *Queue) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
 	return func(yield func(jobDoc, error) bool) {
-		for key, err := range q.store.List(ctx, "jobs/") {
+		for key, err := range q.store.List(ctx, storage.JobsPrefix) {
 			if err != nil {
 				yield(jobDoc{}, err)
 				return
@@ -800,18 +766,16 @@ func (q *Queue) audit(ctx context.Context, d *jobDoc) {
 	q.mu.Unlock()
 }
 
-// AuditEventID is the id of the i-th audit event of version v of job
-// jobID written at ts: the time (so a day lists in time order), a digest
-// of the job id, the version and i (so one job's events sort in the order
-// they happened even at equal times).
+// AuditEventID is storage.AuditEventID.
+//
+// Deprecated: use storage.AuditEventID, the one scheme; this stays only
+// until the NLM processor moves to its own package.
 func AuditEventID(ts time.Time, jobID string, v int64, i int) string {
-	sum := sha256.Sum256([]byte(jobID))
-	return ts.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(sum[:6]) +
-		"-" + fmt.Sprintf("%010d", v) + "-" + strconv.Itoa(i)
+	return storage.AuditEventID(ts, jobID, v, i)
 }
 
 func (q *Queue) putAudit(ctx context.Context, ev storage.AuditEvent, v int64, i int) error {
-	key, err := storage.AuditKey(ev.TS, AuditEventID(ev.TS, ev.JobID, v, i))
+	key, err := storage.AuditKey(ev.TS, storage.AuditEventID(ev.TS, ev.JobID, v, i))
 	if err != nil {
 		return err
 	}

@@ -132,12 +132,26 @@ func TestHappyPath(t *testing.T) {
 		if c := claim(t, q, "w2"); c != nil {
 			t.Fatalf("claimed %v from an empty queue", c.Job())
 		}
-		if n := countKeys(t, s, "jobs/queue/"); n != 0 {
+		if n := countKeys(t, s, storage.LanesPrefix); n != 0 {
 			t.Fatalf("%d lane entries left", n)
 		}
 		states := replay(t, s, t0)
 		if states["job-1"] != jobqueue.JobComplete {
 			t.Fatalf("replayed %v", states)
+		}
+		// Listing jobs/ yields only jobs (issue 10 G): the lanes, the agent
+		// lock and the sweep lease live under queue/.
+		enqueue(t, q, "job-2", "architect-guardian")
+		if _, _, err := q.SweepIfDue(ctx, "w1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for key, err := range s.List(ctx, storage.JobsPrefix) {
+			if _, ok := storage.JobIDFromKey(key); err != nil || !ok {
+				t.Fatalf("listing jobs/ yields %q (%v)", key, err)
+			}
+		}
+		if countKeys(t, s, storage.QueuePrefix) != 3 { // a lane entry, the lock, the sweep lease
+			t.Fatalf("queue/ holds %d keys, want 3", countKeys(t, s, storage.QueuePrefix))
 		}
 	})
 }
@@ -811,7 +825,7 @@ func TestSweepIfDueInBatches(t *testing.T) {
 		if want := []got{{2, 0}, {2, 0}, {1, 1}, {2, 0}}; fmt.Sprint(seen) != fmt.Sprint(want) {
 			t.Fatalf("batches (jobs, relaned) %v, want %v", seen, want)
 		}
-		if n := countKeys(t, s, "jobs/queue/"); n != 5 {
+		if n := countKeys(t, s, storage.LanesPrefix); n != 5 {
 			t.Fatalf("%d lane entries after the sweeps, want 5", n)
 		}
 	})

@@ -143,7 +143,7 @@ func (c *Claim) Job() Job {
 
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
-	key, _ := AgentLockKey(c.agent.name)
+	key, _ := storage.AgentLockKey(c.agent.name)
 	l := agentLock{Agent: c.agent.name, Epoch: c.epoch}
 	b, _ := json.Marshal(&l)
 	// Meta's version is not needed on the lock: only the store's version
@@ -264,7 +264,7 @@ func (c *Claim) renew(ctx context.Context) error {
 	if c.done || !pipelineState(c.job.Status) {
 		return nil // finished: nothing left to keep alive
 	}
-	key, _ := AgentLockKey(c.agent.name)
+	key, _ := storage.AgentLockKey(c.agent.name)
 	now := c.q.clock.Now()
 	l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.q.cfg.LeaseTTL)}
 	b, _ := json.Marshal(&l)

@@ -139,7 +139,7 @@ func TestPermanentSkipsRetries(t *testing.T) {
 				if j.Error == nil || !errors.Is(jobqueue.Permanent(boom), boom) {
 					t.Fatalf("error %v", j.Error)
 				}
-				if n := countKeys(t, s, "jobs/queue/"); n != 0 {
+				if n := countKeys(t, s, storage.LanesPrefix); n != 0 {
 					t.Fatalf("%d lane entries left", n)
 				}
 				if c := claim(t, q, "w1"); c != nil {

@@ -217,7 +217,7 @@ func TestCheckerCatches(t *testing.T) {
 			st.Quarantine = []storage.Quarantined{{Key: "jobs/job-b.json", Reason: "cannot decode"}}
 		}, CheckQuarantine, "though chaos never corrupted it"},
 		{"corrupt lock left in place", func(st *State) {
-			k := "jobs/agents/agent-1.json"
+			k := "queue/agents/agent-1.json"
 			st.Corrupted[k], st.Garbage[k], st.Current[k] = true, []byte("junk"), []byte("junk")
 		}, CheckQuarantine, "still holds the garbage"},
 		{"late artifact write", func(st *State) {
