@@ -6,9 +6,11 @@
 //
 // Invariant F3 rests on two properties of this package: an artifact's id is
 // derived from its job's id (IDForJob), so however often a job is retried
-// there is one key its artifact can live at and create-only decides the
-// winner; and an artifact is written finalized in that one write, so no
-// reader ever sees a partial one.
+// there is one key its artifact can live at; the job queue's writes carry
+// the claim's fencing epoch (Draft.Epoch), so the newest attempt's write
+// wins inside the conditional write and a lost attempt's never replaces
+// it; and an artifact is written finalized in that one write, so no reader
+// ever sees a partial one.
 package artifact
 
 import (
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +40,9 @@ type SourceRef struct {
 
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
 // (seed 003 §3.1). The embedded storage.Meta is the seed's "version" (1 on
-// create; an artifact is never rewritten, so it stays 1).
+// create; a finalized artifact is never rewritten: only a lost attempt's
+// artifact, which no job points at, is replaced by the next attempt's, with
+// the version counted on).
 type Artifact struct {
 	storage.Meta
 	ArtifactID  string          `json:"artifact_id"`
@@ -56,6 +61,9 @@ type Artifact struct {
 	// ProjectID is the cid of the key; Conveyor adds it so a record read on
 	// its own says where it lives.
 	ProjectID string `json:"project_id,omitempty"`
+	// Epoch is the fencing epoch of the claim that wrote it (Draft.Epoch);
+	// Conveyor adds it, omitted for artifacts written unfenced.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // Draft is what a writer supplies to Create; the store fills in the id,
@@ -73,6 +81,9 @@ type Draft struct {
 	Tags       []string
 	Content    json.RawMessage
 	Sources    []SourceRef
+	// Epoch, when not 0, is the writer's fencing epoch (a job claim's):
+	// the write is fenced (see Create). 0 writes create-once, unfenced.
+	Epoch int64
 }
 
 // IDForJob is the id of the one artifact job jobID can have:
@@ -109,6 +120,12 @@ type Config struct {
 	CleanupAge time.Duration
 	// Logger receives audit write failures. Default: slog.Default().
 	Logger *slog.Logger
+	// Types are content types of the user's beside the seed's three, each
+	// with its content check: content must be JSON, and the check (nil:
+	// none) may refuse it; its error is wrapped to match
+	// ErrInvalidArtifact. Names are ids (storage.ValidateID) and may not be
+	// a seed type's.
+	Types map[Type]func(content json.RawMessage) error
 }
 
 // Store reads and writes artifacts. It is safe for concurrent use.
@@ -131,6 +148,14 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	for t := range cfg.Types {
+		if err := storage.ValidateID("artifact type", string(t)); err != nil {
+			return nil, fmt.Errorf("artifact: Config.Types: %w", err)
+		}
+		if slices.Contains(Types(), t) {
+			return nil, fmt.Errorf("artifact: Config.Types: %s is a seed type", t)
+		}
+	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	return &Store{cfg: cfg, audit: &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
 }
@@ -143,7 +168,7 @@ var ErrNotFinalized = errors.New("artifact: not finalized")
 // ErrNotFound matches a missing artifact (and storage.ErrNotFound).
 var ErrNotFound = storage.ErrNotFound
 
-func (d *Draft) validate(cid string) error {
+func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error) error {
 	if err := storage.ValidateID("project id", cid); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
@@ -165,6 +190,21 @@ func (d *Draft) validate(cid string) error {
 		if s.Ref == "" {
 			return invalid(fmt.Sprintf("sources[%d].ref", i), "empty")
 		}
+	}
+	if check, ok := types[d.Type]; ok {
+		if !json.Valid(d.Content) {
+			return invalid("content", "not valid JSON")
+		}
+		if check == nil {
+			return nil
+		}
+		if err := check(d.Content); err != nil {
+			if errors.Is(err, ErrInvalidArtifact) {
+				return err
+			}
+			return fmt.Errorf("%w: content: %w", ErrInvalidArtifact, err)
+		}
+		return nil
 	}
 	return ValidateContent(d.Type, d.Content)
 }
@@ -203,18 +243,31 @@ func (d *Draft) checkText() error {
 	return lifecycle.CheckBytes("content", d.Content, lifecycle.MaxDocumentBytes)
 }
 
-// Create writes the artifact of draft's job, finalized, create-only, and
-// reports whether this call created it. When the job already has its
-// artifact (a retry, or another worker got there first) it returns the
-// stored one, unchanged, with created false and no error: the seed's
-// idempotent write (§3.3). The actor needs WriteNew (003 §4.2); a refusal
-// or an invalid draft writes nothing.
+// Create writes the artifact of draft's job, finalized, and reports
+// whether this call wrote it. The actor needs WriteNew (003 §4.2); a
+// refusal or an invalid draft writes nothing.
+//
+// Unfenced (Draft.Epoch 0) it is create-once: when the job already has its
+// artifact it returns the stored one, unchanged, with created false and no
+// error (the seed's idempotent write, §3.3).
+//
+// Fenced (Draft.Epoch > 0, the epoch of the job claim writing it) the
+// artifact records its writer's epoch and a newer epoch wins, decided
+// inside the conditional write (core.PutFenced's rule): a stored artifact
+// of the same epoch is returned unchanged (created false); one of an older
+// epoch, left by an attempt that lost its job and can therefore back no
+// COMPLETE job, is replaced by compare-and-swap on its version; one of a
+// newer epoch makes Create fail with an error matching storage.ErrLeaseLost,
+// having written nothing.
 func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d Draft) (Artifact, bool, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {
 		return Artifact{}, false, err
 	}
-	if err := d.validate(cid); err != nil {
+	if err := d.validate(cid, s.cfg.Types); err != nil {
 		return Artifact{}, false, err
+	}
+	if d.Epoch < 0 {
+		return Artifact{}, false, invalid("epoch", "negative (%d)", d.Epoch)
 	}
 	id := IDForJob(d.JobID)
 	key, err := storage.ArtifactKey(cid, id)
@@ -236,9 +289,13 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 		Content:     d.Content,
 		Sources:     d.Sources,
 		ProjectID:   cid,
+		Epoch:       d.Epoch,
 	}
 	if s.cfg.BaseURL != "" {
 		a.URL = s.cfg.BaseURL + "/" + key
+	}
+	if d.Epoch > 0 {
+		return s.createFenced(ctx, actor, key, a)
 	}
 	_, err = storage.Create(ctx, s.cfg.Store, key, &a)
 	if errors.Is(err, storage.ErrPreconditionFailed) {
@@ -254,6 +311,63 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	s.record(ctx, storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
 	return a, true, nil
+}
+
+// maxConflicts bounds createFenced's lost races in a row.
+const maxConflicts = 64
+
+// createFenced is Create of a draft with an epoch: create-only, and on a
+// conflict the stored artifact's epoch decides, the replacement being
+// conditional on the version whose epoch was judged.
+func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key string, a Artifact) (Artifact, bool, error) {
+	cond := storage.IfNotExists()
+	replaced := int64(-1) // the epoch replaced, when not a create
+	a.Version = 1
+	for conflicts := 0; ; conflicts++ {
+		b, err := json.Marshal(&a)
+		if err != nil {
+			return Artifact{}, false, err
+		}
+		_, err = s.cfg.Store.Put(ctx, key, b, cond)
+		if err == nil {
+			ev := storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+				RunID: a.RunID, ArtifactID: a.ArtifactID, To: "finalized", TS: a.CreatedAt}
+			if replaced >= 0 {
+				ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
+			}
+			s.record(ctx, ev)
+			return a, true, nil
+		}
+		if !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {
+			return Artifact{}, false, err
+		}
+		if conflicts >= maxConflicts {
+			return Artifact{}, false, err
+		}
+		raw, ver, gerr := s.cfg.Store.Get(ctx, key)
+		switch {
+		case errors.Is(gerr, storage.ErrNotFound):
+			cond, replaced, a.Version = storage.IfNotExists(), -1, 1
+			continue
+		case gerr != nil:
+			return Artifact{}, false, gerr
+		case errors.Is(err, storage.ErrOutcomeUnknown) && string(raw) == string(b):
+			return a, true, nil // ours landed
+		}
+		var old Artifact
+		if err := json.Unmarshal(raw, &old); err != nil {
+			return Artifact{}, false, &storage.CorruptError{Key: key, Version: ver, Data: raw, Reason: "cannot decode", Err: err}
+		}
+		switch {
+		case old.Epoch == a.Epoch:
+			return old, false, nil // this claim's own, written before
+		case old.Epoch > a.Epoch:
+			return Artifact{}, false, &storage.LeaseLostError{Key: key, Owner: string(actor), Epoch: a.Epoch, HolderEpoch: old.Epoch}
+		}
+		// A lost attempt's artifact: it backs no COMPLETE job (that takes
+		// the lost attempt's lease), so the newer attempt replaces it.
+		cond, replaced, a.Version = storage.IfMatch(ver), old.Epoch, old.Version+1
+	}
 }
 
 func (s *Store) record(ctx context.Context, ev storage.AuditEvent) {

@@ -271,3 +271,57 @@ func TestNewNeedsAStore(t *testing.T) {
 		t.Fatal("New without a store succeeded")
 	}
 }
+
+// TestCreateFencedByEpoch: a draft with an epoch (a job claim's) is fenced:
+// the same epoch gets its own artifact back, an older stored epoch (a lost
+// attempt's) is replaced, and a newer stored epoch refuses the write with
+// ErrLeaseLost, writing nothing.
+func TestCreateFencedByEpoch(t *testing.T) {
+	tests := []struct {
+		name        string
+		stored      int64 // epoch of the artifact already there; -1: none
+		epoch       int64
+		wantErr     error
+		wantCreated bool
+		wantEpoch   int64
+		wantVersion int64
+	}{
+		{"none stored", -1, 3, nil, true, 3, 1},
+		{"same epoch", 3, 3, nil, false, 3, 1},
+		{"older epoch replaced", 2, 3, nil, true, 3, 2},
+		{"unfenced one replaced", 0, 3, nil, true, 3, 2},
+		{"newer epoch wins", 4, 3, storage.ErrLeaseLost, false, 4, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env.Each(t, func(t *testing.T, s storage.Store) {
+				ctx := context.Background()
+				st := newStore(t, s, clock.NewFake(t0))
+				if tt.stored >= 0 {
+					d := draft("job-1")
+					d.Epoch, d.Content = tt.stored, json.RawMessage(`{"title":"old","body":"b","entity_map":{},"word_count":1}`)
+					if _, _, err := st.Create(ctx, lifecycle.ActorNLMBackend, "cid-1", d); err != nil {
+						t.Fatal(err)
+					}
+				}
+				d := draft("job-1")
+				d.Epoch = tt.epoch
+				a, created, err := st.Create(ctx, lifecycle.ActorNLMBackend, "cid-1", d)
+				if !errors.Is(err, tt.wantErr) || (err == nil && created != tt.wantCreated) {
+					t.Fatalf("Create: created %v, %v; want %v, %v", created, err, tt.wantCreated, tt.wantErr)
+				}
+				got, err := st.GetForJob(ctx, lifecycle.ActorAdmin, "cid-1", "job-1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Epoch != tt.wantEpoch || got.Version != tt.wantVersion {
+					t.Fatalf("stored epoch %d version %d; want %d, %d", got.Epoch, got.Version, tt.wantEpoch, tt.wantVersion)
+				}
+				if tt.wantErr == nil && (a.Epoch != tt.epoch || got.Epoch != tt.epoch) {
+					t.Fatalf("returned epoch %d", a.Epoch)
+				}
+			})
+		})
+	}
+}

@@ -97,13 +97,7 @@ func (q *Queue) refreshAgents(ctx context.Context) error {
 	return nil
 }
 
-func cutAgentKey(key string) (string, bool) {
-	if len(key) <= len(agentPrefix)+5 || key[len(key)-5:] != ".json" {
-		return "", false
-	}
-	name := key[len(agentPrefix) : len(key)-5]
-	return name, storage.ValidateID("agent slug", name) == nil
-}
+func cutAgentKey(key string) (string, bool) { return storage.AgentFromLockKey(key) }
 
 // laneRecheck is how long an agent's lane, listed empty, is taken to stay
 // empty; it doubles with every empty listing in a row, up to
@@ -138,7 +132,7 @@ func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, er
 	} else if fresh && a.complete && !force {
 		return "", nil // listed whole and used up less than laneRecheck ago
 	}
-	prefix, err := LanePrefix(a.name)
+	prefix, err := storage.LanePrefix(a.name)
 	if err != nil {
 		return "", err
 	}
@@ -164,7 +158,7 @@ func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, er
 // globalBatch bounds the keys one refreshLanes reads (ten S3 List pages).
 const globalBatch = 10000
 
-// refreshLanes lists every agent's lane at once (jobs/queue/, up to
+// refreshLanes lists every agent's lane at once (queue/lanes/, up to
 // globalBatch keys), at most once per laneRecheck, fills the empty caches
 // of the agents it covered and schedules those with work: one List finds
 // new work of every idle agent, instead of one List per idle agent.
@@ -307,7 +301,7 @@ var (
 // when the lane has a ready job, or at most twice per lease lifetime to
 // find an orphan, so idle agents cost no store calls between lane listings.
 func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time) (*Claim, time.Time, error) {
-	lockKey, err := AgentLockKey(a.name)
+	lockKey, err := storage.AgentLockKey(a.name)
 	if err != nil {
 		return nil, now.Add(time.Hour), err
 	}
@@ -554,12 +548,21 @@ func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
 }
 
 // retry fires retryable_error on d (a pipeline state) and schedules the
-// next attempt.
+// next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
+// the same write instead.
 func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step JobState, code, msg string) {
 	if err := q.fire(ctx, d, EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
+	d.Error, d.ErrorCode, d.FailedStep, d.Lease = &msg, code, step, nil
+	if code == CodePermanent {
+		// No wait: backoff_elapsed's guard sends it to FAILED at once.
+		if err := q.fire(ctx, d, EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
+			panic(fmt.Sprintf("jobqueue: backoff_elapsed of a permanent failure refused: %v", err))
+		}
+		d.NextAttemptAt, d.ReadyKey = nil, ""
+		return
+	}
 	next := now.Add(q.backoff(d.Attempt))
-	d.Error, d.ErrorCode, d.FailedStep = &msg, code, step
-	d.NextAttemptAt, d.ReadyKey, d.Lease = &next, laneKey(d.AgentSlug, next, d.JobID), nil
+	d.NextAttemptAt, d.ReadyKey = &next, laneKey(d.AgentSlug, next, d.JobID)
 }

@@ -2,8 +2,8 @@
 // moves, and what runs them over a storage.Store:
 //
 //   - Queue: enqueue (PENDING → QUEUED after validation), claim with a lease
-//     from per-agent ready lanes (jobs/queue/{agent}/, O(1) store calls per
-//     job amortized) under a per-agent lock (jobs/agents/{agent}.json, at
+//     from per-agent ready lanes (queue/lanes/{agent}/, O(1) store calls per
+//     job amortized) under a per-agent lock (queue/agents/{agent}.json, at
 //     most one running job per agent across every worker sharing the
 //     store), the pipeline CONTEXT_ASSEMBLY → NOTEBOOKLM_CALL →
 //     ARTIFACT_WRITE → COMPLETE with the embedding service's Handlers,

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/faultstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -17,7 +19,9 @@ import (
 )
 
 // The fault suite of issue 10 for jobs: each test names the fault it
-// proves handled. A bound on real time only ever fails a test (code that
+// proves handled, and runs on memstore and filestore, and on MinIO where
+// the fault is about S3 (poison records and their quarantine, late
+// writes). A bound on real time only ever fails a test (code that
 // hangs), it never lets one pass.
 const hangLimit = 20 * time.Second
 
@@ -58,78 +62,78 @@ func stuckHandlers(release <-chan struct{}, entered chan<- struct{}, stuck ...st
 // slot forever (the heartbeat kept renewing), StepTimeout had no effect,
 // and stopping the Worker hung.
 func TestFaultHandlerIgnoringContextIsAbandonedAtStepTimeout(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	clk := clock.NewFake(t0)
-	s := memstore.New()
-	q := newQueue(t, s, clk)
-	enqueue(t, q, "job-1-stuck", "agent-a")
-	enqueue(t, q, "job-2-next", "agent-a")
-	release := make(chan struct{})
-	defer close(release)
-	entered := make(chan struct{})
-	c := claim(t, q, "w1")
-	done := make(chan error, 1)
-	go func() { _, err := c.Run(ctx, stuckHandlers(release, entered, "job-1-stuck")); done <- err }()
-	within(t, "the stuck handler's start", entered)
-	// The heartbeat (every LeaseTTL/3 = 10 s) keeps the lease; the step
-	// timeout (120 s from the handler's start) must end the attempt all the
-	// same.
-	for range 11 {
-		<-clk.WaitForTimers(2) // the step's deadline and the next beat
+	forFaultStores(t, false, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		q := newQueue(t, s, clk)
+		enqueue(t, q, "job-1-stuck", "agent-a")
+		enqueue(t, q, "job-2-next", "agent-a")
+		release := make(chan struct{})
+		defer close(release)
+		entered := make(chan struct{})
+		c := claim(t, q, "w1")
+		done := make(chan error, 1)
+		go func() { _, err := c.Run(ctx, stuckHandlers(release, entered, "job-1-stuck")); done <- err }()
+		within(t, "the stuck handler's start", entered)
+		// The heartbeat (every LeaseTTL/3 = 10 s) keeps the lease; the step
+		// timeout (120 s from the handler's start) must end the attempt all the
+		// same.
+		for range 11 {
+			<-clk.WaitForTimers(2) // the step's deadline and the next beat
+			clk.Advance(10 * time.Second)
+		}
+		<-clk.WaitForTimers(2)
 		clk.Advance(10 * time.Second)
-	}
-	<-clk.WaitForTimers(2)
-	clk.Advance(10 * time.Second)
-	if err := within(t, "Claim.Run with a handler ignoring ctx", done); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	j := get(t, q, "job-1-stuck")
-	if j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeTimeout || j.Lease != nil {
-		t.Fatalf("stuck job after StepTimeout: %s code %q lease %v; want RETRY_BACKOFF, TIMEOUT, no lease", j.Status, j.ErrorCode, j.Lease)
-	}
-	if live, total := q.Stragglers(); live != 1 || total != 1 {
-		t.Fatalf("Stragglers() = %d live, %d total; want the abandoned handler counted", live, total)
-	}
-	// The agent is free: its next job runs.
-	c2 := claim(t, q, "w2")
-	if c2 == nil || c2.Job().JobID != "job-2-next" {
-		t.Fatalf("agent still held after the stuck handler was abandoned: claim %v", c2)
-	}
-	if _, err := c2.Run(ctx, okHandlers()); err != nil {
-		t.Fatal(err)
-	}
-	if j := get(t, q, "job-2-next"); j.Status != jobqueue.JobComplete {
-		t.Fatalf("next job %s", j.Status)
-	}
+		if err := within(t, "Claim.Run with a handler ignoring ctx", done); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		j := get(t, q, "job-1-stuck")
+		if j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeTimeout || j.Lease != nil {
+			t.Fatalf("stuck job after StepTimeout: %s code %q lease %v; want RETRY_BACKOFF, TIMEOUT, no lease", j.Status, j.ErrorCode, j.Lease)
+		}
+		if live, total := q.Stragglers(); live != 1 || total != 1 {
+			t.Fatalf("Stragglers() = %d live, %d total; want the abandoned handler counted", live, total)
+		}
+		// The agent is free: its next job runs.
+		c2 := claim(t, q, "w2")
+		if c2 == nil || c2.Job().JobID != "job-2-next" {
+			t.Fatalf("agent still held after the stuck handler was abandoned: claim %v", c2)
+		}
+		if _, err := c2.Run(ctx, okHandlers()); err != nil {
+			t.Fatal(err)
+		}
+		if j := get(t, q, "job-2-next"); j.Status != jobqueue.JobComplete {
+			t.Fatalf("next job %s", j.Status)
+		}
+	})
 }
 
 // Fault 1, shutdown: stopping a Worker whose handler ignores ctx hung.
 func TestFaultWorkerStopsWithinGraceDespiteStuckHandler(t *testing.T) {
-	t.Parallel()
-	s := memstore.New()
-	q := newQueue(t, s, clock.Real(), func(c *jobqueue.Config) { c.StopGrace = 200 * time.Millisecond })
-	enqueue(t, q, "job-1-stuck", "agent-a")
-	release := make(chan struct{})
-	defer close(release)
-	entered := make(chan struct{})
-	h := stuckHandlers(release, entered, "job-1-stuck")
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &jobqueue.Worker{Queue: q, ID: "w1", Handlers: h, SweepInterval: -1, PollInterval: 10 * time.Millisecond}
-	stopped := make(chan error, 1)
-	go func() { stopped <- w.Run(ctx) }()
-	within(t, "the stuck handler's start", entered)
-	cancel()
-	begun := time.Now()
-	if err := within(t, "Worker.Run after cancel", stopped); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(begun); took > 5*time.Second {
-		t.Fatalf("Worker took %s to stop with StopGrace 200ms", took)
-	}
-	if j := get(t, q, "job-1-stuck"); j.Status != jobqueue.JobRetryBackoff || j.Lease != nil {
-		t.Fatalf("job after shutdown: %s, lease %v; want the attempt recorded as failed", j.Status, j.Lease)
-	}
+	forFaultStores(t, false, func(t *testing.T, s storage.Store) {
+		q := newQueue(t, s, clock.Real(), func(c *jobqueue.Config) { c.StopGrace = 200 * time.Millisecond })
+		enqueue(t, q, "job-1-stuck", "agent-a")
+		release := make(chan struct{})
+		defer close(release)
+		entered := make(chan struct{})
+		h := stuckHandlers(release, entered, "job-1-stuck")
+		ctx, cancel := context.WithCancel(context.Background())
+		w := &jobqueue.Worker{Queue: q, ID: "w1", Handlers: h, SweepInterval: -1, PollInterval: 10 * time.Millisecond}
+		stopped := make(chan error, 1)
+		go func() { stopped <- w.Run(ctx) }()
+		within(t, "the stuck handler's start", entered)
+		cancel()
+		begun := time.Now()
+		if err := within(t, "Worker.Run after cancel", stopped); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(begun); took > 5*time.Second {
+			t.Fatalf("Worker took %s to stop with StopGrace 200ms", took)
+		}
+		if j := get(t, q, "job-1-stuck"); j.Status != jobqueue.JobRetryBackoff || j.Lease != nil {
+			t.Fatalf("job after shutdown: %s, lease %v; want the attempt recorded as failed", j.Status, j.Lease)
+		}
+	})
 }
 
 func putRaw(t *testing.T, s storage.Store, key, body string) {
@@ -155,135 +159,348 @@ func quarantined(t *testing.T, s storage.Store) map[string]string {
 func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 	for _, junk := range []string{"{garbage", `{"job_id":"job-bad","status":"SIDEWAYS","agent_slug":"agent-a"}`, `{"job_id":"someone-else","status":"QUEUED","agent_slug":"agent-a"}`} {
 		t.Run(junk, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			clk := clock.NewFake(t0)
-			s := memstore.New()
-			q := newQueue(t, s, clk)
-			enqueue(t, q, "job-bad", "agent-a")
-			enqueue(t, q, "job-good", "agent-a")
-			key, _ := storage.JobKey("job-bad")
-			putRaw(t, s, key, junk)
-			var c *jobqueue.Claim
-			for range 3 {
-				if c, _ = q.Claim(ctx, "w1"); c != nil {
-					break
+			forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+				ctx := context.Background()
+				clk := clock.NewFake(t0)
+				q := newQueue(t, s, clk)
+				enqueue(t, q, "job-bad", "agent-a")
+				enqueue(t, q, "job-good", "agent-a")
+				key, _ := storage.JobKey("job-bad")
+				putRaw(t, s, key, junk)
+				var c *jobqueue.Claim
+				for range 3 {
+					if c, _ = q.Claim(ctx, "w1"); c != nil {
+						break
+					}
 				}
-			}
-			if c == nil || c.Job().JobID != "job-good" {
-				t.Fatalf("claim behind a corrupt job: %v", c)
-			}
-			if got := quarantined(t, s); got[key] != junk {
-				t.Fatalf("quarantine holds %v, want %s with its bytes", got, key)
-			}
-			if _, err := q.Get(ctx, lifecycle.ActorAdmin, "job-bad"); !errors.Is(err, storage.ErrNotFound) {
-				t.Fatalf("Get of the quarantined job: %v, want ErrNotFound", err)
-			}
+				if c == nil || c.Job().JobID != "job-good" {
+					t.Fatalf("claim behind a corrupt job: %v", c)
+				}
+				if got := quarantined(t, s); got[key] != junk {
+					t.Fatalf("quarantine holds %v, want %s with its bytes", got, key)
+				}
+				if _, err := q.Get(ctx, lifecycle.ActorAdmin, "job-bad"); !errors.Is(err, storage.ErrNotFound) {
+					t.Fatalf("Get of the quarantined job: %v, want ErrNotFound", err)
+				}
+			})
 		})
 	}
 }
 
 // Fault 2: a junk agent lock object stopped its agent for good.
 func TestFaultCorruptAgentLockIsQuarantinedNotBlocking(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := memstore.New()
-	q := newQueue(t, s, clock.NewFake(t0))
-	enqueue(t, q, "job-1", "agent-a")
-	lockKey, _ := jobqueue.AgentLockKey("agent-a")
-	putRaw(t, s, lockKey, "\x00\x01 not a lock")
-	// A fresh Queue (another process) that has no cached copy of the lock.
-	q2 := newQueue(t, s, clock.NewFake(t0))
-	var c *jobqueue.Claim
-	for range 3 {
-		if c, _ = q2.Claim(ctx, "w1"); c != nil {
-			break
+	forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		q := newQueue(t, s, clock.NewFake(t0))
+		enqueue(t, q, "job-1", "agent-a")
+		lockKey, _ := storage.AgentLockKey("agent-a")
+		putRaw(t, s, lockKey, "\x00\x01 not a lock")
+		// A fresh Queue (another process) that has no cached copy of the lock.
+		q2 := newQueue(t, s, clock.NewFake(t0))
+		var c *jobqueue.Claim
+		for range 3 {
+			if c, _ = q2.Claim(ctx, "w1"); c != nil {
+				break
+			}
 		}
-	}
-	if c == nil || c.Job().JobID != "job-1" {
-		t.Fatalf("claim behind a junk agent lock: %v", c)
-	}
-	if _, ok := quarantined(t, s)[lockKey]; !ok {
-		t.Fatal("junk lock not quarantined")
-	}
+		if c == nil || c.Job().JobID != "job-1" {
+			t.Fatalf("claim behind a junk agent lock: %v", c)
+		}
+		if _, ok := quarantined(t, s)[lockKey]; !ok {
+			t.Fatal("junk lock not quarantined")
+		}
+	})
 }
 
 // Fault 2: one corrupt job record stopped the cluster-wide sweep for good;
 // junk in the sweep's lease object disabled the sweep.
 func TestFaultSweepGoesOnPastPoison(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	clk := clock.NewFake(t0)
-	s := memstore.New()
-	q := newQueue(t, s, clk)
-	enqueue(t, q, "job-a", "agent-a") // sorts before the corrupt one
-	enqueue(t, q, "job-b", "agent-b")
-	enqueue(t, q, "job-z", "agent-z")
-	for _, id := range []string{"job-a", "job-z"} { // two orphans: claimed, then the worker dies
-		c := claim(t, q, "w-dead")
-		if c == nil {
-			t.Fatal("no claim")
+	forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		q := newQueue(t, s, clk)
+		enqueue(t, q, "job-a", "agent-a") // sorts before the corrupt one
+		enqueue(t, q, "job-b", "agent-b")
+		enqueue(t, q, "job-z", "agent-z")
+		for _, id := range []string{"job-a", "job-z"} { // two orphans: claimed, then the worker dies
+			c := claim(t, q, "w-dead")
+			if c == nil {
+				t.Fatal("no claim")
+			}
+			_ = id
 		}
-		_ = id
-	}
-	key, _ := storage.JobKey("job-b")
-	putRaw(t, s, key, "{garbage")
-	putRaw(t, s, "jobs/sweep/lease.json", "junk")
-	clk.Advance(time.Hour) // every lease lapsed
-	r, swept, err := q.SweepIfDue(ctx, "sweeper", time.Minute)
-	if err != nil || !swept {
-		t.Fatalf("SweepIfDue with a junk lease and a corrupt job: swept %v, %v", swept, err)
-	}
-	if r.Rescued != 2 || r.Quarantined != 1 {
-		t.Fatalf("sweep report %+v; want both orphans rescued and the corrupt job quarantined", r)
-	}
-	got := quarantined(t, s)
-	if got[key] != "{garbage" || got["jobs/sweep/lease.json"] != "junk" {
-		t.Fatalf("quarantine holds %v", got)
-	}
+		key, _ := storage.JobKey("job-b")
+		putRaw(t, s, key, "{garbage")
+		putRaw(t, s, storage.SweepLeaseKey, "junk")
+		clk.Advance(time.Hour) // every lease lapsed
+		r, swept, err := q.SweepIfDue(ctx, "sweeper", time.Minute)
+		if err != nil || !swept {
+			t.Fatalf("SweepIfDue with a junk lease and a corrupt job: swept %v, %v", swept, err)
+		}
+		if r.Rescued != 2 || r.Quarantined != 1 {
+			t.Fatalf("sweep report %+v; want both orphans rescued and the corrupt job quarantined", r)
+		}
+		got := quarantined(t, s)
+		if got[key] != "{garbage" || got[storage.SweepLeaseKey] != "junk" {
+			t.Fatalf("quarantine holds %v", got)
+		}
+	})
 }
 
 // Fault 5: a store outage shorter than the unit's deadline fails nothing:
 // the claim's writes wait the outage out.
 func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	clk := clock.NewFake(t0)
-	fs := faultstore.New(memstore.New())
-	// Leases and steps far longer than the outage: the test moves time in
-	// 100 ms steps while retries wait, and no lease may lapse meanwhile.
-	q := newQueue(t, fs, clk, func(c *jobqueue.Config) { c.LeaseTTL, c.StepTimeout = time.Hour, time.Hour })
-	enqueue(t, q, "job-1", "agent-a")
-	c := claim(t, q, "w1")
-	h := okHandlers()
-	call := h.CallNotebookLM
-	downed := make(chan struct{})
-	h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
-		fs.Down() // the store stops while the NLM backend answers
-		close(downed)
-		return call(ctx, job, snap)
-	}
-	done := make(chan error, 1)
-	go func() { _, err := c.Run(ctx, h); done <- err }()
-	within(t, "the outage's start", downed)
-	for fs.Failed() < 5 {
-		select {
-		// The heartbeat (an hour away) and the failed write's retry: time
-		// moves only while the write waits, so it moves no further than
-		// the retries' intervals add up to.
-		case <-clk.WaitForTimers(2):
-		case err := <-done:
-			t.Fatalf("Run returned during the outage after %d refused calls: %v", fs.Failed(), err)
+	forFaultStores(t, false, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		fs := faultstore.New(s)
+		// Leases and steps far longer than the outage: the test moves time in
+		// 100 ms steps while retries wait, and no lease may lapse meanwhile.
+		q := newQueue(t, fs, clk, func(c *jobqueue.Config) { c.LeaseTTL, c.StepTimeout = time.Hour, time.Hour })
+		enqueue(t, q, "job-1", "agent-a")
+		c := claim(t, q, "w1")
+		h := okHandlers()
+		call := h.CallNotebookLM
+		downed := make(chan struct{})
+		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			fs.Down() // the store stops while the NLM backend answers
+			close(downed)
+			return call(ctx, job, snap)
 		}
-		clk.Advance(100 * time.Millisecond)
+		done := make(chan error, 1)
+		go func() { _, err := c.Run(ctx, h); done <- err }()
+		within(t, "the outage's start", downed)
+		for fs.Failed() < 5 {
+			select {
+			// The heartbeat (an hour away) and the failed write's retry: time
+			// moves only while the write waits, so it moves no further than
+			// the retries' intervals add up to.
+			case <-clk.WaitForTimers(2):
+			case err := <-done:
+				t.Fatalf("Run returned during the outage after %d refused calls: %v", fs.Failed(), err)
+			}
+			clk.Advance(100 * time.Millisecond)
+		}
+		<-clk.WaitForTimers(2) // the heartbeat (an hour away) and the write's next retry
+		fs.Up()
+		clk.Advance(2 * time.Second) // the longest retry interval
+		if err := within(t, "Run after the store came back", done); err != nil {
+			t.Fatalf("Run across an outage: %v", err)
+		}
+		if j := get(t, q, "job-1"); j.Status != jobqueue.JobComplete || j.Attempt != 1 {
+			t.Fatalf("job after the outage: %s attempt %d; want COMPLETE on its first attempt", j.Status, j.Attempt)
+		}
+	})
+}
+
+// freezer is one process's view of a shared store that can be frozen the
+// way SIGSTOP freezes a process: once a trigger matches a Put (before it
+// is made, or after it returned), that call and every later call through
+// this view block until thaw. The heartbeat of a frozen worker is frozen
+// with it, so its lease runs out.
+type freezer struct {
+	storage.Store
+	mu            sync.Mutex
+	before, after func(key string, val []byte) bool
+	frozen        bool
+	stopped       chan struct{} // closed when frozen
+	thawed        chan struct{} // closed by thaw
+	thawOnce      sync.Once
+}
+
+func newFreezer(s storage.Store) *freezer {
+	return &freezer{Store: s, stopped: make(chan struct{}), thawed: make(chan struct{})}
+}
+
+// arm sets the triggers; nil never matches.
+func (f *freezer) arm(before, after func(key string, val []byte) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.before, f.after = before, after
+}
+
+// freeze freezes the view now (a handler freezing its own process).
+func (f *freezer) freeze() { f.trip(func(string, []byte) bool { return true }, "", nil) }
+
+func (f *freezer) thaw() { f.thawOnce.Do(func() { close(f.thawed) }) }
+
+func (f *freezer) trip(match func(string, []byte) bool, key string, val []byte) {
+	f.mu.Lock()
+	if !f.frozen && match != nil && match(key, val) {
+		f.frozen = true
+		close(f.stopped)
 	}
-	<-clk.WaitForTimers(2) // the heartbeat (an hour away) and the write's next retry
-	fs.Up()
-	clk.Advance(2 * time.Second) // the longest retry interval
-	if err := within(t, "Run after the store came back", done); err != nil {
-		t.Fatalf("Run across an outage: %v", err)
+	f.mu.Unlock()
+}
+
+func (f *freezer) wait() {
+	f.mu.Lock()
+	frozen := f.frozen
+	f.mu.Unlock()
+	if frozen {
+		<-f.thawed
 	}
-	if j := get(t, q, "job-1"); j.Status != jobqueue.JobComplete || j.Attempt != 1 {
-		t.Fatalf("job after the outage: %s attempt %d; want COMPLETE on its first attempt", j.Status, j.Attempt)
+}
+
+func (f *freezer) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	f.wait()
+	return f.Store.Get(ctx, key)
+}
+
+func (f *freezer) Put(ctx context.Context, key string, val []byte, cond storage.Condition) (storage.Version, error) {
+	f.wait()
+	f.mu.Lock()
+	before, after := f.before, f.after
+	f.mu.Unlock()
+	f.trip(before, key, val)
+	f.wait()
+	v, err := f.Store.Put(ctx, key, val, cond)
+	if err == nil {
+		f.trip(after, key, val)
+	}
+	f.wait()
+	return v, err
+}
+
+func (f *freezer) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	f.wait()
+	return f.Store.Delete(ctx, key, cond)
+}
+
+func (f *freezer) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	f.wait()
+	return f.Store.List(ctx, prefix)
+}
+
+// producedBy are handlers whose artifact names the worker that produced it
+// (its title), so a test can tell whose attempt an artifact is.
+func producedBy(worker string) jobqueue.Handlers {
+	h := okHandlers()
+	h.CallNotebookLM = func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+		return jobqueue.Output{Content: json.RawMessage(`{"title":"` + worker + `","body":"b","entity_map":{},"word_count":1}`)}, nil
+	}
+	return h
+}
+
+// Fault 3/B (found by examples/chaos on MinIO): ARTIFACT_WRITE created the
+// job's artifact create-only but unfenced by the lease, so a worker paused
+// past its lease woke, created the artifact after another worker had
+// rescued the job, and attempt 2 completed pointing at the lost attempt's
+// artifact. Worker 1 (its own view of the store, frozen as by SIGSTOP) is
+// paused at three points; worker 2 rescues the job and completes it, and
+// worker 1 wakes before attempt 2 or after it completed.
+//
+// On the old code the rows paused after the move to ARTIFACT_WRITE and
+// inside the artifact's Put fail when worker 1 wakes after the rescue: its
+// artifact lands, and attempt 2 completes with it.
+func TestFaultLateArtifactWrite(t *testing.T) {
+	jobKey, _ := storage.JobKey("job-1")
+	tests := []struct {
+		name           string
+		pause          string // where worker 1 freezes
+		wakeEarly      bool   // wakes after the rescue, before attempt 2
+		lateArtifactOK bool   // its artifact may land (it froze inside the Put): attempt 2 must replace it
+	}{
+		{"in the handler, wakes after the rescue", "handler", true, false},
+		{"in the handler, wakes after attempt 2", "handler", false, false},
+		{"before the artifact write, wakes after the rescue", "before", true, false},
+		{"before the artifact write, wakes after attempt 2", "before", false, false},
+		{"inside the artifact's Put, wakes after the rescue", "put", true, true},
+		{"inside the artifact's Put, wakes after attempt 2", "put", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+				ctx := context.Background()
+				clk := clock.NewFake(t0)
+				view1 := newFreezer(s)
+				t.Cleanup(view1.thaw)
+				slow := func(c *jobqueue.Config) { c.StepTimeout = time.Hour }
+				q1 := newQueue(t, view1, clk, slow)
+				q2 := newQueue(t, s, clk, slow)
+				enqueue(t, q1, "job-1", "agent-a")
+				c1 := claim(t, q1, "w1")
+				if c1 == nil {
+					t.Fatal("no claim")
+				}
+				h1 := producedBy("w1")
+				switch tt.pause {
+				case "handler":
+					call := h1.CallNotebookLM
+					h1.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+						view1.freeze()
+						<-view1.thawed
+						return call(ctx, job, snap)
+					}
+				case "before":
+					view1.arm(nil, func(key string, val []byte) bool {
+						return key == jobKey && strings.Contains(string(val), `"status":"ARTIFACT_WRITE"`)
+					})
+				case "put":
+					view1.arm(func(key string, _ []byte) bool { return strings.HasPrefix(key, "projects/") }, nil)
+				}
+				ran1 := make(chan error, 1)
+				go func() { _, err := c1.Run(ctx, h1); ran1 <- err }()
+				within(t, "worker 1 frozen", view1.stopped)
+
+				// Worker 1's lease runs out; worker 2 rescues the job.
+				clk.Advance(jobqueue.DefaultLeaseTTL + time.Second)
+				if c := claim(t, q2, "w2"); c != nil {
+					t.Fatal("claimed the rescued job before its backoff")
+				}
+				if j := get(t, q2, "job-1"); j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeLeaseExpired {
+					t.Fatalf("after the rescue: %s %s", j.Status, j.ErrorCode)
+				}
+				artKey, _ := storage.ArtifactKey(jobqueue.DefaultProject, artifact.IDForJob("job-1"))
+				wake := func() {
+					view1.thaw()
+					if err := within(t, "worker 1 after waking", ran1); !errors.Is(err, jobqueue.ErrLeaseLost) {
+						t.Fatalf("worker 1 woke to %v, want ErrLeaseLost", err)
+					}
+				}
+				if tt.wakeEarly {
+					wake()
+					_, _, err := s.Get(ctx, artKey)
+					if !tt.lateArtifactOK && !errors.Is(err, storage.ErrNotFound) {
+						t.Fatalf("worker 1 wrote the artifact after losing the job (get: %v)", err)
+					}
+				}
+				clk.Advance(jobqueue.DefaultBackoff()[0])
+				c2 := claim(t, q2, "w2")
+				if c2 == nil {
+					t.Fatal("attempt 2 not claimed")
+				}
+				epoch2 := c2.Job().Lease.Epoch
+				if done, err := c2.Run(ctx, producedBy("w2")); err != nil || done.Status != jobqueue.JobComplete || done.Attempt != 2 {
+					t.Fatalf("attempt 2: %s attempt %d, %v", done.Status, done.Attempt, err)
+				}
+				committed, _, err := s.Get(ctx, artKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !tt.wakeEarly {
+					wake()
+				}
+				a, err := q2.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, "job-1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var content struct{ Title string }
+				_ = json.Unmarshal(a.Content, &content)
+				if content.Title != "w2" || a.Epoch != epoch2 {
+					t.Fatalf("COMPLETE job's artifact written by %q at epoch %d; want attempt 2's (w2, epoch %d)", content.Title, a.Epoch, epoch2)
+				}
+				if now, _, _ := s.Get(ctx, artKey); string(now) != string(committed) {
+					t.Fatalf("worker 1 changed the artifact after attempt 2 completed:\n%s\nwas\n%s", now, committed)
+				}
+				if j := get(t, q2, "job-1"); j.Status != jobqueue.JobComplete || j.ArtifactID != a.ArtifactID {
+					t.Fatalf("job %s pointing at %q", j.Status, j.ArtifactID)
+				}
+				if st := replay(t, s, clk.Now()); st["job-1"] != jobqueue.JobComplete {
+					t.Fatalf("replay %v", st)
+				}
+			})
+		})
 	}
 }

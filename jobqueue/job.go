@@ -75,8 +75,8 @@ type Job struct {
 	// (projects/{cid}/artifacts/); empty means the Queue's Config.Project.
 	ProjectID string `json:"project_id,omitempty"`
 	// ErrorCode classifies Error: TIMEOUT, RATE_LIMITED (429), UNAVAILABLE
-	// (503), HTTP_<status>, ARTIFACT_WRITE_ERROR, LEASE_EXPIRED or
-	// HANDLER_ERROR.
+	// (503), HTTP_<status>, ARTIFACT_WRITE_ERROR, LEASE_EXPIRED,
+	// HANDLER_ERROR or PERMANENT.
 	ErrorCode string `json:"error_code,omitempty"`
 	// FailedStep is the pipeline state the last error happened in.
 	FailedStep JobState `json:"failed_step,omitempty"`
@@ -123,7 +123,8 @@ const (
 // over the ASCII diagram where the two differ. The orchestration layer makes
 // every automatic move; only an admin requeues. RETRY_BACKOFF leaves by one
 // event, backoff_elapsed, whose guards send the job back to QUEUED while
-// attempts are left and to FAILED once they are exhausted.
+// attempts are left and to FAILED once they are exhausted, or at once when
+// its error was permanent (error_code PERMANENT, see Permanent).
 //
 // Extension (DESIGN.md §2): DEAD → QUEUED, the operator's requeue of a dead
 // job (invariant F2); it is the only move out of a terminal state.
@@ -133,13 +134,15 @@ var jobMachine = sync.OnceValue(func() *lifecycle.Machine[JobState, *Job] {
 	orch := []lifecycle.Actor{lifecycle.ActorOrchestration}
 	admin := []lifecycle.Actor{lifecycle.ActorAdmin}
 	// Guards on the attempt count (seed 003 §1.2: "attempt < 3", "attempt ≥ 3").
+	// Extension: a permanent error (Permanent, error_code PERMANENT) takes
+	// the FAILED branch whatever attempts are left.
 	attemptsLeft := lifecycle.Guard[*Job]{
-		Name:  "attempt < max_attempts",
-		Allow: func(j *Job) bool { return j.Attempt < j.MaxAttempts },
+		Name:  "attempt < max_attempts and not PERMANENT",
+		Allow: func(j *Job) bool { return j.Attempt < j.MaxAttempts && j.ErrorCode != CodePermanent },
 	}
 	attemptsExhausted := lifecycle.Guard[*Job]{
-		Name:  "attempt >= max_attempts",
-		Allow: func(j *Job) bool { return j.Attempt >= j.MaxAttempts },
+		Name:  "attempt >= max_attempts or PERMANENT",
+		Allow: func(j *Job) bool { return j.Attempt >= j.MaxAttempts || j.ErrorCode == CodePermanent },
 	}
 	return lifecycle.MustNew(lifecycle.Definition[JobState, *Job]{
 		Name:     "job",

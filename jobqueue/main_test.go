@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/storage"
@@ -30,6 +31,37 @@ var stores = []storeCase{
 func forEachStore(t *testing.T, f func(t *testing.T, s storage.Store)) {
 	t.Helper()
 	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, sc.new(t))
+		})
+	}
+}
+
+// fileStore is a filestore in a directory of the test's own.
+func fileStore(tb testing.TB) storage.Store {
+	tb.Helper()
+	s, err := filestore.New(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// faultStores are the stores the fault suite runs on: memstore and
+// filestore always, MinIO (withS3) where the fault is about S3.
+func faultStores(withS3 bool) []storeCase {
+	cs := []storeCase{stores[0], {"filestore", fileStore}}
+	if withS3 {
+		cs = append(cs, stores[1])
+	}
+	return cs
+}
+
+// forFaultStores runs f, in parallel subtests, on faultStores(withS3).
+func forFaultStores(t *testing.T, withS3 bool, f func(t *testing.T, s storage.Store)) {
+	t.Helper()
+	for _, sc := range faultStores(withS3) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			f(t, sc.new(t))

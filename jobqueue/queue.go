@@ -3,7 +3,6 @@ package jobqueue
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +83,24 @@ type Config struct {
 	// Logger receives what cannot be returned (audit write failures,
 	// heartbeat trouble, quarantined records). Default: slog.Default().
 	Logger *slog.Logger
+	// Types registers job types of the user's beside the seed's three
+	// (RESEARCH, BRIEF, PROPOSAL_PREPROCESS): Enqueue accepts them, and
+	// their artifact's type is the job type's name, its content checked by
+	// the type's Validate. Names are ids (storage.ValidateID) and may not
+	// be a seed type's. With Config.Artifacts set, that store must know
+	// the types (artifact.Config.Types); the default store is given them.
+	Types map[JobType]TypeConfig
+}
+
+// TypeConfig is a user job type (Config.Types).
+type TypeConfig struct {
+	// Handlers run the type's jobs; a nil CallNotebookLM means the
+	// Handlers given to Claim.Run (the Worker's).
+	Handlers Handlers
+	// Validate checks the content of the type's artifact, which must be
+	// JSON; nil accepts any JSON. An error sends the job to RETRY_BACKOFF
+	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
+	Validate func(content json.RawMessage) error
 }
 
 // Queue is the job queue of seed 003 §1 over a Store. Many Queues in many
@@ -97,6 +113,7 @@ type Queue struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	units     *core.Units // the handlers' calls, under StepTimeout
+	userTypes map[JobType]bool
 
 	quarantined atomic.Int64
 
@@ -167,8 +184,18 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.ArtifactActor == "" {
 		cfg.ArtifactActor = lifecycle.ActorNLMBackend
 	}
+	contentTypes := map[artifact.Type]func(json.RawMessage) error{}
+	for t, tc := range cfg.Types {
+		if err := storage.ValidateID("job type", string(t)); err != nil {
+			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
+		}
+		if _, seed := ArtifactType(t); seed {
+			return nil, fmt.Errorf("%w: Types: %s is a seed job type", ErrInvalidConfig, t)
+		}
+		contentTypes[artifact.Type(t)] = tc.Validate
+	}
 	if cfg.Artifacts == nil {
-		a, err := artifact.New(artifact.Config{Store: cfg.Store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
+		a, err := artifact.New(artifact.Config{Store: cfg.Store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes})
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +205,11 @@ func New(cfg Config) (*Queue, error) {
 	// context allows (core.Patient); the claim's and the sweep's contexts
 	// carry the deadlines.
 	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
-	return &Queue{
+	userTypes := map[JobType]bool{}
+	for t := range cfg.Types {
+		userTypes[t] = true
+	}
+	return &Queue{userTypes: userTypes,
 		cfg: cfg, store: store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
 		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		agents: map[string]*agentState{}, audited: map[string]int64{},
@@ -225,59 +256,27 @@ var (
 
 // ---- keys ----
 
+// The queue's keys are built in storage's layout (issue 10 G): jobs under
+// storage.JobsPrefix, lanes, agent locks and the sweep lease under
+// storage.QueuePrefix, so listing jobs/ yields only jobs.
 const (
-	lanePrefix  = "jobs/queue/"
-	agentPrefix = "jobs/agents/"
+	lanePrefix  = storage.LanesPrefix
+	agentPrefix = storage.AgentLocksPrefix
 )
 
-// LanePrefix is the List prefix of an agent's ready lane:
-// jobs/queue/{agent}/. Its keys are {ready_at as 19-digit Unix
-// nanoseconds}-{job_id}, so listing returns the job ready first first.
-func LanePrefix(agent string) (string, error) {
-	if err := storage.ValidateID("agent slug", agent); err != nil {
-		return "", err
-	}
-	return lanePrefix + agent + "/", nil
-}
-
+// laneKey is storage.LaneKey of ids already validated.
 func laneKey(agent string, at time.Time, jobID string) string {
-	return lanePrefix + agent + "/" + fmt.Sprintf("%019d", at.UnixNano()) + "-" + jobID
+	k, _ := storage.LaneKey(agent, at, jobID)
+	return k
 }
 
 // parseLaneKey returns the ready time and job id of a lane key.
 func parseLaneKey(key string) (time.Time, string, bool) {
-	i := strings.LastIndexByte(key, '/')
-	if i < 0 || len(key)-i-1 < 21 || key[i+20] != '-' {
-		return time.Time{}, "", false
-	}
-	n, err := strconv.ParseInt(key[i+1:i+20], 10, 64)
-	if err != nil || n < 0 {
-		return time.Time{}, "", false
-	}
-	id := key[i+21:]
-	if storage.ValidateID("job id", id) != nil {
-		return time.Time{}, "", false
-	}
-	return time.Unix(0, n), id, true
+	_, at, id, ok := storage.ParseLaneKey(key)
+	return at, id, ok
 }
 
-// AgentLockKey is the object that holds an agent's lock: jobs/agents/{agent}.json.
-func AgentLockKey(agent string) (string, error) {
-	if err := storage.ValidateID("agent slug", agent); err != nil {
-		return "", err
-	}
-	return agentPrefix + agent + ".json", nil
-}
-
-// jobIDFromKey returns the id of a job key jobs/{id}.json, or false for the
-// queue's own objects under jobs/.
-func jobIDFromKey(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, "jobs/")
-	if !ok || strings.Contains(rest, "/") {
-		return "", false
-	}
-	return strings.CutSuffix(rest, ".json")
-}
+func jobIDFromKey(key string) (string, bool) { return storage.JobIDFromKey(key) }
 
 // ---- records ----
 
@@ -287,7 +286,7 @@ type jobDoc struct {
 	Job
 }
 
-// agentLock is jobs/agents/{agent}.json: which worker runs the agent's job,
+// agentLock is queue/agents/{agent}.json (storage.AgentLockKey): which worker runs the agent's job,
 // under which fencing epoch, until when. It gives at most one running job
 // per agent across every worker sharing the store.
 type agentLock struct {
@@ -343,7 +342,7 @@ func badJob(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
 }
 
-func (n *NewJob) validate(defaultMax int) error {
+func (n *NewJob) validate(defaultMax int, user map[JobType]bool) error {
 	if n.JobID == "" {
 		n.JobID = newUUID()
 	}
@@ -361,8 +360,8 @@ func (n *NewJob) validate(defaultMax int) error {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
-	if _, ok := ArtifactType(n.JobType); !ok {
-		return badJob("job_type %q is not RESEARCH, BRIEF or PROPOSAL_PREPROCESS", n.JobType)
+	if _, ok := ArtifactType(n.JobType); !ok && !user[n.JobType] {
+		return badJob("job_type %q is not RESEARCH, BRIEF, PROPOSAL_PREPROCESS or a type of Config.Types", n.JobType)
 	}
 	if n.MaxAttempts == 0 {
 		n.MaxAttempts = defaultMax
@@ -415,6 +414,15 @@ func (n *NewJob) checkText() error {
 	return nil
 }
 
+// artifactType is the artifact type of a job of type t: the seed's
+// mapping, or the user type's own name.
+func (q *Queue) artifactType(t JobType) artifact.Type {
+	if a, ok := ArtifactType(t); ok {
+		return a
+	}
+	return artifact.Type(t)
+}
+
 // ArtifactType maps a job type to the artifact type it produces:
 // RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
 // PREPROCESSED_PROPOSAL.
@@ -441,7 +449,7 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
 		return Job{}, err
 	}
-	if err := n.validate(q.cfg.MaxAttempts); err != nil {
+	if err := n.validate(q.cfg.MaxAttempts, q.userTypes); err != nil {
 		return Job{}, err
 	}
 	key, err := storage.JobKey(n.JobID)
@@ -483,7 +491,7 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	if exists {
 		return nil
 	}
-	key, err := AgentLockKey(agent)
+	key, err := storage.AgentLockKey(agent)
 	if err != nil {
 		return err
 	}
@@ -638,7 +646,7 @@ func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[Job, 
 
 func (q *Queue) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
 	return func(yield func(jobDoc, error) bool) {
-		for key, err := range q.store.List(ctx, "jobs/") {
+		for key, err := range q.store.List(ctx, storage.JobsPrefix) {
 			if err != nil {
 				yield(jobDoc{}, err)
 				return
@@ -758,18 +766,9 @@ func (q *Queue) audit(ctx context.Context, d *jobDoc) {
 	q.mu.Unlock()
 }
 
-// AuditEventID is the id of the i-th audit event of version v of job
-// jobID written at ts: the time (so a day lists in time order), a digest
-// of the job id, the version and i (so one job's events sort in the order
-// they happened even at equal times).
-func AuditEventID(ts time.Time, jobID string, v int64, i int) string {
-	sum := sha256.Sum256([]byte(jobID))
-	return ts.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(sum[:6]) +
-		"-" + fmt.Sprintf("%010d", v) + "-" + strconv.Itoa(i)
-}
 
 func (q *Queue) putAudit(ctx context.Context, ev storage.AuditEvent, v int64, i int) error {
-	key, err := storage.AuditKey(ev.TS, AuditEventID(ev.TS, ev.JobID, v, i))
+	key, err := storage.AuditKey(ev.TS, storage.AuditEventID(ev.TS, ev.JobID, v, i))
 	if err != nil {
 		return err
 	}

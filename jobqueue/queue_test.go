@@ -132,12 +132,26 @@ func TestHappyPath(t *testing.T) {
 		if c := claim(t, q, "w2"); c != nil {
 			t.Fatalf("claimed %v from an empty queue", c.Job())
 		}
-		if n := countKeys(t, s, "jobs/queue/"); n != 0 {
+		if n := countKeys(t, s, storage.LanesPrefix); n != 0 {
 			t.Fatalf("%d lane entries left", n)
 		}
 		states := replay(t, s, t0)
 		if states["job-1"] != jobqueue.JobComplete {
 			t.Fatalf("replayed %v", states)
+		}
+		// Listing jobs/ yields only jobs (issue 10 G): the lanes, the agent
+		// lock and the sweep lease live under queue/.
+		enqueue(t, q, "job-2", "architect-guardian")
+		if _, _, err := q.SweepIfDue(ctx, "w1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for key, err := range s.List(ctx, storage.JobsPrefix) {
+			if _, ok := storage.JobIDFromKey(key); err != nil || !ok {
+				t.Fatalf("listing jobs/ yields %q (%v)", key, err)
+			}
+		}
+		if countKeys(t, s, storage.QueuePrefix) != 3 { // a lane entry, the lock, the sweep lease
+			t.Fatalf("queue/ holds %d keys, want 3", countKeys(t, s, storage.QueuePrefix))
 		}
 	})
 }
@@ -615,9 +629,9 @@ func (f *flakyStore) Put(ctx context.Context, key string, value []byte, cond sto
 }
 
 // TestF3CommitFailsAfterArtifactWritten: the artifact is written but the
-// COMPLETE write fails; the retry finds the existing artifact, so the job
-// ends COMPLETE with exactly one artifact, and it was never COMPLETE
-// without it.
+// COMPLETE write fails; the retry replaces that unreferenced artifact with
+// its own, so the job ends COMPLETE with exactly one artifact, its
+// completing attempt's, and it was never COMPLETE without it.
 func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s storage.Store) {
 		ctx := context.Background()
@@ -650,9 +664,12 @@ func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 		if n := countKeys(t, s, "projects/default/artifacts/"); n != 1 {
 			t.Fatalf("%d artifacts after the retry", n)
 		}
+		// The first attempt's artifact backs no job (its commit failed), so
+		// the retry, of a newer epoch, replaced it with its own: COMPLETE
+		// points at the artifact of the attempt that completed.
 		a, _ := q.Artifacts().GetForJob(ctx, lifecycle.ActorOrchestration, "default", "job-f")
-		if string(a.Content) != string(first.Content) || a.Version != 1 {
-			t.Fatalf("the finalized artifact changed: %s", a.Content)
+		if string(a.Content) == string(first.Content) || a.Version != 2 || a.Epoch <= first.Epoch {
+			t.Fatalf("the retry's artifact: %s version %d epoch %d (first: epoch %d)", a.Content, a.Version, a.Epoch, first.Epoch)
 		}
 	})
 }
@@ -808,7 +825,7 @@ func TestSweepIfDueInBatches(t *testing.T) {
 		if want := []got{{2, 0}, {2, 0}, {1, 1}, {2, 0}}; fmt.Sprint(seen) != fmt.Sprint(want) {
 			t.Fatalf("batches (jobs, relaned) %v, want %v", seen, want)
 		}
-		if n := countKeys(t, s, "jobs/queue/"); n != 5 {
+		if n := countKeys(t, s, storage.LanesPrefix); n != 5 {
 			t.Fatalf("%d lane entries after the sweeps, want 5", n)
 		}
 	})

@@ -20,7 +20,9 @@ import (
 // §1.2). The queue runs them in order, each under Config.StepTimeout, and
 // writes ARTIFACT_WRITE itself. A handler's error sends the job to
 // RETRY_BACKOFF; return a *StatusError for an HTTP status (429, 503) so
-// the job's error_code says which.
+// the job's error_code says which, and Permanent(err) for a failure no
+// retry can mend (the job goes to DEAD at once). User job types may bring
+// handlers of their own (Config.Types).
 type Handlers struct {
 	// AssembleContext is CONTEXT_ASSEMBLY: it builds the context snapshot
 	// (the memory backend's part). Nil means an empty snapshot.
@@ -57,6 +59,26 @@ func (e *StatusError) Error() string {
 // Unwrap returns the cause.
 func (e *StatusError) Unwrap() error { return e.Err }
 
+// Permanent marks a handler's error (or an artifact content check's) as
+// permanent: the job is not retried, whatever attempts it has left. It
+// goes on at once through the seed's table, ARTIFACT_WRITE or another
+// pipeline state → RETRY_BACKOFF → FAILED → DEAD (seed 003 has no edge
+// from a pipeline state to FAILED; backoff_elapsed's guard sends a job
+// whose error_code is PERMANENT to FAILED), with error_code PERMANENT and
+// the error's text. An operator's requeue runs it afresh. Permanent(nil)
+// is nil; errors.Is and errors.As see through it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
 // Error codes written to Job.ErrorCode.
 const (
 	CodeTimeout            = "TIMEOUT"
@@ -65,12 +87,17 @@ const (
 	CodeArtifactWriteError = "ARTIFACT_WRITE_ERROR"
 	CodeLeaseExpired       = "LEASE_EXPIRED"
 	CodeHandlerError       = "HANDLER_ERROR"
+	// CodePermanent: a handler said Permanent; the job was not retried.
+	CodePermanent = "PERMANENT"
 )
 
 // errorCode classifies a step's error.
 func errorCode(step JobState, stepCtx context.Context, err error) string {
 	var se *StatusError
+	var pe *permanentError
 	switch {
+	case errors.As(err, &pe):
+		return CodePermanent
 	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
 		return CodeTimeout
 	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
@@ -116,7 +143,7 @@ func (c *Claim) Job() Job {
 
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
-	key, _ := AgentLockKey(c.agent.name)
+	key, _ := storage.AgentLockKey(c.agent.name)
 	l := agentLock{Agent: c.agent.name, Epoch: c.epoch}
 	b, _ := json.Marshal(&l)
 	// Meta's version is not needed on the lock: only the store's version
@@ -199,11 +226,16 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 	var at time.Time
 	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
 		c.q.retry(ctx, d, now, step, code, msg)
-		lane, at = d.ReadyKey, *d.NextAttemptAt
+		if d.NextAttemptAt != nil {
+			lane, at = d.ReadyKey, *d.NextAttemptAt
+		}
 		return nil
 	})
 	if err != nil {
 		return job, err
+	}
+	if job.Status == JobFailed { // permanent: no retry
+		return c.q.bury(ctx, job.JobID, nil, "")
 	}
 	return job, c.q.putLane(ctx, lane, job.JobID, at)
 }
@@ -232,7 +264,7 @@ func (c *Claim) renew(ctx context.Context) error {
 	if c.done || !pipelineState(c.job.Status) {
 		return nil // finished: nothing left to keep alive
 	}
-	key, _ := AgentLockKey(c.agent.name)
+	key, _ := storage.AgentLockKey(c.agent.name)
 	now := c.q.clock.Now()
 	l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.q.cfg.LeaseTTL)}
 	b, _ := json.Marshal(&l)
@@ -256,12 +288,31 @@ func (c *Claim) renew(ctx context.Context) error {
 	return err
 }
 
+// confirm makes sure, just before a write that the job record's
+// compare-and-swap cannot fence (the artifact), that the claim still holds
+// its lease: by the clock while more than a tenth of LeaseTTL is left,
+// else by renewing it (a fenced write). A claim that woke up from a pause
+// past its lease gets ErrLeaseLost here and writes nothing; one paused
+// between this check and the write can still create the artifact, which
+// the next attempt replaces (artifact.Draft.Epoch).
+func (c *Claim) confirm(ctx context.Context) error {
+	c.mu.Lock()
+	l := c.doc.Lease
+	c.mu.Unlock()
+	if l != nil && c.q.clock.Now().Before(l.ExpiresAt.Add(-c.q.cfg.LeaseTTL/10)) {
+		return nil
+	}
+	return c.renew(ctx)
+}
+
 // Run runs the claimed job's pipeline (003 §1.2): CONTEXT_ASSEMBLY →
 // NOTEBOOKLM_CALL → ARTIFACT_WRITE → COMPLETE, each step's error sending
 // it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
-// left). ARTIFACT_WRITE creates the job's one artifact (create-once by job
-// id, finalized) and COMPLETE points the job at it in the same write, so
-// no reader sees COMPLETE without its finalized artifact (F3). It returns
+// left). ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
+// finalized, fenced by the claim's epoch: a lost attempt's artifact is
+// replaced, a newer one never) and COMPLETE points the job at it in a
+// fenced write, so no reader sees COMPLETE without its finalized artifact,
+// written by the attempt that completed (F3). It returns
 // the job as last written. An error means the claim could not write
 // (ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
@@ -272,6 +323,9 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 		return c.job, errors.New("jobqueue: claim already run")
 	}
 	c.mu.Unlock()
+	if tc, ok := c.q.cfg.Types[c.Job().JobType]; ok && tc.Handlers.CallNotebookLM != nil {
+		h = tc.Handlers
+	}
 	if h.CallNotebookLM == nil {
 		_ = c.Abandon(ctx)
 		return c.Job(), errors.New("jobqueue: Handlers.CallNotebookLM is required")
@@ -285,8 +339,8 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 	c.mu.Lock()
 	c.done = true
 	c.mu.Unlock()
-	if cause := context.Cause(runCtx); err == nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
-		err = cause
+	if cause := context.Cause(runCtx); errors.Is(cause, ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
+		err = cause // the heartbeat found the lease lost, and the write it cut says only "canceled"
 	}
 	ectx, ecancel := c.q.afterStop(ctx)
 	defer ecancel()
@@ -352,22 +406,37 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	if err := c.move(ctx, EventResponseOK, nil); err != nil {
 		return c.Job(), err
 	}
-	typ, _ := ArtifactType(job.JobType)
+	typ := c.q.artifactType(job.JobType)
 	cid := job.ProjectID
 	if cid == "" {
 		cid = c.q.cfg.Project
 	}
+	// The artifact is fenced by the claim's epoch (artifact.Draft.Epoch):
+	// a newer attempt's artifact is never replaced, a lost attempt's is;
+	// and the lease is confirmed just before the write, so an attempt that
+	// woke up after losing the job writes none (see confirm).
 	var art artifact.Artifact
 	sctx, err = c.step(ctx, "artifact write", func(ctx context.Context) (err error) {
+		if err := c.confirm(ctx); err != nil {
+			return err
+		}
 		art, _, err = c.q.artifacts.Create(ctx, c.q.cfg.ArtifactActor, cid, artifact.Draft{
 			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
 			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
+			Epoch: c.epoch,
 		})
-		if err == nil && !art.Finalized {
+		switch {
+		case err != nil:
+		case !art.Finalized:
 			err = fmt.Errorf("%w: %s", artifact.ErrNotFinalized, art.ArtifactID)
+		case art.Epoch != c.epoch:
+			err = fmt.Errorf("jobqueue: artifact %s of epoch %d, not the claim's %d", art.ArtifactID, art.Epoch, c.epoch)
 		}
 		return err
 	})
+	if errors.Is(err, ErrLeaseLost) {
+		return c.Job(), err
+	}
 	if err != nil {
 		return orchestrate(JobArtifactWrite, sctx, err)
 	}

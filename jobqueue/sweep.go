@@ -40,7 +40,7 @@ func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 // the pass short, or "" when the pass reached the end.
 func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepReport, next string, err error) {
 	last := ""
-	for key, err := range q.store.List(ctx, "jobs/") {
+	for key, err := range q.store.List(ctx, storage.JobsPrefix) {
 		if err != nil {
 			return r, "", err
 		}
@@ -111,9 +111,8 @@ func (q *Queue) sweepJob(ctx context.Context, d *jobDoc, r *SweepReport) error {
 }
 
 // sweepKey holds the sweep lease: who swept last and until when no other
-// worker need sweep. It sits in a folder of its own so that it is never
-// taken for a job (jobs/{id}.json).
-const sweepKey = "jobs/sweep/lease.json"
+// worker need sweep (storage.SweepLeaseKey, outside jobs/).
+const sweepKey = storage.SweepLeaseKey
 
 // sweepLease is the value of sweepKey.
 type sweepLease struct {

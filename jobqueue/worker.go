@@ -19,7 +19,9 @@ type Worker struct {
 	// ID names the worker in leases; unique among the workers sharing the
 	// store. Required.
 	ID string
-	// Handlers run the pipeline. Required.
+	// Handlers run the pipeline of the seed's job types, and of user types
+	// registered without handlers of their own (Config.Types). Required
+	// unless every job is of a user type with its own handlers.
 	Handlers Handlers
 	// Slots is how many jobs the worker runs at once (of different agents:
 	// an agent runs one job at a time). Default 1.
@@ -38,8 +40,8 @@ type Worker struct {
 // moment sees its handlers' context cancelled, which counts as a failed
 // attempt: it goes to RETRY_BACKOFF like any other failure.
 func (w *Worker) Run(ctx context.Context) error {
-	if w.Queue == nil || w.ID == "" || w.Handlers.CallNotebookLM == nil {
-		return errors.New("jobqueue: Worker needs Queue, ID and Handlers.CallNotebookLM")
+	if w.Queue == nil || w.ID == "" || (w.Handlers.CallNotebookLM == nil && len(w.Queue.cfg.Types) == 0) {
+		return errors.New("jobqueue: Worker needs Queue, ID and Handlers.CallNotebookLM (or Config.Types)")
 	}
 	if err := storage.ValidateID("worker id", w.ID); err != nil {
 		return err

@@ -3,11 +3,13 @@ package storage
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -47,14 +49,30 @@ type AuditLog struct {
 	Now func() time.Time
 }
 
-// NewAuditEventID returns an id that sorts by ts across nodes to the
-// nanosecond ("20260224T100000.000000000Z-<16 hex>") and is unique by its
-// 64 random bits, so listing a day reads the events in time order.
-func NewAuditEventID(ts time.Time) string {
-	var r [8]byte
-	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
-	return ts.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(r[:])
+// AuditEventID is the one audit event id scheme of the SDK:
+// "{ts as 20060102T150405.000000000Z}-{16 hex}-{seq as 10 digits}-{i}".
+// Ids sort by time across nodes to the nanosecond, so listing a day reads
+// its events in time order. With a subject (say, a job id) the 16 hex are
+// a digest of it and the id of the i-th event of the subject's write seq
+// is the same on every try, so a create-only write stores it once and a
+// later writer can re-emit an event a dead one never wrote; a subject's
+// events sort by time, then seq, then i. Without a subject
+// (NewAuditEventID) the 16 hex are random.
+func AuditEventID(ts time.Time, subject string, seq int64, i int) string {
+	var h [8]byte
+	if subject == "" {
+		_, _ = rand.Read(h[:]) // crypto/rand.Read never fails (Go 1.24+).
+	} else {
+		sum := sha256.Sum256([]byte(subject))
+		copy(h[:], sum[:])
+	}
+	return ts.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(h[:]) +
+		"-" + fmt.Sprintf("%010d", seq) + "-" + strconv.Itoa(i)
 }
+
+// NewAuditEventID returns a fresh AuditEventID without a subject: unique
+// by its 64 random bits.
+func NewAuditEventID(ts time.Time) string { return AuditEventID(ts, "", 0, 0) }
 
 // Record fills in ts (if zero), node (if empty) and a fresh id, then writes
 // ev create-only under AuditKey. The event's day is the day of its ts in

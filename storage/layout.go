@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -186,4 +187,119 @@ func AuditKey(ts time.Time, eventID string) (string, error) {
 		return "", err
 	}
 	return AuditDayPrefix(ts) + eventID + ".json", nil
+}
+
+// JobsPrefix is the List prefix of the job records, and of nothing else:
+// the queue's own objects (lanes, locks, the sweep lease) live under
+// QueuePrefix, so listing jobs/ yields only jobs.
+const JobsPrefix = "jobs/"
+
+// JobIDFromKey returns the id of a job key jobs/{jobId}.json, or false for
+// any other key.
+func JobIDFromKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, JobsPrefix)
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(rest, ".json")
+	return id, ok && ValidateID("job id", id) == nil
+}
+
+// The job queue's internal objects, apart from the jobs (issue 10 G).
+const (
+	// QueuePrefix holds every internal object of the job queue.
+	QueuePrefix = "queue/"
+	// LanesPrefix is the List prefix of every agent's ready lane.
+	LanesPrefix = QueuePrefix + "lanes/"
+	// AgentLocksPrefix is the List prefix of the agents' locks.
+	AgentLocksPrefix = QueuePrefix + "agents/"
+	// SweepLeaseKey holds the queue's sweep lease.
+	SweepLeaseKey = QueuePrefix + "sweep/lease.json"
+)
+
+// LanePrefix is the List prefix of an agent's ready lane:
+// queue/lanes/{agent}/. Its keys (LaneKey) list the job ready first first.
+func LanePrefix(agent string) (string, error) {
+	if err := ValidateID("agent slug", agent); err != nil {
+		return "", err
+	}
+	return LanesPrefix + agent + "/", nil
+}
+
+// LaneKey is a job's entry in its agent's ready lane:
+// queue/lanes/{agent}/{ready_at as 19-digit Unix nanoseconds}-{jobId}.
+// at must not be before 1970.
+func LaneKey(agent string, at time.Time, jobID string) (string, error) {
+	if err := validateIDs("agent slug", agent, "job id", jobID); err != nil {
+		return "", err
+	}
+	if at.UnixNano() < 0 {
+		return "", &IDError{Field: "ready time", ID: at.String(), Reason: "before 1970"}
+	}
+	return fmt.Sprintf("%s%s/%019d-%s", LanesPrefix, agent, at.UnixNano(), jobID), nil
+}
+
+// ParseLaneKey returns the agent, ready time and job id of a LaneKey.
+func ParseLaneKey(key string) (agent string, at time.Time, jobID string, ok bool) {
+	rest, found := strings.CutPrefix(key, LanesPrefix)
+	if !found {
+		return "", time.Time{}, "", false
+	}
+	agent, entry, found := strings.Cut(rest, "/")
+	if !found || ValidateID("agent slug", agent) != nil || len(entry) < 21 || entry[19] != '-' {
+		return "", time.Time{}, "", false
+	}
+	n, err := strconv.ParseInt(entry[:19], 10, 64)
+	if err != nil || n < 0 {
+		return "", time.Time{}, "", false
+	}
+	jobID = entry[20:]
+	if ValidateID("job id", jobID) != nil {
+		return "", time.Time{}, "", false
+	}
+	return agent, time.Unix(0, n), jobID, true
+}
+
+// AgentLockKey is an agent's lock (one running job per agent):
+// queue/agents/{agent}.json.
+func AgentLockKey(agent string) (string, error) {
+	if err := ValidateID("agent slug", agent); err != nil {
+		return "", err
+	}
+	return AgentLocksPrefix + agent + ".json", nil
+}
+
+// AgentFromLockKey returns the agent of an AgentLockKey.
+func AgentFromLockKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, AgentLocksPrefix)
+	if !ok {
+		return "", false
+	}
+	agent, ok := strings.CutSuffix(rest, ".json")
+	return agent, ok && ValidateID("agent slug", agent) == nil
+}
+
+// The NLM backend's records (seed 003 §2) and the index of its jobs in
+// flight, so no pass reads finished history and listing NLMJobsPrefix yields
+// only jobs.
+const (
+	NLMJobsPrefix   = "nlm/jobs/"
+	NLMActivePrefix = "nlm/active/"
+)
+
+// NLMJobKey is an NLM job's record: nlm/jobs/{job_id}.json.
+func NLMJobKey(jobID string) (string, error) {
+	if err := ValidateID("job id", jobID); err != nil {
+		return "", err
+	}
+	return NLMJobsPrefix + jobID + ".json", nil
+}
+
+// NLMActiveKey is an NLM job's entry in the index of jobs in flight:
+// nlm/active/{job_id}.
+func NLMActiveKey(jobID string) (string, error) {
+	if err := ValidateID("job id", jobID); err != nil {
+		return "", err
+	}
+	return NLMActivePrefix + jobID, nil
 }

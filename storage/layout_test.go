@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +144,76 @@ func FuzzValidateID(f *testing.F) {
 			t.Fatalf("JobKey(%q) = %q, %v", id, key, err)
 		}
 	})
+}
+
+// TestQueueKeys: the job queue's internal keys live under queue/, never
+// under jobs/, and parse back.
+func TestQueueKeys(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 2, 24, 10, 0, 0, 5, time.UTC)
+	lane, err := storage.LaneKey("agent-a", at, "job-1")
+	if err != nil || lane != "queue/lanes/agent-a/1771927200000000005-job-1" {
+		t.Fatalf("LaneKey = %q, %v", lane, err)
+	}
+	agent, got, id, ok := storage.ParseLaneKey(lane)
+	if !ok || agent != "agent-a" || !got.Equal(at) || id != "job-1" {
+		t.Fatalf("ParseLaneKey = %q %v %q %v", agent, got, id, ok)
+	}
+	lock, _ := storage.AgentLockKey("agent-a")
+	if a, ok := storage.AgentFromLockKey(lock); !ok || a != "agent-a" || lock != "queue/agents/agent-a.json" {
+		t.Fatalf("AgentLockKey = %q → %q %v", lock, a, ok)
+	}
+	for _, k := range []string{lane, lock, storage.SweepLeaseKey} {
+		if strings.HasPrefix(k, storage.JobsPrefix) || !strings.HasPrefix(k, storage.QueuePrefix) {
+			t.Errorf("%s is not under %s", k, storage.QueuePrefix)
+		}
+		if _, ok := storage.JobIDFromKey(k); ok {
+			t.Errorf("%s reads as a job key", k)
+		}
+	}
+	tests := []struct {
+		name string
+		fn   func() error
+	}{
+		{"lane agent", func() error { _, err := storage.LaneKey("a/b", at, "j"); return err }},
+		{"lane job", func() error { _, err := storage.LaneKey("a", at, ".."); return err }},
+		{"lane before 1970", func() error { _, err := storage.LaneKey("a", time.Unix(-1, 0), "j"); return err }},
+		{"lock agent", func() error { _, err := storage.AgentLockKey("../x"); return err }},
+		{"lane prefix agent", func() error { _, err := storage.LanePrefix(""); return err }},
+	}
+	for _, tt := range tests {
+		if err := tt.fn(); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("%s: %v, want ErrInvalidID", tt.name, err)
+		}
+	}
+	for _, bad := range []string{"queue/lanes/a/123-j", "queue/lanes/a/x234567890123456789-j", "jobs/queue/a/1771927200000000005-j", "queue/lanes/a"} {
+		if _, _, _, ok := storage.ParseLaneKey(bad); ok {
+			t.Errorf("ParseLaneKey(%q) ok", bad)
+		}
+	}
+	if id, ok := storage.JobIDFromKey("jobs/job-1.json"); !ok || id != "job-1" {
+		t.Fatalf("JobIDFromKey = %q %v", id, ok)
+	}
+}
+
+// TestAuditEventIDOneScheme: ids with a subject are the same on every try
+// and sort by time, then seq, then i; ids without one are fresh.
+func TestAuditEventIDOneScheme(t *testing.T) {
+	t.Parallel()
+	ts := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+	a := storage.AuditEventID(ts, "job-1", 2, 0)
+	if a != storage.AuditEventID(ts, "job-1", 2, 0) || a == storage.AuditEventID(ts, "job-2", 2, 0) {
+		t.Fatalf("subject ids not deterministic per subject: %s", a)
+	}
+	order := []string{
+		storage.AuditEventID(ts, "job-1", 2, 0), storage.AuditEventID(ts, "job-1", 2, 1),
+		storage.AuditEventID(ts, "job-1", 3, 0), storage.AuditEventID(ts.Add(time.Nanosecond), "job-1", 1, 0),
+	}
+	if !slices.IsSorted(order) {
+		t.Fatalf("ids out of order: %v", order)
+	}
+	r := storage.NewAuditEventID(ts)
+	if r == storage.NewAuditEventID(ts) || len(r) != len(a) || storage.ValidateID("audit event id", r) != nil {
+		t.Fatalf("random id %q (subject id %q)", r, a)
+	}
 }

@@ -627,7 +627,7 @@ func (r *run) corrupt(ctx context.Context, rng *rand.Rand) {
 		id = fmt.Sprintf("job-%05d", n)
 		key, _ = storage.JobKey(id)
 	} else {
-		key, _ = jobqueue.AgentLockKey(fmt.Sprintf("agent-%02d", rng.IntN(r.o.Agents)))
+		key, _ = storage.AgentLockKey(fmt.Sprintf("agent-%02d", rng.IntN(r.o.Agents)))
 	}
 	if _, _, err := r.store.Get(ctx, key); err != nil {
 		return // not there yet (or the store is failing): nothing to corrupt

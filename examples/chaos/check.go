@@ -222,7 +222,7 @@ func Check(st *State) []Violation {
 					lease = fmt.Sprintf("lease %s epoch %d expiring %s", j.Lease.Owner, j.Lease.Epoch, j.Lease.ExpiresAt.Format(time.RFC3339Nano))
 				}
 				lock := ""
-				if lk, _ := jobqueue.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
+				if lk, _ := storage.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
 					lock = "; its agent lock " + lk + " still holds chaos's garbage"
 				}
 				for _, o := range st.Plan {

@@ -237,21 +237,17 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 	return p, nil
 }
 
-// Keys: the NLM backend's records, and the index of jobs in flight (so no
-// pass reads finished history; listing nlm/jobs/ yields only jobs).
+// Keys are storage's layout: the NLM backend's records, and the index of
+// jobs in flight (so no pass reads finished history).
 const (
-	jobPrefix    = "nlm/jobs/"
-	activePrefix = "nlm/active/"
+	jobPrefix    = storage.NLMJobsPrefix
+	activePrefix = storage.NLMActivePrefix
 )
 
-func jobKey(jobID string) (string, error) {
-	if err := storage.ValidateID("job id", jobID); err != nil {
-		return "", err
-	}
-	return jobPrefix + jobID + ".json", nil
-}
+func jobKey(jobID string) (string, error) { return storage.NLMJobKey(jobID) }
 
-func activeKey(jobID string) string { return activePrefix + jobID }
+// activeKey is only called with ids jobKey accepted.
+func activeKey(jobID string) string { k, _ := storage.NLMActiveKey(jobID); return k }
 
 // jobDoc is a job record as stored: the seed's fields and the write counter.
 type jobDoc struct {
@@ -419,7 +415,7 @@ func (p *Processor) unmark(ctx context.Context, jobID string) {
 func (p *Processor) audit(ctx context.Context, d *jobDoc, from State) {
 	ev := storage.AuditEvent{TS: d.UpdatedAt, Event: "nlm.status.update", Actor: string(lifecycle.ActorNLMBackend),
 		JobID: d.JobID, ArtifactID: d.ArtifactID, From: string(from), To: string(d.Status), Node: p.cfg.Node}
-	key, err := storage.AuditKey(ev.TS, jobqueue.AuditEventID(ev.TS, "nlm/"+d.JobID, d.Version, 0))
+	key, err := storage.AuditKey(ev.TS, storage.AuditEventID(ev.TS, "nlm/"+d.JobID, d.Version, 0))
 	if err == nil {
 		var b []byte
 		if b, err = json.Marshal(ev); err == nil {
