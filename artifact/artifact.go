@@ -400,10 +400,7 @@ func (s *Store) GetForJob(ctx context.Context, actor lifecycle.Actor, cid, jobID
 
 // Prefix returns the List prefix of a project's artifacts.
 func Prefix(cid string) (string, error) {
-	if err := storage.ValidateID("project id", cid); err != nil {
-		return "", err
-	}
-	return "projects/" + cid + "/artifacts/", nil
+	return storage.ArtifactsPrefix(cid)
 }
 
 // List yields the artifacts of project cid in key order. The actor needs

@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -302,4 +304,81 @@ func NLMActiveKey(jobID string) (string, error) {
 		return "", err
 	}
 	return NLMActivePrefix + jobID, nil
+}
+
+// The Runner's own objects beside the run folders (DESIGN.md §4): an index
+// from run id to agent, the runs not yet terminal (so recovery and polling
+// cost O(active runs)), and the idempotency records.
+const (
+	RunIndexPrefix    = "index/runs/"
+	RunActivePrefix   = "index/active/"
+	IdempotencyPrefix = "idempotency/"
+)
+
+// RunIndexKey maps a run id to its agent: index/runs/{runId}.json.
+func RunIndexKey(runID string) (string, error) {
+	if err := ValidateID("run id", runID); err != nil {
+		return "", err
+	}
+	return RunIndexPrefix + runID + ".json", nil
+}
+
+// RunActiveKey lists a run not yet terminal: index/active/{slug}/{runId}.
+func RunActiveKey(slug, runID string) (string, error) {
+	if err := validateIDs("agent slug", slug, "run id", runID); err != nil {
+		return "", err
+	}
+	return RunActivePrefix + slug + "/" + runID, nil
+}
+
+// ParseRunActiveKey splits a RunActiveKey.
+func ParseRunActiveKey(key string) (slug, runID string, ok bool) {
+	rest, found := strings.CutPrefix(key, RunActivePrefix)
+	if !found {
+		return "", "", false
+	}
+	slug, runID, found = strings.Cut(rest, "/")
+	if !found || ValidateID("agent slug", slug) != nil || ValidateID("run id", runID) != nil {
+		return "", "", false
+	}
+	return slug, runID, true
+}
+
+// RunSlotKey is one of an agent's concurrency slots:
+// agents/{slug}/slots/{n}.json.
+func RunSlotKey(slug string, n int) (string, error) {
+	if err := ValidateID("agent slug", slug); err != nil {
+		return "", err
+	}
+	if n < 0 {
+		return "", &IDError{Field: "slot", ID: strconv.Itoa(n), Reason: "negative"}
+	}
+	return "agents/" + slug + "/slots/" + strconv.Itoa(n) + ".json", nil
+}
+
+// RunInputKey keeps a run's input, so any runner can resume it:
+// agents/{slug}/runs/{runId}/input.json.
+func RunInputKey(slug, runID string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	return p + "input.json", nil
+}
+
+// IdempotencyKey is an idempotency record: idempotency/{sha256 of the
+// client's key}.json. The key is hashed, so any string a client sends makes
+// a valid key of fixed length.
+func IdempotencyKey(clientKey string) string {
+	sum := sha256.Sum256([]byte(clientKey))
+	return IdempotencyPrefix + hex.EncodeToString(sum[:]) + ".json"
+}
+
+// ArtifactsPrefix is the List prefix of a project's artifacts:
+// projects/{cid}/artifacts/.
+func ArtifactsPrefix(cid string) (string, error) {
+	if err := ValidateID("project id", cid); err != nil {
+		return "", err
+	}
+	return "projects/" + cid + "/artifacts/", nil
 }

@@ -217,3 +217,52 @@ func TestAuditEventIDOneScheme(t *testing.T) {
 		t.Fatalf("random id %q (subject id %q)", r, a)
 	}
 }
+
+func TestRunnerKeys(t *testing.T) {
+	t.Parallel()
+	mustKey := func(k string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := storage.ValidateKey(k); err != nil {
+			t.Fatalf("%q is not a valid key: %v", k, err)
+		}
+		return k
+	}
+	tests := []struct{ got, want string }{
+		{mustKey(storage.RunIndexKey("run_1")), "index/runs/run_1.json"},
+		{mustKey(storage.RunActiveKey("agent-a", "run_1")), "index/active/agent-a/run_1"},
+		{mustKey(storage.RunSlotKey("agent-a", 2)), "agents/agent-a/slots/2.json"},
+		{mustKey(storage.RunInputKey("agent-a", "run_1")), "agents/agent-a/runs/run_1/input.json"},
+		{mustKey(storage.NLMJobKey("job-1")), "nlm/jobs/job-1.json"},
+		{mustKey(storage.NLMActiveKey("job-1")), "nlm/active/job-1"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("key %q, want %q", tt.got, tt.want)
+		}
+	}
+	if p, err := storage.ArtifactsPrefix("cid-1"); err != nil || p != "projects/cid-1/artifacts/" || storage.ValidatePrefix(p) != nil {
+		t.Errorf("ArtifactsPrefix = %q, %v", p, err)
+	}
+	if k := storage.IdempotencyKey("../../etc/passwd"); !strings.HasPrefix(k, storage.IdempotencyPrefix) || storage.ValidateKey(k) != nil {
+		t.Errorf("IdempotencyKey of a hostile client key: %q", k)
+	}
+	if slug, runID, ok := storage.ParseRunActiveKey("index/active/agent-a/run_1"); !ok || slug != "agent-a" || runID != "run_1" {
+		t.Errorf("ParseRunActiveKey = %q %q %v", slug, runID, ok)
+	}
+	for _, bad := range []func() (string, error){
+		func() (string, error) { return storage.RunIndexKey("../x") },
+		func() (string, error) { return storage.RunActiveKey("a/b", "run_1") },
+		func() (string, error) { return storage.RunSlotKey("agent-a", -1) },
+		func() (string, error) { return storage.NLMJobKey("") },
+	} {
+		if k, err := bad(); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("bad id gave %q, %v; want ErrInvalidID", k, err)
+		}
+	}
+	if _, _, ok := storage.ParseRunActiveKey("index/active/agent-a"); ok {
+		t.Error("ParseRunActiveKey accepted a key without a run id")
+	}
+}

@@ -112,10 +112,7 @@ type IdempotencyRecord struct {
 	Attempts      int             `json:"attempts"`
 }
 
-func idempotencyRecordKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return idempotencyPrefix + hex.EncodeToString(sum[:]) + ".json"
-}
+func idempotencyRecordKey(key string) string { return storage.IdempotencyKey(key) }
 
 func requestHash(req SubmitRequest) string {
 	h := sha256.New()

@@ -4,71 +4,22 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"strconv"
-	"strings"
 
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// Objects the Runner keeps beside the run folders of DESIGN.md §4. Every id
-// is validated by the storage layout functions or here before it becomes a
-// key.
-const (
-	// runIndexPrefix maps a run id to its agent: index/runs/{runId}.json.
-	runIndexPrefix = "index/runs/"
-	// activePrefix lists the runs not yet terminal, so recovery and polling
-	// cost O(active runs): index/active/{slug}/{runId}.
-	activePrefix = "index/active/"
-	// idempotencyPrefix holds the idempotency records: idempotency/{sha256}.json.
-	idempotencyPrefix = "idempotency/"
-)
+// Keys of the Runner's own objects; storage's layout builds them all.
+const activePrefix = storage.RunActivePrefix
 
-func runIndexKey(runID string) (string, error) {
-	if err := storage.ValidateID("run id", runID); err != nil {
-		return "", err
-	}
-	return runIndexPrefix + runID + ".json", nil
-}
+func runIndexKey(runID string) (string, error) { return storage.RunIndexKey(runID) }
 
-func activeKey(slug, runID string) (string, error) {
-	if err := storage.ValidateID("agent slug", slug); err != nil {
-		return "", err
-	}
-	if err := storage.ValidateID("run id", runID); err != nil {
-		return "", err
-	}
-	return activePrefix + slug + "/" + runID, nil
-}
+func activeKey(slug, runID string) (string, error) { return storage.RunActiveKey(slug, runID) }
 
-// parseActiveKey splits index/active/{slug}/{runId}.
-func parseActiveKey(key string) (slug, runID string, ok bool) {
-	rest, found := strings.CutPrefix(key, activePrefix)
-	if !found {
-		return "", "", false
-	}
-	slug, runID, found = strings.Cut(rest, "/")
-	if !found || storage.ValidateID("agent slug", slug) != nil || storage.ValidateID("run id", runID) != nil {
-		return "", "", false
-	}
-	return slug, runID, true
-}
+func parseActiveKey(key string) (slug, runID string, ok bool) { return storage.ParseRunActiveKey(key) }
 
-// slotKey is one of an agent's concurrency slots: agents/{slug}/slots/{n}.json.
-func slotKey(slug string, n int) (string, error) {
-	if err := storage.ValidateID("agent slug", slug); err != nil {
-		return "", err
-	}
-	return "agents/" + slug + "/slots/" + strconv.Itoa(n) + ".json", nil
-}
+func slotKey(slug string, n int) (string, error) { return storage.RunSlotKey(slug, n) }
 
-// runInputKey keeps a run's input, so any runner can resume it.
-func runInputKey(slug, runID string) (string, error) {
-	p, err := storage.RunPrefix(slug, runID)
-	if err != nil {
-		return "", err
-	}
-	return p + "input.json", nil
-}
+func runInputKey(slug, runID string) (string, error) { return storage.RunInputKey(slug, runID) }
 
 // runIndexEntry is the body of index/runs/{runId}.json.
 type runIndexEntry struct {
