@@ -172,72 +172,93 @@ var corruptions = []struct {
 // is quarantined; its slot and active entry are freed, so the agent's next
 // run completes (also when the poison names that run); Wait on the poisoned
 // run returns a *RunQuarantinedError; the poll stops reading it.
+// faultStores are the stores the fault suite runs on: the poison records
+// and late writers are the same faults on each.
+var faultStores = []struct {
+	name string
+	new  func(t *testing.T) storage.Store
+}{
+	{"memstore", func(t *testing.T) storage.Store { return memStore(t) }},
+	{"filestore", func(t *testing.T) storage.Store {
+		s, err := filestore.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}},
+}
+
 func TestFaultPoisonStatus(t *testing.T) {
 	t.Parallel()
-	for _, tt := range corruptions {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			g := newRig(t, nil)
-			var calls atomic.Int32
-			inFirst := make(chan struct{})
-			agent := run.Agent{Slug: "poisoned", Steps: []run.Step{{Name: "work",
-				Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
-					if calls.Add(1) == 1 { // the run to be poisoned holds the slot
-						close(inFirst)
-						<-ctx.Done()
-						return run.StepOutput{}, ctx.Err()
-					}
-					return run.StepOutput{}, nil
-				}}}}
-			var logs *logBuffer
-			r, _ := g.runner("a", func(c *run.Config) { logs = capture(c) }, agent)
-			bad := submit(t, r, agent.Slug)
-			<-inFirst
-			next := submit(t, r, agent.Slug) // waits for bad's slot
-			key, _ := storage.RunStatusKey(agent.Slug, bad)
-			var doc map[string]any
-			readJSON(t, g.store, key, &doc)
-			if _, err := g.store.Put(context.Background(), key, tt.corrupt(doc, next), storage.Condition{}); err != nil {
-				t.Fatal(err)
+	for _, sc := range faultStores {
+		for _, tt := range corruptions {
+			t.Run(sc.name+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				testPoisonStatus(t, newRig(t, sc.new(t)), tt.corrupt)
+			})
+		}
+	}
+}
+
+func testPoisonStatus(t *testing.T, g *rig, corrupt func(map[string]any, string) []byte) {
+	var calls atomic.Int32
+	inFirst := make(chan struct{})
+	agent := run.Agent{Slug: "poisoned", Steps: []run.Step{{Name: "work",
+		Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
+			if calls.Add(1) == 1 { // the run to be poisoned holds the slot
+				close(inFirst)
+				<-ctx.Done()
+				return run.StepOutput{}, ctx.Err()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, err := r.Wait(ctx, bad)
-			var qe *run.QuarantinedError
-			if !errors.Is(err, storage.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
-				t.Fatalf("Wait on the poisoned run: %v, want a RunQuarantinedError", err)
-			}
-			if st := g.wait(r, next, time.Second, 2*time.Minute); st.Status != "completed" {
-				t.Fatalf("the agent's next run: %s %s", st.Status, deref(st.Error))
-			}
-			var quarantined []string
-			for q, err := range storage.ListQuarantine(context.Background(), g.store) {
-				if err != nil {
-					t.Fatal(err)
-				}
-				quarantined = append(quarantined, q.Key)
-			}
-			if !slices.Contains(quarantined, key) || r.Quarantined() < 1 {
-				t.Fatalf("quarantine holds %v (counted %d), want %s", quarantined, r.Quarantined(), key)
-			}
-			if !strings.Contains(logs.String(), `"msg":"record_quarantined"`) {
-				t.Error("no record_quarantined log")
-			}
-			for k, err := range g.store.List(context.Background(), "index/active/") {
-				if err == nil && strings.HasSuffix(k, "/"+bad) {
-					t.Errorf("the poisoned run's active entry %s stayed", k)
-				}
-			}
-			// And the poll no longer reads it.
-			reads := strings.Count(logs.String(), bad)
-			for range 10 {
-				g.clock.Advance(time.Second)
-				<-g.clock.WaitForTimers(1)
-			}
-			if again := strings.Count(logs.String(), bad); again != reads {
-				t.Errorf("the poisoned run came up %d more times in the logs after quarantine", again-reads)
-			}
-		})
+			return run.StepOutput{}, nil
+		}}}}
+	var logs *logBuffer
+	r, _ := g.runner("a", func(c *run.Config) { logs = capture(c) }, agent)
+	bad := submit(t, r, agent.Slug)
+	<-inFirst
+	next := submit(t, r, agent.Slug) // waits for bad's slot
+	key, _ := storage.RunStatusKey(agent.Slug, bad)
+	var doc map[string]any
+	readJSON(t, g.store, key, &doc)
+	if _, err := g.store.Put(context.Background(), key, corrupt(doc, next), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := r.Wait(ctx, bad)
+	var qe *run.QuarantinedError
+	if !errors.Is(err, storage.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
+		t.Fatalf("Wait on the poisoned run: %v, want a RunQuarantinedError", err)
+	}
+	if st := g.wait(r, next, time.Second, 2*time.Minute); st.Status != "completed" {
+		t.Fatalf("the agent's next run: %s %s", st.Status, deref(st.Error))
+	}
+	var quarantined []string
+	for q, err := range storage.ListQuarantine(context.Background(), g.store) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		quarantined = append(quarantined, q.Key)
+	}
+	if !slices.Contains(quarantined, key) || r.Quarantined() < 1 {
+		t.Fatalf("quarantine holds %v (counted %d), want %s", quarantined, r.Quarantined(), key)
+	}
+	if !strings.Contains(logs.String(), `"msg":"record_quarantined"`) {
+		t.Error("no record_quarantined log")
+	}
+	for k, err := range g.store.List(context.Background(), "index/active/") {
+		if err == nil && strings.HasSuffix(k, "/"+bad) {
+			t.Errorf("the poisoned run's active entry %s stayed", k)
+		}
+	}
+	// And the poll no longer reads it.
+	reads := strings.Count(logs.String(), bad)
+	for range 10 {
+		g.clock.Advance(time.Second)
+		<-g.clock.WaitForTimers(1)
+	}
+	if again := strings.Count(logs.String(), bad); again != reads {
+		t.Errorf("the poisoned run came up %d more times in the logs after quarantine", again-reads)
 	}
 }
 
@@ -446,19 +467,7 @@ func TestCanceledStepRecordedCanceled(t *testing.T) {
 // quarantined, and the agent keeps running.
 func TestFaultJunkSlot(t *testing.T) {
 	t.Parallel()
-	stores := []struct {
-		name string
-		new  func(t *testing.T) storage.Store
-	}{
-		{"memstore", func(t *testing.T) storage.Store { return memStore(t) }},
-		{"filestore", func(t *testing.T) storage.Store {
-			s, err := filestore.New(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}},
-	}
+	stores := faultStores
 	junk := []string{"{not json", `{"run_id": "../../etc"}`}
 	for _, st := range stores {
 		for i, j := range junk {
@@ -564,5 +573,50 @@ func TestDefaultOwnerIsStable(t *testing.T) {
 	}
 	if a, b := mk(), mk(); a != b || a != run.DefaultOwner() || strings.Contains(a, fmt.Sprint(os.Getpid())) {
 		t.Fatalf("default owners %q, %q", a, b)
+	}
+}
+
+// TestFaultPoisonRunIndex: a run's index entry (index/runs/{id}.json) that
+// cannot be decoded or names no valid agent made the run unreachable by id:
+// every call returned the decode error. It is quarantined, the run is found
+// again among the runner's agents and its entry rewritten.
+func TestFaultPoisonRunIndex(t *testing.T) {
+	t.Parallel()
+	for _, sc := range faultStores {
+		for i, junk := range []string{"{not json", `{"agent_slug":"../../etc"}`, `{"agent_slug":""}`} {
+			t.Run(fmt.Sprintf("%s/%d", sc.name, i), func(t *testing.T) {
+				t.Parallel()
+				g := newRig(t, sc.new(t))
+				agent := run.Agent{Slug: "indexed", Steps: []run.Step{okStep("work")}}
+				r, _ := g.runner("a", nil, agent)
+				id := submit(t, r, agent.Slug)
+				if st := g.wait(r, id, time.Second, time.Minute); st.Status != "completed" {
+					t.Fatalf("run %s", st.Status)
+				}
+				idx, _ := storage.RunIndexKey(id)
+				if _, err := g.store.Put(context.Background(), idx, []byte(junk), storage.Condition{}); err != nil {
+					t.Fatal(err)
+				}
+				st, err := r.Status(context.Background(), id)
+				if err != nil || st.Status != "completed" || st.RunID != id {
+					t.Fatalf("Status behind a poison index entry: %+v, %v", st, err)
+				}
+				var got map[string]string
+				readJSON(t, g.store, idx, &got)
+				if got["agent_slug"] != agent.Slug {
+					t.Fatalf("index entry after repair: %v", got)
+				}
+				found := false
+				for q, err := range storage.ListQuarantine(context.Background(), g.store) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					found = found || (q.Key == idx && string(q.Data) == junk)
+				}
+				if !found || r.Quarantined() != 1 {
+					t.Fatalf("the poison entry is not in quarantine (counted %d)", r.Quarantined())
+				}
+			})
+		}
 	}
 }

@@ -105,6 +105,8 @@ func quarantineKind(key string) string {
 		return "run_status"
 	case strings.Contains(key, "/slots/"):
 		return "slot"
+	case strings.HasPrefix(key, storage.RunIndexPrefix):
+		return "run_index"
 	}
 	return "other"
 }

@@ -360,7 +360,7 @@ func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey stri
 	if err != nil {
 		return "", "", &RequestError{Field: "run_id", Reason: err.Error()}
 	}
-	b, _, err := r.store.Get(ctx, idx)
+	b, v, err := r.store.Get(ctx, idx)
 	if errors.Is(err, storage.ErrNotFound) {
 		return "", "", fmt.Errorf("%w: %s", ErrNotFound, runID)
 	}
@@ -368,11 +368,46 @@ func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey stri
 		return "", "", err
 	}
 	var e runIndexEntry
-	if err := json.Unmarshal(b, &e); err != nil {
-		return "", "", fmt.Errorf("run: run index of %s: %w", runID, err)
+	derr := json.Unmarshal(b, &e)
+	if derr == nil {
+		if statusKey, err = storage.RunStatusKey(e.AgentSlug, runID); err == nil {
+			return e.AgentSlug, statusKey, nil
+		}
+		derr = err
 	}
-	statusKey, err = storage.RunStatusKey(e.AgentSlug, runID)
-	return e.AgentSlug, statusKey, err
+	// A poison index entry: quarantine it, and find the run among this
+	// runner's agents, whose run folders hold its status.json.
+	if _, err := r.quarantine(ctx, &storage.CorruptError{Key: idx, Version: v, Data: b, Reason: "invalid run index entry", Err: derr}); err != nil {
+		return "", "", err
+	}
+	return r.reindex(ctx, runID, idx)
+}
+
+// reindex finds runID's agent among this runner's agents and writes its
+// index entry again (create-only: a concurrent repair wins).
+func (r *Runner) reindex(ctx context.Context, runID, idx string) (slug, statusKey string, err error) {
+	slugs := make([]string, 0, len(r.agents))
+	for s := range r.agents {
+		slugs = append(slugs, s)
+	}
+	slices.Sort(slugs)
+	for _, s := range slugs {
+		key, err := storage.RunStatusKey(s, runID)
+		if err != nil {
+			return "", "", err
+		}
+		if _, _, err := r.store.Get(ctx, key); errors.Is(err, storage.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return "", "", err
+		}
+		entry, _ := json.Marshal(runIndexEntry{AgentSlug: s, Machine: r.agents[s].Machine})
+		if _, err := r.store.Put(ctx, idx, entry, storage.IfNotExists()); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+			return "", "", err
+		}
+		return s, key, nil
+	}
+	return "", "", fmt.Errorf("%w: %s (its index entry was poison)", ErrNotFound, runID)
 }
 
 // Status reads a run's status.json (GET /runs/{runId}/status).
