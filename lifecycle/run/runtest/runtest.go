@@ -35,9 +35,10 @@ import (
 
 // Option changes the run.Config the helpers build the Runner from, e.g.
 // its StepTimeout, StepRetries, RetryBackoff or RunTimeout. The helpers
-// then set Store (a memstore), Clock (their fake clock), Owner and Node,
-// and push PollInterval, HeartbeatInterval, ParkedPollInterval and
-// LeaseDuration out of the test's way.
+// then set Store (a memstore), Clock (their fake clock), Owner and Node, a
+// Logger that discards unless one is given, and push PollInterval,
+// HeartbeatInterval, ParkedPollInterval and LeaseDuration out of the
+// test's way.
 type Option func(*run.Config)
 
 // stall is how long, in real time, the driver waits for something to
