@@ -1,0 +1,230 @@
+// Package jobqueuetest tests your own job handlers under the SDK's real
+// Queue, in milliseconds: in the spirit of River's rivertest.
+//
+// Run enqueues one job in a jobqueue.Queue on a memstore with a fake clock
+// (starting 2026-01-01T00:00:00Z), claims it and runs its pipeline with your
+// Handlers through jobqueue.Claim, again after each backoff, until it is
+// COMPLETE or DEAD, and returns the job and its artifact. The handler
+// timeouts (StepTimeout, 120 s), attempts (3) and backoff (15 s, 30 s, 60 s)
+// are the Queue's own, or an Option's, and take no real time: the fake clock
+// moves only while the queue waits, to the next deadline it waits for.
+//
+// Time moves to a backoff's end, and to a handler's deadline while the
+// handler waits in Hang: a fake upstream of yours that should never answer
+// in a test waits with Hang(ctx), which, outside Run, is just <-ctx.Done().
+// A handler that blocks any other way for 10 s of real time fails the test.
+//
+// RequireJob asserts the state of a job in any Queue, e.g. one your code
+// enqueued into.
+package jobqueuetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/testdrive"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Option changes the jobqueue.Config Run builds the Queue from, e.g. its
+// StepTimeout, MaxAttempts, Backoff or Types. Run then sets Store (a
+// memstore) and Clock (its fake clock), and a LeaseTTL long enough that
+// heartbeats stay out of the test's way; Logger defaults to discarding.
+type Option func(*jobqueue.Config)
+
+// stall is how long, in real time, Run waits for a handler before it fails
+// the test.
+var stall = 10 * time.Second
+
+// worker is the name Run claims jobs under.
+const worker = "jobqueuetest"
+
+// Run enqueues n (as the gateway) in a fresh Queue, runs it with h until it
+// is COMPLETE or DEAD, and returns the job as last written and its artifact
+// (nil when it has none). User job types go in an Option's Config.Types.
+// The test fails when the job is refused or cannot be run to its end.
+func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) (jobqueue.Job, *artifact.Artifact) {
+	tb.Helper()
+	sig := testdrive.NewSignal()
+	clk := testdrive.NewClock(sig)
+	d := &driver{sig: sig, clk: clk}
+	var cfg jobqueue.Config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.Store = testdrive.Store{Store: memstore.New(), Sig: sig}
+	cfg.Clock = clk
+	cfg.LeaseTTL = testdrive.Far
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	h = d.wrap(h)
+	if len(cfg.Types) > 0 {
+		types := make(map[jobqueue.JobType]jobqueue.TypeConfig, len(cfg.Types))
+		for name, tc := range cfg.Types {
+			if tc.Handlers.CallNotebookLM != nil {
+				tc.Handlers = d.wrap(tc.Handlers)
+			}
+			types[name] = tc
+		}
+		cfg.Types = types
+	}
+	q, err := jobqueue.New(cfg)
+	if err != nil {
+		tb.Fatalf("jobqueuetest: %v", err)
+	}
+	ctx := context.Background()
+	job, err := q.Enqueue(ctx, lifecycle.ActorGateway, n)
+	if err != nil {
+		tb.Fatalf("jobqueuetest: enqueue: %v", err)
+	}
+	for {
+		job = get(tb, q, job.JobID)
+		if job.Status == jobqueue.JobComplete || job.Status == jobqueue.JobDead {
+			break
+		}
+		c, err := q.Claim(ctx, worker)
+		if err != nil {
+			tb.Fatalf("jobqueuetest: claim: %v", err)
+		}
+		if c == nil {
+			if job.Status != jobqueue.JobRetryBackoff || job.NextAttemptAt == nil {
+				tb.Fatalf("jobqueuetest: job %s is %s and no claim picks it up", job.JobID, job.Status)
+			}
+			clk.Advance(job.NextAttemptAt.Sub(clk.Now()))
+			continue
+		}
+		if job, err = d.run(tb, c, h); err != nil {
+			tb.Fatalf("jobqueuetest: job %s: %v", job.JobID, err)
+		}
+	}
+	if job.ArtifactID == "" {
+		return job, nil
+	}
+	cid := job.ProjectID
+	if cid == "" {
+		cid = cfg.Project
+	}
+	if cid == "" {
+		cid = jobqueue.DefaultProject
+	}
+	art, err := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, cid, job.JobID)
+	if err != nil {
+		tb.Fatalf("jobqueuetest: artifact of job %s: %v", job.JobID, err)
+	}
+	return job, &art
+}
+
+// Hang waits until ctx is done and returns ctx.Err(). In a handler run by
+// Run it also tells Run that the handler now waits for its deadline, so the
+// fake clock moves to it: write a fake upstream that never answers as
+// `return jobqueue.Output{}, jobqueuetest.Hang(ctx)`.
+func Hang(ctx context.Context) error { return testdrive.Hang(ctx) }
+
+// RequireJob fails the test unless q holds a job jobID in state want, and
+// returns the job. It reads as the admin.
+func RequireJob(tb testing.TB, q *jobqueue.Queue, jobID string, want jobqueue.JobState) jobqueue.Job {
+	tb.Helper()
+	j := get(tb, q, jobID)
+	if j.Status != want {
+		msg := fmt.Sprintf("jobqueuetest: job %s is %s, want %s (attempt %d of %d", jobID, j.Status, want, j.Attempt, j.MaxAttempts)
+		if j.ErrorCode != "" {
+			msg += ", error_code " + j.ErrorCode
+		}
+		if j.Error != nil {
+			msg += ", error " + *j.Error
+		}
+		tb.Fatalf("%s)", msg)
+	}
+	return j
+}
+
+func get(tb testing.TB, q *jobqueue.Queue, jobID string) jobqueue.Job {
+	tb.Helper()
+	j, err := q.Get(context.Background(), lifecycle.ActorAdmin, jobID)
+	if errors.Is(err, storage.ErrNotFound) {
+		tb.Fatalf("jobqueuetest: no job %s", jobID)
+	}
+	if err != nil {
+		tb.Fatalf("jobqueuetest: job %s: %v", jobID, err)
+	}
+	return j
+}
+
+type driver struct {
+	sig testdrive.Signal
+	clk *testdrive.Clock
+
+	mu   sync.Mutex
+	hung int // handler calls waiting in Hang, counted up
+}
+
+func (d *driver) wrap(h jobqueue.Handlers) jobqueue.Handlers {
+	mark := func(ctx context.Context) context.Context {
+		return testdrive.WithHang(ctx, func() {
+			d.mu.Lock()
+			d.hung++
+			d.mu.Unlock()
+			d.sig.Kick()
+		})
+	}
+	if f := h.AssembleContext; f != nil {
+		h.AssembleContext = func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+			return f(mark(ctx), job)
+		}
+	}
+	if f := h.CallNotebookLM; f != nil {
+		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
+			return f(mark(ctx), job, snapshot)
+		}
+	}
+	return h
+}
+
+// run runs a claim, moving the clock to the deadline of each handler call
+// that waits in Hang.
+func (d *driver) run(tb testing.TB, c *jobqueue.Claim, h jobqueue.Handlers) (jobqueue.Job, error) {
+	tb.Helper()
+	type result struct {
+		job jobqueue.Job
+		err error
+	}
+	claimed := c.Job()
+	done := make(chan result, 1)
+	go func() {
+		j, err := c.Run(context.Background(), h)
+		done <- result{j, err}
+	}()
+	watchdog := time.NewTimer(stall)
+	defer watchdog.Stop()
+	moved := 0
+	for {
+		d.mu.Lock()
+		hung := d.hung
+		d.mu.Unlock()
+		if hung > moved {
+			moved = hung
+			d.clk.AdvanceToNext()
+			watchdog.Reset(stall)
+		}
+		select {
+		case res := <-done:
+			return res.job, res.err
+		case <-d.sig:
+		case <-watchdog.C:
+			tb.Fatalf("jobqueuetest: attempt %d of job %s has not ended after %v of real time: a handler that should hang in a test must wait with jobqueuetest.Hang(ctx) so the fake clock can move to its deadline",
+				claimed.Attempt, claimed.JobID, stall)
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package jobqueuetest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/jobqueue/jobqueuetest"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+const brief = `{"title":"t","body":"b","entity_map":{},"word_count":1}`
+
+// script is a CallNotebookLM whose attempt n does what script[n-1] says
+// ("ok", "hang", "429", "err", "permanent", "bad"); the last entry repeats.
+// A job that runs out of attempts still waits its last backoff (15 s, 30 s,
+// 60 s) before it goes FAILED and DEAD (seed 003 §1.2).
+func script(calls *atomic.Int32, script ...string) jobqueue.Handlers {
+	return jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		n := int(calls.Add(1))
+		switch script[min(n, len(script))-1] {
+		case "ok":
+			return jobqueue.Output{Content: json.RawMessage(brief)}, nil
+		case "bad":
+			return jobqueue.Output{Content: json.RawMessage(`{"title":1}`)}, nil
+		case "hang":
+			return jobqueue.Output{}, jobqueuetest.Hang(ctx)
+		case "429":
+			return jobqueue.Output{}, &jobqueue.StatusError{Code: 429, Err: errors.New("slow down")}
+		case "permanent":
+			return jobqueue.Output{}, jobqueue.Permanent(errors.New("no such notebook"))
+		}
+		return jobqueue.Output{}, errors.New("boom")
+	}}
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		script  []string
+		opts    []jobqueuetest.Option
+		state   jobqueue.JobState
+		code    string
+		calls   int32
+		elapsed time.Duration // fake time from enqueue to the last write
+	}{
+		{name: "complete", script: []string{"ok"}, state: jobqueue.JobComplete, calls: 1},
+		{name: "rate limited once", script: []string{"429", "ok"}, state: jobqueue.JobComplete, calls: 2, elapsed: 15 * time.Second},
+		{name: "hangs then answers", script: []string{"hang", "ok"}, state: jobqueue.JobComplete, calls: 2, elapsed: 135 * time.Second},
+		{name: "attempts exhausted", script: []string{"err"}, state: jobqueue.JobDead, code: jobqueue.CodeHandlerError, calls: 3, elapsed: 105 * time.Second},
+		{name: "hangs every time", script: []string{"hang"}, state: jobqueue.JobDead, code: jobqueue.CodeTimeout, calls: 3, elapsed: 3*120*time.Second + 105*time.Second},
+		{name: "permanent", script: []string{"permanent"}, state: jobqueue.JobDead, code: jobqueue.CodePermanent, calls: 1},
+		{name: "content refused", script: []string{"bad", "ok"}, state: jobqueue.JobComplete, calls: 2, elapsed: 15 * time.Second},
+		{name: "own timeout and schedule", script: []string{"hang", "hang", "ok"},
+			opts:  []jobqueuetest.Option{func(c *jobqueue.Config) { c.StepTimeout = 5 * time.Second; c.Backoff = []time.Duration{time.Second} }},
+			state: jobqueue.JobComplete, calls: 3, elapsed: 12 * time.Second},
+		{name: "one attempt", script: []string{"err", "ok"},
+			opts:  []jobqueuetest.Option{func(c *jobqueue.Config) { c.MaxAttempts = 1 }},
+			state: jobqueue.JobDead, code: jobqueue.CodeHandlerError, calls: 1, elapsed: 15 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			job, art := jobqueuetest.Run(t, script(&calls, tt.script...), jobqueue.NewJob{
+				JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a",
+			}, tt.opts...)
+			if job.Status != tt.state || job.ErrorCode != tt.code {
+				t.Errorf("job %s %q, want %s %q (error %v)", job.Status, job.ErrorCode, tt.state, tt.code, job.Error)
+			}
+			if got := calls.Load(); got != tt.calls {
+				t.Errorf("%d calls, want %d", got, tt.calls)
+			}
+			if got := job.UpdatedAt.Sub(job.CreatedAt); got != tt.elapsed {
+				t.Errorf("took %v of fake time, want %v", got, tt.elapsed)
+			}
+			if (art != nil) != (tt.state == jobqueue.JobComplete) {
+				t.Fatalf("artifact %v for a %s job", art, job.Status)
+			}
+			if art != nil && (!art.Finalized || art.JobID != job.JobID || string(art.Content) != brief) {
+				t.Errorf("artifact %+v", art)
+			}
+		})
+	}
+}
+
+func TestRunUserType(t *testing.T) {
+	t.Parallel()
+	summary := jobqueue.TypeConfig{
+		Handlers: jobqueue.Handlers{
+			AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+				if job.Attempt == 1 {
+					return nil, jobqueuetest.Hang(ctx)
+				}
+				return json.RawMessage(`"ctx"`), nil
+			},
+			CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+				return jobqueue.Output{Content: json.RawMessage(`{"summary":` + string(snap) + `}`)}, nil
+			},
+		},
+	}
+	job, art := jobqueuetest.Run(t, jobqueue.Handlers{}, jobqueue.NewJob{RunID: "run-1", JobType: "SUMMARY", AgentSlug: "agent-a"},
+		func(c *jobqueue.Config) { c.Types = map[jobqueue.JobType]jobqueue.TypeConfig{"SUMMARY": summary} })
+	if job.Status != jobqueue.JobComplete || job.Attempt != 2 || art == nil || string(art.Content) != `{"summary":"ctx"}` || art.Type != "SUMMARY" {
+		t.Fatalf("job %+v, artifact %+v", job, art)
+	}
+}
+
+func TestRequireJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := jobqueue.New(jobqueue.Config{Store: memstore.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if j := jobqueuetest.RequireJob(t, q, "job-1", jobqueue.JobQueued); j.Attempt != 0 {
+		t.Errorf("attempt %d", j.Attempt)
+	}
+	tests := []struct {
+		name  string
+		id    string
+		state jobqueue.JobState
+		want  string
+	}{
+		{"wrong state", "job-1", jobqueue.JobComplete, "jobqueuetest: job job-1 is QUEUED, want COMPLETE (attempt 0 of 3)"},
+		{"no such job", "job-2", jobqueue.JobQueued, "jobqueuetest: no job job-2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := failure(func(tb testing.TB) { jobqueuetest.RequireJob(tb, q, tt.id, tt.state) }); got != tt.want {
+				t.Errorf("failed with %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRunFailures(t *testing.T) { // not parallel: it shortens the stall
+	defer jobqueuetest.SetStall(50 * time.Millisecond)()
+	release := make(chan struct{})
+	tests := []struct {
+		name string
+		fn   func(tb testing.TB)
+		want string
+	}{
+		{"a handler that blocks without Hang", func(tb testing.TB) {
+			jobqueuetest.Run(tb, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return jobqueue.Output{}, errors.New("released")
+			}}, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a"})
+		}, "attempt 1 of job job-1 has not ended after 50ms of real time: a handler that should hang in a test must wait with jobqueuetest.Hang(ctx)"},
+		{"an invalid job", func(tb testing.TB) {
+			jobqueuetest.Run(tb, jobqueue.Handlers{}, jobqueue.NewJob{JobID: "../x", JobType: jobqueue.JobBrief})
+		}, "jobqueuetest: enqueue: jobqueue: invalid job"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := failure(tt.fn); !strings.Contains(got, tt.want) {
+				t.Errorf("failed with %q, want it to contain %q", got, tt.want)
+			}
+		})
+	}
+	close(release)
+}
+
+// fakeTB records a helper's failure; Fatalf ends the goroutine, as
+// testing's does.
+type fakeTB struct {
+	testing.TB
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (f *fakeTB) Helper() {}
+
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.mu.Lock()
+	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
+	f.mu.Unlock()
+	runtime.Goexit()
+}
+
+// failure runs fn with a fakeTB and returns the message it failed with.
+func failure(fn func(tb testing.TB)) string {
+	f := &fakeTB{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(f)
+	}()
+	<-done
+	return strings.Join(f.msgs, "\n")
+}
