@@ -766,7 +766,6 @@ func (q *Queue) audit(ctx context.Context, d *jobDoc) {
 	q.mu.Unlock()
 }
 
-
 func (q *Queue) putAudit(ctx context.Context, ev storage.AuditEvent, v int64, i int) error {
 	key, err := storage.AuditKey(ev.TS, storage.AuditEventID(ev.TS, ev.JobID, v, i))
 	if err != nil {
