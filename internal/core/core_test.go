@@ -362,3 +362,34 @@ func TestPatientReportsAnUnknownOutcome(t *testing.T) {
 		t.Fatalf("retried conditional Put = %v, want ErrOutcomeUnknown", err)
 	}
 }
+
+// Units that return exactly as their limit strikes are either taken or
+// abandoned, never both: the count of live stragglers ends at zero once
+// every goroutine has returned (found by review: a unit returning between
+// the caller's last look and its abandonment stayed counted for good).
+func TestUnitsCountIsExactAtTheLimit(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	u := &core.Units{Clock: clk}
+	for range 2000 {
+		release := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = core.Do(context.Background(), u, "racy", time.Second, func(context.Context) (int, error) {
+				<-release
+				return 1, nil
+			})
+		}()
+		<-clk.WaitForTimers(1)
+		go clk.Advance(time.Second)
+		close(release) // races the limit
+		<-done
+	}
+	if n := u.Wait(context.Background()); n != 0 {
+		t.Fatalf("Wait = %d", n)
+	}
+	if live, _ := u.Stragglers(); live != 0 {
+		t.Fatalf("%d stragglers counted live after every unit returned", live)
+	}
+}

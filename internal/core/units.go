@@ -140,10 +140,15 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 		err error
 	}
 	ch := make(chan result, 1)
+	// One lock decides, once, whether the caller takes the result or
+	// abandons the unit: either the goroutine finished first (returned) and
+	// the caller takes its result, or the caller left first and the
+	// goroutine, when it ends, is accounted as late.
 	var (
-		mu   sync.Mutex
-		left bool // the caller returned without the result
-		at   time.Time
+		mu       sync.Mutex
+		returned bool // the goroutine has its result
+		left     bool // the caller returned without the result
+		at       time.Time
 	)
 	u.started()
 	go func() {
@@ -154,8 +159,9 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 			}
 			mu.Lock()
 			late := left
-			mu.Unlock()
+			returned = true
 			ch <- res // buffered: never blocks
+			mu.Unlock()
 			u.ended(late)
 			if late && u.Log != nil {
 				u.Log.LogAttrs(context.Background(), slog.LevelWarn, "unit_returned_late", slog.String("unit", name),
@@ -178,12 +184,11 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 		return overran(res)
 	case <-uctx.Done():
 	}
-	select {
-	case res := <-ch: // returned in the same instant: keep it
-		return overran(res)
-	default:
-	}
 	mu.Lock()
+	if returned { // returned in the same instant: keep it
+		mu.Unlock()
+		return overran(<-ch)
+	}
 	left, at = true, u.Clock.Now()
 	u.abandon()
 	mu.Unlock()
