@@ -194,17 +194,17 @@ func New(cfg Config) (*Queue, error) {
 		}
 		contentTypes[artifact.Type(t)] = tc.Validate
 	}
+	// Every store call waits out transient failures for as long as its
+	// context allows (core.Patient); the claim's and the sweep's contexts
+	// carry the deadlines.
+	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	if cfg.Artifacts == nil {
-		a, err := artifact.New(artifact.Config{Store: cfg.Store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes})
+		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes})
 		if err != nil {
 			return nil, err
 		}
 		cfg.Artifacts = a
 	}
-	// Every store call waits out transient failures for as long as its
-	// context allows (core.Patient); the claim's and the sweep's contexts
-	// carry the deadlines.
-	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	userTypes := map[JobType]bool{}
 	for t := range cfg.Types {
 		userTypes[t] = true

@@ -376,6 +376,11 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 			return c.Job(), context.Cause(ctx)
 		}
 		code := errorCode(step, sctx, err)
+		if ctx.Err() == nil {
+			// Not stopping: the failure is recorded under the claim's own
+			// context, waiting out an outage as long as the claim may.
+			return c.fail(ctx, step, code, err.Error())
+		}
 		ectx, cancel := c.q.afterStop(ctx)
 		defer cancel()
 		return c.fail(ectx, step, code, err.Error())

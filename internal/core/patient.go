@@ -75,6 +75,12 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 		} else {
 			r.bo = DefaultRetryBackOff()
 		}
+		// Trouble is said at once, not only when the wait gives up: a
+		// call without a deadline may wait a long time.
+		if p.Log != nil {
+			p.Log.LogAttrs(ctx, slog.LevelWarn, "store_retrying", slog.String("op", r.op), slog.String("key", r.key),
+				slog.String("error", err.Error()))
+		}
 	}
 	d := r.bo.NextBackOff()
 	if d == backoff.Stop {

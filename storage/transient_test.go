@@ -1,0 +1,52 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"syscall"
+	"testing"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+type httpErr int
+
+func (e httpErr) Error() string       { return "http error" }
+func (e httpErr) HTTPStatusCode() int { return int(e) }
+
+func TestTransient(t *testing.T) {
+	t.Parallel()
+	op := func(cause error) error { return storage.NewOpError("put", "k", nil, cause) }
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"refused connection", op(syscall.ECONNREFUSED), true},
+		{"i/o error", op(syscall.EIO), true},
+		{"connection cut", op(io.ErrUnexpectedEOF), true},
+		{"HTTP 503", op(httpErr(503)), true},
+		{"HTTP 500", op(httpErr(500)), true},
+		{"HTTP 429", op(httpErr(429)), true},
+		{"HTTP 403 AccessDenied", op(httpErr(403)), false},
+		{"HTTP 404 NoSuchBucket", op(httpErr(404)), false},
+		{"HTTP 400", op(httpErr(400)), false},
+		{"permission denied", op(fs.ErrPermission), false},
+		{"read-only file system", op(syscall.EROFS), false},
+		{"name too long", op(syscall.ENAMETOOLONG), false},
+		{"invalid key", storage.CheckKey("put", "../x"), false},
+		{"context canceled", op(context.Canceled), false},
+		{"not found", storage.NewOpError("get", "k", storage.ErrNotFound, nil), false},
+		{"precondition failed", storage.NewOpError("put", "k", storage.ErrPreconditionFailed, nil), false},
+		{"already waited out", &storage.UnavailableError{Op: "get", Key: "k", Err: op(syscall.ECONNREFUSED)}, false},
+		{"not a store error", errors.New("boom"), false},
+		{"nil", nil, false},
+	}
+	for _, tt := range tests {
+		if got := storage.Transient(tt.err); got != tt.want {
+			t.Errorf("Transient(%s) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
