@@ -127,6 +127,24 @@ func (f *Fake) Pending() int {
 	return len(f.timers)
 }
 
+// Next returns the time the earliest scheduled timer is due, and false when
+// none is scheduled: a test that waits until the code under test is waiting
+// on the clock can then advance it straight to the next event.
+func (f *Fake) Next() (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.timers) == 0 {
+		return time.Time{}, false
+	}
+	next := f.timers[0].at
+	for _, t := range f.timers[1:] {
+		if t.at.Before(next) {
+			next = t.at
+		}
+	}
+	return next, true
+}
+
 // WaitForTimers returns a channel closed once at least n timers are
 // scheduled: a test uses it to know the code under test has started waiting
 // before it advances the clock.

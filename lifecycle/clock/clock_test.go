@@ -83,6 +83,33 @@ func TestFakeWaitForTimers(t *testing.T) {
 	}
 }
 
+func TestFakeNext(t *testing.T) {
+	t.Parallel()
+	c := clock.NewFake(start)
+	if at, ok := c.Next(); ok {
+		t.Fatalf("Next() = %v, true with no timer scheduled", at)
+	}
+	late := c.NewTimer(time.Hour)
+	c.AfterFunc(time.Minute, func() {})
+	early := c.NewTimer(time.Second)
+	if at, ok := c.Next(); !ok || !at.Equal(start.Add(time.Second)) {
+		t.Fatalf("Next() = %v, %v; want %v, true", at, ok, start.Add(time.Second))
+	}
+	early.Stop()
+	if at, ok := c.Next(); !ok || !at.Equal(start.Add(time.Minute)) {
+		t.Fatalf("after Stop: Next() = %v, %v; want %v, true", at, ok, start.Add(time.Minute))
+	}
+	c.Advance(time.Minute) // the AfterFunc fires
+	if at, ok := c.Next(); !ok || !at.Equal(start.Add(time.Hour)) {
+		t.Fatalf("after Advance: Next() = %v, %v; want %v, true", at, ok, start.Add(time.Hour))
+	}
+	c.Advance(time.Hour)
+	<-late.C()
+	if at, ok := c.Next(); ok {
+		t.Fatalf("Next() = %v, true once every timer fired", at)
+	}
+}
+
 func TestRealClock(t *testing.T) {
 	t.Parallel()
 	c := clock.Real()

@@ -66,14 +66,12 @@ func TestFaultStoreOutage(t *testing.T) {
 	fs.Down()
 	// Five seconds of fake time pass while every call is refused: the
 	// steps end, and their writes meet the outage.
-	for elapsed := time.Duration(0); elapsed < 5*time.Second; elapsed += 100 * time.Millisecond {
-		n := fs.Failed()
-		g.clock.Advance(100 * time.Millisecond)
-		deadline := time.Now().Add(200 * time.Millisecond)
-		for fs.Failed() == n && time.Now().Before(deadline) {
-			<-time.After(time.Millisecond) // let the retries meet the outage
-		}
-	}
+	// Each move waits until the runner waits on the clock again: the
+	// retries met the outage and wait out their backoff.
+	down := g.clock.Now()
+	g.advanceUntil(100*time.Millisecond, 6*time.Second, func() bool {
+		return g.clock.Now().Sub(down) >= 5*time.Second
+	}, func() string { return "five seconds of outage did not pass" })
 	if fs.Failed() < 10 {
 		t.Fatalf("only %d calls met the outage", fs.Failed())
 	}
@@ -393,9 +391,9 @@ func TestFaultLateWriter(t *testing.T) {
 						return run.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
 					}}}}
 			}
-			gate := newLateGate(g.store, tt.match)
+			gate := newLateGate(g.tracked(), tt.match)
 			var logs *logBuffer
-			a, _ := g.with(gate).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
+			a, _ := g.around(gate).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 			id := submit(t, a, "late")
 			<-gate.tripped
 			thawed := false

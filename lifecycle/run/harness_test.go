@@ -3,11 +3,12 @@ package run_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,10 +25,12 @@ type rig struct {
 	t     *testing.T
 	store storage.Store
 	clock *clock.Fake
-	// lastWrite is the real time (UnixNano) of the runners' latest write, so
-	// wait moves the fake clock only while they are idle: with a slow store
-	// (MinIO) fake time must not race ahead of the work.
-	lastWrite *atomic.Int64
+	// act tracks the runners' store calls, so the rig moves the fake clock
+	// only while they wait on it: with a slow store (MinIO) fake time must
+	// not race ahead of the work.
+	act *activity
+	// reporting says store already reports to act (see around).
+	reporting bool
 }
 
 func newRig(t *testing.T, store storage.Store) *rig {
@@ -35,39 +38,121 @@ func newRig(t *testing.T, store storage.Store) *rig {
 	if store == nil {
 		store = memstore.New()
 	}
-	return &rig{t: t, store: store, clock: clock.NewFake(epoch0), lastWrite: new(atomic.Int64)}
+	return &rig{t: t, store: store, clock: clock.NewFake(epoch0), act: newActivity()}
 }
 
 // with returns a rig on another store (a wrapper of this one) sharing the
-// clock and the idleness tracking.
+// clock and the activity tracking.
 func (g *rig) with(store storage.Store) *rig {
-	return &rig{t: g.t, store: store, clock: g.clock, lastWrite: g.lastWrite}
+	return &rig{t: g.t, store: store, clock: g.clock, act: g.act}
 }
 
-// trackedStore notes the time of every write.
+// tracked returns the rig's store with its calls reported to the rig. A
+// wrapper that holds calls back, as if its runner's process were paused,
+// wraps this and joins through around: the calls it holds are no work of
+// the runners, and must not keep the rig from moving the clock.
+func (g *rig) tracked() storage.Store { return trackedStore{Store: g.store, act: g.act} }
+
+// around returns a rig whose runners use s, a wrapper of g.tracked(), as
+// it is, sharing the clock and the activity tracking.
+func (g *rig) around(s storage.Store) *rig {
+	return &rig{t: g.t, store: s, clock: g.clock, act: g.act, reporting: true}
+}
+
+// activity counts the runners' store calls in flight and signals each
+// call's start and end, and each completed write.
+type activity struct {
+	mu       sync.Mutex
+	inFlight int
+	changed  chan struct{} // closed at the next call's start or end
+	wrote    chan struct{} // closed at the end of the next Put or Delete
+}
+
+func newActivity() *activity {
+	return &activity{changed: make(chan struct{}), wrote: make(chan struct{})}
+}
+
+func (a *activity) begin() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inFlight++
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func (a *activity) end(write bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inFlight--
+	close(a.changed)
+	a.changed = make(chan struct{})
+	if write {
+		close(a.wrote)
+		a.wrote = make(chan struct{})
+	}
+}
+
+// state returns the calls in flight and the channel closed at the next
+// call's start or end.
+func (a *activity) state() (int, <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inFlight, a.changed
+}
+
+// nextWrite returns a channel closed once the next write ends.
+func (a *activity) nextWrite() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.wrote
+}
+
+// trackedStore reports every call to the rig's activity.
 type trackedStore struct {
 	storage.Store
-	last *atomic.Int64
+	act *activity
+}
+
+func (s trackedStore) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	s.act.begin()
+	defer s.act.end(false)
+	return s.Store.Get(ctx, key)
 }
 
 func (s trackedStore) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
-	s.last.Store(time.Now().UnixNano())
-	defer s.last.Store(time.Now().UnixNano())
+	s.act.begin()
+	defer s.act.end(true)
 	return s.Store.Put(ctx, key, v, c)
 }
 
 func (s trackedStore) Delete(ctx context.Context, key string, c storage.Condition) error {
-	s.last.Store(time.Now().UnixNano())
-	defer s.last.Store(time.Now().UnixNano())
+	s.act.begin()
+	defer s.act.end(true)
 	return s.Store.Delete(ctx, key, c)
+}
+
+func (s trackedStore) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		s.act.begin()
+		defer s.act.end(false)
+		for k, err := range s.Store.List(ctx, prefix) {
+			if !yield(k, err) {
+				return
+			}
+		}
+	}
 }
 
 // runner builds a runner on the rig's store and clock, and runs it until the
 // test ends (or until the returned stop is called).
 func (g *rig) runner(owner string, tweak func(*run.Config), agents ...run.Agent) (*run.Runner, func()) {
 	g.t.Helper()
+	store := g.store
+	if !g.reporting {
+		store = g.tracked()
+	}
 	cfg := run.Config{
-		Store: trackedStore{Store: g.store, last: g.lastWrite}, Owner: owner, Clock: g.clock, Node: "test",
+		Store: store, Owner: owner, Clock: g.clock, Node: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if tweak != nil {
@@ -91,28 +176,129 @@ func (g *rig) runner(owner string, tweak func(*run.Config), agents ...run.Agent)
 	return r, stop
 }
 
-// wait waits for a run to end or park, advancing the fake clock by step
-// whenever the runners are idle, up to limit of fake time. Status reads get
-// no deadline: on a loaded machine a MinIO read may take a while.
+// failAfter bounds, in real time, every wait of the rig: a test that hangs
+// fails. It is never a condition for moving on.
+const failAfter = 60 * time.Second
+
+// quietFor is how long the runners' store must go without a call, and with
+// none in flight, before the rig counts the runners as waiting on the fake
+// clock. Nothing tells when every goroutine of a runner is blocked (a step
+// that returned, a pass between two store calls), so this short quiet
+// spell, together with a pending timer, stands for it.
+const quietFor = 10 * time.Millisecond
+
+// wait waits for a run to end or park, moving the fake clock whenever the
+// runners wait on it, by step or straight to the next timer's due time if
+// that is later, up to limit of fake time. With step 0 no fake time
+// passes. Status reads get no deadline: on a loaded machine a MinIO read
+// may take a while.
 func (g *rig) wait(r *run.Runner, runID string, step, limit time.Duration) run.Status {
 	g.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	var advanced time.Duration
+	return g.waitFor(r, runID, step, limit, settled)
+}
+
+// waitFor is wait until done tells the run's status is the one awaited.
+func (g *rig) waitFor(r *run.Runner, runID string, step, limit time.Duration, done func(run.Status) bool) run.Status {
+	g.t.Helper()
+	var (
+		st  run.Status
+		err error
+	)
+	g.advanceUntil(step, limit, func() bool {
+		st, err = r.Status(context.Background(), runID)
+		return err == nil && done(st)
+	}, func() string { return fmt.Sprintf("run %s did not end: %+v (%v)", runID, st, err) })
+	return st
+}
+
+// advanceUntil moves the fake clock, whenever the runners wait on it, by
+// step or straight to the next timer's due time if that is later, until
+// cond holds; it fails the test past limit of fake time (or failAfter of
+// real time). With step 0 no fake time passes: it waits for the runners'
+// work alone.
+func (g *rig) advanceUntil(step, limit time.Duration, cond func() bool, what func() string) {
+	g.t.Helper()
+	deadline := time.Now().Add(failAfter)
+	start := g.clock.Now()
 	for {
-		st, err := r.Status(context.Background(), runID)
-		if err == nil && settled(st) {
-			return st
+		wrote := g.act.nextWrite()
+		if cond() {
+			return
 		}
-		if time.Now().After(deadline) || advanced > limit {
-			g.t.Fatalf("run %s did not end: %+v (%v)", runID, st, err)
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%s (after %v of fake time)", what(), g.clock.Now().Sub(start))
 		}
-		time.Sleep(2 * time.Millisecond)
-		if time.Since(time.Unix(0, g.lastWrite.Load())) < 15*time.Millisecond {
-			continue // the runners are busy; let them work
+		if step <= 0 {
+			// No time passes: the run moves on by its steps and store calls
+			// alone, with no clock event to wait on; look again after the
+			// next write. The re-read every 50 ms covers writers outside the
+			// rig (a Runner built by hand over g.store).
+			select {
+			case <-wrote:
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
-		if step > 0 {
-			g.clock.Advance(step)
-			advanced += step
+		if !g.settle(deadline) {
+			g.t.Fatalf("%s: the runners never waited on the clock (%d timers pending)", what(), g.clock.Pending())
+		}
+		if cond() {
+			return
+		}
+		now := g.clock.Now()
+		d := step
+		if next, ok := g.clock.Next(); ok && next.Sub(now) > d {
+			d = next.Sub(now) // nothing is due before: skip the dead time
+		}
+		if now.Add(d).Sub(start) > limit {
+			g.t.Fatalf("%s within %v of fake time", what(), limit)
+		}
+		g.clock.Advance(d)
+	}
+}
+
+// idle waits until the runners wait on the fake clock (see settle), and
+// fails the test when they do not within failAfter.
+func (g *rig) idle() {
+	g.t.Helper()
+	if !g.settle(time.Now().Add(failAfter)) {
+		g.t.Fatalf("the runners never waited on the clock (%d timers pending)", g.clock.Pending())
+	}
+}
+
+// settle waits until the runners wait on the fake clock: a timer is
+// pending and their store has been quiet for quietFor. It reports false
+// when that did not happen by deadline.
+func (g *rig) settle(deadline time.Time) bool {
+	fail := time.NewTimer(time.Until(deadline))
+	defer fail.Stop()
+	for {
+		select {
+		case <-g.clock.WaitForTimers(1):
+		case <-fail.C:
+			return false
+		}
+		n, changed := g.act.state()
+		if n > 0 {
+			select {
+			case <-changed:
+				continue
+			case <-fail.C:
+				return false
+			}
+		}
+		quiet := time.NewTimer(quietFor)
+		select {
+		case <-changed:
+			quiet.Stop()
+			continue
+		case <-fail.C:
+			quiet.Stop()
+			return false
+		case <-quiet.C:
+			if g.clock.Pending() > 0 {
+				return true
+			}
 		}
 	}
 }
@@ -177,7 +363,12 @@ func capture(c *run.Config) *logBuffer {
 	return b
 }
 
-// until polls cond (real time) for up to 10 s.
+// until polls cond (real time) for up to 10 s. It is for waits with no
+// clock event to wait on: a write that follows another in the same
+// goroutine (an audit event after its status, cleanup after the final
+// status), a process outside the test, a goroutine that returns when the
+// test releases it. A wait for something the clock triggers uses the
+// clock instead (wait, advanceUntil, timers, tick).
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

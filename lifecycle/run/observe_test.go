@@ -66,6 +66,9 @@ func TestObservability(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.wait(r, res.RunID, 0, 0)
+	// The run's end is logged and counted after its final status write, in
+	// the same goroutine: no clock event to wait on.
+	until(t, "the run_completed event", func() bool { return strings.Contains(logs.String(), `"msg":"run_completed"`) })
 
 	// seed 004 §7.2 log events, with their fields.
 	var events = map[string]map[string]any{}
@@ -219,13 +222,14 @@ func TestPollNotStarvedByHandoffs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each half PollInterval a run is handed over; the clock moves once the
+	// runner waits on it again (the handed run done).
 	for range 8 {
 		submit(t, r, agent.Slug)
-		time.Sleep(5 * time.Millisecond)
+		g.idle()
 		g.clock.Advance(500 * time.Millisecond)
 	}
-	until(t, "the foreign run to complete", func() bool {
-		st, err := r.Status(context.Background(), foreign.RunID)
-		return err == nil && st.Status == "completed"
-	})
+	if st := g.wait(r, foreign.RunID, 0, 0); st.Status != "completed" {
+		t.Fatalf("the foreign run: %s", st.Status)
+	}
 }

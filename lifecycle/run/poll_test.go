@@ -34,7 +34,7 @@ func TestPollLeavesParkedRunsAlone(t *testing.T) {
 
 	counting := &teststores.Counting{Store: g.store}
 	b, _ := g.with(counting).runner("b", nil, agent)
-	until(t, "b's start-up poll", func() bool { return g.clock.Pending() == 1 })
+	g.timers(1) // b's start-up poll is over: its next poll is armed
 	if got := counting.Gets.Load(); got != 5 {
 		t.Fatalf("the start-up poll read %d statuses, want the 5 parked runs", got)
 	}
@@ -87,7 +87,7 @@ func TestPollLeavesLeasedRunsAlone(t *testing.T) {
 
 	counting := &teststores.Counting{Store: g.store}
 	w, _ := g.with(counting).runner("w", nil, agent)
-	until(t, "w's start-up poll", func() bool { return g.clock.Pending() == 1 })
+	g.timers(1) // w's start-up poll is over: its next poll is armed
 	if got := counting.Gets.Load(); got != 1 {
 		t.Fatalf("the start-up poll read %d statuses, want 1", got)
 	}

@@ -496,12 +496,10 @@ func scenarioExternal(t *testing.T, g *rig) {
 	if st := g.wait(r, late, 0, 0); st.Status != "waiting_external" {
 		t.Fatalf("second run %s", st.Status)
 	}
-	until(t, "the external timeout", func() bool {
-		g.clock.Advance(5 * time.Minute)
-		st, _ := r.Status(ctx, late)
-		return st.Status == "failed"
-	})
-	if st := status(t, r, late); !strings.HasPrefix(*st.Error, "AGENT_TIMEOUT: external event ci.finished not received") {
+	// The clock moves while the runner waits on it: its poll finds the
+	// wait's deadline (an hour) passed.
+	st = g.waitFor(r, late, 5*time.Minute, 2*time.Hour, func(st run.Status) bool { return st.Status == "failed" })
+	if !strings.HasPrefix(*st.Error, "AGENT_TIMEOUT: external event ci.finished not received") {
 		t.Fatalf("timed out wait: %v", *st.Error)
 	}
 }
@@ -688,7 +686,7 @@ func (g *gatedStore) Get(ctx context.Context, key string) ([]byte, storage.Versi
 }
 
 func scenarioFencing(t *testing.T, g *rig) {
-	gated := newGatedStore(g.store)
+	gated := newGatedStore(g.tracked())
 	release := make(chan struct{})
 	inA := make(chan struct{})
 	var once sync.Once
@@ -702,7 +700,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 				return run.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
 			}}, okStep("after")}}
 	}
-	ga := g.with(gated)
+	ga := g.around(gated)
 	var logs *logBuffer
 	a, _ := ga.runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 	id := submit(t, a, "fenced")
@@ -725,13 +723,13 @@ func scenarioFencing(t *testing.T, g *rig) {
 	thawed = true
 	gated.resume(true)
 	close(release)
-	g.clock.Advance(time.Minute)
-	// Time moves on while a gives up, so that a store call it retries
-	// (core.Patient waits on the clock) is not left waiting.
-	until(t, "runner a to give the run up", func() bool {
-		g.clock.Advance(time.Second)
+	g.clock.Advance(time.Minute) // a wakes late: its heartbeat is overdue
+	// Time moves on, whenever the runners wait on the clock, while a gives
+	// up, so that a store call it retries (core.Patient waits on the clock)
+	// is not left waiting.
+	g.advanceUntil(time.Second, 10*time.Minute, func() bool {
 		return strings.Contains(logs.String(), `"msg":"run_stopped"`) && strings.Contains(logs.String(), "at epoch 1 lost")
-	})
+	}, func() string { return "runner a did not give the run up" })
 	gated.mu.Lock()
 	late := slices.Clone(gated.late)
 	gated.mu.Unlock()
@@ -753,7 +751,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 // while the new runner still executes it; its release of the run's slot
 // must be refused, or a second run of the agent could start beside it.
 func scenarioSlotFencing(t *testing.T, g *rig) {
-	gated := newGatedStore(g.store)
+	gated := newGatedStore(g.tracked())
 	releaseA, releaseB := make(chan struct{}), make(chan struct{})
 	inA, inB := make(chan struct{}), make(chan struct{})
 	var onceA, onceB sync.Once
@@ -771,7 +769,7 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 			}}}}
 	}
 	var logs *logBuffer
-	a, _ := g.with(gated).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
+	a, _ := g.around(gated).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 	id := submit(t, a, "slotted")
 	<-inA
 	gated.pause()
@@ -784,19 +782,15 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 		close(releaseB)
 	}()
 	b, _ := g.runner("b", nil, mk("b"))
-	deadline := time.Now().Add(30 * time.Second)
-	for took := false; !took; {
+	// a's lease lapses as the clock moves; b's poll takes the run over.
+	g.advanceUntil(30*time.Second, 15*time.Minute, func() bool {
 		select {
 		case <-inB:
-			took = true
+			return true
 		default:
-			if time.Now().After(deadline) {
-				t.Fatal("runner b never took the run over")
-			}
-			g.clock.Advance(30 * time.Second)
-			time.Sleep(5 * time.Millisecond)
+			return false
 		}
-	}
+	}, func() string { return "runner b never took the run over" })
 	// Runner a wakes up while b executes the run.
 	thawed = true
 	gated.resume(true)
@@ -806,10 +800,10 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 			t.Logf("runner a's log:\n%s", logs.String())
 		}
 	}()
-	until(t, "runner a to give the run up", func() bool {
-		g.clock.Advance(time.Second) // a store call a retries waits on the clock
+	// A store call a retries waits on the clock: move it while a gives up.
+	g.advanceUntil(time.Second, 10*time.Minute, func() bool {
 		return strings.Contains(logs.String(), `"msg":"run_stopped"`)
-	})
+	}, func() string { return "runner a did not give the run up" })
 	gated.mu.Lock()
 	late := slices.Clone(gated.late)
 	gated.mu.Unlock()
@@ -936,14 +930,19 @@ func scenarioHeartbeatKeepsLease(t *testing.T, g *rig) {
 	id := submit(t, a, agent.Slug)
 	<-b.started
 	g.runner("b", cfg, agent) // would take the run over if the lease lapsed
+	// Idle, the runners wait on five timers: a's poll, and its run's run
+	// timeout, heartbeat and step deadline; b's poll.
+	const idle = 5
+	g.timers(idle)
 	// Twice the lease, in heartbeat-sized steps: a's heartbeat keeps it. Each
-	// step waits for the beat due before it, as a live process would make it.
+	// tick fires the beat due then, as a live process would make it, and both
+	// polls; the beat is made once its timer is armed again.
 	for range 20 {
-		g.clock.Advance(30 * time.Second)
-		until(t, "a's heartbeat", func() bool {
-			st := status(t, a, id)
-			return st.LastHeartbeatAt != nil && !st.LastHeartbeatAt.Before(g.clock.Now().Add(-30*time.Second))
-		})
+		g.tick(30*time.Second, idle)
+		st := status(t, a, id)
+		if st.LastHeartbeatAt == nil || !st.LastHeartbeatAt.Equal(g.clock.Now()) {
+			t.Fatalf("at %v a's last heartbeat is %v", g.clock.Now(), st.LastHeartbeatAt)
+		}
 	}
 	st := status(t, a, id)
 	if st.Lease == nil || st.Lease.Owner != "a" || st.Lease.Epoch != 1 || st.ResumeCount != 0 || b.calls.Load() != 1 {
