@@ -185,8 +185,10 @@ func Transient(err error) bool {
 	}
 	// An HTTP answer (the AWS SDK's response errors have this method): only
 	// the server's trouble and throttling pass with time.
+	// (Status 0 is no answer at all: the request never got one, as when
+	// the connection is refused.)
 	var hs interface{ HTTPStatusCode() int }
-	if errors.As(c, &hs) {
+	if errors.As(c, &hs) && hs.HTTPStatusCode() != 0 {
 		code := hs.HTTPStatusCode()
 		return code >= 500 || code == 429 || code == 408
 	}

@@ -33,6 +33,7 @@ func TestTransient(t *testing.T) {
 		{"HTTP 403 AccessDenied", op(httpErr(403)), false},
 		{"HTTP 404 NoSuchBucket", op(httpErr(404)), false},
 		{"HTTP 400", op(httpErr(400)), false},
+		{"no HTTP answer (the AWS SDK's status 0 on a refused connection)", op(httpErr(0)), true},
 		{"permission denied", op(fs.ErrPermission), false},
 		{"read-only file system", op(syscall.EROFS), false},
 		{"name too long", op(syscall.ENAMETOOLONG), false},
