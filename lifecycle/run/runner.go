@@ -306,9 +306,9 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	if err != nil {
 		return err
 	}
-	if err := r.putOnce(ctx, active, []byte("{}")); err != nil {
-		return err
-	}
+	// The creation is recorded before the active entry makes the run
+	// visible to polls, so its audit, metric and log come before any move
+	// a runner makes on it.
 	if created {
 		b := req.Caller.by(lifecycle.ActorGateway, triggerInitiator(req.Trigger))
 		b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
@@ -319,6 +319,9 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 			slog.String("idempotencyKey", req.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
 		r.log.LogAttrs(ctx, slog.LevelInfo, "run_created", append(attrs, contextAttrs(&b.tc)...)...)
 		r.broadcast()
+	}
+	if err := r.putOnce(ctx, active, []byte("{}")); err != nil {
+		return err
 	}
 	w := r.newWriter(agent.Slug, runID, statusKey, &doc, ver)
 	r.hand(candidate{slug: agent.Slug, w: w, input: req.Input, inputKnown: true})
