@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -66,12 +67,22 @@ type Quarantined struct {
 // maxReason bounds the reason kept with a quarantined record.
 const maxReason = 4096
 
+// quarantineRace is how long a quarantine copy of one version of a record
+// counts as another process's quarantine in progress, not an old one.
+const quarantineRace = time.Minute
+
 // Quarantine moves the poison record described by ce out of the way: it
-// writes a Quarantined copy (create-only, under a fresh name) and then
-// deletes the original if it still has the version ce was read at. When the
-// record changed meanwhile (a writer repaired it), the copy stays as
-// evidence, the original is left alone and the error matches
-// ErrPreconditionFailed. It returns where the copy is.
+// writes a Quarantined copy and then deletes the original if it still has
+// the version ce was read at. When the record changed meanwhile (a writer
+// repaired it), the copy stays as evidence, the original is left alone and
+// the error matches ErrPreconditionFailed. It returns where the copy is.
+//
+// The copy's name is derived from the version read, and written
+// create-only, so of several processes that read the same poison version at
+// once exactly one deletes it: the others find its fresh copy and return
+// without deleting. That matters because a conditional Delete is not atomic
+// on every store (MinIO): a second, late Delete could otherwise remove the
+// record the first process wrote in the poison's place.
 func Quarantine(ctx context.Context, s Store, ce *CorruptError, now time.Time) (string, error) {
 	reason := ce.Reason
 	if ce.Err != nil {
@@ -81,9 +92,16 @@ func Quarantine(ctx context.Context, s Store, ce *CorruptError, now time.Time) (
 		reason = strings.ToValidUTF8(reason[:maxReason], "")
 	}
 	q := Quarantined{Key: ce.Key, Reason: reason, QuarantinedAt: now.UTC(), Data: ce.Data}
-	var r [4]byte
-	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
-	qkey := QuarantinePrefix + ce.Key + "/" + now.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(r[:]) + ".json"
+	var name string
+	if ce.Version != "" {
+		sum := sha256.Sum256([]byte(ce.Version))
+		name = "v-" + hex.EncodeToString(sum[:12])
+	} else {
+		var r [8]byte
+		_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
+		name = now.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(r[:])
+	}
+	qkey := QuarantinePrefix + ce.Key + "/" + name + ".json"
 	if err := ValidateKey(qkey); err != nil {
 		return "", err
 	}
@@ -91,7 +109,17 @@ func Quarantine(ctx context.Context, s Store, ce *CorruptError, now time.Time) (
 	if err != nil {
 		return "", err
 	}
-	if _, err := s.Put(ctx, qkey, b, IfNotExists()); err != nil {
+	if _, err := s.Put(ctx, qkey, b, IfNotExists()); errors.Is(err, ErrPreconditionFailed) {
+		prev, perr := ReadQuarantined(ctx, s, qkey)
+		if perr == nil && now.Sub(prev.QuarantinedAt) < quarantineRace {
+			return qkey, nil // another process is quarantining this very version
+		}
+		// An old copy of the same bytes (S3 versions repeat with the
+		// bytes): this is a new quarantine of them.
+		if _, err := s.Put(ctx, qkey, b, Condition{}); err != nil {
+			return "", err
+		}
+	} else if err != nil {
 		return "", err
 	}
 	cond := Condition{}

@@ -393,3 +393,40 @@ func TestUnitsCountIsExactAtTheLimit(t *testing.T) {
 		t.Fatalf("%d stragglers counted live after every unit returned", live)
 	}
 }
+
+// Two processes that read the same poison version quarantine it once: the
+// late one must not delete the record the first wrote in its place (a
+// conditional Delete is not atomic on MinIO, so only one may try).
+func TestQuarantineOfOneVersionDeletesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	v, _ := s.Put(ctx, "queue/agents/a.json", []byte("junk"), storage.IfNotExists())
+	ce := &storage.CorruptError{Key: "queue/agents/a.json", Version: v, Data: []byte("junk"), Reason: "cannot decode"}
+	q1, err := storage.Quarantine(ctx, s, ce, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first process writes a good record in the poison's place.
+	if _, err := s.Put(ctx, ce.Key, []byte(`{"agent":"a"}`), storage.IfNotExists()); err != nil {
+		t.Fatal(err)
+	}
+	// The second read the same poison version and quarantines it late.
+	q2, err := storage.Quarantine(ctx, s, ce, t0.Add(time.Second))
+	if err != nil || q2 != q1 {
+		t.Fatalf("late quarantine of the same version: %q, %v; want %q, nil", q2, err, q1)
+	}
+	if b, _, err := s.Get(ctx, ce.Key); err != nil || string(b) != `{"agent":"a"}` {
+		t.Fatalf("the record written in the poison's place: %q, %v", b, err)
+	}
+	n := 0
+	for _, err := range storage.ListQuarantine(ctx, s) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d quarantine copies of one version, want 1", n)
+	}
+}
