@@ -1,11 +1,10 @@
 package lifecycle_test
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/inputtest"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -37,7 +36,7 @@ func TestCheckText(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := lifecycle.CheckText("field", tt.s, tt.limit, tt.kind)
-			checkInputErr(t, err, "field", tt.limit, tt.wantCode)
+			inputtest.Check(t, err, "field", tt.limit, tt.wantCode)
 		})
 	}
 }
@@ -58,43 +57,13 @@ func TestCheckBytes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			checkInputErr(t, lifecycle.CheckBytes("input", []byte(tt.b), 16), "input", 16, tt.wantCode)
+			inputtest.Check(t, lifecycle.CheckBytes("input", []byte(tt.b), 16), "input", 16, tt.wantCode)
 		})
 	}
 }
 
 func TestCheckList(t *testing.T) {
 	t.Parallel()
-	checkInputErr(t, lifecycle.CheckList("tags", lifecycle.MaxListLen), "tags", lifecycle.MaxListLen, "")
-	checkInputErr(t, lifecycle.CheckList("tags", lifecycle.MaxListLen+1), "tags", lifecycle.MaxListLen, lifecycle.CodeInputTooLarge)
-}
-
-// checkInputErr asserts that err is nil when wantCode is empty, and else an
-// *InputError for field and limit, matching ErrInvalidInput, with wantCode
-// and a short message that does not quote the value.
-func checkInputErr(t *testing.T, err error, field string, limit int, wantCode string) {
-	t.Helper()
-	if wantCode == "" {
-		if err != nil {
-			t.Errorf("want no error, got %v", err)
-		}
-		return
-	}
-	var ie *lifecycle.InputError
-	if !errors.As(err, &ie) || !errors.Is(err, lifecycle.ErrInvalidInput) {
-		t.Errorf("want an *InputError matching ErrInvalidInput, got %.300v", err)
-		return
-	}
-	if ie.Field != field || ie.Limit != limit {
-		t.Errorf("Field, Limit = %q, %d; want %q, %d", ie.Field, ie.Limit, field, limit)
-	}
-	if got := lifecycle.ErrorCode(fmt.Errorf("wrapped: %w", err)); got != wantCode {
-		t.Errorf("code %s, want %s (%v)", got, wantCode, err)
-	}
-	if ie.TooLarge() != (wantCode == lifecycle.CodeInputTooLarge) {
-		t.Errorf("TooLarge() = %v for code %s", ie.TooLarge(), wantCode)
-	}
-	if len(err.Error()) > 200 {
-		t.Errorf("message of %d bytes: the value leaked into it", len(err.Error()))
-	}
+	inputtest.Check(t, lifecycle.CheckList("tags", lifecycle.MaxListLen), "tags", lifecycle.MaxListLen, "")
+	inputtest.Check(t, lifecycle.CheckList("tags", lifecycle.MaxListLen+1), "tags", lifecycle.MaxListLen, lifecycle.CodeInputTooLarge)
 }

@@ -3,12 +3,11 @@ package run_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/inputtest"
 	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -148,7 +147,7 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 			t.Run(in.method+"/"+in.field+"/"+f.name, func(t *testing.T) {
 				before := teststores.Snapshot(t, g.store)
 				err := in.call(f.value)
-				checkInputErr(t, err, in.field, in.limit, f.code)
+				inputtest.Check(t, err, in.field, in.limit, f.code)
 				teststores.Unchanged(t, g.store, before)
 			})
 		}
@@ -173,35 +172,5 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 		run.Decision{DecidedBy: strings.Repeat("ż", lifecycle.MaxNameBytes/2), Reason: "line one\nline two\t" + strings.Repeat("x", lifecycle.MaxTextBytes-18)})
 	if err != nil || st.Approval == nil || len(st.Approval.DecidedBy) != lifecycle.MaxNameBytes || len(st.Approval.Reason) != lifecycle.MaxTextBytes {
 		t.Fatalf("approve at the limits: %+v %v", st.Approval, err)
-	}
-}
-
-// checkInputErr asserts that err is nil when wantCode is empty, and else an
-// *InputError for field and limit, matching ErrInvalidInput, with wantCode
-// and a short message that does not quote the value.
-func checkInputErr(t *testing.T, err error, field string, limit int, wantCode string) {
-	t.Helper()
-	if wantCode == "" {
-		if err != nil {
-			t.Errorf("want no error, got %v", err)
-		}
-		return
-	}
-	var ie *lifecycle.InputError
-	if !errors.As(err, &ie) || !errors.Is(err, lifecycle.ErrInvalidInput) {
-		t.Errorf("want an *InputError matching ErrInvalidInput, got %.300v", err)
-		return
-	}
-	if ie.Field != field || ie.Limit != limit {
-		t.Errorf("Field, Limit = %q, %d; want %q, %d", ie.Field, ie.Limit, field, limit)
-	}
-	if got := lifecycle.ErrorCode(fmt.Errorf("wrapped: %w", err)); got != wantCode {
-		t.Errorf("code %s, want %s (%v)", got, wantCode, err)
-	}
-	if ie.TooLarge() != (wantCode == lifecycle.CodeInputTooLarge) {
-		t.Errorf("TooLarge() = %v for code %s", ie.TooLarge(), wantCode)
-	}
-	if len(err.Error()) > 200 {
-		t.Errorf("message of %d bytes: the value leaked into it", len(err.Error()))
 	}
 }
