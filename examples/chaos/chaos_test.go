@@ -183,10 +183,16 @@ func TestCheckerCatches(t *testing.T) {
 		check  string
 		want   string
 	}{
-		{"artifact for a DEAD job", func(st *State) {
-			st.Records["job-b"] = job(plan[1], jobqueue.JobDead, 3)
+		{"artifact for a job still in its pipeline", func(st *State) {
+			st.Records["job-b"] = job(plan[1], jobqueue.JobArtifactWrite, 2)
+			st.Replayed["job-b"] = jobqueue.JobArtifactWrite
+		}, CheckArtifact, "ARTIFACT_WRITE job (attempt 2/3"},
+		{"DEAD job pointing at an artifact", func(st *State) {
+			j := job(plan[1], jobqueue.JobDead, 3)
+			j.Job.ArtifactID = "art-x"
+			st.Records["job-b"] = j
 			st.Replayed["job-b"] = jobqueue.JobDead
-		}, CheckArtifact, "DEAD job (attempt 3/3"},
+		}, CheckArtifact, "DEAD job pointing at artifact"},
 		{"COMPLETE without artifact", func(st *State) {
 			st.Artifacts = st.Artifacts[:1]
 		}, CheckArtifact, "COMPLETE with 0 artifacts"},

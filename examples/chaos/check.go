@@ -20,7 +20,7 @@ import (
 // The checks a run must pass.
 const (
 	CheckTerminal   = "terminal"   // every job COMPLETE, DEAD or quarantined
-	CheckArtifact   = "artifact"   // one artifact per COMPLETE job, none for another, agreeing with the job
+	CheckArtifact   = "artifact"   // one artifact per COMPLETE job, none for a live one, none pointed at by a DEAD one, agreeing with the job
 	CheckLateWrite  = "late-write" // no artifact created after its attempt lost the job
 	CheckAudit      = "audit"      // the audit log replays to every record's state
 	CheckQuarantine = "quarantine" // only corrupted records quarantined; no poison left in place
@@ -282,6 +282,14 @@ func Check(st *State) []Violation {
 			}
 			if rec.Job.ArtifactID != artifact.IDForJob(p.JobID) {
 				add(CheckArtifact, p.JobID, "COMPLETE pointing at artifact %q, not %s", rec.Job.ArtifactID, artifact.IDForJob(p.JobID))
+			}
+		case rec.Job != nil && rec.Job.Status == jobqueue.JobDead:
+			// A DEAD job may keep the artifact of an attempt whose commit
+			// failed after the artifact was written: seed 003 §3.3 lets only
+			// the admin's cleanup delete artifacts, and a DEAD job never
+			// points at one. A late write is caught below all the same.
+			if rec.Job.ArtifactID != "" {
+				add(CheckArtifact, p.JobID, "DEAD job pointing at artifact %q", rec.Job.ArtifactID)
 			}
 		case rec.Job != nil && len(as) > 0:
 			detail := ""
