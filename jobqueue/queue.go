@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
@@ -115,7 +114,7 @@ type Queue struct {
 	units     *core.Units // the handlers' calls, under StepTimeout
 	userTypes map[JobType]bool
 
-	quarantined atomic.Int64
+	quar *core.Quarantiner // poison records to quarantine, logged and counted
 
 	mu       sync.Mutex
 	agents   map[string]*agentState // every agent this Queue knows of
@@ -212,6 +211,7 @@ func New(cfg Config) (*Queue, error) {
 	return &Queue{userTypes: userTypes,
 		cfg: cfg, store: store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
 		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
+		quar:   &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger},
 		agents: map[string]*agentState{}, audited: map[string]int64{},
 	}, nil
 }
@@ -593,10 +593,7 @@ func (q *Queue) poison(ctx context.Context, err error) error {
 	if !errors.As(err, &ce) {
 		return err
 	}
-	qkey, qerr := storage.Quarantine(ctx, q.store, ce, q.clock.Now())
-	q.quarantined.Add(1)
-	q.log.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("reason", ce.Error()),
-		slog.String("quarantine_key", qkey), slog.Any("quarantine_error", qerr))
+	qkey, qerr := q.quar.Move(ctx, ce)
 	if qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 		return qerr
 	}
@@ -604,7 +601,7 @@ func (q *Queue) poison(ctx context.Context, err error) error {
 }
 
 // Quarantined counts the records this Queue moved to quarantine.
-func (q *Queue) Quarantined() int64 { return q.quarantined.Load() }
+func (q *Queue) Quarantined() int64 { return q.quar.Count() }
 
 // ownJob is the "own job" of the NLM backend in 003 §4.1: the job the
 // orchestration layer has handed to it, which is the job in NOTEBOOKLM_CALL.
@@ -698,6 +695,9 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 	}
 	rec := q.jobRecord(key)
 	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *storage.Lease { return d.Lease }
+	if epoch > 0 {
+		rec.Now = q.clock.Now
+	}
 	if cached != nil && ver != "" {
 		// Mutations replace pointer fields rather than write through them,
 		// so the record's shallow copies leave the cache intact.

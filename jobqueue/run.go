@@ -194,14 +194,7 @@ func (c *Claim) write(ctx context.Context, mutate func(d *jobDoc, now time.Time)
 
 // writeLocked is write with c.mu held.
 func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (Job, error) {
-	doc, ver, err := c.q.updateFenced(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, func(d *jobDoc, now time.Time) error {
-		if !now.Before(d.Lease.ExpiresAt) {
-			// Lapsed, though no one took it yet: another worker may at
-			// any moment, so this claim must not go on as the owner.
-			return &storage.LeaseLostError{Key: d.JobID, Owner: c.worker, Epoch: c.epoch, Expired: true}
-		}
-		return mutate(d, now)
-	})
+	doc, ver, err := c.q.updateFenced(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, mutate)
 	if err == nil {
 		c.job, c.doc, c.ver = doc.Job, doc, ver
 	}
@@ -299,7 +292,7 @@ func (c *Claim) confirm(ctx context.Context) error {
 	c.mu.Lock()
 	l := c.doc.Lease
 	c.mu.Unlock()
-	if l != nil && c.q.clock.Now().Before(l.ExpiresAt.Add(-c.q.cfg.LeaseTTL/10)) {
+	if l != nil && core.LeaseCertain(l.ExpiresAt, c.q.clock.Now(), c.q.cfg.LeaseTTL) {
 		return nil
 	}
 	return c.renew(ctx)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -428,5 +430,51 @@ func TestQuarantineOfOneVersionDeletesOnce(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d quarantine copies of one version, want 1", n)
+	}
+}
+
+// A fenced Record with Now refuses to write on a lease that lapsed, even if
+// no one took it over; Confirm reports a lost lease without writing.
+func TestRecordRefusesALapsedLeaseAndConfirms(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	mustCreate(t, s, "r.json", doc{State: "running", Lease: &storage.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0.Add(time.Minute)}})
+	a := &core.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "a", Epoch: 1, Now: clk.Now}
+	if err := a.Confirm(ctx); err != nil {
+		t.Fatalf("Confirm of a live lease: %v", err)
+	}
+	clk.Advance(time.Minute)
+	before, _, _ := s.Get(ctx, "r.json")
+	_, _, err := a.Apply(ctx, func(d *doc) error { d.State = "completed"; return nil })
+	var lost *storage.LeaseLostError
+	if !errors.As(err, &lost) || !lost.Expired {
+		t.Fatalf("write on a lapsed lease: %v, want a LeaseLostError marked Expired", err)
+	}
+	if err := a.Confirm(ctx); !errors.Is(err, storage.ErrLeaseLost) {
+		t.Fatalf("Confirm of a lapsed lease: %v", err)
+	}
+	if after, _, _ := s.Get(ctx, "r.json"); string(after) != string(before) {
+		t.Fatalf("a lapsed owner's write landed: %s", after)
+	}
+	if !core.LeaseCertain(t0.Add(time.Minute), t0.Add(50*time.Second), time.Minute) || core.LeaseCertain(t0.Add(time.Minute), t0.Add(55*time.Second), time.Minute) {
+		t.Fatal("LeaseCertain keeps a tenth of the ttl as margin")
+	}
+}
+
+func TestQuarantinerCountsAndLogs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	v, _ := s.Put(ctx, "jobs/x.json", []byte("{junk"), storage.IfNotExists())
+	var buf strings.Builder
+	q := &core.Quarantiner{Store: s, Clock: clock.NewFake(t0), Log: slog.New(slog.NewTextHandler(&buf, nil))}
+	ce := &storage.CorruptError{Key: "jobs/x.json", Version: v, Data: []byte("{junk"), Reason: "cannot decode"}
+	if _, err := q.Move(ctx, ce); err != nil {
+		t.Fatal(err)
+	}
+	if q.Count() != 1 || !strings.Contains(buf.String(), "record_quarantined") {
+		t.Fatalf("count %d, log %q", q.Count(), buf.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -38,6 +39,10 @@ type Record[T any, P storage.Doc[T]] struct {
 	// Owner and Epoch fence the writer; Epoch 0 means unfenced.
 	Owner string
 	Epoch int64
+	// Now, when set on a fenced Record, also refuses a write whose lease
+	// has lapsed though no one took it over yet: another process may at any
+	// moment, so the writer must not go on as the owner.
+	Now func() time.Time
 	// Clone deep-copies a document so a refused or retried change never
 	// touches the cached one; nil means a shallow copy, enough when changes
 	// replace pointer fields rather than write through them.
@@ -124,6 +129,9 @@ func (r *Record[T, P]) fence(doc P) error {
 	}
 	l := r.Lease(doc)
 	if l.HeldBy(r.Owner, r.Epoch) {
+		if r.Now != nil && !r.Now().Before(l.ExpiresAt) {
+			return &storage.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch, Expired: true}
+		}
 		return nil
 	}
 	e := &storage.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch}
@@ -131,6 +139,28 @@ func (r *Record[T, P]) fence(doc P) error {
 		e.Holder, e.HolderEpoch = l.Owner, l.Epoch
 	}
 	return e
+}
+
+// Confirm reads the document afresh and tells whether the writer still
+// holds its lease there: nil, or the *storage.LeaseLostError a write would
+// get. An owner calls it before a write of another object when LeaseCertain
+// can no longer vouch for the lease.
+func (r *Record[T, P]) Confirm(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.reload(ctx); err != nil {
+		return err
+	}
+	r.fresh = false
+	return r.fence(&r.doc)
+}
+
+// LeaseCertain tells, without I/O, whether a lease this process wrote with
+// expiry expires (for ttl) is certainly still its own at now: no other
+// process takes a record over before its lease expires, and a tenth of the
+// ttl is kept as a margin for clock skew and the write still to come.
+func LeaseCertain(expires, now time.Time, ttl time.Duration) bool {
+	return now.Before(expires.Add(-ttl / 10))
 }
 
 // Apply runs change on a copy of the document and writes the result with

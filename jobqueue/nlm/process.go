@@ -86,7 +86,7 @@ func (p *Processor) Process(ctx context.Context, jobID string) (Job, error) {
 	if after.Status != from {
 		p.audit(ctx, &after, from)
 	}
-	h.rec.Owner, h.rec.Epoch = p.cfg.Owner, epoch
+	h.rec.Owner, h.rec.Epoch, h.rec.Now = p.cfg.Owner, epoch, p.now
 	h.req = *after.Request
 	if h.req.ProjectID == "" {
 		h.req.ProjectID = p.cfg.Project // a request Accept did not see
@@ -126,11 +126,6 @@ func (h *held) write(ctx context.Context, change func(d *jobDoc) error) (Job, er
 	var now time.Time
 	before, after, err := h.rec.Apply(ctx, func(d *jobDoc) error {
 		now = p.now()
-		if !now.Before(d.Lease.ExpiresAt) {
-			// Lapsed, though no one took it yet: another processor may at
-			// any moment, so this one must not go on as the owner.
-			return &storage.LeaseLostError{Key: h.rec.Key, Owner: h.rec.Owner, Epoch: h.rec.Epoch, Expired: true}
-		}
 		l := *d.Lease
 		l.ExpiresAt = now.Add(p.cfg.LeaseTTL)
 		d.Lease = &l // replace, never write through: the cached document shares pointers

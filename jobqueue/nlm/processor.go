@@ -13,7 +13,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
@@ -164,11 +163,11 @@ type Config struct {
 // fail validation are quarantined (storage.Quarantine) and never block
 // other jobs.
 type Processor struct {
-	cfg         Config
-	stages      Stages
-	store       *core.Patient
-	units       *core.Units
-	quarantined atomic.Int64
+	cfg    Config
+	stages Stages
+	store  *core.Patient
+	units  *core.Units
+	quar   *core.Quarantiner
 
 	mu      sync.Mutex
 	pending []string        // handed by Accept, not started yet
@@ -227,6 +226,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 	p := &Processor{cfg: cfg, stages: stages, running: map[string]bool{}, wake: make(chan struct{}, 1)}
 	p.store = &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	p.units = &core.Units{Clock: cfg.Clock, Log: cfg.Logger}
+	p.quar = &core.Quarantiner{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
 	if p.cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: p.store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
 		if err != nil {
@@ -376,7 +376,7 @@ func (p *Processor) Stragglers() (live int, total int64) { return p.units.Stragg
 
 // Quarantined counts the poison job records this processor moved under
 // storage's quarantine prefix.
-func (p *Processor) Quarantined() int64 { return p.quarantined.Load() }
+func (p *Processor) Quarantined() int64 { return p.quar.Count() }
 
 func (p *Processor) now() time.Time { return p.cfg.Clock.Now().UTC() }
 
@@ -387,13 +387,9 @@ func (p *Processor) poisoned(ctx context.Context, err error) error {
 	if !errors.As(err, &ce) {
 		return err
 	}
-	qkey, qerr := storage.Quarantine(context.WithoutCancel(ctx), p.store, ce, p.now())
-	if qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
-		p.cfg.Logger.WarnContext(ctx, "nlm: quarantine failed", "key", ce.Key, "err", qerr)
+	if _, qerr := p.quar.Move(context.WithoutCancel(ctx), ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 		return err
 	}
-	p.quarantined.Add(1)
-	p.cfg.Logger.WarnContext(ctx, "record_quarantined", "key", ce.Key, "quarantine_key", qkey, "reason", ce.Reason)
 	if jobID, ok := strings.CutSuffix(strings.TrimPrefix(ce.Key, jobPrefix), ".json"); ok {
 		p.unmark(ctx, jobID)
 	}

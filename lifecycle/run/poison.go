@@ -82,20 +82,13 @@ func (r *Runner) quarantineRun(ctx context.Context, slug, runID string, ce *stor
 // was read (someone repaired it) is left alone: the error matches
 // storage.ErrPreconditionFailed and the caller reads it again later.
 func (r *Runner) quarantine(ctx context.Context, ce *storage.CorruptError) (string, error) {
-	qkey, err := storage.Quarantine(ctx, r.store, ce, r.now())
-	if errors.Is(err, storage.ErrNotFound) {
-		err = nil // someone else quarantined it first
-	}
+	qkey, err := r.quar.Move(ctx, ce)
 	if err != nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "quarantine_failed", slog.String("key", ce.Key), slog.String("error", err.Error()))
 		return qkey, err
 	}
-	r.quarantined.Add(1)
 	if m, ok := r.cfg.Metrics.(quarantineMetrics); ok {
 		m.RecordQuarantined(quarantineKind(ce.Key))
 	}
-	r.log.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("qkey", qkey),
-		slog.String("reason", ce.Error()))
 	return qkey, nil
 }
 

@@ -63,8 +63,8 @@ type Runner struct {
 	// the next polls need not read them. Only the loop touches it.
 	quiet map[string]time.Time
 
-	// quarantined counts poison records this runner moved to quarantine.
-	quarantined atomic.Int64
+	// quar moves poison records to quarantine, logs and counts them.
+	quar *core.Quarantiner
 
 	started atomic.Bool
 	wg      sync.WaitGroup
@@ -101,6 +101,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		store:      patient,
 		patient:    patient,
 		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
+		quar:       &core.Quarantiner{Store: patient, Clock: cfg.Clock, Log: cfg.Logger},
 		log:        cfg.Logger,
 		audit:      &storage.AuditLog{Store: patient, Node: cfg.Node, Now: cfg.Clock.Now},
 		agents:     map[string]*agentDef{},
@@ -150,7 +151,7 @@ func (r *Runner) Stragglers() (live int, total int64) { return r.units.Straggler
 // statuses and slot objects) this runner moved under storage's quarantine
 // prefix; storage.ListQuarantine lists them and storage.Restore puts one
 // back.
-func (r *Runner) Quarantined() int64 { return r.quarantined.Load() }
+func (r *Runner) Quarantined() int64 { return r.quar.Count() }
 
 // StoreRetries counts the store calls this runner retried after a
 // transient failure.

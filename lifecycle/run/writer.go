@@ -163,8 +163,7 @@ func (w *statusWriter) renewed() time.Time {
 func (w *statusWriter) leaseValid() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	margin := w.r.cfg.LeaseDuration / 10
-	return w.r.now().Before(w.leaseUntil.Add(-margin))
+	return core.LeaseCertain(w.leaseUntil, w.r.now(), w.r.cfg.LeaseDuration)
 }
 
 // confirmLease makes sure the lease is this writer's at this instant: by
@@ -175,21 +174,7 @@ func (w *statusWriter) confirmLease(ctx context.Context) error {
 	if w.leaseValid() {
 		return nil
 	}
-	w.mu.Lock()
-	rec, epoch := w.rec, w.epoch
-	w.mu.Unlock()
-	doc, _, err := rec.Load(ctx)
-	if err != nil {
-		return err
-	}
-	if !doc.Lease.HeldBy(w.r.cfg.Owner, epoch) {
-		e := &storage.LeaseLostError{Key: w.key, Owner: w.r.cfg.Owner, Epoch: epoch}
-		if doc.Lease != nil {
-			e.Holder, e.HolderEpoch = doc.Lease.Owner, doc.Lease.Epoch
-		}
-		return e
-	}
-	return nil
+	return w.record().Confirm(ctx)
 }
 
 // by is who makes a status write (the actor the machine checks) and the
