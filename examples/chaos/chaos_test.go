@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -39,62 +38,15 @@ func smallRun(store string) Options {
 	return o
 }
 
-// engineBug is a violation today's engines are known to cause (issue 10),
-// recognized by its check and a piece of its text. A chaos test whose
-// every violation is one of these is skipped, naming the bug and quoting
-// the checker; any other violation fails it. Remove an entry when the
-// engine is fixed: the test then guards the fix.
-type engineBug struct {
-	issue, check, contains string
-	// requires: the violation is this bug's only when the run also has a
-	// violation of this check (say, the sweep that should repair it failed).
-	requires string
-}
-
-// engineBugs is empty: issue 10 item 3/B (the artifact write unfenced by
-// the job's lease, seen on MinIO) was fixed on branch jobs (the artifact
-// carries its claim's epoch, a newer epoch wins, and the lease is confirmed
-// just before the write); TestFaultLateArtifactWrite in jobqueue guards it.
-var engineBugs = []engineBug{}
-
-// judge reports a chaos run: a pass, a skip naming the engine bugs that
-// explain every violation, or a failure.
+// judge reports a chaos run: it passes only with no violation at all.
 func judge(t *testing.T, rep *Report) {
 	t.Helper()
 	var out bytes.Buffer
 	rep.Print(&out)
 	t.Log("\n" + out.String())
-	if len(rep.Violations) == 0 {
-		return
+	if len(rep.Violations) > 0 {
+		t.Fatalf("%d violations:\n%s", len(rep.Violations), strings.Join(summarize(rep.Violations, 10), "\n"))
 	}
-	var unexplained []Violation
-	bugs := map[string]int{}
-	has := map[string]bool{}
-	for _, v := range rep.Violations {
-		has[v.Check] = true
-	}
-	for _, v := range rep.Violations {
-		known := false
-		for _, b := range engineBugs {
-			if v.Check == b.check && strings.Contains(v.Detail, b.contains) && (b.requires == "" || has[b.requires]) {
-				bugs[b.issue]++
-				known = true
-				break
-			}
-		}
-		if !known {
-			unexplained = append(unexplained, v)
-		}
-	}
-	if len(unexplained) > 0 {
-		t.Fatalf("%d violations not explained by a known engine bug:\n%s", len(unexplained), strings.Join(summarize(unexplained, 10), "\n"))
-	}
-	var names []string
-	for b, n := range bugs {
-		names = append(names, fmt.Sprintf("%s: %d violations", b, n))
-	}
-	t.Skipf("SKIP: the chaos checks fail on today's engines because of known engine bugs (every other check passed): %s\n%s",
-		strings.Join(names, "; "), strings.Join(summarize(rep.Violations, 5), "\n"))
 }
 
 // runSmall runs smallRun(store) with the faults of mod, keeping the
