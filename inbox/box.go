@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -317,7 +318,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 		return Entry{}, err
 	}
 	var from State
-	d, _, err := storage.Update(ctx, b.cfg.Store, key, func(d *entryDoc) error {
+	_, d, err := (&core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
 		from = d.Status
 		if _, err := Machine().Fire(ctx, &d.Entry, event, actor); err != nil {
 			return transitionError(err)
@@ -419,7 +420,8 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 			return moved, err
 		}
 		if d.Status == Pending && !b.cfg.Clock.Now().Before(d.Expires()) {
-			d, ver, err = storage.Update(ctx, b.cfg.Store, key, func(d *entryDoc) error {
+			rec := &core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}
+			_, d, err = rec.Apply(ctx, func(d *entryDoc) error {
 				if d.Status != Pending || b.cfg.Clock.Now().Before(d.Expires()) {
 					return errSkip
 				}
@@ -432,6 +434,7 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 			if err != nil {
 				return moved, err
 			}
+			_, ver = rec.Snapshot()
 			b.record(ctx, actor, id, Pending, Expired)
 		}
 		if d.Status != Expired {

@@ -679,7 +679,7 @@ func (q *Queue) fire(ctx context.Context, d *jobDoc, event lifecycle.Event, acto
 // going back, a compare-and-swap write, then the write's audit events.
 // When the caller holds the document as it last wrote it (cached, at
 // version ver) the write goes straight to If-Match; on a conflict, or
-// without a cache, it is storage.Update's read-check-write loop. Before
+// without a cache, core.Record reads first. Before
 // writing it makes sure the audit events of the version it read exist, so
 // a writer that died between its write and its audit leaves no gap.
 func (q *Queue) update(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {

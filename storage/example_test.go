@@ -30,36 +30,6 @@ func Example() {
 	// {"status":"CONTEXT_ASSEMBLY"}
 }
 
-type job struct {
-	storage.Meta
-	Status  string `json:"status"`
-	Attempt int    `json:"attempt"`
-}
-
-// Update re-reads and re-runs the mutation when another writer got there
-// first; the version counter inside the document counts the writes.
-func ExampleUpdate() {
-	ctx := context.Background()
-	s := memstore.New()
-	key, _ := storage.JobKey("550e8400-e29b-41d4-a716-446655440000")
-
-	_, _ = storage.Create(ctx, s, key, &job{Status: "QUEUED"})
-	j, _, err := storage.Update(ctx, s, key, func(j *job) error {
-		if j.Status != "QUEUED" {
-			return fmt.Errorf("cannot start a %s job", j.Status)
-		}
-		j.Status, j.Attempt = "CONTEXT_ASSEMBLY", j.Attempt+1
-		return nil
-	})
-	fmt.Println(j.Status, j.Attempt, j.Version, err)
-
-	b, _, _ := s.Get(ctx, key)
-	fmt.Println(string(b))
-	// Output:
-	// CONTEXT_ASSEMBLY 1 2 <nil>
-	// {"version":2,"status":"CONTEXT_ASSEMBLY","attempt":1}
-}
-
 // Ids are checked before they become part of a key.
 func ExampleRunStatusKey() {
 	key, err := storage.RunStatusKey("archivist-violin", "run_2026-02-14_080000_abc123")

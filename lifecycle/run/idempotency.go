@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -162,7 +163,7 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 	}
 	_, err = storage.Create(ctx, r.store, key, &rec)
 	if errors.Is(err, storage.ErrPreconditionFailed) {
-		rec, _, err = storage.Update(ctx, r.store, key, func(cur *IdempotencyRecord) error {
+		_, rec, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
 			now := r.now()
 			switch {
 			case now.After(cur.ExpiresAt) && cur.Status != IdempotencyProcessing,
@@ -195,7 +196,7 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 	}
 	r.cfg.Metrics.Idempotency(k.Source, false)
 	createErr := r.createRun(ctx, agent, req, rec.RunID)
-	_, _, err = storage.Update(ctx, r.store, key, func(cur *IdempotencyRecord) error {
+	_, _, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
 		if cur.RunID != rec.RunID {
 			return nil // taken over meanwhile; leave it to its new owner
 		}
