@@ -50,6 +50,7 @@ type Box struct {
 	cfg   Config
 	ttlH  int
 	audit *storage.AuditLog
+	quar  *core.Quarantiner
 }
 
 // New returns a Box for cfg.
@@ -70,7 +71,23 @@ func New(cfg Config) (*Box, error) {
 	if h > MaxTTLHours {
 		return nil, fmt.Errorf("inbox: DefaultTTL %s is longer than %d hours", cfg.DefaultTTL, MaxTTLHours)
 	}
-	return &Box{cfg: cfg, ttlH: h, audit: &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
+	return &Box{cfg: cfg, ttlH: h, audit: &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
+		quar: &core.Quarantiner{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}, nil
+}
+
+// read reads an entry. One that cannot be decoded is quarantined and reads
+// as missing (ErrNotFound), so a poison entry never stops a listing, the
+// stats or the expiry pass.
+func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, error) {
+	d, v, err := storage.Read[entryDoc](ctx, b.cfg.Store, key)
+	var ce *storage.CorruptError
+	if errors.As(err, &ce) {
+		if _, qerr := b.quar.Move(ctx, ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
+			return d, v, qerr
+		}
+		return d, v, fmt.Errorf("inbox: %w (quarantined): %w", storage.ErrNotFound, err)
+	}
+	return d, v, err
 }
 
 // Errors of the inbox, each with a code of lifecycle's one table
@@ -367,10 +384,10 @@ func (b *Box) Get(ctx context.Context, id string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	d, _, err := storage.Read[entryDoc](ctx, b.cfg.Store, key)
+	d, _, err := b.read(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		ek, _ := storage.InboxExpiredKey(id)
-		d, _, err = storage.Read[entryDoc](ctx, b.cfg.Store, ek)
+		d, _, err = b.read(ctx, ek)
 	}
 	return d.Entry, err
 }
@@ -412,7 +429,7 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 		if !ok {
 			continue
 		}
-		d, ver, err := storage.Read[entryDoc](ctx, b.cfg.Store, key)
+		d, ver, err := b.read(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
@@ -486,7 +503,7 @@ func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[Entry, error
 			if expired && !withExpired {
 				continue
 			}
-			d, _, err := storage.Read[entryDoc](ctx, b.cfg.Store, key)
+			d, _, err := b.read(ctx, key)
 			if errors.Is(err, storage.ErrNotFound) {
 				continue
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -340,4 +341,42 @@ func FuzzDecodeSubmission(f *testing.F) {
 			t.Fatalf("decoded submission refused by Submit: %v", err)
 		}
 	})
+}
+
+// A poison entry (undecodable bytes at inbox/{id}.json) stopped the whole
+// expiry pass and every listing with its decode error; it is quarantined
+// and the rest goes on.
+func TestPoisonEntryIsQuarantined(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	b := newBox(t, s, clk)
+	for _, id := range []string{"a-entry", "c-entry"} {
+		if _, err := b.Submit(ctx, lifecycle.ActorGateway, sub(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key, _ := storage.InboxKey("b-entry")
+	if _, err := s.Put(ctx, key, []byte("{junk"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(t, b, inbox.ListOptions{}); strings.Join(got, " ") != "a-entry:pending c-entry:pending" {
+		t.Fatalf("list past a poison entry: %v", got)
+	}
+	clk.Advance(1000 * time.Hour)
+	moved, err := b.ExpireDue(ctx, lifecycle.ActorSystem)
+	if err != nil || len(moved) != 2 {
+		t.Fatalf("ExpireDue past a poison entry: %v, %v", moved, err)
+	}
+	n := 0
+	for q, err := range storage.ListQuarantine(ctx, s) {
+		if err != nil || q.Key != key || string(q.Data) != "{junk" {
+			t.Fatalf("quarantine holds %+v, %v", q, err)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d quarantined, want 1", n)
+	}
 }
