@@ -72,18 +72,32 @@ const maxReason = 4096
 const quarantineRace = time.Minute
 
 // Quarantine moves the poison record described by ce out of the way: it
-// writes a Quarantined copy and then deletes the original if it still has
+// writes a Quarantined copy and then retires the original if it still has
 // the version ce was read at. When the record changed meanwhile (a writer
 // repaired it), the copy stays as evidence, the original is left alone and
 // the error matches ErrPreconditionFailed. It returns where the copy is.
 //
+// The original is retired in two steps, because a conditional Delete is
+// not atomic on every store (MinIO checks, then deletes): first a
+// compare-and-swap Put replaces the poison version with a tombstone, then
+// the tombstone is deleted. A repair conditioned on the poison version
+// either lands before the swap (which then fails) or is refused; a create
+// is refused while the tombstone stands; nobody but Quarantine writes on a
+// tombstone, so the non-atomic delete can remove nothing else. A tombstone
+// whose delete did not happen (a crash) reads as a corrupt record like any
+// other, and the next Quarantine of it, or a Restore, clears it.
+//
 // The copy's name is derived from the version read, and written
 // create-only, so of several processes that read the same poison version at
-// once exactly one deletes it: the others find its fresh copy and return
-// without deleting. That matters because a conditional Delete is not atomic
-// on every store (MinIO): a second, late Delete could otherwise remove the
-// record the first process wrote in the poison's place.
+// once exactly one goes on: the others find its fresh copy and return.
 func Quarantine(ctx context.Context, s Store, ce *CorruptError, now time.Time) (string, error) {
+	if t, ok := readTombstone(ce.Data); ok && ce.Version != "" {
+		// A quarantine that swapped in its tombstone but did not delete it.
+		if err := s.Delete(ctx, ce.Key, IfMatch(ce.Version)); err != nil && !errors.Is(err, ErrPreconditionFailed) {
+			return t.QKey, err
+		}
+		return t.QKey, nil
+	}
 	reason := ce.Reason
 	if ce.Err != nil {
 		reason += ": " + trimPrefix(ce.Err.Error())
@@ -97,9 +111,7 @@ func Quarantine(ctx context.Context, s Store, ce *CorruptError, now time.Time) (
 		sum := sha256.Sum256([]byte(ce.Version))
 		name = "v-" + hex.EncodeToString(sum[:12])
 	} else {
-		var r [8]byte
-		_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
-		name = now.UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(r[:])
+		name = now.UTC().Format("20060102T150405.000000000Z") + "-" + nonce()
 	}
 	qkey := QuarantinePrefix + ce.Key + "/" + name + ".json"
 	if err := ValidateKey(qkey); err != nil {
@@ -122,14 +134,54 @@ func Quarantine(ctx context.Context, s Store, ce *CorruptError, now time.Time) (
 	} else if err != nil {
 		return "", err
 	}
-	cond := Condition{}
-	if ce.Version != "" {
-		cond = IfMatch(ce.Version)
+	if ce.Version == "" {
+		// Read without a version (a foreign tool's file): nothing to
+		// condition on.
+		return qkey, s.Delete(ctx, ce.Key, Condition{})
 	}
-	if err := s.Delete(ctx, ce.Key, cond); err != nil {
+	tb, err := json.Marshal(tombstone{QKey: qkey, At: now.UTC(), Nonce: nonce()})
+	if err != nil {
+		return "", err
+	}
+	tv, err := s.Put(ctx, ce.Key, tb, IfMatch(ce.Version))
+	if errors.Is(err, ErrOutcomeUnknown) {
+		cur, cv, gerr := s.Get(ctx, ce.Key)
+		if gerr != nil || string(cur) != string(tb) {
+			return qkey, err
+		}
+		tv, err = cv, nil // the swap landed
+	}
+	if err != nil {
 		return qkey, err
 	}
+	if err := s.Delete(ctx, ce.Key, IfMatch(tv)); err != nil && !errors.Is(err, ErrPreconditionFailed) {
+		return qkey, err // the tombstone stays until the next reader or a Restore clears it
+	}
 	return qkey, nil
+}
+
+// tombstone is what a poison record's key holds between the
+// compare-and-swap that retires it and the delete that follows.
+type tombstone struct {
+	QKey string    `json:"conveyor_quarantined"`
+	At   time.Time `json:"at"`
+	// Nonce makes every tombstone's bytes new, so a store that versions
+	// by content never gives two tombstones one version.
+	Nonce string `json:"nonce"`
+}
+
+func readTombstone(b []byte) (tombstone, bool) {
+	var t tombstone
+	if len(b) > 1024 || json.Unmarshal(b, &t) != nil || !strings.HasPrefix(t.QKey, QuarantinePrefix) {
+		return tombstone{}, false
+	}
+	return t, true
+}
+
+func nonce() string {
+	var r [8]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
+	return hex.EncodeToString(r[:])
 }
 
 // ListQuarantine yields every quarantined record, oldest key first.
@@ -172,7 +224,10 @@ func ReadQuarantined(ctx context.Context, s Store, qkey string) (Quarantined, er
 // (create-only: a key that was written since is never overwritten; that
 // gives ErrPreconditionFailed) and removes it from quarantine. An operator
 // restores a record after repairing what made it poison, or to let the
-// engines judge it again.
+// engines judge it again. A tombstone left at the key by a quarantine that
+// did not finish is cleared first once it is older than a minute; a
+// younger one belongs to a quarantine in progress and gives
+// ErrPreconditionFailed (try again).
 func Restore(ctx context.Context, s Store, qkey string, data []byte) error {
 	q, err := ReadQuarantined(ctx, s, qkey)
 	if err != nil {
@@ -181,7 +236,17 @@ func Restore(ctx context.Context, s Store, qkey string, data []byte) error {
 	if data == nil {
 		data = q.Data
 	}
-	if _, err := s.Put(ctx, q.Key, data, IfNotExists()); err != nil {
+	_, err = s.Put(ctx, q.Key, data, IfNotExists())
+	if errors.Is(err, ErrPreconditionFailed) {
+		cur, cv, gerr := s.Get(ctx, q.Key)
+		if t, ok := readTombstone(cur); gerr == nil && ok && time.Since(t.At) >= quarantineRace {
+			if derr := s.Delete(ctx, q.Key, IfMatch(cv)); derr != nil {
+				return derr
+			}
+			_, err = s.Put(ctx, q.Key, data, IfNotExists())
+		}
+	}
+	if err != nil {
 		return err
 	}
 	return s.Delete(ctx, qkey, Condition{})

@@ -18,16 +18,14 @@ func (r *Runner) control(ctx context.Context, runID string, b by, change func(ct
 	if err != nil {
 		return Status{}, err
 	}
-	agent, ok := r.agents[slug]
-	if !ok {
+	if _, ok := r.agents[slug]; !ok {
 		return Status{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", ErrNotFound, runID, slug)
 	}
 	w := r.newWriter(slug, runID, key, nil, "") // the first apply reads
-	f := &agent.flow
 	var from string
 	err = w.apply(ctx, b, func(ctx context.Context, d *Status) error {
 		from = d.Status
-		return change(ctx, f, d)
+		return change(ctx, r.flowOfDoc(d), d)
 	})
 	var ce *storage.CorruptError
 	switch {
@@ -42,6 +40,7 @@ func (r *Runner) control(ctx context.Context, runID string, b by, change func(ct
 		return Status{}, err
 	}
 	after := w.snapshot()
+	f := r.flowOfDoc(&after)
 	if f.terminal(after.Status) {
 		r.cleanup(ctx, slug, runID, "", "")
 		r.finished(ctx, after)

@@ -27,8 +27,10 @@ var (
 
 // execution is one runner executing one run under its lease.
 type execution struct {
-	r       *Runner
-	agent   *agentDef
+	r     *Runner
+	agent *agentDef
+	// flow is the run's own machine's, read from its status at the claim.
+	flow    *flow
 	w       *statusWriter
 	epoch   int64
 	resumed bool
@@ -366,7 +368,7 @@ func (x *execution) writeFailure(ctx context.Context, err error) outcome {
 // count writes the status that counts steps 1..n (one write: the step
 // update, and the move to a wait when the step asked for one).
 func (x *execution) count(ctx context.Context, n int, proposals []string, await *Await) error {
-	f := &x.agent.flow
+	f := x.flow
 	r := x.r
 	b := bySystem()
 	switch {
@@ -730,10 +732,25 @@ func (x *execution) writeOutput(ctx context.Context, key string, b []byte) error
 func (x *execution) finish(ctx context.Context, out outcome) {
 	r := x.r
 	doc := x.w.snapshot()
+	// The manifest is written at every end, before the status that
+	// records it, so a writer that lost this run to us cannot leave a
+	// manifest of its own: ours, fenced by a newer epoch, replaces its
+	// manifest or refuses it (see writeOutput).
+	var manifestSays string
 	if out.kind == done {
-		if err := x.writeManifest(ctx, out); err != nil {
+		if err := x.writeManifest(ctx, out, x.flow.completed); err != nil {
 			out = x.writeFailure(ctx, err)
 		}
+	}
+	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
+		if to, ok := x.flow.target(doc.Status, x.endEvent(out, &doc)); ok {
+			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, storage.ErrLeaseLost) {
+				r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+			}
+			manifestSays = to
+		}
+	} else if out.kind == done {
+		manifestSays = x.flow.completed
 	}
 	if out.kind == stopped || ctx.Err() != nil {
 		// Quiet on the runner's shutdown; said when the run's deadline and
@@ -752,29 +769,24 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		r.releaseSlot(ctx, doc.AgentSlug, x.slotKey, x.slotVer)
 		return
 	}
-	f := &x.agent.flow
+	f := x.flow
 	b := bySystem()
 	if out.kind == timedOut {
 		b = byTimeout()
 	}
 	err := x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
-		event, runErr := f.complete, error(nil)
+		var runErr error
 		switch out.kind {
 		case done:
 			d.StepsCompleted = len(x.agent.Steps)
 			d.CurrentStep = x.agent.Steps[len(x.agent.Steps)-1].Name
 			d.ProposalsCreated = appendNew(d.ProposalsCreated, x.lastProposals...)
 		case failed:
-			event, runErr = f.fail, out.err
+			runErr = out.err
 		case timedOut:
-			event, runErr = f.timeOut, lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
-		case canceled:
-			event = f.cancel
+			runErr = lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
 		}
-		if f.cancelRq != "" && d.Status == f.cancelRq && out.kind == timedOut {
-			event = f.cancel // cancel_requested cannot time out (seed 001); the cancel wins
-		}
-		if err := f.fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
+		if err := f.fire(ctx, d, x.endEvent(out, d), lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		r.finishFields(d, runErr)
@@ -788,8 +800,34 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		}
 		return
 	}
+	end := x.w.snapshot()
+	if end.Status != manifestSays {
+		// The status moved meanwhile (a cancel landed): the manifest
+		// follows it.
+		if err := x.writeManifest(ctx, out, end.Status); err != nil {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		}
+	}
 	r.cleanup(ctx, doc.AgentSlug, doc.RunID, x.slotKey, x.slotVer)
-	r.finished(ctx, x.w.snapshot())
+	r.finished(ctx, end)
+}
+
+// endEvent is the event that ends a run in state d.Status the way out
+// says.
+func (x *execution) endEvent(out outcome, d *Status) lifecycle.Event {
+	f := x.flow
+	switch out.kind {
+	case failed:
+		return f.fail
+	case timedOut:
+		if f.cancelRq != "" && d.Status == f.cancelRq {
+			return f.cancel // cancel_requested cannot time out (seed 001); the cancel wins
+		}
+		return f.timeOut
+	case canceled:
+		return f.cancel
+	}
+	return f.complete
 }
 
 // finishFields sets what a terminal write records (seed 004 §2.3).
@@ -833,9 +871,13 @@ func (r *Runner) releaseSlotIfOurs(ctx context.Context, x *execution) {
 	r.releaseSlot(ctx, x.agent.Slug, x.slotKey, x.slotVer)
 }
 
-func (x *execution) writeManifest(ctx context.Context, out outcome) error {
-	if err := x.w.confirmLease(ctx); err != nil {
-		return err
+// writeManifest writes manifest.json as the run ends in state status.
+// After the terminal write the lease is gone; the epoch still fences it.
+func (x *execution) writeManifest(ctx context.Context, out outcome, status string) error {
+	if !x.flow.terminal(x.w.snapshot().Status) {
+		if err := x.w.confirmLease(ctx); err != nil {
+			return err
+		}
 	}
 	doc := x.w.snapshot()
 	var steps []manifestStep
@@ -846,7 +888,7 @@ func (x *execution) writeManifest(ctx context.Context, out outcome) error {
 	}
 	now := x.r.now()
 	m := manifest{
-		RunID: doc.RunID, AgentSlug: doc.AgentSlug, Status: x.agent.flow.completed, Trigger: doc.Trigger,
+		RunID: doc.RunID, AgentSlug: doc.AgentSlug, Status: status, Trigger: doc.Trigger,
 		StartedAt: doc.StartedAt, FinishedAt: now, DurationMS: now.Sub(doc.StartedAt).Milliseconds(),
 		Steps: steps, ProposalsCreated: appendNew(append([]string{}, doc.ProposalsCreated...), x.lastProposals...),
 		Outputs: out.files, Epoch: x.epoch,

@@ -370,16 +370,20 @@ func (g *lateGate) Get(ctx context.Context, key string) ([]byte, storage.Version
 
 // TestFaultLateWriter (fault 3): runner a freezes right before it writes an
 // output file (or manifest.json), after its lease check; its lease lapses,
-// runner b takes the run over and completes it; a wakes and its write must
-// be refused: the files are b's.
+// runner b takes the run over and completes it (or fails it); a wakes and
+// its write must be refused: the files are b's. The case where b fails the
+// run failed before the manifest was written at every end: a's manifest,
+// claiming the run completed, was created after b had failed it.
 func TestFaultLateWriter(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name  string
-		match func(string) bool
+		name   string
+		match  func(string) bool
+		bFails bool
 	}{
-		{"output", func(k string) bool { return strings.Contains(k, "/output/") }},
-		{"manifest", func(k string) bool { return strings.HasSuffix(k, "/manifest.json") }},
+		{"output", func(k string) bool { return strings.Contains(k, "/output/") }, false},
+		{"manifest", func(k string) bool { return strings.HasSuffix(k, "/manifest.json") }, false},
+		{"manifest of a run b fails", func(k string) bool { return strings.HasSuffix(k, "/manifest.json") }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -388,8 +392,15 @@ func TestFaultLateWriter(t *testing.T) {
 			mk := func(owner string) run.Agent {
 				return run.Agent{Slug: "late", Steps: []run.Step{{Name: "work", Idempotent: true,
 					Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+						if owner == "b" && tt.bFails {
+							return run.StepOutput{}, errors.New("b's upstream refuses")
+						}
 						return run.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
 					}}}}
+			}
+			want := "completed"
+			if tt.bFails {
+				want = "failed"
 			}
 			gate := newLateGate(g.tracked(), tt.match)
 			var logs *logBuffer
@@ -404,7 +415,7 @@ func TestFaultLateWriter(t *testing.T) {
 			}()
 			b, _ := g.runner("b", nil, mk("b"))
 			st := g.wait(b, id, 30*time.Second, 15*time.Minute)
-			if st.Status != "completed" || st.ResumeCount != 1 || st.Lease != nil {
+			if st.Status != want || st.ResumeCount != 1 || st.Lease != nil {
 				t.Fatalf("runner b: %+v", st)
 			}
 			thawed = true
@@ -418,16 +429,23 @@ func TestFaultLateWriter(t *testing.T) {
 			if len(late) != 0 {
 				t.Errorf("runner a wrote after losing its lease: %v", late)
 			}
-			var result string
-			key, _ := storage.RunOutputKey("late", id, "result.json")
-			readJSON(t, g.store, key, &result)
 			var m struct {
-				Epoch int64 `json:"epoch"`
+				Epoch  int64  `json:"epoch"`
+				Status string `json:"status"`
 			}
 			mkey, _ := storage.RunManifestKey("late", id)
 			readJSON(t, g.store, mkey, &m)
-			if result != "b" || m.Epoch != 2 {
-				t.Errorf("after a woke: result.json by %q, manifest of epoch %d; want b's (epoch 2)", result, m.Epoch)
+			if m.Epoch != 2 || m.Status != want {
+				t.Errorf("after a woke: manifest of epoch %d says %q; want b's (epoch 2) saying %q", m.Epoch, m.Status, want)
+			}
+			if tt.bFails {
+				return
+			}
+			var result string
+			key, _ := storage.RunOutputKey("late", id, "result.json")
+			readJSON(t, g.store, key, &result)
+			if result != "b" {
+				t.Errorf("after a woke: result.json by %q, want b's", result)
 			}
 		})
 	}
@@ -616,5 +634,31 @@ func TestFaultPoisonRunIndex(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMachineChangedByRollingConfig: runners sharing a store that disagree
+// on an agent's machine (a rolling change of config) each treat a run by
+// the machine it was created with. Before, the runner with the new config
+// quarantined every run the old config had created.
+func TestMachineChangedByRollingConfig(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	step := []run.Step{{Name: "work", Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{}, nil }}}
+	old, stopOld := g.runner("old", nil, run.Agent{Slug: "rolling", Steps: step})
+	id := submit(t, old, "rolling")
+	stopOld()
+	r, _ := g.runner("new", nil, run.Agent{Slug: "rolling", Machine: lifecycle.MachineCancelable, Steps: step})
+	// The old runner may have started it: the new one takes it over when
+	// its lease lapses.
+	if st := g.wait(r, id, time.Minute, 15*time.Minute); st.Status != string(lifecycle.RunCompleted) || st.Machine != "" {
+		t.Fatalf("the old config's run: status %q machine %q, want completed on the canonical machine", st.Status, st.Machine)
+	}
+	if n := r.Quarantined(); n != 0 {
+		t.Fatalf("%d records quarantined, want 0", n)
+	}
+	id2 := submit(t, r, "rolling")
+	if st := g.wait(r, id2, 0, 0); st.Status != string(lifecycle.CancelableSucceeded) || st.Machine != lifecycle.MachineCancelable {
+		t.Fatalf("the new config's run: status %q machine %q", st.Status, st.Machine)
 	}
 }

@@ -28,6 +28,9 @@ type flow struct {
 	terminal func(string) bool
 	isState  func(string) bool
 	check    func(from, to string) error
+	// target is where event leads from a state (guards aside: the run
+	// machines guard no edge a runner's end takes).
+	target func(from string, e lifecycle.Event) (string, bool)
 }
 
 func flowOf[S ~string](m *lifecycle.Machine[S, lifecycle.Stateful]) flow {
@@ -41,6 +44,14 @@ func flowOf[S ~string](m *lifecycle.Machine[S, lifecycle.Stateful]) flow {
 		terminal: func(s string) bool { return m.IsTerminal(S(s)) },
 		isState:  func(s string) bool { return m.IsState(S(s)) },
 		check:    func(from, to string) error { return m.Check(S(from), S(to)) },
+		target: func(from string, e lifecycle.Event) (string, bool) {
+			for _, t := range m.Transitions() {
+				if string(t.From) == from && t.Event == e {
+					return string(t.To), true
+				}
+			}
+			return "", false
+		},
 	}
 }
 

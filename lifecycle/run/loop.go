@@ -115,8 +115,7 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 		if !ok || r.isExecuting(runID) || r.isWaiting(slug, runID) {
 			continue
 		}
-		agent, known := r.agents[slug]
-		if !known {
+		if _, known := r.agents[slug]; !known {
 			continue // another service's agent
 		}
 		if until, ok := r.quiet[runID]; ok && now.Before(until) {
@@ -141,7 +140,7 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			continue
 		}
 		r.consider(ctx, candidate{slug: slug, w: r.newWriter(slug, runID, statusKey, &doc, ver)}, startup)
-		if until := r.quietUntil(&agent.flow, &doc, now); !until.IsZero() {
+		if until := r.quietUntil(r.flowOfDoc(&doc), &doc, now); !until.IsZero() {
 			quiet[runID] = until
 		}
 	}
@@ -196,9 +195,8 @@ func (r *Runner) isWaiting(slug, runID string) bool {
 // it if a slot is free, take it over if its runner was lost, expire its
 // external wait, or clean up after it.
 func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
-	agent := r.agents[c.slug]
-	f := &agent.flow
 	doc := c.w.snapshot()
+	f := r.flowOfDoc(&doc)
 	if r.isExecuting(doc.RunID) {
 		return // this runner has it; a stale copy must not start it twice
 	}
@@ -452,11 +450,12 @@ func (r *Runner) queueExpired(f *flow, doc Status, now time.Time) bool {
 // run moved on meanwhile.
 func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*execution, error) {
 	agent := r.agents[c.slug]
-	f := &agent.flow
+	var f *flow
 	var epoch int64
 	var resumed bool
 	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
 		now := r.now()
+		f = r.flowOfDoc(d)
 		switch {
 		case d.Status == f.waiting:
 			if err := f.fire(ctx, d, f.start, lifecycle.ActorOrchestration); err != nil {
@@ -486,7 +485,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 		return nil, err
 	}
 	c.w.hold(epoch)
-	x := &execution{r: r, agent: agent, w: c.w, epoch: epoch, resumed: resumed, records: map[int]StepRecord{}, markers: map[int]storage.Version{},
+	x := &execution{r: r, agent: agent, flow: f, w: c.w, epoch: epoch, resumed: resumed, records: map[int]StepRecord{}, markers: map[int]storage.Version{},
 		input: c.input, inputKnown: c.inputKnown}
 	return x, nil
 }

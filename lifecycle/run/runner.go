@@ -39,6 +39,9 @@ type Runner struct {
 	log    *slog.Logger
 	audit  *storage.AuditLog
 	agents map[string]*agentDef
+	// flows holds the flow of every run machine by its status.json name
+	// ("" is the canonical one), for runs created under another config.
+	flows map[string]*flow
 
 	// handed holds runs handed to the loop (by Submit, control calls and
 	// freed slots); wake tells the loop there are some.
@@ -105,6 +108,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		log:        cfg.Logger,
 		audit:      &storage.AuditLog{Store: patient, Node: cfg.Node, Now: cfg.Clock.Now},
 		agents:     map[string]*agentDef{},
+		flows:      map[string]*flow{},
 		wake:       make(chan struct{}, 1),
 		executing:  map[string]*execution{},
 		rehand:     map[string]candidate{},
@@ -115,6 +119,10 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 	}
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)
+	}
+	for _, m := range []string{"", lifecycle.MachineCanonical, lifecycle.MachineCancelable, lifecycle.MachineApproval} {
+		f, _ := flowFor(m)
+		r.flows[m] = &f
 	}
 	for _, a := range agents {
 		f, err := validateAgent(a)
@@ -157,12 +165,14 @@ func (r *Runner) Quarantined() int64 { return r.quar.Count() }
 // transient failure.
 func (r *Runner) StoreRetries() int64 { return r.patient.Retries() }
 
+// flowOfDoc is the flow of the machine the run was created with (its
+// status.json's machine field), which is not always the one its agent is
+// configured with now.
 func (r *Runner) flowOfDoc(d *Status) *flow {
-	if a, ok := r.agents[d.AgentSlug]; ok {
-		return &a.flow
+	if f, ok := r.flows[d.Machine]; ok {
+		return f
 	}
-	f, _ := flowFor(d.Machine)
-	return &f
+	return r.flows[""]
 }
 
 // broadcast wakes every Wait: some run's status changed.

@@ -60,6 +60,9 @@ func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core
 
 // statusValidator judges a decoded status.json: it must name the run and
 // agent of its key, and its status must be a state of the run's machine.
+// The machine is the one the run was created with, even where this
+// runner's config now gives its agent another (a rolling change of config):
+// such a run is valid and lives out its life on its own machine.
 // A document that fails is poison: it is quarantined, never acted on.
 func (r *Runner) statusValidator(slug, runID string) func(*Status) error {
 	return func(d *Status) error {
@@ -72,9 +75,6 @@ func (r *Runner) statusValidator(slug, runID string) func(*Status) error {
 		f, ok := flowFor(d.Machine)
 		if !ok {
 			return fmt.Errorf("unknown machine %q", d.Machine)
-		}
-		if a, known := r.agents[slug]; known && a.flow.machine != f.machine {
-			return fmt.Errorf("machine %s, but agent %s runs %s", f.machine, slug, a.flow.machine)
 		}
 		if !f.isState(d.Status) {
 			return fmt.Errorf("status %q is not a state of %s", d.Status, f.machine)
