@@ -1,0 +1,120 @@
+package page_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi/page"
+)
+
+// get serves one request from the handler mounted as the server mounts it,
+// at /ui/ without stripping the prefix.
+func get(t *testing.T, h http.Handler, method, target string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(method, target, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result()
+}
+
+func body(t *testing.T, res *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestHandlerServesAssetsWithTheirTypes(t *testing.T) {
+	h := page.Handler()
+	want := map[string]string{
+		"/ui/":           "text/html; charset=utf-8",
+		"/ui/index.html": "text/html; charset=utf-8",
+		"/ui/app.js":     "text/javascript; charset=utf-8",
+		"/ui/app.css":    "text/css; charset=utf-8",
+		"/ui/icon.svg":   "image/svg+xml",
+		"/app.js":        "text/javascript; charset=utf-8", // behind http.StripPrefix
+	}
+	for target, ct := range want {
+		res := get(t, h, http.MethodGet, target, nil)
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: status %d", target, res.StatusCode)
+			continue
+		}
+		if got := res.Header.Get("Content-Type"); got != ct {
+			t.Errorf("GET %s: Content-Type %q, want %q", target, got, ct)
+		}
+		if got := res.Header.Get("Cache-Control"); got != "no-cache" {
+			t.Errorf("GET %s: Cache-Control %q, want no-cache (names carry no hash)", target, got)
+		}
+		if res.Header.Get("ETag") == "" || res.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: missing ETag or nosniff: %v", target, res.Header)
+		}
+		if body(t, res) == "" {
+			t.Errorf("GET %s: empty body", target)
+		}
+	}
+	index := get(t, h, http.MethodGet, "/ui/", nil)
+	if csp := index.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("index CSP = %q", csp)
+	}
+}
+
+func TestHandlerRevalidatesAndRefuses(t *testing.T) {
+	h := page.Handler()
+	first := get(t, h, http.MethodGet, "/ui/app.js", nil)
+	again := get(t, h, http.MethodGet, "/ui/app.js", map[string]string{"If-None-Match": first.Header.Get("ETag")})
+	if again.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidation: status %d, want 304", again.StatusCode)
+	}
+	head := get(t, h, http.MethodHead, "/ui/app.js", nil)
+	if head.StatusCode != http.StatusOK || body(t, head) != "" {
+		t.Errorf("HEAD: status %d", head.StatusCode)
+	}
+	missing := get(t, h, http.MethodGet, "/ui/nope.js", nil)
+	if b := body(t, missing); missing.StatusCode != http.StatusNotFound || !strings.Contains(b, `"code":"NOT_FOUND"`) {
+		t.Errorf("missing asset: %d %s", missing.StatusCode, b)
+	}
+	post := get(t, h, http.MethodPost, "/ui/", nil)
+	if b := body(t, post); post.StatusCode != http.StatusMethodNotAllowed || post.Header.Get("Allow") != "GET, HEAD" ||
+		!strings.Contains(b, `"code":"METHOD_NOT_ALLOWED"`) {
+		t.Errorf("POST: %d %v %s", post.StatusCode, post.Header, b)
+	}
+}
+
+// The page must work on a closed network: every asset it loads is served
+// by the Worker. The SVG namespace is a name, not something fetched.
+func TestAssetsReferenceNothingOutside(t *testing.T) {
+	h := page.Handler()
+	external := regexp.MustCompile(`(?i)https?://|//cdn|url\(\s*['"]?//|@import|src=["']//|href=["']//`)
+	const svgNS = "http://www.w3.org/2000/svg"
+	names := page.Assets()
+	if len(names) < 4 {
+		t.Fatalf("assets = %v", names)
+	}
+	for _, name := range names {
+		text := body(t, get(t, h, http.MethodGet, "/ui/"+name, nil))
+		for _, loc := range external.FindAllStringIndex(strings.ReplaceAll(text, svgNS, ""), -1) {
+			t.Errorf("%s references something outside the Worker: %q", name, text[loc[0]:min(len(text), loc[1]+30)])
+		}
+	}
+	// Every file index.html names is one the handler serves.
+	index := body(t, get(t, h, http.MethodGet, "/ui/", nil))
+	refs := regexp.MustCompile(`(?:src|href)="([^"#]+)"`).FindAllStringSubmatch(index, -1)
+	if len(refs) < 3 {
+		t.Fatalf("index.html names %d files", len(refs))
+	}
+	for _, ref := range refs {
+		if res := get(t, h, http.MethodGet, "/ui/"+ref[1], nil); res.StatusCode != http.StatusOK {
+			t.Errorf("index.html names %s: status %d", ref[1], res.StatusCode)
+		}
+	}
+}
