@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools the project needs into $(go env GOPATH)/bin when they are
 # missing: staticcheck, and the pinned MinIO server the s3store tests run
-# against. Building MinIO takes about 8 minutes on 2 cores, once.
+# against. Building MinIO takes about 8 minutes on 2 cores, once. It also
+# installs Debian's chromium, which the live page's browser test drives, when
+# neither CHROMIUM_BIN nor /usr/bin/chromium is there.
 set -euo pipefail
 
 STATICCHECK_VERSION=v0.8.2
@@ -18,4 +20,26 @@ fi
 if [ -z "${MINIO_BIN:-}" ] && ! command -v minio >/dev/null 2>&1; then
   echo "installing minio ${MINIO_VERSION} (about 8 minutes, once)"
   go install "github.com/minio/minio@${MINIO_VERSION}"
+fi
+
+# The browser test of adapters/httpapi/page runs Debian's Chromium headless.
+# Installing it needs root or passwordless sudo; without either this says so
+# and goes on, and the test then skips, unless CONVEYOR_REQUIRE_CHROMIUM is
+# set (.ci/run sets it): then it fails.
+chromium_bin="${CHROMIUM_BIN:-/usr/bin/chromium}"
+if [ ! -x "$chromium_bin" ]; then
+  as_root=none
+  if [ "$(id -u)" -eq 0 ]; then
+    as_root=""
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    as_root="sudo -n"
+  fi
+  if [ "$as_root" = none ]; then
+    echo "chromium is missing at $chromium_bin and this is neither root nor passwordless sudo: not installing it (install Debian's chromium, or set CHROMIUM_BIN)" >&2
+  else
+    echo "installing Debian's chromium for the browser test (apt-get update, apt-get install chromium; a few minutes, once)"
+    # Waits for another apt's lock instead of failing on it.
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=600 install chromium
+  fi
 fi
