@@ -13,7 +13,7 @@ import (
 
 // get serves one request from the handler mounted as the server mounts it,
 // at /ui/ without stripping the prefix.
-func get(t *testing.T, h http.Handler, method, target string, hdr map[string]string) *http.Response {
+func serve(t *testing.T, h http.Handler, method, target string, hdr map[string]string) *http.Response {
 	t.Helper()
 	req := httptest.NewRequest(method, target, nil)
 	for k, v := range hdr {
@@ -44,7 +44,7 @@ func TestHandlerServesAssetsWithTheirTypes(t *testing.T) {
 		"/app.js":        "text/javascript; charset=utf-8", // behind http.StripPrefix
 	}
 	for target, ct := range want {
-		res := get(t, h, http.MethodGet, target, nil)
+		res := serve(t, h, http.MethodGet, target, nil)
 		if res.StatusCode != http.StatusOK {
 			t.Errorf("GET %s: status %d", target, res.StatusCode)
 			continue
@@ -62,7 +62,7 @@ func TestHandlerServesAssetsWithTheirTypes(t *testing.T) {
 			t.Errorf("GET %s: empty body", target)
 		}
 	}
-	index := get(t, h, http.MethodGet, "/ui/", nil)
+	index := serve(t, h, http.MethodGet, "/ui/", nil)
 	if csp := index.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
 		t.Errorf("index CSP = %q", csp)
 	}
@@ -70,20 +70,20 @@ func TestHandlerServesAssetsWithTheirTypes(t *testing.T) {
 
 func TestHandlerRevalidatesAndRefuses(t *testing.T) {
 	h := page.Handler()
-	first := get(t, h, http.MethodGet, "/ui/app.js", nil)
-	again := get(t, h, http.MethodGet, "/ui/app.js", map[string]string{"If-None-Match": first.Header.Get("ETag")})
+	first := serve(t, h, http.MethodGet, "/ui/app.js", nil)
+	again := serve(t, h, http.MethodGet, "/ui/app.js", map[string]string{"If-None-Match": first.Header.Get("ETag")})
 	if again.StatusCode != http.StatusNotModified {
 		t.Errorf("revalidation: status %d, want 304", again.StatusCode)
 	}
-	head := get(t, h, http.MethodHead, "/ui/app.js", nil)
+	head := serve(t, h, http.MethodHead, "/ui/app.js", nil)
 	if head.StatusCode != http.StatusOK || body(t, head) != "" {
 		t.Errorf("HEAD: status %d", head.StatusCode)
 	}
-	missing := get(t, h, http.MethodGet, "/ui/nope.js", nil)
+	missing := serve(t, h, http.MethodGet, "/ui/nope.js", nil)
 	if b := body(t, missing); missing.StatusCode != http.StatusNotFound || !strings.Contains(b, `"code":"NOT_FOUND"`) {
 		t.Errorf("missing asset: %d %s", missing.StatusCode, b)
 	}
-	post := get(t, h, http.MethodPost, "/ui/", nil)
+	post := serve(t, h, http.MethodPost, "/ui/", nil)
 	if b := body(t, post); post.StatusCode != http.StatusMethodNotAllowed || post.Header.Get("Allow") != "GET, HEAD" ||
 		!strings.Contains(b, `"code":"METHOD_NOT_ALLOWED"`) {
 		t.Errorf("POST: %d %v %s", post.StatusCode, post.Header, b)
@@ -101,19 +101,19 @@ func TestAssetsReferenceNothingOutside(t *testing.T) {
 		t.Fatalf("assets = %v", names)
 	}
 	for _, name := range names {
-		text := body(t, get(t, h, http.MethodGet, "/ui/"+name, nil))
+		text := body(t, serve(t, h, http.MethodGet, "/ui/"+name, nil))
 		for _, loc := range external.FindAllStringIndex(strings.ReplaceAll(text, svgNS, ""), -1) {
 			t.Errorf("%s references something outside the Worker: %q", name, text[loc[0]:min(len(text), loc[1]+30)])
 		}
 	}
 	// Every file index.html names is one the handler serves.
-	index := body(t, get(t, h, http.MethodGet, "/ui/", nil))
+	index := body(t, serve(t, h, http.MethodGet, "/ui/", nil))
 	refs := regexp.MustCompile(`(?:src|href)="([^"#]+)"`).FindAllStringSubmatch(index, -1)
 	if len(refs) < 3 {
 		t.Fatalf("index.html names %d files", len(refs))
 	}
 	for _, ref := range refs {
-		if res := get(t, h, http.MethodGet, "/ui/"+ref[1], nil); res.StatusCode != http.StatusOK {
+		if res := serve(t, h, http.MethodGet, "/ui/"+ref[1], nil); res.StatusCode != http.StatusOK {
 			t.Errorf("index.html names %s: status %d", ref[1], res.StatusCode)
 		}
 	}

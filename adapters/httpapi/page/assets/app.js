@@ -303,32 +303,39 @@
     }
   }
 
-  // layout places states in columns by BFS rank from the initial state and,
-  // within a column, in the spec's order, so the same spec always draws the
-  // same picture. States the initial one cannot reach go in a last column.
+  // layout places states in columns, so the same spec always draws the same
+  // picture: non-terminal states by BFS rank from the initial state (states
+  // it cannot reach in one more column), terminal states together in the
+  // last column, each column in the spec's order of states. Most moves then
+  // point right; the rest are routed around the states (edgeGeometry).
   function layout(spec) {
+    const terminal = new Set(spec.terminal);
     const rank = new Map([[spec.initial, 0]]);
     const queue = [spec.initial];
     while (queue.length) {
       const cur = queue.shift();
       for (const t of spec.transitions) {
-        if (t.from === cur && !rank.has(t.to)) { rank.set(t.to, rank.get(cur) + 1); queue.push(t.to); }
+        if (t.from === cur && !rank.has(t.to) && !terminal.has(t.to)) { rank.set(t.to, rank.get(cur) + 1); queue.push(t.to); }
       }
     }
-    let max = Math.max(0, ...rank.values());
-    const unreached = spec.states.filter((st) => !rank.has(st));
-    if (unreached.length) { max++; for (const st of unreached) rank.set(st, max); }
+    let last = Math.max(0, ...rank.values());
+    const unreached = spec.states.filter((st) => !rank.has(st) && !terminal.has(st));
+    if (unreached.length) { last++; for (const st of unreached) rank.set(st, last); }
+    if (spec.states.some((st) => terminal.has(st) && st !== spec.initial)) last++;
+    for (const st of spec.states) if (!rank.has(st)) rank.set(st, last);
     const cols = [];
     for (const st of spec.states) (cols[rank.get(st)] = cols[rank.get(st)] || []).push(st);
     const longest = Math.max(...spec.states.map((st) => st.length));
-    const W = Math.max(110, longest * 8 + 28), H = 36, COLGAP = 130, ROWGAP = 44, PAD = 56, TOP = 44;
+    const W = Math.max(110, longest * 8 + 28), H = 36, COLGAP = 120, ROWGAP = 40, PAD = 56, TOP = 56;
     const tallest = Math.max(...cols.map((c) => (c || []).length));
     const pos = new Map();
+    const colBottom = [];
     cols.forEach((col, i) => {
       const offset = ((tallest - col.length) * (H + ROWGAP)) / 2;
-      col.forEach((st, j) => pos.set(st, { x: PAD + i * (W + COLGAP), y: TOP + offset + j * (H + ROWGAP), rank: i }));
+      col.forEach((st, j) => pos.set(st, { x: PAD + i * (W + COLGAP), y: TOP + offset + j * (H + ROWGAP), col: i }));
+      colBottom[i] = TOP + offset + col.length * (H + ROWGAP) - ROWGAP;
     });
-    return { pos, W, H, width: PAD + cols.length * (W + COLGAP) - COLGAP + 150, height: TOP + tallest * (H + ROWGAP) - ROWGAP + 60 };
+    return { pos, W, H, colBottom, width: PAD + cols.length * (W + COLGAP) - COLGAP + 90, height: TOP + tallest * (H + ROWGAP) - ROWGAP + 24 };
   }
 
   function drawMachine(spec, path) {
@@ -338,8 +345,7 @@
     const moves = path.moves();
     const current = path.current;
     const svg = s('svg', {
-      xmlns: SVGNS, width: L.width, height: L.height, viewBox: `0 0 ${L.width} ${L.height}`,
-      role: 'img', 'aria-labelledby': 'machine-title machine-desc', id: 'machine', 'data-testid': 'machine',
+      xmlns: SVGNS, role: 'img', 'aria-labelledby': 'machine-title machine-desc', id: 'machine', 'data-testid': 'machine',
       'data-machine': spec.name,
     });
     svg.append(
@@ -352,8 +358,11 @@
           s('path', { d: 'M0,0 L10,5 L0,10 z' }))),
     );
 
-    // Parallel moves between one pair of states are fanned apart.
+    // Parallel moves between one pair of states are fanned apart, and so
+    // are the moves that share a lane below the states.
     const pairCount = new Map();
+    const lanes = { below: 0 };
+    let bottom = L.height;
     const edges = s('g', { class: 'transitions' });
     for (const t of spec.transitions) {
       const key = t.from + '→' + t.to;
@@ -361,17 +370,21 @@
       pairCount.set(key, k + 1);
       const a = pos.get(t.from), b = pos.get(t.to);
       if (!a || !b) continue;
-      const { d, lx, ly } = edgeGeometry(a, b, W, H, k);
+      const g = edgeGeometry(L, a, b, k, lanes);
+      bottom = Math.max(bottom, g.maxY + 20);
       const lit = moves.has(key);
       const actors = (t.actors || []).join(', ');
       edges.append(s('g', {
         class: 'transition' + (lit ? ' path' : ''), 'data-from': t.from, 'data-to': t.to, 'data-event': t.event,
       },
       s('title', { text: `${t.from} → ${t.to} on ${t.event}` + (actors ? ` (by ${actors})` : '') }),
-      s('path', { d, 'marker-end': lit ? 'url(#arrow-path)' : 'url(#arrow)' }),
-      s('text', { x: lx, y: ly, 'text-anchor': 'middle', text: t.event })));
+      s('path', { d: g.d, 'marker-end': lit ? 'url(#arrow-path)' : 'url(#arrow)' }),
+      s('text', { x: g.lx, y: g.ly, 'text-anchor': 'middle', text: t.event })));
     }
     svg.append(edges);
+    svg.setAttribute('width', L.width);
+    svg.setAttribute('height', bottom);
+    svg.setAttribute('viewBox', `0 0 ${L.width} ${bottom}`);
 
     // The initial state's entry arrow, as in the SDK's Mermaid/DOT diagrams.
     const ini = pos.get(spec.initial);
@@ -399,33 +412,48 @@
     return svg;
   }
 
-  // edgeGeometry draws a move as a cubic curve: forward moves from the
-  // right side to the next column's left side, moves within a column as a
-  // bulge to the right, backward moves below, self-moves as a loop on top.
-  function edgeGeometry(a, b, W, H, k) {
+  // edgeGeometry draws one move as cubic curves: to the next column from
+  // the right side to the left side; further right through a lane below all
+  // the columns; backward from the left side into the target's
+  // bottom; within a column as a bulge to the right; a self-move as a loop
+  // on top. It returns the path, the label's place and the lowest point.
+  function edgeGeometry(L, a, b, k, lanes) {
+    const { W, H } = L;
     const fan = k * 16;
+    const mid = (p0, p1, p2, p3) => [(p0[0] + 3 * p1[0] + 3 * p2[0] + p3[0]) / 8, (p0[1] + 3 * p1[1] + 3 * p2[1] + p3[1]) / 8];
+    const curve = (p0, p1, p2, p3) => `M${p0[0]},${p0[1]} C${p1[0]},${p1[1]} ${p2[0]},${p2[1]} ${p3[0]},${p3[1]}`;
     if (a === b) {
       const x1 = a.x + W * 0.3, x2 = a.x + W * 0.7, y = a.y;
-      return { d: `M${x1},${y} C${x1 - 10},${y - 40 - fan} ${x2 + 10},${y - 40 - fan} ${x2},${y}`, lx: a.x + W / 2, ly: y - 34 - fan };
+      return { d: `M${x1},${y} C${x1 - 10},${y - 40 - fan} ${x2 + 10},${y - 40 - fan} ${x2},${y}`, lx: a.x + W / 2, ly: y - 34 - fan, maxY: y + H };
     }
-    let p0, p1, p2, p3;
-    if (b.rank > a.rank) {
-      p0 = [a.x + W, a.y + H / 2]; p3 = [b.x, b.y + H / 2];
+    if (b.col === a.col + 1) {
+      const p0 = [a.x + W, a.y + H / 2], p3 = [b.x, b.y + H / 2];
       const dx = (p3[0] - p0[0]) / 2;
-      p1 = [p0[0] + dx, p0[1] + fan]; p2 = [p3[0] - dx, p3[1] + fan];
-    } else if (b.rank === a.rank) {
-      const down = b.y > a.y;
-      p0 = [a.x + W, a.y + H / 2 + (down ? 6 : -6)]; p3 = [b.x + W, b.y + H / 2 + (down ? -6 : 6)];
-      const bulge = 50 + Math.abs(b.y - a.y) / 5 + fan;
-      p1 = [p0[0] + bulge, p0[1]]; p2 = [p3[0] + bulge, p3[1]];
-    } else {
-      p0 = [a.x + W / 2, a.y + H]; p3 = [b.x + W / 2, b.y + H];
-      const dip = 46 + fan;
-      p1 = [p0[0], p0[1] + dip]; p2 = [p3[0], p3[1] + dip];
+      const p1 = [p0[0] + dx, p0[1] + fan], p2 = [p3[0] - dx, p3[1] + fan];
+      const [lx, ly] = mid(p0, p1, p2, p3);
+      return { d: curve(p0, p1, p2, p3), lx, ly: ly - 4, maxY: Math.max(p0[1], p3[1]) };
     }
-    const lx = (p0[0] + 3 * p1[0] + 3 * p2[0] + p3[0]) / 8;
-    const ly = (p0[1] + 3 * p1[1] + 3 * p2[1] + p3[1]) / 8 - 4;
-    return { d: `M${p0[0]},${p0[1]} C${p1[0]},${p1[1]} ${p2[0]},${p2[1]} ${p3[0]},${p3[1]}`, lx, ly };
+    if (b.col > a.col + 1) {
+      // Lanes run below every column and below the backward moves' dips.
+      const lane = Math.max(...L.colBottom) + 52 + 18 * lanes.below++;
+      const p0 = [a.x + W * 0.3, a.y + H], p3 = [b.x, b.y + H / 2];
+      const m = [(p0[0] + p3[0]) / 2, lane];
+      const d = `M${p0[0]},${p0[1]} C${p0[0]},${lane} ${p0[0]},${lane} ${p0[0] + 40},${lane} L${p3[0] - 70},${lane} ` +
+        `C${p3[0] - 30},${lane} ${p3[0] - 40},${p3[1]} ${p3[0]},${p3[1]}`;
+      return { d, lx: m[0], ly: lane - 4, maxY: lane };
+    }
+    if (b.col === a.col) {
+      const down = b.y > a.y;
+      const p0 = [a.x + W, a.y + H / 2 + (down ? 6 : -6)], p3 = [b.x + W, b.y + H / 2 + (down ? -6 : 6)];
+      const bulge = 50 + Math.abs(b.y - a.y) / 5 + fan;
+      const p1 = [p0[0] + bulge, p0[1]], p2 = [p3[0] + bulge, p3[1]];
+      const [lx, ly] = mid(p0, p1, p2, p3);
+      return { d: curve(p0, p1, p2, p3), lx: lx + 16, ly, maxY: Math.max(p0[1], p3[1]) };
+    }
+    const p0 = [a.x, a.y + H / 2 + 8], p3 = [b.x + W / 2 + 14 + fan, b.y + H];
+    const p1 = [p0[0] - 50, p0[1] + 30], p2 = [p3[0], p3[1] + 50];
+    const [lx, ly] = mid(p0, p1, p2, p3);
+    return { d: curve(p0, p1, p2, p3), lx, ly: ly + 12, maxY: Math.max(p0[1] + 30, p3[1] + 40) };
   }
 
   function transitionTable(spec) {
@@ -646,13 +674,21 @@
       btn.title = on ? '' : why;
     }
 
+    // A step under a millisecond has no duration_ms (omitted when zero):
+    // its times still tell it.
+    function stepDuration(r) {
+      if (r.duration_ms) return r.duration_ms;
+      if (r.started_at && r.finished_at) return new Date(r.finished_at) - new Date(r.started_at);
+      return null;
+    }
+
     function renderSteps() {
       stepsBody.replaceChildren(...steps.map((r) => h('tr', { 'data-step': r.step_name, 'data-testid': 'step-row', 'data-status': r.status },
         h('td', { class: 'num', text: r.step_number }),
         h('td', {}, h('code', { text: r.step_name })),
         h('td', {}, badge(r.status)),
         h('td', {}, fmtTime(r.started_at)),
-        h('td', { class: 'num', text: fmtDuration(r.duration_ms) }),
+        h('td', { class: 'num', text: fmtDuration(stepDuration(r)) }),
         h('td', { text: r.output_summary || '' }),
         h('td', { class: 'error', text: r.error || '' }))));
       stepsNote.textContent = steps.length ? '' : 'No step has finished yet.';
