@@ -822,7 +822,11 @@
     $('#auth').addEventListener('submit', (e) => e.preventDefault());
   }
 
-  window.addEventListener('hashchange', route);
+  // A route change moves focus to the new view, so keyboard and screen
+  // reader users land on it.
+  window.addEventListener('hashchange', () => { route(); $('#view').focus(); });
+  // The skip link must not change the hash: the hash is the route.
+  document.querySelector('.skip').addEventListener('click', (e) => { e.preventDefault(); $('#view').focus(); });
   initAuth();
   route();
 })();
