@@ -144,6 +144,11 @@ func decodeJob(data []byte) (jobqueue.NewJob, error) {
 	if err := decodeStrict(data, &b, false); err != nil {
 		return jobqueue.NewJob{}, err
 	}
+	for _, f := range []struct{ name, v string }{{"run_id", b.RunID}, {"job_type", string(b.JobType)}, {"agent_slug", b.AgentSlug}} {
+		if f.v == "" {
+			return jobqueue.NewJob{}, apiErr(lifecycle.CodeInvalidRequest, "%s is required", f.name)
+		}
+	}
 	if b.JobID != "" {
 		if err := storage.ValidateID("job_id", b.JobID); err != nil {
 			return jobqueue.NewJob{}, err

@@ -167,7 +167,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ite *lifecycle.InvalidTransitionError
 	if errors.As(err, &ite) && status == http.StatusConflict {
 		allowed := append([]string{}, ite.ValidNext...)
-		_ = writeJSON(w, status, transitionBody{Code: code, Message: msg, From: ite.From, To: ite.To, Allowed: allowed})
+		to := ite.To
+		if to == "" {
+			// An event was fired and no move of it starts at From: name
+			// where the event leads elsewhere in the machine.
+			to = s.eventTarget(ite.Machine, ite.Event)
+		}
+		_ = writeJSON(w, status, transitionBody{Code: code, Message: msg, From: ite.From, To: to, Allowed: allowed})
 		return
 	}
 	_ = writeJSON(w, status, errorBody{Code: code, Message: msg})

@@ -91,6 +91,8 @@ type Server struct {
 	slugs   map[string]bool
 	sink    http.Handler
 	actorOK map[lifecycle.Actor]bool
+	// specs holds every machine a refused move may name, by name.
+	specs map[string]lifecycle.Spec
 }
 
 // AgentInfo describes one agent the Runner executes (GET /agents).
@@ -155,6 +157,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.NLM != nil {
 		s.sink = nlm.Sink(cfg.Runner, cfg.NLM)
+	}
+	s.specs = map[string]lifecycle.Spec{}
+	for _, sp := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec(),
+		lifecycle.RunStep().Spec(), jobqueue.JobMachine().Spec(), nlm.Machine().Spec(), inbox.Machine().Spec()} {
+		s.specs[sp.Name] = sp
 	}
 	s.mux = http.NewServeMux()
 	s.routes()
@@ -316,6 +323,17 @@ func matrixActors(op authority.Operation, plain bool) []lifecycle.Actor {
 		}
 	}
 	return out
+}
+
+// eventTarget is the state event leads to in the named machine (the first
+// such move of its table), or "".
+func (s *Server) eventTarget(machine, event string) string {
+	for _, t := range s.specs[machine].Transitions {
+		if t.Event == event {
+			return t.To
+		}
+	}
+	return ""
 }
 
 func machineSpec(name string) lifecycle.Spec {
