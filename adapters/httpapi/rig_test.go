@@ -41,8 +41,12 @@ type rig struct {
 	box    *inbox.Box
 	srv    *httptest.Server
 	// release lets the "slow" agent's step finish.
-	release chan struct{}
+	release     chan struct{}
+	releaseOnce sync.Once
 }
+
+// releaseSteps lets the "slow" agent's steps finish.
+func (g *rig) releaseSteps() { g.releaseOnce.Do(func() { close(g.release) }) }
 
 type rigOpts struct {
 	running bool // start the Runner's loop
@@ -60,8 +64,7 @@ func quickStep(name string) run.Step {
 func newRig(t *testing.T, o rigOpts) *rig {
 	t.Helper()
 	g := &rig{t: t, store: memstore.New(), release: make(chan struct{})}
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(g.release) }) })
+	t.Cleanup(g.releaseSteps)
 	slow := run.Step{Name: "work", Idempotent: true, Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 		select {
 		case <-g.release:
@@ -187,7 +190,9 @@ func (g *rig) raw(method, path, token, contentType string, body []byte, header m
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := g.srv.Client().Do(req)
+	hc := *g.srv.Client()
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := hc.Do(req)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -228,3 +233,5 @@ func apiError(t *testing.T, err error, status int, code string) *httpapi.Error {
 var _ = storage.ErrNotFound
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+var errForbidden = authorityErrForbidden()

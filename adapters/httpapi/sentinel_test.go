@@ -1,0 +1,5 @@
+package httpapi_test
+
+import "github.com/runconveyor/conveyor/authority"
+
+func authorityErrForbidden() error { return authority.ErrForbidden }
