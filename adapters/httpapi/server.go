@@ -61,10 +61,12 @@ type Config struct {
 	// Default none: the route answers 503 SERVICE_UNAVAILABLE, and the
 	// Client falls back to polling.
 	Events http.Handler
-	// Page is mounted at /ui/, and GET / redirects there. Default none:
-	// both answer 404.
+	// Page is mounted at /ui/ (every method), and GET / redirects there.
+	// Default none: both answer 404. Like every route but /healthz, the
+	// page is served to authenticated callers only.
 	Page http.Handler
-	// Metrics is mounted at GET /metrics. Default none: 404.
+	// Metrics is mounted at GET /metrics, for any authenticated actor.
+	// Default none: 404.
 	Metrics http.Handler
 
 	// Logger receives one line per failed request: 5xx at ERROR, 4xx at
