@@ -22,7 +22,6 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // Tokens of the rig's server, one per actor.
@@ -230,8 +229,4 @@ func apiError(t *testing.T, err error, status int, code string) *httpapi.Error {
 	return e
 }
 
-var _ = storage.ErrNotFound
-
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
-
-var errForbidden = authorityErrForbidden()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/jobqueue/nlm"
@@ -134,7 +135,7 @@ func TestCancelRoute(t *testing.T) {
 	// The frontend reads only.
 	_, err = g.client(lifecycle.ActorFrontend).Cancel(ctx, res.RunID, "")
 	apiError(t, err, http.StatusForbidden, lifecycle.CodeForbidden)
-	if !errors.Is(err, lifecycle.ErrForbiddenActor) || !errors.Is(err, errForbidden) {
+	if !errors.Is(err, lifecycle.ErrForbiddenActor) || !errors.Is(err, authority.ErrForbidden) {
 		t.Errorf("%v does not match the forbidden sentinels", err)
 	}
 }
