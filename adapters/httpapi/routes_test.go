@@ -335,8 +335,18 @@ func TestPageAndMetricsMounts(t *testing.T) {
 	if status != http.StatusOK || string(body) != "page /ui/app.js" {
 		t.Errorf("GET /ui/app.js = %d %q", status, body)
 	}
+	// The assets need no token (a browser's navigation carries none); the
+	// API calls the page makes do.
 	status, _, _ = g.raw("GET", "/ui/", "", "", nil, nil)
+	if status != http.StatusOK {
+		t.Errorf("GET /ui/ without a token = %d, want 200", status)
+	}
+	status, _, _ = g.raw("POST", "/ui/", "", "", nil, nil)
 	if status != http.StatusUnauthorized {
-		t.Errorf("GET /ui/ without a token = %d, want 401", status)
+		t.Errorf("POST /ui/ without a token = %d, want 401", status)
+	}
+	status, _, _ = g.raw("GET", "/agents", "", "", nil, nil)
+	if status != http.StatusUnauthorized {
+		t.Errorf("GET /agents without a token = %d, want 401", status)
 	}
 }

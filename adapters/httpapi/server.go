@@ -62,8 +62,10 @@ type Config struct {
 	// Client falls back to polling.
 	Events http.Handler
 	// Page is mounted at /ui/ (every method), and GET / redirects there.
-	// Default none: both answer 404. Like every route but /healthz, the
-	// page is served to authenticated callers only.
+	// Default none: both answer 404. Its GETs, like /healthz, need no
+	// token: the assets hold no data, and a browser cannot send a bearer
+	// token with a navigation; the page sends the user's token with each
+	// API call.
 	Page http.Handler
 	// Metrics is mounted at GET /metrics, for any authenticated actor.
 	// Default none: 404.
@@ -175,8 +177,8 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{ResponseWriter: w}
 	actor := lifecycle.Actor("")
-	if r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		s.mux.ServeHTTP(rec, r) // health needs no identity
+	if public(r) {
+		s.mux.ServeHTTP(rec, r) // health and the page's assets need no identity
 	} else if a, err := s.authenticate(r); err != nil {
 		s.writeError(rec, r, err)
 	} else {
@@ -194,6 +196,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type actorKey struct{}
+
+// public tells the requests served without a token: health, and the live
+// page's static assets (they hold no data; the page sends the token a user
+// gives it with each API call, since a browser cannot add a bearer token to
+// a navigation).
+func public(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	p := r.URL.Path
+	return p == "/healthz" || p == "/" || strings.HasPrefix(p, "/ui/")
+}
 
 func (s *Server) routes() {
 	anyone := []lifecycle.Actor(nil)
