@@ -29,8 +29,8 @@
 //
 // The audit events of runs carry neither the agent nor the step count, so
 // the feed reads them: the agent from the run index (once per run), the
-// count from the run's status.json (once per run per poll, for every status
-// write after the creation). step is the run's steps_completed when the feed
+// count from the run's status.json (once per run per poll, for each status
+// write made while steps execute: from running or cancel_requested). step is the run's steps_completed when the feed
 // read it, announced on the first audit event that finds it higher than the
 // last announced count; runs that finish between two polls may skip counts.
 // One audit event can give both a step and a status event (a step that ends

@@ -87,6 +87,9 @@ type Feed struct {
 	tr   *translator
 	// outage is set while polls fail, so an outage is logged once.
 	outage bool
+	// polled, when set (by tests, before Run), is called after each poll,
+	// once the next poll's timer is scheduled.
+	polled func()
 }
 
 // New checks cfg, fills in the defaults and returns a Feed.
@@ -159,6 +162,9 @@ func (f *Feed) Run(ctx context.Context) error {
 	for {
 		f.poll(ctx)
 		t := f.clock.NewTimer(f.cfg.PollInterval)
+		if f.polled != nil {
+			f.polled()
+		}
 		select {
 		case <-ctx.Done():
 			t.Stop()

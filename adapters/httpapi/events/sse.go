@@ -71,9 +71,9 @@ func Read(r io.Reader) iter.Seq2[Event, error] {
 		sc.Buffer(make([]byte, 0, 4096), MaxLineBytes)
 		sc.Split(scanLines)
 		var (
-			lastID string
-			typ    string
-			data   bytes.Buffer
+			lastID  string
+			typ     string
+			data    bytes.Buffer
 			hasData bool
 		)
 		for sc.Scan() {

@@ -101,6 +101,12 @@ func (t *translator) begin() {
 	}
 }
 
+// stepsRun are the run states, of every run machine, in which steps
+// execute: only a status write from one of them counts a step (the step
+// update, a move to a wait, the end), so only those make the feed read
+// status.json.
+func stepsRun(state string) bool { return state == "running" || state == "cancel_requested" }
+
 // errSkip marks an audit event the feed cannot use; it is skipped, with a
 // warning, and never retried.
 var errSkip = errors.New("events: audit event skipped")
@@ -126,8 +132,8 @@ func (t *translator) translate(ctx context.Context, ev *storage.AuditEvent) (bat
 			return b, err
 		}
 		// The audit event does not carry the step count; status.json does.
-		// A creation counts nothing, so it is not read for one.
-		if ev.From != "" && agent != "" {
+		// Only a write made while steps execute can count one.
+		if stepsRun(ev.From) && agent != "" {
 			st, err := t.runStatus(ctx, agent, ev.RunID)
 			if err != nil {
 				return b, err
