@@ -43,7 +43,7 @@ func TestAnotherProcess(t *testing.T) {
 		r.clk.Advance(time.Millisecond)
 		e3 := r.record(other, storage.AuditEvent{Event: "inbox.status.update", EntryID: "inbox_1", From: "pending", To: "rejected"})
 		r.record(other, storage.AuditEvent{Event: "artifact.create", ArtifactID: "a1", To: "final"}) // not published
-		for range 3 { // polls within Lookback list the events again: sent once all the same
+		for range 3 {                                                                                // polls within Lookback list the events again: sent once all the same
 			r.poll()
 		}
 		m := r.marker(other, "end")
