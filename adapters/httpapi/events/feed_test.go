@@ -201,31 +201,63 @@ func TestResume(t *testing.T) {
 	}
 }
 
-// TestResumeOverflowDuringReplay: events that overflow the buffer of a
-// client still replaying are not lost: it reads them from the store.
+// gatedStore holds the first Get of one key until released: a slow read,
+// in a replay, of a real store.
+type gatedStore struct {
+	storage.Store
+	mu       sync.Mutex
+	key      string
+	once     sync.Once
+	reached  chan struct{}
+	released chan struct{}
+}
+
+func (g *gatedStore) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	g.mu.Lock()
+	gated := key == g.key
+	g.mu.Unlock()
+	if gated {
+		first := false
+		g.once.Do(func() { first = true; close(g.reached) })
+		if first {
+			<-g.released
+		}
+	}
+	return g.Store.Get(ctx, key)
+}
+
+// TestResumeOverflowDuringReplay: live events that overflow the buffer of
+// a client still replaying are not lost, and it is not dropped: it reads
+// them from the store.
 func TestResumeOverflowDuringReplay(t *testing.T) {
 	t.Parallel()
-	store := memstore.New()
-	r := newRig(t, store, events.Config{Buffer: 1})
-	first := r.record(store, storage.AuditEvent{Event: "job.status.update", JobID: "job-0", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
-	r.poll()
-	// A replay of many events is long enough for live events to pile up.
-	var want []string
-	for i := range 2000 {
-		r.clk.Advance(time.Microsecond)
-		want = append(want, r.record(store, storage.AuditEvent{Event: "job.status.update", JobID: fmt.Sprintf("job-%d", i+1), From: "QUEUED", To: "CONTEXT_ASSEMBLY"}).ID)
+	inner := memstore.New()
+	gs := &gatedStore{Store: inner, reached: make(chan struct{}), released: make(chan struct{})}
+	r := newRig(t, gs, events.Config{Buffer: 1, Lookback: time.Second})
+	job := func(name string) storage.AuditEvent {
+		return r.record(inner, storage.AuditEvent{Event: "job.status.update", JobID: name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 	}
-	// The client reads nothing until the live events are sent, so the
-	// replay stalls on the connection and the buffer overflows.
-	s, start := r.openPaused("", first.ID)
-	for i := range 20 {
-		r.clk.Advance(time.Microsecond)
-		want = append(want, r.record(store, storage.AuditEvent{Event: "job.status.update", JobID: fmt.Sprintf("live-%d", i), From: "QUEUED", To: "CONTEXT_ASSEMBLY"}).ID)
+	first := job("job-0")
+	var want []string
+	for i := range 5 {
+		want = append(want, job(fmt.Sprintf("job-%d", i+1)).ID)
+	}
+	for range 8 { // 2 s: the live feed is past these events for good
 		r.poll()
 	}
-	m := r.marker(store, "end")
+	key, _ := storage.AuditKey(t0, want[2])
+	gs.mu.Lock()
+	gs.key = key
+	gs.mu.Unlock()
+	s := r.open("", first.ID)
+	r.wait(gs.reached, "the replay to read the third event")
+	for i := range 5 { // the replay is stuck: these overflow its buffer
+		want = append(want, job(fmt.Sprintf("live-%d", i)).ID)
+		r.poll()
+	}
+	close(gs.released)
+	m := r.marker(inner, "end")
 	want = append(want, m.ID)
-	start()
 	eq(t, "resumed", ids(r.untilID(s, m.ID)), want)
 	if r.feed.Dropped() != 0 {
 		t.Fatalf("a replaying client was dropped")
@@ -390,9 +422,9 @@ func TestSlowClientDropped(t *testing.T) {
 	go func() { defer close(done); r.feed.ServeHTTP(slow, req) }()
 	r.wait(slow.called, "the slow client's first write") // it subscribed before
 	var want []string
-	for i := range 5 {
+	for i := range 5 { // the fast client reads each event before the next
 		want = append(want, r.record(store, storage.AuditEvent{Event: "job.create", JobID: fmt.Sprintf("j%d", i), To: "PENDING"}).ID)
-		r.poll()
+		eq(t, "fast client", ids(r.untilID(fast, want[i])), want[i:])
 	}
 	r.wait(done, "the slow client's handler to end")
 	if r.feed.Dropped() != 1 || r.feed.Clients() != 1 {
@@ -401,7 +433,6 @@ func TestSlowClientDropped(t *testing.T) {
 	if r.logs.count(`level=WARN msg="events: slow client dropped"`) != 1 {
 		t.Fatal("no warning for the dropped client")
 	}
-	eq(t, "fast client", ids(r.untilID(fast, want[4])), want)
 }
 
 // TestHeartbeat: an idle stream gets ": ping" every Heartbeat of the
@@ -520,5 +551,29 @@ func TestNewNeedsStore(t *testing.T) {
 	t.Parallel()
 	if _, err := events.New(events.Config{}); err == nil {
 		t.Fatal("a feed without a store was accepted")
+	}
+}
+
+// TestMaxClients: a stream past MaxClients is refused with 503 and
+// Retry-After; a bad method with 405.
+func TestMaxClients(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, memstore.New(), events.Config{MaxClients: 1})
+	r.open("", "")
+	resp, err := r.srv.Client().Get(r.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("second stream: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
+	}
+	resp, err = r.srv.Client().Post(r.srv.URL, "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST: %s", resp.Status)
 	}
 }

@@ -67,7 +67,8 @@ func (c *client) write(p []byte, w http.ResponseWriter) error {
 // of docs/http-api.md, "Events"). ?run= keeps one run's events (its run's
 // and jobs' status changes). A Last-Event-ID header, or ?last_event_id=,
 // first replays from the store every event after that id (no further back
-// than Config.MaxReplay), then goes on live without a gap or a duplicate.
+// than Config.MaxReplay), then goes on live without a gap or a duplicate;
+// an id that is not an audit event id is ignored (the stream starts live).
 func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
