@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +10,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -20,25 +19,13 @@ import (
 // stream is not available (seed 000 §4.1: 5 s).
 const PollInterval = 5 * time.Second
 
-// MaxEventLineBytes bounds one line of the event stream; a longer one ends
-// the stream with ErrEventTooLong.
-const MaxEventLineBytes = 1 << 20
-
-// ErrEventTooLong: a line of the event stream is over MaxEventLineBytes.
-var ErrEventTooLong = errors.New("httpapi: event stream line too long")
-
 // ErrStreamEnded: the server closed the event stream.
 var ErrStreamEnded = errors.New("httpapi: event stream ended")
 
-// Event is one event of GET /events/stream (docs/http-api.md).
-type Event struct {
-	// ID is the audit event id: resume after it with Events' lastEventID.
-	ID string
-	// Type is e.g. "run.status.changed".
-	Type string
-	// Data is the event's JSON, with "type" and the fields of its type.
-	Data json.RawMessage
-}
+// Event is one event of GET /events/stream (docs/http-api.md): its id (the
+// audit event's: resume after it with Events' lastEventID), its type (e.g.
+// "run.status.changed") and its JSON data; Payload decodes the data.
+type Event = events.Event
 
 // runEvent holds the fields of a run event's data that Wait reads.
 type runEvent struct {
@@ -50,7 +37,8 @@ type runEvent struct {
 // keeping only runID's events when set. The sequence ends after an error:
 // an *Error when the server refused the stream (503 SERVICE_UNAVAILABLE when
 // it serves none), ErrStreamEnded when the server closed it, ctx's error
-// when ctx ended, ErrEventTooLong for a line over MaxEventLineBytes.
+// when ctx ended, events.ErrLineTooLong for a line over
+// events.MaxLineBytes.
 func (c *Client) Events(ctx context.Context, lastEventID, runID string) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -98,89 +86,16 @@ func (c *Client) openStream(ctx context.Context, lastEventID, runID string) (io.
 	return resp.Body, nil
 }
 
-// readEvents parses a text/event-stream: "field: value" lines (id, event,
-// data; data lines join with "\n"), comments starting with ":", a blank line
-// ending each event. An event without data is not dispatched (as in
-// browsers). The sequence ends with ErrStreamEnded at the end of r.
+// readEvents parses the stream with the feed's own reader
+// (events.Read) and ends with ErrStreamEnded when the server closes it.
 func readEvents(r io.Reader) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		br := bufio.NewReaderSize(r, 4096)
-		var ev Event
-		var data bytes.Buffer
-		hasData := false
-		for {
-			line, err := readLine(br)
-			if err != nil {
-				if err == io.EOF {
-					err = ErrStreamEnded
-				}
-				yield(Event{}, err)
+		for ev, err := range events.Read(r) {
+			if !yield(ev, err) || err != nil {
 				return
 			}
-			if len(line) == 0 {
-				if hasData {
-					ev.Data = json.RawMessage(bytes.Clone(data.Bytes()))
-					if ev.Type == "" {
-						ev.Type = "message"
-					}
-					if !yield(ev, nil) {
-						return
-					}
-				}
-				// The id persists (the last event id); type and data do not.
-				ev = Event{ID: ev.ID}
-				data.Reset()
-				hasData = false
-				continue
-			}
-			if line[0] == ':' {
-				continue // a comment: keep-alive
-			}
-			field, value, _ := bytes.Cut(line, []byte(":"))
-			value = bytes.TrimPrefix(value, []byte(" "))
-			switch string(field) {
-			case "id":
-				if bytes.IndexByte(value, 0) < 0 {
-					ev.ID = string(value)
-				}
-			case "event":
-				ev.Type = string(value)
-			case "data":
-				if hasData {
-					data.WriteByte('\n')
-				}
-				if data.Len()+len(value) > MaxEventLineBytes {
-					yield(Event{}, ErrEventTooLong)
-					return
-				}
-				data.Write(value)
-				hasData = true
-			}
 		}
-	}
-}
-
-// readLine reads one line without its end ("\n", "\r\n"), at most
-// MaxEventLineBytes long.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(line)+len(chunk) > MaxEventLineBytes+2 {
-			return nil, ErrEventTooLong
-		}
-		line = append(line, chunk...)
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			if err == io.EOF && len(line) > 0 {
-				return nil, io.ErrUnexpectedEOF // a last line without its end
-			}
-			return nil, err
-		}
-		line = bytes.TrimSuffix(line[:len(line)-1], []byte("\r"))
-		return line, nil
+		yield(Event{}, ErrStreamEnded)
 	}
 }
 
