@@ -58,6 +58,28 @@ const (
 	// CodeRecordQuarantined: the record could not be decoded or failed
 	// validation, and was moved under quarantine/ (storage.CorruptError).
 	CodeRecordQuarantined = "RECORD_QUARANTINED"
+
+	// Codes of the HTTP surface (adapters/httpapi): the request, not the
+	// record, is wrong.
+
+	// CodeUnauthorized: no bearer token, or one the server does not know.
+	CodeUnauthorized = "UNAUTHORIZED"
+	// CodeMethodNotAllowed: a known path asked with another method.
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	// CodeUnsupportedMediaType: a body that is not application/json.
+	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
+	// CodeServiceUnavailable: the surface asked for is not served by this
+	// process right now (e.g. no event feed); the caller falls back (polls).
+	CodeServiceUnavailable = "SERVICE_UNAVAILABLE"
+	// CodeJobNotFound: no job has the id (the job routes' NOT_FOUND).
+	CodeJobNotFound = "JOB_NOT_FOUND"
+	// CodeJobExists: a job with the id exists (jobqueue.ErrJobExists).
+	CodeJobExists = "JOB_EXISTS"
+	// CodeAgentNotFound: no agent has the slug.
+	CodeAgentNotFound = "AGENT_NOT_FOUND"
+	// CodeConflict: a conditional write lost to another writer, e.g.
+	// restoring a quarantined record whose key was written since.
+	CodeConflict = "CONFLICT"
 )
 
 // httpStatus is the one table from error code to HTTP status (seed 000 §5.3
@@ -88,6 +110,15 @@ var httpStatus = map[string]int{
 	CodeInboxEntryExpired:      http.StatusGone,
 	CodeInboxInvalidTransition: http.StatusConflict,
 	CodeRecordQuarantined:      http.StatusGone,
+
+	CodeUnauthorized:         http.StatusUnauthorized,
+	CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
+	CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
+	CodeServiceUnavailable:   http.StatusServiceUnavailable,
+	CodeJobNotFound:          http.StatusNotFound,
+	CodeJobExists:            http.StatusConflict,
+	CodeAgentNotFound:        http.StatusNotFound,
+	CodeConflict:             http.StatusConflict,
 }
 
 // HTTPStatus maps an error code to the HTTP status an API answers with; an

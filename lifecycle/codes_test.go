@@ -48,6 +48,9 @@ func TestHTTPStatusOfNewCodes(t *testing.T) {
 	tests := map[string]int{
 		lifecycle.CodeInvalidInput: 400, lifecycle.CodeInputTooLarge: 413, lifecycle.CodeNotFound: 404,
 		lifecycle.CodeInboxEntryExists: 409, lifecycle.CodeInboxEntryExpired: 410, lifecycle.CodeInboxInvalidTransition: 409,
+		lifecycle.CodeUnauthorized: 401, lifecycle.CodeMethodNotAllowed: 405, lifecycle.CodeUnsupportedMediaType: 415,
+		lifecycle.CodeServiceUnavailable: 503, lifecycle.CodeJobNotFound: 404, lifecycle.CodeJobExists: 409,
+		lifecycle.CodeAgentNotFound: 404, lifecycle.CodeConflict: 409,
 	}
 	for code, want := range tests {
 		if got := lifecycle.HTTPStatus(code); got != want {

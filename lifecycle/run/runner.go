@@ -145,6 +145,24 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 // Owner is the name this runner holds leases under.
 func (r *Runner) Owner() string { return r.cfg.Owner }
 
+// Agents lists the agents this runner executes, by slug, as they are in
+// effect: Machine names the run machine (lifecycle.MachineCanonical when the
+// agent left it empty) and Concurrency is the agent's or Config.Concurrency.
+// The slices are copies; an API lists them (GET /agents) without reaching
+// into the runner.
+func (r *Runner) Agents() []Agent {
+	out := make([]Agent, 0, len(r.agents))
+	for _, def := range r.agents {
+		a := def.Agent
+		a.Steps = append([]Step(nil), def.Steps...)
+		a.Machine = def.flow.machine
+		a.Concurrency = def.concurrency
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b Agent) int { return strings.Compare(a.Slug, b.Slug) })
+	return out
+}
+
 func (r *Runner) now() time.Time { return r.cfg.Clock.Now().UTC() }
 
 // Stragglers reports the goroutines of step attempts this runner abandoned

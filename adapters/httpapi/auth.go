@@ -1,0 +1,168 @@
+package httpapi
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/subtle"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/runconveyor/conveyor/authority"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// ActorHeader names the actor of a request when no tokens are configured
+// (loopback only).
+const ActorHeader = "X-Conveyor-Actor"
+
+// TokensEnv is the environment variable the Worker reads its tokens from,
+// in ParseTokens' form.
+const TokensEnv = "CONVEYOR_TOKENS"
+
+// authenticate returns the request's actor: its bearer token's, or, with no
+// tokens configured, its X-Conveyor-Actor header's (gateway by default) for
+// a loopback client only.
+func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
+	if len(s.cfg.Tokens) == 0 {
+		if !loopbackRemote(r.RemoteAddr) {
+			return "", apiErr(lifecycle.CodeUnauthorized, "no tokens are configured: only loopback clients are served")
+		}
+		a := lifecycle.Actor(r.Header.Get(ActorHeader))
+		if a == "" {
+			return lifecycle.ActorGateway, nil
+		}
+		a = normalizeActor(a)
+		if !s.actorOK[a] {
+			return "", apiErr(lifecycle.CodeUnauthorized, "unknown actor in %s", ActorHeader)
+		}
+		return a, nil
+	}
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return "", apiErr(lifecycle.CodeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+	}
+	// Compare with every token in constant time, so the answer's timing
+	// tells nothing about how much of a token was right.
+	var actor lifecycle.Actor
+	for t, a := range s.cfg.Tokens {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(tok)) == 1 {
+			actor = a
+		}
+	}
+	if actor == "" {
+		return "", apiErr(lifecycle.CodeUnauthorized, "unknown bearer token")
+	}
+	return actor, nil
+}
+
+func loopbackRemote(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// normalizeActor reads "owner" as gateway (docs/http-api.md: the owner's
+// endpoints are the gateway's).
+func normalizeActor(a lifecycle.Actor) lifecycle.Actor {
+	if a == "owner" {
+		return lifecycle.ActorGateway
+	}
+	return a
+}
+
+// ParseTokens parses the environment form of the tokens,
+// "tok1=gateway,tok2=admin" (spaces around items are ignored). Actors are
+// those of authority.Actors, and "owner", which means gateway.
+func ParseTokens(s string) (map[string]lifecycle.Actor, error) {
+	out := map[string]lifecycle.Actor{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		tok, actor, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: token item %d: want token=actor", ErrInvalidConfig, len(out)+1)
+		}
+		if err := addToken(out, strings.TrimSpace(tok), strings.TrimSpace(actor)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// LoadTokens reads a token file: one "token actor" pair per line, blank
+// lines and lines starting with # ignored. Actors are as for ParseTokens.
+func LoadTokens(path string) (map[string]lifecycle.Actor, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]lifecycle.Actor{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			// The line is not quoted: it may hold a token.
+			return nil, fmt.Errorf("%w: %s:%d: want \"token actor\"", ErrInvalidConfig, path, n)
+		}
+		if err := addToken(out, f[0], f[1]); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func addToken(m map[string]lifecycle.Actor, tok, actor string) error {
+	a := normalizeActor(lifecycle.Actor(actor))
+	known := false
+	for _, k := range authority.Actors() {
+		known = known || k == a
+	}
+	switch {
+	case tok == "":
+		return fmt.Errorf("%w: empty token", ErrInvalidConfig)
+	case !known:
+		return fmt.Errorf("%w: unknown actor %q", ErrInvalidConfig, actor)
+	}
+	if _, dup := m[tok]; dup {
+		return fmt.Errorf("%w: a token is given twice", ErrInvalidConfig)
+	}
+	m[tok] = a
+	return nil
+}
+
+// CheckListen refuses to serve addr without tokens unless addr is a
+// loopback address (127.0.0.1, ::1 or localhost): without tokens every
+// request may act as any actor, which only the local machine may do.
+func CheckListen(addr string, tokens map[string]lifecycle.Actor) error {
+	if len(tokens) > 0 {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: listen address %q: %v", ErrInvalidConfig, addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Unmap().IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w: no tokens configured, so only a loopback address may be served, not %q (set %s or a token file)", ErrInvalidConfig, addr, TokensEnv)
+}

@@ -1,0 +1,288 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/jobqueue/nlm"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// maxAnswerBytes bounds an answer the client reads (a list of every job
+// may be long; anything longer is a broken server).
+const maxAnswerBytes = 256 << 20
+
+// Client calls the Worker's HTTP API. Its zero value is not usable: set
+// BaseURL. A Client is safe for concurrent use once set up.
+type Client struct {
+	// BaseURL is the server's root, e.g. "http://127.0.0.1:8080".
+	BaseURL string
+	// Token is sent as "Authorization: Bearer <Token>" when set.
+	Token string
+	// Actor is sent as X-Conveyor-Actor when set: the actor of a server
+	// that has no tokens (loopback only). A server with tokens ignores it.
+	Actor lifecycle.Actor
+	// HTTP sends the requests. Default http.DefaultClient.
+	HTTP *http.Client
+	// Clock times Wait's polling. Default the wall clock.
+	Clock clock.Clock
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return http.DefaultClient
+}
+
+func (c *Client) clock() clock.Clock {
+	if c.Clock != nil {
+		return c.Clock
+	}
+	return clock.Real()
+}
+
+// newRequest builds a request to path (already escaped) with query and a
+// JSON body (nil: none).
+func (c *Client) newRequest(ctx context.Context, method, path string, query url.Values, body any) (*http.Request, error) {
+	u := strings.TrimRight(c.BaseURL, "/") + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if c.Actor != "" {
+		req.Header.Set(ActorHeader, string(c.Actor))
+	}
+	return req, nil
+}
+
+// do sends a request and decodes a 2xx answer into out (nil: discard); any
+// other answer is an *Error. It returns the status.
+func (c *Client) do(req *http.Request, out any) (int, error) {
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, decodeError(resp.StatusCode, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("httpapi: decoding the answer of %s %s: %w", req.Method, req.URL.Path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	req, err := c.newRequest(ctx, method, path, query, body)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(req, out)
+	return err
+}
+
+func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID) + what }
+
+// Submit asks for a run (POST /agents/run): AgentSlug, Trigger, Input,
+// Caller.UserID and Caller.Metadata go in the body and IdempotencyKey in
+// X-Idempotency-Key (a key without a seed 004 scheme is made
+// api:{actor}:{key} by the server). Caller.Initiator is not sent: the
+// server derives it from the trigger.
+func (c *Client) Submit(ctx context.Context, sr run.SubmitRequest) (run.SubmitResult, error) {
+	body := submitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
+	req, err := c.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)
+	if err != nil {
+		return run.SubmitResult{}, err
+	}
+	if sr.IdempotencyKey != "" {
+		req.Header.Set(IdempotencyKeyHeader, sr.IdempotencyKey)
+	}
+	var a submitAnswer
+	if _, err := c.do(req, &a); err != nil {
+		return run.SubmitResult{}, err
+	}
+	return run.SubmitResult{RunID: a.RunID, Duplicate: a.Duplicate}, nil
+}
+
+// Status reads a run's status.json (GET /runs/{runId}/status).
+func (c *Client) Status(ctx context.Context, runID string) (run.Status, error) {
+	var st run.Status
+	err := c.call(ctx, http.MethodGet, runPath(runID, "/status"), nil, nil, &st)
+	return st, err
+}
+
+// Steps reads a run's step files (GET /runs/{runId}/steps).
+func (c *Client) Steps(ctx context.Context, runID string) ([]run.StepRecord, error) {
+	var out []run.StepRecord
+	err := c.call(ctx, http.MethodGet, runPath(runID, "/steps"), nil, nil, &out)
+	return out, err
+}
+
+// Runs reads the status of every run of an agent (GET /runs?agent=).
+func (c *Client) Runs(ctx context.Context, agentSlug string) ([]run.Status, error) {
+	var out []run.Status
+	err := c.call(ctx, http.MethodGet, "/runs", url.Values{"agent": {agentSlug}}, nil, &out)
+	return out, err
+}
+
+// Cancel asks a run to stop (POST /runs/{runId}/cancel).
+func (c *Client) Cancel(ctx context.Context, runID, reason string) (run.Status, error) {
+	var st run.Status
+	err := c.call(ctx, http.MethodPost, runPath(runID, "/cancel"), nil, cancelBody{Reason: reason}, &st)
+	return st, err
+}
+
+// Approve resumes a run waiting at its approval gate (POST
+// /runs/{runId}/approve). An empty decidedBy is the caller's actor.
+func (c *Client) Approve(ctx context.Context, runID, decidedBy, reason string) (run.Status, error) {
+	var st run.Status
+	err := c.call(ctx, http.MethodPost, runPath(runID, "/approve"), nil, decisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
+	return st, err
+}
+
+// Reject fails a run waiting at its approval gate (POST
+// /runs/{runId}/reject).
+func (c *Client) Reject(ctx context.Context, runID, decidedBy, reason string) (run.Status, error) {
+	var st run.Status
+	err := c.call(ctx, http.MethodPost, runPath(runID, "/reject"), nil, decisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
+	return st, err
+}
+
+// Deliver hands a run the external event it waits for (POST
+// /runs/{runId}/events).
+func (c *Client) Deliver(ctx context.Context, runID, eventType, eventID, source string) (run.Status, error) {
+	var st run.Status
+	err := c.call(ctx, http.MethodPost, runPath(runID, "/events"), nil, eventBody{Type: eventType, ID: eventID, Source: source}, &st)
+	return st, err
+}
+
+// Agents lists the agents the server's Runner executes (GET /agents).
+func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
+	var out []AgentInfo
+	err := c.call(ctx, http.MethodGet, "/agents", nil, nil, &out)
+	return out, err
+}
+
+// Enqueue creates a job (POST /jobs).
+func (c *Client) Enqueue(ctx context.Context, n jobqueue.NewJob) (jobqueue.Job, error) {
+	body := jobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
+		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID}
+	var j jobqueue.Job
+	err := c.call(ctx, http.MethodPost, "/jobs", nil, body, &j)
+	return j, err
+}
+
+// Jobs lists every job (GET /jobs).
+func (c *Client) Jobs(ctx context.Context) ([]jobqueue.Job, error) {
+	var out []jobqueue.Job
+	err := c.call(ctx, http.MethodGet, "/jobs", nil, nil, &out)
+	return out, err
+}
+
+// Job reads a job (GET /jobs/{jobId}).
+func (c *Client) Job(ctx context.Context, jobID string) (jobqueue.Job, error) {
+	var j jobqueue.Job
+	err := c.call(ctx, http.MethodGet, "/jobs/"+url.PathEscape(jobID), nil, nil, &j)
+	return j, err
+}
+
+// Requeue is the admin's requeue of a FAILED or DEAD job (POST
+// /jobs/{jobId}/requeue).
+func (c *Client) Requeue(ctx context.Context, jobID string) (jobqueue.Job, error) {
+	var j jobqueue.Job
+	err := c.call(ctx, http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil, nil, &j)
+	return j, err
+}
+
+// NLMCallback posts an NLM backend's callback (POST /nlm/callback).
+func (c *Client) NLMCallback(ctx context.Context, cb nlm.CallbackBody) error {
+	return c.call(ctx, http.MethodPost, "/nlm/callback", nil, cb, nil)
+}
+
+// SubmitInbox submits an inbox entry (POST /inbox/submit) and returns its
+// id; the entry is pending.
+func (c *Client) SubmitInbox(ctx context.Context, sub inbox.Submission) (string, error) {
+	var a inboxAnswer
+	err := c.call(ctx, http.MethodPost, "/inbox/submit", nil, sub, &a)
+	return a.InboxID, err
+}
+
+// InboxStats counts the inbox's entries by state (GET /inbox/stats).
+func (c *Client) InboxStats(ctx context.Context) (inbox.Stats, error) {
+	var st inbox.Stats
+	err := c.call(ctx, http.MethodGet, "/inbox/stats", nil, nil, &st)
+	return st, err
+}
+
+// InboxEntries lists the inbox's entries, of one state when status is set
+// (GET /inbox/entries?status=).
+func (c *Client) InboxEntries(ctx context.Context, status inbox.State) ([]inbox.Entry, error) {
+	var q url.Values
+	if status != "" {
+		q = url.Values{"status": {string(status)}}
+	}
+	var out []inbox.Entry
+	err := c.call(ctx, http.MethodGet, "/inbox/entries", q, nil, &out)
+	return out, err
+}
+
+// Quarantine lists the quarantined records (GET /quarantine).
+func (c *Client) Quarantine(ctx context.Context) ([]storage.Quarantined, error) {
+	var raw []quarantinedJSON
+	if err := c.call(ctx, http.MethodGet, "/quarantine", nil, nil, &raw); err != nil {
+		return nil, err
+	}
+	out := make([]storage.Quarantined, len(raw))
+	for i, q := range raw {
+		out[i] = q.Quarantined
+		out[i].QKey = q.QKey
+	}
+	return out, nil
+}
+
+// Restore puts a quarantined record back at its key (POST
+// /quarantine/restore).
+func (c *Client) Restore(ctx context.Context, qkey string) error {
+	return c.call(ctx, http.MethodPost, "/quarantine/restore", nil, restoreBody{QKey: qkey}, nil)
+}
+
+// Health checks that the server answers (GET /healthz).
+func (c *Client) Health(ctx context.Context) error {
+	return c.call(ctx, http.MethodGet, "/healthz", nil, nil, nil)
+}

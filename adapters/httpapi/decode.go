@@ -1,0 +1,196 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/jobqueue/nlm"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// The request bodies, field names as in docs/http-api.md.
+
+type submitBody struct {
+	AgentSlug string            `json:"agent_slug"`
+	Trigger   string            `json:"trigger,omitempty"`
+	Input     json.RawMessage   `json:"input,omitempty"`
+	UserID    string            `json:"user_id,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+}
+
+type cancelBody struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+type decisionBody struct {
+	DecidedBy string `json:"decided_by,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+type eventBody struct {
+	Type   string `json:"type"`
+	ID     string `json:"id,omitempty"`
+	Source string `json:"source,omitempty"`
+}
+
+type jobBody struct {
+	JobID       string              `json:"job_id,omitempty"`
+	RunID       string              `json:"run_id"`
+	JobType     jobqueue.JobType    `json:"job_type"`
+	AgentSlug   string              `json:"agent_slug"`
+	MaxAttempts int                 `json:"max_attempts,omitempty"`
+	Payload     json.RawMessage     `json:"payload,omitempty"`
+	Context     jobqueue.JobContext `json:"context,omitzero"`
+	Callback    string              `json:"callback,omitempty"`
+	ProjectID   string              `json:"project_id,omitempty"`
+}
+
+type restoreBody struct {
+	QKey string `json:"qkey"`
+}
+
+// checkContentType refuses a body that is not application/json (a charset
+// parameter, if any, must be utf-8). A request without a body needs no
+// content type.
+func checkContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" && r.ContentLength == 0 {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return apiErr(lifecycle.CodeUnsupportedMediaType, "the body must be application/json, not %q", ct)
+	}
+	for k, v := range params {
+		if k != "charset" || (v != "utf-8" && v != "UTF-8") {
+			return apiErr(lifecycle.CodeUnsupportedMediaType, "the body must be application/json in UTF-8, not %q", ct)
+		}
+	}
+	return nil
+}
+
+// readBody reads a request body bounded by the route's MaxBytesReader: too
+// long is INPUT_TOO_LARGE.
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, apiErr(lifecycle.CodeInputTooLarge, "the body is over %d bytes", mbe.Limit)
+	}
+	if err != nil {
+		return nil, apiErr(lifecycle.CodeInvalidRequest, "reading the body: %v", err)
+	}
+	return b, nil
+}
+
+// decodeStrict decodes exactly one JSON value into v: an unknown field or
+// anything after the value is an INVALID_REQUEST. An empty body is one only
+// when optional is false; otherwise v stays zero.
+func decodeStrict(data []byte, v any, optional bool) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		if optional {
+			return nil
+		}
+		return apiErr(lifecycle.CodeInvalidRequest, "a JSON body is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return apiErr(lifecycle.CodeInvalidRequest, "malformed JSON body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return apiErr(lifecycle.CodeInvalidRequest, "malformed JSON body: data after the JSON value")
+	}
+	return nil
+}
+
+// decodeSubmit decodes and checks POST /agents/run's body.
+func decodeSubmit(data []byte) (submitBody, error) {
+	var b submitBody
+	if err := decodeStrict(data, &b, false); err != nil {
+		return b, err
+	}
+	if b.AgentSlug == "" {
+		return b, apiErr(lifecycle.CodeInvalidRequest, "agent_slug is required")
+	}
+	if err := storage.ValidateID("agent_slug", b.AgentSlug); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// decodeEvent decodes and checks POST /runs/{runId}/events' body.
+func decodeEvent(data []byte) (eventBody, error) {
+	var b eventBody
+	if err := decodeStrict(data, &b, false); err != nil {
+		return b, err
+	}
+	if b.Type == "" {
+		return b, apiErr(lifecycle.CodeInvalidRequest, "type is required")
+	}
+	return b, nil
+}
+
+// decodeJob decodes and checks POST /jobs' body.
+func decodeJob(data []byte) (jobqueue.NewJob, error) {
+	var b jobBody
+	if err := decodeStrict(data, &b, false); err != nil {
+		return jobqueue.NewJob{}, err
+	}
+	for _, f := range []struct{ name, v string }{{"run_id", b.RunID}, {"job_type", string(b.JobType)}, {"agent_slug", b.AgentSlug}} {
+		if f.v == "" {
+			return jobqueue.NewJob{}, apiErr(lifecycle.CodeInvalidRequest, "%s is required", f.name)
+		}
+	}
+	if b.JobID != "" {
+		if err := storage.ValidateID("job_id", b.JobID); err != nil {
+			return jobqueue.NewJob{}, err
+		}
+	}
+	return jobqueue.NewJob{JobID: b.JobID, RunID: b.RunID, JobType: b.JobType, AgentSlug: b.AgentSlug,
+		MaxAttempts: b.MaxAttempts, Payload: b.Payload, Context: b.Context, Callback: b.Callback, ProjectID: b.ProjectID}, nil
+}
+
+// decodeSubmission decodes and validates POST /inbox/submit's body
+// (inbox.Submission.Validate, the seed's validation gate).
+func decodeSubmission(data []byte) (inbox.Submission, error) {
+	var sub inbox.Submission
+	if err := decodeStrict(data, &sub, false); err != nil {
+		return sub, err
+	}
+	return sub, sub.Validate()
+}
+
+// decodeCallback decodes and checks POST /nlm/callback's body.
+func decodeCallback(data []byte) (nlm.CallbackBody, error) {
+	var cb nlm.CallbackBody
+	if err := decodeStrict(data, &cb, false); err != nil {
+		return cb, err
+	}
+	if err := storage.ValidateID("job_id", cb.JobID); err != nil {
+		return cb, err
+	}
+	return cb, nil
+}
+
+// decodeRestore decodes and checks POST /quarantine/restore's body.
+func decodeRestore(data []byte) (restoreBody, error) {
+	var b restoreBody
+	if err := decodeStrict(data, &b, false); err != nil {
+		return b, err
+	}
+	if b.QKey == "" {
+		return b, apiErr(lifecycle.CodeInvalidRequest, "qkey is required")
+	}
+	if len(b.QKey) <= len(storage.QuarantinePrefix) || b.QKey[:len(storage.QuarantinePrefix)] != storage.QuarantinePrefix || storage.ValidateKey(b.QKey) != nil {
+		return b, apiErr(lifecycle.CodeInvalidInput, "qkey is not a key under %s", storage.QuarantinePrefix)
+	}
+	return b, nil
+}

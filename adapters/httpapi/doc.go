@@ -1,0 +1,35 @@
+// Package httpapi is the Worker's HTTP surface over the SDK (docs/http-api.md)
+// and its Go client.
+//
+// [New] returns a [Server], an http.Handler serving the routes of seed 002 §4
+// (POST /agents/run, GET /runs/{runId}/status, GET /runs/{runId}/steps,
+// GET /runs?agent=, POST /inbox/submit, GET /inbox/stats,
+// GET /inbox/entries?status=) and the SDK's control routes (cancel, approve,
+// reject, external events, agents, jobs, requeue, the NLM callback,
+// quarantine) over a run.Runner and, when configured, a jobqueue.Queue, an
+// inbox.Box and an nlm.Processor. The event feed, the live page and the
+// metrics are handlers of other packages that the Server mounts.
+//
+// What the Server guarantees:
+//
+//   - Every request is authenticated before anything else: a bearer token
+//     names its actor (Config.Tokens); with no tokens configured only
+//     loopback clients are served, as the actor their X-Conveyor-Actor
+//     header names (gateway by default). No or unknown token: 401.
+//   - Every route has a table of the actors it admits (403 otherwise), and
+//     the SDK's own checks (run machines, the authority matrix) refuse the
+//     rest with 403 too.
+//   - A body is application/json (415), at most Config.MaxBodyBytes (413),
+//     one JSON value with no unknown field and nothing after it (400). Ids
+//     are checked before any call of the SDK (400).
+//   - Every 4xx and 5xx is {"code","message"} with the code and status of
+//     lifecycle's one code table; a refused move (409) adds "from", "to" and
+//     "allowed".
+//   - Nothing is written on a 4xx: a request is checked in full before the
+//     SDK is called, and the SDK writes nothing on a refusal.
+//
+// [Client] calls every route and returns the SDK's own records; its errors
+// are *[Error], which match the SDK's sentinels with errors.Is. [Client.Wait]
+// follows the event stream and falls back to polling every 5 s (seed 000
+// §4.1) when the stream is unavailable.
+package httpapi

@@ -1,0 +1,312 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Defaults of Config.
+const (
+	DefaultPollInterval = 250 * time.Millisecond
+	DefaultHeartbeat    = 15 * time.Second
+	DefaultBuffer       = 64
+	DefaultLookback     = 10 * time.Second
+	DefaultMaxReplay    = 7 * 24 * time.Hour
+	DefaultMaxClients   = 1024
+	DefaultRetry        = 3 * time.Second
+)
+
+// Config configures a Feed. Only Store is required; every other field has
+// the documented default when left zero.
+type Config struct {
+	// Store is the store whose audit log the feed tails. Required.
+	Store storage.Store
+	// Clock times polls and heartbeats. Default: the wall clock.
+	Clock clock.Clock
+	// Logger receives store outages (WARN, once per outage), skipped audit
+	// events and dropped clients (WARN). Default: slog.Default().
+	Logger *slog.Logger
+	// PollInterval is how often the audit log is listed. Default 250 ms.
+	PollInterval time.Duration
+	// Heartbeat is how often an idle stream gets a ": ping" comment, so
+	// proxies keep it open. Default 15 s.
+	Heartbeat time.Duration
+	// Buffer is how many audit events' worth of frames wait for one client;
+	// a client that falls further behind is disconnected. Default 64.
+	Buffer int
+	// Lookback is how far behind the feed's cursor an audit event may be
+	// listed and still be delivered: the clock skew between writing nodes
+	// plus the time a writer may take between stamping an event and storing
+	// it (the job queue re-emits events a dead writer missed under their
+	// original time). An event later than that is not sent live (a replay
+	// from the store still has it). Default 10 s.
+	Lookback time.Duration
+	// MaxReplay bounds how far back a resume (Last-Event-ID) replays: a
+	// client whose last event is older gets the events of the last
+	// MaxReplay only, and should reload its state. Default 7 days.
+	MaxReplay time.Duration
+	// MaxClients bounds the open streams; past it a new one gets 503 with
+	// Retry-After. Default 1024; negative means no limit.
+	MaxClients int
+	// Retry is the reconnection delay sent to clients (the retry: field).
+	// Default 3 s.
+	Retry time.Duration
+}
+
+// Feed is the Worker's event stream: Run tails the store's audit log and
+// ServeHTTP streams what it finds to each client. Create it with New.
+type Feed struct {
+	cfg   Config
+	clock clock.Clock
+	log   *slog.Logger
+	box   *inbox.Box
+
+	mu      sync.Mutex
+	clients map[*client]struct{}
+	// cursor is the start of the last successful poll: every event stamped
+	// before cursor - Lookback is taken to have been listed by then.
+	cursor  time.Time
+	running bool
+	stopped chan struct{} // closed when Run returns
+	dropped int64
+
+	// seen holds the ids delivered that are not yet behind the poll floor,
+	// so an event listed again in the lookback window is sent once. Only
+	// the Run goroutine touches it.
+	seen map[string]struct{}
+	tr   *translator
+	// outage is set while polls fail, so an outage is logged once.
+	outage bool
+	// polled, when set (by tests, before Run), is called after each poll,
+	// once the next poll's timer is scheduled.
+	polled func()
+}
+
+// New checks cfg, fills in the defaults and returns a Feed.
+func New(cfg Config) (*Feed, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("events: Config.Store is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.PollInterval, DefaultPollInterval)
+	def(&cfg.Heartbeat, DefaultHeartbeat)
+	def(&cfg.Lookback, DefaultLookback)
+	def(&cfg.MaxReplay, DefaultMaxReplay)
+	def(&cfg.Retry, DefaultRetry)
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = DefaultBuffer
+	}
+	if cfg.MaxClients == 0 {
+		cfg.MaxClients = DefaultMaxClients
+	}
+	box, err := inbox.New(inbox.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Feed{
+		cfg: cfg, clock: cfg.Clock, log: cfg.Logger, box: box,
+		clients: map[*client]struct{}{},
+		stopped: make(chan struct{}),
+		seen:    map[string]struct{}{},
+		tr:      newTranslator(cfg.Store, box),
+	}, nil
+}
+
+// Dropped reports how many clients were disconnected for falling behind.
+func (f *Feed) Dropped() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dropped
+}
+
+// Clients reports how many streams are open.
+func (f *Feed) Clients() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.clients)
+}
+
+// Run tails the audit log until ctx ends, then ends every open stream and
+// returns nil. A store failure never stops it: the poll is retried at the
+// next interval. Run may be called once.
+func (f *Feed) Run(ctx context.Context) error {
+	f.mu.Lock()
+	if f.running {
+		f.mu.Unlock()
+		return errors.New("events: Feed.Run called twice")
+	}
+	f.running = true
+	f.cursor = f.clock.Now()
+	f.mu.Unlock()
+	defer close(f.stopped)
+	for {
+		f.poll(ctx)
+		t := f.clock.NewTimer(f.cfg.PollInterval)
+		if f.polled != nil {
+			f.polled()
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
+		}
+	}
+}
+
+// floor is the lowest audit id a poll takes: the cursor less Lookback, as
+// an id prefix (ids start with their time, so they compare as strings).
+func (f *Feed) floor() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cursor.Add(-f.cfg.Lookback)
+}
+
+// idFloor renders t as the lowest id stamped at or after t.
+func idFloor(t time.Time) string { return t.UTC().Format("20060102T150405.000000000Z") }
+
+// days returns the day prefixes holding events stamped from..to.
+func days(from, to time.Time) []string {
+	var out []string
+	for d := from.UTC().Truncate(24 * time.Hour); !d.After(to); d = d.Add(24 * time.Hour) {
+		out = append(out, storage.AuditDayPrefix(d))
+	}
+	return out
+}
+
+// poll lists the audit events from the floor on, sends those not seen
+// yet in id order, and moves the cursor once all were handled.
+func (f *Feed) poll(ctx context.Context) {
+	start := f.clock.Now()
+	from := f.floor()
+	if min := start.Add(-f.cfg.MaxReplay); from.Before(min) {
+		from = min // after an outage of days: no more than a replay's worth
+	}
+	fromID := idFloor(from)
+	var ids []string
+	keyOf := map[string]string{}
+	// Up to Lookback ahead too: a node whose clock runs ahead writes into
+	// tomorrow's prefix before midnight here.
+	for _, prefix := range days(from, start.Add(f.cfg.Lookback)) {
+		for key, err := range f.cfg.Store.List(ctx, prefix) {
+			if err != nil {
+				f.failed(ctx, err)
+				return
+			}
+			id := strings.TrimSuffix(strings.TrimPrefix(key, prefix), ".json")
+			if id < fromID {
+				continue
+			}
+			if _, ok := f.seen[id]; ok {
+				continue
+			}
+			ids = append(ids, id)
+			keyOf[id] = key
+		}
+	}
+	slices.Sort(ids)
+	f.tr.begin()
+	for _, id := range ids {
+		b, err := readEvent(ctx, f.cfg.Store, f.tr, keyOf[id], id)
+		if errors.Is(err, errSkip) {
+			f.log.WarnContext(ctx, "events: audit event skipped", "key", keyOf[id], "err", err)
+		} else if err != nil {
+			f.failed(ctx, err)
+			return
+		}
+		f.seen[id] = struct{}{}
+		if len(b.frame) > 0 {
+			f.broadcast(ctx, b)
+		}
+	}
+	if f.outage {
+		f.outage = false
+		f.log.InfoContext(ctx, "events: audit log readable again")
+	}
+	f.mu.Lock()
+	if start.After(f.cursor) {
+		f.cursor = start
+	}
+	floor := idFloor(f.cursor.Add(-f.cfg.Lookback))
+	f.mu.Unlock()
+	for id := range f.seen {
+		if id < floor {
+			delete(f.seen, id) // below the floor: never listed again
+		}
+	}
+}
+
+// failed notes a failed poll: the first failure of an outage is logged.
+func (f *Feed) failed(ctx context.Context, err error) {
+	if ctx.Err() != nil || f.outage {
+		return
+	}
+	f.outage = true
+	f.log.WarnContext(ctx, "events: audit log unreadable, retrying at each poll", "err", err)
+}
+
+// readEvent reads and translates the audit event at key. A missing object
+// (deleted since the listing) becomes no frames; an undecodable one
+// errSkip.
+func readEvent(ctx context.Context, s storage.Store, tr *translator, key, id string) (batch, error) {
+	raw, _, err := s.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return batch{id: id}, nil
+	}
+	if err != nil {
+		return batch{}, err
+	}
+	var ev storage.AuditEvent
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		return batch{id: id}, errors.Join(errSkip, err)
+	}
+	ev.ID = id
+	return tr.translate(ctx, &ev)
+}
+
+// broadcast hands b to every client that wants it, never waiting: a client
+// whose buffer is full is dropped (or, while it replays, told to catch up
+// from the store).
+func (f *Feed) broadcast(ctx context.Context, b batch) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.clients {
+		if c.run != "" && c.run != b.run {
+			continue
+		}
+		select {
+		case c.ch <- b:
+			continue
+		default:
+		}
+		if c.replaying {
+			c.overflow = true
+			continue
+		}
+		delete(f.clients, c)
+		f.dropped++
+		close(c.drop)
+		c.abort()
+		f.log.WarnContext(ctx, "events: slow client dropped", "remote", c.remote, "buffer", cap(c.ch))
+	}
+}

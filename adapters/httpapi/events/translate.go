@@ -1,0 +1,237 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// The data of each event type, field order as in the contract. "from" is
+// always present on status events (empty for a creation).
+type (
+	runStatusData struct {
+		Type      string `json:"type"`
+		RunID     string `json:"runId"`
+		AgentSlug string `json:"agentSlug"`
+		Status    string `json:"status"`
+		From      string `json:"from"`
+	}
+	runStepData struct {
+		Type      string `json:"type"`
+		RunID     string `json:"runId"`
+		AgentSlug string `json:"agentSlug"`
+		Step      int    `json:"step"`
+	}
+	inboxNewData struct {
+		Type    string `json:"type"`
+		EntryID string `json:"entryId"`
+		Count   int    `json:"count"`
+	}
+	inboxStatusData struct {
+		Type    string `json:"type"`
+		EntryID string `json:"entryId"`
+		Status  string `json:"status"`
+		From    string `json:"from"`
+	}
+	jobStatusData struct {
+		Type   string `json:"type"`
+		JobID  string `json:"jobId"`
+		Status string `json:"status"`
+		From   string `json:"from"`
+	}
+)
+
+// batch is what one audit event became: its frames on the wire, ready to
+// write to every client, and the run it belongs to (for ?run=).
+type batch struct {
+	id    string
+	run   string
+	frame []byte
+}
+
+// runStatus is the part of a run's status.json the feed reads.
+type runStatus struct {
+	Status         string     `json:"status"`
+	StepsCompleted int        `json:"steps_completed"`
+	FinishedAt     *time.Time `json:"finished_at"`
+}
+
+// cacheCap bounds the translator's per-run maps. Past it a map is simply
+// emptied: the cost is a re-read of the run index, or a step count
+// announced twice, never a wrong value.
+const cacheCap = 4096
+
+// translator turns audit events into the contract's events. It reads the
+// store for what an audit event does not carry: a run's agent (the run
+// index) and its step count (status.json), and the inbox's pending count.
+// One translator serves one reader of the log (the live feed, or one
+// client's replay) and is not safe for concurrent use.
+type translator struct {
+	store storage.Store
+	box   *inbox.Box
+	// agents maps run id to agent slug; the index never changes.
+	agents map[string]string
+	// steps is the step count last announced per run, so a count is
+	// announced once, on the first audit event that finds it higher.
+	steps map[string]int
+	// Per pass (see begin): each run's status.json and the pending count
+	// are read at most once, so a pass costs one read per run touched.
+	status  map[string]runStatus
+	pending int // -1: not read in this pass
+}
+
+func newTranslator(s storage.Store, box *inbox.Box) *translator {
+	return &translator{store: s, box: box, agents: map[string]string{}, steps: map[string]int{}}
+}
+
+// begin starts a pass over newly listed audit events.
+func (t *translator) begin() {
+	t.status = map[string]runStatus{}
+	t.pending = -1
+	if len(t.agents) > cacheCap {
+		clear(t.agents)
+	}
+	if len(t.steps) > cacheCap {
+		clear(t.steps)
+	}
+}
+
+// stepsRun are the run states, of every run machine, in which steps
+// execute: only a status write from one of them counts a step (the step
+// update, a move to a wait, the end), so only those make the feed read
+// status.json.
+func stepsRun(state string) bool { return state == "running" || state == "cancel_requested" }
+
+// errSkip marks an audit event the feed cannot use; it is skipped, with a
+// warning, and never retried.
+var errSkip = errors.New("events: audit event skipped")
+
+// translate returns the frames of ev (none for an event type the contract
+// does not publish) and the run it belongs to. A store failure is returned
+// as is: the caller retries the event at its next poll.
+func (t *translator) translate(ctx context.Context, ev *storage.AuditEvent) (batch, error) {
+	b := batch{id: ev.ID}
+	var frames []Event
+	add := func(typ string, v any) {
+		d, _ := json.Marshal(v) // structs of strings and ints: it cannot fail
+		frames = append(frames, Event{ID: ev.ID, Type: typ, Data: d})
+	}
+	switch ev.Event {
+	case "run.status.update":
+		if ev.RunID == "" {
+			return b, fmt.Errorf("%w: run.status.update without run_id", errSkip)
+		}
+		b.run = ev.RunID
+		agent, err := t.agent(ctx, ev.RunID)
+		if err != nil {
+			return b, err
+		}
+		// The audit event does not carry the step count; status.json does.
+		// Only a write made while steps execute can count one.
+		if stepsRun(ev.From) && agent != "" {
+			st, err := t.runStatus(ctx, agent, ev.RunID)
+			if err != nil {
+				return b, err
+			}
+			if st.StepsCompleted > t.steps[ev.RunID] {
+				t.steps[ev.RunID] = st.StepsCompleted
+				add(TypeRunStepCompleted, runStepData{Type: TypeRunStepCompleted, RunID: ev.RunID, AgentSlug: agent, Step: st.StepsCompleted})
+			}
+			if st.FinishedAt != nil && st.Status == ev.To && ev.From != ev.To {
+				delete(t.steps, ev.RunID) // the run's last write: nothing more to count
+			}
+		}
+		if ev.From != ev.To {
+			add(TypeRunStatusChanged, runStatusData{Type: TypeRunStatusChanged, RunID: ev.RunID, AgentSlug: agent, Status: ev.To, From: ev.From})
+		}
+	case "inbox.create":
+		n, err := t.pendingCount(ctx)
+		if err != nil {
+			return b, err
+		}
+		add(TypeInboxNew, inboxNewData{Type: TypeInboxNew, EntryID: ev.EntryID, Count: n})
+	case "inbox.status.update":
+		add(TypeInboxStatusChanged, inboxStatusData{Type: TypeInboxStatusChanged, EntryID: ev.EntryID, Status: ev.To, From: ev.From})
+	case "job.create", "job.status.update":
+		b.run = ev.RunID
+		add(TypeJobStatusChanged, jobStatusData{Type: TypeJobStatusChanged, JobID: ev.JobID, Status: ev.To, From: ev.From})
+	case "nlm.status.update":
+		add(TypeNLMStatusChanged, jobStatusData{Type: TypeNLMStatusChanged, JobID: ev.JobID, Status: ev.To, From: ev.From})
+	}
+	for _, f := range frames {
+		b.frame = appendFrame(b.frame, f)
+	}
+	return b, nil
+}
+
+// agent finds a run's agent through the run index. A run without an index
+// entry (written by hand, or removed) gets an empty agentSlug rather than
+// holding up the feed.
+func (t *translator) agent(ctx context.Context, runID string) (string, error) {
+	if a, ok := t.agents[runID]; ok {
+		return a, nil
+	}
+	key, err := storage.RunIndexKey(runID)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", errSkip, err)
+	}
+	raw, _, err := t.store.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var idx struct {
+		AgentSlug string `json:"agent_slug"`
+	}
+	if err := json.Unmarshal(raw, &idx); err != nil || storage.ValidateID("slug", idx.AgentSlug) != nil {
+		return "", nil // a poison index entry: the run's owner quarantines it
+	}
+	t.agents[runID] = idx.AgentSlug
+	return idx.AgentSlug, nil
+}
+
+func (t *translator) runStatus(ctx context.Context, agent, runID string) (runStatus, error) {
+	if st, ok := t.status[runID]; ok {
+		return st, nil
+	}
+	key, err := storage.RunStatusKey(agent, runID)
+	if err != nil {
+		return runStatus{}, nil
+	}
+	var st runStatus
+	raw, _, err := t.store.Get(ctx, key)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+	case err != nil:
+		return runStatus{}, err
+	default:
+		_ = json.Unmarshal(raw, &st) // a poison status counts no steps; its runner quarantines it
+	}
+	t.status[runID] = st
+	return st, nil
+}
+
+// pendingCount counts the pending inbox entries once per pass. The inbox
+// keeps no count, so this reads every live entry: O(live entries) per
+// pass that holds an inbox.create.
+func (t *translator) pendingCount(ctx context.Context) (int, error) {
+	if t.pending >= 0 {
+		return t.pending, nil
+	}
+	n := 0
+	for _, err := range t.box.List(ctx, inbox.ListOptions{Status: inbox.Pending}) {
+		if err != nil {
+			return 0, err
+		}
+		n++
+	}
+	t.pending = n
+	return n, nil
+}

@@ -1,0 +1,445 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Idempotency headers of POST /agents/run (seed 004 §3.2).
+const (
+	IdempotencyKeyHeader = "X-Idempotency-Key"
+	RequestIDHeader      = "X-Request-ID"
+)
+
+// submitAnswer is POST /agents/run's answer.
+type submitAnswer struct {
+	RunID     string `json:"run_id"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+// inboxAnswer is POST /inbox/submit's answer.
+type inboxAnswer struct {
+	InboxID string      `json:"inbox_id"`
+	Status  inbox.State `json:"status"`
+}
+
+// quarantinedJSON is one record of GET /quarantine: storage.Quarantined
+// with its qkey, which its own JSON leaves out.
+type quarantinedJSON struct {
+	QKey string `json:"qkey"`
+	storage.Quarantined
+}
+
+// idempotencyKey is the key of a submit: X-Idempotency-Key, else
+// X-Request-ID; kept as it is when it has a scheme of seed 004 §3.1, else
+// api:{actor}:{id} (the actor is the seed's client id).
+func idempotencyKey(r *http.Request, actor lifecycle.Actor) string {
+	id := r.Header.Get(IdempotencyKeyHeader)
+	if id == "" {
+		id = r.Header.Get(RequestIDHeader)
+	}
+	if id == "" {
+		return ""
+	}
+	for _, scheme := range []string{"github:", "api:", "slack:", "scheduler:"} {
+		if strings.HasPrefix(id, scheme) {
+			return id
+		}
+	}
+	return "api:" + string(actor) + ":" + id
+}
+
+func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	data, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	b, err := decodeSubmit(data)
+	if err != nil {
+		return err
+	}
+	if !s.slugs[b.AgentSlug] {
+		return apiErr(lifecycle.CodeAgentNotFound, "no agent %q", b.AgentSlug)
+	}
+	res, err := s.cfg.Runner.Submit(r.Context(), run.SubmitRequest{
+		AgentSlug: b.AgentSlug, Trigger: b.Trigger, Input: b.Input,
+		IdempotencyKey: idempotencyKey(r, actor),
+		Caller:         run.Caller{UserID: b.UserID, Metadata: b.Metadata},
+	})
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if res.Duplicate {
+		status = http.StatusOK
+	}
+	return writeJSON(w, status, submitAnswer{RunID: res.RunID, Duplicate: res.Duplicate})
+}
+
+func (s *Server) listAgents(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
+	return writeJSON(w, http.StatusOK, s.agents)
+}
+
+// pathID reads and checks an id of the path, before the SDK sees it.
+func pathID(r *http.Request, name, field string) (string, error) {
+	id := r.PathValue(name)
+	return id, storage.ValidateID(field, id)
+}
+
+func (s *Server) runStatus(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	id, err := pathID(r, "runId", "run_id")
+	if err != nil {
+		return err
+	}
+	st, err := s.cfg.Runner.Status(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) runSteps(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	id, err := pathID(r, "runId", "run_id")
+	if err != nil {
+		return err
+	}
+	steps, err := s.cfg.Runner.Steps(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if steps == nil {
+		steps = []run.StepRecord{}
+	}
+	return writeJSON(w, http.StatusOK, steps)
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	slug := r.URL.Query().Get("agent")
+	if slug == "" {
+		return apiErr(lifecycle.CodeInvalidRequest, "the agent query parameter is required (GET /runs?agent={slug})")
+	}
+	if err := storage.ValidateID("agent", slug); err != nil {
+		return err
+	}
+	runs, err := s.cfg.Runner.Runs(r.Context(), slug)
+	if err != nil {
+		return err
+	}
+	// The runs of an agent no longer configured are still history; only an
+	// agent with neither a definition nor a run is unknown.
+	if len(runs) == 0 && !s.slugs[slug] {
+		return apiErr(lifecycle.CodeAgentNotFound, "no agent %q", slug)
+	}
+	if runs == nil {
+		runs = []run.Status{}
+	}
+	return writeJSON(w, http.StatusOK, runs)
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	id, err := pathID(r, "runId", "run_id")
+	if err != nil {
+		return err
+	}
+	data, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var b cancelBody
+	if err := decodeStrict(data, &b, true); err != nil {
+		return err
+	}
+	st, err := s.cfg.Runner.Cancel(r.Context(), id, actor, run.CancelRequest{Reason: b.Reason})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
+}
+
+// decide serves approve (true) and reject (false). decided_by defaults to
+// the actor.
+func (s *Server) decide(approve bool) func(http.ResponseWriter, *http.Request, lifecycle.Actor) error {
+	return func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+		id, err := pathID(r, "runId", "run_id")
+		if err != nil {
+			return err
+		}
+		data, err := readBody(r)
+		if err != nil {
+			return err
+		}
+		var b decisionBody
+		if err := decodeStrict(data, &b, true); err != nil {
+			return err
+		}
+		if b.DecidedBy == "" {
+			b.DecidedBy = string(actor)
+		}
+		dec := run.Decision{DecidedBy: b.DecidedBy, Reason: b.Reason}
+		var st run.Status
+		if approve {
+			st, err = s.cfg.Runner.Approve(r.Context(), id, actor, dec)
+		} else {
+			st, err = s.cfg.Runner.Reject(r.Context(), id, actor, dec)
+		}
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, st)
+	}
+}
+
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	id, err := pathID(r, "runId", "run_id")
+	if err != nil {
+		return err
+	}
+	data, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	b, err := decodeEvent(data)
+	if err != nil {
+		return err
+	}
+	st, err := s.cfg.Runner.Deliver(r.Context(), id, actor, run.ExternalEvent{Type: b.Type, ID: b.ID, Source: b.Source})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
+}
+
+func absent(what string) error {
+	return apiErr(lifecycle.CodeNotFound, "this worker serves no %s", what)
+}
+
+func (s *Server) enqueueJob(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	if s.cfg.Queue == nil {
+		return absent("job queue")
+	}
+	data, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	n, err := decodeJob(data)
+	if err != nil {
+		return err
+	}
+	job, err := s.cfg.Queue.Enqueue(r.Context(), actor, n)
+	if err != nil {
+		return jobScoped(err)
+	}
+	return writeJSON(w, http.StatusCreated, job)
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	if s.cfg.Queue == nil {
+		return absent("job queue")
+	}
+	jobs := []jobqueue.Job{}
+	for j, err := range s.cfg.Queue.List(r.Context(), actor) {
+		if err != nil {
+			return jobScoped(err)
+		}
+		jobs = append(jobs, j)
+	}
+	return writeJSON(w, http.StatusOK, jobs)
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	if s.cfg.Queue == nil {
+		return absent("job queue")
+	}
+	id, err := pathID(r, "jobId", "job_id")
+	if err != nil {
+		return err
+	}
+	job, err := s.cfg.Queue.Get(r.Context(), actor, id)
+	if err != nil {
+		return jobScoped(err)
+	}
+	return writeJSON(w, http.StatusOK, job)
+}
+
+func (s *Server) requeueJob(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	if s.cfg.Queue == nil {
+		return absent("job queue")
+	}
+	id, err := pathID(r, "jobId", "job_id")
+	if err != nil {
+		return err
+	}
+	if r.ContentLength > 0 {
+		return apiErr(lifecycle.CodeInvalidRequest, "requeue takes no body")
+	}
+	job, err := s.cfg.Queue.Requeue(r.Context(), actor, id)
+	if err != nil {
+		return jobScoped(err)
+	}
+	return writeJSON(w, http.StatusOK, job)
+}
+
+// nlmCallback checks the body as strictly as every other route, then hands
+// it to nlm.Sink; the Sink's plain-text refusals become the JSON form.
+func (s *Server) nlmCallback(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	if s.sink == nil {
+		return absent("NLM processor")
+	}
+	data, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if _, err := decodeCallback(data); err != nil {
+		return err
+	}
+	r2 := r.Clone(r.Context())
+	r2.Body, r2.ContentLength = readCloser{bytes.NewReader(data)}, int64(len(data))
+	cw := &captureWriter{header: http.Header{}}
+	s.sink.ServeHTTP(cw, r2)
+	if cw.status == 0 || cw.status < 400 {
+		w.WriteHeader(max(cw.status, http.StatusNoContent))
+		return nil
+	}
+	msg, _, _ := strings.Cut(strings.TrimSpace(cw.body.String()), "\n")
+	code := codeOfStatus(cw.status)
+	if cw.status == http.StatusNotFound {
+		code = lifecycle.CodeJobNotFound
+	}
+	if lifecycle.HTTPStatus(code) != cw.status {
+		code = lifecycle.CodeInternalError
+	}
+	return apiErr(code, "%s", msg)
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// captureWriter holds nlm.Sink's answer.
+type captureWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) WriteHeader(s int) {
+	if c.status == 0 {
+		c.status = s
+	}
+}
+
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if c.body.Len() < 4096 {
+		c.body.Write(b)
+	}
+	return len(b), nil
+}
+
+func (s *Server) submitInbox(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	if s.cfg.Inbox == nil {
+		return absent("inbox")
+	}
+	data, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	sub, err := decodeSubmission(data)
+	if err != nil {
+		return err
+	}
+	// The route admits the owner's callers; the Worker, the gateway, is who
+	// writes a pending entry (seed 002 §1.2).
+	e, err := s.cfg.Inbox.Submit(r.Context(), lifecycle.ActorGateway, sub)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, inboxAnswer{InboxID: e.ID, Status: e.Status})
+}
+
+func (s *Server) inboxStats(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	if s.cfg.Inbox == nil {
+		return absent("inbox")
+	}
+	st, err := s.cfg.Inbox.Stats(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) inboxEntries(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	if s.cfg.Inbox == nil {
+		return absent("inbox")
+	}
+	var opts inbox.ListOptions
+	if v := r.URL.Query().Get("status"); v != "" {
+		known := false
+		for _, st := range inbox.States() {
+			known = known || string(st) == v
+		}
+		if !known {
+			return apiErr(lifecycle.CodeInvalidRequest, "unknown status %q (want pending, processed, rejected or expired)", v)
+		}
+		opts.Status = inbox.State(v)
+	}
+	entries := []inbox.Entry{}
+	for e, err := range s.cfg.Inbox.List(r.Context(), opts) {
+		if err != nil {
+			return err
+		}
+		entries = append(entries, e)
+	}
+	return writeJSON(w, http.StatusOK, entries)
+}
+
+func (s *Server) listQuarantine(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	if s.cfg.Store == nil {
+		return absent("store for quarantine")
+	}
+	out := []quarantinedJSON{}
+	for q, err := range storage.ListQuarantine(r.Context(), s.cfg.Store) {
+		if err != nil {
+			return err
+		}
+		out = append(out, quarantinedJSON{QKey: q.QKey, Quarantined: q})
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) restoreQuarantined(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	if s.cfg.Store == nil {
+		return absent("store for quarantine")
+	}
+	data, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	b, err := decodeRestore(data)
+	if err != nil {
+		return err
+	}
+	q, err := storage.ReadQuarantined(r.Context(), s.cfg.Store, b.QKey)
+	if err != nil {
+		return err
+	}
+	if err := storage.Restore(r.Context(), s.cfg.Store, b.QKey, q.Data); err != nil {
+		if errors.Is(err, storage.ErrPreconditionFailed) {
+			return apiErr(lifecycle.CodeConflict, "%s: the original key was written since, or a quarantine is in progress: %v", b.QKey, err)
+		}
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

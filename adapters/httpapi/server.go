@@ -1,0 +1,402 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/authority"
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/jobqueue/nlm"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBodyBytes bounds a request body (docs/http-api.md).
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultRequestTimeout bounds the SDK calls of one request. The SDK
+	// waits out transient store errors for as long as its context allows,
+	// so without a deadline a request to a dead store would never answer.
+	DefaultRequestTimeout = 30 * time.Second
+)
+
+// ErrInvalidConfig is matched by the errors of New and of the token parsers.
+var ErrInvalidConfig = errors.New("httpapi: invalid config")
+
+// Config configures a Server. Only Runner is required; every other field
+// has the documented default when left zero.
+type Config struct {
+	// Runner serves the run routes. Required.
+	Runner *run.Runner
+	// Queue serves /jobs. Default none: those routes answer 404 NOT_FOUND
+	// saying no job queue is served here.
+	Queue *jobqueue.Queue
+	// Inbox serves /inbox/*. Default none: 404 NOT_FOUND, as for Queue.
+	Inbox *inbox.Box
+	// NLM, with Runner, serves POST /nlm/callback (nlm.Sink). Default none:
+	// 404 NOT_FOUND, as for Queue.
+	NLM *nlm.Processor
+	// Store serves /quarantine (storage.ListQuarantine, storage.Restore);
+	// give the store the Runner, Queue and Inbox write to. Default none:
+	// 404 NOT_FOUND, as for Queue.
+	Store storage.Store
+
+	// Tokens maps bearer tokens to the actors they act as (LoadTokens,
+	// ParseTokens). Default none: only loopback clients are served, as the
+	// actor their X-Conveyor-Actor header names, gateway by default; the
+	// Worker refuses to listen elsewhere (CheckListen).
+	Tokens map[string]lifecycle.Actor
+
+	// Events is mounted at GET /events/stream (package httpapi/events).
+	// Default none: the route answers 503 SERVICE_UNAVAILABLE, and the
+	// Client falls back to polling.
+	Events http.Handler
+	// Page is mounted at /ui/ (every method), and GET / redirects there.
+	// Default none: both answer 404. Its GETs, like /healthz, need no
+	// token: the assets hold no data, and a browser cannot send a bearer
+	// token with a navigation; the page sends the user's token with each
+	// API call.
+	Page http.Handler
+	// Metrics is mounted at GET /metrics, for any authenticated actor.
+	// Default none: 404.
+	Metrics http.Handler
+
+	// Logger receives one line per failed request: 5xx at ERROR, 4xx at
+	// DEBUG. Default slog.Default().
+	Logger *slog.Logger
+	// Clock is the time the Server reads. Default the wall clock.
+	Clock clock.Clock
+	// MaxBodyBytes bounds a request body; a longer one is refused with 413
+	// INPUT_TOO_LARGE. Default DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// RequestTimeout bounds the SDK calls of one request (not the event
+	// stream, the page or the metrics); when it runs out the answer is
+	// UPSTREAM_UNAVAILABLE. Default DefaultRequestTimeout (30 s).
+	RequestTimeout time.Duration
+}
+
+// Server serves the Worker's HTTP API. It is an http.Handler, safe for
+// concurrent use.
+type Server struct {
+	cfg     Config
+	mux     *http.ServeMux
+	log     *slog.Logger
+	agents  []AgentInfo
+	slugs   map[string]bool
+	sink    http.Handler
+	actorOK map[lifecycle.Actor]bool
+	// specs holds every machine a refused move may name, by name.
+	specs map[string]lifecycle.Spec
+}
+
+// AgentInfo describes one agent the Runner executes (GET /agents).
+type AgentInfo struct {
+	Slug    string `json:"slug"`
+	Machine string `json:"machine"`
+	// Spec is the run machine's table, as lifecycle exports it.
+	Spec        lifecycle.Spec `json:"spec"`
+	Steps       []string       `json:"steps"`
+	Concurrency int            `json:"concurrency"`
+}
+
+// route is one row of the route table: who may call it and what it does.
+type route struct {
+	method, path string
+	// actors admitted; nil admits every actor.
+	actors []lifecycle.Actor
+	// body: the route takes a JSON body (content type and size checked).
+	body bool
+	// stream: no request timeout (a mounted handler that runs long).
+	stream bool
+	h      func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Runner == nil {
+		return nil, fmt.Errorf("%w: Runner is required", ErrInvalidConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, slugs: map[string]bool{}, actorOK: map[lifecycle.Actor]bool{}}
+	for _, a := range authority.Actors() {
+		s.actorOK[a] = true
+	}
+	tokens := make(map[string]lifecycle.Actor, len(cfg.Tokens))
+	for tok, a := range cfg.Tokens {
+		a = normalizeActor(a)
+		if tok == "" || !s.actorOK[a] {
+			return nil, fmt.Errorf("%w: token for unknown actor %q", ErrInvalidConfig, a)
+		}
+		tokens[tok] = a
+	}
+	s.cfg.Tokens = tokens
+	for _, a := range cfg.Runner.Agents() {
+		info := AgentInfo{Slug: a.Slug, Machine: a.Machine, Spec: machineSpec(a.Machine), Concurrency: a.Concurrency}
+		for _, st := range a.Steps {
+			info.Steps = append(info.Steps, st.Name)
+		}
+		s.agents = append(s.agents, info)
+		s.slugs[a.Slug] = true
+	}
+	if cfg.NLM != nil {
+		s.sink = nlm.Sink(cfg.Runner, cfg.NLM)
+	}
+	s.specs = map[string]lifecycle.Spec{}
+	for _, sp := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec(),
+		lifecycle.RunStep().Spec(), jobqueue.JobMachine().Spec(), nlm.Machine().Spec(), inbox.Machine().Spec()} {
+		s.specs[sp.Name] = sp
+	}
+	s.mux = http.NewServeMux()
+	s.routes()
+	return s, nil
+}
+
+// ServeHTTP authenticates the request, then routes it; a failed request is
+// logged (5xx at ERROR, 4xx at DEBUG).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &recorder{ResponseWriter: w}
+	actor := lifecycle.Actor("")
+	if public(r) {
+		s.mux.ServeHTTP(rec, r) // health and the page's assets need no identity
+	} else if a, err := s.authenticate(r); err != nil {
+		s.writeError(rec, r, err)
+	} else {
+		actor = a
+		s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), actorKey{}, a)))
+	}
+	if rec.status >= 400 {
+		level := slog.LevelDebug
+		if rec.status >= 500 {
+			level = slog.LevelError
+		}
+		s.log.Log(r.Context(), level, "http_request_failed", "method", r.Method, "path", r.URL.Path,
+			"status", rec.status, "code", rec.code, "actor", string(actor), "message", rec.message)
+	}
+}
+
+type actorKey struct{}
+
+// public tells the requests served without a token: health, and the live
+// page's static assets (they hold no data; the page sends the token a user
+// gives it with each API call, since a browser cannot add a bearer token to
+// a navigation).
+func public(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	p := r.URL.Path
+	return p == "/healthz" || p == "/" || strings.HasPrefix(p, "/ui/")
+}
+
+func (s *Server) routes() {
+	anyone := []lifecycle.Actor(nil)
+	submitters := []lifecycle.Actor{lifecycle.ActorGateway, lifecycle.ActorAdmin, lifecycle.ActorSystem}
+	admin := []lifecycle.Actor{lifecycle.ActorAdmin}
+	table := []route{
+		{method: "POST", path: "/agents/run", actors: submitters, body: true, h: s.submitRun},
+		{method: "GET", path: "/agents", actors: anyone, h: s.listAgents},
+		{method: "GET", path: "/runs", actors: anyone, h: s.listRuns},
+		{method: "GET", path: "/runs/{runId}/status", actors: anyone, h: s.runStatus},
+		{method: "GET", path: "/runs/{runId}/steps", actors: anyone, h: s.runSteps},
+		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(lifecycle.EventCancel, lifecycle.EventRequestCancel), body: true, h: s.cancelRun},
+		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(lifecycle.EventApprove), body: true, h: s.decide(true)},
+		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(lifecycle.EventReject), body: true, h: s.decide(false)},
+		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(lifecycle.EventDeliver), body: true, h: s.deliver},
+		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, h: s.enqueueJob},
+		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: s.listJobs},
+		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: s.getJob},
+		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: s.requeueJob},
+		{method: "POST", path: "/nlm/callback", actors: []lifecycle.Actor{lifecycle.ActorNLMBackend}, body: true, h: s.nlmCallback},
+		{method: "POST", path: "/inbox/submit", actors: submitters, body: true, h: s.submitInbox},
+		{method: "GET", path: "/inbox/stats", actors: anyone, h: s.inboxStats},
+		{method: "GET", path: "/inbox/entries", actors: anyone, h: s.inboxEntries},
+		{method: "GET", path: "/quarantine", actors: admin, h: s.listQuarantine},
+		{method: "POST", path: "/quarantine/restore", actors: admin, body: true, h: s.restoreQuarantined},
+		{method: "GET", path: "/events/stream", actors: anyone, stream: true, h: s.mounted(s.cfg.Events, http.StatusServiceUnavailable)},
+		{method: "GET", path: "/metrics", actors: anyone, stream: true, h: s.mounted(s.cfg.Metrics, http.StatusNotFound)},
+		{method: "GET", path: "/healthz", h: func(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
+			return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		}},
+	}
+	allow := map[string][]string{}
+	for _, rt := range table {
+		s.mux.Handle(rt.method+" "+rt.path, s.handler(rt))
+		allow[rt.path] = append(allow[rt.path], rt.method)
+		if rt.method == "GET" {
+			allow[rt.path] = append(allow[rt.path], "HEAD")
+		}
+	}
+	if s.cfg.Page != nil {
+		s.mux.Handle("/ui/", s.cfg.Page)
+		s.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+		allow["/{$}"] = []string{"GET", "HEAD"}
+	}
+	// Another method on a known path: 405 with Allow, in the JSON form.
+	for path, methods := range allow {
+		slices.Sort(methods)
+		list := strings.Join(methods, ", ")
+		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", list)
+			s.writeError(w, r, apiErr(lifecycle.CodeMethodNotAllowed, "%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, list))
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, apiErr(lifecycle.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// handler wraps a route: its actor table, its body checks and its deadline.
+func (s *Server) handler(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		actor, _ := r.Context().Value(actorKey{}).(lifecycle.Actor)
+		if rt.actors != nil && !slices.Contains(rt.actors, actor) {
+			s.writeError(w, r, apiErr(lifecycle.CodeForbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))
+			return
+		}
+		if rt.body {
+			if err := checkContentType(r); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		}
+		if !rt.stream {
+			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		if err := rt.h(w, r, actor); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// mounted serves h, or answers absent (503 for the event feed, so clients
+// fall back to polling; 404 otherwise) when it is nil.
+func (s *Server) mounted(h http.Handler, absent int) func(http.ResponseWriter, *http.Request, lifecycle.Actor) error {
+	return func(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+		if h == nil {
+			if absent == http.StatusServiceUnavailable {
+				return apiErr(lifecycle.CodeServiceUnavailable, "no event feed is served here: poll GET /runs/{runId}/status")
+			}
+			return apiErr(lifecycle.CodeNotFound, "%s is not served here", r.URL.Path)
+		}
+		h.ServeHTTP(w, r)
+		return nil
+	}
+}
+
+// machineActors lists the actors any run machine lets make a move on one of
+// events: the route admits them and the machine decides per run.
+func machineActors(events ...lifecycle.Event) []lifecycle.Actor {
+	var out []lifecycle.Actor
+	for _, spec := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec()} {
+		for _, t := range spec.Transitions {
+			if !slices.Contains(events, lifecycle.Event(t.Event)) {
+				continue
+			}
+			for _, a := range t.Actors {
+				if !slices.Contains(out, a) {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// matrixActors lists the actors the authority matrix lets perform op on
+// jobs; plain admits Allowed cells only (listing every job is no own-job
+// read).
+func matrixActors(op authority.Operation, plain bool) []lifecycle.Actor {
+	var out []lifecycle.Actor
+	for _, a := range authority.Actors() {
+		p := authority.Lookup(a, authority.Jobs, op)
+		if p == authority.Allowed || (!plain && p != authority.Denied) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// eventTarget is the state event leads to in the named machine (the first
+// such move of its table), or "".
+func (s *Server) eventTarget(machine, event string) string {
+	for _, t := range s.specs[machine].Transitions {
+		if t.Event == event {
+			return t.To
+		}
+	}
+	return ""
+}
+
+func machineSpec(name string) lifecycle.Spec {
+	switch name {
+	case lifecycle.MachineCancelable:
+		return lifecycle.CancelableRun().Spec()
+	case lifecycle.MachineApproval:
+		return lifecycle.ApprovalRun().Spec()
+	}
+	return lifecycle.CanonicalRun().Spec()
+}
+
+func joinActors(as []lifecycle.Actor) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = string(a)
+	}
+	return strings.Join(s, ", ")
+}
+
+// recorder remembers the status and error code written, for the log line.
+type recorder struct {
+	http.ResponseWriter
+	status        int
+	code, message string
+}
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Flush lets a mounted event stream flush through the recorder.
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap serves http.ResponseController.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

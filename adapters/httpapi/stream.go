@@ -1,0 +1,209 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+)
+
+// PollInterval is how often Wait reads a run's status when the event
+// stream is not available (seed 000 §4.1: 5 s).
+const PollInterval = 5 * time.Second
+
+// ErrStreamEnded: the server closed the event stream.
+var ErrStreamEnded = errors.New("httpapi: event stream ended")
+
+// Event is one event of GET /events/stream (docs/http-api.md): its id (the
+// audit event's: resume after it with Events' lastEventID), its type (e.g.
+// "run.status.changed") and its JSON data; Payload decodes the data.
+type Event = events.Event
+
+// runEvent holds the fields of a run event's data that Wait reads.
+type runEvent struct {
+	RunID  string `json:"runId"`
+	Status string `json:"status"`
+}
+
+// Events follows GET /events/stream, resuming after lastEventID when set and
+// keeping only runID's events when set. The sequence ends after an error:
+// an *Error when the server refused the stream (503 SERVICE_UNAVAILABLE when
+// it serves none), ErrStreamEnded when the server closed it, ctx's error
+// when ctx ended, events.ErrLineTooLong for a line over
+// events.MaxLineBytes.
+func (c *Client) Events(ctx context.Context, lastEventID, runID string) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		body, err := c.openStream(ctx, lastEventID, runID)
+		if err != nil {
+			yield(Event{}, err)
+			return
+		}
+		defer body.Close()
+		for ev, err := range readEvents(body) {
+			if err != nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			if !yield(ev, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// openStream opens the event stream; a refusal is an *Error.
+func (c *Client) openStream(ctx context.Context, lastEventID, runID string) (io.ReadCloser, error) {
+	q := url.Values{}
+	if runID != "" {
+		q.Set("run", runID)
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/events/stream", q, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, decodeError(resp.StatusCode, data)
+	}
+	return resp.Body, nil
+}
+
+// readEvents parses the stream with the feed's own reader
+// (events.Read) and ends with ErrStreamEnded when the server closes it.
+func readEvents(r io.Reader) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for ev, err := range events.Read(r) {
+			if !yield(ev, err) || err != nil {
+				return
+			}
+		}
+		yield(Event{}, ErrStreamEnded)
+	}
+}
+
+// Wait returns the run's status once it is terminal. It follows the event
+// stream, re-reading the status at each event of the run; when the stream
+// is unavailable or breaks it polls GET /runs/{runId}/status every
+// PollInterval on c.Clock instead. It returns an error when a read of the
+// status is refused (an unknown run, a 4xx) or ctx ends; 5xx answers and
+// network errors while polling are waited out.
+func (c *Client) Wait(ctx context.Context, runID string) (run.Status, error) {
+	st, err := c.Status(ctx, runID)
+	if err != nil || Terminal(st) {
+		return st, err
+	}
+	if st, done, err := c.follow(ctx, runID); done || err != nil {
+		return st, err
+	}
+	return c.poll(ctx, runID)
+}
+
+// follow waits on the event stream: done when the run is terminal; not done
+// (and no error) when the stream is unavailable or broke.
+func (c *Client) follow(ctx context.Context, runID string) (run.Status, bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	body, err := c.openStream(ctx, "", runID)
+	if err != nil {
+		return run.Status{}, false, ctx.Err()
+	}
+	defer body.Close()
+	// Read once more now that the stream is open: a change made before it
+	// opened has no event on it.
+	st, err := c.Status(ctx, runID)
+	switch {
+	case err != nil && retryable(err):
+		return run.Status{}, false, ctx.Err()
+	case err != nil:
+		return st, true, err
+	case Terminal(st):
+		return st, true, nil
+	}
+	for ev, err := range readEvents(body) {
+		if err != nil {
+			return run.Status{}, false, ctx.Err()
+		}
+		var re runEvent
+		if json.Unmarshal(ev.Data, &re) != nil || re.RunID != runID {
+			continue
+		}
+		st, err := c.Status(ctx, runID)
+		if err != nil && !retryable(err) {
+			return st, true, err
+		}
+		if err == nil && Terminal(st) {
+			return st, true, nil
+		}
+	}
+	return run.Status{}, false, ctx.Err()
+}
+
+// poll reads the status every PollInterval until it is terminal.
+func (c *Client) poll(ctx context.Context, runID string) (run.Status, error) {
+	clk := c.clock()
+	for {
+		t := clk.NewTimer(PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return run.Status{}, ctx.Err()
+		case <-t.C():
+		}
+		st, err := c.Status(ctx, runID)
+		switch {
+		case err == nil && Terminal(st):
+			return st, nil
+		case err != nil && ctx.Err() != nil:
+			return run.Status{}, ctx.Err()
+		case err != nil && !retryable(err):
+			return st, err
+		}
+	}
+}
+
+// retryable tells whether a failed read may succeed later: a network error
+// or a 5xx, not a refusal.
+func retryable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status >= 500
+	}
+	return true
+}
+
+// Terminal tells whether a run's status is a terminal state of its machine
+// (the status's machine field; the canonical machine when it is empty). A
+// machine this SDK does not know (a newer server's) counts the states that
+// are terminal in any run machine.
+func Terminal(st run.Status) bool {
+	canonical := lifecycle.CanonicalRun().IsTerminal(lifecycle.RunState(st.Status))
+	cancelable := lifecycle.CancelableRun().IsTerminal(lifecycle.CancelableRunState(st.Status))
+	approval := lifecycle.ApprovalRun().IsTerminal(lifecycle.ApprovalRunState(st.Status))
+	switch st.Machine {
+	case "", lifecycle.MachineCanonical:
+		return canonical
+	case lifecycle.MachineCancelable:
+		return cancelable
+	case lifecycle.MachineApproval:
+		return approval
+	}
+	return canonical || cancelable || approval
+}

@@ -1,0 +1,168 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+)
+
+var epoch0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+
+type waitResult struct {
+	st  run.Status
+	err error
+}
+
+// TestWaitPollsWithoutEvents: the server has no event feed (503), so Wait
+// polls the status every 5 s of the client's clock.
+func TestWaitPollsWithoutEvents(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, rigOpts{running: true})
+	clk := clock.NewFake(epoch0)
+	c := g.client(lifecycle.ActorFrontend)
+	c.Clock = clk
+	ctx := context.Background()
+	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan waitResult, 1)
+	go func() {
+		st, err := c.Wait(ctx, res.RunID)
+		done <- waitResult{st, err}
+	}()
+	<-clk.WaitForTimers(1) // the stream was refused; Wait polls
+	g.releaseSteps()
+	if st := g.waitStatus(res.RunID); st.Status != string(lifecycle.CancelableSucceeded) {
+		t.Fatalf("run %s, want succeeded", st.Status)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("Wait returned %+v before its poll was due", r)
+	default:
+	}
+	clk.Advance(httpapi.PollInterval - time.Second)
+	<-clk.WaitForTimers(1) // nothing polled yet: the same timer still waits
+	select {
+	case r := <-done:
+		t.Fatalf("Wait returned %+v after 4 s", r)
+	default:
+	}
+	clk.Advance(time.Second)
+	r := <-done
+	if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) || r.st.RunID != res.RunID {
+		t.Fatalf("Wait = %+v, %v", r.st, r.err)
+	}
+}
+
+// TestWaitUnknownRun: Wait reports a refusal at once.
+func TestWaitUnknownRun(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, rigOpts{})
+	_, err := g.client(lifecycle.ActorGateway).Wait(context.Background(), "run-nope")
+	apiError(t, err, http.StatusNotFound, lifecycle.CodeRunNotFound)
+}
+
+// feed is an event feed for the tests of the client's stream: it sends the
+// events it is given, as the events package's feed would.
+type feed struct {
+	opened chan *http.Request
+	events chan string
+}
+
+func newFeed() *feed {
+	return &feed{opened: make(chan *http.Request, 4), events: make(chan string, 16)}
+}
+
+func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+	f.opened <- r
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev, ok := <-f.events:
+			if !ok {
+				return
+			}
+			fmt.Fprint(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	}
+}
+
+func TestEventsStream(t *testing.T) {
+	t.Parallel()
+	f := newFeed()
+	g := newRig(t, rigOpts{events: f})
+	c := g.client(lifecycle.ActorFrontend)
+	f.events <- ": ping\n\n"
+	f.events <- "id: ev-1\nevent: run.status.changed\ndata: {\"type\":\"run.status.changed\",\r\ndata: \"runId\":\"r-1\",\"status\":\"running\"}\n\n"
+	f.events <- "id: ev-2\nevent: inbox.new\ndata: {\"type\":\"inbox.new\",\"count\":2}\n\n"
+	close(f.events)
+	var got []string
+	var last error
+	for ev, err := range c.Events(context.Background(), "ev-0", "r-1") {
+		if err != nil {
+			last = err
+			break
+		}
+		got = append(got, ev.ID+" "+ev.Type+" "+string(ev.Data))
+	}
+	r := <-f.opened
+	if r.Header.Get("Last-Event-ID") != "ev-0" || r.URL.Query().Get("run") != "r-1" {
+		t.Errorf("stream opened with Last-Event-ID %q, run %q", r.Header.Get("Last-Event-ID"), r.URL.Query().Get("run"))
+	}
+	want := []string{
+		"ev-1 run.status.changed {\"type\":\"run.status.changed\",\n\"runId\":\"r-1\",\"status\":\"running\"}",
+		"ev-2 inbox.new {\"type\":\"inbox.new\",\"count\":2}",
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("events\n%q\nwant\n%q", got, want)
+	}
+	if last != httpapi.ErrStreamEnded {
+		t.Errorf("stream ended with %v, want ErrStreamEnded", last)
+	}
+}
+
+// TestWaitFollowsEvents: with a feed, Wait re-reads the status at the
+// run's events and needs no clock.
+func TestWaitFollowsEvents(t *testing.T) {
+	t.Parallel()
+	f := newFeed()
+	g := newRig(t, rigOpts{running: true, events: f})
+	clk := clock.NewFake(epoch0) // never advanced: polling would hang
+	c := g.client(lifecycle.ActorFrontend)
+	c.Clock = clk
+	ctx := context.Background()
+	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan waitResult, 1)
+	go func() {
+		st, err := c.Wait(ctx, res.RunID)
+		done <- waitResult{st, err}
+	}()
+	<-f.opened
+	g.releaseSteps()
+	g.waitStatus(res.RunID)
+	f.events <- "id: ev-9\nevent: run.status.changed\ndata: {\"type\":\"run.status.changed\",\"runId\":\"" + res.RunID + "\",\"status\":\"succeeded\"}\n\n"
+	r := <-done
+	if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) {
+		t.Fatalf("Wait = %+v, %v", r.st, r.err)
+	}
+	if clk.Pending() != 0 {
+		t.Errorf("Wait armed %d timers: it polled", clk.Pending())
+	}
+}

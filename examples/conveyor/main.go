@@ -1,0 +1,397 @@
+// Command conveyor is the Worker's command line: it talks to the HTTP API
+// through the SDK's Go client (adapters/httpapi).
+//
+//	go run ./examples/conveyor submit demo-research -watch
+//	go run ./examples/conveyor status run_2026-11-23_...
+//	go run ./examples/conveyor watch run_2026-11-23_...
+//	go run ./examples/conveyor approve run_... -by owner
+//	go run ./examples/conveyor machine approval -format mermaid
+//
+// The API address comes from -addr or CONVEYOR_ADDR (default
+// http://127.0.0.1:8080), the bearer token from -token or CONVEYOR_TOKEN;
+// without a token, -actor says whom to act as (a Worker without tokens
+// serves loopback callers as the actor they name).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/jobqueue/nlm"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: conveyor [-addr URL] [-token T | -actor A] <command> [args]
+
+commands:
+  agents                          the agents and their run machines
+  submit <agent> [-input JSON] [-key K] [-watch]
+  status <run>                    status.json
+  steps <run>                     the step files
+  runs <agent>                    the agent's runs
+  watch <run>                     follow a run live (event stream, polling fallback)
+  cancel <run> [-reason R]
+  approve <run> [-by NAME] [-reason R]
+  reject <run> [-by NAME] [-reason R]
+  deliver <run> <event-type> [-id ID] [-source S]
+  jobs | job <id> | requeue <id>
+  inbox [-status pending]         inbox entries; inbox stats
+  quarantine [list] | quarantine restore <qkey>
+  machine <name> [-format mermaid|dot|json]   canonical, cancelable, approval, step, job, nlm, inbox
+  events [-run ID] [-after ID]    print the event stream
+`
+
+// cli runs one command and returns the exit code: 0, 1 for an error, 2
+// for a usage error.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("conveyor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	addr := fs.String("addr", envOr("CONVEYOR_ADDR", "http://127.0.0.1:8080"), "the Worker's API")
+	token := fs.String("token", os.Getenv("CONVEYOR_TOKEN"), "bearer token")
+	actor := fs.String("actor", "", "actor to act as when the Worker has no tokens (X-Conveyor-Actor)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	c := &httpapi.Client{BaseURL: strings.TrimSuffix(*addr, "/"), Token: *token, Actor: lifecycle.Actor(*actor)}
+	cmd := &command{c: c, out: stdout, errOut: stderr}
+	err := cmd.run(ctx, fs.Arg(0), fs.Args()[1:])
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "conveyor: %v\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "conveyor: %v\n", err)
+		return 1
+	}
+}
+
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+type command struct {
+	c      *httpapi.Client
+	out    io.Writer
+	errOut io.Writer
+}
+
+func (c *command) run(ctx context.Context, name string, args []string) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.errOut)
+	input := fs.String("input", "", "the run's input (JSON)")
+	key := fs.String("key", "", "idempotency key")
+	watch := fs.Bool("watch", false, "follow the run until it ends")
+	reason := fs.String("reason", "", "reason")
+	by := fs.String("by", "owner", "who decided")
+	status := fs.String("status", "", "inbox entry status")
+	format := fs.String("format", "mermaid", "mermaid, dot or json")
+	id := fs.String("id", "", "external event id")
+	source := fs.String("source", "cli", "external event source")
+	runID := fs.String("run", "", "only this run's events")
+	after := fs.String("after", "", "resume after this event id")
+	// Flags may follow the positional arguments: conveyor submit a -watch.
+	var pos []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return usageError(err.Error())
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	need := func(n int) error {
+		if len(pos) != n {
+			return usageError(fmt.Sprintf("%s takes %d argument(s), got %d", name, n, len(pos)))
+		}
+		return nil
+	}
+	switch name {
+	case "agents":
+		if err := need(0); err != nil {
+			return err
+		}
+		agents, err := c.c.Agents(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "AGENT\tMACHINE\tCONCURRENCY\tSTEPS")
+		for _, a := range agents {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", a.Slug, a.Machine, a.Concurrency, strings.Join(a.Steps, ", "))
+		}
+		return tw.Flush()
+	case "submit":
+		if err := need(1); err != nil {
+			return err
+		}
+		req := run.SubmitRequest{AgentSlug: pos[0], IdempotencyKey: *key}
+		if *input != "" {
+			if !json.Valid([]byte(*input)) {
+				return usageError("-input is not JSON")
+			}
+			req.Input = json.RawMessage(*input)
+		}
+		res, err := c.c.Submit(ctx, req)
+		if err != nil {
+			return err
+		}
+		if res.Duplicate {
+			fmt.Fprintf(c.errOut, "duplicate: the key %q already started this run\n", *key)
+		}
+		fmt.Fprintln(c.out, res.RunID)
+		if *watch {
+			return c.watch(ctx, res.RunID)
+		}
+		return nil
+	case "status":
+		if err := need(1); err != nil {
+			return err
+		}
+		st, err := c.c.Status(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		return c.json(st)
+	case "steps":
+		if err := need(1); err != nil {
+			return err
+		}
+		steps, err := c.c.Steps(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "#\tSTEP\tSTATUS\tDURATION\tSUMMARY / ERROR")
+		for _, s := range steps {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", s.StepNumber, s.StepName, s.Status,
+				time.Duration(s.DurationMS)*time.Millisecond, orElse(s.Error, s.OutputSummary))
+		}
+		return tw.Flush()
+	case "runs":
+		if err := need(1); err != nil {
+			return err
+		}
+		runs, err := c.c.Runs(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RUN\tSTATUS\tSTEPS\tSTARTED\tERROR")
+		for _, r := range runs {
+			e := ""
+			if r.Error != nil {
+				e = *r.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", r.RunID, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), e)
+		}
+		return tw.Flush()
+	case "watch":
+		if err := need(1); err != nil {
+			return err
+		}
+		return c.watch(ctx, pos[0])
+	case "cancel":
+		if err := need(1); err != nil {
+			return err
+		}
+		return c.printStatus(c.c.Cancel(ctx, pos[0], *reason))
+	case "approve":
+		if err := need(1); err != nil {
+			return err
+		}
+		return c.printStatus(c.c.Approve(ctx, pos[0], *by, *reason))
+	case "reject":
+		if err := need(1); err != nil {
+			return err
+		}
+		return c.printStatus(c.c.Reject(ctx, pos[0], *by, *reason))
+	case "deliver":
+		if err := need(2); err != nil {
+			return err
+		}
+		return c.printStatus(c.c.Deliver(ctx, pos[0], pos[1], *id, *source))
+	case "jobs":
+		if err := need(0); err != nil {
+			return err
+		}
+		jobs, err := c.c.Jobs(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "JOB\tTYPE\tAGENT\tSTATUS\tATTEMPT")
+		for _, j := range jobs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\n", j.JobID, j.JobType, j.AgentSlug, j.Status, j.Attempt, j.MaxAttempts)
+		}
+		return tw.Flush()
+	case "job", "requeue":
+		if err := need(1); err != nil {
+			return err
+		}
+		var j jobqueue.Job
+		var err error
+		if name == "job" {
+			j, err = c.c.Job(ctx, pos[0])
+		} else {
+			j, err = c.c.Requeue(ctx, pos[0])
+		}
+		if err != nil {
+			return err
+		}
+		return c.json(j)
+	case "inbox":
+		if err := need(0); err != nil {
+			return err
+		}
+		stats, err := c.c.InboxStats(ctx)
+		if err != nil {
+			return err
+		}
+		entries, err := c.c.InboxEntries(ctx, inbox.State(*status))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "pending %d  processed %d  rejected %d  expired %d\n", stats.Pending, stats.Processed, stats.Rejected, stats.Expired)
+		for _, e := range entries {
+			fmt.Fprintf(c.out, "%s  %s  %s\n", e.ID, e.Status, e.CreatedAt.Format(time.RFC3339))
+		}
+		return nil
+	case "quarantine":
+		if len(pos) == 2 && pos[0] == "restore" {
+			if err := c.c.Restore(ctx, pos[1]); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.out, "restored")
+			return nil
+		}
+		if len(pos) > 1 || (len(pos) == 1 && pos[0] != "list") {
+			return usageError("quarantine [list] | quarantine restore <qkey>")
+		}
+		qs, err := c.c.Quarantine(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "QKEY\tWHEN\tREASON")
+		for _, q := range qs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", q.QKey, q.QuarantinedAt.Format(time.RFC3339), q.Reason)
+		}
+		return tw.Flush()
+	case "machine":
+		if err := need(1); err != nil {
+			return err
+		}
+		return c.machine(pos[0], *format)
+	case "events":
+		if err := need(0); err != nil {
+			return err
+		}
+		for ev, err := range c.c.Events(ctx, *after, *runID) {
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			fmt.Fprintf(c.out, "%s %s %s\n", ev.ID, ev.Type, ev.Data)
+		}
+		return nil
+	}
+	return usageError("unknown command " + name)
+}
+
+func (c *command) printStatus(st run.Status, err error) error {
+	if err != nil {
+		return err
+	}
+	return c.json(st)
+}
+
+func (c *command) json(v any) error {
+	enc := json.NewEncoder(c.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+
+func (c *command) machine(name, format string) error {
+	spec, ok := machineSpecs()[name]
+	if !ok {
+		names := make([]string, 0, len(machineSpecs()))
+		for n := range machineSpecs() {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return usageError(fmt.Sprintf("unknown machine %q: one of %s", name, strings.Join(names, ", ")))
+	}
+	switch format {
+	case "mermaid":
+		fmt.Fprint(c.out, spec.Mermaid())
+	case "dot":
+		fmt.Fprint(c.out, spec.DOT())
+	case "json":
+		return c.json(spec)
+	default:
+		return usageError("-format: mermaid, dot or json")
+	}
+	return nil
+}
+
+func machineSpecs() map[string]lifecycle.Spec {
+	return map[string]lifecycle.Spec{
+		"canonical":  lifecycle.CanonicalRun().Spec(),
+		"cancelable": lifecycle.CancelableRun().Spec(),
+		"approval":   lifecycle.ApprovalRun().Spec(),
+		"step":       lifecycle.RunStep().Spec(),
+		"job":        jobqueue.JobMachine().Spec(),
+		"nlm":        nlm.Machine().Spec(),
+		"inbox":      inbox.Machine().Spec(),
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func orElse(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// worker is a Worker surface on a memstore: a Runner with a quick agent
+// and one that waits for approval, the API with its event feed.
+func worker(t *testing.T) (string, *run.Runner) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	store := memstore.New()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ok := func(summary string, await *run.Await) run.StepFunc {
+		return func(context.Context, run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{Summary: summary, Await: await}, nil
+		}
+	}
+	r, err := run.NewRunner(run.Config{Store: store, Logger: quiet, PollInterval: 20 * time.Millisecond},
+		run.Agent{Slug: "quick", Steps: []run.Step{{Name: "one", Run: ok("first", nil)}, {Name: "two", Run: ok("second", nil)}}},
+		run.Agent{Slug: "gated", Machine: lifecycle.MachineApproval, Steps: []run.Step{
+			{Name: "draft", Run: ok("drafted", &run.Await{Approval: "publish"})}, {Name: "publish", Run: ok("published", nil)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed, err := events.New(events.Config{Store: store, Logger: quiet, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: feed, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	done := make(chan struct{}, 2)
+	go func() { _ = r.Run(ctx); done <- struct{}{} }()
+	go func() { _ = feed.Run(ctx); done <- struct{}{} }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		<-done
+		ts.Close()
+	})
+	return ts.URL, r
+}
+
+// conveyor runs the CLI and returns its exit code and output.
+func conveyor(t *testing.T, url string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := cli(ctx, append([]string{"-addr", url}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	url, _ := worker(t)
+
+	code, out, errs := conveyor(t, url, "submit", "quick", "-watch")
+	if code != 0 || !strings.Contains(out, "completed") || !strings.Contains(out, "2/2") {
+		t.Fatalf("submit -watch: %d\n%s%s", code, out, errs)
+	}
+	runID := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+
+	tests := []struct {
+		args []string
+		code int
+		want []string // in stdout, or stderr for a failure
+	}{
+		{[]string{"agents"}, 0, []string{"quick", "gated", "approval", "draft, publish"}},
+		{[]string{"status", runID}, 0, []string{`"status": "completed"`, `"steps_completed": 2`}},
+		{[]string{"steps", runID}, 0, []string{"one", "two", "second"}},
+		{[]string{"runs", "quick"}, 0, []string{runID, "2/2"}},
+		{[]string{"watch", runID}, 0, []string{"run " + runID + " completed"}},
+		{[]string{"cancel", runID, "-reason", "late"}, 1, []string{"409", "RUN_UNSUPPORTED_OPERATION"}},
+		{[]string{"status", "run-nope"}, 1, []string{"RUN_NOT_FOUND"}},
+		{[]string{"-actor", "frontend", "submit", "quick"}, 1, []string{"FORBIDDEN"}},
+		{[]string{"-actor", "admin", "quarantine"}, 0, []string{"QKEY"}},
+		{[]string{"quarantine"}, 1, []string{"FORBIDDEN"}},
+		{[]string{"machine", "approval"}, 0, []string{"stateDiagram-v2", "awaiting_approval"}},
+		{[]string{"machine", "job", "-format", "dot"}, 0, []string{"digraph", "RETRY_BACKOFF"}},
+		{[]string{"machine", "nope"}, 2, []string{"unknown machine"}},
+		{[]string{"status"}, 2, []string{"takes 1 argument"}},
+		{[]string{"frobnicate"}, 2, []string{"unknown command"}},
+		{[]string{"jobs"}, 1, []string{"NOT_FOUND"}}, // this Worker serves no job queue
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			code, out, errs := conveyor(t, url, tt.args...)
+			got := out
+			if tt.code != 0 {
+				got = errs
+			}
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, out, errs)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("%q not in\n%s", w, got)
+				}
+			}
+		})
+	}
+}
+
+// TestApprovalFlow: a run waits at its gate; approve lets it finish,
+// reject fails it.
+func TestApprovalFlow(t *testing.T) {
+	t.Parallel()
+	url, r := worker(t)
+	for _, decision := range []string{"approve", "reject"} {
+		code, out, errs := conveyor(t, url, "submit", "gated")
+		if code != 0 {
+			t.Fatalf("submit: %d %s", code, errs)
+		}
+		id := strings.TrimSpace(out)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		st, err := r.Wait(ctx, id) // returns when the run parks at its gate
+		cancel()
+		if err != nil || st.Status != "awaiting_approval" {
+			t.Fatalf("run at its gate: %s, %v", st.Status, err)
+		}
+		if code, out, errs := conveyor(t, url, decision, id, "-reason", "looked at it"); code != 0 || !strings.Contains(out, `"status"`) {
+			t.Fatalf("%s: %d %s %s", decision, code, out, errs)
+		}
+		code, out, errs = conveyor(t, url, "watch", id)
+		want, wantCode := "completed", 0
+		if decision == "reject" {
+			want, wantCode = "APPROVAL_REJECTED", 1
+		}
+		if code != wantCode || !strings.Contains(out+errs, want) {
+			t.Fatalf("watch after %s: %d\n%s%s", decision, code, out, errs)
+		}
+	}
+}
