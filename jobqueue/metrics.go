@@ -124,14 +124,14 @@ type AgentDepth struct {
 	Ready int
 	// Waiting counts the entries of jobs in RETRY_BACKOFF still waiting.
 	Waiting int
-	// OldestReady is when the oldest due entry became ready (enqueued, or
-	// its backoff ended); zero when Ready is 0. now − OldestReady is how
-	// long work has waited for a worker (seed 003 §5.4: QUEUED > 5 min).
-	OldestReady time.Time
+	// Age is how long the oldest due entry has waited for a worker since
+	// it became ready (enqueued, or its backoff over), by the Queue's
+	// clock; 0 when Ready is 0 (seed 003 §5.4: QUEUED > 5 min).
+	Age time.Duration
 }
 
 // Depths reads every agent's ready lane (queue/lanes/) and returns, by
-// agent in name order, how much work waits there at now. Lanes hold only
+// agent in name order, how much work waits there now. Lanes hold only
 // work not yet picked up, so a call costs the work waiting, never the
 // jobs that finished. An entry a worker has picked up but not yet deleted
 // (it died in between) counts until the next claim of its agent clears it.
@@ -159,9 +159,7 @@ func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
 			continue
 		}
 		d.Ready++
-		if d.OldestReady.IsZero() || at.Before(d.OldestReady) {
-			d.OldestReady = at
-		}
+		d.Age = max(d.Age, now.Sub(at))
 	}
 	slices.SortFunc(out, func(a, b AgentDepth) int { return strings.Compare(a.Agent, b.Agent) })
 	return out, nil
