@@ -408,12 +408,3 @@ func histogram(t *testing.T, reg prometheus.Gatherer, name string, labels map[st
 	}
 	return p.GetHistogram()
 }
-
-func get(t *testing.T, q *jobqueue.Queue, id string) jobqueue.Job {
-	t.Helper()
-	j, err := q.Get(context.Background(), lifecycle.ActorAdmin, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
-}
