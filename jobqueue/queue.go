@@ -89,6 +89,9 @@ type Config struct {
 	// be a seed type's. With Config.Artifacts set, that store must know
 	// the types (artifact.Config.Types); the default store is given them.
 	Types map[JobType]TypeConfig
+	// Metrics receives the job metrics of seed 003 §5.3 (see Metrics);
+	// default none.
+	Metrics Metrics
 }
 
 // TypeConfig is a user job type (Config.Types).
@@ -179,6 +182,9 @@ func New(cfg Config) (*Queue, error) {
 	}
 	if cfg.StopGrace < 0 {
 		return nil, fmt.Errorf("%w: negative StopGrace %s", ErrInvalidConfig, cfg.StopGrace)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	if cfg.ArtifactActor == "" {
 		cfg.ArtifactActor = lifecycle.ActorNLMBackend
@@ -479,6 +485,7 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 		}
 		return Job{}, err
 	}
+	q.observe(nil, &doc)
 	q.audit(ctx, &doc)
 	return doc.Job, q.putLane(ctx, lane, n.JobID, now)
 }
@@ -596,6 +603,9 @@ func (q *Queue) poison(ctx context.Context, err error) error {
 	qkey, qerr := q.quar.Move(ctx, ce)
 	if qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 		return qerr
+	}
+	if qerr == nil {
+		q.quarantined(ce.Key)
 	}
 	return fmt.Errorf("jobqueue: %w (quarantined at %s): %w", storage.ErrNotFound, qkey, err)
 }
@@ -721,6 +731,7 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 		return jobDoc{}, "", err
 	}
 	_, nv := rec.Snapshot()
+	q.observe(&prior, &d)
 	q.ensureAudited(ctx, &prior)
 	q.audit(ctx, &d)
 	return d, nv, nil

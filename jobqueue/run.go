@@ -354,10 +354,12 @@ func (q *Queue) afterStop(ctx context.Context) (context.Context, context.CancelF
 // ErrStepTimeout whether or not fn returns, and a fn that ignores its
 // context is left behind, counted in Stragglers, its result dropped.
 func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
-	_, err := core.Do(ctx, c.q.units, "job "+c.Job().JobID+" "+name, c.q.cfg.StepTimeout, func(ctx context.Context) (struct{}, error) {
+	job := c.Job()
+	_, err := core.Do(ctx, c.q.units, "job "+job.JobID+" "+name, c.q.cfg.StepTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, fn(ctx)
 	})
 	if errors.Is(err, core.ErrOverrun) {
+		c.q.abandoned(job.JobType, job.Status)
 		err = fmt.Errorf("%w: %w", ErrStepTimeout, err)
 	}
 	return ctx, err

@@ -288,6 +288,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		if err := x.writeStep(ctx, rec); err != nil {
 			return x.writeFailure(ctx, err)
 		}
+		if m, ok := r.cfg.Metrics.(stepMetrics); ok {
+			m.StepFinished(doc.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
+		}
 		x.records[rec.StepNumber] = rec
 		if stepErr != nil {
 			switch context.Cause(runCtx) {

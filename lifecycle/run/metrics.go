@@ -5,7 +5,7 @@ import "time"
 // Metrics receives the run metrics of seed 004 §7.1. Implementations must be
 // safe for concurrent use and fast: they are called on the write path.
 //
-// A Metrics may also have either or both of these methods, which the
+// A Metrics may also have any of these methods, which the
 // Runner then calls:
 //
 //	// RecordQuarantined counts a poison record the Runner quarantined,
@@ -14,6 +14,10 @@ import "time"
 //	// StepAbandoned counts a step attempt abandoned at a deadline while
 //	// its goroutine ran on (see Runner.Stragglers).
 //	StepAbandoned(agent, step string)
+//	// StepFinished observes a step's duration once its step file is
+//	// written with the step's end, status "completed" or "failed" (seed
+//	// 003 §5.3: the P95 step times).
+//	StepFinished(agent, step, status string, d time.Duration)
 type Metrics interface {
 	// RunTransition counts a status write from → to (gwi_run_transitions_total).
 	RunTransition(machine, from, to string)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/storage"
@@ -108,6 +109,11 @@ func quarantineKind(key string) string {
 // Runner quarantined (see Metrics).
 type quarantineMetrics interface {
 	RecordQuarantined(kind string)
+}
+
+// stepMetrics is a Metrics that also observes step durations (see Metrics).
+type stepMetrics interface {
+	StepFinished(agent, step, status string, d time.Duration)
 }
 
 // stragglerMetrics is a Metrics that also counts abandoned step attempts

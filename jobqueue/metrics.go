@@ -1,0 +1,166 @@
+package jobqueue
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Metrics receives the job metrics of seed 003 §5.3 (Config.Metrics).
+// Implementations must be safe for concurrent use and fast: they are called
+// on the write path, after the write they describe succeeded, so each
+// write is counted once by the process that made it.
+//
+// A retry is the move RETRY_BACKOFF → QUEUED and a dead job the move
+// FAILED → DEAD: both reach JobTransition, and JobFinished reports DEAD too.
+//
+// A Metrics may also have any of these methods, which the Queue then calls:
+//
+//	// LeaseLost counts a job whose worker's lease ran out before the job
+//	// left its pipeline state (the worker died, paused or lost the store):
+//	// the worker that rescues the job counts it, once per lost lease.
+//	LeaseLost(jobType JobType)
+//	// RecordQuarantined counts a poison record the Queue quarantined, by
+//	// kind ("job", "agent_lock", "sweep_lease", "other").
+//	RecordQuarantined(kind string)
+//	// HandlerAbandoned counts a handler call abandoned at StepTimeout while
+//	// its goroutine ran on (see Queue.Stragglers).
+//	HandlerAbandoned(jobType JobType, step JobState)
+type Metrics interface {
+	// JobTransition counts one move of a job, from → to (from is "" for
+	// the creation), with how long the job had been in from: the time
+	// since the job's previous write that moved it, and 0 for the creation
+	// and for a move after the first in one write (RETRY_BACKOFF → QUEUED
+	// → CONTEXT_ASSEMBLY is one write). So the pipeline states' times are
+	// the step times of seed 003 §5.3.
+	JobTransition(jobType JobType, from, to JobState, inFrom time.Duration)
+	// JobFinished observes a job that reached COMPLETE or DEAD, with its
+	// time since it was created (end-to-end, retries included). FAILED is
+	// not an end: the queue buries a FAILED job at once.
+	JobFinished(jobType JobType, outcome JobState, d time.Duration)
+	// AttemptFailed counts an attempt that failed in step (a pipeline
+	// state), sending the job to RETRY_BACKOFF with error_code code
+	// (TIMEOUT, LEASE_EXPIRED, ARTIFACT_WRITE_ERROR, ...; see Job.ErrorCode).
+	// Whether it is retried depends on the attempts left.
+	AttemptFailed(jobType JobType, step JobState, code string)
+}
+
+// The optional methods of Metrics.
+type (
+	leaseMetrics      interface{ LeaseLost(jobType JobType) }
+	quarantineMetrics interface{ RecordQuarantined(kind string) }
+	abandonMetrics    interface {
+		HandlerAbandoned(jobType JobType, step JobState)
+	}
+)
+
+type noMetrics struct{}
+
+func (noMetrics) JobTransition(JobType, JobState, JobState, time.Duration) {}
+func (noMetrics) JobFinished(JobType, JobState, time.Duration)             {}
+func (noMetrics) AttemptFailed(JobType, JobState, string)                  {}
+
+// observe reports the moves of a write that succeeded: after is the
+// document written, prior the one it replaced (nil for a creation).
+func (q *Queue) observe(prior, after *jobDoc) {
+	if len(after.Trail) == 0 {
+		return
+	}
+	m := q.cfg.Metrics
+	for i, mv := range after.Trail {
+		var in time.Duration
+		if i == 0 && prior != nil && mv.From != "" {
+			in = max(after.UpdatedAt.Sub(prior.UpdatedAt), 0)
+		}
+		m.JobTransition(after.JobType, mv.From, mv.To, in)
+		switch {
+		case mv.To == JobRetryBackoff:
+			code := after.ErrorCode
+			m.AttemptFailed(after.JobType, mv.From, code)
+			if code == CodeLeaseExpired {
+				if lm, ok := m.(leaseMetrics); ok {
+					lm.LeaseLost(after.JobType)
+				}
+			}
+		case mv.To == JobComplete || mv.To == JobDead:
+			m.JobFinished(after.JobType, mv.To, max(after.UpdatedAt.Sub(after.CreatedAt), 0))
+		}
+	}
+}
+
+// quarantined counts a record moved to quarantine from key.
+func (q *Queue) quarantined(key string) {
+	m, ok := q.cfg.Metrics.(quarantineMetrics)
+	if !ok {
+		return
+	}
+	kind := "other"
+	switch {
+	case strings.HasPrefix(key, storage.JobsPrefix):
+		kind = "job"
+	case strings.HasPrefix(key, agentPrefix):
+		kind = "agent_lock"
+	case key == sweepKey:
+		kind = "sweep_lease"
+	}
+	m.RecordQuarantined(kind)
+}
+
+// abandoned counts a handler call left behind at StepTimeout.
+func (q *Queue) abandoned(jobType JobType, step JobState) {
+	if m, ok := q.cfg.Metrics.(abandonMetrics); ok {
+		m.HandlerAbandoned(jobType, step)
+	}
+}
+
+// AgentDepth is one agent's ready lane as Depths read it.
+type AgentDepth struct {
+	Agent string
+	// Ready counts the entries due now: jobs QUEUED, or in RETRY_BACKOFF
+	// with their wait over, that no worker has picked up yet.
+	Ready int
+	// Waiting counts the entries of jobs in RETRY_BACKOFF still waiting.
+	Waiting int
+	// Age is how long the oldest due entry has waited for a worker since
+	// it became ready (enqueued, or its backoff over), by the Queue's
+	// clock; 0 when Ready is 0 (seed 003 §5.4: QUEUED > 5 min).
+	Age time.Duration
+}
+
+// Depths reads every agent's ready lane (queue/lanes/) and returns, by
+// agent in name order, how much work waits there now. Lanes hold only
+// work not yet picked up, so a call costs the work waiting, never the
+// jobs that finished. An entry a worker has picked up but not yet deleted
+// (it died in between) counts until the next claim of its agent clears it.
+func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
+	now := q.clock.Now()
+	var out []AgentDepth
+	index := map[string]int{}
+	for key, err := range q.store.List(ctx, lanePrefix) {
+		if err != nil {
+			return nil, err
+		}
+		agent, at, _, ok := storage.ParseLaneKey(key)
+		if !ok {
+			continue
+		}
+		i, seen := index[agent]
+		if !seen {
+			i = len(out)
+			index[agent] = i
+			out = append(out, AgentDepth{Agent: agent})
+		}
+		d := &out[i]
+		if at.After(now) {
+			d.Waiting++
+			continue
+		}
+		d.Ready++
+		d.Age = max(d.Age, now.Sub(at))
+	}
+	slices.SortFunc(out, func(a, b AgentDepth) int { return strings.Compare(a.Agent, b.Agent) })
+	return out, nil
+}
