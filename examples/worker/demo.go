@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/jobqueue/nlm"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+)
+
+// The demo agents, so that every endpoint and the page have something to
+// show on a fresh machine.
+const (
+	// AgentResearch runs three steps of a few seconds each and completes.
+	AgentResearch = "demo-research"
+	// AgentApproval runs a step, waits for an owner's approval, then
+	// publishes (the approval run machine).
+	AgentApproval = "demo-approval"
+	// AgentNLM asks the in-process NLM backend simulator and waits for its
+	// callback (seed 003 §2 through nlm.Ask).
+	AgentNLM = "demo-nlm"
+)
+
+// demoAgents returns the demo agents; pause is how long each demo step
+// takes (a few seconds by default, so a run can be watched live).
+func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Agent {
+	wait := func(ctx context.Context) error {
+		t := clk.NewTimer(pause)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C():
+			return nil
+		}
+	}
+	step := func(name, summary string) run.Step {
+		return run.Step{Name: name, Idempotent: true, Resumable: true,
+			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+				if err := wait(ctx); err != nil {
+					return run.StepOutput{}, err
+				}
+				return run.StepOutput{Summary: summary}, nil
+			}}
+	}
+	research := run.Agent{Slug: AgentResearch, Concurrency: 4, Steps: []run.Step{
+		step("load-context", "context loaded"),
+		step("nlm-query", "notebook answered"),
+		{Name: "create-proposal", Idempotent: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			if err := wait(ctx); err != nil {
+				return run.StepOutput{}, err
+			}
+			id := "prop_" + in.RunID
+			body, _ := json.Marshal(map[string]string{"proposal_id": id, "run_id": in.RunID})
+			return run.StepOutput{Summary: "proposal created", Proposals: []string{id},
+				Files: map[string][]byte{"proposal.json": body}}, nil
+		}},
+	}}
+	approval := run.Agent{Slug: AgentApproval, Machine: lifecycle.MachineApproval, Concurrency: 4, Steps: []run.Step{
+		{Name: "draft", Idempotent: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			if err := wait(ctx); err != nil {
+				return run.StepOutput{}, err
+			}
+			return run.StepOutput{Summary: "draft ready for review", Await: &run.Await{Approval: "publish"}}, nil
+		}},
+		step("publish", "published"),
+	}}
+	agents := []run.Agent{research, approval}
+	if p != nil {
+		agents = append(agents, run.Agent{Slug: AgentNLM, Machine: lifecycle.MachineApproval, Concurrency: 4,
+			Steps: nlm.Ask(p, "ask-notebook", func(ctx context.Context, in run.StepInput) (nlm.Request, error) {
+				q := "What changed this week?"
+				if len(in.Input) > 0 {
+					q = string(in.Input)
+				}
+				return nlm.Request{JobType: jobqueue.JobBrief, Query: q}, nil
+			})})
+	}
+	return agents
+}
+
+// nlmSimulator is the in-process NLM backend: NotebookLM's answer after a
+// pause, as a brief artifact.
+func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
+	return nlm.Stages{
+		Query: func(ctx context.Context, req nlm.Request, prompt string) (json.RawMessage, error) {
+			t := clk.NewTimer(pause)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-t.C():
+			}
+			return content(req.JobType, req.Query)
+		},
+	}
+}
+
+// jobHandlers run the queue's seed job types with a simulated NotebookLM.
+func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
+	return jobqueue.Handlers{
+		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+			t := clk.NewTimer(pause)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return jobqueue.Output{}, ctx.Err()
+			case <-t.C():
+			}
+			b, err := content(job.JobType, fmt.Sprintf("job %s of %s", job.JobID, job.AgentSlug))
+			if err != nil {
+				return jobqueue.Output{}, err
+			}
+			return jobqueue.Output{Content: b}, nil
+		},
+	}
+}
+
+// content is a simulated NotebookLM answer in the artifact schema of the
+// job's type (seed 003 §3.2).
+func content(t jobqueue.JobType, query string) (json.RawMessage, error) {
+	answer := "Simulated answer to: " + query
+	switch t {
+	case jobqueue.JobResearch:
+		return json.Marshal(artifact.ResearchBriefContent{Title: "Research brief", Summary: answer,
+			Sections: []artifact.Section{{Heading: "Findings", Body: "The demo NLM backend answered; nothing left this machine."}}})
+	case jobqueue.JobProposalPreprocess:
+		return json.Marshal(artifact.PreprocessedProposalContent{Original: json.RawMessage(`{}`), Enriched: json.RawMessage(`{}`)})
+	default:
+		return json.Marshal(artifact.BriefContent{Title: "Brief", Body: answer, WordCount: len(strings.Fields(answer))})
+	}
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/page"
+	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
+	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/jobqueue/nlm"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// worker is one process's part of the Worker: what its role runs.
+type worker struct {
+	opts   options
+	stderr io.Writer
+	log    *slog.Logger
+	store  storage.Store
+	where  string
+	runner *run.Runner
+	queue  *jobqueue.Queue
+	jobs   *jobqueue.Worker
+	nlm    *nlm.Processor
+	box    *inbox.Box
+	feed   *events.Feed
+	http   http.Handler
+	ln     net.Listener
+	tokens map[string]lifecycle.Actor
+}
+
+func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err error) {
+	w := &worker{opts: o, stderr: stderr, log: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))}
+	defer func() {
+		if err != nil && w.ln != nil {
+			_ = w.ln.Close()
+		}
+	}()
+	if w.store, w.where, err = openStore(ctx, o); err != nil {
+		return nil, err
+	}
+	clk := clock.Real()
+	host, _ := os.Hostname()
+	owner := o.owner
+	if owner == "" {
+		owner = run.DefaultOwner()
+	}
+	// The processor and the job worker take ids without "/", which
+	// DefaultOwner's host/executable has.
+	id := strings.ReplaceAll(owner, "/", ":")
+	reg := prometheus.NewRegistry()
+	metrics, err := promadapter.New(reg)
+	if err != nil {
+		return nil, err
+	}
+
+	if w.tokens, err = loadTokens(o.tokens); err != nil {
+		return nil, err
+	}
+	serving := o.role != roleRunner && o.addr != ""
+	if serving {
+		// Listen first: with -addr :0 the callback URL needs the port.
+		if err := httpapi.CheckListen(o.addr, w.tokens); err != nil {
+			return nil, err
+		}
+		if w.ln, err = net.Listen("tcp", o.addr); err != nil {
+			return nil, err
+		}
+		if o.callbackURL == "" {
+			o.callbackURL = "http://" + w.ln.Addr().String() + "/nlm/callback"
+		}
+	}
+	w.nlm, err = nlm.New(nlm.Config{Store: w.store, Owner: id, CallbackURL: o.callbackURL, Client: callbackPoster(w.tokens), Clock: clk, Node: host,
+		Logger: w.log, PollInterval: o.poll}, nlmSimulator(clk, o.pause))
+	if err != nil {
+		return nil, err
+	}
+	var agents []run.Agent
+	if !o.noDemo {
+		agents = demoAgents(clk, o.pause, w.nlm)
+	}
+	w.runner, err = run.NewRunner(run.Config{Store: w.store, Owner: owner, Clock: clk, Logger: w.log, Node: host,
+		Metrics: metrics, PollInterval: o.poll, ParkedPollInterval: 4 * o.poll,
+		LeaseDuration: o.lease, HeartbeatInterval: o.lease / 3}, agents...)
+	if err != nil {
+		return nil, err
+	}
+	w.queue, err = jobqueue.New(jobqueue.Config{Store: w.store, Clock: clk, Node: host, Logger: w.log, StopGrace: o.drain / 3,
+		LeaseTTL: min(o.lease, 30*time.Second), Metrics: metrics})
+	if err != nil {
+		return nil, err
+	}
+	metrics.WatchQueue(w.queue)
+	w.jobs = &jobqueue.Worker{Queue: w.queue, ID: id, Slots: 4, Handlers: jobHandlers(clk, o.pause), PollInterval: o.poll}
+	w.box, err = inbox.New(inbox.Config{Store: w.store, Clock: clk, Node: host})
+	if err != nil {
+		return nil, err
+	}
+	if !serving {
+		return w, nil
+	}
+	w.feed, err = events.New(events.Config{Store: w.store, Clock: clk, Logger: w.log, PollInterval: o.poll})
+	if err != nil {
+		return nil, err
+	}
+	w.http, err = httpapi.New(httpapi.Config{Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store,
+		Tokens: w.tokens, Logger: w.log, Clock: clk, Events: w.feed, Page: page.Handler(),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// callbackPoster posts the NLM simulator's callbacks as the nlm-backend
+// actor, the only one the API lets post them: with that actor's token when
+// the token file has one, else naming it in the header a Worker without
+// tokens reads.
+func callbackPoster(tokens map[string]lifecycle.Actor) nlm.Poster {
+	var token string
+	for t, a := range tokens {
+		if a == lifecycle.ActorNLMBackend && (token == "" || t < token) {
+			token = t
+		}
+	}
+	return posterFunc(func(req *http.Request) (*http.Response, error) {
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		} else {
+			req.Header.Set(httpapi.ActorHeader, string(lifecycle.ActorNLMBackend))
+		}
+		return http.DefaultClient.Do(req)
+	})
+}
+
+type posterFunc func(*http.Request) (*http.Response, error)
+
+func (f posterFunc) Do(req *http.Request) (*http.Response, error) { return f(req) }
+
+// loadTokens reads -tokens and CONVEYOR_TOKENS; none means loopback only.
+func loadTokens(path string) (map[string]lifecycle.Actor, error) {
+	tokens := map[string]lifecycle.Actor{}
+	if path != "" {
+		t, err := httpapi.LoadTokens(path)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range t {
+			tokens[k] = v
+		}
+	}
+	if env := os.Getenv("CONVEYOR_TOKENS"); env != "" {
+		t, err := httpapi.ParseTokens(env)
+		if err != nil {
+			return nil, fmt.Errorf("CONVEYOR_TOKENS: %w", err)
+		}
+		for k, v := range t {
+			tokens[k] = v
+		}
+	}
+	return tokens, nil
+}
+
+func openStore(ctx context.Context, o options) (storage.Store, string, error) {
+	if o.s3Bucket == "" {
+		s, err := filestore.New(o.data)
+		if err != nil {
+			return nil, "", err
+		}
+		return s, "filestore " + o.data, nil
+	}
+	cfg, err := s3store.ConfigFromEnv()
+	if err != nil && os.Getenv(s3store.EnvBucket) != "" {
+		return nil, "", err
+	}
+	cfg.Bucket, cfg.Prefix = o.s3Bucket, o.s3Prefix
+	if o.s3Endpoint != "" {
+		cfg.Endpoint, cfg.UsePathStyle = o.s3Endpoint, true
+	}
+	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
+		cfg.UsePathStyle = true
+	}
+	s, err := s3store.New(ctx, cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	return s, "s3 bucket " + cfg.Bucket, nil
+}
+
+// serve runs the role's parts until ctx ends, then drains them within
+// -drain.
+func (w *worker) serve(ctx context.Context, ready func(string)) error {
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	start := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	if w.opts.role != roleAPI {
+		start("runner", w.runner.Run)
+		start("jobs", w.jobs.Run)
+		start("nlm", w.nlm.Run)
+		start("inbox expiry", w.expireInbox)
+	}
+	var srv *http.Server
+	stopFeed := func() {}
+	addr := ""
+	if w.http != nil {
+		ln := w.ln
+		addr = ln.Addr().String()
+		// The feed stops first at shutdown: its end ends the event
+		// streams, which Shutdown would otherwise wait for.
+		var feedCtx context.Context
+		feedCtx, stopFeed = context.WithCancel(runCtx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.feed.Run(feedCtx); err != nil && !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("events: %w", err)
+			}
+		}()
+		srv = &http.Server{Handler: w.http, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("http: %w", err)
+			}
+		}()
+		if len(w.tokens) == 0 {
+			w.log.Warn("no_tokens", "msg_detail", "no bearer tokens configured: serving loopback only; every request acts as its X-Conveyor-Actor header, gateway by default")
+		}
+	}
+	w.log.Info("worker_started", "role", w.opts.role, "store", w.where, "addr", addr, "owner", w.runner.Owner())
+	if addr != "" {
+		fmt.Fprintf(w.stderr, "conveyor worker (%s) on %s: API http://%s, live page http://%s/ui/\n", w.opts.role, w.where, addr, addr)
+	}
+	if ready != nil {
+		ready(addr)
+	}
+
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-errs:
+		w.log.Error("worker_failed", "error", failed.Error())
+	}
+	w.log.Info("worker_draining", "grace", w.opts.drain.String())
+	deadline := time.Now().Add(w.opts.drain)
+	stopFeed()
+	if srv != nil {
+		sctx, cancel := context.WithDeadline(context.Background(), deadline)
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
+		cancel()
+	}
+	stop()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+		w.log.Error("worker_drain_timeout", "grace", w.opts.drain.String())
+	}
+	return failed
+}
+
+// expireInbox moves inbox entries past their TTL to inbox/expired/ once
+// a minute (seed 002 §1.4).
+func (w *worker) expireInbox(ctx context.Context) error {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		if _, err := w.box.ExpireDue(ctx, lifecycle.ActorSystem); err != nil && ctx.Err() == nil {
+			w.log.Warn("inbox_expiry_failed", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

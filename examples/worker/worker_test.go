@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+)
+
+// childEnv, set, makes the test binary the worker program itself: the
+// integration tests start Worker processes by re-executing it.
+const childEnv = "CONVEYOR_WORKER_TEST_CHILD"
+
+var minio miniotest.Shared
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		main()
+		os.Exit(0)
+	}
+	code := m.Run()
+	_ = minio.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestWorkerInProcess is the README's first command, in-process: the
+// Worker on a fresh directory answers the API, runs the demo agent to
+// completed, streams its events, counts it in /metrics, serves the page,
+// and stops within its drain time.
+func TestWorkerInProcess(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runWorker(ctx, []string{"-addr", "127.0.0.1:0", "-data", t.TempDir(), "-step-pause", "30ms", "-poll", "50ms", "-drain", "5s"},
+			io.Discard, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("worker ended before serving: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not start in 30 s")
+	}
+	base := "http://" + addr
+	c := &httpapi.Client{BaseURL: base}
+	tctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer tcancel()
+
+	res, err := c.Submit(tctx, run.SubmitRequest{AgentSlug: AgentResearch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream, opened before the run can end, shows its events.
+	seen := make(chan string, 64)
+	sctx, scancel := context.WithCancel(tctx)
+	var swg sync.WaitGroup
+	swg.Add(1)
+	go func() {
+		defer swg.Done()
+		for ev, err := range c.Events(sctx, "", res.RunID) {
+			if err != nil {
+				return
+			}
+			seen <- ev.Type
+		}
+	}()
+	st, err := c.Wait(tctx, res.RunID)
+	if err != nil || st.Status != "completed" || st.StepsCompleted != 3 {
+		t.Fatalf("Wait: %+v, %v", st, err)
+	}
+	want := map[string]bool{"run.status.changed": false, "run.step.completed": false}
+	for !want["run.status.changed"] || !want["run.step.completed"] {
+		select {
+		case typ := <-seen:
+			want[typ] = true
+		case <-tctx.Done():
+			t.Fatalf("event stream: saw %v", want)
+		}
+	}
+	scancel()
+	swg.Wait()
+
+	// The agent that waits for approval, approved through the API; the
+	// one that asks the NLM simulator, resumed by its callback.
+	gated, err := c.Submit(tctx, run.SubmitRequest{AgentSlug: AgentApproval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, err := c.Submit(tctx, run.SubmitRequest{AgentSlug: AgentNLM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before string // an event before the job's: the job's stream resumes after it
+	for ev, err := range c.Events(tctx, "", gated.RunID) {
+		if err != nil {
+			t.Fatalf("waiting for the gate: %v", err)
+		}
+		if p, _ := ev.Payload(); p.Status == "awaiting_approval" {
+			before = ev.ID
+			break
+		}
+	}
+	if _, err := c.Approve(tctx, gated.RunID, "owner", "looks good"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{gated.RunID, asked.RunID} {
+		if st, err := c.Wait(tctx, id); err != nil || st.Status != "completed" {
+			t.Errorf("run %s: %+v, %v", id, st, err)
+		}
+	}
+
+	// A job through the queue: the demo handler answers as NotebookLM,
+	// the artifact is written, the job is COMPLETE.
+	job, err := c.Enqueue(tctx, jobqueue.NewJob{RunID: res.RunID, JobType: jobqueue.JobBrief, AgentSlug: AgentResearch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Resumed from before the enqueue, the stream replays the job's every
+	// move from the store, so it cannot miss the last one.
+	for ev, err := range c.Events(tctx, before, "") {
+		if err != nil {
+			t.Fatalf("waiting for the job: %v", err)
+		}
+		if p, _ := ev.Payload(); p.JobID == job.JobID && p.Status == string(jobqueue.JobComplete) {
+			break
+		}
+	}
+
+	for path, needle := range map[string]string{
+		"/metrics": `gwi_run_transitions_total`,
+		"/ui/":     "<html",
+		"/healthz": `"ok":true`,
+	} {
+		body := get(t, base+path)
+		if !strings.Contains(body, needle) {
+			t.Errorf("GET %s: %q not in %.300s", path, needle, body)
+		}
+	}
+	if body := get(t, base+"/metrics"); !regexp.MustCompile(`gwi_run_duration_seconds_count\{[^}]*status="completed"[^}]*\} 1`).MatchString(body) {
+		t.Errorf("/metrics does not count the completed run:\n%s", grepLines(body, "gwi_run_duration"))
+	}
+
+	begin := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker did not stop within its 5 s drain")
+	}
+	t.Logf("stopped in %s", time.Since(begin).Round(time.Millisecond))
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// proc is a Worker process started by a test.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	addr chan string
+	done chan error
+}
+
+var listening = regexp.MustCompile(`API http://([0-9.:]+),`)
+
+// start runs the worker program as a process with args and env.
+func start(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, cmd: cmd, addr: make(chan string, 1), done: make(chan error, 1)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &strings.Builder{}
+	var mu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if m := listening.FindStringSubmatch(line); m != nil {
+				p.addr <- m[1]
+			}
+			mu.Lock()
+			if logs.Len() < 1<<20 {
+				logs.WriteString(line + "\n")
+			}
+			mu.Unlock()
+		}
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("--- %s's log (tail):\n%s", name, tail(logs.String(), 40))
+			mu.Unlock()
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// stop sends SIGTERM and waits for the process to drain and exit.
+func (p *proc) stop(t *testing.T, within time.Duration) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("%s exited: %v", p.name, err)
+		}
+	case <-time.After(within):
+		t.Errorf("%s did not stop within %s of SIGTERM", p.name, within)
+	}
+}
+
+// TestWorkersShareAStore is the seeds' deployment: one API process and two
+// runner processes on one store (a directory, then a MinIO bucket). The
+// client submits 100 runs and follows them over the event stream; one
+// runner is killed -9 midway, and every run still completes: the survivor
+// takes the dead one's runs over when their leases lapse.
+func TestWorkersShareAStore(t *testing.T) {
+	t.Parallel()
+	for _, store := range []string{"filestore", "minio"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			var env, storeArgs []string
+			switch store {
+			case "filestore":
+				storeArgs = []string{"-data", t.TempDir()}
+			case "minio":
+				srv := minio.Get(t)
+				bucket, err := srv.CreateBucket(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				storeArgs = []string{"-s3-bucket", bucket, "-s3-endpoint", srv.Endpoint}
+				env = []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey, "AWS_REGION=" + srv.Region}
+			}
+			common := append([]string{"-step-pause", "20ms", "-poll", "100ms", "-lease", "3s", "-drain", "5s"}, storeArgs...)
+			api := start(t, "api", env, append([]string{"-role", "api", "-addr", "127.0.0.1:0"}, common...)...)
+			r1 := start(t, "runner-1", env, append([]string{"-role", "runner", "-addr", "", "-owner", "runner-1"}, common...)...)
+			r2 := start(t, "runner-2", env, append([]string{"-role", "runner", "-addr", "", "-owner", "runner-2"}, common...)...)
+			var addr string
+			select {
+			case addr = <-api.addr:
+			case err := <-api.done:
+				t.Fatalf("api exited: %v", err)
+			case <-time.After(60 * time.Second):
+				t.Fatal("api did not start in 60 s")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			c := &httpapi.Client{BaseURL: "http://" + addr}
+
+			// The stream is opened before the first submit, so it sees
+			// every run's every change.
+			type change struct{ runID, status string }
+			changes := make(chan change, 1024)
+			sctx, scancel := context.WithCancel(ctx)
+			streamDone := make(chan error, 1)
+			go func() {
+				defer close(changes)
+				for ev, err := range c.Events(sctx, "", "") {
+					if err != nil {
+						streamDone <- err
+						return
+					}
+					if p, err := ev.Payload(); err == nil && ev.Type == "run.status.changed" {
+						changes <- change{p.RunID, p.Status}
+					}
+				}
+			}()
+			defer func() {
+				scancel()
+				for range changes { // until the reader ends
+				}
+			}()
+
+			const n = 100
+			ids := map[string]bool{}
+			for i := range n {
+				res, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: fmt.Sprintf("api:test:%d", i)})
+				if err != nil {
+					t.Fatalf("submit %d: %v", i, err)
+				}
+				ids[res.RunID] = true
+			}
+			done := map[string]string{}
+			killed := false
+			for len(done) < n {
+				select {
+				case ch, ok := <-changes:
+					if !ok {
+						t.Fatalf("event stream ended: %v (%d of %d runs ended)", <-streamDone, len(done), n)
+					}
+					if ids[ch.runID] && (ch.status == "completed" || ch.status == "failed") {
+						done[ch.runID] = ch.status
+					}
+					if !killed && len(done) >= n/5 {
+						killed = true
+						_ = r1.cmd.Process.Kill() // kill -9, mid-way
+						t.Logf("killed runner-1 after %d runs ended", len(done))
+					}
+				case <-ctx.Done():
+					t.Fatalf("%d of %d runs ended (seen on the stream) before the deadline", len(done), n)
+				}
+			}
+			for id := range ids {
+				st, err := c.Status(ctx, id)
+				if err != nil || st.Status != "completed" || st.StepsCompleted != 3 {
+					t.Errorf("run %s: %s (%d steps), %v; want completed", id, st.Status, st.StepsCompleted, err)
+				}
+			}
+			resumed := 0
+			runs, err := c.Runs(ctx, AgentResearch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, st := range runs {
+				if ids[st.RunID] && st.ResumeCount > 0 {
+					resumed++
+				}
+			}
+			t.Logf("%d runs completed, all seen on the event stream; %d taken over from the killed runner", n, resumed)
+			api.stop(t, 10*time.Second)
+			r2.stop(t, 10*time.Second)
+		})
+	}
+}
+
+// TestRefusals: the Worker will not start exposed without tokens, nor on
+// flags that make no sense; each says why.
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-addr", "0.0.0.0:0"}, "loopback"},
+		{[]string{"-role", "boss"}, "want all, api or runner"},
+		{[]string{"-role", "api", "-addr", ""}, "needs -addr"},
+		{[]string{"-lease", "10ms"}, "-lease at least 1s"},
+		{[]string{"extra"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"-data", t.TempDir()}, tt.args...)
+			err := runWorker(context.Background(), args, io.Discard, func(string) { t.Error("the worker started") })
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want one saying %q", err, tt.want)
+			}
+		})
+	}
+}
