@@ -346,7 +346,6 @@ func (c *command) json(v any) error {
 	return enc.Encode(v)
 }
 
-
 func (c *command) machine(name, format string) error {
 	spec, ok := machineSpecs()[name]
 	if !ok {

@@ -117,8 +117,13 @@ func TestSDKEvents(t *testing.T) {
 		if st, err := runner.Wait(ctx, id); err != nil || st.Status != "completed" {
 			t.Fatalf("Wait = %+v, %v", st, err)
 		}
-		got = wire(r.until(s, func(ev events.Event) bool { p, _ := ev.Payload(); return p.Status == "completed" }))
-		eq(t, "run events to the end", got, []string{step(2), runEv("completed", "running")})
+		last := r.until(s, func(ev events.Event) bool { p, _ := ev.Payload(); return p.Status == "completed" })
+		eq(t, "run events to the end", wire(last), []string{step(2), runEv("completed", "running")})
+		// One audit event made both: only the last carries its id, so a
+		// client cut off between them resumes before the first.
+		if len(last) == 2 && (last[0].ID == last[1].ID || last[1].ID <= last[0].ID) {
+			t.Errorf("ids %q then %q: the step's event must keep the id before the audit event's", last[0].ID, last[1].ID)
+		}
 
 		// Inbox: two submits, each counted; then one processed.
 		box, err := inbox.New(inbox.Config{Store: other, Clock: r.clk})

@@ -163,7 +163,13 @@ func (t *translator) translate(ctx context.Context, ev *storage.AuditEvent) (bat
 	case "nlm.status.update":
 		add(TypeNLMStatusChanged, jobStatusData{Type: TypeNLMStatusChanged, JobID: ev.JobID, Status: ev.To, From: ev.From})
 	}
-	for _, f := range frames {
+	// Only the last event of an audit event carries its id: a client cut
+	// off between two of them resumes from the id before, and so gets the
+	// first again rather than never the second.
+	for i, f := range frames {
+		if i < len(frames)-1 {
+			f.ID = ""
+		}
 		b.frame = appendFrame(b.frame, f)
 	}
 	return b, nil
