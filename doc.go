@@ -16,6 +16,8 @@
 //	jobqueue/nlm   the NLM-job machine and processor; a run step that waits for it
 //	inbox          the inbox entry machine
 //	artifact       the artifact model
-//	adapters/…     memstore, filestore, s3store, httpapi, metrics
-//	examples/…     runnable programs that assemble a Worker
+//	adapters/…     memstore, filestore, s3store; httpapi (the HTTP API and its
+//	               client), httpapi/events (the event stream), httpapi/page
+//	               (the live page), prometheus (metrics and alert rules)
+//	examples/…     worker (the Worker), conveyor (its CLI), machines, chaos
 package conveyor
