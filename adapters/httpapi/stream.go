@@ -8,9 +8,11 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -206,4 +208,63 @@ func Terminal(st run.Status) bool {
 		return approval
 	}
 	return canonical || cancelable || approval
+}
+
+// InboxPollInterval is how often WatchInbox reads the inbox stats when the
+// event stream is not available (seed 000 §4.1: 30 s).
+const InboxPollInterval = 30 * time.Second
+
+// WatchInbox yields the inbox stats now, and again whenever they change:
+// at each inbox event of the stream, or, while the stream is unavailable
+// or broken, at reads every InboxPollInterval on c.Clock (trying the stream
+// again after each). It ends when ctx ends or a read is refused (an *Error
+// under 500, yielded); 5xx answers and network errors are waited out.
+func (c *Client) WatchInbox(ctx context.Context) iter.Seq2[inbox.Stats, error] {
+	return func(yield func(inbox.Stats, error) bool) {
+		var last inbox.Stats
+		first := true
+		// read yields the stats if they changed; false ends the watch.
+		read := func() bool {
+			st, err := c.InboxStats(ctx)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return false
+			case err != nil && !retryable(err):
+				yield(inbox.Stats{}, err)
+				return false
+			case err != nil:
+				return true
+			case first || st != last:
+				first, last = false, st
+				return yield(st, nil)
+			}
+			return true
+		}
+		for ctx.Err() == nil {
+			if body, err := c.openStream(ctx, "", ""); err == nil {
+				ok := read() // changes before the stream opened have no event on it
+				for ev, err := range readEvents(body) {
+					if !ok || err != nil {
+						break
+					}
+					if strings.HasPrefix(ev.Type, "inbox.") {
+						ok = read()
+					}
+				}
+				body.Close()
+				if !ok {
+					return
+				}
+			} else if !read() {
+				return
+			}
+			t := c.clock().NewTimer(InboxPollInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+		}
+	}
 }
