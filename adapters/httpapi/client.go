@@ -121,9 +121,9 @@ func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID
 
 // Submit asks for a run (POST /agents/run): AgentSlug, Trigger, Input,
 // Caller.UserID and Caller.Metadata go in the body and IdempotencyKey in
-// X-Idempotency-Key (a key without a seed 004 scheme is made
-// api:{actor}:{key} by the server). Caller.Initiator is not sent: the
-// server derives it from the trigger.
+// X-Idempotency-Key (the server makes it api:{actor}:{key}, the caller's
+// namespace, unless it already starts with api:{actor}:).
+// Caller.Initiator is not sent: the server derives it from the trigger.
 func (c *Client) Submit(ctx context.Context, sr run.SubmitRequest) (run.SubmitResult, error) {
 	body := submitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
 	req, err := c.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)

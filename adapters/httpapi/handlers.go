@@ -39,8 +39,13 @@ type quarantinedJSON struct {
 }
 
 // idempotencyKey is the key of a submit: X-Idempotency-Key, else
-// X-Request-ID; kept as it is when it has a scheme of seed 004 §3.1, else
-// api:{actor}:{id} (the actor is the seed's client id).
+// X-Request-ID, always in the caller's own namespace api:{actor}:{id} (seed
+// 004 §3.2: an API call's key is "combined with authenticated client ID";
+// the actor is the seed's client id). A value that already starts with
+// api:{actor}: is kept as it is. Any other value, one naming another client
+// (api:admin:...) or another source's scheme (scheduler:, github:, slack:)
+// included, is an id inside the caller's namespace: an API caller cannot
+// occupy, probe or block another client's or source's key.
 func idempotencyKey(r *http.Request, actor lifecycle.Actor) string {
 	id := r.Header.Get(IdempotencyKeyHeader)
 	if id == "" {
@@ -49,12 +54,11 @@ func idempotencyKey(r *http.Request, actor lifecycle.Actor) string {
 	if id == "" {
 		return ""
 	}
-	for _, scheme := range []string{"github:", "api:", "slack:", "scheduler:"} {
-		if strings.HasPrefix(id, scheme) {
-			return id
-		}
+	own := "api:" + string(actor) + ":"
+	if strings.HasPrefix(id, own) {
+		return id
 	}
-	return "api:" + string(actor) + ":" + id
+	return own + id
 }
 
 func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
