@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -82,5 +84,87 @@ func TestIdempotencyKeyIsTheCallers(t *testing.T) {
 				t.Errorf("gateway's retry: %d %s, want its run as a duplicate", status, body)
 			}
 		})
+	}
+}
+
+// TestTokenlessTrustsOnlyTheLocalMachine: without tokens the loopback
+// address is the credential, so what a browser or a proxy on this machine
+// relays for someone else must not pass for a local client:
+//   - DNS rebinding: a page of evil.example whose name now resolves to
+//     127.0.0.1 reads and writes as the gateway, its requests same-origin
+//     for the browser; only the Host header tells them apart;
+//   - cross-site requests: any page can POST an empty body (no preflight)
+//     to http://127.0.0.1:8080/runs/{id}/cancel;
+//   - a reverse proxy on this machine relays a remote client's request.
+//
+// Each is refused and writes nothing; the local forms still pass.
+func TestTokenlessTrustsOnlyTheLocalMachine(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, rigOpts{tokens: map[string]lifecycle.Actor{}})
+	ctx := context.Background()
+	res, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := g.srv.URL[strings.LastIndex(g.srv.URL, ":")+1:]
+	cancel := "/runs/" + res.RunID + "/cancel"
+	tests := []struct {
+		name         string
+		method, path string
+		host         string
+		header       map[string]string
+		status       int
+		code         string
+	}{
+		{name: "rebound name reads", method: "GET", path: "/runs?agent=slow", host: "evil.example:" + port, status: 401, code: "UNAUTHORIZED"},
+		{name: "rebound name writes", method: "POST", path: cancel, host: "evil.example:" + port, status: 401, code: "UNAUTHORIZED"},
+		{name: "rebound name without port", method: "GET", path: "/agents", host: "evil.example", status: 401, code: "UNAUTHORIZED"},
+		{name: "cross-site POST", method: "POST", path: cancel, header: map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+			status: 403, code: "FORBIDDEN"},
+		{name: "cross-origin POST, old browser", method: "POST", path: cancel, header: map[string]string{"Origin": "https://evil.example"},
+			status: 403, code: "FORBIDDEN"},
+		{name: "proxied, X-Forwarded-For", method: "GET", path: "/agents", header: map[string]string{"X-Forwarded-For": "203.0.113.9"}, status: 401, code: "UNAUTHORIZED"},
+		{name: "proxied, Forwarded", method: "POST", path: cancel, header: map[string]string{"Forwarded": "for=203.0.113.9"}, status: 401, code: "UNAUTHORIZED"},
+		{name: "proxied, X-Real-IP", method: "GET", path: "/agents", header: map[string]string{"X-Real-IP": "203.0.113.9"}, status: 401, code: "UNAUTHORIZED"},
+
+		{name: "local by IP", method: "GET", path: "/agents", status: 200},
+		{name: "local by name", method: "GET", path: "/agents", host: "localhost:" + port, status: 200},
+		{name: "local by name, any case", method: "GET", path: "/agents", host: "LocalHost:" + port, status: 200},
+		{name: "local page GET, cross-site", method: "GET", path: "/agents", header: map[string]string{"Sec-Fetch-Site": "cross-site"}, status: 200},
+		{name: "local page POST, same-origin", method: "POST", path: "/runs/" + res.RunID + "/events", host: "localhost:" + port,
+			header: map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://localhost:" + port, "Content-Type": "application/json"},
+			status: 409}, // past the gate: the machine refuses the event
+	}
+	before := g.snapshot()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := ""
+			if strings.HasSuffix(tt.path, "/events") {
+				body = `{"type":"reply"}`
+			}
+			req, err := http.NewRequest(tt.method, g.srv.URL+tt.path, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.host != "" {
+				req.Host = tt.host
+			}
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := g.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var e struct{ Code string }
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			if resp.StatusCode != tt.status || (tt.code != "" && e.Code != tt.code) {
+				t.Errorf("%s %s (Host %q, %v): %d %s, want %d %s", tt.method, tt.path, tt.host, tt.header, resp.StatusCode, e.Code, tt.status, tt.code)
+			}
+		})
+	}
+	if d := diffSnapshots(before, g.snapshot()); d != "" {
+		t.Errorf("the store changed:\n%s", d)
 	}
 }
