@@ -1,12 +1,16 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -166,5 +170,57 @@ func TestTokenlessTrustsOnlyTheLocalMachine(t *testing.T) {
 	}
 	if d := diffSnapshots(before, g.snapshot()); d != "" {
 		t.Errorf("the store changed:\n%s", d)
+	}
+}
+
+// TestSlowBodyIsCutOff: a client that sends its headers and then a body
+// slower than the request's deadline (or stops sending it) is answered
+// within that deadline and writes nothing. The deadline bounded only the
+// SDK calls, not the reading of the body, so such a client held a
+// handler, its goroutine and its connection for as long as it liked, and
+// the Worker's Shutdown waited for it.
+func TestSlowBodyIsCutOff(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		head string
+		body string
+	}{
+		{name: "content length", head: "Content-Length: 100\r\n", body: `{"agent_slug":`},
+		{name: "chunked", head: "Transfer-Encoding: chunked\r\n", body: "e\r\n{\"agent_slug\":\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// The deadline is a network one, in wall-clock time.
+			g := newRig(t, rigOpts{requestTimeout: 200 * time.Millisecond})
+			before := g.snapshot()
+			conn, err := net.Dial("tcp", strings.TrimPrefix(g.srv.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// The test's own bound: far past the server's deadline.
+			if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			req := "POST /agents/run HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok-gateway\r\nContent-Type: application/json\r\n" + tt.head + "\r\n" + tt.body
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer to a stalled body: %v", err)
+			}
+			defer resp.Body.Close()
+			var e struct{ Code string }
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			if resp.StatusCode != http.StatusBadRequest || e.Code != lifecycle.CodeInvalidRequest {
+				t.Errorf("stalled body: %d %s, want 400 INVALID_REQUEST", resp.StatusCode, e.Code)
+			}
+			if d := diffSnapshots(before, g.snapshot()); d != "" {
+				t.Errorf("the store changed:\n%s", d)
+			}
+		})
 	}
 }

@@ -52,6 +52,8 @@ type rigOpts struct {
 	tokens  map[string]lifecycle.Actor
 	events  http.Handler
 	page    http.Handler
+	// requestTimeout is Config.RequestTimeout (0: the default).
+	requestTimeout time.Duration
 }
 
 func quickStep(name string) run.Step {
@@ -105,7 +107,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		o.tokens = tokens
 	}
 	s, err := httpapi.New(httpapi.Config{Runner: g.runner, Queue: g.queue, Inbox: g.box, NLM: proc, Store: g.store,
-		Tokens: o.tokens, Events: o.events, Page: o.page, Logger: log})
+		Tokens: o.tokens, Events: o.events, Page: o.page, Logger: log, RequestTimeout: o.requestTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// RequestTimeout bounds the SDK calls of one request (not the event
 	// stream, the page or the metrics); when it runs out the answer is
-	// UPSTREAM_UNAVAILABLE. Default DefaultRequestTimeout (30 s).
+	// UPSTREAM_UNAVAILABLE. It also bounds the reading of a request body
+	// (a stalled body is INVALID_REQUEST). Default DefaultRequestTimeout
+	// (30 s).
 	RequestTimeout time.Duration
 }
 
@@ -280,6 +282,12 @@ func (s *Server) handler(rt route) http.Handler {
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+			// The body is read within the request's deadline too: a client
+			// that stalls it would otherwise hold the handler for ever (the
+			// deadline below bounds the SDK calls, not the socket). It is a
+			// network deadline, in wall-clock time; the server resets it at
+			// the next request on the connection.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 		}
 		if !rt.stream {
 			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
