@@ -246,7 +246,9 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 				errs <- fmt.Errorf("events: %w", err)
 			}
 		}()
-		srv = &http.Server{Handler: w.http, ReadHeaderTimeout: 10 * time.Second}
+		// Idle keep-alive connections are closed, so clients that leave
+		// them open cannot exhaust the process's file descriptors.
+		srv = &http.Server{Handler: w.http, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errs <- fmt.Errorf("http: %w", err)
