@@ -382,3 +382,15 @@ func ArtifactsPrefix(cid string) (string, error) {
 	}
 	return "projects/" + cid + "/artifacts/", nil
 }
+
+// SchedulesPrefix holds the state of each schedule (issue 13): its last
+// slot fired and whether it is paused.
+const SchedulesPrefix = "schedules/"
+
+// ScheduleKey is a schedule's state: schedules/{schedule_id}.json.
+func ScheduleKey(scheduleID string) (string, error) {
+	if err := ValidateID("schedule id", scheduleID); err != nil {
+		return "", err
+	}
+	return SchedulesPrefix + scheduleID + ".json", nil
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -41,6 +42,7 @@ type worker struct {
 	runner *run.Runner
 	queue  *jobqueue.Queue
 	jobs   *jobqueue.Worker
+	sched  *schedule.Scheduler
 	nlm    *nlm.Processor
 	box    *inbox.Box
 	feed   *events.Feed
@@ -102,6 +104,21 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	w.runner, err = run.NewRunner(run.Config{Store: w.store, Owner: owner, Clock: clk, Logger: w.log, Node: host,
 		Metrics: metrics, PollInterval: o.poll, ParkedPollInterval: 4 * o.poll,
 		LeaseDuration: o.lease, HeartbeatInterval: o.lease / 3}, agents...)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := readConfig(o.config)
+	if err != nil {
+		return nil, err
+	}
+	schedules, err := conf.schedules()
+	if err != nil {
+		return nil, err
+	}
+	// Every process may run the scheduler: each slot starts one run
+	// however many do. The API process lists and pauses them.
+	w.sched, err = schedule.New(schedule.Config{Runner: w.runner, Store: w.store, Clock: clk, Logger: w.log,
+		Metrics: metrics, Schedules: schedules})
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +245,7 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 		start("jobs", w.jobs.Run)
 		start("nlm", w.nlm.Run)
 		start("inbox expiry", w.expireInbox)
+		start("scheduler", w.sched.Run)
 	}
 	var srv *http.Server
 	stopFeed := func() {}
