@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -228,6 +229,30 @@ func (c *Client) Requeue(ctx context.Context, jobID string) (jobqueue.Job, error
 	var j jobqueue.Job
 	err := c.call(ctx, http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil, nil, &j)
 	return j, err
+}
+
+// Schedules lists the schedules with their next and last slots and runs
+// (GET /schedules).
+func (c *Client) Schedules(ctx context.Context) ([]schedule.Info, error) {
+	var out []schedule.Info
+	err := c.call(ctx, http.MethodGet, "/schedules", nil, nil, &out)
+	return out, err
+}
+
+// PauseSchedule pauses a schedule in every process (POST
+// /schedules/{id}/pause, admin); ResumeSchedule lets it fire again.
+func (c *Client) PauseSchedule(ctx context.Context, id string) (schedule.Info, error) {
+	var out schedule.Info
+	err := c.call(ctx, http.MethodPost, "/schedules/"+url.PathEscape(id)+"/pause", nil, nil, &out)
+	return out, err
+}
+
+// ResumeSchedule lets a paused schedule fire again from its next slot
+// (POST /schedules/{id}/resume, admin).
+func (c *Client) ResumeSchedule(ctx context.Context, id string) (schedule.Info, error) {
+	var out schedule.Info
+	err := c.call(ctx, http.MethodPost, "/schedules/"+url.PathEscape(id)+"/resume", nil, nil, &out)
+	return out, err
 }
 
 // NLMCallback posts an NLM backend's callback (POST /nlm/callback).

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -446,4 +447,45 @@ func (s *Server) restoreQuarantined(w http.ResponseWriter, r *http.Request, _ li
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	if s.cfg.Schedules == nil {
+		return absent("scheduler")
+	}
+	infos, err := s.cfg.Schedules.List(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, infos)
+}
+
+// pauseSchedule pauses or resumes a schedule, in every process sharing the
+// store; the actor is recorded as who paused it.
+func (s *Server) pauseSchedule(pause bool) func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	return func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+		if s.cfg.Schedules == nil {
+			return absent("scheduler")
+		}
+		id, err := pathID(r, "scheduleId", "schedule_id")
+		if err != nil {
+			return err
+		}
+		if r.ContentLength > 0 {
+			return apiErr(lifecycle.CodeInvalidRequest, "pause and resume take no body")
+		}
+		var info schedule.Info
+		if pause {
+			info, err = s.cfg.Schedules.Pause(r.Context(), id, string(actor))
+		} else {
+			info, err = s.cfg.Schedules.Resume(r.Context(), id)
+		}
+		if errors.Is(err, schedule.ErrUnknownSchedule) {
+			return apiErr(lifecycle.CodeNotFound, "no schedule %q", id)
+		}
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, info)
+	}
 }

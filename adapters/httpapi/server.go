@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -56,6 +57,14 @@ type Config struct {
 	// actor their X-Conveyor-Actor header names, gateway by default; the
 	// Worker refuses to listen elsewhere (CheckListen).
 	Tokens map[string]lifecycle.Actor
+
+	// Schedules serves GET /schedules and an admin's pause and resume.
+	// Default none: 404 NOT_FOUND, as for Queue.
+	Schedules *schedule.Scheduler
+	// Webhooks is mounted at /webhooks/ (package httpapi/webhook). Its
+	// requests carry no bearer token: the handler checks each source's
+	// signature itself. Default none: 404.
+	Webhooks http.Handler
 
 	// Events is mounted at GET /events/stream (package httpapi/events).
 	// Default none: the route answers 503 SERVICE_UNAVAILABLE, and the
@@ -179,8 +188,10 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{ResponseWriter: w}
 	actor := lifecycle.Actor("")
-	if public(r) {
-		s.mux.ServeHTTP(rec, r) // health and the page's assets need no identity
+	if public(r) || (s.cfg.Webhooks != nil && strings.HasPrefix(r.URL.Path, "/webhooks/")) {
+		// Health and the page's assets need no identity; a webhook's is
+		// its signature, which its handler checks.
+		s.mux.ServeHTTP(rec, r)
 	} else if a, err := s.authenticate(r); err != nil {
 		s.writeError(rec, r, err)
 	} else {
@@ -233,6 +244,9 @@ func (s *Server) routes() {
 		{method: "POST", path: "/inbox/submit", actors: submitters, body: true, h: s.submitInbox},
 		{method: "GET", path: "/inbox/stats", actors: anyone, h: s.inboxStats},
 		{method: "GET", path: "/inbox/entries", actors: anyone, h: s.inboxEntries},
+		{method: "GET", path: "/schedules", actors: anyone, h: s.listSchedules},
+		{method: "POST", path: "/schedules/{scheduleId}/pause", actors: admin, h: s.pauseSchedule(true)},
+		{method: "POST", path: "/schedules/{scheduleId}/resume", actors: admin, h: s.pauseSchedule(false)},
 		{method: "GET", path: "/quarantine", actors: admin, h: s.listQuarantine},
 		{method: "POST", path: "/quarantine/restore", actors: admin, body: true, h: s.restoreQuarantined},
 		{method: "GET", path: "/events/stream", actors: anyone, stream: true, h: s.mounted(s.cfg.Events, http.StatusServiceUnavailable)},
@@ -248,6 +262,9 @@ func (s *Server) routes() {
 		if rt.method == "GET" {
 			allow[rt.path] = append(allow[rt.path], "HEAD")
 		}
+	}
+	if s.cfg.Webhooks != nil {
+		s.mux.Handle("/webhooks/", s.cfg.Webhooks)
 	}
 	if s.cfg.Page != nil {
 		s.mux.Handle("/ui/", s.cfg.Page)

@@ -141,6 +141,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		return nil, err
 	}
 	w.http, err = httpapi.New(httpapi.Config{Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store,
+		Schedules: w.sched,
 		Tokens: w.tokens, Logger: w.log, Clock: clk, Events: w.feed, Page: page.Handler(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 	if err != nil {
