@@ -52,11 +52,45 @@
 // and processes. A writer waits for the lock by polling with LOCK_NB, so
 // the wait ends when its context does, even if the holder is a paused
 // process; locks are per key, so a paused holder delays only writers of its
-// own key. A killed holder's lock is released by the kernel. Every write is
-// fsync'd, then renamed, then the directory is fsync'd, so a completed Put
-// survives a crash. Deleting a key leaves its lock file and directories
-// behind; they are harmless and reused by the next write. flock needs a
-// local file system; do not share the root over NFS.
+// own key. A killed holder's lock is released by the kernel. Deleting a key
+// leaves its lock file and directories behind; they are harmless and
+// reused by the next write. flock needs a local file system; do not share
+// the root over NFS.
+//
+// # Durability and group commit
+//
+// A Put returns only once its value, its version attribute and the rename
+// that puts them at the key are durable, and a Delete once the removal is;
+// so a completed write survives a crash or power loss. Each write takes
+// two syncs: one of its temporary file before the rename, one of the
+// directory after it (plus one of a parent for each directory it creates).
+// Writers that need a sync at the same time share it (group commit): the
+// first to arrive while no sync runs does its own at once (fsync(2) of the
+// file or directory, exactly what a write did before group commit, so a
+// writer alone waits no longer), and the writers that arrive meanwhile are
+// served together by the next sync, one syncfs(2) on the root, which makes
+// every file and directory entry of the file system durable. The key's
+// lock is held from the version check until the second sync returns, so
+// compare-and-swap stays atomic per key, as before; the rename takes effect
+// when it is done (readers may see it before the Put returns, as they
+// could before), and the Put is acknowledged after. A sync that fails
+// fails every write in flight while it ran, not only its own batch:
+// syncfs reports a lost write-back once, to whichever syncfs comes first.
+// A failure before the rename leaves the key as it was; after it, the
+// error matches storage.ErrOutcomeUnknown.
+//
+// syncfs is Linux's, and reports write-back errors only since Linux 5.8:
+// elsewhere, and on older kernels, every write does its own fsyncs as
+// before. syncfs flushes the whole file system, data other programs left
+// dirty included, so a root on a file system busy with unrelated writes
+// pays for them: PerWriteSync turns group commit off. Keys must live on the
+// root's file system; a directory mounted from another one beneath the
+// root is synced file by file.
+//
+// # Watching
+//
+// Store implements storage.Watcher with inotify on Linux (see Watch): a
+// write by any process on the directory wakes the watchers of its key.
 package filestore
 
 import (

@@ -234,6 +234,8 @@ func BenchmarkGroupCommit(b *testing.B) {
 			b.ReportMetric(perWrite, "perwrite-writes/s")
 			b.ReportMetric(group, "group-writes/s")
 			b.ReportMetric(group/perWrite, "ratio")
+			st := filestore.SyncStatsForTest(stores[1])
+			b.ReportMetric(float64(st.Requests)/float64(st.Batches), "group-syncs/batch")
 			b.ReportMetric(float64(took[0].Microseconds())*float64(writers)/float64(b.N), "perwrite-µs/write")
 			b.ReportMetric(float64(took[1].Microseconds())*float64(writers)/float64(b.N), "group-µs/write")
 		})
