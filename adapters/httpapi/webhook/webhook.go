@@ -349,7 +349,7 @@ func validName(s string) bool {
 // clean text without spaces) or a payload type (a validName).
 func validSlackEvent(s string) bool {
 	if cmd, ok := strings.CutPrefix(s, "/"); ok {
-		return cmd != "" && len(s) <= 64 && !strings.ContainsAny(s, " /") &&
+		return cmd != "" && len(s) <= 64 && !strings.ContainsAny(cmd, " /") &&
 			lifecycle.CheckText("command", s, 64, lifecycle.OneLine) == nil
 	}
 	return validName(s)
