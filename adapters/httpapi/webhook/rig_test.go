@@ -13,12 +13,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -45,8 +45,8 @@ var testRoutes = []webhook.Route{
 // rig is a real Runner on a memstore behind a Handler served on 127.0.0.1;
 // the Runner is not run: the tests look at the runs the intake creates.
 type rig struct {
-	t      *testing.T
-	store  *teststores.Counting
+	t      testing.TB
+	store  *writeCounter
 	clk    *clock.Fake
 	runner *run.Runner
 	h      *webhook.Handler
@@ -55,9 +55,9 @@ type rig struct {
 
 type rigOption func(*run.Config, *webhook.Config)
 
-func newRig(t *testing.T, opts ...rigOption) *rig {
+func newRig(t testing.TB, opts ...rigOption) *rig {
 	t.Helper()
-	r := &rig{t: t, store: &teststores.Counting{Store: memstore.New()}, clk: clock.NewFake(t0)}
+	r := &rig{t: t, store: &writeCounter{Store: memstore.New()}, clk: clock.NewFake(t0)}
 	rcfg := run.Config{Store: r.store, Clock: r.clk, Owner: "test", Logger: slog.New(slog.DiscardHandler)}
 	wcfg := webhook.Config{Store: r.store, Clock: r.clk, GitHubSecret: ghSecret, SlackSigningSecret: slackSecret,
 		Routes: testRoutes, MaxBodyBytes: 4 << 10, Logger: slog.New(slog.DiscardHandler)}
@@ -81,6 +81,29 @@ func newRig(t *testing.T, opts ...rigOption) *rig {
 	r.srv = httptest.NewServer(r.h)
 	t.Cleanup(r.srv.Close)
 	return r
+}
+
+// writeCounter counts the writes a store accepted (a refused conditional
+// Put is no write).
+type writeCounter struct {
+	storage.Store
+	writes atomic.Int64
+}
+
+func (c *writeCounter) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	v, err := c.Store.Put(ctx, key, value, cond)
+	if err == nil {
+		c.writes.Add(1)
+	}
+	return v, err
+}
+
+func (c *writeCounter) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	err := c.Store.Delete(ctx, key, cond)
+	if err == nil {
+		c.writes.Add(1)
+	}
+	return err
 }
 
 // delivery is one request to the handler.
@@ -192,7 +215,7 @@ func (r *rig) serve(h http.Handler, d delivery) reply {
 	return parseReply(nil, w.Code, w.Header(), w.Body.Bytes())
 }
 
-func parseReply(t *testing.T, status int, header http.Header, raw []byte) reply {
+func parseReply(t testing.TB, status int, header http.Header, raw []byte) reply {
 	rep := reply{status: status, header: header, raw: string(raw)}
 	if err := json.Unmarshal(raw, &rep.body); err != nil && t != nil {
 		t.Fatalf("answer %d is not JSON: %q", status, raw)

@@ -357,16 +357,26 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	r := newRig(t)
 	base := webhook.Config{Runner: r.runner, Store: r.store, GitHubSecret: ghSecret, SlackSigningSecret: slackSecret}
 	tests := map[string]func(*webhook.Config){
-		"no runner":             func(c *webhook.Config) { c.Runner = nil },
-		"github without store":  func(c *webhook.Config) { c.Store = nil },
-		"negative body limit":   func(c *webhook.Config) { c.MaxBodyBytes = -1 },
-		"unknown source":        func(c *webhook.Config) { c.Routes = []webhook.Route{{Source: "gitlab", Event: "push", Agent: "reviewer"}} },
-		"unknown agent":         func(c *webhook.Config) { c.Routes = []webhook.Route{{Source: "github", Event: "push", Agent: "nobody"}} },
-		"bad github event":      func(c *webhook.Config) { c.Routes = []webhook.Route{{Source: "github", Event: "Pull Request", Agent: "reviewer"}} },
-		"bad slack event":       func(c *webhook.Config) { c.Routes = []webhook.Route{{Source: "slack", Event: "/a b", Agent: "reviewer"}} },
-		"route without secret":  func(c *webhook.Config) { c.SlackSigningSecret = ""; c.Routes = testRoutes },
-		"event routed twice":    func(c *webhook.Config) { c.Routes = append(testRoutes[:1:1], testRoutes[0]) },
-		"github action missing": func(c *webhook.Config) { c.Routes = []webhook.Route{{Source: "github", Event: "pull_request.", Agent: "reviewer"}} },
+		"no runner":            func(c *webhook.Config) { c.Runner = nil },
+		"github without store": func(c *webhook.Config) { c.Store = nil },
+		"negative body limit":  func(c *webhook.Config) { c.MaxBodyBytes = -1 },
+		"unknown source": func(c *webhook.Config) {
+			c.Routes = []webhook.Route{{Source: "gitlab", Event: "push", Agent: "reviewer"}}
+		},
+		"unknown agent": func(c *webhook.Config) {
+			c.Routes = []webhook.Route{{Source: "github", Event: "push", Agent: "nobody"}}
+		},
+		"bad github event": func(c *webhook.Config) {
+			c.Routes = []webhook.Route{{Source: "github", Event: "Pull Request", Agent: "reviewer"}}
+		},
+		"bad slack event": func(c *webhook.Config) {
+			c.Routes = []webhook.Route{{Source: "slack", Event: "/a b", Agent: "reviewer"}}
+		},
+		"route without secret": func(c *webhook.Config) { c.SlackSigningSecret = ""; c.Routes = testRoutes },
+		"event routed twice":   func(c *webhook.Config) { c.Routes = append(testRoutes[:1:1], testRoutes[0]) },
+		"github action missing": func(c *webhook.Config) {
+			c.Routes = []webhook.Route{{Source: "github", Event: "pull_request.", Agent: "reviewer"}}
+		},
 	}
 	for name, mutate := range tests {
 		cfg := base
