@@ -225,11 +225,15 @@ func (h *Handler) githubDedupe(ctx context.Context, in githubInput, agent, key s
 		return nil, "", err
 	}
 	ab, _, err := storage.Read[absorbed](ctx, h.cfg.Store, akey)
+	var ce *storage.CorruptError
 	switch {
 	case err == nil && h.clock.Now().Before(ab.ExpiresAt):
 		a := githubStarted(ab.RunID, ab.Agent, true)
 		return &a, ab.RunID, nil
 	case err == nil, errors.Is(err, storage.ErrNotFound):
+	case errors.As(err, &ce):
+		// Undecodable: no answer to give from it; replace overwrites it if
+		// the delivery is absorbed again.
 	default:
 		return nil, "", err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 	"go.uber.org/goleak"
 )
 
@@ -387,5 +388,28 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := webhook.New(base); err != nil {
 		t.Errorf("no routes: %v", err)
+	}
+}
+
+// TestPoisonDedupeRecords: an undecodable window or absorbed record is only
+// a lost hint; it neither blocks its subject nor fails the delivery.
+func TestPoisonDedupeRecords(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := context.Background()
+	wkey := storage.GitHubWindowKey("octo/repo", 7, "pull_request.synchronize")
+	akey, _ := storage.GitHubDeliveryKey("d-2")
+	for _, k := range []string{wkey, akey} {
+		if _, err := r.store.Put(ctx, k, []byte("{not json"), storage.IfNotExists()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := r.send(gh("d-1", "pull_request", ghPR("synchronize", 7)))
+	second := r.send(gh("d-2", "pull_request", ghPR("synchronize", 7)))
+	if first.status != 201 || first.duplicate || second.raw != first.raw || !second.duplicate {
+		t.Fatalf("over poison records: %d %s, then %d %s", first.status, first.raw, second.status, second.raw)
+	}
+	if got := r.runs()["triager"]; got != 1 {
+		t.Errorf("%d runs, want 1", got)
 	}
 }
