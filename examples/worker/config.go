@@ -7,17 +7,42 @@ import (
 	"os"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
-// fileConfig is the -config file: the Worker's schedules, e.g.
+// fileConfig is the -config file: the Worker's schedules and the routes of
+// its webhooks, e.g.
 //
 //	{"schedules": [
 //	  {"id": "morning-digest", "agent": "demo-research", "cron": "0 7 * * 1-5", "time_zone": "Europe/Kyiv"},
 //	  {"id": "heartbeat", "agent": "demo-research", "every": "15m", "jitter": "30s", "missed": "latest"}
+//	 ],
+//	 "webhooks": [
+//	  {"source": "github", "event": "pull_request.opened", "agent": "demo-research"},
+//	  {"source": "slack", "event": "/research", "agent": "demo-research"}
 //	]}
+//
+// The webhooks' secrets come from the environment, never the file:
+// CONVEYOR_GITHUB_SECRET and CONVEYOR_SLACK_SIGNING_SECRET.
 type fileConfig struct {
 	Schedules []fileSchedule `json:"schedules"`
+	Webhooks  []fileRoute    `json:"webhooks"`
+}
+
+// fileRoute is a webhook.Route.
+type fileRoute struct {
+	Source string `json:"source"`
+	Event  string `json:"event"`
+	Agent  string `json:"agent"`
+}
+
+func (c fileConfig) routes() []webhook.Route {
+	out := make([]webhook.Route, 0, len(c.Webhooks))
+	for _, r := range c.Webhooks {
+		out = append(out, webhook.Route{Source: r.Source, Event: r.Event, Agent: r.Agent})
+	}
+	return out
 }
 
 // fileSchedule is a schedule.Schedule with durations written as Go

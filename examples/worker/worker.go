@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/httpapi/page"
+	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/inbox"
@@ -140,7 +141,18 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if err != nil {
 		return nil, err
 	}
-	w.http, err = httpapi.New(httpapi.Config{Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store,
+	// Webhooks are served for the sources whose secret is set.
+	var hooks http.Handler
+	gh, sl := os.Getenv("CONVEYOR_GITHUB_SECRET"), os.Getenv("CONVEYOR_SLACK_SIGNING_SECRET")
+	if gh != "" || sl != "" {
+		if hooks, err = webhook.New(webhook.Config{Runner: w.runner, Store: w.store, GitHubSecret: gh, SlackSigningSecret: sl,
+			Routes: conf.routes(), Clock: clk, Logger: w.log}); err != nil {
+			return nil, err
+		}
+	} else if len(conf.Webhooks) > 0 {
+		return nil, fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
+	}
+	w.http, err = httpapi.New(httpapi.Config{Webhooks: hooks, Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store,
 		Schedules: w.sched,
 		Tokens: w.tokens, Logger: w.log, Clock: clk, Events: w.feed, Page: page.Handler(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
