@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -45,8 +46,19 @@ func (d *asynqDriver) Close() error {
 	return d.rdb.Close()
 }
 
+// Reset empties Redis and opens a new asynq client and inspector: a client
+// registers a queue in Redis only on its first enqueue to it, so one that
+// outlived a FLUSHALL would never register "default" again, and the
+// inspector would not find the queue.
 func (d *asynqDriver) Reset(ctx context.Context) error {
-	return d.rdb.FlushAll(ctx).Err()
+	if err := d.rdb.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	d.client.Close()
+	d.insp.Close()
+	opt := asynq.RedisClientOpt{Addr: d.addr}
+	d.client, d.insp = asynq.NewClient(opt), asynq.NewInspector(opt)
+	return nil
 }
 
 func (d *asynqDriver) Work(ctx context.Context, slots int, h Hooks) (func() error, error) {
@@ -80,7 +92,7 @@ func (d *asynqDriver) Drain(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return errors.Join(ctx.Err(), err)
 		case <-time.After(time.Millisecond):
 		}
 	}

@@ -84,15 +84,19 @@ func TestDrivers(t *testing.T) {
 			d := open(t)
 			t.Cleanup(func() { d.Close() })
 			const jobs = 20
-			res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: jobs, Agents: 4, Slots: 4, Enqueuers: 2,
-				Timeout: time.Minute})
-			if err != nil {
-				t.Fatal(err)
+			// Twice: the second measurement proves Reset leaves the driver
+			// usable (asynq's client once forgot its queue after a FLUSHALL).
+			for range 2 {
+				res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: jobs, Agents: 4, Slots: 4, Enqueuers: 2,
+					Timeout: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.JobsPerSec <= 0 || res.Cost.Writes <= 0 {
+					t.Fatalf("throughput: %+v", res)
+				}
+				t.Logf("%s: %.0f jobs/s, %.3g %s per job", name, res.JobsPerSec, res.PerJob(res.Cost.Writes), res.WritesUnit)
 			}
-			if res.JobsPerSec <= 0 || res.Cost.Writes <= 0 {
-				t.Fatalf("throughput: %+v", res)
-			}
-			t.Logf("%s: %.0f jobs/s, %.3g %s per job", name, res.JobsPerSec, res.PerJob(res.Cost.Writes), res.WritesUnit)
 			if d.Addr() == "" {
 				return // memstore: no other process can enqueue into it
 			}
