@@ -289,3 +289,26 @@ func child(v string) error {
 	}
 	return nil
 }
+
+// Floorer is a driver that can measure its store's raw write rate (the
+// SDK's drivers); see sdkDriver.Floor.
+type Floorer interface {
+	Floor(ctx context.Context, n, workers int) (float64, error)
+}
+
+// Floor measures d's raw durable-write rate as a Result of mode "floor",
+// its JobsPerSec holding writes per second.
+func Floor(ctx context.Context, d Driver, n, workers int) (Result, error) {
+	res := Result{System: d.Name(), Mode: "floor", Jobs: n}
+	f, ok := d.(Floorer)
+	if !ok {
+		return res, fmt.Errorf("%s: no store floor", d.Name())
+	}
+	start := time.Now()
+	rate, err := f.Floor(ctx, n, workers)
+	res.Elapsed, res.JobsPerSec = time.Since(start), rate
+	if err != nil {
+		return res, fmt.Errorf("%s: floor: %w", d.Name(), err)
+	}
+	return res, nil
+}

@@ -267,3 +267,38 @@ func openFilestore(dir string) (Driver, error) {
 	d := &sdkDriver{name: NameFilestore}
 	return d, d.use(s, dir)
 }
+
+// Floor measures the store's own rate of durable writes: workers
+// goroutines creating n distinct 512-byte values (create-only, as most of a
+// job's writes are) in a fresh store, through the same adapter and with no
+// queue logic. Divided by a job's writes it is the most jobs per second
+// the store allows at that write count: the bound the issue compares to.
+func (d *sdkDriver) Floor(ctx context.Context, n, workers int) (float64, error) {
+	if err := d.Reset(ctx); err != nil {
+		return 0, err
+	}
+	s, _ := d.current()
+	body := make([]byte, 512)
+	for i := range body {
+		body[i] = 'x'
+	}
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n) && failed.Load() == nil; i = next.Add(1) {
+				key := "floor/" + strconv.FormatInt(i%64, 10) + "/" + strconv.FormatInt(i, 10) + ".json"
+				if _, err := s.Store.Put(ctx, key, body, storage.IfNotExists()); err != nil {
+					failed.Store(&err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e := failed.Load(); e != nil {
+		return 0, *e
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}

@@ -28,7 +28,7 @@ func main() {
 	// The latency mode re-executes this binary as its enqueuing process.
 	harness.MaybeChild()
 
-	modes := flag.String("modes", "throughput,latency", "what to measure: throughput, latency, or both")
+	modes := flag.String("modes", "throughput,latency,floor", "what to measure: throughput, latency, floor (the SDK stores' raw write rate)")
 	systems := flag.String("systems", "all", "comma-separated systems, or all: "+strings.Join(allSystems, ","))
 	latSystems := flag.String("latency-systems", "sdk-filestore,river,river-tuned,asynq",
 		"systems measured in latency mode (memstore cannot be reached from another process; sdk-minio may be added)")
@@ -39,6 +39,8 @@ func main() {
 	agents := flag.Int("agents", 256, "agents (queue keys) the jobs are spread over")
 	slots := flag.Int("slots", 100, "worker slots")
 	enqueuers := flag.Int("enqueuers", 16, "concurrent enqueuing goroutines (throughput mode)")
+	floorWrites := flag.Int("floor-writes", 2000, "raw writes per floor measurement (memstore: 10x, MinIO: 1/4)")
+	floorWorkers := flag.Int("floor-workers", 16, "goroutines making the raw writes of the floor")
 	rate := flag.Float64("rate", 100, "jobs per second from the separate enqueuing process (latency mode)")
 	latJobs := flag.Int("latency-jobs", 500, "jobs per latency measurement")
 	pg := flag.String("pg", os.Getenv("BENCH_PG_DSN"), "Postgres DSN for River (empty: River skipped)")
@@ -152,6 +154,27 @@ func main() {
 				res.Round = r + 1
 				results = append(results, res)
 				log.Printf("round %d throughput %-14s %6d jobs %8.1f jobs/s  %s", r+1, d.Name(), n, res.JobsPerSec, costLine(res))
+			}
+		}
+		if strings.Contains(*modes, "floor") {
+			for _, d := range order {
+				if _, ok := d.(harness.Floorer); !ok {
+					continue
+				}
+				n := *floorWrites
+				switch d.Name() {
+				case harness.NameMemstore:
+					n *= 10
+				case harness.NameMinIO:
+					n /= 4
+				}
+				res, err := harness.Floor(ctx, d, n, *floorWorkers)
+				if err != nil {
+					log.Fatalf("round %d: %v", r+1, err)
+				}
+				res.Round = r + 1
+				results = append(results, res)
+				log.Printf("round %d floor      %-14s %6d raw create-only puts %8.0f puts/s", r+1, d.Name(), n, res.JobsPerSec)
 			}
 		}
 		if strings.Contains(*modes, "latency") {
@@ -282,6 +305,34 @@ func report(w io.Writer, results []harness.Result, rate float64) {
 		}
 		ratios(w, tp, names, "end-to-end jobs/s, SDK ÷ peer (higher is better for the SDK)",
 			func(r harness.Result) float64 { return r.JobsPerSec })
+	}
+	if fl := by["floor"]; len(fl) > 0 {
+		fmt.Fprintln(w, "\n### The stores' floor: raw create-only 512-byte puts, 16 goroutines, same rounds")
+		fmt.Fprint(w, "\nceiling = raw puts/s ÷ the job's writes; share = measured jobs/s ÷ ceiling, median of same-round ratios.\n\n")
+		fmt.Fprintln(w, "| store | raw puts/s | writes/job | ceiling jobs/s | measured jobs/s | share of ceiling |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|")
+		for _, n := range names {
+			rs, tps := fl[n], by["throughput"][n]
+			if len(rs) == 0 {
+				continue
+			}
+			puts := medOf(rs, func(r harness.Result) float64 { return r.JobsPerSec })
+			if len(tps) == 0 {
+				fmt.Fprintf(w, "| %s | %.0f | | | | |\n", n, puts)
+				continue
+			}
+			wpj := medOf(tps, func(r harness.Result) float64 { return r.PerJob(r.Cost.Writes) })
+			jps := medOf(tps, func(r harness.Result) float64 { return r.JobsPerSec })
+			var share []float64
+			for _, f := range rs {
+				for _, t := range tps {
+					if f.Round == t.Round && f.JobsPerSec > 0 {
+						share = append(share, t.JobsPerSec/(f.JobsPerSec/t.PerJob(t.Cost.Writes)))
+					}
+				}
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %s | %.0f | %.0f | %.2f |\n", n, puts, num(wpj), puts/wpj, jps, median(share))
+		}
 	}
 	if lt := by["latency"]; len(lt) > 0 {
 		fmt.Fprintf(w, "\n### Enqueue→start latency at %.0f jobs/s from a separate process (medians of rounds)\n\n", rate)
