@@ -97,6 +97,12 @@ func TestDrivers(t *testing.T) {
 				}
 				t.Logf("%s: %.0f jobs/s, %.3g %s per job", name, res.JobsPerSec, res.PerJob(res.Cost.Writes), res.WritesUnit)
 			}
+			if _, ok := d.(harness.Floorer); ok {
+				f, err := harness.Floor(ctx, d, 50, 4)
+				if err != nil || f.JobsPerSec <= 0 {
+					t.Fatalf("floor: %+v %v", f, err)
+				}
+			}
 			if d.Addr() == "" {
 				return // memstore: no other process can enqueue into it
 			}
