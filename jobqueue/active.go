@@ -89,3 +89,26 @@ func (q *Queue) repairOrphan(ctx context.Context, jobID string, epoch int64) err
 func encodeLane(jobID string, at time.Time) ([]byte, error) {
 	return json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
 }
+
+// auditGap records whether the audit write of a job's last write failed
+// (gap) or succeeded. A claim does not settle a job with a gap: its lock
+// goes on naming the job, so the sweep writes the missing events.
+func (q *Queue) auditGap(jobID string, gap bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case gap && q.gaps == nil:
+		q.gaps = map[string]bool{jobID: true}
+	case gap:
+		q.gaps[jobID] = true
+	default:
+		delete(q.gaps, jobID)
+	}
+}
+
+// hasAuditGap tells whether the audit write of the job's last write failed.
+func (q *Queue) hasAuditGap(jobID string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.gaps[jobID]
+}

@@ -420,3 +420,29 @@ func TestFailedJobUnderLockIsBuried(t *testing.T) {
 		t.Fatalf("job-1 %s, want DEAD", j.Status)
 	}
 }
+
+// TestAuditGapStaysFindable: the audit write of a COMPLETE failed while
+// its worker lived on; the claim does not settle the job, so the lock goes
+// on naming it and the sweep writes the missing event.
+func TestAuditGapStaysFindable(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	fs := &flakyStore{Store: s, fails: 1, match: func(key string, value []byte) bool {
+		return strings.HasPrefix(key, "audit/") && strings.Contains(string(value), `"to":"COMPLETE"`)
+	}}
+	q := newQueue(t, fs, clk)
+	enqueue(t, q, "job-1", "agent-a")
+	if j, err := claim(t, q, "w").Run(ctx, okHandlers()); err != nil || j.Status != jobqueue.JobComplete {
+		t.Fatalf("Run: %s, %v", j.Status, err)
+	}
+	if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobArtifactWrite {
+		t.Fatalf("replayed states before the sweep %v, want the COMPLETE event missing", got)
+	}
+	if _, err := newQueue(t, s, clk).Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobComplete {
+		t.Fatalf("replayed states %v", got)
+	}
+}

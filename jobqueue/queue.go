@@ -125,6 +125,7 @@ type Queue struct {
 	agentAt  time.Time              // when the agents' locks were last listed
 	globalAt time.Time              // when refreshLanes last listed every lane
 	audited  map[string]int64       // job id → latest version whose audit this Queue wrote
+	gaps     map[string]bool        // job ids whose last audit write failed (active.go)
 
 	schedMu sync.Mutex
 	due     dueHeap       // the agents by when each is next worth a look
@@ -773,9 +774,11 @@ func (q *Queue) audit(ctx context.Context, d *jobDoc) {
 		}
 		if err := q.putAudit(ctx, ev, d.Version, i); err != nil {
 			q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "from", m.From, "to", m.To, "err", err)
+			q.auditGap(d.JobID, true)
 			return
 		}
 	}
+	q.auditGap(d.JobID, false)
 	q.mu.Lock()
 	if q.audited[d.JobID] < d.Version {
 		q.audited[d.JobID] = d.Version

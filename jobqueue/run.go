@@ -249,7 +249,9 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 // its lane: the lock need no longer name it.
 func (c *Claim) settled() {
 	c.mu.Lock()
-	c.named = ""
+	if !c.q.hasAuditGap(c.named) {
+		c.named = ""
+	}
 	c.mu.Unlock()
 }
 
