@@ -44,13 +44,41 @@ import (
 // when the job is written.
 const pendingRecheck = 50 * time.Millisecond
 
-// lanePending reports whether the lane entry key, whose job does not point
-// back at it, may still be waiting for its job's write: its time is less
-// than LeaseTTL before now (a writer slower than a lease is presumed dead).
-func (q *Queue) lanePending(key string, now time.Time) bool {
+// lanePending reports whether lane entry key, whose job d (nil: not
+// found) does not point back at it, may still be waiting for the job's
+// write: it is less than LeaseTTL old (a writer slower than a lease is
+// presumed dead), and either its job does not exist yet (Enqueue writes
+// it next) or is FAILED or DEAD as of no later than the entry (Requeue
+// updates it next). Any other entry is stale: its job moved on.
+func (q *Queue) lanePending(key string, d *jobDoc, now time.Time) bool {
 	at, _, ok := parseLaneKey(key)
-	return ok && now.Sub(at) < q.cfg.LeaseTTL
+	if !ok || now.Sub(at) >= q.cfg.LeaseTTL {
+		return false
+	}
+	return d == nil || (d.Status == JobFailed || d.Status == JobDead) && !at.Before(d.UpdatedAt)
 }
+
+// pendingAfter is lanePending for the error a pickup of key gave: a job
+// not found (but not quarantined), or a staleEntry.
+func (q *Queue) pendingAfter(key string, err error, now time.Time) bool {
+	var se *staleEntry
+	switch {
+	case errors.As(err, &se):
+		return q.lanePending(key, &jobDoc{Job: Job{Status: se.status, UpdatedAt: se.updated}}, now)
+	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt):
+		return q.lanePending(key, nil, now)
+	}
+	return false
+}
+
+// staleEntry is errStale with what the pickup saw of the job.
+type staleEntry struct {
+	status  JobState
+	updated time.Time
+}
+
+func (e *staleEntry) Error() string        { return errStale.Error() }
+func (e *staleEntry) Is(target error) bool { return target == errStale }
 
 // putLaneFirst writes a lane entry ahead of the job record it indexes.
 // undo deletes the entry if this call created it, for a job write that

@@ -409,7 +409,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			// Another process took it: the cache is out of date, so list
 			// the lane afresh rather than try its other entries one by one.
 			a.forget()
-			if !errors.Is(err, storage.ErrCorrupt) && q.lanePending(key, q.clock.Now()) {
+			if q.pendingAfter(key, err, q.clock.Now()) {
 				// Written moments ago by an Enqueue or Requeue that writes
 				// its job next: left alone (active.go).
 				if key == pending {
@@ -488,7 +488,7 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 	orch := lifecycle.ActorOrchestration
 	doc, ver, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
 		if d.ReadyKey != key || (d.Status != JobQueued && d.Status != JobRetryBackoff) {
-			return errStale
+			return &staleEntry{status: d.Status, updated: d.UpdatedAt}
 		}
 		if d.Status == JobRetryBackoff {
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {

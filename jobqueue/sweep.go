@@ -119,7 +119,26 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 			return err
 		}
 	}
-	if ready == key || q.lanePending(key, now) {
+	if ready == key {
+		return nil
+	}
+	// The job as read may be older than the entry (the sweep may have
+	// repaired it since): read it afresh before deleting anything.
+	d, _, err := q.read(ctx, jobID)
+	var cur *jobDoc
+	switch {
+	case err == nil:
+		cur = &d
+	case errors.Is(err, storage.ErrCorrupt):
+		// Quarantined: its entry is garbage, whatever its age.
+	case errors.Is(err, storage.ErrNotFound):
+		if q.lanePending(key, nil, now) {
+			return nil
+		}
+	default:
+		return err
+	}
+	if cur != nil && (cur.ReadyKey == key || q.lanePending(key, cur, now)) {
 		return nil
 	}
 	if err := q.store.Delete(ctx, key, storage.Condition{}); err != nil && !errors.Is(err, storage.ErrNotFound) {
