@@ -446,3 +446,45 @@ func TestAuditGapStaysFindable(t *testing.T) {
 		t.Fatalf("replayed states %v", got)
 	}
 }
+
+// TestStaleEntryDeletedAtOnce: a young lane entry whose job moved on past
+// it (here: DEAD after the entry's time) is stale, deleted by the next
+// claim at once; one no older than the DEAD job's last write may be a
+// Requeue's, written ahead of the job, and is left while younger than
+// LeaseTTL.
+func TestStaleEntryDeletedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	q := newQueue(t, s, clk, func(c *jobqueue.Config) { c.MaxAttempts = 1 })
+	enqueue(t, q, "job-1", "agent-a")
+	if err := claim(t, q, "w").Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	if c := claim(t, q, "w"); c != nil { // attempts exhausted: FAILED, DEAD
+		t.Fatalf("claimed %s", c.Job().JobID)
+	}
+	dead := get(t, q, "job-1")
+	if dead.Status != jobqueue.JobDead {
+		t.Fatalf("job-1 %s", dead.Status)
+	}
+	stale, _ := storage.LaneKey("agent-a", dead.UpdatedAt.Add(-time.Millisecond), "job-1")
+	requeue, _ := storage.LaneKey("agent-a", dead.UpdatedAt, "job-1")
+	putRaw(t, s, stale, `{"job_id":"job-1"}`)
+	putRaw(t, s, requeue, `{"job_id":"job-1"}`)
+	clk.Advance(time.Second)
+	if c := claim(t, newQueue(t, s, clk), "w"); c != nil {
+		t.Fatalf("claimed %s", c.Job().JobID)
+	}
+	if countKeys(t, s, stale) != 0 || countKeys(t, s, requeue) != 1 {
+		t.Fatalf("lane entries %d stale, %d a requeue's; want 0 and 1", countKeys(t, s, stale), countKeys(t, s, requeue))
+	}
+	// The Requeue completes: the job points at its entry and runs.
+	if _, err := q.Requeue(ctx, lifecycle.ActorAdmin, "job-1"); err != nil {
+		t.Fatal(err)
+	}
+	if c := claim(t, q, "w"); c == nil || c.Job().JobID != "job-1" {
+		t.Fatalf("claim after the requeue: %v", c)
+	}
+}

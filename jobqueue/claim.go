@@ -567,6 +567,9 @@ func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
 // next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
 // the same write instead.
 func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step JobState, code, msg string) {
+	// The moves are checked whatever ctx says: a ctx canceled meanwhile
+	// (a Worker stopping) fails the write that follows, not the table.
+	ctx = context.WithoutCancel(ctx)
 	if err := q.fire(ctx, d, EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
