@@ -365,11 +365,14 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	}
 	c.lockVer = lockVer
 	if orphan != "" {
-		if err := q.rescue(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		c.named = orphan // a failed repair leaves the lock naming it (active.go)
+		if err := q.repairOrphan(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			c.release(ctx)
 			return nil, time.Time{}, err
 		}
+		c.named = ""
 	}
+	pending := "" // a lane entry whose job may still be being written (lanePending)
 	for range 64 {
 		key, err := q.head(ctx, a, true)
 		if err != nil || key == "" {
@@ -393,16 +396,29 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 				return nil, time.Time{}, err // lost the lock: nothing of ours to release
 			}
 		}
+		c.named = jobID // until the job is settled (active.go)
 		doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
 		switch {
 		case errors.Is(err, errNotReady):
 			a.forget()
+			c.named = ""
 			c.release(ctx)
 			return nil, now.Add(laneRecheck), nil
 		case errors.Is(err, errStale), errors.Is(err, storage.ErrNotFound):
+			c.named = ""
 			// Another process took it: the cache is out of date, so list
 			// the lane afresh rather than try its other entries one by one.
 			a.forget()
+			if q.pendingAfter(key, err, q.clock.Now()) {
+				// Written moments ago by an Enqueue or Requeue that writes
+				// its job next: left alone (active.go).
+				if key == pending {
+					c.release(ctx)
+					return nil, now.Add(pendingRecheck), nil
+				}
+				pending = key
+				continue
+			}
 			_ = q.store.Delete(ctx, key, storage.Condition{})
 			continue
 		case err != nil:
@@ -415,7 +431,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			c.job, c.doc, c.ver = doc.Job, doc, ver
 			return c, time.Time{}, nil
 		}
-		// The job's attempts ran out: it went to FAILED and DEAD; next.
+		c.named = "" // the job's attempts ran out: it went to FAILED and DEAD; next
 	}
 	c.release(ctx)
 	return nil, now, nil // 64 stale or dead entries: more may follow
@@ -472,7 +488,7 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 	orch := lifecycle.ActorOrchestration
 	doc, ver, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
 		if d.ReadyKey != key || (d.Status != JobQueued && d.Status != JobRetryBackoff) {
-			return errStale
+			return &staleEntry{status: d.Status, updated: d.UpdatedAt}
 		}
 		if d.Status == JobRetryBackoff {
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {
@@ -551,6 +567,9 @@ func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
 // next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
 // the same write instead.
 func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step JobState, code, msg string) {
+	// The moves are checked whatever ctx says: a ctx canceled meanwhile
+	// (a Worker stopping) fails the write that follows, not the table.
+	ctx = context.WithoutCancel(ctx)
 	if err := q.fire(ctx, d, EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}

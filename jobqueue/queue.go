@@ -71,8 +71,9 @@ type Config struct {
 	// artifact holds the NLM backend's answer, so the default is
 	// lifecycle.ActorNLMBackend.
 	ArtifactActor lifecycle.Actor
-	// SweepBatch is the most jobs one SweepIfDue reads; the next call goes
-	// on where it stopped. Default 10,000. (Sweep itself reads every job.)
+	// SweepBatch is the most entries of work in flight (agent locks, lane
+	// entries) one SweepIfDue looks at; the next call goes on where it
+	// stopped. Default 10,000. (Sweep itself looks at every one.)
 	SweepBatch int
 	// StopGrace bounds what a claim still does once its context ended (a
 	// Worker stopping): recording the interrupted attempt and releasing the
@@ -124,6 +125,7 @@ type Queue struct {
 	agentAt  time.Time              // when the agents' locks were last listed
 	globalAt time.Time              // when refreshLanes last listed every lane
 	audited  map[string]int64       // job id → latest version whose audit this Queue wrote
+	gaps     map[string]bool        // job ids whose last audit write failed (active.go)
 
 	schedMu sync.Mutex
 	due     dueHeap       // the agents by when each is next worth a look
@@ -479,15 +481,23 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 	}
 	lane := laneKey(n.AgentSlug, now, n.JobID)
 	doc.QueuedAt, doc.ReadyKey = &now, lane
+	// The lane entry first, the job second (active.go): a job in flight is
+	// always in a lane or named by its agent's lock.
+	undo, err := q.putLaneFirst(ctx, lane, n.JobID, now)
+	if err != nil {
+		return Job{}, err
+	}
 	if _, err := storage.Create(ctx, q.store, key, &doc); err != nil {
+		undo()
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			return Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
 		}
 		return Job{}, err
 	}
+	q.laneAdded(n.AgentSlug, lane)
 	q.observe(nil, &doc)
 	q.audit(ctx, &doc)
-	return doc.Job, q.putLane(ctx, lane, n.JobID, now)
+	return doc.Job, nil
 }
 
 func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
@@ -764,9 +774,11 @@ func (q *Queue) audit(ctx context.Context, d *jobDoc) {
 		}
 		if err := q.putAudit(ctx, ev, d.Version, i); err != nil {
 			q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "from", m.From, "to", m.To, "err", err)
+			q.auditGap(d.JobID, true)
 			return
 		}
 	}
+	q.auditGap(d.JobID, false)
 	q.mu.Lock()
 	if q.audited[d.JobID] < d.Version {
 		q.audited[d.JobID] = d.Version
@@ -803,22 +815,41 @@ func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string
 	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {
 		return Job{}, err
 	}
-	var lane string
-	var at time.Time
-	d, _, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
+	// The lane entry first, the job second (active.go): the job's agent
+	// comes from a read before the write.
+	cur, ver, err := q.read(ctx, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	probe := cur
+	probe.Trail = nil
+	if err := q.fire(ctx, &probe, EventRequeue, actor); err != nil {
+		return Job{}, err // refused as the record stands: no lane entry written
+	}
+	if err := q.ensureAgent(ctx, cur.AgentSlug); err != nil {
+		return Job{}, err
+	}
+	at := q.clock.Now().UTC()
+	lane := laneKey(cur.AgentSlug, at, jobID)
+	undo, err := q.putLaneFirst(ctx, lane, jobID, at)
+	if err != nil {
+		return Job{}, err
+	}
+	d, _, err := q.update(ctx, jobID, &cur, ver, func(d *jobDoc, now time.Time) error {
+		if d.AgentSlug != cur.AgentSlug {
+			return fmt.Errorf("jobqueue: job %s changed agent", jobID)
+		}
 		if err := q.fire(ctx, d, EventRequeue, actor); err != nil {
 			return err
 		}
-		lane, at = laneKey(d.AgentSlug, now, d.JobID), now
 		d.Attempt, d.Error, d.ErrorCode, d.FailedStep = 0, nil, "", ""
 		d.QueuedAt, d.ReadyKey, d.NextAttemptAt, d.Lease = &now, lane, nil, nil
 		return nil
 	})
 	if err != nil {
+		undo()
 		return Job{}, err
 	}
-	if err := q.ensureAgent(ctx, d.AgentSlug); err != nil {
-		return d.Job, err
-	}
-	return d.Job, q.putLane(ctx, lane, jobID, at)
+	q.laneAdded(cur.AgentSlug, lane)
+	return d.Job, nil
 }

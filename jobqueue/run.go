@@ -127,6 +127,11 @@ type Claim struct {
 	ver     storage.Version // its store version
 	lockVer storage.Version
 	done    bool
+	// named is the job the agent lock must go on naming when the claim
+	// releases it: the job the claim picked up until it settles it
+	// (active.go), so a claim that lost its lease or its store leaves the
+	// job findable by the next claim and the sweep.
+	named string
 	// renewedAt is when the claim last renewed its lease (Unix ns); the
 	// heartbeat is scheduled from it. Atomic, not under mu: a write that
 	// waits out a store outage holds mu, and the heartbeat must still be
@@ -144,7 +149,9 @@ func (c *Claim) Job() Job {
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
 	key, _ := storage.AgentLockKey(c.agent.name)
-	l := agentLock{Agent: c.agent.name, Epoch: c.epoch}
+	c.mu.Lock()
+	l := agentLock{Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
+	c.mu.Unlock()
 	b, _ := json.Marshal(&l)
 	// Meta's version is not needed on the lock: only the store's version
 	// fences it. Write with If-Match on the version we hold.
@@ -228,9 +235,24 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 		return job, err
 	}
 	if job.Status == JobFailed { // permanent: no retry
-		return c.q.bury(ctx, job.JobID, nil, "")
+		job, err = c.q.bury(ctx, job.JobID, nil, "")
+	} else {
+		err = c.q.putLane(ctx, lane, job.JobID, at)
 	}
-	return job, c.q.putLane(ctx, lane, job.JobID, at)
+	if err == nil {
+		c.settled()
+	}
+	return job, err
+}
+
+// settled records that the claim's job left the pipeline for good or for
+// its lane: the lock need no longer name it.
+func (c *Claim) settled() {
+	c.mu.Lock()
+	if !c.q.hasAuditGap(c.named) {
+		c.named = ""
+	}
+	c.mu.Unlock()
 }
 
 // heartbeat renews the agent lock and the job's lease LeaseTTL/3 after
@@ -443,6 +465,9 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	err = c.move(ctx, EventCommit, func(d *jobDoc) {
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
 	})
+	if err == nil {
+		c.settled()
+	}
 	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of
 		// ARTIFACT_WRITE, retried like any other.
