@@ -10,9 +10,13 @@ import (
 
 // Counting wraps a Store and counts the round trips of each kind it serves,
 // for tests and benchmarks that hold a cost (calls per job, per run).
+// Pages counts Lists as S3 bills them, one per page of up to 1,000 keys
+// read (at least one per List), and Listed the keys they yielded, for
+// costs that must not grow with what a prefix holds.
 type Counting struct {
 	storage.Store
 	Gets, Puts, Deletes, Lists atomic.Int64
+	Pages, Listed              atomic.Int64
 }
 
 // Get counts and forwards.
@@ -36,7 +40,22 @@ func (c *Counting) Delete(ctx context.Context, key string, cond storage.Conditio
 // List counts and forwards.
 func (c *Counting) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	c.Lists.Add(1)
-	return c.Store.List(ctx, prefix)
+	return func(yield func(string, error) bool) {
+		n := int64(0)
+		defer func() { c.Pages.Add(max(1, (n+999)/1000)); c.Listed.Add(n) }()
+		for k, err := range c.Store.List(ctx, prefix) {
+			n++
+			if !yield(k, err) {
+				return
+			}
+		}
+	}
+}
+
+// PagedOps is the round trips as S3 bills them: Gets, Puts, Deletes and
+// the List pages.
+func (c *Counting) PagedOps() int64 {
+	return c.Gets.Load() + c.Puts.Load() + c.Deletes.Load() + c.Pages.Load()
 }
 
 // Reset sets every count to zero.
@@ -45,6 +64,8 @@ func (c *Counting) Reset() {
 	c.Puts.Store(0)
 	c.Deletes.Store(0)
 	c.Lists.Store(0)
+	c.Pages.Store(0)
+	c.Listed.Store(0)
 }
 
 // Total is the number of round trips counted.

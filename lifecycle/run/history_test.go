@@ -4,51 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"iter"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// pagedCounting counts round trips as S3 bills them: a List one per page
-// of up to 1,000 keys read (at least one).
-type pagedCounting struct {
-	storage.Store
-	ops, listed atomic.Int64
-}
-
-func (c *pagedCounting) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	c.ops.Add(1)
-	return c.Store.Get(ctx, key)
-}
-
-func (c *pagedCounting) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	c.ops.Add(1)
-	return c.Store.Put(ctx, key, value, cond)
-}
-
-func (c *pagedCounting) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	c.ops.Add(1)
-	return c.Store.Delete(ctx, key, cond)
-}
-
-func (c *pagedCounting) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return func(yield func(string, error) bool) {
-		n := int64(0)
-		defer func() { c.ops.Add(max(1, (n+999)/1000)); c.listed.Add(n) }()
-		for k, err := range c.Store.List(ctx, prefix) {
-			n++
-			if !yield(k, err) {
-				return
-			}
-		}
-	}
-}
 
 // pollCost counts the store round trips of a runner's polls over a store
 // holding finished runs of its agent and 5 runs parked for an approval:
@@ -97,16 +61,16 @@ func pollCost(t *testing.T, finished int) (startup, polls, listed int64) {
 			}
 		}
 	}
-	counting := &pagedCounting{Store: g.store}
+	counting := &teststores.Counting{Store: g.store} // Lists by the page, as S3 bills them
 	g.with(counting).runner("b", nil, agent)
 	g.timers(1) // b's start-up poll is over: its next poll is armed
-	startup = counting.ops.Load()
-	counting.ops.Store(0)
+	startup = counting.PagedOps()
+	counting.Reset()
 	for range 30 {
 		g.clock.Advance(time.Second)
 		<-g.clock.WaitForTimers(1) // the next poll is armed: this one is done
 	}
-	return startup, counting.ops.Load(), counting.listed.Load()
+	return startup, counting.PagedOps(), counting.Listed.Load()
 }
 
 // TestPollCostFlatInHistory: a runner's polls read the index of runs not
