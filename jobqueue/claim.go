@@ -31,6 +31,16 @@ const claimTries = 16
 // (its lane's head is ready, its lock is due an orphan check, a lock seen
 // held may be free), so a Claim looks only at agents that are due.
 func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
+	return q.claimFor(ctx, worker, nil)
+}
+
+// claimFor is Claim for a Worker that knows its handlers: noAssembly tells
+// whether the handlers that will run a job of the type assemble no context,
+// and for such a job the pickup moves on through CONTEXT_ASSEMBLY to
+// NOTEBOOKLM_CALL in the same write (the snapshot is ready at once, empty),
+// saving the job a write. nil: Claim's behaviour, the job stops in
+// CONTEXT_ASSEMBLY.
+func (q *Queue) claimFor(ctx context.Context, worker string, noAssembly func(JobType) bool) (*Claim, error) {
 	if err := storage.ValidateID("worker id", worker); err != nil {
 		return nil, err
 	}
@@ -47,7 +57,7 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
 		if a == nil {
 			break
 		}
-		c, next, err := q.claimAgent(ctx, worker, a, now)
+		c, next, err := q.claimAgent(ctx, worker, a, now, noAssembly)
 		if c != nil {
 			// Looked at again when the claim ends, or when its lease
 			// would have run out if it never ends.
@@ -300,7 +310,7 @@ var (
 // next worth a look if it picks none up. It reads the agent's lock only
 // when the lane has a ready job, or at most twice per lease lifetime to
 // find an orphan, so idle agents cost no store calls between lane listings.
-func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time) (*Claim, time.Time, error) {
+func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time, noAssembly func(JobType) bool) (*Claim, time.Time, error) {
 	lockKey, err := storage.AgentLockKey(a.name)
 	if err != nil {
 		return nil, now.Add(time.Hour), err
@@ -353,7 +363,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 		// orphan, the lock keeps naming it until it is rescued.
 		_, lock.JobID, _ = parseLaneKey(head)
 	}
-	c := &Claim{q: q, worker: worker, epoch: lock.Epoch, agent: a}
+	c := &Claim{q: q, worker: worker, epoch: lock.Epoch, agent: a, noAssembly: noAssembly}
 	if lockVer, err = q.writeLock(ctx, lockKey, &lock, lockVer); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			if cached {
@@ -494,6 +504,9 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 		d.Attempt++
 		d.ReadyKey = ""
 		d.Lease = &storage.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.cfg.LeaseTTL)}
+		if c.noAssembly != nil && c.noAssembly(d.JobType) {
+			return q.fire(ctx, d, EventSnapshotReady, orch)
+		}
 		return nil
 	})
 	if err != nil {

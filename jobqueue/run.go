@@ -120,6 +120,8 @@ type Claim struct {
 	worker string
 	epoch  int64
 	agent  *agentState
+	// noAssembly: see Queue.claimFor.
+	noAssembly func(JobType) bool
 
 	mu      sync.Mutex // serializes the pipeline's and the heartbeat's writes
 	job     Job
@@ -218,6 +220,11 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 	var lane string
 	var at time.Time
 	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
+		if step == JobArtifactWrite {
+			if err := c.q.toArtifactWrite(ctx, d); err != nil {
+				return err
+			}
+		}
 		c.q.retry(ctx, d, now, step, code, msg)
 		if d.NextAttemptAt != nil {
 			lane, at = d.ReadyKey, *d.NextAttemptAt
@@ -341,6 +348,15 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 	return job, err
 }
 
+// toArtifactWrite records the move NOTEBOOKLM_CALL → ARTIFACT_WRITE in
+// the write that ends the artifact step, unless the job is there already.
+func (q *Queue) toArtifactWrite(ctx context.Context, d *jobDoc) error {
+	if d.Status != JobNotebookLMCall {
+		return nil
+	}
+	return q.fire(ctx, d, EventResponseOK, lifecycle.ActorOrchestration)
+}
+
 // afterStop is the context for what a claim still writes once ctx may have
 // ended (the interrupted attempt, the agent's release): not canceled with
 // ctx, but bounded by StopGrace, so a store outage during shutdown cannot
@@ -382,7 +398,10 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	}
 	job := c.Job()
 	var snapshot json.RawMessage
-	if h.AssembleContext != nil {
+	if job.Status == JobNotebookLMCall {
+		// Picked up by a Worker whose handlers assemble no context: the
+		// pickup recorded snapshot_ready in the same write (see claimFor).
+	} else if h.AssembleContext != nil {
 		sctx, err := c.step(ctx, "AssembleContext", func(ctx context.Context) (err error) {
 			snapshot, err = h.AssembleContext(ctx, job)
 			return err
@@ -391,10 +410,12 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 			return orchestrate(JobContextAssembly, sctx, err)
 		}
 	}
-	if err := c.move(ctx, EventSnapshotReady, nil); err != nil {
-		return c.Job(), err
+	if job.Status == JobContextAssembly {
+		if err := c.move(ctx, EventSnapshotReady, nil); err != nil {
+			return c.Job(), err
+		}
+		job = c.Job()
 	}
-	job = c.Job()
 	var out Output
 	sctx, err := c.step(ctx, "CallNotebookLM", func(ctx context.Context) (err error) {
 		out, err = h.CallNotebookLM(ctx, job, snapshot)
@@ -403,9 +424,10 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	if err != nil {
 		return orchestrate(JobNotebookLMCall, sctx, err)
 	}
-	if err := c.move(ctx, EventResponseOK, nil); err != nil {
-		return c.Job(), err
-	}
+	// ARTIFACT_WRITE is not written on its own: the artifact write is the
+	// queue's own quick step, and no reader acts on a job in it, so the
+	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
+	// ends the step (the commit, or the failure), with its own audit event.
 	typ := c.q.artifactType(job.JobType)
 	cid := job.ProjectID
 	if cid == "" {
@@ -440,8 +462,15 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	if err != nil {
 		return orchestrate(JobArtifactWrite, sctx, err)
 	}
-	err = c.move(ctx, EventCommit, func(d *jobDoc) {
+	_, err = c.write(ctx, func(d *jobDoc, _ time.Time) error {
+		if err := c.q.toArtifactWrite(ctx, d); err != nil {
+			return err
+		}
+		if err := c.q.fire(ctx, d, EventCommit, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
+		return nil
 	})
 	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of

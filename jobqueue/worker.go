@@ -107,9 +107,19 @@ func (w *Worker) waitWork(ctx context.Context, poll time.Duration) bool {
 	return w.sleep(ctx, d, wake)
 }
 
+// noAssembly tells whether the handlers that run a job of type t assemble
+// no context (see Queue.claimFor): the type's own, or the Worker's.
+func (w *Worker) noAssembly(t JobType) bool {
+	h := w.Handlers
+	if tc, ok := w.Queue.cfg.Types[t]; ok && tc.Handlers.CallNotebookLM != nil {
+		h = tc.Handlers
+	}
+	return h.AssembleContext == nil
+}
+
 func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 	for ctx.Err() == nil {
-		c, err := w.Queue.Claim(ctx, w.ID)
+		c, err := w.Queue.claimFor(ctx, w.ID, w.noAssembly)
 		if err != nil && ctx.Err() == nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: claim", "worker", w.ID, "err", err)
 		}
