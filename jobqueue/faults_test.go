@@ -270,18 +270,21 @@ func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { _, err := c.Run(ctx, h); done <- err }()
 		within(t, "the outage's start", downed)
+		// The first write after the NLM call is the artifact's (issue 12:
+		// ARTIFACT_WRITE is no write of its own), made inside the artifact
+		// step: its timers are the heartbeat, the step's deadline (both an
+		// hour away) and the failed write's retry.
 		for fs.Failed() < 5 {
 			select {
-			// The heartbeat (an hour away) and the failed write's retry: time
-			// moves only while the write waits, so it moves no further than
-			// the retries' intervals add up to.
-			case <-clk.WaitForTimers(2):
+			// Time moves only while the write waits, so it moves no further
+			// than the retries' intervals add up to.
+			case <-clk.WaitForTimers(3):
 			case err := <-done:
 				t.Fatalf("Run returned during the outage after %d refused calls: %v", fs.Failed(), err)
 			}
 			clk.Advance(100 * time.Millisecond)
 		}
-		<-clk.WaitForTimers(2) // the heartbeat (an hour away) and the write's next retry
+		<-clk.WaitForTimers(3) // the heartbeat, the step's deadline and the write's next retry
 		fs.Up()
 		clk.Advance(2 * time.Second) // the longest retry interval
 		if err := within(t, "Run after the store came back", done); err != nil {

@@ -129,6 +129,9 @@ type Claim struct {
 	ver     storage.Version // its store version
 	lockVer storage.Version
 	done    bool
+	// artCreated is the artifact this claim created, its creation event
+	// still to be written with the job's (artifact.Draft.Audited).
+	artCreated string
 	// renewedAt is when the claim last renewed its lease (Unix ns); the
 	// heartbeat is scheduled from it. Atomic, not under mu: a write that
 	// waits out a store outage holds mu, and the heartbeat must still be
@@ -224,6 +227,7 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 			if err := c.q.toArtifactWrite(ctx, d); err != nil {
 				return err
 			}
+			d.AuditArtifact = c.artCreated // created, then the commit failed
 		}
 		c.q.retry(ctx, d, now, step, code, msg)
 		if d.NextAttemptAt != nil {
@@ -445,8 +449,15 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 		art, _, err = c.q.artifacts.Create(ctx, c.q.cfg.ArtifactActor, cid, artifact.Draft{
 			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
 			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
-			Epoch: c.epoch,
+			Epoch: c.epoch, Audited: true,
 		})
+		if err == nil && art.Version == 1 {
+			// A fresh create: its event goes in the job's audit object
+			// (a replacement's the artifact store recorded itself).
+			c.mu.Lock()
+			c.artCreated = art.ArtifactID
+			c.mu.Unlock()
+		}
 		switch {
 		case err != nil:
 		case !art.Finalized:
@@ -470,6 +481,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 			return err
 		}
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
+		d.AuditArtifact = c.artCreated
 		return nil
 	})
 	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
