@@ -341,7 +341,18 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if !lock.free(now) {
+	// kept: a lock this Queue's last claim of the agent kept past its end
+	// (Claim.end), or one another process kept whose job's run ended.
+	kept := cached && lock.Owner != ""
+	if !kept && ready && !lock.free(now) && lock.JobID != "" {
+		if kept, err = q.lockEnded(ctx, &lock); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	if !ready && kept && cached {
+		a.keep(&lock, lockVer) // not taken now: the next claim still may without reading
+	}
+	if !kept && !lock.free(now) {
 		until := now.Add(min(q.cfg.LeaseTTL/4, time.Second))
 		a.mu.Lock()
 		a.busyUntil = until
@@ -352,6 +363,9 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 		return nil, until, nil
 	}
 	orphan := lock.JobID
+	if kept {
+		orphan = "" // its job's run ended: nothing to rescue
+	}
 	if !ready && orphan == "" {
 		return nil, a.idleUntil(lockAt), nil
 	}
@@ -431,8 +445,64 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	return nil, now, nil // 64 stale or dead entries: more may follow
 }
 
-// readLock returns a's lock: the copy this Queue freed last, used once
-// (cached), or else the stored one.
+// lockEnded tells whether the job a held lock names ended its run under
+// the lock's epoch (ran_epoch), so the lock, kept rather than released by
+// its last claim, is free.
+func (q *Queue) lockEnded(ctx context.Context, l *agentLock) (bool, error) {
+	d, _, err := q.read(ctx, l.JobID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
+}
+
+// keep puts back the lock readLock took from the cache, unused.
+func (a *agentState) keep(l *agentLock, ver storage.Version) {
+	a.mu.Lock()
+	if a.freed == nil {
+		a.freed, a.freedVer = l, ver
+	}
+	a.mu.Unlock()
+}
+
+// releaseKept releases the agent locks this Queue's claims kept past their
+// end (Claim.end), so other processes need not wait for them to lapse or
+// read the jobs they name. A lock changed since is left alone.
+func (q *Queue) releaseKept(ctx context.Context) {
+	q.mu.Lock()
+	agents := make([]*agentState, 0, len(q.agents))
+	for _, a := range q.agents {
+		agents = append(agents, a)
+	}
+	q.mu.Unlock()
+	for _, a := range agents {
+		a.mu.Lock()
+		l, ver := a.freed, a.freedVer
+		if l != nil && l.Owner != "" {
+			a.freed, a.freedVer = nil, ""
+		} else {
+			l = nil
+		}
+		a.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		key, err := storage.AgentLockKey(a.name)
+		if err != nil {
+			continue
+		}
+		free := agentLock{Agent: a.name, Epoch: l.Epoch}
+		if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+			q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", a.name, "err", err)
+		}
+	}
+}
+
+// readLock returns a's lock: the copy this Queue freed (or kept) last,
+// used once (cached), or else the stored one.
 func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
 	a.mu.Lock()
 	if a.freed != nil {

@@ -295,6 +295,10 @@ type jobDoc struct {
 	// artifact.Draft.Audited); emitted before the move out of
 	// ARTIFACT_WRITE.
 	AuditArtifact string `json:"audit_artifact,omitempty"`
+	// RanEpoch is the agent-lock epoch of the last claim that ended the
+	// job's run (its commit or its failure): a lock of that epoch naming
+	// the job is free, though not released (see Claim.end).
+	RanEpoch int64 `json:"ran_epoch,omitempty"`
 }
 
 // agentLock is queue/agents/{agent}.json (storage.AgentLockKey): which worker runs the agent's job,
@@ -509,7 +513,12 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	if err != nil {
 		return err
 	}
-	_, err = storage.Create(ctx, q.store, key, &agentLock{Agent: agent})
+	// Read first: a lock another process (or an earlier life of this one)
+	// made costs a read, not a refused write.
+	_, _, err = q.store.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		_, err = storage.Create(ctx, q.store, key, &agentLock{Agent: agent})
+	}
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}

@@ -167,10 +167,31 @@ func (c *Claim) release(ctx context.Context) {
 	a.mu.Unlock()
 }
 
-// end releases the agent lock of a claim that ran (or was abandoned) and
-// asks for a look at the agent at once: its lane may hold more work.
+// end ends a claim that ran (or was abandoned) and asks for a look at the
+// agent at once: its lane may hold more work. When the job left its
+// pipeline state under the claim (its record says so: ran_epoch), the
+// agent lock is kept as it is, not released: this Queue's next claim of
+// the agent takes it over by compare-and-swap (one write instead of a
+// release and a take), and another process that finds it held reads the
+// job it names and, seeing that job's run under the lock's epoch ended,
+// takes it as free (Queue.lockEnded); unused, it lapses at its expiry.
+// A Worker releases the locks it kept when it stops (Queue.releaseKept).
+// A claim whose job is still in a pipeline state (its last write failed)
+// releases the lock as before.
 func (c *Claim) end(ctx context.Context) {
-	c.release(ctx)
+	c.mu.Lock()
+	keep := !pipelineState(c.job.Status) && c.doc.RanEpoch == c.epoch
+	c.mu.Unlock()
+	if keep {
+		l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID}
+		a := c.agent
+		a.mu.Lock()
+		a.busyUntil = time.Time{}
+		a.freed, a.freedVer = &l, c.lockVer
+		a.mu.Unlock()
+	} else {
+		c.release(ctx)
+	}
 	c.q.schedule(c.agent, c.q.clock.Now())
 }
 
@@ -230,6 +251,7 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 			d.AuditArtifact = c.artCreated // created, then the commit failed
 		}
 		c.q.retry(ctx, d, now, step, code, msg)
+		d.RanEpoch = c.epoch
 		if d.NextAttemptAt != nil {
 			lane, at = d.ReadyKey, *d.NextAttemptAt
 		}
@@ -482,6 +504,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 		}
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
 		d.AuditArtifact = c.artCreated
+		d.RanEpoch = c.epoch
 		return nil
 	})
 	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {

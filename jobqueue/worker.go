@@ -56,6 +56,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		sweep = time.Minute
 	}
 	defer func() {
+		// The agent locks the claims kept past their end: released, so
+		// other processes take the agents at once (see Claim.end).
+		rctx, rcancel := w.Queue.afterStop(ctx)
+		defer rcancel()
+		defer w.Queue.releaseKept(rctx)
 		// Handlers that ignore their context are left behind, not waited
 		// for past StopGrace (Queue.Stragglers counts them).
 		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Queue.cfg.StopGrace)
