@@ -165,6 +165,24 @@ func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, er
 	return keys[0], nil
 }
 
+// watchRelist is how soon after the last whole-queue listing a signal of
+// the store's watch (Worker) lists the lanes again: a signal comes for
+// every lane write, this process's own included, so under load the
+// listings are bounded to one per watchRelist.
+const watchRelist = 10 * time.Millisecond
+
+// lanesChanged notes the store's signal that the ready lanes changed: the
+// next Claim lists them (within watchRelist of the last listing), and
+// waiting Worker loops wake to make it.
+func (q *Queue) lanesChanged() {
+	q.mu.Lock()
+	q.lanesDirty = true
+	q.mu.Unlock()
+	q.schedMu.Lock()
+	q.wakeWaiters()
+	q.schedMu.Unlock()
+}
+
 // globalBatch bounds the keys one refreshLanes reads (ten S3 List pages).
 const globalBatch = 10000
 
@@ -177,11 +195,15 @@ const globalBatch = 10000
 func (q *Queue) refreshLanes(ctx context.Context) error {
 	now := q.clock.Now()
 	q.mu.Lock()
-	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < laneRecheck && !now.Before(q.globalAt) {
+	every := laneRecheck
+	if q.lanesDirty {
+		every = watchRelist
+	}
+	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < every && !now.Before(q.globalAt) {
 		q.mu.Unlock()
 		return nil
 	}
-	q.globalAt = now
+	q.globalAt, q.lanesDirty = now, false
 	q.mu.Unlock()
 	byAgent := map[string][]string{}
 	truncated, last := false, ""

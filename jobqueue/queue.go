@@ -123,7 +123,9 @@ type Queue struct {
 	agents   map[string]*agentState // every agent this Queue knows of
 	agentAt  time.Time              // when the agents' locks were last listed
 	globalAt time.Time              // when refreshLanes last listed every lane
-	audited  map[string]int64       // job id → latest version whose audit this Queue wrote
+	// lanesDirty: the store's watch signalled a lane change since.
+	lanesDirty bool
+	audited    map[string]int64 // job id → latest version whose audit this Queue wrote
 
 	schedMu sync.Mutex
 	due     dueHeap       // the agents by when each is next worth a look

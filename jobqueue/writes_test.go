@@ -234,3 +234,43 @@ func TestWritesPerJobTable(t *testing.T) {
 		})
 	}
 }
+
+// watchStore is a store with the Watch method of storage.Watcher: the
+// test signals on ch.
+type watchStore struct {
+	storage.Store
+	ch      chan struct{}
+	watched chan string
+}
+
+func (w *watchStore) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	w.watched <- prefix
+	return w.ch, nil
+}
+
+// TestWorkerWakesOnWatch: a Worker over a store that can watch learns of
+// work another process enqueued at the store's signal, not at its next
+// poll (an hour away on a clock that does not move by itself).
+func TestWorkerWakesOnWatch(t *testing.T) {
+	ws := &watchStore{Store: stores[0].new(t), ch: make(chan struct{}, 1), watched: make(chan string, 1)}
+	clk := clock.NewFake(t0)
+	q1, q2 := newQueue(t, ws, clk), newQueue(t, ws, clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := within(t, "Worker.Run after cancel", stopped); err != nil {
+			t.Error(err)
+		}
+	}()
+	if p := within(t, "the Worker's Watch", ws.watched); p != storage.LanesPrefix {
+		t.Fatalf("watched %q, want the lanes %q", p, storage.LanesPrefix)
+	}
+	<-clk.WaitForTimers(1) // the loop waits, an hour
+	enqueue(t, q2, "job-1", "agent-x")
+	clk.Advance(time.Second) // past the last listing's rate limit, far short of the poll
+	ws.ch <- struct{}{}
+	waitFor(t, func() bool { return get(t, q2, "job-1").Status == jobqueue.JobComplete })
+}
