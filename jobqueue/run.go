@@ -245,7 +245,7 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 	var at time.Time
 	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
 		if step == JobArtifactWrite {
-			if err := c.q.toArtifactWrite(ctx, d); err != nil {
+			if err := c.q.toArtifactWrite(context.WithoutCancel(ctx), d); err != nil {
 				return err
 			}
 			d.AuditArtifact = c.artCreated // created, then the commit failed
