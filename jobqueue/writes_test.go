@@ -84,16 +84,6 @@ func (c *classStore) durable() int {
 	return n
 }
 
-func (c *classStore) total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, v := range c.writes {
-		n += v
-	}
-	return n
-}
-
 func (c *classStore) table(n int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -181,7 +171,7 @@ const MaxWritesPerJob = 8
 // second run (durable ones: refused writes are in the table only), counted until its last job finished (a stopping Worker
 // releases the agent locks it kept: once per Worker, not per job), and
 // the table by key class.
-func writesPerJob(t *testing.T, s storage.Store, n, agents, slots int, h jobqueue.Handlers) (float64, string) {
+func writesPerJob(t testing.TB, s storage.Store, n, agents, slots int, h jobqueue.Handlers) (float64, string) {
 	cs := &classStore{Store: s}
 	runWorker(t, cs, agents, agents, slots, h, nil)
 	cs.mu.Lock()

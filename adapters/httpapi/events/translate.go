@@ -111,16 +111,12 @@ func stepsRun(state string) bool { return state == "running" || state == "cancel
 // warning, and never retried.
 var errSkip = errors.New("events: audit event skipped")
 
-// translate returns the frames of ev (none for an event type the contract
-// does not publish) and the run it belongs to. A store failure is returned
-// as is: the caller retries the event at its next poll.
-func (t *translator) translate(ctx context.Context, ev *storage.AuditEvent) (batch, error) {
-	return t.translateAll(ctx, ev.ID, []storage.AuditEvent{*ev})
-}
-
-// translateAll is translate of the events of one audit object (a batch
-// of the job queue's, storage.AuditEvent.Expand), as one batch under the
-// object's id: a client resumes by object.
+// translateAll returns the frames of the events of one audit object (one
+// event, or a batch of the job queue's, storage.AuditEvent.Expand), none
+// for an event type the contract does not publish, as one batch under the
+// object's id (a client resumes by object), and the run it belongs to. A
+// store failure is returned as is: the caller retries the object at its
+// next poll.
 func (t *translator) translateAll(ctx context.Context, id string, evs []storage.AuditEvent) (batch, error) {
 	b := batch{id: id}
 	var frames []Event
