@@ -178,7 +178,11 @@ func writesPerJob(t testing.TB, s storage.Store, n, agents, slots int, h jobqueu
 	cs.writes = nil
 	cs.mu.Unlock()
 	var locks int
-	runWorker(t, cs, n, agents, slots, h, func() { locks = cs.writes["agent lock put"] })
+	runWorker(t, cs, n, agents, slots, h, func() {
+		cs.mu.Lock()
+		locks = cs.writes["agent lock put"]
+		cs.mu.Unlock()
+	})
 	// The audit objects of the last jobs may land after their end was
 	// counted, so the count is taken once the Worker stopped, less the
 	// releases of the locks it kept.
