@@ -2,11 +2,13 @@ package jobqueue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,4 +269,73 @@ func TestWorkerWakesOnWatch(t *testing.T) {
 	clk.Advance(time.Second) // past the last listing's rate limit, far short of the poll
 	ws.ch <- struct{}{}
 	waitFor(t, func() bool { return get(t, q2, "job-1").Status == jobqueue.JobComplete })
+}
+
+// TestLostAuditFlushIsRepaired: the audit object of a segment is lost (the
+// writer died between the write that brought the job to rest and its
+// flush, here the flush failing): the moves stay in the record, and the
+// next writer (the retry's pickup) or Sweep (for a job at its end) writes
+// the same object, so the audit log replays to the record's state with no
+// gap, and the next segment's moves follow it.
+func TestLostAuditFlushIsRepaired(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	// The 1st audit write fails (RETRY_BACKOFF's), the 2nd (its repair)
+	// lands, the 3rd fails (COMPLETE's), the 4th (Sweep's repair) lands.
+	var audits atomic.Int32
+	fs := &flakyStore{Store: stores[0].new(t), fails: 2, match: func(key string, _ []byte) bool {
+		if !strings.HasPrefix(key, "audit/") {
+			return false
+		}
+		n := audits.Add(1)
+		return n == 1 || n == 3
+	}}
+	q := newQueue(t, fs, clk)
+	enqueue(t, q, "job-1", "agent-a")
+	// Attempt 1 fails: RETRY_BACKOFF, whose flush fails.
+	c := claim(t, q, "w1")
+	if _, err := c.Run(ctx, failing(errors.New("boom"), new(atomic.Int32))); err != nil {
+		t.Fatal(err)
+	}
+	if n := countKeys(t, fs, "audit/"); n != 0 {
+		t.Fatalf("%d audit objects; the flush was to fail", n)
+	}
+	// A fresh Queue (another process) picks the retry up: it writes the
+	// lost object before the trail leaves the record.
+	q2 := newQueue(t, fs, clk)
+	clk.Advance(jobqueue.DefaultBackoff()[0])
+	c = claim(t, q2, "w2")
+	if c == nil {
+		t.Fatal("retry not claimed")
+	}
+	if got := replay(t, fs, clk.Now()); got["job-1"] != jobqueue.JobRetryBackoff {
+		t.Fatalf("after the retry's pickup the audit replays to %q, want the lost segment's RETRY_BACKOFF", got["job-1"])
+	}
+	// Attempt 2 completes; its flush fails too. Sweep writes it.
+	if _, err := c.Run(ctx, okHandlers()); err != nil {
+		t.Fatal(err)
+	}
+	if got := replay(t, fs, clk.Now()); got["job-1"] != jobqueue.JobRetryBackoff {
+		t.Fatalf("audit replays to %q before the sweep", got["job-1"])
+	}
+	if _, err := newQueue(t, fs, clk).Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := replay(t, fs, clk.Now()); got["job-1"] != jobqueue.JobComplete {
+		t.Fatalf("after the sweep the audit replays to %q, want COMPLETE", got["job-1"])
+	}
+	var kinds []string
+	for day := t0.Truncate(24 * time.Hour); !day.After(clk.Now()); day = day.Add(24 * time.Hour) {
+		for e, err := range storage.ReadAuditDay(ctx, fs, day) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds = append(kinds, e.Event+":"+e.To)
+		}
+	}
+	want := "job.create:PENDING job.status.update:QUEUED job.status.update:CONTEXT_ASSEMBLY job.status.update:NOTEBOOKLM_CALL job.status.update:RETRY_BACKOFF " +
+		"job.status.update:QUEUED job.status.update:CONTEXT_ASSEMBLY job.status.update:NOTEBOOKLM_CALL job.status.update:ARTIFACT_WRITE artifact.create:finalized job.status.update:COMPLETE"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Fatalf("audit events\n%s\nwant\n%s", got, want)
+	}
 }
