@@ -363,18 +363,28 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	// kept: a lock this Queue's last claim of the agent kept past its end
-	// (Claim.end), or one another process kept whose job's run ended.
+	// kept: a lock this Queue's last claim of the agent kept past its end,
+	// its job settled (Claim.end). ended: the job a lock held by another
+	// process (or an earlier life of this one) names ended its run under
+	// the lock's epoch, so the lock was kept, not released; its claim may
+	// not have settled the job (laned it, buried it, flushed its audit)
+	// before it stopped, so this claim settles it before the lock names
+	// another job (active.go).
 	kept := cached && lock.Owner != ""
+	var named *jobDoc // the job the lock names, read: ended, or the lock free
 	if !kept && ready && !lock.free(now) && lock.JobID != "" {
-		if kept, err = q.lockEnded(ctx, &lock); err != nil {
+		d, ended, err := q.lockEnded(ctx, &lock)
+		if err != nil {
 			return nil, time.Time{}, err
+		}
+		if ended {
+			named = &d
 		}
 	}
 	if !ready && kept && cached {
 		a.keep(&lock, lockVer) // not taken now: the next claim still may without reading
 	}
-	if !kept && !lock.free(now) {
+	if !kept && named == nil && !lock.free(now) {
 		until := now.Add(min(q.cfg.LeaseTTL/4, time.Second))
 		a.mu.Lock()
 		a.busyUntil = until
@@ -386,7 +396,30 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	}
 	orphan := lock.JobID
 	if kept {
-		orphan = "" // its job's run ended: nothing to rescue
+		orphan = "" // its job's run ended and its claim settled it
+	}
+	if orphan != "" && ready {
+		// A job named by a lock that is free or kept: one out of its
+		// pipeline is settled here, before the lock is taken, so the take
+		// can name the next job in the same write; one in a pipeline state
+		// is rescued under the new epoch (below).
+		if named == nil {
+			d, _, err := q.read(ctx, orphan)
+			switch {
+			case err == nil:
+				named = &d
+			case errors.Is(err, storage.ErrNotFound):
+				orphan = "" // gone (its Enqueue undone, or quarantined): nothing to repair
+			default:
+				return nil, time.Time{}, err
+			}
+		}
+		if named != nil && !pipelineState(named.Status) {
+			if err := q.settle(ctx, named); err != nil {
+				return nil, time.Time{}, err // the lock goes on naming it
+			}
+			orphan = ""
+		}
 	}
 	if !ready && orphan == "" {
 		return nil, a.idleUntil(lockAt), nil
@@ -411,11 +444,18 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	}
 	c.lockVer = lockVer
 	if orphan != "" {
-		if err := q.rescue(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		c.named = orphan // a failed repair leaves the lock naming it (active.go)
+		if err := q.repairOrphan(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			c.release(ctx)
 			return nil, time.Time{}, err
 		}
+		if q.hasAuditGap(orphan) {
+			c.release(ctx) // its audit object is still to be written: named on
+			return nil, now.Add(laneRecheck), nil
+		}
+		c.named = ""
 	}
+	pending := "" // a lane entry whose job may still be being written (lanePending)
 	for range 64 {
 		key, err := q.head(ctx, a, true)
 		if err != nil || key == "" {
@@ -439,16 +479,29 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 				return nil, time.Time{}, err // lost the lock: nothing of ours to release
 			}
 		}
+		c.named = jobID // until the job is settled (active.go)
 		doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
 		switch {
 		case errors.Is(err, errNotReady):
 			a.forget()
+			c.named = ""
 			c.release(ctx)
 			return nil, now.Add(laneRecheck), nil
 		case errors.Is(err, errStale), errors.Is(err, storage.ErrNotFound):
+			c.named = ""
 			// Another process took it: the cache is out of date, so list
 			// the lane afresh rather than try its other entries one by one.
 			a.forget()
+			if q.pendingAfter(key, err, q.clock.Now()) {
+				// Written moments ago by an Enqueue or Requeue that writes
+				// its job next: left alone (active.go).
+				if key == pending {
+					c.release(ctx)
+					return nil, now.Add(pendingRecheck), nil
+				}
+				pending = key
+				continue
+			}
 			_ = q.store.Delete(ctx, key, storage.Condition{})
 			continue
 		case err != nil:
@@ -461,7 +514,13 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			c.job, c.doc, c.ver = doc.Job, doc, ver
 			return c, time.Time{}, nil
 		}
-		// The job's attempts ran out: it went to FAILED and DEAD; next.
+		// The job's attempts ran out: it went to FAILED and DEAD; next,
+		// unless its audit object is still to be written (active.go).
+		if q.hasAuditGap(jobID) {
+			c.release(ctx)
+			return nil, now.Add(laneRecheck), nil
+		}
+		c.named = ""
 	}
 	c.release(ctx)
 	return nil, now, nil // 64 stale or dead entries: more may follow
@@ -469,16 +528,16 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 
 // lockEnded tells whether the job a held lock names ended its run under
 // the lock's epoch (ran_epoch), so the lock, kept rather than released by
-// its last claim, is free.
-func (q *Queue) lockEnded(ctx context.Context, l *agentLock) (bool, error) {
-	d, _, err := q.read(ctx, l.JobID)
+// its last claim, is free; d is the job as read.
+func (q *Queue) lockEnded(ctx context.Context, l *agentLock) (d jobDoc, ended bool, err error) {
+	d, _, err = q.read(ctx, l.JobID)
 	if errors.Is(err, storage.ErrNotFound) {
-		return false, nil
+		return d, false, nil
 	}
 	if err != nil {
-		return false, err
+		return d, false, err
 	}
-	return d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
+	return d, d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
 }
 
 // keep puts back the lock readLock took from the cache, unused.
@@ -574,7 +633,7 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 	orch := lifecycle.ActorOrchestration
 	doc, ver, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
 		if d.ReadyKey != key || (d.Status != JobQueued && d.Status != JobRetryBackoff) {
-			return errStale
+			return &staleEntry{status: d.Status, updated: d.UpdatedAt}
 		}
 		if d.Status == JobRetryBackoff {
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {

@@ -71,8 +71,9 @@ type Config struct {
 	// artifact holds the NLM backend's answer, so the default is
 	// lifecycle.ActorNLMBackend.
 	ArtifactActor lifecycle.Actor
-	// SweepBatch is the most jobs one SweepIfDue reads; the next call goes
-	// on where it stopped. Default 10,000. (Sweep itself reads every job.)
+	// SweepBatch is the most entries of work in flight (agent locks, lane
+	// entries) one SweepIfDue looks at; the next call goes on where it
+	// stopped. Default 10,000. (Sweep itself looks at every one.)
 	SweepBatch int
 	// StopGrace bounds what a claim still does once its context ended (a
 	// Worker stopping): recording the interrupted attempt and releasing the
@@ -126,6 +127,7 @@ type Queue struct {
 	// lanesDirty: the store's watch signalled a lane change since.
 	lanesDirty bool
 	audited    map[string]int64 // job id → latest version whose audit this Queue wrote
+	gaps       map[string]int64 // job id → version at rest whose audit flush failed (active.go)
 
 	schedMu sync.Mutex
 	due     dueHeap       // the agents by when each is next worth a look
@@ -484,23 +486,31 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 		Trail: []Move{{From: "", To: JobPending, Event: "create", Actor: actor, At: now}},
 	}}
 	// Validation is done, so the job is created already moved on to
-	// QUEUED: one write whose trail, and audit, holds both moves.
+	// QUEUED: one write whose trail holds both moves.
 	if err := q.fire(ctx, &doc, EventValidate, lifecycle.ActorOrchestration); err != nil {
 		return Job{}, err
 	}
 	doc.Trail[len(doc.Trail)-1].At = now
 	lane := laneKey(n.AgentSlug, now, n.JobID)
 	doc.QueuedAt, doc.ReadyKey = &now, lane
+	// The lane entry first, the job second (active.go): a job in flight is
+	// always in a lane or named by its agent's lock.
+	undo, err := q.putLaneFirst(ctx, lane, n.JobID, now)
+	if err != nil {
+		return Job{}, err
+	}
 	if _, err := storage.Create(ctx, q.store, key, &doc); err != nil {
+		undo()
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			return Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
 		}
 		return Job{}, err
 	}
+	q.laneAdded(n.AgentSlug, lane)
 	q.observe(nil, &doc, doc.Trail)
 	// No audit write: QUEUED is no rest (see flushes); the two moves wait
 	// in the trail for the write that brings the job to rest.
-	return doc.Job, q.putLane(ctx, lane, n.JobID, now)
+	return doc.Job, nil
 }
 
 func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
@@ -767,7 +777,12 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 	_, nv := rec.Snapshot()
 	q.observe(&prior, &d, d.Trail[carried:])
 	if flushes(d.Status) {
-		q.flush(ctx, &d)
+		// The write is done: its audit object is written even if ctx ends
+		// meanwhile (a Worker stopping), within StopGrace, so a stop does
+		// not leave the job for a repair (active.go).
+		fctx, cancel := q.afterStop(ctx)
+		q.flush(fctx, &d)
+		cancel()
 	}
 	return d, nv, nil
 }
@@ -783,12 +798,24 @@ func flushes(s JobState) bool { return s == JobComplete || s == JobDead || s == 
 // at rest (Sweep's repair of a writer that died before its flush); the
 // moves of a job not at rest are in its record, to be flushed later.
 func (q *Queue) ensureAudited(ctx context.Context, d *jobDoc) {
-	if !flushes(d.Status) || len(d.Trail) == 0 {
-		return
-	}
-	if err := q.ensureFlushed(ctx, d); err != nil {
+	if err := q.ensureAuditedErr(ctx, d); err != nil {
 		q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "err", err)
 	}
+}
+
+// ensureAuditedErr is ensureAudited, failing when the object is missing
+// and could not be written.
+func (q *Queue) ensureAuditedErr(ctx context.Context, d *jobDoc) error {
+	if !flushes(d.Status) || len(d.Trail) == 0 {
+		return nil
+	}
+	err := q.ensureFlushed(ctx, d)
+	if err != nil {
+		q.mu.Lock()
+		q.auditGap(d.JobID, d.Version, true)
+		q.mu.Unlock()
+	}
+	return err
 }
 
 // ensureFlushed makes sure the audit object of d (at rest, at its
@@ -827,6 +854,9 @@ func (q *Queue) flush(ctx context.Context, d *jobDoc) {
 	}
 	if err != nil {
 		q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "status", d.Status, "err", err)
+		q.mu.Lock()
+		q.auditGap(d.JobID, d.Version, true) // the claim does not settle the job (active.go)
+		q.mu.Unlock()
 		return
 	}
 	q.flushed(d)
@@ -836,6 +866,7 @@ func (q *Queue) flush(ctx context.Context, d *jobDoc) {
 func (q *Queue) flushed(d *jobDoc) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.auditGap(d.JobID, d.Version, false)
 	if q.audited[d.JobID] < d.Version {
 		q.audited[d.JobID] = d.Version
 	}
@@ -900,22 +931,41 @@ func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string
 	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {
 		return Job{}, err
 	}
-	var lane string
-	var at time.Time
-	d, _, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
+	// The lane entry first, the job second (active.go): the job's agent
+	// comes from a read before the write.
+	cur, ver, err := q.read(ctx, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	probe := cur
+	probe.Trail = nil
+	if err := q.fire(ctx, &probe, EventRequeue, actor); err != nil {
+		return Job{}, err // refused as the record stands: no lane entry written
+	}
+	if err := q.ensureAgent(ctx, cur.AgentSlug); err != nil {
+		return Job{}, err
+	}
+	at := q.clock.Now().UTC()
+	lane := laneKey(cur.AgentSlug, at, jobID)
+	undo, err := q.putLaneFirst(ctx, lane, jobID, at)
+	if err != nil {
+		return Job{}, err
+	}
+	d, _, err := q.update(ctx, jobID, &cur, ver, func(d *jobDoc, now time.Time) error {
+		if d.AgentSlug != cur.AgentSlug {
+			return fmt.Errorf("jobqueue: job %s changed agent", jobID)
+		}
 		if err := q.fire(ctx, d, EventRequeue, actor); err != nil {
 			return err
 		}
-		lane, at = laneKey(d.AgentSlug, now, d.JobID), now
 		d.Attempt, d.Error, d.ErrorCode, d.FailedStep = 0, nil, "", ""
 		d.QueuedAt, d.ReadyKey, d.NextAttemptAt, d.Lease = &now, lane, nil, nil
 		return nil
 	})
 	if err != nil {
+		undo()
 		return Job{}, err
 	}
-	if err := q.ensureAgent(ctx, d.AgentSlug); err != nil {
-		return d.Job, err
-	}
-	return d.Job, q.putLane(ctx, lane, jobID, at)
+	q.laneAdded(cur.AgentSlug, lane)
+	return d.Job, nil
 }

@@ -132,6 +132,11 @@ type Claim struct {
 	// artCreated is the artifact this claim created, its creation event
 	// still to be written with the job's (artifact.Draft.Audited).
 	artCreated string
+	// named is the job the agent lock must go on naming when the claim
+	// releases it: the job the claim picked up until it settles it
+	// (active.go), so a claim that lost its lease or its store leaves the
+	// job findable by the next claim and the sweep.
+	named string
 	// renewedAt is when the claim last renewed its lease (Unix ns); the
 	// heartbeat is scheduled from it. Atomic, not under mu: a write that
 	// waits out a store outage holds mu, and the heartbeat must still be
@@ -149,7 +154,9 @@ func (c *Claim) Job() Job {
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
 	key, _ := storage.AgentLockKey(c.agent.name)
-	l := agentLock{Agent: c.agent.name, Epoch: c.epoch}
+	c.mu.Lock()
+	l := agentLock{Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
+	c.mu.Unlock()
 	b, _ := json.Marshal(&l)
 	// Meta's version is not needed on the lock: only the store's version
 	// fences it. Write with If-Match on the version we hold.
@@ -176,11 +183,13 @@ func (c *Claim) release(ctx context.Context) {
 // job it names and, seeing that job's run under the lock's epoch ended,
 // takes it as free (Queue.lockEnded); unused, it lapses at its expiry.
 // A Worker releases the locks it kept when it stops (Queue.releaseKept).
-// A claim whose job is still in a pipeline state (its last write failed)
-// releases the lock as before.
+// A claim that has not settled its job (still in a pipeline state after a
+// failed write or a lost lease; laned, buried or audited not yet: named)
+// releases the lock still naming the job (active.go), for the next claim
+// of the agent or the sweep to repair.
 func (c *Claim) end(ctx context.Context) {
 	c.mu.Lock()
-	keep := !pipelineState(c.job.Status) && c.doc.RanEpoch == c.epoch
+	keep := !pipelineState(c.job.Status) && c.doc.RanEpoch == c.epoch && c.named == ""
 	c.mu.Unlock()
 	if keep {
 		l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID}
@@ -261,9 +270,24 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 		return job, err
 	}
 	if job.Status == JobFailed { // permanent: no retry
-		return c.q.bury(ctx, job.JobID, nil, "")
+		job, err = c.q.bury(ctx, job.JobID, nil, "")
+	} else {
+		err = c.q.putLane(ctx, lane, job.JobID, at)
 	}
-	return job, c.q.putLane(ctx, lane, job.JobID, at)
+	if err == nil {
+		c.settled()
+	}
+	return job, err
+}
+
+// settled records that the claim's job left the pipeline for good or for
+// its lane: the lock need no longer name it.
+func (c *Claim) settled() {
+	c.mu.Lock()
+	if !c.q.hasAuditGap(c.named) {
+		c.named = ""
+	}
+	c.mu.Unlock()
 }
 
 // heartbeat renews the agent lock and the job's lease LeaseTTL/3 after
@@ -507,6 +531,9 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 		d.RanEpoch = c.epoch
 		return nil
 	})
+	if err == nil {
+		c.settled()
+	}
 	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of
 		// ARTIFACT_WRITE, retried like any other.

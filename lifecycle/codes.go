@@ -80,6 +80,18 @@ const (
 	// CodeConflict: a conditional write lost to another writer, e.g.
 	// restoring a quarantined record whose key was written since.
 	CodeConflict = "CONFLICT"
+
+	// Codes of the webhook intake (adapters/httpapi/webhook): the sender
+	// could not be authenticated.
+
+	// CodeWebhookSignatureInvalid: a webhook's signature header is
+	// missing, malformed or does not match the body under the source's
+	// secret (for Slack, also a missing or malformed timestamp, which the
+	// signature covers).
+	CodeWebhookSignatureInvalid = "WEBHOOK_SIGNATURE_INVALID"
+	// CodeWebhookStale: a correctly signed Slack request whose timestamp
+	// is more than 5 minutes from the server's clock, either way: a replay.
+	CodeWebhookStale = "WEBHOOK_STALE"
 )
 
 // httpStatus is the one table from error code to HTTP status (seed 000 §5.3
@@ -119,6 +131,9 @@ var httpStatus = map[string]int{
 	CodeJobExists:            http.StatusConflict,
 	CodeAgentNotFound:        http.StatusNotFound,
 	CodeConflict:             http.StatusConflict,
+
+	CodeWebhookSignatureInvalid: http.StatusUnauthorized,
+	CodeWebhookStale:            http.StatusUnauthorized,
 }
 
 // HTTPStatus maps an error code to the HTTP status an API answers with; an

@@ -51,6 +51,7 @@ func TestHTTPStatusOfNewCodes(t *testing.T) {
 		lifecycle.CodeUnauthorized: 401, lifecycle.CodeMethodNotAllowed: 405, lifecycle.CodeUnsupportedMediaType: 415,
 		lifecycle.CodeServiceUnavailable: 503, lifecycle.CodeJobNotFound: 404, lifecycle.CodeJobExists: 409,
 		lifecycle.CodeAgentNotFound: 404, lifecycle.CodeConflict: 409,
+		lifecycle.CodeWebhookSignatureInvalid: 401, lifecycle.CodeWebhookStale: 401,
 	}
 	for code, want := range tests {
 		if got := lifecycle.HTTPStatus(code); got != want {

@@ -382,3 +382,45 @@ func ArtifactsPrefix(cid string) (string, error) {
 	}
 	return "projects/" + cid + "/artifacts/", nil
 }
+
+// SchedulesPrefix holds the state of each schedule (issue 13): its last
+// slot fired and whether it is paused.
+const SchedulesPrefix = "schedules/"
+
+// ScheduleKey is a schedule's state: schedules/{schedule_id}.json.
+func ScheduleKey(scheduleID string) (string, error) {
+	if err := ValidateID("schedule id", scheduleID); err != nil {
+		return "", err
+	}
+	return SchedulesPrefix + scheduleID + ".json", nil
+}
+
+// The webhook intake's own records (issue 13), beside the Runner's
+// idempotency records: the secondary dedupe windows of seed 004 §4.2 and the
+// deliveries such a window absorbed.
+const (
+	WebhooksPrefix         = "webhooks/"
+	GitHubWindowsPrefix    = WebhooksPrefix + "github/windows/"
+	GitHubDeliveriesPrefix = WebhooksPrefix + "github/deliveries/"
+)
+
+// GitHubWindowKey is the secondary dedupe window of one subject of GitHub
+// events (a repository, a PR or issue number and an event type):
+// webhooks/github/windows/{sha256 of the three}.json. Hashed because a
+// repository's full name holds a "/" and an event type is free text; the
+// parts are joined with NUL, which none of them can hold, so two subjects
+// never share a key.
+func GitHubWindowKey(repository string, number int64, eventType string) string {
+	sum := sha256.Sum256([]byte(repository + "\x00" + strconv.FormatInt(number, 10) + "\x00" + eventType))
+	return GitHubWindowsPrefix + hex.EncodeToString(sum[:]) + ".json"
+}
+
+// GitHubDeliveryKey is the record of a GitHub delivery that a secondary
+// dedupe window absorbed as a duplicate of another:
+// webhooks/github/deliveries/{delivery}.json.
+func GitHubDeliveryKey(delivery string) (string, error) {
+	if err := ValidateID("delivery id", delivery); err != nil {
+		return "", err
+	}
+	return GitHubDeliveriesPrefix + delivery + ".json", nil
+}

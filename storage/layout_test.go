@@ -266,3 +266,34 @@ func TestRunnerKeys(t *testing.T) {
 		t.Error("ParseRunActiveKey accepted a key without a run id")
 	}
 }
+
+func TestWebhookKeys(t *testing.T) {
+	t.Parallel()
+	k, err := storage.GitHubDeliveryKey("72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	if err != nil || k != "webhooks/github/deliveries/72d3162e-cc78-11e3-81ab-4c9367dc0958.json" || storage.ValidateKey(k) != nil {
+		t.Errorf("GitHubDeliveryKey = %q, %v", k, err)
+	}
+	for _, bad := range badIDs {
+		if k, err := storage.GitHubDeliveryKey(bad); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("GitHubDeliveryKey(%q) = %q, %v; want ErrInvalidID", bad, k, err)
+		}
+	}
+	// A window's key is valid whatever the repository's name holds, and the
+	// three parts cannot run into each other.
+	a := storage.GitHubWindowKey("octo/repo", 12, "pull_request.opened")
+	for _, other := range []string{
+		storage.GitHubWindowKey("octo/repo", 1, "2pull_request.opened"),
+		storage.GitHubWindowKey("octo/repo", 12, "pull_request.closed"),
+		storage.GitHubWindowKey("octo/repo1", 2, "pull_request.opened"),
+	} {
+		if other == a {
+			t.Errorf("two subjects share the window key %q", a)
+		}
+	}
+	if !strings.HasPrefix(a, storage.GitHubWindowsPrefix) || storage.ValidateKey(a) != nil || a != storage.GitHubWindowKey("octo/repo", 12, "pull_request.opened") {
+		t.Errorf("GitHubWindowKey = %q", a)
+	}
+	if k := storage.GitHubWindowKey("../../x\x00y", -1, "a/b"); storage.ValidateKey(k) != nil {
+		t.Errorf("GitHubWindowKey of hostile parts: %q", k)
+	}
+}

@@ -52,11 +52,45 @@
 // and processes. A writer waits for the lock by polling with LOCK_NB, so
 // the wait ends when its context does, even if the holder is a paused
 // process; locks are per key, so a paused holder delays only writers of its
-// own key. A killed holder's lock is released by the kernel. Every write is
-// fsync'd, then renamed, then the directory is fsync'd, so a completed Put
-// survives a crash. Deleting a key leaves its lock file and directories
-// behind; they are harmless and reused by the next write. flock needs a
-// local file system; do not share the root over NFS.
+// own key. A killed holder's lock is released by the kernel. Deleting a key
+// leaves its lock file and directories behind; they are harmless and
+// reused by the next write. flock needs a local file system; do not share
+// the root over NFS.
+//
+// # Durability and group commit
+//
+// A Put returns only once its value, its version attribute and the rename
+// that puts them at the key are durable, and a Delete once the removal is;
+// so a completed write survives a crash or power loss. Each write takes
+// two syncs: one of its temporary file before the rename, one of the
+// directory after it (plus one of a parent for each directory it creates).
+// Writers that need a sync at the same time share it (group commit): the
+// first to arrive while no sync runs does its own at once (fsync(2) of the
+// file or directory, exactly what a write did before group commit, so a
+// writer alone waits no longer), and the writers that arrive meanwhile are
+// served together by the next sync, one syncfs(2) on the root, which makes
+// every file and directory entry of the file system durable. The key's
+// lock is held from the version check until the second sync returns, so
+// compare-and-swap stays atomic per key, as before; the rename takes effect
+// when it is done (readers may see it before the Put returns, as they
+// could before), and the Put is acknowledged after. A sync that fails
+// fails every write in flight while it ran, not only its own batch:
+// syncfs reports a lost write-back once, to whichever syncfs comes first.
+// A failure before the rename leaves the key as it was; after it, the
+// error matches storage.ErrOutcomeUnknown.
+//
+// syncfs is Linux's, and reports write-back errors only since Linux 5.8:
+// elsewhere, and on older kernels, every write does its own fsyncs as
+// before. syncfs flushes the whole file system, data other programs left
+// dirty included, so a root on a file system busy with unrelated writes
+// pays for them: PerWriteSync turns group commit off. Keys must live on the
+// root's file system; a directory mounted from another one beneath the
+// root is synced file by file.
+//
+// # Watching
+//
+// Store implements storage.Watcher with inotify on Linux (see Watch): a
+// write by any process on the directory wakes the watchers of its key.
 package filestore
 
 import (
@@ -95,13 +129,39 @@ const (
 // Store is a storage.Store in a directory. Create it with New.
 type Store struct {
 	root string
+	sync *syncer
+	// afterRename, when set (by tests), runs after a Put's rename and
+	// before the sync that makes it durable.
+	afterRename func(key string)
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Store   = (*Store)(nil)
+	_ storage.Watcher = (*Store)(nil)
+)
+
+// Option configures a Store in New.
+type Option func(*config)
+
+type config struct {
+	perWriteSync bool
+}
+
+// PerWriteSync makes every write pay its own fsyncs (the file, then its
+// directory after the rename) instead of sharing syncs with concurrent
+// writers. It is what a Store does where group commit is not available
+// (see the package doc); as an option it is the baseline group commit is
+// measured against, and a way out on a file system where syncfs(2) is
+// slow because others keep much unrelated data dirty on it.
+func PerWriteSync() Option { return func(c *config) { c.perWriteSync = true } }
 
 // New opens (creating if needed) the store rooted at dir. Several Stores,
 // in one process or many, may share one dir.
-func New(dir string) (*Store, error) {
+func New(dir string, opts ...Option) (*Store, error) {
+	var c config
+	for _, opt := range opts {
+		opt(&c)
+	}
 	root, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -112,7 +172,24 @@ func New(dir string) (*Store, error) {
 	if err := probeAttr(root); err != nil {
 		return nil, err
 	}
-	return &Store{root: root}, nil
+	// The root stays open for syncfs(2) while the Store lives; the
+	// *os.File's finalizer closes it once the Store is unreachable.
+	f, err := os.Open(root)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return &Store{root: root, sync: &syncer{
+		root:   f,
+		dev:    devOf(fi),
+		group:  !c.perWriteSync && syncfsReliable(),
+		syncfs: syncfs,
+		fsync:  fsyncFile,
+	}}, nil
 }
 
 // probeAttr checks that files under root can carry the version attribute,
@@ -292,6 +369,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 			return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
 		}
 	}
+	epoch := s.sync.epoch()
 	if err := s.mkdirs(key); err != nil {
 		return "", storage.NewOpError("put", key, nil, err)
 	}
@@ -308,8 +386,8 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
 	}
 	ver := newToken()
-	if err := writeAtomic(path, ver, value); err != nil {
-		return "", storage.NewOpError("put", key, nil, err)
+	if err := s.writeAtomic(key, path, ver, value, epoch); err != nil {
+		return "", err
 	}
 	return ver, nil
 }
@@ -323,7 +401,9 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 		return err
 	}
 	path := s.path(key)
-	if _, err := os.Stat(path); notFound(err) {
+	epoch := s.sync.epoch()
+	fi, err := os.Stat(path)
+	if notFound(err) {
 		if cond.Kind() == storage.MatchVersion {
 			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
 		}
@@ -347,8 +427,11 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	if err := os.Remove(path); err != nil {
 		return storage.NewOpError("delete", key, nil, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return storage.NewOpError("delete", key, nil, err)
+	if err := s.sync.do(&syncReq{dir: filepath.Dir(path), dev: devOf(fi)}); err != nil {
+		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, err)
+	}
+	if s.sync.failedSince(epoch) {
+		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, errSyncFailed)
 	}
 	return nil
 }
@@ -431,7 +514,11 @@ func (s *Store) mkdirs(key string) error {
 		err := os.Mkdir(dir, 0o755)
 		switch {
 		case err == nil:
-			if err := syncDir(parent); err != nil {
+			fi, err := os.Stat(parent)
+			if err != nil {
+				return err
+			}
+			if err := s.sync.do(&syncReq{dir: parent, dev: devOf(fi)}); err != nil {
 				return err
 			}
 		case errors.Is(err, fs.ErrExist):
@@ -481,21 +568,31 @@ func newToken() storage.Version {
 	return storage.Version(hex.EncodeToString(b[:]))
 }
 
-// writeAtomic replaces the file at path with value, stamped with token:
-// temp file in the same directory, value, stamp, fsync, rename, fsync the
-// directory. The stamp is set before the rename, so the file is never
-// visible at the key without it.
-func writeAtomic(path string, token storage.Version, value []byte) (err error) {
+// errSyncFailed fails a write during which a sync of the store failed:
+// that sync may have been the one to report this write's lost data.
+var errSyncFailed = errors.New("filestore: a sync failed while the write was in flight")
+
+// writeAtomic replaces the file at path (key's) with value, stamped with
+// token: temp file in the same directory, value, stamp, sync, rename, sync
+// the directory; the two syncs go through s.sync, which shares them with
+// concurrent writers. The stamp is set before the rename, so the file is
+// never visible at the key without it. epoch is s.sync's when the write
+// began. An error before the rename leaves the key as it was; one after it
+// matches storage.ErrOutcomeUnknown: the new value is at the key, and may
+// or may not survive a crash.
+func (s *Store) writeAtomic(key, path string, token storage.Version, value []byte, epoch uint64) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, tempPattern)
 	if err != nil {
-		return err
+		return storage.NewOpError("put", key, nil, err)
 	}
 	tmp := f.Name()
+	renamed := false
 	defer func() {
-		if err != nil {
+		if err != nil && !renamed {
 			_ = f.Close()
 			_ = os.Remove(tmp)
+			err = storage.NewOpError("put", key, nil, err)
 		}
 	}()
 	if _, err = f.Write(value); err != nil {
@@ -508,8 +605,12 @@ func writeAtomic(path string, token storage.Version, value []byte) (err error) {
 	if err = setAttr(f, stamp(token, fi)); err != nil {
 		return err
 	}
-	if err = f.Sync(); err != nil {
+	dev := devOf(fi)
+	if err = s.sync.do(&syncReq{file: f, dev: dev}); err != nil {
 		return err
+	}
+	if s.sync.failedSince(epoch) {
+		return errSyncFailed
 	}
 	if err = f.Close(); err != nil {
 		return err
@@ -517,14 +618,15 @@ func writeAtomic(path string, token storage.Version, value []byte) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
+	renamed = true
+	if s.afterRename != nil {
+		s.afterRename(key)
 	}
-	defer d.Close()
-	return d.Sync()
+	if err := s.sync.do(&syncReq{dir: dir, dev: dev}); err != nil {
+		return storage.NewOpError("put", key, storage.ErrOutcomeUnknown, err)
+	}
+	if s.sync.failedSince(epoch) {
+		return storage.NewOpError("put", key, storage.ErrOutcomeUnknown, errSyncFailed)
+	}
+	return nil
 }

@@ -34,6 +34,12 @@ func TestMain(m *testing.M) {
 	if arg := os.Getenv(lockChildEnv); arg != "" {
 		os.Exit(childHoldLock(arg))
 	}
+	if arg := os.Getenv(killChildEnv); arg != "" {
+		os.Exit(killChild(arg))
+	}
+	if dir := os.Getenv(watchChildEnv); dir != "" {
+		os.Exit(watchChild(dir))
+	}
 	goleak.VerifyTestMain(m)
 }
 

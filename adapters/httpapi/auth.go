@@ -28,8 +28,24 @@ const TokensEnv = "CONVEYOR_TOKENS"
 // a loopback client only.
 func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 	if len(s.cfg.Tokens) == 0 {
+		// The loopback address is the credential, so nothing relayed for
+		// someone else may pass: a proxy's request (it names its client), a
+		// browser's for a page of another name that resolves here (DNS
+		// rebinding: only the Host tells), a cross-site write (any page can
+		// POST an empty body to 127.0.0.1 without a preflight).
 		if !loopbackRemote(r.RemoteAddr) {
 			return "", apiErr(lifecycle.CodeUnauthorized, "no tokens are configured: only loopback clients are served")
+		}
+		if !loopbackHost(r.Host) {
+			return "", apiErr(lifecycle.CodeUnauthorized, "no tokens are configured: only requests for localhost or a loopback address are served, not Host %q", r.Host)
+		}
+		for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"} {
+			if r.Header.Get(h) != "" {
+				return "", apiErr(lifecycle.CodeUnauthorized, "no tokens are configured: a request relayed by a proxy (%s) is not a loopback client's", h)
+			}
+		}
+		if err := crossOrigin.Check(r); err != nil {
+			return "", apiErr(lifecycle.CodeForbidden, "no tokens are configured: a cross-origin %s is refused", r.Method)
 		}
 		a := lifecycle.Actor(r.Header.Get(ActorHeader))
 		if a == "" {
@@ -58,6 +74,28 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 		return "", apiErr(lifecycle.CodeUnauthorized, "unknown bearer token")
 	}
 	return actor, nil
+}
+
+// crossOrigin refuses cross-origin writes (Sec-Fetch-Site, else Origin
+// against Host); GET, HEAD and OPTIONS pass.
+var crossOrigin = http.NewCrossOriginProtection()
+
+// loopbackHost tells whether a request's Host names this machine:
+// localhost or a loopback address, any port; an empty Host (HTTP/1.0, no
+// browser) too.
+func loopbackHost(hostport string) bool {
+	if hostport == "" {
+		return true
+	}
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func loopbackRemote(remote string) bool {

@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -121,9 +122,9 @@ func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID
 
 // Submit asks for a run (POST /agents/run): AgentSlug, Trigger, Input,
 // Caller.UserID and Caller.Metadata go in the body and IdempotencyKey in
-// X-Idempotency-Key (a key without a seed 004 scheme is made
-// api:{actor}:{key} by the server). Caller.Initiator is not sent: the
-// server derives it from the trigger.
+// X-Idempotency-Key (the server makes it api:{actor}:{key}, the caller's
+// namespace, unless it already starts with api:{actor}:).
+// Caller.Initiator is not sent: the server derives it from the trigger.
 func (c *Client) Submit(ctx context.Context, sr run.SubmitRequest) (run.SubmitResult, error) {
 	body := submitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
 	req, err := c.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)
@@ -228,6 +229,30 @@ func (c *Client) Requeue(ctx context.Context, jobID string) (jobqueue.Job, error
 	var j jobqueue.Job
 	err := c.call(ctx, http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil, nil, &j)
 	return j, err
+}
+
+// Schedules lists the schedules with their next and last slots and runs
+// (GET /schedules).
+func (c *Client) Schedules(ctx context.Context) ([]schedule.Info, error) {
+	var out []schedule.Info
+	err := c.call(ctx, http.MethodGet, "/schedules", nil, nil, &out)
+	return out, err
+}
+
+// PauseSchedule pauses a schedule in every process (POST
+// /schedules/{id}/pause, admin); ResumeSchedule lets it fire again.
+func (c *Client) PauseSchedule(ctx context.Context, id string) (schedule.Info, error) {
+	var out schedule.Info
+	err := c.call(ctx, http.MethodPost, "/schedules/"+url.PathEscape(id)+"/pause", nil, nil, &out)
+	return out, err
+}
+
+// ResumeSchedule lets a paused schedule fire again from its next slot
+// (POST /schedules/{id}/resume, admin).
+func (c *Client) ResumeSchedule(ctx context.Context, id string) (schedule.Info, error) {
+	var out schedule.Info
+	err := c.call(ctx, http.MethodPost, "/schedules/"+url.PathEscape(id)+"/resume", nil, nil, &out)
+	return out, err
 }
 
 // NLMCallback posts an NLM backend's callback (POST /nlm/callback).

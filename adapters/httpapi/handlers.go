@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -39,8 +40,13 @@ type quarantinedJSON struct {
 }
 
 // idempotencyKey is the key of a submit: X-Idempotency-Key, else
-// X-Request-ID; kept as it is when it has a scheme of seed 004 §3.1, else
-// api:{actor}:{id} (the actor is the seed's client id).
+// X-Request-ID, always in the caller's own namespace api:{actor}:{id} (seed
+// 004 §3.2: an API call's key is "combined with authenticated client ID";
+// the actor is the seed's client id). A value that already starts with
+// api:{actor}: is kept as it is. Any other value, one naming another client
+// (api:admin:...) or another source's scheme (scheduler:, github:, slack:)
+// included, is an id inside the caller's namespace: an API caller cannot
+// occupy, probe or block another client's or source's key.
 func idempotencyKey(r *http.Request, actor lifecycle.Actor) string {
 	id := r.Header.Get(IdempotencyKeyHeader)
 	if id == "" {
@@ -49,12 +55,11 @@ func idempotencyKey(r *http.Request, actor lifecycle.Actor) string {
 	if id == "" {
 		return ""
 	}
-	for _, scheme := range []string{"github:", "api:", "slack:", "scheduler:"} {
-		if strings.HasPrefix(id, scheme) {
-			return id
-		}
+	own := "api:" + string(actor) + ":"
+	if strings.HasPrefix(id, own) {
+		return id
 	}
-	return "api:" + string(actor) + ":" + id
+	return own + id
 }
 
 func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
@@ -442,4 +447,45 @@ func (s *Server) restoreQuarantined(w http.ResponseWriter, r *http.Request, _ li
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+	if s.cfg.Schedules == nil {
+		return absent("scheduler")
+	}
+	infos, err := s.cfg.Schedules.List(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, infos)
+}
+
+// pauseSchedule pauses or resumes a schedule, in every process sharing the
+// store; the actor is recorded as who paused it.
+func (s *Server) pauseSchedule(pause bool) func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+	return func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+		if s.cfg.Schedules == nil {
+			return absent("scheduler")
+		}
+		id, err := pathID(r, "scheduleId", "schedule_id")
+		if err != nil {
+			return err
+		}
+		if r.ContentLength > 0 {
+			return apiErr(lifecycle.CodeInvalidRequest, "pause and resume take no body")
+		}
+		var info schedule.Info
+		if pause {
+			info, err = s.cfg.Schedules.Pause(r.Context(), id, string(actor))
+		} else {
+			info, err = s.cfg.Schedules.Resume(r.Context(), id)
+		}
+		if errors.Is(err, schedule.ErrUnknownSchedule) {
+			return apiErr(lifecycle.CodeNotFound, "no schedule %q", id)
+		}
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, info)
+	}
 }

@@ -85,6 +85,7 @@ func TestNoTokensServesLoopbackOnly(t *testing.T) {
 	for remote, want := range map[string]int{"192.0.2.7:4000": 401, "127.0.0.1:4000": 200, "[::1]:4000": 200} {
 		req := httptest.NewRequest("GET", "/agents", nil)
 		req.RemoteAddr = remote
+		req.Host = "localhost:8080" // httptest's example.com is another host's name
 		req.Header.Set(httpapi.ActorHeader, "admin")
 		w := httptest.NewRecorder()
 		srv.ServeHTTP(w, req)

@@ -22,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 // Tokens of the rig's server, one per actor.
@@ -52,6 +53,8 @@ type rigOpts struct {
 	tokens  map[string]lifecycle.Actor
 	events  http.Handler
 	page    http.Handler
+	// requestTimeout is Config.RequestTimeout (0: the default).
+	requestTimeout time.Duration
 }
 
 func quickStep(name string) run.Step {
@@ -104,8 +107,13 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if o.tokens == nil {
 		o.tokens = tokens
 	}
+	sched, err := schedule.New(schedule.Config{Runner: g.runner, Store: g.store, Logger: log,
+		Schedules: []schedule.Schedule{{ID: "nightly", Agent: "quick", Cron: "@daily"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := httpapi.New(httpapi.Config{Runner: g.runner, Queue: g.queue, Inbox: g.box, NLM: proc, Store: g.store,
-		Tokens: o.tokens, Events: o.events, Page: o.page, Logger: log})
+		Schedules: sched, Tokens: o.tokens, Events: o.events, Page: o.page, Logger: log, RequestTimeout: o.requestTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -57,6 +58,14 @@ type Config struct {
 	// Worker refuses to listen elsewhere (CheckListen).
 	Tokens map[string]lifecycle.Actor
 
+	// Schedules serves GET /schedules and an admin's pause and resume.
+	// Default none: 404 NOT_FOUND, as for Queue.
+	Schedules *schedule.Scheduler
+	// Webhooks is mounted at /webhooks/ (package httpapi/webhook). Its
+	// requests carry no bearer token: the handler checks each source's
+	// signature itself. Default none: 404.
+	Webhooks http.Handler
+
 	// Events is mounted at GET /events/stream (package httpapi/events).
 	// Default none: the route answers 503 SERVICE_UNAVAILABLE, and the
 	// Client falls back to polling.
@@ -81,7 +90,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// RequestTimeout bounds the SDK calls of one request (not the event
 	// stream, the page or the metrics); when it runs out the answer is
-	// UPSTREAM_UNAVAILABLE. Default DefaultRequestTimeout (30 s).
+	// UPSTREAM_UNAVAILABLE. It also bounds the reading of a request body
+	// (a stalled body is INVALID_REQUEST). Default DefaultRequestTimeout
+	// (30 s).
 	RequestTimeout time.Duration
 }
 
@@ -177,8 +188,10 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{ResponseWriter: w}
 	actor := lifecycle.Actor("")
-	if public(r) {
-		s.mux.ServeHTTP(rec, r) // health and the page's assets need no identity
+	if public(r) || (s.cfg.Webhooks != nil && strings.HasPrefix(r.URL.Path, "/webhooks/")) {
+		// Health and the page's assets need no identity; a webhook's is
+		// its signature, which its handler checks.
+		s.mux.ServeHTTP(rec, r)
 	} else if a, err := s.authenticate(r); err != nil {
 		s.writeError(rec, r, err)
 	} else {
@@ -231,6 +244,9 @@ func (s *Server) routes() {
 		{method: "POST", path: "/inbox/submit", actors: submitters, body: true, h: s.submitInbox},
 		{method: "GET", path: "/inbox/stats", actors: anyone, h: s.inboxStats},
 		{method: "GET", path: "/inbox/entries", actors: anyone, h: s.inboxEntries},
+		{method: "GET", path: "/schedules", actors: anyone, h: s.listSchedules},
+		{method: "POST", path: "/schedules/{scheduleId}/pause", actors: admin, h: s.pauseSchedule(true)},
+		{method: "POST", path: "/schedules/{scheduleId}/resume", actors: admin, h: s.pauseSchedule(false)},
 		{method: "GET", path: "/quarantine", actors: admin, h: s.listQuarantine},
 		{method: "POST", path: "/quarantine/restore", actors: admin, body: true, h: s.restoreQuarantined},
 		{method: "GET", path: "/events/stream", actors: anyone, stream: true, h: s.mounted(s.cfg.Events, http.StatusServiceUnavailable)},
@@ -246,6 +262,9 @@ func (s *Server) routes() {
 		if rt.method == "GET" {
 			allow[rt.path] = append(allow[rt.path], "HEAD")
 		}
+	}
+	if s.cfg.Webhooks != nil {
+		s.mux.Handle("/webhooks/", s.cfg.Webhooks)
 	}
 	if s.cfg.Page != nil {
 		s.mux.Handle("/ui/", s.cfg.Page)
@@ -280,6 +299,12 @@ func (s *Server) handler(rt route) http.Handler {
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+			// The body is read within the request's deadline too: a client
+			// that stalls it would otherwise hold the handler for ever (the
+			// deadline below bounds the SDK calls, not the socket). It is a
+			// network deadline, in wall-clock time; the server resets it at
+			// the next request on the connection.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 		}
 		if !rt.stream {
 			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)

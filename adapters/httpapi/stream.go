@@ -40,7 +40,8 @@ type runEvent struct {
 // an *Error when the server refused the stream (503 SERVICE_UNAVAILABLE when
 // it serves none), ErrStreamEnded when the server closed it, ctx's error
 // when ctx ended, events.ErrLineTooLong for a line over
-// events.MaxLineBytes.
+// events.MaxLineBytes, events.ErrEventTooLarge for an event over
+// events.MaxEventBytes.
 func (c *Client) Events(ctx context.Context, lastEventID, runID string) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)

@@ -1,5 +1,7 @@
 // Package memstore is an in-memory storage.Store for tests and examples. It
 // keeps nothing across restarts and is shared only within one process.
+// It implements storage.Watcher: a write signals the watchers of its key
+// before the write returns.
 package memstore
 
 import (
@@ -18,6 +20,8 @@ type Store struct {
 	data  map[string]entry
 	order *index // the keys in byte order, for List
 	seq   uint64 // version counter shared by all keys, so versions never repeat
+	// watches are the open Watch channels; writes signal them under mu.
+	watches map[*watch]struct{}
 }
 
 type entry struct {
@@ -25,7 +29,10 @@ type entry struct {
 	version storage.Version
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Store   = (*Store)(nil)
+	_ storage.Watcher = (*Store)(nil)
+)
 
 // New returns an empty Store.
 func New() *Store { return &Store{data: make(map[string]entry), order: newIndex()} }
@@ -68,6 +75,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 		s.order.insert(key)
 	}
 	s.data[key] = entry{value: v, version: ver}
+	s.notify(key)
 	return ver, nil
 }
 
@@ -88,6 +96,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	if ok {
 		delete(s.data, key)
 		s.order.remove(key)
+		s.notify(key)
 	}
 	return nil
 }

@@ -23,6 +23,9 @@
 //	conveyor_run_step_duration_seconds{agent,step,status}        histogram run step durations (seed 003 §5.3)
 //	conveyor_run_steps_abandoned_total{agent,step}               counter   step attempts abandoned at their deadline
 //	conveyor_records_quarantined_total{kind}                     counter   poison records quarantined (runs and jobs)
+//	conveyor_schedule_slots_fired_total{schedule,caught_up}      counter   schedule slots whose run this process started
+//	conveyor_schedule_slots_skipped_total{schedule}              counter   slots skipped by the missed-slot policy or a pause
+//	conveyor_schedule_duplicates_suppressed_total{schedule}      counter   slots another process had fired already
 //	conveyor_job_transitions_total{job_type,from_state,to_state} counter   job moves: job counts by state
 //	conveyor_job_state_duration_seconds{job_type,state}          histogram time a job spent in a state, on leaving it
 //	conveyor_job_duration_seconds{job_type,outcome}              histogram created → COMPLETE or DEAD
@@ -39,6 +42,7 @@ package prometheus
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +50,7 @@ import (
 
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 // Buckets are the histograms' upper bounds in seconds. They hold the
@@ -102,11 +107,16 @@ type Metrics struct {
 	jobFailedAttempts *prometheus.CounterVec
 	jobLeaseLosses    *prometheus.CounterVec
 	handlersAbandoned *prometheus.CounterVec
+
+	slotsFired      *prometheus.CounterVec
+	slotsSkipped    *prometheus.CounterVec
+	slotsDuplicated *prometheus.CounterVec
 }
 
 var (
 	_ run.Metrics      = (*Metrics)(nil)
 	_ jobqueue.Metrics = (*Metrics)(nil)
+	_ schedule.Metrics = (*Metrics)(nil)
 )
 
 // New creates the metrics and registers them with reg. It fails when reg
@@ -141,16 +151,36 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.jobFailedAttempts = counter("conveyor_job_failed_attempts_total", "Failed job attempts by pipeline step and error_code.", "job_type", "step", "code")
 	m.jobLeaseLosses = counter("conveyor_job_lease_losses_total", "Jobs rescued after their worker's lease ran out.", "job_type")
 	m.handlersAbandoned = counter("conveyor_job_handlers_abandoned_total", "Job handler calls abandoned at StepTimeout while their code ran on.", "job_type", "step")
+	m.slotsFired = counter("conveyor_schedule_slots_fired_total", "Schedule slots whose run this process started; caught_up: a missed slot.", "schedule", "caught_up")
+	m.slotsSkipped = counter("conveyor_schedule_slots_skipped_total", "Schedule slots skipped by the missed-slot policy or a pause.", "schedule")
+	m.slotsDuplicated = counter("conveyor_schedule_duplicates_suppressed_total", "Schedule slots another process had fired already.", "schedule")
 	for _, c := range []prometheus.Collector{
 		m.runTransitions, m.runDuration, m.runActive, m.idempotency, m.stepDuration, m.stepsAbandoned, m.quarantined,
 		m.jobTransitions, m.jobStateDuration, m.jobDuration, m.jobsDead, m.jobRetries, m.jobFailedAttempts,
-		m.jobLeaseLosses, m.handlersAbandoned,
+		m.jobLeaseLosses, m.handlersAbandoned, m.slotsFired, m.slotsSkipped, m.slotsDuplicated,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// ---- schedule.Metrics ----
+
+// SlotFired counts a slot whose run this process started.
+func (m *Metrics) SlotFired(schedule string, caughtUp bool) {
+	m.slotsFired.WithLabelValues(schedule, strconv.FormatBool(caughtUp)).Inc()
+}
+
+// SlotSkipped counts slots skipped by the missed-slot policy or a pause.
+func (m *Metrics) SlotSkipped(schedule string, n int) {
+	m.slotsSkipped.WithLabelValues(schedule).Add(float64(n))
+}
+
+// DuplicateSuppressed counts a slot another process had fired already.
+func (m *Metrics) DuplicateSuppressed(schedule string) {
+	m.slotsDuplicated.WithLabelValues(schedule).Inc()
 }
 
 // ---- run.Metrics ----

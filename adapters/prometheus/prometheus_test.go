@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -407,4 +408,73 @@ func histogram(t *testing.T, reg prometheus.Gatherer, name string, labels map[st
 		t.Fatal(err)
 	}
 	return p.GetHistogram()
+}
+
+// TestScheduleMetrics: two processes' schedulers on one store: the slot
+// fired once and suppressed once; slots skipped by a pause are counted.
+func TestScheduleMetrics(t *testing.T) {
+	t.Parallel()
+	reg, m := newMetrics(t)
+	store := memstore.New()
+	clk := clock.NewFake(t0.Add(30 * time.Second))
+	r, err := run.NewRunner(run.Config{Store: store, Clock: clk, Logger: quiet},
+		run.Agent{Slug: "reporter", Steps: []run.Step{{Name: "x", Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{}, nil }}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := []schedule.Schedule{{ID: "hourly", Agent: "reporter", Cron: "@hourly"}}
+	ctx := context.Background()
+	var scheds []*schedule.Scheduler
+	for range 2 {
+		s, err := schedule.New(schedule.Config{Runner: r, Store: store, Clock: clk, Logger: quiet, Metrics: m, Schedules: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scheds = append(scheds, s)
+	}
+	// One process at a time, so which one fires is known.
+	runOnce := func(s *schedule.Scheduler) {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = s.Run(rctx); close(done) }()
+		<-clk.WaitForTimers(1)
+		cancel()
+		<-done
+	}
+	runOnce(scheds[0])
+	clk.Advance(time.Hour)
+	runOnce(scheds[0]) // fires 11:00
+	// The other process read the state before the slot was recorded: it
+	// fires 11:00 too, and the store suppresses its run.
+	key, _ := storage.ScheduleKey("hourly")
+	b, _, err := store.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	_ = json.Unmarshal(b, &st)
+	st["last_slot"] = t0.Format(time.RFC3339)
+	b, _ = json.Marshal(st)
+	if _, err := store.Put(ctx, key, b, storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	runOnce(scheds[1])
+	compare(t, reg, `
+# HELP conveyor_schedule_slots_fired_total Schedule slots whose run this process started; caught_up: a missed slot.
+# TYPE conveyor_schedule_slots_fired_total counter
+conveyor_schedule_slots_fired_total{caught_up="false",schedule="hourly"} 1
+# HELP conveyor_schedule_duplicates_suppressed_total Schedule slots another process had fired already.
+# TYPE conveyor_schedule_duplicates_suppressed_total counter
+conveyor_schedule_duplicates_suppressed_total{schedule="hourly"} 1
+`, "conveyor_schedule_slots_fired_total", "conveyor_schedule_duplicates_suppressed_total")
+	if _, err := scheds[1].Pause(ctx, "hourly", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(3 * time.Hour)
+	runOnce(scheds[1]) // 12:00, 13:00, 14:00 skipped
+	compare(t, reg, `
+# HELP conveyor_schedule_slots_skipped_total Schedule slots skipped by the missed-slot policy or a pause.
+# TYPE conveyor_schedule_slots_skipped_total counter
+conveyor_schedule_slots_skipped_total{schedule="hourly"} 3
+`, "conveyor_schedule_slots_skipped_total")
 }

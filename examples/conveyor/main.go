@@ -34,6 +34,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 func main() {
@@ -60,6 +61,7 @@ commands:
   jobs | job <id> | requeue <id>
   inbox [-status pending]         inbox entries; inbox stats
   quarantine [list] | quarantine restore <qkey>
+  schedules [list] | schedules pause <id> | schedules resume <id>
   machine <name> [-format mermaid|dot|json]   canonical, cancelable, approval, step, job, nlm, inbox
   events [-run ID] [-after ID]    print the event stream
 `
@@ -308,6 +310,41 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 		fmt.Fprintln(tw, "QKEY\tWHEN\tREASON")
 		for _, q := range qs {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", q.QKey, q.QuarantinedAt.Format(time.RFC3339), q.Reason)
+		}
+		return tw.Flush()
+	case "schedules":
+		if len(pos) == 2 && (pos[0] == "pause" || pos[0] == "resume") {
+			var info schedule.Info
+			var err error
+			if pos[0] == "pause" {
+				info, err = c.c.PauseSchedule(ctx, pos[1])
+			} else {
+				info, err = c.c.ResumeSchedule(ctx, pos[1])
+			}
+			if err != nil {
+				return err
+			}
+			return c.json(info)
+		}
+		if len(pos) > 1 || (len(pos) == 1 && pos[0] != "list") {
+			return usageError("schedules [list] | schedules pause <id> | schedules resume <id>")
+		}
+		infos, err := c.c.Schedules(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SCHEDULE\tAGENT\tWHEN\tNEXT\tLAST RUN\tSTATE")
+		for _, in := range infos {
+			when := in.Cron
+			if when == "" {
+				when = "every " + in.Every.String()
+			}
+			state := "active"
+			if in.Paused {
+				state = "paused by " + in.PausedBy
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, in.Agent, when, in.Next.Format(time.RFC3339), orElse(in.LastRunID, "-"), state)
 		}
 		return tw.Flush()
 	case "machine":

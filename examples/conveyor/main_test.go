@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -44,7 +45,12 @@ func worker(t *testing.T) (string, *run.Runner) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: feed, Logger: quiet})
+	sched, err := schedule.New(schedule.Config{Runner: r, Store: store, Logger: quiet,
+		Schedules: []schedule.Schedule{{ID: "hourly-digest", Agent: "quick", Cron: "@hourly"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: feed, Schedules: sched, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +108,8 @@ func TestCommands(t *testing.T) {
 		{[]string{"status"}, 2, []string{"takes 1 argument"}},
 		{[]string{"frobnicate"}, 2, []string{"unknown command"}},
 		{[]string{"jobs"}, 1, []string{"NOT_FOUND"}}, // this Worker serves no job queue
+		{[]string{"schedules"}, 0, []string{"hourly-digest", "@hourly", "active"}},
+		{[]string{"schedules", "pause", "hourly-digest"}, 1, []string{"FORBIDDEN"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -12,9 +12,10 @@ import (
 )
 
 // watch follows a run until it ends: a progress line at every change it
-// sees on the event stream, then the final status. When the stream is not
-// there (an older Worker, a proxy that buffers), Client.Wait's polling
-// takes over.
+// sees on the event stream, then the final status. Client.Wait runs beside
+// the stream and decides when the run has ended: it re-reads the status
+// once its own stream is open, so a run that ends before this one's opens
+// is not waited on for ever; without a stream it polls.
 func (c *command) watch(ctx context.Context, runID string) error {
 	st, err := c.c.Status(ctx, runID)
 	if err != nil {
@@ -24,14 +25,22 @@ func (c *command) watch(ctx context.Context, runID string) error {
 	if httpapi.Terminal(st) {
 		return c.end(st)
 	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	type result struct {
+		st  run.Status
+		err error
+	}
+	ended := make(chan result, 1)
+	go func() {
+		st, err := c.c.Wait(sctx, runID)
+		ended <- result{st, err}
+		stop() // ends the stream below
+	}()
 	last := st.Status + fmt.Sprint(st.StepsCompleted)
-	for ev, err := range c.c.Events(ctx, "", runID) {
+	for ev, err := range c.c.Events(sctx, "", runID) {
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			fmt.Fprintf(c.errOut, "event stream: %v; polling instead\n", err)
-			break
+			break // ended by Wait, or broken: Wait goes on polling
 		}
 		var d struct {
 			RunID string `json:"runId"`
@@ -40,23 +49,19 @@ func (c *command) watch(ctx context.Context, runID string) error {
 			continue
 		}
 		// The event says what changed; the status says where the run is.
-		if st, err = c.c.Status(ctx, runID); err != nil {
-			return err
-		}
-		if now := st.Status + fmt.Sprint(st.StepsCompleted); now != last {
-			last = now
-			c.progress(st)
-		}
-		if httpapi.Terminal(st) {
-			return c.end(st)
+		if now, err := c.c.Status(sctx, runID); err == nil && now.Status+fmt.Sprint(now.StepsCompleted) != last {
+			last = now.Status + fmt.Sprint(now.StepsCompleted)
+			c.progress(now)
 		}
 	}
-	st, err = c.c.Wait(ctx, runID)
-	if err != nil {
-		return err
+	r := <-ended
+	if r.err != nil {
+		return r.err
 	}
-	c.progress(st)
-	return c.end(st)
+	if r.st.Status+fmt.Sprint(r.st.StepsCompleted) != last {
+		c.progress(r.st)
+	}
+	return c.end(r.st)
 }
 
 // progress prints one line: time, state, a bar of steps done, the step.

@@ -28,6 +28,7 @@ type options struct {
 	lease       time.Duration
 	callbackURL string
 	noDemo      bool
+	config      string
 }
 
 const (
@@ -54,6 +55,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often runners look for work other processes submitted, and the event stream for changes")
 	fs.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a run's lease lasts unheard: a killed runner's runs are taken over after it (heartbeats every third)")
 	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
+	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/httpapi/page"
+	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/inbox"
@@ -28,6 +29,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -41,6 +43,7 @@ type worker struct {
 	runner *run.Runner
 	queue  *jobqueue.Queue
 	jobs   *jobqueue.Worker
+	sched  *schedule.Scheduler
 	nlm    *nlm.Processor
 	box    *inbox.Box
 	feed   *events.Feed
@@ -105,6 +108,21 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if err != nil {
 		return nil, err
 	}
+	conf, err := readConfig(o.config)
+	if err != nil {
+		return nil, err
+	}
+	schedules, err := conf.schedules()
+	if err != nil {
+		return nil, err
+	}
+	// Every process may run the scheduler: each slot starts one run
+	// however many do. The API process lists and pauses them.
+	w.sched, err = schedule.New(schedule.Config{Runner: w.runner, Store: w.store, Clock: clk, Logger: w.log,
+		Metrics: metrics, Schedules: schedules})
+	if err != nil {
+		return nil, err
+	}
 	w.queue, err = jobqueue.New(jobqueue.Config{Store: w.store, Clock: clk, Node: host, Logger: w.log, StopGrace: o.drain / 3,
 		LeaseTTL: min(o.lease, 30*time.Second), Metrics: metrics})
 	if err != nil {
@@ -123,7 +141,19 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if err != nil {
 		return nil, err
 	}
-	w.http, err = httpapi.New(httpapi.Config{Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store,
+	// Webhooks are served for the sources whose secret is set.
+	var hooks http.Handler
+	gh, sl := os.Getenv("CONVEYOR_GITHUB_SECRET"), os.Getenv("CONVEYOR_SLACK_SIGNING_SECRET")
+	if gh != "" || sl != "" {
+		if hooks, err = webhook.New(webhook.Config{Runner: w.runner, Store: w.store, GitHubSecret: gh, SlackSigningSecret: sl,
+			Routes: conf.routes(), Clock: clk, Logger: w.log}); err != nil {
+			return nil, err
+		}
+	} else if len(conf.Webhooks) > 0 {
+		return nil, fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
+	}
+	w.http, err = httpapi.New(httpapi.Config{Webhooks: hooks, Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store,
+		Schedules: w.sched,
 		Tokens: w.tokens, Logger: w.log, Clock: clk, Events: w.feed, Page: page.Handler(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 	if err != nil {
@@ -228,6 +258,7 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 		start("jobs", w.jobs.Run)
 		start("nlm", w.nlm.Run)
 		start("inbox expiry", w.expireInbox)
+		start("scheduler", w.sched.Run)
 	}
 	var srv *http.Server
 	stopFeed := func() {}
@@ -246,7 +277,9 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 				errs <- fmt.Errorf("events: %w", err)
 			}
 		}()
-		srv = &http.Server{Handler: w.http, ReadHeaderTimeout: 10 * time.Second}
+		// Idle keep-alive connections are closed, so clients that leave
+		// them open cannot exhaust the process's file descriptors.
+		srv = &http.Server{Handler: w.http, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errs <- fmt.Errorf("http: %w", err)

@@ -2,7 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -422,5 +427,90 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("err %v, want one saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestSchedulesAndWebhooks: the Worker's -config file: a schedule fires a
+// cron run on its own, and a signed GitHub delivery routed to an agent
+// starts an event run (a redelivery answers the same run).
+func TestSchedulesAndWebhooks(t *testing.T) {
+	// Not parallel: the secret is read from the environment.
+	const secret = "It's a Secret to Everybody"
+	t.Setenv("CONVEYOR_GITHUB_SECRET", secret)
+	dir := t.TempDir()
+	conf := dir + "/conveyor.json"
+	if err := os.WriteFile(conf, []byte(`{
+		"schedules": [{"id": "tick", "agent": "demo-research", "every": "1s"}],
+		"webhooks": [{"source": "github", "event": "pull_request.opened", "agent": "demo-research"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runWorker(ctx, []string{"-addr", "127.0.0.1:0", "-data", dir + "/data", "-config", conf,
+			"-step-pause", "10ms", "-poll", "50ms", "-drain", "5s"}, io.Discard, func(a string) { addrc <- a })
+	}()
+	defer func() { cancel(); <-done }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("worker ended: %v", err)
+	}
+	c := &httpapi.Client{BaseURL: "http://" + addr}
+	tctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer tcancel()
+
+	body := []byte(`{"action":"opened","number":7,"repository":{"full_name":"octo/repo"},"sender":{"login":"octocat"}}`)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	deliver := func() (int, string) {
+		req, _ := http.NewRequestWithContext(tctx, http.MethodPost, "http://"+addr+"/webhooks/github", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-GitHub-Event", "pull_request")
+		req.Header.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+		req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			RunID string `json:"run_id"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out.RunID
+	}
+	code, id := deliver()
+	if code != http.StatusCreated || id == "" {
+		t.Fatalf("delivery: %d, run %q", code, id)
+	}
+	if again, id2 := deliver(); again != code || id2 != id {
+		t.Fatalf("redelivery: %d run %q, want %d run %q", again, id2, code, id)
+	}
+	st, err := c.Wait(tctx, id)
+	if err != nil || st.Status != "completed" || st.Trigger != "event" {
+		t.Fatalf("webhook run: %+v, %v", st, err)
+	}
+
+	// The schedule fires every second; its first run is listed.
+	var cronRun string
+	for ev, err := range c.Events(tctx, "", "") {
+		if err != nil {
+			t.Fatalf("waiting for the schedule: %v", err)
+		}
+		_ = ev
+		infos, err := c.Schedules(tctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) == 1 && infos[0].LastRunID != "" {
+			cronRun = infos[0].LastRunID
+			break
+		}
+	}
+	if st, err := c.Status(tctx, cronRun); err != nil || st.Trigger != "cron" || !strings.HasPrefix(st.IdempotencyKey, "scheduler:tick:") {
+		t.Fatalf("the schedule's run: %+v, %v", st, err)
 	}
 }

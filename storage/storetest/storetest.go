@@ -46,7 +46,9 @@ type options struct {
 func ContentVersions() Option { return func(o *options) { o.contentVersions = true } }
 
 // TestStore runs the whole conformance suite against the stores newStore
-// makes. Subtests run in parallel with each other.
+// makes. Subtests run in parallel with each other. Its Watch subtest checks
+// the storage.Watcher contract on stores that implement it and is skipped
+// on the others.
 func TestStore(t *testing.T, newStore NewStore, opts ...Option) {
 	var o options
 	for _, opt := range opts {
@@ -74,6 +76,7 @@ func TestStore(t *testing.T, newStore NewStore, opts ...Option) {
 		{"UnusualValidKeys", testUnusualValidKeys},
 		{"ContextCanceled", testContextCanceled},
 		{"LargeValues", testLargeValues},
+		{"Watch", testWatch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

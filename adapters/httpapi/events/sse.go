@@ -55,8 +55,18 @@ func (e Event) Payload() (Payload, error) {
 	return p, err
 }
 
+// MaxEventBytes is the most data Read gathers for one event (the joined
+// data lines). The feed's events are one line of far less; the bound keeps
+// a server that sends data lines and never ends its event from growing a
+// reader's memory without limit, as MaxLineBytes does for one line.
+const MaxEventBytes = 1 << 20
+
 // ErrLineTooLong is yielded by Read for a line over MaxLineBytes.
 var ErrLineTooLong = errors.New("events: line too long")
+
+// ErrEventTooLarge is yielded by Read for an event whose data is over
+// MaxEventBytes.
+var ErrEventTooLarge = errors.New("events: event too large")
 
 // Read parses a text/event-stream (the WHATWG server-sent events format)
 // and yields each event whose data is JSON. Comments (": ping") and retry
@@ -64,7 +74,8 @@ var ErrLineTooLong = errors.New("events: line too long")
 // browser; an event's ID is the last id field seen, so it carries over
 // to events without one. Iteration ends at EOF (a final event not ended by
 // a blank line is dropped, as the format says), or after yielding the first
-// error: a read error, a line over MaxLineBytes, or data that is not JSON.
+// error: a read error, a line over MaxLineBytes, an event's data over
+// MaxEventBytes, or data that is not JSON.
 func Read(r io.Reader) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		sc := bufio.NewScanner(r)
@@ -109,6 +120,10 @@ func Read(r io.Reader) iter.Seq2[Event, error] {
 			case "event":
 				typ = string(value)
 			case "data":
+				if data.Len()+1+len(value) > MaxEventBytes {
+					yield(Event{}, ErrEventTooLarge)
+					return
+				}
 				if hasData {
 					data.WriteByte('\n')
 				}

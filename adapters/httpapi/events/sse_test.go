@@ -105,3 +105,54 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// endless yields "data: 1\n" lines, up to limit bytes, and counts what was
+// read: a hostile or broken server that never ends its event.
+type endless struct{ n, limit int }
+
+func (e *endless) Read(p []byte) (int, error) {
+	const line = "data: 1\n"
+	if e.n >= e.limit {
+		return 0, io.EOF
+	}
+	k := 0
+	for k+len(line) <= len(p) && e.n+k < e.limit {
+		k += copy(p[k:], line)
+	}
+	e.n += k
+	return k, nil
+}
+
+// TestReadBoundsAnEvent: the data of one event is bounded as a line is.
+// Many short data lines that never end their event grew the reader's
+// buffer without limit (a client's Wait against a hostile server).
+func TestReadBoundsAnEvent(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		r    io.Reader
+	}{
+		{name: "short data lines without end", r: &endless{limit: 64 << 20}},
+		{name: "long data lines without end", r: io.MultiReader(
+			strings.NewReader(strings.Repeat("data: "+strings.Repeat("1", events.MaxLineBytes-10)+"\n", events.MaxEventBytes/(events.MaxLineBytes-10)+2)),
+			strings.NewReader("\n"))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := readAll(t, tt.r)
+			if !errors.Is(err, events.ErrEventTooLarge) {
+				t.Fatalf("err %v, want ErrEventTooLarge", err)
+			}
+			if e, ok := tt.r.(*endless); ok && e.n > 5*events.MaxEventBytes {
+				t.Errorf("read %d bytes before refusing, want about 4 MaxEventBytes (%d) of \"data: 1\\n\"", e.n, events.MaxEventBytes)
+			}
+		})
+	}
+	// An event of just under the bound is read.
+	data := "[" + strings.Repeat("1,\n", events.MaxEventBytes/3-8) + "1]"
+	evs, err := readAll(t, strings.NewReader("data: "+strings.ReplaceAll(data, "\n", "\ndata: ")+"\n\n"))
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("event under the bound: %d events, %v", len(evs), err)
+	}
+}

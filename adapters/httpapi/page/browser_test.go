@@ -24,6 +24,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 // chromedp ends its goroutines when its contexts are canceled and waits for
@@ -99,7 +100,12 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := httpapi.Config{Runner: runner, Page: page.Handler(), Logger: log}
+	sched, err := schedule.New(schedule.Config{Runner: runner, Store: store, Logger: log,
+		Schedules: []schedule.Schedule{{ID: "nightly-" + demoAgent, Agent: demoAgent, Cron: "@daily"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := httpapi.Config{Runner: runner, Schedules: sched, Page: page.Handler(), Logger: log}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	workers := 1
@@ -256,6 +262,8 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 	do(t, ctx, "open the agents page", 20*time.Second,
 		chromedp.Navigate(w.URL+"/"),
 		chromedp.WaitVisible(startButton),
+		// The schedules are listed with their pause button.
+		chromedp.WaitVisible(css(`#schedules tr[data-schedule="nightly-`+demoAgent+`"] button`)),
 	)
 	do(t, ctx, "start a run from the page", 20*time.Second,
 		// A marker set now survives only if the page is never reloaded.

@@ -497,7 +497,51 @@
     view.append(h('h2', { text: 'Agents' }));
     const msg = h('div', { id: 'agents-error', class: 'notice error', role: 'alert' });
     const list = h('div', { id: 'agents', 'data-testid': 'agents', 'aria-busy': 'true' });
-    view.append(msg, list);
+    // Schedules (GET /schedules): when each fires next, its last run, and
+    // pause/resume for an admin. A Worker without a scheduler answers 404:
+    // the section stays hidden.
+    const schedBody = h('tbody', {});
+    const schedErr = h('div', { class: 'notice error', role: 'alert' });
+    const sched = h('section', { id: 'schedules', hidden: '' },
+      h('h2', { text: 'Schedules' }), schedErr,
+      h('table', { 'aria-label': 'Schedules' },
+        h('thead', {}, h('tr', {}, ['schedule', 'agent', 'when', 'next', 'last run', 'state', ''].map((c) => h('th', { scope: 'col', text: c })))),
+        schedBody));
+    view.append(msg, list, sched);
+
+    async function loadSchedules() {
+      let items;
+      try {
+        items = (await api('GET', '/schedules')) || [];
+      } catch (e) {
+        if (e.status !== 404) { sched.hidden = false; schedErr.textContent = 'Schedules could not be read: ' + e.describe(); }
+        return;
+      }
+      if (stopped) return;
+      sched.hidden = items.length === 0;
+      schedBody.replaceChildren(...items.map((x) => {
+        const btn = h('button', { type: 'button', 'data-schedule': x.id, text: x.paused ? 'Resume' : 'Pause' });
+        btn.addEventListener('click', async () => {
+          btn.disabled = true;
+          schedErr.textContent = '';
+          try {
+            await api('POST', '/schedules/' + enc(x.id) + (x.paused ? '/resume' : '/pause'));
+            loadSchedules();
+          } catch (e) {
+            schedErr.textContent = (x.paused ? 'Resume' : 'Pause') + ' refused: ' + e.describe();
+            btn.disabled = false;
+          }
+        });
+        return h('tr', { 'data-schedule': x.id },
+          h('td', { class: 'mono', text: x.id }),
+          h('td', { class: 'mono', text: x.agent }),
+          h('td', { class: 'mono', text: x.cron || ('every ' + Math.round((x.every || 0) / 1e9) + ' s') }),
+          h('td', {}, fmtTime(x.next)),
+          h('td', {}, x.last_run_id ? h('a', { href: '#/runs/' + enc(x.last_run_id), class: 'mono', text: x.last_run_id }) : '—'),
+          h('td', { text: x.paused ? 'paused by ' + (x.paused_by || '?') : 'active' }),
+          h('td', {}, btn));
+      }));
+    }
 
     async function loadRuns(agent, tbody, note) {
       try {
@@ -585,7 +629,9 @@
       onOpen: () => { for (const r of sections.values()) r(); },
     });
     load().then(() => { if (!stopped) live.start(); });
-    return { stop() { stopped = true; live.stop(); for (const t of pending.values()) clearTimeout(t); } };
+    loadSchedules();
+    const schedTimer = setInterval(() => { if (!stopped) loadSchedules(); }, POLL_LIST_MS);
+    return { stop() { stopped = true; live.stop(); clearInterval(schedTimer); for (const t of pending.values()) clearTimeout(t); } };
   }
 
   function runView(view, runID) {

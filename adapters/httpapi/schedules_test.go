@@ -1,0 +1,39 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// TestSchedules: anyone lists the schedules; only an admin pauses and
+// resumes one, and is recorded as who paused it.
+func TestSchedules(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, rigOpts{})
+	ctx := context.Background()
+	infos, err := g.client(lifecycle.ActorFrontend).Schedules(ctx)
+	if err != nil || len(infos) != 1 || infos[0].ID != "nightly" || infos[0].Paused || !infos[0].Next.After(infos[0].LastSlot) {
+		t.Fatalf("Schedules = %+v, %v", infos, err)
+	}
+	before := g.snapshot()
+	_, err = g.client(lifecycle.ActorGateway).PauseSchedule(ctx, "nightly")
+	apiError(t, err, http.StatusForbidden, lifecycle.CodeForbidden)
+	_, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "nope")
+	apiError(t, err, http.StatusNotFound, lifecycle.CodeNotFound)
+	_, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "../x")
+	apiError(t, err, http.StatusBadRequest, lifecycle.CodeInvalidInput)
+	if after := g.snapshot(); len(after) != len(before) {
+		t.Fatalf("a refused pause wrote: %d keys before, %d after", len(before), len(after))
+	}
+	info, err := g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "nightly")
+	if err != nil || !info.Paused || info.PausedBy != "admin" {
+		t.Fatalf("Pause = %+v, %v", info, err)
+	}
+	info, err = g.client(lifecycle.ActorAdmin).ResumeSchedule(ctx, "nightly")
+	if err != nil || info.Paused {
+		t.Fatalf("Resume = %+v, %v", info, err)
+	}
+}

@@ -1,0 +1,304 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"iter"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// The SDK's driver goes through its public API only (jobqueue.New, Enqueue,
+// Worker), so it keeps working while the queue's internals change; only a
+// change of that API should need a fix here.
+
+// briefContent is a valid BRIEF artifact: the no-op handler's answer.
+const briefContent = `{"title":"Brief","body":"Short text","entity_map":{"violin":"Violin"},"word_count":2}`
+
+// counting wraps a Store and counts its round trips, like the SDK's
+// internal/teststores.Counting (which a nested module cannot import).
+type counting struct {
+	storage.Store
+	gets, puts, deletes, lists atomic.Int64
+	// writing counts the writes in progress, for Drain.
+	writing atomic.Int64
+}
+
+func (c *counting) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, key)
+}
+
+func (c *counting) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	c.puts.Add(1)
+	c.writing.Add(1)
+	defer c.writing.Add(-1)
+	return c.Store.Put(ctx, key, value, cond)
+}
+
+func (c *counting) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	c.deletes.Add(1)
+	c.writing.Add(1)
+	defer c.writing.Add(-1)
+	return c.Store.Delete(ctx, key, cond)
+}
+
+func (c *counting) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	c.lists.Add(1)
+	return c.Store.List(ctx, prefix)
+}
+
+// sdkDriver runs jobqueue over one of the SDK's stores.
+type sdkDriver struct {
+	name string
+	// fresh returns a new, empty store and the address another process
+	// opens it by ("" when none can).
+	fresh   func(ctx context.Context) (storage.Store, string, error)
+	cleanup func() error
+
+	mu    sync.Mutex
+	store *counting
+	queue *jobqueue.Queue
+	addr  string
+	hooks atomic.Pointer[Hooks]
+}
+
+// logger shows the queue's warnings (a failed audit write, a quarantined
+// record): a benchmark that hides them could report a broken run as fast.
+var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+func (d *sdkDriver) Name() string { return d.name }
+
+func (d *sdkDriver) WritesUnit() string { return "store Put+Delete" }
+
+func (d *sdkDriver) Addr() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.addr
+}
+
+func (d *sdkDriver) Reset(ctx context.Context) error {
+	s, addr, err := d.fresh(ctx)
+	if err != nil {
+		return err
+	}
+	return d.use(s, addr)
+}
+
+func (d *sdkDriver) use(s storage.Store, addr string) error {
+	cs := &counting{Store: s}
+	q, err := jobqueue.New(jobqueue.Config{Store: cs, Node: "bench", Logger: logger, Metrics: sdkMetrics{d}})
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.store, d.queue, d.addr = cs, q, addr
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *sdkDriver) current() (*counting, *jobqueue.Queue) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.store, d.queue
+}
+
+func (d *sdkDriver) Work(ctx context.Context, slots int, h Hooks) (func() error, error) {
+	_, q := d.current()
+	if q == nil {
+		return nil, errors.New("harness: Work before Reset")
+	}
+	d.hooks.Store(&h)
+	w := &jobqueue.Worker{Queue: q, ID: "bench-worker", Slots: slots, Handlers: jobqueue.Handlers{
+		AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+			var p Payload
+			if err := json.Unmarshal(job.Payload, &p); err != nil {
+				return nil, jobqueue.Permanent(err)
+			}
+			h.Started(p)
+			return nil, nil
+		},
+		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+		},
+	}}
+	ctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	return func() error {
+		cancel()
+		err := <-errc
+		d.hooks.Store(nil)
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
+		return err
+	}, nil
+}
+
+// Drain waits for the writes that follow a job's COMPLETE: the queue
+// reports COMPLETE (Metrics.JobFinished) after the record's write and
+// before the audit events of that write, in the same call. Stopping the
+// worker at the last JobFinished would cancel the last audit writes (and
+// leave them out of the count and the time), so the run ends only when no
+// write has been in progress for a millisecond; an idle worker's claims
+// read and list but do not write. Should one write anyway, the wait ends
+// after 5 s with a warning rather than hanging the run.
+func (d *sdkDriver) Drain(ctx context.Context) error {
+	s, _ := d.current()
+	quiet := 0
+	limit := time.Now().Add(5 * time.Second)
+	for quiet < 2 {
+		if time.Now().After(limit) {
+			logger.Warn("drain: writes still in progress after 5 s; ending the measurement anyway")
+			return nil
+		}
+		if s.writing.Load() == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Microsecond):
+		}
+	}
+	return nil
+}
+
+func (d *sdkDriver) Enqueue(ctx context.Context, p Payload) error {
+	_, q := d.current()
+	_, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{
+		RunID: "run_2026-02-24_bench", JobType: jobqueue.JobBrief,
+		AgentSlug: "agent-" + strconv.Itoa(p.Agent), Payload: marshal(p),
+	})
+	return err
+}
+
+func (d *sdkDriver) Counters(context.Context) (Counters, error) {
+	s, _ := d.current()
+	if s == nil {
+		return Counters{}, nil
+	}
+	return Counters{Writes: s.puts.Load() + s.deletes.Load(), Reads: s.gets.Load(), Lists: s.lists.Load(),
+		Extra: map[string]int64{"puts": s.puts.Load(), "deletes": s.deletes.Load()}}, nil
+}
+
+func (d *sdkDriver) Close() error {
+	if d.cleanup != nil {
+		return d.cleanup()
+	}
+	return nil
+}
+
+// sdkMetrics turns the queue's JobFinished into Hooks.Done: COMPLETE is
+// reported after the write that made it so, which is the SDK's end of a job.
+type sdkMetrics struct{ d *sdkDriver }
+
+func (m sdkMetrics) JobTransition(jobqueue.JobType, jobqueue.JobState, jobqueue.JobState, time.Duration) {
+}
+
+func (m sdkMetrics) AttemptFailed(t jobqueue.JobType, step jobqueue.JobState, code string) {
+	logger.Warn("attempt failed", "type", t, "step", step, "code", code)
+}
+
+func (m sdkMetrics) JobFinished(_ jobqueue.JobType, outcome jobqueue.JobState, _ time.Duration) {
+	if outcome != jobqueue.JobComplete {
+		logger.Warn("job finished", "outcome", outcome)
+		return
+	}
+	if h := m.d.hooks.Load(); h != nil {
+		h.Done()
+	}
+}
+
+// NewMemstore is the SDK on memstore: the queue's own cost, no I/O.
+func NewMemstore() Driver {
+	return &sdkDriver{name: NameMemstore, fresh: func(context.Context) (storage.Store, string, error) {
+		return memstore.New(), "", nil
+	}}
+}
+
+// NewFilestore is the SDK on filestore, each measurement in a new directory
+// under base, which should be on the disk being measured (not tmpfs).
+func NewFilestore(base string) Driver {
+	var prev string
+	d := &sdkDriver{name: NameFilestore}
+	d.fresh = func(context.Context) (storage.Store, string, error) {
+		if prev != "" {
+			// The last measurement's files go before the next one starts,
+			// so its cleanup is not measured and the disk does not fill.
+			_ = os.RemoveAll(prev)
+		}
+		dir, err := os.MkdirTemp(base, "filestore-")
+		if err != nil {
+			return nil, "", err
+		}
+		prev = dir
+		s, err := filestore.New(dir)
+		return s, dir, err
+	}
+	d.cleanup = func() error {
+		if prev != "" {
+			return os.RemoveAll(prev)
+		}
+		return nil
+	}
+	return d
+}
+
+func openFilestore(dir string) (Driver, error) {
+	s, err := filestore.New(dir)
+	if err != nil {
+		return nil, err
+	}
+	d := &sdkDriver{name: NameFilestore}
+	return d, d.use(s, dir)
+}
+
+// Floor measures the store's own rate of durable writes: workers
+// goroutines creating n distinct 512-byte values (create-only, as most of a
+// job's writes are) in a fresh store, through the same adapter and with no
+// queue logic. Divided by a job's writes it is the most jobs per second
+// the store allows at that write count: the bound the issue compares to.
+func (d *sdkDriver) Floor(ctx context.Context, n, workers int) (float64, error) {
+	if err := d.Reset(ctx); err != nil {
+		return 0, err
+	}
+	s, _ := d.current()
+	body := make([]byte, 512)
+	for i := range body {
+		body[i] = 'x'
+	}
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n) && failed.Load() == nil; i = next.Add(1) {
+				key := "floor/" + strconv.FormatInt(i%64, 10) + "/" + strconv.FormatInt(i, 10) + ".json"
+				if _, err := s.Store.Put(ctx, key, body, storage.IfNotExists()); err != nil {
+					failed.Store(&err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e := failed.Load(); e != nil {
+		return 0, *e
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}

@@ -1,0 +1,445 @@
+package schedule_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+var env teststores.Env
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(env.Wrap(m)) }
+
+// day0 is 30 s past midnight: the first slot of */5 is 00:05.
+var day0 = time.Date(2026, 3, 1, 0, 0, 30, 0, time.UTC)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+const agent = "reporter"
+
+// rig is processes sharing one store, each with a Runner (only its Submit
+// is used: the runs are not executed) and a Scheduler.
+type rig struct {
+	t     *testing.T
+	store storage.Store
+	clock *clock.Fake
+	procs []*proc
+}
+
+type proc struct {
+	runner *run.Runner
+	sched  *schedule.Scheduler
+	stop   func()
+}
+
+func newRig(t *testing.T, store storage.Store) *rig {
+	if store == nil {
+		store = memstore.New()
+	}
+	return &rig{t: t, store: store, clock: clock.NewFake(day0)}
+}
+
+// start starts one process's Scheduler with the schedules, on clk (the
+// rig's by default).
+func (g *rig) start(clk *clock.Fake, schedules ...schedule.Schedule) *proc {
+	g.t.Helper()
+	if clk == nil {
+		clk = g.clock
+	}
+	r, err := run.NewRunner(run.Config{Store: g.store, Clock: clk, Logger: quiet},
+		run.Agent{Slug: agent, Steps: []run.Step{{Name: "report", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{}, nil
+		}}}})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	s, err := schedule.New(schedule.Config{Runner: r, Store: g.store, Clock: clk, Logger: quiet, Schedules: schedules})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	var once sync.Once
+	p := &proc{runner: r, sched: s, stop: func() { once.Do(func() { cancel(); <-done }) }}
+	g.t.Cleanup(p.stop)
+	g.procs = append(g.procs, p)
+	return p
+}
+
+// settle waits until n schedulers wait on the clock again.
+func (g *rig) settle(clk *clock.Fake, n int) {
+	g.t.Helper()
+	select {
+	case <-clk.WaitForTimers(n):
+	case <-time.After(30 * time.Second):
+		g.t.Fatalf("%d schedulers did not settle (timers pending: %d)", n, clk.Pending())
+	}
+}
+
+// runs lists the slots whose runs exist, from the runs' idempotency keys,
+// and fails on a slot with two runs or a run that is not the scheduler's.
+func (g *rig) runs(r *run.Runner) []string {
+	g.t.Helper()
+	sts, err := r.Runs(context.Background(), agent)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	seen := map[string]string{}
+	var slots []string
+	for _, st := range sts {
+		if st.Trigger != run.TriggerCron || !strings.HasPrefix(st.IdempotencyKey, "scheduler:") {
+			g.t.Errorf("run %s: trigger %q key %q", st.RunID, st.Trigger, st.IdempotencyKey)
+		}
+		if prev, dup := seen[st.IdempotencyKey]; dup {
+			g.t.Errorf("slot %s has two runs: %s and %s", st.IdempotencyKey, prev, st.RunID)
+		}
+		seen[st.IdempotencyKey] = st.RunID
+		slots = append(slots, st.IdempotencyKey)
+	}
+	sort.Strings(slots)
+	return slots
+}
+
+func every5(id string) schedule.Schedule {
+	return schedule.Schedule{ID: id, Agent: agent, Cron: "*/5 * * * *"}
+}
+
+// slotKeys are the keys of the */5 slots in (from, to].
+func slotKeys(id string, from, to time.Time) []string {
+	var out []string
+	for s := from.Truncate(5 * time.Minute).Add(5 * time.Minute); !s.After(to); s = s.Add(5 * time.Minute) {
+		out = append(out, schedule.Key(id, s))
+	}
+	return out
+}
+
+// TestExactlyOncePerSlot: three processes' schedulers share a store (a
+// memstore, a MinIO bucket) over a simulated day of */5 * * * *; one is
+// killed mid-day. Every slot started exactly one run: 288.
+func TestExactlyOncePerSlot(t *testing.T) {
+	t.Parallel()
+	env.Each(t, exactlyOncePerSlot)
+}
+
+func exactlyOncePerSlot(t *testing.T, store storage.Store) {
+	g := newRig(t, store)
+	for range 3 {
+		g.start(nil, every5("digest"))
+	}
+	live := 3
+	g.settle(g.clock, live)
+	for i := range 288 {
+		if i == 144 {
+			g.procs[1].stop() // killed at noon
+			live--
+		}
+		g.clock.Advance(5 * time.Minute)
+		g.settle(g.clock, live)
+	}
+	got := g.runs(g.procs[0].runner)
+	want := slotKeys("digest", day0, day0.Add(24*time.Hour))
+	if len(got) != 288 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%d runs, want 288, one per slot; missing or extra: %v", len(got), diff(want, got))
+	}
+}
+
+// TestClockJumps: the clock jumps forward 30 min (the slots in between
+// are caught up, none skipped) and a process whose clock is 20 min behind
+// fires nothing twice.
+func TestClockJumps(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	g.start(nil, every5("jumpy"))
+	g.settle(g.clock, 1)
+	for range 3 {
+		g.clock.Advance(5 * time.Minute)
+		g.settle(g.clock, 1)
+	}
+	g.clock.Advance(30 * time.Minute) // forward jump
+	g.settle(g.clock, 1)
+	// A second process whose clock is 20 min behind the first's.
+	behind := clock.NewFake(g.clock.Now().Add(-20 * time.Minute))
+	g.start(behind, every5("jumpy"))
+	g.settle(behind, 1)
+	for range 6 {
+		behind.Advance(5 * time.Minute)
+		g.settle(behind, 1)
+	}
+	// Its clock ends 10 min past the first's: the slots past 00:45 are new.
+	got := g.runs(g.procs[0].runner)
+	want := slotKeys("jumpy", day0, behind.Now())
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("runs %d, want %d (every slot once): %v", len(got), len(want), diff(want, got))
+	}
+}
+
+// TestMissedPolicies: after a 2-hour outage (no process up), each policy
+// does what its doc says.
+func TestMissedPolicies(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		missed  schedule.Missed
+		catchUp int
+		// want: the slots fired at the restart, as minutes past 03:00
+		// (negative: before it).
+		want []int
+	}{
+		{schedule.MissedCatchUp, 5, []int{-20, -15, -10, -5, 0}},
+		{schedule.MissedLatest, 0, []int{0}},
+		{schedule.MissedSkip, 0, nil},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.missed), func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, nil)
+			sc := schedule.Schedule{ID: "outage", Agent: agent, Cron: "*/5 * * * *", Missed: tt.missed, CatchUp: tt.catchUp}
+			p := g.start(nil, sc)
+			g.settle(g.clock, 1)
+			for range 12 { // up to 01:00
+				g.clock.Advance(5 * time.Minute)
+				g.settle(g.clock, 1)
+			}
+			before := len(g.runs(p.runner))
+			p.stop()
+			// Down from 01:00:30 to 03:02:30: 03:00 is 2.5 min late, past
+			// the 1 min grace, so every slot of the outage is missed.
+			g.clock.Advance(2*time.Hour + 2*time.Minute)
+			p = g.start(nil, sc)
+			g.settle(g.clock, 1)
+			var got []int
+			three := time.Date(2026, 3, 1, 3, 0, 0, 0, time.UTC)
+			keys := g.runs(p.runner)
+			for _, k := range keys[before:] {
+				for m := -120; m <= 5; m += 5 {
+					if k == schedule.Key("outage", three.Add(time.Duration(m)*time.Minute)) {
+						got = append(got, m)
+					}
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("fired at the restart %v, want %v", got, tt.want)
+			}
+			// Then on with the next slot, on time.
+			g.clock.Advance(3 * time.Minute)
+			g.settle(g.clock, 1)
+			if keys := g.runs(p.runner); keys[len(keys)-1] != schedule.Key("outage", three.Add(5*time.Minute)) {
+				t.Fatalf("after the restart the next slot did not fire: last %s", keys[len(keys)-1])
+			}
+		})
+	}
+}
+
+// TestPauseResume: a paused schedule fires nothing, in any process; its
+// slots while paused are skipped, not fired at the resume.
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	a := g.start(nil, every5("pausable"))
+	b := g.start(nil, every5("pausable"))
+	g.settle(g.clock, 2)
+	ctx := context.Background()
+	if _, err := a.sched.Pause(ctx, "pausable", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	g.settle(g.clock, 2)
+	for range 4 {
+		g.clock.Advance(5 * time.Minute)
+		g.settle(g.clock, 2)
+	}
+	if n := len(g.runs(a.runner)); n != 0 {
+		t.Fatalf("%d runs while paused", n)
+	}
+	infos, err := b.sched.List(ctx)
+	if err != nil || len(infos) != 1 || !infos[0].Paused || infos[0].PausedBy != "admin" {
+		t.Fatalf("List in the other process: %+v, %v", infos, err)
+	}
+	if _, err := b.sched.Resume(ctx, "pausable"); err != nil {
+		t.Fatal(err)
+	}
+	g.settle(g.clock, 2)
+	if n := len(g.runs(a.runner)); n != 0 {
+		t.Fatalf("%d runs at the resume: the paused slots must not fire", n)
+	}
+	g.clock.Advance(5 * time.Minute)
+	g.settle(g.clock, 2)
+	want := []string{schedule.Key("pausable", day0.Truncate(time.Minute).Add(25*time.Minute))}
+	if got := g.runs(a.runner); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the resume %v, want %v", got, want)
+	}
+	if _, err := a.sched.Pause(ctx, "nope", "admin"); !errors.Is(err, schedule.ErrUnknownSchedule) {
+		t.Fatalf("Pause of an unknown schedule: %v", err)
+	}
+}
+
+// TestJitter: every process delays a slot by the same amount, and the run's
+// key stays the slot's.
+func TestJitter(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	sc := schedule.Schedule{ID: "jittery", Agent: agent, Every: time.Hour, Jitter: 10 * time.Minute}
+	a := g.start(nil, sc)
+	g.start(nil, sc)
+	g.settle(g.clock, 2)
+	g.clock.Advance(59*time.Minute + 30*time.Second) // 01:00:00, the slot
+	g.settle(g.clock, 2)
+	early := len(g.runs(a.runner))
+	g.clock.Advance(10 * time.Minute)
+	g.settle(g.clock, 2)
+	got := g.runs(a.runner)
+	if len(got) != 1 || got[0] != schedule.Key("jittery", day0.Truncate(time.Hour).Add(time.Hour)) {
+		t.Fatalf("runs %v", got)
+	}
+	if early != 0 {
+		t.Logf("the slot's jitter happened to be 0") // possible, not a failure
+	}
+}
+
+// TestCrashBetweenClaimAndRun: a process dies after claiming a slot (its
+// idempotency record) and before creating the run; the slot's run is
+// created later, once, under the claimed id.
+func TestCrashBetweenClaimAndRun(t *testing.T) {
+	t.Parallel()
+	base := memstore.New()
+	dying := &dieAfterClaim{Store: base}
+	g := newRig(t, base)
+	// The dying process: its store stops answering right after the claim.
+	g.store = dying
+	d := g.start(nil, every5("fragile"))
+	g.store = base
+	g.settle(g.clock, 1)
+	g.clock.Advance(5 * time.Minute) // 00:05: d claims the slot and dies
+	g.settle(g.clock, 1)
+	d.stop()
+	if !dying.died() {
+		t.Fatal("the dying process never claimed a slot")
+	}
+	s := g.start(nil, every5("fragile"))
+	g.settle(g.clock, 1)
+	if n := len(g.runs(s.runner)); n != 0 {
+		t.Fatalf("%d runs before the claim's lock lapsed", n)
+	}
+	// The claim's lock (5 min) lapses; meanwhile more slots come due.
+	for range 3 {
+		g.clock.Advance(5 * time.Minute)
+		g.settle(g.clock, 1)
+	}
+	got := g.runs(s.runner)
+	want := slotKeys("fragile", day0, g.clock.Now())
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("runs %v, want one per slot %v", got, want)
+	}
+}
+
+// dieAfterClaim is a process's store that fails everything once a
+// scheduler's idempotency record has been created.
+type dieAfterClaim struct {
+	storage.Store
+	mu   sync.Mutex
+	dead bool
+}
+
+func (d *dieAfterClaim) died() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.dead }
+
+func (d *dieAfterClaim) check() error {
+	if d.died() {
+		return errors.New("process dead")
+	}
+	return nil
+}
+
+func (d *dieAfterClaim) Get(ctx context.Context, k string) ([]byte, storage.Version, error) {
+	if err := d.check(); err != nil {
+		return nil, "", err
+	}
+	return d.Store.Get(ctx, k)
+}
+
+func (d *dieAfterClaim) Put(ctx context.Context, k string, v []byte, c storage.Condition) (storage.Version, error) {
+	if err := d.check(); err != nil {
+		return "", err
+	}
+	ver, err := d.Store.Put(ctx, k, v, c)
+	if err == nil && strings.HasPrefix(k, "idempotency/") && c.Kind() == storage.CreateOnly {
+		d.mu.Lock()
+		d.dead = true
+		d.mu.Unlock()
+	}
+	return ver, err
+}
+
+func (d *dieAfterClaim) Delete(ctx context.Context, k string, c storage.Condition) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Store.Delete(ctx, k, c)
+}
+
+// TestInvalidSchedules: each bad schedule is refused by New with a reason.
+func TestInvalidSchedules(t *testing.T) {
+	t.Parallel()
+	r, err := run.NewRunner(run.Config{Store: memstore.New(), Logger: quiet},
+		run.Agent{Slug: agent, Steps: []run.Step{{Name: "x", Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{}, nil }}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		s    []schedule.Schedule
+		want string
+	}{
+		{"bad cron", []schedule.Schedule{{ID: "a", Agent: agent, Cron: "61 * * * *"}}, "cron"},
+		{"both", []schedule.Schedule{{ID: "a", Agent: agent, Cron: "@hourly", Every: time.Hour}}, "exactly one"},
+		{"neither", []schedule.Schedule{{ID: "a", Agent: agent}}, "exactly one"},
+		{"sub-second", []schedule.Schedule{{ID: "a", Agent: agent, Every: 1500 * time.Millisecond}}, "whole seconds"},
+		{"zone", []schedule.Schedule{{ID: "a", Agent: agent, Cron: "@daily", TimeZone: "Mars/Olympus"}}, "time_zone"},
+		{"agent", []schedule.Schedule{{ID: "a", Agent: "ghost", Cron: "@daily"}}, "not the Runner's"},
+		{"id", []schedule.Schedule{{ID: "../a", Agent: agent, Cron: "@daily"}}, "schedule id"},
+		{"policy", []schedule.Schedule{{ID: "a", Agent: agent, Cron: "@daily", Missed: "sometimes"}}, "missed"},
+		{"dup", []schedule.Schedule{{ID: "a", Agent: agent, Cron: "@daily"}, {ID: "a", Agent: agent, Every: time.Hour}}, "twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := schedule.New(schedule.Config{Runner: r, Store: memstore.New(), Schedules: tt.s})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New: %v, want an error about %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func diff(want, got []string) string {
+	w, g := map[string]bool{}, map[string]int{}
+	for _, k := range want {
+		w[k] = true
+	}
+	var out []string
+	for _, k := range got {
+		g[k]++
+		if !w[k] || g[k] > 1 {
+			out = append(out, "+"+k)
+		}
+	}
+	for _, k := range want {
+		if g[k] == 0 {
+			out = append(out, "-"+k)
+		}
+	}
+	return strings.Join(out, " ")
+}

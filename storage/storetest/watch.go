@@ -1,0 +1,173 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// WatchDeadline bounds how long the suite waits for a storage.Watcher's
+// signal or close before it fails. It is generous, for loaded CI machines;
+// adapters test their own promptness (filestore: another process's write
+// wakes a watcher within 100 ms).
+const WatchDeadline = 5 * time.Second
+
+// testWatch checks the storage.Watcher contract on adapters that implement
+// it, and skips on those that do not (or cannot watch on this platform).
+func testWatch(t *testing.T, s storage.Store) {
+	w, ok := s.(storage.Watcher)
+	if !ok {
+		t.Skipf("%T does not implement storage.Watcher", s)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	probe, err := w.Watch(ctx, "probe/")
+	if errors.Is(err, errors.ErrUnsupported) {
+		cancel()
+		t.Skipf("%T cannot watch here: %v", s, err)
+	}
+	if err != nil {
+		cancel()
+		t.Fatalf("Watch: %v", err)
+	}
+	cancel()
+	wantClosed(t, probe)
+
+	t.Run("PutAndDeleteSignal", func(t *testing.T) {
+		ch := mustWatch(t, w, "wq/")
+		v := mustPut(t, s, "wq/a.json", []byte("1"), storage.IfNotExists())
+		wantSignal(t, ch, "create")
+		v = mustPut(t, s, "wq/a.json", []byte("2"), storage.IfMatch(v))
+		wantSignal(t, ch, "compare-and-swap")
+		if err := s.Delete(ctxT(t), "wq/a.json", storage.IfMatch(v)); err != nil {
+			t.Fatal(err)
+		}
+		wantSignal(t, ch, "delete")
+	})
+	t.Run("NoSignalMissed", func(t *testing.T) {
+		// One write, one receive, twenty times: a signal that coalesced
+		// with an earlier one would leave a receive waiting.
+		ch := mustWatch(t, w, "wm/")
+		for i := range 20 {
+			mustPut(t, s, fmt.Sprintf("wm/%02d", i), []byte("x"), storage.IfNotExists())
+			wantSignal(t, ch, fmt.Sprintf("write %d", i))
+		}
+	})
+	t.Run("NewNestedKeys", func(t *testing.T) {
+		// Keys in "directories" that did not exist when Watch began.
+		ch := mustWatch(t, w, "wn/")
+		mustPut(t, s, "wn/x/y/z.json", []byte("1"), storage.IfNotExists())
+		wantSignal(t, ch, "first key three levels down")
+		mustPut(t, s, "wn/x/y2/k", []byte("2"), storage.IfNotExists())
+		wantSignal(t, ch, "key in a new sibling")
+		deep := mustWatch(t, w, "wd/a/b/")
+		mustPut(t, s, "wd/a/b/c/d", []byte("3"), storage.IfNotExists())
+		wantSignal(t, deep, "key under a prefix none of whose parents existed")
+	})
+	t.Run("PrefixIsAStringPrefix", func(t *testing.T) {
+		ch := mustWatch(t, w, "wp/ab")
+		mustPut(t, s, "wp/abc/x", []byte("1"), storage.IfNotExists())
+		wantSignal(t, ch, "wp/abc/x under wp/ab")
+		mustPut(t, s, "wp/ab", []byte("2"), storage.IfNotExists())
+		wantSignal(t, ch, "the key equal to the prefix")
+		all := mustWatch(t, w, "")
+		mustPut(t, s, "we/k", []byte("3"), storage.IfNotExists())
+		wantSignal(t, all, "any key under the empty prefix")
+	})
+	t.Run("EveryWatcherSignalled", func(t *testing.T) {
+		a, b, parent := mustWatch(t, w, "ww/q/"), mustWatch(t, w, "ww/q/"), mustWatch(t, w, "ww/")
+		mustPut(t, s, "ww/q/1", []byte("1"), storage.IfNotExists())
+		wantSignal(t, a, "first watcher")
+		wantSignal(t, b, "second watcher of the same prefix")
+		wantSignal(t, parent, "watcher of the parent prefix")
+	})
+	t.Run("NeverBlocksWriters", func(t *testing.T) {
+		// Nobody receives while 200 writes go through: each must return
+		// (the context's deadline fails a blocked one), and a signal is
+		// waiting afterwards.
+		ch := mustWatch(t, w, "wb/")
+		ctx, cancel := context.WithTimeout(ctxT(t), 10*WatchDeadline)
+		defer cancel()
+		for i := range 200 {
+			if _, err := s.Put(ctx, fmt.Sprintf("wb/%03d", i%20), []byte{byte(i)}, storage.Condition{}); err != nil {
+				t.Fatalf("write %d with a watcher nobody reads: %v", i, err)
+			}
+		}
+		wantSignal(t, ch, "after 200 unread writes")
+	})
+	t.Run("CancelClosesChannel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		ch, err := w.Watch(ctx, "wc/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustPut(t, s, "wc/before", []byte("1"), storage.IfNotExists())
+		cancel()
+		wantClosed(t, ch)
+		mustPut(t, s, "wc/after", []byte("2"), storage.IfNotExists()) // no send on the closed channel
+	})
+	t.Run("InvalidPrefixAndDoneContext", func(t *testing.T) {
+		for _, bad := range []string{"/a", "a//", "../", "\xff"} {
+			if _, err := w.Watch(ctxT(t), bad); !errors.Is(err, storage.ErrInvalidKey) {
+				t.Errorf("Watch(%q) = %v, want ErrInvalidKey", bad, err)
+			}
+		}
+		done, cancel := context.WithCancel(ctxT(t))
+		cancel()
+		if _, err := w.Watch(done, "wx/"); !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch with a canceled context = %v, want context.Canceled", err)
+		}
+	})
+}
+
+// mustWatch watches prefix until the test ends, and waits for the close
+// then, so the watch is released before the test's leak checks.
+func mustWatch(t *testing.T, w storage.Watcher, prefix string) <-chan struct{} {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := w.Watch(ctx, prefix)
+	if err != nil {
+		cancel()
+		t.Fatalf("Watch(%q): %v", prefix, err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		wantClosed(t, ch)
+	})
+	return ch
+}
+
+// wantSignal waits, at most WatchDeadline, for a signal on ch.
+func wantSignal(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	timer := time.NewTimer(WatchDeadline)
+	defer timer.Stop()
+	select {
+	case _, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s: the watch channel closed instead of signalling", what)
+		}
+	case <-timer.C:
+		t.Fatalf("%s: no signal within %v", what, WatchDeadline)
+	}
+}
+
+// wantClosed drains ch until it is closed, at most WatchDeadline.
+func wantClosed(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	timer := time.NewTimer(WatchDeadline)
+	defer timer.Stop()
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-timer.C:
+			t.Fatalf("the watch channel was not closed within %v of its context's end", WatchDeadline)
+		}
+	}
+}
