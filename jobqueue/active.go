@@ -28,11 +28,18 @@ import (
 //     store, releases the lock still naming its job (Claim.named), and the
 //     next claim of the agent repairs that job before it names another
 //     (repairOrphan).
+//   - A claim that settled its job keeps the lock rather than releasing it
+//     (Claim.end, issue 12: one lock write per job), still naming the job.
+//     Whoever takes a lock that names a job it does not know settled (a
+//     lock kept by another process, or a free one) settles that job first
+//     (settle: its audit object, lane entry or burial), or rescues it if
+//     it is still in a pipeline state, before the lock names another job.
 //
 // So the sweep lists queue/ (the locks and the lanes: O(agents + jobs in
 // flight)) and reads only the jobs those name; the claim already read only
 // lanes and locks. A job that reached COMPLETE or DEAD is in no lane and
-// named by no lock, and is never read again by either.
+// named by no lock but its agent's kept one, until the agent's next claim:
+// at most one finished job per agent is read again.
 //
 // An entry written before its job (Enqueue, Requeue) points for a moment
 // at a job that does not exist yet, or does not point back: a claim or a
@@ -110,33 +117,47 @@ func (q *Queue) repairOrphan(ctx context.Context, jobID string, epoch int64) err
 	if pipelineState(d.Status) {
 		return q.rescue(ctx, jobID, epoch)
 	}
+	return q.settle(ctx, &d)
+}
+
+// settle finishes what the claim of d, a job out of its pipeline states,
+// may have left undone after the write that ended its run: its audit
+// object (a job at rest), its lane entry (a retry), its burial (FAILED).
+// Unlike the sweep it fails when the audit object cannot be written: a
+// lock goes on naming d until settle succeeds.
+func (q *Queue) settle(ctx context.Context, d *jobDoc) error {
+	if err := q.ensureAuditedErr(ctx, d); err != nil {
+		return err
+	}
 	var r SweepReport
-	return q.sweepJob(ctx, &d, "", &r)
+	return q.repairJob(ctx, d, "", &r)
 }
 
 func encodeLane(jobID string, at time.Time) ([]byte, error) {
 	return json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
 }
 
-// auditGap records whether the audit write of a job's last write failed
-// (gap) or succeeded. A claim does not settle a job with a gap: its lock
-// goes on naming the job, so the sweep writes the missing events.
-func (q *Queue) auditGap(jobID string, gap bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+// auditGap records that the audit object of version v of a job at rest
+// (its flush) could not be written (gap), or that it exists. A claim does
+// not settle a job with a gap: its lock goes on naming the job, so the
+// next claim of the agent or the sweep writes the object (ensureFlushed).
+// Called with q.mu held.
+func (q *Queue) auditGap(jobID string, v int64, gap bool) {
 	switch {
 	case gap && q.gaps == nil:
-		q.gaps = map[string]bool{jobID: true}
+		q.gaps = map[string]int64{jobID: v}
 	case gap:
-		q.gaps[jobID] = true
-	default:
+		q.gaps[jobID] = max(q.gaps[jobID], v)
+	case q.gaps[jobID] <= v:
 		delete(q.gaps, jobID)
 	}
 }
 
-// hasAuditGap tells whether the audit write of the job's last write failed.
+// hasAuditGap tells whether the audit object of the job's last rest is
+// known missing: its flush failed and no one has written it since.
 func (q *Queue) hasAuditGap(jobID string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.gaps[jobID]
+	_, gap := q.gaps[jobID]
+	return gap
 }

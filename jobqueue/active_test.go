@@ -423,7 +423,10 @@ func TestFailedJobUnderLockIsBuried(t *testing.T) {
 
 // TestAuditGapStaysFindable: the audit write of a COMPLETE failed while
 // its worker lived on; the claim does not settle the job, so the lock goes
-// on naming it and the sweep writes the missing event.
+// on naming it and the sweep writes the missing event. Since the queue
+// writes one audit object per job segment (issue 12, jobwrites), the lost
+// object holds every move of the segment, so before the sweep the job has
+// no event at all; after it, every one.
 func TestAuditGapStaysFindable(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New()
@@ -436,11 +439,23 @@ func TestAuditGapStaysFindable(t *testing.T) {
 	if j, err := claim(t, q, "w").Run(ctx, okHandlers()); err != nil || j.Status != jobqueue.JobComplete {
 		t.Fatalf("Run: %s, %v", j.Status, err)
 	}
-	if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobArtifactWrite {
-		t.Fatalf("replayed states before the sweep %v, want the COMPLETE event missing", got)
+	if got := replay(t, s, clk.Now()); len(got) != 0 {
+		t.Fatalf("replayed states before the sweep %v, want the segment's object (COMPLETE's event with it) missing", got)
 	}
-	if _, err := newQueue(t, s, clk).Sweep(ctx); err != nil {
+	lockKey, _ := storage.AgentLockKey("agent-a")
+	b, _, err := s.Get(ctx, lockKey)
+	if err != nil {
 		t.Fatal(err)
+	}
+	var lock struct {
+		Owner string `json:"owner"`
+		JobID string `json:"job_id"`
+	}
+	if err := json.Unmarshal(b, &lock); err != nil || lock.JobID != "job-1" || lock.Owner != "" {
+		t.Fatalf("agent lock %s (%v), want it released still naming job-1", b, err)
+	}
+	if r, err := newQueue(t, s, clk).Sweep(ctx); err != nil || r.Jobs != 1 {
+		t.Fatalf("sweep %+v, %v; want job-1 read through its lock", r, err)
 	}
 	if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobComplete {
 		t.Fatalf("replayed states %v", got)
@@ -486,5 +501,73 @@ func TestStaleEntryDeletedAtOnce(t *testing.T) {
 	}
 	if c := claim(t, q, "w"); c == nil || c.Job().JobID != "job-1" {
 		t.Fatalf("claim after the requeue: %v", c)
+	}
+}
+
+// TestKeptLockSettledByTakeover: a claim ends its job's run (ran_epoch in
+// the record) and dies before settling it, its agent's lock still held as
+// it took it, naming the job: the retry's lane entry or the COMPLETE's
+// audit object was never written. Another process, with work ready for
+// the agent, takes the lock as kept (the run ended) and settles the job
+// before the lock names its own, so the job stays findable: laned again,
+// or its audit written (merge of issue 12's kept lock and flat sweep).
+func TestKeptLockSettledByTakeover(t *testing.T) {
+	for _, lost := range []string{"lane entry", "audit object"} {
+		t.Run(lost, func(t *testing.T) {
+			ctx := context.Background()
+			s := memstore.New()
+			clk := clock.NewFake(t0)
+			lockKey, _ := storage.AgentLockKey("agent-a")
+			fs := &flakyStore{Store: s, match: func(key string, value []byte) bool {
+				switch {
+				case key == lockKey: // the release: the worker died first
+					return !strings.Contains(string(value), `"owner"`)
+				case lost == "lane entry":
+					return strings.HasPrefix(key, storage.LanesPrefix) && strings.HasSuffix(key, "-job-1")
+				default:
+					return strings.HasPrefix(key, "audit/")
+				}
+			}}
+			q := newQueue(t, fs, clk)
+			enqueue(t, q, "job-1", "agent-a")
+			c := claim(t, q, "w1")
+			fs.mu.Lock()
+			fs.fails = 2
+			fs.mu.Unlock()
+			if lost == "lane entry" {
+				if err := c.Abandon(ctx); err == nil {
+					t.Fatal("Abandon wrote the retry's lane entry")
+				}
+			} else if j, err := c.Run(ctx, okHandlers()); err != nil || j.Status != jobqueue.JobComplete {
+				t.Fatalf("Run: %s, %v", j.Status, err)
+			}
+			b, _, err := s.Get(ctx, lockKey)
+			if err != nil || !strings.Contains(string(b), `"owner":"w1"`) || !strings.Contains(string(b), `"job_id":"job-1"`) {
+				t.Fatalf("agent lock %s, %v; want it held by w1 naming job-1", b, err)
+			}
+			q2 := newQueue(t, s, clk) // another process, within the lock's lease
+			enqueue(t, q2, "job-2", "agent-a")
+			c2 := claim(t, q2, "w2")
+			if c2 == nil || c2.Job().JobID != "job-2" {
+				t.Fatalf("claim of the kept lock: %v", c2)
+			}
+			switch lost {
+			case "lane entry":
+				if n := countKeys(t, s, get(t, q2, "job-1").ReadyKey); n != 1 {
+					t.Fatalf("job-1's lane entry not rewritten before the lock named job-2")
+				}
+				if _, err := c2.Run(ctx, okHandlers()); err != nil {
+					t.Fatal(err)
+				}
+				clk.Advance(time.Hour)
+				if c3 := claim(t, q2, "w2"); c3 == nil || c3.Job().JobID != "job-1" {
+					t.Fatalf("the retry of job-1 not claimed: %v", c3)
+				}
+			default:
+				if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobComplete {
+					t.Fatalf("job-1's audit replays to %q before the lock named job-2, want COMPLETE", got["job-1"])
+				}
+			}
+		})
 	}
 }

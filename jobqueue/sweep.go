@@ -172,6 +172,11 @@ func (q *Queue) sweepJobID(ctx context.Context, jobID, laned string, seen map[st
 // to exist ("" when none is).
 func (q *Queue) sweepJob(ctx context.Context, d *jobDoc, laned string, r *SweepReport) error {
 	q.ensureAudited(ctx, d)
+	return q.repairJob(ctx, d, laned, r)
+}
+
+// repairJob is sweepJob but for the audit object.
+func (q *Queue) repairJob(ctx context.Context, d *jobDoc, laned string, r *SweepReport) error {
 	now := q.clock.Now()
 	switch {
 	case pipelineState(d.Status) && (d.Lease == nil || !now.Before(d.Lease.ExpiresAt)):
