@@ -5,66 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// pagedCounting counts a store's round trips as S3 would bill them: a
-// Get, Put or Delete is one, a List one per page of up to 1,000 keys read
-// (at least one), so listing a prefix of 100,000 keys costs 100.
-type pagedCounting struct {
-	storage.Store
-	gets, puts, deletes, pages, listed atomic.Int64
-}
-
-func (c *pagedCounting) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	c.gets.Add(1)
-	return c.Store.Get(ctx, key)
-}
-
-func (c *pagedCounting) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	c.puts.Add(1)
-	return c.Store.Put(ctx, key, value, cond)
-}
-
-func (c *pagedCounting) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	c.deletes.Add(1)
-	return c.Store.Delete(ctx, key, cond)
-}
-
-func (c *pagedCounting) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return func(yield func(string, error) bool) {
-		n := int64(0)
-		defer func() { c.pages.Add(max(1, (n+999)/1000)); c.listed.Add(n) }()
-		for k, err := range c.Store.List(ctx, prefix) {
-			n++
-			if !yield(k, err) {
-				return
-			}
-		}
-	}
-}
-
-func (c *pagedCounting) reset() {
-	for _, n := range []*atomic.Int64{&c.gets, &c.puts, &c.deletes, &c.pages, &c.listed} {
-		n.Store(0)
-	}
-}
-
-// ops is the round trips counted since the last reset.
-func (c *pagedCounting) ops() int64 {
-	return c.gets.Load() + c.puts.Load() + c.deletes.Load() + c.pages.Load()
-}
 
 // historyAgents is how many agents the history and the work in flight
 // are spread over.
@@ -101,7 +53,7 @@ func seedHistory(tb testing.TB, s storage.Store, finished int) {
 // in flight whatever the history: every agent has run a job (so each has
 // its lock), 40 jobs wait in the lanes, 5 are held by a worker that died
 // (orphans once their leases lapse) and 5 wait out a retry.
-func historyWorld(tb testing.TB, finished int) (*pagedCounting, *clock.Fake) {
+func historyWorld(tb testing.TB, finished int) (*teststores.Counting, *clock.Fake) {
 	tb.Helper()
 	ctx := context.Background()
 	s := memstore.New()
@@ -133,7 +85,7 @@ func historyWorld(tb testing.TB, finished int) (*pagedCounting, *clock.Fake) {
 		}
 	}
 	clk.Advance(time.Hour) // the dead worker's leases lapse, the retries come due
-	return &pagedCounting{Store: s}, clk
+	return &teststores.Counting{Store: s}, clk
 }
 
 type historyCost struct {
@@ -157,13 +109,13 @@ func measureHistory(tb testing.TB, finished int) historyCost {
 	if r.Rescued != 5 || r.Jobs < 50 {
 		tb.Fatalf("sweep over %d finished jobs: %+v, want 5 orphans rescued and the work in flight read", finished, r)
 	}
-	hc.sweep, hc.listed = float64(cs.ops()), cs.listed.Load()
-	cs.reset()
+	hc.sweep, hc.listed = float64(cs.PagedOps()), cs.Listed.Load()
+	cs.Reset()
 	claims, ops := 0, int64(0)
 	for {
-		before := cs.ops()
+		before := cs.PagedOps()
 		c := claim(tb, q, "w")
-		ops += cs.ops() - before
+		ops += cs.PagedOps() - before
 		if c == nil {
 			break
 		}
@@ -176,14 +128,14 @@ func measureHistory(tb testing.TB, finished int) historyCost {
 		tb.Fatalf("%d claims over %d finished jobs", claims, finished)
 	}
 	hc.claim = float64(ops) / float64(claims)
-	cs.reset()
+	cs.Reset()
 	for range 100 { // a second of polling, 10 ms apart: lane and lock rechecks come due
 		clk.Advance(10 * time.Millisecond)
 		if c := claim(tb, q, "w"); c != nil {
 			tb.Fatalf("claimed %s from an idle queue", c.Job().JobID)
 		}
 	}
-	hc.idle = float64(cs.ops()) / 100
+	hc.idle = float64(cs.PagedOps()) / 100
 	return hc
 }
 
@@ -220,7 +172,7 @@ func BenchmarkHistory(b *testing.B) {
 		b.Run(fmt.Sprintf("finished=%d/sweep", finished), func(b *testing.B) {
 			cs, clk := historyWorld(b, finished)
 			q := newQueue(b, cs, clk)
-			cs.reset()
+			cs.Reset()
 			passes := 0
 			for b.Loop() {
 				if _, err := q.Sweep(context.Background()); err != nil {
@@ -228,7 +180,7 @@ func BenchmarkHistory(b *testing.B) {
 				}
 				passes++
 			}
-			b.ReportMetric(float64(cs.ops())/float64(passes), "ops/sweep")
+			b.ReportMetric(float64(cs.PagedOps())/float64(passes), "ops/sweep")
 		})
 		b.Run(fmt.Sprintf("finished=%d/claim", finished), func(b *testing.B) {
 			hc := measureHistory(b, finished)
