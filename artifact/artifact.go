@@ -84,11 +84,6 @@ type Draft struct {
 	// Epoch, when not 0, is the writer's fencing epoch (a job claim's):
 	// the write is fenced (see Create). 0 writes create-once, unfenced.
 	Epoch int64
-	// Audited: the caller records the artifact's creation in an audit
-	// event of its own (the job queue does, in the audit batch of the job
-	// that points at it), so Create writes no artifact.create event. A
-	// replacement (artifact.replace) is still recorded here.
-	Audited bool
 }
 
 // IDForJob is the id of the one artifact job jobID can have:
@@ -300,7 +295,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 		a.URL = s.cfg.BaseURL + "/" + key
 	}
 	if d.Epoch > 0 {
-		return s.createFenced(ctx, actor, key, a, d.Audited)
+		return s.createFenced(ctx, actor, key, a)
 	}
 	_, err = storage.Create(ctx, s.cfg.Store, key, &a)
 	if errors.Is(err, storage.ErrPreconditionFailed) {
@@ -313,10 +308,8 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	if err != nil {
 		return Artifact{}, false, err
 	}
-	if !d.Audited {
-		s.record(ctx, storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
-			RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
-	}
+	s.record(ctx, storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+		RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
 	return a, true, nil
 }
 
@@ -326,7 +319,7 @@ const maxConflicts = 64
 // createFenced is Create of a draft with an epoch: create-only, and on a
 // conflict the stored artifact's epoch decides, the replacement being
 // conditional on the version whose epoch was judged.
-func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key string, a Artifact, audited bool) (Artifact, bool, error) {
+func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key string, a Artifact) (Artifact, bool, error) {
 	cond := storage.IfNotExists()
 	replaced := int64(-1) // the epoch replaced, when not a create
 	a.Version = 1
@@ -342,9 +335,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 			if replaced >= 0 {
 				ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
 			}
-			if replaced >= 0 || !audited {
-				s.record(ctx, ev)
-			}
+			s.record(ctx, ev)
 			return a, true, nil
 		}
 		if !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {

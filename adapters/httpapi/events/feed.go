@@ -280,7 +280,8 @@ func readEvent(ctx context.Context, s storage.Store, tr *translator, key, id str
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		return batch{id: id}, errors.Join(errSkip, err)
 	}
-	return tr.translateAll(ctx, id, ev.Expand(id))
+	ev.ID = id
+	return tr.translate(ctx, &ev)
 }
 
 // broadcast hands b to every client that wants it, never waiting: a client
