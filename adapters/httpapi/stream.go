@@ -120,21 +120,53 @@ func (c *Client) Wait(ctx context.Context, runID string) (run.Status, error) {
 }
 
 // follow waits on the event stream: done when the run is terminal; not done
-// (and no error) when the stream is unavailable or broke.
-func (c *Client) follow(ctx context.Context, runID string) (run.Status, bool, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// (and no error) when the stream is unavailable or broke. While the stream
+// is open the status is still read every PollInterval: an event can be
+// lost for good (a writer that died between its write and its audit
+// object), and the status, not the stream, is the truth.
+func (c *Client) follow(parent context.Context, runID string) (run.Status, bool, error) {
+	ctx, cancel := context.WithCancel(parent)
 	body, err := c.openStream(ctx, "", runID)
 	if err != nil {
-		return run.Status{}, false, ctx.Err()
+		cancel()
+		return run.Status{}, false, parent.Err()
 	}
 	defer body.Close()
+	type result struct {
+		st  run.Status
+		err error
+	}
+	found := make(chan result, 1)
+	reread := make(chan struct{})
+	go func() {
+		defer close(reread)
+		clk := c.clock()
+		for {
+			t := clk.NewTimer(PollInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			st, err := c.Status(ctx, runID)
+			if ctx.Err() != nil {
+				return
+			}
+			if (err == nil && Terminal(st)) || (err != nil && !retryable(err)) {
+				found <- result{st, err}
+				cancel() // ends the stream's read below
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); <-reread }()
 	// Read once more now that the stream is open: a change made before it
 	// opened has no event on it.
 	st, err := c.Status(ctx, runID)
 	switch {
 	case err != nil && retryable(err):
-		return run.Status{}, false, ctx.Err()
+		return run.Status{}, false, parent.Err()
 	case err != nil:
 		return st, true, err
 	case Terminal(st):
@@ -142,21 +174,26 @@ func (c *Client) follow(ctx context.Context, runID string) (run.Status, bool, er
 	}
 	for ev, err := range readEvents(body) {
 		if err != nil {
-			return run.Status{}, false, ctx.Err()
+			break
 		}
 		var re runEvent
 		if json.Unmarshal(ev.Data, &re) != nil || re.RunID != runID {
 			continue
 		}
 		st, err := c.Status(ctx, runID)
-		if err != nil && !retryable(err) {
+		if err != nil && !retryable(err) && ctx.Err() == nil {
 			return st, true, err
 		}
 		if err == nil && Terminal(st) {
 			return st, true, nil
 		}
 	}
-	return run.Status{}, false, ctx.Err()
+	select {
+	case r := <-found:
+		return r.st, true, r.err
+	default:
+		return run.Status{}, false, parent.Err()
+	}
 }
 
 // poll reads the status every PollInterval until it is terminal.

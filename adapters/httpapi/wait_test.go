@@ -158,11 +158,53 @@ func TestWaitFollowsEvents(t *testing.T) {
 	g.releaseSteps()
 	g.waitStatus(res.RunID)
 	f.events <- "id: ev-9\nevent: run.status.changed\ndata: {\"type\":\"run.status.changed\",\"runId\":\"" + res.RunID + "\",\"status\":\"succeeded\"}\n\n"
-	r := <-done
+	r := <-done // the clock never moved: the event alone ended the wait
 	if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) {
 		t.Fatalf("Wait = %+v, %v", r.st, r.err)
 	}
-	if clk.Pending() != 0 {
-		t.Errorf("Wait armed %d timers: it polled", clk.Pending())
+}
+
+// TestWaitRereadsWhenAnEventIsLost: the stream is open but the run's end
+// never comes on it (its writer died before its audit object); Wait reads
+// the status every 5 s of its clock anyway and returns. Before, it waited
+// on the stream for ever.
+func TestWaitRereadsWhenAnEventIsLost(t *testing.T) {
+	t.Parallel()
+	f := newFeed()
+	g := newRig(t, rigOpts{running: true, events: f})
+	clk := clock.NewFake(epoch0)
+	c := g.client(lifecycle.ActorFrontend)
+	c.Clock = clk
+	ctx := context.Background()
+	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan waitResult, 1)
+	go func() {
+		st, err := c.Wait(ctx, res.RunID)
+		done <- waitResult{st, err}
+	}()
+	<-f.opened
+	select {
+	case <-clk.WaitForTimers(1): // the re-read's timer
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait armed no timer while following the stream: it would wait on the stream for ever")
+	}
+	g.releaseSteps()
+	g.waitStatus(res.RunID)
+	select {
+	case r := <-done:
+		t.Fatalf("Wait returned %+v before its re-read was due", r)
+	default:
+	}
+	clk.Advance(httpapi.PollInterval)
+	select {
+	case r := <-done:
+		if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) {
+			t.Fatalf("Wait = %+v, %v", r.st, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait did not return at its re-read")
 	}
 }
