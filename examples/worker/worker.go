@@ -152,10 +152,11 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	} else if len(conf.Webhooks) > 0 {
 		return nil, fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
 	}
-	w.http, err = httpapi.New(httpapi.Config{Webhooks: hooks, Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store,
-		Schedules: w.sched,
-		Tokens: w.tokens, Logger: w.log, Clock: clk, Events: w.feed, Page: page.Handler(),
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
+	w.http, err = httpapi.New(httpapi.Config{
+		Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store, Schedules: w.sched,
+		Tokens: w.tokens, Logger: w.log, Clock: clk,
+		Events: w.feed, Page: page.Handler(), Webhooks: hooks, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	})
 	if err != nil {
 		return nil, err
 	}
