@@ -1,6 +1,7 @@
 package jobqueue
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -80,4 +81,25 @@ func names(as []*agentState) []string {
 		out = append(out, a.name)
 	}
 	return out
+}
+
+// TestRetryJudgedWhileStopping: a failed attempt's moves are judged on the
+// record alone; a Worker stopping (its context ended) between the claim's
+// check and the fail write no longer panics with "retryable_error refused:
+// context canceled" (seen in the kill -9 proof at teardown).
+func TestRetryJudgedWhileStopping(t *testing.T) {
+	t.Parallel()
+	q, err := New(Config{Store: memstore.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, step := range []JobState{JobContextAssembly, JobNotebookLMCall, JobArtifactWrite} {
+		d := &jobDoc{Job: Job{JobID: "j", Status: step, Attempt: 1, MaxAttempts: 3}}
+		q.retry(ctx, d, time.Now(), step, "TIMEOUT", "stopped")
+		if d.Status != JobRetryBackoff {
+			t.Fatalf("from %s: %s, want RETRY_BACKOFF", step, d.Status)
+		}
+	}
 }

@@ -551,6 +551,10 @@ func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
 // next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
 // the same write instead.
 func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step JobState, code, msg string) {
+	// The moves are judged on the record alone: a context that ends while
+	// the write is under way (a Worker stopping) must not make the machine
+	// refuse them (the store calls still honour it).
+	ctx = context.WithoutCancel(ctx)
 	if err := q.fire(ctx, d, EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
