@@ -55,6 +55,8 @@ type rigOpts struct {
 	page    http.Handler
 	// requestTimeout is Config.RequestTimeout (0: the default).
 	requestTimeout time.Duration
+	// served, when set, is called after the server answered each request.
+	served func(*http.Request)
 }
 
 func quickStep(name string) run.Step {
@@ -117,7 +119,11 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.srv = httptest.NewServer(s)
+	var h http.Handler = s
+	if o.served != nil {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.ServeHTTP(w, r); o.served(r) })
+	}
+	g.srv = httptest.NewServer(h)
 	t.Cleanup(g.srv.Close)
 	if o.running {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -161,12 +161,22 @@ func (c *Client) follow(parent context.Context, runID string) (run.Status, bool,
 		}
 	}()
 	defer func() { cancel(); <-reread }()
+	// notDone is the answer when the stream broke or was cut, unless the
+	// re-read (which cuts it) found the end meanwhile.
+	notDone := func() (run.Status, bool, error) {
+		select {
+		case r := <-found:
+			return r.st, true, r.err
+		default:
+			return run.Status{}, false, parent.Err()
+		}
+	}
 	// Read once more now that the stream is open: a change made before it
 	// opened has no event on it.
 	st, err := c.Status(ctx, runID)
 	switch {
 	case err != nil && retryable(err):
-		return run.Status{}, false, parent.Err()
+		return notDone()
 	case err != nil:
 		return st, true, err
 	case Terminal(st):
@@ -188,12 +198,7 @@ func (c *Client) follow(parent context.Context, runID string) (run.Status, bool,
 			return st, true, nil
 		}
 	}
-	select {
-	case r := <-found:
-		return r.st, true, r.err
-	default:
-		return run.Status{}, false, parent.Err()
-	}
+	return notDone()
 }
 
 // poll reads the status every PollInterval until it is terminal.

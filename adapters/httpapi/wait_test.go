@@ -171,7 +171,12 @@ func TestWaitFollowsEvents(t *testing.T) {
 func TestWaitRereadsWhenAnEventIsLost(t *testing.T) {
 	t.Parallel()
 	f := newFeed()
-	g := newRig(t, rigOpts{running: true, events: f})
+	reads := make(chan struct{}, 8) // status reads answered
+	g := newRig(t, rigOpts{running: true, events: f, served: func(r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/status") {
+			reads <- struct{}{}
+		}
+	}})
 	clk := clock.NewFake(epoch0)
 	c := g.client(lifecycle.ActorFrontend)
 	c.Clock = clk
@@ -186,6 +191,10 @@ func TestWaitRereadsWhenAnEventIsLost(t *testing.T) {
 		done <- waitResult{st, err}
 	}()
 	<-f.opened
+	// Wait's first read, and its read once the stream is open, both saw
+	// the run running: from here on only the stream or a re-read can end it.
+	<-reads
+	<-reads
 	select {
 	case <-clk.WaitForTimers(1): // the re-read's timer
 	case <-time.After(30 * time.Second):
