@@ -247,6 +247,7 @@ type Scheduler struct {
 	wake  chan struct{}
 	mu    sync.Mutex
 	recs  map[string]*core.Record[State, *State]
+	quar  *core.Quarantiner
 }
 
 // ErrUnknownSchedule: no schedule of that id is configured.
@@ -273,7 +274,8 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.PollInterval = 30 * time.Second
 	}
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, slots: map[string]slots{}, byID: map[string]*Schedule{},
-		wake: make(chan struct{}, 1), recs: map[string]*core.Record[State, *State]{}}
+		wake: make(chan struct{}, 1), recs: map[string]*core.Record[State, *State]{},
+		quar: &core.Quarantiner{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}
 	agents := map[string]bool{}
 	for _, a := range cfg.Runner.Agents() {
 		agents[a.Slug] = true
@@ -316,18 +318,41 @@ func (s *Scheduler) record(id string) *core.Record[State, *State] {
 
 // state reads a schedule's state, creating it the first time: a new
 // schedule starts with the slot before now dealt with, so it fires from
-// its next slot, not from the epoch.
+// its next slot, not from the epoch. A state that cannot be decoded is
+// quarantined and started afresh, like a new schedule's, rather than
+// stopping the schedule for good.
 func (s *Scheduler) state(ctx context.Context, id string) (State, error) {
 	r := s.record(id)
 	st, _, err := r.Load(ctx)
+	var ce *storage.CorruptError
+	if errors.As(err, &ce) {
+		if _, qerr := s.quar.Move(ctx, ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
+			return st, qerr
+		}
+		st, _, err = r.Load(ctx) // gone, or repaired meanwhile
+	}
 	if errors.Is(err, storage.ErrNotFound) {
-		now := s.clock.Now().UTC()
-		st = State{ScheduleID: id, LastSlot: s.prev(id, now), UpdatedAt: now}
+		st = s.fresh(id)
 		if _, err = r.Create(ctx, st); errors.Is(err, storage.ErrPreconditionFailed) {
 			st, _, err = r.Load(ctx) // another process created it
 		}
 	}
 	return st, err
+}
+
+// peek reads a schedule's state without writing: a schedule no process has
+// fired yet reads as the state it will be created with.
+func (s *Scheduler) peek(ctx context.Context, id string) (State, error) {
+	st, _, err := s.record(id).Load(ctx)
+	if errors.Is(err, storage.ErrNotFound) {
+		return s.fresh(id), nil
+	}
+	return st, err
+}
+
+func (s *Scheduler) fresh(id string) State {
+	now := s.clock.Now().UTC()
+	return State{ScheduleID: id, LastSlot: s.prev(id, now), UpdatedAt: now}
 }
 
 // prev is the latest slot at or before t (or t itself if none is found
@@ -547,7 +572,7 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 	out := make([]Info, 0, len(s.cfg.Schedules))
 	for i := range s.cfg.Schedules {
 		sc := s.cfg.Schedules[i]
-		st, err := s.state(ctx, sc.ID)
+		st, err := s.peek(ctx, sc.ID) // a listing writes nothing
 		if err != nil {
 			return nil, err
 		}
