@@ -84,6 +84,11 @@ type Draft struct {
 	// Epoch, when not 0, is the writer's fencing epoch (a job claim's):
 	// the write is fenced (see Create). 0 writes create-once, unfenced.
 	Epoch int64
+	// Audited: the caller records the artifact's creation in an audit
+	// event of its own (the job queue does, in the audit batch of the job
+	// that points at it), so Create writes no artifact.create event. A
+	// replacement (artifact.replace) is still recorded here.
+	Audited bool
 }
 
 // IDForJob is the id of the one artifact job jobID can have:
@@ -295,7 +300,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 		a.URL = s.cfg.BaseURL + "/" + key
 	}
 	if d.Epoch > 0 {
-		return s.createFenced(ctx, actor, key, a)
+		return s.createFenced(ctx, actor, key, a, d.Audited)
 	}
 	_, err = storage.Create(ctx, s.cfg.Store, key, &a)
 	if errors.Is(err, storage.ErrPreconditionFailed) {
@@ -308,8 +313,10 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	if err != nil {
 		return Artifact{}, false, err
 	}
-	s.record(ctx, storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
-		RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
+	if !d.Audited {
+		s.record(ctx, storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+			RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
+	}
 	return a, true, nil
 }
 
@@ -319,7 +326,7 @@ const maxConflicts = 64
 // createFenced is Create of a draft with an epoch: create-only, and on a
 // conflict the stored artifact's epoch decides, the replacement being
 // conditional on the version whose epoch was judged.
-func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key string, a Artifact) (Artifact, bool, error) {
+func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key string, a Artifact, audited bool) (Artifact, bool, error) {
 	cond := storage.IfNotExists()
 	replaced := int64(-1) // the epoch replaced, when not a create
 	a.Version = 1
@@ -335,7 +342,9 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 			if replaced >= 0 {
 				ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
 			}
-			s.record(ctx, ev)
+			if replaced >= 0 || !audited {
+				s.record(ctx, ev)
+			}
 			return a, true, nil
 		}
 		if !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {

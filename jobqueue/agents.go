@@ -27,8 +27,10 @@ type agentState struct {
 	idle      int       // empty listings in a row
 	busyUntil time.Time // the agent's lock was held; do not read it before
 	lockAt    time.Time // when the agent's lock was last read for an orphan
-	// freed is the lock as this Queue last freed it, at version freedVer:
-	// the next claim takes it by compare-and-swap without reading it first.
+	// freed is the lock as this Queue last freed it, or as its last claim
+	// left it held when the claim ended (issue 12: no release write; see
+	// Claim.end), at version freedVer: the next claim takes it by
+	// compare-and-swap without reading it first.
 	freed    *agentLock
 	freedVer storage.Version
 

@@ -31,6 +31,16 @@ const claimTries = 16
 // (its lane's head is ready, its lock is due an orphan check, a lock seen
 // held may be free), so a Claim looks only at agents that are due.
 func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
+	return q.claimFor(ctx, worker, nil)
+}
+
+// claimFor is Claim for a Worker that knows its handlers: noAssembly tells
+// whether the handlers that will run a job of the type assemble no context,
+// and for such a job the pickup moves on through CONTEXT_ASSEMBLY to
+// NOTEBOOKLM_CALL in the same write (the snapshot is ready at once, empty),
+// saving the job a write. nil: Claim's behaviour, the job stops in
+// CONTEXT_ASSEMBLY.
+func (q *Queue) claimFor(ctx context.Context, worker string, noAssembly func(JobType) bool) (*Claim, error) {
 	if err := storage.ValidateID("worker id", worker); err != nil {
 		return nil, err
 	}
@@ -47,7 +57,7 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
 		if a == nil {
 			break
 		}
-		c, next, err := q.claimAgent(ctx, worker, a, now)
+		c, next, err := q.claimAgent(ctx, worker, a, now, noAssembly)
 		if c != nil {
 			// Looked at again when the claim ends, or when its lease
 			// would have run out if it never ends.
@@ -155,6 +165,24 @@ func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, er
 	return keys[0], nil
 }
 
+// watchRelist is how soon after the last whole-queue listing a signal of
+// the store's watch (Worker) lists the lanes again: a signal comes for
+// every lane write, this process's own included, so under load the
+// listings are bounded to one per watchRelist.
+const watchRelist = 10 * time.Millisecond
+
+// lanesChanged notes the store's signal that the ready lanes changed: the
+// next Claim lists them (within watchRelist of the last listing), and
+// waiting Worker loops wake to make it.
+func (q *Queue) lanesChanged() {
+	q.mu.Lock()
+	q.lanesDirty = true
+	q.mu.Unlock()
+	q.schedMu.Lock()
+	q.wakeWaiters()
+	q.schedMu.Unlock()
+}
+
 // globalBatch bounds the keys one refreshLanes reads (ten S3 List pages).
 const globalBatch = 10000
 
@@ -167,11 +195,15 @@ const globalBatch = 10000
 func (q *Queue) refreshLanes(ctx context.Context) error {
 	now := q.clock.Now()
 	q.mu.Lock()
-	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < laneRecheck && !now.Before(q.globalAt) {
+	every := laneRecheck
+	if q.lanesDirty {
+		every = watchRelist
+	}
+	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < every && !now.Before(q.globalAt) {
 		q.mu.Unlock()
 		return nil
 	}
-	q.globalAt = now
+	q.globalAt, q.lanesDirty = now, false
 	q.mu.Unlock()
 	byAgent := map[string][]string{}
 	truncated, last := false, ""
@@ -300,7 +332,7 @@ var (
 // next worth a look if it picks none up. It reads the agent's lock only
 // when the lane has a ready job, or at most twice per lease lifetime to
 // find an orphan, so idle agents cost no store calls between lane listings.
-func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time) (*Claim, time.Time, error) {
+func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time, noAssembly func(JobType) bool) (*Claim, time.Time, error) {
 	lockKey, err := storage.AgentLockKey(a.name)
 	if err != nil {
 		return nil, now.Add(time.Hour), err
@@ -331,7 +363,28 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if !lock.free(now) {
+	// kept: a lock this Queue's last claim of the agent kept past its end,
+	// its job settled (Claim.end). ended: the job a lock held by another
+	// process (or an earlier life of this one) names ended its run under
+	// the lock's epoch, so the lock was kept, not released; its claim may
+	// not have settled the job (laned it, buried it, flushed its audit)
+	// before it stopped, so this claim settles it before the lock names
+	// another job (active.go).
+	kept := cached && lock.Owner != ""
+	var named *jobDoc // the job the lock names, read: ended, or the lock free
+	if !kept && ready && !lock.free(now) && lock.JobID != "" {
+		d, ended, err := q.lockEnded(ctx, &lock)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if ended {
+			named = &d
+		}
+	}
+	if !ready && kept && cached {
+		a.keep(&lock, lockVer) // not taken now: the next claim still may without reading
+	}
+	if !kept && named == nil && !lock.free(now) {
 		until := now.Add(min(q.cfg.LeaseTTL/4, time.Second))
 		a.mu.Lock()
 		a.busyUntil = until
@@ -342,6 +395,32 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 		return nil, until, nil
 	}
 	orphan := lock.JobID
+	if kept {
+		orphan = "" // its job's run ended and its claim settled it
+	}
+	if orphan != "" && ready {
+		// A job named by a lock that is free or kept: one out of its
+		// pipeline is settled here, before the lock is taken, so the take
+		// can name the next job in the same write; one in a pipeline state
+		// is rescued under the new epoch (below).
+		if named == nil {
+			d, _, err := q.read(ctx, orphan)
+			switch {
+			case err == nil:
+				named = &d
+			case errors.Is(err, storage.ErrNotFound):
+				orphan = "" // gone (its Enqueue undone, or quarantined): nothing to repair
+			default:
+				return nil, time.Time{}, err
+			}
+		}
+		if named != nil && !pipelineState(named.Status) {
+			if err := q.settle(ctx, named); err != nil {
+				return nil, time.Time{}, err // the lock goes on naming it
+			}
+			orphan = ""
+		}
+	}
 	if !ready && orphan == "" {
 		return nil, a.idleUntil(lockAt), nil
 	}
@@ -353,7 +432,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 		// orphan, the lock keeps naming it until it is rescued.
 		_, lock.JobID, _ = parseLaneKey(head)
 	}
-	c := &Claim{q: q, worker: worker, epoch: lock.Epoch, agent: a}
+	c := &Claim{q: q, worker: worker, epoch: lock.Epoch, agent: a, noAssembly: noAssembly}
 	if lockVer, err = q.writeLock(ctx, lockKey, &lock, lockVer); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			if cached {
@@ -365,11 +444,18 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	}
 	c.lockVer = lockVer
 	if orphan != "" {
-		if err := q.rescue(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		c.named = orphan // a failed repair leaves the lock naming it (active.go)
+		if err := q.repairOrphan(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			c.release(ctx)
 			return nil, time.Time{}, err
 		}
+		if q.hasAuditGap(orphan) {
+			c.release(ctx) // its audit object is still to be written: named on
+			return nil, now.Add(laneRecheck), nil
+		}
+		c.named = ""
 	}
+	pending := "" // a lane entry whose job may still be being written (lanePending)
 	for range 64 {
 		key, err := q.head(ctx, a, true)
 		if err != nil || key == "" {
@@ -393,16 +479,29 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 				return nil, time.Time{}, err // lost the lock: nothing of ours to release
 			}
 		}
+		c.named = jobID // until the job is settled (active.go)
 		doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
 		switch {
 		case errors.Is(err, errNotReady):
 			a.forget()
+			c.named = ""
 			c.release(ctx)
 			return nil, now.Add(laneRecheck), nil
 		case errors.Is(err, errStale), errors.Is(err, storage.ErrNotFound):
+			c.named = ""
 			// Another process took it: the cache is out of date, so list
 			// the lane afresh rather than try its other entries one by one.
 			a.forget()
+			if q.pendingAfter(key, err, q.clock.Now()) {
+				// Written moments ago by an Enqueue or Requeue that writes
+				// its job next: left alone (active.go).
+				if key == pending {
+					c.release(ctx)
+					return nil, now.Add(pendingRecheck), nil
+				}
+				pending = key
+				continue
+			}
 			_ = q.store.Delete(ctx, key, storage.Condition{})
 			continue
 		case err != nil:
@@ -415,14 +514,76 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			c.job, c.doc, c.ver = doc.Job, doc, ver
 			return c, time.Time{}, nil
 		}
-		// The job's attempts ran out: it went to FAILED and DEAD; next.
+		// The job's attempts ran out: it went to FAILED and DEAD; next,
+		// unless its audit object is still to be written (active.go).
+		if q.hasAuditGap(jobID) {
+			c.release(ctx)
+			return nil, now.Add(laneRecheck), nil
+		}
+		c.named = ""
 	}
 	c.release(ctx)
 	return nil, now, nil // 64 stale or dead entries: more may follow
 }
 
-// readLock returns a's lock: the copy this Queue freed last, used once
-// (cached), or else the stored one.
+// lockEnded tells whether the job a held lock names ended its run under
+// the lock's epoch (ran_epoch), so the lock, kept rather than released by
+// its last claim, is free; d is the job as read.
+func (q *Queue) lockEnded(ctx context.Context, l *agentLock) (d jobDoc, ended bool, err error) {
+	d, _, err = q.read(ctx, l.JobID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, err
+	}
+	return d, d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
+}
+
+// keep puts back the lock readLock took from the cache, unused.
+func (a *agentState) keep(l *agentLock, ver storage.Version) {
+	a.mu.Lock()
+	if a.freed == nil {
+		a.freed, a.freedVer = l, ver
+	}
+	a.mu.Unlock()
+}
+
+// releaseKept releases the agent locks this Queue's claims kept past their
+// end (Claim.end), so other processes need not wait for them to lapse or
+// read the jobs they name. A lock changed since is left alone.
+func (q *Queue) releaseKept(ctx context.Context) {
+	q.mu.Lock()
+	agents := make([]*agentState, 0, len(q.agents))
+	for _, a := range q.agents {
+		agents = append(agents, a)
+	}
+	q.mu.Unlock()
+	for _, a := range agents {
+		a.mu.Lock()
+		l, ver := a.freed, a.freedVer
+		if l != nil && l.Owner != "" {
+			a.freed, a.freedVer = nil, ""
+		} else {
+			l = nil
+		}
+		a.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		key, err := storage.AgentLockKey(a.name)
+		if err != nil {
+			continue
+		}
+		free := agentLock{Agent: a.name, Epoch: l.Epoch}
+		if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+			q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", a.name, "err", err)
+		}
+	}
+}
+
+// readLock returns a's lock: the copy this Queue freed (or kept) last,
+// used once (cached), or else the stored one.
 func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
 	a.mu.Lock()
 	if a.freed != nil {
@@ -472,7 +633,7 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 	orch := lifecycle.ActorOrchestration
 	doc, ver, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
 		if d.ReadyKey != key || (d.Status != JobQueued && d.Status != JobRetryBackoff) {
-			return errStale
+			return &staleEntry{status: d.Status, updated: d.UpdatedAt}
 		}
 		if d.Status == JobRetryBackoff {
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {
@@ -494,6 +655,9 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 		d.Attempt++
 		d.ReadyKey = ""
 		d.Lease = &storage.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.cfg.LeaseTTL)}
+		if c.noAssembly != nil && c.noAssembly(d.JobType) {
+			return q.fire(ctx, d, EventSnapshotReady, orch)
+		}
 		return nil
 	})
 	if err != nil {

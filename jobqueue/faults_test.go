@@ -270,18 +270,21 @@ func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { _, err := c.Run(ctx, h); done <- err }()
 		within(t, "the outage's start", downed)
+		// The first write after the NLM call is the artifact's (issue 12:
+		// ARTIFACT_WRITE is no write of its own), made inside the artifact
+		// step: its timers are the heartbeat, the step's deadline (both an
+		// hour away) and the failed write's retry.
 		for fs.Failed() < 5 {
 			select {
-			// The heartbeat (an hour away) and the failed write's retry: time
-			// moves only while the write waits, so it moves no further than
-			// the retries' intervals add up to.
-			case <-clk.WaitForTimers(2):
+			// Time moves only while the write waits, so it moves no further
+			// than the retries' intervals add up to.
+			case <-clk.WaitForTimers(3):
 			case err := <-done:
 				t.Fatalf("Run returned during the outage after %d refused calls: %v", fs.Failed(), err)
 			}
 			clk.Advance(100 * time.Millisecond)
 		}
-		<-clk.WaitForTimers(2) // the heartbeat (an hour away) and the write's next retry
+		<-clk.WaitForTimers(3) // the heartbeat, the step's deadline and the write's next retry
 		fs.Up()
 		clk.Advance(2 * time.Second) // the longest retry interval
 		if err := within(t, "Run after the store came back", done); err != nil {
@@ -390,11 +393,10 @@ func producedBy(worker string) jobqueue.Handlers {
 // paused at three points; worker 2 rescues the job and completes it, and
 // worker 1 wakes before attempt 2 or after it completed.
 //
-// On the old code the rows paused after the move to ARTIFACT_WRITE and
+// On the old code the rows paused before the artifact write and
 // inside the artifact's Put fail when worker 1 wakes after the rescue: its
 // artifact lands, and attempt 2 completes with it.
 func TestFaultLateArtifactWrite(t *testing.T) {
-	jobKey, _ := storage.JobKey("job-1")
 	tests := []struct {
 		name           string
 		pause          string // where worker 1 freezes
@@ -434,9 +436,16 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 						return call(ctx, job, snap)
 					}
 				case "before":
-					view1.arm(nil, func(key string, val []byte) bool {
-						return key == jobKey && strings.Contains(string(val), `"status":"ARTIFACT_WRITE"`)
-					})
+					// ARTIFACT_WRITE is no write of its own (issue 12): the
+					// point is the NLM response in hand, the artifact not
+					// yet written.
+					call := h1.CallNotebookLM
+					h1.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+						out, err := call(ctx, job, snap)
+						view1.freeze()
+						<-view1.thawed
+						return out, err
+					}
 				case "put":
 					view1.arm(func(key string, _ []byte) bool { return strings.HasPrefix(key, "projects/") }, nil)
 				}

@@ -92,9 +92,11 @@ type Job struct {
 	// expiry. Every write by the worker is conditional on owner and epoch
 	// still being here, so a worker that was taken over cannot write.
 	Lease *storage.Lease `json:"lease,omitempty"`
-	// Trail lists the transitions of the record's last write, so that a
-	// later writer can re-emit their audit events should the writer have
-	// died between the write and its audit.
+	// Trail lists the transitions not yet in the audit log: those since
+	// the job last came to rest (COMPLETE, DEAD, RETRY_BACKOFF), and, at
+	// rest, those that brought it there. The write that brings a job to
+	// rest writes them as one audit object (issue 12); a later writer, or
+	// Sweep, writes it should that writer have died before it did.
 	Trail []Move `json:"trail,omitempty"`
 }
 
@@ -104,6 +106,9 @@ type Move struct {
 	To    JobState        `json:"to"`
 	Event lifecycle.Event `json:"event"`
 	Actor lifecycle.Actor `json:"actor"`
+	// At is when the move was made: the time of the write that made it,
+	// and the ts of its audit event.
+	At time.Time `json:"at,omitzero"`
 }
 
 // Job-machine events.

@@ -64,13 +64,14 @@ func (noMetrics) JobFinished(JobType, JobState, time.Duration)             {}
 func (noMetrics) AttemptFailed(JobType, JobState, string)                  {}
 
 // observe reports the moves of a write that succeeded: after is the
-// document written, prior the one it replaced (nil for a creation).
-func (q *Queue) observe(prior, after *jobDoc) {
-	if len(after.Trail) == 0 {
+// document written, prior the one it replaced (nil for a creation), moves
+// the moves the write made (the end of after's trail).
+func (q *Queue) observe(prior, after *jobDoc, moves []Move) {
+	if len(moves) == 0 {
 		return
 	}
 	m := q.cfg.Metrics
-	for i, mv := range after.Trail {
+	for i, mv := range moves {
 		var in time.Duration
 		if i == 0 && prior != nil && mv.From != "" {
 			in = max(after.UpdatedAt.Sub(prior.UpdatedAt), 0)

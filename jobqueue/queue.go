@@ -71,8 +71,9 @@ type Config struct {
 	// artifact holds the NLM backend's answer, so the default is
 	// lifecycle.ActorNLMBackend.
 	ArtifactActor lifecycle.Actor
-	// SweepBatch is the most jobs one SweepIfDue reads; the next call goes
-	// on where it stopped. Default 10,000. (Sweep itself reads every job.)
+	// SweepBatch is the most entries of work in flight (agent locks, lane
+	// entries) one SweepIfDue looks at; the next call goes on where it
+	// stopped. Default 10,000. (Sweep itself looks at every one.)
 	SweepBatch int
 	// StopGrace bounds what a claim still does once its context ended (a
 	// Worker stopping): recording the interrupted attempt and releasing the
@@ -123,7 +124,10 @@ type Queue struct {
 	agents   map[string]*agentState // every agent this Queue knows of
 	agentAt  time.Time              // when the agents' locks were last listed
 	globalAt time.Time              // when refreshLanes last listed every lane
-	audited  map[string]int64       // job id → latest version whose audit this Queue wrote
+	// lanesDirty: the store's watch signalled a lane change since.
+	lanesDirty bool
+	audited    map[string]int64 // job id → latest version whose audit this Queue wrote
+	gaps       map[string]int64 // job id → version at rest whose audit flush failed (active.go)
 
 	schedMu sync.Mutex
 	due     dueHeap       // the agents by when each is next worth a look
@@ -290,6 +294,15 @@ func jobIDFromKey(key string) (string, bool) { return storage.JobIDFromKey(key) 
 type jobDoc struct {
 	storage.Meta
 	Job
+	// AuditArtifact is the artifact whose creation event is still to be
+	// flushed with the trail (the artifact store was told not to write it,
+	// artifact.Draft.Audited); emitted before the move out of
+	// ARTIFACT_WRITE.
+	AuditArtifact string `json:"audit_artifact,omitempty"`
+	// RanEpoch is the agent-lock epoch of the last claim that ended the
+	// job's run (its commit or its failure): a lock of that epoch naming
+	// the job is free, though not released (see Claim.end).
+	RanEpoch int64 `json:"ran_epoch,omitempty"`
 }
 
 // agentLock is queue/agents/{agent}.json (storage.AgentLockKey): which worker runs the agent's job,
@@ -470,24 +483,34 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
 		Status: JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
 		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
-		Trail: []Move{{From: "", To: JobPending, Event: "create", Actor: actor}},
+		Trail: []Move{{From: "", To: JobPending, Event: "create", Actor: actor, At: now}},
 	}}
 	// Validation is done, so the job is created already moved on to
-	// QUEUED: one write whose trail, and audit, holds both moves.
+	// QUEUED: one write whose trail holds both moves.
 	if err := q.fire(ctx, &doc, EventValidate, lifecycle.ActorOrchestration); err != nil {
 		return Job{}, err
 	}
+	doc.Trail[len(doc.Trail)-1].At = now
 	lane := laneKey(n.AgentSlug, now, n.JobID)
 	doc.QueuedAt, doc.ReadyKey = &now, lane
+	// The lane entry first, the job second (active.go): a job in flight is
+	// always in a lane or named by its agent's lock.
+	undo, err := q.putLaneFirst(ctx, lane, n.JobID, now)
+	if err != nil {
+		return Job{}, err
+	}
 	if _, err := storage.Create(ctx, q.store, key, &doc); err != nil {
+		undo()
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			return Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
 		}
 		return Job{}, err
 	}
-	q.observe(nil, &doc)
-	q.audit(ctx, &doc)
-	return doc.Job, q.putLane(ctx, lane, n.JobID, now)
+	q.laneAdded(n.AgentSlug, lane)
+	q.observe(nil, &doc, doc.Trail)
+	// No audit write: QUEUED is no rest (see flushes); the two moves wait
+	// in the trail for the write that brings the job to rest.
+	return doc.Job, nil
 }
 
 func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
@@ -502,7 +525,12 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	if err != nil {
 		return err
 	}
-	_, err = storage.Create(ctx, q.store, key, &agentLock{Agent: agent})
+	// Read first: a lock another process (or an earlier life of this one)
+	// made costs a read, not a refused write.
+	_, _, err = q.store.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		_, err = storage.Create(ctx, q.store, key, &agentLock{Agent: agent})
+	}
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}
@@ -685,13 +713,18 @@ func (q *Queue) fire(ctx context.Context, d *jobDoc, event lifecycle.Event, acto
 	return nil
 }
 
-// update is every job write: mutate on a fresh trail, updated_at never
-// going back, a compare-and-swap write, then the write's audit events.
-// When the caller holds the document as it last wrote it (cached, at
-// version ver) the write goes straight to If-Match; on a conflict, or
-// without a cache, core.Record reads first. Before
-// writing it makes sure the audit events of the version it read exist, so
-// a writer that died between its write and its audit leaves no gap.
+// update is every job write: mutate on the record, updated_at never
+// going back, a compare-and-swap write, then, when the write brings the
+// job to rest, the audit object of its trail. When the caller holds the
+// document as it last wrote it (cached, at version ver) the write goes
+// straight to If-Match; on a conflict, or without a cache, core.Record
+// reads first.
+//
+// The trail (Job.Trail) holds the moves not yet in the audit log: the
+// moves since the job last came to rest. A write that leaves a rest state
+// first makes sure the rest's audit object exists (a writer that died
+// between its write and its flush leaves no gap), then starts the trail
+// afresh; any other write carries the trail on and adds its moves.
 func (q *Queue) update(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
 	return q.updateFenced(ctx, jobID, cached, ver, "", 0, mutate)
 }
@@ -713,16 +746,27 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 		// so the record's shallow copies leave the cache intact.
 		rec.Seed(*cached, ver)
 	}
+	carried := 0
 	prior, d, err := rec.Apply(ctx, func(d *jobDoc) error {
 		now := q.clock.Now().UTC()
 		if now.Before(d.UpdatedAt) {
 			now = d.UpdatedAt
 		}
-		d.Trail = nil
+		if flushes(d.Status) && (len(d.Trail) > 0 || d.AuditArtifact != "") {
+			if err := q.ensureFlushed(ctx, d); err != nil {
+				return err
+			}
+			d.Trail, d.AuditArtifact = nil, ""
+		}
+		d.Trail = slices.Clip(d.Trail) // appends must not write into the cached document's array
+		carried = len(d.Trail)
 		if err := mutate(d, now); err != nil {
 			return err
 		}
-		if len(d.Trail) > 0 {
+		for i := carried; i < len(d.Trail); i++ {
+			d.Trail[i].At = now
+		}
+		if len(d.Trail) > carried {
 			d.UpdatedAt = now
 		}
 		return nil
@@ -731,29 +775,121 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 		return jobDoc{}, "", err
 	}
 	_, nv := rec.Snapshot()
-	q.observe(&prior, &d)
-	q.ensureAudited(ctx, &prior)
-	q.audit(ctx, &d)
+	q.observe(&prior, &d, d.Trail[carried:])
+	if flushes(d.Status) {
+		// The write is done: its audit object is written even if ctx ends
+		// meanwhile (a Worker stopping), within StopGrace, so a stop does
+		// not leave the job for a repair (active.go).
+		fctx, cancel := q.afterStop(ctx)
+		q.flush(fctx, &d)
+		cancel()
+	}
 	return d, nv, nil
 }
 
+// flushes tells whether a job at rest in s has its trail written to the
+// audit log: COMPLETE and DEAD (the end), RETRY_BACKOFF (the wait). A job
+// at rest nowhere else: QUEUED is left by the next claim, FAILED by the
+// bury that follows at once, the pipeline states by the claim's next write,
+// and their moves go with that write's.
+func flushes(s JobState) bool { return s == JobComplete || s == JobDead || s == JobRetryBackoff }
+
+// ensureAudited makes sure the audit object of d's trail exists when d is
+// at rest (Sweep's repair of a writer that died before its flush); the
+// moves of a job not at rest are in its record, to be flushed later.
 func (q *Queue) ensureAudited(ctx context.Context, d *jobDoc) {
-	q.mu.Lock()
-	done := q.audited[d.JobID] >= d.Version
-	q.mu.Unlock()
-	if !done {
-		q.audit(ctx, d)
+	if err := q.ensureAuditedErr(ctx, d); err != nil {
+		q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "err", err)
 	}
 }
 
-// audit writes the audit events of d's last write, create-only under ids
-// derived from the job and the document version, so writing them twice
-// stores them once. Failures are logged: the record is the truth, and a
-// later writer re-emits what is missing.
-func (q *Queue) audit(ctx context.Context, d *jobDoc) {
-	for i, m := range d.Trail {
+// ensureAuditedErr is ensureAudited, failing when the object is missing
+// and could not be written.
+func (q *Queue) ensureAuditedErr(ctx context.Context, d *jobDoc) error {
+	if !flushes(d.Status) || len(d.Trail) == 0 {
+		return nil
+	}
+	err := q.ensureFlushed(ctx, d)
+	if err != nil {
+		q.mu.Lock()
+		q.auditGap(d.JobID, d.Version, true)
+		q.mu.Unlock()
+	}
+	return err
+}
+
+// ensureFlushed makes sure the audit object of d (at rest, at its
+// version) exists: known written by this Queue, found, or written now.
+func (q *Queue) ensureFlushed(ctx context.Context, d *jobDoc) error {
+	q.mu.Lock()
+	done := q.audited[d.JobID] >= d.Version
+	q.mu.Unlock()
+	if done {
+		return nil
+	}
+	key, b, err := q.auditObject(d)
+	if err != nil || key == "" {
+		return err
+	}
+	if _, _, err := q.store.Get(ctx, key); err == nil {
+		q.flushed(d)
+		return nil
+	} else if !errors.Is(err, storage.ErrNotFound) {
+		return err
+	}
+	if err := q.putAudit(ctx, key, b); err != nil {
+		return err
+	}
+	q.flushed(d)
+	return nil
+}
+
+// flush writes the audit object of d's trail, d having just come to rest.
+// A failure is logged: the record keeps the trail, and the next writer or
+// Sweep writes the object (ensureFlushed).
+func (q *Queue) flush(ctx context.Context, d *jobDoc) {
+	key, b, err := q.auditObject(d)
+	if err == nil && key != "" {
+		err = q.putAudit(ctx, key, b)
+	}
+	if err != nil {
+		q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "status", d.Status, "err", err)
+		q.mu.Lock()
+		q.auditGap(d.JobID, d.Version, true) // the claim does not settle the job (active.go)
+		q.mu.Unlock()
+		return
+	}
+	q.flushed(d)
+}
+
+// flushed notes that d's audit object exists.
+func (q *Queue) flushed(d *jobDoc) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.auditGap(d.JobID, d.Version, false)
+	if q.audited[d.JobID] < d.Version {
+		q.audited[d.JobID] = d.Version
+	}
+	if JobMachine().IsTerminal(d.Status) {
+		delete(q.audited, d.JobID)
+	}
+}
+
+// auditObject is the audit object of d's trail (003 §5.1, one event per
+// move, and the artifact's creation before the move out of
+// ARTIFACT_WRITE): the last event with the others as its Prior
+// (storage.AuditEvent.Expand), under an id made of the last move's time,
+// the job and the record's version, so every writer that writes it writes
+// the same object once. key is "" for an empty trail.
+func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
+	var evs []storage.AuditEvent
+	for _, m := range d.Trail {
+		if m.From == JobArtifactWrite && d.AuditArtifact != "" {
+			evs = append(evs, storage.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.cfg.ArtifactActor),
+				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, To: "finalized", Node: q.cfg.Node})
+		}
 		ev := storage.AuditEvent{
-			TS: d.UpdatedAt, Event: "job.status.update", Actor: string(m.Actor), JobID: d.JobID, RunID: d.RunID,
+			TS: m.At, Event: "job.status.update", Actor: string(m.Actor), JobID: d.JobID, RunID: d.RunID,
 			From: string(m.From), To: string(m.To), Node: q.cfg.Node,
 		}
 		if m.From == "" {
@@ -762,31 +898,23 @@ func (q *Queue) audit(ctx context.Context, d *jobDoc) {
 		if m.To == JobComplete {
 			ev.ArtifactID = d.ArtifactID
 		}
-		if err := q.putAudit(ctx, ev, d.Version, i); err != nil {
-			q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "from", m.From, "to", m.To, "err", err)
-			return
-		}
+		evs = append(evs, ev)
 	}
-	q.mu.Lock()
-	if q.audited[d.JobID] < d.Version {
-		q.audited[d.JobID] = d.Version
+	if len(evs) == 0 {
+		return "", nil, nil
 	}
-	if JobMachine().IsTerminal(d.Status) {
-		delete(q.audited, d.JobID)
+	last := evs[len(evs)-1]
+	last.Prior = evs[:len(evs)-1]
+	key, err = storage.AuditKey(last.TS, storage.AuditEventID(last.TS, d.JobID, d.Version, 0))
+	if err != nil {
+		return "", nil, err
 	}
-	q.mu.Unlock()
+	b, err = json.Marshal(last)
+	return key, b, err
 }
 
-func (q *Queue) putAudit(ctx context.Context, ev storage.AuditEvent, v int64, i int) error {
-	key, err := storage.AuditKey(ev.TS, storage.AuditEventID(ev.TS, ev.JobID, v, i))
-	if err != nil {
-		return err
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	_, err = q.store.Put(ctx, key, b, storage.IfNotExists())
+func (q *Queue) putAudit(ctx context.Context, key string, b []byte) error {
+	_, err := q.store.Put(ctx, key, b, storage.IfNotExists())
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		return nil
 	}
@@ -803,22 +931,41 @@ func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string
 	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {
 		return Job{}, err
 	}
-	var lane string
-	var at time.Time
-	d, _, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
+	// The lane entry first, the job second (active.go): the job's agent
+	// comes from a read before the write.
+	cur, ver, err := q.read(ctx, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	probe := cur
+	probe.Trail = nil
+	if err := q.fire(ctx, &probe, EventRequeue, actor); err != nil {
+		return Job{}, err // refused as the record stands: no lane entry written
+	}
+	if err := q.ensureAgent(ctx, cur.AgentSlug); err != nil {
+		return Job{}, err
+	}
+	at := q.clock.Now().UTC()
+	lane := laneKey(cur.AgentSlug, at, jobID)
+	undo, err := q.putLaneFirst(ctx, lane, jobID, at)
+	if err != nil {
+		return Job{}, err
+	}
+	d, _, err := q.update(ctx, jobID, &cur, ver, func(d *jobDoc, now time.Time) error {
+		if d.AgentSlug != cur.AgentSlug {
+			return fmt.Errorf("jobqueue: job %s changed agent", jobID)
+		}
 		if err := q.fire(ctx, d, EventRequeue, actor); err != nil {
 			return err
 		}
-		lane, at = laneKey(d.AgentSlug, now, d.JobID), now
 		d.Attempt, d.Error, d.ErrorCode, d.FailedStep = 0, nil, "", ""
 		d.QueuedAt, d.ReadyKey, d.NextAttemptAt, d.Lease = &now, lane, nil, nil
 		return nil
 	})
 	if err != nil {
+		undo()
 		return Job{}, err
 	}
-	if err := q.ensureAgent(ctx, d.AgentSlug); err != nil {
-		return d.Job, err
-	}
-	return d.Job, q.putLane(ctx, lane, jobID, at)
+	q.laneAdded(cur.AgentSlug, lane)
+	return d.Job, nil
 }

@@ -797,40 +797,6 @@ func TestClaimCostIsConstantPerJob(t *testing.T) {
 	t.Logf("store calls per job: %v", perJob)
 }
 
-// TestSweepIfDueInBatches: each sweep reads the next SweepBatch jobs and
-// the batches go round all of them, so a repair waits for its batch.
-func TestSweepIfDueInBatches(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
-		ctx := context.Background()
-		clk := clock.NewFake(t0)
-		q := newQueue(t, s, clk, func(c *jobqueue.Config) { c.SweepBatch = 2 })
-		for i := 1; i <= 5; i++ {
-			enqueue(t, q, fmt.Sprintf("job-%d", i), "agent-a")
-		}
-		// job-5's lane entry is lost, as if its writer died after the job.
-		lane := get(t, q, "job-5").ReadyKey
-		if err := s.Delete(ctx, lane, storage.Condition{}); err != nil {
-			t.Fatal(err)
-		}
-		type got struct{ jobs, relaned int }
-		var seen []got
-		for range 4 {
-			r, swept, err := q.SweepIfDue(ctx, "w1", time.Minute)
-			if err != nil || !swept {
-				t.Fatalf("swept %v, %v", swept, err)
-			}
-			seen = append(seen, got{r.Jobs, r.Relaned})
-			clk.Advance(time.Minute)
-		}
-		if want := []got{{2, 0}, {2, 0}, {1, 1}, {2, 0}}; fmt.Sprint(seen) != fmt.Sprint(want) {
-			t.Fatalf("batches (jobs, relaned) %v, want %v", seen, want)
-		}
-		if n := countKeys(t, s, storage.LanesPrefix); n != 5 {
-			t.Fatalf("%d lane entries after the sweeps, want 5", n)
-		}
-	})
-}
-
 // TestSweepIfDueOncePerInterval: among workers sharing a store, one sweep
 // runs per interval, whoever asks first after it ends; racing askers get
 // one sweep between them; the lease is never taken for a job.

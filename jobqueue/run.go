@@ -120,6 +120,8 @@ type Claim struct {
 	worker string
 	epoch  int64
 	agent  *agentState
+	// noAssembly: see Queue.claimFor.
+	noAssembly func(JobType) bool
 
 	mu      sync.Mutex // serializes the pipeline's and the heartbeat's writes
 	job     Job
@@ -127,6 +129,14 @@ type Claim struct {
 	ver     storage.Version // its store version
 	lockVer storage.Version
 	done    bool
+	// artCreated is the artifact this claim created, its creation event
+	// still to be written with the job's (artifact.Draft.Audited).
+	artCreated string
+	// named is the job the agent lock must go on naming when the claim
+	// releases it: the job the claim picked up until it settles it
+	// (active.go), so a claim that lost its lease or its store leaves the
+	// job findable by the next claim and the sweep.
+	named string
 	// renewedAt is when the claim last renewed its lease (Unix ns); the
 	// heartbeat is scheduled from it. Atomic, not under mu: a write that
 	// waits out a store outage holds mu, and the heartbeat must still be
@@ -144,7 +154,9 @@ func (c *Claim) Job() Job {
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
 	key, _ := storage.AgentLockKey(c.agent.name)
-	l := agentLock{Agent: c.agent.name, Epoch: c.epoch}
+	c.mu.Lock()
+	l := agentLock{Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
+	c.mu.Unlock()
 	b, _ := json.Marshal(&l)
 	// Meta's version is not needed on the lock: only the store's version
 	// fences it. Write with If-Match on the version we hold.
@@ -162,10 +174,33 @@ func (c *Claim) release(ctx context.Context) {
 	a.mu.Unlock()
 }
 
-// end releases the agent lock of a claim that ran (or was abandoned) and
-// asks for a look at the agent at once: its lane may hold more work.
+// end ends a claim that ran (or was abandoned) and asks for a look at the
+// agent at once: its lane may hold more work. When the job left its
+// pipeline state under the claim (its record says so: ran_epoch), the
+// agent lock is kept as it is, not released: this Queue's next claim of
+// the agent takes it over by compare-and-swap (one write instead of a
+// release and a take), and another process that finds it held reads the
+// job it names and, seeing that job's run under the lock's epoch ended,
+// takes it as free (Queue.lockEnded); unused, it lapses at its expiry.
+// A Worker releases the locks it kept when it stops (Queue.releaseKept).
+// A claim that has not settled its job (still in a pipeline state after a
+// failed write or a lost lease; laned, buried or audited not yet: named)
+// releases the lock still naming the job (active.go), for the next claim
+// of the agent or the sweep to repair.
 func (c *Claim) end(ctx context.Context) {
-	c.release(ctx)
+	c.mu.Lock()
+	keep := !pipelineState(c.job.Status) && c.doc.RanEpoch == c.epoch && c.named == ""
+	c.mu.Unlock()
+	if keep {
+		l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID}
+		a := c.agent
+		a.mu.Lock()
+		a.busyUntil = time.Time{}
+		a.freed, a.freedVer = &l, c.lockVer
+		a.mu.Unlock()
+	} else {
+		c.release(ctx)
+	}
 	c.q.schedule(c.agent, c.q.clock.Now())
 }
 
@@ -218,7 +253,14 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 	var lane string
 	var at time.Time
 	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
+		if step == JobArtifactWrite {
+			if err := c.q.toArtifactWrite(context.WithoutCancel(ctx), d); err != nil {
+				return err
+			}
+			d.AuditArtifact = c.artCreated // created, then the commit failed
+		}
 		c.q.retry(ctx, d, now, step, code, msg)
+		d.RanEpoch = c.epoch
 		if d.NextAttemptAt != nil {
 			lane, at = d.ReadyKey, *d.NextAttemptAt
 		}
@@ -228,9 +270,24 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 		return job, err
 	}
 	if job.Status == JobFailed { // permanent: no retry
-		return c.q.bury(ctx, job.JobID, nil, "")
+		job, err = c.q.bury(ctx, job.JobID, nil, "")
+	} else {
+		err = c.q.putLane(ctx, lane, job.JobID, at)
 	}
-	return job, c.q.putLane(ctx, lane, job.JobID, at)
+	if err == nil {
+		c.settled()
+	}
+	return job, err
+}
+
+// settled records that the claim's job left the pipeline for good or for
+// its lane: the lock need no longer name it.
+func (c *Claim) settled() {
+	c.mu.Lock()
+	if !c.q.hasAuditGap(c.named) {
+		c.named = ""
+	}
+	c.mu.Unlock()
 }
 
 // heartbeat renews the agent lock and the job's lease LeaseTTL/3 after
@@ -341,6 +398,15 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 	return job, err
 }
 
+// toArtifactWrite records the move NOTEBOOKLM_CALL → ARTIFACT_WRITE in
+// the write that ends the artifact step, unless the job is there already.
+func (q *Queue) toArtifactWrite(ctx context.Context, d *jobDoc) error {
+	if d.Status != JobNotebookLMCall {
+		return nil
+	}
+	return q.fire(ctx, d, EventResponseOK, lifecycle.ActorOrchestration)
+}
+
 // afterStop is the context for what a claim still writes once ctx may have
 // ended (the interrupted attempt, the agent's release): not canceled with
 // ctx, but bounded by StopGrace, so a store outage during shutdown cannot
@@ -382,7 +448,10 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	}
 	job := c.Job()
 	var snapshot json.RawMessage
-	if h.AssembleContext != nil {
+	if job.Status == JobNotebookLMCall {
+		// Picked up by a Worker whose handlers assemble no context: the
+		// pickup recorded snapshot_ready in the same write (see claimFor).
+	} else if h.AssembleContext != nil {
 		sctx, err := c.step(ctx, "AssembleContext", func(ctx context.Context) (err error) {
 			snapshot, err = h.AssembleContext(ctx, job)
 			return err
@@ -391,10 +460,12 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 			return orchestrate(JobContextAssembly, sctx, err)
 		}
 	}
-	if err := c.move(ctx, EventSnapshotReady, nil); err != nil {
-		return c.Job(), err
+	if job.Status == JobContextAssembly {
+		if err := c.move(ctx, EventSnapshotReady, nil); err != nil {
+			return c.Job(), err
+		}
+		job = c.Job()
 	}
-	job = c.Job()
 	var out Output
 	sctx, err := c.step(ctx, "CallNotebookLM", func(ctx context.Context) (err error) {
 		out, err = h.CallNotebookLM(ctx, job, snapshot)
@@ -403,9 +474,10 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	if err != nil {
 		return orchestrate(JobNotebookLMCall, sctx, err)
 	}
-	if err := c.move(ctx, EventResponseOK, nil); err != nil {
-		return c.Job(), err
-	}
+	// ARTIFACT_WRITE is not written on its own: the artifact write is the
+	// queue's own quick step, and no reader acts on a job in it, so the
+	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
+	// ends the step (the commit, or the failure), with its own audit event.
 	typ := c.q.artifactType(job.JobType)
 	cid := job.ProjectID
 	if cid == "" {
@@ -423,8 +495,15 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 		art, _, err = c.q.artifacts.Create(ctx, c.q.cfg.ArtifactActor, cid, artifact.Draft{
 			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
 			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
-			Epoch: c.epoch,
+			Epoch: c.epoch, Audited: true,
 		})
+		if err == nil && art.Version == 1 {
+			// A fresh create: its event goes in the job's audit object
+			// (a replacement's the artifact store recorded itself).
+			c.mu.Lock()
+			c.artCreated = art.ArtifactID
+			c.mu.Unlock()
+		}
 		switch {
 		case err != nil:
 		case !art.Finalized:
@@ -440,9 +519,21 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	if err != nil {
 		return orchestrate(JobArtifactWrite, sctx, err)
 	}
-	err = c.move(ctx, EventCommit, func(d *jobDoc) {
+	_, err = c.write(ctx, func(d *jobDoc, _ time.Time) error {
+		if err := c.q.toArtifactWrite(ctx, d); err != nil {
+			return err
+		}
+		if err := c.q.fire(ctx, d, EventCommit, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
+		d.AuditArtifact = c.artCreated
+		d.RanEpoch = c.epoch
+		return nil
 	})
+	if err == nil {
+		c.settled()
+	}
 	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of
 		// ARTIFACT_WRITE, retried like any other.

@@ -13,10 +13,16 @@ import (
 
 // SweepReport counts what Sweep repaired.
 type SweepReport struct {
+	// Entries counts the entries of work in flight looked at: agent locks
+	// and ready-lane entries (active.go); finished jobs have none.
+	Entries int
 	Jobs    int // jobs read
 	Rescued int // orphans moved to RETRY_BACKOFF
 	Relaned int // lane entries recreated
 	Buried  int // FAILED jobs moved to DEAD
+	// Dropped counts lane entries deleted because their job had moved on
+	// and their writer was long gone.
+	Dropped int
 	// Quarantined counts poison job records moved to quarantine/.
 	Quarantined int
 	// Skipped counts jobs the sweep could not repair (logged at WARN); the
@@ -25,60 +31,152 @@ type SweepReport struct {
 }
 
 // Sweep is the slow repair pass behind the fast paths, for what a worker
-// that died between two writes can leave: it reads every job and rescues
-// orphans whose lease expired (when no claim on their agent's lock did),
-// recreates missing ready-lane entries, buries FAILED jobs and re-emits
-// missing audit events of each job's last write. It costs a scan of the
-// jobs; workers run it in batches through SweepIfDue.
+// that died between two writes can leave. It reads only work in flight
+// (active.go): the agents' locks and the ready lanes under queue/, and the
+// jobs they name, never a finished job. It rescues orphans whose lease
+// expired (when no claim on their agent's lock did), recreates the
+// ready-lane entry of a job its claim left unlaned, buries FAILED jobs,
+// deletes lane entries long abandoned by their writer, and re-emits
+// missing audit events of each job's last write. Its cost grows with the
+// agents and the jobs in flight, not with the jobs that ever finished;
+// workers run it in batches through SweepIfDue.
 func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 	r, _, err := q.sweep(ctx, "", 0)
 	return r, err
 }
 
-// sweep sweeps the jobs whose keys sort after after, at most limit of them
-// (0: no limit). next is the key of the last job swept when the limit cut
-// the pass short, or "" when the pass reached the end.
+// sweep sweeps the in-flight entries (agent locks, lane entries) whose
+// keys sort after after, at most limit of them (0: no limit). next is the
+// key of the last entry swept when the limit cut the pass short, or ""
+// when the pass reached the end.
 func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepReport, next string, err error) {
 	last := ""
-	for key, err := range q.store.List(ctx, storage.JobsPrefix) {
+	seen := map[string]string{} // job id → its ready key as read ("" when none or gone)
+	now := q.clock.Now()
+	for key, err := range q.store.List(ctx, storage.QueuePrefix) {
 		if err != nil {
 			return r, "", err
 		}
-		id, ok := jobIDFromKey(key)
-		if !ok || key <= after {
+		if key <= after {
 			continue
 		}
-		if limit > 0 && r.Jobs == limit {
-			return r, last, nil // more jobs follow
+		agent, isLock := storage.AgentFromLockKey(key)
+		laneAgent, _, laneJob, isLane := storage.ParseLaneKey(key)
+		if !isLock && !isLane {
+			continue // the sweep lease, or junk
 		}
-		d, _, err := q.read(ctx, id)
-		if errors.Is(err, storage.ErrCorrupt) {
-			r.Quarantined++
+		if limit > 0 && r.Entries == limit {
+			return r, last, nil // more entries follow
 		}
-		if errors.Is(err, storage.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return r, "", err
-		}
-		r.Jobs++
+		r.Entries++
 		last = key
-		if err := q.sweepJob(ctx, &d, &r); err != nil {
+		if isLock {
+			err = q.sweepLock(ctx, key, agent, now, seen, &r)
+		} else {
+			err = q.sweepLane(ctx, key, laneAgent, laneJob, now, seen, &r)
+		}
+		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, storage.ErrUnavailable) || storage.Transient(err) {
 				return r, "", err // the store, not the job: the next sweep resumes here
 			}
 			// One job that cannot be repaired must not stop the sweep of
 			// every other job for good.
 			r.Skipped++
-			q.log.LogAttrs(ctx, slog.LevelWarn, "sweep_skipped", slog.String("job_id", d.JobID), slog.String("error", err.Error()))
+			q.log.LogAttrs(ctx, slog.LevelWarn, "sweep_skipped", slog.String("key", key), slog.String("error", err.Error()))
 		}
 	}
 	return r, "", nil
 }
 
-// sweepJob repairs one job as Sweep describes.
-func (q *Queue) sweepJob(ctx context.Context, d *jobDoc, r *SweepReport) error {
+// sweepLock sweeps the job an agent's lock names, if the lock is free: a
+// held lock's job is its claim's to settle.
+func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time, seen map[string]string, r *SweepReport) error {
+	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key}
+	lock, _, err := rec.Load(ctx)
+	if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
+		return nil // a junk lock is the next claim's to quarantine and remake
+	}
+	if err != nil {
+		return err
+	}
+	if lock.JobID == "" || !lock.free(now) || lock.Agent != agent {
+		return nil
+	}
+	if _, done := seen[lock.JobID]; done {
+		return nil
+	}
+	_, err = q.sweepJobID(ctx, lock.JobID, "", seen, r)
+	return err
+}
+
+// sweepLane sweeps the job of lane entry key, and deletes the entry when
+// its job does not point back at it and it is no longer pending.
+func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now time.Time, seen map[string]string, r *SweepReport) error {
+	ready, done := seen[jobID]
+	if !done {
+		var err error
+		if ready, err = q.sweepJobID(ctx, jobID, key, seen, r); err != nil {
+			return err
+		}
+	}
+	if ready == key {
+		return nil
+	}
+	// The job as read may be older than the entry (the sweep may have
+	// repaired it since): read it afresh before deleting anything.
+	d, _, err := q.read(ctx, jobID)
+	var cur *jobDoc
+	switch {
+	case err == nil:
+		cur = &d
+	case errors.Is(err, storage.ErrCorrupt):
+		// Quarantined: its entry is garbage, whatever its age.
+	case errors.Is(err, storage.ErrNotFound):
+		if q.lanePending(key, nil, now) {
+			return nil
+		}
+	default:
+		return err
+	}
+	if cur != nil && (cur.ReadyKey == key || q.lanePending(key, cur, now)) {
+		return nil
+	}
+	if err := q.store.Delete(ctx, key, storage.Condition{}); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return err
+	}
+	q.agent(agent).forget()
+	r.Dropped++
+	return nil
+}
+
+// sweepJobID reads one job and repairs it (sweepJob); laned is a lane
+// entry just listed, so known to exist. It returns the job's ready key.
+func (q *Queue) sweepJobID(ctx context.Context, jobID, laned string, seen map[string]string, r *SweepReport) (string, error) {
+	seen[jobID] = ""
+	d, _, err := q.read(ctx, jobID)
+	if errors.Is(err, storage.ErrCorrupt) {
+		r.Quarantined++
+	}
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	r.Jobs++
+	seen[jobID] = d.ReadyKey
+	return d.ReadyKey, q.sweepJob(ctx, &d, laned, r)
+}
+
+// sweepJob repairs one job as Sweep describes. laned is a lane entry known
+// to exist ("" when none is).
+func (q *Queue) sweepJob(ctx context.Context, d *jobDoc, laned string, r *SweepReport) error {
 	q.ensureAudited(ctx, d)
+	return q.repairJob(ctx, d, laned, r)
+}
+
+// repairJob is sweepJob but for the audit object.
+func (q *Queue) repairJob(ctx context.Context, d *jobDoc, laned string, r *SweepReport) error {
 	now := q.clock.Now()
 	switch {
 	case pipelineState(d.Status) && (d.Lease == nil || !now.Before(d.Lease.ExpiresAt)):
@@ -86,7 +184,7 @@ func (q *Queue) sweepJob(ctx context.Context, d *jobDoc, r *SweepReport) error {
 			return err
 		}
 		r.Rescued++
-	case (d.Status == JobQueued || d.Status == JobRetryBackoff) && d.ReadyKey != "":
+	case (d.Status == JobQueued || d.Status == JobRetryBackoff) && d.ReadyKey != "" && d.ReadyKey != laned:
 		_, _, err := q.store.Get(ctx, d.ReadyKey)
 		if errors.Is(err, storage.ErrNotFound) {
 			at, _, ok := parseLaneKey(d.ReadyKey)
@@ -119,19 +217,20 @@ type sweepLease struct {
 	storage.Meta
 	Owner     string    `json:"owner"`
 	ExpiresAt time.Time `json:"expires_at"`
-	// Cursor is the key of the last job swept when a batch ended before the
-	// jobs did; the next sweep goes on after it.
+	// Cursor is the key of the last entry swept when a batch ended before
+	// the entries did; the next sweep goes on after it.
 	Cursor string `json:"cursor,omitempty"`
 }
 
 var errSweptRecently = errors.New("swept recently")
 
-// SweepIfDue sweeps the next Config.SweepBatch jobs unless a worker
-// sharing the store has swept within every: it takes the sweep lease
-// (create-only, or compare-and-swap of an expired one) for every, and only
-// the worker that takes it sweeps. So N workers calling it every minute
-// read one batch of jobs a minute between them, not N scans of every job;
-// the lease keeps the cursor, so the batches go round all the jobs. The
+// SweepIfDue sweeps the next Config.SweepBatch entries of work in flight
+// (Sweep) unless a worker sharing the store has swept within every: it
+// takes the sweep lease (create-only, or compare-and-swap of an expired
+// one) for every, and only the worker that takes it sweeps. So N workers
+// calling it every minute read one batch a minute between them, not N
+// sweeps; the lease keeps the cursor, so the batches go round all the
+// work in flight. The
 // lease is not given back: its expiry spaces the sweeps, and a worker that
 // dies while sweeping is followed by the next one after every. swept tells
 // whether this call swept.

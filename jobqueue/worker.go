@@ -11,8 +11,11 @@ import (
 
 // Worker runs jobs from a Queue: Slots loops, each claiming a job, running
 // it and claiming the next. Without work a loop waits until the Queue has
-// an agent due (work this process enqueued wakes it at once) or
-// PollInterval passes; the worker sweeps the queue every SweepInterval.
+// an agent due (work this process enqueued wakes it at once), the store
+// signals a change of the ready lanes (a Store with a method
+// Watch(ctx, prefix) (<-chan struct{}, error), such as a storage.Watcher:
+// work other processes enqueue wakes it too) or PollInterval passes; the
+// worker sweeps the queue every SweepInterval.
 type Worker struct {
 	// Queue to run. Required.
 	Queue *Queue
@@ -56,6 +59,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		sweep = time.Minute
 	}
 	defer func() {
+		// The agent locks the claims kept past their end: released, so
+		// other processes take the agents at once (see Claim.end).
+		rctx, rcancel := w.Queue.afterStop(ctx)
+		defer rcancel()
+		defer w.Queue.releaseKept(rctx)
 		// Handlers that ignore their context are left behind, not waited
 		// for past StopGrace (Queue.Stragglers counts them).
 		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Queue.cfg.StopGrace)
@@ -65,6 +73,27 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	var wg sync.WaitGroup
+	if ws, ok := w.Queue.cfg.Store.(watcher); ok {
+		// Work other processes enqueue is found at the store's signal, not
+		// at the next poll; polling stays as the fallback.
+		if ch, err := ws.Watch(ctx, storage.LanesPrefix); err != nil {
+			w.Queue.log.WarnContext(ctx, "jobqueue: watching the lanes; polling only", "worker", w.ID, "err", err)
+		} else {
+			wg.Go(func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case _, ok := <-ch:
+						if !ok {
+							return
+						}
+						w.Queue.lanesChanged()
+					}
+				}
+			})
+		}
+	}
 	for range slots {
 		wg.Go(func() { w.loop(ctx, poll) })
 	}
@@ -79,6 +108,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// watcher is a Store that signals changes under a prefix: a coalescing
+// "something changed" (storage.Watcher's method set; declared here so the
+// queue needs nothing else of it).
+type watcher interface {
+	Watch(ctx context.Context, prefix string) (<-chan struct{}, error)
 }
 
 // sleep waits d, or less if wake is closed (a nil wake never is). It
@@ -104,12 +140,27 @@ func (w *Worker) waitWork(ctx context.Context, poll time.Duration) bool {
 	if !due.IsZero() {
 		d = min(d, max(due.Sub(w.Queue.clock.Now()), 0))
 	}
+	w.Queue.mu.Lock()
+	if w.Queue.lanesDirty {
+		d = min(d, watchRelist) // a signal not yet acted on: list soon
+	}
+	w.Queue.mu.Unlock()
 	return w.sleep(ctx, d, wake)
+}
+
+// noAssembly tells whether the handlers that run a job of type t assemble
+// no context (see Queue.claimFor): the type's own, or the Worker's.
+func (w *Worker) noAssembly(t JobType) bool {
+	h := w.Handlers
+	if tc, ok := w.Queue.cfg.Types[t]; ok && tc.Handlers.CallNotebookLM != nil {
+		h = tc.Handlers
+	}
+	return h.AssembleContext == nil
 }
 
 func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 	for ctx.Err() == nil {
-		c, err := w.Queue.Claim(ctx, w.ID)
+		c, err := w.Queue.claimFor(ctx, w.ID, w.noAssembly)
 		if err != nil && ctx.Err() == nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: claim", "worker", w.ID, "err", err)
 		}

@@ -36,6 +36,36 @@ type AuditEvent struct {
 	// timestamp, metadata, approval and external-event details), when the
 	// writer gives one; the seed's fields above keep their names.
 	Context json.RawMessage `json:"context,omitempty"`
+	// Prior are the events a batched object carries before this one (the
+	// job queue writes one object per job life segment: every move from
+	// the job's creation or last rest to its next rest, issue 12). The
+	// object's own fields are the segment's last event, so a reader of the
+	// seed's format sees where the job came to rest; Expand and
+	// ReadAuditDay yield every event.
+	Prior []AuditEvent `json:"prior,omitempty"`
+}
+
+// Expand returns the events of the object ev was decoded from, whose id
+// is id: ev alone, with the id, or, for a batch (Prior), the prior
+// events then ev, each with id "{id}.{k as 3 digits}" (k from 0), so the
+// batch's events sort in their order, after every earlier object's and
+// before every later one's. Prior is emptied in the results.
+func (ev AuditEvent) Expand(id string) []AuditEvent {
+	if len(ev.Prior) == 0 {
+		ev.ID = id
+		return []AuditEvent{ev}
+	}
+	out := make([]AuditEvent, 0, len(ev.Prior)+1)
+	for _, p := range ev.Prior {
+		p.Prior = nil
+		out = append(out, p)
+	}
+	ev.Prior = nil
+	out = append(out, ev)
+	for k := range out {
+		out[k].ID = fmt.Sprintf("%s.%03d", id, k)
+	}
+	return out
 }
 
 // AuditLog writes audit events create-only to audit/YYYYMMDD/<event_id>.json.
@@ -114,8 +144,11 @@ func (l *AuditLog) Record(ctx context.Context, ev AuditEvent) (AuditEvent, error
 	}
 }
 
-// ReadAuditDay yields the audit events of one UTC day in time order. A
-// malformed object yields an error and ends the iteration.
+// ReadAuditDay yields the audit events of the objects of one UTC day in
+// id order, a batch's events expanded (AuditEvent.Expand). Objects sort by
+// the time of their last event; the prior events of a batch keep their own
+// times, which may be earlier (even the day before). A malformed object
+// yields an error and ends the iteration.
 func ReadAuditDay(ctx context.Context, s Store, day time.Time) iter.Seq2[AuditEvent, error] {
 	prefix := AuditDayPrefix(day)
 	return func(yield func(AuditEvent, error) bool) {
@@ -137,9 +170,10 @@ func ReadAuditDay(ctx context.Context, s Store, day time.Time) iter.Seq2[AuditEv
 				yield(AuditEvent{}, fmt.Errorf("storage: decode audit event %s: %w", key, err))
 				return
 			}
-			ev.ID = strings.TrimSuffix(strings.TrimPrefix(key, prefix), ".json")
-			if !yield(ev, nil) {
-				return
+			for _, e := range ev.Expand(strings.TrimSuffix(strings.TrimPrefix(key, prefix), ".json")) {
+				if !yield(e, nil) {
+					return
+				}
 			}
 		}
 	}

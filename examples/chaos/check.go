@@ -327,7 +327,7 @@ func Check(st *State) []Violation {
 				why := ""
 				if len(rec.Job.Trail) > 0 {
 					last := rec.Job.Trail[len(rec.Job.Trail)-1]
-					why = fmt.Sprintf(" (the record's trail ends %s → %s: moves written but not audited; a later write or a sweep re-emits them)", last.From, last.To)
+					why = fmt.Sprintf(" (the record's trail ends %s → %s: its audit object is missing; a later write or a sweep writes it)", last.From, last.To)
 				}
 				add(CheckAudit, p.JobID, "audit replays to %q, the record says %s%s", got, rec.Job.Status, why)
 			}

@@ -2,6 +2,8 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"time"
@@ -13,7 +15,7 @@ import (
 )
 
 // A feed serves what any process writes to the store: here a job queue
-// sharing it enqueues a job, and a client of the stream sees its moves.
+// sharing it runs a job, and a client of the stream sees its moves.
 func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	store := memstore.New()
@@ -30,8 +32,17 @@ func Example() {
 	}
 	defer resp.Body.Close()
 
+	// The queue writes a job's moves to the audit log when the job comes
+	// to rest (done, dead, or waiting to retry): here a first attempt that
+	// fails, so the stream sees the job created, validated, picked up and
+	// sent to RETRY_BACKOFF.
 	q, _ := jobqueue.New(jobqueue.Config{Store: store})
 	_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "archivist"})
+	if c, _ := q.Claim(ctx, "worker-1"); c != nil {
+		_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+			return jobqueue.Output{}, errors.New("NLM backend unavailable")
+		}})
+	}
 
 	n := 0
 	for ev, err := range events.Read(resp.Body) {
@@ -40,11 +51,14 @@ func Example() {
 			return
 		}
 		fmt.Println(ev.Type, string(ev.Data))
-		if n++; n == 2 {
+		if n++; n == 5 {
 			break
 		}
 	}
 	// Output:
 	// job.status.changed {"type":"job.status.changed","jobId":"job-1","status":"PENDING","from":""}
 	// job.status.changed {"type":"job.status.changed","jobId":"job-1","status":"QUEUED","from":"PENDING"}
+	// job.status.changed {"type":"job.status.changed","jobId":"job-1","status":"CONTEXT_ASSEMBLY","from":"QUEUED"}
+	// job.status.changed {"type":"job.status.changed","jobId":"job-1","status":"NOTEBOOKLM_CALL","from":"CONTEXT_ASSEMBLY"}
+	// job.status.changed {"type":"job.status.changed","jobId":"job-1","status":"RETRY_BACKOFF","from":"NOTEBOOKLM_CALL"}
 }

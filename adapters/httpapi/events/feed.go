@@ -280,8 +280,7 @@ func readEvent(ctx context.Context, s storage.Store, tr *translator, key, id str
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		return batch{id: id}, errors.Join(errSkip, err)
 	}
-	ev.ID = id
-	return tr.translate(ctx, &ev)
+	return tr.translateAll(ctx, id, ev.Expand(id))
 }
 
 // broadcast hands b to every client that wants it, never waiting: a client

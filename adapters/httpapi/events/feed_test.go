@@ -2,6 +2,8 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -150,7 +152,9 @@ func TestSDKEvents(t *testing.T) {
 			`inbox.status.changed {"type":"inbox.status.changed","entryId":"inbox_a","status":"processed","from":"pending"}`,
 		})
 
-		// Job queue: an enqueue is a creation and its validation.
+		// Job queue: an enqueue is a creation and its validation; the queue
+		// writes them with the moves that bring the job to rest (issue 12),
+		// here a failed first attempt, all in one audit object.
 		q, err := jobqueue.New(jobqueue.Config{Store: other, Clock: r.clk, Node: "b"})
 		if err != nil {
 			t.Fatal(err)
@@ -158,10 +162,22 @@ func TestSDKEvents(t *testing.T) {
 		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-7", RunID: id, JobType: jobqueue.JobBrief, AgentSlug: "archivist"}); err != nil {
 			t.Fatal(err)
 		}
-		evs = r.until(s, func(ev events.Event) bool { p, _ := ev.Payload(); return p.Status == "QUEUED" })
+		c, err := q.Claim(ctx, "w")
+		if err != nil || c == nil {
+			t.Fatalf("claim: %v %v", c, err)
+		}
+		if _, err := c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+			return jobqueue.Output{}, errors.New("unavailable")
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		evs = r.until(s, func(ev events.Event) bool { p, _ := ev.Payload(); return p.Status == "RETRY_BACKOFF" })
 		eq(t, "job events", wire(evs), []string{
 			`job.status.changed {"type":"job.status.changed","jobId":"job-7","status":"PENDING","from":""}`,
 			`job.status.changed {"type":"job.status.changed","jobId":"job-7","status":"QUEUED","from":"PENDING"}`,
+			`job.status.changed {"type":"job.status.changed","jobId":"job-7","status":"CONTEXT_ASSEMBLY","from":"QUEUED"}`,
+			`job.status.changed {"type":"job.status.changed","jobId":"job-7","status":"NOTEBOOKLM_CALL","from":"CONTEXT_ASSEMBLY"}`,
+			`job.status.changed {"type":"job.status.changed","jobId":"job-7","status":"RETRY_BACKOFF","from":"NOTEBOOKLM_CALL"}`,
 		})
 	})
 }

@@ -111,32 +111,56 @@ func stepsRun(state string) bool { return state == "running" || state == "cancel
 // warning, and never retried.
 var errSkip = errors.New("events: audit event skipped")
 
-// translate returns the frames of ev (none for an event type the contract
-// does not publish) and the run it belongs to. A store failure is returned
-// as is: the caller retries the event at its next poll.
-func (t *translator) translate(ctx context.Context, ev *storage.AuditEvent) (batch, error) {
-	b := batch{id: ev.ID}
+// translateAll returns the frames of the events of one audit object (one
+// event, or a batch of the job queue's, storage.AuditEvent.Expand), none
+// for an event type the contract does not publish, as one batch under the
+// object's id (a client resumes by object), and the run it belongs to. A
+// store failure is returned as is: the caller retries the object at its
+// next poll.
+func (t *translator) translateAll(ctx context.Context, id string, evs []storage.AuditEvent) (batch, error) {
+	b := batch{id: id}
 	var frames []Event
+	for i := range evs {
+		ev := &evs[i]
+		ev.ID = id
+		if err := t.frames(ctx, ev, &b, &frames); err != nil {
+			return b, err
+		}
+	}
+	// Only the last event of an audit object carries its id: a client cut
+	// off between two of them resumes from the id before, and so gets the
+	// first again rather than never the second.
+	for i, f := range frames {
+		if i < len(frames)-1 {
+			f.ID = ""
+		}
+		b.frame = appendFrame(b.frame, f)
+	}
+	return b, nil
+}
+
+// frames appends the frames of ev to frames and sets b's run.
+func (t *translator) frames(ctx context.Context, ev *storage.AuditEvent, b *batch, frames *[]Event) error {
 	add := func(typ string, v any) {
 		d, _ := json.Marshal(v) // structs of strings and ints: it cannot fail
-		frames = append(frames, Event{ID: ev.ID, Type: typ, Data: d})
+		*frames = append(*frames, Event{ID: ev.ID, Type: typ, Data: d})
 	}
 	switch ev.Event {
 	case "run.status.update":
 		if ev.RunID == "" {
-			return b, fmt.Errorf("%w: run.status.update without run_id", errSkip)
+			return fmt.Errorf("%w: run.status.update without run_id", errSkip)
 		}
 		b.run = ev.RunID
 		agent, err := t.agent(ctx, ev.RunID)
 		if err != nil {
-			return b, err
+			return err
 		}
 		// The audit event does not carry the step count; status.json does.
 		// Only a write made while steps execute can count one.
 		if stepsRun(ev.From) && agent != "" {
 			st, err := t.runStatus(ctx, agent, ev.RunID)
 			if err != nil {
-				return b, err
+				return err
 			}
 			if st.StepsCompleted > t.steps[ev.RunID] {
 				t.steps[ev.RunID] = st.StepsCompleted
@@ -152,7 +176,7 @@ func (t *translator) translate(ctx context.Context, ev *storage.AuditEvent) (bat
 	case "inbox.create":
 		n, err := t.pendingCount(ctx)
 		if err != nil {
-			return b, err
+			return err
 		}
 		add(TypeInboxNew, inboxNewData{Type: TypeInboxNew, EntryID: ev.EntryID, Count: n})
 	case "inbox.status.update":
@@ -163,16 +187,7 @@ func (t *translator) translate(ctx context.Context, ev *storage.AuditEvent) (bat
 	case "nlm.status.update":
 		add(TypeNLMStatusChanged, jobStatusData{Type: TypeNLMStatusChanged, JobID: ev.JobID, Status: ev.To, From: ev.From})
 	}
-	// Only the last event of an audit event carries its id: a client cut
-	// off between two of them resumes from the id before, and so gets the
-	// first again rather than never the second.
-	for i, f := range frames {
-		if i < len(frames)-1 {
-			f.ID = ""
-		}
-		b.frame = appendFrame(b.frame, f)
-	}
-	return b, nil
+	return nil
 }
 
 // agent finds a run's agent through the run index. A run without an index

@@ -1,0 +1,163 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Work in flight, found without reading finished history (issue 12,
+// DESIGN.md §4).
+//
+// No index object of its own is written: every job in flight is already
+// reachable from an object that exists only while the job is in flight.
+//
+//   - A job waiting to run (QUEUED, RETRY_BACKOFF) has its entry in its
+//     agent's ready lane (queue/lanes/{agent}/...). Enqueue and Requeue
+//     write the lane entry before the job record, and every other writer
+//     that puts a job in a lane does so under its agent's lock, so no
+//     waiting job is ever without an entry or a lock naming it.
+//   - A job being run (CONTEXT_ASSEMBLY, NOTEBOOKLM_CALL, ARTIFACT_WRITE),
+//     or left by a claim between two writes (FAILED not yet buried,
+//     RETRY_BACKOFF not yet laned), is named by its agent's lock
+//     (queue/agents/{agent}.json, job_id). The lock goes on naming the job
+//     until the claim has settled it: a claim that lost its lease, or its
+//     store, releases the lock still naming its job (Claim.named), and the
+//     next claim of the agent repairs that job before it names another
+//     (repairOrphan).
+//   - A claim that settled its job keeps the lock rather than releasing it
+//     (Claim.end, issue 12: one lock write per job), still naming the job.
+//     Whoever takes a lock that names a job it does not know settled (a
+//     lock kept by another process, or a free one) settles that job first
+//     (settle: its audit object, lane entry or burial), or rescues it if
+//     it is still in a pipeline state, before the lock names another job.
+//
+// So the sweep lists queue/ (the locks and the lanes: O(agents + jobs in
+// flight)) and reads only the jobs those name; the claim already read only
+// lanes and locks. A job that reached COMPLETE or DEAD is in no lane and
+// named by no lock but its agent's kept one, until the agent's next claim:
+// at most one finished job per agent is read again.
+//
+// An entry written before its job (Enqueue, Requeue) points for a moment
+// at a job that does not exist yet, or does not point back: a claim or a
+// sweep that finds such an entry younger than LeaseTTL leaves it alone
+// (lanePending); an older one is garbage of a writer that died, deleted.
+
+// pendingRecheck is how soon a claim that met a pending lane entry looks
+// at the agent again; the writer's own Queue schedules the agent at once
+// when the job is written.
+const pendingRecheck = 50 * time.Millisecond
+
+// lanePending reports whether lane entry key, whose job d (nil: not
+// found) does not point back at it, may still be waiting for the job's
+// write: it is less than LeaseTTL old (a writer slower than a lease is
+// presumed dead), and either its job does not exist yet (Enqueue writes
+// it next) or is FAILED or DEAD as of no later than the entry (Requeue
+// updates it next). Any other entry is stale: its job moved on.
+func (q *Queue) lanePending(key string, d *jobDoc, now time.Time) bool {
+	at, _, ok := parseLaneKey(key)
+	if !ok || now.Sub(at) >= q.cfg.LeaseTTL {
+		return false
+	}
+	return d == nil || (d.Status == JobFailed || d.Status == JobDead) && !at.Before(d.UpdatedAt)
+}
+
+// pendingAfter is lanePending for the error a pickup of key gave: a job
+// not found (but not quarantined), or a staleEntry.
+func (q *Queue) pendingAfter(key string, err error, now time.Time) bool {
+	var se *staleEntry
+	switch {
+	case errors.As(err, &se):
+		return q.lanePending(key, &jobDoc{Job: Job{Status: se.status, UpdatedAt: se.updated}}, now)
+	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt):
+		return q.lanePending(key, nil, now)
+	}
+	return false
+}
+
+// staleEntry is errStale with what the pickup saw of the job.
+type staleEntry struct {
+	status  JobState
+	updated time.Time
+}
+
+func (e *staleEntry) Error() string        { return errStale.Error() }
+func (e *staleEntry) Is(target error) bool { return target == errStale }
+
+// putLaneFirst writes a lane entry ahead of the job record it indexes.
+// undo deletes the entry if this call created it, for a job write that
+// then fails; an entry that already existed is left.
+func (q *Queue) putLaneFirst(ctx context.Context, key, jobID string, at time.Time) (undo func(), err error) {
+	b, err := encodeLane(jobID, at)
+	if err != nil {
+		return nil, err
+	}
+	_, err = q.store.Put(ctx, key, b, storage.IfNotExists())
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = q.store.Delete(context.WithoutCancel(ctx), key, storage.Condition{}) }, nil
+}
+
+// repairOrphan settles the job an agent's lock still names when a claim
+// takes the lock: a job left in a pipeline state is rescued under the
+// claim's epoch, and one a claim left between two writes is laned or
+// buried, before the lock names another job.
+func (q *Queue) repairOrphan(ctx context.Context, jobID string, epoch int64) error {
+	d, _, err := q.read(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	if pipelineState(d.Status) {
+		return q.rescue(ctx, jobID, epoch)
+	}
+	return q.settle(ctx, &d)
+}
+
+// settle finishes what the claim of d, a job out of its pipeline states,
+// may have left undone after the write that ended its run: its audit
+// object (a job at rest), its lane entry (a retry), its burial (FAILED).
+// Unlike the sweep it fails when the audit object cannot be written: a
+// lock goes on naming d until settle succeeds.
+func (q *Queue) settle(ctx context.Context, d *jobDoc) error {
+	if err := q.ensureAuditedErr(ctx, d); err != nil {
+		return err
+	}
+	var r SweepReport
+	return q.repairJob(ctx, d, "", &r)
+}
+
+func encodeLane(jobID string, at time.Time) ([]byte, error) {
+	return json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
+}
+
+// auditGap records that the audit object of version v of a job at rest
+// (its flush) could not be written (gap), or that it exists. A claim does
+// not settle a job with a gap: its lock goes on naming the job, so the
+// next claim of the agent or the sweep writes the object (ensureFlushed).
+// Called with q.mu held.
+func (q *Queue) auditGap(jobID string, v int64, gap bool) {
+	switch {
+	case gap && q.gaps == nil:
+		q.gaps = map[string]int64{jobID: v}
+	case gap:
+		q.gaps[jobID] = max(q.gaps[jobID], v)
+	case q.gaps[jobID] <= v:
+		delete(q.gaps, jobID)
+	}
+}
+
+// hasAuditGap tells whether the audit object of the job's last rest is
+// known missing: its flush failed and no one has written it since.
+func (q *Queue) hasAuditGap(jobID string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, gap := q.gaps[jobID]
+	return gap
+}

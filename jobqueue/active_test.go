@@ -1,0 +1,525 @@
+package jobqueue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// historyAgents is how many agents the history and the work in flight
+// are spread over.
+const historyAgents = 50
+
+// seedHistory writes finished jobs (two COMPLETE for each DEAD) straight
+// into the store, as records a queue left behind, spread over
+// historyAgents agents.
+func seedHistory(tb testing.TB, s storage.Store, finished int) {
+	tb.Helper()
+	ctx := context.Background()
+	msg := "max retries exceeded"
+	for i := range finished {
+		j := jobqueue.Job{
+			JobID: fmt.Sprintf("old-%06d", i), RunID: "run_2026-02-24_abc123", JobType: jobqueue.JobBrief,
+			AgentSlug: "agent-" + strconv.Itoa(i%historyAgents), Status: jobqueue.JobComplete, Attempt: 1, MaxAttempts: 3,
+			CreatedAt: t0.Add(-time.Hour), UpdatedAt: t0.Add(-time.Hour), ArtifactID: "art-" + strconv.Itoa(i),
+		}
+		if i%3 == 2 {
+			j.Status, j.Attempt, j.ArtifactID, j.Error, j.ErrorCode = jobqueue.JobDead, 3, "", &msg, "HANDLER_ERROR"
+		}
+		b, err := json.Marshal(j)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		key, _ := storage.JobKey(j.JobID)
+		if _, err := s.Put(ctx, key, b, storage.IfNotExists()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// historyWorld is a memstore holding finished history and the same work
+// in flight whatever the history: every agent has run a job (so each has
+// its lock), 40 jobs wait in the lanes, 5 are held by a worker that died
+// (orphans once their leases lapse) and 5 wait out a retry.
+func historyWorld(tb testing.TB, finished int) (*teststores.Counting, *clock.Fake) {
+	tb.Helper()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	q := newQueue(tb, s, clk)
+	for a := range historyAgents {
+		enqueue(tb, q, "first-"+strconv.Itoa(a), "agent-"+strconv.Itoa(a))
+	}
+	for range historyAgents {
+		c := claim(tb, q, "w")
+		if _, err := c.Run(ctx, okHandlers()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	seedHistory(tb, s, finished)
+	for i := range 50 {
+		enqueue(tb, q, fmt.Sprintf("live-%03d", i), "agent-"+strconv.Itoa(i%historyAgents))
+	}
+	for i := range 10 {
+		c := claim(tb, q, "w-dead")
+		if c == nil {
+			tb.Fatal("no live job to claim")
+		}
+		if i < 5 {
+			continue // the worker dies holding it
+		}
+		if err := c.Abandon(ctx); err != nil { // a failed attempt: RETRY_BACKOFF
+			tb.Fatal(err)
+		}
+	}
+	clk.Advance(time.Hour) // the dead worker's leases lapse, the retries come due
+	return &teststores.Counting{Store: s}, clk
+}
+
+type historyCost struct {
+	sweep, claim, idle float64 // store round trips per sweep pass, per claim, per idle claim
+	listed             int64   // keys the sweep pass listed
+}
+
+// measureHistory counts, on a fresh Queue over the world (another
+// process, no caches), the round trips of one sweep pass, of each claim
+// until the work in flight is claimed, and of an idle claim after.
+func measureHistory(tb testing.TB, finished int) historyCost {
+	tb.Helper()
+	ctx := context.Background()
+	cs, clk := historyWorld(tb, finished)
+	q := newQueue(tb, cs, clk)
+	var hc historyCost
+	r, err := q.Sweep(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if r.Rescued != 5 || r.Jobs < 50 {
+		tb.Fatalf("sweep over %d finished jobs: %+v, want 5 orphans rescued and the work in flight read", finished, r)
+	}
+	hc.sweep, hc.listed = float64(cs.PagedOps()), cs.Listed.Load()
+	cs.Reset()
+	claims, ops := 0, int64(0)
+	for {
+		before := cs.PagedOps()
+		c := claim(tb, q, "w")
+		ops += cs.PagedOps() - before
+		if c == nil {
+			break
+		}
+		claims++
+		if err := c.Abandon(ctx); err != nil { // frees the agent; not counted
+			tb.Fatal(err)
+		}
+	}
+	if claims != 45 { // 40 queued, 5 retries due; the 5 rescued orphans wait out their backoff
+		tb.Fatalf("%d claims over %d finished jobs", claims, finished)
+	}
+	hc.claim = float64(ops) / float64(claims)
+	cs.Reset()
+	for range 100 { // a second of polling, 10 ms apart: lane and lock rechecks come due
+		clk.Advance(10 * time.Millisecond)
+		if c := claim(tb, q, "w"); c != nil {
+			tb.Fatalf("claimed %s from an idle queue", c.Job().JobID)
+		}
+	}
+	hc.idle = float64(cs.PagedOps()) / 100
+	return hc
+}
+
+// TestCostFlatInHistory: a sweep pass and a claim cost the same store
+// round trips (Lists counted per page of 1,000 keys, as S3 bills them)
+// over 1,000 and over 100,000 finished jobs: they read only work in flight
+// (active.go). Issue 12 asks for at most 1.2x.
+func TestCostFlatInHistory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seeds 100,000 jobs")
+	}
+	small, large := measureHistory(t, 1000), measureHistory(t, 100000)
+	t.Logf("1,000 finished: %+v; 100,000 finished: %+v", small, large)
+	for _, c := range []struct {
+		what         string
+		small, large float64
+	}{{"sweep pass", small.sweep, large.sweep}, {"claim", small.claim, large.claim}, {"idle claim", small.idle, large.idle}} {
+		if c.large > 1.2*c.small {
+			t.Errorf("store round trips per %s: %.1f over 1,000 finished jobs, %.1f over 100,000 (%.2fx > 1.2x)",
+				c.what, c.small, c.large, c.large/c.small)
+		}
+	}
+	if large.listed != small.listed {
+		t.Errorf("the sweep listed %d keys over 100,000 finished jobs, %d over 1,000", large.listed, small.listed)
+	}
+}
+
+// BenchmarkHistory: a sweep pass, and claiming the work in flight, over
+// 1,000 and 100,000 finished jobs in a memstore (historyWorld), with the
+// store round trips of each (ops/sweep, ops/claim, Lists per 1,000-key
+// page). TestCostFlatInHistory holds the counts; this reports the time.
+func BenchmarkHistory(b *testing.B) {
+	for _, finished := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("finished=%d/sweep", finished), func(b *testing.B) {
+			cs, clk := historyWorld(b, finished)
+			q := newQueue(b, cs, clk)
+			cs.Reset()
+			passes := 0
+			for b.Loop() {
+				if _, err := q.Sweep(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				passes++
+			}
+			b.ReportMetric(float64(cs.PagedOps())/float64(passes), "ops/sweep")
+		})
+		b.Run(fmt.Sprintf("finished=%d/claim", finished), func(b *testing.B) {
+			hc := measureHistory(b, finished)
+			cs, clk := historyWorld(b, finished)
+			q := newQueue(b, cs, clk)
+			for b.Loop() {
+				// Claim the work in flight and give it back, on the
+				// fake clock: each iteration a claim that finds work.
+				c := claim(b, q, "w")
+				if c == nil {
+					clk.Advance(time.Minute) // the retries come due again
+					continue
+				}
+				if err := c.Abandon(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(hc.claim, "ops/claim")
+			b.ReportMetric(hc.idle, "ops/idle-claim")
+		})
+	}
+}
+
+// TestSweepIfDueInBatches: each sweep looks at the next SweepBatch entries
+// of work in flight (agent locks, lane entries) and the batches go round
+// all of them, so a repair waits for its batch. The repair here: a claim
+// whose retry's lane entry could not be written released its agent's lock
+// still naming the job, and the sweep lanes it.
+func TestSweepIfDueInBatches(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s storage.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		fs := &flakyStore{Store: s, match: func(key string, _ []byte) bool {
+			return strings.HasPrefix(key, storage.LanesPrefix) && strings.HasSuffix(key, "-job-1")
+		}}
+		q := newQueue(t, fs, clk, func(c *jobqueue.Config) { c.SweepBatch = 2 })
+		for i := 1; i <= 4; i++ {
+			enqueue(t, q, fmt.Sprintf("job-%d", i), "agent-a")
+		}
+		fs.mu.Lock()
+		fs.fails = 1 // the retry's lane entry of job-1 is lost
+		fs.mu.Unlock()
+		if c := claim(t, q, "w1"); c.Abandon(ctx) == nil {
+			t.Fatal("Abandon wrote the retry's lane entry")
+		}
+		if j := get(t, q, "job-1"); j.Status != jobqueue.JobRetryBackoff {
+			t.Fatalf("job-1 %s", j.Status)
+		}
+		type got struct{ entries, jobs, relaned int }
+		var seen []got
+		for range 4 {
+			r, swept, err := q.SweepIfDue(ctx, "w1", time.Minute)
+			if err != nil || !swept {
+				t.Fatalf("swept %v, %v", swept, err)
+			}
+			seen = append(seen, got{r.Entries, r.Jobs, r.Relaned})
+			clk.Advance(time.Minute)
+		}
+		// The lock (naming job-1) and job-2's entry; job-3's and job-4's;
+		// job-1's new entry; then round again.
+		if want := []got{{2, 2, 1}, {2, 2, 0}, {1, 1, 0}, {2, 2, 0}}; fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Fatalf("batches (entries, jobs, relaned) %v, want %v", seen, want)
+		}
+		if n := countKeys(t, s, storage.LanesPrefix); n != 4 {
+			t.Fatalf("%d lane entries after the sweeps, want 4", n)
+		}
+	})
+}
+
+// TestLeaseLostJobStaysFindable: a claim paused past its lease writes
+// nothing, and releases its agent's lock still naming its job; the sweep
+// finds the job through the lock and rescues it, and a claim of the agent
+// repairs it before naming another job.
+func TestLeaseLostJobStaysFindable(t *testing.T) {
+	for _, repairer := range []string{"sweep", "claim"} {
+		t.Run(repairer, func(t *testing.T) {
+			ctx := context.Background()
+			s := memstore.New()
+			clk := clock.NewFake(t0)
+			q := newQueue(t, s, clk, func(c *jobqueue.Config) { c.StepTimeout = time.Hour })
+			enqueue(t, q, "job-1", "agent-a")
+			enqueue(t, q, "job-2", "agent-a")
+			c := claim(t, q, "w1")
+			// The worker pauses in NOTEBOOKLM_CALL past its lease: the
+			// clock jumps a minute (LeaseTTL is 30 s) under the handler.
+			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+				clk.Advance(time.Minute)
+				return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+			}}
+			if _, err := c.Run(ctx, h); !errors.Is(err, jobqueue.ErrLeaseLost) {
+				t.Fatalf("Run after the lease lapsed: %v", err)
+			}
+			if j := get(t, q, "job-1"); j.Status != jobqueue.JobNotebookLMCall {
+				t.Fatalf("job-1 %s", j.Status)
+			}
+			q2 := newQueue(t, s, clk) // another process
+			switch repairer {
+			case "sweep":
+				r, err := q2.Sweep(ctx)
+				if err != nil || r.Rescued != 1 {
+					t.Fatalf("sweep %+v, %v; want job-1 rescued", r, err)
+				}
+			case "claim":
+				c2 := claim(t, q2, "w2")
+				if c2 == nil || c2.Job().JobID != "job-2" {
+					t.Fatalf("claim after the lapsed lease: %v", c2)
+				}
+				_ = c2.Abandon(ctx)
+			}
+			if j := get(t, q, "job-1"); j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeLeaseExpired {
+				t.Fatalf("job-1 %s %s, want RETRY_BACKOFF with LEASE_EXPIRED", j.Status, j.ErrorCode)
+			}
+		})
+	}
+}
+
+// TestLaneFirstEntries: Enqueue and Requeue write the lane entry before the
+// job. A claim that meets an entry whose job is not written yet leaves it
+// alone while it is younger than LeaseTTL; the sweep and the claims
+// delete one older than that (its writer died), and a duplicate Enqueue
+// leaves no entry behind.
+func TestLaneFirstEntries(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	q := newQueue(t, s, clk)
+	enqueue(t, q, "job-1", "agent-a")
+	// An Enqueue of job-0 that wrote its entry, and not yet its job.
+	lane, _ := storage.LaneKey("agent-a", t0.Add(-time.Second), "job-0")
+	putRaw(t, s, lane, `{"job_id":"job-0"}`)
+	q2 := newQueue(t, s, clk)
+	if c := claim(t, q2, "w"); c != nil {
+		t.Fatalf("claimed %s past a pending entry", c.Job().JobID)
+	}
+	if countKeys(t, s, lane) != 1 {
+		t.Fatal("a claim deleted an entry younger than LeaseTTL")
+	}
+	if r, err := q2.Sweep(ctx); err != nil || r.Dropped != 0 {
+		t.Fatalf("sweep %+v, %v; want the pending entry kept", r, err)
+	}
+	// Its writer died: after LeaseTTL the entry is garbage.
+	clk.Advance(jobqueue.DefaultLeaseTTL)
+	if r, err := q2.Sweep(ctx); err != nil || r.Dropped != 1 {
+		t.Fatalf("sweep %+v, %v; want the abandoned entry dropped", r, err)
+	}
+	if c := claim(t, q2, "w"); c == nil || c.Job().JobID != "job-1" {
+		t.Fatalf("claim after the abandoned entry: %v", c)
+	}
+	// A duplicate Enqueue leaves its entry nowhere.
+	clk.Advance(time.Second)
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, spec("job-1", "agent-a")); !errors.Is(err, jobqueue.ErrJobExists) {
+		t.Fatalf("duplicate Enqueue: %v", err)
+	}
+	if n := countKeys(t, s, storage.LanesPrefix); n != 0 {
+		t.Fatalf("%d lane entries after a duplicate Enqueue", n)
+	}
+}
+
+// TestFailedJobUnderLockIsBuried: a pickup that found a job's attempts
+// exhausted wrote FAILED and could not write DEAD; the lock still names
+// the job, so the next claim of the agent (or the sweep) buries it.
+func TestFailedJobUnderLockIsBuried(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	fs := &flakyStore{Store: s, match: func(key string, value []byte) bool {
+		return key == "jobs/job-1.json" && strings.Contains(string(value), `"status":"DEAD"`)
+	}}
+	q := newQueue(t, fs, clk, func(c *jobqueue.Config) { c.MaxAttempts = 1 })
+	enqueue(t, q, "job-1", "agent-a")
+	if err := claim(t, q, "w").Abandon(ctx); err != nil { // attempt 1 of 1 fails
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	fs.mu.Lock()
+	fs.fails = 1
+	fs.mu.Unlock()
+	if _, err := q.Claim(ctx, "w"); err == nil {
+		t.Fatal("the claim that could not bury gave no error")
+	}
+	if j := get(t, q, "job-1"); j.Status != jobqueue.JobFailed {
+		t.Fatalf("job-1 %s, want FAILED", j.Status)
+	}
+	r, err := newQueue(t, s, clk).Sweep(ctx)
+	if err != nil || r.Buried != 1 {
+		t.Fatalf("sweep %+v, %v; want job-1 buried", r, err)
+	}
+	if j := get(t, q, "job-1"); j.Status != jobqueue.JobDead {
+		t.Fatalf("job-1 %s, want DEAD", j.Status)
+	}
+}
+
+// TestAuditGapStaysFindable: the audit write of a COMPLETE failed while
+// its worker lived on; the claim does not settle the job, so the lock goes
+// on naming it and the sweep writes the missing event. Since the queue
+// writes one audit object per job segment (issue 12, jobwrites), the lost
+// object holds every move of the segment, so before the sweep the job has
+// no event at all; after it, every one.
+func TestAuditGapStaysFindable(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	fs := &flakyStore{Store: s, fails: 1, match: func(key string, value []byte) bool {
+		return strings.HasPrefix(key, "audit/") && strings.Contains(string(value), `"to":"COMPLETE"`)
+	}}
+	q := newQueue(t, fs, clk)
+	enqueue(t, q, "job-1", "agent-a")
+	if j, err := claim(t, q, "w").Run(ctx, okHandlers()); err != nil || j.Status != jobqueue.JobComplete {
+		t.Fatalf("Run: %s, %v", j.Status, err)
+	}
+	if got := replay(t, s, clk.Now()); len(got) != 0 {
+		t.Fatalf("replayed states before the sweep %v, want the segment's object (COMPLETE's event with it) missing", got)
+	}
+	lockKey, _ := storage.AgentLockKey("agent-a")
+	b, _, err := s.Get(ctx, lockKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lock struct {
+		Owner string `json:"owner"`
+		JobID string `json:"job_id"`
+	}
+	if err := json.Unmarshal(b, &lock); err != nil || lock.JobID != "job-1" || lock.Owner != "" {
+		t.Fatalf("agent lock %s (%v), want it released still naming job-1", b, err)
+	}
+	if r, err := newQueue(t, s, clk).Sweep(ctx); err != nil || r.Jobs != 1 {
+		t.Fatalf("sweep %+v, %v; want job-1 read through its lock", r, err)
+	}
+	if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobComplete {
+		t.Fatalf("replayed states %v", got)
+	}
+}
+
+// TestStaleEntryDeletedAtOnce: a young lane entry whose job moved on past
+// it (here: DEAD after the entry's time) is stale, deleted by the next
+// claim at once; one no older than the DEAD job's last write may be a
+// Requeue's, written ahead of the job, and is left while younger than
+// LeaseTTL.
+func TestStaleEntryDeletedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	q := newQueue(t, s, clk, func(c *jobqueue.Config) { c.MaxAttempts = 1 })
+	enqueue(t, q, "job-1", "agent-a")
+	if err := claim(t, q, "w").Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	if c := claim(t, q, "w"); c != nil { // attempts exhausted: FAILED, DEAD
+		t.Fatalf("claimed %s", c.Job().JobID)
+	}
+	dead := get(t, q, "job-1")
+	if dead.Status != jobqueue.JobDead {
+		t.Fatalf("job-1 %s", dead.Status)
+	}
+	stale, _ := storage.LaneKey("agent-a", dead.UpdatedAt.Add(-time.Millisecond), "job-1")
+	requeue, _ := storage.LaneKey("agent-a", dead.UpdatedAt, "job-1")
+	putRaw(t, s, stale, `{"job_id":"job-1"}`)
+	putRaw(t, s, requeue, `{"job_id":"job-1"}`)
+	clk.Advance(time.Second)
+	if c := claim(t, newQueue(t, s, clk), "w"); c != nil {
+		t.Fatalf("claimed %s", c.Job().JobID)
+	}
+	if countKeys(t, s, stale) != 0 || countKeys(t, s, requeue) != 1 {
+		t.Fatalf("lane entries %d stale, %d a requeue's; want 0 and 1", countKeys(t, s, stale), countKeys(t, s, requeue))
+	}
+	// The Requeue completes: the job points at its entry and runs.
+	if _, err := q.Requeue(ctx, lifecycle.ActorAdmin, "job-1"); err != nil {
+		t.Fatal(err)
+	}
+	if c := claim(t, q, "w"); c == nil || c.Job().JobID != "job-1" {
+		t.Fatalf("claim after the requeue: %v", c)
+	}
+}
+
+// TestKeptLockSettledByTakeover: a claim ends its job's run (ran_epoch in
+// the record) and dies before settling it, its agent's lock still held as
+// it took it, naming the job: the retry's lane entry or the COMPLETE's
+// audit object was never written. Another process, with work ready for
+// the agent, takes the lock as kept (the run ended) and settles the job
+// before the lock names its own, so the job stays findable: laned again,
+// or its audit written (merge of issue 12's kept lock and flat sweep).
+func TestKeptLockSettledByTakeover(t *testing.T) {
+	for _, lost := range []string{"lane entry", "audit object"} {
+		t.Run(lost, func(t *testing.T) {
+			ctx := context.Background()
+			s := memstore.New()
+			clk := clock.NewFake(t0)
+			lockKey, _ := storage.AgentLockKey("agent-a")
+			fs := &flakyStore{Store: s, match: func(key string, value []byte) bool {
+				switch {
+				case key == lockKey: // the release: the worker died first
+					return !strings.Contains(string(value), `"owner"`)
+				case lost == "lane entry":
+					return strings.HasPrefix(key, storage.LanesPrefix) && strings.HasSuffix(key, "-job-1")
+				default:
+					return strings.HasPrefix(key, "audit/")
+				}
+			}}
+			q := newQueue(t, fs, clk)
+			enqueue(t, q, "job-1", "agent-a")
+			c := claim(t, q, "w1")
+			fs.mu.Lock()
+			fs.fails = 2
+			fs.mu.Unlock()
+			if lost == "lane entry" {
+				if err := c.Abandon(ctx); err == nil {
+					t.Fatal("Abandon wrote the retry's lane entry")
+				}
+			} else if j, err := c.Run(ctx, okHandlers()); err != nil || j.Status != jobqueue.JobComplete {
+				t.Fatalf("Run: %s, %v", j.Status, err)
+			}
+			b, _, err := s.Get(ctx, lockKey)
+			if err != nil || !strings.Contains(string(b), `"owner":"w1"`) || !strings.Contains(string(b), `"job_id":"job-1"`) {
+				t.Fatalf("agent lock %s, %v; want it held by w1 naming job-1", b, err)
+			}
+			q2 := newQueue(t, s, clk) // another process, within the lock's lease
+			enqueue(t, q2, "job-2", "agent-a")
+			c2 := claim(t, q2, "w2")
+			if c2 == nil || c2.Job().JobID != "job-2" {
+				t.Fatalf("claim of the kept lock: %v", c2)
+			}
+			switch lost {
+			case "lane entry":
+				if n := countKeys(t, s, get(t, q2, "job-1").ReadyKey); n != 1 {
+					t.Fatalf("job-1's lane entry not rewritten before the lock named job-2")
+				}
+				if _, err := c2.Run(ctx, okHandlers()); err != nil {
+					t.Fatal(err)
+				}
+				clk.Advance(time.Hour)
+				if c3 := claim(t, q2, "w2"); c3 == nil || c3.Job().JobID != "job-1" {
+					t.Fatalf("the retry of job-1 not claimed: %v", c3)
+				}
+			default:
+				if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobComplete {
+					t.Fatalf("job-1's audit replays to %q before the lock named job-2, want COMPLETE", got["job-1"])
+				}
+			}
+		})
+	}
+}
