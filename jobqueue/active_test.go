@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -521,5 +522,113 @@ func TestKeptLockSettledByTakeover(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// gate pauses the first store call that matches, once: hit is closed when
+// the call is reached (before a Put is made, or after it returned when
+// after is set), and the call goes on when open is closed.
+type gate struct {
+	storage.Store
+	match func(key string) bool
+	after bool
+	once  sync.Once
+	hit   chan struct{}
+	open  chan struct{}
+}
+
+func newGate(s storage.Store, after bool, match func(key string) bool) *gate {
+	return &gate{Store: s, match: match, after: after, hit: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gate) pause(key string) {
+	if g.match(key) {
+		g.once.Do(func() {
+			close(g.hit)
+			<-g.open
+		})
+	}
+}
+
+func (g *gate) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	if !g.after {
+		g.pause(key)
+	}
+	v, err := g.Store.Put(ctx, key, value, cond)
+	if g.after && err == nil {
+		g.pause(key)
+	}
+	return v, err
+}
+
+// TestPickupAfterLockLost: the prooftest's "1 of 1000 jobs still open". A
+// claim (w1) takes the agent lock naming job-1 and is paused past its lease
+// just before the pickup's write; another process (w2) takes the expired
+// lock naming job-1 too (still QUEUED: nothing to repair). w1's pickup then
+// lands first: job-1 is in CONTEXT_ASSEMBLY under w1's old epoch, its lane
+// entry deleted, while w2, finding job-1 picked up, renames the lock to
+// job-2. job-1 was in neither its agent's lane nor named by its agent's
+// lock, so no claim and no sweep (which reads only work in flight) could
+// ever find it once w1 died. The pickup is fenced by no lock, so the claim
+// must check its lock still names the job after the pickup, and put the job
+// back in its lane if not.
+func TestPickupAfterLockLost(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	q := newQueue(t, s, clk)
+	enqueue(t, q, "job-1", "agent-a")
+	enqueue(t, q, "job-2", "agent-a")
+	jobKey, _ := storage.JobKey("job-1")
+	lockKey, _ := storage.AgentLockKey("agent-a")
+	ga := newGate(s, false, func(key string) bool { return key == jobKey }) // w1: before its pickup write
+	gb := newGate(s, true, func(key string) bool { return key == lockKey }) // w2: after its take of the lock
+	qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
+	type result struct {
+		c   *jobqueue.Claim
+		err error
+	}
+	ca, cb := make(chan result, 1), make(chan result, 1)
+	go func() {
+		c, err := qa.Claim(ctx, "w1")
+		ca <- result{c, err}
+	}()
+	within(t, "w1's pickup", ga.hit)
+	clk.Advance(jobqueue.DefaultLeaseTTL + time.Second) // w1's lock lapses
+	go func() {
+		c, err := qb.Claim(ctx, "w2")
+		cb <- result{c, err}
+	}()
+	within(t, "w2's take of the lock", gb.hit)
+	close(ga.open) // w1's pickup of job-1 lands
+	ra := within(t, "w1's claim", ca)
+	if ra.err != nil {
+		t.Fatalf("w1's claim: %v", ra.err)
+	}
+	// w1 dies here: its claim, if any, is never run.
+	close(gb.open)
+	rb := within(t, "w2's claim", cb)
+	if rb.err != nil || rb.c == nil || rb.c.Job().JobID != "job-2" {
+		t.Fatalf("w2's claim: %v, %v; want job-2", rb.c, rb.err)
+	}
+	if _, err := rb.c.Run(ctx, okHandlers()); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever happened, job-1 is in flight: it must be in agent-a's lane
+	// or named by agent-a's lock, so that the sweep and the claims find it.
+	clk.Advance(time.Hour)
+	q3 := newQueue(t, s, clk) // another process
+	if _, err := q3.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := get(t, q3, "job-1")
+	b, _, _ := s.Get(ctx, lockKey)
+	if j.Status != jobqueue.JobRetryBackoff || j.ReadyKey == "" || countKeys(t, s, j.ReadyKey) != 1 {
+		t.Fatalf("job-1 %s (ready key %q, lease %+v), lane entries of agent-a %d, agent lock %s: lost to the sweep and the claims",
+			j.Status, j.ReadyKey, j.Lease, countKeys(t, s, storage.LanesPrefix), b)
+	}
+	clk.Advance(time.Hour)
+	if c := claim(t, q3, "w3"); c == nil || c.Job().JobID != "job-1" {
+		t.Fatalf("job-1 not claimed again: %v", c)
 	}
 }

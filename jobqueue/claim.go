@@ -512,6 +512,13 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 		_ = q.store.Delete(ctx, key, storage.Condition{})
 		if picked {
 			c.job, c.doc, c.ver = doc.Job, doc, ver
+			if err := q.confirmPickup(ctx, c, lockKey, lock.ExpiresAt); err != nil {
+				a.forget()
+				if errors.Is(err, errLockLost) {
+					return nil, now, nil // the job is back in its lane; look again
+				}
+				return nil, time.Time{}, err
+			}
 			return c, time.Time{}, nil
 		}
 		// The job's attempts ran out: it went to FAILED and DEAD; next,
@@ -524,6 +531,46 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	}
 	c.release(ctx)
 	return nil, now, nil // 64 stale or dead entries: more may follow
+}
+
+// errLockLost: the agent lock was taken over before the claim's pickup
+// landed (confirmPickup).
+var errLockLost = errors.New("jobqueue: agent lock lost before the pickup")
+
+// confirmPickup makes sure the agent lock still named c's job when the
+// pickup's write landed. The pickup is a compare-and-swap on the job, not
+// on the lock: a claim paused past the lock's expiry between its take and
+// its pickup may find the lock taken by another process that named another
+// job, and its pickup then leaves the job in a pipeline state in no lane and
+// named by no lock, out of reach of every claim and of the sweep
+// (active.go). While the lock's expiry is certainly ahead (no other process
+// takes a lock before it expires) nothing is read; otherwise the lock is
+// read, and a lock changed since the claim's last write of it means it was
+// lost: the job is rescued back to its lane (a failed attempt, as for any
+// claim that lost its lease) under the epoch of the lock as it now is, and
+// errLockLost is returned. If the lock cannot be read the claim releases
+// it still naming the job (lost already, the release changes nothing).
+func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, expires time.Time) error {
+	if core.LeaseCertain(expires, q.clock.Now(), q.cfg.LeaseTTL) {
+		return nil
+	}
+	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: lockKey}
+	cur, ver, err := rec.Load(ctx)
+	switch {
+	case err == nil && ver == c.lockVer:
+		return nil // held since the take, naming the job: any later taker repairs it
+	case err != nil && !errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt):
+		c.release(ctx) // c.named is the job
+		return err
+	}
+	epoch := c.epoch + 1
+	if err == nil && cur.Epoch > c.epoch {
+		epoch = cur.Epoch
+	}
+	if err := q.rescue(context.WithoutCancel(ctx), c.job.JobID, epoch); err != nil {
+		return err
+	}
+	return errLockLost
 }
 
 // lockEnded tells whether the job a held lock names ended its run under

@@ -233,6 +233,7 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 			break
 		}
 		if time.Now().After(deadline) {
+			dumpOpen(t, s, final)
 			t.Fatalf("%d of %d jobs still open after 3 minutes", open, n)
 		}
 		if sweeps++; sweeps%10 == 0 {
@@ -391,4 +392,26 @@ func workerProcess() int {
 	w := &jobqueue.Worker{Queue: q, ID: id, Handlers: faultyHandlers(uint64(len(id)) * 31), Slots: 4, PollInterval: poll, SweepInterval: -1}
 	_ = w.Run(ctx)
 	return 0
+}
+
+// dumpOpen logs, for every job not COMPLETE or DEAD, its stored record, its
+// agent's lock and the agent's lane entries: the state a stuck job was left
+// in (the invariant is "in its agent's lane or named by its agent's lock").
+func dumpOpen(t *testing.T, s storage.Store, final map[string]jobqueue.Job) {
+	t.Helper()
+	ctx := context.Background()
+	for id, j := range final {
+		if j.Status == jobqueue.JobComplete || j.Status == jobqueue.JobDead {
+			continue
+		}
+		jk, _ := storage.JobKey(id)
+		rec, rv, err := s.Get(ctx, jk)
+		t.Logf("open job %s (%s): record version %s err %v:\n%s", id, j.Status, rv, err, rec)
+		lk, _ := storage.AgentLockKey(j.AgentSlug)
+		lock, lv, err := s.Get(ctx, lk)
+		t.Logf("agent %s lock version %s err %v:\n%s", j.AgentSlug, lv, err, lock)
+		for key, err := range s.List(ctx, storage.LanesPrefix+j.AgentSlug+"/") {
+			t.Logf("lane entry %s err %v", key, err)
+		}
+	}
 }
