@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/runconveyor/conveyor/storage"
@@ -28,6 +29,16 @@ import (
 //     store, releases the lock still naming its job (Claim.named), and the
 //     next claim of the agent repairs that job before it names another
 //     (repairOrphan).
+//   - The pickup is a write of the job, not of the lock: a claim paused
+//     past its lease may pick up a job after another process took the
+//     lock and named another job. So a claim deletes the lane entry only
+//     after the pickup is confirmed (confirmPickup: the lock still named
+//     the job, or the job was put back in its lane), and an entry whose
+//     job does not point back is deleted only after its job is repaired
+//     (repairStale: a job in a pipeline state under an older epoch is
+//     rescued; one whose own entry is missing is relaned); the sweep
+//     leaves the entry of a job in a pipeline state until its lease has
+//     run out and it is rescued.
 //   - A claim that settled its job keeps the lock rather than releasing it
 //     (Claim.end, issue 12: one lock write per job), still naming the job.
 //     Whoever takes a lock that names a job it does not know settled (a
@@ -80,8 +91,39 @@ func (q *Queue) pendingAfter(key string, err error, now time.Time) bool {
 
 // staleEntry is errStale with what the pickup saw of the job.
 type staleEntry struct {
-	status  JobState
-	updated time.Time
+	status   JobState
+	updated  time.Time
+	readyKey string
+}
+
+// repairStale repairs the job of lane entry key, which does not point back
+// at it (se: as a claim's pickup read it), before the claim deletes the
+// entry; the claim's lock names the job meanwhile, with epoch. The entry
+// may be all that still points at a job in flight: a pickup that landed
+// after its claim lost the lock, whose claim died before it could put the
+// job back (confirmPickup), left the job in a pipeline state under an
+// older epoch, rescued here; a claim that died between such a rescue's job
+// write and its lane write left a waiting job whose own entry is missing,
+// relaned here; a FAILED job is buried.
+func (q *Queue) repairStale(ctx context.Context, key, jobID string, se *staleEntry, epoch int64) error {
+	switch {
+	case pipelineState(se.status):
+		return q.rescue(ctx, jobID, epoch)
+	case (se.status == JobQueued || se.status == JobRetryBackoff) && se.readyKey != "" && se.readyKey != key:
+		_, _, err := q.store.Get(ctx, se.readyKey)
+		if !errors.Is(err, storage.ErrNotFound) {
+			return err
+		}
+		at, _, ok := parseLaneKey(se.readyKey)
+		if !ok {
+			return fmt.Errorf("jobqueue: job %s has a malformed ready key %q", jobID, se.readyKey)
+		}
+		return q.putLane(ctx, se.readyKey, jobID, at)
+	case se.status == JobFailed:
+		_, err := q.bury(ctx, jobID, nil, "")
+		return err
+	}
+	return nil
 }
 
 func (e *staleEntry) Error() string        { return errStale.Error() }
@@ -103,6 +145,21 @@ func (q *Queue) putLaneFirst(ctx context.Context, key, jobID string, at time.Tim
 		return nil, err
 	}
 	return func() { _ = q.store.Delete(context.WithoutCancel(ctx), key, storage.Condition{}) }, nil
+}
+
+// relaneIfSlow writes lane entry key again (create-only) after its job's
+// write, when the two writes were so far apart (half a LeaseTTL, a margin
+// for skewed clocks) that a claim or the sweep may have taken the entry,
+// written first, for the garbage of a dead writer (lanePending) and
+// deleted it: the job would then point at an entry that no longer exists,
+// in no lane and named by no lock. A failure is logged: the job is written.
+func (q *Queue) relaneIfSlow(ctx context.Context, key, jobID string, at time.Time) {
+	if q.clock.Now().Sub(at) < q.cfg.LeaseTTL/2 {
+		return
+	}
+	if err := q.putLane(context.WithoutCancel(ctx), key, jobID, at); err != nil {
+		q.log.ErrorContext(ctx, "jobqueue: lane entry of a slow write not confirmed", "job_id", jobID, "lane", key, "err", err)
+	}
 }
 
 // repairOrphan settles the job an agent's lock still names when a claim

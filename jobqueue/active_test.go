@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"sync"
@@ -630,5 +631,191 @@ func TestPickupAfterLockLost(t *testing.T) {
 	clk.Advance(time.Hour)
 	if c := claim(t, q3, "w3"); c == nil || c.Job().JobID != "job-1" {
 		t.Fatalf("job-1 not claimed again: %v", c)
+	}
+}
+
+// dyingAfterPickup is the store of a process that is paused just before
+// its pickup write of jobKey (hit, open, as gate) and dies ops store calls
+// after that write lands: every later call fails and changes nothing.
+type dyingAfterPickup struct {
+	storage.Store
+	jobKey string
+	ops    int
+	hit    chan struct{}
+	open   chan struct{}
+	mu     sync.Mutex
+	armed  bool
+	left   int
+}
+
+func (d *dyingAfterPickup) dead() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.armed {
+		return false
+	}
+	d.left--
+	return d.left < 0
+}
+
+func (d *dyingAfterPickup) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	if d.dead() {
+		return nil, "", storage.ErrUnavailable
+	}
+	return d.Store.Get(ctx, key)
+}
+
+func (d *dyingAfterPickup) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	if d.dead() {
+		return storage.ErrUnavailable
+	}
+	return d.Store.Delete(ctx, key, cond)
+}
+
+func (d *dyingAfterPickup) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	if d.dead() {
+		return func(yield func(string, error) bool) { yield("", storage.ErrUnavailable) }
+	}
+	return d.Store.List(ctx, prefix)
+}
+
+func (d *dyingAfterPickup) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	if d.dead() {
+		return "", storage.ErrUnavailable
+	}
+	pickup := false
+	d.mu.Lock()
+	if key == d.jobKey && !d.armed {
+		pickup = true
+	}
+	d.mu.Unlock()
+	if pickup {
+		close(d.hit)
+		<-d.open
+	}
+	v, err := d.Store.Put(ctx, key, value, cond)
+	if pickup {
+		d.mu.Lock()
+		d.armed, d.left = true, d.ops
+		d.mu.Unlock()
+	}
+	return v, err
+}
+
+// TestPickupAfterLockLostThenDeath is TestPickupAfterLockLost with w1
+// dying at every point after its late pickup lands: before it can read the
+// lock again, put job-1 back in its lane or tidy its lane entry. Whatever
+// point it dies at, job-1 must stay findable: by the sweep, and, without
+// any sweep, by the agent's next claims.
+func TestPickupAfterLockLostThenDeath(t *testing.T) {
+	t.Parallel()
+	for ops := range 5 {
+		for _, sweep := range []bool{true, false} {
+			t.Run(fmt.Sprintf("dies %d calls after the pickup, sweep %v", ops, sweep), func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				s := memstore.New()
+				clk := clock.NewFake(t0)
+				q := newQueue(t, s, clk)
+				enqueue(t, q, "job-1", "agent-a")
+				enqueue(t, q, "job-2", "agent-a")
+				jobKey, _ := storage.JobKey("job-1")
+				lockKey, _ := storage.AgentLockKey("agent-a")
+				ga := &dyingAfterPickup{Store: s, jobKey: jobKey, ops: ops, hit: make(chan struct{}), open: make(chan struct{})}
+				gb := newGate(s, true, func(key string) bool { return key == lockKey }) // w2: after its take of the lock
+				qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
+				type result struct {
+					c   *jobqueue.Claim
+					err error
+				}
+				ca, cb := make(chan result, 1), make(chan result, 1)
+				go func() {
+					c, err := qa.Claim(ctx, "w1")
+					ca <- result{c, err}
+				}()
+				within(t, "w1's pickup", ga.hit)
+				clk.Advance(jobqueue.DefaultLeaseTTL + time.Second) // w1's lock lapses
+				go func() {
+					c, err := qb.Claim(ctx, "w2")
+					cb <- result{c, err}
+				}()
+				within(t, "w2's take of the lock", gb.hit)
+				close(ga.open) // w1's pickup of job-1 lands, and w1 dies soon after
+				within(t, "w1's claim", ca)
+				close(gb.open)
+				rb := within(t, "w2's claim", cb)
+				if rb.err != nil || rb.c == nil || rb.c.Job().JobID != "job-2" {
+					t.Fatalf("w2's claim: %v, %v; want job-2", rb.c, rb.err)
+				}
+				if _, err := rb.c.Run(ctx, okHandlers()); err != nil {
+					t.Fatal(err)
+				}
+				q3 := newQueue(t, s, clk) // another process
+				for range 5 {
+					clk.Advance(time.Hour)
+					if sweep {
+						if _, err := q3.Sweep(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
+					c, err := q3.Claim(ctx, "w3")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if c != nil && c.Job().JobID == "job-1" {
+						return
+					}
+				}
+				j := get(t, q3, "job-1")
+				b, _, _ := s.Get(ctx, lockKey)
+				t.Fatalf("job-1 %s (ready key %q, lease %+v), lane entries of agent-a %d, agent lock %s: lost to the sweep and the claims",
+					j.Status, j.ReadyKey, j.Lease, countKeys(t, s, storage.LanesPrefix), b)
+			})
+		}
+	}
+}
+
+// TestSlowEnqueueRelanes: an Enqueue (and a Requeue) whose job write lands
+// more than LeaseTTL after its lane entry, which a sweep meanwhile deleted
+// as the garbage of a dead writer, writes the entry again: the job is
+// claimed, not left pointing at an entry that no longer exists.
+func TestSlowEnqueueRelanes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	enqueue(t, newQueue(t, s, clk), "job-0", "agent-a") // the agent's lock exists
+	jobKey, _ := storage.JobKey("job-1")
+	g := newGate(s, false, func(key string) bool { return key == jobKey })
+	qa := newQueue(t, g, clk)
+	done := make(chan error, 1)
+	go func() {
+		_, err := qa.Enqueue(ctx, lifecycle.ActorGateway, spec("job-1", "agent-a"))
+		done <- err
+	}()
+	within(t, "the job write", g.hit)
+	clk.Advance(jobqueue.DefaultLeaseTTL + time.Second)
+	q2 := newQueue(t, s, clk)
+	if r, err := q2.Sweep(ctx); err != nil || r.Dropped != 1 {
+		t.Fatalf("sweep %+v, %v; want the entry taken for garbage", r, err)
+	}
+	close(g.open)
+	if err := within(t, "the Enqueue", done); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 2 {
+		c := claim(t, q2, "w")
+		if c == nil {
+			break
+		}
+		seen[c.Job().JobID] = true
+		if _, err := c.Run(ctx, okHandlers()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !seen["job-1"] {
+		j := get(t, q2, "job-1")
+		t.Fatalf("job-1 %s with ready key %q (%d lane entries) never claimed", j.Status, j.ReadyKey, countKeys(t, s, j.ReadyKey))
 	}
 }

@@ -488,13 +488,13 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			c.release(ctx)
 			return nil, now.Add(laneRecheck), nil
 		case errors.Is(err, errStale), errors.Is(err, storage.ErrNotFound):
-			c.named = ""
 			// Another process took it: the cache is out of date, so list
 			// the lane afresh rather than try its other entries one by one.
 			a.forget()
 			if q.pendingAfter(key, err, q.clock.Now()) {
 				// Written moments ago by an Enqueue or Requeue that writes
 				// its job next: left alone (active.go).
+				c.named = ""
 				if key == pending {
 					c.release(ctx)
 					return nil, now.Add(pendingRecheck), nil
@@ -502,17 +502,32 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 				pending = key
 				continue
 			}
+			// The entry may be all that still points at its job: repaired
+			// while the lock names the job, before the entry goes.
+			var se *staleEntry
+			if errors.As(err, &se) {
+				if err := q.repairStale(ctx, key, jobID, se, c.epoch); err != nil {
+					c.release(ctx) // still naming the job
+					return nil, time.Time{}, err
+				}
+			}
+			c.named = ""
 			_ = q.store.Delete(ctx, key, storage.Condition{})
 			continue
 		case err != nil:
 			c.release(ctx)
 			return nil, time.Time{}, err
 		}
-		a.drop(key)
-		_ = q.store.Delete(ctx, key, storage.Condition{})
 		if picked {
 			c.job, c.doc, c.ver = doc.Job, doc, ver
-			if err := q.confirmPickup(ctx, c, lockKey, lock.ExpiresAt); err != nil {
+			// The entry goes only once the pickup is confirmed: until then
+			// it may be all that points at the job (confirmPickup).
+			err := q.confirmPickup(ctx, c, lockKey, lock.ExpiresAt)
+			if err == nil || errors.Is(err, errLockLost) {
+				a.drop(key)
+				_ = q.store.Delete(ctx, key, storage.Condition{})
+			}
+			if err != nil {
 				a.forget()
 				if errors.Is(err, errLockLost) {
 					return nil, now, nil // the job is back in its lane; look again
@@ -521,6 +536,8 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			}
 			return c, time.Time{}, nil
 		}
+		a.drop(key)
+		_ = q.store.Delete(ctx, key, storage.Condition{})
 		// The job's attempts ran out: it went to FAILED and DEAD; next,
 		// unless its audit object is still to be written (active.go).
 		if q.hasAuditGap(jobID) {
@@ -680,7 +697,7 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 	orch := lifecycle.ActorOrchestration
 	doc, ver, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
 		if d.ReadyKey != key || (d.Status != JobQueued && d.Status != JobRetryBackoff) {
-			return &staleEntry{status: d.Status, updated: d.UpdatedAt}
+			return &staleEntry{status: d.Status, updated: d.UpdatedAt, readyKey: d.ReadyKey}
 		}
 		if d.Status == JobRetryBackoff {
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {

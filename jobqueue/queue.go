@@ -506,6 +506,7 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 		}
 		return Job{}, err
 	}
+	q.relaneIfSlow(ctx, lane, n.JobID, now)
 	q.laneAdded(n.AgentSlug, lane)
 	q.observe(nil, &doc, doc.Trail)
 	// No audit write: QUEUED is no rest (see flushes); the two moves wait
@@ -966,6 +967,7 @@ func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string
 		undo()
 		return Job{}, err
 	}
+	q.relaneIfSlow(ctx, lane, jobID, at)
 	q.laneAdded(cur.AgentSlug, lane)
 	return d.Job, nil
 }

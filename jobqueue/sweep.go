@@ -138,7 +138,10 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 	default:
 		return err
 	}
-	if cur != nil && (cur.ReadyKey == key || q.lanePending(key, cur, now)) {
+	// A job in a pipeline state here has a lease not yet run out (the
+	// sweep rescues the others), and may be reachable by this entry alone
+	// (confirmPickup): the entry stays until the job leaves its pipeline.
+	if cur != nil && (cur.ReadyKey == key || pipelineState(cur.Status) || q.lanePending(key, cur, now)) {
 		return nil
 	}
 	if err := q.store.Delete(ctx, key, storage.Condition{}); err != nil && !errors.Is(err, storage.ErrNotFound) {
