@@ -196,14 +196,17 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 	now := q.clock.Now()
 	q.mu.Lock()
 	every := laneRecheck
-	if q.lanesDirty {
+	switch {
+	case q.lanesDirty:
 		every = watchRelist
+	case q.lanesPoll:
+		every = busyPoll
 	}
 	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < every && !now.Before(q.globalAt) {
 		q.mu.Unlock()
 		return nil
 	}
-	q.globalAt, q.lanesDirty = now, false
+	q.globalAt, q.lanesDirty, q.lanesPoll = now, false, false
 	q.mu.Unlock()
 	byAgent := map[string][]string{}
 	truncated, last := false, ""

@@ -126,6 +126,9 @@ type Queue struct {
 	globalAt time.Time              // when refreshLanes last listed every lane
 	// lanesDirty: the store's watch signalled a lane change since.
 	lanesDirty bool
+	// lanesPoll: a Worker over a store without a watch polls the lanes
+	// soon after it last found work (busyPoll).
+	lanesPoll bool
 	audited    map[string]int64 // job id → latest version whose audit this Queue wrote
 	gaps       map[string]int64 // job id → version at rest whose audit flush failed (active.go)
 

@@ -16,6 +16,12 @@ import (
 // Watch(ctx, prefix) (<-chan struct{}, error), such as a storage.Watcher:
 // work other processes enqueue wakes it too) or PollInterval passes; the
 // worker sweeps the queue every SweepInterval.
+//
+// Over a store that cannot watch (S3), the poll adapts: a loop that just
+// found work looks for more after 25 ms, then after twice as long at
+// every empty look, up to PollInterval, so a stream of work from other
+// processes is found within tens of milliseconds while an idle Worker
+// lists the lanes about once per PollInterval.
 type Worker struct {
 	// Queue to run. Required.
 	Queue *Queue
@@ -73,12 +79,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	var wg sync.WaitGroup
+	watched := false
 	if ws, ok := w.Queue.cfg.Store.(watcher); ok {
 		// Work other processes enqueue is found at the store's signal, not
 		// at the next poll; polling stays as the fallback.
 		if ch, err := ws.Watch(ctx, storage.LanesPrefix); err != nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: watching the lanes; polling only", "worker", w.ID, "err", err)
 		} else {
+			watched = true
 			wg.Go(func() {
 				for {
 					select {
@@ -95,7 +103,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	for range slots {
-		wg.Go(func() { w.loop(ctx, poll) })
+		wg.Go(func() { w.loop(ctx, poll, watched) })
 	}
 	if sweep > 0 {
 		wg.Go(func() {
@@ -158,18 +166,39 @@ func (w *Worker) noAssembly(t JobType) bool {
 	return h.AssembleContext == nil
 }
 
-func (w *Worker) loop(ctx context.Context, poll time.Duration) {
+// busyPoll is the first wait of a loop that found work, over a store that
+// cannot watch, and the shortest spacing of the lane listings it causes;
+// each empty look doubles the wait, up to PollInterval.
+const busyPoll = 25 * time.Millisecond
+
+// maxBusyShift bounds the doubling (25 ms << 6 = 1.6 s, past the default
+// PollInterval).
+const maxBusyShift = 6
+
+func (w *Worker) loop(ctx context.Context, poll time.Duration, watched bool) {
+	empty := maxBusyShift // no work found yet: the plain poll
 	for ctx.Err() == nil {
 		c, err := w.Queue.claimFor(ctx, w.ID, w.noAssembly)
 		if err != nil && ctx.Err() == nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: claim", "worker", w.ID, "err", err)
 		}
 		if c == nil {
-			if !w.waitWork(ctx, poll) {
+			wait := poll
+			if !watched && empty < maxBusyShift {
+				wait = min(poll, busyPoll<<empty)
+			}
+			if !w.waitWork(ctx, wait) {
 				return
 			}
+			if !watched && empty < maxBusyShift {
+				w.Queue.mu.Lock()
+				w.Queue.lanesPoll = true // the next claim lists the lanes
+				w.Queue.mu.Unlock()
+			}
+			empty = min(empty+1, maxBusyShift)
 			continue
 		}
+		empty = 0
 		if _, err := c.Run(ctx, w.Handlers); err != nil && ctx.Err() == nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: run", "worker", w.ID, "job_id", c.Job().JobID, "err", err)
 		}

@@ -339,3 +339,31 @@ func TestLostAuditFlushIsRepaired(t *testing.T) {
 		t.Fatalf("audit events\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestWorkerPollsSoonAfterWork: over a store that cannot watch (S3), a
+// Worker that just found work looks for more after 25 ms, not at its next
+// poll (an hour away on a clock that does not move by itself), so work
+// another process enqueues in a stream is found at once.
+func TestWorkerPollsSoonAfterWork(t *testing.T) {
+	s := struct{ storage.Store }{stores[0].new(t)} // no Watch
+	clk := clock.NewFake(t0)
+	q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := within(t, "Worker.Run after cancel", stopped); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-clk.WaitForTimers(1) // idle from the start: the plain poll, an hour
+	enqueue(t, q2, "job-1", "agent-x")
+	clk.Advance(time.Hour)
+	waitFor(t, func() bool { return get(t, q2, "job-1").Status == jobqueue.JobComplete })
+	<-clk.WaitForTimers(1) // it found work: the next look is 25 ms away
+	enqueue(t, q2, "job-2", "agent-y")
+	clk.Advance(25 * time.Millisecond)
+	waitFor(t, func() bool { return get(t, q2, "job-2").Status == jobqueue.JobComplete })
+}

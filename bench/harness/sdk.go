@@ -59,6 +59,18 @@ func (c *counting) List(ctx context.Context, prefix string) iter.Seq2[string, er
 	return c.Store.List(ctx, prefix)
 }
 
+// watching is counting over a store that signals changes (storage.Watcher):
+// the Worker finds another process's enqueues at the signal, as it does on
+// the bare store; the signal is no store round trip and is not counted.
+type watching struct {
+	*counting
+	w storage.Watcher
+}
+
+func (c watching) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	return c.w.Watch(ctx, prefix)
+}
+
 // sdkDriver runs jobqueue over one of the SDK's stores.
 type sdkDriver struct {
 	name string
@@ -98,7 +110,11 @@ func (d *sdkDriver) Reset(ctx context.Context) error {
 
 func (d *sdkDriver) use(s storage.Store, addr string) error {
 	cs := &counting{Store: s}
-	q, err := jobqueue.New(jobqueue.Config{Store: cs, Node: "bench", Logger: logger, Metrics: sdkMetrics{d}})
+	var qs storage.Store = cs
+	if w, ok := s.(storage.Watcher); ok {
+		qs = watching{cs, w}
+	}
+	q, err := jobqueue.New(jobqueue.Config{Store: qs, Node: "bench", Logger: logger, Metrics: sdkMetrics{d}})
 	if err != nil {
 		return err
 	}
@@ -120,16 +136,16 @@ func (d *sdkDriver) Work(ctx context.Context, slots int, h Hooks) (func() error,
 		return nil, errors.New("harness: Work before Reset")
 	}
 	d.hooks.Store(&h)
+	// One handler, as the peers' jobs have: the job starts when it is
+	// called (after the pickup's write). An AssembleContext handler would
+	// cost the job a write of its own (docs/performance.md).
 	w := &jobqueue.Worker{Queue: q, ID: "bench-worker", Slots: slots, Handlers: jobqueue.Handlers{
-		AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			var p Payload
 			if err := json.Unmarshal(job.Payload, &p); err != nil {
-				return nil, jobqueue.Permanent(err)
+				return jobqueue.Output{}, jobqueue.Permanent(err)
 			}
 			h.Started(p)
-			return nil, nil
-		},
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
 		},
 	}}
