@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -214,6 +215,48 @@ func BenchmarkClaimNoWork(b *testing.B) {
 					b.Fatalf("claimed %s from an idle queue", c.Job().JobID)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkDispatch: enqueue→start of a job another Queue (another process,
+// for all the Worker knows) enqueues on filestore, one job at a time, the
+// Worker idle in between: "watch" learns of it at the store's signal
+// (inotify), "poll" over the same store with its Watch hidden (as over S3)
+// at its adaptive poll, the baseline of the same run. ns/op is the mean
+// latency; p50-ms the median.
+func BenchmarkDispatch(b *testing.B) {
+	for _, mode := range []string{"watch", "poll"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var s storage.Store = fileStore(b)
+			producer := newQueue(b, s, clock.Real())
+			if mode == "poll" {
+				s = struct{ storage.Store }{s}
+			}
+			started := make(chan time.Time, 1)
+			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+				started <- time.Now()
+				return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+			}}
+			w := &jobqueue.Worker{Queue: newQueue(b, s, clock.Real()), ID: "w", Handlers: h, SweepInterval: -1}
+			stopped := make(chan error, 1)
+			go func() { stopped <- w.Run(ctx) }()
+			var lat []time.Duration
+			i := 0
+			for b.Loop() {
+				i++
+				at := time.Now()
+				enqueue(b, producer, "job-"+strconv.Itoa(i), "agent-"+strconv.Itoa(i%8))
+				lat = append(lat, (<-started).Sub(at))
+			}
+			cancel()
+			if err := <-stopped; err != nil {
+				b.Fatal(err)
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2])/float64(time.Millisecond), "p50-ms")
 		})
 	}
 }
