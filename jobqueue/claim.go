@@ -171,6 +171,14 @@ func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, er
 // listings are bounded to one per watchRelist.
 const watchRelist = 10 * time.Millisecond
 
+// relistCost bounds the share of its time a Queue spends listing every
+// lane at a watch's (or a busy poll's) prompting: the next such listing
+// waits at least relistCost times as long as the last one took, so a
+// store whose whole-queue listing is slow (filestore walks a directory per
+// agent) spends at most about 1/relistCost of a core on it, however many
+// signals its writes cause. The plain laneRecheck pace is never slowed.
+const relistCost = 5
+
 // lanesChanged notes the store's signal that the ready lanes changed: the
 // next Claim lists them (within watchRelist of the last listing), and
 // waiting Worker loops wake to make it.
@@ -202,12 +210,20 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 	case q.lanesPoll:
 		every = busyPoll
 	}
+	every = min(laneRecheck, max(every, relistCost*q.listCost))
 	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < every && !now.Before(q.globalAt) {
 		q.mu.Unlock()
 		return nil
 	}
 	q.globalAt, q.lanesDirty, q.lanesPoll = now, false, false
 	q.mu.Unlock()
+	// The cost is the listing's real duration, whatever the Queue's clock.
+	began := time.Now()
+	defer func() {
+		q.mu.Lock()
+		q.listCost = time.Since(began)
+		q.mu.Unlock()
+	}()
 	byAgent := map[string][]string{}
 	truncated, last := false, ""
 	n := 0

@@ -124,13 +124,14 @@ type Queue struct {
 	agents   map[string]*agentState // every agent this Queue knows of
 	agentAt  time.Time              // when the agents' locks were last listed
 	globalAt time.Time              // when refreshLanes last listed every lane
+	listCost time.Duration          // how long that listing took (relistCost)
 	// lanesDirty: the store's watch signalled a lane change since.
 	lanesDirty bool
 	// lanesPoll: a Worker over a store without a watch polls the lanes
 	// soon after it last found work (busyPoll).
 	lanesPoll bool
-	audited    map[string]int64 // job id → latest version whose audit this Queue wrote
-	gaps       map[string]int64 // job id → version at rest whose audit flush failed (active.go)
+	audited   map[string]int64 // job id → latest version whose audit this Queue wrote
+	gaps      map[string]int64 // job id → version at rest whose audit flush failed (active.go)
 
 	schedMu sync.Mutex
 	due     dueHeap       // the agents by when each is next worth a look
