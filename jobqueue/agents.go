@@ -24,6 +24,7 @@ type agentState struct {
 	// covered: the last whole-queue listing (refreshLanes) included the lane.
 	covered   bool
 	listedAt  time.Time // when the lane was last listed
+	gone      []goneKey // lane keys this Queue's claims deleted last (deleteLane)
 	idle      int       // empty listings in a row
 	busyUntil time.Time // the agent's lock was held; do not read it before
 	lockAt    time.Time // when the agent's lock was last read for an orphan

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -146,6 +147,7 @@ func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, er
 	if err != nil {
 		return "", err
 	}
+	gen := q.listGen.Add(1)
 	var keys []string
 	for key, err := range q.store.List(ctx, prefix) {
 		if err != nil {
@@ -156,7 +158,9 @@ func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, er
 			break
 		}
 	}
-	a.keys, a.complete, a.listedAt = keys, len(keys) < laneBatch, now
+	complete := len(keys) < laneBatch
+	keys = a.withoutGone(keys, gen)
+	a.keys, a.complete, a.listedAt = keys, complete, now
 	if len(keys) == 0 {
 		a.idle++ // an idle agent is listed less and less often
 		return "", nil
@@ -191,6 +195,23 @@ func (q *Queue) lanesChanged() {
 	q.schedMu.Unlock()
 }
 
+// pollLanes lists every lane now, unless a listing ran less than busyPoll
+// ago (Worker.pollLanes).
+func (q *Queue) pollLanes(ctx context.Context) error {
+	q.mu.Lock()
+	q.lanesPoll = true
+	q.mu.Unlock()
+	return q.refreshLanes(ctx)
+}
+
+// foundWork counts the listings of every lane that found new work (an
+// agent's first ready key not known before).
+func (q *Queue) foundWork() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.newWork
+}
+
 // globalBatch bounds the keys one refreshLanes reads (ten S3 List pages).
 const globalBatch = 10000
 
@@ -216,6 +237,7 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 		return nil
 	}
 	q.globalAt, q.lanesDirty, q.lanesPoll = now, false, false
+	gen := q.listGen.Add(1)
 	q.mu.Unlock()
 	// The cost is the listing's real duration, whatever the Queue's clock.
 	began := time.Now()
@@ -241,6 +263,14 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 		}
 	}
 	lastAgent, _ := laneAgent(last)
+	found := false
+	defer func() {
+		if found {
+			q.mu.Lock()
+			q.newWork++
+			q.mu.Unlock()
+		}
+	}()
 	for name := range byAgent {
 		if storage.ValidateID("agent slug", name) == nil {
 			q.agent(name)
@@ -256,6 +286,7 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 		covered := !truncated || lanePrefix+a.name+"/" <= last
 		keys := byAgent[a.name]
 		a.mu.Lock()
+		keys = a.withoutGone(keys, gen)
 		a.covered = covered
 		var first string
 		switch {
@@ -277,6 +308,7 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 		}
 		a.mu.Unlock()
 		if first != "" {
+			found = true
 			at, _, ok := parseLaneKey(first)
 			if !ok {
 				at = now // malformed: claimAgent cleans it up
@@ -299,10 +331,57 @@ func (a *agentState) lockCheckDue(now time.Time, every time.Duration) (bool, tim
 	return true, now.Add(every)
 }
 
-// drop removes key from a's cache.
-func (a *agentState) drop(key string) {
+// maxGone is how many lane keys an agent remembers deleting (deleteLane):
+// more than one agent's claims delete while one listing runs.
+const maxGone = 8
+
+// goneKey is a lane key this Queue deleted, and the generation of the
+// lane listings (Queue.listGen) when the delete had landed.
+type goneKey struct {
+	key string
+	gen uint64
+}
+
+// deleteLane deletes lane entry key of a, which a claim is done with. A
+// listing (of a's lane, or of every lane) that began before the delete
+// landed may still hold the key; it must not put it back in a's cache, where the next claim
+// would rewrite the lock to name a job long gone and delete the entry
+// again: two writes for nothing. So the key is remembered (maxGone) and
+// such a listing leaves it out (refreshLanes).
+func (q *Queue) deleteLane(ctx context.Context, a *agentState, key string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.dropLocked(key)
+	if len(a.gone) == maxGone {
+		a.gone = slices.Delete(a.gone, 0, 1)
+	}
+	// Left out of every listing until the delete has landed.
+	a.gone = append(a.gone, goneKey{key, math.MaxUint64})
+	a.mu.Unlock()
+	_ = q.store.Delete(ctx, key, storage.Condition{})
+	gen := q.listGen.Load()
+	a.mu.Lock()
+	for i := range a.gone {
+		if a.gone[i].key == key {
+			a.gone[i].gen = gen
+		}
+	}
+	a.mu.Unlock()
+}
+
+// withoutGone returns keys, listed by the listing of generation gen, less
+// those a's claims deleted after that listing may have begun. a.mu must be
+// held.
+func (a *agentState) withoutGone(keys []string, gen uint64) []string {
+	if len(a.gone) == 0 || len(keys) == 0 {
+		return keys
+	}
+	return slices.DeleteFunc(keys, func(k string) bool {
+		return slices.ContainsFunc(a.gone, func(g goneKey) bool { return g.key == k && g.gen >= gen })
+	})
+}
+
+// dropLocked removes key from a's cache; a.mu must be held.
+func (a *agentState) dropLocked(key string) {
 	for i, k := range a.keys {
 		if k == key {
 			a.keys = append(a.keys[:i], a.keys[i+1:]...)
@@ -483,8 +562,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 		}
 		at, jobID, ok := parseLaneKey(key)
 		if !ok {
-			a.drop(key)
-			_ = q.store.Delete(ctx, key, storage.Condition{})
+			q.deleteLane(ctx, a, key)
 			continue
 		}
 		if at.After(q.clock.Now()) {
@@ -531,7 +609,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 				}
 			}
 			c.named = ""
-			_ = q.store.Delete(ctx, key, storage.Condition{})
+			q.deleteLane(ctx, a, key)
 			continue
 		case err != nil:
 			c.release(ctx)
@@ -543,8 +621,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			// it may be all that points at the job (confirmPickup).
 			err := q.confirmPickup(ctx, c, lockKey, lock.ExpiresAt)
 			if err == nil || errors.Is(err, errLockLost) {
-				a.drop(key)
-				_ = q.store.Delete(ctx, key, storage.Condition{})
+				q.deleteLane(ctx, a, key)
 			}
 			if err != nil {
 				a.forget()
@@ -555,8 +632,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			}
 			return c, time.Time{}, nil
 		}
-		a.drop(key)
-		_ = q.store.Delete(ctx, key, storage.Condition{})
+		q.deleteLane(ctx, a, key)
 		// The job's attempts ran out: it went to FAILED and DEAD; next,
 		// unless its audit object is still to be written (active.go).
 		if q.hasAuditGap(jobID) {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
@@ -125,6 +126,8 @@ type Queue struct {
 	agentAt  time.Time              // when the agents' locks were last listed
 	globalAt time.Time              // when refreshLanes last listed every lane
 	listCost time.Duration          // how long that listing took (relistCost)
+	newWork  int64                  // listings that found new work (foundWork)
+	listGen  atomic.Uint64          // lane listings begun (deleteLane)
 	// lanesDirty: the store's watch signalled a lane change since.
 	lanesDirty bool
 	// lanesPoll: a Worker over a store without a watch polls the lanes

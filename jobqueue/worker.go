@@ -17,11 +17,12 @@ import (
 // work other processes enqueue wakes it too) or PollInterval passes; the
 // worker sweeps the queue every SweepInterval.
 //
-// Over a store that cannot watch (S3), the poll adapts: a loop that just
-// found work looks for more after 25 ms, then after twice as long at
-// every empty look, up to PollInterval, so a stream of work from other
-// processes is found within tens of milliseconds while an idle Worker
-// lists the lanes about once per PollInterval.
+// Over a store that cannot watch (S3), one goroutine of the Worker polls
+// the ready lanes on an adaptive schedule: 25 ms after a listing found new
+// work, then twice as long after every listing that found none, up to
+// PollInterval. So a stream of work from other processes is found within
+// tens of milliseconds, while an idle Worker lists the lanes about once per
+// PollInterval; the loops wait for the work it finds.
 type Worker struct {
 	// Queue to run. Required.
 	Queue *Queue
@@ -103,7 +104,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	for range slots {
-		wg.Go(func() { w.loop(ctx, poll, watched) })
+		wg.Go(func() { w.loop(ctx, poll) })
+	}
+	if !watched {
+		wg.Go(func() { w.pollLanes(ctx, poll) })
 	}
 	if sweep > 0 {
 		wg.Go(func() {
@@ -166,39 +170,44 @@ func (w *Worker) noAssembly(t JobType) bool {
 	return h.AssembleContext == nil
 }
 
-// busyPoll is the first wait of a loop that found work, over a store that
-// cannot watch, and the shortest spacing of the lane listings it causes;
-// each empty look doubles the wait, up to PollInterval.
+// busyPoll is the wait of the lane poll (over a store that cannot watch)
+// after a listing found new work, and the shortest spacing of its
+// listings; each listing that finds none doubles the wait, up to
+// PollInterval.
 const busyPoll = 25 * time.Millisecond
 
-// maxBusyShift bounds the doubling (25 ms << 6 = 1.6 s, past the default
-// PollInterval).
-const maxBusyShift = 6
+// pollLanes lists the ready lanes on the adaptive schedule busyPoll
+// describes, for a Worker whose store cannot watch: work it finds is
+// scheduled in the Queue, which wakes the waiting loops.
+func (w *Worker) pollLanes(ctx context.Context, poll time.Duration) {
+	wait := poll
+	seen := w.Queue.foundWork()
+	for w.sleep(ctx, wait, nil) {
+		if err := w.Queue.pollLanes(ctx); err != nil && ctx.Err() == nil {
+			w.Queue.log.WarnContext(ctx, "jobqueue: polling the lanes", "worker", w.ID, "err", err)
+		}
+		// New work found by any listing since the last look, this one or a
+		// claim's: more may follow soon.
+		if n := w.Queue.foundWork(); n != seen {
+			seen, wait = n, busyPoll
+		} else {
+			wait = min(poll, 2*wait)
+		}
+	}
+}
 
-func (w *Worker) loop(ctx context.Context, poll time.Duration, watched bool) {
-	empty := maxBusyShift // no work found yet: the plain poll
+func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 	for ctx.Err() == nil {
 		c, err := w.Queue.claimFor(ctx, w.ID, w.noAssembly)
 		if err != nil && ctx.Err() == nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: claim", "worker", w.ID, "err", err)
 		}
 		if c == nil {
-			wait := poll
-			if !watched && empty < maxBusyShift {
-				wait = min(poll, busyPoll<<empty)
-			}
-			if !w.waitWork(ctx, wait) {
+			if !w.waitWork(ctx, poll) {
 				return
 			}
-			if !watched && empty < maxBusyShift {
-				w.Queue.mu.Lock()
-				w.Queue.lanesPoll = true // the next claim lists the lanes
-				w.Queue.mu.Unlock()
-			}
-			empty = min(empty+1, maxBusyShift)
 			continue
 		}
-		empty = 0
 		if _, err := c.Run(ctx, w.Handlers); err != nil && ctx.Err() == nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: run", "worker", w.ID, "job_id", c.Job().JobID, "err", err)
 		}

@@ -341,8 +341,8 @@ func TestLostAuditFlushIsRepaired(t *testing.T) {
 }
 
 // TestWorkerPollsSoonAfterWork: over a store that cannot watch (S3), a
-// Worker that just found work looks for more after 25 ms, not at its next
-// poll (an hour away on a clock that does not move by itself), so work
+// Worker whose lane poll just found work looks for more after 25 ms, not
+// at its next poll (an hour away on a clock that does not move by itself), so work
 // another process enqueues in a stream is found at once.
 func TestWorkerPollsSoonAfterWork(t *testing.T) {
 	s := struct{ storage.Store }{stores[0].new(t)} // no Watch
@@ -358,11 +358,11 @@ func TestWorkerPollsSoonAfterWork(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	<-clk.WaitForTimers(1) // idle from the start: the plain poll, an hour
+	<-clk.WaitForTimers(2) // idle from the start: the loop and the lane poll wait an hour
 	enqueue(t, q2, "job-1", "agent-x")
 	clk.Advance(time.Hour)
 	waitFor(t, func() bool { return get(t, q2, "job-1").Status == jobqueue.JobComplete })
-	<-clk.WaitForTimers(1) // it found work: the next look is 25 ms away
+	<-clk.WaitForTimers(2) // it found work: the lane poll's next look is 25 ms away
 	enqueue(t, q2, "job-2", "agent-y")
 	clk.Advance(25 * time.Millisecond)
 	waitFor(t, func() bool { return get(t, q2, "job-2").Status == jobqueue.JobComplete })
