@@ -575,46 +575,7 @@ func (g *gate) Put(ctx context.Context, key string, value []byte, cond storage.C
 // back in its lane if not.
 func TestPickupAfterLockLost(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New()
-	clk := clock.NewFake(t0)
-	q := newQueue(t, s, clk)
-	enqueue(t, q, "job-1", "agent-a")
-	enqueue(t, q, "job-2", "agent-a")
-	jobKey, _ := storage.JobKey("job-1")
-	lockKey, _ := storage.AgentLockKey("agent-a")
-	ga := newGate(s, false, func(key string) bool { return key == jobKey }) // w1: before its pickup write
-	gb := newGate(s, true, func(key string) bool { return key == lockKey }) // w2: after its take of the lock
-	qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
-	type result struct {
-		c   *jobqueue.Claim
-		err error
-	}
-	ca, cb := make(chan result, 1), make(chan result, 1)
-	go func() {
-		c, err := qa.Claim(ctx, "w1")
-		ca <- result{c, err}
-	}()
-	within(t, "w1's pickup", ga.hit)
-	clk.Advance(jobqueue.DefaultLeaseTTL + time.Second) // w1's lock lapses
-	go func() {
-		c, err := qb.Claim(ctx, "w2")
-		cb <- result{c, err}
-	}()
-	within(t, "w2's take of the lock", gb.hit)
-	close(ga.open) // w1's pickup of job-1 lands
-	ra := within(t, "w1's claim", ca)
-	if ra.err != nil {
-		t.Fatalf("w1's claim: %v", ra.err)
-	}
-	// w1 dies here: its claim, if any, is never run.
-	close(gb.open)
-	rb := within(t, "w2's claim", cb)
-	if rb.err != nil || rb.c == nil || rb.c.Job().JobID != "job-2" {
-		t.Fatalf("w2's claim: %v, %v; want job-2", rb.c, rb.err)
-	}
-	if _, err := rb.c.Run(ctx, okHandlers()); err != nil {
-		t.Fatal(err)
-	}
+	s, clk, lockKey := latePickup(t, -1)
 	// Whatever happened, job-1 is in flight: it must be in agent-a's lane
 	// or named by agent-a's lock, so that the sweep and the claims find it.
 	clk.Advance(time.Hour)
@@ -636,7 +597,8 @@ func TestPickupAfterLockLost(t *testing.T) {
 
 // dyingAfterPickup is the store of a process that is paused just before
 // its pickup write of jobKey (hit, open, as gate) and dies ops store calls
-// after that write lands: every later call fails and changes nothing.
+// after that write lands: every later call fails and changes nothing. A
+// negative ops never dies.
 type dyingAfterPickup struct {
 	storage.Store
 	jobKey string
@@ -651,7 +613,7 @@ type dyingAfterPickup struct {
 func (d *dyingAfterPickup) dead() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.armed {
+	if !d.armed || d.ops < 0 {
 		return false
 	}
 	d.left--
@@ -702,6 +664,57 @@ func (d *dyingAfterPickup) Put(ctx context.Context, key string, value []byte, co
 	return v, err
 }
 
+// latePickup plays the race of TestPickupAfterLockLost on a new memstore:
+// w1 takes agent-a's lock naming job-1 and is paused past its lease just
+// before its pickup write; w2 takes the lapsed lock; w1's pickup lands and
+// w1 dies dies store calls later (negative: never, but its claim is never
+// run either); w2 picks job-2 up and runs it. It returns the store, the
+// clock and agent-a's lock key.
+func latePickup(t *testing.T, dies int) (storage.Store, *clock.Fake, string) {
+	t.Helper()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	q := newQueue(t, s, clk)
+	enqueue(t, q, "job-1", "agent-a")
+	enqueue(t, q, "job-2", "agent-a")
+	jobKey, _ := storage.JobKey("job-1")
+	lockKey, _ := storage.AgentLockKey("agent-a")
+	ga := &dyingAfterPickup{Store: s, jobKey: jobKey, ops: dies, hit: make(chan struct{}), open: make(chan struct{})} // w1
+	gb := newGate(s, true, func(key string) bool { return key == lockKey })                                           // w2: after its take of the lock
+	qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
+	type result struct {
+		c   *jobqueue.Claim
+		err error
+	}
+	ca, cb := make(chan result, 1), make(chan result, 1)
+	go func() {
+		c, err := qa.Claim(ctx, "w1")
+		ca <- result{c, err}
+	}()
+	within(t, "w1's pickup", ga.hit)
+	clk.Advance(jobqueue.DefaultLeaseTTL + time.Second) // w1's lock lapses
+	go func() {
+		c, err := qb.Claim(ctx, "w2")
+		cb <- result{c, err}
+	}()
+	within(t, "w2's take of the lock", gb.hit)
+	close(ga.open) // w1's pickup of job-1 lands
+	if ra := within(t, "w1's claim", ca); dies < 0 && ra.err != nil {
+		t.Fatalf("w1's claim: %v", ra.err)
+	}
+	// w1 dies here, if not before: its claim, if any, is never run.
+	close(gb.open)
+	rb := within(t, "w2's claim", cb)
+	if rb.err != nil || rb.c == nil || rb.c.Job().JobID != "job-2" {
+		t.Fatalf("w2's claim: %v, %v; want job-2", rb.c, rb.err)
+	}
+	if _, err := rb.c.Run(ctx, okHandlers()); err != nil {
+		t.Fatal(err)
+	}
+	return s, clk, lockKey
+}
+
 // TestPickupAfterLockLostThenDeath is TestPickupAfterLockLost with w1
 // dying at every point after its late pickup lands: before it can read the
 // lock again, put job-1 back in its lane or tidy its lane entry. Whatever
@@ -714,42 +727,7 @@ func TestPickupAfterLockLostThenDeath(t *testing.T) {
 			t.Run(fmt.Sprintf("dies %d calls after the pickup, sweep %v", ops, sweep), func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				s := memstore.New()
-				clk := clock.NewFake(t0)
-				q := newQueue(t, s, clk)
-				enqueue(t, q, "job-1", "agent-a")
-				enqueue(t, q, "job-2", "agent-a")
-				jobKey, _ := storage.JobKey("job-1")
-				lockKey, _ := storage.AgentLockKey("agent-a")
-				ga := &dyingAfterPickup{Store: s, jobKey: jobKey, ops: ops, hit: make(chan struct{}), open: make(chan struct{})}
-				gb := newGate(s, true, func(key string) bool { return key == lockKey }) // w2: after its take of the lock
-				qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
-				type result struct {
-					c   *jobqueue.Claim
-					err error
-				}
-				ca, cb := make(chan result, 1), make(chan result, 1)
-				go func() {
-					c, err := qa.Claim(ctx, "w1")
-					ca <- result{c, err}
-				}()
-				within(t, "w1's pickup", ga.hit)
-				clk.Advance(jobqueue.DefaultLeaseTTL + time.Second) // w1's lock lapses
-				go func() {
-					c, err := qb.Claim(ctx, "w2")
-					cb <- result{c, err}
-				}()
-				within(t, "w2's take of the lock", gb.hit)
-				close(ga.open) // w1's pickup of job-1 lands, and w1 dies soon after
-				within(t, "w1's claim", ca)
-				close(gb.open)
-				rb := within(t, "w2's claim", cb)
-				if rb.err != nil || rb.c == nil || rb.c.Job().JobID != "job-2" {
-					t.Fatalf("w2's claim: %v, %v; want job-2", rb.c, rb.err)
-				}
-				if _, err := rb.c.Run(ctx, okHandlers()); err != nil {
-					t.Fatal(err)
-				}
+				s, clk, lockKey := latePickup(t, ops)
 				q3 := newQueue(t, s, clk) // another process
 				for range 5 {
 					clk.Advance(time.Hour)
@@ -775,7 +753,7 @@ func TestPickupAfterLockLostThenDeath(t *testing.T) {
 	}
 }
 
-// TestSlowEnqueueRelanes: an Enqueue (and a Requeue) whose job write lands
+// TestSlowEnqueueRelanes: an Enqueue (Requeue shares its relaneIfSlow) whose job write lands
 // more than LeaseTTL after its lane entry, which a sweep meanwhile deleted
 // as the garbage of a dead writer, writes the entry again: the job is
 // claimed, not left pointing at an entry that no longer exists.

@@ -249,7 +249,12 @@ func BenchmarkDispatch(b *testing.B) {
 				i++
 				at := time.Now()
 				enqueue(b, producer, "job-"+strconv.Itoa(i), "agent-"+strconv.Itoa(i%8))
-				lat = append(lat, (<-started).Sub(at))
+				select {
+				case st := <-started:
+					lat = append(lat, st.Sub(at))
+				case <-time.After(hangLimit):
+					b.Fatalf("job-%d not started within %s", i, hangLimit)
+				}
 			}
 			cancel()
 			if err := <-stopped; err != nil {

@@ -244,6 +244,20 @@ func (w *watchStore) Watch(ctx context.Context, prefix string) (<-chan struct{},
 	return w.ch, nil
 }
 
+// startWorker runs w until the test ends, then stops it and checks that
+// Run returned nil in time.
+func startWorker(t *testing.T, w *jobqueue.Worker) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := within(t, "Worker.Run after cancel", stopped); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // TestWorkerWakesOnWatch: a Worker over a store that can watch learns of
 // work another process enqueued at the store's signal, not at its next
 // poll (an hour away on a clock that does not move by itself).
@@ -251,16 +265,7 @@ func TestWorkerWakesOnWatch(t *testing.T) {
 	ws := &watchStore{Store: stores[0].new(t), ch: make(chan struct{}, 1), watched: make(chan string, 1)}
 	clk := clock.NewFake(t0)
 	q1, q2 := newQueue(t, ws, clk), newQueue(t, ws, clk)
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1}
-	stopped := make(chan error, 1)
-	go func() { stopped <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := within(t, "Worker.Run after cancel", stopped); err != nil {
-			t.Error(err)
-		}
-	}()
+	startWorker(t, &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1})
 	if p := within(t, "the Worker's Watch", ws.watched); p != storage.LanesPrefix {
 		t.Fatalf("watched %q, want the lanes %q", p, storage.LanesPrefix)
 	}
@@ -348,16 +353,7 @@ func TestWorkerPollsSoonAfterWork(t *testing.T) {
 	s := struct{ storage.Store }{stores[0].new(t)} // no Watch
 	clk := clock.NewFake(t0)
 	q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1}
-	stopped := make(chan error, 1)
-	go func() { stopped <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := within(t, "Worker.Run after cancel", stopped); err != nil {
-			t.Error(err)
-		}
-	}()
+	startWorker(t, &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1})
 	<-clk.WaitForTimers(2) // idle from the start: the loop and the lane poll wait an hour
 	enqueue(t, q2, "job-1", "agent-x")
 	clk.Advance(time.Hour)
