@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/runconveyor/conveyor/storage"
@@ -82,19 +81,15 @@ func (q *Queue) pendingAfter(key string, err error, now time.Time) bool {
 	var se *staleEntry
 	switch {
 	case errors.As(err, &se):
-		return q.lanePending(key, &jobDoc{Job: Job{Status: se.status, UpdatedAt: se.updated}}, now)
+		return q.lanePending(key, &se.doc, now)
 	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt):
 		return q.lanePending(key, nil, now)
 	}
 	return false
 }
 
-// staleEntry is errStale with what the pickup saw of the job.
-type staleEntry struct {
-	status   JobState
-	updated  time.Time
-	readyKey string
-}
+// staleEntry is errStale with the job as the pickup saw it.
+type staleEntry struct{ doc jobDoc }
 
 // repairStale repairs the job of lane entry key, which does not point back
 // at it (se: as a claim's pickup read it), before the claim deletes the
@@ -102,28 +97,16 @@ type staleEntry struct {
 // may be all that still points at a job in flight: a pickup that landed
 // after its claim lost the lock, whose claim died before it could put the
 // job back (confirmPickup), left the job in a pipeline state under an
-// older epoch, rescued here; a claim that died between such a rescue's job
-// write and its lane write left a waiting job whose own entry is missing,
-// relaned here; a FAILED job is buried.
-func (q *Queue) repairStale(ctx context.Context, key, jobID string, se *staleEntry, epoch int64) error {
-	switch {
-	case pipelineState(se.status):
-		return q.rescue(ctx, jobID, epoch)
-	case (se.status == JobQueued || se.status == JobRetryBackoff) && se.readyKey != "" && se.readyKey != key:
-		_, _, err := q.store.Get(ctx, se.readyKey)
-		if !errors.Is(err, storage.ErrNotFound) {
-			return err
-		}
-		at, _, ok := parseLaneKey(se.readyKey)
-		if !ok {
-			return fmt.Errorf("jobqueue: job %s has a malformed ready key %q", jobID, se.readyKey)
-		}
-		return q.putLane(ctx, se.readyKey, jobID, at)
-	case se.status == JobFailed:
-		_, err := q.bury(ctx, jobID, nil, "")
-		return err
+// older epoch, rescued here whatever its lease says; any other job is
+// repaired as the sweep repairs it (repairJob: a waiting job whose own
+// entry is missing, say a rescue that died between its two writes, is
+// relaned; a FAILED one is buried).
+func (q *Queue) repairStale(ctx context.Context, key string, se *staleEntry, epoch int64) error {
+	if pipelineState(se.doc.Status) {
+		return q.rescue(ctx, se.doc.JobID, epoch)
 	}
-	return nil
+	var r SweepReport
+	return q.repairJob(ctx, &se.doc, key, &r)
 }
 
 func (e *staleEntry) Error() string        { return errStale.Error() }

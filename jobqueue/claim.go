@@ -603,7 +603,7 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 			// while the lock names the job, before the entry goes.
 			var se *staleEntry
 			if errors.As(err, &se) {
-				if err := q.repairStale(ctx, key, jobID, se, c.epoch); err != nil {
+				if err := q.repairStale(ctx, key, se, c.epoch); err != nil {
 					c.release(ctx) // still naming the job
 					return nil, time.Time{}, err
 				}
@@ -792,7 +792,7 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 	orch := lifecycle.ActorOrchestration
 	doc, ver, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
 		if d.ReadyKey != key || (d.Status != JobQueued && d.Status != JobRetryBackoff) {
-			return &staleEntry{status: d.Status, updated: d.UpdatedAt, readyKey: d.ReadyKey}
+			return &staleEntry{doc: *d}
 		}
 		if d.Status == JobRetryBackoff {
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {
