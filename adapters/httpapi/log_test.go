@@ -1,47 +1,28 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/faultstore"
+	"github.com/runconveyor/conveyor/internal/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestFailuresAreLogged: a 4xx is logged at DEBUG, a 5xx (the store down
 // for the request's deadline: UPSTREAM_UNAVAILABLE) at ERROR.
 func TestFailuresAreLogged(t *testing.T) {
 	t.Parallel()
 	store := faultstore.New(memstore.New())
-	var logs syncBuffer
+	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	runner, err := run.NewRunner(run.Config{Store: store, Logger: slog.New(slog.DiscardHandler)}, run.Agent{Slug: "quick", Steps: []run.Step{quickStep("load")}})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -48,7 +49,7 @@ func auditContexts(t *testing.T, g *rig, runID string, want ...string) map[strin
 }
 
 // logLines returns the JSON log lines named msg.
-func logLines(t *testing.T, logs *logBuffer, msg string) []map[string]any {
+func logLines(t *testing.T, logs *testlog.Buffer, msg string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
@@ -70,7 +71,7 @@ func logLines(t *testing.T, logs *logBuffer, msg string) []map[string]any {
 func TestTransitionContextInAuditAndLog(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
-	var logs *logBuffer
+	var logs *testlog.Buffer
 	agent := run.Agent{Slug: "ctx-gated", Machine: lifecycle.MachineApproval,
 		Steps: []run.Step{awaitStep("plan", &run.Await{Approval: "merge"}), okStep("apply")}}
 	r, _ := g.runner("a", func(c *run.Config) { logs = capture(c) }, agent)

@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/faultstore"
 	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/internal/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -210,7 +211,7 @@ func testPoisonStatus(t *testing.T, g *rig, corrupt func(map[string]any, string)
 			}
 			return run.StepOutput{}, nil
 		}}}}
-	var logs *logBuffer
+	var logs *testlog.Buffer
 	r, _ := g.runner("a", func(c *run.Config) { logs = capture(c) }, agent)
 	bad := submit(t, r, agent.Slug)
 	<-inFirst
@@ -403,7 +404,7 @@ func TestFaultLateWriter(t *testing.T) {
 				want = "failed"
 			}
 			gate := newLateGate(g.tracked(), tt.match)
-			var logs *logBuffer
+			var logs *testlog.Buffer
 			a, _ := g.around(gate).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 			id := submit(t, a, "late")
 			<-gate.tripped
@@ -494,7 +495,7 @@ func TestFaultJunkSlot(t *testing.T) {
 					t.Fatal(err)
 				}
 				g := newRig(t, s)
-				var logs *logBuffer
+				var logs *testlog.Buffer
 				agent := run.Agent{Slug: "junk", Steps: []run.Step{okStep("work")}}
 				r, _ := g.runner("a", func(c *run.Config) { logs = capture(c) }, agent)
 				for range 2 {

@@ -7,12 +7,12 @@ import (
 	"io"
 	"iter"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/testlog"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -358,27 +358,9 @@ func settled(st run.Status) bool {
 	return false
 }
 
-// logBuffer collects a runner's JSON log lines, safely for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // capture makes a runner log JSON into the returned buffer.
-func capture(c *run.Config) *logBuffer {
-	b := &logBuffer{}
+func capture(c *run.Config) *testlog.Buffer {
+	b := &testlog.Buffer{}
 	c.Logger = slog.New(slog.NewJSONHandler(b, nil))
 	return b
 }

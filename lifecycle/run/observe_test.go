@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -53,7 +54,7 @@ func TestObservability(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
 	metrics := &recordingMetrics{}
-	var logs *logBuffer
+	var logs *testlog.Buffer
 	agent := run.Agent{Slug: "observed", Steps: []run.Step{okStep("one"), okStep("two")}}
 	r, _ := g.runner("a", func(c *run.Config) { c.Metrics = metrics; logs = capture(c) }, agent)
 	ctx := context.Background()

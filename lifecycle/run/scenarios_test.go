@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -600,7 +601,7 @@ func scenarioTakeover(t *testing.T, g *rig) {
 		id := submit(t, a, agent.Slug)
 		<-b.started
 		stopA()
-		var logs *logBuffer
+		var logs *testlog.Buffer
 		r, _ := g.runner("b2", func(c *run.Config) { logs = capture(c) }, agent)
 		st := g.wait(r, id, 30*time.Second, 10*time.Minute)
 		if st.Status != "failed" || !strings.HasPrefix(deref(st.Error), "RUN_ORPHANED:") {
@@ -701,7 +702,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 			}}, okStep("after")}}
 	}
 	ga := g.around(gated)
-	var logs *logBuffer
+	var logs *testlog.Buffer
 	a, _ := ga.runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 	id := submit(t, a, "fenced")
 	<-inA
@@ -768,7 +769,7 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 				return run.StepOutput{Summary: "by " + owner}, nil
 			}}}}
 	}
-	var logs *logBuffer
+	var logs *testlog.Buffer
 	a, _ := g.around(gated).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 	id := submit(t, a, "slotted")
 	<-inA
@@ -920,7 +921,7 @@ func scenarioHeartbeatKeepsLease(t *testing.T, g *rig) {
 	b := newBlocker()
 	agent := run.Agent{Slug: "long", Steps: []run.Step{b.step("work")}}
 	cfg := func(c *run.Config) { c.StepTimeout = time.Hour; c.RunTimeout = time.Hour }
-	var logs *logBuffer
+	var logs *testlog.Buffer
 	a, _ := g.runner("a", func(c *run.Config) { cfg(c); logs = capture(c) }, agent)
 	defer func() {
 		if t.Failed() {

@@ -372,7 +372,7 @@ func TestUndecodableSkipped(t *testing.T) {
 		e2 := r.record(other, storage.AuditEvent{Event: "job.create", JobID: "j2", To: "PENDING"})
 		eq(t, "events", ids(r.untilID(s, e2.ID)), []string{e1.ID, e2.ID})
 		r.poll()
-		if n := r.logs.count(`level=WARN msg="events: audit event skipped"`); n != 1 {
+		if n := r.logs.Count(`level=WARN msg="events: audit event skipped"`); n != 1 {
 			t.Fatalf("%d skip warnings, want 1", n)
 		}
 	})
@@ -394,8 +394,8 @@ func TestOutage(t *testing.T) {
 	fs.Up()
 	e2 := r.record(inner, storage.AuditEvent{Event: "job.create", JobID: "j2", To: "PENDING"})
 	eq(t, "events", ids(r.untilID(s, e2.ID)), []string{e1.ID, e2.ID})
-	if n := r.logs.count("level=WARN msg=\"events: audit log unreadable"); n != 1 {
-		t.Fatalf("%d outage warnings, want 1:\n%s", n, r.logs.b.String())
+	if n := r.logs.Count("level=WARN msg=\"events: audit log unreadable"); n != 1 {
+		t.Fatalf("%d outage warnings, want 1:\n%s", n, r.logs.String())
 	}
 }
 
@@ -451,7 +451,7 @@ func TestSlowClientDropped(t *testing.T) {
 	if r.feed.Dropped() != 1 || r.feed.Clients() != 1 {
 		t.Fatalf("dropped %d, clients %d; want 1, 1", r.feed.Dropped(), r.feed.Clients())
 	}
-	if r.logs.count(`level=WARN msg="events: slow client dropped"`) != 1 {
+	if r.logs.Count(`level=WARN msg="events: slow client dropped"`) != 1 {
 		t.Fatal("no warning for the dropped client")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/testlog"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -64,30 +65,6 @@ func eachBackend(t *testing.T, f func(t *testing.T, store, other storage.Store))
 	}
 }
 
-// logBuf collects a feed's log lines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuf) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), substr)
-}
-
 // rig is a running Feed on a fake clock, served by httptest on 127.0.0.1.
 type rig struct {
 	t      *testing.T
@@ -97,7 +74,7 @@ type rig struct {
 	srv    *httptest.Server
 	polled chan struct{}
 	every  time.Duration
-	logs   *logBuf
+	logs   *testlog.Buffer
 }
 
 func newRig(t *testing.T, store storage.Store, cfg events.Config) *rig {
@@ -106,7 +83,7 @@ func newRig(t *testing.T, store storage.Store, cfg events.Config) *rig {
 	if !ok {
 		clk = clock.NewFake(t0)
 	}
-	logs := &logBuf{}
+	logs := &testlog.Buffer{}
 	cfg.Store, cfg.Clock = store, clk
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	feed, err := events.New(cfg)
