@@ -1,0 +1,22 @@
+package httpapi
+
+import (
+	"testing"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// TestCodeOfStatusAgreesWithTheCodeTable: the code a client gives an
+// answer without one maps back, through lifecycle's one code table, to the
+// status it came with, so the two never disagree.
+func TestCodeOfStatusAgreesWithTheCodeTable(t *testing.T) {
+	for status := 400; status < 600; status++ {
+		code := codeOfStatus(status)
+		if code == lifecycle.CodeInternalError {
+			continue // the fallback for statuses no code has
+		}
+		if got := lifecycle.HTTPStatus(code); got != status {
+			t.Errorf("status %d reads as %s, which the code table answers with %d", status, code, got)
+		}
+	}
+}
