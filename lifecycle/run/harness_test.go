@@ -220,7 +220,6 @@ func (g *rig) advanceUntil(step, limit time.Duration, cond func() bool, what fun
 	g.t.Helper()
 	deadline := time.Now().Add(failAfter)
 	start := g.clock.Now()
-	waitedLong := false // the long quiet spell was waited at this clock reading
 	for {
 		wrote := g.act.nextWrite()
 		if cond() {
@@ -249,21 +248,24 @@ func (g *rig) advanceUntil(step, limit time.Duration, cond func() bool, what fun
 		now := g.clock.Now()
 		d := step
 		if next, ok := g.clock.Next(); ok && next.Sub(now) > d {
-			d = next.Sub(now) // nothing is due before: skip the dead time
+			// Nothing is due before: skip the dead time. But on a loaded
+			// machine the short quiet spell can fall in the middle of a
+			// runner's work, before it set its next timer (a backoff, the
+			// poll), which the skip would then jump past: the skip waits
+			// for a long quiet spell first and looks again.
+			if !g.settleFor(deadline, skipQuiet) {
+				g.t.Fatalf("%s: the runners never waited on the clock (%d timers pending)", what(), g.clock.Pending())
+			}
+			if cond() {
+				return
+			}
+			if next, ok := g.clock.Next(); ok && next.Sub(now) > d {
+				d = next.Sub(now)
+			}
 		}
 		if now.Add(d).Sub(start) > limit {
-			// On a loaded machine the short quiet spell can come in the
-			// middle of a runner's pass, before it set its next poll timer,
-			// so the next timer looks far off: give the runners a long
-			// spell once at this reading of the clock and look again. A run
-			// that never gets there still fails.
-			if !waitedLong && g.settleFor(deadline, starvedFor) {
-				waitedLong = true
-				continue
-			}
 			g.t.Fatalf("%s within %v of fake time", what(), limit)
 		}
-		waitedLong = false
 		g.clock.Advance(d)
 	}
 }
@@ -284,9 +286,9 @@ func (g *rig) settle(deadline time.Time) bool {
 	return g.settleFor(deadline, quietFor)
 }
 
-// starvedFor is the quiet spell advanceUntil waits for before failing a
-// test at its limit of fake time.
-const starvedFor = 500 * time.Millisecond
+// skipQuiet is the quiet spell advanceUntil waits for before it moves the
+// clock past more than its step (to the next timer).
+const skipQuiet = 100 * time.Millisecond
 
 // settleFor is settle with a quiet spell of quiet.
 func (g *rig) settleFor(deadline time.Time, quietSpell time.Duration) bool {
