@@ -198,6 +198,25 @@ func TestCheckerCatches(t *testing.T) {
 			st.ReplayErr = &jobqueue.ReplayError{JobID: "job-b", EventID: "e1", Problem: `"COMPLETE" → "QUEUED" is not a move`}
 		}, CheckAudit, "does not replay"},
 	}
+	t.Run("late artifact of a job that ends DEAD", func(t *testing.T) {
+		// Allowed (docs/decisions.md, "What stays, by physics"): attempt 1
+		// froze after its lease check, was rescued at minute 2 and created
+		// its artifact at minute 4; the later attempts failed and the job
+		// is DEAD, pointing at nothing.
+		st := clean()
+		st.Events["job-b"] = append(trail("job-b", "")[:3],
+			ev("job-b", 2, jobqueue.JobContextAssembly, jobqueue.JobRetryBackoff),
+			ev("job-b", 3, jobqueue.JobRetryBackoff, jobqueue.JobQueued),
+			ev("job-b", 3, jobqueue.JobQueued, jobqueue.JobContextAssembly),
+			ev("job-b", 5, jobqueue.JobContextAssembly, jobqueue.JobFailed),
+			ev("job-b", 5, jobqueue.JobFailed, jobqueue.JobDead))
+		st.Records["job-b"] = job(plan[1], jobqueue.JobDead, 3)
+		st.Replayed["job-b"] = jobqueue.JobDead
+		st.Artifacts[1].CreatedAt = base.Add(4 * time.Minute)
+		if vs := Check(st); len(vs) != 0 {
+			t.Fatalf("violations: %v", vs)
+		}
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			st := clean()

@@ -287,7 +287,8 @@ func Check(st *State) []Violation {
 			// A DEAD job may keep the artifact of an attempt whose commit
 			// failed after the artifact was written: seed 003 §3.3 lets only
 			// the admin's cleanup delete artifacts, and a DEAD job never
-			// points at one. A late write is caught below all the same.
+			// points at one; nor at the artifact a writer that lost the job
+			// created late (see the late writes below).
 			if rec.Job.ArtifactID != "" {
 				add(CheckArtifact, p.JobID, "DEAD job pointing at artifact %q", rec.Job.ArtifactID)
 			}
@@ -301,10 +302,20 @@ func Check(st *State) []Violation {
 	}
 
 	// Late writes: an artifact created after the attempt that produced it
-	// had lost the job (the attempt's end is in the job's audit trail).
+	// had lost the job (the attempt's end is in the job's audit trail), as
+	// the artifact a COMPLETE job points at. A writer frozen between its
+	// lease check and its create can still leave the artifact of a job that
+	// then ends DEAD (or FAILED): a single-key store cannot make that
+	// create depend on the job record, no record points at it, and an
+	// artifact counts only when a COMPLETE job points at it
+	// (docs/decisions.md, "What stays, by physics"); the artifact check
+	// above holds every DEAD job to pointing at none.
 	for _, a := range st.Artifacts {
 		pr, ok := parseProducer(a.Content)
 		if !ok {
+			continue
+		}
+		if rec := st.Records[a.JobID]; rec.Job == nil || rec.Job.Status != jobqueue.JobComplete {
 			continue
 		}
 		if end, ev, ok := attemptEnd(st.Events[a.JobID], pr.Attempt); ok && a.CreatedAt.After(end) {
