@@ -14,7 +14,6 @@
 //     fixed poll, and sweeping one batch of jobs a minute among all the
 //     workers sharing the store (SweepIfDue).
 //   - The NLM backend's side (seed 003 §2) is package jobqueue/nlm.
-//   - Evaluate: the SLO metrics and alerts of seed 003 §5.3-5.4.
 //   - ReplayAudit: replays the audit log through the job machine.
 //
 // Attempt counts attempts started: pickup increments it, so with
