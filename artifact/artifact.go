@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/authority"
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -320,63 +321,60 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	return a, true, nil
 }
 
-// maxConflicts bounds createFenced's lost races in a row.
-const maxConflicts = 64
-
-// createFenced is Create of a draft with an epoch: create-only, and on a
-// conflict the stored artifact's epoch decides, the replacement being
-// conditional on the version whose epoch was judged.
+// createFenced is Create of a draft with an epoch, through the core's
+// fenced write: create-only, and on a conflict the stored artifact's epoch
+// decides, the replacement being conditional on the version whose epoch
+// was judged.
 func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key string, a Artifact, audited bool) (Artifact, bool, error) {
-	cond := storage.IfNotExists()
-	replaced := int64(-1) // the epoch replaced, when not a create
-	a.Version = 1
-	for conflicts := 0; ; conflicts++ {
+	var (
+		own      *Artifact // this claim's own artifact, written before
+		replaced int64     // the epoch replaced, when not a create
+	)
+	build := func(old []byte, ver storage.Version) ([]byte, bool, error) {
+		own, replaced, a.Version = nil, -1, 1
+		if old != nil {
+			var o Artifact
+			if err := json.Unmarshal(old, &o); err != nil {
+				return nil, false, &storage.CorruptError{Key: key, Version: ver, Data: old, Reason: "cannot decode", Err: err}
+			}
+			if o.Epoch == a.Epoch {
+				own = &o
+				return nil, true, nil
+			}
+			// A lost attempt's artifact: it backs no COMPLETE job (that
+			// takes the lost attempt's lease), so the newer attempt
+			// replaces it.
+			replaced, a.Version = o.Epoch, o.Version+1
+		}
 		b, err := json.Marshal(&a)
-		if err != nil {
-			return Artifact{}, false, err
-		}
-		_, err = s.cfg.Store.Put(ctx, key, b, cond)
-		if err == nil {
-			ev := storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
-				RunID: a.RunID, ArtifactID: a.ArtifactID, To: "finalized", TS: a.CreatedAt}
-			if replaced >= 0 {
-				ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
-			}
-			if replaced >= 0 || !audited {
-				s.record(ctx, ev)
-			}
-			return a, true, nil
-		}
-		if !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {
-			return Artifact{}, false, err
-		}
-		if conflicts >= maxConflicts {
-			return Artifact{}, false, err
-		}
-		raw, ver, gerr := s.cfg.Store.Get(ctx, key)
-		switch {
-		case errors.Is(gerr, storage.ErrNotFound):
-			cond, replaced, a.Version = storage.IfNotExists(), -1, 1
-			continue
-		case gerr != nil:
-			return Artifact{}, false, gerr
-		case errors.Is(err, storage.ErrOutcomeUnknown) && string(raw) == string(b):
-			return a, true, nil // ours landed
-		}
-		var old Artifact
-		if err := json.Unmarshal(raw, &old); err != nil {
-			return Artifact{}, false, &storage.CorruptError{Key: key, Version: ver, Data: raw, Reason: "cannot decode", Err: err}
-		}
-		switch {
-		case old.Epoch == a.Epoch:
-			return old, false, nil // this claim's own, written before
-		case old.Epoch > a.Epoch:
-			return Artifact{}, false, &storage.LeaseLostError{Key: key, Owner: string(actor), Epoch: a.Epoch, HolderEpoch: old.Epoch}
-		}
-		// A lost attempt's artifact: it backs no COMPLETE job (that takes
-		// the lost attempt's lease), so the newer attempt replaces it.
-		cond, replaced, a.Version = storage.IfMatch(ver), old.Epoch, old.Version+1
+		return b, false, err
 	}
+	if _, err := core.PutFencedFunc(ctx, s.cfg.Store, key, string(actor), a.Epoch, artifactEpoch, build); err != nil {
+		return Artifact{}, false, err
+	}
+	if own != nil {
+		return *own, false, nil
+	}
+	ev := storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+		RunID: a.RunID, ArtifactID: a.ArtifactID, To: "finalized", TS: a.CreatedAt}
+	if replaced >= 0 {
+		ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
+	}
+	if replaced >= 0 || !audited {
+		s.record(ctx, ev)
+	}
+	return a, true, nil
+}
+
+// artifactEpoch reads the epoch of a stored artifact for the fenced write.
+func artifactEpoch(b []byte) (int64, bool) {
+	var a struct {
+		Epoch int64 `json:"epoch"`
+	}
+	if json.Unmarshal(b, &a) != nil {
+		return 0, false
+	}
+	return a.Epoch, true
 }
 
 func (s *Store) record(ctx context.Context, ev storage.AuditEvent) {

@@ -19,6 +19,25 @@ import (
 // makes sure that whatever a lost writer does, the object a newer owner
 // wrote stays.
 func PutFenced(ctx context.Context, s storage.Store, key string, value []byte, owner string, epoch int64, epochOf func([]byte) (int64, bool)) (storage.Version, error) {
+	return PutFencedFunc(ctx, s, key, owner, epoch, epochOf, func([]byte, storage.Version) ([]byte, bool, error) {
+		return value, false, nil
+	})
+}
+
+// PutFencedFunc is PutFenced for an object whose bytes depend on the one
+// they replace (an artifact counts its versions and keeps its own earlier
+// write). next is given the stored object and its version (nil and ""
+// when the key is missing)
+// once its epoch was judged no newer than epoch, and returns the bytes to
+// write, or keep true to leave the stored object as it is (the version
+// returned is then the stored one's), or an error that ends the write with
+// nothing written. next may run more than once, after lost races, and must
+// judge only its argument.
+func PutFencedFunc(ctx context.Context, s storage.Store, key, owner string, epoch int64, epochOf func([]byte) (int64, bool), next func(old []byte, ver storage.Version) (value []byte, keep bool, err error)) (storage.Version, error) {
+	value, _, err := next(nil, "")
+	if err != nil {
+		return "", err
+	}
 	cond := storage.IfNotExists()
 	for conflicts := 0; ; conflicts++ {
 		v, err := s.Put(ctx, key, value, cond)
@@ -32,6 +51,9 @@ func PutFenced(ctx context.Context, s storage.Store, key string, value []byte, o
 		switch {
 		case errors.Is(gerr, storage.ErrNotFound):
 			cond = storage.IfNotExists()
+			if value, _, err = next(nil, ""); err != nil {
+				return "", err
+			}
 			continue
 		case gerr != nil:
 			return "", gerr
@@ -40,6 +62,13 @@ func PutFenced(ctx context.Context, s storage.Store, key string, value []byte, o
 		}
 		if e, ok := epochOf(old); ok && e > epoch {
 			return "", &storage.LeaseLostError{Key: key, Owner: owner, Epoch: epoch, HolderEpoch: e}
+		}
+		var keep bool
+		if value, keep, err = next(old, ov); err != nil {
+			return "", err
+		}
+		if keep {
+			return ov, nil
 		}
 		cond = storage.IfMatch(ov)
 	}
