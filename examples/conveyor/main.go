@@ -108,22 +108,78 @@ type command struct {
 	errOut io.Writer
 }
 
+// invocation is one command's positional arguments and flags.
+type invocation struct {
+	pos                                        []string
+	input, key, reason, by, status, format, id string
+	source, runID, after                       string
+	watch                                      bool
+}
+
+// verb is one command: how many positional arguments it takes (-1: it
+// checks them itself) and what it does.
+type verb struct {
+	args int
+	do   func(c *command, ctx context.Context, in *invocation) error
+}
+
+// verbs is the command table; run looks a command up here.
+func verbs() map[string]verb {
+	return map[string]verb{
+		"agents": {0, (*command).agents},
+		"submit": {1, (*command).submit},
+		"status": {1, (*command).status},
+		"steps":  {1, (*command).steps},
+		"runs":   {1, (*command).runs},
+		"watch":  {1, func(c *command, ctx context.Context, in *invocation) error { return c.watch(ctx, in.pos[0]) }},
+		"cancel": {1, func(c *command, ctx context.Context, in *invocation) error {
+			return c.printStatus(c.c.Cancel(ctx, in.pos[0], in.reason))
+		}},
+		"approve": {1, func(c *command, ctx context.Context, in *invocation) error {
+			return c.printStatus(c.c.Approve(ctx, in.pos[0], in.by, in.reason))
+		}},
+		"reject": {1, func(c *command, ctx context.Context, in *invocation) error {
+			return c.printStatus(c.c.Reject(ctx, in.pos[0], in.by, in.reason))
+		}},
+		"deliver": {2, func(c *command, ctx context.Context, in *invocation) error {
+			return c.printStatus(c.c.Deliver(ctx, in.pos[0], in.pos[1], in.id, in.source))
+		}},
+		"jobs": {0, (*command).jobs},
+		"job": {1, func(c *command, ctx context.Context, in *invocation) error {
+			return c.printJob(c.c.Job(ctx, in.pos[0]))
+		}},
+		"requeue": {1, func(c *command, ctx context.Context, in *invocation) error {
+			return c.printJob(c.c.Requeue(ctx, in.pos[0]))
+		}},
+		"inbox":      {0, (*command).inbox},
+		"quarantine": {-1, (*command).quarantine},
+		"schedules":  {-1, (*command).schedules},
+		"machine":    {1, func(c *command, _ context.Context, in *invocation) error { return c.machine(in.pos[0], in.format) }},
+		"events":     {0, (*command).events},
+	}
+}
+
+// run parses a command's flags, which may follow its positional arguments
+// (conveyor submit a -watch), and runs it.
 func (c *command) run(ctx context.Context, name string, args []string) error {
+	v, ok := verbs()[name]
+	if !ok {
+		return usageError("unknown command " + name)
+	}
+	in := &invocation{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(c.errOut)
-	input := fs.String("input", "", "the run's input (JSON)")
-	key := fs.String("key", "", "idempotency key")
-	watch := fs.Bool("watch", false, "follow the run until it ends")
-	reason := fs.String("reason", "", "reason")
-	by := fs.String("by", "owner", "who decided")
-	status := fs.String("status", "", "inbox entry status")
-	format := fs.String("format", "mermaid", "mermaid, dot or json")
-	id := fs.String("id", "", "external event id")
-	source := fs.String("source", "cli", "external event source")
-	runID := fs.String("run", "", "only this run's events")
-	after := fs.String("after", "", "resume after this event id")
-	// Flags may follow the positional arguments: conveyor submit a -watch.
-	var pos []string
+	fs.StringVar(&in.input, "input", "", "the run's input (JSON)")
+	fs.StringVar(&in.key, "key", "", "idempotency key")
+	fs.BoolVar(&in.watch, "watch", false, "follow the run until it ends")
+	fs.StringVar(&in.reason, "reason", "", "reason")
+	fs.StringVar(&in.by, "by", "owner", "who decided")
+	fs.StringVar(&in.status, "status", "", "inbox entry status")
+	fs.StringVar(&in.format, "format", "mermaid", "mermaid, dot or json")
+	fs.StringVar(&in.id, "id", "", "external event id")
+	fs.StringVar(&in.source, "source", "cli", "external event source")
+	fs.StringVar(&in.runID, "run", "", "only this run's events")
+	fs.StringVar(&in.after, "after", "", "resume after this event id")
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
 			return usageError(err.Error())
@@ -131,243 +187,194 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 		if fs.NArg() == 0 {
 			break
 		}
-		pos = append(pos, fs.Arg(0))
+		in.pos = append(in.pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	need := func(n int) error {
-		if len(pos) != n {
-			return usageError(fmt.Sprintf("%s takes %d argument(s), got %d", name, n, len(pos)))
+	if v.args >= 0 && len(in.pos) != v.args {
+		return usageError(fmt.Sprintf("%s takes %d argument(s), got %d", name, v.args, len(in.pos)))
+	}
+	return v.do(c, ctx, in)
+}
+
+func (c *command) agents(ctx context.Context, _ *invocation) error {
+	agents, err := c.c.Agents(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tMACHINE\tCONCURRENCY\tSTEPS")
+	for _, a := range agents {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", a.Slug, a.Machine, a.Concurrency, strings.Join(a.Steps, ", "))
+	}
+	return tw.Flush()
+}
+
+func (c *command) submit(ctx context.Context, in *invocation) error {
+	req := run.SubmitRequest{AgentSlug: in.pos[0], IdempotencyKey: in.key}
+	if in.input != "" {
+		if !json.Valid([]byte(in.input)) {
+			return usageError("-input is not JSON")
 		}
+		req.Input = json.RawMessage(in.input)
+	}
+	res, err := c.c.Submit(ctx, req)
+	if err != nil {
+		return err
+	}
+	if res.Duplicate {
+		fmt.Fprintf(c.errOut, "duplicate: the key %q already started this run\n", in.key)
+	}
+	fmt.Fprintln(c.out, res.RunID)
+	if in.watch {
+		return c.watch(ctx, res.RunID)
+	}
+	return nil
+}
+
+func (c *command) status(ctx context.Context, in *invocation) error {
+	return c.printStatus(c.c.Status(ctx, in.pos[0]))
+}
+
+func (c *command) steps(ctx context.Context, in *invocation) error {
+	steps, err := c.c.Steps(ctx, in.pos[0])
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tSTEP\tSTATUS\tDURATION\tSUMMARY / ERROR")
+	for _, s := range steps {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", s.StepNumber, s.StepName, s.Status,
+			time.Duration(s.DurationMS)*time.Millisecond, orElse(s.Error, s.OutputSummary))
+	}
+	return tw.Flush()
+}
+
+func (c *command) runs(ctx context.Context, in *invocation) error {
+	runs, err := c.c.Runs(ctx, in.pos[0])
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEPS\tSTARTED\tERROR")
+	for _, r := range runs {
+		e := ""
+		if r.Error != nil {
+			e = *r.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", r.RunID, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), e)
+	}
+	return tw.Flush()
+}
+
+func (c *command) jobs(ctx context.Context, _ *invocation) error {
+	jobs, err := c.c.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tTYPE\tAGENT\tSTATUS\tATTEMPT")
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\n", j.JobID, j.JobType, j.AgentSlug, j.Status, j.Attempt, j.MaxAttempts)
+	}
+	return tw.Flush()
+}
+
+func (c *command) inbox(ctx context.Context, in *invocation) error {
+	stats, err := c.c.InboxStats(ctx)
+	if err != nil {
+		return err
+	}
+	entries, err := c.c.InboxEntries(ctx, inbox.State(in.status))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "pending %d  processed %d  rejected %d  expired %d\n", stats.Pending, stats.Processed, stats.Rejected, stats.Expired)
+	for _, e := range entries {
+		fmt.Fprintf(c.out, "%s  %s  %s\n", e.ID, e.Status, e.CreatedAt.Format(time.RFC3339))
+	}
+	return nil
+}
+
+func (c *command) quarantine(ctx context.Context, in *invocation) error {
+	pos := in.pos
+	if len(pos) == 2 && pos[0] == "restore" {
+		if err := c.c.Restore(ctx, pos[1]); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.out, "restored")
 		return nil
 	}
-	switch name {
-	case "agents":
-		if err := need(0); err != nil {
-			return err
-		}
-		agents, err := c.c.Agents(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "AGENT\tMACHINE\tCONCURRENCY\tSTEPS")
-		for _, a := range agents {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", a.Slug, a.Machine, a.Concurrency, strings.Join(a.Steps, ", "))
-		}
-		return tw.Flush()
-	case "submit":
-		if err := need(1); err != nil {
-			return err
-		}
-		req := run.SubmitRequest{AgentSlug: pos[0], IdempotencyKey: *key}
-		if *input != "" {
-			if !json.Valid([]byte(*input)) {
-				return usageError("-input is not JSON")
-			}
-			req.Input = json.RawMessage(*input)
-		}
-		res, err := c.c.Submit(ctx, req)
-		if err != nil {
-			return err
-		}
-		if res.Duplicate {
-			fmt.Fprintf(c.errOut, "duplicate: the key %q already started this run\n", *key)
-		}
-		fmt.Fprintln(c.out, res.RunID)
-		if *watch {
-			return c.watch(ctx, res.RunID)
-		}
-		return nil
-	case "status":
-		if err := need(1); err != nil {
-			return err
-		}
-		st, err := c.c.Status(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		return c.json(st)
-	case "steps":
-		if err := need(1); err != nil {
-			return err
-		}
-		steps, err := c.c.Steps(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "#\tSTEP\tSTATUS\tDURATION\tSUMMARY / ERROR")
-		for _, s := range steps {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", s.StepNumber, s.StepName, s.Status,
-				time.Duration(s.DurationMS)*time.Millisecond, orElse(s.Error, s.OutputSummary))
-		}
-		return tw.Flush()
-	case "runs":
-		if err := need(1); err != nil {
-			return err
-		}
-		runs, err := c.c.Runs(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RUN\tSTATUS\tSTEPS\tSTARTED\tERROR")
-		for _, r := range runs {
-			e := ""
-			if r.Error != nil {
-				e = *r.Error
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", r.RunID, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), e)
-		}
-		return tw.Flush()
-	case "watch":
-		if err := need(1); err != nil {
-			return err
-		}
-		return c.watch(ctx, pos[0])
-	case "cancel":
-		if err := need(1); err != nil {
-			return err
-		}
-		return c.printStatus(c.c.Cancel(ctx, pos[0], *reason))
-	case "approve":
-		if err := need(1); err != nil {
-			return err
-		}
-		return c.printStatus(c.c.Approve(ctx, pos[0], *by, *reason))
-	case "reject":
-		if err := need(1); err != nil {
-			return err
-		}
-		return c.printStatus(c.c.Reject(ctx, pos[0], *by, *reason))
-	case "deliver":
-		if err := need(2); err != nil {
-			return err
-		}
-		return c.printStatus(c.c.Deliver(ctx, pos[0], pos[1], *id, *source))
-	case "jobs":
-		if err := need(0); err != nil {
-			return err
-		}
-		jobs, err := c.c.Jobs(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tTYPE\tAGENT\tSTATUS\tATTEMPT")
-		for _, j := range jobs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\n", j.JobID, j.JobType, j.AgentSlug, j.Status, j.Attempt, j.MaxAttempts)
-		}
-		return tw.Flush()
-	case "job", "requeue":
-		if err := need(1); err != nil {
-			return err
-		}
-		var j jobqueue.Job
+	if len(pos) > 1 || (len(pos) == 1 && pos[0] != "list") {
+		return usageError("quarantine [list] | quarantine restore <qkey>")
+	}
+	qs, err := c.c.Quarantine(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "QKEY\tWHEN\tREASON")
+	for _, q := range qs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", q.QKey, q.QuarantinedAt.Format(time.RFC3339), q.Reason)
+	}
+	return tw.Flush()
+}
+
+func (c *command) schedules(ctx context.Context, in *invocation) error {
+	pos := in.pos
+	if len(pos) == 2 && (pos[0] == "pause" || pos[0] == "resume") {
+		var info schedule.Info
 		var err error
-		if name == "job" {
-			j, err = c.c.Job(ctx, pos[0])
+		if pos[0] == "pause" {
+			info, err = c.c.PauseSchedule(ctx, pos[1])
 		} else {
-			j, err = c.c.Requeue(ctx, pos[0])
+			info, err = c.c.ResumeSchedule(ctx, pos[1])
 		}
 		if err != nil {
 			return err
 		}
-		return c.json(j)
-	case "inbox":
-		if err := need(0); err != nil {
-			return err
-		}
-		stats, err := c.c.InboxStats(ctx)
-		if err != nil {
-			return err
-		}
-		entries, err := c.c.InboxEntries(ctx, inbox.State(*status))
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(c.out, "pending %d  processed %d  rejected %d  expired %d\n", stats.Pending, stats.Processed, stats.Rejected, stats.Expired)
-		for _, e := range entries {
-			fmt.Fprintf(c.out, "%s  %s  %s\n", e.ID, e.Status, e.CreatedAt.Format(time.RFC3339))
-		}
-		return nil
-	case "quarantine":
-		if len(pos) == 2 && pos[0] == "restore" {
-			if err := c.c.Restore(ctx, pos[1]); err != nil {
-				return err
-			}
-			fmt.Fprintln(c.out, "restored")
-			return nil
-		}
-		if len(pos) > 1 || (len(pos) == 1 && pos[0] != "list") {
-			return usageError("quarantine [list] | quarantine restore <qkey>")
-		}
-		qs, err := c.c.Quarantine(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "QKEY\tWHEN\tREASON")
-		for _, q := range qs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", q.QKey, q.QuarantinedAt.Format(time.RFC3339), q.Reason)
-		}
-		return tw.Flush()
-	case "schedules":
-		if len(pos) == 2 && (pos[0] == "pause" || pos[0] == "resume") {
-			var info schedule.Info
-			var err error
-			if pos[0] == "pause" {
-				info, err = c.c.PauseSchedule(ctx, pos[1])
-			} else {
-				info, err = c.c.ResumeSchedule(ctx, pos[1])
-			}
-			if err != nil {
-				return err
-			}
-			return c.json(info)
-		}
-		if len(pos) > 1 || (len(pos) == 1 && pos[0] != "list") {
-			return usageError("schedules [list] | schedules pause <id> | schedules resume <id>")
-		}
-		infos, err := c.c.Schedules(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SCHEDULE\tAGENT\tWHEN\tNEXT\tLAST RUN\tSTATE")
-		for _, in := range infos {
-			when := in.Cron
-			if when == "" {
-				when = "every " + in.Every.String()
-			}
-			state := "active"
-			if in.Paused {
-				state = "paused by " + in.PausedBy
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, in.Agent, when, in.Next.Format(time.RFC3339), orElse(in.LastRunID, "-"), state)
-		}
-		return tw.Flush()
-	case "machine":
-		if err := need(1); err != nil {
-			return err
-		}
-		return c.machine(pos[0], *format)
-	case "events":
-		if err := need(0); err != nil {
-			return err
-		}
-		for ev, err := range c.c.Events(ctx, *after, *runID) {
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			fmt.Fprintf(c.out, "%s %s %s\n", ev.ID, ev.Type, ev.Data)
-		}
-		return nil
+		return c.json(info)
 	}
-	return usageError("unknown command " + name)
+	if len(pos) > 1 || (len(pos) == 1 && pos[0] != "list") {
+		return usageError("schedules [list] | schedules pause <id> | schedules resume <id>")
+	}
+	infos, err := c.c.Schedules(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tAGENT\tWHEN\tNEXT\tLAST RUN\tSTATE")
+	for _, info := range infos {
+		when := info.Cron
+		if when == "" {
+			when = "every " + info.Every.String()
+		}
+		state := "active"
+		if info.Paused {
+			state = "paused by " + info.PausedBy
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, info.Agent, when, info.Next.Format(time.RFC3339), orElse(info.LastRunID, "-"), state)
+	}
+	return tw.Flush()
+}
+
+func (c *command) events(ctx context.Context, in *invocation) error {
+	for ev, err := range c.c.Events(ctx, in.after, in.runID) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		fmt.Fprintf(c.out, "%s %s %s\n", ev.ID, ev.Type, ev.Data)
+	}
+	return nil
+}
+
+func (c *command) printJob(j jobqueue.Job, err error) error {
+	if err != nil {
+		return err
+	}
+	return c.json(j)
 }
 
 func (c *command) printStatus(st run.Status, err error) error {
