@@ -130,76 +130,90 @@ func isObject(raw json.RawMessage) bool {
 func ValidateContent(t Type, raw []byte) error {
 	switch t {
 	case ResearchBrief:
-		var c ResearchBriefContent
-		if err := decodeStrict(raw, &c); err != nil {
-			return err
-		}
-		if c.Title == "" {
-			return invalid("content.title", "empty")
-		}
-		if c.Summary == "" {
-			return invalid("content.summary", "empty")
-		}
-		for i, s := range c.Sections {
-			if s.Heading == "" {
-				return invalid(fmt.Sprintf("content.sections[%d].heading", i), "empty")
-			}
-			if s.Body == "" {
-				return invalid(fmt.Sprintf("content.sections[%d].body", i), "empty")
-			}
-		}
+		return validateResearchBrief(raw)
 	case Brief:
-		var c BriefContent
-		if err := decodeStrict(raw, &c); err != nil {
-			return err
-		}
-		if c.Title == "" {
-			return invalid("content.title", "empty")
-		}
-		if c.Body == "" {
-			return invalid("content.body", "empty")
-		}
-		if c.WordCount < 0 {
-			return invalid("content.word_count", "negative (%d)", c.WordCount)
-		}
-		for k := range c.EntityMap {
-			if k == "" {
-				return invalid("content.entity_map", "empty entity slug")
-			}
-		}
+		return validateBrief(raw)
 	case PreprocessedProposal:
-		var c PreprocessedProposalContent
-		if err := decodeStrict(raw, &c); err != nil {
-			return err
-		}
-		if !isObject(c.Original) {
-			return invalid("content.original", "not a JSON object")
-		}
-		if !isObject(c.Enriched) {
-			return invalid("content.enriched", "not a JSON object")
-		}
-		for i, is := range c.Issues {
-			f := fmt.Sprintf("content.issues[%d]", i)
-			switch {
-			case is.Field == "":
-				return invalid(f+".field", "empty")
-			case is.Message == "":
-				return invalid(f+".message", "empty")
-			case is.Severity != "info" && is.Severity != "warning" && is.Severity != "error":
-				return invalid(f+".severity", "%q is not info, warning or error", is.Severity)
-			}
-		}
-		for i, m := range c.EntityMatches {
-			f := fmt.Sprintf("content.entity_matches[%d]", i)
-			if m.EntityID == "" {
-				return invalid(f+".entity_id", "empty")
-			}
-			if math.IsNaN(m.Confidence) || m.Confidence < 0 || m.Confidence > 1 {
-				return invalid(f+".confidence", "%v is outside 0..1", m.Confidence)
-			}
-		}
+		return validatePreprocessedProposal(raw)
 	default:
 		return invalid("type", "%q is not RESEARCH_BRIEF, BRIEF or PREPROCESSED_PROPOSAL", string(t))
+	}
+}
+
+func validateResearchBrief(raw []byte) error {
+	var c ResearchBriefContent
+	if err := decodeStrict(raw, &c); err != nil {
+		return err
+	}
+	if c.Title == "" {
+		return invalid("content.title", "empty")
+	}
+	if c.Summary == "" {
+		return invalid("content.summary", "empty")
+	}
+	for i, s := range c.Sections {
+		if s.Heading == "" {
+			return invalid(fmt.Sprintf("content.sections[%d].heading", i), "empty")
+		}
+		if s.Body == "" {
+			return invalid(fmt.Sprintf("content.sections[%d].body", i), "empty")
+		}
+	}
+	return nil
+}
+
+func validateBrief(raw []byte) error {
+	var c BriefContent
+	if err := decodeStrict(raw, &c); err != nil {
+		return err
+	}
+	if c.Title == "" {
+		return invalid("content.title", "empty")
+	}
+	if c.Body == "" {
+		return invalid("content.body", "empty")
+	}
+	if c.WordCount < 0 {
+		return invalid("content.word_count", "negative (%d)", c.WordCount)
+	}
+	for k := range c.EntityMap {
+		if k == "" {
+			return invalid("content.entity_map", "empty entity slug")
+		}
+	}
+	return nil
+}
+
+func validatePreprocessedProposal(raw []byte) error {
+	var c PreprocessedProposalContent
+	if err := decodeStrict(raw, &c); err != nil {
+		return err
+	}
+	if !isObject(c.Original) {
+		return invalid("content.original", "not a JSON object")
+	}
+	if !isObject(c.Enriched) {
+		return invalid("content.enriched", "not a JSON object")
+	}
+	for i, is := range c.Issues {
+		f := fmt.Sprintf("content.issues[%d]", i)
+		switch {
+		case is.Field == "":
+			return invalid(f+".field", "empty")
+		case is.Message == "":
+			return invalid(f+".message", "empty")
+		case is.Severity != "info" && is.Severity != "warning" && is.Severity != "error":
+			return invalid(f+".severity", "%q is not info, warning or error", is.Severity)
+		}
+	}
+	for i, m := range c.EntityMatches {
+		f := fmt.Sprintf("content.entity_matches[%d]", i)
+		if m.EntityID == "" {
+			return invalid(f+".entity_id", "empty")
+		}
+		if math.IsNaN(m.Confidence) || m.Confidence < 0 || m.Confidence > 1 {
+			return invalid(f+".confidence", "%v is outside 0..1", m.Confidence)
+		}
 	}
 	return nil
 }

@@ -29,6 +29,19 @@ func (m *Machine[S, R]) validate() error {
 		m.tab.byName[s] = i
 	}
 	m.tab.hashNames()
+	if err := m.validateEnds(); err != nil {
+		return err
+	}
+	if err := m.validateTransitions(); err != nil {
+		return err
+	}
+	return m.validateReach()
+}
+
+// validateEnds checks the initial and terminal states and fills the
+// terminal set.
+func (m *Machine[S, R]) validateEnds() error {
+	d := &m.def
 	if !m.IsState(d.Initial) {
 		return m.fail("initial state %q is not in States", d.Initial)
 	}
@@ -42,7 +55,12 @@ func (m *Machine[S, R]) validate() error {
 		}
 		m.tab.terminal |= 1 << i
 	}
+	return nil
+}
 
+// validateTransitions checks every transition and fills the edge tables.
+func (m *Machine[S, R]) validateTransitions() error {
+	d := &m.def
 	m.tab.next = make([]uint64, len(d.States))
 	m.edges = make(map[[2]int]int, len(d.Transitions))
 	type fromEvent struct {
@@ -84,8 +102,12 @@ func (m *Machine[S, R]) validate() error {
 		}
 		byEvent[fe] = append(byEvent[fe], k)
 	}
+	return nil
+}
 
-	// Every state must be reachable from the initial one.
+// validateReach checks that every state is reachable from the initial one.
+func (m *Machine[S, R]) validateReach() error {
+	d := &m.def
 	start := m.tab.find(string(d.Initial))
 	seen := uint64(1) << start
 	queue := []int{start}
