@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Installs the tools the project needs into $(go env GOPATH)/bin when they are
-# missing: staticcheck, and the pinned MinIO server the s3store tests run
-# against. Building MinIO takes about 8 minutes on 2 cores, once. It also
-# installs Debian's chromium, which the live page's browser test drives, when
-# neither CHROMIUM_BIN nor /usr/bin/chromium is there.
+# missing. With no arguments it installs all of them; name the ones you want
+# otherwise:
+#
+#   scripts/install-tools.sh                 staticcheck, minio and chromium
+#   scripts/install-tools.sh chromium        only the browser of the page test
+#   scripts/install-tools.sh staticcheck minio
+#
+# staticcheck  the linter .ci/run runs
+# minio        the pinned MinIO server the s3store tests run against (built
+#              from source: about 8 minutes on 2 cores, once)
+# chromium     Debian's chromium, which the live page's browser test drives,
+#              when neither CHROMIUM_BIN nor /usr/bin/chromium is there
 set -euo pipefail
 
 STATICCHECK_VERSION=v0.8.2
@@ -12,23 +20,29 @@ MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 bin="$(go env GOPATH)/bin"
 export PATH="$bin:$PATH"
 
-if ! command -v staticcheck >/dev/null 2>&1; then
-  echo "installing staticcheck ${STATICCHECK_VERSION}"
-  go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
-fi
+install_staticcheck() {
+  if ! command -v staticcheck >/dev/null 2>&1; then
+    echo "installing staticcheck ${STATICCHECK_VERSION}"
+    go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
+  fi
+}
 
-if [ -z "${MINIO_BIN:-}" ] && ! command -v minio >/dev/null 2>&1; then
-  echo "installing minio ${MINIO_VERSION} (about 8 minutes, once)"
-  go install "github.com/minio/minio@${MINIO_VERSION}"
-fi
+install_minio() {
+  if [ -z "${MINIO_BIN:-}" ] && ! command -v minio >/dev/null 2>&1; then
+    echo "installing minio ${MINIO_VERSION} (about 8 minutes, once)"
+    go install "github.com/minio/minio@${MINIO_VERSION}"
+  fi
+}
 
-# The browser test of adapters/httpapi/page runs Debian's Chromium headless.
-# Installing it needs root or passwordless sudo; without either this says so
-# and goes on, and the test then skips, unless CONVEYOR_REQUIRE_CHROMIUM is
-# set (.ci/run sets it): then it fails.
-chromium_bin="${CHROMIUM_BIN:-/usr/bin/chromium}"
-if [ ! -x "$chromium_bin" ]; then
-  as_root=none
+# Installing Chromium needs root or passwordless sudo; without either this
+# says so and goes on, and the browser test then skips, unless
+# CONVEYOR_REQUIRE_CHROMIUM is set (.ci/run sets it): then it fails.
+install_chromium() {
+  local chromium_bin="${CHROMIUM_BIN:-/usr/bin/chromium}"
+  if [ -x "$chromium_bin" ]; then
+    return
+  fi
+  local as_root=none
   if [ "$(id -u)" -eq 0 ]; then
     as_root=""
   elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
@@ -36,10 +50,24 @@ if [ ! -x "$chromium_bin" ]; then
   fi
   if [ "$as_root" = none ]; then
     echo "chromium is missing at $chromium_bin and this is neither root nor passwordless sudo: not installing it (install Debian's chromium, or set CHROMIUM_BIN)" >&2
-  else
-    echo "installing Debian's chromium for the browser test (apt-get update, apt-get install chromium; a few minutes, once)"
-    # Waits for another apt's lock instead of failing on it.
-    $as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update
-    $as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=600 install chromium
+    return
   fi
+  echo "installing Debian's chromium for the browser test (apt-get update, apt-get install chromium; a few minutes, once)"
+  # Waits for another apt's lock instead of failing on it.
+  $as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update
+  $as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=600 install chromium
+}
+
+tools=("$@")
+if [ ${#tools[@]} -eq 0 ]; then
+  tools=(staticcheck minio chromium)
 fi
+for t in "${tools[@]}"; do
+  case "$t" in
+    staticcheck | minio | chromium) "install_$t" ;;
+    *)
+      echo "install-tools.sh: unknown tool '$t' (staticcheck, minio or chromium)" >&2
+      exit 2
+      ;;
+  esac
+done

@@ -8,7 +8,8 @@
 //	go run ./examples/conveyor machine approval -format mermaid
 //
 // The API address comes from -addr or CONVEYOR_ADDR (default
-// http://127.0.0.1:8080), the bearer token from -token or CONVEYOR_TOKEN;
+// 127.0.0.1:8080; host:port as the Worker's -addr takes it, or a URL), the
+// bearer token from -token or CONVEYOR_TOKEN;
 // without a token, -actor says whom to act as (a Worker without tokens
 // serves loopback callers as the actor they name).
 package main
@@ -20,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -45,7 +47,12 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: conveyor [-addr URL] [-token T | -actor A] <command> [args]
+const usage = `usage: conveyor [-addr HOST:PORT|URL] [-token T | -actor A] <command> [args]
+
+  -addr   the Worker's API: host:port as the Worker's -addr, or a URL
+          (default $CONVEYOR_ADDR, else 127.0.0.1:8080)
+  -token  bearer token (default $CONVEYOR_TOKEN)
+  -actor  the actor to act as when the Worker has no tokens
 
 commands:
   agents                          the agents and their run machines
@@ -72,7 +79,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("conveyor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	addr := fs.String("addr", envOr("CONVEYOR_ADDR", "http://127.0.0.1:8080"), "the Worker's API")
+	addr := fs.String("addr", envOr("CONVEYOR_ADDR", "127.0.0.1:8080"), "the Worker's API: host:port or a URL")
 	token := fs.String("token", os.Getenv("CONVEYOR_TOKEN"), "bearer token")
 	actor := fs.String("actor", "", "actor to act as when the Worker has no tokens (X-Conveyor-Actor)")
 	if err := fs.Parse(args); err != nil {
@@ -82,9 +89,14 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	c := &httpapi.Client{BaseURL: strings.TrimSuffix(*addr, "/"), Token: *token, Actor: lifecycle.Actor(*actor)}
+	base, err := baseURL(*addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "conveyor: -addr: %v\n%s", err, usage)
+		return 2
+	}
+	c := &httpapi.Client{BaseURL: base, Token: *token, Actor: lifecycle.Actor(*actor)}
 	cmd := &command{c: c, out: stdout, errOut: stderr}
-	err := cmd.run(ctx, fs.Arg(0), fs.Args()[1:])
+	err = cmd.run(ctx, fs.Arg(0), fs.Args()[1:])
 	var ue usageError
 	switch {
 	case err == nil:
@@ -423,6 +435,25 @@ func machineSpecs() map[string]lifecycle.Spec {
 		"nlm":        nlm.Machine().Spec(),
 		"inbox":      inbox.Machine().Spec(),
 	}
+}
+
+// baseURL turns -addr into the client's base URL: host:port (as the
+// Worker's own -addr takes it) means http://host:port; a URL stays as it is.
+func baseURL(addr string) (string, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("%q: the scheme must be http or https", addr)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("%q names no host", addr)
+	}
+	return strings.TrimSuffix(u.String(), "/"), nil
 }
 
 func envOr(k, def string) string {

@@ -161,3 +161,34 @@ func TestApprovalFlow(t *testing.T) {
 		}
 	}
 }
+
+func TestAddrTakesHostPortOrURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		addr, want string
+		bad        bool
+	}{
+		{addr: "127.0.0.1:8080", want: "http://127.0.0.1:8080"},
+		{addr: "localhost:9000", want: "http://localhost:9000"},
+		{addr: "http://127.0.0.1:8080/", want: "http://127.0.0.1:8080"},
+		{addr: "https://conveyor.example:443/api", want: "https://conveyor.example:443/api"},
+		{addr: "ftp://127.0.0.1:21", bad: true},
+		{addr: "http://", bad: true},
+		{addr: "127.0.0.1:port", bad: true},
+	}
+	for _, tt := range tests {
+		got, err := baseURL(tt.addr)
+		if (err != nil) != tt.bad || got != tt.want && !tt.bad {
+			t.Errorf("baseURL(%q) = %q, %v; want %q (error: %v)", tt.addr, got, err, tt.want, tt.bad)
+		}
+	}
+}
+
+func TestAddrAsTheWorkerTakesIt(t *testing.T) {
+	t.Parallel()
+	url, _ := worker(t)
+	code, out, errs := conveyor(t, strings.TrimPrefix(url, "http://"), "agents")
+	if code != 0 || !strings.Contains(out, "quick") {
+		t.Fatalf("agents with -addr host:port: %d\n%s%s", code, out, errs)
+	}
+}
