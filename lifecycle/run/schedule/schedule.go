@@ -88,6 +88,70 @@ type Schedule struct {
 	Input json.RawMessage `json:"input,omitempty"`
 }
 
+// scheduleJSON is Schedule with its durations as Go duration strings
+// ("20s", "1m30s"), the form a person writes in a config file.
+type scheduleJSON struct {
+	scheduleFields
+	Every  string `json:"every,omitempty"`
+	Jitter string `json:"jitter,omitempty"`
+}
+
+// scheduleFields has Schedule's fields without its JSON methods.
+type scheduleFields Schedule
+
+// MarshalJSON writes Every and Jitter as Go duration strings.
+func (s Schedule) MarshalJSON() ([]byte, error) {
+	v := scheduleJSON{scheduleFields: scheduleFields(s)}
+	if s.Every != 0 {
+		v.Every = s.Every.String()
+	}
+	if s.Jitter != 0 {
+		v.Jitter = s.Jitter.String()
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads Every and Jitter as Go duration strings ("20s");
+// a number is read as nanoseconds, as versions before this one wrote them.
+func (s *Schedule) UnmarshalJSON(b []byte) error {
+	var v struct {
+		*scheduleFields
+		Every  json.RawMessage `json:"every,omitempty"`
+		Jitter json.RawMessage `json:"jitter,omitempty"`
+	}
+	v.scheduleFields = (*scheduleFields)(s)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	var err error
+	if s.Every, err = durationJSON("every", v.Every); err != nil {
+		return err
+	}
+	s.Jitter, err = durationJSON("jitter", v.Jitter)
+	return err
+}
+
+// durationJSON reads a duration written as a Go duration string or as a
+// number of nanoseconds; absent or null is 0.
+func durationJSON(field string, raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var str string
+	if json.Unmarshal(raw, &str) == nil {
+		d, err := time.ParseDuration(str)
+		if err != nil {
+			return 0, &lifecycle.InputError{Field: field, Reason: err.Error()}
+		}
+		return d, nil
+	}
+	var ns int64
+	if err := json.Unmarshal(raw, &ns); err != nil {
+		return 0, &lifecycle.InputError{Field: field, Reason: "want a duration such as \"20s\""}
+	}
+	return time.Duration(ns), nil
+}
+
 // slots enumerates a schedule's slots.
 type slots interface {
 	// next returns the first slot after t.
@@ -554,9 +618,15 @@ func (s *Scheduler) advance(ctx context.Context, sc *Schedule, slot time.Time, r
 	return err
 }
 
-// Info is a schedule as GET /schedules lists it.
+// Info is a schedule as GET /schedules lists it: the schedule and where it
+// stands, in one JSON object.
 type Info struct {
 	Schedule
+	Progress
+}
+
+// Progress is where a schedule stands.
+type Progress struct {
 	// Next is the next slot, LastSlot the latest dealt with, LastFired
 	// and LastRunID the latest that started a run.
 	Next      time.Time  `json:"next"`
@@ -565,6 +635,34 @@ type Info struct {
 	LastRunID string     `json:"last_run_id,omitempty"`
 	Paused    bool       `json:"paused"`
 	PausedBy  string     `json:"paused_by,omitempty"`
+}
+
+// MarshalJSON writes the schedule's fields and its progress as one object.
+func (i Info) MarshalJSON() ([]byte, error) {
+	a, err := json.Marshal(i.Schedule)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(i.Progress)
+	if err != nil {
+		return nil, err
+	}
+	// Both are non-empty objects: {"id":…} and {"next":…}.
+	return append(append(a[:len(a)-1], ','), b[1:]...), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (i *Info) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &i.Schedule); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, &i.Progress)
+}
+
+// progress is where a schedule stands after st.
+func (s *Scheduler) progress(id string, st State) Progress {
+	return Progress{Next: s.slots[id].next(st.LastSlot), LastSlot: st.LastSlot, LastFired: st.LastFired,
+		LastRunID: st.LastRunID, Paused: st.Paused, PausedBy: st.PausedBy}
 }
 
 // List returns every schedule with its state, by id.
@@ -576,8 +674,7 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Info{Schedule: sc, Next: s.slots[sc.ID].next(st.LastSlot), LastSlot: st.LastSlot,
-			LastFired: st.LastFired, LastRunID: st.LastRunID, Paused: st.Paused, PausedBy: st.PausedBy})
+		out = append(out, Info{Schedule: sc, Progress: s.progress(sc.ID, st)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -625,8 +722,7 @@ func (s *Scheduler) setPaused(ctx context.Context, id string, paused bool, by st
 	case s.wake <- struct{}{}:
 	default:
 	}
-	return Info{Schedule: *sc, Next: s.slots[id].next(st.LastSlot), LastSlot: st.LastSlot, LastFired: st.LastFired,
-		LastRunID: st.LastRunID, Paused: st.Paused, PausedBy: st.PausedBy}, nil
+	return Info{Schedule: *sc, Progress: s.progress(id, st)}, nil
 }
 
 type noMetrics struct{}
