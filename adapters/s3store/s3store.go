@@ -210,6 +210,30 @@ func NewWithClient(client *s3.Client, bucket, prefix string) (*Store, error) {
 	return &Store{client: client, bucket: bucket, prefix: prefix}, nil
 }
 
+// Check asks the server for the bucket (one HEAD request) so a program can
+// refuse to start on a bucket that does not exist or cannot be reached,
+// with one sentence that says which, instead of failing on every later
+// call. It is the only call of the Store that is about the bucket rather
+// than a key.
+func (s *Store) Check(ctx context.Context) error {
+	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("s3store: bucket %q: no answer: %w", s.bucket, err)
+	}
+	switch httpStatus(err) {
+	case http.StatusNotFound:
+		return fmt.Errorf("s3store: bucket %q does not exist (create it, or name another with -s3-bucket / %s): %w", s.bucket, EnvBucket, err)
+	case http.StatusForbidden:
+		return fmt.Errorf("s3store: bucket %q: access denied to these credentials: %w", s.bucket, err)
+	case 0:
+		return fmt.Errorf("s3store: bucket %q: the server cannot be reached: %w", s.bucket, err)
+	}
+	return fmt.Errorf("s3store: bucket %q: %w", s.bucket, err)
+}
+
 // Client is the underlying S3 client.
 func (s *Store) Client() *s3.Client { return s.client }
 

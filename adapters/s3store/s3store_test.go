@@ -530,6 +530,42 @@ func TestMissingBucket(t *testing.T) {
 	}
 }
 
+// TestCheck: Check passes on a bucket that exists and says in one
+// sentence that a missing one does not, or that the server is down.
+func TestCheck(t *testing.T) {
+	srv, bkt := env(t)
+	tests := []struct {
+		name, bucket, endpoint, want string
+	}{
+		{name: "exists", bucket: bkt},
+		{name: "missing", bucket: "no-such-bucket-conveyor", want: `bucket "no-such-bucket-conveyor" does not exist`},
+		{name: "down", bucket: bkt, endpoint: "http://127.0.0.1:1", want: "cannot be reached"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := s3store.Config{Bucket: tt.bucket, Endpoint: srv.Endpoint, UsePathStyle: true,
+				AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Region: "us-east-1", MaxAttempts: 1}
+			if tt.endpoint != "" {
+				cfg.Endpoint = tt.endpoint
+			}
+			s, err := s3store.New(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.Check(t.Context())
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Check = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Check = %v, want it to say %q", err, tt.want)
+			}
+		})
+	}
+}
+
 // stallingTransport holds every request until its context ends, as a hung
 // server would.
 type stallingTransport struct{}

@@ -235,6 +235,13 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	// A Worker on a bucket it cannot use would say it serves and then fail
+	// every call: refuse to start instead, saying why.
+	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.Check(checkCtx); err != nil {
+		return nil, "", err
+	}
 	return s, "s3 bucket " + cfg.Bucket, nil
 }
 

@@ -539,3 +539,27 @@ func TestSchedulesAndWebhooks(t *testing.T) {
 		t.Fatalf("the schedule's run: %+v, %v", st, err)
 	}
 }
+
+// TestRefusesAMissingBucket: pointed at a bucket that does not exist, the
+// Worker does not start; it says so in one sentence and exits, where it
+// used to say it served and then log a 404 on every poll.
+func TestRefusesAMissingBucket(t *testing.T) {
+	t.Parallel()
+	srv := minio.Get(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-s3-bucket", "no-such-bucket-conveyor", "-s3-endpoint", srv.Endpoint, "-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), childEnv+"=1",
+		"AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey, "AWS_REGION="+srv.Region)
+	out, err := cmd.CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("exit %v (context: %v), want a refusal to start:\n%s", err, ctx.Err(), out)
+	}
+	if !strings.Contains(string(out), `bucket "no-such-bucket-conveyor" does not exist`) || listening.Match(out) {
+		t.Fatalf("want one sentence saying the bucket does not exist, and no API:\n%s", out)
+	}
+}
