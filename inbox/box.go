@@ -222,6 +222,13 @@ func text(field, s string, limit int, kind lifecycle.TextKind, required bool) er
 // Text fields must be one line of UTF-8 without control characters
 // (lifecycle.CheckText). Errors match ErrInvalidEntry and name the field.
 func (s *Submission) Validate() error {
+	// The fields of a fixed set are text too: invalid UTF-8 in one is
+	// INVALID_INPUT, as in any other field, before its value is judged.
+	for _, f := range []struct{ name, v string }{{"source.type", s.Source.Type}, {"intent.action", s.Intent.Action}, {"metadata.priority", s.Metadata.Priority}} {
+		if err := text(f.name, f.v, lifecycle.MaxNameBytes, lifecycle.OneLine, false); err != nil {
+			return err
+		}
+	}
 	if s.ID != "" {
 		if err := storage.ValidateID("inbox entry id", s.ID); err != nil {
 			return invalid("id", "%v", err)

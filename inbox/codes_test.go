@@ -150,6 +150,32 @@ func TestTextLimits(t *testing.T) {
 			})
 		}
 	}
+	// The fields of a fixed set refuse invalid UTF-8 as text, INVALID_INPUT,
+	// not as an unknown value (issue 18: one code for undecodable bytes).
+	for _, f := range []struct {
+		field string
+		set   func(*inbox.Submission)
+	}{
+		{"source.type", func(in *inbox.Submission) { in.Source.Type = "ui\xff" }},
+		{"intent.action", func(in *inbox.Submission) { in.Intent.Action = "\xc3\x28" }},
+		{"metadata.priority", func(in *inbox.Submission) { in.Metadata.Priority = "high\xfe" }},
+	} {
+		t.Run(f.field+"/invalid UTF-8", func(t *testing.T) {
+			in := sub("inbox_n")
+			f.set(&in)
+			before := teststores.Snapshot(t, s)
+			_, err := b.Submit(ctx, gw, in)
+			var ve *inbox.ValidationError
+			var ie *lifecycle.InputError
+			if !errors.As(err, &ve) || ve.Field != f.field || !errors.As(err, &ie) {
+				t.Errorf("err = %.300v, want a ValidationError of %s with an *InputError", err, f.field)
+			}
+			if got := lifecycle.ErrorCode(err); got != lifecycle.CodeInvalidInput {
+				t.Errorf("code %s, want %s", got, lifecycle.CodeInvalidInput)
+			}
+			teststores.Unchanged(t, s, before)
+		})
+	}
 	// A rejection reason may span lines, as every reason of the SDK.
 	if e, err := b.Reject(ctx, gw, "inbox_p", "first line\nsecond line"); err != nil || e.Status != inbox.Rejected {
 		t.Fatalf("multi-line reason: %+v %v", e, err)

@@ -74,6 +74,7 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 		{"callback", lifecycle.MaxURLBytes, func(n *jobqueue.NewJob, v string) { n.Callback = "https://example.com/" + v }},
 		{"context.memory_snapshot_url", lifecycle.MaxURLBytes, func(n *jobqueue.NewJob, v string) { n.Context.MemorySnapshotURL = "s3://b/" + v }},
 		{"context.entity_refs[1]", lifecycle.MaxRefBytes, func(n *jobqueue.NewJob, v string) { n.Context.EntityRefs = []string{"e0", v} }},
+		{"job_type", lifecycle.MaxNameBytes, func(n *jobqueue.NewJob, v string) { n.JobType = jobqueue.JobType(v) }},
 		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.JobID = v }},
 		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.RunID = v }},
 		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.AgentSlug = v }},
@@ -96,6 +97,15 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 			})
 		}
 	}
+	// A payload escape that decodes to half a UTF-16 pair: any decoder
+	// would read U+FFFD, not what was sent (issue 18).
+	t.Run("payload with a lone surrogate escape", func(t *testing.T) {
+		n := spec("job-surrogate", "agent")
+		n.Payload = json.RawMessage(`{"q":"\ud800"}`)
+		before := teststores.Snapshot(t, s)
+		_, err := q.Enqueue(ctx, lifecycle.ActorGateway, n)
+		checkRefused(t, err, jobqueue.ErrInvalidJob, "payload", lifecycle.CodeInvalidInput, s, before)
+	})
 	t.Run("too many entity refs", func(t *testing.T) {
 		n := spec("job-1", "agent")
 		n.Context.EntityRefs = make([]string, lifecycle.MaxListLen+1)

@@ -369,6 +369,11 @@ func badJob(format string, args ...any) error {
 }
 
 func (n *NewJob) validate(defaultMax int, user map[JobType]bool) error {
+	// Text first: a job type of invalid UTF-8 is INVALID_INPUT, as every
+	// other field's, not an unknown type.
+	if err := n.checkText(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
 	if n.JobID == "" {
 		n.JobID = newUUID()
 	}
@@ -395,9 +400,6 @@ func (n *NewJob) validate(defaultMax int, user map[JobType]bool) error {
 	if n.MaxAttempts < 1 || n.MaxAttempts > 100 {
 		return badJob("max_attempts %d outside 1..100", n.MaxAttempts)
 	}
-	if err := n.checkText(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
-	}
 	if len(n.Payload) > 0 && !json.Valid(n.Payload) {
 		return badJob("payload is not valid JSON")
 	}
@@ -416,11 +418,15 @@ func (n *NewJob) validate(defaultMax int, user map[JobType]bool) error {
 }
 
 // checkText bounds the free text of a job (issue 10 F) before anything
-// else looks at it: the payload (MaxDocumentBytes), the URLs (MaxURLBytes)
-// and the entity refs (MaxListLen of MaxRefBytes each), all clean UTF-8.
+// else looks at it: the job type (MaxNameBytes), the payload
+// (MaxDocumentBytes, lifecycle.CheckJSON), the URLs (MaxURLBytes) and the
+// entity refs (MaxListLen of MaxRefBytes each), all clean UTF-8.
 // It returns nil or a *lifecycle.InputError.
 func (n *NewJob) checkText() error {
-	if err := lifecycle.CheckBytes("payload", n.Payload, lifecycle.MaxDocumentBytes); err != nil {
+	if err := lifecycle.CheckText("job_type", string(n.JobType), lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
+		return err
+	}
+	if err := lifecycle.CheckJSON("payload", n.Payload, lifecycle.MaxDocumentBytes); err != nil {
 		return err
 	}
 	if err := lifecycle.CheckText("callback", n.Callback, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {

@@ -138,3 +138,74 @@ func CheckList(field string, n int) error {
 	}
 	return nil
 }
+
+// CheckJSON reports whether the JSON document b may be stored as field, or
+// decoded: [CheckBytes], and no \u escape that names half of a UTF-16
+// surrogate pair alone. encoding/json turns invalid UTF-8 and a lone
+// surrogate alike into U+FFFD without a word, so what was sent would not be
+// what is stored; I-JSON (RFC 7493 §2.1) refuses both. Whether b is JSON at
+// all is the caller's check. It returns nil or an *InputError.
+func CheckJSON(field string, b []byte, limit int) error {
+	if err := CheckBytes(field, b, limit); err != nil {
+		return err
+	}
+	if i := loneSurrogate(b); i >= 0 {
+		return &InputError{Field: field, Limit: limit, Reason: fmt.Sprintf("lone UTF-16 surrogate escape at %d", i)}
+	}
+	return nil
+}
+
+// loneSurrogate returns the offset of the first \u escape inside a JSON
+// string that is a high surrogate not followed by a low one, or a low one
+// not preceded by a high one; -1 when there is none. Bytes outside strings
+// are not looked at (a backslash there is invalid JSON, the decoder's
+// refusal).
+func loneSurrogate(b []byte) int {
+	in := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			in = !in
+		case c == '\\' && in:
+			if i+1 >= len(b) || b[i+1] != 'u' {
+				i++ // a one-character escape, \" and \\ included
+				continue
+			}
+			r, ok := hex4(b, i+2)
+			switch {
+			case !ok || r < 0xd800 || r > 0xdfff:
+				i++
+			case r >= 0xdc00:
+				return i // a low surrogate with no high one before it
+			default:
+				lo, ok := hex4(b, i+8)
+				if i+7 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' || !ok || lo < 0xdc00 || lo > 0xdfff {
+					return i
+				}
+				i += 11 // the pair
+			}
+		}
+	}
+	return -1
+}
+
+// hex4 reads four hex digits at b[i:], as a \u escape holds.
+func hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}

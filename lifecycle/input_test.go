@@ -67,3 +67,35 @@ func TestCheckList(t *testing.T) {
 	inputtest.Check(t, lifecycle.CheckList("tags", lifecycle.MaxListLen), "tags", lifecycle.MaxListLen, "")
 	inputtest.Check(t, lifecycle.CheckList("tags", lifecycle.MaxListLen+1), "tags", lifecycle.MaxListLen, lifecycle.CodeInputTooLarge)
 }
+
+func TestCheckJSON(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		b        string
+		wantCode string
+	}{
+		{"empty", "", ""},
+		{"plain", `{"a":"ż"}`, ""},
+		{"escaped BMP", `{"a":"\u00e9\u0041"}`, ""},
+		{"surrogate pair", `{"a":"\ud83d\ude00"}`, ""},
+		{"surrogate pair upper case", `["\uD83D\uDE00"]`, ""},
+		{"escaped backslash before u", `{"a":"\\ud800"}`, ""},
+		{"surrogate-like text outside a string", `{"\\":1}`, ""},
+		{"invalid UTF-8", "{\"a\":\"\xc3\x28\"}", lifecycle.CodeInvalidInput},
+		{"invalid UTF-8 key", "{\"\xff\":1}", lifecycle.CodeInvalidInput},
+		{"lone high surrogate", `{"a":"\ud800"}`, lifecycle.CodeInvalidInput},
+		{"lone high surrogate at the end", `"\ud800`, lifecycle.CodeInvalidInput},
+		{"high then not low", `{"a":"\ud800\u0041"}`, lifecycle.CodeInvalidInput},
+		{"lone low surrogate", `{"a":"x\udc00"}`, lifecycle.CodeInvalidInput},
+		{"lone surrogate in a key", `{"\uDBFF":1}`, lifecycle.CodeInvalidInput},
+		{"two highs", `["\ud800\ud800"]`, lifecycle.CodeInvalidInput},
+		{"over the limit", `"` + strings.Repeat("x", 64) + `"`, lifecycle.CodeInputTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			inputtest.Check(t, lifecycle.CheckJSON("input", []byte(tt.b), 64), "input", 64, tt.wantCode)
+		})
+	}
+}

@@ -177,3 +177,89 @@ func TestInvalidTransitionBody(t *testing.T) {
 		t.Errorf("the store changed:\n%s", d)
 	}
 }
+
+// TestInvalidUTF8WritesNothing sends invalid UTF-8 and lone surrogate
+// escapes in every free-text field and map key of every route with a body:
+// each is 400 INVALID_INPUT and the store, audit log included, is byte for
+// byte what it was (issue 18: encoding/json replaced the bytes with U+FFFD,
+// so the SDK's checks saw clean text and the run was stored).
+func TestInvalidUTF8WritesNothing(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, rigOpts{})
+	ctx := context.Background()
+	gate, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "gate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad, surrogate = "\xc3\x28", `\ud800`
+	gw, admin, nlmTok := "tok-gateway", "tok-admin", "tok-nlm"
+	type route struct{ path, token string }
+	runs := route{"/agents/run", gw}
+	cancel := route{"/runs/" + slow.RunID + "/cancel", gw}
+	approve := route{"/runs/" + gate.RunID + "/approve", gw}
+	reject := route{"/runs/" + gate.RunID + "/reject", gw}
+	events := route{"/runs/" + gate.RunID + "/events", gw}
+	jobs := route{"/jobs", gw}
+	callback := route{"/nlm/callback", nlmTok}
+	inboxSubmit := route{"/inbox/submit", gw}
+	restore := route{"/quarantine/restore", admin}
+	inboxBody := func(identity, target, corr string) string {
+		return `{"source":{"type":"ui","identity":"` + identity + `"},"intent":{"action":"research","target":"` + target + `"},"metadata":{"correlation_id":"` + corr + `"}}`
+	}
+	tests := []struct {
+		name string
+		route
+		body string
+	}{
+		{"submit user_id", runs, `{"agent_slug":"quick","user_id":"` + bad + `"}`},
+		{"submit metadata key", runs, `{"agent_slug":"quick","metadata":{"` + bad + `":"v"}}`},
+		{"submit metadata value", runs, `{"agent_slug":"quick","metadata":{"k":"` + bad + `"}}`},
+		{"submit input string", runs, `{"agent_slug":"quick","input":{"q":"` + bad + `"}}`},
+		{"submit input key", runs, `{"agent_slug":"quick","input":{"` + bad + `":1}}`},
+		{"submit trigger", runs, `{"agent_slug":"quick","trigger":"` + bad + `"}`},
+		{"submit agent_slug", runs, `{"agent_slug":"` + bad + `"}`},
+		{"submit unknown field name", runs, `{"agent_slug":"quick","` + bad + `":1}`},
+		{"submit user_id surrogate", runs, `{"agent_slug":"quick","user_id":"` + surrogate + `"}`},
+		{"submit metadata key surrogate", runs, `{"agent_slug":"quick","metadata":{"` + surrogate + `":"v"}}`},
+		{"cancel reason", cancel, "{\"reason\":\"\xff\xfe\"}"},
+		{"cancel reason surrogate", cancel, `{"reason":"\udfff"}`},
+		{"approve reason", approve, `{"reason":"` + bad + `"}`},
+		{"approve decided_by", approve, `{"decided_by":"` + bad + `"}`},
+		{"reject reason", reject, `{"reason":"` + bad + `"}`},
+		{"reject decided_by surrogate", reject, `{"decided_by":"` + surrogate + `x"}`},
+		{"event type", events, `{"type":"` + bad + `"}`},
+		{"event id", events, `{"type":"reply","id":"` + bad + `"}`},
+		{"event source", events, `{"type":"reply","source":"` + surrogate + `"}`},
+		{"job payload", jobs, `{"run_id":"r","job_type":"BRIEF","agent_slug":"quick","payload":{"q":"` + bad + `"}}`},
+		{"job payload key", jobs, `{"run_id":"r","job_type":"BRIEF","agent_slug":"quick","payload":{"` + bad + `":1}}`},
+		{"job type", jobs, `{"run_id":"r","job_type":"` + bad + `","agent_slug":"quick"}`},
+		{"job callback", jobs, `{"run_id":"r","job_type":"BRIEF","agent_slug":"quick","callback":"https://x/` + bad + `"}`},
+		{"job entity ref", jobs, `{"run_id":"r","job_type":"BRIEF","agent_slug":"quick","context":{"entity_refs":["` + bad + `"]}}`},
+		{"job payload surrogate", jobs, `{"run_id":"r","job_type":"BRIEF","agent_slug":"quick","payload":"` + surrogate + `"}`},
+		{"callback error", callback, `{"job_id":"nlm-1","status":"ERROR","error":"` + bad + `"}`},
+		{"inbox identity", inboxSubmit, inboxBody(bad, "x", "")},
+		{"inbox target", inboxSubmit, inboxBody("owner", bad, "")},
+		{"inbox correlation id", inboxSubmit, inboxBody("owner", "x", surrogate)},
+		{"restore qkey", restore, `{"qkey":"quarantine/` + bad + `.json"}`},
+	}
+	before := g.snapshot()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, _, body := g.raw("POST", tt.path, tt.token, "application/json", []byte(tt.body), nil)
+			var e struct{ Code, Message string }
+			if err := json.Unmarshal(body, &e); err != nil {
+				t.Fatalf("%d %q: not the JSON error form: %v", status, body, err)
+			}
+			if status != http.StatusBadRequest || e.Code != lifecycle.CodeInvalidInput {
+				t.Errorf("answer %d %s (%s), want 400 INVALID_INPUT", status, e.Code, e.Message)
+			}
+			if d := diffSnapshots(before, g.snapshot()); d != "" {
+				t.Errorf("the store changed:\n%s", d)
+			}
+		})
+	}
+}

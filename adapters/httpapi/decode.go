@@ -77,7 +77,8 @@ func checkContentType(r *http.Request) error {
 }
 
 // readBody reads a request body bounded by the route's MaxBytesReader: too
-// long is INPUT_TOO_LARGE.
+// long is INPUT_TOO_LARGE; invalid UTF-8 or a lone surrogate escape
+// anywhere in it is INVALID_INPUT (lifecycle.CheckJSON).
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	var mbe *http.MaxBytesError
@@ -86,6 +87,13 @@ func readBody(r *http.Request) ([]byte, error) {
 	}
 	if err != nil {
 		return nil, apiErr(lifecycle.CodeInvalidRequest, "reading the body: %v", err)
+	}
+	// Before decoding: encoding/json replaces invalid UTF-8 and lone
+	// surrogate escapes with U+FFFD without a word, so a field checked after
+	// decoding looks clean and what is stored is not what was sent. One
+	// check of the raw bytes covers every field and every map key.
+	if err := lifecycle.CheckJSON("body", b, len(b)); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

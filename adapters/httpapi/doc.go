@@ -12,7 +12,12 @@
 //
 // What the Server guarantees:
 //
-//   - Every request is authenticated before anything else: a bearer token
+//   - Every request's body has a read deadline before anything else looks at
+//     it (Limits.BodyTimeout), and an answer given before the body's end
+//     closes the connection instead of reading the rest; [Limits.HTTPServer]
+//     and [Limits.Listener] bound headers, idle connections and the
+//     connections of one remote address.
+//   - Every request is then authenticated: a bearer token
 //     names its actor (Config.Tokens); with no tokens configured only
 //     loopback clients are served, as the actor their X-Conveyor-Actor
 //     header names (gateway by default). No or unknown token: 401.
@@ -20,8 +25,9 @@
 //     the SDK's own checks (run machines, the authority matrix) refuse the
 //     rest with 403 too.
 //   - A body is application/json (415), at most Config.MaxBodyBytes (413),
-//     one JSON value with no unknown field and nothing after it (400). Ids
-//     are checked before any call of the SDK (400).
+//     valid UTF-8 without lone surrogate escapes (400 INVALID_INPUT, checked
+//     before decoding), one JSON value with no unknown field and nothing
+//     after it (400). Ids are checked before any call of the SDK (400).
 //   - Every 4xx and 5xx is {"code","message"} with the code and status of
 //     lifecycle's one code table; a refused move (409) adds "from", "to" and
 //     "allowed".
@@ -31,5 +37,6 @@
 // [Client] calls every route and returns the SDK's own records; its errors
 // are *[Error], which match the SDK's sentinels with errors.Is. [Client.Wait]
 // follows the event stream and falls back to polling every 5 s (seed 000
-// §4.1) when the stream is unavailable.
+// §4.1) when the stream is unavailable; it waits out a server that is down,
+// with backoff, until its context ends (*[WaitError]).
 package httpapi

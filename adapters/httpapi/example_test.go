@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http/httptest"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
@@ -49,4 +50,27 @@ func Example() {
 	// completed 1 research 3 sources
 	// duplicate: true true
 	// true true RUN_NOT_FOUND
+}
+
+// ExampleLimits serves a Server as the Worker does: the Server applies the
+// body's deadline, the http.Server and the listener the other limits.
+func ExampleLimits() {
+	runner, _ := run.NewRunner(run.Config{Store: memstore.New()}, run.Agent{Slug: "echo", Steps: []run.Step{{Name: "say",
+		Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{}, nil }}}})
+	lim := httpapi.Limits{MaxConnsPerAddr: 16}
+	s, _ := httpapi.New(httpapi.Config{Runner: runner, Limits: lim})
+	srv := lim.HTTPServer(s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	go func() { _ = srv.Serve(lim.Listener(ln)) }()
+	defer srv.Close()
+	fmt.Println(srv.ReadHeaderTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
+	c := &httpapi.Client{BaseURL: "http://" + ln.Addr().String()}
+	fmt.Println(c.Health(context.Background()))
+	// Output:
+	// 10s 2m0s 65536
+	// <nil>
 }

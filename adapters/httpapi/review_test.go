@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -175,7 +176,7 @@ func TestTokenlessTrustsOnlyTheLocalMachine(t *testing.T) {
 
 // TestSlowBodyIsCutOff: a client that sends its headers and then a body
 // slower than the request's deadline (or stops sending it) is answered
-// within that deadline and writes nothing. The deadline bounded only the
+// within that deadline (Limits.BodyTimeout) and writes nothing. The deadline bounded only the
 // SDK calls, not the reading of the body, so such a client held a
 // handler, its goroutine and its connection for as long as it liked, and
 // the Worker's Shutdown waited for it.
@@ -193,7 +194,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			// The deadline is a network one, in wall-clock time.
-			g := newRig(t, rigOpts{requestTimeout: 200 * time.Millisecond})
+			g := newRig(t, rigOpts{limits: httpapi.Limits{BodyTimeout: 200 * time.Millisecond}})
 			before := g.snapshot()
 			conn, err := net.Dial("tcp", strings.TrimPrefix(g.srv.URL, "http://"))
 			if err != nil {

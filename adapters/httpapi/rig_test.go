@@ -55,6 +55,8 @@ type rigOpts struct {
 	page    http.Handler
 	// requestTimeout is Config.RequestTimeout (0: the default).
 	requestTimeout time.Duration
+	// limits is Config.Limits.
+	limits httpapi.Limits
 	// served, when set, is called after the server answered each request.
 	served func(*http.Request)
 }
@@ -115,7 +117,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	s, err := httpapi.New(httpapi.Config{Runner: g.runner, Queue: g.queue, Inbox: g.box, NLM: proc, Store: g.store,
-		Schedules: sched, Tokens: o.tokens, Events: o.events, Page: o.page, Logger: log, RequestTimeout: o.requestTimeout})
+		Schedules: sched, Tokens: o.tokens, Events: o.events, Page: o.page, Logger: log, RequestTimeout: o.requestTimeout, Limits: o.limits})
 	if err != nil {
 		t.Fatal(err)
 	}

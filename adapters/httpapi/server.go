@@ -90,10 +90,14 @@ type Config struct {
 	MaxBodyBytes int64
 	// RequestTimeout bounds the SDK calls of one request (not the event
 	// stream, the page or the metrics); when it runs out the answer is
-	// UPSTREAM_UNAVAILABLE. It also bounds the reading of a request body
-	// (a stalled body is INVALID_REQUEST). Default DefaultRequestTimeout
-	// (30 s).
+	// UPSTREAM_UNAVAILABLE. Default DefaultRequestTimeout (30 s).
 	RequestTimeout time.Duration
+	// Limits bound what one client can hold of the server. The Server
+	// applies BodyTimeout, on every route before authentication (a body not
+	// in by then is INVALID_REQUEST, or cut off); serve it with
+	// Limits.HTTPServer and Limits.Listener for the others. Default the
+	// zero Limits, every field its default.
+	Limits Limits
 }
 
 // Server serves the Worker's HTTP API. It is an http.Handler, safe for
@@ -149,6 +153,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, slugs: map[string]bool{}, actorOK: map[lifecycle.Actor]bool{}}
 	for _, a := range authority.Actors() {
 		s.actorOK[a] = true
@@ -187,6 +192,16 @@ func New(cfg Config) (*Server, error) {
 // logged (5xx at ERROR, 4xx at DEBUG).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{ResponseWriter: w}
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		// The body's deadline is set first, before authentication or any
+		// other check, so a client that stalls its body is cut off on every
+		// route. It is a network deadline, in wall-clock time; the server
+		// resets it at the next request on the connection. A request without
+		// a body gets none: the event stream must outlive it.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.Limits.BodyTimeout))
+		g := &bodyGuard{body: r.Body}
+		r.Body, rec.body = g, g
+	}
 	actor := lifecycle.Actor("")
 	if public(r) || (s.cfg.Webhooks != nil && strings.HasPrefix(r.URL.Path, "/webhooks/")) {
 		// Health and the page's assets need no identity; a webhook's is
@@ -299,12 +314,6 @@ func (s *Server) handler(rt route) http.Handler {
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-			// The body is read within the request's deadline too: a client
-			// that stalls it would otherwise hold the handler for ever (the
-			// deadline below bounds the SDK calls, not the socket). It is a
-			// network deadline, in wall-clock time; the server resets it at
-			// the next request on the connection.
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 		}
 		if !rt.stream {
 			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
@@ -395,23 +404,36 @@ func joinActors(as []lifecycle.Actor) string {
 	return strings.Join(s, ", ")
 }
 
-// recorder remembers the status and error code written, for the log line.
+// recorder remembers the status and error code written, for the log line,
+// and closes the connection of an answer given before its body was read.
 type recorder struct {
 	http.ResponseWriter
 	status        int
 	code, message string
+	// body is the request's body, nil when it has none.
+	body *bodyGuard
 }
 
 func (r *recorder) WriteHeader(status int) {
 	if r.status == 0 {
 		r.status = status
+		if r.body != nil && !r.body.done {
+			// An answer before the body's end (a refusal: no token, a
+			// wrong route, a forbidden actor) reads none of the rest: net/http
+			// would read and discard it before writing the answer, which a
+			// stalled body holds up to its deadline. The connection is closed
+			// instead, at once (the read deadline in the past ends the
+			// discard net/http still tries after the handler).
+			r.Header().Set("Connection", "close")
+			_ = http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now())
+		}
 	}
 	r.ResponseWriter.WriteHeader(status)
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
-		r.status = http.StatusOK
+		r.WriteHeader(http.StatusOK)
 	}
 	return r.ResponseWriter.Write(b)
 }

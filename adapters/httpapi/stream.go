@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -105,18 +107,126 @@ func readEvents(r io.Reader) iter.Seq2[Event, error] {
 // Wait returns the run's status once it is terminal. It follows the event
 // stream, re-reading the status at each event of the run; when the stream
 // is unavailable or breaks it polls GET /runs/{runId}/status every
-// PollInterval on c.Clock instead. It returns an error when a read of the
-// status is refused (an unknown run, a 4xx) or ctx ends; 5xx answers and
-// network errors while polling are waited out.
+// PollInterval on c.Clock instead. Network errors (a server down or
+// restarting: connection refused, reset) and 5xx answers are waited out:
+// the first read is retried with backoff on c.Clock (WaitBackOff), later
+// ones at each poll. It returns an *Error when a read of the status is
+// refused (an unknown run, a 4xx), and a *WaitError when ctx ends first.
 func (c *Client) Wait(ctx context.Context, runID string) (run.Status, error) {
-	st, err := c.Status(ctx, runID)
+	w := &waiter{c: c, runID: runID, start: c.clock().Now()}
+	st, err := w.first(ctx)
 	if err != nil || Terminal(st) {
 		return st, err
 	}
-	if st, done, err := c.follow(ctx, runID); done || err != nil {
+	st, done, err := c.follow(ctx, runID)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return run.Status{}, w.giveUp(ctx)
+	case done || err != nil:
 		return st, err
 	}
-	return c.poll(ctx, runID)
+	return w.poll(ctx)
+}
+
+// WaitBackOff is the schedule of Wait's retries of its first read of the
+// status: from 250 ms, doubling, at most PollInterval apart, with ±20 %
+// jitter and no limit of its own: Wait's context is the limit.
+func WaitBackOff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 250 * time.Millisecond
+	b.Multiplier = 2
+	b.RandomizationFactor = 0.2
+	b.MaxInterval = PollInterval
+	b.MaxElapsedTime = 0
+	b.Reset()
+	return b
+}
+
+// WaitError is Wait's error when its context ends before the run is
+// terminal. It names the run and, when the last read of the status failed
+// (the server unreachable, or answering 5xx), that failure; it matches the
+// context's error and the failure (errors.Is, errors.As: a *net.OpError of
+// a refused dial, an *Error of a 5xx).
+type WaitError struct {
+	RunID string
+	// Failures counts the reads of the status that failed in a row before
+	// Wait gave up (0: the server answered, the run was not done).
+	Failures int
+	// Waited is how long Wait waited, on the Client's clock.
+	Waited time.Duration
+	// Last is the last failed read's error; nil when the last read
+	// answered.
+	Last error
+	// Stop is the context's error.
+	Stop error
+}
+
+func (e *WaitError) Error() string {
+	if e.Last == nil {
+		return fmt.Sprintf("httpapi: waiting for run %s: %v after %s; the run is not terminal", e.RunID, e.Stop, e.Waited)
+	}
+	return fmt.Sprintf("httpapi: waiting for run %s: %v after %s; its status could not be read (%d failures in a row, the last: %v)",
+		e.RunID, e.Stop, e.Waited, e.Failures, e.Last)
+}
+
+// Unwrap returns the context's error and the last failure.
+func (e *WaitError) Unwrap() []error {
+	var out []error
+	for _, err := range []error{e.Stop, e.Last} {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// waiter is one Wait: its run, and the failures of its reads in a row.
+type waiter struct {
+	c        *Client
+	runID    string
+	start    time.Time
+	failures int
+	last     error
+}
+
+// read reads the status once, remembering a failure that is not the
+// context's own.
+func (w *waiter) read(ctx context.Context) (run.Status, error) {
+	st, err := w.c.Status(ctx, w.runID)
+	switch {
+	case err == nil:
+		w.failures, w.last = 0, nil
+	case ctx.Err() == nil:
+		w.failures, w.last = w.failures+1, err
+	}
+	return st, err
+}
+
+// first reads the status until a read answers, retrying failures that may
+// pass (retryable) with WaitBackOff.
+func (w *waiter) first(ctx context.Context) (run.Status, error) {
+	bo := WaitBackOff()
+	clk := w.c.clock()
+	for {
+		st, err := w.read(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return run.Status{}, w.giveUp(ctx)
+		case err == nil || !retryable(err):
+			return st, err
+		}
+		t := clk.NewTimer(bo.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return run.Status{}, w.giveUp(ctx)
+		case <-t.C():
+		}
+	}
+}
+
+func (w *waiter) giveUp(ctx context.Context) error {
+	return &WaitError{RunID: w.runID, Failures: w.failures, Waited: w.c.clock().Now().Sub(w.start), Last: w.last, Stop: ctx.Err()}
 }
 
 // follow waits on the event stream: done when the run is terminal; not done
@@ -202,22 +312,22 @@ func (c *Client) follow(parent context.Context, runID string) (run.Status, bool,
 }
 
 // poll reads the status every PollInterval until it is terminal.
-func (c *Client) poll(ctx context.Context, runID string) (run.Status, error) {
-	clk := c.clock()
+func (w *waiter) poll(ctx context.Context) (run.Status, error) {
+	clk := w.c.clock()
 	for {
 		t := clk.NewTimer(PollInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return run.Status{}, ctx.Err()
+			return run.Status{}, w.giveUp(ctx)
 		case <-t.C():
 		}
-		st, err := c.Status(ctx, runID)
+		st, err := w.read(ctx)
 		switch {
 		case err == nil && Terminal(st):
 			return st, nil
 		case err != nil && ctx.Err() != nil:
-			return run.Status{}, ctx.Err()
+			return run.Status{}, w.giveUp(ctx)
 		case err != nil && !retryable(err):
 			return st, err
 		}

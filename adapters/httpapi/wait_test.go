@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -215,5 +217,127 @@ func TestWaitRereadsWhenAnEventIsLost(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Wait did not return at its re-read")
+	}
+}
+
+// downAddr returns a loopback address nothing listens on (a port just
+// freed).
+func downAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// TestWaitServerComesUp: Wait against a server that is down retries its
+// connection errors with backoff on the client's clock, and returns the
+// run's status once the server is up (issue 18 defect 10: it returned the
+// raw dial error in 2 ms).
+func TestWaitServerComesUp(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, rigOpts{running: true})
+	res, err := g.runner.Submit(context.Background(), run.SubmitRequest{AgentSlug: "quick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.waitStatus(res.RunID)
+	addr := downAddr(t)
+	clk := clock.NewFake(epoch0)
+	c := &httpapi.Client{BaseURL: "http://" + addr, Token: "tok-gateway", Clock: clk}
+	done := make(chan waitResult, 1)
+	go func() {
+		st, err := c.Wait(context.Background(), res.RunID)
+		done <- waitResult{st, err}
+	}()
+	// Three refused dials, each followed by a backoff timer.
+	backingOff := func() {
+		t.Helper()
+		select {
+		case <-clk.WaitForTimers(1):
+		case r := <-done:
+			t.Fatalf("Wait returned %+v, %v while the server was down", r.st, r.err)
+		}
+	}
+	for range 3 {
+		backingOff()
+		clk.Advance(httpapi.PollInterval)
+	}
+	backingOff()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the freed port was taken meanwhile: %v", err)
+	}
+	srv := &http.Server{Handler: g.srv.Config.Handler}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	clk.Advance(httpapi.PollInterval)
+	r := <-done
+	if r.err != nil || r.st.RunID != res.RunID || r.st.Status != string(lifecycle.RunCompleted) {
+		t.Fatalf("Wait = %+v, %v; want the completed run", r.st, r.err)
+	}
+}
+
+// TestWaitServerNeverUp: against a server that never comes up Wait ends
+// with its context, in a *WaitError that names the run, wraps the last
+// dial error and matches the context's error.
+func TestWaitServerNeverUp(t *testing.T) {
+	t.Parallel()
+	addr := downAddr(t)
+	t.Run("fake clock, canceled", func(t *testing.T) {
+		t.Parallel()
+		clk := clock.NewFake(epoch0)
+		c := &httpapi.Client{BaseURL: "http://" + addr, Clock: clk}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Wait(ctx, "run-1")
+			done <- err
+		}()
+		backingOff := func() {
+			t.Helper()
+			select {
+			case <-clk.WaitForTimers(1):
+			case err := <-done:
+				t.Fatalf("Wait returned %v while its context was live", err)
+			}
+		}
+		for range 4 {
+			backingOff()
+			clk.Advance(httpapi.PollInterval)
+		}
+		backingOff()
+		cancel()
+		checkWaitError(t, <-done, "run-1", context.Canceled, 5)
+	})
+	t.Run("real clock, deadline", func(t *testing.T) {
+		t.Parallel()
+		c := &httpapi.Client{BaseURL: "http://" + addr}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Wait(ctx, "run-2")
+		if d := time.Since(start); d < 900*time.Millisecond {
+			t.Errorf("Wait gave up after %s, before its deadline", d)
+		}
+		checkWaitError(t, err, "run-2", context.DeadlineExceeded, 2)
+	})
+}
+
+func checkWaitError(t *testing.T, err error, runID string, stop error, minFailures int) {
+	t.Helper()
+	var we *httpapi.WaitError
+	if !errors.As(err, &we) {
+		t.Fatalf("err = %v (%T), want a *WaitError", err, err)
+	}
+	var oe *net.OpError
+	if we.RunID != runID || we.Failures < minFailures || !errors.Is(err, stop) || !errors.As(err, &oe) || oe.Op != "dial" {
+		t.Errorf("WaitError %+v: want run %s, at least %d failures, matching %v and a dial *net.OpError", we, runID, minFailures, stop)
+	}
+	if !strings.Contains(err.Error(), runID) || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("message %q does not say which run and why", err)
 	}
 }

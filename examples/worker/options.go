@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 )
 
@@ -29,6 +30,9 @@ type options struct {
 	callbackURL string
 	noDemo      bool
 	config      string
+	// limits are the HTTP server's (httpapi.Limits); the flag sets
+	// MaxConnsPerAddr, the others keep their defaults.
+	limits httpapi.Limits
 }
 
 const (
@@ -56,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a run's lease lasts unheard: a killed runner's runs are taken over after it (heartbeats every third)")
 	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
 	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")
+	fs.IntVar(&o.limits.MaxConnsPerAddr, "max-conns-per-addr", httpapi.DefaultMaxConnsPerAddr, "connections one client IP address may hold open; more are closed at once (behind a proxy: its pool; -1: no bound)")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

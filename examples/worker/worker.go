@@ -154,7 +154,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	}
 	w.http, err = httpapi.New(httpapi.Config{
 		Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store, Schedules: w.sched,
-		Tokens: w.tokens, Logger: w.log, Clock: clk,
+		Tokens: w.tokens, Logger: w.log, Clock: clk, Limits: o.limits,
 		Events: w.feed, Page: page.Handler(), Webhooks: hooks, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
@@ -285,11 +285,12 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 				errs <- fmt.Errorf("events: %w", err)
 			}
 		}()
-		// Idle keep-alive connections are closed, so clients that leave
-		// them open cannot exhaust the process's file descriptors.
-		srv = &http.Server{Handler: w.http, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		// The server's limits (headers, idle keep-alives, header bytes,
+		// connections per address; the Server itself bounds bodies) keep
+		// any one client from holding the process's descriptors.
+		srv = w.opts.limits.HTTPServer(w.http)
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(w.opts.limits.Listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errs <- fmt.Errorf("http: %w", err)
 			}
 		}()

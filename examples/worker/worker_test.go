@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,10 +33,24 @@ import (
 // integration tests start Worker processes by re-executing it.
 const childEnv = "CONVEYOR_WORKER_TEST_CHILD"
 
+// nofileEnv, set with childEnv, is the child's RLIMIT_NOFILE.
+const nofileEnv = "CONVEYOR_WORKER_TEST_NOFILE"
+
 var minio miniotest.Shared
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
+		if n := os.Getenv(nofileEnv); n != "" {
+			// The descriptor limit of the attacked process.
+			v, err := strconv.ParseUint(n, 10, 64)
+			if err == nil {
+				err = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: v, Max: v})
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "setting the descriptor limit:", err)
+				os.Exit(2)
+			}
+		}
 		main()
 		os.Exit(0)
 	}

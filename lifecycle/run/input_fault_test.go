@@ -152,6 +152,16 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 			})
 		}
 	}
+	// An input escape that decodes to half a UTF-16 pair: any decoder would
+	// read U+FFFD, not what was sent (issue 18).
+	t.Run("Submit/input/lone surrogate", func(t *testing.T) {
+		before := teststores.Snapshot(t, g.store)
+		req := ok
+		req.Input = json.RawMessage(`{"q":"\udc00"}`)
+		_, err := r.Submit(ctx, req)
+		inputtest.Check(t, err, "input", lifecycle.MaxDocumentBytes, lifecycle.CodeInvalidInput)
+		teststores.Unchanged(t, g.store, before)
+	})
 	// The 10 MB values of the issue, for the record.
 	huge := strings.Repeat("x", 10<<20)
 	before := teststores.Snapshot(t, g.store)

@@ -16,7 +16,7 @@ func (req *SubmitRequest) check() error {
 	if err := lifecycle.CheckText("trigger", req.Trigger, lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckBytes("input", req.Input, lifecycle.MaxDocumentBytes); err != nil {
+	if err := lifecycle.CheckJSON("input", req.Input, lifecycle.MaxDocumentBytes); err != nil {
 		return err
 	}
 	if err := lifecycle.CheckText("idempotency_key", req.IdempotencyKey, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {

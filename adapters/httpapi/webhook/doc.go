@@ -27,14 +27,26 @@
 //
 // A Route maps a GitHub event ("pull_request", or with its action,
 // "pull_request.opened", which wins over the bare event) or a Slack slash
-// command ("/research") or interactive payload type ("block_actions") to
-// an agent. The run's input is a small JSON object, not the whole delivery:
+// command ("/research"), interactive payload type ("block_actions") or
+// Events API event type ("app_mention") to an agent. The run's input is a
+// small JSON object, not the whole delivery:
 //
 //	github: {"event", "action", "delivery", "repository", "number", "sender"}
 //	slack:  {"type", "team_id", "user_id", "channel_id", "command", "text", "trigger_id", "response_url"}
+//	slack events: {"type": "event_callback", "event_type", "event_id", "event_ts", "team_id", "user_id", "channel_id", "text"}
 //
 // where github's number is the PR's or issue's (0 and omitted when the event
 // has none) and slack's type is "slash_command" or the payload's type.
+//
+// # Slack's Events API
+//
+// POST /webhooks/slack also takes the Events API's application/json
+// requests, signed as every Slack request: a url_verification is answered
+// 200 {"challenge"} with its challenge (so the path can be registered as the
+// app's request URL), an event_callback is routed by its event's type, and
+// an app_rate_limited notice is answered 200 and logged. Slack retries an
+// event it got no 200 for within 3 seconds, with X-Slack-Retry-Num; the
+// event_id is the delivery's key, so a retry answers the first run.
 //
 // # Answers
 //
@@ -43,15 +55,17 @@
 //
 //	404 NOT_FOUND                  another path, or a source with no secret
 //	405 METHOD_NOT_ALLOWED         not POST (Allow: POST)
-//	415 UNSUPPORTED_MEDIA_TYPE     github: not application/json or
-//	                               application/x-www-form-urlencoded (payload=);
-//	                               slack: not application/x-www-form-urlencoded
+//	415 UNSUPPORTED_MEDIA_TYPE     not application/json or
+//	                               application/x-www-form-urlencoded (github:
+//	                               payload=; slack: a command, or payload=)
 //	413 INPUT_TOO_LARGE            a body over Config.MaxBodyBytes
 //	401 WEBHOOK_SIGNATURE_INVALID  a missing, malformed or wrong signature
 //	                               (slack: or timestamp)
 //	401 WEBHOOK_STALE              slack: signed, but outside the replay window
 //	400 INVALID_REQUEST            a missing or malformed event, delivery id,
-//	                               team or trigger id, or body
+//	                               team, trigger or event id, or body
+//	400 INVALID_INPUT              invalid UTF-8 or a lone surrogate escape in
+//	                               a JSON body, or in a command's text
 //	409 IDEMPOTENCY_CONFLICT       a delivery id reused with another body
 //	502 UPSTREAM_UNAVAILABLE       the store stayed unavailable
 //
@@ -69,8 +83,9 @@
 //
 // # Deduplication
 //
-// The idempotency key is github:{X-GitHub-Delivery} or
-// slack:{team_id}:{trigger_id} (seed 004 §3.1), handed to Runner.Submit, so
+// The idempotency key is github:{X-GitHub-Delivery},
+// slack:{team_id}:{trigger_id} (seed 004 §3.1) or, for an Events API event,
+// slack:{team_id}:{event_id}, handed to Runner.Submit, so
 // the Runner's check-and-set record and its TTLs (seed 004 §4.3: completed
 // 24 h, failed 1 h, processing lock 5 min) decide duplicates.
 //

@@ -117,6 +117,11 @@ func parseGitHub(event, delivery, mediaType string, body []byte) (githubInput, e
 		}
 		body = []byte(form.Get("payload"))
 	}
+	// Before decoding: encoding/json turns invalid UTF-8 into U+FFFD, so
+	// the fields checked below would look clean.
+	if err := lifecycle.CheckJSON("body", body, len(body)); err != nil {
+		return githubInput{}, err
+	}
 	var p githubPayload
 	if err := json.Unmarshal(body, &p); err != nil || !bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) {
 		return bad("the delivery is not a JSON object")

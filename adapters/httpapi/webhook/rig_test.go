@@ -40,6 +40,7 @@ var testRoutes = []webhook.Route{
 	{Source: "github", Event: "issues", Agent: "triager"},
 	{Source: "slack", Event: "/research", Agent: "researcher"},
 	{Source: "slack", Event: "block_actions", Agent: "clicker"},
+	{Source: "slack", Event: "app_mention", Agent: "researcher"},
 }
 
 // rig is a real Runner on a memstore behind a Handler served on 127.0.0.1;
@@ -152,6 +153,21 @@ func slackForm(at time.Time, form url.Values) delivery {
 	ts := strconv.FormatInt(at.Unix(), 10)
 	return delivery{method: "POST", path: "/webhooks/slack", contentType: "application/x-www-form-urlencoded", body: body,
 		header: map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": slackSig(slackSecret, ts, body)}}
+}
+
+// slackJSON is an Events API request signed with the rig's secret at time
+// at.
+func slackJSON(at time.Time, body string) delivery {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	return delivery{method: "POST", path: "/webhooks/slack", contentType: "application/json", body: []byte(body),
+		header: map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": slackSig(slackSecret, ts, []byte(body))}}
+}
+
+// slackEvent is an event_callback of an event of type typ, as the Events
+// API sends it.
+func slackEvent(at time.Time, eventID, typ string) delivery {
+	return slackJSON(at, `{"token":"x","team_id":"T0001","api_app_id":"A1","type":"event_callback","event_id":"`+eventID+
+		`","event_time":1771056000,"event":{"type":"`+typ+`","user":"U42","text":"<@U0BOT> research violins","ts":"1771056000.000100","channel":"C7","event_ts":"1771056000.000100"}}`)
 }
 
 func (d delivery) with(f func(*delivery)) delivery {

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,6 +25,9 @@ import (
 const (
 	slackSignatureHeader = "X-Slack-Signature"
 	slackTimestampHeader = "X-Slack-Request-Timestamp"
+	// slackRetryHeader is set on the Events API's retries of a delivery
+	// it got no 200 for; the retry carries the same event_id, the key.
+	slackRetryHeader = "X-Slack-Retry-Num"
 )
 
 // slackInput is a Slack run's input. ResponseURL lets the agent answer in
@@ -34,19 +39,44 @@ type slackInput struct {
 	ChannelID   string `json:"channel_id,omitempty"`
 	Command     string `json:"command,omitempty"`
 	Text        string `json:"text,omitempty"`
-	TriggerID   string `json:"trigger_id"`
+	TriggerID   string `json:"trigger_id,omitempty"`
 	ResponseURL string `json:"response_url,omitempty"`
+	// EventID and EventType are an Events API delivery's (Type is then
+	// "event_callback"); EventTS is its event's ts, when it has one.
+	EventID   string `json:"event_id,omitempty"`
+	EventType string `json:"event_type,omitempty"`
+	EventTS   string `json:"event_ts,omitempty"`
 }
 
-// event is what a route names: the command, or the payload's type.
+// event is what a route names: the command, the event's type, or the
+// payload's type.
 func (in slackInput) event() string {
-	if in.Type == slackCommandType {
+	switch in.Type {
+	case slackCommandType:
 		return in.Command
+	case slackEventCallback:
+		return in.EventType
 	}
 	return in.Type
 }
 
-const slackCommandType = "slash_command"
+// key is the delivery's idempotency key: slack:{team}:{event_id} for an
+// event (a retry carries the same id), slack:{team}:{trigger_id} otherwise.
+func (in slackInput) key() string {
+	if in.Type == slackEventCallback {
+		return "slack:" + in.TeamID + ":" + in.EventID
+	}
+	return "slack:" + in.TeamID + ":" + in.TriggerID
+}
+
+// The outer types of Slack requests the intake tells apart.
+const (
+	slackCommandType      = "slash_command"
+	slackURLVerification  = "url_verification"
+	slackEventCallback    = "event_callback"
+	slackAppRateLimited   = "app_rate_limited"
+	maxSlackChallengeSize = 256
+)
 
 // slackAnswer is Slack's 200 body: Slack shows text to the user who sent
 // the command (ephemeral), and ignores the other fields.
@@ -164,12 +194,101 @@ func parseSlack(body []byte) (slackInput, error) {
 	if err := lifecycle.CheckText("response_url", in.ResponseURL, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {
 		return bad("%v", err)
 	}
+	// The text becomes the run's input: undecodable bytes in it (a form
+	// value is percent-decoded to any bytes) are refused, not turned into
+	// U+FFFD by the input's encoding.
+	if err := lifecycle.CheckText("text", in.Text, lifecycle.MaxDocumentBytes, lifecycle.MultiLine); err != nil {
+		return slackInput{}, err
+	}
 	return in, nil
 }
 
-// slack answers POST /webhooks/slack.
+// slackEnvelope is the part of an Events API request the intake reads.
+type slackEnvelope struct {
+	Type      string `json:"type"`
+	Challenge string `json:"challenge"`
+	TeamID    string `json:"team_id"`
+	EventID   string `json:"event_id"`
+	// Event's fields vary by type (a channel is a string in a message, an
+	// object in channel_created): each is taken only when it is a string.
+	Event map[string]json.RawMessage `json:"event"`
+}
+
+// eventString is the event's field as a string, "" when it is absent or
+// not a string.
+func (e slackEnvelope) eventString(field string) string {
+	var s string
+	if json.Unmarshal(e.Event[field], &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// parseSlackEvent reads an authenticated Events API body. A
+// url_verification's challenge comes back in challenge; an event_callback
+// is its input; an app_rate_limited notice is neither.
+func parseSlackEvent(body []byte) (in slackInput, challenge string, err error) {
+	bad := func(format string, args ...any) (slackInput, string, error) {
+		return slackInput{}, "", webhookErr(lifecycle.CodeInvalidRequest, format, args...)
+	}
+	// Before decoding: encoding/json turns invalid UTF-8 into U+FFFD.
+	if err := lifecycle.CheckJSON("body", body, len(body)); err != nil {
+		return slackInput{}, "", err
+	}
+	var env slackEnvelope
+	if err := json.Unmarshal(body, &env); err != nil || !bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) {
+		return bad("the body is not a JSON object")
+	}
+	switch env.Type {
+	case slackURLVerification:
+		if env.Challenge == "" || len(env.Challenge) > maxSlackChallengeSize || lifecycle.CheckText("challenge", env.Challenge, maxSlackChallengeSize, lifecycle.OneLine) != nil {
+			return bad("challenge is missing or not a short line of text")
+		}
+		return slackInput{Type: env.Type}, env.Challenge, nil
+	case slackAppRateLimited:
+		return slackInput{Type: env.Type, TeamID: env.TeamID}, "", nil
+	case slackEventCallback:
+	default:
+		return bad("type %q is not url_verification, event_callback or app_rate_limited", truncate(env.Type))
+	}
+	in = slackInput{Type: env.Type, TeamID: env.TeamID, EventID: env.EventID, EventType: env.eventString("type"),
+		UserID: env.eventString("user"), ChannelID: env.eventString("channel"), Text: env.eventString("text"), EventTS: env.eventString("event_ts")}
+	if !validName(in.EventType) {
+		return bad("event.type %q is not a type name", truncate(in.EventType))
+	}
+	if !validKeyPart(in.TeamID) {
+		return bad("team_id %q is not an id (1 to 128 bytes of [A-Za-z0-9._-])", truncate(in.TeamID))
+	}
+	if !validKeyPart(in.EventID) {
+		return bad("event_id %q is not an id (1 to 128 bytes of [A-Za-z0-9._-])", truncate(in.EventID))
+	}
+	// Ids or nothing: the user and channel of a bot's message, say, are
+	// not a plain user's.
+	if !validKeyPart(in.UserID) {
+		in.UserID = ""
+	}
+	if !validKeyPart(in.ChannelID) {
+		in.ChannelID = ""
+	}
+	if !validKeyPart(in.EventTS) {
+		in.EventTS = ""
+	}
+	if err := lifecycle.CheckText("event.text", in.Text, lifecycle.MaxDocumentBytes, lifecycle.MultiLine); err != nil {
+		return slackInput{}, "", err
+	}
+	return in, "", nil
+}
+
+// slackChallenge is the answer to a url_verification.
+type slackChallenge struct {
+	Challenge string `json:"challenge"`
+}
+
+// slack answers POST /webhooks/slack: a slash command or an interactive
+// payload (form-encoded), or an Events API request (JSON).
 func (h *Handler) slack(w http.ResponseWriter, r *http.Request) (answer, error) {
-	if _, err := checkMediaType(r, "application/x-www-form-urlencoded"); err != nil {
+	mt, err := checkMediaType(r, "application/x-www-form-urlencoded", "application/json")
+	if err != nil {
 		return answer{}, err
 	}
 	body, err := h.readBody(w, r)
@@ -179,8 +298,26 @@ func (h *Handler) slack(w http.ResponseWriter, r *http.Request) (answer, error) 
 	if err := verifySlack(h.cfg.SlackSigningSecret, r.Header.Get(slackTimestampHeader), r.Header.Get(slackSignatureHeader), body, h.clock.Now()); err != nil {
 		return answer{}, err
 	}
-	in, err := parseSlack(body)
-	if err != nil {
+	var in slackInput
+	if mt == "application/json" {
+		var challenge string
+		in, challenge, err = parseSlackEvent(body)
+		switch {
+		case err != nil:
+			return answer{}, err
+		case in.Type == slackURLVerification:
+			return answer{status: http.StatusOK, body: slackChallenge{Challenge: challenge}}, nil
+		case in.Type == slackAppRateLimited:
+			// Slack says it dropped events for an hour; nothing to start.
+			h.log.LogAttrs(r.Context(), slog.LevelWarn, "webhook_slack_rate_limited", slog.String("team_id", in.TeamID))
+			return answer{status: http.StatusOK, body: slackAnswer{Reason: "app_rate_limited noted"}}, nil
+		}
+		if n := r.Header.Get(slackRetryHeader); n != "" {
+			// A retry is answered by its event id's record, below.
+			h.log.LogAttrs(r.Context(), slog.LevelDebug, "webhook_slack_retry", slog.String("event_id", in.EventID),
+				slog.String("retry", truncate(n)), slog.String("reason", truncate(r.Header.Get("X-Slack-Retry-Reason"))))
+		}
+	} else if in, err = parseSlack(body); err != nil {
 		return answer{}, err
 	}
 	ctx := r.Context()
@@ -192,7 +329,7 @@ func (h *Handler) slack(w http.ResponseWriter, r *http.Request) (answer, error) 
 		h.logStarted(ctx, SourceSlack, "", in.event(), "", a, "")
 		return a, nil
 	}
-	key := "slack:" + in.TeamID + ":" + in.TriggerID
+	key := in.key()
 	if runID, ok, err := h.slackRecent(ctx, key); err != nil {
 		return answer{}, err
 	} else if ok {
@@ -200,7 +337,13 @@ func (h *Handler) slack(w http.ResponseWriter, r *http.Request) (answer, error) 
 		h.logStarted(ctx, SourceSlack, key, in.event(), agent, a, runID)
 		return a, nil
 	}
-	caller := run.Caller{UserID: in.UserID, Metadata: map[string]string{"source": SourceSlack, "team_id": in.TeamID, "trigger_id": in.TriggerID, "event": in.event()}}
+	meta := map[string]string{"source": SourceSlack, "team_id": in.TeamID, "event": in.event()}
+	if in.Type == slackEventCallback {
+		meta["event_id"] = in.EventID
+	} else {
+		meta["trigger_id"] = in.TriggerID
+	}
+	caller := run.Caller{UserID: in.UserID, Metadata: meta}
 	res, err := h.submit(ctx, agent, key, in, caller)
 	if err != nil {
 		return answer{}, err

@@ -58,8 +58,9 @@ type Route struct {
 	Source string
 	// Event is, for GitHub, the X-GitHub-Event ("pull_request"), optionally
 	// with the payload's action ("pull_request.opened"; the more specific
-	// route wins); for Slack, a slash command ("/research") or an
-	// interactive payload's type ("block_actions").
+	// route wins); for Slack, a slash command ("/research"), an
+	// interactive payload's type ("block_actions") or an Events API
+	// event's type ("app_mention"; Slack's two sets of names do not meet).
 	Event string
 	// Agent is the slug of one of the Runner's agents.
 	Agent string

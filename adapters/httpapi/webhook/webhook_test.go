@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -137,7 +138,11 @@ func TestDeliveries(t *testing.T) {
 		{name: "slack unroutable", send: slackCmd(t0, "/unknown", "1.1"), status: 200, unchanged: true},
 		{name: "slack missing trigger id", send: slackCmd(t0, "/research", ""),
 			status: 400, code: "INVALID_REQUEST", unchanged: true},
-		{name: "slack wrong content type", send: slackCmd(t0, "/research", "1.1").with(func(d *delivery) { d.contentType = "application/json" }),
+		{name: "github invalid UTF-8 in a field", send: gh(id1, "pull_request", "{\"action\":\"opened\",\"number\":7,\"repository\":{\"full_name\":\"octo/\xc3\x28\"}}"),
+			status: 400, code: "INVALID_INPUT", unchanged: true},
+		{name: "github lone surrogate in a field", send: gh(id1, "pull_request", `{"action":"opened","number":7,"sender":{"login":"\udc00"}}`),
+			status: 400, code: "INVALID_INPUT", unchanged: true},
+		{name: "slack wrong content type", send: slackCmd(t0, "/research", "1.1").with(func(d *delivery) { d.contentType = "text/plain" }),
 			status: 415, code: "UNSUPPORTED_MEDIA_TYPE", unchanged: true},
 		{name: "slack wrong method", send: slackCmd(t0, "/research", "1.1").with(func(d *delivery) { d.method = "PUT" }),
 			status: 405, code: "METHOD_NOT_ALLOWED", unchanged: true},
@@ -412,4 +417,127 @@ func TestPoisonDedupeRecords(t *testing.T) {
 	if got := r.runs()["triager"]; got != 1 {
 		t.Errorf("%d runs, want 1", got)
 	}
+}
+
+// TestSlackEvents: the Events API's JSON requests, signed as every Slack
+// request (issue 18 defect 9: each was refused 415, so /webhooks/slack could
+// not be registered as an Events API request URL).
+func TestSlackEvents(t *testing.T) {
+	t.Parallel()
+	t.Run("url_verification is answered with its challenge, nothing written", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		before := teststores.Snapshot(t, r.store)
+		got := r.send(slackJSON(t0, `{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`))
+		if got.status != 200 || got.body["challenge"] != "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" {
+			t.Errorf("answer %d %s, want 200 with the challenge", got.status, got.raw)
+		}
+		teststores.Unchanged(t, r.store, before)
+	})
+	t.Run("url_verification unsigned is refused", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		d := slackJSON(t0, `{"challenge":"c","type":"url_verification"}`).with(func(d *delivery) {
+			d.header["X-Slack-Signature"] = slackSig("wrong-secret", d.header["X-Slack-Request-Timestamp"], d.body)
+		})
+		if got := r.send(d); got.status != 401 || got.code != "WEBHOOK_SIGNATURE_INVALID" || got.body["challenge"] != nil {
+			t.Errorf("answer %d %s, want 401 WEBHOOK_SIGNATURE_INVALID", got.status, got.raw)
+		}
+	})
+	t.Run("event_callback starts its route's run once; Slack's retries are duplicates", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		first := r.send(slackEvent(t0, "Ev0PV52K21", "app_mention"))
+		if first.status != 200 || !first.started || first.agent != "researcher" || first.duplicate {
+			t.Fatalf("first delivery: %d %s", first.status, first.raw)
+		}
+		in := r.input("researcher", first.runID)
+		want := map[string]any{"type": "event_callback", "event_type": "app_mention", "event_id": "Ev0PV52K21", "team_id": "T0001",
+			"user_id": "U42", "channel_id": "C7", "text": "<@U0BOT> research violins", "event_ts": "1771056000.000100"}
+		if !maps.Equal(in, want) {
+			t.Errorf("input %v, want %v", in, want)
+		}
+		before := teststores.Snapshot(t, r.store)
+		for n := 1; n <= 3; n++ {
+			r.clk.Advance(time.Minute)
+			retry := slackEvent(r.clk.Now(), "Ev0PV52K21", "app_mention").with(func(d *delivery) {
+				d.header["X-Slack-Retry-Num"] = strconv.Itoa(n)
+				d.header["X-Slack-Retry-Reason"] = "http_timeout"
+			})
+			got := r.send(retry)
+			if got.status != 200 || got.runID != first.runID || !got.duplicate {
+				t.Errorf("retry %d: %d %s, want the first's run as a duplicate", n, got.status, got.raw)
+			}
+		}
+		teststores.Unchanged(t, r.store, before)
+		if runs := r.runs(); !maps.Equal(runs, map[string]int{"researcher": 1}) {
+			t.Errorf("runs %v, want one", runs)
+		}
+		// Another event is another run.
+		if other := r.send(slackEvent(r.clk.Now(), "Ev0PV52K22", "app_mention")); !other.started || other.runID == first.runID || other.duplicate {
+			t.Errorf("another event: %s", other.raw)
+		}
+	})
+	t.Run("an event without a route starts nothing", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		before := teststores.Snapshot(t, r.store)
+		got := r.send(slackEvent(t0, "Ev1", "reaction_added"))
+		if got.status != 200 || got.started || got.body["reason"] == "" {
+			t.Errorf("answer %d %s, want 200 started false", got.status, got.raw)
+		}
+		teststores.Unchanged(t, r.store, before)
+	})
+	t.Run("app_rate_limited is acknowledged", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		before := teststores.Snapshot(t, r.store)
+		got := r.send(slackJSON(t0, `{"token":"x","type":"app_rate_limited","team_id":"T0001","minute_rate_limited":1518467820,"api_app_id":"A1"}`))
+		if got.status != 200 || got.started {
+			t.Errorf("answer %d %s, want 200", got.status, got.raw)
+		}
+		teststores.Unchanged(t, r.store, before)
+	})
+	bad := []struct {
+		name, body, code string
+	}{
+		{"not JSON", `{"type":`, "INVALID_REQUEST"},
+		{"unknown type", `{"type":"block_actions"}`, "INVALID_REQUEST"},
+		{"event without an id", `{"type":"event_callback","team_id":"T0001","event":{"type":"app_mention"}}`, "INVALID_REQUEST"},
+		{"event id not an id", `{"type":"event_callback","team_id":"T0001","event_id":"../x","event":{"type":"app_mention"}}`, "INVALID_REQUEST"},
+		{"event without a type", `{"type":"event_callback","team_id":"T0001","event_id":"Ev1","event":{}}`, "INVALID_REQUEST"},
+		{"challenge missing", `{"type":"url_verification"}`, "INVALID_REQUEST"},
+		{"invalid UTF-8 text", "{\"type\":\"event_callback\",\"team_id\":\"T0001\",\"event_id\":\"Ev1\",\"event\":{\"type\":\"app_mention\",\"text\":\"\xc3\x28\"}}", "INVALID_INPUT"},
+		{"lone surrogate text", `{"type":"event_callback","team_id":"T0001","event_id":"Ev1","event":{"type":"app_mention","text":"\ud800"}}`, "INVALID_INPUT"},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			before := teststores.Snapshot(t, r.store)
+			if got := r.send(slackJSON(t0, tt.body)); got.status != 400 || got.code != tt.code {
+				t.Errorf("answer %d %s, want 400 %s", got.status, got.raw, tt.code)
+			}
+			teststores.Unchanged(t, r.store, before)
+		})
+	}
+	t.Run("slash commands and interactivity still work", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		if got := r.send(slackCmd(t0, "/research", "1.1")); got.status != 200 || !got.started || got.agent != "researcher" {
+			t.Errorf("slash command: %d %s", got.status, got.raw)
+		}
+		// A form value is percent-decoded to any bytes: invalid UTF-8 in the
+		// text is refused, not stored as U+FFFD.
+		form := url.Values{"team_id": {"T0001"}, "command": {"/research"}, "text": {"\xc3\x28"}, "trigger_id": {"3.3"}}
+		before := teststores.Snapshot(t, r.store)
+		if got := r.send(slackForm(t0, form)); got.status != 400 || got.code != "INVALID_INPUT" {
+			t.Errorf("slash command with invalid UTF-8: %d %s", got.status, got.raw)
+		}
+		teststores.Unchanged(t, r.store, before)
+		payload := `{"type":"block_actions","trigger_id":"2.2","team":{"id":"T0001"},"user":{"id":"U42"}}`
+		if got := r.send(slackForm(t0, url.Values{"payload": {payload}})); got.status != 200 || !got.started || got.agent != "clicker" {
+			t.Errorf("interactivity: %d %s", got.status, got.raw)
+		}
+	})
 }
