@@ -1,0 +1,106 @@
+package run_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Tests of issue 18's run defects (3 to 8). Each failed before its fix.
+
+// raceQuarantine changes a record (to then) the first time a quarantine
+// copy of it is written, as a repair or another writer racing the
+// quarantine would: the quarantine's compare-and-swap then fails.
+type raceQuarantine struct {
+	storage.Store
+	key  string
+	then func() []byte
+	once sync.Once
+}
+
+func (s *raceQuarantine) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	if strings.HasPrefix(key, storage.QuarantinePrefix+s.key+"/") {
+		s.once.Do(func() {
+			if _, err := s.Store.Put(ctx, s.key, s.then(), storage.Condition{}); err != nil {
+				panic(err)
+			}
+		})
+	}
+	return s.Store.Put(ctx, key, v, c)
+}
+
+// TestStatusPoisonChangedDuringQuarantine (defect 6): a damaged
+// status.json that changes between the read and its quarantine gives Status
+// and Wait what the record is now (a repaired run, or a quarantine of the
+// new damage), never a raw precondition failure (INTERNAL_ERROR).
+func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name           string
+		repaired, wait bool
+	}{{"repaired/Status", true, false}, {"damaged again/Status", false, false}, {"damaged again/Wait", false, true}} {
+		{
+			wait := tt.wait
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				mem := memstore.New()
+				agent := run.Agent{Slug: "racy", Steps: []run.Step{okStep("one")}}
+				// No Run: nothing but the reads below touches the run.
+				r, err := run.NewRunner(run.Config{Store: mem, Owner: "a", Logger: discard()}, agent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug})
+				if err != nil {
+					t.Fatal(err)
+				}
+				key, _ := storage.RunStatusKey(agent.Slug, res.RunID)
+				good, _, err := mem.Get(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := mem.Put(ctx, key, []byte("{not json"), storage.Condition{}); err != nil {
+					t.Fatal(err)
+				}
+				rs := &raceQuarantine{Store: mem, key: key, then: func() []byte {
+					if tt.repaired {
+						return good
+					}
+					return []byte("{still not json")
+				}}
+				r2, err := run.NewRunner(run.Config{Store: rs, Owner: "b", Logger: discard()}, agent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var st run.Status
+				if wait {
+					st, err = r2.Wait(ctx, res.RunID)
+				} else {
+					st, err = r2.Status(ctx, res.RunID)
+				}
+				if tt.repaired {
+					if err != nil || st.RunID != res.RunID {
+						t.Fatalf("Status of the repaired run: %+v, %v", st, err)
+					}
+					return
+				}
+				var qe *run.QuarantinedError
+				if !errors.As(err, &qe) || lifecycle.ErrorCode(err) != lifecycle.CodeRecordQuarantined {
+					t.Fatalf("got %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
+				}
+			})
+		}
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
