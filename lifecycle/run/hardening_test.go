@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -104,3 +105,79 @@ func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestCancelRacesParkingStep (defect 8): an acknowledged cancel always wins
+// at the run's next move. Cancel races the end of a step that parks the run
+// at an approval gate, 1,000 times: every run ends cancelled, none waits at
+// awaiting_approval with its cancel request unanswered.
+func TestCancelRacesParkingStep(t *testing.T) {
+	t.Parallel()
+	const runs, workers = 1000, 25
+	g := newRig(t, nil)
+	var gates sync.Map // run id → chan struct{}: closed to end its step
+	gate := func(id string) chan struct{} {
+		c, _ := gates.LoadOrStore(id, make(chan struct{}))
+		return c.(chan struct{})
+	}
+	var started sync.Map // run id → chan struct{}: closed when its step runs
+	startedOf := func(id string) chan struct{} {
+		c, _ := started.LoadOrStore(id, make(chan struct{}))
+		return c.(chan struct{})
+	}
+	agent := run.Agent{Slug: "gated", Machine: lifecycle.MachineApproval, Concurrency: workers,
+		Steps: []run.Step{{Name: "ask", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			close(startedOf(in.RunID))
+			<-gate(in.RunID) // the step ends when released, canceled or not
+			return run.StepOutput{Await: &run.Await{Approval: "publish"}}, nil
+		}}, okStep("publish")}}
+	r, _ := g.runner("a", nil, agent)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, runs)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range runs / workers {
+				res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug})
+				if err != nil {
+					errs <- err
+					return
+				}
+				id := res.RunID
+				<-startedOf(id)
+				var ack run.Status
+				var cerr error
+				var race sync.WaitGroup
+				race.Add(2)
+				go func() {
+					defer race.Done()
+					ack, cerr = r.Cancel(ctx, id, lifecycle.ActorGateway, run.CancelRequest{Reason: "race"})
+				}()
+				go func() { defer race.Done(); close(gate(id)) }()
+				race.Wait()
+				if cerr != nil || !ack.CancelRequested {
+					errs <- fmt.Errorf("worker %d: Cancel %s: %+v, %v", w, id, ack, cerr)
+					continue
+				}
+				wctx, cancel := context.WithTimeout(ctx, failAfter)
+				st, err := r.Wait(wctx, id)
+				cancel()
+				if err != nil || st.Status != string(lifecycle.ApprovalCancelled) {
+					errs <- fmt.Errorf("run %s after an acknowledged cancel: %s, %v", id, st.Status, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n++; n <= 5 {
+			t.Error(err)
+		}
+	}
+	if n > 0 {
+		t.Errorf("%d of %d runs lost their cancel", n, runs)
+	}
+}

@@ -239,6 +239,25 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 			r.startOrWait(ctx, c, true)
 		}
 		return
+	case doc.CancelRequested && f.cancel != "" && doc.Lease == nil && slices.Contains(f.parked, doc.Status):
+		// A parked run that carries an acknowledged cancel (parked by a
+		// writer that missed the request) ends canceled at its next look.
+		err = c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+			if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
+				return nil // moved on meanwhile
+			}
+			if err := f.fire(ctx, d, f.cancel, lifecycle.ActorOrchestration); err != nil {
+				return err
+			}
+			r.finishFields(d, nil)
+			return nil
+		})
+		if err == nil {
+			if after := c.w.snapshot(); f.terminal(after.Status) {
+				r.cleanup(ctx, c.slug, doc.RunID, "", "")
+				r.finished(ctx, after)
+			}
+		}
 	case doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline):
 		ext := doc.External
 		b := byTimeout()
