@@ -2,6 +2,7 @@ package run_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -180,4 +182,135 @@ func TestCancelRacesParkingStep(t *testing.T) {
 	if n > 0 {
 		t.Errorf("%d of %d runs lost their cancel", n, runs)
 	}
+}
+
+// errDead is every call of a crashed process's store.
+var errDead = errors.New("the process is dead")
+
+// crashAt is the store of a process that is killed (kill -9) just before
+// its nth write: that write and every call after it never happen.
+type crashAt struct {
+	storage.Store
+	n      int
+	mu     sync.Mutex
+	writes int
+}
+
+func (s *crashAt) dead(write bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if write && s.writes < s.n {
+		s.writes++
+	}
+	return s.writes >= s.n
+}
+
+func (s *crashAt) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	if s.dead(false) {
+		return nil, "", errDead
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func (s *crashAt) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	if s.dead(true) {
+		return "", errDead
+	}
+	return s.Store.Put(ctx, key, v, c)
+}
+
+func (s *crashAt) Delete(ctx context.Context, key string, c storage.Condition) error {
+	if s.dead(true) {
+		return errDead
+	}
+	return s.Store.Delete(ctx, key, c)
+}
+
+// TestSubmitKilledAtEachWrite (defect 3): a process killed at any write of
+// Submit leaves no run half-made: a new Runner on the same store ends every
+// run the dead one began (or finds none), and then no active entry, index
+// entry or run folder is left without a terminal status.json.
+func TestSubmitKilledAtEachWrite(t *testing.T) {
+	t.Parallel()
+	agent := run.Agent{Slug: "crashy", Steps: []run.Step{okStep("one")}}
+	for _, tt := range []struct {
+		name string
+		req  run.SubmitRequest
+	}{
+		{"plain", run.SubmitRequest{AgentSlug: agent.Slug}},
+		{"input", run.SubmitRequest{AgentSlug: agent.Slug, Input: json.RawMessage(`{"x":1}`)}},
+		{"idempotent", run.SubmitRequest{AgentSlug: agent.Slug, Input: json.RawMessage(`{"x":1}`), IdempotencyKey: "api:c:r1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			for n := 1; ; n++ {
+				g := newRig(t, nil)
+				crash := &crashAt{Store: g.store, n: n}
+				dead, err := run.NewRunner(run.Config{Store: crash, Owner: "dead", Clock: g.clock, Logger: discard(),
+					PollTimeout: time.Second}, agent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, serr := dead.Submit(ctx, tt.req)
+				cancel()
+				if serr == nil {
+					if n == 1 {
+						t.Fatal("Submit wrote nothing")
+					}
+					return // past its last write: every write point was tried
+				}
+				_, stop := g.runner("b", nil, agent)
+				g.advanceUntil(10*time.Second, 10*time.Minute, func() bool { return halfMade(t, g.store) == "" },
+					func() string { return fmt.Sprintf("killed before write %d: %s", n, halfMade(t, g.store)) })
+				stop()
+			}
+		})
+	}
+}
+
+// halfMade names a run the store holds half-made or not ended: an active
+// entry, an index entry or a run folder whose status.json is missing or not
+// terminal. "" means none.
+func halfMade(t *testing.T, s storage.Store) string {
+	ctx := context.Background()
+	status := map[string]string{} // run id → status
+	folders := map[string]bool{}
+	for key, err := range s.List(ctx, "agents/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.Split(key, "/") // agents/{slug}/runs/{id}/...
+		if len(parts) < 5 || parts[2] != "runs" {
+			continue
+		}
+		folders[parts[3]] = true
+		if parts[4] == "status.json" && len(parts) == 5 {
+			var st run.Status
+			readJSON(t, s, key, &st)
+			status[parts[3]] = st.Status
+		}
+	}
+	terminal := func(id string) bool {
+		st := status[id]
+		return st == "completed" || st == "failed"
+	}
+	for id := range folders {
+		if !terminal(id) {
+			return fmt.Sprintf("run folder %s with status %q", id, status[id])
+		}
+	}
+	for _, prefix := range []string{storage.RunActivePrefix, storage.RunIndexPrefix} {
+		for key, err := range s.List(ctx, prefix) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := key[strings.LastIndex(key, "/")+1:]
+			id = strings.TrimSuffix(id, ".json")
+			if !terminal(id) {
+				return fmt.Sprintf("%s with status %q", key, status[id])
+			}
+		}
+	}
+	return ""
 }

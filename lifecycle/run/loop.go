@@ -127,8 +127,11 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			continue
 		}
 		doc, ver, err := r.readStatus(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) {
-			continue // its submit has not written the status yet
+		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt) {
+			// Its submit has not written the status yet, or stopped
+			// half-way: finished once it had a lease's time.
+			r.finishSubmit(ctx, slug, runID, statusKey)
+			continue
 		}
 		if err != nil {
 			if ctx.Err() != nil {
