@@ -371,7 +371,6 @@ type activeEntry struct {
 func (r *Runner) recordCreated(ctx context.Context, agent *agentDef, doc *Status, b by, msg string) {
 	r.recordAudit(ctx, storage.AuditEvent{Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID, To: doc.Status}, &b.tc)
 	r.cfg.Metrics.RunTransition(agent.flow.machine, "", doc.Status)
-	r.cfg.Metrics.RunActive(doc.Status, 1)
 	attrs := []slog.Attr{slog.String("runId", doc.RunID), slog.String("type", agent.Slug),
 		slog.String("idempotencyKey", doc.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
 	level := slog.LevelInfo
@@ -632,6 +631,50 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
 			return nil, err
 		}
 		out = append(out, doc)
+	}
+	return out, nil
+}
+
+// ActiveRuns counts the runs not yet terminal by status, as the store holds
+// them: it lists the active index and reads each run's status.json (a read
+// per active run, so call it at a scrape, not per request). Every state
+// that is not terminal of the machines of this runner's agents is in the
+// map, 0 when no run is in it. It is what gwi_run_active_gauge exports
+// (adapters/prometheus WatchRuns): read from the store, the count is right
+// after a restart and with several runners sharing the store, where counts
+// moved by one process's writes are not.
+func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	for _, a := range r.agents {
+		f, _ := flowFor(a.Machine)
+		for _, s := range f.states {
+			if !f.terminal(s) {
+				out[s] = 0
+			}
+		}
+	}
+	for key, err := range r.store.List(ctx, activePrefix) {
+		if err != nil {
+			return nil, err
+		}
+		slug, runID, ok := parseActiveKey(key)
+		if !ok {
+			continue
+		}
+		statusKey, err := storage.RunStatusKey(slug, runID)
+		if err != nil {
+			continue
+		}
+		doc, _, err := r.readStatus(ctx, slug, runID, statusKey)
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) {
+			continue // its submit is not done, or poison (quarantined)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !r.flowOfDoc(&doc).terminal(doc.Status) {
+			out[doc.Status]++
+		}
 	}
 	return out, nil
 }

@@ -216,12 +216,6 @@ func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, b by)
 	}, &tc)
 	r.cfg.Metrics.RunTransition(f.machine, from, doc.Status)
 	if from != doc.Status {
-		if from != "" && !f.terminal(from) {
-			r.cfg.Metrics.RunActive(from, -1)
-		}
-		if !f.terminal(doc.Status) {
-			r.cfg.Metrics.RunActive(doc.Status, 1)
-		}
 		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
 			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
 			slog.String("actor", string(b.actor)))
