@@ -896,13 +896,7 @@ func (q *Queue) ensureFlushed(ctx context.Context, d *jobDoc) error {
 	if err != nil || key == "" {
 		return err
 	}
-	if _, _, err := q.store.Get(ctx, key); err == nil {
-		q.flushed(d)
-		return nil
-	} else if !errors.Is(err, storage.ErrNotFound) {
-		return err
-	}
-	if err := q.putAudit(ctx, key, b); err != nil {
+	if err := core.EnsureAudit(ctx, q.store, key, b); err != nil {
 		return err
 	}
 	q.flushed(d)
@@ -979,11 +973,7 @@ func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
 }
 
 func (q *Queue) putAudit(ctx context.Context, key string, b []byte) error {
-	_, err := q.store.Put(ctx, key, b, storage.IfNotExists())
-	if errors.Is(err, storage.ErrPreconditionFailed) {
-		return nil
-	}
-	return err
+	return core.PutAudit(ctx, q.store, key, b)
 }
 
 // Requeue is the operator's manual requeue (003 §1.2 FAILED → QUEUED, and

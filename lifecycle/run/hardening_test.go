@@ -314,3 +314,87 @@ func halfMade(t *testing.T, s storage.Store) string {
 	}
 	return ""
 }
+
+// flakyAudit fails the first write of every third audit object, as a store
+// under load does (a deadline exceeded); every other call goes through.
+type flakyAudit struct {
+	storage.Store
+	mu     sync.Mutex
+	seen   int
+	failed map[string]bool
+}
+
+func (s *flakyAudit) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	if strings.HasPrefix(key, "audit/") {
+		s.mu.Lock()
+		fail := false
+		if _, ok := s.failed[key]; !ok {
+			s.seen++
+			fail = s.seen%3 == 0
+			s.failed[key] = fail
+		}
+		s.mu.Unlock()
+		if fail {
+			return "", fmt.Errorf("audit write refused: %w", context.DeadlineExceeded)
+		}
+	}
+	return s.Store.Put(ctx, key, v, c)
+}
+
+// TestBurstEveryWriteAudited (defect 5): under a burst whose store fails a
+// third of the audit writes, every status write still has its audit event
+// once the runs end: the next writer or a poll writes the missing ones.
+// A run's status.json counts its writes (version), the audit log must hold
+// as many events of the run.
+func TestBurstEveryWriteAudited(t *testing.T) {
+	t.Parallel()
+	const runs = 200
+	g := newRig(t, nil)
+	flaky := &flakyAudit{Store: g.tracked(), failed: map[string]bool{}}
+	agent := run.Agent{Slug: "burst", Concurrency: 10, Steps: []run.Step{okStep("one"), okStep("two")}}
+	r, _ := g.around(flaky).runner("a", nil, agent)
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i] = submit(t, r, agent.Slug)
+	}
+	active := func() int {
+		n := 0
+		for range g.store.List(context.Background(), storage.RunActivePrefix) {
+			n++
+		}
+		return n
+	}
+	g.advanceUntil(time.Second, 10*time.Minute, func() bool { return active() == 0 },
+		func() string { return fmt.Sprintf("%d runs still active", active()) })
+	ctx := context.Background()
+	events := map[string]int{}
+	for ev, err := range storage.ReadAuditDay(ctx, g.store, epoch0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		events[ev.RunID]++
+	}
+	missing := 0
+	for _, id := range ids {
+		key, _ := storage.RunStatusKey(agent.Slug, id)
+		var st run.Status
+		readJSON(t, g.store, key, &st)
+		if st.Status != "completed" {
+			t.Errorf("run %s ended %s", id, st.Status)
+		}
+		if int64(events[id]) != st.Version {
+			missing++
+			if missing <= 5 {
+				t.Errorf("run %s: %d status writes, %d audit events", id, st.Version, events[id])
+			}
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d runs miss audit events", missing, runs)
+	}
+	flaky.mu.Lock()
+	defer flaky.mu.Unlock()
+	if flaky.seen < runs {
+		t.Fatalf("only %d audit writes seen", flaky.seen)
+	}
+}

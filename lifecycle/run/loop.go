@@ -205,6 +205,16 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 	}
 	now := r.now()
 	var err error
+	if f.terminal(doc.Status) || (doc.Lease == nil && slices.Contains(f.parked, doc.Status)) {
+		// At rest: no writer may come soon to write the audit event of
+		// its last write if that failed, so this look does.
+		if err := r.ensureAudit(ctx, &doc); err != nil {
+			if ctx.Err() == nil {
+				r.log.LogAttrs(ctx, slog.LevelWarn, "audit_repair_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+			}
+			return
+		}
+	}
 	switch {
 	case f.terminal(doc.Status):
 		r.cleanup(ctx, c.slug, doc.RunID, "", "")
@@ -448,8 +458,15 @@ func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Ve
 
 // cleanup removes a finished or parked run from the active index (finished
 // only) and frees its slot.
+//
+// A run whose last audit event could not be written keeps its active entry:
+// a poll finds it there, writes the event (ensureAudit) and cleans up then.
 func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
 	r.releaseSlot(ctx, slug, slot, slotVer)
+	if r.auditGap(runID) {
+		return
+	}
+	r.forgetAudit(runID)
 	key, err := activeKey(slug, runID)
 	if err != nil {
 		return

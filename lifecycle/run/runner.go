@@ -37,7 +37,6 @@ type Runner struct {
 	// goroutines of attempts abandoned there (stragglers).
 	units  *core.Units
 	log    *slog.Logger
-	audit  *storage.AuditLog
 	agents map[string]*agentDef
 	// flows holds the flow of every run machine by its status.json name
 	// ("" is the canonical one), for runs created under another config.
@@ -65,6 +64,13 @@ type Runner struct {
 	// quiet holds, for the runs the last poll could only watch, until when
 	// the next polls need not read them. Only the loop touches it.
 	quiet map[string]time.Time
+
+	// auditDone holds, by run, the id of the last audit event this runner
+	// knows is in the log; auditGaps the runs whose last event could not
+	// be written (writer.go).
+	auditMu   sync.Mutex
+	auditDone map[string]string
+	auditGaps map[string]bool
 
 	// quar moves poison records to quarantine, logs and counts them.
 	quar *core.Quarantiner
@@ -106,7 +112,6 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		quar:       &core.Quarantiner{Store: patient, Clock: cfg.Clock, Log: cfg.Logger},
 		log:        cfg.Logger,
-		audit:      &storage.AuditLog{Store: patient, Node: cfg.Node, Now: cfg.Clock.Now},
 		agents:     map[string]*agentDef{},
 		flows:      map[string]*flow{},
 		wake:       make(chan struct{}, 1),
@@ -116,6 +121,8 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		changed:    make(chan struct{}),
 		freedSlots: map[string]storage.Version{},
 		heldSlots:  map[string]string{},
+		auditDone:  map[string]string{},
+		auditGaps:  map[string]bool{},
 	}
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)
@@ -320,6 +327,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	}
 	b := req.Caller.by(lifecycle.ActorGateway, triggerInitiator(req.Trigger))
 	b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
+	doc.LastAudit = r.auditOf(&doc, "", b, 1)
 	pending, err := json.Marshal(activeEntry{Pending: &doc, Input: len(req.Input) > 0, Actor: b.actor, Context: &b.tc})
 	if err != nil {
 		return err
@@ -369,7 +377,7 @@ type activeEntry struct {
 // recordCreated records a run's creation: its audit event, metrics and log
 // line (msg), and wakes every Wait.
 func (r *Runner) recordCreated(ctx context.Context, agent *agentDef, doc *Status, b by, msg string) {
-	r.recordAudit(ctx, storage.AuditEvent{Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID, To: doc.Status}, &b.tc)
+	r.writeAudit(ctx, doc)
 	r.cfg.Metrics.RunTransition(agent.flow.machine, "", doc.Status)
 	attrs := []slog.Attr{slog.String("runId", doc.RunID), slog.String("type", agent.Slug),
 		slog.String("idempotencyKey", doc.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
