@@ -398,3 +398,53 @@ func TestBurstEveryWriteAudited(t *testing.T) {
 		t.Fatalf("only %d audit writes seen", flaky.seen)
 	}
 }
+
+// deadlineAfterStatus ends the request's context the moment a status.json
+// write lands, and refuses an audit write made under an ended context, as
+// a network store does.
+type deadlineAfterStatus struct {
+	storage.Store
+	end context.CancelFunc
+}
+
+func (s *deadlineAfterStatus) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	if strings.HasPrefix(key, "audit/") && ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	ver, err := s.Store.Put(ctx, key, v, c)
+	if err == nil && strings.HasSuffix(key, "/status.json") {
+		s.end()
+	}
+	return ver, err
+}
+
+// TestAuditOutlivesRequestDeadline (defect 5): the audit event of a write
+// is written even when the request that made the write runs out of time
+// right after it: the audit write has a budget of its own.
+func TestAuditOutlivesRequestDeadline(t *testing.T) {
+	t.Parallel()
+	mem := memstore.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agent := run.Agent{Slug: "hurried", Steps: []run.Step{okStep("one")}}
+	r, err := run.NewRunner(run.Config{Store: &deadlineAfterStatus{Store: mem, end: cancel}, Owner: "a", Logger: discard()}, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ev, err := range storage.ReadAuditDay(context.Background(), mem, time.Now()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.RunID == res.RunID {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the run's creation has %d audit events, want 1", n)
+	}
+}
