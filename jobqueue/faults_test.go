@@ -179,8 +179,18 @@ func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 				if got := quarantined(t, s); got[key] != junk {
 					t.Fatalf("quarantine holds %v, want %s with its bytes", got, key)
 				}
-				if _, err := q.Get(ctx, lifecycle.ActorAdmin, "job-bad"); !errors.Is(err, storage.ErrNotFound) {
-					t.Fatalf("Get of the quarantined job: %v, want ErrNotFound", err)
+				// Issue 18 defect 7: read again later, the job was plain
+				// NOT_FOUND; it is RECORD_QUARANTINED as a run is.
+				for _, q := range []*jobqueue.Queue{q, newQueue(t, s, clk)} {
+					_, err := q.Get(ctx, lifecycle.ActorAdmin, "job-bad")
+					var qe *jobqueue.QuarantinedError
+					if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &qe) || qe.JobID != "job-bad" ||
+						lifecycle.ErrorCode(err) != lifecycle.CodeRecordQuarantined {
+						t.Fatalf("Get of the quarantined job: %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
+					}
+					if _, err := q.Requeue(ctx, lifecycle.ActorAdmin, "job-bad"); lifecycle.ErrorCode(err) != lifecycle.CodeRecordQuarantined {
+						t.Fatalf("Requeue of the quarantined job: %v, want RECORD_QUARANTINED", err)
+					}
 				}
 			})
 		})

@@ -652,6 +652,63 @@ func (q *Queue) poison(ctx context.Context, err error) error {
 	return fmt.Errorf("jobqueue: %w (quarantined at %s): %w", storage.ErrNotFound, qkey, err)
 }
 
+// QuarantinedError is the error of a job whose record was poison and was
+// moved under storage.QuarantinePrefix (by this read or an earlier one): Get
+// and Requeue give it, as the Runner gives run.QuarantinedError for a run,
+// so a client learns the job is quarantined, not that it never existed. An
+// operator may repair and restore the record (storage.Restore). It matches
+// storage.ErrCorrupt and, as a job the queue can no longer see,
+// storage.ErrNotFound; its code is RECORD_QUARANTINED (410).
+type QuarantinedError struct {
+	JobID string
+	// Key is where the record was; QKey where its copy is kept.
+	Key, QKey string
+	Reason    string
+}
+
+// Error names the job and the reason.
+func (e *QuarantinedError) Error() string {
+	msg := "jobqueue: job " + e.JobID + ": record quarantined"
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	if e.QKey != "" {
+		msg += " (at " + e.QKey + ")"
+	}
+	return msg
+}
+
+// Is matches storage.ErrCorrupt and storage.ErrNotFound.
+func (e *QuarantinedError) Is(target error) bool {
+	return target == storage.ErrCorrupt || target == storage.ErrNotFound
+}
+
+// Code is RECORD_QUARANTINED, as storage.CorruptError's.
+func (e *QuarantinedError) Code() string { return (&storage.CorruptError{}).Code() }
+
+// quarantinedOr turns the not-found of a job whose record is in quarantine
+// into a *QuarantinedError; any other error is returned as it is.
+func (q *Queue) quarantinedOr(ctx context.Context, jobID string, err error) error {
+	if !errors.Is(err, storage.ErrNotFound) {
+		return err
+	}
+	key, kerr := storage.JobKey(jobID)
+	if kerr != nil {
+		return err
+	}
+	for qkey, lerr := range q.store.List(ctx, storage.QuarantinePrefix+key+"/") {
+		if lerr != nil {
+			return err
+		}
+		qe := &QuarantinedError{JobID: jobID, Key: key, QKey: qkey}
+		if rec, rerr := storage.ReadQuarantined(ctx, q.store, qkey); rerr == nil {
+			qe.Reason = rec.Reason
+		}
+		return qe
+	}
+	return err
+}
+
 // Quarantined counts the records this Queue moved to quarantine.
 func (q *Queue) Quarantined() int64 { return q.quar.Count() }
 
@@ -669,7 +726,7 @@ func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (J
 	}
 	d, _, err := q.read(ctx, jobID)
 	if err != nil {
-		return Job{}, err
+		return Job{}, q.quarantinedOr(ctx, jobID, err)
 	}
 	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{Own: ownJob(actor, &d.Job)}); err != nil {
 		return Job{}, err
@@ -845,13 +902,7 @@ func (q *Queue) ensureFlushed(ctx context.Context, d *jobDoc) error {
 	if err != nil || key == "" {
 		return err
 	}
-	if _, _, err := q.store.Get(ctx, key); err == nil {
-		q.flushed(d)
-		return nil
-	} else if !errors.Is(err, storage.ErrNotFound) {
-		return err
-	}
-	if err := q.putAudit(ctx, key, b); err != nil {
+	if err := core.EnsureAudit(ctx, q.store, key, b); err != nil {
 		return err
 	}
 	q.flushed(d)
@@ -928,11 +979,7 @@ func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
 }
 
 func (q *Queue) putAudit(ctx context.Context, key string, b []byte) error {
-	_, err := q.store.Put(ctx, key, b, storage.IfNotExists())
-	if errors.Is(err, storage.ErrPreconditionFailed) {
-		return nil
-	}
-	return err
+	return core.PutAudit(ctx, q.store, key, b)
 }
 
 // Requeue is the operator's manual requeue (003 §1.2 FAILED → QUEUED, and
@@ -949,7 +996,7 @@ func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string
 	// comes from a read before the write.
 	cur, ver, err := q.read(ctx, jobID)
 	if err != nil {
-		return Job{}, err
+		return Job{}, q.quarantinedOr(ctx, jobID, err)
 	}
 	probe := cur
 	probe.Trail = nil

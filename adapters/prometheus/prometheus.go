@@ -9,16 +9,17 @@
 // global default one) and returns a *Metrics to pass as run.Config.Metrics
 // and jobqueue.Config.Metrics; WatchQueue adds the queue gauges.
 //
-// Counters, histograms and gwi_run_active_gauge count what this process
-// wrote: with several processes sharing a store, sum them across
-// instances (a run started by one process and finished by another moves
-// each one's gauge once, so the sum is right).
+// Counters and histograms count what this process wrote: with several
+// processes sharing a store, sum them across instances.
+// gwi_run_active_gauge is read from the store at scrape time (WatchRuns):
+// every instance reports the whole store, so take one (max), not the sum.
 //
 // Metrics:
 //
 //	gwi_run_transitions_total{from_state,to_state,tenant_id}     counter   run status writes (seed 004 §7.1)
 //	gwi_run_duration_seconds{type,status,tenant_id}              histogram run duration by outcome; type is the agent
-//	gwi_run_active_gauge{status,tenant_id}                       gauge     runs not yet terminal, by status
+//	gwi_run_active_gauge{status,tenant_id}                       gauge     runs not yet terminal, by status, read from the store (WatchRuns)
+//	conveyor_run_scrape_errors_total                             counter   scrapes whose read of the runs failed (WatchRuns)
 //	gwi_idempotency_hits_total{source,result}                    counter   idempotency lookups, result hit or miss
 //	conveyor_run_step_duration_seconds{agent,step,status}        histogram run step durations (seed 003 §5.3)
 //	conveyor_run_steps_abandoned_total{agent,step}               counter   step attempts abandoned at their deadline
@@ -93,7 +94,6 @@ type Metrics struct {
 
 	runTransitions *prometheus.CounterVec
 	runDuration    *prometheus.HistogramVec
-	runActive      *prometheus.GaugeVec
 	idempotency    *prometheus.CounterVec
 	stepDuration   *prometheus.HistogramVec
 	stepsAbandoned *prometheus.CounterVec
@@ -137,8 +137,6 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}
 	m.runTransitions = counter("gwi_run_transitions_total", "Run status transitions (seed 004 §7.1).", "from_state", "to_state", "tenant_id")
 	m.runDuration = histogram("gwi_run_duration_seconds", "Run duration by outcome; type is the agent (seed 004 §7.1).", "type", "status", "tenant_id")
-	m.runActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gwi_run_active_gauge",
-		Help: "Runs not yet terminal by status, as moved by this process (seed 004 §7.1)."}, []string{"status", "tenant_id"})
 	m.idempotency = counter("gwi_idempotency_hits_total", "Idempotency key lookups, result hit or miss (seed 004 §7.1).", "source", "result")
 	m.stepDuration = histogram("conveyor_run_step_duration_seconds", "Run step durations by final status (seed 003 §5.3).", "agent", "step", "status")
 	m.stepsAbandoned = counter("conveyor_run_steps_abandoned_total", "Run step attempts abandoned at their deadline while their code ran on.", "agent", "step")
@@ -155,7 +153,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.slotsSkipped = counter("conveyor_schedule_slots_skipped_total", "Schedule slots skipped by the missed-slot policy or a pause.", "schedule")
 	m.slotsDuplicated = counter("conveyor_schedule_duplicates_suppressed_total", "Schedule slots another process had fired already.", "schedule")
 	for _, c := range []prometheus.Collector{
-		m.runTransitions, m.runDuration, m.runActive, m.idempotency, m.stepDuration, m.stepsAbandoned, m.quarantined,
+		m.runTransitions, m.runDuration, m.idempotency, m.stepDuration, m.stepsAbandoned, m.quarantined,
 		m.jobTransitions, m.jobStateDuration, m.jobDuration, m.jobsDead, m.jobRetries, m.jobFailedAttempts,
 		m.jobLeaseLosses, m.handlersAbandoned, m.slotsFired, m.slotsSkipped, m.slotsDuplicated,
 	} {
@@ -194,11 +192,6 @@ func (m *Metrics) RunTransition(_, from, to string) {
 // RunFinished observes a run's duration; the agent is the seed's type.
 func (m *Metrics) RunFinished(agent, status string, d time.Duration) {
 	m.runDuration.WithLabelValues(agent, status, m.opts.tenant).Observe(d.Seconds())
-}
-
-// RunActive moves the active runs gauge of status.
-func (m *Metrics) RunActive(status string, delta int) {
-	m.runActive.WithLabelValues(status, m.opts.tenant).Add(float64(delta))
 }
 
 // Idempotency counts a lookup of an idempotency key.
@@ -261,6 +254,64 @@ func (m *Metrics) LeaseLost(jobType jobqueue.JobType) {
 // HandlerAbandoned counts a job handler call abandoned at StepTimeout.
 func (m *Metrics) HandlerAbandoned(jobType jobqueue.JobType, step jobqueue.JobState) {
 	m.handlersAbandoned.WithLabelValues(string(jobType), string(step)).Inc()
+}
+
+// ---- the runs at scrape time ----
+
+// RunsReader is what WatchRuns reads; *run.Runner is one.
+type RunsReader interface {
+	ActiveRuns(ctx context.Context) (map[string]int, error)
+}
+
+// WatchRuns registers, with the Registerer given to New, a collector that
+// reads the runs not yet terminal from the store at every scrape
+// (run.Runner.ActiveRuns: a list of the active index and a read per active
+// run) and exports gwi_run_active_gauge by status. The gauge is the
+// store's state, never moved by this process's writes, so it stays right
+// across restarts and with several runners on one store. The read is
+// bounded by ScrapeTimeout: when it fails or runs out, the scrape goes on
+// without the gauge, conveyor_run_scrape_errors_total counts it and the
+// Logger says why. One reader per Metrics.
+func (m *Metrics) WatchRuns(r RunsReader) error {
+	return m.reg.Register(&runsCollector{r: r, tenant: m.opts.tenant, timeout: m.opts.timeout, log: m.opts.log})
+}
+
+var (
+	activeDesc = prometheus.NewDesc("gwi_run_active_gauge",
+		"Runs not yet terminal by status, read from the store at scrape time (seed 004 §7.1).",
+		[]string{"status", "tenant_id"}, nil)
+	runScrapeErrorsDesc = prometheus.NewDesc("conveyor_run_scrape_errors_total",
+		"Scrapes whose read of the runs failed or ran out of time; gwi_run_active_gauge is missing from those scrapes.", nil, nil)
+)
+
+type runsCollector struct {
+	r       RunsReader
+	tenant  string
+	timeout time.Duration
+	log     *slog.Logger
+	errors  atomic.Int64
+}
+
+func (c *runsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- activeDesc
+	ch <- runScrapeErrorsDesc
+}
+
+func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	counts, err := c.r.ActiveRuns(ctx)
+	if err != nil {
+		n := c.errors.Add(1)
+		c.log.Warn("prometheus: reading the runs for a scrape", "err", err, "errors", n)
+	}
+	ch <- prometheus.MustNewConstMetric(runScrapeErrorsDesc, prometheus.CounterValue, float64(c.errors.Load()))
+	if err != nil {
+		return
+	}
+	for status, n := range counts {
+		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(n), status, c.tenant)
+	}
 }
 
 // ---- the queue at scrape time ----

@@ -92,6 +92,9 @@ func TestRunMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := m.WatchRuns(r); err != nil {
+		t.Fatal(err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()

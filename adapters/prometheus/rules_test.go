@@ -203,7 +203,9 @@ func registeredNames(t *testing.T) map[string]bool {
 	reg, m := newMetrics(t)
 	m.RunTransition("canonical", "queued", "running")
 	m.RunFinished("agent", "completed", time.Second)
-	m.RunActive("running", 1)
+	if err := m.WatchRuns(fixedRuns{"running": 1}); err != nil {
+		t.Fatal(err)
+	}
 	m.Idempotency("api", true)
 	m.StepFinished("agent", "step", "completed", time.Second)
 	m.StepAbandoned("agent", "step")
@@ -231,6 +233,11 @@ func registeredNames(t *testing.T) map[string]bool {
 	}
 	return known
 }
+
+// fixedRuns is a RunsReader of a fixed reading.
+type fixedRuns map[string]int
+
+func (f fixedRuns) ActiveRuns(context.Context) (map[string]int, error) { return f, nil }
 
 // fixedQueue is a QueueReader of a fixed reading.
 type fixedQueue []jobqueue.AgentDepth

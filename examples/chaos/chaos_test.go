@@ -124,6 +124,7 @@ func TestCheckerCatches(t *testing.T) {
 			Events:    map[string][]storage.AuditEvent{"job-a": trail("job-a", jobqueue.JobComplete), "job-b": trail("job-b", jobqueue.JobComplete)},
 			Replayed:  map[string]jobqueue.JobState{"job-a": jobqueue.JobComplete, "job-b": jobqueue.JobComplete},
 			Corrupted: map[string]bool{}, Garbage: map[string][]byte{}, Current: map[string][]byte{},
+			RunWrites: map[string]int64{"run-1": 5}, RunEvents: map[string]int{"run-1": 5},
 		}
 	}
 	if vs := Check(clean()); len(vs) != 0 {
@@ -194,6 +195,9 @@ func TestCheckerCatches(t *testing.T) {
 		{"audit disagreeing with the record", func(st *State) {
 			st.Replayed["job-b"] = jobqueue.JobNotebookLMCall
 		}, CheckAudit, `audit replays to "NOTEBOOKLM_CALL", the record says COMPLETE`},
+		{"run status write without its audit event", func(st *State) {
+			st.RunEvents["run-1"] = 4
+		}, CheckAudit, "5 status writes, 4 audit events: 1 missing"},
 		{"audit that does not replay", func(st *State) {
 			st.ReplayErr = &jobqueue.ReplayError{JobID: "job-b", EventID: "e1", Problem: `"COMPLETE" → "QUEUED" is not a move`}
 		}, CheckAudit, "does not replay"},

@@ -22,7 +22,7 @@ const (
 	CheckTerminal   = "terminal"   // every job COMPLETE, DEAD or quarantined
 	CheckArtifact   = "artifact"   // one artifact per COMPLETE job, none for a live one, none pointed at by a DEAD one, agreeing with the job
 	CheckLateWrite  = "late-write" // no artifact created after its attempt lost the job
-	CheckAudit      = "audit"      // the audit log replays to every record's state
+	CheckAudit      = "audit"      // the audit log replays to every record's state; every run status write has its event
 	CheckQuarantine = "quarantine" // only corrupted records quarantined; no poison left in place
 	CheckShutdown   = "shutdown"   // a worker stops within the grace period of SIGTERM
 	CheckSweep      = "sweep"      // the final sweep succeeds
@@ -70,6 +70,11 @@ type State struct {
 	// ReadErrs are failures to read parts of the state (an artifact or
 	// quarantine record that cannot be read).
 	ReadErrs []Violation
+	// RunWrites counts, by run id, the status writes of each run in the
+	// store (its status.json's version), RunEvents the run's audit events
+	// (run.status.update): every status write has one.
+	RunWrites map[string]int64
+	RunEvents map[string]int
 	// Corrupted holds the keys the chaos loop overwrote with garbage;
 	// Garbage what it wrote last at each, Current what is there now (nil:
 	// absent).
@@ -148,6 +153,23 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 	now := time.Now()
 	first, last := now.Add(-48*time.Hour), now.Add(time.Hour)
 	st.Events = map[string][]storage.AuditEvent{}
+	st.RunWrites, st.RunEvents = map[string]int64{}, map[string]int{}
+	for key, err := range s.List(ctx, "agents/") {
+		if err != nil {
+			st.ReadErrs = append(st.ReadErrs, Violation{CheckAudit, "agents/", "listing runs: " + err.Error()})
+			break
+		}
+		parts := strings.Split(key, "/") // agents/{slug}/runs/{run id}/status.json
+		if len(parts) != 5 || parts[2] != "runs" || parts[4] != "status.json" {
+			continue
+		}
+		var doc struct {
+			Version int64 `json:"version"`
+		}
+		if raw, _, err := s.Get(ctx, key); err == nil && json.Unmarshal(raw, &doc) == nil {
+			st.RunWrites[parts[3]] = doc.Version
+		}
+	}
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
 		for e, err := range storage.ReadAuditDay(ctx, s, day) {
 			if err != nil {
@@ -156,6 +178,9 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 			}
 			if e.JobID != "" {
 				st.Events[e.JobID] = append(st.Events[e.JobID], e)
+			}
+			if e.Event == "run.status.update" && e.RunID != "" {
+				st.RunEvents[e.RunID]++
 			}
 		}
 	}
@@ -342,6 +367,14 @@ func Check(st *State) []Violation {
 				}
 				add(CheckAudit, p.JobID, "audit replays to %q, the record says %s%s", got, rec.Job.Status, why)
 			}
+		}
+	}
+
+	// Every status write of a run has its audit event (a runner that
+	// failed to write one leaves the run active until it is written).
+	for id, n := range st.RunWrites {
+		if got := int64(st.RunEvents[id]); got < n {
+			add(CheckAudit, id, "%d status writes, %d audit events: %d missing", n, got, n-got)
 		}
 	}
 

@@ -129,6 +129,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		return nil, err
 	}
 	metrics.WatchQueue(w.queue)
+	metrics.WatchRuns(w.runner) // gwi_run_active_gauge from the store
 	w.jobs = &jobqueue.Worker{Queue: w.queue, ID: id, Slots: 4, Handlers: jobHandlers(clk, o.pause), PollInterval: o.poll}
 	w.box, err = inbox.New(inbox.Config{Store: w.store, Clock: clk, Node: host})
 	if err != nil {

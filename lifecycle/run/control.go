@@ -35,7 +35,13 @@ func (r *Runner) control(ctx context.Context, runID string, b by, change func(ct
 		}
 		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
 	case errors.As(err, &ce):
-		return Status{}, r.quarantineRun(ctx, slug, runID, ce)
+		qerr := r.quarantineRun(ctx, slug, runID, ce)
+		if errors.Is(qerr, storage.ErrPreconditionFailed) {
+			// It changed since the read (a repair, another quarantine):
+			// nothing was written; the caller may try again.
+			return Status{}, ce
+		}
+		return Status{}, qerr
 	case err != nil:
 		return Status{}, err
 	}

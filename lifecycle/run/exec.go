@@ -322,6 +322,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return outcome{kind: failed, err: err}
 		}
 		if out.Await != nil {
+			if x.w.snapshot().CancelRequested {
+				return outcome{kind: canceled} // count did not park it: the cancel wins
+			}
 			return outcome{kind: parked}
 		}
 	}
@@ -394,6 +397,12 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 		}
 		d.ProposalsCreated = appendNew(d.ProposalsCreated, proposals...)
 		if await == nil {
+			return nil
+		}
+		if d.CancelRequested && f.cancel != "" {
+			// An acknowledged cancel landed while the step ran: the run
+			// does not park (nobody would move it on but an approval);
+			// it stays executing and the execution ends it canceled.
 			return nil
 		}
 		now := r.now()

@@ -18,6 +18,7 @@ type flow struct {
 	completed string // the state complete leads to
 	cancelRq  string // cancel_requested, cancel-aware machine only
 	parked    []string
+	states    []string // every state of the machine
 
 	admit, start, stepDone, complete, fail, timeOut lifecycle.Event
 	cancel, requestCancel                           lifecycle.Event
@@ -34,9 +35,14 @@ type flow struct {
 }
 
 func flowOf[S ~string](m *lifecycle.Machine[S, lifecycle.Stateful]) flow {
+	var states []string
+	for _, s := range m.States() {
+		states = append(states, string(s))
+	}
 	return flow{
 		machine: m.Name(),
 		initial: string(m.Initial()),
+		states:  states,
 		fire: func(ctx context.Context, r *Status, e lifecycle.Event, a lifecycle.Actor) error {
 			_, err := m.Fire(ctx, r, e, a)
 			return err

@@ -127,8 +127,11 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			continue
 		}
 		doc, ver, err := r.readStatus(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) {
-			continue // its submit has not written the status yet
+		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt) {
+			// Its submit has not written the status yet, or stopped
+			// half-way: finished once it had a lease's time.
+			r.finishSubmit(ctx, slug, runID, statusKey)
+			continue
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -202,6 +205,16 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 	}
 	now := r.now()
 	var err error
+	if f.terminal(doc.Status) || (doc.Lease == nil && slices.Contains(f.parked, doc.Status)) {
+		// At rest: no writer may come soon to write the audit event of
+		// its last write if that failed, so this look does.
+		if err := r.ensureAudit(ctx, &doc); err != nil {
+			if ctx.Err() == nil {
+				r.log.LogAttrs(ctx, slog.LevelWarn, "audit_repair_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+			}
+			return
+		}
+	}
 	switch {
 	case f.terminal(doc.Status):
 		r.cleanup(ctx, c.slug, doc.RunID, "", "")
@@ -239,6 +252,25 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 			r.startOrWait(ctx, c, true)
 		}
 		return
+	case doc.CancelRequested && f.cancel != "" && doc.Lease == nil && slices.Contains(f.parked, doc.Status):
+		// A parked run that carries an acknowledged cancel (parked by a
+		// writer that missed the request) ends canceled at its next look.
+		err = c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+			if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
+				return nil // moved on meanwhile
+			}
+			if err := f.fire(ctx, d, f.cancel, lifecycle.ActorOrchestration); err != nil {
+				return err
+			}
+			r.finishFields(d, nil)
+			return nil
+		})
+		if err == nil {
+			if after := c.w.snapshot(); f.terminal(after.Status) {
+				r.cleanup(ctx, c.slug, doc.RunID, "", "")
+				r.finished(ctx, after)
+			}
+		}
 	case doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline):
 		ext := doc.External
 		b := byTimeout()
@@ -426,8 +458,15 @@ func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Ve
 
 // cleanup removes a finished or parked run from the active index (finished
 // only) and frees its slot.
+//
+// A run whose last audit event could not be written keeps its active entry:
+// a poll finds it there, writes the event (ensureAudit) and cleans up then.
 func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
 	r.releaseSlot(ctx, slug, slot, slotVer)
+	if r.auditGap(runID) {
+		return
+	}
+	r.forgetAudit(runID)
 	key, err := activeKey(slug, runID)
 	if err != nil {
 		return

@@ -18,13 +18,16 @@ import "time"
 //	// written with the step's end, status "completed" or "failed" (seed
 //	// 003 §5.3: the P95 step times).
 //	StepFinished(agent, step, status string, d time.Duration)
+//
+// The gauge of active runs (gwi_run_active_gauge) is no call here: it is
+// read from the store (Runner.ActiveRuns), since counts moved by one
+// process's writes go wrong (negative) once a process restarts with runs in
+// flight.
 type Metrics interface {
 	// RunTransition counts a status write from → to (gwi_run_transitions_total).
 	RunTransition(machine, from, to string)
 	// RunFinished observes a run's duration by outcome (gwi_run_duration_seconds).
 	RunFinished(agent, status string, d time.Duration)
-	// RunActive moves the gauge of active runs by status (gwi_run_active_gauge).
-	RunActive(status string, delta int)
 	// Idempotency counts a lookup of an idempotency key as a hit or a miss
 	// (gwi_idempotency_hits_total).
 	Idempotency(source string, hit bool)
@@ -34,5 +37,4 @@ type noMetrics struct{}
 
 func (noMetrics) RunTransition(string, string, string)      {}
 func (noMetrics) RunFinished(string, string, time.Duration) {}
-func (noMetrics) RunActive(string, int)                     {}
 func (noMetrics) Idempotency(string, bool)                  {}

@@ -19,7 +19,6 @@ type recordingMetrics struct {
 	mu          sync.Mutex
 	transitions []string
 	finished    []string
-	active      map[string]int
 	idem        []string
 }
 
@@ -33,15 +32,6 @@ func (m *recordingMetrics) RunFinished(agent, status string, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.finished = append(m.finished, agent+":"+status)
-}
-
-func (m *recordingMetrics) RunActive(status string, delta int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.active == nil {
-		m.active = map[string]int{}
-	}
-	m.active[status] += delta
 }
 
 func (m *recordingMetrics) Idempotency(source string, hit bool) {
@@ -109,9 +99,13 @@ func TestObservability(t *testing.T) {
 	if len(metrics.finished) != 1 || metrics.finished[0] != "observed:completed" {
 		t.Errorf("finished %v", metrics.finished)
 	}
-	for status, n := range metrics.active {
+	active, err := r.ActiveRuns(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for status, n := range active {
 		if n != 0 {
-			t.Errorf("active gauge %s = %d after the run ended", status, n)
+			t.Errorf("ActiveRuns %s = %d after the run ended", status, n)
 		}
 	}
 	if strings.Join(metrics.idem, " ") != "api:miss api:hit" {

@@ -16,23 +16,42 @@ import (
 // readStatus reads and validates a run's status.json. A poison document is
 // quarantined (see quarantineRun); a missing one that was quarantined gives
 // a *QuarantinedError too, so Wait and Status report it.
+//
+// A poison document that changes between the read and its quarantine (a
+// repair, another writer, another runner's quarantine) is read again: the
+// caller gets what the record is now, never the quarantine's refused
+// compare-and-swap. After maxPoisonRereads such changes in a row it gets
+// the *storage.CorruptError (RECORD_QUARANTINED) of the last read.
 func (r *Runner) readStatus(ctx context.Context, slug, runID, key string) (Status, storage.Version, error) {
-	b, v, err := r.store.Get(ctx, key)
-	if errors.Is(err, storage.ErrNotFound) {
-		if qe := r.findQuarantined(ctx, runID, key); qe != nil {
-			return Status{}, "", qe
+	for attempt := 0; ; attempt++ {
+		b, v, err := r.store.Get(ctx, key)
+		if errors.Is(err, storage.ErrNotFound) {
+			if qe := r.findQuarantined(ctx, runID, key); qe != nil {
+				return Status{}, "", qe
+			}
 		}
+		if err != nil {
+			return Status{}, "", err
+		}
+		doc, err := core.Decode[Status](key, b, v, r.statusValidator(slug, runID))
+		var ce *storage.CorruptError
+		if errors.As(err, &ce) {
+			qerr := r.quarantineRun(ctx, slug, runID, ce)
+			if errors.Is(qerr, storage.ErrPreconditionFailed) {
+				if attempt < maxPoisonRereads {
+					continue // it changed since the read: judge it again
+				}
+				return Status{}, "", ce
+			}
+			return Status{}, "", qerr
+		}
+		return doc, v, err
 	}
-	if err != nil {
-		return Status{}, "", err
-	}
-	doc, err := core.Decode[Status](key, b, v, r.statusValidator(slug, runID))
-	var ce *storage.CorruptError
-	if errors.As(err, &ce) {
-		return Status{}, "", r.quarantineRun(ctx, slug, runID, ce)
-	}
-	return doc, v, err
 }
+
+// maxPoisonRereads bounds how often readStatus reads again a poison
+// status.json that keeps changing under its quarantine.
+const maxPoisonRereads = 3
 
 // findQuarantined looks for a quarantined copy of a run's status.
 func (r *Runner) findQuarantined(ctx context.Context, runID, key string) *QuarantinedError {

@@ -57,6 +57,20 @@ type Status struct {
 	ResumeCount int `json:"resume_count,omitempty"`
 	// DurationMS is set when the run ends (seed 004 §2.3).
 	DurationMS int64 `json:"duration_ms,omitempty"`
+	// LastAudit is the audit event of the write that made this version of
+	// the document. The writer puts it in the audit log right after the
+	// write; should that fail (or the writer die first), the run's next
+	// writer or a poll finds it missing there and writes it, so every
+	// status write has its audit event.
+	LastAudit *AuditRecord `json:"last_audit,omitempty"`
+}
+
+// AuditRecord is an audit event and its id in the audit log: the id is
+// derived from the run and the document's version, so every writer that
+// writes it writes the same object once.
+type AuditRecord struct {
+	ID    string             `json:"id"`
+	Event storage.AuditEvent `json:"event"`
 }
 
 // StepRecord is one step file, steps/NN-name.json (seed 002 §2.5). The

@@ -58,5 +58,4 @@ type noMetrics struct{}
 
 func (noMetrics) RunTransition(string, string, string)      {}
 func (noMetrics) RunFinished(string, string, time.Duration) {}
-func (noMetrics) RunActive(string, int)                     {}
 func (noMetrics) Idempotency(string, bool)                  {}

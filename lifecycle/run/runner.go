@@ -37,7 +37,6 @@ type Runner struct {
 	// goroutines of attempts abandoned there (stragglers).
 	units  *core.Units
 	log    *slog.Logger
-	audit  *storage.AuditLog
 	agents map[string]*agentDef
 	// flows holds the flow of every run machine by its status.json name
 	// ("" is the canonical one), for runs created under another config.
@@ -65,6 +64,13 @@ type Runner struct {
 	// quiet holds, for the runs the last poll could only watch, until when
 	// the next polls need not read them. Only the loop touches it.
 	quiet map[string]time.Time
+
+	// auditDone holds, by run, the id of the last audit event this runner
+	// knows is in the log; auditGaps the runs whose last event could not
+	// be written (writer.go).
+	auditMu   sync.Mutex
+	auditDone map[string]string
+	auditGaps map[string]bool
 
 	// quar moves poison records to quarantine, logs and counts them.
 	quar *core.Quarantiner
@@ -106,7 +112,6 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		quar:       &core.Quarantiner{Store: patient, Clock: cfg.Clock, Log: cfg.Logger},
 		log:        cfg.Logger,
-		audit:      &storage.AuditLog{Store: patient, Node: cfg.Node, Now: cfg.Clock.Now},
 		agents:     map[string]*agentDef{},
 		flows:      map[string]*flow{},
 		wake:       make(chan struct{}, 1),
@@ -116,6 +121,8 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		changed:    make(chan struct{}),
 		freedSlots: map[string]storage.Version{},
 		heldSlots:  map[string]string{},
+		auditDone:  map[string]string{},
+		auditGaps:  map[string]bool{},
 	}
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)
@@ -284,10 +291,14 @@ func newRunID(now time.Time) string {
 	return "run_" + now.UTC().Format("2006-01-02_150405") + "_" + hex.EncodeToString(b[:])
 }
 
-// createRun writes a new run: its index entry, input, status and active
-// entry, in an order that leaves nothing a reader could misread if it stops
-// half-way. Writing an existing run again (a retried idempotent submit) is a
-// no-op for the parts already there.
+// createRun writes a new run: its active entry, index entry, input, status
+// and audit event, in an order that leaves every run findable whatever
+// write a crash stops at. The active entry comes first and carries the
+// run's first status.json (activeEntry): from it, a poll finishes a submit
+// that stopped before its status was written (finishSubmit), so no run is
+// left half-made, and a run with a status always has the active entry that
+// recovery looks through. Writing an existing run again (a retried
+// idempotent submit) is a no-op for the parts already there.
 func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitRequest, runID string) error {
 	idxKey, err := runIndexKey(runID)
 	if err != nil {
@@ -299,6 +310,29 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	}
 	active, err := activeKey(agent.Slug, runID)
 	if err != nil {
+		return err
+	}
+	doc := Status{
+		RunID:            runID,
+		AgentSlug:        agent.Slug,
+		Status:           agent.flow.initial,
+		Trigger:          req.Trigger,
+		StartedAt:        r.now(),
+		StepsTotal:       len(agent.Steps),
+		ProposalsCreated: []string{},
+		IdempotencyKey:   req.IdempotencyKey,
+	}
+	if agent.Machine != lifecycle.MachineCanonical {
+		doc.Machine = agent.Machine
+	}
+	b := req.Caller.by(lifecycle.ActorGateway, triggerInitiator(req.Trigger))
+	b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
+	doc.LastAudit = r.auditOf(&doc, "", b, 1)
+	pending, err := json.Marshal(activeEntry{Pending: &doc, Input: len(req.Input) > 0, Actor: b.actor, Context: &b.tc})
+	if err != nil {
+		return err
+	}
+	if err := r.putOnce(ctx, active, pending); err != nil {
 		return err
 	}
 	entry, _ := json.Marshal(runIndexEntry{AgentSlug: agent.Slug, Machine: agent.Machine})
@@ -314,19 +348,6 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 			return err
 		}
 	}
-	doc := Status{
-		RunID:            runID,
-		AgentSlug:        agent.Slug,
-		Status:           agent.flow.initial,
-		Trigger:          req.Trigger,
-		StartedAt:        r.now(),
-		StepsTotal:       len(agent.Steps),
-		ProposalsCreated: []string{},
-		IdempotencyKey:   req.IdempotencyKey,
-	}
-	if agent.Machine != lifecycle.MachineCanonical {
-		doc.Machine = agent.Machine
-	}
 	ver, err := storage.Create(ctx, r.store, statusKey, &doc)
 	created := err == nil
 	if errors.Is(err, storage.ErrPreconditionFailed) {
@@ -335,26 +356,125 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	if err != nil {
 		return err
 	}
-	// The creation is recorded before the active entry makes the run
-	// visible to polls, so its audit, metric and log come before any move
-	// a runner makes on it.
 	if created {
-		b := req.Caller.by(lifecycle.ActorGateway, triggerInitiator(req.Trigger))
-		b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
-		r.recordAudit(ctx, storage.AuditEvent{Event: "run.status.update", Actor: string(b.actor), RunID: runID, To: doc.Status}, &b.tc)
-		r.cfg.Metrics.RunTransition(agent.flow.machine, "", doc.Status)
-		r.cfg.Metrics.RunActive(doc.Status, 1)
-		attrs := []slog.Attr{slog.String("runId", runID), slog.String("type", agent.Slug),
-			slog.String("idempotencyKey", req.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
-		r.log.LogAttrs(ctx, slog.LevelInfo, "run_created", append(attrs, contextAttrs(&b.tc)...)...)
-		r.broadcast()
-	}
-	if err := r.putOnce(ctx, active, []byte("{}")); err != nil {
-		return err
+		r.recordCreated(ctx, agent, &doc, b, "run_created")
 	}
 	w := r.newWriter(agent.Slug, runID, statusKey, &doc, ver)
 	r.hand(candidate{slug: agent.Slug, w: w, input: req.Input, inputKnown: true})
 	return nil
+}
+
+// activeEntry is the body of a run's active index entry: the run's first
+// status.json and what its submit knew, so that a poll can finish the
+// submit if it stopped before writing the status (finishSubmit).
+type activeEntry struct {
+	Pending *Status                      `json:"pending,omitempty"`
+	Input   bool                         `json:"input,omitempty"` // the run has an input.json
+	Actor   lifecycle.Actor              `json:"actor,omitempty"`
+	Context *lifecycle.TransitionContext `json:"context,omitempty"`
+}
+
+// recordCreated records a run's creation: its audit event, metrics and log
+// line (msg), and wakes every Wait.
+func (r *Runner) recordCreated(ctx context.Context, agent *agentDef, doc *Status, b by, msg string) {
+	r.writeAudit(ctx, doc)
+	r.cfg.Metrics.RunTransition(agent.flow.machine, "", doc.Status)
+	attrs := []slog.Attr{slog.String("runId", doc.RunID), slog.String("type", agent.Slug),
+		slog.String("idempotencyKey", doc.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
+	level := slog.LevelInfo
+	if msg != "run_created" {
+		level = slog.LevelWarn
+	}
+	r.log.LogAttrs(ctx, level, msg, append(attrs, contextAttrs(&b.tc)...)...)
+	r.broadcast()
+}
+
+// finishSubmit finishes the submit of a run whose active entry exists but
+// whose status.json does not, once the submit had a lease's time to write
+// it (a submit that takes longer loses nothing: its status write is
+// create-only and finds this one). The run is created as its submit would
+// have created it, and goes on; when its input.json never landed it ends
+// failed at once, since no step may run without its input. Nothing is done
+// for an entry written before active entries carried the pending status.
+func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string) {
+	agent, ok := r.agents[slug]
+	if !ok {
+		return
+	}
+	active, err := activeKey(slug, runID)
+	if err != nil {
+		return
+	}
+	raw, _, err := r.store.Get(ctx, active)
+	if err != nil {
+		return
+	}
+	var e activeEntry
+	if json.Unmarshal(raw, &e) != nil || e.Pending == nil || e.Pending.RunID != runID || e.Pending.AgentSlug != slug {
+		return
+	}
+	if !r.now().After(e.Pending.StartedAt.Add(r.cfg.LeaseDuration)) {
+		return // its submit may still be writing
+	}
+	doc := *e.Pending
+	if err := r.statusValidator(slug, runID)(&doc); err != nil {
+		return
+	}
+	idxKey, err := runIndexKey(runID)
+	if err != nil {
+		return
+	}
+	entry, _ := json.Marshal(runIndexEntry{AgentSlug: slug, Machine: doc.Machine})
+	if r.putOnce(ctx, idxKey, entry) != nil {
+		return
+	}
+	inputLost := false
+	if e.Input {
+		inKey, err := runInputKey(slug, runID)
+		if err != nil {
+			return
+		}
+		_, _, err = r.store.Get(ctx, inKey)
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return
+		}
+		inputLost = err != nil
+	}
+	ver, err := storage.Create(ctx, r.store, statusKey, &doc)
+	if err != nil {
+		return // written meanwhile (its submit, another runner): the next poll reads it
+	}
+	b := by{actor: e.Actor, tc: lifecycle.TransitionContext{}}
+	if e.Context != nil {
+		b.tc = *e.Context
+	}
+	if b.actor == "" {
+		b.actor = lifecycle.ActorGateway
+	}
+	r.recordCreated(ctx, agent, &doc, b, "run_submit_finished")
+	w := r.newWriter(slug, runID, statusKey, &doc, ver)
+	if !inputLost {
+		r.hand(candidate{slug: slug, w: w})
+		return
+	}
+	f := r.flowOfDoc(&doc)
+	err = w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+		ev := f.fail
+		if _, ok := f.target(d.Status, ev); !ok {
+			ev = f.cancel
+		}
+		if err := f.fire(ctx, d, ev, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeInternalError, "its submit stopped before its input was written"))
+		return nil
+	})
+	if err != nil {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", runID), slog.String("error", err.Error()))
+		return
+	}
+	r.cleanup(ctx, slug, runID, "", "")
+	r.finished(ctx, w.snapshot())
 }
 
 // hand gives the loop a run to consider, without blocking.
@@ -519,6 +639,50 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
 			return nil, err
 		}
 		out = append(out, doc)
+	}
+	return out, nil
+}
+
+// ActiveRuns counts the runs not yet terminal by status, as the store holds
+// them: it lists the active index and reads each run's status.json (a read
+// per active run, so call it at a scrape, not per request). Every state
+// that is not terminal of the machines of this runner's agents is in the
+// map, 0 when no run is in it. It is what gwi_run_active_gauge exports
+// (adapters/prometheus WatchRuns): read from the store, the count is right
+// after a restart and with several runners sharing the store, where counts
+// moved by one process's writes are not.
+func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	for _, a := range r.agents {
+		f, _ := flowFor(a.Machine)
+		for _, s := range f.states {
+			if !f.terminal(s) {
+				out[s] = 0
+			}
+		}
+	}
+	for key, err := range r.store.List(ctx, activePrefix) {
+		if err != nil {
+			return nil, err
+		}
+		slug, runID, ok := parseActiveKey(key)
+		if !ok {
+			continue
+		}
+		statusKey, err := storage.RunStatusKey(slug, runID)
+		if err != nil {
+			continue
+		}
+		doc, _, err := r.readStatus(ctx, slug, runID, statusKey)
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) {
+			continue // its submit is not done, or poison (quarantined)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !r.flowOfDoc(&doc).terminal(doc.Status) {
+			out[doc.Status]++
+		}
 	}
 	return out, nil
 }

@@ -164,6 +164,13 @@ type Config struct {
 	// dead store can delay the loop by at most this much at a time. Default
 	// 10 s.
 	PollTimeout time.Duration
+	// AuditTimeout is the budget, in wall-clock time, of the audit write
+	// that follows every status write: its own, not the caller's, so a
+	// request that runs out of time after its write still gets the write's
+	// audit event (transient store errors are retried within it). An
+	// audit write that fails even so is written by the run's next writer or
+	// by a poll (Status.LastAudit). Default 30 s.
+	AuditTimeout time.Duration
 	// ShutdownGrace is how long, in wall-clock time, Run waits at shutdown
 	// for step goroutines that ignore their context (stragglers, see
 	// Runner.Stragglers) before it returns anyway. Default 5 s.
@@ -228,6 +235,7 @@ func (c *Config) setDefaults() error {
 	def(&c.FinishGrace, time.Minute)
 	def(&c.PollTimeout, 10*time.Second)
 	def(&c.ShutdownGrace, 5*time.Second)
+	def(&c.AuditTimeout, 30*time.Second)
 	def(&c.IdempotencyCompletedTTL, 24*time.Hour)
 	def(&c.IdempotencyFailedTTL, time.Hour)
 	def(&c.IdempotencyLockTTL, 5*time.Minute)

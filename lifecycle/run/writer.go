@@ -106,9 +106,16 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 	w.mu.Unlock()
 	var renewed time.Time
 	before, after, err := rec.Apply(ctx, func(d *Status) error {
+		// The audit event of the write this one replaces must be in the
+		// log before its record in the document is replaced.
+		if err := w.r.ensureAudit(ctx, d); err != nil {
+			return err
+		}
+		from := d.Status
 		if err := change(fctx, d); err != nil {
 			return err
 		}
+		defer func() { d.LastAudit = w.r.auditOf(d, from, b, d.Version+1) }()
 		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
 			now := w.r.now()
 			d.Lease.ExpiresAt, d.LastHeartbeatAt = now.Add(w.r.cfg.LeaseDuration), &now
@@ -202,26 +209,10 @@ func byTimeout() by {
 // written.
 func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, b by) {
 	f := r.flowOfDoc(doc)
-	tc := b.tc
-	if tc.Approval != nil && doc.Approval != nil {
-		a := *doc.Approval
-		tc.Approval = &a
-	}
-	if tc.External != nil && doc.External != nil {
-		e := *doc.External
-		tc.External = &e
-	}
-	r.recordAudit(ctx, storage.AuditEvent{
-		Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID, From: from, To: doc.Status,
-	}, &tc)
+	tc := writeContext(doc, b)
+	r.writeAudit(ctx, doc)
 	r.cfg.Metrics.RunTransition(f.machine, from, doc.Status)
 	if from != doc.Status {
-		if from != "" && !f.terminal(from) {
-			r.cfg.Metrics.RunActive(from, -1)
-		}
-		if !f.terminal(doc.Status) {
-			r.cfg.Metrics.RunActive(doc.Status, 1)
-		}
 		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
 			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
 			slog.String("actor", string(b.actor)))
@@ -249,16 +240,113 @@ func contextAttrs(tc *lifecycle.TransitionContext) []slog.Attr {
 	return attrs
 }
 
-// recordAudit writes one audit event; a failure is logged, not returned,
-// because the write it describes has already happened.
-func (r *Runner) recordAudit(ctx context.Context, ev storage.AuditEvent, tc *lifecycle.TransitionContext) {
-	ev.TS = r.now()
-	if tc != nil {
-		ev.Context, _ = json.Marshal(tc) // strings, times and maps of strings: it cannot fail
+// writeContext is the transition context of a write as b, with the
+// approval or external-event details of the document written.
+func writeContext(doc *Status, b by) lifecycle.TransitionContext {
+	tc := b.tc
+	if tc.Approval != nil && doc.Approval != nil {
+		a := *doc.Approval
+		tc.Approval = &a
 	}
-	if _, err := r.audit.Record(ctx, ev); err != nil {
-		r.log.LogAttrs(ctx, slog.LevelError, "audit_write_failed", slog.String("runId", ev.RunID), slog.String("error", err.Error()))
+	if tc.External != nil && doc.External != nil {
+		e := *doc.External
+		tc.External = &e
 	}
+	return tc
+}
+
+// auditOf is the audit event (seed 003 §5.1) of the write that makes doc,
+// from the status from, as b, at version seq of the document.
+func (r *Runner) auditOf(doc *Status, from string, b by, seq int64) *AuditRecord {
+	tc := writeContext(doc, b)
+	ev := storage.AuditEvent{TS: r.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
+		From: from, To: doc.Status, Node: r.cfg.Node}
+	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
+	return &AuditRecord{ID: storage.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
+}
+
+// auditObject is where and what the audit object of a record is.
+func auditObject(a *AuditRecord) (string, []byte, error) {
+	key, err := storage.AuditKey(a.Event.TS, a.ID)
+	if err != nil {
+		return "", nil, err
+	}
+	b, err := json.Marshal(a.Event)
+	return key, b, err
+}
+
+// writeAudit writes the audit event of the write that made doc, with its
+// own budget (AuditTimeout). A failure is logged, not returned, because
+// the write has happened: the run is marked as having an audit gap, so its
+// active entry stays until the event is written (ensureAudit, by the next
+// writer or a poll).
+func (r *Runner) writeAudit(ctx context.Context, doc *Status) {
+	a := doc.LastAudit
+	if a == nil {
+		return
+	}
+	actx, cancel := core.AuditContext(ctx, r.cfg.AuditTimeout)
+	defer cancel()
+	key, b, err := auditObject(a)
+	if err == nil {
+		err = core.PutAudit(actx, r.store, key, b)
+	}
+	r.audited(doc.RunID, a.ID, err == nil)
+	if err != nil {
+		r.log.LogAttrs(ctx, slog.LevelError, "audit_write_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+	}
+}
+
+// ensureAudit makes sure the audit event doc records (its last write's)
+// is in the audit log: known written by this runner, found, or written now.
+func (r *Runner) ensureAudit(ctx context.Context, doc *Status) error {
+	a := doc.LastAudit
+	if a == nil {
+		return nil
+	}
+	r.auditMu.Lock()
+	known := r.auditDone[doc.RunID] == a.ID
+	r.auditMu.Unlock()
+	if known {
+		return nil
+	}
+	key, b, err := auditObject(a)
+	if err == nil {
+		err = core.EnsureAudit(ctx, r.store, key, b)
+	}
+	if err != nil {
+		return fmt.Errorf("run: audit event %s of run %s: %w", a.ID, doc.RunID, err)
+	}
+	r.audited(doc.RunID, a.ID, true)
+	return nil
+}
+
+// audited notes whether the audit event id of a run is in the log (ok) or
+// could not be written (a gap, which keeps the run's active entry).
+func (r *Runner) audited(runID, id string, ok bool) {
+	r.auditMu.Lock()
+	defer r.auditMu.Unlock()
+	if ok {
+		r.auditDone[runID] = id
+		delete(r.auditGaps, runID)
+		return
+	}
+	r.auditGaps[runID] = true
+}
+
+// auditGap tells whether a run's last audit event is known missing.
+func (r *Runner) auditGap(runID string) bool {
+	r.auditMu.Lock()
+	defer r.auditMu.Unlock()
+	return r.auditGaps[runID]
+}
+
+// forgetAudit drops what this runner knows of a run's audit, once the run
+// ended and its last event is in the log.
+func (r *Runner) forgetAudit(runID string) {
+	r.auditMu.Lock()
+	defer r.auditMu.Unlock()
+	delete(r.auditDone, runID)
 }
 
 func (d *Status) clone() Status {
@@ -272,6 +360,7 @@ func (d *Status) clone() Status {
 	c.Lease = clonePtr(d.Lease)
 	c.LastHeartbeatAt = clonePtr(d.LastHeartbeatAt)
 	c.CancelRequestedAt = clonePtr(d.CancelRequestedAt)
+	c.LastAudit = clonePtr(d.LastAudit)
 	if d.Approval != nil {
 		a := *d.Approval
 		a.DecidedAt = clonePtr(d.Approval.DecidedAt)
