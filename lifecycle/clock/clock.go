@@ -9,8 +9,10 @@
 package clock
 
 import (
+	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,6 +54,7 @@ func (r realTimer) Stop() bool          { return r.t.Stop() }
 
 // Fake is a Clock that moves only when told to. It is safe for concurrent use.
 type Fake struct {
+	act     *Activity
 	mu      sync.Mutex
 	now     time.Time
 	timers  []*fakeTimer
@@ -64,7 +67,32 @@ type waiter struct {
 }
 
 // NewFake returns a fake clock that reads start.
-func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+func NewFake(start time.Time) *Fake { return &Fake{now: start, act: newActivity()} }
+
+// Activity is the count of the work in progress of the code waiting on
+// this clock: WaitIdle waits until that code is idle.
+func (f *Fake) Activity() *Activity { return f.act }
+
+// WaitIdle waits until the code waiting on this clock is idle (see
+// Activity) or ctx ends: then moving the clock cannot race its work.
+func (f *Fake) WaitIdle(ctx context.Context) error { return f.act.WaitIdle(ctx) }
+
+// AdvanceToNext waits until the code waiting on this clock is idle, then
+// moves the clock to the earliest scheduled timer, firing what is due
+// then, and reports by how much it moved: 0 and false when no timer is
+// scheduled (or ctx ended first, with its error).
+func (f *Fake) AdvanceToNext(ctx context.Context) (time.Duration, bool, error) {
+	if err := f.WaitIdle(ctx); err != nil {
+		return 0, false, err
+	}
+	next, ok := f.Next()
+	if !ok {
+		return 0, false, nil
+	}
+	d := max(next.Sub(f.Now()), 0)
+	f.Advance(d)
+	return d, true, nil
+}
 
 // Now returns the fake time.
 func (f *Fake) Now() time.Time {
@@ -118,6 +146,7 @@ func (f *Fake) Advance(d time.Duration) {
 	for _, t := range due {
 		t.fire(t.at)
 	}
+	f.act.poke()
 }
 
 // Pending reports how many timers are scheduled and not yet fired or stopped.
@@ -177,9 +206,13 @@ type fakeTimer struct {
 	at    time.Time
 	ch    chan time.Time
 	fn    func()
+	fired atomic.Bool
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+// Fired tells whether the timer fired (see the package's Fired).
+func (t *fakeTimer) Fired() bool { return t.fired.Load() }
 
 func (t *fakeTimer) Stop() bool {
 	f := t.clock
@@ -195,8 +228,16 @@ func (t *fakeTimer) Stop() bool {
 }
 
 func (t *fakeTimer) fire(at time.Time) {
+	t.fired.Store(true)
 	if t.fn != nil {
-		go t.fn()
+		// The function counts as work while it runs: what it starts (a
+		// context it cancels) is seen before the count can read zero.
+		a := t.clock.act
+		a.add(1)
+		go func() {
+			defer a.add(-1)
+			t.fn()
+		}()
 		return
 	}
 	t.ch <- at // buffered, fires once
