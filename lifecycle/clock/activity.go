@@ -181,17 +181,20 @@ func Start(ctx context.Context, c Clock) context.Context {
 // just before blocking and the returned resume just after. ready tells
 // whether the wait is over (see Activity for what it may look at); it is
 // called from other goroutines. Without a token in ctx (a caller outside
-// the engine) it does nothing.
+// the engine) it does nothing. A nil c means the clock of ctx's token:
+// code run by an engine (a step, a handler) that waits for its test, not
+// for the clock, says so with Wait(ctx, nil, ready).
 func Wait(ctx context.Context, c Clock, ready func() bool) (resume func()) {
-	a := activityOf(c)
-	if a == nil {
-		return noop
+	var t *token
+	if c == nil {
+		t, _ = ctx.Value(tokenKey{}).(*token)
+	} else if a := activityOf(c); a != nil {
+		t = tokenOf(ctx, a)
 	}
-	t := tokenOf(ctx, a)
 	if t == nil || !t.adopted.Load() {
 		return noop
 	}
-	return a.park(ready)
+	return t.a.park(ready)
 }
 
 // park lends one token back until the returned resume.
