@@ -3,9 +3,22 @@
 //
 // The Runner (run.Config.Clock), the job Queue (jobqueue.Config.Clock),
 // the inbox and the artifact store all accept a Clock. A test of your own
-// steps or handlers passes a Fake, waits until the code under test is
-// waiting (WaitForTimers), then moves time with Advance: no sleeps, no real
-// idleness.
+// steps or handlers passes a Fake and moves it with AdvanceToNext (or
+// WaitIdle, then Advance): no sleeps, no real idleness, no guessing.
+//
+// The Fake knows when the code under test is idle. The SDK's engines (the
+// Runner's loop and executions, a job claim's run, the Worker's loops, the
+// core's step units, heartbeats and store retries) count their work on the
+// clock's Activity: a goroutine holds a token while it works (Enter, or
+// Start before the go statement that starts it) and lends it back only
+// while it waits on a timer of the clock or on a wake-up (Wait), whose
+// readiness stays visible until it resumes, so the count never reads zero
+// between a wake-up and the woken goroutine running. User code run by an
+// engine (a step, a handler) is inside that work; one that stands for an
+// upstream that never answers waits with Hang. WaitIdle returns once no
+// token is held and no waiter is ready: then moving the clock cannot race
+// the code's work. On Real, and on any clock without an Activity, these
+// calls do nothing.
 package clock
 
 import (
