@@ -13,6 +13,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -367,6 +368,11 @@ func (c *Claim) confirm(ctx context.Context) error {
 // (ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
 func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
+	// The run counts as work on the clock but while it waits for a handler
+	// or a timer (a test's fake clock moves only when it is idle;
+	// clock.Activity).
+	ctx, end := clock.Enter(ctx, c.q.clock)
+	defer end()
 	c.mu.Lock()
 	if c.done {
 		c.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -56,6 +57,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := storage.ValidateID("worker id", w.ID); err != nil {
 		return err
 	}
+	// Each goroutine of the worker counts as work on the clock but while it
+	// waits (a test's fake clock moves only when the worker is idle;
+	// clock.Activity). The store's watch signals arrive from outside: not
+	// counted.
+	clk := w.Queue.clock
 	slots := max(w.Slots, 1)
 	poll := w.PollInterval
 	if poll <= 0 {
@@ -104,13 +110,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	for range slots {
-		wg.Go(func() { w.loop(ctx, poll) })
+		lctx := clock.Start(ctx, clk)
+		wg.Go(func() {
+			ctx, end := clock.Enter(lctx, clk)
+			defer end()
+			w.loop(ctx, poll)
+		})
 	}
 	if !watched {
-		wg.Go(func() { w.pollLanes(ctx, poll) })
+		pctx := clock.Start(ctx, clk)
+		wg.Go(func() {
+			ctx, end := clock.Enter(pctx, clk)
+			defer end()
+			w.pollLanes(ctx, poll)
+		})
 	}
 	if sweep > 0 {
+		sctx := clock.Start(ctx, clk)
 		wg.Go(func() {
+			ctx, end := clock.Enter(sctx, clk)
+			defer end()
 			for w.sleep(ctx, sweep, nil) {
 				if _, _, err := w.Queue.SweepIfDue(ctx, w.ID, sweep); err != nil && ctx.Err() == nil {
 					w.Queue.log.WarnContext(ctx, "jobqueue: sweep", "worker", w.ID, "err", err)
@@ -134,6 +153,7 @@ type watcher interface {
 func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := w.Queue.clock.NewTimer(d)
 	defer t.Stop()
+	defer clock.Wait(ctx, w.Queue.clock, func() bool { return ctx.Err() != nil || clock.Fired(t) || isClosed(wake) })()
 	select {
 	case <-ctx.Done():
 		return false
@@ -141,6 +161,20 @@ func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{
 	case <-wake:
 	}
 	return true
+}
+
+// isClosed tells whether wake, a channel only ever closed, is; a nil one
+// never is.
+func isClosed(wake <-chan struct{}) bool {
+	if wake == nil {
+		return false
+	}
+	select {
+	case <-wake:
+		return true
+	default:
+		return false
+	}
 }
 
 // waitWork waits until an agent of the Queue is due, this process

@@ -16,19 +16,26 @@ import (
 func Heartbeat(ctx context.Context, clk clock.Clock, interval time.Duration, last func() time.Time, beat func(context.Context) bool) (stop func()) {
 	quit := make(chan struct{})
 	done := make(chan struct{})
+	hctx := clock.Start(ctx, clk)
 	go func() {
+		ctx, end := clock.Enter(hctx, clk)
+		defer end()
 		defer close(done)
 		for {
 			t := clk.NewTimer(last().Add(interval).Sub(clk.Now()))
+			resume := clock.Wait(ctx, clk, func() bool { return isClosed(quit) || ctx.Err() != nil || clock.Fired(t) })
 			select {
 			case <-quit:
+				resume()
 				t.Stop()
 				return
 			case <-ctx.Done():
+				resume()
 				t.Stop()
 				return
 			case <-t.C():
 			}
+			resume()
 			if clk.Now().Before(last().Add(interval)) {
 				continue // renewed meanwhile
 			}
@@ -44,5 +51,14 @@ func Heartbeat(ctx context.Context, clk clock.Clock, interval time.Duration, las
 			close(quit)
 		}
 		<-done
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }

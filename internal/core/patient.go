@@ -92,6 +92,7 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 	p.retries.Add(1)
 	t := p.Clock.NewTimer(d)
 	defer t.Stop()
+	defer clock.Wait(ctx, p.Clock, func() bool { return ctx.Err() != nil || clock.Fired(t) })()
 	select {
 	case <-ctx.Done():
 		return r.giveUp(ctx, err, ctx.Err())

@@ -151,8 +151,15 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 		at       time.Time
 	)
 	u.started()
+	// The unit's goroutine counts as work on the clock from here (a test's
+	// fake clock moves only when it is idle, as in clock.Hang); the
+	// caller's wait below does not, until the unit returned or the
+	// deadline struck.
+	uctx = clock.Start(uctx, u.Clock)
 	go func() {
+		uctx, end := clock.Enter(uctx, u.Clock)
 		var res result
+		defer end() // after the result is handed over: the caller is ready first
 		defer func() {
 			if p := recover(); p != nil {
 				res = result{err: &PanicError{Unit: name, Value: p, Stack: debug.Stack()}}
@@ -179,11 +186,18 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 		}
 		return res.v, res.err
 	}
+	resume := clock.Wait(ctx, u.Clock, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return returned || uctx.Err() != nil
+	})
 	select {
 	case res := <-ch:
+		resume()
 		return overran(res)
 	case <-uctx.Done():
 	}
+	resume()
 	mu.Lock()
 	if returned { // returned in the same instant: keep it
 		mu.Unlock()

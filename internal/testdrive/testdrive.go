@@ -1,17 +1,16 @@
 // Package testdrive holds what the exported test helpers (run/runtest,
 // jobqueue/jobqueuetest) share: a fake clock that knows the deadlines of its
-// pending timers, a signal that wakes the helper's driver, a store that
-// signals its writes, and the context mark behind their Hang functions.
+// pending timers, the driver that moves it whenever the code under test is
+// idle (clock.Activity), never on a guess, and the context mark behind
+// their Hang functions.
 package testdrive
 
 import (
 	"context"
-	"iter"
 	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // Start is the fake time a helper's clock starts at.
@@ -21,28 +20,15 @@ var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // a test observes (polls, heartbeats): they never come due in a test.
 const Far = 10 * 365 * 24 * time.Hour
 
-// Signal wakes a driver; kicks while it is busy collapse into one.
-type Signal chan struct{}
+// background is how far off a timer is one of those: the driver never
+// moves the clock to it.
+const background = Far / 100
 
-// NewSignal returns a Signal.
-func NewSignal() Signal { return make(Signal, 1) }
-
-// Kick wakes the driver, never blocking.
-func (s Signal) Kick() {
-	select {
-	case s <- struct{}{}:
-	default:
-	}
-}
-
-// Clock is a clock.Fake that records each pending timer's deadline and
-// kind, and kicks a Signal whenever a timer is scheduled.
+// Clock is a clock.Fake that records each pending timer's deadline.
 type Clock struct {
 	fake *clock.Fake
-	sig  Signal
 
 	mu      sync.Mutex
-	seq     uint64
 	pending map[*timer]struct{}
 }
 
@@ -51,11 +37,12 @@ type timer struct {
 	inner clock.Timer
 	at    time.Time
 	d     time.Duration
-	fn    bool // an AfterFunc timer
-	seq   uint64
 }
 
 func (t *timer) C() <-chan time.Time { return t.inner.C() }
+
+// Fired tells whether the timer fired (see clock.Fired).
+func (t *timer) Fired() bool { return clock.Fired(t.inner) }
 
 func (t *timer) Stop() bool {
 	t.c.mu.Lock()
@@ -64,79 +51,55 @@ func (t *timer) Stop() bool {
 	return t.inner.Stop()
 }
 
-// NewClock returns a Clock at Start that kicks sig.
-func NewClock(sig Signal) *Clock {
-	return &Clock{fake: clock.NewFake(Start), sig: sig, pending: map[*timer]struct{}{}}
+// NewClock returns a Clock at Start.
+func NewClock() *Clock {
+	return &Clock{fake: clock.NewFake(Start), pending: map[*timer]struct{}{}}
 }
 
-// Fake is the clock.Fake underneath.
-func (c *Clock) Fake() *clock.Fake { return c.fake }
+// Activity is the fake clock's: the engines count their work there.
+func (c *Clock) Activity() *clock.Activity { return c.fake.Activity() }
 
 // Now returns the fake time.
 func (c *Clock) Now() time.Time { return c.fake.Now() }
 
 // NewTimer schedules a channel timer d from now.
 func (c *Clock) NewTimer(d time.Duration) clock.Timer {
-	return c.schedule(d, false, func() clock.Timer { return c.fake.NewTimer(d) })
+	return c.schedule(d, func() clock.Timer { return c.fake.NewTimer(d) })
 }
 
 // AfterFunc schedules f d from now.
 func (c *Clock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	return c.schedule(d, true, func() clock.Timer { return c.fake.AfterFunc(d, f) })
+	return c.schedule(d, func() clock.Timer { return c.fake.AfterFunc(d, f) })
 }
 
-func (c *Clock) schedule(d time.Duration, fn bool, make func() clock.Timer) clock.Timer {
+func (c *Clock) schedule(d time.Duration, make func() clock.Timer) clock.Timer {
 	c.mu.Lock()
-	c.seq++
-	t := &timer{c: c, at: c.fake.Now().Add(d), d: d, fn: fn, seq: c.seq}
+	defer c.mu.Unlock()
+	t := &timer{c: c, at: c.fake.Now().Add(d), d: d}
 	t.inner = make()
 	if d > 0 {
 		c.pending[t] = struct{}{}
 	}
-	c.mu.Unlock()
-	c.sig.Kick()
 	return t
 }
 
-// Seq is the sequence number of the latest timer scheduled: a timer
-// scheduled later has a greater one.
-func (c *Clock) Seq() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.seq
-}
-
-// Waiting reports whether a channel timer (NewTimer, as a retry backoff
-// waits on) shorter than Far/2 was scheduled after seq and is pending.
-func (c *Clock) Waiting(seq uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for t := range c.pending {
-		if !t.fn && t.seq > seq && t.d < Far/2 {
-			return true
-		}
-	}
-	return false
-}
-
-// AdvanceToNext moves the clock to the earliest pending deadline, firing
-// what is due then, and reports by how much it moved; false when nothing is
-// pending.
-func (c *Clock) AdvanceToNext() (time.Duration, bool) {
+// advanceToNext moves the clock to the earliest pending deadline that is
+// not a background timer's, firing what is due then; false when there is
+// none.
+func (c *Clock) advanceToNext() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var next *timer
 	for t := range c.pending {
-		if next == nil || t.at.Before(next.at) {
+		if t.d < background && (next == nil || t.at.Before(next.at)) {
 			next = t
 		}
 	}
 	if next == nil {
-		return 0, false
+		return false
 	}
-	d := next.at.Sub(c.fake.Now())
-	c.advanceLocked(d)
-	return d, true
+	c.advanceLocked(next.at.Sub(c.fake.Now()))
+	return true
 }
 
 // Advance moves the clock by d, firing what is due.
@@ -147,10 +110,7 @@ func (c *Clock) Advance(d time.Duration) {
 }
 
 func (c *Clock) advanceLocked(d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
-	c.fake.Advance(d)
+	c.fake.Advance(max(d, 0))
 	now := c.fake.Now()
 	for t := range c.pending {
 		if !t.at.After(now) {
@@ -159,33 +119,58 @@ func (c *Clock) advanceLocked(d time.Duration) {
 	}
 }
 
-// Store is a storage.Store that kicks a Signal after every write.
-type Store struct {
-	storage.Store
-	Sig Signal
+// Drive is a helper's driver loop: whenever the code under test is idle
+// (every goroutine it started waits on the clock or for the test), it asks
+// done whether what the test waits for happened, and if not moves the
+// clock to the next deadline the code waits for. It returns when done
+// says so or end is closed. When nothing changes for stall of real time
+// it calls stuck, whose message (if any) it fails with; it fails anyway
+// after hardStall without a change, or when the code is idle with nothing
+// left to wait for.
+func (c *Clock) Drive(stall time.Duration, done func() bool, end <-chan struct{}, stuck func(idle bool) string, fail func(string)) {
+	act := c.fake.Activity()
+	watchdog := time.NewTimer(stall)
+	defer watchdog.Stop()
+	last := time.Now()
+	progress := func() {
+		last = time.Now()
+		watchdog.Reset(stall)
+	}
+	for {
+		idle, changed := act.Idle()
+		if idle {
+			if done() {
+				return
+			}
+			if c.advanceToNext() {
+				progress()
+				continue
+			}
+		}
+		select {
+		case <-end:
+			return
+		case <-changed:
+			progress()
+		case <-watchdog.C:
+			idle, _ := act.Idle()
+			if msg := stuck(idle); msg != "" {
+				fail(msg)
+				return
+			}
+			if idle || time.Since(last) > hardStall {
+				fail("")
+				return
+			}
+			watchdog.Reset(stall)
+		}
+	}
 }
 
-// Get reads through.
-func (s Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	return s.Store.Get(ctx, key)
-}
-
-// Put writes through, then kicks.
-func (s Store) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
-	defer s.Sig.Kick()
-	return s.Store.Put(ctx, key, v, c)
-}
-
-// Delete deletes through, then kicks.
-func (s Store) Delete(ctx context.Context, key string, c storage.Condition) error {
-	defer s.Sig.Kick()
-	return s.Store.Delete(ctx, key, c)
-}
-
-// List lists through.
-func (s Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return s.Store.List(ctx, prefix)
-}
+// hardStall bounds, in real time, how long the driver waits for code
+// under test that works (it is not idle) but changes nothing: a step or
+// handler that blocks without Hang is reported sooner, by stuck.
+const hardStall = time.Minute
 
 type hangKey struct{}
 
@@ -195,11 +180,11 @@ func WithHang(ctx context.Context, f func()) context.Context {
 }
 
 // Hang tells the helper whose mark ctx carries that the caller now waits
-// for ctx to end, then waits for it and returns ctx.Err().
+// for ctx to end, then waits for it (as clock.Hang: idle) and returns
+// ctx.Err().
 func Hang(ctx context.Context) error {
 	if f, ok := ctx.Value(hangKey{}).(func()); ok {
 		f()
 	}
-	<-ctx.Done()
-	return ctx.Err()
+	return clock.Hang(ctx)
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testdrive"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -56,14 +57,13 @@ const worker = "jobqueuetest"
 // The test fails when the job is refused or cannot be run to its end.
 func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) (jobqueue.Job, *artifact.Artifact) {
 	tb.Helper()
-	sig := testdrive.NewSignal()
-	clk := testdrive.NewClock(sig)
-	d := &driver{sig: sig, clk: clk}
+	clk := testdrive.NewClock()
+	d := &driver{clk: clk}
 	var cfg jobqueue.Config
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cfg.Store = testdrive.Store{Store: memstore.New(), Sig: sig}
+	cfg.Store = memstore.New()
 	cfg.Clock = clk
 	cfg.LeaseTTL = testdrive.Far
 	if cfg.Logger == nil {
@@ -163,37 +163,48 @@ func get(tb testing.TB, q *jobqueue.Queue, jobID string) jobqueue.Job {
 }
 
 type driver struct {
-	sig testdrive.Signal
 	clk *testdrive.Clock
 
-	mu   sync.Mutex
-	hung int // handler calls waiting in Hang, counted up
+	mu     sync.Mutex
+	inCall bool // a handler call has not returned
+	hung   bool // and it waits in Hang
 }
 
 func (d *driver) wrap(h jobqueue.Handlers) jobqueue.Handlers {
 	mark := func(ctx context.Context) context.Context {
+		d.mu.Lock()
+		d.inCall, d.hung = true, false
+		d.mu.Unlock()
 		return testdrive.WithHang(ctx, func() {
 			d.mu.Lock()
-			d.hung++
+			d.hung = true
 			d.mu.Unlock()
-			d.sig.Kick()
 		})
 	}
 	if f := h.AssembleContext; f != nil {
 		h.AssembleContext = func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+			defer d.returned()
 			return f(mark(ctx), job)
 		}
 	}
 	if f := h.CallNotebookLM; f != nil {
 		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
+			defer d.returned()
 			return f(mark(ctx), job, snapshot)
 		}
 	}
 	return h
 }
 
-// run runs a claim, moving the clock to the deadline of each handler call
-// that waits in Hang.
+func (d *driver) returned() {
+	d.mu.Lock()
+	d.inCall = false
+	d.mu.Unlock()
+}
+
+// run runs a claim, moving the clock whenever the claim is idle (a handler
+// waits in Hang, the claim waits on a timer) to the next deadline it
+// waits for.
 func (d *driver) run(tb testing.TB, c *jobqueue.Claim, h jobqueue.Handlers) (jobqueue.Job, error) {
 	tb.Helper()
 	type result struct {
@@ -201,30 +212,38 @@ func (d *driver) run(tb testing.TB, c *jobqueue.Claim, h jobqueue.Handlers) (job
 		err error
 	}
 	claimed := c.Job()
-	done := make(chan result, 1)
+	res := make(chan result, 1)
+	ended := make(chan struct{})
+	// Started busy: the claim counts as working from here, not from when
+	// its goroutine gets to run.
+	ctx := clock.Start(context.Background(), d.clk)
 	go func() {
-		j, err := c.Run(context.Background(), h)
-		done <- result{j, err}
+		j, err := c.Run(ctx, h)
+		res <- result{j, err}
+		close(ended)
 	}()
-	watchdog := time.NewTimer(stall)
-	defer watchdog.Stop()
-	moved := 0
-	for {
+	failed := ""
+	d.clk.Drive(stall, func() bool { return false }, ended, func(idle bool) string {
 		d.mu.Lock()
-		hung := d.hung
+		inCall, hung := d.inCall, d.hung
 		d.mu.Unlock()
-		if hung > moved {
-			moved = hung
-			d.clk.AdvanceToNext()
-			watchdog.Reset(stall)
+		switch {
+		case idle:
+			return fmt.Sprintf("attempt %d of job %s waits for nothing that can happen", claimed.Attempt, claimed.JobID)
+		case !inCall || hung:
+			return "" // the queue's own work: slow, not stuck
 		}
-		select {
-		case res := <-done:
-			return res.job, res.err
-		case <-d.sig:
-		case <-watchdog.C:
-			tb.Fatalf("jobqueuetest: attempt %d of job %s has not ended after %v of real time: a handler that should hang in a test must wait with jobqueuetest.Hang(ctx) so the fake clock can move to its deadline",
-				claimed.Attempt, claimed.JobID, stall)
+		return fmt.Sprintf("attempt %d of job %s has not ended after %v of real time: a handler that should hang in a test must wait with jobqueuetest.Hang(ctx) so the fake clock can move to its deadline",
+			claimed.Attempt, claimed.JobID, stall)
+	}, func(msg string) {
+		if msg == "" {
+			msg = fmt.Sprintf("attempt %d of job %s: nothing happened for %v of real time", claimed.Attempt, claimed.JobID, stall)
 		}
+		failed = msg
+	})
+	if failed != "" {
+		tb.Fatalf("jobqueuetest: %s", failed)
 	}
+	r := <-res
+	return r.job, r.err
 }

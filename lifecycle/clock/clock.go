@@ -3,14 +3,29 @@
 //
 // The Runner (run.Config.Clock), the job Queue (jobqueue.Config.Clock),
 // the inbox and the artifact store all accept a Clock. A test of your own
-// steps or handlers passes a Fake, waits until the code under test is
-// waiting (WaitForTimers), then moves time with Advance: no sleeps, no real
-// idleness.
+// steps or handlers passes a Fake and moves it with AdvanceToNext (or
+// WaitIdle, then Advance): no sleeps, no real idleness, no guessing.
+//
+// The Fake knows when the code under test is idle. The SDK's engines (the
+// Runner's loop and executions, a job claim's run, the Worker's loops, the
+// core's step units, heartbeats and store retries) count their work on the
+// clock's Activity: a goroutine holds a token while it works (Enter, or
+// Start before the go statement that starts it) and lends it back only
+// while it waits on a timer of the clock or on a wake-up (Wait), whose
+// readiness stays visible until it resumes, so the count never reads zero
+// between a wake-up and the woken goroutine running. User code run by an
+// engine (a step, a handler) is inside that work; one that stands for an
+// upstream that never answers waits with Hang. WaitIdle returns once no
+// token is held and no waiter is ready: then moving the clock cannot race
+// the code's work. On Real, and on any clock without an Activity, these
+// calls do nothing.
 package clock
 
 import (
+	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,6 +67,7 @@ func (r realTimer) Stop() bool          { return r.t.Stop() }
 
 // Fake is a Clock that moves only when told to. It is safe for concurrent use.
 type Fake struct {
+	act     *Activity
 	mu      sync.Mutex
 	now     time.Time
 	timers  []*fakeTimer
@@ -64,7 +80,32 @@ type waiter struct {
 }
 
 // NewFake returns a fake clock that reads start.
-func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+func NewFake(start time.Time) *Fake { return &Fake{now: start, act: newActivity()} }
+
+// Activity is the count of the work in progress of the code waiting on
+// this clock: WaitIdle waits until that code is idle.
+func (f *Fake) Activity() *Activity { return f.act }
+
+// WaitIdle waits until the code waiting on this clock is idle (see
+// Activity) or ctx ends: then moving the clock cannot race its work.
+func (f *Fake) WaitIdle(ctx context.Context) error { return f.act.WaitIdle(ctx) }
+
+// AdvanceToNext waits until the code waiting on this clock is idle, then
+// moves the clock to the earliest scheduled timer, firing what is due
+// then, and reports by how much it moved: 0 and false when no timer is
+// scheduled (or ctx ended first, with its error).
+func (f *Fake) AdvanceToNext(ctx context.Context) (time.Duration, bool, error) {
+	if err := f.WaitIdle(ctx); err != nil {
+		return 0, false, err
+	}
+	next, ok := f.Next()
+	if !ok {
+		return 0, false, nil
+	}
+	d := max(next.Sub(f.Now()), 0)
+	f.Advance(d)
+	return d, true, nil
+}
 
 // Now returns the fake time.
 func (f *Fake) Now() time.Time {
@@ -118,6 +159,7 @@ func (f *Fake) Advance(d time.Duration) {
 	for _, t := range due {
 		t.fire(t.at)
 	}
+	f.act.poke()
 }
 
 // Pending reports how many timers are scheduled and not yet fired or stopped.
@@ -177,9 +219,13 @@ type fakeTimer struct {
 	at    time.Time
 	ch    chan time.Time
 	fn    func()
+	fired atomic.Bool
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+// Fired tells whether the timer fired (see the package's Fired).
+func (t *fakeTimer) Fired() bool { return t.fired.Load() }
 
 func (t *fakeTimer) Stop() bool {
 	f := t.clock
@@ -195,8 +241,16 @@ func (t *fakeTimer) Stop() bool {
 }
 
 func (t *fakeTimer) fire(at time.Time) {
+	t.fired.Store(true)
 	if t.fn != nil {
-		go t.fn()
+		// The function counts as work while it runs: what it starts (a
+		// context it cancels) is seen before the count can read zero.
+		a := t.clock.act
+		a.add(1)
+		go func() {
+			defer a.add(-1)
+			t.fn()
+		}()
 		return
 	}
 	t.ch <- at // buffered, fires once

@@ -1,6 +1,7 @@
 package clock_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,4 +123,104 @@ func TestRealClock(t *testing.T) {
 	done := make(chan struct{})
 	c.AfterFunc(time.Millisecond, func() { close(done) })
 	<-done
+}
+
+// idleNow reports whether the fake clock's Activity reads idle.
+func idleNow(c *clock.Fake) bool {
+	idle, _ := c.Activity().Idle()
+	return idle
+}
+
+func TestActivityCountsWorkAndWaits(t *testing.T) {
+	t.Parallel()
+	c := clock.NewFake(start)
+	if !idleNow(c) {
+		t.Fatal("a fresh clock is busy")
+	}
+	ctx, end := clock.Enter(context.Background(), c)
+	if idleNow(c) {
+		t.Fatal("idle inside Enter")
+	}
+	// A nested entry point in the same goroutine shares the token.
+	_, end2 := clock.Enter(ctx, c)
+	end2()
+	if idleNow(c) {
+		t.Fatal("a nested end released the outer token")
+	}
+	tm := c.NewTimer(time.Second)
+	resume := clock.Wait(ctx, c, func() bool { return clock.Fired(tm) })
+	if !idleNow(c) {
+		t.Fatal("busy while the only goroutine waits on a timer")
+	}
+	c.Advance(time.Second)
+	// The timer fired: the waiter is ready, so the count is not idle even
+	// before it resumes.
+	if idleNow(c) {
+		t.Fatal("idle between a timer firing and its waiter resuming")
+	}
+	<-tm.C()
+	resume()
+	if idleNow(c) {
+		t.Fatal("idle after resume")
+	}
+	end()
+	if !idleNow(c) {
+		t.Fatal("busy after end")
+	}
+}
+
+func TestActivityStartCoversTheGoStatement(t *testing.T) {
+	t.Parallel()
+	c := clock.NewFake(start)
+	ctx := clock.Start(context.Background(), c)
+	if idleNow(c) {
+		t.Fatal("idle between Start and the goroutine's Enter")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, end := clock.Enter(ctx, c) // adopts Start's token
+		defer end()
+		hctx, cancel := context.WithCancel(ctx)
+		c.AfterFunc(time.Minute, cancel)
+		_ = clock.Hang(hctx)
+	}()
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitIdle(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok, err := c.AdvanceToNext(wctx); err != nil || !ok || d != time.Minute {
+		t.Fatalf("AdvanceToNext = %v %v %v", d, ok, err)
+	}
+	<-done
+	if err := c.WaitIdle(wctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestActivityWithoutTokenOrFake(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		c    clock.Clock
+	}{
+		{"real clock", clock.Real()},
+		{"fake, caller outside any engine", clock.NewFake(start)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// A wait with no token in ctx changes nothing.
+			clock.Wait(context.Background(), tt.c, func() bool { return false })()
+			if f, ok := tt.c.(*clock.Fake); ok && !idleNow(f) {
+				t.Fatal("a wait without a token made the clock busy")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := clock.Sleep(ctx, tt.c, time.Hour); err != context.Canceled {
+				t.Fatalf("Sleep = %v", err)
+			}
+		})
+	}
 }

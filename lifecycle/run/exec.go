@@ -79,6 +79,8 @@ func (x *execution) stop(cause error) {
 func (x *execution) run(ctx context.Context) {
 	r := x.r
 	defer r.wg.Done()
+	ctx, end := clock.Enter(ctx, r.cfg.Clock) // its token, taken by startOrWait
+	defer end()
 	defer func() {
 		r.mu.Lock()
 		delete(r.executing, x.w.runID)
@@ -465,7 +467,7 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		Clock:               r.cfg.Clock,
 	}
 	exp.Reset()
-	policy := backoff.WithContext(backoff.WithMaxRetries(exp, uint64(r.cfg.StepRetries)), ctx)
+	policy := backoff.WithMaxRetries(exp, uint64(r.cfg.StepRetries))
 	var out StepOutput
 	attempts := 0
 	op := func() error {
@@ -482,15 +484,30 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		}
 		return err
 	}
-	notify := func(err error, wait time.Duration) {
+	// backoff.Retry's loop, waiting with clock.Sleep: the backoff counts as
+	// the execution's wait on the clock (clock.Activity).
+	for {
+		err := op()
+		if err == nil {
+			return out, attempts, nil
+		}
+		var perm *backoff.PermanentError
+		if errors.As(err, &perm) {
+			return out, attempts, failureOf(s, attempts, perm.Err)
+		}
+		wait := policy.NextBackOff()
+		if ctx.Err() != nil {
+			return out, attempts, failureOf(s, attempts, ctx.Err())
+		}
+		if wait == backoff.Stop {
+			return out, attempts, failureOf(s, attempts, err)
+		}
 		r.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
 			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
+		if err := clock.Sleep(ctx, r.cfg.Clock, wait); err != nil {
+			return out, attempts, failureOf(s, attempts, err)
+		}
 	}
-	err := backoff.RetryNotifyWithTimer(op, policy, notify, &backoffTimer{clock: r.cfg.Clock})
-	if err != nil {
-		return out, attempts, failureOf(s, attempts, err)
-	}
-	return out, attempts, nil
 }
 
 // failureOf gives a step's final error its seed code: its own, AGENT_TIMEOUT
@@ -545,22 +562,6 @@ func seconds(d time.Duration) string {
 	}
 	return d.String()
 }
-
-// backoffTimer lets backoff/v4 wait on the runner's clock.
-type backoffTimer struct {
-	clock clock.Clock
-	t     clock.Timer
-}
-
-func (b *backoffTimer) Start(d time.Duration) { b.t = b.clock.NewTimer(d) }
-
-func (b *backoffTimer) Stop() {
-	if b.t != nil {
-		b.t.Stop()
-	}
-}
-
-func (b *backoffTimer) C() <-chan time.Time { return b.t.C() }
 
 func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (StepRecord, error) {
 	s := x.agent.Steps[i]

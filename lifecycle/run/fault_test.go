@@ -36,14 +36,10 @@ func clockStep(name string, clk clock.Clock, d time.Duration, started chan<- str
 		if started != nil {
 			started <- in.RunID
 		}
-		t := clk.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C():
-			return run.StepOutput{Summary: name, Files: map[string][]byte{"out.json": []byte(`"` + in.RunID + `"`)}}, nil
-		case <-ctx.Done():
-			return run.StepOutput{}, ctx.Err()
+		if err := clock.Sleep(ctx, clk, d); err != nil { // the runner's clock: idle meanwhile
+			return run.StepOutput{}, err
 		}
+		return run.StepOutput{Summary: name, Files: map[string][]byte{"out.json": []byte(`"` + in.RunID + `"`)}}, nil
 	}}
 }
 
@@ -105,12 +101,10 @@ func TestFaultStoreOutageMinIO(t *testing.T) {
 	agent := run.Agent{Slug: "outage", Concurrency: 10, Steps: []run.Step{{Name: "work", Idempotent: true,
 		Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 			started <- in.RunID
-			select {
-			case <-gate:
+			if testSelect(ctx, gate) {
 				return run.StepOutput{Files: map[string][]byte{"out.json": []byte(`"done"`)}}, nil
-			case <-ctx.Done():
-				return run.StepOutput{}, ctx.Err()
 			}
+			return run.StepOutput{}, ctx.Err()
 		}}, okStep("after")}}
 	r, err := run.NewRunner(run.Config{Store: s, Owner: "a", Node: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, agent)
@@ -270,9 +264,9 @@ func TestFaultStragglerCounted(t *testing.T) {
 	release := make(chan struct{})
 	inStep := make(chan struct{}, 1)
 	agent := run.Agent{Slug: "stubborn", Steps: []run.Step{{Name: "hang", Timeout: time.Minute,
-		Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+		Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 			inStep <- struct{}{}
-			<-release // ignores its context
+			testWait(ctx, release) // ignores its context
 			return run.StepOutput{}, nil
 		}}}}
 	r, stop := g.runner("a", func(c *run.Config) {
@@ -320,7 +314,7 @@ func newLateGate(s storage.Store, match func(string) bool) *lateGate {
 	return g
 }
 
-func (g *lateGate) pass(key string, write bool) {
+func (g *lateGate) pass(ctx context.Context, key string, write bool) {
 	g.mu.Lock()
 	if write && g.match(key) && !g.thawed {
 		select {
@@ -332,7 +326,7 @@ func (g *lateGate) pass(key string, write bool) {
 	}
 	ch := g.closed
 	g.mu.Unlock()
-	<-ch
+	testWait(ctx, ch) // a frozen process: no work of the runners
 }
 
 func (g *lateGate) thaw() {
@@ -351,21 +345,21 @@ func (g *lateGate) note(key string, err error) {
 }
 
 func (g *lateGate) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
-	g.pass(key, true)
+	g.pass(ctx, key, true)
 	ver, err := g.Store.Put(ctx, key, v, c)
 	g.note(key, err)
 	return ver, err
 }
 
 func (g *lateGate) Delete(ctx context.Context, key string, c storage.Condition) error {
-	g.pass(key, true)
+	g.pass(ctx, key, true)
 	err := g.Store.Delete(ctx, key, c)
 	g.note(key, err)
 	return err
 }
 
 func (g *lateGate) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	g.pass(key, false)
+	g.pass(ctx, key, false)
 	return g.Store.Get(ctx, key)
 }
 
@@ -461,7 +455,7 @@ func TestCanceledStepRecordedCanceled(t *testing.T) {
 	agent := run.Agent{Slug: "cancel-code", Machine: lifecycle.MachineCancelable, Steps: []run.Step{{Name: "work",
 		Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 			close(in)
-			<-ctx.Done()
+			_ = clock.Hang(ctx)
 			return run.StepOutput{}, fmt.Errorf("upstream call aborted")
 		}}}}
 	r, _ := g.runner("a", nil, agent)

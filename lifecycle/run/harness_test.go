@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"iter"
 	"log/slog"
 	"sync"
 	"testing"
@@ -20,17 +19,13 @@ import (
 
 var epoch0 = time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
 
-// rig is one or more runners over one store, on a fake clock.
+// rig is one or more runners over one store, on a fake clock. The runners
+// count their work on the clock (clock.Activity), so the rig moves it only
+// while every goroutine they started waits on it: never on a guess.
 type rig struct {
 	t     *testing.T
 	store storage.Store
 	clock *clock.Fake
-	// act tracks the runners' store calls, so the rig moves the fake clock
-	// only while they wait on it: with a slow store (MinIO) fake time must
-	// not race ahead of the work.
-	act *activity
-	// reporting says store already reports to act (see around).
-	reporting bool
 }
 
 func newRig(t *testing.T, store storage.Store) *rig {
@@ -38,108 +33,50 @@ func newRig(t *testing.T, store storage.Store) *rig {
 	if store == nil {
 		store = memstore.New()
 	}
-	return &rig{t: t, store: store, clock: clock.NewFake(epoch0), act: newActivity()}
+	return &rig{t: t, store: store, clock: clock.NewFake(epoch0)}
 }
 
 // with returns a rig on another store (a wrapper of this one) sharing the
-// clock and the activity tracking.
+// clock.
 func (g *rig) with(store storage.Store) *rig {
-	return &rig{t: g.t, store: store, clock: g.clock, act: g.act}
+	return &rig{t: g.t, store: store, clock: g.clock}
 }
 
-// tracked returns the rig's store with its calls reported to the rig. A
-// wrapper that holds calls back, as if its runner's process were paused,
-// wraps this and joins through around: the calls it holds are no work of
-// the runners, and must not keep the rig from moving the clock.
-func (g *rig) tracked() storage.Store { return trackedStore{Store: g.store, act: g.act} }
+// tracked returns the rig's store, for a wrapper that holds calls back as
+// if its runner's process were paused: such a wrapper waits with
+// testWait, so that the calls it holds are no work of the runners and do
+// not keep the rig from moving the clock.
+func (g *rig) tracked() storage.Store { return g.store }
 
-// around returns a rig whose runners use s, a wrapper of g.tracked(), as
-// it is, sharing the clock and the activity tracking.
-func (g *rig) around(s storage.Store) *rig {
-	return &rig{t: g.t, store: s, clock: g.clock, act: g.act, reporting: true}
+// around returns a rig whose runners use s, a wrapper of g.tracked().
+func (g *rig) around(s storage.Store) *rig { return g.with(s) }
+
+// testWait blocks the caller, counted as waiting (not working) when it
+// runs for a runner (ctx carries its token), until open is closed: a
+// store call or a step the test holds back.
+func testWait(ctx context.Context, open <-chan struct{}) {
+	defer clock.Wait(ctx, nil, func() bool { return isClosed(open) })()
+	<-open
 }
 
-// activity counts the runners' store calls in flight and signals each
-// call's start and end, and each completed write.
-type activity struct {
-	mu       sync.Mutex
-	inFlight int
-	changed  chan struct{} // closed at the next call's start or end
-	wrote    chan struct{} // closed at the end of the next Put or Delete
-}
-
-func newActivity() *activity {
-	return &activity{changed: make(chan struct{}), wrote: make(chan struct{})}
-}
-
-func (a *activity) begin() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.inFlight++
-	close(a.changed)
-	a.changed = make(chan struct{})
-}
-
-func (a *activity) end(write bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.inFlight--
-	close(a.changed)
-	a.changed = make(chan struct{})
-	if write {
-		close(a.wrote)
-		a.wrote = make(chan struct{})
+// testSelect is testWait until open is closed or ctx ends; it reports
+// whether open was.
+func testSelect(ctx context.Context, open <-chan struct{}) bool {
+	defer clock.Wait(ctx, nil, func() bool { return isClosed(open) || ctx.Err() != nil })()
+	select {
+	case <-open:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
-// state returns the calls in flight and the channel closed at the next
-// call's start or end.
-func (a *activity) state() (int, <-chan struct{}) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.inFlight, a.changed
-}
-
-// nextWrite returns a channel closed once the next write ends.
-func (a *activity) nextWrite() <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.wrote
-}
-
-// trackedStore reports every call to the rig's activity.
-type trackedStore struct {
-	storage.Store
-	act *activity
-}
-
-func (s trackedStore) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	s.act.begin()
-	defer s.act.end(false)
-	return s.Store.Get(ctx, key)
-}
-
-func (s trackedStore) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
-	s.act.begin()
-	defer s.act.end(true)
-	return s.Store.Put(ctx, key, v, c)
-}
-
-func (s trackedStore) Delete(ctx context.Context, key string, c storage.Condition) error {
-	s.act.begin()
-	defer s.act.end(true)
-	return s.Store.Delete(ctx, key, c)
-}
-
-func (s trackedStore) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return func(yield func(string, error) bool) {
-		s.act.begin()
-		defer s.act.end(false)
-		for k, err := range s.Store.List(ctx, prefix) {
-			if !yield(k, err) {
-				return
-			}
-		}
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -147,12 +84,8 @@ func (s trackedStore) List(ctx context.Context, prefix string) iter.Seq2[string,
 // test ends (or until the returned stop is called).
 func (g *rig) runner(owner string, tweak func(*run.Config), agents ...run.Agent) (*run.Runner, func()) {
 	g.t.Helper()
-	store := g.store
-	if !g.reporting {
-		store = g.tracked()
-	}
 	cfg := run.Config{
-		Store: store, Owner: owner, Clock: g.clock, Node: "test",
+		Store: g.store, Owner: owner, Clock: g.clock, Node: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if tweak != nil {
@@ -164,9 +97,10 @@ func (g *rig) runner(owner string, tweak func(*run.Config), agents ...run.Agent)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	rctx := clock.Start(ctx, g.clock) // busy from here, not from when it runs
 	go func() {
 		defer close(done)
-		if err := r.Run(ctx); err != nil {
+		if err := r.Run(rctx); err != nil {
 			g.t.Errorf("Run: %v", err)
 		}
 	}()
@@ -179,13 +113,6 @@ func (g *rig) runner(owner string, tweak func(*run.Config), agents ...run.Agent)
 // failAfter bounds, in real time, every wait of the rig: a test that hangs
 // fails. It is never a condition for moving on.
 const failAfter = 60 * time.Second
-
-// quietFor is how long the runners' store must go without a call, and with
-// none in flight, before the rig counts the runners as waiting on the fake
-// clock. Nothing tells when every goroutine of a runner is blocked (a step
-// that returned, a pass between two store calls), so this short quiet
-// spell, together with a pending timer, stands for it.
-const quietFor = 10 * time.Millisecond
 
 // wait waits for a run to end or park, moving the fake clock whenever the
 // runners wait on it, by step or straight to the next timer's due time if
@@ -211,7 +138,7 @@ func (g *rig) waitFor(r *run.Runner, runID string, step, limit time.Duration, do
 	return st
 }
 
-// advanceUntil moves the fake clock, whenever the runners wait on it, by
+// advanceUntil moves the fake clock, whenever the runners are idle, by
 // step or straight to the next timer's due time if that is later, until
 // cond holds; it fails the test past limit of fake time (or failAfter of
 // real time). With step 0 no fake time passes: it waits for the runners'
@@ -220,48 +147,29 @@ func (g *rig) advanceUntil(step, limit time.Duration, cond func() bool, what fun
 	g.t.Helper()
 	deadline := time.Now().Add(failAfter)
 	start := g.clock.Now()
+	act := g.clock.Activity()
 	for {
-		wrote := g.act.nextWrite()
+		idle, changed := act.Idle()
 		if cond() {
 			return
 		}
 		if time.Now().After(deadline) {
 			g.t.Fatalf("%s (after %v of fake time)", what(), g.clock.Now().Sub(start))
 		}
-		if step <= 0 {
-			// No time passes: the run moves on by its steps and store calls
-			// alone, with no clock event to wait on; look again after the
-			// next write. The re-read every 50 ms covers writers outside the
-			// rig (a Runner built by hand over g.store).
+		if !idle || step <= 0 {
+			// Look again at the runners' next move; the re-read every
+			// 50 ms covers writers outside the runners (a test's own
+			// goroutine, a Runner built by hand over g.store).
 			select {
-			case <-wrote:
+			case <-changed:
 			case <-time.After(50 * time.Millisecond):
 			}
 			continue
 		}
-		if !g.settle(deadline) {
-			g.t.Fatalf("%s: the runners never waited on the clock (%d timers pending)", what(), g.clock.Pending())
-		}
-		if cond() {
-			return
-		}
 		now := g.clock.Now()
 		d := step
 		if next, ok := g.clock.Next(); ok && next.Sub(now) > d {
-			// Nothing is due before: skip the dead time. But on a loaded
-			// machine the short quiet spell can fall in the middle of a
-			// runner's work, before it set its next timer (a backoff, the
-			// poll), which the skip would then jump past: the skip waits
-			// for a long quiet spell first and looks again.
-			if !g.settleFor(deadline, skipQuiet) {
-				g.t.Fatalf("%s: the runners never waited on the clock (%d timers pending)", what(), g.clock.Pending())
-			}
-			if cond() {
-				return
-			}
-			if next, ok := g.clock.Next(); ok && next.Sub(now) > d {
-				d = next.Sub(now)
-			}
+			d = next.Sub(now) // nothing is due before: skip the dead time
 		}
 		if now.Add(d).Sub(start) > limit {
 			g.t.Fatalf("%s within %v of fake time", what(), limit)
@@ -270,58 +178,15 @@ func (g *rig) advanceUntil(step, limit time.Duration, cond func() bool, what fun
 	}
 }
 
-// idle waits until the runners wait on the fake clock (see settle), and
-// fails the test when they do not within failAfter.
+// idle waits until the runners are idle (every goroutine they started
+// waits on the clock or for the test), and fails the test when they are
+// not within failAfter.
 func (g *rig) idle() {
 	g.t.Helper()
-	if !g.settle(time.Now().Add(failAfter)) {
-		g.t.Fatalf("the runners never waited on the clock (%d timers pending)", g.clock.Pending())
-	}
-}
-
-// settle waits until the runners wait on the fake clock: a timer is
-// pending and their store has been quiet for quietFor. It reports false
-// when that did not happen by deadline.
-func (g *rig) settle(deadline time.Time) bool {
-	return g.settleFor(deadline, quietFor)
-}
-
-// skipQuiet is the quiet spell advanceUntil waits for before it moves the
-// clock past more than its step (to the next timer).
-const skipQuiet = 100 * time.Millisecond
-
-// settleFor is settle with a quiet spell of quiet.
-func (g *rig) settleFor(deadline time.Time, quietSpell time.Duration) bool {
-	fail := time.NewTimer(time.Until(deadline))
-	defer fail.Stop()
-	for {
-		select {
-		case <-g.clock.WaitForTimers(1):
-		case <-fail.C:
-			return false
-		}
-		n, changed := g.act.state()
-		if n > 0 {
-			select {
-			case <-changed:
-				continue
-			case <-fail.C:
-				return false
-			}
-		}
-		quiet := time.NewTimer(quietSpell)
-		select {
-		case <-changed:
-			quiet.Stop()
-			continue
-		case <-fail.C:
-			quiet.Stop()
-			return false
-		case <-quiet.C:
-			if g.clock.Pending() > 0 {
-				return true
-			}
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	if err := g.clock.WaitIdle(ctx); err != nil {
+		g.t.Fatalf("the runners never went idle (%d timers pending)", g.clock.Pending())
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -23,6 +24,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrRunnerStarted
 	}
+	// The loop counts as work on the clock except while it waits below (a
+	// test's fake clock moves only when the runner is idle; clock.Activity).
+	ctx, end := clock.Enter(ctx, r.cfg.Clock)
+	defer end()
 	r.mu.Lock()
 	r.life = ctx
 	r.mu.Unlock()
@@ -33,10 +38,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
 	defer func() { t.Stop() }()
 	for {
+		// Ready once anything would wake it: a handed run (kept until the
+		// loop takes it, so the wake-up is never lost to the count).
+		poll := t // t changes once the loop resumes; the ready function may run later
+		resume := clock.Wait(ctx, r.cfg.Clock, func() bool { return ctx.Err() != nil || r.hasHanded() || clock.Fired(poll) })
 		select {
 		case <-ctx.Done():
+			resume()
 			return nil
 		case <-r.wake:
+			resume()
 			r.pass(ctx, func(pctx context.Context) {
 				for _, c := range r.takeHanded() {
 					runID := c.w.snapshot().RunID
@@ -55,6 +66,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				}
 			})
 		case <-t.C():
+			resume()
 			r.pass(ctx, func(pctx context.Context) { r.poll(pctx, false) })
 			t = r.cfg.Clock.NewTimer(r.cfg.PollInterval)
 		}
@@ -322,7 +334,7 @@ func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
 	r.executing[runID] = x
 	r.mu.Unlock()
 	r.wg.Add(1)
-	go x.run(r.lifeCtx())
+	go x.run(clock.Start(r.lifeCtx(), r.cfg.Clock))
 }
 
 var errNoSlot = errors.New("run: no free slot")

@@ -26,7 +26,7 @@ func (g *parkGate) Put(ctx context.Context, key string, v []byte, c storage.Cond
 	if strings.Contains(key, "/slots/") && strings.Contains(string(v), `"run_id":""`) {
 		g.once.Do(func() {
 			close(g.held)
-			<-g.release
+			testWait(ctx, g.release)
 		})
 	}
 	return g.Store.Put(ctx, key, v, c)

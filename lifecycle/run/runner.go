@@ -488,6 +488,13 @@ func (r *Runner) hand(c candidate) {
 	}
 }
 
+// hasHanded tells whether runs wait in the queue of handed runs.
+func (r *Runner) hasHanded() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.handed) > 0
+}
+
 // takeHanded empties the queue of handed runs.
 func (r *Runner) takeHanded() []candidate {
 	r.mu.Lock()

@@ -76,12 +76,10 @@ func (b *blocker) step(name string) run.Step {
 	return run.Step{Name: name, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		b.calls.Add(1)
 		b.once.Do(func() { close(b.started) })
-		select {
-		case <-b.release:
+		if testSelect(ctx, b.release) {
 			return run.StepOutput{Summary: name}, nil
-		case <-ctx.Done():
-			return run.StepOutput{}, ctx.Err()
 		}
+		return run.StepOutput{}, ctx.Err()
 	}}
 }
 
@@ -377,7 +375,7 @@ func scenarioCancelLoses(t *testing.T, g *rig) {
 	started := make(chan struct{})
 	stubborn := run.Step{Name: "finish", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		close(started)
-		<-release // ignores ctx: finishes first
+		testWait(ctx, release) // ignores ctx: finishes first
 		return run.StepOutput{Summary: "done anyway"}, nil
 	}}
 	// The step ignores its context, so the runner stops waiting for it at the
@@ -560,9 +558,7 @@ func scenarioTakeover(t *testing.T, g *rig) {
 					}
 					if owner == "a" {
 						inA <- struct{}{}
-						select {
-						case <-hold:
-						case <-ctx.Done():
+						if !testSelect(ctx, hold) {
 							return run.StepOutput{}, ctx.Err()
 						}
 					}
@@ -652,11 +648,11 @@ func (g *gatedStore) resume(record bool) {
 	close(g.paused)
 }
 
-func (g *gatedStore) gate() {
+func (g *gatedStore) gate(ctx context.Context) {
 	g.mu.Lock()
 	ch := g.paused
 	g.mu.Unlock()
-	<-ch
+	testWait(ctx, ch) // a frozen process: no work of the runners
 }
 
 func (g *gatedStore) note(op, key string, err error) {
@@ -668,21 +664,21 @@ func (g *gatedStore) note(op, key string, err error) {
 }
 
 func (g *gatedStore) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
-	g.gate()
+	g.gate(ctx)
 	ver, err := g.Store.Put(ctx, key, v, c)
 	g.note("put", key, err)
 	return ver, err
 }
 
 func (g *gatedStore) Delete(ctx context.Context, key string, c storage.Condition) error {
-	g.gate()
+	g.gate(ctx)
 	err := g.Store.Delete(ctx, key, c)
 	g.note("delete", key, err)
 	return err
 }
 
 func (g *gatedStore) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	g.gate()
+	g.gate(ctx)
 	return g.Store.Get(ctx, key)
 }
 
@@ -696,7 +692,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				if owner == "a" {
 					once.Do(func() { close(inA) })
-					<-release // paused: ignores its context, like a frozen process
+					testWait(ctx, release) // paused: ignores its context, like a frozen process
 				}
 				return run.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
 			}}, okStep("after")}}
@@ -761,10 +757,10 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				if owner == "a" {
 					onceA.Do(func() { close(inA) })
-					<-releaseA // paused: ignores its context
+					testWait(ctx, releaseA) // paused: ignores its context
 				} else {
 					onceB.Do(func() { close(inB) })
-					<-releaseB
+					testWait(ctx, releaseB)
 				}
 				return run.StepOutput{Summary: "by " + owner}, nil
 			}}}}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/testdrive"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -82,20 +83,12 @@ type attempt struct {
 	step, n  int
 	hung     bool
 	returned bool
-	err      error
 	out      run.StepOutput
-	// since is the clock's timer sequence after which a backoff timer is
-	// the retry's: when the attempt returned, or when the clock was moved
-	// to its deadline (the Runner may time it out before it returns).
-	since         uint64
-	movedDeadline bool
-	movedBackoff  bool
 }
 
 type driver struct {
 	tb     testing.TB
 	clk    *testdrive.Clock
-	sig    testdrive.Signal
 	status run.Status
 	steps  []run.StepRecord
 
@@ -112,7 +105,7 @@ func (d *driver) lastOutput() run.StepOutput {
 	return d.attempts[len(d.attempts)-1].out
 }
 
-// wrap makes step i report its attempts to the driver.
+// wrap makes step i report its attempts to the driver, for its messages.
 func (d *driver) wrap(i int, s run.Step) run.Step {
 	orig := s.Run
 	s.Run = func(ctx context.Context, in run.StepInput) (out run.StepOutput, err error) {
@@ -120,73 +113,39 @@ func (d *driver) wrap(i int, s run.Step) run.Step {
 		d.mu.Lock()
 		d.attempts = append(d.attempts, a)
 		d.mu.Unlock()
-		d.sig.Kick()
-		ended := false
-		defer func() {
-			if !ended { // a panic: the Runner records it
-				d.end(a, run.StepOutput{}, fmt.Errorf("panic"))
-			}
+		defer func() { // also at a panic, which the Runner records
+			d.mu.Lock()
+			a.returned, a.out = true, out
+			d.mu.Unlock()
 		}()
 		ctx = testdrive.WithHang(ctx, func() {
 			d.mu.Lock()
 			a.hung = true
 			d.mu.Unlock()
-			d.sig.Kick()
 		})
-		out, err = orig(ctx, in)
-		ended = true
-		d.end(a, out, err)
-		return out, err
+		return orig(ctx, in)
 	}
 	return s
 }
 
-func (d *driver) end(a *attempt, out run.StepOutput, err error) {
-	d.mu.Lock()
-	a.returned, a.out, a.err = true, out, err
-	if !a.movedDeadline {
-		a.since = d.clk.Seq()
-	}
-	d.mu.Unlock()
-	d.sig.Kick()
-}
-
-// move moves the fake clock when the Runner waits on it: to the deadline
-// of an attempt that waits in Hang, and to the end of the backoff after a
-// failed attempt. Each attempt moves it at most once for each; what the move
-// fires wakes the driver again.
-func (d *driver) move() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.attempts) == 0 {
-		return false
-	}
-	a := d.attempts[len(d.attempts)-1]
-	switch {
-	case a.hung && !a.returned && !a.movedDeadline:
-		a.since = d.clk.Seq()
-		a.movedDeadline = true
-	case (a.movedDeadline || a.returned && a.err != nil) && !a.movedBackoff && d.clk.Waiting(a.since):
-		a.movedBackoff = true
-	default:
-		return false
-	}
-	_, ok := d.clk.AdvanceToNext()
-	return ok
-}
-
-// stuck describes what the driver waited for in vain.
-func (d *driver) stuck(st run.Status) string {
+// stuck describes what the driver waited for in vain: an attempt that
+// neither returned nor waits in Hang (the Runner is busy with it), or a
+// Runner idle with nothing to wait for. "" while the Runner is still busy
+// with its own work.
+func (d *driver) stuck(idle bool, runID string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.attempts) > 0 {
 		a := d.attempts[len(d.attempts)-1]
 		if !a.returned && !a.hung {
-			return fmt.Sprintf("attempt %d of step %d has not returned after %v of real time: a step that should hang in a test must wait with runtest.Hang(ctx) so the fake clock can move to its deadline (run %s is %s)",
-				a.n, a.step+1, stall, st.RunID, st.Status)
+			return fmt.Sprintf("attempt %d of step %d has not returned after %v of real time: a step that should hang in a test must wait with runtest.Hang(ctx) so the fake clock can move to its deadline (run %s)",
+				a.n, a.step+1, stall, runID)
 		}
 	}
-	return fmt.Sprintf("run %s is %s and nothing happened for %v of real time", st.RunID, st.Status, stall)
+	if idle {
+		return fmt.Sprintf("run %s has not ended and the Runner waits for nothing that can happen", runID)
+	}
+	return ""
 }
 
 func settled(st run.Status) bool {
@@ -201,8 +160,7 @@ func settled(st run.Status) bool {
 
 func drive(tb testing.TB, agent run.Agent, input json.RawMessage, opts []Option) *driver {
 	tb.Helper()
-	sig := testdrive.NewSignal()
-	d := &driver{tb: tb, clk: testdrive.NewClock(sig), sig: sig}
+	d := &driver{tb: tb, clk: testdrive.NewClock()}
 	agent.Steps = append([]run.Step(nil), agent.Steps...)
 	for i, s := range agent.Steps {
 		if s.Run != nil {
@@ -213,7 +171,7 @@ func drive(tb testing.TB, agent run.Agent, input json.RawMessage, opts []Option)
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cfg.Store = testdrive.Store{Store: memstore.New(), Sig: sig}
+	cfg.Store = memstore.New()
 	cfg.Clock = d.clk
 	cfg.Owner, cfg.Node = "runtest", "runtest"
 	cfg.PollInterval = testdrive.Far
@@ -229,9 +187,12 @@ func drive(tb testing.TB, agent run.Agent, input json.RawMessage, opts []Option)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	// Started busy: the Runner counts as working from here, not from when
+	// its goroutine gets to run.
+	rctx := clock.Start(ctx, d.clk)
 	go func() {
 		defer close(done)
-		_ = r.Run(ctx)
+		_ = r.Run(rctx)
 	}()
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
@@ -241,28 +202,27 @@ func drive(tb testing.TB, agent run.Agent, input json.RawMessage, opts []Option)
 	if err != nil {
 		tb.Fatalf("runtest: submit: %v", err)
 	}
-	watchdog := time.NewTimer(stall)
-	defer watchdog.Stop()
-	for {
-		st, err := r.Status(ctx, res.RunID)
-		if err != nil {
-			tb.Fatalf("runtest: status of run %s: %v", res.RunID, err)
+	var (
+		st   run.Status
+		serr error
+	)
+	failed := ""
+	d.clk.Drive(stall, func() bool {
+		st, serr = r.Status(ctx, res.RunID)
+		return serr != nil || settled(st)
+	}, nil, func(idle bool) string { return d.stuck(idle, res.RunID) }, func(msg string) {
+		if msg == "" {
+			msg = fmt.Sprintf("run %s is %s and nothing happened for %v of real time", res.RunID, st.Status, stall)
 		}
-		if settled(st) {
-			d.status = st
-			break
-		}
-		if d.move() {
-			watchdog.Reset(stall)
-			continue
-		}
-		select {
-		case <-sig:
-			watchdog.Reset(stall)
-		case <-watchdog.C:
-			tb.Fatalf("runtest: %s", d.stuck(st))
-		}
+		failed = msg
+	})
+	if failed != "" {
+		tb.Fatalf("runtest: %s", failed)
 	}
+	if serr != nil {
+		tb.Fatalf("runtest: status of run %s: %v", res.RunID, serr)
+	}
+	d.status = st
 	stop()
 	d.steps, err = r.Steps(context.Background(), res.RunID)
 	if err != nil {
