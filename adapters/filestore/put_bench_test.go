@@ -64,4 +64,3 @@ func BenchmarkPut(b *testing.B) {
 		})
 	})
 }
-
