@@ -337,7 +337,7 @@ func contentVersion(b []byte) storage.Version {
 // Get does.
 func current(path string) (storage.Version, uint64, error) {
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	if err := eintr(func() error { return unix.Stat(path, &st) }); err != nil {
 		if notFound(err) {
 			return "", 0, nil
 		}
@@ -433,7 +433,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	if cur == "" {
 		return nil
 	}
-	if err := unix.Unlink(path); err != nil {
+	if err := eintr(func() error { return unix.Unlink(path) }); err != nil {
 		return storage.NewOpError("delete", key, nil, &fs.PathError{Op: "remove", Path: path, Err: err})
 	}
 	if err := s.sync.do(&syncReq{fd: -1, dir: filepath.Dir(path), dev: dev}); err != nil {

@@ -16,6 +16,19 @@ import (
 // around it, and more fcntl on each Fd), which cost a durable write more
 // system calls than the write itself (issue 22 in docs/performance.md).
 
+// eintr retries a system call the kernel interrupted: with SA_RESTART
+// most restart by themselves, but not on every file system (FUSE, CIFS,
+// NFS may answer the runtime's preemption signal with EINTR), which is
+// why package os retries them too. (close is never retried: Linux frees
+// the descriptor even when it says EINTR.)
+func eintr(call func() error) error {
+	for {
+		if err := call(); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
 // openFd opens path with flags (O_CLOEXEC added), retrying EINTR.
 func openFd(path string, flags int, mode uint32) (int, error) {
 	for {
@@ -71,7 +84,7 @@ func readFd(fd int, path string, size int64) ([]byte, error) {
 
 // fstatFd stats the open file fd.
 func fstatFd(fd int, path string, st *unix.Stat_t) error {
-	if err := unix.Fstat(fd, st); err != nil {
+	if err := eintr(func() error { return unix.Fstat(fd, st) }); err != nil {
 		return &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	return nil
@@ -93,7 +106,7 @@ func errIsDir(path string) error { return &fs.PathError{Op: "read", Path: path, 
 
 // renameFile renames from to to, as os.Rename reports it.
 func renameFile(from, to string) error {
-	if err := unix.Rename(from, to); err != nil {
+	if err := eintr(func() error { return unix.Rename(from, to) }); err != nil {
 		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
 	}
 	return nil

@@ -13,14 +13,20 @@ import (
 // errors) into buf. A file without one (written by another tool, or
 // copied without its extended attributes) gives ok false and no error.
 func getAttr(fd int, path string, buf []byte) (n int, ok bool, err error) {
-	n, err = unix.Fgetxattr(fd, attrName, buf)
+	err = eintr(func() (err error) {
+		n, err = unix.Fgetxattr(fd, attrName, buf)
+		return err
+	})
 	return attrResult(n, path, err)
 }
 
 // getAttrAt reads the version attribute of the file at path, without
 // opening it: a writer's version check under the key's lock.
 func getAttrAt(path string, buf []byte) (n int, ok bool, err error) {
-	n, err = unix.Getxattr(path, attrName, buf)
+	err = eintr(func() (err error) {
+		n, err = unix.Getxattr(path, attrName, buf)
+		return err
+	})
 	return attrResult(n, path, err)
 }
 
@@ -40,7 +46,7 @@ func attrResult(n int, path string, err error) (int, bool, error) {
 // errors). On a file system without user extended attributes it fails
 // with ENOTSUP.
 func setAttr(fd int, path string, value []byte) error {
-	if err := unix.Fsetxattr(fd, attrName, value, 0); err != nil {
+	if err := eintr(func() error { return unix.Fsetxattr(fd, attrName, value, 0) }); err != nil {
 		return &os.PathError{Op: "setxattr", Path: path, Err: err}
 	}
 	return nil
