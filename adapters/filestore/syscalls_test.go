@@ -54,6 +54,9 @@ func TestFileCallsPerOp(t *testing.T) {
 	if err != nil {
 		t.Skip("no strace")
 	}
+	if b, err := exec.CommandContext(t.Context(), straceBin, "-f", "-c", "-o", os.DevNull, "true").CombinedOutput(); err != nil {
+		t.Skipf("strace cannot run here: %v: %s", err, b)
+	}
 	const n = 100
 	for _, tc := range []struct {
 		op     string
@@ -79,7 +82,7 @@ func TestFileCallsPerOp(t *testing.T) {
 				cmd := exec.CommandContext(t.Context(), straceBin, "-f", "-c", "-o", out, os.Args[0], "-test.run=^$")
 				cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d", syscallChildEnv, s.Root(), tc.op, ops))
 				if b, err := cmd.CombinedOutput(); err != nil {
-					t.Skipf("strace cannot run here: %v: %s", err, b)
+					t.Fatalf("child under strace: %v: %s", err, b)
 				}
 				b, err := os.ReadFile(out)
 				if err != nil {
