@@ -231,3 +231,41 @@ func TestLockWaitHonoursContext(t *testing.T) {
 		t.Fatalf("value = %q, %v; want the value from before", b, err)
 	}
 }
+
+// TestInProcessLockWait: a writer waiting for a key's lock held by
+// another goroutine of the same Store (the in-process table, not the
+// kernel) gives up when its context ends, writers of other keys are not
+// held up, and once the lock is released the key is writable.
+func TestInProcessLockWait(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	if _, err := s.Put(t.Context(), "held/k", []byte("v"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := filestore.LockForTest(t.Context(), s, "held/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := sync.OnceFunc(unlock)
+	defer release()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Put(ctx, "held/k", []byte("late"), storage.Condition{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Put while another goroutine holds the lock = %v, want DeadlineExceeded", err)
+	}
+	if _, err := s.Put(t.Context(), "held/other", []byte("o"), storage.Condition{}); err != nil {
+		t.Fatalf("Put of another key while held/k is locked: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(t.Context(), "held/k", []byte("next"), storage.Condition{})
+		done <- err
+	}()
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("Put after the release: %v", err)
+	}
+	if b, _, err := s.Get(t.Context(), "held/k"); err != nil || string(b) != "next" {
+		t.Fatalf("value = %q, %v; want next", b, err)
+	}
+}
