@@ -2,10 +2,7 @@
 
 package filestore
 
-import (
-	"context"
-	"os"
-)
+import "context"
 
 // LockForTest takes the writer lock of key as a Put would, for tests that
 // hold it from another process.
@@ -13,7 +10,7 @@ func LockForTest(ctx context.Context, s *Store, key string) (unlock func(), err 
 	if err := s.mkdirs(key); err != nil {
 		return nil, err
 	}
-	return lock(ctx, s.path(key))
+	return s.locks.lock(ctx, key, s.path(key))
 }
 
 // SyncStats counts what a Store's syncer did.
@@ -33,8 +30,8 @@ func SyncStatsForTest(s *Store) SyncStats {
 func GroupCommitForTest(s *Store) bool { return s.sync.group }
 
 // SetSyncForTest replaces s's system calls; call it before s is used.
-// fsync gets the file or directory a lone request syncs.
-func SetSyncForTest(s *Store, syncfs, fsync func(*os.File) error) {
+// fsync gets the descriptor of the file or directory a lone request syncs.
+func SetSyncForTest(s *Store, syncfs, fsync func(fd int) error) {
 	s.sync.syncfs, s.sync.fsync = syncfs, fsync
 }
 
@@ -45,7 +42,7 @@ func SetAfterRenameForTest(s *Store, fn func(key string)) { s.afterRename = fn }
 // RealSyncfs and RealFsync are the system calls SetSyncForTest replaces.
 var (
 	RealSyncfs = syncfs
-	RealFsync  = fsyncFile
+	RealFsync  = fsyncFd
 )
 
 // KernelAtLeastForTest is kernelAtLeast.

@@ -5,11 +5,12 @@
 // restarts and may be shared by several processes on one machine.
 //
 // Layout: a key is a file path under the root, so a run folder reads like
-// 003 §5.2; writers keep their lock and temporary files beside it:
+// 003 §5.2; writers keep their temporary files beside it, and their locks
+// in one file at the root:
 //
 //	<root>/agents/x/runs/r1/status.json              exactly the value's bytes
-//	<root>/agents/x/runs/r1/.cnvlock-status.json     flock(2) lock for writers
 //	<root>/agents/x/runs/r1/.cnvtmp-*                a write in progress
+//	<root>/.cnvlocks                                 writers' locks (Linux)
 //
 // storage.ValidateKey refuses key segments starting with ".cnv", so these
 // names can never be keys, and refuses "..", so no key leaves the root.
@@ -47,15 +48,30 @@
 // New refuses a directory whose file system has no user extended attributes
 // (ext4, xfs, btrfs, APFS and tmpfs since Linux 6.6 have them).
 //
-// Writers take an exclusive flock on the key's lock file for the whole
-// read-check-write, which makes conditional writes atomic across goroutines
-// and processes. A writer waits for the lock by polling with LOCK_NB, so
-// the wait ends when its context does, even if the holder is a paused
+// Writers hold the key's lock for the whole read-check-write, which makes
+// conditional writes atomic across goroutines and processes. The lock has
+// two levels: within a process, a table of the keys being written, where a
+// writer waits on a channel; across processes, on Linux, an open file
+// description lock (fcntl F_OFD_SETLK) on one byte of <root>/.cnvlocks at
+// an offset hashed from the key (elsewhere, flock(2) on a lock file
+// .cnvlock-<name> beside the key). Only the first writer of a key in a
+// process asks the kernel, which polls while another process holds it, so
+// the wait ends when the context does, even if the holder is a paused
 // process; locks are per key, so a paused holder delays only writers of its
-// own key. A killed holder's lock is released by the kernel. Deleting a key
-// leaves its lock file and directories behind; they are harmless and
-// reused by the next write. flock needs a local file system; do not share
-// the root over NFS.
+// own key (and, by a 2^-62 chance, of a key hashed to the same byte). A
+// killed holder's lock is released by the kernel. Every process sharing a
+// root must lock the same way: a version of this package from before
+// .cnvlocks (which took flock per key on Linux too) must not write to a
+// root a newer one writes to. Deleting a key leaves its directories behind;
+// they are harmless and reused by the next write. The locks need a local
+// file system; do not share the root over NFS.
+//
+// A durable write costs, in system calls: the lock and its release, a stat
+// and a getxattr of the key (the version check; none for an unconditional
+// Put), then open, write, fstat, fsetxattr, close and rename of the
+// temporary file, and its share of the syncs. Files are handled through
+// bare descriptors, never *os.File, whose offer of every regular file to
+// the runtime's poller costs more calls than the write itself.
 //
 // # Durability and group commit
 //
@@ -100,7 +116,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"iter"
 	"os"
@@ -108,15 +123,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/runconveyor/conveyor/storage"
 )
 
 const (
-	lockPrefix  = ".cnvlock-"
-	tempPattern = ".cnvtmp-*"
+	tempPrefix = ".cnvtmp-"
 	// attrName is the extended attribute holding a value file's stamp.
 	attrName = "user.conveyor.version"
 	// contentPrefix starts the version of a file without a valid stamp; a
@@ -128,8 +142,9 @@ const (
 
 // Store is a storage.Store in a directory. Create it with New.
 type Store struct {
-	root string
-	sync *syncer
+	root  string
+	sync  *syncer
+	locks *keyLocks
 	// afterRename, when set (by tests), runs after a Put's rename and
 	// before the sync that makes it durable.
 	afterRename func(key string)
@@ -172,8 +187,13 @@ func New(dir string, opts ...Option) (*Store, error) {
 	if err := probeAttr(root); err != nil {
 		return nil, err
 	}
+	x, err := openXlocks(root)
+	if err != nil {
+		return nil, err
+	}
 	// The root stays open for syncfs(2) while the Store lives; the
-	// *os.File's finalizer closes it once the Store is unreachable.
+	// *os.File's finalizer closes it once the Store is unreachable. Its
+	// descriptor is taken once: every Fd call costs fcntl calls.
 	f, err := os.Open(root)
 	if err != nil {
 		return nil, err
@@ -183,12 +203,13 @@ func New(dir string, opts ...Option) (*Store, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	return &Store{root: root, sync: &syncer{
-		root:   f,
-		dev:    devOf(fi),
-		group:  !c.perWriteSync && syncfsReliable(),
-		syncfs: syncfs,
-		fsync:  fsyncFile,
+	return &Store{root: root, locks: newKeyLocks(x), sync: &syncer{
+		rootFile: f,
+		rootFd:   int(f.Fd()),
+		dev:      devOf(fi),
+		group:    !c.perWriteSync && syncfsReliable(),
+		syncfs:   syncfs,
+		fsync:    fsyncFd,
 	}}, nil
 }
 
@@ -196,13 +217,14 @@ func New(dir string, opts ...Option) (*Store, error) {
 // so that a store which cannot keep versions fails at New, not at its
 // first write.
 func probeAttr(root string) error {
-	f, err := os.CreateTemp(root, tempPattern)
+	path := filepath.Join(root, tempPrefix+"probe-"+string(newToken()))
+	fd, err := openFd(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if err := setAttr(f, []byte("probe")); err != nil {
+	defer unix.Unlink(path) //nolint:errcheck // a leftover temp file is never a key
+	defer unix.Close(fd)    //nolint:errcheck // nothing was written
+	if err := setAttr(fd, path, []byte("probe")); err != nil {
 		return fmt.Errorf("filestore: %s cannot hold versions: its file system has no user extended attributes: %w", root, err)
 	}
 	return nil
@@ -219,106 +241,84 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, e
 	if err := storage.CheckOp(ctx, "get", key); err != nil {
 		return nil, "", err
 	}
-	f, fi, err := open(s.path(key))
+	b, v, err := readValue(s.path(key))
 	if err != nil {
 		if notFound(err) {
 			return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, err)
 		}
 		return nil, "", storage.NewOpError("get", key, nil, err)
 	}
-	defer f.Close()
-	b, v, err := readValue(f, fi)
-	if err != nil {
-		return nil, "", storage.NewOpError("get", key, nil, err)
-	}
 	return b, v, nil
 }
 
-// open opens the value file at path for reading and stats it; a directory
-// (of other keys) is no value and gives EISDIR.
-func open(path string) (*os.File, fs.FileInfo, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err == nil && fi.IsDir() {
-		err = &fs.PathError{Op: "read", Path: path, Err: syscall.EISDIR}
-	}
-	if err != nil {
-		_ = f.Close()
-		return nil, nil, err
-	}
-	return f, fi, nil
-}
-
-// readValue reads the whole value file f, which stat described as fi, and
-// its version. Another tool writing f in place during the read may leave
-// torn bytes paired with the stamp's token; no compare-and-swap can use
-// that token, as the file's mtime no longer matches its stamp.
-func readValue(f *os.File, fi fs.FileInfo) ([]byte, storage.Version, error) {
-	b, err := readAll(f, fi.Size())
+// readValue reads the value file at path and its version, through one
+// open file: open, fstat, read, fgetxattr, close. A directory (of other
+// keys) is no value and gives EISDIR. Another tool writing the file in
+// place during the read may leave torn bytes paired with the stamp's
+// token; no compare-and-swap can use that token, as the file's mtime no
+// longer matches its stamp. O_NONBLOCK: a FIFO placed at a key by another
+// tool does not hang the reader (it has no effect on regular files).
+func readValue(path string) ([]byte, storage.Version, error) {
+	fd, err := openFd(path, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, "", err
 	}
-	if int64(len(b)) == fi.Size() {
-		tok, ok, err := stampToken(f, fi)
+	defer unix.Close(fd) //nolint:errcheck // read-only
+	var st unix.Stat_t
+	if err := fstatFd(fd, path, &st); err != nil {
+		return nil, "", err
+	}
+	if isDir(&st) {
+		return nil, "", errIsDir(path)
+	}
+	b, err := readFd(fd, path, st.Size)
+	if err != nil {
+		return nil, "", err
+	}
+	if int64(len(b)) == st.Size {
+		var buf [maxStampLen]byte
+		n, ok, err := getAttr(fd, path, buf[:])
 		if err != nil {
 			return nil, "", err
 		}
-		if ok {
+		if tok, valid := stampToken(buf[:n], ok, &st); valid {
 			return b, tok, nil
 		}
 	}
 	return b, contentVersion(b), nil
 }
 
-// readAll reads f to its end, sized by the size stat reported.
-func readAll(f *os.File, size int64) ([]byte, error) {
-	b := make([]byte, 0, size+1) // +1: see EOF without growing
-	for {
-		n, err := f.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // the file grew meanwhile
-		}
-	}
-}
-
 // stamp is the value of a file's version attribute: the write's token and
 // the mtime and size the file had when it was written, so that a later
 // in-place change by another tool, which keeps the attribute, is noticed.
-func stamp(token storage.Version, fi fs.FileInfo) []byte {
-	return fmt.Appendf(nil, "%s %d %d", token, fi.ModTime().UnixNano(), fi.Size())
+func stamp(token storage.Version, st *unix.Stat_t) []byte {
+	b := make([]byte, 0, maxStampLen)
+	b = append(b, token...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, mtimeNano(st), 10)
+	b = append(b, ' ')
+	return strconv.AppendInt(b, st.Size, 10)
 }
 
-// stampToken returns the token of f's stamp if f has one that matches fi
-// (the file as it was read).
-func stampToken(f *os.File, fi fs.FileInfo) (storage.Version, bool, error) {
-	var buf [maxStampLen]byte
-	n, ok, err := getAttr(f, buf[:])
-	if err != nil || !ok {
-		return "", false, err
+// stampToken returns the token of the stamp attr (ok: the file has the
+// attribute) if it matches st, the file as it was read.
+func stampToken(attr []byte, ok bool, st *unix.Stat_t) (storage.Version, bool) {
+	if !ok {
+		return "", false
 	}
-	fields := strings.Fields(string(buf[:n]))
+	fields := strings.Fields(string(attr))
 	if len(fields) != 3 || len(fields[0]) != 32 {
-		return "", false, nil
+		return "", false
 	}
 	if _, err := hex.DecodeString(fields[0]); err != nil {
-		return "", false, nil
+		return "", false
 	}
 	mtime, err1 := strconv.ParseInt(fields[1], 10, 64)
 	size, err2 := strconv.ParseInt(fields[2], 10, 64)
-	if err1 != nil || err2 != nil || mtime != fi.ModTime().UnixNano() || size != fi.Size() {
-		return "", false, nil
+	if err1 != nil || err2 != nil || mtime != mtimeNano(st) || size != st.Size {
+		return "", false
 	}
-	return storage.Version(fields[0]), true, nil
+	return storage.Version(fields[0]), true
 }
 
 // contentVersion is the version of a file without a valid stamp: a hash of
@@ -328,30 +328,37 @@ func contentVersion(b []byte) storage.Version {
 	return storage.Version(contentPrefix + hex.EncodeToString(sum[:16]))
 }
 
-// notFound reports whether err means no value is stored at a path: it
-// does not exist, a parent is a file, or it is a directory of other keys.
-func notFound(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EISDIR)
-}
-
-// current reads the version stored at path; "" when the key is missing.
-// Writers call it under the key's lock.
-func current(path string) (storage.Version, error) {
-	f, fi, err := open(path)
+// current reads the version stored at path, "" when the key is missing,
+// and the device the file is on. Writers call it under the key's lock, so
+// no writer of this package replaces the file meanwhile: a stat and a
+// getxattr by path, without opening the file, tell the version of a file
+// this package wrote. A file without a valid stamp (another tool's, or
+// one another tool replaced between the two calls) is read and hashed, as
+// Get does.
+func current(path string) (storage.Version, uint64, error) {
+	var st unix.Stat_t
+	if err := eintr(func() error { return unix.Stat(path, &st) }); err != nil {
+		if notFound(err) {
+			return "", 0, nil
+		}
+		return "", 0, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if isDir(&st) {
+		return "", 0, nil
+	}
+	var buf [maxStampLen]byte
+	n, ok, err := getAttrAt(path, buf[:])
+	if err != nil && !notFound(err) {
+		return "", 0, err
+	}
+	if tok, valid := stampToken(buf[:n], ok, &st); valid {
+		return tok, uint64(st.Dev), nil //nolint:unconvert // int32 on some systems
+	}
+	_, v, err := readValue(path)
 	if notFound(err) {
-		return "", nil
+		return "", 0, nil
 	}
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	tok, ok, err := stampToken(f, fi)
-	if err != nil || ok {
-		return tok, err
-	}
-	// No valid stamp: hash the bytes, as Get does.
-	_, v, err := readValue(f, fi)
-	return v, err
+	return v, uint64(st.Dev), err //nolint:unconvert // int32 on some systems
 }
 
 // Put implements storage.Store.
@@ -363,32 +370,32 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 		return "", err
 	}
 	path := s.path(key)
-	if cond.Kind() == storage.MatchVersion {
-		// No file, no value: fail without creating directories.
-		if _, err := os.Stat(path); notFound(err) {
+	epoch := s.sync.epoch()
+	unlock, err := s.locks.lock(ctx, key, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A lock file beside the key (not on Linux) needs its directory;
+		// but no directory, no value: IfMatch fails without making one.
+		if cond.Kind() == storage.MatchVersion {
 			return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
 		}
-	}
-	epoch := s.sync.epoch()
-	// The key's directory almost always exists already: it is made only
-	// when the lock file cannot be created for want of it.
-	unlock, err := lock(ctx, path)
-	if errors.Is(err, fs.ErrNotExist) {
 		if err := s.mkdirs(key); err != nil {
 			return "", storage.NewOpError("put", key, nil, err)
 		}
-		unlock, err = lock(ctx, path)
+		unlock, err = s.locks.lock(ctx, key, path)
 	}
 	if err != nil {
 		return "", opErr("put", key, err)
 	}
 	defer unlock()
-	cur, err := current(path)
-	if err != nil {
-		return "", storage.NewOpError("put", key, nil, err)
-	}
-	if !cond.Holds(cur) {
-		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+	// An unconditional write holds whatever is there: it need not look.
+	if cond.Kind() != storage.Unconditional {
+		cur, _, err := current(path)
+		if err != nil {
+			return "", storage.NewOpError("put", key, nil, err)
+		}
+		if !cond.Holds(cur) {
+			return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+		}
 	}
 	ver := newToken()
 	if err := s.writeAtomic(key, path, ver, value, epoch); err != nil {
@@ -407,19 +414,16 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	}
 	path := s.path(key)
 	epoch := s.sync.epoch()
-	fi, err := os.Stat(path)
-	if notFound(err) {
-		if cond.Kind() == storage.MatchVersion {
-			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
-		}
-		return nil
+	unlock, err := s.locks.lock(ctx, key, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil // no directory for a lock file beside the key: no key
+		unlock = func() {}
 	}
-	unlock, err := lock(ctx, path)
 	if err != nil {
 		return opErr("delete", key, err)
 	}
 	defer unlock()
-	cur, err := current(path)
+	cur, dev, err := current(path)
 	if err != nil {
 		return storage.NewOpError("delete", key, nil, err)
 	}
@@ -429,10 +433,10 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	if cur == "" {
 		return nil
 	}
-	if err := os.Remove(path); err != nil {
-		return storage.NewOpError("delete", key, nil, err)
+	if err := eintr(func() error { return unix.Unlink(path) }); err != nil {
+		return storage.NewOpError("delete", key, nil, &fs.PathError{Op: "remove", Path: path, Err: err})
 	}
-	if err := s.sync.do(&syncReq{dir: filepath.Dir(path), dev: devOf(fi)}); err != nil {
+	if err := s.sync.do(&syncReq{fd: -1, dir: filepath.Dir(path), dev: dev}); err != nil {
 		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, err)
 	}
 	if s.sync.failedSince(epoch) {
@@ -523,7 +527,7 @@ func (s *Store) mkdirs(key string) error {
 			if err != nil {
 				return err
 			}
-			if err := s.sync.do(&syncReq{dir: parent, dev: devOf(fi)}); err != nil {
+			if err := s.sync.do(&syncReq{fd: -1, dir: parent, dev: devOf(fi)}); err != nil {
 				return err
 			}
 		case errors.Is(err, fs.ErrExist):
@@ -532,42 +536,6 @@ func (s *Store) mkdirs(key string) error {
 		}
 	}
 	return nil
-}
-
-// lock takes the writer lock of the key stored at path, polling so that ctx
-// is honoured while another writer holds it. The returned func releases it.
-func lock(ctx context.Context, path string) (func(), error) {
-	lockPath := filepath.Join(filepath.Dir(path), lockPrefix+filepath.Base(path))
-	// A bare descriptor, not an *os.File: the lock file is never read or
-	// written, and an *os.File costs each write three more system calls
-	// (the runtime poller's probe of a regular file).
-	fd, err := syscall.Open(lockPath, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o644)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: lockPath, Err: err}
-	}
-	wait := 50 * time.Microsecond
-	for {
-		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(fd, syscall.LOCK_UN)
-				_ = syscall.Close(fd)
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			_ = syscall.Close(fd)
-			return nil, err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			_ = syscall.Close(fd)
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		wait = min(wait*2, 5*time.Millisecond)
-	}
 }
 
 func newToken() storage.Version {
@@ -580,6 +548,35 @@ func newToken() storage.Version {
 // that sync may have been the one to report this write's lost data.
 var errSyncFailed = errors.New("filestore: a sync failed while the write was in flight")
 
+// createTemp creates a temporary file for a write of key in dir, named
+// after token (random, so names do not collide; a leftover of the same
+// name, which a crash could only leave by a one-in-2^64 chance, is
+// answered with another name). The key's directory is created if missing.
+func (s *Store) createTemp(key, dir string, token storage.Version) (int, string, error) {
+	name := string(token[:16])
+	made := false
+	for range 3 {
+		tmp := filepath.Join(dir, tempPrefix+name)
+		fd, err := openFd(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+		switch {
+		case err == nil:
+			return fd, tmp, nil
+		case errors.Is(err, fs.ErrExist):
+			name = string(newToken()[:16])
+		case errors.Is(err, fs.ErrNotExist) && !made:
+			// The key's directory is new (made only when the file
+			// cannot be created for want of it).
+			if err := s.mkdirs(key); err != nil {
+				return -1, "", err
+			}
+			made = true
+		default:
+			return -1, "", err
+		}
+	}
+	return -1, "", &fs.PathError{Op: "open", Path: filepath.Join(dir, tempPrefix+name), Err: unix.EEXIST}
+}
+
 // writeAtomic replaces the file at path (key's) with value, stamped with
 // token: temp file in the same directory, value, stamp, sync, rename, sync
 // the directory; the two syncs go through s.sync, which shares them with
@@ -587,50 +584,54 @@ var errSyncFailed = errors.New("filestore: a sync failed while the write was in 
 // never visible at the key without it. epoch is s.sync's when the write
 // began. An error before the rename leaves the key as it was; one after it
 // matches storage.ErrOutcomeUnknown: the new value is at the key, and may
-// or may not survive a crash.
+// or may not survive a crash. System calls, for a key whose directory
+// exists: open, write, fstat, fsetxattr, close, rename, and the syncs'
+// share.
 func (s *Store) writeAtomic(key, path string, token storage.Version, value []byte, epoch uint64) (err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, tempPattern)
+	fd, tmp, err := s.createTemp(key, dir, token)
 	if err != nil {
 		return storage.NewOpError("put", key, nil, err)
 	}
-	tmp := f.Name()
-	renamed := false
+	open, renamed := true, false
 	defer func() {
 		if err != nil && !renamed {
-			_ = f.Close()
-			_ = os.Remove(tmp)
+			if open {
+				_ = unix.Close(fd)
+			}
+			_ = unix.Unlink(tmp)
 			err = storage.NewOpError("put", key, nil, err)
 		}
 	}()
-	if _, err = f.Write(value); err != nil {
+	if err = writeFd(fd, tmp, value); err != nil {
 		return err
 	}
-	fi, err := f.Stat()
-	if err != nil {
+	var st unix.Stat_t
+	if err = fstatFd(fd, tmp, &st); err != nil {
 		return err
 	}
-	if err = setAttr(f, stamp(token, fi)); err != nil {
+	if err = setAttr(fd, tmp, stamp(token, &st)); err != nil {
 		return err
 	}
-	dev := devOf(fi)
-	if err = s.sync.do(&syncReq{file: f, dev: dev}); err != nil {
+	dev := uint64(st.Dev) //nolint:unconvert // int32 on some systems
+	if err = s.sync.do(&syncReq{fd: fd, path: tmp, dev: dev}); err != nil {
 		return err
 	}
 	if s.sync.failedSince(epoch) {
 		return errSyncFailed
 	}
-	if err = f.Close(); err != nil {
+	open = false
+	if err = closeFd(fd, tmp); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err = renameFile(tmp, path); err != nil {
 		return err
 	}
 	renamed = true
 	if s.afterRename != nil {
 		s.afterRename(key)
 	}
-	if err := s.sync.do(&syncReq{dir: dir, dev: dev}); err != nil {
+	if err := s.sync.do(&syncReq{fd: -1, dir: dir, dev: dev}); err != nil {
 		return storage.NewOpError("put", key, storage.ErrOutcomeUnknown, err)
 	}
 	if s.sync.failedSince(epoch) {

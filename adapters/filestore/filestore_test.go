@@ -11,7 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	}
 	if dir := os.Getenv(watchChildEnv); dir != "" {
 		os.Exit(watchChild(dir))
+	}
+	if arg := os.Getenv(syscallChildEnv); arg != "" {
+		os.Exit(syscallChild(arg))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -200,15 +203,19 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	if _, err := s.Put(t.Context(), "held/k", []byte("v"), storage.Condition{}); err != nil {
 		t.Fatal(err)
 	}
-	// Take the key's lock as another process would.
-	f, err := os.OpenFile(filepath.Join(s.Root(), "held", ".cnvlock-k"), os.O_RDWR, 0)
+	// Take the key's lock as another process would: through another Store
+	// on the directory, whose locks exclude this one's as another
+	// process's do.
+	other, err := filestore.New(s.Root())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	unlockOnce, err := filestore.LockForTest(t.Context(), other, "held/k")
+	if err != nil {
 		t.Fatal(err)
 	}
+	unlock := sync.OnceFunc(unlockOnce)
+	defer unlock()
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	_, err = s.Put(ctx, "held/k", []byte("late"), storage.Condition{})
@@ -218,9 +225,47 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	if err := s.Delete(ctx, "held/k", storage.Condition{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Delete after the deadline = %v", err)
 	}
-	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	unlock()
 	b, _, err := s.Get(t.Context(), "held/k")
 	if err != nil || string(b) != "v" {
 		t.Fatalf("value = %q, %v; want the value from before", b, err)
+	}
+}
+
+// TestInProcessLockWait: a writer waiting for a key's lock held by
+// another goroutine of the same Store (the in-process table, not the
+// kernel) gives up when its context ends, writers of other keys are not
+// held up, and once the lock is released the key is writable.
+func TestInProcessLockWait(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	if _, err := s.Put(t.Context(), "held/k", []byte("v"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := filestore.LockForTest(t.Context(), s, "held/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := sync.OnceFunc(unlock)
+	defer release()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Put(ctx, "held/k", []byte("late"), storage.Condition{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Put while another goroutine holds the lock = %v, want DeadlineExceeded", err)
+	}
+	if _, err := s.Put(t.Context(), "held/other", []byte("o"), storage.Condition{}); err != nil {
+		t.Fatalf("Put of another key while held/k is locked: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(t.Context(), "held/k", []byte("next"), storage.Condition{})
+		done <- err
+	}()
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("Put after the release: %v", err)
+	}
+	if b, _, err := s.Get(t.Context(), "held/k"); err != nil || string(b) != "next" {
+		t.Fatalf("value = %q, %v; want next", b, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"sync"
@@ -114,20 +113,21 @@ type failingSyncs struct {
 }
 
 func (f *failingSyncs) install(s *filestore.Store) {
-	filestore.SetSyncForTest(s, func(root *os.File) error {
+	filestore.SetSyncForTest(s, func(root int) error {
 		if f.files.Load() || f.dirs.Load() {
 			return syscall.EIO
 		}
 		return filestore.RealSyncfs(root)
-	}, func(file *os.File) error {
-		fi, err := file.Stat()
-		if err != nil {
+	}, func(fd int) error {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
 			return err
 		}
-		if fi.IsDir() && f.dirs.Load() || !fi.IsDir() && f.files.Load() {
+		dir := st.Mode&syscall.S_IFMT == syscall.S_IFDIR
+		if dir && f.dirs.Load() || !dir && f.files.Load() {
 			return syscall.EIO
 		}
-		return filestore.RealFsync(file)
+		return filestore.RealFsync(fd)
 	})
 }
 

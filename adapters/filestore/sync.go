@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // syncer makes files and directory entries durable for the writers of one
@@ -23,13 +26,14 @@ import (
 // goroutine of its own, and no timer: a batch is whatever waits while the
 // previous sync runs.
 type syncer struct {
-	root  *os.File // an open descriptor of the store's root, for syncfs
-	dev   uint64   // the root's device: syncfs covers files on it
-	group bool     // batches of several use syncfs; else every request alone
+	rootFile *os.File // the store's root, open while the Store lives
+	rootFd   int      // its descriptor, for syncfs
+	dev      uint64   // the root's device: syncfs covers files on it
+	group    bool     // batches of several use syncfs; else every request alone
 
 	// syncfs and fsync are the system calls, replaced by tests.
-	syncfs func(*os.File) error
-	fsync  func(*os.File) error
+	syncfs func(fd int) error
+	fsync  func(fd int) error
 
 	mu        sync.Mutex
 	leading   bool       // a writer is syncing a batch
@@ -45,9 +49,10 @@ type syncStats struct {
 
 // syncReq asks for one file, or one directory's entries, to be durable.
 type syncReq struct {
-	file *os.File // an open file to fsync; or nil, and
-	dir  string   // the directory whose entries to fsync
-	dev  uint64   // the file system the file or directory is on
+	fd   int    // an open file to fsync (path names it); or -1, and
+	path string //
+	dir  string // the directory whose entries to fsync
+	dev  uint64 // the file system the file or directory is on
 	done chan syncAnswer
 }
 
@@ -134,8 +139,10 @@ func (s *syncer) syncBatch(batch []*syncReq) error {
 		s.mu.Lock()
 		s.stats.syncfs++
 		s.mu.Unlock()
-		if err := s.syncfs(s.root); err != nil {
-			errs = append(errs, &os.PathError{Op: "syncfs", Path: s.root.Name(), Err: err})
+		err := s.syncfs(s.rootFd)
+		runtime.KeepAlive(s.rootFile)
+		if err != nil {
+			errs = append(errs, &os.PathError{Op: "syncfs", Path: s.rootFile.Name(), Err: err})
 		}
 	}
 	for _, r := range batch {
@@ -151,18 +158,31 @@ func (s *syncer) syncOne(r *syncReq) error {
 	s.mu.Lock()
 	s.stats.fsyncs++
 	s.mu.Unlock()
-	if r.file != nil {
-		return s.fsync(r.file)
+	if r.fd >= 0 {
+		if err := s.fsync(r.fd); err != nil {
+			return &os.PathError{Op: "sync", Path: r.path, Err: err}
+		}
+		return nil
 	}
-	d, err := os.Open(r.dir)
+	d, err := openFd(r.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return s.fsync(d)
+	defer unix.Close(d) //nolint:errcheck // read-only
+	if err := s.fsync(d); err != nil {
+		return &os.PathError{Op: "sync", Path: r.dir, Err: err}
+	}
+	return nil
 }
 
-func fsyncFile(f *os.File) error { return f.Sync() }
+// fsyncFd is fsync(2), retried when interrupted.
+func fsyncFd(fd int) error {
+	for {
+		if err := unix.Fsync(fd); err != unix.EINTR {
+			return err
+		}
+	}
+}
 
 // kernelAtLeast reports whether a kernel release string ("6.18.44-fc",
 // "5.8.0") is at least major.minor.

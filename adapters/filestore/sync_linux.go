@@ -1,11 +1,6 @@
 package filestore
 
-import (
-	"os"
-	"runtime"
-
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 // syncfsReliable reports whether syncfs(2) can be trusted with durability
 // here: Linux reports write-back errors from syncfs only since 5.8 (before,
@@ -19,10 +14,6 @@ func syncfsReliable() bool {
 	return kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 8)
 }
 
-// syncfs flushes the whole file system f is on: every dirty file's data
+// syncfs flushes the whole file system fd is on: every dirty file's data
 // and metadata and the journal, directory entries included.
-func syncfs(f *os.File) error {
-	err := unix.Syncfs(int(f.Fd()))
-	runtime.KeepAlive(f)
-	return err
-}
+func syncfs(fd int) error { return unix.Syncfs(fd) }

@@ -2,13 +2,10 @@
 
 package filestore
 
-import (
-	"errors"
-	"os"
-)
+import "errors"
 
 // syncfsReliable: syncfs(2) is Linux's; elsewhere every write pays its
 // own fsyncs.
 func syncfsReliable() bool { return false }
 
-func syncfs(*os.File) error { return errors.ErrUnsupported }
+func syncfs(int) error { return errors.ErrUnsupported }

@@ -36,7 +36,7 @@ const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.
 // (fs.inotify.max_user_watches); watch prefixes that name few directories.
 // An exhausted limit fails Watch, or closes the channel of a running watch
 // whose prefix grew past it; the caller then polls. A queue overflow in the
-// kernel is answered with a signal and a rescan. flock and inotify both need
+// kernel is answered with a signal and a rescan. The locks and inotify need
 // a local file system: changes made on another machine through NFS are not
 // seen.
 func (s *Store) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {

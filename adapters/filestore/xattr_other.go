@@ -2,13 +2,12 @@
 
 package filestore
 
-import (
-	"errors"
-	"os"
-)
+import "errors"
 
 var errNoXattr = errors.New("filestore: extended attributes are not supported on this platform")
 
-func getAttr(*os.File, []byte) (int, bool, error) { return 0, false, errNoXattr }
+func getAttr(int, string, []byte) (int, bool, error) { return 0, false, errNoXattr }
 
-func setAttr(*os.File, []byte) error { return errNoXattr }
+func getAttrAt(string, []byte) (int, bool, error) { return 0, false, errNoXattr }
+
+func setAttr(int, string, []byte) error { return errNoXattr }
