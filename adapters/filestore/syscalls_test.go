@@ -42,7 +42,8 @@ var fileCalls = map[string]bool{
 // close included (concurrent writers share syncs and make fewer), and
 // at most 6 for a Get and 10 for a durable Delete. Before issue 22 they
 // took 35, 26, 11 and 23 (after it, 14, 13, 5 and 8). Skipped where
-// strace cannot run, and off Linux.
+// strace cannot run, and off Linux, unless CONVEYOR_REQUIRE_STRACE is set
+// (CI sets it): then a missing strace fails the test.
 func TestFileCallsPerOp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes under strace")
@@ -50,12 +51,16 @@ func TestFileCallsPerOp(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the system call names are Linux's")
 	}
+	skip := t.Skipf
+	if os.Getenv("CONVEYOR_REQUIRE_STRACE") != "" {
+		skip = t.Fatalf
+	}
 	straceBin, err := exec.LookPath("strace")
 	if err != nil {
-		t.Skip("no strace")
+		skip("no strace (scripts/install-tools.sh strace installs it)")
 	}
 	if b, err := exec.CommandContext(t.Context(), straceBin, "-f", "-c", "-o", os.DevNull, "true").CombinedOutput(); err != nil {
-		t.Skipf("strace cannot run here: %v: %s", err, b)
+		skip("strace cannot run here: %v: %s", err, b)
 	}
 	const n = 100
 	for _, tc := range []struct {
