@@ -13,7 +13,7 @@
 //	lifecycle/run  the Runner: run records, idempotency, recovery
 //	lifecycle/clock  the clock the SDK waits on, and a fake one for tests
 //	jobqueue       the job machine, the Queue and the Worker
-//	jobqueue/nlm   the NLM-job machine and processor; a run step that waits for it
+//	lifecycle/nlm   the NLM-job machine and processor; a run step that waits for it
 //	inbox          the inbox entry machine
 //	artifact       the artifact model
 //	adapters/…     memstore, filestore, s3store; httpapi (the HTTP API and its

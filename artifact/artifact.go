@@ -26,11 +26,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // SourceRef is a source an artifact cites (seed 003 §3.1 "sources").
@@ -40,12 +43,12 @@ type SourceRef struct {
 }
 
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
-// (seed 003 §3.1). The embedded storage.Meta is the seed's "version" (1 on
+// (seed 003 §3.1). The embedded records.Meta is the seed's "version" (1 on
 // create; a finalized artifact is never rewritten: only a lost attempt's
 // artifact, which no job points at, is replaced by the next attempt's, with
 // the version counted on).
 type Artifact struct {
-	storage.Meta
+	records.Meta
 	ArtifactID  string          `json:"artifact_id"`
 	JobID       string          `json:"job_id"`
 	RunID       string          `json:"run_id,omitempty"`
@@ -69,10 +72,10 @@ type Artifact struct {
 
 // Draft is what a writer supplies to Create; the store fills in the id,
 // times, finalization, version and URL. Its text is bounded: at most
-// lifecycle.MaxListLen tags (lifecycle.MaxNameBytes each), entity refs and
-// sources (lifecycle.MaxRefBytes per ref, lifecycle.MaxTextBytes per
-// excerpt), content of at most lifecycle.MaxDocumentBytes, all valid UTF-8
-// without NUL; Create refuses more with a *lifecycle.InputError.
+// codes.MaxListLen tags (codes.MaxNameBytes each), entity refs and
+// sources (codes.MaxRefBytes per ref, codes.MaxTextBytes per
+// excerpt), content of at most codes.MaxDocumentBytes, all valid UTF-8
+// without NUL; Create refuses more with a *codes.InputError.
 type Draft struct {
 	JobID      string
 	RunID      string
@@ -137,7 +140,7 @@ type Config struct {
 // Store reads and writes artifacts. It is safe for concurrent use.
 type Store struct {
 	cfg   Config
-	audit *storage.AuditLog
+	audit *records.AuditLog
 }
 
 // New returns a Store for cfg.
@@ -163,7 +166,7 @@ func New(cfg Config) (*Store, error) {
 		}
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
-	return &Store{cfg: cfg, audit: &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
+	return &Store{cfg: cfg, audit: &records.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
 }
 
 // ErrNotFinalized is returned for a stored artifact whose finalized flag
@@ -219,34 +222,34 @@ func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error)
 // lifecycle check, before the content is parsed: tags (MaxNameBytes), entity
 // and source refs (MaxRefBytes), excerpts (MaxTextBytes), each list at most
 // MaxListLen items, and the content (MaxDocumentBytes). It returns nil or a
-// *lifecycle.InputError.
+// *codes.InputError.
 func (d *Draft) checkText() error {
 	for _, l := range []struct {
 		field string
 		items []string
 		limit int
-	}{{"tags", d.Tags, lifecycle.MaxNameBytes}, {"entity_refs", d.EntityRefs, lifecycle.MaxRefBytes}} {
-		if err := lifecycle.CheckList(l.field, len(l.items)); err != nil {
+	}{{"tags", d.Tags, codes.MaxNameBytes}, {"entity_refs", d.EntityRefs, codes.MaxRefBytes}} {
+		if err := codes.CheckList(l.field, len(l.items)); err != nil {
 			return err
 		}
 		for i, v := range l.items {
-			if err := lifecycle.CheckText(fmt.Sprintf("%s[%d]", l.field, i), v, l.limit, lifecycle.OneLine); err != nil {
+			if err := codes.CheckText(fmt.Sprintf("%s[%d]", l.field, i), v, l.limit, codes.OneLine); err != nil {
 				return err
 			}
 		}
 	}
-	if err := lifecycle.CheckList("sources", len(d.Sources)); err != nil {
+	if err := codes.CheckList("sources", len(d.Sources)); err != nil {
 		return err
 	}
 	for i, s := range d.Sources {
-		if err := lifecycle.CheckText(fmt.Sprintf("sources[%d].ref", i), s.Ref, lifecycle.MaxRefBytes, lifecycle.OneLine); err != nil {
+		if err := codes.CheckText(fmt.Sprintf("sources[%d].ref", i), s.Ref, codes.MaxRefBytes, codes.OneLine); err != nil {
 			return err
 		}
-		if err := lifecycle.CheckText(fmt.Sprintf("sources[%d].excerpt", i), s.Excerpt, lifecycle.MaxTextBytes, lifecycle.MultiLine); err != nil {
+		if err := codes.CheckText(fmt.Sprintf("sources[%d].excerpt", i), s.Excerpt, codes.MaxTextBytes, codes.MultiLine); err != nil {
 			return err
 		}
 	}
-	return lifecycle.CheckBytes("content", d.Content, lifecycle.MaxDocumentBytes)
+	return codes.CheckBytes("content", d.Content, codes.MaxDocumentBytes)
 }
 
 // Create writes the artifact of draft's job, finalized, and reports
@@ -263,7 +266,7 @@ func (d *Draft) checkText() error {
 // of the same epoch is returned unchanged (created false); one of an older
 // epoch, left by an attempt that lost its job and can therefore back no
 // COMPLETE job, is replaced by compare-and-swap on its version; one of a
-// newer epoch makes Create fail with an error matching storage.ErrLeaseLost,
+// newer epoch makes Create fail with an error matching records.ErrLeaseLost,
 // having written nothing.
 func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d Draft) (Artifact, bool, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {
@@ -276,7 +279,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 		return Artifact{}, false, invalid("epoch", "negative (%d)", d.Epoch)
 	}
 	id := IDForJob(d.JobID)
-	key, err := storage.ArtifactKey(cid, id)
+	key, err := layout.ArtifactKey(cid, id)
 	if err != nil {
 		return Artifact{}, false, err
 	}
@@ -303,9 +306,9 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	if d.Epoch > 0 {
 		return s.createFenced(ctx, actor, key, a, d.Audited)
 	}
-	_, err = storage.Create(ctx, s.cfg.Store, key, &a)
+	_, err = records.Create(ctx, s.cfg.Store, key, &a)
 	if errors.Is(err, storage.ErrPreconditionFailed) {
-		existing, _, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+		existing, _, err := records.Read[Artifact](ctx, s.cfg.Store, key)
 		if err != nil {
 			return Artifact{}, false, err
 		}
@@ -315,7 +318,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 		return Artifact{}, false, err
 	}
 	if !d.Audited {
-		s.record(ctx, storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+		s.record(ctx, records.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 			RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
 	}
 	return a, true, nil
@@ -335,7 +338,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 		if old != nil {
 			var o Artifact
 			if err := json.Unmarshal(old, &o); err != nil {
-				return nil, false, &storage.CorruptError{Key: key, Version: ver, Data: old, Reason: "cannot decode", Err: err}
+				return nil, false, &records.CorruptError{Key: key, Version: ver, Data: old, Reason: "cannot decode", Err: err}
 			}
 			if o.Epoch == a.Epoch {
 				own = &o
@@ -355,7 +358,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 	if own != nil {
 		return *own, false, nil
 	}
-	ev := storage.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+	ev := records.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: a.ArtifactID, To: "finalized", TS: a.CreatedAt}
 	if replaced >= 0 {
 		ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
@@ -377,7 +380,7 @@ func artifactEpoch(b []byte) (int64, bool) {
 	return a.Epoch, true
 }
 
-func (s *Store) record(ctx context.Context, ev storage.AuditEvent) {
+func (s *Store) record(ctx context.Context, ev records.AuditEvent) {
 	if _, err := s.audit.Record(ctx, ev); err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "artifact: audit write failed", "event", ev.Event, "artifact_id", ev.ArtifactID, "err", err)
 	}
@@ -389,11 +392,11 @@ func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) 
 	if err := authority.Check(actor, authority.Artifacts, authority.Read, authority.Scope{}); err != nil {
 		return Artifact{}, err
 	}
-	key, err := storage.ArtifactKey(cid, id)
+	key, err := layout.ArtifactKey(cid, id)
 	if err != nil {
 		return Artifact{}, err
 	}
-	a, _, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+	a, _, err := records.Read[Artifact](ctx, s.cfg.Store, key)
 	return a, err
 }
 
@@ -407,7 +410,7 @@ func (s *Store) GetForJob(ctx context.Context, actor lifecycle.Actor, cid, jobID
 
 // Prefix returns the List prefix of a project's artifacts.
 func Prefix(cid string) (string, error) {
-	return storage.ArtifactsPrefix(cid)
+	return layout.ArtifactsPrefix(cid)
 }
 
 // List yields the artifacts of project cid in key order. The actor needs
@@ -428,7 +431,7 @@ func (s *Store) List(ctx context.Context, actor lifecycle.Actor, cid string) ite
 				yield(Artifact{}, err)
 				return
 			}
-			a, _, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+			a, _, err := records.Read[Artifact](ctx, s.cfg.Store, key)
 			if errors.Is(err, storage.ErrNotFound) {
 				continue // cleaned up since listing
 			}
@@ -447,11 +450,11 @@ func (s *Store) Delete(ctx context.Context, actor lifecycle.Actor, cid, id strin
 	if err := authority.Check(actor, authority.Artifacts, authority.Delete, authority.Scope{Cleanup: true}); err != nil {
 		return err
 	}
-	key, err := storage.ArtifactKey(cid, id)
+	key, err := layout.ArtifactKey(cid, id)
 	if err != nil {
 		return err
 	}
-	a, ver, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+	a, ver, err := records.Read[Artifact](ctx, s.cfg.Store, key)
 	if err != nil {
 		return err
 	}
@@ -472,7 +475,7 @@ func (s *Store) deleteOld(ctx context.Context, actor lifecycle.Actor, key string
 	if err := s.cfg.Store.Delete(ctx, key, storage.IfMatch(ver)); err != nil {
 		return err
 	}
-	s.record(ctx, storage.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
+	s.record(ctx, records.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: a.ArtifactID, From: "finalized"})
 	return nil
 }
@@ -493,7 +496,7 @@ func (s *Store) Cleanup(ctx context.Context, actor lifecycle.Actor, cid string) 
 		if err != nil {
 			return deleted, err
 		}
-		a, ver, err := storage.Read[Artifact](ctx, s.cfg.Store, key)
+		a, ver, err := records.Read[Artifact](ctx, s.cfg.Store, key)
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}

@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 var t0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
@@ -94,7 +95,7 @@ func TestCreateOncePerJob(t *testing.T) {
 		}
 		// The audit log has the one creation.
 		n := 0
-		for ev, err := range storage.ReadAuditDay(ctx, s, t0) {
+		for ev, err := range records.ReadAuditDay(ctx, s, t0) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,7 +291,7 @@ func TestCreateFencedByEpoch(t *testing.T) {
 		{"same epoch", 3, 3, nil, false, 3, 1},
 		{"older epoch replaced", 2, 3, nil, true, 3, 2},
 		{"unfenced one replaced", 0, 3, nil, true, 3, 2},
-		{"newer epoch wins", 4, 3, storage.ErrLeaseLost, false, 4, 1},
+		{"newer epoch wins", 4, 3, records.ErrLeaseLost, false, 4, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

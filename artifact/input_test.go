@@ -10,9 +10,10 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TestCreateRefusesBadText sends every free-text field of a Draft an
@@ -31,18 +32,18 @@ func TestCreateRefusesBadText(t *testing.T) {
 		limit int
 		set   func(d *artifact.Draft, v string)
 	}{
-		{"tags[1]", lifecycle.MaxNameBytes, func(d *artifact.Draft, v string) { d.Tags = []string{"t", v} }},
-		{"entity_refs[0]", lifecycle.MaxRefBytes, func(d *artifact.Draft, v string) { d.EntityRefs = []string{v} }},
-		{"sources[0].ref", lifecycle.MaxRefBytes, func(d *artifact.Draft, v string) { d.Sources[0].Ref = v }},
-		{"sources[0].excerpt", lifecycle.MaxTextBytes, func(d *artifact.Draft, v string) { d.Sources[0].Excerpt = v }},
-		{"content", lifecycle.MaxDocumentBytes, func(d *artifact.Draft, v string) {
+		{"tags[1]", codes.MaxNameBytes, func(d *artifact.Draft, v string) { d.Tags = []string{"t", v} }},
+		{"entity_refs[0]", codes.MaxRefBytes, func(d *artifact.Draft, v string) { d.EntityRefs = []string{v} }},
+		{"sources[0].ref", codes.MaxRefBytes, func(d *artifact.Draft, v string) { d.Sources[0].Ref = v }},
+		{"sources[0].excerpt", codes.MaxTextBytes, func(d *artifact.Draft, v string) { d.Sources[0].Excerpt = v }},
+		{"content", codes.MaxDocumentBytes, func(d *artifact.Draft, v string) {
 			d.Content = json.RawMessage(`{"title":"t","body":"` + v + `","entity_map":{},"word_count":1}`)
 		}},
 	}
 	bad := []struct{ name, value, code string }{
-		{"oversized", "", lifecycle.CodeInputTooLarge}, // value: limit+1 bytes, below
-		{"invalid UTF-8", "ok\xff\xfe", lifecycle.CodeInvalidInput},
-		{"NUL", "ok\x00ok", lifecycle.CodeInvalidInput},
+		{"oversized", "", codes.InputTooLarge}, // value: limit+1 bytes, below
+		{"invalid UTF-8", "ok\xff\xfe", codes.InvalidInput},
+		{"NUL", "ok\x00ok", codes.InvalidInput},
 	}
 	for i, in := range inputs {
 		for j, bv := range bad {
@@ -57,7 +58,7 @@ func TestCreateRefusesBadText(t *testing.T) {
 				in.set(&d, v)
 				before := teststores.Snapshot(t, s)
 				_, created, err := a.Create(ctx, lifecycle.ActorNLMBackend, "proj", d)
-				var ie *lifecycle.InputError
+				var ie *codes.InputError
 				if created || !errors.Is(err, artifact.ErrInvalidArtifact) || !errors.As(err, &ie) || ie.Field != in.field {
 					t.Errorf("created %v, err %.300v: want ErrInvalidArtifact with an *InputError for %s", created, err, in.field)
 				}
@@ -71,7 +72,7 @@ func TestCreateRefusesBadText(t *testing.T) {
 	for _, field := range []string{"tags", "entity_refs", "sources"} {
 		t.Run("too many "+field, func(t *testing.T) {
 			d := draft("job-many-" + field)
-			many := make([]string, lifecycle.MaxListLen+1)
+			many := make([]string, codes.MaxListLen+1)
 			for i := range many {
 				many[i] = "x"
 			}
@@ -88,7 +89,7 @@ func TestCreateRefusesBadText(t *testing.T) {
 			}
 			before := teststores.Snapshot(t, s)
 			_, _, err := a.Create(ctx, lifecycle.ActorNLMBackend, "proj", d)
-			if lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge || !errors.Is(err, artifact.ErrInvalidArtifact) {
+			if lifecycle.ErrorCode(err) != codes.InputTooLarge || !errors.Is(err, artifact.ErrInvalidArtifact) {
 				t.Errorf("%d %s: %v", len(many), field, err)
 			}
 			teststores.Unchanged(t, s, before)

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 )
 
 var env teststores.Env

@@ -15,9 +15,12 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // DefaultTTL is an entry's lifetime while pending unless it says otherwise
@@ -49,7 +52,7 @@ type Config struct {
 type Box struct {
 	cfg   Config
 	ttlH  int
-	audit *storage.AuditLog
+	audit *records.AuditLog
 	quar  *core.Quarantiner
 }
 
@@ -71,7 +74,7 @@ func New(cfg Config) (*Box, error) {
 	if h > MaxTTLHours {
 		return nil, fmt.Errorf("inbox: DefaultTTL %s is longer than %d hours", cfg.DefaultTTL, MaxTTLHours)
 	}
-	return &Box{cfg: cfg, ttlH: h, audit: &storage.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
+	return &Box{cfg: cfg, ttlH: h, audit: &records.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
 		quar: &core.Quarantiner{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}, nil
 }
 
@@ -79,8 +82,8 @@ func New(cfg Config) (*Box, error) {
 // as missing (ErrNotFound), so a poison entry never stops a listing, the
 // stats or the expiry pass.
 func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, error) {
-	d, v, err := storage.Read[entryDoc](ctx, b.cfg.Store, key)
-	var ce *storage.CorruptError
+	d, v, err := records.Read[entryDoc](ctx, b.cfg.Store, key)
+	var ce *records.CorruptError
 	if errors.As(err, &ce) {
 		if _, qerr := b.quar.Move(ctx, ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 			return d, v, qerr
@@ -91,7 +94,7 @@ func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, 
 }
 
 // Errors of the inbox, each with a code of lifecycle's one table
-// (lifecycle.ErrorCode, lifecycle.HTTPStatus):
+// (lifecycle.ErrorCode, codes.HTTPStatus):
 //
 //   - bad input matches ErrInvalidEntry: a *ValidationError, INVALID_INPUT
 //     (400) or INPUT_TOO_LARGE (413) for text, INVALID_REQUEST (400) for the
@@ -104,7 +107,7 @@ func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, 
 //   - a refused actor matches lifecycle.ErrForbiddenActor: FORBIDDEN (403).
 var (
 	ErrInvalidEntry       = errors.New("inbox: invalid entry")
-	ErrEntryExists  error = &codedError{err: errors.New("inbox: entry already exists"), code: lifecycle.CodeInboxEntryExists}
+	ErrEntryExists  error = &codedError{err: errors.New("inbox: entry already exists"), code: codes.InboxEntryExists}
 	// ErrNotFound matches a missing entry (and storage.ErrNotFound).
 	ErrNotFound = storage.ErrNotFound
 )
@@ -128,19 +131,19 @@ func transitionError(err error) error {
 	if !errors.As(err, &ite) {
 		return err
 	}
-	if ite.From == string(Expired) {
-		return &codedError{err: err, code: lifecycle.CodeInboxEntryExpired}
+	if ite.From == string(lifecycle.InboxExpired) {
+		return &codedError{err: err, code: codes.InboxEntryExpired}
 	}
-	return &codedError{err: err, code: lifecycle.CodeInboxInvalidTransition}
+	return &codedError{err: err, code: codes.InboxInvalidTransition}
 }
 
 // ValidationError says which field of a submission is wrong. It matches
-// ErrInvalidEntry, and a *lifecycle.InputError when the field's text broke
+// ErrInvalidEntry, and a *codes.InputError when the field's text broke
 // its limit or was not clean.
 type ValidationError struct {
 	Field  string
 	Reason string
-	// Err is the *lifecycle.InputError of a text field, or nil.
+	// Err is the *codes.InputError of a text field, or nil.
 	Err error
 }
 
@@ -161,7 +164,7 @@ func (e *ValidationError) Code() string {
 	if e.Err != nil {
 		return lifecycle.ErrorCode(e.Err)
 	}
-	return lifecycle.CodeInvalidRequest
+	return codes.InvalidRequest
 }
 
 func invalid(field, format string, args ...any) error {
@@ -172,10 +175,10 @@ func invalid(field, format string, args ...any) error {
 // validation gate. ID may be empty (a fresh id is drawn); status,
 // created_at and the outcome fields are the Box's to set.
 type Submission struct {
-	ID       string   `json:"id,omitempty"`
-	Source   Source   `json:"source"`
-	Intent   Intent   `json:"intent"`
-	Metadata Metadata `json:"metadata"`
+	ID       string                  `json:"id,omitempty"`
+	Source   lifecycle.InboxSource   `json:"source"`
+	Intent   lifecycle.InboxIntent   `json:"intent"`
+	Metadata lifecycle.InboxMetadata `json:"metadata"`
 }
 
 // DecodeSubmission decodes a submission from JSON, refusing unknown fields
@@ -197,12 +200,12 @@ var sourceTypes = []string{"ui", "telegram", "webhook", "agent", "cron"}
 
 // text checks a text field with lifecycle's one input check (limits shared
 // with the rest of the SDK); required refuses the empty string.
-func text(field, s string, limit int, kind lifecycle.TextKind, required bool) error {
+func text(field, s string, limit int, kind codes.TextKind, required bool) error {
 	if s == "" && required {
 		return invalid(field, "empty")
 	}
-	err := lifecycle.CheckText(field, s, limit, kind)
-	if ie := (*lifecycle.InputError)(nil); errors.As(err, &ie) {
+	err := codes.CheckText(field, s, limit, kind)
+	if ie := (*codes.InputError)(nil); errors.As(err, &ie) {
 		return &ValidationError{Field: field, Reason: ie.Reason, Err: err}
 	}
 	return err
@@ -212,20 +215,20 @@ func text(field, s string, limit int, kind lifecycle.TextKind, required bool) er
 //
 //   - id, if set, is a valid storage id;
 //   - source.type is one of ui, telegram, webhook, agent, cron, and
-//     source.identity is set (at most lifecycle.MaxNameBytes, 256);
+//     source.identity is set (at most codes.MaxNameBytes, 256);
 //   - intent.action is set, lower-case letters, digits and "-" (at most 64
-//     bytes), and intent.target is set (at most lifecycle.MaxRefBytes, 1 KiB);
+//     bytes), and intent.target is set (at most codes.MaxRefBytes, 1 KiB);
 //   - metadata.priority is "normal" (the default when empty) or "high";
 //     metadata.ttl_hours is 0 (the Box's default) or 1..MaxTTLHours;
-//     metadata.correlation_id has at most lifecycle.MaxNameBytes.
+//     metadata.correlation_id has at most codes.MaxNameBytes.
 //
 // Text fields must be one line of UTF-8 without control characters
-// (lifecycle.CheckText). Errors match ErrInvalidEntry and name the field.
+// (codes.CheckText). Errors match ErrInvalidEntry and name the field.
 func (s *Submission) Validate() error {
 	// The fields of a fixed set are text too: invalid UTF-8 in one is
 	// INVALID_INPUT, as in any other field, before its value is judged.
 	for _, f := range []struct{ name, v string }{{"source.type", s.Source.Type}, {"intent.action", s.Intent.Action}, {"metadata.priority", s.Metadata.Priority}} {
-		if err := text(f.name, f.v, lifecycle.MaxNameBytes, lifecycle.OneLine, false); err != nil {
+		if err := text(f.name, f.v, codes.MaxNameBytes, codes.OneLine, false); err != nil {
 			return err
 		}
 	}
@@ -241,7 +244,7 @@ func (s *Submission) Validate() error {
 	if !ok {
 		return invalid("source.type", "%q is not one of %s", s.Source.Type, strings.Join(sourceTypes, ", "))
 	}
-	if err := text("source.identity", s.Source.Identity, lifecycle.MaxNameBytes, lifecycle.OneLine, true); err != nil {
+	if err := text("source.identity", s.Source.Identity, codes.MaxNameBytes, codes.OneLine, true); err != nil {
 		return err
 	}
 	if s.Intent.Action == "" || len(s.Intent.Action) > 64 {
@@ -252,7 +255,7 @@ func (s *Submission) Validate() error {
 			return invalid("intent.action", "%q is not lower-case letters, digits and \"-\"", s.Intent.Action)
 		}
 	}
-	if err := text("intent.target", s.Intent.Target, lifecycle.MaxRefBytes, lifecycle.OneLine, true); err != nil {
+	if err := text("intent.target", s.Intent.Target, codes.MaxRefBytes, codes.OneLine, true); err != nil {
 		return err
 	}
 	if s.Metadata.Priority != "" && s.Metadata.Priority != "normal" && s.Metadata.Priority != "high" {
@@ -261,13 +264,13 @@ func (s *Submission) Validate() error {
 	if s.Metadata.TTLHours < 0 || s.Metadata.TTLHours > MaxTTLHours {
 		return invalid("metadata.ttl_hours", "%d is outside 1..%d", s.Metadata.TTLHours, MaxTTLHours)
 	}
-	return text("metadata.correlation_id", s.Metadata.CorrelationID, lifecycle.MaxNameBytes, lifecycle.OneLine, false)
+	return text("metadata.correlation_id", s.Metadata.CorrelationID, codes.MaxNameBytes, codes.OneLine, false)
 }
 
 // entryDoc is the stored form of an Entry.
 type entryDoc struct {
-	storage.Meta
-	Entry
+	records.Meta
+	lifecycle.InboxEntry
 }
 
 func newEntryID(now time.Time) string {
@@ -277,8 +280,8 @@ func newEntryID(now time.Time) string {
 }
 
 // forbidden refuses a write by an actor the inbox machine does not list.
-func forbidden(to State, event lifecycle.Event, actor lifecycle.Actor, allowed lifecycle.Actor) error {
-	return &lifecycle.ForbiddenActorError{Machine: Machine().Name(), To: string(to), Event: string(event),
+func forbidden(to lifecycle.InboxState, event lifecycle.Event, actor lifecycle.Actor, allowed lifecycle.Actor) error {
+	return &lifecycle.ForbiddenActorError{Machine: lifecycle.InboxMachine().Name(), To: string(to), Event: string(event),
 		Actor: actor, Allowed: []lifecycle.Actor{allowed}}
 }
 
@@ -286,12 +289,12 @@ func forbidden(to State, event lifecycle.Event, actor lifecycle.Actor, allowed l
 // entry. Only the gateway (the seed's Worker) submits. Bad input
 // (ErrInvalidEntry), a refused actor (FORBIDDEN) or an id in use
 // (ErrEntryExists) writes nothing.
-func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission) (Entry, error) {
+func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission) (lifecycle.InboxEntry, error) {
 	if actor != lifecycle.ActorGateway {
-		return Entry{}, forbidden(Pending, "submit", actor, lifecycle.ActorGateway)
+		return lifecycle.InboxEntry{}, forbidden(lifecycle.InboxPending, "submit", actor, lifecycle.ActorGateway)
 	}
 	if err := sub.Validate(); err != nil {
-		return Entry{}, err
+		return lifecycle.InboxEntry{}, err
 	}
 	now := b.cfg.Clock.Now().UTC()
 	if sub.ID == "" {
@@ -303,30 +306,30 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission)
 	if sub.Metadata.TTLHours == 0 {
 		sub.Metadata.TTLHours = b.ttlH
 	}
-	key, err := storage.InboxKey(sub.ID)
+	key, err := layout.InboxKey(sub.ID)
 	if err != nil {
-		return Entry{}, err
+		return lifecycle.InboxEntry{}, err
 	}
-	expiredKey, _ := storage.InboxExpiredKey(sub.ID)
+	expiredKey, _ := layout.InboxExpiredKey(sub.ID)
 	if _, _, err := b.cfg.Store.Get(ctx, expiredKey); err == nil {
-		return Entry{}, fmt.Errorf("%w: %s (expired)", ErrEntryExists, sub.ID)
+		return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s (expired)", ErrEntryExists, sub.ID)
 	} else if !errors.Is(err, storage.ErrNotFound) {
-		return Entry{}, err
+		return lifecycle.InboxEntry{}, err
 	}
-	doc := entryDoc{Entry: Entry{ID: sub.ID, Source: sub.Source, Intent: sub.Intent, Metadata: sub.Metadata,
-		Status: Pending, CreatedAt: now}}
-	if _, err := storage.Create(ctx, b.cfg.Store, key, &doc); err != nil {
+	doc := entryDoc{InboxEntry: lifecycle.InboxEntry{ID: sub.ID, Source: sub.Source, Intent: sub.Intent, Metadata: sub.Metadata,
+		Status: lifecycle.InboxPending, CreatedAt: now}}
+	if _, err := records.Create(ctx, b.cfg.Store, key, &doc); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
-			return Entry{}, fmt.Errorf("%w: %s", ErrEntryExists, sub.ID)
+			return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s", ErrEntryExists, sub.ID)
 		}
-		return Entry{}, err
+		return lifecycle.InboxEntry{}, err
 	}
-	b.record(ctx, actor, doc.ID, "", Pending)
-	return doc.Entry, nil
+	b.record(ctx, actor, doc.ID, "", lifecycle.InboxPending)
+	return doc.InboxEntry, nil
 }
 
-func (b *Box) record(ctx context.Context, actor lifecycle.Actor, id string, from, to State) {
-	ev := storage.AuditEvent{Event: "inbox.status.update", Actor: string(actor), EntryID: id, From: string(from), To: string(to)}
+func (b *Box) record(ctx context.Context, actor lifecycle.Actor, id string, from, to lifecycle.InboxState) {
+	ev := records.AuditEvent{Event: "inbox.status.update", Actor: string(actor), EntryID: id, From: string(from), To: string(to)}
 	if from == "" {
 		ev.Event = "inbox.create"
 	}
@@ -336,72 +339,67 @@ func (b *Box) record(ctx context.Context, actor lifecycle.Actor, id string, from
 }
 
 // move fires event on the live entry id as actor, with set applied after.
-func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event lifecycle.Event, set func(*Entry)) (Entry, error) {
-	key, err := storage.InboxKey(id)
+func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event lifecycle.Event, set func(*lifecycle.InboxEntry)) (lifecycle.InboxEntry, error) {
+	key, err := layout.InboxKey(id)
 	if err != nil {
-		return Entry{}, err
+		return lifecycle.InboxEntry{}, err
 	}
-	var from State
+	var from lifecycle.InboxState
 	_, d, err := (&core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
 		from = d.Status
-		if _, err := Machine().Fire(ctx, &d.Entry, event, actor); err != nil {
+		if _, err := lifecycle.InboxMachine().Fire(ctx, &d.InboxEntry, event, actor); err != nil {
 			return transitionError(err)
 		}
 		if set != nil {
-			set(&d.Entry)
+			set(&d.InboxEntry)
 		}
 		return nil
 	})
 	if errors.Is(err, storage.ErrNotFound) {
 		// An expired entry has moved; report it as the terminal state it is.
 		if e, gerr := b.Get(ctx, id); gerr == nil {
-			_, err = Machine().Fire(ctx, &e, event, actor)
-			return Entry{}, transitionError(err)
+			_, err = lifecycle.InboxMachine().Fire(ctx, &e, event, actor)
+			return lifecycle.InboxEntry{}, transitionError(err)
 		}
 	}
 	if err != nil {
-		return Entry{}, err
+		return lifecycle.InboxEntry{}, err
 	}
 	b.record(ctx, actor, id, from, d.Status)
-	return d.Entry, nil
+	return d.InboxEntry, nil
 }
 
 // Process records that the validation gate passed and the entry became
 // proposal proposalID: pending → processed. Only the gateway processes.
-func (b *Box) Process(ctx context.Context, actor lifecycle.Actor, id, proposalID string) (Entry, error) {
+func (b *Box) Process(ctx context.Context, actor lifecycle.Actor, id, proposalID string) (lifecycle.InboxEntry, error) {
 	if err := storage.ValidateID("proposal id", proposalID); err != nil {
-		return Entry{}, invalid("proposal_id", "%v", err)
+		return lifecycle.InboxEntry{}, invalid("proposal_id", "%v", err)
 	}
-	return b.move(ctx, actor, id, EventProcess, func(e *Entry) { e.ProposalID = proposalID })
+	return b.move(ctx, actor, id, lifecycle.EventInboxProcess, func(e *lifecycle.InboxEntry) { e.ProposalID = proposalID })
 }
 
 // Reject records that the validation gate refused the entry: pending →
-// rejected, with the reason (1 byte to lifecycle.MaxTextBytes, may span
+// rejected, with the reason (1 byte to codes.MaxTextBytes, may span
 // lines, as every reason in the SDK). Only the gateway rejects.
-func (b *Box) Reject(ctx context.Context, actor lifecycle.Actor, id, reason string) (Entry, error) {
-	if err := text("rejection_reason", reason, lifecycle.MaxTextBytes, lifecycle.MultiLine, true); err != nil {
-		return Entry{}, err
+func (b *Box) Reject(ctx context.Context, actor lifecycle.Actor, id, reason string) (lifecycle.InboxEntry, error) {
+	if err := text("rejection_reason", reason, codes.MaxTextBytes, codes.MultiLine, true); err != nil {
+		return lifecycle.InboxEntry{}, err
 	}
-	return b.move(ctx, actor, id, EventReject, func(e *Entry) { e.RejectionReason = reason })
+	return b.move(ctx, actor, id, lifecycle.EventInboxReject, func(e *lifecycle.InboxEntry) { e.RejectionReason = reason })
 }
 
 // Get returns an entry, live or expired.
-func (b *Box) Get(ctx context.Context, id string) (Entry, error) {
-	key, err := storage.InboxKey(id)
+func (b *Box) Get(ctx context.Context, id string) (lifecycle.InboxEntry, error) {
+	key, err := layout.InboxKey(id)
 	if err != nil {
-		return Entry{}, err
+		return lifecycle.InboxEntry{}, err
 	}
 	d, _, err := b.read(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
-		ek, _ := storage.InboxExpiredKey(id)
+		ek, _ := layout.InboxExpiredKey(id)
 		d, _, err = b.read(ctx, ek)
 	}
-	return d.Entry, err
-}
-
-// Expires tells when e's TTL runs out.
-func (e *Entry) Expires() time.Time {
-	return e.CreatedAt.Add(time.Duration(e.Metadata.TTLHours) * time.Hour)
+	return d.InboxEntry, err
 }
 
 const (
@@ -425,7 +423,7 @@ func liveID(key string) (string, bool) {
 // system actor expires. It returns the ids it moved.
 func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, error) {
 	if actor != lifecycle.ActorSystem {
-		return nil, forbidden(Expired, EventExpire, actor, lifecycle.ActorSystem)
+		return nil, forbidden(lifecycle.InboxExpired, lifecycle.EventInboxExpire, actor, lifecycle.ActorSystem)
 	}
 	var moved []string
 	for key, err := range b.cfg.Store.List(ctx, livePrefix) {
@@ -443,13 +441,13 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 		if err != nil {
 			return moved, err
 		}
-		if d.Status == Pending && !b.cfg.Clock.Now().Before(d.Expires()) {
+		if d.Status == lifecycle.InboxPending && !b.cfg.Clock.Now().Before(d.Expires()) {
 			rec := &core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}
 			_, d, err = rec.Apply(ctx, func(d *entryDoc) error {
-				if d.Status != Pending || b.cfg.Clock.Now().Before(d.Expires()) {
+				if d.Status != lifecycle.InboxPending || b.cfg.Clock.Now().Before(d.Expires()) {
 					return errSkip
 				}
-				_, err := Machine().Fire(ctx, &d.Entry, EventExpire, actor)
+				_, err := lifecycle.InboxMachine().Fire(ctx, &d.InboxEntry, lifecycle.EventInboxExpire, actor)
 				return err
 			})
 			if errors.Is(err, errSkip) || errors.Is(err, storage.ErrNotFound) {
@@ -459,13 +457,13 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 				return moved, err
 			}
 			_, ver = rec.Snapshot()
-			b.record(ctx, actor, id, Pending, Expired)
+			b.record(ctx, actor, id, lifecycle.InboxPending, lifecycle.InboxExpired)
 		}
-		if d.Status != Expired {
+		if d.Status != lifecycle.InboxExpired {
 			continue
 		}
-		ek, _ := storage.InboxExpiredKey(id)
-		if _, err := storage.Create(ctx, b.cfg.Store, ek, &d); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		ek, _ := layout.InboxExpiredKey(id)
+		if _, err := records.Create(ctx, b.cfg.Store, ek, &d); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 			return moved, err
 		}
 		if err := b.cfg.Store.Delete(ctx, key, storage.IfMatch(ver)); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
@@ -481,7 +479,7 @@ var errSkip = errors.New("skip")
 // ListOptions filter List.
 type ListOptions struct {
 	// Status, when set, yields only entries in that state.
-	Status State
+	Status lifecycle.InboxState
 	// IncludeExpired yields expired entries too; they are hidden by default
 	// (seed 002 §1.4). Status Expired implies it.
 	IncludeExpired bool
@@ -489,17 +487,17 @@ type ListOptions struct {
 
 // List yields entries in the order of their keys (inbox/ and, when asked
 // for, inbox/expired/), for GET /inbox/entries?status=.
-func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[Entry, error] {
-	return func(yield func(Entry, error) bool) {
-		if opts.Status != "" && !Machine().IsState(opts.Status) {
-			yield(Entry{}, invalid("status", "%q is not pending, processed, rejected or expired", opts.Status))
+func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[lifecycle.InboxEntry, error] {
+	return func(yield func(lifecycle.InboxEntry, error) bool) {
+		if opts.Status != "" && !lifecycle.InboxMachine().IsState(opts.Status) {
+			yield(lifecycle.InboxEntry{}, invalid("status", "%q is not pending, processed, rejected or expired", opts.Status))
 			return
 		}
-		withExpired := opts.IncludeExpired || opts.Status == Expired
-		want := func(e *Entry) bool { return opts.Status == "" || e.Status == opts.Status }
+		withExpired := opts.IncludeExpired || opts.Status == lifecycle.InboxExpired
+		want := func(e *lifecycle.InboxEntry) bool { return opts.Status == "" || e.Status == opts.Status }
 		for key, err := range b.cfg.Store.List(ctx, livePrefix) {
 			if err != nil {
-				yield(Entry{}, err)
+				yield(lifecycle.InboxEntry{}, err)
 				return
 			}
 			id, live := liveID(key)
@@ -515,17 +513,17 @@ func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[Entry, error
 				continue
 			}
 			if err != nil {
-				yield(Entry{}, err)
+				yield(lifecycle.InboxEntry{}, err)
 				return
 			}
-			if live && d.Status == Expired {
+			if live && d.Status == lifecycle.InboxExpired {
 				// Moving: shown from inbox/expired/ once it is there.
-				ek, _ := storage.InboxExpiredKey(id)
+				ek, _ := layout.InboxExpiredKey(id)
 				if _, _, err := b.cfg.Store.Get(ctx, ek); err == nil || !withExpired {
 					continue
 				}
 			}
-			if want(&d.Entry) && !yield(d.Entry, nil) {
+			if want(&d.InboxEntry) && !yield(d.InboxEntry, nil) {
 				return
 			}
 		}
@@ -549,13 +547,13 @@ func (b *Box) Stats(ctx context.Context) (Stats, error) {
 			return s, err
 		}
 		switch e.Status {
-		case Pending:
+		case lifecycle.InboxPending:
 			s.Pending++
-		case Processed:
+		case lifecycle.InboxProcessed:
 			s.Processed++
-		case Rejected:
+		case lifecycle.InboxRejected:
 			s.Rejected++
-		case Expired:
+		case lifecycle.InboxExpired:
 			s.Expired++
 		}
 		s.Total++

@@ -10,11 +10,14 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 var t0 = time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
@@ -30,8 +33,8 @@ func newBox(t testing.TB, s storage.Store, c clock.Clock) *inbox.Box {
 
 func sub(id string) inbox.Submission {
 	return inbox.Submission{ID: id,
-		Source: inbox.Source{Type: "ui", Identity: "owner"},
-		Intent: inbox.Intent{Action: "propose-edit", Target: "notes/violin.pp.ua/sonata-bwv1001"}}
+		Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+		Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/violin.pp.ua/sonata-bwv1001"}}
 }
 
 func keys(t testing.TB, s storage.Store, prefix string) []string {
@@ -68,7 +71,7 @@ func TestLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(e.ID, "inbox_2026-02-14_") || e.Status != inbox.Pending || e.Metadata.TTLHours != 72 ||
+		if !strings.HasPrefix(e.ID, "inbox_2026-02-14_") || e.Status != lifecycle.InboxPending || e.Metadata.TTLHours != 72 ||
 			e.Metadata.Priority != "normal" || !e.CreatedAt.Equal(t0) {
 			t.Fatalf("submitted %+v", e)
 		}
@@ -78,11 +81,11 @@ func TestLifecycle(t *testing.T) {
 			}
 		}
 		p, err := b.Process(ctx, gw, "inbox_a", "proposal-1")
-		if err != nil || p.Status != inbox.Processed || p.ProposalID != "proposal-1" {
+		if err != nil || p.Status != lifecycle.InboxProcessed || p.ProposalID != "proposal-1" {
 			t.Fatalf("process %+v %v", p, err)
 		}
 		r, err := b.Reject(ctx, gw, "inbox_b", "target does not resolve")
-		if err != nil || r.Status != inbox.Rejected || r.RejectionReason != "target does not resolve" {
+		if err != nil || r.Status != lifecycle.InboxRejected || r.RejectionReason != "target does not resolve" {
 			t.Fatalf("reject %+v %v", r, err)
 		}
 		if _, err := b.Process(ctx, gw, "inbox_b", "proposal-2"); !errors.Is(err, lifecycle.ErrTerminalState) {
@@ -102,7 +105,7 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("expired objects %v", k)
 		}
 		got, err := b.Get(ctx, "inbox_c")
-		if err != nil || got.Status != inbox.Expired {
+		if err != nil || got.Status != lifecycle.InboxExpired {
 			t.Fatalf("expired entry %+v %v", got, err)
 		}
 		if _, err := b.Process(ctx, gw, "inbox_c", "p"); !errors.Is(err, lifecycle.ErrTerminalState) {
@@ -114,13 +117,13 @@ func TestLifecycle(t *testing.T) {
 		if l := list(t, b, inbox.ListOptions{}); fmt.Sprint(l) != "[inbox_a:processed inbox_b:rejected]" {
 			t.Fatalf("default list %v", l)
 		}
-		if l := list(t, b, inbox.ListOptions{Status: inbox.Expired}); len(l) != 2 {
+		if l := list(t, b, inbox.ListOptions{Status: lifecycle.InboxExpired}); len(l) != 2 {
 			t.Fatalf("expired list %v", l)
 		}
 		if l := list(t, b, inbox.ListOptions{IncludeExpired: true}); len(l) != 4 {
 			t.Fatalf("full list %v", l)
 		}
-		if l := list(t, b, inbox.ListOptions{Status: inbox.Processed}); fmt.Sprint(l) != "[inbox_a:processed]" {
+		if l := list(t, b, inbox.ListOptions{Status: lifecycle.InboxProcessed}); fmt.Sprint(l) != "[inbox_a:processed]" {
 			t.Fatalf("processed list %v", l)
 		}
 		st, err := b.Stats(ctx)
@@ -129,7 +132,7 @@ func TestLifecycle(t *testing.T) {
 		}
 		// The audit log has every write: 4 creations, process, reject, 2 expiries.
 		n := 0
-		for ev, err := range storage.ReadAuditDay(ctx, s, t0) {
+		for ev, err := range records.ReadAuditDay(ctx, s, t0) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +141,7 @@ func TestLifecycle(t *testing.T) {
 			}
 			n++
 		}
-		for ev, err := range storage.ReadAuditDay(ctx, s, clk.Now()) {
+		for ev, err := range records.ReadAuditDay(ctx, s, clk.Now()) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,10 +248,10 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		if after := keys(t, s, ""); len(after) != len(before) {
 			t.Errorf("refusals wrote: %v → %v", before, after)
 		}
-		if got, _ := b.Get(ctx, "inbox_1"); got.Status != inbox.Pending {
+		if got, _ := b.Get(ctx, "inbox_1"); got.Status != lifecycle.InboxPending {
 			t.Errorf("after refusals: %+v", got)
 		}
-		if got, err := b.Process(ctx, lifecycle.ActorGateway, "inbox_1", "p-1"); err != nil || got.Status != inbox.Processed {
+		if got, err := b.Process(ctx, lifecycle.ActorGateway, "inbox_1", "p-1"); err != nil || got.Status != lifecycle.InboxProcessed {
 			t.Errorf("the gateway's Process: %+v %v", got, err)
 		}
 	}
@@ -267,7 +270,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"intent.action", func(s *inbox.Submission) { s.Intent.Action = "Propose Edit" }},
 		{"intent.action", func(s *inbox.Submission) { s.Intent.Action = "" }},
 		{"intent.target", func(s *inbox.Submission) { s.Intent.Target = "" }},
-		{"intent.target", func(s *inbox.Submission) { s.Intent.Target = strings.Repeat("x", lifecycle.MaxRefBytes+1) }},
+		{"intent.target", func(s *inbox.Submission) { s.Intent.Target = strings.Repeat("x", codes.MaxRefBytes+1) }},
 		{"metadata.priority", func(s *inbox.Submission) { s.Metadata.Priority = "urgent" }},
 		{"metadata.ttl_hours", func(s *inbox.Submission) { s.Metadata.TTLHours = -1 }},
 		{"metadata.ttl_hours", func(s *inbox.Submission) { s.Metadata.TTLHours = inbox.MaxTTLHours + 1 }},
@@ -357,7 +360,7 @@ func TestPoisonEntryIsQuarantined(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	key, _ := storage.InboxKey("b-entry")
+	key, _ := layout.InboxKey("b-entry")
 	if _, err := s.Put(ctx, key, []byte("{junk"), storage.Condition{}); err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +373,7 @@ func TestPoisonEntryIsQuarantined(t *testing.T) {
 		t.Fatalf("ExpireDue past a poison entry: %v, %v", moved, err)
 	}
 	n := 0
-	for q, err := range storage.ListQuarantine(ctx, s) {
+	for q, err := range records.ListQuarantine(ctx, s) {
 		if err != nil || q.Key != key || string(q.Data) != "{junk" {
 			t.Fatalf("quarantine holds %+v, %v", q, err)
 		}

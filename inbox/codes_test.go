@@ -9,9 +9,10 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TestErrorCodes: every inbox error has a code of lifecycle's one table and
@@ -44,27 +45,27 @@ func TestErrorCodes(t *testing.T) {
 		http int
 	}{
 		{"id in use", func() error { _, err := b.Submit(ctx, gw, sub("inbox_rejected")); return err },
-			inbox.ErrEntryExists, lifecycle.CodeInboxEntryExists, 409},
+			inbox.ErrEntryExists, codes.InboxEntryExists, 409},
 		{"id of an expired entry", func() error { _, err := b.Submit(ctx, gw, sub("inbox_expired")); return err },
-			inbox.ErrEntryExists, lifecycle.CodeInboxEntryExists, 409},
+			inbox.ErrEntryExists, codes.InboxEntryExists, 409},
 		{"missing entry", func() error { _, err := b.Process(ctx, gw, "inbox_missing", "p"); return err },
-			inbox.ErrNotFound, lifecycle.CodeNotFound, 404},
+			inbox.ErrNotFound, codes.NotFound, 404},
 		{"get missing", func() error { _, err := b.Get(ctx, "inbox_missing"); return err },
-			inbox.ErrNotFound, lifecycle.CodeNotFound, 404},
+			inbox.ErrNotFound, codes.NotFound, 404},
 		{"process a rejected entry", func() error { _, err := b.Process(ctx, gw, "inbox_rejected", "p"); return err },
-			lifecycle.ErrTerminalState, lifecycle.CodeInboxInvalidTransition, 409},
+			lifecycle.ErrTerminalState, codes.InboxInvalidTransition, 409},
 		{"process an expired entry", func() error { _, err := b.Process(ctx, gw, "inbox_expired", "p"); return err },
-			lifecycle.ErrTerminalState, lifecycle.CodeInboxEntryExpired, 410},
+			lifecycle.ErrTerminalState, codes.InboxEntryExpired, 410},
 		{"reject an expired entry", func() error { _, err := b.Reject(ctx, gw, "inbox_expired", "late"); return err },
-			lifecycle.ErrInvalidTransition, lifecycle.CodeInboxEntryExpired, 410},
+			lifecycle.ErrInvalidTransition, codes.InboxEntryExpired, 410},
 		{"bad source type", func() error { _, err := b.Submit(ctx, gw, badType); return err },
-			inbox.ErrInvalidEntry, lifecycle.CodeInvalidRequest, 400},
+			inbox.ErrInvalidEntry, codes.InvalidRequest, 400},
 		{"bad proposal id", func() error { _, err := b.Process(ctx, gw, "inbox_rejected", "a/b"); return err },
-			inbox.ErrInvalidEntry, lifecycle.CodeInvalidRequest, 400},
+			inbox.ErrInvalidEntry, codes.InvalidRequest, 400},
 		{"bad entry id", func() error { _, err := b.Get(ctx, "../x"); return err },
-			nil, lifecycle.CodeInvalidInput, 400},
+			nil, codes.InvalidInput, 400},
 		{"refused actor", func() error { _, err := b.Submit(ctx, lifecycle.ActorMastra, sub("inbox_new")); return err },
-			lifecycle.ErrForbiddenActor, lifecycle.CodeForbidden, 403},
+			lifecycle.ErrForbiddenActor, codes.Forbidden, 403},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,8 +74,8 @@ func TestErrorCodes(t *testing.T) {
 				t.Errorf("err = %v, want %v", err, tt.is)
 			}
 			code := lifecycle.ErrorCode(err)
-			if code != tt.code || lifecycle.HTTPStatus(code) != tt.http {
-				t.Errorf("code %s (%d), want %s (%d): %v", code, lifecycle.HTTPStatus(code), tt.code, tt.http, err)
+			if code != tt.code || codes.HTTPStatus(code) != tt.http {
+				t.Errorf("code %s (%d), want %s (%d): %v", code, codes.HTTPStatus(code), tt.code, tt.http, err)
 			}
 		})
 	}
@@ -100,33 +101,33 @@ func TestTextLimits(t *testing.T) {
 		limit int
 		call  func(v string) error
 	}{
-		{"source.identity", lifecycle.MaxNameBytes, func(v string) error {
+		{"source.identity", codes.MaxNameBytes, func(v string) error {
 			in := sub("inbox_n")
 			in.Source.Identity = v
 			_, err := b.Submit(ctx, gw, in)
 			return err
 		}},
-		{"intent.target", lifecycle.MaxRefBytes, func(v string) error {
+		{"intent.target", codes.MaxRefBytes, func(v string) error {
 			in := sub("inbox_n")
 			in.Intent.Target = v
 			_, err := b.Submit(ctx, gw, in)
 			return err
 		}},
-		{"metadata.correlation_id", lifecycle.MaxNameBytes, func(v string) error {
+		{"metadata.correlation_id", codes.MaxNameBytes, func(v string) error {
 			in := sub("inbox_n")
 			in.Metadata.CorrelationID = v
 			_, err := b.Submit(ctx, gw, in)
 			return err
 		}},
-		{"rejection_reason", lifecycle.MaxTextBytes, func(v string) error {
+		{"rejection_reason", codes.MaxTextBytes, func(v string) error {
 			_, err := b.Reject(ctx, gw, "inbox_p", v)
 			return err
 		}},
 	}
 	bad := []struct{ name, value, code string }{
-		{"oversized", "", lifecycle.CodeInputTooLarge},
-		{"invalid UTF-8", "ok\xff\xfe", lifecycle.CodeInvalidInput},
-		{"NUL", "ok\x00ok", lifecycle.CodeInvalidInput},
+		{"oversized", "", codes.InputTooLarge},
+		{"invalid UTF-8", "ok\xff\xfe", codes.InvalidInput},
+		{"NUL", "ok\x00ok", codes.InvalidInput},
 	}
 	for _, in := range inputs {
 		for _, bv := range bad {
@@ -138,7 +139,7 @@ func TestTextLimits(t *testing.T) {
 				before := teststores.Snapshot(t, s)
 				err := in.call(v)
 				var ve *inbox.ValidationError
-				var ie *lifecycle.InputError
+				var ie *codes.InputError
 				if !errors.As(err, &ve) || ve.Field != in.field || !errors.Is(err, inbox.ErrInvalidEntry) ||
 					!errors.As(err, &ie) || ie.Limit != in.limit {
 					t.Errorf("err = %.300v, want a ValidationError of %s with an *InputError", err, in.field)
@@ -166,18 +167,18 @@ func TestTextLimits(t *testing.T) {
 			before := teststores.Snapshot(t, s)
 			_, err := b.Submit(ctx, gw, in)
 			var ve *inbox.ValidationError
-			var ie *lifecycle.InputError
+			var ie *codes.InputError
 			if !errors.As(err, &ve) || ve.Field != f.field || !errors.As(err, &ie) {
 				t.Errorf("err = %.300v, want a ValidationError of %s with an *InputError", err, f.field)
 			}
-			if got := lifecycle.ErrorCode(err); got != lifecycle.CodeInvalidInput {
-				t.Errorf("code %s, want %s", got, lifecycle.CodeInvalidInput)
+			if got := lifecycle.ErrorCode(err); got != codes.InvalidInput {
+				t.Errorf("code %s, want %s", got, codes.InvalidInput)
 			}
 			teststores.Unchanged(t, s, before)
 		})
 	}
 	// A rejection reason may span lines, as every reason of the SDK.
-	if e, err := b.Reject(ctx, gw, "inbox_p", "first line\nsecond line"); err != nil || e.Status != inbox.Rejected {
+	if e, err := b.Reject(ctx, gw, "inbox_p", "first line\nsecond line"); err != nil || e.Status != lifecycle.InboxRejected {
 		t.Fatalf("multi-line reason: %+v %v", e, err)
 	}
 }

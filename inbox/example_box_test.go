@@ -17,8 +17,8 @@ func ExampleBox() {
 	box, _ := inbox.New(inbox.Config{Store: memstore.New(), Clock: clk})
 	s := inbox.Submission{
 		ID:     "inbox_2026-02-14_abc123",
-		Source: inbox.Source{Type: "ui", Identity: "owner"},
-		Intent: inbox.Intent{Action: "propose-edit", Target: "notes/violin.pp.ua/sonata-bwv1001"},
+		Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+		Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/violin.pp.ua/sonata-bwv1001"},
 	}
 	e, _ := box.Submit(ctx, lifecycle.ActorGateway, s)
 	fmt.Println(e.Status, e.Metadata.TTLHours)

@@ -5,18 +5,17 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 func ExampleMachine() {
 	ctx := context.Background()
-	entry := &inbox.Entry{ID: "inbox_2026-02-14_abc123", Status: inbox.Pending}
+	entry := &lifecycle.InboxEntry{ID: "inbox_2026-02-14_abc123", Status: lifecycle.InboxPending}
 
-	_, err := inbox.Machine().Fire(ctx, entry, inbox.EventExpire, lifecycle.ActorSystem)
+	_, err := lifecycle.InboxMachine().Fire(ctx, entry, lifecycle.EventInboxExpire, lifecycle.ActorSystem)
 	fmt.Println(entry.Status, err)
 
-	_, err = inbox.Machine().Fire(ctx, entry, inbox.EventProcess, lifecycle.ActorGateway)
+	_, err = lifecycle.InboxMachine().Fire(ctx, entry, lifecycle.EventInboxProcess, lifecycle.ActorGateway)
 	fmt.Println(errors.Is(err, lifecycle.ErrTerminalState))
 	// Output:
 	// expired <nil>

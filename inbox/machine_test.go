@@ -6,13 +6,12 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/internal/machinetest"
+	"github.com/runconveyor/conveyor/internal/testkit/machinetest"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // Seed 002 §1.2, transcribed by hand.
-var seedInbox = map[inbox.State][]inbox.State{
+var seedInbox = map[lifecycle.InboxState][]lifecycle.InboxState{
 	"pending":   {"processed", "rejected", "expired"},
 	"processed": {},
 	"rejected":  {},
@@ -21,12 +20,12 @@ var seedInbox = map[inbox.State][]inbox.State{
 
 func TestGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, inbox.Machine(), seedInbox)
+	machinetest.Grid(t, lifecycle.InboxMachine(), seedInbox)
 }
 
 func TestStructure(t *testing.T) {
 	t.Parallel()
-	machinetest.Structure(t, inbox.Machine().Spec())
+	machinetest.Structure(t, lifecycle.InboxMachine().Spec())
 }
 
 // TestActors: seed 002 §1.2 says the Worker processes and rejects, the
@@ -36,19 +35,19 @@ func TestActors(t *testing.T) {
 	tests := []struct {
 		event lifecycle.Event
 		actor lifecycle.Actor
-		want  inbox.State
+		want  lifecycle.InboxState
 		err   error
 	}{
-		{inbox.EventProcess, lifecycle.ActorGateway, inbox.Processed, nil},
-		{inbox.EventReject, lifecycle.ActorGateway, inbox.Rejected, nil},
-		{inbox.EventExpire, lifecycle.ActorSystem, inbox.Expired, nil},
-		{inbox.EventExpire, lifecycle.ActorGateway, inbox.Pending, lifecycle.ErrForbiddenActor},
-		{inbox.EventProcess, lifecycle.ActorSystem, inbox.Pending, lifecycle.ErrForbiddenActor},
-		{inbox.EventProcess, lifecycle.ActorFrontend, inbox.Pending, lifecycle.ErrForbiddenActor},
+		{lifecycle.EventInboxProcess, lifecycle.ActorGateway, lifecycle.InboxProcessed, nil},
+		{lifecycle.EventInboxReject, lifecycle.ActorGateway, lifecycle.InboxRejected, nil},
+		{lifecycle.EventInboxExpire, lifecycle.ActorSystem, lifecycle.InboxExpired, nil},
+		{lifecycle.EventInboxExpire, lifecycle.ActorGateway, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
+		{lifecycle.EventInboxProcess, lifecycle.ActorSystem, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
+		{lifecycle.EventInboxProcess, lifecycle.ActorFrontend, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
 	}
 	for _, tt := range tests {
-		e := &inbox.Entry{ID: "inbox_1", Status: inbox.Pending}
-		_, err := inbox.Machine().Fire(context.Background(), e, tt.event, tt.actor)
+		e := &lifecycle.InboxEntry{ID: "inbox_1", Status: lifecycle.InboxPending}
+		_, err := lifecycle.InboxMachine().Fire(context.Background(), e, tt.event, tt.actor)
 		if !errors.Is(err, tt.err) || (tt.err == nil && err != nil) {
 			t.Errorf("%s by %s: %v, want %v", tt.event, tt.actor, err, tt.err)
 		}
@@ -61,18 +60,18 @@ func TestActors(t *testing.T) {
 func TestRandomWalks(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
-	reached := map[inbox.State]bool{}
+	reached := map[lifecycle.InboxState]bool{}
 	for range 500 {
 		choices := make([]byte, 2*(1+rng.IntN(4)))
 		for i := range choices {
 			choices[i] = byte(rng.Uint32())
 		}
-		newEntry := func(s inbox.State) *inbox.Entry { return &inbox.Entry{Status: s} }
-		for _, s := range machinetest.Walk(t, inbox.Machine(), newEntry, func(e *inbox.Entry) inbox.State { return e.Status }, nil, choices) {
+		newEntry := func(s lifecycle.InboxState) *lifecycle.InboxEntry { return &lifecycle.InboxEntry{Status: s} }
+		for _, s := range machinetest.Walk(t, lifecycle.InboxMachine(), newEntry, func(e *lifecycle.InboxEntry) lifecycle.InboxState { return e.Status }, nil, choices) {
 			reached[s] = true
 		}
 	}
-	for _, s := range inbox.States() {
+	for _, s := range lifecycle.InboxStates() {
 		if !reached[s] {
 			t.Errorf("walks never reached %s", s)
 		}

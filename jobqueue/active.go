@@ -6,7 +6,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Work in flight, found without reading finished history (issue 12,
@@ -72,7 +74,7 @@ func (q *Queue) lanePending(key string, d *jobDoc, now time.Time) bool {
 	if !ok || now.Sub(at) >= q.cfg.LeaseTTL {
 		return false
 	}
-	return d == nil || (d.Status == JobFailed || d.Status == JobDead) && !at.Before(d.UpdatedAt)
+	return d == nil || (d.Status == lifecycle.JobFailed || d.Status == lifecycle.JobDead) && !at.Before(d.UpdatedAt)
 }
 
 // pendingAfter is lanePending for the error a pickup of key gave: a job
@@ -82,7 +84,7 @@ func (q *Queue) pendingAfter(key string, err error, now time.Time) bool {
 	switch {
 	case errors.As(err, &se):
 		return q.lanePending(key, &se.doc, now)
-	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt):
+	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt):
 		return q.lanePending(key, nil, now)
 	}
 	return false

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -32,19 +34,19 @@ func seedHistory(tb testing.TB, s storage.Store, finished int) {
 	ctx := context.Background()
 	msg := "max retries exceeded"
 	for i := range finished {
-		j := jobqueue.Job{
-			JobID: fmt.Sprintf("old-%06d", i), RunID: "run_2026-02-24_abc123", JobType: jobqueue.JobBrief,
-			AgentSlug: "agent-" + strconv.Itoa(i%historyAgents), Status: jobqueue.JobComplete, Attempt: 1, MaxAttempts: 3,
+		j := lifecycle.Job{
+			JobID: fmt.Sprintf("old-%06d", i), RunID: "run_2026-02-24_abc123", JobType: lifecycle.JobBrief,
+			AgentSlug: "agent-" + strconv.Itoa(i%historyAgents), Status: lifecycle.JobComplete, Attempt: 1, MaxAttempts: 3,
 			CreatedAt: t0.Add(-time.Hour), UpdatedAt: t0.Add(-time.Hour), ArtifactID: "art-" + strconv.Itoa(i),
 		}
 		if i%3 == 2 {
-			j.Status, j.Attempt, j.ArtifactID, j.Error, j.ErrorCode = jobqueue.JobDead, 3, "", &msg, "HANDLER_ERROR"
+			j.Status, j.Attempt, j.ArtifactID, j.Error, j.ErrorCode = lifecycle.JobDead, 3, "", &msg, "HANDLER_ERROR"
 		}
 		b, err := json.Marshal(j)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		key, _ := storage.JobKey(j.JobID)
+		key, _ := layout.JobKey(j.JobID)
 		if _, err := s.Put(ctx, key, b, storage.IfNotExists()); err != nil {
 			tb.Fatal(err)
 		}
@@ -216,7 +218,7 @@ func TestSweepIfDueInBatches(t *testing.T) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		fs := &flakyStore{Store: s, match: func(key string, _ []byte) bool {
-			return strings.HasPrefix(key, storage.LanesPrefix) && strings.HasSuffix(key, "-job-1")
+			return strings.HasPrefix(key, layout.LanesPrefix) && strings.HasSuffix(key, "-job-1")
 		}}
 		q := newQueue(t, fs, clk, func(c *jobqueue.Config) { c.SweepBatch = 2 })
 		for i := 1; i <= 4; i++ {
@@ -228,7 +230,7 @@ func TestSweepIfDueInBatches(t *testing.T) {
 		if c := claim(t, q, "w1"); c.Abandon(ctx) == nil {
 			t.Fatal("Abandon wrote the retry's lane entry")
 		}
-		if j := get(t, q, "job-1"); j.Status != jobqueue.JobRetryBackoff {
+		if j := get(t, q, "job-1"); j.Status != lifecycle.JobRetryBackoff {
 			t.Fatalf("job-1 %s", j.Status)
 		}
 		type got struct{ entries, jobs, relaned int }
@@ -246,7 +248,7 @@ func TestSweepIfDueInBatches(t *testing.T) {
 		if want := []got{{2, 2, 1}, {2, 2, 0}, {1, 1, 0}, {2, 2, 0}}; fmt.Sprint(seen) != fmt.Sprint(want) {
 			t.Fatalf("batches (entries, jobs, relaned) %v, want %v", seen, want)
 		}
-		if n := countKeys(t, s, storage.LanesPrefix); n != 4 {
+		if n := countKeys(t, s, layout.LanesPrefix); n != 4 {
 			t.Fatalf("%d lane entries after the sweeps, want 4", n)
 		}
 	})
@@ -268,14 +270,14 @@ func TestLeaseLostJobStaysFindable(t *testing.T) {
 			c := claim(t, q, "w1")
 			// The worker pauses in NOTEBOOKLM_CALL past its lease: the
 			// clock jumps a minute (LeaseTTL is 30 s) under the handler.
-			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 				clk.Advance(time.Minute)
 				return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
 			}}
 			if _, err := c.Run(ctx, h); !errors.Is(err, jobqueue.ErrLeaseLost) {
 				t.Fatalf("Run after the lease lapsed: %v", err)
 			}
-			if j := get(t, q, "job-1"); j.Status != jobqueue.JobNotebookLMCall {
+			if j := get(t, q, "job-1"); j.Status != lifecycle.JobNotebookLMCall {
 				t.Fatalf("job-1 %s", j.Status)
 			}
 			q2 := newQueue(t, s, clk) // another process
@@ -292,7 +294,7 @@ func TestLeaseLostJobStaysFindable(t *testing.T) {
 				}
 				_ = c2.Abandon(ctx)
 			}
-			if j := get(t, q, "job-1"); j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeLeaseExpired {
+			if j := get(t, q, "job-1"); j.Status != lifecycle.JobRetryBackoff || j.ErrorCode != codes.JobLeaseExpired {
 				t.Fatalf("job-1 %s %s, want RETRY_BACKOFF with LEASE_EXPIRED", j.Status, j.ErrorCode)
 			}
 		})
@@ -311,7 +313,7 @@ func TestLaneFirstEntries(t *testing.T) {
 	q := newQueue(t, s, clk)
 	enqueue(t, q, "job-1", "agent-a")
 	// An Enqueue of job-0 that wrote its entry, and not yet its job.
-	lane, _ := storage.LaneKey("agent-a", t0.Add(-time.Second), "job-0")
+	lane, _ := layout.LaneKey("agent-a", t0.Add(-time.Second), "job-0")
 	putRaw(t, s, lane, `{"job_id":"job-0"}`)
 	q2 := newQueue(t, s, clk)
 	if c := claim(t, q2, "w"); c != nil {
@@ -336,7 +338,7 @@ func TestLaneFirstEntries(t *testing.T) {
 	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, spec("job-1", "agent-a")); !errors.Is(err, jobqueue.ErrJobExists) {
 		t.Fatalf("duplicate Enqueue: %v", err)
 	}
-	if n := countKeys(t, s, storage.LanesPrefix); n != 0 {
+	if n := countKeys(t, s, layout.LanesPrefix); n != 0 {
 		t.Fatalf("%d lane entries after a duplicate Enqueue", n)
 	}
 }
@@ -363,14 +365,14 @@ func TestFailedJobUnderLockIsBuried(t *testing.T) {
 	if _, err := q.Claim(ctx, "w"); err == nil {
 		t.Fatal("the claim that could not bury gave no error")
 	}
-	if j := get(t, q, "job-1"); j.Status != jobqueue.JobFailed {
+	if j := get(t, q, "job-1"); j.Status != lifecycle.JobFailed {
 		t.Fatalf("job-1 %s, want FAILED", j.Status)
 	}
 	r, err := newQueue(t, s, clk).Sweep(ctx)
 	if err != nil || r.Buried != 1 {
 		t.Fatalf("sweep %+v, %v; want job-1 buried", r, err)
 	}
-	if j := get(t, q, "job-1"); j.Status != jobqueue.JobDead {
+	if j := get(t, q, "job-1"); j.Status != lifecycle.JobDead {
 		t.Fatalf("job-1 %s, want DEAD", j.Status)
 	}
 }
@@ -390,13 +392,13 @@ func TestAuditGapStaysFindable(t *testing.T) {
 	}}
 	q := newQueue(t, fs, clk)
 	enqueue(t, q, "job-1", "agent-a")
-	if j, err := claim(t, q, "w").Run(ctx, okHandlers()); err != nil || j.Status != jobqueue.JobComplete {
+	if j, err := claim(t, q, "w").Run(ctx, okHandlers()); err != nil || j.Status != lifecycle.JobComplete {
 		t.Fatalf("Run: %s, %v", j.Status, err)
 	}
 	if got := replay(t, s, clk.Now()); len(got) != 0 {
 		t.Fatalf("replayed states before the sweep %v, want the segment's object (COMPLETE's event with it) missing", got)
 	}
-	lockKey, _ := storage.AgentLockKey("agent-a")
+	lockKey, _ := layout.AgentLockKey("agent-a")
 	b, _, err := s.Get(ctx, lockKey)
 	if err != nil {
 		t.Fatal(err)
@@ -411,7 +413,7 @@ func TestAuditGapStaysFindable(t *testing.T) {
 	if r, err := newQueue(t, s, clk).Sweep(ctx); err != nil || r.Jobs != 1 {
 		t.Fatalf("sweep %+v, %v; want job-1 read through its lock", r, err)
 	}
-	if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobComplete {
+	if got := replay(t, s, clk.Now()); got["job-1"] != lifecycle.JobComplete {
 		t.Fatalf("replayed states %v", got)
 	}
 }
@@ -435,11 +437,11 @@ func TestStaleEntryDeletedAtOnce(t *testing.T) {
 		t.Fatalf("claimed %s", c.Job().JobID)
 	}
 	dead := get(t, q, "job-1")
-	if dead.Status != jobqueue.JobDead {
+	if dead.Status != lifecycle.JobDead {
 		t.Fatalf("job-1 %s", dead.Status)
 	}
-	stale, _ := storage.LaneKey("agent-a", dead.UpdatedAt.Add(-time.Millisecond), "job-1")
-	requeue, _ := storage.LaneKey("agent-a", dead.UpdatedAt, "job-1")
+	stale, _ := layout.LaneKey("agent-a", dead.UpdatedAt.Add(-time.Millisecond), "job-1")
+	requeue, _ := layout.LaneKey("agent-a", dead.UpdatedAt, "job-1")
 	putRaw(t, s, stale, `{"job_id":"job-1"}`)
 	putRaw(t, s, requeue, `{"job_id":"job-1"}`)
 	clk.Advance(time.Second)
@@ -471,13 +473,13 @@ func TestKeptLockSettledByTakeover(t *testing.T) {
 			ctx := context.Background()
 			s := memstore.New()
 			clk := clock.NewFake(t0)
-			lockKey, _ := storage.AgentLockKey("agent-a")
+			lockKey, _ := layout.AgentLockKey("agent-a")
 			fs := &flakyStore{Store: s, match: func(key string, value []byte) bool {
 				switch {
 				case key == lockKey: // the release: the worker died first
 					return !strings.Contains(string(value), `"owner"`)
 				case lost == "lane entry":
-					return strings.HasPrefix(key, storage.LanesPrefix) && strings.HasSuffix(key, "-job-1")
+					return strings.HasPrefix(key, layout.LanesPrefix) && strings.HasSuffix(key, "-job-1")
 				default:
 					return strings.HasPrefix(key, "audit/")
 				}
@@ -492,7 +494,7 @@ func TestKeptLockSettledByTakeover(t *testing.T) {
 				if err := c.Abandon(ctx); err == nil {
 					t.Fatal("Abandon wrote the retry's lane entry")
 				}
-			} else if j, err := c.Run(ctx, okHandlers()); err != nil || j.Status != jobqueue.JobComplete {
+			} else if j, err := c.Run(ctx, okHandlers()); err != nil || j.Status != lifecycle.JobComplete {
 				t.Fatalf("Run: %s, %v", j.Status, err)
 			}
 			b, _, err := s.Get(ctx, lockKey)
@@ -518,7 +520,7 @@ func TestKeptLockSettledByTakeover(t *testing.T) {
 					t.Fatalf("the retry of job-1 not claimed: %v", c3)
 				}
 			default:
-				if got := replay(t, s, clk.Now()); got["job-1"] != jobqueue.JobComplete {
+				if got := replay(t, s, clk.Now()); got["job-1"] != lifecycle.JobComplete {
 					t.Fatalf("job-1's audit replays to %q before the lock named job-2, want COMPLETE", got["job-1"])
 				}
 			}
@@ -585,9 +587,9 @@ func TestPickupAfterLockLost(t *testing.T) {
 	}
 	j := get(t, q3, "job-1")
 	b, _, _ := s.Get(ctx, lockKey)
-	if j.Status != jobqueue.JobRetryBackoff || j.ReadyKey == "" || countKeys(t, s, j.ReadyKey) != 1 {
+	if j.Status != lifecycle.JobRetryBackoff || j.ReadyKey == "" || countKeys(t, s, j.ReadyKey) != 1 {
 		t.Fatalf("job-1 %s (ready key %q, lease %+v), lane entries of agent-a %d, agent lock %s: lost to the sweep and the claims",
-			j.Status, j.ReadyKey, j.Lease, countKeys(t, s, storage.LanesPrefix), b)
+			j.Status, j.ReadyKey, j.Lease, countKeys(t, s, layout.LanesPrefix), b)
 	}
 	clk.Advance(time.Hour)
 	if c := claim(t, q3, "w3"); c == nil || c.Job().JobID != "job-1" {
@@ -678,8 +680,8 @@ func latePickup(t *testing.T, dies int) (storage.Store, *clock.Fake, string) {
 	q := newQueue(t, s, clk)
 	enqueue(t, q, "job-1", "agent-a")
 	enqueue(t, q, "job-2", "agent-a")
-	jobKey, _ := storage.JobKey("job-1")
-	lockKey, _ := storage.AgentLockKey("agent-a")
+	jobKey, _ := layout.JobKey("job-1")
+	lockKey, _ := layout.AgentLockKey("agent-a")
 	ga := &dyingAfterPickup{Store: s, jobKey: jobKey, ops: dies, hit: make(chan struct{}), open: make(chan struct{})} // w1
 	gb := newGate(s, true, func(key string) bool { return key == lockKey })                                           // w2: after its take of the lock
 	qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
@@ -747,7 +749,7 @@ func TestPickupAfterLockLostThenDeath(t *testing.T) {
 				j := get(t, q3, "job-1")
 				b, _, _ := s.Get(ctx, lockKey)
 				t.Fatalf("job-1 %s (ready key %q, lease %+v), lane entries of agent-a %d, agent lock %s: lost to the sweep and the claims",
-					j.Status, j.ReadyKey, j.Lease, countKeys(t, s, storage.LanesPrefix), b)
+					j.Status, j.ReadyKey, j.Lease, countKeys(t, s, layout.LanesPrefix), b)
 			})
 		}
 	}
@@ -763,7 +765,7 @@ func TestSlowEnqueueRelanes(t *testing.T) {
 	s := memstore.New()
 	clk := clock.NewFake(t0)
 	enqueue(t, newQueue(t, s, clk), "job-0", "agent-a") // the agent's lock exists
-	jobKey, _ := storage.JobKey("job-1")
+	jobKey, _ := layout.JobKey("job-1")
 	g := newGate(s, false, func(key string) bool { return key == jobKey })
 	qa := newQueue(t, g, clk)
 	done := make(chan error, 1)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
@@ -95,10 +96,10 @@ func TestRetryJudgedWhileStopping(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, step := range []JobState{JobContextAssembly, JobNotebookLMCall, JobArtifactWrite} {
-		d := &jobDoc{Job: Job{JobID: "j", Status: step, Attempt: 1, MaxAttempts: 3}}
+	for _, step := range []lifecycle.JobState{lifecycle.JobContextAssembly, lifecycle.JobNotebookLMCall, lifecycle.JobArtifactWrite} {
+		d := &jobDoc{Job: lifecycle.Job{JobID: "j", Status: step, Attempt: 1, MaxAttempts: 3}}
 		q.retry(ctx, d, time.Now(), step, "TIMEOUT", "stopped")
-		if d.Status != JobRetryBackoff {
+		if d.Status != lifecycle.JobRetryBackoff {
 			t.Fatalf("from %s: %s, want RETRY_BACKOFF", step, d.Status)
 		}
 	}

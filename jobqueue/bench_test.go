@@ -23,7 +23,7 @@ import (
 )
 
 var noopHandlers = jobqueue.Handlers{
-	CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+	CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 		return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
 	},
 }
@@ -65,7 +65,7 @@ func runJobs(b *testing.B, s storage.Store, n, agents, workers int) time.Duratio
 					continue
 				}
 				j, err := c.Run(ctx, noopHandlers)
-				if err != nil || j.Status != jobqueue.JobComplete {
+				if err != nil || j.Status != lifecycle.JobComplete {
 					b.Errorf("%+v %v", j, err)
 					return
 				}
@@ -236,7 +236,7 @@ func BenchmarkDispatch(b *testing.B) {
 				s = struct{ storage.Store }{s}
 			}
 			started := make(chan time.Time, 1)
-			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 				started <- time.Now()
 				return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
 			}}

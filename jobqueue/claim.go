@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // laneBatch is how many lane keys one List reads (one S3 page): claiming
@@ -41,7 +44,7 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
 // NOTEBOOKLM_CALL in the same write (the snapshot is ready at once, empty),
 // saving the job a write. nil: Claim's behaviour, the job stops in
 // CONTEXT_ASSEMBLY.
-func (q *Queue) claimFor(ctx context.Context, worker string, noAssembly func(JobType) bool) (*Claim, error) {
+func (q *Queue) claimFor(ctx context.Context, worker string, noAssembly func(lifecycle.JobType) bool) (*Claim, error) {
 	if err := storage.ValidateID("worker id", worker); err != nil {
 		return nil, err
 	}
@@ -98,7 +101,7 @@ func (q *Queue) refreshAgents(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if name, ok := cutAgentKey(key); ok {
+		if name, ok := layout.AgentFromLockKey(key); ok {
 			a := q.agent(name)
 			a.mu.Lock()
 			a.lockExists = true
@@ -107,8 +110,6 @@ func (q *Queue) refreshAgents(ctx context.Context) error {
 	}
 	return nil
 }
-
-func cutAgentKey(key string) (string, bool) { return storage.AgentFromLockKey(key) }
 
 // laneRecheck is how long an agent's lane, listed empty, is taken to stay
 // empty; it doubles with every empty listing in a row, up to
@@ -143,7 +144,7 @@ func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, er
 	} else if fresh && a.complete && !force {
 		return "", nil // listed whole and used up less than laneRecheck ago
 	}
-	prefix, err := storage.LanePrefix(a.name)
+	prefix, err := layout.LanePrefix(a.name)
 	if err != nil {
 		return "", err
 	}
@@ -430,8 +431,8 @@ var (
 // next worth a look if it picks none up. It reads the agent's lock only
 // when the lane has a ready job, or at most twice per lease lifetime to
 // find an orphan, so idle agents cost no store calls between lane listings.
-func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time, noAssembly func(JobType) bool) (*Claim, time.Time, error) {
-	lockKey, err := storage.AgentLockKey(a.name)
+func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time, noAssembly func(lifecycle.JobType) bool) (*Claim, time.Time, error) {
+	lockKey, err := layout.AgentLockKey(a.name)
 	if err != nil {
 		return nil, now.Add(time.Hour), err
 	}
@@ -671,7 +672,7 @@ func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, exp
 	switch {
 	case err == nil && ver == c.lockVer:
 		return nil // held since the take, naming the job: any later taker repairs it
-	case err != nil && !errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt):
+	case err != nil && !errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt):
 		c.release(ctx) // c.named is the job
 		return err
 	}
@@ -730,7 +731,7 @@ func (q *Queue) releaseKept(ctx context.Context) {
 		if l == nil {
 			continue
 		}
-		key, err := storage.AgentLockKey(a.name)
+		key, err := layout.AgentLockKey(a.name)
 		if err != nil {
 			continue
 		}
@@ -760,7 +761,7 @@ func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock a
 		return nil
 	}}
 	lock, ver, err = rec.Load(ctx)
-	if err = q.poison(ctx, err); err == nil || !errors.Is(err, storage.ErrCorrupt) {
+	if err = q.poison(ctx, err); err == nil || !errors.Is(err, records.ErrCorrupt) {
 		return lock, ver, false, err
 	}
 	// The junk lock is in quarantine, and its epoch with it. Epochs must
@@ -791,38 +792,38 @@ func (q *Queue) writeLock(ctx context.Context, key string, l *agentLock, ver sto
 func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc, storage.Version, bool, error) {
 	orch := lifecycle.ActorOrchestration
 	doc, ver, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
-		if d.ReadyKey != key || (d.Status != JobQueued && d.Status != JobRetryBackoff) {
+		if d.ReadyKey != key || (d.Status != lifecycle.JobQueued && d.Status != lifecycle.JobRetryBackoff) {
 			return &staleEntry{doc: *d}
 		}
-		if d.Status == JobRetryBackoff {
+		if d.Status == lifecycle.JobRetryBackoff {
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {
 				return errNotReady
 			}
-			if err := q.fire(ctx, d, EventBackoffElapsed, orch); err != nil {
+			if err := q.fire(ctx, d, lifecycle.EventBackoffElapsed, orch); err != nil {
 				return err
 			}
 			d.NextAttemptAt = nil
-			if d.Status == JobFailed {
+			if d.Status == lifecycle.JobFailed {
 				d.ReadyKey = ""
 				return nil
 			}
 			d.QueuedAt = &now
 		}
-		if err := q.fire(ctx, d, EventPickup, orch); err != nil {
+		if err := q.fire(ctx, d, lifecycle.EventPickup, orch); err != nil {
 			return err
 		}
 		d.Attempt++
 		d.ReadyKey = ""
-		d.Lease = &storage.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.cfg.LeaseTTL)}
+		d.Lease = &records.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.cfg.LeaseTTL)}
 		if c.noAssembly != nil && c.noAssembly(d.JobType) {
-			return q.fire(ctx, d, EventSnapshotReady, orch)
+			return q.fire(ctx, d, lifecycle.EventSnapshotReady, orch)
 		}
 		return nil
 	})
 	if err != nil {
 		return jobDoc{}, "", false, err
 	}
-	if doc.Status == JobFailed {
+	if doc.Status == lifecycle.JobFailed {
 		_, err := q.bury(ctx, jobID, &doc, ver)
 		return jobDoc{}, "", false, err
 	}
@@ -830,18 +831,18 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 }
 
 // bury moves a FAILED job to DEAD (003 §1.2: max retries exceeded).
-func (q *Queue) bury(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version) (Job, error) {
+func (q *Queue) bury(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version) (lifecycle.Job, error) {
 	d, _, err := q.update(ctx, jobID, cached, ver, func(d *jobDoc, _ time.Time) error {
-		if d.Status != JobFailed {
+		if d.Status != lifecycle.JobFailed {
 			return nil // buried by someone else, or requeued
 		}
-		return q.fire(ctx, d, EventBury, lifecycle.ActorOrchestration)
+		return q.fire(ctx, d, lifecycle.EventBury, lifecycle.ActorOrchestration)
 	})
 	return d.Job, err
 }
 
-func pipelineState(s JobState) bool {
-	return s == JobContextAssembly || s == JobNotebookLMCall || s == JobArtifactWrite
+func pipelineState(s lifecycle.JobState) bool {
+	return s == lifecycle.JobContextAssembly || s == lifecycle.JobNotebookLMCall || s == lifecycle.JobArtifactWrite
 }
 
 // rescue moves an orphan (a job in a pipeline state whose worker's lease
@@ -860,7 +861,7 @@ func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
 		if d.Lease != nil {
 			msg = fmt.Sprintf("lease of %s (epoch %d) expired", d.Lease.Owner, d.Lease.Epoch)
 		}
-		q.retry(ctx, d, now, d.Status, CodeLeaseExpired, msg)
+		q.retry(ctx, d, now, d.Status, codes.JobLeaseExpired, msg)
 		lane, at = d.ReadyKey, *d.NextAttemptAt
 		return nil
 	})
@@ -873,18 +874,18 @@ func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
 // retry fires retryable_error on d (a pipeline state) and schedules the
 // next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
 // the same write instead.
-func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step JobState, code, msg string) {
+func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step lifecycle.JobState, code, msg string) {
 	// The moves are judged on the record alone: a context that ends while
 	// the write is under way (a Worker stopping) must not make the machine
 	// refuse them (the store calls still honour it).
 	ctx = context.WithoutCancel(ctx)
-	if err := q.fire(ctx, d, EventRetryableError, lifecycle.ActorOrchestration); err != nil {
+	if err := q.fire(ctx, d, lifecycle.EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
 	d.Error, d.ErrorCode, d.FailedStep, d.Lease = &msg, code, step, nil
-	if code == CodePermanent {
+	if code == codes.JobPermanent {
 		// No wait: backoff_elapsed's guard sends it to FAILED at once.
-		if err := q.fire(ctx, d, EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
+		if err := q.fire(ctx, d, lifecycle.EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
 			panic(fmt.Sprintf("jobqueue: backoff_elapsed of a permanent failure refused: %v", err))
 		}
 		d.NextAttemptAt, d.ReadyKey = nil, ""

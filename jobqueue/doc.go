@@ -13,7 +13,7 @@
 //     due (a job ready, a backoff over, a lock to check) rather than on a
 //     fixed poll, and sweeping one batch of jobs a minute among all the
 //     workers sharing the store (SweepIfDue).
-//   - The NLM backend's side (seed 003 §2) is package jobqueue/nlm.
+//   - The NLM backend's side (seed 003 §2) is package lifecycle/nlm.
 //   - ReplayAudit: replays the audit log through the job machine.
 //
 // Attempt counts attempts started: pickup increments it, so with

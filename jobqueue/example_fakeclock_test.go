@@ -25,11 +25,11 @@ func Example_fakeClock() {
 	clk := clock.NewFake(time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC))
 	q, _ := jobqueue.New(jobqueue.Config{Store: memstore.New(), Clock: clk, StepTimeout: 5 * time.Second})
 	q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{
-		JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a",
+		JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a",
 	})
 
 	var calls atomic.Int32
-	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 		if calls.Add(1) == 1 {
 			return jobqueue.Output{}, clock.Hang(ctx) // the first call hangs until its step timeout
 		}
@@ -37,7 +37,7 @@ func Example_fakeClock() {
 	}}
 
 	c, _ := q.Claim(ctx, "worker-1")
-	done := make(chan jobqueue.Job)
+	done := make(chan lifecycle.Job)
 	rctx := clock.Start(ctx, clk)
 	go func() { j, _ := c.Run(rctx, h); done <- j }()
 	clk.AdvanceToNext(ctx) // the step's deadline, 5 s on

@@ -17,7 +17,7 @@ func ExampleQueue() {
 
 	// The gateway enqueues; the queue validates and admits (PENDING → QUEUED).
 	job, _ := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{
-		JobID: "job-1", RunID: "run_2026-02-24_abc123", JobType: jobqueue.JobBrief, AgentSlug: "architect-guardian",
+		JobID: "job-1", RunID: "run_2026-02-24_abc123", JobType: lifecycle.JobBrief, AgentSlug: "architect-guardian",
 	})
 	fmt.Println(job.Status)
 
@@ -25,7 +25,7 @@ func ExampleQueue() {
 	c, _ := q.Claim(ctx, "worker-1")
 	fmt.Println(c.Job().Status, c.Job().Attempt)
 	done, _ := c.Run(ctx, jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
 			return jobqueue.Output{Content: json.RawMessage(`{"title":"Brief","body":"Short","entity_map":{},"word_count":1}`)}, nil
 		},
 	})

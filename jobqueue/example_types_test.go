@@ -17,7 +17,7 @@ func ExampleTypeConfig() {
 	ctx := context.Background()
 	summarize := jobqueue.TypeConfig{
 		Handlers: jobqueue.Handlers{
-			CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+			CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 				var in struct{ URL string }
 				if err := json.Unmarshal(job.Payload, &in); err != nil || in.URL == "" {
 					return jobqueue.Output{}, jobqueue.Permanent(errors.New("payload needs a url"))
@@ -35,7 +35,7 @@ func ExampleTypeConfig() {
 	}
 	q, _ := jobqueue.New(jobqueue.Config{
 		Store: memstore.New(),
-		Types: map[jobqueue.JobType]jobqueue.TypeConfig{"SUMMARY": summarize},
+		Types: map[lifecycle.JobType]jobqueue.TypeConfig{"SUMMARY": summarize},
 	})
 	for _, payload := range []string{`{"url":"https://example.com"}`, `{}`} {
 		job, _ := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{
@@ -44,7 +44,7 @@ func ExampleTypeConfig() {
 		c, _ := q.Claim(ctx, "worker-1")
 		done, _ := c.Run(ctx, jobqueue.Handlers{}) // the type brings its own
 		fmt.Println(done.Status, "after", done.Attempt, "attempt(s)", "code="+done.ErrorCode)
-		if done.Status == jobqueue.JobComplete {
+		if done.Status == lifecycle.JobComplete {
 			art, _ := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, job.JobID)
 			fmt.Println(art.Type, string(art.Content))
 		}

@@ -22,14 +22,14 @@ func ExampleWorker() {
 	})
 	for i, agent := range []string{"architect-guardian", "archivist-violin", "architect-guardian"} {
 		_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{
-			JobID: fmt.Sprintf("job-%d", i+1), RunID: "run_2026-02-24_abc123", JobType: jobqueue.JobBrief, AgentSlug: agent,
+			JobID: fmt.Sprintf("job-%d", i+1), RunID: "run_2026-02-24_abc123", JobType: lifecycle.JobBrief, AgentSlug: agent,
 		})
 	}
 
 	// The NLM backend answers 503 the first time it is asked about job-2.
 	var refused atomic.Bool
 	w := &jobqueue.Worker{Queue: q, ID: "worker-1", Slots: 2, Handlers: jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
 			if job.JobID == "job-2" && refused.CompareAndSwap(false, true) {
 				return jobqueue.Output{}, &jobqueue.StatusError{Code: 503}
 			}
@@ -60,7 +60,7 @@ func ExampleWorker() {
 // allDone tells whether every job has reached a terminal state.
 func allDone(ctx context.Context, q *jobqueue.Queue) bool {
 	for j, err := range q.List(ctx, lifecycle.ActorAdmin) {
-		if err != nil || !jobqueue.JobMachine().IsTerminal(j.Status) {
+		if err != nil || !lifecycle.JobMachine().IsTerminal(j.Status) {
 			return false
 		}
 	}

@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/faultstore"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The fault suite of issue 10 for jobs: each test names the fault it
@@ -43,7 +46,7 @@ func stuckHandlers(release <-chan struct{}, entered chan<- struct{}, stuck ...st
 	h := okHandlers()
 	ok := h.CallNotebookLM
 	var once sync.Once
-	h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 		for _, id := range stuck {
 			if job.JobID == id {
 				if entered != nil {
@@ -88,7 +91,7 @@ func TestFaultHandlerIgnoringContextIsAbandonedAtStepTimeout(t *testing.T) {
 			t.Fatalf("Run: %v", err)
 		}
 		j := get(t, q, "job-1-stuck")
-		if j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeTimeout || j.Lease != nil {
+		if j.Status != lifecycle.JobRetryBackoff || j.ErrorCode != codes.JobTimeout || j.Lease != nil {
 			t.Fatalf("stuck job after StepTimeout: %s code %q lease %v; want RETRY_BACKOFF, TIMEOUT, no lease", j.Status, j.ErrorCode, j.Lease)
 		}
 		if live, total := q.Stragglers(); live != 1 || total != 1 {
@@ -102,7 +105,7 @@ func TestFaultHandlerIgnoringContextIsAbandonedAtStepTimeout(t *testing.T) {
 		if _, err := c2.Run(ctx, okHandlers()); err != nil {
 			t.Fatal(err)
 		}
-		if j := get(t, q, "job-2-next"); j.Status != jobqueue.JobComplete {
+		if j := get(t, q, "job-2-next"); j.Status != lifecycle.JobComplete {
 			t.Fatalf("next job %s", j.Status)
 		}
 	})
@@ -130,7 +133,7 @@ func TestFaultWorkerStopsWithinGraceDespiteStuckHandler(t *testing.T) {
 		if took := time.Since(begun); took > 5*time.Second {
 			t.Fatalf("Worker took %s to stop with StopGrace 200ms", took)
 		}
-		if j := get(t, q, "job-1-stuck"); j.Status != jobqueue.JobRetryBackoff || j.Lease != nil {
+		if j := get(t, q, "job-1-stuck"); j.Status != lifecycle.JobRetryBackoff || j.Lease != nil {
 			t.Fatalf("job after shutdown: %s, lease %v; want the attempt recorded as failed", j.Status, j.Lease)
 		}
 	})
@@ -146,7 +149,7 @@ func putRaw(t *testing.T, s storage.Store, key, body string) {
 func quarantined(t *testing.T, s storage.Store) map[string]string {
 	t.Helper()
 	got := map[string]string{}
-	for rec, err := range storage.ListQuarantine(context.Background(), s) {
+	for rec, err := range records.ListQuarantine(context.Background(), s) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +168,7 @@ func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 				q := newQueue(t, s, clk)
 				enqueue(t, q, "job-bad", "agent-a")
 				enqueue(t, q, "job-good", "agent-a")
-				key, _ := storage.JobKey("job-bad")
+				key, _ := layout.JobKey("job-bad")
 				putRaw(t, s, key, junk)
 				var c *jobqueue.Claim
 				for range 3 {
@@ -185,10 +188,10 @@ func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 					_, err := q.Get(ctx, lifecycle.ActorAdmin, "job-bad")
 					var qe *jobqueue.QuarantinedError
 					if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &qe) || qe.JobID != "job-bad" ||
-						lifecycle.ErrorCode(err) != lifecycle.CodeRecordQuarantined {
+						lifecycle.ErrorCode(err) != codes.RecordQuarantined {
 						t.Fatalf("Get of the quarantined job: %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
 					}
-					if _, err := q.Requeue(ctx, lifecycle.ActorAdmin, "job-bad"); lifecycle.ErrorCode(err) != lifecycle.CodeRecordQuarantined {
+					if _, err := q.Requeue(ctx, lifecycle.ActorAdmin, "job-bad"); lifecycle.ErrorCode(err) != codes.RecordQuarantined {
 						t.Fatalf("Requeue of the quarantined job: %v, want RECORD_QUARANTINED", err)
 					}
 				}
@@ -203,7 +206,7 @@ func TestFaultCorruptAgentLockIsQuarantinedNotBlocking(t *testing.T) {
 		ctx := context.Background()
 		q := newQueue(t, s, clock.NewFake(t0))
 		enqueue(t, q, "job-1", "agent-a")
-		lockKey, _ := storage.AgentLockKey("agent-a")
+		lockKey, _ := layout.AgentLockKey("agent-a")
 		putRaw(t, s, lockKey, "\x00\x01 not a lock")
 		// A fresh Queue (another process) that has no cached copy of the lock.
 		q2 := newQueue(t, s, clock.NewFake(t0))
@@ -239,9 +242,9 @@ func TestFaultSweepGoesOnPastPoison(t *testing.T) {
 			}
 			_ = id
 		}
-		key, _ := storage.JobKey("job-b")
+		key, _ := layout.JobKey("job-b")
 		putRaw(t, s, key, "{garbage")
-		putRaw(t, s, storage.SweepLeaseKey, "junk")
+		putRaw(t, s, layout.SweepLeaseKey, "junk")
 		clk.Advance(time.Hour) // every lease lapsed
 		r, swept, err := q.SweepIfDue(ctx, "sweeper", time.Minute)
 		if err != nil || !swept {
@@ -251,7 +254,7 @@ func TestFaultSweepGoesOnPastPoison(t *testing.T) {
 			t.Fatalf("sweep report %+v; want both orphans rescued and the corrupt job quarantined", r)
 		}
 		got := quarantined(t, s)
-		if got[key] != "{garbage" || got[storage.SweepLeaseKey] != "junk" {
+		if got[key] != "{garbage" || got[layout.SweepLeaseKey] != "junk" {
 			t.Fatalf("quarantine holds %v", got)
 		}
 	})
@@ -272,7 +275,7 @@ func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
 		h := okHandlers()
 		call := h.CallNotebookLM
 		downed := make(chan struct{})
-		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			fs.Down() // the store stops while the NLM backend answers
 			close(downed)
 			return call(ctx, job, snap)
@@ -300,7 +303,7 @@ func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
 		if err := within(t, "Run after the store came back", done); err != nil {
 			t.Fatalf("Run across an outage: %v", err)
 		}
-		if j := get(t, q, "job-1"); j.Status != jobqueue.JobComplete || j.Attempt != 1 {
+		if j := get(t, q, "job-1"); j.Status != lifecycle.JobComplete || j.Attempt != 1 {
 			t.Fatalf("job after the outage: %s attempt %d; want COMPLETE on its first attempt", j.Status, j.Attempt)
 		}
 	})
@@ -389,7 +392,7 @@ func (f *freezer) List(ctx context.Context, prefix string) iter.Seq2[string, err
 // (its title), so a test can tell whose attempt an artifact is.
 func producedBy(worker string) jobqueue.Handlers {
 	h := okHandlers()
-	h.CallNotebookLM = func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
 		return jobqueue.Output{Content: json.RawMessage(`{"title":"` + worker + `","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}
 	return h
@@ -440,7 +443,7 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 				switch tt.pause {
 				case "handler":
 					call := h1.CallNotebookLM
-					h1.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+					h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 						view1.freeze()
 						<-view1.thawed
 						return call(ctx, job, snap)
@@ -450,7 +453,7 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 					// point is the NLM response in hand, the artifact not
 					// yet written.
 					call := h1.CallNotebookLM
-					h1.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+					h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 						out, err := call(ctx, job, snap)
 						view1.freeze()
 						<-view1.thawed
@@ -468,10 +471,10 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 				if c := claim(t, q2, "w2"); c != nil {
 					t.Fatal("claimed the rescued job before its backoff")
 				}
-				if j := get(t, q2, "job-1"); j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeLeaseExpired {
+				if j := get(t, q2, "job-1"); j.Status != lifecycle.JobRetryBackoff || j.ErrorCode != codes.JobLeaseExpired {
 					t.Fatalf("after the rescue: %s %s", j.Status, j.ErrorCode)
 				}
-				artKey, _ := storage.ArtifactKey(jobqueue.DefaultProject, artifact.IDForJob("job-1"))
+				artKey, _ := layout.ArtifactKey(jobqueue.DefaultProject, artifact.IDForJob("job-1"))
 				wake := func() {
 					view1.thaw()
 					if err := within(t, "worker 1 after waking", ran1); !errors.Is(err, jobqueue.ErrLeaseLost) {
@@ -491,7 +494,7 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 					t.Fatal("attempt 2 not claimed")
 				}
 				epoch2 := c2.Job().Lease.Epoch
-				if done, err := c2.Run(ctx, producedBy("w2")); err != nil || done.Status != jobqueue.JobComplete || done.Attempt != 2 {
+				if done, err := c2.Run(ctx, producedBy("w2")); err != nil || done.Status != lifecycle.JobComplete || done.Attempt != 2 {
 					t.Fatalf("attempt 2: %s attempt %d, %v", done.Status, done.Attempt, err)
 				}
 				committed, _, err := s.Get(ctx, artKey)
@@ -513,10 +516,10 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 				if now, _, _ := s.Get(ctx, artKey); string(now) != string(committed) {
 					t.Fatalf("worker 1 changed the artifact after attempt 2 completed:\n%s\nwas\n%s", now, committed)
 				}
-				if j := get(t, q2, "job-1"); j.Status != jobqueue.JobComplete || j.ArtifactID != a.ArtifactID {
+				if j := get(t, q2, "job-1"); j.Status != lifecycle.JobComplete || j.ArtifactID != a.ArtifactID {
 					t.Fatalf("job %s pointing at %q", j.Status, j.ArtifactID)
 				}
-				if st := replay(t, s, clk.Now()); st["job-1"] != jobqueue.JobComplete {
+				if st := replay(t, s, clk.Now()); st["job-1"] != lifecycle.JobComplete {
 					t.Fatalf("replay %v", st)
 				}
 			})

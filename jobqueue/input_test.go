@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -24,9 +25,9 @@ type badValue struct {
 
 func badValues(limit int) []badValue {
 	return []badValue{
-		{"oversized", strings.Repeat("x", limit+1), lifecycle.CodeInputTooLarge},
-		{"invalid UTF-8", "ok\xff\xfe", lifecycle.CodeInvalidInput},
-		{"NUL", "ok\x00ok", lifecycle.CodeInvalidInput},
+		{"oversized", strings.Repeat("x", limit+1), codes.InputTooLarge},
+		{"invalid UTF-8", "ok\xff\xfe", codes.InvalidInput},
+		{"NUL", "ok\x00ok", codes.InvalidInput},
 	}
 }
 
@@ -43,7 +44,7 @@ func checkRefused(t *testing.T, err error, sentinel error, field, code string, s
 		t.Errorf("code %s, want %s (%.300v)", got, code, err)
 	}
 	if field != "" {
-		var ie *lifecycle.InputError
+		var ie *codes.InputError
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("no *InputError for %s in %.300v", field, err)
 		}
@@ -70,11 +71,11 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 		limit int
 		set   func(n *jobqueue.NewJob, v string)
 	}{
-		{"payload", lifecycle.MaxDocumentBytes, func(n *jobqueue.NewJob, v string) { n.Payload = payload(v) }},
-		{"callback", lifecycle.MaxURLBytes, func(n *jobqueue.NewJob, v string) { n.Callback = "https://example.com/" + v }},
-		{"context.memory_snapshot_url", lifecycle.MaxURLBytes, func(n *jobqueue.NewJob, v string) { n.Context.MemorySnapshotURL = "s3://b/" + v }},
-		{"context.entity_refs[1]", lifecycle.MaxRefBytes, func(n *jobqueue.NewJob, v string) { n.Context.EntityRefs = []string{"e0", v} }},
-		{"job_type", lifecycle.MaxNameBytes, func(n *jobqueue.NewJob, v string) { n.JobType = jobqueue.JobType(v) }},
+		{"payload", codes.MaxDocumentBytes, func(n *jobqueue.NewJob, v string) { n.Payload = payload(v) }},
+		{"callback", codes.MaxURLBytes, func(n *jobqueue.NewJob, v string) { n.Callback = "https://example.com/" + v }},
+		{"context.memory_snapshot_url", codes.MaxURLBytes, func(n *jobqueue.NewJob, v string) { n.Context.MemorySnapshotURL = "s3://b/" + v }},
+		{"context.entity_refs[1]", codes.MaxRefBytes, func(n *jobqueue.NewJob, v string) { n.Context.EntityRefs = []string{"e0", v} }},
+		{"job_type", codes.MaxNameBytes, func(n *jobqueue.NewJob, v string) { n.JobType = lifecycle.JobType(v) }},
 		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.JobID = v }},
 		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.RunID = v }},
 		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.AgentSlug = v }},
@@ -91,7 +92,7 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 				_, err := q.Enqueue(ctx, lifecycle.ActorGateway, n)
 				code := bv.code
 				if in.field == "" {
-					code = lifecycle.CodeInvalidInput // an id is a format: 400 whatever is wrong
+					code = codes.InvalidInput // an id is a format: 400 whatever is wrong
 				}
 				checkRefused(t, err, jobqueue.ErrInvalidJob, in.field, code, s, before)
 			})
@@ -104,22 +105,22 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 		n.Payload = json.RawMessage(`{"q":"\ud800"}`)
 		before := teststores.Snapshot(t, s)
 		_, err := q.Enqueue(ctx, lifecycle.ActorGateway, n)
-		checkRefused(t, err, jobqueue.ErrInvalidJob, "payload", lifecycle.CodeInvalidInput, s, before)
+		checkRefused(t, err, jobqueue.ErrInvalidJob, "payload", codes.InvalidInput, s, before)
 	})
 	t.Run("too many entity refs", func(t *testing.T) {
 		n := spec("job-1", "agent")
-		n.Context.EntityRefs = make([]string, lifecycle.MaxListLen+1)
+		n.Context.EntityRefs = make([]string, codes.MaxListLen+1)
 		for i := range n.Context.EntityRefs {
 			n.Context.EntityRefs[i] = "e"
 		}
 		before := teststores.Snapshot(t, s)
 		_, err := q.Enqueue(ctx, lifecycle.ActorGateway, n)
-		checkRefused(t, err, jobqueue.ErrInvalidJob, "context.entity_refs", lifecycle.CodeInputTooLarge, s, before)
+		checkRefused(t, err, jobqueue.ErrInvalidJob, "context.entity_refs", codes.InputTooLarge, s, before)
 	})
 	t.Run("at the limits", func(t *testing.T) {
 		n := spec("job-2", "agent")
-		n.Payload = payload(strings.Repeat("ż", (lifecycle.MaxDocumentBytes-8)/2))
-		n.Callback = "https://example.com/" + strings.Repeat("x", lifecycle.MaxURLBytes-20)
+		n.Payload = payload(strings.Repeat("ż", (codes.MaxDocumentBytes-8)/2))
+		n.Callback = "https://example.com/" + strings.Repeat("x", codes.MaxURLBytes-20)
 		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, n); err != nil {
 			t.Fatalf("payload of %d bytes: %v", len(n.Payload), err)
 		}

@@ -6,14 +6,13 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/runconveyor/conveyor/internal/machinetest"
-	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/internal/testkit/machinetest"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // Seed 003 §1.2, the transition table, transcribed by hand; plus DESIGN.md's
 // extension DEAD → QUEUED (the operator's requeue, invariant F2).
-var seedJob = map[jobqueue.JobState][]jobqueue.JobState{
+var seedJob = map[lifecycle.JobState][]lifecycle.JobState{
 	"PENDING":          {"QUEUED"},
 	"QUEUED":           {"CONTEXT_ASSEMBLY"},
 	"CONTEXT_ASSEMBLY": {"NOTEBOOKLM_CALL", "RETRY_BACKOFF"},
@@ -27,35 +26,35 @@ var seedJob = map[jobqueue.JobState][]jobqueue.JobState{
 
 func TestJobGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, jobqueue.JobMachine(), seedJob)
+	machinetest.Grid(t, lifecycle.JobMachine(), seedJob)
 }
 
 func TestStructure(t *testing.T) {
 	t.Parallel()
-	machinetest.Structure(t, jobqueue.JobMachine().Spec())
+	machinetest.Structure(t, lifecycle.JobMachine().Spec())
 }
 
 func TestJobTerminalsAndExtensions(t *testing.T) {
 	t.Parallel()
-	m := jobqueue.JobMachine()
-	for _, s := range jobqueue.JobStates() {
-		want := s == jobqueue.JobComplete || s == jobqueue.JobDead
+	m := lifecycle.JobMachine()
+	for _, s := range lifecycle.JobStates() {
+		want := s == lifecycle.JobComplete || s == lifecycle.JobDead
 		if m.IsTerminal(s) != want {
 			t.Errorf("IsTerminal(%s) = %v", s, !want)
 		}
 	}
 	for _, tr := range m.Transitions() {
-		wantExt := tr.From == jobqueue.JobDead
+		wantExt := tr.From == lifecycle.JobDead
 		if tr.Extension != wantExt {
 			t.Errorf("%s → %s: Extension = %v", tr.From, tr.To, tr.Extension)
 		}
-		wantRequeue := tr.Event == jobqueue.EventRequeue
+		wantRequeue := tr.Event == lifecycle.EventRequeue
 		if tr.Requeue != wantRequeue {
 			t.Errorf("%s → %s: Requeue = %v", tr.From, tr.To, tr.Requeue)
 		}
 	}
 	// F1: nothing leaves COMPLETE, not even for an admin.
-	if next := m.Next(jobqueue.JobComplete); len(next) != 0 {
+	if next := m.Next(lifecycle.JobComplete); len(next) != 0 {
 		t.Errorf("COMPLETE → %v", next)
 	}
 }
@@ -66,19 +65,19 @@ func TestBackoffElapsedRoutesByAttempt(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		attempt, max int
-		want         jobqueue.JobState
+		want         lifecycle.JobState
 	}{
-		{1, 3, jobqueue.JobQueued},
-		{2, 3, jobqueue.JobQueued},
-		{3, 3, jobqueue.JobFailed},
-		{4, 3, jobqueue.JobFailed},
-		{0, 0, jobqueue.JobFailed},
-		{1, 1, jobqueue.JobFailed},
-		{1, 5, jobqueue.JobQueued},
+		{1, 3, lifecycle.JobQueued},
+		{2, 3, lifecycle.JobQueued},
+		{3, 3, lifecycle.JobFailed},
+		{4, 3, lifecycle.JobFailed},
+		{0, 0, lifecycle.JobFailed},
+		{1, 1, lifecycle.JobFailed},
+		{1, 5, lifecycle.JobQueued},
 	}
 	for _, tt := range tests {
-		job := &jobqueue.Job{JobID: "j", Status: jobqueue.JobRetryBackoff, Attempt: tt.attempt, MaxAttempts: tt.max}
-		change, err := jobqueue.JobMachine().Fire(context.Background(), job, jobqueue.EventBackoffElapsed, lifecycle.ActorOrchestration)
+		job := &lifecycle.Job{JobID: "j", Status: lifecycle.JobRetryBackoff, Attempt: tt.attempt, MaxAttempts: tt.max}
+		change, err := lifecycle.JobMachine().Fire(context.Background(), job, lifecycle.EventBackoffElapsed, lifecycle.ActorOrchestration)
 		if err != nil {
 			t.Fatalf("attempt %d/%d: %v", tt.attempt, tt.max, err)
 		}
@@ -93,8 +92,8 @@ func TestBackoffElapsedRoutesByAttempt(t *testing.T) {
 func TestThreeAttemptsEndDead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m := jobqueue.JobMachine()
-	job := &jobqueue.Job{JobID: "j", Status: jobqueue.JobPending, MaxAttempts: 3}
+	m := lifecycle.JobMachine()
+	job := &lifecycle.Job{JobID: "j", Status: lifecycle.JobPending, MaxAttempts: 3}
 	fire := func(e lifecycle.Event, actor lifecycle.Actor) {
 		t.Helper()
 		if _, err := m.Fire(ctx, job, e, actor); err != nil {
@@ -102,32 +101,32 @@ func TestThreeAttemptsEndDead(t *testing.T) {
 		}
 	}
 	orch := lifecycle.ActorOrchestration
-	fire(jobqueue.EventValidate, orch)
+	fire(lifecycle.EventValidate, orch)
 	for attempt := 1; attempt <= 3; attempt++ {
-		fire(jobqueue.EventPickup, orch)
+		fire(lifecycle.EventPickup, orch)
 		job.Attempt++
-		fire(jobqueue.EventRetryableError, orch)
-		fire(jobqueue.EventBackoffElapsed, orch)
-		want := jobqueue.JobQueued
+		fire(lifecycle.EventRetryableError, orch)
+		fire(lifecycle.EventBackoffElapsed, orch)
+		want := lifecycle.JobQueued
 		if attempt == 3 {
-			want = jobqueue.JobFailed
+			want = lifecycle.JobFailed
 		}
 		if job.Status != want {
 			t.Fatalf("after attempt %d: %s, want %s", attempt, job.Status, want)
 		}
 	}
-	fire(jobqueue.EventBury, orch)
-	if job.Status != jobqueue.JobDead {
+	fire(lifecycle.EventBury, orch)
+	if job.Status != lifecycle.JobDead {
 		t.Fatalf("status %s, want DEAD", job.Status)
 	}
 	// F2: no automatic way out of DEAD; only the admin's requeue.
-	_, err := m.Fire(ctx, job, jobqueue.EventRequeue, orch)
+	_, err := m.Fire(ctx, job, lifecycle.EventRequeue, orch)
 	var fe *lifecycle.ForbiddenActorError
 	if !errors.As(err, &fe) || fe.Allowed[0] != lifecycle.ActorAdmin {
 		t.Fatalf("orchestration requeueing DEAD: %v", err)
 	}
-	fire(jobqueue.EventRequeue, lifecycle.ActorAdmin)
-	if job.Status != jobqueue.JobQueued {
+	fire(lifecycle.EventRequeue, lifecycle.ActorAdmin)
+	if job.Status != lifecycle.JobQueued {
 		t.Fatalf("status %s after requeue", job.Status)
 	}
 }
@@ -135,19 +134,19 @@ func TestThreeAttemptsEndDead(t *testing.T) {
 func TestGuardRefusalIsTyped(t *testing.T) {
 	t.Parallel()
 	// A retryable error from QUEUED is no move of the table.
-	job := &jobqueue.Job{Status: jobqueue.JobQueued}
-	_, err := jobqueue.JobMachine().Fire(context.Background(), job, jobqueue.EventRetryableError, lifecycle.ActorOrchestration)
+	job := &lifecycle.Job{Status: lifecycle.JobQueued}
+	_, err := lifecycle.JobMachine().Fire(context.Background(), job, lifecycle.EventRetryableError, lifecycle.ActorOrchestration)
 	var ite *lifecycle.InvalidTransitionError
-	if !errors.As(err, &ite) || ite.Event != string(jobqueue.EventRetryableError) || ite.ValidNext[0] != "CONTEXT_ASSEMBLY" {
+	if !errors.As(err, &ite) || ite.Event != string(lifecycle.EventRetryableError) || ite.ValidNext[0] != "CONTEXT_ASSEMBLY" {
 		t.Fatalf("got %v", err)
 	}
 }
 
-func newJob(s jobqueue.JobState) *jobqueue.Job   { return &jobqueue.Job{Status: s, MaxAttempts: 3} }
-func jobState(j *jobqueue.Job) jobqueue.JobState { return j.Status }
+func newJob(s lifecycle.JobState) *lifecycle.Job   { return &lifecycle.Job{Status: s, MaxAttempts: 3} }
+func jobState(j *lifecycle.Job) lifecycle.JobState { return j.Status }
 
 // bumpAttempt lets the walks move the attempt count, so both guards fire.
-func bumpAttempt(j *jobqueue.Job, b byte) {
+func bumpAttempt(j *lifecycle.Job, b byte) {
 	if b&1 == 1 {
 		j.Attempt++
 	}
@@ -156,17 +155,17 @@ func bumpAttempt(j *jobqueue.Job, b byte) {
 func TestRandomWalks(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
-	reachedJob := map[jobqueue.JobState]bool{}
+	reachedJob := map[lifecycle.JobState]bool{}
 	for range 3000 {
 		choices := make([]byte, 2*(1+rng.IntN(30)))
 		for i := range choices {
 			choices[i] = byte(rng.Uint32())
 		}
-		for _, s := range machinetest.Walk(t, jobqueue.JobMachine(), newJob, jobState, bumpAttempt, choices) {
+		for _, s := range machinetest.Walk(t, lifecycle.JobMachine(), newJob, jobState, bumpAttempt, choices) {
 			reachedJob[s] = true
 		}
 	}
-	for _, s := range jobqueue.JobStates() {
+	for _, s := range lifecycle.JobStates() {
 		if !reachedJob[s] {
 			t.Errorf("job walks never reached %s", s)
 		}
@@ -176,6 +175,6 @@ func TestRandomWalks(t *testing.T) {
 func FuzzJobWalk(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 1, 3, 1, 8, 1})
 	f.Fuzz(func(t *testing.T, choices []byte) {
-		machinetest.Walk(t, jobqueue.JobMachine(), newJob, jobState, bumpAttempt, choices)
+		machinetest.Walk(t, lifecycle.JobMachine(), newJob, jobState, bumpAttempt, choices)
 	})
 }

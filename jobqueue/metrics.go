@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Metrics receives the job metrics of seed 003 §5.3 (Config.Metrics).
@@ -22,13 +24,13 @@ import (
 //	// LeaseLost counts a job whose worker's lease ran out before the job
 //	// left its pipeline state (the worker died, paused or lost the store):
 //	// the worker that rescues the job counts it, once per lost lease.
-//	LeaseLost(jobType JobType)
+//	LeaseLost(jobType lifecycle.JobType)
 //	// RecordQuarantined counts a poison record the Queue quarantined, by
 //	// kind ("job", "agent_lock", "sweep_lease", "other").
 //	RecordQuarantined(kind string)
 //	// HandlerAbandoned counts a handler call abandoned at StepTimeout while
 //	// its goroutine ran on (see Queue.Stragglers).
-//	HandlerAbandoned(jobType JobType, step JobState)
+//	HandlerAbandoned(jobType lifecycle.JobType, step lifecycle.JobState)
 type Metrics interface {
 	// JobTransition counts one move of a job, from → to (from is "" for
 	// the creation), with how long the job had been in from: the time
@@ -36,37 +38,40 @@ type Metrics interface {
 	// and for a move after the first in one write (RETRY_BACKOFF → QUEUED
 	// → CONTEXT_ASSEMBLY is one write). So the pipeline states' times are
 	// the step times of seed 003 §5.3.
-	JobTransition(jobType JobType, from, to JobState, inFrom time.Duration)
+	JobTransition(jobType lifecycle.JobType, from, to lifecycle.JobState, inFrom time.Duration)
 	// JobFinished observes a job that reached COMPLETE or DEAD, with its
 	// time since it was created (end-to-end, retries included). FAILED is
 	// not an end: the queue buries a FAILED job at once.
-	JobFinished(jobType JobType, outcome JobState, d time.Duration)
+	JobFinished(jobType lifecycle.JobType, outcome lifecycle.JobState, d time.Duration)
 	// AttemptFailed counts an attempt that failed in step (a pipeline
 	// state), sending the job to RETRY_BACKOFF with error_code code
 	// (TIMEOUT, LEASE_EXPIRED, ARTIFACT_WRITE_ERROR, ...; see Job.ErrorCode).
 	// Whether it is retried depends on the attempts left.
-	AttemptFailed(jobType JobType, step JobState, code string)
+	AttemptFailed(jobType lifecycle.JobType, step lifecycle.JobState, code string)
 }
 
 // The optional methods of Metrics.
 type (
-	leaseMetrics      interface{ LeaseLost(jobType JobType) }
+	leaseMetrics interface {
+		LeaseLost(jobType lifecycle.JobType)
+	}
 	quarantineMetrics interface{ RecordQuarantined(kind string) }
 	abandonMetrics    interface {
-		HandlerAbandoned(jobType JobType, step JobState)
+		HandlerAbandoned(jobType lifecycle.JobType, step lifecycle.JobState)
 	}
 )
 
 type noMetrics struct{}
 
-func (noMetrics) JobTransition(JobType, JobState, JobState, time.Duration) {}
-func (noMetrics) JobFinished(JobType, JobState, time.Duration)             {}
-func (noMetrics) AttemptFailed(JobType, JobState, string)                  {}
+func (noMetrics) JobTransition(lifecycle.JobType, lifecycle.JobState, lifecycle.JobState, time.Duration) {
+}
+func (noMetrics) JobFinished(lifecycle.JobType, lifecycle.JobState, time.Duration) {}
+func (noMetrics) AttemptFailed(lifecycle.JobType, lifecycle.JobState, string)      {}
 
 // observe reports the moves of a write that succeeded: after is the
 // document written, prior the one it replaced (nil for a creation), moves
 // the moves the write made (the end of after's trail).
-func (q *Queue) observe(prior, after *jobDoc, moves []Move) {
+func (q *Queue) observe(prior, after *jobDoc, moves []lifecycle.JobMove) {
 	if len(moves) == 0 {
 		return
 	}
@@ -78,15 +83,15 @@ func (q *Queue) observe(prior, after *jobDoc, moves []Move) {
 		}
 		m.JobTransition(after.JobType, mv.From, mv.To, in)
 		switch {
-		case mv.To == JobRetryBackoff:
+		case mv.To == lifecycle.JobRetryBackoff:
 			code := after.ErrorCode
 			m.AttemptFailed(after.JobType, mv.From, code)
-			if code == CodeLeaseExpired {
+			if code == codes.JobLeaseExpired {
 				if lm, ok := m.(leaseMetrics); ok {
 					lm.LeaseLost(after.JobType)
 				}
 			}
-		case mv.To == JobComplete || mv.To == JobDead:
+		case mv.To == lifecycle.JobComplete || mv.To == lifecycle.JobDead:
 			m.JobFinished(after.JobType, mv.To, max(after.UpdatedAt.Sub(after.CreatedAt), 0))
 		}
 	}
@@ -100,18 +105,18 @@ func (q *Queue) quarantined(key string) {
 	}
 	kind := "other"
 	switch {
-	case strings.HasPrefix(key, storage.JobsPrefix):
+	case strings.HasPrefix(key, layout.JobsPrefix):
 		kind = "job"
 	case strings.HasPrefix(key, agentPrefix):
 		kind = "agent_lock"
-	case key == sweepKey:
+	case key == layout.SweepLeaseKey:
 		kind = "sweep_lease"
 	}
 	m.RecordQuarantined(kind)
 }
 
 // abandoned counts a handler call left behind at StepTimeout.
-func (q *Queue) abandoned(jobType JobType, step JobState) {
+func (q *Queue) abandoned(jobType lifecycle.JobType, step lifecycle.JobState) {
 	if m, ok := q.cfg.Metrics.(abandonMetrics); ok {
 		m.HandlerAbandoned(jobType, step)
 	}
@@ -144,7 +149,7 @@ func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
 		if err != nil {
 			return nil, err
 		}
-		agent, at, _, ok := storage.ParseLaneKey(key)
+		agent, at, _, ok := layout.ParseLaneKey(key)
 		if !ok {
 			continue
 		}

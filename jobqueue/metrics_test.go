@@ -14,7 +14,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -24,7 +26,7 @@ import (
 type counting struct {
 	mu    sync.Mutex
 	calls []string
-	in    map[jobqueue.JobState]time.Duration // time in each state, summed
+	in    map[lifecycle.JobState]time.Duration // time in each state, summed
 }
 
 func (m *counting) add(format string, args ...any) {
@@ -33,27 +35,27 @@ func (m *counting) add(format string, args ...any) {
 	m.calls = append(m.calls, fmt.Sprintf(format, args...))
 }
 
-func (m *counting) JobTransition(t jobqueue.JobType, from, to jobqueue.JobState, in time.Duration) {
+func (m *counting) JobTransition(t lifecycle.JobType, from, to lifecycle.JobState, in time.Duration) {
 	m.add("transition %s %s>%s", t, from, to)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.in == nil {
-		m.in = map[jobqueue.JobState]time.Duration{}
+		m.in = map[lifecycle.JobState]time.Duration{}
 	}
 	m.in[from] += in
 }
 
-func (m *counting) JobFinished(t jobqueue.JobType, outcome jobqueue.JobState, d time.Duration) {
+func (m *counting) JobFinished(t lifecycle.JobType, outcome lifecycle.JobState, d time.Duration) {
 	m.add("finished %s %s %s", t, outcome, d)
 }
 
-func (m *counting) AttemptFailed(t jobqueue.JobType, step jobqueue.JobState, code string) {
+func (m *counting) AttemptFailed(t lifecycle.JobType, step lifecycle.JobState, code string) {
 	m.add("failed %s %s %s", t, step, code)
 }
 
-func (m *counting) LeaseLost(t jobqueue.JobType)  { m.add("lease_lost %s", t) }
+func (m *counting) LeaseLost(t lifecycle.JobType) { m.add("lease_lost %s", t) }
 func (m *counting) RecordQuarantined(kind string) { m.add("quarantined %s", kind) }
-func (m *counting) HandlerAbandoned(t jobqueue.JobType, step jobqueue.JobState) {
+func (m *counting) HandlerAbandoned(t lifecycle.JobType, step lifecycle.JobState) {
 	m.add("abandoned %s %s", t, step)
 }
 
@@ -80,15 +82,15 @@ func TestMetricsCompleteJob(t *testing.T) {
 	enqueue(t, q, "job-m", "agent-m")
 	clk.Advance(3 * time.Second) // waits QUEUED
 	h := okHandlers()
-	h.AssembleContext = func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+	h.AssembleContext = func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 		clk.Advance(2 * time.Second)
 		return json.RawMessage(`{}`), nil
 	}
-	h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 		clk.Advance(7 * time.Second)
 		return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
 	}
-	if j, err := claim(t, q, "w1").Run(ctx, h); err != nil || j.Status != jobqueue.JobComplete {
+	if j, err := claim(t, q, "w1").Run(ctx, h); err != nil || j.Status != lifecycle.JobComplete {
 		t.Fatalf("run: %+v %v", j, err)
 	}
 	want := []string{
@@ -103,9 +105,9 @@ func TestMetricsCompleteJob(t *testing.T) {
 	if diff := cmp.Diff(want, m.take()); diff != "" {
 		t.Fatalf("calls (-want +got):\n%s", diff)
 	}
-	wantIn := map[jobqueue.JobState]time.Duration{
-		"": 0, jobqueue.JobPending: 0, jobqueue.JobQueued: 3 * time.Second,
-		jobqueue.JobContextAssembly: 2 * time.Second, jobqueue.JobNotebookLMCall: 7 * time.Second, jobqueue.JobArtifactWrite: 0,
+	wantIn := map[lifecycle.JobState]time.Duration{
+		"": 0, lifecycle.JobPending: 0, lifecycle.JobQueued: 3 * time.Second,
+		lifecycle.JobContextAssembly: 2 * time.Second, lifecycle.JobNotebookLMCall: 7 * time.Second, lifecycle.JobArtifactWrite: 0,
 	}
 	if diff := cmp.Diff(wantIn, m.in); diff != "" {
 		t.Fatalf("time in states (-want +got):\n%s", diff)
@@ -162,7 +164,7 @@ func TestMetricsLeaseLostAndQuarantine(t *testing.T) {
 	clk.Advance(jobqueue.DefaultLeaseTTL + jobqueue.DefaultLeaseTTL/2)
 	_ = claim(t, q, "w2")
 	enqueue(t, q, "job-bad", "agent-b")
-	key, _ := storage.JobKey("job-bad")
+	key, _ := layout.JobKey("job-bad")
 	putRaw(t, s, key, "{garbage")
 	if _, err := q.Get(context.Background(), "admin", "job-bad"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Get of a poison job: %v", err)

@@ -17,11 +17,14 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Defaults of Config.
@@ -90,7 +93,7 @@ type Config struct {
 	// the type's Validate. Names are ids (storage.ValidateID) and may not
 	// be a seed type's. With Config.Artifacts set, that store must know
 	// the types (artifact.Config.Types); the default store is given them.
-	Types map[JobType]TypeConfig
+	Types map[lifecycle.JobType]TypeConfig
 	// Metrics receives the job metrics of seed 003 §5.3 (see Metrics);
 	// default none.
 	Metrics Metrics
@@ -117,7 +120,7 @@ type Queue struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	units     *core.Units // the handlers' calls, under StepTimeout
-	userTypes map[JobType]bool
+	userTypes map[lifecycle.JobType]bool
 
 	quar *core.Quarantiner // poison records to quarantine, logged and counted
 
@@ -221,7 +224,7 @@ func New(cfg Config) (*Queue, error) {
 		}
 		cfg.Artifacts = a
 	}
-	userTypes := map[JobType]bool{}
+	userTypes := map[lifecycle.JobType]bool{}
 	for t := range cfg.Types {
 		userTypes[t] = true
 	}
@@ -264,9 +267,9 @@ var (
 	// ErrJobExists: Enqueue with the id of a job that already exists.
 	ErrJobExists = errors.New("jobqueue: job already exists")
 	// ErrLeaseLost: the worker's lease on the job lapsed or was taken over;
-	// it may no longer write the job. It is storage.ErrLeaseLost, the one
+	// it may no longer write the job. It is records.ErrLeaseLost, the one
 	// sentinel of the SDK.
-	ErrLeaseLost = storage.ErrLeaseLost
+	ErrLeaseLost = records.ErrLeaseLost
 	// ErrStepTimeout is the cause of a step's context when StepTimeout runs out.
 	ErrStepTimeout = errors.New("jobqueue: step timeout")
 )
@@ -274,33 +277,31 @@ var (
 // ---- keys ----
 
 // The queue's keys are built in storage's layout (issue 10 G): jobs under
-// storage.JobsPrefix, lanes, agent locks and the sweep lease under
-// storage.QueuePrefix, so listing jobs/ yields only jobs.
+// layout.JobsPrefix, lanes, agent locks and the sweep lease under
+// layout.QueuePrefix, so listing jobs/ yields only jobs.
 const (
-	lanePrefix  = storage.LanesPrefix
-	agentPrefix = storage.AgentLocksPrefix
+	lanePrefix  = layout.LanesPrefix
+	agentPrefix = layout.AgentLocksPrefix
 )
 
-// laneKey is storage.LaneKey of ids already validated.
+// laneKey is layout.LaneKey of ids already validated.
 func laneKey(agent string, at time.Time, jobID string) string {
-	k, _ := storage.LaneKey(agent, at, jobID)
+	k, _ := layout.LaneKey(agent, at, jobID)
 	return k
 }
 
 // parseLaneKey returns the ready time and job id of a lane key.
 func parseLaneKey(key string) (time.Time, string, bool) {
-	_, at, id, ok := storage.ParseLaneKey(key)
+	_, at, id, ok := layout.ParseLaneKey(key)
 	return at, id, ok
 }
-
-func jobIDFromKey(key string) (string, bool) { return storage.JobIDFromKey(key) }
 
 // ---- records ----
 
 // jobDoc is the stored form of a Job: the record plus the document version.
 type jobDoc struct {
-	storage.Meta
-	Job
+	records.Meta
+	lifecycle.Job
 	// AuditArtifact is the artifact whose creation event is still to be
 	// flushed with the trail (the artifact store was told not to write it,
 	// artifact.Draft.Audited); emitted before the move out of
@@ -312,11 +313,11 @@ type jobDoc struct {
 	RanEpoch int64 `json:"ran_epoch,omitempty"`
 }
 
-// agentLock is queue/agents/{agent}.json (storage.AgentLockKey): which worker runs the agent's job,
+// agentLock is queue/agents/{agent}.json (layout.AgentLockKey): which worker runs the agent's job,
 // under which fencing epoch, until when. It gives at most one running job
 // per agent across every worker sharing the store.
 type agentLock struct {
-	storage.Meta
+	records.Meta
 	Agent     string    `json:"agent"`
 	Owner     string    `json:"owner,omitempty"`
 	Epoch     int64     `json:"epoch"`
@@ -336,19 +337,19 @@ type laneEntry struct {
 
 // NewJob is what Enqueue needs; the queue fills in the rest of the record.
 // Ids are storage ids (storage.ValidateID); Payload is JSON of at most
-// lifecycle.MaxDocumentBytes, the URLs at most lifecycle.MaxURLBytes, and
-// Context.EntityRefs at most lifecycle.MaxListLen refs of
-// lifecycle.MaxRefBytes, all valid UTF-8 without NUL or control characters.
+// codes.MaxDocumentBytes, the URLs at most codes.MaxURLBytes, and
+// Context.EntityRefs at most codes.MaxListLen refs of
+// codes.MaxRefBytes, all valid UTF-8 without NUL or control characters.
 type NewJob struct {
 	// JobID is the job's id; empty means a fresh UUID v4.
 	JobID     string
 	RunID     string
-	JobType   JobType
+	JobType   lifecycle.JobType
 	AgentSlug string
 	// MaxAttempts is max_attempts; 0 means Config.MaxAttempts.
 	MaxAttempts int
 	Payload     json.RawMessage
-	Context     JobContext
+	Context     lifecycle.JobContext
 	// Callback is an http or https URL, or empty.
 	Callback string
 	// ProjectID is the artifact's cid; empty means Config.Project.
@@ -368,7 +369,7 @@ func badJob(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
 }
 
-func (n *NewJob) validate(defaultMax int, user map[JobType]bool) error {
+func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error {
 	// Text first: a job type of invalid UTF-8 is INVALID_INPUT, as every
 	// other field's, not an unknown type.
 	if err := n.checkText(); err != nil {
@@ -419,27 +420,27 @@ func (n *NewJob) validate(defaultMax int, user map[JobType]bool) error {
 
 // checkText bounds the free text of a job (issue 10 F) before anything
 // else looks at it: the job type (MaxNameBytes), the payload
-// (MaxDocumentBytes, lifecycle.CheckJSON), the URLs (MaxURLBytes) and the
+// (MaxDocumentBytes, codes.CheckJSON), the URLs (MaxURLBytes) and the
 // entity refs (MaxListLen of MaxRefBytes each), all clean UTF-8.
-// It returns nil or a *lifecycle.InputError.
+// It returns nil or a *codes.InputError.
 func (n *NewJob) checkText() error {
-	if err := lifecycle.CheckText("job_type", string(n.JobType), lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("job_type", string(n.JobType), codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckJSON("payload", n.Payload, lifecycle.MaxDocumentBytes); err != nil {
+	if err := codes.CheckJSON("payload", n.Payload, codes.MaxDocumentBytes); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckText("callback", n.Callback, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("callback", n.Callback, codes.MaxURLBytes, codes.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckText("context.memory_snapshot_url", n.Context.MemorySnapshotURL, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("context.memory_snapshot_url", n.Context.MemorySnapshotURL, codes.MaxURLBytes, codes.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckList("context.entity_refs", len(n.Context.EntityRefs)); err != nil {
+	if err := codes.CheckList("context.entity_refs", len(n.Context.EntityRefs)); err != nil {
 		return err
 	}
 	for i, ref := range n.Context.EntityRefs {
-		if err := lifecycle.CheckText(fmt.Sprintf("context.entity_refs[%d]", i), ref, lifecycle.MaxRefBytes, lifecycle.OneLine); err != nil {
+		if err := codes.CheckText(fmt.Sprintf("context.entity_refs[%d]", i), ref, codes.MaxRefBytes, codes.OneLine); err != nil {
 			return err
 		}
 	}
@@ -448,7 +449,7 @@ func (n *NewJob) checkText() error {
 
 // artifactType is the artifact type of a job of type t: the seed's
 // mapping, or the user type's own name.
-func (q *Queue) artifactType(t JobType) artifact.Type {
+func (q *Queue) artifactType(t lifecycle.JobType) artifact.Type {
 	if a, ok := ArtifactType(t); ok {
 		return a
 	}
@@ -458,13 +459,13 @@ func (q *Queue) artifactType(t JobType) artifact.Type {
 // ArtifactType maps a job type to the artifact type it produces:
 // RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
 // PREPROCESSED_PROPOSAL.
-func ArtifactType(t JobType) (artifact.Type, bool) {
+func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
 	switch t {
-	case JobResearch:
+	case lifecycle.JobResearch:
 		return artifact.ResearchBrief, true
-	case JobBrief:
+	case lifecycle.JobBrief:
 		return artifact.Brief, true
-	case JobProposalPreprocess:
+	case lifecycle.JobProposalPreprocess:
 		return artifact.PreprocessedProposal, true
 	}
 	return "", false
@@ -477,31 +478,31 @@ func ArtifactType(t JobType) (artifact.Type, bool) {
 // needs Create (003 §4.1: the gateway or the orchestration layer); the
 // move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
 // (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
-func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (Job, error) {
+func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	if err := n.validate(q.cfg.MaxAttempts, q.userTypes); err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
-	key, err := storage.JobKey(n.JobID)
+	key, err := layout.JobKey(n.JobID)
 	if err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	if err := q.ensureAgent(ctx, n.AgentSlug); err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	now := q.clock.Now().UTC()
-	doc := jobDoc{Job: Job{
+	doc := jobDoc{Job: lifecycle.Job{
 		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
-		Status: JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
+		Status: lifecycle.JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
 		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
-		Trail: []Move{{From: "", To: JobPending, Event: "create", Actor: actor, At: now}},
+		Trail: []lifecycle.JobMove{{From: "", To: lifecycle.JobPending, Event: "create", Actor: actor, At: now}},
 	}}
 	// Validation is done, so the job is created already moved on to
 	// QUEUED: one write whose trail holds both moves.
-	if err := q.fire(ctx, &doc, EventValidate, lifecycle.ActorOrchestration); err != nil {
-		return Job{}, err
+	if err := q.fire(ctx, &doc, lifecycle.EventValidate, lifecycle.ActorOrchestration); err != nil {
+		return lifecycle.Job{}, err
 	}
 	doc.Trail[len(doc.Trail)-1].At = now
 	lane := laneKey(n.AgentSlug, now, n.JobID)
@@ -510,14 +511,14 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (J
 	// always in a lane or named by its agent's lock.
 	undo, err := q.putLaneFirst(ctx, lane, n.JobID, now)
 	if err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
-	if _, err := storage.Create(ctx, q.store, key, &doc); err != nil {
+	if _, err := records.Create(ctx, q.store, key, &doc); err != nil {
 		undo()
 		if errors.Is(err, storage.ErrPreconditionFailed) {
-			return Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
+			return lifecycle.Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
 		}
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	q.relaneIfSlow(ctx, lane, n.JobID, now)
 	q.laneAdded(n.AgentSlug, lane)
@@ -535,7 +536,7 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	if exists {
 		return nil
 	}
-	key, err := storage.AgentLockKey(agent)
+	key, err := layout.AgentLockKey(agent)
 	if err != nil {
 		return err
 	}
@@ -543,7 +544,7 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	// made costs a read, not a refused write.
 	_, _, err = q.store.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
-		_, err = storage.Create(ctx, q.store, key, &agentLock{Agent: agent})
+		_, err = records.Create(ctx, q.store, key, &agentLock{Agent: agent})
 	}
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
@@ -600,7 +601,7 @@ func (q *Queue) laneAdded(agent, key string) {
 // read reads a job; a poison record is quarantined and reads as missing
 // (ErrNotFound), with the quarantine logged and counted.
 func (q *Queue) read(ctx context.Context, jobID string) (jobDoc, storage.Version, error) {
-	key, err := storage.JobKey(jobID)
+	key, err := layout.JobKey(jobID)
 	if err != nil {
 		return jobDoc{}, "", err
 	}
@@ -620,11 +621,11 @@ func (q *Queue) jobRecord(key string) *core.Record[jobDoc, *jobDoc] {
 
 // validJob refuses a decoded job that cannot be this key's job.
 func validJob(key string, d *jobDoc) error {
-	id, _ := jobIDFromKey(key)
+	id, _ := layout.JobIDFromKey(key)
 	switch {
 	case d.JobID != id:
 		return fmt.Errorf("job_id %q in the record of %q", d.JobID, id)
-	case !slices.Contains(JobStates(), d.Status):
+	case !slices.Contains(lifecycle.JobStates(), d.Status):
 		return fmt.Errorf("unknown status %q", d.Status)
 	case storage.ValidateID("agent slug", d.AgentSlug) != nil:
 		return fmt.Errorf("invalid agent_slug %q", d.AgentSlug)
@@ -634,11 +635,11 @@ func validJob(key string, d *jobDoc) error {
 	return nil
 }
 
-// poison quarantines the record of a *storage.CorruptError and turns the
+// poison quarantines the record of a *records.CorruptError and turns the
 // error into ErrNotFound for the caller, which goes on as if the record were
 // gone: a poison record never blocks anything. Other errors pass.
 func (q *Queue) poison(ctx context.Context, err error) error {
-	var ce *storage.CorruptError
+	var ce *records.CorruptError
 	if !errors.As(err, &ce) {
 		return err
 	}
@@ -653,11 +654,11 @@ func (q *Queue) poison(ctx context.Context, err error) error {
 }
 
 // QuarantinedError is the error of a job whose record was poison and was
-// moved under storage.QuarantinePrefix (by this read or an earlier one): Get
+// moved under records.QuarantinePrefix (by this read or an earlier one): Get
 // and Requeue give it, as the Runner gives run.QuarantinedError for a run,
 // so a client learns the job is quarantined, not that it never existed. An
-// operator may repair and restore the record (storage.Restore). It matches
-// storage.ErrCorrupt and, as a job the queue can no longer see,
+// operator may repair and restore the record (records.Restore). It matches
+// records.ErrCorrupt and, as a job the queue can no longer see,
 // storage.ErrNotFound; its code is RECORD_QUARANTINED (410).
 type QuarantinedError struct {
 	JobID string
@@ -678,13 +679,13 @@ func (e *QuarantinedError) Error() string {
 	return msg
 }
 
-// Is matches storage.ErrCorrupt and storage.ErrNotFound.
+// Is matches records.ErrCorrupt and storage.ErrNotFound.
 func (e *QuarantinedError) Is(target error) bool {
-	return target == storage.ErrCorrupt || target == storage.ErrNotFound
+	return target == records.ErrCorrupt || target == storage.ErrNotFound
 }
 
-// Code is RECORD_QUARANTINED, as storage.CorruptError's.
-func (e *QuarantinedError) Code() string { return (&storage.CorruptError{}).Code() }
+// Code is RECORD_QUARANTINED, as records.CorruptError's.
+func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }
 
 // quarantinedOr turns the not-found of a job whose record is in quarantine
 // into a *QuarantinedError; any other error is returned as it is.
@@ -692,16 +693,16 @@ func (q *Queue) quarantinedOr(ctx context.Context, jobID string, err error) erro
 	if !errors.Is(err, storage.ErrNotFound) {
 		return err
 	}
-	key, kerr := storage.JobKey(jobID)
+	key, kerr := layout.JobKey(jobID)
 	if kerr != nil {
 		return err
 	}
-	for qkey, lerr := range q.store.List(ctx, storage.QuarantinePrefix+key+"/") {
+	for qkey, lerr := range q.store.List(ctx, records.QuarantinePrefix+key+"/") {
 		if lerr != nil {
 			return err
 		}
 		qe := &QuarantinedError{JobID: jobID, Key: key, QKey: qkey}
-		if rec, rerr := storage.ReadQuarantined(ctx, q.store, qkey); rerr == nil {
+		if rec, rerr := records.ReadQuarantined(ctx, q.store, qkey); rerr == nil {
 			qe.Reason = rec.Reason
 		}
 		return qe
@@ -714,32 +715,32 @@ func (q *Queue) Quarantined() int64 { return q.quar.Count() }
 
 // ownJob is the "own job" of the NLM backend in 003 §4.1: the job the
 // orchestration layer has handed to it, which is the job in NOTEBOOKLM_CALL.
-func ownJob(actor lifecycle.Actor, j *Job) bool {
-	return actor == lifecycle.ActorNLMBackend && j.Status == JobNotebookLMCall
+func ownJob(actor lifecycle.Actor, j *lifecycle.Job) bool {
+	return actor == lifecycle.ActorNLMBackend && j.Status == lifecycle.JobNotebookLMCall
 }
 
 // Get reads a job. The actor needs Read (003 §4.1); the NLM backend may
 // read only its own job, one in NOTEBOOKLM_CALL.
-func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (Job, error) {
+func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
 	if authority.Lookup(actor, authority.Jobs, authority.Read) == authority.Denied {
-		return Job{}, authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{})
+		return lifecycle.Job{}, authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{})
 	}
 	d, _, err := q.read(ctx, jobID)
 	if err != nil {
-		return Job{}, q.quarantinedOr(ctx, jobID, err)
+		return lifecycle.Job{}, q.quarantinedOr(ctx, jobID, err)
 	}
 	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{Own: ownJob(actor, &d.Job)}); err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	return d.Job, nil
 }
 
 // List yields every job in key order. The actor needs Read without
 // qualification (the NLM backend may not list jobs).
-func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[Job, error] {
-	return func(yield func(Job, error) bool) {
+func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifecycle.Job, error] {
+	return func(yield func(lifecycle.Job, error) bool) {
 		if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
-			yield(Job{}, err)
+			yield(lifecycle.Job{}, err)
 			return
 		}
 		for d, err := range q.docs(ctx) {
@@ -752,12 +753,12 @@ func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[Job, 
 
 func (q *Queue) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
 	return func(yield func(jobDoc, error) bool) {
-		for key, err := range q.store.List(ctx, storage.JobsPrefix) {
+		for key, err := range q.store.List(ctx, layout.JobsPrefix) {
 			if err != nil {
 				yield(jobDoc{}, err)
 				return
 			}
-			id, ok := jobIDFromKey(key)
+			id, ok := layout.JobIDFromKey(key)
 			if !ok {
 				continue
 			}
@@ -776,11 +777,11 @@ func (q *Queue) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
 
 // fire moves d by event as actor and appends the move to d's trail.
 func (q *Queue) fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle.Actor) error {
-	ch, err := JobMachine().Fire(ctx, &d.Job, event, actor)
+	ch, err := lifecycle.JobMachine().Fire(ctx, &d.Job, event, actor)
 	if err != nil {
 		return err
 	}
-	d.Trail = append(d.Trail, Move{From: ch.From, To: ch.To, Event: event, Actor: actor})
+	d.Trail = append(d.Trail, lifecycle.JobMove{From: ch.From, To: ch.To, Event: event, Actor: actor})
 	return nil
 }
 
@@ -803,12 +804,12 @@ func (q *Queue) update(ctx context.Context, jobID string, cached *jobDoc, ver st
 // updateFenced is update for an owner: the write is refused with
 // ErrLeaseLost unless the job still carries the lease (owner, epoch).
 func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
-	key, err := storage.JobKey(jobID)
+	key, err := layout.JobKey(jobID)
 	if err != nil {
 		return jobDoc{}, "", err
 	}
 	rec := q.jobRecord(key)
-	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *storage.Lease { return d.Lease }
+	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *records.Lease { return d.Lease }
 	if epoch > 0 {
 		rec.Now = q.clock.Now
 	}
@@ -863,7 +864,9 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 // at rest nowhere else: QUEUED is left by the next claim, FAILED by the
 // bury that follows at once, the pipeline states by the claim's next write,
 // and their moves go with that write's.
-func flushes(s JobState) bool { return s == JobComplete || s == JobDead || s == JobRetryBackoff }
+func flushes(s lifecycle.JobState) bool {
+	return s == lifecycle.JobComplete || s == lifecycle.JobDead || s == lifecycle.JobRetryBackoff
+}
 
 // ensureAudited makes sure the audit object of d's trail exists when d is
 // at rest (Sweep's repair of a writer that died before its flush); the
@@ -935,7 +938,7 @@ func (q *Queue) flushed(d *jobDoc) {
 	if q.audited[d.JobID] < d.Version {
 		q.audited[d.JobID] = d.Version
 	}
-	if JobMachine().IsTerminal(d.Status) {
+	if lifecycle.JobMachine().IsTerminal(d.Status) {
 		delete(q.audited, d.JobID)
 	}
 }
@@ -943,24 +946,24 @@ func (q *Queue) flushed(d *jobDoc) {
 // auditObject is the audit object of d's trail (003 §5.1, one event per
 // move, and the artifact's creation before the move out of
 // ARTIFACT_WRITE): the last event with the others as its Prior
-// (storage.AuditEvent.Expand), under an id made of the last move's time,
+// (records.AuditEvent.Expand), under an id made of the last move's time,
 // the job and the record's version, so every writer that writes it writes
 // the same object once. key is "" for an empty trail.
 func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
-	var evs []storage.AuditEvent
+	var evs []records.AuditEvent
 	for _, m := range d.Trail {
-		if m.From == JobArtifactWrite && d.AuditArtifact != "" {
-			evs = append(evs, storage.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.cfg.ArtifactActor),
+		if m.From == lifecycle.JobArtifactWrite && d.AuditArtifact != "" {
+			evs = append(evs, records.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.cfg.ArtifactActor),
 				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, To: "finalized", Node: q.cfg.Node})
 		}
-		ev := storage.AuditEvent{
+		ev := records.AuditEvent{
 			TS: m.At, Event: "job.status.update", Actor: string(m.Actor), JobID: d.JobID, RunID: d.RunID,
 			From: string(m.From), To: string(m.To), Node: q.cfg.Node,
 		}
 		if m.From == "" {
 			ev.Event = "job.create"
 		}
-		if m.To == JobComplete {
+		if m.To == lifecycle.JobComplete {
 			ev.ArtifactID = d.ArtifactID
 		}
 		evs = append(evs, ev)
@@ -970,7 +973,7 @@ func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
 	}
 	last := evs[len(evs)-1]
 	last.Prior = evs[:len(evs)-1]
-	key, err = storage.AuditKey(last.TS, storage.AuditEventID(last.TS, d.JobID, d.Version, 0))
+	key, err = layout.AuditKey(last.TS, records.AuditEventID(last.TS, d.JobID, d.Version, 0))
 	if err != nil {
 		return "", nil, err
 	}
@@ -988,35 +991,35 @@ func (q *Queue) putAudit(ctx context.Context, key string, b []byte) error {
 // machine gives this move to the admin alone, so anyone else gets a
 // FORBIDDEN error and nothing is written. The job starts over with a fresh
 // set of attempts (attempt 0) and its error cleared.
-func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (Job, error) {
+func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
 	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	// The lane entry first, the job second (active.go): the job's agent
 	// comes from a read before the write.
 	cur, ver, err := q.read(ctx, jobID)
 	if err != nil {
-		return Job{}, q.quarantinedOr(ctx, jobID, err)
+		return lifecycle.Job{}, q.quarantinedOr(ctx, jobID, err)
 	}
 	probe := cur
 	probe.Trail = nil
-	if err := q.fire(ctx, &probe, EventRequeue, actor); err != nil {
-		return Job{}, err // refused as the record stands: no lane entry written
+	if err := q.fire(ctx, &probe, lifecycle.EventRequeue, actor); err != nil {
+		return lifecycle.Job{}, err // refused as the record stands: no lane entry written
 	}
 	if err := q.ensureAgent(ctx, cur.AgentSlug); err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	at := q.clock.Now().UTC()
 	lane := laneKey(cur.AgentSlug, at, jobID)
 	undo, err := q.putLaneFirst(ctx, lane, jobID, at)
 	if err != nil {
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	d, _, err := q.update(ctx, jobID, &cur, ver, func(d *jobDoc, now time.Time) error {
 		if d.AgentSlug != cur.AgentSlug {
 			return fmt.Errorf("jobqueue: job %s changed agent", jobID)
 		}
-		if err := q.fire(ctx, d, EventRequeue, actor); err != nil {
+		if err := q.fire(ctx, d, lifecycle.EventRequeue, actor); err != nil {
 			return err
 		}
 		d.Attempt, d.Error, d.ErrorCode, d.FailedStep = 0, nil, "", ""
@@ -1025,7 +1028,7 @@ func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string
 	})
 	if err != nil {
 		undo()
-		return Job{}, err
+		return lifecycle.Job{}, err
 	}
 	q.relaneIfSlow(ctx, lane, jobID, at)
 	q.laneAdded(cur.AgentSlug, lane)

@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/authority"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -40,20 +42,20 @@ func newQueue(t testing.TB, s storage.Store, c clock.Clock, mod ...func(*jobqueu
 
 func okHandlers() jobqueue.Handlers {
 	return jobqueue.Handlers{
-		AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+		AssembleContext: func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 			return json.RawMessage(`{"snapshot":true}`), nil
 		},
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			return jobqueue.Output{Content: json.RawMessage(briefContent), Tags: []string{"t"}}, nil
 		},
 	}
 }
 
 func spec(id, agent string) jobqueue.NewJob {
-	return jobqueue.NewJob{JobID: id, RunID: "run_2026-02-24_abc123", JobType: jobqueue.JobBrief, AgentSlug: agent}
+	return jobqueue.NewJob{JobID: id, RunID: "run_2026-02-24_abc123", JobType: lifecycle.JobBrief, AgentSlug: agent}
 }
 
-func enqueue(t testing.TB, q *jobqueue.Queue, id, agent string) jobqueue.Job {
+func enqueue(t testing.TB, q *jobqueue.Queue, id, agent string) lifecycle.Job {
 	t.Helper()
 	j, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, spec(id, agent))
 	if err != nil {
@@ -62,7 +64,7 @@ func enqueue(t testing.TB, q *jobqueue.Queue, id, agent string) jobqueue.Job {
 	return j
 }
 
-func get(t testing.TB, q *jobqueue.Queue, id string) jobqueue.Job {
+func get(t testing.TB, q *jobqueue.Queue, id string) lifecycle.Job {
 	t.Helper()
 	j, err := q.Get(context.Background(), lifecycle.ActorAdmin, id)
 	if err != nil {
@@ -81,7 +83,7 @@ func claim(t testing.TB, q *jobqueue.Queue, worker string) *jobqueue.Claim {
 }
 
 // replay checks the audit log of the day of t0 and returns the final states.
-func replay(t testing.TB, s storage.Store, last time.Time) map[string]jobqueue.JobState {
+func replay(t testing.TB, s storage.Store, last time.Time) map[string]lifecycle.JobState {
 	t.Helper()
 	states, err := jobqueue.ReplayAudit(context.Background(), s, t0, last)
 	if err != nil {
@@ -108,21 +110,21 @@ func TestHappyPath(t *testing.T) {
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk)
 		j := enqueue(t, q, "job-1", "architect-guardian")
-		if j.Status != jobqueue.JobQueued || j.Attempt != 0 || j.MaxAttempts != 3 || j.QueuedAt == nil {
+		if j.Status != lifecycle.JobQueued || j.Attempt != 0 || j.MaxAttempts != 3 || j.QueuedAt == nil {
 			t.Fatalf("enqueued %+v", j)
 		}
 		c := claim(t, q, "w1")
 		if c == nil {
 			t.Fatal("no claim")
 		}
-		if got := c.Job(); got.Status != jobqueue.JobContextAssembly || got.Attempt != 1 || got.Lease == nil || got.Lease.Owner != "w1" {
+		if got := c.Job(); got.Status != lifecycle.JobContextAssembly || got.Attempt != 1 || got.Lease == nil || got.Lease.Owner != "w1" {
 			t.Fatalf("claimed %+v", got)
 		}
 		done, err := c.Run(ctx, okHandlers())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if done.Status != jobqueue.JobComplete || done.ArtifactID != artifact.IDForJob("job-1") || done.Lease != nil {
+		if done.Status != lifecycle.JobComplete || done.ArtifactID != artifact.IDForJob("job-1") || done.Lease != nil {
 			t.Fatalf("finished %+v", done)
 		}
 		a, err := q.Artifacts().Get(ctx, lifecycle.ActorOrchestration, jobqueue.DefaultProject, done.ArtifactID)
@@ -132,11 +134,11 @@ func TestHappyPath(t *testing.T) {
 		if c := claim(t, q, "w2"); c != nil {
 			t.Fatalf("claimed %v from an empty queue", c.Job())
 		}
-		if n := countKeys(t, s, storage.LanesPrefix); n != 0 {
+		if n := countKeys(t, s, layout.LanesPrefix); n != 0 {
 			t.Fatalf("%d lane entries left", n)
 		}
 		states := replay(t, s, t0)
-		if states["job-1"] != jobqueue.JobComplete {
+		if states["job-1"] != lifecycle.JobComplete {
 			t.Fatalf("replayed %v", states)
 		}
 		// Listing jobs/ yields only jobs (issue 10 G): the lanes, the agent
@@ -145,13 +147,13 @@ func TestHappyPath(t *testing.T) {
 		if _, _, err := q.SweepIfDue(ctx, "w1", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		for key, err := range s.List(ctx, storage.JobsPrefix) {
-			if _, ok := storage.JobIDFromKey(key); err != nil || !ok {
+		for key, err := range s.List(ctx, layout.JobsPrefix) {
+			if _, ok := layout.JobIDFromKey(key); err != nil || !ok {
 				t.Fatalf("listing jobs/ yields %q (%v)", key, err)
 			}
 		}
-		if countKeys(t, s, storage.QueuePrefix) != 3 { // a lane entry, the lock, the sweep lease
-			t.Fatalf("queue/ holds %d keys, want 3", countKeys(t, s, storage.QueuePrefix))
+		if countKeys(t, s, layout.QueuePrefix) != 3 { // a lane entry, the lock, the sweep lease
+			t.Fatalf("queue/ holds %d keys, want 3", countKeys(t, s, layout.QueuePrefix))
 		}
 	})
 }
@@ -231,18 +233,18 @@ func TestEnqueueRefusesBadInputAndWritesNothing(t *testing.T) {
 func TestEnqueueDuplicateAndDefaults(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s storage.Store) {
 		q := newQueue(t, s, clock.NewFake(t0))
-		j, err := q.Enqueue(context.Background(), lifecycle.ActorOrchestration, jobqueue.NewJob{RunID: "r", JobType: jobqueue.JobResearch, AgentSlug: "a", MaxAttempts: 5})
+		j, err := q.Enqueue(context.Background(), lifecycle.ActorOrchestration, jobqueue.NewJob{RunID: "r", JobType: lifecycle.JobResearch, AgentSlug: "a", MaxAttempts: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(j.JobID) != 36 || j.MaxAttempts != 5 || j.JobType != jobqueue.JobResearch {
+		if len(j.JobID) != 36 || j.MaxAttempts != 5 || j.JobType != lifecycle.JobResearch {
 			t.Fatalf("job %+v", j)
 		}
-		_, err = q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: j.JobID, RunID: "r", JobType: jobqueue.JobBrief, AgentSlug: "a"})
+		_, err = q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: j.JobID, RunID: "r", JobType: lifecycle.JobBrief, AgentSlug: "a"})
 		if !errors.Is(err, jobqueue.ErrJobExists) {
 			t.Fatalf("duplicate: %v", err)
 		}
-		if got := get(t, q, j.JobID); got.JobType != jobqueue.JobResearch {
+		if got := get(t, q, j.JobID); got.JobType != lifecycle.JobResearch {
 			t.Fatalf("duplicate enqueue changed the job: %+v", got)
 		}
 	})
@@ -251,7 +253,7 @@ func TestEnqueueDuplicateAndDefaults(t *testing.T) {
 // failing returns handlers whose NLM call fails with err, counting calls.
 func failing(err error, calls *atomic.Int32) jobqueue.Handlers {
 	h := okHandlers()
-	h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 		calls.Add(1)
 		return jobqueue.Output{}, err
 	}
@@ -278,8 +280,8 @@ func TestRetryScheduleToDead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if j.Status != jobqueue.JobRetryBackoff || j.Attempt != attempt+1 || j.ErrorCode != jobqueue.CodeUnavailable ||
-				j.FailedStep != jobqueue.JobNotebookLMCall || !j.NextAttemptAt.Equal(clk.Now().Add(wait)) {
+			if j.Status != lifecycle.JobRetryBackoff || j.Attempt != attempt+1 || j.ErrorCode != codes.JobUnavailable ||
+				j.FailedStep != lifecycle.JobNotebookLMCall || !j.NextAttemptAt.Equal(clk.Now().Add(wait)) {
 				t.Fatalf("after attempt %d: %+v", attempt+1, j)
 			}
 			clk.Advance(wait - time.Nanosecond)
@@ -292,11 +294,11 @@ func TestRetryScheduleToDead(t *testing.T) {
 			t.Fatalf("claimed a job with no attempts left: %+v", c.Job())
 		}
 		j := get(t, q, "job-r")
-		if j.Status != jobqueue.JobDead || j.Attempt != 3 || calls.Load() != 3 || j.Error == nil {
+		if j.Status != lifecycle.JobDead || j.Attempt != 3 || calls.Load() != 3 || j.Error == nil {
 			t.Fatalf("final %+v after %d calls", j, calls.Load())
 		}
 		states := replay(t, s, clk.Now())
-		if states["job-r"] != jobqueue.JobDead {
+		if states["job-r"] != lifecycle.JobDead {
 			t.Fatalf("replayed %v", states)
 		}
 	})
@@ -336,11 +338,11 @@ func TestErrorCodes(t *testing.T) {
 		err  error
 		code string
 	}{
-		{&jobqueue.StatusError{Code: 429}, jobqueue.CodeRateLimited},
-		{&jobqueue.StatusError{Code: 503, Err: errors.New("down")}, jobqueue.CodeUnavailable},
+		{&jobqueue.StatusError{Code: 429}, codes.JobRateLimited},
+		{&jobqueue.StatusError{Code: 503, Err: errors.New("down")}, codes.JobUnavailable},
 		{&jobqueue.StatusError{Code: 500}, "HTTP_500"},
-		{context.DeadlineExceeded, jobqueue.CodeTimeout},
-		{errors.New("boom"), jobqueue.CodeHandlerError},
+		{context.DeadlineExceeded, codes.JobTimeout},
+		{errors.New("boom"), codes.JobHandlerError},
 	}
 	for _, tt := range tests {
 		q := newQueue(t, stores[0].new(t), clock.NewFake(t0))
@@ -362,13 +364,13 @@ func TestStepTimeout(t *testing.T) {
 		enqueue(t, q, "job-t", "agent-t")
 		h := okHandlers()
 		started := make(chan struct{})
-		h.AssembleContext = func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+		h.AssembleContext = func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 			close(started)
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
 		c := claim(t, q, "w")
-		res := make(chan jobqueue.Job)
+		res := make(chan lifecycle.Job)
 		go func() {
 			j, err := c.Run(context.Background(), h)
 			if err != nil {
@@ -380,7 +382,7 @@ func TestStepTimeout(t *testing.T) {
 		<-clk.WaitForTimers(2) // heartbeat and step timeout
 		clk.Advance(5 * time.Second)
 		j := <-res
-		if j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeTimeout || j.FailedStep != jobqueue.JobContextAssembly {
+		if j.Status != lifecycle.JobRetryBackoff || j.ErrorCode != codes.JobTimeout || j.FailedStep != lifecycle.JobContextAssembly {
 			t.Fatalf("after timeout %+v", j)
 		}
 	})
@@ -405,7 +407,7 @@ func TestRequeueOnlyByAdmin(t *testing.T) {
 			t.Fatal("claimed a job with no attempts left")
 		}
 		before := get(t, q, "job-q")
-		if before.Status != jobqueue.JobDead {
+		if before.Status != lifecycle.JobDead {
 			t.Fatalf("status %s", before.Status)
 		}
 		for _, actor := range authority.Actors() {
@@ -418,18 +420,18 @@ func TestRequeueOnlyByAdmin(t *testing.T) {
 				t.Fatalf("requeue by %s: %v", actor, err)
 			}
 		}
-		if after := get(t, q, "job-q"); after.UpdatedAt != before.UpdatedAt || after.Status != jobqueue.JobDead {
+		if after := get(t, q, "job-q"); after.UpdatedAt != before.UpdatedAt || after.Status != lifecycle.JobDead {
 			t.Fatalf("a refused requeue wrote: %+v", after)
 		}
 		j, err := q.Requeue(ctx, lifecycle.ActorAdmin, "job-q")
-		if err != nil || j.Status != jobqueue.JobQueued || j.Attempt != 0 || j.Error != nil {
+		if err != nil || j.Status != lifecycle.JobQueued || j.Attempt != 0 || j.Error != nil {
 			t.Fatalf("requeue: %+v %v", j, err)
 		}
 		done, err := claim(t, q, "w").Run(ctx, okHandlers())
-		if err != nil || done.Status != jobqueue.JobComplete {
+		if err != nil || done.Status != lifecycle.JobComplete {
 			t.Fatalf("after requeue: %+v %v", done, err)
 		}
-		if st := replay(t, s, clk.Now()); st["job-q"] != jobqueue.JobComplete {
+		if st := replay(t, s, clk.Now()); st["job-q"] != lifecycle.JobComplete {
 			t.Fatalf("replay %v", st)
 		}
 	})
@@ -518,7 +520,7 @@ func TestOrphanRescueAndFencing(t *testing.T) {
 		if c := claim(t, q, "w2"); c != nil {
 			t.Fatal("claimed while the lease held")
 		}
-		if j := get(t, q, "job-o"); j.Status != jobqueue.JobContextAssembly {
+		if j := get(t, q, "job-o"); j.Status != lifecycle.JobContextAssembly {
 			t.Fatalf("rescued too early: %s", j.Status)
 		}
 		// Idle agents' locks are read for orphans at most every LeaseTTL/2,
@@ -528,7 +530,7 @@ func TestOrphanRescueAndFencing(t *testing.T) {
 			t.Fatal("the rescued job must wait out its backoff")
 		}
 		j := get(t, q, "job-o")
-		if j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeLeaseExpired || j.Attempt != 1 || j.Lease != nil {
+		if j.Status != lifecycle.JobRetryBackoff || j.ErrorCode != codes.JobLeaseExpired || j.Attempt != 1 || j.Lease != nil {
 			t.Fatalf("after rescue %+v", j)
 		}
 		// The paused worker wakes up: every write is fenced off.
@@ -536,15 +538,15 @@ func TestOrphanRescueAndFencing(t *testing.T) {
 		if !errors.Is(err, jobqueue.ErrLeaseLost) {
 			t.Fatalf("paused worker's run: %v", err)
 		}
-		if after := get(t, q, "job-o"); after.UpdatedAt != j.UpdatedAt || after.Status != jobqueue.JobRetryBackoff {
+		if after := get(t, q, "job-o"); after.UpdatedAt != j.UpdatedAt || after.Status != lifecycle.JobRetryBackoff {
 			t.Fatalf("fenced worker wrote: %+v", after)
 		}
 		clk.Advance(15 * time.Second)
 		done, err := claim(t, q, "w2").Run(ctx, okHandlers())
-		if err != nil || done.Status != jobqueue.JobComplete || done.Attempt != 2 {
+		if err != nil || done.Status != lifecycle.JobComplete || done.Attempt != 2 {
 			t.Fatalf("retry: %+v %v", done, err)
 		}
-		if st := replay(t, s, clk.Now()); st["job-o"] != jobqueue.JobComplete {
+		if st := replay(t, s, clk.Now()); st["job-o"] != lifecycle.JobComplete {
 			t.Fatalf("replay %v", st)
 		}
 	})
@@ -560,7 +562,7 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 		h := okHandlers()
 		release := make(chan struct{})
 		started := make(chan struct{})
-		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			close(started)
 			<-release
 			return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
@@ -587,7 +589,7 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 		if err := <-res; err != nil {
 			t.Fatal(err)
 		}
-		if j := get(t, q, "job-h"); j.Status != jobqueue.JobComplete || j.Attempt != 1 {
+		if j := get(t, q, "job-h"); j.Status != lifecycle.JobComplete || j.Attempt != 1 {
 			t.Fatalf("final %+v", j)
 		}
 	})
@@ -645,7 +647,7 @@ func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.Status != jobqueue.JobRetryBackoff || j.FailedStep != jobqueue.JobArtifactWrite || j.ErrorCode != jobqueue.CodeArtifactWriteError {
+		if j.Status != lifecycle.JobRetryBackoff || j.FailedStep != lifecycle.JobArtifactWrite || j.ErrorCode != codes.JobArtifactWriteError {
 			t.Fatalf("after failed commit %+v", j)
 		}
 		if n := countKeys(t, s, "projects/default/artifacts/"); n != 1 {
@@ -654,11 +656,11 @@ func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 		first, _ := q.Artifacts().GetForJob(ctx, lifecycle.ActorOrchestration, "default", "job-f")
 		clk.Advance(15 * time.Second)
 		h := okHandlers()
-		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			return jobqueue.Output{Content: json.RawMessage(`{"title":"Other","body":"different","entity_map":{},"word_count":1}`)}, nil
 		}
 		j, err = claim(t, q, "w").Run(ctx, h)
-		if err != nil || j.Status != jobqueue.JobComplete || j.ArtifactID != first.ArtifactID {
+		if err != nil || j.Status != lifecycle.JobComplete || j.ArtifactID != first.ArtifactID {
 			t.Fatalf("retry %+v %v", j, err)
 		}
 		if n := countKeys(t, s, "projects/default/artifacts/"); n != 1 {
@@ -684,16 +686,16 @@ func TestArtifactWriteErrorRetries(t *testing.T) {
 		q := newQueue(t, fs, clk)
 		enqueue(t, q, "job-w", "agent-w")
 		h := okHandlers()
-		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			return jobqueue.Output{Content: json.RawMessage(`{"title":""}`)}, nil
 		}
 		j, err := claim(t, q, "w").Run(context.Background(), h)
-		if err != nil || j.Status != jobqueue.JobRetryBackoff || j.FailedStep != jobqueue.JobArtifactWrite || !strings.Contains(*j.Error, "content") {
+		if err != nil || j.Status != lifecycle.JobRetryBackoff || j.FailedStep != lifecycle.JobArtifactWrite || !strings.Contains(*j.Error, "content") {
 			t.Fatalf("invalid content: %+v %v", j, err)
 		}
 		clk.Advance(15 * time.Second)
 		j, err = claim(t, q, "w").Run(context.Background(), okHandlers())
-		if err != nil || j.Status != jobqueue.JobRetryBackoff || j.ErrorCode != jobqueue.CodeArtifactWriteError {
+		if err != nil || j.Status != lifecycle.JobRetryBackoff || j.ErrorCode != codes.JobArtifactWriteError {
 			t.Fatalf("store error: %+v %v", j, err)
 		}
 		if n := countKeys(t, s, "projects/"); n != 0 {
@@ -701,7 +703,7 @@ func TestArtifactWriteErrorRetries(t *testing.T) {
 		}
 		clk.Advance(30 * time.Second)
 		j, err = claim(t, q, "w").Run(context.Background(), okHandlers())
-		if err != nil || j.Status != jobqueue.JobComplete || j.Attempt != 3 {
+		if err != nil || j.Status != lifecycle.JobComplete || j.Attempt != 3 {
 			t.Fatalf("third attempt: %+v %v", j, err)
 		}
 	})
@@ -732,7 +734,7 @@ func TestReadAuthority(t *testing.T) {
 	}
 	check("QUEUED", false)
 	h := okHandlers()
-	h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 		check("NOTEBOOKLM_CALL", true)
 		for j, err := range q.List(ctx, lifecycle.ActorNLMBackend) {
 			if !errors.Is(err, authority.ErrForbidden) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // ReplayError reports an audit log that does not replay.
@@ -28,10 +29,10 @@ func (e *ReplayError) Error() string {
 // job machine: the first must create the job in PENDING, each next one must
 // start where the last ended, be a move of the table and be made by one of
 // its actors. It returns each job's final state, or a *ReplayError.
-func ReplayAudit(ctx context.Context, s storage.Store, first, last time.Time) (map[string]JobState, error) {
-	byJob := map[string][]storage.AuditEvent{}
+func ReplayAudit(ctx context.Context, s storage.Store, first, last time.Time) (map[string]lifecycle.JobState, error) {
+	byJob := map[string][]records.AuditEvent{}
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
-		for e, err := range storage.ReadAuditDay(ctx, s, day) {
+		for e, err := range records.ReadAuditDay(ctx, s, day) {
 			if err != nil {
 				return nil, err
 			}
@@ -41,15 +42,15 @@ func ReplayAudit(ctx context.Context, s storage.Store, first, last time.Time) (m
 			byJob[e.JobID] = append(byJob[e.JobID], e)
 		}
 	}
-	m := JobMachine()
-	out := make(map[string]JobState, len(byJob))
+	m := lifecycle.JobMachine()
+	out := make(map[string]lifecycle.JobState, len(byJob))
 	for id, evs := range byJob {
-		slices.SortFunc(evs, func(a, b storage.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
-		var state JobState
+		slices.SortFunc(evs, func(a, b records.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
+		var state lifecycle.JobState
 		for i, e := range evs {
-			from, to := JobState(e.From), JobState(e.To)
+			from, to := lifecycle.JobState(e.From), lifecycle.JobState(e.To)
 			if i == 0 {
-				if from != "" || to != JobPending {
+				if from != "" || to != lifecycle.JobPending {
 					return nil, &ReplayError{id, e.ID, fmt.Sprintf("first event %q → %q does not create the job in PENDING", from, to)}
 				}
 				state = to

@@ -12,8 +12,10 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -27,10 +29,10 @@ import (
 type Handlers struct {
 	// AssembleContext is CONTEXT_ASSEMBLY: it builds the context snapshot
 	// (the memory backend's part). Nil means an empty snapshot.
-	AssembleContext func(ctx context.Context, job Job) (json.RawMessage, error)
+	AssembleContext func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error)
 	// CallNotebookLM is NOTEBOOKLM_CALL: it asks the NLM backend and returns
 	// the artifact content. Required.
-	CallNotebookLM func(ctx context.Context, job Job, snapshot json.RawMessage) (Output, error)
+	CallNotebookLM func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (Output, error)
 }
 
 // Output is what NOTEBOOKLM_CALL produced: the artifact's content and
@@ -80,37 +82,25 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
-// Error codes written to Job.ErrorCode.
-const (
-	CodeTimeout            = "TIMEOUT"
-	CodeRateLimited        = "RATE_LIMITED"
-	CodeUnavailable        = "UNAVAILABLE"
-	CodeArtifactWriteError = "ARTIFACT_WRITE_ERROR"
-	CodeLeaseExpired       = "LEASE_EXPIRED"
-	CodeHandlerError       = "HANDLER_ERROR"
-	// CodePermanent: a handler said Permanent; the job was not retried.
-	CodePermanent = "PERMANENT"
-)
-
 // errorCode classifies a step's error.
-func errorCode(step JobState, stepCtx context.Context, err error) string {
+func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) string {
 	var se *StatusError
 	var pe *permanentError
 	switch {
 	case errors.As(err, &pe):
-		return CodePermanent
+		return codes.JobPermanent
 	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
-		return CodeTimeout
+		return codes.JobTimeout
 	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
-		return CodeRateLimited
+		return codes.JobRateLimited
 	case errors.As(err, &se) && se.Code == http.StatusServiceUnavailable:
-		return CodeUnavailable
+		return codes.JobUnavailable
 	case errors.As(err, &se):
 		return fmt.Sprintf("HTTP_%d", se.Code)
-	case step == JobArtifactWrite:
-		return CodeArtifactWriteError
+	case step == lifecycle.JobArtifactWrite:
+		return codes.JobArtifactWriteError
 	}
-	return CodeHandlerError
+	return codes.JobHandlerError
 }
 
 // Claim is one job a worker has picked up: the job is in CONTEXT_ASSEMBLY
@@ -122,10 +112,10 @@ type Claim struct {
 	epoch  int64
 	agent  *agentState
 	// noAssembly: see Queue.claimFor.
-	noAssembly func(JobType) bool
+	noAssembly func(lifecycle.JobType) bool
 
 	mu      sync.Mutex // serializes the pipeline's and the heartbeat's writes
-	job     Job
+	job     lifecycle.Job
 	doc     jobDoc          // the job as this claim last wrote it
 	ver     storage.Version // its store version
 	lockVer storage.Version
@@ -146,7 +136,7 @@ type Claim struct {
 }
 
 // Job is the job as claimed (or as last written by the claim).
-func (c *Claim) Job() Job {
+func (c *Claim) Job() lifecycle.Job {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.job
@@ -154,7 +144,7 @@ func (c *Claim) Job() Job {
 
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
-	key, _ := storage.AgentLockKey(c.agent.name)
+	key, _ := layout.AgentLockKey(c.agent.name)
 	c.mu.Lock()
 	l := agentLock{Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
 	c.mu.Unlock()
@@ -217,19 +207,19 @@ func (c *Claim) Abandon(ctx context.Context) error {
 	step := c.job.Status
 	c.mu.Unlock()
 	defer c.end(ctx)
-	_, err := c.fail(ctx, step, CodeHandlerError, "claim abandoned")
+	_, err := c.fail(ctx, step, codes.JobHandlerError, "claim abandoned")
 	return err
 }
 
 // write runs mutate on the job only while the claim's lease holds.
-func (c *Claim) write(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (Job, error) {
+func (c *Claim) write(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (lifecycle.Job, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.writeLocked(ctx, mutate)
 }
 
 // writeLocked is write with c.mu held.
-func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (Job, error) {
+func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (lifecycle.Job, error) {
 	doc, ver, err := c.q.updateFenced(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, mutate)
 	if err == nil {
 		c.job, c.doc, c.ver = doc.Job, doc, ver
@@ -250,11 +240,11 @@ func (c *Claim) move(ctx context.Context, event lifecycle.Event, set func(d *job
 	return err
 }
 
-func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job, error) {
+func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg string) (lifecycle.Job, error) {
 	var lane string
 	var at time.Time
 	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
-		if step == JobArtifactWrite {
+		if step == lifecycle.JobArtifactWrite {
 			if err := c.q.toArtifactWrite(context.WithoutCancel(ctx), d); err != nil {
 				return err
 			}
@@ -270,7 +260,7 @@ func (c *Claim) fail(ctx context.Context, step JobState, code, msg string) (Job,
 	if err != nil {
 		return job, err
 	}
-	if job.Status == JobFailed { // permanent: no retry
+	if job.Status == lifecycle.JobFailed { // permanent: no retry
 		job, err = c.q.bury(ctx, job.JobID, nil, "")
 	} else {
 		err = c.q.putLane(ctx, lane, job.JobID, at)
@@ -315,7 +305,7 @@ func (c *Claim) renew(ctx context.Context) error {
 	if c.done || !pipelineState(c.job.Status) {
 		return nil // finished: nothing left to keep alive
 	}
-	key, _ := storage.AgentLockKey(c.agent.name)
+	key, _ := layout.AgentLockKey(c.agent.name)
 	now := c.q.clock.Now()
 	l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.q.cfg.LeaseTTL)}
 	b, _ := json.Marshal(&l)
@@ -367,7 +357,7 @@ func (c *Claim) confirm(ctx context.Context) error {
 // the job as last written. An error means the claim could not write
 // (ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
-func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
+func (c *Claim) Run(ctx context.Context, h Handlers) (lifecycle.Job, error) {
 	// The run counts as work on the clock but while it waits for a handler
 	// or a timer (a test's fake clock moves only when it is idle;
 	// clock.Activity).
@@ -407,10 +397,10 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (Job, error) {
 // toArtifactWrite records the move NOTEBOOKLM_CALL → ARTIFACT_WRITE in
 // the write that ends the artifact step, unless the job is there already.
 func (q *Queue) toArtifactWrite(ctx context.Context, d *jobDoc) error {
-	if d.Status != JobNotebookLMCall {
+	if d.Status != lifecycle.JobNotebookLMCall {
 		return nil
 	}
-	return q.fire(ctx, d, EventResponseOK, lifecycle.ActorOrchestration)
+	return q.fire(ctx, d, lifecycle.EventResponseOK, lifecycle.ActorOrchestration)
 }
 
 // afterStop is the context for what a claim still writes once ctx may have
@@ -437,8 +427,8 @@ func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Conte
 	return ctx, err
 }
 
-func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
-	orchestrate := func(step JobState, sctx context.Context, err error) (Job, error) {
+func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error) {
+	orchestrate := func(step lifecycle.JobState, sctx context.Context, err error) (lifecycle.Job, error) {
 		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
 			return c.Job(), context.Cause(ctx)
 		}
@@ -454,7 +444,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	}
 	job := c.Job()
 	var snapshot json.RawMessage
-	if job.Status == JobNotebookLMCall {
+	if job.Status == lifecycle.JobNotebookLMCall {
 		// Picked up by a Worker whose handlers assemble no context: the
 		// pickup recorded snapshot_ready in the same write (see claimFor).
 	} else if h.AssembleContext != nil {
@@ -463,11 +453,11 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 			return err
 		})
 		if err != nil {
-			return orchestrate(JobContextAssembly, sctx, err)
+			return orchestrate(lifecycle.JobContextAssembly, sctx, err)
 		}
 	}
-	if job.Status == JobContextAssembly {
-		if err := c.move(ctx, EventSnapshotReady, nil); err != nil {
+	if job.Status == lifecycle.JobContextAssembly {
+		if err := c.move(ctx, lifecycle.EventSnapshotReady, nil); err != nil {
 			return c.Job(), err
 		}
 		job = c.Job()
@@ -478,7 +468,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 		return err
 	})
 	if err != nil {
-		return orchestrate(JobNotebookLMCall, sctx, err)
+		return orchestrate(lifecycle.JobNotebookLMCall, sctx, err)
 	}
 	// ARTIFACT_WRITE is not written on its own: the artifact write is the
 	// queue's own quick step, and no reader acts on a job in it, so the
@@ -523,13 +513,13 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 		return c.Job(), err
 	}
 	if err != nil {
-		return orchestrate(JobArtifactWrite, sctx, err)
+		return orchestrate(lifecycle.JobArtifactWrite, sctx, err)
 	}
 	_, err = c.write(ctx, func(d *jobDoc, _ time.Time) error {
 		if err := c.q.toArtifactWrite(ctx, d); err != nil {
 			return err
 		}
-		if err := c.q.fire(ctx, d, EventCommit, lifecycle.ActorOrchestration); err != nil {
+		if err := c.q.fire(ctx, d, lifecycle.EventCommit, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
@@ -543,7 +533,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (Job, error) {
 	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of
 		// ARTIFACT_WRITE, retried like any other.
-		return orchestrate(JobArtifactWrite, ctx, err)
+		return orchestrate(lifecycle.JobArtifactWrite, ctx, err)
 	}
 	return c.Job(), err
 }

@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // SweepReport counts what Sweep repaired.
@@ -53,15 +56,15 @@ func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepRepo
 	last := ""
 	seen := map[string]string{} // job id → its ready key as read ("" when none or gone)
 	now := q.clock.Now()
-	for key, err := range q.store.List(ctx, storage.QueuePrefix) {
+	for key, err := range q.store.List(ctx, layout.QueuePrefix) {
 		if err != nil {
 			return r, "", err
 		}
 		if key <= after {
 			continue
 		}
-		agent, isLock := storage.AgentFromLockKey(key)
-		laneAgent, _, laneJob, isLane := storage.ParseLaneKey(key)
+		agent, isLock := layout.AgentFromLockKey(key)
+		laneAgent, _, laneJob, isLane := layout.ParseLaneKey(key)
 		if !isLock && !isLane {
 			continue // the sweep lease, or junk
 		}
@@ -93,7 +96,7 @@ func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepRepo
 func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time, seen map[string]string, r *SweepReport) error {
 	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key}
 	lock, _, err := rec.Load(ctx)
-	if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
 		return nil // a junk lock is the next claim's to quarantine and remake
 	}
 	if err != nil {
@@ -129,7 +132,7 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 	switch {
 	case err == nil:
 		cur = &d
-	case errors.Is(err, storage.ErrCorrupt):
+	case errors.Is(err, records.ErrCorrupt):
 		// Quarantined: its entry is garbage, whatever its age.
 	case errors.Is(err, storage.ErrNotFound):
 		if q.lanePending(key, nil, now) {
@@ -157,7 +160,7 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 func (q *Queue) sweepJobID(ctx context.Context, jobID, laned string, seen map[string]string, r *SweepReport) (string, error) {
 	seen[jobID] = ""
 	d, _, err := q.read(ctx, jobID)
-	if errors.Is(err, storage.ErrCorrupt) {
+	if errors.Is(err, records.ErrCorrupt) {
 		r.Quarantined++
 	}
 	if errors.Is(err, storage.ErrNotFound) {
@@ -187,7 +190,7 @@ func (q *Queue) repairJob(ctx context.Context, d *jobDoc, laned string, r *Sweep
 			return err
 		}
 		r.Rescued++
-	case (d.Status == JobQueued || d.Status == JobRetryBackoff) && d.ReadyKey != "" && d.ReadyKey != laned:
+	case (d.Status == lifecycle.JobQueued || d.Status == lifecycle.JobRetryBackoff) && d.ReadyKey != "" && d.ReadyKey != laned:
 		_, _, err := q.store.Get(ctx, d.ReadyKey)
 		if errors.Is(err, storage.ErrNotFound) {
 			at, _, ok := parseLaneKey(d.ReadyKey)
@@ -202,7 +205,7 @@ func (q *Queue) repairJob(ctx context.Context, d *jobDoc, laned string, r *Sweep
 		} else if err != nil {
 			return err
 		}
-	case d.Status == JobFailed:
+	case d.Status == lifecycle.JobFailed:
 		if _, err := q.bury(ctx, d.JobID, nil, ""); err != nil {
 			return err
 		}
@@ -211,13 +214,9 @@ func (q *Queue) repairJob(ctx context.Context, d *jobDoc, laned string, r *Sweep
 	return nil
 }
 
-// sweepKey holds the sweep lease: who swept last and until when no other
-// worker need sweep (storage.SweepLeaseKey, outside jobs/).
-const sweepKey = storage.SweepLeaseKey
-
 // sweepLease is the value of sweepKey.
 type sweepLease struct {
-	storage.Meta
+	records.Meta
 	Owner     string    `json:"owner"`
 	ExpiresAt time.Time `json:"expires_at"`
 	// Cursor is the key of the last entry swept when a batch ended before
@@ -246,7 +245,7 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	}
 	now := q.clock.Now().UTC()
 	lease := sweepLease{Owner: worker, ExpiresAt: now.Add(every)}
-	rec := &core.Record[sweepLease, *sweepLease]{Store: q.store, Key: sweepKey}
+	rec := &core.Record[sweepLease, *sweepLease]{Store: q.store, Key: layout.SweepLeaseKey}
 	for range 2 { // a junk lease is quarantined and the lease made anew once
 		_, err = rec.Create(ctx, lease)
 		if errors.Is(err, storage.ErrPreconditionFailed) {

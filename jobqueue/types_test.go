@@ -9,13 +9,15 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
-const summaryType jobqueue.JobType = "SUMMARY"
+const summaryType lifecycle.JobType = "SUMMARY"
 
 // summaryContent is the content check of the user type SUMMARY: an
 // object with a non-empty "text".
@@ -28,7 +30,7 @@ func summaryContent(raw json.RawMessage) error {
 }
 
 func answer(content string, err error) jobqueue.Handlers {
-	return jobqueue.Handlers{CallNotebookLM: func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+	return jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
 		return jobqueue.Output{Content: json.RawMessage(content)}, err
 	}}
 }
@@ -44,17 +46,17 @@ func TestUserJobTypes(t *testing.T) {
 		own        jobqueue.Handlers // the type's handlers
 		given      jobqueue.Handlers // the handlers given to Run
 		validate   func(json.RawMessage) error
-		wantStatus jobqueue.JobState
+		wantStatus lifecycle.JobState
 		wantCode   string
 	}{
-		{"own handler", answer(`{"text":"hi"}`, nil), jobqueue.Handlers{}, summaryContent, jobqueue.JobComplete, ""},
-		{"the Worker's handler", jobqueue.Handlers{}, answer(`{"text":"hi"}`, nil), summaryContent, jobqueue.JobComplete, ""},
-		{"any JSON without a validator", answer(`[1,2]`, nil), jobqueue.Handlers{}, nil, jobqueue.JobComplete, ""},
-		{"content refused", answer(`{"text":""}`, nil), jobqueue.Handlers{}, summaryContent, jobqueue.JobRetryBackoff, jobqueue.CodeArtifactWriteError},
-		{"not JSON", answer(`{`, nil), jobqueue.Handlers{}, nil, jobqueue.JobRetryBackoff, jobqueue.CodeArtifactWriteError},
+		{"own handler", answer(`{"text":"hi"}`, nil), jobqueue.Handlers{}, summaryContent, lifecycle.JobComplete, ""},
+		{"the Worker's handler", jobqueue.Handlers{}, answer(`{"text":"hi"}`, nil), summaryContent, lifecycle.JobComplete, ""},
+		{"any JSON without a validator", answer(`[1,2]`, nil), jobqueue.Handlers{}, nil, lifecycle.JobComplete, ""},
+		{"content refused", answer(`{"text":""}`, nil), jobqueue.Handlers{}, summaryContent, lifecycle.JobRetryBackoff, codes.JobArtifactWriteError},
+		{"not JSON", answer(`{`, nil), jobqueue.Handlers{}, nil, lifecycle.JobRetryBackoff, codes.JobArtifactWriteError},
 		{"content refused for good", answer(`{"text":""}`, nil), jobqueue.Handlers{},
-			func(raw json.RawMessage) error { return jobqueue.Permanent(summaryContent(raw)) }, jobqueue.JobDead, jobqueue.CodePermanent},
-		{"handler fails for good", answer(``, jobqueue.Permanent(errors.New("no such document"))), jobqueue.Handlers{}, nil, jobqueue.JobDead, jobqueue.CodePermanent},
+			func(raw json.RawMessage) error { return jobqueue.Permanent(summaryContent(raw)) }, lifecycle.JobDead, codes.JobPermanent},
+		{"handler fails for good", answer(``, jobqueue.Permanent(errors.New("no such document"))), jobqueue.Handlers{}, nil, lifecycle.JobDead, codes.JobPermanent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,7 +64,7 @@ func TestUserJobTypes(t *testing.T) {
 			ctx := context.Background()
 			s := memstore.New()
 			q := newQueue(t, s, clock.NewFake(t0), func(c *jobqueue.Config) {
-				c.Types = map[jobqueue.JobType]jobqueue.TypeConfig{summaryType: {Handlers: tt.own, Validate: tt.validate}}
+				c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{summaryType: {Handlers: tt.own, Validate: tt.validate}}
 			})
 			n := spec("job-s", "agent-s")
 			n.JobType = summaryType
@@ -75,9 +77,9 @@ func TestUserJobTypes(t *testing.T) {
 			}
 			a, err := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, "job-s")
 			switch {
-			case tt.wantStatus == jobqueue.JobComplete && (err != nil || a.Type != artifact.Type(summaryType)):
+			case tt.wantStatus == lifecycle.JobComplete && (err != nil || a.Type != artifact.Type(summaryType)):
 				t.Fatalf("artifact %+v, %v; want one of type SUMMARY", a, err)
-			case tt.wantStatus != jobqueue.JobComplete && !errors.Is(err, storage.ErrNotFound):
+			case tt.wantStatus != lifecycle.JobComplete && !errors.Is(err, storage.ErrNotFound):
 				t.Fatalf("a %s job has an artifact (%v)", tt.wantStatus, err)
 			}
 			if st := replay(t, s, t0); st["job-s"] != tt.wantStatus {
@@ -89,8 +91,8 @@ func TestUserJobTypes(t *testing.T) {
 
 func TestUserJobTypesRefused(t *testing.T) {
 	t.Parallel()
-	for _, typ := range []jobqueue.JobType{jobqueue.JobBrief, "", "a/b"} {
-		_, err := jobqueue.New(jobqueue.Config{Store: memstore.New(), Types: map[jobqueue.JobType]jobqueue.TypeConfig{typ: {}}})
+	for _, typ := range []lifecycle.JobType{lifecycle.JobBrief, "", "a/b"} {
+		_, err := jobqueue.New(jobqueue.Config{Store: memstore.New(), Types: map[lifecycle.JobType]jobqueue.TypeConfig{typ: {}}})
 		if !errors.Is(err, jobqueue.ErrInvalidConfig) {
 			t.Errorf("Types naming %q: %v, want ErrInvalidConfig", typ, err)
 		}
@@ -111,15 +113,15 @@ func TestPermanentSkipsRetries(t *testing.T) {
 	boom := errors.New("the document was deleted")
 	tests := []struct {
 		name string
-		step jobqueue.JobState
+		step lifecycle.JobState
 		h    func(jobqueue.Handlers) jobqueue.Handlers
 	}{
-		{"context assembly", jobqueue.JobContextAssembly, func(h jobqueue.Handlers) jobqueue.Handlers {
-			h.AssembleContext = func(context.Context, jobqueue.Job) (json.RawMessage, error) { return nil, jobqueue.Permanent(boom) }
+		{"context assembly", lifecycle.JobContextAssembly, func(h jobqueue.Handlers) jobqueue.Handlers {
+			h.AssembleContext = func(context.Context, lifecycle.Job) (json.RawMessage, error) { return nil, jobqueue.Permanent(boom) }
 			return h
 		}},
-		{"notebooklm call", jobqueue.JobNotebookLMCall, func(h jobqueue.Handlers) jobqueue.Handlers {
-			h.CallNotebookLM = func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+		{"notebooklm call", lifecycle.JobNotebookLMCall, func(h jobqueue.Handlers) jobqueue.Handlers {
+			h.CallNotebookLM = func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
 				return jobqueue.Output{}, fmt.Errorf("wrapped: %w", jobqueue.Permanent(&jobqueue.StatusError{Code: 404, Err: boom}))
 			}
 			return h
@@ -133,23 +135,23 @@ func TestPermanentSkipsRetries(t *testing.T) {
 				q := newQueue(t, s, clock.NewFake(t0))
 				enqueue(t, q, "job-p", "agent-p")
 				j, err := claim(t, q, "w1").Run(ctx, tt.h(okHandlers()))
-				if err != nil || j.Status != jobqueue.JobDead || j.Attempt != 1 || j.ErrorCode != jobqueue.CodePermanent || j.FailedStep != tt.step {
+				if err != nil || j.Status != lifecycle.JobDead || j.Attempt != 1 || j.ErrorCode != codes.JobPermanent || j.FailedStep != tt.step {
 					t.Fatalf("got %s attempt %d code %q step %s, %v", j.Status, j.Attempt, j.ErrorCode, j.FailedStep, err)
 				}
 				if j.Error == nil || !errors.Is(jobqueue.Permanent(boom), boom) {
 					t.Fatalf("error %v", j.Error)
 				}
-				if n := countKeys(t, s, storage.LanesPrefix); n != 0 {
+				if n := countKeys(t, s, layout.LanesPrefix); n != 0 {
 					t.Fatalf("%d lane entries left", n)
 				}
 				if c := claim(t, q, "w1"); c != nil {
 					t.Fatalf("a permanent failure was claimed again: %v", c.Job())
 				}
-				if st := replay(t, s, t0); st["job-p"] != jobqueue.JobDead {
+				if st := replay(t, s, t0); st["job-p"] != lifecycle.JobDead {
 					t.Fatalf("audit replays to %s", st["job-p"])
 				}
 				// The operator's requeue runs it afresh.
-				if r, err := q.Requeue(ctx, lifecycle.ActorAdmin, "job-p"); err != nil || r.Status != jobqueue.JobQueued || r.ErrorCode != "" {
+				if r, err := q.Requeue(ctx, lifecycle.ActorAdmin, "job-p"); err != nil || r.Status != lifecycle.JobQueued || r.ErrorCode != "" {
 					t.Fatalf("requeue %+v %v", r, err)
 				}
 			})

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -90,7 +92,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if ws, ok := w.Queue.cfg.Store.(watcher); ok {
 		// Work other processes enqueue is found at the store's signal, not
 		// at the next poll; polling stays as the fallback.
-		if ch, err := ws.Watch(ctx, storage.LanesPrefix); err != nil {
+		if ch, err := ws.Watch(ctx, layout.LanesPrefix); err != nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: watching the lanes; polling only", "worker", w.ID, "err", err)
 		} else {
 			watched = true
@@ -196,7 +198,7 @@ func (w *Worker) waitWork(ctx context.Context, poll time.Duration) bool {
 
 // noAssembly tells whether the handlers that run a job of type t assemble
 // no context (see Queue.claimFor): the type's own, or the Worker's.
-func (w *Worker) noAssembly(t JobType) bool {
+func (w *Worker) noAssembly(t lifecycle.JobType) bool {
 	h := w.Handlers
 	if tc, ok := w.Queue.cfg.Types[t]; ok && tc.Handlers.CallNotebookLM != nil {
 		h = tc.Handlers

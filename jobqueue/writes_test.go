@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // classStore counts the writes (Puts and Deletes) a store serves by the
@@ -29,11 +31,11 @@ type classStore struct {
 
 func keyClass(key string) string {
 	switch {
-	case strings.HasPrefix(key, storage.JobsPrefix):
+	case strings.HasPrefix(key, layout.JobsPrefix):
 		return "job record"
-	case strings.HasPrefix(key, storage.LanesPrefix):
+	case strings.HasPrefix(key, layout.LanesPrefix):
 		return "lane entry"
-	case strings.HasPrefix(key, storage.AgentLocksPrefix):
+	case strings.HasPrefix(key, layout.AgentLocksPrefix):
 		return "agent lock"
 	case strings.HasPrefix(key, "projects/"):
 		return "artifact"
@@ -108,10 +110,10 @@ type finishCounter struct {
 	done    chan struct{}
 }
 
-func (f *finishCounter) JobTransition(jobqueue.JobType, jobqueue.JobState, jobqueue.JobState, time.Duration) {
+func (f *finishCounter) JobTransition(lifecycle.JobType, lifecycle.JobState, lifecycle.JobState, time.Duration) {
 }
-func (f *finishCounter) AttemptFailed(jobqueue.JobType, jobqueue.JobState, string) {}
-func (f *finishCounter) JobFinished(_ jobqueue.JobType, _ jobqueue.JobState, _ time.Duration) {
+func (f *finishCounter) AttemptFailed(lifecycle.JobType, lifecycle.JobState, string) {}
+func (f *finishCounter) JobFinished(_ lifecycle.JobType, _ lifecycle.JobState, _ time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.seen++; f.seen == f.n {
@@ -266,14 +268,14 @@ func TestWorkerWakesOnWatch(t *testing.T) {
 	clk := clock.NewFake(t0)
 	q1, q2 := newQueue(t, ws, clk), newQueue(t, ws, clk)
 	startWorker(t, &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1})
-	if p := within(t, "the Worker's Watch", ws.watched); p != storage.LanesPrefix {
-		t.Fatalf("watched %q, want the lanes %q", p, storage.LanesPrefix)
+	if p := within(t, "the Worker's Watch", ws.watched); p != layout.LanesPrefix {
+		t.Fatalf("watched %q, want the lanes %q", p, layout.LanesPrefix)
 	}
 	<-clk.WaitForTimers(1) // the loop waits, an hour
 	enqueue(t, q2, "job-1", "agent-x")
 	clk.Advance(time.Second) // past the last listing's rate limit, far short of the poll
 	ws.ch <- struct{}{}
-	waitFor(t, func() bool { return get(t, q2, "job-1").Status == jobqueue.JobComplete })
+	waitFor(t, func() bool { return get(t, q2, "job-1").Status == lifecycle.JobComplete })
 }
 
 // TestLostAuditFlushIsRepaired: the audit object of a segment is lost (the
@@ -313,25 +315,25 @@ func TestLostAuditFlushIsRepaired(t *testing.T) {
 	if c == nil {
 		t.Fatal("retry not claimed")
 	}
-	if got := replay(t, fs, clk.Now()); got["job-1"] != jobqueue.JobRetryBackoff {
+	if got := replay(t, fs, clk.Now()); got["job-1"] != lifecycle.JobRetryBackoff {
 		t.Fatalf("after the retry's pickup the audit replays to %q, want the lost segment's RETRY_BACKOFF", got["job-1"])
 	}
 	// Attempt 2 completes; its flush fails too. Sweep writes it.
 	if _, err := c.Run(ctx, okHandlers()); err != nil {
 		t.Fatal(err)
 	}
-	if got := replay(t, fs, clk.Now()); got["job-1"] != jobqueue.JobRetryBackoff {
+	if got := replay(t, fs, clk.Now()); got["job-1"] != lifecycle.JobRetryBackoff {
 		t.Fatalf("audit replays to %q before the sweep", got["job-1"])
 	}
 	if _, err := newQueue(t, fs, clk).Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := replay(t, fs, clk.Now()); got["job-1"] != jobqueue.JobComplete {
+	if got := replay(t, fs, clk.Now()); got["job-1"] != lifecycle.JobComplete {
 		t.Fatalf("after the sweep the audit replays to %q, want COMPLETE", got["job-1"])
 	}
 	var kinds []string
 	for day := t0.Truncate(24 * time.Hour); !day.After(clk.Now()); day = day.Add(24 * time.Hour) {
-		for e, err := range storage.ReadAuditDay(ctx, fs, day) {
+		for e, err := range records.ReadAuditDay(ctx, fs, day) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,9 +359,9 @@ func TestWorkerPollsSoonAfterWork(t *testing.T) {
 	<-clk.WaitForTimers(2) // idle from the start: the loop and the lane poll wait an hour
 	enqueue(t, q2, "job-1", "agent-x")
 	clk.Advance(time.Hour)
-	waitFor(t, func() bool { return get(t, q2, "job-1").Status == jobqueue.JobComplete })
+	waitFor(t, func() bool { return get(t, q2, "job-1").Status == lifecycle.JobComplete })
 	<-clk.WaitForTimers(2) // it found work: the lane poll's next look is 25 ms away
 	enqueue(t, q2, "job-2", "agent-y")
 	clk.Advance(25 * time.Millisecond)
-	waitFor(t, func() bool { return get(t, q2, "job-2").Status == jobqueue.JobComplete })
+	waitFor(t, func() bool { return get(t, q2, "job-2").Status == lifecycle.JobComplete })
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Approval is the approval a run waits for or got (seed 004 §2.2): a run's
@@ -62,34 +64,34 @@ type TransitionContext struct {
 }
 
 // Check refuses a context whose free text breaks the SDK's input limits,
-// with an [*InputError]: UserID over MaxNameBytes or not one line of clean
-// text, an Initiator not of seed 004's set, more than MaxListLen metadata
-// entries, a metadata key over MaxNameBytes or a value over MaxTextBytes
+// with an [*codes.InputError]: UserID over codes.MaxNameBytes or not one line of clean
+// text, an Initiator not of seed 004's set, more than codes.MaxListLen metadata
+// entries, a metadata key over codes.MaxNameBytes or a value over codes.MaxTextBytes
 // (values may span lines). The zero context passes.
 func (tc *TransitionContext) Check() error {
-	if err := CheckText("user_id", tc.UserID, MaxNameBytes, OneLine); err != nil {
+	if err := codes.CheckText("user_id", tc.UserID, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
 	}
 	switch tc.Initiator {
 	case "", InitiatorUser, InitiatorSystem, InitiatorTimeout, InitiatorPolicy, InitiatorWebhook, InitiatorApproval:
 	default:
-		if err := CheckText("initiator", string(tc.Initiator), MaxNameBytes, OneLine); err != nil {
+		if err := codes.CheckText("initiator", string(tc.Initiator), codes.MaxNameBytes, codes.OneLine); err != nil {
 			return err
 		}
-		return &InputError{Field: "initiator", Limit: MaxNameBytes,
+		return &codes.InputError{Field: "initiator", Limit: codes.MaxNameBytes,
 			Reason: "not one of user, system, timeout, policy, webhook, approval"}
 	}
-	if err := CheckList("metadata", len(tc.Metadata)); err != nil {
+	if err := codes.CheckList("metadata", len(tc.Metadata)); err != nil {
 		return err
 	}
 	for k, v := range tc.Metadata {
 		if k == "" {
-			return &InputError{Field: "metadata", Limit: MaxNameBytes, Reason: "empty key"}
+			return &codes.InputError{Field: "metadata", Limit: codes.MaxNameBytes, Reason: "empty key"}
 		}
-		if err := CheckText("metadata key", k, MaxNameBytes, OneLine); err != nil {
+		if err := codes.CheckText("metadata key", k, codes.MaxNameBytes, codes.OneLine); err != nil {
 			return err
 		}
-		if err := CheckText("metadata["+k+"]", v, MaxTextBytes, MultiLine); err != nil {
+		if err := codes.CheckText("metadata["+k+"]", v, codes.MaxTextBytes, codes.MultiLine); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Fire reports the transition context its ctx carries in both kinds of
@@ -72,7 +73,7 @@ func TestFireReportsTransitionContext(t *testing.T) {
 func TestTransitionContextCheck(t *testing.T) {
 	t.Parallel()
 	many := map[string]string{}
-	for i := range lifecycle.MaxListLen + 1 {
+	for i := range codes.MaxListLen + 1 {
 		many[strings.Repeat("k", 1+i%200)+string(rune('a'+i/200))] = "v"
 	}
 	tests := []struct {
@@ -82,17 +83,17 @@ func TestTransitionContextCheck(t *testing.T) {
 		code  string
 	}{
 		{"zero", lifecycle.TransitionContext{}, "", ""},
-		{"full", lifecycle.TransitionContext{UserID: strings.Repeat("u", lifecycle.MaxNameBytes), Initiator: lifecycle.InitiatorWebhook,
-			Metadata: map[string]string{"why": "line one\nline two\t" + strings.Repeat("x", lifecycle.MaxTextBytes-18)}}, "", ""},
+		{"full", lifecycle.TransitionContext{UserID: strings.Repeat("u", codes.MaxNameBytes), Initiator: lifecycle.InitiatorWebhook,
+			Metadata: map[string]string{"why": "line one\nline two\t" + strings.Repeat("x", codes.MaxTextBytes-18)}}, "", ""},
 		{"every initiator", lifecycle.TransitionContext{Initiator: lifecycle.InitiatorTimeout}, "", ""},
-		{"user id too long", lifecycle.TransitionContext{UserID: strings.Repeat("u", lifecycle.MaxNameBytes+1)}, "user_id", lifecycle.CodeInputTooLarge},
-		{"user id with a tab", lifecycle.TransitionContext{UserID: "u\t1"}, "user_id", lifecycle.CodeInvalidInput},
-		{"unknown initiator", lifecycle.TransitionContext{Initiator: "cron"}, "initiator", lifecycle.CodeInvalidInput},
-		{"initiator not UTF-8", lifecycle.TransitionContext{Initiator: "\xff"}, "initiator", lifecycle.CodeInvalidInput},
-		{"empty metadata key", lifecycle.TransitionContext{Metadata: map[string]string{"": "v"}}, "metadata", lifecycle.CodeInvalidInput},
-		{"metadata key too long", lifecycle.TransitionContext{Metadata: map[string]string{strings.Repeat("k", lifecycle.MaxNameBytes+1): "v"}}, "metadata key", lifecycle.CodeInputTooLarge},
-		{"metadata value with NUL", lifecycle.TransitionContext{Metadata: map[string]string{"k": "a\x00b"}}, "metadata[k]", lifecycle.CodeInvalidInput},
-		{"too many entries", lifecycle.TransitionContext{Metadata: many}, "metadata", lifecycle.CodeInputTooLarge},
+		{"user id too long", lifecycle.TransitionContext{UserID: strings.Repeat("u", codes.MaxNameBytes+1)}, "user_id", codes.InputTooLarge},
+		{"user id with a tab", lifecycle.TransitionContext{UserID: "u\t1"}, "user_id", codes.InvalidInput},
+		{"unknown initiator", lifecycle.TransitionContext{Initiator: "cron"}, "initiator", codes.InvalidInput},
+		{"initiator not UTF-8", lifecycle.TransitionContext{Initiator: "\xff"}, "initiator", codes.InvalidInput},
+		{"empty metadata key", lifecycle.TransitionContext{Metadata: map[string]string{"": "v"}}, "metadata", codes.InvalidInput},
+		{"metadata key too long", lifecycle.TransitionContext{Metadata: map[string]string{strings.Repeat("k", codes.MaxNameBytes+1): "v"}}, "metadata key", codes.InputTooLarge},
+		{"metadata value with NUL", lifecycle.TransitionContext{Metadata: map[string]string{"k": "a\x00b"}}, "metadata[k]", codes.InvalidInput},
+		{"too many entries", lifecycle.TransitionContext{Metadata: many}, "metadata", codes.InputTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,7 +105,7 @@ func TestTransitionContextCheck(t *testing.T) {
 				}
 				return
 			}
-			var ie *lifecycle.InputError
+			var ie *codes.InputError
 			if !errors.As(err, &ie) || ie.Field != tt.field || lifecycle.ErrorCode(err) != tt.code {
 				t.Errorf("Check: %v (code %s), want field %s, code %s", err, lifecycle.ErrorCode(err), tt.field, tt.code)
 			}

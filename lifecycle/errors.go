@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Sentinel errors for the categories of failure. Match them with errors.Is;
@@ -23,8 +25,6 @@ var (
 	ErrInvalidDefinition = errors.New("invalid machine definition")
 	// ErrNilRecord is returned by [Machine.Fire] for a nil record.
 	ErrNilRecord = errors.New("lifecycle: nil record")
-	// ErrInvalidInput is matched by every [*InputError].
-	ErrInvalidInput = errors.New("lifecycle: invalid input")
 )
 
 // InvalidTransitionError reports a move the machine does not allow. It matches
@@ -99,9 +99,9 @@ func (e *InvalidTransitionError) Is(target error) bool {
 // RUN_INVALID_TRANSITION otherwise.
 func (e *InvalidTransitionError) Code() string {
 	if e.Terminal {
-		return CodeTerminalState
+		return codes.TerminalState
 	}
-	return CodeInvalidTransition
+	return codes.InvalidTransition
 }
 
 // ForbiddenActorError reports an actor that may not make a move the machine
@@ -138,8 +138,8 @@ func (e *ForbiddenActorError) Error() string {
 // Is matches ErrForbiddenActor.
 func (e *ForbiddenActorError) Is(target error) bool { return target == ErrForbiddenActor }
 
-// Code is [CodeForbidden].
-func (e *ForbiddenActorError) Code() string { return CodeForbidden }
+// Code is [codes.Forbidden].
+func (e *ForbiddenActorError) Code() string { return codes.Forbidden }
 
 // DefinitionError reports why [New] refused a machine definition. It matches
 // [ErrInvalidDefinition].

@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 func TestFireMovesTheRecord(t *testing.T) {
@@ -61,13 +63,13 @@ func TestFireRefusals(t *testing.T) {
 			wantIs:    []error{lifecycle.ErrInvalidTransition},
 			wantNotIs: []error{lifecycle.ErrTerminalState, lifecycle.ErrForbiddenActor, lifecycle.ErrUnknownState},
 			wantMsg:   []string{"cancelable-run", `"queued"`, `"succeed"`, "valid next states: running, canceled"},
-			wantCode:  lifecycle.CodeInvalidTransition,
+			wantCode:  codes.InvalidTransition,
 		},
 		{
 			name: "terminal", from: lifecycle.CancelableSucceeded, event: lifecycle.EventFail, actor: lifecycle.ActorOrchestration,
 			wantIs:   []error{lifecycle.ErrInvalidTransition, lifecycle.ErrTerminalState},
 			wantMsg:  []string{`"succeeded" is a terminal state`, "no valid next states"},
-			wantCode: lifecycle.CodeTerminalState,
+			wantCode: codes.TerminalState,
 		},
 		{
 			name: "unknown state", from: "bogus", event: lifecycle.EventStart, actor: lifecycle.ActorOrchestration,
@@ -79,7 +81,7 @@ func TestFireRefusals(t *testing.T) {
 			wantIs:    []error{lifecycle.ErrForbiddenActor},
 			wantNotIs: []error{lifecycle.ErrInvalidTransition},
 			wantMsg:   []string{`actor "mastra"`, `"running" to "succeeded"`, "allowed: orchestration"},
-			wantCode:  lifecycle.CodeForbidden,
+			wantCode:  codes.Forbidden,
 		},
 		{
 			name: "frontend cannot cancel", from: lifecycle.CancelableRunning, event: lifecycle.EventRequestCancel, actor: lifecycle.ActorFrontend,

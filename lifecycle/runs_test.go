@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/runconveyor/conveyor/internal/machinetest"
+	"github.com/runconveyor/conveyor/internal/testkit/machinetest"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 	"time"
 )
 
@@ -164,3 +166,39 @@ func (e *UnavailableError) Unwrap() []error {
 
 // Code is UPSTREAM_UNAVAILABLE, the code of the SDK's code table.
 func (e *UnavailableError) Code() string { return "UPSTREAM_UNAVAILABLE" }
+
+// Transient tells whether err is a store failure worth waiting out: an
+// adapter's native error that an outage causes (a timeout, a refused or
+// broken connection, an I/O error, an HTTP 5xx, 429 or 408) rather than an
+// answer (not found, precondition failed, invalid key or id, a context
+// ending) or a refusal that waiting cannot mend (a permission denied, a
+// read-only file system, a name too long, an HTTP 4xx such as 403
+// AccessDenied or a missing bucket). Engines retry transient errors with
+// backoff within the deadline of the unit they serve.
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return false // already waited out by the one who gave up
+	}
+	var oe *OpError
+	if !errors.As(err, &oe) || oe.Kind != nil || oe.Cause == nil {
+		return false
+	}
+	c := oe.Cause
+	switch {
+	case errors.Is(c, context.Canceled), errors.Is(c, context.DeadlineExceeded),
+		errors.Is(c, ErrInvalidKey), errors.Is(c, ErrInvalidID), errors.Is(c, ErrInvalidCondition),
+		errors.Is(c, fs.ErrPermission), errors.Is(c, syscall.EROFS), errors.Is(c, syscall.ENAMETOOLONG),
+		errors.Is(c, syscall.ENOTDIR), errors.Is(c, syscall.EISDIR), errors.Is(c, syscall.EINVAL):
+		return false
+	}
+	// An HTTP answer (the AWS SDK's response errors have this method): only
+	// the server's trouble and throttling pass with time.
+	// (Status 0 is no answer at all: the request never got one, as when
+	// the connection is refused.)
+	var hs interface{ HTTPStatusCode() int }
+	if errors.As(c, &hs) && hs.HTTPStatusCode() != 0 {
+		code := hs.HTTPStatusCode()
+		return code >= 500 || code == 429 || code == 408
+	}
+	return true
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -32,9 +33,9 @@ func Example() {
 
 // Ids are checked before they become part of a key.
 func ExampleRunStatusKey() {
-	key, err := storage.RunStatusKey("archivist-violin", "run_2026-02-14_080000_abc123")
+	key, err := layout.RunStatusKey("archivist-violin", "run_2026-02-14_080000_abc123")
 	fmt.Println(key, err)
-	_, err = storage.RunStatusKey("archivist-violin", "../x")
+	_, err = layout.RunStatusKey("archivist-violin", "../x")
 	fmt.Println(err, errors.Is(err, storage.ErrInvalidID))
 	// Output:
 	// agents/archivist-violin/runs/run_2026-02-14_080000_abc123/status.json <nil>

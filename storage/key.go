@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -116,3 +117,54 @@ func checkSegment(key, seg string) error {
 }
 
 func quote(s string) string { return strconv.Quote(s) }
+
+// MaxIDLen is the longest id accepted, in bytes.
+const MaxIDLen = 128
+
+// IDError explains why an id was refused before it became part of a key. It
+// matches ErrInvalidID with errors.Is.
+type IDError struct {
+	Field  string // which id: "run id", "slug", ...
+	ID     string
+	Reason string
+}
+
+// ValidateID checks one id that will become a single key segment: 1 to
+// MaxIDLen bytes of [A-Za-z0-9._:-], not starting with "." and not
+// containing "..". That admits every id of the seeds (run ids like
+// run_2026-02-14_080000_abc123, slugs, UUIDs, inbox_..., idempotency keys
+// like github:<uuid>) and refuses anything that could be a path: "/", "\",
+// "..", control characters, spaces. Field names the id in the error.
+func ValidateID(field, id string) error {
+	switch {
+	case id == "":
+		return &IDError{Field: field, ID: id, Reason: "empty"}
+	case len(id) > MaxIDLen:
+		return &IDError{Field: field, ID: id, Reason: fmt.Sprintf("longer than %d bytes", MaxIDLen)}
+	case id[0] == '.':
+		return &IDError{Field: field, ID: id, Reason: `starts with "."`}
+	case strings.Contains(id, ".."):
+		return &IDError{Field: field, ID: id, Reason: `contains ".."`}
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return &IDError{Field: field, ID: id, Reason: fmt.Sprintf("byte %q at %d is not one of [A-Za-z0-9._:-]", c, i)}
+		}
+	}
+	return nil
+}
+
+// Error renders the field, the id (quoted and cut) and the reason.
+func (e *IDError) Error() string {
+	id := e.ID
+	if len(id) > 40 {
+		id = id[:40] + "..."
+	}
+	return fmt.Sprintf("storage: invalid %s %s: %s", e.Field, quote(id), e.Reason)
+}
+
+// Unwrap returns ErrInvalidID.
+func (e *IDError) Unwrap() error { return ErrInvalidID }

@@ -1,6 +1,8 @@
 // Package storage defines the Store contract every state change in Conveyor
-// goes through, its errors, the key layout of the run folders, typed JSON
-// documents with a compare-and-swap update loop, and the audit log.
+// goes through: Get, Put and Delete with conditions, List and Watch by
+// prefix, versions, ids and keys, and the errors every adapter reports the
+// same way. What is stored on it is package storage/records (documents,
+// audit, quarantine, leases) and the key layout, internal/layout.
 //
 // A Store is a flat map from keys to byte values with conditional writes.
 // Its promises (read-after-write, create-once, compare-and-swap linearizable

@@ -11,8 +11,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // ActorHeader names the actor of a request when no tokens are configured
@@ -34,18 +35,18 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 		// rebinding: only the Host tells), a cross-site write (any page can
 		// POST an empty body to 127.0.0.1 without a preflight).
 		if !loopbackRemote(r.RemoteAddr) {
-			return "", apiErr(lifecycle.CodeUnauthorized, "no tokens are configured: only loopback clients are served")
+			return "", apiErr(codes.Unauthorized, "no tokens are configured: only loopback clients are served")
 		}
 		if !loopbackHost(r.Host) {
-			return "", apiErr(lifecycle.CodeUnauthorized, "no tokens are configured: only requests for localhost or a loopback address are served, not Host %q", r.Host)
+			return "", apiErr(codes.Unauthorized, "no tokens are configured: only requests for localhost or a loopback address are served, not Host %q", r.Host)
 		}
 		for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"} {
 			if r.Header.Get(h) != "" {
-				return "", apiErr(lifecycle.CodeUnauthorized, "no tokens are configured: a request relayed by a proxy (%s) is not a loopback client's", h)
+				return "", apiErr(codes.Unauthorized, "no tokens are configured: a request relayed by a proxy (%s) is not a loopback client's", h)
 			}
 		}
 		if err := crossOrigin.Check(r); err != nil {
-			return "", apiErr(lifecycle.CodeForbidden, "no tokens are configured: a cross-origin %s is refused", r.Method)
+			return "", apiErr(codes.Forbidden, "no tokens are configured: a cross-origin %s is refused", r.Method)
 		}
 		a := lifecycle.Actor(r.Header.Get(ActorHeader))
 		if a == "" {
@@ -53,14 +54,14 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 		}
 		a = normalizeActor(a)
 		if !s.actorOK[a] {
-			return "", apiErr(lifecycle.CodeUnauthorized, "unknown actor in %s", ActorHeader)
+			return "", apiErr(codes.Unauthorized, "unknown actor in %s", ActorHeader)
 		}
 		return a, nil
 	}
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		return "", apiErr(lifecycle.CodeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+		return "", apiErr(codes.Unauthorized, "a bearer token is required (Authorization: Bearer <token>)")
 	}
 	// Compare with every token in constant time, so the answer's timing
 	// tells nothing about how much of a token was right.
@@ -71,7 +72,7 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 		}
 	}
 	if actor == "" {
-		return "", apiErr(lifecycle.CodeUnauthorized, "unknown bearer token")
+		return "", apiErr(codes.Unauthorized, "unknown bearer token")
 	}
 	return actor, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -28,11 +29,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.queue.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: quick.RunID, JobType: jobqueue.JobBrief, AgentSlug: "quick"}); err != nil {
+	if _, err := g.queue.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: quick.RunID, JobType: lifecycle.JobBrief, AgentSlug: "quick"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.box.Submit(ctx, lifecycle.ActorGateway, inbox.Submission{ID: "entry-1", Source: inbox.Source{Type: "ui", Identity: "owner"},
-		Intent: inbox.Intent{Action: "research", Target: "violins"}}); err != nil {
+	if _, err := g.box.Submit(ctx, lifecycle.ActorGateway, inbox.Submission{ID: "entry-1", Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+		Intent: lifecycle.InboxIntent{Action: "research", Target: "violins"}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -161,7 +162,7 @@ func TestInvalidTransitionBody(t *testing.T) {
 	}
 	before := g.snapshot()
 	_, err = g.client(lifecycle.ActorGateway).Approve(ctx, res.RunID, "owner", "ship it")
-	e := apiError(t, err, http.StatusConflict, lifecycle.CodeInvalidTransition)
+	e := apiError(t, err, http.StatusConflict, codes.InvalidTransition)
 	if e.From != string(lifecycle.ApprovalPending) || e.To != string(lifecycle.ApprovalRunning) || len(e.Allowed) == 0 {
 		t.Errorf("from %q to %q allowed %q, want pending → running and the states reachable from pending", e.From, e.To, e.Allowed)
 	}
@@ -254,7 +255,7 @@ func TestInvalidUTF8WritesNothing(t *testing.T) {
 			if err := json.Unmarshal(body, &e); err != nil {
 				t.Fatalf("%d %q: not the JSON error form: %v", status, body, err)
 			}
-			if status != http.StatusBadRequest || e.Code != lifecycle.CodeInvalidInput {
+			if status != http.StatusBadRequest || e.Code != codes.InvalidInput {
 				t.Errorf("answer %d %s (%s), want 400 INVALID_INPUT", status, e.Code, e.Message)
 			}
 			if d := diffSnapshots(before, g.snapshot()); d != "" {

@@ -12,12 +12,11 @@ import (
 
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // maxAnswerBytes bounds an answer the client reads (a list of every job
@@ -201,32 +200,32 @@ func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
 }
 
 // Enqueue creates a job (POST /jobs).
-func (c *Client) Enqueue(ctx context.Context, n jobqueue.NewJob) (jobqueue.Job, error) {
+func (c *Client) Enqueue(ctx context.Context, n jobqueue.NewJob) (lifecycle.Job, error) {
 	body := jobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
 		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID}
-	var j jobqueue.Job
+	var j lifecycle.Job
 	err := c.call(ctx, http.MethodPost, "/jobs", nil, body, &j)
 	return j, err
 }
 
 // Jobs lists every job (GET /jobs).
-func (c *Client) Jobs(ctx context.Context) ([]jobqueue.Job, error) {
-	var out []jobqueue.Job
+func (c *Client) Jobs(ctx context.Context) ([]lifecycle.Job, error) {
+	var out []lifecycle.Job
 	err := c.call(ctx, http.MethodGet, "/jobs", nil, nil, &out)
 	return out, err
 }
 
 // Job reads a job (GET /jobs/{jobId}).
-func (c *Client) Job(ctx context.Context, jobID string) (jobqueue.Job, error) {
-	var j jobqueue.Job
+func (c *Client) Job(ctx context.Context, jobID string) (lifecycle.Job, error) {
+	var j lifecycle.Job
 	err := c.call(ctx, http.MethodGet, "/jobs/"+url.PathEscape(jobID), nil, nil, &j)
 	return j, err
 }
 
 // Requeue is the admin's requeue of a FAILED or DEAD job (POST
 // /jobs/{jobId}/requeue).
-func (c *Client) Requeue(ctx context.Context, jobID string) (jobqueue.Job, error) {
-	var j jobqueue.Job
+func (c *Client) Requeue(ctx context.Context, jobID string) (lifecycle.Job, error) {
+	var j lifecycle.Job
 	err := c.call(ctx, http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil, nil, &j)
 	return j, err
 }
@@ -256,7 +255,7 @@ func (c *Client) ResumeSchedule(ctx context.Context, id string) (schedule.Info, 
 }
 
 // NLMCallback posts an NLM backend's callback (POST /nlm/callback).
-func (c *Client) NLMCallback(ctx context.Context, cb nlm.CallbackBody) error {
+func (c *Client) NLMCallback(ctx context.Context, cb lifecycle.NLMCallbackBody) error {
 	return c.call(ctx, http.MethodPost, "/nlm/callback", nil, cb, nil)
 }
 
@@ -277,23 +276,23 @@ func (c *Client) InboxStats(ctx context.Context) (inbox.Stats, error) {
 
 // InboxEntries lists the inbox's entries, of one state when status is set
 // (GET /inbox/entries?status=).
-func (c *Client) InboxEntries(ctx context.Context, status inbox.State) ([]inbox.Entry, error) {
+func (c *Client) InboxEntries(ctx context.Context, status lifecycle.InboxState) ([]lifecycle.InboxEntry, error) {
 	var q url.Values
 	if status != "" {
 		q = url.Values{"status": {string(status)}}
 	}
-	var out []inbox.Entry
+	var out []lifecycle.InboxEntry
 	err := c.call(ctx, http.MethodGet, "/inbox/entries", q, nil, &out)
 	return out, err
 }
 
 // Quarantine lists the quarantined records (GET /quarantine).
-func (c *Client) Quarantine(ctx context.Context) ([]storage.Quarantined, error) {
+func (c *Client) Quarantine(ctx context.Context) ([]records.Quarantined, error) {
 	var raw []quarantinedJSON
 	if err := c.call(ctx, http.MethodGet, "/quarantine", nil, nil, &raw); err != nil {
 		return nil, err
 	}
-	out := make([]storage.Quarantined, len(raw))
+	out := make([]records.Quarantined, len(raw))
 	for i, q := range raw {
 		out[i] = q.Quarantined
 		out[i].QKey = q.QKey

@@ -3,7 +3,7 @@ package httpapi
 import (
 	"testing"
 
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TestCodeOfStatusAgreesWithTheCodeTable: the code a client gives an
@@ -12,10 +12,10 @@ import (
 func TestCodeOfStatusAgreesWithTheCodeTable(t *testing.T) {
 	for status := 400; status < 600; status++ {
 		code := codeOfStatus(status)
-		if code == lifecycle.CodeInternalError {
+		if code == codes.InternalError {
 			continue // the fallback for statuses no code has
 		}
-		if got := lifecycle.HTTPStatus(code); got != status {
+		if got := codes.HTTPStatus(code); got != status {
 			t.Errorf("status %d reads as %s, which the code table answers with %d", status, code, got)
 		}
 	}

@@ -10,9 +10,10 @@ import (
 
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The request bodies, field names as in docs/http-api.md.
@@ -41,15 +42,15 @@ type eventBody struct {
 }
 
 type jobBody struct {
-	JobID       string              `json:"job_id,omitempty"`
-	RunID       string              `json:"run_id"`
-	JobType     jobqueue.JobType    `json:"job_type"`
-	AgentSlug   string              `json:"agent_slug"`
-	MaxAttempts int                 `json:"max_attempts,omitempty"`
-	Payload     json.RawMessage     `json:"payload,omitempty"`
-	Context     jobqueue.JobContext `json:"context,omitzero"`
-	Callback    string              `json:"callback,omitempty"`
-	ProjectID   string              `json:"project_id,omitempty"`
+	JobID       string               `json:"job_id,omitempty"`
+	RunID       string               `json:"run_id"`
+	JobType     lifecycle.JobType    `json:"job_type"`
+	AgentSlug   string               `json:"agent_slug"`
+	MaxAttempts int                  `json:"max_attempts,omitempty"`
+	Payload     json.RawMessage      `json:"payload,omitempty"`
+	Context     lifecycle.JobContext `json:"context,omitzero"`
+	Callback    string               `json:"callback,omitempty"`
+	ProjectID   string               `json:"project_id,omitempty"`
 }
 
 type restoreBody struct {
@@ -66,11 +67,11 @@ func checkContentType(r *http.Request) error {
 	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return apiErr(lifecycle.CodeUnsupportedMediaType, "the body must be application/json, not %q", ct)
+		return apiErr(codes.UnsupportedMediaType, "the body must be application/json, not %q", ct)
 	}
 	for k, v := range params {
 		if k != "charset" || (v != "utf-8" && v != "UTF-8") {
-			return apiErr(lifecycle.CodeUnsupportedMediaType, "the body must be application/json in UTF-8, not %q", ct)
+			return apiErr(codes.UnsupportedMediaType, "the body must be application/json in UTF-8, not %q", ct)
 		}
 	}
 	return nil
@@ -78,21 +79,21 @@ func checkContentType(r *http.Request) error {
 
 // readBody reads a request body bounded by the route's MaxBytesReader: too
 // long is INPUT_TOO_LARGE; invalid UTF-8 or a lone surrogate escape
-// anywhere in it is INVALID_INPUT (lifecycle.CheckJSON).
+// anywhere in it is INVALID_INPUT (codes.CheckJSON).
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, apiErr(lifecycle.CodeInputTooLarge, "the body is over %d bytes", mbe.Limit)
+		return nil, apiErr(codes.InputTooLarge, "the body is over %d bytes", mbe.Limit)
 	}
 	if err != nil {
-		return nil, apiErr(lifecycle.CodeInvalidRequest, "reading the body: %v", err)
+		return nil, apiErr(codes.InvalidRequest, "reading the body: %v", err)
 	}
 	// Before decoding: encoding/json replaces invalid UTF-8 and lone
 	// surrogate escapes with U+FFFD without a word, so a field checked after
 	// decoding looks clean and what is stored is not what was sent. One
 	// check of the raw bytes covers every field and every map key.
-	if err := lifecycle.CheckJSON("body", b, len(b)); err != nil {
+	if err := codes.CheckJSON("body", b, len(b)); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -106,15 +107,15 @@ func decodeStrict(data []byte, v any, optional bool) error {
 		if optional {
 			return nil
 		}
-		return apiErr(lifecycle.CodeInvalidRequest, "a JSON body is required")
+		return apiErr(codes.InvalidRequest, "a JSON body is required")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return apiErr(lifecycle.CodeInvalidRequest, "malformed JSON body: %v", err)
+		return apiErr(codes.InvalidRequest, "malformed JSON body: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return apiErr(lifecycle.CodeInvalidRequest, "malformed JSON body: data after the JSON value")
+		return apiErr(codes.InvalidRequest, "malformed JSON body: data after the JSON value")
 	}
 	return nil
 }
@@ -126,7 +127,7 @@ func decodeSubmit(data []byte) (submitBody, error) {
 		return b, err
 	}
 	if b.AgentSlug == "" {
-		return b, apiErr(lifecycle.CodeInvalidRequest, "agent_slug is required")
+		return b, apiErr(codes.InvalidRequest, "agent_slug is required")
 	}
 	if err := storage.ValidateID("agent_slug", b.AgentSlug); err != nil {
 		return b, err
@@ -141,7 +142,7 @@ func decodeEvent(data []byte) (eventBody, error) {
 		return b, err
 	}
 	if b.Type == "" {
-		return b, apiErr(lifecycle.CodeInvalidRequest, "type is required")
+		return b, apiErr(codes.InvalidRequest, "type is required")
 	}
 	return b, nil
 }
@@ -154,7 +155,7 @@ func decodeJob(data []byte) (jobqueue.NewJob, error) {
 	}
 	for _, f := range []struct{ name, v string }{{"run_id", b.RunID}, {"job_type", string(b.JobType)}, {"agent_slug", b.AgentSlug}} {
 		if f.v == "" {
-			return jobqueue.NewJob{}, apiErr(lifecycle.CodeInvalidRequest, "%s is required", f.name)
+			return jobqueue.NewJob{}, apiErr(codes.InvalidRequest, "%s is required", f.name)
 		}
 	}
 	if b.JobID != "" {
@@ -177,8 +178,8 @@ func decodeSubmission(data []byte) (inbox.Submission, error) {
 }
 
 // decodeCallback decodes and checks POST /nlm/callback's body.
-func decodeCallback(data []byte) (nlm.CallbackBody, error) {
-	var cb nlm.CallbackBody
+func decodeCallback(data []byte) (lifecycle.NLMCallbackBody, error) {
+	var cb lifecycle.NLMCallbackBody
 	if err := decodeStrict(data, &cb, false); err != nil {
 		return cb, err
 	}
@@ -195,10 +196,10 @@ func decodeRestore(data []byte) (restoreBody, error) {
 		return b, err
 	}
 	if b.QKey == "" {
-		return b, apiErr(lifecycle.CodeInvalidRequest, "qkey is required")
+		return b, apiErr(codes.InvalidRequest, "qkey is required")
 	}
-	if len(b.QKey) <= len(storage.QuarantinePrefix) || b.QKey[:len(storage.QuarantinePrefix)] != storage.QuarantinePrefix || storage.ValidateKey(b.QKey) != nil {
-		return b, apiErr(lifecycle.CodeInvalidInput, "qkey is not a key under %s", storage.QuarantinePrefix)
+	if len(b.QKey) <= len(records.QuarantinePrefix) || b.QKey[:len(records.QuarantinePrefix)] != records.QuarantinePrefix || storage.ValidateKey(b.QKey) != nil {
+		return b, apiErr(codes.InvalidInput, "qkey is not a key under %s", records.QuarantinePrefix)
 	}
 	return b, nil
 }

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // FuzzDecodeRequests feeds every request decoder arbitrary bytes: none may
@@ -34,7 +34,7 @@ func FuzzDecodeRequests(f *testing.F) {
 				return
 			}
 			code := codeOf(err)
-			if s := lifecycle.HTTPStatus(code); s < 400 || s > 499 {
+			if s := codes.HTTPStatus(code); s < 400 || s > 499 {
 				t.Fatalf("%s refused %q with %s (%d): %v", name, data, code, s, err)
 			}
 		}

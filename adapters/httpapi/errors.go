@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Error is an error answer of the API: its HTTP status and the body's code
@@ -41,11 +43,11 @@ func (e *Error) Error() string {
 // lifecycle.ErrInvalidTransition for RUN_INVALID_TRANSITION,
 // INBOX_INVALID_TRANSITION, INBOX_ENTRY_EXPIRED and RUN_TERMINAL_STATE (which
 // also matches lifecycle.ErrTerminalState); lifecycle.ErrForbiddenActor and
-// authority.ErrForbidden for FORBIDDEN; lifecycle.ErrInvalidInput for
+// authority.ErrForbidden for FORBIDDEN; codes.ErrInvalidInput for
 // INVALID_INPUT and INPUT_TOO_LARGE; run.ErrIdempotencyConflict,
 // run.ErrIdempotencyExpired, run.ErrUnsupported, jobqueue.ErrJobExists,
-// inbox.ErrEntryExists, storage.ErrCorrupt (RECORD_QUARANTINED),
-// storage.ErrLeaseLost and storage.ErrUnavailable for their codes.
+// inbox.ErrEntryExists, records.ErrCorrupt (RECORD_QUARANTINED),
+// records.ErrLeaseLost and storage.ErrUnavailable for their codes.
 func (e *Error) Is(target error) bool {
 	for _, s := range sentinels(e.Code) {
 		if s == target {
@@ -57,33 +59,33 @@ func (e *Error) Is(target error) bool {
 
 func sentinels(code string) []error {
 	switch code {
-	case lifecycle.CodeRunNotFound:
+	case codes.RunNotFound:
 		return []error{run.ErrNotFound, storage.ErrNotFound}
-	case lifecycle.CodeNotFound, lifecycle.CodeJobNotFound, lifecycle.CodeAgentNotFound:
+	case codes.NotFound, codes.JobNotFound, codes.AgentNotFound:
 		return []error{storage.ErrNotFound}
-	case lifecycle.CodeInvalidTransition, lifecycle.CodeInboxInvalidTransition, lifecycle.CodeInboxEntryExpired:
+	case codes.InvalidTransition, codes.InboxInvalidTransition, codes.InboxEntryExpired:
 		return []error{lifecycle.ErrInvalidTransition}
-	case lifecycle.CodeTerminalState:
+	case codes.TerminalState:
 		return []error{lifecycle.ErrInvalidTransition, lifecycle.ErrTerminalState}
-	case lifecycle.CodeForbidden:
+	case codes.Forbidden:
 		return []error{lifecycle.ErrForbiddenActor, authority.ErrForbidden}
-	case lifecycle.CodeInvalidInput, lifecycle.CodeInputTooLarge:
-		return []error{lifecycle.ErrInvalidInput}
-	case lifecycle.CodeIdempotencyConflict:
+	case codes.InvalidInput, codes.InputTooLarge:
+		return []error{codes.ErrInvalidInput}
+	case codes.IdempotencyConflict:
 		return []error{run.ErrIdempotencyConflict}
-	case lifecycle.CodeIdempotencyExpired:
+	case codes.IdempotencyExpired:
 		return []error{run.ErrIdempotencyExpired}
-	case lifecycle.CodeUnsupported:
+	case codes.Unsupported:
 		return []error{run.ErrUnsupported}
-	case lifecycle.CodeJobExists:
+	case codes.JobExists:
 		return []error{jobqueue.ErrJobExists}
-	case lifecycle.CodeInboxEntryExists:
+	case codes.InboxEntryExists:
 		return []error{inbox.ErrEntryExists}
-	case lifecycle.CodeRecordQuarantined:
-		return []error{storage.ErrCorrupt}
-	case lifecycle.CodeLeaseLost:
-		return []error{storage.ErrLeaseLost}
-	case lifecycle.CodeUpstreamUnavailable:
+	case codes.RecordQuarantined:
+		return []error{records.ErrCorrupt}
+	case codes.LeaseLost:
+		return []error{records.ErrLeaseLost}
+	case codes.UpstreamUnavailable:
 		return []error{storage.ErrUnavailable}
 	}
 	return nil
@@ -121,23 +123,23 @@ func apiErr(code, format string, args ...any) error {
 // request's deadline.
 func codeOf(err error) string {
 	code := lifecycle.ErrorCode(err)
-	if code != lifecycle.CodeInternalError {
+	if code != codes.InternalError {
 		var je *jobError
-		if code == lifecycle.CodeNotFound && errors.As(err, &je) {
-			return lifecycle.CodeJobNotFound
+		if code == codes.NotFound && errors.As(err, &je) {
+			return codes.JobNotFound
 		}
 		return code
 	}
 	switch {
 	case errors.Is(err, jobqueue.ErrJobExists):
-		return lifecycle.CodeJobExists
+		return codes.JobExists
 	case errors.Is(err, jobqueue.ErrInvalidJob), errors.Is(err, run.ErrInvalidIdempotencyKey):
-		return lifecycle.CodeInvalidRequest
+		return codes.InvalidRequest
 	case errors.Is(err, storage.ErrPreconditionFailed):
-		return lifecycle.CodeConflict
+		return codes.Conflict
 	case errors.Is(err, context.DeadlineExceeded):
 		// The request's deadline ran out while the SDK waited out the store.
-		return lifecycle.CodeUpstreamUnavailable
+		return codes.UpstreamUnavailable
 	}
 	return code
 }
@@ -159,7 +161,7 @@ func jobScoped(err error) error {
 // writeError answers err in the JSON form with the code's status.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := codeOf(err)
-	status := lifecycle.HTTPStatus(code)
+	status := codes.HTTPStatus(code)
 	msg := err.Error()
 	if rec, ok := w.(*recorder); ok {
 		rec.code, rec.message = code, msg
@@ -213,25 +215,25 @@ func decodeError(status int, body []byte) *Error {
 func codeOfStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest:
-		return lifecycle.CodeInvalidRequest
+		return codes.InvalidRequest
 	case http.StatusUnauthorized:
-		return lifecycle.CodeUnauthorized
+		return codes.Unauthorized
 	case http.StatusForbidden:
-		return lifecycle.CodeForbidden
+		return codes.Forbidden
 	case http.StatusNotFound:
-		return lifecycle.CodeNotFound
+		return codes.NotFound
 	case http.StatusMethodNotAllowed:
-		return lifecycle.CodeMethodNotAllowed
+		return codes.MethodNotAllowed
 	case http.StatusConflict:
-		return lifecycle.CodeConflict
+		return codes.Conflict
 	case http.StatusRequestEntityTooLarge:
-		return lifecycle.CodeInputTooLarge
+		return codes.InputTooLarge
 	case http.StatusUnsupportedMediaType:
-		return lifecycle.CodeUnsupportedMediaType
+		return codes.UnsupportedMediaType
 	case http.StatusServiceUnavailable:
-		return lifecycle.CodeServiceUnavailable
+		return codes.ServiceUnavailable
 	case http.StatusBadGateway:
-		return lifecycle.CodeUpstreamUnavailable
+		return codes.UpstreamUnavailable
 	}
-	return lifecycle.CodeInternalError
+	return codes.InternalError
 }

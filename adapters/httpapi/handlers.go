@@ -7,11 +7,12 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Idempotency headers of POST /agents/run (seed 004 §3.2).
@@ -28,15 +29,15 @@ type submitAnswer struct {
 
 // inboxAnswer is POST /inbox/submit's answer.
 type inboxAnswer struct {
-	InboxID string      `json:"inbox_id"`
-	Status  inbox.State `json:"status"`
+	InboxID string               `json:"inbox_id"`
+	Status  lifecycle.InboxState `json:"status"`
 }
 
-// quarantinedJSON is one record of GET /quarantine: storage.Quarantined
+// quarantinedJSON is one record of GET /quarantine: records.Quarantined
 // with its qkey, which its own JSON leaves out.
 type quarantinedJSON struct {
 	QKey string `json:"qkey"`
-	storage.Quarantined
+	records.Quarantined
 }
 
 // idempotencyKey is the key of a submit: X-Idempotency-Key, else
@@ -72,7 +73,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, actor lifecyc
 		return err
 	}
 	if !s.slugs[b.AgentSlug] {
-		return apiErr(lifecycle.CodeAgentNotFound, "no agent %q", b.AgentSlug)
+		return apiErr(codes.AgentNotFound, "no agent %q", b.AgentSlug)
 	}
 	res, err := s.cfg.Runner.Submit(r.Context(), run.SubmitRequest{
 		AgentSlug: b.AgentSlug, Trigger: b.Trigger, Input: b.Input,
@@ -129,7 +130,7 @@ func (s *Server) runSteps(w http.ResponseWriter, r *http.Request, _ lifecycle.Ac
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
 	slug := r.URL.Query().Get("agent")
 	if slug == "" {
-		return apiErr(lifecycle.CodeInvalidRequest, "the agent query parameter is required (GET /runs?agent={slug})")
+		return apiErr(codes.InvalidRequest, "the agent query parameter is required (GET /runs?agent={slug})")
 	}
 	if err := storage.ValidateID("agent", slug); err != nil {
 		return err
@@ -141,7 +142,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, _ lifecycle.Ac
 	// The runs of an agent no longer configured are still history; only an
 	// agent with neither a definition nor a run is unknown.
 	if len(runs) == 0 && !s.slugs[slug] {
-		return apiErr(lifecycle.CodeAgentNotFound, "no agent %q", slug)
+		return apiErr(codes.AgentNotFound, "no agent %q", slug)
 	}
 	if runs == nil {
 		runs = []run.Status{}
@@ -223,7 +224,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, actor lifecycle
 }
 
 func absent(what string) error {
-	return apiErr(lifecycle.CodeNotFound, "this worker serves no %s", what)
+	return apiErr(codes.NotFound, "this worker serves no %s", what)
 }
 
 func (s *Server) enqueueJob(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
@@ -249,7 +250,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, actor lifecycl
 	if s.cfg.Queue == nil {
 		return absent("job queue")
 	}
-	jobs := []jobqueue.Job{}
+	jobs := []lifecycle.Job{}
 	for j, err := range s.cfg.Queue.List(r.Context(), actor) {
 		if err != nil {
 			return jobScoped(err)
@@ -283,7 +284,7 @@ func (s *Server) requeueJob(w http.ResponseWriter, r *http.Request, actor lifecy
 		return err
 	}
 	if r.ContentLength > 0 {
-		return apiErr(lifecycle.CodeInvalidRequest, "requeue takes no body")
+		return apiErr(codes.InvalidRequest, "requeue takes no body")
 	}
 	job, err := s.cfg.Queue.Requeue(r.Context(), actor, id)
 	if err != nil {
@@ -316,10 +317,10 @@ func (s *Server) nlmCallback(w http.ResponseWriter, r *http.Request, _ lifecycle
 	msg, _, _ := strings.Cut(strings.TrimSpace(cw.body.String()), "\n")
 	code := codeOfStatus(cw.status)
 	if cw.status == http.StatusNotFound {
-		code = lifecycle.CodeJobNotFound
+		code = codes.JobNotFound
 	}
-	if lifecycle.HTTPStatus(code) != cw.status {
-		code = lifecycle.CodeInternalError
+	if codes.HTTPStatus(code) != cw.status {
+		code = codes.InternalError
 	}
 	return apiErr(code, "%s", msg)
 }
@@ -391,15 +392,15 @@ func (s *Server) inboxEntries(w http.ResponseWriter, r *http.Request, _ lifecycl
 	var opts inbox.ListOptions
 	if v := r.URL.Query().Get("status"); v != "" {
 		known := false
-		for _, st := range inbox.States() {
+		for _, st := range lifecycle.InboxStates() {
 			known = known || string(st) == v
 		}
 		if !known {
-			return apiErr(lifecycle.CodeInvalidRequest, "unknown status %q (want pending, processed, rejected or expired)", v)
+			return apiErr(codes.InvalidRequest, "unknown status %q (want pending, processed, rejected or expired)", v)
 		}
-		opts.Status = inbox.State(v)
+		opts.Status = lifecycle.InboxState(v)
 	}
-	entries := []inbox.Entry{}
+	entries := []lifecycle.InboxEntry{}
 	for e, err := range s.cfg.Inbox.List(r.Context(), opts) {
 		if err != nil {
 			return err
@@ -414,7 +415,7 @@ func (s *Server) listQuarantine(w http.ResponseWriter, r *http.Request, _ lifecy
 		return absent("store for quarantine")
 	}
 	out := []quarantinedJSON{}
-	for q, err := range storage.ListQuarantine(r.Context(), s.cfg.Store) {
+	for q, err := range records.ListQuarantine(r.Context(), s.cfg.Store) {
 		if err != nil {
 			return err
 		}
@@ -435,13 +436,13 @@ func (s *Server) restoreQuarantined(w http.ResponseWriter, r *http.Request, _ li
 	if err != nil {
 		return err
 	}
-	q, err := storage.ReadQuarantined(r.Context(), s.cfg.Store, b.QKey)
+	q, err := records.ReadQuarantined(r.Context(), s.cfg.Store, b.QKey)
 	if err != nil {
 		return err
 	}
-	if err := storage.Restore(r.Context(), s.cfg.Store, b.QKey, q.Data); err != nil {
+	if err := records.Restore(r.Context(), s.cfg.Store, b.QKey, q.Data); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
-			return apiErr(lifecycle.CodeConflict, "%s: the original key was written since, or a quarantine is in progress: %v", b.QKey, err)
+			return apiErr(codes.Conflict, "%s: the original key was written since, or a quarantine is in progress: %v", b.QKey, err)
 		}
 		return err
 	}
@@ -472,7 +473,7 @@ func (s *Server) pauseSchedule(pause bool) func(w http.ResponseWriter, r *http.R
 			return err
 		}
 		if r.ContentLength > 0 {
-			return apiErr(lifecycle.CodeInvalidRequest, "pause and resume take no body")
+			return apiErr(codes.InvalidRequest, "pause and resume take no body")
 		}
 		var info schedule.Info
 		if pause {
@@ -481,7 +482,7 @@ func (s *Server) pauseSchedule(pause bool) func(w http.ResponseWriter, r *http.R
 			info, err = s.cfg.Schedules.Resume(r.Context(), id)
 		}
 		if errors.Is(err, schedule.ErrUnknownSchedule) {
-			return apiErr(lifecycle.CodeNotFound, "no schedule %q", id)
+			return apiErr(codes.NotFound, "no schedule %q", id)
 		}
 		if err != nil {
 			return err

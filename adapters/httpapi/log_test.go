@@ -11,9 +11,10 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/faultstore"
-	"github.com/runconveyor/conveyor/internal/testlog"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -39,13 +40,13 @@ func TestFailuresAreLogged(t *testing.T) {
 	ctx := context.Background()
 
 	_, err = c.Status(ctx, "run-nope")
-	apiError(t, err, http.StatusNotFound, lifecycle.CodeRunNotFound)
+	apiError(t, err, http.StatusNotFound, codes.RunNotFound)
 	if l := logs.String(); !strings.Contains(l, "level=DEBUG msg=http_request_failed") || !strings.Contains(l, "code=RUN_NOT_FOUND") {
 		t.Errorf("a 404 was not logged at DEBUG:\n%s", l)
 	}
 	store.Down()
 	_, err = c.Status(ctx, "run-nope")
-	apiError(t, err, http.StatusBadGateway, lifecycle.CodeUpstreamUnavailable)
+	apiError(t, err, http.StatusBadGateway, codes.UpstreamUnavailable)
 	if l := logs.String(); !strings.Contains(l, "level=ERROR msg=http_request_failed") || !strings.Contains(l, "code=UPSTREAM_UNAVAILABLE") {
 		t.Errorf("a 502 was not logged at ERROR:\n%s", l)
 	}

@@ -6,9 +6,12 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // TestQuarantinedJobIsGone (issue 18 defect 7): a job whose record was
@@ -19,20 +22,20 @@ func TestQuarantinedJobIsGone(t *testing.T) {
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
 	gw := g.client(lifecycle.ActorGateway)
-	if _, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-q", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "quick"}); err != nil {
+	if _, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-q", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); err != nil {
 		t.Fatal(err)
 	}
-	key, _ := storage.JobKey("job-q")
+	key, _ := layout.JobKey("job-q")
 	if _, err := g.store.Put(ctx, key, []byte("{garbage"), storage.Condition{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 { // the read that quarantines it, and a later one
 		_, err := gw.Job(ctx, "job-q")
-		apiError(t, err, http.StatusGone, lifecycle.CodeRecordQuarantined)
-		if !errors.Is(err, storage.ErrCorrupt) {
+		apiError(t, err, http.StatusGone, codes.RecordQuarantined)
+		if !errors.Is(err, records.ErrCorrupt) {
 			t.Errorf("read %d: %v does not match storage.ErrCorrupt", i, err)
 		}
 	}
 	_, err := g.client(lifecycle.ActorAdmin).Requeue(ctx, "job-q")
-	apiError(t, err, http.StatusGone, lifecycle.CodeRecordQuarantined)
+	apiError(t, err, http.StatusGone, codes.RecordQuarantined)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -216,7 +217,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 			defer resp.Body.Close()
 			var e struct{ Code string }
 			_ = json.NewDecoder(resp.Body).Decode(&e)
-			if resp.StatusCode != http.StatusBadRequest || e.Code != lifecycle.CodeInvalidRequest {
+			if resp.StatusCode != http.StatusBadRequest || e.Code != codes.InvalidRequest {
 				t.Errorf("stalled body: %d %s, want 400 INVALID_REQUEST", resp.StatusCode, e.Code)
 			}
 			if d := diffSnapshots(before, g.snapshot()); d != "" {

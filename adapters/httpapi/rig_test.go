@@ -19,8 +19,8 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
@@ -103,7 +103,9 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	proc, err := nlm.New(nlm.Config{Store: g.store, Owner: "nlm-test", Logger: log}, nlm.Stages{
-		Query: func(context.Context, nlm.Request, string) (json.RawMessage, error) { return json.RawMessage(`{}`), nil },
+		Query: func(context.Context, lifecycle.NLMRequest, string) (json.RawMessage, error) {
+			return json.RawMessage(`{}`), nil
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

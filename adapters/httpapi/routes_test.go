@@ -8,13 +8,15 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestRunRoutes(t *testing.T) {
@@ -95,7 +97,7 @@ func TestApprovalRoutes(t *testing.T) {
 	}
 	// Terminal now: another decision is RUN_TERMINAL_STATE.
 	_, err = c.Approve(ctx, rejected.RunID, "owner", "")
-	apiError(t, err, http.StatusConflict, lifecycle.CodeTerminalState)
+	apiError(t, err, http.StatusConflict, codes.TerminalState)
 	if !errors.Is(err, lifecycle.ErrTerminalState) || !errors.Is(err, lifecycle.ErrInvalidTransition) {
 		t.Errorf("%v does not match ErrTerminalState", err)
 	}
@@ -134,7 +136,7 @@ func TestCancelRoute(t *testing.T) {
 	}
 	// The frontend reads only.
 	_, err = g.client(lifecycle.ActorFrontend).Cancel(ctx, res.RunID, "")
-	apiError(t, err, http.StatusForbidden, lifecycle.CodeForbidden)
+	apiError(t, err, http.StatusForbidden, codes.Forbidden)
 	if !errors.Is(err, lifecycle.ErrForbiddenActor) || !errors.Is(err, authority.ErrForbidden) {
 		t.Errorf("%v does not match the forbidden sentinels", err)
 	}
@@ -174,7 +176,7 @@ func TestIdempotentSubmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Submit(ctx, run.SubmitRequest{AgentSlug: "gate", IdempotencyKey: "github:delivery-1"})
-	apiError(t, err, http.StatusConflict, lifecycle.CodeIdempotencyConflict)
+	apiError(t, err, http.StatusConflict, codes.IdempotencyConflict)
 	if !errors.Is(err, run.ErrIdempotencyConflict) {
 		t.Errorf("%v does not match run.ErrIdempotencyConflict", err)
 	}
@@ -185,12 +187,12 @@ func TestJobRoutes(t *testing.T) {
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
 	gw, admin := g.client(lifecycle.ActorGateway), g.client(lifecycle.ActorAdmin)
-	job, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "quick",
-		Payload: json.RawMessage(`{"topic":"violins"}`), Context: jobqueue.JobContext{EntityRefs: []string{"e-1"}}})
-	if err != nil || job.Status != jobqueue.JobQueued || job.JobID != "job-1" || len(job.Context.EntityRefs) != 1 {
+	job, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick",
+		Payload: json.RawMessage(`{"topic":"violins"}`), Context: lifecycle.JobContext{EntityRefs: []string{"e-1"}}})
+	if err != nil || job.Status != lifecycle.JobQueued || job.JobID != "job-1" || len(job.Context.EntityRefs) != 1 {
 		t.Fatalf("Enqueue = %+v, %v", job, err)
 	}
-	if _, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "quick"}); !errors.Is(err, jobqueue.ErrJobExists) {
+	if _, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); !errors.Is(err, jobqueue.ErrJobExists) {
 		t.Errorf("second Enqueue: %v, want jobqueue.ErrJobExists", err)
 	}
 	jobs, err := gw.Jobs(ctx)
@@ -208,16 +210,16 @@ func TestJobRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead, err := cl.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+	dead, err := cl.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
 		return jobqueue.Output{}, jobqueue.Permanent(errors.New("no notebook"))
 	}})
-	if err != nil || dead.Status != jobqueue.JobDead {
+	if err != nil || dead.Status != lifecycle.JobDead {
 		t.Fatalf("Run = %+v, %v", dead, err)
 	}
 	_, err = gw.Requeue(ctx, "job-1")
-	apiError(t, err, http.StatusForbidden, lifecycle.CodeForbidden)
+	apiError(t, err, http.StatusForbidden, codes.Forbidden)
 	j, err := admin.Requeue(ctx, "job-1")
-	if err != nil || j.Status != jobqueue.JobQueued || j.Attempt != 0 {
+	if err != nil || j.Status != lifecycle.JobQueued || j.Attempt != 0 {
 		t.Fatalf("Requeue = %+v, %v", j, err)
 	}
 }
@@ -227,8 +229,8 @@ func TestInboxRoutes(t *testing.T) {
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
 	c := g.client(lifecycle.ActorSystem) // the route admits it; the Worker writes as the gateway
-	id, err := c.SubmitInbox(ctx, inbox.Submission{Source: inbox.Source{Type: "ui", Identity: "owner"},
-		Intent: inbox.Intent{Action: "research", Target: "violins"}})
+	id, err := c.SubmitInbox(ctx, inbox.Submission{Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+		Intent: lifecycle.InboxIntent{Action: "research", Target: "violins"}})
 	if err != nil || id == "" {
 		t.Fatalf("SubmitInbox = %q, %v", id, err)
 	}
@@ -236,15 +238,15 @@ func TestInboxRoutes(t *testing.T) {
 	if err != nil || stats.Pending != 1 || stats.Total != 1 {
 		t.Fatalf("InboxStats = %+v, %v", stats, err)
 	}
-	entries, err := c.InboxEntries(ctx, inbox.Pending)
-	if err != nil || len(entries) != 1 || entries[0].ID != id || entries[0].Status != inbox.Pending {
+	entries, err := c.InboxEntries(ctx, lifecycle.InboxPending)
+	if err != nil || len(entries) != 1 || entries[0].ID != id || entries[0].Status != lifecycle.InboxPending {
 		t.Fatalf("InboxEntries = %+v, %v", entries, err)
 	}
-	if entries, err := c.InboxEntries(ctx, inbox.Processed); err != nil || len(entries) != 0 {
+	if entries, err := c.InboxEntries(ctx, lifecycle.InboxProcessed); err != nil || len(entries) != 0 {
 		t.Fatalf("InboxEntries(processed) = %+v, %v", entries, err)
 	}
-	_, err = c.SubmitInbox(ctx, inbox.Submission{ID: id, Source: inbox.Source{Type: "ui", Identity: "owner"},
-		Intent: inbox.Intent{Action: "research", Target: "violins"}})
+	_, err = c.SubmitInbox(ctx, inbox.Submission{ID: id, Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+		Intent: lifecycle.InboxIntent{Action: "research", Target: "violins"}})
 	if !errors.Is(err, inbox.ErrEntryExists) {
 		t.Errorf("second SubmitInbox: %v, want inbox.ErrEntryExists", err)
 	}
@@ -258,7 +260,7 @@ func TestQuarantineRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := storage.RunStatusKey("quick", res.RunID)
+	key, _ := layout.RunStatusKey("quick", res.RunID)
 	good, v, err := g.store.Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -268,8 +270,8 @@ func TestQuarantineRoutes(t *testing.T) {
 	}
 	c := g.client(lifecycle.ActorAdmin)
 	_, err = c.Status(ctx, res.RunID)
-	apiError(t, err, http.StatusGone, lifecycle.CodeRecordQuarantined)
-	if !errors.Is(err, storage.ErrCorrupt) {
+	apiError(t, err, http.StatusGone, codes.RecordQuarantined)
+	if !errors.Is(err, records.ErrCorrupt) {
 		t.Errorf("%v does not match storage.ErrCorrupt", err)
 	}
 	qs, err := c.Quarantine(ctx)
@@ -294,8 +296,8 @@ func TestNLMCallbackRoute(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
-	err := g.client(lifecycle.ActorNLMBackend).NLMCallback(ctx, nlm.CallbackBody{JobID: "nlm-1", Status: "COMPLETE", ArtifactID: "a-1"})
-	apiError(t, err, http.StatusNotFound, lifecycle.CodeJobNotFound)
+	err := g.client(lifecycle.ActorNLMBackend).NLMCallback(ctx, lifecycle.NLMCallbackBody{JobID: "nlm-1", Status: "COMPLETE", ArtifactID: "a-1"})
+	apiError(t, err, http.StatusNotFound, codes.JobNotFound)
 	if !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("%v does not match storage.ErrNotFound", err)
 	}
@@ -313,14 +315,14 @@ func TestWithoutTokens(t *testing.T) {
 	}
 	c.Actor = lifecycle.ActorFrontend
 	_, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"})
-	apiError(t, err, http.StatusForbidden, lifecycle.CodeForbidden)
+	apiError(t, err, http.StatusForbidden, codes.Forbidden)
 	c.Actor = "owner"
 	if _, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"}); err != nil {
 		t.Fatalf("Submit as owner: %v", err)
 	}
 	c.Actor = "nobody"
 	_, err = c.Agents(ctx)
-	apiError(t, err, http.StatusUnauthorized, lifecycle.CodeUnauthorized)
+	apiError(t, err, http.StatusUnauthorized, codes.Unauthorized)
 }
 
 func TestPageAndMetricsMounts(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TestSchedules: anyone lists the schedules; only an admin pauses and
@@ -20,11 +21,11 @@ func TestSchedules(t *testing.T) {
 	}
 	before := g.snapshot()
 	_, err = g.client(lifecycle.ActorGateway).PauseSchedule(ctx, "nightly")
-	apiError(t, err, http.StatusForbidden, lifecycle.CodeForbidden)
+	apiError(t, err, http.StatusForbidden, codes.Forbidden)
 	_, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "nope")
-	apiError(t, err, http.StatusNotFound, lifecycle.CodeNotFound)
+	apiError(t, err, http.StatusNotFound, codes.NotFound)
 	_, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "../x")
-	apiError(t, err, http.StatusBadRequest, lifecycle.CodeInvalidInput)
+	apiError(t, err, http.StatusBadRequest, codes.InvalidInput)
 	if after := g.snapshot(); len(after) != len(before) {
 		t.Fatalf("a refused pause wrote: %d keys before, %d after", len(before), len(after))
 	}

@@ -10,12 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/authority"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
@@ -47,7 +48,7 @@ type Config struct {
 	// NLM, with Runner, serves POST /nlm/callback (nlm.Sink). Default none:
 	// 404 NOT_FOUND, as for Queue.
 	NLM *nlm.Processor
-	// Store serves /quarantine (storage.ListQuarantine, storage.Restore);
+	// Store serves /quarantine (records.ListQuarantine, records.Restore);
 	// give the store the Runner, Queue and Inbox write to. Default none:
 	// 404 NOT_FOUND, as for Queue.
 	Store storage.Store
@@ -180,7 +181,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.specs = map[string]lifecycle.Spec{}
 	for _, sp := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec(),
-		lifecycle.RunStep().Spec(), jobqueue.JobMachine().Spec(), nlm.Machine().Spec(), inbox.Machine().Spec()} {
+		lifecycle.RunStep().Spec(), lifecycle.JobMachine().Spec(), lifecycle.NLMMachine().Spec(), lifecycle.InboxMachine().Spec()} {
 		s.specs[sp.Name] = sp
 	}
 	s.mux = http.NewServeMux()
@@ -292,11 +293,11 @@ func (s *Server) routes() {
 		list := strings.Join(methods, ", ")
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", list)
-			s.writeError(w, r, apiErr(lifecycle.CodeMethodNotAllowed, "%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, list))
+			s.writeError(w, r, apiErr(codes.MethodNotAllowed, "%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, list))
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, apiErr(lifecycle.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+		s.writeError(w, r, apiErr(codes.NotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 }
 
@@ -305,7 +306,7 @@ func (s *Server) handler(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		actor, _ := r.Context().Value(actorKey{}).(lifecycle.Actor)
 		if rt.actors != nil && !slices.Contains(rt.actors, actor) {
-			s.writeError(w, r, apiErr(lifecycle.CodeForbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))
+			s.writeError(w, r, apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))
 			return
 		}
 		if rt.body {
@@ -332,9 +333,9 @@ func (s *Server) mounted(h http.Handler, absent int) func(http.ResponseWriter, *
 	return func(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
 		if h == nil {
 			if absent == http.StatusServiceUnavailable {
-				return apiErr(lifecycle.CodeServiceUnavailable, "no event feed is served here: poll GET /runs/{runId}/status")
+				return apiErr(codes.ServiceUnavailable, "no event feed is served here: poll GET /runs/{runId}/status")
 			}
-			return apiErr(lifecycle.CodeNotFound, "%s is not served here", r.URL.Path)
+			return apiErr(codes.NotFound, "%s is not served here", r.URL.Path)
 		}
 		h.ServeHTTP(w, r)
 		return nil

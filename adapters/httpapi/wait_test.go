@@ -13,6 +13,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -70,7 +71,7 @@ func TestWaitUnknownRun(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{})
 	_, err := g.client(lifecycle.ActorGateway).Wait(context.Background(), "run-nope")
-	apiError(t, err, http.StatusNotFound, lifecycle.CodeRunNotFound)
+	apiError(t, err, http.StatusNotFound, codes.RunNotFound)
 }
 
 // feed is an event feed for the tests of the client's stream: it sends the

@@ -79,8 +79,8 @@ func TestWatchInbox(t *testing.T) {
 			if st := next("at first"); st.Pending != 0 {
 				t.Fatalf("first stats %+v", st)
 			}
-			if _, err := g.client(lifecycle.ActorGateway).SubmitInbox(ctx, inbox.Submission{Source: inbox.Source{Type: "ui", Identity: "owner"},
-				Intent: inbox.Intent{Action: "propose-edit", Target: "notes/x"}}); err != nil {
+			if _, err := g.client(lifecycle.ActorGateway).SubmitInbox(ctx, inbox.Submission{Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+				Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/x"}}); err != nil {
 				t.Fatal(err)
 			}
 			if !streamed {

@@ -36,11 +36,11 @@ func Example() {
 	}
 
 	for _, id := range []string{"job-1", "job-2"} {
-		_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a"})
+		_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"})
 	}
 	clk.Advance(2 * time.Minute)
 	c, _ := q.Claim(ctx, "worker-1") // job-1
-	_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 		return jobqueue.Output{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}})
 

@@ -50,6 +50,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
@@ -222,37 +223,37 @@ func (m *Metrics) RecordQuarantined(kind string) { m.quarantined.WithLabelValues
 // JobTransition counts a job move and observes the time spent in from.
 // Creation (from "") and PENDING, which a job leaves in the write that
 // creates it, have no time to observe.
-func (m *Metrics) JobTransition(jobType jobqueue.JobType, from, to jobqueue.JobState, inFrom time.Duration) {
+func (m *Metrics) JobTransition(jobType lifecycle.JobType, from, to lifecycle.JobState, inFrom time.Duration) {
 	t := string(jobType)
 	m.jobTransitions.WithLabelValues(t, string(from), string(to)).Inc()
-	if from != "" && from != jobqueue.JobPending {
+	if from != "" && from != lifecycle.JobPending {
 		m.jobStateDuration.WithLabelValues(t, string(from)).Observe(inFrom.Seconds())
 	}
-	if from == jobqueue.JobRetryBackoff && to == jobqueue.JobQueued {
+	if from == lifecycle.JobRetryBackoff && to == lifecycle.JobQueued {
 		m.jobRetries.WithLabelValues(t).Inc()
 	}
 }
 
 // JobFinished observes a job's end-to-end time and counts a dead job.
-func (m *Metrics) JobFinished(jobType jobqueue.JobType, outcome jobqueue.JobState, d time.Duration) {
+func (m *Metrics) JobFinished(jobType lifecycle.JobType, outcome lifecycle.JobState, d time.Duration) {
 	m.jobDuration.WithLabelValues(string(jobType), string(outcome)).Observe(d.Seconds())
-	if outcome == jobqueue.JobDead {
+	if outcome == lifecycle.JobDead {
 		m.jobsDead.WithLabelValues(string(jobType)).Inc()
 	}
 }
 
 // AttemptFailed counts a failed attempt by step and error code.
-func (m *Metrics) AttemptFailed(jobType jobqueue.JobType, step jobqueue.JobState, code string) {
+func (m *Metrics) AttemptFailed(jobType lifecycle.JobType, step lifecycle.JobState, code string) {
 	m.jobFailedAttempts.WithLabelValues(string(jobType), string(step), code).Inc()
 }
 
 // LeaseLost counts a job rescued after its lease ran out.
-func (m *Metrics) LeaseLost(jobType jobqueue.JobType) {
+func (m *Metrics) LeaseLost(jobType lifecycle.JobType) {
 	m.jobLeaseLosses.WithLabelValues(string(jobType)).Inc()
 }
 
 // HandlerAbandoned counts a job handler call abandoned at StepTimeout.
-func (m *Metrics) HandlerAbandoned(jobType jobqueue.JobType, step jobqueue.JobState) {
+func (m *Metrics) HandlerAbandoned(jobType lifecycle.JobType, step lifecycle.JobState) {
 	m.handlersAbandoned.WithLabelValues(string(jobType), string(step)).Inc()
 }
 

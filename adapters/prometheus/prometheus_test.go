@@ -15,7 +15,8 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
-	"github.com/runconveyor/conveyor/internal/faultstore"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -157,12 +158,12 @@ type signalling struct {
 	events chan string
 }
 
-func (s signalling) AttemptFailed(t jobqueue.JobType, step jobqueue.JobState, code string) {
+func (s signalling) AttemptFailed(t lifecycle.JobType, step lifecycle.JobState, code string) {
 	s.Metrics.AttemptFailed(t, step, code)
 	s.events <- "failed"
 }
 
-func (s signalling) JobFinished(t jobqueue.JobType, outcome jobqueue.JobState, d time.Duration) {
+func (s signalling) JobFinished(t lifecycle.JobType, outcome lifecycle.JobState, d time.Duration) {
 	s.Metrics.JobFinished(t, outcome, d)
 	s.events <- "finished " + string(outcome)
 }
@@ -178,18 +179,18 @@ func TestJobMetrics(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	enqueue := func(id, agent string) {
 		t.Helper()
-		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: agent}); err != nil {
+		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: agent}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	w := &jobqueue.Worker{Queue: q, ID: "w1", SweepInterval: -1, Handlers: jobqueue.Handlers{
-		AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+		AssembleContext: func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 			if job.AgentSlug == "agent-ok" {
 				clk.Advance(time.Second) // context assembly takes 1 s
 			}
 			return json.RawMessage(`{}`), nil
 		},
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 			if job.AgentSlug == "agent-bad" {
 				return jobqueue.Output{}, &jobqueue.StatusError{Code: 503}
 			}
@@ -288,7 +289,7 @@ func TestQueueCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"job-1", "job-2"} {
-		if _, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a"}); err != nil {
+		if _, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -321,7 +322,7 @@ func TestQueueCollectorStoreDown(t *testing.T) {
 	// fake one that never moves makes the read wait until the scrape's
 	// deadline, the worst case.
 	q := newQueue(t, fs, clock.NewFake(t0), m)
-	if _, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a"}); err != nil {
+	if _, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.WatchQueue(q); err != nil {
@@ -449,7 +450,7 @@ func TestScheduleMetrics(t *testing.T) {
 	runOnce(scheds[0]) // fires 11:00
 	// The other process read the state before the slot was recorded: it
 	// fires 11:00 too, and the store suppresses its run.
-	key, _ := storage.ScheduleKey("hourly")
+	key, _ := layout.ScheduleKey("hourly")
 	b, _, err := store.Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)

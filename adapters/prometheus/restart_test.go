@@ -11,8 +11,10 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // gauges reads gwi_run_active_gauge by status.
@@ -42,7 +44,7 @@ func gauges(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 func storeActive(t *testing.T, s storage.Store, slug string) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	prefix, _ := storage.AgentRunsPrefix(slug)
+	prefix, _ := layout.AgentRunsPrefix(slug)
 	for key, err := range s.List(context.Background(), prefix) {
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +52,7 @@ func storeActive(t *testing.T, s storage.Store, slug string) map[string]float64 
 		if rest := strings.TrimPrefix(key, prefix); strings.Count(rest, "/") != 1 || !strings.HasSuffix(rest, "/status.json") {
 			continue
 		}
-		st, _, err := storage.Read[run.Status](context.Background(), s, key)
+		st, _, err := records.Read[run.Status](context.Background(), s, key)
 		if err != nil {
 			t.Fatal(err)
 		}

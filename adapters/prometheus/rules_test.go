@@ -16,6 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // ruleFile is a Prometheus rule file, the fields an alerting rule has.
@@ -210,11 +212,11 @@ func registeredNames(t *testing.T) map[string]bool {
 	m.StepFinished("agent", "step", "completed", time.Second)
 	m.StepAbandoned("agent", "step")
 	m.RecordQuarantined("job")
-	m.JobTransition(jobqueue.JobBrief, jobqueue.JobRetryBackoff, jobqueue.JobQueued, time.Second)
-	m.JobFinished(jobqueue.JobBrief, jobqueue.JobDead, time.Second)
-	m.AttemptFailed(jobqueue.JobBrief, jobqueue.JobArtifactWrite, jobqueue.CodeArtifactWriteError)
-	m.LeaseLost(jobqueue.JobBrief)
-	m.HandlerAbandoned(jobqueue.JobBrief, jobqueue.JobNotebookLMCall)
+	m.JobTransition(lifecycle.JobBrief, lifecycle.JobRetryBackoff, lifecycle.JobQueued, time.Second)
+	m.JobFinished(lifecycle.JobBrief, lifecycle.JobDead, time.Second)
+	m.AttemptFailed(lifecycle.JobBrief, lifecycle.JobArtifactWrite, codes.JobArtifactWriteError)
+	m.LeaseLost(lifecycle.JobBrief)
+	m.HandlerAbandoned(lifecycle.JobBrief, lifecycle.JobNotebookLMCall)
 	if err := m.WatchQueue(fixedQueue{{Agent: "agent", Ready: 1, Age: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"log"
 
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -23,7 +24,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	key, _ := storage.JobKey("550e8400-e29b-41d4-a716-446655440000")
+	key, _ := layout.JobKey("550e8400-e29b-41d4-a716-446655440000")
 	if _, err := s.Put(ctx, key, []byte(`{"status":"QUEUED"}`), storage.IfNotExists()); err != nil {
 		log.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/s3store"
-	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )

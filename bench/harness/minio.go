@@ -25,7 +25,7 @@ import (
 )
 
 // MinIO is a private MinIO server on a free loopback port with its data on
-// disk. The SDK's internal/miniotest does the same for the SDK's tests, but
+// disk. The SDK's internal/testkit/miniotest does the same for the SDK's tests, but
 // a nested module cannot import another module's internal packages, and
 // the benchmark wants the data on disk (miniotest prefers /dev/shm, to
 // measure the client): the numbers are for "MinIO on disk".

@@ -27,7 +27,7 @@ import (
 const briefContent = `{"title":"Brief","body":"Short text","entity_map":{"violin":"Violin"},"word_count":2}`
 
 // counting wraps a Store and counts its round trips, like the SDK's
-// internal/teststores.Counting (which a nested module cannot import).
+// internal/testkit/teststores.Counting (which a nested module cannot import).
 type counting struct {
 	storage.Store
 	gets, puts, deletes, lists atomic.Int64
@@ -140,7 +140,7 @@ func (d *sdkDriver) Work(ctx context.Context, slots int, h Hooks) (func() error,
 	// called (after the pickup's write). An AssembleContext handler would
 	// cost the job a write of its own (docs/performance.md).
 	w := &jobqueue.Worker{Queue: q, ID: "bench-worker", Slots: slots, Handlers: jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			var p Payload
 			if err := json.Unmarshal(job.Payload, &p); err != nil {
 				return jobqueue.Output{}, jobqueue.Permanent(err)
@@ -197,7 +197,7 @@ func (d *sdkDriver) Drain(ctx context.Context) error {
 func (d *sdkDriver) Enqueue(ctx context.Context, p Payload) error {
 	_, q := d.current()
 	_, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{
-		RunID: "run_2026-02-24_bench", JobType: jobqueue.JobBrief,
+		RunID: "run_2026-02-24_bench", JobType: lifecycle.JobBrief,
 		AgentSlug: "agent-" + strconv.Itoa(p.Agent), Payload: marshal(p),
 	})
 	return err
@@ -223,15 +223,15 @@ func (d *sdkDriver) Close() error {
 // reported after the write that made it so, which is the SDK's end of a job.
 type sdkMetrics struct{ d *sdkDriver }
 
-func (m sdkMetrics) JobTransition(jobqueue.JobType, jobqueue.JobState, jobqueue.JobState, time.Duration) {
+func (m sdkMetrics) JobTransition(lifecycle.JobType, lifecycle.JobState, lifecycle.JobState, time.Duration) {
 }
 
-func (m sdkMetrics) AttemptFailed(t jobqueue.JobType, step jobqueue.JobState, code string) {
+func (m sdkMetrics) AttemptFailed(t lifecycle.JobType, step lifecycle.JobState, code string) {
 	logger.Warn("attempt failed", "type", t, "step", step, "code", code)
 }
 
-func (m sdkMetrics) JobFinished(_ jobqueue.JobType, outcome jobqueue.JobState, _ time.Duration) {
-	if outcome != jobqueue.JobComplete {
+func (m sdkMetrics) JobFinished(_ lifecycle.JobType, outcome lifecycle.JobState, _ time.Duration) {
+	if outcome != lifecycle.JobComplete {
 		logger.Warn("job finished", "outcome", outcome)
 		return
 	}

@@ -21,7 +21,8 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
-	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -301,9 +302,9 @@ func (r *run) fill(st *State) {
 	for _, p := range st.Plan {
 		rec := st.Records[p.JobID]
 		switch {
-		case rec.Job != nil && rec.Job.Status == jobqueue.JobComplete:
+		case rec.Job != nil && rec.Job.Status == lifecycle.JobComplete:
 			rep.Complete++
-		case rec.Job != nil && rec.Job.Status == jobqueue.JobDead:
+		case rec.Job != nil && rec.Job.Status == lifecycle.JobDead:
 			rep.Dead++
 			why := ""
 			if rec.Job.Error != nil {
@@ -321,7 +322,7 @@ func (r *run) fill(st *State) {
 	}
 	for _, a := range st.Artifacts {
 		rec := st.Records[a.JobID]
-		if p, ok := parseProducer(a.Content); ok && rec.Job != nil && rec.Job.Status == jobqueue.JobComplete && p.Attempt != rec.Job.Attempt {
+		if p, ok := parseProducer(a.Content); ok && rec.Job != nil && rec.Job.Status == lifecycle.JobComplete && p.Attempt != rec.Job.Attempt {
 			rep.ReusedArtifacts++
 		}
 	}
@@ -476,7 +477,7 @@ func (r *run) enqueue(ctx context.Context, q *jobqueue.Queue, plan []Planned) []
 		}
 		for try := 0; ; try++ {
 			_, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: p.JobID, RunID: p.RunID,
-				JobType: jobqueue.JobBrief, AgentSlug: p.AgentSlug})
+				JobType: lifecycle.JobBrief, AgentSlug: p.AgentSlug})
 			if err == nil || errors.Is(err, jobqueue.ErrJobExists) {
 				break // exists: an earlier try landed its record
 			}
@@ -634,9 +635,9 @@ func (r *run) corrupt(ctx context.Context, rng *rand.Rand) {
 	if rng.IntN(3) < 2 {
 		n := rng.IntN(r.o.Jobs)
 		id = fmt.Sprintf("job-%05d", n)
-		key, _ = storage.JobKey(id)
+		key, _ = layout.JobKey(id)
 	} else {
-		key, _ = storage.AgentLockKey(fmt.Sprintf("agent-%02d", rng.IntN(r.o.Agents)))
+		key, _ = layout.AgentLockKey(fmt.Sprintf("agent-%02d", rng.IntN(r.o.Agents)))
 	}
 	if _, _, err := r.store.Get(ctx, key); err != nil {
 		return // not there yet (or the store is failing): nothing to corrupt

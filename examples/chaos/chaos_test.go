@@ -15,10 +15,10 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestMain(m *testing.M) {
@@ -89,10 +89,10 @@ func TestChaosMinIO(t *testing.T) {
 func TestCheckerCatches(t *testing.T) {
 	base := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
 	plan := []Planned{{"job-a", "run_a", "agent-1"}, {"job-b", "run_b", "agent-1"}}
-	job := func(p Planned, s jobqueue.JobState, attempt int) Record {
-		j := &jobqueue.Job{JobID: p.JobID, RunID: p.RunID, AgentSlug: p.AgentSlug, JobType: jobqueue.JobBrief,
+	job := func(p Planned, s lifecycle.JobState, attempt int) Record {
+		j := &lifecycle.Job{JobID: p.JobID, RunID: p.RunID, AgentSlug: p.AgentSlug, JobType: lifecycle.JobBrief,
 			Status: s, Attempt: attempt, MaxAttempts: 3}
-		if s == jobqueue.JobComplete {
+		if s == lifecycle.JobComplete {
 			j.ArtifactID = artifact.IDForJob(p.JobID)
 		}
 		return Record{Present: true, Job: j}
@@ -102,27 +102,27 @@ func TestCheckerCatches(t *testing.T) {
 		return artifact.Artifact{ArtifactID: artifact.IDForJob(p.JobID), JobID: p.JobID, RunID: p.RunID,
 			AgentSlug: p.AgentSlug, Type: artifact.Brief, Finalized: true, CreatedAt: at, Content: c}
 	}
-	ev := func(id string, min int, from, to jobqueue.JobState) storage.AuditEvent {
+	ev := func(id string, min int, from, to lifecycle.JobState) records.AuditEvent {
 		ts := base.Add(time.Duration(min) * time.Minute)
-		return storage.AuditEvent{ID: ts.Format("20060102T150405.000000000Z") + "-" + id, TS: ts, Event: "job.status.update",
+		return records.AuditEvent{ID: ts.Format("20060102T150405.000000000Z") + "-" + id, TS: ts, Event: "job.status.update",
 			JobID: id, From: string(from), To: string(to), Actor: "orchestration-layer"}
 	}
-	trail := func(id string, final jobqueue.JobState) []storage.AuditEvent {
-		evs := []storage.AuditEvent{ev(id, 0, "", jobqueue.JobPending), ev(id, 0, jobqueue.JobPending, jobqueue.JobQueued),
-			ev(id, 1, jobqueue.JobQueued, jobqueue.JobContextAssembly)}
-		if final == jobqueue.JobComplete {
-			evs = append(evs, ev(id, 2, jobqueue.JobContextAssembly, jobqueue.JobNotebookLMCall),
-				ev(id, 2, jobqueue.JobNotebookLMCall, jobqueue.JobArtifactWrite), ev(id, 3, jobqueue.JobArtifactWrite, jobqueue.JobComplete))
+	trail := func(id string, final lifecycle.JobState) []records.AuditEvent {
+		evs := []records.AuditEvent{ev(id, 0, "", lifecycle.JobPending), ev(id, 0, lifecycle.JobPending, lifecycle.JobQueued),
+			ev(id, 1, lifecycle.JobQueued, lifecycle.JobContextAssembly)}
+		if final == lifecycle.JobComplete {
+			evs = append(evs, ev(id, 2, lifecycle.JobContextAssembly, lifecycle.JobNotebookLMCall),
+				ev(id, 2, lifecycle.JobNotebookLMCall, lifecycle.JobArtifactWrite), ev(id, 3, lifecycle.JobArtifactWrite, lifecycle.JobComplete))
 		}
 		return evs
 	}
 	clean := func() *State {
 		return &State{
 			Plan:      plan,
-			Records:   map[string]Record{"job-a": job(plan[0], jobqueue.JobComplete, 1), "job-b": job(plan[1], jobqueue.JobComplete, 1)},
+			Records:   map[string]Record{"job-a": job(plan[0], lifecycle.JobComplete, 1), "job-b": job(plan[1], lifecycle.JobComplete, 1)},
 			Artifacts: []artifact.Artifact{art(plan[0], 1, base.Add(150*time.Second)), art(plan[1], 1, base.Add(150*time.Second))},
-			Events:    map[string][]storage.AuditEvent{"job-a": trail("job-a", jobqueue.JobComplete), "job-b": trail("job-b", jobqueue.JobComplete)},
-			Replayed:  map[string]jobqueue.JobState{"job-a": jobqueue.JobComplete, "job-b": jobqueue.JobComplete},
+			Events:    map[string][]records.AuditEvent{"job-a": trail("job-a", lifecycle.JobComplete), "job-b": trail("job-b", lifecycle.JobComplete)},
+			Replayed:  map[string]lifecycle.JobState{"job-a": lifecycle.JobComplete, "job-b": lifecycle.JobComplete},
 			Corrupted: map[string]bool{}, Garbage: map[string][]byte{}, Current: map[string][]byte{},
 			RunWrites: map[string]int64{"run-1": 5}, RunEvents: map[string]int{"run-1": 5},
 		}
@@ -137,14 +137,14 @@ func TestCheckerCatches(t *testing.T) {
 		want   string
 	}{
 		{"artifact for a job still in its pipeline", func(st *State) {
-			st.Records["job-b"] = job(plan[1], jobqueue.JobArtifactWrite, 2)
-			st.Replayed["job-b"] = jobqueue.JobArtifactWrite
+			st.Records["job-b"] = job(plan[1], lifecycle.JobArtifactWrite, 2)
+			st.Replayed["job-b"] = lifecycle.JobArtifactWrite
 		}, CheckArtifact, "ARTIFACT_WRITE job (attempt 2/3"},
 		{"DEAD job pointing at an artifact", func(st *State) {
-			j := job(plan[1], jobqueue.JobDead, 3)
+			j := job(plan[1], lifecycle.JobDead, 3)
 			j.Job.ArtifactID = "art-x"
 			st.Records["job-b"] = j
-			st.Replayed["job-b"] = jobqueue.JobDead
+			st.Replayed["job-b"] = lifecycle.JobDead
 		}, CheckArtifact, "DEAD job pointing at artifact"},
 		{"COMPLETE without artifact", func(st *State) {
 			st.Artifacts = st.Artifacts[:1]
@@ -158,11 +158,11 @@ func TestCheckerCatches(t *testing.T) {
 			st.Artifacts[1].RunID = "run_a"
 		}, CheckArtifact, "artifact says job job-b run run_a"},
 		{"job stuck in a pipeline state", func(st *State) {
-			r := job(plan[1], jobqueue.JobNotebookLMCall, 2)
-			r.Job.Lease = &storage.Lease{Owner: "w1-g0", Epoch: 4, ExpiresAt: base}
+			r := job(plan[1], lifecycle.JobNotebookLMCall, 2)
+			r.Job.Lease = &records.Lease{Owner: "w1-g0", Epoch: 4, ExpiresAt: base}
 			st.Records["job-b"] = r
 			st.Artifacts = st.Artifacts[:1]
-			st.Replayed["job-b"] = jobqueue.JobNotebookLMCall
+			st.Replayed["job-b"] = lifecycle.JobNotebookLMCall
 		}, CheckTerminal, "stuck in NOTEBOOKLM_CALL (attempt 2/3"},
 		{"poison record left in place", func(st *State) {
 			st.Records["job-b"] = Record{Present: true, Raw: []byte("junk"), Invalid: "undecodable"}
@@ -173,7 +173,7 @@ func TestCheckerCatches(t *testing.T) {
 		}, CheckTerminal, "record is gone and not in quarantine"},
 		{"quarantine of a record nobody corrupted", func(st *State) {
 			st.Records["job-b"] = Record{}
-			st.Quarantine = []storage.Quarantined{{Key: "jobs/job-b.json", Reason: "cannot decode"}}
+			st.Quarantine = []records.Quarantined{{Key: "jobs/job-b.json", Reason: "cannot decode"}}
 		}, CheckQuarantine, "though chaos never corrupted it"},
 		{"corrupt lock left in place", func(st *State) {
 			k := "queue/agents/agent-1.json"
@@ -183,17 +183,17 @@ func TestCheckerCatches(t *testing.T) {
 			// Attempt 1 was rescued at minute 2; the artifact it produced
 			// was created at minute 4; attempt 2 completed with it.
 			st.Events["job-b"] = append(trail("job-b", "")[:3],
-				ev("job-b", 2, jobqueue.JobContextAssembly, jobqueue.JobRetryBackoff),
-				ev("job-b", 3, jobqueue.JobRetryBackoff, jobqueue.JobQueued),
-				ev("job-b", 3, jobqueue.JobQueued, jobqueue.JobContextAssembly),
-				ev("job-b", 5, jobqueue.JobContextAssembly, jobqueue.JobNotebookLMCall),
-				ev("job-b", 5, jobqueue.JobNotebookLMCall, jobqueue.JobArtifactWrite),
-				ev("job-b", 5, jobqueue.JobArtifactWrite, jobqueue.JobComplete))
+				ev("job-b", 2, lifecycle.JobContextAssembly, lifecycle.JobRetryBackoff),
+				ev("job-b", 3, lifecycle.JobRetryBackoff, lifecycle.JobQueued),
+				ev("job-b", 3, lifecycle.JobQueued, lifecycle.JobContextAssembly),
+				ev("job-b", 5, lifecycle.JobContextAssembly, lifecycle.JobNotebookLMCall),
+				ev("job-b", 5, lifecycle.JobNotebookLMCall, lifecycle.JobArtifactWrite),
+				ev("job-b", 5, lifecycle.JobArtifactWrite, lifecycle.JobComplete))
 			st.Records["job-b"].Job.Attempt = 2
 			st.Artifacts[1].CreatedAt = base.Add(4 * time.Minute)
 		}, CheckLateWrite, "after its attempt 1 had ended"},
 		{"audit disagreeing with the record", func(st *State) {
-			st.Replayed["job-b"] = jobqueue.JobNotebookLMCall
+			st.Replayed["job-b"] = lifecycle.JobNotebookLMCall
 		}, CheckAudit, `audit replays to "NOTEBOOKLM_CALL", the record says COMPLETE`},
 		{"run status write without its audit event", func(st *State) {
 			st.RunEvents["run-1"] = 4
@@ -209,13 +209,13 @@ func TestCheckerCatches(t *testing.T) {
 		// is DEAD, pointing at nothing.
 		st := clean()
 		st.Events["job-b"] = append(trail("job-b", "")[:3],
-			ev("job-b", 2, jobqueue.JobContextAssembly, jobqueue.JobRetryBackoff),
-			ev("job-b", 3, jobqueue.JobRetryBackoff, jobqueue.JobQueued),
-			ev("job-b", 3, jobqueue.JobQueued, jobqueue.JobContextAssembly),
-			ev("job-b", 5, jobqueue.JobContextAssembly, jobqueue.JobFailed),
-			ev("job-b", 5, jobqueue.JobFailed, jobqueue.JobDead))
-		st.Records["job-b"] = job(plan[1], jobqueue.JobDead, 3)
-		st.Replayed["job-b"] = jobqueue.JobDead
+			ev("job-b", 2, lifecycle.JobContextAssembly, lifecycle.JobRetryBackoff),
+			ev("job-b", 3, lifecycle.JobRetryBackoff, lifecycle.JobQueued),
+			ev("job-b", 3, lifecycle.JobQueued, lifecycle.JobContextAssembly),
+			ev("job-b", 5, lifecycle.JobContextAssembly, lifecycle.JobFailed),
+			ev("job-b", 5, lifecycle.JobFailed, lifecycle.JobDead))
+		st.Records["job-b"] = job(plan[1], lifecycle.JobDead, 3)
+		st.Replayed["job-b"] = lifecycle.JobDead
 		st.Artifacts[1].CreatedAt = base.Add(4 * time.Minute)
 		if vs := Check(st); len(vs) != 0 {
 			t.Fatalf("violations: %v", vs)
@@ -249,7 +249,7 @@ func TestObserveCleanRun(t *testing.T) {
 	}
 	plan := plannedJobs(Options{Jobs: 6, Agents: 2})
 	for _, p := range plan {
-		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: p.JobID, RunID: p.RunID, JobType: jobqueue.JobBrief, AgentSlug: p.AgentSlug}); err != nil {
+		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: p.JobID, RunID: p.RunID, JobType: lifecycle.JobBrief, AgentSlug: p.AgentSlug}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -283,7 +283,7 @@ func TestObserveCleanRun(t *testing.T) {
 	// An extra job that never ran, given an artifact behind the queue's
 	// back: the checker must see it.
 	extra := Planned{JobID: "job-extra", RunID: "run_2026-02-24_extra", AgentSlug: "agent-09"}
-	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: extra.JobID, RunID: extra.RunID, JobType: jobqueue.JobBrief, AgentSlug: extra.AgentSlug}); err != nil {
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: extra.JobID, RunID: extra.RunID, JobType: lifecycle.JobBrief, AgentSlug: extra.AgentSlug}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := q.Artifacts().Create(ctx, lifecycle.ActorNLMBackend, jobqueue.DefaultProject, artifact.Draft{

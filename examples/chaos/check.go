@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The checks a run must pass.
@@ -47,8 +49,8 @@ type Planned struct {
 type Record struct {
 	Present bool
 	Raw     []byte
-	Job     *jobqueue.Job // nil when absent or invalid
-	Invalid string        // why a present record is not a valid job
+	Job     *lifecycle.Job // nil when absent or invalid
+	Invalid string         // why a present record is not a valid job
 	// LaneMissing: the job waits (QUEUED, RETRY_BACKOFF) for a ready-lane
 	// entry (its ready_key) that is not in the store.
 	LaneMissing bool
@@ -59,13 +61,13 @@ type Record struct {
 type State struct {
 	Plan       []Planned
 	Records    map[string]Record // by job id
-	Quarantine []storage.Quarantined
+	Quarantine []records.Quarantined
 	Artifacts  []artifact.Artifact
 	// Events are each job's audit events (job.* and artifact.*), in id
 	// (time) order.
-	Events map[string][]storage.AuditEvent
+	Events map[string][]records.AuditEvent
 	// Replayed is jobqueue.ReplayAudit's answer, ReplayErr its error.
-	Replayed  map[string]jobqueue.JobState
+	Replayed  map[string]lifecycle.JobState
 	ReplayErr error
 	// ReadErrs are failures to read parts of the state (an artifact or
 	// quarantine record that cannot be read).
@@ -85,15 +87,15 @@ type State struct {
 
 // decodeJob reads a job record the way a reader outside the SDK would:
 // JSON of a job with this id, in a state of the job machine.
-func decodeJob(id string, raw []byte) (*jobqueue.Job, string) {
-	var j jobqueue.Job
+func decodeJob(id string, raw []byte) (*lifecycle.Job, string) {
+	var j lifecycle.Job
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, "undecodable: " + err.Error()
 	}
 	if j.JobID != id {
 		return nil, fmt.Sprintf("job_id %q in the record of %s", j.JobID, id)
 	}
-	if !slices.Contains(jobqueue.JobStates(), j.Status) {
+	if !slices.Contains(lifecycle.JobStates(), j.Status) {
 		return nil, fmt.Sprintf("status %q is not a job state", j.Status)
 	}
 	return &j, ""
@@ -105,7 +107,7 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 	st := &State{Plan: plan, Records: map[string]Record{}, Corrupted: map[string]bool{},
 		Garbage: map[string][]byte{}, Current: map[string][]byte{}}
 	for _, p := range plan {
-		key, err := storage.JobKey(p.JobID)
+		key, err := layout.JobKey(p.JobID)
 		if err != nil {
 			return nil, err
 		}
@@ -119,14 +121,14 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 		}
 		j, why := decodeJob(p.JobID, raw)
 		rec := Record{Present: true, Raw: raw, Job: j, Invalid: why}
-		if full && j != nil && j.ReadyKey != "" && (j.Status == jobqueue.JobQueued || j.Status == jobqueue.JobRetryBackoff) {
+		if full && j != nil && j.ReadyKey != "" && (j.Status == lifecycle.JobQueued || j.Status == lifecycle.JobRetryBackoff) {
 			if _, _, err := s.Get(ctx, j.ReadyKey); errors.Is(err, storage.ErrNotFound) {
 				rec.LaneMissing = true
 			}
 		}
 		st.Records[p.JobID] = rec
 	}
-	for q, err := range storage.ListQuarantine(ctx, s) {
+	for q, err := range records.ListQuarantine(ctx, s) {
 		if err != nil {
 			if !full {
 				return nil, err
@@ -152,7 +154,7 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 	}
 	now := time.Now()
 	first, last := now.Add(-48*time.Hour), now.Add(time.Hour)
-	st.Events = map[string][]storage.AuditEvent{}
+	st.Events = map[string][]records.AuditEvent{}
 	st.RunWrites, st.RunEvents = map[string]int64{}, map[string]int{}
 	for key, err := range s.List(ctx, "agents/") {
 		if err != nil {
@@ -171,9 +173,9 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 		}
 	}
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
-		for e, err := range storage.ReadAuditDay(ctx, s, day) {
+		for e, err := range records.ReadAuditDay(ctx, s, day) {
 			if err != nil {
-				st.ReadErrs = append(st.ReadErrs, Violation{CheckAudit, storage.AuditDayPrefix(day), "reading: " + err.Error()})
+				st.ReadErrs = append(st.ReadErrs, Violation{CheckAudit, layout.AuditDayPrefix(day), "reading: " + err.Error()})
 				break
 			}
 			if e.JobID != "" {
@@ -185,7 +187,7 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 		}
 	}
 	for _, evs := range st.Events {
-		slices.SortFunc(evs, func(a, b storage.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(evs, func(a, b records.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
 	}
 	st.Replayed, st.ReplayErr = jobqueue.ReplayAudit(ctx, s, first, last)
 	return st, nil
@@ -193,7 +195,7 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 
 // quarantined tells whether the record of job id is in quarantine.
 func (st *State) quarantined(id string) bool {
-	key, _ := storage.JobKey(id)
+	key, _ := layout.JobKey(id)
 	for _, q := range st.Quarantine {
 		if q.Key == key {
 			return true
@@ -206,7 +208,7 @@ func (st *State) quarantined(id string) bool {
 func (st *State) settled() bool {
 	for _, p := range st.Plan {
 		rec := st.Records[p.JobID]
-		if rec.Job != nil && jobqueue.JobMachine().IsTerminal(rec.Job.Status) {
+		if rec.Job != nil && lifecycle.JobMachine().IsTerminal(rec.Job.Status) {
 			continue
 		}
 		if !rec.Present && st.quarantined(p.JobID) {
@@ -237,17 +239,17 @@ func Check(st *State) []Violation {
 	// what was enqueued.
 	for _, p := range st.Plan {
 		rec := st.Records[p.JobID]
-		key, _ := storage.JobKey(p.JobID)
+		key, _ := layout.JobKey(p.JobID)
 		switch {
 		case rec.Job != nil:
 			j := rec.Job
-			if !jobqueue.JobMachine().IsTerminal(j.Status) {
+			if !lifecycle.JobMachine().IsTerminal(j.Status) {
 				lease := "no lease"
 				if j.Lease != nil {
 					lease = fmt.Sprintf("lease %s epoch %d expiring %s", j.Lease.Owner, j.Lease.Epoch, j.Lease.ExpiresAt.Format(time.RFC3339Nano))
 				}
 				lock := ""
-				if lk, _ := storage.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
+				if lk, _ := layout.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
 					lock = "; its agent lock " + lk + " still holds chaos's garbage"
 				}
 				for _, o := range st.Plan {
@@ -264,7 +266,7 @@ func Check(st *State) []Violation {
 			if j.RunID != p.RunID || j.AgentSlug != p.AgentSlug {
 				add(CheckTerminal, p.JobID, "record says run %s agent %s, enqueued as run %s agent %s", j.RunID, j.AgentSlug, p.RunID, p.AgentSlug)
 			}
-			if j.Attempt > j.MaxAttempts || j.Status == jobqueue.JobDead && j.Attempt != j.MaxAttempts {
+			if j.Attempt > j.MaxAttempts || j.Status == lifecycle.JobDead && j.Attempt != j.MaxAttempts {
 				add(CheckTerminal, p.JobID, "%s after %d of %d attempts", j.Status, j.Attempt, j.MaxAttempts)
 			}
 		case rec.Present:
@@ -301,14 +303,14 @@ func Check(st *State) []Violation {
 		rec := st.Records[p.JobID]
 		as := arts[p.JobID]
 		switch {
-		case rec.Job != nil && rec.Job.Status == jobqueue.JobComplete:
+		case rec.Job != nil && rec.Job.Status == lifecycle.JobComplete:
 			if len(as) != 1 {
 				add(CheckArtifact, p.JobID, "COMPLETE with %d artifacts", len(as))
 			}
 			if rec.Job.ArtifactID != artifact.IDForJob(p.JobID) {
 				add(CheckArtifact, p.JobID, "COMPLETE pointing at artifact %q, not %s", rec.Job.ArtifactID, artifact.IDForJob(p.JobID))
 			}
-		case rec.Job != nil && rec.Job.Status == jobqueue.JobDead:
+		case rec.Job != nil && rec.Job.Status == lifecycle.JobDead:
 			// A DEAD job may keep the artifact of an attempt whose commit
 			// failed after the artifact was written: seed 003 §3.3 lets only
 			// the admin's cleanup delete artifacts, and a DEAD job never
@@ -340,7 +342,7 @@ func Check(st *State) []Violation {
 		if !ok {
 			continue
 		}
-		if rec := st.Records[a.JobID]; rec.Job == nil || rec.Job.Status != jobqueue.JobComplete {
+		if rec := st.Records[a.JobID]; rec.Job == nil || rec.Job.Status != lifecycle.JobComplete {
 			continue
 		}
 		if end, ev, ok := attemptEnd(st.Events[a.JobID], pr.Attempt); ok && a.CreatedAt.After(end) {
@@ -397,33 +399,33 @@ func Check(st *State) []Violation {
 // to RETRY_BACKOFF after its pickup (QUEUED → CONTEXT_ASSEMBLY), by
 // whoever made it. It is false when attempt n ended otherwise (COMPLETE) or
 // the trail does not say.
-func attemptEnd(evs []storage.AuditEvent, n int) (time.Time, storage.AuditEvent, bool) {
+func attemptEnd(evs []records.AuditEvent, n int) (time.Time, records.AuditEvent, bool) {
 	pickups := 0
 	for _, e := range evs {
 		if !strings.HasPrefix(e.Event, "job.") {
 			continue
 		}
-		if jobqueue.JobState(e.To) == jobqueue.JobContextAssembly {
+		if lifecycle.JobState(e.To) == lifecycle.JobContextAssembly {
 			pickups++
 			continue
 		}
 		if pickups == n {
-			switch jobqueue.JobState(e.To) {
-			case jobqueue.JobRetryBackoff:
+			switch lifecycle.JobState(e.To) {
+			case lifecycle.JobRetryBackoff:
 				return e.TS, e, true
-			case jobqueue.JobComplete:
+			case lifecycle.JobComplete:
 				return time.Time{}, e, false
 			}
 		}
 	}
-	return time.Time{}, storage.AuditEvent{}, false
+	return time.Time{}, records.AuditEvent{}, false
 }
 
 // isJobKey tells whether key is the record of a planned job (judged by the
 // terminal check).
 func isJobKey(st *State, key string) bool {
 	for _, p := range st.Plan {
-		if k, _ := storage.JobKey(p.JobID); k == key {
+		if k, _ := layout.JobKey(p.JobID); k == key {
 			return true
 		}
 	}

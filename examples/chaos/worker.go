@@ -20,8 +20,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
-	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -178,14 +179,14 @@ func newHandlers(w WorkerOptions, log *slog.Logger) jobqueue.Handlers {
 		}
 	}
 	return jobqueue.Handlers{
-		AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+		AssembleContext: func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 			_, d := roll()
 			if err := work(ctx, d); err != nil {
 				return nil, err
 			}
 			return json.RawMessage(`{"snapshot":true}`), nil
 		},
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 			r, d := roll()
 			switch {
 			case r < w.HangRate:

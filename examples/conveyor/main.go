@@ -31,9 +31,6 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
@@ -296,7 +293,7 @@ func (c *command) inbox(ctx context.Context, in *invocation) error {
 	if err != nil {
 		return err
 	}
-	entries, err := c.c.InboxEntries(ctx, inbox.State(in.status))
+	entries, err := c.c.InboxEntries(ctx, lifecycle.InboxState(in.status))
 	if err != nil {
 		return err
 	}
@@ -382,7 +379,7 @@ func (c *command) events(ctx context.Context, in *invocation) error {
 	return nil
 }
 
-func (c *command) printJob(j jobqueue.Job, err error) error {
+func (c *command) printJob(j lifecycle.Job, err error) error {
 	if err != nil {
 		return err
 	}
@@ -431,9 +428,9 @@ func machineSpecs() map[string]lifecycle.Spec {
 		"cancelable": lifecycle.CancelableRun().Spec(),
 		"approval":   lifecycle.ApprovalRun().Spec(),
 		"step":       lifecycle.RunStep().Spec(),
-		"job":        jobqueue.JobMachine().Spec(),
-		"nlm":        nlm.Machine().Spec(),
-		"inbox":      inbox.Machine().Spec(),
+		"job":        lifecycle.JobMachine().Spec(),
+		"nlm":        lifecycle.NLMMachine().Spec(),
+		"inbox":      lifecycle.InboxMachine().Spec(),
 	}
 }
 

@@ -17,9 +17,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -30,9 +27,9 @@ func specs() []lifecycle.Spec {
 		lifecycle.CancelableRun().Spec(),
 		lifecycle.ApprovalRun().Spec(),
 		lifecycle.RunStep().Spec(),
-		jobqueue.JobMachine().Spec(),
-		nlm.Machine().Spec(),
-		inbox.Machine().Spec(),
+		lifecycle.JobMachine().Spec(),
+		lifecycle.NLMMachine().Spec(),
+		lifecycle.InboxMachine().Spec(),
 	}
 }
 

@@ -9,9 +9,9 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/nlm"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -75,12 +75,12 @@ func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Ag
 	agents := []run.Agent{research, approval}
 	if p != nil {
 		agents = append(agents, run.Agent{Slug: AgentNLM, Machine: lifecycle.MachineApproval, Concurrency: 4,
-			Steps: nlm.Ask(p, "ask-notebook", func(ctx context.Context, in run.StepInput) (nlm.Request, error) {
+			Steps: nlm.Ask(p, "ask-notebook", func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error) {
 				q := "What changed this week?"
 				if len(in.Input) > 0 {
 					q = string(in.Input)
 				}
-				return nlm.Request{JobType: jobqueue.JobBrief, Query: q}, nil
+				return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: q}, nil
 			})})
 	}
 	return agents
@@ -90,7 +90,7 @@ func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Ag
 // pause, as a brief artifact.
 func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
 	return nlm.Stages{
-		Query: func(ctx context.Context, req nlm.Request, prompt string) (json.RawMessage, error) {
+		Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
 			t := clk.NewTimer(pause)
 			defer t.Stop()
 			select {
@@ -106,7 +106,7 @@ func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
 // jobHandlers run the queue's seed job types with a simulated NotebookLM.
 func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 	return jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 			t := clk.NewTimer(pause)
 			defer t.Stop()
 			select {
@@ -125,13 +125,13 @@ func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 
 // content is a simulated NotebookLM answer in the artifact schema of the
 // job's type (seed 003 §3.2).
-func content(t jobqueue.JobType, query string) (json.RawMessage, error) {
+func content(t lifecycle.JobType, query string) (json.RawMessage, error) {
 	answer := "Simulated answer to: " + query
 	switch t {
-	case jobqueue.JobResearch:
+	case lifecycle.JobResearch:
 		return json.Marshal(artifact.ResearchBriefContent{Title: "Research brief", Summary: answer,
 			Sections: []artifact.Section{{Heading: "Findings", Body: "The demo NLM backend answered; nothing left this machine."}}})
-	case jobqueue.JobProposalPreprocess:
+	case lifecycle.JobProposalPreprocess:
 		return json.Marshal(artifact.PreprocessedProposalContent{Original: json.RawMessage(`{}`), Enriched: json.RawMessage(`{}`)})
 	default:
 		return json.Marshal(artifact.BriefContent{Title: "Brief", Body: answer, WordCount: len(strings.Fields(answer))})

@@ -24,8 +24,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/internal/miniotest"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -156,7 +157,7 @@ func TestWorkerInProcess(t *testing.T) {
 
 	// A job through the queue: the demo handler answers as NotebookLM,
 	// the artifact is written, the job is COMPLETE.
-	job, err := c.Enqueue(tctx, jobqueue.NewJob{RunID: res.RunID, JobType: jobqueue.JobBrief, AgentSlug: AgentResearch})
+	job, err := c.Enqueue(tctx, jobqueue.NewJob{RunID: res.RunID, JobType: lifecycle.JobBrief, AgentSlug: AgentResearch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestWorkerInProcess(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiting for the job: %v", err)
 		}
-		if p, _ := ev.Payload(); p.JobID == job.JobID && p.Status == string(jobqueue.JobComplete) {
+		if p, _ := ev.Payload(); p.JobID == job.JobID && p.Status == string(lifecycle.JobComplete) {
 			break
 		}
 	}

@@ -8,10 +8,11 @@ import (
 
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Quarantiner moves one engine's poison records under quarantine/
-// (storage.Quarantine), logs record_quarantined at WARN and counts them.
+// (records.Quarantine), logs record_quarantined at WARN and counts them.
 // The zero value is not usable; set Store and Clock.
 type Quarantiner struct {
 	Store storage.Store
@@ -29,8 +30,8 @@ func (q *Quarantiner) Count() int64 { return q.n.Load() }
 // another process already moved is not an error; one that changed since it
 // was read (someone repaired it) is left alone and the error matches
 // storage.ErrPreconditionFailed.
-func (q *Quarantiner) Move(ctx context.Context, ce *storage.CorruptError) (string, error) {
-	qkey, err := storage.Quarantine(ctx, q.Store, ce, q.Clock.Now())
+func (q *Quarantiner) Move(ctx context.Context, ce *records.CorruptError) (string, error) {
+	qkey, err := records.Quarantine(ctx, q.Store, ce, q.Clock.Now())
 	if errors.Is(err, storage.ErrNotFound) {
 		err = nil // someone else quarantined it first
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // MaxConflicts bounds how often one Apply re-reads after losing a
@@ -29,13 +30,13 @@ const MaxConflicts = 64
 // alone (a cancel request, an operator's requeue).
 //
 // Documents that cannot be decoded or fail Validate come back as a
-// *storage.CorruptError carrying their bytes and version, for the caller to
+// *records.CorruptError carrying their bytes and version, for the caller to
 // quarantine. Methods are safe for concurrent use; writes are serialized.
-type Record[T any, P storage.Doc[T]] struct {
+type Record[T any, P records.Doc[T]] struct {
 	Store storage.Store
 	Key   string
 	// Lease returns the document's lease field; required when Epoch > 0.
-	Lease func(P) *storage.Lease
+	Lease func(P) *records.Lease
 	// Owner and Epoch fence the writer; Epoch 0 means unfenced.
 	Owner string
 	Epoch int64
@@ -88,15 +89,15 @@ func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
 }
 
 // Decode is how every engine reads a typed document: JSON into T, then
-// validate; either failing gives a *storage.CorruptError.
-func Decode[T any, P storage.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
+// validate; either failing gives a *records.CorruptError.
+func Decode[T any, P records.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
 	var doc T
 	if err := json.Unmarshal(b, P(&doc)); err != nil {
-		return doc, &storage.CorruptError{Key: key, Version: ver, Data: b, Reason: "cannot decode", Err: err}
+		return doc, &records.CorruptError{Key: key, Version: ver, Data: b, Reason: "cannot decode", Err: err}
 	}
 	if validate != nil {
 		if err := validate(P(&doc)); err != nil {
-			return doc, &storage.CorruptError{Key: key, Version: ver, Data: b, Reason: "invalid", Err: err}
+			return doc, &records.CorruptError{Key: key, Version: ver, Data: b, Reason: "invalid", Err: err}
 		}
 	}
 	return doc, nil
@@ -130,11 +131,11 @@ func (r *Record[T, P]) fence(doc P) error {
 	l := r.Lease(doc)
 	if l.HeldBy(r.Owner, r.Epoch) {
 		if r.Now != nil && !r.Now().Before(l.ExpiresAt) {
-			return &storage.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch, Expired: true}
+			return &records.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch, Expired: true}
 		}
 		return nil
 	}
-	e := &storage.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch}
+	e := &records.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch}
 	if l != nil {
 		e.Holder, e.HolderEpoch = l.Owner, l.Epoch
 	}
@@ -142,7 +143,7 @@ func (r *Record[T, P]) fence(doc P) error {
 }
 
 // Confirm reads the document afresh and tells whether the writer still
-// holds its lease there: nil, or the *storage.LeaseLostError a write would
+// holds its lease there: nil, or the *records.LeaseLostError a write would
 // get. An owner calls it before a write of another object when LeaseCertain
 // can no longer vouch for the lease.
 func (r *Record[T, P]) Confirm(ctx context.Context) error {
@@ -164,7 +165,7 @@ func LeaseCertain(expires, now time.Time, ttl time.Duration) bool {
 }
 
 // Apply runs change on a copy of the document and writes the result with
-// its storage.Meta counter bumped, conditional on the version the change
+// its records.Meta counter bumped, conditional on the version the change
 // was judged on. change may run more than once (after a conflict) and must
 // touch only its argument. An error from change is returned as it is, once
 // it was judged on a freshly read document; nothing is written. It returns

@@ -18,13 +18,13 @@ import (
 func ExampleRun() {
 	t := exampleT() // in a test: the test's *testing.T
 	calls := 0
-	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 		if calls++; calls == 1 {
 			return jobqueue.Output{}, jobqueuetest.Hang(ctx) // the upstream never answers
 		}
 		return jobqueue.Output{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}}
-	job, art := jobqueuetest.Run(t, h, jobqueue.NewJob{RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a"})
+	job, art := jobqueuetest.Run(t, h, jobqueue.NewJob{RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"})
 	fmt.Println(job.Status, "on attempt", job.Attempt, "after", job.UpdatedAt.Sub(job.CreatedAt))
 	fmt.Println(art.Type, art.Finalized)
 	// Output:
@@ -37,9 +37,9 @@ func ExampleRequireJob() {
 	t := exampleT()
 	q, _ := jobqueue.New(jobqueue.Config{Store: memstore.New()})
 	q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{
-		JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobResearch, AgentSlug: "agent-a",
+		JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobResearch, AgentSlug: "agent-a",
 	})
-	job := jobqueuetest.RequireJob(t, q, "job-1", jobqueue.JobQueued)
+	job := jobqueuetest.RequireJob(t, q, "job-1", lifecycle.JobQueued)
 	fmt.Println(job.JobID, job.Status, job.MaxAttempts)
 	// Output: job-1 QUEUED 3
 }

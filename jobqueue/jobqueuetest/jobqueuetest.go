@@ -31,7 +31,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/testdrive"
+	"github.com/runconveyor/conveyor/internal/testkit/testdrive"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -55,7 +55,7 @@ const worker = "jobqueuetest"
 // is COMPLETE or DEAD, and returns the job as last written and its artifact
 // (nil when it has none). User job types go in an Option's Config.Types.
 // The test fails when the job is refused or cannot be run to its end.
-func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) (jobqueue.Job, *artifact.Artifact) {
+func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) (lifecycle.Job, *artifact.Artifact) {
 	tb.Helper()
 	clk := testdrive.NewClock()
 	d := &driver{clk: clk}
@@ -71,7 +71,7 @@ func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) 
 	}
 	h = d.wrap(h)
 	if len(cfg.Types) > 0 {
-		types := make(map[jobqueue.JobType]jobqueue.TypeConfig, len(cfg.Types))
+		types := make(map[lifecycle.JobType]jobqueue.TypeConfig, len(cfg.Types))
 		for name, tc := range cfg.Types {
 			if tc.Handlers.CallNotebookLM != nil {
 				tc.Handlers = d.wrap(tc.Handlers)
@@ -91,7 +91,7 @@ func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) 
 	}
 	for {
 		job = get(tb, q, job.JobID)
-		if job.Status == jobqueue.JobComplete || job.Status == jobqueue.JobDead {
+		if job.Status == lifecycle.JobComplete || job.Status == lifecycle.JobDead {
 			break
 		}
 		c, err := q.Claim(ctx, worker)
@@ -99,7 +99,7 @@ func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) 
 			tb.Fatalf("jobqueuetest: claim: %v", err)
 		}
 		if c == nil {
-			if job.Status != jobqueue.JobRetryBackoff || job.NextAttemptAt == nil {
+			if job.Status != lifecycle.JobRetryBackoff || job.NextAttemptAt == nil {
 				tb.Fatalf("jobqueuetest: job %s is %s and no claim picks it up", job.JobID, job.Status)
 			}
 			clk.Advance(job.NextAttemptAt.Sub(clk.Now()))
@@ -134,7 +134,7 @@ func Hang(ctx context.Context) error { return testdrive.Hang(ctx) }
 
 // RequireJob fails the test unless q holds a job jobID in state want, and
 // returns the job. It reads as the admin.
-func RequireJob(tb testing.TB, q *jobqueue.Queue, jobID string, want jobqueue.JobState) jobqueue.Job {
+func RequireJob(tb testing.TB, q *jobqueue.Queue, jobID string, want lifecycle.JobState) lifecycle.Job {
 	tb.Helper()
 	j := get(tb, q, jobID)
 	if j.Status != want {
@@ -150,7 +150,7 @@ func RequireJob(tb testing.TB, q *jobqueue.Queue, jobID string, want jobqueue.Jo
 	return j
 }
 
-func get(tb testing.TB, q *jobqueue.Queue, jobID string) jobqueue.Job {
+func get(tb testing.TB, q *jobqueue.Queue, jobID string) lifecycle.Job {
 	tb.Helper()
 	j, err := q.Get(context.Background(), lifecycle.ActorAdmin, jobID)
 	if errors.Is(err, storage.ErrNotFound) {
@@ -182,13 +182,13 @@ func (d *driver) wrap(h jobqueue.Handlers) jobqueue.Handlers {
 		})
 	}
 	if f := h.AssembleContext; f != nil {
-		h.AssembleContext = func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+		h.AssembleContext = func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 			defer d.returned()
 			return f(mark(ctx), job)
 		}
 	}
 	if f := h.CallNotebookLM; f != nil {
-		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
 			defer d.returned()
 			return f(mark(ctx), job, snapshot)
 		}
@@ -205,10 +205,10 @@ func (d *driver) returned() {
 // run runs a claim, moving the clock whenever the claim is idle (a handler
 // waits in Hang, the claim waits on a timer) to the next deadline it
 // waits for.
-func (d *driver) run(tb testing.TB, c *jobqueue.Claim, h jobqueue.Handlers) (jobqueue.Job, error) {
+func (d *driver) run(tb testing.TB, c *jobqueue.Claim, h jobqueue.Handlers) (lifecycle.Job, error) {
 	tb.Helper()
 	type result struct {
-		job jobqueue.Job
+		job lifecycle.Job
 		err error
 	}
 	claimed := c.Job()

@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/jobqueue/jobqueuetest"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 const brief = `{"title":"t","body":"b","entity_map":{},"word_count":1}`
@@ -25,7 +26,7 @@ const brief = `{"title":"t","body":"b","entity_map":{},"word_count":1}`
 // A job that runs out of attempts still waits its last backoff (15 s, 30 s,
 // 60 s) before it goes FAILED and DEAD (seed 003 §1.2).
 func script(calls *atomic.Int32, script ...string) jobqueue.Handlers {
-	return jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	return jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 		n := int(calls.Add(1))
 		switch script[min(n, len(script))-1] {
 		case "ok":
@@ -49,31 +50,31 @@ func TestRun(t *testing.T) {
 		name    string
 		script  []string
 		opts    []jobqueuetest.Option
-		state   jobqueue.JobState
+		state   lifecycle.JobState
 		code    string
 		calls   int32
 		elapsed time.Duration // fake time from enqueue to the last write
 	}{
-		{name: "complete", script: []string{"ok"}, state: jobqueue.JobComplete, calls: 1},
-		{name: "rate limited once", script: []string{"429", "ok"}, state: jobqueue.JobComplete, calls: 2, elapsed: 15 * time.Second},
-		{name: "hangs then answers", script: []string{"hang", "ok"}, state: jobqueue.JobComplete, calls: 2, elapsed: 135 * time.Second},
-		{name: "attempts exhausted", script: []string{"err"}, state: jobqueue.JobDead, code: jobqueue.CodeHandlerError, calls: 3, elapsed: 105 * time.Second},
-		{name: "hangs every time", script: []string{"hang"}, state: jobqueue.JobDead, code: jobqueue.CodeTimeout, calls: 3, elapsed: 3*120*time.Second + 105*time.Second},
-		{name: "permanent", script: []string{"permanent"}, state: jobqueue.JobDead, code: jobqueue.CodePermanent, calls: 1},
-		{name: "content refused", script: []string{"bad", "ok"}, state: jobqueue.JobComplete, calls: 2, elapsed: 15 * time.Second},
+		{name: "complete", script: []string{"ok"}, state: lifecycle.JobComplete, calls: 1},
+		{name: "rate limited once", script: []string{"429", "ok"}, state: lifecycle.JobComplete, calls: 2, elapsed: 15 * time.Second},
+		{name: "hangs then answers", script: []string{"hang", "ok"}, state: lifecycle.JobComplete, calls: 2, elapsed: 135 * time.Second},
+		{name: "attempts exhausted", script: []string{"err"}, state: lifecycle.JobDead, code: codes.JobHandlerError, calls: 3, elapsed: 105 * time.Second},
+		{name: "hangs every time", script: []string{"hang"}, state: lifecycle.JobDead, code: codes.JobTimeout, calls: 3, elapsed: 3*120*time.Second + 105*time.Second},
+		{name: "permanent", script: []string{"permanent"}, state: lifecycle.JobDead, code: codes.JobPermanent, calls: 1},
+		{name: "content refused", script: []string{"bad", "ok"}, state: lifecycle.JobComplete, calls: 2, elapsed: 15 * time.Second},
 		{name: "own timeout and schedule", script: []string{"hang", "hang", "ok"},
 			opts:  []jobqueuetest.Option{func(c *jobqueue.Config) { c.StepTimeout = 5 * time.Second; c.Backoff = []time.Duration{time.Second} }},
-			state: jobqueue.JobComplete, calls: 3, elapsed: 12 * time.Second},
+			state: lifecycle.JobComplete, calls: 3, elapsed: 12 * time.Second},
 		{name: "one attempt", script: []string{"err", "ok"},
 			opts:  []jobqueuetest.Option{func(c *jobqueue.Config) { c.MaxAttempts = 1 }},
-			state: jobqueue.JobDead, code: jobqueue.CodeHandlerError, calls: 1, elapsed: 15 * time.Second},
+			state: lifecycle.JobDead, code: codes.JobHandlerError, calls: 1, elapsed: 15 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int32
 			job, art := jobqueuetest.Run(t, script(&calls, tt.script...), jobqueue.NewJob{
-				JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a",
+				JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a",
 			}, tt.opts...)
 			if job.Status != tt.state || job.ErrorCode != tt.code {
 				t.Errorf("job %s %q, want %s %q (error %v)", job.Status, job.ErrorCode, tt.state, tt.code, job.Error)
@@ -84,7 +85,7 @@ func TestRun(t *testing.T) {
 			if got := job.UpdatedAt.Sub(job.CreatedAt); got != tt.elapsed {
 				t.Errorf("took %v of fake time, want %v", got, tt.elapsed)
 			}
-			if (art != nil) != (tt.state == jobqueue.JobComplete) {
+			if (art != nil) != (tt.state == lifecycle.JobComplete) {
 				t.Fatalf("artifact %v for a %s job", art, job.Status)
 			}
 			if art != nil && (!art.Finalized || art.JobID != job.JobID || string(art.Content) != brief) {
@@ -98,20 +99,20 @@ func TestRunUserType(t *testing.T) {
 	t.Parallel()
 	summary := jobqueue.TypeConfig{
 		Handlers: jobqueue.Handlers{
-			AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+			AssembleContext: func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 				if job.Attempt == 1 {
 					return nil, jobqueuetest.Hang(ctx)
 				}
 				return json.RawMessage(`"ctx"`), nil
 			},
-			CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 				return jobqueue.Output{Content: json.RawMessage(`{"summary":` + string(snap) + `}`)}, nil
 			},
 		},
 	}
 	job, art := jobqueuetest.Run(t, jobqueue.Handlers{}, jobqueue.NewJob{RunID: "run-1", JobType: "SUMMARY", AgentSlug: "agent-a"},
-		func(c *jobqueue.Config) { c.Types = map[jobqueue.JobType]jobqueue.TypeConfig{"SUMMARY": summary} })
-	if job.Status != jobqueue.JobComplete || job.Attempt != 2 || art == nil || string(art.Content) != `{"summary":"ctx"}` || art.Type != "SUMMARY" {
+		func(c *jobqueue.Config) { c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{"SUMMARY": summary} })
+	if job.Status != lifecycle.JobComplete || job.Attempt != 2 || art == nil || string(art.Content) != `{"summary":"ctx"}` || art.Type != "SUMMARY" {
 		t.Fatalf("job %+v, artifact %+v", job, art)
 	}
 }
@@ -123,20 +124,20 @@ func TestRequireJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a"}); err != nil {
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"}); err != nil {
 		t.Fatal(err)
 	}
-	if j := jobqueuetest.RequireJob(t, q, "job-1", jobqueue.JobQueued); j.Attempt != 0 {
+	if j := jobqueuetest.RequireJob(t, q, "job-1", lifecycle.JobQueued); j.Attempt != 0 {
 		t.Errorf("attempt %d", j.Attempt)
 	}
 	tests := []struct {
 		name  string
 		id    string
-		state jobqueue.JobState
+		state lifecycle.JobState
 		want  string
 	}{
-		{"wrong state", "job-1", jobqueue.JobComplete, "jobqueuetest: job job-1 is QUEUED, want COMPLETE (attempt 0 of 3)"},
-		{"no such job", "job-2", jobqueue.JobQueued, "jobqueuetest: no job job-2"},
+		{"wrong state", "job-1", lifecycle.JobComplete, "jobqueuetest: job job-1 is QUEUED, want COMPLETE (attempt 0 of 3)"},
+		{"no such job", "job-2", lifecycle.JobQueued, "jobqueuetest: no job job-2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,16 +158,16 @@ func TestRunFailures(t *testing.T) { // not parallel: it shortens the stall
 		want string
 	}{
 		{"a handler that blocks without Hang", func(tb testing.TB) {
-			jobqueuetest.Run(tb, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job jobqueue.Job, _ json.RawMessage) (jobqueue.Output, error) {
+			jobqueuetest.Run(tb, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 				select {
 				case <-release:
 				case <-ctx.Done():
 				}
 				return jobqueue.Output{}, errors.New("released")
-			}}, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "agent-a"})
+			}}, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"})
 		}, "attempt 1 of job job-1 has not ended after 50ms of real time: a handler that should hang in a test must wait with jobqueuetest.Hang(ctx)"},
 		{"an invalid job", func(tb testing.TB) {
-			jobqueuetest.Run(tb, jobqueue.Handlers{}, jobqueue.NewJob{JobID: "../x", JobType: jobqueue.JobBrief})
+			jobqueuetest.Run(tb, jobqueue.Handlers{}, jobqueue.NewJob{JobID: "../x", JobType: lifecycle.JobBrief})
 		}, "jobqueuetest: enqueue: jobqueue: invalid job"},
 	}
 	for _, tt := range tests {

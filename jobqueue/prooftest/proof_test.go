@@ -25,8 +25,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/miniotest"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 }
 
 func spec(id, agent string) jobqueue.NewJob {
-	return jobqueue.NewJob{JobID: id, RunID: "run_2026-02-24_abc123", JobType: jobqueue.JobBrief, AgentSlug: agent}
+	return jobqueue.NewJob{JobID: id, RunID: "run_2026-02-24_abc123", JobType: lifecycle.JobBrief, AgentSlug: agent}
 }
 
 func newQueue(t testing.TB, s storage.Store, c clock.Clock, mod ...func(*jobqueue.Config)) *jobqueue.Queue {
@@ -93,14 +94,14 @@ func faultyHandlers(seed uint64) jobqueue.Handlers {
 		return rng.Float64()
 	}
 	return jobqueue.Handlers{
-		AssembleContext: func(ctx context.Context, job jobqueue.Job) (json.RawMessage, error) {
+		AssembleContext: func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 			if roll() < 0.04 {
 				<-ctx.Done() // hang until the step timeout
 				return nil, ctx.Err()
 			}
 			return json.RawMessage(`{"ok":true}`), nil
 		},
-		CallNotebookLM: func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			switch r := roll(); {
 			case r < 0.04:
 				return jobqueue.Output{}, &jobqueue.StatusError{Code: 429}
@@ -187,7 +188,7 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 		wq := newQueue(t, fs, clock.Real(), mod, func(c *jobqueue.Config) { c.Node = fmt.Sprintf("node-%d", w) })
 		h := faultyHandlers(uint64(w) + 100)
 		inner := h.CallNotebookLM
-		h.CallNotebookLM = func(ctx context.Context, job jobqueue.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
 			v, _ := runningPerAgent.LoadOrStore(job.AgentSlug, new(atomic.Int32))
 			c := v.(*atomic.Int32)
 			if c.Add(1) > 1 {
@@ -215,17 +216,17 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 	// Wait until every job is COMPLETE or DEAD, sweeping now and then as a
 	// worker would.
 	deadline := time.Now().Add(3 * time.Minute)
-	var final map[string]jobqueue.Job
+	var final map[string]lifecycle.Job
 	sweeps := 0
 	for {
-		final = map[string]jobqueue.Job{}
+		final = map[string]lifecycle.Job{}
 		open := 0
 		for j, err := range q.List(ctx, lifecycle.ActorOrchestration) {
 			if err != nil {
 				t.Fatal(err)
 			}
 			final[j.JobID] = j
-			if j.Status != jobqueue.JobComplete && j.Status != jobqueue.JobDead {
+			if j.Status != lifecycle.JobComplete && j.Status != lifecycle.JobDead {
 				open++
 			}
 		}
@@ -256,7 +257,7 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 	for id, j := range final {
 		attempts += j.Attempt
 		switch j.Status {
-		case jobqueue.JobComplete:
+		case lifecycle.JobComplete:
 			complete++
 			if j.ArtifactID != artifact.IDForJob(id) {
 				t.Errorf("%s: artifact_id %q", id, j.ArtifactID)
@@ -265,7 +266,7 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 			if err != nil || !a.Finalized || a.JobID != id {
 				t.Errorf("%s: artifact %+v %v", id, a, err)
 			}
-		case jobqueue.JobDead:
+		case lifecycle.JobDead:
 			dead++
 			if j.Attempt != j.MaxAttempts {
 				t.Errorf("%s: DEAD after %d attempts", id, j.Attempt)
@@ -397,20 +398,20 @@ func workerProcess() int {
 // dumpOpen logs, for every job not COMPLETE or DEAD, its stored record, its
 // agent's lock and the agent's lane entries: the state a stuck job was left
 // in (the invariant is "in its agent's lane or named by its agent's lock").
-func dumpOpen(t *testing.T, s storage.Store, final map[string]jobqueue.Job) {
+func dumpOpen(t *testing.T, s storage.Store, final map[string]lifecycle.Job) {
 	t.Helper()
 	ctx := context.Background()
 	for id, j := range final {
-		if j.Status == jobqueue.JobComplete || j.Status == jobqueue.JobDead {
+		if j.Status == lifecycle.JobComplete || j.Status == lifecycle.JobDead {
 			continue
 		}
-		jk, _ := storage.JobKey(id)
+		jk, _ := layout.JobKey(id)
 		rec, rv, err := s.Get(ctx, jk)
 		t.Logf("open job %s (%s): record version %s err %v:\n%s", id, j.Status, rv, err, rec)
-		lk, _ := storage.AgentLockKey(j.AgentSlug)
+		lk, _ := layout.AgentLockKey(j.AgentSlug)
 		lock, lv, err := s.Get(ctx, lk)
 		t.Logf("agent %s lock version %s err %v:\n%s", j.AgentSlug, lv, err, lock)
-		for key, err := range s.List(ctx, storage.LanesPrefix+j.AgentSlug+"/") {
+		for key, err := range s.List(ctx, layout.LanesPrefix+j.AgentSlug+"/") {
 			t.Logf("lane entry %s err %v", key, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -18,7 +19,7 @@ func TestErrNotFoundCode(t *testing.T) {
 		fmt.Errorf("%w: run_x", run.ErrNotFound),
 		fmt.Errorf("%w: %w", run.ErrNotFound, storage.ErrNotFound),
 	} {
-		if code := lifecycle.ErrorCode(err); code != lifecycle.CodeRunNotFound || lifecycle.HTTPStatus(code) != 404 {
+		if code := lifecycle.ErrorCode(err); code != codes.RunNotFound || codes.HTTPStatus(code) != 404 {
 			t.Errorf("ErrorCode(%v) = %s, want RUN_NOT_FOUND / 404", err, code)
 		}
 	}
@@ -55,8 +56,8 @@ func TestMissingRunIsNotFound(t *testing.T) {
 	}
 	for name, call := range calls {
 		err := call()
-		if !errors.Is(err, run.ErrNotFound) || lifecycle.ErrorCode(err) != lifecycle.CodeRunNotFound ||
-			lifecycle.HTTPStatus(lifecycle.ErrorCode(err)) != 404 {
+		if !errors.Is(err, run.ErrNotFound) || lifecycle.ErrorCode(err) != codes.RunNotFound ||
+			codes.HTTPStatus(lifecycle.ErrorCode(err)) != 404 {
 			t.Errorf("%s: %v (code %s), want RUN_NOT_FOUND / 404", name, err, lifecycle.ErrorCode(err))
 		}
 	}

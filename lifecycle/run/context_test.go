@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/testlog"
+	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // auditContexts reads the audit events of a run with their transition
@@ -22,7 +23,7 @@ func auditContexts(t *testing.T, g *rig, runID string, want ...string) map[strin
 	out := map[string]lifecycle.TransitionContext{}
 	until(t, "the audit events of "+strings.Join(want, " "), func() bool {
 		clear(out)
-		for ev, err := range storage.ReadAuditDay(context.Background(), g.store, epoch0) {
+		for ev, err := range records.ReadAuditDay(context.Background(), g.store, epoch0) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +210,7 @@ func TestCallerIsChecked(t *testing.T) {
 	before := g.wait(r, id, 0, 0)
 
 	many := map[string]string{}
-	for i := range lifecycle.MaxListLen + 1 {
+	for i := range codes.MaxListLen + 1 {
 		many[strings.Repeat("k", i+1)] = "v"
 	}
 	callers := []struct {
@@ -218,13 +219,13 @@ func TestCallerIsChecked(t *testing.T) {
 		field  string
 		code   string
 	}{
-		{"user id too long", run.Caller{UserID: strings.Repeat("u", lifecycle.MaxNameBytes+1)}, "user_id", lifecycle.CodeInputTooLarge},
-		{"user id with NUL", run.Caller{UserID: "u\x00"}, "user_id", lifecycle.CodeInvalidInput},
-		{"user id on two lines", run.Caller{UserID: "u\n1"}, "user_id", lifecycle.CodeInvalidInput},
-		{"unknown initiator", run.Caller{Initiator: "cron"}, "initiator", lifecycle.CodeInvalidInput},
-		{"metadata value too long", run.Caller{Metadata: map[string]string{"k": strings.Repeat("v", lifecycle.MaxTextBytes+1)}}, "metadata[k]", lifecycle.CodeInputTooLarge},
-		{"metadata key not UTF-8", run.Caller{Metadata: map[string]string{"\xff": "v"}}, "metadata key", lifecycle.CodeInvalidInput},
-		{"too many metadata entries", run.Caller{Metadata: many}, "metadata", lifecycle.CodeInputTooLarge},
+		{"user id too long", run.Caller{UserID: strings.Repeat("u", codes.MaxNameBytes+1)}, "user_id", codes.InputTooLarge},
+		{"user id with NUL", run.Caller{UserID: "u\x00"}, "user_id", codes.InvalidInput},
+		{"user id on two lines", run.Caller{UserID: "u\n1"}, "user_id", codes.InvalidInput},
+		{"unknown initiator", run.Caller{Initiator: "cron"}, "initiator", codes.InvalidInput},
+		{"metadata value too long", run.Caller{Metadata: map[string]string{"k": strings.Repeat("v", codes.MaxTextBytes+1)}}, "metadata[k]", codes.InputTooLarge},
+		{"metadata key not UTF-8", run.Caller{Metadata: map[string]string{"\xff": "v"}}, "metadata key", codes.InvalidInput},
+		{"too many metadata entries", run.Caller{Metadata: many}, "metadata", codes.InputTooLarge},
 	}
 	for _, c := range callers {
 		t.Run(c.name, func(t *testing.T) {
@@ -252,7 +253,7 @@ func TestCallerIsChecked(t *testing.T) {
 			}
 			for name, call := range calls {
 				err := call()
-				var ie *lifecycle.InputError
+				var ie *codes.InputError
 				if !errors.As(err, &ie) || ie.Field != c.field || lifecycle.ErrorCode(err) != c.code {
 					t.Errorf("%s: %v (code %s), want an *InputError on %s with %s", name, err, lifecycle.ErrorCode(err), c.field, c.code)
 				}

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // control loads a run for an operation and applies change to it as b's
@@ -27,7 +29,7 @@ func (r *Runner) control(ctx context.Context, runID string, b by, change func(ct
 		from = d.Status
 		return change(ctx, r.flowOfDoc(d), d)
 	})
-	var ce *storage.CorruptError
+	var ce *records.CorruptError
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		if qe := r.findQuarantined(ctx, runID, key); qe != nil {
@@ -66,7 +68,7 @@ func (r *Runner) control(ctx context.Context, runID string, b by, change func(ct
 // breaks the limits of lifecycle.TransitionContext.Check (UserID
 // MaxNameBytes, metadata keys MaxNameBytes and values MaxTextBytes, at
 // most MaxListLen entries, clean text, an Initiator of the seed's set) is
-// refused with an *lifecycle.InputError, and nothing is written.
+// refused with an *codes.InputError, and nothing is written.
 type Caller struct {
 	// UserID names the user the call is made for, e.g. "u-42".
 	UserID string
@@ -95,7 +97,7 @@ func (c *Caller) check() error {
 }
 
 // CancelRequest asks Cancel to stop a run. Cancel refuses one with an
-// *lifecycle.InputError, writing nothing, when Reason is over MaxTextBytes
+// *codes.InputError, writing nothing, when Reason is over MaxTextBytes
 // or not clean text (it may span lines), or its Caller breaks its limits.
 type CancelRequest struct {
 	// Reason becomes the run's cancel_reason.
@@ -157,7 +159,7 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor
 }
 
 // Decision is an owner's answer at an approval gate. Approve and Reject
-// refuse one with an *lifecycle.InputError, writing nothing, when
+// refuse one with an *codes.InputError, writing nothing, when
 // DecidedBy is over MaxNameBytes or Reason over MaxTextBytes, or either is
 // not clean text (Reason may span lines), or its Caller breaks its limits.
 type Decision struct {
@@ -208,7 +210,7 @@ func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor
 			return err
 		}
 		decide(d, "rejected", dec, now)
-		r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
+		r.finishFields(d, lifecycle.NewRunError(codes.ApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
 		return nil
 	})
 }
@@ -221,7 +223,7 @@ func decide(d *Status, decision string, dec Decision, now time.Time) {
 }
 
 // ExternalEvent is an event a waiting run receives (seed 004 §2.2). Deliver
-// refuses one with an *lifecycle.InputError, writing nothing, when Type is
+// refuses one with an *codes.InputError, writing nothing, when Type is
 // over MaxNameBytes, ID or Source over MaxRefBytes, or any is not one line
 // of clean text, or its Caller breaks its limits.
 type ExternalEvent struct {

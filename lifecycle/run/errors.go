@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Constants of runs: triggers, idempotency sources and record states,
@@ -38,10 +38,10 @@ const (
 // lifecycle.ErrorCode gives each its code.
 var (
 	// ErrNotFound: no run has the id asked for (RUN_NOT_FOUND, 404).
-	ErrNotFound error = &codedError{"run: run not found", lifecycle.CodeRunNotFound}
+	ErrNotFound error = &codedError{"run: run not found", codes.RunNotFound}
 	// ErrUnsupported: the run's machine has no such operation, e.g. cancel
 	// on the canonical machine (RUN_UNSUPPORTED_OPERATION).
-	ErrUnsupported error = &codedError{"run: operation not supported by the run's machine", lifecycle.CodeUnsupported}
+	ErrUnsupported error = &codedError{"run: operation not supported by the run's machine", codes.Unsupported}
 	// ErrInvalidConfig is matched by errors from NewRunner about its arguments.
 	ErrInvalidConfig = errors.New("run: invalid runner config")
 	// ErrRunnerStarted is returned by a second call of Runner.Run.
@@ -71,7 +71,7 @@ type RequestError struct {
 func (e *RequestError) Error() string { return "run: invalid " + e.Field + ": " + e.Reason }
 
 // Code is INVALID_REQUEST.
-func (e *RequestError) Code() string { return lifecycle.CodeInvalidRequest }
+func (e *RequestError) Code() string { return codes.InvalidRequest }
 
 // unsupportedError names the machine and the operation it lacks; it
 // matches ErrUnsupported.
@@ -89,15 +89,15 @@ func (e *unsupportedError) Error() string {
 func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
 
 // Code is RUN_UNSUPPORTED_OPERATION.
-func (e *unsupportedError) Code() string { return lifecycle.CodeUnsupported }
+func (e *unsupportedError) Code() string { return codes.Unsupported }
 
 // QuarantinedError is the error of a run whose status.json was poison
 // (undecodable, or failing validation: a status its machine does not know,
 // a run_id or agent_slug that is not its key's) and was moved under
-// storage.QuarantinePrefix. The run no longer holds a slot or an active
-// entry; an operator may repair and restore the record (storage.Restore),
+// records.QuarantinePrefix. The run no longer holds a slot or an active
+// entry; an operator may repair and restore the record (records.Restore),
 // after which the runners pick the run up again. It matches
-// storage.ErrCorrupt; its code is RECORD_QUARANTINED.
+// records.ErrCorrupt; its code is RECORD_QUARANTINED.
 type QuarantinedError struct {
 	RunID string
 	// Key is where the record was; QKey where it is kept now (empty when
@@ -118,8 +118,8 @@ func (e *QuarantinedError) Error() string {
 	return msg
 }
 
-// Is matches storage.ErrCorrupt.
-func (e *QuarantinedError) Is(target error) bool { return target == storage.ErrCorrupt }
+// Is matches records.ErrCorrupt.
+func (e *QuarantinedError) Is(target error) bool { return target == records.ErrCorrupt }
 
-// Code is RECORD_QUARANTINED, as storage.CorruptError's.
-func (e *QuarantinedError) Code() string { return (&storage.CorruptError{}).Code() }
+// Code is RECORD_QUARANTINED, as records.CorruptError's.
+func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }

@@ -12,10 +12,14 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Causes that stop an execution, as context causes.
@@ -146,7 +150,7 @@ func (x *execution) run(ctx context.Context) {
 func (x *execution) beat(ctx context.Context) bool {
 	err := x.w.apply(ctx, bySystem(), func(context.Context, *Status) error { return nil })
 	switch {
-	case errors.Is(err, storage.ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
+	case errors.Is(err, records.ErrLeaseLost), errors.Is(err, records.ErrCorrupt):
 		x.stop(err)
 		return false
 	case err != nil:
@@ -211,7 +215,7 @@ func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
 			}
 		case ok && s.Idempotent:
 		case ok:
-			return p, lifecycle.NewRunError(lifecycle.CodeRunResumeFailed, "step %s completed before the takeover but is neither resumable nor idempotent", s.Name)
+			return p, lifecycle.NewRunError(codes.RunResumeFailed, "step %s completed before the takeover but is neither resumable nor idempotent", s.Name)
 		case s.Idempotent:
 			return p, nil // the interrupted step replays; the rest run normally
 		case !started[i+1]:
@@ -219,9 +223,9 @@ func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
 			// runs: without one it provably never started, so it runs now.
 			return p, nil
 		case len(done) == 0:
-			return p, lifecycle.NewRunError(lifecycle.CodeRunOrphaned, "runner lost in step %s, which is not idempotent, with no checkpoint", s.Name)
+			return p, lifecycle.NewRunError(codes.RunOrphaned, "runner lost in step %s, which is not idempotent, with no checkpoint", s.Name)
 		default:
-			return p, lifecycle.NewRunError(lifecycle.CodeRunResumeFailed, "runner lost in step %s, which is not idempotent", s.Name)
+			return p, lifecycle.NewRunError(codes.RunResumeFailed, "runner lost in step %s, which is not idempotent", s.Name)
 		}
 	}
 	return p, nil
@@ -246,7 +250,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 	}
 	input := x.input
 	if !x.inputKnown {
-		inKey, err := runInputKey(doc.AgentSlug, doc.RunID)
+		inKey, err := layout.RunInputKey(doc.AgentSlug, doc.RunID)
 		if err != nil {
 			return outcome{kind: failed, err: err}
 		}
@@ -317,7 +321,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return outcome{kind: canceled}
 		}
 		if err := x.count(ctx, i+1, out.Proposals, out.Await); err != nil {
-			if errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
+			if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
 				errors.Is(err, context.Canceled) || storage.Transient(err) {
 				return x.writeFailure(ctx, err)
 			}
@@ -339,9 +343,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 func stoppedStepError(runCtx context.Context, s Step, err error) error {
 	switch context.Cause(runCtx) {
 	case errCanceled:
-		return &lifecycle.RunError{Code: lifecycle.CodeCanceled, Message: fmt.Sprintf("step %s canceled", s.Name), Permanent: true, Err: err}
+		return &lifecycle.RunError{Code: codes.Canceled, Message: fmt.Sprintf("step %s canceled", s.Name), Permanent: true, Err: err}
 	case errRunTimeout:
-		return &lifecycle.RunError{Code: lifecycle.CodeAgentTimeout, Message: fmt.Sprintf("step %s stopped at the run timeout", s.Name), Permanent: true, Err: err}
+		return &lifecycle.RunError{Code: codes.AgentTimeout, Message: fmt.Sprintf("step %s stopped at the run timeout", s.Name), Permanent: true, Err: err}
 	}
 	return err
 }
@@ -365,12 +369,12 @@ func (x *execution) stopped(cause error) outcome {
 // one that is no outage at all) fails the run as UPSTREAM_UNAVAILABLE.
 func (x *execution) writeFailure(ctx context.Context, err error) outcome {
 	switch cause := context.Cause(ctx); {
-	case errors.Is(err, storage.ErrLeaseLost), errors.Is(err, storage.ErrCorrupt):
+	case errors.Is(err, records.ErrLeaseLost), errors.Is(err, records.ErrCorrupt):
 		return outcome{kind: stopped, err: err}
 	case ctx.Err() != nil && cause != errRunTimeout && cause != errWriteLimit:
 		return outcome{kind: stopped, err: err} // shutdown
 	}
-	return outcome{kind: failed, err: &lifecycle.RunError{Code: lifecycle.CodeUpstreamUnavailable, Message: err.Error(), Err: err}}
+	return outcome{kind: failed, err: &lifecycle.RunError{Code: codes.UpstreamUnavailable, Message: err.Error(), Err: err}}
 }
 
 // count writes the status that counts steps 1..n (one write: the step
@@ -520,7 +524,7 @@ func failureOf(s Step, attempts int, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return &lifecycle.RunError{Code: lifecycle.CodeInternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
+	return &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
 }
 
 // attempt runs the step once through core.Do on the runner's Units: under
@@ -530,7 +534,7 @@ func failureOf(s Step, attempts int, err error) error {
 // discarded.
 func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
 	timedOut := func() error {
-		return lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
+		return lifecycle.NewRunError(codes.AgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
 	}
 	out, err := core.Do(ctx, x.r.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
 		o, err := s.Run(uctx, in)
@@ -551,7 +555,7 @@ func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout t
 		}
 		return StepOutput{}, timedOut()
 	case errors.As(err, &pe):
-		return StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeInternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, pe.Value), Permanent: true}
+		return StepOutput{}, &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, pe.Value), Permanent: true}
 	}
 	return out, err
 }
@@ -598,7 +602,7 @@ func (x *execution) writeStep(ctx context.Context, rec StepRecord) error {
 	if err := x.w.confirmLease(ctx); err != nil {
 		return err
 	}
-	key, err := storage.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
+	key, err := layout.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
 	if err != nil {
 		return err
 	}
@@ -645,7 +649,7 @@ func (x *execution) markStarted(ctx context.Context, i int) error {
 	if _, err := lifecycle.RunStep().Fire(context.Background(), &rec, lifecycle.EventStart, lifecycle.ActorOrchestration); err != nil {
 		return err
 	}
-	key, err := storage.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
+	key, err := layout.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
 	if err != nil {
 		return err
 	}
@@ -663,7 +667,7 @@ func (x *execution) markStarted(ctx context.Context, i int) error {
 			x.markers[i+1] = ov // ours landed
 			return nil
 		}
-		return lifecycle.NewRunError(lifecycle.CodeRunOrphaned, "step %s, which is not idempotent, was started by another runner", s.Name)
+		return lifecycle.NewRunError(codes.RunOrphaned, "step %s, which is not idempotent, was started by another runner", s.Name)
 	}
 	if err == nil {
 		x.markers[i+1] = v
@@ -689,9 +693,9 @@ func (x *execution) writeFiles(ctx context.Context, files map[string][]byte) ([]
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		key, err := storage.RunOutputKey(x.agent.Slug, x.w.runID, name)
+		key, err := layout.RunOutputKey(x.agent.Slug, x.w.runID, name)
 		if err != nil {
-			return nil, &lifecycle.RunError{Code: lifecycle.CodeInternalError, Message: err.Error(), Permanent: true, Err: err}
+			return nil, &lifecycle.RunError{Code: codes.InternalError, Message: err.Error(), Permanent: true, Err: err}
 		}
 		if err := x.writeOutput(ctx, key, files[name]); err != nil {
 			return nil, err
@@ -757,7 +761,7 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 	}
 	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
 		if to, ok := x.flow.target(doc.Status, x.endEvent(out, &doc)); ok {
-			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, storage.ErrLeaseLost) {
+			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, records.ErrLeaseLost) {
 				r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 			}
 			manifestSays = to
@@ -797,7 +801,7 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		case failed:
 			runErr = out.err
 		case timedOut:
-			runErr = lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
+			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
 		}
 		if err := f.fire(ctx, d, x.endEvent(out, d), lifecycle.ActorOrchestration); err != nil {
 			return err
@@ -808,7 +812,7 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 	if err != nil {
 		r.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 		x.giveUp(ctx, err)
-		if !errors.Is(err, storage.ErrLeaseLost) && !errors.Is(err, storage.ErrCorrupt) && ctx.Err() == nil {
+		if !errors.Is(err, records.ErrLeaseLost) && !errors.Is(err, records.ErrCorrupt) && ctx.Err() == nil {
 			r.releaseSlotIfOurs(ctx, x) // not executing any more: recovery takes it from here
 		}
 		return
@@ -853,7 +857,7 @@ func (r *Runner) finishFields(d *Status, runErr error) {
 		var re *lifecycle.RunError
 		msg := runErr.Error()
 		if !errors.As(runErr, &re) {
-			msg = lifecycle.CodeInternalError + ": " + msg
+			msg = codes.InternalError + ": " + msg
 		}
 		d.Error = &msg
 	}
@@ -871,11 +875,11 @@ func (r *Runner) finished(ctx context.Context, d Status) {
 // holds: the slot of a run it lost, or of a run whose status turned out
 // poison (quarantined here, with its active entry).
 func (x *execution) giveUp(ctx context.Context, err error) {
-	var ce *storage.CorruptError
+	var ce *records.CorruptError
 	if errors.As(err, &ce) {
 		_ = x.r.quarantineRun(ctx, x.agent.Slug, x.w.runID, ce)
 	}
-	if errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrCorrupt) {
+	if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) {
 		x.r.releaseSlotIfOurs(ctx, x)
 	}
 }
@@ -906,7 +910,7 @@ func (x *execution) writeManifest(ctx context.Context, out outcome, status strin
 		Steps: steps, ProposalsCreated: appendNew(append([]string{}, doc.ProposalsCreated...), x.lastProposals...),
 		Outputs: out.files, Epoch: x.epoch,
 	}
-	key, err := storage.RunManifestKey(doc.AgentSlug, doc.RunID)
+	key, err := layout.RunManifestKey(doc.AgentSlug, doc.RunID)
 	if err != nil {
 		return err
 	}

@@ -18,13 +18,16 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
-	"github.com/runconveyor/conveyor/internal/faultstore"
-	"github.com/runconveyor/conveyor/internal/miniotest"
-	"github.com/runconveyor/conveyor/internal/testlog"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
+	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The fault suite of issue 10, run side. Each test failed on the Runner
@@ -210,7 +213,7 @@ func testPoisonStatus(t *testing.T, g *rig, corrupt func(map[string]any, string)
 	bad := submit(t, r, agent.Slug)
 	<-inFirst
 	next := submit(t, r, agent.Slug) // waits for bad's slot
-	key, _ := storage.RunStatusKey(agent.Slug, bad)
+	key, _ := layout.RunStatusKey(agent.Slug, bad)
 	var doc map[string]any
 	readJSON(t, g.store, key, &doc)
 	if _, err := g.store.Put(context.Background(), key, corrupt(doc, next), storage.Condition{}); err != nil {
@@ -220,14 +223,14 @@ func testPoisonStatus(t *testing.T, g *rig, corrupt func(map[string]any, string)
 	defer cancel()
 	_, err := r.Wait(ctx, bad)
 	var qe *run.QuarantinedError
-	if !errors.Is(err, storage.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
+	if !errors.Is(err, records.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
 		t.Fatalf("Wait on the poisoned run: %v, want a RunQuarantinedError", err)
 	}
 	if st := g.wait(r, next, time.Second, 2*time.Minute); st.Status != "completed" {
 		t.Fatalf("the agent's next run: %s %s", st.Status, deref(st.Error))
 	}
 	var quarantined []string
-	for q, err := range storage.ListQuarantine(context.Background(), g.store) {
+	for q, err := range records.ListQuarantine(context.Background(), g.store) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,7 +431,7 @@ func TestFaultLateWriter(t *testing.T) {
 				Epoch  int64  `json:"epoch"`
 				Status string `json:"status"`
 			}
-			mkey, _ := storage.RunManifestKey("late", id)
+			mkey, _ := layout.RunManifestKey("late", id)
 			readJSON(t, g.store, mkey, &m)
 			if m.Epoch != 2 || m.Status != want {
 				t.Errorf("after a woke: manifest of epoch %d says %q; want b's (epoch 2) saying %q", m.Epoch, m.Status, want)
@@ -437,7 +440,7 @@ func TestFaultLateWriter(t *testing.T) {
 				return
 			}
 			var result string
-			key, _ := storage.RunOutputKey("late", id, "result.json")
+			key, _ := layout.RunOutputKey("late", id, "result.json")
 			readJSON(t, g.store, key, &result)
 			if result != "b" {
 				t.Errorf("after a woke: result.json by %q, want b's", result)
@@ -468,8 +471,8 @@ func TestCanceledStepRecordedCanceled(t *testing.T) {
 		t.Fatalf("run %s", st.Status)
 	}
 	steps, err := r.Steps(context.Background(), id)
-	if err != nil || len(steps) != 1 || !strings.HasPrefix(steps[0].Error, lifecycle.CodeCanceled+":") {
-		t.Fatalf("step files %+v (%v), want the step recorded %s", steps, err, lifecycle.CodeCanceled)
+	if err != nil || len(steps) != 1 || !strings.HasPrefix(steps[0].Error, codes.Canceled+":") {
+		t.Fatalf("step files %+v (%v), want the step recorded %s", steps, err, codes.Canceled)
 	}
 }
 
@@ -502,7 +505,7 @@ func TestFaultJunkSlot(t *testing.T) {
 					t.Errorf("slot_failed logged %d times", n)
 				}
 				var q []string
-				for e, err := range storage.ListQuarantine(context.Background(), s) {
+				for e, err := range records.ListQuarantine(context.Background(), s) {
 					if err == nil {
 						q = append(q, e.Key)
 					}
@@ -604,7 +607,7 @@ func TestFaultPoisonRunIndex(t *testing.T) {
 				if st := g.wait(r, id, time.Second, time.Minute); st.Status != "completed" {
 					t.Fatalf("run %s", st.Status)
 				}
-				idx, _ := storage.RunIndexKey(id)
+				idx, _ := layout.RunIndexKey(id)
 				if _, err := g.store.Put(context.Background(), idx, []byte(junk), storage.Condition{}); err != nil {
 					t.Fatal(err)
 				}
@@ -618,7 +621,7 @@ func TestFaultPoisonRunIndex(t *testing.T) {
 					t.Fatalf("index entry after repair: %v", got)
 				}
 				found := false
-				for q, err := range storage.ListQuarantine(context.Background(), g.store) {
+				for q, err := range records.ListQuarantine(context.Background(), g.store) {
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Tests of issue 18's run defects (3 to 8). Each failed before its fix.
@@ -31,7 +34,7 @@ type raceQuarantine struct {
 }
 
 func (s *raceQuarantine) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
-	if strings.HasPrefix(key, storage.QuarantinePrefix+s.key+"/") {
+	if strings.HasPrefix(key, records.QuarantinePrefix+s.key+"/") {
 		s.once.Do(func() {
 			if _, err := s.Store.Put(ctx, s.key, s.then(), storage.Condition{}); err != nil {
 				panic(err)
@@ -67,7 +70,7 @@ func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				key, _ := storage.RunStatusKey(agent.Slug, res.RunID)
+				key, _ := layout.RunStatusKey(agent.Slug, res.RunID)
 				good, _, err := mem.Get(ctx, key)
 				if err != nil {
 					t.Fatal(err)
@@ -98,7 +101,7 @@ func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
 					return
 				}
 				var qe *run.QuarantinedError
-				if !errors.As(err, &qe) || lifecycle.ErrorCode(err) != lifecycle.CodeRecordQuarantined {
+				if !errors.As(err, &qe) || lifecycle.ErrorCode(err) != codes.RecordQuarantined {
 					t.Fatalf("got %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
 				}
 			})
@@ -300,7 +303,7 @@ func halfMade(t *testing.T, s storage.Store) string {
 			return fmt.Sprintf("run folder %s with status %q", id, status[id])
 		}
 	}
-	for _, prefix := range []string{storage.RunActivePrefix, storage.RunIndexPrefix} {
+	for _, prefix := range []string{layout.RunActivePrefix, layout.RunIndexPrefix} {
 		for key, err := range s.List(ctx, prefix) {
 			if err != nil {
 				t.Fatal(err)
@@ -359,7 +362,7 @@ func TestBurstEveryWriteAudited(t *testing.T) {
 	}
 	active := func() int {
 		n := 0
-		for range g.store.List(context.Background(), storage.RunActivePrefix) {
+		for range g.store.List(context.Background(), layout.RunActivePrefix) {
 			n++
 		}
 		return n
@@ -368,7 +371,7 @@ func TestBurstEveryWriteAudited(t *testing.T) {
 		func() string { return fmt.Sprintf("%d runs still active", active()) })
 	ctx := context.Background()
 	events := map[string]int{}
-	for ev, err := range storage.ReadAuditDay(ctx, g.store, epoch0) {
+	for ev, err := range records.ReadAuditDay(ctx, g.store, epoch0) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,7 +379,7 @@ func TestBurstEveryWriteAudited(t *testing.T) {
 	}
 	missing := 0
 	for _, id := range ids {
-		key, _ := storage.RunStatusKey(agent.Slug, id)
+		key, _ := layout.RunStatusKey(agent.Slug, id)
 		var st run.Status
 		readJSON(t, g.store, key, &st)
 		if st.Status != "completed" {
@@ -436,7 +439,7 @@ func TestAuditOutlivesRequestDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	for ev, err := range storage.ReadAuditDay(context.Background(), mem, time.Now()) {
+	for ev, err := range records.ReadAuditDay(context.Background(), mem, time.Now()) {
 		if err != nil {
 			t.Fatal(err)
 		}

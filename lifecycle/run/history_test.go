@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -43,8 +44,8 @@ func pollCost(t *testing.T, finished int) (startup, polls, listed int64) {
 	stopA()
 	// History: copies of the completed run's status and index entry.
 	ctx := context.Background()
-	statusKey, _ := storage.RunStatusKey(agent.Slug, done)
-	indexKey, _ := storage.RunIndexKey(done)
+	statusKey, _ := layout.RunStatusKey(agent.Slug, done)
+	indexKey, _ := layout.RunIndexKey(done)
 	status, _, err := g.store.Get(ctx, statusKey)
 	if err != nil {
 		t.Fatal(err)

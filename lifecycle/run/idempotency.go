@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // IdempotencyError carries the key and the seed code of an idempotency
@@ -35,9 +37,9 @@ func (e *IdempotencyError) Unwrap() error { return e.kind }
 // Code is IDEMPOTENCY_CONFLICT or IDEMPOTENCY_EXPIRED.
 func (e *IdempotencyError) Code() string {
 	if e.kind == ErrIdempotencyExpired {
-		return lifecycle.CodeIdempotencyExpired
+		return codes.IdempotencyExpired
 	}
-	return lifecycle.CodeIdempotencyConflict
+	return codes.IdempotencyConflict
 }
 
 // idempotencyKey is a parsed key: its source and the parts after the scheme.
@@ -55,7 +57,7 @@ func parseIdempotencyKey(key string) (idempotencyKey, error) {
 	bad := func(reason string) (idempotencyKey, error) {
 		return idempotencyKey{}, fmt.Errorf("%w %q: %s", ErrInvalidIdempotencyKey, truncate(key, 60), reason)
 	}
-	if err := lifecycle.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, codes.OneLine); err != nil {
 		// Both matchable: ErrInvalidIdempotencyKey and the *InputError.
 		return idempotencyKey{}, fmt.Errorf("%w: %w", ErrInvalidIdempotencyKey, err)
 	}
@@ -98,7 +100,7 @@ func truncate(s string, n int) string {
 // at idempotency/{sha256 of the key}.json. The run id is chosen when the
 // record is created, so every duplicate learns it at once.
 type IdempotencyRecord struct {
-	storage.Meta
+	records.Meta
 	Key           string          `json:"key"`
 	Source        string          `json:"source"`
 	RunID         string          `json:"run_id,omitempty"`
@@ -112,8 +114,6 @@ type IdempotencyRecord struct {
 	LockExpiresAt *time.Time      `json:"lock_expires_at,omitempty"`
 	Attempts      int             `json:"attempts"`
 }
-
-func idempotencyRecordKey(key string) string { return storage.IdempotencyKey(key) }
 
 func requestHash(req SubmitRequest) string {
 	h := sha256.New()
@@ -153,7 +153,7 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 	if err != nil {
 		return SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
-	key := idempotencyRecordKey(req.IdempotencyKey)
+	key := layout.IdempotencyKey(req.IdempotencyKey)
 	hash := requestHash(req)
 	now := r.now()
 	lock := now.Add(r.cfg.IdempotencyLockTTL)
@@ -161,7 +161,7 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 		Key: req.IdempotencyKey, Source: k.Source, RunID: newRunID(now), Status: IdempotencyProcessing,
 		RequestHash: hash, CreatedAt: now, UpdatedAt: now, ExpiresAt: lock, LockExpiresAt: &lock, Attempts: 1,
 	}
-	_, err = storage.Create(ctx, r.store, key, &rec)
+	_, err = records.Create(ctx, r.store, key, &rec)
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		_, rec, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
 			now := r.now()
@@ -222,13 +222,13 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 // Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL
 // has passed, ErrNotFound (storage's) when there is none.
 func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
-	if err := lifecycle.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, codes.OneLine); err != nil {
 		return IdempotencyRecord{}, err
 	}
 	if _, err := parseIdempotencyKey(key); err != nil {
 		return IdempotencyRecord{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
-	rec, _, err := storage.Read[IdempotencyRecord](ctx, r.store, idempotencyRecordKey(key))
+	rec, _, err := records.Read[IdempotencyRecord](ctx, r.store, layout.IdempotencyKey(key))
 	if err != nil {
 		return rec, err
 	}

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/inputtest"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/testkit/inputtest"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -24,9 +25,9 @@ type badValue struct {
 // badValues returns the three bad values of a text field of limit bytes.
 func badValues(limit int) []badValue {
 	return []badValue{
-		{"oversized", strings.Repeat("x", limit+1), lifecycle.CodeInputTooLarge},
-		{"invalid UTF-8", "ok\xff\xfe", lifecycle.CodeInvalidInput},
-		{"NUL", "ok\x00ok", lifecycle.CodeInvalidInput},
+		{"oversized", strings.Repeat("x", limit+1), codes.InputTooLarge},
+		{"invalid UTF-8", "ok\xff\xfe", codes.InvalidInput},
+		{"NUL", "ok\x00ok", codes.InvalidInput},
 	}
 }
 
@@ -70,19 +71,19 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 		call func(v string) error
 	}
 	inputs := []input{
-		{"Submit", "agent_slug", lifecycle.MaxNameBytes, func(v string) error {
+		{"Submit", "agent_slug", codes.MaxNameBytes, func(v string) error {
 			req := ok
 			req.AgentSlug = v
 			_, err := r.Submit(ctx, req)
 			return err
 		}},
-		{"Submit", "trigger", lifecycle.MaxNameBytes, func(v string) error {
+		{"Submit", "trigger", codes.MaxNameBytes, func(v string) error {
 			req := ok
 			req.Trigger = v
 			_, err := r.Submit(ctx, req)
 			return err
 		}},
-		{"Submit", "input", lifecycle.MaxDocumentBytes, func(v string) error {
+		{"Submit", "input", codes.MaxDocumentBytes, func(v string) error {
 			req := ok
 			// A JSON string around v, so only v's fault is wrong with it.
 			req.Input = json.RawMessage(`"` + v + `"`)
@@ -95,47 +96,47 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 			_, err := r.Submit(ctx, req)
 			return err
 		}},
-		{"Cancel", "reason", lifecycle.MaxTextBytes, func(v string) error {
+		{"Cancel", "reason", codes.MaxTextBytes, func(v string) error {
 			_, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, run.CancelRequest{Reason: v})
 			return err
 		}},
-		{"Approve", "decided_by", lifecycle.MaxNameBytes, func(v string) error {
+		{"Approve", "decided_by", codes.MaxNameBytes, func(v string) error {
 			d := dec
 			d.DecidedBy = v
 			_, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway, d)
 			return err
 		}},
-		{"Approve", "reason", lifecycle.MaxTextBytes, func(v string) error {
+		{"Approve", "reason", codes.MaxTextBytes, func(v string) error {
 			d := dec
 			d.Reason = v
 			_, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway, d)
 			return err
 		}},
-		{"Reject", "decided_by", lifecycle.MaxNameBytes, func(v string) error {
+		{"Reject", "decided_by", codes.MaxNameBytes, func(v string) error {
 			d := dec
 			d.DecidedBy = v
 			_, err := r.Reject(ctx, rejectRun, lifecycle.ActorGateway, d)
 			return err
 		}},
-		{"Reject", "reason", lifecycle.MaxTextBytes, func(v string) error {
+		{"Reject", "reason", codes.MaxTextBytes, func(v string) error {
 			d := dec
 			d.Reason = v
 			_, err := r.Reject(ctx, rejectRun, lifecycle.ActorGateway, d)
 			return err
 		}},
-		{"Deliver", "event_type", lifecycle.MaxNameBytes, func(v string) error {
+		{"Deliver", "event_type", codes.MaxNameBytes, func(v string) error {
 			e := ev
 			e.Type = v
 			_, err := r.Deliver(ctx, waitingRun, lifecycle.ActorGateway, e)
 			return err
 		}},
-		{"Deliver", "event_id", lifecycle.MaxRefBytes, func(v string) error {
+		{"Deliver", "event_id", codes.MaxRefBytes, func(v string) error {
 			e := ev
 			e.ID = v
 			_, err := r.Deliver(ctx, waitingRun, lifecycle.ActorGateway, e)
 			return err
 		}},
-		{"Deliver", "source", lifecycle.MaxRefBytes, func(v string) error {
+		{"Deliver", "source", codes.MaxRefBytes, func(v string) error {
 			e := ev
 			e.Source = v
 			_, err := r.Deliver(ctx, waitingRun, lifecycle.ActorGateway, e)
@@ -159,19 +160,19 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 		req := ok
 		req.Input = json.RawMessage(`{"q":"\udc00"}`)
 		_, err := r.Submit(ctx, req)
-		inputtest.Check(t, err, "input", lifecycle.MaxDocumentBytes, lifecycle.CodeInvalidInput)
+		inputtest.Check(t, err, "input", codes.MaxDocumentBytes, codes.InvalidInput)
 		teststores.Unchanged(t, g.store, before)
 	})
 	// The 10 MB values of the issue, for the record.
 	huge := strings.Repeat("x", 10<<20)
 	before := teststores.Snapshot(t, g.store)
-	if _, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, run.CancelRequest{Reason: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
+	if _, err := r.Cancel(ctx, cancelRun, lifecycle.ActorGateway, run.CancelRequest{Reason: huge}); lifecycle.ErrorCode(err) != codes.InputTooLarge {
 		t.Errorf("10 MB cancel reason: %v", err)
 	}
-	if _, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway, run.Decision{DecidedBy: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
+	if _, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway, run.Decision{DecidedBy: huge}); lifecycle.ErrorCode(err) != codes.InputTooLarge {
 		t.Errorf("10 MB decided_by: %v", err)
 	}
-	if _, err := r.Deliver(ctx, waitingRun, lifecycle.ActorGateway, run.ExternalEvent{Type: "ci.finished", ID: huge}); lifecycle.ErrorCode(err) != lifecycle.CodeInputTooLarge {
+	if _, err := r.Deliver(ctx, waitingRun, lifecycle.ActorGateway, run.ExternalEvent{Type: "ci.finished", ID: huge}); lifecycle.ErrorCode(err) != codes.InputTooLarge {
 		t.Errorf("10 MB event id: %v", err)
 	}
 	teststores.Unchanged(t, g.store, before)
@@ -179,8 +180,8 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 	// Clean values at the limits still pass: a multi-line reason and
 	// multi-byte names.
 	st, err := r.Approve(ctx, approveRun, lifecycle.ActorGateway,
-		run.Decision{DecidedBy: strings.Repeat("ż", lifecycle.MaxNameBytes/2), Reason: "line one\nline two\t" + strings.Repeat("x", lifecycle.MaxTextBytes-18)})
-	if err != nil || st.Approval == nil || len(st.Approval.DecidedBy) != lifecycle.MaxNameBytes || len(st.Approval.Reason) != lifecycle.MaxTextBytes {
+		run.Decision{DecidedBy: strings.Repeat("ż", codes.MaxNameBytes/2), Reason: "line one\nline two\t" + strings.Repeat("x", codes.MaxTextBytes-18)})
+	if err != nil || st.Approval == nil || len(st.Approval.DecidedBy) != codes.MaxNameBytes || len(st.Approval.Reason) != codes.MaxTextBytes {
 		t.Fatalf("approve at the limits: %+v %v", st.Approval, err)
 	}
 }

@@ -8,9 +8,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Run executes runs until ctx is done, then waits for the runs it is
@@ -116,14 +119,14 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 	now := r.now()
 	quiet := make(map[string]time.Time, len(r.quiet))
 	defer func() { r.quiet = quiet }()
-	for key, err := range r.store.List(ctx, activePrefix) {
+	for key, err := range r.store.List(ctx, layout.RunActivePrefix) {
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("error", err.Error()))
 			}
 			return
 		}
-		slug, runID, ok := parseActiveKey(key)
+		slug, runID, ok := layout.ParseRunActiveKey(key)
 		if !ok || r.isExecuting(runID) || r.isWaiting(slug, runID) {
 			continue
 		}
@@ -134,12 +137,12 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			quiet[runID] = until
 			continue
 		}
-		statusKey, err := storage.RunStatusKey(slug, runID)
+		statusKey, err := layout.RunStatusKey(slug, runID)
 		if err != nil {
 			continue
 		}
 		doc, ver, err := r.readStatus(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt) {
+		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt) {
 			// Its submit has not written the status yet, or stopped
 			// half-way: finished once it had a lease's time.
 			r.finishSubmit(ctx, slug, runID, statusKey)
@@ -149,7 +152,7 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			if ctx.Err() != nil {
 				return // the pass is over; the next one goes on
 			}
-			if !errors.Is(err, storage.ErrCorrupt) { // quarantined: logged there
+			if !errors.Is(err, records.ErrCorrupt) { // quarantined: logged there
 				r.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 			}
 			continue
@@ -244,7 +247,7 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 			if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "queued longer than %s", seconds(r.cfg.QueueTimeout)))
+			r.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "queued longer than %s", seconds(r.cfg.QueueTimeout)))
 			return nil
 		})
 		if err == nil {
@@ -291,7 +294,7 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 			if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
+			r.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
 			return nil
 		})
 		if err == nil {
@@ -350,7 +353,7 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 	body := slotBody(runID)
 	keys := make([]string, n)
 	for i := range n {
-		key, err := slotKey(slug, i)
+		key, err := layout.RunSlotKey(slug, i)
 		if err != nil {
 			return "", "", err
 		}
@@ -424,12 +427,12 @@ func (r *Runner) slotHolderGone(ctx context.Context, slug, runID string) bool {
 	if r.isExecuting(runID) {
 		return false
 	}
-	key, err := storage.RunStatusKey(slug, runID)
+	key, err := layout.RunStatusKey(slug, runID)
 	if err != nil {
 		return true
 	}
 	doc, _, err := r.readStatus(ctx, slug, runID, key)
-	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) {
+	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
 		return true // gone, or poison and quarantined
 	}
 	if err != nil {
@@ -479,7 +482,7 @@ func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer 
 		return
 	}
 	r.forgetAudit(runID)
-	key, err := activeKey(slug, runID)
+	key, err := layout.RunActiveKey(slug, runID)
 	if err != nil {
 		return
 	}
@@ -528,7 +531,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 		if resumed {
 			d.ResumeCount++
 		}
-		d.Lease = &storage.Lease{Owner: r.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(r.cfg.LeaseDuration)}
+		d.Lease = &records.Lease{Owner: r.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(r.cfg.LeaseDuration)}
 		d.LastHeartbeatAt = &now
 		return nil
 	})

@@ -4,10 +4,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/teststores"
-	"github.com/runconveyor/conveyor/storage"
 	"go.uber.org/goleak"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // env is the package's MinIO: one server and bucket, each test under its

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/testlog"
+	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -134,7 +135,7 @@ func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
 	for _, tt := range tests {
 		_, err := r.Submit(ctx, tt.req)
 		var re *run.RequestError
-		if !errors.As(err, &re) || lifecycle.HTTPStatus(lifecycle.ErrorCode(err)) != 400 {
+		if !errors.As(err, &re) || codes.HTTPStatus(lifecycle.ErrorCode(err)) != 400 {
 			t.Errorf("%s: %v, want a 400 RequestError", tt.name, err)
 		}
 	}
@@ -142,7 +143,7 @@ func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
 		t.Errorf("refused submits wrote %s (%v)", key, err)
 	}
 	for _, id := range []string{"../etc/passwd", "", strings.Repeat("r", 300), "run\x00"} {
-		if _, err := r.Status(ctx, id); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
+		if _, err := r.Status(ctx, id); lifecycle.ErrorCode(err) != codes.InvalidRequest {
 			t.Errorf("Status(%q): %v", id, err)
 		}
 	}
@@ -183,18 +184,18 @@ func TestNewRunnerRefusesBadConfig(t *testing.T) {
 func TestHTTPStatusTable(t *testing.T) {
 	t.Parallel()
 	tests := map[string]int{
-		lifecycle.CodeNLMUnavailable: 502, lifecycle.CodeUpstreamUnavailable: 502, lifecycle.CodeAgentTimeout: 504,
-		lifecycle.CodeInternalError: 500, lifecycle.CodeInvalidTransition: 409, lifecycle.CodeTerminalState: 409,
-		lifecycle.CodeForbidden: 403, lifecycle.CodeIdempotencyConflict: 409, lifecycle.CodeIdempotencyExpired: 410,
-		lifecycle.CodeRunNotFound: 404, lifecycle.CodeInvalidRequest: 400, "SOMETHING_ELSE": 500,
+		codes.NLMUnavailable: 502, codes.UpstreamUnavailable: 502, codes.AgentTimeout: 504,
+		codes.InternalError: 500, codes.InvalidTransition: 409, codes.TerminalState: 409,
+		codes.Forbidden: 403, codes.IdempotencyConflict: 409, codes.IdempotencyExpired: 410,
+		codes.RunNotFound: 404, codes.InvalidRequest: 400, "SOMETHING_ELSE": 500,
 	}
 	for code, want := range tests {
-		if got := lifecycle.HTTPStatus(code); got != want {
+		if got := codes.HTTPStatus(code); got != want {
 			t.Errorf("HTTPStatus(%s) = %d, want %d", code, got, want)
 		}
 	}
-	wrapped := fmtErr(lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "down"))
-	if lifecycle.ErrorCode(wrapped) != lifecycle.CodeNLMUnavailable || lifecycle.ErrorCode(errors.New("x")) != lifecycle.CodeInternalError || lifecycle.ErrorCode(nil) != "" {
+	wrapped := fmtErr(lifecycle.NewRunError(codes.NLMUnavailable, "down"))
+	if lifecycle.ErrorCode(wrapped) != codes.NLMUnavailable || lifecycle.ErrorCode(errors.New("x")) != codes.InternalError || lifecycle.ErrorCode(nil) != "" {
 		t.Error("ErrorCode does not see through wrapping")
 	}
 }

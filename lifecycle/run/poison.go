@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // readStatus reads and validates a run's status.json. A poison document is
@@ -21,7 +23,7 @@ import (
 // repair, another writer, another runner's quarantine) is read again: the
 // caller gets what the record is now, never the quarantine's refused
 // compare-and-swap. After maxPoisonRereads such changes in a row it gets
-// the *storage.CorruptError (RECORD_QUARANTINED) of the last read.
+// the *records.CorruptError (RECORD_QUARANTINED) of the last read.
 func (r *Runner) readStatus(ctx context.Context, slug, runID, key string) (Status, storage.Version, error) {
 	for attempt := 0; ; attempt++ {
 		b, v, err := r.store.Get(ctx, key)
@@ -34,7 +36,7 @@ func (r *Runner) readStatus(ctx context.Context, slug, runID, key string) (Statu
 			return Status{}, "", err
 		}
 		doc, err := core.Decode[Status](key, b, v, r.statusValidator(slug, runID))
-		var ce *storage.CorruptError
+		var ce *records.CorruptError
 		if errors.As(err, &ce) {
 			qerr := r.quarantineRun(ctx, slug, runID, ce)
 			if errors.Is(qerr, storage.ErrPreconditionFailed) {
@@ -55,12 +57,12 @@ const maxPoisonRereads = 3
 
 // findQuarantined looks for a quarantined copy of a run's status.
 func (r *Runner) findQuarantined(ctx context.Context, runID, key string) *QuarantinedError {
-	for qkey, err := range r.store.List(ctx, storage.QuarantinePrefix+key+"/") {
+	for qkey, err := range r.store.List(ctx, records.QuarantinePrefix+key+"/") {
 		if err != nil {
 			return nil
 		}
 		qe := &QuarantinedError{RunID: runID, Key: key, QKey: qkey}
-		if q, err := storage.ReadQuarantined(ctx, r.store, qkey); err == nil {
+		if q, err := records.ReadQuarantined(ctx, r.store, qkey); err == nil {
 			qe.Reason = q.Reason
 		}
 		return qe
@@ -71,7 +73,7 @@ func (r *Runner) findQuarantined(ctx context.Context, runID, key string) *Quaran
 // quarantineRun moves a poison status.json out of the way and frees what
 // the run held: its execution here (stopped), its slot and its active
 // entry, so the agent's other runs go on. It is counted and logged at WARN.
-func (r *Runner) quarantineRun(ctx context.Context, slug, runID string, ce *storage.CorruptError) error {
+func (r *Runner) quarantineRun(ctx context.Context, slug, runID string, ce *records.CorruptError) error {
 	qkey, err := r.quarantine(ctx, ce)
 	if err != nil {
 		return err
@@ -88,7 +90,7 @@ func (r *Runner) quarantineRun(ctx context.Context, slug, runID string, ce *stor
 	} else {
 		r.freeSlotsOf(ctx, slug, runID)
 	}
-	if key, err := activeKey(slug, runID); err == nil {
+	if key, err := layout.RunActiveKey(slug, runID); err == nil {
 		if err := r.store.Delete(ctx, key, storage.Condition{}); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			r.log.LogAttrs(ctx, slog.LevelWarn, "active_index_cleanup_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 		}
@@ -101,7 +103,7 @@ func (r *Runner) quarantineRun(ctx context.Context, slug, runID string, ce *stor
 // it and logs record_quarantined at WARN. A record that changed since it
 // was read (someone repaired it) is left alone: the error matches
 // storage.ErrPreconditionFailed and the caller reads it again later.
-func (r *Runner) quarantine(ctx context.Context, ce *storage.CorruptError) (string, error) {
+func (r *Runner) quarantine(ctx context.Context, ce *records.CorruptError) (string, error) {
 	qkey, err := r.quar.Move(ctx, ce)
 	if err != nil {
 		return qkey, err
@@ -118,7 +120,7 @@ func quarantineKind(key string) string {
 		return "run_status"
 	case strings.Contains(key, "/slots/"):
 		return "slot"
-	case strings.HasPrefix(key, storage.RunIndexPrefix):
+	case strings.HasPrefix(key, layout.RunIndexPrefix):
 		return "run_index"
 	}
 	return "other"
@@ -148,7 +150,7 @@ func (r *Runner) freeSlotsOf(ctx context.Context, slug, runID string) {
 		return
 	}
 	for i := range a.concurrency {
-		key, err := slotKey(slug, i)
+		key, err := layout.RunSlotKey(slug, i)
 		if err != nil {
 			return
 		}
@@ -168,12 +170,12 @@ func (r *Runner) readSlot(ctx context.Context, key string) (slotEntry, storage.V
 		return slotEntry{}, "", err
 	}
 	var e slotEntry
-	var ce *storage.CorruptError
+	var ce *records.CorruptError
 	if err := json.Unmarshal(b, &e); err != nil {
-		ce = &storage.CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
+		ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
 	} else if e.RunID != "" {
 		if err := storage.ValidateID("run id", e.RunID); err != nil {
-			ce = &storage.CorruptError{Key: key, Version: v, Data: b, Reason: "invalid", Err: err}
+			ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "invalid", Err: err}
 		}
 	}
 	if ce != nil {

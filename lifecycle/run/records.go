@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Status is a run's status.json (seed 000 §3, seed 002 §2.4). Status holds
@@ -16,7 +16,7 @@ import (
 // The seed's fields come first and are always present, so a plain run's
 // status.json reads like the seed's examples; the fields the SDK adds (lease,
 // heartbeat, cancellation, approval and external waits, resume count) are
-// omitted while empty. The embedded storage.Meta adds the document's write
+// omitted while empty. The embedded records.Meta adds the document's write
 // counter, "version".
 type Status struct {
 	RunID     string `json:"run_id"`
@@ -36,7 +36,7 @@ type Status struct {
 	// Error is "CODE: message" once the run failed, null otherwise.
 	Error *string `json:"error"`
 
-	storage.Meta
+	records.Meta
 
 	Machine        string `json:"machine,omitempty"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
@@ -44,7 +44,7 @@ type Status struct {
 	// SDK's one lease. A runner renews it by heartbeat; another takes the
 	// run over only after ExpiresAt, with Epoch+1, which fences the first
 	// one out of every write.
-	Lease           *storage.Lease `json:"lease,omitempty"`
+	Lease           *records.Lease `json:"lease,omitempty"`
 	LastHeartbeatAt *time.Time     `json:"last_heartbeat_at,omitempty"`
 	// Cancellation (seed 001 RunRecord).
 	CancelRequested   bool       `json:"cancel_requested,omitempty"`
@@ -70,7 +70,7 @@ type Status struct {
 // writes it writes the same object once.
 type AuditRecord struct {
 	ID    string             `json:"id"`
-	Event storage.AuditEvent `json:"event"`
+	Event records.AuditEvent `json:"event"`
 }
 
 // StepRecord is one step file, steps/NN-name.json (seed 002 §2.5). The

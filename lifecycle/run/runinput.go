@@ -1,6 +1,8 @@
 package run
 
-import "github.com/runconveyor/conveyor/lifecycle"
+import (
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+)
 
 // The checks of the Runner's caller inputs (issue 10 F). Each public method
 // that takes free text runs its check first, so a refused call writes
@@ -10,16 +12,16 @@ import "github.com/runconveyor/conveyor/lifecycle"
 // values' meaning (a known agent, a trigger of the set, JSON input, a key
 // of a scheme) is Submit's check, after this one.
 func (req *SubmitRequest) check() error {
-	if err := lifecycle.CheckText("agent_slug", req.AgentSlug, lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("agent_slug", req.AgentSlug, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckText("trigger", req.Trigger, lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("trigger", req.Trigger, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckJSON("input", req.Input, lifecycle.MaxDocumentBytes); err != nil {
+	if err := codes.CheckJSON("input", req.Input, codes.MaxDocumentBytes); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckText("idempotency_key", req.IdempotencyKey, MaxIdempotencyKeyBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("idempotency_key", req.IdempotencyKey, MaxIdempotencyKeyBytes, codes.OneLine); err != nil {
 		return err
 	}
 	return req.Caller.check()
@@ -27,10 +29,10 @@ func (req *SubmitRequest) check() error {
 
 // check refuses a decision whose decided_by or reason breaks its limit.
 func (d *Decision) check() error {
-	if err := lifecycle.CheckText("decided_by", d.DecidedBy, lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("decided_by", d.DecidedBy, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckText("reason", d.Reason, lifecycle.MaxTextBytes, lifecycle.MultiLine); err != nil {
+	if err := codes.CheckText("reason", d.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
 		return err
 	}
 	return d.Caller.check()
@@ -38,13 +40,13 @@ func (d *Decision) check() error {
 
 // check refuses an event whose type, id or source breaks its limit.
 func (ev *ExternalEvent) check() error {
-	if err := lifecycle.CheckText("event_type", ev.Type, lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("event_type", ev.Type, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckText("event_id", ev.ID, lifecycle.MaxRefBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("event_id", ev.ID, codes.MaxRefBytes, codes.OneLine); err != nil {
 		return err
 	}
-	if err := lifecycle.CheckText("source", ev.Source, lifecycle.MaxRefBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("source", ev.Source, codes.MaxRefBytes, codes.OneLine); err != nil {
 		return err
 	}
 	return ev.Caller.check()
@@ -53,7 +55,7 @@ func (ev *ExternalEvent) check() error {
 // check refuses a cancel whose reason is over MaxTextBytes or not clean
 // text.
 func (req *CancelRequest) check() error {
-	if err := lifecycle.CheckText("reason", req.Reason, lifecycle.MaxTextBytes, lifecycle.MultiLine); err != nil {
+	if err := codes.CheckText("reason", req.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
 		return err
 	}
 	return req.Caller.check()

@@ -4,22 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-
-	"github.com/runconveyor/conveyor/storage"
 )
-
-// Keys of the Runner's own objects; storage's layout builds them all.
-const activePrefix = storage.RunActivePrefix
-
-func runIndexKey(runID string) (string, error) { return storage.RunIndexKey(runID) }
-
-func activeKey(slug, runID string) (string, error) { return storage.RunActiveKey(slug, runID) }
-
-func parseActiveKey(key string) (slug, runID string, ok bool) { return storage.ParseRunActiveKey(key) }
-
-func slotKey(slug string, n int) (string, error) { return storage.RunSlotKey(slug, n) }
-
-func runInputKey(slug, runID string) (string, error) { return storage.RunInputKey(slug, runID) }
 
 // runIndexEntry is the body of index/runs/{runId}.json.
 type runIndexEntry struct {

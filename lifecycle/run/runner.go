@@ -16,8 +16,11 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Runner is the Orchestration Layer wrapper of the seeds: the one writer of
@@ -182,7 +185,7 @@ func (r *Runner) Stragglers() (live int, total int64) { return r.units.Straggler
 
 // Quarantined counts the poison records (undecodable or invalid run
 // statuses and slot objects) this runner moved under storage's quarantine
-// prefix; storage.ListQuarantine lists them and storage.Restore puts one
+// prefix; records.ListQuarantine lists them and records.Restore puts one
 // back.
 func (r *Runner) Quarantined() int64 { return r.quar.Count() }
 
@@ -300,15 +303,15 @@ func newRunID(now time.Time) string {
 // recovery looks through. Writing an existing run again (a retried
 // idempotent submit) is a no-op for the parts already there.
 func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitRequest, runID string) error {
-	idxKey, err := runIndexKey(runID)
+	idxKey, err := layout.RunIndexKey(runID)
 	if err != nil {
 		return err
 	}
-	statusKey, err := storage.RunStatusKey(agent.Slug, runID)
+	statusKey, err := layout.RunStatusKey(agent.Slug, runID)
 	if err != nil {
 		return err
 	}
-	active, err := activeKey(agent.Slug, runID)
+	active, err := layout.RunActiveKey(agent.Slug, runID)
 	if err != nil {
 		return err
 	}
@@ -340,7 +343,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 		return err
 	}
 	if len(req.Input) > 0 {
-		inKey, err := runInputKey(agent.Slug, runID)
+		inKey, err := layout.RunInputKey(agent.Slug, runID)
 		if err != nil {
 			return err
 		}
@@ -348,7 +351,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 			return err
 		}
 	}
-	ver, err := storage.Create(ctx, r.store, statusKey, &doc)
+	ver, err := records.Create(ctx, r.store, statusKey, &doc)
 	created := err == nil
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		doc, ver, err = r.readStatus(ctx, agent.Slug, runID, statusKey)
@@ -401,7 +404,7 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 	if !ok {
 		return
 	}
-	active, err := activeKey(slug, runID)
+	active, err := layout.RunActiveKey(slug, runID)
 	if err != nil {
 		return
 	}
@@ -420,7 +423,7 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 	if err := r.statusValidator(slug, runID)(&doc); err != nil {
 		return
 	}
-	idxKey, err := runIndexKey(runID)
+	idxKey, err := layout.RunIndexKey(runID)
 	if err != nil {
 		return
 	}
@@ -430,7 +433,7 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 	}
 	inputLost := false
 	if e.Input {
-		inKey, err := runInputKey(slug, runID)
+		inKey, err := layout.RunInputKey(slug, runID)
 		if err != nil {
 			return
 		}
@@ -440,7 +443,7 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 		}
 		inputLost = err != nil
 	}
-	ver, err := storage.Create(ctx, r.store, statusKey, &doc)
+	ver, err := records.Create(ctx, r.store, statusKey, &doc)
 	if err != nil {
 		return // written meanwhile (its submit, another runner): the next poll reads it
 	}
@@ -466,7 +469,7 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 		if err := f.fire(ctx, d, ev, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
-		r.finishFields(d, lifecycle.NewRunError(lifecycle.CodeInternalError, "its submit stopped before its input was written"))
+		r.finishFields(d, lifecycle.NewRunError(codes.InternalError, "its submit stopped before its input was written"))
 		return nil
 	})
 	if err != nil {
@@ -515,7 +518,7 @@ func (r *Runner) putOnce(ctx context.Context, key string, value []byte) error {
 
 // locate finds a run's agent through the run index.
 func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey string, err error) {
-	idx, err := runIndexKey(runID)
+	idx, err := layout.RunIndexKey(runID)
 	if err != nil {
 		return "", "", &RequestError{Field: "run_id", Reason: err.Error()}
 	}
@@ -529,14 +532,14 @@ func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey stri
 	var e runIndexEntry
 	derr := json.Unmarshal(b, &e)
 	if derr == nil {
-		if statusKey, err = storage.RunStatusKey(e.AgentSlug, runID); err == nil {
+		if statusKey, err = layout.RunStatusKey(e.AgentSlug, runID); err == nil {
 			return e.AgentSlug, statusKey, nil
 		}
 		derr = err
 	}
 	// A poison index entry: quarantine it, and find the run among this
 	// runner's agents, whose run folders hold its status.json.
-	if _, err := r.quarantine(ctx, &storage.CorruptError{Key: idx, Version: v, Data: b, Reason: "invalid run index entry", Err: derr}); err != nil {
+	if _, err := r.quarantine(ctx, &records.CorruptError{Key: idx, Version: v, Data: b, Reason: "invalid run index entry", Err: derr}); err != nil {
 		return "", "", err
 	}
 	return r.reindex(ctx, runID, idx)
@@ -551,7 +554,7 @@ func (r *Runner) reindex(ctx context.Context, runID, idx string) (slug, statusKe
 	}
 	slices.Sort(slugs)
 	for _, s := range slugs {
-		key, err := storage.RunStatusKey(s, runID)
+		key, err := layout.RunStatusKey(s, runID)
 		if err != nil {
 			return "", "", err
 		}
@@ -596,7 +599,7 @@ func (r *Runner) Steps(ctx context.Context, runID string) ([]StepRecord, error) 
 }
 
 func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]StepRecord, error) {
-	prefix, err := storage.RunStepsPrefix(slug, runID)
+	prefix, err := layout.RunStepsPrefix(slug, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -625,7 +628,7 @@ func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]StepRecor
 // Runs reads the status of every run of an agent, oldest first
 // (GET /runs?agent={slug}).
 func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
-	prefix, err := storage.AgentRunsPrefix(slug)
+	prefix, err := layout.AgentRunsPrefix(slug)
 	if err != nil {
 		return nil, &RequestError{Field: "agent", Reason: err.Error()}
 	}
@@ -639,7 +642,7 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
 			continue
 		}
 		doc, _, err := r.readStatus(ctx, slug, runID, key)
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) {
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
 			continue // gone, or poison: quarantined
 		}
 		if err != nil {
@@ -668,20 +671,20 @@ func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
 			}
 		}
 	}
-	for key, err := range r.store.List(ctx, activePrefix) {
+	for key, err := range r.store.List(ctx, layout.RunActivePrefix) {
 		if err != nil {
 			return nil, err
 		}
-		slug, runID, ok := parseActiveKey(key)
+		slug, runID, ok := layout.ParseRunActiveKey(key)
 		if !ok {
 			continue
 		}
-		statusKey, err := storage.RunStatusKey(slug, runID)
+		statusKey, err := layout.RunStatusKey(slug, runID)
 		if err != nil {
 			continue
 		}
 		doc, _, err := r.readStatus(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) {
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
 			continue // its submit is not done, or poison (quarantined)
 		}
 		if err != nil {

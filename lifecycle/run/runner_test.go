@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 func TestRunnerHappyPath(t *testing.T) {
@@ -44,7 +44,7 @@ func TestRunnerHappyPath(t *testing.T) {
 		}
 	}
 	var m manifestDoc
-	key, _ := storage.RunManifestKey("archivist-violin", res.RunID)
+	key, _ := layout.RunManifestKey("archivist-violin", res.RunID)
 	readJSON(t, g.store, key, &m)
 	if m.Status != "completed" || len(m.Steps) != 3 || m.Outputs[0] != "proposal.json" {
 		t.Errorf("manifest %+v", m)

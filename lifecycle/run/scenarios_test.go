@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/testlog"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // scenario is one behaviour of the Runner, run on every store.
@@ -111,7 +114,7 @@ func scenarioHappyPath(t *testing.T, g *rig) {
 	}
 	// status.json carries the seed's fields (000 §3.2), null where the seed
 	// has null, and no SDK field left behind by the run.
-	key, _ := storage.RunStatusKey(agent.Slug, id)
+	key, _ := layout.RunStatusKey(agent.Slug, id)
 	var raw map[string]any
 	readJSON(t, g.store, key, &raw)
 	for _, f := range []string{"run_id", "agent_slug", "status", "trigger", "started_at", "finished_at", "current_step", "steps_total", "steps_completed", "proposals_created", "error"} {
@@ -136,10 +139,10 @@ func scenarioHappyPath(t *testing.T, g *rig) {
 	// updates, completed.
 	// The audit event follows its status write, so it may land just after
 	// Wait saw the status.
-	var events []storage.AuditEvent
+	var events []records.AuditEvent
 	until(t, "six audit events", func() bool {
 		events = events[:0]
-		for ev, err := range storage.ReadAuditDay(context.Background(), g.store, epoch0) {
+		for ev, err := range records.ReadAuditDay(context.Background(), g.store, epoch0) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,7 +220,7 @@ func scenarioRetries(t *testing.T, g *rig) {
 		at = append(at, g.clock.Now())
 		mu.Unlock()
 		if in.Attempt < 3 {
-			return run.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "503 from NotebookLM")
+			return run.StepOutput{}, lifecycle.NewRunError(codes.NLMUnavailable, "503 from NotebookLM")
 		}
 		return run.StepOutput{Summary: "ok"}, nil
 	}}
@@ -249,7 +252,7 @@ func scenarioRetriesExhausted(t *testing.T, g *rig) {
 	var calls atomic.Int32
 	coded := run.Step{Name: "nlm", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		calls.Add(1)
-		return run.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "NotebookLM down")
+		return run.StepOutput{}, lifecycle.NewRunError(codes.NLMUnavailable, "NotebookLM down")
 	}}
 	plain := run.Step{Name: "boom", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		return run.StepOutput{}, errors.New("boom")
@@ -266,7 +269,7 @@ func scenarioRetriesExhausted(t *testing.T, g *rig) {
 	if st.Status != "failed" || *st.Error != "INTERNAL_ERROR: step boom failed after 4 attempts: boom" {
 		t.Fatalf("plain: %s %v", st.Status, deref(st.Error))
 	}
-	if code := lifecycle.HTTPStatus(lifecycle.CodeNLMUnavailable); code != 502 {
+	if code := codes.HTTPStatus(codes.NLMUnavailable); code != 502 {
 		t.Errorf("NLM_UNAVAILABLE → %d", code)
 	}
 	steps, _ := r.Steps(context.Background(), b)
@@ -292,7 +295,7 @@ func scenarioStepTimeout(t *testing.T, g *rig) {
 	if st.Status != "failed" || *st.Error != "AGENT_TIMEOUT: step hang exceeded 120s limit" {
 		t.Fatalf("%s %v", st.Status, deref(st.Error))
 	}
-	if lifecycle.HTTPStatus(lifecycle.CodeAgentTimeout) != 504 {
+	if codes.HTTPStatus(codes.AgentTimeout) != 504 {
 		t.Error("AGENT_TIMEOUT is not a 504")
 	}
 }
@@ -403,7 +406,7 @@ func scenarioCancelUnsupported(t *testing.T, g *rig) {
 	id := submit(t, r, "canon")
 	<-b.started
 	_, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: ""})
-	if !errors.Is(err, run.ErrUnsupported) || lifecycle.ErrorCode(err) != lifecycle.CodeUnsupported || !strings.Contains(err.Error(), "canonical-run does not support cancel") {
+	if !errors.Is(err, run.ErrUnsupported) || lifecycle.ErrorCode(err) != codes.Unsupported || !strings.Contains(err.Error(), "canonical-run does not support cancel") {
 		t.Fatalf("cancel on the canonical machine: %v", err)
 	}
 	if _, err := r.Approve(context.Background(), id, lifecycle.ActorGateway, run.Decision{}); !errors.Is(err, run.ErrUnsupported) {
@@ -472,7 +475,7 @@ func scenarioExternal(t *testing.T, g *rig) {
 	if st.Status != "waiting_external" || st.External == nil || st.External.EventType != "ci.finished" {
 		t.Fatalf("parked: %+v", st)
 	}
-	if _, err := r.Deliver(ctx, id, lifecycle.ActorGateway, run.ExternalEvent{Type: "other"}); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
+	if _, err := r.Deliver(ctx, id, lifecycle.ActorGateway, run.ExternalEvent{Type: "other"}); lifecycle.ErrorCode(err) != codes.InvalidRequest {
 		t.Errorf("wrong event type: %v", err)
 	}
 	// The wait followed the last step: after the event the runner completes
@@ -484,7 +487,7 @@ func scenarioExternal(t *testing.T, g *rig) {
 	if st := g.wait(r, id, time.Second, time.Minute); st.Status != "completed" || st.StepsCompleted != 2 || st.FinishedAt == nil {
 		t.Fatalf("after the event: %+v", st)
 	}
-	mkey, _ := storage.RunManifestKey(agent.Slug, id)
+	mkey, _ := layout.RunManifestKey(agent.Slug, id)
 	var m manifestDoc
 	readJSON(t, g.store, mkey, &m)
 	if len(m.Steps) != 2 || m.Status != "completed" {
@@ -734,7 +737,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 		t.Fatalf("runner a wrote after losing its lease: %v", late)
 	}
 	var result string
-	key, _ := storage.RunOutputKey("fenced", id, "result.json")
+	key, _ := layout.RunOutputKey("fenced", id, "result.json")
 	readJSON(t, g.store, key, &result)
 	if result != "b" {
 		t.Errorf("output written by %q", result)
@@ -862,7 +865,7 @@ func scenarioIdempotency(t *testing.T, g *rig) {
 	other := req
 	other.Input = json.RawMessage(`{"pr": 8}`)
 	_, err = r.Submit(ctx, other)
-	if !errors.Is(err, run.ErrIdempotencyConflict) || lifecycle.HTTPStatus(lifecycle.ErrorCode(err)) != 409 {
+	if !errors.Is(err, run.ErrIdempotencyConflict) || codes.HTTPStatus(lifecycle.ErrorCode(err)) != 409 {
 		t.Fatalf("conflict: %v", err)
 	}
 	// Key order in the payload does not matter.
@@ -879,14 +882,14 @@ func scenarioIdempotency(t *testing.T, g *rig) {
 	}
 	// After the 24 h TTL the record is expired and the key is free again.
 	g.clock.Advance(24*time.Hour + time.Minute)
-	if _, err := r.Idempotency(ctx, req.IdempotencyKey); !errors.Is(err, run.ErrIdempotencyExpired) || lifecycle.ErrorCode(err) != lifecycle.CodeIdempotencyExpired {
+	if _, err := r.Idempotency(ctx, req.IdempotencyKey); !errors.Is(err, run.ErrIdempotencyExpired) || lifecycle.ErrorCode(err) != codes.IdempotencyExpired {
 		t.Fatalf("expired: %v", err)
 	}
 	res, err := r.Submit(ctx, other)
 	if err != nil || res.Duplicate || res.RunID == ids[0] {
 		t.Fatalf("submit after expiry: %+v %v", res, err)
 	}
-	if _, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "gitlab:1"}); lifecycle.ErrorCode(err) != lifecycle.CodeInvalidRequest {
+	if _, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "gitlab:1"}); lifecycle.ErrorCode(err) != codes.InvalidRequest {
 		t.Errorf("bad scheme: %v", err)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // statusWriter writes one run's status.json through core.Record, the one
@@ -52,7 +54,7 @@ func (r *Runner) newWriter(slug, runID, key string, doc *Status, ver storage.Ver
 func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[Status, *Status] {
 	return &core.Record[Status, *Status]{
 		Store: r.store, Key: key, Owner: owner, Epoch: epoch,
-		Lease:    func(d *Status) *storage.Lease { return d.Lease },
+		Lease:    func(d *Status) *records.Lease { return d.Lease },
 		Clone:    func(d *Status) Status { return d.clone() },
 		Validate: r.statusValidator(slug, runID),
 	}
@@ -259,15 +261,15 @@ func writeContext(doc *Status, b by) lifecycle.TransitionContext {
 // from the status from, as b, at version seq of the document.
 func (r *Runner) auditOf(doc *Status, from string, b by, seq int64) *AuditRecord {
 	tc := writeContext(doc, b)
-	ev := storage.AuditEvent{TS: r.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
+	ev := records.AuditEvent{TS: r.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
 		From: from, To: doc.Status, Node: r.cfg.Node}
 	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
-	return &AuditRecord{ID: storage.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
+	return &AuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
 }
 
 // auditObject is where and what the audit object of a record is.
 func auditObject(a *AuditRecord) (string, []byte, error) {
-	key, err := storage.AuditKey(a.Event.TS, a.ID)
+	key, err := layout.AuditKey(a.Event.TS, a.ID)
 	if err != nil {
 		return "", nil, err
 	}

@@ -37,9 +37,9 @@ func Example() {
 	// fails, so the stream sees the job created, validated, picked up and
 	// sent to RETRY_BACKOFF.
 	q, _ := jobqueue.New(jobqueue.Config{Store: store})
-	_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: jobqueue.JobBrief, AgentSlug: "archivist"})
+	_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "archivist"})
 	if c, _ := q.Claim(ctx, "worker-1"); c != nil {
-		_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, jobqueue.Job, json.RawMessage) (jobqueue.Output, error) {
+		_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
 			return jobqueue.Output{}, errors.New("NLM backend unavailable")
 		}})
 	}

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Defaults of Config.
@@ -189,7 +191,7 @@ func idFloor(t time.Time) string { return t.UTC().Format("20060102T150405.000000
 func days(from, to time.Time) []string {
 	var out []string
 	for d := from.UTC().Truncate(24 * time.Hour); !d.After(to); d = d.Add(24 * time.Hour) {
-		out = append(out, storage.AuditDayPrefix(d))
+		out = append(out, layout.AuditDayPrefix(d))
 	}
 	return out
 }
@@ -276,7 +278,7 @@ func readEvent(ctx context.Context, s storage.Store, tr *translator, key, id str
 	if err != nil {
 		return batch{}, err
 	}
-	var ev storage.AuditEvent
+	var ev records.AuditEvent
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		return batch{id: id}, errors.Join(errSkip, err)
 	}

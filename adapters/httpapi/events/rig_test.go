@@ -18,9 +18,10 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/testlog"
+	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -241,13 +242,13 @@ func show(evs []events.Event) string {
 
 // record writes an audit event as another process would, stamped by the
 // fake clock unless ev.TS is set.
-func (r *rig) record(store storage.Store, ev storage.AuditEvent) storage.AuditEvent {
+func (r *rig) record(store storage.Store, ev records.AuditEvent) records.AuditEvent {
 	r.t.Helper()
 	if ev.Actor == "" {
 		ev.Actor = "orchestration-layer"
 	}
 	r.clk.Advance(time.Microsecond) // events of one instant would sort at random
-	l := &storage.AuditLog{Store: store, Node: "other-node", Now: r.clk.Now}
+	l := &records.AuditLog{Store: store, Node: "other-node", Now: r.clk.Now}
 	ev, err := l.Record(context.Background(), ev)
 	if err != nil {
 		r.t.Fatal(err)
@@ -257,9 +258,9 @@ func (r *rig) record(store storage.Store, ev storage.AuditEvent) storage.AuditEv
 
 // marker writes a job event no test expects otherwise; a stream that has
 // received it has received everything polled before.
-func (r *rig) marker(store storage.Store, name string) storage.AuditEvent {
+func (r *rig) marker(store storage.Store, name string) records.AuditEvent {
 	r.clk.Advance(time.Millisecond) // after every event stamped so far
-	return r.record(store, storage.AuditEvent{Event: "job.status.update", JobID: "marker-" + name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+	return r.record(store, records.AuditEvent{Event: "job.status.update", JobID: "marker-" + name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 }
 
 // wire renders events as "type data" lines for comparison.

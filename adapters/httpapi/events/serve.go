@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -95,7 +95,7 @@ func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	floor, err := f.subscribe(c)
 	if err != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(int(f.cfg.Retry.Seconds()+0.5)))
-		writeError(w, http.StatusServiceUnavailable, lifecycle.CodeServiceUnavailable, err.Error())
+		writeError(w, http.StatusServiceUnavailable, codes.ServiceUnavailable, err.Error())
 		return
 	}
 	defer f.unsubscribe(c)

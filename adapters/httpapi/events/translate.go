@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The data of each event type, field order as in the contract. "from" is
@@ -112,12 +115,12 @@ func stepsRun(state string) bool { return state == "running" || state == "cancel
 var errSkip = errors.New("events: audit event skipped")
 
 // translateAll returns the frames of the events of one audit object (one
-// event, or a batch of the job queue's, storage.AuditEvent.Expand), none
+// event, or a batch of the job queue's, records.AuditEvent.Expand), none
 // for an event type the contract does not publish, as one batch under the
 // object's id (a client resumes by object), and the run it belongs to. A
 // store failure is returned as is: the caller retries the object at its
 // next poll.
-func (t *translator) translateAll(ctx context.Context, id string, evs []storage.AuditEvent) (batch, error) {
+func (t *translator) translateAll(ctx context.Context, id string, evs []records.AuditEvent) (batch, error) {
 	b := batch{id: id}
 	var frames []Event
 	for i := range evs {
@@ -140,7 +143,7 @@ func (t *translator) translateAll(ctx context.Context, id string, evs []storage.
 }
 
 // frames appends the frames of ev to frames and sets b's run.
-func (t *translator) frames(ctx context.Context, ev *storage.AuditEvent, b *batch, frames *[]Event) error {
+func (t *translator) frames(ctx context.Context, ev *records.AuditEvent, b *batch, frames *[]Event) error {
 	add := func(typ string, v any) {
 		d, _ := json.Marshal(v) // structs of strings and ints: it cannot fail
 		*frames = append(*frames, Event{ID: ev.ID, Type: typ, Data: d})
@@ -197,7 +200,7 @@ func (t *translator) agent(ctx context.Context, runID string) (string, error) {
 	if a, ok := t.agents[runID]; ok {
 		return a, nil
 	}
-	key, err := storage.RunIndexKey(runID)
+	key, err := layout.RunIndexKey(runID)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", errSkip, err)
 	}
@@ -222,7 +225,7 @@ func (t *translator) runStatus(ctx context.Context, agent, runID string) (runSta
 	if st, ok := t.status[runID]; ok {
 		return st, nil
 	}
-	key, err := storage.RunStatusKey(agent, runID)
+	key, err := layout.RunStatusKey(agent, runID)
 	if err != nil {
 		return runStatus{}, nil
 	}
@@ -247,7 +250,7 @@ func (t *translator) pendingCount(ctx context.Context) (int, error) {
 		return t.pending, nil
 	}
 	n := 0
-	for _, err := range t.box.List(ctx, inbox.ListOptions{Status: inbox.Pending}) {
+	for _, err := range t.box.List(ctx, inbox.ListOptions{Status: lifecycle.InboxPending}) {
 		if err != nil {
 			return 0, err
 		}

@@ -14,9 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // GitHub's headers.
@@ -64,17 +66,17 @@ func githubStarted(runID, agent string, duplicate bool) answer {
 // reaches a parser.
 func verifyGitHub(secret, header string, body []byte) error {
 	if header == "" {
-		return webhookErr(lifecycle.CodeWebhookSignatureInvalid, "no %s header", githubSignatureHeader)
+		return webhookErr(codes.WebhookSignatureInvalid, "no %s header", githubSignatureHeader)
 	}
 	hexSig, ok := strings.CutPrefix(header, "sha256=")
 	got, err := hex.DecodeString(hexSig)
 	if !ok || err != nil || len(got) != sha256.Size {
-		return webhookErr(lifecycle.CodeWebhookSignatureInvalid, "%s is not sha256=<64 hex digits>", githubSignatureHeader)
+		return webhookErr(codes.WebhookSignatureInvalid, "%s is not sha256=<64 hex digits>", githubSignatureHeader)
 	}
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write(body)
 	if !hmac.Equal(got, mac.Sum(nil)) {
-		return webhookErr(lifecycle.CodeWebhookSignatureInvalid, "%s does not match the body", githubSignatureHeader)
+		return webhookErr(codes.WebhookSignatureInvalid, "%s does not match the body", githubSignatureHeader)
 	}
 	return nil
 }
@@ -102,7 +104,7 @@ type githubPayload struct {
 // application/x-www-form-urlencoded carries the JSON in its payload field.
 func parseGitHub(event, delivery, mediaType string, body []byte) (githubInput, error) {
 	bad := func(format string, args ...any) (githubInput, error) {
-		return githubInput{}, webhookErr(lifecycle.CodeInvalidRequest, format, args...)
+		return githubInput{}, webhookErr(codes.InvalidRequest, format, args...)
 	}
 	if !validName(event) {
 		return bad("%s %q is not an event name", githubEventHeader, truncate(event))
@@ -119,7 +121,7 @@ func parseGitHub(event, delivery, mediaType string, body []byte) (githubInput, e
 	}
 	// Before decoding: encoding/json turns invalid UTF-8 into U+FFFD, so
 	// the fields checked below would look clean.
-	if err := lifecycle.CheckJSON("body", body, len(body)); err != nil {
+	if err := codes.CheckJSON("body", body, len(body)); err != nil {
 		return githubInput{}, err
 	}
 	var p githubPayload
@@ -147,10 +149,10 @@ func parseGitHub(event, delivery, mediaType string, body []byte) (githubInput, e
 	}
 	// Checked here, before anything is written: they become the run's
 	// caller and the window's key.
-	if err := lifecycle.CheckText("repository.full_name", in.Repository, lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("repository.full_name", in.Repository, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return bad("%v", err)
 	}
-	if err := lifecycle.CheckText("sender.login", in.Sender, lifecycle.MaxNameBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("sender.login", in.Sender, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return bad("%v", err)
 	}
 	return in, nil
@@ -225,12 +227,12 @@ func (h *Handler) githubDedupe(ctx context.Context, in githubInput, agent, key s
 	default:
 		return nil, "", err
 	}
-	akey, err := storage.GitHubDeliveryKey(in.Delivery)
+	akey, err := layout.GitHubDeliveryKey(in.Delivery)
 	if err != nil {
 		return nil, "", err
 	}
-	ab, _, err := storage.Read[absorbed](ctx, h.cfg.Store, akey)
-	var ce *storage.CorruptError
+	ab, _, err := records.Read[absorbed](ctx, h.cfg.Store, akey)
+	var ce *records.CorruptError
 	switch {
 	case err == nil && h.clock.Now().Before(ab.ExpiresAt):
 		a := githubStarted(ab.RunID, ab.Agent, true)
@@ -259,7 +261,7 @@ func (h *Handler) githubDedupe(ctx context.Context, in githubInput, agent, key s
 	// a concurrent twin recorded the same run.
 	now := h.clock.Now()
 	doc := absorbed{Delivery: in.Delivery, DuplicateOf: first.delivery, RunID: first.runID, Agent: first.agent, CreatedAt: now, ExpiresAt: now.Add(absorbedTTL)}
-	if _, err := storage.Create(ctx, h.cfg.Store, akey, &doc); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+	if _, err := records.Create(ctx, h.cfg.Store, akey, &doc); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return nil, "", err
 	} else if err != nil {
 		// An expired record of an earlier absorption: replace it.
@@ -274,7 +276,7 @@ func (h *Handler) githubDedupe(ctx context.Context, in githubInput, agent, key s
 // window is the secondary dedupe record of one subject (repository, number,
 // event type): the first delivery within DedupeWindow and its agent.
 type window struct {
-	storage.Meta
+	records.Meta
 	Repository string    `json:"repository"`
 	Number     int64     `json:"number"`
 	EventType  string    `json:"event_type"`
@@ -286,7 +288,7 @@ type window struct {
 
 // absorbed records a delivery a window took as a duplicate of its first.
 type absorbed struct {
-	storage.Meta
+	records.Meta
 	Delivery    string    `json:"delivery"`
 	DuplicateOf string    `json:"duplicate_of"`
 	RunID       string    `json:"run_id"`
@@ -306,17 +308,17 @@ type firstDelivery struct{ delivery, runID, agent string }
 // delivery's submit failed, is taken over by a write conditional on the
 // version judged, so again one process wins.
 func (h *Handler) claimWindow(ctx context.Context, in githubInput, agent string) (*firstDelivery, error) {
-	key := storage.GitHubWindowKey(in.Repository, in.Number, in.eventType())
+	key := layout.GitHubWindowKey(in.Repository, in.Number, in.eventType())
 	for range 5 {
 		now := h.clock.Now()
 		mine := window{Repository: in.Repository, Number: in.Number, EventType: in.eventType(), Delivery: in.Delivery,
 			Agent: agent, CreatedAt: now, ExpiresAt: now.Add(DedupeWindow)}
-		_, err := storage.Create(ctx, h.cfg.Store, key, &mine)
+		_, err := records.Create(ctx, h.cfg.Store, key, &mine)
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			return nil, err // claimed, or failed
 		}
-		cur, ver, err := storage.Read[window](ctx, h.cfg.Store, key)
-		var ce *storage.CorruptError
+		cur, ver, err := records.Read[window](ctx, h.cfg.Store, key)
+		var ce *records.CorruptError
 		switch {
 		case errors.As(err, &ce):
 			// A poison window must not block its subject forever: it is
@@ -354,8 +356,8 @@ func (h *Handler) claimWindow(ctx context.Context, in githubInput, agent string)
 // replace overwrites an absorbed record that is known to exist: it is
 // replaced only when expired, conditional on the version judged.
 func (h *Handler) replace(ctx context.Context, key string, doc *absorbed) error {
-	cur, ver, err := storage.Read[absorbed](ctx, h.cfg.Store, key)
-	var ce *storage.CorruptError
+	cur, ver, err := records.Read[absorbed](ctx, h.cfg.Store, key)
+	var ce *records.CorruptError
 	switch {
 	case errors.As(err, &ce):
 		ver = ce.Version

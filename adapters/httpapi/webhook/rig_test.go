@@ -19,6 +19,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -268,7 +269,7 @@ func (r *rig) runs() map[string]int {
 // input reads a run's stored input.
 func (r *rig) input(agent, runID string) map[string]any {
 	r.t.Helper()
-	k, err := storage.RunInputKey(agent, runID)
+	k, err := layout.RunInputKey(agent, runID)
 	if err != nil {
 		r.t.Fatal(err)
 	}

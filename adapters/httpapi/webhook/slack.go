@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -103,24 +103,24 @@ func slackStarted(runID, agent string, duplicate bool) answer {
 func verifySlack(secret, timestamp, signature string, body []byte, now time.Time) error {
 	ts, err := strconv.ParseInt(timestamp, 10, 64)
 	if err != nil || timestamp == "" || len(timestamp) > 12 || strings.TrimLeft(timestamp, "0123456789") != "" {
-		return webhookErr(lifecycle.CodeWebhookSignatureInvalid, "%s is missing or not Unix seconds", slackTimestampHeader)
+		return webhookErr(codes.WebhookSignatureInvalid, "%s is missing or not Unix seconds", slackTimestampHeader)
 	}
 	if signature == "" {
-		return webhookErr(lifecycle.CodeWebhookSignatureInvalid, "no %s header", slackSignatureHeader)
+		return webhookErr(codes.WebhookSignatureInvalid, "no %s header", slackSignatureHeader)
 	}
 	hexSig, ok := strings.CutPrefix(signature, "v0=")
 	got, err := hex.DecodeString(hexSig)
 	if !ok || err != nil || len(got) != sha256.Size {
-		return webhookErr(lifecycle.CodeWebhookSignatureInvalid, "%s is not v0=<64 hex digits>", slackSignatureHeader)
+		return webhookErr(codes.WebhookSignatureInvalid, "%s is not v0=<64 hex digits>", slackSignatureHeader)
 	}
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write([]byte("v0:" + timestamp + ":"))
 	mac.Write(body)
 	if !hmac.Equal(got, mac.Sum(nil)) {
-		return webhookErr(lifecycle.CodeWebhookSignatureInvalid, "%s does not match the body", slackSignatureHeader)
+		return webhookErr(codes.WebhookSignatureInvalid, "%s does not match the body", slackSignatureHeader)
 	}
 	if d := now.Sub(time.Unix(ts, 0)); d > ReplayWindow || d < -ReplayWindow {
-		return webhookErr(lifecycle.CodeWebhookStale, "%s is %s from the server's clock, over %s", slackTimestampHeader, d.Round(time.Second), ReplayWindow)
+		return webhookErr(codes.WebhookStale, "%s is %s from the server's clock, over %s", slackTimestampHeader, d.Round(time.Second), ReplayWindow)
 	}
 	return nil
 }
@@ -145,7 +145,7 @@ type slackPayload struct {
 // an interactive request's payload field.
 func parseSlack(body []byte) (slackInput, error) {
 	bad := func(format string, args ...any) (slackInput, error) {
-		return slackInput{}, webhookErr(lifecycle.CodeInvalidRequest, format, args...)
+		return slackInput{}, webhookErr(codes.InvalidRequest, format, args...)
 	}
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
@@ -191,13 +191,13 @@ func parseSlack(body []byte) (slackInput, error) {
 			return bad("%s %q is not an id", field, truncate(v))
 		}
 	}
-	if err := lifecycle.CheckText("response_url", in.ResponseURL, lifecycle.MaxURLBytes, lifecycle.OneLine); err != nil {
+	if err := codes.CheckText("response_url", in.ResponseURL, codes.MaxURLBytes, codes.OneLine); err != nil {
 		return bad("%v", err)
 	}
 	// The text becomes the run's input: undecodable bytes in it (a form
 	// value is percent-decoded to any bytes) are refused, not turned into
 	// U+FFFD by the input's encoding.
-	if err := lifecycle.CheckText("text", in.Text, lifecycle.MaxDocumentBytes, lifecycle.MultiLine); err != nil {
+	if err := codes.CheckText("text", in.Text, codes.MaxDocumentBytes, codes.MultiLine); err != nil {
 		return slackInput{}, err
 	}
 	return in, nil
@@ -229,10 +229,10 @@ func (e slackEnvelope) eventString(field string) string {
 // is its input; an app_rate_limited notice is neither.
 func parseSlackEvent(body []byte) (in slackInput, challenge string, err error) {
 	bad := func(format string, args ...any) (slackInput, string, error) {
-		return slackInput{}, "", webhookErr(lifecycle.CodeInvalidRequest, format, args...)
+		return slackInput{}, "", webhookErr(codes.InvalidRequest, format, args...)
 	}
 	// Before decoding: encoding/json turns invalid UTF-8 into U+FFFD.
-	if err := lifecycle.CheckJSON("body", body, len(body)); err != nil {
+	if err := codes.CheckJSON("body", body, len(body)); err != nil {
 		return slackInput{}, "", err
 	}
 	var env slackEnvelope
@@ -241,7 +241,7 @@ func parseSlackEvent(body []byte) (in slackInput, challenge string, err error) {
 	}
 	switch env.Type {
 	case slackURLVerification:
-		if env.Challenge == "" || len(env.Challenge) > maxSlackChallengeSize || lifecycle.CheckText("challenge", env.Challenge, maxSlackChallengeSize, lifecycle.OneLine) != nil {
+		if env.Challenge == "" || len(env.Challenge) > maxSlackChallengeSize || codes.CheckText("challenge", env.Challenge, maxSlackChallengeSize, codes.OneLine) != nil {
 			return bad("challenge is missing or not a short line of text")
 		}
 		return slackInput{Type: env.Type}, env.Challenge, nil
@@ -273,7 +273,7 @@ func parseSlackEvent(body []byte) (in slackInput, challenge string, err error) {
 	if !validKeyPart(in.EventTS) {
 		in.EventTS = ""
 	}
-	if err := lifecycle.CheckText("event.text", in.Text, lifecycle.MaxDocumentBytes, lifecycle.MultiLine); err != nil {
+	if err := codes.CheckText("event.text", in.Text, codes.MaxDocumentBytes, codes.MultiLine); err != nil {
 		return slackInput{}, "", err
 	}
 	return in, "", nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -192,12 +193,12 @@ type answer struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	source, ok := strings.CutPrefix(r.URL.Path, "/webhooks/")
 	if !ok || !h.serves(source) {
-		h.writeError(w, r, source, webhookErr(lifecycle.CodeNotFound, "no webhook is served at %s", r.URL.Path))
+		h.writeError(w, r, source, webhookErr(codes.NotFound, "no webhook is served at %s", r.URL.Path))
 		return
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		h.writeError(w, r, source, webhookErr(lifecycle.CodeMethodNotAllowed, "%s %s: only POST", r.Method, r.URL.Path))
+		h.writeError(w, r, source, webhookErr(codes.MethodNotAllowed, "%s %s: only POST", r.Method, r.URL.Path))
 		return
 	}
 	var a answer
@@ -235,7 +236,7 @@ func checkMediaType(r *http.Request, allowed ...string) (string, error) {
 			return mt, nil
 		}
 	}
-	return "", webhookErr(lifecycle.CodeUnsupportedMediaType, "the body must be %s, not %q", strings.Join(allowed, " or "), ct)
+	return "", webhookErr(codes.UnsupportedMediaType, "the body must be %s, not %q", strings.Join(allowed, " or "), ct)
 }
 
 // readBody reads the raw body, which the signature covers, bounded by
@@ -244,15 +245,15 @@ func checkMediaType(r *http.Request, allowed ...string) (string, error) {
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	limit := h.cfg.MaxBodyBytes
 	if r.ContentLength > limit {
-		return nil, webhookErr(lifecycle.CodeInputTooLarge, "the body is over %d bytes", limit)
+		return nil, webhookErr(codes.InputTooLarge, "the body is over %d bytes", limit)
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, webhookErr(lifecycle.CodeInputTooLarge, "the body is over %d bytes", limit)
+		return nil, webhookErr(codes.InputTooLarge, "the body is over %d bytes", limit)
 	}
 	if err != nil {
-		return nil, webhookErr(lifecycle.CodeInvalidRequest, "reading the body: %v", err)
+		return nil, webhookErr(codes.InvalidRequest, "reading the body: %v", err)
 	}
 	return b, nil
 }
@@ -297,13 +298,13 @@ type errorBody struct {
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, source string, err error) {
 	code := lifecycle.ErrorCode(err)
 	switch {
-	case code != lifecycle.CodeInternalError:
+	case code != codes.InternalError:
 	case errors.Is(err, run.ErrInvalidIdempotencyKey):
-		code = lifecycle.CodeInvalidRequest
+		code = codes.InvalidRequest
 	case errors.Is(err, context.DeadlineExceeded):
-		code = lifecycle.CodeUpstreamUnavailable
+		code = codes.UpstreamUnavailable
 	}
-	status := lifecycle.HTTPStatus(code)
+	status := codes.HTTPStatus(code)
 	msg := err.Error()
 	level := slog.LevelInfo
 	switch {
@@ -351,7 +352,7 @@ func validName(s string) bool {
 func validSlackEvent(s string) bool {
 	if cmd, ok := strings.CutPrefix(s, "/"); ok {
 		return cmd != "" && len(s) <= 64 && !strings.ContainsAny(cmd, " /") &&
-			lifecycle.CheckText("command", s, 64, lifecycle.OneLine) == nil
+			codes.CheckText("command", s, 64, codes.OneLine) == nil
 	}
 	return validName(s)
 }

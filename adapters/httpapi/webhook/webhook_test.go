@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -402,8 +404,8 @@ func TestPoisonDedupeRecords(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := context.Background()
-	wkey := storage.GitHubWindowKey("octo/repo", 7, "pull_request.synchronize")
-	akey, _ := storage.GitHubDeliveryKey("d-2")
+	wkey := layout.GitHubWindowKey("octo/repo", 7, "pull_request.synchronize")
+	akey, _ := layout.GitHubDeliveryKey("d-2")
 	for _, k := range []string{wkey, akey} {
 		if _, err := r.store.Put(ctx, k, []byte("{not json"), storage.IfNotExists()); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/runtest"
 )
@@ -46,7 +47,7 @@ func TestRunAgent(t *testing.T) {
 		{name: "parks at an approval gate", agent: run.Agent{Slug: "gated", Machine: lifecycle.MachineApproval, Steps: []run.Step{fetch, gate}},
 			status: "awaiting_approval", summaries: []string{"fetched", "asks"}, attempts: []int{1, 1}},
 		{name: "a panic fails the run", agent: run.Agent{Slug: "panics", Steps: []run.Step{fetch, broken}},
-			status: "failed", code: lifecycle.CodeInternalError, summaries: []string{"fetched", ""}, attempts: []int{1, 1}},
+			status: "failed", code: codes.InternalError, summaries: []string{"fetched", ""}, attempts: []int{1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

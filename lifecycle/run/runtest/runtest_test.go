@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/runtest"
 )
@@ -35,9 +36,9 @@ func script(calls *atomic.Int32, script ...string) run.StepFunc {
 		case "hang":
 			return run.StepOutput{}, runtest.Hang(ctx)
 		case "503":
-			return run.StepOutput{}, lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "503 from NotebookLM")
+			return run.StepOutput{}, lifecycle.NewRunError(codes.NLMUnavailable, "503 from NotebookLM")
 		case "permanent":
-			return run.StepOutput{}, &lifecycle.RunError{Code: lifecycle.CodeUpstreamUnavailable, Message: "gone", Permanent: true}
+			return run.StepOutput{}, &lifecycle.RunError{Code: codes.UpstreamUnavailable, Message: "gone", Permanent: true}
 		}
 		return run.StepOutput{}, errors.New("boom")
 	}
@@ -58,16 +59,16 @@ func TestRunStep(t *testing.T) {
 	}{
 		{name: "ok", script: []string{"ok"}, status: "completed", calls: 1, summary: "done on attempt 1"},
 		{name: "retried after 1s and 2s", script: []string{"503", "err", "ok"}, status: "completed", calls: 3, duration: 3 * time.Second, summary: "done on attempt 3"},
-		{name: "retries exhausted", script: []string{"err"}, status: "failed", code: lifecycle.CodeInternalError, calls: 4, duration: 7 * time.Second},
-		{name: "coded error kept", script: []string{"503"}, status: "failed", code: lifecycle.CodeNLMUnavailable, calls: 4, duration: 7 * time.Second},
-		{name: "permanent not retried", script: []string{"permanent"}, status: "failed", code: lifecycle.CodeUpstreamUnavailable, calls: 1},
+		{name: "retries exhausted", script: []string{"err"}, status: "failed", code: codes.InternalError, calls: 4, duration: 7 * time.Second},
+		{name: "coded error kept", script: []string{"503"}, status: "failed", code: codes.NLMUnavailable, calls: 4, duration: 7 * time.Second},
+		{name: "permanent not retried", script: []string{"permanent"}, status: "failed", code: codes.UpstreamUnavailable, calls: 1},
 		{name: "hangs then answers", script: []string{"hang", "ok"}, status: "completed", calls: 2, duration: 121 * time.Second, summary: "done on attempt 2"},
-		{name: "hangs every time", script: []string{"hang"}, status: "failed", code: lifecycle.CodeAgentTimeout, calls: 4, duration: 4*120*time.Second + 7*time.Second},
-		{name: "step's own timeout", script: []string{"hang"}, timeout: 5 * time.Second, status: "failed", code: lifecycle.CodeAgentTimeout, calls: 4, duration: 4*5*time.Second + 7*time.Second},
+		{name: "hangs every time", script: []string{"hang"}, status: "failed", code: codes.AgentTimeout, calls: 4, duration: 4*120*time.Second + 7*time.Second},
+		{name: "step's own timeout", script: []string{"hang"}, timeout: 5 * time.Second, status: "failed", code: codes.AgentTimeout, calls: 4, duration: 4*5*time.Second + 7*time.Second},
 		{name: "no retries", script: []string{"hang", "ok"}, opts: []runtest.Option{func(c *run.Config) { c.StepRetries = -1 }},
-			status: "failed", code: lifecycle.CodeAgentTimeout, calls: 1, duration: 120 * time.Second},
+			status: "failed", code: codes.AgentTimeout, calls: 1, duration: 120 * time.Second},
 		{name: "run timeout first", script: []string{"hang"}, opts: []runtest.Option{func(c *run.Config) { c.RunTimeout = 200 * time.Second }},
-			status: "failed", code: lifecycle.CodeAgentTimeout, calls: 2, duration: 200 * time.Second},
+			status: "failed", code: codes.AgentTimeout, calls: 2, duration: 200 * time.Second},
 		{name: "own backoff", script: []string{"err", "ok"}, opts: []runtest.Option{func(c *run.Config) { c.RetryBackoff = time.Minute }},
 			status: "completed", calls: 2, duration: time.Minute, summary: "done on attempt 2"},
 	}

@@ -15,11 +15,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/teststores"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 var env teststores.Env
@@ -454,7 +456,7 @@ func TestPoisonStateIsQuarantined(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
 	ctx := context.Background()
-	key, _ := storage.ScheduleKey("poisoned")
+	key, _ := layout.ScheduleKey("poisoned")
 	if _, err := g.store.Put(ctx, key, []byte("{not json"), storage.IfNotExists()); err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +468,7 @@ func TestPoisonStateIsQuarantined(t *testing.T) {
 		t.Fatalf("runs after the poison state: %v, want the next slot's", got)
 	}
 	n := 0
-	for q, err := range storage.ListQuarantine(ctx, g.store) {
+	for q, err := range records.ListQuarantine(ctx, g.store) {
 		if err != nil || q.Key != key {
 			t.Fatalf("quarantine: %+v, %v", q, err)
 		}

@@ -1,0 +1,377 @@
+package layout
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/storage"
+)
+
+func validateIDs(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := storage.ValidateID(pairs[i], pairs[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AgentRunsPrefix is the List prefix of every run of one agent:
+// agents/{slug}/runs/.
+func AgentRunsPrefix(slug string) (string, error) {
+	if err := storage.ValidateID("slug", slug); err != nil {
+		return "", err
+	}
+	return "agents/" + slug + "/runs/", nil
+}
+
+// RunPrefix is the folder of one run (003 §5.2): agents/{slug}/runs/{runId}/.
+func RunPrefix(slug, runID string) (string, error) {
+	if err := validateIDs("slug", slug, "run id", runID); err != nil {
+		return "", err
+	}
+	return "agents/" + slug + "/runs/" + runID + "/", nil
+}
+
+// RunStatusKey is the canonical run status: agents/{slug}/runs/{runId}/status.json.
+func RunStatusKey(slug, runID string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	return p + "status.json", nil
+}
+
+// RunManifestKey is the run metadata: agents/{slug}/runs/{runId}/manifest.json.
+func RunManifestKey(slug, runID string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	return p + "manifest.json", nil
+}
+
+// RunStepsPrefix is the List prefix of a run's steps; listing it yields the
+// steps in order because step numbers are zero-padded.
+func RunStepsPrefix(slug, runID string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	return p + "steps/", nil
+}
+
+// RunStepKey is one step result: agents/{slug}/runs/{runId}/steps/NN-name.json,
+// e.g. steps/01-context.json. n is 0..99 so that key order is step order.
+func RunStepKey(slug, runID string, n int, name string) (string, error) {
+	p, err := RunStepsPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	if n < 0 || n > 99 {
+		return "", &storage.IDError{Field: "step number", ID: fmt.Sprint(n), Reason: "outside 0..99"}
+	}
+	if err := storage.ValidateID("step name", name); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s%02d-%s.json", p, n, name), nil
+}
+
+// RunOutputKey is one output file of a run: agents/{slug}/runs/{runId}/output/{name},
+// e.g. output/proposal.json. name is a single validated segment.
+func RunOutputKey(slug, runID, name string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	if err := storage.ValidateID("output name", name); err != nil {
+		return "", err
+	}
+	return p + "output/" + name, nil
+}
+
+// JobKey is a queued job: jobs/{jobId}.json.
+func JobKey(jobID string) (string, error) {
+	if err := storage.ValidateID("job id", jobID); err != nil {
+		return "", err
+	}
+	return "jobs/" + jobID + ".json", nil
+}
+
+// ArtifactKey is an artifact record: projects/{cid}/artifacts/{artifactId}.json.
+func ArtifactKey(cid, artifactID string) (string, error) {
+	if err := validateIDs("project id", cid, "artifact id", artifactID); err != nil {
+		return "", err
+	}
+	return "projects/" + cid + "/artifacts/" + artifactID + ".json", nil
+}
+
+// InboxKey is a live inbox entry: inbox/{entryId}.json.
+func InboxKey(entryID string) (string, error) {
+	if err := storage.ValidateID("inbox entry id", entryID); err != nil {
+		return "", err
+	}
+	return "inbox/" + entryID + ".json", nil
+}
+
+// InboxExpiredKey is where an expired entry moves: inbox/expired/{entryId}.json.
+// Expired entries move, never vanish (002 §1.4).
+func InboxExpiredKey(entryID string) (string, error) {
+	if err := storage.ValidateID("inbox entry id", entryID); err != nil {
+		return "", err
+	}
+	return "inbox/expired/" + entryID + ".json", nil
+}
+
+// AuditDayPrefix is the List prefix of one UTC day of audit events:
+// audit/YYYYMMDD/.
+func AuditDayPrefix(day time.Time) string {
+	return "audit/" + day.UTC().Format("20060102") + "/"
+}
+
+// AuditKey is one audit event (003 §5.1): audit/YYYYMMDD/{eventId}.json, the
+// day taken from ts in UTC.
+func AuditKey(ts time.Time, eventID string) (string, error) {
+	if err := storage.ValidateID("audit event id", eventID); err != nil {
+		return "", err
+	}
+	return AuditDayPrefix(ts) + eventID + ".json", nil
+}
+
+// JobsPrefix is the List prefix of the job records, and of nothing else:
+// the queue's own objects (lanes, locks, the sweep lease) live under
+// QueuePrefix, so listing jobs/ yields only jobs.
+const JobsPrefix = "jobs/"
+
+// JobIDFromKey returns the id of a job key jobs/{jobId}.json, or false for
+// any other key.
+func JobIDFromKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, JobsPrefix)
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(rest, ".json")
+	return id, ok && storage.ValidateID("job id", id) == nil
+}
+
+// The job queue's internal objects, apart from the jobs (issue 10 G).
+const (
+	// QueuePrefix holds every internal object of the job queue.
+	QueuePrefix = "queue/"
+	// LanesPrefix is the List prefix of every agent's ready lane.
+	LanesPrefix = QueuePrefix + "lanes/"
+	// AgentLocksPrefix is the List prefix of the agents' locks.
+	AgentLocksPrefix = QueuePrefix + "agents/"
+	// SweepLeaseKey holds the queue's sweep lease.
+	SweepLeaseKey = QueuePrefix + "sweep/lease.json"
+)
+
+// LanePrefix is the List prefix of an agent's ready lane:
+// queue/lanes/{agent}/. Its keys (LaneKey) list the job ready first first.
+func LanePrefix(agent string) (string, error) {
+	if err := storage.ValidateID("agent slug", agent); err != nil {
+		return "", err
+	}
+	return LanesPrefix + agent + "/", nil
+}
+
+// LaneKey is a job's entry in its agent's ready lane:
+// queue/lanes/{agent}/{ready_at as 19-digit Unix nanoseconds}-{jobId}.
+// at must not be before 1970.
+func LaneKey(agent string, at time.Time, jobID string) (string, error) {
+	if err := validateIDs("agent slug", agent, "job id", jobID); err != nil {
+		return "", err
+	}
+	if at.UnixNano() < 0 {
+		return "", &storage.IDError{Field: "ready time", ID: at.String(), Reason: "before 1970"}
+	}
+	return fmt.Sprintf("%s%s/%019d-%s", LanesPrefix, agent, at.UnixNano(), jobID), nil
+}
+
+// ParseLaneKey returns the agent, ready time and job id of a LaneKey.
+func ParseLaneKey(key string) (agent string, at time.Time, jobID string, ok bool) {
+	rest, found := strings.CutPrefix(key, LanesPrefix)
+	if !found {
+		return "", time.Time{}, "", false
+	}
+	agent, entry, found := strings.Cut(rest, "/")
+	if !found || storage.ValidateID("agent slug", agent) != nil || len(entry) < 21 || entry[19] != '-' {
+		return "", time.Time{}, "", false
+	}
+	n, err := strconv.ParseInt(entry[:19], 10, 64)
+	if err != nil || n < 0 {
+		return "", time.Time{}, "", false
+	}
+	jobID = entry[20:]
+	if storage.ValidateID("job id", jobID) != nil {
+		return "", time.Time{}, "", false
+	}
+	return agent, time.Unix(0, n), jobID, true
+}
+
+// AgentLockKey is an agent's lock (one running job per agent):
+// queue/agents/{agent}.json.
+func AgentLockKey(agent string) (string, error) {
+	if err := storage.ValidateID("agent slug", agent); err != nil {
+		return "", err
+	}
+	return AgentLocksPrefix + agent + ".json", nil
+}
+
+// AgentFromLockKey returns the agent of an AgentLockKey.
+func AgentFromLockKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, AgentLocksPrefix)
+	if !ok {
+		return "", false
+	}
+	agent, ok := strings.CutSuffix(rest, ".json")
+	return agent, ok && storage.ValidateID("agent slug", agent) == nil
+}
+
+// The NLM backend's records (seed 003 §2) and the index of its jobs in
+// flight, so no pass reads finished history and listing NLMJobsPrefix yields
+// only jobs.
+const (
+	NLMJobsPrefix   = "nlm/jobs/"
+	NLMActivePrefix = "nlm/active/"
+)
+
+// NLMJobKey is an NLM job's record: nlm/jobs/{job_id}.json.
+func NLMJobKey(jobID string) (string, error) {
+	if err := storage.ValidateID("job id", jobID); err != nil {
+		return "", err
+	}
+	return NLMJobsPrefix + jobID + ".json", nil
+}
+
+// NLMActiveKey is an NLM job's entry in the index of jobs in flight:
+// nlm/active/{job_id}.
+func NLMActiveKey(jobID string) (string, error) {
+	if err := storage.ValidateID("job id", jobID); err != nil {
+		return "", err
+	}
+	return NLMActivePrefix + jobID, nil
+}
+
+// The Runner's own objects beside the run folders (DESIGN.md §4): an index
+// from run id to agent, the runs not yet terminal (so recovery and polling
+// cost O(active runs)), and the idempotency records.
+const (
+	RunIndexPrefix    = "index/runs/"
+	RunActivePrefix   = "index/active/"
+	IdempotencyPrefix = "idempotency/"
+)
+
+// RunIndexKey maps a run id to its agent: index/runs/{runId}.json.
+func RunIndexKey(runID string) (string, error) {
+	if err := storage.ValidateID("run id", runID); err != nil {
+		return "", err
+	}
+	return RunIndexPrefix + runID + ".json", nil
+}
+
+// RunActiveKey lists a run not yet terminal: index/active/{slug}/{runId}.
+func RunActiveKey(slug, runID string) (string, error) {
+	if err := validateIDs("agent slug", slug, "run id", runID); err != nil {
+		return "", err
+	}
+	return RunActivePrefix + slug + "/" + runID, nil
+}
+
+// ParseRunActiveKey splits a RunActiveKey.
+func ParseRunActiveKey(key string) (slug, runID string, ok bool) {
+	rest, found := strings.CutPrefix(key, RunActivePrefix)
+	if !found {
+		return "", "", false
+	}
+	slug, runID, found = strings.Cut(rest, "/")
+	if !found || storage.ValidateID("agent slug", slug) != nil || storage.ValidateID("run id", runID) != nil {
+		return "", "", false
+	}
+	return slug, runID, true
+}
+
+// RunSlotKey is one of an agent's concurrency slots:
+// agents/{slug}/slots/{n}.json.
+func RunSlotKey(slug string, n int) (string, error) {
+	if err := storage.ValidateID("agent slug", slug); err != nil {
+		return "", err
+	}
+	if n < 0 {
+		return "", &storage.IDError{Field: "slot", ID: strconv.Itoa(n), Reason: "negative"}
+	}
+	return "agents/" + slug + "/slots/" + strconv.Itoa(n) + ".json", nil
+}
+
+// RunInputKey keeps a run's input, so any runner can resume it:
+// agents/{slug}/runs/{runId}/input.json.
+func RunInputKey(slug, runID string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	return p + "input.json", nil
+}
+
+// IdempotencyKey is an idempotency record: idempotency/{sha256 of the
+// client's key}.json. The key is hashed, so any string a client sends makes
+// a valid key of fixed length.
+func IdempotencyKey(clientKey string) string {
+	sum := sha256.Sum256([]byte(clientKey))
+	return IdempotencyPrefix + hex.EncodeToString(sum[:]) + ".json"
+}
+
+// ArtifactsPrefix is the List prefix of a project's artifacts:
+// projects/{cid}/artifacts/.
+func ArtifactsPrefix(cid string) (string, error) {
+	if err := storage.ValidateID("project id", cid); err != nil {
+		return "", err
+	}
+	return "projects/" + cid + "/artifacts/", nil
+}
+
+// SchedulesPrefix holds the state of each schedule (issue 13): its last
+// slot fired and whether it is paused.
+const SchedulesPrefix = "schedules/"
+
+// ScheduleKey is a schedule's state: schedules/{schedule_id}.json.
+func ScheduleKey(scheduleID string) (string, error) {
+	if err := storage.ValidateID("schedule id", scheduleID); err != nil {
+		return "", err
+	}
+	return SchedulesPrefix + scheduleID + ".json", nil
+}
+
+// The webhook intake's own records (issue 13), beside the Runner's
+// idempotency records: the secondary dedupe windows of seed 004 §4.2 and the
+// deliveries such a window absorbed.
+const (
+	WebhooksPrefix         = "webhooks/"
+	GitHubWindowsPrefix    = WebhooksPrefix + "github/windows/"
+	GitHubDeliveriesPrefix = WebhooksPrefix + "github/deliveries/"
+)
+
+// GitHubWindowKey is the secondary dedupe window of one subject of GitHub
+// events (a repository, a PR or issue number and an event type):
+// webhooks/github/windows/{sha256 of the three}.json. Hashed because a
+// repository's full name holds a "/" and an event type is free text; the
+// parts are joined with NUL, which none of them can hold, so two subjects
+// never share a key.
+func GitHubWindowKey(repository string, number int64, eventType string) string {
+	sum := sha256.Sum256([]byte(repository + "\x00" + strconv.FormatInt(number, 10) + "\x00" + eventType))
+	return GitHubWindowsPrefix + hex.EncodeToString(sum[:]) + ".json"
+}
+
+// GitHubDeliveryKey is the record of a GitHub delivery that a secondary
+// dedupe window absorbed as a duplicate of another:
+// webhooks/github/deliveries/{delivery}.json.
+func GitHubDeliveryKey(delivery string) (string, error) {
+	if err := storage.ValidateID("delivery id", delivery); err != nil {
+		return "", err
+	}
+	return GitHubDeliveriesPrefix + delivery + ".json", nil
+}

@@ -1,0 +1,301 @@
+package layout_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// seedIDs are ids as the seeds write them; all must pass.
+var seedIDs = []string{
+	"run_2026-02-14_080000_abc123",
+	"run_2026-02-24_abc123",
+	"archivist-violin",
+	"architect-guardian",
+	"inbox_2026-02-14_abc123",
+	"550e8400-e29b-41d4-a716-446655440000",
+	"art-uuid",
+	"art-550e8400-e29b-41d4-a716-446655440000",
+	"github:12345678-1234-1234-1234-123456789012",
+	"api:cli-abc123:req-550e8400-e29b-41d4-a716-446655440000",
+	"slack:T12345678:1234567890.123456",
+	"scheduler:daily-cleanup:2024-12-19T00:00:00Z",
+	"context", "proposal.json",
+}
+
+var badIDs = []string{
+	"", "../x", "..", ".", ".hidden", "a..b", "a/b", `a\b`, "a b", "tab\t", "nl\n", "nul\x00",
+	"ключ", "a%2F", strings.Repeat("x", 2048), strings.Repeat("x", storage.MaxIDLen+1),
+}
+
+func TestValidateID(t *testing.T) {
+	t.Parallel()
+	for _, id := range seedIDs {
+		if err := storage.ValidateID("id", id); err != nil {
+			t.Errorf("seed id %q refused: %v", id, err)
+		}
+	}
+	for _, id := range badIDs {
+		err := storage.ValidateID("run id", id)
+		var ie *storage.IDError
+		if !errors.Is(err, storage.ErrInvalidID) || !errors.As(err, &ie) || ie.Field != "run id" {
+			t.Errorf("ValidateID(%q) = %v, want an *IDError for run id", id, err)
+			continue
+		}
+		if len(err.Error()) > 200 {
+			t.Errorf("error for a %d-byte id is %d bytes long", len(id), len(err.Error()))
+		}
+	}
+}
+
+func TestLayout(t *testing.T) {
+	t.Parallel()
+	const slug, run = "archivist-violin", "run_2026-02-14_080000_abc123"
+	ts := time.Date(2026, 2, 24, 23, 59, 59, 0, time.FixedZone("UTC+2", 2*3600)) // 21:59:59Z
+	tests := []struct {
+		name string
+		key  func() (string, error)
+		want string
+	}{
+		{"status", func() (string, error) { return layout.RunStatusKey(slug, run) }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/status.json"},
+		{"manifest", func() (string, error) { return layout.RunManifestKey(slug, run) }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/manifest.json"},
+		{"step", func() (string, error) { return layout.RunStepKey(slug, run, 1, "context") }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/steps/01-context.json"},
+		{"step 12", func() (string, error) { return layout.RunStepKey(slug, run, 12, "persist") }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/steps/12-persist.json"},
+		{"output", func() (string, error) { return layout.RunOutputKey(slug, run, "proposal.json") }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/output/proposal.json"},
+		{"run prefix", func() (string, error) { return layout.RunPrefix(slug, run) }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/"},
+		{"agent runs", func() (string, error) { return layout.AgentRunsPrefix(slug) }, "agents/archivist-violin/runs/"},
+		{"steps prefix", func() (string, error) { return layout.RunStepsPrefix(slug, run) }, "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/steps/"},
+		{"job", func() (string, error) { return layout.JobKey("550e8400-e29b-41d4-a716-446655440000") }, "jobs/550e8400-e29b-41d4-a716-446655440000.json"},
+		{"artifact", func() (string, error) { return layout.ArtifactKey("cid-1", "art-uuid") }, "projects/cid-1/artifacts/art-uuid.json"},
+		{"inbox", func() (string, error) { return layout.InboxKey("inbox_2026-02-14_abc123") }, "inbox/inbox_2026-02-14_abc123.json"},
+		{"inbox expired", func() (string, error) { return layout.InboxExpiredKey("inbox_2026-02-14_abc123") }, "inbox/expired/inbox_2026-02-14_abc123.json"},
+		{"audit", func() (string, error) { return layout.AuditKey(ts, "evt-1") }, "audit/20260224/evt-1.json"},
+	}
+	for _, tc := range tests {
+		got, err := tc.key()
+		if err != nil || got != tc.want {
+			t.Errorf("%s = %q, %v; want %q", tc.name, got, err, tc.want)
+			continue
+		}
+		if strings.HasSuffix(got, "/") {
+			got += "x"
+		}
+		if err := storage.ValidateKey(got); err != nil {
+			t.Errorf("%s produced an invalid key: %v", tc.name, err)
+		}
+	}
+}
+
+// TestLayoutRefusesBadIDs: every layout function checks every id it puts in
+// a key, and returns no key with the error.
+func TestLayoutRefusesBadIDs(t *testing.T) {
+	t.Parallel()
+	const ok = "ok-id"
+	for _, bad := range badIDs {
+		fns := map[string]func() (string, error){
+			"status/slug":     func() (string, error) { return layout.RunStatusKey(bad, ok) },
+			"status/run":      func() (string, error) { return layout.RunStatusKey(ok, bad) },
+			"manifest":        func() (string, error) { return layout.RunManifestKey(ok, bad) },
+			"step/name":       func() (string, error) { return layout.RunStepKey(ok, ok, 1, bad) },
+			"step/run":        func() (string, error) { return layout.RunStepKey(ok, bad, 1, ok) },
+			"output":          func() (string, error) { return layout.RunOutputKey(ok, ok, bad) },
+			"agent runs":      func() (string, error) { return layout.AgentRunsPrefix(bad) },
+			"job":             func() (string, error) { return layout.JobKey(bad) },
+			"artifact/cid":    func() (string, error) { return layout.ArtifactKey(bad, ok) },
+			"artifact/id":     func() (string, error) { return layout.ArtifactKey(ok, bad) },
+			"inbox":           func() (string, error) { return layout.InboxKey(bad) },
+			"inbox expired":   func() (string, error) { return layout.InboxExpiredKey(bad) },
+			"audit":           func() (string, error) { return layout.AuditKey(time.Now(), bad) },
+			"steps prefix":    func() (string, error) { return layout.RunStepsPrefix(bad, ok) },
+			"run prefix/slug": func() (string, error) { return layout.RunPrefix(bad, ok) },
+		}
+		for name, fn := range fns {
+			key, err := fn()
+			if !errors.Is(err, storage.ErrInvalidID) || key != "" {
+				t.Errorf("%s with id %.20q = %q, %v; want no key and ErrInvalidID", name, bad, key, err)
+			}
+		}
+	}
+	for _, n := range []int{-1, 100} {
+		if _, err := layout.RunStepKey(ok, ok, n, ok); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("step number %d accepted", n)
+		}
+	}
+}
+
+// FuzzValidateID: an accepted id is one safe key segment.
+func FuzzValidateID(f *testing.F) {
+	for _, id := range append(seedIDs, badIDs...) {
+		f.Add(id)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if storage.ValidateID("id", id) != nil {
+			return
+		}
+		if strings.ContainsAny(id, "/\\") || strings.Contains(id, "..") || strings.HasPrefix(id, ".") || len(id) > storage.MaxIDLen {
+			t.Fatalf("accepted unsafe id %q", id)
+		}
+		key, err := layout.JobKey(id)
+		if err != nil || key != "jobs/"+id+".json" || storage.ValidateKey(key) != nil {
+			t.Fatalf("JobKey(%q) = %q, %v", id, key, err)
+		}
+	})
+}
+
+// TestQueueKeys: the job queue's internal keys live under queue/, never
+// under jobs/, and parse back.
+func TestQueueKeys(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 2, 24, 10, 0, 0, 5, time.UTC)
+	lane, err := layout.LaneKey("agent-a", at, "job-1")
+	if err != nil || lane != "queue/lanes/agent-a/1771927200000000005-job-1" {
+		t.Fatalf("LaneKey = %q, %v", lane, err)
+	}
+	agent, got, id, ok := layout.ParseLaneKey(lane)
+	if !ok || agent != "agent-a" || !got.Equal(at) || id != "job-1" {
+		t.Fatalf("ParseLaneKey = %q %v %q %v", agent, got, id, ok)
+	}
+	lock, _ := layout.AgentLockKey("agent-a")
+	if a, ok := layout.AgentFromLockKey(lock); !ok || a != "agent-a" || lock != "queue/agents/agent-a.json" {
+		t.Fatalf("AgentLockKey = %q → %q %v", lock, a, ok)
+	}
+	for _, k := range []string{lane, lock, layout.SweepLeaseKey} {
+		if strings.HasPrefix(k, layout.JobsPrefix) || !strings.HasPrefix(k, layout.QueuePrefix) {
+			t.Errorf("%s is not under %s", k, layout.QueuePrefix)
+		}
+		if _, ok := layout.JobIDFromKey(k); ok {
+			t.Errorf("%s reads as a job key", k)
+		}
+	}
+	tests := []struct {
+		name string
+		fn   func() error
+	}{
+		{"lane agent", func() error { _, err := layout.LaneKey("a/b", at, "j"); return err }},
+		{"lane job", func() error { _, err := layout.LaneKey("a", at, ".."); return err }},
+		{"lane before 1970", func() error { _, err := layout.LaneKey("a", time.Unix(-1, 0), "j"); return err }},
+		{"lock agent", func() error { _, err := layout.AgentLockKey("../x"); return err }},
+		{"lane prefix agent", func() error { _, err := layout.LanePrefix(""); return err }},
+	}
+	for _, tt := range tests {
+		if err := tt.fn(); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("%s: %v, want ErrInvalidID", tt.name, err)
+		}
+	}
+	for _, bad := range []string{"queue/lanes/a/123-j", "queue/lanes/a/x234567890123456789-j", "jobs/queue/a/1771927200000000005-j", "queue/lanes/a"} {
+		if _, _, _, ok := layout.ParseLaneKey(bad); ok {
+			t.Errorf("ParseLaneKey(%q) ok", bad)
+		}
+	}
+	if id, ok := layout.JobIDFromKey("jobs/job-1.json"); !ok || id != "job-1" {
+		t.Fatalf("JobIDFromKey = %q %v", id, ok)
+	}
+}
+
+// TestAuditEventIDOneScheme: ids with a subject are the same on every try
+// and sort by time, then seq, then i; ids without one are fresh.
+func TestAuditEventIDOneScheme(t *testing.T) {
+	t.Parallel()
+	ts := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+	a := records.AuditEventID(ts, "job-1", 2, 0)
+	if a != records.AuditEventID(ts, "job-1", 2, 0) || a == records.AuditEventID(ts, "job-2", 2, 0) {
+		t.Fatalf("subject ids not deterministic per subject: %s", a)
+	}
+	order := []string{
+		records.AuditEventID(ts, "job-1", 2, 0), records.AuditEventID(ts, "job-1", 2, 1),
+		records.AuditEventID(ts, "job-1", 3, 0), records.AuditEventID(ts.Add(time.Nanosecond), "job-1", 1, 0),
+	}
+	if !slices.IsSorted(order) {
+		t.Fatalf("ids out of order: %v", order)
+	}
+	r := records.NewAuditEventID(ts)
+	if r == records.NewAuditEventID(ts) || len(r) != len(a) || storage.ValidateID("audit event id", r) != nil {
+		t.Fatalf("random id %q (subject id %q)", r, a)
+	}
+}
+
+func TestRunnerKeys(t *testing.T) {
+	t.Parallel()
+	mustKey := func(k string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := storage.ValidateKey(k); err != nil {
+			t.Fatalf("%q is not a valid key: %v", k, err)
+		}
+		return k
+	}
+	tests := []struct{ got, want string }{
+		{mustKey(layout.RunIndexKey("run_1")), "index/runs/run_1.json"},
+		{mustKey(layout.RunActiveKey("agent-a", "run_1")), "index/active/agent-a/run_1"},
+		{mustKey(layout.RunSlotKey("agent-a", 2)), "agents/agent-a/slots/2.json"},
+		{mustKey(layout.RunInputKey("agent-a", "run_1")), "agents/agent-a/runs/run_1/input.json"},
+		{mustKey(layout.NLMJobKey("job-1")), "nlm/jobs/job-1.json"},
+		{mustKey(layout.NLMActiveKey("job-1")), "nlm/active/job-1"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("key %q, want %q", tt.got, tt.want)
+		}
+	}
+	if p, err := layout.ArtifactsPrefix("cid-1"); err != nil || p != "projects/cid-1/artifacts/" || storage.ValidatePrefix(p) != nil {
+		t.Errorf("ArtifactsPrefix = %q, %v", p, err)
+	}
+	if k := layout.IdempotencyKey("../../etc/passwd"); !strings.HasPrefix(k, layout.IdempotencyPrefix) || storage.ValidateKey(k) != nil {
+		t.Errorf("IdempotencyKey of a hostile client key: %q", k)
+	}
+	if slug, runID, ok := layout.ParseRunActiveKey("index/active/agent-a/run_1"); !ok || slug != "agent-a" || runID != "run_1" {
+		t.Errorf("ParseRunActiveKey = %q %q %v", slug, runID, ok)
+	}
+	for _, bad := range []func() (string, error){
+		func() (string, error) { return layout.RunIndexKey("../x") },
+		func() (string, error) { return layout.RunActiveKey("a/b", "run_1") },
+		func() (string, error) { return layout.RunSlotKey("agent-a", -1) },
+		func() (string, error) { return layout.NLMJobKey("") },
+	} {
+		if k, err := bad(); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("bad id gave %q, %v; want ErrInvalidID", k, err)
+		}
+	}
+	if _, _, ok := layout.ParseRunActiveKey("index/active/agent-a"); ok {
+		t.Error("ParseRunActiveKey accepted a key without a run id")
+	}
+}
+
+func TestWebhookKeys(t *testing.T) {
+	t.Parallel()
+	k, err := layout.GitHubDeliveryKey("72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	if err != nil || k != "webhooks/github/deliveries/72d3162e-cc78-11e3-81ab-4c9367dc0958.json" || storage.ValidateKey(k) != nil {
+		t.Errorf("GitHubDeliveryKey = %q, %v", k, err)
+	}
+	for _, bad := range badIDs {
+		if k, err := layout.GitHubDeliveryKey(bad); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("GitHubDeliveryKey(%q) = %q, %v; want ErrInvalidID", bad, k, err)
+		}
+	}
+	// A window's key is valid whatever the repository's name holds, and the
+	// three parts cannot run into each other.
+	a := layout.GitHubWindowKey("octo/repo", 12, "pull_request.opened")
+	for _, other := range []string{
+		layout.GitHubWindowKey("octo/repo", 1, "2pull_request.opened"),
+		layout.GitHubWindowKey("octo/repo", 12, "pull_request.closed"),
+		layout.GitHubWindowKey("octo/repo1", 2, "pull_request.opened"),
+	} {
+		if other == a {
+			t.Errorf("two subjects share the window key %q", a)
+		}
+	}
+	if !strings.HasPrefix(a, layout.GitHubWindowsPrefix) || storage.ValidateKey(a) != nil || a != layout.GitHubWindowKey("octo/repo", 12, "pull_request.opened") {
+		t.Errorf("GitHubWindowKey = %q", a)
+	}
+	if k := layout.GitHubWindowKey("../../x\x00y", -1, "a/b"); storage.ValidateKey(k) != nil {
+		t.Errorf("GitHubWindowKey of hostile parts: %q", k)
+	}
+}

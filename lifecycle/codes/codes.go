@@ -1,0 +1,154 @@
+package codes
+
+import (
+	"net/http"
+)
+
+// Error codes a run can fail with (seed 000 §5.3), and the other codes of the
+// run API (seed 004 appendix and Conveyor's own).
+const (
+	// InvalidTransition and TerminalState are seed 004's (appendix):
+	// the machine has no such move, or the run is terminal.
+	InvalidTransition = "RUN_INVALID_TRANSITION"
+	TerminalState     = "RUN_TERMINAL_STATE"
+	// Forbidden is the code of a refused actor (seed 003 §4 authority matrix).
+	Forbidden = "FORBIDDEN"
+
+	NLMUnavailable      = "NLM_UNAVAILABLE"
+	UpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
+	AgentTimeout        = "AGENT_TIMEOUT"
+	InternalError       = "INTERNAL_ERROR"
+	RunOrphaned         = "RUN_ORPHANED"
+	RunResumeFailed     = "RUN_RESUME_FAILED"
+	IdempotencyConflict = "IDEMPOTENCY_CONFLICT"
+	IdempotencyExpired  = "IDEMPOTENCY_EXPIRED"
+	// ApprovalRejected is the error of a run whose approval was refused.
+	ApprovalRejected = "APPROVAL_REJECTED"
+	// Canceled is the error of a run that was canceled.
+	Canceled = "CANCELED"
+	// RunNotFound: no run has the id.
+	RunNotFound = "RUN_NOT_FOUND"
+	// InvalidRequest: the request was malformed.
+	InvalidRequest = "INVALID_REQUEST"
+	// Unsupported: the run's machine has no such operation.
+	Unsupported = "RUN_UNSUPPORTED_OPERATION"
+	// LeaseLost: this runner no longer owns the run.
+	LeaseLost = "RUN_LEASE_LOST"
+	// InvalidInput: a field is not clean text (invalid UTF-8, NUL, a
+	// control character) or an id is malformed; see [InputError].
+	InvalidInput = "INVALID_INPUT"
+	// InputTooLarge: a field is over its documented limit (MaxTextBytes
+	// and the others).
+	InputTooLarge = "INPUT_TOO_LARGE"
+	// NotFound: the record asked for does not exist (a missing run is
+	// RUN_NOT_FOUND).
+	NotFound = "NOT_FOUND"
+	// InboxEntryExists: an inbox entry with the id exists (or expired).
+	InboxEntryExists = "INBOX_ENTRY_EXISTS"
+	// InboxEntryExpired: the inbox entry expired; it can no longer be
+	// processed or rejected.
+	InboxEntryExpired = "INBOX_ENTRY_EXPIRED"
+	// InboxInvalidTransition: the inbox entry machine refused the move,
+	// e.g. processing a rejected entry.
+	InboxInvalidTransition = "INBOX_INVALID_TRANSITION"
+	// RecordQuarantined: the record could not be decoded or failed
+	// validation, and was moved under quarantine/ (records.CorruptError).
+	RecordQuarantined = "RECORD_QUARANTINED"
+
+	// Codes of the HTTP surface (adapters/httpapi): the request, not the
+	// record, is wrong.
+
+	// Unauthorized: no bearer token, or one the server does not know.
+	Unauthorized = "UNAUTHORIZED"
+	// MethodNotAllowed: a known path asked with another method.
+	MethodNotAllowed = "METHOD_NOT_ALLOWED"
+	// UnsupportedMediaType: a body that is not application/json.
+	UnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
+	// ServiceUnavailable: the surface asked for is not served by this
+	// process right now (e.g. no event feed); the caller falls back (polls).
+	ServiceUnavailable = "SERVICE_UNAVAILABLE"
+	// JobNotFound: no job has the id (the job routes' NOT_FOUND).
+	JobNotFound = "JOB_NOT_FOUND"
+	// JobExists: a job with the id exists (jobqueue.ErrJobExists).
+	JobExists = "JOB_EXISTS"
+	// AgentNotFound: no agent has the slug.
+	AgentNotFound = "AGENT_NOT_FOUND"
+	// Conflict: a conditional write lost to another writer, e.g.
+	// restoring a quarantined record whose key was written since.
+	Conflict = "CONFLICT"
+
+	// Codes of the webhook intake (adapters/httpapi/webhook): the sender
+	// could not be authenticated.
+
+	// WebhookSignatureInvalid: a webhook's signature header is
+	// missing, malformed or does not match the body under the source's
+	// secret (for Slack, also a missing or malformed timestamp, which the
+	// signature covers).
+	WebhookSignatureInvalid = "WEBHOOK_SIGNATURE_INVALID"
+	// WebhookStale: a correctly signed Slack request whose timestamp
+	// is more than 5 minutes from the server's clock, either way: a replay.
+	WebhookStale = "WEBHOOK_STALE"
+)
+
+// httpStatus is the one table from error code to HTTP status (seed 000 §5.3
+// for the failure codes).
+var httpStatus = map[string]int{
+	NLMUnavailable:      http.StatusBadGateway,
+	UpstreamUnavailable: http.StatusBadGateway,
+	AgentTimeout:        http.StatusGatewayTimeout,
+	InternalError:       http.StatusInternalServerError,
+	RunOrphaned:         http.StatusInternalServerError,
+	RunResumeFailed:     http.StatusInternalServerError,
+	InvalidTransition:   http.StatusConflict,
+	TerminalState:       http.StatusConflict,
+	Forbidden:           http.StatusForbidden,
+	IdempotencyConflict: http.StatusConflict,
+	IdempotencyExpired:  http.StatusGone,
+	ApprovalRejected:    http.StatusConflict,
+	Canceled:            http.StatusConflict,
+	RunNotFound:         http.StatusNotFound,
+	InvalidRequest:      http.StatusBadRequest,
+	Unsupported:         http.StatusConflict,
+	LeaseLost:           http.StatusConflict,
+	InvalidInput:        http.StatusBadRequest,
+	InputTooLarge:       http.StatusRequestEntityTooLarge,
+	NotFound:            http.StatusNotFound,
+
+	InboxEntryExists:       http.StatusConflict,
+	InboxEntryExpired:      http.StatusGone,
+	InboxInvalidTransition: http.StatusConflict,
+	RecordQuarantined:      http.StatusGone,
+
+	Unauthorized:         http.StatusUnauthorized,
+	MethodNotAllowed:     http.StatusMethodNotAllowed,
+	UnsupportedMediaType: http.StatusUnsupportedMediaType,
+	ServiceUnavailable:   http.StatusServiceUnavailable,
+	JobNotFound:          http.StatusNotFound,
+	JobExists:            http.StatusConflict,
+	AgentNotFound:        http.StatusNotFound,
+	Conflict:             http.StatusConflict,
+
+	WebhookSignatureInvalid: http.StatusUnauthorized,
+	WebhookStale:            http.StatusUnauthorized,
+}
+
+// HTTPStatus maps an error code to the HTTP status an API answers with; an
+// unknown code is a 500.
+func HTTPStatus(code string) int {
+	if s, ok := httpStatus[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// Error codes written to Job.ErrorCode.
+const (
+	JobTimeout            = "TIMEOUT"
+	JobRateLimited        = "RATE_LIMITED"
+	JobUnavailable        = "UNAVAILABLE"
+	JobArtifactWriteError = "ARTIFACT_WRITE_ERROR"
+	JobLeaseExpired       = "LEASE_EXPIRED"
+	JobHandlerError       = "HANDLER_ERROR"
+	// JobPermanent: a handler said Permanent; the job was not retried.
+	JobPermanent = "PERMANENT"
+)

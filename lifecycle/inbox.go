@@ -1,0 +1,91 @@
+package lifecycle
+
+import (
+	"sync"
+	"time"
+)
+
+// InboxState is a state of an inbox entry (seed 002 §1.1).
+type InboxState string
+
+// States of the inbox entry machine.
+const (
+	InboxPending   InboxState = "pending"
+	InboxProcessed InboxState = "processed"
+	InboxRejected  InboxState = "rejected"
+	InboxExpired   InboxState = "expired"
+)
+
+// InboxStates lists the inbox entry states in the seed's order.
+func InboxStates() []InboxState {
+	return []InboxState{InboxPending, InboxProcessed, InboxRejected, InboxExpired}
+}
+
+// InboxSource says where an entry came from (seed 002 §1.3).
+type InboxSource struct {
+	// Type is one of "ui", "telegram", "webhook", "agent", "cron".
+	Type string `json:"type"`
+	// Identity is e.g. "owner", "guest:zone_abc", "agent:archivist-violin".
+	Identity string `json:"identity"`
+}
+
+// InboxIntent is what the entry asks for (seed 002 §1.3).
+type InboxIntent struct {
+	Action string `json:"action"`
+	Target string `json:"target"`
+}
+
+// InboxMetadata of an entry (seed 002 §1.3).
+type InboxMetadata struct {
+	CorrelationID string `json:"correlation_id,omitempty"`
+	// Priority is "normal" or "high".
+	Priority string `json:"priority"`
+	// TTLHours is the entry's lifetime while pending; 72 by default.
+	TTLHours int `json:"ttl_hours"`
+}
+
+// InboxEntry is an inbox entry, inbox/{id}.json (seed 002 §1.3).
+type InboxEntry struct {
+	ID              string        `json:"id"`
+	Source          InboxSource   `json:"source"`
+	Intent          InboxIntent   `json:"intent"`
+	Metadata        InboxMetadata `json:"metadata"`
+	Status          InboxState    `json:"status"`
+	CreatedAt       time.Time     `json:"created_at"`
+	ProposalID      string        `json:"proposal_id,omitempty"`
+	RejectionReason string        `json:"rejection_reason,omitempty"`
+}
+
+// Inbox-entry events.
+const (
+	EventInboxProcess Event = "process" // pending → processed: the validation gate passed
+	EventInboxReject  Event = "reject"  // pending → rejected: the validation gate refused
+	EventInboxExpire  Event = "expire"  // pending → expired: the TTL ran out
+)
+
+// InboxMachine is the inbox entry machine of seed 002 §1.2: the gateway (the
+// seed's Worker) processes or rejects a pending entry; the system's cron
+// expires it.
+func InboxMachine() *Machine[InboxState, *InboxEntry] { return inboxMachine() }
+
+var inboxMachine = sync.OnceValue(func() *Machine[InboxState, *InboxEntry] {
+	gateway := []Actor{ActorGateway}
+	return MustNew(Definition[InboxState, *InboxEntry]{
+		Name:     "inbox-entry",
+		Initial:  InboxPending,
+		States:   InboxStates(),
+		Terminal: []InboxState{InboxProcessed, InboxRejected, InboxExpired},
+		Transitions: []Transition[InboxState, *InboxEntry]{
+			{From: InboxPending, To: InboxProcessed, Event: EventInboxProcess, Actors: gateway},
+			{From: InboxPending, To: InboxRejected, Event: EventInboxReject, Actors: gateway},
+			{From: InboxPending, To: InboxExpired, Event: EventInboxExpire, Actors: []Actor{ActorSystem}},
+		},
+		GetState: func(e *InboxEntry) InboxState { return e.Status },
+		SetState: func(e *InboxEntry, s InboxState) { e.Status = s },
+	})
+})
+
+// Expires tells when e's TTL runs out.
+func (e *InboxEntry) Expires() time.Time {
+	return e.CreatedAt.Add(time.Duration(e.Metadata.TTLHours) * time.Hour)
+}

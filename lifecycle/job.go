@@ -1,0 +1,180 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// JobState is a state of the job machine (seed 003 §1).
+type JobState string
+
+// States of the job machine, spelled as in seed 003.
+const (
+	JobPending         JobState = "PENDING"
+	JobQueued          JobState = "QUEUED"
+	JobContextAssembly JobState = "CONTEXT_ASSEMBLY"
+	JobNotebookLMCall  JobState = "NOTEBOOKLM_CALL"
+	JobArtifactWrite   JobState = "ARTIFACT_WRITE"
+	JobComplete        JobState = "COMPLETE"
+	JobRetryBackoff    JobState = "RETRY_BACKOFF"
+	JobFailed          JobState = "FAILED"
+	JobDead            JobState = "DEAD"
+)
+
+// JobStates lists the job states in pipeline order.
+func JobStates() []JobState {
+	return []JobState{JobPending, JobQueued, JobContextAssembly, JobNotebookLMCall, JobArtifactWrite,
+		JobComplete, JobRetryBackoff, JobFailed, JobDead}
+}
+
+// JobType is what a job produces (seed 003 §1.3).
+type JobType string
+
+// Job types of seed 003 §1.3.
+const (
+	JobResearch           JobType = "RESEARCH"
+	JobBrief              JobType = "BRIEF"
+	JobProposalPreprocess JobType = "PROPOSAL_PREPROCESS"
+)
+
+// JobContext is the context a job is assembled from (seed 003 §1.3).
+type JobContext struct {
+	MemorySnapshotURL string   `json:"memory_snapshot_url,omitempty"`
+	EntityRefs        []string `json:"entity_refs,omitempty"`
+}
+
+// Job is a job record, jobs/{job_id}.json (seed 003 §1.3).
+//
+// Attempt counts the attempts started: the pickup QUEUED → CONTEXT_ASSEMBLY
+// increments it, so a job that failed its first attempt sits in
+// RETRY_BACKOFF with Attempt 1. It is retried while Attempt < MaxAttempts.
+type Job struct {
+	JobID       string          `json:"job_id"`
+	RunID       string          `json:"run_id"`
+	JobType     JobType         `json:"job_type"`
+	AgentSlug   string          `json:"agent_slug"`
+	Status      JobState        `json:"status"`
+	Attempt     int             `json:"attempt"`
+	MaxAttempts int             `json:"max_attempts"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	Context     JobContext      `json:"context"`
+	Callback    string          `json:"callback,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	ArtifactID  string          `json:"artifact_id,omitempty"`
+	Error       *string         `json:"error"`
+
+	// Fields Conveyor adds (DESIGN.md §3), omitted when empty.
+
+	// ProjectID is the cid its artifact is stored under
+	// (projects/{cid}/artifacts/); empty means the Queue's Config.Project.
+	ProjectID string `json:"project_id,omitempty"`
+	// ErrorCode classifies Error: TIMEOUT, RATE_LIMITED (429), UNAVAILABLE
+	// (503), HTTP_<status>, ARTIFACT_WRITE_ERROR, LEASE_EXPIRED,
+	// HANDLER_ERROR or PERMANENT.
+	ErrorCode string `json:"error_code,omitempty"`
+	// FailedStep is the pipeline state the last error happened in.
+	FailedStep JobState `json:"failed_step,omitempty"`
+	// QueuedAt is when the job last entered QUEUED (alerts: QUEUED > 5 min).
+	QueuedAt *time.Time `json:"queued_at,omitempty"`
+	// NextAttemptAt is when a job in RETRY_BACKOFF may be picked up again.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// ReadyKey is the job's entry in its agent's ready lane, while it is
+	// QUEUED or in RETRY_BACKOFF.
+	ReadyKey string `json:"ready_key,omitempty"`
+	// Lease is held by the worker running the job (a pipeline state): its
+	// owner, the fencing epoch of the agent lock it was taken under, and its
+	// expiry. Every write by the worker is conditional on owner and epoch
+	// still being here, so a worker that was taken over cannot write.
+	Lease *records.Lease `json:"lease,omitempty"`
+	// Trail lists the transitions not yet in the audit log: those since
+	// the job last came to rest (COMPLETE, DEAD, RETRY_BACKOFF), and, at
+	// rest, those that brought it there. The write that brings a job to
+	// rest writes them as one audit object (issue 12); a later writer, or
+	// Sweep, writes it should that writer have died before it did.
+	Trail []JobMove `json:"trail,omitempty"`
+}
+
+// JobMove is one transition of a job, as its audit event records it.
+type JobMove struct {
+	From  JobState `json:"from"`
+	To    JobState `json:"to"`
+	Event Event    `json:"event"`
+	Actor Actor    `json:"actor"`
+	// At is when the move was made: the time of the write that made it,
+	// and the ts of its audit event.
+	At time.Time `json:"at,omitzero"`
+}
+
+// Job-machine events.
+const (
+	EventValidate       Event = "validate"        // PENDING → QUEUED
+	EventPickup         Event = "pickup"          // QUEUED → CONTEXT_ASSEMBLY
+	EventSnapshotReady  Event = "snapshot_ready"  // CONTEXT_ASSEMBLY → NOTEBOOKLM_CALL
+	EventResponseOK     Event = "response_ok"     // NOTEBOOKLM_CALL → ARTIFACT_WRITE
+	EventCommit         Event = "commit"          // ARTIFACT_WRITE → COMPLETE
+	EventRetryableError Event = "retryable_error" // a pipeline state → RETRY_BACKOFF
+	EventBackoffElapsed Event = "backoff_elapsed" // RETRY_BACKOFF → QUEUED or FAILED, by guard
+	EventBury           Event = "bury"            // FAILED → DEAD
+	EventRequeue        Event = "requeue"         // FAILED or DEAD → QUEUED (operator)
+)
+
+// JobMachine is the job machine of seed 003 §1.2; its transition table stands
+// over the ASCII diagram where the two differ. The orchestration layer makes
+// every automatic move; only an admin requeues. RETRY_BACKOFF leaves by one
+// event, backoff_elapsed, whose guards send the job back to QUEUED while
+// attempts are left and to FAILED once they are exhausted, or at once when
+// its error was permanent (error_code PERMANENT, see Permanent).
+//
+// Extension (DESIGN.md §2): DEAD → QUEUED, the operator's requeue of a dead
+// job (invariant F2); it is the only move out of a terminal state.
+func JobMachine() *Machine[JobState, *Job] { return jobMachine() }
+
+var jobMachine = sync.OnceValue(func() *Machine[JobState, *Job] {
+	orch := []Actor{ActorOrchestration}
+	admin := []Actor{ActorAdmin}
+	// Guards on the attempt count (seed 003 §1.2: "attempt < 3", "attempt ≥ 3").
+	// Extension: a permanent error (Permanent, error_code PERMANENT) takes
+	// the FAILED branch whatever attempts are left.
+	attemptsLeft := Guard[*Job]{
+		Name:  "attempt < max_attempts and not PERMANENT",
+		Allow: func(j *Job) bool { return j.Attempt < j.MaxAttempts && j.ErrorCode != codes.JobPermanent },
+	}
+	attemptsExhausted := Guard[*Job]{
+		Name:  "attempt >= max_attempts or PERMANENT",
+		Allow: func(j *Job) bool { return j.Attempt >= j.MaxAttempts || j.ErrorCode == codes.JobPermanent },
+	}
+	return MustNew(Definition[JobState, *Job]{
+		Name:     "job",
+		Initial:  JobPending,
+		States:   JobStates(),
+		Terminal: []JobState{JobComplete, JobDead},
+		Transitions: []Transition[JobState, *Job]{
+			{From: JobPending, To: JobQueued, Event: EventValidate, Actors: orch},
+			{From: JobQueued, To: JobContextAssembly, Event: EventPickup, Actors: orch},
+			{From: JobContextAssembly, To: JobNotebookLMCall, Event: EventSnapshotReady, Actors: orch},
+			{From: JobContextAssembly, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
+			{From: JobNotebookLMCall, To: JobArtifactWrite, Event: EventResponseOK, Actors: orch},
+			{From: JobNotebookLMCall, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
+			{From: JobArtifactWrite, To: JobComplete, Event: EventCommit, Actors: orch},
+			{From: JobArtifactWrite, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
+			{From: JobRetryBackoff, To: JobQueued, Event: EventBackoffElapsed, Actors: orch, Guard: &attemptsLeft},
+			{From: JobRetryBackoff, To: JobFailed, Event: EventBackoffElapsed, Actors: orch, Guard: &attemptsExhausted},
+			{From: JobFailed, To: JobDead, Event: EventBury, Actors: orch},
+			{From: JobFailed, To: JobQueued, Event: EventRequeue, Actors: admin, Requeue: true},
+			{From: JobDead, To: JobQueued, Event: EventRequeue, Actors: admin, Requeue: true, Extension: true},
+		},
+		GetState: func(j *Job) JobState { return j.Status },
+		SetState: func(j *Job, s JobState) { j.Status = s },
+	})
+})
+
+// String makes a job readable in logs.
+func (j *Job) String() string {
+	return fmt.Sprintf("job %s (%s, attempt %d/%d)", j.JobID, j.Status, j.Attempt, j.MaxAttempts)
+}

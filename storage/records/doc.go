@@ -1,0 +1,8 @@
+// Package records is what Conveyor persists on a storage.Store besides the
+// seeds' documents: typed JSON documents with their write counter (Meta,
+// Read, Create), the lease a writer holds in a record, the audit log, and
+// the quarantine of records that cannot be decoded.
+//
+// It sits on the storage contract and below the machines; see
+// docs/architecture.md for the layers.
+package records
