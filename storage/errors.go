@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"syscall"
 	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Sentinel errors. Match them with errors.Is; adapters wrap them in *OpError.
@@ -165,7 +167,7 @@ func (e *UnavailableError) Unwrap() []error {
 }
 
 // Code is UPSTREAM_UNAVAILABLE, the code of the SDK's code table.
-func (e *UnavailableError) Code() string { return "UPSTREAM_UNAVAILABLE" }
+func (e *UnavailableError) Code() string { return codes.UpstreamUnavailable }
 
 // Transient tells whether err is a store failure worth waiting out: an
 // adapter's native error that an outage causes (a timeout, a refused or

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // ErrLeaseLost is matched by every error an owner gets once it no longer
@@ -61,4 +63,4 @@ func (e *LeaseLostError) Error() string {
 func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // Code is RUN_LEASE_LOST, the code of the SDK's code table.
-func (e *LeaseLostError) Code() string { return "RUN_LEASE_LOST" }
+func (e *LeaseLostError) Code() string { return codes.LeaseLost }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -46,7 +47,7 @@ func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 func (e *CorruptError) Unwrap() error { return e.Err }
 
 // Code is RECORD_QUARANTINED, the code of the SDK's code table.
-func (e *CorruptError) Code() string { return "RECORD_QUARANTINED" }
+func (e *CorruptError) Code() string { return codes.RecordQuarantined }
 
 // QuarantinePrefix holds poison records, each under
 // quarantine/{original key}/{stamp}.json, never deleted by the SDK.

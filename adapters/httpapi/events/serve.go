@@ -73,14 +73,14 @@ func (c *client) write(p []byte, w http.ResponseWriter) error {
 func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
-		writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "use GET")
+		writeError(w, http.StatusMethodNotAllowed, codes.MethodNotAllowed, "use GET")
 		return
 	}
 	q := r.URL.Query()
 	run := q.Get("run")
 	if run != "" {
 		if err := storage.ValidateID("run id", run); err != nil {
-			writeError(w, http.StatusBadRequest, "INVALID_INPUT", err.Error())
+			writeError(w, http.StatusBadRequest, codes.InvalidInput, err.Error())
 			return
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 //go:embed assets
@@ -97,7 +99,7 @@ func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "the page is read-only")
+			writeError(w, http.StatusMethodNotAllowed, codes.MethodNotAllowed, "the page is read-only")
 			return
 		}
 		name := "index.html"
@@ -106,7 +108,7 @@ func Handler() http.Handler {
 		}
 		a, ok := files[name]
 		if !ok {
-			writeError(w, http.StatusNotFound, "NOT_FOUND", "no such page asset: "+name)
+			writeError(w, http.StatusNotFound, codes.NotFound, "no such page asset: "+name)
 			return
 		}
 		h := w.Header()

@@ -323,7 +323,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, source stri
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"code":"INTERNAL_ERROR","message":"encoding the answer"}`)
+		status, b = http.StatusInternalServerError, []byte(`{"code":"`+codes.InternalError+`","message":"encoding the answer"}`)
 	}
 	hd := w.Header()
 	hd.Set("Content-Type", "application/json")
