@@ -402,20 +402,6 @@ func (b *Box) Get(ctx context.Context, id string) (lifecycle.InboxEntry, error) 
 	return d.InboxEntry, err
 }
 
-const (
-	livePrefix    = "inbox/"
-	expiredPrefix = "inbox/expired/"
-)
-
-// liveID returns the id of a live entry key inbox/{id}.json.
-func liveID(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, livePrefix)
-	if !ok || strings.Contains(rest, "/") {
-		return "", false
-	}
-	return strings.CutSuffix(rest, ".json")
-}
-
 // ExpireDue is the cron of seed 002 §1.2: every pending entry whose TTL
 // has run out goes pending → expired and moves to inbox/expired/ (written
 // there create-only, then removed from inbox/ if unchanged since), never
@@ -426,11 +412,11 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 		return nil, forbidden(lifecycle.InboxExpired, lifecycle.EventInboxExpire, actor, lifecycle.ActorSystem)
 	}
 	var moved []string
-	for key, err := range b.cfg.Store.List(ctx, livePrefix) {
+	for key, err := range b.cfg.Store.List(ctx, layout.InboxPrefix) {
 		if err != nil {
 			return moved, err
 		}
-		id, ok := liveID(key)
+		id, ok := layout.ParseInboxKey(key)
 		if !ok {
 			continue
 		}
@@ -495,13 +481,13 @@ func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[lifecycle.In
 		}
 		withExpired := opts.IncludeExpired || opts.Status == lifecycle.InboxExpired
 		want := func(e *lifecycle.InboxEntry) bool { return opts.Status == "" || e.Status == opts.Status }
-		for key, err := range b.cfg.Store.List(ctx, livePrefix) {
+		for key, err := range b.cfg.Store.List(ctx, layout.InboxPrefix) {
 			if err != nil {
 				yield(lifecycle.InboxEntry{}, err)
 				return
 			}
-			id, live := liveID(key)
-			expired := strings.HasPrefix(key, expiredPrefix)
+			id, live := layout.ParseInboxKey(key)
+			expired := layout.IsInboxExpiredKey(key)
 			if !live && !expired {
 				continue
 			}

@@ -115,8 +115,28 @@ func InboxKey(entryID string) (string, error) {
 	if err := storage.ValidateID("inbox entry id", entryID); err != nil {
 		return "", err
 	}
-	return "inbox/" + entryID + ".json", nil
+	return InboxPrefix + entryID + ".json", nil
 }
+
+// The inbox's folders: the live entries, and the expired ones, which move
+// under InboxExpiredPrefix (listing InboxPrefix yields both).
+const (
+	InboxPrefix        = "inbox/"
+	InboxExpiredPrefix = InboxPrefix + "expired/"
+)
+
+// ParseInboxKey returns the id of a live entry key inbox/{entryId}.json, or
+// false for any other key (an expired entry's included).
+func ParseInboxKey(key string) (entryID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, InboxPrefix)
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
+	}
+	return strings.CutSuffix(rest, ".json")
+}
+
+// IsInboxExpiredKey tells whether key is under inbox/expired/.
+func IsInboxExpiredKey(key string) bool { return strings.HasPrefix(key, InboxExpiredPrefix) }
 
 // InboxExpiredKey is where an expired entry moves: inbox/expired/{entryId}.json.
 // Expired entries move, never vanish (002 §1.4).
@@ -124,7 +144,7 @@ func InboxExpiredKey(entryID string) (string, error) {
 	if err := storage.ValidateID("inbox entry id", entryID); err != nil {
 		return "", err
 	}
-	return "inbox/expired/" + entryID + ".json", nil
+	return InboxExpiredPrefix + entryID + ".json", nil
 }
 
 // AuditDayPrefix is the List prefix of one UTC day of audit events:
@@ -140,6 +160,16 @@ func AuditKey(ts time.Time, eventID string) (string, error) {
 		return "", err
 	}
 	return AuditDayPrefix(ts) + eventID + ".json", nil
+}
+
+// ParseAuditKey returns the event id of an audit key
+// audit/YYYYMMDD/{eventId}.json, or false for a key of another shape.
+func ParseAuditKey(key string) (eventID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "audit/")
+	if !ok || len(rest) < 9 || rest[8] != '/' {
+		return "", false
+	}
+	return strings.CutSuffix(rest[9:], ".json")
 }
 
 // JobsPrefix is the List prefix of the job records, and of nothing else:
@@ -248,6 +278,16 @@ func NLMJobKey(jobID string) (string, error) {
 	return NLMJobsPrefix + jobID + ".json", nil
 }
 
+// ParseNLMJobKey returns the id of an NLM job key nlm/jobs/{job_id}.json, or
+// false for any other key.
+func ParseNLMJobKey(key string) (jobID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, NLMJobsPrefix)
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, ".json")
+}
+
 // NLMActiveKey is an NLM job's entry in the index of jobs in flight:
 // nlm/active/{job_id}.
 func NLMActiveKey(jobID string) (string, error) {
@@ -305,6 +345,41 @@ func RunSlotKey(slug string, n int) (string, error) {
 		return "", &storage.IDError{Field: "slot", ID: strconv.Itoa(n), Reason: "negative"}
 	}
 	return "agents/" + slug + "/slots/" + strconv.Itoa(n) + ".json", nil
+}
+
+// IsRunSlotKey tells whether key is an agent's concurrency slot,
+// agents/{slug}/slots/{n}.json.
+func IsRunSlotKey(key string) bool {
+	slug, rest, ok := cutAgent(key)
+	return ok && slug != "" && strings.HasPrefix(rest, "slots/") && strings.HasSuffix(rest, ".json")
+}
+
+// ParseRunStatusKey returns the agent and run of a status key
+// agents/{slug}/runs/{runId}/status.json, or false for any other key. It
+// checks the shape only: the ids are what the key holds.
+func ParseRunStatusKey(key string) (slug, runID string, ok bool) {
+	slug, rest, ok := cutAgent(key)
+	if !ok {
+		return "", "", false
+	}
+	rest, ok = strings.CutPrefix(rest, "runs/")
+	if !ok {
+		return "", "", false
+	}
+	runID, ok = strings.CutSuffix(rest, "/status.json")
+	if !ok || strings.Contains(runID, "/") {
+		return "", "", false
+	}
+	return slug, runID, true
+}
+
+// cutAgent splits agents/{slug}/{rest}.
+func cutAgent(key string) (slug, rest string, ok bool) {
+	rest, ok = strings.CutPrefix(key, "agents/")
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "/")
 }
 
 // RunInputKey keeps a run's input, so any runner can resume it:

@@ -299,3 +299,53 @@ func TestWebhookKeys(t *testing.T) {
 		t.Errorf("GitHubWindowKey of hostile parts: %q", k)
 	}
 }
+
+// Every key a package reads back is parsed here, by the inverse of its
+// builder: a built key parses to its ids, other shapes do not.
+func TestParsersInvertBuilders(t *testing.T) {
+	t.Parallel()
+	day := time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
+	inbox, _ := layout.InboxKey("inbox_2026-02-14_abc123")
+	expired, _ := layout.InboxExpiredKey("inbox_2026-02-14_abc123")
+	status, _ := layout.RunStatusKey("archivist-violin", "run_2026-02-24_abc123")
+	manifest, _ := layout.RunManifestKey("archivist-violin", "run_2026-02-24_abc123")
+	slot, _ := layout.RunSlotKey("archivist-violin", 3)
+	nlmJob, _ := layout.NLMJobKey("550e8400-e29b-41d4-a716-446655440000")
+	nlmActive, _ := layout.NLMActiveKey("550e8400-e29b-41d4-a716-446655440000")
+	audit, _ := layout.AuditKey(day, "evt-1")
+
+	if id, ok := layout.ParseInboxKey(inbox); !ok || id != "inbox_2026-02-14_abc123" {
+		t.Errorf("ParseInboxKey(%q) = %q, %v", inbox, id, ok)
+	}
+	if _, ok := layout.ParseInboxKey(expired); ok {
+		t.Errorf("ParseInboxKey(%q): an expired entry is not live", expired)
+	}
+	if !layout.IsInboxExpiredKey(expired) || layout.IsInboxExpiredKey(inbox) {
+		t.Errorf("IsInboxExpiredKey: %q true, %q false wanted", expired, inbox)
+	}
+	if slug, run, ok := layout.ParseRunStatusKey(status); !ok || slug != "archivist-violin" || run != "run_2026-02-24_abc123" {
+		t.Errorf("ParseRunStatusKey(%q) = %q, %q, %v", status, slug, run, ok)
+	}
+	for _, k := range []string{manifest, slot, "agents/x/runs/a/b/status.json", "index/runs/x.json"} {
+		if _, _, ok := layout.ParseRunStatusKey(k); ok {
+			t.Errorf("ParseRunStatusKey(%q) accepted", k)
+		}
+	}
+	if !layout.IsRunSlotKey(slot) || layout.IsRunSlotKey(status) {
+		t.Errorf("IsRunSlotKey: %q true, %q false wanted", slot, status)
+	}
+	if id, ok := layout.ParseNLMJobKey(nlmJob); !ok || id != "550e8400-e29b-41d4-a716-446655440000" {
+		t.Errorf("ParseNLMJobKey(%q) = %q, %v", nlmJob, id, ok)
+	}
+	if _, ok := layout.ParseNLMJobKey(nlmActive); ok {
+		t.Errorf("ParseNLMJobKey(%q) accepted", nlmActive)
+	}
+	if id, ok := layout.ParseAuditKey(audit); !ok || id != "evt-1" {
+		t.Errorf("ParseAuditKey(%q) = %q, %v", audit, id, ok)
+	}
+	for _, k := range []string{"audit/2026/x.json", "audit/20260214/x", "jobs/x.json"} {
+		if _, ok := layout.ParseAuditKey(k); ok {
+			t.Errorf("ParseAuditKey(%q) accepted", k)
+		}
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -213,14 +212,11 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 	return p, nil
 }
 
-// Keys are storage's layout: the NLM backend's records, and the index of
-// jobs in flight (so no pass reads finished history).
-const (
-	jobPrefix    = layout.NLMJobsPrefix
-	activePrefix = layout.NLMActivePrefix
-)
+// Keys are the layout's: the index of NLM jobs in flight (so no pass reads
+// finished history).
+const activePrefix = layout.NLMActivePrefix
 
-// activeKey is only called with ids jobKey accepted.
+// activeKey is only called with ids layout.NLMJobKey accepted.
 func activeKey(jobID string) string { k, _ := layout.NLMActiveKey(jobID); return k }
 
 // jobDoc is a job record as stored: the seed's fields and the write counter.
@@ -364,7 +360,7 @@ func (p *Processor) poisoned(ctx context.Context, err error) error {
 	if _, qerr := p.quar.Move(context.WithoutCancel(ctx), ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 		return err
 	}
-	if jobID, ok := strings.CutSuffix(strings.TrimPrefix(ce.Key, jobPrefix), ".json"); ok {
+	if jobID, ok := layout.ParseNLMJobKey(ce.Key); ok {
 		p.unmark(ctx, jobID)
 	}
 	return err

@@ -114,11 +114,16 @@ func (r *Runner) quarantine(ctx context.Context, ce *records.CorruptError) (stri
 	return qkey, nil
 }
 
+func isRunStatusKey(key string) bool {
+	_, _, ok := layout.ParseRunStatusKey(key)
+	return ok
+}
+
 func quarantineKind(key string) string {
 	switch {
-	case strings.HasSuffix(key, "/status.json"):
+	case isRunStatusKey(key):
 		return "run_status"
-	case strings.Contains(key, "/slots/"):
+	case layout.IsRunSlotKey(key):
 		return "slot"
 	case strings.HasPrefix(key, layout.RunIndexPrefix):
 		return "run_index"

@@ -637,8 +637,8 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
 		if err != nil {
 			return nil, err
 		}
-		runID, ok := strings.CutSuffix(strings.TrimPrefix(key, prefix), "/status.json")
-		if !ok || strings.Contains(runID, "/") {
+		_, runID, ok := layout.ParseRunStatusKey(key)
+		if !ok {
 			continue
 		}
 		doc, _, err := r.readStatus(ctx, slug, runID, key)

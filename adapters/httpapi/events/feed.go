@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -215,7 +214,10 @@ func (f *Feed) poll(ctx context.Context) {
 				f.failed(ctx, err)
 				return
 			}
-			id := strings.TrimSuffix(strings.TrimPrefix(key, prefix), ".json")
+			id, ok := layout.ParseAuditKey(key)
+			if !ok {
+				continue
+			}
 			if id < fromID {
 				continue
 			}

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -198,7 +198,10 @@ func (f *Feed) replay(ctx context.Context, c *client, w http.ResponseWriter, las
 				if err != nil {
 					return err
 				}
-				id := strings.TrimSuffix(strings.TrimPrefix(key, prefix), ".json")
+				id, ok := layout.ParseAuditKey(key)
+				if !ok {
+					continue
+				}
 				if id <= lastID || id < fromID {
 					continue
 				}
