@@ -1,0 +1,212 @@
+package conveyor_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const module = "github.com/runconveyor/conveyor"
+
+// rigLayer is row T of the table: test kits and rigs.
+const rigLayer = 100
+
+// programLayer is the layer of examples/ and the root package.
+const programLayer = 8
+
+// layers is the table of docs/architecture.md: each package pattern (a
+// module-relative path, "." for the root, "x/..." for x and below) with its
+// layer, and the seams between packages of one layer.
+type layers struct {
+	patterns []layerPattern
+	seams    map[[2]string]bool
+}
+
+type layerPattern struct {
+	pattern string
+	layer   int
+}
+
+var (
+	rowRe  = regexp.MustCompile(`^\|\s*(\d+|T)\b[^|]*\|(.*)\|\s*$`)
+	tickRe = regexp.MustCompile("`([^`]+)`")
+	seamRe = regexp.MustCompile("^- `([^`]+)` → (.*?):")
+)
+
+// parseLayers reads the layers table and the seams from the text of
+// docs/architecture.md.
+func parseLayers(doc string) (*layers, error) {
+	l := &layers{seams: map[[2]string]bool{}}
+	for line := range strings.SplitSeq(doc, "\n") {
+		if m := rowRe.FindStringSubmatch(line); m != nil {
+			n := rigLayer
+			if m[1] != "T" {
+				n, _ = strconv.Atoi(m[1])
+			}
+			for _, p := range tickRe.FindAllStringSubmatch(m[2], -1) {
+				l.patterns = append(l.patterns, layerPattern{p[1], n})
+			}
+		}
+		if m := seamRe.FindStringSubmatch(line); m != nil {
+			for _, to := range tickRe.FindAllStringSubmatch(m[2], -1) {
+				l.seams[[2]string{m[1], to[1]}] = true
+			}
+		}
+	}
+	if len(l.patterns) == 0 {
+		return nil, fmt.Errorf("no layers table")
+	}
+	return l, nil
+}
+
+// layerOf returns the layer of a module-relative package path; the longest
+// matching pattern wins.
+func (l *layers) layerOf(pkg string) (int, bool) {
+	best, layer := -1, 0
+	for _, p := range l.patterns {
+		match := p.pattern == pkg
+		if base, ok := strings.CutSuffix(p.pattern, "/..."); ok {
+			match = pkg == base || strings.HasPrefix(pkg, base+"/")
+		}
+		if match && len(p.pattern) > best {
+			best, layer = len(p.pattern), p.layer
+		}
+	}
+	return layer, best >= 0
+}
+
+// check returns every import of graph (package → the module packages it
+// imports, module-relative) that breaks the table.
+func (l *layers) check(graph map[string][]string) []string {
+	var bad []string
+	pkgs := make([]string, 0, len(graph))
+	for p := range graph {
+		pkgs = append(pkgs, p)
+	}
+	slices.Sort(pkgs)
+	for _, p := range pkgs {
+		lp, ok := l.layerOf(p)
+		if !ok {
+			bad = append(bad, fmt.Sprintf("%s is not in the layers table of docs/architecture.md", p))
+			continue
+		}
+		for _, q := range graph[p] {
+			lq, ok := l.layerOf(q)
+			switch {
+			case !ok:
+				bad = append(bad, fmt.Sprintf("%s imports %s, which is not in the layers table", p, q))
+			case lp == rigLayer:
+				if lq == programLayer {
+					bad = append(bad, fmt.Sprintf("%s (test kit) imports the program %s", p, q))
+				}
+			case lp == programLayer:
+				if lq == programLayer {
+					bad = append(bad, fmt.Sprintf("%s imports another program, %s", p, q))
+				}
+			case lq == rigLayer:
+				bad = append(bad, fmt.Sprintf("%s (layer %d) imports the test rig %s", p, lp, q))
+			case lq > lp:
+				bad = append(bad, fmt.Sprintf("%s (layer %d) imports %s (layer %d), a higher layer", p, lp, q, lq))
+			case lq == lp && !l.seams[[2]string{p, q}]:
+				bad = append(bad, fmt.Sprintf("%s imports %s on its own layer %d, which is no seam of docs/architecture.md", p, q, lp))
+			}
+		}
+	}
+	return bad
+}
+
+// importGraph lists the module's packages and the module packages each
+// imports (tests excluded), by go list.
+func importGraph(t *testing.T) map[string][]string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go not found: %v", err)
+	}
+	out, err := exec.Command(gobin, "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	rel := func(p string) (string, bool) {
+		if p == module {
+			return ".", true
+		}
+		r, ok := strings.CutPrefix(p, module+"/")
+		return r, ok
+	}
+	graph := map[string][]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		p, _ := rel(f[0])
+		graph[p] = []string{}
+		for _, imp := range f[1:] {
+			if q, ok := rel(imp); ok {
+				graph[p] = append(graph[p], q)
+			}
+		}
+	}
+	return graph
+}
+
+func readLayers(t *testing.T) *layers {
+	t.Helper()
+	doc, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := parseLayers(string(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestLayers holds the tree to docs/architecture.md: no import runs up a
+// layer, none runs across one outside a listed seam, no production package
+// imports a test rig, every package has a layer.
+func TestLayers(t *testing.T) {
+	t.Parallel()
+	for _, v := range readLayers(t).check(importGraph(t)) {
+		t.Error(v)
+	}
+}
+
+// TestLayersCheck is the test of TestLayers: on the real table, a made-up
+// graph with each kind of bad import fails the check, and the good one
+// passes.
+func TestLayersCheck(t *testing.T) {
+	t.Parallel()
+	l := readLayers(t)
+	tests := []struct {
+		name  string
+		graph map[string][]string
+		bad   bool
+	}{
+		{"down", map[string][]string{"lifecycle/run": {"internal/core", "lifecycle", "storage"}}, false},
+		{"seam", map[string][]string{"jobqueue": {"artifact"}}, false},
+		{"back edge", map[string][]string{"storage": {"lifecycle/run"}}, true},
+		{"up from the core", map[string][]string{"internal/core": {"jobqueue"}}, true},
+		{"across without a seam", map[string][]string{"artifact": {"jobqueue"}}, true},
+		{"rig in production", map[string][]string{"jobqueue": {"internal/testkit/testdrive"}}, true},
+		{"rig in an example", map[string][]string{"examples/chaos": {"internal/testkit/miniotest"}}, false},
+		{"unknown package", map[string][]string{"newpkg": {}}, true},
+		{"program imports program", map[string][]string{"examples/worker": {"examples/chaos"}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := l.check(tt.graph); (len(got) > 0) != tt.bad {
+				t.Errorf("check(%v) = %q, want bad=%v", tt.graph, got, tt.bad)
+			}
+		})
+	}
+}
