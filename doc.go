@@ -6,18 +6,21 @@
 // writes (package storage and its adapters); and the SDK supplies the
 // orchestration that turns a plain Go program into a Worker.
 //
-// Packages, in the one direction imports point:
+// Packages, from the ground up (docs/architecture.md holds the layers, and
+// a test holds the imports to them):
 //
-//	storage        the Store contract, its errors, key layout, typed documents, audit log
-//	lifecycle      the declarative Machine, the run and step machines, actors, codes, input checks
-//	lifecycle/run  the Runner: run records, idempotency, recovery
-//	lifecycle/clock  the clock the SDK waits on, and a fake one for tests
-//	jobqueue       the job machine, the Queue and the Worker
-//	lifecycle/nlm   the NLM-job machine and processor; a run step that waits for it
-//	inbox          the inbox entry machine
-//	artifact       the artifact model
-//	adapters/…     memstore, filestore, s3store; httpapi (the HTTP API and its
-//	               client), httpapi/events (the event stream), httpapi/page
-//	               (the live page), prometheus (metrics and alert rules)
+//	lifecycle/clock, lifecycle/codes   the clock; the one code table and input limits
+//	storage        the Store contract: conditions, versions, keys, errors, Watch
+//	storage/records  typed documents, leases, the audit log, quarantine
+//	adapters/memstore, filestore, s3store   Store adapters
+//	lifecycle      the declarative Machine and all seven tables; lifecycle/authority
+//	lifecycle/run  the Runner: run records, idempotency, recovery; run/schedule
+//	jobqueue       the Queue and the Worker
+//	lifecycle/nlm  the NLM processor; a run step that waits for it
+//	inbox          the inbox Box
+//	artifact       the artifact store
+//	adapters/…     httpapi (the HTTP API and its client), httpapi/events (the
+//	               event stream), httpapi/page (the live page), httpapi/webhook,
+//	               prometheus (metrics and alert rules)
 //	examples/…     worker (the Worker), conveyor (its CLI), machines, chaos
 package conveyor
