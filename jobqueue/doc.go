@@ -1,5 +1,6 @@
-// Package jobqueue holds the job machine of seed 003 (§1), the records it
-// moves, and what runs them over a storage.Store:
+// Package jobqueue runs the job machine of seed 003 (§1),
+// lifecycle.JobMachine, over the job records (lifecycle.Job) in a
+// storage.Store:
 //
 //   - Queue: enqueue (PENDING → QUEUED after validation), claim with a lease
 //     from per-agent ready lanes (queue/lanes/{agent}/, O(1) store calls per

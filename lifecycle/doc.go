@@ -8,13 +8,13 @@
 //
 // The package defines the run machines of the specs ([CanonicalRun],
 // [CancelableRun], [ApprovalRun]) and the run-step machine ([RunStep]) over
-// any [Stateful] record; the job and NLM-job machines live in package
-// jobqueue and the inbox machine in package inbox, all built with [New].
+// any [Stateful] record, and beside them the job ([JobMachine]), NLM-job
+// ([NLMMachine]) and inbox-entry ([InboxMachine]) machines with the records
+// they move ([Job], [NLMJob], [InboxEntry]), all built with [New].
 //
-// The package also holds what every other package of the SDK shares: the
-// actors, the error codes with their HTTP statuses ([ErrorCode],
-// [HTTPStatus]) and the one input check of free text ([CheckText],
-// [CheckBytes]) with its limits.
+// The package also holds the actors, and [ErrorCode], which gives any error
+// of the SDK its code; the code table itself, with the HTTP statuses and the
+// input limits, is the leaf package lifecycle/codes.
 //
 // Run orchestration (the Runner, run records, idempotency, recovery) is in
 // the subpackage run; the fake clock for tests of your own code is in the

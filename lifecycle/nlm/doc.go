@@ -1,8 +1,9 @@
 // Package nlm is the NLM backend's side of seed 003 §2, on Conveyor's one
-// execution core: the NLM-job machine (ACCEPTED → FETCHING_CONTEXT →
-// BUILDING_PROMPT → NLM_QUERY → STRUCTURING → CALLBACK → DONE, any
-// non-terminal state → ERROR), its record (nlm/jobs/{job_id}.json) and the
-// Processor that runs it, and the wiring that lets a run wait for it.
+// execution core: the Processor that runs the NLM-job machine
+// (lifecycle.NLMMachine: ACCEPTED → FETCHING_CONTEXT → BUILDING_PROMPT →
+// NLM_QUERY → STRUCTURING → CALLBACK → DONE, any non-terminal state →
+// ERROR) over its record (lifecycle.NLMJob, nlm/jobs/{job_id}.json), and the
+// wiring that lets a run wait for it.
 //
 // The Processor holds a lease (owner, epoch, expiry) in each job it works
 // on, renewed by heartbeat; every write it makes is a read-check-write
