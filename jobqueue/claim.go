@@ -259,11 +259,11 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 			break
 		}
 		last = key
-		if agent, ok := laneAgent(key); ok && len(byAgent[agent]) < laneBatch {
+		if agent, ok := layout.LaneAgent(key); ok && len(byAgent[agent]) < laneBatch {
 			byAgent[agent] = append(byAgent[agent], key)
 		}
 	}
-	lastAgent, _ := laneAgent(last)
+	lastAgent, _ := layout.LaneAgent(last)
 	found := false
 	defer func() {
 		if found {

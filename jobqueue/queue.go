@@ -561,19 +561,10 @@ func (q *Queue) putLane(ctx context.Context, key, jobID string, at time.Time) er
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		err = nil
 	}
-	if agent, ok := laneAgent(key); ok && err == nil {
+	if agent, ok := layout.LaneAgent(key); ok && err == nil {
 		q.laneAdded(agent, key)
 	}
 	return err
-}
-
-func laneAgent(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, lanePrefix)
-	if !ok {
-		return "", false
-	}
-	agent, _, ok := strings.Cut(rest, "/")
-	return agent, ok
 }
 
 // laneAdded puts a key this Queue wrote into agent's cache, in order,

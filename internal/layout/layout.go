@@ -222,6 +222,17 @@ func LaneKey(agent string, at time.Time, jobID string) (string, error) {
 	return fmt.Sprintf("%s%s/%019d-%s", LanesPrefix, agent, at.UnixNano(), jobID), nil
 }
 
+// LaneAgent returns the agent of a key under the lanes, queue/lanes/{agent}/…,
+// whatever follows; ParseLaneKey reads and checks a whole LaneKey.
+func LaneAgent(key string) (agent string, ok bool) {
+	rest, ok := strings.CutPrefix(key, LanesPrefix)
+	if !ok {
+		return "", false
+	}
+	agent, _, ok = strings.Cut(rest, "/")
+	return agent, ok
+}
+
 // ParseLaneKey returns the agent, ready time and job id of a LaneKey.
 func ParseLaneKey(key string) (agent string, at time.Time, jobID string, ok bool) {
 	rest, found := strings.CutPrefix(key, LanesPrefix)

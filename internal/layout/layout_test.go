@@ -349,3 +349,24 @@ func TestParsersInvertBuilders(t *testing.T) {
 		}
 	}
 }
+
+// LaneAgent reads the agent of any key under the lanes, as the claim's
+// grouping did by hand: of a LaneKey, and of whatever else is there.
+func TestLaneAgent(t *testing.T) {
+	t.Parallel()
+	lane, _ := layout.LaneKey("agent-a", time.Unix(5, 0), "job-1")
+	tests := []struct {
+		key, agent string
+		ok         bool
+	}{
+		{lane, "agent-a", true},
+		{"queue/lanes/agent-b/anything", "agent-b", true},
+		{"queue/lanes/agent-c", "", false},
+		{"jobs/job-1.json", "", false},
+	}
+	for _, tt := range tests {
+		if agent, ok := layout.LaneAgent(tt.key); ok != tt.ok || ok && agent != tt.agent {
+			t.Errorf("LaneAgent(%q) = %q, %v, want %q, %v", tt.key, agent, ok, tt.agent, tt.ok)
+		}
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"iter"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
@@ -173,7 +172,8 @@ func ReadAuditDay(ctx context.Context, s storage.Store, day time.Time) iter.Seq2
 				yield(AuditEvent{}, fmt.Errorf("storage: decode audit event %s: %w", key, err))
 				return
 			}
-			for _, e := range ev.Expand(strings.TrimSuffix(strings.TrimPrefix(key, prefix), ".json")) {
+			id, _ := layout.ParseAuditKey(key) // the id, .json or not: a listed key is under the day's prefix
+			for _, e := range ev.Expand(id) {
 				if !yield(e, nil) {
 					return
 				}
