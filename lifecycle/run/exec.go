@@ -235,7 +235,6 @@ func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
 // runner's) is used for the writes, so a timed-out or canceled run can
 // still record its end.
 func (x *execution) execute(runCtx, ctx context.Context) outcome {
-	r := x.r
 	steps := x.agent.Steps
 	doc := x.w.snapshot()
 	p, err := x.plan(ctx, doc)
@@ -248,17 +247,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return x.writeFailure(ctx, err)
 		}
 	}
-	input := x.input
-	if !x.inputKnown {
-		inKey, err := layout.RunInputKey(doc.AgentSlug, doc.RunID)
-		if err != nil {
-			return outcome{kind: failed, err: err}
-		}
-		if b, _, err := r.store.Get(ctx, inKey); err == nil {
-			input = b
-		} else if !errors.Is(err, storage.ErrNotFound) {
-			return x.writeFailure(ctx, err)
-		}
+	input, end := x.loadInput(ctx, doc)
+	if end != nil {
+		return *end
 	}
 	outputs := p.cached
 	var files []string
@@ -270,42 +261,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return x.stopped(cause)
 		}
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
-		if !s.Idempotent {
-			if err := x.markStarted(ctx, i); err != nil {
-				var re *lifecycle.RunError
-				if errors.As(err, &re) {
-					return outcome{kind: failed, err: err}
-				}
-				return x.writeFailure(ctx, err)
-			}
-		}
-		started := r.now()
-		out, attempts, stepErr := x.runStep(runCtx, s, in)
-		if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
-			return x.stopped(context.Cause(runCtx))
-		}
-		if stepErr != nil {
-			stepErr = stoppedStepError(runCtx, s, stepErr)
-		}
-		rec, err := x.stepRecord(i, started, out, attempts, stepErr)
-		if err != nil {
-			return outcome{kind: failed, err: err}
-		}
-		if err := x.writeStep(ctx, rec); err != nil {
-			return x.writeFailure(ctx, err)
-		}
-		if m, ok := r.cfg.Metrics.(stepMetrics); ok {
-			m.StepFinished(doc.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
-		}
-		x.records[rec.StepNumber] = rec
-		if stepErr != nil {
-			switch context.Cause(runCtx) {
-			case errCanceled:
-				return outcome{kind: canceled}
-			case errRunTimeout:
-				return outcome{kind: timedOut}
-			}
-			return outcome{kind: failed, err: stepErr}
+		out, end := x.doStep(runCtx, ctx, i, s, in)
+		if end != nil {
+			return *end
 		}
 		names, err := x.writeFiles(ctx, out.Files)
 		if err != nil {
@@ -321,11 +279,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return outcome{kind: canceled}
 		}
 		if err := x.count(ctx, i+1, out.Proposals, out.Await); err != nil {
-			if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
-				errors.Is(err, context.Canceled) || storage.Transient(err) {
-				return x.writeFailure(ctx, err)
-			}
-			return outcome{kind: failed, err: err}
+			return x.countFailure(ctx, err)
 		}
 		if out.Await != nil {
 			if x.w.snapshot().CancelRequested {
@@ -335,6 +289,98 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		}
 	}
 	return outcome{kind: done, files: files}
+}
+
+// loadInput gives the run's input: the one submitted, or the one stored
+// when this execution took the run over. end is set when the execution
+// ends here.
+func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome) {
+	if x.inputKnown {
+		return x.input, nil
+	}
+	input := x.input
+	inKey, err := layout.RunInputKey(doc.AgentSlug, doc.RunID)
+	if err != nil {
+		return nil, &outcome{kind: failed, err: err}
+	}
+	if b, _, err := x.r.store.Get(ctx, inKey); err == nil {
+		input = b
+	} else if !errors.Is(err, storage.ErrNotFound) {
+		end := x.writeFailure(ctx, err)
+		return nil, &end
+	}
+	return input, nil
+}
+
+// doStep runs step i (number i+1) and records how it went. end is set when
+// the execution ends here: stopped, the step failed, or a write failed.
+func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepInput) (StepOutput, *outcome) {
+	r := x.r
+	if !s.Idempotent {
+		if err := x.markStarted(ctx, i); err != nil {
+			end := x.startFailure(ctx, err)
+			return StepOutput{}, &end
+		}
+	}
+	started := r.now()
+	out, attempts, stepErr := x.runStep(runCtx, s, in)
+	if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
+		end := x.stopped(context.Cause(runCtx))
+		return out, &end
+	}
+	if stepErr != nil {
+		stepErr = stoppedStepError(runCtx, s, stepErr)
+	}
+	rec, err := x.stepRecord(i, started, out, attempts, stepErr)
+	if err != nil {
+		return out, &outcome{kind: failed, err: err}
+	}
+	if err := x.writeStep(ctx, rec); err != nil {
+		end := x.writeFailure(ctx, err)
+		return out, &end
+	}
+	if m, ok := r.cfg.Metrics.(stepMetrics); ok {
+		m.StepFinished(in.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
+	}
+	x.records[rec.StepNumber] = rec
+	if stepErr != nil {
+		end := stepFailure(runCtx, stepErr)
+		return out, &end
+	}
+	return out, nil
+}
+
+// startFailure is how the execution ends when marking a step started
+// failed: a run error fails the run as it is; any other is a write failure.
+func (x *execution) startFailure(ctx context.Context, err error) outcome {
+	var re *lifecycle.RunError
+	if errors.As(err, &re) {
+		return outcome{kind: failed, err: err}
+	}
+	return x.writeFailure(ctx, err)
+}
+
+// stepFailure is how the execution ends after a failed step: canceled or
+// timed out when a stop cut it, failed otherwise.
+func stepFailure(runCtx context.Context, stepErr error) outcome {
+	switch context.Cause(runCtx) {
+	case errCanceled:
+		return outcome{kind: canceled}
+	case errRunTimeout:
+		return outcome{kind: timedOut}
+	}
+	return outcome{kind: failed, err: stepErr}
+}
+
+// countFailure is how the execution ends when counting a step failed: a
+// lost lease, a corrupt record or the store's trouble is a write failure;
+// any other error fails the run.
+func (x *execution) countFailure(ctx context.Context, err error) outcome {
+	if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
+		errors.Is(err, context.Canceled) || storage.Transient(err) {
+		return x.writeFailure(ctx, err)
+	}
+	return outcome{kind: failed, err: err}
 }
 
 // stoppedStepError gives the error of a step that a cancel or the run's
@@ -749,67 +795,16 @@ func (x *execution) writeOutput(ctx context.Context, key string, b []byte) error
 func (x *execution) finish(ctx context.Context, out outcome) {
 	r := x.r
 	doc := x.w.snapshot()
-	// The manifest is written at every end, before the status that
-	// records it, so a writer that lost this run to us cannot leave a
-	// manifest of its own: ours, fenced by a newer epoch, replaces its
-	// manifest or refuses it (see writeOutput).
-	var manifestSays string
-	if out.kind == done {
-		if err := x.writeManifest(ctx, out, x.flow.completed); err != nil {
-			out = x.writeFailure(ctx, err)
-		}
-	}
-	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
-		if to, ok := x.flow.target(doc.Status, x.endEvent(out, &doc)); ok {
-			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, records.ErrLeaseLost) {
-				r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
-			}
-			manifestSays = to
-		}
-	} else if out.kind == done {
-		manifestSays = x.flow.completed
-	}
+	out, manifestSays := x.endManifest(ctx, out, &doc)
 	if out.kind == stopped || ctx.Err() != nil {
-		// Quiet on the runner's shutdown; said when the run's deadline and
-		// grace cut its writes (a runner frozen that long writes nothing).
-		reason := out.err
-		if context.Cause(ctx) == errWriteLimit {
-			reason = errors.Join(errWriteLimit, out.err)
-		}
-		if reason != nil && (!errors.Is(reason, context.Canceled) || errors.Is(reason, errWriteLimit)) {
-			r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", doc.RunID), slog.String("error", reason.Error()))
-		}
-		x.giveUp(ctx, out.err)
+		x.abandon(ctx, out, doc.RunID)
 		return
 	}
 	if out.kind == parked {
 		r.releaseSlot(ctx, doc.AgentSlug, x.slotKey, x.slotVer)
 		return
 	}
-	f := x.flow
-	b := bySystem()
-	if out.kind == timedOut {
-		b = byTimeout()
-	}
-	err := x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
-		var runErr error
-		switch out.kind {
-		case done:
-			d.StepsCompleted = len(x.agent.Steps)
-			d.CurrentStep = x.agent.Steps[len(x.agent.Steps)-1].Name
-			d.ProposalsCreated = appendNew(d.ProposalsCreated, x.lastProposals...)
-		case failed:
-			runErr = out.err
-		case timedOut:
-			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
-		}
-		if err := f.fire(ctx, d, x.endEvent(out, d), lifecycle.ActorOrchestration); err != nil {
-			return err
-		}
-		r.finishFields(d, runErr)
-		return nil
-	})
-	if err != nil {
+	if err := x.writeEnd(ctx, out); err != nil {
 		r.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 		x.giveUp(ctx, err)
 		if !errors.Is(err, records.ErrLeaseLost) && !errors.Is(err, records.ErrCorrupt) && ctx.Err() == nil {
@@ -827,6 +822,74 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 	}
 	r.cleanup(ctx, doc.AgentSlug, doc.RunID, x.slotKey, x.slotVer)
 	r.finished(ctx, end)
+}
+
+// endManifest writes the manifest of an execution that ends: at every
+// end, before the status that records it, so a writer that lost this run
+// to us cannot leave a manifest of its own: ours, fenced by a newer epoch,
+// replaces its manifest or refuses it (see writeOutput). It gives the
+// outcome (a done run whose manifest failed has a write failure) and the
+// status the manifest says, "" when none was written.
+func (x *execution) endManifest(ctx context.Context, out outcome, doc *Status) (outcome, string) {
+	var manifestSays string
+	if out.kind == done {
+		if err := x.writeManifest(ctx, out, x.flow.completed); err != nil {
+			out = x.writeFailure(ctx, err)
+		}
+	}
+	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
+		if to, ok := x.flow.target(doc.Status, x.endEvent(out, doc)); ok {
+			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, records.ErrLeaseLost) {
+				x.r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+			}
+			manifestSays = to
+		}
+	} else if out.kind == done {
+		manifestSays = x.flow.completed
+	}
+	return out, manifestSays
+}
+
+// abandon lets go of a run whose execution was stopped or whose writes
+// were cut. Quiet on the runner's shutdown; said when the run's deadline
+// and grace cut its writes (a runner frozen that long writes nothing).
+func (x *execution) abandon(ctx context.Context, out outcome, runID string) {
+	reason := out.err
+	if context.Cause(ctx) == errWriteLimit {
+		reason = errors.Join(errWriteLimit, out.err)
+	}
+	if reason != nil && (!errors.Is(reason, context.Canceled) || errors.Is(reason, errWriteLimit)) {
+		x.r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", runID), slog.String("error", reason.Error()))
+	}
+	x.giveUp(ctx, out.err)
+}
+
+// writeEnd writes the terminal status the outcome says.
+func (x *execution) writeEnd(ctx context.Context, out outcome) error {
+	r := x.r
+	f := x.flow
+	b := bySystem()
+	if out.kind == timedOut {
+		b = byTimeout()
+	}
+	return x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+		var runErr error
+		switch out.kind {
+		case done:
+			d.StepsCompleted = len(x.agent.Steps)
+			d.CurrentStep = x.agent.Steps[len(x.agent.Steps)-1].Name
+			d.ProposalsCreated = appendNew(d.ProposalsCreated, x.lastProposals...)
+		case failed:
+			runErr = out.err
+		case timedOut:
+			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
+		}
+		if err := f.fire(ctx, d, x.endEvent(out, d), lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		r.finishFields(d, runErr)
+		return nil
+	})
 }
 
 // endEvent is the event that ends a run in state d.Status the way out

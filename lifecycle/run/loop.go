@@ -221,12 +221,7 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 	now := r.now()
 	var err error
 	if f.terminal(doc.Status) || (doc.Lease == nil && slices.Contains(f.parked, doc.Status)) {
-		// At rest: no writer may come soon to write the audit event of
-		// its last write if that failed, so this look does.
-		if err := r.ensureAudit(ctx, &doc); err != nil {
-			if ctx.Err() == nil {
-				r.log.LogAttrs(ctx, slog.LevelWarn, "audit_repair_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
-			}
+		if !r.repairAudit(ctx, &doc) {
 			return
 		}
 	}
@@ -235,76 +230,127 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 		r.cleanup(ctx, c.slug, doc.RunID, "", "")
 		return
 	case doc.Status == f.initial && f.admit != "":
-		err = c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
-			return f.fire(ctx, d, f.admit, lifecycle.ActorOrchestration)
-		})
-		if err == nil {
-			r.startOrWait(ctx, c, false)
-			return
-		}
+		err = r.admit(ctx, c, f)
 	case doc.Status == f.waiting && r.queueExpired(f, doc, now):
-		err = c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *Status) error {
-			if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
-				return err
-			}
-			r.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "queued longer than %s", seconds(r.cfg.QueueTimeout)))
-			return nil
-		})
-		if err == nil {
-			r.cleanup(ctx, c.slug, doc.RunID, "", "")
-			r.finished(ctx, c.w.snapshot())
-		}
+		err = r.expireQueued(ctx, c, f, doc.RunID)
 	case doc.Status == f.waiting:
 		r.startOrWait(ctx, c, false)
 		return
 	case f.executing(doc.Status):
-		switch {
-		case doc.Lease == nil:
-			r.startOrWait(ctx, c, false) // resumed after an approval or event
-		case now.After(doc.Lease.ExpiresAt) || (startup && doc.Lease.Owner == r.cfg.Owner):
-			r.log.LogAttrs(ctx, slog.LevelWarn, "orphan_detected", slog.String("runId", doc.RunID),
-				slog.Time("lastHeartbeat", derefTime(doc.LastHeartbeatAt)), slog.String("owner", doc.Lease.Owner))
-			r.startOrWait(ctx, c, true)
-		}
+		r.resumeExecuting(ctx, c, &doc, now, startup)
 		return
 	case doc.CancelRequested && f.cancel != "" && doc.Lease == nil && slices.Contains(f.parked, doc.Status):
-		// A parked run that carries an acknowledged cancel (parked by a
-		// writer that missed the request) ends canceled at its next look.
-		err = c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
-			if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
-				return nil // moved on meanwhile
-			}
-			if err := f.fire(ctx, d, f.cancel, lifecycle.ActorOrchestration); err != nil {
-				return err
-			}
-			r.finishFields(d, nil)
-			return nil
-		})
-		if err == nil {
-			if after := c.w.snapshot(); f.terminal(after.Status) {
-				r.cleanup(ctx, c.slug, doc.RunID, "", "")
-				r.finished(ctx, after)
-			}
-		}
-	case doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline):
-		ext := doc.External
-		b := byTimeout()
-		b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
-		err = c.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
-			if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
-				return err
-			}
-			r.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
-			return nil
-		})
-		if err == nil {
-			r.cleanup(ctx, c.slug, doc.RunID, "", "")
-			r.finished(ctx, c.w.snapshot())
-		}
+		err = r.cancelParked(ctx, c, f, doc.RunID)
+	case externalExpired(&doc, now):
+		err = r.expireExternal(ctx, c, f, &doc)
 	}
 	if err != nil && ctx.Err() == nil {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 	}
+}
+
+// repairAudit writes the audit event of the last write of a run at rest,
+// if that write's own audit failed: no writer may come soon to do it. It
+// reports false when the repair failed and the look must stop.
+func (r *Runner) repairAudit(ctx context.Context, doc *Status) bool {
+	if err := r.ensureAudit(ctx, doc); err != nil {
+		if ctx.Err() == nil {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "audit_repair_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		}
+		return false
+	}
+	return true
+}
+
+// admit moves a new run past the flow's admission and starts it or queues
+// it for a slot.
+func (r *Runner) admit(ctx context.Context, c candidate, f *flow) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+		return f.fire(ctx, d, f.admit, lifecycle.ActorOrchestration)
+	})
+	if err == nil {
+		r.startOrWait(ctx, c, false)
+	}
+	return err
+}
+
+// expireQueued fails a run that waited for a slot longer than the queue
+// timeout.
+func (r *Runner) expireQueued(ctx context.Context, c candidate, f *flow, runID string) error {
+	err := c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *Status) error {
+		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		r.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "queued longer than %s", seconds(r.cfg.QueueTimeout)))
+		return nil
+	})
+	if err == nil {
+		r.cleanup(ctx, c.slug, runID, "", "")
+		r.finished(ctx, c.w.snapshot())
+	}
+	return err
+}
+
+// resumeExecuting starts a run in an executing state that no one holds:
+// one resumed after an approval or event, or an orphan (its lease expired,
+// or this runner's own lease found at startup).
+func (r *Runner) resumeExecuting(ctx context.Context, c candidate, doc *Status, now time.Time, startup bool) {
+	switch {
+	case doc.Lease == nil:
+		r.startOrWait(ctx, c, false) // resumed after an approval or event
+	case now.After(doc.Lease.ExpiresAt) || (startup && doc.Lease.Owner == r.cfg.Owner):
+		r.log.LogAttrs(ctx, slog.LevelWarn, "orphan_detected", slog.String("runId", doc.RunID),
+			slog.Time("lastHeartbeat", derefTime(doc.LastHeartbeatAt)), slog.String("owner", doc.Lease.Owner))
+		r.startOrWait(ctx, c, true)
+	}
+}
+
+// cancelParked ends canceled a parked run that carries an acknowledged
+// cancel (parked by a writer that missed the request).
+func (r *Runner) cancelParked(ctx context.Context, c candidate, f *flow, runID string) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+		if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
+			return nil // moved on meanwhile
+		}
+		if err := f.fire(ctx, d, f.cancel, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		r.finishFields(d, nil)
+		return nil
+	})
+	if err == nil {
+		if after := c.w.snapshot(); f.terminal(after.Status) {
+			r.cleanup(ctx, c.slug, runID, "", "")
+			r.finished(ctx, after)
+		}
+	}
+	return err
+}
+
+// externalExpired reports whether doc waits for an external event whose
+// deadline has passed.
+func externalExpired(doc *Status, now time.Time) bool {
+	return doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline)
+}
+
+// expireExternal fails a run whose external event did not come by its
+// deadline.
+func (r *Runner) expireExternal(ctx context.Context, c candidate, f *flow, doc *Status) error {
+	ext := doc.External
+	b := byTimeout()
+	b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
+	err := c.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		r.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
+		return nil
+	})
+	if err == nil {
+		r.cleanup(ctx, c.slug, doc.RunID, "", "")
+		r.finished(ctx, c.w.snapshot())
+	}
+	return err
 }
 
 // startOrWait takes a slot and the lease and starts executing the run, or
