@@ -2,9 +2,7 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -146,48 +144,4 @@ type stepMetrics interface {
 // (see Metrics).
 type stragglerMetrics interface {
 	StepAbandoned(agent, step string)
-}
-
-// freeSlotsOf frees every slot of the agent that names runID.
-func (r *Runner) freeSlotsOf(ctx context.Context, slug, runID string) {
-	a, ok := r.agents[slug]
-	if !ok {
-		return
-	}
-	for i := range a.concurrency {
-		key, err := layout.RunSlotKey(slug, i)
-		if err != nil {
-			return
-		}
-		e, v, err := r.readSlot(ctx, key)
-		if err != nil || e.RunID != runID {
-			continue
-		}
-		r.releaseSlot(ctx, slug, key, v)
-	}
-}
-
-// readSlot reads and validates a slot object; a junk one is quarantined
-// and reported as not found, so the slot can be created afresh.
-func (r *Runner) readSlot(ctx context.Context, key string) (slotEntry, storage.Version, error) {
-	b, v, err := r.store.Get(ctx, key)
-	if err != nil {
-		return slotEntry{}, "", err
-	}
-	var e slotEntry
-	var ce *records.CorruptError
-	if err := json.Unmarshal(b, &e); err != nil {
-		ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
-	} else if e.RunID != "" {
-		if err := storage.ValidateID("run id", e.RunID); err != nil {
-			ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "invalid", Err: err}
-		}
-	}
-	if ce != nil {
-		if _, qerr := r.quarantine(ctx, ce); qerr != nil {
-			return slotEntry{}, "", qerr
-		}
-		return slotEntry{}, "", fmt.Errorf("%w: slot %s quarantined", storage.ErrNotFound, key)
-	}
-	return e, v, nil
 }

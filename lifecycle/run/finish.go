@@ -1,0 +1,206 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// finish writes how the execution ended: the manifest and the terminal
+// status, or the failure; then frees the slot and the active entry.
+func (x *execution) finish(ctx context.Context, out outcome) {
+	r := x.r
+	doc := x.w.snapshot()
+	out, manifestSays := x.endManifest(ctx, out, &doc)
+	if out.kind == stopped || ctx.Err() != nil {
+		x.abandon(ctx, out, doc.RunID)
+		return
+	}
+	if out.kind == parked {
+		r.releaseSlot(ctx, doc.AgentSlug, x.slotKey, x.slotVer)
+		return
+	}
+	if err := x.writeEnd(ctx, out); err != nil {
+		r.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		x.giveUp(ctx, err)
+		if !errors.Is(err, records.ErrLeaseLost) && !errors.Is(err, records.ErrCorrupt) && ctx.Err() == nil {
+			r.releaseSlotIfOurs(ctx, x) // not executing any more: recovery takes it from here
+		}
+		return
+	}
+	end := x.w.snapshot()
+	if end.Status != manifestSays {
+		// The status moved meanwhile (a cancel landed): the manifest
+		// follows it.
+		if err := x.writeManifest(ctx, out, end.Status); err != nil {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		}
+	}
+	r.cleanup(ctx, doc.AgentSlug, doc.RunID, x.slotKey, x.slotVer)
+	r.finished(ctx, end)
+}
+
+// endManifest writes the manifest of an execution that ends: at every
+// end, before the status that records it, so a writer that lost this run
+// to us cannot leave a manifest of its own: ours, fenced by a newer epoch,
+// replaces its manifest or refuses it (see writeOutput). It gives the
+// outcome (a done run whose manifest failed has a write failure) and the
+// status the manifest says, "" when none was written.
+func (x *execution) endManifest(ctx context.Context, out outcome, doc *Status) (outcome, string) {
+	var manifestSays string
+	if out.kind == done {
+		if err := x.writeManifest(ctx, out, x.flow.completed); err != nil {
+			out = x.writeFailure(ctx, err)
+		}
+	}
+	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
+		if to, ok := x.flow.target(doc.Status, x.endEvent(out, doc)); ok {
+			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, records.ErrLeaseLost) {
+				x.r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+			}
+			manifestSays = to
+		}
+	} else if out.kind == done {
+		manifestSays = x.flow.completed
+	}
+	return out, manifestSays
+}
+
+// abandon lets go of a run whose execution was stopped or whose writes
+// were cut. Quiet on the runner's shutdown; said when the run's deadline
+// and grace cut its writes (a runner frozen that long writes nothing).
+func (x *execution) abandon(ctx context.Context, out outcome, runID string) {
+	reason := out.err
+	if context.Cause(ctx) == errWriteLimit {
+		reason = errors.Join(errWriteLimit, out.err)
+	}
+	if reason != nil && (!errors.Is(reason, context.Canceled) || errors.Is(reason, errWriteLimit)) {
+		x.r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", runID), slog.String("error", reason.Error()))
+	}
+	x.giveUp(ctx, out.err)
+}
+
+// writeEnd writes the terminal status the outcome says.
+func (x *execution) writeEnd(ctx context.Context, out outcome) error {
+	r := x.r
+	f := x.flow
+	b := bySystem()
+	if out.kind == timedOut {
+		b = byTimeout()
+	}
+	return x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+		var runErr error
+		switch out.kind {
+		case done:
+			d.StepsCompleted = len(x.agent.Steps)
+			d.CurrentStep = x.agent.Steps[len(x.agent.Steps)-1].Name
+			d.ProposalsCreated = appendNew(d.ProposalsCreated, x.lastProposals...)
+		case failed:
+			runErr = out.err
+		case timedOut:
+			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
+		}
+		if err := f.fire(ctx, d, x.endEvent(out, d), lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		r.finishFields(d, runErr)
+		return nil
+	})
+}
+
+// endEvent is the event that ends a run in state d.Status the way out
+// says.
+func (x *execution) endEvent(out outcome, d *Status) lifecycle.Event {
+	f := x.flow
+	switch out.kind {
+	case failed:
+		return f.fail
+	case timedOut:
+		if f.cancelRq != "" && d.Status == f.cancelRq {
+			return f.cancel // cancel_requested cannot time out (seed 001); the cancel wins
+		}
+		return f.timeOut
+	case canceled:
+		return f.cancel
+	}
+	return f.complete
+}
+
+// finishFields sets what a terminal write records (seed 004 §2.3).
+func (r *Runner) finishFields(d *Status, runErr error) {
+	now := r.now()
+	d.FinishedAt = &now
+	d.DurationMS = now.Sub(d.StartedAt).Milliseconds()
+	d.Lease = nil
+	if runErr != nil {
+		var re *lifecycle.RunError
+		msg := runErr.Error()
+		if !errors.As(runErr, &re) {
+			msg = codes.InternalError + ": " + msg
+		}
+		d.Error = &msg
+	}
+}
+
+// finished records a run's end in logs and metrics.
+func (r *Runner) finished(ctx context.Context, d Status) {
+	dur := time.Duration(d.DurationMS) * time.Millisecond
+	r.cfg.Metrics.RunFinished(d.AgentSlug, d.Status, dur)
+	r.log.LogAttrs(ctx, slog.LevelInfo, "run_completed", slog.String("runId", d.RunID),
+		slog.Int64("durationMs", d.DurationMS), slog.String("status", d.Status))
+}
+
+// giveUp frees what an execution that stops without recording an end
+// holds: the slot of a run it lost, or of a run whose status turned out
+// poison (quarantined here, with its active entry).
+func (x *execution) giveUp(ctx context.Context, err error) {
+	var ce *records.CorruptError
+	if errors.As(err, &ce) {
+		_ = x.r.quarantineRun(ctx, x.agent.Slug, x.w.runID, ce)
+	}
+	if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) {
+		x.r.releaseSlotIfOurs(ctx, x)
+	}
+}
+
+// writeManifest writes manifest.json as the run ends in state status.
+// After the terminal write the lease is gone; the epoch still fences it.
+func (x *execution) writeManifest(ctx context.Context, out outcome, status string) error {
+	if !x.flow.terminal(x.w.snapshot().Status) {
+		if err := x.w.confirmLease(ctx); err != nil {
+			return err
+		}
+	}
+	doc := x.w.snapshot()
+	var steps []manifestStep
+	for i := range x.agent.Steps {
+		if rec, ok := x.records[i+1]; ok {
+			steps = append(steps, manifestStep{StepNumber: rec.StepNumber, StepName: rec.StepName, Status: rec.Status, DurationMS: rec.DurationMS})
+		}
+	}
+	now := x.r.now()
+	m := manifest{
+		RunID: doc.RunID, AgentSlug: doc.AgentSlug, Status: status, Trigger: doc.Trigger,
+		StartedAt: doc.StartedAt, FinishedAt: now, DurationMS: now.Sub(doc.StartedAt).Milliseconds(),
+		Steps: steps, ProposalsCreated: appendNew(append([]string{}, doc.ProposalsCreated...), x.lastProposals...),
+		Outputs: out.files, Epoch: x.epoch,
+	}
+	key, err := layout.RunManifestKey(doc.AgentSlug, doc.RunID)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = core.PutFenced(ctx, x.r.store, key, b, x.r.cfg.Owner, x.epoch, epochOf)
+	return err
+}
