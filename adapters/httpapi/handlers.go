@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -100,197 +102,119 @@ func pathID(r *http.Request, name, field string) (string, error) {
 	return id, storage.ValidateID(field, id)
 }
 
-func (s *Server) runStatus(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
-	id, err := pathID(r, "runId", "run_id")
-	if err != nil {
-		return err
-	}
-	st, err := s.cfg.Runner.Status(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, st)
+func (s *Server) runStatus() handlerFunc {
+	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) (run.Status, error) {
+		return s.cfg.Runner.Status(ctx, id)
+	})
 }
 
-func (s *Server) runSteps(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
-	id, err := pathID(r, "runId", "run_id")
-	if err != nil {
-		return err
-	}
-	steps, err := s.cfg.Runner.Steps(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	if steps == nil {
-		steps = []run.StepRecord{}
-	}
-	return writeJSON(w, http.StatusOK, steps)
+func (s *Server) runSteps() handlerFunc {
+	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) ([]run.StepRecord, error) {
+		steps, err := s.cfg.Runner.Steps(ctx, id)
+		if err == nil && steps == nil {
+			steps = []run.StepRecord{}
+		}
+		return steps, err
+	})
 }
 
-func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
+// agentQuery reads GET /runs's required ?agent={slug}.
+func agentQuery(r *http.Request, _ lifecycle.Actor) (string, error) {
 	slug := r.URL.Query().Get("agent")
 	if slug == "" {
-		return apiErr(codes.InvalidRequest, "the agent query parameter is required (GET /runs?agent={slug})")
+		return "", apiErr(codes.InvalidRequest, "the agent query parameter is required (GET /runs?agent={slug})")
 	}
-	if err := storage.ValidateID("agent", slug); err != nil {
-		return err
-	}
-	runs, err := s.cfg.Runner.Runs(r.Context(), slug)
-	if err != nil {
-		return err
-	}
-	// The runs of an agent no longer configured are still history; only an
-	// agent with neither a definition nor a run is unknown.
-	if len(runs) == 0 && !s.slugs[slug] {
-		return apiErr(codes.AgentNotFound, "no agent %q", slug)
-	}
-	if runs == nil {
-		runs = []run.Status{}
-	}
-	return writeJSON(w, http.StatusOK, runs)
+	return slug, storage.ValidateID("agent", slug)
 }
 
-func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-	id, err := pathID(r, "runId", "run_id")
-	if err != nil {
-		return err
-	}
-	data, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	var b cancelBody
-	if err := decodeStrict(data, &b, true); err != nil {
-		return err
-	}
-	st, err := s.cfg.Runner.Cancel(r.Context(), id, actor, run.CancelRequest{Reason: b.Reason})
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, st)
+func (s *Server) listRuns() handlerFunc {
+	return jsonRoute(http.StatusOK, agentQuery, func(ctx context.Context, _ lifecycle.Actor, slug string) ([]run.Status, error) {
+		runs, err := s.cfg.Runner.Runs(ctx, slug)
+		if err != nil {
+			return nil, err
+		}
+		// The runs of an agent no longer configured are still history; only an
+		// agent with neither a definition nor a run is unknown.
+		if len(runs) == 0 && !s.slugs[slug] {
+			return nil, apiErr(codes.AgentNotFound, "no agent %q", slug)
+		}
+		if runs == nil {
+			runs = []run.Status{}
+		}
+		return runs, nil
+	})
+}
+
+func (s *Server) cancelRun() handlerFunc {
+	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[cancelBody]),
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[cancelBody]) (run.Status, error) {
+			return s.cfg.Runner.Cancel(ctx, in.id, actor, run.CancelRequest{Reason: in.body.Reason})
+		})
 }
 
 // decide serves approve (true) and reject (false). decided_by defaults to
 // the actor.
-func (s *Server) decide(approve bool) func(http.ResponseWriter, *http.Request, lifecycle.Actor) error {
-	return func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-		id, err := pathID(r, "runId", "run_id")
-		if err != nil {
-			return err
-		}
-		data, err := readBody(r)
-		if err != nil {
-			return err
-		}
-		var b decisionBody
-		if err := decodeStrict(data, &b, true); err != nil {
-			return err
-		}
-		if b.DecidedBy == "" {
-			b.DecidedBy = string(actor)
-		}
-		dec := run.Decision{DecidedBy: b.DecidedBy, Reason: b.Reason}
-		var st run.Status
-		if approve {
-			st, err = s.cfg.Runner.Approve(r.Context(), id, actor, dec)
-		} else {
-			st, err = s.cfg.Runner.Reject(r.Context(), id, actor, dec)
-		}
-		if err != nil {
-			return err
-		}
-		return writeJSON(w, http.StatusOK, st)
-	}
+func (s *Server) decide(approve bool) handlerFunc {
+	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[decisionBody]),
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[decisionBody]) (run.Status, error) {
+			if in.body.DecidedBy == "" {
+				in.body.DecidedBy = string(actor)
+			}
+			dec := run.Decision{DecidedBy: in.body.DecidedBy, Reason: in.body.Reason}
+			if approve {
+				return s.cfg.Runner.Approve(ctx, in.id, actor, dec)
+			}
+			return s.cfg.Runner.Reject(ctx, in.id, actor, dec)
+		})
 }
 
-func (s *Server) deliver(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-	id, err := pathID(r, "runId", "run_id")
-	if err != nil {
-		return err
-	}
-	data, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	b, err := decodeEvent(data)
-	if err != nil {
-		return err
-	}
-	st, err := s.cfg.Runner.Deliver(r.Context(), id, actor, run.ExternalEvent{Type: b.Type, ID: b.ID, Source: b.Source})
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, st)
+func (s *Server) deliver() handlerFunc {
+	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", decodeEvent),
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[eventBody]) (run.Status, error) {
+			return s.cfg.Runner.Deliver(ctx, in.id, actor, run.ExternalEvent{Type: in.body.Type, ID: in.body.ID, Source: in.body.Source})
+		})
 }
 
 func absent(what string) error {
 	return apiErr(codes.NotFound, "this worker serves no %s", what)
 }
 
-func (s *Server) enqueueJob(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-	if s.cfg.Queue == nil {
-		return absent("job queue")
-	}
-	data, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	n, err := decodeJob(data)
-	if err != nil {
-		return err
-	}
-	job, err := s.cfg.Queue.Enqueue(r.Context(), actor, n)
-	if err != nil {
-		return jobScoped(err)
-	}
-	return writeJSON(w, http.StatusCreated, job)
+func (s *Server) enqueueJob() handlerFunc {
+	return needs(s.cfg.Queue != nil, "job queue", jsonRoute(http.StatusCreated, jsonBody(decodeJob),
+		func(ctx context.Context, actor lifecycle.Actor, n jobqueue.NewJob) (lifecycle.Job, error) {
+			job, err := s.cfg.Queue.Enqueue(ctx, actor, n)
+			return job, jobScoped(err)
+		}))
 }
 
-func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-	if s.cfg.Queue == nil {
-		return absent("job queue")
-	}
-	jobs := []lifecycle.Job{}
-	for j, err := range s.cfg.Queue.List(r.Context(), actor) {
-		if err != nil {
-			return jobScoped(err)
-		}
-		jobs = append(jobs, j)
-	}
-	return writeJSON(w, http.StatusOK, jobs)
+func (s *Server) listJobs() handlerFunc {
+	return needs(s.cfg.Queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) ([]lifecycle.Job, error) {
+			jobs := []lifecycle.Job{}
+			for j, err := range s.cfg.Queue.List(ctx, actor) {
+				if err != nil {
+					return nil, jobScoped(err)
+				}
+				jobs = append(jobs, j)
+			}
+			return jobs, nil
+		}))
 }
 
-func (s *Server) getJob(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-	if s.cfg.Queue == nil {
-		return absent("job queue")
-	}
-	id, err := pathID(r, "jobId", "job_id")
-	if err != nil {
-		return err
-	}
-	job, err := s.cfg.Queue.Get(r.Context(), actor, id)
-	if err != nil {
-		return jobScoped(err)
-	}
-	return writeJSON(w, http.StatusOK, job)
+func (s *Server) getJob() handlerFunc {
+	return needs(s.cfg.Queue != nil, "job queue", jsonRoute(http.StatusOK, pathParam("jobId", "job_id"),
+		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.Job, error) {
+			job, err := s.cfg.Queue.Get(ctx, actor, id)
+			return job, jobScoped(err)
+		}))
 }
 
-func (s *Server) requeueJob(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-	if s.cfg.Queue == nil {
-		return absent("job queue")
-	}
-	id, err := pathID(r, "jobId", "job_id")
-	if err != nil {
-		return err
-	}
-	if r.ContentLength > 0 {
-		return apiErr(codes.InvalidRequest, "requeue takes no body")
-	}
-	job, err := s.cfg.Queue.Requeue(r.Context(), actor, id)
-	if err != nil {
-		return jobScoped(err)
-	}
-	return writeJSON(w, http.StatusOK, job)
+func (s *Server) requeueJob() handlerFunc {
+	return needs(s.cfg.Queue != nil, "job queue", jsonRoute(http.StatusOK, pathNoBody("jobId", "job_id", "requeue takes no body"),
+		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.Job, error) {
+			job, err := s.cfg.Queue.Requeue(ctx, actor, id)
+			return job, jobScoped(err)
+		}))
 }
 
 // nlmCallback checks the body as strictly as every other route, then hands
@@ -353,42 +277,28 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (s *Server) submitInbox(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
-	if s.cfg.Inbox == nil {
-		return absent("inbox")
-	}
-	data, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	sub, err := decodeSubmission(data)
-	if err != nil {
-		return err
-	}
-	// The route admits the owner's callers; the Worker, the gateway, is who
-	// writes a pending entry (seed 002 §1.2).
-	e, err := s.cfg.Inbox.Submit(r.Context(), lifecycle.ActorGateway, sub)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusCreated, inboxAnswer{InboxID: e.ID, Status: e.Status})
+func (s *Server) submitInbox() handlerFunc {
+	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
+		func(ctx context.Context, _ lifecycle.Actor, sub inbox.Submission) (inboxAnswer, error) {
+			// The route admits the owner's callers; the Worker, the gateway, is who
+			// writes a pending entry (seed 002 §1.2).
+			e, err := s.cfg.Inbox.Submit(ctx, lifecycle.ActorGateway, sub)
+			if err != nil {
+				return inboxAnswer{}, err
+			}
+			return inboxAnswer{InboxID: e.ID, Status: e.Status}, nil
+		}))
 }
 
-func (s *Server) inboxStats(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
-	if s.cfg.Inbox == nil {
-		return absent("inbox")
-	}
-	st, err := s.cfg.Inbox.Stats(r.Context())
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, st)
+func (s *Server) inboxStats() handlerFunc {
+	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) (inbox.Stats, error) {
+			return s.cfg.Inbox.Stats(ctx)
+		}))
 }
 
-func (s *Server) inboxEntries(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
-	if s.cfg.Inbox == nil {
-		return absent("inbox")
-	}
+// statusQuery reads GET /inbox/entries's optional ?status= filter.
+func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) {
 	var opts inbox.ListOptions
 	if v := r.URL.Query().Get("status"); v != "" {
 		known := false
@@ -396,32 +306,39 @@ func (s *Server) inboxEntries(w http.ResponseWriter, r *http.Request, _ lifecycl
 			known = known || string(st) == v
 		}
 		if !known {
-			return apiErr(codes.InvalidRequest, "unknown status %q (want pending, processed, rejected or expired)", v)
+			return opts, apiErr(codes.InvalidRequest, "unknown status %q (want pending, processed, rejected or expired)", v)
 		}
 		opts.Status = lifecycle.InboxState(v)
 	}
-	entries := []lifecycle.InboxEntry{}
-	for e, err := range s.cfg.Inbox.List(r.Context(), opts) {
-		if err != nil {
-			return err
-		}
-		entries = append(entries, e)
-	}
-	return writeJSON(w, http.StatusOK, entries)
+	return opts, nil
 }
 
-func (s *Server) listQuarantine(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
-	if s.cfg.Store == nil {
-		return absent("store for quarantine")
-	}
-	out := []quarantinedJSON{}
-	for q, err := range records.ListQuarantine(r.Context(), s.cfg.Store) {
-		if err != nil {
-			return err
-		}
-		out = append(out, quarantinedJSON{QKey: q.QKey, Quarantined: q})
-	}
-	return writeJSON(w, http.StatusOK, out)
+func (s *Server) inboxEntries() handlerFunc {
+	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusOK, statusQuery,
+		func(ctx context.Context, _ lifecycle.Actor, opts inbox.ListOptions) ([]lifecycle.InboxEntry, error) {
+			entries := []lifecycle.InboxEntry{}
+			for e, err := range s.cfg.Inbox.List(ctx, opts) {
+				if err != nil {
+					return nil, err
+				}
+				entries = append(entries, e)
+			}
+			return entries, nil
+		}))
+}
+
+func (s *Server) listQuarantine() handlerFunc {
+	return needs(s.cfg.Store != nil, "store for quarantine", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]quarantinedJSON, error) {
+			out := []quarantinedJSON{}
+			for q, err := range records.ListQuarantine(ctx, s.cfg.Store) {
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, quarantinedJSON{QKey: q.QKey, Quarantined: q})
+			}
+			return out, nil
+		}))
 }
 
 func (s *Server) restoreQuarantined(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
@@ -450,43 +367,28 @@ func (s *Server) restoreQuarantined(w http.ResponseWriter, r *http.Request, _ li
 	return nil
 }
 
-func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
-	if s.cfg.Schedules == nil {
-		return absent("scheduler")
-	}
-	infos, err := s.cfg.Schedules.List(r.Context())
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, infos)
+func (s *Server) listSchedules() handlerFunc {
+	return needs(s.cfg.Schedules != nil, "scheduler", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]schedule.Info, error) {
+			return s.cfg.Schedules.List(ctx)
+		}))
 }
 
 // pauseSchedule pauses or resumes a schedule, in every process sharing the
 // store; the actor is recorded as who paused it.
-func (s *Server) pauseSchedule(pause bool) func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-	return func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
-		if s.cfg.Schedules == nil {
-			return absent("scheduler")
-		}
-		id, err := pathID(r, "scheduleId", "schedule_id")
-		if err != nil {
-			return err
-		}
-		if r.ContentLength > 0 {
-			return apiErr(codes.InvalidRequest, "pause and resume take no body")
-		}
-		var info schedule.Info
-		if pause {
-			info, err = s.cfg.Schedules.Pause(r.Context(), id, string(actor))
-		} else {
-			info, err = s.cfg.Schedules.Resume(r.Context(), id)
-		}
-		if errors.Is(err, schedule.ErrUnknownSchedule) {
-			return apiErr(codes.NotFound, "no schedule %q", id)
-		}
-		if err != nil {
-			return err
-		}
-		return writeJSON(w, http.StatusOK, info)
-	}
+func (s *Server) pauseSchedule(pause bool) handlerFunc {
+	return needs(s.cfg.Schedules != nil, "scheduler", jsonRoute(http.StatusOK, pathNoBody("scheduleId", "schedule_id", "pause and resume take no body"),
+		func(ctx context.Context, actor lifecycle.Actor, id string) (schedule.Info, error) {
+			var info schedule.Info
+			var err error
+			if pause {
+				info, err = s.cfg.Schedules.Pause(ctx, id, string(actor))
+			} else {
+				info, err = s.cfg.Schedules.Resume(ctx, id)
+			}
+			if errors.Is(err, schedule.ErrUnknownSchedule) {
+				return info, apiErr(codes.NotFound, "no schedule %q", id)
+			}
+			return info, err
+		}))
 }

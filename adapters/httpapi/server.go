@@ -134,7 +134,7 @@ type route struct {
 	body bool
 	// stream: no request timeout (a mounted handler that runs long).
 	stream bool
-	h      func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error
+	h      handlerFunc
 }
 
 // New checks cfg and returns a Server.
@@ -245,25 +245,25 @@ func (s *Server) routes() {
 	table := []route{
 		{method: "POST", path: "/agents/run", actors: submitters, body: true, h: s.submitRun},
 		{method: "GET", path: "/agents", actors: anyone, h: s.listAgents},
-		{method: "GET", path: "/runs", actors: anyone, h: s.listRuns},
-		{method: "GET", path: "/runs/{runId}/status", actors: anyone, h: s.runStatus},
-		{method: "GET", path: "/runs/{runId}/steps", actors: anyone, h: s.runSteps},
-		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(lifecycle.EventCancel, lifecycle.EventRequestCancel), body: true, h: s.cancelRun},
+		{method: "GET", path: "/runs", actors: anyone, h: s.listRuns()},
+		{method: "GET", path: "/runs/{runId}/status", actors: anyone, h: s.runStatus()},
+		{method: "GET", path: "/runs/{runId}/steps", actors: anyone, h: s.runSteps()},
+		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(lifecycle.EventCancel, lifecycle.EventRequestCancel), body: true, h: s.cancelRun()},
 		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(lifecycle.EventApprove), body: true, h: s.decide(true)},
 		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(lifecycle.EventReject), body: true, h: s.decide(false)},
-		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(lifecycle.EventDeliver), body: true, h: s.deliver},
-		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, h: s.enqueueJob},
-		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: s.listJobs},
-		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: s.getJob},
-		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: s.requeueJob},
+		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(lifecycle.EventDeliver), body: true, h: s.deliver()},
+		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, h: s.enqueueJob()},
+		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: s.listJobs()},
+		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: s.getJob()},
+		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: s.requeueJob()},
 		{method: "POST", path: "/nlm/callback", actors: []lifecycle.Actor{lifecycle.ActorNLMBackend}, body: true, h: s.nlmCallback},
-		{method: "POST", path: "/inbox/submit", actors: submitters, body: true, h: s.submitInbox},
-		{method: "GET", path: "/inbox/stats", actors: anyone, h: s.inboxStats},
-		{method: "GET", path: "/inbox/entries", actors: anyone, h: s.inboxEntries},
-		{method: "GET", path: "/schedules", actors: anyone, h: s.listSchedules},
+		{method: "POST", path: "/inbox/submit", actors: submitters, body: true, h: s.submitInbox()},
+		{method: "GET", path: "/inbox/stats", actors: anyone, h: s.inboxStats()},
+		{method: "GET", path: "/inbox/entries", actors: anyone, h: s.inboxEntries()},
+		{method: "GET", path: "/schedules", actors: anyone, h: s.listSchedules()},
 		{method: "POST", path: "/schedules/{scheduleId}/pause", actors: admin, h: s.pauseSchedule(true)},
 		{method: "POST", path: "/schedules/{scheduleId}/resume", actors: admin, h: s.pauseSchedule(false)},
-		{method: "GET", path: "/quarantine", actors: admin, h: s.listQuarantine},
+		{method: "GET", path: "/quarantine", actors: admin, h: s.listQuarantine()},
 		{method: "POST", path: "/quarantine/restore", actors: admin, body: true, h: s.restoreQuarantined},
 		{method: "GET", path: "/events/stream", actors: anyone, stream: true, h: s.mounted(s.cfg.Events, http.StatusServiceUnavailable)},
 		{method: "GET", path: "/metrics", actors: anyone, stream: true, h: s.mounted(s.cfg.Metrics, http.StatusNotFound)},
@@ -329,7 +329,7 @@ func (s *Server) handler(rt route) http.Handler {
 
 // mounted serves h, or answers absent (503 for the event feed, so clients
 // fall back to polling; 404 otherwise) when it is nil.
-func (s *Server) mounted(h http.Handler, absent int) func(http.ResponseWriter, *http.Request, lifecycle.Actor) error {
+func (s *Server) mounted(h http.Handler, absent int) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
 		if h == nil {
 			if absent == http.StatusServiceUnavailable {

@@ -154,7 +154,10 @@ type run struct {
 
 // Run performs one chaos run: setup, the chaos window, the drain, the
 // checks. An error means the run could not be made (setup); violations
-// are in the Report.
+// are in the Report. It stays one function (about 90 lines) because it
+// reads as the run's phases in order, each phase its own method, and the
+// temporary directory's deferred removal depends on the outcome (kept
+// when there are violations).
 func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.Workers < 1 || o.Jobs < 1 || o.Agents < 1 || o.Slots < 1 {
 		return nil, errors.New("workers, jobs, agents and slots must be at least 1")
@@ -223,7 +226,37 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r.rep.Chaos = time.Since(start)
 	enqViolations := <-enqueued
 
-	// Drain: every job settles, or the bounded wait ends.
+	r.drain(ctx, plan)
+
+	var vs []Violation
+	vs = append(vs, enqViolations...)
+	vs = append(vs, r.stopWorkers()...)
+
+	sweepVs, err := r.finalSweep(ctx)
+	if err != nil {
+		return nil, err
+	}
+	vs = append(vs, sweepVs...)
+
+	st, err := r.finalState(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	vs = append(vs, Check(st)...)
+	r.rep.Violations = vs
+	r.fill(st)
+	r.rep.WorkerLog = countLogs(r.logDir)
+	r.rep.Total = time.Since(begin)
+	if len(vs) > 0 && o.LogDir == "" && o.Dir == "" {
+		keep = true
+		r.rep.Kept = r.logDir
+	}
+	return r.rep, nil
+}
+
+// drain waits until every job settles, or the bounded wait ends.
+func (r *run) drain(ctx context.Context, plan []Planned) {
+	o := r.o
 	drainStart := time.Now()
 	deadline := drainStart.Add(o.Drain)
 	poll := 250 * time.Millisecond
@@ -243,14 +276,14 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	r.rep.Drained = time.Since(drainStart)
 	r.log.Info("chaos: drain over", "settled", r.rep.Settled, "after", r.rep.Drained)
+}
 
+// finalSweep makes a last sweep, as the workers' periodic ones do: it
+// re-emits the audit of writes whose writer died before auditing them, and
+// rescues what is left. An error means the sweep could not be made.
+func (r *run) finalSweep(ctx context.Context) ([]Violation, error) {
+	o := r.o
 	var vs []Violation
-	vs = append(vs, enqViolations...)
-	vs = append(vs, r.stopWorkers()...)
-
-	// A last sweep, as the workers' periodic ones do: it re-emits the audit
-	// of writes whose writer died before auditing them, and rescues what
-	// is left.
 	sq, err := jobqueue.New(queueConfig(r.store, "chaos-checker", o.Lease, o.Step, slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, err
@@ -269,7 +302,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		}
 	}
 	cancel()
+	return vs, nil
+}
 
+// finalState observes the final state, with what chaos corrupted.
+func (r *run) finalState(ctx context.Context, plan []Planned) (*State, error) {
 	st, err := observe(ctx, r.store, plan, true)
 	if err != nil {
 		return nil, fmt.Errorf("reading the final state: %w", err)
@@ -282,16 +319,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		}
 	}
 	r.mu.Unlock()
-	vs = append(vs, Check(st)...)
-	r.rep.Violations = vs
-	r.fill(st)
-	r.rep.WorkerLog = countLogs(r.logDir)
-	r.rep.Total = time.Since(begin)
-	if len(vs) > 0 && o.LogDir == "" && o.Dir == "" {
-		keep = true
-		r.rep.Kept = r.logDir
-	}
-	return r.rep, nil
+	return st, nil
 }
 
 // fill counts the outcome into the report.

@@ -106,10 +106,29 @@ func decodeJob(id string, raw []byte) (*lifecycle.Job, string) {
 func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*State, error) {
 	st := &State{Plan: plan, Records: map[string]Record{}, Corrupted: map[string]bool{},
 		Garbage: map[string][]byte{}, Current: map[string][]byte{}}
-	for _, p := range plan {
+	if err := st.readRecords(ctx, s, full); err != nil {
+		return nil, err
+	}
+	if err := st.readQuarantine(ctx, s, full); err != nil {
+		return nil, err
+	}
+	if !full {
+		return st, nil
+	}
+	if err := st.readArtifacts(ctx, s); err != nil {
+		return nil, err
+	}
+	st.readAudit(ctx, s)
+	return st, nil
+}
+
+// readRecords reads the job record of every planned job (and, when full,
+// whether a waiting job's ready-lane entry is there).
+func (st *State) readRecords(ctx context.Context, s storage.Store, full bool) error {
+	for _, p := range st.Plan {
 		key, err := layout.JobKey(p.JobID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		raw, _, err := s.Get(ctx, key)
 		switch {
@@ -117,7 +136,7 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 			st.Records[p.JobID] = Record{}
 			continue
 		case err != nil:
-			return nil, err
+			return err
 		}
 		j, why := decodeJob(p.JobID, raw)
 		rec := Record{Present: true, Raw: raw, Job: j, Invalid: why}
@@ -128,22 +147,30 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 		}
 		st.Records[p.JobID] = rec
 	}
+	return nil
+}
+
+// readQuarantine lists the quarantine; a listing error fails a quick
+// observation and is a violation of a full one.
+func (st *State) readQuarantine(ctx context.Context, s storage.Store, full bool) error {
 	for q, err := range records.ListQuarantine(ctx, s) {
 		if err != nil {
 			if !full {
-				return nil, err
+				return err
 			}
 			st.ReadErrs = append(st.ReadErrs, Violation{CheckQuarantine, "quarantine/", "listing: " + err.Error()})
 			break
 		}
 		st.Quarantine = append(st.Quarantine, q)
 	}
-	if !full {
-		return st, nil
-	}
+	return nil
+}
+
+// readArtifacts lists the artifacts of the default project.
+func (st *State) readArtifacts(ctx context.Context, s storage.Store) error {
 	q, err := jobqueue.New(jobqueue.Config{Store: s, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for a, err := range q.Artifacts().List(ctx, lifecycle.ActorOrchestration, jobqueue.DefaultProject) {
 		if err != nil {
@@ -152,10 +179,11 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 		}
 		st.Artifacts = append(st.Artifacts, a)
 	}
-	now := time.Now()
-	first, last := now.Add(-48*time.Hour), now.Add(time.Hour)
-	st.Events = map[string][]records.AuditEvent{}
-	st.RunWrites, st.RunEvents = map[string]int64{}, map[string]int{}
+	return nil
+}
+
+// readRunWrites reads the version (count of status writes) of every run.
+func (st *State) readRunWrites(ctx context.Context, s storage.Store) {
 	for key, err := range s.List(ctx, "agents/") {
 		if err != nil {
 			st.ReadErrs = append(st.ReadErrs, Violation{CheckAudit, "agents/", "listing runs: " + err.Error()})
@@ -172,6 +200,16 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 			st.RunWrites[parts[3]] = doc.Version
 		}
 	}
+}
+
+// readAudit reads the audit days around now, by job and by run, and
+// replays them through the job machine.
+func (st *State) readAudit(ctx context.Context, s storage.Store) {
+	now := time.Now()
+	first, last := now.Add(-48*time.Hour), now.Add(time.Hour)
+	st.Events = map[string][]records.AuditEvent{}
+	st.RunWrites, st.RunEvents = map[string]int64{}, map[string]int{}
+	st.readRunWrites(ctx, s)
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
 		for e, err := range records.ReadAuditDay(ctx, s, day) {
 			if err != nil {
@@ -190,7 +228,6 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 		slices.SortFunc(evs, func(a, b records.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
 	}
 	st.Replayed, st.ReplayErr = jobqueue.ReplayAudit(ctx, s, first, last)
-	return st, nil
 }
 
 // quarantined tells whether the record of job id is in quarantine.
@@ -221,22 +258,39 @@ func (st *State) settled() bool {
 
 // Check judges st and returns every violation, in a stable order.
 func Check(st *State) []Violation {
-	var vs []Violation
-	add := func(check, subject, format string, args ...any) {
-		vs = append(vs, Violation{Check: check, Subject: subject, Detail: fmt.Sprintf(format, args...)})
-	}
-	vs = append(vs, st.ReadErrs...)
-	planned := map[string]Planned{}
+	c := &checker{st: st, planned: map[string]Planned{}, arts: map[string][]artifact.Artifact{}}
+	c.vs = append(c.vs, st.ReadErrs...)
 	for _, p := range st.Plan {
-		planned[p.JobID] = p
+		c.planned[p.JobID] = p
 	}
-	arts := map[string][]artifact.Artifact{}
 	for _, a := range st.Artifacts {
-		arts[a.JobID] = append(arts[a.JobID], a)
+		c.arts[a.JobID] = append(c.arts[a.JobID], a)
 	}
+	c.terminal()
+	c.artifacts()
+	c.lateWrites()
+	c.audit()
+	c.quarantine()
+	slices.SortStableFunc(c.vs, func(a, b Violation) int { return strings.Compare(a.Check, b.Check) })
+	return c.vs
+}
 
-	// Every job ends COMPLETE, DEAD or quarantined; its record agrees with
-	// what was enqueued.
+// checker gathers the violations of one State, check by check.
+type checker struct {
+	st      *State
+	vs      []Violation
+	planned map[string]Planned
+	arts    map[string][]artifact.Artifact
+}
+
+func (c *checker) add(check, subject, format string, args ...any) {
+	c.vs = append(c.vs, Violation{Check: check, Subject: subject, Detail: fmt.Sprintf(format, args...)})
+}
+
+// terminal: every job ends COMPLETE, DEAD or quarantined; its record
+// agrees with what was enqueued.
+func (c *checker) terminal() {
+	st := c.st
 	for _, p := range st.Plan {
 		rec := st.Records[p.JobID]
 		key, _ := layout.JobKey(p.JobID)
@@ -244,71 +298,81 @@ func Check(st *State) []Violation {
 		case rec.Job != nil:
 			j := rec.Job
 			if !lifecycle.JobMachine().IsTerminal(j.Status) {
-				lease := "no lease"
-				if j.Lease != nil {
-					lease = fmt.Sprintf("lease %s epoch %d expiring %s", j.Lease.Owner, j.Lease.Epoch, j.Lease.ExpiresAt.Format(time.RFC3339Nano))
-				}
-				lock := ""
-				if lk, _ := layout.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
-					lock = "; its agent lock " + lk + " still holds chaos's garbage"
-				}
-				for _, o := range st.Plan {
-					if or := st.Records[o.JobID]; o.AgentSlug == p.AgentSlug && or.Present && or.Job == nil {
-						lock += "; a poison job record of its agent (" + o.JobID + ") is still in place"
-						break
-					}
-				}
-				if rec.LaneMissing {
-					lock += "; its ready-lane entry " + j.ReadyKey + " is missing (only a sweep relanes it)"
-				}
-				add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)%s", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease, lock)
+				lease, lock := st.stuckDetail(p, rec)
+				c.add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)%s", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease, lock)
 			}
 			if j.RunID != p.RunID || j.AgentSlug != p.AgentSlug {
-				add(CheckTerminal, p.JobID, "record says run %s agent %s, enqueued as run %s agent %s", j.RunID, j.AgentSlug, p.RunID, p.AgentSlug)
+				c.add(CheckTerminal, p.JobID, "record says run %s agent %s, enqueued as run %s agent %s", j.RunID, j.AgentSlug, p.RunID, p.AgentSlug)
 			}
 			if j.Attempt > j.MaxAttempts || j.Status == lifecycle.JobDead && j.Attempt != j.MaxAttempts {
-				add(CheckTerminal, p.JobID, "%s after %d of %d attempts", j.Status, j.Attempt, j.MaxAttempts)
+				c.add(CheckTerminal, p.JobID, "%s after %d of %d attempts", j.Status, j.Attempt, j.MaxAttempts)
 			}
 		case rec.Present:
 			by := "not by chaos"
 			if st.Corrupted[key] {
 				by = "corrupted by chaos"
 			}
-			add(CheckTerminal, p.JobID, "record is poison (%s, %s) and was not quarantined", rec.Invalid, by)
+			c.add(CheckTerminal, p.JobID, "record is poison (%s, %s) and was not quarantined", rec.Invalid, by)
 		case !st.quarantined(p.JobID):
-			add(CheckTerminal, p.JobID, "record is gone and not in quarantine")
+			c.add(CheckTerminal, p.JobID, "record is gone and not in quarantine")
 		}
 	}
+}
 
-	// Artifacts: exactly one per COMPLETE job, none for a job that is not
-	// COMPLETE, each agreeing with its job.
+// stuckDetail says what holds a job that is not terminal: its lease, and
+// what chaos left in its agent's way.
+func (st *State) stuckDetail(p Planned, rec Record) (lease, lock string) {
+	j := rec.Job
+	lease = "no lease"
+	if j.Lease != nil {
+		lease = fmt.Sprintf("lease %s epoch %d expiring %s", j.Lease.Owner, j.Lease.Epoch, j.Lease.ExpiresAt.Format(time.RFC3339Nano))
+	}
+	if lk, _ := layout.AgentLockKey(p.AgentSlug); st.poisoned(lk) {
+		lock = "; its agent lock " + lk + " still holds chaos's garbage"
+	}
+	for _, o := range st.Plan {
+		if or := st.Records[o.JobID]; o.AgentSlug == p.AgentSlug && or.Present && or.Job == nil {
+			lock += "; a poison job record of its agent (" + o.JobID + ") is still in place"
+			break
+		}
+	}
+	if rec.LaneMissing {
+		lock += "; its ready-lane entry " + j.ReadyKey + " is missing (only a sweep relanes it)"
+	}
+	return lease, lock
+}
+
+// artifacts: exactly one per COMPLETE job, none for a job that is not
+// COMPLETE, each agreeing with its job.
+func (c *checker) artifacts() {
+	st := c.st
 	for _, a := range st.Artifacts {
 		subj := a.ArtifactID
-		p, ok := planned[a.JobID]
+		p, ok := c.planned[a.JobID]
 		if !ok {
-			add(CheckArtifact, subj, "artifact of job %q, which was never enqueued", a.JobID)
+			c.add(CheckArtifact, subj, "artifact of job %q, which was never enqueued", a.JobID)
 			continue
 		}
 		if a.ArtifactID != artifact.IDForJob(a.JobID) {
-			add(CheckArtifact, subj, "artifact id is not the one of job %s (%s)", a.JobID, artifact.IDForJob(a.JobID))
+			c.add(CheckArtifact, subj, "artifact id is not the one of job %s (%s)", a.JobID, artifact.IDForJob(a.JobID))
 		}
 		if !a.Finalized {
-			add(CheckArtifact, subj, "artifact of %s is not finalized", a.JobID)
+			c.add(CheckArtifact, subj, "artifact of %s is not finalized", a.JobID)
 		}
 		if a.RunID != p.RunID || a.AgentSlug != p.AgentSlug {
-			add(CheckArtifact, subj, "artifact says job %s run %s agent %s; the job is run %s agent %s", a.JobID, a.RunID, a.AgentSlug, p.RunID, p.AgentSlug)
+			c.add(CheckArtifact, subj, "artifact says job %s run %s agent %s; the job is run %s agent %s", a.JobID, a.RunID, a.AgentSlug, p.RunID, p.AgentSlug)
 		}
 	}
 	for _, p := range st.Plan {
 		rec := st.Records[p.JobID]
-		as := arts[p.JobID]
+		as := c.arts[p.JobID]
 		switch {
 		case rec.Job != nil && rec.Job.Status == lifecycle.JobComplete:
 			if len(as) != 1 {
-				add(CheckArtifact, p.JobID, "COMPLETE with %d artifacts", len(as))
+				c.add(CheckArtifact, p.JobID, "COMPLETE with %d artifacts", len(as))
 			}
 			if rec.Job.ArtifactID != artifact.IDForJob(p.JobID) {
-				add(CheckArtifact, p.JobID, "COMPLETE pointing at artifact %q, not %s", rec.Job.ArtifactID, artifact.IDForJob(p.JobID))
+				c.add(CheckArtifact, p.JobID, "COMPLETE pointing at artifact %q, not %s", rec.Job.ArtifactID, artifact.IDForJob(p.JobID))
 			}
 		case rec.Job != nil && rec.Job.Status == lifecycle.JobDead:
 			// A DEAD job may keep the artifact of an attempt whose commit
@@ -317,26 +381,29 @@ func Check(st *State) []Violation {
 			// points at one; nor at the artifact a writer that lost the job
 			// created late (see the late writes below).
 			if rec.Job.ArtifactID != "" {
-				add(CheckArtifact, p.JobID, "DEAD job pointing at artifact %q", rec.Job.ArtifactID)
+				c.add(CheckArtifact, p.JobID, "DEAD job pointing at artifact %q", rec.Job.ArtifactID)
 			}
 		case rec.Job != nil && len(as) > 0:
 			detail := ""
 			if pr, ok := parseProducer(as[0].Content); ok {
 				detail = fmt.Sprintf(" (written by %s at %s)", pr, as[0].CreatedAt.Format(time.RFC3339Nano))
 			}
-			add(CheckArtifact, p.JobID, "%s job (attempt %d/%d, last error %q) has an artifact%s", rec.Job.Status, rec.Job.Attempt, rec.Job.MaxAttempts, rec.Job.ErrorCode, detail)
+			c.add(CheckArtifact, p.JobID, "%s job (attempt %d/%d, last error %q) has an artifact%s", rec.Job.Status, rec.Job.Attempt, rec.Job.MaxAttempts, rec.Job.ErrorCode, detail)
 		}
 	}
+}
 
-	// Late writes: an artifact created after the attempt that produced it
-	// had lost the job (the attempt's end is in the job's audit trail), as
-	// the artifact a COMPLETE job points at. A writer frozen between its
-	// lease check and its create can still leave the artifact of a job that
-	// then ends DEAD (or FAILED): a single-key store cannot make that
-	// create depend on the job record, no record points at it, and an
-	// artifact counts only when a COMPLETE job points at it
-	// (docs/decisions.md, "What stays, by physics"); the artifact check
-	// above holds every DEAD job to pointing at none.
+// lateWrites: an artifact created after the attempt that produced it
+// had lost the job (the attempt's end is in the job's audit trail), as
+// the artifact a COMPLETE job points at. A writer frozen between its
+// lease check and its create can still leave the artifact of a job that
+// then ends DEAD (or FAILED): a single-key store cannot make that
+// create depend on the job record, no record points at it, and an
+// artifact counts only when a COMPLETE job points at it
+// (docs/decisions.md, "What stays, by physics"); the artifact check
+// above holds every DEAD job to pointing at none.
+func (c *checker) lateWrites() {
+	st := c.st
 	for _, a := range st.Artifacts {
 		pr, ok := parseProducer(a.Content)
 		if !ok {
@@ -346,14 +413,18 @@ func Check(st *State) []Violation {
 			continue
 		}
 		if end, ev, ok := attemptEnd(st.Events[a.JobID], pr.Attempt); ok && a.CreatedAt.After(end) {
-			add(CheckLateWrite, a.JobID, "artifact created at %s by %s, %s after its attempt %d had ended (%s → %s at %s); the write should have been refused",
+			c.add(CheckLateWrite, a.JobID, "artifact created at %s by %s, %s after its attempt %d had ended (%s → %s at %s); the write should have been refused",
 				a.CreatedAt.Format(time.RFC3339Nano), pr, a.CreatedAt.Sub(end).Round(time.Millisecond), pr.Attempt, ev.From, ev.To, end.Format(time.RFC3339Nano))
 		}
 	}
+}
 
-	// The audit log replays through the job machine to every record's state.
+// audit: the audit log replays through the job machine to every record's
+// state, and every status write of a run has its audit event.
+func (c *checker) audit() {
+	st := c.st
 	if st.ReplayErr != nil {
-		add(CheckAudit, "audit/", "does not replay: %v", st.ReplayErr)
+		c.add(CheckAudit, "audit/", "does not replay: %v", st.ReplayErr)
 	}
 	if st.Replayed != nil {
 		for _, p := range st.Plan {
@@ -367,7 +438,7 @@ func Check(st *State) []Violation {
 					last := rec.Job.Trail[len(rec.Job.Trail)-1]
 					why = fmt.Sprintf(" (the record's trail ends %s → %s: its audit object is missing; a later write or a sweep writes it)", last.From, last.To)
 				}
-				add(CheckAudit, p.JobID, "audit replays to %q, the record says %s%s", got, rec.Job.Status, why)
+				c.add(CheckAudit, p.JobID, "audit replays to %q, the record says %s%s", got, rec.Job.Status, why)
 			}
 		}
 	}
@@ -376,23 +447,24 @@ func Check(st *State) []Violation {
 	// failed to write one leaves the run active until it is written).
 	for id, n := range st.RunWrites {
 		if got := int64(st.RunEvents[id]); got < n {
-			add(CheckAudit, id, "%d status writes, %d audit events: %d missing", n, got, n-got)
+			c.add(CheckAudit, id, "%d status writes, %d audit events: %d missing", n, got, n-got)
 		}
 	}
+}
 
-	// Quarantine holds only what chaos corrupted; no poison stays in place.
+// quarantine holds only what chaos corrupted; no poison stays in place.
+func (c *checker) quarantine() {
+	st := c.st
 	for _, q := range st.Quarantine {
 		if !st.Corrupted[q.Key] {
-			add(CheckQuarantine, q.Key, "quarantined (%s) though chaos never corrupted it", q.Reason)
+			c.add(CheckQuarantine, q.Key, "quarantined (%s) though chaos never corrupted it", q.Reason)
 		}
 	}
 	for key := range st.Corrupted {
 		if st.poisoned(key) && !isJobKey(st, key) {
-			add(CheckQuarantine, key, "still holds the garbage chaos wrote: neither quarantined nor repaired")
+			c.add(CheckQuarantine, key, "still holds the garbage chaos wrote: neither quarantined nor repaired")
 		}
 	}
-	slices.SortStableFunc(vs, func(a, b Violation) int { return strings.Compare(a.Check, b.Check) })
-	return vs
 }
 
 // attemptEnd finds when attempt n of a job lost the job: the first move

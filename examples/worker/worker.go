@@ -52,6 +52,10 @@ type worker struct {
 	tokens map[string]lifecycle.Actor
 }
 
+// build wires the parts of one process in dependency order (store, NLM
+// processor, runner, scheduler, queue, inbox, then the API). It stays one
+// function of about 80 lines: each step needs the ones before it, and the
+// deferred close of the listener covers every failure after listen.
 func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err error) {
 	w := &worker{opts: o, stderr: stderr, log: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))}
 	defer func() {
@@ -83,14 +87,8 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	serving := o.role != roleRunner && o.addr != ""
 	if serving {
 		// Listen first: with -addr :0 the callback URL needs the port.
-		if err := httpapi.CheckListen(o.addr, w.tokens); err != nil {
+		if err := w.listen(&o); err != nil {
 			return nil, err
-		}
-		if w.ln, err = net.Listen("tcp", o.addr); err != nil {
-			return nil, err
-		}
-		if o.callbackURL == "" {
-			o.callbackURL = "http://" + w.ln.Addr().String() + "/nlm/callback"
 		}
 	}
 	w.nlm, err = nlm.New(nlm.Config{Store: w.store, Owner: id, CallbackURL: o.callbackURL, Client: callbackPoster(w.tokens), Clock: clk, Node: host,
@@ -138,9 +136,33 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if !serving {
 		return w, nil
 	}
+	if err := w.buildAPI(o, conf, clk, reg); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// listen opens the API's listener and, unless set, derives the NLM
+// callback URL from its address.
+func (w *worker) listen(o *options) (err error) {
+	if err := httpapi.CheckListen(o.addr, w.tokens); err != nil {
+		return err
+	}
+	if w.ln, err = net.Listen("tcp", o.addr); err != nil {
+		return err
+	}
+	if o.callbackURL == "" {
+		o.callbackURL = "http://" + w.ln.Addr().String() + "/nlm/callback"
+	}
+	return nil
+}
+
+// buildAPI builds what a serving process adds: the event feed, the
+// webhooks whose secret is set and the HTTP API.
+func (w *worker) buildAPI(o options, conf fileConfig, clk clock.Clock, reg *prometheus.Registry) (err error) {
 	w.feed, err = events.New(events.Config{Store: w.store, Clock: clk, Logger: w.log, PollInterval: o.poll})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Webhooks are served for the sources whose secret is set.
 	var hooks http.Handler
@@ -148,10 +170,10 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if gh != "" || sl != "" {
 		if hooks, err = webhook.New(webhook.Config{Runner: w.runner, Store: w.store, GitHubSecret: gh, SlackSigningSecret: sl,
 			Routes: conf.routes(), Clock: clk, Logger: w.log}); err != nil {
-			return nil, err
+			return err
 		}
 	} else if len(conf.Webhooks) > 0 {
-		return nil, fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
+		return fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
 	}
 	w.http, err = httpapi.New(httpapi.Config{
 		Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store, Schedules: w.sched,
@@ -159,9 +181,9 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		Events: w.feed, Page: page.Handler(), Webhooks: hooks, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return w, nil
+	return nil
 }
 
 // callbackPoster posts the NLM simulator's callbacks as the nlm-backend
@@ -247,7 +269,9 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 }
 
 // serve runs the role's parts until ctx ends, then drains them within
-// -drain.
+// -drain. It stays one function (about 80 lines): the start,
+// the wait and the drain share the WaitGroup, the error channel and the
+// order of the shutdown (feed, server, loops), which reads best in one place.
 func (w *worker) serve(ctx context.Context, ready func(string)) error {
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()

@@ -127,7 +127,9 @@ func (u *Units) abandon() {
 // context.Cause(ctx) at once: in both cases fn is abandoned (counted in
 // Stragglers until it returns) and whatever it returns later is dropped. A
 // panic in fn is returned as a *PanicError. limit <= 0 means no limit but
-// ctx's.
+// ctx's. It stays whole (about 85 lines): the deadline, the cancel, the
+// straggler count and the result channel are one protocol whose pieces
+// must be read together to see that nothing leaks or is counted twice.
 func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, fn func(context.Context) (T, error)) (T, error) {
 	uctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -229,19 +229,7 @@ func (h *held) pipeline(jctx, ctx context.Context, job lifecycle.NLMJob) (lifecy
 		}},
 		{lifecycle.NLMStructuring, func(ctx context.Context) (err error) {
 			art, err = stage(ctx, h, lifecycle.NLMStructuring, p.cfg.StructureTimeout, func(ctx context.Context) (artifact.Artifact, error) {
-				out := jobqueue.Output{Content: answer}
-				if p.stages.Structure != nil {
-					var err error
-					if out, err = p.stages.Structure(ctx, req, answer); err != nil {
-						return artifact.Artifact{}, err
-					}
-				}
-				typ, _ := jobqueue.ArtifactType(req.JobType)
-				a, _, err := p.cfg.Artifacts.Create(ctx, lifecycle.ActorNLMBackend, req.ProjectID, artifact.Draft{
-					JobID: req.JobID, RunID: req.RunID, Type: typ, AgentSlug: req.AgentSlug,
-					EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
-				})
-				return a, err
+				return h.structure(ctx, answer)
 			})
 			artifactID = art.ArtifactID
 			return err
@@ -281,6 +269,25 @@ func (h *held) pipeline(jctx, ctx context.Context, job lifecycle.NLMJob) (lifecy
 	}
 	p.unmark(ctx, h.jobID)
 	return job, nil
+}
+
+// structure is the STRUCTURING stage: the answer, structured when the
+// stages say how, becomes the job's artifact.
+func (h *held) structure(ctx context.Context, answer json.RawMessage) (artifact.Artifact, error) {
+	p, req := h.p, h.req
+	out := jobqueue.Output{Content: answer}
+	if p.stages.Structure != nil {
+		var err error
+		if out, err = p.stages.Structure(ctx, req, answer); err != nil {
+			return artifact.Artifact{}, err
+		}
+	}
+	typ, _ := jobqueue.ArtifactType(req.JobType)
+	a, _, err := p.cfg.Artifacts.Create(ctx, lifecycle.ActorNLMBackend, req.ProjectID, artifact.Draft{
+		JobID: req.JobID, RunID: req.RunID, Type: typ, AgentSlug: req.AgentSlug,
+		EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
+	})
+	return a, err
 }
 
 // interrupted handles a write that failed: a lost lease or a stop.

@@ -147,28 +147,44 @@ func Sink(r *run.Runner, p *Processor) http.Handler {
 }
 
 func sink(ctx context.Context, r *run.Runner, p *Processor, req *http.Request) (int, string) {
+	job, status, msg := callbackJob(ctx, p, req)
+	if status != 0 {
+		return status, msg
+	}
+	return resumeRun(ctx, r, job)
+}
+
+// callbackJob reads the callback and the NLM job it is about; a status
+// other than 0 refuses it.
+func callbackJob(ctx context.Context, p *Processor, req *http.Request) (lifecycle.NLMJob, int, string) {
 	if req.Method != http.MethodPost {
-		return http.StatusMethodNotAllowed, "POST only"
+		return lifecycle.NLMJob{}, http.StatusMethodNotAllowed, "POST only"
 	}
 	var cb lifecycle.NLMCallbackBody
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&cb); err != nil {
-		return http.StatusBadRequest, "bad callback body: " + err.Error()
+		return lifecycle.NLMJob{}, http.StatusBadRequest, "bad callback body: " + err.Error()
 	}
 	if err := storage.ValidateID("job id", cb.JobID); err != nil {
-		return http.StatusBadRequest, err.Error()
+		return lifecycle.NLMJob{}, http.StatusBadRequest, err.Error()
 	}
 	job, err := p.Get(ctx, cb.JobID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return http.StatusNotFound, "no NLM job " + cb.JobID
+		return lifecycle.NLMJob{}, http.StatusNotFound, "no NLM job " + cb.JobID
 	case err != nil:
-		return http.StatusServiceUnavailable, err.Error()
+		return lifecycle.NLMJob{}, http.StatusServiceUnavailable, err.Error()
 	}
 	ok := (cb.Status == callbackComplete && cb.ArtifactID != "" && cb.ArtifactID == job.ArtifactID && (job.Status == lifecycle.NLMCallback || job.Status == lifecycle.NLMDone)) ||
 		(cb.Status == callbackFailed && job.Status == lifecycle.NLMError)
 	if !ok {
-		return http.StatusConflict, fmt.Sprintf("callback %s does not match NLM job %s in %s", cb.Status, job.JobID, job.Status)
+		return job, http.StatusConflict, fmt.Sprintf("callback %s does not match NLM job %s in %s", cb.Status, job.JobID, job.Status)
 	}
+	return job, 0, ""
+}
+
+// resumeRun delivers the job's event to the run that waits for it, once
+// the run has parked.
+func resumeRun(ctx context.Context, r *run.Runner, job lifecycle.NLMJob) (int, string) {
 	runID := job.Request.RunID
 	if runID == "" {
 		return http.StatusNoContent, ""

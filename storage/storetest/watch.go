@@ -36,91 +36,114 @@ func testWatch(t *testing.T, s storage.Store) {
 	cancel()
 	wantClosed(t, probe)
 
-	t.Run("PutAndDeleteSignal", func(t *testing.T) {
-		ch := mustWatch(t, w, "wq/")
-		v := mustPut(t, s, "wq/a.json", []byte("1"), storage.IfNotExists())
-		wantSignal(t, ch, "create")
-		v = mustPut(t, s, "wq/a.json", []byte("2"), storage.IfMatch(v))
-		wantSignal(t, ch, "compare-and-swap")
-		if err := s.Delete(ctxT(t), "wq/a.json", storage.IfMatch(v)); err != nil {
-			t.Fatal(err)
+	for _, sub := range []struct {
+		name string
+		test func(*testing.T, storage.Store, storage.Watcher)
+	}{
+		{"PutAndDeleteSignal", watchPutAndDeleteSignal},
+		{"NoSignalMissed", watchNoSignalMissed},
+		{"NewNestedKeys", watchNewNestedKeys},
+		{"PrefixIsAStringPrefix", watchPrefixIsAStringPrefix},
+		{"EveryWatcherSignalled", watchEveryWatcherSignalled},
+		{"NeverBlocksWriters", watchNeverBlocksWriters},
+		{"CancelClosesChannel", watchCancelClosesChannel},
+		{"InvalidPrefixAndDoneContext", watchInvalidPrefixAndDoneContext},
+	} {
+		t.Run(sub.name, func(t *testing.T) { sub.test(t, s, w) })
+	}
+}
+
+func watchPutAndDeleteSignal(t *testing.T, s storage.Store, w storage.Watcher) {
+	ch := mustWatch(t, w, "wq/")
+	v := mustPut(t, s, "wq/a.json", []byte("1"), storage.IfNotExists())
+	wantSignal(t, ch, "create")
+	v = mustPut(t, s, "wq/a.json", []byte("2"), storage.IfMatch(v))
+	wantSignal(t, ch, "compare-and-swap")
+	if err := s.Delete(ctxT(t), "wq/a.json", storage.IfMatch(v)); err != nil {
+		t.Fatal(err)
+	}
+	wantSignal(t, ch, "delete")
+}
+
+func watchNoSignalMissed(t *testing.T, s storage.Store, w storage.Watcher) {
+	// One write, one receive, twenty times: a signal that coalesced
+	// with an earlier one would leave a receive waiting.
+	ch := mustWatch(t, w, "wm/")
+	for i := range 20 {
+		mustPut(t, s, fmt.Sprintf("wm/%02d", i), []byte("x"), storage.IfNotExists())
+		wantSignal(t, ch, fmt.Sprintf("write %d", i))
+	}
+}
+
+func watchNewNestedKeys(t *testing.T, s storage.Store, w storage.Watcher) {
+	// Keys in "directories" that did not exist when Watch began.
+	ch := mustWatch(t, w, "wn/")
+	mustPut(t, s, "wn/x/y/z.json", []byte("1"), storage.IfNotExists())
+	wantSignal(t, ch, "first key three levels down")
+	mustPut(t, s, "wn/x/y2/k", []byte("2"), storage.IfNotExists())
+	wantSignal(t, ch, "key in a new sibling")
+	deep := mustWatch(t, w, "wd/a/b/")
+	mustPut(t, s, "wd/a/b/c/d", []byte("3"), storage.IfNotExists())
+	wantSignal(t, deep, "key under a prefix none of whose parents existed")
+}
+
+func watchPrefixIsAStringPrefix(t *testing.T, s storage.Store, w storage.Watcher) {
+	ch := mustWatch(t, w, "wp/ab")
+	mustPut(t, s, "wp/abc/x", []byte("1"), storage.IfNotExists())
+	wantSignal(t, ch, "wp/abc/x under wp/ab")
+	mustPut(t, s, "wp/ab", []byte("2"), storage.IfNotExists())
+	wantSignal(t, ch, "the key equal to the prefix")
+	all := mustWatch(t, w, "")
+	mustPut(t, s, "we/k", []byte("3"), storage.IfNotExists())
+	wantSignal(t, all, "any key under the empty prefix")
+}
+
+func watchEveryWatcherSignalled(t *testing.T, s storage.Store, w storage.Watcher) {
+	a, b, parent := mustWatch(t, w, "ww/q/"), mustWatch(t, w, "ww/q/"), mustWatch(t, w, "ww/")
+	mustPut(t, s, "ww/q/1", []byte("1"), storage.IfNotExists())
+	wantSignal(t, a, "first watcher")
+	wantSignal(t, b, "second watcher of the same prefix")
+	wantSignal(t, parent, "watcher of the parent prefix")
+}
+
+func watchNeverBlocksWriters(t *testing.T, s storage.Store, w storage.Watcher) {
+	// Nobody receives while 200 writes go through: each must return
+	// (the context's deadline fails a blocked one), and a signal is
+	// waiting afterwards.
+	ch := mustWatch(t, w, "wb/")
+	ctx, cancel := context.WithTimeout(ctxT(t), 10*WatchDeadline)
+	defer cancel()
+	for i := range 200 {
+		if _, err := s.Put(ctx, fmt.Sprintf("wb/%03d", i%20), []byte{byte(i)}, storage.Condition{}); err != nil {
+			t.Fatalf("write %d with a watcher nobody reads: %v", i, err)
 		}
-		wantSignal(t, ch, "delete")
-	})
-	t.Run("NoSignalMissed", func(t *testing.T) {
-		// One write, one receive, twenty times: a signal that coalesced
-		// with an earlier one would leave a receive waiting.
-		ch := mustWatch(t, w, "wm/")
-		for i := range 20 {
-			mustPut(t, s, fmt.Sprintf("wm/%02d", i), []byte("x"), storage.IfNotExists())
-			wantSignal(t, ch, fmt.Sprintf("write %d", i))
+	}
+	wantSignal(t, ch, "after 200 unread writes")
+}
+
+func watchCancelClosesChannel(t *testing.T, s storage.Store, w storage.Watcher) {
+	ctx, cancel := context.WithCancel(ctxT(t))
+	ch, err := w.Watch(ctx, "wc/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, "wc/before", []byte("1"), storage.IfNotExists())
+	cancel()
+	wantClosed(t, ch)
+	mustPut(t, s, "wc/after", []byte("2"), storage.IfNotExists()) // no send on the closed channel
+}
+
+func watchInvalidPrefixAndDoneContext(t *testing.T, s storage.Store, w storage.Watcher) {
+	for _, bad := range []string{"/a", "a//", "../", "\xff"} {
+		if _, err := w.Watch(ctxT(t), bad); !errors.Is(err, storage.ErrInvalidKey) {
+			t.Errorf("Watch(%q) = %v, want ErrInvalidKey", bad, err)
 		}
-	})
-	t.Run("NewNestedKeys", func(t *testing.T) {
-		// Keys in "directories" that did not exist when Watch began.
-		ch := mustWatch(t, w, "wn/")
-		mustPut(t, s, "wn/x/y/z.json", []byte("1"), storage.IfNotExists())
-		wantSignal(t, ch, "first key three levels down")
-		mustPut(t, s, "wn/x/y2/k", []byte("2"), storage.IfNotExists())
-		wantSignal(t, ch, "key in a new sibling")
-		deep := mustWatch(t, w, "wd/a/b/")
-		mustPut(t, s, "wd/a/b/c/d", []byte("3"), storage.IfNotExists())
-		wantSignal(t, deep, "key under a prefix none of whose parents existed")
-	})
-	t.Run("PrefixIsAStringPrefix", func(t *testing.T) {
-		ch := mustWatch(t, w, "wp/ab")
-		mustPut(t, s, "wp/abc/x", []byte("1"), storage.IfNotExists())
-		wantSignal(t, ch, "wp/abc/x under wp/ab")
-		mustPut(t, s, "wp/ab", []byte("2"), storage.IfNotExists())
-		wantSignal(t, ch, "the key equal to the prefix")
-		all := mustWatch(t, w, "")
-		mustPut(t, s, "we/k", []byte("3"), storage.IfNotExists())
-		wantSignal(t, all, "any key under the empty prefix")
-	})
-	t.Run("EveryWatcherSignalled", func(t *testing.T) {
-		a, b, parent := mustWatch(t, w, "ww/q/"), mustWatch(t, w, "ww/q/"), mustWatch(t, w, "ww/")
-		mustPut(t, s, "ww/q/1", []byte("1"), storage.IfNotExists())
-		wantSignal(t, a, "first watcher")
-		wantSignal(t, b, "second watcher of the same prefix")
-		wantSignal(t, parent, "watcher of the parent prefix")
-	})
-	t.Run("NeverBlocksWriters", func(t *testing.T) {
-		// Nobody receives while 200 writes go through: each must return
-		// (the context's deadline fails a blocked one), and a signal is
-		// waiting afterwards.
-		ch := mustWatch(t, w, "wb/")
-		ctx, cancel := context.WithTimeout(ctxT(t), 10*WatchDeadline)
-		defer cancel()
-		for i := range 200 {
-			if _, err := s.Put(ctx, fmt.Sprintf("wb/%03d", i%20), []byte{byte(i)}, storage.Condition{}); err != nil {
-				t.Fatalf("write %d with a watcher nobody reads: %v", i, err)
-			}
-		}
-		wantSignal(t, ch, "after 200 unread writes")
-	})
-	t.Run("CancelClosesChannel", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(ctxT(t))
-		ch, err := w.Watch(ctx, "wc/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		mustPut(t, s, "wc/before", []byte("1"), storage.IfNotExists())
-		cancel()
-		wantClosed(t, ch)
-		mustPut(t, s, "wc/after", []byte("2"), storage.IfNotExists()) // no send on the closed channel
-	})
-	t.Run("InvalidPrefixAndDoneContext", func(t *testing.T) {
-		for _, bad := range []string{"/a", "a//", "../", "\xff"} {
-			if _, err := w.Watch(ctxT(t), bad); !errors.Is(err, storage.ErrInvalidKey) {
-				t.Errorf("Watch(%q) = %v, want ErrInvalidKey", bad, err)
-			}
-		}
-		done, cancel := context.WithCancel(ctxT(t))
-		cancel()
-		if _, err := w.Watch(done, "wx/"); !errors.Is(err, context.Canceled) {
-			t.Errorf("Watch with a canceled context = %v, want context.Canceled", err)
-		}
-	})
+	}
+	done, cancel := context.WithCancel(ctxT(t))
+	cancel()
+	if _, err := w.Watch(done, "wx/"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Watch with a canceled context = %v, want context.Canceled", err)
+	}
 }
 
 // mustWatch watches prefix until the test ends, and waits for the close

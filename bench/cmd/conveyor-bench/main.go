@@ -24,6 +24,10 @@ import (
 	"github.com/runconveyor/conveyor/bench/harness"
 )
 
+// main stays one function (about 175 lines, a third of them flags): the
+// drivers it opens are closed, and MinIO stopped, by its own defers, and
+// the rounds read as the measurement protocol (rotation, then each mode in
+// turn) in one place; bench is a tool outside the SDK.
 func main() {
 	// The latency mode re-executes this binary as its enqueuing process.
 	harness.MaybeChild()
@@ -252,7 +256,9 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// report prints the tables as Markdown, ready for docs/performance.md.
+// report prints the tables as Markdown, ready for docs/performance.md. It
+// stays one function (about 100 lines): it is the report's layout, table
+// after table in print order.
 func report(w io.Writer, results []harness.Result, rate float64) {
 	by := map[string]map[string][]harness.Result{} // mode → system → rounds
 	var names []string

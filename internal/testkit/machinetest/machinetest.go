@@ -132,21 +132,7 @@ func Walk[S ~string, R any](t *testing.T, m *lifecycle.Machine[S, R], newRec fun
 			mutate(rec, choices[i]>>4)
 		}
 		from := state(rec)
-		var offered []lifecycle.Transition[S, R]
-		for _, tr := range table {
-			if tr.From == from {
-				offered = append(offered, tr)
-			}
-		}
-		event := events[int(choices[i])%len(events)]
-		actor := actors[int(choices[i+1])%len(actors)]
-		if choices[i] < 128 && len(offered) > 0 {
-			tr := offered[int(choices[i])%len(offered)]
-			event = tr.Event
-			if choices[i+1] < 128 {
-				actor = tr.Actors[int(choices[i+1])%len(tr.Actors)]
-			}
-		}
+		event, actor := choose(table, from, events, actors, choices[i], choices[i+1])
 		change, err := m.Fire(ctx, rec, event, actor)
 		to := state(rec)
 		if err != nil {
@@ -177,4 +163,27 @@ func Walk[S ~string, R any](t *testing.T, m *lifecycle.Machine[S, R], newRec fun
 		visited = append(visited, to)
 	}
 	return visited
+}
+
+// choose picks the event and actor of one step from two choice bytes: below
+// 128, an edge the table offers from from (and one of its actors); else
+// any event (an unknown one included) and any actor.
+func choose[S ~string, R any](table []lifecycle.Transition[S, R], from S, events []lifecycle.Event, actors []lifecycle.Actor,
+	ce, ca byte) (lifecycle.Event, lifecycle.Actor) {
+	var offered []lifecycle.Transition[S, R]
+	for _, tr := range table {
+		if tr.From == from {
+			offered = append(offered, tr)
+		}
+	}
+	event := events[int(ce)%len(events)]
+	actor := actors[int(ca)%len(actors)]
+	if ce < 128 && len(offered) > 0 {
+		tr := offered[int(ce)%len(offered)]
+		event = tr.Event
+		if ca < 128 {
+			actor = tr.Actors[int(ca)%len(tr.Actors)]
+		}
+	}
+	return event, actor
 }
