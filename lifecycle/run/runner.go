@@ -217,30 +217,13 @@ func (r *Runner) changes() <-chan struct{} {
 	return r.changed
 }
 
-// SubmitRequest asks for a run (POST /agents/run).
-type SubmitRequest struct {
-	AgentSlug string
-	// Trigger is TriggerManual (the default), TriggerCron or TriggerEvent.
-	Trigger string
-	// Input is handed to every step; it must be valid JSON when set.
-	Input json.RawMessage
-	// IdempotencyKey, when set, makes a repeated submit return the first
-	// run (seed 004 §3). Its schemes are seed 004 §3.1's:
-	// github:{delivery_id}, api:{client_id}:{request_id},
-	// slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
-	IdempotencyKey string
-	// Caller is the context of the run's creation (the initiator defaults
-	// by Trigger).
-	Caller
-}
-
-// SubmitResult answers a submit.
-type SubmitResult struct {
-	RunID string
-	// Duplicate is true when an idempotency key matched an earlier submit,
-	// whose run this is.
-	Duplicate bool
-}
+// SubmitRequest asks for a run (POST /agents/run); SubmitResult answers
+// it. Both live in lifecycle so the Go client can send them without the
+// engine.
+type (
+	SubmitRequest = lifecycle.SubmitRequest
+	SubmitResult  = lifecycle.SubmitResult
+)
 
 // Submit creates a run in its machine's initial state (requested on the
 // canonical machine), as the gateway, and hands it to this runner's loop.
@@ -248,7 +231,7 @@ type SubmitResult struct {
 // over its limit (MaxNameBytes, MaxDocumentBytes for Input,
 // MaxIdempotencyKeyBytes) or not clean UTF-8, a *RequestError otherwise.
 func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
-	if err := req.check(); err != nil {
+	if err := checkSubmit(&req); err != nil {
 		return SubmitResult{}, err
 	}
 	agent, ok := r.agents[req.AgentSlug]
@@ -328,7 +311,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	if agent.Machine != lifecycle.MachineCanonical {
 		doc.Machine = agent.Machine
 	}
-	b := req.Caller.by(lifecycle.ActorGateway, triggerInitiator(req.Trigger))
+	b := callerBy(&req.Caller, lifecycle.ActorGateway, triggerInitiator(req.Trigger))
 	b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
 	doc.LastAudit = r.auditOf(&doc, "", b, 1)
 	pending, err := json.Marshal(activeEntry{Pending: &doc, Input: len(req.Input) > 0, Actor: b.actor, Context: &b.tc})
