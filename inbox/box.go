@@ -106,8 +106,8 @@ func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, 
 //     expired entry, INBOX_INVALID_TRANSITION (409) otherwise;
 //   - a refused actor matches lifecycle.ErrForbiddenActor: FORBIDDEN (403).
 var (
-	ErrInvalidEntry       = errors.New("inbox: invalid entry")
-	ErrEntryExists  error = &codedError{err: errors.New("inbox: entry already exists"), code: codes.InboxEntryExists}
+	ErrInvalidEntry = errors.New("inbox: invalid entry")
+	ErrEntryExists  = lifecycle.ErrInboxEntryExists
 	// ErrNotFound matches a missing entry (and storage.ErrNotFound).
 	ErrNotFound = storage.ErrNotFound
 )
@@ -172,14 +172,10 @@ func invalid(field, format string, args ...any) error {
 }
 
 // Submission is the body of POST /inbox/submit: an entry before the
-// validation gate. ID may be empty (a fresh id is drawn); status,
-// created_at and the outcome fields are the Box's to set.
-type Submission struct {
-	ID       string                  `json:"id,omitempty"`
-	Source   lifecycle.InboxSource   `json:"source"`
-	Intent   lifecycle.InboxIntent   `json:"intent"`
-	Metadata lifecycle.InboxMetadata `json:"metadata"`
-}
+// validation gate. Its fields are lifecycle.InboxSubmission's (the Go
+// client sends that one without the engine); a conversion turns one into
+// the other.
+type Submission lifecycle.InboxSubmission
 
 // DecodeSubmission decodes a submission from JSON, refusing unknown fields
 // and trailing data, and validates it (see Submission.Validate).
@@ -517,13 +513,7 @@ func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[lifecycle.In
 }
 
 // Stats counts entries by state (GET /inbox/stats).
-type Stats struct {
-	Pending   int `json:"pending"`
-	Processed int `json:"processed"`
-	Rejected  int `json:"rejected"`
-	Expired   int `json:"expired"`
-	Total     int `json:"total"`
-}
+type Stats = lifecycle.InboxStats
 
 // Stats counts every entry, expired ones included.
 func (b *Box) Stats(ctx context.Context) (Stats, error) {

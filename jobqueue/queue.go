@@ -265,7 +265,7 @@ var (
 	// ErrInvalidJob: a NewJob that breaks a rule of Enqueue.
 	ErrInvalidJob = errors.New("jobqueue: invalid job")
 	// ErrJobExists: Enqueue with the id of a job that already exists.
-	ErrJobExists = errors.New("jobqueue: job already exists")
+	ErrJobExists = lifecycle.ErrJobExists
 	// ErrLeaseLost: the worker's lease on the job lapsed or was taken over;
 	// it may no longer write the job. It is records.ErrLeaseLost, the one
 	// sentinel of the SDK.
@@ -336,25 +336,13 @@ type laneEntry struct {
 // ---- enqueue ----
 
 // NewJob is what Enqueue needs; the queue fills in the rest of the record.
-// Ids are storage ids (storage.ValidateID); Payload is JSON of at most
-// codes.MaxDocumentBytes, the URLs at most codes.MaxURLBytes, and
-// Context.EntityRefs at most codes.MaxListLen refs of
-// codes.MaxRefBytes, all valid UTF-8 without NUL or control characters.
-type NewJob struct {
-	// JobID is the job's id; empty means a fresh UUID v4.
-	JobID     string
-	RunID     string
-	JobType   lifecycle.JobType
-	AgentSlug string
-	// MaxAttempts is max_attempts; 0 means Config.MaxAttempts.
-	MaxAttempts int
-	Payload     json.RawMessage
-	Context     lifecycle.JobContext
-	// Callback is an http or https URL, or empty.
-	Callback string
-	// ProjectID is the artifact's cid; empty means Config.Project.
-	ProjectID string
-}
+// Its fields are lifecycle.NewJob's (the Go client sends that one without
+// the engine); a conversion turns one into the other. Ids are storage ids
+// (storage.ValidateID); Payload is JSON of at most codes.MaxDocumentBytes,
+// the URLs at most codes.MaxURLBytes, and Context.EntityRefs at most
+// codes.MaxListLen refs of codes.MaxRefBytes, all valid UTF-8 without NUL
+// or control characters.
+type NewJob lifecycle.NewJob
 
 func newUUID() string {
 	var b [16]byte

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
@@ -60,7 +59,7 @@ func (e *Error) Is(target error) bool {
 func sentinels(code string) []error {
 	switch code {
 	case codes.RunNotFound:
-		return []error{run.ErrNotFound, storage.ErrNotFound}
+		return []error{lifecycle.ErrRunNotFound, storage.ErrNotFound}
 	case codes.NotFound, codes.JobNotFound, codes.AgentNotFound:
 		return []error{storage.ErrNotFound}
 	case codes.InvalidTransition, codes.InboxInvalidTransition, codes.InboxEntryExpired:
@@ -72,15 +71,15 @@ func sentinels(code string) []error {
 	case codes.InvalidInput, codes.InputTooLarge:
 		return []error{codes.ErrInvalidInput}
 	case codes.IdempotencyConflict:
-		return []error{run.ErrIdempotencyConflict}
+		return []error{lifecycle.ErrIdempotencyConflict}
 	case codes.IdempotencyExpired:
-		return []error{run.ErrIdempotencyExpired}
+		return []error{lifecycle.ErrIdempotencyExpired}
 	case codes.Unsupported:
-		return []error{run.ErrUnsupported}
+		return []error{lifecycle.ErrRunUnsupported}
 	case codes.JobExists:
-		return []error{jobqueue.ErrJobExists}
+		return []error{lifecycle.ErrJobExists}
 	case codes.InboxEntryExists:
-		return []error{inbox.ErrEntryExists}
+		return []error{lifecycle.ErrInboxEntryExists}
 	case codes.RecordQuarantined:
 		return []error{records.ErrCorrupt}
 	case codes.LeaseLost:

@@ -58,31 +58,13 @@ func (r *Runner) control(ctx context.Context, runID string, b by, change func(ct
 	return after, nil
 }
 
-// Caller is the caller's part of a control call's transition context
-// (seed 004 §2.2): on whose behalf the call is made, what caused it, and
-// anything the audit log should keep about it. Every control call's
-// request embeds one; the Runner adds the rest of the context (run id,
-// timestamp, approval and external-event details) and writes it into the
-// audit event and the run_transition log line, and a refused move reports
-// it (*lifecycle.InvalidTransitionError's Context). A call whose Caller
-// breaks the limits of lifecycle.TransitionContext.Check (UserID
-// MaxNameBytes, metadata keys MaxNameBytes and values MaxTextBytes, at
-// most MaxListLen entries, clean text, an Initiator of the seed's set) is
-// refused with an *codes.InputError, and nothing is written.
-type Caller struct {
-	// UserID names the user the call is made for, e.g. "u-42".
-	UserID string
-	// Initiator says what caused the call. Default: Submit by its trigger
-	// (manual: user, cron: system, event: webhook), Cancel user, Approve
-	// and Reject approval, Deliver webhook.
-	Initiator lifecycle.Initiator
-	// Metadata is kept as given in the audit event and the log line.
-	Metadata map[string]string
-}
+// Caller is the context of a call (user, initiator, metadata): it lives
+// in lifecycle so the Go client can send it without the engine.
+type Caller = lifecycle.Caller
 
 // by is the write a control call makes as actor, with the caller's
 // context (initiator def unless the caller names one).
-func (c *Caller) by(actor lifecycle.Actor, def lifecycle.Initiator) by {
+func callerBy(c *Caller, actor lifecycle.Actor, def lifecycle.Initiator) by {
 	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
 	if tc.Initiator == "" {
 		tc.Initiator = def
@@ -90,8 +72,8 @@ func (c *Caller) by(actor lifecycle.Actor, def lifecycle.Initiator) by {
 	return by{actor: actor, tc: tc}
 }
 
-// check refuses a Caller that breaks the input limits.
-func (c *Caller) check() error {
+// checkCaller refuses a Caller that breaks the input limits.
+func checkCaller(c *Caller) error {
 	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
 	return tc.Check()
 }
@@ -116,7 +98,7 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor
 	if err := req.check(); err != nil {
 		return Status{}, err
 	}
-	doc, err := r.control(ctx, runID, req.by(actor, lifecycle.InitiatorUser), func(ctx context.Context, f *flow, d *Status) error {
+	doc, err := r.control(ctx, runID, callerBy(&req.Caller, actor, lifecycle.InitiatorUser), func(ctx context.Context, f *flow, d *Status) error {
 		if f.cancel == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "cancel"}
 		}
@@ -171,7 +153,7 @@ type Decision struct {
 
 // by is the write of a decision: its context names the approval decided.
 func (dec *Decision) by(actor lifecycle.Actor, decision string, now time.Time) by {
-	b := dec.Caller.by(actor, lifecycle.InitiatorApproval)
+	b := callerBy(&dec.Caller, actor, lifecycle.InitiatorApproval)
 	b.tc.Approval = &lifecycle.Approval{Decision: decision, DecidedAt: &now, DecidedBy: dec.DecidedBy, Reason: dec.Reason}
 	return b
 }
@@ -241,7 +223,7 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Acto
 		return Status{}, err
 	}
 	now := r.now()
-	b := ev.Caller.by(actor, lifecycle.InitiatorWebhook)
+	b := callerBy(&ev.Caller, actor, lifecycle.InitiatorWebhook)
 	b.tc.External = &lifecycle.ExternalWait{EventType: ev.Type, EventID: ev.ID, Source: ev.Source, ReceivedAt: &now}
 	return r.control(ctx, runID, b, func(ctx context.Context, f *flow, d *Status) error {
 		if f.deliver == "" {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -38,27 +39,21 @@ const (
 // lifecycle.ErrorCode gives each its code.
 var (
 	// ErrNotFound: no run has the id asked for (RUN_NOT_FOUND, 404).
-	ErrNotFound error = &codedError{"run: run not found", codes.RunNotFound}
+	ErrNotFound = lifecycle.ErrRunNotFound
 	// ErrUnsupported: the run's machine has no such operation, e.g. cancel
 	// on the canonical machine (RUN_UNSUPPORTED_OPERATION).
-	ErrUnsupported error = &codedError{"run: operation not supported by the run's machine", codes.Unsupported}
+	ErrUnsupported = lifecycle.ErrRunUnsupported
 	// ErrInvalidConfig is matched by errors from NewRunner about its arguments.
 	ErrInvalidConfig = errors.New("run: invalid runner config")
 	// ErrRunnerStarted is returned by a second call of Runner.Run.
 	ErrRunnerStarted = errors.New("run: runner already running")
 	// ErrIdempotencyConflict: the key was used with another request.
-	ErrIdempotencyConflict = errors.New("run: idempotency key used with a different request")
+	ErrIdempotencyConflict = lifecycle.ErrIdempotencyConflict
 	// ErrIdempotencyExpired: the key's record outlived its TTL.
-	ErrIdempotencyExpired = errors.New("run: idempotency record expired")
+	ErrIdempotencyExpired = lifecycle.ErrIdempotencyExpired
 	// ErrInvalidIdempotencyKey: the key follows none of the schemes.
 	ErrInvalidIdempotencyKey = errors.New("run: invalid idempotency key")
 )
-
-// codedError is a sentinel with a code of its own.
-type codedError struct{ msg, code string }
-
-func (e *codedError) Error() string { return e.msg }
-func (e *codedError) Code() string  { return e.code }
 
 // RequestError is a request the Runner refuses as malformed; it carries the
 // code INVALID_REQUEST (an HTTP 400).

@@ -8,10 +8,10 @@ import (
 // that takes free text runs its check first, so a refused call writes
 // nothing; the limits are those of input.go.
 
-// check refuses a submit whose text fields break their limits. The
+// checkSubmit refuses a submit whose text fields break their limits. The
 // values' meaning (a known agent, a trigger of the set, JSON input, a key
 // of a scheme) is Submit's check, after this one.
-func (req *SubmitRequest) check() error {
+func checkSubmit(req *SubmitRequest) error {
 	if err := codes.CheckText("agent_slug", req.AgentSlug, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
 	}
@@ -24,7 +24,7 @@ func (req *SubmitRequest) check() error {
 	if err := codes.CheckText("idempotency_key", req.IdempotencyKey, MaxIdempotencyKeyBytes, codes.OneLine); err != nil {
 		return err
 	}
-	return req.Caller.check()
+	return checkCaller(&req.Caller)
 }
 
 // check refuses a decision whose decided_by or reason breaks its limit.
@@ -35,7 +35,7 @@ func (d *Decision) check() error {
 	if err := codes.CheckText("reason", d.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
 		return err
 	}
-	return d.Caller.check()
+	return checkCaller(&d.Caller)
 }
 
 // check refuses an event whose type, id or source breaks its limit.
@@ -49,7 +49,7 @@ func (ev *ExternalEvent) check() error {
 	if err := codes.CheckText("source", ev.Source, codes.MaxRefBytes, codes.OneLine); err != nil {
 		return err
 	}
-	return ev.Caller.check()
+	return checkCaller(&ev.Caller)
 }
 
 // check refuses a cancel whose reason is over MaxTextBytes or not clean
@@ -58,5 +58,5 @@ func (req *CancelRequest) check() error {
 	if err := codes.CheckText("reason", req.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
 		return err
 	}
-	return req.Caller.check()
+	return checkCaller(&req.Caller)
 }

@@ -210,27 +210,10 @@ func (r *Runner) changes() <-chan struct{} {
 	return r.changed
 }
 
-// SubmitRequest asks for a run (POST /agents/run).
-type SubmitRequest struct {
-	AgentSlug string
-	// Trigger is TriggerManual (the default), TriggerCron or TriggerEvent.
-	Trigger string
-	// Input is handed to every step; it must be valid JSON when set.
-	Input json.RawMessage
-	// IdempotencyKey, when set, makes a repeated submit return the first
-	// run (seed 004 §3). Its schemes are seed 004 §3.1's:
-	// github:{delivery_id}, api:{client_id}:{request_id},
-	// slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
-	IdempotencyKey string
-	// Caller is the context of the run's creation (the initiator defaults
-	// by Trigger).
-	Caller
-}
-
-// SubmitResult answers a submit.
-type SubmitResult struct {
-	RunID string
-	// Duplicate is true when an idempotency key matched an earlier submit,
-	// whose run this is.
-	Duplicate bool
-}
+// SubmitRequest asks for a run (POST /agents/run); SubmitResult answers
+// it. Both live in lifecycle so the Go client can send them without the
+// engine.
+type (
+	SubmitRequest = lifecycle.SubmitRequest
+	SubmitResult  = lifecycle.SubmitResult
+)

@@ -22,7 +22,7 @@ import (
 // over its limit (MaxNameBytes, MaxDocumentBytes for Input,
 // MaxIdempotencyKeyBytes) or not clean UTF-8, a *RequestError otherwise.
 func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
-	if err := req.check(); err != nil {
+	if err := checkSubmit(&req); err != nil {
 		return SubmitResult{}, err
 	}
 	agent, ok := r.agents[req.AgentSlug]
@@ -102,7 +102,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	if agent.Machine != lifecycle.MachineCanonical {
 		doc.Machine = agent.Machine
 	}
-	b := req.Caller.by(lifecycle.ActorGateway, triggerInitiator(req.Trigger))
+	b := callerBy(&req.Caller, lifecycle.ActorGateway, triggerInitiator(req.Trigger))
 	b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
 	doc.LastAudit = r.auditOf(&doc, "", b, 1)
 	pending, err := json.Marshal(activeEntry{Pending: &doc, Input: len(req.Input) > 0, Actor: b.actor, Context: &b.tc})

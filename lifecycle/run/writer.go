@@ -55,7 +55,7 @@ func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core
 	return &core.Record[Status, *Status]{
 		Store: r.store, Key: key, Owner: owner, Epoch: epoch,
 		Lease:    func(d *Status) *records.Lease { return d.Lease },
-		Clone:    func(d *Status) Status { return d.clone() },
+		Clone:    func(d *Status) Status { return cloneStatus(d) },
 		Validate: r.statusValidator(slug, runID),
 	}
 }
@@ -351,7 +351,7 @@ func (r *Runner) forgetAudit(runID string) {
 	delete(r.auditDone, runID)
 }
 
-func (d *Status) clone() Status {
+func cloneStatus(d *Status) Status {
 	c := *d
 	c.ProposalsCreated = slices.Clone(d.ProposalsCreated)
 	if c.ProposalsCreated == nil {

@@ -1,0 +1,160 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// The run's records and the submit's wire types: the Runner (lifecycle/run)
+// writes and takes them, the HTTP API and its Go client move them; they
+// live here so the client needs no engine.
+
+// RunStatus is a run's status.json (seed 000 §3, seed 002 §2.4). RunStatus holds
+// a state of whichever run machine drives the run ([RunState],
+// [CancelableRunState] or [ApprovalRunState]); Machine names that machine and
+// is omitted for the canonical one. Times are RFC 3339 UTC.
+//
+// The seed's fields come first and are always present, so a plain run's
+// status.json reads like the seed's examples; the fields the SDK adds (lease,
+// heartbeat, cancellation, approval and external waits, resume count) are
+// omitted while empty. The embedded records.Meta adds the document's write
+// counter, "version".
+type RunStatus struct {
+	RunID     string `json:"run_id"`
+	AgentSlug string `json:"agent_slug"`
+	Status    string `json:"status"`
+	// Trigger is "manual", "cron" or "event".
+	Trigger string `json:"trigger"`
+	// StartedAt is when the run was requested.
+	StartedAt time.Time `json:"started_at"`
+	// FinishedAt is null until the run ends.
+	FinishedAt  *time.Time `json:"finished_at"`
+	CurrentStep string     `json:"current_step"`
+	StepsTotal  int        `json:"steps_total"`
+	// StepsCompleted counts the steps whose files are written (seed 000 §1.4).
+	StepsCompleted   int      `json:"steps_completed"`
+	ProposalsCreated []string `json:"proposals_created"`
+	// Error is "CODE: message" once the run failed, null otherwise.
+	Error *string `json:"error"`
+
+	records.Meta
+
+	Machine        string `json:"machine,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Lease is held by the runner executing the run (DESIGN.md §5): the
+	// SDK's one lease. A runner renews it by heartbeat; another takes the
+	// run over only after ExpiresAt, with Epoch+1, which fences the first
+	// one out of every write.
+	Lease           *records.Lease `json:"lease,omitempty"`
+	LastHeartbeatAt *time.Time     `json:"last_heartbeat_at,omitempty"`
+	// Cancellation (seed 001 RunRecord).
+	CancelRequested   bool       `json:"cancel_requested,omitempty"`
+	CancelReason      string     `json:"cancel_reason,omitempty"`
+	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
+	// Waits of the approval machine (seed 004 §2.2).
+	Approval *Approval     `json:"approval,omitempty"`
+	External *ExternalWait `json:"external,omitempty"`
+	// ResumeCount counts takeovers after a runner was lost (seed 004 §6.2).
+	ResumeCount int `json:"resume_count,omitempty"`
+	// DurationMS is set when the run ends (seed 004 §2.3).
+	DurationMS int64 `json:"duration_ms,omitempty"`
+	// LastAudit is the audit event of the write that made this version of
+	// the document. The writer puts it in the audit log right after the
+	// write; should that fail (or the writer die first), the run's next
+	// writer or a poll finds it missing there and writes it, so every
+	// status write has its audit event.
+	LastAudit *RunAuditRecord `json:"last_audit,omitempty"`
+}
+
+// RunAuditRecord is an audit event and its id in the audit log: the id is
+// derived from the run and the document's version, so every writer that
+// writes it writes the same object once.
+type RunAuditRecord struct {
+	ID    string             `json:"id"`
+	Event records.AuditEvent `json:"event"`
+}
+
+// StepRecord is one step file, steps/NN-name.json (seed 002 §2.5). The
+// fields after Error are the step's checkpoint (seed 004 §5.2), which a
+// resumed run uses to skip or replay the step; they are omitted when empty.
+type StepRecord struct {
+	StepNumber    int        `json:"step_number"`
+	StepName      string     `json:"step_name"`
+	Status        StepState  `json:"status"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	DurationMS    int64      `json:"duration_ms,omitempty"`
+	OutputSummary string     `json:"output_summary,omitempty"`
+	Error         string     `json:"error,omitempty"`
+
+	Output     json.RawMessage `json:"output,omitempty"`
+	Proposals  []string        `json:"proposals,omitempty"`
+	Resumable  bool            `json:"resumable,omitempty"`
+	Idempotent bool            `json:"idempotent,omitempty"`
+	Attempts   int             `json:"attempts,omitempty"`
+	// Epoch is the lease epoch of the runner that wrote the file.
+	Epoch int64 `json:"epoch,omitempty"`
+}
+
+// State is the run's status, a state of its machine: RunStatus is a
+// [Stateful] record of the run machines.
+func (d *RunStatus) State() string { return d.Status }
+
+// SetState sets the run's status.
+func (d *RunStatus) SetState(s string) { d.Status = s }
+
+// State is the step's status: StepRecord is a [Stateful] record
+// of the run-step machine.
+func (r *StepRecord) State() string { return string(r.Status) }
+
+// SetState sets the step's status.
+func (r *StepRecord) SetState(s string) { r.Status = StepState(s) }
+
+// SubmitRequest asks for a run (POST /agents/run).
+type SubmitRequest struct {
+	AgentSlug string
+	// Trigger is "manual" (the default), "cron" or "event" (run.TriggerManual...).
+	Trigger string
+	// Input is handed to every step; it must be valid JSON when set.
+	Input json.RawMessage
+	// IdempotencyKey, when set, makes a repeated submit return the first
+	// run (seed 004 §3). Its schemes are seed 004 §3.1's:
+	// github:{delivery_id}, api:{client_id}:{request_id},
+	// slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
+	IdempotencyKey string
+	// Caller is the context of the run's creation (the initiator defaults
+	// by Trigger).
+	Caller
+}
+
+// SubmitResult answers a submit.
+type SubmitResult struct {
+	RunID string
+	// Duplicate is true when an idempotency key matched an earlier submit,
+	// whose run this is.
+	Duplicate bool
+}
+
+// Caller is the caller's part of a control call's transition context
+// (seed 004 §2.2): on whose behalf the call is made, what caused it, and
+// anything the audit log should keep about it. Every control call's
+// request embeds one; the Runner adds the rest of the context (run id,
+// timestamp, approval and external-event details) and writes it into the
+// audit event and the run_transition log line, and a refused move reports
+// it (*InvalidTransitionError's Context). A call whose Caller
+// breaks the limits of TransitionContext.Check (UserID
+// MaxNameBytes, metadata keys MaxNameBytes and values MaxTextBytes, at
+// most MaxListLen entries, clean text, an Initiator of the seed's set) is
+// refused with an *codes.InputError, and nothing is written.
+type Caller struct {
+	// UserID names the user the call is made for, e.g. "u-42".
+	UserID string
+	// Initiator says what caused the call. Default: Submit by its trigger
+	// (manual: user, cron: system, event: webhook), Cancel user, Approve
+	// and Reject approval, Deliver webhook.
+	Initiator Initiator
+	// Metadata is kept as given in the audit event and the log line.
+	Metadata map[string]string
+}

@@ -1,0 +1,50 @@
+package lifecycle
+
+import "encoding/json"
+
+// The wire types of the queue and the inbox that the Go client sends and
+// reads: they live here so the client needs no engine. jobqueue.NewJob and
+// inbox.Submission are defined on them (with their checks), inbox.Stats is
+// InboxStats.
+
+// NewJob is what jobqueue.Queue.Enqueue needs (POST /jobs); the queue fills
+// in the rest of the record.
+// Ids are storage ids (storage.ValidateID); Payload is JSON of at most
+// codes.MaxDocumentBytes, the URLs at most codes.MaxURLBytes, and
+// Context.EntityRefs at most codes.MaxListLen refs of
+// codes.MaxRefBytes, all valid UTF-8 without NUL or control characters.
+type NewJob struct {
+	// JobID is the job's id; empty means a fresh UUID v4.
+	JobID     string
+	RunID     string
+	JobType   JobType
+	AgentSlug string
+	// MaxAttempts is max_attempts; 0 means the queue's Config.MaxAttempts.
+	MaxAttempts int
+	Payload     json.RawMessage
+	Context     JobContext
+	// Callback is an http or https URL, or empty.
+	Callback string
+	// ProjectID is the artifact's cid; empty means the queue's Config.Project.
+	ProjectID string
+}
+
+// InboxSubmission is the body of POST /inbox/submit: an entry before the
+// validation gate. ID may be empty (a fresh id is drawn); status,
+// created_at and the outcome fields are the Box's to set (inbox.Submission has
+// these fields and the gate, Validate).
+type InboxSubmission struct {
+	ID       string        `json:"id,omitempty"`
+	Source   InboxSource   `json:"source"`
+	Intent   InboxIntent   `json:"intent"`
+	Metadata InboxMetadata `json:"metadata"`
+}
+
+// InboxStats counts entries by state (GET /inbox/stats).
+type InboxStats struct {
+	Pending   int `json:"pending"`
+	Processed int `json:"processed"`
+	Rejected  int `json:"rejected"`
+	Expired   int `json:"expired"`
+	Total     int `json:"total"`
+}
