@@ -196,3 +196,9 @@ func BenchmarkS3VsRaw(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkListAfter: the last 10 keys after 1k and 100k, one request each
+// (StartAfter), so flat.
+func BenchmarkListAfter(b *testing.B) {
+	storetest.BenchmarkListAfter(b, func(b *testing.B) storage.Store { return newStore(b) }, 1000, 100_000)
+}

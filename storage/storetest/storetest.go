@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -854,4 +855,46 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) storage.Store) {
 			}
 		}
 	})
+}
+
+// BenchmarkListAfter measures a ListAfter of the last 10 keys of a prefix
+// holding n keys, in one folder, for each n in sizes (sub-benchmarks
+// "keys=1000" and so on): the ratio of their ns/op says whether its cost
+// follows what it yields (flat) or what it skips. Filling the prefix is
+// not timed.
+func BenchmarkListAfter(b *testing.B, newStore func(b *testing.B) storage.Store, sizes ...int) {
+	for _, n := range sizes {
+		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+			s, ctx := newStore(b), b.Context()
+			key := func(i int) string { return fmt.Sprintf("bench/list/%08d", i) }
+			sem := make(chan struct{}, 16)
+			var wg sync.WaitGroup
+			var failed atomic.Pointer[error]
+			for i := range n {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					if _, err := s.Put(ctx, key(i), nil, storage.Condition{}); err != nil {
+						failed.CompareAndSwap(nil, &err)
+					}
+				})
+			}
+			wg.Wait()
+			if err := failed.Load(); err != nil {
+				b.Fatal(*err)
+			}
+			after := key(n - 11)
+			runtime.GC() // the fill's garbage is not the listing's cost
+			b.ResetTimer()
+			for b.Loop() {
+				got, err := collect(s.ListAfter(ctx, "bench/list/", after))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(got) != 10 {
+					b.Fatalf("ListAfter yielded %d keys, want 10", len(got))
+				}
+			}
+		})
+	}
 }
