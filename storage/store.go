@@ -173,10 +173,12 @@ type Store interface {
 	//
 	// Its cost follows what it yields, not what it skips: memstore seeks
 	// its sorted index and s3store passes after as ListObjectsV2's
-	// StartAfter. filestore skips every directory whose keys all sort
-	// before after without opening it, but reads the names of each
-	// directory on after's own path (its parent and their parents), so a
-	// cursor inside one directory of n entries costs reading those n names.
+	// StartAfter (one request per page yielded; single-drive MinIO still
+	// walks the folder on disk to serve it). filestore skips every
+	// directory whose keys all sort before after without opening it, but
+	// reads the names of each directory on after's own path (its parent and
+	// their parents), so a cursor inside one directory of n entries costs
+	// reading those n names.
 	ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error]
 }
 
