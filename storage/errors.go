@@ -113,6 +113,22 @@ func CheckPrefix(ctx context.Context, prefix string) error {
 	return nil
 }
 
+// CheckAfter is CheckPrefix for ListAfter: it also refuses an after that
+// is neither "" nor a string ValidatePrefix accepts. Adapters call it
+// before any I/O.
+func CheckAfter(ctx context.Context, prefix, after string) error {
+	if err := ValidatePrefix(prefix); err != nil {
+		return NewOpError("list", prefix, nil, err)
+	}
+	if err := ValidatePrefix(after); err != nil {
+		return NewOpError("list", after, nil, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return NewOpError("list", prefix, err, nil)
+	}
+	return nil
+}
+
 // CheckCondition reports whether cond is valid for op ("put" or "delete").
 // Adapters call it before any I/O.
 func CheckCondition(op, key string, cond Condition) error {

@@ -14,6 +14,7 @@ package storage
 import (
 	"context"
 	"iter"
+	"strings"
 )
 
 // Version identifies the state one write left at one key. It is opaque:
@@ -159,4 +160,39 @@ type Store interface {
 	// prefix that can never start a valid key yields an error matching
 	// ErrInvalidKey.
 	List(ctx context.Context, prefix string) iter.Seq2[string, error]
+
+	// ListAfter is List from a cursor: it yields, in ascending byte order,
+	// the keys that start with prefix and sort strictly after after, with
+	// List's other promises (hidden pagination, one error ends it,
+	// ErrInvalidKey for a prefix that can never start a key). after is
+	// usually a key an earlier listing yielded, but need not be stored: ""
+	// lists from the start, as List does; an after that sorts before prefix
+	// (and every key with it) lists them all; one that sorts after every key
+	// with the prefix yields nothing. after must be "" or a string
+	// ValidatePrefix accepts (an error matching ErrInvalidKey otherwise).
+	//
+	// Its cost follows what it yields, not what it skips: memstore seeks
+	// its sorted index and s3store passes after as ListObjectsV2's
+	// StartAfter (one request per page yielded; single-drive MinIO still
+	// walks the folder on disk to serve it). filestore skips every
+	// directory whose keys all sort before after without opening it, but
+	// reads the names of each directory on after's own path (its parent and
+	// their parents), so a cursor inside one directory of n entries costs
+	// reading those n names.
+	ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error]
+}
+
+// ListStart reduces the cursor of a ListAfter(prefix, after) to what an
+// adapter must do: start is "" when every key with prefix sorts after after
+// (list them all), else after itself; none is true when no key with prefix
+// can sort after after (yield nothing). Adapters call it after CheckAfter.
+func ListStart(prefix, after string) (start string, none bool) {
+	switch {
+	case after < prefix:
+		return "", false
+	case strings.HasPrefix(after, prefix):
+		return after, false
+	default: // after > prefix and does not start with it: past every such key
+		return "", true
+	}
 }

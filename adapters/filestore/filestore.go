@@ -452,64 +452,109 @@ func opErr(op, key string, err error) error {
 	return storage.NewOpError(op, key, nil, err)
 }
 
-// List implements storage.Store. It walks the deepest directory the prefix
-// names, collects the keys, sorts them and yields them; memory grows with
-// the number of keys under that directory.
+// List implements storage.Store: ListAfter from the start.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter implements storage.Store. It walks the directories in key
+// order, from the deepest one the prefix names, and yields as it goes:
+// memory holds the names of one directory per level. A directory is opened
+// only if it can hold a key with the prefix after the cursor, so the
+// subtrees wholly before after cost nothing but their one name in their
+// parent's listing. What it cannot skip is reading every name of each
+// directory on after's path: a cursor in a directory of n entries reads n
+// names (no stat, no sort of the skipped ones) before it yields.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := storage.CheckPrefix(ctx, prefix); err != nil {
+		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
 			yield("", err)
 			return
 		}
-		base := s.root
-		if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
-			base = filepath.Join(s.root, filepath.FromSlash(prefix[:i]))
-		}
-		var keys []string
-		err := filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return nil // removed while walking, or no such prefix
-				}
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			name := d.Name()
-			if d.IsDir() {
-				if path != base && strings.HasPrefix(name, ".cnv") {
-					return fs.SkipDir
-				}
-				return nil
-			}
-			if strings.HasPrefix(name, ".cnv") || !d.Type().IsRegular() {
-				return nil // lock and temporary files
-			}
-			rel, err := filepath.Rel(s.root, path)
-			if err != nil {
-				return err
-			}
-			if key := filepath.ToSlash(rel); strings.HasPrefix(key, prefix) {
-				keys = append(keys, key)
-			}
-			return nil
-		})
-		if err != nil {
-			yield("", opErr("list", prefix, err))
+		after, none := storage.ListStart(prefix, after)
+		if none {
 			return
 		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if err := ctx.Err(); err != nil {
-				yield("", storage.NewOpError("list", prefix, err, nil))
-				return
+		dir := ""
+		if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+			dir = prefix[:i+1]
+		}
+		l := lister{s: s, ctx: ctx, prefix: prefix, after: after, yield: yield}
+		if err := l.walk(dir); err != nil && !errors.Is(err, errListStopped) {
+			yield("", opErr("list", prefix, err))
+		}
+	}
+}
+
+// errListStopped ends a walk whose caller stopped iterating.
+var errListStopped = errors.New("filestore: list stopped by its caller")
+
+// lister is one ListAfter's walk.
+type lister struct {
+	s             *Store
+	ctx           context.Context
+	prefix, after string
+	yield         func(string, error) bool
+}
+
+// listItem is a directory entry as a key (file) or a key prefix ending in
+// "/" (directory): sorting those strings sorts the keys under them, since
+// every key below a directory starts with its name and a "/".
+type listItem struct {
+	key string
+	dir bool
+}
+
+// walk yields the keys in the directory whose keys start with dir ("" for
+// the root, else ending in "/"), in order.
+func (l *lister) walk(dir string) error {
+	f, err := os.Open(filepath.Join(l.s.root, filepath.FromSlash(dir)))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return nil // removed while walking, or no such prefix
+		}
+		return err
+	}
+	ents, err := f.ReadDir(-1)
+	_ = f.Close() // read-only: closing loses nothing
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	var items []listItem
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".cnv") {
+			continue // lock and temporary files and folders
+		}
+		switch {
+		case e.IsDir():
+			k := dir + name + "/"
+			mayHold := strings.HasPrefix(k, l.prefix) || strings.HasPrefix(l.prefix, k)
+			if mayHold && (k > l.after || strings.HasPrefix(l.after, k)) {
+				items = append(items, listItem{k, true})
 			}
-			if !yield(k, nil) {
-				return
+		case e.Type().IsRegular():
+			if k := dir + name; strings.HasPrefix(k, l.prefix) && k > l.after {
+				items = append(items, listItem{k, false})
 			}
 		}
 	}
+	slices.SortFunc(items, func(a, b listItem) int { return strings.Compare(a.key, b.key) })
+	for _, it := range items {
+		if err := l.ctx.Err(); err != nil {
+			return err
+		}
+		if it.dir {
+			if err := l.walk(it.key); err != nil {
+				return err
+			}
+			continue
+		}
+		if !l.yield(it.key, nil) {
+			return errListStopped
+		}
+	}
+	return nil
 }
 
 // mkdirs creates the directories the key's file lives in, fsyncing each

@@ -11,6 +11,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/storetest"
 )
 
 // BenchmarkPut measures durable Puts of 512-byte values from several
@@ -94,4 +95,17 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkListAfter: the last 10 keys after 1k and 100k in one folder.
+// Not flat: ListAfter reads every name of the cursor's folder (see
+// Store.ListAfter), though it neither stats nor sorts the skipped ones.
+func BenchmarkListAfter(b *testing.B) {
+	storetest.BenchmarkListAfter(b, func(b *testing.B) storage.Store {
+		s, err := filestore.New(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}, 1000, 100_000)
 }

@@ -1,9 +1,12 @@
 package memstore
 
-import "math/rand/v2"
+import (
+	"math/rand/v2"
+	"strings"
+)
 
-// index keeps the keys in byte order, so List costs O(log n + k) for k keys
-// under the prefix instead of a scan and sort of the whole store. It is a
+// index keeps the keys in byte order, so List and ListAfter cost O(log n + k) for
+// the k keys they yield instead of a scan and sort of the whole store. It is a
 // skip list; the Store's mutex guards it.
 type index struct {
 	head  node
@@ -67,11 +70,14 @@ func (x *index) remove(key string) {
 	}
 }
 
-// withPrefix returns the keys that start with prefix, in order.
-func (x *index) withPrefix(prefix string) []string {
+// page returns up to n keys that start with prefix and sort strictly after
+// after, in order; the caller has reduced after with storage.ListStart.
+func (x *index) page(prefix, after string, n int) []string {
 	var keys []string
-	for n := x.seek(prefix); n != nil && len(n.key) >= len(prefix) && n.key[:len(prefix)] == prefix; n = n.next[0] {
-		keys = append(keys, n.key)
+	for nd := x.seek(max(prefix, after)); nd != nil && len(keys) < n && strings.HasPrefix(nd.key, prefix); nd = nd.next[0] {
+		if nd.key != after {
+			keys = append(keys, nd.key)
+		}
 	}
 	return keys
 }

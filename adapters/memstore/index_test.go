@@ -5,10 +5,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // TestIndexMatchesModel drives the skip list and a sorted-set model with
-// the same random inserts, removes and prefix queries.
+// the same random inserts, removes and prefix queries from
+// random cursors.
 func TestIndexMatchesModel(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -32,15 +35,25 @@ func TestIndexMatchesModel(t *testing.T) {
 		}
 		if i%100 == 0 {
 			prefix := key()[:rng.IntN(4)]
+			after := ""
+			if rng.IntN(2) == 0 {
+				k := key()
+				after = k[:1+rng.IntN(len(k))]
+			}
+			start, none := storage.ListStart(prefix, after)
 			var want []string
 			for m := range model {
-				if strings.HasPrefix(m, prefix) {
+				if strings.HasPrefix(m, prefix) && m > after {
 					want = append(want, m)
 				}
 			}
 			slices.Sort(want)
-			if got := x.withPrefix(prefix); !slices.Equal(got, want) {
-				t.Fatalf("step %d prefix %q: got %v, want %v", i, prefix, got, want)
+			var got []string
+			if !none {
+				got = x.page(prefix, start, len(model)+1)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d prefix %q after %q: got %v, want %v", i, prefix, after, got, want)
 			}
 		}
 	}

@@ -101,26 +101,44 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	return nil
 }
 
-// List implements storage.Store. It yields a snapshot of the matching keys
-// taken, in order, when iteration starts.
+// listPage is how many keys List and ListAfter take from the index per
+// hold of the lock, so a caller that stops early pays for about a page,
+// not for every key after its cursor.
+const listPage = 256
+
+// List implements storage.Store: ListAfter from the start.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter implements storage.Store. It seeks the sorted index (O(log n))
+// and takes the keys a page at a time, each page a snapshot taken when it
+// is read.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := storage.CheckPrefix(ctx, prefix); err != nil {
+		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
 			yield("", err)
 			return
 		}
-		// seek writes the index's scratch space: take the write lock.
-		s.mu.Lock()
-		keys := s.order.withPrefix(prefix)
-		s.mu.Unlock()
-		for _, k := range keys {
-			if err := ctx.Err(); err != nil {
-				yield("", storage.NewOpError("list", prefix, err, nil))
+		after, none := storage.ListStart(prefix, after)
+		for !none {
+			// seek writes the index's scratch space: take the write lock.
+			s.mu.Lock()
+			keys := s.order.page(prefix, after, listPage)
+			s.mu.Unlock()
+			for _, k := range keys {
+				if err := ctx.Err(); err != nil {
+					yield("", storage.NewOpError("list", prefix, err, nil))
+					return
+				}
+				if !yield(k, nil) {
+					return
+				}
+			}
+			if len(keys) < listPage {
 				return
 			}
-			if !yield(k, nil) {
-				return
-			}
+			after = keys[len(keys)-1]
 		}
 	}
 }

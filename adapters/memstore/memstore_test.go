@@ -19,3 +19,8 @@ func TestConformance(t *testing.T) {
 func BenchmarkMemstore(b *testing.B) {
 	storetest.BenchmarkStore(b, func(*testing.B) storage.Store { return memstore.New() })
 }
+
+// BenchmarkListAfter: the last 10 keys after 1k and 100k (flat: a seek).
+func BenchmarkListAfter(b *testing.B) {
+	storetest.BenchmarkListAfter(b, func(*testing.B) storage.Store { return memstore.New() }, 1000, 100_000)
+}

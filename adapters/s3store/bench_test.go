@@ -196,3 +196,10 @@ func BenchmarkS3VsRaw(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkListAfter: the last 10 keys after 1k and 100k, one request each
+// (StartAfter). The request count is flat; single-drive MinIO's time to
+// serve it is not (it walks the folder on disk).
+func BenchmarkListAfter(b *testing.B) {
+	storetest.BenchmarkListAfter(b, func(b *testing.B) storage.Store { return newStore(b) }, 1000, 100_000)
+}

@@ -441,20 +441,34 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	return nil
 }
 
-// List implements storage.Store with ListObjectsV2, page after page. S3
-// returns keys in UTF-8 byte order, which is the contract's order. Objects
-// whose names are not valid keys (written by other tools, e.g. "dir/"
-// markers) are skipped.
+// List implements storage.Store: ListAfter from the start.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter implements storage.Store with ListObjectsV2, page after page,
+// from StartAfter (after under the store's prefix), so S3 skips what sorts
+// before the cursor: one request per page yielded. S3 returns keys in
+// UTF-8 byte order, which is the contract's order. Objects whose names are
+// not valid keys (written by other tools, e.g. "dir/" markers) are skipped.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := storage.CheckPrefix(ctx, prefix); err != nil {
+		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
 			yield("", err)
 			return
 		}
-		p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
+		after, none := storage.ListStart(prefix, after)
+		if none {
+			return
+		}
+		in := &s3.ListObjectsV2Input{
 			Bucket: &s.bucket,
 			Prefix: aws.String(s.prefix + prefix),
-		})
+		}
+		if after != "" {
+			in.StartAfter = aws.String(s.prefix + after)
+		}
+		p := s3.NewListObjectsV2Paginator(s.client, in)
 		for p.HasMorePages() {
 			page, err := p.NextPage(ctx)
 			if err != nil {

@@ -59,6 +59,12 @@ func (c *counting) List(ctx context.Context, prefix string) iter.Seq2[string, er
 	return c.Store.List(ctx, prefix)
 }
 
+// ListAfter counts as List: one listing.
+func (c *counting) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	c.lists.Add(1)
+	return c.Store.ListAfter(ctx, prefix, after)
+}
+
 // watching is counting over a store that signals changes (storage.Watcher):
 // the Worker finds another process's enqueues at the signal, as it does on
 // the bare store; the signal is no store round trip and is not counted.

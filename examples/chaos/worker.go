@@ -279,12 +279,16 @@ func (o *outageStore) Delete(ctx context.Context, key string, cond storage.Condi
 }
 
 func (o *outageStore) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return o.ListAfter(ctx, prefix, "")
+}
+
+func (o *outageStore) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		if err := o.down("list", prefix); err != nil {
 			yield("", err)
 			return
 		}
-		for k, err := range o.Store.List(ctx, prefix) {
+		for k, err := range o.Store.ListAfter(ctx, prefix, after) {
 			if !yield(k, err) {
 				return
 			}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -478,5 +482,69 @@ func TestQuarantinerCountsAndLogs(t *testing.T) {
 	}
 	if q.Count() != 1 || !strings.Contains(buf.String(), "record_quarantined") {
 		t.Fatalf("count %d, log %q", q.Count(), buf.String())
+	}
+}
+
+// breaksMidList is a store whose first listing yields two keys and then
+// fails transiently; it records the cursor of every listing.
+type breaksMidList struct {
+	storage.Store
+	mu      sync.Mutex
+	cursors []string
+}
+
+func (b *breaksMidList) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	b.mu.Lock()
+	first := len(b.cursors) == 0
+	b.cursors = append(b.cursors, after)
+	b.mu.Unlock()
+	return func(yield func(string, error) bool) {
+		n := 0
+		for k, err := range b.Store.ListAfter(ctx, prefix, after) {
+			if first && n == 2 {
+				yield("", storage.NewOpError("list", prefix, nil, syscall.ECONNREFUSED))
+				return
+			}
+			n++
+			if !yield(k, err) {
+				return
+			}
+		}
+	}
+}
+
+// TestPatientResumesAListingFromItsCursor: a listing that fails part-way
+// is listed again from the last key it yielded, not from the start.
+func TestPatientResumesAListingFromItsCursor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	inner := &breaksMidList{Store: memstore.New()}
+	for _, k := range []string{"l/a", "l/b", "l/c", "l/d", "l/e"} {
+		if _, err := inner.Put(ctx, k, nil, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &core.Patient{Store: inner, Clock: clk}
+	done := make(chan []string, 1)
+	go func() {
+		var got []string
+		for k, err := range p.ListAfter(ctx, "l/", "l/a") {
+			if err != nil {
+				t.Error(err)
+				break
+			}
+			got = append(got, k)
+		}
+		done <- got
+	}()
+	<-clk.WaitForTimers(1)
+	clk.Advance(3 * time.Second)
+	got := <-done
+	if want := []string{"l/b", "l/c", "l/d", "l/e"}; !slices.Equal(got, want) {
+		t.Fatalf("listed %q, want %q", got, want)
+	}
+	if want := []string{"l/a", "l/c"}; !slices.Equal(inner.cursors, want) {
+		t.Fatalf("listings from %q, want %q (from the cursor, then from the last key yielded)", inner.cursors, want)
 	}
 }

@@ -164,23 +164,29 @@ func (p *Patient) Delete(ctx context.Context, key string, cond storage.Condition
 	}
 }
 
-// List implements storage.Store. A listing that fails part-way is listed
-// again after the wait and resumes after the last key it yielded.
+// List implements storage.Store: ListAfter from the start.
 func (p *Patient) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return p.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter implements storage.Store. A listing that fails part-way is
+// listed again after the wait, from the last key it yielded, so a retry
+// costs what is left, not what was already read.
+func (p *Patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		r := p.retrier("list", prefix)
-		last, any := "", false
+		cursor := after
 		for {
 			var failure error
-			for key, err := range p.Store.List(ctx, prefix) {
+			for key, err := range p.Store.ListAfter(ctx, prefix, cursor) {
 				if err != nil {
 					failure = err
 					break
 				}
-				if any && key <= last {
-					continue
+				if key <= cursor {
+					continue // an adapter breaking its order must not repeat a key
 				}
-				last, any = key, true
+				cursor = key
 				if !yield(key, nil) {
 					return
 				}

@@ -16,3 +16,6 @@ func RegOutputForTest(res, value, version string) any {
 	r := map[string]result{"ok": resOK, "nf": resNotFound, "pf": resPrecondition}[res]
 	return regOutput{Result: r, Value: value, Version: storage.Version(version)}
 }
+
+// ListAfterMismatchesForTest is what the ListAfter subtest reports of a store.
+var ListAfterMismatchesForTest = listAfterMismatches

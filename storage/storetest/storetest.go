@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +73,7 @@ func TestStore(t *testing.T, newStore NewStore, opts ...Option) {
 		{"ListOrderAndPrefixes", testListOrder},
 		{"ListStopsEarly", testListStopsEarly},
 		{"ListMoreThan1000", testListMany},
+		{"ListAfter", testListAfter},
 		{"InvalidKeys", testInvalidKeys},
 		{"UnusualValidKeys", testUnusualValidKeys},
 		{"ContextCanceled", testContextCanceled},
@@ -502,6 +504,17 @@ func testListStopsEarly(t *testing.T, s storage.Store) {
 	if diff := cmp.Diff([]string{"stop/0", "stop/1"}, got); diff != "" {
 		t.Fatalf("List with break (-want +got):\n%s", diff)
 	}
+	got = nil
+	for k, err := range s.ListAfter(ctxT(t), "stop/", "stop/1") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, k)
+		break
+	}
+	if diff := cmp.Diff([]string{"stop/2"}, got); diff != "" {
+		t.Fatalf("ListAfter with break (-want +got):\n%s", diff)
+	}
 }
 
 // testListMany puts more keys than one S3 page (1,000) holds.
@@ -533,6 +546,116 @@ func testListMany(t *testing.T, s storage.Store) {
 	got := listAll(t, s, "many/")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("List of %d keys mismatch (-want +got):\n%s", n, diff)
+	}
+	// From a cursor, across the pages of every adapter (S3's 1,000,
+	// memstore's 256), and from cursors outside the prefix.
+	for _, tc := range []struct {
+		after string
+		want  []string
+	}{
+		{want[99], want[100:]},
+		{want[n-11], want[n-10:]},
+		{"many.json", want},
+		{"manz", []string{}},
+	} {
+		got, err := collect(s.ListAfter(ctxT(t), "many/", tc.after))
+		if err != nil {
+			t.Fatalf("ListAfter(many/, %q): %v", tc.after, err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("ListAfter(many/, %q) of %d keys mismatch (-want +got):\n%s", tc.after, n, diff)
+		}
+	}
+}
+
+// collect drains a listing: its keys, or the error that ended it.
+func collect(list func(func(string, error) bool)) ([]string, error) {
+	keys := []string{}
+	for k, err := range list {
+		if err != nil {
+			return keys, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// listAfterKeys are the keys ListAfter is checked over: neighbours in byte
+// order of "a/" ('-' < '/' < 'b'), a folder "a/b/" among files, and a
+// multi-byte name sorting after ASCII.
+var listAfterKeys = []string{"A", "a-b", "a/1", "a/10", "a/2", "a/b/c", "a/b/d", "a/z", "a/é", "ab", "b"}
+
+// listAfterCases is what ListAfter must yield over listAfterKeys.
+var listAfterCases = []struct {
+	name, prefix, after string
+	want                []string
+}{
+	{"all from the start", "", "", listAfterKeys},
+	{"prefix from the start", "a/", "", []string{"a/1", "a/10", "a/2", "a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"strictly after a stored key", "a/", "a/1", []string{"a/10", "a/2", "a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"after a key that starts another", "a/", "a/10", []string{"a/2", "a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"cursor not stored", "a/", "a/0", []string{"a/1", "a/10", "a/2", "a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"cursor is a folder name", "a/", "a/b", []string{"a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"cursor is a folder", "a/", "a/b/", []string{"a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"cursor inside a folder", "a/", "a/b/c", []string{"a/b/d", "a/z", "a/é"}},
+	{"cursor last in a folder", "a/", "a/b/d", []string{"a/z", "a/é"}},
+	{"cursor between ASCII and UTF-8", "a/", "a/zz", []string{"a/é"}},
+	{"cursor at the last key", "a/", "a/é", []string{}},
+	{"cursor before the prefix", "a/", "a", []string{"a/1", "a/10", "a/2", "a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"cursor a key before the prefix", "a/", "a-b", []string{"a/1", "a/10", "a/2", "a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"cursor far before the prefix", "a/", "A", []string{"a/1", "a/10", "a/2", "a/b/c", "a/b/d", "a/z", "a/é"}},
+	{"cursor just past the prefix", "a/", "ab", []string{}},
+	{"cursor far past the prefix", "a/", "b", []string{}},
+	{"partial-segment prefix", "a", "a-b", []string{"a/1", "a/10", "a/2", "a/b/c", "a/b/d", "a/z", "a/é", "ab"}},
+	{"partial-segment prefix, cursor in a folder", "a", "a/é", []string{"ab"}},
+	{"folder prefix", "a/b/", "a/b/c", []string{"a/b/d"}},
+	{"prefix ends mid-name", "a/1", "a/1", []string{"a/10"}},
+	{"cursor before a mid-name prefix", "a/b", "a/a", []string{"a/b/c", "a/b/d"}},
+	{"no prefix, cursor in a folder", "", "a/b/c", []string{"a/b/d", "a/z", "a/é", "ab", "b"}},
+	{"no prefix, cursor at the last key", "", "b", []string{}},
+	{"nothing under the prefix", "c", "", []string{}},
+}
+
+// listAfterMismatches puts listAfterKeys and checks ListAfter against
+// listAfterCases and bad arguments; it reports what differs, so the
+// suite's own tests can show it fails on a store that breaks the contract.
+func listAfterMismatches(ctx context.Context, s storage.Store) []string {
+	for _, k := range listAfterKeys {
+		if _, err := s.Put(ctx, k, []byte(k), storage.Condition{}); err != nil {
+			return []string{fmt.Sprintf("Put(%q): %v", k, err)}
+		}
+	}
+	var bad []string
+	for _, tc := range listAfterCases {
+		got, err := collect(s.ListAfter(ctx, tc.prefix, tc.after))
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%s: ListAfter(%q, %q): %v", tc.name, tc.prefix, tc.after, err))
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			bad = append(bad, fmt.Sprintf("%s: ListAfter(%q, %q) mismatch (-want +got):\n%s", tc.name, tc.prefix, tc.after, diff))
+		}
+	}
+	for _, arg := range []struct{ prefix, after string }{
+		{"/a", ""}, {"a//", "a/1"}, {"\xff", "a"},
+		{"a/", "/a"}, {"a/", "a//"}, {"a/", "a/\xff"}, {"", "a\x00"},
+	} {
+		var errs []error
+		n := 0
+		for _, err := range s.ListAfter(ctx, arg.prefix, arg.after) {
+			n++
+			errs = append(errs, err)
+		}
+		if n != 1 || !errors.Is(errs[0], storage.ErrInvalidKey) {
+			bad = append(bad, fmt.Sprintf("ListAfter(%q, %q) yielded %d items (errors %v); want one ErrInvalidKey", arg.prefix, arg.after, n, errs))
+		}
+	}
+	return bad
+}
+
+func testListAfter(t *testing.T, s storage.Store) {
+	for _, m := range listAfterMismatches(ctxT(t), s) {
+		t.Error(m)
 	}
 }
 
@@ -658,6 +781,11 @@ func testContextCanceled(t *testing.T, s storage.Store) {
 			listErr = err
 		}
 		wantErr(t, "List", listErr, c.want)
+		listErr = nil
+		for _, err := range s.ListAfter(c.ctx, "ctx/", "ctx/a") {
+			listErr = err
+		}
+		wantErr(t, "ListAfter", listErr, c.want)
 	}
 	wantGet(t, s, key, []byte("kept"), v)
 	wantMissing(t, s, "ctx/new")
@@ -727,4 +855,46 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) storage.Store) {
 			}
 		}
 	})
+}
+
+// BenchmarkListAfter measures a ListAfter of the last 10 keys of a prefix
+// holding n keys, in one folder, for each n in sizes (sub-benchmarks
+// "keys=1000" and so on): the ratio of their ns/op says whether its cost
+// follows what it yields (flat) or what it skips. Filling the prefix is
+// not timed.
+func BenchmarkListAfter(b *testing.B, newStore func(b *testing.B) storage.Store, sizes ...int) {
+	for _, n := range sizes {
+		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+			s, ctx := newStore(b), b.Context()
+			key := func(i int) string { return fmt.Sprintf("bench/list/%08d", i) }
+			sem := make(chan struct{}, 16)
+			var wg sync.WaitGroup
+			var failed atomic.Pointer[error]
+			for i := range n {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					if _, err := s.Put(ctx, key(i), nil, storage.Condition{}); err != nil {
+						failed.CompareAndSwap(nil, &err)
+					}
+				})
+			}
+			wg.Wait()
+			if err := failed.Load(); err != nil {
+				b.Fatal(*err)
+			}
+			after := key(n - 11)
+			runtime.GC() // the fill's garbage is not the listing's cost
+			b.ResetTimer()
+			for b.Loop() {
+				got, err := collect(s.ListAfter(ctx, "bench/list/", after))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(got) != 10 {
+					b.Fatalf("ListAfter yielded %d keys, want 10", len(got))
+				}
+			}
+		})
+	}
 }

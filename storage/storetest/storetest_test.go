@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"sync"
 	"testing"
@@ -185,5 +186,63 @@ func TestLinearizabilityVerdict(t *testing.T) {
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.wantErr)
 		}
+	}
+}
+
+// brokenLister is a memstore whose ListAfter keeps, of the keys List
+// yields for the prefix, those keep allows: one defect per store.
+type brokenLister struct {
+	storage.Store
+	check bool // refuse bad cursors as the contract says
+	keep  func(after, key string) bool
+}
+
+func (b brokenLister) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		if b.check {
+			if err := storage.CheckAfter(ctx, prefix, after); err != nil {
+				yield("", err)
+				return
+			}
+		}
+		for k, err := range b.Store.List(ctx, prefix) {
+			if err == nil && !b.keep(after, k) {
+				continue
+			}
+			if !yield(k, err) {
+				return
+			}
+		}
+	}
+}
+
+// TestListAfterCheckFails proves the ListAfter subtest can fail: on each
+// store below, with one defect, it reports a mismatch; on memstore none.
+func TestListAfterCheckFails(t *testing.T) {
+	t.Parallel()
+	folder := func(k string) string { return k[:strings.LastIndexByte(k, '/')+1] }
+	tests := []struct {
+		name  string
+		store storage.Store
+		want  bool // mismatches expected
+	}{
+		{"memstore", memstore.New(), false},
+		{"includes the cursor", brokenLister{memstore.New(), true, func(a, k string) bool { return k >= a }}, true},
+		{"ignores the cursor", brokenLister{memstore.New(), true, func(a, k string) bool { return true }}, true},
+		// a directory walk that skips every folder sorting before the
+		// cursor, even the one the cursor is in
+		{"skips the cursor's folder", brokenLister{memstore.New(), true, func(a, k string) bool {
+			return k > a && (a == "" || folder(k) == "" || folder(k) > a)
+		}}, true},
+		{"accepts a bad cursor", brokenLister{memstore.New(), false, func(a, k string) bool { return k > a }}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := storetest.ListAfterMismatchesForTest(t.Context(), tc.store)
+			if (len(got) > 0) != tc.want {
+				t.Errorf("mismatches = %q, want some: %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -85,3 +85,11 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 	}
 	return s.Store.List(ctx, prefix)
 }
+
+// ListAfter implements storage.Store; it fails as List does.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	if err := s.refuse("list", prefix); err != nil {
+		return func(yield func(string, error) bool) { yield("", err) }
+	}
+	return s.Store.ListAfter(ctx, prefix, after)
+}

@@ -39,11 +39,21 @@ func (c *Counting) Delete(ctx context.Context, key string, cond storage.Conditio
 
 // List counts and forwards.
 func (c *Counting) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return c.count(c.Store.List(ctx, prefix))
+}
+
+// ListAfter counts and forwards, as List: one List, its pages and keys.
+func (c *Counting) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	return c.count(c.Store.ListAfter(ctx, prefix, after))
+}
+
+// count counts one listing and forwards what it yields.
+func (c *Counting) count(list iter.Seq2[string, error]) iter.Seq2[string, error] {
 	c.Lists.Add(1)
 	return func(yield func(string, error) bool) {
 		n := int64(0)
 		defer func() { c.Pages.Add(max(1, (n+999)/1000)); c.Listed.Add(n) }()
-		for k, err := range c.Store.List(ctx, prefix) {
+		for k, err := range list {
 			n++
 			if !yield(k, err) {
 				return
