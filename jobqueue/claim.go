@@ -224,22 +224,10 @@ const globalBatch = 10000
 // head.
 func (q *Queue) refreshLanes(ctx context.Context) error {
 	now := q.clock.Now()
-	q.mu.Lock()
-	every := laneRecheck
-	switch {
-	case q.lanesDirty:
-		every = watchRelist
-	case q.lanesPoll:
-		every = busyPoll
-	}
-	every = min(laneRecheck, max(every, relistCost*q.listCost))
-	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < every && !now.Before(q.globalAt) {
-		q.mu.Unlock()
+	gen, due := q.relistDue(now)
+	if !due {
 		return nil
 	}
-	q.globalAt, q.lanesDirty, q.lanesPoll = now, false, false
-	gen := q.listGen.Add(1)
-	q.mu.Unlock()
 	// The cost is the listing's real duration, whatever the Queue's clock.
 	began := time.Now()
 	defer func() {
@@ -247,23 +235,10 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 		q.listCost = time.Since(began)
 		q.mu.Unlock()
 	}()
-	byAgent := map[string][]string{}
-	truncated, last := false, ""
-	n := 0
-	for key, err := range q.store.List(ctx, lanePrefix) {
-		if err != nil {
-			return err
-		}
-		if n++; n > globalBatch {
-			truncated = true
-			break
-		}
-		last = key
-		if agent, ok := layout.LaneAgent(key); ok && len(byAgent[agent]) < laneBatch {
-			byAgent[agent] = append(byAgent[agent], key)
-		}
+	l, err := q.listAllLanes(ctx)
+	if err != nil {
+		return err
 	}
-	lastAgent, _ := layout.LaneAgent(last)
 	found := false
 	defer func() {
 		if found {
@@ -272,7 +247,7 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 			q.mu.Unlock()
 		}
 	}()
-	for name := range byAgent {
+	for name := range l.byAgent {
 		if storage.ValidateID("agent slug", name) == nil {
 			q.agent(name)
 		}
@@ -284,31 +259,7 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 	}
 	q.mu.Unlock()
 	for _, a := range agents {
-		covered := !truncated || lanePrefix+a.name+"/" <= last
-		keys := byAgent[a.name]
-		a.mu.Lock()
-		keys = a.withoutGone(keys, gen)
-		a.covered = covered
-		var first string
-		switch {
-		case covered && len(a.keys) == 0:
-			a.keys, a.listedAt = keys, now
-			a.complete = len(keys) < laneBatch && !(truncated && a.name == lastAgent)
-			if len(keys) == 0 {
-				a.idle++
-			} else {
-				a.idle = 0
-				first = keys[0]
-			}
-		case len(keys) > 0 && len(a.keys) > 0 && keys[0] < a.keys[0]:
-			// Another process put work ahead of what the cache holds (say,
-			// a job enqueued now before a retry due later): merge it in.
-			a.keys = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(a.keys), keys...))))
-			a.complete = a.complete && !(truncated && a.name == lastAgent)
-			first = a.keys[0]
-		}
-		a.mu.Unlock()
-		if first != "" {
+		if first := a.fillLanes(l, gen, now); first != "" {
 			found = true
 			at, _, ok := parseLaneKey(first)
 			if !ok {
@@ -318,6 +269,89 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// relistDue reports whether refreshLanes is due to list at now and, if so,
+// marks it listing and returns the listing's generation.
+func (q *Queue) relistDue(now time.Time) (gen uint64, due bool) {
+	q.mu.Lock()
+	every := laneRecheck
+	switch {
+	case q.lanesDirty:
+		every = watchRelist
+	case q.lanesPoll:
+		every = busyPoll
+	}
+	every = min(laneRecheck, max(every, relistCost*q.listCost))
+	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < every && !now.Before(q.globalAt) {
+		q.mu.Unlock()
+		return 0, false
+	}
+	q.globalAt, q.lanesDirty, q.lanesPoll = now, false, false
+	gen = q.listGen.Add(1)
+	q.mu.Unlock()
+	return gen, true
+}
+
+// laneListing is one listing of every agent's lane (listAllLanes).
+type laneListing struct {
+	byAgent   map[string][]string // up to laneBatch keys per agent
+	truncated bool                // globalBatch keys reached
+	last      string              // the last key listed
+	lastAgent string              // its agent
+}
+
+// listAllLanes lists queue/lanes/, up to globalBatch keys.
+func (q *Queue) listAllLanes(ctx context.Context) (*laneListing, error) {
+	byAgent := map[string][]string{}
+	truncated, last := false, ""
+	n := 0
+	for key, err := range q.store.List(ctx, lanePrefix) {
+		if err != nil {
+			return nil, err
+		}
+		if n++; n > globalBatch {
+			truncated = true
+			break
+		}
+		last = key
+		if agent, ok := layout.LaneAgent(key); ok && len(byAgent[agent]) < laneBatch {
+			byAgent[agent] = append(byAgent[agent], key)
+		}
+	}
+	lastAgent, _ := layout.LaneAgent(last)
+	return &laneListing{byAgent: byAgent, truncated: truncated, last: last, lastAgent: lastAgent}, nil
+}
+
+// fillLanes fills a's lane cache from l, listed at now as generation gen,
+// when it is empty, or merges in work l shows ahead of it, and returns
+// the first key to schedule a at ("" for none).
+func (a *agentState) fillLanes(l *laneListing, gen uint64, now time.Time) string {
+	covered := !l.truncated || lanePrefix+a.name+"/" <= l.last
+	keys := l.byAgent[a.name]
+	a.mu.Lock()
+	keys = a.withoutGone(keys, gen)
+	a.covered = covered
+	var first string
+	switch {
+	case covered && len(a.keys) == 0:
+		a.keys, a.listedAt = keys, now
+		a.complete = len(keys) < laneBatch && !(l.truncated && a.name == l.lastAgent)
+		if len(keys) == 0 {
+			a.idle++
+		} else {
+			a.idle = 0
+			first = keys[0]
+		}
+	case len(keys) > 0 && len(a.keys) > 0 && keys[0] < a.keys[0]:
+		// Another process put work ahead of what the cache holds (say,
+		// a job enqueued now before a retry due later): merge it in.
+		a.keys = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(a.keys), keys...))))
+		a.complete = a.complete && !(l.truncated && a.name == l.lastAgent)
+		first = a.keys[0]
+	}
+	a.mu.Unlock()
+	return first
 }
 
 // lockCheckDue reports whether a's lock should be read for an orphan, at
@@ -431,37 +465,89 @@ var (
 // next worth a look if it picks none up. It reads the agent's lock only
 // when the lane has a ready job, or at most twice per lease lifetime to
 // find an orphan, so idle agents cost no store calls between lane listings.
+// Its steps, in order: look at the lane and read the lock (probeAgent),
+// settle or find the job the lock names (lockedOrphan), take the lock and
+// rescue that job (takeLock), pick up the lane's head (pickupHead).
 func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time, noAssembly func(lifecycle.JobType) bool) (*Claim, time.Time, error) {
+	s := &agentClaim{worker: worker, a: a, now: now, noAssembly: noAssembly}
+	if next, done, err := q.probeAgent(ctx, s); done {
+		return nil, next, err
+	}
+	orphan, next, done, err := q.lockedOrphan(ctx, s)
+	if done {
+		return nil, next, err
+	}
+	c, next, done, err := q.takeLock(ctx, s, orphan)
+	if done {
+		return nil, next, err
+	}
+	return q.pickupHead(ctx, s, c)
+}
+
+// agentClaim is what the steps of one claimAgent share.
+type agentClaim struct {
+	worker     string
+	a          *agentState
+	now        time.Time
+	noAssembly func(lifecycle.JobType) bool
+
+	lockKey string // the agent's lock
+	head    string // the lane's first key at the look, "" if none
+	ready   bool   // head is due (or malformed)
+	lockAt  time.Time
+	lock    agentLock
+	lockVer storage.Version
+	cached  bool // lock came from this Queue's cache (agentState.keep)
+}
+
+// probeAgent looks at a's lane head and, when it is ready or an orphan
+// check is due, reads the agent's lock into s. done: claimAgent returns
+// next and err.
+func (q *Queue) probeAgent(ctx context.Context, s *agentClaim) (next time.Time, done bool, err error) {
+	a, now := s.a, s.now
 	lockKey, err := layout.AgentLockKey(a.name)
 	if err != nil {
-		return nil, now.Add(time.Hour), err
+		return now.Add(time.Hour), true, err
 	}
+	s.lockKey = lockKey
 	head, err := q.head(ctx, a, false)
 	if err != nil {
-		return nil, time.Time{}, err
+		return time.Time{}, true, err
 	}
+	s.head = head
 	ready := false
 	if head != "" {
 		at, _, ok := parseLaneKey(head)
 		ready = !ok || !at.After(now) // a malformed key is cleaned up below
 	}
+	s.ready = ready
 	a.mu.Lock()
 	busyUntil := a.busyUntil
 	a.mu.Unlock()
 	if ready && now.Before(busyUntil) {
-		return nil, busyUntil, nil // its lock was held a moment ago
+		return busyUntil, true, nil // its lock was held a moment ago
 	}
 	due, lockAt := a.lockCheckDue(now, q.cfg.LeaseTTL/2)
+	s.lockAt = lockAt
 	if !ready && !due {
-		return nil, a.idleUntil(lockAt), nil
+		return a.idleUntil(lockAt), true, nil
 	}
-	lock, lockVer, cached, err := q.readLock(ctx, a, lockKey)
+	s.lock, s.lockVer, s.cached, err = q.readLock(ctx, a, lockKey)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, now.Add(laneRecheck), nil // the agent's first job is being enqueued
+		return now.Add(laneRecheck), true, nil // the agent's first job is being enqueued
 	}
 	if err != nil {
-		return nil, time.Time{}, err
+		return time.Time{}, true, err
 	}
+	return time.Time{}, false, nil
+}
+
+// lockedOrphan decides, from the lock probeAgent read, whether the lock can
+// be taken, and returns the job it names that is still to be rescued under
+// the new epoch ("" if none). done: claimAgent returns next and err.
+func (q *Queue) lockedOrphan(ctx context.Context, s *agentClaim) (orphan string, next time.Time, done bool, err error) {
+	a, now, ready, lockAt := s.a, s.now, s.ready, s.lockAt
+	lock := &s.lock
 	// kept: a lock this Queue's last claim of the agent kept past its end,
 	// its job settled (Claim.end). ended: the job a lock held by another
 	// process (or an earlier life of this one) names ended its run under
@@ -469,19 +555,19 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 	// not have settled the job (laned it, buried it, flushed its audit)
 	// before it stopped, so this claim settles it before the lock names
 	// another job (active.go).
-	kept := cached && lock.Owner != ""
+	kept := s.cached && lock.Owner != ""
 	var named *jobDoc // the job the lock names, read: ended, or the lock free
 	if !kept && ready && !lock.free(now) && lock.JobID != "" {
-		d, ended, err := q.lockEnded(ctx, &lock)
+		d, ended, err := q.lockEnded(ctx, lock)
 		if err != nil {
-			return nil, time.Time{}, err
+			return "", time.Time{}, true, err
 		}
 		if ended {
 			named = &d
 		}
 	}
-	if !ready && kept && cached {
-		a.keep(&lock, lockVer) // not taken now: the next claim still may without reading
+	if !ready && kept && s.cached {
+		a.keep(lock, s.lockVer) // not taken now: the next claim still may without reading
 	}
 	if !kept && named == nil && !lock.free(now) {
 		until := now.Add(min(q.cfg.LeaseTTL/4, time.Second))
@@ -489,77 +575,98 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 		a.busyUntil = until
 		a.mu.Unlock()
 		if !ready {
-			return nil, minTime(a.idleUntil(lockAt), lock.ExpiresAt), nil
+			return "", minTime(a.idleUntil(lockAt), lock.ExpiresAt), true, nil
 		}
-		return nil, until, nil
+		return "", until, true, nil
 	}
-	orphan := lock.JobID
+	orphan = lock.JobID
 	if kept {
 		orphan = "" // its job's run ended and its claim settled it
 	}
 	if orphan != "" && ready {
-		// A job named by a lock that is free or kept: one out of its
-		// pipeline is settled here, before the lock is taken, so the take
-		// can name the next job in the same write; one in a pipeline state
-		// is rescued under the new epoch (below).
-		if named == nil {
-			d, _, err := q.read(ctx, orphan)
-			switch {
-			case err == nil:
-				named = &d
-			case errors.Is(err, storage.ErrNotFound):
-				orphan = "" // gone (its Enqueue undone, or quarantined): nothing to repair
-			default:
-				return nil, time.Time{}, err
-			}
-		}
-		if named != nil && !pipelineState(named.Status) {
-			if err := q.settle(ctx, named); err != nil {
-				return nil, time.Time{}, err // the lock goes on naming it
-			}
-			orphan = ""
+		if orphan, err = q.settleNamed(ctx, orphan, named); err != nil {
+			return "", time.Time{}, true, err
 		}
 	}
 	if !ready && orphan == "" {
-		return nil, a.idleUntil(lockAt), nil
+		return "", a.idleUntil(lockAt), true, nil
 	}
-	// Take the lock with a new epoch: the fencing token of whatever job
-	// this claim runs or rescues.
-	lock.Owner, lock.Epoch, lock.ExpiresAt = worker, lock.Epoch+1, now.Add(q.cfg.LeaseTTL)
+	return orphan, time.Time{}, false, nil
+}
+
+// settleNamed handles the job a free or kept lock names (named, if already
+// read): one out of its pipeline is settled here, before the lock is taken,
+// so the take can name the next job in the same write; one in a pipeline
+// state is rescued under the new epoch (takeLock). It returns the orphan
+// still to be rescued, "" if none.
+func (q *Queue) settleNamed(ctx context.Context, orphan string, named *jobDoc) (string, error) {
+	if named == nil {
+		d, _, err := q.read(ctx, orphan)
+		switch {
+		case err == nil:
+			named = &d
+		case errors.Is(err, storage.ErrNotFound):
+			orphan = "" // gone (its Enqueue undone, or quarantined): nothing to repair
+		default:
+			return "", err
+		}
+	}
+	if named != nil && !pipelineState(named.Status) {
+		if err := q.settle(ctx, named); err != nil {
+			return "", err // the lock goes on naming it
+		}
+		orphan = ""
+	}
+	return orphan, nil
+}
+
+// takeLock takes the agent lock with a new epoch, the fencing token of
+// whatever job this claim runs or rescues, and rescues orphan under it.
+// done: claimAgent returns next and err.
+func (q *Queue) takeLock(ctx context.Context, s *agentClaim, orphan string) (c *Claim, next time.Time, done bool, err error) {
+	now, lock := s.now, &s.lock
+	lock.Owner, lock.Epoch, lock.ExpiresAt = s.worker, lock.Epoch+1, now.Add(q.cfg.LeaseTTL)
 	if orphan == "" {
 		// Name the job about to be picked up in the same write; with an
 		// orphan, the lock keeps naming it until it is rescued.
-		_, lock.JobID, _ = parseLaneKey(head)
+		_, lock.JobID, _ = parseLaneKey(s.head)
 	}
-	c := &Claim{q: q, worker: worker, epoch: lock.Epoch, agent: a, noAssembly: noAssembly}
-	if lockVer, err = q.writeLock(ctx, lockKey, &lock, lockVer); err != nil {
+	c = &Claim{q: q, worker: s.worker, epoch: lock.Epoch, agent: s.a, noAssembly: s.noAssembly}
+	if s.lockVer, err = q.writeLock(ctx, s.lockKey, lock, s.lockVer); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
-			if cached {
-				return nil, now, nil // the lock changed since this Queue freed it: read it and try again
+			if s.cached {
+				return nil, now, true, nil // the lock changed since this Queue freed it: read it and try again
 			}
-			return nil, now.Add(min(q.cfg.LeaseTTL/4, time.Second)), nil // another worker took it first
+			return nil, now.Add(min(q.cfg.LeaseTTL/4, time.Second)), true, nil // another worker took it first
 		}
-		return nil, time.Time{}, err
+		return nil, time.Time{}, true, err
 	}
-	c.lockVer = lockVer
+	c.lockVer = s.lockVer
 	if orphan != "" {
 		c.named = orphan // a failed repair leaves the lock naming it (active.go)
 		if err := q.repairOrphan(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			c.release(ctx)
-			return nil, time.Time{}, err
+			return nil, time.Time{}, true, err
 		}
 		if q.hasAuditGap(orphan) {
 			c.release(ctx) // its audit object is still to be written: named on
-			return nil, now.Add(laneRecheck), nil
+			return nil, now.Add(laneRecheck), true, nil
 		}
 		c.named = ""
 	}
+	return c, time.Time{}, false, nil
+}
+
+// pickupHead, under the lock c holds, picks up the first ready job of the
+// lane, dropping stale and dead entries on the way (at most 64).
+func (q *Queue) pickupHead(ctx context.Context, s *agentClaim, c *Claim) (*Claim, time.Time, error) {
+	a := s.a
 	pending := "" // a lane entry whose job may still be being written (lanePending)
 	for range 64 {
 		key, err := q.head(ctx, a, true)
 		if err != nil || key == "" {
 			c.release(ctx)
-			return nil, a.idleUntil(lockAt), err
+			return nil, a.idleUntil(s.lockAt), err
 		}
 		at, jobID, ok := parseLaneKey(key)
 		if !ok {
@@ -568,82 +675,102 @@ func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, no
 		}
 		if at.After(q.clock.Now()) {
 			c.release(ctx)
-			return nil, a.idleUntil(lockAt), nil
+			return nil, a.idleUntil(s.lockAt), nil
 		}
-		if lock.JobID != jobID {
-			lock.JobID = jobID
-			if c.lockVer, err = q.writeLock(ctx, lockKey, &lock, c.lockVer); err != nil {
-				a.forget()
-				return nil, time.Time{}, err // lost the lock: nothing of ours to release
-			}
+		if got, next, done, err := q.pickupEntry(ctx, s, c, key, jobID, &pending); done {
+			return got, next, err
 		}
-		c.named = jobID // until the job is settled (active.go)
-		doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
-		switch {
-		case errors.Is(err, errNotReady):
-			a.forget()
-			c.named = ""
-			c.release(ctx)
-			return nil, now.Add(laneRecheck), nil
-		case errors.Is(err, errStale), errors.Is(err, storage.ErrNotFound):
-			// Another process took it: the cache is out of date, so list
-			// the lane afresh rather than try its other entries one by one.
-			a.forget()
-			if q.pendingAfter(key, err, q.clock.Now()) {
-				// Written moments ago by an Enqueue or Requeue that writes
-				// its job next: left alone (active.go).
-				c.named = ""
-				if key == pending {
-					c.release(ctx)
-					return nil, now.Add(pendingRecheck), nil
-				}
-				pending = key
-				continue
-			}
-			// The entry may be all that still points at its job: repaired
-			// while the lock names the job, before the entry goes.
-			var se *staleEntry
-			if errors.As(err, &se) {
-				if err := q.repairStale(ctx, key, se, c.epoch); err != nil {
-					c.release(ctx) // still naming the job
-					return nil, time.Time{}, err
-				}
-			}
-			c.named = ""
-			q.deleteLane(ctx, a, key)
-			continue
-		case err != nil:
-			c.release(ctx)
-			return nil, time.Time{}, err
-		}
-		if picked {
-			c.job, c.doc, c.ver = doc.Job, doc, ver
-			// The entry goes only once the pickup is confirmed: until then
-			// it may be all that points at the job (confirmPickup).
-			err := q.confirmPickup(ctx, c, lockKey, lock.ExpiresAt)
-			if err == nil || errors.Is(err, errLockLost) {
-				q.deleteLane(ctx, a, key)
-			}
-			if err != nil {
-				a.forget()
-				if errors.Is(err, errLockLost) {
-					return nil, now, nil // the job is back in its lane; look again
-				}
-				return nil, time.Time{}, err
-			}
-			return c, time.Time{}, nil
-		}
-		q.deleteLane(ctx, a, key)
-		// The job's attempts ran out: it went to FAILED and DEAD; next,
-		// unless its audit object is still to be written (active.go).
-		if q.hasAuditGap(jobID) {
-			c.release(ctx)
-			return nil, now.Add(laneRecheck), nil
-		}
-		c.named = ""
 	}
 	c.release(ctx)
-	return nil, now, nil // 64 stale or dead entries: more may follow
+	return nil, s.now, nil // 64 stale or dead entries: more may follow
+}
+
+// pickupEntry tries to pick up jobID of the lane entry key. done: the
+// claim ends with got, next and err; otherwise pickupHead goes on with the
+// next entry.
+func (q *Queue) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, jobID string, pending *string) (got *Claim, next time.Time, done bool, err error) {
+	a, now, lock := s.a, s.now, &s.lock
+	if lock.JobID != jobID {
+		lock.JobID = jobID
+		if c.lockVer, err = q.writeLock(ctx, s.lockKey, lock, c.lockVer); err != nil {
+			a.forget()
+			return nil, time.Time{}, true, err // lost the lock: nothing of ours to release
+		}
+	}
+	c.named = jobID // until the job is settled (active.go)
+	doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
+	switch {
+	case errors.Is(err, errNotReady):
+		a.forget()
+		c.named = ""
+		c.release(ctx)
+		return nil, now.Add(laneRecheck), true, nil
+	case errors.Is(err, errStale), errors.Is(err, storage.ErrNotFound):
+		next, done, err := q.dropStale(ctx, s, c, key, err, pending)
+		return nil, next, done, err
+	case err != nil:
+		c.release(ctx)
+		return nil, time.Time{}, true, err
+	}
+	if picked {
+		c.job, c.doc, c.ver = doc.Job, doc, ver
+		// The entry goes only once the pickup is confirmed: until then
+		// it may be all that points at the job (confirmPickup).
+		err := q.confirmPickup(ctx, c, s.lockKey, lock.ExpiresAt)
+		if err == nil || errors.Is(err, errLockLost) {
+			q.deleteLane(ctx, a, key)
+		}
+		if err != nil {
+			a.forget()
+			if errors.Is(err, errLockLost) {
+				return nil, now, true, nil // the job is back in its lane; look again
+			}
+			return nil, time.Time{}, true, err
+		}
+		return c, time.Time{}, true, nil
+	}
+	q.deleteLane(ctx, a, key)
+	// The job's attempts ran out: it went to FAILED and DEAD; next,
+	// unless its audit object is still to be written (active.go).
+	if q.hasAuditGap(jobID) {
+		c.release(ctx)
+		return nil, now.Add(laneRecheck), true, nil
+	}
+	c.named = ""
+	return nil, time.Time{}, false, nil
+}
+
+// dropStale handles a lane entry whose job another process took (pickErr
+// is errStale or storage.ErrNotFound). done: the claim ends with next and
+// err; otherwise pickupHead goes on with the next entry.
+func (q *Queue) dropStale(ctx context.Context, s *agentClaim, c *Claim, key string, pickErr error, pending *string) (next time.Time, done bool, err error) {
+	a := s.a
+	// Another process took it: the cache is out of date, so list
+	// the lane afresh rather than try its other entries one by one.
+	a.forget()
+	if q.pendingAfter(key, pickErr, q.clock.Now()) {
+		// Written moments ago by an Enqueue or Requeue that writes
+		// its job next: left alone (active.go).
+		c.named = ""
+		if key == *pending {
+			c.release(ctx)
+			return s.now.Add(pendingRecheck), true, nil
+		}
+		*pending = key
+		return time.Time{}, false, nil
+	}
+	// The entry may be all that still points at its job: repaired
+	// while the lock names the job, before the entry goes.
+	var se *staleEntry
+	if errors.As(pickErr, &se) {
+		if err := q.repairStale(ctx, key, se, c.epoch); err != nil {
+			c.release(ctx) // still naming the job
+			return time.Time{}, true, err
+		}
+	}
+	c.named = ""
+	q.deleteLane(ctx, a, key)
+	return time.Time{}, false, nil
 }
 
 // errLockLost: the agent lock was taken over before the claim's pickup

@@ -147,71 +147,12 @@ type Queue struct {
 // New checks cfg, fills in its defaults and returns a Queue. A Config it
 // refuses gives an error matching ErrInvalidConfig.
 func New(cfg Config) (*Queue, error) {
-	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	if err := fillConfig(&cfg); err != nil {
+		return nil, err
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Project == "" {
-		cfg.Project = DefaultProject
-	}
-	if err := storage.ValidateID("project id", cfg.Project); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
-	if cfg.MaxAttempts < 1 {
-		return nil, fmt.Errorf("%w: MaxAttempts %d < 1", ErrInvalidConfig, cfg.MaxAttempts)
-	}
-	if len(cfg.Backoff) == 0 {
-		cfg.Backoff = DefaultBackoff()
-	}
-	for _, d := range cfg.Backoff {
-		if d < 0 {
-			return nil, fmt.Errorf("%w: negative Backoff %s", ErrInvalidConfig, d)
-		}
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
-	}
-	if cfg.StepTimeout == 0 {
-		cfg.StepTimeout = DefaultStepTimeout
-	}
-	if cfg.LeaseTTL < 3*time.Millisecond || cfg.StepTimeout < 0 {
-		return nil, fmt.Errorf("%w: LeaseTTL %s below 3ms or negative StepTimeout %s", ErrInvalidConfig, cfg.LeaseTTL, cfg.StepTimeout)
-	}
-	if cfg.SweepBatch == 0 {
-		cfg.SweepBatch = DefaultSweepBatch
-	}
-	if cfg.SweepBatch < 0 {
-		return nil, fmt.Errorf("%w: SweepBatch %d < 0", ErrInvalidConfig, cfg.SweepBatch)
-	}
-	if cfg.StopGrace == 0 {
-		cfg.StopGrace = DefaultStopGrace
-	}
-	if cfg.StopGrace < 0 {
-		return nil, fmt.Errorf("%w: negative StopGrace %s", ErrInvalidConfig, cfg.StopGrace)
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = noMetrics{}
-	}
-	if cfg.ArtifactActor == "" {
-		cfg.ArtifactActor = lifecycle.ActorNLMBackend
-	}
-	contentTypes := map[artifact.Type]func(json.RawMessage) error{}
-	for t, tc := range cfg.Types {
-		if err := storage.ValidateID("job type", string(t)); err != nil {
-			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
-		}
-		if _, seed := ArtifactType(t); seed {
-			return nil, fmt.Errorf("%w: Types: %s is a seed job type", ErrInvalidConfig, t)
-		}
-		contentTypes[artifact.Type(t)] = tc.Validate
+	contentTypes, err := typeValidators(cfg.Types)
+	if err != nil {
+		return nil, err
 	}
 	// Every store call waits out transient failures for as long as its
 	// context allows (core.Patient); the claim's and the sweep's contexts
@@ -234,6 +175,83 @@ func New(cfg Config) (*Queue, error) {
 		quar:   &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger},
 		agents: map[string]*agentState{}, audited: map[string]int64{},
 	}, nil
+}
+
+// fillConfig checks cfg and fills in its defaults, in New's order.
+func fillConfig(cfg *Config) error {
+	if cfg.Store == nil {
+		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Project == "" {
+		cfg.Project = DefaultProject
+	}
+	if err := storage.ValidateID("project id", cfg.Project); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.MaxAttempts < 1 {
+		return fmt.Errorf("%w: MaxAttempts %d < 1", ErrInvalidConfig, cfg.MaxAttempts)
+	}
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = DefaultBackoff()
+	}
+	for _, d := range cfg.Backoff {
+		if d < 0 {
+			return fmt.Errorf("%w: negative Backoff %s", ErrInvalidConfig, d)
+		}
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.StepTimeout == 0 {
+		cfg.StepTimeout = DefaultStepTimeout
+	}
+	if cfg.LeaseTTL < 3*time.Millisecond || cfg.StepTimeout < 0 {
+		return fmt.Errorf("%w: LeaseTTL %s below 3ms or negative StepTimeout %s", ErrInvalidConfig, cfg.LeaseTTL, cfg.StepTimeout)
+	}
+	if cfg.SweepBatch == 0 {
+		cfg.SweepBatch = DefaultSweepBatch
+	}
+	if cfg.SweepBatch < 0 {
+		return fmt.Errorf("%w: SweepBatch %d < 0", ErrInvalidConfig, cfg.SweepBatch)
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.StopGrace < 0 {
+		return fmt.Errorf("%w: negative StopGrace %s", ErrInvalidConfig, cfg.StopGrace)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	if cfg.ArtifactActor == "" {
+		cfg.ArtifactActor = lifecycle.ActorNLMBackend
+	}
+	return nil
+}
+
+// typeValidators checks the user job types and returns their artifacts'
+// content checks, by artifact type.
+func typeValidators(types map[lifecycle.JobType]TypeConfig) (map[artifact.Type]func(json.RawMessage) error, error) {
+	contentTypes := map[artifact.Type]func(json.RawMessage) error{}
+	for t, tc := range types {
+		if err := storage.ValidateID("job type", string(t)); err != nil {
+			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
+		}
+		if _, seed := ArtifactType(t); seed {
+			return nil, fmt.Errorf("%w: Types: %s is a seed job type", ErrInvalidConfig, t)
+		}
+		contentTypes[artifact.Type(t)] = tc.Validate
+	}
+	return contentTypes, nil
 }
 
 // Stragglers reports how many handler calls abandoned at StepTimeout (or at

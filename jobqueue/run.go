@@ -427,34 +427,14 @@ func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Conte
 	return ctx, err
 }
 
+// pipeline runs the 003 pipeline of the claimed job: CONTEXT_ASSEMBLY
+// (assembleContext), NOTEBOOKLM_CALL, ARTIFACT_WRITE (writeArtifact) and
+// the commit; a failed step is recorded by orchestrate.
 func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error) {
-	orchestrate := func(step lifecycle.JobState, sctx context.Context, err error) (lifecycle.Job, error) {
-		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
-			return c.Job(), context.Cause(ctx)
-		}
-		code := errorCode(step, sctx, err)
-		if ctx.Err() == nil {
-			// Not stopping: the failure is recorded under the claim's own
-			// context, waiting out an outage as long as the claim may.
-			return c.fail(ctx, step, code, err.Error())
-		}
-		ectx, cancel := c.q.afterStop(ctx)
-		defer cancel()
-		return c.fail(ectx, step, code, err.Error())
-	}
 	job := c.Job()
-	var snapshot json.RawMessage
-	if job.Status == lifecycle.JobNotebookLMCall {
-		// Picked up by a Worker whose handlers assemble no context: the
-		// pickup recorded snapshot_ready in the same write (see claimFor).
-	} else if h.AssembleContext != nil {
-		sctx, err := c.step(ctx, "AssembleContext", func(ctx context.Context) (err error) {
-			snapshot, err = h.AssembleContext(ctx, job)
-			return err
-		})
-		if err != nil {
-			return orchestrate(lifecycle.JobContextAssembly, sctx, err)
-		}
+	snapshot, sctx, err := c.assembleContext(ctx, h, job)
+	if err != nil {
+		return c.orchestrate(ctx, lifecycle.JobContextAssembly, sctx, err)
 	}
 	if job.Status == lifecycle.JobContextAssembly {
 		if err := c.move(ctx, lifecycle.EventSnapshotReady, nil); err != nil {
@@ -463,13 +443,66 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error)
 		job = c.Job()
 	}
 	var out Output
-	sctx, err := c.step(ctx, "CallNotebookLM", func(ctx context.Context) (err error) {
+	sctx, err = c.step(ctx, "CallNotebookLM", func(ctx context.Context) (err error) {
 		out, err = h.CallNotebookLM(ctx, job, snapshot)
 		return err
 	})
 	if err != nil {
-		return orchestrate(lifecycle.JobNotebookLMCall, sctx, err)
+		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
 	}
+	art, sctx, err := c.writeArtifact(ctx, job, out)
+	if errors.Is(err, ErrLeaseLost) {
+		return c.Job(), err
+	}
+	if err != nil {
+		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, sctx, err)
+	}
+	return c.commit(ctx, art)
+}
+
+// orchestrate records the failure err of step (sctx the step's context)
+// as the orchestration's, unless the claim lost its lease.
+func (c *Claim) orchestrate(ctx context.Context, step lifecycle.JobState, sctx context.Context, err error) (lifecycle.Job, error) {
+	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+		return c.Job(), context.Cause(ctx)
+	}
+	code := errorCode(step, sctx, err)
+	if ctx.Err() == nil {
+		// Not stopping: the failure is recorded under the claim's own
+		// context, waiting out an outage as long as the claim may.
+		return c.fail(ctx, step, code, err.Error())
+	}
+	ectx, cancel := c.q.afterStop(ctx)
+	defer cancel()
+	return c.fail(ectx, step, code, err.Error())
+}
+
+// assembleContext runs the AssembleContext handler, if the job is to run
+// it, and returns its snapshot and the step's context.
+func (c *Claim) assembleContext(ctx context.Context, h Handlers, job lifecycle.Job) (json.RawMessage, context.Context, error) {
+	if job.Status == lifecycle.JobNotebookLMCall {
+		// Picked up by a Worker whose handlers assemble no context: the
+		// pickup recorded snapshot_ready in the same write (see claimFor).
+		return nil, nil, nil
+	}
+	if h.AssembleContext == nil {
+		return nil, nil, nil
+	}
+	var snapshot json.RawMessage
+	sctx, err := c.step(ctx, "AssembleContext", func(ctx context.Context) (err error) {
+		snapshot, err = h.AssembleContext(ctx, job)
+		return err
+	})
+	if err != nil {
+		// An abandoned handler may still be writing snapshot: not read.
+		return nil, sctx, err
+	}
+	return snapshot, sctx, nil
+}
+
+// writeArtifact creates the job's artifact from out, the ARTIFACT_WRITE
+// step, and returns it with the step's context.
+func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output) (artifact.Artifact, context.Context, error) {
 	// ARTIFACT_WRITE is not written on its own: the artifact write is the
 	// queue's own quick step, and no reader acts on a job in it, so the
 	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
@@ -484,7 +517,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error)
 	// and the lease is confirmed just before the write, so an attempt that
 	// woke up after losing the job writes none (see confirm).
 	var art artifact.Artifact
-	sctx, err = c.step(ctx, "artifact write", func(ctx context.Context) (err error) {
+	sctx, err := c.step(ctx, "artifact write", func(ctx context.Context) (err error) {
 		if err := c.confirm(ctx); err != nil {
 			return err
 		}
@@ -509,13 +542,17 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error)
 		}
 		return err
 	})
-	if errors.Is(err, ErrLeaseLost) {
-		return c.Job(), err
-	}
 	if err != nil {
-		return orchestrate(lifecycle.JobArtifactWrite, sctx, err)
+		// An abandoned write may still be setting art: not read.
+		return artifact.Artifact{}, sctx, err
 	}
-	_, err = c.write(ctx, func(d *jobDoc, _ time.Time) error {
+	return art, sctx, nil
+}
+
+// commit writes COMPLETE, pointing at art, in the write that also records
+// NOTEBOOKLM_CALL → ARTIFACT_WRITE.
+func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Job, error) {
+	_, err := c.write(ctx, func(d *jobDoc, _ time.Time) error {
 		if err := c.q.toArtifactWrite(ctx, d); err != nil {
 			return err
 		}
@@ -533,7 +570,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error)
 	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of
 		// ARTIFACT_WRITE, retried like any other.
-		return orchestrate(lifecycle.JobArtifactWrite, ctx, err)
+		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, ctx, err)
 	}
 	return c.Job(), err
 }
