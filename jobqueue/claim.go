@@ -2,25 +2,17 @@ package jobqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"math"
-	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
-
-// laneBatch is how many lane keys one List reads (one S3 page): claiming
-// costs one List per laneBatch jobs of an agent, so finding work is O(1)
-// store calls amortized, never a scan of the jobs.
-const laneBatch = 1000
 
 // claimTries bounds the agents one Claim looks at, so a call costs O(1)
 // store calls however many agents are due; the rest wait for the next call.
@@ -81,379 +73,6 @@ func (q *Queue) claimFor(ctx context.Context, worker string, noAssembly func(lif
 		}
 	}
 	return nil, firstErr
-}
-
-// refreshAgents lists the agents with a lock object, at most once per
-// second, so that agents other processes enqueued for are looked at
-// (agents this Queue enqueued for are known at once).
-func (q *Queue) refreshAgents(ctx context.Context) error {
-	now := q.clock.Now()
-	q.mu.Lock()
-	fresh := !q.agentAt.IsZero() && now.Sub(q.agentAt) < time.Second && now.After(q.agentAt.Add(-time.Second))
-	if !fresh {
-		q.agentAt = now
-	}
-	q.mu.Unlock()
-	if fresh {
-		return nil
-	}
-	for key, err := range q.store.List(ctx, agentPrefix) {
-		if err != nil {
-			return err
-		}
-		if name, ok := layout.AgentFromLockKey(key); ok {
-			a := q.agent(name)
-			a.mu.Lock()
-			a.lockExists = true
-			a.mu.Unlock()
-		}
-	}
-	return nil
-}
-
-// laneRecheck is how long an agent's lane, listed empty, is taken to stay
-// empty; it doubles with every empty listing in a row, up to
-// laneRecheck<<maxIdleShift (3.2 s). Jobs other processes enqueue for an
-// idle agent are found within that delay; this Queue's own enqueues and
-// retries are found at once.
-const (
-	laneRecheck  = 200 * time.Millisecond
-	maxIdleShift = 4
-)
-
-// recheckAt is when a's lane, as last listed, is worth listing again.
-// a.mu must be held.
-func (a *agentState) recheckAt() time.Time {
-	return a.listedAt.Add(laneRecheck << min(a.idle, maxIdleShift))
-}
-
-// head returns the first lane key of a. It lists the lane (laneBatch
-// keys) when the cache is empty, or when the cached head is not ready yet,
-// unless the last listing is less than laneRecheck old; force lists an
-// empty cache regardless. It does not remove the key.
-func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := q.clock.Now()
-	fresh := !a.listedAt.IsZero() && now.Before(a.recheckAt()) && !now.Before(a.listedAt)
-	if len(a.keys) > 0 {
-		at, _, ok := parseLaneKey(a.keys[0])
-		if !ok || !at.After(now) || fresh {
-			return a.keys[0], nil
-		}
-	} else if fresh && a.complete && !force {
-		return "", nil // listed whole and used up less than laneRecheck ago
-	}
-	prefix, err := layout.LanePrefix(a.name)
-	if err != nil {
-		return "", err
-	}
-	gen := q.listGen.Add(1)
-	var keys []string
-	for key, err := range q.store.List(ctx, prefix) {
-		if err != nil {
-			return "", err
-		}
-		keys = append(keys, key)
-		if len(keys) == laneBatch {
-			break
-		}
-	}
-	complete := len(keys) < laneBatch
-	keys = a.withoutGone(keys, gen)
-	a.keys, a.complete, a.listedAt = keys, complete, now
-	if len(keys) == 0 {
-		a.idle++ // an idle agent is listed less and less often
-		return "", nil
-	}
-	a.idle = 0
-	return keys[0], nil
-}
-
-// watchRelist is how soon after the last whole-queue listing a signal of
-// the store's watch (Worker) lists the lanes again: a signal comes for
-// every lane write, this process's own included, so under load the
-// listings are bounded to one per watchRelist.
-const watchRelist = 10 * time.Millisecond
-
-// relistCost bounds the share of its time a Queue spends listing every
-// lane at a watch's (or a busy poll's) prompting: the next such listing
-// waits at least relistCost times as long as the last one took, so a
-// store whose whole-queue listing is slow (filestore walks a directory per
-// agent) spends at most about 1/relistCost of a core on it, however many
-// signals its writes cause. The plain laneRecheck pace is never slowed.
-const relistCost = 5
-
-// lanesChanged notes the store's signal that the ready lanes changed: the
-// next Claim lists them (within watchRelist of the last listing), and
-// waiting Worker loops wake to make it.
-func (q *Queue) lanesChanged() {
-	q.mu.Lock()
-	q.lanesDirty = true
-	q.mu.Unlock()
-	q.schedMu.Lock()
-	q.wakeWaiters()
-	q.schedMu.Unlock()
-}
-
-// pollLanes lists every lane now, unless a listing ran less than busyPoll
-// ago (Worker.pollLanes).
-func (q *Queue) pollLanes(ctx context.Context) error {
-	q.mu.Lock()
-	q.lanesPoll = true
-	q.mu.Unlock()
-	return q.refreshLanes(ctx)
-}
-
-// foundWork counts the listings of every lane that found new work (an
-// agent's first ready key not known before).
-func (q *Queue) foundWork() int64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.newWork
-}
-
-// globalBatch bounds the keys one refreshLanes reads (ten S3 List pages).
-const globalBatch = 10000
-
-// refreshLanes lists every agent's lane at once (queue/lanes/, up to
-// globalBatch keys), at most once per laneRecheck, fills the empty caches
-// of the agents it covered and schedules those with work: one List finds
-// new work of every idle agent, instead of one List per idle agent.
-// Agents past a truncated listing keep their own, backing-off rechecks in
-// head.
-func (q *Queue) refreshLanes(ctx context.Context) error {
-	now := q.clock.Now()
-	gen, due := q.relistDue(now)
-	if !due {
-		return nil
-	}
-	// The cost is the listing's real duration, whatever the Queue's clock.
-	began := time.Now()
-	defer func() {
-		q.mu.Lock()
-		q.listCost = time.Since(began)
-		q.mu.Unlock()
-	}()
-	l, err := q.listAllLanes(ctx)
-	if err != nil {
-		return err
-	}
-	found := false
-	defer func() {
-		if found {
-			q.mu.Lock()
-			q.newWork++
-			q.mu.Unlock()
-		}
-	}()
-	for name := range l.byAgent {
-		if storage.ValidateID("agent slug", name) == nil {
-			q.agent(name)
-		}
-	}
-	q.mu.Lock()
-	agents := make([]*agentState, 0, len(q.agents))
-	for _, a := range q.agents {
-		agents = append(agents, a)
-	}
-	q.mu.Unlock()
-	for _, a := range agents {
-		if first := a.fillLanes(l, gen, now); first != "" {
-			found = true
-			at, _, ok := parseLaneKey(first)
-			if !ok {
-				at = now // malformed: claimAgent cleans it up
-			}
-			q.schedule(a, at)
-		}
-	}
-	return nil
-}
-
-// relistDue reports whether refreshLanes is due to list at now and, if so,
-// marks it listing and returns the listing's generation.
-func (q *Queue) relistDue(now time.Time) (gen uint64, due bool) {
-	q.mu.Lock()
-	every := laneRecheck
-	switch {
-	case q.lanesDirty:
-		every = watchRelist
-	case q.lanesPoll:
-		every = busyPoll
-	}
-	every = min(laneRecheck, max(every, relistCost*q.listCost))
-	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < every && !now.Before(q.globalAt) {
-		q.mu.Unlock()
-		return 0, false
-	}
-	q.globalAt, q.lanesDirty, q.lanesPoll = now, false, false
-	gen = q.listGen.Add(1)
-	q.mu.Unlock()
-	return gen, true
-}
-
-// laneListing is one listing of every agent's lane (listAllLanes).
-type laneListing struct {
-	byAgent   map[string][]string // up to laneBatch keys per agent
-	truncated bool                // globalBatch keys reached
-	last      string              // the last key listed
-	lastAgent string              // its agent
-}
-
-// listAllLanes lists queue/lanes/, up to globalBatch keys.
-func (q *Queue) listAllLanes(ctx context.Context) (*laneListing, error) {
-	byAgent := map[string][]string{}
-	truncated, last := false, ""
-	n := 0
-	for key, err := range q.store.List(ctx, lanePrefix) {
-		if err != nil {
-			return nil, err
-		}
-		if n++; n > globalBatch {
-			truncated = true
-			break
-		}
-		last = key
-		if agent, ok := layout.LaneAgent(key); ok && len(byAgent[agent]) < laneBatch {
-			byAgent[agent] = append(byAgent[agent], key)
-		}
-	}
-	lastAgent, _ := layout.LaneAgent(last)
-	return &laneListing{byAgent: byAgent, truncated: truncated, last: last, lastAgent: lastAgent}, nil
-}
-
-// fillLanes fills a's lane cache from l, listed at now as generation gen,
-// when it is empty, or merges in work l shows ahead of it, and returns
-// the first key to schedule a at ("" for none).
-func (a *agentState) fillLanes(l *laneListing, gen uint64, now time.Time) string {
-	covered := !l.truncated || lanePrefix+a.name+"/" <= l.last
-	keys := l.byAgent[a.name]
-	a.mu.Lock()
-	keys = a.withoutGone(keys, gen)
-	a.covered = covered
-	var first string
-	switch {
-	case covered && len(a.keys) == 0:
-		a.keys, a.listedAt = keys, now
-		a.complete = len(keys) < laneBatch && !(l.truncated && a.name == l.lastAgent)
-		if len(keys) == 0 {
-			a.idle++
-		} else {
-			a.idle = 0
-			first = keys[0]
-		}
-	case len(keys) > 0 && len(a.keys) > 0 && keys[0] < a.keys[0]:
-		// Another process put work ahead of what the cache holds (say,
-		// a job enqueued now before a retry due later): merge it in.
-		a.keys = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(a.keys), keys...))))
-		a.complete = a.complete && !(l.truncated && a.name == l.lastAgent)
-		first = a.keys[0]
-	}
-	a.mu.Unlock()
-	return first
-}
-
-// lockCheckDue reports whether a's lock should be read for an orphan, at
-// most once per every, and when it next should be.
-func (a *agentState) lockCheckDue(now time.Time, every time.Duration) (bool, time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.lockAt.IsZero() && now.Sub(a.lockAt) < every && !now.Before(a.lockAt) {
-		return false, a.lockAt.Add(every)
-	}
-	a.lockAt = now
-	return true, now.Add(every)
-}
-
-// maxGone is how many lane keys an agent remembers deleting (deleteLane):
-// more than one agent's claims delete while one listing runs.
-const maxGone = 8
-
-// goneKey is a lane key this Queue deleted, and the generation of the
-// lane listings (Queue.listGen) when the delete had landed.
-type goneKey struct {
-	key string
-	gen uint64
-}
-
-// deleteLane deletes lane entry key of a, which a claim is done with. A
-// listing (of a's lane, or of every lane) that began before the delete
-// landed may still hold the key; it must not put it back in a's cache, where the next claim
-// would rewrite the lock to name a job long gone and delete the entry
-// again: two writes for nothing. So the key is remembered (maxGone) and
-// such a listing leaves it out (refreshLanes).
-func (q *Queue) deleteLane(ctx context.Context, a *agentState, key string) {
-	a.mu.Lock()
-	a.dropLocked(key)
-	if len(a.gone) == maxGone {
-		a.gone = slices.Delete(a.gone, 0, 1)
-	}
-	// Left out of every listing until the delete has landed.
-	a.gone = append(a.gone, goneKey{key, math.MaxUint64})
-	a.mu.Unlock()
-	_ = q.store.Delete(ctx, key, storage.Condition{})
-	gen := q.listGen.Load()
-	a.mu.Lock()
-	for i := range a.gone {
-		if a.gone[i].key == key {
-			a.gone[i].gen = gen
-		}
-	}
-	a.mu.Unlock()
-}
-
-// withoutGone returns keys, listed by the listing of generation gen, less
-// those a's claims deleted after that listing may have begun. a.mu must be
-// held.
-func (a *agentState) withoutGone(keys []string, gen uint64) []string {
-	if len(a.gone) == 0 || len(keys) == 0 {
-		return keys
-	}
-	return slices.DeleteFunc(keys, func(k string) bool {
-		return slices.ContainsFunc(a.gone, func(g goneKey) bool { return g.key == k && g.gen >= gen })
-	})
-}
-
-// dropLocked removes key from a's cache; a.mu must be held.
-func (a *agentState) dropLocked(key string) {
-	for i, k := range a.keys {
-		if k == key {
-			a.keys = append(a.keys[:i], a.keys[i+1:]...)
-			return
-		}
-	}
-}
-
-// forget empties a's cache, so the next head lists the lane again.
-func (a *agentState) forget() {
-	a.mu.Lock()
-	a.keys, a.listedAt = nil, time.Time{}
-	a.mu.Unlock()
-}
-
-// idleUntil is when an agent with no ready job is next worth a look: its
-// lane's head becomes ready, its lock is due an orphan check (lockAt), or,
-// for a lane no whole-queue listing covers, the lane is due a listing.
-func (a *agentState) idleUntil(lockAt time.Time) time.Time {
-	next := lockAt
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.keys) > 0 {
-		if at, _, ok := parseLaneKey(a.keys[0]); ok && at.Before(next) {
-			next = at
-		}
-	} else if !a.covered || !a.complete {
-		next = minTime(next, a.recheckAt())
-	}
-	return next
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 var (
@@ -813,104 +432,6 @@ func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, exp
 	return errLockLost
 }
 
-// lockEnded tells whether the job a held lock names ended its run under
-// the lock's epoch (ran_epoch), so the lock, kept rather than released by
-// its last claim, is free; d is the job as read.
-func (q *Queue) lockEnded(ctx context.Context, l *agentLock) (d jobDoc, ended bool, err error) {
-	d, _, err = q.read(ctx, l.JobID)
-	if errors.Is(err, storage.ErrNotFound) {
-		return d, false, nil
-	}
-	if err != nil {
-		return d, false, err
-	}
-	return d, d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
-}
-
-// keep puts back the lock readLock took from the cache, unused.
-func (a *agentState) keep(l *agentLock, ver storage.Version) {
-	a.mu.Lock()
-	if a.freed == nil {
-		a.freed, a.freedVer = l, ver
-	}
-	a.mu.Unlock()
-}
-
-// releaseKept releases the agent locks this Queue's claims kept past their
-// end (Claim.end), so other processes need not wait for them to lapse or
-// read the jobs they name. A lock changed since is left alone.
-func (q *Queue) releaseKept(ctx context.Context) {
-	q.mu.Lock()
-	agents := make([]*agentState, 0, len(q.agents))
-	for _, a := range q.agents {
-		agents = append(agents, a)
-	}
-	q.mu.Unlock()
-	for _, a := range agents {
-		a.mu.Lock()
-		l, ver := a.freed, a.freedVer
-		if l != nil && l.Owner != "" {
-			a.freed, a.freedVer = nil, ""
-		} else {
-			l = nil
-		}
-		a.mu.Unlock()
-		if l == nil {
-			continue
-		}
-		key, err := layout.AgentLockKey(a.name)
-		if err != nil {
-			continue
-		}
-		free := agentLock{Agent: a.name, Epoch: l.Epoch}
-		if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
-			q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", a.name, "err", err)
-		}
-	}
-}
-
-// readLock returns a's lock: the copy this Queue freed (or kept) last,
-// used once (cached), or else the stored one.
-func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
-	a.mu.Lock()
-	if a.freed != nil {
-		lock, ver, cached = *a.freed, a.freedVer, true
-		a.freed, a.freedVer = nil, ""
-	}
-	a.mu.Unlock()
-	if cached {
-		return lock, ver, true, nil
-	}
-	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key, Validate: func(l *agentLock) error {
-		if l.Agent != a.name {
-			return fmt.Errorf("lock of agent %q at the key of %q", l.Agent, a.name)
-		}
-		return nil
-	}}
-	lock, ver, err = rec.Load(ctx)
-	if err = q.poison(ctx, err); err == nil || !errors.Is(err, records.ErrCorrupt) {
-		return lock, ver, false, err
-	}
-	// The junk lock is in quarantine, and its epoch with it. Epochs must
-	// only grow (they fence the lock's earlier holders), so the new lock
-	// starts from the clock in milliseconds, beyond any count of claims.
-	fresh := agentLock{Agent: a.name, Epoch: q.clock.Now().UnixMilli()}
-	ver, err = rec.Create(ctx, fresh)
-	if err != nil {
-		return lock, "", false, err // ErrPreconditionFailed: another worker made it; next look reads it
-	}
-	fresh.Version = 1
-	return fresh, ver, false, nil
-}
-
-func (q *Queue) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
-	b, err := json.Marshal(l)
-	if err != nil {
-		return "", err
-	}
-	return q.store.Put(ctx, key, b, storage.IfMatch(ver))
-}
-
 // pickup moves the job of lane entry key on: QUEUED → CONTEXT_ASSEMBLY
 // with the claim's lease and attempt+1, or from RETRY_BACKOFF through
 // backoff_elapsed to QUEUED and on to CONTEXT_ASSEMBLY, or to FAILED
@@ -957,67 +478,41 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 	return doc, ver, true, nil
 }
 
-// bury moves a FAILED job to DEAD (003 §1.2: max retries exceeded).
-func (q *Queue) bury(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version) (lifecycle.Job, error) {
-	d, _, err := q.update(ctx, jobID, cached, ver, func(d *jobDoc, _ time.Time) error {
-		if d.Status != lifecycle.JobFailed {
-			return nil // buried by someone else, or requeued
-		}
-		return q.fire(ctx, d, lifecycle.EventBury, lifecycle.ActorOrchestration)
-	})
-	return d.Job, err
+// Claim is one job a worker has picked up: the job is in CONTEXT_ASSEMBLY
+// with the worker's lease, and the worker holds its agent's lock. Run it,
+// or Abandon it.
+type Claim struct {
+	q      *Queue
+	worker string
+	epoch  int64
+	agent  *agentState
+	// noAssembly: see Queue.claimFor.
+	noAssembly func(lifecycle.JobType) bool
+
+	mu      sync.Mutex // serializes the pipeline's and the heartbeat's writes
+	job     lifecycle.Job
+	doc     jobDoc          // the job as this claim last wrote it
+	ver     storage.Version // its store version
+	lockVer storage.Version
+	done    bool
+	// artCreated is the artifact this claim created, its creation event
+	// still to be written with the job's (artifact.Draft.Audited).
+	artCreated string
+	// named is the job the agent lock must go on naming when the claim
+	// releases it: the job the claim picked up until it settles it
+	// (active.go), so a claim that lost its lease or its store leaves the
+	// job findable by the next claim and the sweep.
+	named string
+	// renewedAt is when the claim last renewed its lease (Unix ns); the
+	// heartbeat is scheduled from it. Atomic, not under mu: a write that
+	// waits out a store outage holds mu, and the heartbeat must still be
+	// able to schedule itself meanwhile.
+	renewedAt atomic.Int64
 }
 
-func pipelineState(s lifecycle.JobState) bool {
-	return s == lifecycle.JobContextAssembly || s == lifecycle.JobNotebookLMCall || s == lifecycle.JobArtifactWrite
-}
-
-// rescue moves an orphan (a job in a pipeline state whose worker's lease
-// ran out) to RETRY_BACKOFF as a failed attempt, taking the lease away so
-// that its old worker can no longer write. epoch is the rescuer's agent
-// lock epoch, newer than the orphan's.
-func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
-	var lane string
-	var at time.Time
-	job, _, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
-		lane = ""
-		if !pipelineState(d.Status) || d.Lease != nil && d.Lease.Epoch >= epoch && now.Before(d.Lease.ExpiresAt) {
-			return nil
-		}
-		msg := "orphan without a lease"
-		if d.Lease != nil {
-			msg = fmt.Sprintf("lease of %s (epoch %d) expired", d.Lease.Owner, d.Lease.Epoch)
-		}
-		q.retry(ctx, d, now, d.Status, codes.JobLeaseExpired, msg)
-		lane, at = d.ReadyKey, *d.NextAttemptAt
-		return nil
-	})
-	if err != nil || lane == "" {
-		return err
-	}
-	return q.putLane(ctx, lane, job.JobID, at)
-}
-
-// retry fires retryable_error on d (a pipeline state) and schedules the
-// next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
-// the same write instead.
-func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step lifecycle.JobState, code, msg string) {
-	// The moves are judged on the record alone: a context that ends while
-	// the write is under way (a Worker stopping) must not make the machine
-	// refuse them (the store calls still honour it).
-	ctx = context.WithoutCancel(ctx)
-	if err := q.fire(ctx, d, lifecycle.EventRetryableError, lifecycle.ActorOrchestration); err != nil {
-		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
-	}
-	d.Error, d.ErrorCode, d.FailedStep, d.Lease = &msg, code, step, nil
-	if code == codes.JobPermanent {
-		// No wait: backoff_elapsed's guard sends it to FAILED at once.
-		if err := q.fire(ctx, d, lifecycle.EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
-			panic(fmt.Sprintf("jobqueue: backoff_elapsed of a permanent failure refused: %v", err))
-		}
-		d.NextAttemptAt, d.ReadyKey = nil, ""
-		return
-	}
-	next := now.Add(q.backoff(d.Attempt))
-	d.NextAttemptAt, d.ReadyKey = &next, laneKey(d.AgentSlug, next, d.JobID)
+// Job is the job as claimed (or as last written by the claim).
+func (c *Claim) Job() lifecycle.Job {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.job
 }
