@@ -2,11 +2,12 @@ package jobqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -114,39 +115,6 @@ func (q *Queue) repairStale(ctx context.Context, key string, se *staleEntry, epo
 func (e *staleEntry) Error() string        { return errStale.Error() }
 func (e *staleEntry) Is(target error) bool { return target == errStale }
 
-// putLaneFirst writes a lane entry ahead of the job record it indexes.
-// undo deletes the entry if this call created it, for a job write that
-// then fails; an entry that already existed is left.
-func (q *Queue) putLaneFirst(ctx context.Context, key, jobID string, at time.Time) (undo func(), err error) {
-	b, err := encodeLane(jobID, at)
-	if err != nil {
-		return nil, err
-	}
-	_, err = q.store.Put(ctx, key, b, storage.IfNotExists())
-	if errors.Is(err, storage.ErrPreconditionFailed) {
-		return func() {}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return func() { _ = q.store.Delete(context.WithoutCancel(ctx), key, storage.Condition{}) }, nil
-}
-
-// relaneIfSlow writes lane entry key again (create-only) after its job's
-// write, when the two writes were so far apart (half a LeaseTTL, a margin
-// for skewed clocks) that a claim or the sweep may have taken the entry,
-// written first, for the garbage of a dead writer (lanePending) and
-// deleted it: the job would then point at an entry that no longer exists,
-// in no lane and named by no lock. A failure is logged: the job is written.
-func (q *Queue) relaneIfSlow(ctx context.Context, key, jobID string, at time.Time) {
-	if q.clock.Now().Sub(at) < q.cfg.LeaseTTL/2 {
-		return
-	}
-	if err := q.putLane(context.WithoutCancel(ctx), key, jobID, at); err != nil {
-		q.log.ErrorContext(ctx, "jobqueue: lane entry of a slow write not confirmed", "job_id", jobID, "lane", key, "err", err)
-	}
-}
-
 // repairOrphan settles the job an agent's lock still names when a claim
 // takes the lock: a job left in a pipeline state is rescued under the
 // claim's epoch, and one a claim left between two writes is laned or
@@ -175,31 +143,28 @@ func (q *Queue) settle(ctx context.Context, d *jobDoc) error {
 	return q.repairJob(ctx, d, "", &r)
 }
 
-func encodeLane(jobID string, at time.Time) ([]byte, error) {
-	return json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
-}
-
-// auditGap records that the audit object of version v of a job at rest
-// (its flush) could not be written (gap), or that it exists. A claim does
-// not settle a job with a gap: its lock goes on naming the job, so the
-// next claim of the agent or the sweep writes the object (ensureFlushed).
-// Called with q.mu held.
-func (q *Queue) auditGap(jobID string, v int64, gap bool) {
-	switch {
-	case gap && q.gaps == nil:
-		q.gaps = map[string]int64{jobID: v}
-	case gap:
-		q.gaps[jobID] = max(q.gaps[jobID], v)
-	case q.gaps[jobID] <= v:
-		delete(q.gaps, jobID)
+// rescue moves an orphan (a job in a pipeline state whose worker's lease
+// ran out) to RETRY_BACKOFF as a failed attempt, taking the lease away so
+// that its old worker can no longer write. epoch is the rescuer's agent
+// lock epoch, newer than the orphan's.
+func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
+	var lane string
+	var at time.Time
+	job, _, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
+		lane = ""
+		if !pipelineState(d.Status) || d.Lease != nil && d.Lease.Epoch >= epoch && now.Before(d.Lease.ExpiresAt) {
+			return nil
+		}
+		msg := "orphan without a lease"
+		if d.Lease != nil {
+			msg = fmt.Sprintf("lease of %s (epoch %d) expired", d.Lease.Owner, d.Lease.Epoch)
+		}
+		q.retry(ctx, d, now, d.Status, codes.JobLeaseExpired, msg)
+		lane, at = d.ReadyKey, *d.NextAttemptAt
+		return nil
+	})
+	if err != nil || lane == "" {
+		return err
 	}
-}
-
-// hasAuditGap tells whether the audit object of the job's last rest is
-// known missing: its flush failed and no one has written it since.
-func (q *Queue) hasAuditGap(jobID string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, gap := q.gaps[jobID]
-	return gap
+	return q.putLane(ctx, lane, job.JobID, at)
 }

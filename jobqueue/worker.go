@@ -64,31 +64,73 @@ func (w *Worker) Run(ctx context.Context) error {
 	// clock.Activity). The store's watch signals arrive from outside: not
 	// counted.
 	clk := w.Queue.clock
-	slots := max(w.Slots, 1)
-	poll := w.PollInterval
+	slots, poll, sweep := w.settings()
+	defer w.stop(ctx)
+	var wg sync.WaitGroup
+	watched := w.watchLanes(ctx, &wg)
+	for range slots {
+		lctx := clock.Start(ctx, clk)
+		wg.Go(func() {
+			ctx, end := clock.Enter(lctx, clk)
+			defer end()
+			w.loop(ctx, poll)
+		})
+	}
+	if !watched {
+		pctx := clock.Start(ctx, clk)
+		wg.Go(func() {
+			ctx, end := clock.Enter(pctx, clk)
+			defer end()
+			w.pollLanes(ctx, poll)
+		})
+	}
+	if sweep > 0 {
+		sctx := clock.Start(ctx, clk)
+		wg.Go(func() {
+			ctx, end := clock.Enter(sctx, clk)
+			defer end()
+			w.sweepLoop(ctx, sweep)
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// settings returns the Worker's slots, poll and sweep intervals, with
+// their defaults filled in.
+func (w *Worker) settings() (slots int, poll, sweep time.Duration) {
+	slots = max(w.Slots, 1)
+	poll = w.PollInterval
 	if poll <= 0 {
 		poll = time.Second
 	}
-	sweep := w.SweepInterval
+	sweep = w.SweepInterval
 	if sweep == 0 {
 		sweep = time.Minute
 	}
-	defer func() {
-		// The agent locks the claims kept past their end: released, so
-		// other processes take the agents at once (see Claim.end).
-		rctx, rcancel := w.Queue.afterStop(ctx)
-		defer rcancel()
-		defer w.Queue.releaseKept(rctx)
-		// Handlers that ignore their context are left behind, not waited
-		// for past StopGrace (Queue.Stragglers counts them).
-		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Queue.cfg.StopGrace)
-		defer cancel()
-		if n := w.Queue.units.Wait(grace); n > 0 {
-			w.Queue.log.WarnContext(ctx, "jobqueue: stopped with handlers still running", "worker", w.ID, "handlers", n)
-		}
-	}()
-	var wg sync.WaitGroup
-	watched := false
+	return slots, poll, sweep
+}
+
+// stop, when Run returns, releases the agent locks the claims kept and
+// waits for the handlers still running, up to StopGrace.
+func (w *Worker) stop(ctx context.Context) {
+	// The agent locks the claims kept past their end: released, so
+	// other processes take the agents at once (see Claim.end).
+	rctx, rcancel := w.Queue.afterStop(ctx)
+	defer rcancel()
+	defer w.Queue.releaseKept(rctx)
+	// Handlers that ignore their context are left behind, not waited
+	// for past StopGrace (Queue.Stragglers counts them).
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Queue.cfg.StopGrace)
+	defer cancel()
+	if n := w.Queue.units.Wait(grace); n > 0 {
+		w.Queue.log.WarnContext(ctx, "jobqueue: stopped with handlers still running", "worker", w.ID, "handlers", n)
+	}
+}
+
+// watchLanes, if the store signals changes, starts in wg a goroutine that
+// passes the lanes' changes on to the Queue, and reports whether it did.
+func (w *Worker) watchLanes(ctx context.Context, wg *sync.WaitGroup) (watched bool) {
 	if ws, ok := w.Queue.cfg.Store.(watcher); ok {
 		// Work other processes enqueue is found at the store's signal, not
 		// at the next poll; polling stays as the fallback.
@@ -111,36 +153,16 @@ func (w *Worker) Run(ctx context.Context) error {
 			})
 		}
 	}
-	for range slots {
-		lctx := clock.Start(ctx, clk)
-		wg.Go(func() {
-			ctx, end := clock.Enter(lctx, clk)
-			defer end()
-			w.loop(ctx, poll)
-		})
+	return watched
+}
+
+// sweepLoop calls Queue.SweepIfDue every sweep until ctx is done.
+func (w *Worker) sweepLoop(ctx context.Context, sweep time.Duration) {
+	for w.sleep(ctx, sweep, nil) {
+		if _, _, err := w.Queue.SweepIfDue(ctx, w.ID, sweep); err != nil && ctx.Err() == nil {
+			w.Queue.log.WarnContext(ctx, "jobqueue: sweep", "worker", w.ID, "err", err)
+		}
 	}
-	if !watched {
-		pctx := clock.Start(ctx, clk)
-		wg.Go(func() {
-			ctx, end := clock.Enter(pctx, clk)
-			defer end()
-			w.pollLanes(ctx, poll)
-		})
-	}
-	if sweep > 0 {
-		sctx := clock.Start(ctx, clk)
-		wg.Go(func() {
-			ctx, end := clock.Enter(sctx, clk)
-			defer end()
-			for w.sleep(ctx, sweep, nil) {
-				if _, _, err := w.Queue.SweepIfDue(ctx, w.ID, sweep); err != nil && ctx.Err() == nil {
-					w.Queue.log.WarnContext(ctx, "jobqueue: sweep", "worker", w.ID, "err", err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return nil
 }
 
 // watcher is a Store that signals changes under a prefix: a coalescing

@@ -1,0 +1,162 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// flushes tells whether a job at rest in s has its trail written to the
+// audit log: COMPLETE and DEAD (the end), RETRY_BACKOFF (the wait). A job
+// at rest nowhere else: QUEUED is left by the next claim, FAILED by the
+// bury that follows at once, the pipeline states by the claim's next write,
+// and their moves go with that write's.
+func flushes(s lifecycle.JobState) bool {
+	return s == lifecycle.JobComplete || s == lifecycle.JobDead || s == lifecycle.JobRetryBackoff
+}
+
+// ensureAudited makes sure the audit object of d's trail exists when d is
+// at rest (Sweep's repair of a writer that died before its flush); the
+// moves of a job not at rest are in its record, to be flushed later.
+func (q *Queue) ensureAudited(ctx context.Context, d *jobDoc) {
+	if err := q.ensureAuditedErr(ctx, d); err != nil {
+		q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "err", err)
+	}
+}
+
+// ensureAuditedErr is ensureAudited, failing when the object is missing
+// and could not be written.
+func (q *Queue) ensureAuditedErr(ctx context.Context, d *jobDoc) error {
+	if !flushes(d.Status) || len(d.Trail) == 0 {
+		return nil
+	}
+	err := q.ensureFlushed(ctx, d)
+	if err != nil {
+		q.mu.Lock()
+		q.auditGap(d.JobID, d.Version, true)
+		q.mu.Unlock()
+	}
+	return err
+}
+
+// ensureFlushed makes sure the audit object of d (at rest, at its
+// version) exists: known written by this Queue, found, or written now.
+func (q *Queue) ensureFlushed(ctx context.Context, d *jobDoc) error {
+	q.mu.Lock()
+	done := q.audited[d.JobID] >= d.Version
+	q.mu.Unlock()
+	if done {
+		return nil
+	}
+	key, b, err := q.auditObject(d)
+	if err != nil || key == "" {
+		return err
+	}
+	if err := core.EnsureAudit(ctx, q.store, key, b); err != nil {
+		return err
+	}
+	q.flushed(d)
+	return nil
+}
+
+// flush writes the audit object of d's trail, d having just come to rest.
+// A failure is logged: the record keeps the trail, and the next writer or
+// Sweep writes the object (ensureFlushed).
+func (q *Queue) flush(ctx context.Context, d *jobDoc) {
+	key, b, err := q.auditObject(d)
+	if err == nil && key != "" {
+		err = q.putAudit(ctx, key, b)
+	}
+	if err != nil {
+		q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "status", d.Status, "err", err)
+		q.mu.Lock()
+		q.auditGap(d.JobID, d.Version, true) // the claim does not settle the job (active.go)
+		q.mu.Unlock()
+		return
+	}
+	q.flushed(d)
+}
+
+// flushed notes that d's audit object exists.
+func (q *Queue) flushed(d *jobDoc) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.auditGap(d.JobID, d.Version, false)
+	if q.audited[d.JobID] < d.Version {
+		q.audited[d.JobID] = d.Version
+	}
+	if lifecycle.JobMachine().IsTerminal(d.Status) {
+		delete(q.audited, d.JobID)
+	}
+}
+
+// auditObject is the audit object of d's trail (003 §5.1, one event per
+// move, and the artifact's creation before the move out of
+// ARTIFACT_WRITE): the last event with the others as its Prior
+// (records.AuditEvent.Expand), under an id made of the last move's time,
+// the job and the record's version, so every writer that writes it writes
+// the same object once. key is "" for an empty trail.
+func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
+	var evs []records.AuditEvent
+	for _, m := range d.Trail {
+		if m.From == lifecycle.JobArtifactWrite && d.AuditArtifact != "" {
+			evs = append(evs, records.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.cfg.ArtifactActor),
+				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, To: "finalized", Node: q.cfg.Node})
+		}
+		ev := records.AuditEvent{
+			TS: m.At, Event: "job.status.update", Actor: string(m.Actor), JobID: d.JobID, RunID: d.RunID,
+			From: string(m.From), To: string(m.To), Node: q.cfg.Node,
+		}
+		if m.From == "" {
+			ev.Event = "job.create"
+		}
+		if m.To == lifecycle.JobComplete {
+			ev.ArtifactID = d.ArtifactID
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) == 0 {
+		return "", nil, nil
+	}
+	last := evs[len(evs)-1]
+	last.Prior = evs[:len(evs)-1]
+	key, err = layout.AuditKey(last.TS, records.AuditEventID(last.TS, d.JobID, d.Version, 0))
+	if err != nil {
+		return "", nil, err
+	}
+	b, err = json.Marshal(last)
+	return key, b, err
+}
+
+func (q *Queue) putAudit(ctx context.Context, key string, b []byte) error {
+	return core.PutAudit(ctx, q.store, key, b)
+}
+
+// auditGap records that the audit object of version v of a job at rest
+// (its flush) could not be written (gap), or that it exists. A claim does
+// not settle a job with a gap: its lock goes on naming the job, so the
+// next claim of the agent or the sweep writes the object (ensureFlushed).
+// Called with q.mu held.
+func (q *Queue) auditGap(jobID string, v int64, gap bool) {
+	switch {
+	case gap && q.gaps == nil:
+		q.gaps = map[string]int64{jobID: v}
+	case gap:
+		q.gaps[jobID] = max(q.gaps[jobID], v)
+	case q.gaps[jobID] <= v:
+		delete(q.gaps, jobID)
+	}
+}
+
+// hasAuditGap tells whether the audit object of the job's last rest is
+// known missing: its flush failed and no one has written it since.
+func (q *Queue) hasAuditGap(jobID string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, gap := q.gaps[jobID]
+	return gap
+}

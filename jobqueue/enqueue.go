@@ -1,0 +1,200 @@
+package jobqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// NewJob is what Enqueue needs; the queue fills in the rest of the record.
+// Its fields are lifecycle.NewJob's (the Go client sends that one without
+// the engine); a conversion turns one into the other. Ids are storage ids
+// (storage.ValidateID); Payload is JSON of at most codes.MaxDocumentBytes,
+// the URLs at most codes.MaxURLBytes, and Context.EntityRefs at most
+// codes.MaxListLen refs of codes.MaxRefBytes, all valid UTF-8 without NUL
+// or control characters.
+type NewJob lifecycle.NewJob
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+func badJob(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
+}
+
+func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error {
+	// Text first: a job type of invalid UTF-8 is INVALID_INPUT, as every
+	// other field's, not an unknown type.
+	if err := n.checkText(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if n.JobID == "" {
+		n.JobID = newUUID()
+	}
+	if err := storage.ValidateID("job id", n.JobID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if err := storage.ValidateID("run id", n.RunID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if err := storage.ValidateID("agent slug", n.AgentSlug); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if n.ProjectID != "" {
+		if err := storage.ValidateID("project id", n.ProjectID); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		}
+	}
+	if _, ok := ArtifactType(n.JobType); !ok && !user[n.JobType] {
+		return badJob("job_type %q is not RESEARCH, BRIEF, PROPOSAL_PREPROCESS or a type of Config.Types", n.JobType)
+	}
+	if n.MaxAttempts == 0 {
+		n.MaxAttempts = defaultMax
+	}
+	if n.MaxAttempts < 1 || n.MaxAttempts > 100 {
+		return badJob("max_attempts %d outside 1..100", n.MaxAttempts)
+	}
+	if len(n.Payload) > 0 && !json.Valid(n.Payload) {
+		return badJob("payload is not valid JSON")
+	}
+	if n.Callback != "" {
+		u, err := url.Parse(n.Callback)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return badJob("callback %q is not an http(s) URL", n.Callback)
+		}
+	}
+	for i, ref := range n.Context.EntityRefs {
+		if ref == "" {
+			return badJob("context.entity_refs[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// checkText bounds the free text of a job (issue 10 F) before anything
+// else looks at it: the job type (MaxNameBytes), the payload
+// (MaxDocumentBytes, codes.CheckJSON), the URLs (MaxURLBytes) and the
+// entity refs (MaxListLen of MaxRefBytes each), all clean UTF-8.
+// It returns nil or a *codes.InputError.
+func (n *NewJob) checkText() error {
+	if err := codes.CheckText("job_type", string(n.JobType), codes.MaxNameBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckJSON("payload", n.Payload, codes.MaxDocumentBytes); err != nil {
+		return err
+	}
+	if err := codes.CheckText("callback", n.Callback, codes.MaxURLBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckText("context.memory_snapshot_url", n.Context.MemorySnapshotURL, codes.MaxURLBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckList("context.entity_refs", len(n.Context.EntityRefs)); err != nil {
+		return err
+	}
+	for i, ref := range n.Context.EntityRefs {
+		if err := codes.CheckText(fmt.Sprintf("context.entity_refs[%d]", i), ref, codes.MaxRefBytes, codes.OneLine); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// artifactType is the artifact type of a job of type t: the seed's
+// mapping, or the user type's own name.
+func (q *Queue) artifactType(t lifecycle.JobType) artifact.Type {
+	if a, ok := ArtifactType(t); ok {
+		return a
+	}
+	return artifact.Type(t)
+}
+
+// ArtifactType maps a job type to the artifact type it produces:
+// RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
+// PREPROCESSED_PROPOSAL.
+func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
+	switch t {
+	case lifecycle.JobResearch:
+		return artifact.ResearchBrief, true
+	case lifecycle.JobBrief:
+		return artifact.Brief, true
+	case lifecycle.JobProposalPreprocess:
+		return artifact.PreprocessedProposal, true
+	}
+	return "", false
+}
+
+// Enqueue creates a job in PENDING, validates it and moves it to QUEUED
+// (003 §1.2: PENDING → QUEUED after validation), and puts it in its
+// agent's ready lane. Validation comes before any write, so the job is
+// written once, already QUEUED, with both moves in its audit. The actor
+// needs Create (003 §4.1: the gateway or the orchestration layer); the
+// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
+// (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
+func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
+	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
+		return lifecycle.Job{}, err
+	}
+	if err := n.validate(q.cfg.MaxAttempts, q.userTypes); err != nil {
+		return lifecycle.Job{}, err
+	}
+	key, err := layout.JobKey(n.JobID)
+	if err != nil {
+		return lifecycle.Job{}, err
+	}
+	if err := q.ensureAgent(ctx, n.AgentSlug); err != nil {
+		return lifecycle.Job{}, err
+	}
+	now := q.clock.Now().UTC()
+	doc := jobDoc{Job: lifecycle.Job{
+		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
+		Status: lifecycle.JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
+		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
+		Trail: []lifecycle.JobMove{{From: "", To: lifecycle.JobPending, Event: "create", Actor: actor, At: now}},
+	}}
+	// Validation is done, so the job is created already moved on to
+	// QUEUED: one write whose trail holds both moves.
+	if err := q.fire(ctx, &doc, lifecycle.EventValidate, lifecycle.ActorOrchestration); err != nil {
+		return lifecycle.Job{}, err
+	}
+	doc.Trail[len(doc.Trail)-1].At = now
+	lane := laneKey(n.AgentSlug, now, n.JobID)
+	doc.QueuedAt, doc.ReadyKey = &now, lane
+	// The lane entry first, the job second (active.go): a job in flight is
+	// always in a lane or named by its agent's lock.
+	undo, err := q.putLaneFirst(ctx, lane, n.JobID, now)
+	if err != nil {
+		return lifecycle.Job{}, err
+	}
+	if _, err := records.Create(ctx, q.store, key, &doc); err != nil {
+		undo()
+		if errors.Is(err, storage.ErrPreconditionFailed) {
+			return lifecycle.Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
+		}
+		return lifecycle.Job{}, err
+	}
+	q.relaneIfSlow(ctx, lane, n.JobID, now)
+	q.laneAdded(n.AgentSlug, lane)
+	q.observe(nil, &doc, doc.Trail)
+	// No audit write: QUEUED is no rest (see flushes); the two moves wait
+	// in the trail for the write that brings the job to rest.
+	return doc.Job, nil
+}

@@ -1,0 +1,464 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// laneBatch is how many lane keys one List reads (one S3 page): claiming
+// costs one List per laneBatch jobs of an agent, so finding work is O(1)
+// store calls amortized, never a scan of the jobs.
+const laneBatch = 1000
+
+// refreshAgents lists the agents with a lock object, at most once per
+// second, so that agents other processes enqueued for are looked at
+// (agents this Queue enqueued for are known at once).
+func (q *Queue) refreshAgents(ctx context.Context) error {
+	now := q.clock.Now()
+	q.mu.Lock()
+	fresh := !q.agentAt.IsZero() && now.Sub(q.agentAt) < time.Second && now.After(q.agentAt.Add(-time.Second))
+	if !fresh {
+		q.agentAt = now
+	}
+	q.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	for key, err := range q.store.List(ctx, agentPrefix) {
+		if err != nil {
+			return err
+		}
+		if name, ok := layout.AgentFromLockKey(key); ok {
+			a := q.agent(name)
+			a.mu.Lock()
+			a.lockExists = true
+			a.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// laneRecheck is how long an agent's lane, listed empty, is taken to stay
+// empty; it doubles with every empty listing in a row, up to
+// laneRecheck<<maxIdleShift (3.2 s). Jobs other processes enqueue for an
+// idle agent are found within that delay; this Queue's own enqueues and
+// retries are found at once.
+const (
+	laneRecheck  = 200 * time.Millisecond
+	maxIdleShift = 4
+)
+
+// recheckAt is when a's lane, as last listed, is worth listing again.
+// a.mu must be held.
+func (a *agentState) recheckAt() time.Time {
+	return a.listedAt.Add(laneRecheck << min(a.idle, maxIdleShift))
+}
+
+// head returns the first lane key of a. It lists the lane (laneBatch
+// keys) when the cache is empty, or when the cached head is not ready yet,
+// unless the last listing is less than laneRecheck old; force lists an
+// empty cache regardless. It does not remove the key.
+func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := q.clock.Now()
+	fresh := !a.listedAt.IsZero() && now.Before(a.recheckAt()) && !now.Before(a.listedAt)
+	if len(a.keys) > 0 {
+		at, _, ok := parseLaneKey(a.keys[0])
+		if !ok || !at.After(now) || fresh {
+			return a.keys[0], nil
+		}
+	} else if fresh && a.complete && !force {
+		return "", nil // listed whole and used up less than laneRecheck ago
+	}
+	prefix, err := layout.LanePrefix(a.name)
+	if err != nil {
+		return "", err
+	}
+	gen := q.listGen.Add(1)
+	var keys []string
+	for key, err := range q.store.List(ctx, prefix) {
+		if err != nil {
+			return "", err
+		}
+		keys = append(keys, key)
+		if len(keys) == laneBatch {
+			break
+		}
+	}
+	complete := len(keys) < laneBatch
+	keys = a.withoutGone(keys, gen)
+	a.keys, a.complete, a.listedAt = keys, complete, now
+	if len(keys) == 0 {
+		a.idle++ // an idle agent is listed less and less often
+		return "", nil
+	}
+	a.idle = 0
+	return keys[0], nil
+}
+
+// watchRelist is how soon after the last whole-queue listing a signal of
+// the store's watch (Worker) lists the lanes again: a signal comes for
+// every lane write, this process's own included, so under load the
+// listings are bounded to one per watchRelist.
+const watchRelist = 10 * time.Millisecond
+
+// relistCost bounds the share of its time a Queue spends listing every
+// lane at a watch's (or a busy poll's) prompting: the next such listing
+// waits at least relistCost times as long as the last one took, so a
+// store whose whole-queue listing is slow (filestore walks a directory per
+// agent) spends at most about 1/relistCost of a core on it, however many
+// signals its writes cause. The plain laneRecheck pace is never slowed.
+const relistCost = 5
+
+// lanesChanged notes the store's signal that the ready lanes changed: the
+// next Claim lists them (within watchRelist of the last listing), and
+// waiting Worker loops wake to make it.
+func (q *Queue) lanesChanged() {
+	q.mu.Lock()
+	q.lanesDirty = true
+	q.mu.Unlock()
+	q.schedMu.Lock()
+	q.wakeWaiters()
+	q.schedMu.Unlock()
+}
+
+// pollLanes lists every lane now, unless a listing ran less than busyPoll
+// ago (Worker.pollLanes).
+func (q *Queue) pollLanes(ctx context.Context) error {
+	q.mu.Lock()
+	q.lanesPoll = true
+	q.mu.Unlock()
+	return q.refreshLanes(ctx)
+}
+
+// foundWork counts the listings of every lane that found new work (an
+// agent's first ready key not known before).
+func (q *Queue) foundWork() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.newWork
+}
+
+// globalBatch bounds the keys one refreshLanes reads (ten S3 List pages).
+const globalBatch = 10000
+
+// refreshLanes lists every agent's lane at once (queue/lanes/, up to
+// globalBatch keys), at most once per laneRecheck, fills the empty caches
+// of the agents it covered and schedules those with work: one List finds
+// new work of every idle agent, instead of one List per idle agent.
+// Agents past a truncated listing keep their own, backing-off rechecks in
+// head.
+func (q *Queue) refreshLanes(ctx context.Context) error {
+	now := q.clock.Now()
+	gen, due := q.relistDue(now)
+	if !due {
+		return nil
+	}
+	// The cost is the listing's real duration, whatever the Queue's clock.
+	began := time.Now()
+	defer func() {
+		q.mu.Lock()
+		q.listCost = time.Since(began)
+		q.mu.Unlock()
+	}()
+	l, err := q.listAllLanes(ctx)
+	if err != nil {
+		return err
+	}
+	found := false
+	defer func() {
+		if found {
+			q.mu.Lock()
+			q.newWork++
+			q.mu.Unlock()
+		}
+	}()
+	for name := range l.byAgent {
+		if storage.ValidateID("agent slug", name) == nil {
+			q.agent(name)
+		}
+	}
+	q.mu.Lock()
+	agents := make([]*agentState, 0, len(q.agents))
+	for _, a := range q.agents {
+		agents = append(agents, a)
+	}
+	q.mu.Unlock()
+	for _, a := range agents {
+		if first := a.fillLanes(l, gen, now); first != "" {
+			found = true
+			at, _, ok := parseLaneKey(first)
+			if !ok {
+				at = now // malformed: claimAgent cleans it up
+			}
+			q.schedule(a, at)
+		}
+	}
+	return nil
+}
+
+// relistDue reports whether refreshLanes is due to list at now and, if so,
+// marks it listing and returns the listing's generation.
+func (q *Queue) relistDue(now time.Time) (gen uint64, due bool) {
+	q.mu.Lock()
+	every := laneRecheck
+	switch {
+	case q.lanesDirty:
+		every = watchRelist
+	case q.lanesPoll:
+		every = busyPoll
+	}
+	every = min(laneRecheck, max(every, relistCost*q.listCost))
+	if !q.globalAt.IsZero() && now.Sub(q.globalAt) < every && !now.Before(q.globalAt) {
+		q.mu.Unlock()
+		return 0, false
+	}
+	q.globalAt, q.lanesDirty, q.lanesPoll = now, false, false
+	gen = q.listGen.Add(1)
+	q.mu.Unlock()
+	return gen, true
+}
+
+// laneListing is one listing of every agent's lane (listAllLanes).
+type laneListing struct {
+	byAgent   map[string][]string // up to laneBatch keys per agent
+	truncated bool                // globalBatch keys reached
+	last      string              // the last key listed
+	lastAgent string              // its agent
+}
+
+// listAllLanes lists queue/lanes/, up to globalBatch keys.
+func (q *Queue) listAllLanes(ctx context.Context) (*laneListing, error) {
+	byAgent := map[string][]string{}
+	truncated, last := false, ""
+	n := 0
+	for key, err := range q.store.List(ctx, lanePrefix) {
+		if err != nil {
+			return nil, err
+		}
+		if n++; n > globalBatch {
+			truncated = true
+			break
+		}
+		last = key
+		if agent, ok := layout.LaneAgent(key); ok && len(byAgent[agent]) < laneBatch {
+			byAgent[agent] = append(byAgent[agent], key)
+		}
+	}
+	lastAgent, _ := layout.LaneAgent(last)
+	return &laneListing{byAgent: byAgent, truncated: truncated, last: last, lastAgent: lastAgent}, nil
+}
+
+// fillLanes fills a's lane cache from l, listed at now as generation gen,
+// when it is empty, or merges in work l shows ahead of it, and returns
+// the first key to schedule a at ("" for none).
+func (a *agentState) fillLanes(l *laneListing, gen uint64, now time.Time) string {
+	covered := !l.truncated || lanePrefix+a.name+"/" <= l.last
+	keys := l.byAgent[a.name]
+	a.mu.Lock()
+	keys = a.withoutGone(keys, gen)
+	a.covered = covered
+	var first string
+	switch {
+	case covered && len(a.keys) == 0:
+		a.keys, a.listedAt = keys, now
+		a.complete = len(keys) < laneBatch && !(l.truncated && a.name == l.lastAgent)
+		if len(keys) == 0 {
+			a.idle++
+		} else {
+			a.idle = 0
+			first = keys[0]
+		}
+	case len(keys) > 0 && len(a.keys) > 0 && keys[0] < a.keys[0]:
+		// Another process put work ahead of what the cache holds (say,
+		// a job enqueued now before a retry due later): merge it in.
+		a.keys = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(a.keys), keys...))))
+		a.complete = a.complete && !(l.truncated && a.name == l.lastAgent)
+		first = a.keys[0]
+	}
+	a.mu.Unlock()
+	return first
+}
+
+// maxGone is how many lane keys an agent remembers deleting (deleteLane):
+// more than one agent's claims delete while one listing runs.
+const maxGone = 8
+
+// goneKey is a lane key this Queue deleted, and the generation of the
+// lane listings (Queue.listGen) when the delete had landed.
+type goneKey struct {
+	key string
+	gen uint64
+}
+
+// deleteLane deletes lane entry key of a, which a claim is done with. A
+// listing (of a's lane, or of every lane) that began before the delete
+// landed may still hold the key; it must not put it back in a's cache, where the next claim
+// would rewrite the lock to name a job long gone and delete the entry
+// again: two writes for nothing. So the key is remembered (maxGone) and
+// such a listing leaves it out (refreshLanes).
+func (q *Queue) deleteLane(ctx context.Context, a *agentState, key string) {
+	a.mu.Lock()
+	a.dropLocked(key)
+	if len(a.gone) == maxGone {
+		a.gone = slices.Delete(a.gone, 0, 1)
+	}
+	// Left out of every listing until the delete has landed.
+	a.gone = append(a.gone, goneKey{key, math.MaxUint64})
+	a.mu.Unlock()
+	_ = q.store.Delete(ctx, key, storage.Condition{})
+	gen := q.listGen.Load()
+	a.mu.Lock()
+	for i := range a.gone {
+		if a.gone[i].key == key {
+			a.gone[i].gen = gen
+		}
+	}
+	a.mu.Unlock()
+}
+
+// withoutGone returns keys, listed by the listing of generation gen, less
+// those a's claims deleted after that listing may have begun. a.mu must be
+// held.
+func (a *agentState) withoutGone(keys []string, gen uint64) []string {
+	if len(a.gone) == 0 || len(keys) == 0 {
+		return keys
+	}
+	return slices.DeleteFunc(keys, func(k string) bool {
+		return slices.ContainsFunc(a.gone, func(g goneKey) bool { return g.key == k && g.gen >= gen })
+	})
+}
+
+// forget empties a's cache, so the next head lists the lane again.
+func (a *agentState) forget() {
+	a.mu.Lock()
+	a.keys, a.listedAt = nil, time.Time{}
+	a.mu.Unlock()
+}
+
+// idleUntil is when an agent with no ready job is next worth a look: its
+// lane's head becomes ready, its lock is due an orphan check (lockAt), or,
+// for a lane no whole-queue listing covers, the lane is due a listing.
+func (a *agentState) idleUntil(lockAt time.Time) time.Time {
+	next := lockAt
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.keys) > 0 {
+		if at, _, ok := parseLaneKey(a.keys[0]); ok && at.Before(next) {
+			next = at
+		}
+	} else if !a.covered || !a.complete {
+		next = minTime(next, a.recheckAt())
+	}
+	return next
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// The queue's keys are built in storage's layout (issue 10 G): jobs under
+// layout.JobsPrefix, lanes, agent locks and the sweep lease under
+// layout.QueuePrefix, so listing jobs/ yields only jobs.
+const (
+	lanePrefix  = layout.LanesPrefix
+	agentPrefix = layout.AgentLocksPrefix
+)
+
+// laneKey is layout.LaneKey of ids already validated.
+func laneKey(agent string, at time.Time, jobID string) string {
+	k, _ := layout.LaneKey(agent, at, jobID)
+	return k
+}
+
+// parseLaneKey returns the ready time and job id of a lane key.
+func parseLaneKey(key string) (time.Time, string, bool) {
+	_, at, id, ok := layout.ParseLaneKey(key)
+	return at, id, ok
+}
+
+// laneEntry is the value of a lane key.
+type laneEntry struct {
+	JobID   string    `json:"job_id"`
+	ReadyAt time.Time `json:"ready_at"`
+}
+
+func (q *Queue) putLane(ctx context.Context, key, jobID string, at time.Time) error {
+	b, _ := json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
+	_, err := q.store.Put(ctx, key, b, storage.IfNotExists())
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		err = nil
+	}
+	if agent, ok := layout.LaneAgent(key); ok && err == nil {
+		q.laneAdded(agent, key)
+	}
+	return err
+}
+
+// laneAdded puts a key this Queue wrote into agent's cache, in order,
+// when the cache would otherwise miss it (the cache held the whole lane,
+// or the key sorts before its last entry), and schedules a look at the
+// agent when the key becomes ready.
+func (q *Queue) laneAdded(agent, key string) {
+	a := q.agent(agent)
+	a.mu.Lock()
+	if !a.listedAt.IsZero() {
+		i, found := slices.BinarySearch(a.keys, key)
+		if !found && (a.complete || i < len(a.keys)) {
+			a.keys = slices.Insert(a.keys, i, key)
+			a.idle = 0
+		}
+	}
+	a.mu.Unlock()
+	if at, _, ok := parseLaneKey(key); ok {
+		q.schedule(a, at)
+	}
+}
+
+func encodeLane(jobID string, at time.Time) ([]byte, error) {
+	return json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
+}
+
+// putLaneFirst writes a lane entry ahead of the job record it indexes.
+// undo deletes the entry if this call created it, for a job write that
+// then fails; an entry that already existed is left.
+func (q *Queue) putLaneFirst(ctx context.Context, key, jobID string, at time.Time) (undo func(), err error) {
+	b, err := encodeLane(jobID, at)
+	if err != nil {
+		return nil, err
+	}
+	_, err = q.store.Put(ctx, key, b, storage.IfNotExists())
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = q.store.Delete(context.WithoutCancel(ctx), key, storage.Condition{}) }, nil
+}
+
+// relaneIfSlow writes lane entry key again (create-only) after its job's
+// write, when the two writes were so far apart (half a LeaseTTL, a margin
+// for skewed clocks) that a claim or the sweep may have taken the entry,
+// written first, for the garbage of a dead writer (lanePending) and
+// deleted it: the job would then point at an entry that no longer exists,
+// in no lane and named by no lock. A failure is logged: the job is written.
+func (q *Queue) relaneIfSlow(ctx context.Context, key, jobID string, at time.Time) {
+	if q.clock.Now().Sub(at) < q.cfg.LeaseTTL/2 {
+		return
+	}
+	if err := q.putLane(context.WithoutCancel(ctx), key, jobID, at); err != nil {
+		q.log.ErrorContext(ctx, "jobqueue: lane entry of a slow write not confirmed", "job_id", jobID, "lane", key, "err", err)
+	}
+}

@@ -1,0 +1,188 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// release frees the agent lock if the claim still holds it.
+func (c *Claim) release(ctx context.Context) {
+	key, _ := layout.AgentLockKey(c.agent.name)
+	c.mu.Lock()
+	l := agentLock{Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
+	c.mu.Unlock()
+	b, _ := json.Marshal(&l)
+	// Meta's version is not needed on the lock: only the store's version
+	// fences it. Write with If-Match on the version we hold.
+	v, err := c.q.store.Put(context.WithoutCancel(ctx), key, b, storage.IfMatch(c.lockVer))
+	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		c.q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent.name, "err", err)
+	}
+	a := c.agent
+	a.mu.Lock()
+	a.busyUntil = time.Time{} // free: this Queue may claim it at once
+	a.freed, a.freedVer = nil, ""
+	if err == nil {
+		a.freed, a.freedVer = &l, v
+	}
+	a.mu.Unlock()
+}
+
+// end ends a claim that ran (or was abandoned) and asks for a look at the
+// agent at once: its lane may hold more work. When the job left its
+// pipeline state under the claim (its record says so: ran_epoch), the
+// agent lock is kept as it is, not released: this Queue's next claim of
+// the agent takes it over by compare-and-swap (one write instead of a
+// release and a take), and another process that finds it held reads the
+// job it names and, seeing that job's run under the lock's epoch ended,
+// takes it as free (Queue.lockEnded); unused, it lapses at its expiry.
+// A Worker releases the locks it kept when it stops (Queue.releaseKept).
+// A claim that has not settled its job (still in a pipeline state after a
+// failed write or a lost lease; laned, buried or audited not yet: named)
+// releases the lock still naming the job (active.go), for the next claim
+// of the agent or the sweep to repair.
+func (c *Claim) end(ctx context.Context) {
+	c.mu.Lock()
+	keep := !pipelineState(c.job.Status) && c.doc.RanEpoch == c.epoch && c.named == ""
+	c.mu.Unlock()
+	if keep {
+		l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID}
+		a := c.agent
+		a.mu.Lock()
+		a.busyUntil = time.Time{}
+		a.freed, a.freedVer = &l, c.lockVer
+		a.mu.Unlock()
+	} else {
+		c.release(ctx)
+	}
+	c.q.schedule(c.agent, c.q.clock.Now())
+}
+
+// Abandon gives the claim up without running it: the job goes back to
+// RETRY_BACKOFF as a failed attempt and the agent lock is released.
+func (c *Claim) Abandon(ctx context.Context) error {
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return nil
+	}
+	c.done = true
+	step := c.job.Status
+	c.mu.Unlock()
+	defer c.end(ctx)
+	_, err := c.fail(ctx, step, codes.JobHandlerError, "claim abandoned")
+	return err
+}
+
+// write runs mutate on the job only while the claim's lease holds.
+func (c *Claim) write(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (lifecycle.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeLocked(ctx, mutate)
+}
+
+// writeLocked is write with c.mu held.
+func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (lifecycle.Job, error) {
+	doc, ver, err := c.q.updateFenced(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, mutate)
+	if err == nil {
+		c.job, c.doc, c.ver = doc.Job, doc, ver
+	}
+	return doc.Job, err
+}
+
+func (c *Claim) move(ctx context.Context, event lifecycle.Event, set func(d *jobDoc)) error {
+	_, err := c.write(ctx, func(d *jobDoc, _ time.Time) error {
+		if err := c.q.fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		if set != nil {
+			set(d)
+		}
+		return nil
+	})
+	return err
+}
+
+// settled records that the claim's job left the pipeline for good or for
+// its lane: the lock need no longer name it.
+func (c *Claim) settled() {
+	c.mu.Lock()
+	if !c.q.hasAuditGap(c.named) {
+		c.named = ""
+	}
+	c.mu.Unlock()
+}
+
+// heartbeat renews the agent lock and the job's lease LeaseTTL/3 after
+// the last renewal until stop is called; when renewal finds the lease lost
+// it cancels the run with ErrLeaseLost.
+func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
+	last := func() time.Time { return time.Unix(0, c.renewedAt.Load()) }
+	return core.Heartbeat(ctx, c.q.clock, c.q.cfg.LeaseTTL/3, last, func(ctx context.Context) bool {
+		err := c.renew(ctx)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			cancel(err)
+			return false
+		case err != nil && ctx.Err() == nil:
+			c.q.log.WarnContext(ctx, "jobqueue: heartbeat", "job_id", c.Job().JobID, "err", err)
+		}
+		return true
+	})
+}
+
+func (c *Claim) renew(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || !pipelineState(c.job.Status) {
+		return nil // finished: nothing left to keep alive
+	}
+	key, _ := layout.AgentLockKey(c.agent.name)
+	now := c.q.clock.Now()
+	l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.q.cfg.LeaseTTL)}
+	b, _ := json.Marshal(&l)
+	v, err := c.q.store.Put(ctx, key, b, storage.IfMatch(c.lockVer))
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		return fmt.Errorf("%w: agent lock of %s taken over", ErrLeaseLost, c.agent.name)
+	}
+	if err != nil {
+		return err
+	}
+	c.lockVer = v
+	_, err = c.writeLocked(ctx, func(d *jobDoc, now time.Time) error {
+		l := *d.Lease
+		l.ExpiresAt = now.Add(c.q.cfg.LeaseTTL)
+		d.Lease = &l // replace, never write through: update's cache shares pointers
+		return nil
+	})
+	if err == nil {
+		c.renewedAt.Store(now.UnixNano())
+	}
+	return err
+}
+
+// confirm makes sure, just before a write that the job record's
+// compare-and-swap cannot fence (the artifact), that the claim still holds
+// its lease: by the clock while more than a tenth of LeaseTTL is left,
+// else by renewing it (a fenced write). A claim that woke up from a pause
+// past its lease gets ErrLeaseLost here and writes nothing; one paused
+// between this check and the write can still create the artifact, which
+// the next attempt replaces (artifact.Draft.Epoch).
+func (c *Claim) confirm(ctx context.Context) error {
+	c.mu.Lock()
+	l := c.doc.Lease
+	c.mu.Unlock()
+	if l != nil && core.LeaseCertain(l.ExpiresAt, c.q.clock.Now(), c.q.cfg.LeaseTTL) {
+		return nil
+	}
+	return c.renew(ctx)
+}

@@ -1,0 +1,175 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// agentLock is queue/agents/{agent}.json (layout.AgentLockKey): which worker runs the agent's job,
+// under which fencing epoch, until when. It gives at most one running job
+// per agent across every worker sharing the store.
+type agentLock struct {
+	records.Meta
+	Agent     string    `json:"agent"`
+	Owner     string    `json:"owner,omitempty"`
+	Epoch     int64     `json:"epoch"`
+	JobID     string    `json:"job_id,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+func (l *agentLock) free(now time.Time) bool { return l.Owner == "" || !now.Before(l.ExpiresAt) }
+
+func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
+	a := q.agent(agent)
+	a.mu.Lock()
+	exists := a.lockExists
+	a.mu.Unlock()
+	if exists {
+		return nil
+	}
+	key, err := layout.AgentLockKey(agent)
+	if err != nil {
+		return err
+	}
+	// Read first: a lock another process (or an earlier life of this one)
+	// made costs a read, not a refused write.
+	_, _, err = q.store.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		_, err = records.Create(ctx, q.store, key, &agentLock{Agent: agent})
+	}
+	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		return err
+	}
+	a.mu.Lock()
+	a.lockExists = true
+	a.mu.Unlock()
+	return nil
+}
+
+// lockCheckDue reports whether a's lock should be read for an orphan, at
+// most once per every, and when it next should be.
+func (a *agentState) lockCheckDue(now time.Time, every time.Duration) (bool, time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.lockAt.IsZero() && now.Sub(a.lockAt) < every && !now.Before(a.lockAt) {
+		return false, a.lockAt.Add(every)
+	}
+	a.lockAt = now
+	return true, now.Add(every)
+}
+
+// dropLocked removes key from a's cache; a.mu must be held.
+func (a *agentState) dropLocked(key string) {
+	for i, k := range a.keys {
+		if k == key {
+			a.keys = append(a.keys[:i], a.keys[i+1:]...)
+			return
+		}
+	}
+}
+
+// lockEnded tells whether the job a held lock names ended its run under
+// the lock's epoch (ran_epoch), so the lock, kept rather than released by
+// its last claim, is free; d is the job as read.
+func (q *Queue) lockEnded(ctx context.Context, l *agentLock) (d jobDoc, ended bool, err error) {
+	d, _, err = q.read(ctx, l.JobID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, err
+	}
+	return d, d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
+}
+
+// keep puts back the lock readLock took from the cache, unused.
+func (a *agentState) keep(l *agentLock, ver storage.Version) {
+	a.mu.Lock()
+	if a.freed == nil {
+		a.freed, a.freedVer = l, ver
+	}
+	a.mu.Unlock()
+}
+
+// releaseKept releases the agent locks this Queue's claims kept past their
+// end (Claim.end), so other processes need not wait for them to lapse or
+// read the jobs they name. A lock changed since is left alone.
+func (q *Queue) releaseKept(ctx context.Context) {
+	q.mu.Lock()
+	agents := make([]*agentState, 0, len(q.agents))
+	for _, a := range q.agents {
+		agents = append(agents, a)
+	}
+	q.mu.Unlock()
+	for _, a := range agents {
+		a.mu.Lock()
+		l, ver := a.freed, a.freedVer
+		if l != nil && l.Owner != "" {
+			a.freed, a.freedVer = nil, ""
+		} else {
+			l = nil
+		}
+		a.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		key, err := layout.AgentLockKey(a.name)
+		if err != nil {
+			continue
+		}
+		free := agentLock{Agent: a.name, Epoch: l.Epoch}
+		if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+			q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", a.name, "err", err)
+		}
+	}
+}
+
+// readLock returns a's lock: the copy this Queue freed (or kept) last,
+// used once (cached), or else the stored one.
+func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
+	a.mu.Lock()
+	if a.freed != nil {
+		lock, ver, cached = *a.freed, a.freedVer, true
+		a.freed, a.freedVer = nil, ""
+	}
+	a.mu.Unlock()
+	if cached {
+		return lock, ver, true, nil
+	}
+	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key, Validate: func(l *agentLock) error {
+		if l.Agent != a.name {
+			return fmt.Errorf("lock of agent %q at the key of %q", l.Agent, a.name)
+		}
+		return nil
+	}}
+	lock, ver, err = rec.Load(ctx)
+	if err = q.poison(ctx, err); err == nil || !errors.Is(err, records.ErrCorrupt) {
+		return lock, ver, false, err
+	}
+	// The junk lock is in quarantine, and its epoch with it. Epochs must
+	// only grow (they fence the lock's earlier holders), so the new lock
+	// starts from the clock in milliseconds, beyond any count of claims.
+	fresh := agentLock{Agent: a.name, Epoch: q.clock.Now().UnixMilli()}
+	ver, err = rec.Create(ctx, fresh)
+	if err != nil {
+		return lock, "", false, err // ErrPreconditionFailed: another worker made it; next look reads it
+	}
+	fresh.Version = 1
+	return fresh, ver, false, nil
+}
+
+func (q *Queue) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
+	b, err := json.Marshal(l)
+	if err != nil {
+		return "", err
+	}
+	return q.store.Put(ctx, key, b, storage.IfMatch(ver))
+}

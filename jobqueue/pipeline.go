@@ -1,0 +1,329 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+)
+
+// Handlers are the pipeline steps the embedding service supplies (003
+// §1.2). The queue runs them in order, each under Config.StepTimeout, and
+// writes ARTIFACT_WRITE itself. A handler's error sends the job to
+// RETRY_BACKOFF; return a *StatusError for an HTTP status (429, 503) so
+// the job's error_code says which, and Permanent(err) for a failure no
+// retry can mend (the job goes to DEAD at once). User job types may bring
+// handlers of their own (Config.Types).
+type Handlers struct {
+	// AssembleContext is CONTEXT_ASSEMBLY: it builds the context snapshot
+	// (the memory backend's part). Nil means an empty snapshot.
+	AssembleContext func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error)
+	// CallNotebookLM is NOTEBOOKLM_CALL: it asks the NLM backend and returns
+	// the artifact content. Required.
+	CallNotebookLM func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (Output, error)
+}
+
+// Output is what NOTEBOOKLM_CALL produced: the artifact's content and
+// metadata. Its type is the job type's (ArtifactType).
+type Output struct {
+	Content    json.RawMessage
+	EntityRefs []string
+	Tags       []string
+	Sources    []artifact.SourceRef
+}
+
+// StatusError is a handler error carrying an HTTP status, e.g. 429 or 503
+// from the NLM backend.
+type StatusError struct {
+	Code int
+	Err  error
+}
+
+// Error renders the status and the cause.
+func (e *StatusError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("HTTP %d %s", e.Code, http.StatusText(e.Code))
+	}
+	return fmt.Sprintf("HTTP %d: %v", e.Code, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StatusError) Unwrap() error { return e.Err }
+
+// Permanent marks a handler's error (or an artifact content check's) as
+// permanent: the job is not retried, whatever attempts it has left. It
+// goes on at once through the seed's table, ARTIFACT_WRITE or another
+// pipeline state → RETRY_BACKOFF → FAILED → DEAD (seed 003 has no edge
+// from a pipeline state to FAILED; backoff_elapsed's guard sends a job
+// whose error_code is PERMANENT to FAILED), with error_code PERMANENT and
+// the error's text. An operator's requeue runs it afresh. Permanent(nil)
+// is nil; errors.Is and errors.As see through it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// errorCode classifies a step's error.
+func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) string {
+	var se *StatusError
+	var pe *permanentError
+	switch {
+	case errors.As(err, &pe):
+		return codes.JobPermanent
+	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
+		return codes.JobTimeout
+	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
+		return codes.JobRateLimited
+	case errors.As(err, &se) && se.Code == http.StatusServiceUnavailable:
+		return codes.JobUnavailable
+	case errors.As(err, &se):
+		return fmt.Sprintf("HTTP_%d", se.Code)
+	case step == lifecycle.JobArtifactWrite:
+		return codes.JobArtifactWriteError
+	}
+	return codes.JobHandlerError
+}
+
+// Run runs the claimed job's pipeline (003 §1.2): CONTEXT_ASSEMBLY →
+// NOTEBOOKLM_CALL → ARTIFACT_WRITE → COMPLETE, each step's error sending
+// it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
+// left). ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
+// finalized, fenced by the claim's epoch: a lost attempt's artifact is
+// replaced, a newer one never) and COMPLETE points the job at it in a
+// fenced write, so no reader sees COMPLETE without its finalized artifact,
+// written by the attempt that completed (F3). It returns
+// the job as last written. An error means the claim could not write
+// (ErrLeaseLost when another worker rescued the job); a handler's failure
+// is not an error of Run, it is the job's state.
+func (c *Claim) Run(ctx context.Context, h Handlers) (lifecycle.Job, error) {
+	// The run counts as work on the clock but while it waits for a handler
+	// or a timer (a test's fake clock moves only when it is idle;
+	// clock.Activity).
+	ctx, end := clock.Enter(ctx, c.q.clock)
+	defer end()
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return c.job, errors.New("jobqueue: claim already run")
+	}
+	c.mu.Unlock()
+	if tc, ok := c.q.cfg.Types[c.Job().JobType]; ok && tc.Handlers.CallNotebookLM != nil {
+		h = tc.Handlers
+	}
+	if h.CallNotebookLM == nil {
+		_ = c.Abandon(ctx)
+		return c.Job(), errors.New("jobqueue: Handlers.CallNotebookLM is required")
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	c.renewedAt.Store(c.q.clock.Now().UnixNano())
+	stop := c.heartbeat(runCtx, cancel)
+	job, err := c.pipeline(runCtx, h)
+	stop()
+	c.mu.Lock()
+	c.done = true
+	c.mu.Unlock()
+	if cause := context.Cause(runCtx); errors.Is(cause, ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
+		err = cause // the heartbeat found the lease lost, and the write it cut says only "canceled"
+	}
+	ectx, ecancel := c.q.afterStop(ctx)
+	defer ecancel()
+	c.end(ectx)
+	return job, err
+}
+
+// toArtifactWrite records the move NOTEBOOKLM_CALL → ARTIFACT_WRITE in
+// the write that ends the artifact step, unless the job is there already.
+func (q *Queue) toArtifactWrite(ctx context.Context, d *jobDoc) error {
+	if d.Status != lifecycle.JobNotebookLMCall {
+		return nil
+	}
+	return q.fire(ctx, d, lifecycle.EventResponseOK, lifecycle.ActorOrchestration)
+}
+
+// afterStop is the context for what a claim still writes once ctx may have
+// ended (the interrupted attempt, the agent's release): not canceled with
+// ctx, but bounded by StopGrace, so a store outage during shutdown cannot
+// hold the Worker.
+func (q *Queue) afterStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), q.cfg.StopGrace)
+}
+
+// step runs fn as one unit of the core under the step timeout, on the
+// queue's clock: at the timeout the step ends with an error matching
+// ErrStepTimeout whether or not fn returns, and a fn that ignores its
+// context is left behind, counted in Stragglers, its result dropped.
+func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
+	job := c.Job()
+	_, err := core.Do(ctx, c.q.units, "job "+job.JobID+" "+name, c.q.cfg.StepTimeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, fn(ctx)
+	})
+	if errors.Is(err, core.ErrOverrun) {
+		c.q.abandoned(job.JobType, job.Status)
+		err = fmt.Errorf("%w: %w", ErrStepTimeout, err)
+	}
+	return ctx, err
+}
+
+// pipeline runs the 003 pipeline of the claimed job: CONTEXT_ASSEMBLY
+// (assembleContext), NOTEBOOKLM_CALL, ARTIFACT_WRITE (writeArtifact) and
+// the commit; a failed step is recorded by orchestrate.
+func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error) {
+	job := c.Job()
+	snapshot, sctx, err := c.assembleContext(ctx, h, job)
+	if err != nil {
+		return c.orchestrate(ctx, lifecycle.JobContextAssembly, sctx, err)
+	}
+	if job.Status == lifecycle.JobContextAssembly {
+		if err := c.move(ctx, lifecycle.EventSnapshotReady, nil); err != nil {
+			return c.Job(), err
+		}
+		job = c.Job()
+	}
+	var out Output
+	sctx, err = c.step(ctx, "CallNotebookLM", func(ctx context.Context) (err error) {
+		out, err = h.CallNotebookLM(ctx, job, snapshot)
+		return err
+	})
+	if err != nil {
+		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
+	}
+	art, sctx, err := c.writeArtifact(ctx, job, out)
+	if errors.Is(err, ErrLeaseLost) {
+		return c.Job(), err
+	}
+	if err != nil {
+		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, sctx, err)
+	}
+	return c.commit(ctx, art)
+}
+
+// orchestrate records the failure err of step (sctx the step's context)
+// as the orchestration's, unless the claim lost its lease.
+func (c *Claim) orchestrate(ctx context.Context, step lifecycle.JobState, sctx context.Context, err error) (lifecycle.Job, error) {
+	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+		return c.Job(), context.Cause(ctx)
+	}
+	code := errorCode(step, sctx, err)
+	if ctx.Err() == nil {
+		// Not stopping: the failure is recorded under the claim's own
+		// context, waiting out an outage as long as the claim may.
+		return c.fail(ctx, step, code, err.Error())
+	}
+	ectx, cancel := c.q.afterStop(ctx)
+	defer cancel()
+	return c.fail(ectx, step, code, err.Error())
+}
+
+// assembleContext runs the AssembleContext handler, if the job is to run
+// it, and returns its snapshot and the step's context.
+func (c *Claim) assembleContext(ctx context.Context, h Handlers, job lifecycle.Job) (json.RawMessage, context.Context, error) {
+	if job.Status == lifecycle.JobNotebookLMCall {
+		// Picked up by a Worker whose handlers assemble no context: the
+		// pickup recorded snapshot_ready in the same write (see claimFor).
+		return nil, nil, nil
+	}
+	if h.AssembleContext == nil {
+		return nil, nil, nil
+	}
+	var snapshot json.RawMessage
+	sctx, err := c.step(ctx, "AssembleContext", func(ctx context.Context) (err error) {
+		snapshot, err = h.AssembleContext(ctx, job)
+		return err
+	})
+	if err != nil {
+		// An abandoned handler may still be writing snapshot: not read.
+		return nil, sctx, err
+	}
+	return snapshot, sctx, nil
+}
+
+// writeArtifact creates the job's artifact from out, the ARTIFACT_WRITE
+// step, and returns it with the step's context.
+func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output) (artifact.Artifact, context.Context, error) {
+	// ARTIFACT_WRITE is not written on its own: the artifact write is the
+	// queue's own quick step, and no reader acts on a job in it, so the
+	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
+	// ends the step (the commit, or the failure), with its own audit event.
+	typ := c.q.artifactType(job.JobType)
+	cid := job.ProjectID
+	if cid == "" {
+		cid = c.q.cfg.Project
+	}
+	// The artifact is fenced by the claim's epoch (artifact.Draft.Epoch):
+	// a newer attempt's artifact is never replaced, a lost attempt's is;
+	// and the lease is confirmed just before the write, so an attempt that
+	// woke up after losing the job writes none (see confirm).
+	var art artifact.Artifact
+	sctx, err := c.step(ctx, "artifact write", func(ctx context.Context) (err error) {
+		if err := c.confirm(ctx); err != nil {
+			return err
+		}
+		art, _, err = c.q.artifacts.Create(ctx, c.q.cfg.ArtifactActor, cid, artifact.Draft{
+			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
+			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
+			Epoch: c.epoch, Audited: true,
+		})
+		if err == nil && art.Version == 1 {
+			// A fresh create: its event goes in the job's audit object
+			// (a replacement's the artifact store recorded itself).
+			c.mu.Lock()
+			c.artCreated = art.ArtifactID
+			c.mu.Unlock()
+		}
+		switch {
+		case err != nil:
+		case !art.Finalized:
+			err = fmt.Errorf("%w: %s", artifact.ErrNotFinalized, art.ArtifactID)
+		case art.Epoch != c.epoch:
+			err = fmt.Errorf("jobqueue: artifact %s of epoch %d, not the claim's %d", art.ArtifactID, art.Epoch, c.epoch)
+		}
+		return err
+	})
+	if err != nil {
+		// An abandoned write may still be setting art: not read.
+		return artifact.Artifact{}, sctx, err
+	}
+	return art, sctx, nil
+}
+
+// commit writes COMPLETE, pointing at art, in the write that also records
+// NOTEBOOKLM_CALL → ARTIFACT_WRITE.
+func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Job, error) {
+	_, err := c.write(ctx, func(d *jobDoc, _ time.Time) error {
+		if err := c.q.toArtifactWrite(ctx, d); err != nil {
+			return err
+		}
+		if err := c.q.fire(ctx, d, lifecycle.EventCommit, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
+		d.AuditArtifact = c.artCreated
+		d.RanEpoch = c.epoch
+		return nil
+	})
+	if err == nil {
+		c.settled()
+	}
+	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
+		// The commit itself failed (a store error): a write error of
+		// ARTIFACT_WRITE, retried like any other.
+		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, ctx, err)
+	}
+	return c.Job(), err
+}

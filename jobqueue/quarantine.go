@@ -1,0 +1,89 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// poison quarantines the record of a *records.CorruptError and turns the
+// error into ErrNotFound for the caller, which goes on as if the record were
+// gone: a poison record never blocks anything. Other errors pass.
+func (q *Queue) poison(ctx context.Context, err error) error {
+	var ce *records.CorruptError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	qkey, qerr := q.quar.Move(ctx, ce)
+	if qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
+		return qerr
+	}
+	if qerr == nil {
+		q.quarantined(ce.Key)
+	}
+	return fmt.Errorf("jobqueue: %w (quarantined at %s): %w", storage.ErrNotFound, qkey, err)
+}
+
+// QuarantinedError is the error of a job whose record was poison and was
+// moved under records.QuarantinePrefix (by this read or an earlier one): Get
+// and Requeue give it, as the Runner gives run.QuarantinedError for a run,
+// so a client learns the job is quarantined, not that it never existed. An
+// operator may repair and restore the record (records.Restore). It matches
+// records.ErrCorrupt and, as a job the queue can no longer see,
+// storage.ErrNotFound; its code is RECORD_QUARANTINED (410).
+type QuarantinedError struct {
+	JobID string
+	// Key is where the record was; QKey where its copy is kept.
+	Key, QKey string
+	Reason    string
+}
+
+// Error names the job and the reason.
+func (e *QuarantinedError) Error() string {
+	msg := "jobqueue: job " + e.JobID + ": record quarantined"
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	if e.QKey != "" {
+		msg += " (at " + e.QKey + ")"
+	}
+	return msg
+}
+
+// Is matches records.ErrCorrupt and storage.ErrNotFound.
+func (e *QuarantinedError) Is(target error) bool {
+	return target == records.ErrCorrupt || target == storage.ErrNotFound
+}
+
+// Code is RECORD_QUARANTINED, as records.CorruptError's.
+func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }
+
+// quarantinedOr turns the not-found of a job whose record is in quarantine
+// into a *QuarantinedError; any other error is returned as it is.
+func (q *Queue) quarantinedOr(ctx context.Context, jobID string, err error) error {
+	if !errors.Is(err, storage.ErrNotFound) {
+		return err
+	}
+	key, kerr := layout.JobKey(jobID)
+	if kerr != nil {
+		return err
+	}
+	for qkey, lerr := range q.store.List(ctx, records.QuarantinePrefix+key+"/") {
+		if lerr != nil {
+			return err
+		}
+		qe := &QuarantinedError{JobID: jobID, Key: key, QKey: qkey}
+		if rec, rerr := records.ReadQuarantined(ctx, q.store, qkey); rerr == nil {
+			qe.Reason = rec.Reason
+		}
+		return qe
+	}
+	return err
+}
+
+// Quarantined counts the records this Queue moved to quarantine.
+func (q *Queue) Quarantined() int64 { return q.quar.Count() }

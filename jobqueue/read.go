@@ -1,0 +1,72 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"iter"
+
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// ownJob is the "own job" of the NLM backend in 003 §4.1: the job the
+// orchestration layer has handed to it, which is the job in NOTEBOOKLM_CALL.
+func ownJob(actor lifecycle.Actor, j *lifecycle.Job) bool {
+	return actor == lifecycle.ActorNLMBackend && j.Status == lifecycle.JobNotebookLMCall
+}
+
+// Get reads a job. The actor needs Read (003 §4.1); the NLM backend may
+// read only its own job, one in NOTEBOOKLM_CALL.
+func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
+	if authority.Lookup(actor, authority.Jobs, authority.Read) == authority.Denied {
+		return lifecycle.Job{}, authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{})
+	}
+	d, _, err := q.read(ctx, jobID)
+	if err != nil {
+		return lifecycle.Job{}, q.quarantinedOr(ctx, jobID, err)
+	}
+	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{Own: ownJob(actor, &d.Job)}); err != nil {
+		return lifecycle.Job{}, err
+	}
+	return d.Job, nil
+}
+
+// List yields every job in key order. The actor needs Read without
+// qualification (the NLM backend may not list jobs).
+func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifecycle.Job, error] {
+	return func(yield func(lifecycle.Job, error) bool) {
+		if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
+			yield(lifecycle.Job{}, err)
+			return
+		}
+		for d, err := range q.docs(ctx) {
+			if !yield(d.Job, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (q *Queue) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
+	return func(yield func(jobDoc, error) bool) {
+		for key, err := range q.store.List(ctx, layout.JobsPrefix) {
+			if err != nil {
+				yield(jobDoc{}, err)
+				return
+			}
+			id, ok := layout.JobIDFromKey(key)
+			if !ok {
+				continue
+			}
+			d, _, err := q.read(ctx, id)
+			if errors.Is(err, storage.ErrNotFound) {
+				continue
+			}
+			if !yield(d, err) || err != nil {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// jobDoc is the stored form of a Job: the record plus the document version.
+type jobDoc struct {
+	records.Meta
+	lifecycle.Job
+	// AuditArtifact is the artifact whose creation event is still to be
+	// flushed with the trail (the artifact store was told not to write it,
+	// artifact.Draft.Audited); emitted before the move out of
+	// ARTIFACT_WRITE.
+	AuditArtifact string `json:"audit_artifact,omitempty"`
+	// RanEpoch is the agent-lock epoch of the last claim that ended the
+	// job's run (its commit or its failure): a lock of that epoch naming
+	// the job is free, though not released (see Claim.end).
+	RanEpoch int64 `json:"ran_epoch,omitempty"`
+}
+
+// read reads a job; a poison record is quarantined and reads as missing
+// (ErrNotFound), with the quarantine logged and counted.
+func (q *Queue) read(ctx context.Context, jobID string) (jobDoc, storage.Version, error) {
+	key, err := layout.JobKey(jobID)
+	if err != nil {
+		return jobDoc{}, "", err
+	}
+	rec := q.jobRecord(key)
+	d, v, err := rec.Load(ctx)
+	if err = q.poison(ctx, err); err != nil {
+		return jobDoc{}, "", err
+	}
+	return d, v, nil
+}
+
+// jobRecord is the job at key as the core writes it: validated on every
+// read, so a record that is not a job of this key is poison.
+func (q *Queue) jobRecord(key string) *core.Record[jobDoc, *jobDoc] {
+	return &core.Record[jobDoc, *jobDoc]{Store: q.store, Key: key, Validate: func(d *jobDoc) error { return validJob(key, d) }}
+}
+
+// validJob refuses a decoded job that cannot be this key's job.
+func validJob(key string, d *jobDoc) error {
+	id, _ := layout.JobIDFromKey(key)
+	switch {
+	case d.JobID != id:
+		return fmt.Errorf("job_id %q in the record of %q", d.JobID, id)
+	case !slices.Contains(lifecycle.JobStates(), d.Status):
+		return fmt.Errorf("unknown status %q", d.Status)
+	case storage.ValidateID("agent slug", d.AgentSlug) != nil:
+		return fmt.Errorf("invalid agent_slug %q", d.AgentSlug)
+	case d.ReadyKey != "" && !strings.HasPrefix(d.ReadyKey, lanePrefix+d.AgentSlug+"/"):
+		return fmt.Errorf("ready_key %q outside the agent's lane", d.ReadyKey)
+	}
+	return nil
+}
+
+// fire moves d by event as actor and appends the move to d's trail.
+func (q *Queue) fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle.Actor) error {
+	ch, err := lifecycle.JobMachine().Fire(ctx, &d.Job, event, actor)
+	if err != nil {
+		return err
+	}
+	d.Trail = append(d.Trail, lifecycle.JobMove{From: ch.From, To: ch.To, Event: event, Actor: actor})
+	return nil
+}
+
+// update is every job write: mutate on the record, updated_at never
+// going back, a compare-and-swap write, then, when the write brings the
+// job to rest, the audit object of its trail. When the caller holds the
+// document as it last wrote it (cached, at version ver) the write goes
+// straight to If-Match; on a conflict, or without a cache, core.Record
+// reads first.
+//
+// The trail (Job.Trail) holds the moves not yet in the audit log: the
+// moves since the job last came to rest. A write that leaves a rest state
+// first makes sure the rest's audit object exists (a writer that died
+// between its write and its flush leaves no gap), then starts the trail
+// afresh; any other write carries the trail on and adds its moves.
+func (q *Queue) update(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
+	return q.updateFenced(ctx, jobID, cached, ver, "", 0, mutate)
+}
+
+// updateFenced is update for an owner: the write is refused with
+// ErrLeaseLost unless the job still carries the lease (owner, epoch).
+func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
+	key, err := layout.JobKey(jobID)
+	if err != nil {
+		return jobDoc{}, "", err
+	}
+	rec := q.jobRecord(key)
+	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *records.Lease { return d.Lease }
+	if epoch > 0 {
+		rec.Now = q.clock.Now
+	}
+	if cached != nil && ver != "" {
+		// Mutations replace pointer fields rather than write through them,
+		// so the record's shallow copies leave the cache intact.
+		rec.Seed(*cached, ver)
+	}
+	carried := 0
+	prior, d, err := rec.Apply(ctx, func(d *jobDoc) error {
+		now := q.clock.Now().UTC()
+		if now.Before(d.UpdatedAt) {
+			now = d.UpdatedAt
+		}
+		if flushes(d.Status) && (len(d.Trail) > 0 || d.AuditArtifact != "") {
+			if err := q.ensureFlushed(ctx, d); err != nil {
+				return err
+			}
+			d.Trail, d.AuditArtifact = nil, ""
+		}
+		d.Trail = slices.Clip(d.Trail) // appends must not write into the cached document's array
+		carried = len(d.Trail)
+		if err := mutate(d, now); err != nil {
+			return err
+		}
+		for i := carried; i < len(d.Trail); i++ {
+			d.Trail[i].At = now
+		}
+		if len(d.Trail) > carried {
+			d.UpdatedAt = now
+		}
+		return nil
+	})
+	if err = q.poison(ctx, err); err != nil {
+		return jobDoc{}, "", err
+	}
+	_, nv := rec.Snapshot()
+	q.observe(&prior, &d, d.Trail[carried:])
+	if flushes(d.Status) {
+		// The write is done: its audit object is written even if ctx ends
+		// meanwhile (a Worker stopping), within StopGrace, so a stop does
+		// not leave the job for a repair (active.go).
+		fctx, cancel := q.afterStop(ctx)
+		q.flush(fctx, &d)
+		cancel()
+	}
+	return d, nv, nil
+}

@@ -1,0 +1,60 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
+)
+
+// Requeue is the operator's manual requeue (003 §1.2 FAILED → QUEUED, and
+// the extension DEAD → QUEUED, invariant F2). Only the admin may make it:
+// the matrix lets the orchestration layer update status too, but the job
+// machine gives this move to the admin alone, so anyone else gets a
+// FORBIDDEN error and nothing is written. The job starts over with a fresh
+// set of attempts (attempt 0) and its error cleared.
+func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
+	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {
+		return lifecycle.Job{}, err
+	}
+	// The lane entry first, the job second (active.go): the job's agent
+	// comes from a read before the write.
+	cur, ver, err := q.read(ctx, jobID)
+	if err != nil {
+		return lifecycle.Job{}, q.quarantinedOr(ctx, jobID, err)
+	}
+	probe := cur
+	probe.Trail = nil
+	if err := q.fire(ctx, &probe, lifecycle.EventRequeue, actor); err != nil {
+		return lifecycle.Job{}, err // refused as the record stands: no lane entry written
+	}
+	if err := q.ensureAgent(ctx, cur.AgentSlug); err != nil {
+		return lifecycle.Job{}, err
+	}
+	at := q.clock.Now().UTC()
+	lane := laneKey(cur.AgentSlug, at, jobID)
+	undo, err := q.putLaneFirst(ctx, lane, jobID, at)
+	if err != nil {
+		return lifecycle.Job{}, err
+	}
+	d, _, err := q.update(ctx, jobID, &cur, ver, func(d *jobDoc, now time.Time) error {
+		if d.AgentSlug != cur.AgentSlug {
+			return fmt.Errorf("jobqueue: job %s changed agent", jobID)
+		}
+		if err := q.fire(ctx, d, lifecycle.EventRequeue, actor); err != nil {
+			return err
+		}
+		d.Attempt, d.Error, d.ErrorCode, d.FailedStep = 0, nil, "", ""
+		d.QueuedAt, d.ReadyKey, d.NextAttemptAt, d.Lease = &now, lane, nil, nil
+		return nil
+	})
+	if err != nil {
+		undo()
+		return lifecycle.Job{}, err
+	}
+	q.relaneIfSlow(ctx, lane, jobID, at)
+	q.laneAdded(cur.AgentSlug, lane)
+	return d.Job, nil
+}
