@@ -72,15 +72,8 @@ func (q *Queue) quarantinedOr(ctx context.Context, jobID string, err error) erro
 	if kerr != nil {
 		return err
 	}
-	for qkey, lerr := range q.store.List(ctx, records.QuarantinePrefix+key+"/") {
-		if lerr != nil {
-			return err
-		}
-		qe := &QuarantinedError{JobID: jobID, Key: key, QKey: qkey}
-		if rec, rerr := records.ReadQuarantined(ctx, q.store, qkey); rerr == nil {
-			qe.Reason = rec.Reason
-		}
-		return qe
+	if qkey, reason, ok := records.FindQuarantined(ctx, q.store, key); ok {
+		return &QuarantinedError{JobID: jobID, Key: key, QKey: qkey, Reason: reason}
 	}
 	return err
 }

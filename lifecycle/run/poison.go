@@ -55,17 +55,11 @@ const maxPoisonRereads = 3
 
 // findQuarantined looks for a quarantined copy of a run's status.
 func (r *Runner) findQuarantined(ctx context.Context, runID, key string) *QuarantinedError {
-	for qkey, err := range r.store.List(ctx, records.QuarantinePrefix+key+"/") {
-		if err != nil {
-			return nil
-		}
-		qe := &QuarantinedError{RunID: runID, Key: key, QKey: qkey}
-		if q, err := records.ReadQuarantined(ctx, r.store, qkey); err == nil {
-			qe.Reason = q.Reason
-		}
-		return qe
+	qkey, reason, ok := records.FindQuarantined(ctx, r.store, key)
+	if !ok {
+		return nil
 	}
-	return nil
+	return &QuarantinedError{RunID: runID, Key: key, QKey: qkey, Reason: reason}
 }
 
 // quarantineRun moves a poison status.json out of the way and frees what

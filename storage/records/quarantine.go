@@ -221,6 +221,24 @@ func ReadQuarantined(ctx context.Context, s storage.Store, qkey string) (Quarant
 	return q, nil
 }
 
+// FindQuarantined looks for a quarantined copy of the record that was at
+// key: the first one's QKey and reason, or ok false when there is none (or
+// the listing fails: the caller then answers as for a missing record). It
+// lists only key's own folder under QuarantinePrefix, never the whole
+// quarantine.
+func FindQuarantined(ctx context.Context, s storage.Store, key string) (qkey, reason string, ok bool) {
+	for k, err := range s.List(ctx, QuarantinePrefix+key+"/") {
+		if err != nil {
+			return "", "", false
+		}
+		if q, err := ReadQuarantined(ctx, s, k); err == nil {
+			reason = q.Reason
+		}
+		return k, reason, true
+	}
+	return "", "", false
+}
+
 // Restore puts a quarantined record's bytes back at its original key
 // (create-only: a key that was written since is never overwritten; that
 // gives storage.ErrPreconditionFailed) and removes it from quarantine. An operator
