@@ -218,3 +218,18 @@ var runStep = sync.OnceValue(func() *Machine[StepState, Stateful] {
 		SetState: setState[StepState],
 	})
 })
+
+// RunFinished tells whether status is a terminal state of the run machine
+// named machine (a RunStatus's Machine; "" is the canonical one). An
+// unknown machine or state is not finished: what cannot be judged is kept.
+func RunFinished(machine, status string) bool {
+	switch machine {
+	case "", MachineCanonical:
+		return CanonicalRun().IsTerminal(RunState(status))
+	case MachineCancelable:
+		return CancelableRun().IsTerminal(CancelableRunState(status))
+	case MachineApproval:
+		return ApprovalRun().IsTerminal(ApprovalRunState(status))
+	}
+	return false
+}

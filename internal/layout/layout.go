@@ -461,3 +461,73 @@ func GitHubDeliveryKey(delivery string) (string, error) {
 	}
 	return GitHubDeliveriesPrefix + delivery + ".json", nil
 }
+
+// The prefixes the retention janitor pages through, beside the ones above:
+// every run folder, every audit day, every project's artifacts.
+const (
+	AgentsPrefix   = "agents/"
+	AuditPrefix    = "audit/"
+	ProjectsPrefix = "projects/"
+)
+
+// JanitorKey holds the retention janitor's lease and its cursor through
+// the current pass: retention/janitor.json.
+const JanitorKey = "retention/janitor.json"
+
+// ParseAuditDay returns the UTC day of a key under an audit day folder,
+// audit/YYYYMMDD/..., or false for a key of another shape.
+func ParseAuditDay(key string) (day time.Time, ok bool) {
+	rest, ok := strings.CutPrefix(key, AuditPrefix)
+	if !ok || len(rest) < 9 || rest[8] != '/' {
+		return time.Time{}, false
+	}
+	d, err := time.Parse("20060102", rest[:8])
+	if err != nil {
+		return time.Time{}, false
+	}
+	return d.UTC(), true
+}
+
+// ParseInboxExpiredKey returns the id of an expired entry's key
+// inbox/expired/{entryId}.json, or false for any other key.
+func ParseInboxExpiredKey(key string) (entryID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, InboxExpiredPrefix)
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
+	}
+	entryID, ok = strings.CutSuffix(rest, ".json")
+	return entryID, ok && storage.ValidateID("inbox entry id", entryID) == nil
+}
+
+// IsIdempotencyKey tells whether key is an idempotency record,
+// idempotency/{64 hex digits}.json (IdempotencyKey).
+func IsIdempotencyKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, IdempotencyPrefix)
+	if !ok {
+		return false
+	}
+	sum, ok := strings.CutSuffix(rest, ".json")
+	if !ok || len(sum) != 2*sha256.Size {
+		return false
+	}
+	_, err := hex.DecodeString(sum)
+	return err == nil
+}
+
+// ParseArtifactKey returns the project and artifact of an artifact key
+// projects/{cid}/artifacts/{artifactId}.json, or false for any other key.
+func ParseArtifactKey(key string) (cid, artifactID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, ProjectsPrefix)
+	if !ok {
+		return "", "", false
+	}
+	cid, rest, ok = strings.Cut(rest, "/artifacts/")
+	if !ok || strings.Contains(rest, "/") {
+		return "", "", false
+	}
+	artifactID, ok = strings.CutSuffix(rest, ".json")
+	if !ok || validateIDs("project id", cid, "artifact id", artifactID) != nil {
+		return "", "", false
+	}
+	return cid, artifactID, true
+}
