@@ -106,15 +106,29 @@ var (
 	errNotDue = errors.New("retention: no pass is due")
 )
 
-// Run calls Pass every Config.Check until ctx ends, and returns nil then.
-// A pass that fails is logged and retried at the next check.
+// Start runs Run in a goroutine of its own until stop is called or ctx
+// ends; stop waits for it to return.
+func (j *Janitor) Start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ctx = clock.Start(ctx, j.cfg.Clock) // counted busy from here, for a Fake's WaitIdle
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = j.Run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Run calls Pass every Config.Check until ctx ends, and returns nil then;
+// with retention off it returns at once. A pass that fails is logged at
+// WARN and retried at a later check.
 func (j *Janitor) Run(ctx context.Context) error {
+	clk := j.cfg.Clock
+	ctx, end := clock.Enter(ctx, clk)
+	defer end()
 	if !j.cfg.Enabled() {
 		return nil
 	}
-	clk := j.cfg.Clock
-	ctx, end := clock.Enter(clock.Start(ctx, clk), clk)
-	defer end()
 	for {
 		if _, _, err := j.Pass(ctx); err != nil && ctx.Err() == nil {
 			j.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "retention_pass_failed", slog.String("error", err.Error()))
@@ -141,7 +155,7 @@ func (j *Janitor) Pass(ctx context.Context) (r Report, ran bool, err error) {
 	if !j.cfg.Enabled() {
 		return r, false, nil
 	}
-	rec, st, err := j.take(ctx, false)
+	rec, st, resumed, err := j.take(ctx, false)
 	if errors.Is(err, errBusy) || errors.Is(err, errNotDue) {
 		return r, false, nil
 	}
@@ -149,7 +163,7 @@ func (j *Janitor) Pass(ctx context.Context) (r Report, ran bool, err error) {
 		return r, false, err
 	}
 	now := j.cfg.Clock.Now().UTC()
-	r = Report{Owner: j.cfg.Owner, Epoch: st.Lease.Epoch, Started: now, Resumed: st.Pass.After != "" || st.Pass.Kind != Kinds()[0]}
+	r = Report{Owner: j.cfg.Owner, Epoch: st.Lease.Epoch, Started: now, Resumed: resumed}
 	err = j.work(ctx, rec, st.Pass, &r)
 	r.Ended = j.cfg.Clock.Now().UTC()
 	if err == nil {
@@ -165,7 +179,7 @@ func (j *Janitor) Pass(ctx context.Context) (r Report, ran bool, err error) {
 
 // take takes the lease if a pass is due or unfinished and no live lease is
 // another janitor's, and returns the fenced Record of it.
-func (j *Janitor) take(ctx context.Context, quarantined bool) (*core.Record[state, *state], state, error) {
+func (j *Janitor) take(ctx context.Context, quarantined bool) (_ *core.Record[state, *state], _ state, resumed bool, err error) {
 	now := j.cfg.Clock.Now().UTC()
 	rec := &core.Record[state, *state]{Store: j.cfg.Store, Key: layout.JanitorKey, Lease: leaseOf}
 	grab := func(s *state) error {
@@ -180,6 +194,7 @@ func (j *Janitor) take(ctx context.Context, quarantined bool) (*core.Record[stat
 			epoch = s.Lease.Epoch
 		}
 		s.Lease = &records.Lease{Owner: j.cfg.Owner, Epoch: epoch + 1, ExpiresAt: now.Add(j.cfg.LeaseTTL)}
+		resumed = s.Pass != nil
 		if s.Pass == nil {
 			s.Pass = &cursor{Started: now, Kind: Kinds()[0]}
 		}
@@ -187,14 +202,14 @@ func (j *Janitor) take(ctx context.Context, quarantined bool) (*core.Record[stat
 	}
 	var first state
 	if err := grab(&first); err != nil {
-		return nil, state{}, err
+		return nil, state{}, false, err
 	}
-	_, err := rec.Create(ctx, first)
+	_, err = rec.Create(ctx, first)
 	if err == nil {
-		return j.fenced(rec, first), first, nil
+		return j.fenced(rec, first), first, false, nil
 	}
 	if !errors.Is(err, storage.ErrPreconditionFailed) {
-		return nil, state{}, err
+		return nil, state{}, false, err
 	}
 	_, after, err := rec.Apply(ctx, grab)
 	var ce *records.CorruptError
@@ -202,15 +217,15 @@ func (j *Janitor) take(ctx context.Context, quarantined bool) (*core.Record[stat
 		// A lease record that does not decode blocks nothing: it goes to
 		// quarantine like any poison record, and the lease is made anew.
 		if _, qerr := records.Quarantine(ctx, j.cfg.Store, ce, now); qerr != nil && !errors.Is(qerr, storage.ErrNotFound) {
-			return nil, state{}, qerr
+			return nil, state{}, false, qerr
 		}
 		j.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("reason", ce.Reason))
 		return j.take(ctx, true)
 	}
 	if err != nil {
-		return nil, state{}, err
+		return nil, state{}, false, err
 	}
-	return j.fenced(rec, after), after, nil
+	return j.fenced(rec, after), after, resumed, nil
 }
 
 // fenced makes rec, which wrote st, the lease holder's: every later write

@@ -86,4 +86,3 @@ func S3Lifecycle(c Config, agents []string) ([]byte, error) {
 	}
 	return json.MarshalIndent(cfg, "", "  ")
 }
-
