@@ -38,6 +38,10 @@
 //	conveyor_queue_depth{agent,state}                            gauge     ready-lane entries, state ready or waiting (WatchQueue)
 //	conveyor_queue_oldest_ready_age_seconds{agent}               gauge     how long the oldest ready job has waited (WatchQueue)
 //	conveyor_queue_scrape_errors_total                           counter   scrapes whose queue read failed (WatchQueue)
+//	conveyor_retention_records_deleted_total{kind}               counter   finished records the janitor deleted, by kind (a run counts once)
+//	conveyor_retention_keys_deleted_total                        counter   keys the janitor deleted (a run's whole folder)
+//	conveyor_retention_passes_total{result}                      counter   janitor calls that held the lease: done, or partial (stopped early)
+//	conveyor_retention_last_pass_timestamp_seconds               gauge     when this process last finished a pass
 package prometheus
 
 import (
@@ -51,6 +55,7 @@ import (
 
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
@@ -112,12 +117,19 @@ type Metrics struct {
 	slotsFired      *prometheus.CounterVec
 	slotsSkipped    *prometheus.CounterVec
 	slotsDuplicated *prometheus.CounterVec
+
+	retentionDeleted *prometheus.CounterVec
+	retentionKeys    prometheus.Counter
+	retentionPasses  *prometheus.CounterVec
+	retentionLast    prometheus.Gauge
 }
 
 var (
 	_ run.Metrics      = (*Metrics)(nil)
 	_ jobqueue.Metrics = (*Metrics)(nil)
 	_ schedule.Metrics = (*Metrics)(nil)
+
+	_ retention.Metrics = (*Metrics)(nil)
 )
 
 // New creates the metrics and registers them with reg. It fails when reg
@@ -153,7 +165,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.slotsFired = counter("conveyor_schedule_slots_fired_total", "Schedule slots whose run this process started; caught_up: a missed slot.", "schedule", "caught_up")
 	m.slotsSkipped = counter("conveyor_schedule_slots_skipped_total", "Schedule slots skipped by the missed-slot policy or a pause.", "schedule")
 	m.slotsDuplicated = counter("conveyor_schedule_duplicates_suppressed_total", "Schedule slots another process had fired already.", "schedule")
+	m.retentionDeleted = counter("conveyor_retention_records_deleted_total", "Finished records the retention janitor deleted, by kind.", "kind")
+	m.retentionKeys = prometheus.NewCounter(prometheus.CounterOpts{Name: "conveyor_retention_keys_deleted_total", Help: "Keys the retention janitor deleted."})
+	m.retentionPasses = counter("conveyor_retention_passes_total", "Retention janitor calls that held the lease, result done or partial.", "result")
+	m.retentionLast = prometheus.NewGauge(prometheus.GaugeOpts{Name: "conveyor_retention_last_pass_timestamp_seconds", Help: "When this process last finished a retention pass (Unix seconds)."})
 	for _, c := range []prometheus.Collector{
+		m.retentionDeleted, m.retentionKeys, m.retentionPasses, m.retentionLast,
 		m.runTransitions, m.runDuration, m.idempotency, m.stepDuration, m.stepsAbandoned, m.quarantined,
 		m.jobTransitions, m.jobStateDuration, m.jobDuration, m.jobsDead, m.jobRetries, m.jobFailedAttempts,
 		m.jobLeaseLosses, m.handlersAbandoned, m.slotsFired, m.slotsSkipped, m.slotsDuplicated,
@@ -217,6 +234,22 @@ func (m *Metrics) StepAbandoned(agent, step string) {
 // RecordQuarantined counts a poison record quarantined by a Runner or a
 // Queue; the kinds of the two do not overlap.
 func (m *Metrics) RecordQuarantined(kind string) { m.quarantined.WithLabelValues(kind).Inc() }
+
+// ---- retention.Metrics ----
+
+// RetentionPass counts the work of one janitor call that held the lease.
+func (m *Metrics) RetentionPass(r retention.Report) {
+	for k, n := range r.Deleted {
+		m.retentionDeleted.WithLabelValues(string(k)).Add(float64(n))
+	}
+	m.retentionKeys.Add(float64(r.Keys))
+	result := "partial"
+	if r.Done {
+		result = "done"
+		m.retentionLast.Set(float64(r.Ended.UnixNano()) / 1e9)
+	}
+	m.retentionPasses.WithLabelValues(result).Inc()
+}
 
 // ---- jobqueue.Metrics ----
 

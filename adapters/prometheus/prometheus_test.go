@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
@@ -481,4 +483,37 @@ conveyor_schedule_duplicates_suppressed_total{schedule="hourly"} 1
 # TYPE conveyor_schedule_slots_skipped_total counter
 conveyor_schedule_slots_skipped_total{schedule="hourly"} 3
 `, "conveyor_schedule_slots_skipped_total")
+}
+
+func TestRetentionMetrics(t *testing.T) {
+	t.Parallel()
+	reg, m := newMetrics(t)
+	store := memstore.New()
+	ctx := context.Background()
+	old := t0.Add(-30 * 24 * time.Hour)
+	for i := range 3 {
+		key, _ := layout.JobKey(fmt.Sprintf("job-%d", i))
+		b, _ := json.Marshal(lifecycle.Job{JobID: "x", Status: lifecycle.JobComplete, CreatedAt: old, UpdatedAt: old})
+		if _, err := store.Put(ctx, key, b, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := retention.New(retention.Config{Store: store, Owner: "p1", Clock: clock.NewFake(t0), Age: 7 * 24 * time.Hour, Logger: quiet, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := j.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, reg, `
+# HELP conveyor_retention_records_deleted_total Finished records the retention janitor deleted, by kind.
+# TYPE conveyor_retention_records_deleted_total counter
+conveyor_retention_records_deleted_total{kind="jobs"} 3
+# HELP conveyor_retention_keys_deleted_total Keys the retention janitor deleted.
+# TYPE conveyor_retention_keys_deleted_total counter
+conveyor_retention_keys_deleted_total 3
+# HELP conveyor_retention_passes_total Retention janitor calls that held the lease, result done or partial.
+# TYPE conveyor_retention_passes_total counter
+conveyor_retention_passes_total{result="done"} 1
+`, "conveyor_retention_records_deleted_total", "conveyor_retention_keys_deleted_total", "conveyor_retention_passes_total")
 }
