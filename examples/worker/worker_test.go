@@ -77,7 +77,7 @@ func TestWorkerInProcess(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runWorker(ctx, []string{"-addr", "127.0.0.1:0", "-data", t.TempDir(), "-step-pause", "30ms", "-poll", "50ms", "-drain", "5s"},
-			io.Discard, func(a string) { addrc <- a })
+			io.Discard, io.Discard, func(a string) { addrc <- a })
 	}()
 	var addr string
 	select {
@@ -458,12 +458,16 @@ func TestRefusals(t *testing.T) {
 		{[]string{"-role", "api", "-addr", ""}, "needs -addr"},
 		{[]string{"-lease", "10ms"}, "-lease at least 1s"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"-retention", "-1h"}, "negative"},
+		{[]string{"-retention-ages", "runs"}, "want kind=age"},
+		{[]string{"-retention-ages", "runs=soon"}, "want a duration"},
+		{[]string{"-retention-ages", "trash=1h"}, `unknown kind "trash"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			t.Parallel()
 			args := append([]string{"-data", t.TempDir()}, tt.args...)
-			err := runWorker(context.Background(), args, io.Discard, func(string) { t.Error("the worker started") })
+			err := runWorker(context.Background(), args, io.Discard, io.Discard, func(string) { t.Error("the worker started") })
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want one saying %q", err, tt.want)
 			}
@@ -490,7 +494,7 @@ func TestSchedulesAndWebhooks(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runWorker(ctx, []string{"-addr", "127.0.0.1:0", "-data", dir + "/data", "-config", conf,
-			"-step-pause", "10ms", "-poll", "50ms", "-drain", "5s"}, io.Discard, func(a string) { addrc <- a })
+			"-step-pause", "10ms", "-poll", "50ms", "-drain", "5s"}, io.Discard, io.Discard, func(a string) { addrc <- a })
 	}()
 	defer func() { cancel(); <-done }()
 	var addr string
@@ -577,5 +581,42 @@ func TestRefusesAMissingBucket(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `bucket "no-such-bucket-conveyor" does not exist`) || listening.Match(out) {
 		t.Fatalf("want one sentence saying the bucket does not exist, and no API:\n%s", out)
+	}
+}
+
+// TestPrintS3Lifecycle: -print-s3-lifecycle prints the bucket rules for
+// -retention and its overrides, and starts nothing.
+func TestPrintS3Lifecycle(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	err := runWorker(context.Background(), []string{"-retention", "168h", "-retention-ages", "audit=720h,artifacts=forever", "-print-s3-lifecycle"},
+		&out, io.Discard, func(string) { t.Error("the worker started") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Rules []struct {
+			ID         string
+			Filter     struct{ Prefix string }
+			Expiration struct{ Days int }
+		}
+	}
+	if err := json.Unmarshal([]byte(out.String()), &cfg); err != nil {
+		t.Fatalf("%v in %s", err, out.String())
+	}
+	got := map[string]int{}
+	for _, r := range cfg.Rules {
+		got[r.Filter.Prefix] = r.Expiration.Days
+	}
+	want := map[string]int{"agents/demo-research/runs/": 7, "index/runs/": 7, "audit/": 30, "idempotency/": 1, "inbox/expired/": 7}
+	for p, d := range want {
+		if got[p] != d {
+			t.Errorf("rule for %s: %d days, want %d (all: %v)", p, got[p], d, got)
+		}
+	}
+	for _, p := range []string{"jobs/", "projects/"} {
+		if _, ok := got[p]; ok {
+			t.Errorf("a rule for %s, which is kept (DEAD jobs, artifacts)", p)
+		}
 	}
 }
