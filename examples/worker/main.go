@@ -60,7 +60,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 		if !opts.noDemo {
 			agents = []string{AgentResearch, AgentApproval, AgentNLM}
 		}
-		b, err := retention.S3Lifecycle(opts.retention, agents)
+		b, err := retention.S3Lifecycle(opts.retention, opts.s3Prefix, agents)
 		if err != nil {
 			return err
 		}

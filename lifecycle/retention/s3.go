@@ -50,15 +50,16 @@ const completedTTL = 24 * time.Hour
 //   - audit/, inbox/expired/, and projects/ for artifacts.
 //
 // Days are whole days, rounded up, at least 1. A kind kept (Forever) has
-// no rule.
-func S3Lifecycle(c Config, agents []string) ([]byte, error) {
+// no rule. keyPrefix is the store's prefix in the bucket (s3store's
+// Prefix, "" for none), put before every rule's.
+func S3Lifecycle(c Config, keyPrefix string, agents []string) ([]byte, error) {
 	var cfg S3LifecycleConfiguration
 	add := func(id, prefix string, age time.Duration) {
 		if age < 0 {
 			return
 		}
 		days := max(int((age+24*time.Hour-1)/(24*time.Hour)), 1)
-		cfg.Rules = append(cfg.Rules, S3Rule{ID: "conveyor-" + id, Status: "Enabled", Filter: S3Filter{Prefix: prefix}, Expiration: S3Expiration{Days: days}})
+		cfg.Rules = append(cfg.Rules, S3Rule{ID: "conveyor-" + id, Status: "Enabled", Filter: S3Filter{Prefix: keyPrefix + prefix}, Expiration: S3Expiration{Days: days}})
 	}
 	runs := c.AgeOf(Runs)
 	for _, slug := range agents {
