@@ -5,13 +5,9 @@ package filestore
 import (
 	"context"
 	"io/fs"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
-
-// lockPrefix names a key's lock file, beside its value file.
-const lockPrefix = ".cnvlock-"
 
 // xlocks is the cross-process lock of each key where there are no open
 // file description locks: flock(2) on a lock file per key beside its
@@ -60,7 +56,3 @@ func (xlocks) lock(ctx context.Context, _ uint64, path string) (func(), error) {
 // remove deletes the lock file of the key at path; the caller holds its
 // lock, so no writer holds it, and a writer waiting on it locks anew.
 func (xlocks) remove(path string) { _ = unix.Unlink(lockPathOf(path)) }
-
-func lockPathOf(path string) string {
-	return filepath.Join(filepath.Dir(path), lockPrefix+filepath.Base(path))
-}
