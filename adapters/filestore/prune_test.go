@@ -132,3 +132,28 @@ func TestPruneRacesPut(t *testing.T) {
 		t.Error("the root was removed")
 	}
 }
+
+// TestDeleteRemovesOldLockFiles: a root written by a version from before
+// .cnvlocks holds a lock file beside each key; deleting the key removes
+// it, and so its directory.
+func TestDeleteRemovesOldLockFiles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "queue/lanes/a/0001-j1", []byte("{}"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "queue/lanes/a/.cnvlock-0001-j1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "queue/lanes/a/0001-j1", storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if left := files(t, dir); len(left) != 0 {
+		t.Errorf("left: %v", left)
+	}
+}
