@@ -370,3 +370,46 @@ func TestLaneAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionParsers: the keys the retention janitor judges, parsed
+// from what the builders make, and refused in any other shape.
+func TestRetentionParsers(t *testing.T) {
+	t.Parallel()
+	day := time.Date(2026, 3, 4, 23, 59, 0, 0, time.UTC)
+	audit, _ := layout.AuditKey(day, "evt-1")
+	got, ok := layout.ParseAuditDay(audit)
+	if !ok || !got.Equal(time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("ParseAuditDay(%q) = %s, %v", audit, got, ok)
+	}
+	expired, _ := layout.InboxExpiredKey("e-1")
+	if id, ok := layout.ParseInboxExpiredKey(expired); !ok || id != "e-1" {
+		t.Errorf("ParseInboxExpiredKey(%q) = %q, %v", expired, id, ok)
+	}
+	if !layout.IsIdempotencyKey(layout.IdempotencyKey("api:c:1")) {
+		t.Error("IsIdempotencyKey refuses an IdempotencyKey")
+	}
+	art, _ := layout.ArtifactKey("proj", "art-1")
+	if cid, id, ok := layout.ParseArtifactKey(art); !ok || cid != "proj" || id != "art-1" {
+		t.Errorf("ParseArtifactKey(%q) = %q, %q, %v", art, cid, id, ok)
+	}
+	for _, k := range []string{"audit/2026030/x.json", "audit/2026x304/x.json", "audit/20261304/x.json", "audits/20260304/x.json", "audit/20260304"} {
+		if _, ok := layout.ParseAuditDay(k); ok {
+			t.Errorf("ParseAuditDay(%q) ok", k)
+		}
+	}
+	for _, k := range []string{"inbox/e-1.json", "inbox/expired/a/b.json", "inbox/expired/e-1", "inbox/expired/.json"} {
+		if _, ok := layout.ParseInboxExpiredKey(k); ok {
+			t.Errorf("ParseInboxExpiredKey(%q) ok", k)
+		}
+	}
+	for _, k := range []string{"idempotency/abc.json", "idempotency/" + strings.Repeat("g", 64) + ".json", "idempotency/" + strings.Repeat("a", 64), "index/runs/x.json"} {
+		if layout.IsIdempotencyKey(k) {
+			t.Errorf("IsIdempotencyKey(%q)", k)
+		}
+	}
+	for _, k := range []string{"projects/p/artifacts/a", "projects/p/artifacts/a/b.json", "projects/p/other/a.json", "projects//artifacts/a.json", "artifacts/a.json"} {
+		if _, _, ok := layout.ParseArtifactKey(k); ok {
+			t.Errorf("ParseArtifactKey(%q) ok", k)
+		}
+	}
+}
