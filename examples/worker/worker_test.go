@@ -620,3 +620,41 @@ func TestPrintS3Lifecycle(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionJanitorRuns: with -retention, every process runs the
+// janitor, an API-only one included: its first pass shows in /metrics.
+func TestRetentionJanitorRuns(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runWorker(ctx, []string{"-role", "api", "-addr", "127.0.0.1:0", "-data", t.TempDir(), "-retention", "168h", "-drain", "5s"},
+			io.Discard, io.Discard, func(a string) { addrc <- a })
+	}()
+	defer func() { cancel(); <-done }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("worker ended before serving: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not start in 30 s")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if strings.Contains(string(b), `conveyor_retention_passes_total{result="done"} 1`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no retention pass in /metrics after 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
