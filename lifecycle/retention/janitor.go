@@ -291,6 +291,7 @@ func (j *Janitor) work(ctx context.Context, rec *core.Record[state, *state], c *
 			cur = cursor{Started: c.Started, Kind: k}
 		}
 		age := j.cfg.AgeOf(k)
+	pages:
 		for age >= 0 {
 			keys, err := j.page(ctx, k, cur.After)
 			r.Listed += len(keys)
@@ -304,7 +305,11 @@ func (j *Janitor) work(ctx context.Context, rec *core.Record[state, *state], c *
 				if err := j.renew(ctx, rec); err != nil {
 					return err
 				}
-				if err := j.visit(ctx, k, key, age, r); err != nil {
+				err := j.visit(ctx, k, key, age, r)
+				if errors.Is(err, errKindDone) {
+					break pages
+				}
+				if err != nil {
 					return fmt.Errorf("retention: %s: %w", key, err)
 				}
 			}

@@ -24,6 +24,10 @@ var prefixes = map[Kind][]string{
 	Artifacts:   {layout.ProjectsPrefix},
 }
 
+// errKindDone ends a kind's listing early: nothing after the key can be
+// eligible.
+var errKindDone = errors.New("retention: nothing further of this kind is eligible")
+
 // visit judges one listed key of kind k and deletes what is eligible. An
 // error is the store's; a record that vanished, changed or does not decode
 // is counted and left.
@@ -43,8 +47,14 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		return j.deleteRun(ctx, key, slug, runID, ver, r)
 	case Audit:
 		day, ok := layout.ParseAuditDay(key)
-		if !ok || !AuditDayEligible(day, now, age) {
+		if !ok {
 			return nil
+		}
+		if !AuditDayEligible(day, now, age) {
+			// Day folders list in date order: every later key is of a
+			// day at least as recent, so the kind ends here, and a pass
+			// lists no more of the audit log than it deletes.
+			return errKindDone
 		}
 		// Audit events are written once (create-only) and never changed,
 		// so there is no version to fence on: the day's end is the judge.
