@@ -70,7 +70,7 @@ type Config struct {
 
 	// Events is mounted at GET /events/stream (package httpapi/events).
 	// Default none: the route answers 503 SERVICE_UNAVAILABLE, and the
-	// Client falls back to polling.
+	// Go client (package client) falls back to polling.
 	Events http.Handler
 	// Page is mounted at /ui/ (every method), and GET / redirects there.
 	// Default none: both answer 404. Its GETs, like /healthz, need no
