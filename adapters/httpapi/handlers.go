@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -17,11 +18,9 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// Idempotency headers of POST /agents/run (seed 004 §3.2).
-const (
-	IdempotencyKeyHeader = "X-Idempotency-Key"
-	RequestIDHeader      = "X-Request-ID"
-)
+// RequestIDHeader is the idempotency key of a submit without
+// X-Idempotency-Key (client.IdempotencyKeyHeader; seed 004 §3.2).
+const RequestIDHeader = "X-Request-ID"
 
 // submitAnswer is POST /agents/run's answer.
 type submitAnswer struct {
@@ -51,7 +50,7 @@ type quarantinedJSON struct {
 // included, is an id inside the caller's namespace: an API caller cannot
 // occupy, probe or block another client's or source's key.
 func idempotencyKey(r *http.Request, actor lifecycle.Actor) string {
-	id := r.Header.Get(IdempotencyKeyHeader)
+	id := r.Header.Get(client.IdempotencyKeyHeader)
 	if id == "" {
 		id = r.Header.Get(RequestIDHeader)
 	}
@@ -239,7 +238,7 @@ func (s *Server) nlmCallback(w http.ResponseWriter, r *http.Request, _ lifecycle
 		return nil
 	}
 	msg, _, _ := strings.Cut(strings.TrimSpace(cw.body.String()), "\n")
-	code := codeOfStatus(cw.status)
+	code := codes.OfStatus(cw.status)
 	if cw.status == http.StatusNotFound {
 		code = codes.JobNotFound
 	}

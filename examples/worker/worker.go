@@ -18,6 +18,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/httpapi/page"
 	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
@@ -201,7 +202,7 @@ func callbackPoster(tokens map[string]lifecycle.Actor) nlm.Poster {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		} else {
-			req.Header.Set(httpapi.ActorHeader, string(lifecycle.ActorNLMBackend))
+			req.Header.Set(client.ActorHeader, string(lifecycle.ActorNLMBackend))
 		}
 		return http.DefaultClient.Do(req)
 	})

@@ -23,9 +23,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -88,7 +87,7 @@ func TestWorkerInProcess(t *testing.T) {
 		t.Fatal("worker did not start in 30 s")
 	}
 	base := "http://" + addr
-	c := &httpapi.Client{BaseURL: base}
+	c := &client.Client{BaseURL: base}
 	tctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer tcancel()
 
@@ -157,7 +156,7 @@ func TestWorkerInProcess(t *testing.T) {
 
 	// A job through the queue: the demo handler answers as NotebookLM,
 	// the artifact is written, the job is COMPLETE.
-	job, err := c.Enqueue(tctx, jobqueue.NewJob{RunID: res.RunID, JobType: lifecycle.JobBrief, AgentSlug: AgentResearch})
+	job, err := c.Enqueue(tctx, lifecycle.NewJob{RunID: res.RunID, JobType: lifecycle.JobBrief, AgentSlug: AgentResearch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +344,7 @@ func TestWorkersShareAStore(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			c := &httpapi.Client{BaseURL: "http://" + addr}
+			c := &client.Client{BaseURL: "http://" + addr}
 
 			// The stream is opened before the first submit, so it sees
 			// every run's every change.
@@ -499,7 +498,7 @@ func TestSchedulesAndWebhooks(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("worker ended: %v", err)
 	}
-	c := &httpapi.Client{BaseURL: "http://" + addr}
+	c := &client.Client{BaseURL: "http://" + addr}
 	tctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer tcancel()
 

@@ -141,6 +141,35 @@ func HTTPStatus(code string) int {
 	return http.StatusInternalServerError
 }
 
+// OfStatus names the code of an error answer that carries none (a proxy's,
+// or the NLM sink's plain text) by its HTTP status; any other status is
+// INTERNAL_ERROR.
+func OfStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return InvalidRequest
+	case http.StatusUnauthorized:
+		return Unauthorized
+	case http.StatusForbidden:
+		return Forbidden
+	case http.StatusNotFound:
+		return NotFound
+	case http.StatusMethodNotAllowed:
+		return MethodNotAllowed
+	case http.StatusConflict:
+		return Conflict
+	case http.StatusRequestEntityTooLarge:
+		return InputTooLarge
+	case http.StatusUnsupportedMediaType:
+		return UnsupportedMediaType
+	case http.StatusServiceUnavailable:
+		return ServiceUnavailable
+	case http.StatusBadGateway:
+		return UpstreamUnavailable
+	}
+	return InternalError
+}
+
 // Error codes written to Job.ErrorCode.
 const (
 	JobTimeout            = "TIMEOUT"
