@@ -21,7 +21,7 @@ var specCanonical = map[lifecycle.RunState][]lifecycle.RunState{
 	"failed":    {},
 }
 
-// Seed 001 _ALLOWED_TRANSITIONS, as written.
+// The cancel-aware run (docs/spec.md#cancel-aware-run).
 var specCancelable = map[lifecycle.CancelableRunState][]lifecycle.CancelableRunState{
 	"queued":           {"running", "canceled"},
 	"running":          {"succeeded", "failed", "timeout", "cancel_requested"},
@@ -32,7 +32,7 @@ var specCancelable = map[lifecycle.CancelableRunState][]lifecycle.CancelableRunS
 	"timeout":          {},
 }
 
-// Seed 004 table 2.1.
+// The approval run (docs/spec.md#approval-run).
 var specApproval = map[lifecycle.ApprovalRunState][]lifecycle.ApprovalRunState{
 	"pending":           {"running", "cancelled", "failed"},
 	"running":           {"completed", "failed", "cancelled", "awaiting_approval", "waiting_external"},
