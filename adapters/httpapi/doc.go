@@ -1,7 +1,7 @@
 // Package httpapi is the Worker's HTTP surface over the SDK (docs/http-api.md)
 // and its Go client.
 //
-// [New] returns a [Server], an http.Handler serving the routes of seed 002 §4
+// [New] returns a [Server], an http.Handler serving the routes of docs/http-api.md
 // (POST /agents/run, GET /runs/{runId}/status, GET /runs/{runId}/steps,
 // GET /runs?agent=, POST /inbox/submit, GET /inbox/stats,
 // GET /inbox/entries?status=) and the SDK's control routes (cancel, approve,
@@ -36,7 +36,7 @@
 //
 // [Client] calls every route and returns the SDK's own records; its errors
 // are *[Error], which match the SDK's sentinels with errors.Is. [Client.Wait]
-// follows the event stream and falls back to polling every 5 s (seed 000
-// §4.1) when the stream is unavailable; it waits out a server that is down,
+// follows the event stream and falls back to polling every 5 s (docs/spec.md#polling)
+// when the stream is unavailable; it waits out a server that is down,
 // with backoff, until its context ends (*[WaitError]).
 package httpapi
