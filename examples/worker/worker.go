@@ -360,7 +360,7 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 }
 
 // expireInbox moves inbox entries past their TTL to inbox/expired/ once
-// a minute (seed 002 §1.4).
+// a minute (docs/spec.md#inbox-entry-lifecycle).
 func (w *worker) expireInbox(ctx context.Context) error {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()

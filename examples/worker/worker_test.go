@@ -307,7 +307,7 @@ func (p *proc) stop(t *testing.T, within time.Duration) {
 	}
 }
 
-// TestWorkersShareAStore is the seeds' deployment: one API process and two
+// TestWorkersShareAStore is the README's deployment: one API process and two
 // runner processes on one store (a directory, then a MinIO bucket). The
 // client submits 100 runs and follows them over the event stream; one
 // runner is killed -9 midway, and every run still completes: the survivor
@@ -384,7 +384,7 @@ func TestWorkersShareAStore(t *testing.T) {
 			// The stream shows the runs end; a run whose end has no event
 			// (its runner was killed between the status write and its audit
 			// object) is found by Client.Wait's status reads, as a client
-			// of the seeds polls. Most must come over the stream.
+			// polls (docs/spec.md#polling). Most must come over the stream.
 		follow:
 			for len(done) < n {
 				select {
