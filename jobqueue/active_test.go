@@ -26,10 +26,10 @@ import (
 // are spread over.
 const historyAgents = 50
 
-// seedHistory writes finished jobs (two COMPLETE for each DEAD) straight
+// writeHistory writes finished jobs (two COMPLETE for each DEAD) straight
 // into the store, as records a queue left behind, spread over
 // historyAgents agents.
-func seedHistory(tb testing.TB, s storage.Store, finished int) {
+func writeHistory(tb testing.TB, s storage.Store, finished int) {
 	tb.Helper()
 	ctx := context.Background()
 	msg := "max retries exceeded"
@@ -72,7 +72,7 @@ func historyWorld(tb testing.TB, finished int) (*teststores.Counting, *clock.Fak
 			tb.Fatal(err)
 		}
 	}
-	seedHistory(tb, s, finished)
+	writeHistory(tb, s, finished)
 	for i := range 50 {
 		enqueue(tb, q, fmt.Sprintf("live-%03d", i), "agent-"+strconv.Itoa(i%historyAgents))
 	}
@@ -149,7 +149,7 @@ func measureHistory(tb testing.TB, finished int) historyCost {
 // (active.go). Issue 12 asks for at most 1.2x.
 func TestCostFlatInHistory(t *testing.T) {
 	if testing.Short() {
-		t.Skip("seeds 100,000 jobs")
+		t.Skip("writes 100,000 jobs")
 	}
 	small, large := measureHistory(t, 1000), measureHistory(t, 100000)
 	t.Logf("1,000 finished: %+v; 100,000 finished: %+v", small, large)

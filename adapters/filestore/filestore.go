@@ -5,7 +5,7 @@
 // restarts and may be shared by several processes on one machine.
 //
 // Layout: a key is a file path under the root, so a run folder reads like
-// 003 §5.2; writers keep their temporary files beside it, and their locks
+// docs/spec.md#key-layout; writers keep their temporary files beside it, and their locks
 // in one file at the root:
 //
 //	<root>/agents/x/runs/r1/status.json              exactly the value's bytes

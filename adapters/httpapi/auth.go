@@ -11,14 +11,11 @@ import (
 	"os"
 	"strings"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
-
-// ActorHeader names the actor of a request when no tokens are configured
-// (loopback only).
-const ActorHeader = "X-Conveyor-Actor"
 
 // TokensEnv is the environment variable the Worker reads its tokens from,
 // in ParseTokens' form.
@@ -48,13 +45,13 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 		if err := crossOrigin.Check(r); err != nil {
 			return "", apiErr(codes.Forbidden, "no tokens are configured: a cross-origin %s is refused", r.Method)
 		}
-		a := lifecycle.Actor(r.Header.Get(ActorHeader))
+		a := lifecycle.Actor(r.Header.Get(client.ActorHeader))
 		if a == "" {
 			return lifecycle.ActorGateway, nil
 		}
 		a = normalizeActor(a)
 		if !s.actorOK[a] {
-			return "", apiErr(codes.Unauthorized, "unknown actor in %s", ActorHeader)
+			return "", apiErr(codes.Unauthorized, "unknown actor in %s", client.ActorHeader)
 		}
 		return a, nil
 	}

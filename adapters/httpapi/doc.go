@@ -1,7 +1,8 @@
-// Package httpapi is the Worker's HTTP surface over the SDK (docs/http-api.md)
-// and its Go client.
+// Package httpapi is the Worker's HTTP surface over the SDK (docs/http-api.md).
+// Its Go client is package client (adapters/httpapi/client), which a
+// caller imports without the engine.
 //
-// [New] returns a [Server], an http.Handler serving the routes of seed 002 §4
+// [New] returns a [Server], an http.Handler serving the routes of docs/http-api.md
 // (POST /agents/run, GET /runs/{runId}/status, GET /runs/{runId}/steps,
 // GET /runs?agent=, POST /inbox/submit, GET /inbox/stats,
 // GET /inbox/entries?status=) and the SDK's control routes (cancel, approve,
@@ -33,10 +34,4 @@
 //     "allowed".
 //   - Nothing is written on a 4xx: a request is checked in full before the
 //     SDK is called, and the SDK writes nothing on a refusal.
-//
-// [Client] calls every route and returns the SDK's own records; its errors
-// are *[Error], which match the SDK's sentinels with errors.Is. [Client.Wait]
-// follows the event stream and falls back to polling every 5 s (seed 000
-// §4.1) when the stream is unavailable; it waits out a server that is down,
-// with backoff, until its context ends (*[WaitError]).
 package httpapi

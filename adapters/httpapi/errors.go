@@ -6,89 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
-
-// Error is an error answer of the API: its HTTP status and the body's code
-// and message, and for a refused move (409) the move and the states
-// reachable from its start. It matches the SDK's sentinels with errors.Is
-// (see Is).
-type Error struct {
-	Status  int
-	Code    string
-	Message string
-	// From, To and Allowed are set for a refused move: Allowed lists the
-	// states reachable from From.
-	From, To string
-	Allowed  []string
-}
-
-// Error renders the status, code and message.
-func (e *Error) Error() string {
-	return fmt.Sprintf("httpapi: %d %s: %s", e.Status, e.Code, e.Message)
-}
-
-// Is matches the sentinel of the SDK that the code stands for:
-// run.ErrNotFound and storage.ErrNotFound for RUN_NOT_FOUND;
-// storage.ErrNotFound for NOT_FOUND, JOB_NOT_FOUND and AGENT_NOT_FOUND;
-// lifecycle.ErrInvalidTransition for RUN_INVALID_TRANSITION,
-// INBOX_INVALID_TRANSITION, INBOX_ENTRY_EXPIRED and RUN_TERMINAL_STATE (which
-// also matches lifecycle.ErrTerminalState); lifecycle.ErrForbiddenActor and
-// authority.ErrForbidden for FORBIDDEN; codes.ErrInvalidInput for
-// INVALID_INPUT and INPUT_TOO_LARGE; run.ErrIdempotencyConflict,
-// run.ErrIdempotencyExpired, run.ErrUnsupported, jobqueue.ErrJobExists,
-// inbox.ErrEntryExists, records.ErrCorrupt (RECORD_QUARANTINED),
-// records.ErrLeaseLost and storage.ErrUnavailable for their codes.
-func (e *Error) Is(target error) bool {
-	for _, s := range sentinels(e.Code) {
-		if s == target {
-			return true
-		}
-	}
-	return false
-}
-
-func sentinels(code string) []error {
-	switch code {
-	case codes.RunNotFound:
-		return []error{lifecycle.ErrRunNotFound, storage.ErrNotFound}
-	case codes.NotFound, codes.JobNotFound, codes.AgentNotFound:
-		return []error{storage.ErrNotFound}
-	case codes.InvalidTransition, codes.InboxInvalidTransition, codes.InboxEntryExpired:
-		return []error{lifecycle.ErrInvalidTransition}
-	case codes.TerminalState:
-		return []error{lifecycle.ErrInvalidTransition, lifecycle.ErrTerminalState}
-	case codes.Forbidden:
-		return []error{lifecycle.ErrForbiddenActor, authority.ErrForbidden}
-	case codes.InvalidInput, codes.InputTooLarge:
-		return []error{codes.ErrInvalidInput}
-	case codes.IdempotencyConflict:
-		return []error{lifecycle.ErrIdempotencyConflict}
-	case codes.IdempotencyExpired:
-		return []error{lifecycle.ErrIdempotencyExpired}
-	case codes.Unsupported:
-		return []error{lifecycle.ErrRunUnsupported}
-	case codes.JobExists:
-		return []error{lifecycle.ErrJobExists}
-	case codes.InboxEntryExists:
-		return []error{lifecycle.ErrInboxEntryExists}
-	case codes.RecordQuarantined:
-		return []error{records.ErrCorrupt}
-	case codes.LeaseLost:
-		return []error{records.ErrLeaseLost}
-	case codes.UpstreamUnavailable:
-		return []error{storage.ErrUnavailable}
-	}
-	return nil
-}
 
 // errorBody is the JSON of every error answer.
 type errorBody struct {
@@ -196,43 +120,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 		return nil // the client went away; nothing more to tell it
 	}
 	return nil
-}
-
-// decodeError reads an error answer; a body that is not the JSON form
-// keeps its first line as the message.
-func decodeError(status int, body []byte) *Error {
-	var b transitionBody
-	if json.Unmarshal(body, &b) == nil && b.Code != "" {
-		return &Error{Status: status, Code: b.Code, Message: b.Message, From: b.From, To: b.To, Allowed: b.Allowed}
-	}
-	msg, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-	return &Error{Status: status, Code: codeOfStatus(status), Message: msg}
-}
-
-// codeOfStatus names the code of an answer without one (a proxy's, or
-// nlm.Sink's plain text).
-func codeOfStatus(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return codes.InvalidRequest
-	case http.StatusUnauthorized:
-		return codes.Unauthorized
-	case http.StatusForbidden:
-		return codes.Forbidden
-	case http.StatusNotFound:
-		return codes.NotFound
-	case http.StatusMethodNotAllowed:
-		return codes.MethodNotAllowed
-	case http.StatusConflict:
-		return codes.Conflict
-	case http.StatusRequestEntityTooLarge:
-		return codes.InputTooLarge
-	case http.StatusUnsupportedMediaType:
-		return codes.UnsupportedMediaType
-	case http.StatusServiceUnavailable:
-		return codes.ServiceUnavailable
-	case http.StatusBadGateway:
-		return codes.UpstreamUnavailable
-	}
-	return codes.InternalError
 }

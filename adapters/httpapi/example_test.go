@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -33,7 +34,7 @@ func Example() {
 	ts := httptest.NewServer(srv) // 127.0.0.1
 	defer ts.Close()
 
-	c := &httpapi.Client{BaseURL: ts.URL, Token: "s3cret", HTTP: ts.Client()}
+	c := &client.Client{BaseURL: ts.URL, Token: "s3cret", HTTP: ts.Client()}
 	res, _ := c.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin", IdempotencyKey: "req-1"})
 	_, _ = runner.Wait(ctx, res.RunID) // or c.Wait, which follows /events/stream or polls every 5 s
 	st, _ := c.Status(ctx, res.RunID)
@@ -44,7 +45,7 @@ func Example() {
 	fmt.Println("duplicate:", again.Duplicate, again.RunID == res.RunID)
 
 	_, err := c.Status(ctx, "run-unknown")
-	var apiErr *httpapi.Error
+	var apiErr *client.Error
 	fmt.Println(errors.Is(err, run.ErrNotFound), errors.As(err, &apiErr) && apiErr.Status == 404, apiErr.Code)
 	// Output:
 	// completed 1 research 3 sources
@@ -68,7 +69,7 @@ func ExampleLimits() {
 	go func() { _ = srv.Serve(lim.Listener(ln)) }()
 	defer srv.Close()
 	fmt.Println(srv.ReadHeaderTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
-	c := &httpapi.Client{BaseURL: "http://" + ln.Addr().String()}
+	c := &client.Client{BaseURL: "http://" + ln.Addr().String()}
 	fmt.Println(c.Health(context.Background()))
 	// Output:
 	// 10s 2m0s 65536

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -17,11 +18,9 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// Idempotency headers of POST /agents/run (seed 004 §3.2).
-const (
-	IdempotencyKeyHeader = "X-Idempotency-Key"
-	RequestIDHeader      = "X-Request-ID"
-)
+// RequestIDHeader is the idempotency key of a submit without
+// X-Idempotency-Key (client.IdempotencyKeyHeader; docs/spec.md#idempotency).
+const RequestIDHeader = "X-Request-ID"
 
 // submitAnswer is POST /agents/run's answer.
 type submitAnswer struct {
@@ -43,15 +42,15 @@ type quarantinedJSON struct {
 }
 
 // idempotencyKey is the key of a submit: X-Idempotency-Key, else
-// X-Request-ID, always in the caller's own namespace api:{actor}:{id} (seed
-// 004 §3.2: an API call's key is "combined with authenticated client ID";
-// the actor is the seed's client id). A value that already starts with
+// X-Request-ID, always in the caller's own namespace api:{actor}:{id}
+// (docs/spec.md#idempotency: an API call's key includes the authenticated
+// client id, which is the actor). A value that already starts with
 // api:{actor}: is kept as it is. Any other value, one naming another client
 // (api:admin:...) or another source's scheme (scheduler:, github:, slack:)
 // included, is an id inside the caller's namespace: an API caller cannot
 // occupy, probe or block another client's or source's key.
 func idempotencyKey(r *http.Request, actor lifecycle.Actor) string {
-	id := r.Header.Get(IdempotencyKeyHeader)
+	id := r.Header.Get(client.IdempotencyKeyHeader)
 	if id == "" {
 		id = r.Header.Get(RequestIDHeader)
 	}
@@ -239,7 +238,7 @@ func (s *Server) nlmCallback(w http.ResponseWriter, r *http.Request, _ lifecycle
 		return nil
 	}
 	msg, _, _ := strings.Cut(strings.TrimSpace(cw.body.String()), "\n")
-	code := codeOfStatus(cw.status)
+	code := codes.OfStatus(cw.status)
 	if cw.status == http.StatusNotFound {
 		code = codes.JobNotFound
 	}
@@ -281,7 +280,7 @@ func (s *Server) submitInbox() handlerFunc {
 	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
 		func(ctx context.Context, _ lifecycle.Actor, sub inbox.Submission) (inboxAnswer, error) {
 			// The route admits the owner's callers; the Worker, the gateway, is who
-			// writes a pending entry (seed 002 §1.2).
+			// writes a pending entry (docs/spec.md#inbox-entry-lifecycle).
 			e, err := s.cfg.Inbox.Submit(ctx, lifecycle.ActorGateway, sub)
 			if err != nil {
 				return inboxAnswer{}, err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -97,16 +98,16 @@ func TestStalledBodies(t *testing.T) {
 	lim := httpapi.Limits{MaxConnsPerAddr: perAddr}
 	g := newRig(t, rigOpts{limits: lim})
 	addr := serveLimited(t, g, lim)
-	client := &httpapi.Client{BaseURL: "http://" + addr, Token: "tok-gateway", HTTP: &http.Client{Timeout: 2 * time.Second}}
+	cl := &client.Client{BaseURL: "http://" + addr, Token: "tok-gateway", HTTP: &http.Client{Timeout: 2 * time.Second}}
 	served := func(when string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		start := time.Now()
-		if _, err := client.Agents(ctx); err != nil {
+		if _, err := cl.Agents(ctx); err != nil {
 			t.Fatalf("%s: GET /agents: %v", when, err)
 		}
-		if _, err := client.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"}); err != nil {
+		if _, err := cl.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"}); err != nil {
 			t.Fatalf("%s: POST /agents/run: %v", when, err)
 		}
 		if d := time.Since(start); d > time.Second {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
@@ -36,7 +37,7 @@ func TestFailuresAreLogged(t *testing.T) {
 	}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
-	c := &httpapi.Client{BaseURL: ts.URL, Token: "t", HTTP: ts.Client()}
+	c := &client.Client{BaseURL: ts.URL, Token: "t", HTTP: ts.Client()}
 	ctx := context.Background()
 
 	_, err = c.Status(ctx, "run-nope")
@@ -68,7 +69,7 @@ func TestNoTokensServesLoopbackOnly(t *testing.T) {
 		req := httptest.NewRequest("GET", "/agents", nil)
 		req.RemoteAddr = remote
 		req.Host = "localhost:8080" // httptest's example.com is another host's name
-		req.Header.Set(httpapi.ActorHeader, "admin")
+		req.Header.Set(client.ActorHeader, "admin")
 		w := httptest.NewRecorder()
 		srv.ServeHTTP(w, req)
 		if w.Code != want {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
@@ -22,7 +21,7 @@ func TestQuarantinedJobIsGone(t *testing.T) {
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
 	gw := g.client(lifecycle.ActorGateway)
-	if _, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-q", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); err != nil {
+	if _, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "job-q", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); err != nil {
 		t.Fatal(err)
 	}
 	key, _ := layout.JobKey("job-q")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -144,8 +145,8 @@ func newRig(t *testing.T, o rigOpts) *rig {
 }
 
 // client returns a Client acting with the token of actor.
-func (g *rig) client(actor lifecycle.Actor) *httpapi.Client {
-	c := &httpapi.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client()}
+func (g *rig) client(actor lifecycle.Actor) *client.Client {
+	c := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client()}
 	for tok, a := range tokens {
 		if a == actor {
 			c.Token = tok
@@ -234,12 +235,12 @@ func (g *rig) waitStatus(runID string) run.Status {
 	return st
 }
 
-// apiError asserts err is an *httpapi.Error with status and code.
-func apiError(t *testing.T, err error, status int, code string) *httpapi.Error {
+// apiError asserts err is an *client.Error with status and code.
+func apiError(t *testing.T, err error, status int, code string) *client.Error {
 	t.Helper()
-	var e *httpapi.Error
+	var e *client.Error
 	if !errors.As(err, &e) {
-		t.Fatalf("error %v (%T), want an *httpapi.Error %d %s", err, err, status, code)
+		t.Fatalf("error %v (%T), want an *client.Error %d %s", err, err, status, code)
 	}
 	if e.Status != status || e.Code != code {
 		t.Fatalf("error %d %s (%s), want %d %s", e.Status, e.Code, e.Message, status, code)

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -170,7 +170,7 @@ func TestIdempotentSubmit(t *testing.T) {
 	if status != http.StatusCreated {
 		t.Errorf("admin's req-42: %d, want 201", status)
 	}
-	// A key with a seed scheme is an id of the caller's; another request under it
+	// A key with another source's scheme is an id of the caller's; another request under it
 	// is a conflict.
 	if _, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick", IdempotencyKey: "github:delivery-1"}); err != nil {
 		t.Fatal(err)
@@ -187,12 +187,12 @@ func TestJobRoutes(t *testing.T) {
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
 	gw, admin := g.client(lifecycle.ActorGateway), g.client(lifecycle.ActorAdmin)
-	job, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick",
+	job, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick",
 		Payload: json.RawMessage(`{"topic":"violins"}`), Context: lifecycle.JobContext{EntityRefs: []string{"e-1"}}})
 	if err != nil || job.Status != lifecycle.JobQueued || job.JobID != "job-1" || len(job.Context.EntityRefs) != 1 {
 		t.Fatalf("Enqueue = %+v, %v", job, err)
 	}
-	if _, err := gw.Enqueue(ctx, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); !errors.Is(err, jobqueue.ErrJobExists) {
+	if _, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); !errors.Is(err, jobqueue.ErrJobExists) {
 		t.Errorf("second Enqueue: %v, want jobqueue.ErrJobExists", err)
 	}
 	jobs, err := gw.Jobs(ctx)
@@ -229,7 +229,7 @@ func TestInboxRoutes(t *testing.T) {
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
 	c := g.client(lifecycle.ActorSystem) // the route admits it; the Worker writes as the gateway
-	id, err := c.SubmitInbox(ctx, inbox.Submission{Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+	id, err := c.SubmitInbox(ctx, lifecycle.InboxSubmission{Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
 		Intent: lifecycle.InboxIntent{Action: "research", Target: "violins"}})
 	if err != nil || id == "" {
 		t.Fatalf("SubmitInbox = %q, %v", id, err)
@@ -245,7 +245,7 @@ func TestInboxRoutes(t *testing.T) {
 	if entries, err := c.InboxEntries(ctx, lifecycle.InboxProcessed); err != nil || len(entries) != 0 {
 		t.Fatalf("InboxEntries(processed) = %+v, %v", entries, err)
 	}
-	_, err = c.SubmitInbox(ctx, inbox.Submission{ID: id, Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+	_, err = c.SubmitInbox(ctx, lifecycle.InboxSubmission{ID: id, Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
 		Intent: lifecycle.InboxIntent{Action: "research", Target: "violins"}})
 	if !errors.Is(err, inbox.ErrEntryExists) {
 		t.Errorf("second SubmitInbox: %v, want inbox.ErrEntryExists", err)
@@ -309,7 +309,7 @@ func TestWithoutTokens(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{tokens: map[string]lifecycle.Actor{}})
 	ctx := context.Background()
-	c := &httpapi.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client()}
+	c := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client()}
 	if _, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"}); err != nil {
 		t.Fatalf("Submit as the default gateway: %v", err)
 	}

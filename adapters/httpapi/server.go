@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -69,7 +70,7 @@ type Config struct {
 
 	// Events is mounted at GET /events/stream (package httpapi/events).
 	// Default none: the route answers 503 SERVICE_UNAVAILABLE, and the
-	// Client falls back to polling.
+	// Go client (package client) falls back to polling.
 	Events http.Handler
 	// Page is mounted at /ui/ (every method), and GET / redirects there.
 	// Default none: both answer 404. Its GETs, like /healthz, need no
@@ -107,22 +108,12 @@ type Server struct {
 	cfg     Config
 	mux     *http.ServeMux
 	log     *slog.Logger
-	agents  []AgentInfo
+	agents  []client.AgentInfo
 	slugs   map[string]bool
 	sink    http.Handler
 	actorOK map[lifecycle.Actor]bool
 	// specs holds every machine a refused move may name, by name.
 	specs map[string]lifecycle.Spec
-}
-
-// AgentInfo describes one agent the Runner executes (GET /agents).
-type AgentInfo struct {
-	Slug    string `json:"slug"`
-	Machine string `json:"machine"`
-	// Spec is the run machine's table, as lifecycle exports it.
-	Spec        lifecycle.Spec `json:"spec"`
-	Steps       []string       `json:"steps"`
-	Concurrency int            `json:"concurrency"`
 }
 
 // route is one row of the route table: who may call it and what it does.
@@ -169,7 +160,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.cfg.Tokens = tokens
 	for _, a := range cfg.Runner.Agents() {
-		info := AgentInfo{Slug: a.Slug, Machine: a.Machine, Spec: machineSpec(a.Machine), Concurrency: a.Concurrency}
+		info := client.AgentInfo{Slug: a.Slug, Machine: a.Machine, Spec: machineSpec(a.Machine), Concurrency: a.Concurrency}
 		for _, st := range a.Steps {
 			info.Steps = append(info.Steps, st.Name)
 		}

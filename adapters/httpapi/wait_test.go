@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -52,7 +52,7 @@ func TestWaitPollsWithoutEvents(t *testing.T) {
 		t.Fatalf("Wait returned %+v before its poll was due", r)
 	default:
 	}
-	clk.Advance(httpapi.PollInterval - time.Second)
+	clk.Advance(client.PollInterval - time.Second)
 	<-clk.WaitForTimers(1) // nothing polled yet: the same timer still waits
 	select {
 	case r := <-done:
@@ -133,7 +133,7 @@ func TestEventsStream(t *testing.T) {
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("events\n%q\nwant\n%q", got, want)
 	}
-	if last != httpapi.ErrStreamEnded {
+	if last != client.ErrStreamEnded {
 		t.Errorf("stream ended with %v, want ErrStreamEnded", last)
 	}
 }
@@ -210,7 +210,7 @@ func TestWaitRereadsWhenAnEventIsLost(t *testing.T) {
 		t.Fatalf("Wait returned %+v before its re-read was due", r)
 	default:
 	}
-	clk.Advance(httpapi.PollInterval)
+	clk.Advance(client.PollInterval)
 	select {
 	case r := <-done:
 		if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) {
@@ -248,7 +248,7 @@ func TestWaitServerComesUp(t *testing.T) {
 	g.waitStatus(res.RunID)
 	addr := downAddr(t)
 	clk := clock.NewFake(epoch0)
-	c := &httpapi.Client{BaseURL: "http://" + addr, Token: "tok-gateway", Clock: clk}
+	c := &client.Client{BaseURL: "http://" + addr, Token: "tok-gateway", Clock: clk}
 	done := make(chan waitResult, 1)
 	go func() {
 		st, err := c.Wait(context.Background(), res.RunID)
@@ -265,7 +265,7 @@ func TestWaitServerComesUp(t *testing.T) {
 	}
 	for range 3 {
 		backingOff()
-		clk.Advance(httpapi.PollInterval)
+		clk.Advance(client.PollInterval)
 	}
 	backingOff()
 	ln, err := net.Listen("tcp", addr)
@@ -275,7 +275,7 @@ func TestWaitServerComesUp(t *testing.T) {
 	srv := &http.Server{Handler: g.srv.Config.Handler}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	clk.Advance(httpapi.PollInterval)
+	clk.Advance(client.PollInterval)
 	r := <-done
 	if r.err != nil || r.st.RunID != res.RunID || r.st.Status != string(lifecycle.RunCompleted) {
 		t.Fatalf("Wait = %+v, %v; want the completed run", r.st, r.err)
@@ -291,7 +291,7 @@ func TestWaitServerNeverUp(t *testing.T) {
 	t.Run("fake clock, canceled", func(t *testing.T) {
 		t.Parallel()
 		clk := clock.NewFake(epoch0)
-		c := &httpapi.Client{BaseURL: "http://" + addr, Clock: clk}
+		c := &client.Client{BaseURL: "http://" + addr, Clock: clk}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
@@ -308,7 +308,7 @@ func TestWaitServerNeverUp(t *testing.T) {
 		}
 		for range 4 {
 			backingOff()
-			clk.Advance(httpapi.PollInterval)
+			clk.Advance(client.PollInterval)
 		}
 		backingOff()
 		cancel()
@@ -316,7 +316,7 @@ func TestWaitServerNeverUp(t *testing.T) {
 	})
 	t.Run("real clock, deadline", func(t *testing.T) {
 		t.Parallel()
-		c := &httpapi.Client{BaseURL: "http://" + addr}
+		c := &client.Client{BaseURL: "http://" + addr}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		start := time.Now()
@@ -330,7 +330,7 @@ func TestWaitServerNeverUp(t *testing.T) {
 
 func checkWaitError(t *testing.T, err error, runID string, stop error, minFailures int) {
 	t.Helper()
-	var we *httpapi.WaitError
+	var we *client.WaitError
 	if !errors.As(err, &we) {
 		t.Fatalf("err = %v (%T), want a *WaitError", err, err)
 	}

@@ -10,15 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
-	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
 // TestWatchInbox: the stats now, then at every change: over the event
-// stream at once, or without one at the next read of the seed's 30 s
+// stream at once, or without one at the next read of the 30 s
 // poll on the client's clock.
 func TestWatchInbox(t *testing.T) {
 	t.Parallel()
@@ -49,7 +48,7 @@ func TestWatchInbox(t *testing.T) {
 			clk := clock.NewFake(epoch0)
 			c := g.client(lifecycle.ActorFrontend)
 			c.Clock = clk
-			got := make(chan inbox.Stats)
+			got := make(chan lifecycle.InboxStats)
 			wctx, stop := context.WithCancel(ctx)
 			watchDone := make(chan struct{})
 			go func() {
@@ -67,19 +66,19 @@ func TestWatchInbox(t *testing.T) {
 				}
 			}()
 			defer func() { stop(); <-watchDone }()
-			next := func(what string) inbox.Stats {
+			next := func(what string) lifecycle.InboxStats {
 				select {
 				case st := <-got:
 					return st
 				case <-ctx.Done():
 					t.Fatalf("no stats %s", what)
-					return inbox.Stats{}
+					return lifecycle.InboxStats{}
 				}
 			}
 			if st := next("at first"); st.Pending != 0 {
 				t.Fatalf("first stats %+v", st)
 			}
-			if _, err := g.client(lifecycle.ActorGateway).SubmitInbox(ctx, inbox.Submission{Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+			if _, err := g.client(lifecycle.ActorGateway).SubmitInbox(ctx, lifecycle.InboxSubmission{Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
 				Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/x"}}); err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +89,7 @@ func TestWatchInbox(t *testing.T) {
 					t.Fatalf("stats %+v before the poll was due", st)
 				default:
 				}
-				clk.Advance(httpapi.InboxPollInterval)
+				clk.Advance(client.InboxPollInterval)
 			}
 			if st := next("after a submit"); st.Pending != 1 || st.Total != 1 {
 				t.Fatalf("stats after a submit %+v", st)

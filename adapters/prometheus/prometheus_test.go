@@ -120,13 +120,13 @@ func TestRunMetrics(t *testing.T) {
 	}
 
 	compare(t, reg, `
-# HELP gwi_run_transitions_total Run status transitions (seed 004 §7.1).
+# HELP gwi_run_transitions_total Run status transitions.
 # TYPE gwi_run_transitions_total counter
 gwi_run_transitions_total{from_state="",tenant_id="acme",to_state="requested"} 1
 gwi_run_transitions_total{from_state="queued",tenant_id="acme",to_state="running"} 1
 gwi_run_transitions_total{from_state="requested",tenant_id="acme",to_state="queued"} 1
 gwi_run_transitions_total{from_state="running",tenant_id="acme",to_state="completed"} 1
-# HELP gwi_idempotency_hits_total Idempotency key lookups, result hit or miss (seed 004 §7.1).
+# HELP gwi_idempotency_hits_total Idempotency key lookups, result hit or miss.
 # TYPE gwi_idempotency_hits_total counter
 gwi_idempotency_hits_total{result="hit",source="api"} 1
 gwi_idempotency_hits_total{result="miss",source="api"} 1
@@ -219,7 +219,7 @@ func TestJobMetrics(t *testing.T) {
 	}
 
 	compare(t, reg, `
-# HELP conveyor_jobs_dead_total Jobs gone DEAD (seed 003 §5.3 dead job rate).
+# HELP conveyor_jobs_dead_total Jobs gone DEAD.
 # TYPE conveyor_jobs_dead_total counter
 conveyor_jobs_dead_total{job_type="BRIEF"} 1
 # HELP conveyor_job_retries_total Job retries: RETRY_BACKOFF → QUEUED.
@@ -301,7 +301,7 @@ func TestQueueCollector(t *testing.T) {
 # TYPE conveyor_queue_depth gauge
 conveyor_queue_depth{agent="agent-a",state="ready"} 2
 conveyor_queue_depth{agent="agent-a",state="waiting"} 0
-# HELP conveyor_queue_oldest_ready_age_seconds How long the agent's oldest ready job has waited for a worker; 0 when none is ready (seed 003 §5.4: QUEUED > 5 min).
+# HELP conveyor_queue_oldest_ready_age_seconds How long the agent's oldest ready job has waited for a worker; 0 when none is ready (alert: QUEUED > 5 min).
 # TYPE conveyor_queue_oldest_ready_age_seconds gauge
 conveyor_queue_oldest_ready_age_seconds{agent="agent-a"} 360
 # HELP conveyor_queue_scrape_errors_total Scrapes whose read of the job queue failed or ran out of time; the queue gauges are missing from those scrapes.

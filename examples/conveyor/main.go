@@ -30,10 +30,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 func main() {
@@ -91,7 +90,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "conveyor: -addr: %v\n%s", err, usage)
 		return 2
 	}
-	c := &httpapi.Client{BaseURL: base, Token: *token, Actor: lifecycle.Actor(*actor)}
+	c := &client.Client{BaseURL: base, Token: *token, Actor: lifecycle.Actor(*actor)}
 	cmd := &command{c: c, out: stdout, errOut: stderr}
 	err = cmd.run(ctx, fs.Arg(0), fs.Args()[1:])
 	var ue usageError
@@ -112,7 +111,7 @@ type usageError string
 func (e usageError) Error() string { return string(e) }
 
 type command struct {
-	c      *httpapi.Client
+	c      *client.Client
 	out    io.Writer
 	errOut io.Writer
 }
@@ -331,7 +330,7 @@ func (c *command) quarantine(ctx context.Context, in *invocation) error {
 func (c *command) schedules(ctx context.Context, in *invocation) error {
 	pos := in.pos
 	if len(pos) == 2 && (pos[0] == "pause" || pos[0] == "resume") {
-		var info schedule.Info
+		var info client.Schedule
 		var err error
 		if pos[0] == "pause" {
 			info, err = c.c.PauseSchedule(ctx, pos[1])

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -60,7 +61,7 @@ func TestStalledBodiesUnderLowDescriptorLimit(t *testing.T) {
 	}
 
 	// An authenticated client from 127.0.0.1 is served as usual.
-	c := &httpapi.Client{BaseURL: "http://" + addr, Token: "tok-gw", HTTP: &http.Client{Timeout: 5 * time.Second}}
+	c := &client.Client{BaseURL: "http://" + addr, Token: "tok-gw", HTTP: &http.Client{Timeout: 5 * time.Second}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()

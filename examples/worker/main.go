@@ -1,4 +1,4 @@
-// Command worker is the Worker of the seeds, built from the SDK: the HTTP
+// Command worker is a Worker (docs/spec.md#platform-names), built from the SDK: the HTTP
 // API with its event stream, metrics and live run page, the Orchestration
 // Layer (the Runner, the status writer), the job Worker and an NLM backend
 // simulator, on the embedded default store (a directory) or on S3/MinIO.

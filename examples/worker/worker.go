@@ -18,6 +18,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/httpapi/page"
 	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
@@ -210,7 +211,7 @@ func callbackPoster(tokens map[string]lifecycle.Actor) nlm.Poster {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		} else {
-			req.Header.Set(httpapi.ActorHeader, string(lifecycle.ActorNLMBackend))
+			req.Header.Set(client.ActorHeader, string(lifecycle.ActorNLMBackend))
 		}
 		return http.DefaultClient.Do(req)
 	})
@@ -369,7 +370,7 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 }
 
 // expireInbox moves inbox entries past their TTL to inbox/expired/ once
-// a minute (seed 002 §1.4).
+// a minute (docs/spec.md#inbox-entry-lifecycle).
 func (w *worker) expireInbox(ctx context.Context) error {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()

@@ -23,9 +23,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -88,7 +87,7 @@ func TestWorkerInProcess(t *testing.T) {
 		t.Fatal("worker did not start in 30 s")
 	}
 	base := "http://" + addr
-	c := &httpapi.Client{BaseURL: base}
+	c := &client.Client{BaseURL: base}
 	tctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer tcancel()
 
@@ -157,7 +156,7 @@ func TestWorkerInProcess(t *testing.T) {
 
 	// A job through the queue: the demo handler answers as NotebookLM,
 	// the artifact is written, the job is COMPLETE.
-	job, err := c.Enqueue(tctx, jobqueue.NewJob{RunID: res.RunID, JobType: lifecycle.JobBrief, AgentSlug: AgentResearch})
+	job, err := c.Enqueue(tctx, lifecycle.NewJob{RunID: res.RunID, JobType: lifecycle.JobBrief, AgentSlug: AgentResearch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +307,7 @@ func (p *proc) stop(t *testing.T, within time.Duration) {
 	}
 }
 
-// TestWorkersShareAStore is the seeds' deployment: one API process and two
+// TestWorkersShareAStore is the README's deployment: one API process and two
 // runner processes on one store (a directory, then a MinIO bucket). The
 // client submits 100 runs and follows them over the event stream; one
 // runner is killed -9 midway, and every run still completes: the survivor
@@ -345,7 +344,7 @@ func TestWorkersShareAStore(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			c := &httpapi.Client{BaseURL: "http://" + addr}
+			c := &client.Client{BaseURL: "http://" + addr}
 
 			// The stream is opened before the first submit, so it sees
 			// every run's every change.
@@ -385,7 +384,7 @@ func TestWorkersShareAStore(t *testing.T) {
 			// The stream shows the runs end; a run whose end has no event
 			// (its runner was killed between the status write and its audit
 			// object) is found by Client.Wait's status reads, as a client
-			// of the seeds polls. Most must come over the stream.
+			// polls (docs/spec.md#polling). Most must come over the stream.
 		follow:
 			for len(done) < n {
 				select {
@@ -503,7 +502,7 @@ func TestSchedulesAndWebhooks(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("worker ended: %v", err)
 	}
-	c := &httpapi.Client{BaseURL: "http://" + addr}
+	c := &client.Client{BaseURL: "http://" + addr}
 	tctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer tcancel()
 

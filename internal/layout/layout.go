@@ -29,7 +29,7 @@ func AgentRunsPrefix(slug string) (string, error) {
 	return "agents/" + slug + "/runs/", nil
 }
 
-// RunPrefix is the folder of one run (003 §5.2): agents/{slug}/runs/{runId}/.
+// RunPrefix is the folder of one run (docs/spec.md#key-layout): agents/{slug}/runs/{runId}/.
 func RunPrefix(slug, runID string) (string, error) {
 	if err := validateIDs("slug", slug, "run id", runID); err != nil {
 		return "", err
@@ -139,7 +139,7 @@ func ParseInboxKey(key string) (entryID string, ok bool) {
 func IsInboxExpiredKey(key string) bool { return strings.HasPrefix(key, InboxExpiredPrefix) }
 
 // InboxExpiredKey is where an expired entry moves: inbox/expired/{entryId}.json.
-// Expired entries move, never vanish (002 §1.4).
+// Expired entries move, never vanish (docs/spec.md#inbox-entry-lifecycle).
 func InboxExpiredKey(entryID string) (string, error) {
 	if err := storage.ValidateID("inbox entry id", entryID); err != nil {
 		return "", err
@@ -153,7 +153,7 @@ func AuditDayPrefix(day time.Time) string {
 	return "audit/" + day.UTC().Format("20060102") + "/"
 }
 
-// AuditKey is one audit event (003 §5.1): audit/YYYYMMDD/{eventId}.json, the
+// AuditKey is one audit event (docs/spec.md#audit-event): audit/YYYYMMDD/{eventId}.json, the
 // day taken from ts in UTC.
 func AuditKey(ts time.Time, eventID string) (string, error) {
 	if err := storage.ValidateID("audit event id", eventID); err != nil {
@@ -273,7 +273,7 @@ func AgentFromLockKey(key string) (string, bool) {
 	return agent, ok && storage.ValidateID("agent slug", agent) == nil
 }
 
-// The NLM backend's records (seed 003 §2) and the index of its jobs in
+// The NLM backend's records (docs/spec.md#nlm-request-and-callback) and the index of its jobs in
 // flight, so no pass reads finished history and listing NLMJobsPrefix yields
 // only jobs.
 const (
@@ -308,7 +308,7 @@ func NLMActiveKey(jobID string) (string, error) {
 	return NLMActivePrefix + jobID, nil
 }
 
-// The Runner's own objects beside the run folders (DESIGN.md §4): an index
+// The Runner's own objects beside the run folders (docs/spec.md#key-layout): an index
 // from run id to agent, the runs not yet terminal (so recovery and polling
 // cost O(active runs)), and the idempotency records.
 const (
@@ -433,7 +433,7 @@ func ScheduleKey(scheduleID string) (string, error) {
 }
 
 // The webhook intake's own records (issue 13), beside the Runner's
-// idempotency records: the secondary dedupe windows of seed 004 §4.2 and the
+// idempotency records: the secondary dedupe windows of docs/spec.md#idempotency and the
 // deliveries such a window absorbed.
 const (
 	WebhooksPrefix         = "webhooks/"

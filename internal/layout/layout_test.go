@@ -12,8 +12,8 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// seedIDs are ids as the seeds write them; all must pass.
-var seedIDs = []string{
+// specIDs are ids as docs/spec.md#records writes them; all must pass.
+var specIDs = []string{
 	"run_2026-02-14_080000_abc123",
 	"run_2026-02-24_abc123",
 	"archivist-violin",
@@ -36,9 +36,9 @@ var badIDs = []string{
 
 func TestValidateID(t *testing.T) {
 	t.Parallel()
-	for _, id := range seedIDs {
+	for _, id := range specIDs {
 		if err := storage.ValidateID("id", id); err != nil {
-			t.Errorf("seed id %q refused: %v", id, err)
+			t.Errorf("spec id %q refused: %v", id, err)
 		}
 	}
 	for _, id := range badIDs {
@@ -131,7 +131,7 @@ func TestLayoutRefusesBadIDs(t *testing.T) {
 
 // FuzzValidateID: an accepted id is one safe key segment.
 func FuzzValidateID(f *testing.F) {
-	for _, id := range append(seedIDs, badIDs...) {
+	for _, id := range append(specIDs, badIDs...) {
 		f.Add(id)
 	}
 	f.Fuzz(func(t *testing.T, id string) {

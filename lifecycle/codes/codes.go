@@ -4,14 +4,16 @@ import (
 	"net/http"
 )
 
-// Error codes a run can fail with (seed 000 §5.3), and the other codes of the
-// run API (seed 004 appendix and Conveyor's own).
+// Error codes a run can fail with, and the other codes of the API: the one
+// code table, documented in docs/spec.md#error-codes (a test holds the
+// two together).
 const (
-	// InvalidTransition and TerminalState are seed 004's (appendix):
-	// the machine has no such move, or the run is terminal.
+	// InvalidTransition and TerminalState: the machine has no such move,
+	// or the run is terminal.
 	InvalidTransition = "RUN_INVALID_TRANSITION"
 	TerminalState     = "RUN_TERMINAL_STATE"
-	// Forbidden is the code of a refused actor (seed 003 §4 authority matrix).
+	// Forbidden is the code of a refused actor (the transition's actors or
+	// the authority matrix, docs/spec.md#authority-matrix).
 	Forbidden = "FORBIDDEN"
 
 	NLMUnavailable      = "NLM_UNAVAILABLE"
@@ -90,8 +92,8 @@ const (
 	WebhookStale = "WEBHOOK_STALE"
 )
 
-// httpStatus is the one table from error code to HTTP status (seed 000 §5.3
-// for the failure codes).
+// httpStatus is the one table from error code to HTTP status
+// (docs/spec.md#codes-and-http-statuses).
 var httpStatus = map[string]int{
 	NLMUnavailable:      http.StatusBadGateway,
 	UpstreamUnavailable: http.StatusBadGateway,
@@ -139,6 +141,35 @@ func HTTPStatus(code string) int {
 		return s
 	}
 	return http.StatusInternalServerError
+}
+
+// OfStatus names the code of an error answer that carries none (a proxy's,
+// or the NLM sink's plain text) by its HTTP status; any other status is
+// INTERNAL_ERROR.
+func OfStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return InvalidRequest
+	case http.StatusUnauthorized:
+		return Unauthorized
+	case http.StatusForbidden:
+		return Forbidden
+	case http.StatusNotFound:
+		return NotFound
+	case http.StatusMethodNotAllowed:
+		return MethodNotAllowed
+	case http.StatusConflict:
+		return Conflict
+	case http.StatusRequestEntityTooLarge:
+		return InputTooLarge
+	case http.StatusUnsupportedMediaType:
+		return UnsupportedMediaType
+	case http.StatusServiceUnavailable:
+		return ServiceUnavailable
+	case http.StatusBadGateway:
+		return UpstreamUnavailable
+	}
+	return InternalError
 }
 
 // Error codes written to Job.ErrorCode.

@@ -49,6 +49,9 @@ type execution struct {
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc
+	// stopEarly is a stop asked for before the execution ran (between its
+	// registration and its start): run applies it at once.
+	stopEarly error
 }
 
 // outcome is how the steps of an execution ended.
@@ -74,6 +77,21 @@ func (x *execution) stop(cause error) {
 	defer x.mu.Unlock()
 	if x.cancel != nil {
 		x.cancel(cause)
+	} else if x.stopEarly == nil {
+		x.stopEarly = cause
+	}
+}
+
+// unregister forgets the execution of runID, and hands the run over again
+// if that was asked for while it executed.
+func (r *Runner) unregister(runID string) {
+	r.mu.Lock()
+	delete(r.executing, runID)
+	c, again := r.rehand[runID]
+	delete(r.rehand, runID)
+	r.mu.Unlock()
+	if again {
+		r.hand(c)
 	}
 }
 
@@ -82,20 +100,14 @@ func (x *execution) run(ctx context.Context) {
 	defer r.wg.Done()
 	ctx, end := clock.Enter(ctx, r.cfg.Clock) // its token, taken by startOrWait
 	defer end()
-	defer func() {
-		r.mu.Lock()
-		delete(r.executing, x.w.runID)
-		c, again := r.rehand[x.w.runID]
-		delete(r.rehand, x.w.runID)
-		r.mu.Unlock()
-		if again {
-			r.hand(c)
-		}
-	}()
+	defer r.unregister(x.w.runID)
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	x.mu.Lock()
 	x.cancel = cancel
+	if x.stopEarly != nil {
+		cancel(x.stopEarly)
+	}
 	x.mu.Unlock()
 	// Writes outlive a stop of the steps, so a timed-out or canceled run can
 	// still record its end, but not for ever: the steps' writes (sctx) end
@@ -161,7 +173,7 @@ func (x *execution) beat(ctx context.Context) bool {
 }
 
 // resumePlan says, for a run taken over from a lost runner, which steps to
-// skip with their checkpointed output (seed 004 §5.3).
+// skip with their checkpointed output (docs/spec.md#recovery).
 type resumePlan struct {
 	skip   []bool
 	cached []json.RawMessage

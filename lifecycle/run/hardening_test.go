@@ -451,3 +451,62 @@ func TestAuditOutlivesRequestDeadline(t *testing.T) {
 		t.Fatalf("the run's creation has %d audit events, want 1", n)
 	}
 }
+
+// cancelAfterClaim runs hook once, inside the store call of the first
+// status write that moves a run to running (the claim), after it landed
+// and before the runner hears back: a cancel that lands between a
+// runner's claim and the start of its execution.
+type cancelAfterClaim struct {
+	storage.Store
+	hook func(runID string)
+	once sync.Once
+}
+
+func (s *cancelAfterClaim) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	ver, err := s.Store.Put(ctx, key, v, c)
+	if err == nil && strings.HasSuffix(key, "/status.json") && strings.Contains(string(v), `"status":"running"`) {
+		runID := strings.Split(key, "/")[3] // agents/{slug}/runs/{runId}/status.json
+		s.once.Do(func() { s.hook(runID) })
+	}
+	return ver, err
+}
+
+// TestCancelBetweenClaimAndStart: a cancel acknowledged after the runner's
+// claim wrote running but before the execution was registered stops the
+// run at once, not at its next heartbeat (30 s later): the fake clock does
+// not move. It failed before the execution was registered ahead of its
+// claim (the cancel found nothing to stop, and the claim's snapshot had no
+// cancel request).
+func TestCancelBetweenClaimAndStart(t *testing.T) {
+	t.Parallel()
+	base := newRig(t, nil)
+	s := &cancelAfterClaim{Store: base.tracked()}
+	g := base.around(s)
+	slow := run.Agent{Slug: "slow", Machine: lifecycle.MachineCancelable, Steps: []run.Step{{Name: "work",
+		Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			<-ctx.Done()
+			return run.StepOutput{}, ctx.Err()
+		}}}}
+	r, _ := g.runner("a", nil, slow)
+	ctx := context.Background()
+	acked := make(chan error, 1)
+	s.hook = func(id string) {
+		// In its own goroutine, as an API request would be; the claim's
+		// store call returns once the cancel is acknowledged.
+		go func() {
+			_, err := r.Cancel(ctx, id, lifecycle.ActorGateway, run.CancelRequest{Reason: "changed my mind"})
+			acked <- err
+		}()
+		if err := <-acked; err != nil {
+			t.Errorf("Cancel: %v", err)
+		}
+	}
+	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: slow.Slug})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := g.waitFor(r, res.RunID, time.Second, 5*time.Second, func(st run.Status) bool { return st.Status == string(lifecycle.CancelableCanceled) })
+	if st.CancelReason != "changed my mind" {
+		t.Errorf("cancel_reason %q", st.CancelReason)
+	}
+}

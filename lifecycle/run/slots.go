@@ -31,18 +31,22 @@ func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
 		return
 	}
 	reclaimOwn := takeover && doc.Lease != nil && doc.Lease.Owner == r.cfg.Owner
-	x, err := r.claim(ctx, c, reclaimOwn)
-	if err != nil {
+	// The execution is registered before its claim is written: a Cancel
+	// that lands after the claim finds it (and one that lands before is in
+	// the claim's snapshot), so no cancel waits for the next heartbeat.
+	x := &execution{r: r, agent: r.agents[c.slug], w: c.w, records: map[int]StepRecord{}, markers: map[int]storage.Version{},
+		input: c.input, inputKnown: c.inputKnown, slotKey: slot, slotVer: slotVer}
+	r.mu.Lock()
+	r.executing[runID] = x
+	r.mu.Unlock()
+	if err := r.claim(ctx, c, reclaimOwn, x); err != nil {
 		r.releaseSlot(ctx, c.slug, slot, slotVer)
+		r.unregister(runID)
 		if ctx.Err() == nil {
 			r.log.LogAttrs(ctx, slog.LevelInfo, "run_not_claimed", slog.String("runId", runID), slog.String("error", err.Error()))
 		}
 		return
 	}
-	x.slotKey, x.slotVer = slot, slotVer
-	r.mu.Lock()
-	r.executing[runID] = x
-	r.mu.Unlock()
 	r.wg.Add(1)
 	go x.run(clock.Start(r.lifeCtx(), r.cfg.Clock))
 }
@@ -200,8 +204,7 @@ func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer 
 // it waits for a slot. It fails when any runner holds a live lease (but for
 // reclaimOwn: this runner's own lease left by its previous process) or the
 // run moved on meanwhile.
-func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*execution, error) {
-	agent := r.agents[c.slug]
+func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool, x *execution) error {
 	var f *flow
 	var epoch int64
 	var resumed bool
@@ -234,12 +237,11 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool) (*exec
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.w.hold(epoch)
-	x := &execution{r: r, agent: agent, flow: f, w: c.w, epoch: epoch, resumed: resumed, records: map[int]StepRecord{}, markers: map[int]storage.Version{},
-		input: c.input, inputKnown: c.inputKnown}
-	return x, nil
+	x.flow, x.epoch, x.resumed = f, epoch, resumed
+	return nil
 }
 
 // freeSlotsOf frees every slot of the agent that names runID.

@@ -4,7 +4,7 @@
 'use strict';
 
 (() => {
-  // Seed 000 §4.1: a run's status every 5 s until it ends, lists every 30 s.
+  // docs/spec.md#polling: a run's status every 5 s until it ends, lists every 30 s.
   const POLL_RUN_MS = 5000;
   const POLL_LIST_MS = 30000;
   const RECONNECT_MIN_MS = 1000;
@@ -146,7 +146,7 @@
       clearTimeout(this.retryTimer);
       this.pollTimer = this.retryTimer = null;
     }
-    // Seed 000 §4.2: nothing runs while the tab is hidden; on return the
+    // docs/spec.md#polling: nothing runs while the tab is hidden; on return the
     // page reads the state once and goes live again.
     visibility() {
       if (this.stopped) return;

@@ -1,4 +1,4 @@
-package httpapi
+package codes_test
 
 import (
 	"testing"
@@ -6,12 +6,13 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// TestCodeOfStatusAgreesWithTheCodeTable: the code a client gives an
+// TestOfStatusAgreesWithTheCodeTable: the code a client gives an
 // answer without one maps back, through lifecycle's one code table, to the
 // status it came with, so the two never disagree.
-func TestCodeOfStatusAgreesWithTheCodeTable(t *testing.T) {
+func TestOfStatusAgreesWithTheCodeTable(t *testing.T) {
+	t.Parallel()
 	for status := 400; status < 600; status++ {
-		code := codeOfStatus(status)
+		code := codes.OfStatus(status)
 		if code == codes.InternalError {
 			continue // the fallback for statuses no code has
 		}

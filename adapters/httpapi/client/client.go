@@ -1,4 +1,4 @@
-package httpapi
+package client
 
 import (
 	"bytes"
@@ -10,12 +10,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -124,70 +120,70 @@ func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID
 // X-Idempotency-Key (the server makes it api:{actor}:{key}, the caller's
 // namespace, unless it already starts with api:{actor}:).
 // Caller.Initiator is not sent: the server derives it from the trigger.
-func (c *Client) Submit(ctx context.Context, sr run.SubmitRequest) (run.SubmitResult, error) {
+func (c *Client) Submit(ctx context.Context, sr lifecycle.SubmitRequest) (lifecycle.SubmitResult, error) {
 	body := submitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
 	req, err := c.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)
 	if err != nil {
-		return run.SubmitResult{}, err
+		return lifecycle.SubmitResult{}, err
 	}
 	if sr.IdempotencyKey != "" {
 		req.Header.Set(IdempotencyKeyHeader, sr.IdempotencyKey)
 	}
 	var a submitAnswer
 	if _, err := c.do(req, &a); err != nil {
-		return run.SubmitResult{}, err
+		return lifecycle.SubmitResult{}, err
 	}
-	return run.SubmitResult{RunID: a.RunID, Duplicate: a.Duplicate}, nil
+	return lifecycle.SubmitResult{RunID: a.RunID, Duplicate: a.Duplicate}, nil
 }
 
 // Status reads a run's status.json (GET /runs/{runId}/status).
-func (c *Client) Status(ctx context.Context, runID string) (run.Status, error) {
-	var st run.Status
+func (c *Client) Status(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
+	var st lifecycle.RunStatus
 	err := c.call(ctx, http.MethodGet, runPath(runID, "/status"), nil, nil, &st)
 	return st, err
 }
 
 // Steps reads a run's step files (GET /runs/{runId}/steps).
-func (c *Client) Steps(ctx context.Context, runID string) ([]run.StepRecord, error) {
-	var out []run.StepRecord
+func (c *Client) Steps(ctx context.Context, runID string) ([]lifecycle.StepRecord, error) {
+	var out []lifecycle.StepRecord
 	err := c.call(ctx, http.MethodGet, runPath(runID, "/steps"), nil, nil, &out)
 	return out, err
 }
 
 // Runs reads the status of every run of an agent (GET /runs?agent=).
-func (c *Client) Runs(ctx context.Context, agentSlug string) ([]run.Status, error) {
-	var out []run.Status
+func (c *Client) Runs(ctx context.Context, agentSlug string) ([]lifecycle.RunStatus, error) {
+	var out []lifecycle.RunStatus
 	err := c.call(ctx, http.MethodGet, "/runs", url.Values{"agent": {agentSlug}}, nil, &out)
 	return out, err
 }
 
 // Cancel asks a run to stop (POST /runs/{runId}/cancel).
-func (c *Client) Cancel(ctx context.Context, runID, reason string) (run.Status, error) {
-	var st run.Status
+func (c *Client) Cancel(ctx context.Context, runID, reason string) (lifecycle.RunStatus, error) {
+	var st lifecycle.RunStatus
 	err := c.call(ctx, http.MethodPost, runPath(runID, "/cancel"), nil, cancelBody{Reason: reason}, &st)
 	return st, err
 }
 
 // Approve resumes a run waiting at its approval gate (POST
 // /runs/{runId}/approve). An empty decidedBy is the caller's actor.
-func (c *Client) Approve(ctx context.Context, runID, decidedBy, reason string) (run.Status, error) {
-	var st run.Status
+func (c *Client) Approve(ctx context.Context, runID, decidedBy, reason string) (lifecycle.RunStatus, error) {
+	var st lifecycle.RunStatus
 	err := c.call(ctx, http.MethodPost, runPath(runID, "/approve"), nil, decisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
 	return st, err
 }
 
 // Reject fails a run waiting at its approval gate (POST
 // /runs/{runId}/reject).
-func (c *Client) Reject(ctx context.Context, runID, decidedBy, reason string) (run.Status, error) {
-	var st run.Status
+func (c *Client) Reject(ctx context.Context, runID, decidedBy, reason string) (lifecycle.RunStatus, error) {
+	var st lifecycle.RunStatus
 	err := c.call(ctx, http.MethodPost, runPath(runID, "/reject"), nil, decisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
 	return st, err
 }
 
 // Deliver hands a run the external event it waits for (POST
 // /runs/{runId}/events).
-func (c *Client) Deliver(ctx context.Context, runID, eventType, eventID, source string) (run.Status, error) {
-	var st run.Status
+func (c *Client) Deliver(ctx context.Context, runID, eventType, eventID, source string) (lifecycle.RunStatus, error) {
+	var st lifecycle.RunStatus
 	err := c.call(ctx, http.MethodPost, runPath(runID, "/events"), nil, eventBody{Type: eventType, ID: eventID, Source: source}, &st)
 	return st, err
 }
@@ -200,7 +196,7 @@ func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
 }
 
 // Enqueue creates a job (POST /jobs).
-func (c *Client) Enqueue(ctx context.Context, n jobqueue.NewJob) (lifecycle.Job, error) {
+func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job, error) {
 	body := jobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
 		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID}
 	var j lifecycle.Job
@@ -232,24 +228,24 @@ func (c *Client) Requeue(ctx context.Context, jobID string) (lifecycle.Job, erro
 
 // Schedules lists the schedules with their next and last slots and runs
 // (GET /schedules).
-func (c *Client) Schedules(ctx context.Context) ([]schedule.Info, error) {
-	var out []schedule.Info
+func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
+	var out []Schedule
 	err := c.call(ctx, http.MethodGet, "/schedules", nil, nil, &out)
 	return out, err
 }
 
 // PauseSchedule pauses a schedule in every process (POST
 // /schedules/{id}/pause, admin); ResumeSchedule lets it fire again.
-func (c *Client) PauseSchedule(ctx context.Context, id string) (schedule.Info, error) {
-	var out schedule.Info
+func (c *Client) PauseSchedule(ctx context.Context, id string) (Schedule, error) {
+	var out Schedule
 	err := c.call(ctx, http.MethodPost, "/schedules/"+url.PathEscape(id)+"/pause", nil, nil, &out)
 	return out, err
 }
 
 // ResumeSchedule lets a paused schedule fire again from its next slot
 // (POST /schedules/{id}/resume, admin).
-func (c *Client) ResumeSchedule(ctx context.Context, id string) (schedule.Info, error) {
-	var out schedule.Info
+func (c *Client) ResumeSchedule(ctx context.Context, id string) (Schedule, error) {
+	var out Schedule
 	err := c.call(ctx, http.MethodPost, "/schedules/"+url.PathEscape(id)+"/resume", nil, nil, &out)
 	return out, err
 }
@@ -261,15 +257,15 @@ func (c *Client) NLMCallback(ctx context.Context, cb lifecycle.NLMCallbackBody) 
 
 // SubmitInbox submits an inbox entry (POST /inbox/submit) and returns its
 // id; the entry is pending.
-func (c *Client) SubmitInbox(ctx context.Context, sub inbox.Submission) (string, error) {
+func (c *Client) SubmitInbox(ctx context.Context, sub lifecycle.InboxSubmission) (string, error) {
 	var a inboxAnswer
 	err := c.call(ctx, http.MethodPost, "/inbox/submit", nil, sub, &a)
 	return a.InboxID, err
 }
 
 // InboxStats counts the inbox's entries by state (GET /inbox/stats).
-func (c *Client) InboxStats(ctx context.Context) (inbox.Stats, error) {
-	var st inbox.Stats
+func (c *Client) InboxStats(ctx context.Context) (lifecycle.InboxStats, error) {
+	var st lifecycle.InboxStats
 	err := c.call(ctx, http.MethodGet, "/inbox/stats", nil, nil, &st)
 	return st, err
 }

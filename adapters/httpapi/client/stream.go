@@ -1,4 +1,4 @@
-package httpapi
+package client
 
 import (
 	"context"
@@ -13,14 +13,12 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
-	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/adapters/httpapi/sse"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // PollInterval is how often Wait reads a run's status when the event
-// stream is not available (seed 000 §4.1: 5 s).
+// stream is not available (docs/spec.md#polling: 5 s).
 const PollInterval = 5 * time.Second
 
 // ErrStreamEnded: the server closed the event stream.
@@ -29,7 +27,7 @@ var ErrStreamEnded = errors.New("httpapi: event stream ended")
 // Event is one event of GET /events/stream (docs/http-api.md): its id (the
 // audit event's: resume after it with Events' lastEventID), its type (e.g.
 // "run.status.changed") and its JSON data; Payload decodes the data.
-type Event = events.Event
+type Event = sse.Event
 
 // runEvent holds the fields of a run event's data that Wait reads.
 type runEvent struct {
@@ -41,9 +39,9 @@ type runEvent struct {
 // keeping only runID's events when set. The sequence ends after an error:
 // an *Error when the server refused the stream (503 SERVICE_UNAVAILABLE when
 // it serves none), ErrStreamEnded when the server closed it, ctx's error
-// when ctx ended, events.ErrLineTooLong for a line over
-// events.MaxLineBytes, events.ErrEventTooLarge for an event over
-// events.MaxEventBytes.
+// when ctx ended, sse.ErrLineTooLong for a line over
+// sse.MaxLineBytes, sse.ErrEventTooLarge for an event over
+// sse.MaxEventBytes.
 func (c *Client) Events(ctx context.Context, lastEventID, runID string) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -92,10 +90,10 @@ func (c *Client) openStream(ctx context.Context, lastEventID, runID string) (io.
 }
 
 // readEvents parses the stream with the feed's own reader
-// (events.Read) and ends with ErrStreamEnded when the server closes it.
+// (sse.Read) and ends with ErrStreamEnded when the server closes it.
 func readEvents(r io.Reader) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		for ev, err := range events.Read(r) {
+		for ev, err := range sse.Read(r) {
 			if !yield(ev, err) || err != nil {
 				return
 			}
@@ -112,7 +110,7 @@ func readEvents(r io.Reader) iter.Seq2[Event, error] {
 // the first read is retried with backoff on c.Clock (WaitBackOff), later
 // ones at each poll. It returns an *Error when a read of the status is
 // refused (an unknown run, a 4xx), and a *WaitError when ctx ends first.
-func (c *Client) Wait(ctx context.Context, runID string) (run.Status, error) {
+func (c *Client) Wait(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
 	w := &waiter{c: c, runID: runID, start: c.clock().Now()}
 	st, err := w.first(ctx)
 	if err != nil || Terminal(st) {
@@ -121,7 +119,7 @@ func (c *Client) Wait(ctx context.Context, runID string) (run.Status, error) {
 	st, done, err := c.follow(ctx, runID)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return run.Status{}, w.giveUp(ctx)
+		return lifecycle.RunStatus{}, w.giveUp(ctx)
 	case done || err != nil:
 		return st, err
 	}
@@ -191,7 +189,7 @@ type waiter struct {
 
 // read reads the status once, remembering a failure that is not the
 // context's own.
-func (w *waiter) read(ctx context.Context) (run.Status, error) {
+func (w *waiter) read(ctx context.Context) (lifecycle.RunStatus, error) {
 	st, err := w.c.Status(ctx, w.runID)
 	switch {
 	case err == nil:
@@ -204,14 +202,14 @@ func (w *waiter) read(ctx context.Context) (run.Status, error) {
 
 // first reads the status until a read answers, retrying failures that may
 // pass (retryable) with WaitBackOff.
-func (w *waiter) first(ctx context.Context) (run.Status, error) {
+func (w *waiter) first(ctx context.Context) (lifecycle.RunStatus, error) {
 	bo := WaitBackOff()
 	clk := w.c.clock()
 	for {
 		st, err := w.read(ctx)
 		switch {
 		case ctx.Err() != nil:
-			return run.Status{}, w.giveUp(ctx)
+			return lifecycle.RunStatus{}, w.giveUp(ctx)
 		case err == nil || !retryable(err):
 			return st, err
 		}
@@ -219,7 +217,7 @@ func (w *waiter) first(ctx context.Context) (run.Status, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return run.Status{}, w.giveUp(ctx)
+			return lifecycle.RunStatus{}, w.giveUp(ctx)
 		case <-t.C():
 		}
 	}
@@ -234,16 +232,16 @@ func (w *waiter) giveUp(ctx context.Context) error {
 // is open the status is still read every PollInterval: an event can be
 // lost for good (a writer that died between its write and its audit
 // object), and the status, not the stream, is the truth.
-func (c *Client) follow(parent context.Context, runID string) (run.Status, bool, error) {
+func (c *Client) follow(parent context.Context, runID string) (lifecycle.RunStatus, bool, error) {
 	ctx, cancel := context.WithCancel(parent)
 	body, err := c.openStream(ctx, "", runID)
 	if err != nil {
 		cancel()
-		return run.Status{}, false, parent.Err()
+		return lifecycle.RunStatus{}, false, parent.Err()
 	}
 	defer body.Close()
 	type result struct {
-		st  run.Status
+		st  lifecycle.RunStatus
 		err error
 	}
 	found := make(chan result, 1)
@@ -273,12 +271,12 @@ func (c *Client) follow(parent context.Context, runID string) (run.Status, bool,
 	defer func() { cancel(); <-reread }()
 	// notDone is the answer when the stream broke or was cut, unless the
 	// re-read (which cuts it) found the end meanwhile.
-	notDone := func() (run.Status, bool, error) {
+	notDone := func() (lifecycle.RunStatus, bool, error) {
 		select {
 		case r := <-found:
 			return r.st, true, r.err
 		default:
-			return run.Status{}, false, parent.Err()
+			return lifecycle.RunStatus{}, false, parent.Err()
 		}
 	}
 	// Read once more now that the stream is open: a change made before it
@@ -312,14 +310,14 @@ func (c *Client) follow(parent context.Context, runID string) (run.Status, bool,
 }
 
 // poll reads the status every PollInterval until it is terminal.
-func (w *waiter) poll(ctx context.Context) (run.Status, error) {
+func (w *waiter) poll(ctx context.Context) (lifecycle.RunStatus, error) {
 	clk := w.c.clock()
 	for {
 		t := clk.NewTimer(PollInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return run.Status{}, w.giveUp(ctx)
+			return lifecycle.RunStatus{}, w.giveUp(ctx)
 		case <-t.C():
 		}
 		st, err := w.read(ctx)
@@ -327,7 +325,7 @@ func (w *waiter) poll(ctx context.Context) (run.Status, error) {
 		case err == nil && Terminal(st):
 			return st, nil
 		case err != nil && ctx.Err() != nil:
-			return run.Status{}, w.giveUp(ctx)
+			return lifecycle.RunStatus{}, w.giveUp(ctx)
 		case err != nil && !retryable(err):
 			return st, err
 		}
@@ -348,7 +346,7 @@ func retryable(err error) bool {
 // (the status's machine field; the canonical machine when it is empty). A
 // machine this SDK does not know (a newer server's) counts the states that
 // are terminal in any run machine.
-func Terminal(st run.Status) bool {
+func Terminal(st lifecycle.RunStatus) bool {
 	canonical := lifecycle.CanonicalRun().IsTerminal(lifecycle.RunState(st.Status))
 	cancelable := lifecycle.CancelableRun().IsTerminal(lifecycle.CancelableRunState(st.Status))
 	approval := lifecycle.ApprovalRun().IsTerminal(lifecycle.ApprovalRunState(st.Status))
@@ -364,7 +362,7 @@ func Terminal(st run.Status) bool {
 }
 
 // InboxPollInterval is how often WatchInbox reads the inbox stats when the
-// event stream is not available (seed 000 §4.1: 30 s).
+// event stream is not available (docs/spec.md#polling: 30 s).
 const InboxPollInterval = 30 * time.Second
 
 // WatchInbox yields the inbox stats now, and again whenever they change:
@@ -372,9 +370,9 @@ const InboxPollInterval = 30 * time.Second
 // or broken, at reads every InboxPollInterval on c.Clock (trying the stream
 // again after each). It ends when ctx ends or a read is refused (an *Error
 // under 500, yielded); 5xx answers and network errors are waited out.
-func (c *Client) WatchInbox(ctx context.Context) iter.Seq2[inbox.Stats, error] {
-	return func(yield func(inbox.Stats, error) bool) {
-		var last inbox.Stats
+func (c *Client) WatchInbox(ctx context.Context) iter.Seq2[lifecycle.InboxStats, error] {
+	return func(yield func(lifecycle.InboxStats, error) bool) {
+		var last lifecycle.InboxStats
 		first := true
 		// read yields the stats if they changed; false ends the watch.
 		read := func() bool {
@@ -383,7 +381,7 @@ func (c *Client) WatchInbox(ctx context.Context) iter.Seq2[inbox.Stats, error] {
 			case err != nil && ctx.Err() != nil:
 				return false
 			case err != nil && !retryable(err):
-				yield(inbox.Stats{}, err)
+				yield(lifecycle.InboxStats{}, err)
 				return false
 			case err != nil:
 				return true

@@ -1,0 +1,197 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// The headers of the API that the client sends and the server reads.
+const (
+	// ActorHeader names the actor of a request when the server has no
+	// tokens (loopback only).
+	ActorHeader = "X-Conveyor-Actor"
+	// IdempotencyKeyHeader carries a submit's idempotency key
+	// (docs/spec.md#idempotency).
+	IdempotencyKeyHeader = "X-Idempotency-Key"
+)
+
+// AgentInfo describes one agent the Runner executes (GET /agents).
+type AgentInfo struct {
+	Slug    string `json:"slug"`
+	Machine string `json:"machine"`
+	// Spec is the run machine's table, as lifecycle exports it.
+	Spec        lifecycle.Spec `json:"spec"`
+	Steps       []string       `json:"steps"`
+	Concurrency int            `json:"concurrency"`
+}
+
+// Schedule is a schedule as GET /schedules lists it: the schedule's fields
+// and where it stands, the one JSON object the server writes. It is the
+// client's own decoding of the Scheduler's schedule.Info (same fields, same
+// names, same JSON), so reading schedules needs no engine.
+type Schedule struct {
+	ID       string          `json:"id"`
+	Agent    string          `json:"agent"`
+	Cron     string          `json:"cron,omitempty"`
+	Every    time.Duration   `json:"every,omitempty"`
+	TimeZone string          `json:"time_zone,omitempty"`
+	Jitter   time.Duration   `json:"jitter,omitempty"`
+	Missed   string          `json:"missed,omitempty"`
+	CatchUp  int             `json:"catch_up,omitempty"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	// Next is the next slot, LastSlot the latest dealt with, LastFired
+	// and LastRunID the latest that started a run.
+	Next      time.Time  `json:"next"`
+	LastSlot  time.Time  `json:"last_slot"`
+	LastFired *time.Time `json:"last_fired,omitempty"`
+	LastRunID string     `json:"last_run_id,omitempty"`
+	Paused    bool       `json:"paused"`
+	PausedBy  string     `json:"paused_by,omitempty"`
+}
+
+// scheduleFields is Schedule without its JSON methods.
+type scheduleFields Schedule
+
+// scheduleOut is the JSON the server writes for a schedule, in its order:
+// the schedule's fields (Every and Jitter as Go duration strings, "20s"),
+// then its progress.
+type scheduleOut struct {
+	ID        string          `json:"id"`
+	Agent     string          `json:"agent"`
+	Cron      string          `json:"cron,omitempty"`
+	TimeZone  string          `json:"time_zone,omitempty"`
+	Missed    string          `json:"missed,omitempty"`
+	CatchUp   int             `json:"catch_up,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	Every     string          `json:"every,omitempty"`
+	Jitter    string          `json:"jitter,omitempty"`
+	Next      time.Time       `json:"next"`
+	LastSlot  time.Time       `json:"last_slot"`
+	LastFired *time.Time      `json:"last_fired,omitempty"`
+	LastRunID string          `json:"last_run_id,omitempty"`
+	Paused    bool            `json:"paused"`
+	PausedBy  string          `json:"paused_by,omitempty"`
+}
+
+// MarshalJSON writes what the server writes, so a program that prints a
+// Schedule prints the server's answer.
+func (s Schedule) MarshalJSON() ([]byte, error) {
+	v := scheduleOut{ID: s.ID, Agent: s.Agent, Cron: s.Cron, TimeZone: s.TimeZone, Missed: s.Missed, CatchUp: s.CatchUp,
+		Input: s.Input, Next: s.Next, LastSlot: s.LastSlot, LastFired: s.LastFired, LastRunID: s.LastRunID,
+		Paused: s.Paused, PausedBy: s.PausedBy}
+	if s.Every != 0 {
+		v.Every = s.Every.String()
+	}
+	if s.Jitter != 0 {
+		v.Jitter = s.Jitter.String()
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads Every and Jitter as Go duration strings, or as
+// numbers of nanoseconds.
+func (s *Schedule) UnmarshalJSON(b []byte) error {
+	var v struct {
+		*scheduleFields
+		Every  json.RawMessage `json:"every,omitempty"`
+		Jitter json.RawMessage `json:"jitter,omitempty"`
+	}
+	v.scheduleFields = (*scheduleFields)(s)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	var err error
+	if s.Every, err = duration("every", v.Every); err != nil {
+		return err
+	}
+	s.Jitter, err = duration("jitter", v.Jitter)
+	return err
+}
+
+// duration reads a duration written as a Go duration string or as a
+// number of nanoseconds; absent or null is 0.
+func duration(field string, raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var str string
+	if json.Unmarshal(raw, &str) == nil {
+		d, err := time.ParseDuration(str)
+		if err != nil {
+			return 0, fmt.Errorf("httpapi: schedule's %s: %w", field, err)
+		}
+		return d, nil
+	}
+	var ns int64
+	if err := json.Unmarshal(raw, &ns); err != nil {
+		return 0, fmt.Errorf("httpapi: schedule's %s: want a duration such as \"20s\"", field)
+	}
+	return time.Duration(ns), nil
+}
+
+// The request bodies the client sends, field names as in docs/http-api.md
+// (the server decodes them with its own strict decoders).
+
+type submitBody struct {
+	AgentSlug string            `json:"agent_slug"`
+	Trigger   string            `json:"trigger,omitempty"`
+	Input     json.RawMessage   `json:"input,omitempty"`
+	UserID    string            `json:"user_id,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+}
+
+type cancelBody struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+type decisionBody struct {
+	DecidedBy string `json:"decided_by,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+type eventBody struct {
+	Type   string `json:"type"`
+	ID     string `json:"id,omitempty"`
+	Source string `json:"source,omitempty"`
+}
+
+type jobBody struct {
+	JobID       string               `json:"job_id,omitempty"`
+	RunID       string               `json:"run_id"`
+	JobType     lifecycle.JobType    `json:"job_type"`
+	AgentSlug   string               `json:"agent_slug"`
+	MaxAttempts int                  `json:"max_attempts,omitempty"`
+	Payload     json.RawMessage      `json:"payload,omitempty"`
+	Context     lifecycle.JobContext `json:"context,omitzero"`
+	Callback    string               `json:"callback,omitempty"`
+	ProjectID   string               `json:"project_id,omitempty"`
+}
+
+type restoreBody struct {
+	QKey string `json:"qkey"`
+}
+
+// The answers the client reads.
+
+// submitAnswer is POST /agents/run's answer.
+type submitAnswer struct {
+	RunID     string `json:"run_id"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+// inboxAnswer is POST /inbox/submit's answer.
+type inboxAnswer struct {
+	InboxID string               `json:"inbox_id"`
+	Status  lifecycle.InboxState `json:"status"`
+}
+
+// quarantinedJSON is one record of GET /quarantine: records.Quarantined
+// with its qkey, which its own JSON leaves out.
+type quarantinedJSON struct {
+	QKey string `json:"qkey"`
+	records.Quarantined
+}
