@@ -28,17 +28,18 @@ const (
 	// DeadJobs are DEAD jobs, aged from updated_at. They are the
 	// operator's to requeue, so by default they are kept.
 	DeadJobs Kind = "dead_jobs"
-	// Idempotency records are aged from their expires_at (seed 004 §4.3:
-	// completed 24 h, failed 1 h after their last write; a processing
-	// record from its lock's expiry): past it a submit takes the key over
-	// anyway.
+	// Idempotency records are aged from their expires_at
+	// (docs/spec.md#idempotency: completed 24 h, failed 1 h after their
+	// last write; a processing record from its lock's expiry): past it a
+	// submit takes the key over anyway.
 	Idempotency Kind = "idempotency"
 	// Inbox entries that expired (inbox/expired/), aged from the end of
 	// their TTL (created_at + ttl_hours).
 	Inbox Kind = "inbox"
-	// Artifacts are finalized artifacts (projects/{cid}/artifacts/), aged
-	// from finalized_at: seed 003 §3.3 allows deleting one only by the
-	// system's cleanup after N days, so by default they are kept.
+	// Artifacts (projects/{cid}/artifacts/), aged from created_at, are
+	// deleted by the artifact store's admin cleanup, the only deletion
+	// docs/spec.md#artifact allows, with this kind's age as its cleanup
+	// age; by default they are kept.
 	Artifacts Kind = "artifacts"
 )
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -25,6 +26,9 @@ import (
 // (storage.IfMatch), so a record changed after it was read is kept.
 type Janitor struct {
 	cfg Config
+	// artifacts deletes artifacts by the admin's cleanup, with the
+	// Artifacts kind's age as its cleanup age.
+	artifacts *artifact.Store
 }
 
 // New checks cfg and returns its Janitor.
@@ -33,7 +37,12 @@ func New(cfg Config) (*Janitor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Janitor{cfg: c}, nil
+	arts, err := artifact.New(artifact.Config{Store: c.Store, Clock: c.Clock, Node: c.Owner, Logger: c.Logger,
+		CleanupAge: max(c.AgeOf(Artifacts), time.Nanosecond)})
+	if err != nil {
+		return nil, err
+	}
+	return &Janitor{cfg: c, artifacts: arts}, nil
 }
 
 // Config returns the janitor's configuration, defaults filled in.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,23 @@ func TestQueueAfterItsJobsAreDeleted(t *testing.T) {
 	}
 	if n := count(t, s, "projects/"); n != 0 {
 		t.Errorf("%d artifacts left", n)
+	}
+	// Through the artifact store's admin cleanup: each deletion audited.
+	deletes := 0
+	for k, err := range s.List(ctx, "audit/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), `"artifact.delete"`) {
+			deletes++
+		}
+	}
+	if deletes != 4 {
+		t.Errorf("%d artifact.delete audit events, want 4", deletes)
 	}
 }
 

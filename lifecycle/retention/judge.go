@@ -67,10 +67,10 @@ func InboxEligible(e *lifecycle.InboxEntry, now time.Time, age time.Duration) bo
 	return e.Status == lifecycle.InboxExpired && !e.CreatedAt.IsZero() && due(e.Expires(), now, age)
 }
 
-// ArtifactEligible tells whether an artifact is finalized, so immutable,
-// and was finalized at least age before now.
+// ArtifactEligible tells whether an artifact was created more than age
+// before now, the artifact store's own cleanup rule (its CleanupAge).
 func ArtifactEligible(a *artifact.Artifact, now time.Time, age time.Duration) bool {
-	return a.Finalized && a.FinalizedAt != nil && due(*a.FinalizedAt, now, age)
+	return age >= 0 && !a.CreatedAt.IsZero() && now.Sub(a.CreatedAt) > age
 }
 
 func later(a, b time.Time) time.Time {

@@ -178,10 +178,11 @@ func TestArtifactEligible(t *testing.T) {
 		a    artifact.Artifact
 		want bool
 	}{
-		{"finalized past age", artifact.Artifact{Finalized: true, FinalizedAt: at(-age)}, true},
-		{"finalized within age", artifact.Artifact{Finalized: true, FinalizedAt: at(-time.Hour)}, false},
-		{"not finalized, old", artifact.Artifact{CreatedAt: t0.Add(-30 * day)}, false},
-		{"finalized without finalized_at", artifact.Artifact{Finalized: true}, false},
+		{"created past age", artifact.Artifact{CreatedAt: t0.Add(-age - time.Second), Finalized: true}, true},
+		{"created exactly age ago", artifact.Artifact{CreatedAt: t0.Add(-age), Finalized: true}, false},
+		{"created within age", artifact.Artifact{CreatedAt: t0.Add(-time.Hour), Finalized: true}, false},
+		{"not finalized, old (the cleanup takes it too)", artifact.Artifact{CreatedAt: t0.Add(-30 * day)}, true},
+		{"no created_at", artifact.Artifact{Finalized: true}, false},
 	}
 	for _, c := range cases {
 		if got := retention.ArtifactEligible(&c.a, t0, age); got != c.want {

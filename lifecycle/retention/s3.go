@@ -33,7 +33,8 @@ type S3LifecycleConfiguration struct {
 	Rules []S3Rule `json:"Rules"`
 }
 
-// completedTTL is seed 004 §4.3's TTL of a completed idempotency record,
+// completedTTL is the TTL of a completed idempotency record
+// (docs/spec.md#idempotency),
 // the longest: the record's expires_at is that long after its last write.
 const completedTTL = 24 * time.Hour
 

@@ -9,8 +9,10 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // prefixes are the listings of each kind, in key order.
@@ -112,15 +114,16 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		}
 		return j.deleteFenced(ctx, k, key, ver, r)
 	case Artifacts:
-		if _, _, ok := layout.ParseArtifactKey(key); !ok {
+		cid, id, ok := layout.ParseArtifactKey(key)
+		if !ok {
 			return nil
 		}
 		var a artifact.Artifact
-		ver, ok, err := j.read(ctx, key, &a, r)
+		_, ok, err := j.read(ctx, key, &a, r)
 		if !ok || err != nil || !ArtifactEligible(&a, now, age) {
 			return err
 		}
-		return j.deleteFenced(ctx, k, key, ver, r)
+		return j.deleteArtifact(ctx, cid, id, r)
 	}
 	return nil
 }
@@ -227,4 +230,26 @@ func (j *Janitor) deleteRun(ctx context.Context, statusKey, slug, runID string, 
 	r.deleted(Runs, 1)
 	r.Keys += len(files) + 1
 	return nil
+}
+
+// deleteArtifact deletes an artifact through the artifact store's own
+// admin cleanup (docs/spec.md#artifact), the one way an artifact is
+// deleted: it checks the authority matrix and the cleanup age (the kind's
+// age) on a fresh read, deletes conditional on that read's version, and
+// writes the artifact.delete audit event.
+func (j *Janitor) deleteArtifact(ctx context.Context, cid, id string, r *Report) error {
+	err := j.artifacts.Delete(ctx, lifecycle.ActorAdmin, cid, id)
+	switch {
+	case err == nil:
+		r.deleted(Artifacts, 1)
+		r.Keys++
+		return nil
+	case errors.Is(err, storage.ErrPreconditionFailed), errors.Is(err, storage.ErrNotFound), errors.Is(err, authority.ErrForbidden):
+		r.Changed++ // rewritten, gone, or younger than read
+		return nil
+	case errors.Is(err, records.ErrCorrupt):
+		r.Skipped++
+		return nil
+	}
+	return err
 }
