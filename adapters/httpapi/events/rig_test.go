@@ -78,8 +78,22 @@ type rig struct {
 	logs   *testlog.Buffer
 }
 
+// unwatched hides a store's Watch: the rig's feed polls on the fake
+// clock, so a test decides when it lists the log.
+type unwatched struct{ storage.Store }
+
+// watched marks a store whose Watch the rig's feed is to use.
+type watched struct{ storage.Store }
+
+func (w watched) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	return w.Store.(storage.Watcher).Watch(ctx, prefix)
+}
+
 func newRig(t *testing.T, store storage.Store, cfg events.Config) *rig {
 	t.Helper()
+	if _, ok := store.(watched); !ok {
+		store = unwatched{store}
+	}
 	clk, ok := cfg.Clock.(*clock.Fake)
 	if !ok {
 		clk = clock.NewFake(t0)
