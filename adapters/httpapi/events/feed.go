@@ -125,6 +125,9 @@ type Feed struct {
 	// polled, when set (by tests, before Run), is called after each poll,
 	// once the next poll's timer is scheduled.
 	polled func()
+	// replayWaits, when set (by tests, before Run), is called when a
+	// replay waits for its turn to read a page (Config.MaxReplays).
+	replayWaits func()
 }
 
 // New checks cfg, fills in the defaults and returns a Feed.

@@ -298,8 +298,15 @@ func (r *replay) flush(ctx context.Context) error {
 	}
 	select {
 	case r.f.pages <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		if r.f.replayWaits != nil {
+			r.f.replayWaits()
+		}
+		select {
+		case r.f.pages <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	r.frames = r.frames[:0]
 	err := r.read(ctx)
