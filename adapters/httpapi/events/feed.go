@@ -360,12 +360,27 @@ func (f *Feed) failed(ctx context.Context, err error) {
 // (deleted since the listing) becomes no frames; an undecodable one
 // errSkip.
 func readEvent(ctx context.Context, s storage.Store, tr *translator, key, id string) (batch, error) {
-	raw, _, err := s.Get(ctx, key)
-	if errors.Is(err, storage.ErrNotFound) {
-		return batch{id: id}, nil
-	}
+	raw, err := getEvent(ctx, s, key)
 	if err != nil {
 		return batch{}, err
+	}
+	return translateEvent(ctx, tr, id, raw)
+}
+
+// getEvent reads the audit object at key: nil for a missing one.
+func getEvent(ctx context.Context, s storage.Store, key string) ([]byte, error) {
+	raw, _, err := s.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
+	}
+	return raw, err
+}
+
+// translateEvent decodes and translates the audit object raw (nil: gone,
+// no frames).
+func translateEvent(ctx context.Context, tr *translator, id string, raw []byte) (batch, error) {
+	if raw == nil {
+		return batch{id: id}, nil
 	}
 	var ev records.AuditEvent
 	if err := json.Unmarshal(raw, &ev); err != nil {

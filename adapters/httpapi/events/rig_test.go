@@ -19,12 +19,16 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// env is this binary's MinIO, started by the first benchmark that needs it.
+var env teststores.Env
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(env.Wrap(m)) }
 
 var t0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
@@ -264,6 +265,8 @@ type replay struct {
 	sent    map[string]struct{} // ids from floorID on: they may come live too
 	floorID string
 	page    []string
+	ids     []string // the page's ids, "" for a key not to read
+	raws    [][]byte // the page's objects, while they are translated
 	frames  []byte
 }
 
@@ -317,18 +320,53 @@ func (r *replay) flush(ctx context.Context) error {
 	return r.c.write(r.frames, r.w)
 }
 
-// read appends the frames of the page's events to r.frames.
+// pageReads is how many audit objects of a page a replay reads at once:
+// on S3 a read is a round trip, and a page read one after the other would
+// take a round trip per event.
+const pageReads = 8
+
+// read appends the frames of the page's events to r.frames: it reads the
+// objects pageReads at a time, then translates them in order (the
+// translator is not safe for concurrent use).
 func (r *replay) read(ctx context.Context) error {
-	r.tr.begin()
+	r.ids = r.ids[:0]
 	for _, key := range r.page {
 		id, ok := layout.ParseAuditKey(key)
-		if !ok {
+		if _, sent := r.sent[id]; !ok || sent {
+			id = "" // not an event, or sent already: not read
+		}
+		r.ids = append(r.ids, id)
+	}
+	r.raws = append(r.raws[:0], make([][]byte, len(r.page))...)
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range min(pageReads, len(r.page)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(r.page) && failed.Load() == nil; i = int(next.Add(1) - 1) {
+				if r.ids[i] == "" {
+					continue
+				}
+				raw, err := getEvent(ctx, r.f.cfg.Store, r.page[i])
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				r.raws[i] = raw
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return *err
+	}
+	r.tr.begin()
+	for i, id := range r.ids {
+		if id == "" {
 			continue
 		}
-		if _, ok := r.sent[id]; ok {
-			continue
-		}
-		b, err := readEvent(ctx, r.f.cfg.Store, r.tr, key, id)
+		b, err := translateEvent(ctx, r.tr, id, r.raws[i])
+		r.raws[i] = nil
 		if err != nil && !errors.Is(err, errSkip) {
 			return err
 		}
