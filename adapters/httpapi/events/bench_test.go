@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,10 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
+// largeEnv enables the 100k-event histories of filestore and MinIO, whose
+// filling and replay take minutes.
+const largeEnv = "CONVEYOR_BENCH_LARGE"
+
 // benchDay is the day the benchmarks' history is written on: n events
 // spread over its first 20 hours, the feed's clock at 21:00.
 var benchDay = time.Date(2026, 2, 24, 0, 0, 0, 0, time.UTC)
@@ -33,19 +38,21 @@ var benchDay = time.Date(2026, 2, 24, 0, 0, 0, 0, time.UTC)
 // BenchmarkFeedHistory measures the feed over an audit log of 1k, 100k and
 // 1M events (all of one day, the worst case for a listing) on memstore,
 // and 1k and 100k on filestore and MinIO (100k and 1M are left out under
-// -short; MinIO is skipped without its binary, see miniotest):
+// -short, 100k on filestore and MinIO unless CONVEYOR_BENCH_LARGE is set;
+// MinIO is skipped without its binary, see miniotest):
 //
 //   - IdlePoll: one poll with nothing new (ns, B and allocs per poll;
 //     requests/op are store round trips as S3 bills them, LIST pages of
 //     1 000 keys included).
+//
 //   - Resume: a client resuming from the oldest event, streamed to its
 //     end; the costs per event replayed (ns/event, B/event, requests/event)
 //     and the time to its first event should not grow with the history,
 //     and live-B, the heap the replay holds halfway through (after a GC,
 //     over the heap before it), is what one client costs in memory.
 //
-// go test ./adapters/httpapi/events -run '^$' -bench FeedHistory -benchtime 1x
-// (IdlePoll is fast enough for the default benchtime).
+//     go test ./adapters/httpapi/events -run '^$' -bench 'FeedHistory/.*/IdlePoll'
+//     go test ./adapters/httpapi/events -run '^$' -bench 'FeedHistory/.*/Resume' -benchtime 1x
 func BenchmarkFeedHistory(b *testing.B) {
 	type backend struct {
 		name  string
@@ -69,6 +76,9 @@ func BenchmarkFeedHistory(b *testing.B) {
 				b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
 					if n > 1000 && testing.Short() {
 						b.Skip("-short: the smallest history only")
+					}
+					if n > 1000 && be.name != "memstore" && os.Getenv(largeEnv) == "" {
+						b.Skipf("set %s=1 for 100k events on filestore and MinIO (minutes)", largeEnv)
 					}
 					count := &teststores.Counting{Store: be.open(b)}
 					ids := benchFill(b, count, n)
