@@ -44,15 +44,16 @@ var benchDay = time.Date(2026, 2, 24, 0, 0, 0, 0, time.UTC)
 //   - IdlePoll: one poll with nothing new (ns, B and allocs per poll;
 //     requests/op are store round trips as S3 bills them, LIST pages of
 //     1 000 keys included).
-//
 //   - Resume: a client resuming from the oldest event, streamed to its
 //     end; the costs per event replayed (ns/event, B/event, requests/event)
 //     and the time to its first event should not grow with the history,
 //     and live-B, the heap the replay holds halfway through (after a GC,
 //     over the heap before it), is what one client costs in memory.
 //
-//     go test ./adapters/httpapi/events -run '^$' -bench 'FeedHistory/.*/IdlePoll'
-//     go test ./adapters/httpapi/events -run '^$' -bench 'FeedHistory/.*/Resume' -benchtime 1x
+// Run the polls at the default benchtime and the resumes once:
+//
+//	go test ./adapters/httpapi/events -run '^$' -bench 'FeedHistory/.*/IdlePoll'
+//	go test ./adapters/httpapi/events -run '^$' -bench 'FeedHistory/.*/Resume' -benchtime 1x
 func BenchmarkFeedHistory(b *testing.B) {
 	type backend struct {
 		name  string
