@@ -85,6 +85,9 @@ func BenchmarkFeedHistory(b *testing.B) {
 					ids := benchFill(b, count, n)
 					b.Run("IdlePoll", func(b *testing.B) { benchIdlePoll(b, count) })
 					b.Run("Resume", func(b *testing.B) { benchResume(b, count, ids) })
+					if be.name == "memstore" && n <= 100_000 {
+						b.Run("Resume50", func(b *testing.B) { benchResumeMany(b, count, ids, 50, 2000) })
+					}
 				})
 			}
 		})
@@ -164,6 +167,56 @@ func benchResume(b *testing.B, count *teststores.Counting, ids []string) {
 	b.ReportMetric(float64(count.PagedOps())/per, "requests/event")
 	b.ReportMetric(float64(first.Nanoseconds())/float64(b.N), "ns-first-event")
 	b.ReportMetric(float64(live), "live-B")
+}
+
+// benchResumeMany resumes clients streams at once, each from the event
+// back events before the newest (or the oldest), and reports live-B, the heap they hold
+// together when the first is halfway (after a GC, included in the time),
+// and ns-first-event-max, the longest wait of a client for its first event.
+func benchResumeMany(b *testing.B, count *teststores.Counting, ids []string, clients, back int) {
+	f := benchFeed(b, count)
+	back = min(back, len(ids)-1)
+	want := back
+	last := ids[len(ids)-1-back]
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	base := m.HeapAlloc
+	var live uint64
+	var slowest time.Duration
+	for b.Loop() {
+		var once sync.Once
+		var wg sync.WaitGroup
+		sinks := make([]*sink, clients)
+		for i := range sinks {
+			ctx, cancel := context.WithCancel(b.Context())
+			w := &sink{h: http.Header{}, want: want, cancel: cancel, start: time.Now(), mid: func() {
+				once.Do(func() {
+					var ms runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&ms)
+					if ms.HeapAlloc > base {
+						live = max(live, ms.HeapAlloc-base)
+					}
+				})
+			}}
+			sinks[i] = w
+			req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/events/stream", nil)
+			req.Header.Set("Last-Event-ID", last)
+			wg.Go(func() { defer cancel(); f.ServeHTTP(w, req) })
+		}
+		wg.Wait()
+		for _, w := range sinks {
+			if w.n != want {
+				b.Fatalf("a resume sent %d events, want %d", w.n, want)
+			}
+			slowest = max(slowest, w.first)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*clients*want), "ns/event")
+	b.ReportMetric(float64(live), "live-B")
+	b.ReportMetric(float64(live)/float64(clients), "live-B/client")
+	b.ReportMetric(float64(slowest.Nanoseconds()), "ns-first-event-max")
 }
 
 // processCPU is the CPU time the process used so far: under a loaded
