@@ -3,13 +3,16 @@ package events_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -260,4 +263,48 @@ func TestWatchWakes(t *testing.T) {
 			t.Fatal("the write did not wake the feed")
 		}
 	})
+}
+
+// failGetOnce fails the first Get of one key: a read that fails half-way
+// through a poll.
+type failGetOnce struct {
+	storage.Store
+	key  string
+	once sync.Once
+}
+
+func (f *failGetOnce) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	failed := false
+	if key == f.key {
+		f.once.Do(func() { failed = true })
+	}
+	if failed {
+		return nil, "", errors.New("injected read failure")
+	}
+	return f.Store.Get(ctx, key)
+}
+
+// TestPollFailsHalfWay: a poll that fails after sending some events of a
+// backlog older than Lookback (after an outage) does not send them again
+// when it is retried, though its set of sent ids keeps only the window.
+func TestPollFailsHalfWay(t *testing.T) {
+	t.Parallel()
+	inner := memstore.New()
+	fs := faultstore.New(inner)
+	fg := &failGetOnce{Store: fs}
+	r := newRig(t, fg, events.Config{Lookback: time.Second})
+	s := r.open("", "")
+	fs.Down()
+	var want []string
+	for i := range 3 {
+		want = append(want, r.record(inner, records.AuditEvent{Event: "job.create", JobID: fmt.Sprintf("j%d", i), To: "PENDING"}).ID)
+	}
+	fg.key, _ = layout.AuditKey(r.clk.Now(), want[1])
+	for range 8 { // 2 s down: the backlog is behind the next window
+		r.poll()
+	}
+	fs.Up()
+	r.poll() // sends j0, fails reading j1
+	m := r.marker(inner, "end")
+	eq(t, "events", ids(r.untilID(s, m.ID)), append(want, m.ID))
 }
