@@ -147,10 +147,48 @@ func InboxExpiredKey(entryID string) (string, error) {
 	return InboxExpiredPrefix + entryID + ".json", nil
 }
 
+// AuditPrefix is the List (and Watch) prefix of the whole audit log.
+const AuditPrefix = "audit/"
+
 // AuditDayPrefix is the List prefix of one UTC day of audit events:
 // audit/YYYYMMDD/.
 func AuditDayPrefix(day time.Time) string {
-	return "audit/" + day.UTC().Format("20060102") + "/"
+	return AuditPrefix + day.UTC().Format("20060102") + "/"
+}
+
+// auditStamp is the fixed-width UTC time every audit event id starts with
+// (records.AuditEventID), so ids sort by time as strings.
+const auditStamp = "20060102T150405.000000000Z"
+
+// AuditIDStamp renders t as the lowest audit event id stamped at or after
+// t: ids compare with it as strings.
+func AuditIDStamp(t time.Time) string { return t.UTC().Format(auditStamp) }
+
+// AuditIDTime returns the time an audit event id starts with, or false
+// for a string that does not start with one.
+func AuditIDTime(id string) (time.Time, bool) {
+	if len(id) < len(auditStamp) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(auditStamp, id[:len(auditStamp)])
+	return t, err == nil
+}
+
+// AuditAfter is the ListAfter cursor, within AuditDayPrefix(t), that sorts
+// before the key of every event stamped at or after t on t's day and after
+// every earlier one: a listing from it starts at time t.
+func AuditAfter(t time.Time) string { return AuditDayPrefix(t) + AuditIDStamp(t) }
+
+// AuditKeyOfID is the key of the audit event with id (AuditKey, its day
+// read from the time the id starts with), and that time; false for an id
+// that is not a valid id starting with an audit time.
+func AuditKeyOfID(id string) (key string, ts time.Time, ok bool) {
+	ts, ok = AuditIDTime(id)
+	if !ok {
+		return "", time.Time{}, false
+	}
+	key, err := AuditKey(ts, id)
+	return key, ts, err == nil
 }
 
 // AuditKey is one audit event (docs/spec.md#audit-event): audit/YYYYMMDD/{eventId}.json, the
@@ -165,7 +203,7 @@ func AuditKey(ts time.Time, eventID string) (string, error) {
 // ParseAuditKey returns the event id of an audit key
 // audit/YYYYMMDD/{eventId}.json, or false for a key of another shape.
 func ParseAuditKey(key string) (eventID string, ok bool) {
-	rest, ok := strings.CutPrefix(key, "audit/")
+	rest, ok := strings.CutPrefix(key, AuditPrefix)
 	if !ok || len(rest) < 9 || rest[8] != '/' {
 		return "", false
 	}
@@ -463,10 +501,9 @@ func GitHubDeliveryKey(delivery string) (string, error) {
 }
 
 // The prefixes the retention janitor pages through, beside the ones above:
-// every run folder, every audit day, every project's artifacts.
+// every run folder and every project's artifacts (and AuditPrefix).
 const (
 	AgentsPrefix   = "agents/"
-	AuditPrefix    = "audit/"
 	ProjectsPrefix = "projects/"
 )
 

@@ -413,3 +413,47 @@ func TestRetentionParsers(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditCursors: AuditAfter(t) sorts between the keys of the events
+// stamped before t and those stamped at or after it, on t's day, and is a
+// cursor ListAfter accepts; AuditKeyOfID finds the key records.Record
+// writes for an id.
+func TestAuditCursors(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 2, 24, 10, 0, 0, 500, time.UTC)
+	cur := layout.AuditAfter(at)
+	if err := storage.ValidatePrefix(cur); err != nil {
+		t.Fatalf("AuditAfter = %q: %v", cur, err)
+	}
+	tests := []struct {
+		ts    time.Time
+		after bool
+	}{
+		{at.Add(-time.Nanosecond), false},
+		{at.Add(-time.Hour), false},
+		{at, true},
+		{at.Add(time.Nanosecond), true},
+	}
+	for _, tc := range tests {
+		id := records.AuditEventID(tc.ts, "job-1", 1, 0)
+		key, ts, ok := layout.AuditKeyOfID(id)
+		want, _ := layout.AuditKey(tc.ts, id)
+		if !ok || key != want || !ts.Equal(tc.ts) {
+			t.Errorf("AuditKeyOfID(%q) = %q, %v, %v; want %q", id, key, ts, ok, want)
+		}
+		if got := key > cur; got != tc.after {
+			t.Errorf("key at %v sorts after AuditAfter(%v): %v, want %v", tc.ts, at, got, tc.after)
+		}
+		if got := id >= layout.AuditIDStamp(at); got != tc.after {
+			t.Errorf("id at %v >= AuditIDStamp(%v): %v, want %v", tc.ts, at, got, tc.after)
+		}
+	}
+	for _, bad := range []string{"", "evt-1", "2026-02-24T10:00:00Z-x", "20260224T100000.000000000Z-../x"} {
+		if _, _, ok := layout.AuditKeyOfID(bad); ok {
+			t.Errorf("AuditKeyOfID(%q) accepted", bad)
+		}
+	}
+	if !strings.HasPrefix(layout.AuditDayPrefix(at), layout.AuditPrefix) {
+		t.Errorf("day prefix %q outside %q", layout.AuditDayPrefix(at), layout.AuditPrefix)
+	}
+}
