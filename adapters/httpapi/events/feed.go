@@ -18,7 +18,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultPollInterval      = 250 * time.Millisecond
-	DefaultWatchPollInterval = 5 * time.Second
+	DefaultWatchPollInterval = time.Minute
 	DefaultHeartbeat         = 15 * time.Second
 	DefaultBuffer            = 64
 	DefaultLookback          = 10 * time.Second
@@ -51,7 +51,8 @@ type Config struct {
 	// WatchPollInterval is how often the audit log is listed, with a store
 	// that watches it, when no change is signalled: the fallback for
 	// writers the watch does not see (another host on a shared folder).
-	// Default 5 s.
+	// Default 1 min: the watch misses nothing on one host, and on filestore
+	// each listing reads every name of the day's folder.
 	WatchPollInterval time.Duration
 	// Heartbeat is how often an idle stream gets a ": ping" comment, so
 	// proxies keep it open. Default 15 s.
