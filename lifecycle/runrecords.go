@@ -18,7 +18,8 @@ import (
 //
 // The platform's fields come first and are always present, so a plain run's
 // status.json reads as the platform expects; the fields the SDK adds (lease,
-// heartbeat, cancellation, approval and external waits, resume count) are
+// heartbeat, cancellation, approval and external waits, resume count and
+// takeover) are
 // omitted while empty. The embedded records.Meta adds the document's write
 // counter, "version".
 type RunStatus struct {
@@ -58,6 +59,15 @@ type RunStatus struct {
 	External *ExternalWait `json:"external,omitempty"`
 	// ResumeCount counts takeovers after a runner was lost (docs/spec.md#recovery).
 	ResumeCount int `json:"resume_count,omitempty"`
+	// TakenOverAt is when a runner last took the run over (the claim that
+	// counted ResumeCount): kept once written, so a finished run still says
+	// its first runner was lost (docs/spec.md#recovery).
+	TakenOverAt *time.Time `json:"taken_over_at,omitempty"`
+	// RunnerLostAt is never stored: a read sets it, to the lapsed lease's
+	// expiry, while the run is executing under a lease that expired by the
+	// reader's clock and no runner has taken it over yet (an orphan the
+	// next claim resumes). The status writer drops it.
+	RunnerLostAt *time.Time `json:"runner_lost_at,omitempty"`
 	// DurationMS is set when the run ends.
 	DurationMS int64 `json:"duration_ms,omitempty"`
 	// LastAudit is the audit event of the write that made this version of

@@ -263,13 +263,13 @@ func (c *command) runs(ctx context.Context, in *invocation) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEPS\tSTARTED\tERROR")
+	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEPS\tSTARTED\tRUNNER\tERROR")
 	for _, r := range runs {
 		e := ""
 		if r.Error != nil {
 			e = *r.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", r.RunID, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), e)
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.RunID, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), runnerNote(r), e)
 	}
 	return tw.Flush()
 }
@@ -464,4 +464,17 @@ func orElse(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// runnerNote is the runs table's RUNNER cell: whether the run's runner was
+// lost (its lease lapsed, nobody took it over yet) or another took it over
+// (docs/spec.md#run-status); "-" for a run that lost no runner.
+func runnerNote(r run.Status) string {
+	switch {
+	case r.RunnerLostAt != nil:
+		return "lost since " + r.RunnerLostAt.UTC().Format(time.RFC3339)
+	case r.TakenOverAt != nil:
+		return "taken over at " + r.TakenOverAt.UTC().Format(time.RFC3339)
+	}
+	return "-"
 }

@@ -117,6 +117,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 		if err := change(fctx, d); err != nil {
 			return err
 		}
+		d.RunnerLostAt = nil // a read's verdict, never stored
 		defer func() { d.LastAudit = w.r.auditOf(d, from, b, d.Version+1) }()
 		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
 			now := w.r.now()
@@ -362,6 +363,8 @@ func cloneStatus(d *Status) Status {
 	c.Lease = clonePtr(d.Lease)
 	c.LastHeartbeatAt = clonePtr(d.LastHeartbeatAt)
 	c.CancelRequestedAt = clonePtr(d.CancelRequestedAt)
+	c.TakenOverAt = clonePtr(d.TakenOverAt)
+	c.RunnerLostAt = clonePtr(d.RunnerLostAt)
 	c.LastAudit = clonePtr(d.LastAudit)
 	if d.Approval != nil {
 		a := *d.Approval
