@@ -77,8 +77,9 @@ type Config struct {
 	// Logger receives what cannot be returned (audit write failures,
 	// heartbeat trouble, quarantined records). Default: slog.Default().
 	Logger *slog.Logger
-	// Types registers job types of the user's beside the three built-in ones
-	// (RESEARCH, BRIEF, PROPOSAL_PREPROCESS): Enqueue accepts them, and
+	// Types registers job types of the user's, each with its Handler,
+	// beside the three built-in NLM ones (RESEARCH, BRIEF,
+	// PROPOSAL_PREPROCESS, run by Worker.Handlers): Enqueue accepts them, and
 	// their artifact's type is the job type's name, its content checked by
 	// the type's Validate. Names are ids (storage.ValidateID) and may not
 	// be a built-in type's. With Config.Artifacts set, that store must know
@@ -91,9 +92,10 @@ type Config struct {
 
 // TypeConfig is a user job type (Config.Types).
 type TypeConfig struct {
-	// Handlers run the type's jobs; a nil CallNotebookLM means the
-	// Handlers given to Claim.Run (the Worker's).
-	Handlers Handlers
+	// Handler runs the type's jobs (HandlerFunc, or Typed for a payload
+	// decoded into a Go type). Nil means the Handler given to Claim.Run
+	// (the Worker's Handlers).
+	Handler Handler
 	// Validate checks the content of the type's artifact, which must be
 	// JSON; nil accepts any JSON. An error sends the job to RETRY_BACKOFF
 	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
