@@ -270,10 +270,7 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output
 	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
 	// ends the step (the commit, or the failure), with its own audit event.
 	typ := c.q.artifactType(job.JobType)
-	cid := job.ProjectID
-	if cid == "" {
-		cid = c.q.cfg.Project
-	}
+	cid := c.q.projectOf(job)
 	// The artifact is fenced by the claim's epoch (artifact.Draft.Epoch):
 	// a newer attempt's artifact is never replaced, a lost attempt's is;
 	// and the lease is confirmed just before the write, so an attempt that

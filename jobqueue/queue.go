@@ -39,7 +39,10 @@ type Config struct {
 	// and the audit log. Required.
 	Store storage.Store
 	// Artifacts writes the artifact at ARTIFACT_WRITE. Default: an
-	// artifact.Store over Store with the same Clock and Node.
+	// artifact.Store over Store with the same Clock and Node, whose
+	// Project is this Config's, so the artifact of a job without a
+	// project_id is read with the job's empty project_id too (or with
+	// Queue.Result).
 	Artifacts *artifact.Store
 	// Clock drives leases, backoff, step timeouts and timestamps. Default:
 	// the wall clock.
@@ -131,6 +134,8 @@ type Queue struct {
 	audited   map[string]int64 // job id → latest version whose audit this Queue wrote
 	gaps      map[string]int64 // job id → version at rest whose audit flush failed (active.go)
 
+	waits waitSet // the Wait calls, woken by this Queue's writes of their job
+
 	schedMu sync.Mutex
 	due     dueHeap       // the agents by when each is next worth a look
 	wake    chan struct{} // closed when an agent becomes due sooner (see nextDue)
@@ -151,7 +156,7 @@ func New(cfg Config) (*Queue, error) {
 	// carry the deadlines.
 	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	if cfg.Artifacts == nil {
-		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes})
+		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes, Project: cfg.Project})
 		if err != nil {
 			return nil, err
 		}
