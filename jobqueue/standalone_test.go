@@ -201,7 +201,10 @@ func TestSystemCalls(t *testing.T) {
 		func() error { _, err := q.Enqueue(ctx, "", jobqueue.NewJob{JobType: greetType}); return err },
 		func() error { _, err := q.Get(ctx, "", job.JobID); return err },
 		func() error { _, err := q.Requeue(ctx, lifecycle.ActorOrchestration, job.JobID); return err },
-		func() error { _, err := q.Enqueue(ctx, lifecycle.ActorFrontend, jobqueue.NewJob{JobType: greetType}); return err },
+		func() error {
+			_, err := q.Enqueue(ctx, lifecycle.ActorFrontend, jobqueue.NewJob{JobType: greetType})
+			return err
+		},
 	} {
 		if err := call(); !errors.Is(err, lifecycle.ErrForbiddenActor) {
 			t.Fatalf("%v, want FORBIDDEN", err)
