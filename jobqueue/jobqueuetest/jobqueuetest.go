@@ -4,8 +4,8 @@
 // Run enqueues one job in a jobqueue.Queue on a memstore with a fake clock
 // (starting 2026-01-01T00:00:00Z), claims it and runs its pipeline with your
 // Handler (a Typed one, or the NLM pipeline's Handlers) through
-// jobqueue.Claim, again after each backoff, until it is COMPLETE or DEAD, and returns the job and its artifact. The handler
-// timeouts (StepTimeout, 120 s), attempts (3) and backoff (15 s, 30 s, 60 s)
+// jobqueue.Claim, again after each backoff, until it is COMPLETE or DEAD,
+// and returns the job and its artifact. The handler timeouts (StepTimeout, 120 s), attempts (3) and backoff (15 s, 30 s, 60 s)
 // are the Queue's own, or an Option's, and take no real time: the fake clock
 // moves only while the queue waits, to the next deadline it waits for.
 //
