@@ -5,9 +5,10 @@
 // (starting 2026-01-01T00:00:00Z), claims it and runs its pipeline with your
 // Handler (a Typed one, or the NLM pipeline's Handlers) through
 // jobqueue.Claim, again after each backoff, until it is COMPLETE or DEAD,
-// and returns the job and its artifact. The handler timeouts (StepTimeout, 120 s), attempts (3) and backoff (15 s, 30 s, 60 s)
-// are the Queue's own, or an Option's, and take no real time: the fake clock
-// moves only while the queue waits, to the next deadline it waits for.
+// and returns the job and its artifact. The handler timeouts (StepTimeout,
+// 120 s), attempts (3) and backoff (15 s, 30 s, 60 s) are the Queue's own,
+// or an Option's, and take no real time: the fake clock moves only while
+// the queue waits, to the next deadline it waits for.
 //
 // Time moves to a backoff's end, and to a handler's deadline while the
 // handler waits in Hang: a fake upstream of yours that should never answer
