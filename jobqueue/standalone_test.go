@@ -214,3 +214,45 @@ func TestSystemCalls(t *testing.T) {
 		t.Fatalf("Retry: %s attempt %d, %v", j.Status, j.Attempt, err)
 	}
 }
+
+// TestHandlersWork: the NLM pipeline's Handlers is a Handler: Work
+// assembles the context and passes it to CallNotebookLM; without
+// CallNotebookLM it fails for good, and a step's error comes back as is.
+func TestHandlersWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	boom := errors.New("memory backend down")
+	echo := func(_ context.Context, _ lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		return jobqueue.Output{Content: snap}, nil
+	}
+	tests := []struct {
+		name      string
+		h         jobqueue.Handlers
+		want      string
+		wantErr   error
+		permanent bool
+	}{
+		{"both steps", jobqueue.Handlers{AssembleContext: func(context.Context, lifecycle.Job) (json.RawMessage, error) {
+			return json.RawMessage(`{"snapshot":1}`), nil
+		}, CallNotebookLM: echo}, `{"snapshot":1}`, nil, false},
+		{"no assembly", jobqueue.Handlers{CallNotebookLM: echo}, ``, nil, false},
+		{"assembly fails", jobqueue.Handlers{AssembleContext: func(context.Context, lifecycle.Job) (json.RawMessage, error) {
+			return nil, boom
+		}, CallNotebookLM: echo}, ``, boom, false},
+		{"no call", jobqueue.Handlers{}, ``, nil, true},
+	}
+	for _, tt := range tests {
+		var h jobqueue.Handler = tt.h
+		out, err := h.Work(ctx, lifecycle.Job{JobID: "j"})
+		switch {
+		case tt.permanent:
+			if err == nil || !strings.HasPrefix(err.Error(), "permanent: ") {
+				t.Errorf("%s: %v, want a permanent error", tt.name, err)
+			}
+		case !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil):
+			t.Errorf("%s: %v, want %v", tt.name, err, tt.wantErr)
+		case string(out.Content) != tt.want:
+			t.Errorf("%s: content %s, want %s", tt.name, out.Content, tt.want)
+		}
+	}
+}
