@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -15,47 +16,6 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
-
-// The request bodies, field names as in docs/http-api.md.
-
-type submitBody struct {
-	AgentSlug string            `json:"agent_slug"`
-	Trigger   string            `json:"trigger,omitempty"`
-	Input     json.RawMessage   `json:"input,omitempty"`
-	UserID    string            `json:"user_id,omitempty"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-}
-
-type cancelBody struct {
-	Reason string `json:"reason,omitempty"`
-}
-
-type decisionBody struct {
-	DecidedBy string `json:"decided_by,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-}
-
-type eventBody struct {
-	Type   string `json:"type"`
-	ID     string `json:"id,omitempty"`
-	Source string `json:"source,omitempty"`
-}
-
-type jobBody struct {
-	JobID       string               `json:"job_id,omitempty"`
-	RunID       string               `json:"run_id"`
-	JobType     lifecycle.JobType    `json:"job_type"`
-	AgentSlug   string               `json:"agent_slug"`
-	MaxAttempts int                  `json:"max_attempts,omitempty"`
-	Payload     json.RawMessage      `json:"payload,omitempty"`
-	Context     lifecycle.JobContext `json:"context,omitzero"`
-	Callback    string               `json:"callback,omitempty"`
-	ProjectID   string               `json:"project_id,omitempty"`
-}
-
-type restoreBody struct {
-	QKey string `json:"qkey"`
-}
 
 // checkContentType refuses a body that is not application/json (a charset
 // parameter, if any, must be utf-8). A request without a body needs no
@@ -121,8 +81,8 @@ func decodeStrict(data []byte, v any, optional bool) error {
 }
 
 // decodeSubmit decodes and checks POST /agents/run's body.
-func decodeSubmit(data []byte) (submitBody, error) {
-	var b submitBody
+func decodeSubmit(data []byte) (wire.SubmitBody, error) {
+	var b wire.SubmitBody
 	if err := decodeStrict(data, &b, false); err != nil {
 		return b, err
 	}
@@ -136,8 +96,8 @@ func decodeSubmit(data []byte) (submitBody, error) {
 }
 
 // decodeEvent decodes and checks POST /runs/{runId}/events' body.
-func decodeEvent(data []byte) (eventBody, error) {
-	var b eventBody
+func decodeEvent(data []byte) (wire.EventBody, error) {
+	var b wire.EventBody
 	if err := decodeStrict(data, &b, false); err != nil {
 		return b, err
 	}
@@ -150,7 +110,7 @@ func decodeEvent(data []byte) (eventBody, error) {
 // decodeJob decodes and checks POST /jobs' body: job_type is required,
 // the rest is optional; the queue checks the values (Enqueue).
 func decodeJob(data []byte) (jobqueue.NewJob, error) {
-	var b jobBody
+	var b wire.JobBody
 	if err := decodeStrict(data, &b, false); err != nil {
 		return jobqueue.NewJob{}, err
 	}
@@ -191,8 +151,8 @@ func decodeCallback(data []byte) (lifecycle.NLMCallbackBody, error) {
 }
 
 // decodeRestore decodes and checks POST /quarantine/restore's body.
-func decodeRestore(data []byte) (restoreBody, error) {
-	var b restoreBody
+func decodeRestore(data []byte) (wire.RestoreBody, error) {
+	var b wire.RestoreBody
 	if err := decodeStrict(data, &b, false); err != nil {
 		return b, err
 	}

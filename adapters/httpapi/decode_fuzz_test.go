@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
@@ -50,9 +51,9 @@ func FuzzDecodeRequests(f *testing.F) {
 		check("decodeCallback", err)
 		_, err = decodeRestore(data)
 		check("decodeRestore", err)
-		var c cancelBody
+		var c wire.CancelBody
 		check("cancel", decodeStrict(data, &c, true))
-		var d decisionBody
+		var d wire.DecisionBody
 		check("decision", decodeStrict(data, &d, true))
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -21,25 +22,6 @@ import (
 // RequestIDHeader is the idempotency key of a submit without
 // X-Idempotency-Key (client.IdempotencyKeyHeader; docs/spec.md#idempotency).
 const RequestIDHeader = "X-Request-ID"
-
-// submitAnswer is POST /agents/run's answer.
-type submitAnswer struct {
-	RunID     string `json:"run_id"`
-	Duplicate bool   `json:"duplicate,omitempty"`
-}
-
-// inboxAnswer is POST /inbox/submit's answer.
-type inboxAnswer struct {
-	InboxID string               `json:"inbox_id"`
-	Status  lifecycle.InboxState `json:"status"`
-}
-
-// quarantinedJSON is one record of GET /quarantine: records.Quarantined
-// with its qkey, which its own JSON leaves out.
-type quarantinedJSON struct {
-	QKey string `json:"qkey"`
-	records.Quarantined
-}
 
 // idempotencyKey is the key of a submit: X-Idempotency-Key, else
 // X-Request-ID, always in the caller's own namespace api:{actor}:{id}
@@ -88,7 +70,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, actor lifecyc
 	if res.Duplicate {
 		status = http.StatusOK
 	}
-	return writeJSON(w, status, submitAnswer{RunID: res.RunID, Duplicate: res.Duplicate})
+	return writeJSON(w, status, wire.SubmitAnswer{RunID: res.RunID, Duplicate: res.Duplicate})
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
@@ -145,8 +127,8 @@ func (s *Server) listRuns() handlerFunc {
 }
 
 func (s *Server) cancelRun() handlerFunc {
-	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[cancelBody]),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[cancelBody]) (run.Status, error) {
+	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[wire.CancelBody]),
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.CancelBody]) (run.Status, error) {
 			return s.cfg.Runner.Cancel(ctx, in.id, actor, run.CancelRequest{Reason: in.body.Reason})
 		})
 }
@@ -154,8 +136,8 @@ func (s *Server) cancelRun() handlerFunc {
 // decide serves approve (true) and reject (false). decided_by defaults to
 // the actor.
 func (s *Server) decide(approve bool) handlerFunc {
-	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[decisionBody]),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[decisionBody]) (run.Status, error) {
+	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[wire.DecisionBody]),
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.DecisionBody]) (run.Status, error) {
 			if in.body.DecidedBy == "" {
 				in.body.DecidedBy = string(actor)
 			}
@@ -169,7 +151,7 @@ func (s *Server) decide(approve bool) handlerFunc {
 
 func (s *Server) deliver() handlerFunc {
 	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", decodeEvent),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[eventBody]) (run.Status, error) {
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.EventBody]) (run.Status, error) {
 			return s.cfg.Runner.Deliver(ctx, in.id, actor, run.ExternalEvent{Type: in.body.Type, ID: in.body.ID, Source: in.body.Source})
 		})
 }
@@ -278,14 +260,14 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 
 func (s *Server) submitInbox() handlerFunc {
 	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
-		func(ctx context.Context, _ lifecycle.Actor, sub inbox.Submission) (inboxAnswer, error) {
+		func(ctx context.Context, _ lifecycle.Actor, sub inbox.Submission) (wire.InboxAnswer, error) {
 			// The route admits the owner's callers; the Worker, the gateway, is who
 			// writes a pending entry (docs/spec.md#inbox-entry-lifecycle).
 			e, err := s.cfg.Inbox.Submit(ctx, lifecycle.ActorGateway, sub)
 			if err != nil {
-				return inboxAnswer{}, err
+				return wire.InboxAnswer{}, err
 			}
-			return inboxAnswer{InboxID: e.ID, Status: e.Status}, nil
+			return wire.InboxAnswer{InboxID: e.ID, Status: e.Status}, nil
 		}))
 }
 
@@ -328,13 +310,13 @@ func (s *Server) inboxEntries() handlerFunc {
 
 func (s *Server) listQuarantine() handlerFunc {
 	return needs(s.cfg.Store != nil, "store for quarantine", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]quarantinedJSON, error) {
-			out := []quarantinedJSON{}
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]wire.Quarantined, error) {
+			out := []wire.Quarantined{}
 			for q, err := range records.ListQuarantine(ctx, s.cfg.Store) {
 				if err != nil {
 					return nil, err
 				}
-				out = append(out, quarantinedJSON{QKey: q.QKey, Quarantined: q})
+				out = append(out, wire.Quarantined{QKey: q.QKey, Quarantined: q})
 			}
 			return out, nil
 		}))

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -121,7 +122,7 @@ func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID
 // namespace, unless it already starts with api:{actor}:).
 // Caller.Initiator is not sent: the server derives it from the trigger.
 func (c *Client) Submit(ctx context.Context, sr lifecycle.SubmitRequest) (lifecycle.SubmitResult, error) {
-	body := submitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
+	body := wire.SubmitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
 	req, err := c.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)
 	if err != nil {
 		return lifecycle.SubmitResult{}, err
@@ -129,7 +130,7 @@ func (c *Client) Submit(ctx context.Context, sr lifecycle.SubmitRequest) (lifecy
 	if sr.IdempotencyKey != "" {
 		req.Header.Set(IdempotencyKeyHeader, sr.IdempotencyKey)
 	}
-	var a submitAnswer
+	var a wire.SubmitAnswer
 	if _, err := c.do(req, &a); err != nil {
 		return lifecycle.SubmitResult{}, err
 	}
@@ -160,7 +161,7 @@ func (c *Client) Runs(ctx context.Context, agentSlug string) ([]lifecycle.RunSta
 // Cancel asks a run to stop (POST /runs/{runId}/cancel).
 func (c *Client) Cancel(ctx context.Context, runID, reason string) (lifecycle.RunStatus, error) {
 	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodPost, runPath(runID, "/cancel"), nil, cancelBody{Reason: reason}, &st)
+	err := c.call(ctx, http.MethodPost, runPath(runID, "/cancel"), nil, wire.CancelBody{Reason: reason}, &st)
 	return st, err
 }
 
@@ -168,7 +169,7 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (lifecycle.Ru
 // /runs/{runId}/approve). An empty decidedBy is the caller's actor.
 func (c *Client) Approve(ctx context.Context, runID, decidedBy, reason string) (lifecycle.RunStatus, error) {
 	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodPost, runPath(runID, "/approve"), nil, decisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
+	err := c.call(ctx, http.MethodPost, runPath(runID, "/approve"), nil, wire.DecisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
 	return st, err
 }
 
@@ -176,7 +177,7 @@ func (c *Client) Approve(ctx context.Context, runID, decidedBy, reason string) (
 // /runs/{runId}/reject).
 func (c *Client) Reject(ctx context.Context, runID, decidedBy, reason string) (lifecycle.RunStatus, error) {
 	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodPost, runPath(runID, "/reject"), nil, decisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
+	err := c.call(ctx, http.MethodPost, runPath(runID, "/reject"), nil, wire.DecisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
 	return st, err
 }
 
@@ -184,7 +185,7 @@ func (c *Client) Reject(ctx context.Context, runID, decidedBy, reason string) (l
 // /runs/{runId}/events).
 func (c *Client) Deliver(ctx context.Context, runID, eventType, eventID, source string) (lifecycle.RunStatus, error) {
 	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodPost, runPath(runID, "/events"), nil, eventBody{Type: eventType, ID: eventID, Source: source}, &st)
+	err := c.call(ctx, http.MethodPost, runPath(runID, "/events"), nil, wire.EventBody{Type: eventType, ID: eventID, Source: source}, &st)
 	return st, err
 }
 
@@ -197,7 +198,7 @@ func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
 
 // Enqueue creates a job (POST /jobs).
 func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job, error) {
-	body := jobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
+	body := wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
 		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID}
 	var j lifecycle.Job
 	err := c.call(ctx, http.MethodPost, "/jobs", nil, body, &j)
@@ -258,7 +259,7 @@ func (c *Client) NLMCallback(ctx context.Context, cb lifecycle.NLMCallbackBody) 
 // SubmitInbox submits an inbox entry (POST /inbox/submit) and returns its
 // id; the entry is pending.
 func (c *Client) SubmitInbox(ctx context.Context, sub lifecycle.InboxSubmission) (string, error) {
-	var a inboxAnswer
+	var a wire.InboxAnswer
 	err := c.call(ctx, http.MethodPost, "/inbox/submit", nil, sub, &a)
 	return a.InboxID, err
 }
@@ -284,7 +285,7 @@ func (c *Client) InboxEntries(ctx context.Context, status lifecycle.InboxState) 
 
 // Quarantine lists the quarantined records (GET /quarantine).
 func (c *Client) Quarantine(ctx context.Context) ([]records.Quarantined, error) {
-	var raw []quarantinedJSON
+	var raw []wire.Quarantined
 	if err := c.call(ctx, http.MethodGet, "/quarantine", nil, nil, &raw); err != nil {
 		return nil, err
 	}
@@ -299,7 +300,7 @@ func (c *Client) Quarantine(ctx context.Context) ([]records.Quarantined, error) 
 // Restore puts a quarantined record back at its key (POST
 // /quarantine/restore).
 func (c *Client) Restore(ctx context.Context, qkey string) error {
-	return c.call(ctx, http.MethodPost, "/quarantine/restore", nil, restoreBody{QKey: qkey}, nil)
+	return c.call(ctx, http.MethodPost, "/quarantine/restore", nil, wire.RestoreBody{QKey: qkey}, nil)
 }
 
 // Health checks that the server answers (GET /healthz).

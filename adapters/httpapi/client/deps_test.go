@@ -15,15 +15,16 @@ const module = "github.com/runconveyor/conveyor/"
 // The engines (lifecycle/run and below it, jobqueue, lifecycle/nlm, inbox,
 // artifact, internal/core), the store adapters and the server are not here.
 var belowEngine = map[string]bool{
-	"adapters/httpapi/client": true,
-	"adapters/httpapi/sse":    true,
-	"lifecycle":               true,
-	"lifecycle/authority":     true,
-	"lifecycle/clock":         true,
-	"lifecycle/codes":         true,
-	"storage":                 true,
-	"storage/records":         true,
-	"internal/layout":         true,
+	"adapters/httpapi/client":        true,
+	"adapters/httpapi/sse":           true,
+	"adapters/httpapi/internal/wire": true,
+	"lifecycle":                      true,
+	"lifecycle/authority":            true,
+	"lifecycle/clock":                true,
+	"lifecycle/codes":                true,
+	"storage":                        true,
+	"storage/records":                true,
+	"internal/layout":                true,
 }
 
 // TestNoEngine: a program that imports the client builds without the

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The headers of the API that the client sends and the server reads.
@@ -131,67 +130,4 @@ func duration(field string, raw json.RawMessage) (time.Duration, error) {
 		return 0, fmt.Errorf("httpapi: schedule's %s: want a duration such as \"20s\"", field)
 	}
 	return time.Duration(ns), nil
-}
-
-// The request bodies the client sends, field names as in docs/http-api.md
-// (the server decodes them with its own strict decoders).
-
-type submitBody struct {
-	AgentSlug string            `json:"agent_slug"`
-	Trigger   string            `json:"trigger,omitempty"`
-	Input     json.RawMessage   `json:"input,omitempty"`
-	UserID    string            `json:"user_id,omitempty"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-}
-
-type cancelBody struct {
-	Reason string `json:"reason,omitempty"`
-}
-
-type decisionBody struct {
-	DecidedBy string `json:"decided_by,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-}
-
-type eventBody struct {
-	Type   string `json:"type"`
-	ID     string `json:"id,omitempty"`
-	Source string `json:"source,omitempty"`
-}
-
-type jobBody struct {
-	JobID       string               `json:"job_id,omitempty"`
-	RunID       string               `json:"run_id"`
-	JobType     lifecycle.JobType    `json:"job_type"`
-	AgentSlug   string               `json:"agent_slug"`
-	MaxAttempts int                  `json:"max_attempts,omitempty"`
-	Payload     json.RawMessage      `json:"payload,omitempty"`
-	Context     lifecycle.JobContext `json:"context,omitzero"`
-	Callback    string               `json:"callback,omitempty"`
-	ProjectID   string               `json:"project_id,omitempty"`
-}
-
-type restoreBody struct {
-	QKey string `json:"qkey"`
-}
-
-// The answers the client reads.
-
-// submitAnswer is POST /agents/run's answer.
-type submitAnswer struct {
-	RunID     string `json:"run_id"`
-	Duplicate bool   `json:"duplicate,omitempty"`
-}
-
-// inboxAnswer is POST /inbox/submit's answer.
-type inboxAnswer struct {
-	InboxID string               `json:"inbox_id"`
-	Status  lifecycle.InboxState `json:"status"`
-}
-
-// quarantinedJSON is one record of GET /quarantine: records.Quarantined
-// with its qkey, which its own JSON leaves out.
-type quarantinedJSON struct {
-	QKey string `json:"qkey"`
-	records.Quarantined
 }

@@ -1,0 +1,81 @@
+// Package wire holds the JSON bodies of the Worker's HTTP API that the
+// server (adapters/httpapi) and its Go client (adapters/httpapi/client)
+// both write or read, so the two cannot drift apart. Internal: users see
+// the SDK's records, not these envelopes.
+package wire
+
+import (
+	"encoding/json"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// The request bodies, field names as in docs/http-api.md: the client
+// encodes them, the server decodes them with its strict decoders.
+
+// SubmitBody is a request body (docs/http-api.md).
+type SubmitBody struct {
+	AgentSlug string            `json:"agent_slug"`
+	Trigger   string            `json:"trigger,omitempty"`
+	Input     json.RawMessage   `json:"input,omitempty"`
+	UserID    string            `json:"user_id,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+}
+
+// CancelBody is a request body (docs/http-api.md).
+type CancelBody struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// DecisionBody is a request body (docs/http-api.md).
+type DecisionBody struct {
+	DecidedBy string `json:"decided_by,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// EventBody is a request body (docs/http-api.md).
+type EventBody struct {
+	Type   string `json:"type"`
+	ID     string `json:"id,omitempty"`
+	Source string `json:"source,omitempty"`
+}
+
+// JobBody is a request body (docs/http-api.md).
+type JobBody struct {
+	JobID       string               `json:"job_id,omitempty"`
+	RunID       string               `json:"run_id"`
+	JobType     lifecycle.JobType    `json:"job_type"`
+	AgentSlug   string               `json:"agent_slug"`
+	MaxAttempts int                  `json:"max_attempts,omitempty"`
+	Payload     json.RawMessage      `json:"payload,omitempty"`
+	Context     lifecycle.JobContext `json:"context,omitzero"`
+	Callback    string               `json:"callback,omitempty"`
+	ProjectID   string               `json:"project_id,omitempty"`
+}
+
+// RestoreBody is a request body (docs/http-api.md).
+type RestoreBody struct {
+	QKey string `json:"qkey"`
+}
+
+// The answers the server writes and the client reads.
+
+// SubmitAnswer is POST /agents/run's answer.
+type SubmitAnswer struct {
+	RunID     string `json:"run_id"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+// InboxAnswer is POST /inbox/submit's answer.
+type InboxAnswer struct {
+	InboxID string               `json:"inbox_id"`
+	Status  lifecycle.InboxState `json:"status"`
+}
+
+// Quarantined is one record of GET /quarantine: records.Quarantined
+// with its qkey, which its own JSON leaves out.
+type Quarantined struct {
+	QKey string `json:"qkey"`
+	records.Quarantined
+}
