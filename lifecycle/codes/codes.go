@@ -30,6 +30,9 @@ const (
 	RunNotFound = "RUN_NOT_FOUND"
 	// InvalidRequest: the request was malformed.
 	InvalidRequest = "INVALID_REQUEST"
+	// InvalidCursor answers a list's cursor that no page of that list
+	// handed out (altered, or of another list).
+	InvalidCursor = "INVALID_CURSOR"
 	// Unsupported: the run's machine has no such operation.
 	Unsupported = "RUN_UNSUPPORTED_OPERATION"
 	// LeaseLost: this runner no longer owns the run.
@@ -108,6 +111,7 @@ var httpStatus = map[string]int{
 	Canceled:            http.StatusConflict,
 	RunNotFound:         http.StatusNotFound,
 	InvalidRequest:      http.StatusBadRequest,
+	InvalidCursor:       http.StatusBadRequest,
 	Unsupported:         http.StatusConflict,
 	LeaseLost:           http.StatusConflict,
 	InvalidInput:        http.StatusBadRequest,
