@@ -117,30 +117,37 @@ func (s *Server) runSteps() handlerFunc {
 	})
 }
 
-// agentQuery reads GET /runs's required ?agent={slug}.
-func agentQuery(r *http.Request, _ lifecycle.Actor) (string, error) {
-	slug := r.URL.Query().Get("agent")
-	if slug == "" {
-		return "", apiErr(codes.InvalidRequest, "the agent query parameter is required (GET /runs?agent={slug})")
+// runsQuery reads GET /runs's filters: ?agent={slug} and ?status=, both
+// optional (no agent: the runs of every agent this Worker serves).
+func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
+	q := r.URL.Query()
+	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status")}
+	if rq.Agent != "" {
+		if err := storage.ValidateID("agent", rq.Agent); err != nil {
+			return rq, err
+		}
 	}
-	return slug, storage.ValidateID("agent", slug)
+	if rq.Status != "" {
+		if err := storage.ValidateID("status", rq.Status); err != nil {
+			return rq, apiErr(codes.InvalidRequest, "unknown status %q", rq.Status)
+		}
+	}
+	return rq, nil
 }
 
 func (s *Server) listRuns() handlerFunc {
-	return jsonRoute(http.StatusOK, agentQuery, func(ctx context.Context, _ lifecycle.Actor, slug string) ([]run.Status, error) {
-		runs, err := s.cfg.Runner.Runs(ctx, slug)
+	return pagedRoute(runsQuery, func(ctx context.Context, _ lifecycle.Actor, q run.RunQuery, p pageParams) ([]run.Status, string, error) {
+		q.Limit, q.Cursor = p.limit, p.cursor
+		page, err := s.cfg.Runner.ListRuns(ctx, q)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		// The runs of an agent no longer configured are still history; only an
 		// agent with neither a definition nor a run is unknown.
-		if len(runs) == 0 && !s.slugs[slug] {
-			return nil, apiErr(codes.AgentNotFound, "no agent %q", slug)
+		if q.Agent != "" && q.Status == "" && q.Cursor == "" && len(page.Runs) == 0 && !s.slugs[q.Agent] {
+			return nil, "", apiErr(codes.AgentNotFound, "no agent %q", q.Agent)
 		}
-		if runs == nil {
-			runs = []run.Status{}
-		}
-		return runs, nil
+		return page.Runs, page.Next, nil
 	})
 }
 

@@ -84,24 +84,30 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 // do sends a request and decodes a 2xx answer into out (nil: discard); any
 // other answer is an *Error. It returns the status.
 func (c *Client) do(req *http.Request, out any) (int, error) {
+	status, _, err := c.send(req, out)
+	return status, err
+}
+
+// send is do, returning the answer's header too.
+func (c *Client) send(req *http.Request, out any) (int, http.Header, error) {
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return resp.StatusCode, err
+		return resp.StatusCode, resp.Header, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, decodeError(resp.StatusCode, data)
+		return resp.StatusCode, resp.Header, decodeError(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("httpapi: decoding the answer of %s %s: %w", req.Method, req.URL.Path, err)
+			return resp.StatusCode, resp.Header, fmt.Errorf("httpapi: decoding the answer of %s %s: %w", req.Method, req.URL.Path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
 }
 
 func (c *Client) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
@@ -150,11 +156,18 @@ func (c *Client) Steps(ctx context.Context, runID string) ([]lifecycle.StepRecor
 	return out, err
 }
 
-// Runs reads the status of every run of an agent (GET /runs?agent=).
+// Runs reads the status of every run of an agent, newest first, following
+// the pages of GET /runs?agent= to the end (AllRuns and RunsPage read them
+// one at a time).
 func (c *Client) Runs(ctx context.Context, agentSlug string) ([]lifecycle.RunStatus, error) {
-	var out []lifecycle.RunStatus
-	err := c.call(ctx, http.MethodGet, "/runs", url.Values{"agent": {agentSlug}}, nil, &out)
-	return out, err
+	out := []lifecycle.RunStatus{}
+	for st, err := range c.AllRuns(ctx, RunsQuery{Agent: agentSlug, Page: Page{Limit: 500}}) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // Cancel asks a run to stop (POST /runs/{runId}/cancel).
