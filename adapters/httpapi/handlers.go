@@ -9,6 +9,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -193,17 +194,27 @@ func (s *Server) enqueueJob() handlerFunc {
 		}))
 }
 
+// jobsQuery reads GET /jobs's filters: ?status=, ?type=, ?agent=.
+func jobsQuery(r *http.Request, _ lifecycle.Actor) (jobqueue.JobQuery, error) {
+	q := r.URL.Query()
+	jq := jobqueue.JobQuery{Status: lifecycle.JobState(q.Get("status")), Type: lifecycle.JobType(q.Get("type")), Agent: q.Get("agent")}
+	if jq.Agent != "" {
+		if err := storage.ValidateID("agent", jq.Agent); err != nil {
+			return jq, err
+		}
+	}
+	return jq, nil
+}
+
 func (s *Server) listJobs() handlerFunc {
-	return needs(s.cfg.Queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) ([]lifecycle.Job, error) {
-			jobs := []lifecycle.Job{}
-			for j, err := range s.cfg.Queue.List(ctx, actor) {
-				if err != nil {
-					return nil, jobScoped(err)
-				}
-				jobs = append(jobs, j)
+	return needs(s.cfg.Queue != nil, "job queue", pagedRoute(jobsQuery,
+		func(ctx context.Context, actor lifecycle.Actor, jq jobqueue.JobQuery, p pageParams) ([]lifecycle.Job, string, error) {
+			jq.Limit, jq.Cursor = p.limit, p.cursor
+			page, err := s.cfg.Queue.ListPage(ctx, actor, jq)
+			if err != nil {
+				return nil, "", jobScoped(err)
 			}
-			return jobs, nil
+			return page.Jobs, page.Next, nil
 		}))
 }
 
@@ -320,30 +331,33 @@ func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) 
 }
 
 func (s *Server) inboxEntries() handlerFunc {
-	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusOK, statusQuery,
-		func(ctx context.Context, _ lifecycle.Actor, opts inbox.ListOptions) ([]lifecycle.InboxEntry, error) {
-			entries := []lifecycle.InboxEntry{}
-			for e, err := range s.cfg.Inbox.List(ctx, opts) {
-				if err != nil {
-					return nil, err
-				}
-				entries = append(entries, e)
-			}
-			return entries, nil
+	return needs(s.cfg.Inbox != nil, "inbox", pagedRoute(statusQuery,
+		func(ctx context.Context, _ lifecycle.Actor, opts inbox.ListOptions, p pageParams) ([]lifecycle.InboxEntry, string, error) {
+			page, err := s.cfg.Inbox.ListPage(ctx, opts, p.limit, p.cursor)
+			return page.Entries, page.Next, err
 		}))
 }
 
 func (s *Server) listQuarantine() handlerFunc {
-	return needs(s.cfg.Store != nil, "store for quarantine", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]quarantinedJSON, error) {
-			out := []quarantinedJSON{}
-			for q, err := range records.ListQuarantine(ctx, s.cfg.Store) {
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, quarantinedJSON{QKey: q.QKey, Quarantined: q})
+	return needs(s.cfg.Store != nil, "store for quarantine", pagedRoute(noInput,
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}, p pageParams) ([]quarantinedJSON, string, error) {
+			limit, err := core.PageLimit(p.limit)
+			if err != nil {
+				return nil, "", err
 			}
-			return out, nil
+			after, err := core.PageCursor(p.cursor, nil)
+			if err != nil {
+				return nil, "", err
+			}
+			// In key order from the cursor; a record restored meanwhile is skipped.
+			return core.ReadPage(ctx, s.cfg.Store, []string{records.QuarantinePrefix}, after, limit, 0,
+				func(ctx context.Context, _ int, entry string) (quarantinedJSON, bool, error) {
+					q, err := records.ReadQuarantined(ctx, s.cfg.Store, records.QuarantinePrefix+entry)
+					if errors.Is(err, storage.ErrNotFound) {
+						return quarantinedJSON{}, false, nil
+					}
+					return quarantinedJSON{QKey: q.QKey, Quarantined: q}, err == nil, err
+				})
 		}))
 }
 

@@ -160,14 +160,7 @@ func (c *Client) Steps(ctx context.Context, runID string) ([]lifecycle.StepRecor
 // the pages of GET /runs?agent= to the end (AllRuns and RunsPage read them
 // one at a time).
 func (c *Client) Runs(ctx context.Context, agentSlug string) ([]lifecycle.RunStatus, error) {
-	out := []lifecycle.RunStatus{}
-	for st, err := range c.AllRuns(ctx, RunsQuery{Agent: agentSlug, Page: Page{Limit: 500}}) {
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, st)
-	}
-	return out, nil
+	return collect(c.AllRuns(ctx, RunsQuery{Agent: agentSlug, Page: Page{Limit: 500}}))
 }
 
 // Cancel asks a run to stop (POST /runs/{runId}/cancel).
@@ -217,11 +210,12 @@ func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job
 	return j, err
 }
 
-// Jobs lists every job (GET /jobs).
+// Jobs lists every job, following the pages of GET /jobs to the end
+// (JobsPage reads one).
 func (c *Client) Jobs(ctx context.Context) ([]lifecycle.Job, error) {
-	var out []lifecycle.Job
-	err := c.call(ctx, http.MethodGet, "/jobs", nil, nil, &out)
-	return out, err
+	return collect(pages(func(cursor string) ([]lifecycle.Job, string, error) {
+		return c.JobsPage(ctx, JobsQuery{Page: Page{Limit: 500, Cursor: cursor}})
+	}, ""))
 }
 
 // Job reads a job (GET /jobs/{jobId}).
@@ -283,30 +277,49 @@ func (c *Client) InboxStats(ctx context.Context) (lifecycle.InboxStats, error) {
 	return st, err
 }
 
-// InboxEntries lists the inbox's entries, of one state when status is set
-// (GET /inbox/entries?status=).
+// InboxEntries lists the inbox's entries, of one state when status is set,
+// following the pages of GET /inbox/entries?status= to the end
+// (InboxPage reads one).
 func (c *Client) InboxEntries(ctx context.Context, status lifecycle.InboxState) ([]lifecycle.InboxEntry, error) {
-	var q url.Values
-	if status != "" {
-		q = url.Values{"status": {string(status)}}
-	}
-	var out []lifecycle.InboxEntry
-	err := c.call(ctx, http.MethodGet, "/inbox/entries", q, nil, &out)
-	return out, err
+	return collect(pages(func(cursor string) ([]lifecycle.InboxEntry, string, error) {
+		return c.InboxPage(ctx, status, Page{Limit: 500, Cursor: cursor})
+	}, ""))
 }
 
-// Quarantine lists the quarantined records (GET /quarantine).
+// InboxPage reads one page of inbox entries (GET /inbox/entries), of one
+// state when status is set, and the cursor of the next page ("" on the last).
+func (c *Client) InboxPage(ctx context.Context, status lifecycle.InboxState, p Page) ([]lifecycle.InboxEntry, string, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", string(status))
+	}
+	var out []lifecycle.InboxEntry
+	next, err := c.page(ctx, "/inbox/entries", p.values(q), &out)
+	return out, next, err
+}
+
+// Quarantine lists the quarantined records, following the pages of GET
+// /quarantine to the end (QuarantinePage reads one).
 func (c *Client) Quarantine(ctx context.Context) ([]records.Quarantined, error) {
+	return collect(pages(func(cursor string) ([]records.Quarantined, string, error) {
+		return c.QuarantinePage(ctx, Page{Limit: 500, Cursor: cursor})
+	}, ""))
+}
+
+// QuarantinePage reads one page of quarantined records in key order (GET
+// /quarantine) and the cursor of the next page ("" on the last).
+func (c *Client) QuarantinePage(ctx context.Context, p Page) ([]records.Quarantined, string, error) {
 	var raw []quarantinedJSON
-	if err := c.call(ctx, http.MethodGet, "/quarantine", nil, nil, &raw); err != nil {
-		return nil, err
+	next, err := c.page(ctx, "/quarantine", p.values(nil), &raw)
+	if err != nil {
+		return nil, "", err
 	}
 	out := make([]records.Quarantined, len(raw))
 	for i, q := range raw {
 		out[i] = q.Quarantined
 		out[i].QKey = q.QKey
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // Restore puts a quarantined record back at its key (POST

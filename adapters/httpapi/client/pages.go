@@ -68,6 +68,56 @@ func (c *Client) AllRuns(ctx context.Context, q RunsQuery) iter.Seq2[lifecycle.R
 	}, q.Cursor)
 }
 
+// JobsQuery selects jobs for JobsPage and AllJobs (GET /jobs): filters
+// ("" any) and the page.
+type JobsQuery struct {
+	Status lifecycle.JobState
+	Type   lifecycle.JobType
+	Agent  string
+	Page
+}
+
+// JobsPage reads one page of jobs (in job id order) and the cursor of the
+// next page ("" on the last). A page of a rare filter may be short, even
+// empty, and still have a next cursor: the server bounds the records a
+// page reads.
+func (c *Client) JobsPage(ctx context.Context, q JobsQuery) ([]lifecycle.Job, string, error) {
+	v := url.Values{}
+	if q.Status != "" {
+		v.Set("status", string(q.Status))
+	}
+	if q.Type != "" {
+		v.Set("type", string(q.Type))
+	}
+	if q.Agent != "" {
+		v.Set("agent", q.Agent)
+	}
+	var out []lifecycle.Job
+	next, err := c.page(ctx, "/jobs", q.Page.values(v), &out)
+	return out, next, err
+}
+
+// AllJobs yields the jobs q selects, page after page from q.Cursor; an
+// error ends it.
+func (c *Client) AllJobs(ctx context.Context, q JobsQuery) iter.Seq2[lifecycle.Job, error] {
+	return pages(func(cursor string) ([]lifecycle.Job, string, error) {
+		q.Cursor = cursor
+		return c.JobsPage(ctx, q)
+	}, q.Cursor)
+}
+
+// collect gathers every item of seq, never nil.
+func collect[T any](seq iter.Seq2[T, error]) ([]T, error) {
+	out := []T{}
+	for it, err := range seq {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
 // page GETs one page of a list into out and returns its next cursor.
 func (c *Client) page(ctx context.Context, path string, query url.Values, out any) (string, error) {
 	req, err := c.newRequest(ctx, http.MethodGet, path, query, nil)
