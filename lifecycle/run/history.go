@@ -398,3 +398,59 @@ func (r *Runner) backfillFailed(ctx context.Context, slug string, err error) {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "run_index_backfill_failed", slog.String("agent", slug), slog.String("error", err.Error()))
 	}
 }
+
+// RunningByHeartbeat returns the runs being executed (running, and
+// cancel_requested on the cancel-aware machine) of this runner's agents,
+// the oldest last_heartbeat_at first, at most limit (0: every one): the
+// orphan query of seed 004 §6.3. It reads the agents' status index
+// entries of those states, which hold the executing runs only, and sorts
+// them by heartbeat in memory: its cost is the runs executing (bounded by
+// the agents' slots), never the history, and it adds no index key that a
+// heartbeat would have to move (docs/decisions.md, "Paged lists and their
+// indexes"). A run whose lease has lapsed (Lease.ExpiresAt passed) has
+// lost its runner; the next poll of any runner takes it over.
+func (r *Runner) RunningByHeartbeat(ctx context.Context, limit int) ([]Status, error) {
+	var out []Status
+	for _, slug := range r.slugs() {
+		f := r.agents[slug].flow
+		for _, s := range f.states {
+			if !f.executing(s) {
+				continue
+			}
+			prefix, err := layout.RunStatusIndexAgentPrefix(slug, s)
+			if err != nil {
+				return nil, err
+			}
+			for key, err := range r.store.List(ctx, prefix) {
+				if err != nil {
+					return nil, err
+				}
+				_, runID, ok := layout.ParseNewestFirst(key[len(prefix):])
+				if !ok {
+					continue
+				}
+				statusKey, err := layout.RunStatusKey(slug, runID)
+				if err != nil {
+					continue
+				}
+				doc, _, err := r.readStatus(ctx, slug, runID, statusKey)
+				if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				if doc.Status == s {
+					out = append(out, doc)
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Status) int {
+		return derefTime(a.LastHeartbeatAt).Compare(derefTime(b.LastHeartbeatAt))
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}

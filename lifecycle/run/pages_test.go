@@ -200,3 +200,36 @@ func TestListRunsSkipsAndRepairsStaleEntries(t *testing.T) {
 		t.Fatalf("after the repair: %v, want %v", got, reversed(a[2:]))
 	}
 }
+
+// TestRunningByHeartbeat: the executing runs, the oldest heartbeat first;
+// a lost runner's run (its heartbeat stopped) comes before a live one.
+func TestRunningByHeartbeat(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, memStore(t))
+	b := newBlocker()
+	step := b.step("work")
+	agent := run.Agent{Slug: "long", Concurrency: 2, Steps: []run.Step{step}}
+	lost, stopLost := g.runner("lost", nil, agent)
+	first := submit(t, lost, agent.Slug)
+	<-b.started
+	stopLost() // its lease stays, its heartbeat stops
+	g.clock.Advance(time.Minute)
+	live, _ := g.runner("live", nil, agent)
+	second := submit(t, live, agent.Slug)
+	g.waitFor(live, second, 0, 0, func(st run.Status) bool { return st.Status == "running" })
+	got, err := live.RunningByHeartbeat(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range got {
+		ids = append(ids, s.RunID)
+	}
+	if !slices.Equal(ids, []string{first, second}) {
+		t.Fatalf("running by heartbeat: %v, want %v", ids, []string{first, second})
+	}
+	if got, _ := live.RunningByHeartbeat(context.Background(), 1); len(got) != 1 || got[0].RunID != first {
+		t.Fatalf("limit 1: %+v", got)
+	}
+	close(b.release)
+}
