@@ -488,30 +488,31 @@ const (
 
 // NewestFirst is the entry name of a record created at at with id in a
 // newest-first index: the 19 digits of MaxInt64 less at in Unix
-// nanoseconds, cut into three folders, then the id:
-// {6 digits}/{3 digits}/{10 digits}-{id}. The cut keeps every folder of a
-// directory store small however long the history (the first level changes
-// every 2.8 hours, the second holds at most 1,000 ten-second folders, the
-// last the records of ten seconds), since such a store reads a whole folder
-// to list from it. at must not be before 1970.
+// nanoseconds, cut into folders, then the id:
+// {5 digits}/{2 digits}/{2 digits}/{10 digits}-{id}. The cut keeps every
+// folder of a directory store small however long the history, since such a
+// store reads a whole folder to list from it: the first level gains a
+// folder every 27.8 hours, the second holds at most 100 folders of 16.7
+// minutes, the third at most 100 of 10 seconds, the last the records of
+// ten seconds. at must not be before 1970.
 func NewestFirst(at time.Time, id string) (string, error) {
 	n := at.UnixNano()
 	if n < 0 {
 		return "", &storage.IDError{Field: "creation time", ID: at.String(), Reason: "before 1970"}
 	}
 	d := fmt.Sprintf("%019d", math.MaxInt64-n)
-	return d[:6] + "/" + d[6:9] + "/" + d[9:] + "-" + id, nil
+	return d[:5] + "/" + d[5:7] + "/" + d[7:9] + "/" + d[9:] + "-" + id, nil
 }
 
 // newestFirstLen is the length of a NewestFirst entry up to its id.
-const newestFirstLen = 6 + 1 + 3 + 1 + 10 + 1
+const newestFirstLen = 5 + 1 + 2 + 1 + 2 + 1 + 10 + 1
 
 // ParseNewestFirst splits a NewestFirst entry name.
 func ParseNewestFirst(entry string) (at time.Time, id string, ok bool) {
-	if len(entry) <= newestFirstLen || entry[6] != '/' || entry[10] != '/' || entry[21] != '-' {
+	if len(entry) <= newestFirstLen || entry[5] != '/' || entry[8] != '/' || entry[11] != '/' || entry[22] != '-' {
 		return time.Time{}, "", false
 	}
-	n, err := strconv.ParseInt(entry[:6]+entry[7:10]+entry[11:21], 10, 64)
+	n, err := strconv.ParseInt(entry[:5]+entry[6:8]+entry[9:11]+entry[12:22], 10, 64)
 	if err != nil || n < 0 {
 		return time.Time{}, "", false
 	}

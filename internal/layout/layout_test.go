@@ -403,7 +403,7 @@ func TestNewestFirst(t *testing.T) {
 	if _, err := layout.NewestFirst(time.Unix(-1, 0), "x"); err == nil {
 		t.Error("a time before 1970 was accepted")
 	}
-	for _, bad := range []string{"", "123", "000000/000/0000000000-", "00000a/000/0000000000-x", "000000/000/0000000000-../x"} {
+	for _, bad := range []string{"", "123", "00000/00/00/0000000000-", "0000a/00/00/0000000000-x", "00000/00/00/0000000000-../x", "000000/000/0000000000-x"} {
 		if _, _, ok := layout.ParseNewestFirst(bad); ok {
 			t.Errorf("ParseNewestFirst(%q) accepted", bad)
 		}
