@@ -97,6 +97,7 @@ func BenchmarkRunsHistory(b *testing.B) {
 				// a collection of it does not land on the pages measured.
 				runtime.GC()
 				b.ReportAllocs()
+				cpu0 := cpuTime()
 				b.ResetTimer()
 				for b.Loop() {
 					p, err := r.ListRuns(ctx, run.RunQuery{Agent: "hist"})
@@ -105,6 +106,7 @@ func BenchmarkRunsHistory(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(counting.PagedOps())/float64(b.N), "storecalls/op")
+				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}
