@@ -1,8 +1,8 @@
-// Package artifact is the artifact model of seed 003 §3: the record, the
+// Package artifact is the artifact model (docs/spec.md#artifact): the record, the
 // three content types and their schemas, and a store that writes each
 // artifact once per job, finalized, never modifies it, and deletes only in
 // the admin's cleanup of old artifacts. Every call takes the caller's actor
-// and checks the authority matrix (003 §4.2) before it writes anything.
+// and checks the authority matrix (docs/spec.md#authority-matrix) before it writes anything.
 //
 // Invariant F3 rests on two properties of this package: an artifact's id is
 // derived from its job's id (IDForJob), so however often a job is retried
@@ -36,14 +36,14 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// SourceRef is a source an artifact cites (seed 003 §3.1 "sources").
+// SourceRef is a source an artifact cites ("sources", docs/spec.md#artifact).
 type SourceRef struct {
 	Ref     string `json:"ref"`
 	Excerpt string `json:"excerpt,omitempty"`
 }
 
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
-// (seed 003 §3.1). The embedded records.Meta is the seed's "version" (1 on
+// (docs/spec.md#artifact). The embedded records.Meta is its "version" (1 on
 // create; a finalized artifact is never rewritten: only a lost attempt's
 // artifact, which no job points at, is replaced by the next attempt's, with
 // the version counted on).
@@ -124,16 +124,16 @@ type Config struct {
 	// BaseURL, when set, makes each artifact's url BaseURL + "/" + its key,
 	// e.g. "https://minio.internal/bucket". Default: no url.
 	BaseURL string
-	// CleanupAge is the N days of seed 003 §3.3: only artifacts older than
+	// CleanupAge is the cleanup age (docs/spec.md#artifact): only artifacts older than
 	// this may be deleted, and only by the admin. Default: DefaultCleanupAge.
 	CleanupAge time.Duration
 	// Logger receives audit write failures. Default: slog.Default().
 	Logger *slog.Logger
-	// Types are content types of the user's beside the seed's three, each
+	// Types are content types of the user's beside the three built-in ones, each
 	// with its content check: content must be JSON, and the check (nil:
 	// none) may refuse it; its error is wrapped to match
 	// ErrInvalidArtifact. Names are ids (storage.ValidateID) and may not be
-	// a seed type's.
+	// a built-in type's.
 	Types map[Type]func(content json.RawMessage) error
 }
 
@@ -162,7 +162,7 @@ func New(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("artifact: Config.Types: %w", err)
 		}
 		if slices.Contains(Types(), t) {
-			return nil, fmt.Errorf("artifact: Config.Types: %s is a seed type", t)
+			return nil, fmt.Errorf("artifact: Config.Types: %s is a built-in type", t)
 		}
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
@@ -253,12 +253,12 @@ func (d *Draft) checkText() error {
 }
 
 // Create writes the artifact of draft's job, finalized, and reports
-// whether this call wrote it. The actor needs WriteNew (003 §4.2); a
+// whether this call wrote it. The actor needs WriteNew (docs/spec.md#authority-matrix); a
 // refusal or an invalid draft writes nothing.
 //
 // Unfenced (Draft.Epoch 0) it is create-once: when the job already has its
 // artifact it returns the stored one, unchanged, with created false and no
-// error (the seed's idempotent write, §3.3).
+// error (the idempotent write of docs/spec.md#artifact).
 //
 // Fenced (Draft.Epoch > 0, the epoch of the job claim writing it) the
 // artifact records its writer's epoch and a newer epoch wins, decided
@@ -386,7 +386,7 @@ func (s *Store) record(ctx context.Context, ev records.AuditEvent) {
 	}
 }
 
-// Get reads an artifact. The actor needs Read (003 §4.2). A missing
+// Get reads an artifact. The actor needs Read (docs/spec.md#authority-matrix). A missing
 // artifact gives an error matching ErrNotFound.
 func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) (Artifact, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.Read, authority.Scope{}); err != nil {
@@ -442,7 +442,7 @@ func (s *Store) List(ctx context.Context, actor lifecycle.Actor, cid string) ite
 	}
 }
 
-// Delete removes one artifact. Seed 003 §3.3 forbids deleting artifacts
+// Delete removes one artifact. The spec (docs/spec.md#artifact) forbids deleting artifacts
 // for every component except the admin's cleanup after N days
 // (Config.CleanupAge): any other actor, or the admin on a younger
 // artifact, gets a FORBIDDEN error and nothing is deleted.
@@ -480,7 +480,7 @@ func (s *Store) deleteOld(ctx context.Context, actor lifecycle.Actor, key string
 	return nil
 }
 
-// Cleanup is the admin's cleanup of seed 003 §3.3: it deletes every
+// Cleanup is the admin's cleanup (docs/spec.md#artifact): it deletes every
 // artifact of project cid created more than Config.CleanupAge ago and
 // returns their ids. Only the admin may run it.
 func (s *Store) Cleanup(ctx context.Context, actor lifecycle.Actor, cid string) ([]string, error) {

@@ -178,7 +178,7 @@ func TestCreateRefusesBadDraftsAndWritesNothing(t *testing.T) {
 }
 
 // TestAuthorityOnEveryCall covers every actor on every operation of
-// 003 §4.2 as the store enforces it: WriteNew (Create), Read (Get, List),
+// the artifacts matrix (docs/spec.md#authority-matrix) as the store enforces it: WriteNew (Create), Read (Get, List),
 // Delete (Delete, Cleanup); there is no Modify call at all.
 func TestAuthorityOnEveryCall(t *testing.T) {
 	t.Parallel()

@@ -9,17 +9,17 @@ import (
 	"math"
 )
 
-// Type is an artifact's content type (seed 003 §3.1).
+// Type is an artifact's content type (docs/spec.md#artifact).
 type Type string
 
-// The content types of seed 003 §3.2.
+// The built-in content types (docs/spec.md#artifact).
 const (
 	ResearchBrief        Type = "RESEARCH_BRIEF"
 	Brief                Type = "BRIEF"
 	PreprocessedProposal Type = "PREPROCESSED_PROPOSAL"
 )
 
-// Types lists the content types in the seed's order.
+// Types lists the built-in content types in the spec's order.
 func Types() []Type { return []Type{ResearchBrief, Brief, PreprocessedProposal} }
 
 // ErrInvalidArtifact matches every refusal of bad input: an unknown type,
@@ -52,7 +52,7 @@ type Section struct {
 	Sources []string `json:"sources,omitempty"`
 }
 
-// ResearchBriefContent is the content of a RESEARCH_BRIEF (seed 003 §3.2).
+// ResearchBriefContent is the content of a RESEARCH_BRIEF (docs/spec.md#artifact).
 type ResearchBriefContent struct {
 	Title         string    `json:"title"`
 	Summary       string    `json:"summary"`
@@ -61,7 +61,7 @@ type ResearchBriefContent struct {
 	OpenQuestions []string  `json:"open_questions"`
 }
 
-// BriefContent is the content of a BRIEF (seed 003 §3.2).
+// BriefContent is the content of a BRIEF (docs/spec.md#artifact).
 type BriefContent struct {
 	Title     string            `json:"title"`
 	Body      string            `json:"body"`
@@ -84,7 +84,7 @@ type EntityMatch struct {
 }
 
 // PreprocessedProposalContent is the content of a PREPROCESSED_PROPOSAL
-// (seed 003 §3.2). Original and Enriched are the drafts, JSON objects of
+// (docs/spec.md#artifact). Original and Enriched are the drafts, JSON objects of
 // any shape.
 type PreprocessedProposalContent struct {
 	Original      json.RawMessage `json:"original"`
@@ -115,8 +115,8 @@ func isObject(raw json.RawMessage) bool {
 	return len(t) > 0 && t[0] == '{' && json.Valid(t)
 }
 
-// ValidateContent checks raw against the content schema of t (seed 003
-// §3.2): a single JSON object with exactly the type's fields, and
+// ValidateContent checks raw against the content schema of t
+// (docs/spec.md#artifact): a single JSON object with exactly the type's fields, and
 //
 //   - RESEARCH_BRIEF: title and summary set; every section has a heading
 //     and a body.

@@ -30,5 +30,5 @@ func ExampleStore_Create() {
 	// Output:
 	// true true true <nil>
 	// true false <nil>
-	// FORBIDDEN: actor "orchestration" may not write_new artifacts (seed 003 §4: denied)
+	// FORBIDDEN: actor "orchestration" may not write_new artifacts (authority matrix: denied)
 }

@@ -24,7 +24,7 @@ import (
 )
 
 // DefaultTTL is an entry's lifetime while pending unless it says otherwise
-// (seed 002 §1.3 ttl_hours: default 72).
+// (ttl_hours, docs/spec.md#inbox-entry: default 72).
 const DefaultTTL = 72 * time.Hour
 
 // MaxTTLHours bounds metadata.ttl_hours: one year.
@@ -45,7 +45,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Box is the inbox of seed 002 §1 over a Store: entries live at
+// Box is the inbox (docs/spec.md#inbox-entry-lifecycle) over a Store: entries live at
 // inbox/{id}.json while pending, processed or rejected, and move to
 // inbox/expired/{id}.json when their TTL runs out; nothing is ever deleted
 // for good. It is safe for concurrent use, also across processes.
@@ -207,7 +207,7 @@ func text(field, s string, limit int, kind codes.TextKind, required bool) error 
 	return err
 }
 
-// Validate is the validation gate at submission (seed 002 §1.2 "→ pending"):
+// Validate is the validation gate at submission (→ pending, docs/spec.md#inbox-entry-lifecycle):
 //
 //   - id, if set, is a valid storage id;
 //   - source.type is one of ui, telegram, webhook, agent, cron, and
@@ -282,7 +282,7 @@ func forbidden(to lifecycle.InboxState, event lifecycle.Event, actor lifecycle.A
 }
 
 // Submit passes sub through the validation gate and stores it as a pending
-// entry. Only the gateway (the seed's Worker) submits. Bad input
+// entry. Only the gateway (the platform's Worker) submits. Bad input
 // (ErrInvalidEntry), a refused actor (FORBIDDEN) or an id in use
 // (ErrEntryExists) writes nothing.
 func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission) (lifecycle.InboxEntry, error) {
@@ -398,7 +398,7 @@ func (b *Box) Get(ctx context.Context, id string) (lifecycle.InboxEntry, error) 
 	return d.InboxEntry, err
 }
 
-// ExpireDue is the cron of seed 002 §1.2: every pending entry whose TTL
+// ExpireDue is the system's cron (docs/spec.md#inbox-entry-lifecycle): every pending entry whose TTL
 // has run out goes pending → expired and moves to inbox/expired/ (written
 // there create-only, then removed from inbox/ if unchanged since), never
 // deleted. It also finishes moves a crashed run left half done. Only the
@@ -463,7 +463,7 @@ type ListOptions struct {
 	// Status, when set, yields only entries in that state.
 	Status lifecycle.InboxState
 	// IncludeExpired yields expired entries too; they are hidden by default
-	// (seed 002 §1.4). Status Expired implies it.
+	// (docs/spec.md#inbox-entry-lifecycle). Status Expired implies it.
 	IncludeExpired bool
 }
 

@@ -1,4 +1,4 @@
-// Package inbox is the inbox of seed 002 §1: the Box that takes
+// Package inbox is the inbox (docs/spec.md#inbox-entry-lifecycle): the Box that takes
 // submissions through a validation gate and moves the entries
 // (lifecycle.InboxEntry) by the inbox entry machine (lifecycle.InboxMachine):
 // processed, rejected, or expired at the end of their TTL.

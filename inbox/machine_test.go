@@ -10,8 +10,8 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// Seed 002 §1.2, transcribed by hand.
-var seedInbox = map[lifecycle.InboxState][]lifecycle.InboxState{
+// The inbox entry's table (docs/spec.md#inbox-entry-lifecycle), transcribed by hand.
+var specInbox = map[lifecycle.InboxState][]lifecycle.InboxState{
 	"pending":   {"processed", "rejected", "expired"},
 	"processed": {},
 	"rejected":  {},
@@ -20,7 +20,7 @@ var seedInbox = map[lifecycle.InboxState][]lifecycle.InboxState{
 
 func TestGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.InboxMachine(), seedInbox)
+	machinetest.Grid(t, lifecycle.InboxMachine(), specInbox)
 }
 
 func TestStructure(t *testing.T) {
@@ -28,7 +28,7 @@ func TestStructure(t *testing.T) {
 	machinetest.Structure(t, lifecycle.InboxMachine().Spec())
 }
 
-// TestActors: seed 002 §1.2 says the Worker processes and rejects, the
+// TestActors: the gateway (the platform's Worker) processes and rejects, the
 // system's cron expires.
 func TestActors(t *testing.T) {
 	t.Parallel()

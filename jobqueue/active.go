@@ -13,7 +13,7 @@ import (
 )
 
 // Work in flight, found without reading finished history (issue 12,
-// DESIGN.md §4).
+// docs/spec.md#key-layout).
 //
 // No index object of its own is written: every job in flight is already
 // reachable from an object that exists only while the job is in flight.

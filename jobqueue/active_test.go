@@ -26,10 +26,10 @@ import (
 // are spread over.
 const historyAgents = 50
 
-// seedHistory writes finished jobs (two COMPLETE for each DEAD) straight
+// writeHistory writes finished jobs (two COMPLETE for each DEAD) straight
 // into the store, as records a queue left behind, spread over
 // historyAgents agents.
-func seedHistory(tb testing.TB, s storage.Store, finished int) {
+func writeHistory(tb testing.TB, s storage.Store, finished int) {
 	tb.Helper()
 	ctx := context.Background()
 	msg := "max retries exceeded"
@@ -72,7 +72,7 @@ func historyWorld(tb testing.TB, finished int) (*teststores.Counting, *clock.Fak
 			tb.Fatal(err)
 		}
 	}
-	seedHistory(tb, s, finished)
+	writeHistory(tb, s, finished)
 	for i := range 50 {
 		enqueue(tb, q, fmt.Sprintf("live-%03d", i), "agent-"+strconv.Itoa(i%historyAgents))
 	}
@@ -149,7 +149,7 @@ func measureHistory(tb testing.TB, finished int) historyCost {
 // (active.go). Issue 12 asks for at most 1.2x.
 func TestCostFlatInHistory(t *testing.T) {
 	if testing.Short() {
-		t.Skip("seeds 100,000 jobs")
+		t.Skip("writes 100,000 jobs")
 	}
 	small, large := measureHistory(t, 1000), measureHistory(t, 100000)
 	t.Logf("1,000 finished: %+v; 100,000 finished: %+v", small, large)
@@ -798,4 +798,86 @@ func TestSlowEnqueueRelanes(t *testing.T) {
 		j := get(t, q2, "job-1")
 		t.Fatalf("job-1 %s with ready key %q (%d lane entries) never claimed", j.Status, j.ReadyKey, countKeys(t, s, j.ReadyKey))
 	}
+}
+
+// TestTakeLandsAfterPickupConfirmed: the prooftest's stall under load, as
+// its write history told it. w1 takes agent-a's lock naming job-1 and is
+// paused past its lease just before the pickup; w2 reads the lapsed lock
+// and job-1 (still QUEUED: nothing to repair) and is paused just before
+// its compare-and-swap of the lock. w1's pickup lands, and its check that
+// the lock still names job-1 passes: the lock is unchanged, w2's take not
+// yet landed. Then w2's take lands on the version it read, naming job-2:
+// job-1 is left in CONTEXT_ASSEMBLY, in no lane, named by no lock, and
+// once w1 dies no claim and no sweep ever finds it. A read of the lock
+// after the pickup cannot fence a take already decided; a write of it can
+// (w2's compare-and-swap then fails). It failed before confirmPickup
+// renewed the lock instead of reading it.
+func TestTakeLandsAfterPickupConfirmed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	q := newQueue(t, s, clk)
+	enqueue(t, q, "job-1", "agent-a")
+	jobKey, _ := layout.JobKey("job-1")
+	lockKey, _ := layout.AgentLockKey("agent-a")
+	ga := &dyingAfterPickup{Store: s, jobKey: jobKey, ops: -1, hit: make(chan struct{}), open: make(chan struct{})} // w1
+	gb := newGate(s, false, func(key string) bool { return key == lockKey })                                        // w2: before its take
+	qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
+	type result struct {
+		c   *jobqueue.Claim
+		err error
+	}
+	ca, cb := make(chan result, 1), make(chan result, 1)
+	go func() {
+		c, err := qa.Claim(ctx, "w1")
+		ca <- result{c, err}
+	}()
+	within(t, "w1's pickup", ga.hit)
+	// job-2 lands at the head of the lane, ahead of job-1 (as a retry or a
+	// lane listed earlier puts another job first in the prooftest): w2
+	// will name it.
+	enqueue(t, newQueue(t, s, clock.NewFake(t0.Add(-time.Minute))), "job-2", "agent-a")
+	clk.Advance(jobqueue.DefaultLeaseTTL + time.Second) // w1's lock lapses
+	go func() {
+		c, err := qb.Claim(ctx, "w2")
+		cb <- result{c, err}
+	}()
+	within(t, "w2's take of the lock", gb.hit)
+	close(ga.open) // w1's pickup of job-1 lands, and its claim checks the lock
+	ra := within(t, "w1's claim", ca)
+	close(gb.open) // w2's take lands
+	rb := within(t, "w2's claim", cb)
+	if rb.err != nil {
+		t.Fatalf("w2's claim: %v", rb.err)
+	}
+	if rb.c != nil {
+		if _, err := rb.c.Run(ctx, okHandlers()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = ra // w1 dies here: its claim, if it has one, is never run
+	q3 := newQueue(t, s, clk) // another process
+	for range 5 {
+		clk.Advance(time.Hour)
+		if _, err := q3.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c, err := q3.Claim(ctx, "w3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c != nil && c.Job().JobID == "job-1" {
+			return
+		}
+		if c != nil {
+			if _, err := c.Run(ctx, okHandlers()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	j := get(t, q3, "job-1")
+	b, _, _ := s.Get(ctx, lockKey)
+	t.Fatalf("job-1 %s (ready key %q, lease %+v), lane entries of agent-a %d, agent lock %s: lost to the sweep and the claims",
+		j.Status, j.ReadyKey, j.Lease, countKeys(t, s, layout.LanesPrefix), b)
 }

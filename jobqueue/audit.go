@@ -94,7 +94,7 @@ func (q *Queue) flushed(d *jobDoc) {
 	}
 }
 
-// auditObject is the audit object of d's trail (003 §5.1, one event per
+// auditObject is the audit object of d's trail (docs/spec.md#audit-event, one event per
 // move, and the artifact's creation before the move out of
 // ARTIFACT_WRITE): the last event with the others as its Prior
 // (records.AuditEvent.Expand), under an id made of the last move's time,

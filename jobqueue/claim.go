@@ -335,7 +335,7 @@ func (q *Queue) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, j
 		c.job, c.doc, c.ver = doc.Job, doc, ver
 		// The entry goes only once the pickup is confirmed: until then
 		// it may be all that points at the job (confirmPickup).
-		err := q.confirmPickup(ctx, c, s.lockKey, lock.ExpiresAt)
+		err := q.confirmPickup(ctx, c, s.lockKey, lock)
 		if err == nil || errors.Is(err, errLockLost) {
 			q.deleteLane(ctx, a, key)
 		}
@@ -396,34 +396,42 @@ func (q *Queue) dropStale(ctx context.Context, s *agentClaim, c *Claim, key stri
 // landed (confirmPickup).
 var errLockLost = errors.New("jobqueue: agent lock lost before the pickup")
 
-// confirmPickup makes sure the agent lock still named c's job when the
-// pickup's write landed. The pickup is a compare-and-swap on the job, not
-// on the lock: a claim paused past the lock's expiry between its take and
-// its pickup may find the lock taken by another process that named another
-// job, and its pickup then leaves the job in a pipeline state in no lane and
-// named by no lock, out of reach of every claim and of the sweep
-// (active.go). While the lock's expiry is certainly ahead (no other process
-// takes a lock before it expires) nothing is read; otherwise the lock is
-// read, and a lock changed since the claim's last write of it means it was
-// lost: the job is rescued back to its lane (a failed attempt, as for any
-// claim that lost its lease) under the epoch of the lock as it now is, and
-// errLockLost is returned. If the lock cannot be read the claim releases
-// it still naming the job (lost already, the release changes nothing).
-func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, expires time.Time) error {
-	if core.LeaseCertain(expires, q.clock.Now(), q.cfg.LeaseTTL) {
+// confirmPickup makes sure the agent lock was still the claim's when the
+// pickup's write landed, and stays so. The pickup is a compare-and-swap on
+// the job, not on the lock: a claim paused past the lock's expiry between
+// its take and its pickup may find the lock taken by another process that
+// named another job, and its pickup then leaves the job in a pipeline state
+// in no lane and named by no lock, out of reach of every claim and of the
+// sweep (active.go). Reading the lock after the pickup is not enough: a
+// taker may have read the lapsed lock, and the job before the pickup
+// (nothing to rescue), and not yet written its take, which then lands on
+// the version the claim just read (TestTakeLandsAfterPickupConfirmed). So
+// while the lock's expiry is certainly ahead (no other process takes a lock
+// before it expires) nothing is done; otherwise the lock is renewed by a
+// compare-and-swap on the version the claim wrote, which fails any take
+// still to land. If the lock changed since, it was lost: the job is rescued
+// back to its lane (a failed attempt, as for any claim that lost its lease)
+// under an epoch newer than the claim's, and errLockLost is returned. If
+// the store fails, the claim releases the lock still naming the job (lost
+// already, the release changes nothing).
+func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, lock *agentLock) error {
+	if core.LeaseCertain(lock.ExpiresAt, q.clock.Now(), q.cfg.LeaseTTL) {
 		return nil
 	}
-	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: lockKey}
-	cur, ver, err := rec.Load(ctx)
+	renewed := *lock
+	renewed.ExpiresAt = q.clock.Now().Add(q.cfg.LeaseTTL)
+	ver, err := q.writeLock(ctx, lockKey, &renewed, c.lockVer)
 	switch {
-	case err == nil && ver == c.lockVer:
+	case err == nil:
+		c.lockVer, lock.ExpiresAt = ver, renewed.ExpiresAt
 		return nil // held since the take, naming the job: any later taker repairs it
-	case err != nil && !errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt):
+	case !errors.Is(err, storage.ErrPreconditionFailed):
 		c.release(ctx) // c.named is the job
 		return err
 	}
 	epoch := c.epoch + 1
-	if err == nil && cur.Epoch > c.epoch {
+	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: lockKey}
+	if cur, _, err := rec.Load(ctx); err == nil && cur.Epoch > c.epoch {
 		epoch = cur.Epoch
 	}
 	if err := q.rescue(context.WithoutCancel(ctx), c.job.JobID, epoch); err != nil {

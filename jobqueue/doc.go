@@ -1,4 +1,4 @@
-// Package jobqueue runs the job machine of seed 003 (§1),
+// Package jobqueue runs the job machine (docs/spec.md#job-lifecycle),
 // lifecycle.JobMachine, over the job records (lifecycle.Job) in a
 // storage.Store:
 //
@@ -14,7 +14,7 @@
 //     due (a job ready, a backoff over, a lock to check) rather than on a
 //     fixed poll, and sweeping one batch of jobs a minute among all the
 //     workers sharing the store (SweepIfDue).
-//   - The NLM backend's side (seed 003 §2) is package lifecycle/nlm.
+//   - The NLM backend's side (docs/spec.md#nlm-job-lifecycle) is package lifecycle/nlm.
 //   - ReplayAudit: replays the audit log through the job machine.
 //
 // Attempt counts attempts started: pickup increments it, so with

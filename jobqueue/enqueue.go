@@ -118,7 +118,7 @@ func (n *NewJob) checkText() error {
 	return nil
 }
 
-// artifactType is the artifact type of a job of type t: the seed's
+// artifactType is the artifact type of a job of type t: the built-in
 // mapping, or the user type's own name.
 func (q *Queue) artifactType(t lifecycle.JobType) artifact.Type {
 	if a, ok := ArtifactType(t); ok {
@@ -143,10 +143,10 @@ func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
 }
 
 // Enqueue creates a job in PENDING, validates it and moves it to QUEUED
-// (003 §1.2: PENDING → QUEUED after validation), and puts it in its
+// (docs/spec.md#job-lifecycle), and puts it in its
 // agent's ready lane. Validation comes before any write, so the job is
 // written once, already QUEUED, with both moves in its audit. The actor
-// needs Create (003 §4.1: the gateway or the orchestration layer); the
+// needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
 // move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
 // (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {

@@ -38,5 +38,5 @@ func ExampleQueue() {
 	// QUEUED
 	// CONTEXT_ASSEMBLY 1
 	// COMPLETE true
-	// FORBIDDEN: actor "frontend" may not update_status jobs (seed 003 §4: denied)
+	// FORBIDDEN: actor "frontend" may not update_status jobs (authority matrix: denied)
 }

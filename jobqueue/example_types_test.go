@@ -11,7 +11,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// A job type of your own beside the seed's NLM types: its handler, and a
+// A job type of your own beside the built-in NLM types: its handler, and a
 // check of its artifact's content. Permanent says "don't retry".
 func ExampleTypeConfig() {
 	ctx := context.Background()

@@ -17,7 +17,7 @@ func ExampleWorker() {
 	ctx, cancel := context.WithCancel(context.Background())
 	q, _ := jobqueue.New(jobqueue.Config{
 		Store:   memstore.New(),
-		Backoff: []time.Duration{10 * time.Millisecond}, // the seed's 15 s, shortened for the example
+		Backoff: []time.Duration{10 * time.Millisecond}, // the default 15 s, shortened for the example
 		Logger:  slog.New(slog.DiscardHandler),
 	})
 	for i, agent := range []string{"architect-guardian", "archivist-violin", "architect-guardian"} {

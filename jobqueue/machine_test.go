@@ -10,9 +10,9 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// Seed 003 §1.2, the transition table, transcribed by hand; plus DESIGN.md's
-// extension DEAD → QUEUED (the operator's requeue, invariant F2).
-var seedJob = map[lifecycle.JobState][]lifecycle.JobState{
+// The job's transition table (docs/spec.md#job-lifecycle), transcribed by
+// hand, with the extension DEAD → QUEUED (the operator's requeue, invariant F2).
+var specJob = map[lifecycle.JobState][]lifecycle.JobState{
 	"PENDING":          {"QUEUED"},
 	"QUEUED":           {"CONTEXT_ASSEMBLY"},
 	"CONTEXT_ASSEMBLY": {"NOTEBOOKLM_CALL", "RETRY_BACKOFF"},
@@ -26,7 +26,7 @@ var seedJob = map[lifecycle.JobState][]lifecycle.JobState{
 
 func TestJobGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.JobMachine(), seedJob)
+	machinetest.Grid(t, lifecycle.JobMachine(), specJob)
 }
 
 func TestStructure(t *testing.T) {

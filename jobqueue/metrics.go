@@ -11,7 +11,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// Metrics receives the job metrics of seed 003 §5.3 (Config.Metrics).
+// Metrics receives the job metrics of docs/spec.md#metrics (Config.Metrics).
 // Implementations must be safe for concurrent use and fast: they are called
 // on the write path, after the write they describe succeeded, so each
 // write is counted once by the process that made it.
@@ -37,7 +37,7 @@ type Metrics interface {
 	// since the job's previous write that moved it, and 0 for the creation
 	// and for a move after the first in one write (RETRY_BACKOFF → QUEUED
 	// → CONTEXT_ASSEMBLY is one write). So the pipeline states' times are
-	// the step times of seed 003 §5.3.
+	// the step times of docs/spec.md#metrics.
 	JobTransition(jobType lifecycle.JobType, from, to lifecycle.JobState, inFrom time.Duration)
 	// JobFinished observes a job that reached COMPLETE or DEAD, with its
 	// time since it was created (end-to-end, retries included). FAILED is
@@ -132,7 +132,7 @@ type AgentDepth struct {
 	Waiting int
 	// Age is how long the oldest due entry has waited for a worker since
 	// it became ready (enqueued, or its backoff over), by the Queue's
-	// clock; 0 when Ready is 0 (seed 003 §5.4: QUEUED > 5 min).
+	// clock; 0 when Ready is 0 (alert: QUEUED > 5 min, docs/spec.md#metrics).
 	Age time.Duration
 }
 

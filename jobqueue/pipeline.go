@@ -15,8 +15,8 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// Handlers are the pipeline steps the embedding service supplies (003
-// §1.2). The queue runs them in order, each under Config.StepTimeout, and
+// Handlers are the pipeline steps the embedding service supplies
+// (docs/spec.md#job-lifecycle). The queue runs them in order, each under Config.StepTimeout, and
 // writes ARTIFACT_WRITE itself. A handler's error sends the job to
 // RETRY_BACKOFF; return a *StatusError for an HTTP status (429, 503) so
 // the job's error_code says which, and Permanent(err) for a failure no
@@ -60,8 +60,8 @@ func (e *StatusError) Unwrap() error { return e.Err }
 
 // Permanent marks a handler's error (or an artifact content check's) as
 // permanent: the job is not retried, whatever attempts it has left. It
-// goes on at once through the seed's table, ARTIFACT_WRITE or another
-// pipeline state → RETRY_BACKOFF → FAILED → DEAD (seed 003 has no edge
+// goes on at once through the job table, ARTIFACT_WRITE or another
+// pipeline state → RETRY_BACKOFF → FAILED → DEAD (the table has no edge
 // from a pipeline state to FAILED; backoff_elapsed's guard sends a job
 // whose error_code is PERMANENT to FAILED), with error_code PERMANENT and
 // the error's text. An operator's requeue runs it afresh. Permanent(nil)
@@ -99,7 +99,7 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 	return codes.JobHandlerError
 }
 
-// Run runs the claimed job's pipeline (003 §1.2): CONTEXT_ASSEMBLY →
+// Run runs the claimed job's pipeline (docs/spec.md#job-lifecycle): CONTEXT_ASSEMBLY →
 // NOTEBOOKLM_CALL → ARTIFACT_WRITE → COMPLETE, each step's error sending
 // it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
 // left). ARTIFACT_WRITE writes the job's one artifact (keyed by job id,

@@ -27,7 +27,7 @@ const (
 	DefaultSweepBatch  = 10000
 )
 
-// DefaultBackoff is the retry schedule of seed 003 §1.1: the wait in
+// DefaultBackoff is the retry schedule (docs/spec.md#retries-and-timeouts): the wait in
 // RETRY_BACKOFF after the first, second and third failed attempt.
 func DefaultBackoff() []time.Duration {
 	return []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second}
@@ -58,10 +58,10 @@ type Config struct {
 	// LeaseTTL is how long a claim lives without a heartbeat; a running job
 	// renews it every LeaseTTL/3. Default: 30 s.
 	LeaseTTL time.Duration
-	// StepTimeout bounds each handler call. Default: 120 s (DESIGN.md §6).
+	// StepTimeout bounds each handler call. Default: 120 s (docs/spec.md#retries-and-timeouts).
 	StepTimeout time.Duration
 	// ArtifactActor is the actor ARTIFACT_WRITE writes the artifact as.
-	// Seed 003 §4.2 lets only the NLM backend write new artifacts, and the
+	// The authority matrix lets only the NLM backend write new artifacts, and the
 	// artifact holds the NLM backend's answer, so the default is
 	// lifecycle.ActorNLMBackend.
 	ArtifactActor lifecycle.Actor
@@ -77,14 +77,14 @@ type Config struct {
 	// Logger receives what cannot be returned (audit write failures,
 	// heartbeat trouble, quarantined records). Default: slog.Default().
 	Logger *slog.Logger
-	// Types registers job types of the user's beside the seed's three
+	// Types registers job types of the user's beside the three built-in ones
 	// (RESEARCH, BRIEF, PROPOSAL_PREPROCESS): Enqueue accepts them, and
 	// their artifact's type is the job type's name, its content checked by
 	// the type's Validate. Names are ids (storage.ValidateID) and may not
-	// be a seed type's. With Config.Artifacts set, that store must know
+	// be a built-in type's. With Config.Artifacts set, that store must know
 	// the types (artifact.Config.Types); the default store is given them.
 	Types map[lifecycle.JobType]TypeConfig
-	// Metrics receives the job metrics of seed 003 §5.3 (see Metrics);
+	// Metrics receives the job metrics of docs/spec.md#metrics (see Metrics);
 	// default none.
 	Metrics Metrics
 }
@@ -100,7 +100,7 @@ type TypeConfig struct {
 	Validate func(content json.RawMessage) error
 }
 
-// Queue is the job queue of seed 003 §1 over a Store. Many Queues in many
+// Queue is the job queue (docs/spec.md#job-lifecycle) over a Store. Many Queues in many
 // processes may share one Store: all coordination goes through conditional
 // writes. It is safe for concurrent use.
 type Queue struct {
@@ -236,8 +236,8 @@ func typeValidators(types map[lifecycle.JobType]TypeConfig) (map[artifact.Type]f
 		if err := storage.ValidateID("job type", string(t)); err != nil {
 			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
 		}
-		if _, seed := ArtifactType(t); seed {
-			return nil, fmt.Errorf("%w: Types: %s is a seed job type", ErrInvalidConfig, t)
+		if _, builtin := ArtifactType(t); builtin {
+			return nil, fmt.Errorf("%w: Types: %s is a built-in job type", ErrInvalidConfig, t)
 		}
 		contentTypes[artifact.Type(t)] = tc.Validate
 	}

@@ -11,13 +11,13 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// ownJob is the "own job" of the NLM backend in 003 §4.1: the job the
+// ownJob is the "own job" of the NLM backend (docs/spec.md#authority-matrix): the job the
 // orchestration layer has handed to it, which is the job in NOTEBOOKLM_CALL.
 func ownJob(actor lifecycle.Actor, j *lifecycle.Job) bool {
 	return actor == lifecycle.ActorNLMBackend && j.Status == lifecycle.JobNotebookLMCall
 }
 
-// Get reads a job. The actor needs Read (003 §4.1); the NLM backend may
+// Get reads a job. The actor needs Read (docs/spec.md#authority-matrix); the NLM backend may
 // read only its own job, one in NOTEBOOKLM_CALL.
 func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
 	if authority.Lookup(actor, authority.Jobs, authority.Read) == authority.Denied {

@@ -9,8 +9,8 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/authority"
 )
 
-// Requeue is the operator's manual requeue (003 §1.2 FAILED → QUEUED, and
-// the extension DEAD → QUEUED, invariant F2). Only the admin may make it:
+// Requeue is the operator's manual requeue (FAILED → QUEUED, and the
+// extension DEAD → QUEUED, invariant F2: docs/spec.md#job-lifecycle). Only the admin may make it:
 // the matrix lets the orchestration layer update status too, but the job
 // machine gives this move to the admin alone, so anyone else gets a
 // FORBIDDEN error and nothing is written. The job starts over with a fresh

@@ -77,7 +77,7 @@ func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step lifecy
 	d.NextAttemptAt, d.ReadyKey = &next, laneKey(d.AgentSlug, next, d.JobID)
 }
 
-// bury moves a FAILED job to DEAD (003 §1.2: max retries exceeded).
+// bury moves a FAILED job to DEAD (max retries exceeded).
 func (q *Queue) bury(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version) (lifecycle.Job, error) {
 	d, _, err := q.update(ctx, jobID, cached, ver, func(d *jobDoc, _ time.Time) error {
 		if d.Status != lifecycle.JobFailed {

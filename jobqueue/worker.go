@@ -32,7 +32,7 @@ type Worker struct {
 	// ID names the worker in leases; unique among the workers sharing the
 	// store. Required.
 	ID string
-	// Handlers run the pipeline of the seed's job types, and of user types
+	// Handlers run the pipeline of the built-in job types, and of user types
 	// registered without handlers of their own (Config.Types). Required
 	// unless every job is of a user type with its own handlers.
 	Handlers Handlers

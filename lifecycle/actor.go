@@ -1,14 +1,15 @@
 package lifecycle
 
-// Actor names a component that may make a transition: the seeds' "who writes"
-// columns. Every [Transition] lists the actors allowed to make it, and
+// Actor names a component that may make a transition (see
+// docs/spec.md#actors). Every [Transition] lists the actors allowed to make it, and
 // [Machine.Fire] refuses any other with [ErrForbiddenActor].
 type Actor string
 
-// The actors of the specs (seed 000 §1.2, 002 §1.2, 003 §1.2 and §4).
+// The actors (docs/spec.md#actors); their names are the platform's
+// (docs/spec.md#platform-names).
 const (
 	// ActorGateway is the Worker / Gateway acting on the owner's requests
-	// (seed 000 "Worker", seed 003 "Gateway (Owner via Frontend)").
+	// (the platform's Worker, or Gateway acting for the owner).
 	ActorGateway Actor = "gateway"
 	// ActorOrchestration is the Orchestration Layer wrapper: the one status
 	// writer of runs and jobs.
@@ -16,10 +17,10 @@ const (
 	// ActorNLMBackend is the NotebookLM backend that processes NLM jobs.
 	ActorNLMBackend Actor = "nlm-backend"
 	// ActorMastra is the Mastra runtime. It executes steps and never writes
-	// status (seed 000 §2.1, invariant F4), so no transition lists it.
+	// status (invariant F4, docs/spec.md#job-lifecycle), so no transition lists it.
 	ActorMastra Actor = "mastra"
 	// ActorAdmin is an operator: the Membridge control plane or the Gateway in
-	// its admin role (seed 003 "Gateway (Admin)").
+	// its admin role.
 	ActorAdmin Actor = "admin"
 	// ActorFrontend is the UI. It only reads, so no transition lists it.
 	ActorFrontend Actor = "frontend"

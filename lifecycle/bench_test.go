@@ -22,7 +22,7 @@ func BenchmarkCheck(b *testing.B) {
 }
 
 // BenchmarkStatelessCanFire is the baseline: stateless's CanFire for the same
-// move on the same machine, configured once by hand from the seed's table.
+// move on the same machine, configured once by hand from the spec's table.
 func BenchmarkStatelessCanFire(b *testing.B) {
 	sm := stateless.NewStateMachine(lifecycle.CancelableRunning)
 	for _, t := range lifecycle.CancelableRun().Transitions() {

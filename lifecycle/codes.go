@@ -42,7 +42,7 @@ func ErrorCode(err error) string {
 	return codes.InternalError
 }
 
-// RunError is an error with a seed code. A step returns one (or wraps one)
+// RunError is an error with a code of the code table (docs/spec.md#error-codes). A step returns one (or wraps one)
 // to say why it failed, e.g. NLM_UNAVAILABLE; the run's error field then
 // reads "CODE: message". Retryable says whether another attempt may help.
 type RunError struct {

@@ -8,7 +8,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// Approval is the approval a run waits for or got (seed 004 §2.2): a run's
+// Approval is the approval a run waits for or got (docs/spec.md#run-status): a run's
 // status.json keeps it while the run waits at its gate and after.
 type Approval struct {
 	Action      string     `json:"action"`
@@ -19,7 +19,7 @@ type Approval struct {
 	Reason      string     `json:"reason,omitempty"`
 }
 
-// ExternalWait is the external event a run waits for (seed 004 §2.2).
+// ExternalWait is the external event a run waits for (docs/spec.md#run-status).
 type ExternalWait struct {
 	EventType string     `json:"event_type"`
 	Since     time.Time  `json:"since"`
@@ -30,10 +30,10 @@ type ExternalWait struct {
 	ReceivedAt *time.Time `json:"received_at,omitempty"`
 }
 
-// Initiator says what caused a transition (seed 004 §2.2).
+// Initiator says what caused a transition (docs/spec.md#transition-context).
 type Initiator string
 
-// The initiators of seed 004 §2.2.
+// The initiators (docs/spec.md#transition-context).
 const (
 	InitiatorUser     Initiator = "user"     // a person, through the API
 	InitiatorSystem   Initiator = "system"   // the orchestration layer on its own
@@ -43,7 +43,7 @@ const (
 	InitiatorApproval Initiator = "approval" // an approval gate was answered
 )
 
-// TransitionContext is the audit context of one transition (seed 004 §2.2):
+// TransitionContext is the audit context of one transition (docs/spec.md#transition-context):
 // which run, who asked and why, when, and the approval or external event
 // the move is about. Give it to [Machine.Fire] with [WithTransition]; a
 // refused move reports it ([InvalidTransitionError].Context,
@@ -54,8 +54,8 @@ type TransitionContext struct {
 	UserID    string    `json:"user_id,omitempty"`
 	Initiator Initiator `json:"initiator,omitempty"`
 	Timestamp time.Time `json:"timestamp,omitzero"`
-	// Metadata is the caller's, kept as given (seed 004: Record<string,
-	// unknown>; here strings, so every value is checked text).
+	// Metadata is the caller's, kept as given; strings, so every value is
+	// checked text.
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Approval is set on moves into, at and out of an approval gate.
 	Approval *Approval `json:"approval,omitempty"`
@@ -65,7 +65,7 @@ type TransitionContext struct {
 
 // Check refuses a context whose free text breaks the SDK's input limits,
 // with an [*codes.InputError]: UserID over codes.MaxNameBytes or not one line of clean
-// text, an Initiator not of seed 004's set, more than codes.MaxListLen metadata
+// text, an Initiator not of the set above, more than codes.MaxListLen metadata
 // entries, a metadata key over codes.MaxNameBytes or a value over codes.MaxTextBytes
 // (values may span lines). The zero context passes.
 func (tc *TransitionContext) Check() error {

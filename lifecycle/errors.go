@@ -95,7 +95,7 @@ func (e *InvalidTransitionError) Is(target error) bool {
 	return false
 }
 
-// Code is the seed error code: RUN_TERMINAL_STATE when From is terminal,
+// Code is the error code (docs/spec.md#error-codes): RUN_TERMINAL_STATE when From is terminal,
 // RUN_INVALID_TRANSITION otherwise.
 func (e *InvalidTransitionError) Code() string {
 	if e.Terminal {

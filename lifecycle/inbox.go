@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// InboxState is a state of an inbox entry (seed 002 §1.1).
+// InboxState is a state of an inbox entry (docs/spec.md#inbox-entry-lifecycle).
 type InboxState string
 
 // States of the inbox entry machine.
@@ -16,12 +16,12 @@ const (
 	InboxExpired   InboxState = "expired"
 )
 
-// InboxStates lists the inbox entry states in the seed's order.
+// InboxStates lists the inbox entry states in the spec's order.
 func InboxStates() []InboxState {
 	return []InboxState{InboxPending, InboxProcessed, InboxRejected, InboxExpired}
 }
 
-// InboxSource says where an entry came from (seed 002 §1.3).
+// InboxSource says where an entry came from (docs/spec.md#inbox-entry).
 type InboxSource struct {
 	// Type is one of "ui", "telegram", "webhook", "agent", "cron".
 	Type string `json:"type"`
@@ -29,13 +29,13 @@ type InboxSource struct {
 	Identity string `json:"identity"`
 }
 
-// InboxIntent is what the entry asks for (seed 002 §1.3).
+// InboxIntent is what the entry asks for (docs/spec.md#inbox-entry).
 type InboxIntent struct {
 	Action string `json:"action"`
 	Target string `json:"target"`
 }
 
-// InboxMetadata of an entry (seed 002 §1.3).
+// InboxMetadata of an entry (docs/spec.md#inbox-entry).
 type InboxMetadata struct {
 	CorrelationID string `json:"correlation_id,omitempty"`
 	// Priority is "normal" or "high".
@@ -44,7 +44,7 @@ type InboxMetadata struct {
 	TTLHours int `json:"ttl_hours"`
 }
 
-// InboxEntry is an inbox entry, inbox/{id}.json (seed 002 §1.3).
+// InboxEntry is an inbox entry, inbox/{id}.json (docs/spec.md#inbox-entry).
 type InboxEntry struct {
 	ID              string        `json:"id"`
 	Source          InboxSource   `json:"source"`
@@ -63,8 +63,8 @@ const (
 	EventInboxExpire  Event = "expire"  // pending → expired: the TTL ran out
 )
 
-// InboxMachine is the inbox entry machine of seed 002 §1.2: the gateway (the
-// seed's Worker) processes or rejects a pending entry; the system's cron
+// InboxMachine is the inbox entry machine (docs/spec.md#inbox-entry-lifecycle): the
+// gateway (the platform's Worker) processes or rejects a pending entry; the system's cron
 // expires it.
 func InboxMachine() *Machine[InboxState, *InboxEntry] { return inboxMachine() }
 

@@ -10,10 +10,10 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// JobState is a state of the job machine (seed 003 §1).
+// JobState is a state of the job machine (docs/spec.md#job-lifecycle).
 type JobState string
 
-// States of the job machine, spelled as in seed 003.
+// States of the job machine, spelled as the platform spells them.
 const (
 	JobPending         JobState = "PENDING"
 	JobQueued          JobState = "QUEUED"
@@ -32,23 +32,23 @@ func JobStates() []JobState {
 		JobComplete, JobRetryBackoff, JobFailed, JobDead}
 }
 
-// JobType is what a job produces (seed 003 §1.3).
+// JobType is what a job produces (docs/spec.md#job-record).
 type JobType string
 
-// Job types of seed 003 §1.3.
+// The platform's job types (docs/spec.md#platform-names).
 const (
 	JobResearch           JobType = "RESEARCH"
 	JobBrief              JobType = "BRIEF"
 	JobProposalPreprocess JobType = "PROPOSAL_PREPROCESS"
 )
 
-// JobContext is the context a job is assembled from (seed 003 §1.3).
+// JobContext is the context a job is assembled from (docs/spec.md#job-record).
 type JobContext struct {
 	MemorySnapshotURL string   `json:"memory_snapshot_url,omitempty"`
 	EntityRefs        []string `json:"entity_refs,omitempty"`
 }
 
-// Job is a job record, jobs/{job_id}.json (seed 003 §1.3).
+// Job is a job record, jobs/{job_id}.json (docs/spec.md#job-record).
 //
 // Attempt counts the attempts started: the pickup QUEUED → CONTEXT_ASSEMBLY
 // increments it, so a job that failed its first attempt sits in
@@ -69,7 +69,7 @@ type Job struct {
 	ArtifactID  string          `json:"artifact_id,omitempty"`
 	Error       *string         `json:"error"`
 
-	// Fields Conveyor adds (DESIGN.md §3), omitted when empty.
+	// Fields Conveyor adds (docs/spec.md#records), omitted when empty.
 
 	// ProjectID is the cid its artifact is stored under
 	// (projects/{cid}/artifacts/); empty means the Queue's Config.Project.
@@ -124,21 +124,20 @@ const (
 	EventRequeue        Event = "requeue"         // FAILED or DEAD → QUEUED (operator)
 )
 
-// JobMachine is the job machine of seed 003 §1.2; its transition table stands
-// over the ASCII diagram where the two differ. The orchestration layer makes
+// JobMachine is the job machine (docs/spec.md#job-lifecycle). The orchestration layer makes
 // every automatic move; only an admin requeues. RETRY_BACKOFF leaves by one
 // event, backoff_elapsed, whose guards send the job back to QUEUED while
 // attempts are left and to FAILED once they are exhausted, or at once when
 // its error was permanent (error_code PERMANENT, see Permanent).
 //
-// Extension (DESIGN.md §2): DEAD → QUEUED, the operator's requeue of a dead
+// Extension (docs/spec.md#extensions): DEAD → QUEUED, the operator's requeue of a dead
 // job (invariant F2); it is the only move out of a terminal state.
 func JobMachine() *Machine[JobState, *Job] { return jobMachine() }
 
 var jobMachine = sync.OnceValue(func() *Machine[JobState, *Job] {
 	orch := []Actor{ActorOrchestration}
 	admin := []Actor{ActorAdmin}
-	// Guards on the attempt count (seed 003 §1.2: "attempt < 3", "attempt ≥ 3").
+	// Guards on the attempt count: retried while attempt < max_attempts.
 	// Extension: a permanent error (Permanent, error_code PERMANENT) takes
 	// the FAILED branch whatever attempts are left.
 	attemptsLeft := Guard[*Job]{

@@ -29,10 +29,11 @@ type Transition[S ~string, R any] struct {
 	// transitions may share From and Event only when both are guarded, and
 	// their guards must never both allow one record.
 	Guard *Guard[R]
-	// Extension marks a transition Conveyor adds to the seed's table
-	// (see DESIGN.md §2); diagrams mark it too.
+	// Extension marks a transition Conveyor adds to the platform's table
+	// (docs/spec.md#extensions); diagrams mark it too.
 	Extension bool
-	// Requeue marks an operator's manual requeue (seed 003 F2): the only kind
+	// Requeue marks an operator's manual requeue (invariant F2,
+	// docs/spec.md#job-lifecycle): the only kind
 	// of transition allowed out of a terminal state.
 	Requeue bool
 }

@@ -7,10 +7,10 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// NLMState is a state of a job inside the NLM backend (seed 003 §2).
+// NLMState is a state of a job inside the NLM backend (docs/spec.md#nlm-job-lifecycle).
 type NLMState string
 
-// States of the NLM-job machine, spelled as in seed 003 §2.
+// States of the NLM-job machine, spelled as the platform spells them.
 const (
 	NLMAccepted        NLMState = "ACCEPTED"
 	NLMFetchingContext NLMState = "FETCHING_CONTEXT"
@@ -75,7 +75,7 @@ var nlmPipeline = []struct {
 	{NLMCallback, NLMDone, EventNLMCallbackSent},
 }
 
-// NLMMachine is the NLM backend's pipeline (seed 003 §2): ACCEPTED →
+// NLMMachine is the NLM backend's pipeline (docs/spec.md#nlm-job-lifecycle): ACCEPTED →
 // FETCHING_CONTEXT → BUILDING_PROMPT → NLM_QUERY → STRUCTURING → CALLBACK →
 // DONE, and any non-terminal state to ERROR (after which the backend calls
 // back with status FAILED). Only the NLM backend moves it.
@@ -102,7 +102,7 @@ var nlmMachine = sync.OnceValue(func() *Machine[NLMState, *NLMJob] {
 })
 
 // NLMRequest is what the orchestration layer posts to the NLM backend
-// (POST /jobs/process, seed 003 §2).
+// (POST /jobs/process, docs/spec.md#nlm-request-and-callback).
 type NLMRequest struct {
 	JobID     string  `json:"job_id"`
 	RunID     string  `json:"run_id,omitempty"`
@@ -120,7 +120,7 @@ type NLMRequest struct {
 }
 
 // NLMCallbackBody is the body posted to the callback URL: status "COMPLETE"
-// with the artifact id, or "FAILED" with the error (seed 003 §2).
+// with the artifact id, or "FAILED" with the error (docs/spec.md#nlm-request-and-callback).
 type NLMCallbackBody struct {
 	JobID      string `json:"job_id"`
 	Status     string `json:"status"`

@@ -11,14 +11,15 @@ import (
 // writes and takes them, the HTTP API and its Go client move them; they
 // live here so the client needs no engine.
 
-// RunStatus is a run's status.json (seed 000 §3, seed 002 §2.4). RunStatus holds
+// RunStatus is a run's status.json (docs/spec.md#run-status). RunStatus holds
 // a state of whichever run machine drives the run ([RunState],
 // [CancelableRunState] or [ApprovalRunState]); Machine names that machine and
 // is omitted for the canonical one. Times are RFC 3339 UTC.
 //
-// The seed's fields come first and are always present, so a plain run's
-// status.json reads like the seed's examples; the fields the SDK adds (lease,
-// heartbeat, cancellation, approval and external waits, resume count) are
+// The platform's fields come first and are always present, so a plain run's
+// status.json reads as the platform expects; the fields the SDK adds (lease,
+// heartbeat, cancellation, approval and external waits, resume count and
+// takeover) are
 // omitted while empty. The embedded records.Meta adds the document's write
 // counter, "version".
 type RunStatus struct {
@@ -33,7 +34,7 @@ type RunStatus struct {
 	FinishedAt  *time.Time `json:"finished_at"`
 	CurrentStep string     `json:"current_step"`
 	StepsTotal  int        `json:"steps_total"`
-	// StepsCompleted counts the steps whose files are written (seed 000 §1.4).
+	// StepsCompleted counts the steps whose files are written.
 	StepsCompleted   int      `json:"steps_completed"`
 	ProposalsCreated []string `json:"proposals_created"`
 	// Error is "CODE: message" once the run failed, null otherwise.
@@ -43,22 +44,31 @@ type RunStatus struct {
 
 	Machine        string `json:"machine,omitempty"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// Lease is held by the runner executing the run (DESIGN.md §5): the
+	// Lease is held by the runner executing the run (docs/spec.md#recovery): the
 	// SDK's one lease. A runner renews it by heartbeat; another takes the
 	// run over only after ExpiresAt, with Epoch+1, which fences the first
 	// one out of every write.
 	Lease           *records.Lease `json:"lease,omitempty"`
 	LastHeartbeatAt *time.Time     `json:"last_heartbeat_at,omitempty"`
-	// Cancellation (seed 001 RunRecord).
+	// Cancellation (docs/spec.md#cancel-aware-run).
 	CancelRequested   bool       `json:"cancel_requested,omitempty"`
 	CancelReason      string     `json:"cancel_reason,omitempty"`
 	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
-	// Waits of the approval machine (seed 004 §2.2).
+	// Waits of the approval machine (docs/spec.md#approval-run).
 	Approval *Approval     `json:"approval,omitempty"`
 	External *ExternalWait `json:"external,omitempty"`
-	// ResumeCount counts takeovers after a runner was lost (seed 004 §6.2).
+	// ResumeCount counts takeovers after a runner was lost (docs/spec.md#recovery).
 	ResumeCount int `json:"resume_count,omitempty"`
-	// DurationMS is set when the run ends (seed 004 §2.3).
+	// TakenOverAt is when a runner last took the run over (the claim that
+	// counted ResumeCount): kept once written, so a finished run still says
+	// its first runner was lost (docs/spec.md#recovery).
+	TakenOverAt *time.Time `json:"taken_over_at,omitempty"`
+	// RunnerLostAt is never stored: a read sets it, to the lapsed lease's
+	// expiry, while the run is executing under a lease that expired by the
+	// reader's clock and no runner has taken it over yet (an orphan the
+	// next claim resumes). The status writer drops it.
+	RunnerLostAt *time.Time `json:"runner_lost_at,omitempty"`
+	// DurationMS is set when the run ends.
 	DurationMS int64 `json:"duration_ms,omitempty"`
 	// LastAudit is the audit event of the write that made this version of
 	// the document. The writer puts it in the audit log right after the
@@ -76,8 +86,8 @@ type RunAuditRecord struct {
 	Event records.AuditEvent `json:"event"`
 }
 
-// StepRecord is one step file, steps/NN-name.json (seed 002 §2.5). The
-// fields after Error are the step's checkpoint (seed 004 §5.2), which a
+// StepRecord is one step file, steps/NN-name.json (docs/spec.md#step-record). The
+// fields after Error are the step's checkpoint (docs/spec.md#checkpoint), which a
 // resumed run uses to skip or replay the step; they are omitted when empty.
 type StepRecord struct {
 	StepNumber    int        `json:"step_number"`
@@ -120,7 +130,7 @@ type SubmitRequest struct {
 	// Input is handed to every step; it must be valid JSON when set.
 	Input json.RawMessage
 	// IdempotencyKey, when set, makes a repeated submit return the first
-	// run (seed 004 §3). Its schemes are seed 004 §3.1's:
+	// run (docs/spec.md#idempotency). Its schemes:
 	// github:{delivery_id}, api:{client_id}:{request_id},
 	// slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
 	IdempotencyKey string
@@ -138,7 +148,7 @@ type SubmitResult struct {
 }
 
 // Caller is the caller's part of a control call's transition context
-// (seed 004 §2.2): on whose behalf the call is made, what caused it, and
+// (docs/spec.md#transition-context): on whose behalf the call is made, what caused it, and
 // anything the audit log should keep about it. Every control call's
 // request embeds one; the Runner adds the rest of the context (run id,
 // timestamp, approval and external-event details) and writes it into the
@@ -146,7 +156,7 @@ type SubmitResult struct {
 // it (*InvalidTransitionError's Context). A call whose Caller
 // breaks the limits of TransitionContext.Check (UserID
 // MaxNameBytes, metadata keys MaxNameBytes and values MaxTextBytes, at
-// most MaxListLen entries, clean text, an Initiator of the seed's set) is
+// most MaxListLen entries, clean text, an Initiator of the known set) is
 // refused with an *codes.InputError, and nothing is written.
 type Caller struct {
 	// UserID names the user the call is made for, e.g. "u-42".

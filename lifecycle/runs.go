@@ -18,7 +18,7 @@ type Stateful interface {
 	SetState(string)
 }
 
-// RunState is a state of the canonical run machine (seed 000 §1, seed 002 §2).
+// RunState is a state of the canonical run machine (docs/spec.md#canonical-run).
 type RunState string
 
 // States of the canonical run machine.
@@ -40,12 +40,12 @@ func runStates() []RunState {
 func stateOf[S ~string](r Stateful) S     { return S(r.State()) }
 func setState[S ~string](r Stateful, s S) { r.SetState(string(s)) }
 
-// CanonicalRun is the run machine of seeds 000 and 002:
+// CanonicalRun is the canonical run machine (docs/spec.md#canonical-run):
 // requested → queued → running → completed | failed, with running → running
-// for a step update. The gateway (the seed's Worker) creates a run in
+// for a step update. The gateway (the platform's Worker) creates a run in
 // requested; the orchestration layer makes every move after that.
 //
-// Extensions (DESIGN.md §2): requested → failed and queued → failed, for a run
+// Extensions (docs/spec.md#extensions): requested → failed and queued → failed, for a run
 // that can never start (orchestration unavailable, run timeout while queued).
 func CanonicalRun() *Machine[RunState, Stateful] { return canonicalRun() }
 
@@ -70,7 +70,8 @@ var canonicalRun = sync.OnceValue(func() *Machine[RunState, Stateful] {
 	})
 })
 
-// CancelableRunState is a state of the cancel-aware run machine (seed 001).
+// CancelableRunState is a state of the cancel-aware run machine
+// (docs/spec.md#cancel-aware-run).
 type CancelableRunState string
 
 // States of the cancel-aware run machine.
@@ -84,13 +85,13 @@ const (
 	CancelableCancelRequested CancelableRunState = "cancel_requested"
 )
 
-// cancelableRunStates lists the cancel-aware run states in the seed's order.
+// cancelableRunStates lists the cancel-aware run states in the spec's order.
 func cancelableRunStates() []CancelableRunState {
 	return []CancelableRunState{CancelableQueued, CancelableRunning, CancelableSucceeded, CancelableFailed,
 		CancelableCanceled, CancelableTimeout, CancelableCancelRequested}
 }
 
-// CancelableRun is seed 001's machine, its _ALLOWED_TRANSITIONS as written.
+// CancelableRun is the cancel-aware run machine (docs/spec.md#cancel-aware-run).
 // Cancellation is cooperative: the gateway (on the owner's behalf) or the
 // orchestration layer asks with request_cancel, and a run whose step finishes
 // first may still end succeeded or failed.
@@ -120,7 +121,7 @@ var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, Stateful]
 	})
 })
 
-// ApprovalRunState is a state of the approval run machine (seed 004 §1).
+// ApprovalRunState is a state of the approval run machine (docs/spec.md#approval-run).
 type ApprovalRunState string
 
 // States of the approval run machine.
@@ -134,13 +135,13 @@ const (
 	ApprovalCancelled        ApprovalRunState = "cancelled"
 )
 
-// approvalRunStates lists the approval run states in the seed's order.
+// approvalRunStates lists the approval run states in the spec's order.
 func approvalRunStates() []ApprovalRunState {
 	return []ApprovalRunState{ApprovalPending, ApprovalRunning, ApprovalAwaitingApproval, ApprovalWaitingExternal,
 		ApprovalCompleted, ApprovalFailed, ApprovalCancelled}
 }
 
-// ApprovalRun is seed 004's machine (table 2.1): a run may park at an
+// ApprovalRun is the approval run machine (docs/spec.md#approval-run): a run may park at an
 // approval gate or wait for an external event. The orchestration layer makes
 // every move; the gateway may also make the ones an owner or a webhook
 // causes: cancel, approve (→ running, or → completed when the gate was the
@@ -178,7 +179,7 @@ var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, Stateful] {
 	})
 })
 
-// StepState is a state of a run step (seed 002 §2.5).
+// StepState is a state of a run step (docs/spec.md#run-step).
 type StepState string
 
 // States of the run-step machine.
@@ -190,12 +191,12 @@ const (
 	StepSkipped   StepState = "skipped"
 )
 
-// stepStates lists the run-step states in the seed's order.
+// stepStates lists the run-step states in the spec's order.
 func stepStates() []StepState {
 	return []StepState{StepPending, StepRunning, StepCompleted, StepFailed, StepSkipped}
 }
 
-// RunStep is the run-step machine. Seed 002 §2.5 lists the states only; the
+// RunStep is the run-step machine (docs/spec.md#run-step). The platform named the states only; the
 // moves are Conveyor's: a step starts and then completes or fails (retries
 // happen inside running), or is skipped without running (a resumed run
 // reusing a checkpoint). Only the orchestration layer writes step files.
@@ -218,3 +219,18 @@ var runStep = sync.OnceValue(func() *Machine[StepState, Stateful] {
 		SetState: setState[StepState],
 	})
 })
+
+// RunFinished tells whether status is a terminal state of the run machine
+// named machine (a RunStatus's Machine; "" is the canonical one). An
+// unknown machine or state is not finished: what cannot be judged is kept.
+func RunFinished(machine, status string) bool {
+	switch machine {
+	case "", MachineCanonical:
+		return CanonicalRun().IsTerminal(RunState(status))
+	case MachineCancelable:
+		return CancelableRun().IsTerminal(CancelableRunState(status))
+	case MachineApproval:
+		return ApprovalRun().IsTerminal(ApprovalRunState(status))
+	}
+	return false
+}

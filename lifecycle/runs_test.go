@@ -8,11 +8,12 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// The seeds' tables, transcribed by hand and independently of runs.go.
+// The spec's tables (docs/spec.md#lifecycles), transcribed by hand and
+// independently of runs.go.
 
-// Seed 000 §1.4 (and 002 §2.3), plus DESIGN.md's two extensions
+// The canonical run, plus its two extensions (docs/spec.md#extensions)
 // requested → failed and queued → failed.
-var seedCanonical = map[lifecycle.RunState][]lifecycle.RunState{
+var specCanonical = map[lifecycle.RunState][]lifecycle.RunState{
 	"requested": {"queued", "failed"},
 	"queued":    {"running", "failed"},
 	"running":   {"running", "completed", "failed"},
@@ -20,8 +21,8 @@ var seedCanonical = map[lifecycle.RunState][]lifecycle.RunState{
 	"failed":    {},
 }
 
-// Seed 001 _ALLOWED_TRANSITIONS, as written.
-var seedCancelable = map[lifecycle.CancelableRunState][]lifecycle.CancelableRunState{
+// The cancel-aware run (docs/spec.md#cancel-aware-run).
+var specCancelable = map[lifecycle.CancelableRunState][]lifecycle.CancelableRunState{
 	"queued":           {"running", "canceled"},
 	"running":          {"succeeded", "failed", "timeout", "cancel_requested"},
 	"cancel_requested": {"canceled", "succeeded", "failed"},
@@ -31,8 +32,8 @@ var seedCancelable = map[lifecycle.CancelableRunState][]lifecycle.CancelableRunS
 	"timeout":          {},
 }
 
-// Seed 004 table 2.1.
-var seedApproval = map[lifecycle.ApprovalRunState][]lifecycle.ApprovalRunState{
+// The approval run (docs/spec.md#approval-run).
+var specApproval = map[lifecycle.ApprovalRunState][]lifecycle.ApprovalRunState{
 	"pending":           {"running", "cancelled", "failed"},
 	"running":           {"completed", "failed", "cancelled", "awaiting_approval", "waiting_external"},
 	"awaiting_approval": {"running", "completed", "failed", "cancelled"},
@@ -42,8 +43,8 @@ var seedApproval = map[lifecycle.ApprovalRunState][]lifecycle.ApprovalRunState{
 	"cancelled":         {},
 }
 
-// Seed 002 §2.5 lists the step states; the moves are Conveyor's (decisions.md).
-var seedStep = map[lifecycle.StepState][]lifecycle.StepState{
+// The run step: the moves are Conveyor's (decisions.md).
+var specStep = map[lifecycle.StepState][]lifecycle.StepState{
 	"pending":   {"running", "skipped"},
 	"running":   {"completed", "failed"},
 	"completed": {},
@@ -53,22 +54,22 @@ var seedStep = map[lifecycle.StepState][]lifecycle.StepState{
 
 func TestCanonicalRunGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.CanonicalRun(), seedCanonical)
+	machinetest.Grid(t, lifecycle.CanonicalRun(), specCanonical)
 }
 
 func TestCancelableRunGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.CancelableRun(), seedCancelable)
+	machinetest.Grid(t, lifecycle.CancelableRun(), specCancelable)
 }
 
 func TestApprovalRunGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.ApprovalRun(), seedApproval)
+	machinetest.Grid(t, lifecycle.ApprovalRun(), specApproval)
 }
 
 func TestRunStepGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.RunStep(), seedStep)
+	machinetest.Grid(t, lifecycle.RunStep(), specStep)
 }
 
 func TestRunMachinesStructure(t *testing.T) {
@@ -124,7 +125,7 @@ func TestExtensionsAreMarked(t *testing.T) {
 	for _, m := range []interface{ Spec() lifecycle.Spec }{lifecycle.CancelableRun(), lifecycle.ApprovalRun(), lifecycle.RunStep()} {
 		for _, tr := range m.Spec().Transitions {
 			if tr.Extension {
-				t.Errorf("%s: %s → %s is marked an extension; the seed has it", m.Spec().Name, tr.From, tr.To)
+				t.Errorf("%s: %s → %s is marked an extension; the spec has it", m.Spec().Name, tr.From, tr.To)
 			}
 		}
 	}

@@ -131,7 +131,7 @@ type IDError struct {
 
 // ValidateID checks one id that will become a single key segment: 1 to
 // MaxIDLen bytes of [A-Za-z0-9._:-], not starting with "." and not
-// containing "..". That admits every id of the seeds (run ids like
+// containing "..". That admits every id of docs/spec.md#records (run ids like
 // run_2026-02-14_080000_abc123, slugs, UUIDs, inbox_..., idempotency keys
 // like github:<uuid>) and refuses anything that could be a path: "/", "\",
 // "..", control characters, spaces. Field names the id in the error.

@@ -5,7 +5,7 @@
 // restarts and may be shared by several processes on one machine.
 //
 // Layout: a key is a file path under the root, so a run folder reads like
-// 003 §5.2; writers keep their temporary files beside it, and their locks
+// docs/spec.md#key-layout; writers keep their temporary files beside it, and their locks
 // in one file at the root:
 //
 //	<root>/agents/x/runs/r1/status.json              exactly the value's bytes
@@ -62,9 +62,15 @@
 // killed holder's lock is released by the kernel. Every process sharing a
 // root must lock the same way: a version of this package from before
 // .cnvlocks (which took flock per key on Linux too) must not write to a
-// root a newer one writes to. Deleting a key leaves its directories behind;
-// they are harmless and reused by the next write. The locks need a local
-// file system; do not share the root over NFS.
+// root a newer one writes to. Deleting a key leaves nothing of it behind:
+// on Linux a key has no lock file of its own, elsewhere its lock file is
+// removed under its lock (a writer that then locks the removed file sees
+// it is no longer at its path and locks the new one), and the directories
+// the deletion left empty are removed up to the root. rmdir(2) removes
+// only an empty directory, so a concurrent write into it (whose temporary
+// file is there from before its rename) keeps it; a write whose directory
+// vanished between its mkdir and its open makes it again and retries. The
+// locks need a local file system; do not share the root over NFS.
 //
 // A durable write costs, in system calls: the lock and its release, a stat
 // and a getxattr of the key (the version check; none for an unconditional
@@ -372,13 +378,15 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	path := s.path(key)
 	epoch := s.sync.epoch()
 	unlock, err := s.locks.lock(ctx, key, path)
-	if errors.Is(err, fs.ErrNotExist) {
+	for tries := 0; errors.Is(err, fs.ErrNotExist) && tries < mkdirTries; tries++ {
 		// A lock file beside the key (not on Linux) needs its directory;
 		// but no directory, no value: IfMatch fails without making one.
+		// A deletion may remove the directory again before the lock file
+		// is made in it: then it is made again.
 		if cond.Kind() == storage.MatchVersion {
 			return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
 		}
-		if err := s.mkdirs(key); err != nil {
+		if err := s.mkdirs(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", storage.NewOpError("put", key, nil, err)
 		}
 		unlock, err = s.locks.lock(ctx, key, path)
@@ -431,18 +439,42 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
 	}
 	if cur == "" {
+		s.locks.x.remove(path)
+		s.prune(filepath.Dir(path))
 		return nil
 	}
 	if err := eintr(func() error { return unix.Unlink(path) }); err != nil {
 		return storage.NewOpError("delete", key, nil, &fs.PathError{Op: "remove", Path: path, Err: err})
 	}
+	s.locks.x.remove(path)
 	if err := s.sync.do(&syncReq{fd: -1, dir: filepath.Dir(path), dev: dev}); err != nil {
 		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, err)
 	}
 	if s.sync.failedSince(epoch) {
 		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, errSyncFailed)
 	}
+	s.prune(filepath.Dir(path))
 	return nil
+}
+
+// mkdirTries bounds how often a write makes its key's directory again
+// after a deletion removed it, empty, in between: each time another
+// deletion must have emptied and removed it, which does not go on.
+const mkdirTries = 16
+
+// prune removes dir and its parents, up to the root, while they are empty:
+// rmdir(2) refuses a directory that holds anything (a key, another key's
+// write in progress, a lock file), so a concurrent writer keeps its
+// directory, or finds it gone before its temporary file is made and makes
+// it again. Left undone, it costs nothing but a directory; it is not
+// synced, as an empty directory that comes back after a crash is harmless.
+func (s *Store) prune(dir string) {
+	for dir != s.root && strings.HasPrefix(dir, s.root+string(filepath.Separator)) {
+		if eintr(func() error { return unix.Rmdir(dir) }) != nil {
+			return // not empty (or gone): so are its parents, or someone else prunes them
+		}
+		dir = filepath.Dir(dir)
+	}
 }
 
 func opErr(op, key string, err error) error {
@@ -599,27 +631,31 @@ var errSyncFailed = errors.New("filestore: a sync failed while the write was in 
 // answered with another name). The key's directory is created if missing.
 func (s *Store) createTemp(key, dir string, token storage.Version) (int, string, error) {
 	name := string(token[:16])
-	made := false
-	for range 3 {
+	made, clashes := 0, 0
+	for {
 		tmp := filepath.Join(dir, tempPrefix+name)
 		fd, err := openFd(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 		switch {
 		case err == nil:
 			return fd, tmp, nil
-		case errors.Is(err, fs.ErrExist):
+		case errors.Is(err, fs.ErrExist) && clashes < 2:
 			name = string(newToken()[:16])
-		case errors.Is(err, fs.ErrNotExist) && !made:
+			clashes++
+		case errors.Is(err, fs.ErrNotExist) && made < mkdirTries:
 			// The key's directory is new (made only when the file
-			// cannot be created for want of it).
-			if err := s.mkdirs(key); err != nil {
+			// cannot be created for want of it), or a deletion that
+			// emptied it removed it since it was made (prune): make it
+			// again.
+			if err := s.mkdirs(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return -1, "", err
 			}
-			made = true
+			made++
+		case errors.Is(err, fs.ErrExist):
+			return -1, "", &fs.PathError{Op: "open", Path: tmp, Err: unix.EEXIST}
 		default:
 			return -1, "", err
 		}
 	}
-	return -1, "", &fs.PathError{Op: "open", Path: filepath.Join(dir, tempPrefix+name), Err: unix.EEXIST}
 }
 
 // writeAtomic replaces the file at path (key's) with value, stamped with

@@ -5,6 +5,7 @@ package filestore
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -122,4 +123,14 @@ func pollLock(ctx context.Context, try func() (bool, error)) error {
 func busy(err error) bool {
 	return errors.Is(err, unix.EWOULDBLOCK) || errors.Is(err, unix.EAGAIN) ||
 		errors.Is(err, unix.EACCES) || errors.Is(err, unix.EINTR)
+}
+
+// lockPrefix names a key's lock file, beside its value file: the
+// cross-process lock where there are no open file description locks
+// (lock_other.go), and on Linux a leftover of the versions before
+// .cnvlocks, which a deletion removes so its directory can go too.
+const lockPrefix = ".cnvlock-"
+
+func lockPathOf(path string) string {
+	return filepath.Join(filepath.Dir(path), lockPrefix+filepath.Base(path))
 }

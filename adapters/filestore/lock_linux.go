@@ -54,3 +54,8 @@ func (x xlocks) lock(ctx context.Context, slot uint64, _ string) (func(), error)
 		runtime.KeepAlive(x.file)
 	}, nil
 }
+
+// remove deletes what a version of this package from before .cnvlocks
+// left of the key at path, its lock file; no writer of this version uses
+// one (and none of an older version may share the root).
+func (xlocks) remove(path string) { _ = unix.Unlink(lockPathOf(path)) }

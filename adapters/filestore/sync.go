@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -164,13 +165,21 @@ func (s *syncer) syncOne(r *syncReq) error {
 		}
 		return nil
 	}
-	d, err := openFd(r.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	dir := r.dir
+	d, err := openFd(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	for errors.Is(err, fs.ErrNotExist) && dir != filepath.Dir(dir) {
+		// A deletion removed the directory, empty, since its entry
+		// changed (filestore's prune): the change is now that removal,
+		// an entry of its parent, so the parent is what to sync.
+		dir = filepath.Dir(dir)
+		d, err = openFd(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	}
 	if err != nil {
 		return err
 	}
 	defer unix.Close(d) //nolint:errcheck // read-only
 	if err := s.fsync(d); err != nil {
-		return &os.PathError{Op: "sync", Path: r.dir, Err: err}
+		return &os.PathError{Op: "sync", Path: dir, Err: err}
 	}
 	return nil
 }

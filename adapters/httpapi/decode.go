@@ -168,7 +168,7 @@ func decodeJob(data []byte) (jobqueue.NewJob, error) {
 }
 
 // decodeSubmission decodes and validates POST /inbox/submit's body
-// (inbox.Submission.Validate, the seed's validation gate).
+// (inbox.Submission.Validate, the inbox's validation gate).
 func decodeSubmission(data []byte) (inbox.Submission, error) {
 	var sub inbox.Submission
 	if err := decodeStrict(data, &sub, false); err != nil {

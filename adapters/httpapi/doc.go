@@ -2,7 +2,7 @@
 // Its Go client is package client (adapters/httpapi/client), which a
 // caller imports without the engine.
 //
-// [New] returns a [Server], an http.Handler serving the routes of seed 002 §4
+// [New] returns a [Server], an http.Handler serving the routes of docs/http-api.md
 // (POST /agents/run, GET /runs/{runId}/status, GET /runs/{runId}/steps,
 // GET /runs?agent=, POST /inbox/submit, GET /inbox/stats,
 // GET /inbox/entries?status=) and the SDK's control routes (cancel, approve,

@@ -20,7 +20,7 @@ import (
 )
 
 // RequestIDHeader is the idempotency key of a submit without
-// X-Idempotency-Key (client.IdempotencyKeyHeader; seed 004 §3.2).
+// X-Idempotency-Key (client.IdempotencyKeyHeader; docs/spec.md#idempotency).
 const RequestIDHeader = "X-Request-ID"
 
 // submitAnswer is POST /agents/run's answer.
@@ -43,9 +43,9 @@ type quarantinedJSON struct {
 }
 
 // idempotencyKey is the key of a submit: X-Idempotency-Key, else
-// X-Request-ID, always in the caller's own namespace api:{actor}:{id} (seed
-// 004 §3.2: an API call's key is "combined with authenticated client ID";
-// the actor is the seed's client id). A value that already starts with
+// X-Request-ID, always in the caller's own namespace api:{actor}:{id}
+// (docs/spec.md#idempotency: an API call's key includes the authenticated
+// client id, which is the actor). A value that already starts with
 // api:{actor}: is kept as it is. Any other value, one naming another client
 // (api:admin:...) or another source's scheme (scheduler:, github:, slack:)
 // included, is an id inside the caller's namespace: an API caller cannot
@@ -298,7 +298,7 @@ func (s *Server) submitInbox() handlerFunc {
 	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
 		func(ctx context.Context, _ lifecycle.Actor, sub inbox.Submission) (inboxAnswer, error) {
 			// The route admits the owner's callers; the Worker, the gateway, is who
-			// writes a pending entry (seed 002 §1.2).
+			// writes a pending entry (docs/spec.md#inbox-entry-lifecycle).
 			e, err := s.cfg.Inbox.Submit(ctx, lifecycle.ActorGateway, sub)
 			if err != nil {
 				return inboxAnswer{}, err

@@ -19,8 +19,8 @@ import (
 )
 
 // TestIdempotencyKeyIsTheCallers: an API caller's key is always in its own
-// api:{actor}: namespace (seed 004 §3.2: "combined with authenticated client
-// ID"). A caller that sends a key naming another client, or another
+// api:{actor}: namespace (docs/spec.md#idempotency: the key includes the
+// authenticated client id). A caller that sends a key naming another client, or another
 // source's scheme, must not occupy that key: the owner of the key (another
 // actor over HTTP, or the in-process scheduler or webhook handler calling
 // Runner.Submit) still gets its own new run, not a conflict and not the

@@ -170,7 +170,7 @@ func TestIdempotentSubmit(t *testing.T) {
 	if status != http.StatusCreated {
 		t.Errorf("admin's req-42: %d, want 201", status)
 	}
-	// A key with a seed scheme is an id of the caller's; another request under it
+	// A key with another source's scheme is an id of the caller's; another request under it
 	// is a conflict.
 	if _, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick", IdempotencyKey: "github:delivery-1"}); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 )
 
 // TestWatchInbox: the stats now, then at every change: over the event
-// stream at once, or without one at the next read of the seed's 30 s
+// stream at once, or without one at the next read of the 30 s
 // poll on the client's clock.
 func TestWatchInbox(t *testing.T) {
 	t.Parallel()

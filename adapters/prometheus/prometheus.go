@@ -1,9 +1,9 @@
 // Package prometheus exports Conveyor's metrics to Prometheus
-// (github.com/prometheus/client_golang): the run metrics of seed 004 §7.1
-// under the seed's own names and labels, the job and step metrics of seed
-// 003 §5.3, and the depth and age of the job queue per agent, read at
-// scrape time. rules.yml beside this file holds the alerts of seed 003
-// §5.4 over these metrics.
+// (github.com/prometheus/client_golang): the run metrics under the
+// platform's own names and labels (gwi_*, docs/spec.md#platform-names),
+// the job and step metrics, and the depth and age of the job queue per
+// agent, read at scrape time. rules.yml beside this file holds the alerts
+// and objectives of docs/spec.md#metrics over these metrics.
 //
 // New registers the metrics with the Registerer it is given (never the
 // global default one) and returns a *Metrics to pass as run.Config.Metrics
@@ -16,12 +16,12 @@
 //
 // Metrics:
 //
-//	gwi_run_transitions_total{from_state,to_state,tenant_id}     counter   run status writes (seed 004 §7.1)
+//	gwi_run_transitions_total{from_state,to_state,tenant_id}     counter   run status writes
 //	gwi_run_duration_seconds{type,status,tenant_id}              histogram run duration by outcome; type is the agent
 //	gwi_run_active_gauge{status,tenant_id}                       gauge     runs not yet terminal, by status, read from the store (WatchRuns)
 //	conveyor_run_scrape_errors_total                             counter   scrapes whose read of the runs failed (WatchRuns)
 //	gwi_idempotency_hits_total{source,result}                    counter   idempotency lookups, result hit or miss
-//	conveyor_run_step_duration_seconds{agent,step,status}        histogram run step durations (seed 003 §5.3)
+//	conveyor_run_step_duration_seconds{agent,step,status}        histogram run step durations
 //	conveyor_run_steps_abandoned_total{agent,step}               counter   step attempts abandoned at their deadline
 //	conveyor_records_quarantined_total{kind}                     counter   poison records quarantined (runs and jobs)
 //	conveyor_schedule_slots_fired_total{schedule,caught_up}      counter   schedule slots whose run this process started
@@ -38,6 +38,10 @@
 //	conveyor_queue_depth{agent,state}                            gauge     ready-lane entries, state ready or waiting (WatchQueue)
 //	conveyor_queue_oldest_ready_age_seconds{agent}               gauge     how long the oldest ready job has waited (WatchQueue)
 //	conveyor_queue_scrape_errors_total                           counter   scrapes whose queue read failed (WatchQueue)
+//	conveyor_retention_records_deleted_total{kind}               counter   finished records the janitor deleted, by kind (a run counts once)
+//	conveyor_retention_keys_deleted_total                        counter   keys the janitor deleted (a run's whole folder)
+//	conveyor_retention_passes_total{result}                      counter   janitor calls that held the lease: done, or partial (stopped early)
+//	conveyor_retention_last_pass_timestamp_seconds               gauge     when this process last finished a pass
 package prometheus
 
 import (
@@ -51,12 +55,13 @@ import (
 
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 // Buckets are the histograms' upper bounds in seconds. They hold the
-// thresholds of seed 003 §5.3 (2 s, 5 s, 60 s, 120 s) exactly, so
+// objectives' thresholds (docs/spec.md#metrics: 2 s, 5 s, 60 s, 120 s) exactly, so
 // histogram_quantile compares against them without interpolation error at
 // the bound, and reach the run timeout (600 s) and the retry schedule.
 var buckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
@@ -73,8 +78,8 @@ type options struct {
 	log     *slog.Logger
 }
 
-// Tenant sets the tenant_id label of the gwi_* run metrics (seed 004
-// §7.1). The SDK has no tenants of its own; default "".
+// Tenant sets the tenant_id label of the gwi_* run metrics
+// (docs/spec.md#metrics). The SDK has no tenants of its own; default "".
 func Tenant(id string) Option { return func(o *options) { o.tenant = id } }
 
 // ScrapeTimeout bounds the queue read of one scrape (WatchQueue); default
@@ -112,12 +117,19 @@ type Metrics struct {
 	slotsFired      *prometheus.CounterVec
 	slotsSkipped    *prometheus.CounterVec
 	slotsDuplicated *prometheus.CounterVec
+
+	retentionDeleted *prometheus.CounterVec
+	retentionKeys    prometheus.Counter
+	retentionPasses  *prometheus.CounterVec
+	retentionLast    prometheus.Gauge
 }
 
 var (
 	_ run.Metrics      = (*Metrics)(nil)
 	_ jobqueue.Metrics = (*Metrics)(nil)
 	_ schedule.Metrics = (*Metrics)(nil)
+
+	_ retention.Metrics = (*Metrics)(nil)
 )
 
 // New creates the metrics and registers them with reg. It fails when reg
@@ -136,16 +148,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	histogram := func(name, help string, labels ...string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 	}
-	m.runTransitions = counter("gwi_run_transitions_total", "Run status transitions (seed 004 §7.1).", "from_state", "to_state", "tenant_id")
-	m.runDuration = histogram("gwi_run_duration_seconds", "Run duration by outcome; type is the agent (seed 004 §7.1).", "type", "status", "tenant_id")
-	m.idempotency = counter("gwi_idempotency_hits_total", "Idempotency key lookups, result hit or miss (seed 004 §7.1).", "source", "result")
-	m.stepDuration = histogram("conveyor_run_step_duration_seconds", "Run step durations by final status (seed 003 §5.3).", "agent", "step", "status")
+	m.runTransitions = counter("gwi_run_transitions_total", "Run status transitions.", "from_state", "to_state", "tenant_id")
+	m.runDuration = histogram("gwi_run_duration_seconds", "Run duration by outcome; type is the agent.", "type", "status", "tenant_id")
+	m.idempotency = counter("gwi_idempotency_hits_total", "Idempotency key lookups, result hit or miss.", "source", "result")
+	m.stepDuration = histogram("conveyor_run_step_duration_seconds", "Run step durations by final status.", "agent", "step", "status")
 	m.stepsAbandoned = counter("conveyor_run_steps_abandoned_total", "Run step attempts abandoned at their deadline while their code ran on.", "agent", "step")
 	m.quarantined = counter("conveyor_records_quarantined_total", "Poison records moved to quarantine, by kind.", "kind")
-	m.jobTransitions = counter("conveyor_job_transitions_total", "Job machine moves (seed 003 §1.2).", "job_type", "from_state", "to_state")
-	m.jobStateDuration = histogram("conveyor_job_state_duration_seconds", "Time a job spent in a state, observed when it left it (seed 003 §5.3 step times).", "job_type", "state")
+	m.jobTransitions = counter("conveyor_job_transitions_total", "Job machine moves.", "job_type", "from_state", "to_state")
+	m.jobStateDuration = histogram("conveyor_job_state_duration_seconds", "Time a job spent in a state, observed when it left it.", "job_type", "state")
 	m.jobDuration = histogram("conveyor_job_duration_seconds", "Job end-to-end time, created to COMPLETE or DEAD.", "job_type", "outcome")
-	m.jobsDead = counter("conveyor_jobs_dead_total", "Jobs gone DEAD (seed 003 §5.3 dead job rate).", "job_type")
+	m.jobsDead = counter("conveyor_jobs_dead_total", "Jobs gone DEAD.", "job_type")
 	m.jobRetries = counter("conveyor_job_retries_total", "Job retries: RETRY_BACKOFF → QUEUED.", "job_type")
 	m.jobFailedAttempts = counter("conveyor_job_failed_attempts_total", "Failed job attempts by pipeline step and error_code.", "job_type", "step", "code")
 	m.jobLeaseLosses = counter("conveyor_job_lease_losses_total", "Jobs rescued after their worker's lease ran out.", "job_type")
@@ -153,7 +165,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.slotsFired = counter("conveyor_schedule_slots_fired_total", "Schedule slots whose run this process started; caught_up: a missed slot.", "schedule", "caught_up")
 	m.slotsSkipped = counter("conveyor_schedule_slots_skipped_total", "Schedule slots skipped by the missed-slot policy or a pause.", "schedule")
 	m.slotsDuplicated = counter("conveyor_schedule_duplicates_suppressed_total", "Schedule slots another process had fired already.", "schedule")
+	m.retentionDeleted = counter("conveyor_retention_records_deleted_total", "Finished records the retention janitor deleted, by kind.", "kind")
+	m.retentionKeys = prometheus.NewCounter(prometheus.CounterOpts{Name: "conveyor_retention_keys_deleted_total", Help: "Keys the retention janitor deleted."})
+	m.retentionPasses = counter("conveyor_retention_passes_total", "Retention janitor calls that held the lease, result done or partial.", "result")
+	m.retentionLast = prometheus.NewGauge(prometheus.GaugeOpts{Name: "conveyor_retention_last_pass_timestamp_seconds", Help: "When this process last finished a retention pass (Unix seconds)."})
 	for _, c := range []prometheus.Collector{
+		m.retentionDeleted, m.retentionKeys, m.retentionPasses, m.retentionLast,
 		m.runTransitions, m.runDuration, m.idempotency, m.stepDuration, m.stepsAbandoned, m.quarantined,
 		m.jobTransitions, m.jobStateDuration, m.jobDuration, m.jobsDead, m.jobRetries, m.jobFailedAttempts,
 		m.jobLeaseLosses, m.handlersAbandoned, m.slotsFired, m.slotsSkipped, m.slotsDuplicated,
@@ -185,12 +202,12 @@ func (m *Metrics) DuplicateSuppressed(schedule string) {
 // ---- run.Metrics ----
 
 // RunTransition counts a run status write. The machine is not a label:
-// seed 004 names from_state, to_state and tenant_id only.
+// the platform's metric has from_state, to_state and tenant_id only.
 func (m *Metrics) RunTransition(_, from, to string) {
 	m.runTransitions.WithLabelValues(from, to, m.opts.tenant).Inc()
 }
 
-// RunFinished observes a run's duration; the agent is the seed's type.
+// RunFinished observes a run's duration; the agent is the metric's type.
 func (m *Metrics) RunFinished(agent, status string, d time.Duration) {
 	m.runDuration.WithLabelValues(agent, status, m.opts.tenant).Observe(d.Seconds())
 }
@@ -217,6 +234,22 @@ func (m *Metrics) StepAbandoned(agent, step string) {
 // RecordQuarantined counts a poison record quarantined by a Runner or a
 // Queue; the kinds of the two do not overlap.
 func (m *Metrics) RecordQuarantined(kind string) { m.quarantined.WithLabelValues(kind).Inc() }
+
+// ---- retention.Metrics ----
+
+// RetentionPass counts the work of one janitor call that held the lease.
+func (m *Metrics) RetentionPass(r retention.Report) {
+	for k, n := range r.Deleted {
+		m.retentionDeleted.WithLabelValues(string(k)).Add(float64(n))
+	}
+	m.retentionKeys.Add(float64(r.Keys))
+	result := "partial"
+	if r.Done {
+		result = "done"
+		m.retentionLast.Set(float64(r.Ended.UnixNano()) / 1e9)
+	}
+	m.retentionPasses.WithLabelValues(result).Inc()
+}
 
 // ---- jobqueue.Metrics ----
 
@@ -279,7 +312,7 @@ func (m *Metrics) WatchRuns(r RunsReader) error {
 
 var (
 	activeDesc = prometheus.NewDesc("gwi_run_active_gauge",
-		"Runs not yet terminal by status, read from the store at scrape time (seed 004 §7.1).",
+		"Runs not yet terminal by status, read from the store at scrape time.",
 		[]string{"status", "tenant_id"}, nil)
 	runScrapeErrorsDesc = prometheus.NewDesc("conveyor_run_scrape_errors_total",
 		"Scrapes whose read of the runs failed or ran out of time; gwi_run_active_gauge is missing from those scrapes.", nil, nil)
@@ -339,7 +372,7 @@ var (
 		"Jobs waiting in an agent's ready lane: state ready (due now, not yet picked up) or waiting (in RETRY_BACKOFF).",
 		[]string{"agent", "state"}, nil)
 	ageDesc = prometheus.NewDesc("conveyor_queue_oldest_ready_age_seconds",
-		"How long the agent's oldest ready job has waited for a worker; 0 when none is ready (seed 003 §5.4: QUEUED > 5 min).",
+		"How long the agent's oldest ready job has waited for a worker; 0 when none is ready (alert: QUEUED > 5 min).",
 		[]string{"agent"}, nil)
 	scrapeErrorsDesc = prometheus.NewDesc("conveyor_queue_scrape_errors_total",
 		"Scrapes whose read of the job queue failed or ran out of time; the queue gauges are missing from those scrapes.", nil, nil)

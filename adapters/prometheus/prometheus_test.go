@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
@@ -118,13 +120,13 @@ func TestRunMetrics(t *testing.T) {
 	}
 
 	compare(t, reg, `
-# HELP gwi_run_transitions_total Run status transitions (seed 004 §7.1).
+# HELP gwi_run_transitions_total Run status transitions.
 # TYPE gwi_run_transitions_total counter
 gwi_run_transitions_total{from_state="",tenant_id="acme",to_state="requested"} 1
 gwi_run_transitions_total{from_state="queued",tenant_id="acme",to_state="running"} 1
 gwi_run_transitions_total{from_state="requested",tenant_id="acme",to_state="queued"} 1
 gwi_run_transitions_total{from_state="running",tenant_id="acme",to_state="completed"} 1
-# HELP gwi_idempotency_hits_total Idempotency key lookups, result hit or miss (seed 004 §7.1).
+# HELP gwi_idempotency_hits_total Idempotency key lookups, result hit or miss.
 # TYPE gwi_idempotency_hits_total counter
 gwi_idempotency_hits_total{result="hit",source="api"} 1
 gwi_idempotency_hits_total{result="miss",source="api"} 1
@@ -217,7 +219,7 @@ func TestJobMetrics(t *testing.T) {
 	}
 
 	compare(t, reg, `
-# HELP conveyor_jobs_dead_total Jobs gone DEAD (seed 003 §5.3 dead job rate).
+# HELP conveyor_jobs_dead_total Jobs gone DEAD.
 # TYPE conveyor_jobs_dead_total counter
 conveyor_jobs_dead_total{job_type="BRIEF"} 1
 # HELP conveyor_job_retries_total Job retries: RETRY_BACKOFF → QUEUED.
@@ -299,7 +301,7 @@ func TestQueueCollector(t *testing.T) {
 # TYPE conveyor_queue_depth gauge
 conveyor_queue_depth{agent="agent-a",state="ready"} 2
 conveyor_queue_depth{agent="agent-a",state="waiting"} 0
-# HELP conveyor_queue_oldest_ready_age_seconds How long the agent's oldest ready job has waited for a worker; 0 when none is ready (seed 003 §5.4: QUEUED > 5 min).
+# HELP conveyor_queue_oldest_ready_age_seconds How long the agent's oldest ready job has waited for a worker; 0 when none is ready (alert: QUEUED > 5 min).
 # TYPE conveyor_queue_oldest_ready_age_seconds gauge
 conveyor_queue_oldest_ready_age_seconds{agent="agent-a"} 360
 # HELP conveyor_queue_scrape_errors_total Scrapes whose read of the job queue failed or ran out of time; the queue gauges are missing from those scrapes.
@@ -481,4 +483,37 @@ conveyor_schedule_duplicates_suppressed_total{schedule="hourly"} 1
 # TYPE conveyor_schedule_slots_skipped_total counter
 conveyor_schedule_slots_skipped_total{schedule="hourly"} 3
 `, "conveyor_schedule_slots_skipped_total")
+}
+
+func TestRetentionMetrics(t *testing.T) {
+	t.Parallel()
+	reg, m := newMetrics(t)
+	store := memstore.New()
+	ctx := context.Background()
+	old := t0.Add(-30 * 24 * time.Hour)
+	for i := range 3 {
+		key, _ := layout.JobKey(fmt.Sprintf("job-%d", i))
+		b, _ := json.Marshal(lifecycle.Job{JobID: "x", Status: lifecycle.JobComplete, CreatedAt: old, UpdatedAt: old})
+		if _, err := store.Put(ctx, key, b, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := retention.New(retention.Config{Store: store, Owner: "p1", Clock: clock.NewFake(t0), Age: 7 * 24 * time.Hour, Logger: quiet, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := j.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, reg, `
+# HELP conveyor_retention_records_deleted_total Finished records the retention janitor deleted, by kind.
+# TYPE conveyor_retention_records_deleted_total counter
+conveyor_retention_records_deleted_total{kind="jobs"} 3
+# HELP conveyor_retention_keys_deleted_total Keys the retention janitor deleted.
+# TYPE conveyor_retention_keys_deleted_total counter
+conveyor_retention_keys_deleted_total 3
+# HELP conveyor_retention_passes_total Retention janitor calls that held the lease, result done or partial.
+# TYPE conveyor_retention_passes_total counter
+conveyor_retention_passes_total{result="done"} 1
+`, "conveyor_retention_records_deleted_total", "conveyor_retention_keys_deleted_total", "conveyor_retention_passes_total")
 }

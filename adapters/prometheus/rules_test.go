@@ -247,7 +247,7 @@ type fixedQueue []jobqueue.AgentDepth
 func (f fixedQueue) Depths(context.Context) ([]jobqueue.AgentDepth, error) { return f, nil }
 
 // TestRules: rules.yml is a well-formed rule file whose alerts name only
-// metrics the adapter registers, and it has every alert of seed 003 §5.4.
+// metrics the adapter registers, and it has every alert of docs/spec.md#metrics.
 func TestRules(t *testing.T) {
 	t.Parallel()
 	src, err := os.ReadFile("rules.yml")
@@ -266,7 +266,7 @@ func TestRules(t *testing.T) {
 	}
 	for _, alert := range []string{"ConveyorJobQueuedTooLong", "ConveyorDeadJobRateHigh", "ConveyorArtifactWriteFailures", "ConveyorContextAssemblyTimeouts"} {
 		if !bytes.Contains(src, []byte("alert: "+alert+"\n")) {
-			t.Errorf("rules.yml has no alert %s (seed 003 §5.4)", alert)
+			t.Errorf("rules.yml has no alert %s (docs/spec.md#metrics)", alert)
 		}
 	}
 }

@@ -376,7 +376,7 @@ func (c *checker) artifacts() {
 			}
 		case rec.Job != nil && rec.Job.Status == lifecycle.JobDead:
 			// A DEAD job may keep the artifact of an attempt whose commit
-			// failed after the artifact was written: seed 003 §3.3 lets only
+			// failed after the artifact was written: docs/spec.md#artifact lets only
 			// the admin's cleanup delete artifacts, and a DEAD job never
 			// points at one; nor at the artifact a writer that lost the job
 			// created late (see the late writes below).

@@ -4,7 +4,7 @@
 // their lease (SIGSTOP, then SIGCONT), overwrites job records and agent
 // locks with garbage, and stops the store for a while. When the chaos
 // window closes the system is given a bounded time to drain; then the
-// program checks what DESIGN.md §5 and §8 promise:
+// program checks what docs/spec.md#recovery and the README's "Faults" promise:
 //
 //   - every job ends COMPLETE or DEAD, or quarantined (its record moved
 //     under quarantine/ because chaos corrupted it);

@@ -83,7 +83,7 @@ func queueConfig(s storage.Store, node string, lease, step time.Duration, log *s
 	return jobqueue.Config{
 		Store: s, Node: node, Logger: log,
 		LeaseTTL: lease, StepTimeout: step,
-		// The seed's 15 s, 30 s, 60 s, scaled down so a run takes seconds.
+		// The default 15 s, 30 s, 60 s, scaled down so a run takes seconds.
 		Backoff: []time.Duration{lease / 10, lease / 5, lease / 2},
 	}
 }

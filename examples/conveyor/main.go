@@ -273,13 +273,13 @@ func (c *command) runs(ctx context.Context, in *invocation) error {
 		q.Agent = in.pos[0]
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tAGENT\tSTATUS\tSTEPS\tSTARTED\tERROR")
+	fmt.Fprintln(tw, "RUN\tAGENT\tSTATUS\tSTEPS\tSTARTED\tRUNNER\tERROR")
 	row := func(r lifecycle.RunStatus) {
 		e := ""
 		if r.Error != nil {
 			e = *r.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.RunID, r.AgentSlug, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), e)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.RunID, r.AgentSlug, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), runnerNote(r), e)
 	}
 	if in.all {
 		for r, err := range c.c.AllRuns(ctx, q) {
@@ -496,4 +496,17 @@ func orElse(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// runnerNote is the runs table's RUNNER cell: whether the run's runner was
+// lost (its lease lapsed, nobody took it over yet) or another took it over
+// (docs/spec.md#run-status); "-" for a run that lost no runner.
+func runnerNote(r run.Status) string {
+	switch {
+	case r.RunnerLostAt != nil:
+		return "lost since " + r.RunnerLostAt.UTC().Format(time.RFC3339)
+	case r.TakenOverAt != nil:
+		return "taken over at " + r.TakenOverAt.UTC().Format(time.RFC3339)
+	}
+	return "-"
 }

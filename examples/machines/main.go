@@ -20,7 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// specs lists every machine of the specs, in the order DESIGN.md §2 gives.
+// specs lists every machine, in the order of docs/spec.md#lifecycles.
 func specs() []lifecycle.Spec {
 	return []lifecycle.Spec{
 		lifecycle.CanonicalRun().Spec(),
@@ -121,8 +121,9 @@ func writeMarkdown(b *strings.Builder, specs []lifecycle.Spec) {
 	b.WriteString("     `go test ./examples/machines -run TestMachinesDoc -update` refreshes it. -->\n\n")
 	b.WriteString("Every diagram is drawn from the machine's transition table. Edges are labelled\n")
 	b.WriteString("with their event, `[guard]` where one applies, `(extension)` where Conveyor adds\n")
-	b.WriteString("a move the seeds do not have (DESIGN.md §2), and `(operator requeue)` for an\n")
-	b.WriteString("admin's manual requeue.\n")
+	b.WriteString("a move to the platform's tables ([spec.md](spec.md#extensions)), and\n")
+	b.WriteString("`(operator requeue)` for an admin's manual requeue. What the states mean, who\n")
+	b.WriteString("the actors are and what the records hold is in [spec.md](spec.md#lifecycles).\n")
 	for _, s := range specs {
 		fmt.Fprintf(b, "\n## %s\n\n", s.Name)
 		fmt.Fprintf(b, "Initial: `%s`. Terminal: %s.\n\n", s.Initial, codeList(s.Terminal))

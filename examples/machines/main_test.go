@@ -138,7 +138,7 @@ func TestDiagramsMarkExtensions(t *testing.T) {
 		}
 	}
 	if strings.Contains(mermaid, "running --> failed : fail (extension)") {
-		t.Errorf("running → failed is in the seed, not an extension")
+		t.Errorf("running → failed is in the spec's table, not an extension")
 	}
 	dot := runOut(t, "-format", "dot", "-machine", "job")
 	for _, want := range []string{`"DEAD" -> "QUEUED" [label="requeue (operator requeue) (extension)", style=dashed]`, `"COMPLETE" [shape=doublecircle`} {

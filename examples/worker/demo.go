@@ -24,7 +24,7 @@ const (
 	// publishes (the approval run machine).
 	AgentApproval = "demo-approval"
 	// AgentNLM asks the in-process NLM backend simulator and waits for its
-	// callback (seed 003 §2 through nlm.Ask).
+	// callback (docs/spec.md#nlm-job-lifecycle, through nlm.Ask).
 	AgentNLM = "demo-nlm"
 )
 
@@ -103,7 +103,7 @@ func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
 	}
 }
 
-// jobHandlers run the queue's seed job types with a simulated NotebookLM.
+// jobHandlers run the queue's built-in job types with a simulated NotebookLM.
 func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 	return jobqueue.Handlers{
 		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
@@ -124,7 +124,7 @@ func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 }
 
 // content is a simulated NotebookLM answer in the artifact schema of the
-// job's type (seed 003 §3.2).
+// job's type (docs/spec.md#artifact).
 func content(t lifecycle.JobType, query string) (json.RawMessage, error) {
 	answer := "Simulated answer to: " + query
 	switch t {

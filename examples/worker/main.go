@@ -1,4 +1,4 @@
-// Command worker is the Worker of the seeds, built from the SDK: the HTTP
+// Command worker is a Worker (docs/spec.md#platform-names), built from the SDK: the HTTP
 // API with its event stream, metrics and live run page, the Orchestration
 // Layer (the Runner, the status writer), the job Worker and an NLM backend
 // simulator, on the embedded default store (a directory) or on S3/MinIO.
@@ -15,6 +15,11 @@
 // S3 or MinIO instead of the directory: set -s3-bucket (or
 // CONVEYOR_S3_BUCKET) and the standard AWS variables, plus -s3-endpoint (or
 // AWS_ENDPOINT_URL) for MinIO.
+//
+// -retention 168h deletes finished history a week after it finished (a
+// janitor on every process; one pass an hour across them), with per-kind
+// overrides in -retention-ages; -print-s3-lifecycle prints the bucket
+// lifecycle rules that do the same by age alone (docs/retention.md).
 package main
 
 import (
@@ -26,12 +31,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/runconveyor/conveyor/lifecycle/retention"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := runWorker(ctx, os.Args[1:], os.Stderr, nil)
+	err := runWorker(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
@@ -43,9 +50,21 @@ func main() {
 
 // runWorker is the whole program, testable in-process: ready, when set, receives
 // the address the HTTP server listens on (empty without one) once serving.
-func runWorker(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) error {
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
 	opts, err := parseFlags(args, stderr)
 	if err != nil {
+		return err
+	}
+	if opts.printS3 {
+		var agents []string
+		if !opts.noDemo {
+			agents = []string{AgentResearch, AgentApproval, AgentNLM}
+		}
+		b, err := retention.S3Lifecycle(opts.retention, opts.s3Prefix, agents)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
 	w, err := build(ctx, opts, stderr)

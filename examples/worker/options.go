@@ -6,10 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/lifecycle/retention"
 )
 
 // options are the command line.
@@ -30,6 +33,10 @@ type options struct {
 	callbackURL string
 	noDemo      bool
 	config      string
+	// retention is the janitor's config (Age, Ages, Interval); printS3
+	// prints the bucket lifecycle rules for it and exits.
+	retention retention.Config
+	printS3   bool
 	// limits are the HTTP server's (httpapi.Limits); the flag sets
 	// MaxConnsPerAddr, the others keep their defaults.
 	limits httpapi.Limits
@@ -61,6 +68,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
 	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")
 	fs.IntVar(&o.limits.MaxConnsPerAddr, "max-conns-per-addr", httpapi.DefaultMaxConnsPerAddr, "connections one client IP address may hold open; more are closed at once (behind a proxy: its pool; -1: no bound)")
+	fs.DurationVar(&o.retention.Age, "retention", 0, "delete finished history (runs, audit days, COMPLETE jobs, expired inbox entries; idempotency records once expired) this long after it finished, e.g. 168h; 0: keep everything")
+	fs.Func("retention-ages", "per-kind overrides of -retention, `kind=age,...` (kinds: runs audit jobs dead_jobs idempotency inbox artifacts; age a duration or \"forever\"); dead_jobs and artifacts are kept unless named", func(v string) error {
+		return parseAges(&o.retention, v)
+	})
+	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
+	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -76,6 +89,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.role == roleAPI && o.addr == "" {
 		return o, fmt.Errorf("-role api needs -addr")
 	}
+	if o.retention.Age < 0 {
+		return o, fmt.Errorf("-retention %s is negative (0 keeps everything)", o.retention.Age)
+	}
 	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.lease < time.Second {
 		return o, fmt.Errorf("-step-pause, -drain and -poll must be positive, -lease at least 1s")
 	}
@@ -83,4 +99,31 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.callbackURL = "http://127.0.0.1:8080/nlm/callback" // a runner posts to the API process
 	}
 	return o, nil
+}
+
+// parseAges reads -retention-ages into cfg.Ages: kind=age pairs, age a
+// duration or "forever". New checks the kinds.
+func parseAges(cfg *retention.Config, v string) error {
+	if cfg.Ages == nil {
+		cfg.Ages = map[retention.Kind]time.Duration{}
+	}
+	for pair := range strings.SplitSeq(v, ",") {
+		kind, age, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok {
+			return fmt.Errorf("%q: want kind=age", pair)
+		}
+		if !slices.Contains(retention.Kinds(), retention.Kind(kind)) {
+			return fmt.Errorf("unknown kind %q (want one of %v)", kind, retention.Kinds())
+		}
+		if age == "forever" {
+			cfg.Ages[retention.Kind(kind)] = retention.Forever
+			continue
+		}
+		d, err := time.ParseDuration(age)
+		if err != nil || d < 0 {
+			return fmt.Errorf("%q: want a duration of at least 0 or \"forever\"", pair)
+		}
+		cfg.Ages[retention.Kind(kind)] = d
+	}
+	return nil
 }

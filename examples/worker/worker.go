@@ -29,6 +29,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
+	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
@@ -47,6 +48,7 @@ type worker struct {
 	sched  *schedule.Scheduler
 	nlm    *nlm.Processor
 	box    *inbox.Box
+	jan    *retention.Janitor
 	feed   *events.Feed
 	http   http.Handler
 	ln     net.Listener
@@ -132,6 +134,13 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	w.jobs = &jobqueue.Worker{Queue: w.queue, ID: id, Slots: 4, Handlers: jobHandlers(clk, o.pause), PollInterval: o.poll}
 	w.box, err = inbox.New(inbox.Config{Store: w.store, Clock: clk, Node: host})
 	if err != nil {
+		return nil, err
+	}
+	// A janitor on every process, whatever its role: one of them makes
+	// each pass (retention is off unless -retention or -retention-ages).
+	rc := o.retention
+	rc.Store, rc.Owner, rc.Clock, rc.Logger, rc.Metrics = w.store, id, clk, w.log, metrics
+	if w.jan, err = retention.New(rc); err != nil {
 		return nil, err
 	}
 	if !serving {
@@ -294,6 +303,7 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 		start("inbox expiry", w.expireInbox)
 		start("scheduler", w.sched.Run)
 	}
+	start("retention", w.jan.Run)
 	var srv *http.Server
 	stopFeed := func() {}
 	addr := ""
@@ -360,7 +370,7 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 }
 
 // expireInbox moves inbox entries past their TTL to inbox/expired/ once
-// a minute (seed 002 §1.4).
+// a minute (docs/spec.md#inbox-entry-lifecycle).
 func (w *worker) expireInbox(ctx context.Context) error {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()

@@ -76,7 +76,7 @@ func TestWorkerInProcess(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runWorker(ctx, []string{"-addr", "127.0.0.1:0", "-data", t.TempDir(), "-step-pause", "30ms", "-poll", "50ms", "-drain", "5s"},
-			io.Discard, func(a string) { addrc <- a })
+			io.Discard, io.Discard, func(a string) { addrc <- a })
 	}()
 	var addr string
 	select {
@@ -307,7 +307,7 @@ func (p *proc) stop(t *testing.T, within time.Duration) {
 	}
 }
 
-// TestWorkersShareAStore is the seeds' deployment: one API process and two
+// TestWorkersShareAStore is the README's deployment: one API process and two
 // runner processes on one store (a directory, then a MinIO bucket). The
 // client submits 100 runs and follows them over the event stream; one
 // runner is killed -9 midway, and every run still completes: the survivor
@@ -384,7 +384,7 @@ func TestWorkersShareAStore(t *testing.T) {
 			// The stream shows the runs end; a run whose end has no event
 			// (its runner was killed between the status write and its audit
 			// object) is found by Client.Wait's status reads, as a client
-			// of the seeds polls. Most must come over the stream.
+			// polls (docs/spec.md#polling). Most must come over the stream.
 		follow:
 			for len(done) < n {
 				select {
@@ -457,12 +457,16 @@ func TestRefusals(t *testing.T) {
 		{[]string{"-role", "api", "-addr", ""}, "needs -addr"},
 		{[]string{"-lease", "10ms"}, "-lease at least 1s"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"-retention", "-1h"}, "negative"},
+		{[]string{"-retention-ages", "runs"}, "want kind=age"},
+		{[]string{"-retention-ages", "runs=soon"}, "want a duration"},
+		{[]string{"-retention-ages", "trash=1h"}, `unknown kind "trash"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			t.Parallel()
 			args := append([]string{"-data", t.TempDir()}, tt.args...)
-			err := runWorker(context.Background(), args, io.Discard, func(string) { t.Error("the worker started") })
+			err := runWorker(context.Background(), args, io.Discard, io.Discard, func(string) { t.Error("the worker started") })
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want one saying %q", err, tt.want)
 			}
@@ -489,7 +493,7 @@ func TestSchedulesAndWebhooks(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runWorker(ctx, []string{"-addr", "127.0.0.1:0", "-data", dir + "/data", "-config", conf,
-			"-step-pause", "10ms", "-poll", "50ms", "-drain", "5s"}, io.Discard, func(a string) { addrc <- a })
+			"-step-pause", "10ms", "-poll", "50ms", "-drain", "5s"}, io.Discard, io.Discard, func(a string) { addrc <- a })
 	}()
 	defer func() { cancel(); <-done }()
 	var addr string
@@ -576,5 +580,80 @@ func TestRefusesAMissingBucket(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `bucket "no-such-bucket-conveyor" does not exist`) || listening.Match(out) {
 		t.Fatalf("want one sentence saying the bucket does not exist, and no API:\n%s", out)
+	}
+}
+
+// TestPrintS3Lifecycle: -print-s3-lifecycle prints the bucket rules for
+// -retention and its overrides, and starts nothing.
+func TestPrintS3Lifecycle(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	err := runWorker(context.Background(), []string{"-retention", "168h", "-retention-ages", "audit=720h,artifacts=forever", "-print-s3-lifecycle"},
+		&out, io.Discard, func(string) { t.Error("the worker started") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Rules []struct {
+			ID         string
+			Filter     struct{ Prefix string }
+			Expiration struct{ Days int }
+		}
+	}
+	if err := json.Unmarshal([]byte(out.String()), &cfg); err != nil {
+		t.Fatalf("%v in %s", err, out.String())
+	}
+	got := map[string]int{}
+	for _, r := range cfg.Rules {
+		got[r.Filter.Prefix] = r.Expiration.Days
+	}
+	want := map[string]int{"agents/demo-research/runs/": 7, "index/runs/": 7, "audit/": 30, "idempotency/": 1, "inbox/expired/": 7}
+	for p, d := range want {
+		if got[p] != d {
+			t.Errorf("rule for %s: %d days, want %d (all: %v)", p, got[p], d, got)
+		}
+	}
+	for _, p := range []string{"jobs/", "projects/"} {
+		if _, ok := got[p]; ok {
+			t.Errorf("a rule for %s, which is kept (DEAD jobs, artifacts)", p)
+		}
+	}
+}
+
+// TestRetentionJanitorRuns: with -retention, every process runs the
+// janitor, an API-only one included: its first pass shows in /metrics.
+func TestRetentionJanitorRuns(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runWorker(ctx, []string{"-role", "api", "-addr", "127.0.0.1:0", "-data", t.TempDir(), "-retention", "168h", "-drain", "5s"},
+			io.Discard, io.Discard, func(a string) { addrc <- a })
+	}()
+	defer func() { cancel(); <-done }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("worker ended before serving: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not start in 30 s")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if strings.Contains(string(b), `conveyor_retention_passes_total{result="done"} 1`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no retention pass in /metrics after 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

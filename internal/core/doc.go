@@ -1,4 +1,5 @@
-// Package core is Conveyor's one execution core (DESIGN.md §5, §8). The
+// Package core is Conveyor's one execution core (docs/spec.md#recovery,
+// README.md "Faults"). The
 // Runner, the job Worker and the NLM processor are its users; none of them
 // keeps a lease, a compare-and-swap loop, a heartbeat or a deadline of its
 // own. It owns, once:

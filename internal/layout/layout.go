@@ -31,7 +31,7 @@ func AgentRunsPrefix(slug string) (string, error) {
 	return "agents/" + slug + "/runs/", nil
 }
 
-// RunPrefix is the folder of one run (003 §5.2): agents/{slug}/runs/{runId}/.
+// RunPrefix is the folder of one run (docs/spec.md#key-layout): agents/{slug}/runs/{runId}/.
 func RunPrefix(slug, runID string) (string, error) {
 	if err := validateIDs("slug", slug, "run id", runID); err != nil {
 		return "", err
@@ -141,7 +141,7 @@ func ParseInboxKey(key string) (entryID string, ok bool) {
 func IsInboxExpiredKey(key string) bool { return strings.HasPrefix(key, InboxExpiredPrefix) }
 
 // InboxExpiredKey is where an expired entry moves: inbox/expired/{entryId}.json.
-// Expired entries move, never vanish (002 §1.4).
+// Expired entries move, never vanish (docs/spec.md#inbox-entry-lifecycle).
 func InboxExpiredKey(entryID string) (string, error) {
 	if err := storage.ValidateID("inbox entry id", entryID); err != nil {
 		return "", err
@@ -149,13 +149,51 @@ func InboxExpiredKey(entryID string) (string, error) {
 	return InboxExpiredPrefix + entryID + ".json", nil
 }
 
+// AuditPrefix is the List (and Watch) prefix of the whole audit log.
+const AuditPrefix = "audit/"
+
 // AuditDayPrefix is the List prefix of one UTC day of audit events:
 // audit/YYYYMMDD/.
 func AuditDayPrefix(day time.Time) string {
-	return "audit/" + day.UTC().Format("20060102") + "/"
+	return AuditPrefix + day.UTC().Format("20060102") + "/"
 }
 
-// AuditKey is one audit event (003 §5.1): audit/YYYYMMDD/{eventId}.json, the
+// auditStamp is the fixed-width UTC time every audit event id starts with
+// (records.AuditEventID), so ids sort by time as strings.
+const auditStamp = "20060102T150405.000000000Z"
+
+// AuditIDStamp renders t as the lowest audit event id stamped at or after
+// t: ids compare with it as strings.
+func AuditIDStamp(t time.Time) string { return t.UTC().Format(auditStamp) }
+
+// AuditIDTime returns the time an audit event id starts with, or false
+// for a string that does not start with one.
+func AuditIDTime(id string) (time.Time, bool) {
+	if len(id) < len(auditStamp) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(auditStamp, id[:len(auditStamp)])
+	return t, err == nil
+}
+
+// AuditAfter is the ListAfter cursor, within AuditDayPrefix(t), that sorts
+// before the key of every event stamped at or after t on t's day and after
+// every earlier one: a listing from it starts at time t.
+func AuditAfter(t time.Time) string { return AuditDayPrefix(t) + AuditIDStamp(t) }
+
+// AuditKeyOfID is the key of the audit event with id (AuditKey, its day
+// read from the time the id starts with), and that time; false for an id
+// that is not a valid id starting with an audit time.
+func AuditKeyOfID(id string) (key string, ts time.Time, ok bool) {
+	ts, ok = AuditIDTime(id)
+	if !ok {
+		return "", time.Time{}, false
+	}
+	key, err := AuditKey(ts, id)
+	return key, ts, err == nil
+}
+
+// AuditKey is one audit event (docs/spec.md#audit-event): audit/YYYYMMDD/{eventId}.json, the
 // day taken from ts in UTC.
 func AuditKey(ts time.Time, eventID string) (string, error) {
 	if err := storage.ValidateID("audit event id", eventID); err != nil {
@@ -167,7 +205,7 @@ func AuditKey(ts time.Time, eventID string) (string, error) {
 // ParseAuditKey returns the event id of an audit key
 // audit/YYYYMMDD/{eventId}.json, or false for a key of another shape.
 func ParseAuditKey(key string) (eventID string, ok bool) {
-	rest, ok := strings.CutPrefix(key, "audit/")
+	rest, ok := strings.CutPrefix(key, AuditPrefix)
 	if !ok || len(rest) < 9 || rest[8] != '/' {
 		return "", false
 	}
@@ -275,7 +313,7 @@ func AgentFromLockKey(key string) (string, bool) {
 	return agent, ok && storage.ValidateID("agent slug", agent) == nil
 }
 
-// The NLM backend's records (seed 003 §2) and the index of its jobs in
+// The NLM backend's records (docs/spec.md#nlm-request-and-callback) and the index of its jobs in
 // flight, so no pass reads finished history and listing NLMJobsPrefix yields
 // only jobs.
 const (
@@ -310,7 +348,7 @@ func NLMActiveKey(jobID string) (string, error) {
 	return NLMActivePrefix + jobID, nil
 }
 
-// The Runner's own objects beside the run folders (DESIGN.md §4): an index
+// The Runner's own objects beside the run folders (docs/spec.md#key-layout): an index
 // from run id to agent, the runs not yet terminal (so recovery and polling
 // cost O(active runs)), and the idempotency records.
 const (
@@ -435,7 +473,7 @@ func ScheduleKey(scheduleID string) (string, error) {
 }
 
 // The webhook intake's own records (issue 13), beside the Runner's
-// idempotency records: the secondary dedupe windows of seed 004 §4.2 and the
+// idempotency records: the secondary dedupe windows of docs/spec.md#idempotency and the
 // deliveries such a window absorbed.
 const (
 	WebhooksPrefix         = "webhooks/"
@@ -625,4 +663,73 @@ func newestFirstKey(prefix, field string, at time.Time, id string) (string, erro
 		return "", err
 	}
 	return prefix + e, nil
+}
+
+// The prefixes the retention janitor pages through, beside the ones above:
+// every run folder and every project's artifacts (and AuditPrefix).
+const (
+	AgentsPrefix   = "agents/"
+	ProjectsPrefix = "projects/"
+)
+
+// JanitorKey holds the retention janitor's lease and its cursor through
+// the current pass: retention/janitor.json.
+const JanitorKey = "retention/janitor.json"
+
+// ParseAuditDay returns the UTC day of a key under an audit day folder,
+// audit/YYYYMMDD/..., or false for a key of another shape.
+func ParseAuditDay(key string) (day time.Time, ok bool) {
+	rest, ok := strings.CutPrefix(key, AuditPrefix)
+	if !ok || len(rest) < 9 || rest[8] != '/' {
+		return time.Time{}, false
+	}
+	d, err := time.Parse("20060102", rest[:8])
+	if err != nil {
+		return time.Time{}, false
+	}
+	return d.UTC(), true
+}
+
+// ParseInboxExpiredKey returns the id of an expired entry's key
+// inbox/expired/{entryId}.json, or false for any other key.
+func ParseInboxExpiredKey(key string) (entryID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, InboxExpiredPrefix)
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
+	}
+	entryID, ok = strings.CutSuffix(rest, ".json")
+	return entryID, ok && storage.ValidateID("inbox entry id", entryID) == nil
+}
+
+// IsIdempotencyKey tells whether key is an idempotency record,
+// idempotency/{64 hex digits}.json (IdempotencyKey).
+func IsIdempotencyKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, IdempotencyPrefix)
+	if !ok {
+		return false
+	}
+	sum, ok := strings.CutSuffix(rest, ".json")
+	if !ok || len(sum) != 2*sha256.Size {
+		return false
+	}
+	_, err := hex.DecodeString(sum)
+	return err == nil
+}
+
+// ParseArtifactKey returns the project and artifact of an artifact key
+// projects/{cid}/artifacts/{artifactId}.json, or false for any other key.
+func ParseArtifactKey(key string) (cid, artifactID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, ProjectsPrefix)
+	if !ok {
+		return "", "", false
+	}
+	cid, rest, ok = strings.Cut(rest, "/artifacts/")
+	if !ok || strings.Contains(rest, "/") {
+		return "", "", false
+	}
+	artifactID, ok = strings.CutSuffix(rest, ".json")
+	if !ok || validateIDs("project id", cid, "artifact id", artifactID) != nil {
+		return "", "", false
+	}
+	return cid, artifactID, true
 }

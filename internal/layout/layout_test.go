@@ -12,8 +12,8 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// seedIDs are ids as the seeds write them; all must pass.
-var seedIDs = []string{
+// specIDs are ids as docs/spec.md#records writes them; all must pass.
+var specIDs = []string{
 	"run_2026-02-14_080000_abc123",
 	"run_2026-02-24_abc123",
 	"archivist-violin",
@@ -36,9 +36,9 @@ var badIDs = []string{
 
 func TestValidateID(t *testing.T) {
 	t.Parallel()
-	for _, id := range seedIDs {
+	for _, id := range specIDs {
 		if err := storage.ValidateID("id", id); err != nil {
-			t.Errorf("seed id %q refused: %v", id, err)
+			t.Errorf("spec id %q refused: %v", id, err)
 		}
 	}
 	for _, id := range badIDs {
@@ -131,7 +131,7 @@ func TestLayoutRefusesBadIDs(t *testing.T) {
 
 // FuzzValidateID: an accepted id is one safe key segment.
 func FuzzValidateID(f *testing.F) {
-	for _, id := range append(seedIDs, badIDs...) {
+	for _, id := range append(specIDs, badIDs...) {
 		f.Add(id)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
@@ -426,4 +426,91 @@ func mustNewest(t *testing.T, at time.Time, id string) string {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// TestRetentionParsers: the keys the retention janitor judges, parsed
+// from what the builders make, and refused in any other shape.
+func TestRetentionParsers(t *testing.T) {
+	t.Parallel()
+	day := time.Date(2026, 3, 4, 23, 59, 0, 0, time.UTC)
+	audit, _ := layout.AuditKey(day, "evt-1")
+	got, ok := layout.ParseAuditDay(audit)
+	if !ok || !got.Equal(time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("ParseAuditDay(%q) = %s, %v", audit, got, ok)
+	}
+	expired, _ := layout.InboxExpiredKey("e-1")
+	if id, ok := layout.ParseInboxExpiredKey(expired); !ok || id != "e-1" {
+		t.Errorf("ParseInboxExpiredKey(%q) = %q, %v", expired, id, ok)
+	}
+	if !layout.IsIdempotencyKey(layout.IdempotencyKey("api:c:1")) {
+		t.Error("IsIdempotencyKey refuses an IdempotencyKey")
+	}
+	art, _ := layout.ArtifactKey("proj", "art-1")
+	if cid, id, ok := layout.ParseArtifactKey(art); !ok || cid != "proj" || id != "art-1" {
+		t.Errorf("ParseArtifactKey(%q) = %q, %q, %v", art, cid, id, ok)
+	}
+	for _, k := range []string{"audit/2026030/x.json", "audit/2026x304/x.json", "audit/20261304/x.json", "audits/20260304/x.json", "audit/20260304"} {
+		if _, ok := layout.ParseAuditDay(k); ok {
+			t.Errorf("ParseAuditDay(%q) ok", k)
+		}
+	}
+	for _, k := range []string{"inbox/e-1.json", "inbox/expired/a/b.json", "inbox/expired/e-1", "inbox/expired/.json"} {
+		if _, ok := layout.ParseInboxExpiredKey(k); ok {
+			t.Errorf("ParseInboxExpiredKey(%q) ok", k)
+		}
+	}
+	for _, k := range []string{"idempotency/abc.json", "idempotency/" + strings.Repeat("g", 64) + ".json", "idempotency/" + strings.Repeat("a", 64), "index/runs/x.json"} {
+		if layout.IsIdempotencyKey(k) {
+			t.Errorf("IsIdempotencyKey(%q)", k)
+		}
+	}
+	for _, k := range []string{"projects/p/artifacts/a", "projects/p/artifacts/a/b.json", "projects/p/other/a.json", "projects//artifacts/a.json", "artifacts/a.json"} {
+		if _, _, ok := layout.ParseArtifactKey(k); ok {
+			t.Errorf("ParseArtifactKey(%q) ok", k)
+		}
+	}
+}
+
+// TestAuditCursors: AuditAfter(t) sorts between the keys of the events
+// stamped before t and those stamped at or after it, on t's day, and is a
+// cursor ListAfter accepts; AuditKeyOfID finds the key records.Record
+// writes for an id.
+func TestAuditCursors(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 2, 24, 10, 0, 0, 500, time.UTC)
+	cur := layout.AuditAfter(at)
+	if err := storage.ValidatePrefix(cur); err != nil {
+		t.Fatalf("AuditAfter = %q: %v", cur, err)
+	}
+	tests := []struct {
+		ts    time.Time
+		after bool
+	}{
+		{at.Add(-time.Nanosecond), false},
+		{at.Add(-time.Hour), false},
+		{at, true},
+		{at.Add(time.Nanosecond), true},
+	}
+	for _, tc := range tests {
+		id := records.AuditEventID(tc.ts, "job-1", 1, 0)
+		key, ts, ok := layout.AuditKeyOfID(id)
+		want, _ := layout.AuditKey(tc.ts, id)
+		if !ok || key != want || !ts.Equal(tc.ts) {
+			t.Errorf("AuditKeyOfID(%q) = %q, %v, %v; want %q", id, key, ts, ok, want)
+		}
+		if got := key > cur; got != tc.after {
+			t.Errorf("key at %v sorts after AuditAfter(%v): %v, want %v", tc.ts, at, got, tc.after)
+		}
+		if got := id >= layout.AuditIDStamp(at); got != tc.after {
+			t.Errorf("id at %v >= AuditIDStamp(%v): %v, want %v", tc.ts, at, got, tc.after)
+		}
+	}
+	for _, bad := range []string{"", "evt-1", "2026-02-24T10:00:00Z-x", "20260224T100000.000000000Z-../x"} {
+		if _, _, ok := layout.AuditKeyOfID(bad); ok {
+			t.Errorf("AuditKeyOfID(%q) accepted", bad)
+		}
+	}
+	if !strings.HasPrefix(layout.AuditDayPrefix(at), layout.AuditPrefix) {
+		t.Errorf("day prefix %q outside %q", layout.AuditDayPrefix(at), layout.AuditPrefix)
+	}
 }

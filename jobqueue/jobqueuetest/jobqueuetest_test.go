@@ -24,7 +24,7 @@ const brief = `{"title":"t","body":"b","entity_map":{},"word_count":1}`
 // script is a CallNotebookLM whose attempt n does what script[n-1] says
 // ("ok", "hang", "429", "err", "permanent", "bad"); the last entry repeats.
 // A job that runs out of attempts still waits its last backoff (15 s, 30 s,
-// 60 s) before it goes FAILED and DEAD (seed 003 §1.2).
+// 60 s) before it goes FAILED and DEAD (docs/spec.md#job-lifecycle).
 func script(calls *atomic.Int32, script ...string) jobqueue.Handlers {
 	return jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 		n := int(calls.Add(1))

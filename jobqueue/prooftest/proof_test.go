@@ -120,6 +120,8 @@ func faultyHandlers(seed uint64) jobqueue.Handlers {
 // (a worker cut off from the store is dead to everyone else).
 type faultyStore struct {
 	storage.Store
+	who       string   // the worker, for the history
+	hist      *history // nil: none kept
 	killed    atomic.Bool
 	mu        sync.Mutex
 	rng       *rand.Rand
@@ -154,14 +156,62 @@ func (f *faultyStore) Put(ctx context.Context, key string, value []byte, cond st
 	if err := f.fail(key); err != nil {
 		return "", err
 	}
-	return f.Store.Put(ctx, key, value, cond)
+	v, err := f.Store.Put(ctx, key, value, cond)
+	if err == nil {
+		f.hist.add(f.who, "put", key, v, value)
+	}
+	return v, err
 }
 
 func (f *faultyStore) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	if f.killed.Load() {
 		return errKilled
 	}
-	return f.Store.Delete(ctx, key, cond)
+	err := f.Store.Delete(ctx, key, cond)
+	if err == nil {
+		f.hist.add(f.who, "delete", key, "", nil)
+	}
+	return err
+}
+
+// history keeps every write the workers made to the queue's own keys
+// (locks, lanes, jobs), so that a stall can be told as the sequence of
+// writes that led to it.
+type history struct {
+	mu     sync.Mutex
+	writes []write
+}
+
+type write struct {
+	at      time.Time
+	who, op string
+	key     string
+	version storage.Version
+	value   string
+}
+
+func (h *history) add(who, op, key string, v storage.Version, value []byte) {
+	if h == nil || !(strings.HasPrefix(key, layout.QueuePrefix) || strings.HasPrefix(key, "jobs/")) {
+		return
+	}
+	h.mu.Lock()
+	h.writes = append(h.writes, write{time.Now(), who, op, key, v, string(value)})
+	h.mu.Unlock()
+}
+
+// of logs the writes whose key contains any of subs, in order.
+func (h *history) of(t *testing.T, subs ...string) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range h.writes {
+		for _, sub := range subs {
+			if strings.Contains(w.key, sub) {
+				t.Logf("%s %s %s %s %s %s", w.at.Format("05.000000"), w.who, w.op, w.key, w.version, w.value)
+				break
+			}
+		}
+	}
 }
 
 // runProof enqueues n jobs over agents agents, runs them with workers
@@ -171,7 +221,10 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	mod := pc.apply
-	q := newQueue(t, s, clock.Real(), mod)
+	hist := &history{}
+	// The test's own queue (enqueues, sweeps) writes through a store that
+	// never fails, for the history.
+	q := newQueue(t, &faultyStore{Store: s, who: "test", hist: hist, rng: rand.New(rand.NewPCG(1, 1))}, clock.Real(), mod)
 	start := time.Now()
 	for i := range n {
 		j := spec(fmt.Sprintf("job-%04d", i), fmt.Sprintf("agent-%02d", i%agents))
@@ -184,7 +237,7 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 	var runningPerAgent sync.Map // agent → *atomic.Int32: handler executions at once
 	var overlap atomic.Int32
 	for w := range workers {
-		fs := &faultyStore{Store: s, rng: rand.New(rand.NewPCG(uint64(w), 7)), writeFail: 0.03}
+		fs := &faultyStore{Store: s, who: fmt.Sprintf("w%d", w), hist: hist, rng: rand.New(rand.NewPCG(uint64(w), 7)), writeFail: 0.03}
 		wq := newQueue(t, fs, clock.Real(), mod, func(c *jobqueue.Config) { c.Node = fmt.Sprintf("node-%d", w) })
 		h := faultyHandlers(uint64(w) + 100)
 		inner := h.CallNotebookLM
@@ -242,7 +295,7 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 			best, lastProgress = open, time.Now()
 		}
 		if stalled := time.Since(lastProgress); stalled > stallLimit || time.Since(start) > totalLimit {
-			dumpOpen(t, s, final)
+			dumpOpen(t, s, final, hist)
 			t.Fatalf("%d of %d jobs still open after %s, none ended in the last %s", open, n, time.Since(start).Round(time.Second), stalled.Round(time.Second))
 		}
 		if sweeps++; sweeps%10 == 0 {
@@ -406,7 +459,7 @@ func workerProcess() int {
 // dumpOpen logs, for every job not COMPLETE or DEAD, its stored record, its
 // agent's lock and the agent's lane entries: the state a stuck job was left
 // in (the invariant is "in its agent's lane or named by its agent's lock").
-func dumpOpen(t *testing.T, s storage.Store, final map[string]lifecycle.Job) {
+func dumpOpen(t *testing.T, s storage.Store, final map[string]lifecycle.Job, hist *history) {
 	t.Helper()
 	ctx := context.Background()
 	for id, j := range final {
@@ -422,5 +475,7 @@ func dumpOpen(t *testing.T, s storage.Store, final map[string]lifecycle.Job) {
 		for key, err := range s.List(ctx, layout.LanesPrefix+j.AgentSlug+"/") {
 			t.Logf("lane entry %s err %v", key, err)
 		}
+		t.Logf("the writes of job %s and of agent %s's lock and lane, in order:", id, j.AgentSlug)
+		hist.of(t, jk, lk, layout.LanesPrefix+j.AgentSlug+"/")
 	}
 }

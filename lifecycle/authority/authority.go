@@ -1,6 +1,7 @@
-// Package authority is the CRUD authority matrix of seed 003 §4 as a table:
-// which component may create, read, update the status of and delete jobs
-// (§4.1), and write, read, modify and delete artifacts (§4.2). The job
+// Package authority is the CRUD authority matrix as a table
+// (docs/spec.md#authority-matrix): which component may create, read,
+// update the status of and delete jobs, and write, read, modify and delete
+// artifacts. The job
 // queue and the artifact store check it on every call that takes an actor,
 // before any write, so a refusal is a clear FORBIDDEN error that leaves the
 // store untouched.
@@ -15,8 +16,8 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// ActorMemoryBackend is the Memory Backend (garden-bloom-memory) of seed 003
-// §4.2 and §4.3, which reads artifacts for context. It moves no lifecycle,
+// ActorMemoryBackend is the platform's Memory Backend
+// (docs/spec.md#platform-names), which reads artifacts for context. It moves no lifecycle,
 // so package lifecycle does not define it.
 const ActorMemoryBackend lifecycle.Actor = "memory-backend"
 
@@ -29,16 +30,16 @@ func Actors() []lifecycle.Actor {
 // Resource is a table of the matrix.
 type Resource string
 
-// The resources of seed 003 §4.
+// The resources: the matrix's two tables.
 const (
-	Jobs      Resource = "jobs"      // §4.1 Job Queue
-	Artifacts Resource = "artifacts" // §4.2 Artifact Store
+	Jobs      Resource = "jobs"      // the job queue
+	Artifacts Resource = "artifacts" // the artifact store
 )
 
 // Operation is a column of the matrix.
 type Operation string
 
-// Operations of §4.1 (jobs) and §4.2 (artifacts). Read and Delete appear
+// Operations on jobs and on artifacts. Read and Delete appear
 // in both tables.
 const (
 	Create       Operation = "create"        // jobs
@@ -49,7 +50,7 @@ const (
 	Modify       Operation = "modify"        // artifacts
 )
 
-// Operations lists the columns of a resource's table in the seed's order.
+// Operations lists the columns of a resource's table in the spec's order.
 func Operations(r Resource) []Operation {
 	switch r {
 	case Jobs:
@@ -63,23 +64,22 @@ func Operations(r Resource) []Operation {
 // Permission is one cell of the matrix.
 type Permission uint8
 
-// Cell values. The seed's qualifiers become their own values, so a cell
-// reads like the seed: "✅ (власний job)" is OwnOnly, "Admin cleanup" is
-// AdminCleanup, "Registry metadata" is RegistryMetadata. "(admin)",
-// "(read-only)" and "(context)" qualify an allowed read or update without
-// narrowing it, so those cells are Allowed.
+// Cell values. The platform's qualified cells become their own values:
+// "own job only" is OwnOnly, "admin cleanup only" is AdminCleanup,
+// "registry metadata only" is RegistryMetadata
+// (docs/spec.md#authority-matrix).
 const (
 	// Denied: ❌, or a component the table does not list.
 	Denied Permission = iota
 	// Allowed: ✅.
 	Allowed
-	// OwnOnly: allowed on the caller's own job only (NLM Backend, §4.1).
+	// OwnOnly: allowed on the caller's own job only (NLM backend, jobs).
 	OwnOnly
 	// AdminCleanup: deleting is allowed only as the system cleanup of
-	// artifacts older than N days (Membridge Control Plane, §4.2).
+	// artifacts older than N days (admin, artifacts).
 	AdminCleanup
 	// RegistryMetadata: the component writes registry metadata about
-	// artifacts, never an artifact itself (Membridge Control Plane, §4.2),
+	// artifacts, never an artifact itself (admin, artifacts),
 	// so writing a new artifact is refused.
 	RegistryMetadata
 )
@@ -107,7 +107,7 @@ type Row struct {
 	Cells map[Operation]Permission
 }
 
-// matrix is seed 003 §4.1 and §4.2, row by row, in the seed's order.
+// matrix is the matrix of docs/spec.md#authority-matrix, row by row.
 // Components map onto actors as docs/decisions.md says: Gateway (Owner via
 // Frontend) is gateway, Orchestration Layer is orchestration, Membridge
 // Control Plane is admin. Mastra, system and, for jobs, the memory backend
@@ -131,7 +131,7 @@ var matrix = map[Resource][]Row{
 	},
 }
 
-// Table returns a copy of a resource's table, rows in the seed's order.
+// Table returns a copy of a resource's table, rows in the spec's order.
 func Table(r Resource) []Row {
 	rows := make([]Row, 0, len(matrix[r]))
 	for _, row := range matrix[r] {
@@ -185,7 +185,7 @@ type ForbiddenError struct {
 
 // Error names the actor, the operation and the cell.
 func (e *ForbiddenError) Error() string {
-	msg := fmt.Sprintf("FORBIDDEN: actor %q may not %s %s (seed 003 §4: %s)", e.Actor, e.Operation, e.Resource, e.Permission)
+	msg := fmt.Sprintf("FORBIDDEN: actor %q may not %s %s (authority matrix: %s)", e.Actor, e.Operation, e.Resource, e.Permission)
 	if e.Reason != "" {
 		msg += ": " + e.Reason
 	}

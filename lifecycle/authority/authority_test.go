@@ -9,10 +9,10 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/authority"
 )
 
-// The seed's tables (003 §4.1, §4.2) transcribed as text, one line per
-// component, cells in column order. "own", "cleanup" and "meta" are the
-// qualified cells; "-" is a component the seed does not list.
-const seedJobs = `
+// The matrix's tables (docs/spec.md#authority-matrix) transcribed by hand as
+// text, one line per component, cells in column order. "own", "cleanup"
+// and "meta" are the qualified cells; "-" is a component without a row.
+const specJobs = `
 gateway        ✅ ✅ ❌ ❌
 orchestration  ✅ ✅ ✅ ❌
 nlm-backend    ❌ own own ❌
@@ -23,7 +23,7 @@ system         - - - -
 memory-backend - - - -
 `
 
-const seedArtifacts = `
+const specArtifacts = `
 nlm-backend    ✅ ✅ ❌ ❌
 orchestration  ❌ ✅ ❌ ❌
 memory-backend ❌ ✅ ❌ ❌
@@ -54,7 +54,7 @@ func TestEveryCell(t *testing.T) {
 	for _, tc := range []struct {
 		r     authority.Resource
 		table string
-	}{{authority.Jobs, seedJobs}, {authority.Artifacts, seedArtifacts}} {
+	}{{authority.Jobs, specJobs}, {authority.Artifacts, specArtifacts}} {
 		want := parse(t, tc.table)
 		if len(want) != len(authority.Actors()) {
 			t.Fatalf("%s: the transcription lists %d actors, the package knows %d", tc.r, len(want), len(authority.Actors()))
@@ -82,7 +82,7 @@ func TestEveryCell(t *testing.T) {
 					}
 					err := authority.Check(actor, tc.r, op, scope)
 					if allowed != (err == nil) {
-						t.Errorf("%s %s by %s (scope %+v): err = %v, seed says allowed=%v", op, tc.r, actor, scope, err, allowed)
+						t.Errorf("%s %s by %s (scope %+v): err = %v, spec says allowed=%v", op, tc.r, actor, scope, err, allowed)
 					}
 					if err != nil {
 						var fe *authority.ForbiddenError
@@ -121,7 +121,7 @@ func TestTableIsACopy(t *testing.T) {
 		t.Fatal("editing Table's result changed the matrix")
 	}
 	if len(authority.Table(authority.Artifacts)) != 6 || len(authority.Table(authority.Jobs)) != 6 {
-		t.Fatal("the seed's tables have six rows each")
+		t.Fatal("the spec's tables have six rows each")
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 func ExampleCheck() {
-	// The frontend reads jobs but never updates their status (003 §4.1).
+	// The frontend reads jobs but never updates their status.
 	fmt.Println(authority.Check(lifecycle.ActorFrontend, authority.Jobs, authority.Read, authority.Scope{}))
 	err := authority.Check(lifecycle.ActorFrontend, authority.Jobs, authority.UpdateStatus, authority.Scope{})
 	var fe *authority.ForbiddenError

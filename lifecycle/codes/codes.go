@@ -4,14 +4,16 @@ import (
 	"net/http"
 )
 
-// Error codes a run can fail with (seed 000 §5.3), and the other codes of the
-// run API (seed 004 appendix and Conveyor's own).
+// Error codes a run can fail with, and the other codes of the API: the one
+// code table, documented in docs/spec.md#error-codes (a test holds the
+// two together).
 const (
-	// InvalidTransition and TerminalState are seed 004's (appendix):
-	// the machine has no such move, or the run is terminal.
+	// InvalidTransition and TerminalState: the machine has no such move,
+	// or the run is terminal.
 	InvalidTransition = "RUN_INVALID_TRANSITION"
 	TerminalState     = "RUN_TERMINAL_STATE"
-	// Forbidden is the code of a refused actor (seed 003 §4 authority matrix).
+	// Forbidden is the code of a refused actor (the transition's actors or
+	// the authority matrix, docs/spec.md#authority-matrix).
 	Forbidden = "FORBIDDEN"
 
 	NLMUnavailable      = "NLM_UNAVAILABLE"
@@ -93,8 +95,8 @@ const (
 	WebhookStale = "WEBHOOK_STALE"
 )
 
-// httpStatus is the one table from error code to HTTP status (seed 000 §5.3
-// for the failure codes).
+// httpStatus is the one table from error code to HTTP status
+// (docs/spec.md#codes-and-http-statuses).
 var httpStatus = map[string]int{
 	NLMUnavailable:      http.StatusBadGateway,
 	UpstreamUnavailable: http.StatusBadGateway,

@@ -1,4 +1,4 @@
-// Package nlm is the NLM backend's side of seed 003 §2, on Conveyor's one
+// Package nlm is the NLM backend's side (docs/spec.md#nlm-job-lifecycle), on Conveyor's one
 // execution core: the Processor that runs the NLM-job machine
 // (lifecycle.NLMMachine: ACCEPTED → FETCHING_CONTEXT → BUILDING_PROMPT →
 // NLM_QUERY → STRUCTURING → CALLBACK → DONE, any non-terminal state →

@@ -8,8 +8,9 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// Seed 003 §2: the pipeline, and any non-terminal step to ERROR.
-var seedNLM = map[lifecycle.NLMState][]lifecycle.NLMState{
+// The NLM job (docs/spec.md#nlm-job-lifecycle): the pipeline, and any
+// non-terminal step to ERROR, transcribed by hand.
+var specNLM = map[lifecycle.NLMState][]lifecycle.NLMState{
 	"ACCEPTED":         {"FETCHING_CONTEXT", "ERROR"},
 	"FETCHING_CONTEXT": {"BUILDING_PROMPT", "ERROR"},
 	"BUILDING_PROMPT":  {"NLM_QUERY", "ERROR"},
@@ -22,7 +23,7 @@ var seedNLM = map[lifecycle.NLMState][]lifecycle.NLMState{
 
 func TestGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.NLMMachine(), seedNLM)
+	machinetest.Grid(t, lifecycle.NLMMachine(), specNLM)
 }
 
 func TestStructure(t *testing.T) {

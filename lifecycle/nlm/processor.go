@@ -87,10 +87,10 @@ type Config struct {
 	CallbackBackoff time.Duration
 
 	// Per-stage deadlines: each stage's code runs under its own. At the
-	// deadline the job takes the machine's ERROR edge (seed 003 §2 has no
+	// deadline the job takes the machine's ERROR edge (docs/spec.md#nlm-job-lifecycle has no
 	// retry) and the FAILED callback is sent. Defaults: FetchTimeout 30 s,
 	// PromptTimeout 10 s, QueryTimeout 60 s (the P95 SLO of an NLM call,
-	// 003 §5.3), StructureTimeout 30 s (Structure and the artifact's
+	// docs/spec.md#metrics), StructureTimeout 30 s (Structure and the artifact's
 	// write), CallbackTimeout 10 s per attempt.
 	FetchTimeout     time.Duration
 	PromptTimeout    time.Duration
@@ -125,7 +125,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Processor is the NLM backend side of seed 003 §2, on the execution core.
+// Processor is the NLM backend side (docs/spec.md#nlm-job-lifecycle), on the execution core.
 // Accept registers a job (ACCEPTED); Run, or Process for one job, picks it
 // up under a lease (owner, epoch, expiry) renewed by heartbeat and runs
 // FETCHING_CONTEXT → BUILDING_PROMPT → NLM_QUERY → STRUCTURING (the job's
@@ -219,7 +219,7 @@ const activePrefix = layout.NLMActivePrefix
 // activeKey is only called with ids layout.NLMJobKey accepted.
 func activeKey(jobID string) string { k, _ := layout.NLMActiveKey(jobID); return k }
 
-// jobDoc is a job record as stored: the seed's fields and the write counter.
+// jobDoc is a job record as stored: the record's fields and the write counter.
 type jobDoc struct {
 	records.Meta
 	lifecycle.NLMJob
@@ -289,7 +289,7 @@ func (p *Processor) record(key, jobID string) *core.Record[jobDoc, *jobDoc] {
 		Lease: func(d *jobDoc) *records.Lease { return d.Lease }}
 }
 
-// Accept registers req as an NLM job in ACCEPTED (the seed's 202) and hands
+// Accept registers req as an NLM job in ACCEPTED (answered 202) and hands
 // it to this processor's Run. A second Accept of the same job id returns
 // the job as it stands, without error. Invalid requests (matching
 // jobqueue.ErrInvalidJob) write nothing.

@@ -65,7 +65,7 @@ func logLines(t *testing.T, logs *testlog.Buffer, msg string) []map[string]any {
 	return out
 }
 
-// Every status write carries its transition context (seed 004 §2.2) into
+// Every status write carries its transition context (docs/spec.md#transition-context) into
 // the audit event and the run_transition log line; the caller's part comes
 // from the control call, the runner adds run id, time, initiator and the
 // approval's details.
@@ -129,7 +129,7 @@ func TestTransitionContextInAuditAndLog(t *testing.T) {
 		t.Errorf("approval details %+v", a)
 	}
 
-	// seed 004 §7.2: run_transition names the initiator; the context adds
+	// docs/spec.md#metrics: run_transition names the initiator; the context adds
 	// the actor, user, metadata and approval.
 	var approved map[string]any
 	for _, rec := range logLines(t, logs, "run_transition") {

@@ -87,11 +87,11 @@ type CancelRequest struct {
 	Caller
 }
 
-// Cancel asks a run to stop (seed 001). On the cancel-aware machine a queued
+// Cancel asks a run to stop (docs/spec.md#cancel-aware-run). On the cancel-aware machine a queued
 // run is canceled at once and a running one moves to cancel_requested: its
 // step's context is canceled and the runner ends it canceled, unless the
-// step finishes first (then it may still succeed or fail, as seed 001
-// allows). On the approval machine a run that is not executing is cancelled
+// step finishes first (then it may still succeed or fail, as the
+// machine allows). On the approval machine a run that is not executing is cancelled
 // at once, and an executing one when its runner notices. The canonical
 // machine has no cancel: [ErrUnsupported].
 func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (Status, error) {
@@ -204,7 +204,7 @@ func decide(d *Status, decision string, dec Decision, now time.Time) {
 	d.Approval.Decision, d.Approval.DecidedAt, d.Approval.DecidedBy, d.Approval.Reason = decision, &now, dec.DecidedBy, dec.Reason
 }
 
-// ExternalEvent is an event a waiting run receives (seed 004 §2.2). Deliver
+// ExternalEvent is an event a waiting run receives (docs/spec.md#approval-run). Deliver
 // refuses one with an *codes.InputError, writing nothing, when Type is
 // over MaxNameBytes, ID or Source over MaxRefBytes, or any is not one line
 // of clean text, or its Caller breaks its limits.

@@ -1,5 +1,5 @@
 // Package run executes agent runs on the run machines of package lifecycle:
-// the [Runner] is the seeds' Orchestration Layer, the one writer of every
+// the [Runner] is the Orchestration Layer (docs/spec.md#platform-names), the one writer of every
 // run's status.json.
 //
 //	r, _ := run.NewRunner(run.Config{Store: store}, run.Agent{Slug: "archivist-violin", Steps: steps})
@@ -15,6 +15,6 @@
 // transient store errors are waited out until the run's deadline plus
 // [Config].FinishGrace; a poison status.json or slot object is quarantined
 // ([QuarantinedError], [Runner.Quarantined]) and never blocks the agent's
-// other runs. Submits may carry an idempotency key (seed 004 §3), and runs
-// whose runner was lost are taken over from their checkpoints (seed 004 §5).
+// other runs. Submits may carry an idempotency key (docs/spec.md#idempotency), and runs
+// whose runner was lost are taken over from their checkpoints (docs/spec.md#recovery).
 package run

@@ -12,25 +12,25 @@ import (
 // Constants of runs: triggers, idempotency sources and record states,
 // limits.
 const (
-	// Triggers of a run (seed 000 §3).
+	// Triggers of a run (docs/spec.md#run-status).
 	TriggerManual = "manual"
 	TriggerCron   = "cron"
 	TriggerEvent  = "event"
 
-	// Sources of idempotency keys (seed 004 §3.1), as IdempotencyRecord
+	// Sources of idempotency keys (docs/spec.md#idempotency), as IdempotencyRecord
 	// names them.
 	SourceGitHub    = "github_webhook"
 	SourceAPI       = "api"
 	SourceSlack     = "slack"
 	SourceScheduler = "scheduler"
 
-	// States of an IdempotencyRecord (seed 004 §3.3).
+	// States of an IdempotencyRecord (docs/spec.md#idempotency-record).
 	IdempotencyProcessing = "processing"
 	IdempotencyCompleted  = "completed"
 	IdempotencyFailed     = "failed"
 
-	// MaxIdempotencyKeyBytes bounds an idempotency key (seed 004 §3.1 gives
-	// no limit; its longest example is 60 bytes); a longer key is refused
+	// MaxIdempotencyKeyBytes bounds an idempotency key (docs/spec.md#limits;
+	// the schemes' own parts are short); a longer key is refused
 	// with INPUT_TOO_LARGE.
 	MaxIdempotencyKeyBytes = 512
 )

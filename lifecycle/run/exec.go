@@ -173,7 +173,7 @@ func (x *execution) beat(ctx context.Context) bool {
 }
 
 // resumePlan says, for a run taken over from a lost runner, which steps to
-// skip with their checkpointed output (seed 004 §5.3).
+// skip with their checkpointed output (docs/spec.md#recovery).
 type resumePlan struct {
 	skip   []bool
 	cached []json.RawMessage

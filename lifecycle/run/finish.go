@@ -125,7 +125,7 @@ func (x *execution) endEvent(out outcome, d *Status) lifecycle.Event {
 		return f.fail
 	case timedOut:
 		if f.cancelRq != "" && d.Status == f.cancelRq {
-			return f.cancel // cancel_requested cannot time out (seed 001); the cancel wins
+			return f.cancel // cancel_requested cannot time out (docs/spec.md#cancel-aware-run); the cancel wins
 		}
 		return f.timeOut
 	case canceled:
@@ -134,7 +134,7 @@ func (x *execution) endEvent(out outcome, d *Status) lifecycle.Event {
 	return f.complete
 }
 
-// finishFields sets what a terminal write records (seed 004 §2.3).
+// finishFields sets what a terminal write records (docs/spec.md#run-status).
 func (r *Runner) finishFields(d *Status, runErr error) {
 	now := r.now()
 	d.FinishedAt = &now

@@ -80,7 +80,7 @@ func pollCost(t *testing.T, finished int) (startup, polls, listed int64) {
 // for at most 1.2x).
 func TestPollCostFlatInHistory(t *testing.T) {
 	if testing.Short() {
-		t.Skip("seeds 100,000 runs")
+		t.Skip("writes 100,000 runs")
 	}
 	s0, p0, l0 := pollCost(t, 1000)
 	s1, p1, l1 := pollCost(t, 100000)

@@ -18,7 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// IdempotencyError carries the key and the seed code of an idempotency
+// IdempotencyError carries the key and the error code of an idempotency
 // failure; it matches ErrIdempotencyConflict or ErrIdempotencyExpired.
 type IdempotencyError struct {
 	Key   string
@@ -48,7 +48,7 @@ type idempotencyKey struct {
 	Parts  []string
 }
 
-// parseIdempotencyKey checks a key against the schemes of seed 004 §3.1:
+// parseIdempotencyKey checks a key against the schemes of docs/spec.md#idempotency:
 // github:{delivery_id}, api:{client_id}:{request_id},
 // slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}
 // (the execution time may itself contain colons). Parts are non-empty,
@@ -96,7 +96,7 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// IdempotencyRecord is the check-and-set record of one key (seed 004 §3.3),
+// IdempotencyRecord is the check-and-set record of one key (docs/spec.md#idempotency-record),
 // at idempotency/{sha256 of the key}.json. The run id is chosen when the
 // record is created, so every duplicate learns it at once.
 type IdempotencyRecord struct {
@@ -143,7 +143,7 @@ type errDuplicate struct{ runID string }
 
 func (e *errDuplicate) Error() string { return "duplicate of " + e.runID }
 
-// submitIdempotent is the check-and-set flow of seed 004 §4.1: a new key
+// submitIdempotent is the check-and-set flow of docs/spec.md#idempotency: a new key
 // creates its record (processing) and the run; a completed or processing
 // duplicate with the same request returns the first run; another request
 // under the key is IDEMPOTENCY_CONFLICT; an expired record, a failed one with

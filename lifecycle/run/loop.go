@@ -13,8 +13,8 @@ import (
 // their lease until it lapses; then any runner (this one restarted, with the
 // same Owner, at once) takes them over and resumes them from their
 // checkpoints. Step goroutines that ignore their context are waited for at
-// most ShutdownGrace. Run first recovers the runs that are not terminal (seed 004
-// §5.1), then takes work as Submit hands it over and every PollInterval.
+// most ShutdownGrace. Run first recovers the runs that are not terminal
+// (docs/spec.md#recovery), then takes work as Submit hands it over and every PollInterval.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrRunnerStarted

@@ -2,7 +2,7 @@ package run
 
 import "time"
 
-// Metrics receives the run metrics of seed 004 §7.1. Implementations must be
+// Metrics receives the run metrics of docs/spec.md#metrics. Implementations must be
 // safe for concurrent use and fast: they are called on the write path.
 //
 // A Metrics may also have any of these methods, which the
@@ -15,8 +15,8 @@ import "time"
 //	// its goroutine ran on (see Runner.Stragglers).
 //	StepAbandoned(agent, step string)
 //	// StepFinished observes a step's duration once its step file is
-//	// written with the step's end, status "completed" or "failed" (seed
-//	// 003 §5.3: the P95 step times).
+//	// written with the step's end, status "completed" or "failed" (the p95
+//	// step times of docs/spec.md#metrics).
 //	StepFinished(agent, step, status string, d time.Duration)
 //
 // The gauge of active runs (gwi_run_active_gauge) is no call here: it is

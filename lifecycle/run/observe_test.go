@@ -62,7 +62,7 @@ func TestObservability(t *testing.T) {
 	// the same goroutine: no clock event to wait on.
 	until(t, "the run_completed event", func() bool { return strings.Contains(logs.String(), `"msg":"run_completed"`) })
 
-	// seed 004 §7.2 log events, with their fields.
+	// The log events of docs/spec.md#metrics, with their fields.
 	var events = map[string]map[string]any{}
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var rec map[string]any
@@ -89,7 +89,7 @@ func TestObservability(t *testing.T) {
 			}
 		}
 	}
-	// seed 004 §7.1 metrics.
+	// The run metrics of docs/spec.md#metrics.
 	metrics.mu.Lock()
 	defer metrics.mu.Unlock()
 	want := []string{"canonical-run:>requested", "canonical-run:requested>queued", "canonical-run:queued>running",

@@ -83,7 +83,26 @@ func (r *Runner) Status(ctx context.Context, runID string) (Status, error) {
 	if errors.Is(err, storage.ErrNotFound) {
 		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
 	}
+	r.markLost(&doc)
 	return doc, err
+}
+
+// markLost sets a read's RunnerLostAt (docs/spec.md#run-status): the run is
+// executing, but its lease expired by this runner's clock, so the runner
+// that holds it stopped heartbeating and none has taken it over yet. It is
+// the same test a claim makes before taking a run over.
+func (r *Runner) markLost(d *Status) {
+	d.RunnerLostAt = nil
+	if d.Lease == nil || !r.now().After(d.Lease.ExpiresAt) {
+		return
+	}
+	// The run's own machine (validated on read), whatever this runner's
+	// config now gives its agent.
+	if f, ok := flowFor(d.Machine); !ok || !f.executing(d.Status) {
+		return
+	}
+	at := d.Lease.ExpiresAt
+	d.RunnerLostAt = &at
 }
 
 // Steps reads a run's step files in step order (GET /runs/{runId}/steps).
@@ -146,6 +165,7 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
 		if err != nil {
 			return nil, err
 		}
+		r.markLost(&doc)
 		out = append(out, doc)
 	}
 	return out, nil

@@ -32,7 +32,7 @@ type manifest struct {
 	Outputs          []string        `json:"outputs,omitempty"`
 	Input            json.RawMessage `json:"input,omitempty"`
 	// Epoch is the lease epoch of the runner that wrote the manifest: a
-	// runner of an older epoch cannot replace it (DESIGN.md §5).
+	// runner of an older epoch cannot replace it (docs/spec.md#recovery).
 	Epoch int64 `json:"epoch,omitempty"`
 }
 

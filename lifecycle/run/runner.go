@@ -16,8 +16,8 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// Runner is the Orchestration Layer wrapper of the seeds: the one writer of
-// every run's status.json (seed 000 §2, seed 003 F4). Submit creates a run
+// Runner is the Orchestration Layer wrapper (docs/spec.md#platform-names): the one writer of
+// every run's status.json (invariant F4, docs/spec.md#job-lifecycle). Submit creates a run
 // (requested); Run executes runs: it admits them, starts them when a slot of
 // their agent is free, runs their steps with timeouts and retries, keeps a
 // lease on each by heartbeat, and recovers runs whose runner was lost.

@@ -22,7 +22,7 @@ type Step struct {
 	Name string
 	Run  StepFunc
 	// Resumable: after a crash, a completed step can be skipped and its
-	// checkpointed output reused (seed 004 §5.2).
+	// checkpointed output reused (docs/spec.md#checkpoint).
 	Resumable bool
 	// Idempotent: the step can safely run again after a crash.
 	Idempotent bool
@@ -107,12 +107,12 @@ type Config struct {
 	Clock clock.Clock
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives the run metrics of seed 004 §7.1; default none.
+	// Metrics receives the run metrics of docs/spec.md#metrics; default none.
 	Metrics Metrics
 	// Node is written into audit events; default the host name.
 	Node string
 
-	// StepTimeout bounds one attempt of a step. Default 120 s (seed 000 §5.1).
+	// StepTimeout bounds one attempt of a step. Default 120 s (docs/spec.md#retries-and-timeouts).
 	StepTimeout time.Duration
 	// StepRetries is how many times a failed step is tried again. Default 3;
 	// a negative value means no retries.
@@ -132,13 +132,13 @@ type Config struct {
 	// Default 24 h.
 	ExternalTimeout time.Duration
 	// Concurrency is the default number of runs per agent that execute at
-	// once. Default 1 (seed 003 §1.1).
+	// once. Default 1 (docs/spec.md#canonical-run).
 	Concurrency int
 	// LeaseDuration is how long a run's lease lasts unless renewed. Default
-	// 5 min (seed 004 §5.4: a heartbeat older than 5 min is an orphan).
+	// 5 min (docs/spec.md#recovery: a heartbeat older than 5 min is an orphan).
 	LeaseDuration time.Duration
 	// HeartbeatInterval is how often the lease is renewed while a step runs.
-	// Default 30 s (seed 004 §5.4).
+	// Default 30 s (docs/spec.md#recovery).
 	HeartbeatInterval time.Duration
 	// PollInterval is how often the runner looks for work it was not handed
 	// directly: runs submitted elsewhere, orphans, freed slots, expired
@@ -182,7 +182,7 @@ type Config struct {
 	// Runner.Stragglers) before it returns anyway. Default 5 s.
 	ShutdownGrace time.Duration
 
-	// Idempotency TTLs (seed 004 §4.3). Defaults 24 h, 1 h and 5 min.
+	// Idempotency TTLs (docs/spec.md#idempotency). Defaults 24 h, 1 h and 5 min.
 	IdempotencyCompletedTTL time.Duration
 	IdempotencyFailedTTL    time.Duration
 	IdempotencyLockTTL      time.Duration

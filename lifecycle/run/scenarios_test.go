@@ -112,8 +112,8 @@ func scenarioHappyPath(t *testing.T, g *rig) {
 	if st.Status != "completed" || st.StepsCompleted != 3 || st.CurrentStep != "persist" {
 		t.Fatalf("status %+v", st)
 	}
-	// status.json carries the seed's fields (000 §3.2), null where the seed
-	// has null, and no SDK field left behind by the run.
+	// status.json carries the platform's fields (docs/spec.md#run-status), null
+	// where the spec has null, and no SDK field left behind by the run.
 	key, _ := layout.RunStatusKey(agent.Slug, id)
 	var raw map[string]any
 	readJSON(t, g.store, key, &raw)
@@ -236,7 +236,7 @@ func scenarioRetries(t *testing.T, g *rig) {
 	if len(at) != 3 {
 		t.Fatalf("%d attempts", len(at))
 	}
-	// Backoff 1 s then 2 s (seed 000 §5.1), measured on the fake clock.
+	// Backoff 1 s then 2 s (docs/spec.md#retries-and-timeouts), measured on the fake clock.
 	for i, want := range []time.Duration{time.Second, 2 * time.Second} {
 		if gap := at[i+1].Sub(at[i]); gap < want || gap > want+500*time.Millisecond {
 			t.Errorf("wait before attempt %d: %v, want %v", i+2, gap, want)
@@ -606,7 +606,7 @@ func scenarioTakeover(t *testing.T, g *rig) {
 		if st.Status != "failed" || !strings.HasPrefix(deref(st.Error), "RUN_ORPHANED:") {
 			t.Fatalf("orphan: %s %v", st.Status, deref(st.Error))
 		}
-		// seed 004 §7.2: orphan_detected, with the stale heartbeat.
+		// docs/spec.md#metrics: orphan_detected, with the stale heartbeat.
 		// The lost runner's last heartbeat was its claim, when the run started.
 		want := `"msg":"orphan_detected","runId":"` + id + `","lastHeartbeat":"` + st.StartedAt.Format(time.RFC3339) + `"`
 		if l := logs.String(); !strings.Contains(l, want) {

@@ -231,6 +231,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool, x *exe
 		}
 		if resumed {
 			d.ResumeCount++
+			d.TakenOverAt = &now
 		}
 		d.Lease = &records.Lease{Owner: r.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(r.cfg.LeaseDuration)}
 		d.LastHeartbeatAt = &now

@@ -22,7 +22,7 @@ import (
 // runStep runs one step with its per-attempt timeout and the retry schedule
 // (StepRetries more attempts, RetryBackoff doubling), waiting on the
 // runner's clock. It returns the output, the attempts made and the error of
-// the last attempt, with a seed code.
+// the last attempt, with its error code.
 func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutput, int, error) {
 	r := x.r
 	timeout := s.Timeout
@@ -31,7 +31,7 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 	}
 	exp := &backoff.ExponentialBackOff{
 		InitialInterval:     r.cfg.RetryBackoff,
-		RandomizationFactor: 0, // seed 000 §5.1: exactly 1 s, 2 s, 4 s
+		RandomizationFactor: 0, // docs/spec.md#retries-and-timeouts: exactly 1 s, 2 s, 4 s
 		Multiplier:          2,
 		MaxInterval:         time.Duration(1<<62 - 1),
 		Stop:                backoff.Stop,
@@ -81,7 +81,7 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 	}
 }
 
-// failureOf gives a step's final error its seed code: its own, AGENT_TIMEOUT
+// failureOf gives a step's final error its code: its own, AGENT_TIMEOUT
 // for a timeout, INTERNAL_ERROR once retries are exhausted.
 func failureOf(s Step, attempts int, err error) error {
 	var re *lifecycle.RunError

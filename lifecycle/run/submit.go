@@ -60,7 +60,7 @@ func triggerInitiator(trigger string) lifecycle.Initiator {
 	return lifecycle.InitiatorUser
 }
 
-// newRunID makes an id like the seeds' run_2026-02-14_080000_abc123: it
+// newRunID makes an id like run_2026-02-14_080000_abc123 (docs/spec.md#run-status): it
 // sorts by time, and 40 random bits make two runs of one second distinct.
 func newRunID(now time.Time) string {
 	var b [5]byte

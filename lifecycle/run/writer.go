@@ -38,7 +38,7 @@ type statusWriter struct {
 	renewedAt  time.Time
 }
 
-// newWriter returns the writer of a run's status at key; doc and ver seed
+// newWriter returns the writer of a run's status at key; doc and ver fill
 // its cache when known (ver == "": read on first use).
 func (r *Runner) newWriter(slug, runID, key string, doc *Status, ver storage.Version) *statusWriter {
 	w := &statusWriter{r: r, runID: runID, slug: slug, key: key}
@@ -117,6 +117,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 		if err := change(fctx, d); err != nil {
 			return err
 		}
+		d.RunnerLostAt = nil // a read's verdict, never stored
 		defer func() { d.LastAudit = w.r.auditOf(d, from, b, d.Version+1) }()
 		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
 			now := w.r.now()
@@ -188,7 +189,7 @@ func (w *statusWriter) confirmLease(ctx context.Context) error {
 }
 
 // by is who makes a status write (the actor the machine checks) and the
-// write's transition context (seed 004 §2.2).
+// write's transition context (docs/spec.md#transition-context).
 type by struct {
 	actor lifecycle.Actor
 	tc    lifecycle.TransitionContext
@@ -205,9 +206,9 @@ func byTimeout() by {
 	return by{actor: lifecycle.ActorOrchestration, tc: lifecycle.TransitionContext{Initiator: lifecycle.InitiatorTimeout}}
 }
 
-// afterWrite records what a status write did: the audit event of seed 003
-// §5.1 with the transition context, the metrics of seed 004 §7.1 and the
-// run_transition log event of seed 004 §7.2. A context that is about an
+// afterWrite records what a status write did: the audit event
+// (docs/spec.md#audit-event) with the transition context, the run metrics and the
+// run_transition log event (docs/spec.md#metrics). A context that is about an
 // approval or an external event gets its details from the document just
 // written.
 func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, b by) {
@@ -225,7 +226,7 @@ func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, b by)
 }
 
 // contextAttrs are the parts of a transition context a log line adds to
-// the seed's fields (run id, initiator and time are there already).
+// the event's own fields (run id, initiator and time are there already).
 func contextAttrs(tc *lifecycle.TransitionContext) []slog.Attr {
 	var attrs []slog.Attr
 	if tc.UserID != "" {
@@ -258,7 +259,7 @@ func writeContext(doc *Status, b by) lifecycle.TransitionContext {
 	return tc
 }
 
-// auditOf is the audit event (seed 003 §5.1) of the write that makes doc,
+// auditOf is the audit event (docs/spec.md#audit-event) of the write that makes doc,
 // from the status from, as b, at version seq of the document.
 func (r *Runner) auditOf(doc *Status, from string, b by, seq int64) *AuditRecord {
 	tc := writeContext(doc, b)
@@ -363,6 +364,8 @@ func cloneStatus(d *Status) Status {
 	c.Lease = clonePtr(d.Lease)
 	c.LastHeartbeatAt = clonePtr(d.LastHeartbeatAt)
 	c.CancelRequestedAt = clonePtr(d.CancelRequestedAt)
+	c.TakenOverAt = clonePtr(d.TakenOverAt)
+	c.RunnerLostAt = clonePtr(d.RunnerLostAt)
 	c.LastAudit = clonePtr(d.LastAudit)
 	if d.Approval != nil {
 		a := *d.Approval

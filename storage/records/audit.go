@@ -16,9 +16,9 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// AuditEvent is one line of the audit log of 003 §5.1: every write to
+// AuditEvent is one line of the audit log (docs/spec.md#audit-event): every write to
 // canonical storage records who moved what from which state to which.
-// Field names are the seed's; times are RFC 3339 UTC.
+// Field names are the platform's; times are RFC 3339 UTC.
 type AuditEvent struct {
 	// ID names the event's object; it sorts by time. It is not part of the
 	// JSON (the key carries it) and is filled in by Record and ReadAuditDay.
@@ -33,16 +33,16 @@ type AuditEvent struct {
 	From       string    `json:"from"` // empty for a creation
 	To         string    `json:"to"`
 	Node       string    `json:"node"` // the host that wrote
-	// Context is the transition's context (seed 004 §2.2, a
+	// Context is the transition's context (docs/spec.md#transition-context, a
 	// lifecycle.TransitionContext as JSON: run id, user id, initiator,
 	// timestamp, metadata, approval and external-event details), when the
-	// writer gives one; the seed's fields above keep their names.
+	// writer gives one; the platform's fields above keep their names.
 	Context json.RawMessage `json:"context,omitempty"`
 	// Prior are the events a batched object carries before this one (the
 	// job queue writes one object per job life segment: every move from
 	// the job's creation or last rest to its next rest, issue 12). The
-	// object's own fields are the segment's last event, so a reader of the
-	// seed's format sees where the job came to rest; Expand and
+	// object's own fields are the segment's last event, so a reader that
+	// knows only the platform's fields sees where the job came to rest; Expand and
 	// ReadAuditDay yield every event.
 	Prior []AuditEvent `json:"prior,omitempty"`
 }

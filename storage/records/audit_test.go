@@ -55,7 +55,7 @@ func TestAuditLog(t *testing.T) {
 		t.Fatalf("day 2 = %+v, want the later events in time order", day2)
 	}
 
-	// The stored JSON reads like 003 §5.1.
+	// The stored JSON reads as docs/spec.md#audit-event shows it.
 	raw, _, err := s.Get(ctx, "audit/20260224/"+written[0].ID+".json")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestAuditCreateOnly(t *testing.T) {
 	}
 }
 
-// The transition context is one optional field beside the seed's: absent
+// The transition context is one optional field beside the others: absent
 // when empty, a JSON object when given, and read back as written.
 func TestAuditEventContext(t *testing.T) {
 	t.Parallel()

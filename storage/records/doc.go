@@ -1,5 +1,5 @@
 // Package records is what Conveyor persists on a storage.Store besides the
-// seeds' documents: typed JSON documents with their write counter (Meta,
+// lifecycle records of docs/spec.md#records: typed JSON documents with their write counter (Meta,
 // Read, Create), the lease a writer holds in a record, the audit log, and
 // the quarantine of records that cannot be decoded.
 //

@@ -12,8 +12,8 @@ import (
 // version counter inside the JSON ("version": 1 on create, +1 per write of
 // the engines' read-check-write, internal/core.Record), so
 // a reader of the raw object sees how many writes it has had, independent of
-// the store's opaque Version. (003 §3.1's artifact "version": 1 is this
-// field.)
+// the store's opaque Version. (An artifact's "version": 1 is this field,
+// docs/spec.md#artifact.)
 type Meta struct {
 	Version int64 `json:"version"`
 }

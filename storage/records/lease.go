@@ -16,7 +16,7 @@ import (
 var ErrLeaseLost = errors.New("conveyor: lease lost")
 
 // Lease says which process owns a record (a run, a job) and until when
-// (DESIGN.md §5). The owner renews it by heartbeat; another process takes the
+// (docs/spec.md#recovery). The owner renews it by heartbeat; another process takes the
 // record over only after ExpiresAt, with Epoch+1, and every write of an owner
 // is conditional on its own (Owner, Epoch) still being in the record, so a
 // process that was paused past its lease can write nothing once it wakes.

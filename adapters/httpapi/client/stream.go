@@ -18,7 +18,7 @@ import (
 )
 
 // PollInterval is how often Wait reads a run's status when the event
-// stream is not available (seed 000 §4.1: 5 s).
+// stream is not available (docs/spec.md#polling: 5 s).
 const PollInterval = 5 * time.Second
 
 // ErrStreamEnded: the server closed the event stream.
@@ -362,7 +362,7 @@ func Terminal(st lifecycle.RunStatus) bool {
 }
 
 // InboxPollInterval is how often WatchInbox reads the inbox stats when the
-// event stream is not available (seed 000 §4.1: 30 s).
+// event stream is not available (docs/spec.md#polling: 30 s).
 const InboxPollInterval = 30 * time.Second
 
 // WatchInbox yields the inbox stats now, and again whenever they change:

@@ -14,8 +14,8 @@ const (
 	// ActorHeader names the actor of a request when the server has no
 	// tokens (loopback only).
 	ActorHeader = "X-Conveyor-Actor"
-	// IdempotencyKeyHeader carries a submit's idempotency key (seed 004
-	// §3.2).
+	// IdempotencyKeyHeader carries a submit's idempotency key
+	// (docs/spec.md#idempotency).
 	IdempotencyKeyHeader = "X-Idempotency-Key"
 )
 

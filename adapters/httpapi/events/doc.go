@@ -8,15 +8,18 @@
 //	go feed.Run(ctx)
 //	mux.Handle("GET /events/stream", feed)
 //
-// Each poll (Config.PollInterval) lists the day prefix of the audit log
-// that holds the cursor (and the neighbouring day around midnight), takes
-// the events with an id at or after cursor − Config.Lookback that it has not
-// sent yet, in id order (ids sort by time across nodes), translates each into
-// zero or more events of the contract, and hands them to every client.
+// Each poll lists the audit log from the cursor − Config.Lookback on, with
+// Store.ListAfter (what sorts before costs nothing), through the day of
+// now + Lookback (so around midnight two day folders), sends the events
+// it has not sent yet, in id order (ids sort by time across nodes),
+// translated into zero or more events of the contract, to every client.
 // The lookback lets an event stamped a little in the past (a node whose clock
 // lags, a writer slow between stamping and storing, the job queue re-emitting
 // an event a dead writer missed) still be sent, once: a set of the ids sent
-// within the lookback window keeps it from going out twice.
+// within the lookback window keeps it from going out twice. A poll runs
+// every Config.PollInterval; on a store that is a storage.Watcher, when the
+// watch signals a write under audit/ (at most once per PollInterval) and
+// every Config.WatchPollInterval otherwise.
 //
 // Translation (audit event → stream event):
 //
@@ -38,17 +41,27 @@
 // pending entries when the feed read them, counted once per poll that holds
 // an inbox.create: the inbox keeps no count, so this reads every live entry.
 //
-// Cost: every poll lists the whole day prefix, so its cost grows with the
-// day's events (a busy day of 100 000 events is 100 listing pages per poll
-// on S3); a later change lists from the cursor on and makes it flat.
+// Cost: an idle poll is one listing (two around midnight) that yields the
+// events of the last Lookback only, whatever the day holds: one LIST
+// request on S3. (filestore reads every name of the day's folder to list
+// it; its watch keeps such listings to a change or one per
+// WatchPollInterval.)
 //
 // Clients: each has a buffer of Config.Buffer events; one that falls behind
 // is disconnected (Feed.Dropped, a WARN log) and reconnects with
 // Last-Event-ID; the broadcaster never waits for anyone. A resume replays
-// from the store every event after the given id, from that id's day on and no
-// further back than Config.MaxReplay (7 days by default), then continues live
-// without a gap or a duplicate. Store failures never stop the feed: the poll
-// is retried at the next interval and an outage is logged once, at WARN. An
+// from the store every event after the given id, no further back than
+// Config.MaxReplay (7 days by default), then continues live without a gap
+// or a duplicate. It reads the store a page at a time (Config.ReplayPage
+// keys, the page's objects 8 at a time), so a client holds one page
+// whatever the backlog; all resumes together read at most
+// Config.MaxReplays pages at once and Config.ReplayRate events a second,
+// so many resuming clients cannot take the process's memory, CPU or store
+// with them. An id the feed cannot resume from exactly gets a stream.reset
+// event first (TypeStreamReset: not an id, ResetInvalid; no longer in the
+// store, ResetGone; older than MaxReplay, ResetTooOld), then what the store
+// still has after it. Store failures never stop the feed: the poll is
+// retried at the next interval and an outage is logged once, at WARN. An
 // audit object that cannot be decoded is skipped with a WARN.
 //
 // Read parses such a stream, for tests and clients.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,27 +17,43 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultPollInterval = 250 * time.Millisecond
-	DefaultHeartbeat    = 15 * time.Second
-	DefaultBuffer       = 64
-	DefaultLookback     = 10 * time.Second
-	DefaultMaxReplay    = 7 * 24 * time.Hour
-	DefaultMaxClients   = 1024
-	DefaultRetry        = 3 * time.Second
+	DefaultPollInterval      = 250 * time.Millisecond
+	DefaultWatchPollInterval = time.Minute
+	DefaultHeartbeat         = 15 * time.Second
+	DefaultBuffer            = 64
+	DefaultLookback          = 10 * time.Second
+	DefaultMaxReplay         = 7 * 24 * time.Hour
+	DefaultMaxClients        = 1024
+	DefaultRetry             = 3 * time.Second
+	DefaultReplayPage        = 256
+	DefaultMaxReplays        = 4
+	DefaultReplayRate        = 5000
 )
 
 // Config configures a Feed. Only Store is required; every other field has
 // the documented default when left zero.
 type Config struct {
-	// Store is the store whose audit log the feed tails. Required.
+	// Store is the store whose audit log the feed tails. Required. When it
+	// is a storage.Watcher the feed lists the log when the watch signals a
+	// change (at most once per PollInterval) and every WatchPollInterval;
+	// otherwise every PollInterval.
 	Store storage.Store
-	// Clock times polls and heartbeats. Default: the wall clock.
+	// Clock times polls, heartbeats and the replay rate. Default: the wall
+	// clock.
 	Clock clock.Clock
 	// Logger receives store outages (WARN, once per outage), skipped audit
 	// events and dropped clients (WARN). Default: slog.Default().
 	Logger *slog.Logger
-	// PollInterval is how often the audit log is listed. Default 250 ms.
+	// PollInterval is how often the audit log is listed when the store
+	// cannot watch it, and the least time between two listings when it
+	// can. Default 250 ms.
 	PollInterval time.Duration
+	// WatchPollInterval is how often the audit log is listed, with a store
+	// that watches it, when no change is signalled: the fallback for
+	// writers the watch does not see (another host on a shared folder).
+	// Default 1 min: the watch misses nothing on one host, and on filestore
+	// each listing reads every name of the day's folder.
+	WatchPollInterval time.Duration
 	// Heartbeat is how often an idle stream gets a ": ping" comment, so
 	// proxies keep it open. Default 15 s.
 	Heartbeat time.Duration
@@ -53,8 +68,8 @@ type Config struct {
 	// from the store still has it). Default 10 s.
 	Lookback time.Duration
 	// MaxReplay bounds how far back a resume (Last-Event-ID) replays: a
-	// client whose last event is older gets the events of the last
-	// MaxReplay only, and should reload its state. Default 7 days.
+	// client whose last event is older is told so (a stream.reset event)
+	// and gets the events of the last MaxReplay only. Default 7 days.
 	MaxReplay time.Duration
 	// MaxClients bounds the open streams; past it a new one gets 503 with
 	// Retry-After. Default 1024; negative means no limit.
@@ -62,6 +77,18 @@ type Config struct {
 	// Retry is the reconnection delay sent to clients (the retry: field).
 	// Default 3 s.
 	Retry time.Duration
+	// ReplayPage is how many audit events a resume reads from the store at
+	// a time, and so (with Buffer) what one resuming client holds in
+	// memory. Default 256.
+	ReplayPage int
+	// MaxReplays bounds the pages that resumes read from the store at
+	// once, across all clients; a resume waits for its turn before each
+	// page, never while it writes to its client. Default 4.
+	MaxReplays int
+	// ReplayRate bounds the audit events per second that all resumes
+	// together read from the store (a burst of one second's worth is
+	// free). Default 5000; negative means no limit.
+	ReplayRate int
 }
 
 // Feed is the Worker's event stream: Run tails the store's audit log and
@@ -86,11 +113,22 @@ type Feed struct {
 	// the Run goroutine touches it.
 	seen map[string]struct{}
 	tr   *translator
+	// progress is, while polls fail, the last key handled that the next
+	// poll's window no longer needs in seen: the next poll lists after it,
+	// so an event is not sent twice after a poll failed half-way.
+	progress string
 	// outage is set while polls fail, so an outage is logged once.
 	outage bool
+	// pages holds a token per replay page being read (MaxReplays); rate
+	// paces the events those pages read (ReplayRate).
+	pages chan struct{}
+	rate  *limiter
 	// polled, when set (by tests, before Run), is called after each poll,
 	// once the next poll's timer is scheduled.
 	polled func()
+	// replayWaits, when set (by tests, before Run), is called when a
+	// replay waits for its turn to read a page (Config.MaxReplays).
+	replayWaits func()
 }
 
 // New checks cfg, fills in the defaults and returns a Feed.
@@ -110,6 +148,7 @@ func New(cfg Config) (*Feed, error) {
 		}
 	}
 	def(&cfg.PollInterval, DefaultPollInterval)
+	def(&cfg.WatchPollInterval, DefaultWatchPollInterval)
 	def(&cfg.Heartbeat, DefaultHeartbeat)
 	def(&cfg.Lookback, DefaultLookback)
 	def(&cfg.MaxReplay, DefaultMaxReplay)
@@ -119,6 +158,15 @@ func New(cfg Config) (*Feed, error) {
 	}
 	if cfg.MaxClients == 0 {
 		cfg.MaxClients = DefaultMaxClients
+	}
+	if cfg.ReplayPage <= 0 {
+		cfg.ReplayPage = DefaultReplayPage
+	}
+	if cfg.MaxReplays <= 0 {
+		cfg.MaxReplays = DefaultMaxReplays
+	}
+	if cfg.ReplayRate == 0 {
+		cfg.ReplayRate = DefaultReplayRate
 	}
 	box, err := inbox.New(inbox.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
@@ -130,6 +178,8 @@ func New(cfg Config) (*Feed, error) {
 		stopped: make(chan struct{}),
 		seen:    map[string]struct{}{},
 		tr:      newTranslator(cfg.Store, box),
+		pages:   make(chan struct{}, cfg.MaxReplays),
+		rate:    newLimiter(cfg.Clock, cfg.ReplayRate),
 	}, nil
 }
 
@@ -160,19 +210,54 @@ func (f *Feed) Run(ctx context.Context) error {
 	f.cursor = f.clock.Now()
 	f.mu.Unlock()
 	defer close(f.stopped)
+	wake := f.watch(ctx)
 	for {
 		f.poll(ctx)
-		t := f.clock.NewTimer(f.cfg.PollInterval)
+		// PollInterval between two listings, watched or not: a busy log
+		// signals at every write, and each listing reads the Lookback
+		// window again.
+		gap := f.clock.NewTimer(f.cfg.PollInterval)
 		if f.polled != nil {
 			f.polled()
 		}
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			gap.Stop()
 			return nil
-		case <-t.C():
+		case <-gap.C():
+		}
+		if wake == nil {
+			continue
+		}
+		fallback := f.clock.NewTimer(max(f.cfg.WatchPollInterval-f.cfg.PollInterval, 0))
+		select {
+		case <-ctx.Done():
+			fallback.Stop()
+			return nil
+		case <-fallback.C():
+		case _, ok := <-wake:
+			fallback.Stop()
+			if !ok && ctx.Err() == nil {
+				wake = nil // the adapter gave the watch up: poll
+				f.log.WarnContext(ctx, "events: the store stopped watching the audit log, polling it every PollInterval")
+			}
 		}
 	}
+}
+
+// watch returns the channel of a watch on the audit log, or nil when the
+// store cannot watch it (the feed then polls).
+func (f *Feed) watch(ctx context.Context) <-chan struct{} {
+	w, ok := f.cfg.Store.(storage.Watcher)
+	if !ok {
+		return nil
+	}
+	ch, err := w.Watch(ctx, layout.AuditPrefix)
+	if err != nil {
+		f.log.DebugContext(ctx, "events: no watch on the audit log, polling it", "err", err)
+		return nil
+	}
+	return ch
 }
 
 // floor is the lowest audit id a poll takes: the cursor less Lookback, as
@@ -184,7 +269,7 @@ func (f *Feed) floor() time.Time {
 }
 
 // idFloor renders t as the lowest id stamped at or after t.
-func idFloor(t time.Time) string { return t.UTC().Format("20060102T150405.000000000Z") }
+func idFloor(t time.Time) string { return layout.AuditIDStamp(t) }
 
 // days returns the day prefixes holding events stamped from..to.
 func days(from, to time.Time) []string {
@@ -195,21 +280,28 @@ func days(from, to time.Time) []string {
 	return out
 }
 
-// poll lists the audit events from the floor on, sends those not seen
-// yet in id order, and moves the cursor once all were handled.
+// poll lists the audit log from the floor on (ListAfter: what sorts before
+// the floor costs nothing), sends the events not seen yet in id order, and
+// moves the cursor once all were handled. An idle poll lists one page per
+// day in its window (one, or two around midnight) holding the events of
+// the last Lookback, whatever the size of the day.
 func (f *Feed) poll(ctx context.Context) {
 	start := f.clock.Now()
 	from := f.floor()
 	if min := start.Add(-f.cfg.MaxReplay); from.Before(min) {
 		from = min // after an outage of days: no more than a replay's worth
 	}
-	fromID := idFloor(from)
-	var ids []string
-	keyOf := map[string]string{}
+	// Ids from keep on may be listed again by the next poll, so seen must
+	// hold them; older ones need not be kept.
+	keep := idFloor(start.Add(-f.cfg.Lookback))
+	// One cursor serves every day: it sorts before every key of the days
+	// after from's, so those are listed whole.
+	after := max(layout.AuditAfter(from), f.progress)
+	f.tr.begin()
 	// Up to Lookback ahead too: a node whose clock runs ahead writes into
 	// tomorrow's prefix before midnight here.
 	for _, prefix := range days(from, start.Add(f.cfg.Lookback)) {
-		for key, err := range f.cfg.Store.List(ctx, prefix) {
+		for key, err := range f.cfg.Store.ListAfter(ctx, prefix, after) {
 			if err != nil {
 				f.failed(ctx, err)
 				return
@@ -218,35 +310,31 @@ func (f *Feed) poll(ctx context.Context) {
 			if !ok {
 				continue
 			}
-			if id < fromID {
-				continue
-			}
 			if _, ok := f.seen[id]; ok {
 				continue
 			}
-			ids = append(ids, id)
-			keyOf[id] = key
-		}
-	}
-	slices.Sort(ids)
-	f.tr.begin()
-	for _, id := range ids {
-		b, err := readEvent(ctx, f.cfg.Store, f.tr, keyOf[id], id)
-		if errors.Is(err, errSkip) {
-			f.log.WarnContext(ctx, "events: audit event skipped", "key", keyOf[id], "err", err)
-		} else if err != nil {
-			f.failed(ctx, err)
-			return
-		}
-		f.seen[id] = struct{}{}
-		if len(b.frame) > 0 {
-			f.broadcast(ctx, b)
+			b, err := readEvent(ctx, f.cfg.Store, f.tr, key, id)
+			if errors.Is(err, errSkip) {
+				f.log.WarnContext(ctx, "events: audit event skipped", "key", key, "err", err)
+			} else if err != nil {
+				f.failed(ctx, err)
+				return
+			}
+			if id >= keep {
+				f.seen[id] = struct{}{}
+			} else {
+				f.progress = max(f.progress, key)
+			}
+			if len(b.frame) > 0 {
+				f.broadcast(ctx, b)
+			}
 		}
 	}
 	if f.outage {
 		f.outage = false
 		f.log.InfoContext(ctx, "events: audit log readable again")
 	}
+	f.progress = ""
 	f.mu.Lock()
 	if start.After(f.cursor) {
 		f.cursor = start
@@ -273,12 +361,27 @@ func (f *Feed) failed(ctx context.Context, err error) {
 // (deleted since the listing) becomes no frames; an undecodable one
 // errSkip.
 func readEvent(ctx context.Context, s storage.Store, tr *translator, key, id string) (batch, error) {
-	raw, _, err := s.Get(ctx, key)
-	if errors.Is(err, storage.ErrNotFound) {
-		return batch{id: id}, nil
-	}
+	raw, err := getEvent(ctx, s, key)
 	if err != nil {
 		return batch{}, err
+	}
+	return translateEvent(ctx, tr, id, raw)
+}
+
+// getEvent reads the audit object at key: nil for a missing one.
+func getEvent(ctx context.Context, s storage.Store, key string) ([]byte, error) {
+	raw, _, err := s.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
+	}
+	return raw, err
+}
+
+// translateEvent decodes and translates the audit object raw (nil: gone,
+// no frames).
+func translateEvent(ctx context.Context, tr *translator, id string, raw []byte) (batch, error) {
+	if raw == nil {
+		return batch{id: id}, nil
 	}
 	var ev records.AuditEvent
 	if err := json.Unmarshal(raw, &ev); err != nil {

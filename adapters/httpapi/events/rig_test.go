@@ -19,12 +19,16 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// env is this binary's MinIO, started by the first benchmark that needs it.
+var env teststores.Env
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(env.Wrap(m)) }
 
 var t0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
 
@@ -78,8 +82,22 @@ type rig struct {
 	logs   *testlog.Buffer
 }
 
+// unwatched hides a store's Watch: the rig's feed polls on the fake
+// clock, so a test decides when it lists the log.
+type unwatched struct{ storage.Store }
+
+// watched marks a store whose Watch the rig's feed is to use.
+type watched struct{ storage.Store }
+
+func (w watched) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	return w.Store.(storage.Watcher).Watch(ctx, prefix)
+}
+
 func newRig(t *testing.T, store storage.Store, cfg events.Config) *rig {
 	t.Helper()
+	if _, ok := store.(watched); !ok {
+		store = unwatched{store}
+	}
 	clk, ok := cfg.Clock.(*clock.Fake)
 	if !ok {
 		clk = clock.NewFake(t0)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
@@ -68,8 +69,10 @@ func (c *client) write(p []byte, w http.ResponseWriter) error {
 // of docs/http-api.md, "Events"). ?run= keeps one run's events (its run's
 // and jobs' status changes). A Last-Event-ID header, or ?last_event_id=,
 // first replays from the store every event after that id (no further back
-// than Config.MaxReplay), then goes on live without a gap or a duplicate;
-// an id that is not an audit event id is ignored (the stream starts live).
+// than Config.MaxReplay), page by page, then goes on live without a gap or
+// a duplicate. An id the feed cannot resume from exactly (not an audit
+// event id, no longer in the store, older than MaxReplay) first gets a
+// stream.reset event saying why (see resumePoint).
 func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
@@ -90,7 +93,7 @@ func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &client{ch: make(chan batch, f.cfg.Buffer), run: run, remote: r.RemoteAddr,
 		drop: make(chan struct{}), rc: http.NewResponseController(w)}
-	lastAt, resume := idTime(last)
+	lastKey, lastAt, resume := layout.AuditKeyOfID(last)
 	c.replaying = resume
 	floor, err := f.subscribe(c)
 	if err != nil {
@@ -110,11 +113,16 @@ func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var sent map[string]struct{}
-	if resume {
-		if sent, err = f.replay(ctx, c, w, last, lastAt, floor); err != nil {
+	switch {
+	case resume:
+		if sent, err = f.resume(ctx, c, w, last, lastKey, lastAt, floor); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errAborted) {
 				f.log.WarnContext(ctx, "events: replay failed, the client will resume", "remote", c.remote, "err", err)
 			}
+			return
+		}
+	case last != "":
+		if c.write(resetFrame(ResetInvalid), w) != nil {
 			return
 		}
 	}
@@ -181,55 +189,46 @@ func (f *Feed) unsubscribe(c *client) {
 	delete(f.clients, c)
 }
 
-// replay writes to c every event after lastID from the store, then hands
-// c over to the live broadcast. Live events that the replay sent too are
-// recognized by the returned set of ids (only ids from floor on can come
-// live). If c's buffer overflowed meanwhile, the events it lost are all
-// in the store from floor on, so they are read from there again.
-func (f *Feed) replay(ctx context.Context, c *client, w http.ResponseWriter, lastID string, lastAt, floor time.Time) (map[string]struct{}, error) {
-	tr := newTranslator(f.cfg.Store, f.box)
-	tr.begin()
-	sent := map[string]struct{}{}
-	floorID := idFloor(floor)
-	emit := func(from time.Time) error {
-		fromID := idFloor(from)
-		for _, prefix := range days(from, f.clock.Now().Add(f.cfg.Lookback)) {
-			for key, err := range f.cfg.Store.List(ctx, prefix) {
-				if err != nil {
-					return err
-				}
-				id, ok := layout.ParseAuditKey(key)
-				if !ok {
-					continue
-				}
-				if id <= lastID || id < fromID {
-					continue
-				}
-				if _, ok := sent[id]; ok {
-					continue
-				}
-				b, err := readEvent(ctx, f.cfg.Store, tr, key, id)
-				if err != nil && !errors.Is(err, errSkip) {
-					return err
-				}
-				if id >= floorID {
-					sent[id] = struct{}{}
-				}
-				if len(b.frame) == 0 || (c.run != "" && c.run != b.run) {
-					continue
-				}
-				if err := c.write(b.frame, w); err != nil {
-					return err
-				}
-			}
+// resumePoint says where a resume with the event id last starts, whose
+// key and time are lastKey and lastAt: after that key when the event is
+// in the store; otherwise the replay cannot know what the client missed
+// and reason says why (ResetGone, ResetTooOld), and it starts at the next
+// event that exists after the id (no earlier than MaxReplay ago). The
+// returned from is the time of after's day.
+func (f *Feed) resumePoint(ctx context.Context, lastKey string, lastAt time.Time) (after string, from time.Time, reason string, err error) {
+	if min := f.clock.Now().Add(-f.cfg.MaxReplay); lastAt.Before(min) {
+		return layout.AuditAfter(min), min, ResetTooOld, nil
+	}
+	_, _, err = f.cfg.Store.Get(ctx, lastKey)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return lastKey, lastAt, ResetGone, nil
+	case err != nil:
+		return "", time.Time{}, "", err
+	}
+	return lastKey, lastAt, "", nil
+}
+
+// resume writes to c every event after the event id last from the store
+// (preceded by a stream.reset when it is not there to resume from), then
+// hands c over to the live broadcast. Live events that the replay sent
+// too are recognized by the returned set of ids (only ids from floor on
+// can come live). If c's buffer overflowed meanwhile, the events it lost
+// are all in the store from floor on, so they are read from there again.
+func (f *Feed) resume(ctx context.Context, c *client, w http.ResponseWriter, last, lastKey string, lastAt, floor time.Time) (map[string]struct{}, error) {
+	after, from, reason, err := f.resumePoint(ctx, lastKey, lastAt)
+	if err != nil {
+		return nil, err
+	}
+	if reason != "" {
+		f.log.DebugContext(ctx, "events: resume from an id the feed cannot resume exactly", "remote", c.remote, "id", last, "reason", reason)
+		if err := c.write(resetFrame(reason), w); err != nil {
+			return nil, err
 		}
-		return nil
 	}
-	from := lastAt
-	if min := f.clock.Now().Add(-f.cfg.MaxReplay); from.Before(min) {
-		from = min
-	}
-	if err := emit(from); err != nil {
+	r := &replay{f: f, c: c, w: w, tr: newTranslator(f.cfg.Store, f.box),
+		sent: map[string]struct{}{}, floorID: idFloor(floor), page: make([]string, 0, f.cfg.ReplayPage)}
+	if err := r.emit(ctx, from, after); err != nil {
 		return nil, err
 	}
 	for {
@@ -237,7 +236,7 @@ func (f *Feed) replay(ctx context.Context, c *client, w http.ResponseWriter, las
 		if !c.overflow {
 			c.replaying = false
 			f.mu.Unlock()
-			return sent, nil
+			return r.sent, nil
 		}
 		c.overflow = false
 		f.mu.Unlock()
@@ -248,20 +247,138 @@ func (f *Feed) replay(ctx context.Context, c *client, w http.ResponseWriter, las
 				drained = true
 			}
 		}
-		if err := emit(floor); err != nil {
+		if err := r.emit(ctx, floor, max(after, layout.AuditAfter(floor))); err != nil {
 			return nil, err
 		}
 	}
 }
 
-// idTime reads the time an audit id starts with.
-func idTime(id string) (time.Time, bool) {
-	const layout = "20060102T150405.000000000Z"
-	if len(id) < len(layout) {
-		return time.Time{}, false
+// replay is one client's read of the audit log from the store. It holds a
+// page of keys (Config.ReplayPage) and the frames of one page at a time,
+// never the backlog: memory per client is bounded whatever the resume's
+// age.
+type replay struct {
+	f       *Feed
+	c       *client
+	w       http.ResponseWriter
+	tr      *translator
+	sent    map[string]struct{} // ids from floorID on: they may come live too
+	floorID string
+	page    []string
+	ids     []string // the page's ids, "" for a key not to read
+	raws    [][]byte // the page's objects, while they are translated
+	frames  []byte
+}
+
+// emit writes every event after the key after, from the day of from on,
+// a page at a time.
+func (r *replay) emit(ctx context.Context, from time.Time, after string) error {
+	for _, prefix := range days(from, r.f.clock.Now().Add(r.f.cfg.Lookback)) {
+		for key, err := range r.f.cfg.Store.ListAfter(ctx, prefix, after) {
+			if err != nil {
+				return err
+			}
+			if r.page = append(r.page, key); len(r.page) == cap(r.page) {
+				if err := r.flush(ctx); err != nil {
+					return err
+				}
+			}
+		}
 	}
-	t, err := time.Parse(layout, id[:len(layout)])
-	return t, err == nil
+	return r.flush(ctx)
+}
+
+// flush reads and translates the page's events, in its turn among the
+// replays (Config.MaxReplays) and at the shared rate (Config.ReplayRate),
+// then writes their frames to the client in one write, outside its turn.
+func (r *replay) flush(ctx context.Context) error {
+	if len(r.page) == 0 {
+		return nil
+	}
+	defer func() { r.page = r.page[:0] }()
+	if err := r.f.rate.wait(ctx, len(r.page)); err != nil {
+		return err
+	}
+	select {
+	case r.f.pages <- struct{}{}:
+	default:
+		if r.f.replayWaits != nil {
+			r.f.replayWaits()
+		}
+		select {
+		case r.f.pages <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.frames = r.frames[:0]
+	err := r.read(ctx)
+	<-r.f.pages
+	if err != nil || len(r.frames) == 0 {
+		return err
+	}
+	return r.c.write(r.frames, r.w)
+}
+
+// pageReads is how many audit objects of a page a replay reads at once:
+// on S3 a read is a round trip, and a page read one after the other would
+// take a round trip per event.
+const pageReads = 8
+
+// read appends the frames of the page's events to r.frames: it reads the
+// objects pageReads at a time, then translates them in order (the
+// translator is not safe for concurrent use).
+func (r *replay) read(ctx context.Context) error {
+	r.ids = r.ids[:0]
+	for _, key := range r.page {
+		id, ok := layout.ParseAuditKey(key)
+		if _, sent := r.sent[id]; !ok || sent {
+			id = "" // not an event, or sent already: not read
+		}
+		r.ids = append(r.ids, id)
+	}
+	r.raws = append(r.raws[:0], make([][]byte, len(r.page))...)
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range min(pageReads, len(r.page)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(r.page) && failed.Load() == nil; i = int(next.Add(1) - 1) {
+				if r.ids[i] == "" {
+					continue
+				}
+				raw, err := getEvent(ctx, r.f.cfg.Store, r.page[i])
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				r.raws[i] = raw
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return *err
+	}
+	r.tr.begin()
+	for i, id := range r.ids {
+		if id == "" {
+			continue
+		}
+		b, err := translateEvent(ctx, r.tr, id, r.raws[i])
+		r.raws[i] = nil
+		if err != nil && !errors.Is(err, errSkip) {
+			return err
+		}
+		if id >= r.floorID {
+			r.sent[id] = struct{}{}
+		}
+		if len(b.frame) == 0 || (r.c.run != "" && r.c.run != b.run) {
+			continue
+		}
+		r.frames = append(r.frames, b.frame...)
+	}
+	return nil
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"io"
 	"iter"
 	"strings"
@@ -16,10 +17,37 @@ const (
 	TypeInboxStatusChanged = "inbox.status.changed"
 	TypeJobStatusChanged   = "job.status.changed"
 	TypeNLMStatusChanged   = "nlm.status.changed"
+	// TypeStreamReset opens a resumed stream whose Last-Event-ID the feed
+	// cannot resume from exactly: the client may have missed events, and
+	// re-reads the state it shows. Its data is {"type", "reason"}, reason
+	// one of the Reset constants; it carries no id.
+	TypeStreamReset = "stream.reset"
 )
 
 // The reader of the stream lives in package sse, which the Go client
 // imports without the feed; these names keep the feed's API.
+
+// The reasons of a stream.reset event.
+const (
+	// ResetInvalid: the Last-Event-ID is not an id of this feed. The
+	// stream goes on live.
+	ResetInvalid = "invalid_id"
+	// ResetGone: the event is no longer in the store (retention deleted
+	// it, or it never was). The replay starts at the next event there is.
+	ResetGone = "gone"
+	// ResetTooOld: the event is older than the feed replays
+	// (Config.MaxReplay). The replay starts MaxReplay ago.
+	ResetTooOld = "too_old"
+)
+
+// resetFrame is the stream.reset event for reason, on the wire.
+func resetFrame(reason string) []byte {
+	data, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Reason string `json:"reason"`
+	}{TypeStreamReset, reason})
+	return appendFrame(nil, Event{Type: TypeStreamReset, Data: data})
+}
 
 // MaxLineBytes is the longest line Read accepts (sse.MaxLineBytes).
 const MaxLineBytes = sse.MaxLineBytes

@@ -365,8 +365,8 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 	}
 }
 
-// Without the events feed the page polls the run's status every 5 s (seed
-// 000 §4.1) and still follows the run to its end, then stops polling.
+// Without the events feed the page polls the run's status every 5 s
+// (docs/spec.md#polling) and still follows the run to its end, then stops polling.
 func TestRunPageFallsBackToPolling(t *testing.T) {
 	bin := chromium(t)
 	w := startWorker(t, false)

@@ -39,6 +39,9 @@ type Payload struct {
 	From      string `json:"from,omitempty"`
 	Step      int    `json:"step,omitempty"`
 	Count     int    `json:"count,omitempty"`
+	// Reason is a stream.reset event's: why the stream could not resume
+	// exactly where the client asked.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Payload decodes e.Data.

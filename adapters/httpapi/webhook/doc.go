@@ -1,7 +1,7 @@
 // Package webhook receives GitHub and Slack webhooks and starts the agent
 // run a routing table maps each one to, with trigger "event", exactly once
 // per delivery across every process sharing the Runner's store (issue 13,
-// seed 004 §3-4).
+// docs/spec.md#idempotency).
 //
 // A Handler serves POST /webhooks/github and POST /webhooks/slack; the
 // Worker's HTTP server mounts it at /webhooks/ and it reads the full path.
@@ -79,17 +79,17 @@
 //	slack  200 {... "started": false, "reason"}         no route
 //
 // A duplicate gets the first delivery's answer again, the same status and
-// body (seed 004 §4.1), and the header X-Conveyor-Duplicate: true.
+// body (docs/spec.md#idempotency), and the header X-Conveyor-Duplicate: true.
 //
 // # Deduplication
 //
 // The idempotency key is github:{X-GitHub-Delivery},
-// slack:{team_id}:{trigger_id} (seed 004 §3.1) or, for an Events API event,
+// slack:{team_id}:{trigger_id} or, for an Events API event,
 // slack:{team_id}:{event_id}, handed to Runner.Submit, so
-// the Runner's check-and-set record and its TTLs (seed 004 §4.3: completed
+// the Runner's check-and-set record and its TTLs (docs/spec.md#idempotency: completed
 // 24 h, failed 1 h, processing lock 5 min) decide duplicates.
 //
-// GitHub adds the secondary dedupe of seed 004 §4.2: a delivery of the same
+// GitHub adds the secondary dedupe of docs/spec.md#idempotency: a delivery of the same
 // repository, PR or issue number and event type (event.action) as another
 // delivery less than DedupeWindow (5 s) earlier is a duplicate of that
 // first one. A window is a record of its own, claimed by a create-only
@@ -100,7 +100,7 @@
 // (it is between its two writes, or its process died there) the duplicate is
 // answered 202 with "started": false; the first delivery carries the event.
 //
-// Slack's trigger ids are valid for 30 minutes (seed 004 §3.2): a key whose
+// Slack's trigger ids are valid for 30 minutes: a key whose
 // completed record is younger than SlackTriggerValidity answers its run even
 // when the Runner's completed TTL is set shorter, and the 5-minute replay
 // window refuses any older request before its key is looked at.

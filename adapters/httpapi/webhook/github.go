@@ -217,7 +217,7 @@ func (h *Handler) github(w http.ResponseWriter, r *http.Request) (answer, error)
 //  2. a delivery a window absorbed earlier answers the run it was absorbed
 //     into;
 //  3. a delivery with a PR or issue number claims, or falls in, the window
-//     of its subject (seed 004 §4.2).
+//     of its subject (docs/spec.md#idempotency).
 func (h *Handler) githubDedupe(ctx context.Context, in githubInput, agent, key string) (*answer, string, error) {
 	_, err := h.cfg.Runner.Idempotency(ctx, key)
 	switch {

@@ -32,18 +32,17 @@ const (
 	// requests, issues, comments) are tens of KiB; raise it for pushes with
 	// many commits.
 	DefaultMaxBodyBytes = 1 << 20
-	// DedupeWindow is seed 004 §4.2's secondary dedupe span for GitHub.
+	// DedupeWindow is the secondary dedupe span for GitHub (docs/spec.md#idempotency).
 	DedupeWindow = 5 * time.Second
 	// ReplayWindow is how far a Slack request's timestamp may be from the
 	// clock, either way.
 	ReplayWindow = 5 * time.Minute
-	// SlackTriggerValidity is how long a Slack trigger id is valid (seed
-	// 004 §3.2), and so how long its key answers the first run at least.
+	// SlackTriggerValidity is how long a Slack trigger id is valid, and so how long its key answers the first run at least.
 	SlackTriggerValidity = 30 * time.Minute
 )
 
 // absorbedTTL is how long a delivery absorbed by a window answers the
-// first's run: seed 004 §4.3's completed TTL, as the first's own record.
+// first's run: the completed TTL of docs/spec.md#idempotency, as the first's own record.
 const absorbedTTL = 24 * time.Hour
 
 // DuplicateHeader is set to "true" on the answer to a duplicate delivery,

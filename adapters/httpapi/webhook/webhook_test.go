@@ -219,7 +219,7 @@ func TestInputs(t *testing.T) {
 
 // TestSecondaryDedupe: two deliveries of the same PR and event type within
 // 5 s start one run, and the second is answered with the first's answer;
-// after 5 s a delivery starts a second run (seed 004 §4.2).
+// after 5 s a delivery starts a second run (docs/spec.md#idempotency).
 func TestSecondaryDedupe(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -305,7 +305,7 @@ func TestSecondaryDedupeRace(t *testing.T) {
 	}
 }
 
-// TestIdempotencyTTLs: the keys' records carry seed 004 §4.3's TTLs, which
+// TestIdempotencyTTLs: the keys' records carry the TTLs of docs/spec.md#idempotency, which
 // are the Runner's: a completed key lives 24 h.
 func TestIdempotencyTTLs(t *testing.T) {
 	t.Parallel()

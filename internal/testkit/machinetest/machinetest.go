@@ -14,25 +14,25 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// Grid compares every from × to pair of m with want, the seed's table
+// Grid compares every from × to pair of m with want, the spec's table
 // transcribed independently: want[from] lists the states from may move to.
 // A state missing from want has no outbound moves.
 func Grid[S ~string, R any](t *testing.T, m *lifecycle.Machine[S, R], want map[S][]S) {
 	t.Helper()
 	for from := range want {
 		if !m.IsState(from) {
-			t.Errorf("%s: the seed's table names %q, which the machine lacks", m.Name(), from)
+			t.Errorf("%s: the spec's table names %q, which the machine lacks", m.Name(), from)
 		}
 	}
 	for _, from := range m.States() {
 		for _, to := range m.States() {
 			expected := slices.Contains(want[from], to)
 			if got := m.Allowed(from, to); got != expected {
-				t.Errorf("%s: Allowed(%q, %q) = %v, the seed says %v", m.Name(), from, to, got, expected)
+				t.Errorf("%s: Allowed(%q, %q) = %v, the spec says %v", m.Name(), from, to, got, expected)
 			}
 			err := m.Check(from, to)
 			if expected != (err == nil) {
-				t.Errorf("%s: Check(%q, %q) = %v, the seed says allowed=%v", m.Name(), from, to, err, expected)
+				t.Errorf("%s: Check(%q, %q) = %v, the spec says allowed=%v", m.Name(), from, to, err, expected)
 			}
 			if err != nil && !errors.Is(err, lifecycle.ErrInvalidTransition) {
 				t.Errorf("%s: Check(%q, %q) error %v does not match ErrInvalidTransition", m.Name(), from, to, err)
@@ -43,7 +43,7 @@ func Grid[S ~string, R any](t *testing.T, m *lifecycle.Machine[S, R], want map[S
 		sortStates(next)
 		sortStates(wantNext)
 		if diff := cmp.Diff(wantNext, next); diff != "" && !(len(next) == 0 && len(wantNext) == 0) {
-			t.Errorf("%s: Next(%q) mismatch (-seed +machine):\n%s", m.Name(), from, diff)
+			t.Errorf("%s: Next(%q) mismatch (-spec +machine):\n%s", m.Name(), from, diff)
 		}
 	}
 }

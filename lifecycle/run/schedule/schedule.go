@@ -4,7 +4,7 @@
 // A schedule names an agent and when to run it: a cron expression (five
 // fields, parsed by github.com/robfig/cron/v3, in the schedule's time zone)
 // or a fixed interval. Each slot, the time the expression names, starts one
-// run through run.Runner.Submit with the idempotency key of seed 004 §3.1,
+// run through run.Runner.Submit with the idempotency key of docs/spec.md#idempotency,
 // scheduler:{schedule_id}:{slot}, whose record is created create-only before
 // the run: of the processes that fire a slot at once, one creates the run
 // and the others learn its id; a process that dies between the record and
@@ -240,7 +240,7 @@ func (s *Schedule) jitter(slot time.Time) time.Duration {
 	return time.Duration(h.Sum64() % uint64(s.Jitter))
 }
 
-// Key is the idempotency key of a slot's run (seed 004 §3.1): the slot in
+// Key is the idempotency key of a slot's run (docs/spec.md#idempotency): the slot in
 // RFC 3339 UTC, truncated to the second (no schedule is finer).
 func Key(scheduleID string, slot time.Time) string {
 	return "scheduler:" + scheduleID + ":" + slot.UTC().Truncate(time.Second).Format(time.RFC3339)

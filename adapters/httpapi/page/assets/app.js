@@ -4,7 +4,7 @@
 'use strict';
 
 (() => {
-  // Seed 000 §4.1: a run's status every 5 s until it ends, lists every 30 s.
+  // docs/spec.md#polling: a run's status every 5 s until it ends, lists every 30 s.
   const POLL_RUN_MS = 5000;
   const POLL_LIST_MS = 30000;
   const RECONNECT_MIN_MS = 1000;
@@ -49,6 +49,28 @@
   }
   function badge(status, attrs) {
     return h('span', Object.assign({ class: 'badge', 'data-status': status || '', text: status || '—' }, attrs));
+  }
+  // A run whose runner stopped heartbeating: runner_lost_at (the lapsed
+  // lease's expiry, computed by the Worker on read) until another runner
+  // takes it over, then taken_over_at (docs/spec.md#run-status).
+  function runnerBadge(r) {
+    if (r.runner_lost_at) {
+      return h('span', { class: 'badge', 'data-runner': 'lost', 'data-testid': 'runner-lost', title: 'lease lapsed ' + r.runner_lost_at },
+        'runner lost ', fmtTime(r.runner_lost_at));
+    }
+    if (r.taken_over_at) {
+      return h('span', { class: 'badge', 'data-runner': 'taken-over', 'data-testid': 'taken-over', title: 'taken over ' + r.taken_over_at },
+        'taken over at ', fmtTime(r.taken_over_at));
+    }
+    return null;
+  }
+  // lapseWait is how long until the earliest lease among runs has lapsed
+  // (a second past its expiry, at least POLL_RUN_MS as clocks differ), or
+  // null when none holds one. A lease lapses without an event, so a view
+  // reads again then to show a lost runner unasked.
+  function lapseWait(runs) {
+    const due = runs.filter((r) => r.lease && !r.runner_lost_at).map((r) => Date.parse(r.lease.expires_at)).filter((t) => !isNaN(t));
+    return due.length ? Math.max(Math.min(...due) - Date.now() + 1000, POLL_RUN_MS) : null;
   }
 
   // ---- who the page acts as: a bearer token, or with none the actor header
@@ -158,7 +180,7 @@
       clearTimeout(this.retryTimer);
       this.pollTimer = this.retryTimer = null;
     }
-    // Seed 000 §4.2: nothing runs while the tab is hidden; on return the
+    // docs/spec.md#polling: nothing runs while the tab is hidden; on return the
     // page reads the state once and goes live again.
     visibility() {
       if (this.stopped) return;
@@ -573,11 +595,12 @@
         pager.newest.hidden = !pager.path;
         tbody.replaceChildren(...runs.map((r) => h('tr', { 'data-run': r.run_id },
           h('td', {}, h('a', { href: '#/runs/' + enc(r.run_id), class: 'mono', text: r.run_id })),
-          h('td', {}, badge(r.status)),
+          h('td', {}, badge(r.status), ' ', runnerBadge(r)),
           h('td', { text: r.trigger || '' }),
           h('td', {}, fmtTime(r.started_at)),
           h('td', { class: 'num', text: `${r.steps_completed || 0} / ${r.steps_total || 0}` }),
           h('td', { class: 'error', text: r.error || '' }))));
+        watchLapse(agent.slug, runs);
         note.textContent = runs.length ? '' : (pager.path ? 'No older runs.' : pager.status ? 'No runs ' + pager.status + '.' : 'No runs yet.');
         note.className = 'muted';
       } catch (e) {
@@ -656,6 +679,13 @@
       if (!refresh || pending.has(slug)) return;
       pending.set(slug, setTimeout(() => { pending.delete(slug); if (!stopped) refresh(); }, 300));
     }
+    const lapses = new Map(); // slug → timer of watchLapse
+    function watchLapse(slug, runs) {
+      clearTimeout(lapses.get(slug));
+      lapses.delete(slug);
+      const wait = lapseWait(runs);
+      if (wait !== null) lapses.set(slug, setTimeout(() => { lapses.delete(slug); if (!stopped) touched(slug); }, wait));
+    }
     const live = new Live({
       url: '/events/stream',
       interval: POLL_LIST_MS,
@@ -666,7 +696,7 @@
     load().then(() => { if (!stopped) live.start(); });
     loadSchedules();
     const schedTimer = setInterval(() => { if (!stopped) loadSchedules(); }, POLL_LIST_MS);
-    return { stop() { stopped = true; live.stop(); clearInterval(schedTimer); for (const t of pending.values()) clearTimeout(t); } };
+    return { stop() { stopped = true; live.stop(); clearInterval(schedTimer); for (const t of [...pending.values(), ...lapses.values()]) clearTimeout(t); } };
   }
 
   function runView(view, runID) {
@@ -724,7 +754,7 @@
       const st = status;
       const dur = st.duration_ms || (st.finished_at ? new Date(st.finished_at) - new Date(st.started_at) : null);
       facts.replaceChildren(
-        ...fact('Status', badge(st.status, { id: 'run-status', 'data-testid': 'run-status' })),
+        ...fact('Status', [badge(st.status, { id: 'run-status', 'data-testid': 'run-status' }), ' ', runnerBadge(st)]),
         ...fact('Agent', h('code', { text: st.agent_slug }), 'run-agent'),
         ...fact('Machine', h('code', { text: (spec && spec.name) || st.machine || 'canonical-run' })),
         ...fact('Trigger', st.trigger || '—'),
@@ -786,7 +816,7 @@
 
     // refresh reads status and steps; calls never overlap, and one asked
     // for while another runs is made once after it.
-    let busy = false, again = false;
+    let busy = false, again = false, lapseTimer = null;
     async function refresh() {
       if (busy) { again = true; return; }
       busy = true;
@@ -806,6 +836,9 @@
           renderStatus();
           renderSteps();
           renderMachine();
+          clearTimeout(lapseTimer);
+          const wait = lapseWait([status]);
+          lapseTimer = wait === null ? null : setTimeout(() => { if (!stopped) refresh(); }, wait);
         } while (again && !stopped);
         if (isTerminal(spec, status.status) || (!spec && ['completed', 'failed'].includes(status.status))) {
           live.stop('The run ended (' + status.status + '); nothing more to follow.');
@@ -882,7 +915,7 @@
       if (!stopped && !live.stopped) live.start();
     })();
 
-    return { stop() { stopped = true; if (live) live.stop(); } };
+    return { stop() { stopped = true; clearTimeout(lapseTimer); if (live) live.stop(); } };
   }
 
   // ---- start
