@@ -95,6 +95,7 @@ func (r *Runner) ListRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 		if err != nil {
 			return Status{}, false, err
 		}
+		r.markLost(&doc)
 		return doc, q.Status == "" || doc.Status == q.Status, nil
 	})
 	if err != nil {
@@ -441,6 +442,7 @@ func (r *Runner) RunningByHeartbeat(ctx context.Context, limit int) ([]Status, e
 					return nil, err
 				}
 				if doc.Status == s {
+					r.markLost(&doc)
 					out = append(out, doc)
 				}
 			}
