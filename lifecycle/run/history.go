@@ -403,7 +403,7 @@ func (r *Runner) backfillFailed(ctx context.Context, slug string, err error) {
 // RunningByHeartbeat returns the runs being executed (running, and
 // cancel_requested on the cancel-aware machine) of this runner's agents,
 // the oldest last_heartbeat_at first, at most limit (0: every one): the
-// orphan query of seed 004 §6.3. It reads the agents' status index
+// orphan query (docs/spec.md, "Recovery"). It reads the agents' status index
 // entries of those states, which hold the executing runs only, and sorts
 // them by heartbeat in memory: its cost is the runs executing (bounded by
 // the agents' slots), never the history, and it adds no index key that a
