@@ -471,45 +471,96 @@ type ListOptions struct {
 // for, inbox/expired/), for GET /inbox/entries?status=.
 func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[lifecycle.InboxEntry, error] {
 	return func(yield func(lifecycle.InboxEntry, error) bool) {
-		if opts.Status != "" && !lifecycle.InboxMachine().IsState(opts.Status) {
-			yield(lifecycle.InboxEntry{}, invalid("status", "%q is not pending, processed, rejected or expired", opts.Status))
+		if err := opts.check(); err != nil {
+			yield(lifecycle.InboxEntry{}, err)
 			return
 		}
-		withExpired := opts.IncludeExpired || opts.Status == lifecycle.InboxExpired
-		want := func(e *lifecycle.InboxEntry) bool { return opts.Status == "" || e.Status == opts.Status }
 		for key, err := range b.cfg.Store.List(ctx, layout.InboxPrefix) {
 			if err != nil {
 				yield(lifecycle.InboxEntry{}, err)
 				return
 			}
-			id, live := layout.ParseInboxKey(key)
-			expired := layout.IsInboxExpiredKey(key)
-			if !live && !expired {
-				continue
-			}
-			if expired && !withExpired {
-				continue
-			}
-			d, _, err := b.read(ctx, key)
-			if errors.Is(err, storage.ErrNotFound) {
-				continue
-			}
+			e, ok, err := b.entryAt(ctx, key, opts)
 			if err != nil {
 				yield(lifecycle.InboxEntry{}, err)
 				return
 			}
-			if live && d.Status == lifecycle.InboxExpired {
-				// Moving: shown from inbox/expired/ once it is there.
-				ek, _ := layout.InboxExpiredKey(id)
-				if _, _, err := b.cfg.Store.Get(ctx, ek); err == nil || !withExpired {
-					continue
-				}
-			}
-			if want(&d.InboxEntry) && !yield(d.InboxEntry, nil) {
+			if ok && !yield(e, nil) {
 				return
 			}
 		}
 	}
+}
+
+func (opts ListOptions) check() error {
+	if opts.Status != "" && !lifecycle.InboxMachine().IsState(opts.Status) {
+		return invalid("status", "%q is not pending, processed, rejected or expired", opts.Status)
+	}
+	return nil
+}
+
+// entryAt reads the entry at a key of the inbox's listing and tells
+// whether opts lists it.
+func (b *Box) entryAt(ctx context.Context, key string, opts ListOptions) (lifecycle.InboxEntry, bool, error) {
+	withExpired := opts.IncludeExpired || opts.Status == lifecycle.InboxExpired
+	id, live := layout.ParseInboxKey(key)
+	expired := layout.IsInboxExpiredKey(key)
+	if (!live && !expired) || (expired && !withExpired) {
+		return lifecycle.InboxEntry{}, false, nil
+	}
+	d, _, err := b.read(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return lifecycle.InboxEntry{}, false, nil
+	}
+	if err != nil {
+		return lifecycle.InboxEntry{}, false, err
+	}
+	if live && d.Status == lifecycle.InboxExpired {
+		// Moving: shown from inbox/expired/ once it is there.
+		ek, _ := layout.InboxExpiredKey(id)
+		if _, _, err := b.cfg.Store.Get(ctx, ek); err == nil || !withExpired {
+			return lifecycle.InboxEntry{}, false, nil
+		}
+	}
+	return d.InboxEntry, opts.Status == "" || d.Status == opts.Status, nil
+}
+
+// EntryPage is a page of inbox entries, in key order.
+type EntryPage struct {
+	Entries []lifecycle.InboxEntry
+	// Next is the cursor of the next page, "" on the last page.
+	Next string
+}
+
+// ListPage reads a page of the entries List yields, from cursor ("" for
+// the first page; else a Next), at most limit (0: codes.DefaultPageLimit;
+// more than codes.MaxPageLimit is refused). The status filter is checked
+// on each entry read, at most max(4*limit, 200) a page: a page of a rare
+// status may come back short, with a Next.
+func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor string) (EntryPage, error) {
+	if err := opts.check(); err != nil {
+		return EntryPage{}, err
+	}
+	limit, err := core.PageLimit(limit)
+	if err != nil {
+		return EntryPage{}, err
+	}
+	after, err := core.PageCursor(cursor, func(e string) bool {
+		k := layout.InboxPrefix + e
+		_, live := layout.ParseInboxKey(k)
+		return live || layout.IsInboxExpiredKey(k)
+	})
+	if err != nil {
+		return EntryPage{}, err
+	}
+	entries, next, err := core.ReadPage(ctx, b.cfg.Store, []string{layout.InboxPrefix}, after, limit, max(4*limit, 200),
+		func(ctx context.Context, _ int, entry string) (lifecycle.InboxEntry, bool, error) {
+			return b.entryAt(ctx, layout.InboxPrefix+entry, opts)
+		})
+	if err != nil {
+		return EntryPage{}, err
+	}
+	return EntryPage{Entries: entries, Next: next}, nil
 }
 
 // Stats counts entries by state (GET /inbox/stats).

@@ -856,7 +856,7 @@ func TestTakeLandsAfterPickupConfirmed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_ = ra // w1 dies here: its claim, if it has one, is never run
+	_ = ra                    // w1 dies here: its claim, if it has one, is never run
 	q3 := newQueue(t, s, clk) // another process
 	for range 5 {
 		clk.Advance(time.Hour)

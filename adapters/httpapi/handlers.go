@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -99,30 +100,37 @@ func (s *Server) runSteps() handlerFunc {
 	})
 }
 
-// agentQuery reads GET /runs's required ?agent={slug}.
-func agentQuery(r *http.Request, _ lifecycle.Actor) (string, error) {
-	slug := r.URL.Query().Get("agent")
-	if slug == "" {
-		return "", apiErr(codes.InvalidRequest, "the agent query parameter is required (GET /runs?agent={slug})")
+// runsQuery reads GET /runs's filters: ?agent={slug} and ?status=, both
+// optional (no agent: the runs of every agent this Worker serves).
+func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
+	q := r.URL.Query()
+	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status")}
+	if rq.Agent != "" {
+		if err := storage.ValidateID("agent", rq.Agent); err != nil {
+			return rq, err
+		}
 	}
-	return slug, storage.ValidateID("agent", slug)
+	if rq.Status != "" {
+		if err := storage.ValidateID("status", rq.Status); err != nil {
+			return rq, apiErr(codes.InvalidRequest, "unknown status %q", rq.Status)
+		}
+	}
+	return rq, nil
 }
 
 func (s *Server) listRuns() handlerFunc {
-	return jsonRoute(http.StatusOK, agentQuery, func(ctx context.Context, _ lifecycle.Actor, slug string) ([]run.Status, error) {
-		runs, err := s.cfg.Runner.Runs(ctx, slug)
+	return pagedRoute(runsQuery, func(ctx context.Context, _ lifecycle.Actor, q run.RunQuery, p pageParams) ([]run.Status, string, error) {
+		q.Limit, q.Cursor = p.limit, p.cursor
+		page, err := s.cfg.Runner.ListRuns(ctx, q)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		// The runs of an agent no longer configured are still history; only an
 		// agent with neither a definition nor a run is unknown.
-		if len(runs) == 0 && !s.slugs[slug] {
-			return nil, apiErr(codes.AgentNotFound, "no agent %q", slug)
+		if q.Agent != "" && q.Status == "" && q.Cursor == "" && len(page.Runs) == 0 && !s.slugs[q.Agent] {
+			return nil, "", apiErr(codes.AgentNotFound, "no agent %q", q.Agent)
 		}
-		if runs == nil {
-			runs = []run.Status{}
-		}
-		return runs, nil
+		return page.Runs, page.Next, nil
 	})
 }
 
@@ -168,17 +176,27 @@ func (s *Server) enqueueJob() handlerFunc {
 		}))
 }
 
+// jobsQuery reads GET /jobs's filters: ?status=, ?type=, ?agent=.
+func jobsQuery(r *http.Request, _ lifecycle.Actor) (jobqueue.JobQuery, error) {
+	q := r.URL.Query()
+	jq := jobqueue.JobQuery{Status: lifecycle.JobState(q.Get("status")), Type: lifecycle.JobType(q.Get("type")), Agent: q.Get("agent")}
+	if jq.Agent != "" {
+		if err := storage.ValidateID("agent", jq.Agent); err != nil {
+			return jq, err
+		}
+	}
+	return jq, nil
+}
+
 func (s *Server) listJobs() handlerFunc {
-	return needs(s.cfg.Queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) ([]lifecycle.Job, error) {
-			jobs := []lifecycle.Job{}
-			for j, err := range s.cfg.Queue.List(ctx, actor) {
-				if err != nil {
-					return nil, jobScoped(err)
-				}
-				jobs = append(jobs, j)
+	return needs(s.cfg.Queue != nil, "job queue", pagedRoute(jobsQuery,
+		func(ctx context.Context, actor lifecycle.Actor, jq jobqueue.JobQuery, p pageParams) ([]lifecycle.Job, string, error) {
+			jq.Limit, jq.Cursor = p.limit, p.cursor
+			page, err := s.cfg.Queue.ListPage(ctx, actor, jq)
+			if err != nil {
+				return nil, "", jobScoped(err)
 			}
-			return jobs, nil
+			return page.Jobs, page.Next, nil
 		}))
 }
 
@@ -295,30 +313,33 @@ func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) 
 }
 
 func (s *Server) inboxEntries() handlerFunc {
-	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusOK, statusQuery,
-		func(ctx context.Context, _ lifecycle.Actor, opts inbox.ListOptions) ([]lifecycle.InboxEntry, error) {
-			entries := []lifecycle.InboxEntry{}
-			for e, err := range s.cfg.Inbox.List(ctx, opts) {
-				if err != nil {
-					return nil, err
-				}
-				entries = append(entries, e)
-			}
-			return entries, nil
+	return needs(s.cfg.Inbox != nil, "inbox", pagedRoute(statusQuery,
+		func(ctx context.Context, _ lifecycle.Actor, opts inbox.ListOptions, p pageParams) ([]lifecycle.InboxEntry, string, error) {
+			page, err := s.cfg.Inbox.ListPage(ctx, opts, p.limit, p.cursor)
+			return page.Entries, page.Next, err
 		}))
 }
 
 func (s *Server) listQuarantine() handlerFunc {
-	return needs(s.cfg.Store != nil, "store for quarantine", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]wire.Quarantined, error) {
-			out := []wire.Quarantined{}
-			for q, err := range records.ListQuarantine(ctx, s.cfg.Store) {
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, wire.Quarantined{QKey: q.QKey, Quarantined: q})
+	return needs(s.cfg.Store != nil, "store for quarantine", pagedRoute(noInput,
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}, p pageParams) ([]wire.Quarantined, string, error) {
+			limit, err := core.PageLimit(p.limit)
+			if err != nil {
+				return nil, "", err
 			}
-			return out, nil
+			after, err := core.PageCursor(p.cursor, nil)
+			if err != nil {
+				return nil, "", err
+			}
+			// In key order from the cursor; a record restored meanwhile is skipped.
+			return core.ReadPage(ctx, s.cfg.Store, []string{records.QuarantinePrefix}, after, limit, 0,
+				func(ctx context.Context, _ int, entry string) (wire.Quarantined, bool, error) {
+					q, err := records.ReadQuarantined(ctx, s.cfg.Store, records.QuarantinePrefix+entry)
+					if errors.Is(err, storage.ErrNotFound) {
+						return wire.Quarantined{}, false, nil
+					}
+					return wire.Quarantined{QKey: q.QKey, Quarantined: q}, err == nil, err
+				})
 		}))
 }
 

@@ -3,6 +3,8 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -101,4 +103,62 @@ func optionalBody[B any](data []byte) (B, error) {
 	var b B
 	err := decodeStrict(data, &b, true)
 	return b, err
+}
+
+// pageParams are a list's paging parameters: ?limit= (0 when absent: the
+// SDK's default) and ?cursor=.
+type pageParams struct {
+	limit  int
+	cursor string
+}
+
+// readPageParams reads ?limit= and ?cursor=; the SDK checks their range
+// and the cursor's content.
+func readPageParams(r *http.Request) (pageParams, error) {
+	q := r.URL.Query()
+	p := pageParams{cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > codes.MaxPageLimit {
+			return p, apiErr(codes.InvalidRequest, "limit %q is not a number within 1..%d", v, codes.MaxPageLimit)
+		}
+		p.limit = n
+	}
+	return p, nil
+}
+
+// pagedRoute is jsonRoute for a list: the body is the page's items (a
+// plain JSON array, never null), and the next page, if any, is in a Link
+// header (RFC 8288): this request's URL with its cursor replaced.
+func pagedRoute[In, Item any](parse func(*http.Request, lifecycle.Actor) (In, error),
+	call func(context.Context, lifecycle.Actor, In, pageParams) ([]Item, string, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+		in, err := parse(r, actor)
+		if err != nil {
+			return err
+		}
+		p, err := readPageParams(r)
+		if err != nil {
+			return err
+		}
+		items, next, err := call(r.Context(), actor, in, p)
+		if err != nil {
+			return err
+		}
+		if items == nil {
+			items = []Item{}
+		}
+		if next != "" {
+			w.Header().Set("Link", nextLink(r.URL, next))
+		}
+		return writeJSON(w, http.StatusOK, items)
+	}
+}
+
+// nextLink is the Link header value of the page after u's, at cursor.
+func nextLink(u *url.URL, cursor string) string {
+	q := u.Query()
+	q.Set("cursor", cursor)
+	next := url.URL{Path: u.Path, RawQuery: q.Encode()}
+	return "<" + next.String() + `>; rel="next"`
 }

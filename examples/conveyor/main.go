@@ -55,7 +55,8 @@ commands:
   submit <agent> [-input JSON] [-key K] [-watch]
   status <run>                    status.json
   steps <run>                     the step files
-  runs <agent>                    the agent's runs
+  runs [<agent>] [-status S] [-limit N] [-cursor C] [-all]
+                                  runs newest first, a page at a time (-all: every page)
   watch <run>                     follow a run live (event stream, polling fallback)
   cancel <run> [-reason R]
   approve <run> [-by NAME] [-reason R]
@@ -120,8 +121,9 @@ type command struct {
 type invocation struct {
 	pos                                        []string
 	input, key, reason, by, status, format, id string
-	source, runID, after                       string
-	watch                                      bool
+	source, runID, after, cursor               string
+	watch, all                                 bool
+	limit                                      int
 }
 
 // verb is one command: how many positional arguments it takes (-1: it
@@ -138,7 +140,7 @@ func verbs() map[string]verb {
 		"submit": {1, (*command).submit},
 		"status": {1, (*command).status},
 		"steps":  {1, (*command).steps},
-		"runs":   {1, (*command).runs},
+		"runs":   {-1, (*command).runs},
 		"watch":  {1, func(c *command, ctx context.Context, in *invocation) error { return c.watch(ctx, in.pos[0]) }},
 		"cancel": {1, func(c *command, ctx context.Context, in *invocation) error {
 			return c.printStatus(c.c.Cancel(ctx, in.pos[0], in.reason))
@@ -182,7 +184,10 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 	fs.BoolVar(&in.watch, "watch", false, "follow the run until it ends")
 	fs.StringVar(&in.reason, "reason", "", "reason")
 	fs.StringVar(&in.by, "by", "owner", "who decided")
-	fs.StringVar(&in.status, "status", "", "inbox entry status")
+	fs.StringVar(&in.status, "status", "", "only runs or inbox entries of this status")
+	fs.IntVar(&in.limit, "limit", 0, "the most items in a page (default 50, at most 500)")
+	fs.StringVar(&in.cursor, "cursor", "", "the page to start at (printed after a page)")
+	fs.BoolVar(&in.all, "all", false, "follow every page")
 	fs.StringVar(&in.format, "format", "mermaid", "mermaid, dot or json")
 	fs.StringVar(&in.id, "id", "", "external event id")
 	fs.StringVar(&in.source, "source", "cli", "external event source")
@@ -257,21 +262,48 @@ func (c *command) steps(ctx context.Context, in *invocation) error {
 	return tw.Flush()
 }
 
+// runs prints a page of runs, newest first, and the command that prints
+// the next one (or every page with -all).
 func (c *command) runs(ctx context.Context, in *invocation) error {
-	runs, err := c.c.Runs(ctx, in.pos[0])
-	if err != nil {
-		return err
+	if len(in.pos) > 1 {
+		return usageError("runs takes at most one agent")
+	}
+	q := client.RunsQuery{Status: in.status, Page: client.Page{Limit: in.limit, Cursor: in.cursor}}
+	if len(in.pos) == 1 {
+		q.Agent = in.pos[0]
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSTATUS\tSTEPS\tSTARTED\tRUNNER\tERROR")
-	for _, r := range runs {
+	fmt.Fprintln(tw, "RUN\tAGENT\tSTATUS\tSTEPS\tSTARTED\tRUNNER\tERROR")
+	row := func(r lifecycle.RunStatus) {
 		e := ""
 		if r.Error != nil {
 			e = *r.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.RunID, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), runnerNote(r), e)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.RunID, r.AgentSlug, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), runnerNote(r), e)
 	}
-	return tw.Flush()
+	if in.all {
+		for r, err := range c.c.AllRuns(ctx, q) {
+			if err != nil {
+				return err
+			}
+			row(r)
+		}
+		return tw.Flush()
+	}
+	runs, next, err := c.c.RunsPage(ctx, q)
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		row(r)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(c.errOut, "more: add -cursor %s (or -all)\n", next)
+	}
+	return nil
 }
 
 func (c *command) jobs(ctx context.Context, _ *invocation) error {

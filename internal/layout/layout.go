@@ -2,8 +2,10 @@ package layout
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -498,6 +500,169 @@ func GitHubDeliveryKey(delivery string) (string, error) {
 		return "", err
 	}
 	return GitHubDeliveriesPrefix + delivery + ".json", nil
+}
+
+// The history indexes (issue 20): keys kept by a record's one writer so a
+// filtered list is read newest first from a cursor, at a cost that does
+// not grow with history. A newest-first key holds the record's creation
+// time inverted (NewestFirst), so the store's ascending listing yields the
+// newest record first. The entries are empty objects: the key is the
+// entry, and a reader reads the record it names and skips it when the
+// record no longer matches (a status moved since).
+const (
+	// RunHistoryPrefix lists every run of an agent, newest first:
+	// index/run-history/{slug}/{inverted started_at}-{runId}. Written once,
+	// when the run is created.
+	RunHistoryPrefix = "index/run-history/"
+	// RunStatusIndexPrefix lists the runs of an agent in one status, newest
+	// first: index/run-status/{slug}/{status}/{inverted started_at}-{runId}.
+	// Moved by the status writer when the status changes.
+	RunStatusIndexPrefix = "index/run-status/"
+	// RunBackfillPrefix holds one marker per agent whose runs written
+	// before the history indexes existed have been indexed:
+	// index/run-backfill/{slug}.json.
+	RunBackfillPrefix = "index/run-backfill/"
+)
+
+// NewestFirst is the entry name of a record created at at with id in a
+// newest-first index: the 19 digits of MaxInt64 less at in Unix
+// nanoseconds, cut into folders, then the id:
+// {5 digits}/{2 digits}/{2 digits}/{10 digits}-{id}. The cut keeps every
+// folder of a directory store small however long the history, since such a
+// store reads a whole folder to list from it: the first level gains a
+// folder every 27.8 hours, the second holds at most 100 folders of 16.7
+// minutes, the third at most 100 of 10 seconds, the last the records of
+// ten seconds. at must not be before 1970.
+func NewestFirst(at time.Time, id string) (string, error) {
+	n := at.UnixNano()
+	if n < 0 {
+		return "", &storage.IDError{Field: "creation time", ID: at.String(), Reason: "before 1970"}
+	}
+	d := fmt.Sprintf("%019d", math.MaxInt64-n)
+	return d[:5] + "/" + d[5:7] + "/" + d[7:9] + "/" + d[9:] + "-" + id, nil
+}
+
+// newestFirstLen is the length of a NewestFirst entry up to its id.
+const newestFirstLen = 5 + 1 + 2 + 1 + 2 + 1 + 10 + 1
+
+// ParseNewestFirst splits a NewestFirst entry name.
+func ParseNewestFirst(entry string) (at time.Time, id string, ok bool) {
+	if len(entry) <= newestFirstLen || entry[5] != '/' || entry[8] != '/' || entry[11] != '/' || entry[22] != '-' {
+		return time.Time{}, "", false
+	}
+	n, err := strconv.ParseInt(entry[:5]+entry[6:8]+entry[9:11]+entry[12:22], 10, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, "", false
+	}
+	id = entry[newestFirstLen:]
+	if storage.ValidateID("id", id) != nil {
+		return time.Time{}, "", false
+	}
+	return time.Unix(0, math.MaxInt64-n).UTC(), id, true
+}
+
+// EncodeCursor makes the opaque cursor of a page that ends at entry (a
+// key less its index's prefix): its bytes in unpadded base64url, so it
+// travels in a query string as is.
+func EncodeCursor(entry string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(entry))
+}
+
+// DecodeCursor returns the entry of a cursor EncodeCursor made, or false
+// for a string it cannot have made.
+func DecodeCursor(cursor string) (entry string, ok bool) {
+	if cursor == "" || len(cursor) > 1024 {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(b) == 0 || storage.ValidatePrefix(string(b)) != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// RunHistoryAgentPrefix is the List prefix of an agent's run history:
+// index/run-history/{slug}/.
+func RunHistoryAgentPrefix(slug string) (string, error) {
+	if err := storage.ValidateID("agent slug", slug); err != nil {
+		return "", err
+	}
+	return RunHistoryPrefix + slug + "/", nil
+}
+
+// RunHistoryKey is a run's entry in its agent's history:
+// index/run-history/{slug}/{NewestFirst(started_at, runId)}.
+func RunHistoryKey(slug string, startedAt time.Time, runID string) (string, error) {
+	p, err := RunHistoryAgentPrefix(slug)
+	if err != nil {
+		return "", err
+	}
+	return newestFirstKey(p, "run id", startedAt, runID)
+}
+
+// RunStatusIndexAgentPrefix is the List prefix of an agent's runs in one
+// status: index/run-status/{slug}/{status}/.
+func RunStatusIndexAgentPrefix(slug, status string) (string, error) {
+	if err := validateIDs("agent slug", slug, "status", status); err != nil {
+		return "", err
+	}
+	return RunStatusIndexPrefix + slug + "/" + status + "/", nil
+}
+
+// RunStatusIndexKey is a run's entry among its agent's runs in status:
+// index/run-status/{slug}/{status}/{NewestFirst(started_at, runId)}.
+func RunStatusIndexKey(slug, status string, startedAt time.Time, runID string) (string, error) {
+	p, err := RunStatusIndexAgentPrefix(slug, status)
+	if err != nil {
+		return "", err
+	}
+	return newestFirstKey(p, "run id", startedAt, runID)
+}
+
+// RunBackfillKey is the marker of an agent whose older runs are indexed:
+// index/run-backfill/{slug}.json.
+func RunBackfillKey(slug string) (string, error) {
+	if err := storage.ValidateID("agent slug", slug); err != nil {
+		return "", err
+	}
+	return RunBackfillPrefix + slug + ".json", nil
+}
+
+// RunIndexKeys are every index key a run may have while its status is
+// status: its id-to-agent entry, its active entry, its history entry and
+// its status entry. Whoever deletes a finished run (retention) deletes
+// these with it; an entry of a status the run left is its writer's to
+// delete, and a reader skips one that lingers.
+func RunIndexKeys(slug, runID, status string, startedAt time.Time) ([]string, error) {
+	id, err := RunIndexKey(runID)
+	if err != nil {
+		return nil, err
+	}
+	active, err := RunActiveKey(slug, runID)
+	if err != nil {
+		return nil, err
+	}
+	hist, err := RunHistoryKey(slug, startedAt, runID)
+	if err != nil {
+		return nil, err
+	}
+	st, err := RunStatusIndexKey(slug, status, startedAt, runID)
+	if err != nil {
+		return nil, err
+	}
+	return []string{id, active, hist, st}, nil
+}
+
+// newestFirstKey is prefix + NewestFirst(at, id), id checked as field.
+func newestFirstKey(prefix, field string, at time.Time, id string) (string, error) {
+	if err := storage.ValidateID(field, id); err != nil {
+		return "", err
+	}
+	e, err := NewestFirst(at, id)
+	if err != nil {
+		return "", err
+	}
+	return prefix + e, nil
 }
 
 // The prefixes the retention janitor pages through, beside the ones above:

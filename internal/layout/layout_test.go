@@ -371,6 +371,63 @@ func TestLaneAgent(t *testing.T) {
 	}
 }
 
+func TestNewestFirst(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		at     time.Time
+		id     string
+		before string // an entry that must sort after (older)
+	}{
+		{"a second older sorts after", t0, "run_b", mustNewest(t, t0.Add(-time.Second), "run_a")},
+		{"a nanosecond older sorts after", t0, "run_a", mustNewest(t, t0.Add(-time.Nanosecond), "run_z")},
+		{"same time: by id", t0, "run_a", mustNewest(t, t0, "run_b")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := mustNewest(t, tt.at, tt.id)
+			if e >= tt.before {
+				t.Fatalf("%q does not sort before %q", e, tt.before)
+			}
+			at, id, ok := layout.ParseNewestFirst(e)
+			if !ok || !at.Equal(tt.at) || id != tt.id {
+				t.Fatalf("ParseNewestFirst(%q) = %v, %q, %v", e, at, id, ok)
+			}
+			if got, ok := layout.DecodeCursor(layout.EncodeCursor(e)); !ok || got != e {
+				t.Fatalf("cursor round trip: %q, %v", got, ok)
+			}
+		})
+	}
+	if _, err := layout.NewestFirst(time.Unix(-1, 0), "x"); err == nil {
+		t.Error("a time before 1970 was accepted")
+	}
+	for _, bad := range []string{"", "123", "00000/00/00/0000000000-", "0000a/00/00/0000000000-x", "00000/00/00/0000000000-../x", "000000/000/0000000000-x"} {
+		if _, _, ok := layout.ParseNewestFirst(bad); ok {
+			t.Errorf("ParseNewestFirst(%q) accepted", bad)
+		}
+	}
+	for _, bad := range []string{"", "!!", layout.EncodeCursor("a//b")} {
+		if _, ok := layout.DecodeCursor(bad); ok {
+			t.Errorf("DecodeCursor(%q) accepted", bad)
+		}
+	}
+	keys, err := layout.RunIndexKeys("demo", "run_1", "completed", t0)
+	if err != nil || len(keys) != 4 {
+		t.Fatalf("RunIndexKeys = %v, %v", keys, err)
+	}
+}
+
+func mustNewest(t *testing.T, at time.Time, id string) string {
+	t.Helper()
+	e, err := layout.NewestFirst(at, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // TestRetentionParsers: the keys the retention janitor judges, parsed
 // from what the builders make, and refused in any other shape.
 func TestRetentionParsers(t *testing.T) {

@@ -32,6 +32,9 @@ const (
 	RunNotFound = "RUN_NOT_FOUND"
 	// InvalidRequest: the request was malformed.
 	InvalidRequest = "INVALID_REQUEST"
+	// InvalidCursor answers a list's cursor that no page of that list
+	// handed out (altered, or of another list).
+	InvalidCursor = "INVALID_CURSOR"
 	// Unsupported: the run's machine has no such operation.
 	Unsupported = "RUN_UNSUPPORTED_OPERATION"
 	// LeaseLost: this runner no longer owns the run.
@@ -110,6 +113,7 @@ var httpStatus = map[string]int{
 	Canceled:            http.StatusConflict,
 	RunNotFound:         http.StatusNotFound,
 	InvalidRequest:      http.StatusBadRequest,
+	InvalidCursor:       http.StatusBadRequest,
 	Unsupported:         http.StatusConflict,
 	LeaseLost:           http.StatusConflict,
 	InvalidInput:        http.StatusBadRequest,

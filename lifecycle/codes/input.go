@@ -34,6 +34,11 @@ const (
 	// MaxListLen bounds the items of a list field: tags, entity refs,
 	// sources.
 	MaxListLen = 256
+	// DefaultPageLimit is how many items a page of a list holds when the
+	// caller names no limit; MaxPageLimit is the most a caller may ask for
+	// (a larger limit is refused, not cut, so a client learns the bound).
+	DefaultPageLimit = 50
+	MaxPageLimit     = 500
 )
 
 // TextKind says which control characters a text field may hold.

@@ -48,6 +48,26 @@ func ExampleS3Lifecycle() {
 	//       }
 	//     },
 	//     {
+	//       "ID": "conveyor-run-history",
+	//       "Status": "Enabled",
+	//       "Filter": {
+	//         "Prefix": "conveyor/index/run-history/"
+	//       },
+	//       "Expiration": {
+	//         "Days": 7
+	//       }
+	//     },
+	//     {
+	//       "ID": "conveyor-run-status",
+	//       "Status": "Enabled",
+	//       "Filter": {
+	//         "Prefix": "conveyor/index/run-status/"
+	//       },
+	//       "Expiration": {
+	//         "Days": 7
+	//       }
+	//     },
+	//     {
 	//       "ID": "conveyor-audit",
 	//       "Status": "Enabled",
 	//       "Filter": {

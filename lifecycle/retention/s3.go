@@ -43,8 +43,9 @@ const completedTTL = 24 * time.Hour
 // janitor is off. A rule cannot read a record, so it cannot tell a
 // finished record from one in flight that was not written for as long:
 //
-//   - runs: one rule per agent, for agents/{slug}/runs/, and one for
-//     index/runs/ (the agents' slots, beside their runs, are kept);
+//   - runs: one rule per agent, for agents/{slug}/runs/, and one each for
+//     index/runs/, index/run-history/ and index/run-status/ (the agents'
+//     slots, beside their runs, are kept);
 //   - jobs: jobs/ and nlm/jobs/ only when DeadJobs is not kept (a rule
 //     cannot spare DEAD jobs), with the longer of the two ages;
 //   - idempotency/: the age plus the 24 h a completed record lives;
@@ -72,6 +73,10 @@ func S3Lifecycle(c Config, keyPrefix string, agents []string) ([]byte, error) {
 	}
 	if len(agents) > 0 {
 		add("run-index", layout.RunIndexPrefix, runs)
+		// The history lists: an entry of a run still active that expires
+		// is put back by the Runner's index repair pass.
+		add("run-history", layout.RunHistoryPrefix, runs)
+		add("run-status", layout.RunStatusIndexPrefix, runs)
 	}
 	add("audit", layout.AuditPrefix, c.AgeOf(Audit))
 	if jobs, dead := c.AgeOf(Jobs), c.AgeOf(DeadJobs); jobs >= 0 && dead >= 0 {

@@ -46,7 +46,7 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		if !ok || err != nil || !RunEligible(&st, now, age) {
 			return err
 		}
-		return j.deleteRun(ctx, key, slug, runID, ver, r)
+		return j.deleteRun(ctx, key, &st, slug, runID, ver, r)
 	case Audit:
 		day, ok := layout.ParseAuditDay(key)
 		if !ok {
@@ -166,7 +166,8 @@ func (j *Janitor) deleteFenced(ctx context.Context, k Kind, key string, ver stor
 // nothing that looks alive and nothing a reader trips on, and the next
 // pass finishes the job:
 //
-//  1. the index entries (index/runs/{runId}.json, index/active/...): from
+//  1. the index entries (index/runs/{runId}.json, index/active/..., its
+//     history and status entries: layout.RunIndexKeys): from
 //     here on the run is not found by id, and no poll looks at it;
 //  2. the status is read again, and the run left alone if it changed;
 //  3. every other file of the folder (input, manifest, steps, outputs);
@@ -177,18 +178,15 @@ func (j *Janitor) deleteFenced(ctx context.Context, k Kind, key string, ver stor
 // A terminal status is a state no writer changes (no machine has an edge
 // out of one), which is what the Store contract asks of a record deleted
 // by a conditional Delete; the condition catches a mistake, not a race.
-func (j *Janitor) deleteRun(ctx context.Context, statusKey, slug, runID string, ver storage.Version, r *Report) error {
-	idx, err := layout.RunIndexKey(runID)
+func (j *Janitor) deleteRun(ctx context.Context, statusKey string, st *lifecycle.RunStatus, slug, runID string, ver storage.Version, r *Report) error {
+	// Its index entries: id to agent, active, and the history lists' (a
+	// run's entry under a status it left is its writer's to delete).
+	keys, err := layout.RunIndexKeys(slug, runID, st.Status, st.StartedAt)
 	if err != nil {
 		r.Skipped++
 		return nil
 	}
-	active, err := layout.RunActiveKey(slug, runID)
-	if err != nil {
-		r.Skipped++
-		return nil
-	}
-	for _, key := range []string{active, idx} {
+	for _, key := range keys {
 		if err := j.cfg.Store.Delete(ctx, key, storage.Condition{}); err != nil {
 			return err
 		}

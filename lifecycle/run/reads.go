@@ -141,8 +141,9 @@ func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]StepRecor
 	return out, nil
 }
 
-// Runs reads the status of every run of an agent, oldest first
-// (GET /runs?agent={slug}).
+// Runs reads the status of every run of an agent, oldest first, by
+// listing its run folders: its cost is the agent's history. ListRuns reads
+// a page from the indexes (GET /runs).
 func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
 	prefix, err := layout.AgentRunsPrefix(slug)
 	if err != nil {

@@ -66,6 +66,9 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 		}
 		inputLost = err != nil
 	}
+	if r.indexCreated(ctx, &doc) != nil {
+		return
+	}
 	ver, err := records.Create(ctx, r.store, statusKey, &doc)
 	if err != nil {
 		return // written meanwhile (its submit, another runner): the next poll reads it
@@ -111,6 +114,7 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 // a read per run that may move, not a read of every active run.
 func (r *Runner) poll(ctx context.Context, startup bool) {
 	now := r.now()
+	r.maybeRepairIndexes(ctx, now)
 	quiet := make(map[string]time.Time, len(r.quiet))
 	defer func() { r.quiet = quiet }()
 	for key, err := range r.store.List(ctx, layout.RunActivePrefix) {
@@ -221,6 +225,12 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 	}
 	switch {
 	case f.terminal(doc.Status):
+		// Its writer may have died between the terminal write and the
+		// index move: repair the entries before the active entry goes.
+		if err := r.repairRunIndex(ctx, &doc); err != nil {
+			r.repairFailed(ctx, err)
+			return
+		}
 		r.cleanup(ctx, c.slug, doc.RunID, "", "")
 		return
 	case doc.Status == f.initial && f.admit != "":

@@ -60,6 +60,11 @@ type Runner struct {
 	// quiet holds, for the runs the last poll could only watch, until when
 	// the next polls need not read them. Only the loop touches it.
 	quiet map[string]time.Time
+	// repairedAt is when the loop last ran the index repair pass, and
+	// backfillStarted whether it started the backfill. Only the loop
+	// touches them.
+	repairedAt      time.Time
+	backfillStarted bool
 
 	// auditDone holds, by run, the id of the last audit event this runner
 	// knows is in the log; auditGaps the runs whose last event could not

@@ -152,6 +152,12 @@ type Config struct {
 	// regardless. Runs another runner executes are re-read when their lease
 	// would lapse. Default 30 s.
 	ParkedPollInterval time.Duration
+	// IndexRepairInterval is how often a poll also repairs the history
+	// indexes (a run's entry under its status, missing or left behind
+	// by a writer that died between a status write and its index move):
+	// a pass reads the active runs and the entries under the states that
+	// are not terminal, never the history. Default 1 minute.
+	IndexRepairInterval time.Duration
 
 	// FinishGrace is how long past a run's deadline (RunTimeout from the
 	// start of its execution) the runner keeps trying to record the run's
@@ -232,6 +238,7 @@ func (c *Config) setDefaults() error {
 	def(&c.HeartbeatInterval, 30*time.Second)
 	def(&c.PollInterval, time.Second)
 	def(&c.ParkedPollInterval, 30*time.Second)
+	def(&c.IndexRepairInterval, time.Minute)
 	def(&c.FinishGrace, time.Minute)
 	def(&c.PollTimeout, 10*time.Second)
 	def(&c.ShutdownGrace, 5*time.Second)

@@ -116,6 +116,9 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	if err := r.putOnce(ctx, idxKey, entry); err != nil {
 		return err
 	}
+	if err := r.indexCreated(ctx, &doc); err != nil {
+		return err
+	}
 	if len(req.Input) > 0 {
 		inKey, err := layout.RunInputKey(agent.Slug, runID)
 		if err != nil {

@@ -138,6 +138,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 		}
 		w.mu.Unlock()
 	}
+	w.r.moveStatusIndex(ctx, &after, before.Status)
 	w.r.afterWrite(ctx, &after, before.Status, b)
 	return nil
 }

@@ -85,24 +85,30 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 // do sends a request and decodes a 2xx answer into out (nil: discard); any
 // other answer is an *Error. It returns the status.
 func (c *Client) do(req *http.Request, out any) (int, error) {
+	status, _, err := c.send(req, out)
+	return status, err
+}
+
+// send is do, returning the answer's header too.
+func (c *Client) send(req *http.Request, out any) (int, http.Header, error) {
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return resp.StatusCode, err
+		return resp.StatusCode, resp.Header, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, decodeError(resp.StatusCode, data)
+		return resp.StatusCode, resp.Header, decodeError(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("httpapi: decoding the answer of %s %s: %w", req.Method, req.URL.Path, err)
+			return resp.StatusCode, resp.Header, fmt.Errorf("httpapi: decoding the answer of %s %s: %w", req.Method, req.URL.Path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
 }
 
 func (c *Client) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
@@ -151,11 +157,11 @@ func (c *Client) Steps(ctx context.Context, runID string) ([]lifecycle.StepRecor
 	return out, err
 }
 
-// Runs reads the status of every run of an agent (GET /runs?agent=).
+// Runs reads the status of every run of an agent, newest first, following
+// the pages of GET /runs?agent= to the end (AllRuns and RunsPage read them
+// one at a time).
 func (c *Client) Runs(ctx context.Context, agentSlug string) ([]lifecycle.RunStatus, error) {
-	var out []lifecycle.RunStatus
-	err := c.call(ctx, http.MethodGet, "/runs", url.Values{"agent": {agentSlug}}, nil, &out)
-	return out, err
+	return collect(c.AllRuns(ctx, RunsQuery{Agent: agentSlug, Page: Page{Limit: 500}}))
 }
 
 // Cancel asks a run to stop (POST /runs/{runId}/cancel).
@@ -205,11 +211,12 @@ func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job
 	return j, err
 }
 
-// Jobs lists every job (GET /jobs).
+// Jobs lists every job, following the pages of GET /jobs to the end
+// (JobsPage reads one).
 func (c *Client) Jobs(ctx context.Context) ([]lifecycle.Job, error) {
-	var out []lifecycle.Job
-	err := c.call(ctx, http.MethodGet, "/jobs", nil, nil, &out)
-	return out, err
+	return collect(pages(func(cursor string) ([]lifecycle.Job, string, error) {
+		return c.JobsPage(ctx, JobsQuery{Page: Page{Limit: 500, Cursor: cursor}})
+	}, ""))
 }
 
 // Job reads a job (GET /jobs/{jobId}).
@@ -271,30 +278,49 @@ func (c *Client) InboxStats(ctx context.Context) (lifecycle.InboxStats, error) {
 	return st, err
 }
 
-// InboxEntries lists the inbox's entries, of one state when status is set
-// (GET /inbox/entries?status=).
+// InboxEntries lists the inbox's entries, of one state when status is set,
+// following the pages of GET /inbox/entries?status= to the end
+// (InboxPage reads one).
 func (c *Client) InboxEntries(ctx context.Context, status lifecycle.InboxState) ([]lifecycle.InboxEntry, error) {
-	var q url.Values
-	if status != "" {
-		q = url.Values{"status": {string(status)}}
-	}
-	var out []lifecycle.InboxEntry
-	err := c.call(ctx, http.MethodGet, "/inbox/entries", q, nil, &out)
-	return out, err
+	return collect(pages(func(cursor string) ([]lifecycle.InboxEntry, string, error) {
+		return c.InboxPage(ctx, status, Page{Limit: 500, Cursor: cursor})
+	}, ""))
 }
 
-// Quarantine lists the quarantined records (GET /quarantine).
+// InboxPage reads one page of inbox entries (GET /inbox/entries), of one
+// state when status is set, and the cursor of the next page ("" on the last).
+func (c *Client) InboxPage(ctx context.Context, status lifecycle.InboxState, p Page) ([]lifecycle.InboxEntry, string, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", string(status))
+	}
+	var out []lifecycle.InboxEntry
+	next, err := c.page(ctx, "/inbox/entries", p.values(q), &out)
+	return out, next, err
+}
+
+// Quarantine lists the quarantined records, following the pages of GET
+// /quarantine to the end (QuarantinePage reads one).
 func (c *Client) Quarantine(ctx context.Context) ([]records.Quarantined, error) {
+	return collect(pages(func(cursor string) ([]records.Quarantined, string, error) {
+		return c.QuarantinePage(ctx, Page{Limit: 500, Cursor: cursor})
+	}, ""))
+}
+
+// QuarantinePage reads one page of quarantined records in key order (GET
+// /quarantine) and the cursor of the next page ("" on the last).
+func (c *Client) QuarantinePage(ctx context.Context, p Page) ([]records.Quarantined, string, error) {
 	var raw []wire.Quarantined
-	if err := c.call(ctx, http.MethodGet, "/quarantine", nil, nil, &raw); err != nil {
-		return nil, err
+	next, err := c.page(ctx, "/quarantine", p.values(nil), &raw)
+	if err != nil {
+		return nil, "", err
 	}
 	out := make([]records.Quarantined, len(raw))
 	for i, q := range raw {
 		out[i] = q.Quarantined
 		out[i].QKey = q.QKey
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // Restore puts a quarantined record back at its key (POST

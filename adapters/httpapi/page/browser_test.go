@@ -328,6 +328,28 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 		t.Errorf("current states in the diagram = %v, want [completed]", current)
 	}
 
+	// The agents page lists the run, and its status filter reads the
+	// server's filtered page (GET /runs?status=).
+	filter := css(`select[data-testid="status-filter"][data-agent="` + demoAgent + `"]`)
+	row := css(`section[data-agent="` + demoAgent + `"] tr[data-run="` + runID + `"]`)
+	pick := func(status string) chromedp.Action[chromedp.Void] {
+		return chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('select[data-testid="status-filter"][data-agent="` +
+			demoAgent + `"]'); s.value = "` + status + `"; s.dispatchEvent(new Event("change")); })()`)
+	}
+	do(t, ctx, "filter the agent's runs by status", 20*time.Second,
+		chromedp.Navigate(w.URL+"/ui/#/"),
+		chromedp.WaitVisible(row),
+		chromedp.WaitReady(filter),
+		pick("failed"),
+		chromedp.WaitNotPresent(row),
+		pick("completed"),
+		chromedp.WaitVisible(row),
+	)
+	if older := get(t, ctx, "read the pager", chromedp.Evaluate[bool](
+		`document.querySelector('button[data-testid="older-runs"][data-agent="`+demoAgent+`"]').hidden`)); !older {
+		t.Errorf("an Older button is shown for a single page of runs")
+	}
+
 	png := get(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 	shot := filepath.Join(t.TempDir(), "run-page.png")
 	if err := os.WriteFile(shot, png, 0o644); err != nil {

@@ -102,7 +102,18 @@
     }
   }
 
-  async function api(method, path, body, extraHeaders) {
+  // apiPage reads one page of a paged list: its items and the path of the
+  // next page, from the answer's Link rel="next" (null on the last page).
+  async function apiPage(path) {
+    let next = null;
+    const items = (await api('GET', path, undefined, undefined, (res) => {
+      const m = (res.headers.get('Link') || '').match(/<([^>]*)>\s*;\s*rel="?next"?/);
+      if (m) next = m[1];
+    })) || [];
+    return { items, next };
+  }
+
+  async function api(method, path, body, extraHeaders, onAnswer) {
     const headers = Object.assign({ Accept: 'application/json' }, auth.headers(), extraHeaders);
     const init = { method, headers, cache: 'no-store' };
     if (body !== undefined) {
@@ -115,6 +126,7 @@
     } catch (e) {
       throw new ApiError(0, 'NETWORK', 'the Worker did not answer (' + e.message + ')');
     }
+    if (onAnswer) onAnswer(res);
     const text = await res.text();
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
@@ -565,20 +577,31 @@
       }));
     }
 
-    async function loadRuns(agent, tbody, note) {
+    // loadRuns shows one page of an agent's runs, newest first (GET
+    // /runs, paged by the server): pager.status filters them, pager.path
+    // is the page shown ('' the newest), pager.next the older one.
+    async function loadRuns(agent, tbody, note, pager) {
       try {
-        const runs = (await api('GET', '/runs?agent=' + enc(agent.slug))) || [];
+        let path = pager.path;
+        if (!path) {
+          path = '/runs?agent=' + enc(agent.slug) + '&limit=' + RUNS_SHOWN;
+          if (pager.status) path += '&status=' + enc(pager.status);
+        }
+        const page = await apiPage(path);
         if (stopped) return;
-        runs.sort((x, y) => String(y.started_at).localeCompare(String(x.started_at)));
-        tbody.replaceChildren(...runs.slice(0, RUNS_SHOWN).map((r) => h('tr', { 'data-run': r.run_id },
+        const runs = page.items;
+        pager.next = page.next;
+        pager.older.hidden = !page.next;
+        pager.newest.hidden = !pager.path;
+        tbody.replaceChildren(...runs.map((r) => h('tr', { 'data-run': r.run_id },
           h('td', {}, h('a', { href: '#/runs/' + enc(r.run_id), class: 'mono', text: r.run_id })),
           h('td', {}, badge(r.status), ' ', runnerBadge(r)),
           h('td', { text: r.trigger || '' }),
           h('td', {}, fmtTime(r.started_at)),
           h('td', { class: 'num', text: `${r.steps_completed || 0} / ${r.steps_total || 0}` }),
           h('td', { class: 'error', text: r.error || '' }))));
-        watchLapse(agent.slug, runs.slice(0, RUNS_SHOWN));
-        note.textContent = runs.length ? (runs.length > RUNS_SHOWN ? `Latest ${RUNS_SHOWN} of ${runs.length} runs.` : '') : 'No runs yet.';
+        watchLapse(agent.slug, runs);
+        note.textContent = runs.length ? '' : (pager.path ? 'No older runs.' : pager.status ? 'No runs ' + pager.status + '.' : 'No runs yet.');
         note.className = 'muted';
       } catch (e) {
         note.textContent = 'Runs could not be read: ' + e.describe();
@@ -617,6 +640,17 @@
             btn.disabled = false;
           }
         });
+        // The status filter and the pager of the agent's runs.
+        const pager = { status: '', path: '', next: null,
+          older: h('button', { type: 'button', 'data-testid': 'older-runs', 'data-agent': a.slug, text: 'Older', hidden: '' }),
+          newest: h('button', { type: 'button', 'data-testid': 'newest-runs', 'data-agent': a.slug, text: 'Newest', hidden: '' }) };
+        const states = (a.spec && a.spec.states) || [];
+        const select = h('select', { 'data-testid': 'status-filter', 'data-agent': a.slug, 'aria-label': 'Status of the runs of ' + a.slug },
+          h('option', { value: '', text: 'every status' }), ...states.map((st) => h('option', { value: st, text: st })));
+        const filter = h('label', { class: 'muted' }, 'Show ', select);
+        select.addEventListener('change', () => { pager.status = select.value; pager.path = ''; refresh(); });
+        pager.older.addEventListener('click', () => { if (pager.next) { pager.path = pager.next; refresh(); } });
+        pager.newest.addEventListener('click', () => { pager.path = ''; refresh(); });
         const steps = (a.steps || []).join(' → ');
         list.append(h('section', { class: 'agent', 'data-agent': a.slug, 'aria-labelledby': 'agent-' + a.slug },
           h('header', {},
@@ -626,11 +660,12 @@
             btn),
           steps ? h('p', { class: 'muted' }, 'Steps: ', steps) : null,
           err,
+          filter,
           h('table', { 'aria-label': 'Runs of ' + a.slug },
             h('thead', {}, h('tr', {}, ['run', 'status', 'trigger', 'started', 'steps', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
             tbody),
-          note));
-        const refresh = () => loadRuns(a, tbody, note);
+          note, h('p', { class: 'pager' }, pager.newest, pager.older)));
+        const refresh = () => loadRuns(a, tbody, note, pager);
         sections.set(a.slug, refresh);
         refresh();
       }

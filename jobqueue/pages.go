@@ -1,0 +1,89 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// JobQuery selects a page of jobs for ListPage: filters (empty: any) and
+// the page.
+type JobQuery struct {
+	Status lifecycle.JobState
+	Type   lifecycle.JobType
+	Agent  string
+	// Limit is the most jobs in the page: 0 means codes.DefaultPageLimit,
+	// more than codes.MaxPageLimit is refused.
+	Limit int
+	// Cursor is the Next of the page before; "" for the first page.
+	Cursor string
+}
+
+// JobPage is a page of jobs, in job id order.
+type JobPage struct {
+	Jobs []lifecycle.Job
+	// Next is the cursor of the next page, "" on the last page.
+	Next string
+}
+
+// pageBudget is how many job records one page reads at most, whatever its
+// filters: a page of a rare filter may come back short (even empty) with
+// a Next, and costs a bounded number of reads.
+func pageBudget(limit int) int { return max(4*limit, 200) }
+
+// ListPage reads a page of jobs in job id order (GET /jobs), from the
+// jobs/ listing and its cursor: no index of its own, so the queue keeps
+// its 8 writes per job (docs/decisions.md, "Paged lists and their
+// indexes"). Filters are checked on each record read, at most
+// pageBudget(limit) of them a page. The actor needs Read without
+// qualification, as for List.
+func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (JobPage, error) {
+	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
+		return JobPage{}, err
+	}
+	limit, err := core.PageLimit(jq.Limit)
+	if err != nil {
+		return JobPage{}, err
+	}
+	if jq.Status != "" && !slices.Contains(lifecycle.JobStates(), jq.Status) {
+		return JobPage{}, &core.PageError{Field: "status", Reason: fmt.Sprintf("%q is not a job state", jq.Status)}
+	}
+	if jq.Agent != "" {
+		if err := storage.ValidateID("agent slug", jq.Agent); err != nil {
+			return JobPage{}, err
+		}
+	}
+	after, err := core.PageCursor(jq.Cursor, func(e string) bool { _, ok := layout.JobIDFromKey(layout.JobsPrefix + e); return ok })
+	if err != nil {
+		return JobPage{}, err
+	}
+	jobs, next, err := core.ReadPage(ctx, q.store, []string{layout.JobsPrefix}, after, limit, pageBudget(limit),
+		func(ctx context.Context, _ int, entry string) (lifecycle.Job, bool, error) {
+			id, ok := layout.JobIDFromKey(layout.JobsPrefix + entry)
+			if !ok {
+				return lifecycle.Job{}, false, nil
+			}
+			d, _, err := q.read(ctx, id)
+			if errors.Is(err, storage.ErrNotFound) {
+				return lifecycle.Job{}, false, nil // gone, or poison (quarantined)
+			}
+			if err != nil {
+				return lifecycle.Job{}, false, err
+			}
+			j := d.Job
+			ok = (jq.Status == "" || j.Status == jq.Status) && (jq.Type == "" || j.JobType == jq.Type) &&
+				(jq.Agent == "" || j.AgentSlug == jq.Agent)
+			return j, ok, nil
+		})
+	if err != nil {
+		return JobPage{}, err
+	}
+	return JobPage{Jobs: jobs, Next: next}, nil
+}
