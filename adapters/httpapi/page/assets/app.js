@@ -325,157 +325,121 @@
     }
   }
 
-  // layout places states in columns, so the same spec always draws the same
-  // picture: non-terminal states by BFS rank from the initial state (states
-  // it cannot reach in one more column), terminal states together in the
-  // last column, each column in the spec's order of states. Most moves then
-  // point right; the rest are routed around the states (edgeGeometry).
-  function layout(spec) {
-    const terminal = new Set(spec.terminal);
-    const rank = new Map([[spec.initial, 0]]);
-    const queue = [spec.initial];
-    while (queue.length) {
-      const cur = queue.shift();
-      for (const t of spec.transitions) {
-        if (t.from === cur && !rank.has(t.to) && !terminal.has(t.to)) { rank.set(t.to, rank.get(cur) + 1); queue.push(t.to); }
-      }
-    }
-    let last = Math.max(0, ...rank.values());
-    const unreached = spec.states.filter((st) => !rank.has(st) && !terminal.has(st));
-    if (unreached.length) { last++; for (const st of unreached) rank.set(st, last); }
-    if (spec.states.some((st) => terminal.has(st) && st !== spec.initial)) last++;
-    for (const st of spec.states) if (!rank.has(st)) rank.set(st, last);
-    const cols = [];
-    for (const st of spec.states) (cols[rank.get(st)] = cols[rank.get(st)] || []).push(st);
-    const longest = Math.max(...spec.states.map((st) => st.length));
-    const W = Math.max(110, longest * 8 + 28), H = 36, COLGAP = 120, ROWGAP = 40, PAD = 56, TOP = 56;
-    const tallest = Math.max(...cols.map((c) => (c || []).length));
-    const pos = new Map();
-    const colBottom = [];
-    cols.forEach((col, i) => {
-      const offset = ((tallest - col.length) * (H + ROWGAP)) / 2;
-      col.forEach((st, j) => pos.set(st, { x: PAD + i * (W + COLGAP), y: TOP + offset + j * (H + ROWGAP), col: i }));
-      colBottom[i] = TOP + offset + col.length * (H + ROWGAP) - ROWGAP;
-    });
-    return { pos, W, H, colBottom, width: PAD + cols.length * (W + COLGAP) - COLGAP + 90, height: TOP + tallest * (H + ROWGAP) - ROWGAP + 24 };
+  // Text widths for the layout, measured with the fonts app.css draws
+  // with (a label on the path is bold, so labels are measured bold).
+  const STATE_FONT = '13px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace';
+  const LABEL_FONT = '600 11px system-ui, sans-serif';
+  let measureCtx = null;
+  function textWidth(text, font) {
+    if (!measureCtx) measureCtx = document.createElement('canvas').getContext('2d');
+    measureCtx.font = font;
+    return Math.ceil(measureCtx.measureText(text).width);
   }
 
-  function drawMachine(spec, path) {
-    const L = layout(spec);
-    const { pos, W, H } = L;
-    const onPath = new Set(path.states());
-    const moves = path.moves();
-    const current = path.current;
+  // layout places the machine with dagre (assets/vendor, a layered graph
+  // layout): states are nodes, every move is an edge of a multigraph whose
+  // label is a box of its own, so dagre gives each label a place that no
+  // state and no other label takes, parallel moves included. A small
+  // start node leads into the initial state. Left to right, like the SDK's
+  // Mermaid and DOT diagrams; the same spec always gives the same picture.
+  function layout(spec) {
+    const g = new dagre.graphlib.Graph({ multigraph: true });
+    g.setGraph({ rankdir: 'LR', nodesep: 18, ranksep: 44, edgesep: 12, marginx: 12, marginy: 12 });
+    g.setDefaultEdgeLabel(() => ({}));
+    for (const st of spec.states) g.setNode(st, { width: textWidth(st, STATE_FONT) + 28, height: 36 });
+    g.setNode(START, { width: 12, height: 12 });
+    g.setEdge(START, spec.initial, { width: 0, height: 0 }, 'start');
+    spec.transitions.forEach((t, i) => {
+      if (!g.hasNode(t.from) || !g.hasNode(t.to)) return;
+      g.setEdge(t.from, t.to, { width: textWidth(t.event, LABEL_FONT) + 8, height: 16, labelpos: 'c', t }, 'm' + i);
+    });
+    dagre.layout(g);
+    return g;
+  }
+  const START = '\u0000start'; // no state's name: names are identifiers
+
+  // curve draws an edge through dagre's points: straight ends, and a
+  // quadratic bend at each inner point (through the midpoints between).
+  function curve(points) {
+    const f = (n) => Math.round(n * 10) / 10;
+    let d = `M${f(points[0].x)},${f(points[0].y)}`;
+    for (let i = 1; i < points.length - 1; i++) {
+      const p = points[i], q = points[i + 1];
+      const mx = i === points.length - 2 ? q.x : (p.x + q.x) / 2, my = i === points.length - 2 ? q.y : (p.y + q.y) / 2;
+      d += ` Q${f(p.x)},${f(p.y)} ${f(mx)},${f(my)}`;
+    }
+    if (points.length === 2) d += ` L${f(points[1].x)},${f(points[1].y)}`;
+    return d;
+  }
+
+  // drawMachine draws spec as an SVG, lighting path (a RunPath, or null
+  // for the bare machine); id names the SVG (its title and description
+  // take it as a prefix).
+  function drawMachine(spec, path, id) {
+    id = id || 'machine';
+    const g = layout(spec);
+    const onPath = new Set(path ? path.states() : []);
+    const moves = path ? path.moves() : new Set();
+    const current = path ? path.current : null;
+    const box = g.graph();
+    const width = Math.ceil(box.width), height = Math.ceil(box.height);
     const svg = s('svg', {
-      xmlns: SVGNS, role: 'img', 'aria-labelledby': 'machine-title machine-desc', id: 'machine', 'data-testid': 'machine',
-      'data-machine': spec.name,
+      xmlns: SVGNS, role: 'img', 'aria-labelledby': id + '-title ' + id + '-desc', id, 'data-testid': 'machine',
+      'data-machine': spec.name, width, height, viewBox: `0 0 ${width} ${height}`,
     });
     svg.append(
-      s('title', { id: 'machine-title', text: spec.name + ' machine' }),
-      s('desc', { id: 'machine-desc', text: 'Current state: ' + (current || 'unknown') + '. Path: ' + path.states().join(' → ') + '.' }),
+      s('title', { id: id + '-title', text: spec.name + ' machine' }),
+      s('desc', { id: id + '-desc', text: path
+        ? 'Current state: ' + (current || 'unknown') + '. Path: ' + path.states().join(' → ') + '.'
+        : 'States: ' + spec.states.join(', ') + '. Initial: ' + spec.initial + '.' }),
       s('defs', {},
-        s('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+        s('marker', { id: id + '-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
           s('path', { d: 'M0,0 L10,5 L0,10 z' })),
-        s('marker', { id: 'arrow-path', class: 'path-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+        s('marker', { id: id + '-arrow-path', class: 'path-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
           s('path', { d: 'M0,0 L10,5 L0,10 z' }))),
     );
 
-    // Parallel moves between one pair of states are fanned apart, and so
-    // are the moves that share a lane below the states.
-    const pairCount = new Map();
-    const lanes = { below: 0 };
-    let bottom = L.height;
     const edges = s('g', { class: 'transitions' });
-    for (const t of spec.transitions) {
+    const labels = s('g', { class: 'labels' }); // above every line
+    for (const e of g.edges()) {
+      const lab = g.edge(e);
+      if (e.v === START) {
+        const p = g.node(START);
+        edges.append(s('circle', { class: 'start', cx: p.x, cy: p.y, r: 6 }),
+          s('g', { class: 'transition' + (onPath.has(spec.initial) ? ' path' : '') },
+            s('path', { d: curve(lab.points), 'marker-end': `url(#${id}-arrow)` })));
+        continue;
+      }
+      const t = lab.t;
       const key = t.from + '→' + t.to;
-      const k = pairCount.get(key) || 0;
-      pairCount.set(key, k + 1);
-      const a = pos.get(t.from), b = pos.get(t.to);
-      if (!a || !b) continue;
-      const g = edgeGeometry(L, a, b, k, lanes);
-      bottom = Math.max(bottom, g.maxY + 20);
       const lit = moves.has(key);
       const actors = (t.actors || []).join(', ');
-      edges.append(s('g', {
-        class: 'transition' + (lit ? ' path' : ''), 'data-from': t.from, 'data-to': t.to, 'data-event': t.event,
-      },
-      s('title', { text: `${t.from} → ${t.to} on ${t.event}` + (actors ? ` (by ${actors})` : '') }),
-      s('path', { d: g.d, 'marker-end': lit ? 'url(#arrow-path)' : 'url(#arrow)' }),
-      s('text', { x: g.lx, y: g.ly, 'text-anchor': 'middle', text: t.event })));
+      const attrs = { class: 'transition' + (lit ? ' path' : ''), 'data-from': t.from, 'data-to': t.to, 'data-event': t.event };
+      const title = `${t.from} → ${t.to} on ${t.event}` + (actors ? ` (by ${actors})` : '');
+      edges.append(s('g', attrs, s('title', { text: title }),
+        s('path', { d: curve(lab.points), 'marker-end': lit ? `url(#${id}-arrow-path)` : `url(#${id}-arrow)` })));
+      labels.append(s('g', attrs, s('title', { text: title }),
+        s('text', { class: 'label', x: Math.round(lab.x), y: Math.round(lab.y + 4), 'text-anchor': 'middle', text: t.event })));
     }
     svg.append(edges);
-    svg.setAttribute('width', L.width);
-    svg.setAttribute('height', bottom);
-    svg.setAttribute('viewBox', `0 0 ${L.width} ${bottom}`);
-
-    // The initial state's entry arrow, as in the SDK's Mermaid/DOT diagrams.
-    const ini = pos.get(spec.initial);
-    if (ini) {
-      svg.append(s('circle', { class: 'start', cx: ini.x - 34, cy: ini.y + H / 2, r: 6 }),
-        s('g', { class: 'transition' + (onPath.has(spec.initial) ? ' path' : '') },
-          s('path', { d: `M${ini.x - 28},${ini.y + H / 2} L${ini.x - 2},${ini.y + H / 2}`, 'marker-end': 'url(#arrow)' })));
-    }
 
     const nodes = s('g', { class: 'states' });
     for (const st of spec.states) {
-      const p = pos.get(st);
+      const p = g.node(st);
+      const x = p.x - p.width / 2, y = p.y - p.height / 2, W = p.width, H = p.height;
       const terminal = spec.terminal.includes(st);
       const cls = ['state', terminal && 'terminal', st === spec.initial && 'initial', onPath.has(st) && 'path', st === current && 'current']
         .filter(Boolean).join(' ');
-      const g = s('g', { class: cls, 'data-state': st, 'data-testid': 'state-' + st, 'aria-current': st === current ? 'true' : null },
+      const node = s('g', { class: cls, 'data-state': st, 'data-testid': 'state-' + st, 'aria-current': st === current ? 'true' : null },
         s('title', { text: st + (terminal ? ' (terminal)' : '') + (st === current ? ' — current' : onPath.has(st) ? ' — on the path' : '') }),
-        s('rect', { class: 'outer', x: p.x, y: p.y, width: W, height: H, rx: 8 }));
+        s('rect', { class: 'outer', x, y, width: W, height: H, rx: 8 }));
       // Terminal states have a double border, as the SDK's DOT diagrams do.
-      if (terminal) g.append(s('rect', { class: 'inner', x: p.x + 3, y: p.y + 3, width: W - 6, height: H - 6, rx: 6 }));
-      g.append(s('text', { x: p.x + W / 2, y: p.y + H / 2 + 4, 'text-anchor': 'middle', text: st }));
-      nodes.append(g);
+      if (terminal) node.append(s('rect', { class: 'inner', x: x + 3, y: y + 3, width: W - 6, height: H - 6, rx: 6 }));
+      node.append(s('text', { x: p.x, y: p.y + 4, 'text-anchor': 'middle', text: st }));
+      nodes.append(node);
     }
-    svg.append(nodes);
+    svg.append(nodes, labels);
     return svg;
-  }
-
-  // edgeGeometry draws one move as cubic curves: to the next column from
-  // the right side to the left side; further right through a lane below all
-  // the columns; backward from the left side into the target's
-  // bottom; within a column as a bulge to the right; a self-move as a loop
-  // on top. It returns the path, the label's place and the lowest point.
-  function edgeGeometry(L, a, b, k, lanes) {
-    const { W, H } = L;
-    const fan = k * 16;
-    const mid = (p0, p1, p2, p3) => [(p0[0] + 3 * p1[0] + 3 * p2[0] + p3[0]) / 8, (p0[1] + 3 * p1[1] + 3 * p2[1] + p3[1]) / 8];
-    const curve = (p0, p1, p2, p3) => `M${p0[0]},${p0[1]} C${p1[0]},${p1[1]} ${p2[0]},${p2[1]} ${p3[0]},${p3[1]}`;
-    if (a === b) {
-      const x1 = a.x + W * 0.3, x2 = a.x + W * 0.7, y = a.y;
-      return { d: `M${x1},${y} C${x1 - 10},${y - 40 - fan} ${x2 + 10},${y - 40 - fan} ${x2},${y}`, lx: a.x + W / 2, ly: y - 34 - fan, maxY: y + H };
-    }
-    if (b.col === a.col + 1) {
-      const p0 = [a.x + W, a.y + H / 2], p3 = [b.x, b.y + H / 2];
-      const dx = (p3[0] - p0[0]) / 2;
-      const p1 = [p0[0] + dx, p0[1] + fan], p2 = [p3[0] - dx, p3[1] + fan];
-      const [lx, ly] = mid(p0, p1, p2, p3);
-      return { d: curve(p0, p1, p2, p3), lx, ly: ly - 4, maxY: Math.max(p0[1], p3[1]) };
-    }
-    if (b.col > a.col + 1) {
-      // Lanes run below every column and below the backward moves' dips.
-      const lane = Math.max(...L.colBottom) + 52 + 18 * lanes.below++;
-      const p0 = [a.x + W * 0.3, a.y + H], p3 = [b.x, b.y + H / 2];
-      const m = [(p0[0] + p3[0]) / 2, lane];
-      const d = `M${p0[0]},${p0[1]} C${p0[0]},${lane} ${p0[0]},${lane} ${p0[0] + 40},${lane} L${p3[0] - 70},${lane} ` +
-        `C${p3[0] - 30},${lane} ${p3[0] - 40},${p3[1]} ${p3[0]},${p3[1]}`;
-      return { d, lx: m[0], ly: lane - 4, maxY: lane };
-    }
-    if (b.col === a.col) {
-      const down = b.y > a.y;
-      const p0 = [a.x + W, a.y + H / 2 + (down ? 6 : -6)], p3 = [b.x + W, b.y + H / 2 + (down ? -6 : 6)];
-      const bulge = 50 + Math.abs(b.y - a.y) / 5 + fan;
-      const p1 = [p0[0] + bulge, p0[1]], p2 = [p3[0] + bulge, p3[1]];
-      const [lx, ly] = mid(p0, p1, p2, p3);
-      return { d: curve(p0, p1, p2, p3), lx: lx + 16, ly, maxY: Math.max(p0[1], p3[1]) };
-    }
-    const p0 = [a.x, a.y + H / 2 + 8], p3 = [b.x + W / 2 + 14 + fan, b.y + H];
-    const p1 = [p0[0] - 50, p0[1] + 30], p2 = [p3[0], p3[1] + 50];
-    const [lx, ly] = mid(p0, p1, p2, p3);
-    return { d: curve(p0, p1, p2, p3), lx, ly: ly + 12, maxY: Math.max(p0[1] + 30, p3[1] + 40) };
   }
 
   function transitionTable(spec) {
