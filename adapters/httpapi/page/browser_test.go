@@ -76,7 +76,9 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 		Slug:    demoAgent,
 		Machine: lifecycle.MachineApproval,
 		Steps: []run.Step{
-			{Name: "wait-for-test", Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
+			// Idempotent: no start marker, so while it runs the Worker
+			// has no step record and the page makes the in-progress row.
+			{Name: "wait-for-test", Idempotent: true, Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 				select {
 				case <-w.release:
 					return run.StepOutput{Summary: "released by the test"}, nil
@@ -284,7 +286,16 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 		chromedp.WaitReady(css(`#machine .transition.path[data-from="pending"][data-to="running"]`)),
 		// The events feed is up, so the page follows the stream, not polls.
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
+		// Step 1 is in progress: its row, with its elapsed time ticking.
+		chromedp.WaitVisible(css(`#steps-body tr.in-progress[data-step="wait-for-test"][data-status="running"] #step-elapsed`)),
+		chromedp.Poll[chromedp.Void](`/^\d/.test(document.querySelector('#step-elapsed').textContent)`, chromedp.WithPollingInterval(50*time.Millisecond)),
 	)
+	if cur := get(t, ctx, "read the current step", chromedp.Text(css(`#run-current-step`))); cur != "wait-for-test" {
+		t.Errorf("current step during step 1 = %q, want wait-for-test", cur)
+	}
+	for _, o := range labelOverlaps(t, ctx) {
+		t.Errorf("overlap on the run page: %s", o)
+	}
 
 	// As frontend, which no cancel move lists: the Worker answers 403
 	// FORBIDDEN and the page must say so.
@@ -322,10 +333,35 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 	if want := []string{"wait-for-test=completed", "summarize=completed"}; fmt.Sprint(steps) != fmt.Sprint(want) {
 		t.Errorf("steps shown = %v, want %v", steps, want)
 	}
+	if n := get(t, ctx, "count in-progress rows", chromedp.Evaluate[int](`document.querySelectorAll("#steps-body tr.in-progress").length`)); n != 0 {
+		t.Errorf("%d in-progress rows after the run ended", n)
+	}
 	current := get(t, ctx, "read the diagram", chromedp.Evaluate[[]string](
 		`[...document.querySelectorAll("#machine .state.current")].map(g => g.dataset.state)`))
 	if fmt.Sprint(current) != "[completed]" {
 		t.Errorf("current states in the diagram = %v, want [completed]", current)
+	}
+
+	// The agents page lists the run, and its status filter reads the
+	// server's filtered page (GET /runs?status=).
+	filter := css(`select[data-testid="status-filter"][data-agent="` + demoAgent + `"]`)
+	row := css(`section[data-agent="` + demoAgent + `"] tr[data-run="` + runID + `"]`)
+	pick := func(status string) chromedp.Action[chromedp.Void] {
+		return chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('select[data-testid="status-filter"][data-agent="` +
+			demoAgent + `"]'); s.value = "` + status + `"; s.dispatchEvent(new Event("change")); })()`)
+	}
+	do(t, ctx, "filter the agent's runs by status", 20*time.Second,
+		chromedp.Navigate(w.URL+"/ui/#/"),
+		chromedp.WaitVisible(row),
+		chromedp.WaitReady(filter),
+		pick("failed"),
+		chromedp.WaitNotPresent(row),
+		pick("completed"),
+		chromedp.WaitVisible(row),
+	)
+	if older := get(t, ctx, "read the pager", chromedp.Evaluate[bool](
+		`document.querySelector('button[data-testid="older-runs"][data-agent="`+demoAgent+`"]').hidden`)); !older {
+		t.Errorf("an Older button is shown for a single page of runs")
 	}
 
 	png := get(t, ctx, "screenshot", chromedp.FullScreenshot(100))

@@ -102,7 +102,38 @@
     }
   }
 
-  async function api(method, path, body, extraHeaders) {
+  // apiPage reads one page of a paged list: its items and the path of the
+  // next page, from the answer's Link rel="next" (null on the last page).
+  async function apiPage(path) {
+    let next = null;
+    const items = (await api('GET', path, undefined, undefined, (res) => {
+      const m = (res.headers.get('Link') || '').match(/<([^>]*)>\s*;\s*rel="?next"?/);
+      if (m) next = m[1];
+    })) || [];
+    return { items, next };
+  }
+
+  // listPage reads one page of a paged list (GET /runs, GET /jobs) whose
+  // filters are in path's query, and copes with a Worker that does not
+  // page: one that ignores limit, cursor and the filters answers every
+  // item with no Link, so here the items are filtered by keep, ordered by
+  // order and cut to limit, and the next page is a cursor of this page's
+  // own ("local:OFFSET:PATH") that only listPage reads. A Worker that
+  // pages answers at most limit items and a Link; keep then drops nothing.
+  async function listPage(path, limit, keep, order) {
+    let offset = 0;
+    const local = path.match(/^local:(\d+):(.*)$/);
+    if (local) { offset = Number(local[1]); path = local[2]; }
+    const page = await apiPage(path);
+    if (!local && (page.next || page.items.length <= limit)) return { items: page.items.filter(keep), next: page.next };
+    const all = page.items.filter(keep);
+    if (order) all.sort(order);
+    const end = offset + limit;
+    return { items: all.slice(offset, end), next: end < all.length ? 'local:' + end + ':' + path : null };
+  }
+  const newestFirst = (key) => (x, y) => String(y[key] || '').localeCompare(String(x[key] || ''));
+
+  async function api(method, path, body, extraHeaders, onAnswer) {
     const headers = Object.assign({ Accept: 'application/json' }, auth.headers(), extraHeaders);
     const init = { method, headers, cache: 'no-store' };
     if (body !== undefined) {
@@ -115,6 +146,7 @@
     } catch (e) {
       throw new ApiError(0, 'NETWORK', 'the Worker did not answer (' + e.message + ')');
     }
+    if (onAnswer) onAnswer(res);
     const text = await res.text();
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
@@ -471,6 +503,8 @@
     let m;
     if (hash === '/') current = agentsView(view);
     else if ((m = hash.match(/^\/runs\/([^/]+)$/))) current = runView(view, decodeURIComponent(m[1]));
+    else if ((m = hash.match(/^\/jobs(?:\?(.*))?$/))) current = jobsView(view, new URLSearchParams(m[1] || ''));
+    else if (hash === '/machines') current = machinesView(view);
     else {
       view.append(h('h2', { text: 'Not found' }), h('p', {}, 'No page at ', h('code', { text: hash }), '. ', h('a', { href: '#/', text: 'Agents' })));
       setLive('idle', '');
@@ -529,20 +563,31 @@
       }));
     }
 
-    async function loadRuns(agent, tbody, note) {
+    // loadRuns shows one page of an agent's runs, newest first (GET
+    // /runs, paged by the server): pager.status filters them, pager.path
+    // is the page shown ('' the newest), pager.next the older one.
+    async function loadRuns(agent, tbody, note, pager) {
       try {
-        const runs = (await api('GET', '/runs?agent=' + enc(agent.slug))) || [];
+        let path = pager.path;
+        if (!path) {
+          path = '/runs?agent=' + enc(agent.slug) + '&limit=' + RUNS_SHOWN;
+          if (pager.status) path += '&status=' + enc(pager.status);
+        }
+        const page = await listPage(path, RUNS_SHOWN, (r) => !pager.status || r.status === pager.status, newestFirst('started_at'));
         if (stopped) return;
-        runs.sort((x, y) => String(y.started_at).localeCompare(String(x.started_at)));
-        tbody.replaceChildren(...runs.slice(0, RUNS_SHOWN).map((r) => h('tr', { 'data-run': r.run_id },
+        const runs = page.items;
+        pager.next = page.next;
+        pager.older.hidden = !page.next;
+        pager.newest.hidden = !pager.path;
+        tbody.replaceChildren(...runs.map((r) => h('tr', { 'data-run': r.run_id },
           h('td', {}, h('a', { href: '#/runs/' + enc(r.run_id), class: 'mono', text: r.run_id })),
           h('td', {}, badge(r.status), ' ', runnerBadge(r)),
           h('td', { text: r.trigger || '' }),
           h('td', {}, fmtTime(r.started_at)),
           h('td', { class: 'num', text: `${r.steps_completed || 0} / ${r.steps_total || 0}` }),
           h('td', { class: 'error', text: r.error || '' }))));
-        watchLapse(agent.slug, runs.slice(0, RUNS_SHOWN));
-        note.textContent = runs.length ? (runs.length > RUNS_SHOWN ? `Latest ${RUNS_SHOWN} of ${runs.length} runs.` : '') : 'No runs yet.';
+        watchLapse(agent.slug, runs);
+        note.textContent = runs.length ? '' : (pager.path ? 'No older runs.' : pager.status ? 'No runs ' + pager.status + '.' : 'No runs yet.');
         note.className = 'muted';
       } catch (e) {
         note.textContent = 'Runs could not be read: ' + e.describe();
@@ -581,6 +626,17 @@
             btn.disabled = false;
           }
         });
+        // The status filter and the pager of the agent's runs.
+        const pager = { status: '', path: '', next: null,
+          older: h('button', { type: 'button', 'data-testid': 'older-runs', 'data-agent': a.slug, text: 'Older', hidden: '' }),
+          newest: h('button', { type: 'button', 'data-testid': 'newest-runs', 'data-agent': a.slug, text: 'Newest', hidden: '' }) };
+        const states = (a.spec && a.spec.states) || [];
+        const select = h('select', { 'data-testid': 'status-filter', 'data-agent': a.slug, 'aria-label': 'Status of the runs of ' + a.slug },
+          h('option', { value: '', text: 'every status' }), ...states.map((st) => h('option', { value: st, text: st })));
+        const filter = h('label', { class: 'muted' }, 'Show ', select);
+        select.addEventListener('change', () => { pager.status = select.value; pager.path = ''; refresh(); });
+        pager.older.addEventListener('click', () => { if (pager.next) { pager.path = pager.next; refresh(); } });
+        pager.newest.addEventListener('click', () => { pager.path = ''; refresh(); });
         const steps = (a.steps || []).join(' → ');
         list.append(h('section', { class: 'agent', 'data-agent': a.slug, 'aria-labelledby': 'agent-' + a.slug },
           h('header', {},
@@ -590,11 +646,12 @@
             btn),
           steps ? h('p', { class: 'muted' }, 'Steps: ', steps) : null,
           err,
+          filter,
           h('table', { 'aria-label': 'Runs of ' + a.slug },
             h('thead', {}, h('tr', {}, ['run', 'status', 'trigger', 'started', 'steps', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
             tbody),
-          note));
-        const refresh = () => loadRuns(a, tbody, note);
+          note, h('p', { class: 'pager' }, pager.newest, pager.older)));
+        const refresh = () => loadRuns(a, tbody, note, pager);
         sections.set(a.slug, refresh);
         refresh();
       }
@@ -635,6 +692,7 @@
     let steps = [];
     let path = null;
     let live = null;
+    let agentSteps = [];
 
     const title = h('h2', {}, 'Run ', h('span', { class: 'mono', id: 'run-id', text: runID }));
     const loadErr = h('div', { id: 'run-load-error', class: 'notice error', role: 'alert' });
@@ -646,12 +704,10 @@
     const actionOK = h('div', { id: 'action-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
     const actionErr = h('div', { id: 'action-error', class: 'notice error', role: 'alert', 'data-testid': 'action-error' });
     const reason = h('input', { id: 'reason', type: 'text', maxlength: 500, placeholder: 'reason (optional)' });
-    const jobID = h('input', { id: 'job-id', type: 'text', spellcheck: 'false', placeholder: 'job id' });
     const buttons = {
       cancel: h('button', { type: 'button', id: 'btn-cancel', class: 'danger', 'data-testid': 'cancel', text: 'Cancel run' }),
       approve: h('button', { type: 'button', id: 'btn-approve', 'data-testid': 'approve', text: 'Approve' }),
       reject: h('button', { type: 'button', id: 'btn-reject', class: 'secondary', 'data-testid': 'reject', text: 'Reject' }),
-      requeue: h('button', { type: 'button', id: 'btn-requeue', class: 'secondary', 'data-testid': 'requeue', text: 'Requeue job' }),
     };
 
     view.append(
@@ -661,8 +717,7 @@
         h('h3', { id: 'controls-h', text: 'Control' }),
         h('div', { class: 'controls' },
           h('label', { for: 'reason', text: 'Reason' }), reason, buttons.cancel, buttons.approve, buttons.reject),
-        h('div', { class: 'controls' },
-          h('label', { for: 'job-id', text: 'Job' }), jobID, buttons.requeue),
+        h('p', { class: 'muted' }, 'Jobs, and requeueing them: ', h('a', { href: '#/jobs', text: 'Jobs' }), '.'),
         actionOK, actionErr),
       h('section', { 'aria-labelledby': 'machine-h' },
         h('h3', { id: 'machine-h', text: 'Machine' }),
@@ -690,7 +745,7 @@
         ...fact('Started', fmtTime(st.started_at)),
         ...fact('Finished', fmtTime(st.finished_at), 'run-finished'),
         ...fact('Duration', fmtDuration(dur)),
-        ...fact('Current step', st.current_step || '—', 'run-current-step'),
+        ...fact('Current step', (inProgress() || {}).name || st.current_step || '—', 'run-current-step'),
         ...fact('Steps', `${st.steps_completed || 0} / ${st.steps_total || 0}`, 'run-progress'),
         ...(st.proposals_created && st.proposals_created.length ? fact('Proposals', st.proposals_created.join(', ')) : []),
         ...(st.cancel_requested ? fact('Cancel', 'requested' + (st.cancel_reason ? ': ' + st.cancel_reason : '')) : []),
@@ -722,16 +777,57 @@
       return null;
     }
 
+    // inProgress is the step the run is executing, or null: a run under
+    // a runner's lease that has steps left is in step steps_completed+1
+    // (current_step names it once a step was counted; during step 1 the
+    // agent's list does). It started when its start marker says (a step
+    // that is not idempotent has one), else when the step before ended,
+    // else, for step 1 without a marker, no later than the run started.
+    function inProgress() {
+      const st = status;
+      if (!st || !st.lease || isTerminal(spec, st.status) || (st.steps_completed || 0) >= (st.steps_total || 0)) return null;
+      const n = (st.steps_completed || 0) + 1;
+      const marker = steps.find((r) => r.step_number === n);
+      if (marker && ['completed', 'failed', 'skipped'].includes(marker.status)) return null;
+      const prev = steps.find((r) => r.step_number === n - 1);
+      const name = (marker && marker.step_name) || (n > 1 && st.current_step) || agentSteps[n - 1] || st.current_step || '';
+      const [since, from] = marker && marker.started_at ? [marker.started_at, 'its start']
+        : prev && prev.finished_at ? [prev.finished_at, 'the end of step ' + (n - 1)] : [st.started_at, 'the run\'s start'];
+      return { n, name, since, from };
+    }
+
     function renderSteps() {
-      stepsBody.replaceChildren(...steps.map((r) => h('tr', { 'data-step': r.step_name, 'data-testid': 'step-row', 'data-status': r.status },
+      const cur = inProgress();
+      const rows = steps.filter((r) => !cur || r.step_number !== cur.n).map((r) => h('tr', { 'data-step': r.step_name, 'data-testid': 'step-row', 'data-status': r.status },
         h('td', { class: 'num', text: r.step_number }),
         h('td', {}, h('code', { text: r.step_name })),
         h('td', {}, badge(r.status)),
         h('td', {}, fmtTime(r.started_at)),
         h('td', { class: 'num', text: fmtDuration(stepDuration(r)) }),
         h('td', { text: r.output_summary || '' }),
-        h('td', { class: 'error', text: r.error || '' }))));
-      stepsNote.textContent = steps.length ? '' : 'No step has finished yet.';
+        h('td', { class: 'error', text: r.error || '' })));
+      if (cur) {
+        rows.push(h('tr', { 'data-step': cur.name, 'data-testid': 'step-row', 'data-status': 'running', class: 'in-progress' },
+          h('td', { class: 'num', text: cur.n }),
+          h('td', {}, h('code', { text: cur.name || '?' })),
+          h('td', {}, badge('running')),
+          h('td', {}, fmtTime(cur.since)),
+          h('td', { class: 'num', id: 'step-elapsed', 'data-since': cur.since, title: 'elapsed since ' + cur.from }),
+          h('td', { class: 'muted', text: 'in progress' }),
+          h('td', {})));
+      }
+      stepsBody.replaceChildren(...rows);
+      tick();
+      stepsNote.textContent = rows.length ? '' : 'No step has started yet.';
+    }
+    // tick shows the running step's elapsed time, every second while shown.
+    let ticker = null;
+    function tick() {
+      clearTimeout(ticker);
+      const el = stepsBody.querySelector('#step-elapsed');
+      if (!el || stopped) return;
+      el.textContent = fmtDuration(Math.max(0, Math.floor((Date.now() - Date.parse(el.dataset.since)) / 1000) * 1000));
+      ticker = setTimeout(tick, 1000);
     }
 
     function renderMachine() {
@@ -802,11 +898,6 @@
     buttons.cancel.addEventListener('click', () => act('Cancel', 'POST', '/runs/' + enc(runID) + '/cancel', { reason: reason.value }));
     buttons.approve.addEventListener('click', () => act('Approve', 'POST', '/runs/' + enc(runID) + '/approve', decision()));
     buttons.reject.addEventListener('click', () => act('Reject', 'POST', '/runs/' + enc(runID) + '/reject', decision()));
-    buttons.requeue.addEventListener('click', () => {
-      const id = jobID.value.trim();
-      if (!id) { actionErr.textContent = 'Requeue: enter a job id.'; return; }
-      act('Requeue ' + id, 'POST', '/jobs/' + enc(id) + '/requeue');
-    });
 
     (async () => {
       try {
@@ -819,6 +910,7 @@
       try {
         const agent = (await loadAgents()).find((a) => a.slug === status.agent_slug);
         spec = agent ? agent.spec : null;
+        agentSteps = (agent && agent.steps) || [];
       } catch (e) {
         loadErr.textContent = 'The agents could not be read: ' + e.describe();
       }
@@ -844,7 +936,271 @@
       if (!stopped && !live.stopped) live.start();
     })();
 
-    return { stop() { stopped = true; clearTimeout(lapseTimer); if (live) live.stop(); } };
+    return { stop() { stopped = true; clearTimeout(lapseTimer); clearTimeout(ticker); if (live) live.stop(); } };
+  }
+
+  // ---- the machines (machines.json: the SDK's specs, served by the page)
+
+  let machinesCache = null;
+  async function loadMachines() {
+    if (!machinesCache) {
+      let res;
+      try {
+        res = await fetch('machines.json', { cache: 'no-cache' });
+      } catch (e) {
+        throw new ApiError(0, 'NETWORK', 'the Worker did not answer (' + e.message + ')');
+      }
+      if (!res.ok) throw new ApiError(res.status, 'HTTP_' + res.status, 'machines.json could not be read');
+      machinesCache = await res.json();
+    }
+    return machinesCache;
+  }
+
+  // mayMove tells whether the page's actor may make the move on event
+  // from state, by the machine's table. Under a token the page does not
+  // know the actor: the button is offered and the Worker decides (its 403
+  // is shown as it is).
+  function mayMove(spec, from, event) {
+    const t = spec && spec.transitions.find((x) => x.from === from && x.event === event);
+    return !!t && (!!auth.token || (t.actors || []).includes(auth.actor));
+  }
+
+  function machinesView(view) {
+    view.append(h('h2', { text: 'Machines' }),
+      h('p', { class: 'muted', text: 'Every lifecycle the SDK drives, as its tables say: states, moves and who may make them.' }));
+    const err = h('div', { class: 'notice error', role: 'alert' });
+    const list = h('div', { id: 'machines' });
+    view.append(err, list);
+    setLive('idle', '');
+    loadMachines().then((specs) => {
+      list.replaceChildren(...specs.map((spec) => h('section', { class: 'machine', 'data-machine': spec.name },
+        h('h3', {}, h('code', { text: spec.name })),
+        h('div', { class: 'diagram' }, drawMachine(spec, null, 'machine-' + spec.name)),
+        transitionTable(spec))));
+    }, (e) => { err.textContent = 'The machines could not be read: ' + e.describe(); });
+    return { stop() {} };
+  }
+
+  // ---- jobs: counts by state per type and agent, a filtered list, actions
+
+  const JOBS_SHOWN = 25;
+  const JOBS_PAGE_MAX = 500; // the Worker's largest page
+  const JOBS_COUNTED_PAGES = 40; // the counts read at most 20,000 jobs
+  // The job moves an operator makes over the API: the button shows where
+  // the job machine has the move from the job's state for the page's actor.
+  // The job machine has no cancel and no retry of its own (a failed attempt
+  // is retried by the queue); requeue is the operator's retry.
+  const JOB_ACTIONS = [
+    { event: 'requeue', label: 'Requeue', path: (id) => '/jobs/' + enc(id) + '/requeue' },
+  ];
+
+  function jobsView(view, query) {
+    let stopped = false;
+    const filter = { status: query.get('status') || '', type: query.get('type') || '', agent: query.get('agent') || '' };
+    let spec = null, pagePath = '', nextPath = null;
+
+    const err = h('div', { id: 'jobs-error', class: 'notice error', role: 'alert' });
+    const ok = h('div', { id: 'jobs-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
+    const quick = h('p', { class: 'quick', id: 'jobs-quick' });
+    const countsHead = h('thead', {});
+    const countsBody = h('tbody', {});
+    const countsNote = h('p', { class: 'muted', id: 'counts-note' });
+    const selects = {
+      status: h('select', { id: 'jobs-status', 'data-testid': 'jobs-status' }),
+      type: h('select', { id: 'jobs-type', 'data-testid': 'jobs-type' }),
+      agent: h('select', { id: 'jobs-agent', 'data-testid': 'jobs-agent' }),
+    };
+    const listBody = h('tbody', { id: 'jobs-body' });
+    const listNote = h('p', { class: 'muted', id: 'jobs-note' });
+    const first = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-first', text: 'First page', hidden: '' });
+    const next = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-next', text: 'Next page', hidden: '' });
+    view.append(
+      h('h2', { text: 'Jobs' }), err, ok, quick,
+      h('section', { 'aria-labelledby': 'counts-h' },
+        h('h3', { id: 'counts-h', text: 'By state, per job type and agent' }),
+        h('div', { class: 'scroll' }, h('table', { id: 'job-counts', 'data-testid': 'job-counts' }, countsHead, countsBody)),
+        countsNote),
+      h('section', { 'aria-labelledby': 'list-h' },
+        h('h3', { id: 'list-h', text: 'Jobs' }),
+        h('div', { class: 'controls' },
+          h('label', { for: 'jobs-status', text: 'State' }), selects.status,
+          h('label', { for: 'jobs-type', text: 'Type' }), selects.type,
+          h('label', { for: 'jobs-agent', text: 'Agent' }), selects.agent),
+        h('div', { class: 'scroll' }, h('table', { id: 'jobs', 'data-testid': 'jobs' },
+          h('thead', {}, h('tr', {}, ['job', 'type', 'agent', 'run', 'state', 'attempt', 'updated', 'error', ''].map((c) => h('th', { scope: 'col', text: c })))),
+          listBody)),
+        listNote, h('p', { class: 'pager' }, first, next)));
+
+    function fillSelect(sel, values, value, none) {
+      const opts = [h('option', { value: '', text: none })];
+      for (const v of new Set([...values, value].filter(Boolean))) opts.push(h('option', { value: v, text: v }));
+      sel.replaceChildren(...opts);
+      sel.value = value;
+    }
+    // The filters live in the hash, so a filtered list can be linked to;
+    // replaceState changes it without re-opening the view.
+    function setFilter(f) {
+      Object.assign(filter, f);
+      const q = new URLSearchParams(Object.entries(filter).filter(([, v]) => v));
+      history.replaceState(null, '', '#/jobs' + (q.toString() ? '?' + q : ''));
+      for (const k of Object.keys(selects)) if (selects[k].value !== filter[k]) fillSelect(selects[k], [...selects[k].options].map((o) => o.value), filter[k], selects[k].options[0].text);
+      pagePath = '';
+      loadList();
+    }
+    for (const [k, sel] of Object.entries(selects)) sel.addEventListener('change', () => setFilter({ [k]: sel.value }));
+    first.addEventListener('click', () => { pagePath = ''; loadList(); });
+    next.addEventListener('click', () => { if (nextPath) { pagePath = nextPath; loadList(); } });
+
+    // Counts read every job, a page of 500 at a time (each row is one job
+    // type and agent; a job without an agent counts under "—").
+    async function loadCounts() {
+      const rows = new Map(), total = {};
+      let path = '/jobs?limit=' + JOBS_PAGE_MAX, pages = 0, n = 0;
+      while (path && pages < JOBS_COUNTED_PAGES) {
+        const page = await apiPage(path);
+        if (stopped) return;
+        for (const j of page.items) {
+          const key = j.job_type + '\u0000' + (j.agent_slug || '');
+          if (!rows.has(key)) rows.set(key, { type: j.job_type, agent: j.agent_slug || '', by: {}, total: 0 });
+          const r = rows.get(key);
+          r.by[j.status] = (r.by[j.status] || 0) + 1;
+          r.total++;
+          total[j.status] = (total[j.status] || 0) + 1;
+          n++;
+        }
+        path = page.next;
+        pages++;
+      }
+      const states = spec ? spec.states : Object.keys(total);
+      const link = (f, count) => {
+        if (!count) return h('span', { class: 'muted', text: '·' });
+        const a = h('a', { href: '#/jobs', 'data-count': count, text: count });
+        a.addEventListener('click', (e) => { e.preventDefault(); setFilter(f); });
+        return a;
+      };
+      countsHead.replaceChildren(h('tr', {}, h('th', { scope: 'col', text: 'type' }), h('th', { scope: 'col', text: 'agent' }),
+        ...states.map((st) => h('th', { scope: 'col', class: 'num', text: st })), h('th', { scope: 'col', class: 'num', text: 'total' })));
+      const sorted = [...rows.values()].sort((x, y) => x.type.localeCompare(y.type) || x.agent.localeCompare(y.agent));
+      countsBody.replaceChildren(...sorted.map((r) => h('tr', { 'data-type': r.type, 'data-agent': r.agent },
+        h('td', { class: 'mono', text: r.type }), h('td', { class: 'mono', text: r.agent || '—' }),
+        ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: r.type, agent: r.agent }, r.by[st]))),
+        h('td', { class: 'num' }, link({ status: '', type: r.type, agent: r.agent }, r.total)))),
+      h('tr', { class: 'total', 'data-type': '' }, h('th', { scope: 'row', text: 'all' }), h('td', {}),
+        ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: '', agent: '' }, total[st]))),
+        h('td', { class: 'num', text: n })));
+      countsNote.textContent = (n ? '' : 'No jobs. ') + (path ? `Counted the first ${n} jobs only.` : '');
+      // The states an operator looks for first.
+      quick.replaceChildren(...['RETRY_BACKOFF', 'FAILED', 'DEAD'].map((st) => {
+        const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'quick-' + st, 'data-count': total[st] || 0,
+          text: `${st === 'RETRY_BACKOFF' ? 'Retrying' : st === 'FAILED' ? 'Failed' : 'Dead'}: ${total[st] || 0}` });
+        b.addEventListener('click', () => setFilter({ status: st, type: '', agent: '' }));
+        return b;
+      }));
+      fillSelect(selects.status, states, filter.status, 'every state');
+      fillSelect(selects.type, sorted.map((r) => r.type).sort(), filter.type, 'every type');
+      fillSelect(selects.agent, sorted.map((r) => r.agent).filter(Boolean).sort(), filter.agent, 'every agent');
+    }
+
+    function jobRow(j) {
+      const actions = JOB_ACTIONS.filter((a) => mayMove(spec, j.status, a.event)).map((a) => {
+        const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'job-' + a.event, 'data-job': j.job_id, text: a.label });
+        b.addEventListener('click', () => act(a, j, b));
+        return b;
+      });
+      const error = j.error || j.error_code ? [
+        j.error_code ? h('code', { class: 'code', 'data-testid': 'error-code', text: j.error_code }) : null,
+        j.failed_step ? h('span', { class: 'muted', text: ' in ' + j.failed_step }) : null,
+        j.error ? h('div', { class: 'error', 'data-testid': 'job-error', text: j.error }) : null] : '';
+      return h('tr', { 'data-job': j.job_id, 'data-status': j.status },
+        h('td', { class: 'mono', title: j.job_id, text: j.job_id }),
+        h('td', { class: 'mono', text: j.job_type }),
+        h('td', { class: 'mono', text: j.agent_slug || '—' }),
+        h('td', {}, j.run_id ? h('a', { href: '#/runs/' + enc(j.run_id), class: 'mono', text: j.run_id }) : '—'),
+        h('td', {}, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null),
+        h('td', { class: 'num', text: `${j.attempt || 0} / ${j.max_attempts || 0}` }),
+        h('td', {}, fmtTime(j.updated_at)),
+        h('td', {}, error),
+        h('td', {}, actions));
+    }
+
+    async function loadList() {
+      const keep = (j) => (!filter.status || j.status === filter.status) && (!filter.type || j.job_type === filter.type) &&
+        (!filter.agent || j.agent_slug === filter.agent);
+      let path = pagePath;
+      if (!path) {
+        path = '/jobs?limit=' + JOBS_SHOWN;
+        for (const k of ['status', 'type', 'agent']) if (filter[k]) path += '&' + k + '=' + enc(filter[k]);
+      }
+      try {
+        // A rare filter may come back short with a next page: pages are
+        // read on until the list is full, a few at most.
+        let page = await listPage(path, JOBS_SHOWN, keep, newestFirst('updated_at'));
+        let items = page.items;
+        for (let i = 0; i < 8 && items.length < JOBS_SHOWN && page.next && !page.next.startsWith('local:'); i++) {
+          page = await listPage(page.next, JOBS_SHOWN, keep, newestFirst('updated_at'));
+          items = items.concat(page.items);
+        }
+        if (stopped) return;
+        nextPath = page.next;
+        next.hidden = !nextPath;
+        first.hidden = !pagePath;
+        listBody.replaceChildren(...items.map(jobRow));
+        listNote.textContent = items.length ? '' : pagePath ? 'No more jobs.' : 'No jobs match.';
+        listNote.className = 'muted';
+      } catch (e) {
+        listNote.textContent = 'Jobs could not be read: ' + e.describe();
+        listNote.className = 'error';
+      }
+    }
+
+    async function act(a, j, btn) {
+      ok.textContent = '';
+      err.textContent = '';
+      btn.disabled = true;
+      try {
+        const res = await api('POST', a.path(j.job_id));
+        ok.textContent = `${a.label} ${j.job_id}: done` + (res && res.status ? ' (' + res.status + ')' : '') + '.';
+        refresh();
+      } catch (e) {
+        err.textContent = `${a.label} ${j.job_id} refused: ` + e.describe();
+        err.dataset.code = e.code;
+        err.dataset.status = String(e.status);
+        btn.disabled = false;
+      }
+    }
+
+    async function refresh() {
+      try {
+        await loadCounts();
+        if (!stopped) err.textContent = '';
+      } catch (e) {
+        if (!stopped) err.textContent = 'Jobs could not be counted: ' + e.describe();
+      }
+      if (!stopped) await loadList();
+    }
+
+    // A job's move is an event of the feed: a burst of them costs one read.
+    let pending = null;
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_LIST_MS,
+      onEvent: (type) => {
+        if (!type.startsWith('job.') || pending) return;
+        pending = setTimeout(() => { pending = null; if (!stopped) refresh(); }, 300);
+      },
+      poll: refresh,
+      onOpen: refresh,
+    });
+    (async () => {
+      try {
+        spec = (await loadMachines()).find((m) => m.name === 'job') || null;
+      } catch (e) {
+        err.textContent = 'The job machine could not be read: ' + e.describe();
+      }
+      await refresh();
+      if (!stopped) live.start();
+    })();
+    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
   }
 
   // ---- start
