@@ -220,6 +220,7 @@ func TestJobsPage(t *testing.T) {
 		chromedp.WaitVisible(css(`[data-testid="nav-jobs"]`)),
 		chromedp.Click(css(`[data-testid="nav-jobs"]`)),
 		chromedp.WaitVisible(css(cell("RESEARCH", "agent-a", "QUEUED")+` a`)),
+		chromedp.WaitVisible(css(`#jobs-body tr`)), // the list is read after the counts
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
 	)
 	counts := get(t, ctx, "read the counts", chromedp.Evaluate[map[string]string](`(() => {

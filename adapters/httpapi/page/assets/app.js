@@ -1054,11 +1054,12 @@
     // Counts read every job, a page of 500 at a time (each row is one job
     // type and agent; a job without an agent counts under "—").
     async function loadCounts() {
+      const seq = ++countSeq;
       const rows = new Map(), total = {};
       let path = '/jobs?limit=' + JOBS_PAGE_MAX, pages = 0, n = 0;
       while (path && pages < JOBS_COUNTED_PAGES) {
         const page = await apiPage(path);
-        if (stopped) return;
+        if (stopped || seq !== countSeq) return;
         for (const j of page.items) {
           const key = j.job_type + '\u0000' + (j.agent_slug || '');
           if (!rows.has(key)) rows.set(key, { type: j.job_type, agent: j.agent_slug || '', by: {}, total: 0 });
@@ -1079,7 +1080,9 @@
         return a;
       };
       countsHead.replaceChildren(h('tr', {}, h('th', { scope: 'col', text: 'type' }), h('th', { scope: 'col', text: 'agent' }),
-        ...states.map((st) => h('th', { scope: 'col', class: 'num', text: st })), h('th', { scope: 'col', class: 'num', text: 'total' })));
+        // A zero-width space after each "_" lets a long state name wrap there.
+        ...states.map((st) => h('th', { scope: 'col', class: 'num', title: st, text: st.replace(/_/g, '_\u200b') })),
+        h('th', { scope: 'col', class: 'num', text: 'total' })));
       const sorted = [...rows.values()].sort((x, y) => x.type.localeCompare(y.type) || x.agent.localeCompare(y.agent));
       countsBody.replaceChildren(...sorted.map((r) => h('tr', { 'data-type': r.type, 'data-agent': r.agent },
         h('td', { class: 'mono', text: r.type }), h('td', { class: 'mono', text: r.agent || '—' }),
@@ -1123,7 +1126,11 @@
         h('td', {}, actions));
     }
 
+    // A read overtaken by a later one (a Next click while a refresh reads
+    // the page before) is dropped when it answers.
+    let listSeq = 0, countSeq = 0;
     async function loadList() {
+      const seq = ++listSeq;
       const keep = (j) => (!filter.status || j.status === filter.status) && (!filter.type || j.job_type === filter.type) &&
         (!filter.agent || j.agent_slug === filter.agent);
       let path = pagePath;
@@ -1140,7 +1147,7 @@
           page = await listPage(page.next, JOBS_SHOWN, keep, newestFirst('updated_at'));
           items = items.concat(page.items);
         }
-        if (stopped) return;
+        if (stopped || seq !== listSeq) return;
         nextPath = page.next;
         next.hidden = !nextPath;
         first.hidden = !pagePath;
@@ -1148,6 +1155,7 @@
         listNote.textContent = items.length ? '' : pagePath ? 'No more jobs.' : 'No jobs match.';
         listNote.className = 'muted';
       } catch (e) {
+        if (stopped || seq !== listSeq) return;
         listNote.textContent = 'Jobs could not be read: ' + e.describe();
         listNote.className = 'error';
       }
