@@ -129,6 +129,11 @@ type Config struct {
 	CleanupAge time.Duration
 	// Logger receives audit write failures. Default: slog.Default().
 	Logger *slog.Logger
+	// Project is the cid that Get, GetForJob and List read when given an
+	// empty one: a job without a project_id has its artifact there. The job
+	// queue's own store gets the queue's Config.Project. Default: none (an
+	// empty cid is refused).
+	Project string
 	// Types are content types of the user's beside the three built-in ones, each
 	// with its content check: content must be JSON, and the check (nil:
 	// none) may refuse it; its error is wrapped to match
@@ -386,13 +391,14 @@ func (s *Store) record(ctx context.Context, ev records.AuditEvent) {
 	}
 }
 
-// Get reads an artifact. The actor needs Read (docs/spec.md#authority-matrix). A missing
-// artifact gives an error matching ErrNotFound.
+// Get reads an artifact of project cid (empty: Config.Project). The actor
+// needs Read (docs/spec.md#authority-matrix). A missing artifact gives an
+// error matching ErrNotFound.
 func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) (Artifact, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.Read, authority.Scope{}); err != nil {
 		return Artifact{}, err
 	}
-	key, err := layout.ArtifactKey(cid, id)
+	key, err := layout.ArtifactKey(s.project(cid), id)
 	if err != nil {
 		return Artifact{}, err
 	}
@@ -400,7 +406,8 @@ func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) 
 	return a, err
 }
 
-// GetForJob reads the artifact of job jobID, if it has one.
+// GetForJob reads the artifact of job jobID, if it has one, in project
+// cid: the job's project_id, which may be empty (Config.Project).
 func (s *Store) GetForJob(ctx context.Context, actor lifecycle.Actor, cid, jobID string) (Artifact, error) {
 	if err := storage.ValidateID("job id", jobID); err != nil {
 		return Artifact{}, err
@@ -408,20 +415,28 @@ func (s *Store) GetForJob(ctx context.Context, actor lifecycle.Actor, cid, jobID
 	return s.Get(ctx, actor, cid, IDForJob(jobID))
 }
 
+// project is cid, or Config.Project for an empty cid.
+func (s *Store) project(cid string) string {
+	if cid == "" {
+		return s.cfg.Project
+	}
+	return cid
+}
+
 // Prefix returns the List prefix of a project's artifacts.
 func Prefix(cid string) (string, error) {
 	return layout.ArtifactsPrefix(cid)
 }
 
-// List yields the artifacts of project cid in key order. The actor needs
-// Read.
+// List yields the artifacts of project cid (empty: Config.Project) in key
+// order. The actor needs Read.
 func (s *Store) List(ctx context.Context, actor lifecycle.Actor, cid string) iter.Seq2[Artifact, error] {
 	return func(yield func(Artifact, error) bool) {
 		if err := authority.Check(actor, authority.Artifacts, authority.Read, authority.Scope{}); err != nil {
 			yield(Artifact{}, err)
 			return
 		}
-		prefix, err := Prefix(cid)
+		prefix, err := Prefix(s.project(cid))
 		if err != nil {
 			yield(Artifact{}, err)
 			return

@@ -1,13 +1,27 @@
 // Package jobqueue runs the job machine (docs/spec.md#job-lifecycle),
 // lifecycle.JobMachine, over the job records (lifecycle.Job) in a
-// storage.Store:
+// storage.Store.
+//
+// A job needs only a type and a payload. Register a Handler per job type
+// in Config.Types (HandlerFunc, or Typed for a payload decoded into a Go
+// type), run a Worker, and Insert a job; Wait returns it once COMPLETE or
+// DEAD, and Result reads what its handler returned (Example_job). A job
+// may name a run and an agent (InsertJob); an agent runs one job at a
+// time, and a job without one runs in its type's lane (TypeLane), one at a
+// time too. Insert, InsertJob, Job, Result, Wait and Retry act as the
+// system (the program that embeds the queue); Enqueue, Get, List and
+// Requeue check the authority matrix (docs/spec.md#authority-matrix) for
+// the actor they are given, as the HTTP API does for its caller.
+//
+// The built-in job types (RESEARCH, BRIEF, PROPOSAL_PREPROCESS) are the NLM
+// pipeline's, run by Handlers (Worker.Handlers). In more detail:
 //
 //   - Queue: enqueue (PENDING → QUEUED after validation), claim with a lease
 //     from per-agent ready lanes (queue/lanes/{agent}/, O(1) store calls per
 //     job amortized) under a per-agent lock (queue/agents/{agent}.json, at
 //     most one running job per agent across every worker sharing the
 //     store), the pipeline CONTEXT_ASSEMBLY → NOTEBOOKLM_CALL →
-//     ARTIFACT_WRITE → COMPLETE with the embedding service's Handlers,
+//     ARTIFACT_WRITE → COMPLETE with the job type's Handler,
 //     retries after 15 s, 30 s, 60 s, FAILED → DEAD, the admin's requeue,
 //     orphan rescue, and an audit event for every move.
 //   - Worker: the loops that claim and run jobs, waking when an agent is

@@ -11,20 +11,18 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// A job type of your own beside the built-in NLM types: its handler, and a
+// A job type of your own beside the built-in NLM types: its Handler, and a
 // check of its artifact's content. Permanent says "don't retry".
 func ExampleTypeConfig() {
 	ctx := context.Background()
 	summarize := jobqueue.TypeConfig{
-		Handlers: jobqueue.Handlers{
-			CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
-				var in struct{ URL string }
-				if err := json.Unmarshal(job.Payload, &in); err != nil || in.URL == "" {
-					return jobqueue.Output{}, jobqueue.Permanent(errors.New("payload needs a url"))
-				}
-				return jobqueue.Output{Content: json.RawMessage(`{"summary":"three lines about ` + in.URL + `"}`)}, nil
-			},
-		},
+		Handler: jobqueue.HandlerFunc(func(ctx context.Context, job lifecycle.Job) (jobqueue.Output, error) {
+			var in struct{ URL string }
+			if err := json.Unmarshal(job.Payload, &in); err != nil || in.URL == "" {
+				return jobqueue.Output{}, jobqueue.Permanent(errors.New("payload needs a url"))
+			}
+			return jobqueue.Output{Content: json.RawMessage(`{"summary":"three lines about ` + in.URL + `"}`)}, nil
+		}),
 		Validate: func(content json.RawMessage) error {
 			var c struct{ Summary string }
 			if json.Unmarshal(content, &c) != nil || c.Summary == "" {
@@ -42,7 +40,7 @@ func ExampleTypeConfig() {
 			RunID: "run-1", JobType: "SUMMARY", AgentSlug: "summarizer", Payload: json.RawMessage(payload),
 		})
 		c, _ := q.Claim(ctx, "worker-1")
-		done, _ := c.Run(ctx, jobqueue.Handlers{}) // the type brings its own
+		done, _ := c.Run(ctx, nil) // the type brings its own
 		fmt.Println(done.Status, "after", done.Attempt, "attempt(s)", "code="+done.ErrorCode)
 		if done.Status == lifecycle.JobComplete {
 			art, _ := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, job.JobID)

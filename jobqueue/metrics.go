@@ -72,6 +72,7 @@ func (noMetrics) AttemptFailed(lifecycle.JobType, lifecycle.JobState, string)   
 // document written, prior the one it replaced (nil for a creation), moves
 // the moves the write made (the end of after's trail).
 func (q *Queue) observe(prior, after *jobDoc, moves []lifecycle.JobMove) {
+	q.waits.changed(after.JobID)
 	if len(moves) == 0 {
 		return
 	}

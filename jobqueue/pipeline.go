@@ -15,24 +15,26 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// Handlers are the pipeline steps the embedding service supplies
-// (docs/spec.md#job-lifecycle). The queue runs them in order, each under Config.StepTimeout, and
-// writes ARTIFACT_WRITE itself. A handler's error sends the job to
-// RETRY_BACKOFF; return a *StatusError for an HTTP status (429, 503) so
-// the job's error_code says which, and Permanent(err) for a failure no
-// retry can mend (the job goes to DEAD at once). User job types may bring
-// handlers of their own (Config.Types).
+// Handlers are the steps of the NLM pipeline, the Handler of the built-in
+// job types (RESEARCH, BRIEF, PROPOSAL_PREPROCESS: docs/spec.md#job-lifecycle),
+// which the Worker takes as Worker.Handlers. The queue runs them in order,
+// each under Config.StepTimeout, and writes ARTIFACT_WRITE itself. A
+// handler's error sends the job to RETRY_BACKOFF; return a *StatusError
+// for an HTTP status (429, 503) so the job's error_code says which, and
+// Permanent(err) for a failure no retry can mend (the job goes to DEAD at
+// once). A job type of your own needs none of this: give it a Handler
+// (Config.Types).
 type Handlers struct {
 	// AssembleContext is CONTEXT_ASSEMBLY: it builds the context snapshot
 	// (the memory backend's part). Nil means an empty snapshot.
 	AssembleContext func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error)
 	// CallNotebookLM is NOTEBOOKLM_CALL: it asks the NLM backend and returns
-	// the artifact content. Required.
+	// the artifact content. Handlers without it run nothing.
 	CallNotebookLM func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (Output, error)
 }
 
-// Output is what NOTEBOOKLM_CALL produced: the artifact's content and
-// metadata. Its type is the job type's (ArtifactType).
+// Output is what a Handler produced: the content and metadata of the
+// job's artifact. Its type is the job type's (ArtifactType).
 type Output struct {
 	Content    json.RawMessage
 	EntityRefs []string
@@ -99,8 +101,10 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 	return codes.JobHandlerError
 }
 
-// Run runs the claimed job's pipeline (docs/spec.md#job-lifecycle): CONTEXT_ASSEMBLY →
-// NOTEBOOKLM_CALL → ARTIFACT_WRITE → COMPLETE, each step's error sending
+// Run runs the claimed job's pipeline (docs/spec.md#job-lifecycle) with the
+// job type's Handler (Config.Types), or else h: CONTEXT_ASSEMBLY (for
+// Handlers with AssembleContext) → NOTEBOOKLM_CALL, where the Handler works
+// → ARTIFACT_WRITE → COMPLETE, each step's error sending
 // it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
 // left). ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
 // finalized, fenced by the claim's epoch: a lost attempt's artifact is
@@ -110,7 +114,7 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 // the job as last written. An error means the claim could not write
 // (ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
-func (c *Claim) Run(ctx context.Context, h Handlers) (lifecycle.Job, error) {
+func (c *Claim) Run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	// The run counts as work on the clock but while it waits for a handler
 	// or a timer (a test's fake clock moves only when it is idle;
 	// clock.Activity).
@@ -122,12 +126,9 @@ func (c *Claim) Run(ctx context.Context, h Handlers) (lifecycle.Job, error) {
 		return c.job, errors.New("jobqueue: claim already run")
 	}
 	c.mu.Unlock()
-	if tc, ok := c.q.cfg.Types[c.Job().JobType]; ok && tc.Handlers.CallNotebookLM != nil {
-		h = tc.Handlers
-	}
-	if h.CallNotebookLM == nil {
+	if h = c.q.handlerFor(c.Job().JobType, h); h == nil {
 		_ = c.Abandon(ctx)
-		return c.Job(), errors.New("jobqueue: Handlers.CallNotebookLM is required")
+		return c.Job(), fmt.Errorf("jobqueue: no Handler for job type %s (Config.Types; Handlers with CallNotebookLM for the built-in types)", c.Job().JobType)
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -180,12 +181,14 @@ func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Conte
 	return ctx, err
 }
 
-// pipeline runs the 003 pipeline of the claimed job: CONTEXT_ASSEMBLY
-// (assembleContext), NOTEBOOKLM_CALL, ARTIFACT_WRITE (writeArtifact) and
-// the commit; a failed step is recorded by orchestrate.
-func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error) {
+// pipeline runs the job pipeline of the claimed job: CONTEXT_ASSEMBLY
+// (assembleContext, for Handlers), NOTEBOOKLM_CALL (the Handler's work),
+// ARTIFACT_WRITE (writeArtifact) and the commit; a failed step is
+// recorded by orchestrate.
+func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	job := c.Job()
-	snapshot, sctx, err := c.assembleContext(ctx, h, job)
+	nlm, isNLM := nlmSteps(h)
+	snapshot, sctx, err := c.assembleContext(ctx, nlm, job)
 	if err != nil {
 		return c.orchestrate(ctx, lifecycle.JobContextAssembly, sctx, err)
 	}
@@ -196,8 +199,14 @@ func (c *Claim) pipeline(ctx context.Context, h Handlers) (lifecycle.Job, error)
 		job = c.Job()
 	}
 	var out Output
-	sctx, err = c.step(ctx, "CallNotebookLM", func(ctx context.Context) (err error) {
-		out, err = h.CallNotebookLM(ctx, job, snapshot)
+	name, work := "Work", h.Work
+	if isNLM {
+		name, work = "CallNotebookLM", func(ctx context.Context, job lifecycle.Job) (Output, error) {
+			return nlm.CallNotebookLM(ctx, job, snapshot)
+		}
+	}
+	sctx, err = c.step(ctx, name, func(ctx context.Context) (err error) {
+		out, err = work(ctx, job)
 		return err
 	})
 	if err != nil {
@@ -261,10 +270,7 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output
 	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
 	// ends the step (the commit, or the failure), with its own audit event.
 	typ := c.q.artifactType(job.JobType)
-	cid := job.ProjectID
-	if cid == "" {
-		cid = c.q.cfg.Project
-	}
+	cid := c.q.projectOf(job)
 	// The artifact is fenced by the claim's epoch (artifact.Draft.Epoch):
 	// a newer attempt's artifact is never replaced, a lost attempt's is;
 	// and the lease is confirmed just before the write, so an attempt that

@@ -39,7 +39,10 @@ type Config struct {
 	// and the audit log. Required.
 	Store storage.Store
 	// Artifacts writes the artifact at ARTIFACT_WRITE. Default: an
-	// artifact.Store over Store with the same Clock and Node.
+	// artifact.Store over Store with the same Clock and Node, whose
+	// Project is this Config's, so the artifact of a job without a
+	// project_id is read with the job's empty project_id too (or with
+	// Queue.Result).
 	Artifacts *artifact.Store
 	// Clock drives leases, backoff, step timeouts and timestamps. Default:
 	// the wall clock.
@@ -77,8 +80,9 @@ type Config struct {
 	// Logger receives what cannot be returned (audit write failures,
 	// heartbeat trouble, quarantined records). Default: slog.Default().
 	Logger *slog.Logger
-	// Types registers job types of the user's beside the three built-in ones
-	// (RESEARCH, BRIEF, PROPOSAL_PREPROCESS): Enqueue accepts them, and
+	// Types registers job types of the user's, each with its Handler,
+	// beside the three built-in NLM ones (RESEARCH, BRIEF,
+	// PROPOSAL_PREPROCESS, run by Worker.Handlers): Enqueue accepts them, and
 	// their artifact's type is the job type's name, its content checked by
 	// the type's Validate. Names are ids (storage.ValidateID) and may not
 	// be a built-in type's. With Config.Artifacts set, that store must know
@@ -91,9 +95,10 @@ type Config struct {
 
 // TypeConfig is a user job type (Config.Types).
 type TypeConfig struct {
-	// Handlers run the type's jobs; a nil CallNotebookLM means the
-	// Handlers given to Claim.Run (the Worker's).
-	Handlers Handlers
+	// Handler runs the type's jobs (HandlerFunc, or Typed for a payload
+	// decoded into a Go type). Nil means the Handler given to Claim.Run
+	// (the Worker's Handlers).
+	Handler Handler
 	// Validate checks the content of the type's artifact, which must be
 	// JSON; nil accepts any JSON. An error sends the job to RETRY_BACKOFF
 	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
@@ -129,6 +134,8 @@ type Queue struct {
 	audited   map[string]int64 // job id → latest version whose audit this Queue wrote
 	gaps      map[string]int64 // job id → version at rest whose audit flush failed (active.go)
 
+	waits waitSet // the Wait calls, woken by this Queue's writes of their job
+
 	schedMu sync.Mutex
 	due     dueHeap       // the agents by when each is next worth a look
 	wake    chan struct{} // closed when an agent becomes due sooner (see nextDue)
@@ -149,7 +156,7 @@ func New(cfg Config) (*Queue, error) {
 	// carry the deadlines.
 	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	if cfg.Artifacts == nil {
-		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes})
+		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes, Project: cfg.Project})
 		if err != nil {
 			return nil, err
 		}

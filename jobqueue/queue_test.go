@@ -189,7 +189,9 @@ func TestEnqueueRefusesBadInputAndWritesNothing(t *testing.T) {
 		want  error
 	}{
 		{"path id", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.JobID = "../x" }, jobqueue.ErrInvalidJob},
-		{"no run id", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.RunID = "" }, jobqueue.ErrInvalidJob},
+		// A job needs no run id (issue 21), but one it has must be an id.
+		{"bad run id", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.RunID = "run 1" }, jobqueue.ErrInvalidJob},
+		{"reserved agent", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.AgentSlug = jobqueue.TypeLane(lifecycle.JobBrief) }, jobqueue.ErrInvalidJob},
 		{"agent slash", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.AgentSlug = "a/b" }, jobqueue.ErrInvalidJob},
 		{"job type", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.JobType = "SUMMARY" }, jobqueue.ErrInvalidJob},
 		{"max attempts", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.MaxAttempts = -1 }, jobqueue.ErrInvalidJob},

@@ -64,7 +64,7 @@ func TestUserJobTypes(t *testing.T) {
 			ctx := context.Background()
 			s := memstore.New()
 			q := newQueue(t, s, clock.NewFake(t0), func(c *jobqueue.Config) {
-				c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{summaryType: {Handlers: tt.own, Validate: tt.validate}}
+				c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{summaryType: {Handler: tt.own, Validate: tt.validate}}
 			})
 			n := spec("job-s", "agent-s")
 			n.JobType = summaryType

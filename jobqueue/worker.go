@@ -32,9 +32,10 @@ type Worker struct {
 	// ID names the worker in leases; unique among the workers sharing the
 	// store. Required.
 	ID string
-	// Handlers run the pipeline of the built-in job types, and of user types
-	// registered without handlers of their own (Config.Types). Required
-	// unless every job is of a user type with its own handlers.
+	// Handlers run the NLM pipeline of the built-in job types (RESEARCH,
+	// BRIEF, PROPOSAL_PREPROCESS), and the jobs of user types registered
+	// without a Handler (Config.Types). Not needed when every job type has
+	// its own Handler.
 	Handlers Handlers
 	// Slots is how many jobs the worker runs at once (of different agents:
 	// an agent runs one job at a time). Default 1.
@@ -54,7 +55,7 @@ type Worker struct {
 // attempt: it goes to RETRY_BACKOFF like any other failure.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.Queue == nil || w.ID == "" || (w.Handlers.CallNotebookLM == nil && len(w.Queue.cfg.Types) == 0) {
-		return errors.New("jobqueue: Worker needs Queue, ID and Handlers.CallNotebookLM (or Config.Types)")
+		return errors.New("jobqueue: Worker needs Queue, ID, and Config.Types or Handlers.CallNotebookLM to run jobs with")
 	}
 	if err := storage.ValidateID("worker id", w.ID); err != nil {
 		return err
@@ -221,11 +222,7 @@ func (w *Worker) waitWork(ctx context.Context, poll time.Duration) bool {
 // noAssembly tells whether the handlers that run a job of type t assemble
 // no context (see Queue.claimFor): the type's own, or the Worker's.
 func (w *Worker) noAssembly(t lifecycle.JobType) bool {
-	h := w.Handlers
-	if tc, ok := w.Queue.cfg.Types[t]; ok && tc.Handlers.CallNotebookLM != nil {
-		h = tc.Handlers
-	}
-	return h.AssembleContext == nil
+	return !assembles(w.Queue.handlerFor(t, w.Handlers))
 }
 
 // busyPoll is the wait of the lane poll (over a store that cannot watch)

@@ -147,16 +147,17 @@ func decodeEvent(data []byte) (eventBody, error) {
 	return b, nil
 }
 
-// decodeJob decodes and checks POST /jobs' body.
+// decodeJob decodes and checks POST /jobs' body: job_type is required,
+// the rest is optional; the queue checks the values (Enqueue).
 func decodeJob(data []byte) (jobqueue.NewJob, error) {
 	var b jobBody
 	if err := decodeStrict(data, &b, false); err != nil {
 		return jobqueue.NewJob{}, err
 	}
-	for _, f := range []struct{ name, v string }{{"run_id", b.RunID}, {"job_type", string(b.JobType)}, {"agent_slug", b.AgentSlug}} {
-		if f.v == "" {
-			return jobqueue.NewJob{}, apiErr(codes.InvalidRequest, "%s is required", f.name)
-		}
+	// A job needs only its type: run_id and agent_slug are optional, as in
+	// jobqueue.NewJob (a job without an agent runs in its type's lane).
+	if b.JobType == "" {
+		return jobqueue.NewJob{}, apiErr(codes.InvalidRequest, "job_type is required")
 	}
 	if b.JobID != "" {
 		if err := storage.ValidateID("job_id", b.JobID); err != nil {

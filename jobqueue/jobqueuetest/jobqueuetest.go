@@ -3,11 +3,12 @@
 //
 // Run enqueues one job in a jobqueue.Queue on a memstore with a fake clock
 // (starting 2026-01-01T00:00:00Z), claims it and runs its pipeline with your
-// Handlers through jobqueue.Claim, again after each backoff, until it is
-// COMPLETE or DEAD, and returns the job and its artifact. The handler
-// timeouts (StepTimeout, 120 s), attempts (3) and backoff (15 s, 30 s, 60 s)
-// are the Queue's own, or an Option's, and take no real time: the fake clock
-// moves only while the queue waits, to the next deadline it waits for.
+// Handler (a Typed one, or the NLM pipeline's Handlers) through
+// jobqueue.Claim, again after each backoff, until it is COMPLETE or DEAD,
+// and returns the job and its artifact. The handler timeouts (StepTimeout,
+// 120 s), attempts (3) and backoff (15 s, 30 s, 60 s) are the Queue's own,
+// or an Option's, and take no real time: the fake clock moves only while
+// the queue waits, to the next deadline it waits for.
 //
 // Time moves to a backoff's end, and to a handler's deadline while the
 // handler waits in Hang: a fake upstream of yours that should never answer
@@ -51,11 +52,12 @@ var stall = 10 * time.Second
 // worker is the name Run claims jobs under.
 const worker = "jobqueuetest"
 
-// Run enqueues n (as the gateway) in a fresh Queue, runs it with h until it
+// Run enqueues n (as the gateway) in a fresh Queue, runs it with h (a
+// jobqueue.Handler: HandlerFunc, Typed, or the NLM pipeline's Handlers) until it
 // is COMPLETE or DEAD, and returns the job as last written and its artifact
 // (nil when it has none). User job types go in an Option's Config.Types.
 // The test fails when the job is refused or cannot be run to its end.
-func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) (lifecycle.Job, *artifact.Artifact) {
+func Run(tb testing.TB, h jobqueue.Handler, n jobqueue.NewJob, opts ...Option) (lifecycle.Job, *artifact.Artifact) {
 	tb.Helper()
 	clk := testdrive.NewClock()
 	d := &driver{clk: clk}
@@ -73,9 +75,7 @@ func Run(tb testing.TB, h jobqueue.Handlers, n jobqueue.NewJob, opts ...Option) 
 	if len(cfg.Types) > 0 {
 		types := make(map[lifecycle.JobType]jobqueue.TypeConfig, len(cfg.Types))
 		for name, tc := range cfg.Types {
-			if tc.Handlers.CallNotebookLM != nil {
-				tc.Handlers = d.wrap(tc.Handlers)
-			}
+			tc.Handler = d.wrap(tc.Handler)
 			types[name] = tc
 		}
 		cfg.Types = types
@@ -170,17 +170,45 @@ type driver struct {
 	hung   bool // and it waits in Hang
 }
 
-func (d *driver) wrap(h jobqueue.Handlers) jobqueue.Handlers {
-	mark := func(ctx context.Context) context.Context {
-		d.mu.Lock()
-		d.inCall, d.hung = true, false
-		d.mu.Unlock()
-		return testdrive.WithHang(ctx, func() {
-			d.mu.Lock()
-			d.hung = true
-			d.mu.Unlock()
-		})
+// wrap makes h tell d when its calls start, hang and return.
+func (d *driver) wrap(h jobqueue.Handler) jobqueue.Handler {
+	switch hh := h.(type) {
+	case nil:
+		return nil
+	case jobqueue.Handlers:
+		return d.wrapNLM(hh)
+	case *jobqueue.Handlers:
+		if hh == nil {
+			return nil
+		}
+		return d.wrapNLM(*hh)
+	case jobqueue.HandlerFunc:
+		if hh == nil {
+			return nil
+		}
 	}
+	return jobqueue.HandlerFunc(func(ctx context.Context, job lifecycle.Job) (jobqueue.Output, error) {
+		defer d.returned()
+		return h.Work(d.mark(ctx), job)
+	})
+}
+
+// mark records that a handler call starts, and gives it a context whose
+// Hang tells d it hangs.
+func (d *driver) mark(ctx context.Context) context.Context {
+	d.mu.Lock()
+	d.inCall, d.hung = true, false
+	d.mu.Unlock()
+	return testdrive.WithHang(ctx, func() {
+		d.mu.Lock()
+		d.hung = true
+		d.mu.Unlock()
+	})
+}
+
+// wrapNLM is wrap for the NLM pipeline's two steps, kept two steps.
+func (d *driver) wrapNLM(h jobqueue.Handlers) jobqueue.Handlers {
+	mark := d.mark
 	if f := h.AssembleContext; f != nil {
 		h.AssembleContext = func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 			defer d.returned()
@@ -205,7 +233,7 @@ func (d *driver) returned() {
 // run runs a claim, moving the clock whenever the claim is idle (a handler
 // waits in Hang, the claim waits on a timer) to the next deadline it
 // waits for.
-func (d *driver) run(tb testing.TB, c *jobqueue.Claim, h jobqueue.Handlers) (lifecycle.Job, error) {
+func (d *driver) run(tb testing.TB, c *jobqueue.Claim, h jobqueue.Handler) (lifecycle.Job, error) {
 	tb.Helper()
 	type result struct {
 		job lifecycle.Job

@@ -98,7 +98,7 @@ func TestRun(t *testing.T) {
 func TestRunUserType(t *testing.T) {
 	t.Parallel()
 	summary := jobqueue.TypeConfig{
-		Handlers: jobqueue.Handlers{
+		Handler: jobqueue.Handlers{
 			AssembleContext: func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 				if job.Attempt == 1 {
 					return nil, jobqueuetest.Hang(ctx)

@@ -1,0 +1,83 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// The calls of a Go program that embeds the queue. The methods that take
+// a lifecycle.Actor (Enqueue, Get, List, Requeue) check the authority
+// matrix for it: they are what a surface such as the HTTP API calls on a
+// caller's behalf. A program that embeds the queue is the system itself,
+// and these methods act as it, without an actor to pass: as the
+// orchestration layer, which the matrix lets create and read jobs and read
+// artifacts, and, for Retry, as the admin, the one actor the job machine
+// lets requeue (docs/decisions.md).
+const (
+	// SystemActor is the actor Insert, InsertJob, Job and Result act as.
+	SystemActor = lifecycle.ActorOrchestration
+	// OperatorActor is the actor Retry acts as.
+	OperatorActor = lifecycle.ActorAdmin
+)
+
+// Insert enqueues a stand-alone job of type t (no run, no agent: it runs
+// in its type's lane, TypeLane) whose payload is args encoded as JSON, as
+// the system (SystemActor). args may be a json.RawMessage, used as it is,
+// or nil for no payload. A Typed handler of the same Args decodes it.
+func (q *Queue) Insert(ctx context.Context, t lifecycle.JobType, args any) (lifecycle.Job, error) {
+	var payload json.RawMessage
+	switch a := args.(type) {
+	case nil:
+	case json.RawMessage:
+		payload = a
+	default:
+		b, err := json.Marshal(args)
+		if err != nil {
+			return lifecycle.Job{}, fmt.Errorf("%w: payload of a %s job: %w", ErrInvalidJob, t, err)
+		}
+		payload = b
+	}
+	return q.InsertJob(ctx, NewJob{JobType: t, Payload: payload})
+}
+
+// InsertJob is Enqueue as the system (SystemActor): for a job with a run,
+// an agent, an id or a callback of its own.
+func (q *Queue) InsertJob(ctx context.Context, n NewJob) (lifecycle.Job, error) {
+	return q.Enqueue(ctx, SystemActor, n)
+}
+
+// Job is Get as the system (SystemActor).
+func (q *Queue) Job(ctx context.Context, jobID string) (lifecycle.Job, error) {
+	return q.Get(ctx, SystemActor, jobID)
+}
+
+// Retry is Requeue as the operator (OperatorActor): a FAILED or DEAD job
+// starts over with a fresh set of attempts.
+func (q *Queue) Retry(ctx context.Context, jobID string) (lifecycle.Job, error) {
+	return q.Requeue(ctx, OperatorActor, jobID)
+}
+
+// Result reads the artifact of job jobID, the Output of its handler, as
+// the system (SystemActor), from the job's own project (its project_id,
+// else Config.Project). A job that has not completed has none: the error
+// matches artifact.ErrNotFound.
+func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, error) {
+	job, err := q.Job(ctx, jobID)
+	if err != nil {
+		return artifact.Artifact{}, err
+	}
+	return q.artifacts.GetForJob(ctx, SystemActor, q.projectOf(job), jobID)
+}
+
+// projectOf is the cid of job's artifact: its project_id, else
+// Config.Project.
+func (q *Queue) projectOf(job lifecycle.Job) string {
+	if job.ProjectID != "" {
+		return job.ProjectID
+	}
+	return q.cfg.Project
+}
