@@ -24,9 +24,9 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
-// The jobs the jobs Worker holds: queued RESEARCH jobs of agent-a and
-// BRIEF jobs of agent-b, and one dead job of agent-z, more than two
-// pages of the page's list (25 a page).
+// The jobs the jobs Worker holds: queued RESEARCH jobs of agent-a, BRIEF
+// jobs of agent-b, one stand-alone BRIEF job (no run, no agent) and one
+// dead job of agent-z, more than two pages of the page's list (25 a page).
 const (
 	researchJobs = 40
 	briefJobs    = 20
@@ -93,6 +93,9 @@ func startJobsWorker(t *testing.T) *jobsWorker {
 		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, n); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobType: lifecycle.JobBrief}); err != nil {
+		t.Fatal(err)
 	}
 
 	// The Runner serves one agent of each run machine, so the page knows
@@ -211,7 +214,7 @@ func TestJobsPage(t *testing.T) {
 	overall := time.AfterFunc(3*time.Minute, closeBrowser)
 	defer overall.Stop()
 
-	const total = researchJobs + briefJobs + 1
+	const total = researchJobs + briefJobs + 2
 	cell := func(typ, agent, state string) string {
 		return `#job-counts tr[data-type="` + typ + `"][data-agent="` + agent + `"] td[data-state="` + state + `"]`
 	}
@@ -229,10 +232,12 @@ func TestJobsPage(t *testing.T) {
 			research: c('`+cell("RESEARCH", "agent-a", "QUEUED")+`'),
 			brief: c('`+cell("BRIEF", "agent-b", "QUEUED")+`'),
 			dead: c('`+cell("RESEARCH", "agent-z", "DEAD")+`'),
+			standAlone: c('`+cell("BRIEF", jobqueue.TypeLanePrefix+"BRIEF", "QUEUED")+`'),
+			standAloneAgent: c('#job-counts tr[data-agent="`+jobqueue.TypeLanePrefix+`BRIEF"] td:nth-child(2)'),
 			quickDead: document.querySelector('[data-testid="quick-DEAD"]').dataset.count,
 		};
 	})()`))
-	if want := map[string]string{"research": fmt.Sprint(researchJobs), "brief": fmt.Sprint(briefJobs), "dead": "1", "quickDead": "1"}; fmt.Sprint(counts) != fmt.Sprint(want) {
+	if want := map[string]string{"research": fmt.Sprint(researchJobs), "brief": fmt.Sprint(briefJobs), "dead": "1", "quickDead": "1", "standAlone": "1", "standAloneAgent": "none (BRIEF lane)"}; fmt.Sprint(counts) != fmt.Sprint(want) {
 		t.Errorf("counts %v, want %v", counts, want)
 	}
 
@@ -310,9 +315,9 @@ func TestJobsPage(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#jobs-status'); s.value = ''; s.dispatchEvent(new Event('change')); })()`),
 		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#jobs-type'); s.value = 'BRIEF'; s.dispatchEvent(new Event('change')); })()`),
 		chromedp.Poll[chromedp.Void](`(() => { const r = [...document.querySelectorAll('#jobs-body tr')];
-			return r.length === 20 && r.every((x) => x.children[1].textContent === 'BRIEF'); })()`, chromedp.WithPollingInterval(50*time.Millisecond)),
+			return r.length === 21 && r.every((x) => x.children[1].textContent === 'BRIEF'); })()`, chromedp.WithPollingInterval(50*time.Millisecond)),
 	)
 	if next := get(t, ctx, "read the pager", chromedp.Evaluate[bool](`document.querySelector('[data-testid="jobs-next"]').hidden`)); !next {
-		t.Errorf("a next page is offered for 20 BRIEF jobs")
+		t.Errorf("a next page is offered for 21 BRIEF jobs")
 	}
 }

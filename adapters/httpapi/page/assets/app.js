@@ -994,6 +994,15 @@
     { event: 'requeue', label: 'Requeue', path: (id) => '/jobs/' + enc(id) + '/requeue' },
   ];
 
+  // agentName shows a job's agent_slug: a job enqueued without an agent
+  // runs in its type's lane, whose name is written there ("_type.BRIEF",
+  // docs/spec.md#job-record).
+  const TYPE_LANE = '_type.';
+  function agentName(slug) {
+    if (!slug) return '—';
+    return slug.startsWith(TYPE_LANE) ? 'none (' + slug.slice(TYPE_LANE.length) + ' lane)' : slug;
+  }
+
   function jobsView(view, query) {
     let stopped = false;
     const filter = { status: query.get('status') || '', type: query.get('type') || '', agent: query.get('agent') || '' };
@@ -1031,9 +1040,9 @@
           listBody)),
         listNote, h('p', { class: 'pager' }, first, next)));
 
-    function fillSelect(sel, values, value, none) {
+    function fillSelect(sel, values, value, none, name) {
       const opts = [h('option', { value: '', text: none })];
-      for (const v of new Set([...values, value].filter(Boolean))) opts.push(h('option', { value: v, text: v }));
+      for (const v of new Set([...values, value].filter(Boolean))) opts.push(h('option', { value: v, text: name ? name(v) : v }));
       sel.replaceChildren(...opts);
       sel.value = value;
     }
@@ -1043,7 +1052,9 @@
       Object.assign(filter, f);
       const q = new URLSearchParams(Object.entries(filter).filter(([, v]) => v));
       history.replaceState(null, '', '#/jobs' + (q.toString() ? '?' + q : ''));
-      for (const k of Object.keys(selects)) if (selects[k].value !== filter[k]) fillSelect(selects[k], [...selects[k].options].map((o) => o.value), filter[k], selects[k].options[0].text);
+      for (const k of Object.keys(selects)) {
+        if (selects[k].value !== filter[k]) fillSelect(selects[k], [...selects[k].options].map((o) => o.value), filter[k], selects[k].options[0].text, k === 'agent' ? agentName : null);
+      }
       pagePath = '';
       loadList();
     }
@@ -1085,7 +1096,7 @@
         h('th', { scope: 'col', class: 'num', text: 'total' })));
       const sorted = [...rows.values()].sort((x, y) => x.type.localeCompare(y.type) || x.agent.localeCompare(y.agent));
       countsBody.replaceChildren(...sorted.map((r) => h('tr', { 'data-type': r.type, 'data-agent': r.agent },
-        h('td', { class: 'mono', text: r.type }), h('td', { class: 'mono', text: r.agent || '—' }),
+        h('td', { class: 'mono', text: r.type }), h('td', { class: 'mono', text: agentName(r.agent) }),
         ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: r.type, agent: r.agent }, r.by[st]))),
         h('td', { class: 'num' }, link({ status: '', type: r.type, agent: r.agent }, r.total)))),
       h('tr', { class: 'total', 'data-type': '' }, h('th', { scope: 'row', text: 'all' }), h('td', {}),
@@ -1101,7 +1112,7 @@
       }));
       fillSelect(selects.status, states, filter.status, 'every state');
       fillSelect(selects.type, sorted.map((r) => r.type).sort(), filter.type, 'every type');
-      fillSelect(selects.agent, sorted.map((r) => r.agent).filter(Boolean).sort(), filter.agent, 'every agent');
+      fillSelect(selects.agent, sorted.map((r) => r.agent).filter(Boolean).sort(), filter.agent, 'every agent', agentName);
     }
 
     function jobRow(j) {
@@ -1117,7 +1128,7 @@
       return h('tr', { 'data-job': j.job_id, 'data-status': j.status },
         h('td', { class: 'mono', title: j.job_id, text: j.job_id }),
         h('td', { class: 'mono', text: j.job_type }),
-        h('td', { class: 'mono', text: j.agent_slug || '—' }),
+        h('td', { class: 'mono', text: agentName(j.agent_slug) }),
         h('td', {}, j.run_id ? h('a', { href: '#/runs/' + enc(j.run_id), class: 'mono', text: j.run_id }) : '—'),
         h('td', {}, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null),
         h('td', { class: 'num', text: `${j.attempt || 0} / ${j.max_attempts || 0}` }),
