@@ -76,7 +76,9 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 		Slug:    demoAgent,
 		Machine: lifecycle.MachineApproval,
 		Steps: []run.Step{
-			{Name: "wait-for-test", Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
+			// Idempotent: no start marker, so while it runs the Worker
+			// has no step record and the page makes the in-progress row.
+			{Name: "wait-for-test", Idempotent: true, Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 				select {
 				case <-w.release:
 					return run.StepOutput{Summary: "released by the test"}, nil
@@ -284,7 +286,16 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 		chromedp.WaitReady(css(`#machine .transition.path[data-from="pending"][data-to="running"]`)),
 		// The events feed is up, so the page follows the stream, not polls.
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
+		// Step 1 is in progress: its row, with its elapsed time ticking.
+		chromedp.WaitVisible(css(`#steps-body tr.in-progress[data-step="wait-for-test"][data-status="running"] #step-elapsed`)),
+		chromedp.Poll[chromedp.Void](`/^\d/.test(document.querySelector('#step-elapsed').textContent)`, chromedp.WithPollingInterval(50*time.Millisecond)),
 	)
+	if cur := get(t, ctx, "read the current step", chromedp.Text(css(`#run-current-step`))); cur != "wait-for-test" {
+		t.Errorf("current step during step 1 = %q, want wait-for-test", cur)
+	}
+	for _, o := range labelOverlaps(t, ctx) {
+		t.Errorf("overlap on the run page: %s", o)
+	}
 
 	// As frontend, which no cancel move lists: the Worker answers 403
 	// FORBIDDEN and the page must say so.
@@ -321,6 +332,9 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 		`[...document.querySelectorAll("#steps-body tr")].map(r => r.dataset.step + "=" + r.dataset.status)`))
 	if want := []string{"wait-for-test=completed", "summarize=completed"}; fmt.Sprint(steps) != fmt.Sprint(want) {
 		t.Errorf("steps shown = %v, want %v", steps, want)
+	}
+	if n := get(t, ctx, "count in-progress rows", chromedp.Evaluate[int](`document.querySelectorAll("#steps-body tr.in-progress").length`)); n != 0 {
+		t.Errorf("%d in-progress rows after the run ended", n)
 	}
 	current := get(t, ctx, "read the diagram", chromedp.Evaluate[[]string](
 		`[...document.querySelectorAll("#machine .state.current")].map(g => g.dataset.state)`))

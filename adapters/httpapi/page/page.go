@@ -5,7 +5,10 @@
 //
 // Every asset comes from this package: no build step, no CDN, no external
 // fonts, so the page works on a closed network and a Worker upgrade always
-// ships the matching page.
+// ships the matching page. The one library, dagre (the machine diagrams'
+// layout), is vendored in assets/vendor (its README says from where).
+// machines.json, the specs of the SDK's machines, is made here from package
+// lifecycle, so the diagrams and the job actions follow the Go tables.
 package page
 
 import (
@@ -20,10 +23,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-//go:embed assets
+// The vendored library's README stays out of the binary; its LICENSE is
+// served beside it.
+//
+//go:embed assets/*.html assets/*.js assets/*.css assets/*.svg assets/vendor/*.js assets/vendor/LICENSE
 var embedded embed.FS
 
 // asset is one embedded file, read once at start-up with its content type
@@ -42,6 +49,8 @@ var contentTypes = map[string]string{
 	".js":   "text/javascript; charset=utf-8",
 	".css":  "text/css; charset=utf-8",
 	".svg":  "image/svg+xml",
+	".json": "application/json",
+	"":      "text/plain; charset=utf-8", // vendor/LICENSE
 }
 
 // csp allows only the Worker's own origin: the page loads nothing else and
@@ -78,19 +87,40 @@ func load() map[string]asset {
 		if !ok {
 			ct = "application/octet-stream"
 		}
-		sum := sha256.Sum256(b)
-		out[name] = asset{body: b, contentType: ct, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+		out[name] = newAsset(b, ct)
 		return nil
 	})
 	if err != nil {
 		panic(err)
 	}
+	specs, err := json.Marshal(machines())
+	if err != nil {
+		panic(err) // plain strings: it cannot fail
+	}
+	out["machines.json"] = newAsset(specs, contentTypes[".json"])
 	return out
 }
 
+func newAsset(b []byte, ct string) asset {
+	sum := sha256.Sum256(b)
+	return asset{body: b, contentType: ct, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+}
+
+// machines lists the SDK's machines for the page: the run machines an
+// agent may use, the step's, the job's (whose requeue move the jobs view
+// offers to the actors it names), the NLM job's and the inbox entry's.
+func machines() []lifecycle.Spec {
+	return []lifecycle.Spec{
+		lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec(),
+		lifecycle.RunStep().Spec(), lifecycle.JobMachine().Spec(), lifecycle.NLMMachine().Spec(),
+		lifecycle.InboxMachine().Spec(),
+	}
+}
+
 // Handler serves the page. It answers a path ending in "/" with index.html
-// and any other path by its last element, so it works both mounted under a
-// prefix (/ui/app.js) and behind http.StripPrefix (/app.js).
+// and any other path by what follows /ui/ (or the leading "/"), so it works
+// both mounted under a prefix (/ui/vendor/dagre.min.js) and behind
+// http.StripPrefix (/vendor/dagre.min.js).
 //
 // Assets are served with Cache-Control: no-cache and an ETag: their names
 // carry no content hash, so a browser must revalidate to pick up a new
@@ -104,7 +134,10 @@ func Handler() http.Handler {
 		}
 		name := "index.html"
 		if p := r.URL.Path; p != "" && !strings.HasSuffix(p, "/") {
-			name = path.Base(p)
+			if i := strings.Index(p, "/ui/"); i >= 0 {
+				p = p[i+len("/ui/"):]
+			}
+			name = strings.TrimPrefix(path.Clean("/"+p), "/")
 		}
 		a, ok := files[name]
 		if !ok {

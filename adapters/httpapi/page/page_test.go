@@ -1,14 +1,18 @@
 package page_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/page"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // get serves one request from the handler mounted as the server mounts it,
@@ -42,6 +46,11 @@ func TestHandlerServesAssetsWithTheirTypes(t *testing.T) {
 		"/ui/app.css":    "text/css; charset=utf-8",
 		"/ui/icon.svg":   "image/svg+xml",
 		"/app.js":        "text/javascript; charset=utf-8", // behind http.StripPrefix
+		// The vendored layout library, by its path, and its license.
+		"/ui/vendor/dagre.min.js": "text/javascript; charset=utf-8",
+		"/vendor/dagre.min.js":    "text/javascript; charset=utf-8",
+		"/ui/vendor/LICENSE":      "text/plain; charset=utf-8",
+		"/ui/machines.json":       "application/json",
 	}
 	for target, ct := range want {
 		res := serve(t, h, http.MethodGet, target, nil)
@@ -62,9 +71,41 @@ func TestHandlerServesAssetsWithTheirTypes(t *testing.T) {
 			t.Errorf("GET %s: empty body", target)
 		}
 	}
+	// A name outside the assets is no asset, however it is spelled.
+	for _, target := range []string{"/ui/../page.go", "/ui/vendor/README.md", "/ui/vendor/../../page.go"} {
+		if res := serve(t, h, http.MethodGet, target, nil); res.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: status %d, want 404", target, res.StatusCode)
+		}
+	}
 	index := serve(t, h, http.MethodGet, "/ui/", nil)
 	if csp := index.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
 		t.Errorf("index CSP = %q", csp)
+	}
+}
+
+// machines.json is the SDK's specs: the page draws them and the jobs view
+// offers requeue where the job machine lets the actor make it.
+func TestMachinesJSON(t *testing.T) {
+	var specs []lifecycle.Spec
+	if err := json.Unmarshal([]byte(body(t, serve(t, page.Handler(), http.MethodGet, "/ui/machines.json", nil))), &specs); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]lifecycle.Spec{}
+	for _, s := range specs {
+		byName[s.Name] = s
+	}
+	job := lifecycle.JobMachine().Spec()
+	if got := byName["job"]; len(specs) != 7 || !reflect.DeepEqual(got.States, job.States) || len(got.Transitions) != len(job.Transitions) {
+		t.Fatalf("machines.json: %d machines, job %+v", len(specs), got)
+	}
+	var requeue []string
+	for _, tr := range byName["job"].Transitions {
+		if tr.Event == string(lifecycle.EventRequeue) {
+			requeue = append(requeue, tr.From+" by "+fmt.Sprint(tr.Actors))
+		}
+	}
+	if want := []string{"FAILED by [admin]", "DEAD by [admin]"}; !reflect.DeepEqual(requeue, want) {
+		t.Errorf("requeue moves %v, want %v", requeue, want)
 	}
 }
 

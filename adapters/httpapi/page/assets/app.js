@@ -113,6 +113,26 @@
     return { items, next };
   }
 
+  // listPage reads one page of a paged list (GET /runs, GET /jobs) whose
+  // filters are in path's query, and copes with a Worker that does not
+  // page: one that ignores limit, cursor and the filters answers every
+  // item with no Link, so here the items are filtered by keep, ordered by
+  // order and cut to limit, and the next page is a cursor of this page's
+  // own ("local:OFFSET:PATH") that only listPage reads. A Worker that
+  // pages answers at most limit items and a Link; keep then drops nothing.
+  async function listPage(path, limit, keep, order) {
+    let offset = 0;
+    const local = path.match(/^local:(\d+):(.*)$/);
+    if (local) { offset = Number(local[1]); path = local[2]; }
+    const page = await apiPage(path);
+    if (!local && (page.next || page.items.length <= limit)) return { items: page.items.filter(keep), next: page.next };
+    const all = page.items.filter(keep);
+    if (order) all.sort(order);
+    const end = offset + limit;
+    return { items: all.slice(offset, end), next: end < all.length ? 'local:' + end + ':' + path : null };
+  }
+  const newestFirst = (key) => (x, y) => String(y[key] || '').localeCompare(String(x[key] || ''));
+
   async function api(method, path, body, extraHeaders, onAnswer) {
     const headers = Object.assign({ Accept: 'application/json' }, auth.headers(), extraHeaders);
     const init = { method, headers, cache: 'no-store' };
@@ -337,157 +357,121 @@
     }
   }
 
-  // layout places states in columns, so the same spec always draws the same
-  // picture: non-terminal states by BFS rank from the initial state (states
-  // it cannot reach in one more column), terminal states together in the
-  // last column, each column in the spec's order of states. Most moves then
-  // point right; the rest are routed around the states (edgeGeometry).
-  function layout(spec) {
-    const terminal = new Set(spec.terminal);
-    const rank = new Map([[spec.initial, 0]]);
-    const queue = [spec.initial];
-    while (queue.length) {
-      const cur = queue.shift();
-      for (const t of spec.transitions) {
-        if (t.from === cur && !rank.has(t.to) && !terminal.has(t.to)) { rank.set(t.to, rank.get(cur) + 1); queue.push(t.to); }
-      }
-    }
-    let last = Math.max(0, ...rank.values());
-    const unreached = spec.states.filter((st) => !rank.has(st) && !terminal.has(st));
-    if (unreached.length) { last++; for (const st of unreached) rank.set(st, last); }
-    if (spec.states.some((st) => terminal.has(st) && st !== spec.initial)) last++;
-    for (const st of spec.states) if (!rank.has(st)) rank.set(st, last);
-    const cols = [];
-    for (const st of spec.states) (cols[rank.get(st)] = cols[rank.get(st)] || []).push(st);
-    const longest = Math.max(...spec.states.map((st) => st.length));
-    const W = Math.max(110, longest * 8 + 28), H = 36, COLGAP = 120, ROWGAP = 40, PAD = 56, TOP = 56;
-    const tallest = Math.max(...cols.map((c) => (c || []).length));
-    const pos = new Map();
-    const colBottom = [];
-    cols.forEach((col, i) => {
-      const offset = ((tallest - col.length) * (H + ROWGAP)) / 2;
-      col.forEach((st, j) => pos.set(st, { x: PAD + i * (W + COLGAP), y: TOP + offset + j * (H + ROWGAP), col: i }));
-      colBottom[i] = TOP + offset + col.length * (H + ROWGAP) - ROWGAP;
-    });
-    return { pos, W, H, colBottom, width: PAD + cols.length * (W + COLGAP) - COLGAP + 90, height: TOP + tallest * (H + ROWGAP) - ROWGAP + 24 };
+  // Text widths for the layout, measured with the fonts app.css draws
+  // with (a label on the path is bold, so labels are measured bold).
+  const STATE_FONT = '13px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace';
+  const LABEL_FONT = '600 11px system-ui, sans-serif';
+  let measureCtx = null;
+  function textWidth(text, font) {
+    if (!measureCtx) measureCtx = document.createElement('canvas').getContext('2d');
+    measureCtx.font = font;
+    return Math.ceil(measureCtx.measureText(text).width);
   }
 
-  function drawMachine(spec, path) {
-    const L = layout(spec);
-    const { pos, W, H } = L;
-    const onPath = new Set(path.states());
-    const moves = path.moves();
-    const current = path.current;
+  // layout places the machine with dagre (assets/vendor, a layered graph
+  // layout): states are nodes, every move is an edge of a multigraph whose
+  // label is a box of its own, so dagre gives each label a place that no
+  // state and no other label takes, parallel moves included. A small
+  // start node leads into the initial state. Left to right, like the SDK's
+  // Mermaid and DOT diagrams; the same spec always gives the same picture.
+  function layout(spec) {
+    const g = new dagre.graphlib.Graph({ multigraph: true });
+    g.setGraph({ rankdir: 'LR', nodesep: 18, ranksep: 44, edgesep: 12, marginx: 12, marginy: 12 });
+    g.setDefaultEdgeLabel(() => ({}));
+    for (const st of spec.states) g.setNode(st, { width: textWidth(st, STATE_FONT) + 28, height: 36 });
+    g.setNode(START, { width: 12, height: 12 });
+    g.setEdge(START, spec.initial, { width: 0, height: 0 }, 'start');
+    spec.transitions.forEach((t, i) => {
+      if (!g.hasNode(t.from) || !g.hasNode(t.to)) return;
+      g.setEdge(t.from, t.to, { width: textWidth(t.event, LABEL_FONT) + 8, height: 16, labelpos: 'c', t }, 'm' + i);
+    });
+    dagre.layout(g);
+    return g;
+  }
+  const START = '\u0000start'; // no state's name: names are identifiers
+
+  // curve draws an edge through dagre's points: straight ends, and a
+  // quadratic bend at each inner point (through the midpoints between).
+  function curve(points) {
+    const f = (n) => Math.round(n * 10) / 10;
+    let d = `M${f(points[0].x)},${f(points[0].y)}`;
+    for (let i = 1; i < points.length - 1; i++) {
+      const p = points[i], q = points[i + 1];
+      const mx = i === points.length - 2 ? q.x : (p.x + q.x) / 2, my = i === points.length - 2 ? q.y : (p.y + q.y) / 2;
+      d += ` Q${f(p.x)},${f(p.y)} ${f(mx)},${f(my)}`;
+    }
+    if (points.length === 2) d += ` L${f(points[1].x)},${f(points[1].y)}`;
+    return d;
+  }
+
+  // drawMachine draws spec as an SVG, lighting path (a RunPath, or null
+  // for the bare machine); id names the SVG (its title and description
+  // take it as a prefix).
+  function drawMachine(spec, path, id) {
+    id = id || 'machine';
+    const g = layout(spec);
+    const onPath = new Set(path ? path.states() : []);
+    const moves = path ? path.moves() : new Set();
+    const current = path ? path.current : null;
+    const box = g.graph();
+    const width = Math.ceil(box.width), height = Math.ceil(box.height);
     const svg = s('svg', {
-      xmlns: SVGNS, role: 'img', 'aria-labelledby': 'machine-title machine-desc', id: 'machine', 'data-testid': 'machine',
-      'data-machine': spec.name,
+      xmlns: SVGNS, role: 'img', 'aria-labelledby': id + '-title ' + id + '-desc', id, 'data-testid': 'machine',
+      'data-machine': spec.name, width, height, viewBox: `0 0 ${width} ${height}`,
     });
     svg.append(
-      s('title', { id: 'machine-title', text: spec.name + ' machine' }),
-      s('desc', { id: 'machine-desc', text: 'Current state: ' + (current || 'unknown') + '. Path: ' + path.states().join(' → ') + '.' }),
+      s('title', { id: id + '-title', text: spec.name + ' machine' }),
+      s('desc', { id: id + '-desc', text: path
+        ? 'Current state: ' + (current || 'unknown') + '. Path: ' + path.states().join(' → ') + '.'
+        : 'States: ' + spec.states.join(', ') + '. Initial: ' + spec.initial + '.' }),
       s('defs', {},
-        s('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+        s('marker', { id: id + '-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
           s('path', { d: 'M0,0 L10,5 L0,10 z' })),
-        s('marker', { id: 'arrow-path', class: 'path-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+        s('marker', { id: id + '-arrow-path', class: 'path-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
           s('path', { d: 'M0,0 L10,5 L0,10 z' }))),
     );
 
-    // Parallel moves between one pair of states are fanned apart, and so
-    // are the moves that share a lane below the states.
-    const pairCount = new Map();
-    const lanes = { below: 0 };
-    let bottom = L.height;
     const edges = s('g', { class: 'transitions' });
-    for (const t of spec.transitions) {
+    const labels = s('g', { class: 'labels' }); // above every line
+    for (const e of g.edges()) {
+      const lab = g.edge(e);
+      if (e.v === START) {
+        const p = g.node(START);
+        edges.append(s('circle', { class: 'start', cx: p.x, cy: p.y, r: 6 }),
+          s('g', { class: 'transition' + (onPath.has(spec.initial) ? ' path' : '') },
+            s('path', { d: curve(lab.points), 'marker-end': `url(#${id}-arrow)` })));
+        continue;
+      }
+      const t = lab.t;
       const key = t.from + '→' + t.to;
-      const k = pairCount.get(key) || 0;
-      pairCount.set(key, k + 1);
-      const a = pos.get(t.from), b = pos.get(t.to);
-      if (!a || !b) continue;
-      const g = edgeGeometry(L, a, b, k, lanes);
-      bottom = Math.max(bottom, g.maxY + 20);
       const lit = moves.has(key);
       const actors = (t.actors || []).join(', ');
-      edges.append(s('g', {
-        class: 'transition' + (lit ? ' path' : ''), 'data-from': t.from, 'data-to': t.to, 'data-event': t.event,
-      },
-      s('title', { text: `${t.from} → ${t.to} on ${t.event}` + (actors ? ` (by ${actors})` : '') }),
-      s('path', { d: g.d, 'marker-end': lit ? 'url(#arrow-path)' : 'url(#arrow)' }),
-      s('text', { x: g.lx, y: g.ly, 'text-anchor': 'middle', text: t.event })));
+      const attrs = { class: 'transition' + (lit ? ' path' : ''), 'data-from': t.from, 'data-to': t.to, 'data-event': t.event };
+      const title = `${t.from} → ${t.to} on ${t.event}` + (actors ? ` (by ${actors})` : '');
+      edges.append(s('g', attrs, s('title', { text: title }),
+        s('path', { d: curve(lab.points), 'marker-end': lit ? `url(#${id}-arrow-path)` : `url(#${id}-arrow)` })));
+      labels.append(s('g', attrs, s('title', { text: title }),
+        s('text', { class: 'label', x: Math.round(lab.x), y: Math.round(lab.y + 4), 'text-anchor': 'middle', text: t.event })));
     }
     svg.append(edges);
-    svg.setAttribute('width', L.width);
-    svg.setAttribute('height', bottom);
-    svg.setAttribute('viewBox', `0 0 ${L.width} ${bottom}`);
-
-    // The initial state's entry arrow, as in the SDK's Mermaid/DOT diagrams.
-    const ini = pos.get(spec.initial);
-    if (ini) {
-      svg.append(s('circle', { class: 'start', cx: ini.x - 34, cy: ini.y + H / 2, r: 6 }),
-        s('g', { class: 'transition' + (onPath.has(spec.initial) ? ' path' : '') },
-          s('path', { d: `M${ini.x - 28},${ini.y + H / 2} L${ini.x - 2},${ini.y + H / 2}`, 'marker-end': 'url(#arrow)' })));
-    }
 
     const nodes = s('g', { class: 'states' });
     for (const st of spec.states) {
-      const p = pos.get(st);
+      const p = g.node(st);
+      const x = p.x - p.width / 2, y = p.y - p.height / 2, W = p.width, H = p.height;
       const terminal = spec.terminal.includes(st);
       const cls = ['state', terminal && 'terminal', st === spec.initial && 'initial', onPath.has(st) && 'path', st === current && 'current']
         .filter(Boolean).join(' ');
-      const g = s('g', { class: cls, 'data-state': st, 'data-testid': 'state-' + st, 'aria-current': st === current ? 'true' : null },
+      const node = s('g', { class: cls, 'data-state': st, 'data-testid': 'state-' + st, 'aria-current': st === current ? 'true' : null },
         s('title', { text: st + (terminal ? ' (terminal)' : '') + (st === current ? ' — current' : onPath.has(st) ? ' — on the path' : '') }),
-        s('rect', { class: 'outer', x: p.x, y: p.y, width: W, height: H, rx: 8 }));
+        s('rect', { class: 'outer', x, y, width: W, height: H, rx: 8 }));
       // Terminal states have a double border, as the SDK's DOT diagrams do.
-      if (terminal) g.append(s('rect', { class: 'inner', x: p.x + 3, y: p.y + 3, width: W - 6, height: H - 6, rx: 6 }));
-      g.append(s('text', { x: p.x + W / 2, y: p.y + H / 2 + 4, 'text-anchor': 'middle', text: st }));
-      nodes.append(g);
+      if (terminal) node.append(s('rect', { class: 'inner', x: x + 3, y: y + 3, width: W - 6, height: H - 6, rx: 6 }));
+      node.append(s('text', { x: p.x, y: p.y + 4, 'text-anchor': 'middle', text: st }));
+      nodes.append(node);
     }
-    svg.append(nodes);
+    svg.append(nodes, labels);
     return svg;
-  }
-
-  // edgeGeometry draws one move as cubic curves: to the next column from
-  // the right side to the left side; further right through a lane below all
-  // the columns; backward from the left side into the target's
-  // bottom; within a column as a bulge to the right; a self-move as a loop
-  // on top. It returns the path, the label's place and the lowest point.
-  function edgeGeometry(L, a, b, k, lanes) {
-    const { W, H } = L;
-    const fan = k * 16;
-    const mid = (p0, p1, p2, p3) => [(p0[0] + 3 * p1[0] + 3 * p2[0] + p3[0]) / 8, (p0[1] + 3 * p1[1] + 3 * p2[1] + p3[1]) / 8];
-    const curve = (p0, p1, p2, p3) => `M${p0[0]},${p0[1]} C${p1[0]},${p1[1]} ${p2[0]},${p2[1]} ${p3[0]},${p3[1]}`;
-    if (a === b) {
-      const x1 = a.x + W * 0.3, x2 = a.x + W * 0.7, y = a.y;
-      return { d: `M${x1},${y} C${x1 - 10},${y - 40 - fan} ${x2 + 10},${y - 40 - fan} ${x2},${y}`, lx: a.x + W / 2, ly: y - 34 - fan, maxY: y + H };
-    }
-    if (b.col === a.col + 1) {
-      const p0 = [a.x + W, a.y + H / 2], p3 = [b.x, b.y + H / 2];
-      const dx = (p3[0] - p0[0]) / 2;
-      const p1 = [p0[0] + dx, p0[1] + fan], p2 = [p3[0] - dx, p3[1] + fan];
-      const [lx, ly] = mid(p0, p1, p2, p3);
-      return { d: curve(p0, p1, p2, p3), lx, ly: ly - 4, maxY: Math.max(p0[1], p3[1]) };
-    }
-    if (b.col > a.col + 1) {
-      // Lanes run below every column and below the backward moves' dips.
-      const lane = Math.max(...L.colBottom) + 52 + 18 * lanes.below++;
-      const p0 = [a.x + W * 0.3, a.y + H], p3 = [b.x, b.y + H / 2];
-      const m = [(p0[0] + p3[0]) / 2, lane];
-      const d = `M${p0[0]},${p0[1]} C${p0[0]},${lane} ${p0[0]},${lane} ${p0[0] + 40},${lane} L${p3[0] - 70},${lane} ` +
-        `C${p3[0] - 30},${lane} ${p3[0] - 40},${p3[1]} ${p3[0]},${p3[1]}`;
-      return { d, lx: m[0], ly: lane - 4, maxY: lane };
-    }
-    if (b.col === a.col) {
-      const down = b.y > a.y;
-      const p0 = [a.x + W, a.y + H / 2 + (down ? 6 : -6)], p3 = [b.x + W, b.y + H / 2 + (down ? -6 : 6)];
-      const bulge = 50 + Math.abs(b.y - a.y) / 5 + fan;
-      const p1 = [p0[0] + bulge, p0[1]], p2 = [p3[0] + bulge, p3[1]];
-      const [lx, ly] = mid(p0, p1, p2, p3);
-      return { d: curve(p0, p1, p2, p3), lx: lx + 16, ly, maxY: Math.max(p0[1], p3[1]) };
-    }
-    const p0 = [a.x, a.y + H / 2 + 8], p3 = [b.x + W / 2 + 14 + fan, b.y + H];
-    const p1 = [p0[0] - 50, p0[1] + 30], p2 = [p3[0], p3[1] + 50];
-    const [lx, ly] = mid(p0, p1, p2, p3);
-    return { d: curve(p0, p1, p2, p3), lx, ly: ly + 12, maxY: Math.max(p0[1] + 30, p3[1] + 40) };
   }
 
   function transitionTable(spec) {
@@ -519,6 +503,8 @@
     let m;
     if (hash === '/') current = agentsView(view);
     else if ((m = hash.match(/^\/runs\/([^/]+)$/))) current = runView(view, decodeURIComponent(m[1]));
+    else if ((m = hash.match(/^\/jobs(?:\?(.*))?$/))) current = jobsView(view, new URLSearchParams(m[1] || ''));
+    else if (hash === '/machines') current = machinesView(view);
     else {
       view.append(h('h2', { text: 'Not found' }), h('p', {}, 'No page at ', h('code', { text: hash }), '. ', h('a', { href: '#/', text: 'Agents' })));
       setLive('idle', '');
@@ -587,7 +573,7 @@
           path = '/runs?agent=' + enc(agent.slug) + '&limit=' + RUNS_SHOWN;
           if (pager.status) path += '&status=' + enc(pager.status);
         }
-        const page = await apiPage(path);
+        const page = await listPage(path, RUNS_SHOWN, (r) => !pager.status || r.status === pager.status, newestFirst('started_at'));
         if (stopped) return;
         const runs = page.items;
         pager.next = page.next;
@@ -706,6 +692,7 @@
     let steps = [];
     let path = null;
     let live = null;
+    let agentSteps = [];
 
     const title = h('h2', {}, 'Run ', h('span', { class: 'mono', id: 'run-id', text: runID }));
     const loadErr = h('div', { id: 'run-load-error', class: 'notice error', role: 'alert' });
@@ -717,12 +704,10 @@
     const actionOK = h('div', { id: 'action-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
     const actionErr = h('div', { id: 'action-error', class: 'notice error', role: 'alert', 'data-testid': 'action-error' });
     const reason = h('input', { id: 'reason', type: 'text', maxlength: 500, placeholder: 'reason (optional)' });
-    const jobID = h('input', { id: 'job-id', type: 'text', spellcheck: 'false', placeholder: 'job id' });
     const buttons = {
       cancel: h('button', { type: 'button', id: 'btn-cancel', class: 'danger', 'data-testid': 'cancel', text: 'Cancel run' }),
       approve: h('button', { type: 'button', id: 'btn-approve', 'data-testid': 'approve', text: 'Approve' }),
       reject: h('button', { type: 'button', id: 'btn-reject', class: 'secondary', 'data-testid': 'reject', text: 'Reject' }),
-      requeue: h('button', { type: 'button', id: 'btn-requeue', class: 'secondary', 'data-testid': 'requeue', text: 'Requeue job' }),
     };
 
     view.append(
@@ -732,8 +717,7 @@
         h('h3', { id: 'controls-h', text: 'Control' }),
         h('div', { class: 'controls' },
           h('label', { for: 'reason', text: 'Reason' }), reason, buttons.cancel, buttons.approve, buttons.reject),
-        h('div', { class: 'controls' },
-          h('label', { for: 'job-id', text: 'Job' }), jobID, buttons.requeue),
+        h('p', { class: 'muted' }, 'Jobs, and requeueing them: ', h('a', { href: '#/jobs', text: 'Jobs' }), '.'),
         actionOK, actionErr),
       h('section', { 'aria-labelledby': 'machine-h' },
         h('h3', { id: 'machine-h', text: 'Machine' }),
@@ -761,7 +745,7 @@
         ...fact('Started', fmtTime(st.started_at)),
         ...fact('Finished', fmtTime(st.finished_at), 'run-finished'),
         ...fact('Duration', fmtDuration(dur)),
-        ...fact('Current step', st.current_step || '—', 'run-current-step'),
+        ...fact('Current step', (inProgress() || {}).name || st.current_step || '—', 'run-current-step'),
         ...fact('Steps', `${st.steps_completed || 0} / ${st.steps_total || 0}`, 'run-progress'),
         ...(st.proposals_created && st.proposals_created.length ? fact('Proposals', st.proposals_created.join(', ')) : []),
         ...(st.cancel_requested ? fact('Cancel', 'requested' + (st.cancel_reason ? ': ' + st.cancel_reason : '')) : []),
@@ -793,16 +777,57 @@
       return null;
     }
 
+    // inProgress is the step the run is executing, or null: a run under
+    // a runner's lease that has steps left is in step steps_completed+1
+    // (current_step names it once a step was counted; during step 1 the
+    // agent's list does). It started when its start marker says (a step
+    // that is not idempotent has one), else when the step before ended,
+    // else, for step 1 without a marker, no later than the run started.
+    function inProgress() {
+      const st = status;
+      if (!st || !st.lease || isTerminal(spec, st.status) || (st.steps_completed || 0) >= (st.steps_total || 0)) return null;
+      const n = (st.steps_completed || 0) + 1;
+      const marker = steps.find((r) => r.step_number === n);
+      if (marker && ['completed', 'failed', 'skipped'].includes(marker.status)) return null;
+      const prev = steps.find((r) => r.step_number === n - 1);
+      const name = (marker && marker.step_name) || (n > 1 && st.current_step) || agentSteps[n - 1] || st.current_step || '';
+      const [since, from] = marker && marker.started_at ? [marker.started_at, 'its start']
+        : prev && prev.finished_at ? [prev.finished_at, 'the end of step ' + (n - 1)] : [st.started_at, 'the run\'s start'];
+      return { n, name, since, from };
+    }
+
     function renderSteps() {
-      stepsBody.replaceChildren(...steps.map((r) => h('tr', { 'data-step': r.step_name, 'data-testid': 'step-row', 'data-status': r.status },
+      const cur = inProgress();
+      const rows = steps.filter((r) => !cur || r.step_number !== cur.n).map((r) => h('tr', { 'data-step': r.step_name, 'data-testid': 'step-row', 'data-status': r.status },
         h('td', { class: 'num', text: r.step_number }),
         h('td', {}, h('code', { text: r.step_name })),
         h('td', {}, badge(r.status)),
         h('td', {}, fmtTime(r.started_at)),
         h('td', { class: 'num', text: fmtDuration(stepDuration(r)) }),
         h('td', { text: r.output_summary || '' }),
-        h('td', { class: 'error', text: r.error || '' }))));
-      stepsNote.textContent = steps.length ? '' : 'No step has finished yet.';
+        h('td', { class: 'error', text: r.error || '' })));
+      if (cur) {
+        rows.push(h('tr', { 'data-step': cur.name, 'data-testid': 'step-row', 'data-status': 'running', class: 'in-progress' },
+          h('td', { class: 'num', text: cur.n }),
+          h('td', {}, h('code', { text: cur.name || '?' })),
+          h('td', {}, badge('running')),
+          h('td', {}, fmtTime(cur.since)),
+          h('td', { class: 'num', id: 'step-elapsed', 'data-since': cur.since, title: 'elapsed since ' + cur.from }),
+          h('td', { class: 'muted', text: 'in progress' }),
+          h('td', {})));
+      }
+      stepsBody.replaceChildren(...rows);
+      tick();
+      stepsNote.textContent = rows.length ? '' : 'No step has started yet.';
+    }
+    // tick shows the running step's elapsed time, every second while shown.
+    let ticker = null;
+    function tick() {
+      clearTimeout(ticker);
+      const el = stepsBody.querySelector('#step-elapsed');
+      if (!el || stopped) return;
+      el.textContent = fmtDuration(Math.max(0, Math.floor((Date.now() - Date.parse(el.dataset.since)) / 1000) * 1000));
+      ticker = setTimeout(tick, 1000);
     }
 
     function renderMachine() {
@@ -873,11 +898,6 @@
     buttons.cancel.addEventListener('click', () => act('Cancel', 'POST', '/runs/' + enc(runID) + '/cancel', { reason: reason.value }));
     buttons.approve.addEventListener('click', () => act('Approve', 'POST', '/runs/' + enc(runID) + '/approve', decision()));
     buttons.reject.addEventListener('click', () => act('Reject', 'POST', '/runs/' + enc(runID) + '/reject', decision()));
-    buttons.requeue.addEventListener('click', () => {
-      const id = jobID.value.trim();
-      if (!id) { actionErr.textContent = 'Requeue: enter a job id.'; return; }
-      act('Requeue ' + id, 'POST', '/jobs/' + enc(id) + '/requeue');
-    });
 
     (async () => {
       try {
@@ -890,6 +910,7 @@
       try {
         const agent = (await loadAgents()).find((a) => a.slug === status.agent_slug);
         spec = agent ? agent.spec : null;
+        agentSteps = (agent && agent.steps) || [];
       } catch (e) {
         loadErr.textContent = 'The agents could not be read: ' + e.describe();
       }
@@ -915,7 +936,290 @@
       if (!stopped && !live.stopped) live.start();
     })();
 
-    return { stop() { stopped = true; clearTimeout(lapseTimer); if (live) live.stop(); } };
+    return { stop() { stopped = true; clearTimeout(lapseTimer); clearTimeout(ticker); if (live) live.stop(); } };
+  }
+
+  // ---- the machines (machines.json: the SDK's specs, served by the page)
+
+  let machinesCache = null;
+  async function loadMachines() {
+    if (!machinesCache) {
+      let res;
+      try {
+        res = await fetch('machines.json', { cache: 'no-cache' });
+      } catch (e) {
+        throw new ApiError(0, 'NETWORK', 'the Worker did not answer (' + e.message + ')');
+      }
+      if (!res.ok) throw new ApiError(res.status, 'HTTP_' + res.status, 'machines.json could not be read');
+      machinesCache = await res.json();
+    }
+    return machinesCache;
+  }
+
+  // mayMove tells whether the page's actor may make the move on event
+  // from state, by the machine's table. Under a token the page does not
+  // know the actor: the button is offered and the Worker decides (its 403
+  // is shown as it is).
+  function mayMove(spec, from, event) {
+    const t = spec && spec.transitions.find((x) => x.from === from && x.event === event);
+    return !!t && (!!auth.token || (t.actors || []).includes(auth.actor));
+  }
+
+  function machinesView(view) {
+    view.append(h('h2', { text: 'Machines' }),
+      h('p', { class: 'muted', text: 'Every lifecycle the SDK drives, as its tables say: states, moves and who may make them.' }));
+    const err = h('div', { class: 'notice error', role: 'alert' });
+    const list = h('div', { id: 'machines' });
+    view.append(err, list);
+    setLive('idle', '');
+    loadMachines().then((specs) => {
+      list.replaceChildren(...specs.map((spec) => h('section', { class: 'machine', 'data-machine': spec.name },
+        h('h3', {}, h('code', { text: spec.name })),
+        h('div', { class: 'diagram' }, drawMachine(spec, null, 'machine-' + spec.name)),
+        transitionTable(spec))));
+    }, (e) => { err.textContent = 'The machines could not be read: ' + e.describe(); });
+    return { stop() {} };
+  }
+
+  // ---- jobs: counts by state per type and agent, a filtered list, actions
+
+  const JOBS_SHOWN = 25;
+  const JOBS_PAGE_MAX = 500; // the Worker's largest page
+  const JOBS_COUNTED_PAGES = 40; // the counts read at most 20,000 jobs
+  // The job moves an operator makes over the API: the button shows where
+  // the job machine has the move from the job's state for the page's actor.
+  // The job machine has no cancel and no retry of its own (a failed attempt
+  // is retried by the queue); requeue is the operator's retry.
+  const JOB_ACTIONS = [
+    { event: 'requeue', label: 'Requeue', path: (id) => '/jobs/' + enc(id) + '/requeue' },
+  ];
+
+  // agentName shows a job's agent_slug: a job enqueued without an agent
+  // runs in its type's lane, whose name is written there ("_type.BRIEF",
+  // docs/spec.md#job-record).
+  const TYPE_LANE = '_type.';
+  function agentName(slug) {
+    if (!slug) return '—';
+    return slug.startsWith(TYPE_LANE) ? 'none (' + slug.slice(TYPE_LANE.length) + ' lane)' : slug;
+  }
+
+  function jobsView(view, query) {
+    let stopped = false;
+    const filter = { status: query.get('status') || '', type: query.get('type') || '', agent: query.get('agent') || '' };
+    let spec = null, pagePath = '', nextPath = null;
+
+    const err = h('div', { id: 'jobs-error', class: 'notice error', role: 'alert' });
+    const ok = h('div', { id: 'jobs-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
+    const quick = h('p', { class: 'quick', id: 'jobs-quick' });
+    const countsHead = h('thead', {});
+    const countsBody = h('tbody', {});
+    const countsNote = h('p', { class: 'muted', id: 'counts-note' });
+    const selects = {
+      status: h('select', { id: 'jobs-status', 'data-testid': 'jobs-status' }),
+      type: h('select', { id: 'jobs-type', 'data-testid': 'jobs-type' }),
+      agent: h('select', { id: 'jobs-agent', 'data-testid': 'jobs-agent' }),
+    };
+    const listBody = h('tbody', { id: 'jobs-body' });
+    const listNote = h('p', { class: 'muted', id: 'jobs-note' });
+    const first = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-first', text: 'First page', hidden: '' });
+    const next = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-next', text: 'Next page', hidden: '' });
+    view.append(
+      h('h2', { text: 'Jobs' }), err, ok, quick,
+      h('section', { 'aria-labelledby': 'counts-h' },
+        h('h3', { id: 'counts-h', text: 'By state, per job type and agent' }),
+        h('div', { class: 'scroll' }, h('table', { id: 'job-counts', 'data-testid': 'job-counts' }, countsHead, countsBody)),
+        countsNote),
+      h('section', { 'aria-labelledby': 'list-h' },
+        h('h3', { id: 'list-h', text: 'Jobs' }),
+        h('div', { class: 'controls' },
+          h('label', { for: 'jobs-status', text: 'State' }), selects.status,
+          h('label', { for: 'jobs-type', text: 'Type' }), selects.type,
+          h('label', { for: 'jobs-agent', text: 'Agent' }), selects.agent),
+        h('div', { class: 'scroll' }, h('table', { id: 'jobs', 'data-testid': 'jobs' },
+          h('thead', {}, h('tr', {}, ['job', 'type', 'agent', 'run', 'state', 'attempt', 'updated', 'error', ''].map((c) => h('th', { scope: 'col', text: c })))),
+          listBody)),
+        listNote, h('p', { class: 'pager' }, first, next)));
+
+    function fillSelect(sel, values, value, none, name) {
+      const opts = [h('option', { value: '', text: none })];
+      for (const v of new Set([...values, value].filter(Boolean))) opts.push(h('option', { value: v, text: name ? name(v) : v }));
+      sel.replaceChildren(...opts);
+      sel.value = value;
+    }
+    // The filters live in the hash, so a filtered list can be linked to;
+    // replaceState changes it without re-opening the view.
+    function setFilter(f) {
+      Object.assign(filter, f);
+      const q = new URLSearchParams(Object.entries(filter).filter(([, v]) => v));
+      history.replaceState(null, '', '#/jobs' + (q.toString() ? '?' + q : ''));
+      for (const k of Object.keys(selects)) {
+        if (selects[k].value !== filter[k]) fillSelect(selects[k], [...selects[k].options].map((o) => o.value), filter[k], selects[k].options[0].text, k === 'agent' ? agentName : null);
+      }
+      pagePath = '';
+      loadList();
+    }
+    for (const [k, sel] of Object.entries(selects)) sel.addEventListener('change', () => setFilter({ [k]: sel.value }));
+    first.addEventListener('click', () => { pagePath = ''; loadList(); });
+    next.addEventListener('click', () => { if (nextPath) { pagePath = nextPath; loadList(); } });
+
+    // Counts read every job, a page of 500 at a time (each row is one job
+    // type and agent; a job without an agent counts under "—").
+    async function loadCounts() {
+      const seq = ++countSeq;
+      const rows = new Map(), total = {};
+      let path = '/jobs?limit=' + JOBS_PAGE_MAX, pages = 0, n = 0;
+      while (path && pages < JOBS_COUNTED_PAGES) {
+        const page = await apiPage(path);
+        if (stopped || seq !== countSeq) return;
+        for (const j of page.items) {
+          const key = j.job_type + '\u0000' + (j.agent_slug || '');
+          if (!rows.has(key)) rows.set(key, { type: j.job_type, agent: j.agent_slug || '', by: {}, total: 0 });
+          const r = rows.get(key);
+          r.by[j.status] = (r.by[j.status] || 0) + 1;
+          r.total++;
+          total[j.status] = (total[j.status] || 0) + 1;
+          n++;
+        }
+        path = page.next;
+        pages++;
+      }
+      const states = spec ? spec.states : Object.keys(total);
+      const link = (f, count) => {
+        if (!count) return h('span', { class: 'muted', text: '·' });
+        const a = h('a', { href: '#/jobs', 'data-count': count, text: count });
+        a.addEventListener('click', (e) => { e.preventDefault(); setFilter(f); });
+        return a;
+      };
+      countsHead.replaceChildren(h('tr', {}, h('th', { scope: 'col', text: 'type' }), h('th', { scope: 'col', text: 'agent' }),
+        // A zero-width space after each "_" lets a long state name wrap there.
+        ...states.map((st) => h('th', { scope: 'col', class: 'num', title: st, text: st.replace(/_/g, '_\u200b') })),
+        h('th', { scope: 'col', class: 'num', text: 'total' })));
+      const sorted = [...rows.values()].sort((x, y) => x.type.localeCompare(y.type) || x.agent.localeCompare(y.agent));
+      countsBody.replaceChildren(...sorted.map((r) => h('tr', { 'data-type': r.type, 'data-agent': r.agent },
+        h('td', { class: 'mono', text: r.type }), h('td', { class: 'mono', text: agentName(r.agent) }),
+        ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: r.type, agent: r.agent }, r.by[st]))),
+        h('td', { class: 'num' }, link({ status: '', type: r.type, agent: r.agent }, r.total)))),
+      h('tr', { class: 'total', 'data-type': '' }, h('th', { scope: 'row', text: 'all' }), h('td', {}),
+        ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: '', agent: '' }, total[st]))),
+        h('td', { class: 'num', text: n })));
+      countsNote.textContent = (n ? '' : 'No jobs. ') + (path ? `Counted the first ${n} jobs only.` : '');
+      // The states an operator looks for first.
+      quick.replaceChildren(...['RETRY_BACKOFF', 'FAILED', 'DEAD'].map((st) => {
+        const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'quick-' + st, 'data-count': total[st] || 0,
+          text: `${st === 'RETRY_BACKOFF' ? 'Retrying' : st === 'FAILED' ? 'Failed' : 'Dead'}: ${total[st] || 0}` });
+        b.addEventListener('click', () => setFilter({ status: st, type: '', agent: '' }));
+        return b;
+      }));
+      fillSelect(selects.status, states, filter.status, 'every state');
+      fillSelect(selects.type, sorted.map((r) => r.type).sort(), filter.type, 'every type');
+      fillSelect(selects.agent, sorted.map((r) => r.agent).filter(Boolean).sort(), filter.agent, 'every agent', agentName);
+    }
+
+    function jobRow(j) {
+      const actions = JOB_ACTIONS.filter((a) => mayMove(spec, j.status, a.event)).map((a) => {
+        const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'job-' + a.event, 'data-job': j.job_id, text: a.label });
+        b.addEventListener('click', () => act(a, j, b));
+        return b;
+      });
+      const error = j.error || j.error_code ? [
+        j.error_code ? h('code', { class: 'code', 'data-testid': 'error-code', text: j.error_code }) : null,
+        j.failed_step ? h('span', { class: 'muted', text: ' in ' + j.failed_step }) : null,
+        j.error ? h('div', { class: 'error', 'data-testid': 'job-error', text: j.error }) : null] : '';
+      return h('tr', { 'data-job': j.job_id, 'data-status': j.status },
+        h('td', { class: 'mono', title: j.job_id, text: j.job_id }),
+        h('td', { class: 'mono', text: j.job_type }),
+        h('td', { class: 'mono', text: agentName(j.agent_slug) }),
+        h('td', {}, j.run_id ? h('a', { href: '#/runs/' + enc(j.run_id), class: 'mono', text: j.run_id }) : '—'),
+        h('td', {}, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null),
+        h('td', { class: 'num', text: `${j.attempt || 0} / ${j.max_attempts || 0}` }),
+        h('td', {}, fmtTime(j.updated_at)),
+        h('td', {}, error),
+        h('td', {}, actions));
+    }
+
+    // A read overtaken by a later one (a Next click while a refresh reads
+    // the page before) is dropped when it answers.
+    let listSeq = 0, countSeq = 0;
+    async function loadList() {
+      const seq = ++listSeq;
+      const keep = (j) => (!filter.status || j.status === filter.status) && (!filter.type || j.job_type === filter.type) &&
+        (!filter.agent || j.agent_slug === filter.agent);
+      let path = pagePath;
+      if (!path) {
+        path = '/jobs?limit=' + JOBS_SHOWN;
+        for (const k of ['status', 'type', 'agent']) if (filter[k]) path += '&' + k + '=' + enc(filter[k]);
+      }
+      try {
+        // A rare filter may come back short with a next page: pages are
+        // read on until the list is full, a few at most.
+        let page = await listPage(path, JOBS_SHOWN, keep, newestFirst('updated_at'));
+        let items = page.items;
+        for (let i = 0; i < 8 && items.length < JOBS_SHOWN && page.next && !page.next.startsWith('local:'); i++) {
+          page = await listPage(page.next, JOBS_SHOWN, keep, newestFirst('updated_at'));
+          items = items.concat(page.items);
+        }
+        if (stopped || seq !== listSeq) return;
+        nextPath = page.next;
+        next.hidden = !nextPath;
+        first.hidden = !pagePath;
+        listBody.replaceChildren(...items.map(jobRow));
+        listNote.textContent = items.length ? '' : pagePath ? 'No more jobs.' : 'No jobs match.';
+        listNote.className = 'muted';
+      } catch (e) {
+        if (stopped || seq !== listSeq) return;
+        listNote.textContent = 'Jobs could not be read: ' + e.describe();
+        listNote.className = 'error';
+      }
+    }
+
+    async function act(a, j, btn) {
+      ok.textContent = '';
+      err.textContent = '';
+      btn.disabled = true;
+      try {
+        const res = await api('POST', a.path(j.job_id));
+        ok.textContent = `${a.label} ${j.job_id}: done` + (res && res.status ? ' (' + res.status + ')' : '') + '.';
+        refresh();
+      } catch (e) {
+        err.textContent = `${a.label} ${j.job_id} refused: ` + e.describe();
+        err.dataset.code = e.code;
+        err.dataset.status = String(e.status);
+        btn.disabled = false;
+      }
+    }
+
+    async function refresh() {
+      try {
+        await loadCounts();
+        if (!stopped) err.textContent = '';
+      } catch (e) {
+        if (!stopped) err.textContent = 'Jobs could not be counted: ' + e.describe();
+      }
+      if (!stopped) await loadList();
+    }
+
+    // A job's move is an event of the feed: a burst of them costs one read.
+    let pending = null;
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_LIST_MS,
+      onEvent: (type) => {
+        if (!type.startsWith('job.') || pending) return;
+        pending = setTimeout(() => { pending = null; if (!stopped) refresh(); }, 300);
+      },
+      poll: refresh,
+      onOpen: refresh,
+    });
+    (async () => {
+      try {
+        spec = (await loadMachines()).find((m) => m.name === 'job') || null;
+      } catch (e) {
+        err.textContent = 'The job machine could not be read: ' + e.describe();
+      }
+      await refresh();
+      if (!stopped) live.start();
+    })();
+    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
   }
 
   // ---- start
