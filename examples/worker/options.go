@@ -12,7 +12,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/retention"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // options are the command line.
@@ -37,6 +39,10 @@ type options struct {
 	// prints the bucket lifecycle rules for it and exits.
 	retention retention.Config
 	printS3   bool
+	// store and clock, when set (by tests), replace the store the flags
+	// name and the wall clock.
+	store storage.Store
+	clock clock.Clock
 	// limits are the HTTP server's (httpapi.Limits); the flag sets
 	// MaxConnsPerAddr, the others keep their defaults.
 	limits httpapi.Limits
