@@ -58,10 +58,6 @@ func idleWorker(t *testing.T, args ...string) (*teststores.Counting, *clock.Fake
 	return cs, clk
 }
 
-// defaultIdlePoll is the worst case of a pickup after idleness that the
-// fix documents.
-const defaultIdlePoll = 5 * time.Second
-
 // startTimers is how many timers the idle Worker's loops wait on.
 const startTimers = 9
 

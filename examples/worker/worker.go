@@ -102,7 +102,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		}
 	}
 	w.nlm, err = nlm.New(nlm.Config{Store: w.store, Owner: id, CallbackURL: o.callbackURL, Client: callbackPoster(w.tokens), Clock: clk, Node: host,
-		Logger: w.log, PollInterval: o.poll}, nlmSimulator(clk, o.pause))
+		Logger: w.log, PollInterval: o.idlePoll}, nlmSimulator(clk, o.pause))
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		agents = demoAgents(clk, o.pause, w.nlm)
 	}
 	w.runner, err = run.NewRunner(run.Config{Store: w.store, Owner: owner, Clock: clk, Logger: w.log, Node: host,
-		Metrics: metrics, PollInterval: o.poll, ParkedPollInterval: 4 * o.poll,
+		Metrics: metrics, PollInterval: o.idlePoll, ParkedPollInterval: 4 * o.poll,
 		LeaseDuration: o.lease, HeartbeatInterval: o.lease / 3}, agents...)
 	if err != nil {
 		return nil, err
@@ -138,7 +138,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	}
 	metrics.WatchQueue(w.queue)
 	metrics.WatchRuns(w.runner) // gwi_run_active_gauge from the store
-	w.jobs = &jobqueue.Worker{Queue: w.queue, ID: id, Slots: 4, Handlers: jobHandlers(clk, o.pause), PollInterval: o.poll}
+	w.jobs = &jobqueue.Worker{Queue: w.queue, ID: id, Slots: 4, Handlers: jobHandlers(clk, o.pause), PollInterval: o.idlePoll}
 	w.box, err = inbox.New(inbox.Config{Store: w.store, Clock: clk, Node: host})
 	if err != nil {
 		return nil, err

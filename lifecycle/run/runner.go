@@ -60,6 +60,9 @@ type Runner struct {
 	// quiet holds, for the runs the last poll could only watch, until when
 	// the next polls need not read them. Only the loop touches it.
 	quiet map[string]time.Time
+	// listed holds the runs the last poll listed, so a poll tells new work
+	// from runs it saw before. Only the loop touches it.
+	listed map[string]bool
 
 	// auditDone holds, by run, the id of the last audit event this runner
 	// knows is in the log; auditGaps the runs whose last event could not
