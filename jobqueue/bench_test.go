@@ -265,3 +265,105 @@ func BenchmarkDispatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickupNoWatch: how long a job another Queue enqueued (on the
+// same store, which cannot watch: the S3 path) waits before a Worker's
+// handler starts it, under a steady stream of 100 jobs a second over 64
+// agents; the op is one job, so -benchtime 1000x is a 10 s stream. The wait
+// is from the enqueue's return (the job is in the store) to the handler's
+// start; the first second of the stream is not counted, since the Worker
+// starts idle and its first pickup waits up to PollInterval (1 s) by
+// design. On memstore it measures the poll's schedule alone; on MinIO the
+// store's calls too (docs/performance.md).
+func BenchmarkPickupNoWatch(b *testing.B) {
+	stores := []struct {
+		name string
+		new  func(testing.TB) storage.Store
+	}{
+		{"memstore", func(testing.TB) storage.Store { return noWatch{memstore.New()} }},
+		{"minio", func(tb testing.TB) storage.Store { return env.S3(tb) }},
+	}
+	for _, st := range stores {
+		for _, rate := range []float64{100, 20} {
+			b.Run(fmt.Sprintf("%s/%.0f-per-s", st.name, rate), func(b *testing.B) { benchPickup(b, st.new(b), rate) })
+		}
+	}
+}
+
+func benchPickup(b *testing.B, s storage.Store, rate float64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	newQueue := func(node string) *jobqueue.Queue {
+		q, err := jobqueue.New(jobqueue.Config{Store: s, Node: node})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return q
+	}
+	warm := int(rate) // the first second
+	var mu sync.Mutex
+	ready := map[string]time.Time{}
+	var waits []time.Duration
+	done := make(chan struct{})
+	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		now := time.Now()
+		mu.Lock()
+		if at, ok := ready[job.JobID]; ok {
+			delete(ready, job.JobID)
+			waits = append(waits, now.Sub(at))
+			if len(waits) == b.N {
+				close(done)
+			}
+		}
+		mu.Unlock()
+		return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+	}}
+	w := &jobqueue.Worker{Queue: newQueue("worker"), ID: "bench-worker", Slots: 16, Handlers: h}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = w.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	enq := newQueue("enqueuer")
+	b.ResetTimer()
+	every := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	for i := range warm + b.N {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+		id := fmt.Sprintf("pickup-%d", i)
+		// Stamped before the enqueue too, in case the job starts before
+		// the stamp after it (then the wait counts the enqueue's own time).
+		stamp := func() {
+			if i >= warm {
+				mu.Lock()
+				ready[id] = time.Now()
+				mu.Unlock()
+			}
+		}
+		stamp()
+		if _, err := enq.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, RunID: "run_2026-02-24_abc123",
+			JobType: lifecycle.JobBrief, AgentSlug: fmt.Sprintf("agent-%d", i%64)}); err != nil {
+			b.Fatal(err)
+		}
+		mu.Lock()
+		if _, waiting := ready[id]; waiting {
+			ready[id] = time.Now()
+		}
+		mu.Unlock()
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d jobs started within a minute of the last enqueue", len(waits), b.N)
+	}
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(waits)
+	pct := func(p float64) float64 {
+		return float64(waits[min(len(waits)-1, int(p*float64(len(waits))))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(pct(1), "max-ms")
+	b.ReportMetric(0, "ns/op")
+}

@@ -55,16 +55,30 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 }
 
 // lockCheckDue reports whether a's lock should be read for an orphan, at
-// most once per every, and when it next should be.
+// most once per every, and when it next should be. An agent whose lock
+// this Queue last left free (or kept, its job settled) and whose lane
+// listed empty several times in a row is checked less and less often, up
+// to every<<maxLockShift: each check costs a read and a listing, and an
+// idle Worker must not pay them twice per lease for every agent it knows.
+// A lock another claim holds is checked every time, so its orphan is
+// rescued within every of the lease's end; an orphan of a claim this Queue
+// never saw waits for the sweep or the slower check.
 func (a *agentState) lockCheckDue(now time.Time, every time.Duration) (bool, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.freed != nil {
+		every <<= min(a.idle, maxLockShift)
+	}
 	if !a.lockAt.IsZero() && now.Sub(a.lockAt) < every && !now.Before(a.lockAt) {
 		return false, a.lockAt.Add(every)
 	}
 	a.lockAt = now
 	return true, now.Add(every)
 }
+
+// maxLockShift bounds the back-off of an idle agent's lock checks
+// (lockCheckDue): at most every 4 leases (LeaseTTL/2<<3).
+const maxLockShift = 3
 
 // dropLocked removes key from a's cache; a.mu must be held.
 func (a *agentState) dropLocked(key string) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -21,11 +22,13 @@ import (
 // worker sweeps the queue every SweepInterval.
 //
 // Over a store that cannot watch (S3), one goroutine of the Worker polls
-// the ready lanes on an adaptive schedule: 25 ms after a listing found new
-// work, then twice as long after every listing that found none, up to
-// PollInterval. So a stream of work from other processes is found within
-// tens of milliseconds, while an idle Worker lists the lanes about once per
-// PollInterval; the loops wait for the work it finds.
+// the ready lanes on the adaptive schedule of core.Poll: 25 ms after a
+// listing found new work, then twice as long after every listing that
+// found none, up to PollInterval. So a stream of work from other processes
+// is found within tens of milliseconds, while an idle Worker lists the
+// lanes once per PollInterval, the worst case before it finds work enqueued
+// elsewhere after idleness; the loops wait for the work it finds and make
+// no listings of their own while idle (docs/performance.md).
 type Worker struct {
 	// Queue to run. Required.
 	Queue *Queue
@@ -41,7 +44,9 @@ type Worker struct {
 	// an agent runs one job at a time). Default 1.
 	Slots int
 	// PollInterval is the longest wait after finding no work: how soon work
-	// enqueued by other processes is found. Default 1 s.
+	// enqueued by other processes is found after idleness, and, over a
+	// store that cannot watch, the period of an idle Worker's one listing.
+	// Default 1 s.
 	PollInterval time.Duration
 	// SweepInterval is how often the workers sharing the store sweep the
 	// queue: each worker calls Queue.SweepIfDue this often, and one batch
@@ -69,12 +74,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.stop(ctx)
 	var wg sync.WaitGroup
 	watched := w.watchLanes(ctx, &wg)
+	// Over a store that cannot watch, the lane poll finds others' work and
+	// wakes the loops: their own fallback look is then as rare as the
+	// sweep's, or every loop's look would add to an idle Worker's listings.
+	wait := poll
+	if !watched {
+		wait = max(poll, idleFallback)
+	}
 	for range slots {
 		lctx := clock.Start(ctx, clk)
 		wg.Go(func() {
 			ctx, end := clock.Enter(lctx, clk)
 			defer end()
-			w.loop(ctx, poll)
+			w.loop(ctx, wait)
 		})
 	}
 	if !watched {
@@ -225,16 +237,20 @@ func (w *Worker) noAssembly(t lifecycle.JobType) bool {
 	return !assembles(w.Queue.handlerFor(t, w.Handlers))
 }
 
-// busyPoll is the wait of the lane poll (over a store that cannot watch)
-// after a listing found new work, and the shortest spacing of its
-// listings; each listing that finds none doubles the wait, up to
-// PollInterval.
-const busyPoll = 25 * time.Millisecond
+// busyPoll is the shortest spacing of the lane poll's listings (see
+// core.Poll, whose schedule the poll follows).
+const busyPoll = core.BusyPoll
 
-// pollLanes lists the ready lanes on the adaptive schedule busyPoll
-// describes, for a Worker whose store cannot watch: work it finds is
-// scheduled in the Queue, which wakes the waiting loops.
+// idleFallback is how long a Worker loop waits, with no agent due, before
+// it looks for work itself, when a lane poll looks for it: a safety net
+// only, as rare as the default sweep.
+const idleFallback = time.Minute
+
+// pollLanes lists the ready lanes on the adaptive schedule of core.Poll,
+// for a Worker whose store cannot watch: work it finds is scheduled in the
+// Queue, which wakes the waiting loops.
 func (w *Worker) pollLanes(ctx context.Context, poll time.Duration) {
+	sched := core.Poll{Idle: poll}
 	wait := poll
 	seen := w.Queue.foundWork()
 	for w.sleep(ctx, wait, nil) {
@@ -243,11 +259,9 @@ func (w *Worker) pollLanes(ctx context.Context, poll time.Duration) {
 		}
 		// New work found by any listing since the last look, this one or a
 		// claim's: more may follow soon.
-		if n := w.Queue.foundWork(); n != seen {
-			seen, wait = n, busyPoll
-		} else {
-			wait = min(poll, 2*wait)
-		}
+		n := w.Queue.foundWork()
+		wait = sched.Next(n != seen)
+		seen = n
 	}
 }
 

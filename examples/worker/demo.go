@@ -31,16 +31,8 @@ const (
 // demoAgents returns the demo agents; pause is how long each demo step
 // takes (a few seconds by default, so a run can be watched live).
 func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Agent {
-	wait := func(ctx context.Context) error {
-		t := clk.NewTimer(pause)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C():
-			return nil
-		}
-	}
+	// clock.Sleep tells a fake clock the step waits (clock.Activity).
+	wait := func(ctx context.Context) error { return clock.Sleep(ctx, clk, pause) }
 	step := func(name, summary string) run.Step {
 		return run.Step{Name: name, Idempotent: true, Resumable: true,
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -91,12 +83,8 @@ func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Ag
 func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
 	return nlm.Stages{
 		Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
-			t := clk.NewTimer(pause)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-t.C():
+			if err := clock.Sleep(ctx, clk, pause); err != nil {
+				return nil, err
 			}
 			return content(req.JobType, req.Query)
 		},
@@ -107,12 +95,8 @@ func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
 func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 	return jobqueue.Handlers{
 		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
-			t := clk.NewTimer(pause)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return jobqueue.Output{}, ctx.Err()
-			case <-t.C():
+			if err := clock.Sleep(ctx, clk, pause); err != nil {
+				return jobqueue.Output{}, err
 			}
 			b, err := content(job.JobType, fmt.Sprintf("job %s of %s", job.JobID, job.AgentSlug))
 			if err != nil {

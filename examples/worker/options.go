@@ -12,7 +12,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/retention"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // options are the command line.
@@ -29,6 +31,7 @@ type options struct {
 	pause       time.Duration
 	drain       time.Duration
 	poll        time.Duration
+	idlePoll    time.Duration
 	lease       time.Duration
 	callbackURL string
 	noDemo      bool
@@ -37,10 +40,21 @@ type options struct {
 	// prints the bucket lifecycle rules for it and exits.
 	retention retention.Config
 	printS3   bool
+	// store and clock, when set (by tests), replace the store the flags
+	// name and the wall clock.
+	store storage.Store
+	clock clock.Clock
 	// limits are the HTTP server's (httpapi.Limits); the flag sets
 	// MaxConnsPerAddr, the others keep their defaults.
 	limits httpapi.Limits
 }
+
+// defaultIdlePoll is -idle-poll's default: three loops look for others'
+// work (runs, jobs, NLM jobs), so an idle process lists about 3/5 times a
+// second, within the one request a second an idle process may cost on S3
+// with the sweeps and lock checks besides; work arriving after idleness is
+// found within 5 s.
+const defaultIdlePoll = 5 * time.Second
 
 const (
 	roleAll    = "all"
@@ -63,7 +77,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.s3Prefix, "s3-prefix", os.Getenv("CONVEYOR_S3_PREFIX"), "key prefix in the bucket, ending in /")
 	fs.DurationVar(&o.pause, "step-pause", 2*time.Second, "how long each demo step and the NLM simulator take")
 	fs.DurationVar(&o.drain, "drain", 15*time.Second, "how long SIGINT/SIGTERM may take to drain before the process exits anyway")
-	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often runners look for work other processes submitted, and the event stream for changes")
+	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often the event stream looks for changes")
+	fs.DurationVar(&o.idlePoll, "idle-poll", defaultIdlePoll, "the longest wait of the runner, the job worker and the NLM processor between looks for work other processes submitted: they look every 25 ms while such work arrives and back off to this when none does, so it bounds the first pickup after idleness and sets an idle process's store requests (docs/performance.md)")
 	fs.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a run's lease lasts unheard: a killed runner's runs are taken over after it (heartbeats every third)")
 	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
 	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")
@@ -92,8 +107,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.retention.Age < 0 {
 		return o, fmt.Errorf("-retention %s is negative (0 keeps everything)", o.retention.Age)
 	}
-	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.lease < time.Second {
-		return o, fmt.Errorf("-step-pause, -drain and -poll must be positive, -lease at least 1s")
+	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.idlePoll <= 0 || o.lease < time.Second {
+		return o, fmt.Errorf("-step-pause, -drain, -poll and -idle-poll must be positive, -lease at least 1s")
 	}
 	if o.callbackURL == "" && (o.role == roleRunner || o.addr == "") {
 		o.callbackURL = "http://127.0.0.1:8080/nlm/callback" // a runner posts to the API process

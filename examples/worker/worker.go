@@ -41,6 +41,7 @@ type worker struct {
 	stderr io.Writer
 	log    *slog.Logger
 	store  storage.Store
+	clock  clock.Clock
 	where  string
 	runner *run.Runner
 	queue  *jobqueue.Queue
@@ -66,10 +67,16 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 			_ = w.ln.Close()
 		}
 	}()
-	if w.store, w.where, err = openStore(ctx, o); err != nil {
+	if o.store != nil {
+		w.store, w.where = o.store, "the given store"
+	} else if w.store, w.where, err = openStore(ctx, o); err != nil {
 		return nil, err
 	}
-	clk := clock.Real()
+	clk := o.clock
+	if clk == nil {
+		clk = clock.Real()
+	}
+	w.clock = clk
 	host, _ := os.Hostname()
 	owner := o.owner
 	if owner == "" {
@@ -95,7 +102,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		}
 	}
 	w.nlm, err = nlm.New(nlm.Config{Store: w.store, Owner: id, CallbackURL: o.callbackURL, Client: callbackPoster(w.tokens), Clock: clk, Node: host,
-		Logger: w.log, PollInterval: o.poll}, nlmSimulator(clk, o.pause))
+		Logger: w.log, PollInterval: o.idlePoll}, nlmSimulator(clk, o.pause))
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +111,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		agents = demoAgents(clk, o.pause, w.nlm)
 	}
 	w.runner, err = run.NewRunner(run.Config{Store: w.store, Owner: owner, Clock: clk, Logger: w.log, Node: host,
-		Metrics: metrics, PollInterval: o.poll, ParkedPollInterval: 4 * o.poll,
+		Metrics: metrics, PollInterval: o.idlePoll, ParkedPollInterval: 4 * o.poll,
 		LeaseDuration: o.lease, HeartbeatInterval: o.lease / 3}, agents...)
 	if err != nil {
 		return nil, err
@@ -131,7 +138,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	}
 	metrics.WatchQueue(w.queue)
 	metrics.WatchRuns(w.runner) // gwi_run_active_gauge from the store
-	w.jobs = &jobqueue.Worker{Queue: w.queue, ID: id, Slots: 4, Handlers: jobHandlers(clk, o.pause), PollInterval: o.poll}
+	w.jobs = &jobqueue.Worker{Queue: w.queue, ID: id, Slots: 4, Handlers: jobHandlers(clk, o.pause), PollInterval: o.idlePoll}
 	w.box, err = inbox.New(inbox.Config{Store: w.store, Clock: clk, Node: host})
 	if err != nil {
 		return nil, err
@@ -372,16 +379,15 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 // expireInbox moves inbox entries past their TTL to inbox/expired/ once
 // a minute (docs/spec.md#inbox-entry-lifecycle).
 func (w *worker) expireInbox(ctx context.Context) error {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
+	// Counted as work on the clock but while it waits (clock.Activity).
+	ctx, end := clock.Enter(ctx, w.clock)
+	defer end()
 	for {
 		if _, err := w.box.ExpireDue(ctx, lifecycle.ActorSystem); err != nil && ctx.Err() == nil {
 			w.log.Warn("inbox_expiry_failed", "error", err.Error())
 		}
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, w.clock, time.Minute) != nil {
 			return nil
-		case <-t.C:
 		}
 	}
 }

@@ -330,7 +330,7 @@ func TestWorkersShareAStore(t *testing.T) {
 				storeArgs = []string{"-s3-bucket", bucket, "-s3-endpoint", srv.Endpoint}
 				env = []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey, "AWS_REGION=" + srv.Region}
 			}
-			common := append([]string{"-step-pause", "20ms", "-poll", "100ms", "-lease", "3s", "-drain", "5s"}, storeArgs...)
+			common := append([]string{"-step-pause", "20ms", "-poll", "100ms", "-idle-poll", "200ms", "-lease", "3s", "-drain", "5s"}, storeArgs...)
 			api := start(t, "api", env, append([]string{"-role", "api", "-addr", "127.0.0.1:0"}, common...)...)
 			r1 := start(t, "runner-1", env, append([]string{"-role", "runner", "-addr", "", "-owner", "runner-1"}, common...)...)
 			r2 := start(t, "runner-2", env, append([]string{"-role", "runner", "-addr", "", "-owner", "runner-2"}, common...)...)

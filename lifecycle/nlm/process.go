@@ -14,6 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -355,8 +356,9 @@ func (h *held) fail(jctx, ctx context.Context, s lifecycle.NLMState, cause error
 }
 
 // Run processes jobs until ctx ends: the ones Accept hands it at once, and
-// every PollInterval the jobs in flight it finds in the store that no
-// processor holds (accepted elsewhere, handed back, or held by a lost
+// the jobs in flight it finds in the store that no processor holds, looked
+// for on the adaptive schedule of core.Poll (soon after a look that found
+// some, up to PollInterval apart while it finds none) (accepted elsewhere, handed back, or held by a lost
 // processor), up to Concurrency at a time. Poison records it meets are
 // quarantined. When ctx ends it hands back the leases of the jobs it was
 // processing and returns within StopGrace, even when stage goroutines
@@ -407,25 +409,38 @@ func (p *Processor) Run(ctx context.Context) error {
 			}
 		}
 	}
-	poll := func() {
+	// poll reports whether it started a job (found work): the adaptive
+	// schedule looks again soon after one that did.
+	poll := func() (found bool) {
 		for _, id := range p.candidates(ctx) {
 			if !start(id) {
-				return
+				return found
 			}
+			found = true
 		}
+		return found
 	}
-	poll()
+	// The loop counts as work on the clock except while it waits (a test's
+	// fake clock moves only when it is idle; clock.Activity).
+	lctx, end := clock.Enter(ctx, p.cfg.Clock)
+	sched := core.Poll{Idle: p.cfg.PollInterval}
+	wait := sched.Next(poll())
 	for ctx.Err() == nil {
 		drain()
-		t := p.cfg.Clock.NewTimer(p.cfg.PollInterval)
+		t := p.cfg.Clock.NewTimer(wait)
+		resume := clock.Wait(lctx, p.cfg.Clock, func() bool { return ctx.Err() != nil || clock.Fired(t) || p.woken() })
 		select {
 		case <-ctx.Done():
+			resume()
 		case <-p.wake:
+			resume()
 		case <-t.C():
-			poll()
+			resume()
+			wait = sched.Next(poll())
 		}
 		t.Stop()
 	}
+	end()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	grace, cancel := context.WithTimeout(context.Background(), p.cfg.StopGrace)
@@ -446,6 +461,9 @@ func (p *Processor) hand(jobID string) {
 	p.mu.Unlock()
 	p.poke()
 }
+
+// woken tells whether a wake-up is pending, without taking it.
+func (p *Processor) woken() bool { return len(p.wake) > 0 }
 
 func (p *Processor) poke() {
 	select {

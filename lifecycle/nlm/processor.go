@@ -106,8 +106,10 @@ type Config struct {
 	// processor and resumed; the next takeover sends it to ERROR, so a job
 	// that kills its processor cannot kill them all. Default 2.
 	MaxTakeovers int
-	// PollInterval is how often Run looks for jobs it was not handed:
-	// accepted by another process, or held by a lost processor. Default 1 s.
+	// PollInterval is the longest wait between Run's looks for jobs it was
+	// not handed (accepted by another process, or held by a lost
+	// processor): it looks soon after a look that found some, then less and
+	// less often (core.Poll). Default 1 s.
 	PollInterval time.Duration
 	// Concurrency is how many jobs Run processes at once. Default 4.
 	Concurrency int

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
@@ -14,7 +15,10 @@ import (
 // same Owner, at once) takes them over and resumes them from their
 // checkpoints. Step goroutines that ignore their context are waited for at
 // most ShutdownGrace. Run first recovers the runs that are not terminal
-// (docs/spec.md#recovery), then takes work as Submit hands it over and every PollInterval.
+// (docs/spec.md#recovery), then takes work as Submit hands it over, and
+// looks in the store for the rest on the adaptive schedule of core.Poll:
+// soon after a look that found runs to move, up to PollInterval apart
+// while it finds none.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrRunnerStarted
@@ -27,10 +31,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.life = ctx
 	r.mu.Unlock()
 	defer r.shutdown()
-	r.pass(ctx, func(pctx context.Context) { r.poll(pctx, true) })
+	sched := core.Poll{Idle: r.cfg.PollInterval}
+	found := false
+	r.pass(ctx, func(pctx context.Context) { found = r.poll(pctx, true) })
 	// The poll keeps its own schedule: a steady stream of handed runs must
 	// not starve it, or orphans and other runners' runs would wait forever.
-	t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
+	t := r.cfg.Clock.NewTimer(sched.Next(found))
 	defer func() { t.Stop() }()
 	for {
 		// Ready once anything would wake it: a handed run (kept until the
@@ -62,8 +68,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			})
 		case <-t.C():
 			resume()
-			r.pass(ctx, func(pctx context.Context) { r.poll(pctx, false) })
-			t = r.cfg.Clock.NewTimer(r.cfg.PollInterval)
+			r.pass(ctx, func(pctx context.Context) { found = r.poll(pctx, false) })
+			t = r.cfg.Clock.NewTimer(sched.Next(found))
 		}
 	}
 }

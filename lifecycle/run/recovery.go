@@ -111,12 +111,16 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 // under another runner's live lease, or parked) is not read again until it
 // may need this runner: its lease may have lapsed, its external wait's
 // deadline passed, or ParkedPollInterval passed. So a poll costs a List and
-// a read per run that may move, not a read of every active run.
-func (r *Runner) poll(ctx context.Context, startup bool) {
+// a read per run that may move, not a read of every active run. It
+// reports whether it found work: a run to read that the last poll did not
+// list (the adaptive poll looks again soon after such a poll; a run read
+// at every poll without moving must not keep it busy).
+func (r *Runner) poll(ctx context.Context, startup bool) (found bool) {
 	now := r.now()
 	r.maybeRepairIndexes(ctx, now)
 	quiet := make(map[string]time.Time, len(r.quiet))
-	defer func() { r.quiet = quiet }()
+	listed := make(map[string]bool, len(r.listed))
+	defer func() { r.quiet, r.listed = quiet, listed }()
 	for key, err := range r.store.List(ctx, layout.RunActivePrefix) {
 		if err != nil {
 			if ctx.Err() == nil {
@@ -125,7 +129,11 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			return
 		}
 		slug, runID, ok := layout.ParseRunActiveKey(key)
-		if !ok || r.isExecuting(runID) || r.isWaiting(slug, runID) {
+		if !ok {
+			continue
+		}
+		listed[runID] = true
+		if r.isExecuting(runID) || r.isWaiting(slug, runID) {
 			continue
 		}
 		if _, known := r.agents[slug]; !known {
@@ -155,6 +163,7 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			}
 			continue
 		}
+		found = found || !r.listed[runID]
 		r.consider(ctx, candidate{slug: slug, w: r.newWriter(slug, runID, statusKey, &doc, ver)}, startup)
 		if until := r.quietUntil(r.flowOfDoc(&doc), &doc, now); !until.IsZero() {
 			quiet[runID] = until
@@ -169,6 +178,7 @@ func (r *Runner) poll(ctx context.Context, startup bool) {
 			r.consider(ctx, c, false)
 		}
 	}
+	return found
 }
 
 // quietUntil is until when a run that consider left alone cannot need

@@ -65,6 +65,9 @@ type Runner struct {
 	// touches them.
 	repairedAt      time.Time
 	backfillStarted bool
+	// listed holds the runs the last poll listed, so a poll tells new work
+	// from runs it saw before. Only the loop touches it.
+	listed map[string]bool
 
 	// auditDone holds, by run, the id of the last audit event this runner
 	// knows is in the log; auditGaps the runs whose last event could not

@@ -1,0 +1,47 @@
+package core
+
+import (
+	"testing"
+	"time"
+)
+
+func TestPollSchedule(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	tests := []struct {
+		name  string
+		idle  time.Duration
+		found []bool
+		want  []time.Duration
+	}{
+		{"backs off to Idle", 300 * ms, []bool{false, false, false, false, false, false},
+			[]time.Duration{25 * ms, 50 * ms, 100 * ms, 200 * ms, 300 * ms, 300 * ms}},
+		{"work resets", time.Second, []bool{false, false, true, false},
+			[]time.Duration{25 * ms, 50 * ms, 25 * ms, 50 * ms}},
+		{"Idle below BusyPoll", 10 * ms, []bool{true, false},
+			[]time.Duration{10 * ms, 10 * ms}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := Poll{Idle: tt.idle}
+			for i, f := range tt.found {
+				if got := p.Next(f); got != tt.want[i] {
+					t.Fatalf("look %d (found %v): wait %v, want %v", i, f, got, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestPollBusy(t *testing.T) {
+	t.Parallel()
+	p := Poll{Idle: time.Second}
+	for range 10 {
+		p.Next(false)
+	}
+	p.Busy()
+	if got := p.Next(false); got != BusyPoll {
+		t.Fatalf("after Busy: wait %v, want %v", got, BusyPoll)
+	}
+}
