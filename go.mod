@@ -17,6 +17,8 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/qmuntal/stateless v1.7.2
 	github.com/robfig/cron/v3 v3.0.1
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sys v0.48.0
