@@ -38,6 +38,8 @@ type execution struct {
 	w       *statusWriter
 	epoch   int64
 	resumed bool
+	// traceParent is the run's stored trace context, read by the claim.
+	traceParent string
 	slotKey string
 	slotVer storage.Version
 	// records are the step files this execution knows, for the manifest.
@@ -107,11 +109,10 @@ func (x *execution) run(ctx context.Context) {
 	// The execution continues the trace its submit stored, whichever
 	// runner made the submit (a takeover's too): its spans, the steps' and
 	// the jobs those enqueue are of the caller's trace.
-	doc := x.w.snapshot()
-	ctx = tracing.Continue(ctx, doc.TraceParent)
+	ctx = tracing.Continue(ctx, x.traceParent)
 	ctx, span := r.tracer.Start(ctx, tracing.SpanRun, trace.SpanKindInternal)
-	span.String(tracing.AttrRunID, doc.RunID)
-	span.String(tracing.AttrAgent, doc.AgentSlug)
+	span.String(tracing.AttrRunID, x.w.runID)
+	span.String(tracing.AttrAgent, x.agent.Slug)
 	span.Int(tracing.AttrEpoch, x.epoch)
 	span.Bool(tracing.AttrResumed, x.resumed)
 	var out outcome
