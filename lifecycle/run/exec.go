@@ -38,8 +38,6 @@ type execution struct {
 	w       *statusWriter
 	epoch   int64
 	resumed bool
-	// traceParent is the run's stored trace context, read by the claim.
-	traceParent string
 	slotKey string
 	slotVer storage.Version
 	// records are the step files this execution knows, for the manifest.
@@ -51,6 +49,8 @@ type execution struct {
 	lastProposals []string
 	input         json.RawMessage
 	inputKnown    bool
+	// traceParent is the run's stored trace context, read by the claim.
+	traceParent string
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc
