@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -175,4 +176,20 @@ func spanID(t *testing.T, s string) trace.SpanID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// The Go client sends its context's trace: a run it submits within a
+// caller's span keeps that trace, with no provider anywhere.
+func TestClientSendsTrace(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, rigOpts{})
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": callerParent})
+	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, run.SubmitRequest{AgentSlug: "quick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := g.runner.Status(context.Background(), res.RunID)
+	if err != nil || st.TraceParent != callerParent {
+		t.Errorf("run's traceparent %q (%v), want %q", st.TraceParent, err, callerParent)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -78,6 +79,8 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	if c.Actor != "" {
 		req.Header.Set(ActorHeader, string(c.Actor))
 	}
+	// The caller's trace goes with the request (docs/spec.md#tracing).
+	tracing.Inject(ctx, req.Header)
 	return req, nil
 }
 
