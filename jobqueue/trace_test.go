@@ -34,7 +34,7 @@ func traceRecorder(t *testing.T) (*tracetest.SpanRecorder, trace.TracerProvider)
 func attrOf(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
