@@ -10,8 +10,11 @@ import (
 	"net/url"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -178,7 +181,16 @@ func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
 // needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
 // move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
 // (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
-func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
+// The job keeps the trace context of ctx (with Config.TracerProvider set,
+// that of a conveyor.enqueue span): every attempt's spans continue it.
+func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (_ lifecycle.Job, err error) {
+	ctx, span := q.tracer.Start(ctx, tracing.SpanEnqueue, trace.SpanKindProducer)
+	defer func() {
+		span.String(tracing.AttrJobID, n.JobID)
+		span.String(tracing.AttrJobType, string(n.JobType))
+		span.String(tracing.AttrRunID, n.RunID)
+		span.End(err)
+	}()
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -207,6 +219,7 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 	doc.Trail[len(doc.Trail)-1].At = now
 	lane := laneKey(n.AgentSlug, now, n.JobID)
 	doc.QueuedAt, doc.ReadyKey = &now, lane
+	doc.TraceParent = tracing.TraceParent(ctx)
 	// The lane entry first, the job second (active.go): a job in flight is
 	// always in a lane or named by its agent's lock.
 	undo, err := q.putLaneFirst(ctx, lane, n.JobID, now)

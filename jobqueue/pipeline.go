@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -114,7 +117,29 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 // the job as last written. An error means the claim could not write
 // (ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
+//
+// The attempt continues the trace its enqueue stored: a conveyor.job span
+// (with Config.TracerProvider set), its handlers' spans its children.
 func (c *Claim) Run(ctx context.Context, h Handler) (lifecycle.Job, error) {
+	job := c.Job()
+	ctx = tracing.Continue(ctx, job.TraceParent)
+	ctx, span := c.q.tracer.Start(ctx, tracing.SpanJob, trace.SpanKindConsumer)
+	span.String(tracing.AttrJobID, job.JobID)
+	span.String(tracing.AttrJobType, string(job.JobType))
+	span.String(tracing.AttrAgent, job.AgentSlug)
+	span.String(tracing.AttrRunID, job.RunID)
+	span.Int(tracing.AttrAttempt, int64(job.Attempt))
+	job, err := c.run(ctx, h)
+	span.String(tracing.AttrOutcome, string(job.Status))
+	if job.Error != nil && job.Status != lifecycle.JobComplete {
+		span.Fail(*job.Error)
+	}
+	span.End(err)
+	return job, err
+}
+
+// run is Run, in the attempt's span.
+func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	// The run counts as work on the clock but while it waits for a handler
 	// or a timer (a test's fake clock moves only when it is idle;
 	// clock.Activity).
@@ -171,13 +196,17 @@ func (q *Queue) afterStop(ctx context.Context) (context.Context, context.CancelF
 // context is left behind, counted in Stragglers, its result dropped.
 func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
 	job := c.Job()
-	_, err := core.Do(ctx, c.q.units, "job "+job.JobID+" "+name, c.q.cfg.StepTimeout, func(ctx context.Context) (struct{}, error) {
+	hctx, span := c.q.tracer.Start(ctx, tracing.SpanHandler, trace.SpanKindInternal)
+	span.String(tracing.AttrHandler, name)
+	span.String(tracing.AttrJobID, job.JobID)
+	_, err := core.Do(hctx, c.q.units, "job "+job.JobID+" "+name, c.q.cfg.StepTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, fn(ctx)
 	})
 	if errors.Is(err, core.ErrOverrun) {
 		c.q.abandoned(job.JobType, job.Status)
 		err = fmt.Errorf("%w: %w", ErrStepTimeout, err)
 	}
+	span.End(err)
 	return ctx, err
 }
 

@@ -9,8 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -91,6 +94,10 @@ type Config struct {
 	// Metrics receives the job metrics of docs/spec.md#metrics (see Metrics);
 	// default none.
 	Metrics Metrics
+	// TracerProvider receives the spans of enqueues, job attempts and
+	// handler calls (docs/spec.md#tracing). Default none: no spans, at no
+	// cost; a job still keeps the trace context its enqueue carried.
+	TracerProvider trace.TracerProvider
 }
 
 // TypeConfig is a user job type (Config.Types).
@@ -114,6 +121,7 @@ type Queue struct {
 	artifacts *artifact.Store
 	clock     clock.Clock
 	log       *slog.Logger
+	tracer    tracing.Tracer
 	units     *core.Units // the handlers' calls, under StepTimeout
 	userTypes map[lifecycle.JobType]bool
 
@@ -168,6 +176,7 @@ func New(cfg Config) (*Queue, error) {
 	}
 	return &Queue{userTypes: userTypes,
 		cfg: cfg, store: store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
+		tracer: tracing.New(cfg.TracerProvider),
 		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		quar:   &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger},
 		agents: map[string]*agentState{}, audited: map[string]int64{},

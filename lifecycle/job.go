@@ -98,6 +98,10 @@ type Job struct {
 	// rest writes them as one audit object (issue 12); a later writer, or
 	// Sweep, writes it should that writer have died before it did.
 	Trail []JobMove `json:"trail,omitempty"`
+	// TraceParent is the W3C traceparent of the enqueue that created the
+	// job: every worker that runs it starts its spans as its children
+	// (docs/spec.md#tracing). Empty when the enqueue carried no trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // JobMove is one transition of a job, as its audit event records it.

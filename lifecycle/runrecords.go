@@ -70,6 +70,11 @@ type RunStatus struct {
 	RunnerLostAt *time.Time `json:"runner_lost_at,omitempty"`
 	// DurationMS is set when the run ends.
 	DurationMS int64 `json:"duration_ms,omitempty"`
+	// TraceParent is the W3C traceparent of the submit that created the
+	// run (the caller's trace, continued): every runner that executes the
+	// run, a takeover's too, starts its spans as its children
+	// (docs/spec.md#tracing). Empty when the submit carried no trace.
+	TraceParent string `json:"traceparent,omitempty"`
 	// LastAudit is the audit event of the write that made this version of
 	// the document. The writer puts it in the audit log right after the
 	// write; should that fail (or the writer die first), the run's next

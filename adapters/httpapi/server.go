@@ -10,8 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
@@ -87,6 +90,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock is the time the Server reads. Default the wall clock.
 	Clock clock.Clock
+	// TracerProvider receives a server span for each request that starts
+	// work (POST /agents/run, POST /jobs, the webhooks), a child of the
+	// caller's W3C traceparent header (docs/spec.md#tracing). Default none:
+	// no spans, at no cost; the caller's trace context still reaches the
+	// run or job, which keeps it.
+	TracerProvider trace.TracerProvider
 	// MaxBodyBytes bounds a request body; a longer one is refused with 413
 	// INPUT_TOO_LARGE. Default DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
@@ -108,6 +117,7 @@ type Server struct {
 	cfg     Config
 	mux     *http.ServeMux
 	log     *slog.Logger
+	tracer  tracing.Tracer
 	agents  []client.AgentInfo
 	slugs   map[string]bool
 	sink    http.Handler
@@ -125,6 +135,9 @@ type route struct {
 	body bool
 	// stream: no request timeout (a mounted handler that runs long).
 	stream bool
+	// traced: the route starts work that continues the caller's trace
+	// (its traceparent header), under a server span.
+	traced bool
 	h      handlerFunc
 }
 
@@ -146,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, slugs: map[string]bool{}, actorOK: map[lifecycle.Actor]bool{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), slugs: map[string]bool{}, actorOK: map[lifecycle.Actor]bool{}}
 	for _, a := range authority.Actors() {
 		s.actorOK[a] = true
 	}
@@ -234,7 +247,7 @@ func (s *Server) routes() {
 	submitters := []lifecycle.Actor{lifecycle.ActorGateway, lifecycle.ActorAdmin, lifecycle.ActorSystem}
 	admin := []lifecycle.Actor{lifecycle.ActorAdmin}
 	table := []route{
-		{method: "POST", path: "/agents/run", actors: submitters, body: true, h: s.submitRun},
+		{method: "POST", path: "/agents/run", actors: submitters, body: true, traced: true, h: s.submitRun},
 		{method: "GET", path: "/agents", actors: anyone, h: s.listAgents},
 		{method: "GET", path: "/runs", actors: anyone, h: s.listRuns()},
 		{method: "GET", path: "/runs/{runId}/status", actors: anyone, h: s.runStatus()},
@@ -243,7 +256,7 @@ func (s *Server) routes() {
 		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(lifecycle.EventApprove), body: true, h: s.decide(true)},
 		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(lifecycle.EventReject), body: true, h: s.decide(false)},
 		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(lifecycle.EventDeliver), body: true, h: s.deliver()},
-		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, h: s.enqueueJob()},
+		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: s.enqueueJob()},
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: s.listJobs()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: s.getJob()},
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: s.requeueJob()},
@@ -271,7 +284,7 @@ func (s *Server) routes() {
 		}
 	}
 	if s.cfg.Webhooks != nil {
-		s.mux.Handle("/webhooks/", s.cfg.Webhooks)
+		s.mux.Handle("/webhooks/", s.tracedHandler("/webhooks/", s.cfg.Webhooks))
 	}
 	if s.cfg.Page != nil {
 		s.mux.Handle("/ui/", s.cfg.Page)
@@ -292,9 +305,39 @@ func (s *Server) routes() {
 	})
 }
 
-// handler wraps a route: its actor table, its body checks and its deadline.
-func (s *Server) handler(rt route) http.Handler {
+// traced gives r the caller's trace context (its traceparent header) and,
+// with a TracerProvider, a server span named name within it; the zero Span
+// and r itself when there is neither.
+func (s *Server) traced(name, route string, r *http.Request) (*http.Request, tracing.Span) {
+	ctx := tracing.FromRequest(r)
+	ctx, span := s.tracer.Start(ctx, name, trace.SpanKindServer)
+	span.String(tracing.AttrHTTPRoute, route)
+	if ctx != r.Context() {
+		r = r.WithContext(ctx)
+	}
+	return r, span
+}
+
+// tracedHandler serves h within a server span (see traced).
+func (s *Server) tracedHandler(route string, h http.Handler) http.Handler {
+	name := "POST " + route
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, span := s.traced(name, route, r)
+		defer span.End(nil)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// handler wraps a route: its actor table, its body checks, its deadline
+// and, for a traced route, its span.
+func (s *Server) handler(rt route) http.Handler {
+	name := rt.method + " " + rt.path
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rt.traced {
+			var span tracing.Span
+			r, span = s.traced(name, rt.path, r)
+			defer span.End(nil)
+		}
 		actor, _ := r.Context().Value(actorKey{}).(lifecycle.Actor)
 		if rt.actors != nil && !slices.Contains(rt.actors, actor) {
 			s.writeError(w, r, apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))

@@ -20,6 +20,9 @@
 // janitor on every process; one pass an hour across them), with per-kind
 // overrides in -retention-ages; -print-s3-lifecycle prints the bucket
 // lifecycle rules that do the same by age alone (docs/retention.md).
+//
+// OTEL_EXPORTER_OTLP_ENDPOINT (and the exporter's other standard OTEL_
+// variables) exports OpenTelemetry spans over OTLP/HTTP (docs/spec.md#tracing).
 package main
 
 import (

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
@@ -54,6 +55,9 @@ type worker struct {
 	http   http.Handler
 	ln     net.Listener
 	tokens map[string]lifecycle.Actor
+	// tracer receives the spans (nil: none); endTraces flushes them.
+	tracer    trace.TracerProvider
+	endTraces func(context.Context) error
 }
 
 // build wires the parts of one process in dependency order (store, NLM
@@ -66,10 +70,16 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		if err != nil && w.ln != nil {
 			_ = w.ln.Close()
 		}
+		if err != nil && w.endTraces != nil {
+			_ = w.endTraces(context.WithoutCancel(ctx))
+		}
 	}()
 	if o.store != nil {
 		w.store, w.where = o.store, "the given store"
 	} else if w.store, w.where, err = openStore(ctx, o); err != nil {
+		return nil, err
+	}
+	if w.tracer, w.endTraces, err = tracerProvider(ctx); err != nil {
 		return nil, err
 	}
 	clk := o.clock
@@ -112,7 +122,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	}
 	w.runner, err = run.NewRunner(run.Config{Store: w.store, Owner: owner, Clock: clk, Logger: w.log, Node: host,
 		Metrics: metrics, PollInterval: o.idlePoll, ParkedPollInterval: 4 * o.poll,
-		LeaseDuration: o.lease, HeartbeatInterval: o.lease / 3}, agents...)
+		LeaseDuration: o.lease, HeartbeatInterval: o.lease / 3, TracerProvider: w.tracer}, agents...)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +142,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		return nil, err
 	}
 	w.queue, err = jobqueue.New(jobqueue.Config{Store: w.store, Clock: clk, Node: host, Logger: w.log, StopGrace: o.drain / 3,
-		LeaseTTL: min(o.lease, 30*time.Second), Metrics: metrics})
+		LeaseTTL: min(o.lease, 30*time.Second), Metrics: metrics, TracerProvider: w.tracer})
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +204,7 @@ func (w *worker) buildAPI(o options, conf fileConfig, clk clock.Clock, reg *prom
 	}
 	w.http, err = httpapi.New(httpapi.Config{
 		Runner: w.runner, Queue: w.queue, Inbox: w.box, NLM: w.nlm, Store: w.store, Schedules: w.sched,
-		Tokens: w.tokens, Logger: w.log, Clock: clk, Limits: o.limits,
+		Tokens: w.tokens, Logger: w.log, Clock: clk, Limits: o.limits, TracerProvider: w.tracer,
 		Events: w.feed, Page: page.Handler(), Webhooks: hooks, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
@@ -372,6 +382,13 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 	case <-done:
 	case <-time.After(time.Until(deadline)):
 		w.log.Error("worker_drain_timeout", "grace", w.opts.drain.String())
+	}
+	// The spans not yet exported go out now, within what is left of the
+	// drain (at least a second, so a drain spent waiting still flushes).
+	tctx, cancel := context.WithDeadline(context.Background(), later(deadline, time.Now().Add(time.Second)))
+	defer cancel()
+	if err := w.endTraces(tctx); err != nil {
+		w.log.Warn("traces_not_flushed", "error", err.Error())
 	}
 	return failed
 }

@@ -10,8 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -46,6 +49,8 @@ type execution struct {
 	lastProposals []string
 	input         json.RawMessage
 	inputKnown    bool
+	// traceParent is the run's stored trace context, read by the claim.
+	traceParent string
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc
@@ -101,6 +106,17 @@ func (x *execution) run(ctx context.Context) {
 	ctx, end := clock.Enter(ctx, r.cfg.Clock) // its token, taken by startOrWait
 	defer end()
 	defer r.unregister(x.w.runID)
+	// The execution continues the trace its submit stored, whichever
+	// runner made the submit (a takeover's too): its spans, the steps' and
+	// the jobs those enqueue are of the caller's trace.
+	ctx = tracing.Continue(ctx, x.traceParent)
+	ctx, span := r.tracer.Start(ctx, tracing.SpanRun, trace.SpanKindInternal)
+	span.String(tracing.AttrRunID, x.w.runID)
+	span.String(tracing.AttrAgent, x.agent.Slug)
+	span.Int(tracing.AttrEpoch, x.epoch)
+	span.Bool(tracing.AttrResumed, x.resumed)
+	var out outcome
+	defer func() { endRunSpan(span, out) }()
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	x.mu.Lock()
@@ -148,9 +164,22 @@ func (x *execution) run(ctx context.Context) {
 		cancel(errCanceled)
 	}
 	stopBeat := core.Heartbeat(runCtx, r.cfg.Clock, r.cfg.HeartbeatInterval, x.w.renewed, x.beat)
-	out := x.execute(runCtx, sctx)
+	out = x.execute(runCtx, sctx)
 	stopBeat()
 	x.finish(wctx, out)
+}
+
+// outcomeNames name the outcomes on a run's span.
+var outcomeNames = [...]string{done: "done", parked: "parked", failed: "failed", canceled: "canceled", timedOut: "timed_out", stopped: "stopped"}
+
+// endRunSpan ends an execution's span with its outcome; a failed run's
+// span is marked failed.
+func endRunSpan(span tracing.Span, out outcome) {
+	span.String(tracing.AttrOutcome, outcomeNames[out.kind])
+	if out.kind == failed && out.err != nil {
+		span.Fail(out.err.Error())
+	}
+	span.End(nil)
 }
 
 // beat renews the lease (any owner write renews it; core.Heartbeat

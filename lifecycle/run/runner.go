@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -33,6 +34,7 @@ type Runner struct {
 	// goroutines of attempts abandoned there (stragglers).
 	units  *core.Units
 	log    *slog.Logger
+	tracer tracing.Tracer
 	agents map[string]*agentDef
 	// flows holds the flow of every run machine by its status.json name
 	// ("" is the canonical one), for runs created under another config.
@@ -116,6 +118,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		quar:       &core.Quarantiner{Store: patient, Clock: cfg.Clock, Log: cfg.Logger},
 		log:        cfg.Logger,
+		tracer:     tracing.New(cfg.TracerProvider),
 		agents:     map[string]*agentDef{},
 		flows:      map[string]*flow{},
 		wake:       make(chan struct{}, 1),

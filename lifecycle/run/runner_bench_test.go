@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -14,7 +17,7 @@ import (
 
 // benchmarkRunner pushes b.N runs of three no-op steps through one Runner and
 // reports runs per second and store round trips per run.
-func benchmarkRunner(b *testing.B, store storage.Store, concurrency int) {
+func benchmarkRunner(b *testing.B, store storage.Store, concurrency int, tp ...trace.TracerProvider) {
 	counting := &teststores.Counting{Store: store}
 	done := make(chan string, 256)
 	noop := func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -25,6 +28,11 @@ func benchmarkRunner(b *testing.B, store storage.Store, concurrency int) {
 	r, err := run.NewRunner(run.Config{Store: counting, Owner: "bench",
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: finishSignal{Metrics: noMetrics{}, done: done}}, agent)
+	if len(tp) > 0 {
+		r, err = run.NewRunner(run.Config{Store: counting, Owner: "bench", TracerProvider: tp[0],
+			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Metrics: finishSignal{Metrics: noMetrics{}, done: done}}, agent)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,6 +75,15 @@ func BenchmarkRunnerMemstore(b *testing.B) {
 			benchmarkRunner(b, memStore(b), c)
 		})
 	}
+}
+
+// BenchmarkRunnerTraced is BenchmarkRunnerMemstore/concurrency-1 with a
+// TracerProvider that records every span (and exports none): the cost of
+// tracing, against the untraced runs' allocations.
+func BenchmarkRunnerTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	benchmarkRunner(b, memStore(b), 1, tp)
 }
 
 func BenchmarkRunnerMinIO(b *testing.B) {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -111,6 +113,10 @@ type Config struct {
 	Metrics Metrics
 	// Node is written into audit events; default the host name.
 	Node string
+	// TracerProvider receives the spans of submits, executions and step
+	// attempts (docs/spec.md#tracing). Default none: no spans, at no cost;
+	// a run still keeps the trace context its submit carried.
+	TracerProvider trace.TracerProvider
 
 	// StepTimeout bounds one attempt of a step. Default 120 s (docs/spec.md#retries-and-timeouts).
 	StepTimeout time.Duration

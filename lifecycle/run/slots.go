@@ -208,8 +208,10 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool, x *exe
 	var f *flow
 	var epoch int64
 	var resumed bool
+	var traceParent string
 	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
 		now := r.now()
+		traceParent = d.TraceParent
 		f = r.flowOfDoc(d)
 		switch {
 		case d.Status == f.waiting:
@@ -242,6 +244,7 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool, x *exe
 	}
 	c.w.hold(epoch)
 	x.flow, x.epoch, x.resumed = f, epoch, resumed
+	x.traceParent = traceParent
 	return nil
 }
 

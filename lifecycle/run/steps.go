@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -44,7 +46,13 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 	op := func() error {
 		attempts++
 		in.Attempt = attempts
-		o, err := x.attempt(ctx, s, in, timeout)
+		actx, span := r.tracer.Start(ctx, tracing.SpanStep, trace.SpanKindInternal)
+		span.String(tracing.AttrRunID, in.RunID)
+		span.String(tracing.AttrStep, s.Name)
+		span.Int(tracing.AttrStepNum, int64(in.Step))
+		span.Int(tracing.AttrAttempt, int64(attempts))
+		o, err := x.attempt(actx, s, in, timeout)
+		span.End(err)
 		if err == nil {
 			out = o
 			return nil

@@ -10,7 +10,10 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -21,7 +24,17 @@ import (
 // It writes nothing when the request is invalid: an *InputError for text
 // over its limit (MaxNameBytes, MaxDocumentBytes for Input,
 // MaxIdempotencyKeyBytes) or not clean UTF-8, a *RequestError otherwise.
-func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+//
+// The run keeps the trace context of ctx (its span's W3C traceparent, in
+// status.json): with Config.TracerProvider set, that of a conveyor.submit
+// span started under the caller's; every execution continues it.
+func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (res SubmitResult, err error) {
+	ctx, span := r.tracer.Start(ctx, tracing.SpanSubmit, trace.SpanKindInternal)
+	defer func() {
+		span.String(tracing.AttrAgent, req.AgentSlug)
+		span.String(tracing.AttrRunID, res.RunID)
+		span.End(err)
+	}()
 	if err := checkSubmit(&req); err != nil {
 		return SubmitResult{}, err
 	}
@@ -98,6 +111,7 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 		StepsTotal:       len(agent.Steps),
 		ProposalsCreated: []string{},
 		IdempotencyKey:   req.IdempotencyKey,
+		TraceParent:      tracing.TraceParent(ctx),
 	}
 	if agent.Machine != lifecycle.MachineCanonical {
 		doc.Machine = agent.Machine

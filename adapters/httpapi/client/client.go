@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -79,6 +80,8 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	if c.Actor != "" {
 		req.Header.Set(ActorHeader, string(c.Actor))
 	}
+	// The caller's trace goes with the request (docs/spec.md#tracing).
+	tracing.Inject(ctx, req.Header)
 	return req, nil
 }
 

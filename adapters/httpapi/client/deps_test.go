@@ -25,6 +25,7 @@ var belowEngine = map[string]bool{
 	"storage":                        true,
 	"storage/records":                true,
 	"internal/layout":                true,
+	"internal/tracing":               true,
 }
 
 // TestNoEngine: a program that imports the client builds without the

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -199,6 +200,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
 		h.writeError(w, r, source, webhookErr(codes.MethodNotAllowed, "%s %s: only POST", r.Method, r.URL.Path))
 		return
+	}
+	// The run a delivery starts continues the sender's trace, when it
+	// sent a traceparent header (docs/spec.md#tracing).
+	if ctx := tracing.FromRequest(r); ctx != r.Context() {
+		r = r.WithContext(ctx)
 	}
 	var a answer
 	var err error
