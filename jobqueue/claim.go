@@ -434,7 +434,9 @@ func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, loc
 	if cur, _, err := rec.Load(ctx); err == nil && cur.Epoch > c.epoch {
 		epoch = cur.Epoch
 	}
-	if err := q.rescue(context.WithoutCancel(ctx), c.job.JobID, epoch); err != nil {
+	rctx, cancel := q.afterStop(ctx)
+	defer cancel()
+	if err := q.rescue(rctx, c.job.JobID, epoch); err != nil {
 		return err
 	}
 	return errLockLost

@@ -7,9 +7,11 @@ import (
 	"iter"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
@@ -525,4 +527,78 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 			})
 		})
 	}
+}
+
+// unreachable is a store that, once cut, fails every call as a store that
+// cannot be reached does (connection refused: transient, so the queue's
+// patient store retries it).
+type unreachable struct {
+	storage.Store
+	cut atomic.Bool
+}
+
+func (u *unreachable) err(op, key string) error {
+	return storage.NewOpError(op, key, nil, errors.New("dial tcp 127.0.0.1:9: connect: connection refused"))
+}
+
+func (u *unreachable) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	if u.cut.Load() {
+		return nil, "", u.err("get", key)
+	}
+	return u.Store.Get(ctx, key)
+}
+
+func (u *unreachable) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	if u.cut.Load() {
+		return "", u.err("put", key)
+	}
+	return u.Store.Put(ctx, key, v, c)
+}
+
+func (u *unreachable) Delete(ctx context.Context, key string, c storage.Condition) error {
+	if u.cut.Load() {
+		return u.err("delete", key)
+	}
+	return u.Store.Delete(ctx, key, c)
+}
+
+func (u *unreachable) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return u.ListAfter(ctx, prefix, "")
+}
+
+func (u *unreachable) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	if u.cut.Load() {
+		return func(yield func(string, error) bool) { yield("", u.err("list", prefix)) }
+	}
+	return u.Store.ListAfter(ctx, prefix, after)
+}
+
+// TestWorkerStopsWithTheStoreUnreachable: a Worker whose store became
+// unreachable while it ran a job (a MinIO that died with the process that
+// started it) stopped only when the store came back: the claim's last
+// writes (the agent lock's release, a lane entry) were retried with no
+// deadline once the Worker's context had ended. Found as a prooftest worker
+// process still running 36 minutes after its parent died. Every write a
+// claim makes after its context ended is bounded by StopGrace; it failed
+// before (Worker.Run never returned).
+func TestWorkerStopsWithTheStoreUnreachable(t *testing.T) {
+	t.Parallel()
+	s := &unreachable{Store: memstore.New()}
+	q := newQueue(t, s, clock.Real(), func(c *jobqueue.Config) { c.StopGrace = 200 * time.Millisecond })
+	enqueue(t, q, "job-1", "agent-a")
+	entered := make(chan struct{})
+	h := okHandlers()
+	h.CallNotebookLM = func(ctx context.Context, _ lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		s.cut.Store(true)
+		close(entered)
+		<-ctx.Done()
+		return jobqueue.Output{}, ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &jobqueue.Worker{Queue: q, ID: "w1", Handlers: h, SweepInterval: -1, PollInterval: 10 * time.Millisecond}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	within(t, "the handler's start", entered)
+	cancel()
+	within(t, "Worker.Run after cancel, its store unreachable", stopped)
 }

@@ -445,7 +445,13 @@ func (q *Queue) putLaneFirst(ctx context.Context, key, jobID string, at time.Tim
 	if err != nil {
 		return nil, err
 	}
-	return func() { _ = q.store.Delete(context.WithoutCancel(ctx), key, storage.Condition{}) }, nil
+	return func() {
+		// An undo of an Enqueue whose caller may have gone: bounded by
+		// StopGrace, not by ctx, nor by nothing (an unreachable store).
+		dctx, cancel := q.afterStop(ctx)
+		defer cancel()
+		_ = q.store.Delete(dctx, key, storage.Condition{})
+	}, nil
 }
 
 // relaneIfSlow writes lane entry key again (create-only) after its job's
@@ -458,7 +464,9 @@ func (q *Queue) relaneIfSlow(ctx context.Context, key, jobID string, at time.Tim
 	if q.clock.Now().Sub(at) < q.cfg.LeaseTTL/2 {
 		return
 	}
-	if err := q.putLane(context.WithoutCancel(ctx), key, jobID, at); err != nil {
+	pctx, cancel := q.afterStop(ctx)
+	defer cancel()
+	if err := q.putLane(pctx, key, jobID, at); err != nil {
 		q.log.ErrorContext(ctx, "jobqueue: lane entry of a slow write not confirmed", "job_id", jobID, "lane", key, "err", err)
 	}
 }

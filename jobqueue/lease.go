@@ -22,8 +22,12 @@ func (c *Claim) release(ctx context.Context) {
 	c.mu.Unlock()
 	b, _ := json.Marshal(&l)
 	// Meta's version is not needed on the lock: only the store's version
-	// fences it. Write with If-Match on the version we hold.
-	v, err := c.q.store.Put(context.WithoutCancel(ctx), key, b, storage.IfMatch(c.lockVer))
+	// fences it. Write with If-Match on the version we hold, even once ctx
+	// ended, but within StopGrace: a store that cannot be reached must not
+	// hold a stopping Worker (the lock then lapses at its expiry).
+	rctx, cancel := c.q.afterStop(ctx)
+	defer cancel()
+	v, err := c.q.store.Put(rctx, key, b, storage.IfMatch(c.lockVer))
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		c.q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent.name, "err", err)
 	}

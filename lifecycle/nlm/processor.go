@@ -359,7 +359,12 @@ func (p *Processor) poisoned(ctx context.Context, err error) error {
 	if !errors.As(err, &ce) {
 		return err
 	}
-	if _, qerr := p.quar.Move(context.WithoutCancel(ctx), ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
+	// The move outlives ctx (a poison record is quarantined even by a
+	// stopping processor) but not StopGrace: an unreachable store must not
+	// hold it.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.StopGrace)
+	defer cancel()
+	if _, qerr := p.quar.Move(qctx, ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 		return err
 	}
 	if jobID, ok := layout.ParseNLMJobKey(ce.Key); ok {
