@@ -95,7 +95,7 @@ func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepRepo
 // held lock's job is its claim's to settle.
 func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time, seen map[string]string, r *SweepReport) error {
 	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key}
-	lock, _, err := rec.Load(ctx)
+	lock, ver, err := rec.Load(ctx)
 	if errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
 		return nil // a junk lock is the next claim's to quarantine and remake
 	}
@@ -108,8 +108,46 @@ func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time,
 	if _, done := seen[lock.JobID]; done {
 		return nil
 	}
-	_, err = q.sweepJobID(ctx, lock.JobID, "", seen, r)
-	return err
+	d, err := q.sweepJobDoc(ctx, lock.JobID, seen, r)
+	if err != nil || d == nil || pipelineState(d.Status) || d.Status == lifecycle.JobFailed || q.hasAuditGap(d.JobID) {
+		return err
+	}
+	// The job the free lock names is settled (its audit object written,
+	// laned or at rest): the lock need not name it any more, so later
+	// sweeps read the lock alone, not the job and its audit object every
+	// time (an idle Worker's sweep read three objects per agent a minute).
+	// A claim that took the lock meanwhile makes this write fail, harmlessly.
+	free := agentLock{Agent: agent, Epoch: lock.Epoch}
+	if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		return err
+	}
+	return nil
+}
+
+// sweepJobDoc is sweepJobID for the job a free lock names: it settles the
+// job (its audit object must be written, not only tried) and returns it as
+// read, nil when it is gone.
+func (q *Queue) sweepJobDoc(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
+	seen[jobID] = ""
+	d, _, err := q.read(ctx, jobID)
+	if errors.Is(err, records.ErrCorrupt) {
+		r.Quarantined++
+	}
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Jobs++
+	seen[jobID] = d.ReadyKey
+	if err := q.ensureAuditedErr(ctx, &d); err != nil {
+		return nil, err
+	}
+	if err := q.repairJob(ctx, &d, "", r); err != nil {
+		return nil, err
+	}
+	return &d, nil
 }
 
 // sweepLane sweeps the job of lane entry key, and deletes the entry when

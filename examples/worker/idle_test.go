@@ -91,10 +91,21 @@ func advance(t *testing.T, clk *clock.Fake, d time.Duration) {
 // agents (which the queue then knows and checks).
 func TestIdleWorkerCost(t *testing.T) {
 	t.Parallel()
-	for _, jobs := range []int{0, 3} {
-		t.Run(fmt.Sprintf("after %d jobs", jobs), func(t *testing.T) {
+	tests := []struct {
+		name string
+		jobs int
+		args []string
+	}{
+		{"after 0 jobs", 0, nil},
+		{"after 3 jobs", 3, nil},
+		// With the API, its event feed polls the audit log too.
+		{"with the API, after 3 jobs", 3, []string{"-addr", "127.0.0.1:0"}},
+	}
+	for _, tt := range tests {
+		jobs := tt.jobs
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cs, clk := idleWorker(t)
+			cs, clk := idleWorker(t, tt.args...)
 			ctx := context.Background()
 			other, err := jobqueue.New(jobqueue.Config{Store: cs.Store, Clock: clk, Node: "other"})
 			if err != nil {

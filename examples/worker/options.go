@@ -78,7 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.pause, "step-pause", 2*time.Second, "how long each demo step and the NLM simulator take")
 	fs.DurationVar(&o.drain, "drain", 15*time.Second, "how long SIGINT/SIGTERM may take to drain before the process exits anyway")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often the event stream looks for changes")
-	fs.DurationVar(&o.idlePoll, "idle-poll", defaultIdlePoll, "the longest wait of the runner, the job worker and the NLM processor between looks for work other processes submitted: they look every 25 ms while such work arrives and back off to this when none does, so it bounds the first pickup after idleness and sets an idle process's store requests (docs/performance.md)")
+	fs.DurationVar(&o.idlePoll, "idle-poll", defaultIdlePoll, "the longest wait of the runner, the job worker and the NLM processor between looks for work other processes submitted (the event feed, on a store that cannot watch, waits up to twice it between listings of the audit log): they look every 25 ms while such work arrives and back off to this when none does, so it bounds the first pickup after idleness and sets an idle process's store requests (docs/performance.md)")
 	fs.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a run's lease lasts unheard: a killed runner's runs are taken over after it (heartbeats every third)")
 	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
 	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")

@@ -162,7 +162,11 @@ type Config struct {
 	// indexes (a run's entry under its status, missing or left behind
 	// by a writer that died between a status write and its index move):
 	// a pass reads the active runs and the entries under the states that
-	// are not terminal, never the history. Default 1 minute.
+	// are not terminal, never the history. Readers check each entry
+	// against its run, so until a repair a crash can hide a run from a
+	// list, never show a wrong row. Default 10 minutes: each pass lists
+	// every agent's states, which an idle process would otherwise pay
+	// for every minute.
 	IndexRepairInterval time.Duration
 
 	// FinishGrace is how long past a run's deadline (RunTimeout from the
@@ -244,7 +248,7 @@ func (c *Config) setDefaults() error {
 	def(&c.HeartbeatInterval, 30*time.Second)
 	def(&c.PollInterval, time.Second)
 	def(&c.ParkedPollInterval, 30*time.Second)
-	def(&c.IndexRepairInterval, time.Minute)
+	def(&c.IndexRepairInterval, 10*time.Minute)
 	def(&c.FinishGrace, time.Minute)
 	def(&c.PollTimeout, 10*time.Second)
 	def(&c.ShutdownGrace, 5*time.Second)

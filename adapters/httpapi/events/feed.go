@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -19,6 +20,7 @@ import (
 const (
 	DefaultPollInterval      = 250 * time.Millisecond
 	DefaultWatchPollInterval = time.Minute
+	DefaultIdlePollInterval  = 5 * time.Second
 	DefaultHeartbeat         = 15 * time.Second
 	DefaultBuffer            = 64
 	DefaultLookback          = 10 * time.Second
@@ -54,6 +56,13 @@ type Config struct {
 	// Default 1 min: the watch misses nothing on one host, and on filestore
 	// each listing reads every name of the day's folder.
 	WatchPollInterval time.Duration
+	// IdlePollInterval is the longest gap between two listings of a store
+	// that cannot watch (S3), reached by doubling from PollInterval while
+	// the listings find nothing new, and left at the first listing that
+	// does: an idle feed costs a LIST request every IdlePollInterval, not
+	// four a second, and the first event after a quiet spell reaches the
+	// streams within it. Default 5 s.
+	IdlePollInterval time.Duration
 	// Heartbeat is how often an idle stream gets a ": ping" comment, so
 	// proxies keep it open. Default 15 s.
 	Heartbeat time.Duration
@@ -149,6 +158,7 @@ func New(cfg Config) (*Feed, error) {
 	}
 	def(&cfg.PollInterval, DefaultPollInterval)
 	def(&cfg.WatchPollInterval, DefaultWatchPollInterval)
+	def(&cfg.IdlePollInterval, DefaultIdlePollInterval)
 	def(&cfg.Heartbeat, DefaultHeartbeat)
 	def(&cfg.Lookback, DefaultLookback)
 	def(&cfg.MaxReplay, DefaultMaxReplay)
@@ -211,12 +221,17 @@ func (f *Feed) Run(ctx context.Context) error {
 	f.mu.Unlock()
 	defer close(f.stopped)
 	wake := f.watch(ctx)
+	idle := core.Poll{Idle: max(f.cfg.IdlePollInterval, f.cfg.PollInterval)}
 	for {
-		f.poll(ctx)
+		found := f.poll(ctx)
 		// PollInterval between two listings, watched or not: a busy log
 		// signals at every write, and each listing reads the Lookback
-		// window again.
-		gap := f.clock.NewTimer(f.cfg.PollInterval)
+		// window again. Unwatched, the gap grows while nothing is found.
+		wait := f.cfg.PollInterval
+		if wake == nil {
+			wait = max(wait, idle.Next(found))
+		}
+		gap := f.clock.NewTimer(wait)
 		if f.polled != nil {
 			f.polled()
 		}
@@ -285,7 +300,7 @@ func days(from, to time.Time) []string {
 // moves the cursor once all were handled. An idle poll lists one page per
 // day in its window (one, or two around midnight) holding the events of
 // the last Lookback, whatever the size of the day.
-func (f *Feed) poll(ctx context.Context) {
+func (f *Feed) poll(ctx context.Context) (found bool) {
 	start := f.clock.Now()
 	from := f.floor()
 	if min := start.Add(-f.cfg.MaxReplay); from.Before(min) {
@@ -304,7 +319,7 @@ func (f *Feed) poll(ctx context.Context) {
 		for key, err := range f.cfg.Store.ListAfter(ctx, prefix, after) {
 			if err != nil {
 				f.failed(ctx, err)
-				return
+				return found
 			}
 			id, ok := layout.ParseAuditKey(key)
 			if !ok {
@@ -318,8 +333,9 @@ func (f *Feed) poll(ctx context.Context) {
 				f.log.WarnContext(ctx, "events: audit event skipped", "key", key, "err", err)
 			} else if err != nil {
 				f.failed(ctx, err)
-				return
+				return found
 			}
+			found = true
 			if id >= keep {
 				f.seen[id] = struct{}{}
 			} else {
@@ -346,6 +362,7 @@ func (f *Feed) poll(ctx context.Context) {
 			delete(f.seen, id) // below the floor: never listed again
 		}
 	}
+	return found
 }
 
 // failed notes a failed poll: the first failure of an outage is logged.

@@ -308,3 +308,47 @@ func TestPollFailsHalfWay(t *testing.T) {
 	m := r.marker(inner, "end")
 	eq(t, "events", ids(r.untilID(s, m.ID)), append(want, m.ID))
 }
+
+// TestIdleFeedBacksOff: over a store that cannot watch (S3), an idle feed
+// lists the log less and less often, down to one listing per
+// IdlePollInterval; the first event after the quiet spell reaches the
+// stream within IdlePollInterval, and the feed polls every PollInterval
+// again. (It listed four times a second, idle: a LIST request each on S3.)
+func TestIdleFeedBacksOff(t *testing.T) {
+	t.Parallel()
+	count := &teststores.Counting{Store: memstore.New()}
+	const idle = 5 * time.Second
+	r := newRig(t, count, events.Config{IdlePollInterval: idle, Heartbeat: 1000 * time.Hour})
+	s := r.open("", "")
+	count.Reset()
+	next := func() {
+		t.Helper()
+		if _, ok, err := r.clk.AdvanceToNext(t.Context()); !ok || err != nil {
+			t.Fatalf("no timer to move to (%v)", err)
+		}
+	}
+	// A minute of fake time, moved timer by timer (each a poll's gap).
+	start := r.clk.Now()
+	for r.clk.Now().Sub(start) < time.Minute {
+		next()
+		r.wait(r.polled, "a poll")
+	}
+	lists := count.Lists.Load()
+	if max := int64(time.Minute/idle) + 8; lists > max || lists < int64(time.Minute/idle) {
+		t.Fatalf("%d listings in an idle minute; want %d to %d (one per %s, after the doubling from %s)", lists, time.Minute/idle, max, idle, events.DefaultPollInterval)
+	}
+	ev := r.record(count, records.AuditEvent{Event: "job.status.update", JobID: "job-1", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+	quiet := r.clk.Now()
+	next()
+	r.wait(r.polled, "the poll after the quiet spell")
+	if waited := r.clk.Now().Sub(quiet); waited > idle {
+		t.Fatalf("the first event after a quiet minute waited %s for its poll; want at most %s", waited, idle)
+	}
+	eq(t, "events", ids(r.untilID(s, ev.ID)), []string{ev.ID})
+	before := r.clk.Now()
+	next()
+	r.wait(r.polled, "the poll after the event")
+	if gap := r.clk.Now().Sub(before); gap != events.DefaultPollInterval {
+		t.Fatalf("after an event the next poll came %s later; want PollInterval %s", gap, events.DefaultPollInterval)
+	}
+}

@@ -103,6 +103,11 @@ func newRig(t *testing.T, store storage.Store, cfg events.Config) *rig {
 		clk = clock.NewFake(t0)
 	}
 	logs := &testlog.Buffer{}
+	if cfg.IdlePollInterval == 0 {
+		// Polls every PollInterval, idle or not, so a test's poll() is one
+		// listing; TestIdleFeedBacksOff tests the backoff.
+		cfg.IdlePollInterval = max(cfg.PollInterval, events.DefaultPollInterval)
+	}
 	cfg.Store, cfg.Clock = store, clk
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	feed, err := events.New(cfg)
