@@ -128,26 +128,17 @@ func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time,
 // job (its audit object must be written, not only tried) and returns it as
 // read, nil when it is gone.
 func (q *Queue) sweepJobDoc(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
-	seen[jobID] = ""
-	d, _, err := q.read(ctx, jobID)
-	if errors.Is(err, records.ErrCorrupt) {
-		r.Quarantined++
-	}
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	d, err := q.sweepRead(ctx, jobID, seen, r)
+	if d == nil {
 		return nil, err
 	}
-	r.Jobs++
-	seen[jobID] = d.ReadyKey
-	if err := q.ensureAuditedErr(ctx, &d); err != nil {
+	if err := q.ensureAuditedErr(ctx, d); err != nil {
 		return nil, err
 	}
-	if err := q.repairJob(ctx, &d, "", r); err != nil {
+	if err := q.repairJob(ctx, d, "", r); err != nil {
 		return nil, err
 	}
-	return &d, nil
+	return d, nil
 }
 
 // sweepLane sweeps the job of lane entry key, and deletes the entry when
@@ -196,20 +187,30 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 // sweepJobID reads one job and repairs it (sweepJob); laned is a lane
 // entry just listed, so known to exist. It returns the job's ready key.
 func (q *Queue) sweepJobID(ctx context.Context, jobID, laned string, seen map[string]string, r *SweepReport) (string, error) {
+	d, err := q.sweepRead(ctx, jobID, seen, r)
+	if d == nil {
+		return "", err
+	}
+	return d.ReadyKey, q.sweepJob(ctx, d, laned, r)
+}
+
+// sweepRead reads one job for the sweep and notes it in seen and r; nil
+// when it is gone (or quarantined: err then says so).
+func (q *Queue) sweepRead(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
 	seen[jobID] = ""
 	d, _, err := q.read(ctx, jobID)
 	if errors.Is(err, records.ErrCorrupt) {
 		r.Quarantined++
 	}
 	if errors.Is(err, storage.ErrNotFound) {
-		return "", nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	r.Jobs++
 	seen[jobID] = d.ReadyKey
-	return d.ReadyKey, q.sweepJob(ctx, &d, laned, r)
+	return &d, nil
 }
 
 // sweepJob repairs one job as Sweep describes. laned is a lane entry known
