@@ -169,6 +169,11 @@ func (r *Runner) poll(ctx context.Context, startup bool) (found bool) {
 			quiet[runID] = until
 		}
 	}
+	for runID := range r.unsure {
+		if !listed[runID] { // no longer active: nothing to take up
+			delete(r.unsure, runID)
+		}
+	}
 	r.mu.Lock()
 	waiting := r.waiting
 	r.waiting = map[string][]candidate{}
@@ -312,6 +317,10 @@ func (r *Runner) resumeExecuting(ctx context.Context, c candidate, doc *Status, 
 	switch {
 	case doc.Lease == nil:
 		r.startOrWait(ctx, c, false) // resumed after an approval or event
+	case r.unsure[doc.RunID].wrote(doc.Lease):
+		r.log.LogAttrs(ctx, slog.LevelWarn, "claim_recovered", slog.String("runId", doc.RunID),
+			slog.Int64("epoch", doc.Lease.Epoch))
+		r.startOrWait(ctx, c, true)
 	case now.After(doc.Lease.ExpiresAt) || (startup && doc.Lease.Owner == r.cfg.Owner):
 		r.log.LogAttrs(ctx, slog.LevelWarn, "orphan_detected", slog.String("runId", doc.RunID),
 			slog.Time("lastHeartbeat", derefTime(doc.LastHeartbeatAt)), slog.String("owner", doc.Lease.Owner))

@@ -59,6 +59,9 @@ type Runner struct {
 	// heldSlots are the slots this runner's executions hold, by key.
 	heldSlots map[string]string
 
+	// unsure holds the claims whose write may have landed although they
+	// failed, by run id (see unsureClaim). Only the loop touches it.
+	unsure map[string]*unsureClaim
 	// quiet holds, for the runs the last poll could only watch, until when
 	// the next polls need not read them. Only the loop touches it.
 	quiet map[string]time.Time
@@ -128,6 +131,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		changed:    make(chan struct{}),
 		freedSlots: map[string]storage.Version{},
 		heldSlots:  map[string]string{},
+		unsure:     map[string]*unsureClaim{},
 		auditDone:  map[string]string{},
 		auditGaps:  map[string]bool{},
 	}

@@ -37,8 +37,15 @@ func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
 	x := &execution{r: r, agent: r.agents[c.slug], w: c.w, records: map[int]StepRecord{}, markers: map[int]storage.Version{},
 		input: c.input, inputKnown: c.inputKnown, slotKey: slot, slotVer: slotVer}
 	r.mu.Lock()
-	r.executing[runID] = x
+	_, busy := r.executing[runID]
+	if !busy {
+		r.executing[runID] = x
+	}
 	r.mu.Unlock()
+	if busy { // a stale copy of a run this runner already executes
+		r.releaseSlot(ctx, c.slug, slot, slotVer)
+		return
+	}
 	if err := r.claim(ctx, c, reclaimOwn, x); err != nil {
 		r.releaseSlot(ctx, c.slug, slot, slotVer)
 		r.unregister(runID)
@@ -202,50 +209,105 @@ func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer 
 
 // claim writes this runner's lease into the run (epoch + 1), starting it if
 // it waits for a slot. It fails when any runner holds a live lease (but for
-// reclaimOwn: this runner's own lease left by its previous process) or the
-// run moved on meanwhile.
+// reclaimOwn: this runner's own lease left by its previous process, and a
+// lease an earlier claim of this runner wrote without learning it had) or
+// the run moved on meanwhile.
 func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool, x *execution) error {
+	runID := c.w.runID
+	earlier := r.unsure[runID]
 	var f *flow
 	var epoch int64
 	var resumed bool
 	var traceParent string
+	tried := &unsureClaim{}
 	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
 		now := r.now()
 		traceParent = d.TraceParent
 		f = r.flowOfDoc(d)
+		ours := false // the lease is an earlier claim's of this runner: it landed
 		switch {
 		case d.Status == f.waiting:
 			if err := f.fire(ctx, d, f.start, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
 		case f.executing(d.Status):
+			ours = earlier.wrote(d.Lease)
 			live := d.Lease != nil && !now.After(d.Lease.ExpiresAt)
-			if live && !(reclaimOwn && d.Lease.Owner == r.cfg.Owner) {
+			if live && !ours && !(reclaimOwn && d.Lease.Owner == r.cfg.Owner) {
 				return fmt.Errorf("run: run %s is held by %s until %s", d.RunID, d.Lease.Owner, d.Lease.ExpiresAt)
 			}
 		default:
 			return fmt.Errorf("run: run %s is %s, not claimable", d.RunID, d.Status)
 		}
-		resumed = d.Lease != nil
 		epoch = 1
 		if d.Lease != nil {
 			epoch = d.Lease.Epoch + 1
 		}
-		if resumed {
-			d.ResumeCount++
-			d.TakenOverAt = &now
+		switch {
+		case ours:
+			// The earlier claim started or took over the run; this write
+			// renews its lease and counts nothing a second time.
+			resumed = earlier.resumed
+		default:
+			resumed = d.Lease != nil
+			if resumed {
+				d.ResumeCount++
+				d.TakenOverAt = &now
+			}
 		}
 		d.Lease = &records.Lease{Owner: r.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(r.cfg.LeaseDuration)}
 		d.LastHeartbeatAt = &now
+		tried.leases = append(tried.leases, *d.Lease)
+		tried.resumed = resumed
 		return nil
 	})
 	if err != nil {
+		if len(tried.leases) > 0 {
+			// A write was tried and no answer says it did not land.
+			tried.leases = append(tried.leases, earlier.leasesOrNil()...)
+			r.unsure[runID] = tried
+		}
 		return err
 	}
+	delete(r.unsure, runID)
 	c.w.hold(epoch)
 	x.flow, x.epoch, x.resumed = f, epoch, resumed
 	x.traceParent = traceParent
 	return nil
+}
+
+// unsureClaim is a claim that failed after it tried to write its lease
+// into the run, so its write may have landed although it never learnt so:
+// the store stopped answering until the pass gave up, or the read that
+// would have told found another write on top. Nothing of this runner
+// executes such a run and its lease is renewed by nobody; a run found
+// under one of these leases is this claim's, and the runner takes it up at
+// once (the next poll) instead of waiting for the lease to lapse. The
+// leases are told apart by owner, epoch and expiry, which only this claim
+// wrote, so a process sharing the Owner is not mistaken for it.
+type unsureClaim struct {
+	leases  []records.Lease
+	resumed bool // the claim took the run over from an earlier execution
+}
+
+// wrote tells whether l is a lease the claim tried to write.
+func (u *unsureClaim) wrote(l *records.Lease) bool {
+	if u == nil || l == nil {
+		return false
+	}
+	for _, t := range u.leases {
+		if t.Owner == l.Owner && t.Epoch == l.Epoch && t.ExpiresAt.Equal(l.ExpiresAt) {
+			return true
+		}
+	}
+	return false
+}
+
+func (u *unsureClaim) leasesOrNil() []records.Lease {
+	if u == nil {
+		return nil
+	}
+	return u.leases
 }
 
 // freeSlotsOf frees every slot of the agent that names runID.
