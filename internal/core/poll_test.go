@@ -16,8 +16,9 @@ func TestPollSchedule(t *testing.T) {
 	}{
 		{"backs off to Idle", 300 * ms, []bool{false, false, false, false, false, false},
 			[]time.Duration{25 * ms, 50 * ms, 100 * ms, 200 * ms, 300 * ms, 300 * ms}},
-		{"work resets", time.Second, []bool{false, false, true, false},
-			[]time.Duration{25 * ms, 50 * ms, 25 * ms, 50 * ms}},
+		{"work resets, and the waits stay short BusyLooks looks", time.Second,
+			append([]bool{false, false, true}, make([]bool, BusyLooks+2)...),
+			append(append([]time.Duration{25 * ms, 50 * ms, 25 * ms}, repeat(25*ms, BusyLooks)...), 50*ms, 100*ms)},
 		{"Idle below BusyPoll", 10 * ms, []bool{true, false},
 			[]time.Duration{10 * ms, 10 * ms}},
 	}
@@ -34,6 +35,14 @@ func TestPollSchedule(t *testing.T) {
 	}
 }
 
+func repeat(d time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}
+
 func TestPollBusy(t *testing.T) {
 	t.Parallel()
 	p := Poll{Idle: time.Second}
@@ -41,7 +50,12 @@ func TestPollBusy(t *testing.T) {
 		p.Next(false)
 	}
 	p.Busy()
-	if got := p.Next(false); got != BusyPoll {
-		t.Fatalf("after Busy: wait %v, want %v", got, BusyPoll)
+	for i := range BusyLooks {
+		if got := p.Next(false); got != BusyPoll {
+			t.Fatalf("look %d after Busy: wait %v, want %v", i, got, BusyPoll)
+		}
+	}
+	if got := p.Next(false); got != 2*BusyPoll {
+		t.Fatalf("after Busy and %d empty looks: wait %v, want %v", BusyLooks, got, 2*BusyPoll)
 	}
 }
