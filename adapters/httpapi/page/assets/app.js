@@ -565,17 +565,22 @@
         schedBody));
     view.append(msg, list, sched);
 
+    // A read overtaken by a later one (the one after a pause, while the
+    // periodic read was under way) is dropped when it answers.
+    let schedSeq = 0, shownScheds = new Map();
     async function loadSchedules() {
+      const seq = ++schedSeq;
       let items;
       try {
         items = (await api('GET', '/schedules')) || [];
       } catch (e) {
+        if (stopped || seq !== schedSeq) return;
         if (e.status !== 404) { sched.hidden = false; schedErr.textContent = 'Schedules could not be read: ' + e.describe(); }
         return;
       }
-      if (stopped) return;
+      if (stopped || seq !== schedSeq) return;
       sched.hidden = items.length === 0;
-      schedBody.replaceChildren(...items.map((x) => {
+      shownScheds = keepRows(schedBody, shownScheds, items, (x) => x.id, (x) => JSON.stringify(x), (x) => {
         const btn = h('button', { type: 'button', 'data-schedule': x.id, text: x.paused ? 'Resume' : 'Pause' });
         btn.addEventListener('click', async () => {
           btn.disabled = true;
@@ -596,13 +601,26 @@
           h('td', {}, x.last_run_id ? h('a', { href: '#/runs/' + enc(x.last_run_id), class: 'mono', text: x.last_run_id }) : '—'),
           h('td', { text: x.paused ? 'paused by ' + (x.paused_by || '?') : 'active' }),
           h('td', {}, btn));
-      }));
+      });
     }
 
     // loadRuns shows one page of an agent's runs, newest first (GET
     // /runs, paged by the server): pager.status filters them, pager.path
     // is the page shown ('' the newest), pager.next the older one.
+    // A read overtaken by a later one of the same agent (a filter or page
+    // picked while a refresh reads) is dropped when it answers.
     async function loadRuns(agent, tbody, note, pager) {
+      const seq = ++pager.seq;
+      return reading(tbody.parentNode, () => readRuns(agent, tbody, note, pager, seq));
+    }
+    const runRow = (r) => h('tr', { 'data-run': r.run_id },
+      h('td', {}, h('a', { href: '#/runs/' + enc(r.run_id), class: 'mono', text: r.run_id })),
+      h('td', {}, badge(r.status), ' ', runnerBadge(r)),
+      h('td', { text: r.trigger || '' }),
+      h('td', {}, fmtTime(r.started_at)),
+      h('td', { class: 'num', text: `${r.steps_completed || 0} / ${r.steps_total || 0}` }),
+      h('td', { class: 'error', text: r.error || '' }));
+    async function readRuns(agent, tbody, note, pager, seq) {
       try {
         let path = pager.path;
         if (!path) {
@@ -610,22 +628,17 @@
           if (pager.status) path += '&status=' + enc(pager.status);
         }
         const page = await listPage(path, RUNS_SHOWN, (r) => !pager.status || r.status === pager.status, newestFirst('started_at'));
-        if (stopped) return;
+        if (stopped || seq !== pager.seq) return;
         const runs = page.items;
         pager.next = page.next;
         pager.older.hidden = !page.next;
         pager.newest.hidden = !pager.path;
-        tbody.replaceChildren(...runs.map((r) => h('tr', { 'data-run': r.run_id },
-          h('td', {}, h('a', { href: '#/runs/' + enc(r.run_id), class: 'mono', text: r.run_id })),
-          h('td', {}, badge(r.status), ' ', runnerBadge(r)),
-          h('td', { text: r.trigger || '' }),
-          h('td', {}, fmtTime(r.started_at)),
-          h('td', { class: 'num', text: `${r.steps_completed || 0} / ${r.steps_total || 0}` }),
-          h('td', { class: 'error', text: r.error || '' }))));
+        pager.shown = keepRows(tbody, pager.shown, runs, (r) => r.run_id, (r) => JSON.stringify(r), runRow);
         watchLapse(agent.slug, runs);
         note.textContent = runs.length ? '' : (pager.path ? 'No older runs.' : pager.status ? 'No runs ' + pager.status + '.' : 'No runs yet.');
         note.className = 'muted';
       } catch (e) {
+        if (stopped || seq !== pager.seq) return;
         note.textContent = 'Runs could not be read: ' + e.describe();
         note.className = 'error';
       }
@@ -663,7 +676,7 @@
           }
         });
         // The status filter and the pager of the agent's runs.
-        const pager = { status: '', path: '', next: null,
+        const pager = { status: '', path: '', next: null, seq: 0, shown: new Map(),
           older: h('button', { type: 'button', 'data-testid': 'older-runs', 'data-agent': a.slug, text: 'Older', hidden: '' }),
           newest: h('button', { type: 'button', 'data-testid': 'newest-runs', 'data-agent': a.slug, text: 'Newest', hidden: '' }) };
         const states = (a.spec && a.spec.states) || [];
