@@ -56,6 +56,7 @@ func chromium(t *testing.T) string {
 type worker struct {
 	URL     string
 	release chan struct{} // closing it lets the demo agent's first step end
+	gate    *gate         // in front of the API: holds an answer back when asked
 	srv     *httptest.Server
 	stop    func()
 }
@@ -124,7 +125,8 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 	}
 	// httptest listens on 127.0.0.1 only: the Worker without tokens serves
 	// loopback only, and the test touches no other network.
-	w.srv = httptest.NewServer(api)
+	w.gate = newGate(api)
+	w.srv = httptest.NewServer(w.gate)
 	w.URL = w.srv.URL
 	w.stop = func() {
 		// Open event streams end with their clients; cut them before Close,
@@ -424,4 +426,57 @@ func (w *worker) submit(t *testing.T) string {
 		t.Fatalf("submit: status %d, %v", res.StatusCode, err)
 	}
 	return out.RunID
+}
+
+// An agent's run list draws the answer to its latest read only: a read
+// made while the run was running that answers after the read made once it
+// completed is dropped. Before, it was drawn, and the list showed the
+// completed run as running until the next event.
+func TestAgentsPageDrawsTheLatestReadOfRuns(t *testing.T) {
+	bin := chromium(t)
+	w := startWorker(t, true)
+	defer w.stop()
+	ctx, closeBrowser := browser(t, bin)
+	defer closeBrowser()
+	overall := time.AfterFunc(2*time.Minute, closeBrowser)
+	defer overall.Stop()
+
+	runID := w.submit(t)
+	runs := `section[data-agent="` + demoAgent + `"] table`
+	status := func(s string) chromedp.Action[chromedp.Void] {
+		return chromedp.WaitVisible(css(runs + ` tr[data-run="` + runID + `"] .badge[data-status="` + s + `"]`))
+	}
+	// settled waits until every read of the runs the page asked for has
+	// answered and been drawn or dropped: the table is aria-busy until then.
+	settled := chromedp.Poll[chromedp.Void](`!document.querySelector('`+runs+`').hasAttribute('aria-busy')`, chromedp.WithPollingInterval(20*time.Millisecond))
+	do(t, ctx, "open the agents page", 20*time.Second,
+		chromedp.Navigate(w.URL+"/ui/#/"),
+		status("running"),
+		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
+		settled,
+	)
+
+	// A read while the run runs is held back; the run then completes, and
+	// its event makes the page read again.
+	held, release := w.gate.hold(func(r *http.Request) bool {
+		q := r.URL.Query()
+		return r.Method == http.MethodGet && r.URL.Path == "/runs" && q.Get("agent") == demoAgent && !q.Has("status")
+	})
+	defer release()
+	do(t, ctx, "read the runs again", 20*time.Second,
+		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('select[data-testid="status-filter"][data-agent="`+demoAgent+`"]'); s.value = ''; s.dispatchEvent(new Event('change')); })()`))
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the page did not read the runs again")
+	}
+	close(w.release)
+	do(t, ctx, "see the run completed", 30*time.Second, status("completed"))
+	release()
+	do(t, ctx, "let the held read answer", 20*time.Second, settled)
+	shown := get(t, ctx, "read the run's status", chromedp.Evaluate[string](
+		`document.querySelector('`+runs+` tr[data-run="`+runID+`"] .badge').dataset.status`))
+	if shown != "completed" {
+		t.Fatalf("after the older read answered the run shows %q, want completed", shown)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -39,6 +40,7 @@ type jobsWorker struct {
 	URL   string
 	queue *jobqueue.Queue
 	dead  string // the dead job's id
+	gate  *gate  // in front of the API: holds an answer back when asked
 	stop  func()
 }
 
@@ -119,7 +121,8 @@ func startJobsWorker(t *testing.T) *jobsWorker {
 	fctx, stopFeed := context.WithCancel(context.Background())
 	feedDone := make(chan struct{})
 	go func() { defer close(feedDone); _ = feed.Run(fctx) }()
-	srv := httptest.NewServer(api) // 127.0.0.1 only
+	w.gate = newGate(api)
+	srv := httptest.NewServer(w.gate) // 127.0.0.1 only
 	w.URL = srv.URL
 	w.stop = func() {
 		srv.CloseClientConnections()
@@ -320,4 +323,77 @@ func TestJobsPage(t *testing.T) {
 	if next := get(t, ctx, "read the pager", chromedp.Evaluate[bool](`document.querySelector('[data-testid="jobs-next"]').hidden`)); !next {
 		t.Errorf("a next page is offered for 21 BRIEF jobs")
 	}
+}
+
+// The jobs list draws the answer to its latest read only, and a read that
+// changes nothing keeps the rows on screen, buttons included. A list read
+// begun before another filter was picked answers after that filter's read:
+// it is dropped (drawn, it would empty the list: no BRIEF job is dead). And a row that a later read shows unchanged is the same node, so
+// a click aimed at its button (or the focus on it) is never lost to a
+// redraw: before, every read replaced every row, and a requeue click that
+// came between the page's two reads on opening (the first draw, then the
+// one when the event stream opens) hit a removed button ("Could not find
+// node with given id" on a loaded machine).
+func TestJobsPageDrawsTheLatestReadAndKeepsItsRows(t *testing.T) {
+	bin := chromium(t)
+	w := startJobsWorker(t)
+	defer w.stop()
+	ctx, closeBrowser := browser(t, bin)
+	defer closeBrowser()
+	overall := time.AfterFunc(3*time.Minute, closeBrowser)
+	defer overall.Stop()
+
+	// settled waits until every list read the page asked for has answered
+	// and been drawn or dropped: the list is aria-busy until then.
+	settled := chromedp.Poll[chromedp.Void](`!document.querySelector('#jobs').hasAttribute('aria-busy')`, chromedp.WithPollingInterval(20*time.Millisecond))
+	button := `[data-testid="job-requeue"][data-job="` + w.dead + `"]`
+	do(t, ctx, "open the jobs page as admin", 20*time.Second,
+		chromedp.Navigate(w.URL+"/ui/#/jobs"),
+		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
+		chromedp.SetValue(css(`#actor`), "admin"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#actor").dispatchEvent(new Event("change"))`),
+		chromedp.WaitVisible(css(`[data-testid="quick-DEAD"][data-count="1"]`)),
+		chromedp.WaitVisible(css(`#jobs-body tr`)),
+		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
+		settled,
+	)
+
+	// A read of the BRIEF jobs (none of them dead) is held back; the dead
+	// jobs are picked meanwhile.
+	held, release := w.gate.hold(func(r *http.Request) bool {
+		q := r.URL.Query()
+		return r.Method == http.MethodGet && r.URL.Path == "/jobs" && q.Get("limit") == "25" && q.Get("type") == "BRIEF"
+	})
+	defer release()
+	do(t, ctx, "pick the BRIEF jobs", 20*time.Second,
+		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#jobs-type'); s.value = 'BRIEF'; s.dispatchEvent(new Event('change')); })()`))
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the page did not read the BRIEF jobs")
+	}
+	do(t, ctx, "pick the dead jobs", 20*time.Second,
+		chromedp.Click(css(`[data-testid="quick-DEAD"]`)),
+		chromedp.WaitVisible(css(button)),
+		chromedp.Evaluate[chromedp.Void](`window.__button = document.querySelector('`+button+`')`),
+	)
+	release()
+	do(t, ctx, "let the held read answer", 20*time.Second, settled)
+	rows := `[...document.querySelectorAll('#jobs-body tr')].map((r) => r.dataset.job)`
+	if ids := get(t, ctx, "read the list", chromedp.Evaluate[[]string](rows)); len(ids) != 1 || ids[0] != w.dead {
+		t.Fatalf("after the older read answered the list shows %v, want the dead job %s only", ids, w.dead)
+	}
+
+	// A read that finds the same job keeps its row and its button.
+	do(t, ctx, "read the dead jobs again", 20*time.Second,
+		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#jobs-status'); s.value = 'DEAD'; s.dispatchEvent(new Event('change')); })()`),
+		settled,
+	)
+	if same := get(t, ctx, "compare the button", chromedp.Evaluate[bool](`document.querySelector('`+button+`') === window.__button`)); !same {
+		t.Fatal("a read that changed nothing replaced the requeue button")
+	}
+	do(t, ctx, "requeue", 20*time.Second,
+		chromedp.Click(css(button)),
+		chromedp.WaitNotPresent(css(`#jobs-body tr[data-job="`+w.dead+`"]`)),
+	)
 }

@@ -35,6 +35,42 @@
   }
   const $ = (sel) => document.querySelector(sel);
 
+  // keepRows draws a table body from items, one row each, and keeps the
+  // row already shown for an item whose drawing is the same (sig): the
+  // node stays, so a button a user is about to click, or holds the focus
+  // of, survives a read that changed nothing. Rows are moved only where
+  // the order changed. Returns the rows now shown, by key.
+  function keepRows(tbody, shown, items, key, sig, draw) {
+    const next = new Map();
+    const rows = items.map((it) => {
+      const k = key(it), sg = sig(it), old = shown.get(k);
+      const row = old && old.sig === sg ? old.row : draw(it);
+      next.set(k, { sig: sg, row });
+      return row;
+    });
+    rows.forEach((row, i) => {
+      if (tbody.children[i] !== row) tbody.insertBefore(row, tbody.children[i] || null);
+    });
+    while (tbody.children.length > rows.length) tbody.lastElementChild.remove();
+    return next;
+  }
+
+  // reading marks el aria-busy while a read of it is under way (any read:
+  // one overtaken by a later read included), so a reader, or a test, knows
+  // when every answer asked for has come back and been drawn or dropped.
+  const readsOf = new WeakMap(); // element → reads under way
+  async function reading(el, read) {
+    readsOf.set(el, (readsOf.get(el) || 0) + 1);
+    el.setAttribute('aria-busy', 'true');
+    try {
+      return await read();
+    } finally {
+      const n = readsOf.get(el) - 1;
+      readsOf.set(el, n);
+      if (!n) el.removeAttribute('aria-busy');
+    }
+  }
+
   function fmtTime(iso) {
     if (!iso) return '—';
     const d = new Date(iso);
@@ -529,17 +565,22 @@
         schedBody));
     view.append(msg, list, sched);
 
+    // A read overtaken by a later one (the one after a pause, while the
+    // periodic read was under way) is dropped when it answers.
+    let schedSeq = 0, shownScheds = new Map();
     async function loadSchedules() {
+      const seq = ++schedSeq;
       let items;
       try {
         items = (await api('GET', '/schedules')) || [];
       } catch (e) {
+        if (stopped || seq !== schedSeq) return;
         if (e.status !== 404) { sched.hidden = false; schedErr.textContent = 'Schedules could not be read: ' + e.describe(); }
         return;
       }
-      if (stopped) return;
+      if (stopped || seq !== schedSeq) return;
       sched.hidden = items.length === 0;
-      schedBody.replaceChildren(...items.map((x) => {
+      shownScheds = keepRows(schedBody, shownScheds, items, (x) => x.id, (x) => JSON.stringify(x), (x) => {
         const btn = h('button', { type: 'button', 'data-schedule': x.id, text: x.paused ? 'Resume' : 'Pause' });
         btn.addEventListener('click', async () => {
           btn.disabled = true;
@@ -560,13 +601,26 @@
           h('td', {}, x.last_run_id ? h('a', { href: '#/runs/' + enc(x.last_run_id), class: 'mono', text: x.last_run_id }) : '—'),
           h('td', { text: x.paused ? 'paused by ' + (x.paused_by || '?') : 'active' }),
           h('td', {}, btn));
-      }));
+      });
     }
 
     // loadRuns shows one page of an agent's runs, newest first (GET
     // /runs, paged by the server): pager.status filters them, pager.path
     // is the page shown ('' the newest), pager.next the older one.
+    // A read overtaken by a later one of the same agent (a filter or page
+    // picked while a refresh reads) is dropped when it answers.
     async function loadRuns(agent, tbody, note, pager) {
+      const seq = ++pager.seq;
+      return reading(tbody.parentNode, () => readRuns(agent, tbody, note, pager, seq));
+    }
+    const runRow = (r) => h('tr', { 'data-run': r.run_id },
+      h('td', {}, h('a', { href: '#/runs/' + enc(r.run_id), class: 'mono', text: r.run_id })),
+      h('td', {}, badge(r.status), ' ', runnerBadge(r)),
+      h('td', { text: r.trigger || '' }),
+      h('td', {}, fmtTime(r.started_at)),
+      h('td', { class: 'num', text: `${r.steps_completed || 0} / ${r.steps_total || 0}` }),
+      h('td', { class: 'error', text: r.error || '' }));
+    async function readRuns(agent, tbody, note, pager, seq) {
       try {
         let path = pager.path;
         if (!path) {
@@ -574,22 +628,17 @@
           if (pager.status) path += '&status=' + enc(pager.status);
         }
         const page = await listPage(path, RUNS_SHOWN, (r) => !pager.status || r.status === pager.status, newestFirst('started_at'));
-        if (stopped) return;
+        if (stopped || seq !== pager.seq) return;
         const runs = page.items;
         pager.next = page.next;
         pager.older.hidden = !page.next;
         pager.newest.hidden = !pager.path;
-        tbody.replaceChildren(...runs.map((r) => h('tr', { 'data-run': r.run_id },
-          h('td', {}, h('a', { href: '#/runs/' + enc(r.run_id), class: 'mono', text: r.run_id })),
-          h('td', {}, badge(r.status), ' ', runnerBadge(r)),
-          h('td', { text: r.trigger || '' }),
-          h('td', {}, fmtTime(r.started_at)),
-          h('td', { class: 'num', text: `${r.steps_completed || 0} / ${r.steps_total || 0}` }),
-          h('td', { class: 'error', text: r.error || '' }))));
+        pager.shown = keepRows(tbody, pager.shown, runs, (r) => r.run_id, (r) => JSON.stringify(r), runRow);
         watchLapse(agent.slug, runs);
         note.textContent = runs.length ? '' : (pager.path ? 'No older runs.' : pager.status ? 'No runs ' + pager.status + '.' : 'No runs yet.');
         note.className = 'muted';
       } catch (e) {
+        if (stopped || seq !== pager.seq) return;
         note.textContent = 'Runs could not be read: ' + e.describe();
         note.className = 'error';
       }
@@ -627,7 +676,7 @@
           }
         });
         // The status filter and the pager of the agent's runs.
-        const pager = { status: '', path: '', next: null,
+        const pager = { status: '', path: '', next: null, seq: 0, shown: new Map(),
           older: h('button', { type: 'button', 'data-testid': 'older-runs', 'data-agent': a.slug, text: 'Older', hidden: '' }),
           newest: h('button', { type: 'button', 'data-testid': 'newest-runs', 'data-agent': a.slug, text: 'Newest', hidden: '' }) };
         const states = (a.spec && a.spec.states) || [];
@@ -1020,6 +1069,9 @@
       agent: h('select', { id: 'jobs-agent', 'data-testid': 'jobs-agent' }),
     };
     const listBody = h('tbody', { id: 'jobs-body' });
+    const listTable = h('table', { id: 'jobs', 'data-testid': 'jobs' },
+      h('thead', {}, h('tr', {}, ['job', 'type', 'agent', 'run', 'state', 'attempt', 'updated', 'error', ''].map((c) => h('th', { scope: 'col', text: c })))),
+      listBody);
     const listNote = h('p', { class: 'muted', id: 'jobs-note' });
     const first = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-first', text: 'First page', hidden: '' });
     const next = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-next', text: 'Next page', hidden: '' });
@@ -1035,9 +1087,7 @@
           h('label', { for: 'jobs-status', text: 'State' }), selects.status,
           h('label', { for: 'jobs-type', text: 'Type' }), selects.type,
           h('label', { for: 'jobs-agent', text: 'Agent' }), selects.agent),
-        h('div', { class: 'scroll' }, h('table', { id: 'jobs', 'data-testid': 'jobs' },
-          h('thead', {}, h('tr', {}, ['job', 'type', 'agent', 'run', 'state', 'attempt', 'updated', 'error', ''].map((c) => h('th', { scope: 'col', text: c })))),
-          listBody)),
+        h('div', { class: 'scroll' }, listTable),
         listNote, h('p', { class: 'pager' }, first, next)));
 
     function fillSelect(sel, values, value, none, name) {
@@ -1115,8 +1165,9 @@
       fillSelect(selects.agent, sorted.map((r) => r.agent).filter(Boolean).sort(), filter.agent, 'every agent', agentName);
     }
 
+    const jobActions = (j) => JOB_ACTIONS.filter((a) => mayMove(spec, j.status, a.event));
     function jobRow(j) {
-      const actions = JOB_ACTIONS.filter((a) => mayMove(spec, j.status, a.event)).map((a) => {
+      const actions = jobActions(j).map((a) => {
         const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'job-' + a.event, 'data-job': j.job_id, text: a.label });
         b.addEventListener('click', () => act(a, j, b));
         return b;
@@ -1140,7 +1191,9 @@
     // A read overtaken by a later one (a Next click while a refresh reads
     // the page before) is dropped when it answers.
     let listSeq = 0, countSeq = 0;
-    async function loadList() {
+    let shownJobs = new Map(); // job id → the row shown (keepRows)
+    const loadList = () => reading(listTable, readList);
+    async function readList() {
       const seq = ++listSeq;
       const keep = (j) => (!filter.status || j.status === filter.status) && (!filter.type || j.job_type === filter.type) &&
         (!filter.agent || j.agent_slug === filter.agent);
@@ -1162,7 +1215,8 @@
         nextPath = page.next;
         next.hidden = !nextPath;
         first.hidden = !pagePath;
-        listBody.replaceChildren(...items.map(jobRow));
+        shownJobs = keepRows(listBody, shownJobs, items, (j) => j.job_id,
+          (j) => JSON.stringify([j, jobActions(j).map((a) => a.event)]), jobRow);
         listNote.textContent = items.length ? '' : pagePath ? 'No more jobs.' : 'No jobs match.';
         listNote.className = 'muted';
       } catch (e) {
