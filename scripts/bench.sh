@@ -16,7 +16,9 @@
 # free loopback ports with their data in a temporary directory on disk,
 # with their durability defaults (Postgres: fsync and synchronous_commit
 # on; Redis: appendonly yes, appendfsync always, as the issue compares),
-# and everything is stopped and removed on exit. MinIO is started by the
+# and everything is stopped and removed on exit. The harness reads the
+# servers' CPU for its CPU per job: Postgres through BENCH_PG_DATA (the data
+# directory's postmaster.pid), Redis through INFO cpu. MinIO is started by the
 # harness itself from $(go env GOPATH)/bin/minio (scripts/install-tools.sh
 # builds it); without it the MinIO driver is skipped with a message.
 set -euo pipefail
@@ -99,6 +101,8 @@ run_pg "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
   { cat "$pgdata/server.log" >&2; exit 1; }
 run_pg "$pgbin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres bench
 export BENCH_PG_DSN="postgres://postgres@127.0.0.1:$pg_port/bench?sslmode=disable"
+# Where the harness finds the postmaster's pid, for Postgres's CPU per job.
+export BENCH_PG_DATA="$pgdata"
 
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$tmp/redis" \

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +113,36 @@ var redisReadOnly = map[string]bool{
 	"zscore": true, "zcount": true, "scard": true, "smembers": true, "sismember": true, "keys": true,
 	"scan": true, "ttl": true, "pttl": true, "ping": true, "hello": true, "client": true, "select": true,
 	"memory": true, "time": true, "command": true, "script": true, "evalsha_ro": true, "eval_ro": true,
+}
+
+// ServerCPU is Redis's own account of its CPU (INFO cpu, getrusage in the
+// server): user and system time of its threads and of the children it
+// forked (AOF rewrites, snapshots).
+func (d *asynqDriver) ServerCPU(ctx context.Context) (time.Duration, error) {
+	s, err := d.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	seen := 0
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		switch {
+		case !ok:
+		case k == "used_cpu_sys" || k == "used_cpu_user" || k == "used_cpu_sys_children" || k == "used_cpu_user_children":
+			sec, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("redis INFO cpu %s: %w", k, err)
+			}
+			total += time.Duration(sec * float64(time.Second))
+			seen++
+		}
+	}
+	if seen != 4 {
+		return 0, fmt.Errorf("redis INFO cpu: %d of the 4 used_cpu fields", seen)
+	}
+	return total, sc.Err()
 }
 
 func (d *asynqDriver) Counters(ctx context.Context) (Counters, error) {

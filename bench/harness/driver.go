@@ -88,6 +88,11 @@ type Driver interface {
 	Enqueue(ctx context.Context, p Payload) error
 	// Counters reads the system's cumulative costs.
 	Counters(ctx context.Context) (Counters, error)
+	// ServerCPU reads the user+system CPU time the system's server has
+	// used so far, outside this process (Postgres: the postmaster and all
+	// its processes; Redis: INFO cpu; MinIO: its process); 0 for a system
+	// with no server (memstore, filestore run in this process).
+	ServerCPU(ctx context.Context) (time.Duration, error)
 	// WritesUnit says what Counters.Writes counts, for the tables.
 	WritesUnit() string
 	// Addr is what another process passes to Open, with Name, to enqueue

@@ -69,13 +69,17 @@ func riverDriver(name string) func(t *testing.T) harness.Driver {
 		if dsn == "" {
 			t.Skip("BENCH_PG_DSN not set: run scripts/bench.sh test to start Postgres")
 		}
-		d, err := harness.NewRiver(context.Background(), name, dsn)
+		d, err := harness.NewRiver(context.Background(), name, dsn, os.Getenv("BENCH_PG_DATA"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
 }
+
+// hasServer are the systems whose server runs outside this process, so
+// their CPU per job must include some server CPU.
+var hasServer = map[string]bool{harness.NameMinIO: true, harness.NameRiver: true, harness.NameRiverTuned: true, harness.NameAsynq: true}
 
 func TestDrivers(t *testing.T) {
 	for name, open := range drivers(t) {
@@ -95,7 +99,16 @@ func TestDrivers(t *testing.T) {
 				if res.JobsPerSec <= 0 || res.Cost.Writes <= 0 {
 					t.Fatalf("throughput: %+v", res)
 				}
-				t.Logf("%s: %.0f jobs/s, %.3g %s per job", name, res.JobsPerSec, res.PerJob(res.Cost.Writes), res.WritesUnit)
+				// CPU per job (issue 22): present and positive for every
+				// system, with a share of the server for those that have
+				// one, and the parts adding up to it.
+				if res.CPUPerJob <= 0 || res.CPUProcess <= 0 || res.CPUServer < 0 || (hasServer[name] != (res.CPUServer > 0)) ||
+					res.CPUPerJob != (res.CPUProcess+res.CPUServer)/time.Duration(res.Jobs) {
+					t.Fatalf("throughput: CPU per job %v = (process %v + server %v) / %d jobs (%s)",
+						res.CPUPerJob, res.CPUProcess, res.CPUServer, res.Jobs, res.CPUError)
+				}
+				t.Logf("%s: %.0f jobs/s, %.3g %s per job, CPU per job %v (process %v, server %v)", name, res.JobsPerSec,
+					res.PerJob(res.Cost.Writes), res.WritesUnit, res.CPUPerJob, res.CPUProcess, res.CPUServer)
 			}
 			if _, ok := d.(harness.Floorer); ok {
 				f, err := harness.Floor(ctx, d, 50, 4)

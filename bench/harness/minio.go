@@ -149,6 +149,11 @@ func (m *MinIO) Stop() error {
 	return os.RemoveAll(m.dir)
 }
 
+// CPU is the user+system CPU time the server has used so far.
+func (m *MinIO) CPU() (time.Duration, error) {
+	return procTreeCPU(m.cmd.Process.Pid)
+}
+
 // minioAddr is what another process needs to reach the same bucket.
 type minioAddr struct {
 	Endpoint, AccessKey, SecretKey, Bucket string
@@ -162,7 +167,7 @@ func (a minioAddr) store(ctx context.Context) (storage.Store, error) {
 // NewMinIO is the SDK on s3store against m, each measurement in a new
 // bucket.
 func NewMinIO(m *MinIO) Driver {
-	d := &sdkDriver{name: NameMinIO}
+	d := &sdkDriver{name: NameMinIO, server: m.CPU}
 	d.fresh = func(ctx context.Context) (storage.Store, string, error) {
 		a := minioAddr{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: "bench-" + randomHex(6)}
 		client := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(m.Endpoint), UsePathStyle: true,

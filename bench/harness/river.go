@@ -46,18 +46,22 @@ func (w *riverWorker) Work(ctx context.Context, job *river.Job[riverArgs]) error
 type riverDriver struct {
 	name   string
 	dsn    string
+	pgData string // the server's data directory, for ServerCPU
 	pool   *pgxpool.Pool
 	insert *river.Client[pgx.Tx] // insert-only: no queues, never started
 }
 
 // NewRiver connects to the Postgres database at dsn, applies River's
 // migrations, and returns River with its defaults (name NameRiver) or with
-// its fetch tuned (NameRiverTuned).
-func NewRiver(ctx context.Context, name, dsn string) (Driver, error) {
+// its fetch tuned (NameRiverTuned). pgData is that server's data
+// directory, where ServerCPU finds the postmaster's pid; with "" the
+// server's CPU is unknown.
+func NewRiver(ctx context.Context, name, dsn, pgData string) (Driver, error) {
 	d, err := OpenRiver(ctx, name, dsn)
 	if err != nil {
 		return nil, err
 	}
+	d.(*riverDriver).pgData = pgData
 	m, err := rivermigrate.New(riverpgxv5.New(d.(*riverDriver).pool), nil)
 	if err == nil {
 		_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
@@ -99,6 +103,16 @@ func (d *riverDriver) Name() string       { return d.name }
 func (d *riverDriver) Addr() string       { return d.dsn }
 func (d *riverDriver) WritesUnit() string { return "WAL fsyncs" }
 func (d *riverDriver) Close() error       { d.pool.Close(); return nil }
+
+// ServerCPU is the CPU time of the postmaster and every process under it
+// (backends, WAL writer, checkpointer, autovacuum, and those that exited).
+func (d *riverDriver) ServerCPU(context.Context) (time.Duration, error) {
+	pid, err := postmasterPID(d.pgData)
+	if err != nil {
+		return 0, err
+	}
+	return procTreeCPU(pid)
+}
 
 func (d *riverDriver) Reset(ctx context.Context) error {
 	_, err := d.pool.Exec(ctx, "TRUNCATE river_job")

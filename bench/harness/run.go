@@ -25,6 +25,18 @@ type Result struct {
 	// Cost is the change of the system's Counters over the measurement.
 	Cost       Counters `json:"cost"`
 	WritesUnit string   `json:"writes_unit"`
+	// CPUProcess is this process's user+system CPU over the same window
+	// as JobsPerSec (getrusage deltas): the system's client and workers,
+	// and the harness's enqueuers (throughput mode).
+	CPUProcess time.Duration `json:"cpu_process_ns"`
+	// CPUServer is the system's server's CPU over that window
+	// (Driver.ServerCPU deltas): 0 for a system with no server, -1 when
+	// it could not be read (CPUError says why).
+	CPUServer time.Duration `json:"cpu_server_ns"`
+	// CPUPerJob is (CPUProcess + CPUServer) / Jobs; -1 when CPUServer is
+	// unknown.
+	CPUPerJob time.Duration `json:"cpu_per_job_ns"`
+	CPUError  string        `json:"cpu_error,omitempty"`
 	// P50 and P99 are enqueue→start latencies (latency mode).
 	P50 time.Duration `json:"p50_ns"`
 	P99 time.Duration `json:"p99_ns"`
@@ -84,6 +96,13 @@ func Throughput(ctx context.Context, d Driver, cfg ThroughputConfig) (Result, er
 	if err != nil {
 		return res, fmt.Errorf("%s: work: %w", d.Name(), err)
 	}
+	// The CPU window is the rate's: read right before the first enqueue
+	// and right after the last completion (and Drain), before stop.
+	cpu0, err := readCPU(ctx, d, false)
+	if err != nil {
+		stop()
+		return res, fmt.Errorf("%s: %w", d.Name(), err)
+	}
 	start := time.Now()
 	var next atomic.Int64
 	errc := make(chan error, cfg.Enqueuers)
@@ -115,6 +134,13 @@ func Throughput(ctx context.Context, d Driver, cfg ThroughputConfig) (Result, er
 	}
 	res.Elapsed = time.Since(start)
 	res.JobsPerSec = float64(cfg.Jobs) / res.Elapsed.Seconds()
+	if err == nil {
+		var cpu1 cpuReading
+		if cpu1, err = readCPU(ctx, d, true); err != nil {
+			err = fmt.Errorf("%s: %w", d.Name(), err)
+		}
+		res.setCPU(cpu0, cpu1)
+	}
 	if serr := stop(); err == nil && serr != nil {
 		err = fmt.Errorf("%s: stop: %w", d.Name(), serr)
 	}
@@ -127,6 +153,46 @@ func Throughput(ctx context.Context, d Driver, cfg ThroughputConfig) (Result, er
 	}
 	res.Cost = after.sub(before)
 	return res, nil
+}
+
+// cpuReading is the cumulative CPU of this process and of a system's
+// server at one instant; serverErr is why the server's could not be read.
+type cpuReading struct {
+	process, server time.Duration
+	serverErr       error
+}
+
+// readCPU reads both. Reading a server costs this process CPU (a walk of
+// /proc for Postgres takes a few milliseconds), so at the window's start
+// the server is read before this process, and at its end after: neither
+// reading falls inside this process's delta. Only getrusage failing is an
+// error; a server that cannot be read leaves its CPU unknown in the result,
+// not the run failed.
+func readCPU(ctx context.Context, d Driver, end bool) (cpuReading, error) {
+	var r cpuReading
+	if !end {
+		r.server, r.serverErr = d.ServerCPU(ctx)
+	}
+	var err error
+	r.process, err = processCPU()
+	if end {
+		r.server, r.serverErr = d.ServerCPU(ctx)
+	}
+	return r, err
+}
+
+func (r *Result) setCPU(a, b cpuReading) {
+	r.CPUProcess = b.process - a.process
+	r.CPUServer, r.CPUPerJob = -1, -1
+	switch {
+	case a.serverErr != nil:
+		r.CPUError = a.serverErr.Error()
+	case b.serverErr != nil:
+		r.CPUError = b.serverErr.Error()
+	case r.Jobs > 0:
+		r.CPUServer = b.server - a.server
+		r.CPUPerJob = (r.CPUProcess + r.CPUServer) / time.Duration(r.Jobs)
+	}
 }
 
 // LatencyConfig sizes a latency measurement.

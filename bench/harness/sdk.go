@@ -84,6 +84,9 @@ type sdkDriver struct {
 	// opens it by ("" when none can).
 	fresh   func(ctx context.Context) (storage.Store, string, error)
 	cleanup func() error
+	// server reads the CPU of the store's server (MinIO's process); nil
+	// for a store in this process.
+	server func() (time.Duration, error)
 
 	mu    sync.Mutex
 	store *counting
@@ -99,6 +102,13 @@ var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level:
 func (d *sdkDriver) Name() string { return d.name }
 
 func (d *sdkDriver) WritesUnit() string { return "store Put+Delete" }
+
+func (d *sdkDriver) ServerCPU(context.Context) (time.Duration, error) {
+	if d.server == nil {
+		return 0, nil
+	}
+	return d.server()
+}
 
 func (d *sdkDriver) Addr() string {
 	d.mu.Lock()

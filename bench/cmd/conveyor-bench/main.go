@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -48,6 +49,8 @@ func main() {
 	rate := flag.Float64("rate", 100, "jobs per second from the separate enqueuing process (latency mode)")
 	latJobs := flag.Int("latency-jobs", 500, "jobs per latency measurement")
 	pg := flag.String("pg", os.Getenv("BENCH_PG_DSN"), "Postgres DSN for River (empty: River skipped)")
+	pgData := flag.String("pg-data", os.Getenv("BENCH_PG_DATA"),
+		"that Postgres's data directory, on this machine: its postmaster.pid names the server whose CPU (the postmaster and all its processes) counts in River's CPU per job (empty: unknown)")
 	redisAddr := flag.String("redis", os.Getenv("BENCH_REDIS_ADDR"), "Redis host:port for asynq (empty: asynq skipped)")
 	minioBin := flag.String("minio", "auto", "MinIO server binary, auto to look for it, or none")
 	dir := flag.String("dir", os.TempDir(), "where filestore and MinIO keep their data: a directory on the disk to measure, not tmpfs")
@@ -107,9 +110,12 @@ func main() {
 			log.Printf("skipping %s: no -pg DSN", name)
 			continue
 		}
-		d, err := harness.NewRiver(ctx, name, *pg)
+		d, err := harness.NewRiver(ctx, name, *pg, *pgData)
 		if err != nil {
 			log.Fatalf("%s: %v", name, err)
+		}
+		if _, err := d.ServerCPU(ctx); err != nil {
+			log.Printf("%s: its CPU per job will be n/a: %v", name, err)
 		}
 		add(d)
 	}
@@ -157,7 +163,11 @@ func main() {
 				}
 				res.Round = r + 1
 				results = append(results, res)
-				log.Printf("round %d throughput %-14s %6d jobs %8.1f jobs/s  %s", r+1, d.Name(), n, res.JobsPerSec, costLine(res))
+				log.Printf("round %d throughput %-14s %6d jobs %8.1f jobs/s  cpu/job %s ms  %s", r+1, d.Name(), n, res.JobsPerSec,
+					cpuCell(res.CPUPerJob, perJob(res, res.CPUProcess), perJob(res, res.CPUServer)), costLine(res))
+				if res.CPUError != "" {
+					log.Printf("round %d throughput %-14s server CPU unknown: %s", r+1, d.Name(), res.CPUError)
+				}
 			}
 		}
 		if strings.Contains(*modes, "floor") {
@@ -283,8 +293,8 @@ func report(w io.Writer, results []harness.Result, rate float64) {
 	}
 	if tp := by["throughput"]; len(tp) > 0 {
 		fmt.Fprintf(w, "\n### Throughput (medians of %d rounds)\n\n", len(tp[names[0]]))
-		fmt.Fprintln(w, "| system | jobs | end-to-end jobs/s (median; min–max) | durable writes/job | reads/job | lists/job | other per job |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| system | jobs | end-to-end jobs/s (median; min–max) | CPU/job, ms: process + server | durable writes/job | reads/job | lists/job | other per job |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 		for _, n := range names {
 			rs := tp[n]
 			if len(rs) == 0 {
@@ -306,11 +316,13 @@ func report(w io.Writer, results []harness.Result, rate float64) {
 			for _, k := range keys {
 				extra = append(extra, fmt.Sprintf("%s %s", k, num(medOf(rs, func(r harness.Result) float64 { return r.PerJob(r.Cost.Extra[k]) }))))
 			}
-			fmt.Fprintf(w, "| %s | %d | %.0f (%.0f–%.0f) | %s %s | %s | %s | %s |\n", n, rs[0].Jobs, median(rates),
-				slices.Min(rates), slices.Max(rates), num(mid), rs[0].WritesUnit, num(rd), num(ls), strings.Join(extra, ", "))
+			fmt.Fprintf(w, "| %s | %d | %.0f (%.0f–%.0f) | %s | %s %s | %s | %s | %s |\n", n, rs[0].Jobs, median(rates),
+				slices.Min(rates), slices.Max(rates), medianCPU(rs), num(mid), rs[0].WritesUnit, num(rd), num(ls), strings.Join(extra, ", "))
 		}
 		ratios(w, tp, names, "end-to-end jobs/s, SDK ÷ peer (higher is better for the SDK)",
 			func(r harness.Result) float64 { return r.JobsPerSec })
+		ratios(w, tp, names, "CPU per job (process + server), SDK ÷ peer (lower is better for the SDK)",
+			func(r harness.Result) float64 { return float64(r.CPUPerJob) })
 	}
 	if fl := by["floor"]; len(fl) > 0 {
 		fmt.Fprintln(w, "\n### The stores' floor: raw create-only 512-byte puts, 16 goroutines, same rounds")
@@ -389,7 +401,7 @@ func ratios(w io.Writer, byName map[string][]harness.Result, names []string, wha
 			var xs []float64
 			for _, a := range byName[s] {
 				for _, b := range byName[p] {
-					if a.Round == b.Round && f(b) > 0 {
+					if a.Round == b.Round && f(a) >= 0 && f(b) > 0 {
 						xs = append(xs, f(a)/f(b))
 					}
 				}
@@ -401,6 +413,53 @@ func ratios(w io.Writer, byName map[string][]harness.Result, names []string, wha
 		}
 		fmt.Fprintf(w, "| %s | %s |\n", s, strings.Join(cells, " | "))
 	}
+}
+
+// perJob is d per job in milliseconds, or -1 when d is unknown (< 0).
+func perJob(r harness.Result, d time.Duration) float64 {
+	if d < 0 || r.Jobs == 0 {
+		return -1
+	}
+	return float64(d) / 1e6 / float64(r.Jobs)
+}
+
+// cpuCell shows CPU per job as "total (process + server)" in ms, "n/a"
+// for an unknown part.
+func cpuCell(total time.Duration, process, server float64) string {
+	t := -1.0
+	if total >= 0 {
+		t = float64(total) / 1e6
+	}
+	return fmt.Sprintf("%s (%s + %s)", num(t), num(process), num(server))
+}
+
+// medianCPU is the cell of the median round by CPU per job: with an even
+// number of rounds, the mean of the middle two, part by part, so the parts
+// still add up to the total shown. Rounds whose server CPU is unknown are
+// left out; when every round's is, the cell shows the process's median and
+// the total as n/a.
+func medianCPU(rs []harness.Result) string {
+	known := slices.DeleteFunc(slices.Clone(rs), func(r harness.Result) bool { return r.CPUPerJob < 0 })
+	if len(known) == 0 {
+		return cpuCell(-1, median(mapf(rs, func(r harness.Result) float64 { return perJob(r, r.CPUProcess) })), -1)
+	}
+	slices.SortFunc(known, func(a, b harness.Result) int { return cmp.Compare(a.CPUPerJob, b.CPUPerJob) })
+	mid := known[(len(known)-1)/2 : len(known)/2+1]
+	var total, proc, srv float64
+	for _, r := range mid {
+		proc += perJob(r, r.CPUProcess) / float64(len(mid))
+		srv += perJob(r, r.CPUServer) / float64(len(mid))
+		total += float64(r.CPUPerJob) / float64(len(mid))
+	}
+	return cpuCell(time.Duration(total), proc, srv)
+}
+
+func mapf(rs []harness.Result, f func(harness.Result) float64) []float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return xs
 }
 
 func num(x float64) string {
