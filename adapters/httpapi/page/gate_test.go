@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 )
 
 // gate is a Worker's handler whose answer to one chosen request is held
@@ -18,6 +19,18 @@ type gate struct {
 	pick    func(*http.Request) bool // the request to hold; nil: none
 	held    chan struct{}            // closed once it is held
 	release chan struct{}            // closing it sends its answer
+
+	// jobReads counts the reads of GET /jobs by their limit parameter.
+	jobReads sync.Map // limit → *atomic.Int64
+}
+
+// jobReadsOf is how many GET /jobs with that limit the gate passed.
+func (g *gate) jobReadsOf(limit string) int64 {
+	n, ok := g.jobReads.Load(limit)
+	if !ok {
+		return 0
+	}
+	return n.(*atomic.Int64).Load()
 }
 
 func newGate(next http.Handler) *gate { return &gate{next: next} }
@@ -35,6 +48,10 @@ func (g *gate) hold(pick func(*http.Request) bool) (held <-chan struct{}, releas
 }
 
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/jobs" {
+		n, _ := g.jobReads.LoadOrStore(r.URL.Query().Get("limit"), new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
 	g.mu.Lock()
 	held, release := g.held, g.release
 	mine := g.pick != nil && g.pick(r)

@@ -397,3 +397,55 @@ func TestJobsPageDrawsTheLatestReadAndKeepsItsRows(t *testing.T) {
 		chromedp.WaitNotPresent(css(`#jobs-body tr[data-job="`+w.dead+`"]`)),
 	)
 }
+
+// TestJobsPageRecountsAtMostEvery30s: the counts read up to 40 pages of
+// jobs, so the jobs that move while the view is open (each an event of the
+// feed) redraw the list but do not recount until JOBS_RECOUNT_MS passed.
+// Before, every burst of job events read every job again.
+func TestJobsPageRecountsAtMostEvery30s(t *testing.T) {
+	bin := chromium(t)
+	w := startJobsWorker(t)
+	defer w.stop()
+	ctx, closeBrowser := browser(t, bin)
+	defer closeBrowser()
+	overall := time.AfterFunc(3*time.Minute, closeBrowser)
+	defer overall.Stop()
+	settled := chromedp.Poll[chromedp.Void](`!document.querySelector('#jobs').hasAttribute('aria-busy')`, chromedp.WithPollingInterval(20*time.Millisecond))
+	do(t, ctx, "open the jobs page", 20*time.Second,
+		chromedp.Navigate(w.URL+"/ui/#/jobs"),
+		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
+		chromedp.WaitVisible(css(`[data-testid="quick-DEAD"][data-count="1"]`)),
+		settled,
+	)
+	counted, listed := w.gate.jobReadsOf("500"), w.gate.jobReadsOf("25")
+	if counted == 0 || listed == 0 {
+		t.Fatalf("the page read the jobs %d times to count and %d to list; want both", counted, listed)
+	}
+	// Three jobs run one after another (each a burst of events): the list
+	// is read again for each.
+	ok := func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
+		return jobqueue.Output{Content: json.RawMessage(`{"summary":"ok"}`)}, nil
+	}
+	for range 3 {
+		c, err := w.queue.Claim(context.Background(), "page-test")
+		if err != nil || c == nil {
+			t.Fatalf("claim: %v, %v", c, err)
+		}
+		if _, err := c.Run(context.Background(), jobqueue.Handlers{CallNotebookLM: ok}); err != nil {
+			t.Fatal(err)
+		}
+		want := listed + 1
+		deadline := time.Now().Add(20 * time.Second)
+		for w.gate.jobReadsOf("25") < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the list was read %d times, want %d", w.gate.jobReadsOf("25"), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		listed = w.gate.jobReadsOf("25")
+	}
+	do(t, ctx, "settle", 20*time.Second, settled)
+	if got := w.gate.jobReadsOf("500"); got != counted {
+		t.Errorf("job events recounted the jobs: %d count reads, %d before the events", got, counted)
+	}
+}

@@ -1035,6 +1035,10 @@
   const JOBS_SHOWN = 25;
   const JOBS_PAGE_MAX = 500; // the Worker's largest page
   const JOBS_COUNTED_PAGES = 40; // the counts read at most 20,000 jobs
+  // Counting reads up to 40 pages of jobs, so the feed's job events and the
+  // poll recount at most this often; opening the view, an actor change and
+  // the page's own moves recount at once. The list is read on every event.
+  const JOBS_RECOUNT_MS = 30000;
   // The job moves an operator makes over the API: the button shows where
   // the job machine has the move from the job's state for the page's actor.
   // The job machine has no cancel and no retry of its own (a failed attempt
@@ -1152,7 +1156,8 @@
       h('tr', { class: 'total', 'data-type': '' }, h('th', { scope: 'row', text: 'all' }), h('td', {}),
         ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: '', agent: '' }, total[st]))),
         h('td', { class: 'num', text: n })));
-      countsNote.textContent = (n ? '' : 'No jobs. ') + (path ? `Counted the first ${n} jobs only.` : '');
+      countsNote.textContent = (n ? '' : 'No jobs. ') + (path ? `Counted the first ${n} jobs only. ` : '') +
+        `Counted at ${new Date().toLocaleTimeString()}; recounted on a move made here, else at most every ${JOBS_RECOUNT_MS / 1000} s.`;
       // The states an operator looks for first.
       quick.replaceChildren(...['RETRY_BACKOFF', 'FAILED', 'DEAD'].map((st) => {
         const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'quick-' + st, 'data-count': total[st] || 0,
@@ -1242,12 +1247,16 @@
       }
     }
 
-    async function refresh() {
-      try {
-        await loadCounts();
-        if (!stopped) err.textContent = '';
-      } catch (e) {
-        if (!stopped) err.textContent = 'Jobs could not be counted: ' + e.describe();
+    let countedAt = 0;
+    async function refresh(recount = true) {
+      if (recount || Date.now() - countedAt >= JOBS_RECOUNT_MS) {
+        countedAt = Date.now();
+        try {
+          await loadCounts();
+          if (!stopped) err.textContent = '';
+        } catch (e) {
+          if (!stopped) err.textContent = 'Jobs could not be counted: ' + e.describe();
+        }
       }
       if (!stopped) await loadList();
     }
@@ -1259,10 +1268,10 @@
       interval: POLL_LIST_MS,
       onEvent: (type) => {
         if (!type.startsWith('job.') || pending) return;
-        pending = setTimeout(() => { pending = null; if (!stopped) refresh(); }, 300);
+        pending = setTimeout(() => { pending = null; if (!stopped) refresh(false); }, 300);
       },
-      poll: refresh,
-      onOpen: refresh,
+      poll: () => refresh(false),
+      onOpen: () => refresh(),
     });
     (async () => {
       try {
