@@ -126,6 +126,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -151,6 +152,9 @@ type Store struct {
 	root  string
 	sync  *syncer
 	locks *keyLocks
+	// dirs indexes large directories that listings seek into (Linux; nil
+	// elsewhere).
+	dirs *dirCache
 	// afterRename, when set (by tests), runs after a Put's rename and
 	// before the sync that makes it durable.
 	afterRename func(key string)
@@ -209,14 +213,29 @@ func New(dir string, opts ...Option) (*Store, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	return &Store{root: root, locks: newKeyLocks(x), sync: &syncer{
+	s := &Store{root: root, locks: newKeyLocks(x), dirs: newDirCache(), sync: &syncer{
 		rootFile: f,
 		rootFd:   int(f.Fd()),
 		dev:      devOf(fi),
 		group:    !c.perWriteSync && syncfsReliable(),
 		syncfs:   syncfs,
 		fsync:    fsyncFd,
-	}}, nil
+	}}
+	if s.dirs != nil {
+		// As the root's descriptor: released when the Store is
+		// unreachable, if Close was not called.
+		runtime.AddCleanup(s, func(c *dirCache) { c.close() }, s.dirs)
+	}
+	return s, nil
+}
+
+// Close releases what the Store's listing index holds (see ListAfter): its
+// inotify instance, watches and directory descriptors. The Store remains
+// usable; its listings then read every directory they walk. A Store that
+// is never closed releases them when it is garbage collected.
+func (s *Store) Close() error {
+	s.dirs.close()
+	return nil
 }
 
 // probeAttr checks that files under root can carry the version attribute,
@@ -494,9 +513,22 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 // memory holds the names of one directory per level. A directory is opened
 // only if it can hold a key with the prefix after the cursor, so the
 // subtrees wholly before after cost nothing but their one name in their
-// parent's listing. What it cannot skip is reading every name of each
-// directory on after's path: a cursor in a directory of n entries reads n
-// names (no stat, no sort of the skipped ones) before it yields.
+// parent's listing.
+//
+// A directory on after's own path (the cursor inside it) would have to be
+// read whole: on Linux, one of at least 1,000 entries is indexed instead
+// (its sorted names, kept exact with inotify; at most 4 directories per
+// Store, the least recently listed dropped first), and a listing seeks in
+// the index: it costs a read of the inotify queue, a stat of the directory
+// and one fstatat per name changed since the last listing, then what it
+// yields, whatever the size of the directory. The first such listing reads
+// the directory twice (once to find it large, once to index it), and so
+// does a listing after the index was dropped (an overflowed inotify queue,
+// the directory removed or replaced). A listing of an indexed directory
+// without a cursor uses the index too. Elsewhere, and without an index, a
+// cursor in a directory of n entries reads n names (no stat, no sort of
+// the skipped ones) before it yields. Either way a listing reflects every
+// write and delete that completed before it began, by any process.
 func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
@@ -521,6 +553,9 @@ func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[s
 // errListStopped ends a walk whose caller stopped iterating.
 var errListStopped = errors.New("filestore: list stopped by its caller")
 
+// indexPage is how many names a listing copies out of an index at a time.
+const indexPage = 256
+
 // lister is one ListAfter's walk.
 type lister struct {
 	s             *Store
@@ -538,9 +573,18 @@ type listItem struct {
 }
 
 // walk yields the keys in the directory whose keys start with dir ("" for
-// the root, else ending in "/"), in order.
+// the root, else ending in "/"), in order: from the directory's index if
+// it has one, else by reading it.
 func (l *lister) walk(dir string) error {
-	f, err := os.Open(filepath.Join(l.s.root, filepath.FromSlash(dir)))
+	path := filepath.Join(l.s.root, filepath.FromSlash(dir))
+	// The cursor inside dir: what sorts before it is skipped, and that is
+	// what an index saves.
+	cursorIn := len(l.after) > len(dir) && strings.HasPrefix(l.after, dir)
+	done, last, err := l.walkIndexed(dir)
+	if done || err != nil {
+		return err
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
 			return nil // removed while walking, or no such prefix
@@ -552,6 +596,11 @@ func (l *lister) walk(dir string) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	if last == "" && cursorIn && len(ents) >= indexMin {
+		// Large: indexed for the next listings; this one goes on with
+		// what it read.
+		l.s.dirs.build(dir, path)
+	}
 	var items []listItem
 	for _, e := range ents {
 		name := e.Name()
@@ -561,32 +610,82 @@ func (l *lister) walk(dir string) error {
 		switch {
 		case e.IsDir():
 			k := dir + name + "/"
-			mayHold := strings.HasPrefix(k, l.prefix) || strings.HasPrefix(l.prefix, k)
-			if mayHold && (k > l.after || strings.HasPrefix(l.after, k)) {
+			if l.wantDir(k) && (last == "" || k > dir+last) {
 				items = append(items, listItem{k, true})
 			}
 		case e.Type().IsRegular():
-			if k := dir + name; strings.HasPrefix(k, l.prefix) && k > l.after {
+			if k := dir + name; l.wantKey(k) && (last == "" || k > dir+last) {
 				items = append(items, listItem{k, false})
 			}
 		}
 	}
 	slices.SortFunc(items, func(a, b listItem) int { return strings.Compare(a.key, b.key) })
 	for _, it := range items {
-		if err := l.ctx.Err(); err != nil {
+		if err := l.visit(it.key, it.dir); err != nil {
 			return err
-		}
-		if it.dir {
-			if err := l.walk(it.key); err != nil {
-				return err
-			}
-			continue
-		}
-		if !l.yield(it.key, nil) {
-			return errListStopped
 		}
 	}
 	return nil
+}
+
+// wantDir reports whether the directory of keys k ("a/b/") can hold a key
+// with the prefix after the cursor.
+func (l *lister) wantDir(k string) bool {
+	mayHold := strings.HasPrefix(k, l.prefix) || strings.HasPrefix(l.prefix, k)
+	return mayHold && (k > l.after || strings.HasPrefix(l.after, k))
+}
+
+// wantKey reports whether the key k is to be yielded.
+func (l *lister) wantKey(k string) bool { return strings.HasPrefix(k, l.prefix) && k > l.after }
+
+// visit yields the key k, or walks the directory k.
+func (l *lister) visit(k string, dir bool) error {
+	if err := l.ctx.Err(); err != nil {
+		return err
+	}
+	if dir {
+		return l.walk(k)
+	}
+	if !l.yield(k, nil) {
+		return errListStopped
+	}
+	return nil
+}
+
+// walkIndexed walks dir from its index, a page of names at a time, from
+// the first name that can hold a key with the prefix after the cursor.
+// done is false when dir has no index, or lost it on the way: then last is
+// the name (relative to dir) of the last entry visited, "" for none, for
+// the read of the directory to go on after.
+func (l *lister) walkIndexed(dir string) (done bool, last string, err error) {
+	if !l.s.dirs.has(dir) {
+		return false, "", nil
+	}
+	bound := max(boundIn(dir, l.after), boundIn(dir, l.prefix))
+	inclusive := true
+	for first := true; ; first = false {
+		names, ok := l.s.dirs.page(dir, bound, inclusive, first, indexPage)
+		if !ok {
+			return false, last, nil
+		}
+		if len(names) == 0 {
+			return true, last, nil
+		}
+		for _, name := range names {
+			k := dir + name
+			isDir := strings.HasSuffix(name, "/")
+			if k > l.prefix && !strings.HasPrefix(k, l.prefix) {
+				return true, last, nil // past every key with the prefix
+			}
+			if isDir && l.wantDir(k) || !isDir && l.wantKey(k) {
+				if err := l.visit(k, isDir); err != nil {
+					return true, last, err
+				}
+			}
+			last = name
+		}
+		bound, inclusive = last, false
+	}
 }
 
 // mkdirs creates the directories the key's file lives in, fsyncing each
