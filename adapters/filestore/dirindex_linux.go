@@ -55,6 +55,8 @@ type dirCache struct {
 	tick   uint64
 	buf    []byte
 	stats  indexStats
+	// sizeHint is indexSizeHint; tests change it.
+	sizeHint int64
 	// overflow, when set (by tests), is consulted at every drain: true
 	// acts as if the kernel had reported IN_Q_OVERFLOW.
 	overflow func() bool
@@ -79,7 +81,7 @@ type dirIndex struct {
 }
 
 func newDirCache() *dirCache {
-	return &dirCache{fd: -1, dirs: map[string]*dirIndex{}, byWd: map[int32]*dirIndex{}}
+	return &dirCache{fd: -1, dirs: map[string]*dirIndex{}, byWd: map[int32]*dirIndex{}, sizeHint: indexSizeHint}
 }
 
 // has reports whether dir is indexed (it may still be dropped at the next
@@ -105,6 +107,7 @@ func (c *dirCache) page(dir, bound string, inclusive, refresh bool, max int) ([]
 	if d == nil || c.closed {
 		return nil, false
 	}
+	defer c.idle()
 	if refresh {
 		c.drain()
 		if c.dirs[dir] != d || !c.check(d) {
@@ -240,52 +243,70 @@ func (c *dirCache) check(d *dirIndex) bool {
 	return true
 }
 
-// build indexes the directory dir at path unless it is indexed already or
-// has fewer than indexMin entries; it reports whether dir is indexed. The
-// watch is added before the directory is read.
-func (c *dirCache) build(dir, path string) bool {
+// indexSizeHint is the directory size (st_size) from which a listing with
+// a cursor inside a directory reads it under a watch, to index it if it
+// holds indexMin entries: a directory of 1,000 entries takes at least
+// 16 KiB on ext4 (and on tmpfs, 20 KiB). Smaller ones are read as without
+// an index, and indexed by that read if they prove large after all.
+const indexSizeHint = 16 << 10
+
+// try is build for a directory f, open at path, that its size says may be
+// large (else it returns f untouched, and tried false).
+func (c *dirCache) try(dir, path string, f *os.File) (_ *os.File, names []string, indexed, tried bool) {
+	if c == nil {
+		return f, nil, false, false
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.IsDir() || fi.Size() < c.sizeHint {
+		return f, nil, false, false
+	}
+	return c.build(dir, path, f)
+}
+
+// build indexes the directory dir, open as f (from path), unless it is
+// indexed already or has fewer than indexMin entries. The watch is added
+// before the directory is read. It returns f if it left it unread (the
+// caller reads and closes it), and takes it otherwise; names, when the
+// directory was read but not indexed, are its sorted names (relative, as
+// in an index); indexed says that dir has an index now.
+func (c *dirCache) build(dir, path string, f *os.File) (_ *os.File, names []string, indexed, tried bool) {
+	if c == nil {
+		return f, nil, false, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return false
+		return f, nil, false, false
 	}
 	if c.dirs[dir] != nil {
-		return true
+		_ = f.Close()
+		return nil, nil, true, true
 	}
+	defer c.idle()
 	if c.fd < 0 {
 		fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 		if err != nil {
-			return false // out of instances (a limit per user): list without
+			return f, nil, false, true // out of instances (a limit per user): list without
 		}
 		c.fd = fd
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
 	d := &dirIndex{dir: dir, path: path, file: f, fd: int(f.Fd()), pending: map[string]struct{}{}}
-	ok := false
-	defer func() {
-		if !ok {
-			_ = f.Close()
-		}
-	}()
 	var st unix.Stat_t
 	if err := fstatFd(d.fd, path, &st); err != nil || !isDir(&st) {
-		return false
+		return f, nil, false, true
 	}
 	d.dev, d.ino = uint64(st.Dev), st.Ino //nolint:unconvert // int32 on some systems
 	wd, err := unix.InotifyAddWatch(c.fd, path, indexMask)
 	if err != nil {
-		return false // out of watches, or gone
+		return f, nil, false, true // out of watches, or gone
 	}
 	d.wd = int32(wd)
-	if c.byWd[d.wd] != nil { // the same directory under another path
-		return false
+	if c.byWd[d.wd] != nil { // the same directory under another path: never drop that watch
+		return f, nil, false, true
 	}
-	unwatch := true
+	keep := false
 	defer func() {
-		if unwatch {
+		if !keep {
 			_, _ = unix.InotifyRmWatch(c.fd, uint32(d.wd))
 		}
 	}()
@@ -293,13 +314,14 @@ func (c *dirCache) build(dir, path string) bool {
 	// directory opened, unless the path was changed meanwhile.
 	if err := eintr(func() error { return unix.Stat(path, &st) }); err != nil ||
 		uint64(st.Dev) != d.dev || st.Ino != d.ino { //nolint:unconvert // int32 on some systems
-		return false
+		return f, nil, false, true
 	}
 	ents, err := f.ReadDir(-1)
 	if err != nil {
-		return false
+		_ = f.Close()
+		return nil, nil, false, true
 	}
-	names := make([]string, 0, len(ents))
+	names = make([]string, 0, len(ents))
 	for _, e := range ents {
 		name := e.Name()
 		switch {
@@ -310,10 +332,11 @@ func (c *dirCache) build(dir, path string) bool {
 			names = append(names, name)
 		}
 	}
-	if len(names) < indexMin {
-		return false
-	}
 	slices.Sort(names)
+	if len(names) < indexMin {
+		_ = f.Close()
+		return nil, names, false, true
+	}
 	d.names.names = names
 	if len(c.dirs) >= indexDirs {
 		var lru *dirIndex
@@ -329,8 +352,16 @@ func (c *dirCache) build(dir, path string) bool {
 	c.dirs[dir] = d
 	c.byWd[d.wd] = d
 	c.stats.builds++
-	ok, unwatch = true, false
-	return true
+	keep = true
+	return nil, nil, true, true
+}
+
+// idle closes the inotify instance while no directory is indexed.
+func (c *dirCache) idle() {
+	if len(c.dirs) == 0 && c.fd >= 0 {
+		_ = unix.Close(c.fd)
+		c.fd = -1
+	}
 }
 
 // drop forgets d and releases its watch and descriptor.

@@ -29,3 +29,11 @@ func SetIndexOverflowForTest(s *Store, fn func() bool) {
 
 // IndexMinForTest is the size from which a directory is indexed.
 const IndexMinForTest = indexMin
+
+// SetIndexSizeHintForTest sets the directory size from which a listing
+// with a cursor inside reads the directory under a watch.
+func SetIndexSizeHintForTest(s *Store, size int64) {
+	s.dirs.mu.Lock()
+	defer s.dirs.mu.Unlock()
+	s.dirs.sizeHint = size
+}
