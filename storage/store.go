@@ -175,10 +175,12 @@ type Store interface {
 	// its sorted index and s3store passes after as ListObjectsV2's
 	// StartAfter (one request per page yielded; single-drive MinIO still
 	// walks the folder on disk to serve it). filestore skips every
-	// directory whose keys all sort before after without opening it, but
-	// reads the names of each directory on after's own path (its parent and
-	// their parents), so a cursor inside one directory of n entries costs
-	// reading those n names.
+	// directory whose keys all sort before after without opening it; the
+	// directories on after's own path (its parent and their parents) it
+	// reads whole, n names for a cursor inside a directory of n entries,
+	// except on Linux, where a directory of 1,000 entries or more is then
+	// indexed (sorted names kept exact with inotify, a few directories per
+	// Store) and the next listings seek in it.
 	ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error]
 }
 

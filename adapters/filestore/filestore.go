@@ -109,6 +109,19 @@
 // root's file system; a directory mounted from another one beneath the
 // root is synced file by file.
 //
+// # Listing
+//
+// A listing walks the directories in key order and skips, unopened, every
+// directory whose keys all sort before its cursor; a directory on the
+// cursor's own path must yield the names after the cursor, and reading it
+// would cost all of its names. On Linux a Store therefore indexes a large
+// one (1,000 entries or more, listed with a cursor inside it; at most 4 at
+// once): its sorted names, kept exact with inotify and checked before every
+// listing, so that an idle poll of a folder of 100,000 events costs what
+// one of 1,000 costs. Listings see every write completed before they began,
+// by any process, index or not. Close releases the index's descriptors.
+// See ListAfter.
+//
 // # Watching
 //
 // Store implements storage.Watcher with inotify on Linux (see Watch): a
@@ -126,6 +139,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -151,6 +165,9 @@ type Store struct {
 	root  string
 	sync  *syncer
 	locks *keyLocks
+	// dirs indexes large directories that listings seek into (Linux; nil
+	// elsewhere).
+	dirs *dirCache
 	// afterRename, when set (by tests), runs after a Put's rename and
 	// before the sync that makes it durable.
 	afterRename func(key string)
@@ -209,14 +226,29 @@ func New(dir string, opts ...Option) (*Store, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	return &Store{root: root, locks: newKeyLocks(x), sync: &syncer{
+	s := &Store{root: root, locks: newKeyLocks(x), dirs: newDirCache(), sync: &syncer{
 		rootFile: f,
 		rootFd:   int(f.Fd()),
 		dev:      devOf(fi),
 		group:    !c.perWriteSync && syncfsReliable(),
 		syncfs:   syncfs,
 		fsync:    fsyncFd,
-	}}, nil
+	}}
+	if s.dirs != nil {
+		// As the root's descriptor: released when the Store is
+		// unreachable, if Close was not called.
+		runtime.AddCleanup(s, func(c *dirCache) { c.close() }, s.dirs)
+	}
+	return s, nil
+}
+
+// Close releases what the Store's listing index holds (see ListAfter): its
+// inotify instance, watches and directory descriptors. The Store remains
+// usable; its listings then read every directory they walk. A Store that
+// is never closed releases them when it is garbage collected.
+func (s *Store) Close() error {
+	s.dirs.close()
+	return nil
 }
 
 // probeAttr checks that files under root can carry the version attribute,
@@ -494,9 +526,22 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 // memory holds the names of one directory per level. A directory is opened
 // only if it can hold a key with the prefix after the cursor, so the
 // subtrees wholly before after cost nothing but their one name in their
-// parent's listing. What it cannot skip is reading every name of each
-// directory on after's path: a cursor in a directory of n entries reads n
-// names (no stat, no sort of the skipped ones) before it yields.
+// parent's listing.
+//
+// A directory on after's own path (the cursor inside it) would have to be
+// read whole: on Linux, one of at least 1,000 entries is indexed instead
+// (its sorted names, kept exact with inotify; at most 4 directories per
+// Store, the least recently listed dropped first), and a listing seeks in
+// the index: it costs a read of the inotify queue, a stat of the directory
+// and one fstatat per name changed since the last listing, then what it
+// yields, whatever the size of the directory. The first such listing reads
+// the directory twice (once to find it large, once to index it), and so
+// does a listing after the index was dropped (an overflowed inotify queue,
+// the directory removed or replaced). A listing of an indexed directory
+// without a cursor uses the index too. Elsewhere, and without an index, a
+// cursor in a directory of n entries reads n names (no stat, no sort of
+// the skipped ones) before it yields. Either way a listing reflects every
+// write and delete that completed before it began, by any process.
 func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
@@ -521,6 +566,9 @@ func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[s
 // errListStopped ends a walk whose caller stopped iterating.
 var errListStopped = errors.New("filestore: list stopped by its caller")
 
+// indexPage is how many names a listing copies out of an index at a time.
+const indexPage = 256
+
 // lister is one ListAfter's walk.
 type lister struct {
 	s             *Store
@@ -538,19 +586,62 @@ type listItem struct {
 }
 
 // walk yields the keys in the directory whose keys start with dir ("" for
-// the root, else ending in "/"), in order.
+// the root, else ending in "/"), in order: from the directory's index if
+// it has one, else by reading it.
 func (l *lister) walk(dir string) error {
-	f, err := os.Open(filepath.Join(l.s.root, filepath.FromSlash(dir)))
+	path := filepath.Join(l.s.root, filepath.FromSlash(dir))
+	// The cursor inside dir: what sorts before it is skipped, and that is
+	// what an index saves.
+	cursorIn := len(l.after) > len(dir) && strings.HasPrefix(l.after, dir)
+	done, last, err := l.walkIndexed(dir)
+	if done || err != nil {
+		return err
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
 			return nil // removed while walking, or no such prefix
 		}
 		return err
 	}
+	tried := false
+	if last == "" && cursorIn {
+		// A directory whose size says it may be large is read under a
+		// watch, once, and indexed if it is; the listing then goes on
+		// from the index (or from the names read, if it was not).
+		var names []string
+		var indexed bool
+		f, names, indexed, tried = l.s.dirs.try(dir, path, f)
+		switch {
+		case indexed:
+			if done, last, err = l.walkIndexed(dir); done || err != nil {
+				return err
+			}
+		case names != nil:
+			return l.walkNames(dir, names)
+		}
+		if f == nil { // taken by try: read again
+			if f, err = os.Open(path); err != nil {
+				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
 	ents, err := f.ReadDir(-1)
 	_ = f.Close() // read-only: closing loses nothing
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
+	}
+	if last == "" && cursorIn && !tried && len(ents) >= indexMin {
+		// Large, though its size did not say so: indexed for the next
+		// listings (a second read); this one goes on with what it read.
+		if f, err := os.Open(path); err == nil {
+			if f, _, _, _ = l.s.dirs.build(dir, path, f); f != nil {
+				_ = f.Close()
+			}
+		}
 	}
 	var items []listItem
 	for _, e := range ents {
@@ -561,32 +652,101 @@ func (l *lister) walk(dir string) error {
 		switch {
 		case e.IsDir():
 			k := dir + name + "/"
-			mayHold := strings.HasPrefix(k, l.prefix) || strings.HasPrefix(l.prefix, k)
-			if mayHold && (k > l.after || strings.HasPrefix(l.after, k)) {
+			if l.wantDir(k) && (last == "" || k > dir+last) {
 				items = append(items, listItem{k, true})
 			}
 		case e.Type().IsRegular():
-			if k := dir + name; strings.HasPrefix(k, l.prefix) && k > l.after {
+			if k := dir + name; l.wantKey(k) && (last == "" || k > dir+last) {
 				items = append(items, listItem{k, false})
 			}
 		}
 	}
 	slices.SortFunc(items, func(a, b listItem) int { return strings.Compare(a.key, b.key) })
 	for _, it := range items {
-		if err := l.ctx.Err(); err != nil {
+		if err := l.visit(it.key, it.dir); err != nil {
 			return err
-		}
-		if it.dir {
-			if err := l.walk(it.key); err != nil {
-				return err
-			}
-			continue
-		}
-		if !l.yield(it.key, nil) {
-			return errListStopped
 		}
 	}
 	return nil
+}
+
+// wantDir reports whether the directory of keys k ("a/b/") can hold a key
+// with the prefix after the cursor.
+func (l *lister) wantDir(k string) bool {
+	mayHold := strings.HasPrefix(k, l.prefix) || strings.HasPrefix(l.prefix, k)
+	return mayHold && (k > l.after || strings.HasPrefix(l.after, k))
+}
+
+// wantKey reports whether the key k is to be yielded.
+func (l *lister) wantKey(k string) bool { return strings.HasPrefix(k, l.prefix) && k > l.after }
+
+// visit yields the key k, or walks the directory k.
+func (l *lister) visit(k string, dir bool) error {
+	if err := l.ctx.Err(); err != nil {
+		return err
+	}
+	if dir {
+		return l.walk(k)
+	}
+	if !l.yield(k, nil) {
+		return errListStopped
+	}
+	return nil
+}
+
+// walkIndexed walks dir from its index, a page of names at a time.
+// done is false when dir has no index, or lost it on the way: then last is
+// the name (relative to dir) of the last entry visited, "" for none, for
+// the read of the directory to go on after.
+func (l *lister) walkIndexed(dir string) (done bool, last string, err error) {
+	if !l.s.dirs.has(dir) {
+		return false, "", nil
+	}
+	return l.walkPages(dir, func(bound string, inclusive, first bool) ([]string, bool) {
+		return l.s.dirs.page(dir, bound, inclusive, first, indexPage)
+	})
+}
+
+// walkNames walks dir from its sorted names (relative, as in an index).
+func (l *lister) walkNames(dir string, names []string) error {
+	sn := sortedNames{names: names}
+	_, _, err := l.walkPages(dir, func(bound string, inclusive, _ bool) ([]string, bool) {
+		i := sn.seek(bound, inclusive)
+		return names[i:min(len(names), i+indexPage)], true
+	})
+	return err
+}
+
+// walkPages walks dir a page of sorted names at a time, from the first
+// name that can hold a key with the prefix after the cursor; page returns
+// the names from bound on (first: the listing's first page of dir), false
+// when it has none to give any more (see walkIndexed).
+func (l *lister) walkPages(dir string, page func(bound string, inclusive, first bool) ([]string, bool)) (done bool, last string, err error) {
+	bound := max(boundIn(dir, l.after), boundIn(dir, l.prefix))
+	inclusive := true
+	for first := true; ; first = false {
+		names, ok := page(bound, inclusive, first)
+		if !ok {
+			return false, last, nil
+		}
+		if len(names) == 0 {
+			return true, last, nil
+		}
+		for _, name := range names {
+			k := dir + name
+			isDir := strings.HasSuffix(name, "/")
+			if k > l.prefix && !strings.HasPrefix(k, l.prefix) {
+				return true, last, nil // past every key with the prefix
+			}
+			if isDir && l.wantDir(k) || !isDir && l.wantKey(k) {
+				if err := l.visit(k, isDir); err != nil {
+					return true, last, err
+				}
+			}
+			last = name
+		}
+		bound, inclusive = last, false
+	}
 }
 
 // mkdirs creates the directories the key's file lives in, fsyncing each

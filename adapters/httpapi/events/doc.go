@@ -43,9 +43,10 @@
 //
 // Cost: an idle poll is one listing (two around midnight) that yields the
 // events of the last Lookback only, whatever the day holds: one LIST
-// request on S3. (filestore reads every name of the day's folder to list
-// it; its watch keeps such listings to a change or one per
-// WatchPollInterval.)
+// request on S3. (filestore, on Linux, seeks in an index of the day's
+// folder that it keeps exact with inotify; elsewhere it reads every name
+// of the folder to list it. Its watch keeps such listings to a change or
+// one per WatchPollInterval.)
 //
 // Clients: each has a buffer of Config.Buffer events; one that falls behind
 // is disconnected (Feed.Dropped, a WARN log) and reconnects with
