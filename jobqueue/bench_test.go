@@ -303,7 +303,7 @@ func benchPickup(b *testing.B, s storage.Store, rate float64) {
 	warm := int(rate) // the first second
 	var mu sync.Mutex
 	ready := map[string]time.Time{}
-	var waits []time.Duration
+	var waits, enqueues []time.Duration
 	done := make(chan struct{})
 	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 		now := time.Now()
@@ -340,11 +340,17 @@ func benchPickup(b *testing.B, s storage.Store, rate float64) {
 			}
 		}
 		stamp()
+		called := time.Now()
 		if _, err := enq.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, RunID: "run_2026-02-24_abc123",
 			JobType: lifecycle.JobBrief, AgentSlug: fmt.Sprintf("agent-%d", i%64)}); err != nil {
 			b.Fatal(err)
 		}
 		mu.Lock()
+		if i >= warm {
+			// The enqueue's own writes, as the store answered them at the
+			// time: the share of the wait's tail that is the store's.
+			enqueues = append(enqueues, time.Since(called))
+		}
 		if _, waiting := ready[id]; waiting {
 			ready[id] = time.Now()
 		}
@@ -359,11 +365,14 @@ func benchPickup(b *testing.B, s storage.Store, rate float64) {
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(waits)
-	pct := func(p float64) float64 {
-		return float64(waits[min(len(waits)-1, int(p*float64(len(waits))))]) / float64(time.Millisecond)
+	slices.Sort(enqueues)
+	pct := func(ds []time.Duration, p float64) float64 {
+		return float64(ds[min(len(ds)-1, int(p*float64(len(ds))))]) / float64(time.Millisecond)
 	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(pct(1), "max-ms")
+	b.ReportMetric(pct(waits, 0.50), "p50-ms")
+	b.ReportMetric(pct(waits, 0.99), "p99-ms")
+	b.ReportMetric(pct(waits, 1), "max-ms")
+	b.ReportMetric(pct(enqueues, 0.50), "enqueue-p50-ms")
+	b.ReportMetric(pct(enqueues, 0.99), "enqueue-p99-ms")
 	b.ReportMetric(0, "ns/op")
 }
