@@ -2,9 +2,9 @@ package jobqueue
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -128,7 +128,7 @@ func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	b, err = json.Marshal(last)
+	b, err = jsonenc.Marshal(&last)
 	return key, b, err
 }
 

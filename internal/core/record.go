@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -206,7 +207,7 @@ func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before,
 			continue
 		}
 		P(&doc).StorageMeta().Version++
-		b, err := json.Marshal(P(&doc))
+		b, err := jsonenc.Marshal(P(&doc))
 		if err != nil {
 			return before, after, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
 		}
@@ -242,7 +243,7 @@ func (r *Record[T, P]) Create(ctx context.Context, doc T) (storage.Version, erro
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	P(&doc).StorageMeta().Version = 1
-	b, err := json.Marshal(P(&doc))
+	b, err := jsonenc.Marshal(P(&doc))
 	if err != nil {
 		return "", fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
 	}
