@@ -1,8 +1,11 @@
 package jobqueue
 
 import (
+	"encoding/json"
+
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // AppendJSON appends the job record's JSON, byte for byte what json.Marshal
@@ -137,4 +140,205 @@ func appendMove(b []byte, m *lifecycle.JobMove) ([]byte, error) {
 		}
 	}
 	return append(b, '}'), nil
+}
+
+// DecodeJSON decodes a job record as json.Unmarshal does, into a zero
+// jobDoc (core.Decode's): the record as AppendJSON writes it (its members
+// by their names, in any order) without reflection, anything else by
+// json.Unmarshal itself (FuzzJobDocDecode compares the two). Every job's
+// pickup reads its record, and reflection made that read a large share of
+// a job's CPU outside the store (docs/performance.md).
+func (d *jobDoc) DecodeJSON(b []byte) error {
+	r := jsonenc.NewReader(b)
+	if d.read(&r) && r.End() {
+		return nil
+	}
+	*d = jobDoc{}
+	return json.Unmarshal(b, d)
+}
+
+func (d *jobDoc) read(r *jsonenc.Reader) bool {
+	j := &d.Job
+	if !r.Open('{') {
+		return false
+	}
+	var seen uint64
+	for first := true; r.More('}', first); first = false {
+		// bit numbers the member, for the set of those read so far: a name
+		// read twice is left to json.Unmarshal (it merges objects, a
+		// Reader does not).
+		var bit uint
+		switch string(r.Key()) {
+		case "version":
+			bit = 0
+			d.Version = r.Int()
+		case "job_id":
+			bit = 1
+			j.JobID = r.String()
+		case "run_id":
+			bit = 2
+			j.RunID = r.String()
+		case "job_type":
+			bit = 3
+			j.JobType = lifecycle.JobType(r.String())
+		case "agent_slug":
+			bit = 4
+			j.AgentSlug = r.String()
+		case "status":
+			bit = 5
+			j.Status = lifecycle.JobState(r.String())
+		case "attempt":
+			bit = 6
+			j.Attempt = int(r.Int())
+		case "max_attempts":
+			bit = 7
+			j.MaxAttempts = int(r.Int())
+		case "payload":
+			bit = 8
+			j.Payload = r.Raw()
+		case "context":
+			bit = 9
+			readJobContext(r, &j.Context)
+		case "callback":
+			bit = 10
+			j.Callback = r.String()
+		case "created_at":
+			bit = 11
+			j.CreatedAt = r.Time()
+		case "updated_at":
+			bit = 12
+			j.UpdatedAt = r.Time()
+		case "artifact_id":
+			bit = 13
+			j.ArtifactID = r.String()
+		case "error":
+			bit = 14
+			if !r.Null() {
+				s := r.String()
+				j.Error = &s
+			}
+		case "project_id":
+			bit = 15
+			j.ProjectID = r.String()
+		case "error_code":
+			bit = 16
+			j.ErrorCode = r.String()
+		case "failed_step":
+			bit = 17
+			j.FailedStep = lifecycle.JobState(r.String())
+		case "queued_at":
+			bit = 18
+			t := r.Time()
+			j.QueuedAt = &t
+		case "next_attempt_at":
+			bit = 19
+			t := r.Time()
+			j.NextAttemptAt = &t
+		case "ready_key":
+			bit = 20
+			j.ReadyKey = r.String()
+		case "lease":
+			bit = 21
+			j.Lease = readLease(r)
+		case "trail":
+			bit = 22
+			j.Trail = readTrail(r)
+		case "traceparent":
+			bit = 23
+			j.TraceParent = r.String()
+		case "audit_artifact":
+			bit = 24
+			d.AuditArtifact = r.String()
+		case "ran_epoch":
+			bit = 25
+			d.RanEpoch = r.Int()
+		default:
+			return false
+		}
+		if !r.OK() || seen&(1<<bit) != 0 {
+			return false
+		}
+		seen |= 1 << bit
+	}
+	return r.OK()
+}
+
+func readJobContext(r *jsonenc.Reader, c *lifecycle.JobContext) {
+	if !r.Open('{') {
+		return
+	}
+	var url, refs bool
+	for first := true; r.More('}', first); first = false {
+		switch key := r.Key(); {
+		case string(key) == "memory_snapshot_url" && !url:
+			c.MemorySnapshotURL, url = r.String(), true
+		case string(key) == "entity_refs" && !refs:
+			refs = true
+			if !r.Open('[') {
+				return
+			}
+			c.EntityRefs = []string{}
+			for first := true; r.More(']', first); first = false {
+				c.EntityRefs = append(c.EntityRefs, r.String())
+			}
+		default:
+			r.Fail()
+			return
+		}
+	}
+}
+
+func readLease(r *jsonenc.Reader) *records.Lease {
+	if !r.Open('{') {
+		return nil
+	}
+	l := &records.Lease{}
+	var seen [3]bool
+	for first := true; r.More('}', first); first = false {
+		switch key := r.Key(); {
+		case string(key) == "owner" && !seen[0]:
+			l.Owner, seen[0] = r.String(), true
+		case string(key) == "epoch" && !seen[1]:
+			l.Epoch, seen[1] = r.Int(), true
+		case string(key) == "expires_at" && !seen[2]:
+			l.ExpiresAt, seen[2] = r.Time(), true
+		default:
+			r.Fail()
+			return nil
+		}
+	}
+	return l
+}
+
+func readTrail(r *jsonenc.Reader) []lifecycle.JobMove {
+	if !r.Open('[') {
+		return nil
+	}
+	trail := make([]lifecycle.JobMove, 0, 8)
+	for first := true; r.More(']', first); first = false {
+		var m lifecycle.JobMove
+		if !r.Open('{') {
+			return nil
+		}
+		var seen [5]bool
+		for first := true; r.More('}', first); first = false {
+			switch key := r.Key(); {
+			case string(key) == "from" && !seen[0]:
+				m.From, seen[0] = lifecycle.JobState(r.String()), true
+			case string(key) == "to" && !seen[1]:
+				m.To, seen[1] = lifecycle.JobState(r.String()), true
+			case string(key) == "event" && !seen[2]:
+				m.Event, seen[2] = lifecycle.Event(r.String()), true
+			case string(key) == "actor" && !seen[3]:
+				m.Actor, seen[3] = lifecycle.Actor(r.String()), true
+			case string(key) == "at" && !seen[4]:
+				m.At, seen[4] = r.Time(), true
+			default:
+				r.Fail()
+				return nil
+			}
+		}
+		trail = append(trail, m)
+	}
+	return trail
 }

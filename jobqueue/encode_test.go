@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -117,6 +118,110 @@ func BenchmarkJobDocJSON(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := json.Marshal(d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzJobDocDecode: DecodeJSON gives what json.Unmarshal gives (the same
+// document, or an error where it errs) on job records as AppendJSON and
+// json.Marshal write them, reordered, spaced, with unknown, repeated or
+// differently cased names, nulls, escapes and broken syntax.
+func FuzzJobDocDecode(f *testing.F) {
+	full, _ := jsonenc.Marshal(fullJobDoc())
+	f.Add(full)
+	empty, _ := json.Marshal(&jobDoc{})
+	f.Add(empty)
+	for _, s := range []string{
+		`{"status":"QUEUED","version":1,"job_id":"a","error":null,"payload":null}`,
+		`{ "job_id" : "a\u0026b" , "Status":"QUEUED", "x": 1 }`,
+		`{"job_id":"a","job_id":"b"}`,
+		`{"lease":{"owner":"w","epoch":1,"expires_at":"2026-02-24T10:00:00Z"},"lease":{"epoch":2}}`,
+		`{"attempt":1.0}`, `{"attempt":1e3}`, `{"attempt":-0}`, `{"attempt":01}`, `{"version":123456789012345678901}`,
+		`{"trail":[]}`, `{"trail":null}`, `{"trail":[{"from":"A","to":"B","at":"2026-02-24T10:00:00.5+01:00"}]}`,
+		`{"context":{"entity_refs":[],"memory_snapshot_url":"\ud800"}}`, `{"queued_at":null}`, `{"error":"\"x\"\n"}`,
+		`{"payload":[1,{"a":"]"}] ,"job_id":"é"}`, `{"payload":{"a":}}`, `{"created_at":"2026-02-24T10:00:00Z"} x`,
+		"{\"job_id\":\"a\x01\"}", `{"job_id":"a"`, `[]`, ``, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fast, slow jobDoc
+		ferr := fast.DecodeJSON(b)
+		serr := json.Unmarshal(b, &slow)
+		if (ferr == nil) != (serr == nil) {
+			t.Fatalf("%s: DecodeJSON error %v, json.Unmarshal error %v", b, ferr, serr)
+		}
+		if serr == nil && !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%s:\nDecodeJSON     %+v\njson.Unmarshal %+v", b, fast, slow)
+		}
+	})
+}
+
+// plainJobDoc is fullJobDoc as a Worker writes it: times in UTC, strings
+// that need no escape.
+func plainJobDoc() *jobDoc {
+	d := fullJobDoc()
+	d.Error, d.Payload, d.Callback, d.Context.MemorySnapshotURL = nil, json.RawMessage(`{"a":1}`), "https://example.com/cb", "s3://b/k"
+	d.Context.EntityRefs = []string{"e1", "e2"}
+	utc := func(t *time.Time) { *t = t.UTC() }
+	utc(&d.CreatedAt)
+	utc(&d.UpdatedAt)
+	utc(d.QueuedAt)
+	d.NextAttemptAt = new(d.NextAttemptAt.UTC())
+	utc(&d.Lease.ExpiresAt)
+	for i := range d.Trail {
+		utc(&d.Trail[i].At)
+	}
+	return d
+}
+
+// TestJobDocDecodeAllocs: reading a job record as AppendJSON writes it
+// allocates its strings and slices, far fewer times than json.Unmarshal.
+func TestJobDocDecodeAllocs(t *testing.T) {
+	// Not parallel: AllocsPerRun counts every goroutine's allocations.
+	b, err := jsonenc.Marshal(plainJobDoc())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := testing.AllocsPerRun(100, func() {
+		var got jobDoc
+		if err := got.DecodeJSON(b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	slow := testing.AllocsPerRun(100, func() {
+		var got jobDoc
+		_ = json.Unmarshal(b, &got)
+	})
+	t.Logf("DecodeJSON %v allocations, json.Unmarshal %v", fast, slow)
+	if fast > 35 {
+		t.Fatalf("DecodeJSON allocates %v times, budget 35", fast)
+	}
+}
+
+// BenchmarkJobDocDecode: a job record's decoding, hand-written and by
+// reflection.
+func BenchmarkJobDocDecode(b *testing.B) {
+	enc, err := jsonenc.Marshal(plainJobDoc())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("DecodeJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var got jobDoc
+			if err := got.DecodeJSON(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var got jobDoc
+			if err := json.Unmarshal(enc, &got); err != nil {
 				b.Fatal(err)
 			}
 		}

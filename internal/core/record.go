@@ -3,7 +3,6 @@ package core
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -93,7 +92,7 @@ func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
 // validate; either failing gives a *records.CorruptError.
 func Decode[T any, P records.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
 	var doc T
-	if err := json.Unmarshal(b, P(&doc)); err != nil {
+	if err := jsonenc.Unmarshal(b, P(&doc)); err != nil {
 		return doc, &records.CorruptError{Key: key, Version: ver, Data: b, Reason: "cannot decode", Err: err}
 	}
 	if validate != nil {

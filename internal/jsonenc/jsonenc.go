@@ -1,10 +1,12 @@
-// Package jsonenc appends JSON values byte for byte as encoding/json's
-// Marshal writes them, for the few documents every job writes (its record,
-// its audit object), whose reflective encoding was the largest share of a
-// job's CPU outside the store (docs/performance.md, "CPU per job outside the
-// store"). A type opts in by implementing Appender; each such type has a
-// test that compares its output with json.Marshal's on documents with every
-// field set.
+// Package jsonenc writes and reads the JSON of the few documents every job
+// writes and reads (its record, its audit object) without reflection, whose
+// cost was the largest share of a job's CPU outside the store
+// (docs/performance.md, "CPU per job outside the store"). Appending is byte
+// for byte what encoding/json's Marshal writes; reading (Reader) accepts
+// the plain form and leaves anything else to json.Unmarshal, so results and
+// errors are json.Unmarshal's. A type opts in by implementing Appender and
+// Decoder; each such type has tests that compare it with encoding/json on
+// documents with every field set, and fuzz tests.
 package jsonenc
 
 import (
