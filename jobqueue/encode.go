@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -180,13 +181,13 @@ func (d *jobDoc) read(r *jsonenc.Reader) bool {
 			j.RunID = r.String()
 		case "job_type":
 			bit = 3
-			j.JobType = lifecycle.JobType(r.String())
+			j.JobType = jsonenc.Enum(r, knownTypes)
 		case "agent_slug":
 			bit = 4
 			j.AgentSlug = r.String()
 		case "status":
 			bit = 5
-			j.Status = lifecycle.JobState(r.String())
+			j.Status = jsonenc.Enum(r, knownStates)
 		case "attempt":
 			bit = 6
 			j.Attempt = int(r.Int())
@@ -225,7 +226,7 @@ func (d *jobDoc) read(r *jsonenc.Reader) bool {
 			j.ErrorCode = r.String()
 		case "failed_step":
 			bit = 17
-			j.FailedStep = lifecycle.JobState(r.String())
+			j.FailedStep = jsonenc.Enum(r, knownStates)
 		case "queued_at":
 			bit = 18
 			t := r.Time()
@@ -262,6 +263,26 @@ func (d *jobDoc) read(r *jsonenc.Reader) bool {
 	}
 	return r.OK()
 }
+
+// The names a job record holds again and again, which DecodeJSON returns
+// without copying them from the record's bytes. Never written after init.
+var (
+	knownStates              = lifecycle.JobStates()
+	knownTypes               = []lifecycle.JobType{lifecycle.JobResearch, lifecycle.JobBrief, lifecycle.JobProposalPreprocess}
+	knownEvents, knownActors = func() (events []lifecycle.Event, actors []lifecycle.Actor) {
+		for _, t := range lifecycle.JobMachine().Transitions() {
+			if !slices.Contains(events, t.Event) {
+				events = append(events, t.Event)
+			}
+			for _, a := range t.Actors {
+				if !slices.Contains(actors, a) {
+					actors = append(actors, a)
+				}
+			}
+		}
+		return events, actors
+	}()
+)
 
 func readJobContext(r *jsonenc.Reader, c *lifecycle.JobContext) {
 	if !r.Open('{') {
@@ -324,13 +345,13 @@ func readTrail(r *jsonenc.Reader) []lifecycle.JobMove {
 		for first := true; r.More('}', first); first = false {
 			switch key := r.Key(); {
 			case string(key) == "from" && !seen[0]:
-				m.From, seen[0] = lifecycle.JobState(r.String()), true
+				m.From, seen[0] = jsonenc.Enum(r, knownStates), true
 			case string(key) == "to" && !seen[1]:
-				m.To, seen[1] = lifecycle.JobState(r.String()), true
+				m.To, seen[1] = jsonenc.Enum(r, knownStates), true
 			case string(key) == "event" && !seen[2]:
-				m.Event, seen[2] = lifecycle.Event(r.String()), true
+				m.Event, seen[2] = jsonenc.Enum(r, knownEvents), true
 			case string(key) == "actor" && !seen[3]:
-				m.Actor, seen[3] = lifecycle.Actor(r.String()), true
+				m.Actor, seen[3] = jsonenc.Enum(r, knownActors), true
 			case string(key) == "at" && !seen[4]:
 				m.At, seen[4] = r.Time(), true
 			default:

@@ -253,3 +253,23 @@ done:
 	}
 	return append(json.RawMessage(nil), raw...)
 }
+
+// Enum reads a string that is usually one of known (a state, an event, an
+// actor): one of them is returned as it is, with no copy of its bytes;
+// anything else as String reads it.
+func Enum[S ~string](r *Reader, known []S) S {
+	save := r.i
+	start, end, plain := r.str()
+	if r.failed {
+		return ""
+	}
+	if plain {
+		for _, k := range known {
+			if string(k) == string(r.b[start:end]) {
+				return k
+			}
+		}
+	}
+	r.i = save
+	return S(r.String())
+}
