@@ -363,3 +363,37 @@ func readTrail(r *jsonenc.Reader) []lifecycle.JobMove {
 	}
 	return trail
 }
+
+// AppendJSON appends the agent lock's JSON, byte for byte what json.Marshal
+// writes for it (TestLockAndLaneJSON): every claim writes the lock.
+func (l *agentLock) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"version":`...)
+	b = jsonenc.Int(b, l.Version)
+	b = append(b, `,"agent":`...)
+	b = jsonenc.String(b, l.Agent)
+	b = jsonenc.OmitEmpty(b, `,"owner":`, l.Owner)
+	b = append(b, `,"epoch":`...)
+	b = jsonenc.Int(b, l.Epoch)
+	b = jsonenc.OmitEmpty(b, `,"job_id":`, l.JobID)
+	if !l.ExpiresAt.IsZero() {
+		b = append(b, `,"expires_at":`...)
+		var err error
+		if b, err = jsonenc.Time(b, l.ExpiresAt); err != nil {
+			return b, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// AppendJSON appends the lane entry's JSON, byte for byte what
+// json.Marshal writes for it (TestLockAndLaneJSON): every enqueue writes one.
+func (e *laneEntry) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"job_id":`...)
+	b = jsonenc.String(b, e.JobID)
+	b = append(b, `,"ready_at":`...)
+	b, err := jsonenc.Time(b, e.ReadyAt)
+	if err != nil {
+		return b, err
+	}
+	return append(b, '}'), nil
+}

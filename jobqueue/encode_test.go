@@ -227,3 +227,21 @@ func BenchmarkJobDocDecode(b *testing.B) {
 		}
 	})
 }
+
+// TestLockAndLaneJSON: the hand-written encoders of the agent lock and the
+// lane entry write what json.Marshal writes.
+func TestLockAndLaneJSON(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 2, 24, 10, 0, 0, 5, time.UTC)
+	lock := &agentLock{Meta: records.Meta{Version: 3}, Agent: "a<1>", Owner: "w&1", Epoch: 4, JobID: "j\u2028", ExpiresAt: at}
+	lane := &laneEntry{JobID: "job-1", ReadyAt: at}
+	for _, v := range []any{lock, lane} {
+		if zero := jsoncheck.ZeroFields(v); len(zero) > 0 {
+			t.Fatalf("fields left unset, so their encoding goes untested: %v", zero)
+		}
+	}
+	jsoncheck.Same(t, "lock", lock)
+	jsoncheck.Same(t, "free lock", &agentLock{Agent: "a"})
+	jsoncheck.Same(t, "lane", lane)
+	jsoncheck.Same(t, "lane at year 10000", &laneEntry{ReadyAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)})
+}

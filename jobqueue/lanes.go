@@ -457,7 +457,8 @@ func (q *Queue) laneAdded(agent, key string) {
 }
 
 func encodeLane(jobID string, at time.Time) ([]byte, error) {
-	return json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
+	e := laneEntry{JobID: jobID, ReadyAt: at.UTC()}
+	return e.AppendJSON(make([]byte, 0, 128))
 }
 
 // putLaneFirst writes a lane entry ahead of the job record it indexes.
