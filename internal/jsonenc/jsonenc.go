@@ -12,6 +12,7 @@ package jsonenc
 import (
 	"encoding/json"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -23,13 +24,33 @@ type Appender interface {
 }
 
 // Marshal is json.Marshal, through AppendJSON when v implements Appender.
+// The document is appended to a reused scratch buffer and copied out at
+// its size, so a call allocates its result alone, of the size it is
+// (encoding/json keeps its buffers in a sync.Pool the same way).
 func Marshal(v any) ([]byte, error) {
-	if a, ok := v.(Appender); ok {
-		// A job record is 0.5-1.5 KiB: one allocation in the common case.
-		return a.AppendJSON(make([]byte, 0, 2048))
+	a, ok := v.(Appender)
+	if !ok {
+		return json.Marshal(v)
 	}
-	return json.Marshal(v)
+	buf := scratch.Get().(*[]byte)
+	b, err := a.AppendJSON((*buf)[:0])
+	var out []byte
+	if err == nil {
+		out = append(make([]byte, 0, len(b)), b...)
+	}
+	if cap(b) <= maxScratch {
+		*buf = b
+		scratch.Put(buf)
+	}
+	return out, err
 }
+
+// maxScratch is the largest buffer Marshal keeps for reuse: a document
+// larger than that (a job record with a large payload) is rare, and its
+// buffer is left to the collector.
+const maxScratch = 64 << 10
+
+var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 const hex = "0123456789abcdef"
 
