@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,7 +89,11 @@ func runJobs(b *testing.B, s storage.Store, n, agents, workers int) time.Duratio
 // writes (counted on a calibration run first). jobs/floor is the share of
 // the store's raw write rate the queue turns into jobs; writes/job is the
 // calibration's (agents warm, refused writes not counted, the Worker's
-// releases at its stop not counted: see writesPerJob).
+// releases at its stop not counted: see writesPerJob). cpu-µs/job is the
+// process's user and system CPU time (getrusage) over the jobs' run,
+// enqueues and the Worker's stop included, divided by the jobs; allocs/job
+// and B/job are the heap allocations over the same span (issue 22: on
+// memstore that is the SDK's own cost per job, with no I/O).
 func BenchmarkJobsMemstore(b *testing.B) {
 	benchJobs(b, func(testing.TB) storage.Store { return memstore.New() }, []int{1, 4, 16})
 }
@@ -100,9 +107,18 @@ func benchJobs(b *testing.B, newStore func(testing.TB) storage.Store, slots []in
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			const calib = 512
 			writes, _ := writesPerJob(b, newStore(b), calib, 256, workers, noopHandlers)
+			s := newStore(b)
 			b.ResetTimer()
 			n := b.N
-			el := runWorker(b, newStore(b), n, 256, workers, noopHandlers, nil)
+			cpu := startJobCost(b)
+			var el time.Duration
+			// The label lets a -cpuprofile be read for the jobs alone
+			// (go tool pprof -tagfocus phase=jobs): the calibration and
+			// the raw puts around them are in the same profile.
+			pprof.Do(context.Background(), pprof.Labels("phase", "jobs"), func(context.Context) {
+				el = runWorker(b, s, n, 256, workers, noopHandlers, nil)
+			})
+			cpu.report(n)
 			b.StopTimer()
 			jobRate := float64(n) / el.Seconds()
 			raw := rawPutRate(newStore(b), max(2000, int(float64(n)*writes)), workers)
@@ -118,6 +134,39 @@ func benchJobs(b *testing.B, newStore func(testing.TB) storage.Store, slots []in
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// jobCost measures a benchmark's CPU time and heap allocations over a
+// span of jobs.
+type jobCost struct {
+	b      *testing.B
+	cpu    time.Duration
+	allocs uint64
+	bytes  uint64
+}
+
+func startJobCost(b *testing.B) jobCost {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return jobCost{b, processCPU(b), ms.Mallocs, ms.TotalAlloc}
+}
+
+func (c jobCost) report(n int) {
+	used := processCPU(c.b) - c.cpu
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	c.b.ReportMetric(float64(used.Microseconds())/float64(n), "cpu-µs/job")
+	c.b.ReportMetric(float64(ms.Mallocs-c.allocs)/float64(n), "allocs/job")
+	c.b.ReportMetric(float64(ms.TotalAlloc-c.bytes)/float64(n), "B/job")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rawPutRate is the rate at which workers goroutines create n distinct

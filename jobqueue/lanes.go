@@ -235,11 +235,31 @@ type laneListing struct {
 	lastAgent string              // its agent
 }
 
-// listAllLanes lists queue/lanes/, up to globalBatch keys.
+// listAllLanes lists queue/lanes/, up to globalBatch keys. The keys are
+// gathered in one slice, each agent's lane a clipped window of it (List
+// yields an agent's keys together, in byte order), rather than one
+// growing slice per agent: a listing of a backlog was a large share of a
+// job's allocations (issue 22).
 func (q *Queue) listAllLanes(ctx context.Context) (*laneListing, error) {
-	byAgent := map[string][]string{}
+	q.mu.Lock()
+	byAgent := make(map[string][]string, len(q.agents))
+	q.mu.Unlock()
+	var all []string
 	truncated, last := false, ""
 	n := 0
+	cur, start, room := "", 0, 0 // the agent whose keys all[start:] are, and how many more it may have
+	closeRun := func() {
+		if len(all) == start {
+			return
+		}
+		// Full slice expression: an append to one agent's keys must not
+		// write into the next agent's.
+		run := all[start:len(all):len(all)]
+		if prior := byAgent[cur]; prior != nil {
+			run = append(prior, run...) // not grouped (a store out of order): correct, if slower
+		}
+		byAgent[cur] = run
+	}
 	for key, err := range q.store.List(ctx, lanePrefix) {
 		if err != nil {
 			return nil, err
@@ -249,10 +269,20 @@ func (q *Queue) listAllLanes(ctx context.Context) (*laneListing, error) {
 			break
 		}
 		last = key
-		if agent, ok := layout.LaneAgent(key); ok && len(byAgent[agent]) < laneBatch {
-			byAgent[agent] = append(byAgent[agent], key)
+		agent, ok := layout.LaneAgent(key)
+		if !ok {
+			continue
+		}
+		if agent != cur {
+			closeRun()
+			cur, start, room = agent, len(all), laneBatch-len(byAgent[agent])
+		}
+		if room > 0 {
+			all = append(all, key)
+			room--
 		}
 	}
+	closeRun()
 	lastAgent, _ := layout.LaneAgent(last)
 	return &laneListing{byAgent: byAgent, truncated: truncated, last: last, lastAgent: lastAgent}, nil
 }
@@ -427,7 +457,8 @@ func (q *Queue) laneAdded(agent, key string) {
 }
 
 func encodeLane(jobID string, at time.Time) ([]byte, error) {
-	return json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
+	e := laneEntry{JobID: jobID, ReadyAt: at.UTC()}
+	return e.AppendJSON(make([]byte, 0, 128))
 }
 
 // putLaneFirst writes a lane entry ahead of the job record it indexes.

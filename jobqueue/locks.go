@@ -2,7 +2,6 @@ package jobqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -181,7 +180,7 @@ func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock a
 }
 
 func (q *Queue) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
-	b, err := json.Marshal(l)
+	b, err := l.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		return "", err
 	}

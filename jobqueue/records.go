@@ -121,7 +121,12 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 			}
 			d.Trail, d.AuditArtifact = nil, ""
 		}
-		d.Trail = slices.Clip(d.Trail) // appends must not write into the cached document's array
+		// Appends must not write into the cached document's array: a new
+		// one, with room for the write's moves (a pickup makes two).
+		d.Trail = slices.Clip(d.Trail)
+		if len(d.Trail) > 0 {
+			d.Trail = slices.Grow(d.Trail, 2)
+		}
 		carried = len(d.Trail)
 		if err := mutate(d, now); err != nil {
 			return err

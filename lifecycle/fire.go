@@ -19,13 +19,25 @@ type Change[S ~string] struct {
 }
 
 // firing is what one Fire call hands to the shared stateless engine through
-// its context, so a single engine serves every record concurrently.
+// its context, so a single engine serves every record concurrently. It is
+// that context itself (the caller's, with one value more), one allocation
+// where context.WithValue and the value would be two.
 type firing[R any] struct {
+	context.Context
 	rec   R
 	actor Actor
 }
 
 type firingKey struct{}
+
+// Value is the firing under firingKey, the caller's context's values
+// otherwise.
+func (f *firing[R]) Value(key any) any {
+	if _, ok := key.(firingKey); ok {
+		return f
+	}
+	return f.Context.Value(key)
+}
 
 func firingFrom[R any](ctx context.Context) *firing[R] {
 	return ctx.Value(firingKey{}).(*firing[R])
@@ -36,7 +48,11 @@ func firingFrom[R any](ctx context.Context) *firing[R] {
 func (m *Machine[S, R]) buildEngine() *stateless.StateMachine {
 	sm := stateless.NewStateMachineWithExternalStorage(
 		func(ctx context.Context) (stateless.State, error) {
-			return m.def.GetState(firingFrom[R](ctx).rec), nil
+			s := m.def.GetState(firingFrom[R](ctx).rec)
+			if i := m.tab.find(string(s)); i >= 0 {
+				return m.boxed[i], nil // a string in an interface would be allocated on every Fire
+			}
+			return s, nil
 		},
 		func(ctx context.Context, s stateless.State) error {
 			m.def.SetState(firingFrom[R](ctx).rec, s.(S))
@@ -101,8 +117,7 @@ func (m *Machine[S, R]) Fire(ctx context.Context, rec R, event Event, actor Acto
 			err = &DefinitionError{Machine: m.def.Name, Problem: fmt.Sprintf("firing %q from %q: %v", event, from, p)}
 		}
 	}()
-	ctx = context.WithValue(ctx, firingKey{}, &firing[R]{rec: rec, actor: actor})
-	if err := m.engine.FireCtx(ctx, event); err != nil {
+	if err := m.engine.FireCtx(&firing[R]{Context: ctx, rec: rec, actor: actor}, event); err != nil {
 		return Change[S]{}, err
 	}
 	return Change[S]{From: from, To: m.def.GetState(rec), Event: event, Actor: actor}, nil

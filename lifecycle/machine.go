@@ -63,6 +63,7 @@ type Machine[S ~string, R any] struct {
 	tab    table
 	edges  map[[2]int]int // (from, to) positions → index in def.Transitions
 	engine *stateless.StateMachine
+	boxed  []stateless.State // the table's states as the engine's interface values, by position
 }
 
 // maxStates bounds a machine so its adjacency fits in one word per state.
@@ -91,6 +92,9 @@ func New[S ~string, R any](def Definition[S, R]) (*Machine[S, R], error) {
 	}
 	if err := m.validate(); err != nil {
 		return nil, err
+	}
+	for _, st := range m.def.States {
+		m.boxed = append(m.boxed, st)
 	}
 	m.engine = m.buildEngine()
 	return m, nil

@@ -3,12 +3,12 @@ package core
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -92,7 +92,7 @@ func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
 // validate; either failing gives a *records.CorruptError.
 func Decode[T any, P records.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
 	var doc T
-	if err := json.Unmarshal(b, P(&doc)); err != nil {
+	if err := jsonenc.Unmarshal(b, P(&doc)); err != nil {
 		return doc, &records.CorruptError{Key: key, Version: ver, Data: b, Reason: "cannot decode", Err: err}
 	}
 	if validate != nil {
@@ -206,7 +206,7 @@ func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before,
 			continue
 		}
 		P(&doc).StorageMeta().Version++
-		b, err := json.Marshal(P(&doc))
+		b, err := jsonenc.Marshal(P(&doc))
 		if err != nil {
 			return before, after, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
 		}
@@ -242,7 +242,7 @@ func (r *Record[T, P]) Create(ctx context.Context, doc T) (storage.Version, erro
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	P(&doc).StorageMeta().Version = 1
-	b, err := json.Marshal(P(&doc))
+	b, err := jsonenc.Marshal(P(&doc))
 	if err != nil {
 		return "", fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -127,7 +128,7 @@ func (l *AuditLog) Record(ctx context.Context, ev AuditEvent) (AuditEvent, error
 	if ev.Event == "" || ev.Actor == "" {
 		return ev, errors.New("storage: audit event needs event and actor")
 	}
-	b, err := json.Marshal(ev)
+	b, err := jsonenc.Marshal(&ev)
 	if err != nil {
 		return ev, fmt.Errorf("storage: encode audit event: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -35,7 +36,7 @@ func Create[T any, P Doc[T]](ctx context.Context, s storage.Store, key string, d
 	m := doc.StorageMeta()
 	old := m.Version
 	m.Version = 1
-	b, err := json.Marshal(doc)
+	b, err := jsonenc.Marshal(doc)
 	if err != nil {
 		m.Version = old
 		return "", fmt.Errorf("storage: encode %s: %w", key, err)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package jobqueue
+
+const raceEnabled = false
