@@ -335,17 +335,7 @@ func TestJobsPage(t *testing.T) {
 // one when the event stream opens) hit a removed button ("Could not find
 // node with given id" on a loaded machine).
 func TestJobsPageDrawsTheLatestReadAndKeepsItsRows(t *testing.T) {
-	bin := chromium(t)
-	w := startJobsWorker(t)
-	defer w.stop()
-	ctx, closeBrowser := browser(t, bin)
-	defer closeBrowser()
-	overall := time.AfterFunc(3*time.Minute, closeBrowser)
-	defer overall.Stop()
-
-	// settled waits until every list read the page asked for has answered
-	// and been drawn or dropped: the list is aria-busy until then.
-	settled := chromedp.Poll[chromedp.Void](`!document.querySelector('#jobs').hasAttribute('aria-busy')`, chromedp.WithPollingInterval(20*time.Millisecond))
+	w, ctx := jobsPageSession(t)
 	button := `[data-testid="job-requeue"][data-job="` + w.dead + `"]`
 	do(t, ctx, "open the jobs page as admin", 20*time.Second,
 		chromedp.Navigate(w.URL+"/ui/#/jobs"),
@@ -355,7 +345,7 @@ func TestJobsPageDrawsTheLatestReadAndKeepsItsRows(t *testing.T) {
 		chromedp.WaitVisible(css(`[data-testid="quick-DEAD"][data-count="1"]`)),
 		chromedp.WaitVisible(css(`#jobs-body tr`)),
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
-		settled,
+		settled(),
 	)
 
 	// A read of the BRIEF jobs (none of them dead) is held back; the dead
@@ -378,7 +368,7 @@ func TestJobsPageDrawsTheLatestReadAndKeepsItsRows(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`window.__button = document.querySelector('`+button+`')`),
 	)
 	release()
-	do(t, ctx, "let the held read answer", 20*time.Second, settled)
+	do(t, ctx, "let the held read answer", 20*time.Second, settled())
 	rows := `[...document.querySelectorAll('#jobs-body tr')].map((r) => r.dataset.job)`
 	if ids := get(t, ctx, "read the list", chromedp.Evaluate[[]string](rows)); len(ids) != 1 || ids[0] != w.dead {
 		t.Fatalf("after the older read answered the list shows %v, want the dead job %s only", ids, w.dead)
@@ -387,7 +377,7 @@ func TestJobsPageDrawsTheLatestReadAndKeepsItsRows(t *testing.T) {
 	// A read that finds the same job keeps its row and its button.
 	do(t, ctx, "read the dead jobs again", 20*time.Second,
 		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#jobs-status'); s.value = 'DEAD'; s.dispatchEvent(new Event('change')); })()`),
-		settled,
+		settled(),
 	)
 	if same := get(t, ctx, "compare the button", chromedp.Evaluate[bool](`document.querySelector('`+button+`') === window.__button`)); !same {
 		t.Fatal("a read that changed nothing replaced the requeue button")
@@ -403,19 +393,12 @@ func TestJobsPageDrawsTheLatestReadAndKeepsItsRows(t *testing.T) {
 // feed) redraw the list but do not recount until JOBS_RECOUNT_MS passed.
 // Before, every burst of job events read every job again.
 func TestJobsPageRecountsAtMostEvery30s(t *testing.T) {
-	bin := chromium(t)
-	w := startJobsWorker(t)
-	defer w.stop()
-	ctx, closeBrowser := browser(t, bin)
-	defer closeBrowser()
-	overall := time.AfterFunc(3*time.Minute, closeBrowser)
-	defer overall.Stop()
-	settled := chromedp.Poll[chromedp.Void](`!document.querySelector('#jobs').hasAttribute('aria-busy')`, chromedp.WithPollingInterval(20*time.Millisecond))
+	w, ctx := jobsPageSession(t)
 	do(t, ctx, "open the jobs page", 20*time.Second,
 		chromedp.Navigate(w.URL+"/ui/#/jobs"),
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
 		chromedp.WaitVisible(css(`[data-testid="quick-DEAD"][data-count="1"]`)),
-		settled,
+		settled(),
 	)
 	counted, listed := w.gate.jobReadsOf("500"), w.gate.jobReadsOf("25")
 	if counted == 0 || listed == 0 {
@@ -444,8 +427,27 @@ func TestJobsPageRecountsAtMostEvery30s(t *testing.T) {
 		}
 		listed = w.gate.jobReadsOf("25")
 	}
-	do(t, ctx, "settle", 20*time.Second, settled)
+	do(t, ctx, "settle", 20*time.Second, settled())
 	if got := w.gate.jobReadsOf("500"); got != counted {
 		t.Errorf("job events recounted the jobs: %d count reads, %d before the events", got, counted)
 	}
+}
+
+// jobsPageSession starts a jobs Worker and a browser for a test, both
+// stopped when it ends (the browser after 3 minutes at the latest).
+func jobsPageSession(t *testing.T) (*jobsWorker, context.Context) {
+	t.Helper()
+	bin := chromium(t)
+	w := startJobsWorker(t)
+	t.Cleanup(w.stop)
+	ctx, closeBrowser := browser(t, bin)
+	overall := time.AfterFunc(3*time.Minute, closeBrowser)
+	t.Cleanup(func() { overall.Stop(); closeBrowser() })
+	return w, ctx
+}
+
+// settled waits until every list read the jobs page asked for has
+// answered and been drawn or dropped: the list is aria-busy until then.
+func settled() chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](`!document.querySelector('#jobs').hasAttribute('aria-busy')`, chromedp.WithPollingInterval(20*time.Millisecond))
 }
