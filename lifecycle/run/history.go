@@ -430,18 +430,11 @@ func (r *Runner) RunningByHeartbeat(ctx context.Context, limit int) ([]Status, e
 				if !ok {
 					continue
 				}
-				statusKey, err := layout.RunStatusKey(slug, runID)
-				if err != nil {
-					continue
-				}
-				doc, _, err := r.readStatus(ctx, slug, runID, statusKey)
-				if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
-					continue
-				}
+				doc, ok, err := r.readListed(ctx, slug, runID)
 				if err != nil {
 					return nil, err
 				}
-				if doc.Status == s {
+				if ok && doc.Status == s {
 					r.markLost(&doc)
 					out = append(out, doc)
 				}

@@ -197,16 +197,12 @@ func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
 		if !ok {
 			continue
 		}
-		statusKey, err := layout.RunStatusKey(slug, runID)
-		if err != nil {
-			continue
-		}
-		doc, _, err := r.readStatus(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
-			continue // its submit is not done, or poison (quarantined)
-		}
+		doc, ok, err := r.readListed(ctx, slug, runID)
 		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			continue
 		}
 		if !r.flowOfDoc(&doc).terminal(doc.Status) {
 			out[doc.Status]++
@@ -239,4 +235,22 @@ func (r *Runner) Wait(ctx context.Context, runID string) (Status, error) {
 		}
 		t.Stop()
 	}
+}
+
+// readListed reads the status of a run an index listing named. ok is false
+// for one to pass over: an id that makes no key, a status its submit has
+// not written yet, or a poison record (quarantined by the read).
+func (r *Runner) readListed(ctx context.Context, slug, runID string) (doc Status, ok bool, err error) {
+	statusKey, err := layout.RunStatusKey(slug, runID)
+	if err != nil {
+		return Status{}, false, nil
+	}
+	doc, _, err = r.readStatus(ctx, slug, runID, statusKey)
+	switch {
+	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt):
+		return Status{}, false, nil
+	case err != nil:
+		return Status{}, false, err
+	}
+	return doc, true, nil
 }
