@@ -265,6 +265,9 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool, x *exe
 		if len(tried.leases) > 0 {
 			// A write was tried and no answer says it did not land.
 			tried.leases = append(tried.leases, earlier.leasesOrNil()...)
+			if len(tried.leases) > maxUnsureLeases {
+				tried.leases = tried.leases[:maxUnsureLeases] // the newest first
+			}
 			r.unsure[runID] = tried
 		}
 		return err
@@ -275,6 +278,10 @@ func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool, x *exe
 	x.traceParent = traceParent
 	return nil
 }
+
+// maxUnsureLeases bounds the leases kept for one run's unsure claims: a
+// store that keeps losing answers must not grow them without end.
+const maxUnsureLeases = 8
 
 // unsureClaim is a claim that failed after it tried to write its lease
 // into the run, so its write may have landed although it never learnt so:
