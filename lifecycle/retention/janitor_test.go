@@ -2,6 +2,7 @@ package retention_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -312,5 +313,31 @@ func TestAuditListsWhatItDeletes(t *testing.T) {
 	n := r.Deleted[retention.Audit]
 	if n == 0 || r.Listed > n+cfg.Page {
 		t.Errorf("deleted %d events, listed %d keys: want at most a page (%d) more", n, r.Listed, cfg.Page)
+	}
+}
+
+// TestRunWithoutStartIsDeleted: a finished run whose started_at is missing
+// (no newest-first index key can be made of it) is deleted all the same.
+// Before, it was skipped at every pass and kept for ever.
+func TestRunWithoutStartIsDeleted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	cfg := retention.Config{Store: s, Owner: "p1", Clock: clk, Age: age}
+	h := &history{t: t, store: s, cfg: cfg}
+	end := t0.Add(-age - time.Hour)
+	st := lifecycle.RunStatus{RunID: "run-nostart", AgentSlug: "alpha", Status: "completed", Trigger: "manual", FinishedAt: &end}
+	statusKey := must(layout.RunStatusKey("alpha", st.RunID))
+	h.put(statusKey, st)
+	h.put(must(layout.RunIndexKey(st.RunID)), map[string]string{"agent_slug": "alpha"})
+	r, ran, err := newJanitor(t, cfg).Pass(ctx)
+	if err != nil || !ran || !r.Done {
+		t.Fatalf("Pass = %+v, %v, %v", r, ran, err)
+	}
+	for _, key := range []string{statusKey, must(layout.RunIndexKey(st.RunID))} {
+		if _, _, err := s.Get(ctx, key); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("%s after the pass: %v, want not found (report %+v)", key, err, r)
+		}
 	}
 }

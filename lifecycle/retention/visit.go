@@ -183,6 +183,12 @@ func (j *Janitor) deleteRun(ctx context.Context, statusKey string, st *lifecycle
 	// run's entry under a status it left is its writer's to delete).
 	keys, err := layout.RunIndexKeys(slug, runID, st.Status, st.StartedAt)
 	if err != nil {
+		// A started_at that makes no newest-first key (missing, before
+		// 1970) gave the run no history or status entry either: delete the
+		// others, or such a run would be judged again at every pass.
+		keys, err = runIDKeys(slug, runID)
+	}
+	if err != nil {
 		r.Skipped++
 		return nil
 	}
@@ -250,4 +256,17 @@ func (j *Janitor) deleteArtifact(ctx context.Context, cid, id string, r *Report)
 		return nil
 	}
 	return err
+}
+
+// runIDKeys are the index entries of a run that its id alone names.
+func runIDKeys(slug, runID string) ([]string, error) {
+	id, err := layout.RunIndexKey(runID)
+	if err != nil {
+		return nil, err
+	}
+	active, err := layout.RunActiveKey(slug, runID)
+	if err != nil {
+		return nil, err
+	}
+	return []string{id, active}, nil
 }
