@@ -1,6 +1,7 @@
 package filestore
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"slices"
@@ -149,7 +150,6 @@ func (c *dirCache) drain() {
 		if err != nil || n <= 0 {
 			// An instance that cannot be read cannot vouch for anything.
 			c.lost()
-			c.dropAll()
 			_ = unix.Close(c.fd)
 			c.fd = -1
 			return
@@ -185,7 +185,7 @@ func (c *dirCache) handle(b []byte) {
 			c.drop(d)
 			continue
 		}
-		if i := indexByte0(nameb); i >= 0 {
+		if i := bytes.IndexByte(nameb, 0); i >= 0 {
 			nameb = nameb[:i]
 		}
 		if len(nameb) == 0 || strings.HasPrefix(string(nameb), ".cnv") {
@@ -197,15 +197,6 @@ func (c *dirCache) handle(b []byte) {
 		}
 		d.pending[string(nameb)] = struct{}{}
 	}
-}
-
-func indexByte0(b []byte) int {
-	for i, x := range b {
-		if x == 0 {
-			return i
-		}
-	}
-	return -1
 }
 
 // check brings d up to date with the names its events named, each looked
@@ -256,8 +247,11 @@ func (c *dirCache) try(dir, path string, f *os.File) (_ *os.File, names []string
 	if c == nil {
 		return f, nil, false, false
 	}
+	c.mu.Lock()
+	hint := c.sizeHint
+	c.mu.Unlock()
 	fi, err := f.Stat()
-	if err != nil || !fi.IsDir() || fi.Size() < c.sizeHint {
+	if err != nil || !fi.IsDir() || fi.Size() < hint {
 		return f, nil, false, false
 	}
 	return c.build(dir, path, f)
