@@ -11,6 +11,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -96,11 +97,11 @@ func TestRunsPages(t *testing.T) {
 		path string
 		code string
 	}{
-		{"/runs?agent=quick&limit=0", "INVALID_REQUEST"},
-		{"/runs?agent=quick&limit=501", "INVALID_REQUEST"},
-		{"/runs?agent=quick&limit=ten", "INVALID_REQUEST"},
-		{"/runs?agent=quick&cursor=%21%21", "INVALID_CURSOR"},
-		{"/runs?status=sleeping", "INVALID_REQUEST"},
+		{"/runs?agent=quick&limit=0", codes.InvalidRequest},
+		{"/runs?agent=quick&limit=501", codes.InvalidRequest},
+		{"/runs?agent=quick&limit=ten", codes.InvalidRequest},
+		{"/runs?agent=quick&cursor=%21%21", codes.InvalidCursor},
+		{"/runs?status=sleeping", codes.InvalidRequest},
 	}
 	for _, tt := range tests {
 		status, _, body := g.raw("GET", tt.path, "tok-gateway", "", nil, nil)

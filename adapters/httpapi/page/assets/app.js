@@ -1271,7 +1271,7 @@
         pending = setTimeout(() => { pending = null; if (!stopped) refresh(false); }, 300);
       },
       poll: () => refresh(false),
-      onOpen: () => refresh(),
+      onOpen: () => refresh(false), // the view counted when it opened
     });
     (async () => {
       try {
