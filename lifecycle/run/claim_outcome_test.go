@@ -2,12 +2,14 @@ package run_test
 
 import (
 	"context"
+	"io/fs"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -116,4 +118,49 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failStatusEntry refuses, once, the write of a run's entry under the
+// status index of state (not a transient error: no retry lands it).
+type failStatusEntry struct {
+	storage.Store
+	prefix string
+	once   sync.Once
+	failed chan struct{}
+}
+
+func (s *failStatusEntry) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	refuse := false
+	if strings.HasPrefix(key, s.prefix) {
+		s.once.Do(func() { refuse = true; close(s.failed) })
+	}
+	if refuse {
+		return "", storage.NewOpError("put", key, nil, fs.ErrPermission)
+	}
+	return s.Store.Put(ctx, key, v, c)
+}
+
+// TestFinishedRunWhoseIndexMoveFailed: a run whose status entry could not
+// be moved to its terminal state keeps its active entry, so the next poll
+// repairs the entry and only then cleans up: the run is listed under its
+// status. Before, the active entry went at once and the run was missing
+// from the status's list for good.
+func TestFinishedRunWhoseIndexMoveFailed(t *testing.T) {
+	t.Parallel()
+	base := newRig(t, nil)
+	prefix, err := layout.RunStatusIndexAgentPrefix("moved", "completed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &failStatusEntry{Store: base.tracked(), prefix: prefix, failed: make(chan struct{})}
+	g := base.around(s)
+	agent := run.Agent{Slug: "moved", Steps: []run.Step{okStep("work")}}
+	r, _ := g.runner("a", nil, agent)
+	runID := submit(t, r, agent.Slug)
+	g.wait(r, runID, time.Second, time.Minute)
+	<-s.failed
+	g.advanceUntil(time.Second, time.Minute, func() bool {
+		page, err := r.ListRuns(context.Background(), run.RunQuery{Agent: agent.Slug, Status: "completed"})
+		return err == nil && len(page.Runs) == 1 && page.Runs[0].RunID == runID
+	}, func() string { return "the completed run is not listed under completed" })
 }

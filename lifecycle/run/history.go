@@ -142,8 +142,9 @@ func (r *Runner) indexCreated(ctx context.Context, doc *Status) error {
 }
 
 // moveStatusIndex moves a run's status entry from the status from to its
-// status now, after the write that moved it. A failure is logged: the
-// write has happened, and the repair finds the run by its active entry.
+// status now, after the write that moved it. A failure is logged and noted
+// as an index gap: the write has happened, the gap keeps the run's active
+// entry (cleanup), and the poll's repair finds the run by it.
 func (r *Runner) moveStatusIndex(ctx context.Context, doc *Status, from string) {
 	if from == doc.Status {
 		return
@@ -155,9 +156,29 @@ func (r *Runner) moveStatusIndex(ctx context.Context, doc *Status, from string) 
 			err = r.store.Delete(ctx, old, storage.Condition{})
 		}
 	}
+	r.noteIndexGap(doc.RunID, err != nil)
 	if err != nil && ctx.Err() == nil {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "run_index_move_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 	}
+}
+
+// noteIndexGap notes whether a run's status index entry is known not to
+// match its status (gap) or was just made to.
+func (r *Runner) noteIndexGap(runID string, gap bool) {
+	r.auditMu.Lock()
+	defer r.auditMu.Unlock()
+	if gap {
+		r.indexGaps[runID] = true
+	} else {
+		delete(r.indexGaps, runID)
+	}
+}
+
+// indexGap tells whether a run's status index entry is known not to match.
+func (r *Runner) indexGap(runID string) bool {
+	r.auditMu.Lock()
+	defer r.auditMu.Unlock()
+	return r.indexGaps[runID]
 }
 
 // putStatusEntry writes a run's entry under its status now.
@@ -174,11 +195,7 @@ func (r *Runner) putStatusEntry(ctx context.Context, doc *Status) error {
 // another state of its machine is left. It is called for a run in the
 // active index (bounded by the runs not yet cleaned up).
 func (r *Runner) repairRunIndex(ctx context.Context, doc *Status) error {
-	if err := r.indexCreated(ctx, doc); err != nil {
-		return err
-	}
-	// The status entry may be missing while the history entry exists.
-	if err := r.putStatusEntry(ctx, doc); err != nil {
+	if err := r.indexCreated(ctx, doc); err != nil { // its history and status entries
 		return err
 	}
 	for _, s := range r.flowOfDoc(doc).states {

@@ -246,6 +246,7 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 			r.repairFailed(ctx, err)
 			return
 		}
+		r.noteIndexGap(doc.RunID, false)
 		r.cleanup(ctx, c.slug, doc.RunID, "", "")
 		return
 	case doc.Status == f.initial && f.admit != "":

@@ -76,10 +76,13 @@ type Runner struct {
 
 	// auditDone holds, by run, the id of the last audit event this runner
 	// knows is in the log; auditGaps the runs whose last event could not
-	// be written (writer.go).
+	// be written (writer.go); indexGaps the runs whose status index entry
+	// could not be moved (history.go). A gap keeps the run's active entry,
+	// so the poll finds the run and repairs it.
 	auditMu   sync.Mutex
 	auditDone map[string]string
 	auditGaps map[string]bool
+	indexGaps map[string]bool
 
 	// quar moves poison records to quarantine, logs and counts them.
 	quar *core.Quarantiner
@@ -134,6 +137,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		unsure:     map[string]*unsureClaim{},
 		auditDone:  map[string]string{},
 		auditGaps:  map[string]bool{},
+		indexGaps:  map[string]bool{},
 	}
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)

@@ -190,12 +190,14 @@ func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Ve
 // cleanup removes a finished or parked run from the active index (finished
 // only) and frees its slot.
 //
-// A run whose last audit event could not be written keeps its active entry:
-// a poll finds it there, writes the event (ensureAudit) and cleans up then.
+// A run whose last audit event could not be written, or whose status index
+// entry could not be moved, keeps its active entry: a poll finds it there,
+// writes the event (ensureAudit) or repairs the entries (repairRunIndex) and
+// cleans up then.
 func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
 	r.releaseSlot(ctx, slug, slot, slotVer)
-	if r.auditGap(runID) {
-		return
+	if r.auditGap(runID) || r.indexGap(runID) {
+		return // the poll finds the run by its active entry and repairs it
 	}
 	r.forgetAudit(runID)
 	key, err := layout.RunActiveKey(slug, runID)
