@@ -23,8 +23,9 @@ import (
 //
 // Over a store that cannot watch (S3), one goroutine of the Worker polls
 // the ready lanes on the adaptive schedule of core.Poll: 25 ms after a
-// listing found new work, then twice as long after every listing that
-// found none, up to PollInterval. So a stream of work from other processes
+// listing found new work and for core.BusyLooks listings after it, then
+// twice as long after every further listing that found none, up to
+// PollInterval. So a stream of work from other processes
 // is found within tens of milliseconds, while an idle Worker lists the
 // lanes once per PollInterval, the worst case before it finds work enqueued
 // elsewhere after idleness; the loops wait for the work it finds and make

@@ -84,15 +84,8 @@ func (r *Runner) ListRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 		if !ok {
 			return Status{}, false, nil // not an entry of ours
 		}
-		key, err := layout.RunStatusKey(slugs[i], runID)
-		if err != nil {
-			return Status{}, false, nil
-		}
-		doc, _, err := r.readStatus(ctx, slugs[i], runID, key)
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
-			return Status{}, false, nil // not written yet, deleted, or poison (quarantined)
-		}
-		if err != nil {
+		doc, ok, err := r.readListed(ctx, slugs[i], runID)
+		if !ok || err != nil {
 			return Status{}, false, err
 		}
 		r.markLost(&doc)
