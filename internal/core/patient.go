@@ -205,3 +205,7 @@ func (p *Patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2
 		}
 	}
 }
+
+// Unwrap returns the Store Patient wraps, so its optional interfaces
+// (storage.Settler) are found through it.
+func (p *Patient) Unwrap() storage.Store { return p.Store }

@@ -93,3 +93,6 @@ func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[s
 	}
 	return s.Store.ListAfter(ctx, prefix, after)
 }
+
+// Unwrap returns the wrapped Store (storage.Unwrapper).
+func (s *Store) Unwrap() storage.Store { return s.Store }

@@ -1,0 +1,83 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+func TestAbsenceConfirmedOnlyAfterSettle(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		settle time.Duration
+		reads  []time.Duration // offsets of not-found reads; -1 s means "found"
+		want   []bool
+	}{
+		{"settles at once", 0, []time.Duration{0}, []bool{true}},
+		{"one read is not evidence", 10 * time.Second, []time.Duration{0}, []bool{false}},
+		{"too close", 10 * time.Second, []time.Duration{0, 9 * time.Second}, []bool{false, false}},
+		{"settle apart", 10 * time.Second, []time.Duration{0, 5 * time.Second, 10 * time.Second}, []bool{false, false, true}},
+		{"found in between starts over", 10 * time.Second, []time.Duration{0, -time.Second, 10 * time.Second, 19 * time.Second, 20 * time.Second}, []bool{false, false, false, false, true}},
+		{"confirmed is forgotten", 10 * time.Second, []time.Duration{0, 10 * time.Second, 11 * time.Second}, []bool{false, true, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := &core.Absence{Settle: tt.settle}
+			for i, off := range tt.reads {
+				if off < 0 {
+					a.Found("k")
+					continue
+				}
+				if got := a.Confirmed("k", t0.Add(off)); got != tt.want[i] {
+					t.Fatalf("read %d at +%v: Confirmed = %v, want %v", i, off, got, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestAbsenceForgetsKeysNobodyAsksAbout(t *testing.T) {
+	t.Parallel()
+	a := &core.Absence{Settle: time.Second}
+	for i := range 100 {
+		a.Confirmed(fmt.Sprint("old", i), t0)
+	}
+	a.Confirmed("new", t0.Add(time.Minute))
+	if n := a.Suspected(); n != 1 {
+		t.Fatalf("Suspected = %d after 4×Settle, want 1 (the new key)", n)
+	}
+}
+
+type settling struct {
+	storage.Store
+	d time.Duration
+}
+
+func (s settling) Settle() time.Duration { return s.d }
+
+type wrapping struct{ storage.Store }
+
+func (w wrapping) Unwrap() storage.Store { return w.Store }
+
+func TestSettleTimeFoundThroughWrappers(t *testing.T) {
+	t.Parallel()
+	mem := memstore.New()
+	_ = context.Background()
+	if d := storage.SettleTime(mem); d != 0 {
+		t.Fatalf("memstore settles in %v, want 0", d)
+	}
+	s := wrapping{wrapping{settling{mem, 7 * time.Second}}}
+	if d := storage.SettleTime(s); d != 7*time.Second {
+		t.Fatalf("SettleTime through two wrappers = %v, want 7s", d)
+	}
+	if d := storage.SettleTime(wrapping{mem}); d != 0 {
+		t.Fatalf("SettleTime of a wrapper over memstore = %v, want 0", d)
+	}
+}
