@@ -733,3 +733,8 @@ func ParseArtifactKey(key string) (cid, artifactID string, ok bool) {
 	}
 	return cid, artifactID, true
 }
+
+// ProbePrefix holds the start-up semantics probe's keys (package
+// storage/probe): probe/{start}/..., one folder per start, removed when
+// the probe ends; a folder a killed start left is removed by a later one.
+const ProbePrefix = "probe/"
