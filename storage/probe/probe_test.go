@@ -3,6 +3,9 @@ package probe_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -14,11 +17,29 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
+	"github.com/runconveyor/conveyor/internal/testkit/s3proxy"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/probe"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+var minio miniotest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := minio.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping MinIO:", err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // broken is a memstore that breaks promises: each field drops one.
 type broken struct {
@@ -251,6 +272,49 @@ func TestRunCost(t *testing.T) {
 		t.Logf("%s: %v", s.name, took)
 		if took > 5*time.Second {
 			t.Errorf("%s: the probe took %v", s.name, took)
+		}
+	}
+}
+
+// TestRunOnMinIO: MinIO passes; the same MinIO behind a proxy that drops
+// the conditional headers fails the three checks that rest on them, by
+// name (conditional deletes hold there: s3store checks them with a HEAD).
+// Nothing is left in the bucket either way.
+func TestRunOnMinIO(t *testing.T) {
+	t.Parallel()
+	srv := minio.Get(t)
+	bucket, err := srv.CreateBucket(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := s3proxy.New(t, srv)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	open := func(endpoint string) storage.Store {
+		s, err := s3store.New(t.Context(), s3store.Config{Bucket: bucket, Endpoint: endpoint, Region: srv.Region, UsePathStyle: true,
+			AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, HTTPClient: &http.Client{Transport: tr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name     string
+		endpoint string
+		want     []string
+	}{
+		{"minio", srv.Endpoint, nil},
+		{"headers stripped", proxy.Endpoint, []string{probe.CreateOverExisting, probe.StaleIfMatch, probe.IfMatchMissing}},
+	} {
+		s := open(tc.endpoint)
+		start := time.Now()
+		err := probe.Run(t.Context(), s, probe.Config{})
+		t.Logf("%s: %v: %v", tc.name, time.Since(start), err)
+		if got := failedChecks(err); !slices.Equal(got, tc.want) || (err != nil) != (tc.want != nil) {
+			t.Errorf("%s: failed checks %q, want %q (error: %v)", tc.name, got, tc.want, err)
+		}
+		if l := left(t, open(srv.Endpoint)); len(l) > 0 {
+			t.Errorf("%s: the probe left %q", tc.name, l)
 		}
 	}
 }
