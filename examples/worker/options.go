@@ -36,6 +36,9 @@ type options struct {
 	callbackURL string
 	noDemo      bool
 	config      string
+	// allowUnsafeStore starts the Worker on a store that fails the
+	// start-up semantics probe (the failures are logged).
+	allowUnsafeStore bool
 	// retention is the janitor's config (Age, Ages, Interval); printS3
 	// prints the bucket lifecycle rules for it and exits.
 	retention retention.Config
@@ -89,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	})
 	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
 	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
+	fs.BoolVar(&o.allowUnsafeStore, "allow-unsafe-store", false, "start even on a store that fails the start-up semantics check (a create-only write over an existing key accepted, a stale If-Match accepted, ...): the failed checks are logged, and exactly-once no longer holds (docs/stores.md)")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

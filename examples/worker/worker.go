@@ -34,6 +34,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/probe"
 )
 
 // worker is one process's part of the Worker: what its role runs.
@@ -77,6 +78,9 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if o.store != nil {
 		w.store, w.where = o.store, "the given store"
 	} else if w.store, w.where, err = openStore(ctx, o); err != nil {
+		return nil, err
+	}
+	if err := w.checkStore(ctx); err != nil {
 		return nil, err
 	}
 	if w.tracer, w.endTraces, err = tracerProvider(ctx); err != nil {
@@ -293,6 +297,28 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 		return nil, "", err
 	}
 	return s, "s3 bucket " + cfg.Bucket, nil
+}
+
+// checkStore runs the start-up semantics probe on the store (a few
+// requests under a folder of its own, removed afterwards): a store that
+// breaks a promise the engines rest on refuses to start, naming the failed
+// checks, unless -allow-unsafe-store, which logs them and starts.
+func (w *worker) checkStore(ctx context.Context) error {
+	start := time.Now()
+	err := probe.Run(ctx, w.store, probe.Config{})
+	switch {
+	case err == nil:
+		w.log.Info("store_checked", "store", w.where, "took_ms", time.Since(start).Milliseconds())
+		return nil
+	case errors.Is(err, probe.ErrFailed) && w.opts.allowUnsafeStore:
+		w.log.Warn("store_semantics_failed", "store", w.where, "error", err.Error(),
+			"msg_detail", "starting anyway (-allow-unsafe-store): duplicate submits may start two runs, a job may run twice")
+		return nil
+	case errors.Is(err, probe.ErrFailed):
+		return fmt.Errorf("%s does not keep the promises the Worker rests on, so it refuses to start "+
+			"(-allow-unsafe-store starts anyway; docs/stores.md):\n%w", w.where, err)
+	}
+	return fmt.Errorf("%s: %w", w.where, err)
 }
 
 // serve runs the role's parts until ctx ends, then drains them within
