@@ -57,17 +57,37 @@ func cursorOf(t *testing.T, path string) string {
 	return u.Query().Get("cursor")
 }
 
-// alter changes one character of c (one of the middle), to another that
-// keeps it well-formed base64url.
-func alter(c string) string {
-	b := []byte(c)
-	i := len(b) / 2
-	if b[i] == 'A' {
-		b[i] = 'B'
-	} else {
-		b[i] = 'A'
+// alter changes one character of the position c holds (a letter or digit
+// of its last id, to another), keeping it a well-formed position of its
+// list, and keeps the rest of c as it is.
+func alter(t *testing.T, c string) string {
+	t.Helper()
+	pos, rest, signed := strings.Cut(c, ".")
+	b, err := base64.RawURLEncoding.DecodeString(pos)
+	if err != nil {
+		t.Fatalf("cursor %q: %v", c, err)
 	}
-	return string(b)
+	end := len(b)
+	if i := strings.LastIndexByte(string(b), '.'); i > 0 {
+		end = i // before an extension
+	}
+	for i := end - 1; i >= 0; i-- {
+		switch ch := b[i]; {
+		case ch >= '0' && ch <= '8', ch >= 'a' && ch <= 'y':
+			b[i]++
+		case ch == '9', ch == 'z':
+			b[i]--
+		default:
+			continue
+		}
+		out := base64.RawURLEncoding.EncodeToString(b)
+		if signed {
+			out += "." + rest
+		}
+		return out
+	}
+	t.Fatalf("cursor %q: no character to change", c)
+	return ""
 }
 
 // unsigned is a well-formed cursor of the same position as c that no
@@ -161,7 +181,7 @@ func TestCursorsAreTheServers(t *testing.T) {
 			}
 			bad := []call{
 				{"made by hand", withCursor(t, second[l], unsigned(t, real))},
-				{"altered", withCursor(t, second[l], alter(real))},
+				{"altered", withCursor(t, second[l], alter(t, real))},
 			}
 			for _, o := range lists {
 				if o != l {
