@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/retention"
@@ -31,6 +32,7 @@ type options struct {
 	pause       time.Duration
 	drain       time.Duration
 	poll        time.Duration
+	streamWrite time.Duration
 	idlePoll    time.Duration
 	lease       time.Duration
 	callbackURL string
@@ -81,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.pause, "step-pause", 2*time.Second, "how long each demo step and the NLM simulator take")
 	fs.DurationVar(&o.drain, "drain", 15*time.Second, "how long SIGINT/SIGTERM may take to drain before the process exits anyway")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often the event stream looks for changes")
+	fs.DurationVar(&o.streamWrite, "stream-write-timeout", events.DefaultWriteTimeout, "how long a write to an event stream client may wait; a client that leaves more unread than its connection buffers (about 100 KB) is disconnected after it")
 	fs.DurationVar(&o.idlePoll, "idle-poll", defaultIdlePoll, "the longest wait of the runner, the job worker and the NLM processor between looks for work other processes submitted (the event feed, on a store that cannot watch, waits up to twice it between listings of the audit log): they look every 25 ms while such work arrives and back off to this when none does, so it bounds the first pickup after idleness and sets an idle process's store requests (docs/performance.md)")
 	fs.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a run's lease lasts unheard: a killed runner's runs are taken over after it (heartbeats every third)")
 	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
@@ -111,8 +114,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.retention.Age < 0 {
 		return o, fmt.Errorf("-retention %s is negative (0 keeps everything)", o.retention.Age)
 	}
-	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.idlePoll <= 0 || o.lease < time.Second {
-		return o, fmt.Errorf("-step-pause, -drain, -poll and -idle-poll must be positive, -lease at least 1s")
+	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.idlePoll <= 0 || o.streamWrite <= 0 || o.lease < time.Second {
+		return o, fmt.Errorf("-step-pause, -drain, -poll, -idle-poll and -stream-write-timeout must be positive, -lease at least 1s")
 	}
 	if o.callbackURL == "" && (o.role == roleRunner || o.addr == "") {
 		o.callbackURL = "http://127.0.0.1:8080/nlm/callback" // a runner posts to the API process

@@ -191,7 +191,8 @@ func (w *worker) listen(o *options) (err error) {
 // buildAPI builds what a serving process adds: the event feed, the
 // webhooks whose secret is set and the HTTP API.
 func (w *worker) buildAPI(o options, conf fileConfig, clk clock.Clock, reg *prometheus.Registry) (err error) {
-	w.feed, err = events.New(events.Config{Store: w.store, Clock: clk, Logger: w.log, PollInterval: o.poll, IdlePollInterval: 2 * o.idlePoll})
+	w.feed, err = events.New(events.Config{Store: w.store, Clock: clk, Logger: w.log, PollInterval: o.poll, IdlePollInterval: 2 * o.idlePoll,
+		WriteTimeout: o.streamWrite})
 	if err != nil {
 		return err
 	}

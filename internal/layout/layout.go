@@ -672,6 +672,10 @@ const (
 	ProjectsPrefix = "projects/"
 )
 
+// CursorKeyKey holds the key that signs the HTTP API's page cursors, one
+// for every Worker on the store: system/cursor-key.json.
+const CursorKeyKey = "system/cursor-key.json"
+
 // JanitorKey holds the retention janitor's lease and its cursor through
 // the current pass: retention/janitor.json.
 const JanitorKey = "retention/janitor.json"

@@ -213,10 +213,14 @@ func size(t testing.TB, s storage.Store) (keys, bytes int) {
 // and calls kill then: a process that dies mid-pass.
 type killStore struct {
 	storage.Store
-	mu      sync.Mutex
-	armed   bool
-	n       int
-	kill    func()
+	mu    sync.Mutex
+	armed bool
+	n     int
+	kill  func()
+	// unlink, when set, is what the killed delete did before the process
+	// died: the file gone, the rest of the Store's delete (its directory
+	// pruned) never done.
+	unlink  func(key string)
 	dead    bool
 	deletes int
 }
@@ -261,8 +265,11 @@ func (s *killStore) Delete(ctx context.Context, key string, c storage.Condition)
 	if s.armed {
 		if s.n == 0 {
 			s.dead = true
-			kill := s.kill
+			kill, unlink := s.kill, s.unlink
 			s.mu.Unlock()
+			if unlink != nil {
+				unlink(key)
+			}
 			kill()
 			return errKilled
 		}
