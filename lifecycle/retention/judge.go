@@ -53,10 +53,11 @@ func NLMJobEligible(j *lifecycle.NLMJob, now time.Time, age time.Duration) bool 
 func IdempotencyEligible(rec *run.IdempotencyRecord, now time.Time, age time.Duration) bool {
 	at := rec.ExpiresAt
 	if rec.Status == run.IdempotencyProcessing {
-		if rec.LockExpiresAt == nil {
+		lease, ok := rec.LeaseEnd()
+		if !ok {
 			return false
 		}
-		at = later(at, *rec.LockExpiresAt)
+		at = later(at, lease)
 	}
 	return due(at, now, age)
 }
