@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -38,7 +40,7 @@ func settlingQueue(t *testing.T) (*jobqueue.Queue, *faultstore.Store, *clock.Fak
 func runAll(t *testing.T, q *jobqueue.Queue, h jobqueue.Handlers) []string {
 	t.Helper()
 	var ran []string
-	for range 10 {
+	for range 100 {
 		c := claim(t, q, "w")
 		if c == nil {
 			return ran
@@ -234,4 +236,33 @@ func lockEpoch(t *testing.T, s storage.Store) int64 {
 		t.Fatal(err)
 	}
 	return l.Epoch
+}
+
+// The care costs nothing on a store that settles at once, and on one that
+// settles it costs two reads per job: Enqueue's read of the id and the
+// pickup's read of the artifact. No waits: the clock never moves here.
+func TestSettleCostsNothingOnAStoreThatSettlesAtOnce(t *testing.T) {
+	t.Parallel()
+	const jobs = 20
+	calls := map[time.Duration]int64{}
+	for _, d := range []time.Duration{0, settle} {
+		clk := clock.NewFake(t0)
+		fs := faultstore.New(memstore.New())
+		fs.SetSettle(d, clk.Now)
+		cs := &teststores.Counting{Store: fs}
+		q := newQueue(t, cs, clk)
+		for i := range jobs {
+			enqueue(t, q, fmt.Sprintf("job-%04d", i), fmt.Sprintf("agent-%d", i%4))
+		}
+		if ran := runAll(t, q, okHandlers()); len(ran) != jobs {
+			t.Fatalf("settle %v: ran %d of %d jobs", d, len(ran), jobs)
+		}
+		if _, err := q.Sweep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		calls[d] = cs.Total()
+	}
+	if extra := calls[settle] - calls[0]; extra != 2*jobs {
+		t.Fatalf("a store that settles took %d calls more than one that settles at once (%d); want %d, two reads a job", extra, calls[0], 2*jobs)
+	}
 }
