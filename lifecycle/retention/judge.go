@@ -62,6 +62,12 @@ func IdempotencyEligible(rec *run.IdempotencyRecord, now time.Time, age time.Dur
 	return due(at, now, age)
 }
 
+// IdempotencyMarkerEligible tells whether a run marker of an idempotency
+// key (written on a store that settles) expired at least age before now.
+func IdempotencyMarkerEligible(m *run.IdempotencyMarker, now time.Time, age time.Duration) bool {
+	return due(m.ExpiresAt, now, age)
+}
+
 // InboxEligible tells whether an expired inbox entry's TTL ended at least
 // age before now.
 func InboxEligible(e *lifecycle.InboxEntry, now time.Time, age time.Duration) bool {

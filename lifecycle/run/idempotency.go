@@ -179,6 +179,9 @@ type IdempotencyRecord struct {
 	// owner); read when LeaseExpiresAt is absent.
 	LockExpiresAt *time.Time `json:"lock_expires_at,omitempty"`
 	Attempts      int        `json:"attempts"`
+	// PreviousRunID is the run of the expired generation this one
+	// replaced, if any.
+	PreviousRunID string `json:"previous_run_id,omitempty"`
 }
 
 // LeaseEnd is when the record's processing lease lapses, and whether it
@@ -326,13 +329,15 @@ func (r *Runner) claimKey(ctx context.Context, key string, req SubmitRequest, k 
 // not be written.
 func (r *Runner) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash string) error {
 	now := r.now()
-	c.action, c.fresh, c.previous = idemOwn, false, ""
+	c.action, c.fresh = idemOwn, false
 	switch {
 	case cur.expiredFor(hash, now):
 		// A new generation: a new run id, the old one's run left alone.
-		c.fresh, c.previous = true, cur.RunID
-		cur.RequestHash, cur.Response, cur.Attempts = hash, nil, 0
+		c.fresh = true
+		prev := cur.RunID
+		cur.RequestHash, cur.Response = hash, nil
 		r.newGeneration(cur, c.owner, now)
+		cur.PreviousRunID = prev
 	case cur.RequestHash != hash:
 		return &IdempotencyError{Key: cur.Key, RunID: cur.RunID, kind: ErrIdempotencyConflict}
 	case cur.Status == IdempotencyCompleted:
@@ -356,7 +361,7 @@ func (r *Runner) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash string) err
 // by owner.
 func (r *Runner) newGeneration(rec *IdempotencyRecord, owner string, now time.Time) {
 	rec.RunID, rec.CreatedAt, rec.ExpiresAt = newRunID(now), now, time.Time{}
-	rec.Attempts = 0
+	rec.Attempts, rec.PreviousRunID = 0, ""
 	r.takeLease(rec, owner, now)
 }
 
@@ -473,6 +478,3 @@ func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord
 	}
 	return rec, nil
 }
-
-// markRun is a stub until markers land.
-func (r *Runner) markRun(ctx context.Context, c *idemClaim) error { return nil }
