@@ -305,23 +305,34 @@ func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req Subm
 
 // claimKey creates the key's record, or judges the existing one (judgeKey).
 func (r *Runner) claimKey(ctx context.Context, key string, req SubmitRequest, k idempotencyKey, hash string) (idemClaim, error) {
-	c := idemClaim{owner: r.cfg.Owner + "#" + randomHex(4), fresh: true}
-	c.rec = IdempotencyRecord{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash}
-	r.newGeneration(&c.rec, c.owner, r.now())
-	_, err := records.Create(ctx, r.store, key, &c.rec)
-	if !errors.Is(err, storage.ErrPreconditionFailed) {
-		return c, err
+	owner := r.cfg.Owner + "#" + randomHex(4)
+	var err error
+	// The record exists but reads missing when it was deleted (expired)
+	// between the create and the read, or on a store that settles, for a
+	// moment: the claim starts over, a few times, then the key is busy.
+	for range 3 {
+		c := idemClaim{owner: owner, fresh: true}
+		c.rec = IdempotencyRecord{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash}
+		r.newGeneration(&c.rec, c.owner, r.now())
+		_, err = records.Create(ctx, r.store, key, &c.rec)
+		if !errors.Is(err, storage.ErrPreconditionFailed) {
+			return c, err
+		}
+		var after IdempotencyRecord
+		_, after, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
+			return r.judgeKey(cur, &c, hash)
+		})
+		switch {
+		case errors.Is(err, errKeep):
+			return c, nil
+		case err == nil:
+			c.rec = after
+			return c, nil
+		case !errors.Is(err, storage.ErrNotFound):
+			return c, err
+		}
 	}
-	_, after, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
-		return r.judgeKey(cur, &c, hash)
-	})
-	switch {
-	case errors.Is(err, errKeep):
-		err = nil
-	case err == nil:
-		c.rec = after
-	}
-	return c, err
+	return idemClaim{}, &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: err}
 }
 
 // judgeKey decides what a submit of hash does with the existing record

@@ -137,3 +137,23 @@ func TestSettleCareCostsNothingWhereTheStoreSettlesAtOnce(t *testing.T) {
 		t.Errorf("marker %s written (%v) on a store that settles at once", key, err)
 	}
 }
+
+// TestSettleFalseNotFoundOfTheRecordIsNotAnAnswer: a duplicate whose read
+// of the key's record answers a false not-found (after its create found
+// the record there) reads again, and is answered the key's run.
+func TestSettleFalseNotFoundOfTheRecordIsNotAnAnswer(t *testing.T) {
+	t.Parallel()
+	s := newSettleRig(t)
+	first := s.submit(t, s.a)
+	s.fs.FalseNotFound(1)
+	res, err := s.b.Submit(context.Background(), s.req)
+	if err != nil || res.RunID != first || !res.Duplicate {
+		t.Fatalf("duplicate: %+v %v, want run %s", res, err, first)
+	}
+	if s.fs.FalseNotFounds() != 1 {
+		t.Fatalf("%d false not-founds provoked, want 1", s.fs.FalseNotFounds())
+	}
+	if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" || s.execs.Load() != 1 {
+		t.Fatalf("run %+v, executed %d times", st, s.execs.Load())
+	}
+}
