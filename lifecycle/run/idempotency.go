@@ -264,8 +264,6 @@ type idemClaim struct {
 	// fresh: a new generation or a failed key's new attempt, answered as
 	// a first submit (not a duplicate).
 	fresh bool
-	// previous is the run of the generation a new one replaced.
-	previous string
 	// owner names this submit in the record's lease.
 	owner string
 }
