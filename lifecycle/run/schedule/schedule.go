@@ -603,6 +603,14 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 	}
 	res, err := s.cfg.Runner.Submit(ctx, run.SubmitRequest{AgentSlug: sc.Agent, Trigger: run.TriggerCron,
 		Input: sc.Input, IdempotencyKey: Key(sc.ID, slot)})
+	var failed *run.IdempotencyFailedError
+	if errors.As(err, &failed) {
+		// The slot's run could not be created in all its attempts: the
+		// slot is given up (logged), not retried until its record expires.
+		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule_slot_failed", slog.String("schedule", sc.ID),
+			slog.Time("slot", slot), slog.String("error", err.Error()))
+		return s.advance(ctx, sc, slot, "", time.Time{}, 1)
+	}
 	if err != nil {
 		return fmt.Errorf("slot %s: %w", slot.Format(time.RFC3339), err)
 	}

@@ -401,18 +401,54 @@ func TestFailedFiringIsRetriedSoon(t *testing.T) {
 	}
 }
 
-// failSome fails the next left create-only writes of idempotency records.
+// TestSlotOutOfAttemptsIsGivenUp: a slot whose run could not be created
+// in all its key's attempts is given up, logged, and the schedule goes on
+// with its next slot (not stuck until the key's record expires).
+func TestSlotOutOfAttemptsIsGivenUp(t *testing.T) {
+	t.Parallel()
+	flaky := &failSome{Store: memstore.New(), left: 3, match: func(k string, _ storage.Condition) bool { return strings.HasSuffix(k, "/status.json") }}
+	g := newRig(t, flaky)
+	logs := &testlog.Buffer{}
+	g.log = slog.New(slog.NewJSONHandler(logs, nil))
+	sc := schedule.Schedule{ID: "doomed", Agent: agent, Every: time.Minute}
+	p := g.start(nil, sc)
+	g.settle(g.clock, 1)
+	g.clock.Advance(30 * time.Second) // 00:01:00: its run fails to be written
+	g.settle(g.clock, 1)
+	for range 3 { // retried every second, out of attempts at the third
+		g.clock.Advance(time.Second)
+		g.settle(g.clock, 1)
+	}
+	if n := logs.Count("schedule_slot_failed"); n != 1 || flaky.remaining() != 0 {
+		t.Fatalf("schedule_slot_failed logged %d times (failures left %d):\n%s", n, flaky.remaining(), logs)
+	}
+	g.clock.Advance(time.Minute)
+	g.settle(g.clock, 1)
+	if got := g.runs(p.runner); len(got) != 1 || got[0] != schedule.Key("doomed", day0.Truncate(time.Minute).Add(2*time.Minute)) {
+		t.Fatalf("runs %v, want the next slot's", got)
+	}
+}
+
+// failSome fails the next left writes that match (default: create-only
+// writes of idempotency records).
 type failSome struct {
 	storage.Store
-	mu   sync.Mutex
-	left int
+	mu    sync.Mutex
+	left  int
+	match func(key string, c storage.Condition) bool
 }
 
 func (f *failSome) remaining() int { f.mu.Lock(); defer f.mu.Unlock(); return f.left }
 
 func (f *failSome) Put(ctx context.Context, k string, v []byte, c storage.Condition) (storage.Version, error) {
 	f.mu.Lock()
-	fail := f.left > 0 && strings.HasPrefix(k, "idempotency/") && c.Kind() == storage.CreateOnly
+	match := f.match
+	if match == nil {
+		match = func(k string, c storage.Condition) bool {
+			return strings.HasPrefix(k, "idempotency/") && c.Kind() == storage.CreateOnly
+		}
+	}
+	fail := f.left > 0 && match(k, c)
 	if fail {
 		f.left--
 	}
