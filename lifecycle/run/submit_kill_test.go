@@ -77,7 +77,7 @@ func killSelf() {
 // directory, killed at one of its writes.
 func submitKillMain() int {
 	dir := os.Getenv(submitKillEnv)
-	fs, err := filestore.New(filepath.Join(dir, "store"))
+	fs, err := helperStore(dir) // MinIO when the parent says so
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -129,35 +129,57 @@ func submitWrites(t *testing.T) []string {
 
 // TestSubmitKilledAtEveryWrite: a submitter process is killed -9 at each
 // write of an idempotent Submit, before and after the write lands, while
-// its client retries the key every 0.2 s against another process. The
-// first answer the client gets names a run that exists at that moment and
-// completes, and the key has exactly one run.
+// its client retries the key every 0.2 s against another process, on a
+// directory and on MinIO. The first answer the client gets names a run
+// that exists at that moment and completes, and the key has exactly one
+// run.
 func TestSubmitKilledAtEveryWrite(t *testing.T) {
 	t.Parallel()
 	writes := submitWrites(t)
 	t.Logf("an idempotent Submit writes %d keys: %s", len(writes), strings.Join(writes, ", "))
-	for i, kind := range writes {
-		for _, before := range []bool{true, false} {
-			when := "after"
-			if before {
-				when = "before"
+	stores := map[string]func(t *testing.T, dir string) ([]string, storage.Store){
+		"filestore": func(t *testing.T, dir string) ([]string, storage.Store) {
+			s, err := filestore.New(filepath.Join(dir, "store"))
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Run(fmt.Sprintf("%02d-%s-%s", i+1, when, strings.ReplaceAll(kind, " ", "-")), func(t *testing.T) {
-				t.Parallel()
-				submitKilledAt(t, i+1, before)
-			})
-		}
+			return nil, s
+		},
+		"minio": func(t *testing.T, _ string) ([]string, storage.Store) {
+			srv, bucket := env.MinIO(t)
+			prefix := fmt.Sprintf("submit-kill-%d/", time.Now().UnixNano())
+			return []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
+				"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}, env.S3At(t, prefix)
+		},
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for i, kind := range writes {
+				for _, before := range []bool{true, false} {
+					when := "after"
+					if before {
+						when = "before"
+					}
+					t.Run(fmt.Sprintf("%02d-%s-%s", i+1, when, strings.ReplaceAll(kind, " ", "-")), func(t *testing.T) {
+						t.Parallel()
+						dir := t.TempDir()
+						vars, store := open(t, dir)
+						submitKilledAt(t, dir, vars, store, i+1, before)
+					})
+				}
+			}
+		})
 	}
 }
 
-func submitKilledAt(t *testing.T, at int, before bool) {
-	dir := t.TempDir()
+func submitKilledAt(t *testing.T, dir string, vars []string, store storage.Store, at int, before bool) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	flag := "0"
 	if before {
 		flag = "1"
 	}
-	cmd.Env = append(os.Environ(), submitKillEnv+"="+dir, submitKillAt+"="+strconv.Itoa(at), submitKillBefore+"="+flag)
+	cmd.Env = append(append(os.Environ(), submitKillEnv+"="+dir, submitKillAt+"="+strconv.Itoa(at), submitKillBefore+"="+flag), vars...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -165,10 +187,6 @@ func submitKilledAt(t *testing.T, at int, before bool) {
 		t.Fatalf("the submitter was not killed: %v\n%s", err, stderr.String())
 	}
 
-	store, err := filestore.New(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	r, err := run.NewRunner(run.Config{Store: store, Owner: "survivor", PollInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, submitKillAgent())
 	if err != nil {
