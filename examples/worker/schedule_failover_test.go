@@ -41,7 +41,11 @@ func TestScheduleFailsOver(t *testing.T) {
 			"-step-pause", "10ms", "-lease", "3s", "-drain", "5s")
 	}
 	w := []*proc{worker("w1"), worker("w2"), worker("w3")}
-	sleep := func(d time.Duration) { time.Sleep(d) }
+	// Each fault lands 15 ms past a slot, while the processes fire it:
+	// likely between a slot's claim and its run.
+	sleep := func(d time.Duration) {
+		time.Sleep(time.Until(time.Now().Add(d).Truncate(time.Second).Add(15 * time.Millisecond)))
+	}
 	began := time.Now()
 	sleep(8 * time.Second)
 	_ = w[0].cmd.Process.Kill() // kill -9, mid-schedule
