@@ -48,7 +48,7 @@ func NLMJobEligible(j *lifecycle.NLMJob, now time.Time, age time.Duration) bool 
 }
 
 // IdempotencyEligible tells whether an idempotency record's expires_at
-// (for a processing one, the later of it and its lock's expiry) is at
+// (for a processing one, the later of it and its lease's expiry) is at
 // least age before now.
 func IdempotencyEligible(rec *run.IdempotencyRecord, now time.Time, age time.Duration) bool {
 	at := rec.ExpiresAt
