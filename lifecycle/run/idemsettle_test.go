@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,5 +164,54 @@ func TestSettleFalseNotFoundOfTheRecordIsNotAnAnswer(t *testing.T) {
 	}
 	if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" || s.execs.Load() != 1 {
 		t.Fatalf("run %+v, executed %d times", st, s.execs.Load())
+	}
+}
+
+// TestSettleDisturbedBurstExecutesOnce: 16 clients submit one key at once,
+// through two runners, while the store is disturbed (every create of the
+// record over an existing one is accepted, for Settle). Every answer names
+// a run that exists and ends; the key executes once.
+func TestSettleDisturbedBurstExecutesOnce(t *testing.T) {
+	t.Parallel()
+	s := newSettleRig(t, "")
+	s.fs.Disturb()
+	answers := make(chan string, 16)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		r := s.a
+		if i%2 == 1 {
+			r = s.b
+		}
+		wg.Go(func() {
+			res, err := r.Submit(context.Background(), s.req)
+			if err != nil {
+				t.Errorf("submit: %v", err)
+				return
+			}
+			if _, err := r.Status(context.Background(), res.RunID); err != nil {
+				t.Errorf("answered %s: %v", res.RunID, err)
+			}
+			answers <- res.RunID
+		})
+	}
+	wg.Wait()
+	close(answers)
+	runs := map[string]bool{}
+	for id := range answers {
+		runs[id] = true
+	}
+	completed := 0
+	for id := range runs {
+		st := s.g.wait(s.a, id, time.Second, time.Minute)
+		switch {
+		case st.Status == "completed":
+			completed++
+		case st.Status != "failed" || st.Error == nil || !strings.HasPrefix(*st.Error, codes.IdempotencyDuplicate):
+			t.Errorf("run %s: %s %v", id, st.Status, st.Error)
+		}
+	}
+	t.Logf("%d runs answered, %d creates accepted over the record", len(runs), s.fs.DoubleCreates())
+	if completed != 1 || s.execs.Load() != 1 {
+		t.Errorf("%d runs completed, the key executed %d times; want 1 and 1", completed, s.execs.Load())
 	}
 }
