@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -88,6 +90,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	msg := err.Error()
 	if rec, ok := w.(*recorder); ok {
 		rec.code, rec.message = code, msg
+	}
+	var later interface{ RetryAfter() time.Duration }
+	if errors.As(err, &later) {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(later.RetryAfter().Round(time.Second)/time.Second))))
 	}
 	var ite *lifecycle.InvalidTransitionError
 	if errors.As(err, &ite) && status == http.StatusConflict {

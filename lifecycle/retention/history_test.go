@@ -130,6 +130,19 @@ func (h *history) idempotency(status string, expires time.Time) {
 	h.add(retention.Idempotency, expires, key)
 }
 
+// marker writes a run marker of an idempotency key (a store that
+// settles writes one per run of a key) that expires at expires.
+func (h *history) marker(expires time.Time) {
+	id := h.id("api:client:")
+	runID := h.id("run_")
+	key, err := layout.IdempotencyRunKey(id, runID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.put(key, run.IdempotencyMarker{Key: id, RunID: runID, CreatedAt: expires.Add(-24 * time.Hour), ExpiresAt: expires})
+	h.add(retention.Idempotency, expires, key)
+}
+
 // expiredEntry writes an entry whose 72 h TTL ended at end.
 func (h *history) expiredEntry(end time.Time) {
 	id := h.id("entry-")

@@ -80,6 +80,8 @@ func TestPassDeletesWhatIsPastItsAge(t *testing.T) {
 			h.run("alpha", time.Time{}, "", "running")
 			h.idempotency(run.IdempotencyCompleted, t0.Add(-time.Second))
 			h.idempotency(run.IdempotencyFailed, t0.Add(time.Second))
+			h.marker(t0.Add(-time.Second))
+			h.marker(t0.Add(time.Second))
 			// Not records of any kind: left alone.
 			for _, k := range []string{"agents/alpha/slots/0.json", "queue/lanes/a/x", "index/runs/zzz.json", "schedules/s.json"} {
 				h.put(k, map[string]int{})
@@ -92,7 +94,7 @@ func TestPassDeletesWhatIsPastItsAge(t *testing.T) {
 			if lost, stale := h.check(t0, 0); lost+stale > 0 {
 				t.Fatalf("lost %d, stale %d", lost, stale)
 			}
-			want := map[retention.Kind]int{retention.Runs: 2, retention.Jobs: 2, retention.Inbox: 1, retention.Idempotency: 1, retention.Audit: 2}
+			want := map[retention.Kind]int{retention.Runs: 2, retention.Jobs: 2, retention.Inbox: 1, retention.Idempotency: 2, retention.Audit: 2}
 			for k, n := range want {
 				if r.Deleted[k] != n {
 					t.Errorf("deleted %d %s, want %d (report %+v)", r.Deleted[k], k, n, r)

@@ -231,6 +231,9 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 	if r.isExecuting(doc.RunID) {
 		return // this runner has it; a stale copy must not start it twice
 	}
+	if !r.dedupeGate(ctx, c, f, &doc) {
+		return // not yet decided, or a duplicate ended here
+	}
 	now := r.now()
 	var err error
 	if f.terminal(doc.Status) || (doc.Lease == nil && slices.Contains(f.parked, doc.Status)) {

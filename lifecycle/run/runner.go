@@ -84,6 +84,10 @@ type Runner struct {
 	auditGaps map[string]bool
 	indexGaps map[string]bool
 
+	// dedupeOK holds the runs with an idempotency key found to be their
+	// key's one run (idemsettle.go), on a store that settles; under mu.
+	dedupeOK map[string]bool
+
 	// quar moves poison records to quarantine, logs and counts them.
 	quar *core.Quarantiner
 
@@ -138,6 +142,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		auditDone:  map[string]string{},
 		auditGaps:  map[string]bool{},
 		indexGaps:  map[string]bool{},
+		dedupeOK:   map[string]bool{},
 	}
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)

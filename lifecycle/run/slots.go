@@ -196,6 +196,9 @@ func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Ve
 // cleans up then.
 func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
 	r.releaseSlot(ctx, slug, slot, slotVer)
+	r.mu.Lock()
+	delete(r.dedupeOK, runID)
+	r.mu.Unlock()
 	if r.auditGap(runID) || r.indexGap(runID) {
 		return // the poll finds the run by its active entry and repairs it
 	}
