@@ -1,0 +1,83 @@
+package s3store_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// TestFailover: with several endpoints, a request pointed at one that is
+// down, drops requests or stalls is carried out through another, within
+// an attempt timeout, not the stall's 30 s.
+func TestFailover(t *testing.T) {
+	srv, bkt := env(t)
+	dead := "http://127.0.0.1:1"
+	tests := []struct {
+		name string
+		rule func(int, *http.Request) fault
+	}{
+		{"refused", nil},
+		{"499 on everything", func(int, *http.Request) fault { return refuse499 }},
+		{"stalls", func(int, *http.Request) fault { return stall }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := dead
+			if tt.rule != nil {
+				bad = newFaultProxy(t, srv.Endpoint, tt.rule).URL
+			}
+			s := storeVia(t, srv, bkt, randomPrefix(), s3store.Config{
+				Endpoints: []string{bad, srv.Endpoint}, AttemptTimeout: 300 * time.Millisecond})
+			start := time.Now()
+			for i := range 4 { // both endpoints come first in turn
+				key := "k" + string(rune('0'+i))
+				v, err := s.Put(t.Context(), key, []byte("mine"), storage.IfNotExists())
+				if err != nil {
+					t.Fatalf("Put %s = %v", key, err)
+				}
+				if _, got, err := s.Get(t.Context(), key); err != nil || got != v {
+					t.Fatalf("Get %s = %q %v, want %q", key, got, err, v)
+				}
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("4 writes and reads took %s with one endpoint failing", d)
+			}
+		})
+	}
+}
+
+// TestSettle: a single-drive server settles at once; several endpoints
+// (a cluster) get DefaultClusterSettle unless Config.Settle says
+// otherwise.
+func TestSettle(t *testing.T) {
+	srv, bkt := env(t)
+	tests := []struct {
+		name string
+		cfg  s3store.Config
+		want time.Duration
+	}{
+		{"single drive", s3store.Config{Endpoint: srv.Endpoint}, 0},
+		{"several endpoints", s3store.Config{Endpoints: []string{srv.Endpoint, srv.Endpoint + "/"}}, 0}, // one after trimming
+		{"explicit", s3store.Config{Endpoint: srv.Endpoint, Settle: 3 * time.Second}, 3 * time.Second},
+		{"explicitly none", s3store.Config{Endpoint: srv.Endpoint, Settle: -1}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := storeVia(t, srv, bkt, "", tt.cfg)
+			if err := s.Check(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if got := storage.SettleTime(s); got != tt.want {
+				t.Fatalf("Settle = %s, want %s", got, tt.want)
+			}
+		})
+	}
+	p := newFaultProxy(t, srv.Endpoint, func(int, *http.Request) fault { return pass })
+	s := storeVia(t, srv, bkt, "", s3store.Config{Endpoints: []string{srv.Endpoint, p.URL}})
+	if got := storage.SettleTime(s); got != s3store.DefaultClusterSettle {
+		t.Fatalf("Settle on two endpoints = %s, want %s", got, s3store.DefaultClusterSettle)
+	}
+}
