@@ -38,7 +38,9 @@ func (s *unsureStore) Put(ctx context.Context, key string, value []byte, cond st
 
 type status499 struct{}
 
-func (status499) Error() string       { return "api error ClientDisconnected: Client disconnected before response was ready" }
+func (status499) Error() string {
+	return "api error ClientDisconnected: Client disconnected before response was ready"
+}
 func (status499) HTTPStatusCode() int { return 499 }
 
 // TestStoreTroubleIsUpstream: a write whose outcome the store cannot tell,
