@@ -443,7 +443,14 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	if ctx.Err() != nil {
 		return "", storage.NewOpError("put", key, ctx.Err(), &unknownOutcome{err: err})
 	}
-	v, ok, herr := s.landed(ctx, key, token)
+	var headOpts []func(*s3.Options)
+	if !conflict {
+		// No answer: the key may be locked by a dead node (see
+		// Config.AttemptTimeout), and the read-back would wait as long as
+		// the write. One attempt says what it can.
+		headOpts = append(headOpts, func(o *s3.Options) { o.RetryMaxAttempts = 1 })
+	}
+	v, ok, herr := s.landed(ctx, key, token, headOpts...)
 	switch {
 	case ok:
 		return v, nil
@@ -480,8 +487,8 @@ func isConditionFailure(err error, cond storage.Condition) bool {
 
 // landed reports whether the object now at key carries token, i.e. our write
 // is the current one, and its version.
-func (s *Store) landed(ctx context.Context, key, token string) (storage.Version, bool, error) {
-	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)})
+func (s *Store) landed(ctx context.Context, key, token string, optFns ...func(*s3.Options)) (storage.Version, bool, error) {
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)}, optFns...)
 	if err != nil {
 		if noSuchKey(err) {
 			return "", false, nil
