@@ -286,13 +286,31 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 		return nil, "", err
 	}
 	// A Worker on a bucket it cannot use would say it serves and then fail
-	// every call: refuse to start instead, saying why.
+	// every call: refuse to start instead, saying why. A server that does
+	// not answer yet (started with the Worker, or restarting) is waited
+	// for, within the same 30 s.
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.Check(checkCtx); err != nil {
+	if err := checkStore(checkCtx, s); err != nil {
 		return nil, "", err
 	}
 	return s, "s3 bucket " + cfg.Bucket, nil
+}
+
+// checkStore runs the store's start-up check until it passes, fails for
+// a reason other than an unreachable server, or ctx ends.
+func checkStore(ctx context.Context, s *s3store.Store) error {
+	for {
+		err := s.Check(ctx)
+		if err == nil || !errors.Is(err, s3store.ErrUnreachable) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // serve runs the role's parts until ctx ends, then drains them within
