@@ -1,7 +1,9 @@
 package s3store_test
 
 import (
+	"fmt"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -79,5 +81,41 @@ func TestSettle(t *testing.T) {
 	s := storeVia(t, srv, bkt, "", s3store.Config{Endpoints: []string{srv.Endpoint, p.URL}})
 	if got := storage.SettleTime(s); got != s3store.DefaultClusterSettle {
 		t.Fatalf("Settle on two endpoints = %s, want %s", got, s3store.DefaultClusterSettle)
+	}
+}
+
+// TestEndpointsFromEnv: CONVEYOR_S3_ENDPOINTS names several endpoints,
+// comma-separated; the store fails over from one that is down.
+func TestEndpointsFromEnv(t *testing.T) {
+	srv, bkt := env(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_REGION", srv.Region)
+	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	t.Setenv(s3store.EnvBucket, bkt)
+	t.Setenv(s3store.EnvPrefix, randomPrefix())
+	t.Setenv(s3store.EnvEndpoints, "http://127.0.0.1:1, "+srv.Endpoint)
+	cfg, err := s3store.ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.UsePathStyle || len(cfg.Endpoints) != 2 {
+		t.Fatalf("config from env = %+v", cfg)
+	}
+	cfg.HTTPClient = &http.Client{Transport: transport}
+	s, err := s3store.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := s.Put(t.Context(), fmt.Sprintf("k%d", i), []byte("ok"), storage.IfNotExists()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, bad := range []string{"ftp://127.0.0.1:1", "127.0.0.1:9000", "http://"} {
+		if _, err := s3store.New(t.Context(), s3store.Config{Bucket: bkt, Endpoint: bad}); err == nil {
+			t.Errorf("New with endpoint %q succeeded", bad)
+		}
 	}
 }

@@ -45,6 +45,28 @@
 //
 // Objects written by other tools are values like any other: read whole,
 // with their ETag as version.
+//
+// # Servers that stop, stall or restart
+//
+// A stopping MinIO node drops the requests it holds with 499
+// ClientDisconnected, and a connection can be reset after a write was
+// carried out. Both are retried (the SDK's retry list lacks 499). A
+// conditional write none of whose attempts got an answer is read back by
+// its token, as a lost response is; if the token is not there, the error
+// matches storage.ErrOutcomeUnknown and is transient (storage.Transient),
+// so a patient caller retries it, and a retry that then meets a broken
+// condition is an unknown outcome too, never a conflict.
+//
+// New takes several endpoints of one cluster (Config.Endpoints) and fails
+// over between them through the SDK's own hooks: an endpoint resolver
+// picks, for every attempt, the next endpoint that is up; a middleware
+// inside the retry loop bounds each attempt (Config.AttemptTimeout) and
+// skips an endpoint that failed for a while; the retryer retries at once
+// while another endpoint is up. A Store made by NewWithClient has none of
+// this: its client is the caller's.
+//
+// On a MinIO cluster the store may answer wrongly for a while after a
+// disturbance; Settle (storage.Settler) says how long (Config.Settle).
 package s3store
 
 import (
