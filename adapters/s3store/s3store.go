@@ -125,8 +125,9 @@ type Config struct {
 	// EndpointCooldown is how long an endpoint that failed is skipped.
 	// 0 means DefaultEndpointCooldown (5 s).
 	EndpointCooldown time.Duration
-	// AttemptTimeout bounds one attempt of a request, from sending it to
-	// the response's headers (a body being read is not cut): a node that
+	// AttemptTimeout bounds one attempt of a request, from its start to
+	// the response's headers (a value's upload included; a body being read
+	// is not cut): a node that
 	// stalls (MinIO holds a write up to 30 s on a lock held through a dead
 	// node) costs one attempt, retried on another endpoint. A conditional
 	// write whose attempt timed out may still land: it is resolved as a
