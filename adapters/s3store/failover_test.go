@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,5 +119,39 @@ func TestEndpointsFromEnv(t *testing.T) {
 		if _, err := s3store.New(t.Context(), s3store.Config{Bucket: bkt, Endpoint: bad}); err == nil {
 			t.Errorf("New with endpoint %q succeeded", bad)
 		}
+	}
+}
+
+// TestEndpointComesBack: an endpoint that failed is skipped for the
+// cooldown, then tried again, and used as before once it answers.
+func TestEndpointComesBack(t *testing.T) {
+	srv, bkt := env(t)
+	var down atomic.Bool
+	down.Store(true)
+	p := newFaultProxy(t, srv.Endpoint, func(int, *http.Request) fault {
+		if down.Load() {
+			return refuse499
+		}
+		return pass
+	})
+	s := storeVia(t, srv, bkt, randomPrefix(), s3store.Config{
+		Endpoints: []string{p.URL, srv.Endpoint}, EndpointCooldown: 300 * time.Millisecond})
+	put := func(n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := s.Put(t.Context(), fmt.Sprintf("k%d", i), []byte("v"), storage.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(10)
+	if got := strings.Count(p.requests(), "refuse499"); got != 1 {
+		t.Fatalf("the failing endpoint got %d requests within its cooldown, want 1: %s", got, p.requests())
+	}
+	down.Store(false)
+	time.Sleep(400 * time.Millisecond)
+	put(10)
+	if got := strings.Count(p.requests(), "pass"); got < 4 {
+		t.Fatalf("the endpoint that came back got %d of 10 requests, want about half: %s", got, p.requests())
 	}
 }
