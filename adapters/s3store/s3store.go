@@ -182,9 +182,6 @@ const (
 // when New loads the config.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Bucket: os.Getenv(EnvBucket), Prefix: os.Getenv(EnvPrefix)}
-	if cfg.Bucket == "" {
-		return cfg, fmt.Errorf("s3store: %s is not set", EnvBucket)
-	}
 	if v := os.Getenv(EnvEndpoints); v != "" {
 		cfg.Endpoints = strings.Split(v, ",")
 	}
@@ -195,6 +192,11 @@ func ConfigFromEnv() (Config, error) {
 			return cfg, fmt.Errorf("s3store: %s=%q: %w", EnvPathStyle, v, err)
 		}
 		cfg.UsePathStyle = b
+	}
+	// The rest is read even without a bucket, for a caller that names
+	// the bucket itself (a flag).
+	if cfg.Bucket == "" {
+		return cfg, fmt.Errorf("s3store: %s is not set", EnvBucket)
 	}
 	return cfg, nil
 }

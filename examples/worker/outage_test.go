@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +90,61 @@ func TestStoreOutage(t *testing.T) {
 			t.Fatalf("the run submitted before the outage: %+v, %v", st, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestClusterNodeStops: a Worker given every node of a 4-node MinIO
+// cluster keeps acknowledging submits promptly when the node it names
+// first is killed, never with a 5xx, and every run completes.
+func TestClusterNodeStops(t *testing.T) {
+	t.Parallel()
+	c := miniotest.NewCluster(t)
+	bucket, err := c.CreateBucket(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := c.Nodes[0]
+	env := []string{"AWS_ACCESS_KEY_ID=" + n.AccessKey, "AWS_SECRET_ACCESS_KEY=" + n.SecretKey, "AWS_REGION=" + n.Region}
+	w := start(t, "worker", env, "-addr", "127.0.0.1:0", "-s3-bucket", bucket,
+		"-s3-endpoint", strings.Join(c.Endpoints(), ","), "-step-pause", "20ms", "-poll", "100ms", "-idle-poll", "200ms")
+	var addr string
+	select {
+	case addr = <-w.addr:
+	case err := <-w.done:
+		t.Fatalf("the Worker exited: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the Worker did not start within 60 s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl := &client.Client{BaseURL: "http://" + addr}
+	var ids []string
+	submit := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			start := time.Now()
+			res, err := cl.Submit(ctx, run.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: fmt.Sprintf("api:cluster:%d", i)})
+			if err != nil {
+				t.Fatalf("submit %d: %v", i, err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("submit %d took %s", i, d)
+			}
+			ids = append(ids, res.RunID)
+		}
+	}
+	submit(0, 10)
+	if err := c.Halt(0, true); err != nil {
+		t.Fatal(err)
+	}
+	submit(10, 30)
+	for _, id := range ids {
+		st, err := cl.Wait(ctx, id)
+		if err != nil || st.Status != "completed" {
+			t.Fatalf("run %s: %+v, %v", id, st, err)
+		}
+	}
+	if err := c.Resume(ctx, 0); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -76,7 +76,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	}()
 	if o.store != nil {
 		w.store, w.where = o.store, "the given store"
-	} else if w.store, w.where, err = openStore(ctx, o); err != nil {
+	} else if w.store, w.where, err = openStore(ctx, o, w.log); err != nil {
 		return nil, err
 	}
 	if w.tracer, w.endTraces, err = tracerProvider(ctx); err != nil {
@@ -262,7 +262,7 @@ func loadTokens(path string) (map[string]lifecycle.Actor, error) {
 	return tokens, nil
 }
 
-func openStore(ctx context.Context, o options) (storage.Store, string, error) {
+func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store, string, error) {
 	if o.s3Bucket == "" {
 		s, err := filestore.New(o.data)
 		if err != nil {
@@ -276,8 +276,9 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 	}
 	cfg.Bucket, cfg.Prefix = o.s3Bucket, o.s3Prefix
 	if o.s3Endpoint != "" {
-		cfg.Endpoint, cfg.UsePathStyle = o.s3Endpoint, true
+		cfg.Endpoint, cfg.Endpoints, cfg.UsePathStyle = o.s3Endpoint, nil, true
 	}
+	cfg.Settle, cfg.Logger = o.s3Settle, log
 	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
 		cfg.UsePathStyle = true
 	}
@@ -294,7 +295,11 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 	if err := checkStore(checkCtx, s); err != nil {
 		return nil, "", err
 	}
-	return s, "s3 bucket " + cfg.Bucket, nil
+	where := "s3 bucket " + cfg.Bucket
+	if d := s.Settle(); d > 0 {
+		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
+	}
+	return s, where, nil
 }
 
 // checkStore runs the store's start-up check until it passes, fails for
