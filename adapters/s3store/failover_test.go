@@ -64,7 +64,7 @@ func TestSettle(t *testing.T) {
 		want time.Duration
 	}{
 		{"single drive", s3store.Config{Endpoint: srv.Endpoint}, 0},
-		{"several endpoints", s3store.Config{Endpoints: []string{srv.Endpoint, srv.Endpoint + "/"}}, 0}, // one after trimming
+		{"one endpoint given twice", s3store.Config{Endpoints: []string{srv.Endpoint, srv.Endpoint + "/"}}, 0},
 		{"explicit", s3store.Config{Endpoint: srv.Endpoint, Settle: 3 * time.Second}, 3 * time.Second},
 		{"explicitly none", s3store.Config{Endpoint: srv.Endpoint, Settle: -1}, 0},
 	}
