@@ -60,11 +60,18 @@ func codeOf(err error) string {
 		return codes.JobExists
 	case errors.Is(err, jobqueue.ErrInvalidJob), errors.Is(err, run.ErrInvalidIdempotencyKey):
 		return codes.InvalidRequest
-	case errors.Is(err, storage.ErrPreconditionFailed):
-		return codes.Conflict
 	case errors.Is(err, context.DeadlineExceeded):
 		// The request's deadline ran out while the SDK waited out the store.
 		return codes.UpstreamUnavailable
+	case errors.Is(err, storage.ErrOutcomeUnknown), storage.Transient(err):
+		// The store could not say whether a write happened (before the
+		// conflict case: such an error may carry the 412 of a retry), or
+		// failed in a way that passes: its trouble, not the server's. A
+		// client retries (with its idempotency key), and the retry finds
+		// out.
+		return codes.UpstreamUnavailable
+	case errors.Is(err, storage.ErrPreconditionFailed):
+		return codes.Conflict
 	}
 	return code
 }

@@ -49,6 +49,10 @@ func (r runner) Run() int {
 		fmt.Fprintln(os.Stderr, "stopping MinIO:", err)
 		code = 1
 	}
+	if err := cluster.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the MinIO cluster:", err)
+		code = 1
+	}
 	return code
 }
 

@@ -77,7 +77,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	}()
 	if o.store != nil {
 		w.store, w.where = o.store, "the given store"
-	} else if w.store, w.where, err = openStore(ctx, o); err != nil {
+	} else if w.store, w.where, err = openStore(ctx, o, w.log); err != nil {
 		return nil, err
 	}
 	if err := w.checkStore(ctx); err != nil {
@@ -267,7 +267,7 @@ func loadTokens(path string) (map[string]lifecycle.Actor, error) {
 	return tokens, nil
 }
 
-func openStore(ctx context.Context, o options) (storage.Store, string, error) {
+func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store, string, error) {
 	if o.s3Bucket == "" {
 		s, err := filestore.New(o.data)
 		if err != nil {
@@ -281,8 +281,9 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 	}
 	cfg.Bucket, cfg.Prefix = o.s3Bucket, o.s3Prefix
 	if o.s3Endpoint != "" {
-		cfg.Endpoint, cfg.UsePathStyle = o.s3Endpoint, true
+		cfg.Endpoint, cfg.Endpoints, cfg.UsePathStyle = o.s3Endpoint, nil, true
 	}
+	cfg.Settle, cfg.Logger = o.s3Settle, log
 	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
 		cfg.UsePathStyle = true
 	}
@@ -291,13 +292,35 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 		return nil, "", err
 	}
 	// A Worker on a bucket it cannot use would say it serves and then fail
-	// every call: refuse to start instead, saying why.
+	// every call: refuse to start instead, saying why. A server that does
+	// not answer yet (started with the Worker, or restarting) is waited
+	// for, within the same 30 s.
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.Check(checkCtx); err != nil {
+	if err := checkStore(checkCtx, s); err != nil {
 		return nil, "", err
 	}
-	return s, "s3 bucket " + cfg.Bucket, nil
+	where := "s3 bucket " + cfg.Bucket
+	if d := s.Settle(); d > 0 {
+		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
+	}
+	return s, where, nil
+}
+
+// checkStore runs the store's start-up check until it passes, fails for
+// a reason other than an unreachable server, or ctx ends.
+func checkStore(ctx context.Context, s *s3store.Store) error {
+	for {
+		err := s.Check(ctx)
+		if err == nil || !errors.Is(err, s3store.ErrUnreachable) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // checkStore runs the start-up semantics probe on the store (a few

@@ -299,6 +299,7 @@ func (p *proc) stop(t *testing.T, within time.Duration) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-p.done:
+		p.done <- err // for the cleanup's wait
 		if err != nil {
 			t.Errorf("%s exited: %v", p.name, err)
 		}

@@ -60,6 +60,13 @@ type Server struct {
 	args    []string
 	restart sync.Mutex
 	halted  bool
+
+	// readyPath is the health check Start and Resume wait for (empty: the
+	// liveness check); a cluster's node waits for its cluster check, which
+	// answers 200 only once that node serves writes with quorum.
+	readyPath string
+	// resumeLimit bounds Resume's wait (0: 30 s).
+	resumeLimit time.Duration
 }
 
 // FindBinary returns the path of the MinIO server binary, or an error
@@ -193,13 +200,23 @@ func start(ctx context.Context, bin, parent string) (*Server, error) {
 }
 
 func (s *Server) waitLive(ctx context.Context, limit time.Duration) error {
+	path := s.readyPath
+	if path == "" {
+		path = "/minio/health/live"
+	}
+	return s.waitPath(ctx, path, limit)
+}
+
+// waitPath polls path on the server until it answers 200, the process
+// exits, or limit passes.
+func (s *Server) waitPath(ctx context.Context, path string, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	tr := &http.Transport{DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 2 * time.Second}
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/minio/health/live", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+path, nil)
 		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -212,7 +229,7 @@ func (s *Server) waitLive(ctx context.Context, limit time.Duration) error {
 			s.waitErr <- err // Stop reads it again
 			return fmt.Errorf("minio exited before it was live (%v); log:\n%s", err, s.logTail())
 		case <-ctx.Done():
-			return fmt.Errorf("minio not live at %s: %w; log:\n%s", s.Endpoint, ctx.Err(), s.logTail())
+			return fmt.Errorf("minio not ready at %s%s: %w; log:\n%s", s.Endpoint, path, ctx.Err(), s.logTail())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -65,7 +65,11 @@ func (s *Server) Resume(ctx context.Context) error {
 		}
 		s.cmd, s.halted = cmd, false
 		go func() { s.waitErr <- cmd.Wait() }()
-		if lastErr = s.waitLive(ctx, 30*time.Second); lastErr == nil {
+		limit := s.resumeLimit
+		if limit == 0 {
+			limit = 30 * time.Second
+		}
+		if lastErr = s.waitLive(ctx, limit); lastErr == nil {
 			return nil
 		}
 		// It exited (the port still taken) or never got live: stop it and

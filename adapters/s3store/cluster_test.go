@@ -1,0 +1,90 @@
+package s3store_test
+
+import (
+	"context"
+	"iter"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/storetest"
+)
+
+// One 4-node cluster for the package, started by the first test that
+// needs it (about 5 s), stopped by TestMain.
+var (
+	cluster           miniotest.SharedCluster
+	clusterBucketOnce sync.Once
+	clusterBucket     string
+	clusterBucketErr  error
+)
+
+func clusterEnv(tb testing.TB) (*miniotest.Cluster, string) {
+	tb.Helper()
+	c := cluster.Get(tb)
+	clusterBucketOnce.Do(func() { clusterBucket, clusterBucketErr = c.CreateBucket(context.Background()) })
+	if clusterBucketErr != nil {
+		tb.Fatalf("creating bucket: %v", clusterBucketErr)
+	}
+	return c, clusterBucket
+}
+
+// spread is one store over every node of a cluster: each call goes to the
+// next node, so that a read or a conditional write meets a node other than
+// the one that took the write before it, as it does behind a load balancer
+// or with several Workers on several nodes.
+type spread struct {
+	nodes []storage.Store
+	next  atomic.Uint64
+}
+
+func (s *spread) pick() storage.Store {
+	return s.nodes[s.next.Add(1)%uint64(len(s.nodes))]
+}
+
+func (s *spread) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+	return s.pick().Get(ctx, key)
+}
+
+func (s *spread) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	return s.pick().Put(ctx, key, value, cond)
+}
+
+func (s *spread) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	return s.pick().Delete(ctx, key, cond)
+}
+
+func (s *spread) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.pick().List(ctx, prefix)
+}
+
+func (s *spread) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	return s.pick().ListAfter(ctx, prefix, after)
+}
+
+func newClusterStore(tb testing.TB) storage.Store {
+	tb.Helper()
+	c, bkt := clusterEnv(tb)
+	prefix := randomPrefix()
+	sp := &spread{}
+	for i := range c.Nodes {
+		s, err := s3store.NewWithClient(c.Client(i, &http.Client{Transport: transport}), bkt, prefix)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		sp.nodes = append(sp.nodes, s)
+	}
+	return sp
+}
+
+// TestConformanceCluster runs the conformance suite on a 4-node MinIO
+// cluster (one erasure set of 8 drives, EC:4), every call of a store going
+// to the next node. All nodes are up: the faults of a node going down and
+// coming back are the Worker scenarios' (examples/chaos).
+func TestConformanceCluster(t *testing.T) {
+	storetest.TestStore(t, func(t *testing.T) storage.Store { return newClusterStore(t) }, storetest.ContentVersions())
+}
