@@ -89,7 +89,7 @@ func TestKilledWorkerKeepsItsAnswers(t *testing.T) {
 			// runs at 4 at a time per process take a while).
 			rd := start(t, "reader", env, append(append([]string{"-addr", "127.0.0.1:0", "-owner", "reader"}, workerFlags...), storeArgs...)...)
 			reader := &client.Client{BaseURL: "http://" + waitServing(t, rd, 60*time.Second), HTTP: &http.Client{Timeout: 10 * time.Second}}
-			ld := &load{keys: 500, clients: 32, agent: AgentResearch, prefix: fmt.Sprintf("kill-%d", time.Now().UnixNano()),
+			ld := &submitLoad{keys: 500, clients: 32, agent: AgentResearch, prefix: fmt.Sprintf("kill-%d", time.Now().UnixNano()),
 				workers: []*client.Client{{BaseURL: "http://" + addr, HTTP: &http.Client{Timeout: 10 * time.Second}}},
 				reader:  func(int) *client.Client { return reader }, l: newLedger()}
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
