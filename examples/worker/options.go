@@ -35,6 +35,7 @@ type options struct {
 	lease       time.Duration
 	callbackURL string
 	noDemo      bool
+	demoConc    int
 	config      string
 	// retention is the janitor's config (Age, Ages, Interval); printS3
 	// prints the bucket lifecycle rules for it and exits.
@@ -89,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	})
 	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
 	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
+	fs.IntVar(&o.demoConc, "demo-concurrency", 4, "runs of each demo agent that may execute at once, across every process sharing the store")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -106,6 +108,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.retention.Age < 0 {
 		return o, fmt.Errorf("-retention %s is negative (0 keeps everything)", o.retention.Age)
+	}
+	if o.demoConc < 1 {
+		return o, fmt.Errorf("-demo-concurrency %d: want at least 1", o.demoConc)
 	}
 	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.idlePoll <= 0 || o.lease < time.Second {
 		return o, fmt.Errorf("-step-pause, -drain, -poll and -idle-poll must be positive, -lease at least 1s")

@@ -39,6 +39,10 @@ const nofileEnv = "CONVEYOR_WORKER_TEST_NOFILE"
 var minio miniotest.Shared
 
 func TestMain(m *testing.M) {
+	if os.Getenv(writerEnv) != "" {
+		conditionalWriter()
+		os.Exit(0)
+	}
 	if os.Getenv(childEnv) != "" {
 		if n := os.Getenv(nofileEnv); n != "" {
 			// The descriptor limit of the attacked process.
@@ -457,6 +461,7 @@ func TestRefusals(t *testing.T) {
 		{[]string{"-role", "boss"}, "want all, api or runner"},
 		{[]string{"-role", "api", "-addr", ""}, "needs -addr"},
 		{[]string{"-lease", "10ms"}, "-lease at least 1s"},
+		{[]string{"-demo-concurrency", "0"}, "want at least 1"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"-retention", "-1h"}, "negative"},
 		{[]string{"-retention-ages", "runs"}, "want kind=age"},
