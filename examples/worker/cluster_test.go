@@ -246,7 +246,7 @@ func TestClusterScenario(t *testing.T) {
 	if len(stuck) > 0 {
 		t.Errorf("jobs not COMPLETE: %d, e.g. %s", len(stuck), strings.Join(stuck[:min(5, len(stuck))], "; "))
 	}
-	r.auditCheck(t, ld, jl)
+	r.auditCheck(t, v.completed, jl)
 	t.Logf("store faults provoked (side prober, %d rounds): %d false 404s, %d create-only writes accepted over an existing key",
 		p.rounds.Load(), p.false404.Load(), p.overCreate.Load())
 	if p.false404.Load()+p.overCreate.Load() == 0 {
@@ -327,23 +327,16 @@ func (r *clusterRig) recovers(ctx context.Context, i int, limit time.Duration) s
 	return "it did not recover"
 }
 
-// auditCheck reads the audit log from the bucket: every completed
-// acknowledged run has its "completed" event, every job exactly one
-// COMPLETE event.
-func (r *clusterRig) auditCheck(t *testing.T, ld *submitLoad, jl *jobLoad) {
+// auditCheck reads the audit log from the bucket: every acknowledged run
+// read completed has its "completed" event, every job exactly one COMPLETE
+// event.
+func (r *clusterRig) auditCheck(t *testing.T, runIDs map[string]bool, jl *jobLoad) {
 	t.Helper()
 	s, err := s3store.NewWithClient(r.c.Client(0, &http.Client{Timeout: 30 * time.Second}), r.bkt, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	runIDs, jobIDs := map[string]bool{}, map[string]bool{}
-	ld.l.mu.Lock()
-	for _, as := range ld.l.acks {
-		for _, a := range as {
-			runIDs[a.runID] = true
-		}
-	}
-	ld.l.mu.Unlock()
+	jobIDs := map[string]bool{}
 	for i := range jl.n {
 		jobIDs[jl.id(i)] = true
 	}

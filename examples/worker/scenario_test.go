@@ -178,6 +178,7 @@ func (ld *submitLoad) missing(ctx context.Context, w int, runID string) bool {
 type verdict struct {
 	acked, duplicates, missingAtAnswer int
 	neverExisted, notCompleted         []string
+	completed                          map[string]bool // acknowledged runs read completed
 	twoRuns                            []string // keys answered with, or holding, two runs
 	executedTwice                      []string // keys with two runs that executed
 }
@@ -185,7 +186,7 @@ type verdict struct {
 // check reads every acknowledged run until it completes (or deadline),
 // and every run of the agent, through reader.
 func (ld *submitLoad) check(ctx context.Context, reader *client.Client, deadline time.Duration) (verdict, error) {
-	var v verdict
+	v := verdict{completed: map[string]bool{}}
 	runs := map[string]string{} // run id -> key
 	ld.l.mu.Lock()
 	for key, as := range ld.l.acks {
@@ -214,6 +215,8 @@ func (ld *submitLoad) check(ctx context.Context, reader *client.Client, deadline
 			v.neverExisted = append(v.neverExisted, key+" -> "+id)
 		case !ok || st.Status != "completed":
 			v.notCompleted = append(v.notCompleted, fmt.Sprintf("%s -> %s: %q", key, id, st.Status))
+		default:
+			v.completed[id] = true
 		}
 	}
 	all, err := reader.Runs(ctx, ld.agent)
