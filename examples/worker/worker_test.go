@@ -36,7 +36,10 @@ const childEnv = "CONVEYOR_WORKER_TEST_CHILD"
 // nofileEnv, set with childEnv, is the child's RLIMIT_NOFILE.
 const nofileEnv = "CONVEYOR_WORKER_TEST_NOFILE"
 
-var minio miniotest.Shared
+var (
+	minio   miniotest.Shared
+	cluster miniotest.SharedCluster
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv(writerEnv) != "" {
@@ -60,6 +63,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = minio.Stop()
+	_ = cluster.Stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
