@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// workerFlags are the scenarios' Worker settings: quick demo steps, a
-// short lease so that a killed Worker's runs are taken over within
-// seconds.
-var workerFlags = []string{"-step-pause", "2ms", "-poll", "100ms", "-idle-poll", "200ms", "-lease", "3s", "-drain", "5s"}
+// workerFlags are the scenarios' Worker settings: quick demo steps, 12
+// runs of an agent at once (across the processes), a short lease so that a
+// killed Worker's runs are taken over within seconds.
+var workerFlags = []string{"-step-pause", "2ms", "-demo-concurrency", "12", "-poll", "100ms", "-idle-poll", "200ms", "-lease", "3s", "-drain", "5s"}
 
 // storeFlags returns the flags and environment that put a Worker on a
 // fresh directory or a fresh bucket of the package's MinIO server.
@@ -89,7 +91,7 @@ func TestKilledWorkerKeepsItsAnswers(t *testing.T) {
 			// runs at 4 at a time per process take a while).
 			rd := start(t, "reader", env, append(append([]string{"-addr", "127.0.0.1:0", "-owner", "reader"}, workerFlags...), storeArgs...)...)
 			reader := &client.Client{BaseURL: "http://" + waitServing(t, rd, 60*time.Second), HTTP: &http.Client{Timeout: 10 * time.Second}}
-			ld := &load{keys: 500, clients: 32, agent: AgentResearch, prefix: fmt.Sprintf("kill-%d", time.Now().UnixNano()),
+			ld := &submitLoad{keys: 500, clients: 32, agent: AgentResearch, prefix: fmt.Sprintf("kill-%d", time.Now().UnixNano()),
 				workers: []*client.Client{{BaseURL: "http://" + addr, HTTP: &http.Client{Timeout: 10 * time.Second}}},
 				reader:  func(int) *client.Client { return reader }, l: newLedger()}
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -119,4 +121,57 @@ func TestKilledWorkerKeepsItsAnswers(t *testing.T) {
 			w.stop(t, 10*time.Second)
 		})
 	}
+}
+
+// TestWorkerWithItsStoreDown: a Worker whose only store endpoint stops
+// answers a submit 503 within seconds while it is down (not a hang, not a
+// 500) and, once the endpoint is back, serves again without a restart.
+func TestWorkerWithItsStoreDown(t *testing.T) {
+	gate(t, "issue 27 item 6: with its endpoint down the Worker holds a submit past 10 s instead of answering 503")
+	srv := miniotest.New(t)
+	bucket, err := srv.CreateBucket(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey, "AWS_REGION=" + srv.Region}
+	w := start(t, "worker", env, append([]string{"-addr", "127.0.0.1:0", "-s3-bucket", bucket, "-s3-endpoint", srv.Endpoint}, workerFlags...)...)
+	c := &client.Client{BaseURL: "http://" + waitServing(t, w, 60*time.Second), HTTP: &http.Client{Timeout: 12 * time.Second}}
+	submit := func() (int, time.Duration) {
+		began := time.Now()
+		_, err := c.Submit(t.Context(), lifecycle.SubmitRequest{AgentSlug: AgentResearch})
+		status, _ := retryable(err)
+		if err == nil {
+			status = http.StatusCreated
+		}
+		return status, time.Since(began).Round(10 * time.Millisecond)
+	}
+	if status, _ := submit(); status != http.StatusCreated {
+		t.Fatalf("submit with the store up: %d", status)
+	}
+	if err := srv.Halt(false); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		status, took := submit()
+		t.Logf("store down: submit answered %d in %v", status, took)
+		if status != http.StatusServiceUnavailable || took > 10*time.Second {
+			t.Errorf("store down: submit answered %d in %v, want 503 within 10 s", status, took)
+		}
+	}
+	if err := srv.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	for {
+		status, _ := submit()
+		if status == http.StatusCreated {
+			t.Logf("store back: the Worker answered 201 again %v later, without a restart", time.Since(began).Round(10*time.Millisecond))
+			break
+		}
+		if time.Since(began) > 30*time.Second {
+			t.Fatalf("store back for 30 s: the Worker still answers %d", status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.stop(t, 10*time.Second)
 }

@@ -38,6 +38,7 @@ type options struct {
 	lease       time.Duration
 	callbackURL string
 	noDemo      bool
+	demoConc    int
 	config      string
 	// allowUnsafeStore starts the Worker on a store that fails the
 	// start-up semantics probe (the failures are logged).
@@ -98,6 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
 	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
 	fs.BoolVar(&o.allowUnsafeStore, "allow-unsafe-store", false, "start even on a store that fails the start-up semantics check (a create-only write over an existing key accepted, a stale If-Match accepted, ...): the failed checks are logged, and exactly-once no longer holds (docs/stores.md)")
+	fs.IntVar(&o.demoConc, "demo-concurrency", 4, "runs of each demo agent that may execute at once, across every process sharing the store")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -115,6 +117,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.retention.Age < 0 {
 		return o, fmt.Errorf("-retention %s is negative (0 keeps everything)", o.retention.Age)
+	}
+	if o.demoConc < 1 {
+		return o, fmt.Errorf("-demo-concurrency %d: want at least 1", o.demoConc)
 	}
 	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.idlePoll <= 0 || o.streamWrite <= 0 || o.lease < time.Second {
 		return o, fmt.Errorf("-step-pause, -drain, -poll, -idle-poll and -stream-write-timeout must be positive, -lease at least 1s")

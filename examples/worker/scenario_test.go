@@ -85,8 +85,8 @@ func retryable(err error) (status int, again bool) {
 	return apiErr.Status, apiErr.Status >= 500 || apiErr.Status == http.StatusConflict || apiErr.Status == http.StatusTooManyRequests
 }
 
-// load is a burst of submits, one key each, from concurrent clients.
-type load struct {
+// submitLoad is a burst of submits, one key each, from concurrent clients.
+type submitLoad struct {
 	keys    int
 	clients int
 	agent   string
@@ -101,11 +101,11 @@ type load struct {
 	l      *ledger
 }
 
-func (ld *load) key(i int) string { return fmt.Sprintf("%s-%d", ld.prefix, i) }
+func (ld *submitLoad) key(i int) string { return fmt.Sprintf("%s-%d", ld.prefix, i) }
 
 // run submits every key, retrying each every retryEvery until it is
 // acknowledged, refused for good or ctx ends.
-func (ld *load) run(ctx context.Context) {
+func (ld *submitLoad) run(ctx context.Context) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for c := range ld.clients {
@@ -122,7 +122,7 @@ func (ld *load) run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (ld *load) submit(ctx context.Context, c int, key string) {
+func (ld *submitLoad) submit(ctx context.Context, c int, key string) {
 	w := c % len(ld.workers)
 	for ctx.Err() == nil {
 		res, err := ld.workers[w].Submit(ctx, lifecycle.SubmitRequest{AgentSlug: ld.agent, IdempotencyKey: key})
@@ -157,7 +157,7 @@ func (ld *load) submit(ctx context.Context, c int, key string) {
 // missing reads runID through another process right after it was
 // acknowledged: true when that process answers 404 RUN_NOT_FOUND. A
 // reader that cannot answer (it is being restarted) is asked again.
-func (ld *load) missing(ctx context.Context, w int, runID string) bool {
+func (ld *submitLoad) missing(ctx context.Context, w int, runID string) bool {
 	for range 50 {
 		_, err := ld.reader(w).Status(ctx, runID)
 		var apiErr *client.Error
@@ -178,14 +178,15 @@ func (ld *load) missing(ctx context.Context, w int, runID string) bool {
 type verdict struct {
 	acked, duplicates, missingAtAnswer int
 	neverExisted, notCompleted         []string
+	completed                          map[string]bool // acknowledged runs read completed
 	twoRuns                            []string // keys answered with, or holding, two runs
 	executedTwice                      []string // keys with two runs that executed
 }
 
 // check reads every acknowledged run until it completes (or deadline),
 // and every run of the agent, through reader.
-func (ld *load) check(ctx context.Context, reader *client.Client, deadline time.Duration) (verdict, error) {
-	var v verdict
+func (ld *submitLoad) check(ctx context.Context, reader *client.Client, deadline time.Duration) (verdict, error) {
+	v := verdict{completed: map[string]bool{}}
 	runs := map[string]string{} // run id -> key
 	ld.l.mu.Lock()
 	for key, as := range ld.l.acks {
@@ -214,6 +215,8 @@ func (ld *load) check(ctx context.Context, reader *client.Client, deadline time.
 			v.neverExisted = append(v.neverExisted, key+" -> "+id)
 		case !ok || st.Status != "completed":
 			v.notCompleted = append(v.notCompleted, fmt.Sprintf("%s -> %s: %q", key, id, st.Status))
+		default:
+			v.completed[id] = true
 		}
 	}
 	all, err := reader.Runs(ctx, ld.agent)
@@ -283,7 +286,7 @@ func isNotFound(err error) bool {
 
 // report logs the ledger and the verdict and fails t for each broken
 // promise.
-func (ld *load) report(t *testing.T, v verdict) {
+func (ld *submitLoad) report(t *testing.T, v verdict) {
 	t.Helper()
 	ld.l.mu.Lock()
 	defer ld.l.mu.Unlock()

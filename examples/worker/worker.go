@@ -123,6 +123,9 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	var agents []run.Agent
 	if !o.noDemo {
 		agents = demoAgents(clk, o.pause, w.nlm)
+		for i := range agents {
+			agents[i].Concurrency = o.demoConc
+		}
 	}
 	w.runner, err = run.NewRunner(run.Config{Store: w.store, Owner: owner, Clock: clk, Logger: w.log, Node: host,
 		Metrics: metrics, PollInterval: o.idlePoll, ParkedPollInterval: 4 * o.poll,

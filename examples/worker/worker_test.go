@@ -36,9 +36,16 @@ const childEnv = "CONVEYOR_WORKER_TEST_CHILD"
 // nofileEnv, set with childEnv, is the child's RLIMIT_NOFILE.
 const nofileEnv = "CONVEYOR_WORKER_TEST_NOFILE"
 
-var minio miniotest.Shared
+var (
+	minio   miniotest.Shared
+	cluster miniotest.SharedCluster
+)
 
 func TestMain(m *testing.M) {
+	if os.Getenv(writerEnv) != "" {
+		conditionalWriter()
+		os.Exit(0)
+	}
 	if os.Getenv(childEnv) != "" {
 		if n := os.Getenv(nofileEnv); n != "" {
 			// The descriptor limit of the attacked process.
@@ -56,6 +63,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = minio.Stop()
+	_ = cluster.Stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -457,6 +465,7 @@ func TestRefusals(t *testing.T) {
 		{[]string{"-role", "boss"}, "want all, api or runner"},
 		{[]string{"-role", "api", "-addr", ""}, "needs -addr"},
 		{[]string{"-lease", "10ms"}, "-lease at least 1s"},
+		{[]string{"-demo-concurrency", "0"}, "want at least 1"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"-retention", "-1h"}, "negative"},
 		{[]string{"-retention-ages", "runs"}, "want kind=age"},
