@@ -124,3 +124,52 @@ func TestSettleSlotOfARunReadMissingIsNotTaken(t *testing.T) {
 		}
 	}
 }
+
+// A runner taking over a run whose input it read as missing ran the run's
+// steps with no input.
+func TestSettleRunTakenOverKeepsItsInput(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	fs := faultstore.New(g.store)
+	fs.SetSettle(settle, g.clock.Now)
+	var mu sync.Mutex
+	var inputs []string
+	started := make(chan struct{}, 4)
+	work := run.Step{Name: "work", Idempotent: true, Timeout: time.Hour, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		mu.Lock()
+		inputs = append(inputs, string(in.Input))
+		first := len(inputs) == 1
+		mu.Unlock()
+		started <- struct{}{}
+		if first { // the first runner stops during it
+			<-ctx.Done()
+			return run.StepOutput{}, ctx.Err()
+		}
+		return run.StepOutput{Summary: "work"}, nil
+	}}
+	agent := run.Agent{Slug: "settle", Concurrency: 1, Steps: []run.Step{work, okStep("after")}}
+	long := func(c *run.Config) { c.RunTimeout, c.IndexRepairInterval = 24*time.Hour, 24*time.Hour }
+	a, stopA := g.runner("a", long, agent)
+	res, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug, Input: []byte(`{"topic":"x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stopA()
+	fs.Match(func(k string) bool { return strings.HasSuffix(k, res.RunID+"/input.json") })
+	fs.FalseNotFound(1)
+	b, _ := g.with(fs).runner("b", long, agent)
+	if st := g.wait(b, res.RunID, time.Second, time.Hour); st.Status != "completed" {
+		t.Fatalf("run %s: %s %s", res.RunID, st.Status, deref(st.Error))
+	}
+	if fs.FalseNotFounds() == 0 {
+		t.Fatal("the test provoked no false not-found")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, in := range inputs {
+		if in != `{"topic":"x"}` {
+			t.Fatalf("execution %d of the step had input %q; want the run's", i+1, in)
+		}
+	}
+}
