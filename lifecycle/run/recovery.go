@@ -64,6 +64,12 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 		if err != nil && !errors.Is(err, storage.ErrNotFound) {
 			return
 		}
+		if err != nil && !r.absent.Confirmed(inKey, r.now()) {
+			return // read missing once on a store that settles: a later poll looks again
+		}
+		if err == nil && r.absent.Settle > 0 {
+			r.absent.Found(inKey)
+		}
 		inputLost = err != nil
 	}
 	if r.indexCreated(ctx, &doc) != nil {

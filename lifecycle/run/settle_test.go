@@ -9,6 +9,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // The runner on a store that settles (issue 27): a false not-found read of
@@ -171,5 +172,57 @@ func TestSettleRunTakenOverKeepsItsInput(t *testing.T) {
 		if in != `{"topic":"x"}` {
 			t.Fatalf("execution %d of the step had input %q; want the run's", i+1, in)
 		}
+	}
+}
+
+// refuseStatus refuses every write of a run's status.json, as a submit
+// killed before its last write: the run's other objects are written.
+type refuseStatus struct{ storage.Store }
+
+func (s refuseStatus) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	if strings.HasSuffix(key, "/status.json") {
+		return "", storage.NewOpError("put", key, storage.ErrInvalidKey, nil)
+	}
+	return s.Store.Put(ctx, key, v, c)
+}
+
+// A runner finishing a submit that stopped before its status, whose read
+// of the run's input answered a false not-found, failed the run for an
+// input that was there.
+func TestSettleStoppedSubmitKeepsItsInput(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	fs := faultstore.New(g.store)
+	fs.SetSettle(settle, g.clock.Now)
+	steps := newGatedCounter()
+	close(steps.gate)
+	agent := run.Agent{Slug: "settle", Concurrency: 1, Steps: []run.Step{steps.step(), okStep("after")}}
+	long := func(c *run.Config) { c.RunTimeout, c.IndexRepairInterval = 24*time.Hour, 24*time.Hour }
+	a, stopA := g.with(refuseStatus{g.store}).runner("a", long, agent)
+	if _, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug, Input: []byte(`{"topic":"x"}`)}); err == nil {
+		t.Fatal("the submit wrote its status")
+	}
+	stopA()
+	var id string
+	for k, err := range g.store.List(context.Background(), "agents/settle/runs/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(k, "/input.json") {
+			id = strings.TrimSuffix(strings.TrimPrefix(k, "agents/settle/runs/"), "/input.json")
+		}
+	}
+	if id == "" {
+		t.Fatal("the submit wrote no input")
+	}
+	fs.Match(func(k string) bool { return strings.HasSuffix(k, id+"/input.json") })
+	fs.FalseNotFound(1)
+	b, _ := g.with(fs).runner("b", long, agent)
+	st := g.wait(b, id, time.Second, time.Hour)
+	if fs.FalseNotFounds() == 0 {
+		t.Fatal("the test provoked no false not-found")
+	}
+	if st.Status != "completed" || steps.count(id) != 1 {
+		t.Fatalf("run %s: %s %s, its step executed %d times; want completed once", id, st.Status, deref(st.Error), steps.count(id))
 	}
 }
