@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,8 +240,9 @@ func lockEpoch(t *testing.T, s storage.Store) int64 {
 }
 
 // The care costs nothing on a store that settles at once, and on one that
-// settles it costs two reads per job: Enqueue's read of the id and the
-// pickup's read of the artifact. No waits: the clock never moves here.
+// settles it costs three reads per job: Enqueue's read of the id, the
+// pickup's read of the artifact, and the fenced artifact write's read
+// before its create. No waits: the clock never moves here.
 func TestSettleCostsNothingOnAStoreThatSettlesAtOnce(t *testing.T) {
 	t.Parallel()
 	const jobs = 20
@@ -262,7 +264,97 @@ func TestSettleCostsNothingOnAStoreThatSettlesAtOnce(t *testing.T) {
 		}
 		calls[d] = cs.Total()
 	}
-	if extra := calls[settle] - calls[0]; extra != 2*jobs {
-		t.Fatalf("a store that settles took %d calls more than one that settles at once (%d); want %d, two reads a job", extra, calls[0], 2*jobs)
+	if extra := calls[settle] - calls[0]; extra != 3*jobs {
+		t.Fatalf("a store that settles took %d calls more than one that settles at once (%d); want %d, three reads a job", extra, calls[0], 3*jobs)
 	}
+}
+
+// The queue through disturbances of a store that settles: two workers,
+// jobs enqueued twice under their ids, sweeps and claims inside windows of
+// false not-founds and creates taken over existing jobs. Every job
+// completes and each handler runs once per job; a job created again over
+// its completed record is quarantined, not run again. The test fails if
+// the store injected no fault.
+func TestSettleEveryJobCompletesOnceThroughDisturbances(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	fs := faultstore.New(memstore.New())
+	fs.SetSettle(settle, clk.Now)
+	fs.Match(func(k string) bool { return strings.HasPrefix(k, "jobs/") || strings.HasPrefix(k, "queue/") })
+	queues := []*jobqueue.Queue{newQueue(t, fs, clk), newQueue(t, fs, clk)}
+	var mu sync.Mutex
+	calls := map[string]int{}
+	h := okHandlers()
+	call := h.CallNotebookLM
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		mu.Lock()
+		calls[job.JobID]++
+		mu.Unlock()
+		return call(ctx, job, snap)
+	}
+	const jobs = 24
+	id := func(i int) string { return fmt.Sprintf("job-%02d", i) }
+	for i := range jobs {
+		q := queues[i%2]
+		if i%6 == 0 {
+			fs.Disturb() // this enqueue and the next ones run in a window
+		}
+		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, spec(id(i), fmt.Sprintf("agent-%d", i%4))); err != nil {
+			t.Fatalf("enqueue %s: %v", id(i), err)
+		}
+		clk.Advance(time.Second)
+	}
+	for round := 0; round < 40; round++ {
+		q := queues[round%2]
+		if round%5 == 0 {
+			fs.Disturb()
+		}
+		if round%3 == 0 {
+			// A client enqueues a job again under its id.
+			_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, spec(id(round%jobs), fmt.Sprintf("agent-%d", round%4)))
+		}
+		if _, err := q.Sweep(ctx); err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+		for range jobs {
+			c, err := q.Claim(ctx, fmt.Sprint("w", round%2))
+			if err != nil || c == nil {
+				break
+			}
+			if _, err := c.Run(ctx, h); err != nil {
+				t.Fatalf("run %s: %v", c.Job().JobID, err)
+			}
+		}
+		clk.Advance(4 * time.Second)
+	}
+	fs.Calm()
+	clk.Advance(time.Hour)
+	for range 4 { // settled: the rest runs
+		if _, err := queues[0].Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		runAll(t, queues[0], h)
+		clk.Advance(time.Minute)
+	}
+	if fs.FalseNotFounds() == 0 || fs.DoubleCreates() == 0 {
+		t.Fatalf("the store injected %d false not-founds and %d double creates; want both", fs.FalseNotFounds(), fs.DoubleCreates())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	twice := 0
+	for i := range jobs {
+		j, err := queues[0].Get(ctx, lifecycle.ActorAdmin, id(i))
+		var qe *jobqueue.QuarantinedError
+		switch {
+		case errors.As(err, &qe) && strings.HasPrefix(qe.Reason, "created twice"):
+			twice++ // it completed, then was created again over its record
+		case err != nil || j.Status != lifecycle.JobComplete:
+			t.Errorf("%s: %s, %v; want COMPLETE", id(i), j.Status, err)
+		}
+		if calls[id(i)] != 1 {
+			t.Errorf("%s: its handler ran %d times; want once", id(i), calls[id(i)])
+		}
+	}
+	t.Logf("%d false not-founds, %d double creates, %d jobs created over a completed one and quarantined", fs.FalseNotFounds(), fs.DoubleCreates(), twice)
 }

@@ -148,8 +148,12 @@ func (r *Runner) slotHolderGone(ctx context.Context, slug, runID string) bool {
 		return true
 	}
 	doc, _, err := r.readStatus(ctx, slug, runID, key)
-	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
-		return true // gone, or poison and quarantined
+	if errors.Is(err, records.ErrCorrupt) {
+		return true // poison and quarantined
+	}
+	if errors.Is(err, storage.ErrNotFound) {
+		// Gone; on a store that settles, once a read Settle later agrees.
+		return r.absent.Confirmed(key, r.now())
 	}
 	if err != nil {
 		return false
