@@ -342,11 +342,12 @@ func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome
 		return nil, &outcome{kind: failed, err: err}
 	}
 	b, _, err := x.r.store.Get(ctx, inKey)
-	if errors.Is(err, storage.ErrNotFound) && x.r.absent.Settle > 0 {
+	if errors.Is(err, storage.ErrNotFound) && x.r.absent.Settle > 0 && x.r.mayHaveInput(ctx, doc) {
 		// One not-found of a store that settles is no proof the run has
 		// no input, and steps run without one cannot be undone: read
-		// again Settle later (a takeover, rare, of a run without input
-		// waits that long; a store that settles at once, never).
+		// again Settle later (only a run whose active entry says it has
+		// an input, or cannot be read, waits; a store that settles at
+		// once, never).
 		if err = clock.Sleep(ctx, x.r.cfg.Clock, x.r.absent.Settle); err == nil {
 			b, _, err = x.r.store.Get(ctx, inKey)
 		}
@@ -358,6 +359,26 @@ func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome
 		return nil, &end
 	}
 	return input, nil
+}
+
+// mayHaveInput tells whether doc's run may have an input.json: false only
+// when its active entry, written once by its submit before anything else,
+// says it has none. Such a run need not wait for evidence that its input
+// is missing.
+func (r *Runner) mayHaveInput(ctx context.Context, doc Status) bool {
+	key, err := layout.RunActiveKey(doc.AgentSlug, doc.RunID)
+	if err != nil {
+		return true
+	}
+	raw, _, err := r.store.Get(ctx, key)
+	if err != nil {
+		return true
+	}
+	var e activeEntry
+	if json.Unmarshal(raw, &e) != nil || e.Pending == nil || e.Pending.RunID != doc.RunID {
+		return true // written before entries carried the pending status: unknown
+	}
+	return e.Input
 }
 
 // doStep runs step i (number i+1) and records how it went. end is set when

@@ -226,3 +226,56 @@ func TestSettleStoppedSubmitKeepsItsInput(t *testing.T) {
 		t.Fatalf("run %s: %s %s, its step executed %d times; want completed once", id, st.Status, deref(st.Error), steps.count(id))
 	}
 }
+
+// A run submitted without an input, taken over on a store that settles,
+// waited the settle time for evidence that its input.json was missing
+// (every run without input, picked up by a process other than its
+// submitter's, started that much later). Its active entry says it has
+// none, so it starts as soon as on a store that settles at once.
+func TestSettleRunWithoutInputTakenOverDoesNotWait(t *testing.T) {
+	t.Parallel()
+	takeover := func(t *testing.T, settling bool) time.Duration {
+		g := newRig(t, nil)
+		var store storage.Store = g.store
+		if settling {
+			fs := faultstore.New(g.store)
+			fs.SetSettle(settle, g.clock.Now)
+			store = fs
+		}
+		var mu sync.Mutex
+		var starts []time.Time
+		started := make(chan struct{}, 4)
+		work := run.Step{Name: "work", Idempotent: true, Timeout: time.Hour, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			mu.Lock()
+			starts = append(starts, g.clock.Now())
+			first := len(starts) == 1
+			mu.Unlock()
+			started <- struct{}{}
+			if first {
+				<-ctx.Done()
+				return run.StepOutput{}, ctx.Err()
+			}
+			return run.StepOutput{Summary: "work"}, nil
+		}}
+		agent := run.Agent{Slug: "settle", Concurrency: 1, Steps: []run.Step{work}}
+		long := func(c *run.Config) { c.RunTimeout, c.IndexRepairInterval = 24*time.Hour, 24*time.Hour }
+		a, stopA := g.with(store).runner("a", long, agent)
+		res, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		stopA()
+		b, _ := g.with(store).runner("b", long, agent)
+		if st := g.wait(b, res.RunID, time.Second, time.Hour); st.Status != "completed" {
+			t.Fatalf("run %s: %s %s", res.RunID, st.Status, deref(st.Error))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return starts[len(starts)-1].Sub(starts[0])
+	}
+	base, got := takeover(t, false), takeover(t, true)
+	if got >= base+settle/2 {
+		t.Fatalf("taken over %v after its first start on a store that settles, %v on one that settles at once: it waited for an input it never had", got, base)
+	}
+}
