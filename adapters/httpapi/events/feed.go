@@ -22,7 +22,7 @@ const (
 	DefaultWatchPollInterval = time.Minute
 	DefaultIdlePollInterval  = 5 * time.Second
 	DefaultHeartbeat         = 15 * time.Second
-	DefaultBuffer            = 64
+	DefaultBuffer            = 256
 	DefaultLookback          = 10 * time.Second
 	DefaultMaxReplay         = 7 * 24 * time.Hour
 	DefaultMaxClients        = 1024
@@ -69,7 +69,10 @@ type Config struct {
 	// proxies keep it open. Default 15 s.
 	Heartbeat time.Duration
 	// Buffer is how many audit events' worth of frames wait for one client;
-	// a client that falls further behind is disconnected. Default 64.
+	// a client that falls further behind is disconnected. Default 256: the
+	// frames are shared by every client, so a slot costs a reference, and
+	// a client's connection buffers little of a burst (SendBuffer), so the
+	// feed keeps the burst instead.
 	Buffer int
 	// Lookback is how far behind the feed's cursor an audit event may be
 	// listed and still be delivered: the clock skew between writing nodes
