@@ -129,10 +129,10 @@ func (jl *jobLoad) run(ctx context.Context) {
 
 func (jl *jobLoad) enqueue(ctx context.Context, i int) {
 	runID := ""
-	for runID == "" && ctx.Err() == nil { // the run of key i, once acknowledged
+	for runID == "" && ctx.Err() == nil { // the i-th acknowledged run
 		jl.ld.l.mu.Lock()
-		if as := jl.ld.l.acks[jl.ld.key(i)]; len(as) > 0 {
-			runID = as[0].runID
+		if len(jl.ld.l.order) > i {
+			runID = jl.ld.l.order[i]
 		}
 		jl.ld.l.mu.Unlock()
 		time.Sleep(20 * time.Millisecond)
@@ -194,8 +194,8 @@ func (jl *jobLoad) stuckJobs(ctx context.Context, c *client.Client, deadline tim
 // cluster (one erasure set of 8 drives, EC:4), three Worker processes on
 // one bucket, 300 runs submitted with idempotency keys by retrying clients
 // and 150 jobs, while a conditional writer is killed mid-request (three
-// times), a node is stopped and restarted, and a Worker is killed -9 and
-// restarted. Then: no acknowledged run missing, no key with two executed
+// times), one node is stopped and restarted, another killed -9 and
+// restarted, and a Worker killed -9 and restarted. Then: no acknowledged run missing, no key with two executed
 // runs, 150 jobs COMPLETE with one COMPLETE audit event each, no answer
 // 500, no completed run without its audit event, nothing stuck. A side
 // prober counts the store faults the run provoked (false 404s, create-only
@@ -216,7 +216,13 @@ func TestClusterScenario(t *testing.T) {
 	}
 	pctx, pcancel := context.WithCancel(ctx)
 	probed := make(chan struct{})
-	go func() { defer close(probed); p.run(pctx) }()
+	go func() {
+		defer close(probed)
+		var pw sync.WaitGroup
+		pw.Go(func() { p.race(pctx) })
+		p.run(pctx)
+		pw.Wait()
+	}()
 	defer func() { pcancel(); <-probed }()
 
 	ld := &submitLoad{keys: 300, clients: 16, agent: AgentResearch, prefix: fmt.Sprintf("cl-%d", time.Now().UnixNano()),
@@ -235,7 +241,7 @@ func TestClusterScenario(t *testing.T) {
 	wg.Wait()
 	t.Logf("load done at %v", time.Since(began).Round(100*time.Millisecond))
 
-	v, err := ld.check(context.Background(), r.apis[0], 90*time.Second)
+	v, err := ld.check(context.Background(), r.apis[0], 150*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,8 +263,8 @@ func TestClusterScenario(t *testing.T) {
 
 // faults is the scenario's disturbances, each once the load has gone far
 // enough: the conditional writer killed mid-request three times, node 1
-// (Worker 1's) stopped for 8 s and restarted, Worker 2 killed -9 and
-// restarted 2 s later.
+// (Worker 1's) stopped for 8 s and restarted, node 3 killed -9 for 4 s and
+// restarted, Worker 2 killed -9 and restarted 2 s later.
 func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 	at := func(n int64) bool {
 		for ld.l.acked.Load() < n && ctx.Err() == nil {
@@ -270,7 +276,7 @@ func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 		return
 	}
 	for range 3 {
-		if err := r.killWriter(700 * time.Millisecond); err != nil {
+		if err := r.killWriter(1500 * time.Millisecond); err != nil {
 			r.t.Errorf("conditional writer: %v", err)
 		}
 	}
@@ -289,6 +295,19 @@ func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 	p.burst(ctx, 1, since, 5*time.Second)
 	r.t.Logf("node 1 stopped for 8 s and restarted at %d acknowledgments; Worker 1 answered meanwhile: %v; %s",
 		ld.l.acked.Load(), down, r.recovers(ctx, 1, 30*time.Second))
+	if !at(140) {
+		return
+	}
+	if err := r.c.Halt(3, true); err != nil {
+		r.t.Fatal(err)
+	}
+	since = p.mark()
+	time.Sleep(4 * time.Second)
+	if err := r.c.Nodes[3].Resume(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+	p.burst(ctx, 3, since, 3*time.Second)
+	r.t.Logf("node 3 killed -9 for 4 s and restarted at %d acknowledgments", ld.l.acked.Load())
 	if !at(180) {
 		return
 	}
