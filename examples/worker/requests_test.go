@@ -112,8 +112,11 @@ func TestRequestsPerRunAndJob(t *testing.T) {
 				env = []string{"AWS_ACCESS_KEY_ID=" + c.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.SecretKey, "AWS_REGION=" + c.Region}
 			}
 			counter := newS3Counter(t, endpoint)
+			tr := &http.Transport{}
+			t.Cleanup(tr.CloseIdleConnections)
 			direct, err := s3store.New(t.Context(), s3store.Config{Bucket: bucket, Endpoint: endpoint, UsePathStyle: true,
-				Region: "us-east-1", AccessKeyID: strings.TrimPrefix(env[0], "AWS_ACCESS_KEY_ID="),
+				HTTPClient: &http.Client{Transport: tr},
+				Region:     "us-east-1", AccessKeyID: strings.TrimPrefix(env[0], "AWS_ACCESS_KEY_ID="),
 				SecretAccessKey: strings.TrimPrefix(env[1], "AWS_SECRET_ACCESS_KEY=")})
 			if err != nil {
 				t.Fatal(err)

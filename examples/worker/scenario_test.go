@@ -181,8 +181,8 @@ type verdict struct {
 	acked, duplicates, missingAtAnswer int
 	neverExisted, notCompleted         []string
 	completed                          map[string]bool // acknowledged runs read completed
-	twoRuns                            []string // keys answered with, or holding, two runs
-	executedTwice                      []string // keys with two runs that executed
+	twoRuns                            []string        // keys answered with, or holding, two runs
+	executedTwice                      []string        // keys with two runs that executed
 }
 
 // check reads every acknowledged run until it completes (or deadline),
