@@ -56,7 +56,7 @@ func newProber(ctx context.Context, c *miniotest.Cluster, bkt string, hc *http.C
 		p.clients = append(p.clients, c.Client(i, hc))
 	}
 	for i := range 8 {
-		key := fmt.Sprintf("prober/seed-%d", i)
+		key := fmt.Sprintf("prober/base-%d", i)
 		if _, err := p.clients[0].PutObject(ctx, &s3.PutObjectInput{Bucket: &bkt, Key: &key, Body: bytes.NewReader(probeBody)}); err != nil {
 			return nil, err
 		}
@@ -88,7 +88,7 @@ func (p *prober) run(ctx context.Context) {
 			}
 		}
 		p.mu.Lock()
-		key := p.keys[rand.IntN(8)] // a seed, which the racer rewrites
+		key := p.keys[rand.IntN(8)] // a base key, which the racer rewrites
 		if n%2 == 1 {
 			key = p.keys[len(p.keys)-1-rand.IntN(min(len(p.keys), 12))] // a recent one
 		}
@@ -109,7 +109,7 @@ func (p *prober) run(ctx context.Context) {
 	}
 }
 
-// race rewrites the seed keys with If-Match (the same bytes), through
+// race rewrites the base keys with If-Match (the same bytes), through
 // every node in turn, until ctx ends: reads and create-only writes racing
 // rewrites, with a node killed, are where a cluster answers wrongly
 // (measured: a false 404 in about 300 reads with a node killed -9 and
@@ -117,7 +117,7 @@ func (p *prober) run(ctx context.Context) {
 func (p *prober) race(ctx context.Context) {
 	for n := 0; ctx.Err() == nil; n++ {
 		c := p.clients[(n+1)%len(p.clients)]
-		key := fmt.Sprintf("prober/seed-%d", n%8)
+		key := fmt.Sprintf("prober/base-%d", n%8)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if h, err := c.HeadObject(rctx, &s3.HeadObjectInput{Bucket: &p.bkt, Key: &key}); err == nil {
 			_, _ = c.PutObject(rctx, &s3.PutObjectInput{Bucket: &p.bkt, Key: &key, Body: bytes.NewReader(probeBody), IfMatch: h.ETag})
@@ -165,7 +165,7 @@ func (p *prober) burst(ctx context.Context, node, since int, d time.Duration) {
 }
 
 // The conditional writer: a child process (the test binary again) that
-// rewrites the prober's seed keys with If-Match and tries to create them
+// rewrites the prober's base keys with If-Match and tries to create them
 // with If-None-Match, and rewrites a large object of its own with If-Match,
 // every body trickled, so that a kill -9 lands in the middle of a request.
 const (
@@ -204,7 +204,7 @@ func conditionalWriter() {
 	big := "writer/big"
 	_, _ = c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bkt, Key: &big, Body: bytes.NewReader(proberBody)})
 	for n := 0; ; n++ {
-		key := "prober/seed-" + strconv.Itoa(n%8)
+		key := "prober/base-" + strconv.Itoa(n%8)
 		head, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bkt, Key: &key})
 		if err == nil {
 			_, _ = c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bkt, Key: &key, Body: bytes.NewReader(probeBody), IfMatch: head.ETag})
