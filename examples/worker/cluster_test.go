@@ -274,16 +274,20 @@ func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 		}
 		return ctx.Err() == nil
 	}
-	if !at(20) {
-		return
-	}
-	for range 3 {
-		if err := r.killWriter(1500 * time.Millisecond); err != nil {
-			r.t.Errorf("conditional writer: %v", err)
+	var writer sync.WaitGroup
+	defer writer.Wait()
+	writer.Go(func() { // alongside the other faults
+		if !at(20) {
+			return
 		}
-	}
-	r.t.Logf("conditional writer killed mid-request 3 times, at %d acknowledgments", ld.l.acked.Load())
-	if !at(60) {
+		for range 3 {
+			if err := r.killWriter(1500 * time.Millisecond); err != nil {
+				r.t.Errorf("conditional writer: %v", err)
+			}
+		}
+		r.t.Logf("conditional writer killed mid-request 3 times, the last at %d acknowledgments", ld.l.acked.Load())
+	})
+	if !at(50) {
 		return
 	}
 	if err := r.c.Halt(1, false); err != nil {
@@ -297,7 +301,7 @@ func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 	p.burst(ctx, 1, since, 5*time.Second)
 	r.t.Logf("node 1 stopped for 8 s and restarted at %d acknowledgments; Worker 1 answered meanwhile: %v; %s",
 		ld.l.acked.Load(), down, r.recovers(ctx, 1, 30*time.Second))
-	if !at(100) {
+	if !at(110) {
 		return
 	}
 	// A storm of racing rewrites and probes around the kill: the one
@@ -323,7 +327,7 @@ func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 	scancel()
 	storm.Wait()
 	r.t.Logf("node 3 killed -9 for 4 s and restarted at %d acknowledgments", ld.l.acked.Load())
-	if !at(140) {
+	if !at(170) {
 		return
 	}
 	r.restartWorker(2, 2*time.Second)
