@@ -311,6 +311,17 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	if d.Epoch > 0 {
 		return s.createFenced(ctx, actor, key, a, d.Audited)
 	}
+	if storage.SettleTime(s.cfg.Store) > 0 {
+		// A store that settles may take the create-only write below over
+		// the artifact: one found is answered as it stands, unwritten.
+		existing, _, err := records.Read[Artifact](ctx, s.cfg.Store, key)
+		if err == nil {
+			return existing, false, nil
+		}
+		if !errors.Is(err, storage.ErrNotFound) {
+			return Artifact{}, false, err
+		}
+	}
 	_, err = records.Create(ctx, s.cfg.Store, key, &a)
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		existing, _, err := records.Read[Artifact](ctx, s.cfg.Store, key)

@@ -312,6 +312,16 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission)
 	} else if !errors.Is(err, storage.ErrNotFound) {
 		return lifecycle.InboxEntry{}, err
 	}
+	if storage.SettleTime(b.cfg.Store) > 0 {
+		// A store that settles may take the create-only write below over
+		// an existing entry (and send a processed one back to pending):
+		// an entry found is ErrEntryExists, unwritten.
+		if _, _, err := b.cfg.Store.Get(ctx, key); err == nil {
+			return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s", ErrEntryExists, sub.ID)
+		} else if !errors.Is(err, storage.ErrNotFound) {
+			return lifecycle.InboxEntry{}, err
+		}
+	}
 	doc := entryDoc{InboxEntry: lifecycle.InboxEntry{ID: sub.ID, Source: sub.Source, Intent: sub.Intent, Metadata: sub.Metadata,
 		Status: lifecycle.InboxPending, CreatedAt: now}}
 	if _, err := records.Create(ctx, b.cfg.Store, key, &doc); err != nil {

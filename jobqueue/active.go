@@ -86,7 +86,9 @@ func (q *Queue) pendingAfter(key string, err error, now time.Time) bool {
 	case errors.As(err, &se):
 		return q.lanePending(key, &se.doc, now)
 	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt):
-		return q.lanePending(key, nil, now)
+		// Not yet believed gone (a store that settles): pending too.
+		_, jobID, _ := parseLaneKey(key)
+		return q.lanePending(key, nil, now) || !q.gone(jobID, err)
 	}
 	return false
 }

@@ -203,7 +203,9 @@ func (q *Queue) lockedOrphan(ctx context.Context, s *agentClaim) (orphan string,
 		orphan = "" // its job's run ended and its claim settled it
 	}
 	if orphan != "" && ready {
-		if orphan, err = q.settleNamed(ctx, orphan, named); err != nil {
+		if orphan, err = q.settleNamed(ctx, orphan, named); errors.Is(err, errUnsettled) {
+			return "", now.Add(laneRecheck), true, nil // the lock goes on naming it
+		} else if err != nil {
 			return "", time.Time{}, true, err
 		}
 	}
@@ -224,8 +226,10 @@ func (q *Queue) settleNamed(ctx context.Context, orphan string, named *jobDoc) (
 		switch {
 		case err == nil:
 			named = &d
-		case errors.Is(err, storage.ErrNotFound):
+		case q.gone(orphan, err):
 			orphan = "" // gone (its Enqueue undone, or quarantined): nothing to repair
+		case errors.Is(err, storage.ErrNotFound):
+			return "", errUnsettled
 		default:
 			return "", err
 		}
@@ -263,8 +267,11 @@ func (q *Queue) takeLock(ctx context.Context, s *agentClaim, orphan string) (c *
 	c.lockVer = s.lockVer
 	if orphan != "" {
 		c.named = orphan // a failed repair leaves the lock naming it (active.go)
-		if err := q.repairOrphan(ctx, orphan, c.epoch); err != nil && !errors.Is(err, storage.ErrNotFound) {
-			c.release(ctx)
+		if err := q.repairOrphan(ctx, orphan, c.epoch); err != nil && !q.gone(orphan, err) {
+			c.release(ctx) // still naming it
+			if errors.Is(err, storage.ErrNotFound) {
+				return nil, now.Add(laneRecheck), true, nil // read missing, not yet gone
+			}
 			return nil, time.Time{}, true, err
 		}
 		if q.hasAuditGap(orphan) {
@@ -332,6 +339,9 @@ func (q *Queue) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, j
 		return nil, time.Time{}, true, err
 	}
 	if picked {
+		if twice, err := q.createdTwice(ctx, &doc); err != nil || twice {
+			return q.dropTwice(ctx, s, c, key, jobID, err)
+		}
 		c.job, c.doc, c.ver = doc.Job, doc, ver
 		// The entry goes only once the pickup is confirmed: until then
 		// it may be all that points at the job (confirmPickup).

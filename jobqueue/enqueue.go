@@ -220,6 +220,9 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (_
 	lane := laneKey(n.AgentSlug, now, n.JobID)
 	doc.QueuedAt, doc.ReadyKey = &now, lane
 	doc.TraceParent = tracing.TraceParent(ctx)
+	if err := q.existsBeforeCreate(ctx, key, n.JobID); err != nil {
+		return lifecycle.Job{}, err
+	}
 	// The lane entry first, the job second (active.go): a job in flight is
 	// always in a lane or named by its agent's lock.
 	undo, err := q.putLaneFirst(ctx, lane, n.JobID, now)

@@ -42,7 +42,14 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	// made costs a read, not a refused write.
 	_, _, err = q.store.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
-		_, err = records.Create(ctx, q.store, key, &agentLock{Agent: agent})
+		fresh := agentLock{Agent: agent}
+		if q.absent.Settle > 0 {
+			// A store that settles may take this create over a lock it
+			// read as missing: the epoch starts from the clock, as a
+			// remade lock's (readLock), so epochs still only grow.
+			fresh.Epoch = q.clock.Now().UnixMilli()
+		}
+		_, err = records.Create(ctx, q.store, key, &fresh)
 	}
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err

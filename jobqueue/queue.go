@@ -126,6 +126,9 @@ type Queue struct {
 	userTypes map[lifecycle.JobType]bool
 
 	quar *core.Quarantiner // poison records to quarantine, logged and counted
+	// absent holds the jobs read missing on a store that settles, until
+	// their absence is confirmed (settle.go); settles at once elsewhere.
+	absent core.Absence
 
 	mu       sync.Mutex
 	agents   map[string]*agentState // every agent this Queue knows of
@@ -180,6 +183,7 @@ func New(cfg Config) (*Queue, error) {
 		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		quar:   &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger},
 		agents: map[string]*agentState{}, audited: map[string]int64{},
+		absent: core.Absence{Settle: storage.SettleTime(store)},
 	}, nil
 }
 

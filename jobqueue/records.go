@@ -41,6 +41,9 @@ func (q *Queue) read(ctx context.Context, jobID string) (jobDoc, storage.Version
 	if err = q.poison(ctx, err); err != nil {
 		return jobDoc{}, "", err
 	}
+	if q.absent.Settle > 0 {
+		q.absent.Found(jobID)
+	}
 	return d, v, nil
 }
 

@@ -164,7 +164,9 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 	case errors.Is(err, records.ErrCorrupt):
 		// Quarantined: its entry is garbage, whatever its age.
 	case errors.Is(err, storage.ErrNotFound):
-		if q.lanePending(key, nil, now) {
+		// The entry may be the job's only pointer: it goes once the job
+		// is gone, not on one not-found of a store that settles.
+		if q.lanePending(key, nil, now) || !q.gone(jobID, err) {
 			return nil
 		}
 	default:

@@ -23,6 +23,10 @@ var (
 	// ErrIdempotencyExpired: the key's record outlived its TTL;
 	// run.ErrIdempotencyExpired.
 	ErrIdempotencyExpired = errors.New("run: idempotency record expired")
+	// ErrIdempotencyInProgress: the key's run is still being created
+	// (IDEMPOTENCY_IN_PROGRESS); retry it. run.IdempotencyInProgressError
+	// matches it.
+	ErrIdempotencyInProgress error = &codedSentinel{"run: idempotency key still in progress", codes.IdempotencyInProgress}
 	// ErrJobExists: a job has the id already (JOB_EXISTS);
 	// jobqueue.ErrJobExists.
 	ErrJobExists = errors.New("jobqueue: job already exists")

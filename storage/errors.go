@@ -210,13 +210,14 @@ func Transient(err error) bool {
 		return false
 	}
 	// An HTTP answer (the AWS SDK's response errors have this method): only
-	// the server's trouble and throttling pass with time.
-	// (Status 0 is no answer at all: the request never got one, as when
-	// the connection is refused.)
+	// the server's trouble and throttling pass with time, and 499, which a
+	// stopping MinIO node answers (ClientDisconnected) for the requests it
+	// drops. (Status 0 is no answer at all: the request never got one, as
+	// when the connection is refused.)
 	var hs interface{ HTTPStatusCode() int }
 	if errors.As(c, &hs) && hs.HTTPStatusCode() != 0 {
 		code := hs.HTTPStatusCode()
-		return code >= 500 || code == 429 || code == 408
+		return code >= 500 || code == 429 || code == 408 || code == 499
 	}
 	return true
 }

@@ -30,6 +30,7 @@ func TestTransient(t *testing.T) {
 		{"HTTP 503", op(httpErr(503)), true},
 		{"HTTP 500", op(httpErr(500)), true},
 		{"HTTP 429", op(httpErr(429)), true},
+		{"HTTP 499 ClientDisconnected (a stopping MinIO node)", op(httpErr(499)), true},
 		{"HTTP 403 AccessDenied", op(httpErr(403)), false},
 		{"HTTP 404 NoSuchBucket", op(httpErr(404)), false},
 		{"HTTP 400", op(httpErr(400)), false},

@@ -541,7 +541,9 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 // without a cursor uses the index too. Elsewhere, and without an index, a
 // cursor in a directory of n entries reads n names (no stat, no sort of
 // the skipped ones) before it yields. Either way a listing reflects every
-// write and delete that completed before it began, by any process.
+// write and delete that completed before it began, by any process. A
+// directory it finds empty (a process killed between a deletion's unlink
+// and its prune left it) it removes, as the deletion would have.
 func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
@@ -633,6 +635,14 @@ func (l *lister) walk(dir string) error {
 	_ = f.Close() // read-only: closing loses nothing
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
+	}
+	if len(ents) == 0 && err == nil && dir != "" {
+		// Empty: a process killed between a deletion's unlink and its prune
+		// left it (or a write between its mkdir and its file). No key
+		// names it, so only a listing meets it; rmdir removes it only
+		// while it is still empty, as prune does after a deletion.
+		l.s.prune(path)
+		return nil
 	}
 	if last == "" && cursorIn && !tried && len(ents) >= indexMin {
 		// Large, though its size did not say so: indexed for the next

@@ -157,3 +157,45 @@ func TestDeleteRemovesOldLockFiles(t *testing.T) {
 		t.Errorf("left: %v", left)
 	}
 }
+
+// TestListRemovesEmptyDirectories: an empty directory, as a process killed
+// between a deletion's unlink and its prune leaves, is removed by the next
+// listing that meets it, with its parents while they are empty; a
+// directory holding a key, or a write's temporary file, stays. Before, it
+// stayed for ever: no key names it, and only a deletion pruned.
+func TestListRemovesEmptyDirectories(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "agents/a/runs/r2/status.json", []byte("{}"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"agents/a/runs/r1/steps", "agents/a/runs/r1/output", "agents/b/runs/r3", "agents/a/runs/r4"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A write in progress: its temporary file keeps its directory.
+	if err := os.WriteFile(filepath.Join(dir, "agents/a/runs/r4/.cnvtmp-x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k, err := range s.List(ctx, "agents/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) != 1 || keys[0] != "agents/a/runs/r2/status.json" {
+		t.Errorf("listed %v", keys)
+	}
+	got := strings.Join(files(t, dir), " ")
+	want := "agents agents/a agents/a/runs agents/a/runs/r2 agents/a/runs/r2/status.json agents/a/runs/r4 agents/a/runs/r4/.cnvtmp-x"
+	if got != want {
+		t.Errorf("left after the listing:\n%s\nwant\n%s", got, want)
+	}
+}

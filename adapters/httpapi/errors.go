@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -58,11 +60,18 @@ func codeOf(err error) string {
 		return codes.JobExists
 	case errors.Is(err, jobqueue.ErrInvalidJob), errors.Is(err, run.ErrInvalidIdempotencyKey):
 		return codes.InvalidRequest
-	case errors.Is(err, storage.ErrPreconditionFailed):
-		return codes.Conflict
 	case errors.Is(err, context.DeadlineExceeded):
 		// The request's deadline ran out while the SDK waited out the store.
 		return codes.UpstreamUnavailable
+	case errors.Is(err, storage.ErrOutcomeUnknown), storage.Transient(err):
+		// The store could not say whether a write happened (before the
+		// conflict case: such an error may carry the 412 of a retry), or
+		// failed in a way that passes: its trouble, not the server's. A
+		// client retries (with its idempotency key), and the retry finds
+		// out.
+		return codes.UpstreamUnavailable
+	case errors.Is(err, storage.ErrPreconditionFailed):
+		return codes.Conflict
 	}
 	return code
 }
@@ -88,6 +97,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	msg := err.Error()
 	if rec, ok := w.(*recorder); ok {
 		rec.code, rec.message = code, msg
+	}
+	var later interface{ RetryAfter() time.Duration }
+	if errors.As(err, &later) {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(later.RetryAfter().Round(time.Second)/time.Second))))
 	}
 	var ite *lifecycle.InvalidTransitionError
 	if errors.As(err, &ite) && status == http.StatusConflict {

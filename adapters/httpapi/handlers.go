@@ -119,7 +119,7 @@ func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 }
 
 func (s *Server) listRuns() handlerFunc {
-	return pagedRoute(runsQuery, func(ctx context.Context, _ lifecycle.Actor, q run.RunQuery, p pageParams) ([]run.Status, string, error) {
+	return pagedRoute(s.cursors, runsQuery, func(ctx context.Context, _ lifecycle.Actor, q run.RunQuery, p pageParams) ([]run.Status, string, error) {
 		q.Limit, q.Cursor = p.limit, p.cursor
 		page, err := s.cfg.Runner.ListRuns(ctx, q)
 		if err != nil {
@@ -189,7 +189,7 @@ func jobsQuery(r *http.Request, _ lifecycle.Actor) (jobqueue.JobQuery, error) {
 }
 
 func (s *Server) listJobs() handlerFunc {
-	return needs(s.cfg.Queue != nil, "job queue", pagedRoute(jobsQuery,
+	return needs(s.cfg.Queue != nil, "job queue", pagedRoute(s.cursors, jobsQuery,
 		func(ctx context.Context, actor lifecycle.Actor, jq jobqueue.JobQuery, p pageParams) ([]lifecycle.Job, string, error) {
 			jq.Limit, jq.Cursor = p.limit, p.cursor
 			page, err := s.cfg.Queue.ListPage(ctx, actor, jq)
@@ -313,7 +313,7 @@ func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) 
 }
 
 func (s *Server) inboxEntries() handlerFunc {
-	return needs(s.cfg.Inbox != nil, "inbox", pagedRoute(statusQuery,
+	return needs(s.cfg.Inbox != nil, "inbox", pagedRoute(s.cursors, statusQuery,
 		func(ctx context.Context, _ lifecycle.Actor, opts inbox.ListOptions, p pageParams) ([]lifecycle.InboxEntry, string, error) {
 			page, err := s.cfg.Inbox.ListPage(ctx, opts, p.limit, p.cursor)
 			return page.Entries, page.Next, err
@@ -321,7 +321,7 @@ func (s *Server) inboxEntries() handlerFunc {
 }
 
 func (s *Server) listQuarantine() handlerFunc {
-	return needs(s.cfg.Store != nil, "store for quarantine", pagedRoute(noInput,
+	return needs(s.cfg.Store != nil, "store for quarantine", pagedRoute(s.cursors, noInput,
 		func(ctx context.Context, _ lifecycle.Actor, _ struct{}, p pageParams) ([]wire.Quarantined, string, error) {
 			limit, err := core.PageLimit(p.limit)
 			if err != nil {

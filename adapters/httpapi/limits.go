@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 )
 
 // Defaults of Limits (docs/http-api.md, "Server limits").
@@ -82,10 +84,14 @@ func (l Limits) withDefaults() Limits {
 
 // HTTPServer returns an http.Server serving h with the header, idle and
 // header-size limits. It sets no ReadTimeout or WriteTimeout: they would
-// cut the event stream; the body's deadline is the Server's (BodyTimeout).
+// cut the event stream; the body's deadline is the Server's (BodyTimeout),
+// and the stream bounds each of its writes itself (events.Config's
+// WriteTimeout), on a connection whose send buffer it bounds through
+// ConnContext (events.ConnContext).
 func (l Limits) HTTPServer(h http.Handler) *http.Server {
 	l = l.withDefaults()
-	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout, MaxHeaderBytes: l.MaxHeaderBytes}
+	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout, MaxHeaderBytes: l.MaxHeaderBytes,
+		ConnContext: events.ConnContext}
 }
 
 // Listener bounds ln's connections per remote IP address to
@@ -149,6 +155,10 @@ type limitConn struct {
 	once    sync.Once
 	release func()
 }
+
+// NetConn returns the connection c wraps (as tls.Conn does), so the event
+// stream can set its send buffer.
+func (c *limitConn) NetConn() net.Conn { return c.Conn }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()

@@ -57,6 +57,16 @@ type Config struct {
 	// 404 NOT_FOUND, as for Queue.
 	Store storage.Store
 
+	// CursorKey signs the cursors of the paged lists (HMAC-SHA256), so a
+	// cursor no page of its list handed out is refused; at least
+	// MinCursorKeyLen (16) bytes. Default: the key kept in Store
+	// (system/cursor-key.json), created by the first Server that needs it
+	// and read once by every other, so Workers sharing a store accept each
+	// other's cursors; without Store, a random key of this Server's, whose
+	// cursors no other Server accepts. Set it (the same on every Worker)
+	// to keep the key out of the store.
+	CursorKey []byte
+
 	// Tokens maps bearer tokens to the actors they act as (LoadTokens,
 	// ParseTokens). Default none: only loopback clients are served, as the
 	// actor their X-Conveyor-Actor header names, gateway by default; the
@@ -122,6 +132,7 @@ type Server struct {
 	slugs   map[string]bool
 	sink    http.Handler
 	actorOK map[lifecycle.Actor]bool
+	cursors *cursors
 	// specs holds every machine a refused move may name, by name.
 	specs map[string]lifecycle.Spec
 }
@@ -159,7 +170,11 @@ func New(cfg Config) (*Server, error) {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), slugs: map[string]bool{}, actorOK: map[lifecycle.Actor]bool{}}
+	cs, err := newCursors(cfg.CursorKey, cfg.Store, cfg.Clock)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cursors: cs, cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), slugs: map[string]bool{}, actorOK: map[lifecycle.Actor]bool{}}
 	for _, a := range authority.Actors() {
 		s.actorOK[a] = true
 	}

@@ -113,7 +113,7 @@ type pageParams struct {
 }
 
 // readPageParams reads ?limit= and ?cursor=; the SDK checks their range
-// and the cursor's content.
+// and the position a cursor holds once pagedRoute has checked its MAC.
 func readPageParams(r *http.Request) (pageParams, error) {
 	q := r.URL.Query()
 	p := pageParams{cursor: q.Get("cursor")}
@@ -129,8 +129,10 @@ func readPageParams(r *http.Request) (pageParams, error) {
 
 // pagedRoute is jsonRoute for a list: the body is the page's items (a
 // plain JSON array, never null), and the next page, if any, is in a Link
-// header (RFC 8288): this request's URL with its cursor replaced.
-func pagedRoute[In, Item any](parse func(*http.Request, lifecycle.Actor) (In, error),
+// header (RFC 8288): this request's URL with its cursor replaced. The
+// cursors on the wire are signed by cs for their list: call sees the SDK's
+// position, and a cursor no page of this list handed out is refused.
+func pagedRoute[In, Item any](cs *cursors, parse func(*http.Request, lifecycle.Actor) (In, error),
 	call func(context.Context, lifecycle.Actor, In, pageParams) ([]Item, string, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
 		in, err := parse(r, actor)
@@ -141,6 +143,10 @@ func pagedRoute[In, Item any](parse func(*http.Request, lifecycle.Actor) (In, er
 		if err != nil {
 			return err
 		}
+		list := listOf(r.URL)
+		if p.cursor, err = cs.open(r.Context(), list, p.cursor); err != nil {
+			return err
+		}
 		items, next, err := call(r.Context(), actor, in, p)
 		if err != nil {
 			return err
@@ -149,6 +155,9 @@ func pagedRoute[In, Item any](parse func(*http.Request, lifecycle.Actor) (In, er
 			items = []Item{}
 		}
 		if next != "" {
+			if next, err = cs.seal(r.Context(), list, next); err != nil {
+				return err
+			}
 			w.Header().Set("Link", nextLink(r.URL, next))
 		}
 		return writeJSON(w, http.StatusOK, items)

@@ -86,5 +86,5 @@ func newClusterStore(tb testing.TB) storage.Store {
 // to the next node. All nodes are up: the faults of a node going down and
 // coming back are the Worker scenarios' (examples/chaos).
 func TestConformanceCluster(t *testing.T) {
-	storetest.TestStore(t, func(t *testing.T) storage.Store { return newClusterStore(t) }, storetest.ContentVersions())
+	storetest.TestStore(t, func(t *testing.T) storage.Store { return newClusterStore(t) }, storetest.ContentVersions(), storetest.NonAtomicConditionalDelete())
 }

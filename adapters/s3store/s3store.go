@@ -41,10 +41,35 @@
 // refuses a stale version itself: correct against a sequential writer,
 // atomic against concurrent writers on AWS S3 only. On MinIO a write that
 // lands between the HEAD and the DELETE is deleted, so nothing may rely on
-// a conditional Delete for mutual exclusion (see storage.Store's Delete).
+// a conditional Delete for mutual exclusion (see storage.Store's Delete);
+// its conformance run declares storetest.NonAtomicConditionalDelete (on
+// MinIO, 33 of 40 rounds of a Delete racing a swap of one version saw both
+// win).
 //
 // Objects written by other tools are values like any other: read whole,
 // with their ETag as version.
+//
+// # Servers that stop, stall or restart
+//
+// A stopping MinIO node drops the requests it holds with 499
+// ClientDisconnected, and a connection can be reset after a write was
+// carried out. Both are retried (the SDK's retry list lacks 499). A
+// conditional write none of whose attempts got an answer is read back by
+// its token, as a lost response is; if the token is not there, the error
+// matches storage.ErrOutcomeUnknown and is transient (storage.Transient),
+// so a patient caller retries it, and a retry that then meets a broken
+// condition is an unknown outcome too, never a conflict.
+//
+// New takes several endpoints of one cluster (Config.Endpoints) and fails
+// over between them through the SDK's own hooks: an endpoint resolver
+// picks, for every attempt, the next endpoint that is up; a middleware
+// inside the retry loop bounds each attempt (Config.AttemptTimeout) and
+// skips an endpoint that failed for a while; the retryer retries at once
+// while another endpoint is up. A Store made by NewWithClient has none of
+// this: its client is the caller's.
+//
+// On a MinIO cluster the store may answer wrongly for a while after a
+// disturbance; Settle (storage.Settler) says how long (Config.Settle).
 package s3store
 
 import (
@@ -56,11 +81,13 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -87,10 +114,40 @@ type Config struct {
 	// Empty means none; otherwise it must end in "/" and be at most
 	// MaxPrefixLen bytes.
 	Prefix string
-	// Endpoint is the S3 API URL, e.g. "http://127.0.0.1:9000" for MinIO.
-	// Empty: the SDK's default (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, or
-	// the AWS endpoint of Region).
+	// Endpoint is the S3 API URL, e.g. "http://127.0.0.1:9000" for MinIO,
+	// or several, comma-separated (as Endpoints). Empty, with Endpoints
+	// empty too: the SDK's default (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL,
+	// or the AWS endpoint of Region).
 	Endpoint string
+	// Endpoints are more URLs of the same server: the nodes of one MinIO
+	// cluster. Each request goes to the next endpoint that is up, in turn;
+	// an attempt that gets no answer, a 5xx or a 499 is retried at once on
+	// another one, and its endpoint is skipped for EndpointCooldown, after
+	// which a request tries it again. Endpoint, if set, comes first.
+	Endpoints []string
+	// EndpointCooldown is how long an endpoint that failed is skipped.
+	// 0 means DefaultEndpointCooldown (5 s).
+	EndpointCooldown time.Duration
+	// AttemptTimeout bounds one attempt of a request, from its start to
+	// the response's headers (a value's upload included; a body being read
+	// is not cut): a node that
+	// stalls (MinIO holds a write up to 30 s on a lock held through a dead
+	// node) costs one attempt, retried on another endpoint. A conditional
+	// write whose attempt timed out may still land: it is resolved as a
+	// lost response (see the package doc). 0 means DefaultAttemptTimeout
+	// (10 s); negative, none.
+	AttemptTimeout time.Duration
+	// Settle is how long the store may answer wrongly after a node
+	// restarts or a writer dies mid-request (storage.Settler): read as
+	// the engines' wait before they believe a key is missing. 0 means
+	// automatic: DefaultClusterSettle on a MinIO cluster (several
+	// endpoints, or Check finds an erasure set that needs more than one
+	// drive to write), else 0 (a single-drive server, AWS S3). Negative
+	// means 0 whatever the server.
+	Settle time.Duration
+	// Logger receives a WARN when an endpoint is skipped and an INFO when
+	// it answers again. Nil discards.
+	Logger *slog.Logger
 	// Region to sign for. Empty: AWS_REGION or the shared config; if those
 	// are empty too, "us-east-1" (which MinIO accepts).
 	Region string
@@ -101,7 +158,7 @@ type Config struct {
 	// static credentials. Empty: the SDK's default credential chain.
 	AccessKeyID, SecretAccessKey, SessionToken string
 	// MaxAttempts bounds the SDK's attempts per call, first included.
-	// 0 means the SDK default (3).
+	// 0 means 3, or one more than the endpoints when there are more.
 	MaxAttempts int
 	// HTTPClient carries the requests. Nil means the SDK's default client.
 	HTTPClient *http.Client
@@ -112,27 +169,37 @@ const (
 	EnvBucket    = "CONVEYOR_S3_BUCKET"
 	EnvPrefix    = "CONVEYOR_S3_PREFIX"
 	EnvPathStyle = "CONVEYOR_S3_PATH_STYLE"
+	// EnvEndpoints is a comma-separated list of endpoints (Config.Endpoints).
+	EnvEndpoints = "CONVEYOR_S3_ENDPOINTS"
 )
 
 // ConfigFromEnv builds a Config from CONVEYOR_S3_BUCKET (required),
-// CONVEYOR_S3_PREFIX and CONVEYOR_S3_PATH_STYLE ("true"/"false"; default
-// true when AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL is set, since a custom
-// endpoint is usually MinIO). Endpoint, region and credentials come from the
-// standard AWS variables (AWS_ENDPOINT_URL[_S3], AWS_REGION,
-// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...) through the
-// SDK's default chain when New loads the config.
+// CONVEYOR_S3_PREFIX, CONVEYOR_S3_ENDPOINTS (a comma-separated list of the
+// nodes of one cluster) and CONVEYOR_S3_PATH_STYLE ("true"/"false"; default
+// true when CONVEYOR_S3_ENDPOINTS, AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL
+// is set, since a custom endpoint is usually MinIO). Without
+// CONVEYOR_S3_ENDPOINTS, the endpoint, and always the region and
+// credentials, come from the standard AWS variables
+// (AWS_ENDPOINT_URL[_S3], AWS_REGION, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...) through the SDK's default chain
+// when New loads the config.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Bucket: os.Getenv(EnvBucket), Prefix: os.Getenv(EnvPrefix)}
-	if cfg.Bucket == "" {
-		return cfg, fmt.Errorf("s3store: %s is not set", EnvBucket)
+	if v := os.Getenv(EnvEndpoints); v != "" {
+		cfg.Endpoints = strings.Split(v, ",")
 	}
-	cfg.UsePathStyle = os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
+	cfg.UsePathStyle = len(cfg.Endpoints) > 0 || os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
 	if v := os.Getenv(EnvPathStyle); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return cfg, fmt.Errorf("s3store: %s=%q: %w", EnvPathStyle, v, err)
 		}
 		cfg.UsePathStyle = b
+	}
+	// The rest is read even without a bucket, for a caller that names
+	// the bucket itself (a flag).
+	if cfg.Bucket == "" {
+		return cfg, fmt.Errorf("s3store: %s is not set", EnvBucket)
 	}
 	return cfg, nil
 }
@@ -146,6 +213,10 @@ type Store struct {
 	client *s3.Client
 	bucket string
 	prefix string
+	pool   *pool // nil: one endpoint, the SDK's
+
+	settleCfg time.Duration
+	settle    atomic.Int64 // Settle(), in nanoseconds
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -161,9 +232,6 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		opts = append(opts, config.WithCredentialsProvider(
 			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)))
 	}
-	if cfg.MaxAttempts > 0 {
-		opts = append(opts, config.WithRetryMaxAttempts(cfg.MaxAttempts))
-	}
 	// MinIO and many S3-compatible servers reject or mis-handle the SDK's
 	// default CRC checksums; compute them only when the API requires one.
 	opts = append(opts,
@@ -176,9 +244,18 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if awsCfg.Region == "" {
 		awsCfg.Region = "us-east-1"
 	}
+	urls, err := parseEndpoints(cfg.Endpoint, cfg.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	var p *pool
+	if len(urls) > 0 {
+		p = newPool(urls, orDefault(cfg.EndpointCooldown, DefaultEndpointCooldown), cfg.Logger)
+	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
-		if cfg.Endpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		if p != nil {
+			o.BaseEndpoint = aws.String(urls[0])
+			o.EndpointResolverV2 = &resolver{pool: p, inner: s3.NewDefaultEndpointResolverV2()}
 		}
 		o.UsePathStyle = cfg.UsePathStyle
 		if cfg.HTTPClient != nil {
@@ -186,8 +263,40 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			// AWS_CA_BUNDLE handling never needs to modify the caller's client.
 			o.HTTPClient = cfg.HTTPClient
 		}
+		o.Retryer = newRetryer(maxAttempts(cfg.MaxAttempts, len(urls)), p)
+		g := &guard{pool: p, timeout: orDefault(cfg.AttemptTimeout, DefaultAttemptTimeout)}
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Finalize.Insert(g, "Retry", middleware.After)
+		})
 	})
-	return NewWithClient(client, cfg.Bucket, cfg.Prefix)
+	s, err := NewWithClient(client, cfg.Bucket, cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = p
+	s.settleCfg = cfg.Settle
+	if cfg.Settle > 0 || (cfg.Settle == 0 && len(urls) > 1) {
+		s.settle.Store(int64(orDefault(cfg.Settle, DefaultClusterSettle)))
+	}
+	return s, nil
+}
+
+// orDefault is d when v is 0, none when v is negative, else v.
+func orDefault(v, d time.Duration) time.Duration {
+	switch {
+	case v == 0:
+		return d
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+func maxAttempts(configured, endpoints int) int {
+	if configured > 0 {
+		return configured
+	}
+	return max(3, endpoints+1)
 }
 
 // NewWithClient returns a Store on a caller-built client, for callers who
@@ -215,24 +324,34 @@ func NewWithClient(client *s3.Client, bucket, prefix string) (*Store, error) {
 // with one sentence that says which, instead of failing on every later
 // call. It is the only call of the Store that is about the bucket rather
 // than a key.
+//
+// On a MinIO server given by endpoint, Check also asks its cluster health
+// check whether it is a cluster, which sets Settle when Config.Settle is 0.
 func (s *Store) Check(ctx context.Context) error {
 	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
 	switch {
 	case err == nil:
+		s.detectCluster(ctx)
 		return nil
 	case ctx.Err() != nil:
-		return fmt.Errorf("s3store: bucket %q: no answer: %w", s.bucket, err)
+		return fmt.Errorf("s3store: bucket %q: no answer: %w: %w", s.bucket, ErrUnreachable, err)
 	}
 	switch httpStatus(err) {
 	case http.StatusNotFound:
 		return fmt.Errorf("s3store: bucket %q does not exist (create it, or name another with -s3-bucket / %s): %w", s.bucket, EnvBucket, err)
 	case http.StatusForbidden:
 		return fmt.Errorf("s3store: bucket %q: access denied to these credentials: %w", s.bucket, err)
-	case 0:
-		return fmt.Errorf("s3store: bucket %q: the server cannot be reached: %w", s.bucket, err)
+	}
+	if endpointFailure(err) {
+		return fmt.Errorf("s3store: bucket %q: %w: %w", s.bucket, ErrUnreachable, err)
 	}
 	return fmt.Errorf("s3store: bucket %q: %w", s.bucket, err)
 }
+
+// ErrUnreachable is matched by Check's error when no endpoint answered
+// (refused, timed out, or a 5xx or 499 as a starting or stopping server
+// answers): worth waiting for, unlike a missing bucket.
+var ErrUnreachable = errors.New("the server cannot be reached")
 
 // Client is the underlying S3 client.
 func (s *Store) Client() *s3.Client { return s.client }
@@ -329,49 +448,51 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	case storage.MatchVersion:
 		in.IfMatch = quote(cond.Version())
 	}
-	var attempts attemptCounter
+	var call callState
 	var optFns []func(*s3.Options)
 	if cond.Kind() != storage.Unconditional {
-		optFns = append(optFns, attempts.option)
+		optFns = append(optFns, call.option)
 	}
 	out, err := s.client.PutObject(ctx, in, optFns...)
 	if err == nil {
 		return unquote(out.ETag), nil
 	}
-	if !isConditionFailure(err, cond) {
+	conflict := isConditionFailure(err, cond)
+	switch {
+	case conflict && call.n.Load() <= 1:
+		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, err)
+	case !conflict && !call.ambiguous.Load():
 		return "", fail(ctx, "put", key, err)
 	}
-	if attempts.n.Load() <= 1 {
-		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, err)
-	}
 	// The condition failed on an SDK retry, perhaps because an earlier
-	// attempt landed: read the token back before calling it a conflict.
-	v, ok, herr := s.landed(ctx, key, token)
+	// attempt landed, or an attempt got no answer (a reset, a timeout, a
+	// 499 from a stopping node): read the token back before calling it a
+	// conflict or a failure.
+	if ctx.Err() != nil {
+		return "", storage.NewOpError("put", key, ctx.Err(), &unknownOutcome{err: err})
+	}
+	var headOpts []func(*s3.Options)
+	if !conflict {
+		// No answer: the key may be locked by a dead node (see
+		// Config.AttemptTimeout), and the read-back would wait as long as
+		// the write. One attempt says what it can.
+		headOpts = append(headOpts, func(o *s3.Options) { o.RetryMaxAttempts = 1 })
+	}
+	v, ok, herr := s.landed(ctx, key, token, headOpts...)
 	switch {
 	case ok:
 		return v, nil
-	case herr != nil:
-		return "", storage.NewOpError("put", key, storage.ErrOutcomeUnknown, errors.Join(err, herr))
-	default:
+	case conflict && herr == nil:
 		return "", storage.NewOpError("put", key, storage.ErrOutcomeUnknown, err)
+	case conflict:
+		return "", storage.NewOpError("put", key, storage.ErrOutcomeUnknown, errors.Join(err, herr))
 	}
-}
-
-// attemptCounter counts the SDK's attempts of one call: a middleware
-// placed after the retry loop runs once per attempt.
-type attemptCounter struct{ n atomic.Int32 }
-
-func (c *attemptCounter) ID() string { return "ConveyorAttemptCounter" }
-
-func (c *attemptCounter) HandleFinalize(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-	c.n.Add(1)
-	return next.HandleFinalize(ctx, in)
-}
-
-func (c *attemptCounter) option(o *s3.Options) {
-	o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
-		return st.Finalize.Insert(c, "Retry", middleware.After)
-	})
+	// No answer, and the token is not (yet) there: the write may land
+	// later or never. Retried as such by a patient caller.
+	if herr != nil {
+		err = errors.Join(err, herr)
+	}
+	return "", storage.NewOpError("put", key, nil, &unknownOutcome{err: err})
 }
 
 // isConditionFailure reports whether err says a precondition did not hold:
@@ -394,8 +515,8 @@ func isConditionFailure(err error, cond storage.Condition) bool {
 
 // landed reports whether the object now at key carries token, i.e. our write
 // is the current one, and its version.
-func (s *Store) landed(ctx context.Context, key, token string) (storage.Version, bool, error) {
-	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)})
+func (s *Store) landed(ctx context.Context, key, token string, optFns ...func(*s3.Options)) (storage.Version, bool, error) {
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)}, optFns...)
 	if err != nil {
 		if noSuchKey(err) {
 			return "", false, nil

@@ -6,6 +6,7 @@
 //	go run ./examples/conveyor watch run_2026-11-23_...
 //	go run ./examples/conveyor approve run_... -by owner
 //	go run ./examples/conveyor machine approval -format mermaid
+//	go run ./examples/conveyor conformance -s3-bucket b -s3-endpoint http://127.0.0.1:9000
 //
 // The API address comes from -addr or CONVEYOR_ADDR (default
 // 127.0.0.1:8080; host:port as the Worker's -addr takes it, or a URL), the
@@ -68,6 +69,8 @@ commands:
   schedules [list] | schedules pause <id> | schedules resume <id>
   machine <name> [-format mermaid|dot|json]   canonical, cancelable, approval, step, job, nlm, inbox
   events [-run ID] [-after ID]    print the event stream
+  conformance (-dir DIR | -s3-bucket B [-s3-endpoint URL] [-s3-prefix P/]) [-run REGEXP] [-v]
+                                  run the store conformance suite against a store
 `
 
 // cli runs one command and returns the exit code: 0, 1 for an error, 2
@@ -85,6 +88,9 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() == 0 {
 		fs.Usage()
 		return 2
+	}
+	if fs.Arg(0) == "conformance" { // a store's, not the Worker's: no API
+		return conformance(ctx, fs.Args()[1:], stdout, stderr)
 	}
 	base, err := baseURL(*addr)
 	if err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -15,12 +17,35 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// childEnv, set, makes the test binary the conveyor command itself: the
+// conformance command ends its process, so its tests run it as one.
+const childEnv = "CONVEYOR_CLI_TEST_CHILD"
+
+var minio miniotest.Shared
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		main()
+	}
+	code := m.Run()
+	if err := minio.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping MinIO:", err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // worker is a Worker surface on a memstore: a Runner with a quick agent
 // and one that waits for approval, the API with its event feed.

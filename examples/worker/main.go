@@ -16,6 +16,12 @@
 // CONVEYOR_S3_BUCKET) and the standard AWS variables, plus -s3-endpoint (or
 // AWS_ENDPOINT_URL) for MinIO.
 //
+// At start the Worker checks that its store keeps the promises it rests on
+// (a create-only write over an existing key fails, a stale If-Match fails,
+// ...) with a few writes under probe/ that it removes; a store that fails
+// refuses to start, naming the failed checks, unless -allow-unsafe-store
+// (docs/stores.md).
+//
 // -retention 168h deletes finished history a week after it finished (a
 // janitor on every process; one pass an hour across them), with per-kind
 // overrides in -retention-ages; -print-s3-lifecycle prints the bucket

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/retention"
@@ -27,16 +28,21 @@ type options struct {
 	logLevel slog.Level
 
 	s3Bucket, s3Endpoint, s3Prefix string
+	s3Settle                       time.Duration
 
 	pause       time.Duration
 	drain       time.Duration
 	poll        time.Duration
+	streamWrite time.Duration
 	idlePoll    time.Duration
 	lease       time.Duration
 	callbackURL string
 	noDemo      bool
 	demoConc    int
 	config      string
+	// allowUnsafeStore starts the Worker on a store that fails the
+	// start-up semantics probe (the failures are logged).
+	allowUnsafeStore bool
 	// retention is the janitor's config (Age, Ages, Interval); printS3
 	// prints the bucket lifecycle rules for it and exits.
 	retention retention.Config
@@ -74,11 +80,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tokens, "tokens", "", "file of bearer tokens, `token actor` per line (also CONVEYOR_TOKENS=tok=actor,...); none: loopback only")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "DEBUG shows every state change")
 	fs.StringVar(&o.s3Bucket, "s3-bucket", os.Getenv(s3store.EnvBucket), "S3/MinIO bucket instead of -data (env "+s3store.EnvBucket+")")
-	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "S3 API URL, e.g. http://127.0.0.1:9000 for MinIO (default AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
+	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "S3 API URL, e.g. http://127.0.0.1:9000 for MinIO, or the comma-separated URLs of a MinIO cluster's nodes to fail over between (default "+s3store.EnvEndpoints+", AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
+	fs.DurationVar(&o.s3Settle, "s3-settle", 0, "how long the store may answer wrongly after a node restarts: 0 finds out (40s on a MinIO cluster, else none), negative none")
 	fs.StringVar(&o.s3Prefix, "s3-prefix", os.Getenv("CONVEYOR_S3_PREFIX"), "key prefix in the bucket, ending in /")
 	fs.DurationVar(&o.pause, "step-pause", 2*time.Second, "how long each demo step and the NLM simulator take")
 	fs.DurationVar(&o.drain, "drain", 15*time.Second, "how long SIGINT/SIGTERM may take to drain before the process exits anyway")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often the event stream looks for changes")
+	fs.DurationVar(&o.streamWrite, "stream-write-timeout", events.DefaultWriteTimeout, "how long a write to an event stream client may wait; a client that leaves more unread than its connection buffers (about 100 KB) is disconnected after it")
 	fs.DurationVar(&o.idlePoll, "idle-poll", defaultIdlePoll, "the longest wait of the runner, the job worker and the NLM processor between looks for work other processes submitted (the event feed, on a store that cannot watch, waits up to twice it between listings of the audit log): they look every 25 ms while such work arrives and back off to this when none does, so it bounds the first pickup after idleness and sets an idle process's store requests (docs/performance.md)")
 	fs.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a run's lease lasts unheard: a killed runner's runs are taken over after it (heartbeats every third)")
 	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
@@ -90,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	})
 	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
 	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
+	fs.BoolVar(&o.allowUnsafeStore, "allow-unsafe-store", false, "start even on a store that fails the start-up semantics check (a create-only write over an existing key accepted, a stale If-Match accepted, ...): the failed checks are logged, and exactly-once no longer holds (docs/stores.md)")
 	fs.IntVar(&o.demoConc, "demo-concurrency", 4, "runs of each demo agent that may execute at once, across every process sharing the store")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
 	if err := fs.Parse(args); err != nil {
@@ -112,8 +121,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.demoConc < 1 {
 		return o, fmt.Errorf("-demo-concurrency %d: want at least 1", o.demoConc)
 	}
-	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.idlePoll <= 0 || o.lease < time.Second {
-		return o, fmt.Errorf("-step-pause, -drain, -poll and -idle-poll must be positive, -lease at least 1s")
+	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.idlePoll <= 0 || o.streamWrite <= 0 || o.lease < time.Second {
+		return o, fmt.Errorf("-step-pause, -drain, -poll, -idle-poll and -stream-write-timeout must be positive, -lease at least 1s")
 	}
 	if o.callbackURL == "" && (o.role == roleRunner || o.addr == "") {
 		o.callbackURL = "http://127.0.0.1:8080/nlm/callback" // a runner posts to the API process

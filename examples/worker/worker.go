@@ -34,6 +34,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/probe"
 )
 
 // worker is one process's part of the Worker: what its role runs.
@@ -76,7 +77,10 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	}()
 	if o.store != nil {
 		w.store, w.where = o.store, "the given store"
-	} else if w.store, w.where, err = openStore(ctx, o); err != nil {
+	} else if w.store, w.where, err = openStore(ctx, o, w.log); err != nil {
+		return nil, err
+	}
+	if err := w.checkStore(ctx); err != nil {
 		return nil, err
 	}
 	if w.tracer, w.endTraces, err = tracerProvider(ctx); err != nil {
@@ -190,7 +194,8 @@ func (w *worker) listen(o *options) (err error) {
 // buildAPI builds what a serving process adds: the event feed, the
 // webhooks whose secret is set and the HTTP API.
 func (w *worker) buildAPI(o options, conf fileConfig, clk clock.Clock, reg *prometheus.Registry) (err error) {
-	w.feed, err = events.New(events.Config{Store: w.store, Clock: clk, Logger: w.log, PollInterval: o.poll, IdlePollInterval: 2 * o.idlePoll})
+	w.feed, err = events.New(events.Config{Store: w.store, Clock: clk, Logger: w.log, PollInterval: o.poll, IdlePollInterval: 2 * o.idlePoll,
+		WriteTimeout: o.streamWrite})
 	if err != nil {
 		return err
 	}
@@ -265,7 +270,7 @@ func loadTokens(path string) (map[string]lifecycle.Actor, error) {
 	return tokens, nil
 }
 
-func openStore(ctx context.Context, o options) (storage.Store, string, error) {
+func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store, string, error) {
 	if o.s3Bucket == "" {
 		s, err := filestore.New(o.data)
 		if err != nil {
@@ -279,8 +284,9 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 	}
 	cfg.Bucket, cfg.Prefix = o.s3Bucket, o.s3Prefix
 	if o.s3Endpoint != "" {
-		cfg.Endpoint, cfg.UsePathStyle = o.s3Endpoint, true
+		cfg.Endpoint, cfg.Endpoints, cfg.UsePathStyle = o.s3Endpoint, nil, true
 	}
+	cfg.Settle, cfg.Logger = o.s3Settle, log
 	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
 		cfg.UsePathStyle = true
 	}
@@ -289,13 +295,57 @@ func openStore(ctx context.Context, o options) (storage.Store, string, error) {
 		return nil, "", err
 	}
 	// A Worker on a bucket it cannot use would say it serves and then fail
-	// every call: refuse to start instead, saying why.
+	// every call: refuse to start instead, saying why. A server that does
+	// not answer yet (started with the Worker, or restarting) is waited
+	// for, within the same 30 s.
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.Check(checkCtx); err != nil {
+	if err := checkStore(checkCtx, s); err != nil {
 		return nil, "", err
 	}
-	return s, "s3 bucket " + cfg.Bucket, nil
+	where := "s3 bucket " + cfg.Bucket
+	if d := s.Settle(); d > 0 {
+		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
+	}
+	return s, where, nil
+}
+
+// checkStore runs the store's start-up check until it passes, fails for
+// a reason other than an unreachable server, or ctx ends.
+func checkStore(ctx context.Context, s *s3store.Store) error {
+	for {
+		err := s.Check(ctx)
+		if err == nil || !errors.Is(err, s3store.ErrUnreachable) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// checkStore runs the start-up semantics probe on the store (a few
+// requests under a folder of its own, removed afterwards): a store that
+// breaks a promise the engines rest on refuses to start, naming the failed
+// checks, unless -allow-unsafe-store, which logs them and starts.
+func (w *worker) checkStore(ctx context.Context) error {
+	start := time.Now()
+	err := probe.Run(ctx, w.store, probe.Config{})
+	switch {
+	case err == nil:
+		w.log.Info("store_checked", "store", w.where, "took_ms", time.Since(start).Milliseconds())
+		return nil
+	case errors.Is(err, probe.ErrFailed) && w.opts.allowUnsafeStore:
+		w.log.Warn("store_semantics_failed", "store", w.where, "error", err.Error(),
+			"msg_detail", "starting anyway (-allow-unsafe-store): duplicate submits may start two runs, a job may run twice")
+		return nil
+	case errors.Is(err, probe.ErrFailed):
+		return fmt.Errorf("%s does not keep the promises the Worker rests on, so it refuses to start "+
+			"(-allow-unsafe-store starts anyway; docs/stores.md):\n%w", w.where, err)
+	}
+	return fmt.Errorf("%s: %w", w.where, err)
 }
 
 // serve runs the role's parts until ctx ends, then drains them within

@@ -18,14 +18,33 @@ import (
 // sweep, finds it missing and writes it (EnsureAudit) before going on.
 
 // PutAudit writes an audit object create-only; one already there (another
-// writer's copy of the same object) is success.
+// writer's copy of the same object) is success. A write whose outcome the
+// store could not tell (a node stopping mid-request) is settled by a read,
+// and written again if the object is not there: its bytes are the same
+// whoever writes them, so a second create changes nothing.
 func PutAudit(ctx context.Context, s storage.Store, key string, b []byte) error {
-	_, err := s.Put(ctx, key, b, storage.IfNotExists())
-	if errors.Is(err, storage.ErrPreconditionFailed) {
-		return nil
+	var err error
+	for range maxAuditTries {
+		_, err = s.Put(ctx, key, b, storage.IfNotExists())
+		switch {
+		case err == nil, errors.Is(err, storage.ErrPreconditionFailed):
+			return nil // the object is there, whoever wrote it
+		case !errors.Is(err, storage.ErrOutcomeUnknown) || errors.Is(err, storage.ErrUnavailable) || ctx.Err() != nil:
+			return err
+		}
+		if _, _, gerr := s.Get(ctx, key); gerr == nil {
+			return nil
+		} else if !errors.Is(gerr, storage.ErrNotFound) {
+			return errors.Join(err, gerr)
+		}
 	}
 	return err
 }
+
+// maxAuditTries bounds PutAudit's writes of one object whose outcomes stay
+// unknown; the record keeps the event, and its next writer or the sweep
+// writes it (EnsureAudit).
+const maxAuditTries = 4
 
 // EnsureAudit makes sure the audit object at key exists: found, or written
 // now (create-only).

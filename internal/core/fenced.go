@@ -40,14 +40,23 @@ func PutFencedFunc(ctx context.Context, s storage.Store, key, owner string, epoc
 		return "", err
 	}
 	cond := storage.IfNotExists()
+	// A store that settles may take a create-only write over an existing
+	// object, a newer owner's: there the object is read first, and
+	// created only when read missing (one read more, on such a store only).
+	readFirst := storage.SettleTime(s) > 0
 	for conflicts := 0; ; conflicts++ {
-		v, err := s.Put(ctx, key, value, cond)
-		if err == nil || (!errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown)) {
-			return v, err
+		var err error
+		if !readFirst {
+			var v storage.Version
+			v, err = s.Put(ctx, key, value, cond)
+			if err == nil || (!errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown)) {
+				return v, err
+			}
+			if conflicts >= MaxConflicts {
+				return "", err
+			}
 		}
-		if conflicts >= MaxConflicts {
-			return "", err
-		}
+		readFirst = false
 		old, ov, gerr := s.Get(ctx, key)
 		switch {
 		case errors.Is(gerr, storage.ErrNotFound):

@@ -2,13 +2,17 @@ package core_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestAbsenceConfirmedOnlyAfterSettle(t *testing.T) {
@@ -79,5 +83,28 @@ func TestSettleTimeFoundThroughWrappers(t *testing.T) {
 	}
 	if d := storage.SettleTime(wrapping{mem}); d != 0 {
 		t.Fatalf("SettleTime of a wrapper over memstore = %v, want 0", d)
+	}
+}
+
+// On a store that settles, a create-only write taken over a newer owner's
+// object replaced it with a lost writer's: the fencing did not hold.
+func TestPutFencedOnAStoreThatSettles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := faultstore.New(memstore.New())
+	fs.SetSettle(10*time.Second, nil)
+	epochOf := func(b []byte) (int64, bool) {
+		var v struct{ Epoch int64 }
+		return v.Epoch, json.Unmarshal(b, &v) == nil
+	}
+	if _, err := core.PutFenced(ctx, fs, "m.json", []byte(`{"epoch":2,"by":"new"}`), "w", 2, epochOf); err != nil {
+		t.Fatal(err)
+	}
+	fs.AcceptCreateOver(1)
+	if _, err := core.PutFenced(ctx, fs, "m.json", []byte(`{"epoch":1,"by":"late"}`), "w", 1, epochOf); !errors.Is(err, records.ErrLeaseLost) {
+		t.Fatalf("older epoch over a newer object: %v, want ErrLeaseLost", err)
+	}
+	if b, _, _ := fs.Get(ctx, "m.json"); string(b) != `{"epoch":2,"by":"new"}` {
+		t.Fatalf("object is %s (%d creates taken over)", b, fs.DoubleCreates())
 	}
 }

@@ -451,6 +451,43 @@ func IdempotencyKey(clientKey string) string {
 	return IdempotencyPrefix + hex.EncodeToString(sum[:]) + ".json"
 }
 
+// IdempotencyRunsPrefix is the List prefix of the run markers of one
+// client key: idempotency/runs/{sha256 of the key}/. A marker is written
+// once per run a key's record names, on a store that settles (see
+// IdempotencyRunKey).
+func IdempotencyRunsPrefix(clientKey string) string {
+	sum := sha256.Sum256([]byte(clientKey))
+	return IdempotencyPrefix + "runs/" + hex.EncodeToString(sum[:]) + "/"
+}
+
+// IdempotencyRunKey is the marker of one run of a client key:
+// idempotency/runs/{sha256 of the key}/{runId}.json. Distinct runs have
+// distinct keys, so no create-only write of one can land over another's.
+func IdempotencyRunKey(clientKey, runID string) (string, error) {
+	if err := storage.ValidateID("run id", runID); err != nil {
+		return "", err
+	}
+	return IdempotencyRunsPrefix(clientKey) + runID + ".json", nil
+}
+
+// ParseIdempotencyRunKey returns the run id of a run marker key
+// (IdempotencyRunKey), or false for any other key.
+func ParseIdempotencyRunKey(key string) (runID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, IdempotencyPrefix+"runs/")
+	if !ok {
+		return "", false
+	}
+	sum, file, ok := strings.Cut(rest, "/")
+	if !ok || len(sum) != 2*sha256.Size {
+		return "", false
+	}
+	if _, err := hex.DecodeString(sum); err != nil {
+		return "", false
+	}
+	runID, ok = strings.CutSuffix(file, ".json")
+	return runID, ok && storage.ValidateID("run id", runID) == nil
+}
+
 // ArtifactsPrefix is the List prefix of a project's artifacts:
 // projects/{cid}/artifacts/.
 func ArtifactsPrefix(cid string) (string, error) {
@@ -672,6 +709,10 @@ const (
 	ProjectsPrefix = "projects/"
 )
 
+// CursorKeyKey holds the key that signs the HTTP API's page cursors, one
+// for every Worker on the store: system/cursor-key.json.
+const CursorKeyKey = "system/cursor-key.json"
+
 // JanitorKey holds the retention janitor's lease and its cursor through
 // the current pass: retention/janitor.json.
 const JanitorKey = "retention/janitor.json"
@@ -733,3 +774,8 @@ func ParseArtifactKey(key string) (cid, artifactID string, ok bool) {
 	}
 	return cid, artifactID, true
 }
+
+// ProbePrefix holds the start-up semantics probe's keys (package
+// storage/probe): probe/{start}/..., one folder per start, removed when
+// the probe ends; a folder a killed start left is removed by a later one.
+const ProbePrefix = "probe/"

@@ -514,3 +514,25 @@ func TestAuditCursors(t *testing.T) {
 		t.Errorf("day prefix %q outside %q", layout.AuditDayPrefix(at), layout.AuditPrefix)
 	}
 }
+
+func TestIdempotencyRunKey(t *testing.T) {
+	t.Parallel()
+	k, err := layout.IdempotencyRunKey("api:c:1", "run_2026-02-14_080000_abc123")
+	if err != nil || !strings.HasPrefix(k, layout.IdempotencyRunsPrefix("api:c:1")) || storage.ValidateKey(k) != nil {
+		t.Fatalf("IdempotencyRunKey: %q %v", k, err)
+	}
+	if id, ok := layout.ParseIdempotencyRunKey(k); !ok || id != "run_2026-02-14_080000_abc123" {
+		t.Errorf("ParseIdempotencyRunKey(%q) = %q %v", k, id, ok)
+	}
+	if layout.IsIdempotencyKey(k) {
+		t.Errorf("a run marker %q reads as an idempotency record", k)
+	}
+	for _, bad := range []string{layout.IdempotencyKey("api:c:1"), "idempotency/runs/abc/run_1.json", layout.IdempotencyRunsPrefix("x") + "../x.json"} {
+		if _, ok := layout.ParseIdempotencyRunKey(bad); ok {
+			t.Errorf("ParseIdempotencyRunKey(%q) accepted", bad)
+		}
+	}
+	if _, err := layout.IdempotencyRunKey("api:c:1", "../x"); err == nil {
+		t.Error("IdempotencyRunKey took a hostile run id")
+	}
+}

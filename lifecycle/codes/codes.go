@@ -24,6 +24,13 @@ const (
 	RunResumeFailed     = "RUN_RESUME_FAILED"
 	IdempotencyConflict = "IDEMPOTENCY_CONFLICT"
 	IdempotencyExpired  = "IDEMPOTENCY_EXPIRED"
+	// IdempotencyInProgress: the key's run is still being created and
+	// this request could not finish creating it; retry after Retry-After.
+	IdempotencyInProgress = "IDEMPOTENCY_IN_PROGRESS"
+	// IdempotencyDuplicate: the run was created twice under one key by a
+	// store that accepted a create-only write over an existing record; this
+	// one never executed (the error names the run that did).
+	IdempotencyDuplicate = "IDEMPOTENCY_DUPLICATE"
 	// ApprovalRejected is the error of a run whose approval was refused.
 	ApprovalRejected = "APPROVAL_REJECTED"
 	// Canceled is the error of a run that was canceled.
@@ -109,16 +116,19 @@ var httpStatus = map[string]int{
 	Forbidden:           http.StatusForbidden,
 	IdempotencyConflict: http.StatusConflict,
 	IdempotencyExpired:  http.StatusGone,
-	ApprovalRejected:    http.StatusConflict,
-	Canceled:            http.StatusConflict,
-	RunNotFound:         http.StatusNotFound,
-	InvalidRequest:      http.StatusBadRequest,
-	InvalidCursor:       http.StatusBadRequest,
-	Unsupported:         http.StatusConflict,
-	LeaseLost:           http.StatusConflict,
-	InvalidInput:        http.StatusBadRequest,
-	InputTooLarge:       http.StatusRequestEntityTooLarge,
-	NotFound:            http.StatusNotFound,
+	// 409 (not 503): the store answered, the key is busy; Retry-After says when.
+	IdempotencyInProgress: http.StatusConflict,
+	IdempotencyDuplicate:  http.StatusConflict,
+	ApprovalRejected:      http.StatusConflict,
+	Canceled:              http.StatusConflict,
+	RunNotFound:           http.StatusNotFound,
+	InvalidRequest:        http.StatusBadRequest,
+	InvalidCursor:         http.StatusBadRequest,
+	Unsupported:           http.StatusConflict,
+	LeaseLost:             http.StatusConflict,
+	InvalidInput:          http.StatusBadRequest,
+	InputTooLarge:         http.StatusRequestEntityTooLarge,
+	NotFound:              http.StatusNotFound,
 
 	InboxEntryExists:       http.StatusConflict,
 	InboxEntryExpired:      http.StatusGone,

@@ -502,11 +502,16 @@ func (p *Processor) candidates(ctx context.Context) []string {
 		b, v, err := p.store.Get(ctx, jk)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
-			p.staleMark(ctx, jobID, now)
+			if p.absent.Confirmed(jobID, now) {
+				p.staleMark(ctx, jobID, now)
+			}
 			continue
 		case err != nil:
 			p.cfg.Logger.WarnContext(ctx, "nlm: reading a job in flight", "job_id", jobID, "err", err)
 			continue
+		}
+		if p.absent.Settle > 0 {
+			p.absent.Found(jobID)
 		}
 		d, err := core.Decode[jobDoc](jk, b, v, validator(jobID))
 		if err != nil {

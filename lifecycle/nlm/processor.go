@@ -145,6 +145,10 @@ type Processor struct {
 	store  *core.Patient
 	units  *core.Units
 	quar   *core.Quarantiner
+	// absent holds the jobs in flight read missing on a store that
+	// settles, until their absence is confirmed (core.Absence): an index
+	// entry, a job's only pointer, goes only then.
+	absent core.Absence
 
 	mu      sync.Mutex
 	pending []string        // handed by Accept, not started yet
@@ -204,6 +208,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 	p.store = &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	p.units = &core.Units{Clock: cfg.Clock, Log: cfg.Logger}
 	p.quar = &core.Quarantiner{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
+	p.absent.Settle = storage.SettleTime(cfg.Store)
 	if p.cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: p.store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
 		if err != nil {
@@ -301,6 +306,22 @@ func (p *Processor) Accept(ctx context.Context, req lifecycle.NLMRequest) (lifec
 	}
 	key, _ := layout.NLMJobKey(req.JobID)
 	now := p.now()
+	rec := p.record(key, req.JobID)
+	if p.absent.Settle > 0 {
+		// A store that settles may take the create-only write below over
+		// an existing job (and restart it): a job found is answered as
+		// it stands, unwritten.
+		cur, _, err := rec.Load(ctx)
+		if err == nil {
+			if !terminal(cur.Status) {
+				p.hand(req.JobID)
+			}
+			return cur.NLMJob, nil
+		}
+		if !errors.Is(err, storage.ErrNotFound) {
+			return lifecycle.NLMJob{}, p.poisoned(ctx, err)
+		}
+	}
 	// The index entry first: a job without one would never be found by
 	// another processor's poll; an entry without its job is removed by a
 	// poll once it is older than a lease.
@@ -309,7 +330,6 @@ func (p *Processor) Accept(ctx context.Context, req lifecycle.NLMRequest) (lifec
 		!errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {
 		return lifecycle.NLMJob{}, err
 	}
-	rec := p.record(key, req.JobID)
 	d := jobDoc{NLMJob: lifecycle.NLMJob{JobID: req.JobID, Status: lifecycle.NLMAccepted, Request: &req, CreatedAt: now, UpdatedAt: now}}
 	if _, err := rec.Create(ctx, d); err != nil {
 		if !errors.Is(err, storage.ErrPreconditionFailed) {

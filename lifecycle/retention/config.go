@@ -30,8 +30,9 @@ const (
 	DeadJobs Kind = "dead_jobs"
 	// Idempotency records are aged from their expires_at
 	// (docs/spec.md#idempotency: completed 24 h, failed 1 h after their
-	// last write; a processing record from its lock's expiry): past it a
-	// submit takes the key over anyway.
+	// last write; a processing record from the later of it and its
+	// lease's expiry): past it a submit takes the key over anyway. The
+	// run markers of a store that settles go with them, aged from theirs.
 	Idempotency Kind = "idempotency"
 	// Inbox entries that expired (inbox/expired/), aged from the end of
 	// their TTL (created_at + ttl_hours).

@@ -130,6 +130,19 @@ func (h *history) idempotency(status string, expires time.Time) {
 	h.add(retention.Idempotency, expires, key)
 }
 
+// marker writes a run marker of an idempotency key (a store that
+// settles writes one per run of a key) that expires at expires.
+func (h *history) marker(expires time.Time) {
+	id := h.id("api:client:")
+	runID := h.id("run_")
+	key, err := layout.IdempotencyRunKey(id, runID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.put(key, run.IdempotencyMarker{Key: id, RunID: runID, CreatedAt: expires.Add(-24 * time.Hour), ExpiresAt: expires})
+	h.add(retention.Idempotency, expires, key)
+}
+
 // expiredEntry writes an entry whose 72 h TTL ended at end.
 func (h *history) expiredEntry(end time.Time) {
 	id := h.id("entry-")
@@ -213,10 +226,14 @@ func size(t testing.TB, s storage.Store) (keys, bytes int) {
 // and calls kill then: a process that dies mid-pass.
 type killStore struct {
 	storage.Store
-	mu      sync.Mutex
-	armed   bool
-	n       int
-	kill    func()
+	mu    sync.Mutex
+	armed bool
+	n     int
+	kill  func()
+	// unlink, when set, is what the killed delete did before the process
+	// died: the file gone, the rest of the Store's delete (its directory
+	// pruned) never done.
+	unlink  func(key string)
 	dead    bool
 	deletes int
 }
@@ -261,8 +278,11 @@ func (s *killStore) Delete(ctx context.Context, key string, c storage.Condition)
 	if s.armed {
 		if s.n == 0 {
 			s.dead = true
-			kill := s.kill
+			kill, unlink := s.kill, s.unlink
 			s.mu.Unlock()
+			if unlink != nil {
+				unlink(key)
+			}
 			kill()
 			return errKilled
 		}

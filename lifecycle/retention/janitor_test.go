@@ -3,7 +3,11 @@ package retention_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	iofs "io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -76,6 +80,8 @@ func TestPassDeletesWhatIsPastItsAge(t *testing.T) {
 			h.run("alpha", time.Time{}, "", "running")
 			h.idempotency(run.IdempotencyCompleted, t0.Add(-time.Second))
 			h.idempotency(run.IdempotencyFailed, t0.Add(time.Second))
+			h.marker(t0.Add(-time.Second))
+			h.marker(t0.Add(time.Second))
 			// Not records of any kind: left alone.
 			for _, k := range []string{"agents/alpha/slots/0.json", "queue/lanes/a/x", "index/runs/zzz.json", "schedules/s.json"} {
 				h.put(k, map[string]int{})
@@ -88,7 +94,7 @@ func TestPassDeletesWhatIsPastItsAge(t *testing.T) {
 			if lost, stale := h.check(t0, 0); lost+stale > 0 {
 				t.Fatalf("lost %d, stale %d", lost, stale)
 			}
-			want := map[retention.Kind]int{retention.Runs: 2, retention.Jobs: 2, retention.Inbox: 1, retention.Idempotency: 1, retention.Audit: 2}
+			want := map[retention.Kind]int{retention.Runs: 2, retention.Jobs: 2, retention.Inbox: 1, retention.Idempotency: 2, retention.Audit: 2}
 			for k, n := range want {
 				if r.Deleted[k] != n {
 					t.Errorf("deleted %d %s, want %d (report %+v)", r.Deleted[k], k, n, r)
@@ -340,4 +346,76 @@ func TestRunWithoutStartIsDeleted(t *testing.T) {
 			t.Errorf("%s after the pass: %v, want not found (report %+v)", key, err, r)
 		}
 	}
+}
+
+// TestKilledPassLeavesNoEmptyFolder: a janitor killed between a file's
+// removal and the removal of the folder it emptied (filestore prunes
+// empty directories after the unlink) leaves an empty run folder; the next
+// pass removes it. The pass is killed at each of its deletes in turn.
+// Before the fix the empty folder stayed for ever: no key lists it, so no
+// pass ever looked at it.
+func TestKilledPassLeavesNoEmptyFolder(t *testing.T) {
+	t.Parallel()
+	const runs = 3
+	// Each run takes 10 deletes: its index entries, its files, its status
+	// last.
+	for n := range runs * 10 {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			root := t.TempDir()
+			fs, err := filestore.New(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk := clock.NewFake(t0)
+			cfg := retention.Config{Owner: "p1", Clock: clk, Age: age, Page: 4, LeaseTTL: time.Minute}
+			h := &history{t: t, store: fs, cfg: cfg}
+			for i := range runs {
+				h.run("alpha", t0.Add(-age-time.Duration(i+1)*time.Hour), "", "completed")
+			}
+			h.run("alpha", t0.Add(-time.Hour), "", "completed") // kept: its folder stays
+			ks := &killStore{Store: fs, unlink: func(key string) {
+				_ = os.Remove(filepath.Join(root, filepath.FromSlash(key)))
+			}}
+			ks.arm(n, func() {})
+			cfg.Store = ks
+			if _, ran, err := newJanitor(t, cfg).Pass(ctx); !ran || !errors.Is(err, errKilled) {
+				t.Fatalf("killed pass: ran %v, err %v", ran, err)
+			}
+			clk.Advance(time.Minute)
+			cfg.Store, cfg.Owner = fs, "p2"
+			if r, ran, err := newJanitor(t, cfg).Pass(ctx); !ran || err != nil || !r.Done {
+				t.Fatalf("next pass = %+v, %v, %v", r, ran, err)
+			}
+			if empty := emptyDirs(t, root); len(empty) > 0 {
+				t.Errorf("empty folders left: %v", empty)
+			}
+			if lost, stale := h.check(clk.Now(), 0); lost+stale > 0 {
+				t.Errorf("lost %d, stale %d", lost, stale)
+			}
+		})
+	}
+}
+
+// emptyDirs lists the directories under root (root aside) that hold
+// nothing.
+func emptyDirs(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d iofs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || p == root {
+			return err
+		}
+		ents, err := os.ReadDir(p)
+		if err == nil && len(ents) == 0 {
+			rel, _ := filepath.Rel(root, p)
+			out = append(out, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

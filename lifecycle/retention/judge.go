@@ -48,17 +48,24 @@ func NLMJobEligible(j *lifecycle.NLMJob, now time.Time, age time.Duration) bool 
 }
 
 // IdempotencyEligible tells whether an idempotency record's expires_at
-// (for a processing one, the later of it and its lock's expiry) is at
+// (for a processing one, the later of it and its lease's expiry) is at
 // least age before now.
 func IdempotencyEligible(rec *run.IdempotencyRecord, now time.Time, age time.Duration) bool {
 	at := rec.ExpiresAt
 	if rec.Status == run.IdempotencyProcessing {
-		if rec.LockExpiresAt == nil {
+		lease, ok := rec.LeaseEnd()
+		if !ok {
 			return false
 		}
-		at = later(at, *rec.LockExpiresAt)
+		at = later(at, lease)
 	}
 	return due(at, now, age)
+}
+
+// IdempotencyMarkerEligible tells whether a run marker of an idempotency
+// key (written on a store that settles) expired at least age before now.
+func IdempotencyMarkerEligible(m *run.IdempotencyMarker, now time.Time, age time.Duration) bool {
+	return due(m.ExpiresAt, now, age)
 }
 
 // InboxEligible tells whether an expired inbox entry's TTL ended at least

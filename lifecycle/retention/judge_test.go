@@ -126,6 +126,26 @@ func TestIdempotencyEligible(t *testing.T) {
 	}
 }
 
+func TestIdempotencyMarkerEligible(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		expires time.Time
+		age     time.Duration
+		want    bool
+	}{
+		{"expired", t0.Add(-time.Second), 0, true},
+		{"live", t0.Add(time.Second), 0, false},
+		{"expired, grace not over", t0.Add(-time.Hour), 2 * time.Hour, false},
+		{"no expires_at", time.Time{}, 0, false},
+	} {
+		m := run.IdempotencyMarker{ExpiresAt: c.expires}
+		if got := retention.IdempotencyMarkerEligible(&m, t0, c.age); got != c.want {
+			t.Errorf("%s: IdempotencyMarkerEligible = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestInboxEligible(t *testing.T) {
 	t.Parallel()
 	entry := func(s lifecycle.InboxState, created time.Duration) *lifecycle.InboxEntry {

@@ -94,6 +94,14 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		}
 		return j.deleteFenced(ctx, k, key, ver, r)
 	case Idempotency:
+		if _, ok := layout.ParseIdempotencyRunKey(key); ok {
+			var m run.IdempotencyMarker
+			ver, ok, err := j.read(ctx, key, &m, r)
+			if !ok || err != nil || !IdempotencyMarkerEligible(&m, now, age) {
+				return err
+			}
+			return j.deleteFenced(ctx, k, key, ver, r)
+		}
 		if !layout.IsIdempotencyKey(key) {
 			return nil
 		}

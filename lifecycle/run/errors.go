@@ -51,6 +51,9 @@ var (
 	ErrIdempotencyConflict = lifecycle.ErrIdempotencyConflict
 	// ErrIdempotencyExpired: the key's record outlived its TTL.
 	ErrIdempotencyExpired = lifecycle.ErrIdempotencyExpired
+	// ErrIdempotencyInProgress: the key's run is still being created
+	// (IdempotencyInProgressError); retry.
+	ErrIdempotencyInProgress = lifecycle.ErrIdempotencyInProgress
 	// ErrInvalidIdempotencyKey: the key follows none of the schemes.
 	ErrInvalidIdempotencyKey = errors.New("run: invalid idempotency key")
 )

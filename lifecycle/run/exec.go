@@ -341,7 +341,17 @@ func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome
 	if err != nil {
 		return nil, &outcome{kind: failed, err: err}
 	}
-	if b, _, err := x.r.store.Get(ctx, inKey); err == nil {
+	b, _, err := x.r.store.Get(ctx, inKey)
+	if errors.Is(err, storage.ErrNotFound) && x.r.absent.Settle > 0 {
+		// One not-found of a store that settles is no proof the run has
+		// no input, and steps run without one cannot be undone: read
+		// again Settle later (a takeover, rare, of a run without input
+		// waits that long; a store that settles at once, never).
+		if err = clock.Sleep(ctx, x.r.cfg.Clock, x.r.absent.Settle); err == nil {
+			b, _, err = x.r.store.Get(ctx, inKey)
+		}
+	}
+	if err == nil {
 		input = b
 	} else if !errors.Is(err, storage.ErrNotFound) {
 		end := x.writeFailure(ctx, err)

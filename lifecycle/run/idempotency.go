@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -41,6 +43,59 @@ func (e *IdempotencyError) Code() string {
 	}
 	return codes.IdempotencyConflict
 }
+
+// IdempotencyFailedError answers a key whose request failed and used up
+// its attempts (Config.IdempotencyMaxAttempts), until its record expires:
+// the stored error, with its stored code.
+type IdempotencyFailedError struct {
+	Key string
+	// ErrorCode and Message are the failure as recorded.
+	ErrorCode, Message string
+	Attempts           int
+}
+
+// Error names the key and the stored error.
+func (e *IdempotencyFailedError) Error() string {
+	return fmt.Sprintf("run: idempotency key %s failed after %d attempts: %s", e.Key, e.Attempts, e.Message)
+}
+
+// Code is the stored error's code (INTERNAL_ERROR for a record that kept
+// none).
+func (e *IdempotencyFailedError) Code() string {
+	if e.ErrorCode != "" {
+		return e.ErrorCode
+	}
+	return codes.InternalError
+}
+
+// IdempotencyInProgressError answers a duplicate whose run is not written
+// yet and could not be written by this submit either (the store failed):
+// the key is still being processed; the caller retries (after
+// RetryAfter). It carries no run id, since none exists yet. It matches
+// lifecycle.ErrIdempotencyInProgress; its code is IDEMPOTENCY_IN_PROGRESS.
+type IdempotencyInProgressError struct {
+	Key string
+	Err error
+}
+
+// Error names the key and why its run could not be written.
+func (e *IdempotencyInProgressError) Error() string {
+	return fmt.Sprintf("run: idempotency key %s: its run is still being created (%v)", e.Key, e.Err)
+}
+
+// Is matches lifecycle.ErrIdempotencyInProgress.
+func (e *IdempotencyInProgressError) Is(target error) bool {
+	return target == lifecycle.ErrIdempotencyInProgress
+}
+
+// Unwrap returns the store's error.
+func (e *IdempotencyInProgressError) Unwrap() error { return e.Err }
+
+// Code is IDEMPOTENCY_IN_PROGRESS.
+func (e *IdempotencyInProgressError) Code() string { return codes.IdempotencyInProgress }
+
+// RetryAfter is when a retry may find the run written.
+func (e *IdempotencyInProgressError) RetryAfter() time.Duration { return time.Second }
 
 // idempotencyKey is a parsed key: its source and the parts after the scheme.
 type idempotencyKey struct {
@@ -98,21 +153,69 @@ func truncate(s string, n int) string {
 
 // IdempotencyRecord is the check-and-set record of one key (docs/spec.md#idempotency-record),
 // at idempotency/{sha256 of the key}.json. The run id is chosen when the
-// record is created, so every duplicate learns it at once.
+// record's generation is created and kept for its whole life, so every
+// duplicate learns it at once and no key has two runs in one generation.
 type IdempotencyRecord struct {
 	records.Meta
-	Key           string          `json:"key"`
-	Source        string          `json:"source"`
-	RunID         string          `json:"run_id,omitempty"`
-	Status        string          `json:"status"`
-	RequestHash   string          `json:"request_hash"`
-	Response      json.RawMessage `json:"response,omitempty"`
-	Error         string          `json:"error,omitempty"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
-	ExpiresAt     time.Time       `json:"expires_at"`
-	LockExpiresAt *time.Time      `json:"lock_expires_at,omitempty"`
-	Attempts      int             `json:"attempts"`
+	Key         string          `json:"key"`
+	Source      string          `json:"source"`
+	RunID       string          `json:"run_id,omitempty"`
+	Status      string          `json:"status"`
+	RequestHash string          `json:"request_hash"`
+	Response    json.RawMessage `json:"response,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	// ErrorCode is the code of Error (absent in records of earlier
+	// releases).
+	ErrorCode string    `json:"error_code,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// LeaseOwner and LeaseExpiresAt, while processing: the submit that
+	// creates the run and records its outcome, until when. A lapsed lease
+	// is taken by the next submit of the same request.
+	LeaseOwner     string     `json:"lease_owner,omitempty"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	// LockExpiresAt is the lease as earlier releases wrote it (with no
+	// owner); read when LeaseExpiresAt is absent.
+	LockExpiresAt *time.Time `json:"lock_expires_at,omitempty"`
+	Attempts      int        `json:"attempts"`
+	// PreviousRunID is the run of the expired generation this one
+	// replaced, if any.
+	PreviousRunID string `json:"previous_run_id,omitempty"`
+}
+
+// LeaseEnd is when the record's processing lease lapses, and whether it
+// has one.
+func (rec *IdempotencyRecord) LeaseEnd() (time.Time, bool) {
+	switch {
+	case rec.LeaseExpiresAt != nil:
+		return *rec.LeaseExpiresAt, true
+	case rec.LockExpiresAt != nil:
+		return *rec.LockExpiresAt, true
+	}
+	return time.Time{}, false
+}
+
+// leaseLive tells whether a processing record's lease still holds at now.
+func (rec *IdempotencyRecord) leaseLive(now time.Time) bool {
+	end, ok := rec.LeaseEnd()
+	return ok && !now.After(end)
+}
+
+// expiredFor tells whether the record's generation is over for a submit
+// of the request hash at now, so that submit starts a new one (a new run
+// id). A completed or failed record ends at expires_at. A processing one
+// may already hold its run: the same request never ends it (it completes
+// that run instead), another one only once both expires_at and the lease
+// have passed.
+func (rec *IdempotencyRecord) expiredFor(hash string, now time.Time) bool {
+	if !now.After(rec.ExpiresAt) {
+		return false
+	}
+	if rec.Status != IdempotencyProcessing {
+		return true
+	}
+	return rec.RequestHash != hash && !rec.leaseLive(now)
 }
 
 func requestHash(req SubmitRequest) string {
@@ -138,85 +241,232 @@ func compactJSON(b []byte) []byte {
 	return out
 }
 
-// errDuplicate carries the run of an earlier submit out of the CAS loop.
-type errDuplicate struct{ runID string }
+// idemAction is what a submit does with its key's record.
+type idemAction int
 
-func (e *errDuplicate) Error() string { return "duplicate of " + e.runID }
+const (
+	// idemOwn: this submit holds the record's lease: it creates the run and
+	// records the outcome (a new key or generation, a failed key's retry,
+	// a lapsed lease taken over).
+	idemOwn idemAction = iota
+	// idemHelp: another submit holds a live lease: this one completes the
+	// creation of the recorded run itself (its writes are create-only, so
+	// both writing is harmless), then answers.
+	idemHelp
+	// idemDone: the record is completed: its run exists.
+	idemDone
+)
 
-// submitIdempotent is the check-and-set flow of docs/spec.md#idempotency: a new key
-// creates its record (processing) and the run; a completed or processing
-// duplicate with the same request returns the first run; another request
-// under the key is IDEMPOTENCY_CONFLICT; an expired record, a failed one with
-// attempts left, or a processing one whose lock lapsed is taken over.
+// idemClaim is how a submit stands with its key after reading the record.
+type idemClaim struct {
+	rec    IdempotencyRecord
+	action idemAction
+	// fresh: a new generation or a failed key's new attempt, answered as
+	// a first submit (not a duplicate).
+	fresh bool
+	// owner names this submit in the record's lease.
+	owner string
+}
+
+// errKeep ends an Apply that judged the record and need not write it.
+var errKeep = errors.New("run: idempotency record kept as is")
+
+// submitIdempotent is the check-and-set flow of docs/spec.md#idempotency.
+// No answer names a run that does not exist when it is given: a submit
+// that creates the run answers once it is written, a duplicate of a
+// completed key answers its run, and a duplicate whose run may not be
+// written yet writes it itself (the same run id, from its own request,
+// which hashes alike) or, if it cannot, answers IDEMPOTENCY_IN_PROGRESS
+// without an id. Another request under a live key is IDEMPOTENCY_CONFLICT;
+// a failed key is retried under the same run id while attempts are left,
+// and answers its stored error after.
 func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req SubmitRequest) (SubmitResult, error) {
 	k, err := parseIdempotencyKey(req.IdempotencyKey)
 	if err != nil {
 		return SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
 	key := layout.IdempotencyKey(req.IdempotencyKey)
-	hash := requestHash(req)
-	now := r.now()
-	lock := now.Add(r.cfg.IdempotencyLockTTL)
-	rec := IdempotencyRecord{
-		Key: req.IdempotencyKey, Source: k.Source, RunID: newRunID(now), Status: IdempotencyProcessing,
-		RequestHash: hash, CreatedAt: now, UpdatedAt: now, ExpiresAt: lock, LockExpiresAt: &lock, Attempts: 1,
-	}
-	_, err = records.Create(ctx, r.store, key, &rec)
-	if errors.Is(err, storage.ErrPreconditionFailed) {
-		_, rec, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
-			now := r.now()
-			switch {
-			case now.After(cur.ExpiresAt) && cur.Status != IdempotencyProcessing,
-				cur.Status == IdempotencyProcessing && cur.LockExpiresAt != nil && now.After(*cur.LockExpiresAt):
-				// Expired, or its submitter died: this submit takes the key over.
-			case cur.RequestHash != hash:
-				return &IdempotencyError{Key: cur.Key, RunID: cur.RunID, kind: ErrIdempotencyConflict}
-			case cur.Status == IdempotencyFailed && cur.Attempts < r.cfg.IdempotencyMaxAttempts:
-			default:
-				return &errDuplicate{runID: cur.RunID}
-			}
-			lock := now.Add(r.cfg.IdempotencyLockTTL)
-			if cur.Status != IdempotencyProcessing || cur.RequestHash != hash {
-				cur.RunID = newRunID(now)
-			}
-			cur.Status, cur.RequestHash, cur.UpdatedAt = IdempotencyProcessing, hash, now
-			cur.ExpiresAt, cur.LockExpiresAt, cur.Error = lock, &lock, ""
-			cur.Attempts++
-			return nil
-		})
-		var dup *errDuplicate
-		if errors.As(err, &dup) {
-			r.cfg.Metrics.Idempotency(k.Source, true)
-			r.log.LogAttrs(ctx, slog.LevelInfo, "idempotency_hit", slog.String("key", req.IdempotencyKey), slog.String("cachedRunId", dup.runID))
-			return SubmitResult{RunID: dup.runID, Duplicate: true}, nil
-		}
-	}
+	c, err := r.claimKey(ctx, key, req, k, requestHash(req))
 	if err != nil {
 		return SubmitResult{}, err
 	}
-	r.cfg.Metrics.Idempotency(k.Source, false)
-	createErr := r.createRun(ctx, agent, req, rec.RunID)
-	_, _, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
-		if cur.RunID != rec.RunID {
-			return nil // taken over meanwhile; leave it to its new owner
+	res, err := r.actOnClaim(ctx, agent, req, key, &c)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	r.cfg.Metrics.Idempotency(k.Source, res.Duplicate)
+	if res.Duplicate {
+		r.log.LogAttrs(ctx, slog.LevelInfo, "idempotency_hit", slog.String("key", req.IdempotencyKey), slog.String("cachedRunId", res.RunID))
+	}
+	return res, nil
+}
+
+// claimKey creates the key's record, or judges the existing one (judgeKey).
+func (r *Runner) claimKey(ctx context.Context, key string, req SubmitRequest, k idempotencyKey, hash string) (idemClaim, error) {
+	owner := r.cfg.Owner + "#" + randomHex(4)
+	var err error
+	// The record exists but reads missing when it was deleted (expired)
+	// between the create and the read, or on a store that settles, for a
+	// moment: the claim starts over, a few times, then the key is busy.
+	for range 3 {
+		c := idemClaim{owner: owner, fresh: true}
+		c.rec = IdempotencyRecord{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash}
+		r.newGeneration(&c.rec, c.owner, r.now())
+		_, err = records.Create(ctx, r.store, key, &c.rec)
+		if !errors.Is(err, storage.ErrPreconditionFailed) {
+			return c, err
 		}
-		now := r.now()
-		cur.UpdatedAt, cur.LockExpiresAt = now, nil
-		if createErr != nil {
-			cur.Status, cur.Error, cur.ExpiresAt = IdempotencyFailed, createErr.Error(), now.Add(r.cfg.IdempotencyFailedTTL)
-			return nil
+		var after IdempotencyRecord
+		_, after, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
+			return r.judgeKey(cur, &c, hash)
+		})
+		switch {
+		case errors.Is(err, errKeep):
+			return c, nil
+		case err == nil:
+			c.rec = after
+			return c, nil
+		case !errors.Is(err, storage.ErrNotFound):
+			return c, err
 		}
-		cur.Status, cur.ExpiresAt = IdempotencyCompleted, now.Add(r.cfg.IdempotencyCompletedTTL)
-		cur.Response, _ = json.Marshal(map[string]string{"run_id": rec.RunID})
-		return nil
-	})
+	}
+	return idemClaim{}, &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: err}
+}
+
+// judgeKey decides what a submit of hash does with the existing record
+// cur, changing it when the submit takes the lease; errKeep when it need
+// not be written.
+func (r *Runner) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash string) error {
+	now := r.now()
+	c.action, c.fresh = idemOwn, false
+	switch {
+	case cur.expiredFor(hash, now):
+		// A new generation: a new run id, the old one's run left alone.
+		c.fresh = true
+		prev := cur.RunID
+		cur.RequestHash, cur.Response = hash, nil
+		r.newGeneration(cur, c.owner, now)
+		cur.PreviousRunID = prev
+	case cur.RequestHash != hash:
+		return &IdempotencyError{Key: cur.Key, RunID: cur.RunID, kind: ErrIdempotencyConflict}
+	case cur.Status == IdempotencyCompleted:
+		c.action, c.rec = idemDone, *cur
+		return errKeep
+	case cur.Status == IdempotencyFailed && cur.Attempts >= r.cfg.IdempotencyMaxAttempts:
+		return &IdempotencyFailedError{Key: cur.Key, ErrorCode: cur.ErrorCode, Message: cur.Error, Attempts: cur.Attempts}
+	case cur.Status == IdempotencyProcessing && cur.leaseLive(now) && cur.LeaseOwner != c.owner:
+		c.action, c.rec = idemHelp, *cur
+		return errKeep
+	default:
+		// A failed key with attempts left, or a lapsed lease: this submit
+		// takes the lease and creates the same run.
+		c.fresh = cur.Status == IdempotencyFailed
+		r.takeLease(cur, c.owner, now)
+	}
+	return nil
+}
+
+// newGeneration starts a record's generation at now: a new run id, held
+// by owner.
+func (r *Runner) newGeneration(rec *IdempotencyRecord, owner string, now time.Time) {
+	rec.RunID, rec.CreatedAt, rec.ExpiresAt = newRunID(now), now, time.Time{}
+	rec.Attempts, rec.PreviousRunID = 0, ""
+	r.takeLease(rec, owner, now)
+}
+
+// takeLease makes owner the record's processing submitter until now plus
+// the lease. lock_expires_at is written too, so a process of an earlier
+// release reads the lease it knows.
+func (r *Runner) takeLease(rec *IdempotencyRecord, owner string, now time.Time) {
+	lease := now.Add(r.cfg.IdempotencyLease)
+	rec.Status, rec.LeaseOwner, rec.LeaseExpiresAt, rec.LockExpiresAt = IdempotencyProcessing, owner, &lease, &lease
+	rec.Error, rec.ErrorCode, rec.UpdatedAt = "", "", now
+	// A processing generation may hold its run: it lives as long as a
+	// completed one would.
+	if exp := now.Add(r.cfg.IdempotencyCompletedTTL); rec.ExpiresAt.Before(exp) {
+		rec.ExpiresAt = exp
+	}
+	rec.Attempts++
+}
+
+// actOnClaim does what the claim says and answers the submit.
+func (r *Runner) actOnClaim(ctx context.Context, agent *agentDef, req SubmitRequest, key string, c *idemClaim) (SubmitResult, error) {
+	runID := c.rec.RunID
+	switch c.action {
+	case idemDone:
+		return SubmitResult{RunID: runID, Duplicate: true}, nil
+	case idemHelp:
+		if err := r.ensureRun(ctx, agent, req, c); err != nil {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_in_progress", slog.String("key", req.IdempotencyKey),
+				slog.String("runId", runID), slog.String("error", err.Error()))
+			return SubmitResult{}, &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: err}
+		}
+		r.recordOutcome(ctx, key, c, nil)
+		return SubmitResult{RunID: runID, Duplicate: true}, nil
+	}
+	createErr := r.ensureRun(ctx, agent, req, c)
+	r.recordOutcome(ctx, key, c, createErr)
 	if createErr != nil {
 		return SubmitResult{}, createErr
 	}
-	if err != nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", req.IdempotencyKey), slog.String("error", err.Error()))
+	return SubmitResult{RunID: runID, Duplicate: !c.fresh}, nil
+}
+
+// ensureRun makes the claim's run exist: created by this submit, or found
+// written (a submit of the same generation wrote it). A run that may exist
+// is read first, so a finished run is not given its first entries again.
+func (r *Runner) ensureRun(ctx context.Context, agent *agentDef, req SubmitRequest, c *idemClaim) error {
+	if err := r.markRun(ctx, c); err != nil {
+		return err
 	}
-	return SubmitResult{RunID: rec.RunID}, nil
+	if !c.fresh || c.rec.Attempts > 1 {
+		statusKey, err := layout.RunStatusKey(agent.Slug, c.rec.RunID)
+		if err != nil {
+			return err
+		}
+		if _, _, err := r.store.Get(ctx, statusKey); err == nil {
+			return nil
+		} else if !errors.Is(err, storage.ErrNotFound) {
+			return err
+		}
+	}
+	// The run's start is its generation's: every submit that creates it
+	// writes the same entries.
+	return r.createRun(ctx, agent, req, c.rec.RunID, c.rec.CreatedAt)
+}
+
+// recordOutcome writes the claim's outcome into the record: completed
+// (by any submit that saw the run written), or failed (only by the lease's
+// holder, never over a completed record). A failure to write is logged:
+// the run exists, and the next duplicate finds it.
+func (r *Runner) recordOutcome(ctx context.Context, key string, c *idemClaim, createErr error) {
+	_, _, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
+		if cur.RunID != c.rec.RunID || cur.Status == IdempotencyCompleted {
+			return errKeep // done, or a later generation
+		}
+		now := r.now()
+		if createErr == nil {
+			cur.Status, cur.ExpiresAt, cur.UpdatedAt = IdempotencyCompleted, now.Add(r.cfg.IdempotencyCompletedTTL), now
+			cur.Response, _ = json.Marshal(map[string]string{"run_id": cur.RunID})
+		} else {
+			if cur.Status != IdempotencyProcessing || cur.LeaseOwner != c.owner {
+				return errKeep // another submit holds it now
+			}
+			cur.Status, cur.Error, cur.ErrorCode = IdempotencyFailed, createErr.Error(), lifecycle.ErrorCode(createErr)
+			cur.ExpiresAt, cur.UpdatedAt = now.Add(r.cfg.IdempotencyFailedTTL), now
+		}
+		cur.LeaseOwner, cur.LeaseExpiresAt, cur.LockExpiresAt = "", nil, nil
+		return nil
+	})
+	if err != nil && !errors.Is(err, errKeep) {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", c.rec.Key), slog.String("error", err.Error()))
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL

@@ -33,6 +33,9 @@ func (r *Runner) readStatus(ctx context.Context, slug, runID, key string) (Statu
 		if err != nil {
 			return Status{}, "", err
 		}
+		if r.absent.Settle > 0 {
+			r.absent.Found(key)
+		}
 		doc, err := core.Decode[Status](key, b, v, r.statusValidator(slug, runID))
 		var ce *records.CorruptError
 		if errors.As(err, &ce) {

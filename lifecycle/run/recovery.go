@@ -64,6 +64,12 @@ func (r *Runner) finishSubmit(ctx context.Context, slug, runID, statusKey string
 		if err != nil && !errors.Is(err, storage.ErrNotFound) {
 			return
 		}
+		if err != nil && !r.absent.Confirmed(inKey, r.now()) {
+			return // read missing once on a store that settles: a later poll looks again
+		}
+		if err == nil && r.absent.Settle > 0 {
+			r.absent.Found(inKey)
+		}
 		inputLost = err != nil
 	}
 	if r.indexCreated(ctx, &doc) != nil {
@@ -150,8 +156,13 @@ func (r *Runner) poll(ctx context.Context, startup bool) (found bool) {
 		doc, ver, err := r.readStatus(ctx, slug, runID, statusKey)
 		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt) {
 			// Its submit has not written the status yet, or stopped
-			// half-way: finished once it had a lease's time.
-			r.finishSubmit(ctx, slug, runID, statusKey)
+			// half-way: finished once it had a lease's time, and (on a
+			// store that settles) once a read Settle later still finds
+			// no status, since finishing writes the status create-only,
+			// which such a store may take over the run's own.
+			if r.absent.Confirmed(statusKey, now) {
+				r.finishSubmit(ctx, slug, runID, statusKey)
+			}
 			continue
 		}
 		if err != nil {
@@ -230,6 +241,9 @@ func (r *Runner) consider(ctx context.Context, c candidate, startup bool) {
 	f := r.flowOfDoc(&doc)
 	if r.isExecuting(doc.RunID) {
 		return // this runner has it; a stale copy must not start it twice
+	}
+	if !r.dedupeGate(ctx, c, f, &doc) {
+		return // not yet decided, or a duplicate ended here
 	}
 	now := r.now()
 	var err error

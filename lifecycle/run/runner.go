@@ -73,6 +73,10 @@ type Runner struct {
 	// listed holds the runs the last poll listed, so a poll tells new work
 	// from runs it saw before. Only the loop touches it.
 	listed map[string]bool
+	// absent holds the status keys read missing on a store that settles,
+	// until their absence is confirmed (core.Absence): a run is finished
+	// as a stopped submit, or its slot taken, only then.
+	absent core.Absence
 
 	// auditDone holds, by run, the id of the last audit event this runner
 	// knows is in the log; auditGaps the runs whose last event could not
@@ -83,6 +87,10 @@ type Runner struct {
 	auditDone map[string]string
 	auditGaps map[string]bool
 	indexGaps map[string]bool
+
+	// dedupeOK holds the runs with an idempotency key found to be their
+	// key's one run (idemsettle.go), on a store that settles; under mu.
+	dedupeOK map[string]bool
 
 	// quar moves poison records to quarantine, logs and counts them.
 	quar *core.Quarantiner
@@ -123,6 +131,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		patient:    patient,
 		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		quar:       &core.Quarantiner{Store: patient, Clock: cfg.Clock, Log: cfg.Logger},
+		absent:     core.Absence{Settle: storage.SettleTime(cfg.Store)},
 		log:        cfg.Logger,
 		tracer:     tracing.New(cfg.TracerProvider),
 		agents:     map[string]*agentDef{},
@@ -138,6 +147,7 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 		auditDone:  map[string]string{},
 		auditGaps:  map[string]bool{},
 		indexGaps:  map[string]bool{},
+		dedupeOK:   map[string]bool{},
 	}
 	if len(agents) == 0 {
 		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)

@@ -192,10 +192,21 @@ type Config struct {
 	// Runner.Stragglers) before it returns anyway. Default 5 s.
 	ShutdownGrace time.Duration
 
-	// Idempotency TTLs (docs/spec.md#idempotency). Defaults 24 h, 1 h and 5 min.
+	// Idempotency TTLs (docs/spec.md#idempotency): how long a completed
+	// and a failed key's record answer duplicates. Defaults 24 h and 1 h.
 	IdempotencyCompletedTTL time.Duration
 	IdempotencyFailedTTL    time.Duration
-	IdempotencyLockTTL      time.Duration
+	// IdempotencyLease is how long a submit holds its key's record while it
+	// creates the run: past it, the next submit of the same request takes
+	// the record over and creates the same run (a duplicate within it
+	// writes the run itself, too). It only has to outlast one submit's
+	// writes. Default 20 s.
+	IdempotencyLease time.Duration
+	// IdempotencyLockTTL is the lease's earlier name, read when
+	// IdempotencyLease is zero.
+	//
+	// Deprecated: use IdempotencyLease.
+	IdempotencyLockTTL time.Duration
 	// IdempotencyMaxAttempts bounds retries of a failed request. Default 3.
 	IdempotencyMaxAttempts int
 }
@@ -255,7 +266,10 @@ func (c *Config) setDefaults() error {
 	def(&c.AuditTimeout, 30*time.Second)
 	def(&c.IdempotencyCompletedTTL, 24*time.Hour)
 	def(&c.IdempotencyFailedTTL, time.Hour)
-	def(&c.IdempotencyLockTTL, 5*time.Minute)
+	if c.IdempotencyLease <= 0 {
+		c.IdempotencyLease = c.IdempotencyLockTTL
+	}
+	def(&c.IdempotencyLease, 20*time.Second)
 	if c.StepRetries == 0 {
 		c.StepRetries = 3
 	} else if c.StepRetries < 0 {

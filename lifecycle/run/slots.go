@@ -148,8 +148,12 @@ func (r *Runner) slotHolderGone(ctx context.Context, slug, runID string) bool {
 		return true
 	}
 	doc, _, err := r.readStatus(ctx, slug, runID, key)
-	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
-		return true // gone, or poison and quarantined
+	if errors.Is(err, records.ErrCorrupt) {
+		return true // poison and quarantined
+	}
+	if errors.Is(err, storage.ErrNotFound) {
+		// Gone; on a store that settles, once a read Settle later agrees.
+		return r.absent.Confirmed(key, r.now())
 	}
 	if err != nil {
 		return false
@@ -196,6 +200,9 @@ func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Ve
 // cleans up then.
 func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
 	r.releaseSlot(ctx, slug, slot, slotVer)
+	r.mu.Lock()
+	delete(r.dedupeOK, runID)
+	r.mu.Unlock()
 	if r.auditGap(runID) || r.indexGap(runID) {
 		return // the poll finds the run by its active entry and repairs it
 	}

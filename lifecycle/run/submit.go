@@ -56,7 +56,7 @@ func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (res SubmitResul
 		return r.submitIdempotent(ctx, agent, req)
 	}
 	runID := newRunID(r.now())
-	if err := r.createRun(ctx, agent, req, runID); err != nil {
+	if err := r.createRun(ctx, agent, req, runID, time.Time{}); err != nil {
 		return SubmitResult{}, err
 	}
 	return SubmitResult{RunID: runID}, nil
@@ -87,9 +87,11 @@ func newRunID(now time.Time) string {
 // run's first status.json (activeEntry): from it, a poll finishes a submit
 // that stopped before its status was written (finishSubmit), so no run is
 // left half-made, and a run with a status always has the active entry that
-// recovery looks through. Writing an existing run again (a retried
-// idempotent submit) is a no-op for the parts already there.
-func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitRequest, runID string) error {
+// recovery looks through. Writing an existing run again (a duplicate of an
+// idempotent submit) is a no-op for the parts already there: every key is
+// written create-only, and started (zero: now) is the same for every
+// writer of one run, so its index entries are the same keys.
+func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitRequest, runID string, started time.Time) error {
 	idxKey, err := layout.RunIndexKey(runID)
 	if err != nil {
 		return err
@@ -102,12 +104,15 @@ func (r *Runner) createRun(ctx context.Context, agent *agentDef, req SubmitReque
 	if err != nil {
 		return err
 	}
+	if started.IsZero() {
+		started = r.now()
+	}
 	doc := Status{
 		RunID:            runID,
 		AgentSlug:        agent.Slug,
 		Status:           agent.flow.initial,
 		Trigger:          req.Trigger,
-		StartedAt:        r.now(),
+		StartedAt:        started,
 		StepsTotal:       len(agent.Steps),
 		ProposalsCreated: []string{},
 		IdempotencyKey:   req.IdempotencyKey,

@@ -19,3 +19,6 @@ func RegOutputForTest(res, value, version string) any {
 
 // ListAfterMismatchesForTest is what the ListAfter subtest reports of a store.
 var ListAfterMismatchesForTest = listAfterMismatches
+
+// ConditionalDeleteRacesForTest is what the ConditionalDeleteIsAtomic check reports of a store.
+var ConditionalDeleteRacesForTest = conditionalDeleteRaces

@@ -1,7 +1,10 @@
 // Package storetest is the conformance suite for storage.Store adapters.
-// Every adapter's tests call TestStore, as gocloud.dev's blob/drivertest and
-// testing/fstest.TestFS do, so all adapters are held to one written contract
-// (the doc comments of storage.Store) by one set of tests.
+// Every adapter's tests call TestStore (or Run with a Harness), as
+// gocloud.dev's blob/drivertest and testing/fstest.TestFS do, so all
+// adapters are held to one written contract (the doc comments of
+// storage.Store) by one set of tests. A Harness can point the suite at a
+// store that already runs (a prefix of an existing bucket, a directory):
+// the conveyor command's conformance check does.
 package storetest
 
 import (
@@ -23,70 +26,6 @@ import (
 
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// NewStore returns an empty store for one subtest. The suite calls it once
-// per subtest; an adapter may hand out views of one backend (a fresh key
-// prefix or bucket each time) and register cleanup with t.Cleanup.
-type NewStore func(t *testing.T) storage.Store
-
-// Option declares what an adapter guarantees where the storage.Store
-// contract lets adapters differ, so TestStore checks exactly that.
-type Option func(*options)
-
-type options struct {
-	contentVersions bool
-}
-
-// ContentVersions declares that the adapter's versions are derived from the
-// stored bytes (s3store: the ETag is the MD5 of the body), so rewriting
-// bytes a key held before may bring back that earlier version (see
-// storage.Version). The suite then checks what such an adapter does
-// guarantee: versions of different bytes differ, and IfMatch(v) succeeds
-// exactly when v is the key's current version. Without this option every
-// write must get a version never seen before.
-func ContentVersions() Option { return func(o *options) { o.contentVersions = true } }
-
-// TestStore runs the whole conformance suite against the stores newStore
-// makes. Subtests run in parallel with each other. Its Watch subtest checks
-// the storage.Watcher contract on stores that implement it and is skipped
-// on the others.
-func TestStore(t *testing.T, newStore NewStore, opts ...Option) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	tests := []struct {
-		name string
-		fn   func(*testing.T, storage.Store)
-	}{
-		{"GetMissing", testGetMissing},
-		{"ReadAfterWrite", testReadAfterWrite},
-		{"EmptyValue", testEmptyValue},
-		{"ValuesAreCopied", testValuesAreCopied},
-		{"IdenticalBodiesGetNewVersions", func(t *testing.T, s storage.Store) { testIdenticalBodies(t, s, o) }},
-		{"PutConditions", testPutConditions},
-		{"DeleteConditions", testDeleteConditions},
-		{"RecreateAfterDelete", func(t *testing.T, s storage.Store) { testRecreateAfterDelete(t, s, o) }},
-		{"CreateOnceRace", testCreateOnceRace},
-		{"CASCounterRace", testCASCounterRace},
-		{"Linearizable", testLinearizable},
-		{"ListOrderAndPrefixes", testListOrder},
-		{"ListStopsEarly", testListStopsEarly},
-		{"ListMoreThan1000", testListMany},
-		{"ListAfter", testListAfter},
-		{"InvalidKeys", testInvalidKeys},
-		{"UnusualValidKeys", testUnusualValidKeys},
-		{"ContextCanceled", testContextCanceled},
-		{"LargeValues", testLargeValues},
-		{"Watch", testWatch},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newStore(t))
-		})
-	}
-}
 
 func ctxT(t *testing.T) context.Context { return t.Context() }
 
@@ -208,12 +147,12 @@ func testValuesAreCopied(t *testing.T, s storage.Store) {
 // With ContentVersions, an identical rewrite may keep the version; then a
 // compare-and-swap with it acts on the very bytes it was issued for, and
 // the suite checks only that versions of different bytes never match.
-func testIdenticalBodies(t *testing.T, s storage.Store, o options) {
+func testIdenticalBodies(t *testing.T, s storage.Store, o Capabilities) {
 	const key = "same.json"
 	a, b := []byte(`{"n":1}`), []byte(`{"n":9}`)
 	v1 := mustPut(t, s, key, a, storage.IfNotExists())
 	v2 := mustPut(t, s, key, a, storage.IfMatch(v1))
-	if v1 == v2 && !o.contentVersions {
+	if v1 == v2 && !o.ContentVersions {
 		t.Fatalf("rewriting identical bytes returned the same version %q", v1)
 	}
 	// A -> B -> A: versions of B must differ from A's, and (but for
@@ -231,7 +170,7 @@ func testIdenticalBodies(t *testing.T, s storage.Store, o options) {
 		v    storage.Version
 		same bool // issued for the bytes the key holds now
 	}{{"first A", v1, true}, {"rewritten A", v2, true}, {"B", v3, false}} {
-		if old.v == v4 && !(o.contentVersions && old.same) {
+		if old.v == v4 && !(o.ContentVersions && old.same) {
 			t.Fatalf("version %q of %s reused after A-B-A writes", old.v, old.name)
 		}
 		if old.v == v4 {
@@ -335,7 +274,74 @@ func testDeleteConditions(t *testing.T, s storage.Store) {
 	}
 }
 
-func testRecreateAfterDelete(t *testing.T, s storage.Store, o options) {
+// testConditionalDeleteAtomic races, round after round, a Delete
+// IfMatch(v) against a compare-and-swap from the same v: one of the two
+// must win and the other fail its condition. Both winning means the Delete
+// checked the version and then deleted what the swap wrote in between
+// (MinIO's HEAD then DELETE), which a store declaring
+// NonAtomicConditionalDelete is allowed to do; there the check skips.
+func testConditionalDeleteAtomic(t *testing.T, s storage.Store, c Capabilities) {
+	if c.NonAtomicConditionalDelete {
+		t.Skip("the store declares NonAtomicConditionalDelete: its conditional Delete is checked against one writer at a time only")
+	}
+	bad, err := conditionalDeleteRaces(ctxT(t), s, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("%d of 40 rounds broke a conditional Delete racing a compare-and-swap of the same version, e.g. %s", len(bad), bad[0])
+	}
+}
+
+// conditionalDeleteRaces runs rounds of testConditionalDeleteAtomic's race
+// and describes the rounds where the Delete and the swap did not end with
+// exactly one winner; an error is anything else that went wrong.
+func conditionalDeleteRaces(ctx context.Context, s storage.Store, rounds int) ([]string, error) {
+	var bad []string
+	for i := range rounds {
+		key := fmt.Sprintf("cdel/%02d", i)
+		v0, err := s.Put(ctx, key, []byte("before"), storage.IfNotExists())
+		if err != nil {
+			return bad, fmt.Errorf("Put(%q): %w", key, err)
+		}
+		var casErr, delErr error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Go(func() { <-start; _, casErr = s.Put(ctx, key, []byte("swapped"), storage.IfMatch(v0)) })
+		wg.Go(func() { <-start; delErr = s.Delete(ctx, key, storage.IfMatch(v0)) })
+		close(start)
+		wg.Wait()
+		for _, e := range []error{casErr, delErr} {
+			if e != nil && !errors.Is(e, storage.ErrPreconditionFailed) {
+				return bad, fmt.Errorf("round %d: %w", i, e)
+			}
+		}
+		_, _, getErr := s.Get(ctx, key)
+		switch {
+		case casErr == nil && delErr == nil:
+			bad = append(bad, fmt.Sprintf("round %d: both won (afterwards the key %s)", i, presence(getErr)))
+		case casErr != nil && delErr != nil:
+			bad = append(bad, fmt.Sprintf("round %d: both failed", i))
+		case casErr == nil && getErr != nil:
+			bad = append(bad, fmt.Sprintf("round %d: the swap won, but the key reads %v", i, getErr))
+		case delErr == nil && !errors.Is(getErr, storage.ErrNotFound):
+			bad = append(bad, fmt.Sprintf("round %d: the Delete won, but the key %s", i, presence(getErr)))
+		}
+	}
+	return bad, nil
+}
+
+func presence(getErr error) string {
+	switch {
+	case getErr == nil:
+		return "exists"
+	case errors.Is(getErr, storage.ErrNotFound):
+		return "is missing"
+	}
+	return "reads " + getErr.Error()
+}
+
+func testRecreateAfterDelete(t *testing.T, s storage.Store, o Capabilities) {
 	const key = "jobs/j1.json"
 	v1 := mustPut(t, s, key, []byte("a"), storage.IfNotExists())
 	if err := s.Delete(ctxT(t), key, storage.IfMatch(v1)); err != nil {
@@ -357,7 +363,7 @@ func testRecreateAfterDelete(t *testing.T, s storage.Store, o options) {
 		t.Fatalf("Delete: %v", err)
 	}
 	v3 := mustPut(t, s, key, []byte("a"), storage.IfNotExists())
-	if v3 == v1 && !o.contentVersions {
+	if v3 == v1 && !o.ContentVersions {
 		t.Fatalf("re-created key with the same bytes reused version %q", v1)
 	}
 	if v3 != v1 {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"go.uber.org/goleak"
 
+	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/storetest"
@@ -244,5 +247,108 @@ func TestListAfterCheckFails(t *testing.T) {
 				t.Errorf("mismatches = %q, want some: %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// checkThenDelete is a memstore whose conditional Delete reads the
+// version, waits a moment, then deletes whatever is there: MinIO's HEAD
+// then DELETE, with the window made wide.
+type checkThenDelete struct{ storage.Store }
+
+func (c checkThenDelete) Delete(ctx context.Context, key string, cond storage.Condition) error {
+	if cond.Kind() == storage.MatchVersion {
+		_, v, err := c.Store.Get(ctx, key)
+		if err != nil || v != cond.Version() {
+			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return c.Store.Delete(ctx, key, storage.Condition{})
+}
+
+// TestConditionalDeleteCheckFails proves the ConditionalDeleteIsAtomic
+// check can fail: a check-then-delete store breaks rounds, memstore none.
+func TestConditionalDeleteCheckFails(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		store storage.Store
+		want  bool
+	}{
+		{"memstore", memstore.New(), false},
+		{"check then delete", checkThenDelete{memstore.New()}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bad, err := storetest.ConditionalDeleteRacesForTest(t.Context(), tc.store, 40)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (len(bad) > 0) != tc.want {
+				t.Errorf("broken rounds = %q, want some: %v", bad, tc.want)
+			}
+		})
+	}
+}
+
+// TestSuiteThroughNamespaces runs the suite through the Namespaces harness
+// on directories of one root, as the conveyor command runs it on an
+// existing store: every check gets its own directory, and none is left.
+func TestSuiteThroughNamespaces(t *testing.T) {
+	root := t.TempDir()
+	var opened sync.Map
+	h := storetest.Namespaces{
+		Open: func(_ context.Context, ns string) (storage.Store, error) {
+			if _, dup := opened.LoadOrStore(ns, true); dup {
+				return nil, fmt.Errorf("namespace %s handed out twice", ns)
+			}
+			return filestore.New(filepath.Join(root, ns))
+		},
+		Remove: func(ctx context.Context, ns string, s storage.Store) error {
+			err := storetest.EmptyStore(ctx, s)
+			_ = s.(*filestore.Store).Close()
+			return errors.Join(err, os.RemoveAll(filepath.Join(root, ns)))
+		},
+	}
+	t.Run("suite", func(t *testing.T) { storetest.Run(t, h) })
+	n := 0
+	opened.Range(func(any, any) bool { n++; return true })
+	if n != len(storetest.Checks()) {
+		t.Errorf("%d namespaces opened, want one per check (%d)", n, len(storetest.Checks()))
+	}
+	left, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+// TestEmptyStore: the default cleanup deletes every key.
+func TestEmptyStore(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	for _, k := range []string{"a", "b/c", "b/d/e"} {
+		if _, err := s.Put(t.Context(), k, []byte(k), storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := storetest.EmptyStore(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	for k, err := range s.List(t.Context(), "") {
+		t.Errorf("left: %q %v", k, err)
+	}
+}
+
+func TestNamespace(t *testing.T) {
+	t.Parallel()
+	a, b := storetest.Namespace("TestX/Conformance/Put Conditions(1)"), storetest.Namespace("TestX/Conformance/Put Conditions(1)")
+	if a == b || !strings.HasPrefix(a, "PutConditions1-") || !strings.HasSuffix(a, "/") {
+		t.Errorf("Namespace = %q, %q: want distinct PutConditions1-<hex>/", a, b)
+	}
+	if err := storage.ValidateKey(strings.TrimSuffix(a, "/")); err != nil {
+		t.Errorf("Namespace %q is no valid key: %v", a, err)
 	}
 }

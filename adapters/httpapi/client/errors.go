@@ -39,7 +39,7 @@ func (e *Error) Error() string {
 // also matches lifecycle.ErrTerminalState); lifecycle.ErrForbiddenActor and
 // authority.ErrForbidden for FORBIDDEN; codes.ErrInvalidInput for
 // INVALID_INPUT and INPUT_TOO_LARGE; lifecycle.ErrIdempotencyConflict,
-// lifecycle.ErrIdempotencyExpired, lifecycle.ErrRunUnsupported,
+// lifecycle.ErrIdempotencyExpired, lifecycle.ErrIdempotencyInProgress, lifecycle.ErrRunUnsupported,
 // lifecycle.ErrJobExists, lifecycle.ErrInboxEntryExists, records.ErrCorrupt (RECORD_QUARANTINED),
 // records.ErrLeaseLost and storage.ErrUnavailable for their codes. The
 // engines' sentinels are these values under their own names (run.ErrNotFound
@@ -70,6 +70,8 @@ func sentinels(code string) []error {
 		return []error{codes.ErrInvalidInput}
 	case codes.IdempotencyConflict:
 		return []error{lifecycle.ErrIdempotencyConflict}
+	case codes.IdempotencyInProgress:
+		return []error{lifecycle.ErrIdempotencyInProgress}
 	case codes.IdempotencyExpired:
 		return []error{lifecycle.ErrIdempotencyExpired}
 	case codes.Unsupported:

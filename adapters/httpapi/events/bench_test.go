@@ -1,9 +1,11 @@
 package events_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -299,4 +301,60 @@ func benchFill(b *testing.B, s storage.Store, n int) []string {
 		b.Fatal(*err)
 	}
 	return ids
+}
+
+// BenchmarkResumeHTTP300 is 300 clients on real connections on 127.0.0.1
+// resuming at once from the oldest of 3,000 run events (each of its own
+// run) and reading them all, at full speed (no ReplayRate): live-B is the
+// most heap they held together (sampled every 250 ms after a collection),
+// live-B/client that over 300. Run it once:
+//
+//	go test ./adapters/httpapi/events -run '^$' -bench ResumeHTTP300 -benchtime 1x
+func BenchmarkResumeHTTP300(b *testing.B) {
+	const clients, history = 300, 3000
+	s := memstore.New()
+	ids := fillRuns(b, s, time.Now().Add(-21*time.Hour), history)
+	f, err := events.New(events.Config{Store: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxClients: -1, ReplayRate: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(f)
+	srv.Config.ConnContext = events.ConnContext
+	srv.Start()
+	defer srv.Close()
+	var peak uint64
+	for b.Loop() {
+		base := liveHeap()
+		var wg sync.WaitGroup
+		for range clients {
+			c := stalled(b, srv.URL, ids[0])
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 0; n < history-1; {
+					l, err := br.ReadSlice('\n')
+					if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+						return
+					}
+					if bytes.HasPrefix(l, idField) {
+						n++
+					}
+				}
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		for loop := true; loop; {
+			select {
+			case <-done:
+				loop = false
+			case <-time.After(250 * time.Millisecond):
+				if h := liveHeap(); h > base {
+					peak = max(peak, h-base)
+				}
+			}
+		}
+	}
+	b.ReportMetric(float64(peak), "live-B")
+	b.ReportMetric(float64(peak)/clients, "live-B/client")
 }

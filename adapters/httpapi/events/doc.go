@@ -50,12 +50,17 @@
 //
 // Clients: each has a buffer of Config.Buffer events; one that falls behind
 // is disconnected (Feed.Dropped, a WARN log) and reconnects with
-// Last-Event-ID; the broadcaster never waits for anyone. A resume replays
+// Last-Event-ID; the broadcaster never waits for anyone. A write that the
+// client's connection does not take within Config.WriteTimeout disconnects
+// it too; the connection's send buffer is Config.SendBuffer when the
+// server's ConnContext is ConnContext, so a client that stops reading is
+// noticed once about 100 KB are unread, not 4 MB. A resume replays
 // from the store every event after the given id, no further back than
 // Config.MaxReplay (7 days by default), then continues live without a gap
 // or a duplicate. It reads the store a page at a time (Config.ReplayPage
 // keys, the page's objects 8 at a time), so a client holds one page
-// whatever the backlog; all resumes together read at most
+// whatever the backlog, and lets its buffers go once written; the
+// run-to-agent cache is the feed's, shared by every replay; all resumes together read at most
 // Config.MaxReplays pages at once and Config.ReplayRate events a second,
 // so many resuming clients cannot take the process's memory, CPU or store
 // with them. An id the feed cannot resume from exactly gets a stream.reset

@@ -30,6 +30,8 @@ const (
 	DefaultReplayPage        = 256
 	DefaultMaxReplays        = 4
 	DefaultReplayRate        = 5000
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultSendBuffer        = 32 << 10
 )
 
 // Config configures a Feed. Only Store is required; every other field has
@@ -98,6 +100,20 @@ type Config struct {
 	// together read from the store (a burst of one second's worth is
 	// free). Default 5000; negative means no limit.
 	ReplayRate int
+	// WriteTimeout bounds each write to a client (an event, a replay's
+	// page, a heartbeat), in wall-clock time: a client whose connection
+	// does not take a write within it is disconnected. Default 30 s.
+	WriteTimeout time.Duration
+	// SendBuffer is the kernel's send buffer (SO_SNDBUF) of each stream's
+	// connection, set when the feed can reach the connection (served by an
+	// http.Server whose ConnContext is ConnContext, as
+	// httpapi.Limits.HTTPServer's is). A write waits, and WriteTimeout
+	// runs, only once the client leaves unread what this buffer and its
+	// own receive buffer hold; left to itself Linux grows the send buffer
+	// to 4 MiB (tcp_wmem), so a client that stops reading would hold that
+	// much of the server's memory and be noticed only after it. Default
+	// 32 KiB (the kernel doubles it); negative: the kernel's.
+	SendBuffer int
 }
 
 // Feed is the Worker's event stream: Run tails the store's audit log and
@@ -122,6 +138,8 @@ type Feed struct {
 	// the Run goroutine touches it.
 	seen map[string]struct{}
 	tr   *translator
+	// agents is the run-to-agent cache every translator shares.
+	agents *agentCache
 	// progress is, while polls fail, the last key handled that the next
 	// poll's window no longer needs in seen: the next poll lists after it,
 	// so an event is not sent twice after a poll failed half-way.
@@ -178,16 +196,22 @@ func New(cfg Config) (*Feed, error) {
 	if cfg.ReplayRate == 0 {
 		cfg.ReplayRate = DefaultReplayRate
 	}
+	def(&cfg.WriteTimeout, DefaultWriteTimeout)
+	if cfg.SendBuffer == 0 {
+		cfg.SendBuffer = DefaultSendBuffer
+	}
 	box, err := inbox.New(inbox.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
+	agents := newAgentCache()
 	return &Feed{
 		cfg: cfg, clock: cfg.Clock, log: cfg.Logger, box: box,
 		clients: map[*client]struct{}{},
 		stopped: make(chan struct{}),
 		seen:    map[string]struct{}{},
-		tr:      newTranslator(cfg.Store, box),
+		agents:  agents,
+		tr:      newTranslator(cfg.Store, box, agents),
 		pages:   make(chan struct{}, cfg.MaxReplays),
 		rate:    newLimiter(cfg.Clock, cfg.ReplayRate),
 	}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -15,17 +16,13 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// writeTimeout bounds one write to a client, in wall-clock time (it is a
-// network deadline): a peer that stops reading is cut off by it even
-// when no event comes to overflow its buffer.
-const writeTimeout = 30 * time.Second
-
 // client is one open stream.
 type client struct {
-	ch     chan batch
-	run    string
-	remote string
-	drop   chan struct{} // closed when the feed drops the client
+	ch      chan batch
+	run     string
+	timeout time.Duration // Config.WriteTimeout
+	remote  string
+	drop    chan struct{} // closed when the feed drops the client
 
 	// Guarded by Feed.mu: while replaying, a full buffer is not a reason
 	// to drop the client (it is not reading the buffer yet); overflow
@@ -50,14 +47,16 @@ func (c *client) abort() {
 
 var errAborted = errors.New("events: client dropped")
 
-// write sends p and flushes it, within writeTimeout.
+// write sends p and flushes it, within c.timeout: a network deadline, so
+// a peer that stops reading is cut off by it even when no event comes to
+// overflow its buffer.
 func (c *client) write(p []byte, w http.ResponseWriter) error {
 	c.dmu.Lock()
 	if c.aborted {
 		c.dmu.Unlock()
 		return errAborted
 	}
-	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout)) // ErrNotSupported: no deadline, no harm
+	_ = c.rc.SetWriteDeadline(time.Now().Add(c.timeout)) // ErrNotSupported: no deadline, no harm
 	c.dmu.Unlock()
 	if _, err := w.Write(p); err != nil {
 		return err
@@ -91,7 +90,7 @@ func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if last == "" {
 		last = q.Get("last_event_id")
 	}
-	c := &client{ch: make(chan batch, f.cfg.Buffer), run: run, remote: r.RemoteAddr,
+	c := &client{ch: make(chan batch, f.cfg.Buffer), run: run, remote: r.RemoteAddr, timeout: f.cfg.WriteTimeout,
 		drop: make(chan struct{}), rc: http.NewResponseController(w)}
 	lastKey, lastAt, resume := layout.AuditKeyOfID(last)
 	c.replaying = resume
@@ -102,6 +101,9 @@ func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.unsubscribe(c)
+	if f.cfg.SendBuffer > 0 {
+		setSendBuffer(r.Context(), f.cfg.SendBuffer)
+	}
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -226,7 +228,7 @@ func (f *Feed) resume(ctx context.Context, c *client, w http.ResponseWriter, las
 			return nil, err
 		}
 	}
-	r := &replay{f: f, c: c, w: w, tr: newTranslator(f.cfg.Store, f.box),
+	r := &replay{f: f, c: c, w: w, tr: newTranslator(f.cfg.Store, f.box, f.agents),
 		sent: map[string]struct{}{}, floorID: idFloor(floor), page: make([]string, 0, f.cfg.ReplayPage)}
 	if err := r.emit(ctx, from, after); err != nil {
 		return nil, err
@@ -311,13 +313,17 @@ func (r *replay) flush(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	r.frames = r.frames[:0]
 	err := r.read(ctx)
 	<-r.f.pages
-	if err != nil || len(r.frames) == 0 {
+	// What the page read is let go once written: a replay waiting for its
+	// turn holds its next page's keys only, so hundreds of resuming
+	// clients hold a few pages' worth between them, not one each.
+	frames := r.frames
+	r.frames, r.ids, r.raws = nil, nil, nil
+	if err != nil || len(frames) == 0 {
 		return err
 	}
-	return r.c.write(r.frames, r.w)
+	return r.c.write(frames, r.w)
 }
 
 // pageReads is how many audit objects of a page a replay reads at once:
@@ -329,7 +335,7 @@ const pageReads = 8
 // objects pageReads at a time, then translates them in order (the
 // translator is not safe for concurrent use).
 func (r *replay) read(ctx context.Context) error {
-	r.ids = r.ids[:0]
+	r.ids = make([]string, 0, len(r.page))
 	for _, key := range r.page {
 		id, ok := layout.ParseAuditKey(key)
 		if _, sent := r.sent[id]; !ok || sent {
@@ -337,7 +343,7 @@ func (r *replay) read(ctx context.Context) error {
 		}
 		r.ids = append(r.ids, id)
 	}
-	r.raws = append(r.raws[:0], make([][]byte, len(r.page))...)
+	r.raws = make([][]byte, len(r.page))
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
@@ -388,4 +394,31 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}{code, msg})
+}
+
+type connKey struct{}
+
+// ConnContext is an http.Server's ConnContext that lets the feed reach the
+// connection of each stream it serves, to bound its send buffer
+// (Config.SendBuffer). A server without it serves the feed as well, with
+// the kernel's buffers.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// setSendBuffer sets the send buffer of the request's connection, through
+// wrappers that expose theirs with NetConn (as tls.Conn does).
+func setSendBuffer(ctx context.Context, n int) {
+	c, _ := ctx.Value(connKey{}).(net.Conn)
+	for range 8 {
+		switch v := c.(type) {
+		case interface{ SetWriteBuffer(int) error }:
+			_ = v.SetWriteBuffer(n) // best effort: the deadline still holds
+			return
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/inbox"
@@ -69,6 +70,33 @@ type runStatus struct {
 // announced twice, never a wrong value.
 const cacheCap = 4096
 
+// agentCache maps run id to agent slug for every translator of a feed (the
+// live one and each replay's): a run's index entry never changes, so one
+// copy serves all, and 300 clients replaying the same history hold it
+// once, not 300 times. Past cacheCap entries it is emptied.
+type agentCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func newAgentCache() *agentCache { return &agentCache{m: map[string]string{}} }
+
+func (c *agentCache) get(runID string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.m[runID]
+	return a, ok
+}
+
+func (c *agentCache) put(runID, agent string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= cacheCap {
+		clear(c.m)
+	}
+	c.m[runID] = agent
+}
+
 // translator turns audit events into the contract's events. It reads the
 // store for what an audit event does not carry: a run's agent (the run
 // index) and its step count (status.json), and the inbox's pending count.
@@ -77,8 +105,8 @@ const cacheCap = 4096
 type translator struct {
 	store storage.Store
 	box   *inbox.Box
-	// agents maps run id to agent slug; the index never changes.
-	agents map[string]string
+	// agents maps run id to agent slug, shared by the feed's translators.
+	agents *agentCache
 	// steps is the step count last announced per run, so a count is
 	// announced once, on the first audit event that finds it higher.
 	steps map[string]int
@@ -88,17 +116,17 @@ type translator struct {
 	pending int // -1: not read in this pass
 }
 
-func newTranslator(s storage.Store, box *inbox.Box) *translator {
-	return &translator{store: s, box: box, agents: map[string]string{}, steps: map[string]int{}}
+func newTranslator(s storage.Store, box *inbox.Box, agents *agentCache) *translator {
+	return &translator{store: s, box: box, agents: agents, steps: map[string]int{}}
 }
 
 // begin starts a pass over newly listed audit events.
 func (t *translator) begin() {
-	t.status = map[string]runStatus{}
-	t.pending = -1
-	if len(t.agents) > cacheCap {
-		clear(t.agents)
+	if t.status == nil {
+		t.status = map[string]runStatus{}
 	}
+	clear(t.status)
+	t.pending = -1
 	if len(t.steps) > cacheCap {
 		clear(t.steps)
 	}
@@ -197,7 +225,7 @@ func (t *translator) frames(ctx context.Context, ev *records.AuditEvent, b *batc
 // entry (written by hand, or removed) gets an empty agentSlug rather than
 // holding up the feed.
 func (t *translator) agent(ctx context.Context, runID string) (string, error) {
-	if a, ok := t.agents[runID]; ok {
+	if a, ok := t.agents.get(runID); ok {
 		return a, nil
 	}
 	key, err := layout.RunIndexKey(runID)
@@ -217,7 +245,7 @@ func (t *translator) agent(ctx context.Context, runID string) (string, error) {
 	if err := json.Unmarshal(raw, &idx); err != nil || storage.ValidateID("slug", idx.AgentSlug) != nil {
 		return "", nil // a poison index entry: the run's owner quarantines it
 	}
-	t.agents[runID] = idx.AgentSlug
+	t.agents.put(runID, idx.AgentSlug)
 	return idx.AgentSlug, nil
 }
 

@@ -1,7 +1,11 @@
-// Package faultstore wraps a storage.Store with switchable outages, for the
-// fault suites: while it is down every call fails the way a stopped server
-// fails (an *storage.OpError whose cause is a refused connection), so the
-// engines see exactly what they see when MinIO stops.
+// Package faultstore wraps a storage.Store with switchable faults, for the
+// fault suites: outages, while which every call fails the way a stopped
+// server fails (an *storage.OpError whose cause is a refused connection), so
+// the engines see exactly what they see when MinIO stops; and the faults of
+// a store that settles (a distributed MinIO after a node restart or a
+// killed writer): false not-found reads and create-only writes accepted
+// over an existing key, deterministically, within a bound it reports as
+// storage.Settler.
 package faultstore
 
 import (
@@ -23,6 +27,7 @@ type Store struct {
 	next  int // fail this many calls more, down or not
 	calls atomic.Int64
 	fails atomic.Int64
+	set   settling
 }
 
 // New wraps inner; it starts up.
@@ -59,6 +64,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, e
 	if err := s.refuse("get", key); err != nil {
 		return nil, "", err
 	}
+	if s.set.armed() {
+		return s.settlingGet(ctx, key)
+	}
 	return s.Store.Get(ctx, key)
 }
 
@@ -66,6 +74,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, e
 func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	if err := s.refuse("put", key); err != nil {
 		return "", err
+	}
+	if s.set.armed() {
+		return s.settlingPut(ctx, key, value, cond)
 	}
 	return s.Store.Put(ctx, key, value, cond)
 }

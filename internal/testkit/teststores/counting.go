@@ -82,3 +82,7 @@ func (c *Counting) Reset() {
 func (c *Counting) Total() int64 {
 	return c.Gets.Load() + c.Puts.Load() + c.Deletes.Load() + c.Lists.Load()
 }
+
+// Unwrap returns the counted Store (storage.Unwrapper), so its settle time
+// is found through the count.
+func (c *Counting) Unwrap() storage.Store { return c.Store }

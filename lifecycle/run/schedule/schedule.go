@@ -6,10 +6,13 @@
 // or a fixed interval. Each slot, the time the expression names, starts one
 // run through run.Runner.Submit with the idempotency key of docs/spec.md#idempotency,
 // scheduler:{schedule_id}:{slot}, whose record is created create-only before
-// the run: of the processes that fire a slot at once, one creates the run
-// and the others learn its id; a process that dies between the record and
-// the run leaves a record whose lock lapses, and the next firing of that
-// slot creates the run under the same id, never a second one.
+// the run: of the processes that fire a slot at once, each gets the one run
+// of the slot, whoever wrote it (a process that loses the race writes the
+// run itself if the winner has not yet). Losing that race is the normal
+// case, not a failure. A process that dies between the record and the run
+// leaves the slot pending, and any other process's next look (at the
+// latest the next slot) creates the run under the same id, never a second
+// one.
 //
 // Which slots are due is kept in the store, not in a process:
 // schedules/{id}.json holds the latest slot dealt with (fired or skipped),
@@ -300,6 +303,11 @@ type Config struct {
 	// state, so a pause, a resume or a slot fired elsewhere is noticed.
 	// Default 30 s.
 	PollInterval time.Duration
+	// RetryInterval is how soon a schedule is looked at again after a
+	// firing did not finish: the store failed, or the slot's run is still
+	// being created by a submit that could not be helped yet. Default 1 s
+	// (at most PollInterval).
+	RetryInterval time.Duration
 }
 
 // Scheduler fires its schedules' slots; any number of Schedulers, in any
@@ -339,6 +347,10 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 30 * time.Second
 	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = time.Second
+	}
+	cfg.RetryInterval = min(cfg.RetryInterval, cfg.PollInterval)
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, slots: map[string]slots{}, byID: map[string]*Schedule{},
 		wake: make(chan struct{}, 1), recs: map[string]*core.Record[State, *State]{},
 		quar: &core.Quarantiner{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}
@@ -469,7 +481,14 @@ func (s *Scheduler) tick(ctx context.Context) time.Duration {
 		sc := &s.cfg.Schedules[i]
 		next, err := s.fire(ctx, sc)
 		if err != nil {
-			if ctx.Err() == nil {
+			// Looked at again soon: a slot must not wait for the next poll.
+			wait = min(wait, s.cfg.RetryInterval)
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, run.ErrIdempotencyInProgress):
+				// Its run is being created elsewhere: not a failure.
+				s.log.LogAttrs(ctx, slog.LevelDebug, "schedule_slot_in_progress", slog.String("schedule", sc.ID), slog.String("error", err.Error()))
+			default:
 				s.log.LogAttrs(ctx, slog.LevelWarn, "schedule_failed", slog.String("schedule", sc.ID), slog.String("error", err.Error()))
 			}
 			continue
@@ -554,35 +573,48 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (time.Time, error) {
 	return nextDue, nil
 }
 
-// errNotYet: a slot's run is claimed by a submit that has not created it
-// (yet, or ever: its submitter died); the slot stays pending until the
-// claim's lock lapses and a submit takes it over.
-var errNotYet = errors.New("schedule: the slot's run is claimed but not created yet")
+// errDealtWith ends an Apply that finds the slot dealt with already.
+var errDealtWith = errors.New("schedule: slot dealt with")
 
 // start fires one slot: mark it pending, submit its run, then record it
 // fired. Each step may be repeated by any process: the submit is
-// idempotent by the slot's key, and the marks only move forward.
+// idempotent by the slot's key (and answers only a run that exists), and
+// the marks only move forward. A slot another process has dealt with
+// meanwhile costs this one nothing more.
 func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, caughtUp bool) error {
-	if _, _, err := s.record(sc.ID).Apply(ctx, func(st *State) error {
-		if slot.After(st.LastSlot) && (st.Pending == nil || !st.Pending.Equal(slot)) {
-			p := slot
-			st.Pending, st.UpdatedAt = &p, s.clock.Now().UTC()
+	_, _, err := s.record(sc.ID).Apply(ctx, func(st *State) error {
+		if !slot.After(st.LastSlot) {
+			return errDealtWith
 		}
+		if st.Pending != nil && st.Pending.Equal(slot) {
+			return errDealtWith // pending already: nothing to write
+		}
+		p := slot
+		st.Pending, st.UpdatedAt = &p, s.clock.Now().UTC()
 		return nil
-	}); err != nil {
+	})
+	if errors.Is(err, errDealtWith) {
+		if st, _ := s.record(sc.ID).Snapshot(); !slot.After(st.LastSlot) {
+			s.cfg.Metrics.DuplicateSuppressed(sc.ID) // fired (or skipped) by another process
+			return nil
+		}
+	} else if err != nil {
 		return err
 	}
 	res, err := s.cfg.Runner.Submit(ctx, run.SubmitRequest{AgentSlug: sc.Agent, Trigger: run.TriggerCron,
 		Input: sc.Input, IdempotencyKey: Key(sc.ID, slot)})
+	var failed *run.IdempotencyFailedError
+	if errors.As(err, &failed) {
+		// The slot's run could not be created in all its attempts: the
+		// slot is given up (logged), not retried until its record expires.
+		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule_slot_failed", slog.String("schedule", sc.ID),
+			slog.Time("slot", slot), slog.String("error", err.Error()))
+		return s.advance(ctx, sc, slot, "", time.Time{}, 1)
+	}
 	if err != nil {
 		return fmt.Errorf("slot %s: %w", slot.Format(time.RFC3339), err)
 	}
 	if res.Duplicate {
-		if _, err := s.cfg.Runner.Status(ctx, res.RunID); errors.Is(err, run.ErrNotFound) {
-			return fmt.Errorf("slot %s, run %s: %w", slot.Format(time.RFC3339), res.RunID, errNotYet)
-		} else if err != nil {
-			return err
-		}
 		s.cfg.Metrics.DuplicateSuppressed(sc.ID)
 	} else {
 		s.cfg.Metrics.SlotFired(sc.ID, caughtUp)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -42,6 +43,8 @@ type rig struct {
 	store storage.Store
 	clock *clock.Fake
 	procs []*proc
+	// log, when set, receives the next started processes' logs.
+	log *slog.Logger
 }
 
 type proc struct {
@@ -64,14 +67,18 @@ func (g *rig) start(clk *clock.Fake, schedules ...schedule.Schedule) *proc {
 	if clk == nil {
 		clk = g.clock
 	}
-	r, err := run.NewRunner(run.Config{Store: g.store, Clock: clk, Logger: quiet},
+	log := quiet
+	if g.log != nil {
+		log = g.log
+	}
+	r, err := run.NewRunner(run.Config{Store: g.store, Clock: clk, Logger: log},
 		run.Agent{Slug: agent, Steps: []run.Step{{Name: "report", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
 			return run.StepOutput{}, nil
 		}}}})
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	s, err := schedule.New(schedule.Config{Runner: r, Store: g.store, Clock: clk, Logger: quiet, Schedules: schedules})
+	s, err := schedule.New(schedule.Config{Runner: r, Store: g.store, Clock: clk, Logger: log, Schedules: schedules})
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -134,7 +141,8 @@ func slotKeys(id string, from, to time.Time) []string {
 
 // TestExactlyOncePerSlot: three processes' schedulers share a store (a
 // memstore, a MinIO bucket) over a simulated day of */5 * * * *; one is
-// killed mid-day. Every slot started exactly one run: 288.
+// killed mid-day. Every slot started exactly one run: 288, and no lost
+// race was logged as a failure.
 func TestExactlyOncePerSlot(t *testing.T) {
 	t.Parallel()
 	env.Each(t, exactlyOncePerSlot)
@@ -142,6 +150,8 @@ func TestExactlyOncePerSlot(t *testing.T) {
 
 func exactlyOncePerSlot(t *testing.T, store storage.Store) {
 	g := newRig(t, store)
+	logs := &testlog.Buffer{}
+	g.log = slog.New(slog.NewJSONHandler(logs, nil))
 	for range 3 {
 		g.start(nil, every5("digest"))
 	}
@@ -159,6 +169,10 @@ func exactlyOncePerSlot(t *testing.T, store storage.Store) {
 	want := slotKeys("digest", day0, day0.Add(24*time.Hour))
 	if len(got) != 288 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%d runs, want 288, one per slot; missing or extra: %v", len(got), diff(want, got))
+	}
+	// Two of three processes lose each slot's race: that is no failure.
+	if n := logs.Count("schedule_failed"); n != 0 {
+		t.Errorf("%d schedule_failed logged for lost races", n)
 	}
 }
 
@@ -316,38 +330,191 @@ func TestJitter(t *testing.T) {
 }
 
 // TestCrashBetweenClaimAndRun: a process dies after claiming a slot (its
-// idempotency record) and before creating the run; the slot's run is
-// created later, once, under the claimed id.
+// idempotency record) and before creating the run; the next process to
+// look creates the slot's run at once, under the claimed id, and fires the
+// slots after it on time. Losing the slot's race to the dead process is
+// no failure: nothing is logged as one, and nothing backs off.
 func TestCrashBetweenClaimAndRun(t *testing.T) {
 	t.Parallel()
 	base := memstore.New()
 	dying := &dieAfterClaim{Store: base}
 	g := newRig(t, base)
+	sc := schedule.Schedule{ID: "fragile", Agent: agent, Every: 10 * time.Second}
 	// The dying process: its store stops answering right after the claim.
 	g.store = dying
-	d := g.start(nil, every5("fragile"))
+	d := g.start(nil, sc)
 	g.store = base
 	g.settle(g.clock, 1)
-	g.clock.Advance(5 * time.Minute) // 00:05: d claims the slot and dies
+	g.clock.Advance(10 * time.Second) // d claims the slot and dies
 	g.settle(g.clock, 1)
 	d.stop()
 	if !dying.died() {
 		t.Fatal("the dying process never claimed a slot")
 	}
-	s := g.start(nil, every5("fragile"))
-	g.settle(g.clock, 1)
-	if n := len(g.runs(s.runner)); n != 0 {
-		t.Fatalf("%d runs before the claim's lock lapsed", n)
+	claimed := g.clock.Now().Truncate(10 * time.Second)
+	logs := &testlog.Buffer{}
+	g.log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	a, b := g.start(nil, sc), g.start(nil, sc)
+	g.settle(g.clock, 2)
+	// At once, not when the claim's lease lapses: both survivors find the
+	// slot pending; its one run exists.
+	rec, err := a.runner.Idempotency(context.Background(), schedule.Key("fragile", claimed))
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The claim's lock (5 min) lapses; meanwhile more slots come due.
+	if got := g.runs(b.runner); len(got) != 1 || got[0] != schedule.Key("fragile", claimed) {
+		t.Fatalf("runs %v right after the crash, want the claimed slot's", got)
+	}
+	if _, err := a.runner.Status(context.Background(), rec.RunID); err != nil {
+		t.Fatalf("the claimed run %s: %v", rec.RunID, err)
+	}
 	for range 3 {
-		g.clock.Advance(5 * time.Minute)
-		g.settle(g.clock, 1)
+		g.clock.Advance(10 * time.Second)
+		g.settle(g.clock, 2)
 	}
-	got := g.runs(s.runner)
-	want := slotKeys("fragile", day0, g.clock.Now())
+	got := g.runs(a.runner)
+	var want []string
+	for s := claimed; !s.After(g.clock.Now()); s = s.Add(10 * time.Second) {
+		want = append(want, schedule.Key("fragile", s))
+	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("runs %v, want one per slot %v", got, want)
+	}
+	if n := logs.Count("schedule_failed"); n != 0 {
+		t.Errorf("%d schedule_failed logged for a lost race:\n%s", n, logs)
+	}
+}
+
+// TestFailedFiringIsRetriedSoon: a firing the store fails is tried again
+// after RetryInterval, not after PollInterval: the slot's run is late by
+// a second, not by a poll.
+func TestFailedFiringIsRetriedSoon(t *testing.T) {
+	t.Parallel()
+	base := memstore.New()
+	flaky := &failSome{Store: base, left: 1}
+	g := newRig(t, flaky)
+	sc := schedule.Schedule{ID: "flaky", Agent: agent, Every: time.Minute}
+	p := g.start(nil, sc)
+	g.settle(g.clock, 1)
+	g.clock.Advance(30 * time.Second) // 00:01:00: the submit fails once
+	g.settle(g.clock, 1)
+	if n := len(g.runs(p.runner)); n != 0 || flaky.remaining() != 0 {
+		t.Fatalf("%d runs; failures left %d", n, flaky.remaining())
+	}
+	g.clock.Advance(time.Second)
+	g.settle(g.clock, 1)
+	if got := g.runs(p.runner); len(got) != 1 {
+		t.Fatalf("runs %v a second after the failure, want the slot's", got)
+	}
+}
+
+// TestSlotOutOfAttemptsIsGivenUp: a slot whose run could not be created
+// in all its key's attempts is given up, logged, and the schedule goes on
+// with its next slot (not stuck until the key's record expires).
+func TestSlotOutOfAttemptsIsGivenUp(t *testing.T) {
+	t.Parallel()
+	flaky := &failSome{Store: memstore.New(), left: 3, match: func(k string, _ storage.Condition) bool { return strings.HasSuffix(k, "/status.json") }}
+	g := newRig(t, flaky)
+	logs := &testlog.Buffer{}
+	g.log = slog.New(slog.NewJSONHandler(logs, nil))
+	sc := schedule.Schedule{ID: "doomed", Agent: agent, Every: time.Minute}
+	p := g.start(nil, sc)
+	g.settle(g.clock, 1)
+	g.clock.Advance(30 * time.Second) // 00:01:00: its run fails to be written
+	g.settle(g.clock, 1)
+	for range 3 { // retried every second, out of attempts at the third
+		g.clock.Advance(time.Second)
+		g.settle(g.clock, 1)
+	}
+	if n := logs.Count("schedule_slot_failed"); n != 1 || flaky.remaining() != 0 {
+		t.Fatalf("schedule_slot_failed logged %d times (failures left %d):\n%s", n, flaky.remaining(), logs)
+	}
+	g.clock.Advance(time.Minute)
+	g.settle(g.clock, 1)
+	if got := g.runs(p.runner); len(got) != 1 || got[0] != schedule.Key("doomed", day0.Truncate(time.Minute).Add(2*time.Minute)) {
+		t.Fatalf("runs %v, want the next slot's", got)
+	}
+}
+
+// failSome fails the next left writes that match (default: create-only
+// writes of idempotency records).
+type failSome struct {
+	storage.Store
+	mu    sync.Mutex
+	left  int
+	match func(key string, c storage.Condition) bool
+}
+
+func (f *failSome) remaining() int { f.mu.Lock(); defer f.mu.Unlock(); return f.left }
+
+func (f *failSome) Put(ctx context.Context, k string, v []byte, c storage.Condition) (storage.Version, error) {
+	f.mu.Lock()
+	match := f.match
+	if match == nil {
+		match = func(k string, c storage.Condition) bool {
+			return strings.HasPrefix(k, "idempotency/") && c.Kind() == storage.CreateOnly
+		}
+	}
+	fail := f.left > 0 && match(k, c)
+	if fail {
+		f.left--
+	}
+	f.mu.Unlock()
+	if fail {
+		return "", errors.New("injected: disk full")
+	}
+	return f.Store.Put(ctx, k, v, c)
+}
+
+// TestNoSlotInsideTheCatchUpBoundIsSkipped: every process is down for as
+// many slots as the catch-up bound, one of them left pending by a process
+// killed mid-firing; the first process back fires every one of them, once.
+// Down longer, it fires the pending slot and the bound's newest (and the
+// one on time), and skips only the slots past the bound.
+func TestNoSlotInsideTheCatchUpBoundIsSkipped(t *testing.T) {
+	t.Parallel()
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("past_the_bound=%v", late), func(t *testing.T) {
+			t.Parallel()
+			base := memstore.New()
+			dying := &dieAfterClaim{Store: base}
+			g := newRig(t, base)
+			sc := schedule.Schedule{ID: "bounded", Agent: agent, Every: 10 * time.Second, CatchUp: 6}
+			g.store = dying
+			d := g.start(nil, sc)
+			g.store = base
+			g.settle(g.clock, 1)
+			g.clock.Advance(10 * time.Second) // claims the first slot, dies
+			g.settle(g.clock, 1)
+			d.stop()
+			first := g.clock.Now().Truncate(10 * time.Second)
+			// Down until CatchUp slots are due (the claimed one and 5 more),
+			// or 2 min more.
+			down := 50 * time.Second
+			if late {
+				down += 2 * time.Minute
+			}
+			g.clock.Advance(down)
+			if late {
+				// Those 2 min hold 12 more slots: past the bound. The claimed
+				// slot (pending), the newest 6 and the one on time are fired.
+				first = g.clock.Now().Truncate(10 * time.Second).Add(-60 * time.Second)
+			}
+			p := g.start(nil, sc)
+			g.settle(g.clock, 1)
+			got := g.runs(p.runner)
+			var want []string
+			if late {
+				want = append(want, schedule.Key("bounded", day0.Truncate(10*time.Second).Add(10*time.Second)))
+			}
+			for s := first; !s.After(g.clock.Now()); s = s.Add(10 * time.Second) {
+				want = append(want, schedule.Key("bounded", s))
+			}
+			sort.Strings(want)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("runs %v, want %v: %s", got, want, diff(want, got))
+			}
+		})
 	}
 }
 

@@ -1,0 +1,157 @@
+package s3store_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// TestFailover: with several endpoints, a request pointed at one that is
+// down, drops requests or stalls is carried out through another, within
+// an attempt timeout, not the stall's 30 s.
+func TestFailover(t *testing.T) {
+	srv, bkt := env(t)
+	dead := "http://127.0.0.1:1"
+	tests := []struct {
+		name string
+		rule func(int, *http.Request) fault
+	}{
+		{"refused", nil},
+		{"499 on everything", func(int, *http.Request) fault { return refuse499 }},
+		{"stalls", func(int, *http.Request) fault { return stall }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := dead
+			if tt.rule != nil {
+				bad = newFaultProxy(t, srv.Endpoint, tt.rule).URL
+			}
+			s := storeVia(t, srv, bkt, randomPrefix(), s3store.Config{
+				Endpoints: []string{bad, srv.Endpoint}, AttemptTimeout: 300 * time.Millisecond})
+			start := time.Now()
+			for i := range 4 { // both endpoints come first in turn
+				key := "k" + string(rune('0'+i))
+				v, err := s.Put(t.Context(), key, []byte("mine"), storage.IfNotExists())
+				if err != nil {
+					t.Fatalf("Put %s = %v", key, err)
+				}
+				if _, got, err := s.Get(t.Context(), key); err != nil || got != v {
+					t.Fatalf("Get %s = %q %v, want %q", key, got, err, v)
+				}
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("4 writes and reads took %s with one endpoint failing", d)
+			}
+		})
+	}
+}
+
+// TestSettle: a single-drive server settles at once; several endpoints
+// (a cluster) get DefaultClusterSettle unless Config.Settle says
+// otherwise.
+func TestSettle(t *testing.T) {
+	srv, bkt := env(t)
+	tests := []struct {
+		name string
+		cfg  s3store.Config
+		want time.Duration
+	}{
+		{"single drive", s3store.Config{Endpoint: srv.Endpoint}, 0},
+		{"one endpoint given twice", s3store.Config{Endpoints: []string{srv.Endpoint, srv.Endpoint + "/"}}, 0},
+		{"explicit", s3store.Config{Endpoint: srv.Endpoint, Settle: 3 * time.Second}, 3 * time.Second},
+		{"explicitly none", s3store.Config{Endpoint: srv.Endpoint, Settle: -1}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := storeVia(t, srv, bkt, "", tt.cfg)
+			if err := s.Check(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if got := storage.SettleTime(s); got != tt.want {
+				t.Fatalf("Settle = %s, want %s", got, tt.want)
+			}
+		})
+	}
+	p := newFaultProxy(t, srv.Endpoint, func(int, *http.Request) fault { return pass })
+	s := storeVia(t, srv, bkt, "", s3store.Config{Endpoints: []string{srv.Endpoint, p.URL}})
+	if got := storage.SettleTime(s); got != s3store.DefaultClusterSettle {
+		t.Fatalf("Settle on two endpoints = %s, want %s", got, s3store.DefaultClusterSettle)
+	}
+}
+
+// TestEndpointsFromEnv: CONVEYOR_S3_ENDPOINTS names several endpoints,
+// comma-separated; the store fails over from one that is down.
+func TestEndpointsFromEnv(t *testing.T) {
+	srv, bkt := env(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_REGION", srv.Region)
+	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	t.Setenv(s3store.EnvBucket, bkt)
+	t.Setenv(s3store.EnvPrefix, randomPrefix())
+	t.Setenv(s3store.EnvEndpoints, "http://127.0.0.1:1, "+srv.Endpoint)
+	cfg, err := s3store.ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.UsePathStyle || len(cfg.Endpoints) != 2 {
+		t.Fatalf("config from env = %+v", cfg)
+	}
+	cfg.HTTPClient = &http.Client{Transport: transport}
+	s, err := s3store.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := s.Put(t.Context(), fmt.Sprintf("k%d", i), []byte("ok"), storage.IfNotExists()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, bad := range []string{"ftp://127.0.0.1:1", "127.0.0.1:9000", "http://"} {
+		if _, err := s3store.New(t.Context(), s3store.Config{Bucket: bkt, Endpoint: bad}); err == nil {
+			t.Errorf("New with endpoint %q succeeded", bad)
+		}
+	}
+}
+
+// TestEndpointComesBack: an endpoint that failed is skipped for the
+// cooldown, then tried again, and used as before once it answers.
+func TestEndpointComesBack(t *testing.T) {
+	srv, bkt := env(t)
+	var down atomic.Bool
+	down.Store(true)
+	p := newFaultProxy(t, srv.Endpoint, func(int, *http.Request) fault {
+		if down.Load() {
+			return refuse499
+		}
+		return pass
+	})
+	s := storeVia(t, srv, bkt, randomPrefix(), s3store.Config{
+		Endpoints: []string{p.URL, srv.Endpoint}, EndpointCooldown: 300 * time.Millisecond})
+	put := func(n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := s.Put(t.Context(), fmt.Sprintf("k%d", i), []byte("v"), storage.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(10)
+	if got := strings.Count(p.requests(), "refuse499"); got != 1 {
+		t.Fatalf("the failing endpoint got %d requests within its cooldown, want 1: %s", got, p.requests())
+	}
+	down.Store(false)
+	time.Sleep(400 * time.Millisecond)
+	put(10)
+	if got := strings.Count(p.requests(), "pass"); got < 4 {
+		t.Fatalf("the endpoint that came back got %d of 10 requests, want about half: %s", got, p.requests())
+	}
+}

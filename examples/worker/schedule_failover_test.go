@@ -1,0 +1,140 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
+)
+
+// TestScheduleFailsOver: three Worker processes fire one schedule (every
+// second) on one directory while two CPU hogs and a disk writer run; one
+// is killed -9 (and restarted later), another stopped (SIGSTOP) past its
+// lease and continued. Every slot from the first to the last is fired
+// exactly once: none skipped, none twice.
+func TestScheduleFailsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("35 s of real time")
+	}
+	// Not parallel: its CPU hogs would starve the package's other tests
+	// (an event stream client too slow to read is dropped).
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "conveyor.json")
+	if err := os.WriteFile(conf, []byte(`{"schedules": [{"id": "tick", "agent": "demo-research", "every": "1s"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	load(t, dir)
+	data := filepath.Join(dir, "data")
+	worker := func(name string) *proc {
+		return start(t, name, nil, "-role", "runner", "-addr", "", "-owner", name, "-data", data, "-config", conf,
+			"-step-pause", "10ms", "-lease", "3s", "-drain", "5s")
+	}
+	w := []*proc{worker("w1"), worker("w2"), worker("w3")}
+	// Each fault lands 15 ms past a slot, while the processes fire it:
+	// likely between a slot's claim and its run.
+	sleep := func(d time.Duration) {
+		time.Sleep(time.Until(time.Now().Add(d).Truncate(time.Second).Add(15 * time.Millisecond)))
+	}
+	began := time.Now()
+	sleep(8 * time.Second)
+	_ = w[0].cmd.Process.Kill() // kill -9, mid-schedule
+	t.Logf("%.1fs: killed w1", time.Since(began).Seconds())
+	sleep(4 * time.Second)
+	_ = w[1].cmd.Process.Signal(syscall.SIGSTOP)
+	t.Logf("%.1fs: stopped w2", time.Since(began).Seconds())
+	sleep(5 * time.Second) // past the 3 s lease
+	_ = w[1].cmd.Process.Signal(syscall.SIGCONT)
+	t.Logf("%.1fs: continued w2", time.Since(began).Seconds())
+	sleep(4 * time.Second)
+	w1b := worker("w1-restarted")
+	t.Logf("%.1fs: restarted w1", time.Since(began).Seconds())
+	sleep(8 * time.Second)
+	ended := time.Now()
+	for _, p := range []*proc{w[1], w[2], w1b} {
+		p.stop(t, 15*time.Second)
+	}
+
+	// The truth is in the store: every slot's runs, by idempotency key.
+	store, err := filestore.New(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	bySlot := map[string][]string{}
+	for key, err := range store.List(ctx, layout.AgentsPrefix) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok := layout.ParseRunStatusKey(key); !ok {
+			continue
+		}
+		b, _, err := store.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st run.Status
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Trigger == run.TriggerCron {
+			bySlot[st.IdempotencyKey] = append(bySlot[st.IdempotencyKey], st.RunID)
+		}
+	}
+	first := began.Truncate(time.Second).Add(time.Second)
+	for first.Before(ended) && bySlot[schedule.Key("tick", first)] == nil {
+		first = first.Add(time.Second)
+	}
+	if first.Sub(began) > 5*time.Second {
+		t.Fatalf("the first slot fired %s after the start", first.Sub(began))
+	}
+	// The slots up to 2 s before the stop had time to fire.
+	var missing, twice []string
+	n := 0
+	for s := first; s.Before(ended.Add(-2 * time.Second)); s = s.Add(time.Second) {
+		n++
+		switch runs := bySlot[schedule.Key("tick", s)]; {
+		case len(runs) == 0:
+			missing = append(missing, s.Format("15:04:05"))
+		case len(runs) > 1:
+			twice = append(twice, s.Format("15:04:05")+": "+strings.Join(runs, ", "))
+		}
+	}
+	t.Logf("%d slots from %s: %d missing, %d fired twice (%d runs in all)", n, first.Format("15:04:05"), len(missing), len(twice), len(bySlot))
+	if len(missing) > 0 || len(twice) > 0 {
+		t.Errorf("missing %v; twice %v", missing, twice)
+	}
+}
+
+// load starts two CPU hogs (busy loops) and a disk writer (dd, with
+// fsync) for the test's life.
+func load(t *testing.T, dir string) {
+	t.Helper()
+	for _, script := range []string{
+		"while :; do :; done",
+		"while :; do :; done",
+		"while :; do dd if=/dev/zero of=" + filepath.Join(dir, "dd.out") + " bs=1M count=32 conv=fsync 2>/dev/null; done",
+	} {
+		cmd := exec.Command("sh", "-c", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so the dd it runs goes too
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+		})
+	}
+}

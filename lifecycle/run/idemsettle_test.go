@@ -1,0 +1,217 @@
+package run_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// settleRig is two runners on a store that settles in 5 s, whose create
+// of an idempotency record can be accepted over an existing one, and an
+// agent that counts its executions.
+type settleRig struct {
+	g     *rig
+	fs    *faultstore.Store
+	a, b  *run.Runner
+	execs *atomic.Int32
+	req   run.SubmitRequest
+}
+
+func newSettleRig(t *testing.T, machine string) *settleRig {
+	fs := faultstore.New(memStore(t))
+	g := newRig(t, fs)
+	fs.SetSettle(5*time.Second, g.clock.Now)
+	fs.Match(layout.IsIdempotencyKey)
+	execs := &atomic.Int32{}
+	agent := run.Agent{Slug: "once", Machine: machine, Steps: []run.Step{{Name: "charge", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+		execs.Add(1)
+		return run.StepOutput{}, nil
+	}}}}
+	a, _ := g.runner("a", nil, agent)
+	b, _ := g.runner("b", nil, agent)
+	return &settleRig{g: g, fs: fs, a: a, b: b, execs: execs,
+		req: run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:charge-1"}}
+}
+
+func (s *settleRig) submit(t *testing.T, r *run.Runner) string {
+	t.Helper()
+	res, err := r.Submit(context.Background(), s.req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.RunID
+}
+
+// judge waits for both runs to end and checks the key executed once: the
+// winner completed, the loser failed IDEMPOTENCY_DUPLICATE naming it, its
+// marker quarantined, and the record names the winner.
+func (s *settleRig) judge(t *testing.T, winner, loser string) {
+	t.Helper()
+	if st := s.g.wait(s.a, winner, time.Second, time.Minute); st.Status != "completed" && st.Status != "succeeded" {
+		t.Fatalf("winner %s: %+v", winner, st)
+	}
+	st := s.g.wait(s.b, loser, time.Second, time.Minute)
+	if (st.Status != "failed" && st.Status != "canceled") || st.Error == nil || !strings.HasPrefix(*st.Error, codes.IdempotencyDuplicate+": ") || !strings.Contains(*st.Error, winner) {
+		t.Fatalf("loser %s: %s %v", loser, st.Status, st.Error)
+	}
+	if n := s.execs.Load(); n != 1 {
+		t.Errorf("the key executed %d times, want once", n)
+	}
+	if s.fs.DoubleCreates() == 0 {
+		t.Error("no create was accepted over the record: the test provoked nothing")
+	}
+	marker, _ := layout.IdempotencyRunKey(s.req.IdempotencyKey, loser)
+	until(t, "the loser's marker quarantined", func() bool {
+		_, _, ok := records.FindQuarantined(context.Background(), s.g.store, marker)
+		return ok
+	})
+	rec, err := s.a.Idempotency(context.Background(), s.req.IdempotencyKey)
+	if err != nil || rec.RunID != winner || rec.Status != run.IdempotencyCompleted {
+		t.Errorf("record %+v %v, want completed with %s", rec, err, winner)
+	}
+}
+
+// TestSettleTwoFirstSubmitsExecuteOnce: two first submits of one key both
+// "create" its record (the store accepts the second create over the
+// first); each is answered its own run, and only the earliest executes.
+// On the cancel-aware machine, whose queued runs cannot fail, the loser
+// ends canceled.
+func TestSettleTwoFirstSubmitsExecuteOnce(t *testing.T) {
+	t.Parallel()
+	for _, machine := range []string{lifecycle.MachineCanonical, lifecycle.MachineCancelable, lifecycle.MachineApproval} {
+		t.Run(machine, func(t *testing.T) {
+			t.Parallel()
+			s := newSettleRig(t, machine)
+			s.fs.AcceptCreateOver(1)
+			first := s.submit(t, s.a)
+			s.g.clock.Advance(time.Millisecond) // the second submit's generation starts later
+			second := s.submit(t, s.b)
+			if first == second {
+				t.Fatalf("both submits answered %s: the store accepted no second create", first)
+			}
+			s.judge(t, first, second)
+		})
+	}
+}
+
+// TestSettleLateRetryOverACompletedRecordIsNotExecuted: an hour after a
+// key's run completed, a retry's create lands over the completed record
+// and makes a run of its own; that run never executes.
+func TestSettleLateRetryOverACompletedRecordIsNotExecuted(t *testing.T) {
+	t.Parallel()
+	s := newSettleRig(t, "")
+	first := s.submit(t, s.a)
+	if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" {
+		t.Fatalf("first run: %+v", st)
+	}
+	s.g.clock.Advance(time.Hour)
+	s.fs.AcceptCreateOver(1)
+	late := s.submit(t, s.b)
+	if late == first {
+		t.Fatal("the late retry was answered the first run: the store accepted no second create")
+	}
+	s.judge(t, first, late)
+}
+
+// TestSettleCareCostsNothingWhereTheStoreSettlesAtOnce: on a store that
+// settles at once an idempotent submit writes no marker, and its run
+// executes without reading any.
+func TestSettleCareCostsNothingWhereTheStoreSettlesAtOnce(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, memStore(t))
+	agent := run.Agent{Slug: "plain", Steps: []run.Step{okStep("s")}}
+	r, _ := g.runner("a", nil, agent)
+	res, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" {
+		t.Fatalf("run %s", st.Status)
+	}
+	if storage.SettleTime(g.store) != 0 {
+		t.Fatal("the memstore settles")
+	}
+	for key, err := range g.store.List(context.Background(), layout.IdempotencyPrefix+"runs/") {
+		t.Errorf("marker %s written (%v) on a store that settles at once", key, err)
+	}
+}
+
+// TestSettleFalseNotFoundOfTheRecordIsNotAnAnswer: a duplicate whose read
+// of the key's record answers a false not-found (after its create found
+// the record there) reads again, and is answered the key's run.
+func TestSettleFalseNotFoundOfTheRecordIsNotAnAnswer(t *testing.T) {
+	t.Parallel()
+	s := newSettleRig(t, "")
+	first := s.submit(t, s.a)
+	s.fs.FalseNotFound(1)
+	res, err := s.b.Submit(context.Background(), s.req)
+	if err != nil || res.RunID != first || !res.Duplicate {
+		t.Fatalf("duplicate: %+v %v, want run %s", res, err, first)
+	}
+	if s.fs.FalseNotFounds() != 1 {
+		t.Fatalf("%d false not-founds provoked, want 1", s.fs.FalseNotFounds())
+	}
+	if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" || s.execs.Load() != 1 {
+		t.Fatalf("run %+v, executed %d times", st, s.execs.Load())
+	}
+}
+
+// TestSettleDisturbedBurstExecutesOnce: 16 clients submit one key at once,
+// through two runners, while the store is disturbed (every create of the
+// record over an existing one is accepted, for Settle). Every answer names
+// a run that exists and ends; the key executes once.
+func TestSettleDisturbedBurstExecutesOnce(t *testing.T) {
+	t.Parallel()
+	s := newSettleRig(t, "")
+	s.fs.Disturb()
+	answers := make(chan string, 16)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		r := s.a
+		if i%2 == 1 {
+			r = s.b
+		}
+		wg.Go(func() {
+			res, err := r.Submit(context.Background(), s.req)
+			if err != nil {
+				t.Errorf("submit: %v", err)
+				return
+			}
+			if _, err := r.Status(context.Background(), res.RunID); err != nil {
+				t.Errorf("answered %s: %v", res.RunID, err)
+			}
+			answers <- res.RunID
+		})
+	}
+	wg.Wait()
+	close(answers)
+	runs := map[string]bool{}
+	for id := range answers {
+		runs[id] = true
+	}
+	completed := 0
+	for id := range runs {
+		st := s.g.wait(s.a, id, time.Second, time.Minute)
+		switch {
+		case st.Status == "completed":
+			completed++
+		case st.Status != "failed" || st.Error == nil || !strings.HasPrefix(*st.Error, codes.IdempotencyDuplicate):
+			t.Errorf("run %s: %s %v", id, st.Status, st.Error)
+		}
+	}
+	t.Logf("%d runs answered, %d creates accepted over the record", len(runs), s.fs.DoubleCreates())
+	if completed != 1 || s.execs.Load() != 1 {
+		t.Errorf("%d runs completed, the key executed %d times; want 1 and 1", completed, s.execs.Load())
+	}
+}
