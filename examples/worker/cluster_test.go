@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -21,16 +20,8 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// multiEndpoint: the S3 adapter takes several endpoints (then each Worker
-// is given every node, its own first); until it does, each Worker is given
-// one node.
-var multiEndpoint = func() bool {
-	_, ok := reflect.TypeFor[s3store.Config]().FieldByName("Endpoints")
-	return ok
-}()
-
 // clusterRig is the cluster scenario's processes: a 4-node MinIO cluster,
-// three Workers on one bucket, each on its own node.
+// three Workers on one bucket, each given every node, its own first.
 type clusterRig struct {
 	t       *testing.T
 	c       *miniotest.Cluster
@@ -53,10 +44,8 @@ func newClusterRig(t *testing.T) *clusterRig {
 		env: []string{"AWS_ACCESS_KEY_ID=" + c.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.SecretKey, "AWS_REGION=" + c.Region}}
 	eps := c.Endpoints()
 	for i := range 3 {
-		ep := eps[i]
-		if multiEndpoint { // its own node first, then the others
-			ep = strings.Join(append(append([]string{eps[i]}, eps[:i]...), eps[i+1:]...), ",")
-		}
+		// Every node, its own first: the adapter fails over to the others.
+		ep := strings.Join(append(append([]string{eps[i]}, eps[:i]...), eps[i+1:]...), ",")
 		r.addrs = append(r.addrs, freeAddr(t))
 		r.args = append(r.args, append([]string{"-addr", r.addrs[i], "-owner", fmt.Sprintf("w%d", i),
 			"-s3-bucket", bkt, "-s3-endpoint", ep}, workerFlags...))
@@ -205,8 +194,7 @@ func TestClusterScenario(t *testing.T) {
 	gate(t, "issue 27 items 1, 3-5: on a store that settles, a key can execute two runs, an acknowledged run can be missing, a stopping node's 499 answers 500")
 	began := time.Now()
 	r := newClusterRig(t)
-	t.Logf("cluster and 3 Workers up in %v (Workers given %s)", time.Since(began).Round(100*time.Millisecond),
-		map[bool]string{true: "every node", false: "one node each"}[multiEndpoint])
+	t.Logf("cluster and 3 Workers up in %v", time.Since(began).Round(100*time.Millisecond))
 	tr := &http.Transport{} // closed at the end, so that goleak finds no keep-alive
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
