@@ -191,7 +191,7 @@ func (jl *jobLoad) stuckJobs(ctx context.Context, c *client.Client, deadline tim
 // writes accepted over an existing key): the run fails if it provoked
 // none, since then it proved nothing.
 func TestClusterScenario(t *testing.T) {
-	gate(t, "issue 27 items 1, 3-5: on a store that settles, a key can execute two runs, an acknowledged run can be missing, a stopping node's 499 answers 500")
+	gate(t, "issue 27, cluster: with the fixes merged, 261 of 300 runs were not finished 150 s after the load (a run on a store that settles waits 40 s before it starts) and this MinIO showed no store fault at this load, so a run proves nothing yet")
 	began := time.Now()
 	r := newClusterRig(t)
 	t.Logf("cluster and 3 Workers up in %v", time.Since(began).Round(100*time.Millisecond))
