@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -21,16 +20,8 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// multiEndpoint: the S3 adapter takes several endpoints (then each Worker
-// is given every node, its own first); until it does, each Worker is given
-// one node.
-var multiEndpoint = func() bool {
-	_, ok := reflect.TypeFor[s3store.Config]().FieldByName("Endpoints")
-	return ok
-}()
-
 // clusterRig is the cluster scenario's processes: a 4-node MinIO cluster,
-// three Workers on one bucket, each on its own node.
+// three Workers on one bucket, each given every node, its own first.
 type clusterRig struct {
 	t       *testing.T
 	c       *miniotest.Cluster
@@ -53,10 +44,8 @@ func newClusterRig(t *testing.T) *clusterRig {
 		env: []string{"AWS_ACCESS_KEY_ID=" + c.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.SecretKey, "AWS_REGION=" + c.Region}}
 	eps := c.Endpoints()
 	for i := range 3 {
-		ep := eps[i]
-		if multiEndpoint { // its own node first, then the others
-			ep = strings.Join(append(append([]string{eps[i]}, eps[:i]...), eps[i+1:]...), ",")
-		}
+		// Every node, its own first: the adapter fails over to the others.
+		ep := strings.Join(append(append([]string{eps[i]}, eps[:i]...), eps[i+1:]...), ",")
 		r.addrs = append(r.addrs, freeAddr(t))
 		r.args = append(r.args, append([]string{"-addr", r.addrs[i], "-owner", fmt.Sprintf("w%d", i),
 			"-s3-bucket", bkt, "-s3-endpoint", ep}, workerFlags...))
@@ -129,10 +118,10 @@ func (jl *jobLoad) run(ctx context.Context) {
 
 func (jl *jobLoad) enqueue(ctx context.Context, i int) {
 	runID := ""
-	for runID == "" && ctx.Err() == nil { // the run of key i, once acknowledged
+	for runID == "" && ctx.Err() == nil { // the i-th acknowledged run
 		jl.ld.l.mu.Lock()
-		if as := jl.ld.l.acks[jl.ld.key(i)]; len(as) > 0 {
-			runID = as[0].runID
+		if len(jl.ld.l.order) > i {
+			runID = jl.ld.l.order[i]
 		}
 		jl.ld.l.mu.Unlock()
 		time.Sleep(20 * time.Millisecond)
@@ -194,20 +183,21 @@ func (jl *jobLoad) stuckJobs(ctx context.Context, c *client.Client, deadline tim
 // cluster (one erasure set of 8 drives, EC:4), three Worker processes on
 // one bucket, 300 runs submitted with idempotency keys by retrying clients
 // and 150 jobs, while a conditional writer is killed mid-request (three
-// times), a node is stopped and restarted, and a Worker is killed -9 and
-// restarted. Then: no acknowledged run missing, no key with two executed
+// times), one node is stopped and restarted, another killed -9 and
+// restarted, and a Worker killed -9 and restarted. Then: no acknowledged run missing, no key with two executed
 // runs, 150 jobs COMPLETE with one COMPLETE audit event each, no answer
 // 500, no completed run without its audit event, nothing stuck. A side
 // prober counts the store faults the run provoked (false 404s, create-only
 // writes accepted over an existing key): the run fails if it provoked
 // none, since then it proved nothing.
 func TestClusterScenario(t *testing.T) {
-	gate(t, "issue 27 items 1, 3-5: on a store that settles, a key can execute two runs, an acknowledged run can be missing, a stopping node's 499 answers 500")
+	gate(t, "issue 27, cluster: with the fixes merged, 261 of 300 runs were not finished 150 s after the load (a run on a store that settles waits 40 s before it starts) and this MinIO showed no store fault at this load, so a run proves nothing yet")
 	began := time.Now()
 	r := newClusterRig(t)
-	t.Logf("cluster and 3 Workers up in %v (Workers given %s)", time.Since(began).Round(100*time.Millisecond),
-		map[bool]string{true: "every node", false: "one node each"}[multiEndpoint])
-	hc := &http.Client{Timeout: 10 * time.Second}
+	t.Logf("cluster and 3 Workers up in %v", time.Since(began).Round(100*time.Millisecond))
+	tr := &http.Transport{} // closed at the end, so that goleak finds no keep-alive
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	p, err := newProber(ctx, r.c, r.bkt, hc)
@@ -216,7 +206,13 @@ func TestClusterScenario(t *testing.T) {
 	}
 	pctx, pcancel := context.WithCancel(ctx)
 	probed := make(chan struct{})
-	go func() { defer close(probed); p.run(pctx) }()
+	go func() {
+		defer close(probed)
+		var pw sync.WaitGroup
+		pw.Go(func() { p.race(pctx) })
+		p.run(pctx)
+		pw.Wait()
+	}()
 	defer func() { pcancel(); <-probed }()
 
 	ld := &submitLoad{keys: 300, clients: 16, agent: AgentResearch, prefix: fmt.Sprintf("cl-%d", time.Now().UnixNano()),
@@ -235,7 +231,7 @@ func TestClusterScenario(t *testing.T) {
 	wg.Wait()
 	t.Logf("load done at %v", time.Since(began).Round(100*time.Millisecond))
 
-	v, err := ld.check(context.Background(), r.apis[0], 90*time.Second)
+	v, err := ld.check(context.Background(), r.apis[0], 150*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +242,7 @@ func TestClusterScenario(t *testing.T) {
 	if len(stuck) > 0 {
 		t.Errorf("jobs not COMPLETE: %d, e.g. %s", len(stuck), strings.Join(stuck[:min(5, len(stuck))], "; "))
 	}
-	r.auditCheck(t, v.completed, jl)
+	r.auditCheck(t, v.completed, jl, hc)
 	t.Logf("store faults provoked (side prober, %d rounds): %d false 404s, %d create-only writes accepted over an existing key",
 		p.rounds.Load(), p.false404.Load(), p.overCreate.Load())
 	if p.false404.Load()+p.overCreate.Load() == 0 {
@@ -257,8 +253,8 @@ func TestClusterScenario(t *testing.T) {
 
 // faults is the scenario's disturbances, each once the load has gone far
 // enough: the conditional writer killed mid-request three times, node 1
-// (Worker 1's) stopped for 8 s and restarted, Worker 2 killed -9 and
-// restarted 2 s later.
+// (Worker 1's) stopped for 8 s and restarted, node 3 killed -9 for 4 s and
+// restarted, Worker 2 killed -9 and restarted 2 s later.
 func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 	at := func(n int64) bool {
 		for ld.l.acked.Load() < n && ctx.Err() == nil {
@@ -266,16 +262,20 @@ func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 		}
 		return ctx.Err() == nil
 	}
-	if !at(30) {
-		return
-	}
-	for range 3 {
-		if err := r.killWriter(700 * time.Millisecond); err != nil {
-			r.t.Errorf("conditional writer: %v", err)
+	var writer sync.WaitGroup
+	defer writer.Wait()
+	writer.Go(func() { // alongside the other faults
+		if !at(20) {
+			return
 		}
-	}
-	r.t.Logf("conditional writer killed mid-request 3 times, at %d acknowledgments", ld.l.acked.Load())
-	if !at(90) {
+		for range 3 {
+			if err := r.killWriter(1500 * time.Millisecond); err != nil {
+				r.t.Errorf("conditional writer: %v", err)
+			}
+		}
+		r.t.Logf("conditional writer killed mid-request 3 times, the last at %d acknowledgments", ld.l.acked.Load())
+	})
+	if !at(50) {
 		return
 	}
 	if err := r.c.Halt(1, false); err != nil {
@@ -289,7 +289,33 @@ func (r *clusterRig) faults(ctx context.Context, ld *submitLoad, p *prober) {
 	p.burst(ctx, 1, since, 5*time.Second)
 	r.t.Logf("node 1 stopped for 8 s and restarted at %d acknowledgments; Worker 1 answered meanwhile: %v; %s",
 		ld.l.acked.Load(), down, r.recovers(ctx, 1, 30*time.Second))
-	if !at(180) {
+	if !at(110) {
+		return
+	}
+	// A storm of racing rewrites and probes around the kill: the one
+	// setting in which this MinIO was seen answering a false 404.
+	sctx, scancel := context.WithCancel(ctx)
+	var storm sync.WaitGroup
+	for range 3 {
+		storm.Go(func() { p.race(sctx) })
+	}
+	for range 2 {
+		storm.Go(func() { p.run(sctx) })
+	}
+	time.Sleep(time.Second)
+	if err := r.c.Halt(3, true); err != nil {
+		r.t.Fatal(err)
+	}
+	since = p.mark()
+	time.Sleep(4 * time.Second)
+	if err := r.c.Nodes[3].Resume(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+	p.burst(ctx, 3, since, 3*time.Second)
+	scancel()
+	storm.Wait()
+	r.t.Logf("node 3 killed -9 for 4 s and restarted at %d acknowledgments", ld.l.acked.Load())
+	if !at(170) {
 		return
 	}
 	r.restartWorker(2, 2*time.Second)
@@ -330,9 +356,9 @@ func (r *clusterRig) recovers(ctx context.Context, i int, limit time.Duration) s
 // auditCheck reads the audit log from the bucket: every acknowledged run
 // read completed has its "completed" event, every job exactly one COMPLETE
 // event.
-func (r *clusterRig) auditCheck(t *testing.T, runIDs map[string]bool, jl *jobLoad) {
+func (r *clusterRig) auditCheck(t *testing.T, runIDs map[string]bool, jl *jobLoad, hc *http.Client) {
 	t.Helper()
-	s, err := s3store.NewWithClient(r.c.Client(0, &http.Client{Timeout: 30 * time.Second}), r.bkt, "")
+	s, err := s3store.NewWithClient(r.c.Client(0, hc), r.bkt, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,9 +76,9 @@ func kill9(p *proc) {
 // restarted on the same address. Every acknowledged answer (201, or 200
 // duplicate:true) must name a run that another process reads right after
 // and that completes; no key may hold two runs. On a directory and on
-// MinIO.
+// MinIO. (Before issue 27's idempotency fix 24-48 of 500 acknowledged
+// answers named a run that read 404, up to 6 never existed.)
 func TestKilledWorkerKeepsItsAnswers(t *testing.T) {
-	gate(t, "issue 27 item 1: a duplicate answered while the key's record is processing names a run that may never be written")
 	for _, store := range []string{"filestore", "minio"} {
 		t.Run(store, func(t *testing.T) { // one at a time: each loads both cores
 			began := time.Now()
@@ -124,10 +124,11 @@ func TestKilledWorkerKeepsItsAnswers(t *testing.T) {
 }
 
 // TestWorkerWithItsStoreDown: a Worker whose only store endpoint stops
-// answers a submit 503 within seconds while it is down (not a hang, not a
-// 500) and, once the endpoint is back, serves again without a restart.
+// answers a submit 503 within 15 s while it is down (the store's retries
+// wait up to 10 s; not a hang, not a 500) and, once the endpoint is back,
+// serves again without a restart.
 func TestWorkerWithItsStoreDown(t *testing.T) {
-	gate(t, "issue 27 item 6: with its endpoint down the Worker holds a submit past 10 s instead of answering 503")
+	gate(t, "issue 27 item 6: a Worker whose only endpoint is down holds a submit past 20 s (on main after the S3 fixes; 30 s before) instead of answering 503")
 	srv := miniotest.New(t)
 	bucket, err := srv.CreateBucket(context.Background())
 	if err != nil {
@@ -135,7 +136,7 @@ func TestWorkerWithItsStoreDown(t *testing.T) {
 	}
 	env := []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey, "AWS_REGION=" + srv.Region}
 	w := start(t, "worker", env, append([]string{"-addr", "127.0.0.1:0", "-s3-bucket", bucket, "-s3-endpoint", srv.Endpoint}, workerFlags...)...)
-	c := &client.Client{BaseURL: "http://" + waitServing(t, w, 60*time.Second), HTTP: &http.Client{Timeout: 12 * time.Second}}
+	c := &client.Client{BaseURL: "http://" + waitServing(t, w, 60*time.Second), HTTP: &http.Client{Timeout: 20 * time.Second}}
 	submit := func() (int, time.Duration) {
 		began := time.Now()
 		_, err := c.Submit(t.Context(), lifecycle.SubmitRequest{AgentSlug: AgentResearch})
@@ -154,8 +155,8 @@ func TestWorkerWithItsStoreDown(t *testing.T) {
 	for range 2 {
 		status, took := submit()
 		t.Logf("store down: submit answered %d in %v", status, took)
-		if status != http.StatusServiceUnavailable || took > 10*time.Second {
-			t.Errorf("store down: submit answered %d in %v, want 503 within 10 s", status, took)
+		if status != http.StatusServiceUnavailable || took > 15*time.Second {
+			t.Errorf("store down: submit answered %d in %v, want 503 within 15 s", status, took)
 		}
 	}
 	if err := srv.Resume(t.Context()); err != nil {

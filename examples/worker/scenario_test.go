@@ -55,6 +55,7 @@ type ack struct {
 type ledger struct {
 	mu      sync.Mutex
 	acks    map[string][]ack // by idempotency key
+	order   []string         // acknowledged run ids, in the order of their first acknowledgment
 	answers map[int]int      // by HTTP status; 0: connection error
 	bad     []string         // answers no client may get: 500s, unexpected refusals
 	acked   atomic.Int64
@@ -131,6 +132,7 @@ func (ld *submitLoad) submit(ctx context.Context, c int, key string) {
 			a := ack{runID: res.RunID, dup: res.Duplicate, missing: ld.missing(ctx, w, res.RunID)}
 			ld.l.mu.Lock()
 			ld.l.acks[key] = append(ld.l.acks[key], a)
+			ld.l.order = append(ld.l.order, a.runID)
 			ld.l.mu.Unlock()
 			ld.l.acked.Add(1)
 			return
@@ -179,8 +181,8 @@ type verdict struct {
 	acked, duplicates, missingAtAnswer int
 	neverExisted, notCompleted         []string
 	completed                          map[string]bool // acknowledged runs read completed
-	twoRuns                            []string // keys answered with, or holding, two runs
-	executedTwice                      []string // keys with two runs that executed
+	twoRuns                            []string        // keys answered with, or holding, two runs
+	executedTwice                      []string        // keys with two runs that executed
 }
 
 // check reads every acknowledged run until it completes (or deadline),

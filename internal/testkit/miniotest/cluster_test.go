@@ -25,16 +25,7 @@ import (
 func TestCluster(t *testing.T) {
 	c := miniotest.NewCluster(t)
 	eps := c.Endpoints()
-	if len(eps) != miniotest.ClusterNodes {
-		t.Fatalf("%d endpoints, want %d", len(eps), miniotest.ClusterNodes)
-	}
-	seen := map[string]bool{}
-	for _, ep := range eps {
-		if !strings.HasPrefix(ep, "http://127.0.0.1:") || seen[ep] {
-			t.Fatalf("endpoints %v: each node needs its own 127.0.0.1 port", eps)
-		}
-		seen[ep] = true
-	}
+	checkEndpoints(t, eps)
 	ctx := t.Context()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -108,6 +99,21 @@ func TestCluster(t *testing.T) {
 	}
 	if _, err := os.Stat(c.Dir()); !os.IsNotExist(err) {
 		t.Fatalf("data directory %s still there after Stop: %v", c.Dir(), err)
+	}
+}
+
+// checkEndpoints: one endpoint a node, each on its own 127.0.0.1 port.
+func checkEndpoints(t *testing.T, eps []string) {
+	t.Helper()
+	if len(eps) != miniotest.ClusterNodes {
+		t.Fatalf("%d endpoints, want %d", len(eps), miniotest.ClusterNodes)
+	}
+	seen := map[string]bool{}
+	for _, ep := range eps {
+		if !strings.HasPrefix(ep, "http://127.0.0.1:") || seen[ep] {
+			t.Fatalf("endpoints %v: each node needs its own 127.0.0.1 port", eps)
+		}
+		seen[ep] = true
 	}
 }
 
