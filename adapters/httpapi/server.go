@@ -33,7 +33,10 @@ const (
 	// DefaultRequestTimeout bounds the SDK calls of one request. The SDK
 	// waits out transient store errors for as long as its context allows,
 	// so without a deadline a request to a dead store would never answer.
-	DefaultRequestTimeout = 30 * time.Second
+	// 10 s: a client learns the store is down well before its own timeout
+	// (commonly 30 s), while one stalled store attempt (the S3 adapter's
+	// attempt timeout) still fits in it.
+	DefaultRequestTimeout = 10 * time.Second
 )
 
 // ErrInvalidConfig is matched by the errors of New and of the token parsers.
@@ -111,7 +114,7 @@ type Config struct {
 	MaxBodyBytes int64
 	// RequestTimeout bounds the SDK calls of one request (not the event
 	// stream, the page or the metrics); when it runs out the answer is
-	// UPSTREAM_UNAVAILABLE. Default DefaultRequestTimeout (30 s).
+	// UPSTREAM_UNAVAILABLE. Default DefaultRequestTimeout (10 s).
 	RequestTimeout time.Duration
 	// Limits bound what one client can hold of the server. The Server
 	// applies BodyTimeout, on every route before authentication (a body not
