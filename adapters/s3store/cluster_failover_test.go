@@ -55,6 +55,16 @@ func TestClusterFailover(t *testing.T) {
 	if err := c.Halt(0, false); err != nil {
 		t.Fatal(err)
 	}
+	// The other nodes answer 503 for a moment while they notice node 0
+	// is gone; the store's own few attempts are not meant to outlast that
+	// (in the engines, the patient retry does). Measured from then on.
+	for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := one.Put(t.Context(), "noticed", []byte("v"), storage.Condition{}); err == nil {
+			break
+		} else if time.Since(began) > 30*time.Second {
+			t.Fatalf("the cluster did not take a write 30 s after node 0 stopped: %v", err)
+		}
+	}
 	firstDown := clusterStore(t, c, bkt, randomPrefix(), s3store.Config{Endpoint: eps[0] + "," + eps[2], AttemptTimeout: 2 * time.Second})
 	for _, s := range []*s3store.Store{all, firstDown} {
 		for i := range 8 { // every endpoint comes first in turn
