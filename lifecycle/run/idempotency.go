@@ -424,10 +424,18 @@ func (r *Runner) ensureRun(ctx context.Context, agent *agentDef, req SubmitReque
 		if err != nil {
 			return err
 		}
-		if _, _, err := r.store.Get(ctx, statusKey); err == nil {
+		_, _, err = r.store.Get(ctx, statusKey)
+		switch {
+		case err == nil:
+			r.absent.Found(statusKey)
 			return nil
-		} else if !errors.Is(err, storage.ErrNotFound) {
+		case !errors.Is(err, storage.ErrNotFound):
 			return err
+		case !r.absent.Confirmed(statusKey, r.now()):
+			// One not-found of a store that settles: creating the run
+			// now could land its first status over the live one and run
+			// it again, so the key is busy until the absence is sure.
+			return &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: err}
 		}
 	}
 	// The run's start is its generation's: every submit that creates it

@@ -47,7 +47,8 @@ type IdempotencyMarker struct {
 }
 
 // settle is the store's settle time (0: it settles at once).
-func (r *Runner) settle() time.Duration { return storage.SettleTime(r.cfg.Store) }
+// It is read once, when the Runner is made, so every check agrees.
+func (r *Runner) settle() time.Duration { return r.absent.Settle }
 
 // markRun writes the claim's run marker, on a store that settles.
 func (r *Runner) markRun(ctx context.Context, c *idemClaim) error {
@@ -71,11 +72,15 @@ func (r *Runner) markRun(ctx context.Context, c *idemClaim) error {
 // otherwise once, at least Settle after its creation, its key's markers
 // name it the winner. A run that lost is ended here.
 func (r *Runner) dedupeGate(ctx context.Context, c candidate, f *flow, doc *Status) bool {
-	if doc.IdempotencyKey == "" || doc.Lease != nil || (doc.Status != f.initial && doc.Status != f.waiting) {
+	settle := r.settle()
+	if settle <= 0 || doc.IdempotencyKey == "" {
 		return true
 	}
-	settle := r.settle()
-	if settle <= 0 || r.deduped(doc.RunID) {
+	if doc.Lease != nil || (doc.Status != f.initial && doc.Status != f.waiting) {
+		r.forgetDeduped(doc.RunID) // past admission: the verdict is no longer needed
+		return true
+	}
+	if r.deduped(doc.RunID) {
 		return true
 	}
 	if r.now().Before(doc.StartedAt.Add(settle)) {
@@ -96,6 +101,12 @@ func (r *Runner) dedupeGate(ctx context.Context, c candidate, f *flow, doc *Stat
 		r.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 	}
 	return false
+}
+
+func (r *Runner) forgetDeduped(runID string) {
+	r.mu.Lock()
+	delete(r.dedupeOK, runID)
+	r.mu.Unlock()
 }
 
 func (r *Runner) deduped(runID string) bool {
@@ -196,7 +207,7 @@ func (r *Runner) quarantineMarker(ctx context.Context, doc *Status, winner Idemp
 		}
 		return
 	}
-	_, _ = r.quar.Move(ctx, &records.CorruptError{Key: key, Version: ver, Data: data,
+	_, _ = r.quarantine(ctx, &records.CorruptError{Key: key, Version: ver, Data: data,
 		Reason: fmt.Sprintf("run %s was created a second time under its idempotency key; run %s executes", doc.RunID, winner.RunID)})
 }
 
@@ -205,11 +216,9 @@ func (r *Runner) quarantineMarker(ctx context.Context, doc *Status, winner Idemp
 // lapsed lease, so the next submit of the winner's request creates it.
 func (r *Runner) repairRecord(ctx context.Context, doc *Status, winner IdempotencyMarker) {
 	winnerExists := false
-	if slug, ok := r.runAgentOf(ctx, winner.RunID); ok {
-		if key, err := layout.RunStatusKey(slug, winner.RunID); err == nil {
-			_, _, err := r.store.Get(ctx, key)
-			winnerExists = err == nil
-		}
+	if slug, statusKey, err := r.locate(ctx, winner.RunID); err == nil {
+		_, _, err = r.readStatus(ctx, slug, winner.RunID, statusKey)
+		winnerExists = err == nil
 	}
 	_, _, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: layout.IdempotencyKey(doc.IdempotencyKey)}).Apply(ctx, func(cur *IdempotencyRecord) error {
 		if cur.RunID != doc.RunID {
@@ -233,21 +242,4 @@ func (r *Runner) repairRecord(ctx context.Context, doc *Status, winner Idempoten
 	if err != nil && !errors.Is(err, errKeep) && !errors.Is(err, storage.ErrNotFound) {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", doc.IdempotencyKey), slog.String("error", err.Error()))
 	}
-}
-
-// runAgentOf reads a run's agent from the run index.
-func (r *Runner) runAgentOf(ctx context.Context, runID string) (string, bool) {
-	key, err := layout.RunIndexKey(runID)
-	if err != nil {
-		return "", false
-	}
-	b, _, err := r.store.Get(ctx, key)
-	if err != nil {
-		return "", false
-	}
-	var e runIndexEntry
-	if json.Unmarshal(b, &e) != nil || e.AgentSlug == "" {
-		return "", false
-	}
-	return e.AgentSlug, true
 }
