@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -240,11 +242,23 @@ func endpointFailure(err error) bool {
 	}
 	switch code := httpStatus(err); {
 	case code == 0:
-		return true
+		return noAnswer(err)
 	case code >= 500, code == statusClientClosed:
 		return true
 	}
 	return false
+}
+
+// noAnswer reports whether err, with no HTTP status, is the request
+// getting no answer (a failed send or read, an attempt timeout) rather than
+// one refused on this side before it went out (missing credentials, a
+// signing failure), which no other endpoint and no retry mends.
+func noAnswer(err error) bool {
+	var send *smithyhttp.RequestSendError
+	var timeout *attemptTimeoutError
+	var nerr net.Error
+	return errors.As(err, &send) || errors.As(err, &timeout) || errors.As(err, &nerr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // ambiguous reports whether a failed attempt of a write may have been
@@ -257,6 +271,9 @@ func ambiguous(err error) bool {
 	}
 	switch httpStatus(err) {
 	case 0:
+		if !noAnswer(err) {
+			return false // refused before it was sent (credentials, signing)
+		}
 	case statusClientClosed:
 		return true
 	default:
