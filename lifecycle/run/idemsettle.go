@@ -166,8 +166,8 @@ func (r *Runner) idemWinner(ctx context.Context, doc *Status) (IdempotencyMarker
 // loseDuplicate ends a run that lost its key to winner: failed (canceled
 // on a machine with no failed move from its state) with
 // IDEMPOTENCY_DUPLICATE naming the winner, so its submit's answer still
-// names a run that finishes; then its marker goes to quarantine and the
-// record is repaired to the winner.
+// names a run that finishes; then the record is repaired to the winner
+// and the loser's marker goes to quarantine.
 func (r *Runner) loseDuplicate(ctx context.Context, c candidate, f *flow, doc *Status, winner IdempotencyMarker) error {
 	event := f.fail
 	if _, ok := f.target(doc.Status, event); !ok {
@@ -188,8 +188,9 @@ func (r *Runner) loseDuplicate(ctx context.Context, c candidate, f *flow, doc *S
 		slog.String("winner", winner.RunID), slog.String("key", doc.IdempotencyKey))
 	r.cleanup(ctx, c.slug, doc.RunID, "", "")
 	r.finished(ctx, c.w.snapshot())
-	r.quarantineMarker(ctx, doc, winner)
+	// The record first: it is what a retry of the key is answered.
 	r.repairRecord(ctx, doc, winner)
+	r.quarantineMarker(ctx, doc, winner)
 	return nil
 }
 
