@@ -146,7 +146,7 @@ func measureHistory(tb testing.TB, finished int) historyCost {
 // TestCostFlatInHistory: a sweep pass and a claim cost the same store
 // round trips (Lists counted per page of 1,000 keys, as S3 bills them)
 // over 1,000 and over 100,000 finished jobs: they read only work in flight
-// (active.go). Issue 12 asks for at most 1.2x.
+// (repair.go). Issue 12 asks for at most 1.2x.
 func TestCostFlatInHistory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 100,000 jobs")

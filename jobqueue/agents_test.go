@@ -21,23 +21,23 @@ func TestScheduleOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b, c := q.agent("a"), q.agent("b"), q.agent("c")
+	a, b, c := q.sched.agent("a"), q.sched.agent("b"), q.sched.agent("c")
 	// New agents are due at once; push them to known times.
 	for range 3 {
-		if got := q.take(t0); got == nil {
+		if got := q.sched.take(t0); got == nil {
 			t.Fatal("a new agent is not due at once")
 		} else {
-			q.putBack(got, t0.Add(time.Hour))
+			q.sched.putBack(got, t0.Add(time.Hour))
 		}
 	}
-	q.schedule(a, t0.Add(3*time.Second))
-	q.schedule(b, t0.Add(1*time.Second))
-	q.schedule(c, t0.Add(2*time.Second))
-	q.schedule(b, t0.Add(5*time.Second)) // later: ignored
-	if got := q.take(t0); got != nil {
+	q.sched.schedule(a, t0.Add(3*time.Second))
+	q.sched.schedule(b, t0.Add(1*time.Second))
+	q.sched.schedule(c, t0.Add(2*time.Second))
+	q.sched.schedule(b, t0.Add(5*time.Second)) // later: ignored
+	if got := q.sched.take(t0); got != nil {
 		t.Fatalf("took %s before it was due", got.name)
 	}
-	due, wake := q.nextDue()
+	due, wake := q.sched.nextDue()
 	if !due.Equal(t0.Add(time.Second)) {
 		t.Fatalf("next due %v", due)
 	}
@@ -46,7 +46,7 @@ func TestScheduleOrder(t *testing.T) {
 		t.Fatal("woken with nothing new")
 	default:
 	}
-	q.schedule(c, t0) // sooner than anything: wakes the waiter
+	q.sched.schedule(c, t0) // sooner than anything: wakes the waiter
 	select {
 	case <-wake:
 	default:
@@ -55,23 +55,23 @@ func TestScheduleOrder(t *testing.T) {
 
 	now := t0.Add(10 * time.Second)
 	var order []*agentState
-	for x := q.take(now); x != nil; x = q.take(now) {
+	for x := q.sched.take(now); x != nil; x = q.sched.take(now) {
 		order = append(order, x)
 	}
 	if len(order) != 3 || order[0] != c || order[1] != b || order[2] != a {
 		t.Fatalf("took %v, want c b a", names(order))
 	}
-	q.putBack(b, now.Add(time.Hour))
-	q.putBack(c, now.Add(time.Hour))
+	q.sched.putBack(b, now.Add(time.Hour))
+	q.sched.putBack(c, now.Add(time.Hour))
 
 	// a is being tried: a request for t0+20s waits for putBack, which
 	// takes it over its own later time.
-	q.schedule(a, t0.Add(20*time.Second))
+	q.sched.schedule(a, t0.Add(20*time.Second))
 	if a.index >= 0 {
 		t.Fatal("an agent being tried went back into the heap")
 	}
-	q.putBack(a, now.Add(time.Hour))
-	if got := q.take(t0.Add(20 * time.Second)); got != a {
+	q.sched.putBack(a, now.Add(time.Hour))
+	if got := q.sched.take(t0.Add(20 * time.Second)); got != a {
 		t.Fatalf("took %v at t0+20s, want a", got)
 	}
 }
@@ -98,7 +98,7 @@ func TestRetryJudgedWhileStopping(t *testing.T) {
 	cancel()
 	for _, step := range []lifecycle.JobState{lifecycle.JobContextAssembly, lifecycle.JobNotebookLMCall, lifecycle.JobArtifactWrite} {
 		d := &jobDoc{Job: lifecycle.Job{JobID: "j", Status: step, Attempt: 1, MaxAttempts: 3}}
-		q.retry(ctx, d, time.Now(), step, "TIMEOUT", "stopped")
+		q.claims.retries.retry(ctx, d, time.Now(), step, "TIMEOUT", "stopped")
 		if d.Status != lifecycle.JobRetryBackoff {
 			t.Fatalf("from %s: %s, want RETRY_BACKOFF", step, d.Status)
 		}

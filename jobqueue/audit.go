@@ -2,11 +2,14 @@ package jobqueue
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -19,10 +22,24 @@ func flushes(s lifecycle.JobState) bool {
 	return s == lifecycle.JobComplete || s == lifecycle.JobDead || s == lifecycle.JobRetryBackoff
 }
 
+// auditor writes the audit objects of the jobs' trails and remembers, per
+// job, which it knows written (audited) and which it failed to write
+// (gaps): a claim does not settle a job with a gap (repair.go).
+type auditor struct {
+	store         storage.Store
+	log           *slog.Logger
+	node          string
+	artifactActor lifecycle.Actor
+
+	mu      sync.Mutex
+	audited map[string]int64 // job id → latest version whose audit this Queue wrote
+	gaps    map[string]int64 // job id → version at rest whose audit flush failed
+}
+
 // ensureAudited makes sure the audit object of d's trail exists when d is
 // at rest (Sweep's repair of a writer that died before its flush); the
 // moves of a job not at rest are in its record, to be flushed later.
-func (q *Queue) ensureAudited(ctx context.Context, d *jobDoc) {
+func (q *auditor) ensureAudited(ctx context.Context, d *jobDoc) {
 	if err := q.ensureAuditedErr(ctx, d); err != nil {
 		q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "err", err)
 	}
@@ -30,7 +47,7 @@ func (q *Queue) ensureAudited(ctx context.Context, d *jobDoc) {
 
 // ensureAuditedErr is ensureAudited, failing when the object is missing
 // and could not be written.
-func (q *Queue) ensureAuditedErr(ctx context.Context, d *jobDoc) error {
+func (q *auditor) ensureAuditedErr(ctx context.Context, d *jobDoc) error {
 	if !flushes(d.Status) || len(d.Trail) == 0 {
 		return nil
 	}
@@ -45,7 +62,7 @@ func (q *Queue) ensureAuditedErr(ctx context.Context, d *jobDoc) error {
 
 // ensureFlushed makes sure the audit object of d (at rest, at its
 // version) exists: known written by this Queue, found, or written now.
-func (q *Queue) ensureFlushed(ctx context.Context, d *jobDoc) error {
+func (q *auditor) ensureFlushed(ctx context.Context, d *jobDoc) error {
 	q.mu.Lock()
 	done := q.audited[d.JobID] >= d.Version
 	q.mu.Unlock()
@@ -66,7 +83,7 @@ func (q *Queue) ensureFlushed(ctx context.Context, d *jobDoc) error {
 // flush writes the audit object of d's trail, d having just come to rest.
 // A failure is logged: the record keeps the trail, and the next writer or
 // Sweep writes the object (ensureFlushed).
-func (q *Queue) flush(ctx context.Context, d *jobDoc) {
+func (q *auditor) flush(ctx context.Context, d *jobDoc) {
 	key, b, err := q.auditObject(d)
 	if err == nil && key != "" {
 		err = q.putAudit(ctx, key, b)
@@ -74,7 +91,7 @@ func (q *Queue) flush(ctx context.Context, d *jobDoc) {
 	if err != nil {
 		q.log.ErrorContext(ctx, "jobqueue: audit write failed", "job_id", d.JobID, "status", d.Status, "err", err)
 		q.mu.Lock()
-		q.auditGap(d.JobID, d.Version, true) // the claim does not settle the job (active.go)
+		q.auditGap(d.JobID, d.Version, true) // the claim does not settle the job (repair.go)
 		q.mu.Unlock()
 		return
 	}
@@ -82,10 +99,13 @@ func (q *Queue) flush(ctx context.Context, d *jobDoc) {
 }
 
 // flushed notes that d's audit object exists.
-func (q *Queue) flushed(d *jobDoc) {
+func (q *auditor) flushed(d *jobDoc) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.auditGap(d.JobID, d.Version, false)
+	if q.audited == nil {
+		q.audited = map[string]int64{}
+	}
 	if q.audited[d.JobID] < d.Version {
 		q.audited[d.JobID] = d.Version
 	}
@@ -100,18 +120,18 @@ func (q *Queue) flushed(d *jobDoc) {
 // (records.AuditEvent.Expand), under an id made of the last move's time,
 // the job and the record's version, so every writer that writes it writes
 // the same object once. key is "" for an empty trail.
-func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
+func (q *auditor) auditObject(d *jobDoc) (key string, b []byte, err error) {
 	// Sized once: an event is a large struct, and growing the slice move
 	// by move was a noticeable share of a job's allocated bytes.
 	evs := make([]records.AuditEvent, 0, len(d.Trail)+1)
 	for _, m := range d.Trail {
 		if m.From == lifecycle.JobArtifactWrite && d.AuditArtifact != "" {
-			evs = append(evs, records.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.cfg.ArtifactActor),
-				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, To: "finalized", Node: q.cfg.Node})
+			evs = append(evs, records.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.artifactActor),
+				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, To: "finalized", Node: q.node})
 		}
 		ev := records.AuditEvent{
 			TS: m.At, Event: "job.status.update", Actor: string(m.Actor), JobID: d.JobID, RunID: d.RunID,
-			From: string(m.From), To: string(m.To), Node: q.cfg.Node,
+			From: string(m.From), To: string(m.To), Node: q.node,
 		}
 		if m.From == "" {
 			ev.Event = "job.create"
@@ -134,7 +154,7 @@ func (q *Queue) auditObject(d *jobDoc) (key string, b []byte, err error) {
 	return key, b, err
 }
 
-func (q *Queue) putAudit(ctx context.Context, key string, b []byte) error {
+func (q *auditor) putAudit(ctx context.Context, key string, b []byte) error {
 	return core.PutAudit(ctx, q.store, key, b)
 }
 
@@ -143,7 +163,7 @@ func (q *Queue) putAudit(ctx context.Context, key string, b []byte) error {
 // not settle a job with a gap: its lock goes on naming the job, so the
 // next claim of the agent or the sweep writes the object (ensureFlushed).
 // Called with q.mu held.
-func (q *Queue) auditGap(jobID string, v int64, gap bool) {
+func (q *auditor) auditGap(jobID string, v int64, gap bool) {
 	switch {
 	case gap && q.gaps == nil:
 		q.gaps = map[string]int64{jobID: v}
@@ -156,7 +176,7 @@ func (q *Queue) auditGap(jobID string, v int64, gap bool) {
 
 // hasAuditGap tells whether the audit object of the job's last rest is
 // known missing: its flush failed and no one has written it since.
-func (q *Queue) hasAuditGap(jobID string) bool {
+func (q *auditor) hasAuditGap(jobID string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	_, gap := q.gaps[jobID]

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -27,7 +28,26 @@ const claimTries = 16
 // (its lane's head is ready, its lock is due an orphan check, a lock seen
 // held may be free), so a Claim looks only at agents that are due.
 func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
-	return q.claimFor(ctx, worker, nil)
+	return q.claims.claimFor(ctx, worker, nil)
+}
+
+// claimer finds ready work and picks it up under the agent's lock: the
+// schedule of agents, their lanes and locks, the repairs a lock or a lane
+// entry calls for on the way, and the pickup write.
+type claimer struct {
+	store    storage.Store
+	clock    clock.Clock
+	leaseTTL time.Duration
+	grace    stopGrace
+	sched    *scheduler
+	lanes    *lanes
+	locks    *locks
+	jobs     *jobStore
+	repair   *repairer
+	retries  *retries
+	audit    *auditor
+	twice    *twiceCheck
+	runner   *runner // what the Claims it makes run with
 }
 
 // claimFor is Claim for a Worker that knows its handlers: noAssembly tells
@@ -36,20 +56,20 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
 // NOTEBOOKLM_CALL in the same write (the snapshot is ready at once, empty),
 // saving the job a write. nil: Claim's behaviour, the job stops in
 // CONTEXT_ASSEMBLY.
-func (q *Queue) claimFor(ctx context.Context, worker string, noAssembly func(lifecycle.JobType) bool) (*Claim, error) {
+func (q *claimer) claimFor(ctx context.Context, worker string, noAssembly func(lifecycle.JobType) bool) (*Claim, error) {
 	if err := storage.ValidateID("worker id", worker); err != nil {
 		return nil, err
 	}
-	if err := q.refreshAgents(ctx); err != nil {
+	if err := q.locks.refreshAgents(ctx); err != nil {
 		return nil, err
 	}
-	if err := q.refreshLanes(ctx); err != nil {
+	if err := q.lanes.refreshLanes(ctx); err != nil {
 		return nil, err
 	}
 	var firstErr error
 	for range claimTries {
 		now := q.clock.Now()
-		a := q.take(now)
+		a := q.sched.take(now)
 		if a == nil {
 			break
 		}
@@ -57,14 +77,14 @@ func (q *Queue) claimFor(ctx context.Context, worker string, noAssembly func(lif
 		if c != nil {
 			// Looked at again when the claim ends, or when its lease
 			// would have run out if it never ends.
-			q.putBack(a, now.Add(q.cfg.LeaseTTL))
+			q.sched.putBack(a, now.Add(q.leaseTTL))
 			return c, nil
 		}
 		if err == nil {
-			q.putBack(a, next)
+			q.sched.putBack(a, next)
 			continue
 		}
-		q.putBack(a, now.Add(laneRecheck)) // do not retry a failing agent at once
+		q.sched.putBack(a, now.Add(laneRecheck)) // do not retry a failing agent at once
 		if ctx.Err() != nil {
 			return nil, err
 		}
@@ -87,7 +107,7 @@ var (
 // Its steps, in order: look at the lane and read the lock (probeAgent),
 // settle or find the job the lock names (lockedOrphan), take the lock and
 // rescue that job (takeLock), pick up the lane's head (pickupHead).
-func (q *Queue) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time, noAssembly func(lifecycle.JobType) bool) (*Claim, time.Time, error) {
+func (q *claimer) claimAgent(ctx context.Context, worker string, a *agentState, now time.Time, noAssembly func(lifecycle.JobType) bool) (*Claim, time.Time, error) {
 	s := &agentClaim{worker: worker, a: a, now: now, noAssembly: noAssembly}
 	if next, done, err := q.probeAgent(ctx, s); done {
 		return nil, next, err
@@ -122,14 +142,14 @@ type agentClaim struct {
 // probeAgent looks at a's lane head and, when it is ready or an orphan
 // check is due, reads the agent's lock into s. done: claimAgent returns
 // next and err.
-func (q *Queue) probeAgent(ctx context.Context, s *agentClaim) (next time.Time, done bool, err error) {
+func (q *claimer) probeAgent(ctx context.Context, s *agentClaim) (next time.Time, done bool, err error) {
 	a, now := s.a, s.now
 	lockKey, err := layout.AgentLockKey(a.name)
 	if err != nil {
 		return now.Add(time.Hour), true, err
 	}
 	s.lockKey = lockKey
-	head, err := q.head(ctx, a, false)
+	head, err := q.lanes.head(ctx, a, false)
 	if err != nil {
 		return time.Time{}, true, err
 	}
@@ -146,12 +166,12 @@ func (q *Queue) probeAgent(ctx context.Context, s *agentClaim) (next time.Time, 
 	if ready && now.Before(busyUntil) {
 		return busyUntil, true, nil // its lock was held a moment ago
 	}
-	due, lockAt := a.lockCheckDue(now, q.cfg.LeaseTTL/2)
+	due, lockAt := a.lockCheckDue(now, q.leaseTTL/2)
 	s.lockAt = lockAt
 	if !ready && !due {
 		return a.idleUntil(lockAt), true, nil
 	}
-	s.lock, s.lockVer, s.cached, err = q.readLock(ctx, a, lockKey)
+	s.lock, s.lockVer, s.cached, err = q.locks.readLock(ctx, a, lockKey)
 	if errors.Is(err, storage.ErrNotFound) {
 		return now.Add(laneRecheck), true, nil // the agent's first job is being enqueued
 	}
@@ -164,7 +184,7 @@ func (q *Queue) probeAgent(ctx context.Context, s *agentClaim) (next time.Time, 
 // lockedOrphan decides, from the lock probeAgent read, whether the lock can
 // be taken, and returns the job it names that is still to be rescued under
 // the new epoch ("" if none). done: claimAgent returns next and err.
-func (q *Queue) lockedOrphan(ctx context.Context, s *agentClaim) (orphan string, next time.Time, done bool, err error) {
+func (q *claimer) lockedOrphan(ctx context.Context, s *agentClaim) (orphan string, next time.Time, done bool, err error) {
 	a, now, ready, lockAt := s.a, s.now, s.ready, s.lockAt
 	lock := &s.lock
 	// kept: a lock this Queue's last claim of the agent kept past its end,
@@ -173,7 +193,7 @@ func (q *Queue) lockedOrphan(ctx context.Context, s *agentClaim) (orphan string,
 	// the lock's epoch, so the lock was kept, not released; its claim may
 	// not have settled the job (laned it, buried it, flushed its audit)
 	// before it stopped, so this claim settles it before the lock names
-	// another job (active.go).
+	// another job (repair.go).
 	kept := s.cached && lock.Owner != ""
 	var named *jobDoc // the job the lock names, read: ended, or the lock free
 	if !kept && ready && !lock.free(now) && lock.JobID != "" {
@@ -189,7 +209,7 @@ func (q *Queue) lockedOrphan(ctx context.Context, s *agentClaim) (orphan string,
 		a.keep(lock, s.lockVer) // not taken now: the next claim still may without reading
 	}
 	if !kept && named == nil && !lock.free(now) {
-		until := now.Add(min(q.cfg.LeaseTTL/4, time.Second))
+		until := now.Add(min(q.leaseTTL/4, time.Second))
 		a.mu.Lock()
 		a.busyUntil = until
 		a.mu.Unlock()
@@ -220,13 +240,13 @@ func (q *Queue) lockedOrphan(ctx context.Context, s *agentClaim) (orphan string,
 // so the take can name the next job in the same write; one in a pipeline
 // state is rescued under the new epoch (takeLock). It returns the orphan
 // still to be rescued, "" if none.
-func (q *Queue) settleNamed(ctx context.Context, orphan string, named *jobDoc) (string, error) {
+func (q *claimer) settleNamed(ctx context.Context, orphan string, named *jobDoc) (string, error) {
 	if named == nil {
-		d, _, err := q.read(ctx, orphan)
+		d, _, err := q.jobs.read(ctx, orphan)
 		switch {
 		case err == nil:
 			named = &d
-		case q.gone(orphan, err):
+		case q.jobs.gone(orphan, err):
 			orphan = "" // gone (its Enqueue undone, or quarantined): nothing to repair
 		case errors.Is(err, storage.ErrNotFound):
 			return "", errUnsettled
@@ -235,7 +255,7 @@ func (q *Queue) settleNamed(ctx context.Context, orphan string, named *jobDoc) (
 		}
 	}
 	if named != nil && !pipelineState(named.Status) {
-		if err := q.settle(ctx, named); err != nil {
+		if err := q.repair.settle(ctx, named); err != nil {
 			return "", err // the lock goes on naming it
 		}
 		orphan = ""
@@ -246,35 +266,35 @@ func (q *Queue) settleNamed(ctx context.Context, orphan string, named *jobDoc) (
 // takeLock takes the agent lock with a new epoch, the fencing token of
 // whatever job this claim runs or rescues, and rescues orphan under it.
 // done: claimAgent returns next and err.
-func (q *Queue) takeLock(ctx context.Context, s *agentClaim, orphan string) (c *Claim, next time.Time, done bool, err error) {
+func (q *claimer) takeLock(ctx context.Context, s *agentClaim, orphan string) (c *Claim, next time.Time, done bool, err error) {
 	now, lock := s.now, &s.lock
-	lock.Owner, lock.Epoch, lock.ExpiresAt = s.worker, lock.Epoch+1, now.Add(q.cfg.LeaseTTL)
+	lock.Owner, lock.Epoch, lock.ExpiresAt = s.worker, lock.Epoch+1, now.Add(q.leaseTTL)
 	if orphan == "" {
 		// Name the job about to be picked up in the same write; with an
 		// orphan, the lock keeps naming it until it is rescued.
 		_, lock.JobID, _ = parseLaneKey(s.head)
 	}
-	c = &Claim{q: q, worker: s.worker, epoch: lock.Epoch, agent: s.a, noAssembly: s.noAssembly}
-	if s.lockVer, err = q.writeLock(ctx, s.lockKey, lock, s.lockVer); err != nil {
+	c = &Claim{r: q.runner, worker: s.worker, epoch: lock.Epoch, agent: s.a, noAssembly: s.noAssembly}
+	if s.lockVer, err = q.locks.writeLock(ctx, s.lockKey, lock, s.lockVer); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			if s.cached {
 				return nil, now, true, nil // the lock changed since this Queue freed it: read it and try again
 			}
-			return nil, now.Add(min(q.cfg.LeaseTTL/4, time.Second)), true, nil // another worker took it first
+			return nil, now.Add(min(q.leaseTTL/4, time.Second)), true, nil // another worker took it first
 		}
 		return nil, time.Time{}, true, err
 	}
 	c.lockVer = s.lockVer
 	if orphan != "" {
-		c.named = orphan // a failed repair leaves the lock naming it (active.go)
-		if err := q.repairOrphan(ctx, orphan, c.epoch); err != nil && !q.gone(orphan, err) {
+		c.named = orphan // a failed repair leaves the lock naming it (repair.go)
+		if err := q.repair.repairOrphan(ctx, orphan, c.epoch); err != nil && !q.jobs.gone(orphan, err) {
 			c.release(ctx) // still naming it
 			if errors.Is(err, storage.ErrNotFound) {
 				return nil, now.Add(laneRecheck), true, nil // read missing, not yet gone
 			}
 			return nil, time.Time{}, true, err
 		}
-		if q.hasAuditGap(orphan) {
+		if q.audit.hasAuditGap(orphan) {
 			c.release(ctx) // its audit object is still to be written: named on
 			return nil, now.Add(laneRecheck), true, nil
 		}
@@ -285,18 +305,18 @@ func (q *Queue) takeLock(ctx context.Context, s *agentClaim, orphan string) (c *
 
 // pickupHead, under the lock c holds, picks up the first ready job of the
 // lane, dropping stale and dead entries on the way (at most 64).
-func (q *Queue) pickupHead(ctx context.Context, s *agentClaim, c *Claim) (*Claim, time.Time, error) {
+func (q *claimer) pickupHead(ctx context.Context, s *agentClaim, c *Claim) (*Claim, time.Time, error) {
 	a := s.a
 	pending := "" // a lane entry whose job may still be being written (lanePending)
 	for range 64 {
-		key, err := q.head(ctx, a, true)
+		key, err := q.lanes.head(ctx, a, true)
 		if err != nil || key == "" {
 			c.release(ctx)
 			return nil, a.idleUntil(s.lockAt), err
 		}
 		at, jobID, ok := parseLaneKey(key)
 		if !ok {
-			q.deleteLane(ctx, a, key)
+			q.lanes.deleteLane(ctx, a, key)
 			continue
 		}
 		if at.After(q.clock.Now()) {
@@ -314,16 +334,16 @@ func (q *Queue) pickupHead(ctx context.Context, s *agentClaim, c *Claim) (*Claim
 // pickupEntry tries to pick up jobID of the lane entry key. done: the
 // claim ends with got, next and err; otherwise pickupHead goes on with the
 // next entry.
-func (q *Queue) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, jobID string, pending *string) (got *Claim, next time.Time, done bool, err error) {
+func (q *claimer) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, jobID string, pending *string) (got *Claim, next time.Time, done bool, err error) {
 	a, now, lock := s.a, s.now, &s.lock
 	if lock.JobID != jobID {
 		lock.JobID = jobID
-		if c.lockVer, err = q.writeLock(ctx, s.lockKey, lock, c.lockVer); err != nil {
+		if c.lockVer, err = q.locks.writeLock(ctx, s.lockKey, lock, c.lockVer); err != nil {
 			a.forget()
 			return nil, time.Time{}, true, err // lost the lock: nothing of ours to release
 		}
 	}
-	c.named = jobID // until the job is settled (active.go)
+	c.named = jobID // until the job is settled (repair.go)
 	doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
 	switch {
 	case errors.Is(err, errNotReady):
@@ -339,7 +359,7 @@ func (q *Queue) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, j
 		return nil, time.Time{}, true, err
 	}
 	if picked {
-		if twice, err := q.createdTwice(ctx, &doc); err != nil || twice {
+		if twice, err := q.twice.createdTwice(ctx, &doc); err != nil || twice {
 			return q.dropTwice(ctx, s, c, key, jobID, err)
 		}
 		c.job, c.doc, c.ver = doc.Job, doc, ver
@@ -347,7 +367,7 @@ func (q *Queue) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, j
 		// it may be all that points at the job (confirmPickup).
 		err := q.confirmPickup(ctx, c, s.lockKey, lock)
 		if err == nil || errors.Is(err, errLockLost) {
-			q.deleteLane(ctx, a, key)
+			q.lanes.deleteLane(ctx, a, key)
 		}
 		if err != nil {
 			a.forget()
@@ -358,10 +378,10 @@ func (q *Queue) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, j
 		}
 		return c, time.Time{}, true, nil
 	}
-	q.deleteLane(ctx, a, key)
+	q.lanes.deleteLane(ctx, a, key)
 	// The job's attempts ran out: it went to FAILED and DEAD; next,
-	// unless its audit object is still to be written (active.go).
-	if q.hasAuditGap(jobID) {
+	// unless its audit object is still to be written (repair.go).
+	if q.audit.hasAuditGap(jobID) {
 		c.release(ctx)
 		return nil, now.Add(laneRecheck), true, nil
 	}
@@ -372,14 +392,14 @@ func (q *Queue) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, j
 // dropStale handles a lane entry whose job another process took (pickErr
 // is errStale or storage.ErrNotFound). done: the claim ends with next and
 // err; otherwise pickupHead goes on with the next entry.
-func (q *Queue) dropStale(ctx context.Context, s *agentClaim, c *Claim, key string, pickErr error, pending *string) (next time.Time, done bool, err error) {
+func (q *claimer) dropStale(ctx context.Context, s *agentClaim, c *Claim, key string, pickErr error, pending *string) (next time.Time, done bool, err error) {
 	a := s.a
 	// Another process took it: the cache is out of date, so list
 	// the lane afresh rather than try its other entries one by one.
 	a.forget()
-	if q.pendingAfter(key, pickErr, q.clock.Now()) {
+	if q.repair.pendingAfter(key, pickErr, q.clock.Now()) {
 		// Written moments ago by an Enqueue or Requeue that writes
-		// its job next: left alone (active.go).
+		// its job next: left alone (repair.go).
 		c.named = ""
 		if key == *pending {
 			c.release(ctx)
@@ -392,13 +412,13 @@ func (q *Queue) dropStale(ctx context.Context, s *agentClaim, c *Claim, key stri
 	// while the lock names the job, before the entry goes.
 	var se *staleEntry
 	if errors.As(pickErr, &se) {
-		if err := q.repairStale(ctx, key, se, c.epoch); err != nil {
+		if err := q.repair.repairStale(ctx, key, se, c.epoch); err != nil {
 			c.release(ctx) // still naming the job
 			return time.Time{}, true, err
 		}
 	}
 	c.named = ""
-	q.deleteLane(ctx, a, key)
+	q.lanes.deleteLane(ctx, a, key)
 	return time.Time{}, false, nil
 }
 
@@ -412,7 +432,7 @@ var errLockLost = errors.New("jobqueue: agent lock lost before the pickup")
 // its take and its pickup may find the lock taken by another process that
 // named another job, and its pickup then leaves the job in a pipeline state
 // in no lane and named by no lock, out of reach of every claim and of the
-// sweep (active.go). Reading the lock after the pickup is not enough: a
+// sweep (repair.go). Reading the lock after the pickup is not enough: a
 // taker may have read the lapsed lock, and the job before the pickup
 // (nothing to rescue), and not yet written its take, which then lands on
 // the version the claim just read (TestTakeLandsAfterPickupConfirmed). So
@@ -424,13 +444,13 @@ var errLockLost = errors.New("jobqueue: agent lock lost before the pickup")
 // under an epoch newer than the claim's, and errLockLost is returned. If
 // the store fails, the claim releases the lock still naming the job (lost
 // already, the release changes nothing).
-func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, lock *agentLock) error {
-	if core.LeaseCertain(lock.ExpiresAt, q.clock.Now(), q.cfg.LeaseTTL) {
+func (q *claimer) confirmPickup(ctx context.Context, c *Claim, lockKey string, lock *agentLock) error {
+	if core.LeaseCertain(lock.ExpiresAt, q.clock.Now(), q.leaseTTL) {
 		return nil
 	}
 	renewed := *lock
-	renewed.ExpiresAt = q.clock.Now().Add(q.cfg.LeaseTTL)
-	ver, err := q.writeLock(ctx, lockKey, &renewed, c.lockVer)
+	renewed.ExpiresAt = q.clock.Now().Add(q.leaseTTL)
+	ver, err := q.locks.writeLock(ctx, lockKey, &renewed, c.lockVer)
 	switch {
 	case err == nil:
 		c.lockVer, lock.ExpiresAt = ver, renewed.ExpiresAt
@@ -444,9 +464,9 @@ func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, loc
 	if cur, _, err := rec.Load(ctx); err == nil && cur.Epoch > c.epoch {
 		epoch = cur.Epoch
 	}
-	rctx, cancel := q.afterStop(ctx)
+	rctx, cancel := q.grace.after(ctx)
 	defer cancel()
-	if err := q.rescue(rctx, c.job.JobID, epoch); err != nil {
+	if err := q.retries.rescue(rctx, c.job.JobID, epoch); err != nil {
 		return err
 	}
 	return errLockLost
@@ -457,9 +477,9 @@ func (q *Queue) confirmPickup(ctx context.Context, c *Claim, lockKey string, loc
 // backoff_elapsed to QUEUED and on to CONTEXT_ASSEMBLY, or to FAILED
 // (attempts exhausted) and then DEAD. picked tells whether the claim now
 // runs the job.
-func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc, storage.Version, bool, error) {
+func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc, storage.Version, bool, error) {
 	orch := lifecycle.ActorOrchestration
-	doc, ver, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
+	doc, ver, err := q.jobs.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
 		if d.ReadyKey != key || (d.Status != lifecycle.JobQueued && d.Status != lifecycle.JobRetryBackoff) {
 			return &staleEntry{doc: *d}
 		}
@@ -467,7 +487,7 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {
 				return errNotReady
 			}
-			if err := q.fire(ctx, d, lifecycle.EventBackoffElapsed, orch); err != nil {
+			if err := fire(ctx, d, lifecycle.EventBackoffElapsed, orch); err != nil {
 				return err
 			}
 			d.NextAttemptAt = nil
@@ -477,14 +497,14 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 			}
 			d.QueuedAt = &now
 		}
-		if err := q.fire(ctx, d, lifecycle.EventPickup, orch); err != nil {
+		if err := fire(ctx, d, lifecycle.EventPickup, orch); err != nil {
 			return err
 		}
 		d.Attempt++
 		d.ReadyKey = ""
-		d.Lease = &records.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.cfg.LeaseTTL)}
+		d.Lease = &records.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.leaseTTL)}
 		if c.noAssembly != nil && c.noAssembly(d.JobType) {
-			return q.fire(ctx, d, lifecycle.EventSnapshotReady, orch)
+			return fire(ctx, d, lifecycle.EventSnapshotReady, orch)
 		}
 		return nil
 	})
@@ -492,21 +512,53 @@ func (q *Queue) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc
 		return jobDoc{}, "", false, err
 	}
 	if doc.Status == lifecycle.JobFailed {
-		_, err := q.bury(ctx, jobID, &doc, ver)
+		_, err := q.retries.bury(ctx, jobID, &doc, ver)
 		return jobDoc{}, "", false, err
 	}
 	return doc, ver, true, nil
+}
+
+// lockEnded tells whether the job a held lock names ended its run under
+// the lock's epoch (ran_epoch), so the lock, kept rather than released by
+// its last claim, is free; d is the job as read.
+func (q *claimer) lockEnded(ctx context.Context, l *agentLock) (d jobDoc, ended bool, err error) {
+	d, _, err = q.jobs.read(ctx, l.JobID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, err
+	}
+	return d, d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
+}
+
+// dropTwice ends the pickup of a job createdTwice found (twiceErr: it
+// could not tell): the job is quarantined and its entry deleted, and the
+// claim goes on with the next entry; or, when that fails, the lock is
+// released still naming the job, rescued after its lease like any orphan
+// and checked again at its next pickup.
+func (q *claimer) dropTwice(ctx context.Context, s *agentClaim, c *Claim, key, jobID string, twiceErr error) (*Claim, time.Time, bool, error) {
+	if twiceErr == nil {
+		twiceErr = q.twice.quarantineTwice(ctx, jobID)
+	}
+	if twiceErr != nil {
+		c.release(ctx)
+		return nil, time.Time{}, true, twiceErr
+	}
+	q.lanes.deleteLane(ctx, s.a, key)
+	c.named = ""
+	return nil, time.Time{}, false, nil
 }
 
 // Claim is one job a worker has picked up: the job is in CONTEXT_ASSEMBLY
 // with the worker's lease, and the worker holds its agent's lock. Run it,
 // or Abandon it.
 type Claim struct {
-	q      *Queue
+	r      *runner
 	worker string
 	epoch  int64
 	agent  *agentState
-	// noAssembly: see Queue.claimFor.
+	// noAssembly: see claimer.claimFor.
 	noAssembly func(lifecycle.JobType) bool
 
 	mu      sync.Mutex // serializes the pipeline's and the heartbeat's writes
@@ -520,7 +572,7 @@ type Claim struct {
 	artCreated string
 	// named is the job the agent lock must go on naming when the claim
 	// releases it: the job the claim picked up until it settles it
-	// (active.go), so a claim that lost its lease or its store leaves the
+	// (repair.go), so a claim that lost its lease or its store leaves the
 	// job findable by the next claim and the sweep.
 	named string
 	// renewedAt is when the claim last renewed its lease (Unix ns); the

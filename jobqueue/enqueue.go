@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -152,7 +153,7 @@ func (n *NewJob) checkText() error {
 
 // artifactType is the artifact type of a job of type t: the built-in
 // mapping, or the user type's own name.
-func (q *Queue) artifactType(t lifecycle.JobType) artifact.Type {
+func artifactType(t lifecycle.JobType) artifact.Type {
 	if a, ok := ArtifactType(t); ok {
 		return a
 	}
@@ -183,7 +184,27 @@ func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
 // (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
 // The job keeps the trace context of ctx (with Config.TracerProvider set,
 // that of a conveyor.enqueue span): every attempt's spans continue it.
-func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (_ lifecycle.Job, err error) {
+func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
+	return q.admit.enqueue(ctx, actor, n)
+}
+
+// admission puts jobs in their agents' lanes from outside a claim:
+// Enqueue's new jobs and Requeue's dead ones.
+type admission struct {
+	store       storage.Store
+	clock       clock.Clock
+	tracer      tracing.Tracer
+	jobs        *jobStore
+	lanes       *lanes
+	locks       *locks
+	quar        *quarantine
+	obs         *observer
+	maxAttempts int                        // Config.MaxAttempts
+	userTypes   map[lifecycle.JobType]bool // Config.Types
+}
+
+// enqueue is Queue.Enqueue.
+func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (_ lifecycle.Job, err error) {
 	ctx, span := q.tracer.Start(ctx, tracing.SpanEnqueue, trace.SpanKindProducer)
 	defer func() {
 		span.String(tracing.AttrJobID, n.JobID)
@@ -194,14 +215,14 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (_
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
 		return lifecycle.Job{}, err
 	}
-	if err := n.validate(q.cfg.MaxAttempts, q.userTypes); err != nil {
+	if err := n.validate(q.maxAttempts, q.userTypes); err != nil {
 		return lifecycle.Job{}, err
 	}
 	key, err := layout.JobKey(n.JobID)
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
-	if err := q.ensureAgent(ctx, n.AgentSlug); err != nil {
+	if err := q.locks.ensureAgent(ctx, n.AgentSlug); err != nil {
 		return lifecycle.Job{}, err
 	}
 	now := q.clock.Now().UTC()
@@ -213,19 +234,19 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (_
 	}}
 	// Validation is done, so the job is created already moved on to
 	// QUEUED: one write whose trail holds both moves.
-	if err := q.fire(ctx, &doc, lifecycle.EventValidate, lifecycle.ActorOrchestration); err != nil {
+	if err := fire(ctx, &doc, lifecycle.EventValidate, lifecycle.ActorOrchestration); err != nil {
 		return lifecycle.Job{}, err
 	}
 	doc.Trail[len(doc.Trail)-1].At = now
 	lane := laneKey(n.AgentSlug, now, n.JobID)
 	doc.QueuedAt, doc.ReadyKey = &now, lane
 	doc.TraceParent = tracing.TraceParent(ctx)
-	if err := q.existsBeforeCreate(ctx, key, n.JobID); err != nil {
+	if err := q.jobs.existsBeforeCreate(ctx, key, n.JobID); err != nil {
 		return lifecycle.Job{}, err
 	}
-	// The lane entry first, the job second (active.go): a job in flight is
+	// The lane entry first, the job second (repair.go): a job in flight is
 	// always in a lane or named by its agent's lock.
-	undo, err := q.putLaneFirst(ctx, lane, n.JobID, now)
+	undo, err := q.lanes.putLaneFirst(ctx, lane, n.JobID, now)
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -236,9 +257,9 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (_
 		}
 		return lifecycle.Job{}, err
 	}
-	q.relaneIfSlow(ctx, lane, n.JobID, now)
-	q.laneAdded(n.AgentSlug, lane)
-	q.observe(nil, &doc, doc.Trail)
+	q.lanes.relaneIfSlow(ctx, lane, n.JobID, now)
+	q.lanes.laneAdded(n.AgentSlug, lane)
+	q.obs.observe(nil, &doc, doc.Trail)
 	// No audit write: QUEUED is no rest (see flushes); the two moves wait
 	// in the trail for the write that brings the job to rest.
 	return doc.Job, nil

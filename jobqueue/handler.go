@@ -96,8 +96,8 @@ var errNoCall = fmt.Errorf("jobqueue: Handlers.CallNotebookLM is nil")
 // handlerFor is the Handler that runs a job of type t: the type's own
 // (Config.Types), else given (the Worker's, or the one passed to
 // Claim.Run); nil when neither can run it.
-func (q *Queue) handlerFor(t lifecycle.JobType, given Handler) Handler {
-	if tc, ok := q.cfg.Types[t]; ok && usable(tc.Handler) {
+func (q *runner) handlerFor(t lifecycle.JobType, given Handler) Handler {
+	if tc, ok := q.types[t]; ok && usable(tc.Handler) {
 		return tc.Handler
 	}
 	if usable(given) {

@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"math"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -17,32 +21,27 @@ import (
 // store calls amortized, never a scan of the jobs.
 const laneBatch = 1000
 
-// refreshAgents lists the agents with a lock object, at most once per
-// second, so that agents other processes enqueued for are looked at
-// (agents this Queue enqueued for are known at once).
-func (q *Queue) refreshAgents(ctx context.Context) error {
-	now := q.clock.Now()
-	q.mu.Lock()
-	fresh := !q.agentAt.IsZero() && now.Sub(q.agentAt) < time.Second && now.After(q.agentAt.Add(-time.Second))
-	if !fresh {
-		q.agentAt = now
-	}
-	q.mu.Unlock()
-	if fresh {
-		return nil
-	}
-	for key, err := range q.store.List(ctx, agentPrefix) {
-		if err != nil {
-			return err
-		}
-		if name, ok := layout.AgentFromLockKey(key); ok {
-			a := q.agent(name)
-			a.mu.Lock()
-			a.lockExists = true
-			a.mu.Unlock()
-		}
-	}
-	return nil
+// lanes is the agents' ready lanes (queue/lanes/{agent}/...): their
+// listing, of one agent's lane or of every lane at once, into the agents'
+// caches, and the writes and deletes of their entries.
+type lanes struct {
+	store    storage.Store
+	clock    clock.Clock
+	log      *slog.Logger
+	sched    *scheduler
+	leaseTTL time.Duration
+	grace    stopGrace
+	listGen  atomic.Uint64 // lane listings begun (deleteLane)
+
+	mu       sync.Mutex
+	globalAt time.Time     // when refreshLanes last listed every lane
+	listCost time.Duration // how long that listing took (relistCost)
+	newWork  int64         // listings that found new work (foundWork)
+	// dirty: the store's watch signalled a lane change since.
+	dirty bool
+	// poll: a Worker over a store without a watch polls the lanes
+	// soon after it last found work (busyPoll).
+	poll bool
 }
 
 // laneRecheck is how long an agent's lane, listed empty, is taken to stay
@@ -65,7 +64,7 @@ func (a *agentState) recheckAt() time.Time {
 // keys) when the cache is empty, or when the cached head is not ready yet,
 // unless the last listing is less than laneRecheck old; force lists an
 // empty cache regardless. It does not remove the key.
-func (q *Queue) head(ctx context.Context, a *agentState, force bool) (string, error) {
+func (q *lanes) head(ctx context.Context, a *agentState, force bool) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := q.clock.Now()
@@ -121,27 +120,33 @@ const relistCost = 5
 // lanesChanged notes the store's signal that the ready lanes changed: the
 // next Claim lists them (within watchRelist of the last listing), and
 // waiting Worker loops wake to make it.
-func (q *Queue) lanesChanged() {
+func (q *lanes) lanesChanged() {
 	q.mu.Lock()
-	q.lanesDirty = true
+	q.dirty = true
 	q.mu.Unlock()
-	q.schedMu.Lock()
-	q.wakeWaiters()
-	q.schedMu.Unlock()
+	q.sched.changed()
+}
+
+// signalled tells whether a signal of the store's watch is not yet acted
+// on (Worker.waitWork lists soon).
+func (q *lanes) signalled() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dirty
 }
 
 // pollLanes lists every lane now, unless a listing ran less than busyPoll
 // ago (Worker.pollLanes).
-func (q *Queue) pollLanes(ctx context.Context) error {
+func (q *lanes) pollLanes(ctx context.Context) error {
 	q.mu.Lock()
-	q.lanesPoll = true
+	q.poll = true
 	q.mu.Unlock()
 	return q.refreshLanes(ctx)
 }
 
 // foundWork counts the listings of every lane that found new work (an
 // agent's first ready key not known before).
-func (q *Queue) foundWork() int64 {
+func (q *lanes) foundWork() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.newWork
@@ -156,7 +161,7 @@ const globalBatch = 10000
 // new work of every idle agent, instead of one List per idle agent.
 // Agents past a truncated listing keep their own, backing-off rechecks in
 // head.
-func (q *Queue) refreshLanes(ctx context.Context) error {
+func (q *lanes) refreshLanes(ctx context.Context) error {
 	now := q.clock.Now()
 	gen, due := q.relistDue(now)
 	if !due {
@@ -183,23 +188,17 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 	}()
 	for name := range l.byAgent {
 		if storage.ValidateID("agent slug", name) == nil {
-			q.agent(name)
+			q.sched.agent(name)
 		}
 	}
-	q.mu.Lock()
-	agents := make([]*agentState, 0, len(q.agents))
-	for _, a := range q.agents {
-		agents = append(agents, a)
-	}
-	q.mu.Unlock()
-	for _, a := range agents {
+	for _, a := range q.sched.all() {
 		if first := a.fillLanes(l, gen, now); first != "" {
 			found = true
 			at, _, ok := parseLaneKey(first)
 			if !ok {
 				at = now // malformed: claimAgent cleans it up
 			}
-			q.schedule(a, at)
+			q.sched.schedule(a, at)
 		}
 	}
 	return nil
@@ -207,13 +206,13 @@ func (q *Queue) refreshLanes(ctx context.Context) error {
 
 // relistDue reports whether refreshLanes is due to list at now and, if so,
 // marks it listing and returns the listing's generation.
-func (q *Queue) relistDue(now time.Time) (gen uint64, due bool) {
+func (q *lanes) relistDue(now time.Time) (gen uint64, due bool) {
 	q.mu.Lock()
 	every := laneRecheck
 	switch {
-	case q.lanesDirty:
+	case q.dirty:
 		every = watchRelist
-	case q.lanesPoll:
+	case q.poll:
 		every = busyPoll
 	}
 	every = min(laneRecheck, max(every, relistCost*q.listCost))
@@ -221,7 +220,7 @@ func (q *Queue) relistDue(now time.Time) (gen uint64, due bool) {
 		q.mu.Unlock()
 		return 0, false
 	}
-	q.globalAt, q.lanesDirty, q.lanesPoll = now, false, false
+	q.globalAt, q.dirty, q.poll = now, false, false
 	gen = q.listGen.Add(1)
 	q.mu.Unlock()
 	return gen, true
@@ -240,10 +239,8 @@ type laneListing struct {
 // yields an agent's keys together, in byte order), rather than one
 // growing slice per agent: a listing of a backlog was a large share of a
 // job's allocations (issue 22).
-func (q *Queue) listAllLanes(ctx context.Context) (*laneListing, error) {
-	q.mu.Lock()
-	byAgent := make(map[string][]string, len(q.agents))
-	q.mu.Unlock()
+func (q *lanes) listAllLanes(ctx context.Context) (*laneListing, error) {
+	byAgent := make(map[string][]string, q.sched.known())
 	var all []string
 	truncated, last := false, ""
 	n := 0
@@ -323,7 +320,7 @@ func (a *agentState) fillLanes(l *laneListing, gen uint64, now time.Time) string
 const maxGone = 8
 
 // goneKey is a lane key this Queue deleted, and the generation of the
-// lane listings (Queue.listGen) when the delete had landed.
+// lane listings (lanes.listGen) when the delete had landed.
 type goneKey struct {
 	key string
 	gen uint64
@@ -335,7 +332,7 @@ type goneKey struct {
 // would rewrite the lock to name a job long gone and delete the entry
 // again: two writes for nothing. So the key is remembered (maxGone) and
 // such a listing leaves it out (refreshLanes).
-func (q *Queue) deleteLane(ctx context.Context, a *agentState, key string) {
+func (q *lanes) deleteLane(ctx context.Context, a *agentState, key string) {
 	a.mu.Lock()
 	a.dropLocked(key)
 	if len(a.gone) == maxGone {
@@ -424,7 +421,7 @@ type laneEntry struct {
 	ReadyAt time.Time `json:"ready_at"`
 }
 
-func (q *Queue) putLane(ctx context.Context, key, jobID string, at time.Time) error {
+func (q *lanes) putLane(ctx context.Context, key, jobID string, at time.Time) error {
 	b, _ := json.Marshal(laneEntry{JobID: jobID, ReadyAt: at.UTC()})
 	_, err := q.store.Put(ctx, key, b, storage.IfNotExists())
 	if errors.Is(err, storage.ErrPreconditionFailed) {
@@ -440,8 +437,8 @@ func (q *Queue) putLane(ctx context.Context, key, jobID string, at time.Time) er
 // when the cache would otherwise miss it (the cache held the whole lane,
 // or the key sorts before its last entry), and schedules a look at the
 // agent when the key becomes ready.
-func (q *Queue) laneAdded(agent, key string) {
-	a := q.agent(agent)
+func (q *lanes) laneAdded(agent, key string) {
+	a := q.sched.agent(agent)
 	a.mu.Lock()
 	if !a.listedAt.IsZero() {
 		i, found := slices.BinarySearch(a.keys, key)
@@ -452,7 +449,7 @@ func (q *Queue) laneAdded(agent, key string) {
 	}
 	a.mu.Unlock()
 	if at, _, ok := parseLaneKey(key); ok {
-		q.schedule(a, at)
+		q.sched.schedule(a, at)
 	}
 }
 
@@ -464,7 +461,7 @@ func encodeLane(jobID string, at time.Time) ([]byte, error) {
 // putLaneFirst writes a lane entry ahead of the job record it indexes.
 // undo deletes the entry if this call created it, for a job write that
 // then fails; an entry that already existed is left.
-func (q *Queue) putLaneFirst(ctx context.Context, key, jobID string, at time.Time) (undo func(), err error) {
+func (q *lanes) putLaneFirst(ctx context.Context, key, jobID string, at time.Time) (undo func(), err error) {
 	b, err := encodeLane(jobID, at)
 	if err != nil {
 		return nil, err
@@ -479,7 +476,7 @@ func (q *Queue) putLaneFirst(ctx context.Context, key, jobID string, at time.Tim
 	return func() {
 		// An undo of an Enqueue whose caller may have gone: bounded by
 		// StopGrace, not by ctx, nor by nothing (an unreachable store).
-		dctx, cancel := q.afterStop(ctx)
+		dctx, cancel := q.grace.after(ctx)
 		defer cancel()
 		_ = q.store.Delete(dctx, key, storage.Condition{})
 	}, nil
@@ -491,11 +488,11 @@ func (q *Queue) putLaneFirst(ctx context.Context, key, jobID string, at time.Tim
 // written first, for the garbage of a dead writer (lanePending) and
 // deleted it: the job would then point at an entry that no longer exists,
 // in no lane and named by no lock. A failure is logged: the job is written.
-func (q *Queue) relaneIfSlow(ctx context.Context, key, jobID string, at time.Time) {
-	if q.clock.Now().Sub(at) < q.cfg.LeaseTTL/2 {
+func (q *lanes) relaneIfSlow(ctx context.Context, key, jobID string, at time.Time) {
+	if q.clock.Now().Sub(at) < q.leaseTTL/2 {
 		return
 	}
-	pctx, cancel := q.afterStop(ctx)
+	pctx, cancel := q.grace.after(ctx)
 	defer cancel()
 	if err := q.putLane(pctx, key, jobID, at); err != nil {
 		q.log.ErrorContext(ctx, "jobqueue: lane entry of a slow write not confirmed", "job_id", jobID, "lane", key, "err", err)

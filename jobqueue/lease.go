@@ -25,11 +25,11 @@ func (c *Claim) release(ctx context.Context) {
 	// fences it. Write with If-Match on the version we hold, even once ctx
 	// ended, but within StopGrace: a store that cannot be reached must not
 	// hold a stopping Worker (the lock then lapses at its expiry).
-	rctx, cancel := c.q.afterStop(ctx)
+	rctx, cancel := c.r.grace.after(ctx)
 	defer cancel()
-	v, err := c.q.store.Put(rctx, key, b, storage.IfMatch(c.lockVer))
+	v, err := c.r.store.Put(rctx, key, b, storage.IfMatch(c.lockVer))
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
-		c.q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent.name, "err", err)
+		c.r.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent.name, "err", err)
 	}
 	a := c.agent
 	a.mu.Lock()
@@ -48,11 +48,11 @@ func (c *Claim) release(ctx context.Context) {
 // the agent takes it over by compare-and-swap (one write instead of a
 // release and a take), and another process that finds it held reads the
 // job it names and, seeing that job's run under the lock's epoch ended,
-// takes it as free (Queue.lockEnded); unused, it lapses at its expiry.
-// A Worker releases the locks it kept when it stops (Queue.releaseKept).
+// takes it as free (claimer.lockEnded); unused, it lapses at its expiry.
+// A Worker releases the locks it kept when it stops (locks.releaseKept).
 // A claim that has not settled its job (still in a pipeline state after a
 // failed write or a lost lease; laned, buried or audited not yet: named)
-// releases the lock still naming the job (active.go), for the next claim
+// releases the lock still naming the job (repair.go), for the next claim
 // of the agent or the sweep to repair.
 func (c *Claim) end(ctx context.Context) {
 	c.mu.Lock()
@@ -68,7 +68,7 @@ func (c *Claim) end(ctx context.Context) {
 	} else {
 		c.release(ctx)
 	}
-	c.q.schedule(c.agent, c.q.clock.Now())
+	c.r.sched.schedule(c.agent, c.r.clock.Now())
 }
 
 // Abandon gives the claim up without running it: the job goes back to
@@ -96,7 +96,7 @@ func (c *Claim) write(ctx context.Context, mutate func(d *jobDoc, now time.Time)
 
 // writeLocked is write with c.mu held.
 func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (lifecycle.Job, error) {
-	doc, ver, err := c.q.updateFenced(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, mutate)
+	doc, ver, err := c.r.jobs.updateFenced(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, mutate)
 	if err == nil {
 		c.job, c.doc, c.ver = doc.Job, doc, ver
 	}
@@ -105,7 +105,7 @@ func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time
 
 func (c *Claim) move(ctx context.Context, event lifecycle.Event, set func(d *jobDoc)) error {
 	_, err := c.write(ctx, func(d *jobDoc, _ time.Time) error {
-		if err := c.q.fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
+		if err := fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		if set != nil {
@@ -120,7 +120,7 @@ func (c *Claim) move(ctx context.Context, event lifecycle.Event, set func(d *job
 // its lane: the lock need no longer name it.
 func (c *Claim) settled() {
 	c.mu.Lock()
-	if !c.q.hasAuditGap(c.named) {
+	if !c.r.audit.hasAuditGap(c.named) {
 		c.named = ""
 	}
 	c.mu.Unlock()
@@ -131,14 +131,14 @@ func (c *Claim) settled() {
 // it cancels the run with ErrLeaseLost.
 func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
 	last := func() time.Time { return time.Unix(0, c.renewedAt.Load()) }
-	return core.Heartbeat(ctx, c.q.clock, c.q.cfg.LeaseTTL/3, last, func(ctx context.Context) bool {
+	return core.Heartbeat(ctx, c.r.clock, c.r.leaseTTL/3, last, func(ctx context.Context) bool {
 		err := c.renew(ctx)
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			cancel(err)
 			return false
 		case err != nil && ctx.Err() == nil:
-			c.q.log.WarnContext(ctx, "jobqueue: heartbeat", "job_id", c.Job().JobID, "err", err)
+			c.r.log.WarnContext(ctx, "jobqueue: heartbeat", "job_id", c.Job().JobID, "err", err)
 		}
 		return true
 	})
@@ -151,10 +151,10 @@ func (c *Claim) renew(ctx context.Context) error {
 		return nil // finished: nothing left to keep alive
 	}
 	key, _ := layout.AgentLockKey(c.agent.name)
-	now := c.q.clock.Now()
-	l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.q.cfg.LeaseTTL)}
+	now := c.r.clock.Now()
+	l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.r.leaseTTL)}
 	b, _ := json.Marshal(&l)
-	v, err := c.q.store.Put(ctx, key, b, storage.IfMatch(c.lockVer))
+	v, err := c.r.store.Put(ctx, key, b, storage.IfMatch(c.lockVer))
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		return fmt.Errorf("%w: agent lock of %s taken over", ErrLeaseLost, c.agent.name)
 	}
@@ -164,7 +164,7 @@ func (c *Claim) renew(ctx context.Context) error {
 	c.lockVer = v
 	_, err = c.writeLocked(ctx, func(d *jobDoc, now time.Time) error {
 		l := *d.Lease
-		l.ExpiresAt = now.Add(c.q.cfg.LeaseTTL)
+		l.ExpiresAt = now.Add(c.r.leaseTTL)
 		d.Lease = &l // replace, never write through: update's cache shares pointers
 		return nil
 	})
@@ -185,7 +185,7 @@ func (c *Claim) confirm(ctx context.Context) error {
 	c.mu.Lock()
 	l := c.doc.Lease
 	c.mu.Unlock()
-	if l != nil && core.LeaseCertain(l.ExpiresAt, c.q.clock.Now(), c.q.cfg.LeaseTTL) {
+	if l != nil && core.LeaseCertain(l.ExpiresAt, c.r.clock.Now(), c.r.leaseTTL) {
 		return nil
 	}
 	return c.renew(ctx)

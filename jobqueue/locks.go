@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -26,8 +29,24 @@ type agentLock struct {
 
 func (l *agentLock) free(now time.Time) bool { return l.Owner == "" || !now.Before(l.ExpiresAt) }
 
-func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
-	a := q.agent(agent)
+// locks is the agents' locks (queue/agents/{agent}.json): made at an
+// agent's first enqueue, read (or taken from the copy a claim kept) and
+// written by compare-and-swap, and released when a Worker stops.
+type locks struct {
+	store  storage.Store
+	clock  clock.Clock
+	log    *slog.Logger
+	sched  *scheduler
+	quar   *quarantine
+	settle time.Duration // storage.SettleTime of the store
+
+	mu      sync.Mutex
+	agentAt time.Time // when the agents' locks were last listed
+}
+
+// ensureAgent makes sure agent's lock object exists.
+func (q *locks) ensureAgent(ctx context.Context, agent string) error {
+	a := q.sched.agent(agent)
 	a.mu.Lock()
 	exists := a.lockExists
 	a.mu.Unlock()
@@ -43,7 +62,7 @@ func (q *Queue) ensureAgent(ctx context.Context, agent string) error {
 	_, _, err = q.store.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		fresh := agentLock{Agent: agent}
-		if q.absent.Settle > 0 {
+		if q.settle > 0 {
 			// A store that settles may take this create over a lock it
 			// read as missing: the epoch starts from the clock, as a
 			// remade lock's (readLock), so epochs still only grow.
@@ -96,20 +115,6 @@ func (a *agentState) dropLocked(key string) {
 	}
 }
 
-// lockEnded tells whether the job a held lock names ended its run under
-// the lock's epoch (ran_epoch), so the lock, kept rather than released by
-// its last claim, is free; d is the job as read.
-func (q *Queue) lockEnded(ctx context.Context, l *agentLock) (d jobDoc, ended bool, err error) {
-	d, _, err = q.read(ctx, l.JobID)
-	if errors.Is(err, storage.ErrNotFound) {
-		return d, false, nil
-	}
-	if err != nil {
-		return d, false, err
-	}
-	return d, d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
-}
-
 // keep puts back the lock readLock took from the cache, unused.
 func (a *agentState) keep(l *agentLock, ver storage.Version) {
 	a.mu.Lock()
@@ -122,14 +127,8 @@ func (a *agentState) keep(l *agentLock, ver storage.Version) {
 // releaseKept releases the agent locks this Queue's claims kept past their
 // end (Claim.end), so other processes need not wait for them to lapse or
 // read the jobs they name. A lock changed since is left alone.
-func (q *Queue) releaseKept(ctx context.Context) {
-	q.mu.Lock()
-	agents := make([]*agentState, 0, len(q.agents))
-	for _, a := range q.agents {
-		agents = append(agents, a)
-	}
-	q.mu.Unlock()
-	for _, a := range agents {
+func (q *locks) releaseKept(ctx context.Context) {
+	for _, a := range q.sched.all() {
 		a.mu.Lock()
 		l, ver := a.freed, a.freedVer
 		if l != nil && l.Owner != "" {
@@ -154,7 +153,7 @@ func (q *Queue) releaseKept(ctx context.Context) {
 
 // readLock returns a's lock: the copy this Queue freed (or kept) last,
 // used once (cached), or else the stored one.
-func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
+func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
 	a.mu.Lock()
 	if a.freed != nil {
 		lock, ver, cached = *a.freed, a.freedVer, true
@@ -171,7 +170,7 @@ func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock a
 		return nil
 	}}
 	lock, ver, err = rec.Load(ctx)
-	if err = q.poison(ctx, err); err == nil || !errors.Is(err, records.ErrCorrupt) {
+	if err = q.quar.poison(ctx, err); err == nil || !errors.Is(err, records.ErrCorrupt) {
 		return lock, ver, false, err
 	}
 	// The junk lock is in quarantine, and its epoch with it. Epochs must
@@ -186,10 +185,38 @@ func (q *Queue) readLock(ctx context.Context, a *agentState, key string) (lock a
 	return fresh, ver, false, nil
 }
 
-func (q *Queue) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
+func (q *locks) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
 	b, err := l.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		return "", err
 	}
 	return q.store.Put(ctx, key, b, storage.IfMatch(ver))
+}
+
+// refreshAgents lists the agents with a lock object, at most once per
+// second, so that agents other processes enqueued for are looked at
+// (agents this Queue enqueued for are known at once).
+func (q *locks) refreshAgents(ctx context.Context) error {
+	now := q.clock.Now()
+	q.mu.Lock()
+	fresh := !q.agentAt.IsZero() && now.Sub(q.agentAt) < time.Second && now.After(q.agentAt.Add(-time.Second))
+	if !fresh {
+		q.agentAt = now
+	}
+	q.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	for key, err := range q.store.List(ctx, agentPrefix) {
+		if err != nil {
+			return err
+		}
+		if name, ok := layout.AgentFromLockKey(key); ok {
+			a := q.sched.agent(name)
+			a.mu.Lock()
+			a.lockExists = true
+			a.mu.Unlock()
+		}
+	}
+	return nil
 }

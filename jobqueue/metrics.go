@@ -9,6 +9,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // Metrics receives the job metrics of docs/spec.md#metrics (Config.Metrics).
@@ -68,15 +69,22 @@ func (noMetrics) JobTransition(lifecycle.JobType, lifecycle.JobState, lifecycle.
 func (noMetrics) JobFinished(lifecycle.JobType, lifecycle.JobState, time.Duration) {}
 func (noMetrics) AttemptFailed(lifecycle.JobType, lifecycle.JobState, string)      {}
 
+// observer reports what the queue's writes did: to Config.Metrics, and to
+// the Wait calls of the job written.
+type observer struct {
+	metrics Metrics
+	waits   *waitSet
+}
+
 // observe reports the moves of a write that succeeded: after is the
 // document written, prior the one it replaced (nil for a creation), moves
 // the moves the write made (the end of after's trail).
-func (q *Queue) observe(prior, after *jobDoc, moves []lifecycle.JobMove) {
-	q.waits.changed(after.JobID)
+func (o *observer) observe(prior, after *jobDoc, moves []lifecycle.JobMove) {
+	o.waits.changed(after.JobID)
 	if len(moves) == 0 {
 		return
 	}
-	m := q.cfg.Metrics
+	m := o.metrics
 	for i, mv := range moves {
 		var in time.Duration
 		if i == 0 && prior != nil && mv.From != "" {
@@ -99,8 +107,8 @@ func (q *Queue) observe(prior, after *jobDoc, moves []lifecycle.JobMove) {
 }
 
 // quarantined counts a record moved to quarantine from key.
-func (q *Queue) quarantined(key string) {
-	m, ok := q.cfg.Metrics.(quarantineMetrics)
+func (o *observer) quarantined(key string) {
+	m, ok := o.metrics.(quarantineMetrics)
 	if !ok {
 		return
 	}
@@ -117,8 +125,8 @@ func (q *Queue) quarantined(key string) {
 }
 
 // abandoned counts a handler call left behind at StepTimeout.
-func (q *Queue) abandoned(jobType lifecycle.JobType, step lifecycle.JobState) {
-	if m, ok := q.cfg.Metrics.(abandonMetrics); ok {
+func (o *observer) abandoned(jobType lifecycle.JobType, step lifecycle.JobState) {
+	if m, ok := o.metrics.(abandonMetrics); ok {
 		m.HandlerAbandoned(jobType, step)
 	}
 }
@@ -137,16 +145,12 @@ type AgentDepth struct {
 	Age time.Duration
 }
 
-// Depths reads every agent's ready lane (queue/lanes/) and returns, by
-// agent in name order, how much work waits there now. Lanes hold only
-// work not yet picked up, so a call costs the work waiting, never the
-// jobs that finished. An entry a worker has picked up but not yet deleted
-// (it died in between) counts until the next claim of its agent clears it.
-func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
-	now := q.clock.Now()
+// depths reads every agent's ready lane and counts, by agent in name
+// order, the work waiting there at now (Queue.Depths).
+func depths(ctx context.Context, store storage.Store, now time.Time) ([]AgentDepth, error) {
 	var out []AgentDepth
 	index := map[string]int{}
-	for key, err := range q.store.List(ctx, lanePrefix) {
+	for key, err := range store.List(ctx, lanePrefix) {
 		if err != nil {
 			return nil, err
 		}

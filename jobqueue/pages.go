@@ -45,6 +45,11 @@ func pageBudget(limit int) int { return max(4*limit, 200) }
 // pageBudget(limit) of them a page. The actor needs Read without
 // qualification, as for List.
 func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (JobPage, error) {
+	return q.reads.listPage(ctx, actor, jq)
+}
+
+// listPage is Queue.ListPage.
+func (q *reader) listPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (JobPage, error) {
 	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
 		return JobPage{}, err
 	}
@@ -70,7 +75,7 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 			if !ok {
 				return lifecycle.Job{}, false, nil
 			}
-			d, _, err := q.read(ctx, id)
+			d, _, err := q.jobs.read(ctx, id)
 			if errors.Is(err, storage.ErrNotFound) {
 				return lifecycle.Job{}, false, nil // gone, or poison (quarantined)
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // Handlers are the steps of the NLM pipeline, the Handler of the built-in
@@ -104,6 +106,30 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 	return codes.JobHandlerError
 }
 
+// runner is what a Claim runs its job with: the handlers' calls under
+// StepTimeout, the fenced writes of the job, the artifact store, and the
+// lock, lane and schedule of its agent.
+type runner struct {
+	store         storage.Store // the agent lock's writes
+	clock         clock.Clock
+	log           *slog.Logger
+	tracer        tracing.Tracer
+	units         *core.Units // the handlers' calls, under StepTimeout
+	jobs          *jobStore
+	lanes         *lanes
+	sched         *scheduler
+	audit         *auditor
+	retries       *retries
+	obs           *observer
+	artifacts     *artifact.Store
+	types         map[lifecycle.JobType]TypeConfig
+	project       defaultProject
+	artifactActor lifecycle.Actor
+	leaseTTL      time.Duration
+	stepTimeout   time.Duration
+	grace         stopGrace
+}
+
 // Run runs the claimed job's pipeline (docs/spec.md#job-lifecycle) with the
 // job type's Handler (Config.Types), or else h: CONTEXT_ASSEMBLY (for
 // Handlers with AssembleContext) → NOTEBOOKLM_CALL, where the Handler works
@@ -123,7 +149,7 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 func (c *Claim) Run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	job := c.Job()
 	ctx = tracing.Continue(ctx, job.TraceParent)
-	ctx, span := c.q.tracer.Start(ctx, tracing.SpanJob, trace.SpanKindConsumer)
+	ctx, span := c.r.tracer.Start(ctx, tracing.SpanJob, trace.SpanKindConsumer)
 	span.String(tracing.AttrJobID, job.JobID)
 	span.String(tracing.AttrJobType, string(job.JobType))
 	span.String(tracing.AttrAgent, job.AgentSlug)
@@ -143,7 +169,7 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	// The run counts as work on the clock but while it waits for a handler
 	// or a timer (a test's fake clock moves only when it is idle;
 	// clock.Activity).
-	ctx, end := clock.Enter(ctx, c.q.clock)
+	ctx, end := clock.Enter(ctx, c.r.clock)
 	defer end()
 	c.mu.Lock()
 	if c.done {
@@ -151,13 +177,13 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 		return c.job, errors.New("jobqueue: claim already run")
 	}
 	c.mu.Unlock()
-	if h = c.q.handlerFor(c.Job().JobType, h); h == nil {
+	if h = c.r.handlerFor(c.Job().JobType, h); h == nil {
 		_ = c.Abandon(ctx)
 		return c.Job(), fmt.Errorf("jobqueue: no Handler for job type %s (Config.Types; Handlers with CallNotebookLM for the built-in types)", c.Job().JobType)
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	c.renewedAt.Store(c.q.clock.Now().UnixNano())
+	c.renewedAt.Store(c.r.clock.Now().UnixNano())
 	stop := c.heartbeat(runCtx, cancel)
 	job, err := c.pipeline(runCtx, h)
 	stop()
@@ -167,7 +193,7 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	if cause := context.Cause(runCtx); errors.Is(cause, ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
 		err = cause // the heartbeat found the lease lost, and the write it cut says only "canceled"
 	}
-	ectx, ecancel := c.q.afterStop(ctx)
+	ectx, ecancel := c.r.grace.after(ctx)
 	defer ecancel()
 	c.end(ectx)
 	return job, err
@@ -175,19 +201,11 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 
 // toArtifactWrite records the move NOTEBOOKLM_CALL → ARTIFACT_WRITE in
 // the write that ends the artifact step, unless the job is there already.
-func (q *Queue) toArtifactWrite(ctx context.Context, d *jobDoc) error {
+func toArtifactWrite(ctx context.Context, d *jobDoc) error {
 	if d.Status != lifecycle.JobNotebookLMCall {
 		return nil
 	}
-	return q.fire(ctx, d, lifecycle.EventResponseOK, lifecycle.ActorOrchestration)
-}
-
-// afterStop is the context for what a claim still writes once ctx may have
-// ended (the interrupted attempt, the agent's release): not canceled with
-// ctx, but bounded by StopGrace, so a store outage during shutdown cannot
-// hold the Worker.
-func (q *Queue) afterStop(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), q.cfg.StopGrace)
+	return fire(ctx, d, lifecycle.EventResponseOK, lifecycle.ActorOrchestration)
 }
 
 // step runs fn as one unit of the core under the step timeout, on the
@@ -196,14 +214,14 @@ func (q *Queue) afterStop(ctx context.Context) (context.Context, context.CancelF
 // context is left behind, counted in Stragglers, its result dropped.
 func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
 	job := c.Job()
-	hctx, span := c.q.tracer.Start(ctx, tracing.SpanHandler, trace.SpanKindInternal)
+	hctx, span := c.r.tracer.Start(ctx, tracing.SpanHandler, trace.SpanKindInternal)
 	span.String(tracing.AttrHandler, name)
 	span.String(tracing.AttrJobID, job.JobID)
-	_, err := core.Do(hctx, c.q.units, "job "+job.JobID+" "+name, c.q.cfg.StepTimeout, func(ctx context.Context) (struct{}, error) {
+	_, err := core.Do(hctx, c.r.units, "job "+job.JobID+" "+name, c.r.stepTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, fn(ctx)
 	})
 	if errors.Is(err, core.ErrOverrun) {
-		c.q.abandoned(job.JobType, job.Status)
+		c.r.obs.abandoned(job.JobType, job.Status)
 		err = fmt.Errorf("%w: %w", ErrStepTimeout, err)
 	}
 	span.End(err)
@@ -263,7 +281,7 @@ func (c *Claim) orchestrate(ctx context.Context, step lifecycle.JobState, sctx c
 		// context, waiting out an outage as long as the claim may.
 		return c.fail(ctx, step, code, err.Error())
 	}
-	ectx, cancel := c.q.afterStop(ctx)
+	ectx, cancel := c.r.grace.after(ctx)
 	defer cancel()
 	return c.fail(ectx, step, code, err.Error())
 }
@@ -298,8 +316,8 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output
 	// queue's own quick step, and no reader acts on a job in it, so the
 	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
 	// ends the step (the commit, or the failure), with its own audit event.
-	typ := c.q.artifactType(job.JobType)
-	cid := c.q.projectOf(job)
+	typ := artifactType(job.JobType)
+	cid := c.r.project.of(job)
 	// The artifact is fenced by the claim's epoch (artifact.Draft.Epoch):
 	// a newer attempt's artifact is never replaced, a lost attempt's is;
 	// and the lease is confirmed just before the write, so an attempt that
@@ -309,7 +327,7 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output
 		if err := c.confirm(ctx); err != nil {
 			return err
 		}
-		art, _, err = c.q.artifacts.Create(ctx, c.q.cfg.ArtifactActor, cid, artifact.Draft{
+		art, _, err = c.r.artifacts.Create(ctx, c.r.artifactActor, cid, artifact.Draft{
 			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
 			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
 			Epoch: c.epoch, Audited: true,
@@ -341,10 +359,10 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output
 // NOTEBOOKLM_CALL → ARTIFACT_WRITE.
 func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Job, error) {
 	_, err := c.write(ctx, func(d *jobDoc, _ time.Time) error {
-		if err := c.q.toArtifactWrite(ctx, d); err != nil {
+		if err := toArtifactWrite(ctx, d); err != nil {
 			return err
 		}
-		if err := c.q.fire(ctx, d, lifecycle.EventCommit, lifecycle.ActorOrchestration); err != nil {
+		if err := fire(ctx, d, lifecycle.EventCommit, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil

@@ -5,25 +5,34 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
+// quarantine moves poison records aside (core.Quarantiner), logged and
+// counted, and tells a reader of a job whether its record is there.
+type quarantine struct {
+	store storage.Store
+	mover *core.Quarantiner
+	obs   *observer
+}
+
 // poison quarantines the record of a *records.CorruptError and turns the
 // error into ErrNotFound for the caller, which goes on as if the record were
 // gone: a poison record never blocks anything. Other errors pass.
-func (q *Queue) poison(ctx context.Context, err error) error {
+func (q *quarantine) poison(ctx context.Context, err error) error {
 	var ce *records.CorruptError
 	if !errors.As(err, &ce) {
 		return err
 	}
-	qkey, qerr := q.quar.Move(ctx, ce)
+	qkey, qerr := q.mover.Move(ctx, ce)
 	if qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 		return qerr
 	}
 	if qerr == nil {
-		q.quarantined(ce.Key)
+		q.obs.quarantined(ce.Key)
 	}
 	return fmt.Errorf("jobqueue: %w (quarantined at %s): %w", storage.ErrNotFound, qkey, err)
 }
@@ -64,7 +73,7 @@ func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code
 
 // quarantinedOr turns the not-found of a job whose record is in quarantine
 // into a *QuarantinedError; any other error is returned as it is.
-func (q *Queue) quarantinedOr(ctx context.Context, jobID string, err error) error {
+func (q *quarantine) quarantinedOr(ctx context.Context, jobID string, err error) error {
 	if !errors.Is(err, storage.ErrNotFound) {
 		return err
 	}
@@ -78,5 +87,5 @@ func (q *Queue) quarantinedOr(ctx context.Context, jobID string, err error) erro
 	return err
 }
 
-// Quarantined counts the records this Queue moved to quarantine.
-func (q *Queue) Quarantined() int64 { return q.quar.Count() }
+// count is how many records were moved to quarantine.
+func (q *quarantine) count() int64 { return q.mover.Count() }

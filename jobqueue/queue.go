@@ -1,12 +1,11 @@
 package jobqueue
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -117,39 +116,22 @@ type TypeConfig struct {
 // writes. It is safe for concurrent use.
 type Queue struct {
 	cfg       Config
-	store     storage.Store
-	artifacts *artifact.Store
 	clock     clock.Clock
 	log       *slog.Logger
-	tracer    tracing.Tracer
+	artifacts *artifact.Store
 	units     *core.Units // the handlers' calls, under StepTimeout
-	userTypes map[lifecycle.JobType]bool
+	project   defaultProject
+	grace     stopGrace
 
-	quar *core.Quarantiner // poison records to quarantine, logged and counted
-	// absent holds the jobs read missing on a store that settles, until
-	// their absence is confirmed (settle.go); settles at once elsewhere.
-	absent core.Absence
-
-	mu       sync.Mutex
-	agents   map[string]*agentState // every agent this Queue knows of
-	agentAt  time.Time              // when the agents' locks were last listed
-	globalAt time.Time              // when refreshLanes last listed every lane
-	listCost time.Duration          // how long that listing took (relistCost)
-	newWork  int64                  // listings that found new work (foundWork)
-	listGen  atomic.Uint64          // lane listings begun (deleteLane)
-	// lanesDirty: the store's watch signalled a lane change since.
-	lanesDirty bool
-	// lanesPoll: a Worker over a store without a watch polls the lanes
-	// soon after it last found work (busyPoll).
-	lanesPoll bool
-	audited   map[string]int64 // job id → latest version whose audit this Queue wrote
-	gaps      map[string]int64 // job id → version at rest whose audit flush failed (active.go)
-
-	waits waitSet // the Wait calls, woken by this Queue's writes of their job
-
-	schedMu sync.Mutex
-	due     dueHeap       // the agents by when each is next worth a look
-	wake    chan struct{} // closed when an agent becomes due sooner (see nextDue)
+	quar    *quarantine
+	sched   *scheduler
+	lanes   *lanes
+	locks   *locks
+	admit   *admission
+	claims  *claimer
+	runner  *runner
+	reads   *reader
+	sweeper *sweeper
 }
 
 // New checks cfg, fills in its defaults and returns a Queue. A Config it
@@ -173,18 +155,66 @@ func New(cfg Config) (*Queue, error) {
 		}
 		cfg.Artifacts = a
 	}
+	return assemble(cfg, store), nil
+}
+
+// assemble builds the Queue's components over store, each given what it
+// uses, in the order they depend on one another.
+func assemble(cfg Config, store storage.Store) *Queue {
+	q := &Queue{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, artifacts: cfg.Artifacts,
+		units: &core.Units{Clock: cfg.Clock, Log: cfg.Logger}, project: defaultProject(cfg.Project),
+		grace: stopGrace(cfg.StopGrace), sched: newScheduler()}
+	obs := &observer{metrics: cfg.Metrics, waits: &waitSet{}}
+	q.quar = &quarantine{store: store, mover: &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, obs: obs}
+	absent := &core.Absence{Settle: storage.SettleTime(store)}
+	audit := &auditor{store: store, log: cfg.Logger, node: cfg.Node, artifactActor: cfg.ArtifactActor}
+	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
+	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}
+	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle}
+	retries := &retries{jobs: jobs, lanes: q.lanes, backoff: cfg.Backoff}
+	repair := &repairer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, jobs: jobs, lanes: q.lanes,
+		sched: q.sched, audit: audit, retries: retries}
+	q.runner = &runner{store: store, clock: cfg.Clock, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider),
+		units: q.units, jobs: jobs, lanes: q.lanes, sched: q.sched, audit: audit, retries: retries, obs: obs,
+		artifacts: cfg.Artifacts, types: cfg.Types, project: q.project, artifactActor: cfg.ArtifactActor,
+		leaseTTL: cfg.LeaseTTL, stepTimeout: cfg.StepTimeout, grace: q.grace}
+	twice := &twiceCheck{store: store, absent: absent, artifacts: cfg.Artifacts, project: q.project, quar: q.quar, log: cfg.Logger}
+	q.claims = &claimer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, grace: q.grace, sched: q.sched,
+		lanes: q.lanes, locks: q.locks, jobs: jobs, repair: repair, retries: retries, audit: audit, twice: twice, runner: q.runner}
 	userTypes := map[lifecycle.JobType]bool{}
 	for t := range cfg.Types {
 		userTypes[t] = true
 	}
-	return &Queue{userTypes: userTypes,
-		cfg: cfg, store: store, artifacts: cfg.Artifacts, clock: cfg.Clock, log: cfg.Logger,
-		tracer: tracing.New(cfg.TracerProvider),
-		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
-		quar:   &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger},
-		agents: map[string]*agentState{}, audited: map[string]int64{},
-		absent: core.Absence{Settle: storage.SettleTime(store)},
-	}, nil
+	q.admit = &admission{store: store, clock: cfg.Clock, tracer: q.runner.tracer, jobs: jobs, lanes: q.lanes,
+		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, userTypes: userTypes}
+	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
+	q.sweeper = &sweeper{store: store, clock: cfg.Clock, log: cfg.Logger, jobs: jobs, locks: q.locks, audit: audit,
+		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch}
+	return q
+}
+
+// stopGrace is Config.StopGrace: how long what must still be written once
+// a caller's context ended (a Worker stopping) may take.
+type stopGrace time.Duration
+
+// after is the context for what is still written once ctx may have ended
+// (the interrupted attempt, the agent's release, an audit flush): not
+// canceled with ctx, but bounded by StopGrace, so a store outage during
+// shutdown cannot hold the Worker.
+func (g stopGrace) after(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), time.Duration(g))
+}
+
+// defaultProject is Config.Project, the cid of the artifact of a job
+// without a project_id.
+type defaultProject string
+
+// of is the cid of job's artifact: its project_id, else Config.Project.
+func (p defaultProject) of(job lifecycle.Job) string {
+	if job.ProjectID != "" {
+		return job.ProjectID
+	}
+	return string(p)
 }
 
 // fillConfig checks cfg and fills in its defaults, in New's order.
@@ -272,6 +302,18 @@ func (q *Queue) Stragglers() (live int, total int64) { return q.units.Stragglers
 
 // Artifacts returns the artifact store the queue writes to.
 func (q *Queue) Artifacts() *artifact.Store { return q.artifacts }
+
+// Quarantined counts the records this Queue moved to quarantine.
+func (q *Queue) Quarantined() int64 { return q.quar.count() }
+
+// Depths reads every agent's ready lane (queue/lanes/) and returns, by
+// agent in name order, how much work waits there now. Lanes hold only
+// work not yet picked up, so a call costs the work waiting, never the
+// jobs that finished. An entry a worker has picked up but not yet deleted
+// (it died in between) counts until the next claim of its agent clears it.
+func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
+	return depths(ctx, q.lanes.store, q.clock.Now())
+}
 
 // Errors of the queue. Bad input matches ErrInvalidJob; refusals of the
 // authority matrix match authority.ErrForbidden.

@@ -8,6 +8,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -17,15 +18,33 @@ func ownJob(actor lifecycle.Actor, j *lifecycle.Job) bool {
 	return actor == lifecycle.ActorNLMBackend && j.Status == lifecycle.JobNotebookLMCall
 }
 
+// reader is the queue's reads of its jobs: one job, every job or a page
+// of them, and the wait for one to finish.
+type reader struct {
+	store storage.Store
+	// watch is the store as given (Config.Store), whose Watch, if it has
+	// one, wakes a Wait.
+	watch storage.Store
+	clock clock.Clock
+	jobs  *jobStore
+	quar  *quarantine
+	waits *waitSet
+}
+
 // Get reads a job. The actor needs Read (docs/spec.md#authority-matrix); the NLM backend may
 // read only its own job, one in NOTEBOOKLM_CALL.
 func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
+	return q.reads.get(ctx, actor, jobID)
+}
+
+// get is Queue.Get.
+func (q *reader) get(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
 	if authority.Lookup(actor, authority.Jobs, authority.Read) == authority.Denied {
 		return lifecycle.Job{}, authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{})
 	}
-	d, _, err := q.read(ctx, jobID)
+	d, _, err := q.jobs.read(ctx, jobID)
 	if err != nil {
-		return lifecycle.Job{}, q.quarantinedOr(ctx, jobID, err)
+		return lifecycle.Job{}, q.quar.quarantinedOr(ctx, jobID, err)
 	}
 	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{Own: ownJob(actor, &d.Job)}); err != nil {
 		return lifecycle.Job{}, err
@@ -36,6 +55,11 @@ func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (l
 // List yields every job in key order. The actor needs Read without
 // qualification (the NLM backend may not list jobs).
 func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifecycle.Job, error] {
+	return q.reads.list(ctx, actor)
+}
+
+// list is Queue.List.
+func (q *reader) list(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifecycle.Job, error] {
 	return func(yield func(lifecycle.Job, error) bool) {
 		if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
 			yield(lifecycle.Job{}, err)
@@ -49,7 +73,7 @@ func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifec
 	}
 }
 
-func (q *Queue) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
+func (q *reader) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
 	return func(yield func(jobDoc, error) bool) {
 		for key, err := range q.store.List(ctx, layout.JobsPrefix) {
 			if err != nil {
@@ -60,7 +84,7 @@ func (q *Queue) docs(ctx context.Context) iter.Seq2[jobDoc, error] {
 			if !ok {
 				continue
 			}
-			d, _, err := q.read(ctx, id)
+			d, _, err := q.jobs.read(ctx, id)
 			if errors.Is(err, storage.ErrNotFound) {
 				continue
 			}

@@ -16,34 +16,39 @@ import (
 // FORBIDDEN error and nothing is written. The job starts over with a fresh
 // set of attempts (attempt 0) and its error cleared.
 func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
+	return q.admit.requeue(ctx, actor, jobID)
+}
+
+// requeue is Queue.Requeue.
+func (q *admission) requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
 	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {
 		return lifecycle.Job{}, err
 	}
-	// The lane entry first, the job second (active.go): the job's agent
+	// The lane entry first, the job second (repair.go): the job's agent
 	// comes from a read before the write.
-	cur, ver, err := q.read(ctx, jobID)
+	cur, ver, err := q.jobs.read(ctx, jobID)
 	if err != nil {
-		return lifecycle.Job{}, q.quarantinedOr(ctx, jobID, err)
+		return lifecycle.Job{}, q.quar.quarantinedOr(ctx, jobID, err)
 	}
 	probe := cur
 	probe.Trail = nil
-	if err := q.fire(ctx, &probe, lifecycle.EventRequeue, actor); err != nil {
+	if err := fire(ctx, &probe, lifecycle.EventRequeue, actor); err != nil {
 		return lifecycle.Job{}, err // refused as the record stands: no lane entry written
 	}
-	if err := q.ensureAgent(ctx, cur.AgentSlug); err != nil {
+	if err := q.locks.ensureAgent(ctx, cur.AgentSlug); err != nil {
 		return lifecycle.Job{}, err
 	}
 	at := q.clock.Now().UTC()
 	lane := laneKey(cur.AgentSlug, at, jobID)
-	undo, err := q.putLaneFirst(ctx, lane, jobID, at)
+	undo, err := q.lanes.putLaneFirst(ctx, lane, jobID, at)
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
-	d, _, err := q.update(ctx, jobID, &cur, ver, func(d *jobDoc, now time.Time) error {
+	d, _, err := q.jobs.update(ctx, jobID, &cur, ver, func(d *jobDoc, now time.Time) error {
 		if d.AgentSlug != cur.AgentSlug {
 			return fmt.Errorf("jobqueue: job %s changed agent", jobID)
 		}
-		if err := q.fire(ctx, d, lifecycle.EventRequeue, actor); err != nil {
+		if err := fire(ctx, d, lifecycle.EventRequeue, actor); err != nil {
 			return err
 		}
 		d.Attempt, d.Error, d.ErrorCode, d.FailedStep = 0, nil, "", ""
@@ -54,7 +59,7 @@ func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string
 		undo()
 		return lifecycle.Job{}, err
 	}
-	q.relaneIfSlow(ctx, lane, jobID, at)
-	q.laneAdded(cur.AgentSlug, lane)
+	q.lanes.relaneIfSlow(ctx, lane, jobID, at)
+	q.lanes.laneAdded(cur.AgentSlug, lane)
 	return d.Job, nil
 }

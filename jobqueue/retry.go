@@ -10,16 +10,24 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// backoff is the wait after failed attempt n (1-based).
-func (q *Queue) backoff(attempt int) time.Duration {
+// retries sends a failed attempt to RETRY_BACKOFF (and its lane) or on to
+// FAILED and DEAD.
+type retries struct {
+	jobs    *jobStore
+	lanes   *lanes
+	backoff []time.Duration // Config.Backoff
+}
+
+// wait is the wait after failed attempt n (1-based).
+func (q *retries) wait(attempt int) time.Duration {
 	i := attempt - 1
 	if i < 0 {
 		i = 0
 	}
-	if i >= len(q.cfg.Backoff) {
-		i = len(q.cfg.Backoff) - 1
+	if i >= len(q.backoff) {
+		i = len(q.backoff) - 1
 	}
-	return q.cfg.Backoff[i]
+	return q.backoff[i]
 }
 
 func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg string) (lifecycle.Job, error) {
@@ -27,12 +35,12 @@ func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg str
 	var at time.Time
 	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
 		if step == lifecycle.JobArtifactWrite {
-			if err := c.q.toArtifactWrite(context.WithoutCancel(ctx), d); err != nil {
+			if err := toArtifactWrite(context.WithoutCancel(ctx), d); err != nil {
 				return err
 			}
 			d.AuditArtifact = c.artCreated // created, then the commit failed
 		}
-		c.q.retry(ctx, d, now, step, code, msg)
+		c.r.retries.retry(ctx, d, now, step, code, msg)
 		d.RanEpoch = c.epoch
 		if d.NextAttemptAt != nil {
 			lane, at = d.ReadyKey, *d.NextAttemptAt
@@ -43,9 +51,9 @@ func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg str
 		return job, err
 	}
 	if job.Status == lifecycle.JobFailed { // permanent: no retry
-		job, err = c.q.bury(ctx, job.JobID, nil, "")
+		job, err = c.r.retries.bury(ctx, job.JobID, nil, "")
 	} else {
-		err = c.q.putLane(ctx, lane, job.JobID, at)
+		err = c.r.lanes.putLane(ctx, lane, job.JobID, at)
 	}
 	if err == nil {
 		c.settled()
@@ -56,38 +64,64 @@ func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg str
 // retry fires retryable_error on d (a pipeline state) and schedules the
 // next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
 // the same write instead.
-func (q *Queue) retry(ctx context.Context, d *jobDoc, now time.Time, step lifecycle.JobState, code, msg string) {
+func (q *retries) retry(ctx context.Context, d *jobDoc, now time.Time, step lifecycle.JobState, code, msg string) {
 	// The moves are judged on the record alone: a context that ends while
 	// the write is under way (a Worker stopping) must not make the machine
 	// refuse them (the store calls still honour it).
 	ctx = context.WithoutCancel(ctx)
-	if err := q.fire(ctx, d, lifecycle.EventRetryableError, lifecycle.ActorOrchestration); err != nil {
+	if err := fire(ctx, d, lifecycle.EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
 	d.Error, d.ErrorCode, d.FailedStep, d.Lease = &msg, code, step, nil
 	if code == codes.JobPermanent {
 		// No wait: backoff_elapsed's guard sends it to FAILED at once.
-		if err := q.fire(ctx, d, lifecycle.EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
+		if err := fire(ctx, d, lifecycle.EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
 			panic(fmt.Sprintf("jobqueue: backoff_elapsed of a permanent failure refused: %v", err))
 		}
 		d.NextAttemptAt, d.ReadyKey = nil, ""
 		return
 	}
-	next := now.Add(q.backoff(d.Attempt))
+	next := now.Add(q.wait(d.Attempt))
 	d.NextAttemptAt, d.ReadyKey = &next, laneKey(d.AgentSlug, next, d.JobID)
 }
 
 // bury moves a FAILED job to DEAD (max retries exceeded).
-func (q *Queue) bury(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version) (lifecycle.Job, error) {
-	d, _, err := q.update(ctx, jobID, cached, ver, func(d *jobDoc, _ time.Time) error {
+func (q *retries) bury(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version) (lifecycle.Job, error) {
+	d, _, err := q.jobs.update(ctx, jobID, cached, ver, func(d *jobDoc, _ time.Time) error {
 		if d.Status != lifecycle.JobFailed {
 			return nil // buried by someone else, or requeued
 		}
-		return q.fire(ctx, d, lifecycle.EventBury, lifecycle.ActorOrchestration)
+		return fire(ctx, d, lifecycle.EventBury, lifecycle.ActorOrchestration)
 	})
 	return d.Job, err
 }
 
 func pipelineState(s lifecycle.JobState) bool {
 	return s == lifecycle.JobContextAssembly || s == lifecycle.JobNotebookLMCall || s == lifecycle.JobArtifactWrite
+}
+
+// rescue moves an orphan (a job in a pipeline state whose worker's lease
+// ran out) to RETRY_BACKOFF as a failed attempt, taking the lease away so
+// that its old worker can no longer write. epoch is the rescuer's agent
+// lock epoch, newer than the orphan's.
+func (q *retries) rescue(ctx context.Context, jobID string, epoch int64) error {
+	var lane string
+	var at time.Time
+	job, _, err := q.jobs.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
+		lane = ""
+		if !pipelineState(d.Status) || d.Lease != nil && d.Lease.Epoch >= epoch && now.Before(d.Lease.ExpiresAt) {
+			return nil
+		}
+		msg := "orphan without a lease"
+		if d.Lease != nil {
+			msg = fmt.Sprintf("lease of %s (epoch %d) expired", d.Lease.Owner, d.Lease.Epoch)
+		}
+		q.retry(ctx, d, now, d.Status, codes.JobLeaseExpired, msg)
+		lane, at = d.ReadyKey, *d.NextAttemptAt
+		return nil
+	})
+	if err != nil || lane == "" {
+		return err
+	}
+	return q.lanes.putLane(ctx, lane, job.JobID, at)
 }

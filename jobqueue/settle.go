@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"log/slog"
 
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -30,7 +32,7 @@ import (
 // gone tells whether err, from a read of jobID, shows the job is gone for
 // good: quarantined, or not found and (on a store that settles) read
 // missing again Settle after a first not-found.
-func (q *Queue) gone(jobID string, err error) bool {
+func (q *jobStore) gone(jobID string, err error) bool {
 	switch {
 	case errors.Is(err, records.ErrCorrupt):
 		return true
@@ -46,7 +48,7 @@ var errUnsettled = errors.New("jobqueue: job read as missing, not yet confirmed"
 // existsBeforeCreate is Enqueue's read of the id on a store that settles:
 // a job found is ErrJobExists (a found read is never wrong), whatever a
 // create-only write would have answered.
-func (q *Queue) existsBeforeCreate(ctx context.Context, key, jobID string) error {
+func (q *jobStore) existsBeforeCreate(ctx context.Context, key, jobID string) error {
 	if q.absent.Settle <= 0 {
 		return nil
 	}
@@ -60,17 +62,28 @@ func (q *Queue) existsBeforeCreate(ctx context.Context, key, jobID string) error
 	return err
 }
 
+// twiceCheck finds and quarantines a job created twice on a store that
+// settles (the second bullet above).
+type twiceCheck struct {
+	store     storage.Store
+	absent    *core.Absence
+	artifacts *artifact.Store
+	project   defaultProject
+	quar      *quarantine
+	log       *slog.Logger
+}
+
 // createdTwice tells, on a store that settles, whether d, just picked up,
 // is a second creation of its id: its artifact exists and is older than
 // the record (an earlier job of this id ran), which a create-only write
 // accepted over that job's record can leave. A retried or requeued job
 // keeps its creation time, so its own artifact never counts. One read per
 // pickup, on a store that settles only.
-func (q *Queue) createdTwice(ctx context.Context, d *jobDoc) (bool, error) {
+func (q *twiceCheck) createdTwice(ctx context.Context, d *jobDoc) (bool, error) {
 	if q.absent.Settle <= 0 {
 		return false, nil
 	}
-	art, err := q.artifacts.GetForJob(ctx, lifecycle.ActorOrchestration, q.projectOf(d.Job), d.JobID)
+	art, err := q.artifacts.GetForJob(ctx, lifecycle.ActorOrchestration, q.project.of(d.Job), d.JobID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return false, nil
@@ -82,7 +95,7 @@ func (q *Queue) createdTwice(ctx context.Context, d *jobDoc) (bool, error) {
 
 // quarantineTwice moves a job created twice (createdTwice) to quarantine,
 // logged and counted, so it is never run again; an operator may restore it.
-func (q *Queue) quarantineTwice(ctx context.Context, jobID string) error {
+func (q *twiceCheck) quarantineTwice(ctx context.Context, jobID string) error {
 	key, err := layout.JobKey(jobID)
 	if err != nil {
 		return err
@@ -92,28 +105,10 @@ func (q *Queue) quarantineTwice(ctx context.Context, jobID string) error {
 		return err
 	}
 	q.log.ErrorContext(ctx, "jobqueue: job created twice: its artifact is older than its record; quarantined, not run again", "job_id", jobID)
-	err = q.poison(ctx, &records.CorruptError{Key: key, Version: v, Data: b,
+	err = q.quar.poison(ctx, &records.CorruptError{Key: key, Version: v, Data: b,
 		Reason: "created twice: a create-only write was accepted over a job that had already run"})
 	if errors.Is(err, records.ErrCorrupt) {
 		return nil // moved (or changed since, and left to its writer)
 	}
 	return err
-}
-
-// dropTwice ends the pickup of a job createdTwice found (twiceErr: it
-// could not tell): the job is quarantined and its entry deleted, and the
-// claim goes on with the next entry; or, when that fails, the lock is
-// released still naming the job, rescued after its lease like any orphan
-// and checked again at its next pickup.
-func (q *Queue) dropTwice(ctx context.Context, s *agentClaim, c *Claim, key, jobID string, twiceErr error) (*Claim, time.Time, bool, error) {
-	if twiceErr == nil {
-		twiceErr = q.quarantineTwice(ctx, jobID)
-	}
-	if twiceErr != nil {
-		c.release(ctx)
-		return nil, time.Time{}, true, twiceErr
-	}
-	q.deleteLane(ctx, s.a, key)
-	c.named = ""
-	return nil, time.Time{}, false, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -17,7 +18,7 @@ import (
 // SweepReport counts what Sweep repaired.
 type SweepReport struct {
 	// Entries counts the entries of work in flight looked at: agent locks
-	// and ready-lane entries (active.go); finished jobs have none.
+	// and ready-lane entries (repair.go); finished jobs have none.
 	Entries int
 	Jobs    int // jobs read
 	Rescued int // orphans moved to RETRY_BACKOFF
@@ -35,7 +36,7 @@ type SweepReport struct {
 
 // Sweep is the slow repair pass behind the fast paths, for what a worker
 // that died between two writes can leave. It reads only work in flight
-// (active.go): the agents' locks and the ready lanes under queue/, and the
+// (repair.go): the agents' locks and the ready lanes under queue/, and the
 // jobs they name, never a finished job. It rescues orphans whose lease
 // expired (when no claim on their agent's lock did), recreates the
 // ready-lane entry of a job its claim left unlaned, buries FAILED jobs,
@@ -44,15 +45,56 @@ type SweepReport struct {
 // agents and the jobs in flight, not with the jobs that ever finished;
 // workers run it in batches through SweepIfDue.
 func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
-	r, _, err := q.sweep(ctx, "", 0)
+	return q.sweeper.all(ctx)
+}
+
+// sweeper is the sweep, a maintenance service: Run sweeps a batch every
+// period under the sweep lease (RunOnce), as a Worker does; all is one
+// whole pass.
+type sweeper struct {
+	store  storage.Store
+	clock  clock.Clock
+	log    *slog.Logger
+	jobs   *jobStore
+	locks  *locks
+	audit  *auditor
+	repair *repairer
+	sched  *scheduler
+	quar   *quarantine
+	batch  int // Config.SweepBatch
+
+	worker string        // who takes the sweep lease (every)
+	period time.Duration // how often Run sweeps, and how long the lease lasts
+}
+
+// every returns the sweeper of worker, sweeping every period.
+func (q *sweeper) every(worker string, period time.Duration) *sweeper {
+	c := *q
+	c.worker, c.period = worker, period
+	return &c
+}
+
+// Run sweeps a batch every period (RunOnce) until ctx ends; a failed
+// sweep is logged, and the next one tries again.
+func (q *sweeper) Run(ctx context.Context) {
+	for sleep(ctx, q.clock, q.period, nil) {
+		if _, _, err := q.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			q.log.WarnContext(ctx, "jobqueue: sweep", "worker", q.worker, "err", err)
+		}
+	}
+}
+
+// all sweeps every entry of work in flight (Queue.Sweep).
+func (q *sweeper) all(ctx context.Context) (SweepReport, error) {
+	r, _, err := q.pass(ctx, "", 0)
 	return r, err
 }
 
-// sweep sweeps the in-flight entries (agent locks, lane entries) whose
+// pass sweeps the in-flight entries (agent locks, lane entries) whose
 // keys sort after after, at most limit of them (0: no limit). next is the
 // key of the last entry swept when the limit cut the pass short, or ""
 // when the pass reached the end.
-func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepReport, next string, err error) {
+func (q *sweeper) pass(ctx context.Context, after string, limit int) (r SweepReport, next string, err error) {
 	last := ""
 	seen := map[string]string{} // job id → its ready key as read ("" when none or gone)
 	now := q.clock.Now()
@@ -93,7 +135,7 @@ func (q *Queue) sweep(ctx context.Context, after string, limit int) (r SweepRepo
 
 // sweepLock sweeps the job an agent's lock names, if the lock is free: a
 // held lock's job is its claim's to settle.
-func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time, seen map[string]string, r *SweepReport) error {
+func (q *sweeper) sweepLock(ctx context.Context, key, agent string, now time.Time, seen map[string]string, r *SweepReport) error {
 	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key}
 	lock, ver, err := rec.Load(ctx)
 	if errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
@@ -109,7 +151,7 @@ func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time,
 		return nil
 	}
 	d, err := q.sweepJobDoc(ctx, lock.JobID, seen, r)
-	if err != nil || d == nil || pipelineState(d.Status) || d.Status == lifecycle.JobFailed || q.hasAuditGap(d.JobID) {
+	if err != nil || d == nil || pipelineState(d.Status) || d.Status == lifecycle.JobFailed || q.audit.hasAuditGap(d.JobID) {
 		return err
 	}
 	// The job the free lock names is settled (its audit object written,
@@ -118,7 +160,7 @@ func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time,
 	// time (an idle Worker's sweep read three objects per agent a minute).
 	// A claim that took the lock meanwhile makes this write fail, harmlessly.
 	free := agentLock{Agent: agent, Epoch: lock.Epoch}
-	if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+	if _, err := q.locks.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}
 	return nil
@@ -127,15 +169,15 @@ func (q *Queue) sweepLock(ctx context.Context, key, agent string, now time.Time,
 // sweepJobDoc is sweepJobID for the job a free lock names: it settles the
 // job (its audit object must be written, not only tried) and returns it as
 // read, nil when it is gone.
-func (q *Queue) sweepJobDoc(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
+func (q *sweeper) sweepJobDoc(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
 	d, err := q.sweepRead(ctx, jobID, seen, r)
 	if d == nil {
 		return nil, err
 	}
-	if err := q.ensureAuditedErr(ctx, d); err != nil {
+	if err := q.audit.ensureAuditedErr(ctx, d); err != nil {
 		return nil, err
 	}
-	if err := q.repairJob(ctx, d, "", r); err != nil {
+	if err := q.repair.repairJob(ctx, d, "", r); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -143,7 +185,7 @@ func (q *Queue) sweepJobDoc(ctx context.Context, jobID string, seen map[string]s
 
 // sweepLane sweeps the job of lane entry key, and deletes the entry when
 // its job does not point back at it and it is no longer pending.
-func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now time.Time, seen map[string]string, r *SweepReport) error {
+func (q *sweeper) sweepLane(ctx context.Context, key, agent, jobID string, now time.Time, seen map[string]string, r *SweepReport) error {
 	ready, done := seen[jobID]
 	if !done {
 		var err error
@@ -156,7 +198,7 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 	}
 	// The job as read may be older than the entry (the sweep may have
 	// repaired it since): read it afresh before deleting anything.
-	d, _, err := q.read(ctx, jobID)
+	d, _, err := q.jobs.read(ctx, jobID)
 	var cur *jobDoc
 	switch {
 	case err == nil:
@@ -166,7 +208,7 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 	case errors.Is(err, storage.ErrNotFound):
 		// The entry may be the job's only pointer: it goes once the job
 		// is gone, not on one not-found of a store that settles.
-		if q.lanePending(key, nil, now) || !q.gone(jobID, err) {
+		if q.repair.lanePending(key, nil, now) || !q.jobs.gone(jobID, err) {
 			return nil
 		}
 	default:
@@ -175,20 +217,20 @@ func (q *Queue) sweepLane(ctx context.Context, key, agent, jobID string, now tim
 	// A job in a pipeline state here has a lease not yet run out (the
 	// sweep rescues the others), and may be reachable by this entry alone
 	// (confirmPickup): the entry stays until the job leaves its pipeline.
-	if cur != nil && (cur.ReadyKey == key || pipelineState(cur.Status) || q.lanePending(key, cur, now)) {
+	if cur != nil && (cur.ReadyKey == key || pipelineState(cur.Status) || q.repair.lanePending(key, cur, now)) {
 		return nil
 	}
 	if err := q.store.Delete(ctx, key, storage.Condition{}); err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return err
 	}
-	q.agent(agent).forget()
+	q.sched.agent(agent).forget()
 	r.Dropped++
 	return nil
 }
 
 // sweepJobID reads one job and repairs it (sweepJob); laned is a lane
 // entry just listed, so known to exist. It returns the job's ready key.
-func (q *Queue) sweepJobID(ctx context.Context, jobID, laned string, seen map[string]string, r *SweepReport) (string, error) {
+func (q *sweeper) sweepJobID(ctx context.Context, jobID, laned string, seen map[string]string, r *SweepReport) (string, error) {
 	d, err := q.sweepRead(ctx, jobID, seen, r)
 	if d == nil {
 		return "", err
@@ -198,9 +240,9 @@ func (q *Queue) sweepJobID(ctx context.Context, jobID, laned string, seen map[st
 
 // sweepRead reads one job for the sweep and notes it in seen and r; nil
 // when it is gone (or quarantined: err then says so).
-func (q *Queue) sweepRead(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
+func (q *sweeper) sweepRead(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
 	seen[jobID] = ""
-	d, _, err := q.read(ctx, jobID)
+	d, _, err := q.jobs.read(ctx, jobID)
 	if errors.Is(err, records.ErrCorrupt) {
 		r.Quarantined++
 	}
@@ -217,42 +259,9 @@ func (q *Queue) sweepRead(ctx context.Context, jobID string, seen map[string]str
 
 // sweepJob repairs one job as Sweep describes. laned is a lane entry known
 // to exist ("" when none is).
-func (q *Queue) sweepJob(ctx context.Context, d *jobDoc, laned string, r *SweepReport) error {
-	q.ensureAudited(ctx, d)
-	return q.repairJob(ctx, d, laned, r)
-}
-
-// repairJob is sweepJob but for the audit object.
-func (q *Queue) repairJob(ctx context.Context, d *jobDoc, laned string, r *SweepReport) error {
-	now := q.clock.Now()
-	switch {
-	case pipelineState(d.Status) && (d.Lease == nil || !now.Before(d.Lease.ExpiresAt)):
-		if err := q.rescue(ctx, d.JobID, 0); err != nil {
-			return err
-		}
-		r.Rescued++
-	case (d.Status == lifecycle.JobQueued || d.Status == lifecycle.JobRetryBackoff) && d.ReadyKey != "" && d.ReadyKey != laned:
-		_, _, err := q.store.Get(ctx, d.ReadyKey)
-		if errors.Is(err, storage.ErrNotFound) {
-			at, _, ok := parseLaneKey(d.ReadyKey)
-			if !ok {
-				return fmt.Errorf("jobqueue: job %s has a malformed ready key %q", d.JobID, d.ReadyKey)
-			}
-			if err := q.putLane(ctx, d.ReadyKey, d.JobID, at); err != nil {
-				return err
-			}
-			q.agent(d.AgentSlug).forget()
-			r.Relaned++
-		} else if err != nil {
-			return err
-		}
-	case d.Status == lifecycle.JobFailed:
-		if _, err := q.bury(ctx, d.JobID, nil, ""); err != nil {
-			return err
-		}
-		r.Buried++
-	}
-	return nil
+func (q *sweeper) sweepJob(ctx context.Context, d *jobDoc, laned string, r *SweepReport) error {
+	q.audit.ensureAudited(ctx, d)
+	return q.repair.repairJob(ctx, d, laned, r)
 }
 
 // sweepLease is the value of sweepKey.
@@ -284,6 +293,13 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	if every <= 0 {
 		return r, false, fmt.Errorf("jobqueue: sweep interval %s is not positive", every)
 	}
+	return q.sweeper.every(worker, every).RunOnce(ctx)
+}
+
+// RunOnce sweeps the next batch unless a worker swept within the period
+// (Queue.SweepIfDue).
+func (q *sweeper) RunOnce(ctx context.Context) (r SweepReport, swept bool, err error) {
+	worker, every := q.worker, q.period
 	now := q.clock.Now().UTC()
 	lease := sweepLease{Owner: worker, ExpiresAt: now.Add(every)}
 	rec := &core.Record[sweepLease, *sweepLease]{Store: q.store, Key: layout.SweepLeaseKey}
@@ -302,14 +318,14 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 				return r, false, nil
 			}
 		}
-		if err = q.poison(ctx, err); !errors.Is(err, storage.ErrNotFound) {
+		if err = q.quar.poison(ctx, err); !errors.Is(err, storage.ErrNotFound) {
 			break
 		}
 	}
 	if err != nil {
 		return r, false, err
 	}
-	r, next, err := q.sweep(ctx, lease.Cursor, q.cfg.SweepBatch)
+	r, next, err := q.pass(ctx, lease.Cursor, q.batch)
 	if err != nil {
 		return r, true, err
 	}

@@ -70,14 +70,5 @@ func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, er
 	if err != nil {
 		return artifact.Artifact{}, err
 	}
-	return q.artifacts.GetForJob(ctx, SystemActor, q.projectOf(job), jobID)
-}
-
-// projectOf is the cid of job's artifact: its project_id, else
-// Config.Project.
-func (q *Queue) projectOf(job lifecycle.Job) string {
-	if job.ProjectID != "" {
-		return job.ProjectID
-	}
-	return q.cfg.Project
+	return q.artifacts.GetForJob(ctx, SystemActor, q.project.of(job), jobID)
 }

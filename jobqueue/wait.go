@@ -34,6 +34,11 @@ const (
 // that does not exist gives an error matching storage.ErrNotFound; a
 // quarantined one a *QuarantinedError.
 func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
+	return q.reads.wait(ctx, jobID)
+}
+
+// wait is Queue.Wait.
+func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {
 		return lifecycle.Job{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
@@ -42,7 +47,7 @@ func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	defer end()
 	poll := waitPoll
 	var signal <-chan struct{}
-	if ws, ok := q.cfg.Store.(watcher); ok {
+	if ws, ok := q.watch.(watcher); ok {
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		if ch, err := ws.Watch(wctx, key); err == nil {
@@ -54,13 +59,13 @@ func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 		// Registered before the read: a write between the read and the
 		// wait still wakes it.
 		changed, done := q.waits.add(jobID)
-		d, _, err := q.read(ctx, jobID)
+		d, _, err := q.jobs.read(ctx, jobID)
 		if err != nil {
 			done()
 			if ctx.Err() != nil {
 				return last, &WaitError{JobID: jobID, Status: last.Status, Err: context.Cause(ctx)}
 			}
-			return lifecycle.Job{}, q.quarantinedOr(ctx, jobID, err)
+			return lifecycle.Job{}, q.quar.quarantinedOr(ctx, jobID, err)
 		}
 		last = d.Job
 		if d.Status == lifecycle.JobComplete || d.Status == lifecycle.JobDead {
@@ -79,7 +84,7 @@ func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 // waitChange waits until changed is closed, signal has a value, poll
 // passes on the clock, or ctx ends (false). A signal is taken, so one
 // write wakes the waiter once.
-func (q *Queue) waitChange(ctx context.Context, changed <-chan struct{}, signal <-chan struct{}, poll time.Duration) bool {
+func (q *reader) waitChange(ctx context.Context, changed <-chan struct{}, signal <-chan struct{}, poll time.Duration) bool {
 	t := q.clock.NewTimer(poll)
 	defer t.Stop()
 	resume := clock.Wait(ctx, q.clock, func() bool {

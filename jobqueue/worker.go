@@ -103,7 +103,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Go(func() {
 			ctx, end := clock.Enter(sctx, clk)
 			defer end()
-			w.sweepLoop(ctx, sweep)
+			w.Queue.sweeper.every(w.ID, sweep).Run(ctx)
 		})
 	}
 	wg.Wait()
@@ -130,9 +130,9 @@ func (w *Worker) settings() (slots int, poll, sweep time.Duration) {
 func (w *Worker) stop(ctx context.Context) {
 	// The agent locks the claims kept past their end: released, so
 	// other processes take the agents at once (see Claim.end).
-	rctx, rcancel := w.Queue.afterStop(ctx)
+	rctx, rcancel := w.Queue.grace.after(ctx)
 	defer rcancel()
-	defer w.Queue.releaseKept(rctx)
+	defer w.Queue.locks.releaseKept(rctx)
 	// Handlers that ignore their context are left behind, not waited
 	// for past StopGrace (Queue.Stragglers counts them).
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Queue.cfg.StopGrace)
@@ -161,22 +161,13 @@ func (w *Worker) watchLanes(ctx context.Context, wg *sync.WaitGroup) (watched bo
 						if !ok {
 							return
 						}
-						w.Queue.lanesChanged()
+						w.Queue.lanes.lanesChanged()
 					}
 				}
 			})
 		}
 	}
 	return watched
-}
-
-// sweepLoop calls Queue.SweepIfDue every sweep until ctx is done.
-func (w *Worker) sweepLoop(ctx context.Context, sweep time.Duration) {
-	for w.sleep(ctx, sweep, nil) {
-		if _, _, err := w.Queue.SweepIfDue(ctx, w.ID, sweep); err != nil && ctx.Err() == nil {
-			w.Queue.log.WarnContext(ctx, "jobqueue: sweep", "worker", w.ID, "err", err)
-		}
-	}
 }
 
 // watcher is a Store that signals changes under a prefix: a coalescing
@@ -189,9 +180,14 @@ type watcher interface {
 // sleep waits d, or less if wake is closed (a nil wake never is). It
 // returns false when ctx is done.
 func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
-	t := w.Queue.clock.NewTimer(d)
+	return sleep(ctx, w.Queue.clock, d, wake)
+}
+
+// sleep waits d on clk, or until wake is closed; false when ctx ended.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration, wake <-chan struct{}) bool {
+	t := clk.NewTimer(d)
 	defer t.Stop()
-	defer clock.Wait(ctx, w.Queue.clock, func() bool { return ctx.Err() != nil || clock.Fired(t) || isClosed(wake) })()
+	defer clock.Wait(ctx, clk, func() bool { return ctx.Err() != nil || clock.Fired(t) || isClosed(wake) })()
 	select {
 	case <-ctx.Done():
 		return false
@@ -219,23 +215,21 @@ func isClosed(wake <-chan struct{}) bool {
 // enqueues work, or poll passes (work other processes enqueue is found by
 // polling). It returns false when ctx is done.
 func (w *Worker) waitWork(ctx context.Context, poll time.Duration) bool {
-	due, wake := w.Queue.nextDue()
+	due, wake := w.Queue.sched.nextDue()
 	d := poll
 	if !due.IsZero() {
 		d = min(d, max(due.Sub(w.Queue.clock.Now()), 0))
 	}
-	w.Queue.mu.Lock()
-	if w.Queue.lanesDirty {
+	if w.Queue.lanes.signalled() {
 		d = min(d, watchRelist) // a signal not yet acted on: list soon
 	}
-	w.Queue.mu.Unlock()
 	return w.sleep(ctx, d, wake)
 }
 
 // noAssembly tells whether the handlers that run a job of type t assemble
-// no context (see Queue.claimFor): the type's own, or the Worker's.
+// no context (see claimer.claimFor): the type's own, or the Worker's.
 func (w *Worker) noAssembly(t lifecycle.JobType) bool {
-	return !assembles(w.Queue.handlerFor(t, w.Handlers))
+	return !assembles(w.Queue.runner.handlerFor(t, w.Handlers))
 }
 
 // busyPoll is the shortest spacing of the lane poll's listings (see
@@ -253,14 +247,14 @@ const idleFallback = time.Minute
 func (w *Worker) pollLanes(ctx context.Context, poll time.Duration) {
 	sched := core.Poll{Idle: poll}
 	wait := poll
-	seen := w.Queue.foundWork()
+	seen := w.Queue.lanes.foundWork()
 	for w.sleep(ctx, wait, nil) {
-		if err := w.Queue.pollLanes(ctx); err != nil && ctx.Err() == nil {
+		if err := w.Queue.lanes.pollLanes(ctx); err != nil && ctx.Err() == nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: polling the lanes", "worker", w.ID, "err", err)
 		}
 		// New work found by any listing since the last look, this one or a
 		// claim's: more may follow soon.
-		n := w.Queue.foundWork()
+		n := w.Queue.lanes.foundWork()
 		wait = sched.Next(n != seen)
 		seen = n
 	}
@@ -268,7 +262,7 @@ func (w *Worker) pollLanes(ctx context.Context, poll time.Duration) {
 
 func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 	for ctx.Err() == nil {
-		c, err := w.Queue.claimFor(ctx, w.ID, w.noAssembly)
+		c, err := w.Queue.claims.claimFor(ctx, w.ID, w.noAssembly)
 		if err != nil && ctx.Err() == nil {
 			w.Queue.log.WarnContext(ctx, "jobqueue: claim", "worker", w.ID, "err", err)
 		}

@@ -35,28 +35,67 @@ type agentState struct {
 	freed    *agentLock
 	freedVer storage.Version
 
-	// The schedule's fields, guarded by Queue.schedMu.
+	// The schedule's fields, guarded by scheduler.mu.
 	due    time.Time
-	index  int       // position in Queue.due; -1 while out of it
+	index  int       // position in scheduler.due; -1 while out of it
 	trying bool      // a Claim is looking at the agent
 	again  time.Time // the earliest due asked for while trying (zero: none)
 }
 
+// scheduler holds every agent this Queue knows of, in order of when each
+// is next worth a look, and wakes the Worker loops waiting for the first.
+type scheduler struct {
+	agentsMu sync.Mutex
+	agents   map[string]*agentState
+
+	mu   sync.Mutex
+	due  dueHeap       // the agents by when each is next worth a look
+	wake chan struct{} // closed when an agent becomes due sooner (see nextDue)
+}
+
+func newScheduler() *scheduler { return &scheduler{agents: map[string]*agentState{}} }
+
 // agent returns the state of agent, creating it (and putting it in the
 // schedule, due now) on first sight.
-func (q *Queue) agent(name string) *agentState {
-	q.mu.Lock()
+func (q *scheduler) agent(name string) *agentState {
+	q.agentsMu.Lock()
 	a := q.agents[name]
 	created := a == nil
 	if created {
 		a = &agentState{name: name, index: -1}
 		q.agents[name] = a
 	}
-	q.mu.Unlock()
+	q.agentsMu.Unlock()
 	if created {
 		q.schedule(a, time.Time{}) // zero: due at once
 	}
 	return a
+}
+
+// all returns every agent known, in no order.
+func (q *scheduler) all() []*agentState {
+	q.agentsMu.Lock()
+	defer q.agentsMu.Unlock()
+	agents := make([]*agentState, 0, len(q.agents))
+	for _, a := range q.agents {
+		agents = append(agents, a)
+	}
+	return agents
+}
+
+// known is how many agents are known.
+func (q *scheduler) known() int {
+	q.agentsMu.Lock()
+	defer q.agentsMu.Unlock()
+	return len(q.agents)
+}
+
+// changed wakes the Worker loops waiting for an agent to be due: the
+// lanes changed (lanes.changed).
+func (q *scheduler) changed() {
+	q.mu.Lock()
+	q.wakeWaiters()
+	q.mu.Unlock()
 }
 
 // dueHeap orders agents by when each is next worth a look, so a Claim
@@ -85,9 +124,9 @@ func (h *dueHeap) Pop() any {
 
 // schedule asks for a look at a no later than at. An agent a Claim is
 // trying keeps the request until the Claim puts it back.
-func (q *Queue) schedule(a *agentState, at time.Time) {
-	q.schedMu.Lock()
-	defer q.schedMu.Unlock()
+func (q *scheduler) schedule(a *agentState, at time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	switch {
 	case a.trying:
 		if a.again.IsZero() || at.Before(a.again) {
@@ -109,9 +148,9 @@ func (q *Queue) schedule(a *agentState, at time.Time) {
 }
 
 // take removes and returns the agent due first if it is due at now.
-func (q *Queue) take(now time.Time) *agentState {
-	q.schedMu.Lock()
-	defer q.schedMu.Unlock()
+func (q *scheduler) take(now time.Time) *agentState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if len(q.due) == 0 || q.due[0].due.After(now) {
 		return nil
 	}
@@ -122,22 +161,22 @@ func (q *Queue) take(now time.Time) *agentState {
 
 // putBack returns an agent a Claim took to the schedule, due at next or at
 // what was asked for meanwhile, whichever is sooner.
-func (q *Queue) putBack(a *agentState, next time.Time) {
-	q.schedMu.Lock()
+func (q *scheduler) putBack(a *agentState, next time.Time) {
+	q.mu.Lock()
 	a.trying = false
 	if !a.again.IsZero() && a.again.Before(next) {
 		next = a.again
 	}
 	a.again = time.Time{}
-	q.schedMu.Unlock()
+	q.mu.Unlock()
 	q.schedule(a, next)
 }
 
 // nextDue returns when the first agent is due (zero: none is known), and
 // a channel closed when an agent becomes due sooner than that.
-func (q *Queue) nextDue() (time.Time, <-chan struct{}) {
-	q.schedMu.Lock()
-	defer q.schedMu.Unlock()
+func (q *scheduler) nextDue() (time.Time, <-chan struct{}) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.wake == nil {
 		q.wake = make(chan struct{})
 	}
@@ -148,8 +187,8 @@ func (q *Queue) nextDue() (time.Time, <-chan struct{}) {
 }
 
 // wakeWaiters closes the channel nextDue handed out, if it handed one out.
-// schedMu must be held.
-func (q *Queue) wakeWaiters() {
+// q.mu must be held.
+func (q *scheduler) wakeWaiters() {
 	if q.wake != nil {
 		close(q.wake)
 		q.wake = nil

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -59,6 +59,20 @@ import (
 // sweep that finds such an entry younger than LeaseTTL leaves it alone
 // (lanePending); an older one is garbage of a writer that died, deleted.
 
+// repairer repairs a job a writer left between two writes (this file's
+// rules): for the claims, which settle what an agent's lock names or a
+// stale lane entry points at, and for the sweep.
+type repairer struct {
+	store    storage.Store
+	clock    clock.Clock
+	leaseTTL time.Duration
+	jobs     *jobStore
+	lanes    *lanes
+	sched    *scheduler
+	audit    *auditor
+	retries  *retries
+}
+
 // pendingRecheck is how soon a claim that met a pending lane entry looks
 // at the agent again; the writer's own Queue schedules the agent at once
 // when the job is written.
@@ -70,9 +84,9 @@ const pendingRecheck = 50 * time.Millisecond
 // presumed dead), and either its job does not exist yet (Enqueue writes
 // it next) or is FAILED or DEAD as of no later than the entry (Requeue
 // updates it next). Any other entry is stale: its job moved on.
-func (q *Queue) lanePending(key string, d *jobDoc, now time.Time) bool {
+func (q *repairer) lanePending(key string, d *jobDoc, now time.Time) bool {
 	at, _, ok := parseLaneKey(key)
-	if !ok || now.Sub(at) >= q.cfg.LeaseTTL {
+	if !ok || now.Sub(at) >= q.leaseTTL {
 		return false
 	}
 	return d == nil || (d.Status == lifecycle.JobFailed || d.Status == lifecycle.JobDead) && !at.Before(d.UpdatedAt)
@@ -80,7 +94,7 @@ func (q *Queue) lanePending(key string, d *jobDoc, now time.Time) bool {
 
 // pendingAfter is lanePending for the error a pickup of key gave: a job
 // not found (but not quarantined), or a staleEntry.
-func (q *Queue) pendingAfter(key string, err error, now time.Time) bool {
+func (q *repairer) pendingAfter(key string, err error, now time.Time) bool {
 	var se *staleEntry
 	switch {
 	case errors.As(err, &se):
@@ -88,7 +102,7 @@ func (q *Queue) pendingAfter(key string, err error, now time.Time) bool {
 	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt):
 		// Not yet believed gone (a store that settles): pending too.
 		_, jobID, _ := parseLaneKey(key)
-		return q.lanePending(key, nil, now) || !q.gone(jobID, err)
+		return q.lanePending(key, nil, now) || !q.jobs.gone(jobID, err)
 	}
 	return false
 }
@@ -106,9 +120,9 @@ type staleEntry struct{ doc jobDoc }
 // repaired as the sweep repairs it (repairJob: a waiting job whose own
 // entry is missing, say a rescue that died between its two writes, is
 // relaned; a FAILED one is buried).
-func (q *Queue) repairStale(ctx context.Context, key string, se *staleEntry, epoch int64) error {
+func (q *repairer) repairStale(ctx context.Context, key string, se *staleEntry, epoch int64) error {
 	if pipelineState(se.doc.Status) {
-		return q.rescue(ctx, se.doc.JobID, epoch)
+		return q.retries.rescue(ctx, se.doc.JobID, epoch)
 	}
 	var r SweepReport
 	return q.repairJob(ctx, &se.doc, key, &r)
@@ -121,13 +135,13 @@ func (e *staleEntry) Is(target error) bool { return target == errStale }
 // takes the lock: a job left in a pipeline state is rescued under the
 // claim's epoch, and one a claim left between two writes is laned or
 // buried, before the lock names another job.
-func (q *Queue) repairOrphan(ctx context.Context, jobID string, epoch int64) error {
-	d, _, err := q.read(ctx, jobID)
+func (q *repairer) repairOrphan(ctx context.Context, jobID string, epoch int64) error {
+	d, _, err := q.jobs.read(ctx, jobID)
 	if err != nil {
 		return err
 	}
 	if pipelineState(d.Status) {
-		return q.rescue(ctx, jobID, epoch)
+		return q.retries.rescue(ctx, jobID, epoch)
 	}
 	return q.settle(ctx, &d)
 }
@@ -137,36 +151,43 @@ func (q *Queue) repairOrphan(ctx context.Context, jobID string, epoch int64) err
 // object (a job at rest), its lane entry (a retry), its burial (FAILED).
 // Unlike the sweep it fails when the audit object cannot be written: a
 // lock goes on naming d until settle succeeds.
-func (q *Queue) settle(ctx context.Context, d *jobDoc) error {
-	if err := q.ensureAuditedErr(ctx, d); err != nil {
+func (q *repairer) settle(ctx context.Context, d *jobDoc) error {
+	if err := q.audit.ensureAuditedErr(ctx, d); err != nil {
 		return err
 	}
 	var r SweepReport
 	return q.repairJob(ctx, d, "", &r)
 }
 
-// rescue moves an orphan (a job in a pipeline state whose worker's lease
-// ran out) to RETRY_BACKOFF as a failed attempt, taking the lease away so
-// that its old worker can no longer write. epoch is the rescuer's agent
-// lock epoch, newer than the orphan's.
-func (q *Queue) rescue(ctx context.Context, jobID string, epoch int64) error {
-	var lane string
-	var at time.Time
-	job, _, err := q.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
-		lane = ""
-		if !pipelineState(d.Status) || d.Lease != nil && d.Lease.Epoch >= epoch && now.Before(d.Lease.ExpiresAt) {
-			return nil
+// repairJob is sweepJob but for the audit object.
+func (q *repairer) repairJob(ctx context.Context, d *jobDoc, laned string, r *SweepReport) error {
+	now := q.clock.Now()
+	switch {
+	case pipelineState(d.Status) && (d.Lease == nil || !now.Before(d.Lease.ExpiresAt)):
+		if err := q.retries.rescue(ctx, d.JobID, 0); err != nil {
+			return err
 		}
-		msg := "orphan without a lease"
-		if d.Lease != nil {
-			msg = fmt.Sprintf("lease of %s (epoch %d) expired", d.Lease.Owner, d.Lease.Epoch)
+		r.Rescued++
+	case (d.Status == lifecycle.JobQueued || d.Status == lifecycle.JobRetryBackoff) && d.ReadyKey != "" && d.ReadyKey != laned:
+		_, _, err := q.store.Get(ctx, d.ReadyKey)
+		if errors.Is(err, storage.ErrNotFound) {
+			at, _, ok := parseLaneKey(d.ReadyKey)
+			if !ok {
+				return fmt.Errorf("jobqueue: job %s has a malformed ready key %q", d.JobID, d.ReadyKey)
+			}
+			if err := q.lanes.putLane(ctx, d.ReadyKey, d.JobID, at); err != nil {
+				return err
+			}
+			q.sched.agent(d.AgentSlug).forget()
+			r.Relaned++
+		} else if err != nil {
+			return err
 		}
-		q.retry(ctx, d, now, d.Status, codes.JobLeaseExpired, msg)
-		lane, at = d.ReadyKey, *d.NextAttemptAt
-		return nil
-	})
-	if err != nil || lane == "" {
-		return err
+	case d.Status == lifecycle.JobFailed:
+		if _, err := q.retries.bury(ctx, d.JobID, nil, ""); err != nil {
+			return err
+		}
+		r.Buried++
 	}
-	return q.putLane(ctx, lane, job.JobID, at)
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -29,16 +30,32 @@ type jobDoc struct {
 	RanEpoch int64 `json:"ran_epoch,omitempty"`
 }
 
+// jobStore is the fenced-write core of the job records: every read and
+// every write of a job goes through it, with the record validated, poison
+// quarantined, the audit object of a job at rest written and the write
+// observed.
+type jobStore struct {
+	store storage.Store
+	clock clock.Clock
+	quar  *quarantine
+	// absent holds the jobs read missing on a store that settles, until
+	// their absence is confirmed (settle.go); settles at once elsewhere.
+	absent *core.Absence
+	audit  *auditor
+	obs    *observer
+	grace  stopGrace
+}
+
 // read reads a job; a poison record is quarantined and reads as missing
 // (ErrNotFound), with the quarantine logged and counted.
-func (q *Queue) read(ctx context.Context, jobID string) (jobDoc, storage.Version, error) {
+func (q *jobStore) read(ctx context.Context, jobID string) (jobDoc, storage.Version, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {
 		return jobDoc{}, "", err
 	}
-	rec := q.jobRecord(key)
+	rec := q.record(key)
 	d, v, err := rec.Load(ctx)
-	if err = q.poison(ctx, err); err != nil {
+	if err = q.quar.poison(ctx, err); err != nil {
 		return jobDoc{}, "", err
 	}
 	if q.absent.Settle > 0 {
@@ -49,7 +66,7 @@ func (q *Queue) read(ctx context.Context, jobID string) (jobDoc, storage.Version
 
 // jobRecord is the job at key as the core writes it: validated on every
 // read, so a record that is not a job of this key is poison.
-func (q *Queue) jobRecord(key string) *core.Record[jobDoc, *jobDoc] {
+func (q *jobStore) record(key string) *core.Record[jobDoc, *jobDoc] {
 	return &core.Record[jobDoc, *jobDoc]{Store: q.store, Key: key, Validate: func(d *jobDoc) error { return validJob(key, d) }}
 }
 
@@ -70,7 +87,7 @@ func validJob(key string, d *jobDoc) error {
 }
 
 // fire moves d by event as actor and appends the move to d's trail.
-func (q *Queue) fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle.Actor) error {
+func fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle.Actor) error {
 	ch, err := lifecycle.JobMachine().Fire(ctx, &d.Job, event, actor)
 	if err != nil {
 		return err
@@ -91,18 +108,18 @@ func (q *Queue) fire(ctx context.Context, d *jobDoc, event lifecycle.Event, acto
 // first makes sure the rest's audit object exists (a writer that died
 // between its write and its flush leaves no gap), then starts the trail
 // afresh; any other write carries the trail on and adds its moves.
-func (q *Queue) update(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
+func (q *jobStore) update(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
 	return q.updateFenced(ctx, jobID, cached, ver, "", 0, mutate)
 }
 
 // updateFenced is update for an owner: the write is refused with
 // ErrLeaseLost unless the job still carries the lease (owner, epoch).
-func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
+func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {
 		return jobDoc{}, "", err
 	}
-	rec := q.jobRecord(key)
+	rec := q.record(key)
 	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *records.Lease { return d.Lease }
 	if epoch > 0 {
 		rec.Now = q.clock.Now
@@ -119,7 +136,7 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 			now = d.UpdatedAt
 		}
 		if flushes(d.Status) && (len(d.Trail) > 0 || d.AuditArtifact != "") {
-			if err := q.ensureFlushed(ctx, d); err != nil {
+			if err := q.audit.ensureFlushed(ctx, d); err != nil {
 				return err
 			}
 			d.Trail, d.AuditArtifact = nil, ""
@@ -142,17 +159,17 @@ func (q *Queue) updateFenced(ctx context.Context, jobID string, cached *jobDoc, 
 		}
 		return nil
 	})
-	if err = q.poison(ctx, err); err != nil {
+	if err = q.quar.poison(ctx, err); err != nil {
 		return jobDoc{}, "", err
 	}
 	_, nv := rec.Snapshot()
-	q.observe(&prior, &d, d.Trail[carried:])
+	q.obs.observe(&prior, &d, d.Trail[carried:])
 	if flushes(d.Status) {
 		// The write is done: its audit object is written even if ctx ends
 		// meanwhile (a Worker stopping), within StopGrace, so a stop does
-		// not leave the job for a repair (active.go).
-		fctx, cancel := q.afterStop(ctx)
-		q.flush(fctx, &d)
+		// not leave the job for a repair (repair.go).
+		fctx, cancel := q.grace.after(ctx)
+		q.audit.flush(fctx, &d)
 		cancel()
 	}
 	return d, nv, nil
