@@ -39,27 +39,7 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
-	b = append(b, `,"context":{`...)
-	sep := byte(0)
-	if j.Context.MemorySnapshotURL != "" {
-		b = append(b, `"memory_snapshot_url":`...)
-		b = jsonenc.String(b, j.Context.MemorySnapshotURL)
-		sep = ','
-	}
-	if len(j.Context.EntityRefs) > 0 {
-		if sep != 0 {
-			b = append(b, sep)
-		}
-		b = append(b, `"entity_refs":[`...)
-		for i, r := range j.Context.EntityRefs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = jsonenc.String(b, r)
-		}
-		b = append(b, ']')
-	}
-	b = append(b, '}')
+	b = appendJobContext(b, &j.Context)
 	b = jsonenc.OmitEmpty(b, `,"callback":`, j.Callback)
 	b = append(b, `,"created_at":`...)
 	if b, err = jsonenc.Time(b, j.CreatedAt); err != nil {
@@ -92,28 +72,11 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 		}
 	}
 	b = jsonenc.OmitEmpty(b, `,"ready_key":`, j.ReadyKey)
-	if l := j.Lease; l != nil {
-		b = append(b, `,"lease":{"owner":`...)
-		b = jsonenc.String(b, l.Owner)
-		b = append(b, `,"epoch":`...)
-		b = jsonenc.Int(b, l.Epoch)
-		b = append(b, `,"expires_at":`...)
-		if b, err = jsonenc.Time(b, l.ExpiresAt); err != nil {
-			return b, err
-		}
-		b = append(b, '}')
+	if b, err = appendLease(b, j.Lease); err != nil {
+		return b, err
 	}
-	if len(j.Trail) > 0 {
-		b = append(b, `,"trail":[`...)
-		for i := range j.Trail {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendMove(b, &j.Trail[i]); err != nil {
-				return b, err
-			}
-		}
-		b = append(b, ']')
+	if b, err = appendTrail(b, j.Trail); err != nil {
+		return b, err
 	}
 	b = jsonenc.OmitEmpty(b, `,"traceparent":`, j.TraceParent)
 	b = jsonenc.OmitEmpty(b, `,"audit_artifact":`, d.AuditArtifact)
@@ -122,6 +85,67 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 		b = jsonenc.Int(b, d.RanEpoch)
 	}
 	return append(b, '}'), nil
+}
+
+// appendJobContext appends the "context" member (never omitted, its
+// members omitted when empty).
+func appendJobContext(b []byte, c *lifecycle.JobContext) []byte {
+	b = append(b, `,"context":{`...)
+	sep := byte(0)
+	if c.MemorySnapshotURL != "" {
+		b = append(b, `"memory_snapshot_url":`...)
+		b = jsonenc.String(b, c.MemorySnapshotURL)
+		sep = ','
+	}
+	if len(c.EntityRefs) > 0 {
+		if sep != 0 {
+			b = append(b, sep)
+		}
+		b = append(b, `"entity_refs":[`...)
+		for i, r := range c.EntityRefs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonenc.String(b, r)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+// appendLease appends the "lease" member, omitted when l is nil.
+func appendLease(b []byte, l *records.Lease) ([]byte, error) {
+	if l == nil {
+		return b, nil
+	}
+	b = append(b, `,"lease":{"owner":`...)
+	b = jsonenc.String(b, l.Owner)
+	b = append(b, `,"epoch":`...)
+	b = jsonenc.Int(b, l.Epoch)
+	b = append(b, `,"expires_at":`...)
+	b, err := jsonenc.Time(b, l.ExpiresAt)
+	if err != nil {
+		return b, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendTrail appends the "trail" member, omitted when empty.
+func appendTrail(b []byte, trail []lifecycle.JobMove) ([]byte, error) {
+	if len(trail) == 0 {
+		return b, nil
+	}
+	b = append(b, `,"trail":[`...)
+	for i := range trail {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = appendMove(b, &trail[i]); err != nil {
+			return b, err
+		}
+	}
+	return append(b, ']'), nil
 }
 
 func appendMove(b []byte, m *lifecycle.JobMove) ([]byte, error) {
@@ -159,7 +183,6 @@ func (d *jobDoc) DecodeJSON(b []byte) error {
 }
 
 func (d *jobDoc) read(r *jsonenc.Reader) bool {
-	j := &d.Job
 	if !r.Open('{') {
 		return false
 	}
@@ -168,92 +191,12 @@ func (d *jobDoc) read(r *jsonenc.Reader) bool {
 		// bit numbers the member, for the set of those read so far: a name
 		// read twice is left to json.Unmarshal (it merges objects, a
 		// Reader does not).
-		var bit uint
-		switch string(r.Key()) {
-		case "version":
-			bit = 0
-			d.Version = r.Int()
-		case "job_id":
-			bit = 1
-			j.JobID = r.String()
-		case "run_id":
-			bit = 2
-			j.RunID = r.String()
-		case "job_type":
-			bit = 3
-			j.JobType = jsonenc.Enum(r, knownTypes)
-		case "agent_slug":
-			bit = 4
-			j.AgentSlug = r.String()
-		case "status":
-			bit = 5
-			j.Status = jsonenc.Enum(r, knownStates)
-		case "attempt":
-			bit = 6
-			j.Attempt = int(r.Int())
-		case "max_attempts":
-			bit = 7
-			j.MaxAttempts = int(r.Int())
-		case "payload":
-			bit = 8
-			j.Payload = r.Raw()
-		case "context":
-			bit = 9
-			readJobContext(r, &j.Context)
-		case "callback":
-			bit = 10
-			j.Callback = r.String()
-		case "created_at":
-			bit = 11
-			j.CreatedAt = r.Time()
-		case "updated_at":
-			bit = 12
-			j.UpdatedAt = r.Time()
-		case "artifact_id":
-			bit = 13
-			j.ArtifactID = r.String()
-		case "error":
-			bit = 14
-			if !r.Null() {
-				s := r.String()
-				j.Error = &s
-			}
-		case "project_id":
-			bit = 15
-			j.ProjectID = r.String()
-		case "error_code":
-			bit = 16
-			j.ErrorCode = r.String()
-		case "failed_step":
-			bit = 17
-			j.FailedStep = jsonenc.Enum(r, knownStates)
-		case "queued_at":
-			bit = 18
-			t := r.Time()
-			j.QueuedAt = &t
-		case "next_attempt_at":
-			bit = 19
-			t := r.Time()
-			j.NextAttemptAt = &t
-		case "ready_key":
-			bit = 20
-			j.ReadyKey = r.String()
-		case "lease":
-			bit = 21
-			j.Lease = readLease(r)
-		case "trail":
-			bit = 22
-			j.Trail = readTrail(r)
-		case "traceparent":
-			bit = 23
-			j.TraceParent = r.String()
-		case "audit_artifact":
-			bit = 24
-			d.AuditArtifact = r.String()
-		case "ran_epoch":
-			bit = 25
-			d.RanEpoch = r.Int()
-		default:
+		key := r.Key()
+		bit, known := d.readRecord(r, key)
+		if !known {
+			bit, known = d.readProgress(r, key)
+		}
+		if !known {
 			return false
 		}
 		if !r.OK() || seen&(1<<bit) != 0 {
@@ -262,6 +205,111 @@ func (d *jobDoc) read(r *jsonenc.Reader) bool {
 		seen |= 1 << bit
 	}
 	return r.OK()
+}
+
+// readRecord reads member key of the record as Enqueue writes it (bit:
+// its number, for read's set of those read); known is false for another.
+func (d *jobDoc) readRecord(r *jsonenc.Reader, key []byte) (bit uint, known bool) {
+	j := &d.Job
+	switch string(key) {
+	case "version":
+		bit = 0
+		d.Version = r.Int()
+	case "job_id":
+		bit = 1
+		j.JobID = r.String()
+	case "run_id":
+		bit = 2
+		j.RunID = r.String()
+	case "job_type":
+		bit = 3
+		j.JobType = jsonenc.Enum(r, knownTypes)
+	case "agent_slug":
+		bit = 4
+		j.AgentSlug = r.String()
+	case "status":
+		bit = 5
+		j.Status = jsonenc.Enum(r, knownStates)
+	case "attempt":
+		bit = 6
+		j.Attempt = int(r.Int())
+	case "max_attempts":
+		bit = 7
+		j.MaxAttempts = int(r.Int())
+	case "payload":
+		bit = 8
+		j.Payload = r.Raw()
+	case "context":
+		bit = 9
+		readJobContext(r, &j.Context)
+	case "callback":
+		bit = 10
+		j.Callback = r.String()
+	case "created_at":
+		bit = 11
+		j.CreatedAt = r.Time()
+	case "updated_at":
+		bit = 12
+		j.UpdatedAt = r.Time()
+	default:
+		return 0, false
+	}
+	return bit, true
+}
+
+// readProgress is readRecord for the members a job's run and its
+// retries write.
+func (d *jobDoc) readProgress(r *jsonenc.Reader, key []byte) (bit uint, known bool) {
+	j := &d.Job
+	switch string(key) {
+	case "artifact_id":
+		bit = 13
+		j.ArtifactID = r.String()
+	case "error":
+		bit = 14
+		if !r.Null() {
+			s := r.String()
+			j.Error = &s
+		}
+	case "project_id":
+		bit = 15
+		j.ProjectID = r.String()
+	case "error_code":
+		bit = 16
+		j.ErrorCode = r.String()
+	case "failed_step":
+		bit = 17
+		j.FailedStep = jsonenc.Enum(r, knownStates)
+	case "queued_at":
+		bit = 18
+		t := r.Time()
+		j.QueuedAt = &t
+	case "next_attempt_at":
+		bit = 19
+		t := r.Time()
+		j.NextAttemptAt = &t
+	case "ready_key":
+		bit = 20
+		j.ReadyKey = r.String()
+	case "lease":
+		bit = 21
+		j.Lease = readLease(r)
+	case "trail":
+		bit = 22
+		j.Trail = readTrail(r)
+	case "traceparent":
+		bit = 23
+		j.TraceParent = r.String()
+	case "audit_artifact":
+		bit = 24
+		d.AuditArtifact = r.String()
+	case "ran_epoch":
+		bit = 25
+		d.RanEpoch = r.Int()
+	default:
+		return 0, false
+	}
+	return bit, true
 }
 
 // The names a job record holds again and again, which DecodeJSON returns
