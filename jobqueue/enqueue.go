@@ -151,15 +151,6 @@ func (n *NewJob) checkText() error {
 	return nil
 }
 
-// artifactType is the artifact type of a job of type t: the built-in
-// mapping, or the user type's own name.
-func artifactType(t lifecycle.JobType) artifact.Type {
-	if a, ok := ArtifactType(t); ok {
-		return a
-	}
-	return artifact.Type(t)
-}
-
 // ArtifactType maps a job type to the artifact type it produces:
 // RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
 // PREPROCESSED_PROPOSAL.

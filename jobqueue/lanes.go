@@ -352,6 +352,16 @@ func (q *lanes) deleteLane(ctx context.Context, a *agentState, key string) {
 	a.mu.Unlock()
 }
 
+// dropLocked removes key from a's cache; a.mu must be held.
+func (a *agentState) dropLocked(key string) {
+	for i, k := range a.keys {
+		if k == key {
+			a.keys = append(a.keys[:i], a.keys[i+1:]...)
+			return
+		}
+	}
+}
+
 // withoutGone returns keys, listed by the listing of generation gen, less
 // those a's claims deleted after that listing may have begun. a.mu must be
 // held.

@@ -105,16 +105,6 @@ func (a *agentState) lockCheckDue(now time.Time, every time.Duration) (bool, tim
 // (lockCheckDue): at most every 4 leases (LeaseTTL/2<<3).
 const maxLockShift = 3
 
-// dropLocked removes key from a's cache; a.mu must be held.
-func (a *agentState) dropLocked(key string) {
-	for i, k := range a.keys {
-		if k == key {
-			a.keys = append(a.keys[:i], a.keys[i+1:]...)
-			return
-		}
-	}
-}
-
 // keep puts back the lock readLock took from the cache, unused.
 func (a *agentState) keep(l *agentLock, ver storage.Version) {
 	a.mu.Lock()

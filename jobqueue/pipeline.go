@@ -309,6 +309,15 @@ func (c *Claim) assembleContext(ctx context.Context, h Handlers, job lifecycle.J
 	return snapshot, sctx, nil
 }
 
+// artifactType is the artifact type of a job of type t: the built-in
+// mapping, or the user type's own name.
+func artifactType(t lifecycle.JobType) artifact.Type {
+	if a, ok := ArtifactType(t); ok {
+		return a
+	}
+	return artifact.Type(t)
+}
+
 // writeArtifact creates the job's artifact from out, the ARTIFACT_WRITE
 // step, and returns it with the step's context.
 func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output) (artifact.Artifact, context.Context, error) {
