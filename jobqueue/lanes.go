@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,6 +102,38 @@ func (q *lanes) head(ctx context.Context, a *agentState, force bool) (string, er
 	}
 	a.idle = 0
 	return keys[0], nil
+}
+
+// depths reads every agent's ready lane and counts, by agent in name
+// order, the work waiting there now (Queue.Depths).
+func (q *lanes) depths(ctx context.Context) ([]AgentDepth, error) {
+	now := q.clock.Now()
+	var out []AgentDepth
+	index := map[string]int{}
+	for key, err := range q.store.List(ctx, lanePrefix) {
+		if err != nil {
+			return nil, err
+		}
+		agent, at, _, ok := layout.ParseLaneKey(key)
+		if !ok {
+			continue
+		}
+		i, seen := index[agent]
+		if !seen {
+			i = len(out)
+			index[agent] = i
+			out = append(out, AgentDepth{Agent: agent})
+		}
+		d := &out[i]
+		if at.After(now) {
+			d.Waiting++
+			continue
+		}
+		d.Ready++
+		d.Age = max(d.Age, now.Sub(at))
+	}
+	slices.SortFunc(out, func(a, b AgentDepth) int { return strings.Compare(a.Agent, b.Agent) })
+	return out, nil
 }
 
 // watchRelist is how soon after the last whole-queue listing a signal of

@@ -1,15 +1,12 @@
 package jobqueue
 
 import (
-	"context"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // Metrics receives the job metrics of docs/spec.md#metrics (Config.Metrics).
@@ -143,35 +140,4 @@ type AgentDepth struct {
 	// it became ready (enqueued, or its backoff over), by the Queue's
 	// clock; 0 when Ready is 0 (alert: QUEUED > 5 min, docs/spec.md#metrics).
 	Age time.Duration
-}
-
-// depths reads every agent's ready lane and counts, by agent in name
-// order, the work waiting there at now (Queue.Depths).
-func depths(ctx context.Context, store storage.Store, now time.Time) ([]AgentDepth, error) {
-	var out []AgentDepth
-	index := map[string]int{}
-	for key, err := range store.List(ctx, lanePrefix) {
-		if err != nil {
-			return nil, err
-		}
-		agent, at, _, ok := layout.ParseLaneKey(key)
-		if !ok {
-			continue
-		}
-		i, seen := index[agent]
-		if !seen {
-			i = len(out)
-			index[agent] = i
-			out = append(out, AgentDepth{Agent: agent})
-		}
-		d := &out[i]
-		if at.After(now) {
-			d.Waiting++
-			continue
-		}
-		d.Ready++
-		d.Age = max(d.Age, now.Sub(at))
-	}
-	slices.SortFunc(out, func(a, b AgentDepth) int { return strings.Compare(a.Agent, b.Agent) })
-	return out, nil
 }

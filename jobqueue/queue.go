@@ -312,7 +312,7 @@ func (q *Queue) Quarantined() int64 { return q.quar.count() }
 // jobs that finished. An entry a worker has picked up but not yet deleted
 // (it died in between) counts until the next claim of its agent clears it.
 func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
-	return depths(ctx, q.lanes.store, q.clock.Now())
+	return q.lanes.depths(ctx)
 }
 
 // Errors of the queue. Bad input matches ErrInvalidJob; refusals of the
