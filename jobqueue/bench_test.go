@@ -413,6 +413,12 @@ func benchPickup(b *testing.B, s storage.Store, rate float64) {
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
+	reportPickup(b, waits, enqueues)
+}
+
+// reportPickup reports benchPickup's percentiles of the waits for a worker
+// and of the enqueues' own time, in milliseconds.
+func reportPickup(b *testing.B, waits, enqueues []time.Duration) {
 	slices.Sort(waits)
 	slices.Sort(enqueues)
 	pct := func(ds []time.Duration, p float64) float64 {

@@ -441,29 +441,7 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 				if c1 == nil {
 					t.Fatal("no claim")
 				}
-				h1 := producedBy("w1")
-				switch tt.pause {
-				case "handler":
-					call := h1.CallNotebookLM
-					h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
-						view1.freeze()
-						<-view1.thawed
-						return call(ctx, job, snap)
-					}
-				case "before":
-					// ARTIFACT_WRITE is no write of its own (issue 12): the
-					// point is the NLM response in hand, the artifact not
-					// yet written.
-					call := h1.CallNotebookLM
-					h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
-						out, err := call(ctx, job, snap)
-						view1.freeze()
-						<-view1.thawed
-						return out, err
-					}
-				case "put":
-					view1.arm(func(key string, _ []byte) bool { return strings.HasPrefix(key, "projects/") }, nil)
-				}
+				h1 := frozenAt(tt.pause, view1)
 				ran1 := make(chan error, 1)
 				go func() { _, err := c1.Run(ctx, h1); ran1 <- err }()
 				within(t, "worker 1 frozen", view1.stopped)
@@ -506,26 +484,65 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 				if !tt.wakeEarly {
 					wake()
 				}
-				a, err := q2.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, "job-1")
-				if err != nil {
-					t.Fatal(err)
-				}
-				var content struct{ Title string }
-				_ = json.Unmarshal(a.Content, &content)
-				if content.Title != "w2" || a.Epoch != epoch2 {
-					t.Fatalf("COMPLETE job's artifact written by %q at epoch %d; want attempt 2's (w2, epoch %d)", content.Title, a.Epoch, epoch2)
-				}
-				if now, _, _ := s.Get(ctx, artKey); string(now) != string(committed) {
-					t.Fatalf("worker 1 changed the artifact after attempt 2 completed:\n%s\nwas\n%s", now, committed)
-				}
-				if j := get(t, q2, "job-1"); j.Status != lifecycle.JobComplete || j.ArtifactID != a.ArtifactID {
-					t.Fatalf("job %s pointing at %q", j.Status, j.ArtifactID)
-				}
-				if st := replay(t, s, clk.Now()); st["job-1"] != lifecycle.JobComplete {
-					t.Fatalf("replay %v", st)
-				}
+				checkAttempt2Won(t, s, q2, clk, artKey, committed, epoch2)
 			})
 		})
+	}
+}
+
+// frozenAt is worker 1's handlers of TestFaultLateArtifactWrite, which
+// freeze view1 at pause: in the handler, before the artifact write, or
+// inside the artifact's Put.
+func frozenAt(pause string, view1 *freezer) jobqueue.Handlers {
+	h1 := producedBy("w1")
+	switch pause {
+	case "handler":
+		call := h1.CallNotebookLM
+		h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			view1.freeze()
+			<-view1.thawed
+			return call(ctx, job, snap)
+		}
+	case "before":
+		// ARTIFACT_WRITE is no write of its own (issue 12): the
+		// point is the NLM response in hand, the artifact not
+		// yet written.
+		call := h1.CallNotebookLM
+		h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			out, err := call(ctx, job, snap)
+			view1.freeze()
+			<-view1.thawed
+			return out, err
+		}
+	case "put":
+		view1.arm(func(key string, _ []byte) bool { return strings.HasPrefix(key, "projects/") }, nil)
+	}
+	return h1
+}
+
+// checkAttempt2Won checks that the COMPLETE job's artifact is attempt 2's
+// (w2's, at epoch2), unchanged since attempt 2 committed it, and that the
+// job and the audit log agree.
+func checkAttempt2Won(t *testing.T, s storage.Store, q2 *jobqueue.Queue, clk *clock.Fake, artKey string, committed []byte, epoch2 int64) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := q2.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, "job-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var content struct{ Title string }
+	_ = json.Unmarshal(a.Content, &content)
+	if content.Title != "w2" || a.Epoch != epoch2 {
+		t.Fatalf("COMPLETE job's artifact written by %q at epoch %d; want attempt 2's (w2, epoch %d)", content.Title, a.Epoch, epoch2)
+	}
+	if now, _, _ := s.Get(ctx, artKey); string(now) != string(committed) {
+		t.Fatalf("worker 1 changed the artifact after attempt 2 completed:\n%s\nwas\n%s", now, committed)
+	}
+	if j := get(t, q2, "job-1"); j.Status != lifecycle.JobComplete || j.ArtifactID != a.ArtifactID {
+		t.Fatalf("job %s pointing at %q", j.Status, j.ArtifactID)
+	}
+	if st := replay(t, s, clk.Now()); st["job-1"] != lifecycle.JobComplete {
+		t.Fatalf("replay %v", st)
 	}
 }
 

@@ -305,29 +305,7 @@ func TestSettleEveryJobCompletesOnceThroughDisturbances(t *testing.T) {
 		}
 		clk.Advance(time.Second)
 	}
-	for round := 0; round < 40; round++ {
-		q := queues[round%2]
-		if round%5 == 0 {
-			fs.Disturb()
-		}
-		if round%3 == 0 {
-			// A client enqueues a job again under its id.
-			_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, spec(id(round%jobs), fmt.Sprintf("agent-%d", round%4)))
-		}
-		if _, err := q.Sweep(ctx); err != nil {
-			t.Fatalf("sweep: %v", err)
-		}
-		for range jobs {
-			c, err := q.Claim(ctx, fmt.Sprint("w", round%2))
-			if err != nil || c == nil {
-				break
-			}
-			if _, err := c.Run(ctx, h); err != nil {
-				t.Fatalf("run %s: %v", c.Job().JobID, err)
-			}
-		}
-		clk.Advance(4 * time.Second)
-	}
+	disturbedRounds(t, fs, clk, queues, h, jobs, id)
 	fs.Calm()
 	clk.Advance(time.Hour)
 	for range 4 { // settled: the rest runs
@@ -357,4 +335,35 @@ func TestSettleEveryJobCompletesOnceThroughDisturbances(t *testing.T) {
 		}
 	}
 	t.Logf("%d false not-founds, %d double creates, %d jobs created over a completed one and quarantined", fs.FalseNotFounds(), fs.DoubleCreates(), twice)
+}
+
+// disturbedRounds is 40 rounds of TestSettleEveryJobCompletesOnceThroughDisturbances
+// on queues by turns, the store disturbed every fifth: a job enqueued again
+// under its id every third, a sweep, and claims run until none is found.
+func disturbedRounds(t *testing.T, fs *faultstore.Store, clk *clock.Fake, queues []*jobqueue.Queue, h jobqueue.Handlers, jobs int, id func(int) string) {
+	t.Helper()
+	ctx := context.Background()
+	for round := 0; round < 40; round++ {
+		q := queues[round%2]
+		if round%5 == 0 {
+			fs.Disturb()
+		}
+		if round%3 == 0 {
+			// A client enqueues a job again under its id.
+			_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, spec(id(round%jobs), fmt.Sprintf("agent-%d", round%4)))
+		}
+		if _, err := q.Sweep(ctx); err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+		for range jobs {
+			c, err := q.Claim(ctx, fmt.Sprint("w", round%2))
+			if err != nil || c == nil {
+				break
+			}
+			if _, err := c.Run(ctx, h); err != nil {
+				t.Fatalf("run %s: %v", c.Job().JobID, err)
+			}
+		}
+		clk.Advance(4 * time.Second)
+	}
 }

@@ -220,11 +220,10 @@ func (h *history) of(t *testing.T, subs ...string) {
 func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc proofConfig, extra func(ctx context.Context, kill func())) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	mod := pc.apply
 	hist := &history{}
 	// The test's own queue (enqueues, sweeps) writes through a store that
 	// never fails, for the history.
-	q := newQueue(t, &faultyStore{Store: s, who: "test", hist: hist, rng: rand.New(rand.NewPCG(1, 1))}, clock.Real(), mod)
+	q := newQueue(t, &faultyStore{Store: s, who: "test", hist: hist, rng: rand.New(rand.NewPCG(1, 1))}, clock.Real(), pc.apply)
 	start := time.Now()
 	for i := range n {
 		j := spec(fmt.Sprintf("job-%04d", i), fmt.Sprintf("agent-%02d", i%agents))
@@ -233,12 +232,45 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 		}
 	}
 	var wg sync.WaitGroup
+	var overlap atomic.Int32
+	kill := startProofWorkers(ctx, t, s, hist, &wg, &overlap, workers, slots, pc)
+	if extra != nil {
+		extra(ctx, kill)
+	} else {
+		time.AfterFunc(50*time.Millisecond, kill)
+	}
+	final := waitAllEnded(ctx, t, q, s, hist, n, start)
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	// A final sweep re-emits the audit of writes whose writer died before
+	// auditing them (what workers' periodic sweeps do).
+	if _, err := newQueue(t, s, clock.Real()).Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	complete, dead, attempts := checkEnds(t, q, final)
+	arts := checkArtifacts(t, q)
+	checkReplay(t, s, final, start, n)
+	if overlap.Load() > 0 {
+		t.Logf("note: %d handler calls overlapped another of the same agent (only possible after a lease was lost)", overlap.Load())
+	}
+	if complete == 0 || dead+complete != n {
+		t.Fatalf("complete %d dead %d of %d", complete, dead, n)
+	}
+	t.Logf("%d jobs in %s: %d COMPLETE, %d DEAD, %d attempts, %d artifacts (%d of them for DEAD jobs)",
+		n, elapsed.Round(time.Millisecond), complete, dead, attempts, arts, arts-complete)
+}
+
+// startProofWorkers starts the proof's Workers, each over a store that
+// fails a share of its writes, counting in overlap the handler calls that
+// ran beside another of the same agent. kill cuts the first Worker off
+// from the store.
+func startProofWorkers(ctx context.Context, t *testing.T, s storage.Store, hist *history, wg *sync.WaitGroup, overlap *atomic.Int32, workers, slots int, pc proofConfig) (kill func()) {
 	var victims []*faultyStore
 	var runningPerAgent sync.Map // agent → *atomic.Int32: handler executions at once
-	var overlap atomic.Int32
 	for w := range workers {
 		fs := &faultyStore{Store: s, who: fmt.Sprintf("w%d", w), hist: hist, rng: rand.New(rand.NewPCG(uint64(w), 7)), writeFail: 0.03}
-		wq := newQueue(t, fs, clock.Real(), mod, func(c *jobqueue.Config) { c.Node = fmt.Sprintf("node-%d", w) })
+		wq := newQueue(t, fs, clock.Real(), pc.apply, func(c *jobqueue.Config) { c.Node = fmt.Sprintf("node-%d", w) })
 		h := faultyHandlers(uint64(w) + 100)
 		inner := h.CallNotebookLM
 		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
@@ -256,22 +288,20 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 		worker := &jobqueue.Worker{Queue: wq, ID: fmt.Sprintf("w%d", w), Handlers: h, Slots: slots, PollInterval: pc.poll, SweepInterval: -1}
 		wg.Go(func() { _ = worker.Run(ctx) })
 	}
-	kill := func() {
+	return func() {
 		for _, v := range victims {
 			v.killed.Store(true)
 		}
 	}
-	if extra != nil {
-		extra(ctx, kill)
-	} else {
-		time.AfterFunc(50*time.Millisecond, kill)
-	}
-	// Wait until every job is COMPLETE or DEAD, sweeping now and then as a
-	// worker would. A job that never ends shows as a stall: no job ended
-	// for stallLimit. A busy machine (CI running every package's tests at
-	// once) only makes the proof slower, so the wait is bounded by the
-	// stall and by totalLimit, not by a fixed time that a loaded machine
-	// overruns while jobs are still ending.
+}
+
+// waitAllEnded waits until every job is COMPLETE or DEAD, sweeping now and
+// then as a worker would, and returns the jobs as they ended. A job that
+// never ends shows as a stall: no job ended for stallLimit. A busy machine
+// (CI running every package's tests at once) only makes the proof slower,
+// so the wait is bounded by the stall and by totalLimit, not by a fixed
+// time that a loaded machine overruns while jobs are still ending.
+func waitAllEnded(ctx context.Context, t *testing.T, q *jobqueue.Queue, s storage.Store, hist *history, n int, start time.Time) map[string]lifecycle.Job {
 	const stallLimit, totalLimit = 90 * time.Second, 6 * time.Minute
 	// The first look lists every job; later ones re-read only the jobs
 	// still open, so the wait adds little load of its own (on MinIO under
@@ -304,7 +334,7 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 			}
 		}
 		if open == 0 {
-			break
+			return final
 		}
 		if open < best {
 			best, lastProgress = open, time.Now()
@@ -320,16 +350,12 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
-	cancel()
-	wg.Wait()
-	// A final sweep re-emits the audit of writes whose writer died before
-	// auditing them (what workers' periodic sweeps do).
-	if _, err := newQueue(t, s, clock.Real()).Sweep(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// checkEnds checks each ended job: a COMPLETE one has its one finalized
+// artifact, a DEAD one used all its attempts.
+func checkEnds(t *testing.T, q *jobqueue.Queue, final map[string]lifecycle.Job) (complete, dead, attempts int) {
 	bg := context.Background()
-	complete, dead, attempts := 0, 0, 0
 	for id, j := range final {
 		attempts += j.Attempt
 		switch j.Status {
@@ -349,11 +375,15 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 			}
 		}
 	}
-	// One artifact per job at most: every artifact belongs to a distinct
-	// job, and its id is that job's.
-	arts := 0
+	return complete, dead, attempts
+}
+
+// checkArtifacts checks one artifact per job at most: every artifact
+// belongs to a distinct job, and its id is that job's. It returns how
+// many there are.
+func checkArtifacts(t *testing.T, q *jobqueue.Queue) (arts int) {
 	seen := map[string]bool{}
-	for a, err := range q.Artifacts().List(bg, lifecycle.ActorOrchestration, jobqueue.DefaultProject) {
+	for a, err := range q.Artifacts().List(context.Background(), lifecycle.ActorOrchestration, jobqueue.DefaultProject) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -363,7 +393,13 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 		}
 		seen[a.JobID] = true
 	}
-	states, err := jobqueue.ReplayAudit(bg, s, start.Add(-time.Hour), time.Now().Add(time.Hour))
+	return arts
+}
+
+// checkReplay checks that the audit log replays every job to the status
+// its record ended in.
+func checkReplay(t *testing.T, s storage.Store, final map[string]lifecycle.Job, start time.Time, n int) {
+	states, err := jobqueue.ReplayAudit(context.Background(), s, start.Add(-time.Hour), time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,14 +411,6 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 			t.Errorf("%s: audit replays to %s, record says %s", id, states[id], j.Status)
 		}
 	}
-	if overlap.Load() > 0 {
-		t.Logf("note: %d handler calls overlapped another of the same agent (only possible after a lease was lost)", overlap.Load())
-	}
-	if complete == 0 || dead+complete != n {
-		t.Fatalf("complete %d dead %d of %d", complete, dead, n)
-	}
-	t.Logf("%d jobs in %s: %d COMPLETE, %d DEAD, %d attempts, %d artifacts (%d of them for DEAD jobs)",
-		n, elapsed.Round(time.Millisecond), complete, dead, attempts, arts, arts-complete)
 }
 
 func TestProofMemstore(t *testing.T) {
