@@ -19,18 +19,6 @@ import (
 // store calls however many agents are due; the rest wait for the next call.
 const claimTries = 16
 
-// Claim finds a ready job of an agent whose lock is free and picks it up
-// for worker, or returns nil when there is none. On the way it rescues the
-// orphan of an expired lock and moves on the jobs whose backoff ran out.
-// worker must be unique among the workers sharing the store.
-//
-// The Queue keeps its agents in order of when each is next worth a look
-// (its lane's head is ready, its lock is due an orphan check, a lock seen
-// held may be free), so a Claim looks only at agents that are due.
-func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
-	return q.claims.claimFor(ctx, worker, nil)
-}
-
 // claimer finds ready work and picks it up under the agent's lock: the
 // schedule of agents, their lanes and locks, the repairs a lock or a lane
 // entry calls for on the way, and the pickup write.

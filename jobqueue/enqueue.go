@@ -166,19 +166,6 @@ func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
 	return "", false
 }
 
-// Enqueue creates a job in PENDING, validates it and moves it to QUEUED
-// (docs/spec.md#job-lifecycle), and puts it in its
-// agent's ready lane. Validation comes before any write, so the job is
-// written once, already QUEUED, with both moves in its audit. The actor
-// needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
-// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
-// (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
-// The job keeps the trace context of ctx (with Config.TracerProvider set,
-// that of a conveyor.enqueue span): every attempt's spans continue it.
-func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
-	return q.admit.enqueue(ctx, actor, n)
-}
-
 // admission puts jobs in their agents' lanes from outside a claim:
 // Enqueue's new jobs and Requeue's dead ones.
 type admission struct {

@@ -2,13 +2,10 @@ package jobqueue
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
@@ -16,100 +13,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
-
-// Defaults of Config.
-const (
-	DefaultMaxAttempts = 3
-	DefaultLeaseTTL    = 30 * time.Second
-	DefaultStepTimeout = 120 * time.Second
-	DefaultStopGrace   = 10 * time.Second
-	DefaultProject     = "default"
-	DefaultSweepBatch  = 10000
-)
-
-// DefaultBackoff is the retry schedule (docs/spec.md#retries-and-timeouts): the wait in
-// RETRY_BACKOFF after the first, second and third failed attempt.
-func DefaultBackoff() []time.Duration {
-	return []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second}
-}
-
-// Config configures a Queue.
-type Config struct {
-	// Store holds the jobs, the ready lanes, the agent locks, the artifacts
-	// and the audit log. Required.
-	Store storage.Store
-	// Artifacts writes the artifact at ARTIFACT_WRITE. Default: an
-	// artifact.Store over Store with the same Clock and Node, whose
-	// Project is this Config's, so the artifact of a job without a
-	// project_id is read with the job's empty project_id too (or with
-	// Queue.Result).
-	Artifacts *artifact.Store
-	// Clock drives leases, backoff, step timeouts and timestamps. Default:
-	// the wall clock.
-	Clock clock.Clock
-	// Node names this host in audit events. Default: "".
-	Node string
-	// Project is the cid artifacts go to when a job names none. Default:
-	// DefaultProject ("default").
-	Project string
-	// MaxAttempts is max_attempts for jobs enqueued without one. Default: 3.
-	MaxAttempts int
-	// Backoff is the wait in RETRY_BACKOFF after failed attempt n
-	// (Backoff[n-1]; the last entry repeats). Default: DefaultBackoff,
-	// 15 s, 30 s, 60 s.
-	Backoff []time.Duration
-	// LeaseTTL is how long a claim lives without a heartbeat; a running job
-	// renews it every LeaseTTL/3. Default: 30 s.
-	LeaseTTL time.Duration
-	// StepTimeout bounds each handler call. Default: 120 s (docs/spec.md#retries-and-timeouts).
-	StepTimeout time.Duration
-	// ArtifactActor is the actor ARTIFACT_WRITE writes the artifact as.
-	// The authority matrix lets only the NLM backend write new artifacts, and the
-	// artifact holds the NLM backend's answer, so the default is
-	// lifecycle.ActorNLMBackend.
-	ArtifactActor lifecycle.Actor
-	// SweepBatch is the most entries of work in flight (agent locks, lane
-	// entries) one SweepIfDue looks at; the next call goes on where it
-	// stopped. Default 10,000. (Sweep itself looks at every one.)
-	SweepBatch int
-	// StopGrace bounds what a claim still does once its context ended (a
-	// Worker stopping): recording the interrupted attempt and releasing the
-	// agent; and how long Worker.Run waits for handlers that ignore their
-	// context before returning. Default: 10 s.
-	StopGrace time.Duration
-	// Logger receives what cannot be returned (audit write failures,
-	// heartbeat trouble, quarantined records). Default: slog.Default().
-	Logger *slog.Logger
-	// Types registers job types of the user's, each with its Handler,
-	// beside the three built-in NLM ones (RESEARCH, BRIEF,
-	// PROPOSAL_PREPROCESS, run by Worker.Handlers): Enqueue accepts them, and
-	// their artifact's type is the job type's name, its content checked by
-	// the type's Validate. Names are ids (storage.ValidateID) and may not
-	// be a built-in type's. With Config.Artifacts set, that store must know
-	// the types (artifact.Config.Types); the default store is given them.
-	Types map[lifecycle.JobType]TypeConfig
-	// Metrics receives the job metrics of docs/spec.md#metrics (see Metrics);
-	// default none.
-	Metrics Metrics
-	// TracerProvider receives the spans of enqueues, job attempts and
-	// handler calls (docs/spec.md#tracing). Default none: no spans, at no
-	// cost; a job still keeps the trace context its enqueue carried.
-	TracerProvider trace.TracerProvider
-}
-
-// TypeConfig is a user job type (Config.Types).
-type TypeConfig struct {
-	// Handler runs the type's jobs (HandlerFunc, or Typed for a payload
-	// decoded into a Go type). Nil means the Handler given to Claim.Run
-	// (the Worker's Handlers).
-	Handler Handler
-	// Validate checks the content of the type's artifact, which must be
-	// JSON; nil accepts any JSON. An error sends the job to RETRY_BACKOFF
-	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
-	Validate func(content json.RawMessage) error
-}
 
 // Queue is the job queue (docs/spec.md#job-lifecycle) over a Store. Many Queues in many
 // processes may share one Store: all coordination goes through conditional
@@ -193,105 +97,112 @@ func assemble(cfg Config, store storage.Store) *Queue {
 	return q
 }
 
-// stopGrace is Config.StopGrace: how long what must still be written once
-// a caller's context ended (a Worker stopping) may take.
-type stopGrace time.Duration
-
-// after is the context for what is still written once ctx may have ended
-// (the interrupted attempt, the agent's release, an audit flush): not
-// canceled with ctx, but bounded by StopGrace, so a store outage during
-// shutdown cannot hold the Worker.
-func (g stopGrace) after(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), time.Duration(g))
+// Enqueue creates a job in PENDING, validates it and moves it to QUEUED
+// (docs/spec.md#job-lifecycle), and puts it in its
+// agent's ready lane. Validation comes before any write, so the job is
+// written once, already QUEUED, with both moves in its audit. The actor
+// needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
+// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
+// (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
+// The job keeps the trace context of ctx (with Config.TracerProvider set,
+// that of a conveyor.enqueue span): every attempt's spans continue it.
+func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
+	return q.admit.enqueue(ctx, actor, n)
 }
 
-// defaultProject is Config.Project, the cid of the artifact of a job
-// without a project_id.
-type defaultProject string
-
-// of is the cid of job's artifact: its project_id, else Config.Project.
-func (p defaultProject) of(job lifecycle.Job) string {
-	if job.ProjectID != "" {
-		return job.ProjectID
-	}
-	return string(p)
+// Requeue is the operator's manual requeue (FAILED → QUEUED, and the
+// extension DEAD → QUEUED, invariant F2: docs/spec.md#job-lifecycle). Only the admin may make it:
+// the matrix lets the orchestration layer update status too, but the job
+// machine gives this move to the admin alone, so anyone else gets a
+// FORBIDDEN error and nothing is written. The job starts over with a fresh
+// set of attempts (attempt 0) and its error cleared.
+func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
+	return q.admit.requeue(ctx, actor, jobID)
 }
 
-// fillConfig checks cfg and fills in its defaults, in New's order.
-func fillConfig(cfg *Config) error {
-	if cfg.Store == nil {
-		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Project == "" {
-		cfg.Project = DefaultProject
-	}
-	if err := storage.ValidateID("project id", cfg.Project); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
-	if cfg.MaxAttempts < 1 {
-		return fmt.Errorf("%w: MaxAttempts %d < 1", ErrInvalidConfig, cfg.MaxAttempts)
-	}
-	if len(cfg.Backoff) == 0 {
-		cfg.Backoff = DefaultBackoff()
-	}
-	for _, d := range cfg.Backoff {
-		if d < 0 {
-			return fmt.Errorf("%w: negative Backoff %s", ErrInvalidConfig, d)
-		}
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
-	}
-	if cfg.StepTimeout == 0 {
-		cfg.StepTimeout = DefaultStepTimeout
-	}
-	if cfg.LeaseTTL < 3*time.Millisecond || cfg.StepTimeout < 0 {
-		return fmt.Errorf("%w: LeaseTTL %s below 3ms or negative StepTimeout %s", ErrInvalidConfig, cfg.LeaseTTL, cfg.StepTimeout)
-	}
-	if cfg.SweepBatch == 0 {
-		cfg.SweepBatch = DefaultSweepBatch
-	}
-	if cfg.SweepBatch < 0 {
-		return fmt.Errorf("%w: SweepBatch %d < 0", ErrInvalidConfig, cfg.SweepBatch)
-	}
-	if cfg.StopGrace == 0 {
-		cfg.StopGrace = DefaultStopGrace
-	}
-	if cfg.StopGrace < 0 {
-		return fmt.Errorf("%w: negative StopGrace %s", ErrInvalidConfig, cfg.StopGrace)
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = noMetrics{}
-	}
-	if cfg.ArtifactActor == "" {
-		cfg.ArtifactActor = lifecycle.ActorNLMBackend
-	}
-	return nil
+// Claim finds a ready job of an agent whose lock is free and picks it up
+// for worker, or returns nil when there is none. On the way it rescues the
+// orphan of an expired lock and moves on the jobs whose backoff ran out.
+// worker must be unique among the workers sharing the store.
+//
+// The Queue keeps its agents in order of when each is next worth a look
+// (its lane's head is ready, its lock is due an orphan check, a lock seen
+// held may be free), so a Claim looks only at agents that are due.
+func (q *Queue) Claim(ctx context.Context, worker string) (*Claim, error) {
+	return q.claims.claimFor(ctx, worker, nil)
 }
 
-// typeValidators checks the user job types and returns their artifacts'
-// content checks, by artifact type.
-func typeValidators(types map[lifecycle.JobType]TypeConfig) (map[artifact.Type]func(json.RawMessage) error, error) {
-	contentTypes := map[artifact.Type]func(json.RawMessage) error{}
-	for t, tc := range types {
-		if err := storage.ValidateID("job type", string(t)); err != nil {
-			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
-		}
-		if _, builtin := ArtifactType(t); builtin {
-			return nil, fmt.Errorf("%w: Types: %s is a built-in job type", ErrInvalidConfig, t)
-		}
-		contentTypes[artifact.Type(t)] = tc.Validate
+// Get reads a job. The actor needs Read (docs/spec.md#authority-matrix); the NLM backend may
+// read only its own job, one in NOTEBOOKLM_CALL.
+func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
+	return q.reads.get(ctx, actor, jobID)
+}
+
+// List yields every job in key order. The actor needs Read without
+// qualification (the NLM backend may not list jobs).
+func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifecycle.Job, error] {
+	return q.reads.list(ctx, actor)
+}
+
+// ListPage reads a page of jobs in job id order (GET /jobs), from the
+// jobs/ listing and its cursor: no index of its own, so the queue keeps
+// its 8 writes per job (docs/decisions.md, "Paged lists and their
+// indexes"). Filters are checked on each record read, at most
+// pageBudget(limit) of them a page. The actor needs Read without
+// qualification, as for List.
+func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (JobPage, error) {
+	return q.reads.listPage(ctx, actor, jq)
+}
+
+// Wait waits until job jobID is COMPLETE or DEAD and returns it as then
+// written, acting as the system. It wakes at once when this Queue writes
+// the job (a Worker of this process ran it), at the store's signal where
+// the store watches (storage.Watcher: a write by another process), and
+// else on a poll that backs off from 25 ms to 1 s. On a fake clock it
+// counts as work while it reads and waits on the clock's timers
+// (clock.Activity), so a test that drives the clock sees the same run every
+// time.
+//
+// When ctx ends first it returns the job as last read and a *WaitError
+// wrapping the cause (context.Canceled, context.DeadlineExceeded). A job
+// that does not exist gives an error matching storage.ErrNotFound; a
+// quarantined one a *QuarantinedError.
+func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
+	return q.reads.wait(ctx, jobID)
+}
+
+// Sweep is the slow repair pass behind the fast paths, for what a worker
+// that died between two writes can leave. It reads only work in flight
+// (repair.go): the agents' locks and the ready lanes under queue/, and the
+// jobs they name, never a finished job. It rescues orphans whose lease
+// expired (when no claim on their agent's lock did), recreates the
+// ready-lane entry of a job its claim left unlaned, buries FAILED jobs,
+// deletes lane entries long abandoned by their writer, and re-emits
+// missing audit events of each job's last write. Its cost grows with the
+// agents and the jobs in flight, not with the jobs that ever finished;
+// workers run it in batches through SweepIfDue.
+func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
+	return q.sweeper.all(ctx)
+}
+
+// SweepIfDue sweeps the next Config.SweepBatch entries of work in flight
+// (Sweep) unless a worker sharing the store has swept within every: it
+// takes the sweep lease (create-only, or compare-and-swap of an expired
+// one) for every, and only the worker that takes it sweeps. So N workers
+// calling it every minute read one batch a minute between them, not N
+// sweeps; the lease keeps the cursor, so the batches go round all the
+// work in flight. The
+// lease is not given back: its expiry spaces the sweeps, and a worker that
+// dies while sweeping is followed by the next one after every. swept tells
+// whether this call swept.
+func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Duration) (r SweepReport, swept bool, err error) {
+	if err := storage.ValidateID("worker id", worker); err != nil {
+		return r, false, err
 	}
-	return contentTypes, nil
+	if every <= 0 {
+		return r, false, fmt.Errorf("jobqueue: sweep interval %s is not positive", every)
+	}
+	return q.sweeper.every(worker, every).RunOnce(ctx)
 }
 
 // Stragglers reports how many handler calls abandoned at StepTimeout (or at
@@ -314,20 +225,3 @@ func (q *Queue) Quarantined() int64 { return q.quar.count() }
 func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
 	return q.lanes.depths(ctx)
 }
-
-// Errors of the queue. Bad input matches ErrInvalidJob; refusals of the
-// authority matrix match authority.ErrForbidden.
-var (
-	// ErrInvalidConfig: a Config that New refuses.
-	ErrInvalidConfig = errors.New("jobqueue: invalid config")
-	// ErrInvalidJob: a NewJob that breaks a rule of Enqueue.
-	ErrInvalidJob = errors.New("jobqueue: invalid job")
-	// ErrJobExists: Enqueue with the id of a job that already exists.
-	ErrJobExists = lifecycle.ErrJobExists
-	// ErrLeaseLost: the worker's lease on the job lapsed or was taken over;
-	// it may no longer write the job. It is records.ErrLeaseLost, the one
-	// sentinel of the SDK.
-	ErrLeaseLost = records.ErrLeaseLost
-	// ErrStepTimeout is the cause of a step's context when StepTimeout runs out.
-	ErrStepTimeout = errors.New("jobqueue: step timeout")
-)

@@ -31,12 +31,6 @@ type reader struct {
 	waits *waitSet
 }
 
-// Get reads a job. The actor needs Read (docs/spec.md#authority-matrix); the NLM backend may
-// read only its own job, one in NOTEBOOKLM_CALL.
-func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
-	return q.reads.get(ctx, actor, jobID)
-}
-
 // get is Queue.Get.
 func (q *reader) get(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
 	if authority.Lookup(actor, authority.Jobs, authority.Read) == authority.Denied {
@@ -50,12 +44,6 @@ func (q *reader) get(ctx context.Context, actor lifecycle.Actor, jobID string) (
 		return lifecycle.Job{}, err
 	}
 	return d.Job, nil
-}
-
-// List yields every job in key order. The actor needs Read without
-// qualification (the NLM backend may not list jobs).
-func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifecycle.Job, error] {
-	return q.reads.list(ctx, actor)
 }
 
 // list is Queue.List.

@@ -9,16 +9,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/authority"
 )
 
-// Requeue is the operator's manual requeue (FAILED → QUEUED, and the
-// extension DEAD → QUEUED, invariant F2: docs/spec.md#job-lifecycle). Only the admin may make it:
-// the matrix lets the orchestration layer update status too, but the job
-// machine gives this move to the admin alone, so anyone else gets a
-// FORBIDDEN error and nothing is written. The job starts over with a fresh
-// set of attempts (attempt 0) and its error cleared.
-func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
-	return q.admit.requeue(ctx, actor, jobID)
-}
-
 // requeue is Queue.Requeue.
 func (q *admission) requeue(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
 	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {

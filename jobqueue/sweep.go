@@ -3,7 +3,6 @@ package jobqueue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -32,20 +31,6 @@ type SweepReport struct {
 	// Skipped counts jobs the sweep could not repair (logged at WARN); the
 	// sweep goes on past them.
 	Skipped int
-}
-
-// Sweep is the slow repair pass behind the fast paths, for what a worker
-// that died between two writes can leave. It reads only work in flight
-// (repair.go): the agents' locks and the ready lanes under queue/, and the
-// jobs they name, never a finished job. It rescues orphans whose lease
-// expired (when no claim on their agent's lock did), recreates the
-// ready-lane entry of a job its claim left unlaned, buries FAILED jobs,
-// deletes lane entries long abandoned by their writer, and re-emits
-// missing audit events of each job's last write. Its cost grows with the
-// agents and the jobs in flight, not with the jobs that ever finished;
-// workers run it in batches through SweepIfDue.
-func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
-	return q.sweeper.all(ctx)
 }
 
 // sweeper is the sweep, a maintenance service: Run sweeps a batch every
@@ -275,26 +260,6 @@ type sweepLease struct {
 }
 
 var errSweptRecently = errors.New("swept recently")
-
-// SweepIfDue sweeps the next Config.SweepBatch entries of work in flight
-// (Sweep) unless a worker sharing the store has swept within every: it
-// takes the sweep lease (create-only, or compare-and-swap of an expired
-// one) for every, and only the worker that takes it sweeps. So N workers
-// calling it every minute read one batch a minute between them, not N
-// sweeps; the lease keeps the cursor, so the batches go round all the
-// work in flight. The
-// lease is not given back: its expiry spaces the sweeps, and a worker that
-// dies while sweeping is followed by the next one after every. swept tells
-// whether this call swept.
-func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Duration) (r SweepReport, swept bool, err error) {
-	if err := storage.ValidateID("worker id", worker); err != nil {
-		return r, false, err
-	}
-	if every <= 0 {
-		return r, false, fmt.Errorf("jobqueue: sweep interval %s is not positive", every)
-	}
-	return q.sweeper.every(worker, every).RunOnce(ctx)
-}
 
 // RunOnce sweeps the next batch unless a worker swept within the period
 // (Queue.SweepIfDue).

@@ -3,7 +3,6 @@ package jobqueue
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
@@ -19,23 +18,6 @@ const (
 	waitPoll    = 25 * time.Millisecond
 	waitPollMax = time.Second
 )
-
-// Wait waits until job jobID is COMPLETE or DEAD and returns it as then
-// written, acting as the system. It wakes at once when this Queue writes
-// the job (a Worker of this process ran it), at the store's signal where
-// the store watches (storage.Watcher: a write by another process), and
-// else on a poll that backs off from 25 ms to 1 s. On a fake clock it
-// counts as work while it reads and waits on the clock's timers
-// (clock.Activity), so a test that drives the clock sees the same run every
-// time.
-//
-// When ctx ends first it returns the job as last read and a *WaitError
-// wrapping the cause (context.Canceled, context.DeadlineExceeded). A job
-// that does not exist gives an error matching storage.ErrNotFound; a
-// quarantined one a *QuarantinedError.
-func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
-	return q.reads.wait(ctx, jobID)
-}
 
 // wait is Queue.Wait.
 func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
@@ -123,49 +105,37 @@ func (e *WaitError) Error() string {
 // Unwrap returns the cause.
 func (e *WaitError) Unwrap() error { return e.Err }
 
-// waitSet tells Wait calls of this Queue that their job was written: one
-// channel per job with waiters, closed at the job's next write.
-type waitSet struct {
-	mu   sync.Mutex
-	jobs map[string]*waitEntry
+// watcher is a Store that signals changes under a prefix: a coalescing
+// "something changed" (storage.Watcher's method set; declared here so the
+// queue needs nothing else of it).
+type watcher interface {
+	Watch(ctx context.Context, prefix string) (<-chan struct{}, error)
 }
 
-type waitEntry struct {
-	ch chan struct{}
-	n  int // waiters holding ch
+// sleep waits d on clk, or until wake is closed; false when ctx ended.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration, wake <-chan struct{}) bool {
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	defer clock.Wait(ctx, clk, func() bool { return ctx.Err() != nil || clock.Fired(t) || isClosed(wake) })()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+	case <-wake:
+	}
+	return true
 }
 
-// add returns the channel closed at jobID's next write, and done, to call
-// when the caller no longer waits on it.
-func (w *waitSet) add(jobID string) (<-chan struct{}, func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.jobs == nil {
-		w.jobs = map[string]*waitEntry{}
+// isClosed tells whether wake, a channel only ever closed, is; a nil one
+// never is.
+func isClosed(wake <-chan struct{}) bool {
+	if wake == nil {
+		return false
 	}
-	e := w.jobs[jobID]
-	if e == nil {
-		e = &waitEntry{ch: make(chan struct{})}
-		w.jobs[jobID] = e
-	}
-	e.n++
-	return e.ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if e.n--; e.n == 0 && w.jobs[jobID] == e {
-			delete(w.jobs, jobID)
-		}
-	}
-}
-
-// changed wakes the waiters of jobID. The writer calls it while it still
-// counts as work on the clock, so a fake clock never sees the waiters idle
-// between the write and their wake-up.
-func (w *waitSet) changed(jobID string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if e := w.jobs[jobID]; e != nil {
-		close(e.ch)
-		delete(w.jobs, jobID)
+	select {
+	case <-wake:
+		return true
+	default:
+		return false
 	}
 }

@@ -170,45 +170,10 @@ func (w *Worker) watchLanes(ctx context.Context, wg *sync.WaitGroup) (watched bo
 	return watched
 }
 
-// watcher is a Store that signals changes under a prefix: a coalescing
-// "something changed" (storage.Watcher's method set; declared here so the
-// queue needs nothing else of it).
-type watcher interface {
-	Watch(ctx context.Context, prefix string) (<-chan struct{}, error)
-}
-
 // sleep waits d, or less if wake is closed (a nil wake never is). It
 // returns false when ctx is done.
 func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	return sleep(ctx, w.Queue.clock, d, wake)
-}
-
-// sleep waits d on clk, or until wake is closed; false when ctx ended.
-func sleep(ctx context.Context, clk clock.Clock, d time.Duration, wake <-chan struct{}) bool {
-	t := clk.NewTimer(d)
-	defer t.Stop()
-	defer clock.Wait(ctx, clk, func() bool { return ctx.Err() != nil || clock.Fired(t) || isClosed(wake) })()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-	case <-wake:
-	}
-	return true
-}
-
-// isClosed tells whether wake, a channel only ever closed, is; a nil one
-// never is.
-func isClosed(wake <-chan struct{}) bool {
-	if wake == nil {
-		return false
-	}
-	select {
-	case <-wake:
-		return true
-	default:
-		return false
-	}
 }
 
 // waitWork waits until an agent of the Queue is due, this process

@@ -1,0 +1,209 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts = 3
+	DefaultLeaseTTL    = 30 * time.Second
+	DefaultStepTimeout = 120 * time.Second
+	DefaultStopGrace   = 10 * time.Second
+	DefaultProject     = "default"
+	DefaultSweepBatch  = 10000
+)
+
+// DefaultBackoff is the retry schedule (docs/spec.md#retries-and-timeouts): the wait in
+// RETRY_BACKOFF after the first, second and third failed attempt.
+func DefaultBackoff() []time.Duration {
+	return []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second}
+}
+
+// Config configures a Queue.
+type Config struct {
+	// Store holds the jobs, the ready lanes, the agent locks, the artifacts
+	// and the audit log. Required.
+	Store storage.Store
+	// Artifacts writes the artifact at ARTIFACT_WRITE. Default: an
+	// artifact.Store over Store with the same Clock and Node, whose
+	// Project is this Config's, so the artifact of a job without a
+	// project_id is read with the job's empty project_id too (or with
+	// Queue.Result).
+	Artifacts *artifact.Store
+	// Clock drives leases, backoff, step timeouts and timestamps. Default:
+	// the wall clock.
+	Clock clock.Clock
+	// Node names this host in audit events. Default: "".
+	Node string
+	// Project is the cid artifacts go to when a job names none. Default:
+	// DefaultProject ("default").
+	Project string
+	// MaxAttempts is max_attempts for jobs enqueued without one. Default: 3.
+	MaxAttempts int
+	// Backoff is the wait in RETRY_BACKOFF after failed attempt n
+	// (Backoff[n-1]; the last entry repeats). Default: DefaultBackoff,
+	// 15 s, 30 s, 60 s.
+	Backoff []time.Duration
+	// LeaseTTL is how long a claim lives without a heartbeat; a running job
+	// renews it every LeaseTTL/3. Default: 30 s.
+	LeaseTTL time.Duration
+	// StepTimeout bounds each handler call. Default: 120 s (docs/spec.md#retries-and-timeouts).
+	StepTimeout time.Duration
+	// ArtifactActor is the actor ARTIFACT_WRITE writes the artifact as.
+	// The authority matrix lets only the NLM backend write new artifacts, and the
+	// artifact holds the NLM backend's answer, so the default is
+	// lifecycle.ActorNLMBackend.
+	ArtifactActor lifecycle.Actor
+	// SweepBatch is the most entries of work in flight (agent locks, lane
+	// entries) one SweepIfDue looks at; the next call goes on where it
+	// stopped. Default 10,000. (Sweep itself looks at every one.)
+	SweepBatch int
+	// StopGrace bounds what a claim still does once its context ended (a
+	// Worker stopping): recording the interrupted attempt and releasing the
+	// agent; and how long Worker.Run waits for handlers that ignore their
+	// context before returning. Default: 10 s.
+	StopGrace time.Duration
+	// Logger receives what cannot be returned (audit write failures,
+	// heartbeat trouble, quarantined records). Default: slog.Default().
+	Logger *slog.Logger
+	// Types registers job types of the user's, each with its Handler,
+	// beside the three built-in NLM ones (RESEARCH, BRIEF,
+	// PROPOSAL_PREPROCESS, run by Worker.Handlers): Enqueue accepts them, and
+	// their artifact's type is the job type's name, its content checked by
+	// the type's Validate. Names are ids (storage.ValidateID) and may not
+	// be a built-in type's. With Config.Artifacts set, that store must know
+	// the types (artifact.Config.Types); the default store is given them.
+	Types map[lifecycle.JobType]TypeConfig
+	// Metrics receives the job metrics of docs/spec.md#metrics (see Metrics);
+	// default none.
+	Metrics Metrics
+	// TracerProvider receives the spans of enqueues, job attempts and
+	// handler calls (docs/spec.md#tracing). Default none: no spans, at no
+	// cost; a job still keeps the trace context its enqueue carried.
+	TracerProvider trace.TracerProvider
+}
+
+// TypeConfig is a user job type (Config.Types).
+type TypeConfig struct {
+	// Handler runs the type's jobs (HandlerFunc, or Typed for a payload
+	// decoded into a Go type). Nil means the Handler given to Claim.Run
+	// (the Worker's Handlers).
+	Handler Handler
+	// Validate checks the content of the type's artifact, which must be
+	// JSON; nil accepts any JSON. An error sends the job to RETRY_BACKOFF
+	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
+	Validate func(content json.RawMessage) error
+}
+
+// fillConfig checks cfg and fills in its defaults, in New's order.
+func fillConfig(cfg *Config) error {
+	if cfg.Store == nil {
+		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Project == "" {
+		cfg.Project = DefaultProject
+	}
+	if err := storage.ValidateID("project id", cfg.Project); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.MaxAttempts < 1 {
+		return fmt.Errorf("%w: MaxAttempts %d < 1", ErrInvalidConfig, cfg.MaxAttempts)
+	}
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = DefaultBackoff()
+	}
+	for _, d := range cfg.Backoff {
+		if d < 0 {
+			return fmt.Errorf("%w: negative Backoff %s", ErrInvalidConfig, d)
+		}
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.StepTimeout == 0 {
+		cfg.StepTimeout = DefaultStepTimeout
+	}
+	if cfg.LeaseTTL < 3*time.Millisecond || cfg.StepTimeout < 0 {
+		return fmt.Errorf("%w: LeaseTTL %s below 3ms or negative StepTimeout %s", ErrInvalidConfig, cfg.LeaseTTL, cfg.StepTimeout)
+	}
+	if cfg.SweepBatch == 0 {
+		cfg.SweepBatch = DefaultSweepBatch
+	}
+	if cfg.SweepBatch < 0 {
+		return fmt.Errorf("%w: SweepBatch %d < 0", ErrInvalidConfig, cfg.SweepBatch)
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.StopGrace < 0 {
+		return fmt.Errorf("%w: negative StopGrace %s", ErrInvalidConfig, cfg.StopGrace)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	if cfg.ArtifactActor == "" {
+		cfg.ArtifactActor = lifecycle.ActorNLMBackend
+	}
+	return nil
+}
+
+// typeValidators checks the user job types and returns their artifacts'
+// content checks, by artifact type.
+func typeValidators(types map[lifecycle.JobType]TypeConfig) (map[artifact.Type]func(json.RawMessage) error, error) {
+	contentTypes := map[artifact.Type]func(json.RawMessage) error{}
+	for t, tc := range types {
+		if err := storage.ValidateID("job type", string(t)); err != nil {
+			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
+		}
+		if _, builtin := ArtifactType(t); builtin {
+			return nil, fmt.Errorf("%w: Types: %s is a built-in job type", ErrInvalidConfig, t)
+		}
+		contentTypes[artifact.Type(t)] = tc.Validate
+	}
+	return contentTypes, nil
+}
+
+// stopGrace is Config.StopGrace: how long what must still be written once
+// a caller's context ended (a Worker stopping) may take.
+type stopGrace time.Duration
+
+// after is the context for what is still written once ctx may have ended
+// (the interrupted attempt, the agent's release, an audit flush): not
+// canceled with ctx, but bounded by StopGrace, so a store outage during
+// shutdown cannot hold the Worker.
+func (g stopGrace) after(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), time.Duration(g))
+}
+
+// defaultProject is Config.Project, the cid of the artifact of a job
+// without a project_id.
+type defaultProject string
+
+// of is the cid of job's artifact: its project_id, else Config.Project.
+func (p defaultProject) of(job lifecycle.Job) string {
+	if job.ProjectID != "" {
+		return job.ProjectID
+	}
+	return string(p)
+}
