@@ -35,12 +35,15 @@ import (
 //  5. In backquotes, an unexported top-level name of the package,
 //     optionally followed by a call's parentheses: `newRunner`,
 //     `claimNext()`.
+//  6. Anywhere, an unexported top-level name of the package written in
+//     camelCase (an upper-case letter after the first): pageBudget(limit).
 //
 // Each rule needs code punctuation (a dot between two identifiers with no
-// space, a slash, or backquotes) and, but for rule 1's exported N and rule
-// 2, a name the code declares, so plain English never matches: "the core.
-// Then" has a space, "status.json" names no declared member, and a word in
-// backquotes counts only when it is a name the package declares.
+// space, a slash, backquotes) or a camelCase word, which English has not,
+// and, but for rule 1's exported N and rule 2, a name the code declares;
+// so plain English never matches: "the core. Then" has a space,
+// "status.json" names no declared member, and a word in backquotes counts
+// only when it is a name the package declares.
 func TestPublicDocNamesNoInternal(t *testing.T) {
 	t.Parallel()
 	m := scanModule(t, ".")
@@ -86,6 +89,7 @@ func TestDocNameRules(t *testing.T) {
 		{"the loop calls Runner.claimNext", 1},
 		{"the `lease` and `newRunner()`", 2},
 		{"wire.Body (the request)", 1},
+		{"at most newRunner(limit) of them", 1},
 		// Plain English and code that names nothing internal.
 		{"The core of it. Then the layout, tracing and wire.", 0},
 		{"status.json, manifest.json and core.go are files.", 0},
@@ -93,6 +97,7 @@ func TestDocNameRules(t *testing.T) {
 		{"Runner.Submit, run.Status and `status` are fine", 0},
 		{"an internal error, internal/ folders aside", 0},
 		{"cfg.core.Poll is a field's path, not the package", 0},
+		{"a lease(s) and a newRunnerX or cfg.newRunner", 0},
 	}
 	for _, tt := range tests {
 		if got := in.check(own, tt.text); len(got) != tt.want {
@@ -133,6 +138,7 @@ var (
 	internalRe = regexp.MustCompile(`(?:^|[^\w./-])((?:[\w.-]+/)*internal/\w[\w./]*)`)
 	quoteRe    = regexp.MustCompile("`([^`]+)`")
 	callRe     = regexp.MustCompile(`^([A-Za-z_]\w*)(?:\(\))?$`)
+	camelRe    = regexp.MustCompile(`(?:^|[^\w.])([a-z]\w*[A-Z]\w*)`)
 )
 
 // check returns what text names that own's users cannot, by the rules of
@@ -158,6 +164,11 @@ func (in internals) check(own pkgNames, text string) []string {
 			hits = append(hits, "names internal package `"+q+"`")
 		case callRe.MatchString(q) && own.unexported[callRe.FindStringSubmatch(q)[1]]:
 			hits = append(hits, "names unexported `"+q+"`")
+		}
+	}
+	for _, m := range camelRe.FindAllStringSubmatch(text, -1) {
+		if own.unexported[m[1]] && !strings.Contains(text, "`"+m[1]) {
+			hits = append(hits, "names unexported "+m[1])
 		}
 	}
 	return hits
