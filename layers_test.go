@@ -196,7 +196,7 @@ func TestLayersCheck(t *testing.T) {
 		{"back edge", map[string][]string{"storage": {"lifecycle/run"}}, true},
 		{"up from the core", map[string][]string{"internal/core": {"jobqueue"}}, true},
 		{"across without a seam", map[string][]string{"artifact": {"jobqueue"}}, true},
-		{"rig in production", map[string][]string{"jobqueue": {"internal/testkit/testdrive"}}, true},
+		{"rig in production", map[string][]string{"jobqueue": {"internal/testkit/faultstore"}}, true},
 		{"rig in an example", map[string][]string{"examples/chaos": {"internal/testkit/miniotest"}}, false},
 		{"unknown package", map[string][]string{"newpkg": {}}, true},
 		{"program imports program", map[string][]string{"examples/worker": {"examples/chaos"}}, true},

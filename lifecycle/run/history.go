@@ -51,7 +51,8 @@ type RunPage struct {
 // ListRuns reads a page of runs newest first (GET /runs), through the
 // history indexes: its cost is the page (a List and a read per run), not
 // the history. A bad limit, cursor, status or agent is a *RequestError or
-// a *core.PageError (INVALID_REQUEST, INVALID_CURSOR).
+// an error whose code (lifecycle.ErrorCode) is INVALID_REQUEST, or
+// INVALID_CURSOR for the cursor.
 func (r *Runner) ListRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	limit, err := core.PageLimit(q.Limit)
 	if err != nil {
