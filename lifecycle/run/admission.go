@@ -165,7 +165,7 @@ func (a *admission) consider(ctx context.Context, c candidate, startup bool) {
 	if a.execs.isExecuting(doc.RunID) {
 		return // this runner has it; a stale copy must not start it twice
 	}
-	if !a.gate.pass(ctx, c, f, &doc) {
+	if !a.gate.mayGo(ctx, c, f, &doc) {
 		return // not yet decided, or a duplicate ended here
 	}
 	now := a.now()

@@ -30,7 +30,7 @@ type auditLog struct {
 	gaps map[string]bool
 }
 
-// auditOf is the audit event (docs/spec.md#audit-event) of the write that makes doc,
+// eventOf is the audit event (docs/spec.md#audit-event) of the write that makes doc,
 // from the status from, as b, at version seq of the document.
 func (al *auditLog) eventOf(doc *Status, from string, b by, seq int64) *AuditRecord {
 	tc := writeContext(doc, b)
@@ -50,10 +50,10 @@ func auditObject(a *AuditRecord) (string, []byte, error) {
 	return key, b, err
 }
 
-// writeAudit writes the audit event of the write that made doc, with its
+// write writes the audit event of the write that made doc, with its
 // own budget (AuditTimeout). A failure is logged, not returned, because
 // the write has happened: the run is marked as having an audit gap, so its
-// active entry stays until the event is written (ensureAudit, by the next
+// active entry stays until the event is written (ensure, by the next
 // writer or a poll).
 func (al *auditLog) write(ctx context.Context, doc *Status) {
 	a := doc.LastAudit
@@ -72,7 +72,7 @@ func (al *auditLog) write(ctx context.Context, doc *Status) {
 	}
 }
 
-// ensureAudit makes sure the audit event doc records (its last write's)
+// ensure makes sure the audit event doc records (its last write's)
 // is in the audit log: known written by this runner, found, or written now.
 func (al *auditLog) ensure(ctx context.Context, doc *Status) error {
 	a := doc.LastAudit

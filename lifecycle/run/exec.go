@@ -282,7 +282,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			continue
 		}
 		if cause := context.Cause(runCtx); cause != nil {
-			return x.stopped(cause)
+			return stoppedBy(cause)
 		}
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
 		out, end := x.doStep(runCtx, ctx, i, s, in)
@@ -360,7 +360,7 @@ func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepIn
 	started := e.now()
 	out, attempts, stepErr := x.runStep(runCtx, s, in)
 	if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
-		end := x.stopped(context.Cause(runCtx))
+		end := stoppedBy(context.Cause(runCtx))
 		return out, &end
 	}
 	if stepErr != nil {
@@ -434,7 +434,7 @@ func stoppedStepError(runCtx context.Context, s Step, err error) error {
 func isStop(ctx context.Context) bool    { return context.Cause(ctx) != nil }
 func isTimeout(ctx context.Context) bool { return context.Cause(ctx) == errRunTimeout }
 
-func (x *execution) stopped(cause error) outcome {
+func stoppedBy(cause error) outcome {
 	switch cause {
 	case errCanceled:
 		return outcome{kind: canceled}

@@ -16,7 +16,7 @@ import (
 // executor starts executions and gives them what they use: the settings
 // of a run's steps and writes, the store, the slots and the run's end.
 type executor struct {
-	cfg      *Config // the run's timeouts, retries, heartbeat, owner, clock, metrics
+	cfg      execConfig
 	store    storage.Store
 	now      func() time.Time
 	log      *slog.Logger
@@ -31,6 +31,22 @@ type executor struct {
 	life     *lifetime
 	// readSteps reads a run's step files (the reads' own).
 	readSteps func(ctx context.Context, slug, runID string) ([]StepRecord, error)
+}
+
+// execConfig is what of Config an execution reads: its clock, the
+// timeouts and retries of its steps, its heartbeat, the lease owner that
+// fences its writes, and where it reports.
+type execConfig struct {
+	Clock             clock.Clock
+	Owner             string
+	RunTimeout        time.Duration
+	FinishGrace       time.Duration
+	HeartbeatInterval time.Duration
+	StepTimeout       time.Duration
+	StepRetries       int
+	RetryBackoff      time.Duration
+	ExternalTimeout   time.Duration
+	Metrics           Metrics
 }
 
 // prepare makes the execution of c in the slot taken at slotVer; it runs

@@ -107,7 +107,7 @@ func (h *history) moveStatusIndex(ctx context.Context, doc *Status, from string)
 	}
 }
 
-// noteIndexGap notes whether a run's status index entry is known not to
+// noteGap notes whether a run's status index entry is known not to
 // match its status (gap) or was just made to.
 func (h *history) noteGap(runID string, gap bool) {
 	h.mu.Lock()
@@ -119,7 +119,7 @@ func (h *history) noteGap(runID string, gap bool) {
 	}
 }
 
-// indexGap tells whether a run's status index entry is known not to match.
+// gap tells whether a run's status index entry is known not to match.
 func (h *history) gap(runID string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

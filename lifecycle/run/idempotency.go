@@ -278,10 +278,19 @@ type idempotency struct {
 	now     func() time.Time
 	log     *slog.Logger
 	metrics Metrics
-	cfg     *Config // Owner and the Idempotency settings
+	cfg     idemConfig
 	absent  *core.Absence
 	gate    *dedupeGate
 	creator *creator
+}
+
+// idemConfig is what of Config the idempotency flow reads.
+type idemConfig struct {
+	Owner                   string
+	IdempotencyLease        time.Duration
+	IdempotencyCompletedTTL time.Duration
+	IdempotencyFailedTTL    time.Duration
+	IdempotencyMaxAttempts  int
 }
 
 // submit is the check-and-set flow of docs/spec.md#idempotency.

@@ -109,11 +109,11 @@ func (g *dedupeGate) markRun(ctx context.Context, c *idemClaim) error {
 	return nil
 }
 
-// dedupeGate tells whether a run that has not executed yet may go on:
+// mayGo tells whether a run that has not executed yet may go on:
 // always on a store that settles at once or for a run without a key;
 // otherwise once, at least Settle after its creation, its key's markers
 // name it the winner. A run that lost is ended here.
-func (g *dedupeGate) pass(ctx context.Context, c candidate, f *flow, doc *Status) bool {
+func (g *dedupeGate) mayGo(ctx context.Context, c candidate, f *flow, doc *Status) bool {
 	settle := g.settle
 	if settle <= 0 || doc.IdempotencyKey == "" {
 		return true
@@ -149,7 +149,7 @@ func gated(f *flow, doc *Status) bool {
 	return doc.IdempotencyKey != "" && doc.Lease == nil && (doc.Status == f.initial || doc.Status == f.waiting)
 }
 
-// dedupeWaitEnds is when a keyed run the gate holds may be decided: the
+// waitEnds is when a keyed run the gate holds may be decided: the
 // end of the settle time after its creation. Zero when the gate does not
 // hold it, so the poll need not read it again before then.
 func (g *dedupeGate) waitEnds(f *flow, doc *Status) time.Time {
@@ -160,7 +160,7 @@ func (g *dedupeGate) waitEnds(f *flow, doc *Status) time.Time {
 	return doc.StartedAt.Add(settle)
 }
 
-// idemWinner reads the markers of doc's key and returns the earliest live
+// winner reads the markers of doc's key and returns the earliest live
 // one: not replaced by a later generation, and live when doc's generation
 // started. A run without a marker of its own (written by an earlier
 // release) competes as created when it started.

@@ -10,10 +10,6 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// maxPoisonRereads bounds how often readStatus reads again a poison
-// status.json that keeps changing under its quarantine.
-const maxPoisonRereads = 3
-
 // poison moves poison records to quarantine (core.Quarantiner), counts
 // them and logs each.
 type poison struct {

@@ -61,7 +61,7 @@ func (s *slots) freeRun(ctx context.Context, slug, runID string, cause error) {
 	}
 }
 
-// acquireSlot takes one of the agent's concurrency slots for runID: one this
+// acquire takes one of the agent's concurrency slots for runID: one this
 // runner freed (a compare-and-swap on the version it wrote, no read), a new
 // one (create-only), the one the run already holds (an orphan's), a freed
 // one, or one whose run no longer executes. Slots are freed by writing an
@@ -140,7 +140,7 @@ func (s *slots) acquire(ctx context.Context, slug, runID string) (string, storag
 	return "", "", errNoSlot
 }
 
-// slotHolderGone tells whether the run holding a slot no longer executes
+// holderGone tells whether the run holding a slot no longer executes
 // (it ended, parked, or never started), so the slot may be taken.
 func (s *slots) holderGone(ctx context.Context, slug, runID string) bool {
 	if s.execs.isExecuting(runID) {
@@ -165,7 +165,7 @@ func (s *slots) holderGone(ctx context.Context, slug, runID string) bool {
 	return !f.executing(doc.Status) || doc.Lease == nil
 }
 
-// releaseSlot frees a slot this runner holds at version v, unless another
+// release frees a slot this runner holds at version v, unless another
 // runner took it meanwhile, and wakes the next run waiting for one.
 func (s *slots) release(ctx context.Context, slug, key string, v storage.Version) {
 	if key == "" {
@@ -194,7 +194,7 @@ func (s *slots) release(ctx context.Context, slug, key string, v storage.Version
 	}
 }
 
-// freeSlotsOf frees every slot of the agent that names runID.
+// freeAllOf frees every slot of the agent that names runID.
 func (s *slots) freeAllOf(ctx context.Context, slug, runID string) {
 	a, ok := s.cat.agents[slug]
 	if !ok {
@@ -213,7 +213,7 @@ func (s *slots) freeAllOf(ctx context.Context, slug, runID string) {
 	}
 }
 
-// readSlot reads and validates a slot object; a junk one is quarantined
+// read reads and validates a slot object; a junk one is quarantined
 // and reported as not found, so the slot can be created afresh.
 func (s *slots) read(ctx context.Context, key string) (slotEntry, storage.Version, error) {
 	b, v, err := s.store.Get(ctx, key)

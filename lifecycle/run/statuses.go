@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/runconveyor/conveyor/internal/core"
@@ -26,7 +27,7 @@ type statuses struct {
 	release func(ctx context.Context, slug, runID string, cause error)
 }
 
-// readStatus reads and validates a run's status.json. A poison document is
+// read reads and validates a run's status.json. A poison document is
 // quarantined (see quarantineRun); a missing one that was quarantined gives
 // a *QuarantinedError too, so Wait and Status report it.
 //
@@ -94,4 +95,33 @@ func (st *statuses) quarantineRun(ctx context.Context, slug, runID string, ce *r
 	}
 	st.changes.broadcast()
 	return qe
+}
+
+// maxPoisonRereads bounds how often read reads again a poison
+// status.json that keeps changing under its quarantine.
+const maxPoisonRereads = 3
+
+// statusValidator judges a decoded status.json: it must name the run and
+// agent of its key, and its status must be a state of the run's machine.
+// The machine is the one the run was created with, even where this
+// runner's config now gives its agent another (a rolling change of config):
+// such a run is valid and lives out its life on its own machine.
+// A document that fails is poison: it is quarantined, never acted on.
+func statusValidator(slug, runID string) func(*Status) error {
+	return func(d *Status) error {
+		if d.RunID != runID {
+			return fmt.Errorf("run_id %q at the key of run %s", d.RunID, runID)
+		}
+		if d.AgentSlug != slug {
+			return fmt.Errorf("agent_slug %q at the key of agent %s", d.AgentSlug, slug)
+		}
+		f, ok := flowFor(d.Machine)
+		if !ok {
+			return fmt.Errorf("unknown machine %q", d.Machine)
+		}
+		if !f.isState(d.Status) {
+			return fmt.Errorf("status %q is not a state of %s", d.Status, f.machine)
+		}
+		return nil
+	}
 }

@@ -49,7 +49,9 @@ func wire(cfg *Config, cat *catalog) *Runner {
 	end := &ender{store: store, now: now, log: log, metrics: cfg.Metrics, slots: sl, audit: audit, history: hist, verdicts: vd}
 	r.reads = &reads{store: store, now: now, clock: cfg.Clock, pollInterval: cfg.PollInterval, cat: cat, statuses: st,
 		poison: r.poison, changes: chg}
-	xr := &executor{cfg: cfg, store: store, now: now, log: log, tracer: tracer, units: r.units, absent: absent, cat: cat,
+	xr := &executor{cfg: execConfig{Clock: cfg.Clock, Owner: cfg.Owner, RunTimeout: cfg.RunTimeout, FinishGrace: cfg.FinishGrace,
+		HeartbeatInterval: cfg.HeartbeatInterval, StepTimeout: cfg.StepTimeout, StepRetries: cfg.StepRetries,
+		RetryBackoff: cfg.RetryBackoff, ExternalTimeout: cfg.ExternalTimeout, Metrics: cfg.Metrics}, store: store, now: now, log: log, tracer: tracer, units: r.units, absent: absent, cat: cat,
 		slots: sl, ender: end, statuses: st, execs: execs, life: r.life, readSteps: r.reads.readSteps}
 	cl := &claims{now: now, log: log, owner: cfg.Owner, lease: cfg.LeaseDuration, cat: cat, slots: sl, execs: execs,
 		executor: xr, unsure: map[string]*unsureClaim{}}
@@ -57,7 +59,10 @@ func wire(cfg *Config, cat *catalog) *Runner {
 		verdicts: vd, ender: end, statuses: st, poison: r.poison, reads: r.reads}
 	cr := &creator{store: store, now: now, log: log, metrics: cfg.Metrics, audit: audit, history: hist, statuses: st,
 		writers: ws, changes: chg, inbox: r.inbox}
-	r.idem = &idempotency{store: store, now: now, log: log, metrics: cfg.Metrics, cfg: cfg, absent: absent, gate: gate, creator: cr}
+	r.idem = &idempotency{store: store, now: now, log: log, metrics: cfg.Metrics,
+		cfg: idemConfig{Owner: cfg.Owner, IdempotencyLease: cfg.IdempotencyLease, IdempotencyCompletedTTL: cfg.IdempotencyCompletedTTL,
+			IdempotencyFailedTTL: cfg.IdempotencyFailedTTL, IdempotencyMaxAttempts: cfg.IdempotencyMaxAttempts},
+		absent: absent, gate: gate, creator: cr}
 	r.submission = &submission{now: now, tracer: tracer, cat: cat, creator: cr, idem: r.idem}
 	tk := &takeover{store: store, now: now, log: log, owner: cfg.Owner, lease: cfg.LeaseDuration, absent: absent, cat: cat,
 		history: hist, creator: cr, writers: ws, claims: cl, ender: end, inbox: r.inbox}

@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -71,31 +70,6 @@ func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *co
 		Lease:    func(d *Status) *records.Lease { return d.Lease },
 		Clone:    func(d *Status) Status { return cloneStatus(d) },
 		Validate: statusValidator(slug, runID),
-	}
-}
-
-// statusValidator judges a decoded status.json: it must name the run and
-// agent of its key, and its status must be a state of the run's machine.
-// The machine is the one the run was created with, even where this
-// runner's config now gives its agent another (a rolling change of config):
-// such a run is valid and lives out its life on its own machine.
-// A document that fails is poison: it is quarantined, never acted on.
-func statusValidator(slug, runID string) func(*Status) error {
-	return func(d *Status) error {
-		if d.RunID != runID {
-			return fmt.Errorf("run_id %q at the key of run %s", d.RunID, runID)
-		}
-		if d.AgentSlug != slug {
-			return fmt.Errorf("agent_slug %q at the key of agent %s", d.AgentSlug, slug)
-		}
-		f, ok := flowFor(d.Machine)
-		if !ok {
-			return fmt.Errorf("unknown machine %q", d.Machine)
-		}
-		if !f.isState(d.Status) {
-			return fmt.Errorf("status %q is not a state of %s", d.Status, f.machine)
-		}
-		return nil
 	}
 }
 
