@@ -10,14 +10,16 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// auditLog writes the audit event of every status write (docs/spec.md#audit-event)
-// and remembers, by run, the last event it knows is in the log (done) and
-// the runs whose last event could not be written (gaps). A gap keeps the
-// run's active entry, so the poll finds the run and repairs it.
+// auditLog records every status write: its audit event in the store
+// (docs/spec.md#audit-event) and its run_transition log line. It
+// remembers, by run, the last event it knows is in the log (done) and the
+// runs whose last event could not be written (gaps). A gap keeps the run's
+// active entry, so the poll finds the run and repairs it.
 type auditLog struct {
 	store   storage.Store
 	now     func() time.Time
@@ -48,6 +50,22 @@ func auditObject(a *AuditRecord) (string, []byte, error) {
 	}
 	b, err := json.Marshal(a.Event)
 	return key, b, err
+}
+
+// record records a status write that made doc from the status from, as
+// b: its audit event (docs/spec.md#audit-event), with the transition
+// context, and its run_transition log line (docs/spec.md#metrics). A
+// context that is about an approval or an external event gets its details
+// from the document just written.
+func (al *auditLog) record(ctx context.Context, doc *Status, from string, b by) {
+	al.write(ctx, doc)
+	if from != doc.Status {
+		tc := writeContext(doc, b)
+		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
+			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
+			slog.String("actor", string(b.actor)))
+		al.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", append(attrs, contextAttrs(&tc)...)...)
+	}
 }
 
 // write writes the audit event of the write that made doc, with its
@@ -122,4 +140,38 @@ func (al *auditLog) forget(runID string) {
 	al.mu.Lock()
 	defer al.mu.Unlock()
 	delete(al.done, runID)
+}
+
+// writeContext is the transition context of a write as b, with the
+// approval or external-event details of the document written.
+func writeContext(doc *Status, b by) lifecycle.TransitionContext {
+	tc := b.tc
+	if tc.Approval != nil && doc.Approval != nil {
+		a := *doc.Approval
+		tc.Approval = &a
+	}
+	if tc.External != nil && doc.External != nil {
+		e := *doc.External
+		tc.External = &e
+	}
+	return tc
+}
+
+// contextAttrs are the parts of a transition context a log line adds to
+// the event's own fields (run id, initiator and time are there already).
+func contextAttrs(tc *lifecycle.TransitionContext) []slog.Attr {
+	var attrs []slog.Attr
+	if tc.UserID != "" {
+		attrs = append(attrs, slog.String("userId", tc.UserID))
+	}
+	if len(tc.Metadata) > 0 {
+		attrs = append(attrs, slog.Any("metadata", tc.Metadata))
+	}
+	if tc.Approval != nil {
+		attrs = append(attrs, slog.Any("approval", tc.Approval))
+	}
+	if tc.External != nil {
+		attrs = append(attrs, slog.Any("externalEvent", tc.External))
+	}
+	return attrs
 }

@@ -86,12 +86,6 @@ func callerBy(c *Caller, actor lifecycle.Actor, def lifecycle.Initiator) by {
 	return by{actor: actor, tc: tc}
 }
 
-// checkCaller refuses a Caller that breaks the input limits.
-func checkCaller(c *Caller) error {
-	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
-	return tc.Check()
-}
-
 // CancelRequest asks Cancel to stop a run. Cancel refuses one with an
 // *codes.InputError, writing nothing, when Reason is over MaxTextBytes
 // or not clean text (it may span lines), or its Caller breaks its limits.

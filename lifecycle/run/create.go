@@ -124,3 +124,14 @@ func (cr *creator) recordCreated(ctx context.Context, agent *agentDef, doc *Stat
 	cr.log.LogAttrs(ctx, level, msg, append(attrs, contextAttrs(&b.tc)...)...)
 	cr.changes.broadcast()
 }
+
+// triggerInitiator is the initiator of a run's creation by its trigger.
+func triggerInitiator(trigger string) lifecycle.Initiator {
+	switch trigger {
+	case TriggerCron:
+		return lifecycle.InitiatorSystem
+	case TriggerEvent:
+		return lifecycle.InitiatorWebhook
+	}
+	return lifecycle.InitiatorUser
+}

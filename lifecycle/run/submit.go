@@ -58,17 +58,6 @@ func (s *submission) submit(ctx context.Context, req SubmitRequest) (res SubmitR
 	return SubmitResult{RunID: runID}, nil
 }
 
-// triggerInitiator is the initiator of a run's creation by its trigger.
-func triggerInitiator(trigger string) lifecycle.Initiator {
-	switch trigger {
-	case TriggerCron:
-		return lifecycle.InitiatorSystem
-	case TriggerEvent:
-		return lifecycle.InitiatorWebhook
-	}
-	return lifecycle.InitiatorUser
-}
-
 // newRunID makes an id like run_2026-02-14_080000_abc123 (docs/spec.md#run-status): it
 // sorts by time, and 40 random bits make two runs of one second distinct.
 func newRunID(now time.Time) string {

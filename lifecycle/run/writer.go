@@ -194,57 +194,13 @@ func byTimeout() by {
 	return by{actor: lifecycle.ActorOrchestration, tc: lifecycle.TransitionContext{Initiator: lifecycle.InitiatorTimeout}}
 }
 
-// afterWrite records what a status write did: the audit event
-// (docs/spec.md#audit-event) with the transition context, the run metrics and the
-// run_transition log event (docs/spec.md#metrics). A context that is about an
-// approval or an external event gets its details from the document just
-// written.
+// afterWrite records what a status write did: its audit event and log
+// line (auditLog.record), the run metrics (docs/spec.md#metrics), and a
+// wake-up of every Wait.
 func (ws *writers) afterWrite(ctx context.Context, doc *Status, from string, b by) {
-	f := ws.cat.flowOfDoc(doc)
-	tc := writeContext(doc, b)
-	ws.audit.write(ctx, doc)
-	ws.metrics.RunTransition(f.machine, from, doc.Status)
-	if from != doc.Status {
-		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
-			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
-			slog.String("actor", string(b.actor)))
-		ws.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", append(attrs, contextAttrs(&tc)...)...)
-	}
+	ws.audit.record(ctx, doc, from, b)
+	ws.metrics.RunTransition(ws.cat.flowOfDoc(doc).machine, from, doc.Status)
 	ws.changes.broadcast()
-}
-
-// contextAttrs are the parts of a transition context a log line adds to
-// the event's own fields (run id, initiator and time are there already).
-func contextAttrs(tc *lifecycle.TransitionContext) []slog.Attr {
-	var attrs []slog.Attr
-	if tc.UserID != "" {
-		attrs = append(attrs, slog.String("userId", tc.UserID))
-	}
-	if len(tc.Metadata) > 0 {
-		attrs = append(attrs, slog.Any("metadata", tc.Metadata))
-	}
-	if tc.Approval != nil {
-		attrs = append(attrs, slog.Any("approval", tc.Approval))
-	}
-	if tc.External != nil {
-		attrs = append(attrs, slog.Any("externalEvent", tc.External))
-	}
-	return attrs
-}
-
-// writeContext is the transition context of a write as b, with the
-// approval or external-event details of the document written.
-func writeContext(doc *Status, b by) lifecycle.TransitionContext {
-	tc := b.tc
-	if tc.Approval != nil && doc.Approval != nil {
-		a := *doc.Approval
-		tc.Approval = &a
-	}
-	if tc.External != nil && doc.External != nil {
-		e := *doc.External
-		tc.External = &e
-	}
-	return tc
 }
 
 func cloneStatus(d *Status) Status {
