@@ -37,6 +37,9 @@ func (in *inbox) hand(c candidate) {
 	}
 }
 
+// woken is ready when runs were handed since the loop last took them.
+func (in *inbox) woken() <-chan struct{} { return in.wake }
+
 // hasHanded tells whether runs wait in the queue of handed runs.
 func (in *inbox) hasHanded() bool {
 	in.mu.Lock()

@@ -46,7 +46,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			resume()
 			return nil
-		case <-r.inbox.wake:
+		case <-r.inbox.woken():
 			resume()
 			r.pass(ctx, r.sched.considerHanded)
 		case <-t.C():

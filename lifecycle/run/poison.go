@@ -17,6 +17,9 @@ type poison struct {
 	metrics Metrics
 }
 
+// count is how many records were moved to quarantine.
+func (p *poison) count() int64 { return p.quar.Count() }
+
 // quarantine moves one poison record under the quarantine prefix, counts
 // it and logs record_quarantined at WARN. A record that changed since it
 // was read (someone repaired it) is left alone: the error matches

@@ -70,7 +70,7 @@ func (r *Runner) Stragglers() (live int, total int64) { return r.units.Straggler
 // statuses and slot objects) this runner moved under storage's quarantine
 // prefix; records.ListQuarantine lists them and records.Restore puts one
 // back.
-func (r *Runner) Quarantined() int64 { return r.poison.quar.Count() }
+func (r *Runner) Quarantined() int64 { return r.poison.count() }
 
 // StoreRetries counts the store calls this runner retried after a
 // transient failure.

@@ -8,10 +8,27 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// wire makes the Runner's components, each given what it uses, in an
-// order where every one is made after those it calls. The one loop
-// among them is cut by a hook: a poison status read frees what its run
-// held, through the slots, which read statuses themselves.
+// wire makes the Runner's components, each given what it uses (the store
+// behind core.Patient, the clock, the logger, the settings it reads, and
+// the components it calls), in an order where every one is made after
+// those it calls. The one loop among them is cut by a hook: a poison
+// status read frees what its run held, through the slots, which read
+// statuses themselves.
+//
+// A run's way through them: submission (submit.go) checks a submit and
+// hands it to the creator (create.go), or first to idempotency
+// (idempotency.go, with the dedupe gate's markers, idemsettle.go); the
+// creator writes the run and hands it to the inbox (inbox.go). The loop
+// (loop.go) gives it to admission (admission.go: poll, consider, admit),
+// which asks the dedupe gate, then claims (claim.go) take a slot (slots.go)
+// and the lease, and the executor (executor.go) runs the execution
+// (exec.go, steps.go, finish.go) among the executions (executions.go);
+// every end goes through the ender (ending.go). Every status write is a
+// statusWriter's (writer.go), which the audit log (audit.go) and the
+// history indexes (history.go) follow; statuses.go reads and quarantines
+// status documents, poison.go moves poison records. takeover.go takes up
+// orphans and stopped submits; control.go makes the changes asked from
+// outside; reads.go and reads_history.go answer the reads.
 func wire(cfg *Config, cat *catalog) *Runner {
 	// store is cfg.Store behind core.Patient: transient store errors are
 	// waited out with backoff for as long as each call's context allows.
