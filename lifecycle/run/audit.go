@@ -12,7 +12,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // auditLog records every status write: its audit event in the store
@@ -25,21 +24,10 @@ type auditLog struct {
 	now     func() time.Time
 	log     *slog.Logger
 	timeout time.Duration // Config.AuditTimeout
-	node    string        // Config.Node
 
 	mu   sync.Mutex
 	done map[string]string
 	gaps map[string]bool
-}
-
-// eventOf is the audit event (docs/spec.md#audit-event) of the write that makes doc,
-// from the status from, as b, at version seq of the document.
-func (al *auditLog) eventOf(doc *Status, from string, b by, seq int64) *AuditRecord {
-	tc := writeContext(doc, b)
-	ev := records.AuditEvent{TS: al.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
-		From: from, To: doc.Status, Node: al.node}
-	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
-	return &AuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
 }
 
 // auditObject is where and what the audit object of a record is.
@@ -52,18 +40,16 @@ func auditObject(a *AuditRecord) (string, []byte, error) {
 	return key, b, err
 }
 
-// record records a status write that made doc from the status from, as
-// b: its audit event (docs/spec.md#audit-event), with the transition
-// context, and its run_transition log line (docs/spec.md#metrics). A
-// context that is about an approval or an external event gets its details
-// from the document just written.
-func (al *auditLog) record(ctx context.Context, doc *Status, from string, b by) {
+// record records a status write that made doc from the status from, by
+// actor with the transition context tc: its audit event, which the writer
+// put in doc (docs/spec.md#audit-event), and its run_transition log line
+// (docs/spec.md#metrics).
+func (al *auditLog) record(ctx context.Context, doc *Status, from string, actor lifecycle.Actor, tc lifecycle.TransitionContext) {
 	al.write(ctx, doc)
 	if from != doc.Status {
-		tc := writeContext(doc, b)
 		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
 			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
-			slog.String("actor", string(b.actor)))
+			slog.String("actor", string(actor)))
 		al.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", append(attrs, contextAttrs(&tc)...)...)
 	}
 }
@@ -140,21 +126,6 @@ func (al *auditLog) forget(runID string) {
 	al.mu.Lock()
 	defer al.mu.Unlock()
 	delete(al.done, runID)
-}
-
-// writeContext is the transition context of a write as b, with the
-// approval or external-event details of the document written.
-func writeContext(doc *Status, b by) lifecycle.TransitionContext {
-	tc := b.tc
-	if tc.Approval != nil && doc.Approval != nil {
-		a := *doc.Approval
-		tc.Approval = &a
-	}
-	if tc.External != nil && doc.External != nil {
-		e := *doc.External
-		tc.External = &e
-	}
-	return tc
 }
 
 // contextAttrs are the parts of a transition context a log line adds to

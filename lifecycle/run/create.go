@@ -70,7 +70,7 @@ func (cr *creator) createRun(ctx context.Context, agent *agentDef, req SubmitReq
 	}
 	b := callerBy(&req.Caller, lifecycle.ActorGateway, triggerInitiator(req.Trigger))
 	b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
-	doc.LastAudit = cr.audit.eventOf(&doc, "", b, 1)
+	doc.LastAudit = cr.writers.auditRecord(&doc, "", b, 1)
 	pending, err := json.Marshal(activeEntry{Pending: &doc, Input: len(req.Input) > 0, Actor: b.actor, Context: &b.tc})
 	if err != nil {
 		return err

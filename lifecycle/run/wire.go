@@ -25,7 +25,7 @@ import (
 // (exec.go, steps.go, finish.go) among the executions (executions.go);
 // every end goes through the ender (ending.go). Every status write is a
 // statusWriter's (writer.go), which the audit log (audit.go) and the
-// history indexes (history.go) follow; statuses.go reads and quarantines
+// history indexes (history.go) follow, and whose changes wake every Wait; statuses.go reads and quarantines
 // status documents, poison.go moves poison records. takeover.go takes up
 // orphans and stopped submits; control.go makes the changes asked from
 // outside; reads.go and reads_history.go answer the reads.
@@ -51,14 +51,14 @@ func wire(cfg *Config, cat *catalog) *Runner {
 		inbox:   newInbox(),
 	}
 	chg := newChanges()
-	audit := &auditLog{store: store, now: now, log: log, timeout: cfg.AuditTimeout, node: cfg.Node,
+	audit := &auditLog{store: store, now: now, log: log, timeout: cfg.AuditTimeout,
 		done: map[string]string{}, gaps: map[string]bool{}}
 	st := &statuses{store: store, log: log, absent: absent, poison: r.poison, changes: chg}
 	execs := newExecutions(r.inbox)
 	hist := &history{store: store, log: log, clock: cfg.Clock, interval: cfg.IndexRepairInterval, cat: cat, statuses: st,
 		life: r.life, gaps: map[string]bool{}}
 	ws := &writers{store: store, now: now, log: log, metrics: cfg.Metrics, owner: cfg.Owner, lease: cfg.LeaseDuration,
-		cat: cat, audit: audit, history: hist, changes: chg}
+		node: cfg.Node, cat: cat, audit: audit, history: hist, changes: chg}
 	sl := &slots{store: store, now: now, log: log, cat: cat, statuses: st, absent: absent, poison: r.poison, execs: execs,
 		inbox: r.inbox, waiting: map[string][]candidate{}, freed: map[string]storage.Version{}, held: map[string]string{}}
 	st.release = sl.freeRun

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"sync"
@@ -23,6 +24,7 @@ type writers struct {
 	metrics Metrics
 	owner   string        // Config.Owner: the lease a writer holds
 	lease   time.Duration // Config.LeaseDuration
+	node    string        // Config.Node: where the audit events say they were written
 	cat     *catalog
 	audit   *auditLog
 	history *history
@@ -106,7 +108,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 			return err
 		}
 		d.RunnerLostAt = nil // a read's verdict, never stored
-		defer func() { d.LastAudit = w.ws.audit.eventOf(d, from, b, d.Version+1) }()
+		defer func() { d.LastAudit = w.ws.auditRecord(d, from, b, d.Version+1) }()
 		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
 			now := w.ws.now()
 			d.Lease.ExpiresAt, d.LastHeartbeatAt = now.Add(w.ws.lease), &now
@@ -196,11 +198,62 @@ func byTimeout() by {
 
 // afterWrite records what a status write did: its audit event and log
 // line (auditLog.record), the run metrics (docs/spec.md#metrics), and a
-// wake-up of every Wait.
+// wake-up of every Wait. A context that is about an approval or an
+// external event gets its details from the document just written.
 func (ws *writers) afterWrite(ctx context.Context, doc *Status, from string, b by) {
-	ws.audit.record(ctx, doc, from, b)
+	ws.audit.record(ctx, doc, from, b.actor, writeContext(doc, b))
 	ws.metrics.RunTransition(ws.cat.flowOfDoc(doc).machine, from, doc.Status)
 	ws.changes.broadcast()
+}
+
+// auditRecord is the audit event (docs/spec.md#audit-event) of the write that
+// makes doc, from the status from, as b, at version seq of the document: the
+// writer puts it in the document, and the audit log writes it to the log.
+func (ws *writers) auditRecord(doc *Status, from string, b by, seq int64) *AuditRecord {
+	tc := writeContext(doc, b)
+	ev := records.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
+		From: from, To: doc.Status, Node: ws.node}
+	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
+	return &AuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
+}
+
+// writeContext is the transition context of a write as b, with the
+// approval or external-event details of the document written.
+func writeContext(doc *Status, b by) lifecycle.TransitionContext {
+	tc := b.tc
+	if tc.Approval != nil && doc.Approval != nil {
+		a := *doc.Approval
+		tc.Approval = &a
+	}
+	if tc.External != nil && doc.External != nil {
+		e := *doc.External
+		tc.External = &e
+	}
+	return tc
+}
+
+// changes tells every Wait that some run's status changed: a status write
+// closes the channel the waiters hold and makes a new one.
+type changes struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newChanges() *changes { return &changes{ch: make(chan struct{})} }
+
+// broadcast wakes every Wait: some run's status changed.
+func (c *changes) broadcast() {
+	c.mu.Lock()
+	close(c.ch)
+	c.ch = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// next is closed at the next broadcast.
+func (c *changes) next() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch
 }
 
 func cloneStatus(d *Status) Status {
