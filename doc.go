@@ -6,7 +6,7 @@
 // writes (package storage and its adapters); and the SDK supplies the
 // orchestration that turns a plain Go program into a Worker.
 //
-// Packages, from the ground up (docs/architecture.md holds the layers, and
+// Packages, from the ground up (docs/design.md#layers-and-packages holds the layers, and
 // a test holds the imports to them):
 //
 //	lifecycle/clock, lifecycle/codes   the clock; the one code table and input limits

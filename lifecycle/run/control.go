@@ -12,32 +12,46 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// control loads a run for an operation and applies change to it as b's
+// controller makes the changes asked of a run from outside (cancel,
+// approve, reject, deliver an external event) and lets the loop and the
+// run's execution here know.
+type controller struct {
+	now      func() time.Time
+	cat      *catalog
+	reads    *reads
+	statuses *statuses
+	writers  *writers
+	ender    *ender
+	execs    *executions
+	inbox    *inbox
+}
+
+// apply loads a run for an operation and applies change to it as b's
 // actor, with b's transition context, with compare-and-swap; then it lets
 // this runner's loop and execution know.
-func (r *Runner) control(ctx context.Context, runID string, b by, change func(ctx context.Context, f *flow, d *Status) error) (Status, error) {
-	slug, key, err := r.locate(ctx, runID)
+func (ct *controller) apply(ctx context.Context, runID string, b by, change func(ctx context.Context, f *flow, d *Status) error) (Status, error) {
+	slug, key, err := ct.reads.locate(ctx, runID)
 	if err != nil {
 		return Status{}, err
 	}
-	if _, ok := r.agents[slug]; !ok {
+	if _, ok := ct.cat.agents[slug]; !ok {
 		return Status{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", ErrNotFound, runID, slug)
 	}
-	w := r.newWriter(slug, runID, key, nil, "") // the first apply reads
+	w := ct.writers.newWriter(slug, runID, key, nil, "") // the first apply reads
 	var from string
 	err = w.apply(ctx, b, func(ctx context.Context, d *Status) error {
 		from = d.Status
-		return change(ctx, r.flowOfDoc(d), d)
+		return change(ctx, ct.cat.flowOfDoc(d), d)
 	})
 	var ce *records.CorruptError
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		if qe := r.findQuarantined(ctx, runID, key); qe != nil {
+		if qe := ct.statuses.findQuarantined(ctx, runID, key); qe != nil {
 			return Status{}, qe
 		}
 		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
 	case errors.As(err, &ce):
-		qerr := r.quarantineRun(ctx, slug, runID, ce)
+		qerr := ct.statuses.quarantineRun(ctx, slug, runID, ce)
 		if errors.Is(qerr, storage.ErrPreconditionFailed) {
 			// It changed since the read (a repair, another quarantine):
 			// nothing was written; the caller may try again.
@@ -48,12 +62,12 @@ func (r *Runner) control(ctx context.Context, runID string, b by, change func(ct
 		return Status{}, err
 	}
 	after := w.snapshot()
-	f := r.flowOfDoc(&after)
+	f := ct.cat.flowOfDoc(&after)
 	if f.terminal(after.Status) {
-		r.cleanup(ctx, slug, runID, "", "")
-		r.finished(ctx, after)
+		ct.ender.cleanup(ctx, slug, runID, "", "")
+		ct.ender.finished(ctx, after)
 	} else if !f.executing(from) || after.Lease == nil {
-		r.hand(candidate{slug: slug, w: w})
+		ct.inbox.hand(candidate{slug: slug, w: w})
 	}
 	return after, nil
 }
@@ -72,12 +86,6 @@ func callerBy(c *Caller, actor lifecycle.Actor, def lifecycle.Initiator) by {
 	return by{actor: actor, tc: tc}
 }
 
-// checkCaller refuses a Caller that breaks the input limits.
-func checkCaller(c *Caller) error {
-	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
-	return tc.Check()
-}
-
 // CancelRequest asks Cancel to stop a run. Cancel refuses one with an
 // *codes.InputError, writing nothing, when Reason is over MaxTextBytes
 // or not clean text (it may span lines), or its Caller breaks its limits.
@@ -87,22 +95,16 @@ type CancelRequest struct {
 	Caller
 }
 
-// Cancel asks a run to stop (docs/spec.md#cancel-aware-run). On the cancel-aware machine a queued
-// run is canceled at once and a running one moves to cancel_requested: its
-// step's context is canceled and the runner ends it canceled, unless the
-// step finishes first (then it may still succeed or fail, as the
-// machine allows). On the approval machine a run that is not executing is cancelled
-// at once, and an executing one when its runner notices. The canonical
-// machine has no cancel: [ErrUnsupported].
-func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (Status, error) {
+// cancel: see Runner.Cancel.
+func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (Status, error) {
 	if err := req.check(); err != nil {
 		return Status{}, err
 	}
-	doc, err := r.control(ctx, runID, callerBy(&req.Caller, actor, lifecycle.InitiatorUser), func(ctx context.Context, f *flow, d *Status) error {
+	doc, err := ct.apply(ctx, runID, callerBy(&req.Caller, actor, lifecycle.InitiatorUser), func(ctx context.Context, f *flow, d *Status) error {
 		if f.cancel == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "cancel"}
 		}
-		now := r.now()
+		now := ct.now()
 		switch {
 		case f.executing(d.Status) && f.requestCancel != "":
 			if d.Status == f.cancelRq {
@@ -123,7 +125,7 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor
 			if err := f.fire(ctx, d, f.cancel, actor); err != nil {
 				return err
 			}
-			r.finishFields(d, nil)
+			ct.ender.finishFields(d, nil)
 		}
 		d.CancelRequested, d.CancelReason, d.CancelRequestedAt = true, req.Reason, &now
 		return nil
@@ -131,12 +133,7 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor
 	if err != nil {
 		return doc, err
 	}
-	r.mu.Lock()
-	x := r.executing[runID]
-	r.mu.Unlock()
-	if x != nil {
-		x.stop(errCanceled)
-	}
+	ct.execs.stop(runID, errCanceled)
 	return doc, nil
 }
 
@@ -158,15 +155,13 @@ func (dec *Decision) by(actor lifecycle.Actor, decision string, now time.Time) b
 	return b
 }
 
-// Approve resumes a run waiting at an approval gate (awaiting_approval →
-// running). A runner then executes the steps left; when the gate followed
-// the last step it completes the run, writing its manifest.
-func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+// approve: see Runner.Approve.
+func (ct *controller) approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
 	if err := dec.check(); err != nil {
 		return Status{}, err
 	}
-	now := r.now()
-	return r.control(ctx, runID, dec.by(actor, "approved", now), func(ctx context.Context, f *flow, d *Status) error {
+	now := ct.now()
+	return ct.apply(ctx, runID, dec.by(actor, "approved", now), func(ctx context.Context, f *flow, d *Status) error {
 		if f.approve == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "approve"}
 		}
@@ -178,13 +173,13 @@ func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Acto
 	})
 }
 
-// Reject fails a run waiting at an approval gate with APPROVAL_REJECTED.
-func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+// reject: see Runner.Reject.
+func (ct *controller) reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
 	if err := dec.check(); err != nil {
 		return Status{}, err
 	}
-	now := r.now()
-	return r.control(ctx, runID, dec.by(actor, "rejected", now), func(ctx context.Context, f *flow, d *Status) error {
+	now := ct.now()
+	return ct.apply(ctx, runID, dec.by(actor, "rejected", now), func(ctx context.Context, f *flow, d *Status) error {
 		if f.reject == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "reject"}
 		}
@@ -192,7 +187,7 @@ func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor
 			return err
 		}
 		decide(d, "rejected", dec, now)
-		r.finishFields(d, lifecycle.NewRunError(codes.ApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
+		ct.ender.finishFields(d, lifecycle.NewRunError(codes.ApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
 		return nil
 	})
 }
@@ -216,16 +211,15 @@ type ExternalEvent struct {
 	Caller
 }
 
-// Deliver hands a run the external event it waits for (waiting_external →
-// running); a runner then goes on as after an approval.
-func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (Status, error) {
+// deliver: see Runner.Deliver.
+func (ct *controller) deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (Status, error) {
 	if err := ev.check(); err != nil {
 		return Status{}, err
 	}
-	now := r.now()
+	now := ct.now()
 	b := callerBy(&ev.Caller, actor, lifecycle.InitiatorWebhook)
 	b.tc.External = &lifecycle.ExternalWait{EventType: ev.Type, EventID: ev.ID, Source: ev.Source, ReceivedAt: &now}
-	return r.control(ctx, runID, b, func(ctx context.Context, f *flow, d *Status) error {
+	return ct.apply(ctx, runID, b, func(ctx context.Context, f *flow, d *Status) error {
 		if f.deliver == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "deliver"}
 		}

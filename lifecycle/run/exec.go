@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -20,6 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Causes that stop an execution, as context causes.
@@ -31,7 +30,7 @@ var (
 
 // execution is one runner executing one run under its lease.
 type execution struct {
-	r     *Runner
+	e     *executor
 	agent *agentDef
 	// flow is the run's own machine's, read from its status at the claim.
 	flow    *flow
@@ -87,30 +86,17 @@ func (x *execution) stop(cause error) {
 	}
 }
 
-// unregister forgets the execution of runID, and hands the run over again
-// if that was asked for while it executed.
-func (r *Runner) unregister(runID string) {
-	r.mu.Lock()
-	delete(r.executing, runID)
-	c, again := r.rehand[runID]
-	delete(r.rehand, runID)
-	r.mu.Unlock()
-	if again {
-		r.hand(c)
-	}
-}
-
 func (x *execution) run(ctx context.Context) {
-	r := x.r
-	defer r.wg.Done()
-	ctx, end := clock.Enter(ctx, r.cfg.Clock) // its token, taken by startOrWait
+	e := x.e
+	defer e.life.done()
+	ctx, end := clock.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
 	defer end()
-	defer r.unregister(x.w.runID)
+	defer e.execs.unregister(x.w.runID)
 	// The execution continues the trace its submit stored, whichever
 	// runner made the submit (a takeover's too): its spans, the steps' and
 	// the jobs those enqueue are of the caller's trace.
 	ctx = tracing.Continue(ctx, x.traceParent)
-	ctx, span := r.tracer.Start(ctx, tracing.SpanRun, trace.SpanKindInternal)
+	ctx, span := e.tracer.Start(ctx, tracing.SpanRun, trace.SpanKindInternal)
 	span.String(tracing.AttrRunID, x.w.runID)
 	span.String(tracing.AttrAgent, x.agent.Slug)
 	span.Int(tracing.AttrEpoch, x.epoch)
@@ -144,14 +130,14 @@ func (x *execution) run(ctx context.Context) {
 		timerMu.Lock()
 		defer timerMu.Unlock()
 		if !over {
-			timer = r.cfg.Clock.AfterFunc(d, f)
+			timer = e.cfg.Clock.AfterFunc(d, f)
 		}
 	}
-	arm(r.cfg.RunTimeout, func() {
+	arm(e.cfg.RunTimeout, func() {
 		cancel(errRunTimeout)
-		arm(r.cfg.FinishGrace, func() {
+		arm(e.cfg.FinishGrace, func() {
 			scancel(errWriteLimit)
-			arm(r.cfg.FinishGrace, func() { wcancel(errWriteLimit) })
+			arm(e.cfg.FinishGrace, func() { wcancel(errWriteLimit) })
 		})
 	})
 	defer func() {
@@ -163,7 +149,7 @@ func (x *execution) run(ctx context.Context) {
 	if x.w.snapshot().CancelRequested {
 		cancel(errCanceled)
 	}
-	stopBeat := core.Heartbeat(runCtx, r.cfg.Clock, r.cfg.HeartbeatInterval, x.w.renewed, x.beat)
+	stopBeat := core.Heartbeat(runCtx, e.cfg.Clock, e.cfg.HeartbeatInterval, x.w.renewed, x.beat)
 	out = x.execute(runCtx, sctx)
 	stopBeat()
 	x.finish(wctx, out)
@@ -193,7 +179,7 @@ func (x *execution) beat(ctx context.Context) bool {
 		return false
 	case err != nil:
 		if ctx.Err() == nil {
-			x.r.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat_failed", slog.String("runId", x.w.runID), slog.String("error", err.Error()))
+			x.e.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat_failed", slog.String("runId", x.w.runID), slog.String("error", err.Error()))
 		}
 	case x.w.snapshot().CancelRequested:
 		x.stop(errCanceled)
@@ -222,7 +208,7 @@ func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
 	if doc.StepsCompleted == 0 && !x.resumed {
 		return p, nil
 	}
-	files, err := x.r.readSteps(ctx, doc.AgentSlug, doc.RunID)
+	files, err := x.e.readSteps(ctx, doc.AgentSlug, doc.RunID)
 	if err != nil {
 		return p, err
 	}
@@ -296,7 +282,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			continue
 		}
 		if cause := context.Cause(runCtx); cause != nil {
-			return x.stopped(cause)
+			return stoppedBy(cause)
 		}
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
 		out, end := x.doStep(runCtx, ctx, i, s, in)
@@ -341,15 +327,15 @@ func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome
 	if err != nil {
 		return nil, &outcome{kind: failed, err: err}
 	}
-	b, _, err := x.r.store.Get(ctx, inKey)
-	if errors.Is(err, storage.ErrNotFound) && x.r.absent.Settle > 0 && x.r.mayHaveInput(ctx, doc) {
+	b, _, err := x.e.store.Get(ctx, inKey)
+	if errors.Is(err, storage.ErrNotFound) && x.e.absent.Settle > 0 && x.e.mayHaveInput(ctx, doc) {
 		// One not-found of a store that settles is no proof the run has
 		// no input, and steps run without one cannot be undone: read
 		// again Settle later (only a run whose active entry says it has
 		// an input, or cannot be read, waits; a store that settles at
 		// once, never).
-		if err = clock.Sleep(ctx, x.r.cfg.Clock, x.r.absent.Settle); err == nil {
-			b, _, err = x.r.store.Get(ctx, inKey)
+		if err = clock.Sleep(ctx, x.e.cfg.Clock, x.e.absent.Settle); err == nil {
+			b, _, err = x.e.store.Get(ctx, inKey)
 		}
 	}
 	if err == nil {
@@ -361,40 +347,20 @@ func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome
 	return input, nil
 }
 
-// mayHaveInput tells whether doc's run may have an input.json: false only
-// when its active entry, written once by its submit before anything else,
-// says it has none. Such a run need not wait for evidence that its input
-// is missing.
-func (r *Runner) mayHaveInput(ctx context.Context, doc Status) bool {
-	key, err := layout.RunActiveKey(doc.AgentSlug, doc.RunID)
-	if err != nil {
-		return true
-	}
-	raw, _, err := r.store.Get(ctx, key)
-	if err != nil {
-		return true
-	}
-	var e activeEntry
-	if json.Unmarshal(raw, &e) != nil || e.Pending == nil || e.Pending.RunID != doc.RunID {
-		return true // written before entries carried the pending status: unknown
-	}
-	return e.Input
-}
-
 // doStep runs step i (number i+1) and records how it went. end is set when
 // the execution ends here: stopped, the step failed, or a write failed.
 func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepInput) (StepOutput, *outcome) {
-	r := x.r
+	e := x.e
 	if !s.Idempotent {
 		if err := x.markStarted(ctx, i); err != nil {
 			end := x.startFailure(ctx, err)
 			return StepOutput{}, &end
 		}
 	}
-	started := r.now()
+	started := e.now()
 	out, attempts, stepErr := x.runStep(runCtx, s, in)
 	if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
-		end := x.stopped(context.Cause(runCtx))
+		end := stoppedBy(context.Cause(runCtx))
 		return out, &end
 	}
 	if stepErr != nil {
@@ -408,7 +374,7 @@ func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepIn
 		end := x.writeFailure(ctx, err)
 		return out, &end
 	}
-	if m, ok := r.cfg.Metrics.(stepMetrics); ok {
+	if m, ok := e.cfg.Metrics.(stepMetrics); ok {
 		m.StepFinished(in.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
 	}
 	x.records[rec.StepNumber] = rec
@@ -468,7 +434,7 @@ func stoppedStepError(runCtx context.Context, s Step, err error) error {
 func isStop(ctx context.Context) bool    { return context.Cause(ctx) != nil }
 func isTimeout(ctx context.Context) bool { return context.Cause(ctx) == errRunTimeout }
 
-func (x *execution) stopped(cause error) outcome {
+func stoppedBy(cause error) outcome {
 	switch cause {
 	case errCanceled:
 		return outcome{kind: canceled}
@@ -496,7 +462,7 @@ func (x *execution) writeFailure(ctx context.Context, err error) outcome {
 // update, and the move to a wait when the step asked for one).
 func (x *execution) count(ctx context.Context, n int, proposals []string, await *Await) error {
 	f := x.flow
-	r := x.r
+	e := x.e
 	b := bySystem()
 	switch {
 	case await != nil && await.Approval != "":
@@ -526,7 +492,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 			// it stays executing and the execution ends it canceled.
 			return nil
 		}
-		now := r.now()
+		now := e.now()
 		switch {
 		case await.Approval != "" && f.awaitApproval != "":
 			if err := f.fire(ctx, d, f.awaitApproval, lifecycle.ActorOrchestration); err != nil {
@@ -539,7 +505,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 			}
 			timeout := await.Timeout
 			if timeout <= 0 {
-				timeout = r.cfg.ExternalTimeout
+				timeout = e.cfg.ExternalTimeout
 			}
 			deadline := now.Add(timeout)
 			d.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
@@ -17,7 +16,7 @@ import (
 // finish writes how the execution ended: the manifest and the terminal
 // status, or the failure; then frees the slot and the active entry.
 func (x *execution) finish(ctx context.Context, out outcome) {
-	r := x.r
+	e := x.e
 	doc := x.w.snapshot()
 	out, manifestSays := x.endManifest(ctx, out, &doc)
 	if out.kind == stopped || ctx.Err() != nil {
@@ -25,14 +24,14 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		return
 	}
 	if out.kind == parked {
-		r.releaseSlot(ctx, doc.AgentSlug, x.slotKey, x.slotVer)
+		e.slots.release(ctx, doc.AgentSlug, x.slotKey, x.slotVer)
 		return
 	}
 	if err := x.writeEnd(ctx, out); err != nil {
-		r.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		e.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 		x.giveUp(ctx, err)
 		if !errors.Is(err, records.ErrLeaseLost) && !errors.Is(err, records.ErrCorrupt) && ctx.Err() == nil {
-			r.releaseSlotIfOurs(ctx, x) // not executing any more: recovery takes it from here
+			e.slots.releaseHeld(ctx, x) // not executing any more: recovery takes it from here
 		}
 		return
 	}
@@ -41,11 +40,11 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 		// The status moved meanwhile (a cancel landed): the manifest
 		// follows it.
 		if err := x.writeManifest(ctx, out, end.Status); err != nil {
-			r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+			e.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 		}
 	}
-	r.cleanup(ctx, doc.AgentSlug, doc.RunID, x.slotKey, x.slotVer)
-	r.finished(ctx, end)
+	e.ender.cleanup(ctx, doc.AgentSlug, doc.RunID, x.slotKey, x.slotVer)
+	e.ender.finished(ctx, end)
 }
 
 // endManifest writes the manifest of an execution that ends: at every
@@ -64,7 +63,7 @@ func (x *execution) endManifest(ctx context.Context, out outcome, doc *Status) (
 	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
 		if to, ok := x.flow.target(doc.Status, x.endEvent(out, doc)); ok {
 			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, records.ErrLeaseLost) {
-				x.r.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+				x.e.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 			}
 			manifestSays = to
 		}
@@ -83,14 +82,14 @@ func (x *execution) abandon(ctx context.Context, out outcome, runID string) {
 		reason = errors.Join(errWriteLimit, out.err)
 	}
 	if reason != nil && (!errors.Is(reason, context.Canceled) || errors.Is(reason, errWriteLimit)) {
-		x.r.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", runID), slog.String("error", reason.Error()))
+		x.e.log.LogAttrs(ctx, slog.LevelWarn, "run_stopped", slog.String("runId", runID), slog.String("error", reason.Error()))
 	}
 	x.giveUp(ctx, out.err)
 }
 
 // writeEnd writes the terminal status the outcome says.
 func (x *execution) writeEnd(ctx context.Context, out outcome) error {
-	r := x.r
+	e := x.e
 	f := x.flow
 	b := bySystem()
 	if out.kind == timedOut {
@@ -106,12 +105,12 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 		case failed:
 			runErr = out.err
 		case timedOut:
-			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(r.cfg.RunTimeout))
+			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(e.cfg.RunTimeout))
 		}
 		if err := f.fire(ctx, d, x.endEvent(out, d), lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
-		r.finishFields(d, runErr)
+		e.ender.finishFields(d, runErr)
 		return nil
 	})
 }
@@ -134,40 +133,16 @@ func (x *execution) endEvent(out outcome, d *Status) lifecycle.Event {
 	return f.complete
 }
 
-// finishFields sets what a terminal write records (docs/spec.md#run-status).
-func (r *Runner) finishFields(d *Status, runErr error) {
-	now := r.now()
-	d.FinishedAt = &now
-	d.DurationMS = now.Sub(d.StartedAt).Milliseconds()
-	d.Lease = nil
-	if runErr != nil {
-		var re *lifecycle.RunError
-		msg := runErr.Error()
-		if !errors.As(runErr, &re) {
-			msg = codes.InternalError + ": " + msg
-		}
-		d.Error = &msg
-	}
-}
-
-// finished records a run's end in logs and metrics.
-func (r *Runner) finished(ctx context.Context, d Status) {
-	dur := time.Duration(d.DurationMS) * time.Millisecond
-	r.cfg.Metrics.RunFinished(d.AgentSlug, d.Status, dur)
-	r.log.LogAttrs(ctx, slog.LevelInfo, "run_completed", slog.String("runId", d.RunID),
-		slog.Int64("durationMs", d.DurationMS), slog.String("status", d.Status))
-}
-
 // giveUp frees what an execution that stops without recording an end
 // holds: the slot of a run it lost, or of a run whose status turned out
 // poison (quarantined here, with its active entry).
 func (x *execution) giveUp(ctx context.Context, err error) {
 	var ce *records.CorruptError
 	if errors.As(err, &ce) {
-		_ = x.r.quarantineRun(ctx, x.agent.Slug, x.w.runID, ce)
+		_ = x.e.statuses.quarantineRun(ctx, x.agent.Slug, x.w.runID, ce)
 	}
 	if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) {
-		x.r.releaseSlotIfOurs(ctx, x)
+		x.e.slots.releaseHeld(ctx, x)
 	}
 }
 
@@ -186,7 +161,7 @@ func (x *execution) writeManifest(ctx context.Context, out outcome, status strin
 			steps = append(steps, manifestStep{StepNumber: rec.StepNumber, StepName: rec.StepName, Status: rec.Status, DurationMS: rec.DurationMS})
 		}
 	}
-	now := x.r.now()
+	now := x.e.now()
 	m := manifest{
 		RunID: doc.RunID, AgentSlug: doc.AgentSlug, Status: status, Trigger: doc.Trigger,
 		StartedAt: doc.StartedAt, FinishedAt: now, DurationMS: now.Sub(doc.StartedAt).Milliseconds(),
@@ -201,6 +176,6 @@ func (x *execution) writeManifest(ctx context.Context, out outcome, status strin
 	if err != nil {
 		return err
 	}
-	_, err = core.PutFenced(ctx, x.r.store, key, b, x.r.cfg.Owner, x.epoch, epochOf)
+	_, err = core.PutFenced(ctx, x.e.store, key, b, x.e.cfg.Owner, x.epoch, epochOf)
 	return err
 }

@@ -3,21 +3,41 @@ package run
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
+	"sync"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// The history indexes (docs/decisions.md, "Paged lists and their
-// indexes"): every run has an entry in its agent's history, written once
+// history keeps the history indexes of the runs (see below): a run's
+// entries written at its creation, moved at each change of status, and
+// repaired by the loop's repair pass; the backfill indexes the runs
+// written before the indexes existed. It remembers the runs whose status
+// entry could not be moved (gaps): a gap keeps the run's active entry, so
+// the poll finds the run and repairs it.
+type history struct {
+	store    storage.Store
+	log      *slog.Logger
+	clock    clock.Clock
+	interval time.Duration // Config.IndexRepairInterval
+	cat      *catalog
+	statuses *statuses
+	life     *lifetime
+
+	mu   sync.Mutex
+	gaps map[string]bool
+	// repairedAt is when the loop last ran the repair pass, and
+	// backfillStarted whether it started the backfill. Only the loop
+	// touches them.
+	repairedAt      time.Time
+	backfillStarted bool
+}
+
+// The history indexes (docs/design.md#listing-and-indexes): every run has an entry in its agent's history, written once
 // when it is created, and one in its agent's list of runs in its status,
 // which the status writer moves when the status changes: the record is
 // written first, then the new entry, then the old one deleted. A crash
@@ -48,78 +68,9 @@ type RunPage struct {
 	Next string
 }
 
-// ListRuns reads a page of runs newest first (GET /runs), through the
-// history indexes: its cost is the page (a List and a read per run), not
-// the history. A bad limit, cursor, status or agent is a *RequestError or
-// a *core.PageError (INVALID_REQUEST, INVALID_CURSOR).
-func (r *Runner) ListRuns(ctx context.Context, q RunQuery) (RunPage, error) {
-	limit, err := core.PageLimit(q.Limit)
-	if err != nil {
-		return RunPage{}, err
-	}
-	after, err := core.PageCursor(q.Cursor, func(e string) bool { _, _, ok := layout.ParseNewestFirst(e); return ok })
-	if err != nil {
-		return RunPage{}, err
-	}
-	if q.Status != "" && !r.knownStatus(q.Status) {
-		return RunPage{}, &RequestError{Field: "status", Reason: fmt.Sprintf("%q is not a state of any run machine", q.Status)}
-	}
-	slugs := []string{q.Agent}
-	if q.Agent == "" {
-		slugs = r.slugs()
-	}
-	prefixes := make([]string, len(slugs))
-	for i, s := range slugs {
-		if q.Status == "" {
-			prefixes[i], err = layout.RunHistoryAgentPrefix(s)
-		} else {
-			prefixes[i], err = layout.RunStatusIndexAgentPrefix(s, q.Status)
-		}
-		if err != nil {
-			return RunPage{}, &RequestError{Field: "agent", Reason: err.Error()}
-		}
-	}
-	runs, next, err := core.ReadPage(ctx, r.store, prefixes, after, limit, 0, func(ctx context.Context, i int, entry string) (Status, bool, error) {
-		_, runID, ok := layout.ParseNewestFirst(entry)
-		if !ok {
-			return Status{}, false, nil // not an entry of ours
-		}
-		doc, ok, err := r.readListed(ctx, slugs[i], runID)
-		if !ok || err != nil {
-			return Status{}, false, err
-		}
-		r.markLost(&doc)
-		return doc, q.Status == "" || doc.Status == q.Status, nil
-	})
-	if err != nil {
-		return RunPage{}, err
-	}
-	return RunPage{Runs: runs, Next: next}, nil
-}
-
-// slugs are this runner's agents, sorted.
-func (r *Runner) slugs() []string {
-	out := make([]string, 0, len(r.agents))
-	for s := range r.agents {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// knownStatus tells whether s is a state of a run machine.
-func (r *Runner) knownStatus(s string) bool {
-	for _, m := range []string{lifecycle.MachineCanonical, lifecycle.MachineCancelable, lifecycle.MachineApproval} {
-		if f, ok := flowFor(m); ok && f.isState(s) {
-			return true
-		}
-	}
-	return false
-}
-
 // indexCreated writes a new run's history entry and its entry under its
 // first status (create-only: writing them again is a no-op).
-func (r *Runner) indexCreated(ctx context.Context, doc *Status) error {
+func (h *history) indexCreated(ctx context.Context, doc *Status) error {
 	hist, err := layout.RunHistoryKey(doc.AgentSlug, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
@@ -128,70 +79,70 @@ func (r *Runner) indexCreated(ctx context.Context, doc *Status) error {
 	if err != nil {
 		return err
 	}
-	if err := r.putOnce(ctx, hist, nil); err != nil {
+	if err := putOnce(ctx, h.store, hist, nil); err != nil {
 		return err
 	}
-	return r.putOnce(ctx, st, nil)
+	return putOnce(ctx, h.store, st, nil)
 }
 
 // moveStatusIndex moves a run's status entry from the status from to its
 // status now, after the write that moved it. A failure is logged and noted
 // as an index gap: the write has happened, the gap keeps the run's active
 // entry (cleanup), and the poll's repair finds the run by it.
-func (r *Runner) moveStatusIndex(ctx context.Context, doc *Status, from string) {
+func (h *history) moveStatusIndex(ctx context.Context, doc *Status, from string) {
 	if from == doc.Status {
 		return
 	}
-	err := r.putStatusEntry(ctx, doc)
+	err := h.putStatusEntry(ctx, doc)
 	if err == nil {
 		var old string
 		if old, err = layout.RunStatusIndexKey(doc.AgentSlug, from, doc.StartedAt, doc.RunID); err == nil {
-			err = r.store.Delete(ctx, old, storage.Condition{})
+			err = h.store.Delete(ctx, old, storage.Condition{})
 		}
 	}
-	r.noteIndexGap(doc.RunID, err != nil)
+	h.noteGap(doc.RunID, err != nil)
 	if err != nil && ctx.Err() == nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "run_index_move_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		h.log.LogAttrs(ctx, slog.LevelWarn, "run_index_move_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 	}
 }
 
-// noteIndexGap notes whether a run's status index entry is known not to
+// noteGap notes whether a run's status index entry is known not to
 // match its status (gap) or was just made to.
-func (r *Runner) noteIndexGap(runID string, gap bool) {
-	r.auditMu.Lock()
-	defer r.auditMu.Unlock()
+func (h *history) noteGap(runID string, gap bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if gap {
-		r.indexGaps[runID] = true
+		h.gaps[runID] = true
 	} else {
-		delete(r.indexGaps, runID)
+		delete(h.gaps, runID)
 	}
 }
 
-// indexGap tells whether a run's status index entry is known not to match.
-func (r *Runner) indexGap(runID string) bool {
-	r.auditMu.Lock()
-	defer r.auditMu.Unlock()
-	return r.indexGaps[runID]
+// gap tells whether a run's status index entry is known not to match.
+func (h *history) gap(runID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gaps[runID]
 }
 
 // putStatusEntry writes a run's entry under its status now.
-func (r *Runner) putStatusEntry(ctx context.Context, doc *Status) error {
+func (h *history) putStatusEntry(ctx context.Context, doc *Status) error {
 	key, err := layout.RunStatusIndexKey(doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
 	}
-	return r.putOnce(ctx, key, nil)
+	return putOnce(ctx, h.store, key, nil)
 }
 
 // repairRunIndex makes a run's entries match doc, read from the store:
 // its history entry and its entry under its status exist, and none under
 // another state of its machine is left. It is called for a run in the
 // active index (bounded by the runs not yet cleaned up).
-func (r *Runner) repairRunIndex(ctx context.Context, doc *Status) error {
-	if err := r.indexCreated(ctx, doc); err != nil { // its history and status entries
+func (h *history) repairRunIndex(ctx context.Context, doc *Status) error {
+	if err := h.indexCreated(ctx, doc); err != nil { // its history and status entries
 		return err
 	}
-	for _, s := range r.flowOfDoc(doc).states {
+	for _, s := range h.cat.flowOfDoc(doc).states {
 		if s == doc.Status {
 			continue
 		}
@@ -199,7 +150,7 @@ func (r *Runner) repairRunIndex(ctx context.Context, doc *Status) error {
 		if err != nil {
 			return err
 		}
-		if err := r.store.Delete(ctx, key, storage.Condition{}); err != nil {
+		if err := h.store.Delete(ctx, key, storage.Condition{}); err != nil {
 			return err
 		}
 	}
@@ -214,40 +165,40 @@ func (r *Runner) repairRunIndex(ctx context.Context, doc *Status) error {
 // the entries left stale by a crash, never the history: an entry under a
 // terminal state is never stale, as a terminal run does not move and its
 // active entry is cleaned up only after its entries are repaired.
-func (r *Runner) repairIndexes(ctx context.Context) {
-	for key, err := range r.store.List(ctx, layout.RunActivePrefix) {
+func (h *history) repairIndexes(ctx context.Context) {
+	for key, err := range h.store.List(ctx, layout.RunActivePrefix) {
 		if err != nil {
-			r.repairFailed(ctx, err)
+			h.repairFailed(ctx, err)
 			return
 		}
 		slug, runID, ok := layout.ParseRunActiveKey(key)
 		if !ok {
 			continue
 		}
-		if _, known := r.agents[slug]; !known {
+		if _, known := h.cat.agents[slug]; !known {
 			continue
 		}
 		statusKey, err := layout.RunStatusKey(slug, runID)
 		if err != nil {
 			continue
 		}
-		doc, _, err := r.readStatus(ctx, slug, runID, statusKey)
+		doc, _, err := h.statuses.read(ctx, slug, runID, statusKey)
 		if err != nil {
 			continue // not written yet (finishSubmit), or poison
 		}
-		if err := r.ensureEntries(ctx, &doc); err != nil {
-			r.repairFailed(ctx, err)
+		if err := h.ensureEntries(ctx, &doc); err != nil {
+			h.repairFailed(ctx, err)
 			return
 		}
 	}
-	for _, slug := range r.slugs() {
-		f := r.agents[slug].flow
+	for _, slug := range h.cat.slugs() {
+		f := h.cat.agents[slug].flow
 		for _, s := range f.states {
 			if f.terminal(s) {
 				continue
 			}
-			if err := r.dropStale(ctx, slug, s); err != nil {
-				r.repairFailed(ctx, err)
+			if err := h.dropStale(ctx, slug, s); err != nil {
+				h.repairFailed(ctx, err)
 				return
 			}
 		}
@@ -256,7 +207,7 @@ func (r *Runner) repairIndexes(ctx context.Context) {
 
 // ensureEntries puts back a run's history entry and its entry under its
 // status where missing, reading first: a repair pass mostly finds them.
-func (r *Runner) ensureEntries(ctx context.Context, doc *Status) error {
+func (h *history) ensureEntries(ctx context.Context, doc *Status) error {
 	hist, err := layout.RunHistoryKey(doc.AgentSlug, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
@@ -266,9 +217,9 @@ func (r *Runner) ensureEntries(ctx context.Context, doc *Status) error {
 		return err
 	}
 	for _, key := range []string{hist, st} {
-		_, _, err := r.store.Get(ctx, key)
+		_, _, err := h.store.Get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
-			err = r.putOnce(ctx, key, nil)
+			err = putOnce(ctx, h.store, key, nil)
 		}
 		if err != nil {
 			return err
@@ -279,12 +230,12 @@ func (r *Runner) ensureEntries(ctx context.Context, doc *Status) error {
 
 // dropStale deletes the entries under slug's status s whose run is in
 // another state.
-func (r *Runner) dropStale(ctx context.Context, slug, s string) error {
+func (h *history) dropStale(ctx context.Context, slug, s string) error {
 	prefix, err := layout.RunStatusIndexAgentPrefix(slug, s)
 	if err != nil {
 		return err
 	}
-	for key, err := range r.store.List(ctx, prefix) {
+	for key, err := range h.store.List(ctx, prefix) {
 		if err != nil {
 			return err
 		}
@@ -296,32 +247,32 @@ func (r *Runner) dropStale(ctx context.Context, slug, s string) error {
 		if err != nil {
 			continue
 		}
-		doc, _, err := r.readStatus(ctx, slug, runID, statusKey)
+		doc, _, err := h.statuses.read(ctx, slug, runID, statusKey)
 		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt) {
 			continue // its submit may still be writing the status
 		}
 		if err != nil || doc.Status == s {
 			continue
 		}
-		if err := r.store.Delete(ctx, key, storage.Condition{}); err != nil {
+		if err := h.store.Delete(ctx, key, storage.Condition{}); err != nil {
 			return err
 		}
 		// The run may have moved back into s after the read (running ->
 		// awaiting_approval -> running) and its writer put this entry
 		// again just before the delete: read once more and restore it.
-		if again, _, err := r.readStatus(ctx, slug, runID, statusKey); err == nil && again.Status == s {
-			if err := r.putOnce(ctx, key, nil); err != nil {
+		if again, _, err := h.statuses.read(ctx, slug, runID, statusKey); err == nil && again.Status == s {
+			if err := putOnce(ctx, h.store, key, nil); err != nil {
 				return err
 			}
 		}
-		r.log.LogAttrs(ctx, slog.LevelDebug, "run_index_repaired", slog.String("runId", runID), slog.String("stale", s))
+		h.log.LogAttrs(ctx, slog.LevelDebug, "run_index_repaired", slog.String("runId", runID), slog.String("stale", s))
 	}
 	return nil
 }
 
-func (r *Runner) repairFailed(ctx context.Context, err error) {
+func (h *history) repairFailed(ctx context.Context, err error) {
 	if ctx.Err() == nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "run_index_repair_failed", slog.String("error", err.Error()))
+		h.log.LogAttrs(ctx, slog.LevelWarn, "run_index_repair_failed", slog.String("error", err.Error()))
 	}
 }
 
@@ -330,29 +281,29 @@ func (r *Runner) repairFailed(ctx context.Context, err error) {
 // started (a start-up poll costs what it did). The first pass also starts
 // the backfill of the runs written before the indexes, beside the loop:
 // a long listing must not hold up the work.
-func (r *Runner) maybeRepairIndexes(ctx context.Context, now time.Time) {
-	if r.repairedAt.IsZero() {
-		r.repairedAt = now
+func (h *history) maybeRepairIndexes(ctx context.Context, now time.Time) {
+	if h.repairedAt.IsZero() {
+		h.repairedAt = now
 		return
 	}
-	if now.Sub(r.repairedAt) < r.cfg.IndexRepairInterval && !now.Before(r.repairedAt) {
+	if now.Sub(h.repairedAt) < h.interval && !now.Before(h.repairedAt) {
 		return
 	}
-	r.repairedAt = now
-	if !r.backfillStarted {
-		r.backfillStarted = true
+	h.repairedAt = now
+	if !h.backfillStarted {
+		h.backfillStarted = true
 		// Its own token of the clock: a test's fake clock moves only
 		// while it waits too.
-		bctx := clock.Start(r.lifeCtx(), r.cfg.Clock)
-		r.wg.Add(1)
+		bctx := clock.Start(h.life.context(), h.clock)
+		h.life.add()
 		go func() {
-			defer r.wg.Done()
-			bctx, end := clock.Enter(bctx, r.cfg.Clock)
+			defer h.life.done()
+			bctx, end := clock.Enter(bctx, h.clock)
 			defer end()
-			r.backfill(bctx)
+			h.backfill(bctx)
 		}()
 	}
-	r.repairIndexes(ctx)
+	h.repairIndexes(ctx)
 }
 
 // backfill indexes, once per agent, the runs written before the history
@@ -360,16 +311,16 @@ func (r *Runner) maybeRepairIndexes(ctx context.Context, now time.Time) {
 // then never again: a marker records it) and writes each run's entries.
 // A run that moves meanwhile may leave a stale entry under a state that is
 // not terminal, which the repair pass deletes.
-func (r *Runner) backfill(ctx context.Context) {
-	for _, slug := range r.slugs() {
+func (h *history) backfill(ctx context.Context) {
+	for _, slug := range h.cat.slugs() {
 		marker, err := layout.RunBackfillKey(slug)
 		if err != nil {
 			continue
 		}
-		if _, _, err := r.store.Get(ctx, marker); err == nil {
+		if _, _, err := h.store.Get(ctx, marker); err == nil {
 			continue
 		} else if !errors.Is(err, storage.ErrNotFound) {
-			r.backfillFailed(ctx, slug, err)
+			h.backfillFailed(ctx, slug, err)
 			return
 		}
 		prefix, err := layout.AgentRunsPrefix(slug)
@@ -377,85 +328,44 @@ func (r *Runner) backfill(ctx context.Context) {
 			continue
 		}
 		n := 0
-		for key, err := range r.store.List(ctx, prefix) {
+		for key, err := range h.store.List(ctx, prefix) {
 			if err != nil {
-				r.backfillFailed(ctx, slug, err)
+				h.backfillFailed(ctx, slug, err)
 				return
 			}
 			_, runID, ok := layout.ParseRunStatusKey(key)
 			if !ok {
 				continue
 			}
-			doc, _, err := r.readStatus(ctx, slug, runID, key)
+			doc, _, err := h.statuses.read(ctx, slug, runID, key)
 			if err != nil {
 				continue // gone, or poison (quarantined)
 			}
-			if err := r.indexCreated(ctx, &doc); err != nil {
-				r.backfillFailed(ctx, slug, err)
+			if err := h.indexCreated(ctx, &doc); err != nil {
+				h.backfillFailed(ctx, slug, err)
 				return
 			}
 			n++
 		}
-		if err := r.putOnce(ctx, marker, []byte("{}")); err != nil {
-			r.backfillFailed(ctx, slug, err)
+		if err := putOnce(ctx, h.store, marker, []byte("{}")); err != nil {
+			h.backfillFailed(ctx, slug, err)
 			return
 		}
-		r.log.LogAttrs(ctx, slog.LevelInfo, "run_index_backfilled", slog.String("agent", slug), slog.Int("runs", n))
+		h.log.LogAttrs(ctx, slog.LevelInfo, "run_index_backfilled", slog.String("agent", slug), slog.Int("runs", n))
 	}
 }
 
-func (r *Runner) backfillFailed(ctx context.Context, slug string, err error) {
+func (h *history) backfillFailed(ctx context.Context, slug string, err error) {
 	if ctx.Err() == nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "run_index_backfill_failed", slog.String("agent", slug), slog.String("error", err.Error()))
+		h.log.LogAttrs(ctx, slog.LevelWarn, "run_index_backfill_failed", slog.String("agent", slug), slog.String("error", err.Error()))
 	}
 }
 
-// RunningByHeartbeat returns the runs being executed (running, and
-// cancel_requested on the cancel-aware machine) of this runner's agents,
-// the oldest last_heartbeat_at first, at most limit (0: every one): the
-// orphan query (docs/spec.md, "Recovery"). It reads the agents' status index
-// entries of those states, which hold the executing runs only, and sorts
-// them by heartbeat in memory: its cost is the runs executing (bounded by
-// the agents' slots), never the history, and it adds no index key that a
-// heartbeat would have to move (docs/decisions.md, "Paged lists and their
-// indexes"). A run whose lease has lapsed (Lease.ExpiresAt passed) has
-// lost its runner; the next poll of any runner takes it over.
-func (r *Runner) RunningByHeartbeat(ctx context.Context, limit int) ([]Status, error) {
-	var out []Status
-	for _, slug := range r.slugs() {
-		f := r.agents[slug].flow
-		for _, s := range f.states {
-			if !f.executing(s) {
-				continue
-			}
-			prefix, err := layout.RunStatusIndexAgentPrefix(slug, s)
-			if err != nil {
-				return nil, err
-			}
-			for key, err := range r.store.List(ctx, prefix) {
-				if err != nil {
-					return nil, err
-				}
-				_, runID, ok := layout.ParseNewestFirst(key[len(prefix):])
-				if !ok {
-					continue
-				}
-				doc, ok, err := r.readListed(ctx, slug, runID)
-				if err != nil {
-					return nil, err
-				}
-				if ok && doc.Status == s {
-					r.markLost(&doc)
-					out = append(out, doc)
-				}
-			}
-		}
+// putOnce writes value at key create-only; an existing key is left as is.
+func putOnce(ctx context.Context, store storage.Store, key string, value []byte) error {
+	_, err := store.Put(ctx, key, value, storage.IfNotExists())
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		return nil
 	}
-	slices.SortStableFunc(out, func(a, b Status) int {
-		return derefTime(a.LastHeartbeatAt).Compare(derefTime(b.LastHeartbeatAt))
-	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	return err
 }

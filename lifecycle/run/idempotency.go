@@ -271,7 +271,29 @@ type idemClaim struct {
 // errKeep ends an Apply that judged the record and need not write it.
 var errKeep = errors.New("run: idempotency record kept as is")
 
-// submitIdempotent is the check-and-set flow of docs/spec.md#idempotency.
+// idempotency answers the submits with an idempotency key
+// (docs/spec.md#idempotency) through the key's record, and reads a record.
+type idempotency struct {
+	store   storage.Store
+	now     func() time.Time
+	log     *slog.Logger
+	metrics Metrics
+	cfg     idemConfig
+	absent  *core.Absence
+	gate    *dedupeGate
+	creator *creator
+}
+
+// idemConfig is what of Config the idempotency flow reads.
+type idemConfig struct {
+	Owner                   string
+	IdempotencyLease        time.Duration
+	IdempotencyCompletedTTL time.Duration
+	IdempotencyFailedTTL    time.Duration
+	IdempotencyMaxAttempts  int
+}
+
+// submit is the check-and-set flow of docs/spec.md#idempotency.
 // No answer names a run that does not exist when it is given: a submit
 // that creates the run answers once it is written, a duplicate of a
 // completed key answers its run, and a duplicate whose run may not be
@@ -280,30 +302,30 @@ var errKeep = errors.New("run: idempotency record kept as is")
 // without an id. Another request under a live key is IDEMPOTENCY_CONFLICT;
 // a failed key is retried under the same run id while attempts are left,
 // and answers its stored error after.
-func (r *Runner) submitIdempotent(ctx context.Context, agent *agentDef, req SubmitRequest) (SubmitResult, error) {
+func (im *idempotency) submit(ctx context.Context, agent *agentDef, req SubmitRequest) (SubmitResult, error) {
 	k, err := parseIdempotencyKey(req.IdempotencyKey)
 	if err != nil {
 		return SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
 	key := layout.IdempotencyKey(req.IdempotencyKey)
-	c, err := r.claimKey(ctx, key, req, k, requestHash(req))
+	c, err := im.claimKey(ctx, key, req, k, requestHash(req))
 	if err != nil {
 		return SubmitResult{}, err
 	}
-	res, err := r.actOnClaim(ctx, agent, req, key, &c)
+	res, err := im.actOnClaim(ctx, agent, req, key, &c)
 	if err != nil {
 		return SubmitResult{}, err
 	}
-	r.cfg.Metrics.Idempotency(k.Source, res.Duplicate)
+	im.metrics.Idempotency(k.Source, res.Duplicate)
 	if res.Duplicate {
-		r.log.LogAttrs(ctx, slog.LevelInfo, "idempotency_hit", slog.String("key", req.IdempotencyKey), slog.String("cachedRunId", res.RunID))
+		im.log.LogAttrs(ctx, slog.LevelInfo, "idempotency_hit", slog.String("key", req.IdempotencyKey), slog.String("cachedRunId", res.RunID))
 	}
 	return res, nil
 }
 
 // claimKey creates the key's record, or judges the existing one (judgeKey).
-func (r *Runner) claimKey(ctx context.Context, key string, req SubmitRequest, k idempotencyKey, hash string) (idemClaim, error) {
-	owner := r.cfg.Owner + "#" + randomHex(4)
+func (im *idempotency) claimKey(ctx context.Context, key string, req SubmitRequest, k idempotencyKey, hash string) (idemClaim, error) {
+	owner := im.cfg.Owner + "#" + randomHex(4)
 	var err error
 	// The record exists but reads missing when it was deleted (expired)
 	// between the create and the read, or on a store that settles, for a
@@ -311,14 +333,14 @@ func (r *Runner) claimKey(ctx context.Context, key string, req SubmitRequest, k 
 	for range 3 {
 		c := idemClaim{owner: owner, fresh: true}
 		c.rec = IdempotencyRecord{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash}
-		r.newGeneration(&c.rec, c.owner, r.now())
-		_, err = records.Create(ctx, r.store, key, &c.rec)
+		im.newGeneration(&c.rec, c.owner, im.now())
+		_, err = records.Create(ctx, im.store, key, &c.rec)
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			return c, err
 		}
 		var after IdempotencyRecord
-		_, after, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
-			return r.judgeKey(cur, &c, hash)
+		_, after, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: im.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
+			return im.judgeKey(cur, &c, hash)
 		})
 		switch {
 		case errors.Is(err, errKeep):
@@ -336,8 +358,8 @@ func (r *Runner) claimKey(ctx context.Context, key string, req SubmitRequest, k 
 // judgeKey decides what a submit of hash does with the existing record
 // cur, changing it when the submit takes the lease; errKeep when it need
 // not be written.
-func (r *Runner) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash string) error {
-	now := r.now()
+func (im *idempotency) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash string) error {
+	now := im.now()
 	c.action, c.fresh = idemOwn, false
 	switch {
 	case cur.expiredFor(hash, now):
@@ -345,14 +367,14 @@ func (r *Runner) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash string) err
 		c.fresh = true
 		prev := cur.RunID
 		cur.RequestHash, cur.Response = hash, nil
-		r.newGeneration(cur, c.owner, now)
+		im.newGeneration(cur, c.owner, now)
 		cur.PreviousRunID = prev
 	case cur.RequestHash != hash:
 		return &IdempotencyError{Key: cur.Key, RunID: cur.RunID, kind: ErrIdempotencyConflict}
 	case cur.Status == IdempotencyCompleted:
 		c.action, c.rec = idemDone, *cur
 		return errKeep
-	case cur.Status == IdempotencyFailed && cur.Attempts >= r.cfg.IdempotencyMaxAttempts:
+	case cur.Status == IdempotencyFailed && cur.Attempts >= im.cfg.IdempotencyMaxAttempts:
 		return &IdempotencyFailedError{Key: cur.Key, ErrorCode: cur.ErrorCode, Message: cur.Error, Attempts: cur.Attempts}
 	case cur.Status == IdempotencyProcessing && cur.leaseLive(now) && cur.LeaseOwner != c.owner:
 		c.action, c.rec = idemHelp, *cur
@@ -361,51 +383,58 @@ func (r *Runner) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash string) err
 		// A failed key with attempts left, or a lapsed lease: this submit
 		// takes the lease and creates the same run.
 		c.fresh = cur.Status == IdempotencyFailed
-		r.takeLease(cur, c.owner, now)
+		im.takeLease(cur, c.owner, now)
 	}
 	return nil
 }
 
 // newGeneration starts a record's generation at now: a new run id, held
 // by owner.
-func (r *Runner) newGeneration(rec *IdempotencyRecord, owner string, now time.Time) {
+func (im *idempotency) newGeneration(rec *IdempotencyRecord, owner string, now time.Time) {
 	rec.RunID, rec.CreatedAt, rec.ExpiresAt = newRunID(now), now, time.Time{}
 	rec.Attempts, rec.PreviousRunID = 0, ""
-	r.takeLease(rec, owner, now)
+	im.takeLease(rec, owner, now)
 }
 
 // takeLease makes owner the record's processing submitter until now plus
 // the lease. lock_expires_at is written too, so a process of an earlier
 // release reads the lease it knows.
-func (r *Runner) takeLease(rec *IdempotencyRecord, owner string, now time.Time) {
-	lease := now.Add(r.cfg.IdempotencyLease)
+func (im *idempotency) takeLease(rec *IdempotencyRecord, owner string, now time.Time) {
+	lease := now.Add(im.cfg.IdempotencyLease)
 	rec.Status, rec.LeaseOwner, rec.LeaseExpiresAt, rec.LockExpiresAt = IdempotencyProcessing, owner, &lease, &lease
 	rec.Error, rec.ErrorCode, rec.UpdatedAt = "", "", now
 	// A processing generation may hold its run: it lives as long as a
 	// completed one would.
-	if exp := now.Add(r.cfg.IdempotencyCompletedTTL); rec.ExpiresAt.Before(exp) {
+	if exp := now.Add(im.cfg.IdempotencyCompletedTTL); rec.ExpiresAt.Before(exp) {
 		rec.ExpiresAt = exp
 	}
 	rec.Attempts++
 }
 
 // actOnClaim does what the claim says and answers the submit.
-func (r *Runner) actOnClaim(ctx context.Context, agent *agentDef, req SubmitRequest, key string, c *idemClaim) (SubmitResult, error) {
+func (im *idempotency) actOnClaim(ctx context.Context, agent *agentDef, req SubmitRequest, key string, c *idemClaim) (SubmitResult, error) {
 	runID := c.rec.RunID
 	switch c.action {
 	case idemDone:
 		return SubmitResult{RunID: runID, Duplicate: true}, nil
 	case idemHelp:
-		if err := r.ensureRun(ctx, agent, req, c); err != nil {
-			r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_in_progress", slog.String("key", req.IdempotencyKey),
+		if err := im.ensureRun(ctx, agent, req, c); err != nil {
+			im.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_in_progress", slog.String("key", req.IdempotencyKey),
 				slog.String("runId", runID), slog.String("error", err.Error()))
 			return SubmitResult{}, &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: err}
 		}
-		r.recordOutcome(ctx, key, c, nil)
+		im.recordOutcome(ctx, key, c, nil)
 		return SubmitResult{RunID: runID, Duplicate: true}, nil
 	}
-	createErr := r.ensureRun(ctx, agent, req, c)
-	r.recordOutcome(ctx, key, c, createErr)
+	createErr := im.ensureRun(ctx, agent, req, c)
+	var busy *IdempotencyInProgressError
+	if !errors.As(createErr, &busy) {
+		// A run not yet known to be missing is no outcome: the record
+		// stays processing under this submit's lease, and a retry goes on
+		// where it stopped (recorded as a failure, it used up the key's
+		// attempts and then answered that failure for good).
+		im.recordOutcome(ctx, key, c, createErr)
+	}
 	if createErr != nil {
 		return SubmitResult{}, createErr
 	}
@@ -415,8 +444,8 @@ func (r *Runner) actOnClaim(ctx context.Context, agent *agentDef, req SubmitRequ
 // ensureRun makes the claim's run exist: created by this submit, or found
 // written (a submit of the same generation wrote it). A run that may exist
 // is read first, so a finished run is not given its first entries again.
-func (r *Runner) ensureRun(ctx context.Context, agent *agentDef, req SubmitRequest, c *idemClaim) error {
-	if err := r.markRun(ctx, c); err != nil {
+func (im *idempotency) ensureRun(ctx context.Context, agent *agentDef, req SubmitRequest, c *idemClaim) error {
+	if err := im.gate.markRun(ctx, c); err != nil {
 		return err
 	}
 	if !c.fresh || c.rec.Attempts > 1 {
@@ -424,14 +453,14 @@ func (r *Runner) ensureRun(ctx context.Context, agent *agentDef, req SubmitReque
 		if err != nil {
 			return err
 		}
-		_, _, err = r.store.Get(ctx, statusKey)
+		_, _, err = im.store.Get(ctx, statusKey)
 		switch {
 		case err == nil:
-			r.absent.Found(statusKey)
+			im.absent.Found(statusKey)
 			return nil
 		case !errors.Is(err, storage.ErrNotFound):
 			return err
-		case !r.absent.Confirmed(statusKey, r.now()):
+		case !im.absent.Confirmed(statusKey, im.now()):
 			// One not-found of a store that settles: creating the run
 			// now could land its first status over the live one and run
 			// it again, so the key is busy until the absence is sure.
@@ -440,34 +469,34 @@ func (r *Runner) ensureRun(ctx context.Context, agent *agentDef, req SubmitReque
 	}
 	// The run's start is its generation's: every submit that creates it
 	// writes the same entries.
-	return r.createRun(ctx, agent, req, c.rec.RunID, c.rec.CreatedAt)
+	return im.creator.createRun(ctx, agent, req, c.rec.RunID, c.rec.CreatedAt)
 }
 
 // recordOutcome writes the claim's outcome into the record: completed
 // (by any submit that saw the run written), or failed (only by the lease's
 // holder, never over a completed record). A failure to write is logged:
 // the run exists, and the next duplicate finds it.
-func (r *Runner) recordOutcome(ctx context.Context, key string, c *idemClaim, createErr error) {
-	_, _, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
+func (im *idempotency) recordOutcome(ctx context.Context, key string, c *idemClaim, createErr error) {
+	_, _, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: im.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
 		if cur.RunID != c.rec.RunID || cur.Status == IdempotencyCompleted {
 			return errKeep // done, or a later generation
 		}
-		now := r.now()
+		now := im.now()
 		if createErr == nil {
-			cur.Status, cur.ExpiresAt, cur.UpdatedAt = IdempotencyCompleted, now.Add(r.cfg.IdempotencyCompletedTTL), now
+			cur.Status, cur.ExpiresAt, cur.UpdatedAt = IdempotencyCompleted, now.Add(im.cfg.IdempotencyCompletedTTL), now
 			cur.Response, _ = json.Marshal(map[string]string{"run_id": cur.RunID})
 		} else {
 			if cur.Status != IdempotencyProcessing || cur.LeaseOwner != c.owner {
 				return errKeep // another submit holds it now
 			}
 			cur.Status, cur.Error, cur.ErrorCode = IdempotencyFailed, createErr.Error(), lifecycle.ErrorCode(createErr)
-			cur.ExpiresAt, cur.UpdatedAt = now.Add(r.cfg.IdempotencyFailedTTL), now
+			cur.ExpiresAt, cur.UpdatedAt = now.Add(im.cfg.IdempotencyFailedTTL), now
 		}
 		cur.LeaseOwner, cur.LeaseExpiresAt, cur.LockExpiresAt = "", nil, nil
 		return nil
 	})
 	if err != nil && !errors.Is(err, errKeep) {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", c.rec.Key), slog.String("error", err.Error()))
+		im.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", c.rec.Key), slog.String("error", err.Error()))
 	}
 }
 
@@ -477,20 +506,19 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL
-// has passed, ErrNotFound (storage's) when there is none.
-func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
+// read: see Runner.Idempotency.
+func (im *idempotency) read(ctx context.Context, key string) (IdempotencyRecord, error) {
 	if err := codes.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, codes.OneLine); err != nil {
 		return IdempotencyRecord{}, err
 	}
 	if _, err := parseIdempotencyKey(key); err != nil {
 		return IdempotencyRecord{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
-	rec, _, err := records.Read[IdempotencyRecord](ctx, r.store, layout.IdempotencyKey(key))
+	rec, _, err := records.Read[IdempotencyRecord](ctx, im.store, layout.IdempotencyKey(key))
 	if err != nil {
 		return rec, err
 	}
-	if r.now().After(rec.ExpiresAt) && rec.Status != IdempotencyProcessing {
+	if im.now().After(rec.ExpiresAt) && rec.Status != IdempotencyProcessing {
 		return rec, &IdempotencyError{Key: key, RunID: rec.RunID, kind: ErrIdempotencyExpired}
 	}
 	return rec, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
@@ -46,13 +47,54 @@ type IdempotencyMarker struct {
 	Replaces string `json:"replaces,omitempty"`
 }
 
-// settle is the store's settle time (0: it settles at once).
-// It is read once, when the Runner is made, so every check agrees.
-func (r *Runner) settle() time.Duration { return r.absent.Settle }
+// dedupeGate lets a keyed run execute only once it is its key's one run,
+// on a store that settles (see above); on one that settles at once it
+// writes and reads nothing. It remembers the runs found to be their key's
+// one run (verdicts) until they are past admission.
+type dedupeGate struct {
+	store        storage.Store
+	now          func() time.Time
+	log          *slog.Logger
+	settle       time.Duration // the store's settle time, read once: every check agrees
+	completedTTL time.Duration // Config.IdempotencyCompletedTTL
+	verdicts     *verdicts
+	ender        *ender
+	statuses     *statuses
+	poison       *poison
+	reads        *reads
+}
+
+// verdicts are the runs with an idempotency key found to be their key's
+// one run, on a store that settles. The gate decides them; the end of a
+// run forgets its verdict.
+type verdicts struct {
+	mu sync.Mutex
+	ok map[string]bool
+}
+
+func newVerdicts() *verdicts { return &verdicts{ok: map[string]bool{}} }
+
+func (v *verdicts) won(runID string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ok[runID]
+}
+
+func (v *verdicts) set(runID string) {
+	v.mu.Lock()
+	v.ok[runID] = true
+	v.mu.Unlock()
+}
+
+func (v *verdicts) forget(runID string) {
+	v.mu.Lock()
+	delete(v.ok, runID)
+	v.mu.Unlock()
+}
 
 // markRun writes the claim's run marker, on a store that settles.
-func (r *Runner) markRun(ctx context.Context, c *idemClaim) error {
-	if r.settle() <= 0 {
+func (g *dedupeGate) markRun(ctx context.Context, c *idemClaim) error {
+	if g.settle <= 0 {
 		return nil
 	}
 	key, err := layout.IdempotencyRunKey(c.rec.Key, c.rec.RunID)
@@ -60,78 +102,81 @@ func (r *Runner) markRun(ctx context.Context, c *idemClaim) error {
 		return err
 	}
 	m := IdempotencyMarker{Key: c.rec.Key, RunID: c.rec.RunID, RequestHash: c.rec.RequestHash, CreatedAt: c.rec.CreatedAt,
-		ExpiresAt: c.rec.CreatedAt.Add(r.cfg.IdempotencyCompletedTTL), Replaces: c.rec.PreviousRunID}
-	if _, err := records.Create(ctx, r.store, key, &m); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		ExpiresAt: c.rec.CreatedAt.Add(g.completedTTL), Replaces: c.rec.PreviousRunID}
+	if _, err := records.Create(ctx, g.store, key, &m); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}
 	return nil
 }
 
-// dedupeGate tells whether a run that has not executed yet may go on:
+// mayGo tells whether a run that has not executed yet may go on:
 // always on a store that settles at once or for a run without a key;
 // otherwise once, at least Settle after its creation, its key's markers
 // name it the winner. A run that lost is ended here.
-func (r *Runner) dedupeGate(ctx context.Context, c candidate, f *flow, doc *Status) bool {
-	settle := r.settle()
+func (g *dedupeGate) mayGo(ctx context.Context, c candidate, f *flow, doc *Status) bool {
+	settle := g.settle
 	if settle <= 0 || doc.IdempotencyKey == "" {
 		return true
 	}
-	if doc.Lease != nil || (doc.Status != f.initial && doc.Status != f.waiting) {
-		r.forgetDeduped(doc.RunID) // past admission: the verdict is no longer needed
+	if !gated(f, doc) {
+		g.verdicts.forget(doc.RunID) // past admission: the verdict is no longer needed
 		return true
 	}
-	if r.deduped(doc.RunID) {
+	if g.verdicts.won(doc.RunID) {
 		return true
 	}
-	if r.now().Before(doc.StartedAt.Add(settle)) {
-		return false // a rival's marker may not read yet: the next poll decides
+	if g.now().Before(doc.StartedAt.Add(settle)) {
+		return false // a rival's marker may not read yet: a poll at the wait's end decides
 	}
-	winner, err := r.idemWinner(ctx, doc)
+	winner, err := g.winner(ctx, doc)
 	if err != nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_check_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		g.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_check_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 		return false
 	}
 	if winner.RunID == doc.RunID {
-		r.mu.Lock()
-		r.dedupeOK[doc.RunID] = true
-		r.mu.Unlock()
+		g.verdicts.set(doc.RunID)
 		return true
 	}
-	if err := r.loseDuplicate(ctx, c, f, doc, winner); err != nil && ctx.Err() == nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+	if err := g.loseDuplicate(ctx, c, f, doc, winner); err != nil && ctx.Err() == nil {
+		g.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 	}
 	return false
 }
 
-func (r *Runner) forgetDeduped(runID string) {
-	r.mu.Lock()
-	delete(r.dedupeOK, runID)
-	r.mu.Unlock()
+// gated tells whether a keyed run has not executed yet: the gate decides
+// whether it may.
+func gated(f *flow, doc *Status) bool {
+	return doc.IdempotencyKey != "" && doc.Lease == nil && (doc.Status == f.initial || doc.Status == f.waiting)
 }
 
-func (r *Runner) deduped(runID string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.dedupeOK[runID]
+// waitEnds is when a keyed run the gate holds may be decided: the
+// end of the settle time after its creation. Zero when the gate does not
+// hold it, so the poll need not read it again before then.
+func (g *dedupeGate) waitEnds(f *flow, doc *Status) time.Time {
+	settle := g.settle
+	if settle <= 0 || !gated(f, doc) || g.verdicts.won(doc.RunID) {
+		return time.Time{}
+	}
+	return doc.StartedAt.Add(settle)
 }
 
-// idemWinner reads the markers of doc's key and returns the earliest live
+// winner reads the markers of doc's key and returns the earliest live
 // one: not replaced by a later generation, and live when doc's generation
 // started. A run without a marker of its own (written by an earlier
 // release) competes as created when it started.
-func (r *Runner) idemWinner(ctx context.Context, doc *Status) (IdempotencyMarker, error) {
+func (g *dedupeGate) winner(ctx context.Context, doc *Status) (IdempotencyMarker, error) {
 	self := IdempotencyMarker{Key: doc.IdempotencyKey, RunID: doc.RunID, CreatedAt: doc.StartedAt,
-		ExpiresAt: doc.StartedAt.Add(r.cfg.IdempotencyCompletedTTL)}
+		ExpiresAt: doc.StartedAt.Add(g.completedTTL)}
 	var markers []IdempotencyMarker
 	replaced := map[string]bool{}
-	for key, err := range r.store.List(ctx, layout.IdempotencyRunsPrefix(doc.IdempotencyKey)) {
+	for key, err := range g.store.List(ctx, layout.IdempotencyRunsPrefix(doc.IdempotencyKey)) {
 		if err != nil {
 			return self, err
 		}
 		if _, ok := layout.ParseIdempotencyRunKey(key); !ok {
 			continue
 		}
-		m, _, err := records.Read[IdempotencyMarker](ctx, r.store, key)
+		m, _, err := records.Read[IdempotencyMarker](ctx, g.store, key)
 		if errors.Is(err, records.ErrCorrupt) {
 			continue // a quarantine's tombstone, or not a marker
 		}
@@ -168,7 +213,7 @@ func (r *Runner) idemWinner(ctx context.Context, doc *Status) (IdempotencyMarker
 // IDEMPOTENCY_DUPLICATE naming the winner, so its submit's answer still
 // names a run that finishes; then the record is repaired to the winner
 // and the loser's marker goes to quarantine.
-func (r *Runner) loseDuplicate(ctx context.Context, c candidate, f *flow, doc *Status, winner IdempotencyMarker) error {
+func (g *dedupeGate) loseDuplicate(ctx context.Context, c candidate, f *flow, doc *Status, winner IdempotencyMarker) error {
 	event := f.fail
 	if _, ok := f.target(doc.Status, event); !ok {
 		event = f.cancel
@@ -177,62 +222,62 @@ func (r *Runner) loseDuplicate(ctx context.Context, c candidate, f *flow, doc *S
 		if err := f.fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
-		r.finishFields(d, lifecycle.NewRunError(codes.IdempotencyDuplicate, "run %s duplicates run %s under idempotency key %s (the store accepted a second create of the key's record); it was not executed",
+		g.ender.finishFields(d, lifecycle.NewRunError(codes.IdempotencyDuplicate, "run %s duplicates run %s under idempotency key %s (the store accepted a second create of the key's record); it was not executed",
 			d.RunID, winner.RunID, d.IdempotencyKey))
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_duplicate_run", slog.String("runId", doc.RunID),
+	g.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_duplicate_run", slog.String("runId", doc.RunID),
 		slog.String("winner", winner.RunID), slog.String("key", doc.IdempotencyKey))
-	r.cleanup(ctx, c.slug, doc.RunID, "", "")
-	r.finished(ctx, c.w.snapshot())
+	g.ender.cleanup(ctx, c.slug, doc.RunID, "", "")
+	g.ender.finished(ctx, c.w.snapshot())
 	// The record first: it is what a retry of the key is answered.
-	r.repairRecord(ctx, doc, winner)
-	r.quarantineMarker(ctx, doc, winner)
+	g.repairRecord(ctx, doc, winner)
+	g.quarantineMarker(ctx, doc, winner)
 	return nil
 }
 
 // quarantineMarker moves a losing run's marker under quarantine/, where an
 // operator finds it with its reason.
-func (r *Runner) quarantineMarker(ctx context.Context, doc *Status, winner IdempotencyMarker) {
+func (g *dedupeGate) quarantineMarker(ctx context.Context, doc *Status, winner IdempotencyMarker) {
 	key, err := layout.IdempotencyRunKey(doc.IdempotencyKey, doc.RunID)
 	if err != nil {
 		return
 	}
-	data, ver, err := r.store.Get(ctx, key)
+	data, ver, err := g.store.Get(ctx, key)
 	if err != nil {
 		if !errors.Is(err, storage.ErrNotFound) {
-			r.log.LogAttrs(ctx, slog.LevelWarn, "quarantine_failed", slog.String("key", key), slog.String("error", err.Error()))
+			g.log.LogAttrs(ctx, slog.LevelWarn, "quarantine_failed", slog.String("key", key), slog.String("error", err.Error()))
 		}
 		return
 	}
-	_, _ = r.quarantine(ctx, &records.CorruptError{Key: key, Version: ver, Data: data,
+	_, _ = g.poison.quarantine(ctx, &records.CorruptError{Key: key, Version: ver, Data: data,
 		Reason: fmt.Sprintf("run %s was created a second time under its idempotency key; run %s executes", doc.RunID, winner.RunID)})
 }
 
 // repairRecord points the key's record at the winner again, when it names
 // the loser: completed if the winner's run exists, else processing with a
 // lapsed lease, so the next submit of the winner's request creates it.
-func (r *Runner) repairRecord(ctx context.Context, doc *Status, winner IdempotencyMarker) {
+func (g *dedupeGate) repairRecord(ctx context.Context, doc *Status, winner IdempotencyMarker) {
 	winnerExists := false
-	if slug, statusKey, err := r.locate(ctx, winner.RunID); err == nil {
-		_, _, err = r.readStatus(ctx, slug, winner.RunID, statusKey)
+	if slug, statusKey, err := g.reads.locate(ctx, winner.RunID); err == nil {
+		_, _, err = g.statuses.read(ctx, slug, winner.RunID, statusKey)
 		winnerExists = err == nil
 	}
-	_, _, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: r.store, Key: layout.IdempotencyKey(doc.IdempotencyKey)}).Apply(ctx, func(cur *IdempotencyRecord) error {
+	_, _, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: g.store, Key: layout.IdempotencyKey(doc.IdempotencyKey)}).Apply(ctx, func(cur *IdempotencyRecord) error {
 		if cur.RunID != doc.RunID {
 			return errKeep
 		}
-		now := r.now()
+		now := g.now()
 		cur.RunID, cur.CreatedAt, cur.UpdatedAt, cur.PreviousRunID = winner.RunID, winner.CreatedAt, now, winner.Replaces
 		if winner.RequestHash != "" {
 			cur.RequestHash = winner.RequestHash
 		}
 		cur.LeaseOwner, cur.LeaseExpiresAt, cur.LockExpiresAt = "", nil, nil
 		if winnerExists {
-			cur.Status, cur.ExpiresAt = IdempotencyCompleted, now.Add(r.cfg.IdempotencyCompletedTTL)
+			cur.Status, cur.ExpiresAt = IdempotencyCompleted, now.Add(g.completedTTL)
 			cur.Response, _ = json.Marshal(map[string]string{"run_id": winner.RunID})
 		} else {
 			lapsed := now
@@ -241,6 +286,6 @@ func (r *Runner) repairRecord(ctx context.Context, doc *Status, winner Idempoten
 		return nil
 	})
 	if err != nil && !errors.Is(err, errKeep) && !errors.Is(err, storage.ErrNotFound) {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", doc.IdempotencyKey), slog.String("error", err.Error()))
+		g.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", doc.IdempotencyKey), slog.String("error", err.Error()))
 	}
 }

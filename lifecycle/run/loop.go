@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -16,9 +17,8 @@ import (
 // checkpoints. Step goroutines that ignore their context are waited for at
 // most ShutdownGrace. Run first recovers the runs that are not terminal
 // (docs/spec.md#recovery), then takes work as Submit hands it over, and
-// looks in the store for the rest on the adaptive schedule of core.Poll:
-// soon after a look that found runs to move, up to PollInterval apart
-// while it finds none.
+// looks in the store for the rest: soon after a look that found runs to
+// move, up to PollInterval apart while it finds none.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrRunnerStarted
@@ -27,13 +27,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	// test's fake clock moves only when the runner is idle; clock.Activity).
 	ctx, end := clock.Enter(ctx, r.cfg.Clock)
 	defer end()
-	r.mu.Lock()
-	r.life = ctx
-	r.mu.Unlock()
+	r.life.begin(ctx)
 	defer r.shutdown()
 	sched := core.Poll{Idle: r.cfg.PollInterval}
 	found := false
-	r.pass(ctx, func(pctx context.Context) { found = r.poll(pctx, true) })
+	r.pass(ctx, func(pctx context.Context) { found = r.sched.poll(pctx, true) })
 	// The poll keeps its own schedule: a steady stream of handed runs must
 	// not starve it, or orphans and other runners' runs would wait forever.
 	t := r.cfg.Clock.NewTimer(sched.Next(found))
@@ -42,33 +40,17 @@ func (r *Runner) Run(ctx context.Context) error {
 		// Ready once anything would wake it: a handed run (kept until the
 		// loop takes it, so the wake-up is never lost to the count).
 		poll := t // t changes once the loop resumes; the ready function may run later
-		resume := clock.Wait(ctx, r.cfg.Clock, func() bool { return ctx.Err() != nil || r.hasHanded() || clock.Fired(poll) })
+		resume := clock.Wait(ctx, r.cfg.Clock, func() bool { return ctx.Err() != nil || r.inbox.hasHanded() || clock.Fired(poll) })
 		select {
 		case <-ctx.Done():
 			resume()
 			return nil
-		case <-r.wake:
+		case <-r.inbox.woken():
 			resume()
-			r.pass(ctx, func(pctx context.Context) {
-				for _, c := range r.takeHanded() {
-					runID := c.w.snapshot().RunID
-					r.mu.Lock()
-					_, busy := r.executing[runID]
-					if busy {
-						// Handed over (a Deliver, an Approve) while this
-						// runner still ends the run's last execution (it
-						// parks): look again when that execution ends.
-						r.rehand[runID] = c
-					}
-					r.mu.Unlock()
-					if !busy {
-						r.consider(pctx, c, false)
-					}
-				}
-			})
+			r.pass(ctx, r.sched.considerHanded)
 		case <-t.C():
 			resume()
-			r.pass(ctx, func(pctx context.Context) { found = r.poll(pctx, false) })
+			r.pass(ctx, func(pctx context.Context) { found = r.sched.poll(pctx, false) })
 			t = r.cfg.Clock.NewTimer(sched.Next(found))
 		}
 	}
@@ -87,51 +69,43 @@ func (r *Runner) pass(ctx context.Context, fn func(context.Context)) {
 // shutdown waits for this runner's executions to stop, then for abandoned
 // step goroutines at most ShutdownGrace (wall-clock).
 func (r *Runner) shutdown() {
-	r.wg.Wait()
+	r.life.wait()
 	grace, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownGrace)
 	defer cancel()
 	if n := r.units.Wait(grace); n > 0 {
-		r.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown_with_stragglers", slog.Int("goroutines", n),
+		r.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "shutdown_with_stragglers", slog.Int("goroutines", n),
 			slog.Duration("grace", r.cfg.ShutdownGrace))
 	}
 }
 
-// lifeCtx is Run's context: executions live as long as the runner, not as
-// long as the pass that started them.
-func (r *Runner) lifeCtx() context.Context {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.life == nil {
+// lifetime is Run's: its context, which executions and the backfill live
+// as long as (not as long as the pass that started them), and the
+// goroutines that Run waits for at shutdown.
+type lifetime struct {
+	mu  sync.Mutex
+	ctx context.Context
+	wg  sync.WaitGroup
+}
+
+func (l *lifetime) begin(ctx context.Context) {
+	l.mu.Lock()
+	l.ctx = ctx
+	l.mu.Unlock()
+}
+
+// context is Run's context (Background before Run).
+func (l *lifetime) context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
 		return context.Background()
 	}
-	return r.life
+	return l.ctx
 }
+
+// add counts a goroutine Run waits for; it calls done when it ends.
+func (l *lifetime) add()  { l.wg.Add(1) }
+func (l *lifetime) done() { l.wg.Done() }
+func (l *lifetime) wait() { l.wg.Wait() }
 
 var errNoSlot = errors.New("run: no free slot")
-
-// hand gives the loop a run to consider, without blocking.
-func (r *Runner) hand(c candidate) {
-	r.mu.Lock()
-	r.handed = append(r.handed, c)
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default: // a wake-up is pending already
-	}
-}
-
-// hasHanded tells whether runs wait in the queue of handed runs.
-func (r *Runner) hasHanded() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.handed) > 0
-}
-
-// takeHanded empties the queue of handed runs.
-func (r *Runner) takeHanded() []candidate {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h := r.handed
-	r.handed = nil
-	return h
-}

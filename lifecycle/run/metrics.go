@@ -1,6 +1,8 @@
 package run
 
-import "time"
+import (
+	"time"
+)
 
 // Metrics receives the run metrics of docs/spec.md#metrics. Implementations must be
 // safe for concurrent use and fast: they are called on the write path.

@@ -33,13 +33,13 @@ func TestStatusWriterNeverStoresRunnerLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, ver, err := r.readStatus(ctx, "lost-writer", res.RunID, key)
+	doc, ver, err := r.sched.statuses.read(ctx, "lost-writer", res.RunID, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := r.now().Add(-time.Minute)
+	lost := r.cfg.Clock.Now().UTC().Add(-time.Minute)
 	doc.RunnerLostAt = &lost
-	w := r.newWriter("lost-writer", res.RunID, key, &doc, ver)
+	w := r.sched.writers.newWriter("lost-writer", res.RunID, key, &doc, ver)
 	if err := w.apply(ctx, bySystem(), func(_ context.Context, d *Status) error {
 		d.CurrentStep = "one"
 		return nil

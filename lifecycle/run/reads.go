@@ -7,19 +7,34 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
+// reads answer what is asked of runs (Status, Steps, Wait, the lists) from
+// the store, through the run index and the history indexes.
+type reads struct {
+	store        storage.Store
+	now          func() time.Time
+	clock        clock.Clock
+	pollInterval time.Duration // Config.PollInterval: Wait reads again at least this often
+	cat          *catalog
+	statuses     *statuses
+	poison       *poison
+	changes      *changes
+}
+
 // locate finds a run's agent through the run index.
-func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey string, err error) {
+func (rd *reads) locate(ctx context.Context, runID string) (slug, statusKey string, err error) {
 	idx, err := layout.RunIndexKey(runID)
 	if err != nil {
 		return "", "", &RequestError{Field: "run_id", Reason: err.Error()}
 	}
-	b, v, err := r.store.Get(ctx, idx)
+	b, v, err := rd.store.Get(ctx, idx)
 	if errors.Is(err, storage.ErrNotFound) {
 		return "", "", fmt.Errorf("%w: %s", ErrNotFound, runID)
 	}
@@ -36,17 +51,17 @@ func (r *Runner) locate(ctx context.Context, runID string) (slug, statusKey stri
 	}
 	// A poison index entry: quarantine it, and find the run among this
 	// runner's agents, whose run folders hold its status.json.
-	if _, err := r.quarantine(ctx, &records.CorruptError{Key: idx, Version: v, Data: b, Reason: "invalid run index entry", Err: derr}); err != nil {
+	if _, err := rd.poison.quarantine(ctx, &records.CorruptError{Key: idx, Version: v, Data: b, Reason: "invalid run index entry", Err: derr}); err != nil {
 		return "", "", err
 	}
-	return r.reindex(ctx, runID, idx)
+	return rd.reindex(ctx, runID, idx)
 }
 
 // reindex finds runID's agent among this runner's agents and writes its
 // index entry again (create-only: a concurrent repair wins).
-func (r *Runner) reindex(ctx context.Context, runID, idx string) (slug, statusKey string, err error) {
-	slugs := make([]string, 0, len(r.agents))
-	for s := range r.agents {
+func (rd *reads) reindex(ctx context.Context, runID, idx string) (slug, statusKey string, err error) {
+	slugs := make([]string, 0, len(rd.cat.agents))
+	for s := range rd.cat.agents {
 		slugs = append(slugs, s)
 	}
 	slices.Sort(slugs)
@@ -55,13 +70,13 @@ func (r *Runner) reindex(ctx context.Context, runID, idx string) (slug, statusKe
 		if err != nil {
 			return "", "", err
 		}
-		if _, _, err := r.store.Get(ctx, key); errors.Is(err, storage.ErrNotFound) {
+		if _, _, err := rd.store.Get(ctx, key); errors.Is(err, storage.ErrNotFound) {
 			continue
 		} else if err != nil {
 			return "", "", err
 		}
-		entry, _ := json.Marshal(runIndexEntry{AgentSlug: s, Machine: r.agents[s].Machine})
-		if _, err := r.store.Put(ctx, idx, entry, storage.IfNotExists()); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		entry, _ := json.Marshal(runIndexEntry{AgentSlug: s, Machine: rd.cat.agents[s].Machine})
+		if _, err := rd.store.Put(ctx, idx, entry, storage.IfNotExists()); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 			return "", "", err
 		}
 		return s, key, nil
@@ -69,21 +84,17 @@ func (r *Runner) reindex(ctx context.Context, runID, idx string) (slug, statusKe
 	return "", "", fmt.Errorf("%w: %s (its index entry was poison)", ErrNotFound, runID)
 }
 
-// Status reads a run's status.json (GET /runs/{runId}/status).
-//
-// A status.json that cannot be decoded or fails validation (a status its
-// machine does not know, a run_id or agent_slug that is not its key's) is
-// quarantined, and Status, like Wait, returns a *QuarantinedError.
-func (r *Runner) Status(ctx context.Context, runID string) (Status, error) {
-	slug, key, err := r.locate(ctx, runID)
+// status: see Runner.Status.
+func (rd *reads) status(ctx context.Context, runID string) (Status, error) {
+	slug, key, err := rd.locate(ctx, runID)
 	if err != nil {
 		return Status{}, err
 	}
-	doc, _, err := r.readStatus(ctx, slug, runID, key)
+	doc, _, err := rd.statuses.read(ctx, slug, runID, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
 	}
-	r.markLost(&doc)
+	rd.markLost(&doc)
 	return doc, err
 }
 
@@ -91,9 +102,9 @@ func (r *Runner) Status(ctx context.Context, runID string) (Status, error) {
 // executing, but its lease expired by this runner's clock, so the runner
 // that holds it stopped heartbeating and none has taken it over yet. It is
 // the same test a claim makes before taking a run over.
-func (r *Runner) markLost(d *Status) {
+func (rd *reads) markLost(d *Status) {
 	d.RunnerLostAt = nil
-	if d.Lease == nil || !r.now().After(d.Lease.ExpiresAt) {
+	if d.Lease == nil || !rd.now().After(d.Lease.ExpiresAt) {
 		return
 	}
 	// The run's own machine (validated on read), whatever this runner's
@@ -105,26 +116,26 @@ func (r *Runner) markLost(d *Status) {
 	d.RunnerLostAt = &at
 }
 
-// Steps reads a run's step files in step order (GET /runs/{runId}/steps).
-func (r *Runner) Steps(ctx context.Context, runID string) ([]StepRecord, error) {
-	slug, _, err := r.locate(ctx, runID)
+// steps: see Runner.Steps.
+func (rd *reads) steps(ctx context.Context, runID string) ([]StepRecord, error) {
+	slug, _, err := rd.locate(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
-	return r.readSteps(ctx, slug, runID)
+	return rd.readSteps(ctx, slug, runID)
 }
 
-func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]StepRecord, error) {
+func (rd *reads) readSteps(ctx context.Context, slug, runID string) ([]StepRecord, error) {
 	prefix, err := layout.RunStepsPrefix(slug, runID)
 	if err != nil {
 		return nil, err
 	}
 	var out []StepRecord
-	for key, err := range r.store.List(ctx, prefix) {
+	for key, err := range rd.store.List(ctx, prefix) {
 		if err != nil {
 			return nil, err
 		}
-		b, _, err := r.store.Get(ctx, key)
+		b, _, err := rd.store.Get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
@@ -141,16 +152,14 @@ func (r *Runner) readSteps(ctx context.Context, slug, runID string) ([]StepRecor
 	return out, nil
 }
 
-// Runs reads the status of every run of an agent, oldest first, by
-// listing its run folders: its cost is the agent's history. ListRuns reads
-// a page from the indexes (GET /runs).
-func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
+// runs: see Runner.Runs.
+func (rd *reads) runs(ctx context.Context, slug string) ([]Status, error) {
 	prefix, err := layout.AgentRunsPrefix(slug)
 	if err != nil {
 		return nil, &RequestError{Field: "agent", Reason: err.Error()}
 	}
 	var out []Status
-	for key, err := range r.store.List(ctx, prefix) {
+	for key, err := range rd.store.List(ctx, prefix) {
 		if err != nil {
 			return nil, err
 		}
@@ -158,30 +167,23 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
 		if !ok {
 			continue
 		}
-		doc, _, err := r.readStatus(ctx, slug, runID, key)
+		doc, _, err := rd.statuses.read(ctx, slug, runID, key)
 		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
 			continue // gone, or poison: quarantined
 		}
 		if err != nil {
 			return nil, err
 		}
-		r.markLost(&doc)
+		rd.markLost(&doc)
 		out = append(out, doc)
 	}
 	return out, nil
 }
 
-// ActiveRuns counts the runs not yet terminal by status, as the store holds
-// them: it lists the active index and reads each run's status.json (a read
-// per active run, so call it at a scrape, not per request). Every state
-// that is not terminal of the machines of this runner's agents is in the
-// map, 0 when no run is in it. It is what gwi_run_active_gauge exports
-// (adapters/prometheus WatchRuns): read from the store, the count is right
-// after a restart and with several runners sharing the store, where counts
-// moved by one process's writes are not.
-func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
+// activeRuns: see Runner.ActiveRuns.
+func (rd *reads) activeRuns(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
-	for _, a := range r.agents {
+	for _, a := range rd.cat.agents {
 		f, _ := flowFor(a.Machine)
 		for _, s := range f.states {
 			if !f.terminal(s) {
@@ -189,7 +191,7 @@ func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
 			}
 		}
 	}
-	for key, err := range r.store.List(ctx, layout.RunActivePrefix) {
+	for key, err := range rd.store.List(ctx, layout.RunActivePrefix) {
 		if err != nil {
 			return nil, err
 		}
@@ -197,35 +199,33 @@ func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
 		if !ok {
 			continue
 		}
-		doc, ok, err := r.readListed(ctx, slug, runID)
+		doc, ok, err := rd.readListed(ctx, slug, runID)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
 			continue
 		}
-		if !r.flowOfDoc(&doc).terminal(doc.Status) {
+		if !rd.cat.flowOfDoc(&doc).terminal(doc.Status) {
 			out[doc.Status]++
 		}
 	}
 	return out, nil
 }
 
-// Wait returns the run's status once it is terminal or parked (waiting for
-// an approval or an external event), or ctx's error. It re-reads when this
-// runner writes any status and at every PollInterval.
-func (r *Runner) Wait(ctx context.Context, runID string) (Status, error) {
+// wait: see Runner.Wait.
+func (rd *reads) wait(ctx context.Context, runID string) (Status, error) {
 	for {
-		changed := r.changes()
-		doc, err := r.Status(ctx, runID)
+		changed := rd.changes.next()
+		doc, err := rd.status(ctx, runID)
 		if err != nil {
 			return doc, err
 		}
-		f := r.flowOfDoc(&doc)
+		f := rd.cat.flowOfDoc(&doc)
 		if f.terminal(doc.Status) || (doc.Lease == nil && slices.Contains(f.parked, doc.Status)) {
 			return doc, nil
 		}
-		t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
+		t := rd.clock.NewTimer(rd.pollInterval)
 		select {
 		case <-changed:
 		case <-t.C():
@@ -240,12 +240,12 @@ func (r *Runner) Wait(ctx context.Context, runID string) (Status, error) {
 // readListed reads the status of a run an index listing named. ok is false
 // for one to pass over: an id that makes no key, a status its submit has
 // not written yet, or a poison record (quarantined by the read).
-func (r *Runner) readListed(ctx context.Context, slug, runID string) (doc Status, ok bool, err error) {
+func (rd *reads) readListed(ctx context.Context, slug, runID string) (doc Status, ok bool, err error) {
 	statusKey, err := layout.RunStatusKey(slug, runID)
 	if err != nil {
 		return Status{}, false, nil
 	}
-	doc, _, err = r.readStatus(ctx, slug, runID, statusKey)
+	doc, _, err = rd.statuses.read(ctx, slug, runID, statusKey)
 	switch {
 	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt):
 		return Status{}, false, nil

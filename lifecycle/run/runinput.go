@@ -1,6 +1,7 @@
 package run
 
 import (
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
@@ -59,4 +60,10 @@ func (req *CancelRequest) check() error {
 		return err
 	}
 	return checkCaller(&req.Caller)
+}
+
+// checkCaller refuses a Caller that breaks the input limits.
+func checkCaller(c *Caller) error {
+	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
+	return tc.Check()
 }

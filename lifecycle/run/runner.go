@@ -2,19 +2,10 @@ package run
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"log/slog"
-	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
-	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // Runner is the Orchestration Layer wrapper (docs/spec.md#platform-names): the one writer of
@@ -25,97 +16,23 @@ import (
 // Several Runners may share one Store: slots, leases and compare-and-swap
 // writes keep each run executed by one of them at a time.
 type Runner struct {
-	cfg Config
-	// store is cfg.Store behind core.Patient: transient store errors are
-	// waited out with backoff for as long as each call's context allows.
-	store   storage.Store
+	cfg     Config
 	patient *core.Patient
 	// units runs step attempts under their deadlines and counts the
 	// goroutines of attempts abandoned there (stragglers).
 	units  *core.Units
-	log    *slog.Logger
-	tracer tracing.Tracer
-	agents map[string]*agentDef
-	// flows holds the flow of every run machine by its status.json name
-	// ("" is the canonical one), for runs created under another config.
-	flows map[string]*flow
+	cat    *catalog
+	poison *poison
+	life   *lifetime
+	inbox  *inbox
+	sched  *admission
 
-	// handed holds runs handed to the loop (by Submit, control calls and
-	// freed slots); wake tells the loop there are some.
-	handed []candidate
-	wake   chan struct{}
-
-	mu        sync.Mutex
-	executing map[string]*execution // by run id
-	// rehand holds runs handed over (a Deliver, an Approve) while this
-	// runner was still ending their previous execution (parking them): they
-	// are handed again the moment that execution ends, not at the next poll.
-	rehand  map[string]candidate
-	waiting map[string][]candidate
-	changed chan struct{}
-	// freedSlots remembers the version of each slot this runner freed, so
-	// taking it again is one compare-and-swap without a read.
-	freedSlots map[string]storage.Version
-	// heldSlots are the slots this runner's executions hold, by key.
-	heldSlots map[string]string
-
-	// unsure holds the claims whose write may have landed although they
-	// failed, by run id (see unsureClaim). Only the loop touches it.
-	unsure map[string]*unsureClaim
-	// quiet holds, for the runs the last poll could only watch, until when
-	// the next polls need not read them. Only the loop touches it.
-	quiet map[string]time.Time
-	// repairedAt is when the loop last ran the index repair pass, and
-	// backfillStarted whether it started the backfill. Only the loop
-	// touches them.
-	repairedAt      time.Time
-	backfillStarted bool
-	// listed holds the runs the last poll listed, so a poll tells new work
-	// from runs it saw before. Only the loop touches it.
-	listed map[string]bool
-	// absent holds the status keys read missing on a store that settles,
-	// until their absence is confirmed (core.Absence): a run is finished
-	// as a stopped submit, or its slot taken, only then.
-	absent core.Absence
-
-	// auditDone holds, by run, the id of the last audit event this runner
-	// knows is in the log; auditGaps the runs whose last event could not
-	// be written (writer.go); indexGaps the runs whose status index entry
-	// could not be moved (history.go). A gap keeps the run's active entry,
-	// so the poll finds the run and repairs it.
-	auditMu   sync.Mutex
-	auditDone map[string]string
-	auditGaps map[string]bool
-	indexGaps map[string]bool
-
-	// dedupeOK holds the runs with an idempotency key found to be their
-	// key's one run (idemsettle.go), on a store that settles; under mu.
-	dedupeOK map[string]bool
-
-	// quar moves poison records to quarantine, logs and counts them.
-	quar *core.Quarantiner
+	submission *submission
+	idem       *idempotency
+	control    *controller
+	reads      *reads
 
 	started atomic.Bool
-	wg      sync.WaitGroup
-	// life is Run's context, for executions started from a bounded pass.
-	life context.Context
-}
-
-type agentDef struct {
-	Agent
-	flow        flow
-	concurrency int
-}
-
-// candidate is a run the loop should look at, with the writer that knows its
-// latest document (so a run handed over by Submit needs no read).
-type candidate struct {
-	slug string
-	w    *statusWriter
-	// input is the run's input when known (handed over by Submit), so
-	// executing it needs no read either.
-	input      json.RawMessage
-	inputKnown bool
 }
 
 // NewRunner checks cfg and the agents and returns a Runner. Nothing runs
@@ -124,54 +41,11 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	patient := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
-	r := &Runner{
-		cfg:        cfg,
-		store:      patient,
-		patient:    patient,
-		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
-		quar:       &core.Quarantiner{Store: patient, Clock: cfg.Clock, Log: cfg.Logger},
-		absent:     core.Absence{Settle: storage.SettleTime(cfg.Store)},
-		log:        cfg.Logger,
-		tracer:     tracing.New(cfg.TracerProvider),
-		agents:     map[string]*agentDef{},
-		flows:      map[string]*flow{},
-		wake:       make(chan struct{}, 1),
-		executing:  map[string]*execution{},
-		rehand:     map[string]candidate{},
-		waiting:    map[string][]candidate{},
-		changed:    make(chan struct{}),
-		freedSlots: map[string]storage.Version{},
-		heldSlots:  map[string]string{},
-		unsure:     map[string]*unsureClaim{},
-		auditDone:  map[string]string{},
-		auditGaps:  map[string]bool{},
-		indexGaps:  map[string]bool{},
-		dedupeOK:   map[string]bool{},
+	cat, err := newCatalog(cfg.Concurrency, agents)
+	if err != nil {
+		return nil, err
 	}
-	if len(agents) == 0 {
-		return nil, fmt.Errorf("%w: no agents", ErrInvalidConfig)
-	}
-	for _, m := range []string{"", lifecycle.MachineCanonical, lifecycle.MachineCancelable, lifecycle.MachineApproval} {
-		f, _ := flowFor(m)
-		r.flows[m] = &f
-	}
-	for _, a := range agents {
-		f, err := validateAgent(a)
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := r.agents[a.Slug]; dup {
-			return nil, fmt.Errorf("%w: agent %s given twice", ErrInvalidConfig, a.Slug)
-		}
-		def := &agentDef{Agent: a, flow: f, concurrency: a.Concurrency}
-		if def.concurrency <= 0 {
-			def.concurrency = cfg.Concurrency
-		}
-		def.Steps = append([]Step(nil), a.Steps...)
-		r.agents[a.Slug] = def
-	}
-	return r, nil
+	return wire(&cfg, cat), nil
 }
 
 // Owner is the name this runner holds leases under.
@@ -182,20 +56,7 @@ func (r *Runner) Owner() string { return r.cfg.Owner }
 // agent left it empty) and Concurrency is the agent's or Config.Concurrency.
 // The slices are copies; an API lists them (GET /agents) without reaching
 // into the runner.
-func (r *Runner) Agents() []Agent {
-	out := make([]Agent, 0, len(r.agents))
-	for _, def := range r.agents {
-		a := def.Agent
-		a.Steps = append([]Step(nil), def.Steps...)
-		a.Machine = def.flow.machine
-		a.Concurrency = def.concurrency
-		out = append(out, a)
-	}
-	slices.SortFunc(out, func(a, b Agent) int { return strings.Compare(a.Slug, b.Slug) })
-	return out
-}
-
-func (r *Runner) now() time.Time { return r.cfg.Clock.Now().UTC() }
+func (r *Runner) Agents() []Agent { return r.cat.list() }
 
 // Stragglers reports the goroutines of step attempts this runner abandoned
 // at a deadline (step timeout, run timeout, cancel, lost lease, shutdown)
@@ -209,35 +70,11 @@ func (r *Runner) Stragglers() (live int, total int64) { return r.units.Straggler
 // statuses and slot objects) this runner moved under storage's quarantine
 // prefix; records.ListQuarantine lists them and records.Restore puts one
 // back.
-func (r *Runner) Quarantined() int64 { return r.quar.Count() }
+func (r *Runner) Quarantined() int64 { return r.poison.count() }
 
 // StoreRetries counts the store calls this runner retried after a
 // transient failure.
 func (r *Runner) StoreRetries() int64 { return r.patient.Retries() }
-
-// flowOfDoc is the flow of the machine the run was created with (its
-// status.json's machine field), which is not always the one its agent is
-// configured with now.
-func (r *Runner) flowOfDoc(d *Status) *flow {
-	if f, ok := r.flows[d.Machine]; ok {
-		return f
-	}
-	return r.flows[""]
-}
-
-// broadcast wakes every Wait: some run's status changed.
-func (r *Runner) broadcast() {
-	r.mu.Lock()
-	close(r.changed)
-	r.changed = make(chan struct{})
-	r.mu.Unlock()
-}
-
-func (r *Runner) changes() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.changed
-}
 
 // SubmitRequest asks for a run (POST /agents/run); SubmitResult answers
 // it. Both live in lifecycle so the Go client can send them without the
@@ -246,3 +83,113 @@ type (
 	SubmitRequest = lifecycle.SubmitRequest
 	SubmitResult  = lifecycle.SubmitResult
 )
+
+// Submit creates a run in its machine's initial state (requested on the
+// canonical machine), as the gateway, and hands it to this runner's loop.
+// It writes nothing when the request is invalid: an *InputError for text
+// over its limit (MaxNameBytes, MaxDocumentBytes for Input,
+// MaxIdempotencyKeyBytes) or not clean UTF-8, a *RequestError otherwise.
+//
+// The run keeps the trace context of ctx (its span's W3C traceparent, in
+// status.json): with Config.TracerProvider set, that of a conveyor.submit
+// span started under the caller's; every execution continues it.
+func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (res SubmitResult, err error) {
+	return r.submission.submit(ctx, req)
+}
+
+// Cancel asks a run to stop (docs/spec.md#cancel-aware-run). On the cancel-aware machine a queued
+// run is canceled at once and a running one moves to cancel_requested: its
+// step's context is canceled and the runner ends it canceled, unless the
+// step finishes first (then it may still succeed or fail, as the
+// machine allows). On the approval machine a run that is not executing is cancelled
+// at once, and an executing one when its runner notices. The canonical
+// machine has no cancel: [ErrUnsupported].
+func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (Status, error) {
+	return r.control.cancel(ctx, runID, actor, req)
+}
+
+// Approve resumes a run waiting at an approval gate (awaiting_approval →
+// running). A runner then executes the steps left; when the gate followed
+// the last step it completes the run, writing its manifest.
+func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+	return r.control.approve(ctx, runID, actor, dec)
+}
+
+// Reject fails a run waiting at an approval gate with APPROVAL_REJECTED.
+func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+	return r.control.reject(ctx, runID, actor, dec)
+}
+
+// Deliver hands a run the external event it waits for (waiting_external →
+// running); a runner then goes on as after an approval.
+func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (Status, error) {
+	return r.control.deliver(ctx, runID, actor, ev)
+}
+
+// Status reads a run's status.json (GET /runs/{runId}/status).
+//
+// A status.json that cannot be decoded or fails validation (a status its
+// machine does not know, a run_id or agent_slug that is not its key's) is
+// quarantined, and Status, like Wait, returns a *QuarantinedError.
+func (r *Runner) Status(ctx context.Context, runID string) (Status, error) {
+	return r.reads.status(ctx, runID)
+}
+
+// Steps reads a run's step files in step order (GET /runs/{runId}/steps).
+func (r *Runner) Steps(ctx context.Context, runID string) ([]StepRecord, error) {
+	return r.reads.steps(ctx, runID)
+}
+
+// Runs reads the status of every run of an agent, oldest first, by
+// listing its run folders: its cost is the agent's history. ListRuns reads
+// a page from the indexes (GET /runs).
+func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
+	return r.reads.runs(ctx, slug)
+}
+
+// ActiveRuns counts the runs not yet terminal by status, as the store holds
+// them: it lists the active index and reads each run's status.json (a read
+// per active run, so call it at a scrape, not per request). Every state
+// that is not terminal of the machines of this runner's agents is in the
+// map, 0 when no run is in it. It is what gwi_run_active_gauge exports
+// (adapters/prometheus WatchRuns): read from the store, the count is right
+// after a restart and with several runners sharing the store, where counts
+// moved by one process's writes are not.
+func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
+	return r.reads.activeRuns(ctx)
+}
+
+// Wait returns the run's status once it is terminal or parked (waiting for
+// an approval or an external event), or ctx's error. It re-reads when this
+// runner writes any status and at every PollInterval.
+func (r *Runner) Wait(ctx context.Context, runID string) (Status, error) {
+	return r.reads.wait(ctx, runID)
+}
+
+// ListRuns reads a page of runs newest first (GET /runs), through the
+// history indexes: its cost is the page (a List and a read per run), not
+// the history. A bad limit, cursor, status or agent is a *RequestError or
+// an error whose code (lifecycle.ErrorCode) is INVALID_REQUEST, or
+// INVALID_CURSOR for the cursor.
+func (r *Runner) ListRuns(ctx context.Context, q RunQuery) (RunPage, error) {
+	return r.reads.listRuns(ctx, q)
+}
+
+// RunningByHeartbeat returns the runs being executed (running, and
+// cancel_requested on the cancel-aware machine) of this runner's agents,
+// the oldest last_heartbeat_at first, at most limit (0: every one): the
+// orphan query (docs/spec.md, "Recovery"). It reads the agents' status index
+// entries of those states, which hold the executing runs only, and sorts
+// them by heartbeat in memory: its cost is the runs executing (bounded by
+// the agents' slots), never the history, and it adds no index key that a
+// heartbeat would have to move (docs/design.md#listing-and-indexes). A run whose lease has lapsed (Lease.ExpiresAt passed) has
+// lost its runner; the next poll of any runner takes it over.
+func (r *Runner) RunningByHeartbeat(ctx context.Context, limit int) ([]Status, error) {
+	return r.reads.runningByHeartbeat(ctx, limit)
+}
+
+// Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL
+// has passed, ErrNotFound (storage's) when there is none.
+func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
+	return r.idem.read(ctx, key)
+}

@@ -9,11 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Step is one unit of an agent's work. The Runner calls Run; it never gives

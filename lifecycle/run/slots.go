@@ -6,66 +6,69 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// startOrWait takes a slot and the lease and starts executing the run, or
-// queues it in memory until a slot frees. takeover is set for an orphan.
-func (r *Runner) startOrWait(ctx context.Context, c candidate, takeover bool) {
-	doc := c.w.snapshot()
-	runID := doc.RunID
-	slot, slotVer, err := r.acquireSlot(ctx, c.slug, runID)
-	if errors.Is(err, errNoSlot) {
-		r.mu.Lock()
-		r.waiting[c.slug] = append(r.waiting[c.slug], c)
-		r.mu.Unlock()
-		return
-	}
-	if err != nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "slot_failed", slog.String("runId", runID), slog.String("error", err.Error()))
-		return
-	}
-	reclaimOwn := takeover && doc.Lease != nil && doc.Lease.Owner == r.cfg.Owner
-	// The execution is registered before its claim is written: a Cancel
-	// that lands after the claim finds it (and one that lands before is in
-	// the claim's snapshot), so no cancel waits for the next heartbeat.
-	x := &execution{r: r, agent: r.agents[c.slug], w: c.w, records: map[int]StepRecord{}, markers: map[int]storage.Version{},
-		input: c.input, inputKnown: c.inputKnown, slotKey: slot, slotVer: slotVer}
-	r.mu.Lock()
-	_, busy := r.executing[runID]
-	if !busy {
-		r.executing[runID] = x
-	}
-	r.mu.Unlock()
-	if busy { // a stale copy of a run this runner already executes
-		r.releaseSlot(ctx, c.slug, slot, slotVer)
-		return
-	}
-	if err := r.claim(ctx, c, reclaimOwn, x); err != nil {
-		r.releaseSlot(ctx, c.slug, slot, slotVer)
-		r.unregister(runID)
-		if ctx.Err() == nil {
-			r.log.LogAttrs(ctx, slog.LevelInfo, "run_not_claimed", slog.String("runId", runID), slog.String("error", err.Error()))
-		}
-		return
-	}
-	r.wg.Add(1)
-	go x.run(clock.Start(r.lifeCtx(), r.cfg.Clock))
+// slots are the agents' concurrency slots in the store, and the runs that
+// wait here for one: a run executes only while it holds a slot of its
+// agent. This runner remembers the slots its executions hold (held) and
+// the version of each it freed (freed), so taking one again is one
+// compare-and-swap without a read.
+type slots struct {
+	store    storage.Store
+	now      func() time.Time
+	log      *slog.Logger
+	cat      *catalog
+	statuses *statuses
+	absent   *core.Absence
+	poison   *poison
+	execs    *executions
+	inbox    *inbox
+
+	mu      sync.Mutex
+	waiting map[string][]candidate // by agent
+	freed   map[string]storage.Version
+	held    map[string]string // slot key -> run id
 }
 
-// acquireSlot takes one of the agent's concurrency slots for runID: one this
+// wait queues c until a slot of its agent frees.
+func (s *slots) wait(c candidate) {
+	s.mu.Lock()
+	s.waiting[c.slug] = append(s.waiting[c.slug], c)
+	s.mu.Unlock()
+}
+
+// takeWaiting empties the queues of runs waiting for a slot.
+func (s *slots) takeWaiting() map[string][]candidate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.waiting
+	s.waiting = map[string][]candidate{}
+	return w
+}
+
+// freeRun frees what a quarantined run held here: its execution is stopped
+// (its finish frees its slot), or else every slot that names it.
+func (s *slots) freeRun(ctx context.Context, slug, runID string, cause error) {
+	if !s.execs.stop(runID, cause) {
+		s.freeAllOf(ctx, slug, runID)
+	}
+}
+
+// acquire takes one of the agent's concurrency slots for runID: one this
 // runner freed (a compare-and-swap on the version it wrote, no read), a new
 // one (create-only), the one the run already holds (an orphan's), a freed
 // one, or one whose run no longer executes. Slots are freed by writing an
 // empty holder, never deleted: S3 compare-and-swap writes are atomic where a
 // conditional delete on MinIO is not.
-func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, storage.Version, error) {
-	n := r.agents[slug].concurrency
+func (s *slots) acquire(ctx context.Context, slug, runID string) (string, storage.Version, error) {
+	n := s.cat.agents[slug].concurrency
 	body := slotBody(runID)
 	keys := make([]string, n)
 	for i := range n {
@@ -76,37 +79,37 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		keys[i] = key
 	}
 	// Slots this runner's own executions hold need no look.
-	r.mu.Lock()
+	s.mu.Lock()
 	var open []string
 	for _, key := range keys {
-		if _, held := r.heldSlots[key]; !held {
+		if _, held := s.held[key]; !held {
 			open = append(open, key)
 		}
 	}
-	r.mu.Unlock()
+	s.mu.Unlock()
 	if len(open) == 0 {
 		return "", "", errNoSlot
 	}
 	take := func(key string, v storage.Version) (string, storage.Version, error) {
-		r.mu.Lock()
-		r.heldSlots[key] = runID
-		r.mu.Unlock()
+		s.mu.Lock()
+		s.held[key] = runID
+		s.mu.Unlock()
 		return key, v, nil
 	}
 	for _, key := range open {
-		r.mu.Lock()
-		v, ok := r.freedSlots[key]
-		delete(r.freedSlots, key)
-		r.mu.Unlock()
+		s.mu.Lock()
+		v, ok := s.freed[key]
+		delete(s.freed, key)
+		s.mu.Unlock()
 		if !ok {
 			continue
 		}
-		if v, err := r.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
+		if v, err := s.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
 			return take(key, v)
 		}
 	}
 	for _, key := range open {
-		v, err := r.store.Put(ctx, key, body, storage.IfNotExists())
+		v, err := s.store.Put(ctx, key, body, storage.IfNotExists())
 		if err == nil {
 			return take(key, v)
 		}
@@ -115,9 +118,9 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		}
 	}
 	for _, key := range open {
-		e, v, err := r.readSlot(ctx, key) // a junk slot is quarantined: not found
+		e, v, err := s.read(ctx, key) // a junk slot is quarantined: not found
 		if errors.Is(err, storage.ErrNotFound) {
-			if v, err := r.store.Put(ctx, key, body, storage.IfNotExists()); err == nil {
+			if v, err := s.store.Put(ctx, key, body, storage.IfNotExists()); err == nil {
 				return take(key, v)
 			}
 			continue
@@ -128,8 +131,8 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 		// The slot may still name this run after its runner was lost:
 		// rewrite it all the same, so the lost runner's release (a
 		// compare-and-swap on the version it wrote) is fenced off.
-		if e.RunID == runID || e.RunID == "" || r.slotHolderGone(ctx, slug, e.RunID) {
-			if v, err := r.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
+		if e.RunID == runID || e.RunID == "" || s.holderGone(ctx, slug, e.RunID) {
+			if v, err := s.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
 				return take(key, v)
 			}
 		}
@@ -137,198 +140,63 @@ func (r *Runner) acquireSlot(ctx context.Context, slug, runID string) (string, s
 	return "", "", errNoSlot
 }
 
-// slotHolderGone tells whether the run holding a slot no longer executes
+// holderGone tells whether the run holding a slot no longer executes
 // (it ended, parked, or never started), so the slot may be taken.
-func (r *Runner) slotHolderGone(ctx context.Context, slug, runID string) bool {
-	if r.isExecuting(runID) {
+func (s *slots) holderGone(ctx context.Context, slug, runID string) bool {
+	if s.execs.isExecuting(runID) {
 		return false
 	}
 	key, err := layout.RunStatusKey(slug, runID)
 	if err != nil {
 		return true
 	}
-	doc, _, err := r.readStatus(ctx, slug, runID, key)
+	doc, _, err := s.statuses.read(ctx, slug, runID, key)
 	if errors.Is(err, records.ErrCorrupt) {
 		return true // poison and quarantined
 	}
 	if errors.Is(err, storage.ErrNotFound) {
 		// Gone; on a store that settles, once a read Settle later agrees.
-		return r.absent.Confirmed(key, r.now())
+		return s.absent.Confirmed(key, s.now())
 	}
 	if err != nil {
 		return false
 	}
-	f := r.flowOfDoc(&doc)
+	f := s.cat.flowOfDoc(&doc)
 	return !f.executing(doc.Status) || doc.Lease == nil
 }
 
-// releaseSlot frees a slot this runner holds at version v, unless another
+// release frees a slot this runner holds at version v, unless another
 // runner took it meanwhile, and wakes the next run waiting for one.
-func (r *Runner) releaseSlot(ctx context.Context, slug, key string, v storage.Version) {
+func (s *slots) release(ctx context.Context, slug, key string, v storage.Version) {
 	if key == "" {
 		return
 	}
-	r.mu.Lock()
-	delete(r.heldSlots, key)
-	r.mu.Unlock()
-	free, err := r.store.Put(ctx, key, slotBody(""), storage.IfMatch(v))
+	s.mu.Lock()
+	delete(s.held, key)
+	s.mu.Unlock()
+	free, err := s.store.Put(ctx, key, slotBody(""), storage.IfMatch(v))
 	switch {
 	case err == nil:
-		r.mu.Lock()
-		r.freedSlots[key] = free
-		r.mu.Unlock()
+		s.mu.Lock()
+		s.freed[key] = free
+		s.mu.Unlock()
 	case !errors.Is(err, storage.ErrPreconditionFailed):
-		r.log.LogAttrs(ctx, slog.LevelWarn, "slot_release_failed", slog.String("slot", key), slog.String("error", err.Error()))
+		s.log.LogAttrs(ctx, slog.LevelWarn, "slot_release_failed", slog.String("slot", key), slog.String("error", err.Error()))
 	}
-	r.mu.Lock()
-	next := r.waiting[slug]
+	s.mu.Lock()
+	next := s.waiting[slug]
 	if len(next) > 0 {
-		r.waiting[slug] = next[1:]
+		s.waiting[slug] = next[1:]
 	}
-	r.mu.Unlock()
+	s.mu.Unlock()
 	if len(next) > 0 {
-		r.hand(next[0])
+		s.inbox.hand(next[0])
 	}
 }
 
-// cleanup removes a finished or parked run from the active index (finished
-// only) and frees its slot.
-//
-// A run whose last audit event could not be written, or whose status index
-// entry could not be moved, keeps its active entry: a poll finds it there,
-// writes the event (ensureAudit) or repairs the entries (repairRunIndex) and
-// cleans up then.
-func (r *Runner) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
-	r.releaseSlot(ctx, slug, slot, slotVer)
-	r.mu.Lock()
-	delete(r.dedupeOK, runID)
-	r.mu.Unlock()
-	if r.auditGap(runID) || r.indexGap(runID) {
-		return // the poll finds the run by its active entry and repairs it
-	}
-	r.forgetAudit(runID)
-	key, err := layout.RunActiveKey(slug, runID)
-	if err != nil {
-		return
-	}
-	if err := r.store.Delete(ctx, key, storage.Condition{}); err != nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "active_index_cleanup_failed", slog.String("runId", runID), slog.String("error", err.Error()))
-	}
-}
-
-// claim writes this runner's lease into the run (epoch + 1), starting it if
-// it waits for a slot. It fails when any runner holds a live lease (but for
-// reclaimOwn: this runner's own lease left by its previous process, and a
-// lease an earlier claim of this runner wrote without learning it had) or
-// the run moved on meanwhile.
-func (r *Runner) claim(ctx context.Context, c candidate, reclaimOwn bool, x *execution) error {
-	runID := c.w.runID
-	earlier := r.unsure[runID]
-	var f *flow
-	var epoch int64
-	var resumed bool
-	var traceParent string
-	tried := &unsureClaim{}
-	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
-		now := r.now()
-		traceParent = d.TraceParent
-		f = r.flowOfDoc(d)
-		ours := false // the lease is an earlier claim's of this runner: it landed
-		switch {
-		case d.Status == f.waiting:
-			if err := f.fire(ctx, d, f.start, lifecycle.ActorOrchestration); err != nil {
-				return err
-			}
-		case f.executing(d.Status):
-			ours = earlier.wrote(d.Lease)
-			live := d.Lease != nil && !now.After(d.Lease.ExpiresAt)
-			if live && !ours && !(reclaimOwn && d.Lease.Owner == r.cfg.Owner) {
-				return fmt.Errorf("run: run %s is held by %s until %s", d.RunID, d.Lease.Owner, d.Lease.ExpiresAt)
-			}
-		default:
-			return fmt.Errorf("run: run %s is %s, not claimable", d.RunID, d.Status)
-		}
-		epoch = 1
-		if d.Lease != nil {
-			epoch = d.Lease.Epoch + 1
-		}
-		switch {
-		case ours:
-			// The earlier claim started or took over the run; this write
-			// renews its lease and counts nothing a second time.
-			resumed = earlier.resumed
-		default:
-			resumed = d.Lease != nil
-			if resumed {
-				d.ResumeCount++
-				d.TakenOverAt = &now
-			}
-		}
-		d.Lease = &records.Lease{Owner: r.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(r.cfg.LeaseDuration)}
-		d.LastHeartbeatAt = &now
-		tried.leases = append(tried.leases, *d.Lease)
-		tried.resumed = resumed
-		return nil
-	})
-	if err != nil {
-		if len(tried.leases) > 0 {
-			// A write was tried and no answer says it did not land.
-			tried.leases = append(tried.leases, earlier.leasesOrNil()...)
-			if len(tried.leases) > maxUnsureLeases {
-				tried.leases = tried.leases[:maxUnsureLeases] // the newest first
-			}
-			r.unsure[runID] = tried
-		}
-		return err
-	}
-	delete(r.unsure, runID)
-	c.w.hold(epoch)
-	x.flow, x.epoch, x.resumed = f, epoch, resumed
-	x.traceParent = traceParent
-	return nil
-}
-
-// maxUnsureLeases bounds the leases kept for one run's unsure claims: a
-// store that keeps losing answers must not grow them without end.
-const maxUnsureLeases = 8
-
-// unsureClaim is a claim that failed after it tried to write its lease
-// into the run, so its write may have landed although it never learnt so:
-// the store stopped answering until the pass gave up, or the read that
-// would have told found another write on top. Nothing of this runner
-// executes such a run and its lease is renewed by nobody; a run found
-// under one of these leases is this claim's, and the runner takes it up at
-// once (the next poll) instead of waiting for the lease to lapse. The
-// leases are told apart by owner, epoch and expiry, which only this claim
-// wrote, so a process sharing the Owner is not mistaken for it.
-type unsureClaim struct {
-	leases  []records.Lease
-	resumed bool // the claim took the run over from an earlier execution
-}
-
-// wrote tells whether l is a lease the claim tried to write.
-func (u *unsureClaim) wrote(l *records.Lease) bool {
-	if u == nil || l == nil {
-		return false
-	}
-	for _, t := range u.leases {
-		if t.Owner == l.Owner && t.Epoch == l.Epoch && t.ExpiresAt.Equal(l.ExpiresAt) {
-			return true
-		}
-	}
-	return false
-}
-
-func (u *unsureClaim) leasesOrNil() []records.Lease {
-	if u == nil {
-		return nil
-	}
-	return u.leases
-}
-
-// freeSlotsOf frees every slot of the agent that names runID.
-func (r *Runner) freeSlotsOf(ctx context.Context, slug, runID string) {
-	a, ok := r.agents[slug]
+// freeAllOf frees every slot of the agent that names runID.
+func (s *slots) freeAllOf(ctx context.Context, slug, runID string) {
+	a, ok := s.cat.agents[slug]
 	if !ok {
 		return
 	}
@@ -337,18 +205,18 @@ func (r *Runner) freeSlotsOf(ctx context.Context, slug, runID string) {
 		if err != nil {
 			return
 		}
-		e, v, err := r.readSlot(ctx, key)
+		e, v, err := s.read(ctx, key)
 		if err != nil || e.RunID != runID {
 			continue
 		}
-		r.releaseSlot(ctx, slug, key, v)
+		s.release(ctx, slug, key, v)
 	}
 }
 
-// readSlot reads and validates a slot object; a junk one is quarantined
+// read reads and validates a slot object; a junk one is quarantined
 // and reported as not found, so the slot can be created afresh.
-func (r *Runner) readSlot(ctx context.Context, key string) (slotEntry, storage.Version, error) {
-	b, v, err := r.store.Get(ctx, key)
+func (s *slots) read(ctx context.Context, key string) (slotEntry, storage.Version, error) {
+	b, v, err := s.store.Get(ctx, key)
 	if err != nil {
 		return slotEntry{}, "", err
 	}
@@ -362,7 +230,7 @@ func (r *Runner) readSlot(ctx context.Context, key string) (slotEntry, storage.V
 		}
 	}
 	if ce != nil {
-		if _, qerr := r.quarantine(ctx, ce); qerr != nil {
+		if _, qerr := s.poison.quarantine(ctx, ce); qerr != nil {
 			return slotEntry{}, "", qerr
 		}
 		return slotEntry{}, "", fmt.Errorf("%w: slot %s quarantined", storage.ErrNotFound, key)
@@ -370,6 +238,18 @@ func (r *Runner) readSlot(ctx context.Context, key string) (slotEntry, storage.V
 	return e, v, nil
 }
 
-func (r *Runner) releaseSlotIfOurs(ctx context.Context, x *execution) {
-	r.releaseSlot(ctx, x.agent.Slug, x.slotKey, x.slotVer)
+// releaseHeld frees the slot an execution holds.
+func (s *slots) releaseHeld(ctx context.Context, x *execution) {
+	s.release(ctx, x.agent.Slug, x.slotKey, x.slotVer)
+}
+
+func (s *slots) isWaiting(slug, runID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.waiting[slug] {
+		if c.w.runID == runID {
+			return true
+		}
+	}
+	return false
 }

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -19,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // runStep runs one step with its per-attempt timeout and the retry schedule
@@ -26,27 +25,27 @@ import (
 // runner's clock. It returns the output, the attempts made and the error of
 // the last attempt, with its error code.
 func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutput, int, error) {
-	r := x.r
+	e := x.e
 	timeout := s.Timeout
 	if timeout <= 0 {
-		timeout = r.cfg.StepTimeout
+		timeout = e.cfg.StepTimeout
 	}
 	exp := &backoff.ExponentialBackOff{
-		InitialInterval:     r.cfg.RetryBackoff,
+		InitialInterval:     e.cfg.RetryBackoff,
 		RandomizationFactor: 0, // docs/spec.md#retries-and-timeouts: exactly 1 s, 2 s, 4 s
 		Multiplier:          2,
 		MaxInterval:         time.Duration(1<<62 - 1),
 		Stop:                backoff.Stop,
-		Clock:               r.cfg.Clock,
+		Clock:               e.cfg.Clock,
 	}
 	exp.Reset()
-	policy := backoff.WithMaxRetries(exp, uint64(r.cfg.StepRetries))
+	policy := backoff.WithMaxRetries(exp, uint64(e.cfg.StepRetries))
 	var out StepOutput
 	attempts := 0
 	op := func() error {
 		attempts++
 		in.Attempt = attempts
-		actx, span := r.tracer.Start(ctx, tracing.SpanStep, trace.SpanKindInternal)
+		actx, span := e.tracer.Start(ctx, tracing.SpanStep, trace.SpanKindInternal)
 		span.String(tracing.AttrRunID, in.RunID)
 		span.String(tracing.AttrStep, s.Name)
 		span.Int(tracing.AttrStepNum, int64(in.Step))
@@ -81,9 +80,9 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		if wait == backoff.Stop {
 			return out, attempts, failureOf(s, attempts, err)
 		}
-		r.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
+		e.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
 			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
-		if err := clock.Sleep(ctx, r.cfg.Clock, wait); err != nil {
+		if err := clock.Sleep(ctx, e.cfg.Clock, wait); err != nil {
 			return out, attempts, failureOf(s, attempts, err)
 		}
 	}
@@ -111,7 +110,7 @@ func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout t
 	timedOut := func() error {
 		return lifecycle.NewRunError(codes.AgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
 	}
-	out, err := core.Do(ctx, x.r.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
+	out, err := core.Do(ctx, x.e.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
 		o, err := s.Run(uctx, in)
 		var oe *core.OverrunError
 		if err != nil && errors.As(context.Cause(uctx), &oe) {
@@ -125,7 +124,7 @@ func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout t
 	)
 	switch {
 	case errors.As(err, &oe):
-		if m, ok := x.r.cfg.Metrics.(stragglerMetrics); ok {
+		if m, ok := x.e.cfg.Metrics.(stragglerMetrics); ok {
 			m.StepAbandoned(in.AgentSlug, s.Name)
 		}
 		return StepOutput{}, timedOut()
@@ -144,7 +143,7 @@ func seconds(d time.Duration) string {
 
 func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (StepRecord, error) {
 	s := x.agent.Steps[i]
-	now := x.r.now()
+	now := x.e.now()
 	rec := StepRecord{
 		StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending,
 		StartedAt: &started, FinishedAt: &now, DurationMS: now.Sub(started).Milliseconds(),
@@ -189,18 +188,18 @@ func (x *execution) writeStep(ctx context.Context, rec StepRecord) error {
 	// version it wrote; anything else goes through PutFenced.
 	done := false
 	if v, ok := x.markers[rec.StepNumber]; ok {
-		_, err := x.r.store.Put(ctx, key, b, storage.IfMatch(v))
+		_, err := x.e.store.Put(ctx, key, b, storage.IfMatch(v))
 		if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {
 			return err
 		}
 		done = err == nil
 	}
 	if !done {
-		if _, err := core.PutFenced(ctx, x.r.store, key, b, x.r.cfg.Owner, x.epoch, epochOf); err != nil {
+		if _, err := core.PutFenced(ctx, x.e.store, key, b, x.e.cfg.Owner, x.epoch, epochOf); err != nil {
 			return err
 		}
 	}
-	x.r.log.LogAttrs(ctx, slog.LevelInfo, "run_checkpoint", slog.String("runId", x.w.runID),
+	x.e.log.LogAttrs(ctx, slog.LevelInfo, "run_checkpoint", slog.String("runId", x.w.runID),
 		slog.String("stepId", rec.StepName), slog.Bool("resumable", rec.Resumable))
 	return nil
 }
@@ -218,7 +217,7 @@ func (x *execution) markStarted(ctx context.Context, i int) error {
 		return err
 	}
 	s := x.agent.Steps[i]
-	now := x.r.now()
+	now := x.e.now()
 	rec := StepRecord{StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending, StartedAt: &now,
 		Resumable: s.Resumable, Idempotent: s.Idempotent, Epoch: x.epoch}
 	if _, err := lifecycle.RunStep().Fire(context.Background(), &rec, lifecycle.EventStart, lifecycle.ActorOrchestration); err != nil {
@@ -232,9 +231,9 @@ func (x *execution) markStarted(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	v, err := x.r.store.Put(ctx, key, b, storage.IfNotExists())
+	v, err := x.e.store.Put(ctx, key, b, storage.IfNotExists())
 	if errors.Is(err, storage.ErrOutcomeUnknown) || errors.Is(err, storage.ErrPreconditionFailed) {
-		old, ov, gerr := x.r.store.Get(ctx, key)
+		old, ov, gerr := x.e.store.Get(ctx, key)
 		if gerr != nil {
 			return gerr
 		}
@@ -295,14 +294,14 @@ func (x *execution) writeOutput(ctx context.Context, key string, b []byte) error
 	}
 	cond := storage.IfNotExists()
 	for conflicts := 0; ; conflicts++ {
-		_, err := x.r.store.Put(ctx, key, b, cond)
+		_, err := x.e.store.Put(ctx, key, b, cond)
 		if err == nil || (!errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown)) {
 			return err
 		}
 		if conflicts >= core.MaxConflicts {
 			return err
 		}
-		old, v, gerr := x.r.store.Get(ctx, key)
+		old, v, gerr := x.e.store.Get(ctx, key)
 		switch {
 		case errors.Is(gerr, storage.ErrNotFound):
 			cond = storage.IfNotExists()

@@ -3,18 +3,33 @@ package run
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
-	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
+
+// writers make the status writers of runs and record what each write did:
+// its audit event, the move of its status index entry, metrics, the
+// run_transition log line, and a wake-up of every Wait.
+type writers struct {
+	store   storage.Store
+	now     func() time.Time
+	log     *slog.Logger
+	metrics Metrics
+	owner   string        // Config.Owner: the lease a writer holds
+	lease   time.Duration // Config.LeaseDuration
+	node    string        // Config.Node: where the audit events say they were written
+	cat     *catalog
+	audit   *auditLog
+	history *history
+	changes *changes
+}
 
 // statusWriter writes one run's status.json through core.Record, the one
 // fenced read-check-write of the SDK: it keeps the document and store
@@ -24,7 +39,7 @@ import (
 // write checks, inside the conditional write, that the lease is still its
 // own, and renews it.
 type statusWriter struct {
-	r     *Runner
+	ws    *writers
 	runID string // fixed for the writer's life; read without the lock
 	slug  string
 	key   string
@@ -40,9 +55,9 @@ type statusWriter struct {
 
 // newWriter returns the writer of a run's status at key; doc and ver fill
 // its cache when known (ver == "": read on first use).
-func (r *Runner) newWriter(slug, runID, key string, doc *Status, ver storage.Version) *statusWriter {
-	w := &statusWriter{r: r, runID: runID, slug: slug, key: key}
-	w.rec = r.statusRecord(slug, runID, key, "", 0)
+func (ws *writers) newWriter(slug, runID, key string, doc *Status, ver storage.Version) *statusWriter {
+	w := &statusWriter{ws: ws, runID: runID, slug: slug, key: key}
+	w.rec = ws.statusRecord(slug, runID, key, "", 0)
 	if ver != "" {
 		w.rec.Seed(*doc, ver)
 	}
@@ -51,37 +66,12 @@ func (r *Runner) newWriter(slug, runID, key string, doc *Status, ver storage.Ver
 
 // statusRecord is the core.Record of one run's status.json, fenced by
 // (owner, epoch) when epoch > 0.
-func (r *Runner) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[Status, *Status] {
+func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[Status, *Status] {
 	return &core.Record[Status, *Status]{
-		Store: r.store, Key: key, Owner: owner, Epoch: epoch,
+		Store: ws.store, Key: key, Owner: owner, Epoch: epoch,
 		Lease:    func(d *Status) *records.Lease { return d.Lease },
 		Clone:    func(d *Status) Status { return cloneStatus(d) },
-		Validate: r.statusValidator(slug, runID),
-	}
-}
-
-// statusValidator judges a decoded status.json: it must name the run and
-// agent of its key, and its status must be a state of the run's machine.
-// The machine is the one the run was created with, even where this
-// runner's config now gives its agent another (a rolling change of config):
-// such a run is valid and lives out its life on its own machine.
-// A document that fails is poison: it is quarantined, never acted on.
-func (r *Runner) statusValidator(slug, runID string) func(*Status) error {
-	return func(d *Status) error {
-		if d.RunID != runID {
-			return fmt.Errorf("run_id %q at the key of run %s", d.RunID, runID)
-		}
-		if d.AgentSlug != slug {
-			return fmt.Errorf("agent_slug %q at the key of agent %s", d.AgentSlug, slug)
-		}
-		f, ok := flowFor(d.Machine)
-		if !ok {
-			return fmt.Errorf("unknown machine %q", d.Machine)
-		}
-		if !f.isState(d.Status) {
-			return fmt.Errorf("status %q is not a state of %s", d.Status, f.machine)
-		}
-		return nil
+		Validate: statusValidator(slug, runID),
 	}
 }
 
@@ -100,7 +90,7 @@ func (w *statusWriter) record() *core.Record[Status, *Status] {
 func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.Context, d *Status) error) error {
 	b.tc.RunID = w.runID
 	if b.tc.Timestamp.IsZero() {
-		b.tc.Timestamp = w.r.now()
+		b.tc.Timestamp = w.ws.now()
 	}
 	fctx := lifecycle.WithTransition(ctx, b.tc)
 	w.mu.Lock()
@@ -110,7 +100,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 	before, after, err := rec.Apply(ctx, func(d *Status) error {
 		// The audit event of the write this one replaces must be in the
 		// log before its record in the document is replaced.
-		if err := w.r.ensureAudit(ctx, d); err != nil {
+		if err := w.ws.audit.ensure(ctx, d); err != nil {
 			return err
 		}
 		from := d.Status
@@ -118,10 +108,10 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 			return err
 		}
 		d.RunnerLostAt = nil // a read's verdict, never stored
-		defer func() { d.LastAudit = w.r.auditOf(d, from, b, d.Version+1) }()
+		defer func() { d.LastAudit = w.ws.auditRecord(d, from, b, d.Version+1) }()
 		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
-			now := w.r.now()
-			d.Lease.ExpiresAt, d.LastHeartbeatAt = now.Add(w.r.cfg.LeaseDuration), &now
+			now := w.ws.now()
+			d.Lease.ExpiresAt, d.LastHeartbeatAt = now.Add(w.ws.lease), &now
 			renewed = now
 		} else {
 			renewed = time.Time{}
@@ -138,8 +128,8 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 		}
 		w.mu.Unlock()
 	}
-	w.r.moveStatusIndex(ctx, &after, before.Status)
-	w.r.afterWrite(ctx, &after, before.Status, b)
+	w.ws.history.moveStatusIndex(ctx, &after, before.Status)
+	w.ws.afterWrite(ctx, &after, before.Status, b)
 	return nil
 }
 
@@ -149,7 +139,7 @@ func (w *statusWriter) hold(epoch int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	doc, ver := w.rec.Snapshot()
-	rec := w.r.statusRecord(w.slug, w.runID, w.key, w.r.cfg.Owner, epoch)
+	rec := w.ws.statusRecord(w.slug, w.runID, w.key, w.ws.owner, epoch)
 	rec.Seed(doc, ver)
 	w.rec, w.epoch = rec, epoch
 	w.leaseUntil, w.renewedAt = doc.Lease.ExpiresAt, *doc.LastHeartbeatAt
@@ -174,7 +164,7 @@ func (w *statusWriter) renewed() time.Time {
 func (w *statusWriter) leaseValid() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return core.LeaseCertain(w.leaseUntil, w.r.now(), w.r.cfg.LeaseDuration)
+	return core.LeaseCertain(w.leaseUntil, w.ws.now(), w.ws.lease)
 }
 
 // confirmLease makes sure the lease is this writer's at this instant: by
@@ -206,42 +196,25 @@ func byTimeout() by {
 	return by{actor: lifecycle.ActorOrchestration, tc: lifecycle.TransitionContext{Initiator: lifecycle.InitiatorTimeout}}
 }
 
-// afterWrite records what a status write did: the audit event
-// (docs/spec.md#audit-event) with the transition context, the run metrics and the
-// run_transition log event (docs/spec.md#metrics). A context that is about an
-// approval or an external event gets its details from the document just
-// written.
-func (r *Runner) afterWrite(ctx context.Context, doc *Status, from string, b by) {
-	f := r.flowOfDoc(doc)
-	tc := writeContext(doc, b)
-	r.writeAudit(ctx, doc)
-	r.cfg.Metrics.RunTransition(f.machine, from, doc.Status)
-	if from != doc.Status {
-		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
-			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
-			slog.String("actor", string(b.actor)))
-		r.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", append(attrs, contextAttrs(&tc)...)...)
-	}
-	r.broadcast()
+// afterWrite records what a status write did: its audit event and log
+// line (auditLog.record), the run metrics (docs/spec.md#metrics), and a
+// wake-up of every Wait. A context that is about an approval or an
+// external event gets its details from the document just written.
+func (ws *writers) afterWrite(ctx context.Context, doc *Status, from string, b by) {
+	ws.audit.record(ctx, doc, from, b.actor, writeContext(doc, b))
+	ws.metrics.RunTransition(ws.cat.flowOfDoc(doc).machine, from, doc.Status)
+	ws.changes.broadcast()
 }
 
-// contextAttrs are the parts of a transition context a log line adds to
-// the event's own fields (run id, initiator and time are there already).
-func contextAttrs(tc *lifecycle.TransitionContext) []slog.Attr {
-	var attrs []slog.Attr
-	if tc.UserID != "" {
-		attrs = append(attrs, slog.String("userId", tc.UserID))
-	}
-	if len(tc.Metadata) > 0 {
-		attrs = append(attrs, slog.Any("metadata", tc.Metadata))
-	}
-	if tc.Approval != nil {
-		attrs = append(attrs, slog.Any("approval", tc.Approval))
-	}
-	if tc.External != nil {
-		attrs = append(attrs, slog.Any("externalEvent", tc.External))
-	}
-	return attrs
+// auditRecord is the audit event (docs/spec.md#audit-event) of the write that
+// makes doc, from the status from, as b, at version seq of the document: the
+// writer puts it in the document, and the audit log writes it to the log.
+func (ws *writers) auditRecord(doc *Status, from string, b by, seq int64) *AuditRecord {
+	tc := writeContext(doc, b)
+	ev := records.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
+		From: from, To: doc.Status, Node: ws.node}
+	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
+	return &AuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
 }
 
 // writeContext is the transition context of a write as b, with the
@@ -259,98 +232,28 @@ func writeContext(doc *Status, b by) lifecycle.TransitionContext {
 	return tc
 }
 
-// auditOf is the audit event (docs/spec.md#audit-event) of the write that makes doc,
-// from the status from, as b, at version seq of the document.
-func (r *Runner) auditOf(doc *Status, from string, b by, seq int64) *AuditRecord {
-	tc := writeContext(doc, b)
-	ev := records.AuditEvent{TS: r.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
-		From: from, To: doc.Status, Node: r.cfg.Node}
-	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
-	return &AuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
+// changes tells every Wait that some run's status changed: a status write
+// closes the channel the waiters hold and makes a new one.
+type changes struct {
+	mu sync.Mutex
+	ch chan struct{}
 }
 
-// auditObject is where and what the audit object of a record is.
-func auditObject(a *AuditRecord) (string, []byte, error) {
-	key, err := layout.AuditKey(a.Event.TS, a.ID)
-	if err != nil {
-		return "", nil, err
-	}
-	b, err := json.Marshal(a.Event)
-	return key, b, err
+func newChanges() *changes { return &changes{ch: make(chan struct{})} }
+
+// broadcast wakes every Wait: some run's status changed.
+func (c *changes) broadcast() {
+	c.mu.Lock()
+	close(c.ch)
+	c.ch = make(chan struct{})
+	c.mu.Unlock()
 }
 
-// writeAudit writes the audit event of the write that made doc, with its
-// own budget (AuditTimeout). A failure is logged, not returned, because
-// the write has happened: the run is marked as having an audit gap, so its
-// active entry stays until the event is written (ensureAudit, by the next
-// writer or a poll).
-func (r *Runner) writeAudit(ctx context.Context, doc *Status) {
-	a := doc.LastAudit
-	if a == nil {
-		return
-	}
-	actx, cancel := core.AuditContext(ctx, r.cfg.AuditTimeout)
-	defer cancel()
-	key, b, err := auditObject(a)
-	if err == nil {
-		err = core.PutAudit(actx, r.store, key, b)
-	}
-	r.audited(doc.RunID, a.ID, err == nil)
-	if err != nil {
-		r.log.LogAttrs(ctx, slog.LevelError, "audit_write_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
-	}
-}
-
-// ensureAudit makes sure the audit event doc records (its last write's)
-// is in the audit log: known written by this runner, found, or written now.
-func (r *Runner) ensureAudit(ctx context.Context, doc *Status) error {
-	a := doc.LastAudit
-	if a == nil {
-		return nil
-	}
-	r.auditMu.Lock()
-	known := r.auditDone[doc.RunID] == a.ID
-	r.auditMu.Unlock()
-	if known {
-		return nil
-	}
-	key, b, err := auditObject(a)
-	if err == nil {
-		err = core.EnsureAudit(ctx, r.store, key, b)
-	}
-	if err != nil {
-		return fmt.Errorf("run: audit event %s of run %s: %w", a.ID, doc.RunID, err)
-	}
-	r.audited(doc.RunID, a.ID, true)
-	return nil
-}
-
-// audited notes whether the audit event id of a run is in the log (ok) or
-// could not be written (a gap, which keeps the run's active entry).
-func (r *Runner) audited(runID, id string, ok bool) {
-	r.auditMu.Lock()
-	defer r.auditMu.Unlock()
-	if ok {
-		r.auditDone[runID] = id
-		delete(r.auditGaps, runID)
-		return
-	}
-	r.auditGaps[runID] = true
-}
-
-// auditGap tells whether a run's last audit event is known missing.
-func (r *Runner) auditGap(runID string) bool {
-	r.auditMu.Lock()
-	defer r.auditMu.Unlock()
-	return r.auditGaps[runID]
-}
-
-// forgetAudit drops what this runner knows of a run's audit, once the run
-// ended and its last event is in the log.
-func (r *Runner) forgetAudit(runID string) {
-	r.auditMu.Lock()
-	defer r.auditMu.Unlock()
-	delete(r.auditDone, runID)
+// next is closed at the next broadcast.
+func (c *changes) next() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch
 }
 
 func cloneStatus(d *Status) Status {

@@ -1,0 +1,312 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// admission moves runs from queued towards executing, and every run at
+// rest on: the loop's poll looks at the runs not yet terminal and hands
+// each to consider, as it does the runs handed over by Submit and control
+// calls. It remembers, for the runs the last poll could only watch, until
+// when the next polls need not read them (quiet), and the runs the last
+// poll listed (listed), so a poll tells new work from runs it saw before.
+// Only the loop touches them.
+type admission struct {
+	store        storage.Store
+	now          func() time.Time
+	log          *slog.Logger
+	owner        string        // Config.Owner
+	parkedPoll   time.Duration // Config.ParkedPollInterval
+	queueTimeout time.Duration // Config.QueueTimeout
+	absent       *core.Absence
+	cat          *catalog
+	statuses     *statuses
+	writers      *writers
+	history      *history
+	audit        *auditLog
+	gate         *dedupeGate
+	slots        *slots
+	claims       *claims
+	execs        *executions
+	takeover     *takeover
+	ender        *ender
+	inbox        *inbox
+
+	quiet  map[string]time.Time
+	listed map[string]bool
+}
+
+// considerHanded looks at the runs handed to the loop; one this runner
+// still executes is looked at again when that execution ends.
+func (a *admission) considerHanded(ctx context.Context) {
+	for _, c := range a.inbox.take() {
+		if !a.execs.holdIfBusy(c.w.runID, c) {
+			a.consider(ctx, c, false)
+		}
+	}
+}
+
+// poll looks at every run not yet terminal, through the active index, and
+// then at the runs waiting for a slot. A run it can only watch (executing
+// under another runner's live lease, or parked) is not read again until it
+// may need this runner: its lease may have lapsed, its external wait's
+// deadline passed, or ParkedPollInterval passed. So a poll costs a List and
+// a read per run that may move, not a read of every active run. It
+// reports whether it found work: a run to read that the last poll did not
+// list (the adaptive poll looks again soon after such a poll; a run read
+// at every poll without moving must not keep it busy).
+func (a *admission) poll(ctx context.Context, startup bool) (found bool) {
+	now := a.now()
+	a.history.maybeRepairIndexes(ctx, now)
+	quiet := make(map[string]time.Time, len(a.quiet))
+	listed := make(map[string]bool, len(a.listed))
+	defer func() { a.quiet, a.listed = quiet, listed }()
+	for key, err := range a.store.List(ctx, layout.RunActivePrefix) {
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("error", err.Error()))
+			}
+			return
+		}
+		slug, runID, ok := layout.ParseRunActiveKey(key)
+		if !ok {
+			continue
+		}
+		listed[runID] = true
+		if a.execs.isExecuting(runID) || a.slots.isWaiting(slug, runID) {
+			continue
+		}
+		if _, known := a.cat.agents[slug]; !known {
+			continue // another service's agent
+		}
+		if until, ok := a.quiet[runID]; ok && now.Before(until) {
+			quiet[runID] = until
+			continue
+		}
+		statusKey, err := layout.RunStatusKey(slug, runID)
+		if err != nil {
+			continue
+		}
+		doc, ver, err := a.statuses.read(ctx, slug, runID, statusKey)
+		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt) {
+			// Its submit has not written the status yet, or stopped
+			// half-way: finished once it had a lease's time, and (on a
+			// store that settles) once a read Settle later still finds
+			// no status, since finishing writes the status create-only,
+			// which such a store may take over the run's own.
+			if a.absent.Confirmed(statusKey, now) {
+				a.takeover.finishSubmit(ctx, slug, runID, statusKey)
+			}
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return // the pass is over; the next one goes on
+			}
+			if !errors.Is(err, records.ErrCorrupt) { // quarantined: logged there
+				a.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
+			}
+			continue
+		}
+		found = found || !a.listed[runID]
+		a.consider(ctx, candidate{slug: slug, w: a.writers.newWriter(slug, runID, statusKey, &doc, ver)}, startup)
+		if until := a.quietUntil(a.cat.flowOfDoc(&doc), &doc, now); !until.IsZero() {
+			quiet[runID] = until
+		}
+	}
+	a.claims.forgetUnsure(listed)
+	for _, list := range a.slots.takeWaiting() {
+		for _, c := range list {
+			a.consider(ctx, c, false)
+		}
+	}
+	return found
+}
+
+// quietUntil is until when a run that consider left alone cannot need
+// this runner: the end of another runner's live lease; for a parked run
+// ParkedPollInterval or its external deadline, whichever comes first; for
+// a keyed run waiting out the store's settle time before it may go, the
+// end of that wait. Zero means it should be read at every poll.
+func (a *admission) quietUntil(f *flow, doc *Status, now time.Time) time.Time {
+	if until := a.gate.waitEnds(f, doc); now.Before(until) {
+		return until
+	}
+	switch {
+	case f.executing(doc.Status) && doc.Lease != nil && doc.Lease.Owner != a.owner && !now.After(doc.Lease.ExpiresAt):
+		return doc.Lease.ExpiresAt
+	case doc.Lease == nil && slices.Contains(f.parked, doc.Status):
+		until := now.Add(a.parkedPoll)
+		if doc.External != nil && doc.External.Deadline != nil && doc.External.Deadline.Before(until) {
+			until = *doc.External.Deadline
+		}
+		return until
+	}
+	return time.Time{}
+}
+
+// consider moves one run forward as far as this runner can: admit it, start
+// it if a slot is free, take it over if its runner was lost, expire its
+// external wait, or clean up after it.
+func (a *admission) consider(ctx context.Context, c candidate, startup bool) {
+	doc := c.w.snapshot()
+	f := a.cat.flowOfDoc(&doc)
+	if a.execs.isExecuting(doc.RunID) {
+		return // this runner has it; a stale copy must not start it twice
+	}
+	if !a.gate.mayGo(ctx, c, f, &doc) {
+		return // not yet decided, or a duplicate ended here
+	}
+	now := a.now()
+	var err error
+	if f.terminal(doc.Status) || (doc.Lease == nil && slices.Contains(f.parked, doc.Status)) {
+		if !a.repairAudit(ctx, &doc) {
+			return
+		}
+	}
+	switch {
+	case f.terminal(doc.Status):
+		// Its writer may have died between the terminal write and the
+		// index move: repair the entries before the active entry goes.
+		if err := a.history.repairRunIndex(ctx, &doc); err != nil {
+			a.history.repairFailed(ctx, err)
+			return
+		}
+		a.history.noteGap(doc.RunID, false)
+		a.ender.cleanup(ctx, c.slug, doc.RunID, "", "")
+		return
+	case doc.Status == f.initial && f.admit != "":
+		err = a.admit(ctx, c, f)
+	case doc.Status == f.waiting && a.queueExpired(f, doc, now):
+		err = a.expireQueued(ctx, c, f, doc.RunID)
+	case doc.Status == f.waiting:
+		a.claims.startOrWait(ctx, c, false)
+		return
+	case f.executing(doc.Status):
+		a.takeover.resumeExecuting(ctx, c, &doc, now, startup)
+		return
+	case doc.CancelRequested && f.cancel != "" && doc.Lease == nil && slices.Contains(f.parked, doc.Status):
+		err = a.cancelParked(ctx, c, f, doc.RunID)
+	case externalExpired(&doc, now):
+		err = a.expireExternal(ctx, c, f, &doc)
+	}
+	if err != nil && ctx.Err() == nil {
+		a.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+	}
+}
+
+// repairAudit writes the audit event of the last write of a run at rest,
+// if that write's own audit failed: no writer may come soon to do it. It
+// reports false when the repair failed and the look must stop.
+func (a *admission) repairAudit(ctx context.Context, doc *Status) bool {
+	if err := a.audit.ensure(ctx, doc); err != nil {
+		if ctx.Err() == nil {
+			a.log.LogAttrs(ctx, slog.LevelWarn, "audit_repair_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		}
+		return false
+	}
+	return true
+}
+
+// admit moves a new run past the flow's admission and starts it or queues
+// it for a slot.
+func (a *admission) admit(ctx context.Context, c candidate, f *flow) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+		return f.fire(ctx, d, f.admit, lifecycle.ActorOrchestration)
+	})
+	if err == nil {
+		a.claims.startOrWait(ctx, c, false)
+	}
+	return err
+}
+
+// expireQueued fails a run that waited for a slot longer than the queue
+// timeout.
+func (a *admission) expireQueued(ctx context.Context, c candidate, f *flow, runID string) error {
+	err := c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *Status) error {
+		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		a.ender.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "queued longer than %s", seconds(a.queueTimeout)))
+		return nil
+	})
+	if err == nil {
+		a.ender.cleanup(ctx, c.slug, runID, "", "")
+		a.ender.finished(ctx, c.w.snapshot())
+	}
+	return err
+}
+
+// cancelParked ends canceled a parked run that carries an acknowledged
+// cancel (parked by a writer that missed the request).
+func (a *admission) cancelParked(ctx context.Context, c candidate, f *flow, runID string) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+		if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
+			return nil // moved on meanwhile
+		}
+		if err := f.fire(ctx, d, f.cancel, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		a.ender.finishFields(d, nil)
+		return nil
+	})
+	if err == nil {
+		if after := c.w.snapshot(); f.terminal(after.Status) {
+			a.ender.cleanup(ctx, c.slug, runID, "", "")
+			a.ender.finished(ctx, after)
+		}
+	}
+	return err
+}
+
+// expireExternal fails a run whose external event did not come by its
+// deadline.
+func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, doc *Status) error {
+	ext := doc.External
+	b := byTimeout()
+	b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
+	err := c.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		a.ender.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
+		return nil
+	})
+	if err == nil {
+		a.ender.cleanup(ctx, c.slug, doc.RunID, "", "")
+		a.ender.finished(ctx, c.w.snapshot())
+	}
+	return err
+}
+
+// queueExpired tells whether a waiting run outlived QueueTimeout and its
+// machine can fail it from there.
+func (a *admission) queueExpired(f *flow, doc Status, now time.Time) bool {
+	return a.queueTimeout > 0 && now.Sub(doc.StartedAt) > a.queueTimeout &&
+		f.check(doc.Status, "failed") == nil
+}
+
+// externalExpired reports whether doc waits for an external event whose
+// deadline has passed.
+func externalExpired(doc *Status, now time.Time) bool {
+	return doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline)
+}
+
+func derefTime[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
