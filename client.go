@@ -1,6 +1,7 @@
 package conveyor
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -78,8 +79,10 @@ func New(cfg Config) (*Client, error) {
 		if err := metrics.WatchQueue(c.queue); err != nil {
 			return nil, fmt.Errorf("%w: metrics: %w", ErrInvalidConfig, err)
 		}
-		if err := metrics.WatchRuns(c.runner); err != nil {
-			return nil, fmt.Errorf("%w: metrics: %w", ErrInvalidConfig, err)
+		if c.runner != nil {
+			if err := metrics.WatchRuns(c.runner); err != nil {
+				return nil, fmt.Errorf("%w: metrics: %w", ErrInvalidConfig, err)
+			}
 		}
 	}
 	c.plan()
@@ -100,21 +103,26 @@ func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err err
 	if cfg.NLMAgents != nil {
 		agents = append(append([]run.Agent(nil), agents...), cfg.NLMAgents(c.nlm)...)
 	}
-	rc := cfg.Runner
-	rc.Store, rc.Owner, rc.Clock, rc.Logger, rc.Node, rc.TracerProvider = cfg.Store, owner, c.clock, c.log, node, cfg.TracerProvider
-	if metrics != nil {
-		rc.Metrics = metrics
-	}
-	if c.runner, err = run.NewRunner(rc, agents...); err != nil {
-		return fmt.Errorf("runner: %w", err)
-	}
-	sc := cfg.Scheduler
-	sc.Runner, sc.Store, sc.Clock, sc.Logger, sc.Schedules = c.runner, cfg.Store, c.clock, c.log, cfg.Schedules
-	if metrics != nil {
-		sc.Metrics = metrics
-	}
-	if c.sched, err = schedule.New(sc); err != nil {
-		return fmt.Errorf("scheduler: %w", err)
+	// A Client of jobs alone has no Runner, and so no Scheduler.
+	if len(agents) > 0 {
+		rc := cfg.Runner
+		rc.Store, rc.Owner, rc.Clock, rc.Logger, rc.Node, rc.TracerProvider = cfg.Store, owner, c.clock, c.log, node, cfg.TracerProvider
+		if metrics != nil {
+			rc.Metrics = metrics
+		}
+		if c.runner, err = run.NewRunner(rc, agents...); err != nil {
+			return fmt.Errorf("runner: %w", err)
+		}
+		sc := cfg.Scheduler
+		sc.Runner, sc.Store, sc.Clock, sc.Logger, sc.Schedules = c.runner, cfg.Store, c.clock, c.log, cfg.Schedules
+		if metrics != nil {
+			sc.Metrics = metrics
+		}
+		if c.sched, err = schedule.New(sc); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+	} else if len(cfg.Schedules) > 0 {
+		return errors.New("schedules need agents to run")
 	}
 	qc := cfg.Queue
 	qc.Store, qc.Clock, qc.Node, qc.Logger, qc.TracerProvider, qc.Types = cfg.Store, c.clock, node, c.log, cfg.TracerProvider, cfg.JobTypes
@@ -145,7 +153,8 @@ func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err err
 	return nil
 }
 
-// Runs returns the Runner: submit, read, wait for and control runs.
+// Runs returns the Runner: submit, read, wait for and control runs; nil
+// for a Client without agents.
 func (c *Client) Runs() *run.Runner { return c.runner }
 
 // Jobs returns the job Queue: insert, enqueue, read and requeue jobs.
@@ -160,7 +169,8 @@ func (c *Client) Artifacts() *artifact.Store { return c.queue.Artifacts() }
 // NLM returns the NLM processor, nil without Config.NLMStages.Query.
 func (c *Client) NLM() *nlm.Processor { return c.nlm }
 
-// Schedules returns the Scheduler: list, pause and resume schedules.
+// Schedules returns the Scheduler: list, pause and resume schedules; nil
+// for a Client without agents.
 func (c *Client) Schedules() *schedule.Scheduler { return c.sched }
 
 // Store returns the Store every part works on.

@@ -44,7 +44,9 @@ type service struct {
 func (c *Client) plan() {
 	c.life.failed, c.life.stopped = make(chan error, 1), make(chan struct{})
 	if !c.cfg.SubmitOnly {
-		c.life.add("runner", c.runner.Run)
+		if c.runner != nil {
+			c.life.add("runner", c.runner.Run)
+		}
 		if c.jobs != nil {
 			c.life.add("jobs", c.jobs.Run)
 		}
@@ -54,7 +56,9 @@ func (c *Client) plan() {
 		if c.cfg.InboxExpiry >= 0 {
 			c.life.add("inbox expiry", c.expireInbox)
 		}
-		c.life.add("scheduler", c.sched.Run)
+		if c.sched != nil {
+			c.life.add("scheduler", c.sched.Run)
+		}
 	}
 	c.life.add("retention", c.janitor.Run)
 }
@@ -137,7 +141,12 @@ func (c *Client) Stop(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	return nil
+	select {
+	case <-l.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Failed receives the first error a loop ended with while the Client ran
