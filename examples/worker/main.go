@@ -1,34 +1,8 @@
-// Command worker is a Worker (docs/spec.md#platform-names), built from the SDK: the HTTP
-// API with its event stream, metrics and live run page, the Orchestration
-// Layer (the Runner, the status writer), the job Worker and an NLM backend
-// simulator, on the embedded default store (a directory) or on S3/MinIO.
-//
-//	go run ./examples/worker                        # everything, ./data, 127.0.0.1:8080
-//	go run ./examples/worker -role api              # HTTP only: reads the store, submits runs
-//	go run ./examples/worker -role runner -owner r1 # the status writer: executes runs and jobs
-//
-// Any number of processes may share one store: -role api serves the API
-// (every stream sees every process's changes, since events come from the
-// store), -role runner processes execute runs and jobs. SIGINT or SIGTERM
-// drains and stops within -drain.
-//
-// S3 or MinIO instead of the directory: set -s3-bucket (or
-// CONVEYOR_S3_BUCKET) and the standard AWS variables, plus -s3-endpoint (or
-// AWS_ENDPOINT_URL) for MinIO.
-//
-// At start the Worker checks that its store keeps the promises it rests on
-// (a create-only write over an existing key fails, a stale If-Match fails,
-// ...) with a few writes under probe/ that it removes; a store that fails
-// refuses to start, naming the failed checks, unless -allow-unsafe-store
-// (docs/stores.md).
-//
-// -retention 168h deletes finished history a week after it finished (a
-// janitor on every process; one pass an hour across them), with per-kind
-// overrides in -retention-ages; -print-s3-lifecycle prints the bucket
-// lifecycle rules that do the same by age alone (docs/retention.md).
-//
-// OTEL_EXPORTER_OTLP_ENDPOINT (and the exporter's other standard OTEL_
-// variables) exports OpenTelemetry spans over OTLP/HTTP (docs/spec.md#tracing).
+// Command worker is a Worker (docs/spec.md#platform-names): a Conveyor
+// Client (package conveyor) built from its flags, with the HTTP API, event
+// stream, metrics and live page mounted on it, demo agents and an NLM
+// backend simulator, on a directory or S3/MinIO. README.md says how to run
+// it: roles, stores, the start-up check, retention, tracing.
 package main
 
 import (
@@ -69,65 +43,42 @@ func main() {
 // runWorker is the whole program, testable in-process: ready, when set, receives
 // the address the HTTP server listens on (empty without one) once serving.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
-	opts, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	if opts.printS3 {
-		var agents []string
-		if !opts.noDemo {
-			agents = []string{AgentResearch, AgentApproval, AgentNLM}
+	if o.printS3 {
+		agents := []string{AgentResearch, AgentApproval, AgentNLM}
+		if o.noDemo {
+			agents = nil
 		}
-		b, err := retention.S3Lifecycle(opts.retention, opts.s3Prefix, agents)
-		if err != nil {
-			return err
+		b, err := retention.S3Lifecycle(o.retention, o.s3Prefix, agents)
+		if err == nil {
+			_, err = fmt.Fprintf(stdout, "%s\n", b)
 		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	w, err := build(ctx, opts, stderr)
+	w, err := build(ctx, o, stderr)
 	if err != nil {
 		return err
 	}
 	return w.serve(ctx, ready)
 }
 
-// options are the command line.
+// options are the command line; store and clock, set by tests, replace
+// the store the flags name and the wall clock.
 type options struct {
-	addr     string
-	data     string
-	role     string
-	owner    string
-	tokens   string
-	logLevel slog.Level
-
-	s3Bucket, s3Endpoint, s3Prefix string
-	s3Settle                       time.Duration
-
-	pause       time.Duration
-	drain       time.Duration
-	poll        time.Duration
-	streamWrite time.Duration
-	idlePoll    time.Duration
-	lease       time.Duration
-	callbackURL string
-	noDemo      bool
-	demoConc    int
-	config      string
-	// allowUnsafeStore starts the Worker on a store that fails the
-	// start-up semantics probe (the failures are logged).
-	allowUnsafeStore bool
-	// retention is the janitor's config (Age, Ages, Interval); printS3
-	// prints the bucket lifecycle rules for it and exits.
-	retention retention.Config
-	printS3   bool
-	// store and clock, when set (by tests), replace the store the flags
-	// name and the wall clock.
-	store storage.Store
-	clock clock.Clock
-	// limits are the HTTP server's (httpapi.Limits); the flag sets
-	// MaxConnsPerAddr, the others keep their defaults.
-	limits httpapi.Limits
+	addr, data, role, owner, tokens, config, callbackURL string
+	s3Bucket, s3Endpoint, s3Prefix                       string
+	s3Settle, pause, drain, poll, streamWrite            time.Duration
+	idlePoll, lease                                      time.Duration
+	logLevel                                             slog.Level
+	noDemo, allowUnsafeStore, printS3                    bool
+	demoConc                                             int
+	retention                                            retention.Config
+	limits                                               httpapi.Limits
+	store                                                storage.Store
+	clock                                                clock.Clock
 }
 
 // defaultIdlePoll is -idle-poll's default: three loops look for others'

@@ -68,7 +68,8 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if cfg.TracerProvider, w.endTraces, err = otlp.FromEnv(ctx, serviceName); err != nil {
 		return nil, err
 	}
-	if w.tokens, err = loadTokens(o.tokens); err != nil {
+	var nlmToken string
+	if w.tokens, nlmToken, err = loadTokens(o.tokens); err != nil {
 		return nil, err
 	}
 	if o.role != roleRunner && o.addr != "" {
@@ -94,7 +95,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	cfg.Runner.PollInterval, cfg.Runner.ParkedPollInterval = o.idlePoll, 4*o.poll
 	cfg.Runner.LeaseDuration, cfg.Runner.HeartbeatInterval = o.lease, o.lease/3
 	cfg.Queue.StopGrace, cfg.Queue.LeaseTTL = o.drain/3, min(o.lease, 30*time.Second)
-	cfg.NLM.PollInterval, cfg.NLM.CallbackURL, cfg.NLM.Client = o.idlePoll, o.callbackURL, callbackPoster(w.tokens)
+	cfg.NLM.PollInterval, cfg.NLM.CallbackURL, cfg.NLM.Client = o.idlePoll, o.callbackURL, nlmPoster{nlmToken}
 	if w.c, err = conveyor.New(cfg); err != nil {
 		return nil, err
 	}
@@ -178,49 +179,45 @@ func (w *worker) close(ctx context.Context) {
 	}
 }
 
-// callbackPoster posts the NLM simulator's callbacks as the nlm-backend
-// actor, the only one the API lets post them: with that actor's token when
-// the token file has one, else naming it in the header a Worker without
+// nlmPoster posts the NLM simulator's callbacks as the nlm-backend actor,
+// the only one the API lets post them: with that actor's first token when
+// the tokens have one, else naming it in the header a Worker without
 // tokens reads.
-func callbackPoster(tokens map[string]lifecycle.Actor) nlm.Poster {
-	var token string
-	for t, a := range tokens {
-		if a == lifecycle.ActorNLMBackend && (token == "" || t < token) {
-			token = t
-		}
+type nlmPoster struct{ token string }
+
+func (p nlmPoster) Do(req *http.Request) (*http.Response, error) {
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	} else {
+		req.Header.Set(client.ActorHeader, string(lifecycle.ActorNLMBackend))
 	}
-	return posterFunc(func(req *http.Request) (*http.Response, error) {
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		} else {
-			req.Header.Set(client.ActorHeader, string(lifecycle.ActorNLMBackend))
-		}
-		return http.DefaultClient.Do(req)
-	})
+	return http.DefaultClient.Do(req)
 }
 
-type posterFunc func(*http.Request) (*http.Response, error)
-
-func (f posterFunc) Do(req *http.Request) (*http.Response, error) { return f(req) }
-
-// loadTokens reads -tokens and CONVEYOR_TOKENS; none means loopback only.
-func loadTokens(path string) (map[string]lifecycle.Actor, error) {
-	tokens := map[string]lifecycle.Actor{}
+// loadTokens reads -tokens and CONVEYOR_TOKENS (none: loopback only), and
+// picks the nlm-backend's first token.
+func loadTokens(path string) (tokens map[string]lifecycle.Actor, nlmToken string, err error) {
+	tokens = map[string]lifecycle.Actor{}
 	if path != "" {
 		t, err := httpapi.LoadTokens(path)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		maps.Copy(tokens, t)
 	}
 	if env := os.Getenv("CONVEYOR_TOKENS"); env != "" {
 		t, err := httpapi.ParseTokens(env)
 		if err != nil {
-			return nil, fmt.Errorf("CONVEYOR_TOKENS: %w", err)
+			return nil, "", fmt.Errorf("CONVEYOR_TOKENS: %w", err)
 		}
 		maps.Copy(tokens, t)
 	}
-	return tokens, nil
+	for t, a := range tokens {
+		if a == lifecycle.ActorNLMBackend && (nlmToken == "" || t < nlmToken) {
+			nlmToken = t
+		}
+	}
+	return tokens, nlmToken, nil
 }
 
 // openStore opens the store the flags name, and says which for the log.
