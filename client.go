@@ -29,8 +29,9 @@ type Client struct {
 	cfg   Config
 	log   *slog.Logger
 	clock clock.Clock
-	// id is Owner without "/", for the parts whose ids take none.
-	id string
+	// owner is Config.Owner or its default; id is owner without "/", for
+	// the parts whose ids take none.
+	owner, id string
 
 	runner  *run.Runner
 	queue   *jobqueue.Queue
@@ -64,7 +65,7 @@ func New(cfg Config) (*Client, error) {
 	if node == "" {
 		node, _ = os.Hostname()
 	}
-	c.id = strings.ReplaceAll(owner, "/", ":")
+	c.owner, c.id = owner, strings.ReplaceAll(owner, "/", ":")
 	var metrics *prometheus.Metrics
 	if cfg.Metrics != nil {
 		var err error
@@ -175,6 +176,10 @@ func (c *Client) Schedules() *schedule.Scheduler { return c.sched }
 
 // Store returns the Store every part works on.
 func (c *Client) Store() storage.Store { return c.cfg.Store }
+
+// Owner returns the name this process has in leases (Config.Owner or its
+// default).
+func (c *Client) Owner() string { return c.owner }
 
 // Clock returns the clock every part works on.
 func (c *Client) Clock() clock.Clock { return c.clock }

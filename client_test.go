@@ -78,8 +78,8 @@ func TestClientRunAndJob(t *testing.T) {
 	if err != nil || st.Status != string(lifecycle.RunCompleted) {
 		t.Fatalf("run %s: %s, %v", res.RunID, st.Status, err)
 	}
-	if c.Runs().Owner() != "host/test" {
-		t.Errorf("runner owner %q, want host/test", c.Runs().Owner())
+	if c.Runs().Owner() != "host/test" || c.Owner() != "host/test" {
+		t.Errorf("owner %q, runner's %q, want host/test", c.Owner(), c.Runs().Owner())
 	}
 	job, err := c.Jobs().Insert(ctx, "GREET", "Ada")
 	if err != nil {

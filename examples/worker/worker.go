@@ -277,7 +277,7 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 			w.log.Warn("no_tokens", "msg_detail", "no bearer tokens configured: serving loopback only; every request acts as its X-Conveyor-Actor header, gateway by default")
 		}
 	}
-	w.log.Info("worker_started", "role", w.opts.role, "store", w.where, "addr", addr, "owner", w.c.Runs().Owner())
+	w.log.Info("worker_started", "role", w.opts.role, "store", w.where, "addr", addr, "owner", w.c.Owner())
 	if addr != "" {
 		fmt.Fprintf(w.stderr, "conveyor worker (%s) on %s: API http://%s, live page http://%s/ui/\n", w.opts.role, w.where, addr, addr)
 	}
