@@ -21,7 +21,7 @@
 //	defer c.Stop(ctx)
 //	res, _ := c.Runs().Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin"})
 //
-// Packages, from the ground up (docs/architecture.md holds the layers, and
+// Packages, from the ground up (docs/design.md#layers-and-packages holds the layers, and
 // a test holds the imports to them):
 //
 //	lifecycle/clock, lifecycle/codes   the clock; the one code table and input limits

@@ -1,6 +1,7 @@
 package conveyor_test
 
 import (
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -60,14 +61,14 @@ func repoFiles(t *testing.T) []string {
 	return files
 }
 
-// TestNoSourceCitations fails when a file of repoFiles outside
-// docs/decisions.md cites the original specification documents instead of
-// docs/ (docs/spec.md): a reader of this repository cannot follow such a
-// citation. docs/decisions.md may name where a decision came from.
+// TestNoSourceCitations fails when a file of repoFiles cites the original
+// specification documents instead of docs/ (docs/spec.md): a reader of this
+// repository cannot follow such a citation. Only this file, which holds the
+// patterns, is spared.
 func TestNoSourceCitations(t *testing.T) {
 	t.Parallel()
 	for _, path := range repoFiles(t) {
-		if path == "docs/decisions.md" || path == "docs_test.go" {
+		if path == "docs_test.go" {
 			continue
 		}
 		b, err := os.ReadFile(path)
@@ -387,6 +388,45 @@ func TestSpecAuthorityMatrix(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("docs/spec.md's %s matrix differs from package authority's:\n got:\n%s\nwant:\n%s", r, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+// docCaps are the most lines a page of docs/ may have. A page that grows
+// past its cap is split by topic or trimmed of history (CHANGELOG.md and
+// git keep that); a cap is raised only with the reason written beside it.
+var docCaps = []struct {
+	path string
+	max  int
+}{
+	{"docs/design.md", 1200},     // the current rules by topic: rule, why, rejected
+	{"docs/performance.md", 400}, // the current numbers and how to reproduce them
+}
+
+// gonePages are pages folded into others; they must not come back.
+var gonePages = []string{
+	"docs/decisions.md",    // history: CHANGELOG.md; current rules: docs/design.md
+	"docs/architecture.md", // the layers and the walks: docs/design.md
+}
+
+// TestDocSizes fails when a page of docs/ outgrows its cap or a page
+// folded into another is back.
+func TestDocSizes(t *testing.T) {
+	t.Parallel()
+	for _, c := range docCaps {
+		b, err := os.ReadFile(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > c.max {
+			t.Errorf("%s has %d lines, more than its cap of %d: trim it or split it by topic", c.path, n, c.max)
+		}
+	}
+	for _, p := range gonePages {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s exists; it was folded into docs/design.md and CHANGELOG.md", p)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			t.Error(err)
 		}
 	}
 }

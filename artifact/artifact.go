@@ -267,8 +267,8 @@ func (d *Draft) checkText() error {
 //
 // Fenced (Draft.Epoch > 0, the epoch of the job claim writing it) the
 // artifact records its writer's epoch and a newer epoch wins, decided
-// inside the conditional write (core.PutFenced's rule): a stored artifact
-// of the same epoch is returned unchanged (created false); one of an older
+// inside the conditional write, as for every fenced record: a stored
+// artifact of the same epoch is returned unchanged (created false); one of an older
 // epoch, left by an attempt that lost its job and can therefore back no
 // COMPLETE job, is replaced by compare-and-swap on its version; one of a
 // newer epoch makes Create fail with an error matching records.ErrLeaseLost,

@@ -50,7 +50,7 @@ const TypeLanePrefix = "_type."
 
 // TypeLane is the lane, and so the agent_slug, of the jobs of type t
 // enqueued without an agent: "_type." + t. Like an agent's, a lane runs one
-// job at a time across every worker sharing the store (docs/decisions.md
+// job at a time across every worker sharing the store (docs/design.md#jobs
 // says why); jobs that may run side by side take agent slugs of their own.
 func TypeLane(t lifecycle.JobType) string { return TypeLanePrefix + string(t) }
 

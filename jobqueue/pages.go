@@ -40,9 +40,9 @@ func pageBudget(limit int) int { return max(4*limit, 200) }
 
 // ListPage reads a page of jobs in job id order (GET /jobs), from the
 // jobs/ listing and its cursor: no index of its own, so the queue keeps
-// its 8 writes per job (docs/decisions.md, "Paged lists and their
-// indexes"). Filters are checked on each record read, at most
-// pageBudget(limit) of them a page. The actor needs Read without
+// its 8 writes per job (docs/design.md#listing-and-indexes). Filters are
+// checked on each record read, at most four times the limit (and at least
+// 200) of them a page. The actor needs Read without
 // qualification, as for List.
 func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (JobPage, error) {
 	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {

@@ -16,7 +16,7 @@ import (
 // and these methods act as it, without an actor to pass: as the
 // orchestration layer, which the matrix lets create and read jobs and read
 // artifacts, and, for Retry, as the admin, the one actor the job machine
-// lets requeue (docs/decisions.md).
+// lets requeue (docs/design.md#jobs).
 const (
 	// SystemActor is the actor Insert, InsertJob, Job and Result act as.
 	SystemActor = lifecycle.ActorOrchestration

@@ -22,8 +22,8 @@ import (
 // worker sweeps the queue every SweepInterval.
 //
 // Over a store that cannot watch (S3), one goroutine of the Worker polls
-// the ready lanes on the adaptive schedule of core.Poll: 25 ms after a
-// listing found new work and for core.BusyLooks listings after it, then
+// the ready lanes on an adaptive schedule: 25 ms after a listing found
+// new work and for the 10 listings after it, then
 // twice as long after every further listing that found none, up to
 // PollInterval. So a stream of work from other processes
 // is found within tens of milliseconds, while an idle Worker lists the

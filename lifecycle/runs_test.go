@@ -43,7 +43,7 @@ var specApproval = map[lifecycle.ApprovalRunState][]lifecycle.ApprovalRunState{
 	"cancelled":         {},
 }
 
-// The run step: the moves are Conveyor's (decisions.md).
+// The run step: the moves are Conveyor's (docs/spec.md#run-step).
 var specStep = map[lifecycle.StepState][]lifecycle.StepState{
 	"pending":   {"running", "skipped"},
 	"running":   {"completed", "failed"},

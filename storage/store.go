@@ -2,7 +2,7 @@
 // goes through: Get, Put and Delete with conditions, List and Watch by
 // prefix, versions, ids and keys, and the errors every adapter reports the
 // same way. What is stored on it is package storage/records (documents,
-// audit, quarantine, leases) and the key layout, internal/layout.
+// audit, quarantine, leases), at the keys of docs/spec.md#key-layout.
 //
 // A Store is a flat map from keys to byte values with conditional writes.
 // Its promises (read-after-write, create-once, compare-and-swap linearizable

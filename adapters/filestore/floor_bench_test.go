@@ -14,7 +14,7 @@ import (
 
 // BenchmarkFloor is what the file system itself charges for a durable
 // 512-byte write, with none of the store's work around it: the bound
-// docs/decisions.md ("Proposal: a log-structured store") reasons from. FilePerKey
+// docs/design.md#storage-adapters ("A log-structured store") reasons from. FilePerKey
 // is the least a record in a file of its own needs (create a temporary
 // file, write, close, rename, and a share of one syncfs per 8 writes
 // of each of 8 writers; no-sync is the metadata work alone); Log appends to one file shared by the writers

@@ -191,18 +191,34 @@ func (g *guard) ID() string { return "ConveyorAttemptGuard" }
 
 func (g *guard) HandleFinalize(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
 	a := &attempt{}
-	actx := context.WithValue(ctx, attemptKey{}, a)
+	base, timeout, detached := ctx, g.timeout, false
+	if isWrite(in) {
+		// A write, once sent, is carried to its answer (within the attempt
+		// timeout) even if the caller's context ends meanwhile: MinIO can
+		// lose an object whose conditional overwrite is cut mid-request
+		// (it then reads 404 on every node), and the answer tells the
+		// caller what became of its write. Once the context has ended,
+		// no write is sent.
+		if err := ctx.Err(); err != nil {
+			return middleware.FinalizeOutput{}, middleware.Metadata{}, &notSentError{err: err}
+		}
+		base, detached = context.WithoutCancel(ctx), true
+		if timeout <= 0 {
+			timeout = DefaultAttemptTimeout
+		}
+	}
+	actx := context.WithValue(base, attemptKey{}, a)
 	var cancel context.CancelCauseFunc
 	var timer *time.Timer
-	if g.timeout > 0 {
+	if timeout > 0 {
 		actx, cancel = context.WithCancelCause(actx)
-		timer = time.AfterFunc(g.timeout, func() { cancel(errAttemptTimeout) })
+		timer = time.AfterFunc(timeout, func() { cancel(errAttemptTimeout) })
 	}
 	out, md, err := next.HandleFinalize(actx, in)
 	if timer != nil {
 		timer.Stop()
-		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
-			err = &attemptTimeoutError{after: g.timeout, err: err}
+		if err != nil && errors.Is(context.Cause(actx), errAttemptTimeout) && (ctx.Err() == nil || detached) {
+			err = &attemptTimeoutError{after: timeout, err: err}
 		}
 		// A body still to be read (GetObject's) keeps the attempt's
 		// context until it is closed; the timeout bounded the wait for
@@ -213,7 +229,7 @@ func (g *guard) HandleFinalize(ctx context.Context, in middleware.FinalizeInput,
 			cancel(nil)
 		}
 	}
-	if g.pool != nil && a.ep != nil && ctx.Err() == nil {
+	if g.pool != nil && a.ep != nil && (ctx.Err() == nil || detached) {
 		if endpointFailure(err) {
 			g.pool.fail(ctx, a.ep, err)
 		} else {
@@ -222,6 +238,27 @@ func (g *guard) HandleFinalize(ctx context.Context, in middleware.FinalizeInput,
 	}
 	return out, md, err
 }
+
+// isWrite reports whether the attempt's request changes the bucket (a
+// PUT, POST or DELETE).
+func isWrite(in middleware.FinalizeInput) bool {
+	req, ok := in.Request.(*smithyhttp.Request)
+	if !ok {
+		return false
+	}
+	switch req.Method {
+	case http.MethodGet, http.MethodHead:
+		return false
+	}
+	return true
+}
+
+// notSentError is a write not sent because the caller's context had
+// ended: it cannot have been carried out.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return "not sent: " + e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
 
 type closeCancels struct {
 	io.ReadCloser
@@ -266,7 +303,8 @@ func noAnswer(err error) bool {
 // timeout, a 499) and was not refused before being sent (a refused or
 // failed dial never reached it).
 func ambiguous(err error) bool {
-	if err == nil {
+	var ns *notSentError
+	if err == nil || errors.As(err, &ns) {
 		return false
 	}
 	switch httpStatus(err) {

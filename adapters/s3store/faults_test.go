@@ -1,6 +1,7 @@
 package s3store_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +30,11 @@ const (
 	refuse499         // answer 499 without forwarding it
 	stall             // hold it, unanswered, until the client gives up
 	passAndDrop       // forward it and answer, but count it as dropped (for the log)
+	slow              // hold it slowWrite, then forward it; "left" in the log if the client went meanwhile
 )
+
+// slowWrite is how long the slow fault holds a request.
+const slowWrite = 400 * time.Millisecond
 
 // faultProxy is a small HTTP proxy on 127.0.0.1 in front of a real MinIO
 // that does to each request what rule says: the faults of a node that
@@ -57,9 +62,21 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.n++
 	f := p.rule(p.n, r)
-	p.log = append(p.log, r.Method+":"+[]string{"pass", "499", "reset", "refuse499", "stall", "pass"}[f])
+	p.log = append(p.log, r.Method+":"+[]string{"pass", "499", "reset", "refuse499", "stall", "pass", "slow"}[f])
 	p.mu.Unlock()
 	switch f {
+	case slow:
+		// Read the body first, so that the server notices the client leaving.
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		select {
+		case <-r.Context().Done():
+			p.mu.Lock()
+			p.log = append(p.log, r.Method+":left")
+			p.mu.Unlock()
+			return
+		case <-time.After(slowWrite):
+		}
 	case stall:
 		// Read the body, so that the server notices the client leaving;
 		// MinIO's lock wait ends after 30 s.

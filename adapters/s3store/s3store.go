@@ -60,6 +60,14 @@
 // so a patient caller retries it, and a retry that then meets a broken
 // condition is an unknown outcome too, never a conflict.
 //
+// A write is not cut by its caller: once an attempt of a PutObject or
+// DeleteObject is sent, it runs to its answer (within the attempt timeout)
+// even if the caller's context ends meanwhile, and Put or Delete returns
+// that answer; no attempt is sent once the context has ended. MinIO (as of
+// the pinned release) can lose an object whose conditional overwrite the
+// client cuts mid-request: the key then reads 404 on every node, for as
+// long as it was watched (90 s, a restarted node back among them).
+//
 // New takes several endpoints of one cluster (Config.Endpoints) and fails
 // over between them through the SDK's own hooks: an endpoint resolver
 // picks, for every attempt, the next endpoint that is up; a middleware
@@ -135,7 +143,10 @@ type Config struct {
 	// node) costs one attempt, retried on another endpoint. A conditional
 	// write whose attempt timed out may still land: it is resolved as a
 	// lost response (see the package doc). 0 means DefaultAttemptTimeout
-	// (10 s); negative, none.
+	// (10 s); negative, none. A write's attempt, once sent, is not cut when
+	// the caller's context ends, only by this timeout (DefaultAttemptTimeout
+	// when none): Put and Delete can return that much after the context's
+	// deadline, with the write's answer.
 	AttemptTimeout time.Duration
 	// Settle is how long the store may answer wrongly after a node
 	// restarts or a writer dies mid-request (storage.Settler): read as

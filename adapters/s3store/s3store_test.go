@@ -245,7 +245,7 @@ func TestObjectIsTheValue(t *testing.T) {
 
 // TestPinnedMinIOBehaviour pins the two facts of the pinned MinIO that the
 // adapter's design rests on (see the package doc). If one fails, MinIO
-// changed: revisit the decision it names in docs/decisions.md.
+// changed: revisit the rule it names in docs/design.md#the-store-contract.
 func TestPinnedMinIOBehaviour(t *testing.T) {
 	srv, bkt := env(t)
 	prefix := randomPrefix()

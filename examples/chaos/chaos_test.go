@@ -207,7 +207,7 @@ func TestCheckerCatches(t *testing.T) {
 		}, CheckAudit, "does not replay"},
 	}
 	t.Run("late artifact of a job that ends DEAD", func(t *testing.T) {
-		// Allowed (docs/decisions.md, "What stays, by physics"): attempt 1
+		// Allowed (docs/design.md#fencing-and-leases, "What stays, by physics"): attempt 1
 		// froze after its lease check, was rescued at minute 2 and created
 		// its artifact at minute 4; the later attempts failed and the job
 		// is DEAD, pointing at nothing.

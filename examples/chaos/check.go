@@ -400,7 +400,7 @@ func (c *checker) artifacts() {
 // then ends DEAD (or FAILED): a single-key store cannot make that
 // create depend on the job record, no record points at it, and an
 // artifact counts only when a COMPLETE job points at it
-// (docs/decisions.md, "What stays, by physics"); the artifact check
+// (docs/design.md#fencing-and-leases, "What stays, by physics"); the artifact check
 // above holds every DEAD job to pointing at none.
 func (c *checker) lateWrites() {
 	st := c.st

@@ -23,8 +23,8 @@
 //	go run ./examples/chaos -store minio -workers 3 -jobs 200 -duration 30s -seed 1
 //
 // The MinIO server binary is found through $MINIO_BIN, PATH or
-// $(go env GOPATH)/bin (internal/testkit/miniotest). Each fault has its own flag
-// (-kill, -pause, -corrupt, -outage, -hang) so each can be tried alone.
+// $(go env GOPATH)/bin, as the repository's tests find it. Each fault has
+// its own flag (-kill, -pause, -corrupt, -outage, -hang) so each can be tried alone.
 package main
 
 import (

@@ -27,8 +27,8 @@ import (
 )
 
 // WorkerOptions configure one worker process. The parent passes them as
-// flags; the S3 credentials go through the environment (envS3Access,
-// envS3Secret), not the command line.
+// flags; the S3 credentials go through the environment
+// (CONVEYOR_CHAOS_S3_ACCESS, CONVEYOR_CHAOS_S3_SECRET), not the command line.
 type WorkerOptions struct {
 	ID         string
 	Store, Dir string

@@ -185,9 +185,9 @@ type verdict struct {
 	executedTwice                      []string        // keys with two runs that executed
 }
 
-// check reads every acknowledged run until it completes (or deadline),
-// and every run of the agent, through reader.
-func (ld *submitLoad) check(ctx context.Context, reader *client.Client, deadline time.Duration) (verdict, error) {
+// check reads every acknowledged run until it completes (or no run ends for
+// stall), and every run of the agent, through reader.
+func (ld *submitLoad) check(ctx context.Context, reader *client.Client, stall time.Duration) (verdict, error) {
 	v := verdict{completed: map[string]bool{}}
 	runs := map[string]string{} // run id -> key
 	ld.l.mu.Lock()
@@ -209,7 +209,7 @@ func (ld *submitLoad) check(ctx context.Context, reader *client.Client, deadline
 		}
 	}
 	ld.l.mu.Unlock()
-	ended := waitAllEnded(ctx, reader, runs, deadline)
+	ended := waitAllEnded(ctx, reader, runs, stall)
 	for id, key := range runs {
 		st, ok := ended[id]
 		switch {
@@ -249,14 +249,17 @@ func (ld *submitLoad) check(ctx context.Context, reader *client.Client, deadline
 }
 
 // waitAllEnded reads the status of every run of runs in rounds until each
-// is terminal or deadline passes: it returns the terminal ones, and the
-// runs still read 404 at the end with an empty status (on a store that
-// settles a 404 may be false, so it is read again until then).
-func waitAllEnded(ctx context.Context, c *client.Client, runs map[string]string, deadline time.Duration) map[string]lifecycle.RunStatus {
-	ctx, cancel := context.WithTimeout(ctx, deadline)
+// is terminal, or until no run has ended for stall (stuck), or for at most
+// ten stalls in all: it returns the terminal ones, and the runs still read
+// 404 at the end with an empty status (on a store that settles a 404 may be
+// false, so it is read again until then). Progress, not a fixed deadline,
+// decides: on a loaded machine a cluster finishes 300 runs in minutes.
+func waitAllEnded(ctx context.Context, c *client.Client, runs map[string]string, stall time.Duration) map[string]lifecycle.RunStatus {
+	ctx, cancel := context.WithTimeout(ctx, 10*stall)
 	defer cancel()
 	ended := map[string]lifecycle.RunStatus{}
 	missing := map[string]bool{}
+	progress := time.Now()
 	for {
 		for id := range runs {
 			if _, ok := ended[id]; ok {
@@ -266,9 +269,10 @@ func waitAllEnded(ctx context.Context, c *client.Client, runs map[string]string,
 			missing[id] = isNotFound(err)
 			if err == nil && (st.Status == "completed" || st.Status == "failed" || st.Status == "cancelled") {
 				ended[id] = st
+				progress = time.Now()
 			}
 		}
-		if len(ended) == len(runs) || ctx.Err() != nil {
+		if len(ended) == len(runs) || ctx.Err() != nil || time.Since(progress) > stall {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -236,9 +237,16 @@ type proc struct {
 	cmd  *exec.Cmd
 	addr chan string
 	done chan error
+	// storeTrouble counts the log lines in which the process met a
+	// store's fault: an endpoint down, a call retried or refused for the
+	// store's trouble, a write whose outcome was unknown.
+	storeTrouble atomic.Int64
 }
 
-var listening = regexp.MustCompile(`API http://([0-9.:]+),`)
+var (
+	listening    = regexp.MustCompile(`API http://([0-9.:]+),`)
+	storeTrouble = regexp.MustCompile(`s3_endpoint_down|store_retrying|store_unavailable|outcome unknown`)
+)
 
 // start runs the worker program as a process with args and env.
 func start(t *testing.T, name string, env []string, args ...string) *proc {
@@ -266,6 +274,9 @@ func start(t *testing.T, name string, env []string, args ...string) *proc {
 			line := sc.Text()
 			if m := listening.FindStringSubmatch(line); m != nil {
 				p.addr <- m[1]
+			}
+			if storeTrouble.MatchString(line) {
+				p.storeTrouble.Add(1)
 			}
 			mu.Lock()
 			if logs.Len() < 1<<20 {

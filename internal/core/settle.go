@@ -28,8 +28,10 @@ type absent struct{ first, last time.Time }
 
 // Confirmed records that key was just read as missing at now and reports
 // whether that is confirmed: an earlier not-found of key, at least Settle
-// before now, with no Found since. A confirmed key is forgotten, so the
-// next suspicion starts over.
+// before now, with no Found since. The evidence serves every caller alike
+// (a poll and a submit may both ask about one key) until it is 2×Settle
+// old; then a new suspicion starts, so an absence seen long ago is not
+// believed of a key that may have been written since.
 func (a *Absence) Confirmed(key string, now time.Time) bool {
 	if a.Settle <= 0 {
 		return true
@@ -41,17 +43,13 @@ func (a *Absence) Confirmed(key string, now time.Time) bool {
 	}
 	a.pruneLocked(now)
 	e, ok := a.first[key]
-	if !ok {
+	if !ok || now.Sub(e.first) >= 2*a.Settle {
 		a.first[key] = absent{first: now, last: now}
 		return false
 	}
-	if now.Sub(e.first) >= a.Settle {
-		delete(a.first, key)
-		return true
-	}
 	e.last = now
 	a.first[key] = e
-	return false
+	return now.Sub(e.first) >= a.Settle
 }
 
 // Found forgets a suspicion: key was read present, so its absence must be
@@ -62,7 +60,7 @@ func (a *Absence) Found(key string) {
 	a.mu.Unlock()
 }
 
-// Suspected counts the keys read missing and not yet confirmed.
+// Suspected counts the keys read missing whose evidence is held.
 func (a *Absence) Suspected() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -28,7 +28,11 @@ func TestAbsenceConfirmedOnlyAfterSettle(t *testing.T) {
 		{"too close", 10 * time.Second, []time.Duration{0, 9 * time.Second}, []bool{false, false}},
 		{"settle apart", 10 * time.Second, []time.Duration{0, 5 * time.Second, 10 * time.Second}, []bool{false, false, true}},
 		{"found in between starts over", 10 * time.Second, []time.Duration{0, -time.Second, 10 * time.Second, 19 * time.Second, 20 * time.Second}, []bool{false, false, false, false, true}},
-		{"confirmed is forgotten", 10 * time.Second, []time.Duration{0, 10 * time.Second, 11 * time.Second}, []bool{false, true, false}},
+		// A poll and a submit asking about one key both act on it: one
+		// consuming the evidence made the other wait a settle time more,
+		// over and over (a key answered 409 for a minute on a cluster).
+		{"confirmed holds for every caller", 10 * time.Second, []time.Duration{0, 10 * time.Second, 11 * time.Second, 19 * time.Second}, []bool{false, true, true, true}},
+		{"old evidence starts over", 10 * time.Second, []time.Duration{0, 10 * time.Second, 20 * time.Second, 29 * time.Second, 30 * time.Second}, []bool{false, true, false, false, true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -108,7 +108,7 @@ type Row struct {
 }
 
 // matrix is the matrix of docs/spec.md#authority-matrix, row by row.
-// Components map onto actors as docs/decisions.md says: Gateway (Owner via
+// Components map onto actors as docs/spec.md#actors says: Gateway (Owner via
 // Frontend) is gateway, Orchestration Layer is orchestration, Membridge
 // Control Plane is admin. Mastra, system and, for jobs, the memory backend
 // have no row: everything is denied to them.

@@ -6,5 +6,5 @@
 //
 // It imports nothing of Conveyor: every layer, the storage adapters
 // included, takes its codes from here, so no code is spelled as a string
-// literal anywhere else. See docs/architecture.md for the layers.
+// literal anywhere else. See docs/design.md#layers-and-packages for the layers.
 package codes

@@ -11,8 +11,7 @@ import (
 // (MaxListLen: in items). Every such field is checked by [CheckText] or
 // [CheckBytes] before anything is written, so no caller can put megabytes or
 // undecodable bytes into status.json, a job record or an artifact.
-// docs/decisions.md ("Input limits and codes") lists which field takes
-// which limit.
+// docs/spec.md#limits lists which field takes which limit.
 const (
 	// MaxNameBytes bounds a name: who decided (decided_by), a source
 	// identity, an event type, a tag, a trigger, a correlation id.

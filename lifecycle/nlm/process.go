@@ -357,9 +357,9 @@ func (h *held) fail(jctx, ctx context.Context, s lifecycle.NLMState, cause error
 
 // Run processes jobs until ctx ends: the ones Accept hands it at once, and
 // the jobs in flight it finds in the store that no processor holds, looked
-// for on the adaptive schedule of core.Poll (soon after a look that found
-// some, up to PollInterval apart while it finds none) (accepted elsewhere, handed back, or held by a lost
-// processor), up to Concurrency at a time. Poison records it meets are
+// for (accepted elsewhere, handed back, or held by a lost processor) soon
+// after a look that found some and up to PollInterval apart while it finds
+// none, up to Concurrency at a time. Poison records it meets are
 // quarantined. When ctx ends it hands back the leases of the jobs it was
 // processing and returns within StopGrace, even when stage goroutines
 // ignore their context (they are counted in Stragglers).

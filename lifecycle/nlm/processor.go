@@ -63,7 +63,7 @@ type Poster interface {
 type Config struct {
 	// Store holds the job records (nlm/jobs/{job_id}.json), the index of
 	// jobs in flight (nlm/active/{job_id}), the artifacts and the audit log.
-	// The processor waits out its transient failures (core.Patient) for as
+	// The processor retries its transient failures, with backoff, for as
 	// long as the job's context allows.
 	Store storage.Store
 	// Owner names this processor in leases; it must differ between the
@@ -109,7 +109,7 @@ type Config struct {
 	// PollInterval is the longest wait between Run's looks for jobs it was
 	// not handed (accepted by another process, or held by a lost
 	// processor): it looks soon after a look that found some, then less and
-	// less often (core.Poll). Default 1 s.
+	// less often. Default 1 s.
 	PollInterval time.Duration
 	// Concurrency is how many jobs Run processes at once. Default 4.
 	Concurrency int

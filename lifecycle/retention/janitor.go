@@ -19,7 +19,7 @@ import (
 // Janitor deletes finished history past its retention age (Config). Every
 // process sharing a store may run one: a pass is due every
 // Config.Interval, and the janitor that takes the lease record
-// (layout.JanitorKey, through the core's fenced Record) makes it, page by
+// (retention/janitor.json, written fenced on its lease) makes it, page by
 // page, recording its cursor after each page, so a pass whose janitor
 // died is resumed where it stopped by whichever janitor takes the lapsed
 // lease. Every delete is conditional on the version the janitor judged

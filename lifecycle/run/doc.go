@@ -7,8 +7,8 @@
 //	res, _ := r.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin"})
 //	st, _ := r.Wait(ctx, res.RunID)
 //
-// The Runner runs on the SDK's one execution core (internal/core): every
-// status write is a fenced read-check-write, step files and manifest.json
+// The Runner runs on the SDK's one execution core, the job queue's too:
+// every status write is a fenced read-check-write, step files and manifest.json
 // carry the writer's epoch, and a runner that lost its lease gets
 // storage.ErrLeaseLost and writes nothing; step attempts run under
 // deadlines with abandoned goroutines counted ([Runner.Stragglers]);

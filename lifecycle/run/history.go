@@ -16,8 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// The history indexes (docs/decisions.md, "Paged lists and their
-// indexes"): every run has an entry in its agent's history, written once
+// The history indexes (docs/design.md#listing-and-indexes): every run has an entry in its agent's history, written once
 // when it is created, and one in its agent's list of runs in its status,
 // which the status writer moves when the status changes: the record is
 // written first, then the new entry, then the old one deleted. A crash
@@ -51,7 +50,8 @@ type RunPage struct {
 // ListRuns reads a page of runs newest first (GET /runs), through the
 // history indexes: its cost is the page (a List and a read per run), not
 // the history. A bad limit, cursor, status or agent is a *RequestError or
-// a *core.PageError (INVALID_REQUEST, INVALID_CURSOR).
+// an error whose code (lifecycle.ErrorCode) is INVALID_REQUEST, or
+// INVALID_CURSOR for the cursor.
 func (r *Runner) ListRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	limit, err := core.PageLimit(q.Limit)
 	if err != nil {
@@ -417,8 +417,7 @@ func (r *Runner) backfillFailed(ctx context.Context, slug string, err error) {
 // entries of those states, which hold the executing runs only, and sorts
 // them by heartbeat in memory: its cost is the runs executing (bounded by
 // the agents' slots), never the history, and it adds no index key that a
-// heartbeat would have to move (docs/decisions.md, "Paged lists and their
-// indexes"). A run whose lease has lapsed (Lease.ExpiresAt passed) has
+// heartbeat would have to move (docs/design.md#listing-and-indexes). A run whose lease has lapsed (Lease.ExpiresAt passed) has
 // lost its runner; the next poll of any runner takes it over.
 func (r *Runner) RunningByHeartbeat(ctx context.Context, limit int) ([]Status, error) {
 	var out []Status

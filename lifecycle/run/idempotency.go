@@ -405,7 +405,14 @@ func (r *Runner) actOnClaim(ctx context.Context, agent *agentDef, req SubmitRequ
 		return SubmitResult{RunID: runID, Duplicate: true}, nil
 	}
 	createErr := r.ensureRun(ctx, agent, req, c)
-	r.recordOutcome(ctx, key, c, createErr)
+	var busy *IdempotencyInProgressError
+	if !errors.As(createErr, &busy) {
+		// A run not yet known to be missing is no outcome: the record
+		// stays processing under this submit's lease, and a retry goes on
+		// where it stopped (recorded as a failure, it used up the key's
+		// attempts and then answered that failure for good).
+		r.recordOutcome(ctx, key, c, createErr)
+	}
 	if createErr != nil {
 		return SubmitResult{}, createErr
 	}

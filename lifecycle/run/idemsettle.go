@@ -76,7 +76,7 @@ func (r *Runner) dedupeGate(ctx context.Context, c candidate, f *flow, doc *Stat
 	if settle <= 0 || doc.IdempotencyKey == "" {
 		return true
 	}
-	if doc.Lease != nil || (doc.Status != f.initial && doc.Status != f.waiting) {
+	if !gated(f, doc) {
 		r.forgetDeduped(doc.RunID) // past admission: the verdict is no longer needed
 		return true
 	}
@@ -84,7 +84,7 @@ func (r *Runner) dedupeGate(ctx context.Context, c candidate, f *flow, doc *Stat
 		return true
 	}
 	if r.now().Before(doc.StartedAt.Add(settle)) {
-		return false // a rival's marker may not read yet: the next poll decides
+		return false // a rival's marker may not read yet: a poll at the wait's end decides
 	}
 	winner, err := r.idemWinner(ctx, doc)
 	if err != nil {
@@ -101,6 +101,23 @@ func (r *Runner) dedupeGate(ctx context.Context, c candidate, f *flow, doc *Stat
 		r.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 	}
 	return false
+}
+
+// gated tells whether a keyed run has not executed yet: the gate decides
+// whether it may.
+func gated(f *flow, doc *Status) bool {
+	return doc.IdempotencyKey != "" && doc.Lease == nil && (doc.Status == f.initial || doc.Status == f.waiting)
+}
+
+// dedupeWaitEnds is when a keyed run the gate holds may be decided: the
+// end of the settle time after its creation. Zero when the gate does not
+// hold it, so the poll need not read it again before then.
+func (r *Runner) dedupeWaitEnds(f *flow, doc *Status) time.Time {
+	settle := r.settle()
+	if settle <= 0 || !gated(f, doc) || r.deduped(doc.RunID) {
+		return time.Time{}
+	}
+	return doc.StartedAt.Add(settle)
 }
 
 func (r *Runner) forgetDeduped(runID string) {

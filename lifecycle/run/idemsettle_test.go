@@ -10,6 +10,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -214,5 +215,36 @@ func TestSettleDisturbedBurstExecutesOnce(t *testing.T) {
 	t.Logf("%d runs answered, %d creates accepted over the record", len(runs), s.fs.DoubleCreates())
 	if completed != 1 || s.execs.Load() != 1 {
 		t.Errorf("%d runs completed, the key executed %d times; want 1 and 1", completed, s.execs.Load())
+	}
+}
+
+// TestSettleWaitingRunIsReadOnceItMayGo: a keyed run waiting out the
+// store's settle time before its first step is not read at every poll
+// (on a cluster that made 98 reads a run); it is read again when its wait
+// is over, and then runs.
+func TestSettleWaitingRunIsReadOnceItMayGo(t *testing.T) {
+	t.Parallel()
+	fs := faultstore.New(memStore(t))
+	g := newRig(t, nil)
+	fs.SetSettle(30*time.Second, g.clock.Now)
+	counting := &teststores.Counting{Store: fs}
+	g = g.with(counting)
+	agent := run.Agent{Slug: "keyed", Steps: []run.Step{okStep("s")}}
+	r, _ := g.runner("a", nil, agent)
+	res, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:wait-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.timers(1)
+	counting.Reset()
+	for range 25 { // 25 polls of a second inside the settle time
+		g.clock.Advance(time.Second)
+		<-g.clock.WaitForTimers(1)
+	}
+	if got := counting.Gets.Load(); got != 0 {
+		t.Errorf("25 polls inside the settle time made %d reads, want none", got)
+	}
+	if st := g.wait(r, res.RunID, time.Second, time.Minute); st.Status != "completed" {
+		t.Fatalf("run %s", st.Status)
 	}
 }

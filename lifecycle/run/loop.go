@@ -16,9 +16,8 @@ import (
 // checkpoints. Step goroutines that ignore their context are waited for at
 // most ShutdownGrace. Run first recovers the runs that are not terminal
 // (docs/spec.md#recovery), then takes work as Submit hands it over, and
-// looks in the store for the rest on the adaptive schedule of core.Poll:
-// soon after a look that found runs to move, up to PollInterval apart
-// while it finds none.
+// looks in the store for the rest: soon after a look that found runs to
+// move, up to PollInterval apart while it finds none.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrRunnerStarted

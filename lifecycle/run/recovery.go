@@ -198,10 +198,14 @@ func (r *Runner) poll(ctx context.Context, startup bool) (found bool) {
 }
 
 // quietUntil is until when a run that consider left alone cannot need
-// this runner: the end of another runner's live lease, or for a parked run
-// ParkedPollInterval or its external deadline, whichever comes first. Zero
-// means it should be read at every poll.
+// this runner: the end of another runner's live lease; for a parked run
+// ParkedPollInterval or its external deadline, whichever comes first; for
+// a keyed run waiting out the store's settle time before it may go, the
+// end of that wait. Zero means it should be read at every poll.
 func (r *Runner) quietUntil(f *flow, doc *Status, now time.Time) time.Time {
+	if until := r.dedupeWaitEnds(f, doc); now.Before(until) {
+		return until
+	}
 	switch {
 	case f.executing(doc.Status) && doc.Lease != nil && doc.Lease.Owner != r.cfg.Owner && !now.After(doc.Lease.ExpiresAt):
 		return doc.Lease.ExpiresAt

@@ -2,6 +2,7 @@ package run_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -277,5 +278,57 @@ func TestSettleRunWithoutInputTakenOverDoesNotWait(t *testing.T) {
 	base, got := takeover(t, false), takeover(t, true)
 	if got >= base+settle/2 {
 		t.Fatalf("taken over %v after its first start on a store that settles, %v on one that settles at once: it waited for an input it never had", got, base)
+	}
+}
+
+// killedAtStatus is a submitter's store as seen by a process killed when
+// it writes the run's status: that write, and every later update of the
+// key's record, never lands.
+type killedAtStatus struct{ storage.Store }
+
+func (s killedAtStatus) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
+	if strings.HasSuffix(key, "/status.json") || (strings.HasPrefix(key, "idempotency/") && !strings.HasPrefix(key, "idempotency/runs/") && c.Kind() == storage.MatchVersion) {
+		return "", storage.NewOpError("put", key, storage.ErrInvalidKey, nil)
+	}
+	return s.Store.Put(ctx, key, v, c)
+}
+
+// A key whose submit was killed before the run's status, retried by its
+// client on a store that settles: the retry that took the lapsed lease
+// could not yet believe the status missing and recorded that as the key's
+// failure; after its attempts every retry was answered that stored error,
+// and the run was never created (a key answered 409 for a minute on a
+// cluster). Now the key is answered its run once the absence is sure.
+func TestSettleKilledSubmitIsAnsweredOnceTheAbsenceIsSure(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	fs := faultstore.New(g.store)
+	long := 40 * time.Second // longer than the key's lease (20 s), as on a cluster
+	fs.SetSettle(long, g.clock.Now)
+	agent := run.Agent{Slug: "settle", Steps: []run.Step{okStep("work")}}
+	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:killed-1"}
+	a, stopA := g.with(killedAtStatus{fs}).runner("a", nil, agent)
+	if _, err := a.Submit(context.Background(), req); err == nil {
+		t.Fatal("the killed submit wrote its status")
+	}
+	stopA()
+	b, _ := g.with(fs).runner("b", nil, agent)
+	start := g.clock.Now()
+	var res run.SubmitResult
+	g.advanceUntil(time.Second, 5*time.Minute, func() bool {
+		var err error
+		res, err = b.Submit(context.Background(), req)
+		var failed *run.IdempotencyFailedError
+		if errors.As(err, &failed) {
+			t.Fatalf("after %v the retry was answered a stored failure: %v", g.clock.Now().Sub(start), err)
+		}
+		return err == nil
+	}, func() string { return "the retry was never answered" })
+	// The lease lapses, then the absence must be seen a settle time apart.
+	if took, bound := g.clock.Now().Sub(start), 20*time.Second+2*long; took > bound { // 20 s: the default lease
+		t.Errorf("the retry was answered after %v, want within %v", took, bound)
+	}
+	if st := g.wait(b, res.RunID, time.Second, time.Minute); st.Status != "completed" {
+		t.Fatalf("run %s: %s", res.RunID, st.Status)
 	}
 }

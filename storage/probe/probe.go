@@ -5,7 +5,7 @@
 // reads back. A store that loses them (a server that ignores conditional
 // headers, a proxy that drops them) would otherwise start and then run a
 // duplicate submit twice. The probe writes a few keys under a folder of its
-// own (layout.ProbePrefix), unique to one start, and removes it afterwards,
+// own (under probe/), unique to one start, and removes it afterwards,
 // whatever the outcome; a folder a killed start left is removed by a later
 // start once it is an hour old.
 //

@@ -108,8 +108,8 @@ func AuditEventID(ts time.Time, subject string, seq int64, i int) string {
 func NewAuditEventID(ts time.Time) string { return AuditEventID(ts, "", 0, 0) }
 
 // Record fills in ts (if zero), node (if empty) and a fresh id, then writes
-// ev create-only under layout.AuditKey. The event's day is the day of its ts in
-// UTC. It returns the event as written.
+// ev create-only under audit/YYYYMMDD/{eventId}.json, the day being the day
+// of its ts in UTC. It returns the event as written.
 func (l *AuditLog) Record(ctx context.Context, ev AuditEvent) (AuditEvent, error) {
 	if l.Store == nil {
 		return ev, errors.New("storage: AuditLog has no Store")

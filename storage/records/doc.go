@@ -4,5 +4,5 @@
 // the quarantine of records that cannot be decoded.
 //
 // It sits on the storage contract and below the machines; see
-// docs/architecture.md for the layers.
+// docs/design.md#layers-and-packages for the layers.
 package records

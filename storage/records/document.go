@@ -11,7 +11,7 @@ import (
 
 // Meta is embedded in every typed document. It carries the document's own
 // version counter inside the JSON ("version": 1 on create, +1 per write of
-// the engines' read-check-write, internal/core.Record), so
+// the engines' fenced read-check-write), so
 // a reader of the raw object sees how many writes it has had, independent of
 // the store's opaque Version. (An artifact's "version": 1 is this field,
 // docs/spec.md#artifact.)

@@ -1,9 +1,8 @@
-// Package testdrive holds what the exported test helpers (run/runtest,
-// jobqueue/jobqueuetest) share: a fake clock that knows the deadlines of its
+package conveyortest
+
+// What the helpers share: a fake clock that knows the deadlines of its
 // pending timers, the driver that moves it whenever the code under test is
-// idle (clock.Activity), never on a guess, and the context mark behind
-// their Hang functions.
-package testdrive
+// idle (clock.Activity), never on a guess, and the context mark behind Hang.
 
 import (
 	"context"
@@ -13,19 +12,19 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
-// Start is the fake time a helper's clock starts at.
-var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// start is the fake time a helper's clock starts at.
+var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Far is the interval the helpers give the timers that play no part in what
+// far is the interval the helpers give the timers that play no part in what
 // a test observes (polls, heartbeats): they never come due in a test.
-const Far = 10 * 365 * 24 * time.Hour
+const far = 10 * 365 * 24 * time.Hour
 
 // background is how far off a timer is one of those: the driver never
 // moves the clock to it.
-const background = Far / 100
+const background = far / 100
 
-// Clock is a clock.Fake that records each pending timer's deadline.
-type Clock struct {
+// fakeClock is a clock.Fake that records each pending timer's deadline.
+type fakeClock struct {
 	fake *clock.Fake
 
 	mu      sync.Mutex
@@ -33,7 +32,7 @@ type Clock struct {
 }
 
 type timer struct {
-	c     *Clock
+	c     *fakeClock
 	inner clock.Timer
 	at    time.Time
 	d     time.Duration
@@ -51,28 +50,28 @@ func (t *timer) Stop() bool {
 	return t.inner.Stop()
 }
 
-// NewClock returns a Clock at Start.
-func NewClock() *Clock {
-	return &Clock{fake: clock.NewFake(Start), pending: map[*timer]struct{}{}}
+// newClock returns a fakeClock at start.
+func newClock() *fakeClock {
+	return &fakeClock{fake: clock.NewFake(start), pending: map[*timer]struct{}{}}
 }
 
 // Activity is the fake clock's: the engines count their work there.
-func (c *Clock) Activity() *clock.Activity { return c.fake.Activity() }
+func (c *fakeClock) Activity() *clock.Activity { return c.fake.Activity() }
 
 // Now returns the fake time.
-func (c *Clock) Now() time.Time { return c.fake.Now() }
+func (c *fakeClock) Now() time.Time { return c.fake.Now() }
 
 // NewTimer schedules a channel timer d from now.
-func (c *Clock) NewTimer(d time.Duration) clock.Timer {
+func (c *fakeClock) NewTimer(d time.Duration) clock.Timer {
 	return c.schedule(d, func() clock.Timer { return c.fake.NewTimer(d) })
 }
 
 // AfterFunc schedules f d from now.
-func (c *Clock) AfterFunc(d time.Duration, f func()) clock.Timer {
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	return c.schedule(d, func() clock.Timer { return c.fake.AfterFunc(d, f) })
 }
 
-func (c *Clock) schedule(d time.Duration, make func() clock.Timer) clock.Timer {
+func (c *fakeClock) schedule(d time.Duration, make func() clock.Timer) clock.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &timer{c: c, at: c.fake.Now().Add(d), d: d}
@@ -86,7 +85,7 @@ func (c *Clock) schedule(d time.Duration, make func() clock.Timer) clock.Timer {
 // advanceToNext moves the clock to the earliest pending deadline that is
 // not a background timer's, firing what is due then; false when there is
 // none.
-func (c *Clock) advanceToNext() bool {
+func (c *fakeClock) advanceToNext() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var next *timer
@@ -103,13 +102,13 @@ func (c *Clock) advanceToNext() bool {
 }
 
 // Advance moves the clock by d, firing what is due.
-func (c *Clock) Advance(d time.Duration) {
+func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.advanceLocked(d)
 }
 
-func (c *Clock) advanceLocked(d time.Duration) {
+func (c *fakeClock) advanceLocked(d time.Duration) {
 	c.fake.Advance(max(d, 0))
 	now := c.fake.Now()
 	for t := range c.pending {
@@ -119,7 +118,7 @@ func (c *Clock) advanceLocked(d time.Duration) {
 	}
 }
 
-// Drive is a helper's driver loop: whenever the code under test is idle
+// drive is a helper's driver loop: whenever the code under test is idle
 // (every goroutine it started waits on the clock or for the test), it asks
 // done whether what the test waits for happened, and if not moves the
 // clock to the next deadline the code waits for. It returns when done
@@ -127,7 +126,7 @@ func (c *Clock) advanceLocked(d time.Duration) {
 // it calls stuck, whose message (if any) it fails with; it fails anyway
 // after hardStall without a change, or when the code is idle with nothing
 // left to wait for.
-func (c *Clock) Drive(stall time.Duration, done func() bool, end <-chan struct{}, stuck func(idle bool) string, fail func(string)) {
+func (c *fakeClock) drive(stall time.Duration, done func() bool, end <-chan struct{}, stuck func(idle bool) string, fail func(string)) {
 	act := c.fake.Activity()
 	watchdog := time.NewTimer(stall)
 	defer watchdog.Stop()
@@ -174,17 +173,7 @@ const hardStall = time.Minute
 
 type hangKey struct{}
 
-// WithHang marks ctx so that Hang calls f before it waits.
-func WithHang(ctx context.Context, f func()) context.Context {
+// withHang marks ctx so that Hang calls f before it waits.
+func withHang(ctx context.Context, f func()) context.Context {
 	return context.WithValue(ctx, hangKey{}, f)
-}
-
-// Hang tells the helper whose mark ctx carries that the caller now waits
-// for ctx to end, then waits for it (as clock.Hang: idle) and returns
-// ctx.Err().
-func Hang(ctx context.Context) error {
-	if f, ok := ctx.Value(hangKey{}).(func()); ok {
-		f()
-	}
-	return clock.Hang(ctx)
 }

@@ -1,31 +1,28 @@
-package jobqueuetest_test
+package conveyortest_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/jobqueuetest"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 )
 
 const brief = `{"title":"t","body":"b","entity_map":{},"word_count":1}`
 
-// script is a CallNotebookLM whose attempt n does what script[n-1] says
+// jobScript is a CallNotebookLM whose attempt n does what script[n-1] says
 // ("ok", "hang", "429", "err", "permanent", "bad"); the last entry repeats.
 // A job that runs out of attempts still waits its last backoff (15 s, 30 s,
 // 60 s) before it goes FAILED and DEAD (docs/spec.md#job-lifecycle).
-func script(calls *atomic.Int32, script ...string) jobqueue.Handlers {
+func jobScript(calls *atomic.Int32, script ...string) jobqueue.Handlers {
 	return jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 		n := int(calls.Add(1))
 		switch script[min(n, len(script))-1] {
@@ -34,7 +31,7 @@ func script(calls *atomic.Int32, script ...string) jobqueue.Handlers {
 		case "bad":
 			return jobqueue.Output{Content: json.RawMessage(`{"title":1}`)}, nil
 		case "hang":
-			return jobqueue.Output{}, jobqueuetest.Hang(ctx)
+			return jobqueue.Output{}, conveyortest.Hang(ctx)
 		case "429":
 			return jobqueue.Output{}, &jobqueue.StatusError{Code: 429, Err: errors.New("slow down")}
 		case "permanent":
@@ -44,12 +41,12 @@ func script(calls *atomic.Int32, script ...string) jobqueue.Handlers {
 	}}
 }
 
-func TestRun(t *testing.T) {
+func TestRunJob(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
 		script  []string
-		opts    []jobqueuetest.Option
+		opts    []conveyortest.QueueOption
 		state   lifecycle.JobState
 		code    string
 		calls   int32
@@ -63,17 +60,17 @@ func TestRun(t *testing.T) {
 		{name: "permanent", script: []string{"permanent"}, state: lifecycle.JobDead, code: codes.JobPermanent, calls: 1},
 		{name: "content refused", script: []string{"bad", "ok"}, state: lifecycle.JobComplete, calls: 2, elapsed: 15 * time.Second},
 		{name: "own timeout and schedule", script: []string{"hang", "hang", "ok"},
-			opts:  []jobqueuetest.Option{func(c *jobqueue.Config) { c.StepTimeout = 5 * time.Second; c.Backoff = []time.Duration{time.Second} }},
+			opts:  []conveyortest.QueueOption{func(c *jobqueue.Config) { c.StepTimeout = 5 * time.Second; c.Backoff = []time.Duration{time.Second} }},
 			state: lifecycle.JobComplete, calls: 3, elapsed: 12 * time.Second},
 		{name: "one attempt", script: []string{"err", "ok"},
-			opts:  []jobqueuetest.Option{func(c *jobqueue.Config) { c.MaxAttempts = 1 }},
+			opts:  []conveyortest.QueueOption{func(c *jobqueue.Config) { c.MaxAttempts = 1 }},
 			state: lifecycle.JobDead, code: codes.JobHandlerError, calls: 1, elapsed: 15 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int32
-			job, art := jobqueuetest.Run(t, script(&calls, tt.script...), jobqueue.NewJob{
+			job, art := conveyortest.RunJob(t, jobScript(&calls, tt.script...), jobqueue.NewJob{
 				JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a",
 			}, tt.opts...)
 			if job.Status != tt.state || job.ErrorCode != tt.code {
@@ -95,13 +92,13 @@ func TestRun(t *testing.T) {
 	}
 }
 
-func TestRunUserType(t *testing.T) {
+func TestRunJobUserType(t *testing.T) {
 	t.Parallel()
 	summary := jobqueue.TypeConfig{
 		Handler: jobqueue.Handlers{
 			AssembleContext: func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 				if job.Attempt == 1 {
-					return nil, jobqueuetest.Hang(ctx)
+					return nil, conveyortest.Hang(ctx)
 				}
 				return json.RawMessage(`"ctx"`), nil
 			},
@@ -110,7 +107,7 @@ func TestRunUserType(t *testing.T) {
 			},
 		},
 	}
-	job, art := jobqueuetest.Run(t, jobqueue.Handlers{}, jobqueue.NewJob{RunID: "run-1", JobType: "SUMMARY", AgentSlug: "agent-a"},
+	job, art := conveyortest.RunJob(t, jobqueue.Handlers{}, jobqueue.NewJob{RunID: "run-1", JobType: "SUMMARY", AgentSlug: "agent-a"},
 		func(c *jobqueue.Config) { c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{"SUMMARY": summary} })
 	if job.Status != lifecycle.JobComplete || job.Attempt != 2 || art == nil || string(art.Content) != `{"summary":"ctx"}` || art.Type != "SUMMARY" {
 		t.Fatalf("job %+v, artifact %+v", job, art)
@@ -127,7 +124,7 @@ func TestRequireJob(t *testing.T) {
 	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"}); err != nil {
 		t.Fatal(err)
 	}
-	if j := jobqueuetest.RequireJob(t, q, "job-1", lifecycle.JobQueued); j.Attempt != 0 {
+	if j := conveyortest.RequireJob(t, q, "job-1", lifecycle.JobQueued); j.Attempt != 0 {
 		t.Errorf("attempt %d", j.Attempt)
 	}
 	tests := []struct {
@@ -136,21 +133,21 @@ func TestRequireJob(t *testing.T) {
 		state lifecycle.JobState
 		want  string
 	}{
-		{"wrong state", "job-1", lifecycle.JobComplete, "jobqueuetest: job job-1 is QUEUED, want COMPLETE (attempt 0 of 3)"},
-		{"no such job", "job-2", lifecycle.JobQueued, "jobqueuetest: no job job-2"},
+		{"wrong state", "job-1", lifecycle.JobComplete, "conveyortest: job job-1 is QUEUED, want COMPLETE (attempt 0 of 3)"},
+		{"no such job", "job-2", lifecycle.JobQueued, "conveyortest: no job job-2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := failure(func(tb testing.TB) { jobqueuetest.RequireJob(tb, q, tt.id, tt.state) }); got != tt.want {
+			if got := failure(func(tb testing.TB) { conveyortest.RequireJob(tb, q, tt.id, tt.state) }); got != tt.want {
 				t.Errorf("failed with %q, want %q", got, tt.want)
 			}
 		})
 	}
 }
 
-func TestRunFailures(t *testing.T) { // not parallel: it shortens the stall
-	defer jobqueuetest.SetStall(50 * time.Millisecond)()
+func TestJobFailures(t *testing.T) { // not parallel: it shortens the stall
+	defer conveyortest.SetStall(50 * time.Millisecond)()
 	release := make(chan struct{})
 	tests := []struct {
 		name string
@@ -158,17 +155,17 @@ func TestRunFailures(t *testing.T) { // not parallel: it shortens the stall
 		want string
 	}{
 		{"a handler that blocks without Hang", func(tb testing.TB) {
-			jobqueuetest.Run(tb, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+			conveyortest.RunJob(tb, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
 				select {
 				case <-release:
 				case <-ctx.Done():
 				}
 				return jobqueue.Output{}, errors.New("released")
 			}}, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"})
-		}, "attempt 1 of job job-1 has not ended after 50ms of real time: a handler that should hang in a test must wait with jobqueuetest.Hang(ctx)"},
+		}, "attempt 1 of job job-1 has not ended after 50ms of real time: a handler that should hang in a test must wait with conveyortest.Hang(ctx)"},
 		{"an invalid job", func(tb testing.TB) {
-			jobqueuetest.Run(tb, jobqueue.Handlers{}, jobqueue.NewJob{JobID: "../x", JobType: lifecycle.JobBrief})
-		}, "jobqueuetest: enqueue: jobqueue: invalid job"},
+			conveyortest.RunJob(tb, jobqueue.Handlers{}, jobqueue.NewJob{JobID: "../x", JobType: lifecycle.JobBrief})
+		}, "conveyortest: enqueue: jobqueue: invalid job"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,33 +175,4 @@ func TestRunFailures(t *testing.T) { // not parallel: it shortens the stall
 		})
 	}
 	close(release)
-}
-
-// fakeTB records a helper's failure; Fatalf ends the goroutine, as
-// testing's does.
-type fakeTB struct {
-	testing.TB
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (f *fakeTB) Helper() {}
-
-func (f *fakeTB) Fatalf(format string, args ...any) {
-	f.mu.Lock()
-	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-
-// failure runs fn with a fakeTB and returns the message it failed with.
-func failure(fn func(tb testing.TB)) string {
-	f := &fakeTB{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn(f)
-	}()
-	<-done
-	return strings.Join(f.msgs, "\n")
 }

@@ -1,4 +1,4 @@
-package runtest_test
+package conveyortest_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/runtest"
 )
 
 // code is the code of a status's error, "CODE: message".
@@ -24,9 +24,9 @@ func code(st run.Status) string {
 	return c
 }
 
-// script is a step whose attempt n does what script[n-1] says ("ok",
+// stepScript is a step whose attempt n does what script[n-1] says ("ok",
 // "hang", "err", "503", "permanent"); the last entry repeats.
-func script(calls *atomic.Int32, script ...string) run.StepFunc {
+func stepScript(calls *atomic.Int32, script ...string) run.StepFunc {
 	return func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		calls.Add(1)
 		what := script[min(in.Attempt, len(script))-1]
@@ -34,7 +34,7 @@ func script(calls *atomic.Int32, script ...string) run.StepFunc {
 		case "ok":
 			return run.StepOutput{Summary: "done on attempt " + string(rune('0'+in.Attempt)), Data: json.RawMessage(`{"ok":true}`)}, nil
 		case "hang":
-			return run.StepOutput{}, runtest.Hang(ctx)
+			return run.StepOutput{}, conveyortest.Hang(ctx)
 		case "503":
 			return run.StepOutput{}, lifecycle.NewRunError(codes.NLMUnavailable, "503 from NotebookLM")
 		case "permanent":
@@ -49,7 +49,7 @@ func TestRunStep(t *testing.T) {
 	tests := []struct {
 		name     string
 		script   []string
-		opts     []runtest.Option
+		opts     []conveyortest.RunnerOption
 		timeout  time.Duration
 		status   string
 		code     string
@@ -65,18 +65,18 @@ func TestRunStep(t *testing.T) {
 		{name: "hangs then answers", script: []string{"hang", "ok"}, status: "completed", calls: 2, duration: 121 * time.Second, summary: "done on attempt 2"},
 		{name: "hangs every time", script: []string{"hang"}, status: "failed", code: codes.AgentTimeout, calls: 4, duration: 4*120*time.Second + 7*time.Second},
 		{name: "step's own timeout", script: []string{"hang"}, timeout: 5 * time.Second, status: "failed", code: codes.AgentTimeout, calls: 4, duration: 4*5*time.Second + 7*time.Second},
-		{name: "no retries", script: []string{"hang", "ok"}, opts: []runtest.Option{func(c *run.Config) { c.StepRetries = -1 }},
+		{name: "no retries", script: []string{"hang", "ok"}, opts: []conveyortest.RunnerOption{func(c *run.Config) { c.StepRetries = -1 }},
 			status: "failed", code: codes.AgentTimeout, calls: 1, duration: 120 * time.Second},
-		{name: "run timeout first", script: []string{"hang"}, opts: []runtest.Option{func(c *run.Config) { c.RunTimeout = 200 * time.Second }},
+		{name: "run timeout first", script: []string{"hang"}, opts: []conveyortest.RunnerOption{func(c *run.Config) { c.RunTimeout = 200 * time.Second }},
 			status: "failed", code: codes.AgentTimeout, calls: 2, duration: 200 * time.Second},
-		{name: "own backoff", script: []string{"err", "ok"}, opts: []runtest.Option{func(c *run.Config) { c.RetryBackoff = time.Minute }},
+		{name: "own backoff", script: []string{"err", "ok"}, opts: []conveyortest.RunnerOption{func(c *run.Config) { c.RetryBackoff = time.Minute }},
 			status: "completed", calls: 2, duration: time.Minute, summary: "done on attempt 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int32
-			out, st := runtest.RunStep(t, run.Step{Name: "work", Run: script(&calls, tt.script...), Timeout: tt.timeout}, nil, tt.opts...)
+			out, st := conveyortest.RunStep(t, run.Step{Name: "work", Run: stepScript(&calls, tt.script...), Timeout: tt.timeout}, nil, tt.opts...)
 			if st.Status != tt.status || code(st) != tt.code {
 				t.Errorf("status %s, code %q; want %s, %q (error %v)", st.Status, code(st), tt.status, tt.code, st.Error)
 			}

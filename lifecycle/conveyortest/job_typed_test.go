@@ -1,4 +1,4 @@
-package jobqueuetest_test
+package conveyortest_test
 
 import (
 	"context"
@@ -6,25 +6,25 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/jobqueue"
-	"github.com/runconveyor/conveyor/jobqueue/jobqueuetest"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 )
 
 type greet struct {
 	Name string `json:"name"`
 }
 
-// TestRunTypedHandler: Run drives a Handler that is not the NLM pipeline's
+// TestRunJobTypedHandler: RunJob drives a Handler that is not the NLM pipeline's
 // (a Typed one, of a stand-alone job) as it drives Handlers: a first
 // attempt that hangs is timed out at 120 s and retried after 15 s, in no
-// real time, whether the handler is the type's own or given to Run.
-func TestRunTypedHandler(t *testing.T) {
+// real time, whether the handler is the type's own or given to RunJob.
+func TestRunJobTypedHandler(t *testing.T) {
 	t.Parallel()
 	for _, own := range []bool{true, false} {
 		var calls atomic.Int32
 		h := jobqueue.Typed(func(ctx context.Context, g greet) (string, error) {
 			if calls.Add(1) == 1 {
-				return "", jobqueuetest.Hang(ctx)
+				return "", conveyortest.Hang(ctx)
 			}
 			return "hello, " + g.Name, nil
 		})
@@ -32,7 +32,7 @@ func TestRunTypedHandler(t *testing.T) {
 		if own {
 			tc, given = jobqueue.TypeConfig{Handler: h}, nil
 		}
-		job, art := jobqueuetest.Run(t, given, jobqueue.NewJob{JobType: "GREET", Payload: []byte(`{"name":"Ada"}`)},
+		job, art := conveyortest.RunJob(t, given, jobqueue.NewJob{JobType: "GREET", Payload: []byte(`{"name":"Ada"}`)},
 			func(c *jobqueue.Config) { c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{"GREET": tc} })
 		if job.Status != lifecycle.JobComplete || job.Attempt != 2 || job.AgentSlug != "_type.GREET" || art == nil || string(art.Content) != `"hello, Ada"` {
 			t.Fatalf("own %v: job %+v, artifact %+v", own, job, art)

@@ -1,4 +1,4 @@
-package runtest_test
+package conveyortest_test
 
 import (
 	"testing"

@@ -1,20 +1,17 @@
-package runtest_test
+package conveyortest_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/runtest"
 )
 
 func TestRunAgent(t *testing.T) {
@@ -24,7 +21,7 @@ func TestRunAgent(t *testing.T) {
 	}}
 	flaky := run.Step{Name: "write", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		if in.Attempt == 1 {
-			return run.StepOutput{}, runtest.Hang(ctx)
+			return run.StepOutput{}, conveyortest.Hang(ctx)
 		}
 		return run.StepOutput{Summary: "wrote " + string(in.Previous[0]), Proposals: []string{"prop-1"}}, nil
 	}}
@@ -52,7 +49,7 @@ func TestRunAgent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			st, steps := runtest.RunAgent(t, tt.agent, json.RawMessage(`7`))
+			st, steps := conveyortest.RunAgent(t, tt.agent, json.RawMessage(`7`))
 			if st.Status != tt.status || code(st) != tt.code {
 				t.Fatalf("status %s, code %q; want %s, %q (error %v)", st.Status, code(st), tt.status, tt.code, st.Error)
 			}
@@ -68,47 +65,8 @@ func TestRunAgent(t *testing.T) {
 	}
 }
 
-// fakeTB records a helper's failure; Fatal ends the goroutine, as
-// testing's does.
-type fakeTB struct {
-	testing.TB
-	mu       sync.Mutex
-	msgs     []string
-	cleanups []func()
-}
-
-func (f *fakeTB) Helper() {}
-
-func (f *fakeTB) Fatalf(format string, args ...any) {
-	f.mu.Lock()
-	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (f *fakeTB) Cleanup(fn func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cleanups = append(f.cleanups, fn)
-}
-
-// failure runs fn with a fakeTB and returns the message it failed with.
-func failure(fn func(tb testing.TB)) string {
-	f := &fakeTB{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn(f)
-	}()
-	<-done
-	for i := len(f.cleanups) - 1; i >= 0; i-- {
-		f.cleanups[i]()
-	}
-	return strings.Join(f.msgs, "\n")
-}
-
-func TestFailures(t *testing.T) { // not parallel: it shortens the stall
-	defer runtest.SetStall(50 * time.Millisecond)()
+func TestAgentFailures(t *testing.T) { // not parallel: it shortens the stall
+	defer conveyortest.SetStall(50 * time.Millisecond)()
 	release := make(chan struct{})
 	tests := []struct {
 		name string
@@ -116,24 +74,24 @@ func TestFailures(t *testing.T) { // not parallel: it shortens the stall
 		want string
 	}{
 		{"a step that blocks without Hang", func(tb testing.TB) {
-			runtest.RunStep(tb, run.Step{Name: "stuck", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			conveyortest.RunStep(tb, run.Step{Name: "stuck", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				select {
 				case <-release:
 				case <-ctx.Done():
 				}
 				return run.StepOutput{}, errors.New("released")
 			}}, nil)
-		}, "attempt 1 of step 1 has not returned after 50ms of real time: a step that should hang in a test must wait with runtest.Hang(ctx)"},
+		}, "attempt 1 of step 1 has not returned after 50ms of real time: a step that should hang in a test must wait with conveyortest.Hang(ctx)"},
 		{"an invalid step name", func(tb testing.TB) {
-			runtest.RunStep(tb, run.Step{Name: "../x", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			conveyortest.RunStep(tb, run.Step{Name: "../x", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				return run.StepOutput{}, nil
 			}}, nil)
-		}, "runtest: run: invalid runner config"},
+		}, "conveyortest: run: invalid runner config"},
 		{"invalid input", func(tb testing.TB) {
-			runtest.RunAgent(tb, run.Agent{Slug: "a", Steps: []run.Step{{Name: "s", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			conveyortest.RunAgent(tb, run.Agent{Slug: "a", Steps: []run.Step{{Name: "s", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				return run.StepOutput{}, nil
 			}}}}, json.RawMessage(`{`))
-		}, "runtest: submit:"},
+		}, "conveyortest: submit:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,13 +1,13 @@
-package runtest_test
+package conveyortest_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/runtest"
 )
 
 // NLM is the upstream a step of yours calls; a test gives it a fake.
@@ -32,7 +32,7 @@ type fakeNLM struct{ calls int }
 func (f *fakeNLM) Ask(ctx context.Context, q string) (string, error) {
 	f.calls++
 	if f.calls == 1 {
-		return "", runtest.Hang(ctx) // never answers: the step times out
+		return "", conveyortest.Hang(ctx) // never answers: the step times out
 	}
 	return "three things", nil
 }
@@ -41,7 +41,7 @@ func (f *fakeNLM) Ask(ctx context.Context, q string) (string, error) {
 // and retried after its 1 s backoff: 121 s of fake time, no real waiting.
 func ExampleRunStep() {
 	t := exampleT() // in a test: the test's *testing.T
-	out, st := runtest.RunStep(t, run.Step{Name: "research", Run: Research(&fakeNLM{})}, nil)
+	out, st := conveyortest.RunStep(t, run.Step{Name: "research", Run: Research(&fakeNLM{})}, nil)
 	fmt.Println(st.Status, out.Summary, st.FinishedAt.Sub(st.StartedAt))
 	// Output: completed three things 2m1s
 }
@@ -51,25 +51,42 @@ func ExampleRunStep() {
 func ExampleRunStep_timeout() {
 	t := exampleT()
 	hangs := func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
-		return run.StepOutput{}, runtest.Hang(ctx)
+		return run.StepOutput{}, conveyortest.Hang(ctx)
 	}
-	_, st := runtest.RunStep(t, run.Step{Name: "research", Run: hangs}, nil)
+	_, st := conveyortest.RunStep(t, run.Step{Name: "research", Run: hangs}, nil)
 	fmt.Println(st.Status, *st.Error, st.FinishedAt.Sub(st.StartedAt))
 
 	noRetries := func(c *run.Config) { c.StepRetries = -1; c.StepTimeout = 30 * time.Second }
-	_, st = runtest.RunStep(t, run.Step{Name: "research", Run: hangs}, nil, noRetries)
+	_, st = conveyortest.RunStep(t, run.Step{Name: "research", Run: hangs}, nil, noRetries)
 	fmt.Println(st.Status, *st.Error, st.FinishedAt.Sub(st.StartedAt))
 	// Output:
 	// failed AGENT_TIMEOUT: step research exceeded 120s limit 8m7s
 	// failed AGENT_TIMEOUT: step research exceeded 30s limit 30s
 }
 
-// exampleT stands in for a test's *testing.T in these examples: it panics
-// where a test would fail.
-func exampleT() testing.TB { return panicTB{} }
-
-type panicTB struct{ testing.TB }
-
-func (panicTB) Helper()                           {}
-func (panicTB) Cleanup(func())                    {}
-func (panicTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+// An agent of two steps: the first's upstream hangs once, so it is timed
+// out at 120 s and retried after 1 s; the second reads the first's output.
+// RunAgent returns the run's status.json and its step files.
+func ExampleRunAgent() {
+	t := exampleT()
+	nlm := &fakeNLM{}
+	agent := run.Agent{Slug: "digest", Steps: []run.Step{
+		{Name: "research", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			out, err := Research(nlm)(ctx, in)
+			out.Data = json.RawMessage(`{"topic":` + string(in.Input) + `}`)
+			return out, err
+		}},
+		{Name: "write", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{Summary: "wrote on " + string(in.Previous[0])}, nil
+		}},
+	}}
+	st, steps := conveyortest.RunAgent(t, agent, json.RawMessage(`"go"`))
+	fmt.Println(st.Status, st.FinishedAt.Sub(st.StartedAt))
+	for _, s := range steps {
+		fmt.Println(s.StepNumber, s.StepName, s.Status, s.Attempts, s.OutputSummary)
+	}
+	// Output:
+	// completed 2m1s
+	// 1 research completed 2 three things
+	// 2 write completed 1 wrote on {"topic":"go"}
+}
