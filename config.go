@@ -80,8 +80,8 @@ type Config struct {
 	// Schedules are the scheduled runs (package lifecycle/run/schedule).
 	Schedules []schedule.Schedule
 	// Retention is the janitor's settings: Age, Ages, Interval and the
-	// rest. Its zero value deletes nothing; the janitor runs anyway and
-	// only checks, once per Interval, whether a pass is due.
+	// rest. Its zero value deletes nothing; the janitor runs anyway, one
+	// read of its lease record per Check, to find no pass due.
 	Retention retention.Config
 	// InboxExpiry is how often inbox entries past their TTL are expired.
 	// Default DefaultInboxExpiry; negative: never (another process does).
