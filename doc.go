@@ -6,6 +6,21 @@
 // writes (package storage and its adapters); and the SDK supplies the
 // orchestration that turns a plain Go program into a Worker.
 //
+// This package is the composition root: a Client, built by New from one
+// Config, wires the engines over one Store (the Runner, the job Queue and
+// its worker, the NLM processor, the inbox Box, the Scheduler, the
+// retention janitor), giving each the shared Clock, Logger, Owner, Node,
+// TracerProvider and metrics; Start checks the store and starts them in
+// order, Stop stops them in reverse, and the accessors (Runs, Jobs, Inbox,
+// Artifacts, NLM, Schedules) return the engines for the calls a program
+// makes. The HTTP API (package adapters/httpapi) mounts on those; Add runs
+// its server, or any loop of the program's, between Start and Stop:
+//
+//	c, _ := conveyor.New(conveyor.Config{Store: store, Agents: agents, JobTypes: types})
+//	_ = c.Start(ctx)
+//	defer c.Stop(ctx)
+//	res, _ := c.Runs().Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin"})
+//
 // Packages, from the ground up (docs/design.md#layers-and-packages holds the layers, and
 // a test holds the imports to them):
 //
@@ -21,6 +36,7 @@
 //	artifact       the artifact store
 //	adapters/…     httpapi (the HTTP API and its client), httpapi/events (the
 //	               event stream), httpapi/page (the live page), httpapi/webhook,
-//	               prometheus (metrics and alert rules)
+//	               prometheus (metrics and alert rules), otlp (span export)
+//	conveyor       the Client: the composition root (this package)
 //	examples/…     worker (the Worker), conveyor (its CLI), machines, chaos
 package conveyor

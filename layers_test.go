@@ -19,8 +19,9 @@ const module = "github.com/runconveyor/conveyor"
 // rigLayer is row T of the table: test kits and rigs.
 const rigLayer = 100
 
-// programLayer is the layer of examples/ and the root package.
-const programLayer = 8
+// programLayer is the layer of examples/; the root package, the
+// composition root, is the layer below it.
+const programLayer = 9
 
 // layers is the table of docs/design.md (its section layersSection): each
 // package pattern (a
@@ -201,6 +202,10 @@ func TestLayersCheck(t *testing.T) {
 		{"rig in an example", map[string][]string{"examples/chaos": {"internal/testkit/miniotest"}}, false},
 		{"unknown package", map[string][]string{"newpkg": {}}, true},
 		{"program imports program", map[string][]string{"examples/worker": {"examples/chaos"}}, true},
+		{"program imports the root", map[string][]string{"examples/worker": {".", "adapters/httpapi"}}, false},
+		{"root imports engines", map[string][]string{".": {"lifecycle/run", "jobqueue", "adapters/prometheus"}}, false},
+		{"root imports a program", map[string][]string{".": {"examples/worker"}}, true},
+		{"engine imports the root", map[string][]string{"jobqueue": {"."}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

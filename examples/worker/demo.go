@@ -28,9 +28,10 @@ const (
 	AgentNLM = "demo-nlm"
 )
 
-// demoAgents returns the demo agents; pause is how long each demo step
-// takes (a few seconds by default, so a run can be watched live).
-func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Agent {
+// demoAgents returns the demo agents, conc runs of each at once; pause is
+// how long each demo step takes (a few seconds by default, so a run can be
+// watched live).
+func demoAgents(clk clock.Clock, pause time.Duration, conc int, p *nlm.Processor) []run.Agent {
 	// clock.Sleep tells a fake clock the step waits (clock.Activity).
 	wait := func(ctx context.Context) error { return clock.Sleep(ctx, clk, pause) }
 	step := func(name, summary string) run.Step {
@@ -42,7 +43,7 @@ func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Ag
 				return run.StepOutput{Summary: summary}, nil
 			}}
 	}
-	research := run.Agent{Slug: AgentResearch, Concurrency: 4, Steps: []run.Step{
+	research := run.Agent{Slug: AgentResearch, Concurrency: conc, Steps: []run.Step{
 		step("load-context", "context loaded"),
 		step("nlm-query", "notebook answered"),
 		{Name: "create-proposal", Idempotent: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -55,7 +56,7 @@ func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Ag
 				Files: map[string][]byte{"proposal.json": body}}, nil
 		}},
 	}}
-	approval := run.Agent{Slug: AgentApproval, Machine: lifecycle.MachineApproval, Concurrency: 4, Steps: []run.Step{
+	approval := run.Agent{Slug: AgentApproval, Machine: lifecycle.MachineApproval, Concurrency: conc, Steps: []run.Step{
 		{Name: "draft", Idempotent: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 			if err := wait(ctx); err != nil {
 				return run.StepOutput{}, err
@@ -64,18 +65,15 @@ func demoAgents(clk clock.Clock, pause time.Duration, p *nlm.Processor) []run.Ag
 		}},
 		step("publish", "published"),
 	}}
-	agents := []run.Agent{research, approval}
-	if p != nil {
-		agents = append(agents, run.Agent{Slug: AgentNLM, Machine: lifecycle.MachineApproval, Concurrency: 4,
-			Steps: nlm.Ask(p, "ask-notebook", func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error) {
-				q := "What changed this week?"
-				if len(in.Input) > 0 {
-					q = string(in.Input)
-				}
-				return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: q}, nil
-			})})
-	}
-	return agents
+	nlmAgent := run.Agent{Slug: AgentNLM, Machine: lifecycle.MachineApproval, Concurrency: conc,
+		Steps: nlm.Ask(p, "ask-notebook", func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error) {
+			q := "What changed this week?"
+			if len(in.Input) > 0 {
+				q = string(in.Input)
+			}
+			return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: q}, nil
+		})}
+	return []run.Agent{research, approval, nlmAgent}
 }
 
 // nlmSimulator is the in-process NLM backend: NotebookLM's answer after a

@@ -1,34 +1,8 @@
-// Command worker is a Worker (docs/spec.md#platform-names), built from the SDK: the HTTP
-// API with its event stream, metrics and live run page, the Orchestration
-// Layer (the Runner, the status writer), the job Worker and an NLM backend
-// simulator, on the embedded default store (a directory) or on S3/MinIO.
-//
-//	go run ./examples/worker                        # everything, ./data, 127.0.0.1:8080
-//	go run ./examples/worker -role api              # HTTP only: reads the store, submits runs
-//	go run ./examples/worker -role runner -owner r1 # the status writer: executes runs and jobs
-//
-// Any number of processes may share one store: -role api serves the API
-// (every stream sees every process's changes, since events come from the
-// store), -role runner processes execute runs and jobs. SIGINT or SIGTERM
-// drains and stops within -drain.
-//
-// S3 or MinIO instead of the directory: set -s3-bucket (or
-// CONVEYOR_S3_BUCKET) and the standard AWS variables, plus -s3-endpoint (or
-// AWS_ENDPOINT_URL) for MinIO.
-//
-// At start the Worker checks that its store keeps the promises it rests on
-// (a create-only write over an existing key fails, a stale If-Match fails,
-// ...) with a few writes under probe/ that it removes; a store that fails
-// refuses to start, naming the failed checks, unless -allow-unsafe-store
-// (docs/stores.md).
-//
-// -retention 168h deletes finished history a week after it finished (a
-// janitor on every process; one pass an hour across them), with per-kind
-// overrides in -retention-ages; -print-s3-lifecycle prints the bucket
-// lifecycle rules that do the same by age alone (docs/retention.md).
-//
-// OTEL_EXPORTER_OTLP_ENDPOINT (and the exporter's other standard OTEL_
-// variables) exports OpenTelemetry spans over OTLP/HTTP (docs/spec.md#tracing).
+// Command worker is a Worker (docs/spec.md#platform-names): a Conveyor
+// Client (package conveyor) built from its flags, with the HTTP API, event
+// stream, metrics and live page mounted on it, demo agents and an NLM
+// backend simulator, on a directory or S3/MinIO. README.md says how to run
+// it: roles, stores, the start-up check, retention, tracing.
 package main
 
 import (
@@ -37,11 +11,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
+	"time"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/retention"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 func main() {
@@ -60,25 +43,141 @@ func main() {
 // runWorker is the whole program, testable in-process: ready, when set, receives
 // the address the HTTP server listens on (empty without one) once serving.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
-	opts, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	if opts.printS3 {
-		var agents []string
-		if !opts.noDemo {
-			agents = []string{AgentResearch, AgentApproval, AgentNLM}
+	if o.printS3 {
+		agents := []string{AgentResearch, AgentApproval, AgentNLM}
+		if o.noDemo {
+			agents = nil
 		}
-		b, err := retention.S3Lifecycle(opts.retention, opts.s3Prefix, agents)
-		if err != nil {
-			return err
+		b, err := retention.S3Lifecycle(o.retention, o.s3Prefix, agents)
+		if err == nil {
+			_, err = fmt.Fprintf(stdout, "%s\n", b)
 		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	w, err := build(ctx, opts, stderr)
+	w, err := build(ctx, o, stderr)
 	if err != nil {
 		return err
 	}
 	return w.serve(ctx, ready)
+}
+
+// options are the command line; store and clock, set by tests, replace
+// the store the flags name and the wall clock.
+type options struct {
+	addr, data, role, owner, tokens, config, callbackURL string
+	s3Bucket, s3Endpoint, s3Prefix                       string
+	s3Settle, pause, drain, poll, streamWrite            time.Duration
+	idlePoll, lease                                      time.Duration
+	logLevel                                             slog.Level
+	noDemo, allowUnsafeStore, printS3                    bool
+	demoConc                                             int
+	retention                                            retention.Config
+	limits                                               httpapi.Limits
+	store                                                storage.Store
+	clock                                                clock.Clock
+}
+
+// defaultIdlePoll is -idle-poll's default: three loops look for others'
+// work (runs, jobs, NLM jobs), so an idle process lists about 3/5 times a
+// second, within the one request a second an idle process may cost on S3
+// with the sweeps and lock checks besides; work arriving after idleness is
+// found within 5 s.
+const defaultIdlePoll = 5 * time.Second
+
+const (
+	roleAll    = "all"
+	roleAPI    = "api"
+	roleRunner = "runner"
+)
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "HTTP address (-role all and api); empty serves no HTTP")
+	fs.StringVar(&o.data, "data", "./data", "directory of the embedded store (unless -s3-bucket is set)")
+	fs.StringVar(&o.role, "role", roleAll, "all: HTTP and execution; api: HTTP only (reads the store, submits); runner: executes runs and jobs")
+	fs.StringVar(&o.owner, "owner", "", "this process's name in leases: distinct per process sharing a store (default: host and executable name, stable across restarts)")
+	fs.StringVar(&o.tokens, "tokens", "", "file of bearer tokens, `token actor` per line (also CONVEYOR_TOKENS=tok=actor,...); none: loopback only")
+	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "DEBUG shows every state change")
+	fs.StringVar(&o.s3Bucket, "s3-bucket", os.Getenv(s3store.EnvBucket), "S3/MinIO bucket instead of -data (env "+s3store.EnvBucket+")")
+	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "S3 API URL, e.g. http://127.0.0.1:9000 for MinIO, or the comma-separated URLs of a MinIO cluster's nodes to fail over between (default "+s3store.EnvEndpoints+", AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
+	fs.DurationVar(&o.s3Settle, "s3-settle", 0, "how long the store may answer wrongly after a node restarts: 0 finds out (40s on a MinIO cluster, else none), negative none")
+	fs.StringVar(&o.s3Prefix, "s3-prefix", os.Getenv("CONVEYOR_S3_PREFIX"), "key prefix in the bucket, ending in /")
+	fs.DurationVar(&o.pause, "step-pause", 2*time.Second, "how long each demo step and the NLM simulator take")
+	fs.DurationVar(&o.drain, "drain", 15*time.Second, "how long SIGINT/SIGTERM may take to drain before the process exits anyway")
+	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often the event stream looks for changes")
+	fs.DurationVar(&o.streamWrite, "stream-write-timeout", events.DefaultWriteTimeout, "how long a write to an event stream client may wait; a client that leaves more unread than its connection buffers (about 100 KB) is disconnected after it")
+	fs.DurationVar(&o.idlePoll, "idle-poll", defaultIdlePoll, "the longest wait of the runner, the job worker and the NLM processor between looks for work other processes submitted (the event feed, on a store that cannot watch, waits up to twice it between listings of the audit log): they look every 25 ms while such work arrives and back off to this when none does, so it bounds the first pickup after idleness and sets an idle process's store requests (docs/performance.md)")
+	fs.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a run's lease lasts unheard: a killed runner's runs are taken over after it (heartbeats every third)")
+	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
+	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")
+	fs.IntVar(&o.limits.MaxConnsPerAddr, "max-conns-per-addr", httpapi.DefaultMaxConnsPerAddr, "connections one client IP address may hold open; more are closed at once (behind a proxy: its pool; -1: no bound)")
+	fs.DurationVar(&o.retention.Age, "retention", 0, "delete finished history (runs, audit days, COMPLETE jobs, expired inbox entries; idempotency records once expired) this long after it finished, e.g. 168h; 0: keep everything")
+	fs.Func("retention-ages", "per-kind overrides of -retention, `kind=age,...` (kinds: runs audit jobs dead_jobs idempotency inbox artifacts; age a duration or \"forever\"); dead_jobs and artifacts are kept unless named", func(v string) error {
+		return parseAges(&o.retention, v)
+	})
+	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
+	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
+	fs.BoolVar(&o.allowUnsafeStore, "allow-unsafe-store", false, "start even on a store that fails the start-up semantics check (a create-only write over an existing key accepted, a stale If-Match accepted, ...): the failed checks are logged, and exactly-once no longer holds (docs/stores.md)")
+	fs.IntVar(&o.demoConc, "demo-concurrency", 4, "runs of each demo agent that may execute at once, across every process sharing the store")
+	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch o.role {
+	case roleAll, roleAPI, roleRunner:
+	default:
+		return o, fmt.Errorf("-role %q: want all, api or runner", o.role)
+	}
+	if o.role == roleAPI && o.addr == "" {
+		return o, fmt.Errorf("-role api needs -addr")
+	}
+	if o.retention.Age < 0 {
+		return o, fmt.Errorf("-retention %s is negative (0 keeps everything)", o.retention.Age)
+	}
+	if o.demoConc < 1 {
+		return o, fmt.Errorf("-demo-concurrency %d: want at least 1", o.demoConc)
+	}
+	if o.pause <= 0 || o.drain <= 0 || o.poll <= 0 || o.idlePoll <= 0 || o.streamWrite <= 0 || o.lease < time.Second {
+		return o, fmt.Errorf("-step-pause, -drain, -poll, -idle-poll and -stream-write-timeout must be positive, -lease at least 1s")
+	}
+	if o.callbackURL == "" && (o.role == roleRunner || o.addr == "") {
+		o.callbackURL = "http://127.0.0.1:8080/nlm/callback" // a runner posts to the API process
+	}
+	return o, nil
+}
+
+// parseAges reads -retention-ages into cfg.Ages: kind=age pairs, age a
+// duration or "forever". New checks the kinds.
+func parseAges(cfg *retention.Config, v string) error {
+	if cfg.Ages == nil {
+		cfg.Ages = map[retention.Kind]time.Duration{}
+	}
+	for pair := range strings.SplitSeq(v, ",") {
+		kind, age, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok {
+			return fmt.Errorf("%q: want kind=age", pair)
+		}
+		if !slices.Contains(retention.Kinds(), retention.Kind(kind)) {
+			return fmt.Errorf("unknown kind %q (want one of %v)", kind, retention.Kinds())
+		}
+		if age == "forever" {
+			cfg.Ages[retention.Kind(kind)] = retention.Forever
+			continue
+		}
+		d, err := time.ParseDuration(age)
+		if err != nil || d < 0 {
+			return fmt.Errorf("%q: want a duration of at least 0 or \"forever\"", pair)
+		}
+		cfg.Ages[retention.Kind(kind)] = d
+	}
+	return nil
 }
