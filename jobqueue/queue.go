@@ -40,7 +40,7 @@ func DefaultBackoff() []time.Duration {
 type Config struct {
 	// Store holds the jobs, the ready lanes, the agent locks, the artifacts
 	// and the audit log. Required.
-	Store storage.Store
+	Store *storage.Store
 	// Artifacts writes the artifact at ARTIFACT_WRITE. Default: an
 	// artifact.Store over Store with the same Clock and Node, whose
 	// Project is this Config's, so the artifact of a job without a
@@ -117,7 +117,7 @@ type TypeConfig struct {
 // writes. It is safe for concurrent use.
 type Queue struct {
 	cfg       Config
-	store     storage.Store
+	store     *storage.Store
 	artifacts *artifact.Store
 	clock     clock.Clock
 	log       *slog.Logger
@@ -165,7 +165,7 @@ func New(cfg Config) (*Queue, error) {
 	// Every store call waits out transient failures for as long as its
 	// context allows (core.Patient); the claim's and the sweep's contexts
 	// carry the deadlines.
-	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
+	store := storage.New(&core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger})
 	if cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes, Project: cfg.Project})
 		if err != nil {

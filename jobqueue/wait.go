@@ -23,7 +23,7 @@ const (
 // Wait waits until job jobID is COMPLETE or DEAD and returns it as then
 // written, acting as the system. It wakes at once when this Queue writes
 // the job (a Worker of this process ran it), at the store's signal where
-// the store watches (storage.Watcher: a write by another process), and
+// the store watches (storage.Store.Watch: a write by another process), and
 // else on a poll that backs off from 25 ms to 1 s. On a fake clock it
 // counts as work while it reads and waits on the clock's timers
 // (clock.Activity), so a test that drives the clock sees the same run every
@@ -42,12 +42,10 @@ func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	defer end()
 	poll := waitPoll
 	var signal <-chan struct{}
-	if ws, ok := q.cfg.Store.(watcher); ok {
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if ch, err := ws.Watch(wctx, key); err == nil {
-			signal, poll = ch, waitPollMax
-		}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if ch, err := q.cfg.Store.Watch(wctx, key); err == nil {
+		signal, poll = ch, waitPollMax
 	}
 	var last lifecycle.Job
 	for {

@@ -74,14 +74,14 @@ func TestSettle(t *testing.T) {
 			if err := s.Check(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			if got := storage.SettleTime(s); got != tt.want {
+			if got := storage.SettleTime(s.Store); got != tt.want {
 				t.Fatalf("Settle = %s, want %s", got, tt.want)
 			}
 		})
 	}
 	p := newFaultProxy(t, srv.Endpoint, func(int, *http.Request) fault { return pass })
 	s := storeVia(t, srv, bkt, "", s3store.Config{Endpoints: []string{srv.Endpoint, p.URL}})
-	if got := storage.SettleTime(s); got != s3store.DefaultClusterSettle {
+	if got := storage.SettleTime(s.Store); got != s3store.DefaultClusterSettle {
 		t.Fatalf("Settle on two endpoints = %s, want %s", got, s3store.DefaultClusterSettle)
 	}
 }
@@ -106,7 +106,7 @@ func TestEndpointsFromEnv(t *testing.T) {
 		t.Fatalf("config from env = %+v", cfg)
 	}
 	cfg.HTTPClient = &http.Client{Transport: transport}
-	s, err := s3store.New(t.Context(), cfg)
+	s, err := openStore(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestEndpointsFromEnv(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"ftp://127.0.0.1:1", "127.0.0.1:9000", "http://"} {
-		if _, err := s3store.New(t.Context(), s3store.Config{Bucket: bkt, Endpoint: bad}); err == nil {
+		if _, err := openStore(t.Context(), s3store.Config{Bucket: bkt, Endpoint: bad}); err == nil {
 			t.Errorf("New with endpoint %q succeeded", bad)
 		}
 	}

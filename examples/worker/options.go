@@ -49,7 +49,7 @@ type options struct {
 	printS3   bool
 	// store and clock, when set (by tests), replace the store the flags
 	// name and the wall clock.
-	store storage.Store
+	store *storage.Store
 	clock clock.Clock
 	// limits are the HTTP server's (httpapi.Limits); the flag sets
 	// MaxConnsPerAddr, the others keep their defaults.

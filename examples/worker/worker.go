@@ -42,7 +42,7 @@ type worker struct {
 	opts   options
 	stderr io.Writer
 	log    *slog.Logger
-	store  storage.Store
+	store  *storage.Store
 	clock  clock.Clock
 	where  string
 	runner *run.Runner
@@ -270,7 +270,7 @@ func loadTokens(path string) (map[string]lifecycle.Actor, error) {
 	return tokens, nil
 }
 
-func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store, string, error) {
+func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store, string, error) {
 	if o.s3Bucket == "" {
 		s, err := filestore.New(o.data)
 		if err != nil {
@@ -290,7 +290,7 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store,
 	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
 		cfg.UsePathStyle = true
 	}
-	s, err := s3store.New(ctx, cfg)
+	s, err := s3store.NewDriver(ctx, cfg)
 	if err != nil {
 		return nil, "", err
 	}
@@ -307,12 +307,12 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store,
 	if d := s.Settle(); d > 0 {
 		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
 	}
-	return s, where, nil
+	return storage.New(s), where, nil
 }
 
 // checkStore runs the store's start-up check until it passes, fails for
 // a reason other than an unreachable server, or ctx ends.
-func checkStore(ctx context.Context, s *s3store.Store) error {
+func checkStore(ctx context.Context, s *s3store.Driver) error {
 	for {
 		err := s.Check(ctx)
 		if err == nil || !errors.Is(err, s3store.ErrUnreachable) || ctx.Err() != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -36,7 +37,7 @@ type doc struct {
 
 func leaseOf(d *doc) *records.Lease { return d.Lease }
 
-func mustCreate(t *testing.T, s storage.Store, key string, d doc) storage.Version {
+func mustCreate(t *testing.T, s *storage.Store, key string, d doc) storage.Version {
 	t.Helper()
 	b, _ := json.Marshal(&d)
 	v, err := s.Put(context.Background(), key, b, storage.IfNotExists())
@@ -488,7 +489,7 @@ func TestQuarantinerCountsAndLogs(t *testing.T) {
 // breaksMidList is a store whose first listing yields two keys and then
 // fails transiently; it records the cursor of every listing.
 type breaksMidList struct {
-	storage.Store
+	driver.Store
 	mu      sync.Mutex
 	cursors []string
 }

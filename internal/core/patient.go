@@ -12,18 +12,20 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// Patient is a storage.Store that waits out transient failures of the Store
-// it wraps (storage.Transient): each call is retried with backoff on Clock
-// until it gets an answer or its context ends. When the context ends first,
+// Patient is a driver (package storage/driver) that waits out transient
+// failures of the one it wraps, usually a Store (storage.Transient); the
+// engines call the Store storage.New makes over it. Each call is retried
+// with backoff on Clock until it gets an answer or its context ends. When the context ends first,
 // the error matches storage.ErrUnavailable, the context's error and the
 // last failure. A conditional Put or Delete that failed transiently may
 // have landed; when a retry then fails its condition, Patient reports
 // storage.ErrOutcomeUnknown rather than a conflict, so the caller re-reads
 // instead of applying a change twice.
 type Patient struct {
-	Store storage.Store
+	Store driver.Store
 	// Clock paces the retries. Required.
 	Clock clock.Clock
 	// Log receives a WARN when a call gives up; nil discards.
@@ -110,7 +112,7 @@ func (r *retrier) giveUp(ctx context.Context, err, ctxErr error) error {
 	return &storage.UnavailableError{Op: r.op, Key: r.key, Waited: waited, Err: err, Stop: ctxErr}
 }
 
-// Get implements storage.Store.
+// Get implements driver.Store.
 func (p *Patient) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	r := p.retrier("get", key)
 	for {
@@ -124,7 +126,7 @@ func (p *Patient) Get(ctx context.Context, key string) ([]byte, storage.Version,
 	}
 }
 
-// Put implements storage.Store.
+// Put implements driver.Store.
 func (p *Patient) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	r := p.retrier("put", key)
 	failed := false
@@ -144,7 +146,7 @@ func (p *Patient) Put(ctx context.Context, key string, value []byte, cond storag
 	}
 }
 
-// Delete implements storage.Store.
+// Delete implements driver.Store.
 func (p *Patient) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	r := p.retrier("delete", key)
 	failed := false
@@ -164,12 +166,7 @@ func (p *Patient) Delete(ctx context.Context, key string, cond storage.Condition
 	}
 }
 
-// List implements storage.Store: ListAfter from the start.
-func (p *Patient) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return p.ListAfter(ctx, prefix, "")
-}
-
-// ListAfter implements storage.Store. A listing that fails part-way is
+// ListAfter implements driver.Store. A listing that fails part-way is
 // listed again after the wait, from the last key it yielded, so a retry
 // costs what is left, not what was already read.
 func (p *Patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
@@ -206,6 +203,6 @@ func (p *Patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2
 	}
 }
 
-// Unwrap returns the Store Patient wraps, so its optional interfaces
-// (storage.Settler) are found through it.
-func (p *Patient) Unwrap() storage.Store { return p.Store }
+// Unwrap returns the driver Patient wraps, so its optional interfaces
+// (driver.Settler) are found through it.
+func (p *Patient) Unwrap() driver.Store { return p.Store }

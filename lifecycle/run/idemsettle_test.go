@@ -30,7 +30,7 @@ type settleRig struct {
 
 func newSettleRig(t *testing.T, machine string) *settleRig {
 	fs := faultstore.New(memStore(t))
-	g := newRig(t, fs)
+	g := newRig(t, storage.New(fs))
 	fs.SetSettle(5*time.Second, g.clock.Now)
 	fs.Match(layout.IsIdempotencyKey)
 	execs := &atomic.Int32{}

@@ -28,7 +28,7 @@ type Runner struct {
 	cfg Config
 	// store is cfg.Store behind core.Patient: transient store errors are
 	// waited out with backoff for as long as each call's context allows.
-	store   storage.Store
+	store   *storage.Store
 	patient *core.Patient
 	// units runs step attempts under their deadlines and counts the
 	// goroutines of attempts abandoned there (stragglers).
@@ -127,10 +127,9 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 	patient := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
 	r := &Runner{
 		cfg:        cfg,
-		store:      patient,
+		store:      storage.New(patient),
 		patient:    patient,
 		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
-		quar:       &core.Quarantiner{Store: patient, Clock: cfg.Clock, Log: cfg.Logger},
 		absent:     core.Absence{Settle: storage.SettleTime(cfg.Store)},
 		log:        cfg.Logger,
 		tracer:     tracing.New(cfg.TracerProvider),
