@@ -163,9 +163,9 @@ func New(cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	// Every store call waits out transient failures for as long as its
-	// context allows (core.Patient); the claim's and the sweep's contexts
+	// context allows (storage.Store.Patient); the claim's and the sweep's contexts
 	// carry the deadlines.
-	store := storage.New(&core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger})
+	store := cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
 	if cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes, Project: cfg.Project})
 		if err != nil {

@@ -626,7 +626,7 @@ func (f *flakyStore) Put(ctx context.Context, key string, value []byte, cond sto
 	f.mu.Unlock()
 	if fail {
 		// An outage that outlasted the write's deadline: what the store
-		// gives once core.Patient stopped waiting (a transient error alone
+		// gives once the patient Store stopped waiting (a transient error alone
 		// would be waited out).
 		return "", &storage.UnavailableError{Op: "put", Key: key, Err: errors.New("injected write error")}
 	}

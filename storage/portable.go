@@ -254,7 +254,8 @@ var kinds = []error{ErrNotFound, ErrPreconditionFailed, ErrOutcomeUnknown, conte
 
 // wrap makes err, a driver's, an *OpError of op on key: one already is (or
 // wraps one) is returned as it is; a bare sentinel or context error becomes
-// the kind; anything else is the cause, with the kind it matches if any.
+// the kind; one that wraps a sentinel is the cause of that kind; anything
+// else is final, so it is the kind (driver.Store's Errors says why).
 func wrap(op, key string, err error) error {
 	if err == nil {
 		return nil
@@ -272,5 +273,5 @@ func wrap(op, key string, err error) error {
 			return NewOpError(op, key, k, err)
 		}
 	}
-	return NewOpError(op, key, nil, err)
+	return NewOpError(op, key, err, nil)
 }

@@ -149,7 +149,8 @@ func TestStoreWrapsItsDriversErrors(t *testing.T) {
 	}{
 		{"bare sentinel", driver.ErrNotFound, storage.ErrNotFound, nil, false, "storage: get k: not found"},
 		{"bare context error", context.DeadlineExceeded, context.DeadlineExceeded, nil, false, "storage: get k: context deadline exceeded"},
-		{"native error", native, nil, syscall.EIO, true, "storage: get k: open /x: input/output error"},
+		{"native error as the cause", driver.NewOpError("get", "k", nil, native), nil, syscall.EIO, true, "storage: get k: open /x: input/output error"},
+		{"bare error: final", native, native, syscall.EIO, false, "storage: get k: open /x: input/output error"},
 		{"wrapped sentinel", fmt.Errorf("gone: %w", driver.ErrNotFound), storage.ErrNotFound, nil, false, "storage: get k: not found: gone: storage: not found"},
 		{"the driver's own OpError", own, storage.ErrNotFound, syscall.EIO, false, own.Error()},
 	}

@@ -1,14 +1,21 @@
-// Package storage defines the Store contract every state change in Conveyor
-// goes through: Get, Put and Delete with conditions, List and Watch by
-// prefix, versions, ids and keys, and the errors every adapter reports the
-// same way. What is stored on it is package storage/records (documents,
-// audit, quarantine, leases) and the key layout, internal/layout.
+// Package storage is the Store every state change in Conveyor goes
+// through: Get, Put and Delete with conditions, List and Watch by prefix,
+// versions, ids and keys, and the errors every adapter reports the same
+// way. What is stored on it is package storage/records (documents, audit,
+// quarantine, leases) and the key layout, internal/layout.
 //
 // A Store is a flat map from keys to byte values with conditional writes.
 // Its promises (read-after-write, create-once, compare-and-swap linearizable
 // per key) are what make the single status writer, lease fencing and
-// create-once artifacts true, so every adapter is proven against the same
-// conformance suite, package storage/storetest.
+// create-once artifacts true.
+//
+// Store is one concrete type, the portable layer over a driver: an adapter
+// (memstore, filestore, s3store) implements the narrow interface of package
+// storage/driver, and New builds the Store over it, which checks every
+// argument, wraps every failure in an *OpError, lists through the driver's
+// ListAfter and finds its optional capabilities (Watch, settle time) once
+// for all adapters. Every driver is proven against the same conformance
+// suite, package storage/storetest.
 package storage
 
 import (

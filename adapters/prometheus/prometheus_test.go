@@ -320,7 +320,7 @@ func TestQueueCollectorStoreDown(t *testing.T) {
 	t.Parallel()
 	reg, m := newMetrics(t, promadapter.ScrapeTimeout(50*time.Millisecond))
 	fs := faultstore.New(memstore.New())
-	// The queue waits out store outages on its clock (core.Patient): a
+	// The queue waits out store outages on its clock (storage.Store.Patient): a
 	// fake one that never moves makes the read wait until the scrape's
 	// deadline, the worst case.
 	q := newQueue(t, storage.New(fs), clock.NewFake(t0), m)

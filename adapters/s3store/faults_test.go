@@ -242,7 +242,7 @@ func TestNoAnswerIsOutcomeUnknown(t *testing.T) {
 // TestAuditNeverLostTo499: an audit event whose write a stopping node
 // carried out but answered 499, as it did the read-back, is written once
 // and PutAudit succeeds (the issue lost 2 audit writes this way): through
-// core.Patient, as the engines write, and straight on the store, which
+// a patient Store, as the engines make, and straight on the store, which
 // then says the outcome is unknown.
 func TestAuditNeverLostTo499(t *testing.T) {
 	srv, bkt := env(t)
@@ -251,9 +251,9 @@ func TestAuditNeverLostTo499(t *testing.T) {
 			// Every attempt of the first Put (the first lands) and of its
 			// read-back is answered 499.
 			p := newFaultProxy(t, srv.Endpoint, onFirst("", 6, answer499))
-			var s *storage.Store = storage.New(storeVia(t, srv, bkt, randomPrefix(), s3store.Config{Endpoint: p.URL}))
+			s := storeVia(t, srv, bkt, randomPrefix(), s3store.Config{Endpoint: p.URL}).Store
 			if patient {
-				s = storage.New(&core.Patient{Store: s, Clock: clock.Real()})
+				s = s.Patient(storage.Retry{Clock: clock.Real()})
 			}
 			body := []byte(`{"event":"run.created"}`)
 			if err := core.PutAudit(t.Context(), s, "audit/e1.json", body); err != nil {

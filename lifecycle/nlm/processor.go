@@ -63,7 +63,7 @@ type Poster interface {
 type Config struct {
 	// Store holds the job records (nlm/jobs/{job_id}.json), the index of
 	// jobs in flight (nlm/active/{job_id}), the artifacts and the audit log.
-	// The processor waits out its transient failures (core.Patient) for as
+	// The processor waits out its transient failures (storage.Store.Patient) for as
 	// long as the job's context allows.
 	Store *storage.Store
 	// Owner names this processor in leases; it must differ between the
@@ -205,7 +205,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 		}
 	}
 	p := &Processor{cfg: cfg, stages: stages, running: map[string]bool{}, wake: make(chan struct{}, 1)}
-	p.store = storage.New(&core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger})
+	p.store = cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
 	p.units = &core.Units{Clock: cfg.Clock, Log: cfg.Logger}
 	p.quar = &core.Quarantiner{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
 	p.absent.Settle = storage.SettleTime(cfg.Store)

@@ -26,10 +26,10 @@ import (
 // writes keep each run executed by one of them at a time.
 type Runner struct {
 	cfg Config
-	// store is cfg.Store behind core.Patient: transient store errors are
-	// waited out with backoff for as long as each call's context allows.
-	store   *storage.Store
-	patient *core.Patient
+	// store is cfg.Store made patient (storage.Store.Patient): transient
+	// store errors are waited out with backoff for as long as each call's
+	// context allows.
+	store *storage.Store
 	// units runs step attempts under their deadlines and counts the
 	// goroutines of attempts abandoned there (stragglers).
 	units  *core.Units
@@ -124,12 +124,12 @@ func NewRunner(cfg Config, agents ...Agent) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	patient := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
+	store := cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
 	r := &Runner{
 		cfg:        cfg,
-		store:      storage.New(patient),
-		patient:    patient,
+		store:      store,
 		units:      &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
+		quar:       &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger},
 		absent:     core.Absence{Settle: storage.SettleTime(cfg.Store)},
 		log:        cfg.Logger,
 		tracer:     tracing.New(cfg.TracerProvider),
@@ -212,7 +212,7 @@ func (r *Runner) Quarantined() int64 { return r.quar.Count() }
 
 // StoreRetries counts the store calls this runner retried after a
 // transient failure.
-func (r *Runner) StoreRetries() int64 { return r.patient.Retries() }
+func (r *Runner) StoreRetries() int64 { return r.store.Retries() }
 
 // flowOfDoc is the flow of the machine the run was created with (its
 // status.json's machine field), which is not always the one its agent is

@@ -726,7 +726,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 	close(release)
 	g.clock.Advance(time.Minute) // a wakes late: its heartbeat is overdue
 	// Time moves on, whenever the runners wait on the clock, while a gives
-	// up, so that a store call it retries (core.Patient waits on the clock)
+	// up, so that a store call it retries (the patient Store waits on the clock)
 	// is not left waiting.
 	g.advanceUntil(time.Second, 10*time.Minute, func() bool {
 		return strings.Contains(logs.String(), `"msg":"run_stopped"`) && strings.Contains(logs.String(), "at epoch 1 lost")

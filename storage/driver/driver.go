@@ -34,13 +34,16 @@
 //     landed (its answer was lost and the driver cannot tell); never a false
 //     success or a false ErrPreconditionFailed in its place.
 //   - an error matching ctx.Err(), when the context ended during the call.
-//   - any other error: the backend's own failure (an *os.PathError, an AWS
-//     API error), which the portable layer keeps reachable with errors.As
-//     and which storage.Transient classifies for retries.
+//   - the backend's own failure (an *os.PathError, an AWS API error) as the
+//     cause of an *OpError with no kind, NewOpError(op, key, nil, cause):
+//     storage.Transient judges such a cause, and the engines retry the
+//     ones an outage causes (a timeout, a refused connection, a 5xx).
 //
-// A driver may return a sentinel bare, a native error bare, or an *OpError
-// carrying both (NewOpError(op, key, ErrNotFound, cause)); the portable
-// layer wraps what is not yet an *OpError, so callers always get one.
+// A driver may return a sentinel bare, or an *OpError carrying a kind and
+// its cause (NewOpError(op, key, ErrNotFound, cause)); the portable layer
+// wraps what is not yet an *OpError, so callers always get one. Any other
+// bare error is taken as final, an answer no retry can change: it becomes
+// the *OpError's kind, and is never retried.
 //
 // # Optional capabilities
 //

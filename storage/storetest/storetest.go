@@ -281,7 +281,7 @@ func testDeleteConditions(t *testing.T, s *storage.Store) {
 // (MinIO's HEAD then DELETE), which a store declaring
 // NonAtomicConditionalDelete is allowed to do; there the check skips.
 func testConditionalDeleteAtomic(t *testing.T, s *storage.Store, c Capabilities) {
-	if c.NonAtomicConditionalDelete || !s.AtomicConditionalDelete() {
+	if c.NonAtomicConditionalDelete {
 		t.Skip("the store declares NonAtomicConditionalDelete: its conditional Delete is checked against one writer at a time only")
 	}
 	bad, err := conditionalDeleteRaces(ctxT(t), s, 40)
