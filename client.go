@@ -175,7 +175,7 @@ func (c *Client) NLM() *nlm.Processor { return c.nlm }
 func (c *Client) Schedules() *schedule.Scheduler { return c.sched }
 
 // Store returns the Store every part works on.
-func (c *Client) Store() storage.Store { return c.cfg.Store }
+func (c *Client) Store() *storage.Store { return c.cfg.Store }
 
 // Owner returns the name this process has in leases (Config.Owner or its
 // default).

@@ -19,6 +19,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/probe"
 )
 
@@ -200,7 +201,7 @@ func TestClientStopOrderAndDeadline(t *testing.T) {
 
 // unconditional is a store that ignores every write's condition, which
 // the start-up check catches.
-type unconditional struct{ storage.Store }
+type unconditional struct{ driver.Store }
 
 func (u unconditional) Put(ctx context.Context, key string, value []byte, _ storage.Condition) (storage.Version, error) {
 	return u.Store.Put(ctx, key, value, storage.Condition{})
@@ -216,7 +217,7 @@ func TestClientStoreCheck(t *testing.T) {
 		fails bool
 	}{{conveyor.StoreCheckRefuse, true}, {conveyor.StoreCheckWarn, false}, {conveyor.StoreCheckOff, false}}
 	for _, tt := range tests {
-		c := newClient(t, conveyor.Config{Store: unconditional{memstore.New()}, StoreCheck: tt.check})
+		c := newClient(t, conveyor.Config{Store: storage.New(unconditional{memstore.New()}), StoreCheck: tt.check})
 		err := c.Start(context.Background())
 		if tt.fails != (err != nil) {
 			t.Fatalf("StoreCheck %d: Start %v, want failure %v", tt.check, err, tt.fails)

@@ -37,7 +37,7 @@ const DefaultInboxExpiry = time.Minute
 // default documented on the engine's own Config.
 type Config struct {
 	// Store holds every record. Required.
-	Store storage.Store
+	Store *storage.Store
 	// Clock drives leases, timeouts, schedules and timestamps. Default:
 	// the wall clock.
 	Clock clock.Clock

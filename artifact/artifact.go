@@ -115,7 +115,7 @@ const DefaultCleanupAge = 30 * 24 * time.Hour
 // Config configures a Store.
 type Config struct {
 	// Store holds the artifacts and the audit log. Required.
-	Store storage.Store
+	Store *storage.Store
 	// Clock stamps created_at and finalized_at and ages artifacts for
 	// cleanup. Default: the wall clock.
 	Clock clock.Clock

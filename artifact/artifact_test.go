@@ -23,7 +23,7 @@ var t0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
 
 const brief = `{"title":"t","body":"b","entity_map":{},"word_count":1}`
 
-func newStore(t testing.TB, s storage.Store, c clock.Clock) *artifact.Store {
+func newStore(t testing.TB, s *storage.Store, c clock.Clock) *artifact.Store {
 	t.Helper()
 	a, err := artifact.New(artifact.Config{Store: s, Clock: c, BaseURL: "https://minio.internal/bucket/", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -38,7 +38,7 @@ func draft(job string) artifact.Draft {
 		Sources: []artifact.SourceRef{{Ref: "sources/domain-knowledge.md", Excerpt: "..."}}}
 }
 
-func keys(t testing.TB, s storage.Store, prefix string) []string {
+func keys(t testing.TB, s *storage.Store, prefix string) []string {
 	t.Helper()
 	var out []string
 	for k, err := range s.List(context.Background(), prefix) {
@@ -65,7 +65,7 @@ func TestIDForJob(t *testing.T) {
 }
 
 func TestCreateOncePerJob(t *testing.T) {
-	env.Each(t, func(t *testing.T, s storage.Store) {
+	env.Each(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		st := newStore(t, s, clk)
@@ -113,7 +113,7 @@ func TestCreateOncePerJob(t *testing.T) {
 // TestConcurrentCreates: writers racing for one job end with one artifact
 // and all of them see it.
 func TestConcurrentCreates(t *testing.T) {
-	env.Each(t, func(t *testing.T, s storage.Store) {
+	env.Each(t, func(t *testing.T, s *storage.Store) {
 		st := newStore(t, s, clock.Real())
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -236,7 +236,7 @@ func TestAuthorityOnEveryCall(t *testing.T) {
 }
 
 func TestDeleteOnlyOldByAdmin(t *testing.T) {
-	env.Each(t, func(t *testing.T, s storage.Store) {
+	env.Each(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		st := newStore(t, s, clk)
@@ -296,7 +296,7 @@ func TestCreateFencedByEpoch(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			env.Each(t, func(t *testing.T, s storage.Store) {
+			env.Each(t, func(t *testing.T, s *storage.Store) {
 				ctx := context.Background()
 				st := newStore(t, s, clock.NewFake(t0))
 				if tt.stored >= 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // An artifact created again for its job, whose create-only write a store
@@ -21,7 +22,7 @@ func TestSettleArtifactCreatedOnce(t *testing.T) {
 	fs := faultstore.New(memstore.New())
 	fs.SetSettle(10*time.Second, nil)
 	clk := clock.NewFake(t0)
-	s := newStore(t, fs, clk)
+	s := newStore(t, storage.New(fs), clk)
 	first, created, err := s.Create(ctx, lifecycle.ActorNLMBackend, "cid-1", draft("job-1"))
 	if err != nil || !created {
 		t.Fatalf("create: %v, %v", created, err)

@@ -33,7 +33,7 @@ const MaxTTLHours = 24 * 366
 // Config configures a Box.
 type Config struct {
 	// Store holds the entries and the audit log. Required.
-	Store storage.Store
+	Store *storage.Store
 	// Clock stamps created_at and decides expiry. Default: the wall clock.
 	Clock clock.Clock
 	// Node names this host in audit events. Default: "".

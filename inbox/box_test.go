@@ -22,7 +22,7 @@ import (
 
 var t0 = time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
 
-func newBox(t testing.TB, s storage.Store, c clock.Clock) *inbox.Box {
+func newBox(t testing.TB, s *storage.Store, c clock.Clock) *inbox.Box {
 	t.Helper()
 	b, err := inbox.New(inbox.Config{Store: s, Clock: c, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -37,7 +37,7 @@ func sub(id string) inbox.Submission {
 		Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/violin.pp.ua/sonata-bwv1001"}}
 }
 
-func keys(t testing.TB, s storage.Store, prefix string) []string {
+func keys(t testing.TB, s *storage.Store, prefix string) []string {
 	t.Helper()
 	var out []string
 	for k, err := range s.List(context.Background(), prefix) {
@@ -62,7 +62,7 @@ func list(t testing.TB, b *inbox.Box, o inbox.ListOptions) []string {
 }
 
 func TestLifecycle(t *testing.T) {
-	env.Each(t, func(t *testing.T, s storage.Store) {
+	env.Each(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		b := newBox(t, s, clk)

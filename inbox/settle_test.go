@@ -11,6 +11,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // A submission again under the id of a processed entry, whose create-only
@@ -21,7 +22,7 @@ func TestSettleSubmitOverAProcessedEntry(t *testing.T) {
 	ctx := context.Background()
 	fs := faultstore.New(memstore.New())
 	fs.SetSettle(10*time.Second, nil)
-	b := newBox(t, fs, clock.NewFake(t0))
+	b := newBox(t, storage.New(fs), clock.NewFake(t0))
 	gw := lifecycle.ActorGateway
 	if _, err := b.Submit(ctx, gw, sub("inbox_a")); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // historyAgents is how many agents the history and the work in flight
@@ -29,7 +30,7 @@ const historyAgents = 50
 // writeHistory writes finished jobs (two COMPLETE for each DEAD) straight
 // into the store, as records a queue left behind, spread over
 // historyAgents agents.
-func writeHistory(tb testing.TB, s storage.Store, finished int) {
+func writeHistory(tb testing.TB, s *storage.Store, finished int) {
 	tb.Helper()
 	ctx := context.Background()
 	msg := "max retries exceeded"
@@ -104,7 +105,7 @@ func measureHistory(tb testing.TB, finished int) historyCost {
 	tb.Helper()
 	ctx := context.Background()
 	cs, clk := historyWorld(tb, finished)
-	q := newQueue(tb, cs, clk)
+	q := newQueue(tb, storage.New(cs), clk)
 	var hc historyCost
 	r, err := q.Sweep(ctx)
 	if err != nil {
@@ -175,7 +176,7 @@ func BenchmarkHistory(b *testing.B) {
 	for _, finished := range []int{1000, 100000} {
 		b.Run(fmt.Sprintf("finished=%d/sweep", finished), func(b *testing.B) {
 			cs, clk := historyWorld(b, finished)
-			q := newQueue(b, cs, clk)
+			q := newQueue(b, storage.New(cs), clk)
 			cs.Reset()
 			passes := 0
 			for b.Loop() {
@@ -189,7 +190,7 @@ func BenchmarkHistory(b *testing.B) {
 		b.Run(fmt.Sprintf("finished=%d/claim", finished), func(b *testing.B) {
 			hc := measureHistory(b, finished)
 			cs, clk := historyWorld(b, finished)
-			q := newQueue(b, cs, clk)
+			q := newQueue(b, storage.New(cs), clk)
 			for b.Loop() {
 				// Claim the work in flight and give it back, on the
 				// fake clock: each iteration a claim that finds work.
@@ -214,13 +215,13 @@ func BenchmarkHistory(b *testing.B) {
 // whose retry's lane entry could not be written released its agent's lock
 // still naming the job, and the sweep lanes it.
 func TestSweepIfDueInBatches(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		fs := &flakyStore{Store: s, match: func(key string, _ []byte) bool {
 			return strings.HasPrefix(key, layout.LanesPrefix) && strings.HasSuffix(key, "-job-1")
 		}}
-		q := newQueue(t, fs, clk, func(c *jobqueue.Config) { c.SweepBatch = 2 })
+		q := newQueue(t, storage.New(fs), clk, func(c *jobqueue.Config) { c.SweepBatch = 2 })
 		for i := 1; i <= 4; i++ {
 			enqueue(t, q, fmt.Sprintf("job-%d", i), "agent-a")
 		}
@@ -354,7 +355,7 @@ func TestFailedJobUnderLockIsBuried(t *testing.T) {
 	fs := &flakyStore{Store: s, match: func(key string, value []byte) bool {
 		return key == "jobs/job-1.json" && strings.Contains(string(value), `"status":"DEAD"`)
 	}}
-	q := newQueue(t, fs, clk, func(c *jobqueue.Config) { c.MaxAttempts = 1 })
+	q := newQueue(t, storage.New(fs), clk, func(c *jobqueue.Config) { c.MaxAttempts = 1 })
 	enqueue(t, q, "job-1", "agent-a")
 	if err := claim(t, q, "w").Abandon(ctx); err != nil { // attempt 1 of 1 fails
 		t.Fatal(err)
@@ -391,7 +392,7 @@ func TestAuditGapStaysFindable(t *testing.T) {
 	fs := &flakyStore{Store: s, fails: 1, match: func(key string, value []byte) bool {
 		return strings.HasPrefix(key, "audit/") && strings.Contains(string(value), `"to":"COMPLETE"`)
 	}}
-	q := newQueue(t, fs, clk)
+	q := newQueue(t, storage.New(fs), clk)
 	enqueue(t, q, "job-1", "agent-a")
 	if j, err := claim(t, q, "w").Run(ctx, okHandlers()); err != nil || j.Status != lifecycle.JobComplete {
 		t.Fatalf("Run: %s, %v", j.Status, err)
@@ -485,7 +486,7 @@ func TestKeptLockSettledByTakeover(t *testing.T) {
 					return strings.HasPrefix(key, "audit/")
 				}
 			}}
-			q := newQueue(t, fs, clk)
+			q := newQueue(t, storage.New(fs), clk)
 			enqueue(t, q, "job-1", "agent-a")
 			c := claim(t, q, "w1")
 			fs.mu.Lock()
@@ -533,7 +534,7 @@ func TestKeptLockSettledByTakeover(t *testing.T) {
 // the call is reached (before a Put is made, or after it returned when
 // after is set), and the call goes on when open is closed.
 type gate struct {
-	storage.Store
+	driver.Store
 	match func(key string) bool
 	after bool
 	once  sync.Once
@@ -541,7 +542,7 @@ type gate struct {
 	open  chan struct{}
 }
 
-func newGate(s storage.Store, after bool, match func(key string) bool) *gate {
+func newGate(s *storage.Store, after bool, match func(key string) bool) *gate {
 	return &gate{Store: s, match: match, after: after, hit: make(chan struct{}), open: make(chan struct{})}
 }
 
@@ -603,7 +604,7 @@ func TestPickupAfterLockLost(t *testing.T) {
 // after that write lands: every later call fails and changes nothing. A
 // negative ops never dies.
 type dyingAfterPickup struct {
-	storage.Store
+	driver.Store
 	jobKey string
 	ops    int
 	hit    chan struct{}
@@ -637,11 +638,11 @@ func (d *dyingAfterPickup) Delete(ctx context.Context, key string, cond storage.
 	return d.Store.Delete(ctx, key, cond)
 }
 
-func (d *dyingAfterPickup) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+func (d *dyingAfterPickup) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	if d.dead() {
 		return func(yield func(string, error) bool) { yield("", storage.ErrUnavailable) }
 	}
-	return d.Store.List(ctx, prefix)
+	return d.Store.ListAfter(ctx, prefix, after)
 }
 
 func (d *dyingAfterPickup) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
@@ -673,7 +674,7 @@ func (d *dyingAfterPickup) Put(ctx context.Context, key string, value []byte, co
 // w1 dies dies store calls later (negative: never, but its claim is never
 // run either); w2 picks job-2 up and runs it. It returns the store, the
 // clock and agent-a's lock key.
-func latePickup(t *testing.T, dies int) (storage.Store, *clock.Fake, string) {
+func latePickup(t *testing.T, dies int) (*storage.Store, *clock.Fake, string) {
 	t.Helper()
 	ctx := context.Background()
 	s := memstore.New()
@@ -685,7 +686,7 @@ func latePickup(t *testing.T, dies int) (storage.Store, *clock.Fake, string) {
 	lockKey, _ := layout.AgentLockKey("agent-a")
 	ga := &dyingAfterPickup{Store: s, jobKey: jobKey, ops: dies, hit: make(chan struct{}), open: make(chan struct{})} // w1
 	gb := newGate(s, true, func(key string) bool { return key == lockKey })                                           // w2: after its take of the lock
-	qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
+	qa, qb := newQueue(t, storage.New(ga), clk), newQueue(t, storage.New(gb), clk)
 	type result struct {
 		c   *jobqueue.Claim
 		err error
@@ -768,7 +769,7 @@ func TestSlowEnqueueRelanes(t *testing.T) {
 	enqueue(t, newQueue(t, s, clk), "job-0", "agent-a") // the agent's lock exists
 	jobKey, _ := layout.JobKey("job-1")
 	g := newGate(s, false, func(key string) bool { return key == jobKey })
-	qa := newQueue(t, g, clk)
+	qa := newQueue(t, storage.New(g), clk)
 	done := make(chan error, 1)
 	go func() {
 		_, err := qa.Enqueue(ctx, lifecycle.ActorGateway, spec("job-1", "agent-a"))
@@ -824,7 +825,7 @@ func TestTakeLandsAfterPickupConfirmed(t *testing.T) {
 	lockKey, _ := layout.AgentLockKey("agent-a")
 	ga := &dyingAfterPickup{Store: s, jobKey: jobKey, ops: -1, hit: make(chan struct{}), open: make(chan struct{})} // w1
 	gb := newGate(s, false, func(key string) bool { return key == lockKey })                                        // w2: before its take
-	qa, qb := newQueue(t, ga, clk), newQueue(t, gb, clk)
+	qa, qb := newQueue(t, storage.New(ga), clk), newQueue(t, storage.New(gb), clk)
 	type result struct {
 		c   *jobqueue.Claim
 		err error

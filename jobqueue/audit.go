@@ -26,7 +26,7 @@ func flushes(s lifecycle.JobState) bool {
 // job, which it knows written (audited) and which it failed to write
 // (gaps): a claim does not settle a job with a gap (repair.go).
 type auditor struct {
-	store         storage.Store
+	store         *storage.Store
 	log           *slog.Logger
 	node          string
 	artifactActor lifecycle.Actor

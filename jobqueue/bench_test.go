@@ -23,6 +23,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 var noopHandlers = jobqueue.Handlers{
@@ -34,7 +35,7 @@ var noopHandlers = jobqueue.Handlers{
 // runJobs enqueues n jobs over agents agents and runs them to COMPLETE
 // with workers goroutines claiming and running; it returns the time from
 // the first enqueue to the last COMPLETE.
-func runJobs(b *testing.B, s storage.Store, n, agents, workers int) time.Duration {
+func runJobs(b *testing.B, s *storage.Store, n, agents, workers int) time.Duration {
 	ctx := context.Background()
 	q := newQueue(b, s, clock.Real())
 	start := time.Now()
@@ -95,14 +96,14 @@ func runJobs(b *testing.B, s storage.Store, n, agents, workers int) time.Duratio
 // and B/job are the heap allocations over the same span (issue 22: on
 // memstore that is the SDK's own cost per job, with no I/O).
 func BenchmarkJobsMemstore(b *testing.B) {
-	benchJobs(b, func(testing.TB) storage.Store { return memstore.New() }, []int{1, 4, 16})
+	benchJobs(b, func(testing.TB) *storage.Store { return memstore.New() }, []int{1, 4, 16})
 }
 
 func BenchmarkJobsFilestore(b *testing.B) {
 	benchJobs(b, fileStore, []int{16})
 }
 
-func benchJobs(b *testing.B, newStore func(testing.TB) storage.Store, slots []int) {
+func benchJobs(b *testing.B, newStore func(testing.TB) *storage.Store, slots []int) {
 	for _, workers := range slots {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			const calib = 512
@@ -172,7 +173,7 @@ func processCPU(b *testing.B) time.Duration {
 // rawPutRate is the rate at which workers goroutines create n distinct
 // 512-byte objects (keys shaped like audit keys) in s: the store's own
 // cost of a write, with no encoding or logic.
-func rawPutRate(s storage.Store, n, workers int) float64 {
+func rawPutRate(s *storage.Store, n, workers int) float64 {
 	body := bytes.Repeat([]byte("x"), 512)
 	return parallelRate(n, workers, func(i int64) error {
 		key := "audit/20260224/20260224T100000.000000000Z-" + strconv.FormatInt(i, 10) + ".json"
@@ -279,10 +280,10 @@ func BenchmarkDispatch(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var s storage.Store = fileStore(b)
+			var s *storage.Store = fileStore(b)
 			producer := newQueue(b, s, clock.Real())
 			if mode == "poll" {
-				s = struct{ storage.Store }{s}
+				s = storage.New(struct{ driver.Store }{s})
 			}
 			started := make(chan time.Time, 1)
 			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
@@ -327,10 +328,10 @@ func BenchmarkDispatch(b *testing.B) {
 func BenchmarkPickupNoWatch(b *testing.B) {
 	stores := []struct {
 		name string
-		new  func(testing.TB) storage.Store
+		new  func(testing.TB) *storage.Store
 	}{
-		{"memstore", func(testing.TB) storage.Store { return noWatch{memstore.New()} }},
-		{"minio", func(tb testing.TB) storage.Store { return env.S3(tb) }},
+		{"memstore", func(testing.TB) *storage.Store { return storage.New(noWatch{memstore.New()}) }},
+		{"minio", func(tb testing.TB) *storage.Store { return env.S3(tb) }},
 	}
 	for _, st := range stores {
 		for _, rate := range []float64{100, 20} {
@@ -339,7 +340,7 @@ func BenchmarkPickupNoWatch(b *testing.B) {
 	}
 }
 
-func benchPickup(b *testing.B, s storage.Store, rate float64) {
+func benchPickup(b *testing.B, s *storage.Store, rate float64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	newQueue := func(node string) *jobqueue.Queue {

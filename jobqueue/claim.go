@@ -23,7 +23,7 @@ const claimTries = 16
 // schedule of agents, their lanes and locks, the repairs a lock or a lane
 // entry calls for on the way, and the pickup write.
 type claimer struct {
-	store    storage.Store
+	store    *storage.Store
 	clock    clock.Clock
 	leaseTTL time.Duration
 	grace    stopGrace

@@ -35,7 +35,7 @@ func DefaultBackoff() []time.Duration {
 type Config struct {
 	// Store holds the jobs, the ready lanes, the agent locks, the artifacts
 	// and the audit log. Required.
-	Store storage.Store
+	Store *storage.Store
 	// Artifacts writes the artifact at ARTIFACT_WRITE. Default: an
 	// artifact.Store over Store with the same Clock and Node, whose
 	// Project is this Config's, so the artifact of a job without a

@@ -169,7 +169,7 @@ func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
 // admission puts jobs in their agents' lanes from outside a claim:
 // Enqueue's new jobs and Requeue's dead ones.
 type admission struct {
-	store       storage.Store
+	store       *storage.Store
 	clock       clock.Clock
 	tracer      tracing.Tracer
 	jobs        *jobStore

@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -67,7 +68,7 @@ func stuckHandlers(release <-chan struct{}, entered chan<- struct{}, stuck ...st
 // slot forever (the heartbeat kept renewing), StepTimeout had no effect,
 // and stopping the Worker hung.
 func TestFaultHandlerIgnoringContextIsAbandonedAtStepTimeout(t *testing.T) {
-	forFaultStores(t, false, func(t *testing.T, s storage.Store) {
+	forFaultStores(t, false, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk)
@@ -115,7 +116,7 @@ func TestFaultHandlerIgnoringContextIsAbandonedAtStepTimeout(t *testing.T) {
 
 // Fault 1, shutdown: stopping a Worker whose handler ignores ctx hung.
 func TestFaultWorkerStopsWithinGraceDespiteStuckHandler(t *testing.T) {
-	forFaultStores(t, false, func(t *testing.T, s storage.Store) {
+	forFaultStores(t, false, func(t *testing.T, s *storage.Store) {
 		q := newQueue(t, s, clock.Real(), func(c *jobqueue.Config) { c.StopGrace = 200 * time.Millisecond })
 		enqueue(t, q, "job-1-stuck", "agent-a")
 		release := make(chan struct{})
@@ -141,14 +142,14 @@ func TestFaultWorkerStopsWithinGraceDespiteStuckHandler(t *testing.T) {
 	})
 }
 
-func putRaw(t *testing.T, s storage.Store, key, body string) {
+func putRaw(t *testing.T, s *storage.Store, key, body string) {
 	t.Helper()
 	if _, err := s.Put(context.Background(), key, []byte(body), storage.Condition{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func quarantined(t *testing.T, s storage.Store) map[string]string {
+func quarantined(t *testing.T, s *storage.Store) map[string]string {
 	t.Helper()
 	got := map[string]string{}
 	for rec, err := range records.ListQuarantine(context.Background(), s) {
@@ -164,7 +165,7 @@ func quarantined(t *testing.T, s storage.Store) map[string]string {
 func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 	for _, junk := range []string{"{garbage", `{"job_id":"job-bad","status":"SIDEWAYS","agent_slug":"agent-a"}`, `{"job_id":"someone-else","status":"QUEUED","agent_slug":"agent-a"}`} {
 		t.Run(junk, func(t *testing.T) {
-			forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+			forFaultStores(t, true, func(t *testing.T, s *storage.Store) {
 				ctx := context.Background()
 				clk := clock.NewFake(t0)
 				q := newQueue(t, s, clk)
@@ -204,7 +205,7 @@ func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 
 // Fault 2: a junk agent lock object stopped its agent for good.
 func TestFaultCorruptAgentLockIsQuarantinedNotBlocking(t *testing.T) {
-	forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+	forFaultStores(t, true, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		q := newQueue(t, s, clock.NewFake(t0))
 		enqueue(t, q, "job-1", "agent-a")
@@ -230,7 +231,7 @@ func TestFaultCorruptAgentLockIsQuarantinedNotBlocking(t *testing.T) {
 // Fault 2: one corrupt job record stopped the cluster-wide sweep for good;
 // junk in the sweep's lease object disabled the sweep.
 func TestFaultSweepGoesOnPastPoison(t *testing.T) {
-	forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+	forFaultStores(t, true, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk)
@@ -265,13 +266,13 @@ func TestFaultSweepGoesOnPastPoison(t *testing.T) {
 // Fault 5: a store outage shorter than the unit's deadline fails nothing:
 // the claim's writes wait the outage out.
 func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
-	forFaultStores(t, false, func(t *testing.T, s storage.Store) {
+	forFaultStores(t, false, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		fs := faultstore.New(s)
 		// Leases and steps far longer than the outage: the test moves time in
 		// 100 ms steps while retries wait, and no lease may lapse meanwhile.
-		q := newQueue(t, fs, clk, func(c *jobqueue.Config) { c.LeaseTTL, c.StepTimeout = time.Hour, time.Hour })
+		q := newQueue(t, storage.New(fs), clk, func(c *jobqueue.Config) { c.LeaseTTL, c.StepTimeout = time.Hour, time.Hour })
 		enqueue(t, q, "job-1", "agent-a")
 		c := claim(t, q, "w1")
 		h := okHandlers()
@@ -317,7 +318,7 @@ func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
 // this view block until thaw. The heartbeat of a frozen worker is frozen
 // with it, so its lease runs out.
 type freezer struct {
-	storage.Store
+	driver.Store
 	mu            sync.Mutex
 	before, after func(key string, val []byte) bool
 	frozen        bool
@@ -326,7 +327,7 @@ type freezer struct {
 	thawOnce      sync.Once
 }
 
-func newFreezer(s storage.Store) *freezer {
+func newFreezer(s *storage.Store) *freezer {
 	return &freezer{Store: s, stopped: make(chan struct{}), thawed: make(chan struct{})}
 }
 
@@ -385,9 +386,9 @@ func (f *freezer) Delete(ctx context.Context, key string, cond storage.Condition
 	return f.Store.Delete(ctx, key, cond)
 }
 
-func (f *freezer) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
+func (f *freezer) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	f.wait()
-	return f.Store.List(ctx, prefix)
+	return f.Store.ListAfter(ctx, prefix, after)
 }
 
 // producedBy are handlers whose artifact names the worker that produced it
@@ -428,13 +429,13 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			forFaultStores(t, true, func(t *testing.T, s storage.Store) {
+			forFaultStores(t, true, func(t *testing.T, s *storage.Store) {
 				ctx := context.Background()
 				clk := clock.NewFake(t0)
 				view1 := newFreezer(s)
 				t.Cleanup(view1.thaw)
 				slow := func(c *jobqueue.Config) { c.StepTimeout = time.Hour }
-				q1 := newQueue(t, view1, clk, slow)
+				q1 := newQueue(t, storage.New(view1), clk, slow)
 				q2 := newQueue(t, s, clk, slow)
 				enqueue(t, q1, "job-1", "agent-a")
 				c1 := claim(t, q1, "w1")
@@ -523,7 +524,7 @@ func frozenAt(pause string, view1 *freezer) jobqueue.Handlers {
 // checkAttempt2Won checks that the COMPLETE job's artifact is attempt 2's
 // (w2's, at epoch2), unchanged since attempt 2 committed it, and that the
 // job and the audit log agree.
-func checkAttempt2Won(t *testing.T, s storage.Store, q2 *jobqueue.Queue, clk *clock.Fake, artKey string, committed []byte, epoch2 int64) {
+func checkAttempt2Won(t *testing.T, s *storage.Store, q2 *jobqueue.Queue, clk *clock.Fake, artKey string, committed []byte, epoch2 int64) {
 	t.Helper()
 	ctx := context.Background()
 	a, err := q2.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, "job-1")
@@ -550,7 +551,7 @@ func checkAttempt2Won(t *testing.T, s storage.Store, q2 *jobqueue.Queue, clk *cl
 // cannot be reached does (connection refused: transient, so the queue's
 // patient store retries it).
 type unreachable struct {
-	storage.Store
+	driver.Store
 	cut atomic.Bool
 }
 
@@ -579,10 +580,6 @@ func (u *unreachable) Delete(ctx context.Context, key string, c storage.Conditio
 	return u.Store.Delete(ctx, key, c)
 }
 
-func (u *unreachable) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return u.ListAfter(ctx, prefix, "")
-}
-
 func (u *unreachable) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	if u.cut.Load() {
 		return func(yield func(string, error) bool) { yield("", u.err("list", prefix)) }
@@ -601,7 +598,7 @@ func (u *unreachable) ListAfter(ctx context.Context, prefix, after string) iter.
 func TestWorkerStopsWithTheStoreUnreachable(t *testing.T) {
 	t.Parallel()
 	s := &unreachable{Store: memstore.New()}
-	q := newQueue(t, s, clock.Real(), func(c *jobqueue.Config) { c.StopGrace = 200 * time.Millisecond })
+	q := newQueue(t, storage.New(s), clock.Real(), func(c *jobqueue.Config) { c.StopGrace = 200 * time.Millisecond })
 	enqueue(t, q, "job-1", "agent-a")
 	entered := make(chan struct{})
 	h := okHandlers()

@@ -35,7 +35,7 @@ func badValues(limit int) []badValue {
 // carrying code, that an *InputError for field is in its chain (unless the
 // field is an id, which storage.ValidateID refuses), and that the store did
 // not change.
-func checkRefused(t *testing.T, err error, sentinel error, field, code string, s storage.Store, before map[string]string) {
+func checkRefused(t *testing.T, err error, sentinel error, field, code string, s *storage.Store, before map[string]string) {
 	t.Helper()
 	if !errors.Is(err, sentinel) {
 		t.Errorf("err = %.300v, want %v", err, sentinel)

@@ -35,7 +35,7 @@ type jobDoc struct {
 // quarantined, the audit object of a job at rest written and the write
 // observed.
 type jobStore struct {
-	store storage.Store
+	store *storage.Store
 	clock clock.Clock
 	quar  *quarantine
 	// absent holds the jobs read missing on a store that settles, until

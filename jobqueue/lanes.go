@@ -26,7 +26,7 @@ const laneBatch = 1000
 // listing, of one agent's lane or of every lane at once, into the agents'
 // caches, and the writes and deletes of their entries.
 type lanes struct {
-	store    storage.Store
+	store    *storage.Store
 	clock    clock.Clock
 	log      *slog.Logger
 	sched    *scheduler

@@ -33,7 +33,7 @@ func (l *agentLock) free(now time.Time) bool { return l.Owner == "" || !now.Befo
 // agent's first enqueue, read (or taken from the copy a claim kept) and
 // written by compare-and-swap, and released when a Worker stops.
 type locks struct {
-	store  storage.Store
+	store  *storage.Store
 	clock  clock.Clock
 	log    *slog.Logger
 	sched  *scheduler

@@ -19,16 +19,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(env.Wrap(m)) }
 
 type storeCase struct {
 	name string
-	new  func(testing.TB) storage.Store
+	new  func(testing.TB) *storage.Store
 }
 
 var stores = []storeCase{
-	{"memstore", func(testing.TB) storage.Store { return memstore.New() }},
+	{"memstore", func(testing.TB) *storage.Store { return memstore.New() }},
 	{"minio", env.S3},
 }
 
 // forEachStore runs f on memstore and on a real MinIO.
-func forEachStore(t *testing.T, f func(t *testing.T, s storage.Store)) {
+func forEachStore(t *testing.T, f func(t *testing.T, s *storage.Store)) {
 	t.Helper()
 	for _, sc := range stores {
 		t.Run(sc.name, func(t *testing.T) {
@@ -39,7 +39,7 @@ func forEachStore(t *testing.T, f func(t *testing.T, s storage.Store)) {
 }
 
 // fileStore is a filestore in a directory of the test's own.
-func fileStore(tb testing.TB) storage.Store {
+func fileStore(tb testing.TB) *storage.Store {
 	tb.Helper()
 	s, err := filestore.New(tb.TempDir())
 	if err != nil {
@@ -59,7 +59,7 @@ func faultStores(withS3 bool) []storeCase {
 }
 
 // forFaultStores runs f, in parallel subtests, on faultStores(withS3).
-func forFaultStores(t *testing.T, withS3 bool, f func(t *testing.T, s storage.Store)) {
+func forFaultStores(t *testing.T, withS3 bool, f func(t *testing.T, s *storage.Store)) {
 	t.Helper()
 	for _, sc := range faultStores(withS3) {
 		t.Run(sc.name, func(t *testing.T) {

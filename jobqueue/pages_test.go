@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // TestListPage: pages cover every job once; a filter that matches one job
@@ -19,7 +20,7 @@ func TestListPage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	counting := &teststores.Counting{Store: memstore.New()}
-	q, err := jobqueue.New(jobqueue.Config{Store: counting})
+	q, err := jobqueue.New(jobqueue.Config{Store: storage.New(counting)})
 	if err != nil {
 		t.Fatal(err)
 	}

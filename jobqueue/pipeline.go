@@ -110,7 +110,7 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 // StepTimeout, the fenced writes of the job, the artifact store, and the
 // lock, lane and schedule of its agent.
 type runner struct {
-	store         storage.Store // the agent lock's writes
+	store         *storage.Store // the agent lock's writes
 	clock         clock.Clock
 	log           *slog.Logger
 	tracer        tracing.Tracer

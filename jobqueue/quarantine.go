@@ -14,7 +14,7 @@ import (
 // quarantine moves poison records aside (core.Quarantiner), logged and
 // counted, and tells a reader of a job whether its record is there.
 type quarantine struct {
-	store storage.Store
+	store *storage.Store
 	mover *core.Quarantiner
 	obs   *observer
 }

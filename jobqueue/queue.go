@@ -49,9 +49,9 @@ func New(cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	// Every store call waits out transient failures for as long as its
-	// context allows (core.Patient); the claim's and the sweep's contexts
-	// carry the deadlines.
-	store := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
+	// context allows (the Store made patient); the claim's and the
+	// sweep's contexts carry the deadlines.
+	store := cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
 	if cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes, Project: cfg.Project})
 		if err != nil {
@@ -64,7 +64,7 @@ func New(cfg Config) (*Queue, error) {
 
 // assemble builds the Queue's components over store, each given what it
 // uses, in the order they depend on one another.
-func assemble(cfg Config, store storage.Store) *Queue {
+func assemble(cfg Config, store *storage.Store) *Queue {
 	q := &Queue{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, artifacts: cfg.Artifacts,
 		units: &core.Units{Clock: cfg.Clock, Log: cfg.Logger}, project: defaultProject(cfg.Project),
 		grace: stopGrace(cfg.StopGrace), sched: newScheduler()}
@@ -157,7 +157,7 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 // Wait waits until job jobID is COMPLETE or DEAD and returns it as then
 // written, acting as the system. It wakes at once when this Queue writes
 // the job (a Worker of this process ran it), at the store's signal where
-// the store watches (storage.Watcher: a write by another process), and
+// the store watches (a write by another process), and
 // else on a poll that backs off from 25 ms to 1 s. On a fake clock it
 // counts as work while it reads and waits on the clock's timers
 // (clock.Activity), so a test that drives the clock sees the same run every

@@ -21,13 +21,14 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 var t0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
 
 const briefContent = `{"title":"Brief","body":"Short text","entity_map":{"violin":"Violin"},"word_count":2}`
 
-func newQueue(t testing.TB, s storage.Store, c clock.Clock, mod ...func(*jobqueue.Config)) *jobqueue.Queue {
+func newQueue(t testing.TB, s *storage.Store, c clock.Clock, mod ...func(*jobqueue.Config)) *jobqueue.Queue {
 	t.Helper()
 	cfg := jobqueue.Config{Store: s, Clock: c, Node: "test", Logger: slog.New(slog.DiscardHandler)}
 	for _, m := range mod {
@@ -83,7 +84,7 @@ func claim(t testing.TB, q *jobqueue.Queue, worker string) *jobqueue.Claim {
 }
 
 // replay checks the audit log of the day of t0 and returns the final states.
-func replay(t testing.TB, s storage.Store, last time.Time) map[string]lifecycle.JobState {
+func replay(t testing.TB, s *storage.Store, last time.Time) map[string]lifecycle.JobState {
 	t.Helper()
 	states, err := jobqueue.ReplayAudit(context.Background(), s, t0, last)
 	if err != nil {
@@ -92,7 +93,7 @@ func replay(t testing.TB, s storage.Store, last time.Time) map[string]lifecycle.
 	return states
 }
 
-func countKeys(t testing.TB, s storage.Store, prefix string) int {
+func countKeys(t testing.TB, s *storage.Store, prefix string) int {
 	t.Helper()
 	n := 0
 	for _, err := range s.List(context.Background(), prefix) {
@@ -105,7 +106,7 @@ func countKeys(t testing.TB, s storage.Store, prefix string) int {
 }
 
 func TestHappyPath(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk)
@@ -233,7 +234,7 @@ func TestEnqueueRefusesBadInputAndWritesNothing(t *testing.T) {
 }
 
 func TestEnqueueDuplicateAndDefaults(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		q := newQueue(t, s, clock.NewFake(t0))
 		j, err := q.Enqueue(context.Background(), lifecycle.ActorOrchestration, jobqueue.NewJob{RunID: "r", JobType: lifecycle.JobResearch, AgentSlug: "a", MaxAttempts: 5})
 		if err != nil {
@@ -266,7 +267,7 @@ func failing(err error, calls *atomic.Int32) jobqueue.Handlers {
 // after the third wait the job goes FAILED → DEAD, and attempt counts the
 // attempts started.
 func TestRetryScheduleToDead(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk)
@@ -310,7 +311,7 @@ func TestRetryScheduleToDead(t *testing.T) {
 // agent whose cached lane holds only a retry due later is found within a
 // lane refresh, not when the retry falls due.
 func TestOtherProcessWorkAheadOfRetry(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)
@@ -360,7 +361,7 @@ func TestErrorCodes(t *testing.T) {
 // TestStepTimeout: a handler that hangs is cut off after StepTimeout on the
 // queue's clock, and the job retries with TIMEOUT.
 func TestStepTimeout(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk, func(c *jobqueue.Config) { c.StepTimeout = 5 * time.Second; c.LeaseTTL = time.Minute })
 		enqueue(t, q, "job-t", "agent-t")
@@ -391,7 +392,7 @@ func TestStepTimeout(t *testing.T) {
 }
 
 func TestRequeueOnlyByAdmin(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk, func(c *jobqueue.Config) { c.MaxAttempts = 1 })
@@ -442,7 +443,7 @@ func TestRequeueOnlyByAdmin(t *testing.T) {
 // TestOneRunningJobPerAgent: while an agent's job runs, no worker claims
 // another job of that agent, but other agents' jobs are claimed.
 func TestOneRunningJobPerAgent(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		clk := clock.NewFake(t0)
 		q1 := newQueue(t, s, clk)
 		q2 := newQueue(t, s, clk) // a second process sharing the store
@@ -482,7 +483,7 @@ func TestOneRunningJobPerAgent(t *testing.T) {
 // reading it; when another process has used the lock since, that write
 // fails and the same Claim reads the lock and takes it after all.
 func TestStaleFreedLock(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)
@@ -512,7 +513,7 @@ func TestStaleFreedLock(t *testing.T) {
 // job to the next claim after the lease runs out, and can write nothing
 // afterwards.
 func TestOrphanRescueAndFencing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk)
@@ -557,7 +558,7 @@ func TestOrphanRescueAndFencing(t *testing.T) {
 // TestHeartbeatKeepsTheLease: a long step keeps its lease alive, so no
 // other worker rescues the job.
 func TestHeartbeatKeepsTheLease(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		clk := clock.NewFake(t0)
 		q := newQueue(t, s, clk, func(c *jobqueue.Config) { c.StepTimeout = time.Hour })
 		enqueue(t, q, "job-h", "agent-h")
@@ -610,7 +611,7 @@ func waitFor(t testing.TB, cond func() bool) {
 
 // flakyStore fails Puts whose key and value match, a set number of times.
 type flakyStore struct {
-	storage.Store
+	driver.Store
 	mu    sync.Mutex
 	fails int
 	match func(key string, value []byte) bool
@@ -625,7 +626,7 @@ func (f *flakyStore) Put(ctx context.Context, key string, value []byte, cond sto
 	f.mu.Unlock()
 	if fail {
 		// An outage that outlasted the write's deadline: what the store
-		// gives once core.Patient stopped waiting (a transient error alone
+		// gives once the patient Store stopped waiting (a transient error alone
 		// would be waited out).
 		return "", &storage.UnavailableError{Op: "put", Key: key, Err: errors.New("injected write error")}
 	}
@@ -637,13 +638,13 @@ func (f *flakyStore) Put(ctx context.Context, key string, value []byte, cond sto
 // its own, so the job ends COMPLETE with exactly one artifact, its
 // completing attempt's, and it was never COMPLETE without it.
 func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		fs := &flakyStore{Store: s, fails: 1, match: func(key string, value []byte) bool {
 			return strings.HasPrefix(key, "jobs/job-f") && strings.Contains(string(value), `"status":"COMPLETE"`)
 		}}
-		q := newQueue(t, fs, clk)
+		q := newQueue(t, storage.New(fs), clk)
 		enqueue(t, q, "job-f", "agent-f")
 		j, err := claim(t, q, "w").Run(ctx, okHandlers())
 		if err != nil {
@@ -682,10 +683,10 @@ func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 // content, then a store error) sends the job to RETRY_BACKOFF from
 // ARTIFACT_WRITE and writes no artifact.
 func TestArtifactWriteErrorRetries(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		clk := clock.NewFake(t0)
 		fs := &flakyStore{Store: s, fails: 1, match: func(key string, _ []byte) bool { return strings.HasPrefix(key, "projects/") }}
-		q := newQueue(t, fs, clk)
+		q := newQueue(t, storage.New(fs), clk)
 		enqueue(t, q, "job-w", "agent-w")
 		h := okHandlers()
 		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
@@ -770,7 +771,7 @@ func TestClaimCostIsConstantPerJob(t *testing.T) {
 	for _, n := range []int{20, 400} {
 		cs := &teststores.Counting{Store: stores[0].new(t)}
 		clk := clock.NewFake(t0)
-		q := newQueue(t, cs, clk)
+		q := newQueue(t, storage.New(cs), clk)
 		for i := range n {
 			enqueue(t, q, fmt.Sprintf("job-%04d", i), "agent")
 		}
@@ -805,7 +806,7 @@ func TestClaimCostIsConstantPerJob(t *testing.T) {
 // runs per interval, whoever asks first after it ends; racing askers get
 // one sweep between them; the lease is never taken for a job.
 func TestSweepIfDueOncePerInterval(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)

@@ -21,10 +21,10 @@ func ownJob(actor lifecycle.Actor, j *lifecycle.Job) bool {
 // reader is the queue's reads of its jobs: one job, every job or a page
 // of them, and the wait for one to finish.
 type reader struct {
-	store storage.Store
+	store *storage.Store
 	// watch is the store as given (Config.Store), whose Watch, if it has
 	// one, wakes a Wait.
-	watch storage.Store
+	watch *storage.Store
 	clock clock.Clock
 	jobs  *jobStore
 	quar  *quarantine

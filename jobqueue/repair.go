@@ -63,7 +63,7 @@ import (
 // rules): for the claims, which settle what an agent's lock names or a
 // stale lane entry points at, and for the sweep.
 type repairer struct {
-	store    storage.Store
+	store    *storage.Store
 	clock    clock.Clock
 	leaseTTL time.Duration
 	jobs     *jobStore

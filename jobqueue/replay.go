@@ -29,7 +29,7 @@ func (e *ReplayError) Error() string {
 // job machine: the first must create the job in PENDING, each next one must
 // start where the last ended, be a move of the table and be made by one of
 // its actors. It returns each job's final state, or a *ReplayError.
-func ReplayAudit(ctx context.Context, s storage.Store, first, last time.Time) (map[string]lifecycle.JobState, error) {
+func ReplayAudit(ctx context.Context, s *storage.Store, first, last time.Time) (map[string]lifecycle.JobState, error) {
 	byJob := map[string][]records.AuditEvent{}
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
 		for e, err := range records.ReadAuditDay(ctx, s, day) {

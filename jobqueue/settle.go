@@ -65,7 +65,7 @@ func (q *jobStore) existsBeforeCreate(ctx context.Context, key, jobID string) er
 // twiceCheck finds and quarantines a job created twice on a store that
 // settles (the second bullet above).
 type twiceCheck struct {
-	store     storage.Store
+	store     *storage.Store
 	absent    *core.Absence
 	artifacts *artifact.Store
 	project   defaultProject

@@ -34,7 +34,7 @@ func settlingQueue(t *testing.T) (*jobqueue.Queue, *faultstore.Store, *clock.Fak
 	fs := faultstore.New(memstore.New())
 	fs.SetSettle(settle, clk.Now)
 	fs.Match(func(k string) bool { return strings.HasPrefix(k, "jobs/") })
-	return newQueue(t, fs, clk), fs, clk
+	return newQueue(t, storage.New(fs), clk), fs, clk
 }
 
 // runAll claims and runs every ready job, and returns the ids run.
@@ -130,7 +130,7 @@ func TestSettleClaimRescuesAnOrphanReadMissing(t *testing.T) {
 	}
 	clk.Advance(jobqueue.DefaultLeaseTTL + time.Second)
 	enqueue(t, q, "job-2", "agent-a")
-	q2 := newQueue(t, fs, clk)
+	q2 := newQueue(t, storage.New(fs), clk)
 	fs.Match(func(k string) bool { return k == "jobs/job-1.json" })
 	fs.Disturb()
 	if c := claim(t, q2, "w2"); c != nil {
@@ -212,21 +212,21 @@ func TestSettleAgentLockRemadeKeepsEpochsGrowing(t *testing.T) {
 	if c == nil {
 		t.Fatal("no claim")
 	}
-	held := lockEpoch(t, fs)
+	held := lockEpoch(t, storage.New(fs))
 	clk.Advance(time.Second)
 	fs.Match(func(k string) bool { return strings.HasPrefix(k, "queue/agents/") })
 	fs.Disturb()
-	enqueue(t, newQueue(t, fs, clk), "job-2", "agent-a")
+	enqueue(t, newQueue(t, storage.New(fs), clk), "job-2", "agent-a")
 	if fs.DoubleCreates() != 1 {
 		t.Fatalf("%d double creates; the test provoked none", fs.DoubleCreates())
 	}
 	fs.Calm()
-	if got := lockEpoch(t, fs); got <= held {
+	if got := lockEpoch(t, storage.New(fs)); got <= held {
 		t.Fatalf("lock epoch %d after it was remade over epoch %d; epochs must only grow", got, held)
 	}
 }
 
-func lockEpoch(t *testing.T, s storage.Store) int64 {
+func lockEpoch(t *testing.T, s *storage.Store) int64 {
 	t.Helper()
 	b, _, err := s.Get(context.Background(), "queue/agents/agent-a.json")
 	if err != nil {
@@ -252,7 +252,7 @@ func TestSettleCostsNothingOnAStoreThatSettlesAtOnce(t *testing.T) {
 		fs := faultstore.New(memstore.New())
 		fs.SetSettle(d, clk.Now)
 		cs := &teststores.Counting{Store: fs}
-		q := newQueue(t, cs, clk)
+		q := newQueue(t, storage.New(cs), clk)
 		for i := range jobs {
 			enqueue(t, q, fmt.Sprintf("job-%04d", i), fmt.Sprintf("agent-%d", i%4))
 		}
@@ -282,7 +282,7 @@ func TestSettleEveryJobCompletesOnceThroughDisturbances(t *testing.T) {
 	fs := faultstore.New(memstore.New())
 	fs.SetSettle(settle, clk.Now)
 	fs.Match(func(k string) bool { return strings.HasPrefix(k, "jobs/") || strings.HasPrefix(k, "queue/") })
-	queues := []*jobqueue.Queue{newQueue(t, fs, clk), newQueue(t, fs, clk)}
+	queues := []*jobqueue.Queue{newQueue(t, storage.New(fs), clk), newQueue(t, storage.New(fs), clk)}
 	var mu sync.Mutex
 	calls := map[string]int{}
 	h := okHandlers()

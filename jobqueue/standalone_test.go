@@ -38,7 +38,7 @@ func withGreet(h jobqueue.Handler) func(*jobqueue.Config) {
 // (no run, no agent) runs in its type's lane with a Typed handler given no
 // Handlers at all; its artifact reads with the job's own (empty) project.
 func TestStandaloneJob(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s storage.Store) {
+	forEachStore(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		q := newQueue(t, s, clock.NewFake(t0), withGreet(greeter(nil)))
 		job, err := q.Insert(ctx, greetType, Greet{Name: "Ada"})

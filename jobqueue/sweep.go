@@ -37,7 +37,7 @@ type SweepReport struct {
 // period under the sweep lease (RunOnce), as a Worker does; all is one
 // whole pass.
 type sweeper struct {
-	store  storage.Store
+	store  *storage.Store
 	clock  clock.Clock
 	log    *slog.Logger
 	jobs   *jobStore

@@ -130,7 +130,7 @@ func TestPermanentSkipsRetries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			forEachStore(t, func(t *testing.T, s storage.Store) {
+			forEachStore(t, func(t *testing.T, s *storage.Store) {
 				ctx := context.Background()
 				q := newQueue(t, s, clock.NewFake(t0))
 				enqueue(t, q, "job-p", "agent-p")

@@ -29,12 +29,10 @@ func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) 
 	defer end()
 	poll := waitPoll
 	var signal <-chan struct{}
-	if ws, ok := q.watch.(watcher); ok {
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if ch, err := ws.Watch(wctx, key); err == nil {
-			signal, poll = ch, waitPollMax
-		}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if ch, err := q.watch.Watch(wctx, key); err == nil { // else (errors.ErrUnsupported) it polls
+		signal, poll = ch, waitPollMax
 	}
 	var last lifecycle.Job
 	for {
@@ -104,13 +102,6 @@ func (e *WaitError) Error() string {
 
 // Unwrap returns the cause.
 func (e *WaitError) Unwrap() error { return e.Err }
-
-// watcher is a Store that signals changes under a prefix: a coalescing
-// "something changed" (storage.Watcher's method set; declared here so the
-// queue needs nothing else of it).
-type watcher interface {
-	Watch(ctx context.Context, prefix string) (<-chan struct{}, error)
-}
 
 // sleep waits d on clk, or until wake is closed; false when ctx ended.
 func sleep(ctx context.Context, clk clock.Clock, d time.Duration, wake <-chan struct{}) bool {

@@ -11,10 +11,11 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // noWatch hides a store's Watch: a store that cannot signal, as S3.
-type noWatch struct{ storage.Store }
+type noWatch struct{ driver.Store }
 
 type waited struct {
 	job lifecycle.Job
@@ -60,9 +61,9 @@ func TestWait(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			clk := clock.NewFake(t0)
-			var s storage.Store = memstore.New()
+			var s *storage.Store = memstore.New()
 			if !tt.watch {
-				s = noWatch{s}
+				s = storage.New(noWatch{s})
 			}
 			q := newQueue(t, s, clk, withGreet(greeter(tt.fail)))
 			runner := q

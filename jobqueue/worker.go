@@ -16,9 +16,8 @@ import (
 // Worker runs jobs from a Queue: Slots loops, each claiming a job, running
 // it and claiming the next. Without work a loop waits until the Queue has
 // an agent due (work this process enqueued wakes it at once), the store
-// signals a change of the ready lanes (a Store with a method
-// Watch(ctx, prefix) (<-chan struct{}, error), such as a storage.Watcher:
-// work other processes enqueue wakes it too) or PollInterval passes; the
+// signals a change of the ready lanes (where the Store watches: work
+// other processes enqueue wakes it too) or PollInterval passes; the
 // worker sweeps the queue every SweepInterval.
 //
 // Over a store that cannot watch (S3), one goroutine of the Worker polls
@@ -145,29 +144,31 @@ func (w *Worker) stop(ctx context.Context) {
 // watchLanes, if the store signals changes, starts in wg a goroutine that
 // passes the lanes' changes on to the Queue, and reports whether it did.
 func (w *Worker) watchLanes(ctx context.Context, wg *sync.WaitGroup) (watched bool) {
-	if ws, ok := w.Queue.cfg.Store.(watcher); ok {
-		// Work other processes enqueue is found at the store's signal, not
-		// at the next poll; polling stays as the fallback.
-		if ch, err := ws.Watch(ctx, layout.LanesPrefix); err != nil {
-			w.Queue.log.WarnContext(ctx, "jobqueue: watching the lanes; polling only", "worker", w.ID, "err", err)
-		} else {
-			watched = true
-			wg.Go(func() {
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case _, ok := <-ch:
-						if !ok {
-							return
-						}
-						w.Queue.lanes.lanesChanged()
-					}
-				}
-			})
-		}
+	// Work other processes enqueue is found at the store's signal, not at
+	// the next poll; polling stays as the fallback.
+	ch, err := w.Queue.cfg.Store.Watch(ctx, layout.LanesPrefix)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		w.Queue.log.DebugContext(ctx, "jobqueue: the store cannot watch; polling the lanes", "worker", w.ID)
+		return false
+	case err != nil:
+		w.Queue.log.WarnContext(ctx, "jobqueue: watching the lanes; polling only", "worker", w.ID, "err", err)
+		return false
 	}
-	return watched
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-ch:
+				if !ok {
+					return
+				}
+				w.Queue.lanes.lanesChanged()
+			}
+		}
+	})
+	return true
 }
 
 // sleep waits d, or less if wake is closed (a nil wake never is). It

@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -24,7 +25,7 @@ import (
 // class of their key: job record, lane entry, agent lock, artifact, audit
 // event and the rest.
 type classStore struct {
-	storage.Store
+	driver.Store
 	mu     sync.Mutex
 	writes map[string]int
 }
@@ -126,7 +127,7 @@ func (f *finishCounter) JobFinished(_ lifecycle.JobType, _ lifecycle.JobState, _
 // n finished; it returns the time from the first enqueue to the last end.
 // onDone, if not nil, is called once all n finished, before the Worker
 // stops (and releases the agent locks it kept).
-func runWorker(tb testing.TB, s storage.Store, n, agents, slots int, h jobqueue.Handlers, onDone func()) time.Duration {
+func runWorker(tb testing.TB, s *storage.Store, n, agents, slots int, h jobqueue.Handlers, onDone func()) time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fc := &finishCounter{n: n, done: make(chan struct{})}
@@ -175,14 +176,14 @@ const MaxWritesPerJob = 8
 // second run (durable ones: refused writes are in the table only), counted until its last job finished (a stopping Worker
 // releases the agent locks it kept: once per Worker, not per job), and
 // the table by key class.
-func writesPerJob(t testing.TB, s storage.Store, n, agents, slots int, h jobqueue.Handlers) (float64, string) {
+func writesPerJob(t testing.TB, s *storage.Store, n, agents, slots int, h jobqueue.Handlers) (float64, string) {
 	cs := &classStore{Store: s}
-	runWorker(t, cs, agents, agents, slots, h, nil)
+	runWorker(t, storage.New(cs), agents, agents, slots, h, nil)
 	cs.mu.Lock()
 	cs.writes = nil
 	cs.mu.Unlock()
 	var locks int
-	runWorker(t, cs, n, agents, slots, h, func() {
+	runWorker(t, storage.New(cs), n, agents, slots, h, func() {
 		cs.mu.Lock()
 		locks = cs.writes["agent lock put"]
 		cs.mu.Unlock()
@@ -233,10 +234,10 @@ func TestWritesPerJobTable(t *testing.T) {
 	}
 }
 
-// watchStore is a store with the Watch method of storage.Watcher: the
+// watchStore is a driver with the Watch method of driver.Watcher: the
 // test signals on ch.
 type watchStore struct {
-	storage.Store
+	driver.Store
 	ch      chan struct{}
 	watched chan string
 }
@@ -266,7 +267,7 @@ func startWorker(t *testing.T, w *jobqueue.Worker) {
 func TestWorkerWakesOnWatch(t *testing.T) {
 	ws := &watchStore{Store: stores[0].new(t), ch: make(chan struct{}, 1), watched: make(chan string, 1)}
 	clk := clock.NewFake(t0)
-	q1, q2 := newQueue(t, ws, clk), newQueue(t, ws, clk)
+	q1, q2 := newQueue(t, storage.New(ws), clk), newQueue(t, storage.New(ws), clk)
 	startWorker(t, &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1})
 	if p := within(t, "the Worker's Watch", ws.watched); p != layout.LanesPrefix {
 		t.Fatalf("watched %q, want the lanes %q", p, layout.LanesPrefix)
@@ -297,43 +298,43 @@ func TestLostAuditFlushIsRepaired(t *testing.T) {
 		n := audits.Add(1)
 		return n == 1 || n == 3
 	}}
-	q := newQueue(t, fs, clk)
+	q := newQueue(t, storage.New(fs), clk)
 	enqueue(t, q, "job-1", "agent-a")
 	// Attempt 1 fails: RETRY_BACKOFF, whose flush fails.
 	c := claim(t, q, "w1")
 	if _, err := c.Run(ctx, failing(errors.New("boom"), new(atomic.Int32))); err != nil {
 		t.Fatal(err)
 	}
-	if n := countKeys(t, fs, "audit/"); n != 0 {
+	if n := countKeys(t, storage.New(fs), "audit/"); n != 0 {
 		t.Fatalf("%d audit objects; the flush was to fail", n)
 	}
 	// A fresh Queue (another process) picks the retry up: it writes the
 	// lost object before the trail leaves the record.
-	q2 := newQueue(t, fs, clk)
+	q2 := newQueue(t, storage.New(fs), clk)
 	clk.Advance(jobqueue.DefaultBackoff()[0])
 	c = claim(t, q2, "w2")
 	if c == nil {
 		t.Fatal("retry not claimed")
 	}
-	if got := replay(t, fs, clk.Now()); got["job-1"] != lifecycle.JobRetryBackoff {
+	if got := replay(t, storage.New(fs), clk.Now()); got["job-1"] != lifecycle.JobRetryBackoff {
 		t.Fatalf("after the retry's pickup the audit replays to %q, want the lost segment's RETRY_BACKOFF", got["job-1"])
 	}
 	// Attempt 2 completes; its flush fails too. Sweep writes it.
 	if _, err := c.Run(ctx, okHandlers()); err != nil {
 		t.Fatal(err)
 	}
-	if got := replay(t, fs, clk.Now()); got["job-1"] != lifecycle.JobRetryBackoff {
+	if got := replay(t, storage.New(fs), clk.Now()); got["job-1"] != lifecycle.JobRetryBackoff {
 		t.Fatalf("audit replays to %q before the sweep", got["job-1"])
 	}
-	if _, err := newQueue(t, fs, clk).Sweep(ctx); err != nil {
+	if _, err := newQueue(t, storage.New(fs), clk).Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := replay(t, fs, clk.Now()); got["job-1"] != lifecycle.JobComplete {
+	if got := replay(t, storage.New(fs), clk.Now()); got["job-1"] != lifecycle.JobComplete {
 		t.Fatalf("after the sweep the audit replays to %q, want COMPLETE", got["job-1"])
 	}
 	var kinds []string
 	for day := t0.Truncate(24 * time.Hour); !day.After(clk.Now()); day = day.Add(24 * time.Hour) {
-		for e, err := range records.ReadAuditDay(ctx, fs, day) {
+		for e, err := range records.ReadAuditDay(ctx, storage.New(fs), day) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -352,9 +353,9 @@ func TestLostAuditFlushIsRepaired(t *testing.T) {
 // at its next poll (an hour away on a clock that does not move by itself), so work
 // another process enqueues in a stream is found at once.
 func TestWorkerPollsSoonAfterWork(t *testing.T) {
-	s := struct{ storage.Store }{stores[0].new(t)} // no Watch
+	s := struct{ driver.Store }{stores[0].new(t)} // no Watch
 	clk := clock.NewFake(t0)
-	q1, q2 := newQueue(t, s, clk), newQueue(t, s, clk)
+	q1, q2 := newQueue(t, storage.New(s), clk), newQueue(t, storage.New(s), clk)
 	startWorker(t, &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1})
 	<-clk.WaitForTimers(2) // idle from the start: the loop and the lane poll wait an hour
 	enqueue(t, q2, "job-1", "agent-x")

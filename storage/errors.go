@@ -9,15 +9,19 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// Sentinel errors. Match them with errors.Is; adapters wrap them in *OpError.
+// Sentinel errors. Match them with errors.Is; every failure of a Store is
+// an *OpError wrapping one of them, a context error, or the adapter's own.
+// ErrNotFound, ErrPreconditionFailed and ErrOutcomeUnknown are the
+// driver's (package storage/driver), the same values under two names.
 var (
 	// ErrNotFound: the key does not exist.
-	ErrNotFound = errors.New("storage: not found")
+	ErrNotFound = driver.ErrNotFound
 	// ErrPreconditionFailed: the Condition of a Put or Delete did not hold,
 	// so nothing was written. A compare-and-swap loop re-reads and retries.
-	ErrPreconditionFailed = errors.New("storage: precondition failed")
+	ErrPreconditionFailed = driver.ErrPreconditionFailed
 	// ErrInvalidKey: the key (or List prefix) breaks the rules of ValidateKey.
 	ErrInvalidKey = errors.New("storage: invalid key")
 	// ErrInvalidID: an id breaks the rules of ValidateID.
@@ -26,62 +30,28 @@ var (
 	// applied (its response was lost and the store cannot tell whether it
 	// landed). Re-read before acting; do not blindly retry a change that
 	// must happen once.
-	ErrOutcomeUnknown = errors.New("storage: outcome unknown")
+	ErrOutcomeUnknown = driver.ErrOutcomeUnknown
 	// ErrInvalidCondition: the condition makes no sense for the operation
 	// (IfNotExists on Delete, IfMatch with an empty version).
 	ErrInvalidCondition = errors.New("storage: invalid condition")
 )
 
-// OpError describes a failed Store operation. It wraps both a kind (one of
-// the sentinels, or a context error) and the adapter's native error, so
-// errors.Is(err, ErrNotFound) and errors.As(err, &awsErr) both work.
-type OpError struct {
-	Op    string // "get", "put", "delete", "list"
-	Key   string // the key or List prefix
-	Kind  error  // a sentinel of this package, a context error, or nil
-	Cause error  // the adapter's native error, or nil
-}
+// OpError describes a failed Store operation (driver.OpError): a kind (a
+// sentinel of this package or a context error) and the adapter's native
+// error, so errors.Is(err, ErrNotFound) and errors.As(err, &awsErr) both
+// work.
+type OpError = driver.OpError
 
-// Error renders "storage: put agents/x/status.json: precondition failed: <cause>".
-func (e *OpError) Error() string {
-	msg := "storage: " + e.Op + " " + e.Key
-	if e.Kind != nil {
-		msg += ": " + trimPrefix(e.Kind.Error())
-	}
-	if e.Cause != nil {
-		msg += ": " + trimPrefix(e.Cause.Error())
-	}
-	return msg
-}
-
-// Unwrap returns the kind and the cause, whichever are set.
-func (e *OpError) Unwrap() []error {
-	errs := make([]error, 0, 2)
-	if e.Kind != nil {
-		errs = append(errs, e.Kind)
-	}
-	if e.Cause != nil {
-		errs = append(errs, e.Cause)
-	}
-	return errs
-}
-
-func trimPrefix(s string) string {
-	const p = "storage: "
-	if len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
-}
-
-// NewOpError builds an *OpError; adapters use it so all of them report
-// errors the same way.
+// NewOpError builds an *OpError.
 func NewOpError(op, key string, kind, cause error) *OpError {
-	return &OpError{Op: op, Key: key, Kind: kind, Cause: cause}
+	return driver.NewOpError(op, key, kind, cause)
 }
+
+func trimPrefix(s string) string { return driver.TrimPrefix(s) }
 
 // CheckKey validates key for op and returns an *OpError wrapping the
-// *KeyError (so it matches ErrInvalidKey). Adapters call it before any I/O.
+// *KeyError (so it matches ErrInvalidKey). The Store calls it before any
+// I/O.
 func CheckKey(op, key string) error {
 	if err := ValidateKey(key); err != nil {
 		return NewOpError(op, key, nil, err)
@@ -89,7 +59,7 @@ func CheckKey(op, key string) error {
 	return nil
 }
 
-// CheckOp is what every adapter checks before any I/O of op on key: the key
+// CheckOp is what the Store checks before any I/O of op on key: the key
 // is valid (CheckKey) and ctx is not done (an *OpError matching ctx.Err()).
 func CheckOp(ctx context.Context, op, key string) error {
 	if err := CheckKey(op, key); err != nil {
@@ -101,7 +71,7 @@ func CheckOp(ctx context.Context, op, key string) error {
 	return nil
 }
 
-// CheckPrefix is what every adapter checks before listing prefix: the prefix
+// CheckPrefix is what the Store checks before listing prefix: the prefix
 // can start a valid key, and ctx is not done.
 func CheckPrefix(ctx context.Context, prefix string) error {
 	if err := ValidatePrefix(prefix); err != nil {
@@ -114,7 +84,7 @@ func CheckPrefix(ctx context.Context, prefix string) error {
 }
 
 // CheckAfter is CheckPrefix for ListAfter: it also refuses an after that
-// is neither "" nor a string ValidatePrefix accepts. Adapters call it
+// is neither "" nor a string ValidatePrefix accepts. The Store calls it
 // before any I/O.
 func CheckAfter(ctx context.Context, prefix, after string) error {
 	if err := ValidatePrefix(prefix); err != nil {
@@ -130,9 +100,9 @@ func CheckAfter(ctx context.Context, prefix, after string) error {
 }
 
 // CheckCondition reports whether cond is valid for op ("put" or "delete").
-// Adapters call it before any I/O.
+// The Store calls it before any I/O.
 func CheckCondition(op, key string, cond Condition) error {
-	switch cond.kind {
+	switch cond.Kind() {
 	case Unconditional:
 		return nil
 	case CreateOnly:
@@ -141,12 +111,12 @@ func CheckCondition(op, key string, cond Condition) error {
 		}
 		return nil
 	case MatchVersion:
-		if cond.version == "" {
+		if cond.Version() == "" {
 			return NewOpError(op, key, ErrInvalidCondition, errors.New("if-match with an empty version"))
 		}
 		return nil
 	default:
-		return NewOpError(op, key, ErrInvalidCondition, fmt.Errorf("unknown condition kind %d", cond.kind))
+		return NewOpError(op, key, ErrInvalidCondition, fmt.Errorf("unknown condition kind %d", cond.Kind()))
 	}
 }
 

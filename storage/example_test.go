@@ -13,7 +13,7 @@ import (
 // A compare-and-swap write: the second writer holding the old version loses.
 func Example() {
 	ctx := context.Background()
-	var s storage.Store = memstore.New()
+	var s *storage.Store = memstore.New()
 
 	v1, _ := s.Put(ctx, "jobs/j1.json", []byte(`{"status":"QUEUED"}`), storage.IfNotExists())
 	_, err := s.Put(ctx, "jobs/j1.json", []byte(`{"status":"QUEUED"}`), storage.IfNotExists())

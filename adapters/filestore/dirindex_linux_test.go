@@ -23,7 +23,7 @@ const indexSize = 1200
 // fillDir writes n keys dir+"k00000".. straight into the directory, as
 // another tool would (a file at a key without a stamp is a value all the
 // same): much faster than n durable Puts, and the index sees only names.
-func fillDir(t *testing.T, s *filestore.Store, dir string, n int) []string {
+func fillDir(t *testing.T, s *fsStore, dir string, n int) []string {
 	t.Helper()
 	path := filepath.Join(s.Root(), filepath.FromSlash(dir))
 	if err := os.MkdirAll(path, 0o755); err != nil {
@@ -40,7 +40,7 @@ func fillDir(t *testing.T, s *filestore.Store, dir string, n int) []string {
 	return keys
 }
 
-func collect(t *testing.T, s storage.Store, prefix, after string) []string {
+func collect(t *testing.T, s *storage.Store, prefix, after string) []string {
 	t.Helper()
 	var out []string
 	for k, err := range s.ListAfter(t.Context(), prefix, after) {
@@ -55,7 +55,7 @@ func collect(t *testing.T, s storage.Store, prefix, after string) []string {
 // truth lists through a new, closed Store, which reads the directories.
 func truth(t *testing.T, root, prefix, after string) []string {
 	t.Helper()
-	s, err := filestore.New(root)
+	s, err := openStore(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func truth(t *testing.T, root, prefix, after string) []string {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return collect(t, s, prefix, after)
+	return collect(t, s.Store, prefix, after)
 }
 
 func sameKeys(t *testing.T, what string, got, want []string) {
@@ -81,12 +81,12 @@ func head(keys []string) string {
 	return fmt.Sprint(keys)
 }
 
-func newIndexedStore(t *testing.T) (*filestore.Store, []string) {
+func newIndexedStore(t *testing.T) (*fsStore, []string) {
 	t.Helper()
 	s := newStore(t)
 	t.Cleanup(func() { _ = s.Close() })
 	keys := fillDir(t, s, "d/", indexSize)
-	got := collect(t, s, "d/", "d/k00100")
+	got := collect(t, s.Store, "d/", "d/k00100")
 	sameKeys(t, "first listing", got, keys[101:])
 	if st := filestore.IndexStatsForTest(s); st.Builds != 1 || st.Dirs != 1 {
 		t.Fatalf("after a listing with a cursor inside %d entries: %+v, want one index", indexSize, st)
@@ -143,7 +143,7 @@ func TestIndexListings(t *testing.T) {
 	}
 	for _, tc := range cases {
 		want := truth(t, s.Root(), tc.prefix, tc.after)
-		got := collect(t, s, tc.prefix, tc.after)
+		got := collect(t, s.Store, tc.prefix, tc.after)
 		sameKeys(t, fmt.Sprintf("ListAfter(%q, %q)", tc.prefix, tc.after), got, want)
 	}
 	// Every case but the one whose prefix lies below d/ walks d/.
@@ -159,7 +159,7 @@ func TestIndexSeesOtherWriters(t *testing.T) {
 	t.Parallel()
 	s, keys := newIndexedStore(t)
 	ctx := t.Context()
-	other, err := filestore.New(s.Root())
+	other, err := openStore(s.Root())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,19 +182,19 @@ func TestIndexSeesOtherWriters(t *testing.T) {
 		}
 		want = slices.DeleteFunc(want, func(x string) bool { return x == del })
 		slices.Sort(want)
-		sameKeys(t, fmt.Sprintf("after write %d", i), collect(t, s, "d/", "d/k00000"), want[1:])
+		sameKeys(t, fmt.Sprintf("after write %d", i), collect(t, s.Store, "d/", "d/k00000"), want[1:])
 	}
 	// A directory made and removed inside the indexed one.
 	if _, err := other.Put(ctx, "d/sub/x", []byte("x"), storage.IfNotExists()); err != nil {
 		t.Fatal(err)
 	}
-	if got := collect(t, s, "d/", "d/k01199"); !slices.Equal(got, []string{"d/sub/x"}) {
+	if got := collect(t, s.Store, "d/", "d/k01199"); !slices.Equal(got, []string{"d/sub/x"}) {
 		t.Fatalf("after a new directory: %v", got)
 	}
 	if err := other.Delete(ctx, "d/sub/x", storage.Condition{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := collect(t, s, "d/", "d/k01199"); len(got) != 0 {
+	if got := collect(t, s.Store, "d/", "d/k01199"); len(got) != 0 {
 		t.Fatalf("after the directory was emptied and pruned: %v", got)
 	}
 
@@ -230,7 +230,7 @@ func TestIndexSeesOtherWriters(t *testing.T) {
 		if !sc.Scan() || sc.Text() != "ok" {
 			t.Fatalf("child: %q %v", sc.Text(), sc.Err())
 		}
-		if got := collect(t, s, "d/", k[:len(k)-1]); !slices.Contains(got, k) {
+		if got := collect(t, s.Store, "d/", k[:len(k)-1]); !slices.Contains(got, k) {
 			t.Fatalf("the other process's Put of %s returned, and the listing after it yields %v", k, got)
 		}
 	}
@@ -247,7 +247,7 @@ func TestIndexOverflow(t *testing.T) {
 	t.Run("simulated", func(t *testing.T) {
 		t.Parallel()
 		s, keys := newIndexedStore(t)
-		other, err := filestore.New(s.Root())
+		other, err := openStore(s.Root())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,12 +262,12 @@ func TestIndexOverflow(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := slices.Concat(keys[1:1000], keys[1001:])
-		sameKeys(t, "after the overflow", collect(t, s, "d/", keys[0]), want)
+		sameKeys(t, "after the overflow", collect(t, s.Store, "d/", keys[0]), want)
 		st := filestore.IndexStatsForTest(s)
 		if st.Overflows != 1 || st.Drops != 1 || st.Builds != 2 {
 			t.Fatalf("index: %+v, want one overflow, the index dropped and built again", st)
 		}
-		sameKeys(t, "from the new index", collect(t, s, "d/", keys[0]), want)
+		sameKeys(t, "from the new index", collect(t, s.Store, "d/", keys[0]), want)
 	})
 	t.Run("real", func(t *testing.T) {
 		t.Parallel()
@@ -299,7 +299,7 @@ func TestIndexOverflow(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := slices.Concat(keys[1:500], keys[501:1001], []string{"d/k01000x"}, keys[1001:])
-		sameKeys(t, "after the overflow", collect(t, s, "d/", keys[0]), want)
+		sameKeys(t, "after the overflow", collect(t, s.Store, "d/", keys[0]), want)
 		if st := filestore.IndexStatsForTest(s); st.Overflows != 1 || st.Builds != 2 {
 			t.Fatalf("index: %+v, want the overflow seen and the index built again", st)
 		}
@@ -316,14 +316,14 @@ func TestIndexDirReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := fillDir(t, s, "d/", 3)
-	sameKeys(t, "the new directory", collect(t, s, "d/", "d/k00000"), keys[1:])
+	sameKeys(t, "the new directory", collect(t, s.Store, "d/", "d/k00000"), keys[1:])
 	if st := filestore.IndexStatsForTest(s); st.Drops != 1 || st.Dirs != 0 {
 		t.Fatalf("index: %+v, want it dropped", st)
 	}
 	if err := os.RemoveAll(filepath.Join(s.Root(), "d")); err != nil {
 		t.Fatal(err)
 	}
-	sameKeys(t, "no directory", collect(t, s, "d/", "d/k00000"), nil)
+	sameKeys(t, "no directory", collect(t, s.Store, "d/", "d/k00000"), nil)
 }
 
 // TestIndexDroppedMidListing: an index dropped while a listing is between
@@ -340,7 +340,7 @@ func TestIndexDroppedMidListing(t *testing.T) {
 		got = append(got, k)
 		if len(got) == 300 {
 			filestore.SetIndexOverflowForTest(s, func() bool { return true })
-			collect(t, s, "d/", "d/k01100") // drops the index
+			collect(t, s.Store, "d/", "d/k01100") // drops the index
 			filestore.SetIndexOverflowForTest(s, nil)
 		}
 	}
@@ -365,7 +365,7 @@ func TestIndexBounded(t *testing.T) {
 	}
 	for i := range 6 {
 		dir := fmt.Sprintf("d%d/", i)
-		if got := collect(t, s, dir, dir+"k00998"); len(got) != 1 {
+		if got := collect(t, s.Store, dir, dir+"k00998"); len(got) != 1 {
 			t.Fatalf("%s: %v", dir, got)
 		}
 	}
@@ -390,7 +390,7 @@ func TestIndexBounded(t *testing.T) {
 	if after.total != before.total || after.inotify != 0 {
 		t.Fatalf("open descriptors: %+v before, %+v after Close", before, after)
 	}
-	if got := collect(t, s, "d5/", "d5/k00998"); len(got) != 1 {
+	if got := collect(t, s.Store, "d5/", "d5/k00998"); len(got) != 1 {
 		t.Fatalf("after Close: %v", got)
 	}
 	if st := filestore.IndexStatsForTest(s); st.Dirs != 0 || st.Builds != 6 {
@@ -406,7 +406,7 @@ func indexMin() int { return filestore.IndexMinForTest }
 func TestIndexConcurrent(t *testing.T) {
 	t.Parallel()
 	s, keys := newIndexedStore(t)
-	other, err := filestore.New(s.Root())
+	other, err := openStore(s.Root())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestIndexConcurrent(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	lists.Wait()
-	sameKeys(t, "after the writers", collect(t, s, "d/", keys[0]), truth(t, s.Root(), "d/", keys[0]))
+	sameKeys(t, "after the writers", collect(t, s.Store, "d/", keys[0]), truth(t, s.Root(), "d/", keys[0]))
 }
 
 // TestIndexSizeHint: a directory whose size understates its entries is
@@ -470,11 +470,11 @@ func TestIndexSizeHint(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		filestore.SetIndexSizeHintForTest(s, 1<<40)
 		keys := fillDir(t, s, "d/", indexMin())
-		sameKeys(t, "first listing", collect(t, s, "d/", keys[10]), keys[11:])
+		sameKeys(t, "first listing", collect(t, s.Store, "d/", keys[10]), keys[11:])
 		if st := filestore.IndexStatsForTest(s); st.Builds != 1 || st.Served != 0 {
 			t.Fatalf("index after the first listing: %+v, want built, not used", st)
 		}
-		sameKeys(t, "second listing", collect(t, s, "d/", keys[10]), keys[11:])
+		sameKeys(t, "second listing", collect(t, s.Store, "d/", keys[10]), keys[11:])
 		if st := filestore.IndexStatsForTest(s); st.Served != 1 {
 			t.Fatalf("index after the second listing: %+v, want it used", st)
 		}
@@ -486,8 +486,8 @@ func TestIndexSizeHint(t *testing.T) {
 		filestore.SetIndexSizeHintForTest(s, 0)
 		keys := fillDir(t, s, "d/", 20)
 		for range 2 {
-			sameKeys(t, "listing", collect(t, s, "d/", keys[10]), keys[11:])
-			sameKeys(t, "listing with a prefix", collect(t, s, "d/k0001", keys[10]), keys[11:20])
+			sameKeys(t, "listing", collect(t, s.Store, "d/", keys[10]), keys[11:])
+			sameKeys(t, "listing with a prefix", collect(t, s.Store, "d/k0001", keys[10]), keys[11:20])
 		}
 		if st := filestore.IndexStatsForTest(s); st.Builds != 0 || st.Dirs != 0 {
 			t.Fatalf("index: %+v, want none", st)

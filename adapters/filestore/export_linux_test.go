@@ -12,7 +12,8 @@ type IndexStats struct {
 }
 
 // IndexStatsForTest returns the counts of s's listing index.
-func IndexStatsForTest(s *Store) IndexStats {
+func IndexStatsForTest(of hasDriver) IndexStats {
+	s := of.Unwrap().(*Driver)
 	c := s.dirs
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -21,7 +22,8 @@ func IndexStatsForTest(s *Store) IndexStats {
 
 // SetIndexOverflowForTest makes every drain of s's inotify queue ask fn
 // whether to act as if the kernel had reported IN_Q_OVERFLOW.
-func SetIndexOverflowForTest(s *Store, fn func() bool) {
+func SetIndexOverflowForTest(of hasDriver, fn func() bool) {
+	s := of.Unwrap().(*Driver)
 	s.dirs.mu.Lock()
 	defer s.dirs.mu.Unlock()
 	s.dirs.overflow = fn
@@ -32,7 +34,8 @@ const IndexMinForTest = indexMin
 
 // SetIndexSizeHintForTest sets the directory size from which a listing
 // with a cursor inside reads the directory under a watch.
-func SetIndexSizeHintForTest(s *Store, size int64) {
+func SetIndexSizeHintForTest(of hasDriver, size int64) {
+	s := of.Unwrap().(*Driver)
 	s.dirs.mu.Lock()
 	defer s.dirs.mu.Unlock()
 	s.dirs.sizeHint = size

@@ -2,11 +2,16 @@
 
 package filestore
 
-import "context"
+import (
+	"context"
+
+	"github.com/runconveyor/conveyor/storage/driver"
+)
 
 // LockForTest takes the writer lock of key as a Put would, for tests that
 // hold it from another process.
-func LockForTest(ctx context.Context, s *Store, key string) (unlock func(), err error) {
+func LockForTest(ctx context.Context, of hasDriver, key string) (unlock func(), err error) {
+	s := of.Unwrap().(*Driver)
 	if err := s.mkdirs(key); err != nil {
 		return nil, err
 	}
@@ -19,7 +24,8 @@ type SyncStats struct {
 }
 
 // SyncStatsForTest returns the counts of s's syncer.
-func SyncStatsForTest(s *Store) SyncStats {
+func SyncStatsForTest(of hasDriver) SyncStats {
+	s := of.Unwrap().(*Driver)
 	s.sync.mu.Lock()
 	defer s.sync.mu.Unlock()
 	st := s.sync.stats
@@ -27,17 +33,24 @@ func SyncStatsForTest(s *Store) SyncStats {
 }
 
 // GroupCommitForTest reports whether s shares syncs among writers.
-func GroupCommitForTest(s *Store) bool { return s.sync.group }
+func GroupCommitForTest(of hasDriver) bool {
+	s := of.Unwrap().(*Driver)
+	return s.sync.group
+}
 
 // SetSyncForTest replaces s's system calls; call it before s is used.
 // fsync gets the descriptor of the file or directory a lone request syncs.
-func SetSyncForTest(s *Store, syncfs, fsync func(fd int) error) {
+func SetSyncForTest(of hasDriver, syncfs, fsync func(fd int) error) {
+	s := of.Unwrap().(*Driver)
 	s.sync.syncfs, s.sync.fsync = syncfs, fsync
 }
 
 // SetAfterRenameForTest makes every Put call fn(key) after its rename and
 // before the sync that makes it durable; call it before s is used.
-func SetAfterRenameForTest(s *Store, fn func(key string)) { s.afterRename = fn }
+func SetAfterRenameForTest(of hasDriver, fn func(key string)) {
+	s := of.Unwrap().(*Driver)
+	s.afterRename = fn
+}
 
 // RealSyncfs and RealFsync are the system calls SetSyncForTest replaces.
 var (
@@ -47,3 +60,7 @@ var (
 
 // KernelAtLeastForTest is kernelAtLeast.
 var KernelAtLeastForTest = kernelAtLeast
+
+// hasDriver is a Store over a Driver (a *storage.Store, or the tests' own
+// wrapper of one), whose driver the hooks reach.
+type hasDriver interface{ Unwrap() driver.Store }

@@ -66,14 +66,14 @@ func TestForeignFile(t *testing.T) {
 	t.Parallel()
 	const key = "agents/a/runs/r1/status.json"
 	foreign := []byte(`{"status":"queued"}` + "\n")
-	type write func(s *filestore.Store, got storage.Version) (storage.Version, error)
+	type write func(s *fsStore, got storage.Version) (storage.Version, error)
 	put := func(cond func(storage.Version) storage.Condition) write {
-		return func(s *filestore.Store, got storage.Version) (storage.Version, error) {
+		return func(s *fsStore, got storage.Version) (storage.Version, error) {
 			return s.Put(context.Background(), key, []byte("next"), cond(got))
 		}
 	}
 	del := func(cond func(storage.Version) storage.Condition) write {
-		return func(s *filestore.Store, got storage.Version) (storage.Version, error) {
+		return func(s *fsStore, got storage.Version) (storage.Version, error) {
 			return "", s.Delete(context.Background(), key, cond(got))
 		}
 	}
@@ -284,7 +284,7 @@ func TestPausedLockHolder(t *testing.T) {
 // stdin closes (or the process is killed).
 func childHoldLock(arg string) int {
 	key, dir, _ := strings.Cut(arg, " ") // keys here have no space
-	s, err := filestore.New(dir)
+	s, err := openStore(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -124,7 +124,7 @@
 //
 // # Watching
 //
-// Store implements storage.Watcher with inotify on Linux (see Watch): a
+// The Store watches (storage.Store's Watch) with inotify on Linux (see Watch): a
 // write by any process on the directory wakes the watchers of its key.
 package filestore
 
@@ -147,6 +147,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 const (
@@ -160,8 +161,10 @@ const (
 	maxStampLen = 32 + 1 + 20 + 1 + 20
 )
 
-// Store is a storage.Store in a directory. Create it with New.
-type Store struct {
+// Driver is the driver (package storage/driver) under the Store New
+// returns: what tests that wrap a driver, or reach the directory, take from
+// NewDriver.
+type Driver struct {
 	root  string
 	sync  *syncer
 	locks *keyLocks
@@ -174,8 +177,8 @@ type Store struct {
 }
 
 var (
-	_ storage.Store   = (*Store)(nil)
-	_ storage.Watcher = (*Store)(nil)
+	_ driver.Store   = (*Driver)(nil)
+	_ driver.Watcher = (*Driver)(nil)
 )
 
 // Option configures a Store in New.
@@ -194,8 +197,19 @@ type config struct {
 func PerWriteSync() Option { return func(c *config) { c.perWriteSync = true } }
 
 // New opens (creating if needed) the store rooted at dir. Several Stores,
-// in one process or many, may share one dir.
-func New(dir string, opts ...Option) (*Store, error) {
+// in one process or many, may share one dir. Close releases what its
+// listing index holds (see Driver.Close).
+func New(dir string, opts ...Option) (*storage.Store, error) {
+	d, err := NewDriver(dir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return storage.New(d), nil
+}
+
+// NewDriver opens the store rooted at dir as New does, and returns its
+// driver.
+func NewDriver(dir string, opts ...Option) (*Driver, error) {
 	var c config
 	for _, opt := range opts {
 		opt(&c)
@@ -226,7 +240,7 @@ func New(dir string, opts ...Option) (*Store, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	s := &Store{root: root, locks: newKeyLocks(x), dirs: newDirCache(), sync: &syncer{
+	s := &Driver{root: root, locks: newKeyLocks(x), dirs: newDirCache(), sync: &syncer{
 		rootFile: f,
 		rootFd:   int(f.Fd()),
 		dev:      devOf(fi),
@@ -246,7 +260,7 @@ func New(dir string, opts ...Option) (*Store, error) {
 // inotify instance, watches and directory descriptors. The Store remains
 // usable; its listings then read every directory they walk. A Store that
 // is never closed releases them when it is garbage collected.
-func (s *Store) Close() error {
+func (s *Driver) Close() error {
 	s.dirs.close()
 	return nil
 }
@@ -269,16 +283,13 @@ func probeAttr(root string) error {
 }
 
 // Root is the absolute directory the store lives in.
-func (s *Store) Root() string { return s.root }
+func (s *Driver) Root() string { return s.root }
 
-func (s *Store) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
+func (s *Driver) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
 
-// Get implements storage.Store. It takes no lock: the value and its
+// Get implements driver.Store. It takes no lock: the value and its
 // version are read through one open file, so they belong to one write.
-func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	if err := storage.CheckOp(ctx, "get", key); err != nil {
-		return nil, "", err
-	}
+func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	b, v, err := readValue(s.path(key))
 	if err != nil {
 		if notFound(err) {
@@ -399,14 +410,8 @@ func current(path string) (storage.Version, uint64, error) {
 	return v, uint64(st.Dev), err //nolint:unconvert // int32 on some systems
 }
 
-// Put implements storage.Store.
-func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	if err := storage.CheckOp(ctx, "put", key); err != nil {
-		return "", err
-	}
-	if err := storage.CheckCondition("put", key, cond); err != nil {
-		return "", err
-	}
+// Put implements driver.Store.
+func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	path := s.path(key)
 	epoch := s.sync.epoch()
 	unlock, err := s.locks.lock(ctx, key, path)
@@ -444,14 +449,8 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	return ver, nil
 }
 
-// Delete implements storage.Store.
-func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if err := storage.CheckOp(ctx, "delete", key); err != nil {
-		return err
-	}
-	if err := storage.CheckCondition("delete", key, cond); err != nil {
-		return err
-	}
+// Delete implements driver.Store.
+func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	path := s.path(key)
 	epoch := s.sync.epoch()
 	unlock, err := s.locks.lock(ctx, key, path)
@@ -500,7 +499,7 @@ const mkdirTries = 16
 // directory, or finds it gone before its temporary file is made and makes
 // it again. Left undone, it costs nothing but a directory; it is not
 // synced, as an empty directory that comes back after a crash is harmless.
-func (s *Store) prune(dir string) {
+func (s *Driver) prune(dir string) {
 	for dir != s.root && strings.HasPrefix(dir, s.root+string(filepath.Separator)) {
 		if eintr(func() error { return unix.Rmdir(dir) }) != nil {
 			return // not empty (or gone): so are its parents, or someone else prunes them
@@ -516,12 +515,7 @@ func opErr(op, key string, err error) error {
 	return storage.NewOpError(op, key, nil, err)
 }
 
-// List implements storage.Store: ListAfter from the start.
-func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return s.ListAfter(ctx, prefix, "")
-}
-
-// ListAfter implements storage.Store. It walks the directories in key
+// ListAfter implements driver.Store. It walks the directories in key
 // order, from the deepest one the prefix names, and yields as it goes:
 // memory holds the names of one directory per level. A directory is opened
 // only if it can hold a key with the prefix after the cursor, so the
@@ -544,16 +538,8 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 // write and delete that completed before it began, by any process. A
 // directory it finds empty (a process killed between a deletion's unlink
 // and its prune left it) it removes, as the deletion would have.
-func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+func (s *Driver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
-			yield("", err)
-			return
-		}
-		after, none := storage.ListStart(prefix, after)
-		if none {
-			return
-		}
 		dir := ""
 		if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 			dir = prefix[:i+1]
@@ -573,7 +559,7 @@ const indexPage = 256
 
 // lister is one ListAfter's walk.
 type lister struct {
-	s             *Store
+	s             *Driver
 	ctx           context.Context
 	prefix, after string
 	yield         func(string, error) bool
@@ -761,7 +747,7 @@ func (l *lister) walkPages(dir string, page func(bound string, inclusive, first 
 
 // mkdirs creates the directories the key's file lives in, fsyncing each
 // parent whose entries changed so the new directories survive a crash.
-func (s *Store) mkdirs(key string) error {
+func (s *Driver) mkdirs(key string) error {
 	dir := s.root
 	segs := strings.Split(key, "/")
 	for _, seg := range segs[:len(segs)-1] {
@@ -799,7 +785,7 @@ var errSyncFailed = errors.New("filestore: a sync failed while the write was in 
 // after token (random, so names do not collide; a leftover of the same
 // name, which a crash could only leave by a one-in-2^64 chance, is
 // answered with another name). The key's directory is created if missing.
-func (s *Store) createTemp(key, dir string, token storage.Version) (int, string, error) {
+func (s *Driver) createTemp(key, dir string, token storage.Version) (int, string, error) {
 	name := string(token[:16])
 	made, clashes := 0, 0
 	for {
@@ -838,7 +824,7 @@ func (s *Store) createTemp(key, dir string, token storage.Version) (int, string,
 // or may not survive a crash. System calls, for a key whose directory
 // exists: open, write, fstat, fsetxattr, close, rename, and the syncs'
 // share.
-func (s *Store) writeAtomic(key, path string, token storage.Version, value []byte, epoch uint64) (err error) {
+func (s *Driver) writeAtomic(key, path string, token storage.Version, value []byte, epoch uint64) (err error) {
 	dir := filepath.Dir(path)
 	fd, tmp, err := s.createTemp(key, dir, token)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )
 
@@ -46,9 +47,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func newStore(t *testing.T) *filestore.Store {
+func newStore(t *testing.T) *fsStore {
 	t.Helper()
-	s, err := filestore.New(t.TempDir())
+	s, err := openStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +57,14 @@ func newStore(t *testing.T) *filestore.Store {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.TestStore(t, func(t *testing.T) storage.Store { return newStore(t) })
+	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newStore(t).d })
 }
 
 // TestSurvivesRestart: a second Store on the same directory (a restarted
 // process) sees the data and versions of the first.
 func TestSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	s1, err := filestore.New(dir)
+	s1, err := openStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := filestore.New(dir)
+	s2, err := openStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestSharedAcrossProcesses(t *testing.T) {
 
 // childIncrement is the body of one child process.
 func childIncrement(dir string) int {
-	s, err := filestore.New(dir)
+	s, err := openStore(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -187,12 +188,12 @@ func childIncrement(dir string) int {
 }
 
 func BenchmarkFilestore(b *testing.B) {
-	storetest.BenchmarkStore(b, func(b *testing.B) storage.Store {
-		s, err := filestore.New(b.TempDir())
+	storetest.BenchmarkStore(b, func(b *testing.B) *storage.Store {
+		s, err := openStore(b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}
-		return s
+		return s.Store
 	})
 }
 
@@ -206,7 +207,7 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	// Take the key's lock as another process would: through another Store
 	// on the directory, whose locks exclude this one's as another
 	// process's do.
-	other, err := filestore.New(s.Root())
+	other, err := openStore(s.Root())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestGroupCommitShares(t *testing.T) {
 	}
 	for w := range writers {
 		for i := range each {
-			wantValue(t, s, fmt.Sprintf("gc/%02d/%d", w, i), fmt.Sprint(w, i), vers[w][i])
+			wantValue(t, s.Store, fmt.Sprintf("gc/%02d/%d", w, i), fmt.Sprint(w, i), vers[w][i])
 		}
 	}
 	st := filestore.SyncStatsForTest(s)
@@ -98,7 +98,7 @@ func TestGroupCommitShares(t *testing.T) {
 	}
 }
 
-func wantValue(t *testing.T, s storage.Store, key, value string, version storage.Version) {
+func wantValue(t *testing.T, s *storage.Store, key, value string, version storage.Version) {
 	t.Helper()
 	b, v, err := s.Get(t.Context(), key)
 	if err != nil || string(b) != value || (version != "" && v != version) {
@@ -112,7 +112,7 @@ type failingSyncs struct {
 	files, dirs atomic.Bool
 }
 
-func (f *failingSyncs) install(s *filestore.Store) {
+func (f *failingSyncs) install(s *fsStore) {
 	filestore.SetSyncForTest(s, func(root int) error {
 		if f.files.Load() || f.dirs.Load() {
 			return syscall.EIO
@@ -163,7 +163,7 @@ func TestSyncFailure(t *testing.T) {
 	if err == nil || errors.Is(err, storage.ErrOutcomeUnknown) || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Put whose data sync failed = %v; want EIO, not ErrOutcomeUnknown", err)
 	}
-	wantValue(t, s, "k", "one", v1)
+	wantValue(t, s.Store, "k", "one", v1)
 	if tmp, _ := filepath.Glob(filepath.Join(s.Root(), ".cnvtmp-*")); len(tmp) != 0 {
 		t.Fatalf("failed write left %q", tmp)
 	}
@@ -208,9 +208,9 @@ var benchValue = bytes.Repeat([]byte("x"), 512)
 func BenchmarkGroupCommit(b *testing.B) {
 	for _, writers := range []int{1, 8, 32, 128} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-			var stores [2]*filestore.Store
+			var stores [2]*fsStore
 			for i, opts := range [][]filestore.Option{{filestore.PerWriteSync()}, nil} {
-				s, err := filestore.New(b.TempDir(), opts...)
+				s, err := openStore(b.TempDir(), opts...)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -244,7 +244,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 
 // concurrentPuts writes n values, numbered from first, with writers
 // goroutines and returns how long that took.
-func concurrentPuts(b *testing.B, s *filestore.Store, writers, first, n int) time.Duration {
+func concurrentPuts(b *testing.B, s *fsStore, writers, first, n int) time.Duration {
 	var next atomic.Int64
 	next.Store(int64(first))
 	var wg sync.WaitGroup
@@ -274,7 +274,7 @@ func concurrentPuts(b *testing.B, s *filestore.Store, writers, first, n int) tim
 }
 
 // keysUnder lists prefix, failing the test on an error.
-func keysUnder(t *testing.T, s storage.Store, prefix string) []string {
+func keysUnder(t *testing.T, s *storage.Store, prefix string) []string {
 	t.Helper()
 	var keys []string
 	for k, err := range s.List(t.Context(), prefix) {

@@ -120,7 +120,7 @@ func TestKillBeforeAcknowledgment(t *testing.T) {
 		}
 	}
 	// The kills left no lock held and no key but the counters.
-	if keys := keysUnder(t, s, ""); len(keys) != killWriters {
+	if keys := keysUnder(t, s.Store, ""); len(keys) != killWriters {
 		t.Fatalf("keys after the kills: %q", keys)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -136,7 +136,7 @@ func TestKillBeforeAcknowledgment(t *testing.T) {
 func killChild(arg string) int {
 	dir, stopArg, _ := strings.Cut(arg, " ")
 	stop, _ := strconv.Atoi(stopArg)
-	s, err := filestore.New(dir)
+	s, err := openStore(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

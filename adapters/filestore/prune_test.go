@@ -13,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -44,7 +43,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := filestore.New(dir)
+	s, err := openStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +85,9 @@ func TestPruneRacesPut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	var stores []*filestore.Store
+	var stores []*fsStore
 	for range 2 {
-		s, err := filestore.New(dir)
+		s, err := openStore(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +139,7 @@ func TestDeleteRemovesOldLockFiles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := filestore.New(dir)
+	s, err := openStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +166,7 @@ func TestListRemovesEmptyDirectories(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := filestore.New(dir)
+	s, err := openStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

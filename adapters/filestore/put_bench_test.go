@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )
@@ -25,7 +24,7 @@ import (
 // under strace -f -c with a fixed -benchtime (see docs/performance.md).
 func BenchmarkPut(b *testing.B) {
 	b.Run("Update", func(b *testing.B) {
-		s, err := filestore.New(b.TempDir())
+		s, err := openStore(b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -49,7 +48,7 @@ func BenchmarkPut(b *testing.B) {
 		cpu.report()
 	})
 	b.Run("Create", func(b *testing.B) {
-		s, err := filestore.New(b.TempDir())
+		s, err := openStore(b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -102,11 +101,11 @@ func processCPU(b *testing.B) time.Duration {
 // index; elsewhere each reads every name of the cursor's folder (see
 // Store.ListAfter), though it neither stats nor sorts the skipped ones.
 func BenchmarkListAfter(b *testing.B) {
-	storetest.BenchmarkListAfter(b, func(b *testing.B) storage.Store {
-		s, err := filestore.New(b.TempDir())
+	storetest.BenchmarkListAfter(b, func(b *testing.B) *storage.Store {
+		s, err := openStore(b.TempDir())
 		if err != nil {
 			b.Fatal(err)
 		}
-		return s
+		return s.Store
 	}, 1000, 100_000)
 }

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -143,7 +142,7 @@ func syscallChild(arg string) int {
 		return 1
 	}
 	n, _ := strconv.Atoi(f[2])
-	s, err := filestore.New(f[0])
+	s, err := openStore(f[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -20,7 +20,7 @@ import (
 const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_DELETE |
 	unix.IN_CLOSE_WRITE | unix.IN_ONLYDIR
 
-// Watch implements storage.Watcher with inotify(7), so it sees writes by
+// Watch implements driver.Watcher with inotify(7), so it sees writes by
 // every process and Store on this directory, typically within a
 // millisecond of their rename (before the writer's Put returns). A key
 // is a file in nested directories, so one inotify instance per Watch
@@ -39,10 +39,7 @@ const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.
 // kernel is answered with a signal and a rescan. The locks and inotify need
 // a local file system: changes made on another machine through NFS are not
 // seen.
-func (s *Store) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	if err := storage.CheckWatch(ctx, prefix); err != nil {
-		return nil, err
-	}
+func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, storage.NewOpError("watch", prefix, nil, os.NewSyscallError("inotify_init1", err))

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -27,7 +26,7 @@ const wakeBound = 100 * time.Millisecond
 
 // watchOrSkip watches prefix on s until the test ends, skipping the test
 // where the platform cannot watch.
-func watchOrSkip(t *testing.T, s *filestore.Store, prefix string) <-chan struct{} {
+func watchOrSkip(t *testing.T, s *fsStore, prefix string) <-chan struct{} {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := s.Watch(ctx, prefix)
@@ -133,7 +132,7 @@ func TestWatchAcrossProcesses(t *testing.T) {
 // watchChild is TestWatchAcrossProcesses's child: it writes each key read
 // from stdin and says "ok" once the Put returned.
 func watchChild(dir string) int {
-	s, err := filestore.New(dir)
+	s, err := openStore(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -153,7 +152,7 @@ func watchChild(dir string) int {
 // process is another writer like any process.
 func TestWatchAnotherStore(t *testing.T) {
 	s := newStore(t)
-	other, err := filestore.New(s.Root())
+	other, err := openStore(s.Root())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ type cursorKeyRecord struct {
 
 // cursors signs and checks the cursors of the paged lists.
 type cursors struct {
-	store storage.Store // nil: the key is this Server's own
+	store *storage.Store // nil: the key is this Server's own
 	clock clock.Clock
 
 	mu       sync.Mutex
@@ -53,7 +53,7 @@ type cursors struct {
 	loadedAt time.Time
 }
 
-func newCursors(key []byte, store storage.Store, c clock.Clock) (*cursors, error) {
+func newCursors(key []byte, store *storage.Store, c clock.Clock) (*cursors, error) {
 	cs := &cursors{store: store, clock: c}
 	switch {
 	case key != nil && len(key) < MinCursorKeyLen:
@@ -154,7 +154,7 @@ func (c *cursors) current(ctx context.Context, reread bool) ([]byte, error) {
 // loadCursorKey reads the store's cursor key, creating it (create-only)
 // when there is none: every Server on the store ends up with the one the
 // store holds.
-func loadCursorKey(ctx context.Context, s storage.Store, now time.Time) ([]byte, error) {
+func loadCursorKey(ctx context.Context, s *storage.Store, now time.Time) ([]byte, error) {
 	for range 3 {
 		raw, _, err := s.Get(ctx, layout.CursorKeyKey)
 		if err == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // TestFailuresAreLogged: a 4xx is logged at DEBUG, a 5xx (the store down
@@ -26,7 +27,7 @@ func TestFailuresAreLogged(t *testing.T) {
 	store := faultstore.New(memstore.New())
 	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	runner, err := run.NewRunner(run.Config{Store: store, Logger: slog.New(slog.DiscardHandler)}, run.Agent{Slug: "quick", Steps: []run.Step{quickStep("load")}})
+	runner, err := run.NewRunner(run.Config{Store: storage.New(store), Logger: slog.New(slog.DiscardHandler)}, run.Agent{Slug: "quick", Steps: []run.Step{quickStep("load")}})
 	if err != nil {
 		t.Fatal(err)
 	}

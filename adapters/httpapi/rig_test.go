@@ -24,6 +24,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // Tokens of the rig's server, one per actor.
@@ -36,7 +37,7 @@ var tokens = map[string]lifecycle.Actor{
 // behind a real server on 127.0.0.1.
 type rig struct {
 	t      *testing.T
-	store  *memstore.Store
+	store  *storage.Store
 	runner *run.Runner
 	queue  *jobqueue.Queue
 	box    *inbox.Box

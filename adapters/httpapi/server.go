@@ -58,7 +58,7 @@ type Config struct {
 	// Store serves /quarantine (records.ListQuarantine, records.Restore);
 	// give the store the Runner, Queue and Inbox write to. Default none:
 	// 404 NOT_FOUND, as for Queue.
-	Store storage.Store
+	Store *storage.Store
 
 	// CursorKey signs the cursors of the paged lists (HMAC-SHA256), so a
 	// cursor no page of its list handed out is refused; at least

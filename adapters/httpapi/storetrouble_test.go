@@ -18,13 +18,14 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // unsureStore answers every Put under prefix as an S3 store does when a
 // node stops mid-request: the write landed (or not), and the store cannot
 // tell (storage.ErrOutcomeUnknown), or the node dropped it (a 499).
 type unsureStore struct {
-	storage.Store
+	driver.Store
 	prefix string
 	err    func(key string) error
 }
@@ -65,11 +66,11 @@ func TestStoreTroubleIsUpstream(t *testing.T) {
 			t.Parallel()
 			store := &unsureStore{Store: memstore.New(), prefix: "queue/", err: tt.err}
 			log := slog.New(slog.DiscardHandler)
-			runner, err := run.NewRunner(run.Config{Store: store, Logger: log}, run.Agent{Slug: "quick", Steps: []run.Step{quickStep("load")}})
+			runner, err := run.NewRunner(run.Config{Store: storage.New(store), Logger: log}, run.Agent{Slug: "quick", Steps: []run.Step{quickStep("load")}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			q, err := jobqueue.New(jobqueue.Config{Store: store, Logger: log})
+			q, err := jobqueue.New(jobqueue.Config{Store: storage.New(store), Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}

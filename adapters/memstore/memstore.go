@@ -1,7 +1,7 @@
 // Package memstore is an in-memory storage.Store for tests and examples. It
 // keeps nothing across restarts and is shared only within one process.
-// It implements storage.Watcher: a write signals the watchers of its key
-// before the write returns.
+// It watches (storage.Store's Watch): a write signals the watchers of its
+// key before the write returns.
 package memstore
 
 import (
@@ -12,10 +12,13 @@ import (
 	"sync"
 
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// Store is an in-memory storage.Store. The zero value is not usable; call New.
-type Store struct {
+// Driver is the in-memory driver (package storage/driver) under the Store
+// New returns; tests that wrap a driver take it from NewDriver. The zero
+// value is not usable.
+type Driver struct {
 	mu    sync.RWMutex
 	data  map[string]entry
 	order *index // the keys in byte order, for List
@@ -26,39 +29,33 @@ type Store struct {
 
 type entry struct {
 	value   []byte
-	version storage.Version
+	version driver.Version
 }
 
 var (
-	_ storage.Store   = (*Store)(nil)
-	_ storage.Watcher = (*Store)(nil)
+	_ driver.Store   = (*Driver)(nil)
+	_ driver.Watcher = (*Driver)(nil)
 )
 
 // New returns an empty Store.
-func New() *Store { return &Store{data: make(map[string]entry), order: newIndex()} }
+func New() *storage.Store { return storage.New(NewDriver()) }
 
-// Get implements storage.Store.
-func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	if err := storage.CheckOp(ctx, "get", key); err != nil {
-		return nil, "", err
-	}
+// NewDriver returns an empty Driver.
+func NewDriver() *Driver { return &Driver{data: make(map[string]entry), order: newIndex()} }
+
+// Get implements driver.Store.
+func (s *Driver) Get(ctx context.Context, key string) ([]byte, driver.Version, error) {
 	s.mu.RLock()
 	e, ok := s.data[key]
 	s.mu.RUnlock()
 	if !ok {
-		return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, nil)
+		return nil, "", driver.ErrNotFound
 	}
 	return slices.Clone(e.value), e.version, nil
 }
 
-// Put implements storage.Store.
-func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	if err := storage.CheckOp(ctx, "put", key); err != nil {
-		return "", err
-	}
-	if err := storage.CheckCondition("put", key, cond); err != nil {
-		return "", err
-	}
+// Put implements driver.Store.
+func (s *Driver) Put(ctx context.Context, key string, value []byte, cond driver.Condition) (driver.Version, error) {
 	v := slices.Clone(value)
 	if v == nil {
 		v = []byte{}
@@ -67,10 +64,10 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	defer s.mu.Unlock()
 	e, ok := s.data[key]
 	if !cond.Holds(e.version) {
-		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+		return "", driver.ErrPreconditionFailed
 	}
 	s.seq++
-	ver := storage.Version("m" + strconv.FormatUint(s.seq, 10))
+	ver := driver.Version("m" + strconv.FormatUint(s.seq, 10))
 	if !ok {
 		s.order.insert(key)
 	}
@@ -79,19 +76,13 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	return ver, nil
 }
 
-// Delete implements storage.Store.
-func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if err := storage.CheckOp(ctx, "delete", key); err != nil {
-		return err
-	}
-	if err := storage.CheckCondition("delete", key, cond); err != nil {
-		return err
-	}
+// Delete implements driver.Store.
+func (s *Driver) Delete(ctx context.Context, key string, cond driver.Condition) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.data[key]
 	if !cond.Holds(e.version) {
-		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+		return driver.ErrPreconditionFailed
 	}
 	if ok {
 		delete(s.data, key)
@@ -101,34 +92,24 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	return nil
 }
 
-// listPage is how many keys List and ListAfter take from the index per
+// listPage is how many keys ListAfter takes from the index per
 // hold of the lock, so a caller that stops early pays for about a page,
 // not for every key after its cursor.
 const listPage = 256
 
-// List implements storage.Store: ListAfter from the start.
-func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return s.ListAfter(ctx, prefix, "")
-}
-
-// ListAfter implements storage.Store. It seeks the sorted index (O(log n))
+// ListAfter implements driver.Store. It seeks the sorted index (O(log n))
 // and takes the keys a page at a time, each page a snapshot taken when it
 // is read.
-func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+func (s *Driver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
-			yield("", err)
-			return
-		}
-		after, none := storage.ListStart(prefix, after)
-		for !none {
+		for {
 			// seek writes the index's scratch space: take the write lock.
 			s.mu.Lock()
 			keys := s.order.page(prefix, after, listPage)
 			s.mu.Unlock()
 			for _, k := range keys {
 				if err := ctx.Err(); err != nil {
-					yield("", storage.NewOpError("list", prefix, err, nil))
+					yield("", err)
 					return
 				}
 				if !yield(k, nil) {

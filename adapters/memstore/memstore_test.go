@@ -7,20 +7,21 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	storetest.TestStore(t, func(*testing.T) storage.Store { return memstore.New() })
+	storetest.TestDriver(t, func(*testing.T) driver.Store { return memstore.NewDriver() })
 }
 
 func BenchmarkMemstore(b *testing.B) {
-	storetest.BenchmarkStore(b, func(*testing.B) storage.Store { return memstore.New() })
+	storetest.BenchmarkStore(b, func(*testing.B) *storage.Store { return memstore.New() })
 }
 
 // BenchmarkListAfter: the last 10 keys after 1k and 100k (flat: a seek).
 func BenchmarkListAfter(b *testing.B) {
-	storetest.BenchmarkListAfter(b, func(*testing.B) storage.Store { return memstore.New() }, 1000, 100_000)
+	storetest.BenchmarkListAfter(b, func(*testing.B) *storage.Store { return memstore.New() }, 1000, 100_000)
 }

@@ -3,8 +3,6 @@ package memstore
 import (
 	"context"
 	"strings"
-
-	"github.com/runconveyor/conveyor/storage"
 )
 
 type watch struct {
@@ -12,16 +10,13 @@ type watch struct {
 	ch     chan struct{}
 }
 
-// Watch implements storage.Watcher. Every Put or Delete that changes a key
+// Watch implements driver.Watcher. Every Put or Delete that changes a key
 // under prefix signals the channel before it returns (a Put whose
 // condition fails changes nothing and signals nothing). The send never
 // blocks: the channel holds one signal, and a full one already says that
 // something changed. No goroutine is started: when ctx is done the channel
 // is closed by a context.AfterFunc.
-func (s *Store) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	if err := storage.CheckWatch(ctx, prefix); err != nil {
-		return nil, err
-	}
+func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
 	w := &watch{prefix: prefix, ch: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.watches == nil {
@@ -39,7 +34,7 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan struct{}, erro
 }
 
 // notify signals the watchers of key; s.mu is held for writing.
-func (s *Store) notify(key string) {
+func (s *Driver) notify(key string) {
 	for w := range s.watches {
 		if strings.HasPrefix(key, w.prefix) {
 			select {

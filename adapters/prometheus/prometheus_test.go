@@ -43,7 +43,7 @@ func newMetrics(t *testing.T, opts ...promadapter.Option) (*prometheus.Registry,
 	return reg, m
 }
 
-func newQueue(t *testing.T, s storage.Store, clk clock.Clock, m jobqueue.Metrics, mod ...func(*jobqueue.Config)) *jobqueue.Queue {
+func newQueue(t *testing.T, s *storage.Store, clk clock.Clock, m jobqueue.Metrics, mod ...func(*jobqueue.Config)) *jobqueue.Queue {
 	t.Helper()
 	cfg := jobqueue.Config{Store: s, Clock: clk, Logger: quiet, Metrics: m}
 	for _, f := range mod {
@@ -320,10 +320,10 @@ func TestQueueCollectorStoreDown(t *testing.T) {
 	t.Parallel()
 	reg, m := newMetrics(t, promadapter.ScrapeTimeout(50*time.Millisecond))
 	fs := faultstore.New(memstore.New())
-	// The queue waits out store outages on its clock (core.Patient): a
+	// The queue waits out store outages on its clock (storage.Store.Patient): a
 	// fake one that never moves makes the read wait until the scrape's
 	// deadline, the worst case.
-	q := newQueue(t, fs, clock.NewFake(t0), m)
+	q := newQueue(t, storage.New(fs), clock.NewFake(t0), m)
 	if _, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"}); err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func gauges(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 }
 
 // storeActive counts the store's runs not yet terminal, by status.
-func storeActive(t *testing.T, s storage.Store, slug string) map[string]float64 {
+func storeActive(t *testing.T, s *storage.Store, slug string) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	prefix, _ := layout.AgentRunsPrefix(slug)

@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )
@@ -19,7 +18,7 @@ import (
 // operations with the same client straight through aws-sdk-go-v2, so the
 // adapter's overhead is the ratio of the two.
 func BenchmarkS3Store(b *testing.B) {
-	storetest.BenchmarkStore(b, func(b *testing.B) storage.Store { return newStore(b) })
+	storetest.BenchmarkStore(b, func(b *testing.B) *storage.Store { return newStore(b).Store })
 }
 
 func BenchmarkRawS3(b *testing.B) {
@@ -124,7 +123,7 @@ func BenchmarkS3VsRaw(b *testing.B) {
 
 	b.Run("Get", func(b *testing.B) {
 		ctx, prefix := b.Context(), randomPrefix()
-		s, err := s3store.NewWithClient(client, bkt, prefix)
+		s, err := openWithClient(client, bkt, prefix)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -149,7 +148,7 @@ func BenchmarkS3VsRaw(b *testing.B) {
 	})
 	b.Run("Create", func(b *testing.B) {
 		ctx, prefix := b.Context(), randomPrefix()
-		s, err := s3store.NewWithClient(client, bkt, prefix)
+		s, err := openWithClient(client, bkt, prefix)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -166,7 +165,7 @@ func BenchmarkS3VsRaw(b *testing.B) {
 	})
 	b.Run("CASUpdate", func(b *testing.B) {
 		ctx, prefix := b.Context(), randomPrefix()
-		s, err := s3store.NewWithClient(client, bkt, prefix)
+		s, err := openWithClient(client, bkt, prefix)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -201,5 +200,5 @@ func BenchmarkS3VsRaw(b *testing.B) {
 // (StartAfter). The request count is flat; single-drive MinIO's time to
 // serve it is not (it walks the folder on disk).
 func BenchmarkListAfter(b *testing.B) {
-	storetest.BenchmarkListAfter(b, func(b *testing.B) storage.Store { return newStore(b) }, 1000, 100_000)
+	storetest.BenchmarkListAfter(b, func(b *testing.B) *storage.Store { return newStore(b).Store }, 1000, 100_000)
 }

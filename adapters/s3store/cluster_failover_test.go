@@ -16,13 +16,13 @@ import (
 
 // clusterStore is a Store on a cluster's nodes, as a Worker given them
 // all builds it.
-func clusterStore(t *testing.T, c *miniotest.Cluster, bkt, prefix string, cfg s3store.Config) *s3store.Store {
+func clusterStore(t *testing.T, c *miniotest.Cluster, bkt, prefix string, cfg s3store.Config) *s3Store {
 	t.Helper()
 	n := c.Nodes[0]
 	cfg.Bucket, cfg.Prefix, cfg.Region, cfg.UsePathStyle = bkt, prefix, n.Region, true
 	cfg.AccessKeyID, cfg.SecretAccessKey = n.AccessKey, n.SecretKey
 	cfg.HTTPClient = &http.Client{Transport: transport}
-	s, err := s3store.New(t.Context(), cfg)
+	s, err := openStore(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +45,11 @@ func TestClusterFailover(t *testing.T) {
 	if err := one.Check(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if got := one.Settle(); got != s3store.DefaultClusterSettle {
+	if got := one.SettleTime(); got != s3store.DefaultClusterSettle {
 		t.Fatalf("Settle through one node of a cluster = %s, want %s (the health check's write quorum)", got, s3store.DefaultClusterSettle)
 	}
 	all := clusterStore(t, c, bkt, randomPrefix(), s3store.Config{Endpoints: eps, AttemptTimeout: 2 * time.Second})
-	if got := all.Settle(); got != s3store.DefaultClusterSettle {
+	if got := all.SettleTime(); got != s3store.DefaultClusterSettle {
 		t.Fatalf("Settle on 4 endpoints = %s, want %s", got, s3store.DefaultClusterSettle)
 	}
 	if err := c.Halt(0, false); err != nil {
@@ -66,7 +66,7 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 	firstDown := clusterStore(t, c, bkt, randomPrefix(), s3store.Config{Endpoint: eps[0] + "," + eps[2], AttemptTimeout: 2 * time.Second})
-	for _, s := range []*s3store.Store{all, firstDown} {
+	for _, s := range []*s3Store{all, firstDown} {
 		for i := range 8 { // every endpoint comes first in turn
 			key := fmt.Sprintf("k%d", i)
 			start := time.Now()

@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )
 
@@ -38,11 +38,11 @@ func clusterEnv(tb testing.TB) (*miniotest.Cluster, string) {
 // the one that took the write before it, as it does behind a load balancer
 // or with several Workers on several nodes.
 type spread struct {
-	nodes []storage.Store
+	nodes []driver.Store
 	next  atomic.Uint64
 }
 
-func (s *spread) pick() storage.Store {
+func (s *spread) pick() driver.Store {
 	return s.nodes[s.next.Add(1)%uint64(len(s.nodes))]
 }
 
@@ -58,25 +58,21 @@ func (s *spread) Delete(ctx context.Context, key string, cond storage.Condition)
 	return s.pick().Delete(ctx, key, cond)
 }
 
-func (s *spread) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return s.pick().List(ctx, prefix)
-}
-
 func (s *spread) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return s.pick().ListAfter(ctx, prefix, after)
 }
 
-func newClusterStore(tb testing.TB) storage.Store {
+func newClusterStore(tb testing.TB) *spread {
 	tb.Helper()
 	c, bkt := clusterEnv(tb)
 	prefix := randomPrefix()
 	sp := &spread{}
 	for i := range c.Nodes {
-		s, err := s3store.NewWithClient(c.Client(i, &http.Client{Transport: transport}), bkt, prefix)
+		s, err := openWithClient(c.Client(i, &http.Client{Transport: transport}), bkt, prefix)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		sp.nodes = append(sp.nodes, s)
+		sp.nodes = append(sp.nodes, s.d)
 	}
 	return sp
 }
@@ -86,5 +82,5 @@ func newClusterStore(tb testing.TB) storage.Store {
 // to the next node. All nodes are up: the faults of a node going down and
 // coming back are the Worker scenarios' (examples/chaos).
 func TestConformanceCluster(t *testing.T) {
-	storetest.TestStore(t, func(t *testing.T) storage.Store { return newClusterStore(t) }, storetest.ContentVersions(), storetest.NonAtomicConditionalDelete())
+	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newClusterStore(t) }, storetest.ContentVersions(), storetest.NonAtomicConditionalDelete())
 }

@@ -335,7 +335,7 @@ type retryer struct {
 func newRetryer(maxAttempts int, p *pool) aws.Retryer {
 	std := retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = maxAttempts
-		o.MaxBackoff = 2 * time.Second // longer waits are the caller's (core.Patient's) to make
+		o.MaxBackoff = 2 * time.Second // longer waits are the caller's (storage.Store.Patient's) to make
 		o.RateLimiter = ratelimit.None
 		o.Retryables = append(o.Retryables, retry.RetryableHTTPStatusCode{Codes: map[int]struct{}{statusClientClosed: {}}})
 	})
@@ -378,7 +378,7 @@ func (c *callState) option(o *s3.Options) {
 // carried out. It matches storage.ErrOutcomeUnknown, and is transient
 // (storage.Transient) when its cause is, so a patient caller retries it,
 // and a retry that then finds the condition broken is itself reported as
-// an unknown outcome (core.Patient), never as a conflict.
+// an unknown outcome (storage.Store.Patient), never as a conflict.
 type unknownOutcome struct{ err error }
 
 func (e *unknownOutcome) Error() string   { return "outcome unknown: " + e.err.Error() }

@@ -13,7 +13,7 @@ import (
 // UsePathStyle unset and let the SDK's default chain find credentials.
 func ExampleNew() {
 	ctx := context.Background()
-	s, err := s3store.New(ctx, s3store.Config{
+	s, err := openStore(ctx, s3store.Config{
 		Bucket:          "conveyor",
 		Prefix:          "prod/",
 		Endpoint:        "http://127.0.0.1:9000",
@@ -39,7 +39,7 @@ func ExampleConfigFromEnv() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := s3store.New(ctx, cfg)
+	s, err := openStore(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}

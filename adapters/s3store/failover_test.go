@@ -67,17 +67,17 @@ func TestWriteOutlivesCallerContext(t *testing.T) {
 	srv, bkt := env(t)
 	tests := []struct {
 		name string
-		op   func(ctx context.Context, s *s3store.Store, v storage.Version) error
+		op   func(ctx context.Context, s *storage.Store, v storage.Version) error
 	}{
-		{"if-match put", func(ctx context.Context, s *s3store.Store, v storage.Version) error {
+		{"if-match put", func(ctx context.Context, s *storage.Store, v storage.Version) error {
 			_, err := s.Put(ctx, "k", []byte("mine"), storage.IfMatch(v))
 			return err
 		}},
-		{"create-only put", func(ctx context.Context, s *s3store.Store, _ storage.Version) error {
+		{"create-only put", func(ctx context.Context, s *storage.Store, _ storage.Version) error {
 			_, err := s.Put(ctx, "new", []byte("mine"), storage.IfNotExists())
 			return err
 		}},
-		{"delete", func(ctx context.Context, s *s3store.Store, _ storage.Version) error {
+		{"delete", func(ctx context.Context, s *storage.Store, _ storage.Version) error {
 			return s.Delete(ctx, "k", storage.Condition{})
 		}},
 	}
@@ -101,14 +101,14 @@ func TestWriteOutlivesCallerContext(t *testing.T) {
 			s := storeVia(t, srv, bkt, prefix, s3store.Config{Endpoint: p.URL, AttemptTimeout: 5 * time.Second})
 			ctx, cancel := context.WithTimeout(t.Context(), slowWrite/4)
 			defer cancel()
-			if err := tt.op(ctx, s, v); err != nil {
+			if err := tt.op(ctx, s.Store, v); err != nil {
 				t.Errorf("with the context ended during the write: %v, want its answer (requests: %s)", err, p.requests())
 			}
 			if r := p.requests(); strings.Contains(r, "left") || !strings.Contains(r, "slow") {
 				t.Errorf("requests: %s, want the write held and carried out, never left", r)
 			}
 			before := len(p.requests())
-			if err := tt.op(ctx, s, v); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, storage.ErrOutcomeUnknown) {
+			if err := tt.op(ctx, s.Store, v); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, storage.ErrOutcomeUnknown) {
 				t.Errorf("with the context ended before: %v, want the context's error (not an unknown outcome)", err)
 			}
 			if len(p.requests()) != before {
@@ -139,14 +139,14 @@ func TestSettle(t *testing.T) {
 			if err := s.Check(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			if got := storage.SettleTime(s); got != tt.want {
+			if got := storage.SettleTime(s.Store); got != tt.want {
 				t.Fatalf("Settle = %s, want %s", got, tt.want)
 			}
 		})
 	}
 	p := newFaultProxy(t, srv.Endpoint, func(int, *http.Request) fault { return pass })
 	s := storeVia(t, srv, bkt, "", s3store.Config{Endpoints: []string{srv.Endpoint, p.URL}})
-	if got := storage.SettleTime(s); got != s3store.DefaultClusterSettle {
+	if got := storage.SettleTime(s.Store); got != s3store.DefaultClusterSettle {
 		t.Fatalf("Settle on two endpoints = %s, want %s", got, s3store.DefaultClusterSettle)
 	}
 }
@@ -171,7 +171,7 @@ func TestEndpointsFromEnv(t *testing.T) {
 		t.Fatalf("config from env = %+v", cfg)
 	}
 	cfg.HTTPClient = &http.Client{Transport: transport}
-	s, err := s3store.New(t.Context(), cfg)
+	s, err := openStore(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestEndpointsFromEnv(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"ftp://127.0.0.1:1", "127.0.0.1:9000", "http://"} {
-		if _, err := s3store.New(t.Context(), s3store.Config{Bucket: bkt, Endpoint: bad}); err == nil {
+		if _, err := openStore(t.Context(), s3store.Config{Bucket: bkt, Endpoint: bad}); err == nil {
 			t.Errorf("New with endpoint %q succeeded", bad)
 		}
 	}

@@ -142,12 +142,12 @@ func (p *faultProxy) requests() string {
 }
 
 // storeVia is a Store built as a Worker builds it (New), on endpoints.
-func storeVia(t *testing.T, srv *miniotest.Server, bkt, prefix string, cfg s3store.Config) *s3store.Store {
+func storeVia(t *testing.T, srv *miniotest.Server, bkt, prefix string, cfg s3store.Config) *s3Store {
 	t.Helper()
 	cfg.Bucket, cfg.Prefix, cfg.Region, cfg.UsePathStyle = bkt, prefix, srv.Region, true
 	cfg.AccessKeyID, cfg.SecretAccessKey = srv.AccessKey, srv.SecretKey
 	cfg.HTTPClient = &http.Client{Transport: transport}
-	s, err := s3store.New(t.Context(), cfg)
+	s, err := openStore(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,21 +183,21 @@ func TestStoppingNode(t *testing.T) {
 		method string
 		fault  fault
 		seed   bool // "before" is at k first
-		op     func(t *testing.T, s *s3store.Store, v storage.Version) error
+		op     func(t *testing.T, s *s3Store, v storage.Version) error
 	}{
-		{"create-only put, landed then 499", http.MethodPut, answer499, false, func(t *testing.T, s *s3store.Store, _ storage.Version) error {
+		{"create-only put, landed then 499", http.MethodPut, answer499, false, func(t *testing.T, s *s3Store, _ storage.Version) error {
 			_, err := s.Put(t.Context(), "k", []byte("mine"), storage.IfNotExists())
 			return err
 		}},
-		{"if-match put, landed then reset", http.MethodPut, reset, true, func(t *testing.T, s *s3store.Store, v storage.Version) error {
+		{"if-match put, landed then reset", http.MethodPut, reset, true, func(t *testing.T, s *s3Store, v storage.Version) error {
 			_, err := s.Put(t.Context(), "k", []byte("mine"), storage.IfMatch(v))
 			return err
 		}},
-		{"create-only put, 499 before it was carried out", http.MethodPut, refuse499, false, func(t *testing.T, s *s3store.Store, _ storage.Version) error {
+		{"create-only put, 499 before it was carried out", http.MethodPut, refuse499, false, func(t *testing.T, s *s3Store, _ storage.Version) error {
 			_, err := s.Put(t.Context(), "k", []byte("mine"), storage.IfNotExists())
 			return err
 		}},
-		{"get, 499", http.MethodGet, answer499, true, func(t *testing.T, s *s3store.Store, _ storage.Version) error {
+		{"get, 499", http.MethodGet, answer499, true, func(t *testing.T, s *s3Store, _ storage.Version) error {
 			b, _, err := s.Get(t.Context(), "k")
 			if err == nil && string(b) != "before" {
 				t.Fatalf("Get = %q", b)
@@ -210,7 +210,7 @@ func TestStoppingNode(t *testing.T) {
 			prefix := randomPrefix()
 			var v storage.Version
 			if tt.seed {
-				direct, err := s3store.NewWithClient(newClient(srv, nil), bkt, prefix)
+				direct, err := openWithClient(newClient(srv, nil), bkt, prefix)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -259,7 +259,7 @@ func TestNoAnswerIsOutcomeUnknown(t *testing.T) {
 // TestAuditNeverLostTo499: an audit event whose write a stopping node
 // carried out but answered 499, as it did the read-back, is written once
 // and PutAudit succeeds (the issue lost 2 audit writes this way): through
-// core.Patient, as the engines write, and straight on the store, which
+// a patient Store, as the engines make, and straight on the store, which
 // then says the outcome is unknown.
 func TestAuditNeverLostTo499(t *testing.T) {
 	srv, bkt := env(t)
@@ -268,9 +268,9 @@ func TestAuditNeverLostTo499(t *testing.T) {
 			// Every attempt of the first Put (the first lands) and of its
 			// read-back is answered 499.
 			p := newFaultProxy(t, srv.Endpoint, onFirst("", 6, answer499))
-			var s storage.Store = storeVia(t, srv, bkt, randomPrefix(), s3store.Config{Endpoint: p.URL})
+			s := storeVia(t, srv, bkt, randomPrefix(), s3store.Config{Endpoint: p.URL}).Store
 			if patient {
-				s = &core.Patient{Store: s, Clock: clock.Real()}
+				s = s.Patient(storage.Retry{Clock: clock.Real()})
 			}
 			body := []byte(`{"event":"run.created"}`)
 			if err := core.PutAudit(t.Context(), s, "audit/e1.json", body); err != nil {

@@ -77,7 +77,7 @@
 // this: its client is the caller's.
 //
 // On a MinIO cluster the store may answer wrongly for a while after a
-// disturbance; Settle (storage.Settler) says how long (Config.Settle).
+// disturbance; Settle (driver.Settler) says how long (Config.Settle).
 package s3store
 
 import (
@@ -106,6 +106,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // metaToken is the user metadata key of the write token
@@ -149,7 +150,7 @@ type Config struct {
 	// deadline, with the write's answer.
 	AttemptTimeout time.Duration
 	// Settle is how long the store may answer wrongly after a node
-	// restarts or a writer dies mid-request (storage.Settler): read as
+	// restarts or a writer dies mid-request (storage.Store.SettleTime): read as
 	// the engines' wait before they believe a key is missing. 0 means
 	// automatic: DefaultClusterSettle on a MinIO cluster (several
 	// endpoints, or Check finds an erasure set that needs more than one
@@ -219,8 +220,10 @@ func ConfigFromEnv() (Config, error) {
 // storage.MaxKeyLen of them belong to the store's keys.
 const MaxPrefixLen = 1024 - storage.MaxKeyLen
 
-// Store is a storage.Store on one S3 bucket (and optional key prefix).
-type Store struct {
+// Driver is the driver (package storage/driver) under the Store New
+// returns, on one S3 bucket (and optional key prefix): what a program takes
+// from NewDriver to reach Check, Client and Settle, and tests to wrap.
+type Driver struct {
 	client *s3.Client
 	bucket string
 	prefix string
@@ -230,11 +233,24 @@ type Store struct {
 	settle    atomic.Int64 // Settle(), in nanoseconds
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ driver.Store             = (*Driver)(nil)
+	_ driver.AtomicityReporter = (*Driver)(nil)
+)
 
 // New builds an S3 client from cfg (see Config for defaults) and returns a
 // Store on it. It does not contact the server.
-func New(ctx context.Context, cfg Config) (*Store, error) {
+func New(ctx context.Context, cfg Config) (*storage.Store, error) {
+	d, err := NewDriver(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return storage.New(d), nil
+}
+
+// NewDriver is New's driver, for a program that also calls Check or reads
+// Settle (storage.New makes the Store over it).
+func NewDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	var opts []func(*config.LoadOptions) error
 	if cfg.Region != "" {
 		opts = append(opts, config.WithRegion(cfg.Region))
@@ -280,7 +296,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			return st.Finalize.Insert(g, "Retry", middleware.After)
 		})
 	})
-	s, err := NewWithClient(client, cfg.Bucket, cfg.Prefix)
+	s, err := NewDriverWithClient(client, cfg.Bucket, cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +328,16 @@ func maxAttempts(configured, endpoints int) int {
 
 // NewWithClient returns a Store on a caller-built client, for callers who
 // configure the SDK themselves. prefix is as in Config.Prefix.
-func NewWithClient(client *s3.Client, bucket, prefix string) (*Store, error) {
+func NewWithClient(client *s3.Client, bucket, prefix string) (*storage.Store, error) {
+	d, err := NewDriverWithClient(client, bucket, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return storage.New(d), nil
+}
+
+// NewDriverWithClient is NewWithClient's driver.
+func NewDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, error) {
 	if bucket == "" {
 		return nil, errors.New("s3store: no bucket")
 	}
@@ -327,7 +352,7 @@ func NewWithClient(client *s3.Client, bucket, prefix string) (*Store, error) {
 			return nil, fmt.Errorf("s3store: prefix %q longer than %d bytes", prefix, MaxPrefixLen)
 		}
 	}
-	return &Store{client: client, bucket: bucket, prefix: prefix}, nil
+	return &Driver{client: client, bucket: bucket, prefix: prefix}, nil
 }
 
 // Check asks the server for the bucket (one HEAD request) so a program can
@@ -338,7 +363,7 @@ func NewWithClient(client *s3.Client, bucket, prefix string) (*Store, error) {
 //
 // On a MinIO server given by endpoint, Check also asks its cluster health
 // check whether it is a cluster, which sets Settle when Config.Settle is 0.
-func (s *Store) Check(ctx context.Context) error {
+func (s *Driver) Check(ctx context.Context) error {
 	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
 	switch {
 	case err == nil:
@@ -365,9 +390,9 @@ func (s *Store) Check(ctx context.Context) error {
 var ErrUnreachable = errors.New("the server cannot be reached")
 
 // Client is the underlying S3 client.
-func (s *Store) Client() *s3.Client { return s.client }
+func (s *Driver) Client() *s3.Client { return s.client }
 
-func (s *Store) objectKey(key string) *string { return aws.String(s.prefix + key) }
+func (s *Driver) objectKey(key string) *string { return aws.String(s.prefix + key) }
 
 // httpStatus is the HTTP status of an SDK error, or 0.
 func httpStatus(err error) int {
@@ -407,11 +432,8 @@ func unquote(etag *string) storage.Version {
 
 func quote(v storage.Version) *string { return aws.String(`"` + string(v) + `"`) }
 
-// Get implements storage.Store.
-func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	if err := storage.CheckOp(ctx, "get", key); err != nil {
-		return nil, "", err
-	}
+// Get implements driver.Store.
+func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)})
 	if err != nil {
 		if noSuchKey(err) {
@@ -437,14 +459,8 @@ func newToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Put implements storage.Store.
-func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	if err := storage.CheckOp(ctx, "put", key); err != nil {
-		return "", err
-	}
-	if err := storage.CheckCondition("put", key, cond); err != nil {
-		return "", err
-	}
+// Put implements driver.Store.
+func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	token := newToken()
 	in := &s3.PutObjectInput{
 		Bucket:        &s.bucket,
@@ -526,7 +542,7 @@ func isConditionFailure(err error, cond storage.Condition) bool {
 
 // landed reports whether the object now at key carries token, i.e. our write
 // is the current one, and its version.
-func (s *Store) landed(ctx context.Context, key, token string, optFns ...func(*s3.Options)) (storage.Version, bool, error) {
+func (s *Driver) landed(ctx context.Context, key, token string, optFns ...func(*s3.Options)) (storage.Version, bool, error) {
 	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)}, optFns...)
 	if err != nil {
 		if noSuchKey(err) {
@@ -540,14 +556,14 @@ func (s *Store) landed(ctx context.Context, key, token string, optFns ...func(*s
 	return unquote(head.ETag), true, nil
 }
 
-// Delete implements storage.Store.
-func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if err := storage.CheckOp(ctx, "delete", key); err != nil {
-		return err
-	}
-	if err := storage.CheckCondition("delete", key, cond); err != nil {
-		return err
-	}
+// AtomicConditionalDelete implements driver.AtomicityReporter: false, since
+// on MinIO an IfMatch Delete checks the version with a HEAD and then
+// deletes (see Delete); AWS S3 would be atomic, but the driver cannot tell
+// the two apart.
+func (s *Driver) AtomicConditionalDelete() bool { return false }
+
+// Delete implements driver.Store.
+func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	in := &s3.DeleteObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)}
 	if cond.Kind() == storage.MatchVersion {
 		// MinIO ignores If-Match on DeleteObject: check it ourselves first
@@ -573,26 +589,13 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	return nil
 }
 
-// List implements storage.Store: ListAfter from the start.
-func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return s.ListAfter(ctx, prefix, "")
-}
-
-// ListAfter implements storage.Store with ListObjectsV2, page after page,
+// ListAfter implements driver.Store with ListObjectsV2, page after page,
 // from StartAfter (after under the store's prefix), so S3 skips what sorts
 // before the cursor: one request per page yielded. S3 returns keys in
 // UTF-8 byte order, which is the contract's order. Objects whose names are
 // not valid keys (written by other tools, e.g. "dir/" markers) are skipped.
-func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+func (s *Driver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := storage.CheckAfter(ctx, prefix, after); err != nil {
-			yield("", err)
-			return
-		}
-		after, none := storage.ListStart(prefix, after)
-		if none {
-			return
-		}
 		in := &s3.ListObjectsV2Input{
 			Bucket: &s.bucket,
 			Prefix: aws.String(s.prefix + prefix),

@@ -25,6 +25,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )
 
@@ -83,10 +84,10 @@ func newClient(srv *miniotest.Server, rt http.RoundTripper) *s3.Client {
 	return srv.Client(&http.Client{Transport: rt})
 }
 
-func newStore(tb testing.TB) *s3store.Store {
+func newStore(tb testing.TB) *s3Store {
 	tb.Helper()
 	srv, bkt := env(tb)
-	s, err := s3store.NewWithClient(newClient(srv, nil), bkt, randomPrefix())
+	s, err := openWithClient(newClient(srv, nil), bkt, randomPrefix())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -96,14 +97,14 @@ func newStore(tb testing.TB) *s3store.Store {
 func TestConformance(t *testing.T) {
 	// S3 versions are ETags, the MD5 of the body, and a conditional Delete
 	// on MinIO is a HEAD, then a DELETE: see the package doc.
-	storetest.TestStore(t, func(t *testing.T) storage.Store { return newStore(t) },
+	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newStore(t).d },
 		storetest.ContentVersions(), storetest.NonAtomicConditionalDelete())
 }
 
 // TestNew builds the store the way a Worker does, from a Config.
 func TestNew(t *testing.T) {
 	srv, bkt := env(t)
-	s, err := s3store.New(t.Context(), s3store.Config{
+	s, err := openStore(t.Context(), s3store.Config{
 		Bucket:          bkt,
 		Prefix:          randomPrefix(),
 		Endpoint:        srv.Endpoint,
@@ -146,7 +147,7 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatal("a custom endpoint should default to path style")
 	}
 	cfg.HTTPClient = &http.Client{Transport: transport}
-	s, err := s3store.New(t.Context(), cfg)
+	s, err := openStore(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestForeignObject(t *testing.T) {
 	srv, bkt := env(t)
 	prefix := randomPrefix()
 	client := newClient(srv, nil)
-	s, err := s3store.NewWithClient(client, bkt, prefix)
+	s, err := openWithClient(client, bkt, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestObjectIsTheValue(t *testing.T) {
 	srv, bkt := env(t)
 	prefix := randomPrefix()
 	client := newClient(srv, nil)
-	s, err := s3store.NewWithClient(client, bkt, prefix)
+	s, err := openWithClient(client, bkt, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,12 +302,12 @@ func (h *headHook) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestConditionalDeleteOnMinIO(t *testing.T) {
 	srv, bkt := env(t)
 	prefix := randomPrefix()
-	other, err := s3store.NewWithClient(newClient(srv, nil), bkt, prefix)
+	other, err := openWithClient(newClient(srv, nil), bkt, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hook := &headHook{base: transport}
-	s, err := s3store.NewWithClient(newClient(srv, hook), bkt, prefix)
+	s, err := openWithClient(newClient(srv, hook), bkt, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,10 +385,10 @@ func TestLostResponseOfConditionalPut(t *testing.T) {
 	srv, bkt := env(t)
 	for _, tc := range []struct {
 		name string
-		cond func(s *s3store.Store, key string) storage.Condition
+		cond func(s *s3Store, key string) storage.Condition
 	}{
-		{"if-not-exists", func(*s3store.Store, string) storage.Condition { return storage.IfNotExists() }},
-		{"if-match", func(s *s3store.Store, key string) storage.Condition {
+		{"if-not-exists", func(*s3Store, string) storage.Condition { return storage.IfNotExists() }},
+		{"if-match", func(s *s3Store, key string) storage.Condition {
 			v, err := s.Put(t.Context(), key, []byte("before"), storage.Condition{})
 			if err != nil {
 				t.Fatal(err)
@@ -397,7 +398,7 @@ func TestLostResponseOfConditionalPut(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := &dropFirstResponse{base: transport}
-			s, err := s3store.NewWithClient(newClient(srv, rt), bkt, randomPrefix())
+			s, err := openWithClient(newClient(srv, rt), bkt, randomPrefix())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -425,7 +426,7 @@ func TestLostResponseOfConditionalPut(t *testing.T) {
 func TestLostResponseThenOverwritten(t *testing.T) {
 	srv, bkt := env(t)
 	prefix := randomPrefix()
-	other, err := s3store.NewWithClient(newClient(srv, nil), bkt, prefix)
+	other, err := openWithClient(newClient(srv, nil), bkt, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +436,7 @@ func TestLostResponseThenOverwritten(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	s, err := s3store.NewWithClient(newClient(srv, rt), bkt, prefix)
+	s, err := openWithClient(newClient(srv, rt), bkt, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +455,7 @@ func TestLostResponseThenOverwritten(t *testing.T) {
 func TestConflictAfterRetryIsStillConflict(t *testing.T) {
 	srv, bkt := env(t)
 	rt := &dropFirstResponse{base: transport, keep: true}
-	s, err := s3store.NewWithClient(newClient(srv, rt), bkt, randomPrefix())
+	s, err := openWithClient(newClient(srv, rt), bkt, randomPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,14 +476,14 @@ func TestConflictAfterRetryIsStillConflict(t *testing.T) {
 
 func TestPrefixValidation(t *testing.T) {
 	for _, p := range []string{"noslash", "/abs/", "a/../", "a//"} {
-		if _, err := s3store.NewWithClient(s3.New(s3.Options{}), "b", p); err == nil {
+		if _, err := openWithClient(s3.New(s3.Options{}), "b", p); err == nil {
 			t.Errorf("prefix %q accepted", p)
 		}
 	}
-	if _, err := s3store.NewWithClient(s3.New(s3.Options{}), "", ""); err == nil {
+	if _, err := openWithClient(s3.New(s3.Options{}), "", ""); err == nil {
 		t.Error("empty bucket accepted")
 	}
-	if _, err := s3store.NewWithClient(s3.New(s3.Options{}), "b", "conveyor/prod/"); err != nil {
+	if _, err := openWithClient(s3.New(s3.Options{}), "b", "conveyor/prod/"); err != nil {
 		t.Error(err)
 	}
 }
@@ -493,7 +494,7 @@ func TestListSkipsForeignNames(t *testing.T) {
 	srv, bkt := env(t)
 	prefix := randomPrefix()
 	client := newClient(srv, nil)
-	s, err := s3store.NewWithClient(client, bkt, prefix)
+	s, err := openWithClient(client, bkt, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +519,7 @@ func TestListSkipsForeignNames(t *testing.T) {
 // ErrNotFound or ErrPreconditionFailed, which callers would act on.
 func TestMissingBucket(t *testing.T) {
 	srv, _ := env(t)
-	s, err := s3store.NewWithClient(newClient(srv, nil), "no-such-bucket-conveyor", "")
+	s, err := openWithClient(newClient(srv, nil), "no-such-bucket-conveyor", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +555,7 @@ func TestCheck(t *testing.T) {
 			if tt.endpoint != "" {
 				cfg.Endpoint = tt.endpoint
 			}
-			s, err := s3store.New(t.Context(), cfg)
+			s, err := openStore(t.Context(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -585,7 +586,7 @@ func (stallingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // context ends, with an error matching the context's.
 func TestContextEndsInFlight(t *testing.T) {
 	srv, bkt := env(t)
-	s, err := s3store.NewWithClient(newClient(srv, stallingTransport{}), bkt, randomPrefix())
+	s, err := openWithClient(newClient(srv, stallingTransport{}), bkt, randomPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}

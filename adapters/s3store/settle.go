@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // DefaultClusterSettle is Settle on a MinIO cluster when Config.Settle is
@@ -16,12 +16,12 @@ import (
 // margin for a slower machine (docs/stores.md).
 const DefaultClusterSettle = 40 * time.Second
 
-var _ storage.Settler = (*Store)(nil)
+var _ driver.Settler = (*Driver)(nil)
 
-// Settle implements storage.Settler: how long the store may answer wrongly
+// Settle implements driver.Settler: how long the store may answer wrongly
 // after a disturbance (see Config.Settle). 0 on a single-drive server and
 // on AWS S3.
-func (s *Store) Settle() time.Duration { return time.Duration(s.settle.Load()) }
+func (s *Driver) Settle() time.Duration { return time.Duration(s.settle.Load()) }
 
 // healthPath is MinIO's unauthenticated cluster health check; its answer
 // carries the write quorum of the erasure set (X-Minio-Write-Quorum): 1 on
@@ -32,7 +32,7 @@ const healthPath = "/minio/health/cluster"
 // automatic and an endpoint says it is a MinIO erasure set that needs
 // more than one drive to write. Any other answer (AWS S3, a proxy, an
 // error) leaves it as it was.
-func (s *Store) detectCluster(ctx context.Context) {
+func (s *Driver) detectCluster(ctx context.Context) {
 	if s.pool == nil || s.settleCfg != 0 || s.Settle() > 0 {
 		return
 	}

@@ -159,7 +159,7 @@ type minioAddr struct {
 	Endpoint, AccessKey, SecretKey, Bucket string
 }
 
-func (a minioAddr) store(ctx context.Context) (storage.Store, error) {
+func (a minioAddr) store(ctx context.Context) (*storage.Store, error) {
 	return s3store.New(ctx, s3store.Config{Bucket: a.Bucket, Endpoint: a.Endpoint, Region: "us-east-1",
 		UsePathStyle: true, AccessKeyID: a.AccessKey, SecretAccessKey: a.SecretKey})
 }
@@ -168,7 +168,7 @@ func (a minioAddr) store(ctx context.Context) (storage.Store, error) {
 // bucket.
 func NewMinIO(m *MinIO) Driver {
 	d := &sdkDriver{name: NameMinIO, server: m.CPU}
-	d.fresh = func(ctx context.Context) (storage.Store, string, error) {
+	d.fresh = func(ctx context.Context) (*storage.Store, string, error) {
 		a := minioAddr{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: "bench-" + randomHex(6)}
 		client := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(m.Endpoint), UsePathStyle: true,
 			Credentials: credentials.NewStaticCredentialsProvider(m.AccessKey, m.SecretKey, "")})

@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // The SDK's driver goes through its public API only (jobqueue.New, Enqueue,
@@ -26,10 +27,10 @@ import (
 // briefContent is a valid BRIEF artifact: the no-op handler's answer.
 const briefContent = `{"title":"Brief","body":"Short text","entity_map":{"violin":"Violin"},"word_count":2}`
 
-// counting wraps a Store and counts its round trips, like the SDK's
+// counting is a driver over a Store that counts its round trips, like the SDK's
 // internal/testkit/teststores.Counting (which a nested module cannot import).
 type counting struct {
-	storage.Store
+	driver.Store
 	gets, puts, deletes, lists atomic.Int64
 	// writing counts the writes in progress, for Drain.
 	writing atomic.Int64
@@ -54,23 +55,20 @@ func (c *counting) Delete(ctx context.Context, key string, cond storage.Conditio
 	return c.Store.Delete(ctx, key, cond)
 }
 
-func (c *counting) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	c.lists.Add(1)
-	return c.Store.List(ctx, prefix)
-}
-
-// ListAfter counts as List: one listing.
+// ListAfter counts one listing (a List of the Store over the count is a
+// ListAfter from the start).
 func (c *counting) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	c.lists.Add(1)
 	return c.Store.ListAfter(ctx, prefix, after)
 }
 
-// watching is counting over a store that signals changes (storage.Watcher):
+// watching is counting over a store that signals changes (its driver is a
+// driver.Watcher):
 // the Worker finds another process's enqueues at the signal, as it does on
 // the bare store; the signal is no store round trip and is not counted.
 type watching struct {
 	*counting
-	w storage.Watcher
+	w *storage.Store
 }
 
 func (c watching) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
@@ -82,7 +80,7 @@ type sdkDriver struct {
 	name string
 	// fresh returns a new, empty store and the address another process
 	// opens it by ("" when none can).
-	fresh   func(ctx context.Context) (storage.Store, string, error)
+	fresh   func(ctx context.Context) (*storage.Store, string, error)
 	cleanup func() error
 	// server reads the CPU of the store's server (MinIO's process); nil
 	// for a store in this process.
@@ -124,11 +122,11 @@ func (d *sdkDriver) Reset(ctx context.Context) error {
 	return d.use(s, addr)
 }
 
-func (d *sdkDriver) use(s storage.Store, addr string) error {
+func (d *sdkDriver) use(s *storage.Store, addr string) error {
 	cs := &counting{Store: s}
-	var qs storage.Store = cs
-	if w, ok := s.(storage.Watcher); ok {
-		qs = watching{cs, w}
+	qs := storage.New(cs)
+	if _, ok := s.Unwrap().(driver.Watcher); ok {
+		qs = storage.New(watching{cs, s})
 	}
 	q, err := jobqueue.New(jobqueue.Config{Store: qs, Node: "bench", Logger: logger, Metrics: sdkMetrics{d}})
 	if err != nil {
@@ -258,7 +256,7 @@ func (m sdkMetrics) JobFinished(_ lifecycle.JobType, outcome lifecycle.JobState,
 
 // NewMemstore is the SDK on memstore: the queue's own cost, no I/O.
 func NewMemstore() Driver {
-	return &sdkDriver{name: NameMemstore, fresh: func(context.Context) (storage.Store, string, error) {
+	return &sdkDriver{name: NameMemstore, fresh: func(context.Context) (*storage.Store, string, error) {
 		return memstore.New(), "", nil
 	}}
 }
@@ -268,7 +266,7 @@ func NewMemstore() Driver {
 func NewFilestore(base string) Driver {
 	var prev string
 	d := &sdkDriver{name: NameFilestore}
-	d.fresh = func(context.Context) (storage.Store, string, error) {
+	d.fresh = func(context.Context) (*storage.Store, string, error) {
 		if prev != "" {
 			// The last measurement's files go before the next one starts,
 			// so its cleanup is not measured and the disk does not fill.

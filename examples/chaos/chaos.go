@@ -135,7 +135,7 @@ type proc struct {
 type run struct {
 	o      Options
 	rep    *Report
-	store  storage.Store // the store itself: corruption and checks
+	store  *storage.Store // the store itself: corruption and checks
 	srv    *miniotest.Server
 	base   WorkerOptions
 	env    []string
@@ -197,7 +197,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	// the workers; it corrupts and checks through the store itself.
 	gw := r.store
 	if r.base.OutageFile != "" {
-		gw = &outageStore{Store: r.store, marker: r.base.OutageFile}
+		gw = storage.New(&outageStore{Store: r.store, marker: r.base.OutageFile})
 	}
 	q, err := jobqueue.New(queueConfig(gw, "chaos-gateway", o.Lease, o.Step, slog.New(slog.DiscardHandler)))
 	if err != nil {

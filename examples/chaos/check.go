@@ -103,7 +103,7 @@ func decodeJob(id string, raw []byte) (*lifecycle.Job, string) {
 
 // observe reads the state of a run from s: the job records always, the
 // rest when full.
-func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*State, error) {
+func observe(ctx context.Context, s *storage.Store, plan []Planned, full bool) (*State, error) {
 	st := &State{Plan: plan, Records: map[string]Record{}, Corrupted: map[string]bool{},
 		Garbage: map[string][]byte{}, Current: map[string][]byte{}}
 	if err := st.readRecords(ctx, s, full); err != nil {
@@ -124,7 +124,7 @@ func observe(ctx context.Context, s storage.Store, plan []Planned, full bool) (*
 
 // readRecords reads the job record of every planned job (and, when full,
 // whether a waiting job's ready-lane entry is there).
-func (st *State) readRecords(ctx context.Context, s storage.Store, full bool) error {
+func (st *State) readRecords(ctx context.Context, s *storage.Store, full bool) error {
 	for _, p := range st.Plan {
 		key, err := layout.JobKey(p.JobID)
 		if err != nil {
@@ -152,7 +152,7 @@ func (st *State) readRecords(ctx context.Context, s storage.Store, full bool) er
 
 // readQuarantine lists the quarantine; a listing error fails a quick
 // observation and is a violation of a full one.
-func (st *State) readQuarantine(ctx context.Context, s storage.Store, full bool) error {
+func (st *State) readQuarantine(ctx context.Context, s *storage.Store, full bool) error {
 	for q, err := range records.ListQuarantine(ctx, s) {
 		if err != nil {
 			if !full {
@@ -167,7 +167,7 @@ func (st *State) readQuarantine(ctx context.Context, s storage.Store, full bool)
 }
 
 // readArtifacts lists the artifacts of the default project.
-func (st *State) readArtifacts(ctx context.Context, s storage.Store) error {
+func (st *State) readArtifacts(ctx context.Context, s *storage.Store) error {
 	q, err := jobqueue.New(jobqueue.Config{Store: s, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
@@ -183,7 +183,7 @@ func (st *State) readArtifacts(ctx context.Context, s storage.Store) error {
 }
 
 // readRunWrites reads the version (count of status writes) of every run.
-func (st *State) readRunWrites(ctx context.Context, s storage.Store) {
+func (st *State) readRunWrites(ctx context.Context, s *storage.Store) {
 	for key, err := range s.List(ctx, "agents/") {
 		if err != nil {
 			st.ReadErrs = append(st.ReadErrs, Violation{CheckAudit, "agents/", "listing runs: " + err.Error()})
@@ -204,7 +204,7 @@ func (st *State) readRunWrites(ctx context.Context, s storage.Store) {
 
 // readAudit reads the audit days around now, by job and by run, and
 // replays them through the job machine.
-func (st *State) readAudit(ctx context.Context, s storage.Store) {
+func (st *State) readAudit(ctx context.Context, s *storage.Store) {
 	now := time.Now()
 	first, last := now.Add(-48*time.Hour), now.Add(time.Hour)
 	st.Events = map[string][]records.AuditEvent{}

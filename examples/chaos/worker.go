@@ -24,6 +24,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // WorkerOptions configure one worker process. The parent passes them as
@@ -79,7 +80,7 @@ func (w WorkerOptions) args() []string {
 }
 
 // queueConfig is the jobqueue configuration every process of a run shares.
-func queueConfig(s storage.Store, node string, lease, step time.Duration, log *slog.Logger) jobqueue.Config {
+func queueConfig(s *storage.Store, node string, lease, step time.Duration, log *slog.Logger) jobqueue.Config {
 	return jobqueue.Config{
 		Store: s, Node: node, Logger: log,
 		LeaseTTL: lease, StepTimeout: step,
@@ -89,7 +90,7 @@ func queueConfig(s storage.Store, node string, lease, step time.Duration, log *s
 }
 
 // openStore opens the run's store as a worker sees it.
-func (w WorkerOptions) openStore() (storage.Store, func(), error) {
+func (w WorkerOptions) openStore() (*storage.Store, func(), error) {
 	switch w.Store {
 	case "file":
 		s, err := filestore.New(w.Dir)
@@ -97,7 +98,7 @@ func (w WorkerOptions) openStore() (storage.Store, func(), error) {
 			return nil, nil, err
 		}
 		if w.OutageFile != "" {
-			return &outageStore{Store: s, marker: w.OutageFile}, func() {}, nil
+			return storage.New(&outageStore{Store: s, marker: w.OutageFile}), func() {}, nil
 		}
 		return s, func() {}, nil
 	case "minio":
@@ -238,7 +239,7 @@ func parseProducer(content json.RawMessage) (producer, bool) {
 	return p, n == 4
 }
 
-// outageStore is the filestore's outage: while the marker file exists,
+// outageStore is the filestore's outage, a driver over its Store: while the marker file exists,
 // every call fails as a disk that answers EIO would, before touching the
 // directory. All processes see the same marker, so the outage starts and
 // ends for all of them at once, as a stopped MinIO does. (The parent's own
@@ -246,7 +247,7 @@ func parseProducer(content json.RawMessage) (producer, bool) {
 // do: the processes run as whatever user, root ignores permissions, and
 // reads would go on.
 type outageStore struct {
-	storage.Store
+	driver.Store
 	marker string
 }
 
@@ -276,10 +277,6 @@ func (o *outageStore) Delete(ctx context.Context, key string, cond storage.Condi
 		return err
 	}
 	return o.Store.Delete(ctx, key, cond)
-}
-
-func (o *outageStore) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return o.ListAfter(ctx, prefix, "")
 }
 
 func (o *outageStore) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {

@@ -19,6 +19,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )
 
@@ -130,12 +131,12 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 		root := filepath.Join(o.dir, run)
 		done := func() { _ = os.Remove(root) } // empty by then, unless a check's removal failed
 		return storetest.Namespaces{
-			Open: func(_ context.Context, ns string) (storage.Store, error) {
-				return filestore.New(filepath.Join(root, ns))
+			Open: func(_ context.Context, ns string) (driver.Store, error) {
+				return filestore.NewDriver(filepath.Join(root, ns))
 			},
-			Remove: func(ctx context.Context, ns string, s storage.Store) error {
+			Remove: func(ctx context.Context, ns string, s *storage.Store) error {
 				err := storetest.EmptyStore(ctx, s)
-				_ = s.(*filestore.Store).Close()
+				_ = s.Close()
 				return errors.Join(err, os.RemoveAll(filepath.Join(root, ns)))
 			},
 		}, "the directory " + o.dir, done, nil
@@ -148,7 +149,7 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 	if o.s3Endpoint != "" {
 		cfg.Endpoint, cfg.UsePathStyle = o.s3Endpoint, true
 	}
-	base, err := s3store.New(ctx, cfg)
+	base, err := s3store.NewDriver(ctx, cfg)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -162,8 +163,8 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 		where += " at " + cfg.Endpoint
 	}
 	return storetest.Namespaces{
-		Open: func(_ context.Context, ns string) (storage.Store, error) {
-			return s3store.NewWithClient(base.Client(), cfg.Bucket, cfg.Prefix+run+ns)
+		Open: func(_ context.Context, ns string) (driver.Store, error) {
+			return s3store.NewDriverWithClient(base.Client(), cfg.Bucket, cfg.Prefix+run+ns)
 		},
 		// ETags are MD5s of the body; a conditional Delete is a HEAD, then
 		// a DELETE, atomic only where the server honours If-Match on it.
@@ -193,8 +194,8 @@ type verdict struct {
 	took   time.Duration
 }
 
-// NewStore notes the check's verdict when it ends.
-func (r *recorder) NewStore(t *testing.T) storage.Store {
+// NewDriver notes the check's verdict when it ends.
+func (r *recorder) NewDriver(t *testing.T) driver.Store {
 	start := time.Now()
 	t.Cleanup(func() {
 		v := verdict{check: strings.TrimPrefix(t.Name(), "Conformance/"), result: "PASS", took: time.Since(start)}
@@ -208,7 +209,7 @@ func (r *recorder) NewStore(t *testing.T) storage.Store {
 		r.verdicts = append(r.verdicts, v)
 		r.mu.Unlock()
 	})
-	return r.Harness.NewStore(t)
+	return r.Harness.NewDriver(t)
 }
 
 // summary prints every check's verdict in the suite's order, then the

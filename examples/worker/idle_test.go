@@ -12,6 +12,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // idleWorker starts this program's Worker (every part but the API: the
@@ -30,7 +31,7 @@ func idleWorker(t *testing.T, args ...string) (*teststores.Counting, *clock.Fake
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.store, o.clock = cs, clk
+	o.store, o.clock = storage.New(cs), clk
 	w, err := build(ctx, o, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func TestIdleWorkerCost(t *testing.T) {
 			t.Parallel()
 			cs, clk := idleWorker(t, tt.args...)
 			ctx := context.Background()
-			other, err := jobqueue.New(jobqueue.Config{Store: cs.Store, Clock: clk, Node: "other"})
+			other, err := jobqueue.New(jobqueue.Config{Store: storage.New(cs.Store), Clock: clk, Node: "other"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +146,7 @@ func TestPickupAfterIdle(t *testing.T) {
 	cs, clk := idleWorker(t)
 	ctx := context.Background()
 	advance(t, clk, 10*time.Minute)
-	other, err := jobqueue.New(jobqueue.Config{Store: cs.Store, Clock: clk, Node: "other"})
+	other, err := jobqueue.New(jobqueue.Config{Store: storage.New(cs.Store), Clock: clk, Node: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}

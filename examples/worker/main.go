@@ -77,7 +77,7 @@ type options struct {
 	demoConc                                             int
 	retention                                            retention.Config
 	limits                                               httpapi.Limits
-	store                                                storage.Store
+	store                                                *storage.Store
 	clock                                                clock.Clock
 }
 

@@ -135,7 +135,7 @@ func TestRequestsPerRunAndJob(t *testing.T) {
 
 // readUntil reads key from the store directly (not through the counting
 // proxy) until its JSON holds want.
-func readUntil(ctx context.Context, t *testing.T, s storage.Store, key, want string) {
+func readUntil(ctx context.Context, t *testing.T, s *storage.Store, key, want string) {
 	t.Helper()
 	for {
 		b, _, err := s.Get(ctx, key)
@@ -149,7 +149,7 @@ func readUntil(ctx context.Context, t *testing.T, s storage.Store, key, want str
 	}
 }
 
-func measureRequests(t *testing.T, counter *s3Counter, api *client.Client, direct storage.Store) {
+func measureRequests(t *testing.T, counter *s3Counter, api *client.Client, direct *storage.Store) {
 	const n = 20
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()

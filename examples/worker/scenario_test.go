@@ -325,7 +325,7 @@ func (ld *submitLoad) report(t *testing.T, v verdict) {
 // auditGaps reads the audit log of today and yesterday from s: the runs
 // of runIDs that completed without a "completed" event, and the jobs of
 // jobIDs whose COMPLETE events do not number exactly one.
-func auditGaps(ctx context.Context, s storage.Store, runIDs, jobIDs map[string]bool) (runGaps, jobGaps []string, err error) {
+func auditGaps(ctx context.Context, s *storage.Store, runIDs, jobIDs map[string]bool) (runGaps, jobGaps []string, err error) {
 	runDone := map[string]int{}
 	jobDone := map[string]int{}
 	now := time.Now().UTC()

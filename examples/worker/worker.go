@@ -221,7 +221,7 @@ func loadTokens(path string) (tokens map[string]lifecycle.Actor, nlmToken string
 }
 
 // openStore opens the store the flags name, and says which for the log.
-func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store, string, error) {
+func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store, string, error) {
 	if o.s3Bucket == "" {
 		s, err := filestore.New(o.data)
 		return s, "filestore " + o.data, err
@@ -237,7 +237,7 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store,
 	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
 		cfg.UsePathStyle = true
 	}
-	s, err := s3store.New(ctx, cfg)
+	s, err := s3store.NewDriver(ctx, cfg)
 	if err != nil {
 		return nil, "", err
 	}
@@ -257,7 +257,7 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (storage.Store,
 	if d := s.Settle(); d > 0 {
 		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
 	}
-	return s, where, nil
+	return storage.New(s), where, nil
 }
 
 // serve starts the Client (which first checks the store) and runs until

@@ -22,7 +22,7 @@ import (
 // store could not tell (a node stopping mid-request) is settled by a read,
 // and written again if the object is not there: its bytes are the same
 // whoever writes them, so a second create changes nothing.
-func PutAudit(ctx context.Context, s storage.Store, key string, b []byte) error {
+func PutAudit(ctx context.Context, s *storage.Store, key string, b []byte) error {
 	var err error
 	for range maxAuditTries {
 		_, err = s.Put(ctx, key, b, storage.IfNotExists())
@@ -48,7 +48,7 @@ const maxAuditTries = 4
 
 // EnsureAudit makes sure the audit object at key exists: found, or written
 // now (create-only).
-func EnsureAudit(ctx context.Context, s storage.Store, key string, b []byte) error {
+func EnsureAudit(ctx context.Context, s *storage.Store, key string, b []byte) error {
 	if _, _, err := s.Get(ctx, key); err == nil {
 		return nil
 	} else if !errors.Is(err, storage.ErrNotFound) {

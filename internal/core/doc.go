@@ -17,10 +17,11 @@
 //     an *OverrunError whether or not the code returns; the goroutine left
 //     behind is counted and logged, its result is discarded, and shutdown
 //     waits for such goroutines only as long as its context allows.
-//   - Patient: a Store whose transient failures (timeouts, 5xx, refused
-//     connections) are retried with backoff for as long as the caller's
-//     context allows; only the context's end turns them into an error
-//     matching storage.ErrUnavailable.
+//
+// Its users call the store through storage.Store.Patient, which retries
+// transient failures (timeouts, 5xx, refused connections) with backoff for
+// as long as the caller's context allows; only the context's end turns
+// them into an error matching storage.ErrUnavailable.
 //
 // Poison records are not the core's to judge: Record reports one as a
 // *storage.CorruptError and the engine quarantines it (storage.Quarantine).

@@ -19,7 +19,7 @@ import (
 // The run's own lease is checked by the caller's status writes; PutFenced
 // makes sure that whatever a lost writer does, the object a newer owner
 // wrote stays.
-func PutFenced(ctx context.Context, s storage.Store, key string, value []byte, owner string, epoch int64, epochOf func([]byte) (int64, bool)) (storage.Version, error) {
+func PutFenced(ctx context.Context, s *storage.Store, key string, value []byte, owner string, epoch int64, epochOf func([]byte) (int64, bool)) (storage.Version, error) {
 	return PutFencedFunc(ctx, s, key, owner, epoch, epochOf, func([]byte, storage.Version) ([]byte, bool, error) {
 		return value, false, nil
 	})
@@ -34,7 +34,7 @@ func PutFenced(ctx context.Context, s storage.Store, key string, value []byte, o
 // returned is then the stored one's), or an error that ends the write with
 // nothing written. next may run more than once, after lost races, and must
 // judge only its argument.
-func PutFencedFunc(ctx context.Context, s storage.Store, key, owner string, epoch int64, epochOf func([]byte) (int64, bool), next func(old []byte, ver storage.Version) (value []byte, keep bool, err error)) (storage.Version, error) {
+func PutFencedFunc(ctx context.Context, s *storage.Store, key, owner string, epoch int64, epochOf func([]byte) (int64, bool), next func(old []byte, ver storage.Version) (value []byte, keep bool, err error)) (storage.Version, error) {
 	value, _, err := next(nil, "")
 	if err != nil {
 		return "", err

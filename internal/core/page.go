@@ -69,7 +69,7 @@ func PageCursor(cursor string, valid func(entry string) bool) (string, error) {
 // read: a list filtered by reading its records (no index of the filter)
 // then answers a short page, even an empty one, with a next cursor, so a
 // request costs at most budget reads however rare the match.
-func ReadPage[T any](ctx context.Context, s storage.Store, prefixes []string, after string, limit, budget int,
+func ReadPage[T any](ctx context.Context, s *storage.Store, prefixes []string, after string, limit, budget int,
 	read func(ctx context.Context, list int, entry string) (T, bool, error)) (items []T, next string, err error) {
 	type head struct {
 		next  func() (string, error, bool)

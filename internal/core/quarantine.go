@@ -15,7 +15,7 @@ import (
 // (records.Quarantine), logs record_quarantined at WARN and counts them.
 // The zero value is not usable; set Store and Clock.
 type Quarantiner struct {
-	Store storage.Store
+	Store *storage.Store
 	Clock clock.Clock
 	// Log receives record_quarantined and quarantine_failed; nil discards.
 	Log *slog.Logger

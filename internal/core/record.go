@@ -33,7 +33,7 @@ const MaxConflicts = 64
 // *records.CorruptError carrying their bytes and version, for the caller to
 // quarantine. Methods are safe for concurrent use; writes are serialized.
 type Record[T any, P records.Doc[T]] struct {
-	Store storage.Store
+	Store *storage.Store
 	Key   string
 	// Lease returns the document's lease field; required when Epoch > 0.
 	Lease func(P) *records.Lease

@@ -12,6 +12,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -64,15 +65,15 @@ func TestAbsenceForgetsKeysNobodyAsksAbout(t *testing.T) {
 }
 
 type settling struct {
-	storage.Store
+	driver.Store
 	d time.Duration
 }
 
 func (s settling) Settle() time.Duration { return s.d }
 
-type wrapping struct{ storage.Store }
+type wrapping struct{ driver.Store }
 
-func (w wrapping) Unwrap() storage.Store { return w.Store }
+func (w wrapping) Unwrap() driver.Store { return w.Store }
 
 func TestSettleTimeFoundThroughWrappers(t *testing.T) {
 	t.Parallel()
@@ -82,10 +83,10 @@ func TestSettleTimeFoundThroughWrappers(t *testing.T) {
 		t.Fatalf("memstore settles in %v, want 0", d)
 	}
 	s := wrapping{wrapping{settling{mem, 7 * time.Second}}}
-	if d := storage.SettleTime(s); d != 7*time.Second {
+	if d := storage.SettleTime(storage.New(s)); d != 7*time.Second {
 		t.Fatalf("SettleTime through two wrappers = %v, want 7s", d)
 	}
-	if d := storage.SettleTime(wrapping{mem}); d != 0 {
+	if d := storage.SettleTime(storage.New(wrapping{mem})); d != 0 {
 		t.Fatalf("SettleTime of a wrapper over memstore = %v, want 0", d)
 	}
 }
@@ -101,11 +102,11 @@ func TestPutFencedOnAStoreThatSettles(t *testing.T) {
 		var v struct{ Epoch int64 }
 		return v.Epoch, json.Unmarshal(b, &v) == nil
 	}
-	if _, err := core.PutFenced(ctx, fs, "m.json", []byte(`{"epoch":2,"by":"new"}`), "w", 2, epochOf); err != nil {
+	if _, err := core.PutFenced(ctx, storage.New(fs), "m.json", []byte(`{"epoch":2,"by":"new"}`), "w", 2, epochOf); err != nil {
 		t.Fatal(err)
 	}
 	fs.AcceptCreateOver(1)
-	if _, err := core.PutFenced(ctx, fs, "m.json", []byte(`{"epoch":1,"by":"late"}`), "w", 1, epochOf); !errors.Is(err, records.ErrLeaseLost) {
+	if _, err := core.PutFenced(ctx, storage.New(fs), "m.json", []byte(`{"epoch":1,"by":"late"}`), "w", 1, epochOf); !errors.Is(err, records.ErrLeaseLost) {
 		t.Fatalf("older epoch over a newer object: %v, want ErrLeaseLost", err)
 	}
 	if b, _, _ := fs.Get(ctx, "m.json"); string(b) != `{"epoch":2,"by":"new"}` {

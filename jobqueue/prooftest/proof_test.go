@@ -32,6 +32,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // Package prooftest_test holds the proof of the job queue (issue 5 item 7)
@@ -60,7 +61,7 @@ func spec(id, agent string) jobqueue.NewJob {
 	return jobqueue.NewJob{JobID: id, RunID: "run_2026-02-24_abc123", JobType: lifecycle.JobBrief, AgentSlug: agent}
 }
 
-func newQueue(t testing.TB, s storage.Store, c clock.Clock, mod ...func(*jobqueue.Config)) *jobqueue.Queue {
+func newQueue(t testing.TB, s *storage.Store, c clock.Clock, mod ...func(*jobqueue.Config)) *jobqueue.Queue {
 	t.Helper()
 	cfg := jobqueue.Config{Store: s, Clock: c, Node: "test", Logger: slog.New(slog.DiscardHandler)}
 	for _, m := range mod {
@@ -119,7 +120,7 @@ func faultyHandlers(seed uint64) jobqueue.Handlers {
 // faultyStore fails a share of artifact writes, and every call once killed
 // (a worker cut off from the store is dead to everyone else).
 type faultyStore struct {
-	storage.Store
+	driver.Store
 	who       string   // the worker, for the history
 	hist      *history // nil: none kept
 	killed    atomic.Bool
@@ -217,13 +218,13 @@ func (h *history) of(t *testing.T, subs ...string) {
 // runProof enqueues n jobs over agents agents, runs them with workers
 // in-process workers of slots slots each (one of which is killed midway)
 // plus whatever extra does (other processes), and checks the outcome.
-func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc proofConfig, extra func(ctx context.Context, kill func())) {
+func runProof(t *testing.T, s *storage.Store, n, agents, workers, slots int, pc proofConfig, extra func(ctx context.Context, kill func())) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	hist := &history{}
 	// The test's own queue (enqueues, sweeps) writes through a store that
 	// never fails, for the history.
-	q := newQueue(t, &faultyStore{Store: s, who: "test", hist: hist, rng: rand.New(rand.NewPCG(1, 1))}, clock.Real(), pc.apply)
+	q := newQueue(t, storage.New(&faultyStore{Store: s, who: "test", hist: hist, rng: rand.New(rand.NewPCG(1, 1))}), clock.Real(), pc.apply)
 	start := time.Now()
 	for i := range n {
 		j := spec(fmt.Sprintf("job-%04d", i), fmt.Sprintf("agent-%02d", i%agents))
@@ -265,12 +266,12 @@ func runProof(t *testing.T, s storage.Store, n, agents, workers, slots int, pc p
 // fails a share of its writes, counting in overlap the handler calls that
 // ran beside another of the same agent. kill cuts the first Worker off
 // from the store.
-func startProofWorkers(ctx context.Context, t *testing.T, s storage.Store, hist *history, wg *sync.WaitGroup, overlap *atomic.Int32, workers, slots int, pc proofConfig) (kill func()) {
+func startProofWorkers(ctx context.Context, t *testing.T, s *storage.Store, hist *history, wg *sync.WaitGroup, overlap *atomic.Int32, workers, slots int, pc proofConfig) (kill func()) {
 	var victims []*faultyStore
 	var runningPerAgent sync.Map // agent → *atomic.Int32: handler executions at once
 	for w := range workers {
 		fs := &faultyStore{Store: s, who: fmt.Sprintf("w%d", w), hist: hist, rng: rand.New(rand.NewPCG(uint64(w), 7)), writeFail: 0.03}
-		wq := newQueue(t, fs, clock.Real(), pc.apply, func(c *jobqueue.Config) { c.Node = fmt.Sprintf("node-%d", w) })
+		wq := newQueue(t, storage.New(fs), clock.Real(), pc.apply, func(c *jobqueue.Config) { c.Node = fmt.Sprintf("node-%d", w) })
 		h := faultyHandlers(uint64(w) + 100)
 		inner := h.CallNotebookLM
 		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
@@ -301,7 +302,7 @@ func startProofWorkers(ctx context.Context, t *testing.T, s storage.Store, hist 
 // (CI running every package's tests at once) only makes the proof slower,
 // so the wait is bounded by the stall and by totalLimit, not by a fixed
 // time that a loaded machine overruns while jobs are still ending.
-func waitAllEnded(ctx context.Context, t *testing.T, q *jobqueue.Queue, s storage.Store, hist *history, n int, start time.Time) map[string]lifecycle.Job {
+func waitAllEnded(ctx context.Context, t *testing.T, q *jobqueue.Queue, s *storage.Store, hist *history, n int, start time.Time) map[string]lifecycle.Job {
 	const stallLimit, totalLimit = 90 * time.Second, 6 * time.Minute
 	// The first look lists every job; later ones re-read only the jobs
 	// still open, so the wait adds little load of its own (on MinIO under
@@ -398,7 +399,7 @@ func checkArtifacts(t *testing.T, q *jobqueue.Queue) (arts int) {
 
 // checkReplay checks that the audit log replays every job to the status
 // its record ended in.
-func checkReplay(t *testing.T, s storage.Store, final map[string]lifecycle.Job, start time.Time, n int) {
+func checkReplay(t *testing.T, s *storage.Store, final map[string]lifecycle.Job, start time.Time, n int) {
 	states, err := jobqueue.ReplayAudit(context.Background(), s, start.Add(-time.Hour), time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -481,7 +482,7 @@ func workerProcess() int {
 	step, _ := time.ParseDuration(os.Getenv("W_STEP"))
 	poll, _ := time.ParseDuration(os.Getenv("W_POLL"))
 	id := os.Getenv("W_ID")
-	q, err := jobqueue.New(jobqueue.Config{Store: &faultyStore{Store: s, rng: rand.New(rand.NewPCG(9, 9)), writeFail: 0.03},
+	q, err := jobqueue.New(jobqueue.Config{Store: storage.New(&faultyStore{Store: s, rng: rand.New(rand.NewPCG(9, 9)), writeFail: 0.03}),
 		LeaseTTL: lease, StepTimeout: step, Node: id, Logger: slog.New(slog.DiscardHandler),
 		Backoff: []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}})
 	if err != nil {
@@ -502,7 +503,7 @@ func workerProcess() int {
 // dumpOpen logs, for every job not COMPLETE or DEAD, its stored record, its
 // agent's lock and the agent's lane entries: the state a stuck job was left
 // in (the invariant is "in its agent's lane or named by its agent's lock").
-func dumpOpen(t *testing.T, s storage.Store, final map[string]lifecycle.Job, hist *history) {
+func dumpOpen(t *testing.T, s *storage.Store, final map[string]lifecycle.Job, hist *history) {
 	t.Helper()
 	ctx := context.Background()
 	for id, j := range final {

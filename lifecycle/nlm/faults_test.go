@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -126,7 +127,7 @@ func TestFaultShutdownHandsBack(t *testing.T) {
 	s := watch(memstore.New())
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	defer close(release)
-	p1 := newProcessor(t, nlm.Config{Store: s, Clock: clk, Owner: "p1", Client: newPoster(nil), StopGrace: grace},
+	p1 := newProcessor(t, nlm.Config{Store: storage.New(s), Clock: clk, Owner: "p1", Client: newPoster(nil), StopGrace: grace},
 		hanging("query", entered, release))
 	stop := runProcessor(t, p1, grace+5*time.Second)
 	if _, err := p1.Accept(context.Background(), request("https://cb.example/r", "job-s")); err != nil {
@@ -141,7 +142,7 @@ func TestFaultShutdownHandsBack(t *testing.T) {
 		t.Fatalf("after shutdown: %+v %v; want NLM_QUERY with the lease handed back", j, err)
 	}
 	post := newPoster(nil)
-	p2 := newProcessor(t, nlm.Config{Store: s, Clock: clk, Owner: "p2", Client: post}, stagesFailingAt(""))
+	p2 := newProcessor(t, nlm.Config{Store: storage.New(s), Clock: clk, Owner: "p2", Client: post}, stagesFailingAt(""))
 	j, err = p2.Process(context.Background(), "job-s")
 	if err != nil || j.Status != lifecycle.NLMDone || j.Takeovers != 0 {
 		t.Fatalf("second processor: %+v %v; want DONE, no takeover counted", j, err)
@@ -154,7 +155,7 @@ func TestFaultShutdownHandsBack(t *testing.T) {
 // freezer is a processor's view of the store that can be frozen like a
 // SIGSTOPped process: its calls block until thawed.
 type freezer struct {
-	storage.Store
+	driver.Store
 	mu     sync.Mutex
 	thawed chan struct{} // nil while running
 }
@@ -192,7 +193,7 @@ func TestFaultPausedProcessorIsFenced(t *testing.T) {
 	frozen := &freezer{Store: shared}
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	post := newPoster(nil)
-	cfg := nlm.Config{Store: frozen, Clock: clk, Owner: "a", Client: post, LeaseTTL: 90 * time.Second, QueryTimeout: time.Hour}
+	cfg := nlm.Config{Store: storage.New(frozen), Clock: clk, Owner: "a", Client: post, LeaseTTL: 90 * time.Second, QueryTimeout: time.Hour}
 	a := newProcessor(t, cfg, hanging("query", entered, release))
 	if _, err := a.Accept(ctx, request("https://cb.example/r", "job-p")); err != nil {
 		t.Fatal(err)
@@ -272,11 +273,11 @@ func TestFaultPoisonRecord(t *testing.T) {
 				}
 			}
 			post := newPoster(nil)
-			p := newProcessor(t, nlm.Config{Store: s, Clock: clk, Owner: "p1", Client: post}, stagesFailingAt(""))
+			p := newProcessor(t, nlm.Config{Store: storage.New(s), Clock: clk, Owner: "p1", Client: post}, stagesFailingAt(""))
 			runProcessor(t, p, 5*time.Second)
 			s.until(t, "job-good DONE", jobIs(p, "job-good", lifecycle.NLMDone))
 			var qs []records.Quarantined
-			for q, err := range records.ListQuarantine(ctx, s) {
+			for q, err := range records.ListQuarantine(ctx, storage.New(s)) {
 				if err != nil {
 					t.Fatal(err)
 				}

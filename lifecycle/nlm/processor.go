@@ -65,7 +65,7 @@ type Config struct {
 	// jobs in flight (nlm/active/{job_id}), the artifacts and the audit log.
 	// The processor retries its transient failures, with backoff, for as
 	// long as the job's context allows.
-	Store storage.Store
+	Store *storage.Store
 	// Owner names this processor in leases; it must differ between the
 	// processors sharing Store. Default: the host name and the process id.
 	Owner string
@@ -142,7 +142,7 @@ type Config struct {
 type Processor struct {
 	cfg    Config
 	stages Stages
-	store  *core.Patient
+	store  *storage.Store // patient
 	units  *core.Units
 	quar   *core.Quarantiner
 	// absent holds the jobs in flight read missing on a store that
@@ -205,7 +205,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 		}
 	}
 	p := &Processor{cfg: cfg, stages: stages, running: map[string]bool{}, wake: make(chan struct{}, 1)}
-	p.store = &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
+	p.store = cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
 	p.units = &core.Units{Clock: cfg.Clock, Log: cfg.Logger}
 	p.quar = &core.Quarantiner{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
 	p.absent.Settle = storage.SettleTime(cfg.Store)

@@ -60,14 +60,14 @@ func (cs *callbackServer) bodies() []lifecycle.NLMCallbackBody {
 
 // processorFor is a processor posting to cs over HTTP. Callback retries
 // wait a nanosecond of the wall clock: nothing here waits on time.
-func processorFor(t *testing.T, s storage.Store, cs *callbackServer, failAt string) *nlm.Processor {
+func processorFor(t *testing.T, s *storage.Store, cs *callbackServer, failAt string) *nlm.Processor {
 	return newProcessor(t, nlm.Config{Store: s, Client: cs.Client(), Clock: clock.Real(), Owner: "p1",
 		CallbackBackoff: time.Nanosecond}, stagesFailingAt(failAt))
 }
 
 func TestProcessDone(t *testing.T) {
 	t.Parallel()
-	env.Each(t, func(t *testing.T, s storage.Store) {
+	env.Each(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
 		p := processorFor(t, s, cs, "")

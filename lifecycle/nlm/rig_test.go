@@ -14,6 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // runProcessor runs p until the test ends; stop stops it and returns how long Run
@@ -100,13 +101,13 @@ func (p *poster) next(t *testing.T) lifecycle.NLMCallbackBody {
 // watched is a store that tells about every write, so a test waits for a
 // state instead of sleeping.
 type watched struct {
-	storage.Store
+	driver.Store
 	changed chan struct{}
 	// onPut, when set, sees every successful Put.
 	onPut func(key string, v []byte)
 }
 
-func watch(s storage.Store) *watched { return &watched{Store: s, changed: make(chan struct{}, 1)} }
+func watch(s *storage.Store) *watched { return &watched{Store: s, changed: make(chan struct{}, 1)} }
 
 func (w *watched) poke() {
 	select {

@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // lateHandler serves the sink once the processor has a Sink to give it
@@ -78,14 +79,14 @@ func TestAskParksAndResumes(t *testing.T) {
 			late := &lateHandler{gate: make(chan struct{})}
 			s.onPut = parkedAndFreed(late.gate)
 			post := newPoster(late)
-			p := newProcessor(t, nlm.Config{Store: s, Clock: clk, Owner: "nlm-1", Client: post,
+			p := newProcessor(t, nlm.Config{Store: storage.New(s), Clock: clk, Owner: "nlm-1", Client: post,
 				CallbackURL: "https://conveyor.example/nlm/callback"}, stagesFailingAt(tt.failAt))
 			var parked run.StepInput
 			steps := nlm.Ask(p, "brief", func(_ context.Context, in run.StepInput) (lifecycle.NLMRequest, error) {
 				parked = in
 				return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: "brief on " + string(in.Input)}, nil
 			})
-			r, err := run.NewRunner(run.Config{Store: s, Clock: clk, Owner: "runner-1", Logger: quiet, Node: "test"},
+			r, err := run.NewRunner(run.Config{Store: storage.New(s), Clock: clk, Owner: "runner-1", Logger: quiet, Node: "test"},
 				run.Agent{Slug: "researcher", Machine: lifecycle.MachineApproval, Steps: steps})
 			if err != nil {
 				t.Fatal(err)

@@ -34,7 +34,7 @@ func TestSettleJobReadMissingKeepsItsIndexEntry(t *testing.T) {
 	}
 	fs.Match(func(k string) bool { return k == "nlm/jobs/job-s.json" })
 	fs.FalseNotFound(1)
-	p := newProcessor(t, nlm.Config{Store: fs, Clock: clk, Owner: "p1", Client: newPoster(nil)}, stagesFailingAt(""))
+	p := newProcessor(t, nlm.Config{Store: storage.New(fs), Clock: clk, Owner: "p1", Client: newPoster(nil)}, stagesFailingAt(""))
 	runProcessor(t, p, 5*time.Second)
 	done := func() bool { // read beside the faults
 		b, _, err := w.Get(ctx, "nlm/jobs/job-s.json")
@@ -67,7 +67,7 @@ func TestSettleAcceptOfAProcessedJobDoesNotRestartIt(t *testing.T) {
 		queries.Add(1)
 		return query(ctx, r, prompt)
 	}
-	p := newProcessor(t, nlm.Config{Store: fs, Clock: clock.NewFake(t0), Owner: "p1", Client: newPoster(nil)}, stages)
+	p := newProcessor(t, nlm.Config{Store: storage.New(fs), Clock: clock.NewFake(t0), Owner: "p1", Client: newPoster(nil)}, stages)
 	req := request("https://cb.example/r", "job-a")
 	if _, err := p.Accept(ctx, req); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ const Forever time.Duration = -1
 // say otherwise.
 type Config struct {
 	// Store is the store to clean; required.
-	Store storage.Store
+	Store *storage.Store
 	// Owner names this process in the janitor's lease (a valid id, unique
 	// per process sharing the store); required.
 	Owner string

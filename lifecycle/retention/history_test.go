@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // written is a record of the simulated history: its keys, its kind, and
@@ -29,7 +30,7 @@ type written struct {
 // history writes records as the engines lay them out, and remembers them.
 type history struct {
 	t     testing.TB
-	store storage.Store
+	store *storage.Store
 	cfg   retention.Config
 	mu    sync.Mutex
 	recs  []written
@@ -202,7 +203,7 @@ func (h *history) check(now time.Time, slack time.Duration) (lost, stale int) {
 }
 
 // size counts the store's keys and bytes.
-func size(t testing.TB, s storage.Store) (keys, bytes int) {
+func size(t testing.TB, s *storage.Store) (keys, bytes int) {
 	t.Helper()
 	ctx := context.Background()
 	for k, err := range s.List(ctx, "") {
@@ -225,7 +226,7 @@ func size(t testing.TB, s storage.Store) (keys, bytes int) {
 // killStore fails every call once armed and n more deletes went through,
 // and calls kill then: a process that dies mid-pass.
 type killStore struct {
-	storage.Store
+	driver.Store
 	mu    sync.Mutex
 	armed bool
 	n     int
@@ -298,8 +299,4 @@ func (s *killStore) ListAfter(ctx context.Context, prefix, after string) iter.Se
 		return func(yield func(string, error) bool) { yield("", err) }
 	}
 	return s.Store.ListAfter(ctx, prefix, after)
-}
-
-func (s *killStore) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return s.ListAfter(ctx, prefix, "")
 }

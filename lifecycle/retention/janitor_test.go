@@ -19,15 +19,16 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func stores(t *testing.T) map[string]func(t *testing.T) storage.Store {
-	return map[string]func(t *testing.T) storage.Store{
-		"memstore": func(*testing.T) storage.Store { return memstore.New() },
-		"filestore": func(t *testing.T) storage.Store {
+func stores(t *testing.T) map[string]func(t *testing.T) *storage.Store {
+	return map[string]func(t *testing.T) *storage.Store{
+		"memstore": func(*testing.T) *storage.Store { return memstore.New() },
+		"filestore": func(t *testing.T) *storage.Store {
 			s, err := filestore.New(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
@@ -110,7 +111,7 @@ func TestPassDeletesWhatIsPastItsAge(t *testing.T) {
 
 // racer rewrites key between the janitor's read and its delete.
 type racer struct {
-	storage.Store
+	driver.Store
 	key  string
 	done bool
 }
@@ -143,7 +144,7 @@ func TestChangedRecordIsKept(t *testing.T) {
 		if kind == retention.Runs {
 			key = must(layout.RunStatusKey("alpha", h.run("alpha", t0.Add(-age-time.Hour), "", "completed")))
 		}
-		cfg.Store = &racer{Store: mem, key: key}
+		cfg.Store = storage.New(&racer{Store: mem, key: key})
 		r, _, err := newJanitor(t, cfg).Pass(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -202,7 +203,7 @@ func TestKilledPassIsResumed(t *testing.T) {
 	}
 	ks := &killStore{Store: mem}
 	ks.arm(40, func() {})
-	cfg.Store = ks
+	cfg.Store = storage.New(ks)
 	r1, ran, err := newJanitor(t, cfg).Pass(ctx)
 	if !ran || err == nil || r1.Done {
 		t.Fatalf("killed pass = %+v, %v, %v", r1, ran, err)
@@ -379,7 +380,7 @@ func TestKilledPassLeavesNoEmptyFolder(t *testing.T) {
 				_ = os.Remove(filepath.Join(root, filepath.FromSlash(key)))
 			}}
 			ks.arm(n, func() {})
-			cfg.Store = ks
+			cfg.Store = storage.New(ks)
 			if _, ran, err := newJanitor(t, cfg).Pass(ctx); !ran || !errors.Is(err, errKilled) {
 				t.Fatalf("killed pass: ran %v, err %v", ran, err)
 			}

@@ -99,7 +99,7 @@ func TestQueueAfterItsJobsAreDeleted(t *testing.T) {
 	}
 }
 
-func count(t *testing.T, s storage.Store, prefix string) int {
+func count(t *testing.T, s *storage.Store, prefix string) int {
 	t.Helper()
 	n := 0
 	for _, err := range s.List(context.Background(), prefix) {

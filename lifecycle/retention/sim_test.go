@@ -11,6 +11,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // reports collects the janitors' passes (Config.Metrics).
@@ -58,7 +59,7 @@ func TestSixtyDays(t *testing.T) {
 		cfg.Owner, cfg.Store = owner, mem
 		jctx := ctx
 		if i == 2 {
-			cfg.Store = killer
+			cfg.Store = storage.New(killer)
 			killCtx, kill = context.WithCancel(ctx)
 			defer kill()
 			jctx = killCtx

@@ -23,7 +23,7 @@ import (
 // poll listed (listed), so a poll tells new work from runs it saw before.
 // Only the loop touches them.
 type admission struct {
-	store        storage.Store
+	store        *storage.Store
 	now          func() time.Time
 	log          *slog.Logger
 	owner        string        // Config.Owner

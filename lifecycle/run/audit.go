@@ -20,7 +20,7 @@ import (
 // runs whose last event could not be written (gaps). A gap keeps the run's
 // active entry, so the poll finds the run and repairs it.
 type auditLog struct {
-	store   storage.Store
+	store   *storage.Store
 	now     func() time.Time
 	log     *slog.Logger
 	timeout time.Duration // Config.AuditTimeout

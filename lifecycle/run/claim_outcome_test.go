@@ -12,6 +12,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // loseClaimAnswer lands the first write of owner's lease into a run's
@@ -19,7 +20,7 @@ import (
 // transient error: the claim cannot tell whether its write landed, as
 // when a store goes away between a write and its answer.
 type loseClaimAnswer struct {
-	storage.Store
+	driver.Store
 	owner string
 	mu    sync.Mutex
 	lost  string // the run whose claim's answer was lost
@@ -92,7 +93,7 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 				<-started
 				stopA()
 			}
-			b, _ := base.around(lossy).runner("b", fast, agent)
+			b, _ := base.around(storage.New(lossy)).runner("b", fast, agent)
 			if !tc.takeover {
 				runID = submit(t, b, agent.Slug)
 			}
@@ -123,7 +124,7 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 // failStatusEntry refuses, once, the write of a run's entry under the
 // status index of state (not a transient error: no retry lands it).
 type failStatusEntry struct {
-	storage.Store
+	driver.Store
 	prefix string
 	once   sync.Once
 	failed chan struct{}
@@ -153,7 +154,7 @@ func TestFinishedRunWhoseIndexMoveFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &failStatusEntry{Store: base.tracked(), prefix: prefix, failed: make(chan struct{})}
-	g := base.around(s)
+	g := base.around(storage.New(s))
 	agent := run.Agent{Slug: "moved", Steps: []run.Step{okStep("work")}}
 	r, _ := g.runner("a", nil, agent)
 	runID := submit(t, r, agent.Slug)

@@ -16,7 +16,7 @@ import (
 
 // creator writes new runs (createRun) and records each creation.
 type creator struct {
-	store    storage.Store
+	store    *storage.Store
 	now      func() time.Time
 	log      *slog.Logger
 	metrics  Metrics

@@ -16,7 +16,7 @@ import (
 // execution, the poll, a control call): the terminal fields, the slot and
 // active entry freed, the log line and metrics.
 type ender struct {
-	store    storage.Store
+	store    *storage.Store
 	now      func() time.Time
 	log      *slog.Logger
 	metrics  Metrics

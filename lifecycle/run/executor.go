@@ -17,7 +17,7 @@ import (
 // of a run's steps and writes, the store, the slots and the run's end.
 type executor struct {
 	cfg      execConfig
-	store    storage.Store
+	store    *storage.Store
 	now      func() time.Time
 	log      *slog.Logger
 	tracer   tracing.Tracer

@@ -27,6 +27,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -55,7 +56,7 @@ func TestFaultStoreOutage(t *testing.T) {
 	started := make(chan string, 40)
 	agent := run.Agent{Slug: "outage", Concurrency: 10,
 		Steps: []run.Step{clockStep("work", g.clock, 2*time.Second, started), okStep("after")}}
-	r, _ := g.with(fs).runner("a", nil, agent)
+	r, _ := g.with(storage.New(fs)).runner("a", nil, agent)
 	var ids []string
 	for range 20 {
 		ids = append(ids, submit(t, r, agent.Slug))
@@ -172,10 +173,10 @@ var corruptions = []struct {
 // and late writers are the same faults on each.
 var faultStores = []struct {
 	name string
-	new  func(t *testing.T) storage.Store
+	new  func(t *testing.T) *storage.Store
 }{
-	{"memstore", func(t *testing.T) storage.Store { return memStore(t) }},
-	{"filestore", func(t *testing.T) storage.Store {
+	{"memstore", func(t *testing.T) *storage.Store { return memStore(t) }},
+	{"filestore", func(t *testing.T) *storage.Store {
 		s, err := filestore.New(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
@@ -305,7 +306,7 @@ func TestFaultStragglerCounted(t *testing.T) {
 // between confirming its lease and writing, and records which of its writes
 // land after it thaws.
 type lateGate struct {
-	storage.Store
+	driver.Store
 	match func(string) bool
 
 	mu      sync.Mutex
@@ -315,7 +316,7 @@ type lateGate struct {
 	late    []string
 }
 
-func newLateGate(s storage.Store, match func(string) bool) *lateGate {
+func newLateGate(s *storage.Store, match func(string) bool) *lateGate {
 	g := &lateGate{Store: s, match: match, closed: make(chan struct{}), tripped: make(chan struct{})}
 	close(g.closed)
 	return g
@@ -406,7 +407,7 @@ func TestFaultLateWriter(t *testing.T) {
 			}
 			gate := newLateGate(g.tracked(), tt.match)
 			var logs *testlog.Buffer
-			a, _ := g.around(gate).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
+			a, _ := g.around(storage.New(gate)).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 			id := submit(t, a, "late")
 			<-gate.tripped
 			thawed := false
@@ -526,7 +527,7 @@ func TestFaultJunkSlot(t *testing.T) {
 // matching match, and refuses that write, as if the process died just
 // before it.
 type cutStore struct {
-	storage.Store
+	driver.Store
 	match  func(string) bool
 	cancel context.CancelFunc
 }
@@ -557,7 +558,7 @@ func TestRestartResumesUnstartedStep(t *testing.T) {
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cut := &cutStore{Store: g.store, cancel: cancel, match: func(k string) bool { return strings.HasSuffix(k, "/steps/02-two.json") }}
-	first, err := run.NewRunner(run.Config{Store: cut, Owner: "host-a", Clock: g.clock, Node: "test",
+	first, err := run.NewRunner(run.Config{Store: storage.New(cut), Owner: "host-a", Clock: g.clock, Node: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, agent)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -27,7 +28,7 @@ import (
 // copy of it is written, as a repair or another writer racing the
 // quarantine would: the quarantine's compare-and-swap then fails.
 type raceQuarantine struct {
-	storage.Store
+	driver.Store
 	key  string
 	then func() []byte
 	once sync.Once
@@ -84,7 +85,7 @@ func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
 					}
 					return []byte("{still not json")
 				}}
-				r2, err := run.NewRunner(run.Config{Store: rs, Owner: "b", Logger: discard()}, agent)
+				r2, err := run.NewRunner(run.Config{Store: storage.New(rs), Owner: "b", Logger: discard()}, agent)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -193,7 +194,7 @@ var errDead = errors.New("the process is dead")
 // crashAt is the store of a process that is killed (kill -9) just before
 // its nth write: that write and every call after it never happen.
 type crashAt struct {
-	storage.Store
+	driver.Store
 	n      int
 	mu     sync.Mutex
 	writes int
@@ -249,7 +250,7 @@ func TestSubmitKilledAtEachWrite(t *testing.T) {
 			for n := 1; ; n++ {
 				g := newRig(t, nil)
 				crash := &crashAt{Store: g.store, n: n}
-				dead, err := run.NewRunner(run.Config{Store: crash, Owner: "dead", Clock: g.clock, Logger: discard(),
+				dead, err := run.NewRunner(run.Config{Store: storage.New(crash), Owner: "dead", Clock: g.clock, Logger: discard(),
 					PollTimeout: time.Second}, agent)
 				if err != nil {
 					t.Fatal(err)
@@ -275,7 +276,7 @@ func TestSubmitKilledAtEachWrite(t *testing.T) {
 // halfMade names a run the store holds half-made or not ended: an active
 // entry, an index entry or a run folder whose status.json is missing or not
 // terminal. "" means none.
-func halfMade(t *testing.T, s storage.Store) string {
+func halfMade(t *testing.T, s *storage.Store) string {
 	ctx := context.Background()
 	status := map[string]string{} // run id → status
 	folders := map[string]bool{}
@@ -321,7 +322,7 @@ func halfMade(t *testing.T, s storage.Store) string {
 // flakyAudit fails the first write of every third audit object, as a store
 // under load does (a deadline exceeded); every other call goes through.
 type flakyAudit struct {
-	storage.Store
+	driver.Store
 	mu     sync.Mutex
 	seen   int
 	failed map[string]bool
@@ -355,7 +356,7 @@ func TestBurstEveryWriteAudited(t *testing.T) {
 	g := newRig(t, nil)
 	flaky := &flakyAudit{Store: g.tracked(), failed: map[string]bool{}}
 	agent := run.Agent{Slug: "burst", Concurrency: 10, Steps: []run.Step{okStep("one"), okStep("two")}}
-	r, _ := g.around(flaky).runner("a", nil, agent)
+	r, _ := g.around(storage.New(flaky)).runner("a", nil, agent)
 	ids := make([]string, runs)
 	for i := range ids {
 		ids[i] = submit(t, r, agent.Slug)
@@ -406,7 +407,7 @@ func TestBurstEveryWriteAudited(t *testing.T) {
 // write lands, and refuses an audit write made under an ended context, as
 // a network store does.
 type deadlineAfterStatus struct {
-	storage.Store
+	driver.Store
 	end context.CancelFunc
 }
 
@@ -430,7 +431,7 @@ func TestAuditOutlivesRequestDeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	agent := run.Agent{Slug: "hurried", Steps: []run.Step{okStep("one")}}
-	r, err := run.NewRunner(run.Config{Store: &deadlineAfterStatus{Store: mem, end: cancel}, Owner: "a", Logger: discard()}, agent)
+	r, err := run.NewRunner(run.Config{Store: storage.New(&deadlineAfterStatus{Store: mem, end: cancel}), Owner: "a", Logger: discard()}, agent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +458,7 @@ func TestAuditOutlivesRequestDeadline(t *testing.T) {
 // and before the runner hears back: a cancel that lands between a
 // runner's claim and the start of its execution.
 type cancelAfterClaim struct {
-	storage.Store
+	driver.Store
 	hook func(runID string)
 	once sync.Once
 }
@@ -481,7 +482,7 @@ func TestCancelBetweenClaimAndStart(t *testing.T) {
 	t.Parallel()
 	base := newRig(t, nil)
 	s := &cancelAfterClaim{Store: base.tracked()}
-	g := base.around(s)
+	g := base.around(storage.New(s))
 	slow := run.Agent{Slug: "slow", Machine: lifecycle.MachineCancelable, Steps: []run.Step{{Name: "work",
 		Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 			<-ctx.Done()

@@ -24,11 +24,11 @@ var epoch0 = time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
 // while every goroutine they started waits on it: never on a guess.
 type rig struct {
 	t     *testing.T
-	store storage.Store
+	store *storage.Store
 	clock *clock.Fake
 }
 
-func newRig(t *testing.T, store storage.Store) *rig {
+func newRig(t *testing.T, store *storage.Store) *rig {
 	t.Helper()
 	if store == nil {
 		store = memstore.New()
@@ -38,7 +38,7 @@ func newRig(t *testing.T, store storage.Store) *rig {
 
 // with returns a rig on another store (a wrapper of this one) sharing the
 // clock.
-func (g *rig) with(store storage.Store) *rig {
+func (g *rig) with(store *storage.Store) *rig {
 	return &rig{t: g.t, store: store, clock: g.clock}
 }
 
@@ -46,10 +46,10 @@ func (g *rig) with(store storage.Store) *rig {
 // if its runner's process were paused: such a wrapper waits with
 // testWait, so that the calls it holds are no work of the runners and do
 // not keep the rig from moving the clock.
-func (g *rig) tracked() storage.Store { return g.store }
+func (g *rig) tracked() *storage.Store { return g.store }
 
 // around returns a rig whose runners use s, a wrapper of g.tracked().
-func (g *rig) around(s storage.Store) *rig { return g.with(s) }
+func (g *rig) around(s *storage.Store) *rig { return g.with(s) }
 
 // testWait blocks the caller, counted as waiting (not working) when it
 // runs for a runner (ctx carries its token), until open is closed: a
@@ -255,7 +255,7 @@ func okStep(name string) run.Step {
 	}}
 }
 
-func readJSON(t *testing.T, s storage.Store, key string, v any) {
+func readJSON(t *testing.T, s *storage.Store, key string, v any) {
 	t.Helper()
 	b, _, err := s.Get(context.Background(), key)
 	if err != nil {

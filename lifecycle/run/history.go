@@ -20,7 +20,7 @@ import (
 // entry could not be moved (gaps): a gap keeps the run's active entry, so
 // the poll finds the run and repairs it.
 type history struct {
-	store    storage.Store
+	store    *storage.Store
 	log      *slog.Logger
 	clock    clock.Clock
 	interval time.Duration // Config.IndexRepairInterval
@@ -362,7 +362,7 @@ func (h *history) backfillFailed(ctx context.Context, slug string, err error) {
 }
 
 // putOnce writes value at key create-only; an existing key is left as is.
-func putOnce(ctx context.Context, store storage.Store, key string, value []byte) error {
+func putOnce(ctx context.Context, store *storage.Store, key string, value []byte) error {
 	_, err := store.Put(ctx, key, value, storage.IfNotExists())
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		return nil

@@ -63,7 +63,7 @@ func pollCost(t *testing.T, finished int) (startup, polls, listed int64) {
 		}
 	}
 	counting := &teststores.Counting{Store: g.store} // Lists by the page, as S3 bills them
-	g.with(counting).runner("b", nil, agent)
+	g.with(storage.New(counting)).runner("b", nil, agent)
 	g.timers(1) // b's start-up poll is over: its next poll is armed
 	startup = counting.PagedOps()
 	counting.Reset()

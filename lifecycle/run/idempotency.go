@@ -274,7 +274,7 @@ var errKeep = errors.New("run: idempotency record kept as is")
 // idempotency answers the submits with an idempotency key
 // (docs/spec.md#idempotency) through the key's record, and reads a record.
 type idempotency struct {
-	store   storage.Store
+	store   *storage.Store
 	now     func() time.Time
 	log     *slog.Logger
 	metrics Metrics

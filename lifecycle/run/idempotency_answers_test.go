@@ -111,7 +111,7 @@ func TestIdempotencyAnswers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			faulty := &faultyStore{Store: memStore(t)}
-			g := newRig(t, faulty)
+			g := newRig(t, storage.New(faulty))
 			agent := run.Agent{Slug: "answers", Steps: []run.Step{okStep("s")}}
 			r, _ := g.runner("a", nil, agent)
 			e := &env{t: t, g: g, faulty: faulty, r: r,
@@ -144,7 +144,7 @@ func mustExist(t *testing.T, r *run.Runner, runID string) {
 
 // toPreviousRelease rewrites a key's record as the previous release wrote
 // it: a lock (lock_expires_at, also its expires_at) and no lease owner.
-func toPreviousRelease(t *testing.T, s storage.Store, clientKey string, lock time.Time) {
+func toPreviousRelease(t *testing.T, s *storage.Store, clientKey string, lock time.Time) {
 	t.Helper()
 	key := layout.IdempotencyKey(clientKey)
 	b, ver, err := s.Get(context.Background(), key)

@@ -12,12 +12,13 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // faultyStore fails Puts whose key matches, with errInjected: after letting
 // skip of them through, the next n.
 type faultyStore struct {
-	storage.Store
+	driver.Store
 	mu    sync.Mutex
 	rules []*fault
 }
@@ -58,7 +59,7 @@ func isIdempotency(key string) bool { return strings.HasPrefix(key, "idempotency
 func TestIdempotencyFailedRequestIsRetried(t *testing.T) {
 	t.Parallel()
 	faulty := &faultyStore{Store: memStore(t)}
-	g := newRig(t, faulty)
+	g := newRig(t, storage.New(faulty))
 	agent := run.Agent{Slug: "retry", Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
@@ -91,7 +92,7 @@ func TestIdempotencyFailedRequestIsRetried(t *testing.T) {
 func TestIdempotencyLapsedLeaseIsTakenOver(t *testing.T) {
 	t.Parallel()
 	faulty := &faultyStore{Store: memStore(t)}
-	g := newRig(t, faulty)
+	g := newRig(t, storage.New(faulty))
 	agent := run.Agent{Slug: "lock", Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
@@ -131,7 +132,7 @@ func TestIdempotencyLapsedLeaseIsTakenOver(t *testing.T) {
 func TestRefusedControlCallCostsTwoReads(t *testing.T) {
 	t.Parallel()
 	counting := &teststores.Counting{Store: memStore(t)}
-	g := newRig(t, counting)
+	g := newRig(t, storage.New(counting))
 	agent := run.Agent{Slug: "done", Machine: lifecycle.MachineCancelable, Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	id := submit(t, r, agent.Slug)
@@ -139,7 +140,7 @@ func TestRefusedControlCallCostsTwoReads(t *testing.T) {
 		t.Fatalf("run %s", st.Status)
 	}
 	until(t, "cleanup", func() bool {
-		for range counting.Store.List(context.Background(), "index/active/") {
+		for range storage.New(counting.Store).List(context.Background(), "index/active/") {
 			return false
 		}
 		return true

@@ -52,7 +52,7 @@ type IdempotencyMarker struct {
 // writes and reads nothing. It remembers the runs found to be their key's
 // one run (verdicts) until they are past admission.
 type dedupeGate struct {
-	store        storage.Store
+	store        *storage.Store
 	now          func() time.Time
 	log          *slog.Logger
 	settle       time.Duration // the store's settle time, read once: every check agrees

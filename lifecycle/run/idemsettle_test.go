@@ -31,7 +31,7 @@ type settleRig struct {
 
 func newSettleRig(t *testing.T, machine string) *settleRig {
 	fs := faultstore.New(memStore(t))
-	g := newRig(t, fs)
+	g := newRig(t, storage.New(fs))
 	fs.SetSettle(5*time.Second, g.clock.Now)
 	fs.Match(layout.IsIdempotencyKey)
 	execs := &atomic.Int32{}
@@ -228,7 +228,7 @@ func TestSettleWaitingRunIsReadOnceItMayGo(t *testing.T) {
 	g := newRig(t, nil)
 	fs.SetSettle(30*time.Second, g.clock.Now)
 	counting := &teststores.Counting{Store: fs}
-	g = g.with(counting)
+	g = g.with(storage.New(counting))
 	agent := run.Agent{Slug: "keyed", Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	res, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:wait-1"})

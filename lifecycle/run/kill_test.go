@@ -81,7 +81,7 @@ const (
 
 // helperStore opens the store the processes share: MinIO when the parent
 // said so, else a filestore in the shared directory.
-func helperStore(dir string) (storage.Store, error) {
+func helperStore(dir string) (*storage.Store, error) {
 	if endpoint := os.Getenv(helperS3Endpoint); endpoint != "" {
 		return s3store.New(context.Background(), s3store.Config{
 			Endpoint: endpoint, Bucket: os.Getenv(helperS3Bucket), Prefix: os.Getenv(helperS3Prefix),
@@ -124,7 +124,7 @@ func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
 	t.Run("filestore", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		testSIGKILL(t, dir, nil, func() storage.Store {
+		testSIGKILL(t, dir, nil, func() *storage.Store {
 			s, err := filestore.New(filepath.Join(dir, "store"))
 			if err != nil {
 				t.Fatal(err)
@@ -139,11 +139,11 @@ func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
 		s := env.S3At(t, prefix)
 		vars := []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
 			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
-		testSIGKILL(t, t.TempDir(), vars, func() storage.Store { return s })
+		testSIGKILL(t, t.TempDir(), vars, func() *storage.Store { return s })
 	})
 }
 
-func testSIGKILL(t *testing.T, dir string, env []string, open func() storage.Store) {
+func testSIGKILL(t *testing.T, dir string, env []string, open func() *storage.Store) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), helperEnv+"="+dir), env...)
 	stdout, err := cmd.StdoutPipe()

@@ -27,6 +27,6 @@ func TestMain(m *testing.M) {
 
 // minioStore returns an s3store on the shared MinIO under a fresh prefix,
 // skipping (or, in CI, failing) when there is no MinIO binary.
-func minioStore(t testing.TB) storage.Store { return env.S3(t) }
+func minioStore(t testing.TB) *storage.Store { return env.S3(t) }
 
-func memStore(testing.TB) storage.Store { return memstore.New() }
+func memStore(testing.TB) *storage.Store { return memstore.New() }

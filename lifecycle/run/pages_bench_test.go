@@ -95,14 +95,14 @@ func BenchmarkRunsHistory(b *testing.B) {
 	for _, kind := range []string{"memstore", "filestore", "minio"} {
 		for _, n := range sizes[kind] {
 			b.Run(fmt.Sprintf("%s/%s/FirstPage", kind, count(n)), func(b *testing.B) {
-				var store storage.Store
+				var store *storage.Store
 				if kind == "minio" {
 					store = shared.grow(b, n)
 				} else {
 					store = historyStore(b, kind, n)
 				}
 				counting := &teststores.Counting{Store: store}
-				r, err := run.NewRunner(run.Config{Store: counting, Owner: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+				r, err := run.NewRunner(run.Config{Store: storage.New(counting), Owner: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
 					run.Agent{Slug: "hist", Steps: []run.Step{okStep("a")}})
 				if err != nil {
 					b.Fatal(err)
@@ -139,7 +139,7 @@ func count(n int) string {
 
 // historyStore is a store of kind (memstore or filestore) holding n
 // finished runs of agent hist.
-func historyStore(b *testing.B, kind string, n int) storage.Store {
+func historyStore(b *testing.B, kind string, n int) *storage.Store {
 	b.Helper()
 	ctx := context.Background()
 	switch kind {
@@ -172,7 +172,7 @@ func historyStore(b *testing.B, kind string, n int) storage.Store {
 // the size, numbered from 0), so 1k, 10k and 100k cost 100k runs of
 // filling, not 111k.
 type minioHistory struct {
-	store  storage.Store
+	store  *storage.Store
 	prefix string
 	n      int
 	seq    int
@@ -181,7 +181,7 @@ type minioHistory struct {
 // grow returns the shared MinIO store holding exactly n finished runs of
 // agent hist, filling it up from what it holds (or afresh, under a new
 // prefix, when it holds more), and logs how long the filling took.
-func (h *minioHistory) grow(b *testing.B, n int) storage.Store {
+func (h *minioHistory) grow(b *testing.B, n int) *storage.Store {
 	b.Helper()
 	if h.store == nil || h.n > n {
 		h.seq++

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // TestPollLeavesParkedRunsAlone: a runner watching runs parked by another
@@ -33,7 +34,7 @@ func TestPollLeavesParkedRunsAlone(t *testing.T) {
 	stopA()
 
 	counting := &teststores.Counting{Store: g.store}
-	b, _ := g.with(counting).runner("b", nil, agent)
+	b, _ := g.with(storage.New(counting)).runner("b", nil, agent)
 	g.timers(1) // b's start-up poll is over: its next poll is armed
 	// A status and, once per runner, the audit event of its last write
 	// (a run at rest has no writer coming to repair a missing one).
@@ -88,7 +89,7 @@ func TestPollLeavesLeasedRunsAlone(t *testing.T) {
 	close(b.release)
 
 	counting := &teststores.Counting{Store: g.store}
-	w, _ := g.with(counting).runner("w", nil, agent)
+	w, _ := g.with(storage.New(counting)).runner("w", nil, agent)
 	g.timers(1) // w's start-up poll is over: its next poll is armed
 	if got := counting.Gets.Load(); got != 1 {
 		t.Fatalf("the start-up poll read %d statuses, want 1", got)

@@ -18,7 +18,7 @@ import (
 // reads answer what is asked of runs (Status, Steps, Wait, the lists) from
 // the store, through the run index and the history indexes.
 type reads struct {
-	store        storage.Store
+	store        *storage.Store
 	now          func() time.Time
 	clock        clock.Clock
 	pollInterval time.Duration // Config.PollInterval: Wait reads again at least this often

@@ -11,12 +11,13 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // parkGate holds the write that frees a run's slot as it parks, until
 // released: the window in which the runner still ends the run's execution.
 type parkGate struct {
-	storage.Store
+	driver.Store
 	once    sync.Once
 	held    chan struct{}
 	release chan struct{}
@@ -40,7 +41,7 @@ func (g *parkGate) Put(ctx context.Context, key string, v []byte, c storage.Cond
 func TestDeliverWhileParkingResumesWithoutAPoll(t *testing.T) {
 	t.Parallel()
 	gate := &parkGate{Store: memstore.New(), held: make(chan struct{}), release: make(chan struct{})}
-	g := newRig(t, gate)
+	g := newRig(t, storage.New(gate))
 	agent := run.Agent{Slug: "ci-wait", Machine: lifecycle.MachineApproval,
 		Steps: []run.Step{awaitStep("wait-ci", &run.Await{ExternalEvent: "ci.finished", Timeout: time.Hour}), okStep("deploy")}}
 	r, _ := g.runner("a", func(c *run.Config) { c.PollInterval = time.Hour }, agent)

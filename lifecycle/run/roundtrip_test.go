@@ -27,11 +27,11 @@ func (f finishSignal) RunFinished(agent, status string, _ time.Duration) { f.don
 // and not a single read or list.
 func TestHappyPathStoreRoundTrips(t *testing.T) {
 	t.Parallel()
-	for name, newStore := range map[string]func(testing.TB) storage.Store{"memstore": memStore, "minio": minioStore} {
+	for name, newStore := range map[string]func(testing.TB) *storage.Store{"memstore": memStore, "minio": minioStore} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			counting := &teststores.Counting{Store: newStore(t)}
-			g := newRig(t, counting)
+			g := newRig(t, storage.New(counting))
 			done := make(chan string, 1)
 			agent := run.Agent{Slug: "counted", Steps: []run.Step{okStep("a"), okStep("b"), okStep("c")}}
 			r, _ := g.runner("a", func(c *run.Config) {

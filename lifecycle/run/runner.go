@@ -6,6 +6,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // Runner is the Orchestration Layer wrapper (docs/spec.md#platform-names): the one writer of
@@ -16,8 +17,8 @@ import (
 // Several Runners may share one Store: slots, leases and compare-and-swap
 // writes keep each run executed by one of them at a time.
 type Runner struct {
-	cfg     Config
-	patient *core.Patient
+	cfg   Config
+	store *storage.Store // patient
 	// units runs step attempts under their deadlines and counts the
 	// goroutines of attempts abandoned there (stragglers).
 	units  *core.Units
@@ -74,7 +75,7 @@ func (r *Runner) Quarantined() int64 { return r.poison.count() }
 
 // StoreRetries counts the store calls this runner retried after a
 // transient failure.
-func (r *Runner) StoreRetries() int64 { return r.patient.Retries() }
+func (r *Runner) StoreRetries() int64 { return r.store.Retries() }
 
 // SubmitRequest asks for a run (POST /agents/run); SubmitResult answers
 // it. Both live in lifecycle so the Go client can send them without the

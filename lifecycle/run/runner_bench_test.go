@@ -17,7 +17,7 @@ import (
 
 // benchmarkRunner pushes b.N runs of three no-op steps through one Runner and
 // reports runs per second and store round trips per run.
-func benchmarkRunner(b *testing.B, store storage.Store, concurrency int, tp ...trace.TracerProvider) {
+func benchmarkRunner(b *testing.B, store *storage.Store, concurrency int, tp ...trace.TracerProvider) {
 	counting := &teststores.Counting{Store: store}
 	done := make(chan string, 256)
 	noop := func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -25,11 +25,11 @@ func benchmarkRunner(b *testing.B, store storage.Store, concurrency int, tp ...t
 	}
 	agent := run.Agent{Slug: "bench", Concurrency: concurrency, Steps: []run.Step{
 		{Name: "a", Run: noop}, {Name: "b", Run: noop}, {Name: "c", Run: noop}}}
-	r, err := run.NewRunner(run.Config{Store: counting, Owner: "bench",
+	r, err := run.NewRunner(run.Config{Store: storage.New(counting), Owner: "bench",
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: finishSignal{Metrics: noMetrics{}, done: done}}, agent)
 	if len(tp) > 0 {
-		r, err = run.NewRunner(run.Config{Store: counting, Owner: "bench", TracerProvider: tp[0],
+		r, err = run.NewRunner(run.Config{Store: storage.New(counting), Owner: "bench", TracerProvider: tp[0],
 			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Metrics: finishSignal{Metrics: noMetrics{}, done: done}}, agent)
 	}

@@ -93,7 +93,7 @@ type Agent struct {
 // Config configures a Runner. Only Store is required; every other field has
 // the documented default when left zero.
 type Config struct {
-	Store storage.Store
+	Store *storage.Store
 	// Owner names this runner in leases. Default: DefaultOwner(), the host
 	// name and the executable's name, which a restarted process keeps: at
 	// start-up a runner takes over the runs leased to its own Owner at once

@@ -18,6 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -50,7 +51,7 @@ func scenarios() []scenario {
 	}
 }
 
-func runScenarios(t *testing.T, newStore func(testing.TB) storage.Store) {
+func runScenarios(t *testing.T, newStore func(testing.TB) *storage.Store) {
 	for _, sc := range scenarios() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -625,14 +626,14 @@ func orNil(s string) string {
 // gatedStore lets a test freeze one runner's store calls, as if its process
 // were paused, and records the writes that succeed after a given moment.
 type gatedStore struct {
-	storage.Store
+	driver.Store
 	mu        sync.Mutex
 	paused    chan struct{} // closed when not paused
 	recording bool
 	late      []string
 }
 
-func newGatedStore(s storage.Store) *gatedStore {
+func newGatedStore(s *storage.Store) *gatedStore {
 	g := &gatedStore{Store: s, paused: make(chan struct{})}
 	close(g.paused)
 	return g
@@ -700,7 +701,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 				return run.StepOutput{Summary: "by " + owner, Files: map[string][]byte{"result.json": []byte(`"` + owner + `"`)}}, nil
 			}}, okStep("after")}}
 	}
-	ga := g.around(gated)
+	ga := g.around(storage.New(gated))
 	var logs *testlog.Buffer
 	a, _ := ga.runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 	id := submit(t, a, "fenced")
@@ -725,7 +726,7 @@ func scenarioFencing(t *testing.T, g *rig) {
 	close(release)
 	g.clock.Advance(time.Minute) // a wakes late: its heartbeat is overdue
 	// Time moves on, whenever the runners wait on the clock, while a gives
-	// up, so that a store call it retries (core.Patient waits on the clock)
+	// up, so that a store call it retries (the patient Store waits on the clock)
 	// is not left waiting.
 	g.advanceUntil(time.Second, 10*time.Minute, func() bool {
 		return strings.Contains(logs.String(), `"msg":"run_stopped"`) && strings.Contains(logs.String(), "at epoch 1 lost")
@@ -769,7 +770,7 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 			}}}}
 	}
 	var logs *testlog.Buffer
-	a, _ := g.around(gated).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
+	a, _ := g.around(storage.New(gated)).runner("a", func(c *run.Config) { logs = capture(c) }, mk("a"))
 	id := submit(t, a, "slotted")
 	<-inA
 	gated.pause()

@@ -11,6 +11,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // The runner on a store that settles (issue 27): a false not-found read of
@@ -67,7 +68,7 @@ func TestSettleRunReadMissingIsNotSubmittedAgain(t *testing.T) {
 	id := submit(t, a, agent.Slug)
 	<-steps.in
 	// Started once the run executes under a's lease: it watches the run.
-	b, _ := g.with(fs).runner("b", long, agent) // polls through the faults
+	b, _ := g.with(storage.New(fs)).runner("b", long, agent) // polls through the faults
 	// Past the submit's lease, so an absent status looks like a submit
 	// that stopped half-way.
 	start := g.clock.Now()
@@ -105,7 +106,7 @@ func TestSettleSlotOfARunReadMissingIsNotTaken(t *testing.T) {
 	a, _ := g.runner("a", long, agent)
 	first := submit(t, a, agent.Slug)
 	<-steps.in
-	b, _ := g.with(fs).runner("b", long, agent)
+	b, _ := g.with(storage.New(fs)).runner("b", long, agent)
 	g.idle() // b's first poll read the first run: it watches it until its lease ends
 	fs.Match(func(k string) bool { return strings.HasSuffix(k, first+"/status.json") })
 	fs.FalseNotFound(1)
@@ -160,7 +161,7 @@ func TestSettleRunTakenOverKeepsItsInput(t *testing.T) {
 	stopA()
 	fs.Match(func(k string) bool { return strings.HasSuffix(k, res.RunID+"/input.json") })
 	fs.FalseNotFound(1)
-	b, _ := g.with(fs).runner("b", long, agent)
+	b, _ := g.with(storage.New(fs)).runner("b", long, agent)
 	if st := g.wait(b, res.RunID, time.Second, time.Hour); st.Status != "completed" {
 		t.Fatalf("run %s: %s %s", res.RunID, st.Status, deref(st.Error))
 	}
@@ -178,7 +179,7 @@ func TestSettleRunTakenOverKeepsItsInput(t *testing.T) {
 
 // refuseStatus refuses every write of a run's status.json, as a submit
 // killed before its last write: the run's other objects are written.
-type refuseStatus struct{ storage.Store }
+type refuseStatus struct{ driver.Store }
 
 func (s refuseStatus) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
 	if strings.HasSuffix(key, "/status.json") {
@@ -199,7 +200,7 @@ func TestSettleStoppedSubmitKeepsItsInput(t *testing.T) {
 	close(steps.gate)
 	agent := run.Agent{Slug: "settle", Concurrency: 1, Steps: []run.Step{steps.step(), okStep("after")}}
 	long := func(c *run.Config) { c.RunTimeout, c.IndexRepairInterval = 24*time.Hour, 24*time.Hour }
-	a, stopA := g.with(refuseStatus{g.store}).runner("a", long, agent)
+	a, stopA := g.with(storage.New(refuseStatus{g.store})).runner("a", long, agent)
 	if _, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug, Input: []byte(`{"topic":"x"}`)}); err == nil {
 		t.Fatal("the submit wrote its status")
 	}
@@ -218,7 +219,7 @@ func TestSettleStoppedSubmitKeepsItsInput(t *testing.T) {
 	}
 	fs.Match(func(k string) bool { return strings.HasSuffix(k, id+"/input.json") })
 	fs.FalseNotFound(1)
-	b, _ := g.with(fs).runner("b", long, agent)
+	b, _ := g.with(storage.New(fs)).runner("b", long, agent)
 	st := g.wait(b, id, time.Second, time.Hour)
 	if fs.FalseNotFounds() == 0 {
 		t.Fatal("the test provoked no false not-found")
@@ -237,11 +238,11 @@ func TestSettleRunWithoutInputTakenOverDoesNotWait(t *testing.T) {
 	t.Parallel()
 	takeover := func(t *testing.T, settling bool) time.Duration {
 		g := newRig(t, nil)
-		var store storage.Store = g.store
+		var store *storage.Store = g.store
 		if settling {
 			fs := faultstore.New(g.store)
 			fs.SetSettle(settle, g.clock.Now)
-			store = fs
+			store = storage.New(fs)
 		}
 		var mu sync.Mutex
 		var starts []time.Time
@@ -284,7 +285,7 @@ func TestSettleRunWithoutInputTakenOverDoesNotWait(t *testing.T) {
 // killedAtStatus is a submitter's store as seen by a process killed when
 // it writes the run's status: that write, and every later update of the
 // key's record, never lands.
-type killedAtStatus struct{ storage.Store }
+type killedAtStatus struct{ driver.Store }
 
 func (s killedAtStatus) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
 	if strings.HasSuffix(key, "/status.json") || (strings.HasPrefix(key, "idempotency/") && !strings.HasPrefix(key, "idempotency/runs/") && c.Kind() == storage.MatchVersion) {
@@ -307,12 +308,12 @@ func TestSettleKilledSubmitIsAnsweredOnceTheAbsenceIsSure(t *testing.T) {
 	fs.SetSettle(long, g.clock.Now)
 	agent := run.Agent{Slug: "settle", Steps: []run.Step{okStep("work")}}
 	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:killed-1"}
-	a, stopA := g.with(killedAtStatus{fs}).runner("a", nil, agent)
+	a, stopA := g.with(storage.New(killedAtStatus{fs})).runner("a", nil, agent)
 	if _, err := a.Submit(context.Background(), req); err == nil {
 		t.Fatal("the killed submit wrote its status")
 	}
 	stopA()
-	b, _ := g.with(fs).runner("b", nil, agent)
+	b, _ := g.with(storage.New(fs)).runner("b", nil, agent)
 	start := g.clock.Now()
 	var res run.SubmitResult
 	g.advanceUntil(time.Second, 5*time.Minute, func() bool {

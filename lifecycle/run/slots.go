@@ -21,7 +21,7 @@ import (
 // the version of each it freed (freed), so taking one again is one
 // compare-and-swap without a read.
 type slots struct {
-	store    storage.Store
+	store    *storage.Store
 	now      func() time.Time
 	log      *slog.Logger
 	cat      *catalog

@@ -17,7 +17,7 @@ import (
 // here stopped, else its slots) and its active entry deleted, so the
 // agent's other runs go on.
 type statuses struct {
-	store   storage.Store
+	store   *storage.Store
 	log     *slog.Logger
 	absent  *core.Absence
 	poison  *poison

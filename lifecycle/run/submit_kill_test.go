@@ -21,6 +21,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // Environment of a submitter process killed at one write (submitKillMain).
@@ -44,7 +45,7 @@ func submitKillAgent() run.Agent {
 // process with SIGKILL, before or after the write lands. keys records the
 // Puts in order.
 type killingStore struct {
-	storage.Store
+	driver.Store
 	at     int32
 	before bool
 	n      atomic.Int32
@@ -84,7 +85,7 @@ func submitKillMain() int {
 	}
 	at, _ := strconv.Atoi(os.Getenv(submitKillAt))
 	store := &killingStore{Store: fs, at: int32(at), before: os.Getenv(submitKillBefore) == "1"}
-	r, err := run.NewRunner(run.Config{Store: store, Owner: "submitter", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}, submitKillAgent())
+	r, err := run.NewRunner(run.Config{Store: storage.New(store), Owner: "submitter", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}, submitKillAgent())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -98,7 +99,7 @@ func submitKillMain() int {
 // by kind: found by a Submit on a memstore.
 func submitWrites(t *testing.T) []string {
 	rec := &killingStore{Store: memstore.New()}
-	r, err := run.NewRunner(run.Config{Store: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, submitKillAgent())
+	r, err := run.NewRunner(run.Config{Store: storage.New(rec), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, submitKillAgent())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,15 +138,15 @@ func TestSubmitKilledAtEveryWrite(t *testing.T) {
 	t.Parallel()
 	writes := submitWrites(t)
 	t.Logf("an idempotent Submit writes %d keys: %s", len(writes), strings.Join(writes, ", "))
-	stores := map[string]func(t *testing.T, dir string) ([]string, storage.Store){
-		"filestore": func(t *testing.T, dir string) ([]string, storage.Store) {
+	stores := map[string]func(t *testing.T, dir string) ([]string, *storage.Store){
+		"filestore": func(t *testing.T, dir string) ([]string, *storage.Store) {
 			s, err := filestore.New(filepath.Join(dir, "store"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return nil, s
 		},
-		"minio": func(t *testing.T, _ string) ([]string, storage.Store) {
+		"minio": func(t *testing.T, _ string) ([]string, *storage.Store) {
 			srv, bucket := env.MinIO(t)
 			prefix := fmt.Sprintf("submit-kill-%d/", time.Now().UnixNano())
 			return []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
@@ -173,7 +174,7 @@ func TestSubmitKilledAtEveryWrite(t *testing.T) {
 	}
 }
 
-func submitKilledAt(t *testing.T, dir string, vars []string, store storage.Store, at int, before bool) {
+func submitKilledAt(t *testing.T, dir string, vars []string, store *storage.Store, at int, before bool) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	flag := "0"
 	if before {

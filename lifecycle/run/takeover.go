@@ -19,7 +19,7 @@ import (
 // lease that lapsed (or, at startup, under this runner's own lease), and
 // a submit that stopped after its active entry but before its status.
 type takeover struct {
-	store   storage.Store
+	store   *storage.Store
 	now     func() time.Time
 	log     *slog.Logger
 	owner   string        // Config.Owner

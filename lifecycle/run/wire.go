@@ -9,7 +9,7 @@ import (
 )
 
 // wire makes the Runner's components, each given what it uses (the store
-// behind core.Patient, the clock, the logger, the settings it reads, and
+// made patient, the clock, the logger, the settings it reads, and
 // the components it calls), in an order where every one is made after
 // those it calls. The one loop among them is cut by a hook: a poison
 // status read frees what its run held, through the slots, which read
@@ -30,10 +30,9 @@ import (
 // orphans and stopped submits; control.go makes the changes asked from
 // outside; reads.go and reads_history.go answer the reads.
 func wire(cfg *Config, cat *catalog) *Runner {
-	// store is cfg.Store behind core.Patient: transient store errors are
-	// waited out with backoff for as long as each call's context allows.
-	patient := &core.Patient{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}
-	var store storage.Store = patient
+	// store is cfg.Store made patient: transient store errors are waited
+	// out with backoff for as long as each call's context allows.
+	store := cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
 	now := func() time.Time { return cfg.Clock.Now().UTC() }
 	log := cfg.Logger
 	// absent holds the status keys read missing on a store that settles,
@@ -42,13 +41,13 @@ func wire(cfg *Config, cat *catalog) *Runner {
 	absent := &core.Absence{Settle: storage.SettleTime(cfg.Store)}
 	tracer := tracing.New(cfg.TracerProvider)
 	r := &Runner{
-		cfg:     *cfg,
-		patient: patient,
-		units:   &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
-		cat:     cat,
-		poison:  &poison{quar: &core.Quarantiner{Store: patient, Clock: cfg.Clock, Log: cfg.Logger}, metrics: cfg.Metrics},
-		life:    &lifetime{},
-		inbox:   newInbox(),
+		cfg:    *cfg,
+		store:  store,
+		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
+		cat:    cat,
+		poison: &poison{quar: &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, metrics: cfg.Metrics},
+		life:   &lifetime{},
+		inbox:  newInbox(),
 	}
 	chg := newChanges()
 	audit := &auditLog{store: store, now: now, log: log, timeout: cfg.AuditTimeout,

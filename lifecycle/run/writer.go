@@ -18,7 +18,7 @@ import (
 // its audit event, the move of its status index entry, metrics, the
 // run_transition log line, and a wake-up of every Wait.
 type writers struct {
-	store   storage.Store
+	store   *storage.Store
 	now     func() time.Time
 	log     *slog.Logger
 	metrics Metrics

@@ -92,7 +92,7 @@ const folderTime = "20060102T150405Z"
 // held; when checks failed, an error matching ErrFailed that joins one
 // *Failure per failed check; and any other error when the store could not
 // be probed (no answer, access denied) or its keys not removed.
-func Run(ctx context.Context, s storage.Store, cfg Config) error {
+func Run(ctx context.Context, s *storage.Store, cfg Config) error {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
 	}
@@ -143,7 +143,7 @@ func Run(ctx context.Context, s storage.Store, cfg Config) error {
 
 // prober is one start's probe: its folder, and the keys it wrote there.
 type prober struct {
-	s      storage.Store
+	s      *storage.Store
 	prefix string
 	tag    string // the folder's name, in every value so values differ between starts
 

@@ -21,6 +21,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/s3proxy"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/probe"
 )
 
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 
 // broken is a memstore that breaks promises: each field drops one.
 type broken struct {
-	storage.Store
+	driver.Store
 	createOnly    bool // Put ignores IfNotExists
 	ifMatch       bool // Put ignores IfMatch
 	notFound      bool // Put IfMatch on a missing key answers not found
@@ -109,7 +110,7 @@ func failedChecks(err error) []string {
 }
 
 // left lists what the probe left under its prefix.
-func left(t *testing.T, s storage.Store) []string {
+func left(t *testing.T, s *storage.Store) []string {
 	t.Helper()
 	var keys []string
 	for k, err := range s.List(t.Context(), "probe/") {
@@ -127,26 +128,26 @@ func TestRun(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name  string
-		store func(storage.Store) storage.Store
+		store func(*storage.Store) *storage.Store
 		want  []string
 	}{
-		{"memstore", func(s storage.Store) storage.Store { return s }, nil},
-		{"create-only ignored", func(s storage.Store) storage.Store { return &broken{Store: s, createOnly: true} },
+		{"memstore", func(s *storage.Store) *storage.Store { return s }, nil},
+		{"create-only ignored", func(s *storage.Store) *storage.Store { return storage.New(&broken{Store: s, createOnly: true}) },
 			[]string{probe.CreateOverExisting}},
-		{"if-match ignored", func(s storage.Store) storage.Store { return &broken{Store: s, ifMatch: true} },
+		{"if-match ignored", func(s *storage.Store) *storage.Store { return storage.New(&broken{Store: s, ifMatch: true}) },
 			[]string{probe.StaleIfMatch, probe.IfMatchMissing}},
-		{"if-match on a missing key answers not found", func(s storage.Store) storage.Store { return &broken{Store: s, notFound: true} },
+		{"if-match on a missing key answers not found", func(s *storage.Store) *storage.Store { return storage.New(&broken{Store: s, notFound: true}) },
 			[]string{probe.IfMatchMissing}},
-		{"delete ignores its condition", func(s storage.Store) storage.Store { return &broken{Store: s, deleteIfMatch: true} },
+		{"delete ignores its condition", func(s *storage.Store) *storage.Store { return storage.New(&broken{Store: s, deleteIfMatch: true}) },
 			[]string{probe.DeleteConditions}},
-		{"conditional headers dropped", func(s storage.Store) storage.Store {
-			return &broken{Store: s, createOnly: true, ifMatch: true, deleteIfMatch: true}
+		{"conditional headers dropped", func(s *storage.Store) *storage.Store {
+			return storage.New(&broken{Store: s, createOnly: true, ifMatch: true, deleteIfMatch: true})
 		}, []string{probe.CreateOverExisting, probe.StaleIfMatch, probe.IfMatchMissing, probe.DeleteConditions}},
-		{"stale reads", func(s storage.Store) storage.Store {
-			return &broken{Store: s, staleReads: true, seen: map[string][]byte{}}
+		{"stale reads", func(s *storage.Store) *storage.Store {
+			return storage.New(&broken{Store: s, staleReads: true, seen: map[string][]byte{}})
 		},
 			[]string{probe.ReadAfterWrite}},
-		{"one version for every write", func(s storage.Store) storage.Store { return &broken{Store: s, sameVersion: true} },
+		{"one version for every write", func(s *storage.Store) *storage.Store { return storage.New(&broken{Store: s, sameVersion: true}) },
 			[]string{probe.ReadAfterWrite, probe.CreateOverExisting, probe.StaleIfMatch, probe.DeleteConditions}},
 	}
 	for _, tc := range tests {
@@ -173,7 +174,7 @@ func TestRun(t *testing.T) {
 }
 
 // unavailable fails every call as a store that cannot be reached.
-type unavailable struct{ storage.Store }
+type unavailable struct{ driver.Store }
 
 var errDown = errors.New("connection refused")
 
@@ -186,7 +187,7 @@ func (unavailable) Put(ctx context.Context, key string, _ []byte, _ storage.Cond
 // run and why.
 func TestRunUnreachable(t *testing.T) {
 	t.Parallel()
-	err := probe.Run(t.Context(), unavailable{memstore.New()}, probe.Config{})
+	err := probe.Run(t.Context(), storage.New(unavailable{memstore.New()}), probe.Config{})
 	if err == nil || errors.Is(err, probe.ErrFailed) || !errors.Is(err, errDown) {
 		t.Fatalf("Run = %v, want the store's error, not ErrFailed", err)
 	}
@@ -197,7 +198,7 @@ func TestRunUnreachable(t *testing.T) {
 
 // cancelling cancels the probe's context at its n-th Put.
 type cancelling struct {
-	storage.Store
+	driver.Store
 	cancel func()
 	n      atomic.Int32
 	at     int32
@@ -217,7 +218,7 @@ func TestRunCleansUpWhenCanceled(t *testing.T) {
 	for _, at := range []int32{2, 4, 7} {
 		mem := memstore.New()
 		ctx, cancel := context.WithCancel(t.Context())
-		err := probe.Run(ctx, &cancelling{Store: mem, cancel: cancel, at: at}, probe.Config{})
+		err := probe.Run(ctx, storage.New(&cancelling{Store: mem, cancel: cancel, at: at}), probe.Config{})
 		cancel()
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("canceled at Put %d: Run = %v, want context.Canceled", at, err)
@@ -262,7 +263,7 @@ func TestRunCost(t *testing.T) {
 	defer fs.Close()
 	for _, s := range []struct {
 		name  string
-		store storage.Store
+		store *storage.Store
 	}{{"memstore", memstore.New()}, {"filestore", fs}} {
 		start := time.Now()
 		if err := probe.Run(t.Context(), s.store, probe.Config{}); err != nil {
@@ -290,7 +291,7 @@ func TestRunOnMinIO(t *testing.T) {
 	proxy := s3proxy.New(t, srv)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	open := func(endpoint string) storage.Store {
+	open := func(endpoint string) *storage.Store {
 		s, err := s3store.New(t.Context(), s3store.Config{Bucket: bucket, Endpoint: endpoint, Region: srv.Region, UsePathStyle: true,
 			AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, HTTPClient: &http.Client{Transport: tr}})
 		if err != nil {

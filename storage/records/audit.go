@@ -75,7 +75,7 @@ func (ev AuditEvent) Expand(id string) []AuditEvent {
 // The zero value of the optional fields is usable.
 type AuditLog struct {
 	// Store receives the events. Required.
-	Store storage.Store
+	Store *storage.Store
 	// Node fills AuditEvent.Node when an event leaves it empty.
 	Node string
 	// Now is the clock; nil means time.Now.
@@ -152,7 +152,7 @@ func (l *AuditLog) Record(ctx context.Context, ev AuditEvent) (AuditEvent, error
 // the time of their last event; the prior events of a batch keep their own
 // times, which may be earlier (even the day before). A malformed object
 // yields an error and ends the iteration.
-func ReadAuditDay(ctx context.Context, s storage.Store, day time.Time) iter.Seq2[AuditEvent, error] {
+func ReadAuditDay(ctx context.Context, s *storage.Store, day time.Time) iter.Seq2[AuditEvent, error] {
 	prefix := layout.AuditDayPrefix(day)
 	return func(yield func(AuditEvent, error) bool) {
 		for key, err := range s.List(ctx, prefix) {

@@ -32,7 +32,7 @@ type Doc[T any] interface {
 // Create writes doc at key, create-only, with its version counter set to 1.
 // An existing key gives an error matching storage.ErrPreconditionFailed and leaves
 // both the stored document and doc's counter untouched.
-func Create[T any, P Doc[T]](ctx context.Context, s storage.Store, key string, doc P) (storage.Version, error) {
+func Create[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string, doc P) (storage.Version, error) {
 	m := doc.StorageMeta()
 	old := m.Version
 	m.Version = 1
@@ -51,7 +51,7 @@ func Create[T any, P Doc[T]](ctx context.Context, s storage.Store, key string, d
 
 // Read returns the document at key and the store version it was read at.
 // A missing key gives an error matching storage.ErrNotFound.
-func Read[T any, P Doc[T]](ctx context.Context, s storage.Store, key string) (T, storage.Version, error) {
+func Read[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string) (T, storage.Version, error) {
 	var doc T
 	b, v, err := s.Get(ctx, key)
 	if err != nil {

@@ -91,7 +91,7 @@ const quarantineRace = time.Minute
 // The copy's name is derived from the version read, and written
 // create-only, so of several processes that read the same poison version at
 // once exactly one goes on: the others find its fresh copy and return.
-func Quarantine(ctx context.Context, s storage.Store, ce *CorruptError, now time.Time) (string, error) {
+func Quarantine(ctx context.Context, s *storage.Store, ce *CorruptError, now time.Time) (string, error) {
 	if t, ok := readTombstone(ce.Data); ok && ce.Version != "" {
 		// A quarantine that swapped in its tombstone but did not delete it.
 		if err := s.Delete(ctx, ce.Key, storage.IfMatch(ce.Version)); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
@@ -186,7 +186,7 @@ func nonce() string {
 }
 
 // ListQuarantine yields every quarantined record, oldest key first.
-func ListQuarantine(ctx context.Context, s storage.Store) iter.Seq2[Quarantined, error] {
+func ListQuarantine(ctx context.Context, s *storage.Store) iter.Seq2[Quarantined, error] {
 	return func(yield func(Quarantined, error) bool) {
 		for key, err := range s.List(ctx, QuarantinePrefix) {
 			if err != nil {
@@ -205,7 +205,7 @@ func ListQuarantine(ctx context.Context, s storage.Store) iter.Seq2[Quarantined,
 }
 
 // ReadQuarantined reads one quarantined record by its QKey.
-func ReadQuarantined(ctx context.Context, s storage.Store, qkey string) (Quarantined, error) {
+func ReadQuarantined(ctx context.Context, s *storage.Store, qkey string) (Quarantined, error) {
 	if !strings.HasPrefix(qkey, QuarantinePrefix) {
 		return Quarantined{}, fmt.Errorf("storage: %q is not a quarantine key: %w", qkey, storage.ErrInvalidKey)
 	}
@@ -226,7 +226,7 @@ func ReadQuarantined(ctx context.Context, s storage.Store, qkey string) (Quarant
 // the listing fails: the caller then answers as for a missing record). It
 // lists only key's own folder under QuarantinePrefix, never the whole
 // quarantine.
-func FindQuarantined(ctx context.Context, s storage.Store, key string) (qkey, reason string, ok bool) {
+func FindQuarantined(ctx context.Context, s *storage.Store, key string) (qkey, reason string, ok bool) {
 	for k, err := range s.List(ctx, QuarantinePrefix+key+"/") {
 		if err != nil {
 			return "", "", false
@@ -247,7 +247,7 @@ func FindQuarantined(ctx context.Context, s storage.Store, key string) (qkey, re
 // did not finish is cleared first once it is older than a minute; a
 // younger one belongs to a quarantine in progress and gives
 // storage.ErrPreconditionFailed (try again).
-func Restore(ctx context.Context, s storage.Store, qkey string, data []byte) error {
+func Restore(ctx context.Context, s *storage.Store, qkey string, data []byte) error {
 	q, err := ReadQuarantined(ctx, s, qkey)
 	if err != nil {
 		return err

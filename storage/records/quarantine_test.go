@@ -9,13 +9,14 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // checkThenDelete deletes as MinIO does under If-Match: it checks the
 // version, then deletes whatever is there. between runs in the gap.
 type checkThenDelete struct {
-	storage.Store
+	driver.Store
 	between func()
 }
 
@@ -67,7 +68,7 @@ func TestQuarantineKeepsARepairRacingTheDelete(t *testing.T) {
 				repaired = repairErr == nil
 			}
 			ce := &records.CorruptError{Key: key, Version: pv, Data: []byte("{poison"), Reason: "test"}
-			if _, err := records.Quarantine(ctx, s, ce, time.Now()); err != nil {
+			if _, err := records.Quarantine(ctx, storage.New(s), ce, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			b, _, err := s.Get(ctx, key)
@@ -93,7 +94,7 @@ func TestTombstoneLeftBehindIsCleared(t *testing.T) {
 	const key = "jobs/j2.json"
 	failDelete := &failingDelete{Store: s}
 	pv, _ := s.Put(ctx, key, []byte("{poison"), storage.Condition{})
-	qkey, err := records.Quarantine(ctx, failDelete, &records.CorruptError{Key: key, Version: pv, Data: []byte("{poison"), Reason: "test"}, time.Now().Add(-time.Hour))
+	qkey, err := records.Quarantine(ctx, storage.New(failDelete), &records.CorruptError{Key: key, Version: pv, Data: []byte("{poison"), Reason: "test"}, time.Now().Add(-time.Hour))
 	if err == nil {
 		t.Fatal("the delete failed, yet Quarantine reported success")
 	}
@@ -125,7 +126,7 @@ func TestTombstoneLeftBehindIsCleared(t *testing.T) {
 	}
 }
 
-type failingDelete struct{ storage.Store }
+type failingDelete struct{ driver.Store }
 
 func (failingDelete) Delete(context.Context, string, storage.Condition) error {
 	return errors.New("connection reset")

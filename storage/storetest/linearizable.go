@@ -111,7 +111,7 @@ func CheckRegisterHistory(ops []porcupine.Operation, timeout time.Duration) porc
 
 // testLinearizable records a history of concurrent Get, Put, create-only,
 // compare-and-swap and Delete calls on one key and checks it with porcupine.
-func testLinearizable(t *testing.T, s storage.Store) {
+func testLinearizable(t *testing.T, s *storage.Store) {
 	const clients, opsPerClient = 4, 40
 	const key = "linearizable/register"
 	ctx := t.Context()
@@ -183,7 +183,7 @@ func checkHistory(ops []porcupine.Operation, timeout time.Duration) error {
 	}
 }
 
-func applyOp(ctx context.Context, s storage.Store, key string, in regInput) (regOutput, error) {
+func applyOp(ctx context.Context, s *storage.Store, key string, in regInput) (regOutput, error) {
 	classify := func(err error) (result, error) {
 		switch {
 		case err == nil:

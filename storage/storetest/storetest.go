@@ -29,7 +29,7 @@ import (
 
 func ctxT(t *testing.T) context.Context { return t.Context() }
 
-func mustPut(t *testing.T, s storage.Store, key string, value []byte, cond storage.Condition) storage.Version {
+func mustPut(t *testing.T, s *storage.Store, key string, value []byte, cond storage.Condition) storage.Version {
 	t.Helper()
 	v, err := s.Put(ctxT(t), key, value, cond)
 	if err != nil {
@@ -41,7 +41,7 @@ func mustPut(t *testing.T, s storage.Store, key string, value []byte, cond stora
 	return v
 }
 
-func mustGet(t *testing.T, s storage.Store, key string) ([]byte, storage.Version) {
+func mustGet(t *testing.T, s *storage.Store, key string) ([]byte, storage.Version) {
 	t.Helper()
 	b, v, err := s.Get(ctxT(t), key)
 	if err != nil {
@@ -50,7 +50,7 @@ func mustGet(t *testing.T, s storage.Store, key string) ([]byte, storage.Version
 	return b, v
 }
 
-func wantGet(t *testing.T, s storage.Store, key string, value []byte, version storage.Version) {
+func wantGet(t *testing.T, s *storage.Store, key string, value []byte, version storage.Version) {
 	t.Helper()
 	b, v := mustGet(t, s, key)
 	if !bytes.Equal(b, value) {
@@ -68,7 +68,7 @@ func wantErr(t *testing.T, what string, err, target error) {
 	}
 }
 
-func wantMissing(t *testing.T, s storage.Store, key string) {
+func wantMissing(t *testing.T, s *storage.Store, key string) {
 	t.Helper()
 	_, _, err := s.Get(ctxT(t), key)
 	wantErr(t, fmt.Sprintf("Get(%q)", key), err, storage.ErrNotFound)
@@ -88,7 +88,7 @@ func trunc(b []byte) []byte {
 	return b
 }
 
-func listAll(t *testing.T, s storage.Store, prefix string) []string {
+func listAll(t *testing.T, s *storage.Store, prefix string) []string {
 	t.Helper()
 	keys := []string{}
 	for k, err := range s.List(ctxT(t), prefix) {
@@ -100,7 +100,7 @@ func listAll(t *testing.T, s storage.Store, prefix string) []string {
 	return keys
 }
 
-func testGetMissing(t *testing.T, s storage.Store) {
+func testGetMissing(t *testing.T, s *storage.Store) {
 	b, v, err := s.Get(ctxT(t), "nothing/here.json")
 	wantErr(t, "Get of a missing key", err, storage.ErrNotFound)
 	if b != nil || v != "" {
@@ -108,7 +108,7 @@ func testGetMissing(t *testing.T, s storage.Store) {
 	}
 }
 
-func testReadAfterWrite(t *testing.T, s storage.Store) {
+func testReadAfterWrite(t *testing.T, s *storage.Store) {
 	const key = "agents/a/runs/r1/status.json"
 	v1 := mustPut(t, s, key, []byte(`{"status":"queued"}`), storage.Condition{})
 	wantGet(t, s, key, []byte(`{"status":"queued"}`), v1)
@@ -121,7 +121,7 @@ func testReadAfterWrite(t *testing.T, s storage.Store) {
 	wantMissing(t, s, "agents/a/runs/r1/manifest.json")
 }
 
-func testEmptyValue(t *testing.T, s storage.Store) {
+func testEmptyValue(t *testing.T, s *storage.Store) {
 	v := mustPut(t, s, "empty", nil, storage.IfNotExists())
 	b, got := mustGet(t, s, "empty")
 	if len(b) != 0 || got != v {
@@ -129,7 +129,7 @@ func testEmptyValue(t *testing.T, s storage.Store) {
 	}
 }
 
-func testValuesAreCopied(t *testing.T, s storage.Store) {
+func testValuesAreCopied(t *testing.T, s *storage.Store) {
 	in := []byte("original")
 	mustPut(t, s, "k", in, storage.Condition{})
 	copy(in, "mutated!")
@@ -147,7 +147,7 @@ func testValuesAreCopied(t *testing.T, s storage.Store) {
 // With ContentVersions, an identical rewrite may keep the version; then a
 // compare-and-swap with it acts on the very bytes it was issued for, and
 // the suite checks only that versions of different bytes never match.
-func testIdenticalBodies(t *testing.T, s storage.Store, o Capabilities) {
+func testIdenticalBodies(t *testing.T, s *storage.Store, o Capabilities) {
 	const key = "same.json"
 	a, b := []byte(`{"n":1}`), []byte(`{"n":9}`)
 	v1 := mustPut(t, s, key, a, storage.IfNotExists())
@@ -184,7 +184,7 @@ func testIdenticalBodies(t *testing.T, s storage.Store, o Capabilities) {
 	wantGet(t, s, key, a, v4)
 }
 
-func testPutConditions(t *testing.T, s storage.Store) {
+func testPutConditions(t *testing.T, s *storage.Store) {
 	// A version taken from another key: well-formed, but not this key's.
 	foreign := mustPut(t, s, "other", []byte("o"), storage.Condition{})
 
@@ -234,7 +234,7 @@ func testPutConditions(t *testing.T, s storage.Store) {
 	}
 }
 
-func testDeleteConditions(t *testing.T, s storage.Store) {
+func testDeleteConditions(t *testing.T, s *storage.Store) {
 	foreign := mustPut(t, s, "other", []byte("o"), storage.Condition{})
 	tests := []struct {
 		name       string
@@ -280,7 +280,7 @@ func testDeleteConditions(t *testing.T, s storage.Store) {
 // checked the version and then deleted what the swap wrote in between
 // (MinIO's HEAD then DELETE), which a store declaring
 // NonAtomicConditionalDelete is allowed to do; there the check skips.
-func testConditionalDeleteAtomic(t *testing.T, s storage.Store, c Capabilities) {
+func testConditionalDeleteAtomic(t *testing.T, s *storage.Store, c Capabilities) {
 	if c.NonAtomicConditionalDelete {
 		t.Skip("the store declares NonAtomicConditionalDelete: its conditional Delete is checked against one writer at a time only")
 	}
@@ -296,7 +296,7 @@ func testConditionalDeleteAtomic(t *testing.T, s storage.Store, c Capabilities) 
 // conditionalDeleteRaces runs rounds of testConditionalDeleteAtomic's race
 // and describes the rounds where the Delete and the swap did not end with
 // exactly one winner; an error is anything else that went wrong.
-func conditionalDeleteRaces(ctx context.Context, s storage.Store, rounds int) ([]string, error) {
+func conditionalDeleteRaces(ctx context.Context, s *storage.Store, rounds int) ([]string, error) {
 	var bad []string
 	for i := range rounds {
 		key := fmt.Sprintf("cdel/%02d", i)
@@ -341,7 +341,7 @@ func presence(getErr error) string {
 	return "reads " + getErr.Error()
 }
 
-func testRecreateAfterDelete(t *testing.T, s storage.Store, o Capabilities) {
+func testRecreateAfterDelete(t *testing.T, s *storage.Store, o Capabilities) {
 	const key = "jobs/j1.json"
 	v1 := mustPut(t, s, key, []byte("a"), storage.IfNotExists())
 	if err := s.Delete(ctxT(t), key, storage.IfMatch(v1)); err != nil {
@@ -374,7 +374,7 @@ func testRecreateAfterDelete(t *testing.T, s storage.Store, o Capabilities) {
 
 // testCreateOnceRace: 16 goroutines create one key; exactly one wins and
 // its value is the one stored.
-func testCreateOnceRace(t *testing.T, s storage.Store) {
+func testCreateOnceRace(t *testing.T, s *storage.Store) {
 	const n = 16
 	const key = "artifacts/once.json"
 	var (
@@ -410,7 +410,7 @@ func testCreateOnceRace(t *testing.T, s storage.Store) {
 // testCASCounterRace: 8 goroutines each add 1 a hundred times with
 // read/compare-and-swap; the counter must end at exactly 800 and exactly 800
 // swaps must have succeeded.
-func testCASCounterRace(t *testing.T, s storage.Store) {
+func testCASCounterRace(t *testing.T, s *storage.Store) {
 	const goroutines, increments = 8, 100
 	const key = "counter"
 	mustPut(t, s, key, []byte("0"), storage.IfNotExists())
@@ -456,7 +456,7 @@ func testCASCounterRace(t *testing.T, s storage.Store) {
 	t.Logf("%d swaps, %d conflicts", successes.Load(), conflicts.Load())
 }
 
-func testListOrder(t *testing.T, s storage.Store) {
+func testListOrder(t *testing.T, s *storage.Store) {
 	keys := []string{"a/2", "b", "a-b", "a/b/c", "a/1", "ab", "a/10", "A", "a/é", "a/z"}
 	for _, k := range keys {
 		mustPut(t, s, k, []byte(k), storage.Condition{})
@@ -493,7 +493,7 @@ func testListOrder(t *testing.T, s storage.Store) {
 	}
 }
 
-func testListStopsEarly(t *testing.T, s storage.Store) {
+func testListStopsEarly(t *testing.T, s *storage.Store) {
 	for i := range 5 {
 		mustPut(t, s, fmt.Sprintf("stop/%d", i), nil, storage.Condition{})
 	}
@@ -524,7 +524,7 @@ func testListStopsEarly(t *testing.T, s storage.Store) {
 }
 
 // testListMany puts more keys than one S3 page (1,000) holds.
-func testListMany(t *testing.T, s storage.Store) {
+func testListMany(t *testing.T, s *storage.Store) {
 	const n = 1234
 	want := make([]string, n)
 	for i := range n {
@@ -625,7 +625,7 @@ var listAfterCases = []struct {
 // listAfterMismatches puts listAfterKeys and checks ListAfter against
 // listAfterCases and bad arguments; it reports what differs, so the
 // suite's own tests can show it fails on a store that breaks the contract.
-func listAfterMismatches(ctx context.Context, s storage.Store) []string {
+func listAfterMismatches(ctx context.Context, s *storage.Store) []string {
 	for _, k := range listAfterKeys {
 		if _, err := s.Put(ctx, k, []byte(k), storage.Condition{}); err != nil {
 			return []string{fmt.Sprintf("Put(%q): %v", k, err)}
@@ -659,7 +659,7 @@ func listAfterMismatches(ctx context.Context, s storage.Store) []string {
 	return bad
 }
 
-func testListAfter(t *testing.T, s storage.Store) {
+func testListAfter(t *testing.T, s *storage.Store) {
 	for _, m := range listAfterMismatches(ctxT(t), s) {
 		t.Error(m)
 	}
@@ -705,7 +705,7 @@ func longKey() string {
 	return b.String()
 }
 
-func testInvalidKeys(t *testing.T, s storage.Store) {
+func testInvalidKeys(t *testing.T, s *storage.Store) {
 	ctx := ctxT(t)
 	for _, key := range InvalidKeys() {
 		name := strconv.Quote(key)
@@ -730,7 +730,7 @@ func testInvalidKeys(t *testing.T, s storage.Store) {
 
 // testUnusualValidKeys: keys that look odd but are valid must round-trip
 // exactly and not alias each other.
-func testUnusualValidKeys(t *testing.T, s storage.Store) {
+func testUnusualValidKeys(t *testing.T, s *storage.Store) {
 	keys := []string{
 		"with space/file name.json",
 		"ключ/значення.json",
@@ -761,7 +761,7 @@ func testUnusualValidKeys(t *testing.T, s storage.Store) {
 	wantGet(t, s, "a.b", []byte("v:a.b"), "")
 }
 
-func testContextCanceled(t *testing.T, s storage.Store) {
+func testContextCanceled(t *testing.T, s *storage.Store) {
 	const key = "ctx/k"
 	v := mustPut(t, s, key, []byte("kept"), storage.Condition{})
 
@@ -797,7 +797,7 @@ func testContextCanceled(t *testing.T, s storage.Store) {
 	wantMissing(t, s, "ctx/new")
 }
 
-func testLargeValues(t *testing.T, s storage.Store) {
+func testLargeValues(t *testing.T, s *storage.Store) {
 	for _, size := range []int{5<<20 + 1, 8 << 20} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			big := make([]byte, size)
@@ -819,7 +819,7 @@ const BenchValueSize = 1 << 10
 // BenchmarkStore measures Get, create-only Put and compare-and-swap Put on
 // the stores newStore makes, each as a sub-benchmark (Get, Create,
 // CASUpdate) so adapters report comparable figures.
-func BenchmarkStore(b *testing.B, newStore func(b *testing.B) storage.Store) {
+func BenchmarkStore(b *testing.B, newStore func(b *testing.B) *storage.Store) {
 	value := bytes.Repeat([]byte("x"), BenchValueSize)
 	b.Run("Get", func(b *testing.B) {
 		s := newStore(b)
@@ -868,7 +868,7 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) storage.Store) {
 // "keys=1000" and so on): the ratio of their ns/op says whether its cost
 // follows what it yields (flat) or what it skips. Filling the prefix is
 // not timed.
-func BenchmarkListAfter(b *testing.B, newStore func(b *testing.B) storage.Store, sizes ...int) {
+func BenchmarkListAfter(b *testing.B, newStore func(b *testing.B) *storage.Store, sizes ...int) {
 	for _, n := range sizes {
 		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
 			s, ctx := newStore(b), b.Context()

@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/storetest"
 )
 
@@ -28,20 +29,20 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestSuiteOnMemstore runs the suite against the simplest adapter, so a
 // change to the suite is checked even without the adapters' own packages.
 func TestSuiteOnMemstore(t *testing.T) {
-	storetest.TestStore(t, func(*testing.T) storage.Store { return memstore.New() })
+	storetest.TestDriver(t, func(*testing.T) driver.Store { return memstore.NewDriver() })
 }
 
 // TestSuiteOnContentVersions runs the suite, with ContentVersions, against
 // a store whose versions are the MD5 of the bytes, as S3's ETags are: the
 // suite's content-version paths are checked without a MinIO server.
 func TestSuiteOnContentVersions(t *testing.T) {
-	storetest.TestStore(t, func(*testing.T) storage.Store { return &md5Store{Store: memstore.New()} }, storetest.ContentVersions())
+	storetest.TestDriver(t, func(*testing.T) driver.Store { return &md5Store{Store: memstore.NewDriver()} }, storetest.ContentVersions())
 }
 
-// md5Store is a memstore whose versions are the MD5 of the stored bytes.
+// md5Store is a memstore driver whose versions are the MD5 of the stored bytes.
 // One mutex makes its read-compare-write conditions atomic.
 type md5Store struct {
-	storage.Store
+	driver.Store
 	mu sync.Mutex
 }
 
@@ -73,12 +74,6 @@ func (m *md5Store) current(ctx context.Context, key string) (storage.Version, er
 }
 
 func (m *md5Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
-	if err := storage.CheckOp(ctx, "put", key); err != nil {
-		return "", err
-	}
-	if err := storage.CheckCondition("put", key, cond); err != nil {
-		return "", err
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur, err := m.current(ctx, key)
@@ -95,12 +90,6 @@ func (m *md5Store) Put(ctx context.Context, key string, value []byte, cond stora
 }
 
 func (m *md5Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if err := storage.CheckOp(ctx, "delete", key); err != nil {
-		return err
-	}
-	if err := storage.CheckCondition("delete", key, cond); err != nil {
-		return err
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur, err := m.current(ctx, key)
@@ -192,23 +181,18 @@ func TestLinearizabilityVerdict(t *testing.T) {
 	}
 }
 
-// brokenLister is a memstore whose ListAfter keeps, of the keys List
-// yields for the prefix, those keep allows: one defect per store.
+// brokenLister is a memstore driver whose ListAfter keeps, of the keys
+// it has for the prefix, those keep allows: one defect per store. (A
+// driver accepting a bad cursor is no defect a store can have: the Store
+// refuses one before its driver is asked; package storage tests that.)
 type brokenLister struct {
-	storage.Store
-	check bool // refuse bad cursors as the contract says
-	keep  func(after, key string) bool
+	driver.Store
+	keep func(after, key string) bool
 }
 
 func (b brokenLister) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if b.check {
-			if err := storage.CheckAfter(ctx, prefix, after); err != nil {
-				yield("", err)
-				return
-			}
-		}
-		for k, err := range b.Store.List(ctx, prefix) {
+		for k, err := range b.Store.ListAfter(ctx, prefix, "") {
 			if err == nil && !b.keep(after, k) {
 				continue
 			}
@@ -224,20 +208,22 @@ func (b brokenLister) ListAfter(ctx context.Context, prefix, after string) iter.
 func TestListAfterCheckFails(t *testing.T) {
 	t.Parallel()
 	folder := func(k string) string { return k[:strings.LastIndexByte(k, '/')+1] }
+	broken := func(keep func(a, k string) bool) *storage.Store {
+		return storage.New(brokenLister{memstore.NewDriver(), keep})
+	}
 	tests := []struct {
 		name  string
-		store storage.Store
+		store *storage.Store
 		want  bool // mismatches expected
 	}{
 		{"memstore", memstore.New(), false},
-		{"includes the cursor", brokenLister{memstore.New(), true, func(a, k string) bool { return k >= a }}, true},
-		{"ignores the cursor", brokenLister{memstore.New(), true, func(a, k string) bool { return true }}, true},
+		{"includes the cursor", broken(func(a, k string) bool { return k >= a }), true},
+		{"ignores the cursor", broken(func(a, k string) bool { return true }), true},
 		// a directory walk that skips every folder sorting before the
 		// cursor, even the one the cursor is in
-		{"skips the cursor's folder", brokenLister{memstore.New(), true, func(a, k string) bool {
+		{"skips the cursor's folder", broken(func(a, k string) bool {
 			return k > a && (a == "" || folder(k) == "" || folder(k) > a)
-		}}, true},
-		{"accepts a bad cursor", brokenLister{memstore.New(), false, func(a, k string) bool { return k > a }}, true},
+		}), true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,7 +239,7 @@ func TestListAfterCheckFails(t *testing.T) {
 // checkThenDelete is a memstore whose conditional Delete reads the
 // version, waits a moment, then deletes whatever is there: MinIO's HEAD
 // then DELETE, with the window made wide.
-type checkThenDelete struct{ storage.Store }
+type checkThenDelete struct{ driver.Store }
 
 func (c checkThenDelete) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	if cond.Kind() == storage.MatchVersion {
@@ -272,11 +258,11 @@ func TestConditionalDeleteCheckFails(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		store storage.Store
+		store *storage.Store
 		want  bool
 	}{
 		{"memstore", memstore.New(), false},
-		{"check then delete", checkThenDelete{memstore.New()}, true},
+		{"check then delete", storage.New(checkThenDelete{memstore.NewDriver()}), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -298,15 +284,15 @@ func TestSuiteThroughNamespaces(t *testing.T) {
 	root := t.TempDir()
 	var opened sync.Map
 	h := storetest.Namespaces{
-		Open: func(_ context.Context, ns string) (storage.Store, error) {
+		Open: func(_ context.Context, ns string) (driver.Store, error) {
 			if _, dup := opened.LoadOrStore(ns, true); dup {
 				return nil, fmt.Errorf("namespace %s handed out twice", ns)
 			}
-			return filestore.New(filepath.Join(root, ns))
+			return filestore.NewDriver(filepath.Join(root, ns))
 		},
-		Remove: func(ctx context.Context, ns string, s storage.Store) error {
+		Remove: func(ctx context.Context, ns string, s *storage.Store) error {
 			err := storetest.EmptyStore(ctx, s)
-			_ = s.(*filestore.Store).Close()
+			_ = s.Close()
 			return errors.Join(err, os.RemoveAll(filepath.Join(root, ns)))
 		},
 	}

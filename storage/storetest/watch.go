@@ -8,26 +8,28 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// WatchDeadline bounds how long the suite waits for a storage.Watcher's
+// WatchDeadline bounds how long the suite waits for a watcher's
 // signal or close before it fails. It is generous, for loaded CI machines;
 // adapters test their own promptness (filestore: another process's write
 // wakes a watcher within 100 ms).
 const WatchDeadline = 5 * time.Second
 
-// testWatch checks the storage.Watcher contract on adapters that implement
-// it, and skips on those that do not (or cannot watch on this platform).
-func testWatch(t *testing.T, s storage.Store) {
-	w, ok := s.(storage.Watcher)
-	if !ok {
-		t.Skipf("%T does not implement storage.Watcher", s)
+// testWatch checks the watch contract on drivers that implement
+// driver.Watcher, and skips on those that do not (or cannot watch on this
+// platform). The watches are the Store's, as callers make them.
+func testWatch(t *testing.T, s *storage.Store) {
+	if _, ok := s.Unwrap().(driver.Watcher); !ok {
+		t.Skipf("%T does not implement driver.Watcher", s.Unwrap())
 	}
+	w := s
 	ctx, cancel := context.WithCancel(ctxT(t))
 	probe, err := w.Watch(ctx, "probe/")
 	if errors.Is(err, errors.ErrUnsupported) {
 		cancel()
-		t.Skipf("%T cannot watch here: %v", s, err)
+		t.Skipf("%T cannot watch here: %v", s.Unwrap(), err)
 	}
 	if err != nil {
 		cancel()
@@ -38,7 +40,7 @@ func testWatch(t *testing.T, s storage.Store) {
 
 	for _, sub := range []struct {
 		name string
-		test func(*testing.T, storage.Store, storage.Watcher)
+		test func(*testing.T, *storage.Store, watcher)
 	}{
 		{"PutAndDeleteSignal", watchPutAndDeleteSignal},
 		{"NoSignalMissed", watchNoSignalMissed},
@@ -53,7 +55,7 @@ func testWatch(t *testing.T, s storage.Store) {
 	}
 }
 
-func watchPutAndDeleteSignal(t *testing.T, s storage.Store, w storage.Watcher) {
+func watchPutAndDeleteSignal(t *testing.T, s *storage.Store, w watcher) {
 	ch := mustWatch(t, w, "wq/")
 	v := mustPut(t, s, "wq/a.json", []byte("1"), storage.IfNotExists())
 	wantSignal(t, ch, "create")
@@ -65,7 +67,7 @@ func watchPutAndDeleteSignal(t *testing.T, s storage.Store, w storage.Watcher) {
 	wantSignal(t, ch, "delete")
 }
 
-func watchNoSignalMissed(t *testing.T, s storage.Store, w storage.Watcher) {
+func watchNoSignalMissed(t *testing.T, s *storage.Store, w watcher) {
 	// One write, one receive, twenty times: a signal that coalesced
 	// with an earlier one would leave a receive waiting.
 	ch := mustWatch(t, w, "wm/")
@@ -75,7 +77,7 @@ func watchNoSignalMissed(t *testing.T, s storage.Store, w storage.Watcher) {
 	}
 }
 
-func watchNewNestedKeys(t *testing.T, s storage.Store, w storage.Watcher) {
+func watchNewNestedKeys(t *testing.T, s *storage.Store, w watcher) {
 	// Keys in "directories" that did not exist when Watch began.
 	ch := mustWatch(t, w, "wn/")
 	mustPut(t, s, "wn/x/y/z.json", []byte("1"), storage.IfNotExists())
@@ -87,7 +89,7 @@ func watchNewNestedKeys(t *testing.T, s storage.Store, w storage.Watcher) {
 	wantSignal(t, deep, "key under a prefix none of whose parents existed")
 }
 
-func watchPrefixIsAStringPrefix(t *testing.T, s storage.Store, w storage.Watcher) {
+func watchPrefixIsAStringPrefix(t *testing.T, s *storage.Store, w watcher) {
 	ch := mustWatch(t, w, "wp/ab")
 	mustPut(t, s, "wp/abc/x", []byte("1"), storage.IfNotExists())
 	wantSignal(t, ch, "wp/abc/x under wp/ab")
@@ -98,7 +100,7 @@ func watchPrefixIsAStringPrefix(t *testing.T, s storage.Store, w storage.Watcher
 	wantSignal(t, all, "any key under the empty prefix")
 }
 
-func watchEveryWatcherSignalled(t *testing.T, s storage.Store, w storage.Watcher) {
+func watchEveryWatcherSignalled(t *testing.T, s *storage.Store, w watcher) {
 	a, b, parent := mustWatch(t, w, "ww/q/"), mustWatch(t, w, "ww/q/"), mustWatch(t, w, "ww/")
 	mustPut(t, s, "ww/q/1", []byte("1"), storage.IfNotExists())
 	wantSignal(t, a, "first watcher")
@@ -106,7 +108,7 @@ func watchEveryWatcherSignalled(t *testing.T, s storage.Store, w storage.Watcher
 	wantSignal(t, parent, "watcher of the parent prefix")
 }
 
-func watchNeverBlocksWriters(t *testing.T, s storage.Store, w storage.Watcher) {
+func watchNeverBlocksWriters(t *testing.T, s *storage.Store, w watcher) {
 	// Nobody receives while 200 writes go through: each must return
 	// (the context's deadline fails a blocked one), and a signal is
 	// waiting afterwards.
@@ -121,7 +123,7 @@ func watchNeverBlocksWriters(t *testing.T, s storage.Store, w storage.Watcher) {
 	wantSignal(t, ch, "after 200 unread writes")
 }
 
-func watchCancelClosesChannel(t *testing.T, s storage.Store, w storage.Watcher) {
+func watchCancelClosesChannel(t *testing.T, s *storage.Store, w watcher) {
 	ctx, cancel := context.WithCancel(ctxT(t))
 	ch, err := w.Watch(ctx, "wc/")
 	if err != nil {
@@ -133,7 +135,7 @@ func watchCancelClosesChannel(t *testing.T, s storage.Store, w storage.Watcher) 
 	mustPut(t, s, "wc/after", []byte("2"), storage.IfNotExists()) // no send on the closed channel
 }
 
-func watchInvalidPrefixAndDoneContext(t *testing.T, s storage.Store, w storage.Watcher) {
+func watchInvalidPrefixAndDoneContext(t *testing.T, s *storage.Store, w watcher) {
 	for _, bad := range []string{"/a", "a//", "../", "\xff"} {
 		if _, err := w.Watch(ctxT(t), bad); !errors.Is(err, storage.ErrInvalidKey) {
 			t.Errorf("Watch(%q) = %v, want ErrInvalidKey", bad, err)
@@ -148,7 +150,7 @@ func watchInvalidPrefixAndDoneContext(t *testing.T, s storage.Store, w storage.W
 
 // mustWatch watches prefix until the test ends, and waits for the close
 // then, so the watch is released before the test's leak checks.
-func mustWatch(t *testing.T, w storage.Watcher, prefix string) <-chan struct{} {
+func mustWatch(t *testing.T, w watcher, prefix string) <-chan struct{} {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := w.Watch(ctx, prefix)
@@ -193,4 +195,9 @@ func wantClosed(t *testing.T, ch <-chan struct{}) {
 			t.Fatalf("the watch channel was not closed within %v of its context's end", WatchDeadline)
 		}
 	}
+}
+
+// watcher is the Store's Watch, as the subtests call it.
+type watcher interface {
+	Watch(ctx context.Context, prefix string) (<-chan struct{}, error)
 }

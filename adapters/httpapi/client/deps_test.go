@@ -23,6 +23,7 @@ var belowEngine = map[string]bool{
 	"lifecycle/clock":                true,
 	"lifecycle/codes":                true,
 	"storage":                        true,
+	"storage/driver":                 true,
 	"storage/records":                true,
 	"internal/jsonenc":               true, // a leaf: the records' encoders
 	"internal/layout":                true,

@@ -60,18 +60,18 @@ func BenchmarkFeedHistory(b *testing.B) {
 	type backend struct {
 		name  string
 		sizes []int
-		open  func(b *testing.B) storage.Store
+		open  func(b *testing.B) *storage.Store
 	}
 	backends := []backend{
-		{"memstore", []int{1000, 100_000, 1_000_000}, func(*testing.B) storage.Store { return memstore.New() }},
-		{"filestore", []int{1000, 100_000}, func(b *testing.B) storage.Store {
+		{"memstore", []int{1000, 100_000, 1_000_000}, func(*testing.B) *storage.Store { return memstore.New() }},
+		{"filestore", []int{1000, 100_000}, func(b *testing.B) *storage.Store {
 			s, err := filestore.New(b.TempDir())
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"minio", []int{1000, 100_000}, func(b *testing.B) storage.Store { return env.S3(b) }},
+		{"minio", []int{1000, 100_000}, func(b *testing.B) *storage.Store { return env.S3(b) }},
 	}
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {
@@ -84,7 +84,7 @@ func BenchmarkFeedHistory(b *testing.B) {
 						b.Skipf("set %s=1 for 100k events on filestore and MinIO (minutes)", largeEnv)
 					}
 					count := &teststores.Counting{Store: be.open(b)}
-					ids := benchFill(b, count, n)
+					ids := benchFill(b, storage.New(count), n)
 					b.Run("IdlePoll", func(b *testing.B) { benchIdlePoll(b, count) })
 					b.Run("Resume", func(b *testing.B) { benchResume(b, count, ids) })
 					if be.name == "memstore" && n <= 100_000 {
@@ -98,7 +98,7 @@ func BenchmarkFeedHistory(b *testing.B) {
 
 // benchFeed is a feed on a fake clock at 21:00 on benchDay, replaying at
 // full speed.
-func benchFeed(b *testing.B, s storage.Store) *events.Feed {
+func benchFeed(b *testing.B, s *storage.Store) *events.Feed {
 	b.Helper()
 	f, err := events.New(events.Config{Store: s, Clock: clock.NewFake(benchDay.Add(21 * time.Hour)),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReplayRate: -1})
@@ -109,7 +109,7 @@ func benchFeed(b *testing.B, s storage.Store) *events.Feed {
 }
 
 func benchIdlePoll(b *testing.B, count *teststores.Counting) {
-	f := benchFeed(b, count)
+	f := benchFeed(b, storage.New(count))
 	ctx := b.Context()
 	events.PollOnce(ctx, f) // the first: the window's events, none here
 	runtime.GC()
@@ -127,7 +127,7 @@ func benchIdlePoll(b *testing.B, count *teststores.Counting) {
 }
 
 func benchResume(b *testing.B, count *teststores.Counting, ids []string) {
-	f := benchFeed(b, count)
+	f := benchFeed(b, storage.New(count))
 	want := len(ids) - 1
 	var first, gcCPU time.Duration
 	var live uint64
@@ -176,7 +176,7 @@ func benchResume(b *testing.B, count *teststores.Counting, ids []string) {
 // together when the first is halfway (after a GC, included in the time),
 // and ns-first-event-max, the longest wait of a client for its first event.
 func benchResumeMany(b *testing.B, count *teststores.Counting, ids []string, clients, back int) {
-	f := benchFeed(b, count)
+	f := benchFeed(b, storage.New(count))
 	back = min(back, len(ids)-1)
 	want := back
 	last := ids[len(ids)-1-back]
@@ -268,7 +268,7 @@ func (s *sink) Write(p []byte) (int, error) {
 
 // benchFill writes n job audit events over the first 20 hours of benchDay,
 // 16 at a time, and returns their ids in order.
-func benchFill(b *testing.B, s storage.Store, n int) []string {
+func benchFill(b *testing.B, s *storage.Store, n int) []string {
 	b.Helper()
 	step := 20 * time.Hour / time.Duration(n)
 	ids := make([]string, n)

@@ -17,7 +17,7 @@
 // lags, a writer slow between stamping and storing, the job queue re-emitting
 // an event a dead writer missed) still be sent, once: a set of the ids sent
 // within the lookback window keeps it from going out twice. A poll runs
-// every Config.PollInterval; on a store that is a storage.Watcher, when the
+// every Config.PollInterval; on a store that watches (storage.Store.Watch), when the
 // watch signals a write under audit/ (at most once per PollInterval) and
 // every Config.WatchPollInterval otherwise.
 //

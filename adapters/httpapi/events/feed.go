@@ -38,10 +38,10 @@ const (
 // the documented default when left zero.
 type Config struct {
 	// Store is the store whose audit log the feed tails. Required. When it
-	// is a storage.Watcher the feed lists the log when the watch signals a
+	// watches (storage.Store.Watch) the feed lists the log when the watch signals a
 	// change (at most once per PollInterval) and every WatchPollInterval;
 	// otherwise every PollInterval.
-	Store storage.Store
+	Store *storage.Store
 	// Clock times polls, heartbeats and the replay rate. Default: the wall
 	// clock.
 	Clock clock.Clock
@@ -290,11 +290,7 @@ func (f *Feed) Run(ctx context.Context) error {
 // watch returns the channel of a watch on the audit log, or nil when the
 // store cannot watch it (the feed then polls).
 func (f *Feed) watch(ctx context.Context) <-chan struct{} {
-	w, ok := f.cfg.Store.(storage.Watcher)
-	if !ok {
-		return nil
-	}
-	ch, err := w.Watch(ctx, layout.AuditPrefix)
+	ch, err := f.cfg.Store.Watch(ctx, layout.AuditPrefix)
 	if err != nil {
 		f.log.DebugContext(ctx, "events: no watch on the audit log, polling it", "err", err)
 		return nil
@@ -404,7 +400,7 @@ func (f *Feed) failed(ctx context.Context, err error) {
 // readEvent reads and translates the audit event at key. A missing object
 // (deleted since the listing) becomes no frames; an undecodable one
 // errSkip.
-func readEvent(ctx context.Context, s storage.Store, tr *translator, key, id string) (batch, error) {
+func readEvent(ctx context.Context, s *storage.Store, tr *translator, key, id string) (batch, error) {
 	raw, err := getEvent(ctx, s, key)
 	if err != nil {
 		return batch{}, err
@@ -413,7 +409,7 @@ func readEvent(ctx context.Context, s storage.Store, tr *translator, key, id str
 }
 
 // getEvent reads the audit object at key: nil for a missing one.
-func getEvent(ctx context.Context, s storage.Store, key string) ([]byte, error) {
+func getEvent(ctx context.Context, s *storage.Store, key string) ([]byte, error) {
 	raw, _, err := s.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -37,7 +38,7 @@ func eq(t *testing.T, what string, got, want []string) {
 // opens it) reach every stream, in id order, each once.
 func TestAnotherProcess(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, store, other storage.Store) {
+	eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 		r := newRig(t, store, events.Config{})
 		a, b := r.open("", ""), r.open("", "")
 		r.clk.Advance(time.Millisecond) // distinct stamps
@@ -69,7 +70,7 @@ func TestAnotherProcess(t *testing.T) {
 // on the store: a Runner's run, an inbox, a job queue.
 func TestSDKEvents(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, store, other storage.Store) {
+	eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 		ctx := t.Context()
 		r := newRig(t, store, events.Config{})
 		s := r.open("", "")
@@ -192,7 +193,7 @@ func TestResume(t *testing.T) {
 	for _, how := range []string{"header", "query"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			eachBackend(t, func(t *testing.T, store, other storage.Store) {
+			eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 				r := newRig(t, store, events.Config{})
 				job := func(n int) records.AuditEvent {
 					r.clk.Advance(time.Millisecond)
@@ -227,7 +228,7 @@ func TestResume(t *testing.T) {
 // gatedStore holds the first Get of one key until released: a slow read,
 // in a replay, of a real store.
 type gatedStore struct {
-	storage.Store
+	driver.Store
 	mu       sync.Mutex
 	key      string
 	once     sync.Once
@@ -256,7 +257,7 @@ func TestResumeOverflowDuringReplay(t *testing.T) {
 	t.Parallel()
 	inner := memstore.New()
 	gs := &gatedStore{Store: inner, reached: make(chan struct{}), released: make(chan struct{})}
-	r := newRig(t, gs, events.Config{Buffer: 1, Lookback: time.Second})
+	r := newRig(t, storage.New(gs), events.Config{Buffer: 1, Lookback: time.Second})
 	job := func(name string) records.AuditEvent {
 		return r.record(inner, records.AuditEvent{Event: "job.status.update", JobID: name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 	}
@@ -291,7 +292,7 @@ func TestResumeOverflowDuringReplay(t *testing.T) {
 // lagging clock, a slow writer) is still sent, once; one beyond is not.
 func TestLateEvent(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, store, other storage.Store) {
+	eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 		r := newRig(t, store, events.Config{Lookback: 10 * time.Second})
 		s := r.open("", "")
 		e1 := r.record(other, records.AuditEvent{Event: "job.status.update", JobID: "job-1", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
@@ -361,7 +362,7 @@ func TestRunFilter(t *testing.T) {
 // a warning; the events around it are sent.
 func TestUndecodableSkipped(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, store, other storage.Store) {
+	eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 		r := newRig(t, store, events.Config{})
 		s := r.open("", "")
 		e1 := r.record(other, records.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})
@@ -386,7 +387,7 @@ func TestOutage(t *testing.T) {
 	t.Parallel()
 	inner := memstore.New()
 	fs := faultstore.New(inner)
-	r := newRig(t, fs, events.Config{})
+	r := newRig(t, storage.New(fs), events.Config{})
 	s := r.open("", "")
 	fs.Down()
 	e1 := r.record(inner, records.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})

@@ -15,13 +15,14 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // fill writes n job audit events straight to the store, stamped every
 // step from start on (as many processes would have over a day), and
 // returns their ids.
-func fill(tb testing.TB, s storage.Store, n int, start time.Time, step time.Duration) []string {
+func fill(tb testing.TB, s *storage.Store, n int, start time.Time, step time.Duration) []string {
 	tb.Helper()
 	ids := make([]string, n)
 	for i := range n {
@@ -55,8 +56,8 @@ func TestIdlePollFlat(t *testing.T) {
 			t.Parallel()
 			count := &teststores.Counting{Store: memstore.New()}
 			day := t0.Truncate(24 * time.Hour)
-			fill(t, count, n, day, (t0.Sub(day)-time.Minute)/time.Duration(n)) // today, before the window
-			r := newRig(t, count, events.Config{})
+			fill(t, storage.New(count), n, day, (t0.Sub(day)-time.Minute)/time.Duration(n)) // today, before the window
+			r := newRig(t, storage.New(count), events.Config{})
 			count.Reset()
 			const polls = 4
 			for range polls {
@@ -76,12 +77,12 @@ func TestIdlePollFlat(t *testing.T) {
 func TestTailAcrossDays(t *testing.T) {
 	t.Parallel()
 	count := &teststores.Counting{Store: memstore.New()}
-	r := newRig(t, count, events.Config{PollInterval: time.Hour, Lookback: 10 * time.Second, Heartbeat: 1000 * time.Hour})
+	r := newRig(t, storage.New(count), events.Config{PollInterval: time.Hour, Lookback: 10 * time.Second, Heartbeat: 1000 * time.Hour})
 	s := r.open("", "")
 	at := func(day, h, m, sec, ms int) time.Time { return time.Date(2026, 2, day, h, m, sec, ms*1e6, time.UTC) }
 	// job writes an event stamped ts, leaving the clock on the hour.
 	job := func(name string, ts time.Time) records.AuditEvent {
-		l := &records.AuditLog{Store: count, Node: "other-node"}
+		l := &records.AuditLog{Store: storage.New(count), Node: "other-node"}
 		ev, err := l.Record(t.Context(), records.AuditEvent{TS: ts, Actor: "orchestration-layer", Event: "job.status.update", JobID: name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 		if err != nil {
 			t.Fatal(err)
@@ -110,7 +111,7 @@ func TestTailAcrossDays(t *testing.T) {
 		t.Fatalf("an idle poll listed %d folders, %d keys; want 1, 0", l, k)
 	}
 	want = append(want, job("two-days-later", r.clk.Now()).ID)
-	m := r.marker(count, "end")
+	m := r.marker(storage.New(count), "end")
 	want = append(want, m.ID)
 	eq(t, "events", ids(r.untilID(s, m.ID)), want)
 }
@@ -119,14 +120,14 @@ func TestTailAcrossDays(t *testing.T) {
 // time, across day folders, then goes on live, each event once.
 func TestResumePaging(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, store, other storage.Store) {
+	eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 		count := &teststores.Counting{Store: store}
 		// 3 days of history, 13 events a day, the last ones today before t0.
 		var hist []string
 		for d := 2; d >= 0; d-- {
 			hist = append(hist, fill(t, other, 13, t0.Add(-time.Duration(d)*24*time.Hour-time.Hour), time.Minute)...)
 		}
-		r := newRig(t, count, events.Config{ReplayPage: 4})
+		r := newRig(t, storage.New(count), events.Config{ReplayPage: 4})
 		count.Reset()
 		s := r.open("", hist[0])
 		live := r.marker(other, "live")
@@ -192,7 +193,7 @@ func TestReplaysCapped(t *testing.T) {
 	hist := fill(t, inner, 10, t0.Add(-time.Hour), time.Minute)
 	gs := &gatedStore{Store: inner, reached: make(chan struct{}), released: make(chan struct{})}
 	gs.key, _ = layout.AuditKey(t0.Add(-time.Hour), hist[3])
-	r := newRig(t, gs, events.Config{MaxReplays: 1})
+	r := newRig(t, storage.New(gs), events.Config{MaxReplays: 1})
 	waiting := make(chan struct{}, 1)
 	events.OnReplayWait(r.feed, func() {
 		select {
@@ -249,8 +250,8 @@ func TestReplayRate(t *testing.T) {
 // process writes it), without waiting for a poll of the clock.
 func TestWatchWakes(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, store, other storage.Store) {
-		r := newRig(t, watched{store}, events.Config{PollInterval: time.Second, WatchPollInterval: time.Hour})
+	eachBackend(t, func(t *testing.T, store, other *storage.Store) {
+		r := newRig(t, storage.New(watched{store}), events.Config{PollInterval: time.Second, WatchPollInterval: time.Hour})
 		s := r.open("", "")
 		r.clk.Advance(time.Second) // the least time between two listings
 		e := r.record(other, records.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})
@@ -268,7 +269,7 @@ func TestWatchWakes(t *testing.T) {
 // failGetOnce fails the first Get of one key: a read that fails half-way
 // through a poll.
 type failGetOnce struct {
-	storage.Store
+	driver.Store
 	key  string
 	once sync.Once
 }
@@ -292,7 +293,7 @@ func TestPollFailsHalfWay(t *testing.T) {
 	inner := memstore.New()
 	fs := faultstore.New(inner)
 	fg := &failGetOnce{Store: fs}
-	r := newRig(t, fg, events.Config{Lookback: time.Second})
+	r := newRig(t, storage.New(fg), events.Config{Lookback: time.Second})
 	s := r.open("", "")
 	fs.Down()
 	var want []string
@@ -318,7 +319,7 @@ func TestIdleFeedBacksOff(t *testing.T) {
 	t.Parallel()
 	count := &teststores.Counting{Store: memstore.New()}
 	const idle = 5 * time.Second
-	r := newRig(t, count, events.Config{IdlePollInterval: idle, Heartbeat: 1000 * time.Hour})
+	r := newRig(t, storage.New(count), events.Config{IdlePollInterval: idle, Heartbeat: 1000 * time.Hour})
 	s := r.open("", "")
 	count.Reset()
 	next := func() {
@@ -337,7 +338,7 @@ func TestIdleFeedBacksOff(t *testing.T) {
 	if max := int64(time.Minute/idle) + 8; lists > max || lists < int64(time.Minute/idle) {
 		t.Fatalf("%d listings in an idle minute; want %d to %d (one per %s, after the doubling from %s)", lists, time.Minute/idle, max, idle, events.DefaultPollInterval)
 	}
-	ev := r.record(count, records.AuditEvent{Event: "job.status.update", JobID: "job-1", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+	ev := r.record(storage.New(count), records.AuditEvent{Event: "job.status.update", JobID: "job-1", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 	quiet := r.clk.Now()
 	next()
 	r.wait(r.polled, "the poll after the quiet spell")

@@ -22,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -40,12 +41,12 @@ const guard = 20 * time.Second
 // data as another process would open it.
 type backend struct {
 	name string
-	open func(t *testing.T) (store, other storage.Store)
+	open func(t *testing.T) (store, other *storage.Store)
 }
 
 var backends = []backend{
-	{"memstore", func(*testing.T) (storage.Store, storage.Store) { s := memstore.New(); return s, s }},
-	{"filestore", func(t *testing.T) (storage.Store, storage.Store) {
+	{"memstore", func(*testing.T) (*storage.Store, *storage.Store) { s := memstore.New(); return s, s }},
+	{"filestore", func(t *testing.T) (*storage.Store, *storage.Store) {
 		dir := t.TempDir()
 		a, err := filestore.New(dir)
 		if err != nil {
@@ -60,7 +61,7 @@ var backends = []backend{
 }
 
 // eachBackend runs f as a parallel subtest on every backend.
-func eachBackend(t *testing.T, f func(t *testing.T, store, other storage.Store)) {
+func eachBackend(t *testing.T, f func(t *testing.T, store, other *storage.Store)) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
@@ -73,7 +74,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, store, other storage.Store))
 // rig is a running Feed on a fake clock, served by httptest on 127.0.0.1.
 type rig struct {
 	t      *testing.T
-	store  storage.Store
+	store  *storage.Store
 	clk    *clock.Fake
 	feed   *events.Feed
 	srv    *httptest.Server
@@ -84,19 +85,19 @@ type rig struct {
 
 // unwatched hides a store's Watch: the rig's feed polls on the fake
 // clock, so a test decides when it lists the log.
-type unwatched struct{ storage.Store }
+type unwatched struct{ driver.Store }
 
 // watched marks a store whose Watch the rig's feed is to use.
-type watched struct{ storage.Store }
+type watched struct{ driver.Store }
 
 func (w watched) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	return w.Store.(storage.Watcher).Watch(ctx, prefix)
+	return w.Store.(driver.Watcher).Watch(ctx, prefix)
 }
 
-func newRig(t *testing.T, store storage.Store, cfg events.Config) *rig {
+func newRig(t *testing.T, store *storage.Store, cfg events.Config) *rig {
 	t.Helper()
-	if _, ok := store.(watched); !ok {
-		store = unwatched{store}
+	if _, ok := store.Unwrap().(watched); !ok {
+		store = storage.New(unwatched{store})
 	}
 	clk, ok := cfg.Clock.(*clock.Fake)
 	if !ok {
@@ -265,7 +266,7 @@ func show(evs []events.Event) string {
 
 // record writes an audit event as another process would, stamped by the
 // fake clock unless ev.TS is set.
-func (r *rig) record(store storage.Store, ev records.AuditEvent) records.AuditEvent {
+func (r *rig) record(store *storage.Store, ev records.AuditEvent) records.AuditEvent {
 	r.t.Helper()
 	if ev.Actor == "" {
 		ev.Actor = "orchestration-layer"
@@ -281,7 +282,7 @@ func (r *rig) record(store storage.Store, ev records.AuditEvent) records.AuditEv
 
 // marker writes a job event no test expects otherwise; a stream that has
 // received it has received everything polled before.
-func (r *rig) marker(store storage.Store, name string) records.AuditEvent {
+func (r *rig) marker(store *storage.Store, name string) records.AuditEvent {
 	r.clk.Advance(time.Millisecond) // after every event stamped so far
 	return r.record(store, records.AuditEvent{Event: "job.status.update", JobID: "marker-" + name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 }

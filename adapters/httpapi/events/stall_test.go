@@ -25,7 +25,7 @@ import (
 // fillRuns writes n run.status.update audit events, each of its own run
 // (with the run's index entry, which the feed reads for its agent), over
 // the first 20 hours of benchDay, and returns their ids in order.
-func fillRuns(t testing.TB, s storage.Store, from time.Time, n int) []string {
+func fillRuns(t testing.TB, s *storage.Store, from time.Time, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	step := 20 * time.Hour / time.Duration(n)

@@ -103,7 +103,7 @@ func (c *agentCache) put(runID, agent string) {
 // One translator serves one reader of the log (the live feed, or one
 // client's replay) and is not safe for concurrent use.
 type translator struct {
-	store storage.Store
+	store *storage.Store
 	box   *inbox.Box
 	// agents maps run id to agent slug, shared by the feed's translators.
 	agents *agentCache
@@ -116,7 +116,7 @@ type translator struct {
 	pending int // -1: not read in this pass
 }
 
-func newTranslator(s storage.Store, box *inbox.Box, agents *agentCache) *translator {
+func newTranslator(s *storage.Store, box *inbox.Box, agents *agentCache) *translator {
 	return &translator{store: s, box: box, agents: agents, steps: map[string]int{}}
 }
 

@@ -375,7 +375,7 @@ func (h *Handler) replace(ctx context.Context, key string, doc *absorbed) error 
 }
 
 // put writes a document under a condition.
-func put(ctx context.Context, s storage.Store, key string, doc any, cond storage.Condition) error {
+func put(ctx context.Context, s *storage.Store, key string, doc any, cond storage.Condition) error {
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return err

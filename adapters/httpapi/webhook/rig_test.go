@@ -23,6 +23,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 const (
@@ -60,8 +61,8 @@ type rigOption func(*run.Config, *webhook.Config)
 func newRig(t testing.TB, opts ...rigOption) *rig {
 	t.Helper()
 	r := &rig{t: t, store: &writeCounter{Store: memstore.New()}, clk: clock.NewFake(t0)}
-	rcfg := run.Config{Store: r.store, Clock: r.clk, Owner: "test", Logger: slog.New(slog.DiscardHandler)}
-	wcfg := webhook.Config{Store: r.store, Clock: r.clk, GitHubSecret: ghSecret, SlackSigningSecret: slackSecret,
+	rcfg := run.Config{Store: storage.New(r.store), Clock: r.clk, Owner: "test", Logger: slog.New(slog.DiscardHandler)}
+	wcfg := webhook.Config{Store: storage.New(r.store), Clock: r.clk, GitHubSecret: ghSecret, SlackSigningSecret: slackSecret,
 		Routes: testRoutes, MaxBodyBytes: 4 << 10, Logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&rcfg, &wcfg)
@@ -88,7 +89,7 @@ func newRig(t testing.TB, opts ...rigOption) *rig {
 // writeCounter counts the writes a store accepted (a refused conditional
 // Put is no write).
 type writeCounter struct {
-	storage.Store
+	driver.Store
 	writes atomic.Int64
 }
 

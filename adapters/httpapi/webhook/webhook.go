@@ -73,7 +73,7 @@ type Config struct {
 	Runner *run.Runner
 	// Store is the Runner's store, which holds GitHub's secondary dedupe
 	// records; required when GitHubSecret is set.
-	Store storage.Store
+	Store *storage.Store
 	// GitHubSecret and SlackSigningSecret authenticate their sources; a
 	// source without one is not served (404).
 	GitHubSecret       string

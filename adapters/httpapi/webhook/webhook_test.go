@@ -161,7 +161,7 @@ func TestDeliveries(t *testing.T) {
 					t.Fatalf("earlier delivery: %d %s", last.status, last.raw)
 				}
 			}
-			before := teststores.Snapshot(t, r.store)
+			before := teststores.Snapshot(t, storage.New(r.store))
 			got := r.send(tt.send)
 			if got.status != tt.status || got.code != tt.code {
 				t.Fatalf("answer %d %q (%s), want %d %q", got.status, got.code, got.raw, tt.status, tt.code)
@@ -185,7 +185,7 @@ func TestDeliveries(t *testing.T) {
 				t.Errorf("runs %v, want %v", runs, tt.runs)
 			}
 			if tt.unchanged {
-				teststores.Unchanged(t, r.store, before)
+				teststores.Unchanged(t, storage.New(r.store), before)
 			} else if tt.started {
 				in := r.input(got.agent, got.runID)
 				if got, _ := in["delivery"].(string); strings.HasPrefix(tt.send.path, "/webhooks/github") && got == "" {
@@ -252,14 +252,14 @@ func TestSecondaryDedupe(t *testing.T) {
 	// Redeliveries keep their answers: d-1 its run, though the window is
 	// d-6's now; d-2 the run it was absorbed into, though its window is over.
 	r.clk.Advance(time.Minute)
-	before := teststores.Snapshot(t, r.store)
+	before := teststores.Snapshot(t, storage.New(r.store))
 	if a := r.send(gh("d-1", "pull_request", ghPR("synchronize", 7))); a.raw != sync1.raw || !a.duplicate {
 		t.Errorf("redelivery of d-1: %s, want %s", a.raw, sync1.raw)
 	}
 	if a := r.send(gh("d-2", "pull_request", ghPR("synchronize", 7))); a.raw != sync1.raw || !a.duplicate {
 		t.Errorf("redelivery of d-2: %s, want %s", a.raw, sync1.raw)
 	}
-	teststores.Unchanged(t, r.store, before)
+	teststores.Unchanged(t, storage.New(r.store), before)
 	if got := r.runs()["triager"]; got != 5 {
 		t.Errorf("%d runs, want 5", got)
 	}
@@ -275,7 +275,7 @@ func TestSecondaryDedupeRace(t *testing.T) {
 	// Handlers of other "processes" on the same store and Runner.
 	var hs []http.Handler
 	for range 4 {
-		h, err := webhook.New(webhook.Config{Runner: r.runner, Store: r.store, Clock: r.clk, GitHubSecret: ghSecret, Routes: testRoutes[:3]})
+		h, err := webhook.New(webhook.Config{Runner: r.runner, Store: storage.New(r.store), Clock: r.clk, GitHubSecret: ghSecret, Routes: testRoutes[:3]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,12 +336,12 @@ func TestSlackTriggerValidity(t *testing.T) {
 	if _, err := r.runner.Idempotency(context.Background(), "slack:T0001:1.1"); !errors.Is(err, run.ErrIdempotencyExpired) {
 		t.Fatalf("the Runner's record: %v, want expired", err)
 	}
-	before := teststores.Snapshot(t, r.store)
+	before := teststores.Snapshot(t, storage.New(r.store))
 	again := r.send(slackCmd(r.clk.Now(), "/research", "1.1"))
 	if again.raw != first.raw || !again.duplicate {
 		t.Errorf("the trigger 20 min later: %s, want the first's %s", again.raw, first.raw)
 	}
-	teststores.Unchanged(t, r.store, before)
+	teststores.Unchanged(t, storage.New(r.store), before)
 	r.clk.Advance(10*time.Minute + time.Second)
 	if late := r.send(slackCmd(r.clk.Now(), "/research", "1.1")); late.status != 200 || late.duplicate || late.runID == first.runID {
 		t.Errorf("the trigger after 30 min: %s, want a new run", late.raw)
@@ -352,18 +352,18 @@ func TestSlackTriggerValidity(t *testing.T) {
 func TestSourceWithoutSecret(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, func(_ *run.Config, w *webhook.Config) { w.SlackSigningSecret = ""; w.Routes = testRoutes[:3] })
-	before := teststores.Snapshot(t, r.store)
+	before := teststores.Snapshot(t, storage.New(r.store))
 	if a := r.send(slackCmd(t0, "/research", "1.1")); a.status != 404 || a.code != "NOT_FOUND" {
 		t.Errorf("slack without a secret: %d %s", a.status, a.raw)
 	}
-	teststores.Unchanged(t, r.store, before)
+	teststores.Unchanged(t, storage.New(r.store), before)
 }
 
 // TestNewRefusesBadConfig: routes that could never be served are refused.
 func TestNewRefusesBadConfig(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	base := webhook.Config{Runner: r.runner, Store: r.store, GitHubSecret: ghSecret, SlackSigningSecret: slackSecret}
+	base := webhook.Config{Runner: r.runner, Store: storage.New(r.store), GitHubSecret: ghSecret, SlackSigningSecret: slackSecret}
 	tests := map[string]func(*webhook.Config){
 		"no runner":            func(c *webhook.Config) { c.Runner = nil },
 		"github without store": func(c *webhook.Config) { c.Store = nil },
@@ -429,12 +429,12 @@ func TestSlackEvents(t *testing.T) {
 	t.Run("url_verification is answered with its challenge, nothing written", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
-		before := teststores.Snapshot(t, r.store)
+		before := teststores.Snapshot(t, storage.New(r.store))
 		got := r.send(slackJSON(t0, `{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`))
 		if got.status != 200 || got.body["challenge"] != "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" {
 			t.Errorf("answer %d %s, want 200 with the challenge", got.status, got.raw)
 		}
-		teststores.Unchanged(t, r.store, before)
+		teststores.Unchanged(t, storage.New(r.store), before)
 	})
 	t.Run("url_verification unsigned is refused", func(t *testing.T) {
 		t.Parallel()
@@ -459,7 +459,7 @@ func TestSlackEvents(t *testing.T) {
 		if !maps.Equal(in, want) {
 			t.Errorf("input %v, want %v", in, want)
 		}
-		before := teststores.Snapshot(t, r.store)
+		before := teststores.Snapshot(t, storage.New(r.store))
 		for n := 1; n <= 3; n++ {
 			r.clk.Advance(time.Minute)
 			retry := slackEvent(r.clk.Now(), "Ev0PV52K21", "app_mention").with(func(d *delivery) {
@@ -471,7 +471,7 @@ func TestSlackEvents(t *testing.T) {
 				t.Errorf("retry %d: %d %s, want the first's run as a duplicate", n, got.status, got.raw)
 			}
 		}
-		teststores.Unchanged(t, r.store, before)
+		teststores.Unchanged(t, storage.New(r.store), before)
 		if runs := r.runs(); !maps.Equal(runs, map[string]int{"researcher": 1}) {
 			t.Errorf("runs %v, want one", runs)
 		}
@@ -483,22 +483,22 @@ func TestSlackEvents(t *testing.T) {
 	t.Run("an event without a route starts nothing", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
-		before := teststores.Snapshot(t, r.store)
+		before := teststores.Snapshot(t, storage.New(r.store))
 		got := r.send(slackEvent(t0, "Ev1", "reaction_added"))
 		if got.status != 200 || got.started || got.body["reason"] == "" {
 			t.Errorf("answer %d %s, want 200 started false", got.status, got.raw)
 		}
-		teststores.Unchanged(t, r.store, before)
+		teststores.Unchanged(t, storage.New(r.store), before)
 	})
 	t.Run("app_rate_limited is acknowledged", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
-		before := teststores.Snapshot(t, r.store)
+		before := teststores.Snapshot(t, storage.New(r.store))
 		got := r.send(slackJSON(t0, `{"token":"x","type":"app_rate_limited","team_id":"T0001","minute_rate_limited":1518467820,"api_app_id":"A1"}`))
 		if got.status != 200 || got.started {
 			t.Errorf("answer %d %s, want 200", got.status, got.raw)
 		}
-		teststores.Unchanged(t, r.store, before)
+		teststores.Unchanged(t, storage.New(r.store), before)
 	})
 	bad := []struct {
 		name, body, code string
@@ -516,11 +516,11 @@ func TestSlackEvents(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t)
-			before := teststores.Snapshot(t, r.store)
+			before := teststores.Snapshot(t, storage.New(r.store))
 			if got := r.send(slackJSON(t0, tt.body)); got.status != 400 || got.code != tt.code {
 				t.Errorf("answer %d %s, want 400 %s", got.status, got.raw, tt.code)
 			}
-			teststores.Unchanged(t, r.store, before)
+			teststores.Unchanged(t, storage.New(r.store), before)
 		})
 	}
 	t.Run("slash commands and interactivity still work", func(t *testing.T) {
@@ -532,11 +532,11 @@ func TestSlackEvents(t *testing.T) {
 		// A form value is percent-decoded to any bytes: invalid UTF-8 in the
 		// text is refused, not stored as U+FFFD.
 		form := url.Values{"team_id": {"T0001"}, "command": {"/research"}, "text": {"\xc3\x28"}, "trigger_id": {"3.3"}}
-		before := teststores.Snapshot(t, r.store)
+		before := teststores.Snapshot(t, storage.New(r.store))
 		if got := r.send(slackForm(t0, form)); got.status != 400 || got.code != "INVALID_INPUT" {
 			t.Errorf("slash command with invalid UTF-8: %d %s", got.status, got.raw)
 		}
-		teststores.Unchanged(t, r.store, before)
+		teststores.Unchanged(t, storage.New(r.store), before)
 		payload := `{"type":"block_actions","trigger_id":"2.2","team":{"id":"T0001"},"user":{"id":"U42"}}`
 		if got := r.send(slackForm(t0, url.Values{"payload": {payload}})); got.status != 200 || !got.started || got.agent != "clicker" {
 			t.Errorf("interactivity: %d %s", got.status, got.raw)

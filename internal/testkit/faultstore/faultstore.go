@@ -1,11 +1,11 @@
-// Package faultstore wraps a storage.Store with switchable faults, for the
-// fault suites: outages, while which every call fails the way a stopped
+// Package faultstore wraps a driver (usually a storage.Store) with
+// switchable faults, for the fault suites: outages, while which every call fails the way a stopped
 // server fails (an *storage.OpError whose cause is a refused connection), so
 // the engines see exactly what they see when MinIO stops; and the faults of
 // a store that settles (a distributed MinIO after a node restart or a
 // killed writer): false not-found reads and create-only writes accepted
 // over an existing key, deterministically, within a bound it reports as
-// storage.Settler.
+// driver.Settler.
 package faultstore
 
 import (
@@ -16,11 +16,13 @@ import (
 	"syscall"
 
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// Store is a storage.Store that can be taken down and brought back up.
+// Store is a driver (package storage/driver) that can be taken down and
+// brought back up; storage.New makes the Store engines call over it.
 type Store struct {
-	storage.Store
+	driver.Store
 
 	mu    sync.Mutex
 	down  bool
@@ -30,8 +32,8 @@ type Store struct {
 	set   settling
 }
 
-// New wraps inner; it starts up.
-func New(inner storage.Store) *Store { return &Store{Store: inner} }
+// New wraps inner, usually a Store; it starts up.
+func New(inner driver.Store) *Store { return &Store{Store: inner} }
 
 // Down makes every call fail until Up.
 func (s *Store) Down() { s.mu.Lock(); s.down = true; s.mu.Unlock() }
@@ -59,7 +61,7 @@ func (s *Store) refuse(op, key string) error {
 	return storage.NewOpError(op, key, nil, syscall.ECONNREFUSED)
 }
 
-// Get implements storage.Store.
+// Get implements driver.Store.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	if err := s.refuse("get", key); err != nil {
 		return nil, "", err
@@ -70,7 +72,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, storage.Version, e
 	return s.Store.Get(ctx, key)
 }
 
-// Put implements storage.Store.
+// Put implements driver.Store.
 func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	if err := s.refuse("put", key); err != nil {
 		return "", err
@@ -81,7 +83,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond storage.
 	return s.Store.Put(ctx, key, value, cond)
 }
 
-// Delete implements storage.Store.
+// Delete implements driver.Store.
 func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	if err := s.refuse("delete", key); err != nil {
 		return err
@@ -89,15 +91,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond storage.Condition) 
 	return s.Store.Delete(ctx, key, cond)
 }
 
-// List implements storage.Store.
-func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	if err := s.refuse("list", prefix); err != nil {
-		return func(yield func(string, error) bool) { yield("", err) }
-	}
-	return s.Store.List(ctx, prefix)
-}
-
-// ListAfter implements storage.Store; it fails as List does.
+// ListAfter implements driver.Store.
 func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	if err := s.refuse("list", prefix); err != nil {
 		return func(yield func(string, error) bool) { yield("", err) }
@@ -105,5 +99,5 @@ func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[s
 	return s.Store.ListAfter(ctx, prefix, after)
 }
 
-// Unwrap returns the wrapped Store (storage.Unwrapper).
-func (s *Store) Unwrap() storage.Store { return s.Store }
+// Unwrap returns the wrapped driver (driver.Unwrapper).
+func (s *Store) Unwrap() driver.Store { return s.Store }

@@ -27,7 +27,7 @@ func TestOutagesLookLikeAStoppedServer(t *testing.T) {
 	_, _, calls["get"] = s.Get(ctx, "k")
 	_, calls["put"] = s.Put(ctx, "k", []byte("w"), storage.Condition{})
 	calls["delete"] = s.Delete(ctx, "k", storage.Condition{})
-	for _, err := range s.List(ctx, "") {
+	for _, err := range storage.New(s).List(ctx, "") {
 		calls["list"] = err
 	}
 	for op, err := range calls {

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// The faults of a store that settles (storage.Settler), injected
+// The faults of a store that settles (driver.Settler), injected
 // deterministically: a Get of an existing key that answers ErrNotFound, and
 // a create-only Put accepted over an existing key (the write lands and
 // returns a version). Nothing else is faulted: a compare-and-swap (IfMatch)
@@ -39,7 +40,7 @@ type settling struct {
 	doubles   int64
 }
 
-// Settle implements storage.Settler: the bound set by SetSettle, or until
+// Settle implements driver.Settler: the bound set by SetSettle, or until
 // then the wrapped store's (so a plain fault store hides nothing).
 func (s *Store) Settle() time.Duration {
 	s.set.mu.Lock()
@@ -48,7 +49,7 @@ func (s *Store) Settle() time.Duration {
 	if d > 0 {
 		return d
 	}
-	return storage.SettleTime(s.Store)
+	return driver.SettleTime(s.Store)
 }
 
 // SetSettle sets the bound Settle reports and the length of a disturbance

@@ -46,7 +46,7 @@ func TestStripsConditions(t *testing.T) {
 	p := s3proxy.New(t, srv)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	open := func(endpoint string) storage.Store {
+	open := func(endpoint string) *storage.Store {
 		s, err := s3store.New(t.Context(), s3store.Config{Bucket: bucket, Endpoint: endpoint, Region: srv.Region, UsePathStyle: true,
 			AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, HTTPClient: &http.Client{Transport: tr}})
 		if err != nil {
@@ -57,7 +57,7 @@ func TestStripsConditions(t *testing.T) {
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name     string
-		store    storage.Store
+		store    *storage.Store
 		stripped bool
 	}{{"minio", open(srv.Endpoint), false}, {"through the proxy", open(p.Endpoint), true}} {
 		key := "k/é: " + tc.name // escaped on the wire: the proxy signs it as sent

@@ -6,15 +6,17 @@ import (
 	"sync/atomic"
 
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// Counting wraps a Store and counts the round trips of each kind it serves,
+// Counting is a driver (package storage/driver) that wraps another, usually
+// a Store, and counts the round trips of each kind it serves,
 // for tests and benchmarks that hold a cost (calls per job, per run).
 // Pages counts Lists as S3 bills them, one per page of up to 1,000 keys
 // read (at least one per List), and Listed the keys they yielded, for
 // costs that must not grow with what a prefix holds.
 type Counting struct {
-	storage.Store
+	driver.Store
 	Gets, Puts, Deletes, Lists atomic.Int64
 	Pages, Listed              atomic.Int64
 }
@@ -37,12 +39,8 @@ func (c *Counting) Delete(ctx context.Context, key string, cond storage.Conditio
 	return c.Store.Delete(ctx, key, cond)
 }
 
-// List counts and forwards.
-func (c *Counting) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return c.count(c.Store.List(ctx, prefix))
-}
-
-// ListAfter counts and forwards, as List: one List, its pages and keys.
+// ListAfter counts and forwards: one List, its pages and keys (a List of
+// the Store over the count is a ListAfter from the start).
 func (c *Counting) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return c.count(c.Store.ListAfter(ctx, prefix, after))
 }
@@ -83,6 +81,6 @@ func (c *Counting) Total() int64 {
 	return c.Gets.Load() + c.Puts.Load() + c.Deletes.Load() + c.Lists.Load()
 }
 
-// Unwrap returns the counted Store (storage.Unwrapper), so its settle time
+// Unwrap returns the counted driver (driver.Unwrapper), so its settle time
 // is found through the count.
-func (c *Counting) Unwrap() storage.Store { return c.Store }
+func (c *Counting) Unwrap() driver.Store { return c.Store }

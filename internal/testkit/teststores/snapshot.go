@@ -11,7 +11,7 @@ import (
 
 // Snapshot returns every key of s with its bytes, for tests that prove a
 // refused call wrote nothing.
-func Snapshot(tb testing.TB, s storage.Store) map[string]string {
+func Snapshot(tb testing.TB, s *storage.Store) map[string]string {
 	tb.Helper()
 	ctx := context.Background()
 	out := map[string]string{}
@@ -30,7 +30,7 @@ func Snapshot(tb testing.TB, s storage.Store) map[string]string {
 
 // Unchanged fails tb unless s holds exactly the keys and bytes of before
 // (a Snapshot): nothing created, changed or deleted.
-func Unchanged(tb testing.TB, s storage.Store, before map[string]string) {
+func Unchanged(tb testing.TB, s *storage.Store, before map[string]string) {
 	tb.Helper()
 	after := Snapshot(tb, s)
 	for _, key := range slices.Sorted(maps.Keys(after)) {

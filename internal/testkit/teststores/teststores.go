@@ -54,7 +54,7 @@ func (e *Env) MinIO(tb testing.TB) (*miniotest.Server, string) {
 }
 
 // S3At returns an s3store on the bucket under prefix (ending in "/").
-func (e *Env) S3At(tb testing.TB, prefix string) storage.Store {
+func (e *Env) S3At(tb testing.TB, prefix string) *storage.Store {
 	tb.Helper()
 	srv, bkt := e.MinIO(tb)
 	s, err := s3store.NewWithClient(srv.Client(&http.Client{Transport: e.rt()}), bkt, prefix)
@@ -65,7 +65,7 @@ func (e *Env) S3At(tb testing.TB, prefix string) storage.Store {
 }
 
 // S3 returns an s3store under a prefix of its own.
-func (e *Env) S3(tb testing.TB) storage.Store {
+func (e *Env) S3(tb testing.TB) *storage.Store {
 	e.mu.Lock()
 	e.seq++
 	n := e.seq
@@ -85,19 +85,19 @@ func (e *Env) S3(tb testing.TB) storage.Store {
 // Case is one store to run a test on.
 type Case struct {
 	Name string
-	New  func(testing.TB) storage.Store
+	New  func(testing.TB) *storage.Store
 }
 
 // Cases lists memstore and MinIO.
 func (e *Env) Cases() []Case {
 	return []Case{
-		{"memstore", func(testing.TB) storage.Store { return memstore.New() }},
+		{"memstore", func(testing.TB) *storage.Store { return memstore.New() }},
 		{"minio", e.S3},
 	}
 }
 
 // Each runs f, in parallel subtests, on memstore and on MinIO.
-func (e *Env) Each(t *testing.T, f func(t *testing.T, s storage.Store)) {
+func (e *Env) Each(t *testing.T, f func(t *testing.T, s *storage.Store)) {
 	t.Helper()
 	for _, c := range e.Cases() {
 		t.Run(c.Name, func(t *testing.T) {

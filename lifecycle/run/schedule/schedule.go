@@ -287,7 +287,7 @@ type Config struct {
 	// Runner submits the runs. Required.
 	Runner *run.Runner
 	// Store holds the schedules' state: the Runner's store. Required.
-	Store storage.Store
+	Store *storage.Store
 	// Schedules to fire. Ids must be unique.
 	Schedules []Schedule
 	// Clock: default the wall clock.

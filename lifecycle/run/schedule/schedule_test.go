@@ -22,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -40,7 +41,7 @@ const agent = "reporter"
 // is used: the runs are not executed) and a Scheduler.
 type rig struct {
 	t     *testing.T
-	store storage.Store
+	store *storage.Store
 	clock *clock.Fake
 	procs []*proc
 	// log, when set, receives the next started processes' logs.
@@ -53,7 +54,7 @@ type proc struct {
 	stop   func()
 }
 
-func newRig(t *testing.T, store storage.Store) *rig {
+func newRig(t *testing.T, store *storage.Store) *rig {
 	if store == nil {
 		store = memstore.New()
 	}
@@ -148,7 +149,7 @@ func TestExactlyOncePerSlot(t *testing.T) {
 	env.Each(t, exactlyOncePerSlot)
 }
 
-func exactlyOncePerSlot(t *testing.T, store storage.Store) {
+func exactlyOncePerSlot(t *testing.T, store *storage.Store) {
 	g := newRig(t, store)
 	logs := &testlog.Buffer{}
 	g.log = slog.New(slog.NewJSONHandler(logs, nil))
@@ -341,7 +342,7 @@ func TestCrashBetweenClaimAndRun(t *testing.T) {
 	g := newRig(t, base)
 	sc := schedule.Schedule{ID: "fragile", Agent: agent, Every: 10 * time.Second}
 	// The dying process: its store stops answering right after the claim.
-	g.store = dying
+	g.store = storage.New(dying)
 	d := g.start(nil, sc)
 	g.store = base
 	g.settle(g.clock, 1)
@@ -392,7 +393,7 @@ func TestFailedFiringIsRetriedSoon(t *testing.T) {
 	t.Parallel()
 	base := memstore.New()
 	flaky := &failSome{Store: base, left: 1}
-	g := newRig(t, flaky)
+	g := newRig(t, storage.New(flaky))
 	sc := schedule.Schedule{ID: "flaky", Agent: agent, Every: time.Minute}
 	p := g.start(nil, sc)
 	g.settle(g.clock, 1)
@@ -414,7 +415,7 @@ func TestFailedFiringIsRetriedSoon(t *testing.T) {
 func TestSlotOutOfAttemptsIsGivenUp(t *testing.T) {
 	t.Parallel()
 	flaky := &failSome{Store: memstore.New(), left: 3, match: func(k string, _ storage.Condition) bool { return strings.HasSuffix(k, "/status.json") }}
-	g := newRig(t, flaky)
+	g := newRig(t, storage.New(flaky))
 	logs := &testlog.Buffer{}
 	g.log = slog.New(slog.NewJSONHandler(logs, nil))
 	sc := schedule.Schedule{ID: "doomed", Agent: agent, Every: time.Minute}
@@ -439,7 +440,7 @@ func TestSlotOutOfAttemptsIsGivenUp(t *testing.T) {
 // failSome fails the next left writes that match (default: create-only
 // writes of idempotency records).
 type failSome struct {
-	storage.Store
+	driver.Store
 	mu    sync.Mutex
 	left  int
 	match func(key string, c storage.Condition) bool
@@ -480,7 +481,7 @@ func TestNoSlotInsideTheCatchUpBoundIsSkipped(t *testing.T) {
 			dying := &dieAfterClaim{Store: base}
 			g := newRig(t, base)
 			sc := schedule.Schedule{ID: "bounded", Agent: agent, Every: 10 * time.Second, CatchUp: 6}
-			g.store = dying
+			g.store = storage.New(dying)
 			d := g.start(nil, sc)
 			g.store = base
 			g.settle(g.clock, 1)
@@ -521,7 +522,7 @@ func TestNoSlotInsideTheCatchUpBoundIsSkipped(t *testing.T) {
 // dieAfterClaim is a process's store that fails everything once a
 // scheduler's idempotency record has been created.
 type dieAfterClaim struct {
-	storage.Store
+	driver.Store
 	mu   sync.Mutex
 	dead bool
 }

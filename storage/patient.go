@@ -1,4 +1,4 @@
-package core
+package storage
 
 import (
 	"context"
@@ -11,26 +11,49 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// Patient is a storage.Store that waits out transient failures of the Store
-// it wraps (storage.Transient): each call is retried with backoff on Clock
-// until it gets an answer or its context ends. When the context ends first,
-// the error matches storage.ErrUnavailable, the context's error and the
-// last failure. A conditional Put or Delete that failed transiently may
-// have landed; when a retry then fails its condition, Patient reports
-// storage.ErrOutcomeUnknown rather than a conflict, so the caller re-reads
-// instead of applying a change twice.
-type Patient struct {
-	Store storage.Store
+// Retry says how a patient Store waits out its transient failures (see
+// Store.Patient).
+type Retry struct {
 	// Clock paces the retries. Required.
 	Clock clock.Clock
-	// Log receives a WARN when a call gives up; nil discards.
+	// Log receives a WARN when a call starts retrying and when it gives
+	// up; nil discards.
 	Log *slog.Logger
 	// NewBackOff makes the schedule of one call's retries; nil means
 	// DefaultRetryBackOff.
 	NewBackOff func() backoff.BackOff
+}
+
+// Patient returns a Store over s that waits out s's transient failures
+// (Transient): each call is retried with backoff on r.Clock until it gets
+// an answer or its context ends. When the context ends first, the error
+// matches ErrUnavailable, the context's error and the last failure. A
+// conditional Put or Delete that failed transiently may have landed; when
+// a retry then fails its condition, the patient Store reports
+// ErrOutcomeUnknown rather than a conflict, so the caller re-reads instead
+// of applying a change twice. A listing that fails part-way is listed
+// again after the wait from the last key it yielded. Engines make their
+// store patient with their own clock, and the deadlines of the units they
+// serve bound the wait.
+func (s *Store) Patient(r Retry) *Store { return New(&patient{Retry: r, d: s}) }
+
+// Retries counts the retries a patient Store made so far (for metrics and
+// tests); 0 for a Store that is not patient.
+func (s *Store) Retries() int64 {
+	if p, ok := s.d.(*patient); ok {
+		return p.retries.Load()
+	}
+	return 0
+}
+
+// patient is the driver of a patient Store: the Store it makes patient,
+// retried.
+type patient struct {
+	Retry
+	d driver.Store
 
 	retries atomic.Int64
 }
@@ -48,19 +71,16 @@ func DefaultRetryBackOff() backoff.BackOff {
 	return b
 }
 
-// Retries counts the retries made so far (for metrics and tests).
-func (p *Patient) Retries() int64 { return p.retries.Load() }
-
 // retrier paces one call's retries.
 type retrier struct {
-	p     *Patient
+	p     *patient
 	op    string
 	key   string
 	bo    backoff.BackOff
 	start time.Time
 }
 
-func (p *Patient) retrier(op, key string) *retrier {
+func (p *patient) retrier(op, key string) *retrier {
 	return &retrier{p: p, op: op, key: key}
 }
 
@@ -107,15 +127,15 @@ func (r *retrier) giveUp(ctx context.Context, err, ctxErr error) error {
 		r.p.Log.LogAttrs(ctx, slog.LevelWarn, "store_unavailable", slog.String("op", r.op), slog.String("key", r.key),
 			slog.Duration("waited", waited), slog.String("error", err.Error()))
 	}
-	return &storage.UnavailableError{Op: r.op, Key: r.key, Waited: waited, Err: err, Stop: ctxErr}
+	return &UnavailableError{Op: r.op, Key: r.key, Waited: waited, Err: err, Stop: ctxErr}
 }
 
-// Get implements storage.Store.
-func (p *Patient) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+// Get implements driver.Store: Get, retried.
+func (p *patient) Get(ctx context.Context, key string) ([]byte, Version, error) {
 	r := p.retrier("get", key)
 	for {
-		b, v, err := p.Store.Get(ctx, key)
-		if !storage.Transient(err) {
+		b, v, err := p.d.Get(ctx, key)
+		if !Transient(err) {
 			return b, v, err
 		}
 		if err := r.wait(ctx, err); err != nil {
@@ -124,17 +144,17 @@ func (p *Patient) Get(ctx context.Context, key string) ([]byte, storage.Version,
 	}
 }
 
-// Put implements storage.Store.
-func (p *Patient) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+// Put implements driver.Store.
+func (p *patient) Put(ctx context.Context, key string, value []byte, cond Condition) (Version, error) {
 	r := p.retrier("put", key)
 	failed := false
 	for {
-		v, err := p.Store.Put(ctx, key, value, cond)
-		if failed && cond.Kind() != storage.Unconditional && errors.Is(err, storage.ErrPreconditionFailed) {
-			return "", storage.NewOpError("put", key, storage.ErrOutcomeUnknown,
+		v, err := p.d.Put(ctx, key, value, cond)
+		if failed && cond.Kind() != Unconditional && errors.Is(err, ErrPreconditionFailed) {
+			return "", NewOpError("put", key, ErrOutcomeUnknown,
 				fmt.Errorf("a retry after a transient failure found the condition broken: %w", err))
 		}
-		if !storage.Transient(err) {
+		if !Transient(err) {
 			return v, err
 		}
 		failed = true
@@ -144,17 +164,17 @@ func (p *Patient) Put(ctx context.Context, key string, value []byte, cond storag
 	}
 }
 
-// Delete implements storage.Store.
-func (p *Patient) Delete(ctx context.Context, key string, cond storage.Condition) error {
+// Delete implements driver.Store.
+func (p *patient) Delete(ctx context.Context, key string, cond Condition) error {
 	r := p.retrier("delete", key)
 	failed := false
 	for {
-		err := p.Store.Delete(ctx, key, cond)
-		if failed && cond.Kind() != storage.Unconditional && errors.Is(err, storage.ErrPreconditionFailed) {
-			return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown,
+		err := p.d.Delete(ctx, key, cond)
+		if failed && cond.Kind() != Unconditional && errors.Is(err, ErrPreconditionFailed) {
+			return NewOpError("delete", key, ErrOutcomeUnknown,
 				fmt.Errorf("a retry after a transient failure found the condition broken: %w", err))
 		}
-		if !storage.Transient(err) {
+		if !Transient(err) {
 			return err
 		}
 		failed = true
@@ -164,21 +184,16 @@ func (p *Patient) Delete(ctx context.Context, key string, cond storage.Condition
 	}
 }
 
-// List implements storage.Store: ListAfter from the start.
-func (p *Patient) List(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return p.ListAfter(ctx, prefix, "")
-}
-
-// ListAfter implements storage.Store. A listing that fails part-way is
+// ListAfter implements driver.Store. A listing that fails part-way is
 // listed again after the wait, from the last key it yielded, so a retry
 // costs what is left, not what was already read.
-func (p *Patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+func (p *patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		r := p.retrier("list", prefix)
 		cursor := after
 		for {
 			var failure error
-			for key, err := range p.Store.ListAfter(ctx, prefix, cursor) {
+			for key, err := range p.d.ListAfter(ctx, prefix, cursor) {
 				if err != nil {
 					failure = err
 					break
@@ -194,7 +209,7 @@ func (p *Patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2
 			if failure == nil {
 				return
 			}
-			if !storage.Transient(failure) {
+			if !Transient(failure) {
 				yield("", failure)
 				return
 			}
@@ -206,6 +221,6 @@ func (p *Patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2
 	}
 }
 
-// Unwrap returns the Store Patient wraps, so its optional interfaces
-// (storage.Settler) are found through it.
-func (p *Patient) Unwrap() storage.Store { return p.Store }
+// Unwrap returns the Store made patient, so its driver's capabilities
+// (driver.Settler) are found through it.
+func (p *patient) Unwrap() driver.Store { return p.d }
