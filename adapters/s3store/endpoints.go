@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -89,6 +90,44 @@ func (p *pool) pick() *endpoint {
 	return best
 }
 
+// pickOther is pick, passing over the endpoints a read has already asked
+// (as.done); when every endpoint that is up was asked, pick's choice.
+func (p *pool) pickOther(as *asked) *endpoint {
+	now := time.Now().UnixNano()
+	start := p.next.Add(1)
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for i := range uint64(len(p.eps)) {
+		e := p.eps[(start+i)%uint64(len(p.eps))]
+		if e.downUntil.Load() <= now && !as.done[e] {
+			as.current = e
+			return e
+		}
+	}
+	e := p.pick()
+	as.current = e
+	return e
+}
+
+// asked is the endpoints a read has had a not-found from, and the one it
+// is asking now; carried in the read's context (askedKey).
+type asked struct {
+	mu      sync.Mutex
+	done    map[*endpoint]bool
+	current *endpoint
+}
+
+type askedKey struct{}
+
+// answeredNotFound records that the endpoint asked last said not found.
+func (as *asked) answeredNotFound() {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.current != nil {
+		as.done[as.current] = true
+	}
+}
+
 // up reports whether some endpoint is not skipped.
 func (p *pool) up() bool {
 	now := time.Now().UnixNano()
@@ -154,7 +193,12 @@ type resolver struct {
 }
 
 func (r *resolver) ResolveEndpoint(ctx context.Context, params s3.EndpointParameters) (smithyendpoints.Endpoint, error) {
-	e := r.pool.pick()
+	var e *endpoint
+	if as, ok := ctx.Value(askedKey{}).(*asked); ok {
+		e = r.pool.pickOther(as)
+	} else {
+		e = r.pool.pick()
+	}
 	if a, ok := ctx.Value(attemptKey{}).(*attempt); ok {
 		a.ep = e
 	}

@@ -220,3 +220,33 @@ func TestEndpointComesBack(t *testing.T) {
 		t.Fatalf("the endpoint that came back got %d of 10 requests, want about half: %s", got, p.requests())
 	}
 }
+
+// TestNotFoundAskedOfTheOtherNodes: on a cluster a node short of its read
+// quorum answers 404 for keys that exist (4 acknowledged runs read 404
+// right after through another Worker in the cluster scenario); given
+// several endpoints, the store asks the others before it believes a
+// not-found. A key that is missing everywhere still reads missing.
+func TestNotFoundAskedOfTheOtherNodes(t *testing.T) {
+	srv, bkt := env(t)
+	p := newFaultProxy(t, srv.Endpoint, func(_ int, r *http.Request) fault {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/k") {
+			return notFound
+		}
+		return pass
+	})
+	s := storeVia(t, srv, bkt, randomPrefix(), s3store.Config{Endpoints: []string{p.URL, srv.Endpoint}})
+	if _, err := s.Put(t.Context(), "k", []byte("here"), storage.IfNotExists()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 { // each endpoint first, in turn
+		if b, _, err := s.Get(t.Context(), "k"); err != nil || string(b) != "here" {
+			t.Fatalf("read %d: %q, %v; want the value (requests: %s)", i, b, err, p.requests())
+		}
+	}
+	if !strings.Contains(p.requests(), "404") {
+		t.Fatalf("no read met the node that answers 404 (requests: %s)", p.requests())
+	}
+	if _, _, err := s.Get(t.Context(), "k-missing"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("a missing key read %v, want not found", err)
+	}
+}

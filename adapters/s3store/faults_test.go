@@ -31,6 +31,7 @@ const (
 	stall             // hold it, unanswered, until the client gives up
 	passAndDrop       // forward it and answer, but count it as dropped (for the log)
 	slow              // hold it slowWrite, then forward it; "left" in the log if the client went meanwhile
+	notFound          // answer 404 NoSuchKey without forwarding it, as a node short of its read quorum
 )
 
 // slowWrite is how long the slow fault holds a request.
@@ -62,7 +63,7 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.n++
 	f := p.rule(p.n, r)
-	p.log = append(p.log, r.Method+":"+[]string{"pass", "499", "reset", "refuse499", "stall", "pass", "slow"}[f])
+	p.log = append(p.log, r.Method+":"+[]string{"pass", "499", "reset", "refuse499", "stall", "pass", "slow", "404"}[f])
 	p.mu.Unlock()
 	switch f {
 	case slow:
@@ -88,6 +89,11 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case refuse499:
 		write499(w)
+		return
+	case notFound:
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>`)
 		return
 	}
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), r.Body)

@@ -432,9 +432,26 @@ func unquote(etag *string) storage.Version {
 
 func quote(v storage.Version) *string { return aws.String(`"` + string(v) + `"`) }
 
-// Get implements driver.Store.
+// Get implements driver.Store. Given several endpoints (a cluster), a
+// not-found is asked again of the others, each once, before it is
+// believed: a node short of its read quorum (just restarted, or beside a
+// killed one) answers 404 for keys that exist, and another node usually
+// has them.
 func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)})
+	asks, gctx, as := 1, ctx, (*asked)(nil)
+	if s.pool != nil && len(s.pool.eps) > 1 {
+		as = &asked{done: map[*endpoint]bool{}}
+		asks, gctx = len(s.pool.eps), context.WithValue(ctx, askedKey{}, as)
+	}
+	var out *s3.GetObjectOutput
+	var err error
+	for range asks {
+		out, err = s.client.GetObject(gctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)})
+		if err == nil || !noSuchKey(err) || as == nil {
+			break
+		}
+		as.answeredNotFound()
+	}
 	if err != nil {
 		if noSuchKey(err) {
 			return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, err)
