@@ -197,17 +197,18 @@ func (jl *jobLoad) stuckJobs(ctx context.Context, c *client.Client, deadline tim
 // it provoked none, since then it proved nothing. The fault model's rarer
 // faults are proven deterministically on the fault store (TestSettle*).
 func TestClusterScenario(t *testing.T) {
-	gate(t, "issue 27, cluster, as of 2026-11-28 on main: 0 acknowledged runs missing, 0 keys with two runs, 150 jobs COMPLETE once, one 502 and no 500; "+
-		"but 140 of 300 keyed runs were not finished 150 s after the load (on a store that settles a keyed run starts at least the settle time, 40 s, after its creation, "+
-		"and each poll re-reads every waiting run: 98 GETs a run), 4 answers read 404 right after on the cluster, and this MinIO showed 1 false 404 and 0 creates taken over in 817 probes, "+
-		"so the deterministic proof of the fault model is the fault store's (lifecycle/run and jobqueue TestSettle*)")
+	gate(t, "a long scenario: 4-5 minutes on a 4-node cluster; .ci/run runs it as a step of its own")
 	began := time.Now()
 	r := newClusterRig(t)
 	t.Logf("cluster and 3 Workers up in %v", time.Since(began).Round(100*time.Millisecond))
 	tr := &http.Transport{} // closed at the end, so that goleak finds no keep-alive
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	// The load runs until every key is acknowledged, or until no key has
+	// been for 150 s (stuck), at most 8 minutes: a key whose write was in
+	// flight through a node killed -9 stays locked by MinIO for about 114 s
+	// (docs/stores.md), and then waits the settle time.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	p, err := newProber(ctx, r.c, r.bkt, hc)
 	if err != nil {
@@ -230,6 +231,9 @@ func TestClusterScenario(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { ld.run(ctx) })
 	wg.Go(func() { jl.run(ctx) })
+	loadDone := make(chan struct{})
+	defer close(loadDone)
+	go cancelWhenStuck(ld, 150*time.Second, cancel, loadDone)
 	wg.Go(func() { // progress, to see where the time goes
 		for ctx.Err() == nil && ld.l.acked.Load() < int64(ld.keys) {
 			time.Sleep(10 * time.Second)
@@ -390,5 +394,25 @@ func (r *clusterRig) auditCheck(t *testing.T, runIDs map[string]bool, jl *jobLoa
 	if len(jobGaps) > 0 {
 		sort.Strings(jobGaps)
 		t.Errorf("jobs without exactly one COMPLETE event: %d, e.g. %v", len(jobGaps), jobGaps[:min(5, len(jobGaps))])
+	}
+}
+
+// cancelWhenStuck calls cancel once no key has been acknowledged for
+// stall, unless done is closed first.
+func cancelWhenStuck(ld *submitLoad, stall time.Duration, cancel func(), done <-chan struct{}) {
+	last, since := ld.l.acked.Load(), time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Second):
+		}
+		if n := ld.l.acked.Load(); n != last {
+			last, since = n, time.Now()
+		}
+		if time.Since(since) > stall {
+			cancel()
+			return
+		}
 	}
 }
