@@ -274,11 +274,7 @@ func (p *prober) createOverExisting(ctx context.Context) error {
 func (p *prober) staleIfMatch(ctx context.Context) error {
 	const c = StaleIfMatch
 	key := p.key("stale-if-match")
-	v1, err := p.mustPut(ctx, c, "an unconditional Put", key, "first", storage.Condition{})
-	if err != nil {
-		return err
-	}
-	v2, err := p.mustPut(ctx, c, "a compare-and-swap with the current version", key, "second", storage.IfMatch(v1))
+	v1, v2, err := p.secondVersion(ctx, c, key)
 	if err != nil {
 		return err
 	}
@@ -287,6 +283,16 @@ func (p *prober) staleIfMatch(ctx context.Context) error {
 		return err
 	}
 	return p.holds(ctx, c, key, "second", v2)
+}
+
+// secondVersion writes key "first", then swaps it for "second": the
+// versions of both, so a check can use the replaced one.
+func (p *prober) secondVersion(ctx context.Context, c, key string) (v1, v2 storage.Version, err error) {
+	if v1, err = p.mustPut(ctx, c, "an unconditional Put", key, "first", storage.Condition{}); err != nil {
+		return "", "", err
+	}
+	v2, err = p.mustPut(ctx, c, "a compare-and-swap with the current version", key, "second", storage.IfMatch(v1))
+	return v1, v2, err
 }
 
 func (p *prober) ifMatchMissing(ctx context.Context) error {
@@ -307,11 +313,7 @@ func (p *prober) ifMatchMissing(ctx context.Context) error {
 func (p *prober) deleteConditions(ctx context.Context) error {
 	const c = DeleteConditions
 	key := p.key("conditional-delete")
-	v1, err := p.mustPut(ctx, c, "an unconditional Put", key, "first", storage.Condition{})
-	if err != nil {
-		return err
-	}
-	v2, err := p.mustPut(ctx, c, "a compare-and-swap with the current version", key, "second", storage.IfMatch(v1))
+	v1, v2, err := p.secondVersion(ctx, c, key)
 	if err != nil {
 		return err
 	}

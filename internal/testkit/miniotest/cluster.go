@@ -45,18 +45,7 @@ type Cluster struct {
 // parent (see DataParent) and waits until every node serves writes with
 // quorum. The caller must call Stop, which also removes that directory.
 func StartCluster(ctx context.Context, bin, parent string) (*Cluster, error) {
-	var lastErr error
-	for range 3 { // a free port can be taken between probe and bind; retry
-		c, err := startCluster(ctx, bin, parent)
-		if err == nil {
-			return c, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
+	return withPortRetries(ctx, func() (*Cluster, error) { return startCluster(ctx, bin, parent) })
 }
 
 func startCluster(ctx context.Context, bin, parent string) (*Cluster, error) {

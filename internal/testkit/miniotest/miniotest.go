@@ -130,18 +130,22 @@ func randomHex(n int) string {
 // DataParent) and waits until it is live. The caller must call Stop, which
 // also removes that directory.
 func Start(ctx context.Context, bin, parent string) (*Server, error) {
-	var lastErr error
-	for range 3 { // a free port can be taken between probe and bind; retry
-		s, err := start(ctx, bin, parent)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil {
+	return withPortRetries(ctx, func() (*Server, error) { return start(ctx, bin, parent) })
+}
+
+// withPortRetries calls start up to three times: a free port can be taken
+// between its probe and the server's bind.
+func withPortRetries[T any](ctx context.Context, start func() (T, error)) (T, error) {
+	var (
+		v   T
+		err error
+	)
+	for range 3 {
+		if v, err = start(); err == nil || ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, lastErr
+	return v, err
 }
 
 func start(ctx context.Context, bin, parent string) (*Server, error) {
