@@ -224,7 +224,7 @@ func TestEndpointComesBack(t *testing.T) {
 // TestNotFoundAskedOfTheOtherNodes: on a cluster a node short of its read
 // quorum answers 404 for keys that exist (4 acknowledged runs read 404
 // right after through another Worker in the cluster scenario); given
-// several endpoints, the store asks the others before it believes a
+// several endpoints, the store asks another before it believes a
 // not-found. A key that is missing everywhere still reads missing.
 func TestNotFoundAskedOfTheOtherNodes(t *testing.T) {
 	srv, bkt := env(t)

@@ -433,15 +433,16 @@ func unquote(etag *string) storage.Version {
 func quote(v storage.Version) *string { return aws.String(`"` + string(v) + `"`) }
 
 // Get implements driver.Store. Given several endpoints (a cluster), a
-// not-found is asked again of the others, each once, before it is
-// believed: a node short of its read quorum (just restarted, or beside a
-// killed one) answers 404 for keys that exist, and another node usually
-// has them.
+// not-found is asked again of one other endpoint before it is believed: a
+// node short of its read quorum (just restarted, or beside a killed one)
+// answers 404 for keys that exist, and another node usually has them. One
+// more GET, not one per node, because every create on a cluster reads its
+// key first and usually finds it missing.
 func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	asks, gctx, as := 1, ctx, (*asked)(nil)
 	if s.pool != nil && len(s.pool.eps) > 1 {
 		as = &asked{done: map[*endpoint]bool{}}
-		asks, gctx = len(s.pool.eps), context.WithValue(ctx, askedKey{}, as)
+		asks, gctx = 2, context.WithValue(ctx, askedKey{}, as)
 	}
 	var out *s3.GetObjectOutput
 	var err error
