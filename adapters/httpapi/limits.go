@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 )
 
 // Defaults of Limits (docs/http-api.md, "Server limits").
