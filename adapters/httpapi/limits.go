@@ -85,9 +85,9 @@ func (l Limits) withDefaults() Limits {
 // HTTPServer returns an http.Server serving h with the header, idle and
 // header-size limits. It sets no ReadTimeout or WriteTimeout: they would
 // cut the event stream; the body's deadline is the Server's (BodyTimeout),
-// and the stream bounds each of its writes itself (events.Config's
-// WriteTimeout), on a connection whose send buffer it bounds through
-// ConnContext (events.ConnContext).
+// and the stream bounds each of its writes itself (Config.EventWriteTimeout),
+// on a connection whose send buffer the returned server's ConnContext
+// bounds.
 func (l Limits) HTTPServer(h http.Handler) *http.Server {
 	l = l.withDefaults()
 	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout, MaxHeaderBytes: l.MaxHeaderBytes,

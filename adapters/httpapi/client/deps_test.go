@@ -51,6 +51,7 @@ var belowEngine = map[string]bool{
 // library and the store's backoff.
 var outside = map[string]bool{
 	"go.opentelemetry.io/otel":       true,
+	"go.opentelemetry.io/otel/trace": true,
 	"github.com/cespare/xxhash/v2":   true,
 	"github.com/qmuntal/stateless":   true,
 	"github.com/cenkalti/backoff/v4": true,
