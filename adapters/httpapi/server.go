@@ -30,15 +30,15 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultMaxBodyBytes bounds a request body (docs/http-api.md).
-	DefaultMaxBodyBytes = 1 << 20
-	// DefaultRequestTimeout bounds the SDK calls of one request. The SDK
+	// defaultMaxBodyBytes bounds a request body (docs/http-api.md).
+	defaultMaxBodyBytes = 1 << 20
+	// defaultRequestTimeout bounds the SDK calls of one request. The SDK
 	// waits out transient store errors for as long as its context allows,
 	// so without a deadline a request to a dead store would never answer.
 	// 10 s: a client learns the store is down well before its own timeout
 	// (commonly 30 s), while one stalled store attempt (the S3 adapter's
 	// attempt timeout) still fits in it.
-	DefaultRequestTimeout = 10 * time.Second
+	defaultRequestTimeout = 10 * time.Second
 )
 
 // ErrInvalidConfig is matched by the errors of New and of the token parsers.
@@ -64,7 +64,7 @@ type Config struct {
 
 	// CursorKey signs the cursors of the paged lists (HMAC-SHA256), so a
 	// cursor no page of its list handed out is refused; at least
-	// MinCursorKeyLen (16) bytes. Default: the key kept in Store
+	// 16 bytes. Default: the key kept in Store
 	// (system/cursor-key.json), created by the first Server that needs it
 	// and read once by every other, so Workers sharing a store accept each
 	// other's cursors; without Store, a random key of this Server's, whose
@@ -127,11 +127,11 @@ type Config struct {
 	// run or job, which keeps it.
 	TracerProvider trace.TracerProvider
 	// MaxBodyBytes bounds a request body; a longer one is refused with 413
-	// INPUT_TOO_LARGE. Default DefaultMaxBodyBytes (1 MiB).
+	// INPUT_TOO_LARGE. Default 1 MiB.
 	MaxBodyBytes int64
 	// RequestTimeout bounds the SDK calls of one request (not the event
 	// stream, the page or the metrics); when it runs out the answer is
-	// UPSTREAM_UNAVAILABLE. Default DefaultRequestTimeout (10 s).
+	// UPSTREAM_UNAVAILABLE. Default 10 s.
 	RequestTimeout time.Duration
 	// Limits bound what one client can hold of the server. The Server
 	// applies BodyTimeout, on every route before authentication (a body not
@@ -212,10 +212,10 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 		cfg.Clock = clock.Real()
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+		cfg.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = defaultRequestTimeout
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	cs, err := newCursors(cfg.CursorKey, cfg.Store, cfg.Clock)
