@@ -23,7 +23,7 @@ type runRoutes struct {
 }
 
 func newRunRoutes(r *run.Runner, cs *cursors) *runRoutes {
-	h := &runRoutes{runner: r, slugs: map[string]bool{}, cursors: cs, agents: []lifecycle.AgentInfo{}}
+	h := &runRoutes{runner: r, slugs: map[string]bool{}, cursors: cs}
 	for _, a := range r.Agents() {
 		info := lifecycle.AgentInfo{Slug: a.Slug, Machine: a.Machine, Spec: machineSpec(a.Machine), Concurrency: a.Concurrency}
 		for _, st := range a.Steps {
