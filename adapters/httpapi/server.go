@@ -282,7 +282,7 @@ func (s *Server) mount() error {
 	hooks, err := webhook.New(webhook.Config{Runner: cfg.Runner, Store: cfg.Store, GitHubSecret: cfg.GitHubSecret,
 		SlackSigningSecret: cfg.SlackSigningSecret, Routes: routes, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	s.webhooks = hooks
 	return nil
