@@ -34,9 +34,9 @@
 //	lifecycle/nlm  the NLM processor; a run step that waits for it
 //	inbox          the inbox Box
 //	artifact       the artifact store
-//	adapters/…     httpapi (the HTTP API and its client), httpapi/events (the
-//	               event stream), httpapi/page (the live page), httpapi/webhook,
-//	               prometheus (metrics and alert rules), otlp (span export)
+//	adapters/…     httpapi (the HTTP API, with its event stream, live page and
+//	               webhooks, and its client), prometheus (metrics and alert
+//	               rules), otlp (span export)
 //	conveyor       the Client: the composition root (this package)
 //	examples/…     worker (the Worker), conveyor (its CLI), machines, chaos
 package conveyor

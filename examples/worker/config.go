@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
+	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
@@ -25,8 +25,8 @@ import (
 // The webhooks' secrets come from the environment, never the file:
 // CONVEYOR_GITHUB_SECRET and CONVEYOR_SLACK_SIGNING_SECRET.
 type fileConfig struct {
-	Schedules []schedule.Schedule `json:"schedules"`
-	Webhooks  []webhook.Route     `json:"webhooks"`
+	Schedules []schedule.Schedule    `json:"schedules"`
+	Webhooks  []httpapi.WebhookRoute `json:"webhooks"`
 }
 
 // readConfig reads the -config file (none: an empty config); the

@@ -14,7 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/webhook"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/run"

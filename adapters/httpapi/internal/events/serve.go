@@ -128,6 +128,14 @@ func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	f.live(ctx, c, w, sent)
+}
+
+// live writes the feed's events to c as they come, and a heartbeat when
+// none came for a while, until the client leaves, is dropped or the feed
+// stops. sent holds the ids the replay wrote, which the feed may send
+// again once.
+func (f *Feed) live(ctx context.Context, c *client, w http.ResponseWriter, sent map[string]struct{}) {
 	hb := f.clock.NewTimer(f.cfg.Heartbeat)
 	defer func() { hb.Stop() }()
 	for {

@@ -14,8 +14,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
-	"github.com/runconveyor/conveyor/adapters/httpapi/page"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -67,18 +65,14 @@ func TestScreenshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed, err := events.New(events.Config{Store: store, Logger: quiet, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(httpapi.Config{Runner: runner, Events: feed, Page: page.Handler(), Logger: quiet})
+	api, err := httpapi.New(httpapi.Config{Runner: runner, Store: store, Events: true, EventPollInterval: 50 * time.Millisecond, Page: true, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- runner.Run(rctx) }()
-	go func() { done <- feed.Run(rctx) }()
+	go func() { done <- api.Run(rctx) }()
 	srv := httptest.NewServer(api)
 	defer func() {
 		srv.CloseClientConnections()

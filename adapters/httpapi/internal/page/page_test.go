@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/page"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"

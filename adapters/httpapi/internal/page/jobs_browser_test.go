@@ -17,8 +17,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
-	"github.com/runconveyor/conveyor/adapters/httpapi/page"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -110,17 +108,13 @@ func startJobsWorker(t *testing.T) *jobsWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed, err := events.New(events.Config{Store: store, Logger: quiet, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(httpapi.Config{Runner: runner, Queue: q, Events: feed, Page: page.Handler(), Logger: quiet})
+	api, err := httpapi.New(httpapi.Config{Runner: runner, Queue: q, Store: store, Events: true, EventPollInterval: 50 * time.Millisecond, Page: true, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fctx, stopFeed := context.WithCancel(context.Background())
 	feedDone := make(chan struct{})
-	go func() { defer close(feedDone); _ = feed.Run(fctx) }()
+	go func() { defer close(feedDone); _ = api.Run(fctx) }()
 	w.gate = newGate(api)
 	srv := httptest.NewServer(w.gate) // 127.0.0.1 only
 	w.URL = srv.URL

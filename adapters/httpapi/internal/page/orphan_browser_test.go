@@ -13,8 +13,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
-	"github.com/runconveyor/conveyor/adapters/httpapi/page"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -90,17 +88,13 @@ func TestRunPageShowsALostRunner(t *testing.T) {
 
 	// The Worker the page talks to serves runner b, which runs only later.
 	b := newRunner("b")
-	feed, err := events.New(events.Config{Store: store, Logger: quiet, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(httpapi.Config{Runner: b, Events: feed, Page: page.Handler(), Logger: quiet})
+	api, err := httpapi.New(httpapi.Config{Runner: b, Store: store, Events: true, EventPollInterval: 50 * time.Millisecond, Page: true, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fctx, stopFeed := context.WithCancel(context.Background())
 	feedDone := make(chan struct{})
-	go func() { defer close(feedDone); _ = feed.Run(fctx) }()
+	go func() { defer close(feedDone); _ = api.Run(fctx) }()
 	srv := httptest.NewServer(api)
 	defer func() {
 		srv.CloseClientConnections()

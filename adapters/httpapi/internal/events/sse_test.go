@@ -9,7 +9,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 )
 
 func readAll(t *testing.T, r io.Reader) ([]events.Event, error) {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/webhook"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle/clock"

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"

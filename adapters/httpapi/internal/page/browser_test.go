@@ -19,8 +19,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
-	"github.com/runconveyor/conveyor/adapters/httpapi/page"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -99,29 +97,26 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed, err := events.New(events.Config{Store: store, Logger: log, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sched, err := schedule.New(schedule.Config{Runner: runner, Store: store, Logger: log,
 		Schedules: []schedule.Schedule{{ID: "nightly-" + demoAgent, Agent: demoAgent, Cron: "@daily"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := httpapi.Config{Runner: runner, Schedules: sched, Page: page.Handler(), Logger: log}
+	cfg := httpapi.Config{Runner: runner, Schedules: sched, Page: true, Logger: log}
+	if withFeed {
+		cfg.Store, cfg.Events, cfg.EventPollInterval = store, true, 50*time.Millisecond
+	}
+	api, err := httpapi.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	workers := 1
 	go func() { done <- runner.Run(ctx) }()
 	if withFeed {
-		cfg.Events = feed
 		workers++
-		go func() { done <- feed.Run(ctx) }()
-	}
-	api, err := httpapi.New(cfg)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
+		go func() { done <- api.Run(ctx) }()
 	}
 	// httptest listens on 127.0.0.1 only: the Worker without tokens serves
 	// loopback only, and the test touches no other network.

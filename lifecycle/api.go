@@ -1,38 +1,40 @@
-package client
+package lifecycle
 
 import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// The headers of the API that the client sends and the server reads.
-const (
-	// ActorHeader names the actor of a request when the server has no
-	// tokens (loopback only).
-	ActorHeader = "X-Conveyor-Actor"
-	// IdempotencyKeyHeader carries a submit's idempotency key
-	// (docs/spec.md#idempotency).
-	IdempotencyKeyHeader = "X-Idempotency-Key"
-)
+// The answers of the Worker's HTTP API that have no record of their own
+// elsewhere: the server writes them and its Go client returns them
+// (docs/http-api.md).
 
-// AgentInfo describes one agent the Runner executes (GET /agents).
+// AgentInfo describes one agent the Worker executes (GET /agents).
 type AgentInfo struct {
 	Slug    string `json:"slug"`
 	Machine string `json:"machine"`
-	// Spec is the run machine's table, as lifecycle exports it.
-	Spec        lifecycle.Spec `json:"spec"`
-	Steps       []string       `json:"steps"`
-	Concurrency int            `json:"concurrency"`
+	// Spec is the run machine's table.
+	Spec        Spec     `json:"spec"`
+	Steps       []string `json:"steps"`
+	Concurrency int      `json:"concurrency"`
 }
 
-// Schedule is a schedule as GET /schedules lists it: the schedule's fields
-// and where it stands, the one JSON object the server writes. It is the
-// client's own decoding of the Scheduler's schedule.Info (same fields, same
-// names, same JSON), so reading schedules needs no engine.
-type Schedule struct {
+// Quarantined is a record kept out of the way because it could not be
+// decoded (GET /quarantine): where it was, why, when, and its bytes.
+type Quarantined struct {
+	// QKey is where the record is kept now; restoring it names this key.
+	QKey          string    `json:"qkey"`
+	Key           string    `json:"key"`
+	Reason        string    `json:"reason"`
+	QuarantinedAt time.Time `json:"quarantined_at"`
+	Data          []byte    `json:"data"`
+}
+
+// ScheduleInfo is a schedule as GET /schedules lists it: the schedule's
+// fields and where it stands, the one JSON object the server writes
+// (Every and Jitter as Go duration strings, "20s").
+type ScheduleInfo struct {
 	ID       string          `json:"id"`
 	Agent    string          `json:"agent"`
 	Cron     string          `json:"cron,omitempty"`
@@ -52,12 +54,12 @@ type Schedule struct {
 	PausedBy  string     `json:"paused_by,omitempty"`
 }
 
-// scheduleFields is Schedule without its JSON methods.
-type scheduleFields Schedule
+// scheduleFields is ScheduleInfo without its JSON methods.
+type scheduleFields ScheduleInfo
 
 // scheduleOut is the JSON the server writes for a schedule, in its order:
-// the schedule's fields (Every and Jitter as Go duration strings, "20s"),
-// then its progress.
+// the schedule's fields (Every and Jitter as Go duration strings), then its
+// progress.
 type scheduleOut struct {
 	ID        string          `json:"id"`
 	Agent     string          `json:"agent"`
@@ -77,8 +79,8 @@ type scheduleOut struct {
 }
 
 // MarshalJSON writes what the server writes, so a program that prints a
-// Schedule prints the server's answer.
-func (s Schedule) MarshalJSON() ([]byte, error) {
+// ScheduleInfo prints the server's answer.
+func (s ScheduleInfo) MarshalJSON() ([]byte, error) {
 	v := scheduleOut{ID: s.ID, Agent: s.Agent, Cron: s.Cron, TimeZone: s.TimeZone, Missed: s.Missed, CatchUp: s.CatchUp,
 		Input: s.Input, Next: s.Next, LastSlot: s.LastSlot, LastFired: s.LastFired, LastRunID: s.LastRunID,
 		Paused: s.Paused, PausedBy: s.PausedBy}
@@ -93,7 +95,7 @@ func (s Schedule) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads Every and Jitter as Go duration strings, or as
 // numbers of nanoseconds.
-func (s *Schedule) UnmarshalJSON(b []byte) error {
+func (s *ScheduleInfo) UnmarshalJSON(b []byte) error {
 	var v struct {
 		*scheduleFields
 		Every  json.RawMessage `json:"every,omitempty"`
@@ -104,16 +106,16 @@ func (s *Schedule) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	var err error
-	if s.Every, err = duration("every", v.Every); err != nil {
+	if s.Every, err = scheduleDuration("every", v.Every); err != nil {
 		return err
 	}
-	s.Jitter, err = duration("jitter", v.Jitter)
+	s.Jitter, err = scheduleDuration("jitter", v.Jitter)
 	return err
 }
 
-// duration reads a duration written as a Go duration string or as a
-// number of nanoseconds; absent or null is 0.
-func duration(field string, raw json.RawMessage) (time.Duration, error) {
+// scheduleDuration reads a duration written as a Go duration string or as
+// a number of nanoseconds; absent or null is 0.
+func scheduleDuration(field string, raw json.RawMessage) (time.Duration, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, nil
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/layout"

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/sse"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/sse"
 	"go.uber.org/goleak"
 )
 

@@ -6,7 +6,7 @@ import (
 	"iter"
 	"strings"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/sse"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/sse"
 )
 
 // The event types of the contract (docs/http-api.md, "Events").

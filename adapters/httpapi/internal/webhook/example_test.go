@@ -12,7 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/webhook"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
