@@ -10,12 +10,12 @@ import (
 	"github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/retention"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
-	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -114,11 +114,11 @@ func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err err
 		if c.runner, err = run.NewRunner(rc, agents...); err != nil {
 			return fmt.Errorf("runner: %w", err)
 		}
-		sc := cfg.Scheduler
-		sc.Runner, sc.Store, sc.Clock, sc.Logger, sc.Schedules = c.runner, cfg.Store, c.clock, c.log, cfg.Schedules
+		var sm schedule.Metrics
 		if metrics != nil {
-			sc.Metrics = metrics
+			sm = metrics
 		}
+		sc := c.schedulerConfig(sm)
 		if c.sched, err = schedule.New(sc); err != nil {
 			return fmt.Errorf("scheduler: %w", err)
 		}
@@ -143,11 +143,11 @@ func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err err
 	if c.box, err = inbox.New(ic); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
-	jc := cfg.Retention
-	jc.Store, jc.Owner, jc.Clock, jc.Logger = cfg.Store, c.id, c.clock, c.log
+	var rm retention.Metrics
 	if metrics != nil {
-		jc.Metrics = metrics
+		rm = metrics
 	}
+	jc := c.janitorConfig(rm)
 	if c.janitor, err = retention.New(jc); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}

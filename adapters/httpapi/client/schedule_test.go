@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
+	"github.com/runconveyor/conveyor/internal/schedule"
 )
 
 // TestScheduleReadsWhatTheServerWrites: the client's Schedule decodes the

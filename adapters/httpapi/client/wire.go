@@ -30,7 +30,7 @@ type AgentInfo struct {
 
 // Schedule is a schedule as GET /schedules lists it: the schedule's fields
 // and where it stands, the one JSON object the server writes. It is the
-// client's own decoding of the Scheduler's schedule.Info (same fields, same
+// client's own decoding of the server's schedules (same fields, same
 // names, same JSON), so reading schedules needs no engine.
 type Schedule struct {
 	ID       string          `json:"id"`
