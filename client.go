@@ -114,11 +114,10 @@ func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err err
 		if c.runner, err = run.NewRunner(rc, agents...); err != nil {
 			return fmt.Errorf("runner: %w", err)
 		}
-		var sm schedule.Metrics
+		sc := cfg.Scheduler.scheduler(c.runner, cfg.Store, cfg.Schedules, c.clock, c.log)
 		if metrics != nil {
-			sm = metrics
+			sc.Metrics = metrics
 		}
-		sc := c.schedulerConfig(sm)
 		if c.sched, err = schedule.New(sc); err != nil {
 			return fmt.Errorf("scheduler: %w", err)
 		}
@@ -143,11 +142,10 @@ func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err err
 	if c.box, err = inbox.New(ic); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
-	var rm retention.Metrics
+	jc := cfg.Retention.janitor(cfg.Store, c.id, c.clock, c.log)
 	if metrics != nil {
-		rm = metrics
+		jc.Metrics = metrics
 	}
-	jc := c.janitorConfig(rm)
 	if c.janitor, err = retention.New(jc); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}

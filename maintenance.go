@@ -3,6 +3,7 @@ package conveyor
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/runconveyor/conveyor/inbox"
@@ -10,6 +11,9 @@ import (
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // RetentionConfig says what finished history the Client deletes, and
@@ -109,19 +113,19 @@ type SchedulerConfig struct {
 	RetryInterval time.Duration
 }
 
-// janitorConfig is the retention janitor's config of the Client's Config.
-func (c *Client) janitorConfig(metrics retention.Metrics) retention.Config {
-	r := c.cfg.Retention
-	return retention.Config{Store: c.cfg.Store, Owner: c.id, Clock: c.clock, Logger: c.log, Metrics: metrics,
+// janitor is the retention janitor's config: r with the Client's shared
+// fields.
+func (r RetentionConfig) janitor(store *storage.Store, owner string, clk clock.Clock, log *slog.Logger) retention.Config {
+	return retention.Config{Store: store, Owner: owner, Clock: clk, Logger: log,
 		Age: r.Age, Ages: retention.ByName(r.Ages), Interval: r.Interval, Check: r.Check, Page: r.Page, LeaseTTL: r.LeaseTTL}
 }
 
-// schedulerConfig is the Scheduler's config of the Client's Config.
-func (c *Client) schedulerConfig(metrics schedule.Metrics) schedule.Config {
-	s := c.cfg.Scheduler
-	sc := schedule.Config{Runner: c.runner, Store: c.cfg.Store, Clock: c.clock, Logger: c.log, Metrics: metrics,
+// scheduler is the Scheduler's config: s, the schedules and the Client's
+// shared fields.
+func (s SchedulerConfig) scheduler(runner *run.Runner, store *storage.Store, schedules []Schedule, clk clock.Clock, log *slog.Logger) schedule.Config {
+	sc := schedule.Config{Runner: runner, Store: store, Clock: clk, Logger: log,
 		Grace: s.Grace, PollInterval: s.PollInterval, RetryInterval: s.RetryInterval}
-	for _, s := range c.cfg.Schedules {
+	for _, s := range schedules {
 		sc.Schedules = append(sc.Schedules, schedule.Schedule(s))
 	}
 	return sc
@@ -135,13 +139,11 @@ type inboxExpiry struct {
 	box *inbox.Box
 }
 
-func (c *Client) inboxExpiry() *inboxExpiry {
-	every := c.cfg.InboxExpiry
+func newInboxExpiry(box *inbox.Box, every time.Duration, clk clock.Clock, log *slog.Logger) *inboxExpiry {
 	if every == 0 {
 		every = DefaultInboxExpiry
 	}
-	return &inboxExpiry{box: c.box,
-		Base: maintenance.Base{Name: "inbox_expiry", Clock: c.clock, Logger: c.log, Period: every}}
+	return &inboxExpiry{box: box, Base: maintenance.Base{Name: "inbox_expiry", Clock: clk, Logger: log, Period: every}}
 }
 
 // RunOnce expires the entries due.

@@ -53,7 +53,7 @@ func (c *Client) plan() {
 			c.life.add("nlm", c.nlm.Run)
 		}
 		if c.cfg.InboxExpiry >= 0 {
-			expiry := c.inboxExpiry()
+			expiry := newInboxExpiry(c.box, c.cfg.InboxExpiry, c.clock, c.log)
 			c.life.add("inbox expiry", func(ctx context.Context) error { return maintenance.Run(ctx, expiry) })
 		}
 		if c.sched != nil {

@@ -50,14 +50,47 @@ func Run(ctx context.Context, svc Service) error {
 		return nil
 	}
 	for {
-		if err := svc.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			attrs := append([]slog.Attr{slog.String("error", err.Error())}, b.Attrs...)
-			b.Logger.LogAttrs(ctx, slog.LevelWarn, b.Name+"_failed", attrs...)
-		}
+		b.failed(ctx, svc.RunOnce(ctx))
 		if clock.Sleep(ctx, b.Clock, b.Period) != nil {
 			return nil
 		}
 	}
+}
+
+// failed logs a pass that failed, but for one its context ended.
+func (b *Base) failed(ctx context.Context, err error) {
+	if err != nil && ctx.Err() == nil {
+		attrs := append([]slog.Attr{slog.String("error", err.Error())}, b.Attrs...)
+		b.Logger.LogAttrs(ctx, slog.LevelWarn, b.Name+"_failed", attrs...)
+	}
+}
+
+// Ticker drives a service from the loop of its host rather than a loop of
+// its own (the Runner's index repair, from the Runner's poll: an idle
+// Runner waits on one timer). Tick makes a pass once the Period has passed
+// since the last, the first a Period after the first Tick (or at once with
+// Delay unset); a clock that went back makes one too. Only one goroutine
+// may call Tick.
+type Ticker struct {
+	Service Service
+	last    time.Time
+	ticked  bool
+}
+
+// Tick makes the pass due at now, if any, and logs it as Run does when it
+// failed.
+func (t *Ticker) Tick(ctx context.Context, now time.Time) {
+	b := t.Service.Maintenance()
+	if !t.ticked {
+		t.ticked, t.last = true, now
+		if b.Delay {
+			return
+		}
+	} else if now.Sub(t.last) < b.Period && !now.Before(t.last) {
+		return
+	}
+	t.last = now
+	b.failed(ctx, t.Service.RunOnce(ctx))
 }
 
 // Start runs Run in a goroutine of its own, counted busy on the clock from
