@@ -137,8 +137,13 @@ func (j *Janitor) Run(ctx context.Context) error {
 }
 
 // Start runs Run in a goroutine of its own until stop is called or ctx
-// ends; stop waits for it to return.
-func (j *Janitor) Start(ctx context.Context) (stop func()) { return maintenance.Start(ctx, j) }
+// ends; stop waits for it to return. With retention off it starts none.
+func (j *Janitor) Start(ctx context.Context) (stop func()) {
+	if !j.cfg.Enabled() {
+		return func() {}
+	}
+	return maintenance.Start(ctx, j)
+}
 
 // RunOnce makes the pass that is due, if it is this janitor's turn (Pass).
 func (j *Janitor) RunOnce(ctx context.Context) error {
