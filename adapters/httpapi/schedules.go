@@ -7,7 +7,7 @@ import (
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
+	"github.com/runconveyor/conveyor/internal/schedule"
 )
 
 // scheduleRoutes serves /schedules over the Scheduler, nil when none is

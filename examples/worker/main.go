@@ -19,10 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -51,7 +52,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 		if o.noDemo {
 			agents = nil
 		}
-		b, err := retention.S3Lifecycle(o.retention, o.s3Prefix, agents)
+		b, err := retention.S3Lifecycle(retention.Config{Age: o.retention.Age, Ages: retention.ByName(o.retention.Ages)}, o.s3Prefix, agents)
 		if err == nil {
 			_, err = fmt.Fprintf(stdout, "%s\n", b)
 		}
@@ -74,7 +75,7 @@ type options struct {
 	logLevel                                             slog.Level
 	noDemo, allowUnsafeStore, printS3                    bool
 	demoConc                                             int
-	retention                                            retention.Config
+	retention                                            conveyor.RetentionConfig
 	limits                                               httpapi.Limits
 	store                                                *storage.Store
 	clock                                                clock.Clock
@@ -156,9 +157,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 
 // parseAges reads -retention-ages into cfg.Ages: kind=age pairs, age a
 // duration or "forever". New checks the kinds.
-func parseAges(cfg *retention.Config, v string) error {
+func parseAges(cfg *conveyor.RetentionConfig, v string) error {
 	if cfg.Ages == nil {
-		cfg.Ages = map[retention.Kind]time.Duration{}
+		cfg.Ages = map[string]time.Duration{}
 	}
 	for pair := range strings.SplitSeq(v, ",") {
 		kind, age, ok := strings.Cut(strings.TrimSpace(pair), "=")
@@ -169,14 +170,14 @@ func parseAges(cfg *retention.Config, v string) error {
 			return fmt.Errorf("unknown kind %q (want one of %v)", kind, retention.Kinds())
 		}
 		if age == "forever" {
-			cfg.Ages[retention.Kind(kind)] = retention.Forever
+			cfg.Ages[kind] = retention.Forever
 			continue
 		}
 		d, err := time.ParseDuration(age)
 		if err != nil || d < 0 {
 			return fmt.Errorf("%q: want a duration of at least 0 or \"forever\"", pair)
 		}
-		cfg.Ages[retention.Kind(kind)] = d
+		cfg.Ages[kind] = d
 	}
 	return nil
 }

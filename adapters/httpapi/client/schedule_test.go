@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
+	"github.com/runconveyor/conveyor/internal/schedule"
 )
 
 // TestScheduleReadsWhatTheServerWrites: the Schedule the client returns (lifecycle.ScheduleInfo) decodes the

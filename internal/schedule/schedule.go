@@ -47,19 +47,17 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// Missed says what happens to slots that passed while no Scheduler fired
-// them (an outage, a clock jump forward).
-type Missed string
-
+// The policies of Schedule.Missed: what happens to slots that passed while
+// no Scheduler fired them (an outage, a clock jump forward).
 const (
 	// MissedCatchUp fires the missed slots, oldest first, at most
 	// Schedule.CatchUp of them (the most recent ones); older ones are
 	// skipped. The default.
-	MissedCatchUp Missed = "catch_up"
+	MissedCatchUp = "catch_up"
 	// MissedLatest fires the latest missed slot once and skips the others.
-	MissedLatest Missed = "latest"
+	MissedLatest = "latest"
 	// MissedSkip fires no missed slot: the schedule goes on with the next.
-	MissedSkip Missed = "skip"
+	MissedSkip = "skip"
 )
 
 // DefaultCatchUp is how many missed slots MissedCatchUp fires when
@@ -86,7 +84,7 @@ type Schedule struct {
 	// slot's key stays the slot's own time). Default none.
 	Jitter time.Duration `json:"jitter,omitempty"`
 	// Missed is the policy for missed slots. Default MissedCatchUp.
-	Missed Missed `json:"missed,omitempty"`
+	Missed string `json:"missed,omitempty"`
 	// CatchUp bounds MissedCatchUp. Default DefaultCatchUp.
 	CatchUp int `json:"catch_up,omitempty"`
 	// Input is handed to the run's steps.

@@ -16,11 +16,11 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -212,7 +212,7 @@ func TestClockJumps(t *testing.T) {
 func TestMissedPolicies(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		missed  schedule.Missed
+		missed  string
 		catchUp int
 		// want: the slots fired at the restart, as minutes past 03:00
 		// (negative: before it).

@@ -47,6 +47,19 @@ const (
 // Kinds returns every kind, in the order a pass goes through them.
 func Kinds() []Kind { return []Kind{Runs, Audit, Jobs, DeadJobs, Idempotency, Inbox, Artifacts} }
 
+// ByName returns ages by kind name (the form of the Client's config) as
+// Config.Ages; nil for nil. New refuses a name that is no kind.
+func ByName(ages map[string]time.Duration) map[Kind]time.Duration {
+	if ages == nil {
+		return nil
+	}
+	m := make(map[Kind]time.Duration, len(ages))
+	for k, a := range ages {
+		m[Kind(k)] = a
+	}
+	return m
+}
+
 // Forever, as a kind's age, keeps that kind.
 const Forever time.Duration = -1
 

@@ -11,24 +11,26 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// Janitor deletes finished history past its retention age (Config). Every
-// process sharing a store may run one: a pass is due every
-// Config.Interval, and the janitor that takes the lease record
-// (retention/janitor.json, written fenced on its lease) makes it, page by
+// Janitor deletes finished history past its retention age (Config), a
+// maintenance service. Every process sharing a store may run one: a pass
+// is due every Config.Interval, and the janitor that takes the turn (the
+// lease in retention/janitor.json, maintenance.Turn) makes it, page by
 // page, recording its cursor after each page, so a pass whose janitor
 // died is resumed where it stopped by whichever janitor takes the lapsed
 // lease. Every delete is conditional on the version the janitor judged
 // (storage.IfMatch), so a record changed after it was read is kept.
 type Janitor struct {
+	maintenance.Base
 	cfg Config
 	// artifacts deletes artifacts by the admin's cleanup, with the
 	// Artifacts kind's age as its cleanup age.
 	artifacts *artifact.Store
+	turn      *maintenance.Turn[state, *state]
 }
 
 // New checks cfg and returns its Janitor.
@@ -42,7 +44,21 @@ func New(cfg Config) (*Janitor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Janitor{cfg: c, artifacts: arts}, nil
+	j := &Janitor{cfg: c, artifacts: arts,
+		Base: maintenance.Base{Name: "retention_pass", Clock: c.Clock, Logger: c.Logger, Period: c.Check}}
+	j.turn = &maintenance.Turn[state, *state]{
+		Store: c.Store, Key: layout.JanitorKey, Owner: c.Owner, Clock: c.Clock, TTL: c.LeaseTTL, Lapse: true,
+		// A pass is due once the last one ended an Interval ago, or at
+		// once when one was left unfinished.
+		Due: func(s *state, now time.Time) bool { return s.Pass != nil || !now.Before(s.NextPassAt) },
+		Begin: func(s *state, now time.Time) {
+			if s.Pass == nil {
+				s.Pass = &cursor{Started: now, Kind: Kinds()[0]}
+			}
+		},
+		Quarantine: j.quarantine,
+	}
+	return j, nil
 }
 
 // Config returns the janitor's configuration, defaults filled in.
@@ -91,7 +107,7 @@ type state struct {
 	records.Meta
 	// Lease is held by the janitor making a pass; between passes its
 	// Owner is empty and its Epoch kept, so epochs only grow.
-	Lease *records.Lease `json:"lease,omitempty"`
+	Lease records.Lease `json:"lease,omitzero"`
 	// Pass is set while a pass is under way: when it started, the kind it
 	// is at and the last key done there.
 	Pass *cursor `json:"pass,omitempty"`
@@ -101,58 +117,38 @@ type state struct {
 	LastPass *Report `json:"last_pass,omitempty"`
 }
 
+// TurnLease is the janitor's lease, for maintenance.Turn.
+func (s *state) TurnLease() *records.Lease { return &s.Lease }
+
 type cursor struct {
 	Started time.Time `json:"started"`
 	Kind    Kind      `json:"kind"`
 	After   string    `json:"after,omitempty"`
 }
 
-func leaseOf(s *state) *records.Lease { return s.Lease }
-
-// Errors of Pass that mean "not this janitor's turn".
-var (
-	errBusy   = errors.New("retention: another janitor holds the lease")
-	errNotDue = errors.New("retention: no pass is due")
-)
-
-// Start runs Run in a goroutine of its own until stop is called or ctx
-// ends; stop waits for it to return.
-func (j *Janitor) Start(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	ctx = clock.Start(ctx, j.cfg.Clock) // counted busy from here, for a Fake's WaitIdle
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = j.Run(ctx)
-	}()
-	return func() { cancel(); <-done }
-}
-
 // Run calls Pass every Config.Check until ctx ends, and returns nil then;
 // with retention off it returns at once. A pass that fails is logged at
-// WARN and retried at a later check.
+// WARN (retention_pass_failed) and retried at a later check.
 func (j *Janitor) Run(ctx context.Context) error {
-	clk := j.cfg.Clock
-	ctx, end := clock.Enter(ctx, clk)
-	defer end()
 	if !j.cfg.Enabled() {
 		return nil
 	}
-	for {
-		if _, _, err := j.Pass(ctx); err != nil && ctx.Err() == nil {
-			j.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "retention_pass_failed", slog.String("error", err.Error()))
-		}
-		t := clk.NewTimer(j.cfg.Check)
-		resume := clock.Wait(ctx, clk, func() bool { return ctx.Err() != nil || clock.Fired(t) })
-		select {
-		case <-ctx.Done():
-			resume()
-			t.Stop()
-			return nil
-		case <-t.C():
-		}
-		resume()
+	return maintenance.Run(ctx, j)
+}
+
+// Start runs Run in a goroutine of its own until stop is called or ctx
+// ends; stop waits for it to return. With retention off it starts none.
+func (j *Janitor) Start(ctx context.Context) (stop func()) {
+	if !j.cfg.Enabled() {
+		return func() {}
 	}
+	return maintenance.Start(ctx, j)
+}
+
+// RunOnce makes the pass that is due, if it is this janitor's turn (Pass).
+func (j *Janitor) RunOnce(ctx context.Context) error {
+	_, _, err := j.Pass(ctx)
+	return err
 }
 
 // Pass makes the pass that is due, or the rest of one a janitor left
@@ -164,13 +160,14 @@ func (j *Janitor) Pass(ctx context.Context) (r Report, ran bool, err error) {
 	if !j.cfg.Enabled() {
 		return r, false, nil
 	}
-	rec, st, resumed, err := j.take(ctx, false)
-	if errors.Is(err, errBusy) || errors.Is(err, errNotDue) {
+	rec, before, st, err := j.turn.Take(ctx)
+	if errors.Is(err, maintenance.ErrNotMyTurn) {
 		return r, false, nil
 	}
 	if err != nil {
 		return r, false, err
 	}
+	resumed := before.Pass != nil
 	now := j.cfg.Clock.Now().UTC()
 	r = Report{Owner: j.cfg.Owner, Epoch: st.Lease.Epoch, Started: now, Resumed: resumed}
 	err = j.work(ctx, rec, st.Pass, &r)
@@ -186,104 +183,29 @@ func (j *Janitor) Pass(ctx context.Context) (r Report, ran bool, err error) {
 	return r, true, err
 }
 
-// take takes the lease if a pass is due or unfinished and no live lease is
-// another janitor's, and returns the fenced Record of it.
-func (j *Janitor) take(ctx context.Context, quarantined bool) (_ *core.Record[state, *state], _ state, resumed bool, err error) {
-	now := j.cfg.Clock.Now().UTC()
-	rec := &core.Record[state, *state]{Store: j.cfg.Store, Key: layout.JanitorKey, Lease: leaseOf}
-	grab := func(s *state) error {
-		if s.Lease.Live(now) && s.Lease.Owner != j.cfg.Owner {
-			return errBusy
-		}
-		if s.Pass == nil && now.Before(s.NextPassAt) {
-			return errNotDue
-		}
-		var epoch int64
-		if s.Lease != nil {
-			epoch = s.Lease.Epoch
-		}
-		s.Lease = &records.Lease{Owner: j.cfg.Owner, Epoch: epoch + 1, ExpiresAt: now.Add(j.cfg.LeaseTTL)}
-		resumed = s.Pass != nil
-		if s.Pass == nil {
-			s.Pass = &cursor{Started: now, Kind: Kinds()[0]}
-		}
-		return nil
+// quarantine moves a lease record that does not decode to quarantine
+// (it blocks nothing), for the turn to be made anew.
+func (j *Janitor) quarantine(ctx context.Context, ce *records.CorruptError) error {
+	if _, err := records.Quarantine(ctx, j.cfg.Store, ce, j.cfg.Clock.Now().UTC()); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return err
 	}
-	var first state
-	if err := grab(&first); err != nil {
-		return nil, state{}, false, err
-	}
-	_, err = rec.Create(ctx, first)
-	if err == nil {
-		return j.fenced(rec, first), first, false, nil
-	}
-	if !errors.Is(err, storage.ErrPreconditionFailed) {
-		return nil, state{}, false, err
-	}
-	_, after, err := rec.Apply(ctx, grab)
-	var ce *records.CorruptError
-	if errors.As(err, &ce) && !quarantined {
-		// A lease record that does not decode blocks nothing: it goes to
-		// quarantine like any poison record, and the lease is made anew.
-		if _, qerr := records.Quarantine(ctx, j.cfg.Store, ce, now); qerr != nil && !errors.Is(qerr, storage.ErrNotFound) {
-			return nil, state{}, false, qerr
-		}
-		j.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("reason", ce.Reason))
-		return j.take(ctx, true)
-	}
-	if err != nil {
-		return nil, state{}, false, err
-	}
-	return j.fenced(rec, after), after, resumed, nil
+	j.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "record_quarantined", slog.String("key", ce.Key), slog.String("reason", ce.Reason))
+	return nil
 }
 
-// fenced makes rec, which wrote st, the lease holder's: every later write
-// checks the lease is still this janitor's and unexpired.
-func (j *Janitor) fenced(rec *core.Record[state, *state], st state) *core.Record[state, *state] {
-	_, ver := rec.Snapshot()
-	f := &core.Record[state, *state]{
-		Store: j.cfg.Store, Key: layout.JanitorKey, Lease: leaseOf,
-		Owner: j.cfg.Owner, Epoch: st.Lease.Epoch, Now: j.cfg.Clock.Now,
-	}
-	f.Seed(st, ver)
-	return f
-}
-
-// checkpoint records the cursor (nil: the pass moves on to nothing) and
-// renews the lease; it fails with records.ErrLeaseLost once the lease is
-// another janitor's or lapsed.
+// checkpoint records the cursor and renews the lease; it fails with
+// records.ErrLeaseLost once the lease is another janitor's or lapsed.
 func (j *Janitor) checkpoint(ctx context.Context, rec *core.Record[state, *state], c cursor) error {
-	now := j.cfg.Clock.Now().UTC()
-	_, _, err := rec.Apply(ctx, func(s *state) error {
-		s.Pass = &c
-		s.Lease.ExpiresAt = now.Add(j.cfg.LeaseTTL)
-		return nil
-	})
-	return err
+	return j.turn.Renew(ctx, rec, func(s *state) { s.Pass = &c })
 }
 
 // finish ends the pass: the next one is due an Interval from now, and the
 // lease is given back (its epoch kept).
 func (j *Janitor) finish(ctx context.Context, rec *core.Record[state, *state], r *Report) error {
-	now := j.cfg.Clock.Now().UTC()
-	_, _, err := rec.Apply(ctx, func(s *state) error {
-		s.Pass = nil
-		s.NextPassAt = now.Add(j.cfg.Interval)
-		s.LastPass = r
-		s.Lease = &records.Lease{Epoch: s.Lease.Epoch, ExpiresAt: now}
-		return nil
+	next := j.cfg.Clock.Now().UTC().Add(j.cfg.Interval)
+	return j.turn.Release(ctx, rec, func(s *state) {
+		s.Pass, s.NextPassAt, s.LastPass = nil, next, r
 	})
-	return err
-}
-
-// renew keeps the lease while a page is worked through: when the lease is
-// no longer certainly this janitor's, it is renewed (or found lost).
-func (j *Janitor) renew(ctx context.Context, rec *core.Record[state, *state]) error {
-	st, _ := rec.Snapshot()
-	if core.LeaseCertain(st.Lease.ExpiresAt, j.cfg.Clock.Now(), j.cfg.LeaseTTL) {
-		return nil
-	}
-	return j.checkpoint(ctx, rec, *st.Pass)
 }
 
 // work goes through the kinds from c, a page at a time.
@@ -311,7 +233,7 @@ func (j *Janitor) work(ctx context.Context, rec *core.Record[state, *state], c *
 				break
 			}
 			for _, key := range keys {
-				if err := j.renew(ctx, rec); err != nil {
+				if err := j.turn.Renewed(ctx, rec); err != nil {
 					return err
 				}
 				err := j.visit(ctx, k, key, age, r)

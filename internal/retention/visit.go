@@ -37,80 +37,13 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 	now := j.cfg.Clock.Now().UTC()
 	switch k {
 	case Runs:
-		slug, runID, ok := layout.ParseRunStatusKey(key)
-		if !ok {
-			return nil // the folder's other files go with its status
-		}
-		var st lifecycle.RunStatus
-		ver, ok, err := j.read(ctx, key, &st, r)
-		if !ok || err != nil || !RunEligible(&st, now, age) {
-			return err
-		}
-		return j.deleteRun(ctx, key, &st, slug, runID, ver, r)
+		return j.visitRun(ctx, key, now, age, r)
 	case Audit:
-		day, ok := layout.ParseAuditDay(key)
-		if !ok {
-			return nil
-		}
-		if !AuditDayEligible(day, now, age) {
-			// Day folders list in date order: every later key is of a
-			// day at least as recent, so the kind ends here, and a pass
-			// lists no more of the audit log than it deletes.
-			return errKindDone
-		}
-		// Audit events are written once (create-only) and never changed,
-		// so there is no version to fence on: the day's end is the judge.
-		if err := j.cfg.Store.Delete(ctx, key, storage.Condition{}); err != nil {
-			return err
-		}
-		r.deleted(Audit, 1)
-		r.Keys++
-		return nil
+		return j.visitAuditDay(ctx, key, now, age, r)
 	case Jobs, DeadJobs:
-		if _, ok := layout.JobIDFromKey(key); ok {
-			var job lifecycle.Job
-			ver, ok, err := j.read(ctx, key, &job, r)
-			if !ok || err != nil || !JobEligible(&job, k == DeadJobs, now, age) {
-				return err
-			}
-			return j.deleteFenced(ctx, k, key, ver, r)
-		}
-		id, ok := layout.ParseNLMJobKey(key)
-		if !ok || k != Jobs {
-			return nil
-		}
-		var job lifecycle.NLMJob
-		ver, ok, err := j.read(ctx, key, &job, r)
-		if !ok || err != nil || !NLMJobEligible(&job, now, age) {
-			return err
-		}
-		// The job in flight's index entry should be gone with its end; a
-		// writer that died before removing it left it, harmless but kept
-		// for ever unless removed here, before the job it names.
-		if active, err := layout.NLMActiveKey(id); err == nil {
-			if err := j.cfg.Store.Delete(ctx, active, storage.Condition{}); err != nil {
-				return err
-			}
-		}
-		return j.deleteFenced(ctx, k, key, ver, r)
+		return j.visitJob(ctx, k, key, now, age, r)
 	case Idempotency:
-		if _, ok := layout.ParseIdempotencyRunKey(key); ok {
-			var m run.IdempotencyMarker
-			ver, ok, err := j.read(ctx, key, &m, r)
-			if !ok || err != nil || !IdempotencyMarkerEligible(&m, now, age) {
-				return err
-			}
-			return j.deleteFenced(ctx, k, key, ver, r)
-		}
-		if !layout.IsIdempotencyKey(key) {
-			return nil
-		}
-		var rec run.IdempotencyRecord
-		ver, ok, err := j.read(ctx, key, &rec, r)
-		if !ok || err != nil || !IdempotencyEligible(&rec, now, age) {
-			return err
-		}
-		return j.deleteFenced(ctx, k, key, ver, r)
+		return j.visitIdempotency(ctx, key, now, age, r)
 	case Inbox:
 		if _, ok := layout.ParseInboxExpiredKey(key); !ok {
 			return nil
@@ -134,6 +67,96 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		return j.deleteArtifact(ctx, cid, id, r)
 	}
 	return nil
+}
+
+// visitRun judges a run by its status.json; the folder's other files go
+// with it.
+func (j *Janitor) visitRun(ctx context.Context, key string, now time.Time, age time.Duration, r *Report) error {
+	slug, runID, ok := layout.ParseRunStatusKey(key)
+	if !ok {
+		return nil
+	}
+	var st lifecycle.RunStatus
+	ver, ok, err := j.read(ctx, key, &st, r)
+	if !ok || err != nil || !RunEligible(&st, now, age) {
+		return err
+	}
+	return j.deleteRun(ctx, key, &st, slug, runID, ver, r)
+}
+
+// visitAuditDay judges an audit event by its day.
+func (j *Janitor) visitAuditDay(ctx context.Context, key string, now time.Time, age time.Duration, r *Report) error {
+	day, ok := layout.ParseAuditDay(key)
+	if !ok {
+		return nil
+	}
+	if !AuditDayEligible(day, now, age) {
+		// Day folders list in date order: every later key is of a day at
+		// least as recent, so the kind ends here, and a pass lists no
+		// more of the audit log than it deletes.
+		return errKindDone
+	}
+	// Audit events are written once (create-only) and never changed, so
+	// there is no version to fence on: the day's end is the judge.
+	if err := j.cfg.Store.Delete(ctx, key, storage.Condition{}); err != nil {
+		return err
+	}
+	r.deleted(Audit, 1)
+	r.Keys++
+	return nil
+}
+
+// visitJob judges a job (COMPLETE, or DEAD for DeadJobs) or, for Jobs, a
+// finished NLM job.
+func (j *Janitor) visitJob(ctx context.Context, k Kind, key string, now time.Time, age time.Duration, r *Report) error {
+	if _, ok := layout.JobIDFromKey(key); ok {
+		var job lifecycle.Job
+		ver, ok, err := j.read(ctx, key, &job, r)
+		if !ok || err != nil || !JobEligible(&job, k == DeadJobs, now, age) {
+			return err
+		}
+		return j.deleteFenced(ctx, k, key, ver, r)
+	}
+	id, ok := layout.ParseNLMJobKey(key)
+	if !ok || k != Jobs {
+		return nil
+	}
+	var job lifecycle.NLMJob
+	ver, ok, err := j.read(ctx, key, &job, r)
+	if !ok || err != nil || !NLMJobEligible(&job, now, age) {
+		return err
+	}
+	// The job in flight's index entry should be gone with its end; a
+	// writer that died before removing it left it, harmless but kept for
+	// ever unless removed here, before the job it names.
+	if active, err := layout.NLMActiveKey(id); err == nil {
+		if err := j.cfg.Store.Delete(ctx, active, storage.Condition{}); err != nil {
+			return err
+		}
+	}
+	return j.deleteFenced(ctx, k, key, ver, r)
+}
+
+// visitIdempotency judges an idempotency record, or a run marker of its
+// key.
+func (j *Janitor) visitIdempotency(ctx context.Context, key string, now time.Time, age time.Duration, r *Report) error {
+	if _, ok := layout.ParseIdempotencyRunKey(key); ok {
+		var m run.IdempotencyMarker
+		ver, ok, err := j.read(ctx, key, &m, r)
+		if !ok || err != nil || !IdempotencyMarkerEligible(&m, now, age) {
+			return err
+		}
+		return j.deleteFenced(ctx, Idempotency, key, ver, r)
+	}
+	if !layout.IsIdempotencyKey(key) {
+		return nil
+	}
+	var rec run.IdempotencyRecord
+	ver, ok, err := j.read(ctx, key, &rec, r)
+	if !ok || err != nil || !IdempotencyEligible(&rec, now, age) {
+		return err
+	}
+	return j.deleteFenced(ctx, Idempotency, key, ver, r)
 }
 
 // read reads key into doc: ok false (and no error) when it vanished or
