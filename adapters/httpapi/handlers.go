@@ -59,10 +59,10 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, actor lifecyc
 	if !s.slugs[b.AgentSlug] {
 		return apiErr(codes.AgentNotFound, "no agent %q", b.AgentSlug)
 	}
-	res, err := s.cfg.Runner.Submit(r.Context(), run.SubmitRequest{
+	res, err := s.cfg.Runner.Submit(r.Context(), lifecycle.SubmitRequest{
 		AgentSlug: b.AgentSlug, Trigger: b.Trigger, Input: b.Input,
 		IdempotencyKey: idempotencyKey(r, actor),
-		Caller:         run.Caller{UserID: b.UserID, Metadata: b.Metadata},
+		Caller:         lifecycle.Caller{UserID: b.UserID, Metadata: b.Metadata},
 	})
 	if err != nil {
 		return err
@@ -85,16 +85,16 @@ func pathID(r *http.Request, name, field string) (string, error) {
 }
 
 func (s *Server) runStatus() handlerFunc {
-	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) (run.Status, error) {
+	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) (lifecycle.RunStatus, error) {
 		return s.cfg.Runner.Status(ctx, id)
 	})
 }
 
 func (s *Server) runSteps() handlerFunc {
-	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) ([]run.StepRecord, error) {
+	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) ([]lifecycle.StepRecord, error) {
 		steps, err := s.cfg.Runner.Steps(ctx, id)
 		if err == nil && steps == nil {
-			steps = []run.StepRecord{}
+			steps = []lifecycle.StepRecord{}
 		}
 		return steps, err
 	})
@@ -119,7 +119,7 @@ func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 }
 
 func (s *Server) listRuns() handlerFunc {
-	return pagedRoute(s.cursors, runsQuery, func(ctx context.Context, _ lifecycle.Actor, q run.RunQuery, p pageParams) ([]run.Status, string, error) {
+	return pagedRoute(s.cursors, runsQuery, func(ctx context.Context, _ lifecycle.Actor, q run.RunQuery, p pageParams) ([]lifecycle.RunStatus, string, error) {
 		q.Limit, q.Cursor = p.limit, p.cursor
 		page, err := s.cfg.Runner.ListRuns(ctx, q)
 		if err != nil {
@@ -136,7 +136,7 @@ func (s *Server) listRuns() handlerFunc {
 
 func (s *Server) cancelRun() handlerFunc {
 	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[wire.CancelBody]),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.CancelBody]) (run.Status, error) {
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.CancelBody]) (lifecycle.RunStatus, error) {
 			return s.cfg.Runner.Cancel(ctx, in.id, actor, run.CancelRequest{Reason: in.body.Reason})
 		})
 }
@@ -145,7 +145,7 @@ func (s *Server) cancelRun() handlerFunc {
 // the actor.
 func (s *Server) decide(approve bool) handlerFunc {
 	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[wire.DecisionBody]),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.DecisionBody]) (run.Status, error) {
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.DecisionBody]) (lifecycle.RunStatus, error) {
 			if in.body.DecidedBy == "" {
 				in.body.DecidedBy = string(actor)
 			}
@@ -159,7 +159,7 @@ func (s *Server) decide(approve bool) handlerFunc {
 
 func (s *Server) deliver() handlerFunc {
 	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", decodeEvent),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.EventBody]) (run.Status, error) {
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.EventBody]) (lifecycle.RunStatus, error) {
 			return s.cfg.Runner.Deliver(ctx, in.id, actor, run.ExternalEvent{Type: in.body.Type, ID: in.body.ID, Source: in.body.Source})
 		})
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // code is the code of a status's error, "CODE: message".
-func code(st run.Status) string {
+func code(st lifecycle.RunStatus) string {
 	if st.Error == nil {
 		return ""
 	}

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -95,7 +95,7 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		return j.deleteFenced(ctx, k, key, ver, r)
 	case Idempotency:
 		if _, ok := layout.ParseIdempotencyRunKey(key); ok {
-			var m run.IdempotencyMarker
+			var m idemrecord.Marker
 			ver, ok, err := j.read(ctx, key, &m, r)
 			if !ok || err != nil || !IdempotencyMarkerEligible(&m, now, age) {
 				return err
@@ -105,7 +105,7 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		if !layout.IsIdempotencyKey(key) {
 			return nil
 		}
-		var rec run.IdempotencyRecord
+		var rec idemrecord.Record
 		ver, ok, err := j.read(ctx, key, &rec, r)
 		if !ok || err != nil || !IdempotencyEligible(&rec, now, age) {
 			return err

@@ -139,7 +139,7 @@ func (a *admission) poll(ctx context.Context, startup bool) (found bool) {
 // ParkedPollInterval or its external deadline, whichever comes first; for
 // a keyed run waiting out the store's settle time before it may go, the
 // end of that wait. Zero means it should be read at every poll.
-func (a *admission) quietUntil(f *flow, doc *Status, now time.Time) time.Time {
+func (a *admission) quietUntil(f *flow, doc *lifecycle.RunStatus, now time.Time) time.Time {
 	if until := a.gate.waitEnds(f, doc); now.Before(until) {
 		return until
 	}
@@ -209,7 +209,7 @@ func (a *admission) consider(ctx context.Context, c candidate, startup bool) {
 // repairAudit writes the audit event of the last write of a run at rest,
 // if that write's own audit failed: no writer may come soon to do it. It
 // reports false when the repair failed and the look must stop.
-func (a *admission) repairAudit(ctx context.Context, doc *Status) bool {
+func (a *admission) repairAudit(ctx context.Context, doc *lifecycle.RunStatus) bool {
 	if err := a.audit.ensure(ctx, doc); err != nil {
 		if ctx.Err() == nil {
 			a.log.LogAttrs(ctx, slog.LevelWarn, "audit_repair_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
@@ -222,7 +222,7 @@ func (a *admission) repairAudit(ctx context.Context, doc *Status) bool {
 // admit moves a new run past the flow's admission and starts it or queues
 // it for a slot.
 func (a *admission) admit(ctx context.Context, c candidate, f *flow) error {
-	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		return f.fire(ctx, d, f.admit, lifecycle.ActorOrchestration)
 	})
 	if err == nil {
@@ -234,7 +234,7 @@ func (a *admission) admit(ctx context.Context, c candidate, f *flow) error {
 // expireQueued fails a run that waited for a slot longer than the queue
 // timeout.
 func (a *admission) expireQueued(ctx context.Context, c candidate, f *flow, runID string) error {
-	err := c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
@@ -251,7 +251,7 @@ func (a *admission) expireQueued(ctx context.Context, c candidate, f *flow, runI
 // cancelParked ends canceled a parked run that carries an acknowledged
 // cancel (parked by a writer that missed the request).
 func (a *admission) cancelParked(ctx context.Context, c candidate, f *flow, runID string) error {
-	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
 			return nil // moved on meanwhile
 		}
@@ -272,11 +272,11 @@ func (a *admission) cancelParked(ctx context.Context, c candidate, f *flow, runI
 
 // expireExternal fails a run whose external event did not come by its
 // deadline.
-func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, doc *Status) error {
+func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, doc *lifecycle.RunStatus) error {
 	ext := doc.External
 	b := byTimeout()
 	b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
-	err := c.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
@@ -292,14 +292,14 @@ func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, do
 
 // queueExpired tells whether a waiting run outlived QueueTimeout and its
 // machine can fail it from there.
-func (a *admission) queueExpired(f *flow, doc Status, now time.Time) bool {
+func (a *admission) queueExpired(f *flow, doc lifecycle.RunStatus, now time.Time) bool {
 	return a.queueTimeout > 0 && now.Sub(doc.StartedAt) > a.queueTimeout &&
 		f.check(doc.Status, "failed") == nil
 }
 
 // externalExpired reports whether doc waits for an external event whose
 // deadline has passed.
-func externalExpired(doc *Status, now time.Time) bool {
+func externalExpired(doc *lifecycle.RunStatus, now time.Time) bool {
 	return doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline)
 }
 

@@ -31,7 +31,7 @@ type auditLog struct {
 }
 
 // auditObject is where and what the audit object of a record is.
-func auditObject(a *AuditRecord) (string, []byte, error) {
+func auditObject(a *lifecycle.RunAuditRecord) (string, []byte, error) {
 	key, err := layout.AuditKey(a.Event.TS, a.ID)
 	if err != nil {
 		return "", nil, err
@@ -44,7 +44,7 @@ func auditObject(a *AuditRecord) (string, []byte, error) {
 // actor with the transition context tc: its audit event, which the writer
 // put in doc (docs/spec.md#audit-event), and its run_transition log line
 // (docs/spec.md#metrics).
-func (al *auditLog) record(ctx context.Context, doc *Status, from string, actor lifecycle.Actor, tc lifecycle.TransitionContext) {
+func (al *auditLog) record(ctx context.Context, doc *lifecycle.RunStatus, from string, actor lifecycle.Actor, tc lifecycle.TransitionContext) {
 	al.write(ctx, doc)
 	if from != doc.Status {
 		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
@@ -59,7 +59,7 @@ func (al *auditLog) record(ctx context.Context, doc *Status, from string, actor 
 // the write has happened: the run is marked as having an audit gap, so its
 // active entry stays until the event is written (ensure, by the next
 // writer or a poll).
-func (al *auditLog) write(ctx context.Context, doc *Status) {
+func (al *auditLog) write(ctx context.Context, doc *lifecycle.RunStatus) {
 	a := doc.LastAudit
 	if a == nil {
 		return
@@ -78,7 +78,7 @@ func (al *auditLog) write(ctx context.Context, doc *Status) {
 
 // ensure makes sure the audit event doc records (its last write's)
 // is in the audit log: known written by this runner, found, or written now.
-func (al *auditLog) ensure(ctx context.Context, doc *Status) error {
+func (al *auditLog) ensure(ctx context.Context, doc *lifecycle.RunStatus) error {
 	a := doc.LastAudit
 	if a == nil {
 		return nil

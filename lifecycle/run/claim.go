@@ -89,7 +89,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 	var resumed bool
 	var traceParent string
 	tried := &unsureClaim{}
-	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		now := cl.now()
 		traceParent = d.TraceParent
 		f = cl.cat.flowOfDoc(d)

@@ -38,7 +38,7 @@ type creator struct {
 // idempotent submit) is a no-op for the parts already there: every key is
 // written create-only, and started (zero: now) is the same for every
 // writer of one run, so its index entries are the same keys.
-func (cr *creator) createRun(ctx context.Context, agent *agentDef, req SubmitRequest, runID string, started time.Time) error {
+func (cr *creator) createRun(ctx context.Context, agent *agentDef, req lifecycle.SubmitRequest, runID string, started time.Time) error {
 	idxKey, err := layout.RunIndexKey(runID)
 	if err != nil {
 		return err
@@ -54,7 +54,7 @@ func (cr *creator) createRun(ctx context.Context, agent *agentDef, req SubmitReq
 	if started.IsZero() {
 		started = cr.now()
 	}
-	doc := Status{
+	doc := lifecycle.RunStatus{
 		RunID:            runID,
 		AgentSlug:        agent.Slug,
 		Status:           agent.flow.initial,
@@ -112,7 +112,7 @@ func (cr *creator) createRun(ctx context.Context, agent *agentDef, req SubmitReq
 
 // recordCreated records a run's creation: its audit event, metrics and log
 // line (msg), and wakes every Wait.
-func (cr *creator) recordCreated(ctx context.Context, agent *agentDef, doc *Status, b by, msg string) {
+func (cr *creator) recordCreated(ctx context.Context, agent *agentDef, doc *lifecycle.RunStatus, b by, msg string) {
 	cr.audit.write(ctx, doc)
 	cr.metrics.RunTransition(agent.flow.machine, "", doc.Status)
 	attrs := []slog.Attr{slog.String("runId", doc.RunID), slog.String("type", agent.Slug),
@@ -128,9 +128,9 @@ func (cr *creator) recordCreated(ctx context.Context, agent *agentDef, doc *Stat
 // triggerInitiator is the initiator of a run's creation by its trigger.
 func triggerInitiator(trigger string) lifecycle.Initiator {
 	switch trigger {
-	case TriggerCron:
+	case triggerCron:
 		return lifecycle.InitiatorSystem
-	case TriggerEvent:
+	case triggerEvent:
 		return lifecycle.InitiatorWebhook
 	}
 	return lifecycle.InitiatorUser

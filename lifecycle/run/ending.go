@@ -50,7 +50,7 @@ func (e *ender) cleanup(ctx context.Context, slug, runID, slot string, slotVer s
 }
 
 // finishFields sets what a terminal write records (docs/spec.md#run-status).
-func (e *ender) finishFields(d *Status, runErr error) {
+func (e *ender) finishFields(d *lifecycle.RunStatus, runErr error) {
 	now := e.now()
 	d.FinishedAt = &now
 	d.DurationMS = now.Sub(d.StartedAt).Milliseconds()
@@ -66,7 +66,7 @@ func (e *ender) finishFields(d *Status, runErr error) {
 }
 
 // finished records a run's end in logs and metrics.
-func (e *ender) finished(ctx context.Context, d Status) {
+func (e *ender) finished(ctx context.Context, d lifecycle.RunStatus) {
 	dur := time.Duration(d.DurationMS) * time.Millisecond
 	e.metrics.RunFinished(d.AgentSlug, d.Status, dur)
 	e.log.LogAttrs(ctx, slog.LevelInfo, "run_completed", slog.String("runId", d.RunID),

@@ -9,53 +9,31 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// Constants of runs: triggers, idempotency sources and record states,
-// limits.
+// Triggers of a run (docs/spec.md#run-status), as SubmitRequest.Trigger
+// names them.
 const (
-	// Triggers of a run (docs/spec.md#run-status).
-	TriggerManual = "manual"
-	TriggerCron   = "cron"
-	TriggerEvent  = "event"
-
-	// Sources of idempotency keys (docs/spec.md#idempotency), as IdempotencyRecord
-	// names them.
-	SourceGitHub    = "github_webhook"
-	SourceAPI       = "api"
-	SourceSlack     = "slack"
-	SourceScheduler = "scheduler"
-
-	// States of an IdempotencyRecord (docs/spec.md#idempotency-record).
-	IdempotencyProcessing = "processing"
-	IdempotencyCompleted  = "completed"
-	IdempotencyFailed     = "failed"
-
-	// MaxIdempotencyKeyBytes bounds an idempotency key (docs/spec.md#limits;
-	// the schemes' own parts are short); a longer key is refused
-	// with INPUT_TOO_LARGE.
-	MaxIdempotencyKeyBytes = 512
+	triggerManual = "manual"
+	triggerCron   = "cron"
+	triggerEvent  = "event"
 )
 
-// Sentinel errors of the run package. Match them with errors.Is;
+// maxIdempotencyKeyBytes bounds an idempotency key (docs/spec.md#limits;
+// the schemes' own parts are short); a longer key is refused with
+// INPUT_TOO_LARGE.
+const maxIdempotencyKeyBytes = 512
+
+// Sentinel errors of the run package. Match them with errors.Is; the
+// errors of a run's operations match the sentinels of package lifecycle
+// (lifecycle.ErrRunNotFound, lifecycle.ErrIdempotencyConflict...), and
 // lifecycle.ErrorCode gives each its code.
 var (
-	// ErrNotFound: no run has the id asked for (RUN_NOT_FOUND, 404).
-	ErrNotFound = lifecycle.ErrRunNotFound
-	// ErrUnsupported: the run's machine has no such operation, e.g. cancel
-	// on the canonical machine (RUN_UNSUPPORTED_OPERATION).
-	ErrUnsupported = lifecycle.ErrRunUnsupported
 	// ErrInvalidConfig is matched by errors from NewRunner about its arguments.
 	ErrInvalidConfig = errors.New("run: invalid runner config")
-	// ErrRunnerStarted is returned by a second call of Runner.Run.
-	ErrRunnerStarted = errors.New("run: runner already running")
-	// ErrIdempotencyConflict: the key was used with another request.
-	ErrIdempotencyConflict = lifecycle.ErrIdempotencyConflict
-	// ErrIdempotencyExpired: the key's record outlived its TTL.
-	ErrIdempotencyExpired = lifecycle.ErrIdempotencyExpired
-	// ErrIdempotencyInProgress: the key's run is still being created
-	// (IdempotencyInProgressError); retry.
-	ErrIdempotencyInProgress = lifecycle.ErrIdempotencyInProgress
-	// ErrInvalidIdempotencyKey: the key follows none of the schemes.
-	ErrInvalidIdempotencyKey = errors.New("run: invalid idempotency key")
+	// errRunnerStarted is returned by a second call of Runner.Run.
+	errRunnerStarted = errors.New("run: runner already running")
+	// errInvalidIdempotencyKey: the key follows none of the schemes (it
+	// reaches callers as a *RequestError's reason).
+	errInvalidIdempotencyKey = errors.New("run: invalid idempotency key")
 )
 
 // RequestError is a request the Runner refuses as malformed; it carries the
@@ -84,7 +62,7 @@ func (e *unsupportedError) Error() string {
 }
 
 // Is matches ErrUnsupported.
-func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
+func (e *unsupportedError) Is(target error) bool { return target == lifecycle.ErrRunUnsupported }
 
 // Code is RUN_UNSUPPORTED_OPERATION.
 func (e *unsupportedError) Code() string { return codes.Unsupported }

@@ -40,7 +40,7 @@ type execution struct {
 	slotKey string
 	slotVer storage.Version
 	// records are the step files this execution knows, for the manifest.
-	records map[int]StepRecord
+	records map[int]lifecycle.StepRecord
 	// markers are the versions of the start markers this execution wrote,
 	// by step number (see markStarted).
 	markers map[int]storage.Version
@@ -172,7 +172,7 @@ func endRunSpan(span tracing.Span, out outcome) {
 // schedules beats from the last renewal) and notices a cancel request or a
 // takeover written by someone else. It returns false once the lease is lost.
 func (x *execution) beat(ctx context.Context) bool {
-	err := x.w.apply(ctx, bySystem(), func(context.Context, *Status) error { return nil })
+	err := x.w.apply(ctx, bySystem(), func(context.Context, *lifecycle.RunStatus) error { return nil })
 	switch {
 	case errors.Is(err, records.ErrLeaseLost), errors.Is(err, records.ErrCorrupt):
 		x.stop(err)
@@ -202,7 +202,7 @@ type resumePlan struct {
 // idempotent but provably never started (no start marker, see markStarted);
 // anything else fails the run (RUN_RESUME_FAILED, or RUN_ORPHANED when there
 // is no checkpoint at all).
-func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
+func (x *execution) plan(ctx context.Context, doc lifecycle.RunStatus) (resumePlan, error) {
 	steps := x.agent.Steps
 	p := resumePlan{skip: make([]bool, len(steps)), cached: make([]json.RawMessage, len(steps))}
 	if doc.StepsCompleted == 0 && !x.resumed {
@@ -212,7 +212,7 @@ func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
 	if err != nil {
 		return p, err
 	}
-	done := map[int]StepRecord{}
+	done := map[int]lifecycle.StepRecord{}
 	started := map[int]bool{} // a step file exists: the step may have run
 	for _, f := range files {
 		started[f.StepNumber] = true
@@ -318,7 +318,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 // loadInput gives the run's input: the one submitted, or the one stored
 // when this execution took the run over. end is set when the execution
 // ends here.
-func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome) {
+func (x *execution) loadInput(ctx context.Context, doc lifecycle.RunStatus) ([]byte, *outcome) {
 	if x.inputKnown {
 		return x.input, nil
 	}
@@ -470,7 +470,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 	case await != nil && await.ExternalEvent != "":
 		b.tc.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent}
 	}
-	return x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+	return x.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if f.stepDone != "" {
 			if err := f.fire(ctx, d, f.stepDone, lifecycle.ActorOrchestration); err != nil {
 				return err

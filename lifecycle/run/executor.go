@@ -9,6 +9,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -30,7 +31,7 @@ type executor struct {
 	execs    *executions
 	life     *lifetime
 	// readSteps reads a run's step files (the reads' own).
-	readSteps func(ctx context.Context, slug, runID string) ([]StepRecord, error)
+	readSteps func(ctx context.Context, slug, runID string) ([]lifecycle.StepRecord, error)
 }
 
 // execConfig is what of Config an execution reads: its clock, the
@@ -52,7 +53,7 @@ type execConfig struct {
 // prepare makes the execution of c in the slot taken at slotVer; it runs
 // once claimed (start).
 func (xr *executor) prepare(c candidate, slot string, slotVer storage.Version) *execution {
-	return &execution{e: xr, agent: xr.cat.agents[c.slug], w: c.w, records: map[int]StepRecord{}, markers: map[int]storage.Version{},
+	return &execution{e: xr, agent: xr.cat.agents[c.slug], w: c.w, records: map[int]lifecycle.StepRecord{}, markers: map[int]storage.Version{},
 		input: c.input, inputKnown: c.inputKnown, slotKey: slot, slotVer: slotVer}
 }
 
@@ -67,7 +68,7 @@ func (xr *executor) start(x *execution) {
 // when its active entry, written once by its submit before anything else,
 // says it has none. Such a run need not wait for evidence that its input
 // is missing.
-func (xr *executor) mayHaveInput(ctx context.Context, doc Status) bool {
+func (xr *executor) mayHaveInput(ctx context.Context, doc lifecycle.RunStatus) bool {
 	key, err := layout.RunActiveKey(doc.AgentSlug, doc.RunID)
 	if err != nil {
 		return true

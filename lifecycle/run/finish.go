@@ -53,7 +53,7 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 // replaces its manifest or refuses it (see writeOutput). It gives the
 // outcome (a done run whose manifest failed has a write failure) and the
 // status the manifest says, "" when none was written.
-func (x *execution) endManifest(ctx context.Context, out outcome, doc *Status) (outcome, string) {
+func (x *execution) endManifest(ctx context.Context, out outcome, doc *lifecycle.RunStatus) (outcome, string) {
 	var manifestSays string
 	if out.kind == done {
 		if err := x.writeManifest(ctx, out, x.flow.completed); err != nil {
@@ -95,7 +95,7 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 	if out.kind == timedOut {
 		b = byTimeout()
 	}
-	return x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+	return x.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
 		var runErr error
 		switch out.kind {
 		case done:
@@ -117,7 +117,7 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 
 // endEvent is the event that ends a run in state d.Status the way out
 // says.
-func (x *execution) endEvent(out outcome, d *Status) lifecycle.Event {
+func (x *execution) endEvent(out outcome, d *lifecycle.RunStatus) lifecycle.Event {
 	f := x.flow
 	switch out.kind {
 	case failed:

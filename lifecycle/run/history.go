@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -63,14 +64,14 @@ type RunQuery struct {
 
 // RunPage is a page of runs, newest (by started_at) first.
 type RunPage struct {
-	Runs []Status
+	Runs []lifecycle.RunStatus
 	// Next is the cursor of the next page, "" on the last page.
 	Next string
 }
 
 // indexCreated writes a new run's history entry and its entry under its
 // first status (create-only: writing them again is a no-op).
-func (h *history) indexCreated(ctx context.Context, doc *Status) error {
+func (h *history) indexCreated(ctx context.Context, doc *lifecycle.RunStatus) error {
 	hist, err := layout.RunHistoryKey(doc.AgentSlug, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
@@ -89,7 +90,7 @@ func (h *history) indexCreated(ctx context.Context, doc *Status) error {
 // status now, after the write that moved it. A failure is logged and noted
 // as an index gap: the write has happened, the gap keeps the run's active
 // entry (cleanup), and the poll's repair finds the run by it.
-func (h *history) moveStatusIndex(ctx context.Context, doc *Status, from string) {
+func (h *history) moveStatusIndex(ctx context.Context, doc *lifecycle.RunStatus, from string) {
 	if from == doc.Status {
 		return
 	}
@@ -126,7 +127,7 @@ func (h *history) gap(runID string) bool {
 }
 
 // putStatusEntry writes a run's entry under its status now.
-func (h *history) putStatusEntry(ctx context.Context, doc *Status) error {
+func (h *history) putStatusEntry(ctx context.Context, doc *lifecycle.RunStatus) error {
 	key, err := layout.RunStatusIndexKey(doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
@@ -138,7 +139,7 @@ func (h *history) putStatusEntry(ctx context.Context, doc *Status) error {
 // its history entry and its entry under its status exist, and none under
 // another state of its machine is left. It is called for a run in the
 // active index (bounded by the runs not yet cleaned up).
-func (h *history) repairRunIndex(ctx context.Context, doc *Status) error {
+func (h *history) repairRunIndex(ctx context.Context, doc *lifecycle.RunStatus) error {
 	if err := h.indexCreated(ctx, doc); err != nil { // its history and status entries
 		return err
 	}
@@ -207,7 +208,7 @@ func (h *history) repairIndexes(ctx context.Context) {
 
 // ensureEntries puts back a run's history entry and its entry under its
 // status where missing, reading first: a repair pass mostly finds them.
-func (h *history) ensureEntries(ctx context.Context, doc *Status) error {
+func (h *history) ensureEntries(ctx context.Context, doc *lifecycle.RunStatus) error {
 	hist, err := layout.RunHistoryKey(doc.AgentSlug, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err

@@ -13,36 +13,13 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
-
-// IdempotencyError carries the key and the error code of an idempotency
-// failure; it matches ErrIdempotencyConflict or ErrIdempotencyExpired.
-type IdempotencyError struct {
-	Key   string
-	RunID string
-	kind  error
-}
-
-// Error names the failure, the key and its run.
-func (e *IdempotencyError) Error() string {
-	return fmt.Sprintf("%v: %s (run %s)", e.kind, e.Key, e.RunID)
-}
-
-// Unwrap returns the sentinel.
-func (e *IdempotencyError) Unwrap() error { return e.kind }
-
-// Code is IDEMPOTENCY_CONFLICT or IDEMPOTENCY_EXPIRED.
-func (e *IdempotencyError) Code() string {
-	if e.kind == ErrIdempotencyExpired {
-		return codes.IdempotencyExpired
-	}
-	return codes.IdempotencyConflict
-}
 
 // IdempotencyFailedError answers a key whose request failed and used up
 // its attempts (Config.IdempotencyMaxAttempts), until its record expires:
@@ -110,11 +87,11 @@ type idempotencyKey struct {
 // printable UTF-8 without spaces; the whole key is at most 512 bytes.
 func parseIdempotencyKey(key string) (idempotencyKey, error) {
 	bad := func(reason string) (idempotencyKey, error) {
-		return idempotencyKey{}, fmt.Errorf("%w %q: %s", ErrInvalidIdempotencyKey, truncate(key, 60), reason)
+		return idempotencyKey{}, fmt.Errorf("%w %q: %s", errInvalidIdempotencyKey, truncate(key, 60), reason)
 	}
-	if err := codes.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, codes.OneLine); err != nil {
-		// Both matchable: ErrInvalidIdempotencyKey and the *InputError.
-		return idempotencyKey{}, fmt.Errorf("%w: %w", ErrInvalidIdempotencyKey, err)
+	if err := codes.CheckText("idempotency_key", key, maxIdempotencyKeyBytes, codes.OneLine); err != nil {
+		// Both matchable: errInvalidIdempotencyKey and the *InputError.
+		return idempotencyKey{}, fmt.Errorf("%w: %w", errInvalidIdempotencyKey, err)
 	}
 	if strings.ContainsRune(key, ' ') {
 		return bad("contains a space")
@@ -126,13 +103,13 @@ func parseIdempotencyKey(key string) (idempotencyKey, error) {
 	var k idempotencyKey
 	switch scheme {
 	case "github":
-		k = idempotencyKey{Source: SourceGitHub, Parts: []string{rest}}
+		k = idempotencyKey{Source: idemrecord.SourceGitHub, Parts: []string{rest}}
 	case "api", "slack", "scheduler":
 		a, b, ok := strings.Cut(rest, ":")
 		if !ok {
 			return bad(fmt.Sprintf("%s keys have two parts after the scheme", scheme))
 		}
-		k = idempotencyKey{Source: map[string]string{"api": SourceAPI, "slack": SourceSlack, "scheduler": SourceScheduler}[scheme], Parts: []string{a, b}}
+		k = idempotencyKey{Source: map[string]string{"api": idemrecord.SourceAPI, "slack": idemrecord.SourceSlack, "scheduler": idemrecord.SourceScheduler}[scheme], Parts: []string{a, b}}
 	default:
 		return bad(fmt.Sprintf("unknown scheme %q", scheme))
 	}
@@ -151,74 +128,7 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// IdempotencyRecord is the check-and-set record of one key (docs/spec.md#idempotency-record),
-// at idempotency/{sha256 of the key}.json. The run id is chosen when the
-// record's generation is created and kept for its whole life, so every
-// duplicate learns it at once and no key has two runs in one generation.
-type IdempotencyRecord struct {
-	records.Meta
-	Key         string          `json:"key"`
-	Source      string          `json:"source"`
-	RunID       string          `json:"run_id,omitempty"`
-	Status      string          `json:"status"`
-	RequestHash string          `json:"request_hash"`
-	Response    json.RawMessage `json:"response,omitempty"`
-	Error       string          `json:"error,omitempty"`
-	// ErrorCode is the code of Error (absent in records of earlier
-	// releases).
-	ErrorCode string    `json:"error_code,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	ExpiresAt time.Time `json:"expires_at"`
-	// LeaseOwner and LeaseExpiresAt, while processing: the submit that
-	// creates the run and records its outcome, until when. A lapsed lease
-	// is taken by the next submit of the same request.
-	LeaseOwner     string     `json:"lease_owner,omitempty"`
-	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
-	// LockExpiresAt is the lease as earlier releases wrote it (with no
-	// owner); read when LeaseExpiresAt is absent.
-	LockExpiresAt *time.Time `json:"lock_expires_at,omitempty"`
-	Attempts      int        `json:"attempts"`
-	// PreviousRunID is the run of the expired generation this one
-	// replaced, if any.
-	PreviousRunID string `json:"previous_run_id,omitempty"`
-}
-
-// LeaseEnd is when the record's processing lease lapses, and whether it
-// has one.
-func (rec *IdempotencyRecord) LeaseEnd() (time.Time, bool) {
-	switch {
-	case rec.LeaseExpiresAt != nil:
-		return *rec.LeaseExpiresAt, true
-	case rec.LockExpiresAt != nil:
-		return *rec.LockExpiresAt, true
-	}
-	return time.Time{}, false
-}
-
-// leaseLive tells whether a processing record's lease still holds at now.
-func (rec *IdempotencyRecord) leaseLive(now time.Time) bool {
-	end, ok := rec.LeaseEnd()
-	return ok && !now.After(end)
-}
-
-// expiredFor tells whether the record's generation is over for a submit
-// of the request hash at now, so that submit starts a new one (a new run
-// id). A completed or failed record ends at expires_at. A processing one
-// may already hold its run: the same request never ends it (it completes
-// that run instead), another one only once both expires_at and the lease
-// have passed.
-func (rec *IdempotencyRecord) expiredFor(hash string, now time.Time) bool {
-	if !now.After(rec.ExpiresAt) {
-		return false
-	}
-	if rec.Status != IdempotencyProcessing {
-		return true
-	}
-	return rec.RequestHash != hash && !rec.leaseLive(now)
-}
-
-func requestHash(req SubmitRequest) string {
+func requestHash(req lifecycle.SubmitRequest) string {
 	h := sha256.New()
 	var compact []byte
 	if len(req.Input) > 0 {
@@ -259,7 +169,7 @@ const (
 
 // idemClaim is how a submit stands with its key after reading the record.
 type idemClaim struct {
-	rec    IdempotencyRecord
+	rec    idemrecord.Record
 	action idemAction
 	// fresh: a new generation or a failed key's new attempt, answered as
 	// a first submit (not a duplicate).
@@ -302,19 +212,19 @@ type idemConfig struct {
 // without an id. Another request under a live key is IDEMPOTENCY_CONFLICT;
 // a failed key is retried under the same run id while attempts are left,
 // and answers its stored error after.
-func (im *idempotency) submit(ctx context.Context, agent *agentDef, req SubmitRequest) (SubmitResult, error) {
+func (im *idempotency) submit(ctx context.Context, agent *agentDef, req lifecycle.SubmitRequest) (lifecycle.SubmitResult, error) {
 	k, err := parseIdempotencyKey(req.IdempotencyKey)
 	if err != nil {
-		return SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
+		return lifecycle.SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
 	key := layout.IdempotencyKey(req.IdempotencyKey)
 	c, err := im.claimKey(ctx, key, req, k, requestHash(req))
 	if err != nil {
-		return SubmitResult{}, err
+		return lifecycle.SubmitResult{}, err
 	}
 	res, err := im.actOnClaim(ctx, agent, req, key, &c)
 	if err != nil {
-		return SubmitResult{}, err
+		return lifecycle.SubmitResult{}, err
 	}
 	im.metrics.Idempotency(k.Source, res.Duplicate)
 	if res.Duplicate {
@@ -324,7 +234,7 @@ func (im *idempotency) submit(ctx context.Context, agent *agentDef, req SubmitRe
 }
 
 // claimKey creates the key's record, or judges the existing one (judgeKey).
-func (im *idempotency) claimKey(ctx context.Context, key string, req SubmitRequest, k idempotencyKey, hash string) (idemClaim, error) {
+func (im *idempotency) claimKey(ctx context.Context, key string, req lifecycle.SubmitRequest, k idempotencyKey, hash string) (idemClaim, error) {
 	owner := im.cfg.Owner + "#" + randomHex(4)
 	var err error
 	// The record exists but reads missing when it was deleted (expired)
@@ -332,14 +242,14 @@ func (im *idempotency) claimKey(ctx context.Context, key string, req SubmitReque
 	// moment: the claim starts over, a few times, then the key is busy.
 	for range 3 {
 		c := idemClaim{owner: owner, fresh: true}
-		c.rec = IdempotencyRecord{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash}
+		c.rec = idemrecord.Record{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash}
 		im.newGeneration(&c.rec, c.owner, im.now())
 		_, err = records.Create(ctx, im.store, key, &c.rec)
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			return c, err
 		}
-		var after IdempotencyRecord
-		_, after, err = (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: im.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
+		var after idemrecord.Record
+		_, after, err = (&core.Record[idemrecord.Record, *idemrecord.Record]{Store: im.store, Key: key}).Apply(ctx, func(cur *idemrecord.Record) error {
 			return im.judgeKey(cur, &c, hash)
 		})
 		switch {
@@ -358,11 +268,11 @@ func (im *idempotency) claimKey(ctx context.Context, key string, req SubmitReque
 // judgeKey decides what a submit of hash does with the existing record
 // cur, changing it when the submit takes the lease; errKeep when it need
 // not be written.
-func (im *idempotency) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash string) error {
+func (im *idempotency) judgeKey(cur *idemrecord.Record, c *idemClaim, hash string) error {
 	now := im.now()
 	c.action, c.fresh = idemOwn, false
 	switch {
-	case cur.expiredFor(hash, now):
+	case cur.ExpiredFor(hash, now):
 		// A new generation: a new run id, the old one's run left alone.
 		c.fresh = true
 		prev := cur.RunID
@@ -370,19 +280,19 @@ func (im *idempotency) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash strin
 		im.newGeneration(cur, c.owner, now)
 		cur.PreviousRunID = prev
 	case cur.RequestHash != hash:
-		return &IdempotencyError{Key: cur.Key, RunID: cur.RunID, kind: ErrIdempotencyConflict}
-	case cur.Status == IdempotencyCompleted:
+		return &idemrecord.Error{Key: cur.Key, RunID: cur.RunID, Kind: lifecycle.ErrIdempotencyConflict}
+	case cur.Status == idemrecord.Completed:
 		c.action, c.rec = idemDone, *cur
 		return errKeep
-	case cur.Status == IdempotencyFailed && cur.Attempts >= im.cfg.IdempotencyMaxAttempts:
+	case cur.Status == idemrecord.Failed && cur.Attempts >= im.cfg.IdempotencyMaxAttempts:
 		return &IdempotencyFailedError{Key: cur.Key, ErrorCode: cur.ErrorCode, Message: cur.Error, Attempts: cur.Attempts}
-	case cur.Status == IdempotencyProcessing && cur.leaseLive(now) && cur.LeaseOwner != c.owner:
+	case cur.Status == idemrecord.Processing && cur.LeaseLive(now) && cur.LeaseOwner != c.owner:
 		c.action, c.rec = idemHelp, *cur
 		return errKeep
 	default:
 		// A failed key with attempts left, or a lapsed lease: this submit
 		// takes the lease and creates the same run.
-		c.fresh = cur.Status == IdempotencyFailed
+		c.fresh = cur.Status == idemrecord.Failed
 		im.takeLease(cur, c.owner, now)
 	}
 	return nil
@@ -390,7 +300,7 @@ func (im *idempotency) judgeKey(cur *IdempotencyRecord, c *idemClaim, hash strin
 
 // newGeneration starts a record's generation at now: a new run id, held
 // by owner.
-func (im *idempotency) newGeneration(rec *IdempotencyRecord, owner string, now time.Time) {
+func (im *idempotency) newGeneration(rec *idemrecord.Record, owner string, now time.Time) {
 	rec.RunID, rec.CreatedAt, rec.ExpiresAt = newRunID(now), now, time.Time{}
 	rec.Attempts, rec.PreviousRunID = 0, ""
 	im.takeLease(rec, owner, now)
@@ -399,9 +309,9 @@ func (im *idempotency) newGeneration(rec *IdempotencyRecord, owner string, now t
 // takeLease makes owner the record's processing submitter until now plus
 // the lease. lock_expires_at is written too, so a process of an earlier
 // release reads the lease it knows.
-func (im *idempotency) takeLease(rec *IdempotencyRecord, owner string, now time.Time) {
+func (im *idempotency) takeLease(rec *idemrecord.Record, owner string, now time.Time) {
 	lease := now.Add(im.cfg.IdempotencyLease)
-	rec.Status, rec.LeaseOwner, rec.LeaseExpiresAt, rec.LockExpiresAt = IdempotencyProcessing, owner, &lease, &lease
+	rec.Status, rec.LeaseOwner, rec.LeaseExpiresAt, rec.LockExpiresAt = idemrecord.Processing, owner, &lease, &lease
 	rec.Error, rec.ErrorCode, rec.UpdatedAt = "", "", now
 	// A processing generation may hold its run: it lives as long as a
 	// completed one would.
@@ -412,19 +322,19 @@ func (im *idempotency) takeLease(rec *IdempotencyRecord, owner string, now time.
 }
 
 // actOnClaim does what the claim says and answers the submit.
-func (im *idempotency) actOnClaim(ctx context.Context, agent *agentDef, req SubmitRequest, key string, c *idemClaim) (SubmitResult, error) {
+func (im *idempotency) actOnClaim(ctx context.Context, agent *agentDef, req lifecycle.SubmitRequest, key string, c *idemClaim) (lifecycle.SubmitResult, error) {
 	runID := c.rec.RunID
 	switch c.action {
 	case idemDone:
-		return SubmitResult{RunID: runID, Duplicate: true}, nil
+		return lifecycle.SubmitResult{RunID: runID, Duplicate: true}, nil
 	case idemHelp:
 		if err := im.ensureRun(ctx, agent, req, c); err != nil {
 			im.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_in_progress", slog.String("key", req.IdempotencyKey),
 				slog.String("runId", runID), slog.String("error", err.Error()))
-			return SubmitResult{}, &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: err}
+			return lifecycle.SubmitResult{}, &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: err}
 		}
 		im.recordOutcome(ctx, key, c, nil)
-		return SubmitResult{RunID: runID, Duplicate: true}, nil
+		return lifecycle.SubmitResult{RunID: runID, Duplicate: true}, nil
 	}
 	createErr := im.ensureRun(ctx, agent, req, c)
 	var busy *IdempotencyInProgressError
@@ -436,15 +346,15 @@ func (im *idempotency) actOnClaim(ctx context.Context, agent *agentDef, req Subm
 		im.recordOutcome(ctx, key, c, createErr)
 	}
 	if createErr != nil {
-		return SubmitResult{}, createErr
+		return lifecycle.SubmitResult{}, createErr
 	}
-	return SubmitResult{RunID: runID, Duplicate: !c.fresh}, nil
+	return lifecycle.SubmitResult{RunID: runID, Duplicate: !c.fresh}, nil
 }
 
 // ensureRun makes the claim's run exist: created by this submit, or found
 // written (a submit of the same generation wrote it). A run that may exist
 // is read first, so a finished run is not given its first entries again.
-func (im *idempotency) ensureRun(ctx context.Context, agent *agentDef, req SubmitRequest, c *idemClaim) error {
+func (im *idempotency) ensureRun(ctx context.Context, agent *agentDef, req lifecycle.SubmitRequest, c *idemClaim) error {
 	if err := im.gate.markRun(ctx, c); err != nil {
 		return err
 	}
@@ -477,19 +387,19 @@ func (im *idempotency) ensureRun(ctx context.Context, agent *agentDef, req Submi
 // holder, never over a completed record). A failure to write is logged:
 // the run exists, and the next duplicate finds it.
 func (im *idempotency) recordOutcome(ctx context.Context, key string, c *idemClaim, createErr error) {
-	_, _, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: im.store, Key: key}).Apply(ctx, func(cur *IdempotencyRecord) error {
-		if cur.RunID != c.rec.RunID || cur.Status == IdempotencyCompleted {
+	_, _, err := (&core.Record[idemrecord.Record, *idemrecord.Record]{Store: im.store, Key: key}).Apply(ctx, func(cur *idemrecord.Record) error {
+		if cur.RunID != c.rec.RunID || cur.Status == idemrecord.Completed {
 			return errKeep // done, or a later generation
 		}
 		now := im.now()
 		if createErr == nil {
-			cur.Status, cur.ExpiresAt, cur.UpdatedAt = IdempotencyCompleted, now.Add(im.cfg.IdempotencyCompletedTTL), now
+			cur.Status, cur.ExpiresAt, cur.UpdatedAt = idemrecord.Completed, now.Add(im.cfg.IdempotencyCompletedTTL), now
 			cur.Response, _ = json.Marshal(map[string]string{"run_id": cur.RunID})
 		} else {
-			if cur.Status != IdempotencyProcessing || cur.LeaseOwner != c.owner {
+			if cur.Status != idemrecord.Processing || cur.LeaseOwner != c.owner {
 				return errKeep // another submit holds it now
 			}
-			cur.Status, cur.Error, cur.ErrorCode = IdempotencyFailed, createErr.Error(), lifecycle.ErrorCode(createErr)
+			cur.Status, cur.Error, cur.ErrorCode = idemrecord.Failed, createErr.Error(), lifecycle.ErrorCode(createErr)
 			cur.ExpiresAt, cur.UpdatedAt = now.Add(im.cfg.IdempotencyFailedTTL), now
 		}
 		cur.LeaseOwner, cur.LeaseExpiresAt, cur.LockExpiresAt = "", nil, nil
@@ -506,20 +416,13 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// read: see Runner.Idempotency.
-func (im *idempotency) read(ctx context.Context, key string) (IdempotencyRecord, error) {
-	if err := codes.CheckText("idempotency_key", key, MaxIdempotencyKeyBytes, codes.OneLine); err != nil {
-		return IdempotencyRecord{}, err
+// read: see Runner.idempotency.
+func (im *idempotency) read(ctx context.Context, key string) (idemrecord.Record, error) {
+	if err := codes.CheckText("idempotency_key", key, maxIdempotencyKeyBytes, codes.OneLine); err != nil {
+		return idemrecord.Record{}, err
 	}
 	if _, err := parseIdempotencyKey(key); err != nil {
-		return IdempotencyRecord{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
+		return idemrecord.Record{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
-	rec, _, err := records.Read[IdempotencyRecord](ctx, im.store, layout.IdempotencyKey(key))
-	if err != nil {
-		return rec, err
-	}
-	if im.now().After(rec.ExpiresAt) && rec.Status != IdempotencyProcessing {
-		return rec, &IdempotencyError{Key: key, RunID: rec.RunID, kind: ErrIdempotencyExpired}
-	}
-	return rec, nil
+	return idemrecord.Read(ctx, im.store, im.now(), key)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -28,24 +29,6 @@ import (
 // loser ends failed IDEMPOTENCY_DUPLICATE, naming the winner; its marker is
 // quarantined, and the record repaired to the winner. On a store that
 // settles at once none of this is written or read.
-
-// IdempotencyMarker is the marker of one run of a key, at
-// idempotency/runs/{sha256 of the key}/{runId}.json, written create-only
-// before the run on a store that settles. Every submit that creates the
-// run writes the same document.
-type IdempotencyMarker struct {
-	records.Meta
-	Key         string `json:"key"`
-	RunID       string `json:"run_id"`
-	RequestHash string `json:"request_hash"`
-	// CreatedAt is the generation's start (the record's created_at),
-	// ExpiresAt when it can no longer compete (created_at plus the
-	// completed TTL); retention deletes the marker after it.
-	CreatedAt time.Time `json:"created_at"`
-	ExpiresAt time.Time `json:"expires_at"`
-	// Replaces is the run of the expired generation this one followed.
-	Replaces string `json:"replaces,omitempty"`
-}
 
 // dedupeGate lets a keyed run execute only once it is its key's one run,
 // on a store that settles (see above); on one that settles at once it
@@ -101,7 +84,7 @@ func (g *dedupeGate) markRun(ctx context.Context, c *idemClaim) error {
 	if err != nil {
 		return err
 	}
-	m := IdempotencyMarker{Key: c.rec.Key, RunID: c.rec.RunID, RequestHash: c.rec.RequestHash, CreatedAt: c.rec.CreatedAt,
+	m := idemrecord.Marker{Key: c.rec.Key, RunID: c.rec.RunID, RequestHash: c.rec.RequestHash, CreatedAt: c.rec.CreatedAt,
 		ExpiresAt: c.rec.CreatedAt.Add(g.completedTTL), Replaces: c.rec.PreviousRunID}
 	if _, err := records.Create(ctx, g.store, key, &m); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
@@ -113,7 +96,7 @@ func (g *dedupeGate) markRun(ctx context.Context, c *idemClaim) error {
 // always on a store that settles at once or for a run without a key;
 // otherwise once, at least Settle after its creation, its key's markers
 // name it the winner. A run that lost is ended here.
-func (g *dedupeGate) mayGo(ctx context.Context, c candidate, f *flow, doc *Status) bool {
+func (g *dedupeGate) mayGo(ctx context.Context, c candidate, f *flow, doc *lifecycle.RunStatus) bool {
 	settle := g.settle
 	if settle <= 0 || doc.IdempotencyKey == "" {
 		return true
@@ -145,14 +128,14 @@ func (g *dedupeGate) mayGo(ctx context.Context, c candidate, f *flow, doc *Statu
 
 // gated tells whether a keyed run has not executed yet: the gate decides
 // whether it may.
-func gated(f *flow, doc *Status) bool {
+func gated(f *flow, doc *lifecycle.RunStatus) bool {
 	return doc.IdempotencyKey != "" && doc.Lease == nil && (doc.Status == f.initial || doc.Status == f.waiting)
 }
 
 // waitEnds is when a keyed run the gate holds may be decided: the
 // end of the settle time after its creation. Zero when the gate does not
 // hold it, so the poll need not read it again before then.
-func (g *dedupeGate) waitEnds(f *flow, doc *Status) time.Time {
+func (g *dedupeGate) waitEnds(f *flow, doc *lifecycle.RunStatus) time.Time {
 	settle := g.settle
 	if settle <= 0 || !gated(f, doc) || g.verdicts.won(doc.RunID) {
 		return time.Time{}
@@ -164,10 +147,10 @@ func (g *dedupeGate) waitEnds(f *flow, doc *Status) time.Time {
 // one: not replaced by a later generation, and live when doc's generation
 // started. A run without a marker of its own (written by an earlier
 // release) competes as created when it started.
-func (g *dedupeGate) winner(ctx context.Context, doc *Status) (IdempotencyMarker, error) {
-	self := IdempotencyMarker{Key: doc.IdempotencyKey, RunID: doc.RunID, CreatedAt: doc.StartedAt,
+func (g *dedupeGate) winner(ctx context.Context, doc *lifecycle.RunStatus) (idemrecord.Marker, error) {
+	self := idemrecord.Marker{Key: doc.IdempotencyKey, RunID: doc.RunID, CreatedAt: doc.StartedAt,
 		ExpiresAt: doc.StartedAt.Add(g.completedTTL)}
-	var markers []IdempotencyMarker
+	var markers []idemrecord.Marker
 	replaced := map[string]bool{}
 	for key, err := range g.store.List(ctx, layout.IdempotencyRunsPrefix(doc.IdempotencyKey)) {
 		if err != nil {
@@ -176,7 +159,7 @@ func (g *dedupeGate) winner(ctx context.Context, doc *Status) (IdempotencyMarker
 		if _, ok := layout.ParseIdempotencyRunKey(key); !ok {
 			continue
 		}
-		m, _, err := records.Read[IdempotencyMarker](ctx, g.store, key)
+		m, _, err := records.Read[idemrecord.Marker](ctx, g.store, key)
 		if errors.Is(err, records.ErrCorrupt) {
 			continue // a quarantine's tombstone, or not a marker
 		}
@@ -213,12 +196,12 @@ func (g *dedupeGate) winner(ctx context.Context, doc *Status) (IdempotencyMarker
 // IDEMPOTENCY_DUPLICATE naming the winner, so its submit's answer still
 // names a run that finishes; then the record is repaired to the winner
 // and the loser's marker goes to quarantine.
-func (g *dedupeGate) loseDuplicate(ctx context.Context, c candidate, f *flow, doc *Status, winner IdempotencyMarker) error {
+func (g *dedupeGate) loseDuplicate(ctx context.Context, c candidate, f *flow, doc *lifecycle.RunStatus, winner idemrecord.Marker) error {
 	event := f.fail
 	if _, ok := f.target(doc.Status, event); !ok {
 		event = f.cancel
 	}
-	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if err := f.fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
@@ -241,7 +224,7 @@ func (g *dedupeGate) loseDuplicate(ctx context.Context, c candidate, f *flow, do
 
 // quarantineMarker moves a losing run's marker under quarantine/, where an
 // operator finds it with its reason.
-func (g *dedupeGate) quarantineMarker(ctx context.Context, doc *Status, winner IdempotencyMarker) {
+func (g *dedupeGate) quarantineMarker(ctx context.Context, doc *lifecycle.RunStatus, winner idemrecord.Marker) {
 	key, err := layout.IdempotencyRunKey(doc.IdempotencyKey, doc.RunID)
 	if err != nil {
 		return
@@ -260,13 +243,13 @@ func (g *dedupeGate) quarantineMarker(ctx context.Context, doc *Status, winner I
 // repairRecord points the key's record at the winner again, when it names
 // the loser: completed if the winner's run exists, else processing with a
 // lapsed lease, so the next submit of the winner's request creates it.
-func (g *dedupeGate) repairRecord(ctx context.Context, doc *Status, winner IdempotencyMarker) {
+func (g *dedupeGate) repairRecord(ctx context.Context, doc *lifecycle.RunStatus, winner idemrecord.Marker) {
 	winnerExists := false
 	if slug, statusKey, err := g.reads.locate(ctx, winner.RunID); err == nil {
 		_, _, err = g.statuses.read(ctx, slug, winner.RunID, statusKey)
 		winnerExists = err == nil
 	}
-	_, _, err := (&core.Record[IdempotencyRecord, *IdempotencyRecord]{Store: g.store, Key: layout.IdempotencyKey(doc.IdempotencyKey)}).Apply(ctx, func(cur *IdempotencyRecord) error {
+	_, _, err := (&core.Record[idemrecord.Record, *idemrecord.Record]{Store: g.store, Key: layout.IdempotencyKey(doc.IdempotencyKey)}).Apply(ctx, func(cur *idemrecord.Record) error {
 		if cur.RunID != doc.RunID {
 			return errKeep
 		}
@@ -277,11 +260,11 @@ func (g *dedupeGate) repairRecord(ctx context.Context, doc *Status, winner Idemp
 		}
 		cur.LeaseOwner, cur.LeaseExpiresAt, cur.LockExpiresAt = "", nil, nil
 		if winnerExists {
-			cur.Status, cur.ExpiresAt = IdempotencyCompleted, now.Add(g.completedTTL)
+			cur.Status, cur.ExpiresAt = idemrecord.Completed, now.Add(g.completedTTL)
 			cur.Response, _ = json.Marshal(map[string]string{"run_id": winner.RunID})
 		} else {
 			lapsed := now
-			cur.Status, cur.Response, cur.LeaseExpiresAt = IdempotencyProcessing, nil, &lapsed
+			cur.Status, cur.Response, cur.LeaseExpiresAt = idemrecord.Processing, nil, &lapsed
 		}
 		return nil
 	})

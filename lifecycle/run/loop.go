@@ -21,7 +21,7 @@ import (
 // move, up to PollInterval apart while it finds none.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
-		return ErrRunnerStarted
+		return errRunnerStarted
 	}
 	// The loop counts as work on the clock except while it waits below (a
 	// test's fake clock moves only when the runner is idle; clock.Activity).

@@ -7,17 +7,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// Status is a run's status.json: the record lives in lifecycle (the
-// machines and the records they move) so the Go client can read it without
-// the engine.
-type Status = lifecycle.RunStatus
-
-// AuditRecord is an audit event and its id in the audit log.
-type AuditRecord = lifecycle.RunAuditRecord
-
-// StepRecord is one step file, steps/NN-name.json.
-type StepRecord = lifecycle.StepRecord
-
 // manifest is a finished run's manifest.json: its metadata and what it made.
 type manifest struct {
 	RunID            string          `json:"run_id"`

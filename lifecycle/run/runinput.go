@@ -12,7 +12,7 @@ import (
 // checkSubmit refuses a submit whose text fields break their limits. The
 // values' meaning (a known agent, a trigger of the set, JSON input, a key
 // of a scheme) is Submit's check, after this one.
-func checkSubmit(req *SubmitRequest) error {
+func checkSubmit(req *lifecycle.SubmitRequest) error {
 	if err := codes.CheckText("agent_slug", req.AgentSlug, codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
 	}
@@ -22,7 +22,7 @@ func checkSubmit(req *SubmitRequest) error {
 	if err := codes.CheckJSON("input", req.Input, codes.MaxDocumentBytes); err != nil {
 		return err
 	}
-	if err := codes.CheckText("idempotency_key", req.IdempotencyKey, MaxIdempotencyKeyBytes, codes.OneLine); err != nil {
+	if err := codes.CheckText("idempotency_key", req.IdempotencyKey, maxIdempotencyKeyBytes, codes.OneLine); err != nil {
 		return err
 	}
 	return checkCaller(&req.Caller)
@@ -63,7 +63,7 @@ func (req *CancelRequest) check() error {
 }
 
 // checkCaller refuses a Caller that breaks the input limits.
-func checkCaller(c *Caller) error {
+func checkCaller(c *lifecycle.Caller) error {
 	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
 	return tc.Check()
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -36,21 +37,21 @@ type statuses struct {
 // caller gets what the record is now, never the quarantine's refused
 // compare-and-swap. After maxPoisonRereads such changes in a row it gets
 // the *records.CorruptError (RECORD_QUARANTINED) of the last read.
-func (st *statuses) read(ctx context.Context, slug, runID, key string) (Status, storage.Version, error) {
+func (st *statuses) read(ctx context.Context, slug, runID, key string) (lifecycle.RunStatus, storage.Version, error) {
 	for attempt := 0; ; attempt++ {
 		b, v, err := st.store.Get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
 			if qe := st.findQuarantined(ctx, runID, key); qe != nil {
-				return Status{}, "", qe
+				return lifecycle.RunStatus{}, "", qe
 			}
 		}
 		if err != nil {
-			return Status{}, "", err
+			return lifecycle.RunStatus{}, "", err
 		}
 		if st.absent.Settle > 0 {
 			st.absent.Found(key)
 		}
-		doc, err := core.Decode[Status](key, b, v, statusValidator(slug, runID))
+		doc, err := core.Decode[lifecycle.RunStatus](key, b, v, statusValidator(slug, runID))
 		var ce *records.CorruptError
 		if errors.As(err, &ce) {
 			qerr := st.quarantineRun(ctx, slug, runID, ce)
@@ -58,9 +59,9 @@ func (st *statuses) read(ctx context.Context, slug, runID, key string) (Status, 
 				if attempt < maxPoisonRereads {
 					continue // it changed since the read: judge it again
 				}
-				return Status{}, "", ce
+				return lifecycle.RunStatus{}, "", ce
 			}
-			return Status{}, "", qerr
+			return lifecycle.RunStatus{}, "", qerr
 		}
 		return doc, v, err
 	}
@@ -107,8 +108,8 @@ const maxPoisonRereads = 3
 // runner's config now gives its agent another (a rolling change of config):
 // such a run is valid and lives out its life on its own machine.
 // A document that fails is poison: it is quarantined, never acted on.
-func statusValidator(slug, runID string) func(*Status) error {
-	return func(d *Status) error {
+func statusValidator(slug, runID string) func(*lifecycle.RunStatus) error {
+	return func(d *lifecycle.RunStatus) error {
 		if d.RunID != runID {
 			return fmt.Errorf("run_id %q at the key of run %s", d.RunID, runID)
 		}

@@ -141,10 +141,10 @@ func seconds(d time.Duration) string {
 	return d.String()
 }
 
-func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (StepRecord, error) {
+func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (lifecycle.StepRecord, error) {
 	s := x.agent.Steps[i]
 	now := x.e.now()
-	rec := StepRecord{
+	rec := lifecycle.StepRecord{
 		StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending,
 		StartedAt: &started, FinishedAt: &now, DurationMS: now.Sub(started).Milliseconds(),
 		Resumable: s.Resumable, Idempotent: s.Idempotent, Attempts: attempts, Epoch: x.epoch,
@@ -172,7 +172,7 @@ func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempt
 // stays. The lease is confirmed first, so a lost writer also cannot create
 // a file the new owner has not written yet, unless the new owner's write
 // then replaces it.
-func (x *execution) writeStep(ctx context.Context, rec StepRecord) error {
+func (x *execution) writeStep(ctx context.Context, rec lifecycle.StepRecord) error {
 	if err := x.w.confirmLease(ctx); err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (x *execution) markStarted(ctx context.Context, i int) error {
 	}
 	s := x.agent.Steps[i]
 	now := x.e.now()
-	rec := StepRecord{StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending, StartedAt: &now,
+	rec := lifecycle.StepRecord{StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending, StartedAt: &now,
 		Resumable: s.Resumable, Idempotent: s.Idempotent, Epoch: x.epoch}
 	if _, err := lifecycle.RunStep().Fire(context.Background(), &rec, lifecycle.EventStart, lifecycle.ActorOrchestration); err != nil {
 		return err

@@ -24,7 +24,7 @@ type submission struct {
 }
 
 // submit: see Runner.Submit.
-func (s *submission) submit(ctx context.Context, req SubmitRequest) (res SubmitResult, err error) {
+func (s *submission) submit(ctx context.Context, req lifecycle.SubmitRequest) (res lifecycle.SubmitResult, err error) {
 	ctx, span := s.tracer.Start(ctx, tracing.SpanSubmit, trace.SpanKindInternal)
 	defer func() {
 		span.String(tracing.AttrAgent, req.AgentSlug)
@@ -32,30 +32,30 @@ func (s *submission) submit(ctx context.Context, req SubmitRequest) (res SubmitR
 		span.End(err)
 	}()
 	if err := checkSubmit(&req); err != nil {
-		return SubmitResult{}, err
+		return lifecycle.SubmitResult{}, err
 	}
 	agent, ok := s.cat.agents[req.AgentSlug]
 	if !ok {
-		return SubmitResult{}, &RequestError{Field: "agent_slug", Reason: fmt.Sprintf("unknown agent %q", req.AgentSlug)}
+		return lifecycle.SubmitResult{}, &RequestError{Field: "agent_slug", Reason: fmt.Sprintf("unknown agent %q", req.AgentSlug)}
 	}
 	switch req.Trigger {
 	case "":
-		req.Trigger = TriggerManual
-	case TriggerManual, TriggerCron, TriggerEvent:
+		req.Trigger = triggerManual
+	case triggerManual, triggerCron, triggerEvent:
 	default:
-		return SubmitResult{}, &RequestError{Field: "trigger", Reason: fmt.Sprintf("%q is not manual, cron or event", req.Trigger)}
+		return lifecycle.SubmitResult{}, &RequestError{Field: "trigger", Reason: fmt.Sprintf("%q is not manual, cron or event", req.Trigger)}
 	}
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
-		return SubmitResult{}, &RequestError{Field: "input", Reason: "not valid JSON"}
+		return lifecycle.SubmitResult{}, &RequestError{Field: "input", Reason: "not valid JSON"}
 	}
 	if req.IdempotencyKey != "" {
 		return s.idem.submit(ctx, agent, req)
 	}
 	runID := newRunID(s.now())
 	if err := s.creator.createRun(ctx, agent, req, runID, time.Time{}); err != nil {
-		return SubmitResult{}, err
+		return lifecycle.SubmitResult{}, err
 	}
-	return SubmitResult{RunID: runID}, nil
+	return lifecycle.SubmitResult{RunID: runID}, nil
 }
 
 // newRunID makes an id like run_2026-02-14_080000_abc123 (docs/spec.md#run-status): it
@@ -70,7 +70,7 @@ func newRunID(now time.Time) string {
 // status.json and what its submit knew, so that a poll can finish the
 // submit if it stopped before writing the status (finishSubmit).
 type activeEntry struct {
-	Pending *Status                      `json:"pending,omitempty"`
+	Pending *lifecycle.RunStatus         `json:"pending,omitempty"`
 	Input   bool                         `json:"input,omitempty"` // the run has an input.json
 	Actor   lifecycle.Actor              `json:"actor,omitempty"`
 	Context *lifecycle.TransitionContext `json:"context,omitempty"`

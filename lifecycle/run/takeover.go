@@ -37,7 +37,7 @@ type takeover struct {
 // resumeExecuting starts a run in an executing state that no one holds:
 // one resumed after an approval or event, or an orphan (its lease expired,
 // or this runner's own lease found at startup).
-func (t *takeover) resumeExecuting(ctx context.Context, c candidate, doc *Status, now time.Time, startup bool) {
+func (t *takeover) resumeExecuting(ctx context.Context, c candidate, doc *lifecycle.RunStatus, now time.Time, startup bool) {
 	switch {
 	case doc.Lease == nil:
 		t.claims.startOrWait(ctx, c, false) // resumed after an approval or event
@@ -157,7 +157,7 @@ func (t *takeover) inputLost(ctx context.Context, slug, runID string, hasInput b
 func (t *takeover) failInputLost(ctx context.Context, w *statusWriter) {
 	doc := w.snapshot()
 	f := t.cat.flowOfDoc(&doc)
-	err := w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		ev := f.fail
 		if _, ok := f.target(d.Status, ev); !ok {
 			ev = f.cancel

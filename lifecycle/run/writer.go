@@ -45,7 +45,7 @@ type statusWriter struct {
 	key   string
 
 	mu  sync.Mutex
-	rec *core.Record[Status, *Status]
+	rec *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus]
 	// epoch is the lease epoch this writer holds (0: none); leaseUntil is
 	// the lease expiry of its last write, renewedAt when that write was made.
 	epoch      int64
@@ -55,7 +55,7 @@ type statusWriter struct {
 
 // newWriter returns the writer of a run's status at key; doc and ver fill
 // its cache when known (ver == "": read on first use).
-func (ws *writers) newWriter(slug, runID, key string, doc *Status, ver storage.Version) *statusWriter {
+func (ws *writers) newWriter(slug, runID, key string, doc *lifecycle.RunStatus, ver storage.Version) *statusWriter {
 	w := &statusWriter{ws: ws, runID: runID, slug: slug, key: key}
 	w.rec = ws.statusRecord(slug, runID, key, "", 0)
 	if ver != "" {
@@ -66,16 +66,16 @@ func (ws *writers) newWriter(slug, runID, key string, doc *Status, ver storage.V
 
 // statusRecord is the core.Record of one run's status.json, fenced by
 // (owner, epoch) when epoch > 0.
-func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[Status, *Status] {
-	return &core.Record[Status, *Status]{
+func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
+	return &core.Record[lifecycle.RunStatus, *lifecycle.RunStatus]{
 		Store: ws.store, Key: key, Owner: owner, Epoch: epoch,
-		Lease:    func(d *Status) *records.Lease { return d.Lease },
-		Clone:    func(d *Status) Status { return cloneStatus(d) },
+		Lease:    func(d *lifecycle.RunStatus) *records.Lease { return d.Lease },
+		Clone:    func(d *lifecycle.RunStatus) lifecycle.RunStatus { return cloneStatus(d) },
 		Validate: statusValidator(slug, runID),
 	}
 }
 
-func (w *statusWriter) record() *core.Record[Status, *Status] {
+func (w *statusWriter) record() *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.rec
@@ -87,7 +87,7 @@ func (w *statusWriter) record() *core.Record[Status, *Status] {
 // its machine refuses reports it. change may run more than once (after a
 // conflict) and must touch only its argument. A write of the lease holder
 // renews the lease.
-func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.Context, d *Status) error) error {
+func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.Context, d *lifecycle.RunStatus) error) error {
 	b.tc.RunID = w.runID
 	if b.tc.Timestamp.IsZero() {
 		b.tc.Timestamp = w.ws.now()
@@ -97,7 +97,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 	rec, epoch := w.rec, w.epoch
 	w.mu.Unlock()
 	var renewed time.Time
-	before, after, err := rec.Apply(ctx, func(d *Status) error {
+	before, after, err := rec.Apply(ctx, func(d *lifecycle.RunStatus) error {
 		// The audit event of the write this one replaces must be in the
 		// log before its record in the document is replaced.
 		if err := w.ws.audit.ensure(ctx, d); err != nil {
@@ -146,7 +146,7 @@ func (w *statusWriter) hold(epoch int64) {
 }
 
 // snapshot returns a copy of the last document written or read.
-func (w *statusWriter) snapshot() Status {
+func (w *statusWriter) snapshot() lifecycle.RunStatus {
 	doc, _ := w.record().Snapshot()
 	return doc
 }
@@ -200,7 +200,7 @@ func byTimeout() by {
 // line (auditLog.record), the run metrics (docs/spec.md#metrics), and a
 // wake-up of every Wait. A context that is about an approval or an
 // external event gets its details from the document just written.
-func (ws *writers) afterWrite(ctx context.Context, doc *Status, from string, b by) {
+func (ws *writers) afterWrite(ctx context.Context, doc *lifecycle.RunStatus, from string, b by) {
 	ws.audit.record(ctx, doc, from, b.actor, writeContext(doc, b))
 	ws.metrics.RunTransition(ws.cat.flowOfDoc(doc).machine, from, doc.Status)
 	ws.changes.broadcast()
@@ -209,17 +209,17 @@ func (ws *writers) afterWrite(ctx context.Context, doc *Status, from string, b b
 // auditRecord is the audit event (docs/spec.md#audit-event) of the write that
 // makes doc, from the status from, as b, at version seq of the document: the
 // writer puts it in the document, and the audit log writes it to the log.
-func (ws *writers) auditRecord(doc *Status, from string, b by, seq int64) *AuditRecord {
+func (ws *writers) auditRecord(doc *lifecycle.RunStatus, from string, b by, seq int64) *lifecycle.RunAuditRecord {
 	tc := writeContext(doc, b)
 	ev := records.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
 		From: from, To: doc.Status, Node: ws.node}
 	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
-	return &AuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
+	return &lifecycle.RunAuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
 }
 
 // writeContext is the transition context of a write as b, with the
 // approval or external-event details of the document written.
-func writeContext(doc *Status, b by) lifecycle.TransitionContext {
+func writeContext(doc *lifecycle.RunStatus, b by) lifecycle.TransitionContext {
 	tc := b.tc
 	if tc.Approval != nil && doc.Approval != nil {
 		a := *doc.Approval
@@ -256,7 +256,7 @@ func (c *changes) next() <-chan struct{} {
 	return c.ch
 }
 
-func cloneStatus(d *Status) Status {
+func cloneStatus(d *lifecycle.RunStatus) lifecycle.RunStatus {
 	c := *d
 	c.ProposalsCreated = slices.Clone(d.ProposalsCreated)
 	if c.ProposalsCreated == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/httpapi/page"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -69,7 +70,7 @@ func TestRunPageShowsALostRunner(t *testing.T) {
 	// Runner a starts the run and is lost mid-step: its lease stays behind.
 	a := newRunner("a")
 	stopA := start(a)
-	res, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: slug})
+	res, err := a.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: slug})
 	if err != nil {
 		stopA()
 		t.Fatal(err)
