@@ -63,7 +63,7 @@ func (r *Runner) Agents() []Agent { return r.cat.list() }
 // canonical machine), as the gateway, and hands it to this runner's loop.
 // It writes nothing when the request is invalid: an *InputError for text
 // over its limit (MaxNameBytes, MaxDocumentBytes for Input,
-// maxIdempotencyKeyBytes) or not clean UTF-8, a *RequestError otherwise.
+// 512 bytes for IdempotencyKey) or not clean UTF-8, a *RequestError otherwise.
 //
 // The run keeps the trace context of ctx (its span's W3C traceparent, in
 // status.json): with Config.TracerProvider set, that of a conveyor.submit
@@ -78,7 +78,7 @@ func (r *Runner) Submit(ctx context.Context, req lifecycle.SubmitRequest) (res l
 // step finishes first (then it may still succeed or fail, as the
 // machine allows). On the approval machine a run that is not executing is cancelled
 // at once, and an executing one when its runner notices. The canonical
-// machine has no cancel: [ErrUnsupported].
+// machine has no cancel: lifecycle.ErrRunUnsupported.
 func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (lifecycle.RunStatus, error) {
 	return r.control.cancel(ctx, runID, actor, req)
 }

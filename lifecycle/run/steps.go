@@ -104,7 +104,7 @@ func failureOf(s Step, attempts int, err error) error {
 // attempt runs the step once through core.Do on the runner's Units: under
 // its timeout, in its own goroutine, so a step that ignores its context
 // cannot hold the run past the timeout. Such a step's goroutine is
-// abandoned: counted (Runner.Stragglers), logged, and its late result
+// abandoned: counted (core.Units), logged, and its late result
 // discarded.
 func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
 	timedOut := func() error {

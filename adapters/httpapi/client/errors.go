@@ -32,7 +32,7 @@ func (e *Error) Error() string {
 }
 
 // Is matches the sentinel of the SDK that the code stands for:
-// lifecycle.ErrRunNotFound (run.ErrNotFound) and storage.ErrNotFound for RUN_NOT_FOUND;
+// lifecycle.ErrRunNotFound and storage.ErrNotFound for RUN_NOT_FOUND;
 // storage.ErrNotFound for NOT_FOUND, JOB_NOT_FOUND and AGENT_NOT_FOUND;
 // lifecycle.ErrInvalidTransition for RUN_INVALID_TRANSITION,
 // INBOX_INVALID_TRANSITION, INBOX_ENTRY_EXPIRED and RUN_TERMINAL_STATE (which
@@ -42,8 +42,8 @@ func (e *Error) Error() string {
 // lifecycle.ErrIdempotencyExpired, lifecycle.ErrIdempotencyInProgress, lifecycle.ErrRunUnsupported,
 // lifecycle.ErrJobExists, lifecycle.ErrInboxEntryExists, records.ErrCorrupt (RECORD_QUARANTINED),
 // records.ErrLeaseLost and storage.ErrUnavailable for their codes. The
-// engines' sentinels are these values under their own names (run.ErrNotFound
-// is lifecycle.ErrRunNotFound, jobqueue.ErrJobExists lifecycle.ErrJobExists,
+// engines' sentinels are these values under their own names (jobqueue.ErrJobExists
+// is lifecycle.ErrJobExists,
 // inbox.ErrEntryExists lifecycle.ErrInboxEntryExists), so they match too.
 func (e *Error) Is(target error) bool {
 	for _, s := range sentinels(e.Code) {
