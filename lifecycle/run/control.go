@@ -72,16 +72,6 @@ func (ct *controller) apply(ctx context.Context, runID string, b by, change func
 	return after, nil
 }
 
-// by is the write a control call makes as actor, with the caller's
-// context (initiator def unless the caller names one).
-func callerBy(c *lifecycle.Caller, actor lifecycle.Actor, def lifecycle.Initiator) by {
-	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
-	if tc.Initiator == "" {
-		tc.Initiator = def
-	}
-	return by{actor: actor, tc: tc}
-}
-
 // CancelRequest asks Cancel to stop a run. Cancel refuses one with an
 // *codes.InputError, writing nothing, when Reason is over MaxTextBytes
 // or not clean text (it may span lines), or its Caller breaks its limits.
@@ -238,4 +228,44 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// check refuses a decision whose decided_by or reason breaks its limit.
+func (d *Decision) check() error {
+	if err := codes.CheckText("decided_by", d.DecidedBy, codes.MaxNameBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckText("reason", d.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
+		return err
+	}
+	return checkCaller(&d.Caller)
+}
+
+// check refuses an event whose type, id or source breaks its limit.
+func (ev *ExternalEvent) check() error {
+	if err := codes.CheckText("event_type", ev.Type, codes.MaxNameBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckText("event_id", ev.ID, codes.MaxRefBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckText("source", ev.Source, codes.MaxRefBytes, codes.OneLine); err != nil {
+		return err
+	}
+	return checkCaller(&ev.Caller)
+}
+
+// check refuses a cancel whose reason is over MaxTextBytes or not clean
+// text.
+func (req *CancelRequest) check() error {
+	if err := codes.CheckText("reason", req.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
+		return err
+	}
+	return checkCaller(&req.Caller)
+}
+
+// checkCaller refuses a Caller that breaks the input limits.
+func checkCaller(c *lifecycle.Caller) error {
+	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
+	return tc.Check()
 }

@@ -3,6 +3,7 @@ package run
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -99,3 +100,56 @@ func (e *QuarantinedError) Is(target error) bool { return target == records.ErrC
 
 // Code is RECORD_QUARANTINED, as records.CorruptError's.
 func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }
+
+// IdempotencyFailedError answers a key whose request failed and used up
+// its attempts (Config.IdempotencyMaxAttempts), until its record expires:
+// the stored error, with its stored code.
+type IdempotencyFailedError struct {
+	Key string
+	// ErrorCode and Message are the failure as recorded.
+	ErrorCode, Message string
+	Attempts           int
+}
+
+// Error names the key and the stored error.
+func (e *IdempotencyFailedError) Error() string {
+	return fmt.Sprintf("run: idempotency key %s failed after %d attempts: %s", e.Key, e.Attempts, e.Message)
+}
+
+// Code is the stored error's code (INTERNAL_ERROR for a record that kept
+// none).
+func (e *IdempotencyFailedError) Code() string {
+	if e.ErrorCode != "" {
+		return e.ErrorCode
+	}
+	return codes.InternalError
+}
+
+// IdempotencyInProgressError answers a duplicate whose run is not written
+// yet and could not be written by this submit either (the store failed):
+// the key is still being processed; the caller retries (after
+// RetryAfter). It carries no run id, since none exists yet. It matches
+// lifecycle.ErrIdempotencyInProgress; its code is IDEMPOTENCY_IN_PROGRESS.
+type IdempotencyInProgressError struct {
+	Key string
+	Err error
+}
+
+// Error names the key and why its run could not be written.
+func (e *IdempotencyInProgressError) Error() string {
+	return fmt.Sprintf("run: idempotency key %s: its run is still being created (%v)", e.Key, e.Err)
+}
+
+// Is matches lifecycle.ErrIdempotencyInProgress.
+func (e *IdempotencyInProgressError) Is(target error) bool {
+	return target == lifecycle.ErrIdempotencyInProgress
+}
+
+// Unwrap returns the store's error.
+func (e *IdempotencyInProgressError) Unwrap() error { return e.Err }
+
+// Code is IDEMPOTENCY_IN_PROGRESS.
+func (e *IdempotencyInProgressError) Code() string { return codes.IdempotencyInProgress }
+
+// RetryAfter is when a retry may find the run written.
+func (e *IdempotencyInProgressError) RetryAfter() time.Duration { return time.Second }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -531,4 +532,195 @@ func appendNew(list []string, items ...string) []string {
 		}
 	}
 	return list
+}
+
+// executor starts executions and gives them what they use: the settings
+// of a run's steps and writes, the store, the slots and the run's end.
+type executor struct {
+	cfg      execConfig
+	store    *storage.Store
+	now      func() time.Time
+	log      *slog.Logger
+	tracer   tracing.Tracer
+	units    *core.Units
+	absent   *core.Absence
+	cat      *catalog
+	slots    *slots
+	ender    *ender
+	statuses *statuses
+	execs    *executions
+	life     *lifetime
+	// readSteps reads a run's step files (the reads' own).
+	readSteps func(ctx context.Context, slug, runID string) ([]lifecycle.StepRecord, error)
+}
+
+// execConfig is what of Config an execution reads: its clock, the
+// timeouts and retries of its steps, its heartbeat, the lease owner that
+// fences its writes, and where it reports.
+type execConfig struct {
+	Clock             clock.Clock
+	Owner             string
+	RunTimeout        time.Duration
+	FinishGrace       time.Duration
+	HeartbeatInterval time.Duration
+	StepTimeout       time.Duration
+	StepRetries       int
+	RetryBackoff      time.Duration
+	ExternalTimeout   time.Duration
+	Metrics           Metrics
+}
+
+// prepare makes the execution of c in the slot taken at slotVer; it runs
+// once claimed (start).
+func (xr *executor) prepare(c candidate, slot string, slotVer storage.Version) *execution {
+	return &execution{e: xr, agent: xr.cat.agents[c.slug], w: c.w, records: map[int]lifecycle.StepRecord{}, markers: map[int]storage.Version{},
+		input: c.input, inputKnown: c.inputKnown, slotKey: slot, slotVer: slotVer}
+}
+
+// start runs a claimed execution beside the loop, for as long as Run's
+// context lives.
+func (xr *executor) start(x *execution) {
+	xr.life.add()
+	go x.run(clock.Start(xr.life.context(), xr.cfg.Clock))
+}
+
+// mayHaveInput tells whether doc's run may have an input.json: false only
+// when its active entry, written once by its submit before anything else,
+// says it has none. Such a run need not wait for evidence that its input
+// is missing.
+func (xr *executor) mayHaveInput(ctx context.Context, doc lifecycle.RunStatus) bool {
+	key, err := layout.RunActiveKey(doc.AgentSlug, doc.RunID)
+	if err != nil {
+		return true
+	}
+	raw, _, err := xr.store.Get(ctx, key)
+	if err != nil {
+		return true
+	}
+	var e activeEntry
+	if json.Unmarshal(raw, &e) != nil || e.Pending == nil || e.Pending.RunID != doc.RunID {
+		return true // written before entries carried the pending status: unknown
+	}
+	return e.Input
+}
+
+// runStep runs one step with its per-attempt timeout and the retry schedule
+// (StepRetries more attempts, RetryBackoff doubling), waiting on the
+// runner's clock. It returns the output, the attempts made and the error of
+// the last attempt, with its error code.
+func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutput, int, error) {
+	e := x.e
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.StepTimeout
+	}
+	exp := &backoff.ExponentialBackOff{
+		InitialInterval:     e.cfg.RetryBackoff,
+		RandomizationFactor: 0, // docs/spec.md#retries-and-timeouts: exactly 1 s, 2 s, 4 s
+		Multiplier:          2,
+		MaxInterval:         time.Duration(1<<62 - 1),
+		Stop:                backoff.Stop,
+		Clock:               e.cfg.Clock,
+	}
+	exp.Reset()
+	policy := backoff.WithMaxRetries(exp, uint64(e.cfg.StepRetries))
+	var out StepOutput
+	attempts := 0
+	op := func() error {
+		attempts++
+		in.Attempt = attempts
+		actx, span := e.tracer.Start(ctx, tracing.SpanStep, trace.SpanKindInternal)
+		span.String(tracing.AttrRunID, in.RunID)
+		span.String(tracing.AttrStep, s.Name)
+		span.Int(tracing.AttrStepNum, int64(in.Step))
+		span.Int(tracing.AttrAttempt, int64(attempts))
+		o, err := x.attempt(actx, s, in, timeout)
+		span.End(err)
+		if err == nil {
+			out = o
+			return nil
+		}
+		var re *lifecycle.RunError
+		if context.Cause(ctx) != nil || (errors.As(err, &re) && re.Permanent) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}
+	// backoff.Retry's loop, waiting with clock.Sleep: the backoff counts as
+	// the execution's wait on the clock (clock.Activity).
+	for {
+		err := op()
+		if err == nil {
+			return out, attempts, nil
+		}
+		var perm *backoff.PermanentError
+		if errors.As(err, &perm) {
+			return out, attempts, failureOf(s, attempts, perm.Err)
+		}
+		wait := policy.NextBackOff()
+		if ctx.Err() != nil {
+			return out, attempts, failureOf(s, attempts, ctx.Err())
+		}
+		if wait == backoff.Stop {
+			return out, attempts, failureOf(s, attempts, err)
+		}
+		e.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
+			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
+		if err := clock.Sleep(ctx, e.cfg.Clock, wait); err != nil {
+			return out, attempts, failureOf(s, attempts, err)
+		}
+	}
+}
+
+// failureOf gives a step's final error its code: its own, AGENT_TIMEOUT
+// for a timeout, INTERNAL_ERROR once retries are exhausted.
+func failureOf(s Step, attempts int, err error) error {
+	var re *lifecycle.RunError
+	if errors.As(err, &re) {
+		return re
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
+}
+
+// attempt runs the step once through core.Do on the runner's Units: under
+// its timeout, in its own goroutine, so a step that ignores its context
+// cannot hold the run past the timeout. Such a step's goroutine is
+// abandoned: counted (core.Units), logged, and its late result
+// discarded.
+func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
+	timedOut := func() error {
+		return lifecycle.NewRunError(codes.AgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
+	}
+	out, err := core.Do(ctx, x.e.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
+		o, err := s.Run(uctx, in)
+		var oe *core.OverrunError
+		if err != nil && errors.As(context.Cause(uctx), &oe) {
+			return o, timedOut()
+		}
+		return o, err
+	})
+	var (
+		oe *core.OverrunError
+		pe *core.PanicError
+	)
+	switch {
+	case errors.As(err, &oe):
+		if m, ok := x.e.cfg.Metrics.(stragglerMetrics); ok {
+			m.StepAbandoned(in.AgentSlug, s.Name)
+		}
+		return StepOutput{}, timedOut()
+	case errors.As(err, &pe):
+		return StepOutput{}, &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, pe.Value), Permanent: true}
+	}
+	return out, err
+}
+
+func seconds(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%ds", int64(d/time.Second))
+	}
+	return d.String()
 }

@@ -106,3 +106,24 @@ func (rd *reads) runningByHeartbeat(ctx context.Context, limit int) ([]lifecycle
 	}
 	return out, nil
 }
+
+// RunQuery selects a page of runs for ListRuns.
+type RunQuery struct {
+	// Agent is the agent whose runs are listed; "" lists the runs of every
+	// agent of this runner.
+	Agent string
+	// Status keeps only the runs in this state; "" keeps every run.
+	Status string
+	// Limit is the most runs in the page: 0 means codes.DefaultPageLimit,
+	// and more than codes.MaxPageLimit is refused.
+	Limit int
+	// Cursor is the Next of the page before; "" for the first page.
+	Cursor string
+}
+
+// RunPage is a page of runs, newest (by started_at) first.
+type RunPage struct {
+	Runs []lifecycle.RunStatus
+	// Next is the cursor of the next page, "" on the last page.
+	Next string
+}

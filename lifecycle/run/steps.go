@@ -4,142 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"go.opentelemetry.io/otel/trace"
 )
-
-// runStep runs one step with its per-attempt timeout and the retry schedule
-// (StepRetries more attempts, RetryBackoff doubling), waiting on the
-// runner's clock. It returns the output, the attempts made and the error of
-// the last attempt, with its error code.
-func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutput, int, error) {
-	e := x.e
-	timeout := s.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.StepTimeout
-	}
-	exp := &backoff.ExponentialBackOff{
-		InitialInterval:     e.cfg.RetryBackoff,
-		RandomizationFactor: 0, // docs/spec.md#retries-and-timeouts: exactly 1 s, 2 s, 4 s
-		Multiplier:          2,
-		MaxInterval:         time.Duration(1<<62 - 1),
-		Stop:                backoff.Stop,
-		Clock:               e.cfg.Clock,
-	}
-	exp.Reset()
-	policy := backoff.WithMaxRetries(exp, uint64(e.cfg.StepRetries))
-	var out StepOutput
-	attempts := 0
-	op := func() error {
-		attempts++
-		in.Attempt = attempts
-		actx, span := e.tracer.Start(ctx, tracing.SpanStep, trace.SpanKindInternal)
-		span.String(tracing.AttrRunID, in.RunID)
-		span.String(tracing.AttrStep, s.Name)
-		span.Int(tracing.AttrStepNum, int64(in.Step))
-		span.Int(tracing.AttrAttempt, int64(attempts))
-		o, err := x.attempt(actx, s, in, timeout)
-		span.End(err)
-		if err == nil {
-			out = o
-			return nil
-		}
-		var re *lifecycle.RunError
-		if context.Cause(ctx) != nil || (errors.As(err, &re) && re.Permanent) {
-			return backoff.Permanent(err)
-		}
-		return err
-	}
-	// backoff.Retry's loop, waiting with clock.Sleep: the backoff counts as
-	// the execution's wait on the clock (clock.Activity).
-	for {
-		err := op()
-		if err == nil {
-			return out, attempts, nil
-		}
-		var perm *backoff.PermanentError
-		if errors.As(err, &perm) {
-			return out, attempts, failureOf(s, attempts, perm.Err)
-		}
-		wait := policy.NextBackOff()
-		if ctx.Err() != nil {
-			return out, attempts, failureOf(s, attempts, ctx.Err())
-		}
-		if wait == backoff.Stop {
-			return out, attempts, failureOf(s, attempts, err)
-		}
-		e.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
-			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
-		if err := clock.Sleep(ctx, e.cfg.Clock, wait); err != nil {
-			return out, attempts, failureOf(s, attempts, err)
-		}
-	}
-}
-
-// failureOf gives a step's final error its code: its own, AGENT_TIMEOUT
-// for a timeout, INTERNAL_ERROR once retries are exhausted.
-func failureOf(s Step, attempts int, err error) error {
-	var re *lifecycle.RunError
-	if errors.As(err, &re) {
-		return re
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
-}
-
-// attempt runs the step once through core.Do on the runner's Units: under
-// its timeout, in its own goroutine, so a step that ignores its context
-// cannot hold the run past the timeout. Such a step's goroutine is
-// abandoned: counted (core.Units), logged, and its late result
-// discarded.
-func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
-	timedOut := func() error {
-		return lifecycle.NewRunError(codes.AgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
-	}
-	out, err := core.Do(ctx, x.e.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
-		o, err := s.Run(uctx, in)
-		var oe *core.OverrunError
-		if err != nil && errors.As(context.Cause(uctx), &oe) {
-			return o, timedOut()
-		}
-		return o, err
-	})
-	var (
-		oe *core.OverrunError
-		pe *core.PanicError
-	)
-	switch {
-	case errors.As(err, &oe):
-		if m, ok := x.e.cfg.Metrics.(stragglerMetrics); ok {
-			m.StepAbandoned(in.AgentSlug, s.Name)
-		}
-		return StepOutput{}, timedOut()
-	case errors.As(err, &pe):
-		return StepOutput{}, &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, pe.Value), Permanent: true}
-	}
-	return out, err
-}
-
-func seconds(d time.Duration) string {
-	if d%time.Second == 0 {
-		return fmt.Sprintf("%ds", int64(d/time.Second))
-	}
-	return d.String()
-}
 
 func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (lifecycle.StepRecord, error) {
 	s := x.agent.Steps[i]

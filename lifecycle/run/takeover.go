@@ -95,7 +95,7 @@ func (t *takeover) finishSubmit(ctx context.Context, slug, runID, statusKey stri
 	if b.actor == "" {
 		b.actor = lifecycle.ActorGateway
 	}
-	t.creator.recordCreated(ctx, agent, &doc, b, "run_submit_finished")
+	t.writers.afterCreate(ctx, agent, &doc, b, "run_submit_finished")
 	w := t.writers.newWriter(slug, runID, statusKey, &doc, ver)
 	if !inputLost {
 		t.inbox.hand(candidate{slug: slug, w: w})
