@@ -1,7 +1,6 @@
 package run
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -103,92 +102,4 @@ func (c *catalog) flowOfDoc(d *lifecycle.RunStatus) *flow {
 		return f
 	}
 	return c.flows[""]
-}
-
-// flow tells the Runner how one run machine expresses the Runner's
-// operations. An empty event means the machine has no such move: the
-// operation is a plain field update (a step count on the cancel-aware
-// machine) or unsupported (cancel on the canonical machine).
-type flow struct {
-	machine   string
-	initial   string
-	waiting   string // the state a run waits for a slot in
-	running   string
-	completed string // the state complete leads to
-	cancelRq  string // cancel_requested, cancel-aware machine only
-	parked    []string
-	states    []string // every state of the machine
-
-	admit, start, stepDone, complete, fail, timeOut lifecycle.Event
-	cancel, requestCancel                           lifecycle.Event
-	awaitApproval, approve, reject                  lifecycle.Event
-	waitExternal, deliver                           lifecycle.Event
-
-	fire     func(ctx context.Context, r *lifecycle.RunStatus, e lifecycle.Event, a lifecycle.Actor) error
-	terminal func(string) bool
-	isState  func(string) bool
-	check    func(from, to string) error
-	// target is where event leads from a state (guards aside: the run
-	// machines guard no edge a runner's end takes).
-	target func(from string, e lifecycle.Event) (string, bool)
-}
-
-func flowOf[S ~string](m *lifecycle.Machine[S, lifecycle.Stateful]) flow {
-	var states []string
-	for _, s := range m.States() {
-		states = append(states, string(s))
-	}
-	return flow{
-		machine: m.Name(),
-		initial: string(m.Initial()),
-		states:  states,
-		fire: func(ctx context.Context, r *lifecycle.RunStatus, e lifecycle.Event, a lifecycle.Actor) error {
-			_, err := m.Fire(ctx, r, e, a)
-			return err
-		},
-		terminal: func(s string) bool { return m.IsTerminal(S(s)) },
-		isState:  func(s string) bool { return m.IsState(S(s)) },
-		check:    func(from, to string) error { return m.Check(S(from), S(to)) },
-		target: func(from string, e lifecycle.Event) (string, bool) {
-			for _, t := range m.Transitions() {
-				if string(t.From) == from && t.Event == e {
-					return string(t.To), true
-				}
-			}
-			return "", false
-		},
-	}
-}
-
-func flowFor(machine string) (flow, bool) {
-	switch machine {
-	case "", lifecycle.MachineCanonical:
-		f := flowOf(lifecycle.CanonicalRun())
-		f.waiting, f.running, f.completed = string(lifecycle.RunQueued), string(lifecycle.RunRunning), string(lifecycle.RunCompleted)
-		f.admit, f.start, f.stepDone = lifecycle.EventAdmit, lifecycle.EventStart, lifecycle.EventStepCompleted
-		f.complete, f.fail, f.timeOut = lifecycle.EventComplete, lifecycle.EventFail, lifecycle.EventFail
-		return f, true
-	case lifecycle.MachineCancelable:
-		f := flowOf(lifecycle.CancelableRun())
-		f.waiting, f.running, f.completed = string(lifecycle.CancelableQueued), string(lifecycle.CancelableRunning), string(lifecycle.CancelableSucceeded)
-		f.cancelRq = string(lifecycle.CancelableCancelRequested)
-		f.start, f.complete, f.fail, f.timeOut = lifecycle.EventStart, lifecycle.EventSucceed, lifecycle.EventFail, lifecycle.EventTimeOut
-		f.cancel, f.requestCancel = lifecycle.EventCancel, lifecycle.EventRequestCancel
-		return f, true
-	case lifecycle.MachineApproval:
-		f := flowOf(lifecycle.ApprovalRun())
-		f.waiting, f.running, f.completed = string(lifecycle.ApprovalPending), string(lifecycle.ApprovalRunning), string(lifecycle.ApprovalCompleted)
-		f.parked = []string{string(lifecycle.ApprovalAwaitingApproval), string(lifecycle.ApprovalWaitingExternal)}
-		f.start, f.complete, f.fail, f.timeOut = lifecycle.EventStart, lifecycle.EventComplete, lifecycle.EventFail, lifecycle.EventFail
-		f.cancel = lifecycle.EventCancel
-		f.awaitApproval, f.approve, f.reject = lifecycle.EventAwaitApproval, lifecycle.EventApprove, lifecycle.EventReject
-		f.waitExternal, f.deliver = lifecycle.EventWaitExternal, lifecycle.EventDeliver
-		return f, true
-	}
-	return flow{}, false
-}
-
-// executing tells whether a run in state s is being (or should be) executed.
-func (f *flow) executing(s string) bool {
-	return s == f.running || (f.cancelRq != "" && s == f.cancelRq)
 }

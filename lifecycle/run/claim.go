@@ -432,6 +432,27 @@ func (s *slots) isWaiting(slug, runID string) bool {
 	return false
 }
 
+// slotEntry is the body of a slot: the run holding it, empty when free.
+// Token is drawn afresh for every write: slots are fenced by compare-and-swap
+// on their version, and on S3 a version is the MD5 of the bytes, so two
+// writes of the same holder must still differ in their bytes (else a lost
+// runner's release could match a version written after it).
+type slotEntry struct {
+	RunID string `json:"run_id"`
+	Token string `json:"token,omitempty"`
+}
+
+// slotBody encodes a slot held by runID ("" for a free slot) with a fresh
+// token.
+func slotBody(runID string) []byte {
+	var t [8]byte
+	_, _ = rand.Read(t[:]) // crypto/rand.Read never fails (Go 1.24+).
+	b, _ := json.Marshal(slotEntry{RunID: runID, Token: hex.EncodeToString(t[:])})
+	return b
+}
+
+var errNoSlot = errors.New("run: no free slot")
+
 // executions are the runs this runner executes now, by run id: the one
 // place that knows whether a run is this runner's, so a stale copy of a
 // run is never started twice and a cancel reaches the steps at once.
@@ -507,24 +528,3 @@ func (ex *executions) stop(runID string, cause error) bool {
 	x.stop(cause)
 	return true
 }
-
-// slotEntry is the body of a slot: the run holding it, empty when free.
-// Token is drawn afresh for every write: slots are fenced by compare-and-swap
-// on their version, and on S3 a version is the MD5 of the bytes, so two
-// writes of the same holder must still differ in their bytes (else a lost
-// runner's release could match a version written after it).
-type slotEntry struct {
-	RunID string `json:"run_id"`
-	Token string `json:"token,omitempty"`
-}
-
-// slotBody encodes a slot held by runID ("" for a free slot) with a fresh
-// token.
-func slotBody(runID string) []byte {
-	var t [8]byte
-	_, _ = rand.Read(t[:]) // crypto/rand.Read never fails (Go 1.24+).
-	b, _ := json.Marshal(slotEntry{RunID: runID, Token: hex.EncodeToString(t[:])})
-	return b
-}
-
-var errNoSlot = errors.New("run: no free slot")

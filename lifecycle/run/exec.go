@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -42,9 +40,9 @@ type execution struct {
 	slotVer storage.Version
 	// records are the step files this execution knows, for the manifest.
 	records map[int]lifecycle.StepRecord
-	// markers are the versions of the start markers this execution wrote,
-	// by step number (see markStarted).
-	markers map[int]storage.Version
+	// files writes the step files and outputs, fenced by the lease's
+	// epoch; made when the execution runs (the claim sets the epoch).
+	files *stepFiles
 	// lastProposals are the final step's, counted by the terminal write.
 	lastProposals []string
 	input         json.RawMessage
@@ -93,6 +91,8 @@ func (x *execution) run(ctx context.Context) {
 	ctx, end := clock.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
 	defer end()
 	defer e.execs.unregister(x.w.runID)
+	x.files = &stepFiles{store: e.store, now: e.now, log: e.log, owner: e.cfg.Owner, slug: x.agent.Slug, runID: x.w.runID,
+		epoch: x.epoch, w: x.w, markers: map[int]storage.Version{}}
 	// The execution continues the trace its submit stored, whichever
 	// runner made the submit (a takeover's too): its spans, the steps' and
 	// the jobs those enqueue are of the caller's trace.
@@ -290,7 +290,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		if end != nil {
 			return *end
 		}
-		names, err := x.writeFiles(ctx, out.Files)
+		names, err := x.files.writeFiles(ctx, out.Files)
 		if err != nil {
 			return x.writeFailure(ctx, err)
 		}
@@ -348,66 +348,6 @@ func (x *execution) loadInput(ctx context.Context, doc lifecycle.RunStatus) ([]b
 	return input, nil
 }
 
-// doStep runs step i (number i+1) and records how it went. end is set when
-// the execution ends here: stopped, the step failed, or a write failed.
-func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepInput) (StepOutput, *outcome) {
-	e := x.e
-	if !s.Idempotent {
-		if err := x.markStarted(ctx, i); err != nil {
-			end := x.startFailure(ctx, err)
-			return StepOutput{}, &end
-		}
-	}
-	started := e.now()
-	out, attempts, stepErr := x.runStep(runCtx, s, in)
-	if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
-		end := stoppedBy(context.Cause(runCtx))
-		return out, &end
-	}
-	if stepErr != nil {
-		stepErr = stoppedStepError(runCtx, s, stepErr)
-	}
-	rec, err := x.stepRecord(i, started, out, attempts, stepErr)
-	if err != nil {
-		return out, &outcome{kind: failed, err: err}
-	}
-	if err := x.writeStep(ctx, rec); err != nil {
-		end := x.writeFailure(ctx, err)
-		return out, &end
-	}
-	if m, ok := e.cfg.Metrics.(stepMetrics); ok {
-		m.StepFinished(in.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
-	}
-	x.records[rec.StepNumber] = rec
-	if stepErr != nil {
-		end := stepFailure(runCtx, stepErr)
-		return out, &end
-	}
-	return out, nil
-}
-
-// startFailure is how the execution ends when marking a step started
-// failed: a run error fails the run as it is; any other is a write failure.
-func (x *execution) startFailure(ctx context.Context, err error) outcome {
-	var re *lifecycle.RunError
-	if errors.As(err, &re) {
-		return outcome{kind: failed, err: err}
-	}
-	return x.writeFailure(ctx, err)
-}
-
-// stepFailure is how the execution ends after a failed step: canceled or
-// timed out when a stop cut it, failed otherwise.
-func stepFailure(runCtx context.Context, stepErr error) outcome {
-	switch context.Cause(runCtx) {
-	case errCanceled:
-		return outcome{kind: canceled}
-	case errRunTimeout:
-		return outcome{kind: timedOut}
-	}
-	return outcome{kind: failed, err: stepErr}
-}
-
 // countFailure is how the execution ends when counting a step failed: a
 // lost lease, a corrupt record or the store's trouble is a write failure;
 // any other error fails the run.
@@ -418,22 +358,6 @@ func (x *execution) countFailure(ctx context.Context, err error) outcome {
 	}
 	return outcome{kind: failed, err: err}
 }
-
-// stoppedStepError gives the error of a step that a cancel or the run's
-// timeout stopped the code of that stop, whatever the step returned: a
-// canceled step is recorded CANCELED, not INTERNAL_ERROR.
-func stoppedStepError(runCtx context.Context, s Step, err error) error {
-	switch context.Cause(runCtx) {
-	case errCanceled:
-		return &lifecycle.RunError{Code: codes.Canceled, Message: fmt.Sprintf("step %s canceled", s.Name), Permanent: true, Err: err}
-	case errRunTimeout:
-		return &lifecycle.RunError{Code: codes.AgentTimeout, Message: fmt.Sprintf("step %s stopped at the run timeout", s.Name), Permanent: true, Err: err}
-	}
-	return err
-}
-
-func isStop(ctx context.Context) bool    { return context.Cause(ctx) != nil }
-func isTimeout(ctx context.Context) bool { return context.Cause(ctx) == errRunTimeout }
 
 func stoppedBy(cause error) outcome {
 	switch cause {
@@ -573,7 +497,7 @@ type execConfig struct {
 // prepare makes the execution of c in the slot taken at slotVer; it runs
 // once claimed (start).
 func (xr *executor) prepare(c candidate, slot string, slotVer storage.Version) *execution {
-	return &execution{e: xr, agent: xr.cat.agents[c.slug], w: c.w, records: map[int]lifecycle.StepRecord{}, markers: map[int]storage.Version{},
+	return &execution{e: xr, agent: xr.cat.agents[c.slug], w: c.w, records: map[int]lifecycle.StepRecord{},
 		input: c.input, inputKnown: c.inputKnown, slotKey: slot, slotVer: slotVer}
 }
 
@@ -602,125 +526,4 @@ func (xr *executor) mayHaveInput(ctx context.Context, doc lifecycle.RunStatus) b
 		return true // written before entries carried the pending status: unknown
 	}
 	return e.Input
-}
-
-// runStep runs one step with its per-attempt timeout and the retry schedule
-// (StepRetries more attempts, RetryBackoff doubling), waiting on the
-// runner's clock. It returns the output, the attempts made and the error of
-// the last attempt, with its error code.
-func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutput, int, error) {
-	e := x.e
-	timeout := s.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.StepTimeout
-	}
-	exp := &backoff.ExponentialBackOff{
-		InitialInterval:     e.cfg.RetryBackoff,
-		RandomizationFactor: 0, // docs/spec.md#retries-and-timeouts: exactly 1 s, 2 s, 4 s
-		Multiplier:          2,
-		MaxInterval:         time.Duration(1<<62 - 1),
-		Stop:                backoff.Stop,
-		Clock:               e.cfg.Clock,
-	}
-	exp.Reset()
-	policy := backoff.WithMaxRetries(exp, uint64(e.cfg.StepRetries))
-	var out StepOutput
-	attempts := 0
-	op := func() error {
-		attempts++
-		in.Attempt = attempts
-		actx, span := e.tracer.Start(ctx, tracing.SpanStep, trace.SpanKindInternal)
-		span.String(tracing.AttrRunID, in.RunID)
-		span.String(tracing.AttrStep, s.Name)
-		span.Int(tracing.AttrStepNum, int64(in.Step))
-		span.Int(tracing.AttrAttempt, int64(attempts))
-		o, err := x.attempt(actx, s, in, timeout)
-		span.End(err)
-		if err == nil {
-			out = o
-			return nil
-		}
-		var re *lifecycle.RunError
-		if context.Cause(ctx) != nil || (errors.As(err, &re) && re.Permanent) {
-			return backoff.Permanent(err)
-		}
-		return err
-	}
-	// backoff.Retry's loop, waiting with clock.Sleep: the backoff counts as
-	// the execution's wait on the clock (clock.Activity).
-	for {
-		err := op()
-		if err == nil {
-			return out, attempts, nil
-		}
-		var perm *backoff.PermanentError
-		if errors.As(err, &perm) {
-			return out, attempts, failureOf(s, attempts, perm.Err)
-		}
-		wait := policy.NextBackOff()
-		if ctx.Err() != nil {
-			return out, attempts, failureOf(s, attempts, ctx.Err())
-		}
-		if wait == backoff.Stop {
-			return out, attempts, failureOf(s, attempts, err)
-		}
-		e.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
-			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
-		if err := clock.Sleep(ctx, e.cfg.Clock, wait); err != nil {
-			return out, attempts, failureOf(s, attempts, err)
-		}
-	}
-}
-
-// failureOf gives a step's final error its code: its own, AGENT_TIMEOUT
-// for a timeout, INTERNAL_ERROR once retries are exhausted.
-func failureOf(s Step, attempts int, err error) error {
-	var re *lifecycle.RunError
-	if errors.As(err, &re) {
-		return re
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
-}
-
-// attempt runs the step once through core.Do on the runner's Units: under
-// its timeout, in its own goroutine, so a step that ignores its context
-// cannot hold the run past the timeout. Such a step's goroutine is
-// abandoned: counted (core.Units), logged, and its late result
-// discarded.
-func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
-	timedOut := func() error {
-		return lifecycle.NewRunError(codes.AgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
-	}
-	out, err := core.Do(ctx, x.e.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
-		o, err := s.Run(uctx, in)
-		var oe *core.OverrunError
-		if err != nil && errors.As(context.Cause(uctx), &oe) {
-			return o, timedOut()
-		}
-		return o, err
-	})
-	var (
-		oe *core.OverrunError
-		pe *core.PanicError
-	)
-	switch {
-	case errors.As(err, &oe):
-		if m, ok := x.e.cfg.Metrics.(stragglerMetrics); ok {
-			m.StepAbandoned(in.AgentSlug, s.Name)
-		}
-		return StepOutput{}, timedOut()
-	case errors.As(err, &pe):
-		return StepOutput{}, &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s panicked: %v", s.Name, pe.Value), Permanent: true}
-	}
-	return out, err
-}
-
-func seconds(d time.Duration) string {
-	if d%time.Second == 0 {
-		return fmt.Sprintf("%ds", int64(d/time.Second))
-	}
-	return d.String()
 }

@@ -63,7 +63,7 @@ func (x *execution) endManifest(ctx context.Context, out outcome, doc *lifecycle
 		}
 	}
 	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
-		if to, ok := x.flow.target(doc.Status, x.endEvent(out, doc)); ok {
+		if to, ok := x.flow.target(doc.Status, x.flow.endEvent(out.kind, doc.Status)); ok {
 			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, records.ErrLeaseLost) {
 				x.e.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 			}
@@ -109,7 +109,7 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 		case timedOut:
 			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(e.cfg.RunTimeout))
 		}
-		if err := f.fire(ctx, d, x.endEvent(out, d), lifecycle.ActorOrchestration); err != nil {
+		if err := f.fire(ctx, d, f.endEvent(out.kind, d.Status), lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		e.ender.finishFields(d, runErr)
@@ -117,15 +117,14 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 	})
 }
 
-// endEvent is the event that ends a run in state d.Status the way out
-// says.
-func (x *execution) endEvent(out outcome, d *lifecycle.RunStatus) lifecycle.Event {
-	f := x.flow
-	switch out.kind {
+// endEvent is the event that ends a run in state status the way an
+// outcome of kind says.
+func (f *flow) endEvent(kind outcomeKind, status string) lifecycle.Event {
+	switch kind {
 	case failed:
 		return f.fail
 	case timedOut:
-		if f.cancelRq != "" && d.Status == f.cancelRq {
+		if f.cancelRq != "" && status == f.cancelRq {
 			return f.cancel // cancel_requested cannot time out (docs/spec.md#cancel-aware-run); the cancel wins
 		}
 		return f.timeOut
@@ -191,8 +190,7 @@ type ender struct {
 	log      *slog.Logger
 	metrics  Metrics
 	slots    *slots
-	audit    *auditLog
-	history  *history
+	writers  *writers
 	verdicts *verdicts
 }
 
@@ -201,15 +199,14 @@ type ender struct {
 //
 // A run whose last audit event could not be written, or whose status index
 // entry could not be moved, keeps its active entry: a poll finds it there,
-// writes the event (auditLog.ensure) or repairs the entries (history.repairRun) and
-// cleans up then.
+// writes the event (auditLog.ensure) or repairs the entries
+// (history.repairRunIndex) and cleans up then.
 func (e *ender) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
 	e.slots.release(ctx, slug, slot, slotVer)
 	e.verdicts.forget(runID)
-	if e.audit.gap(runID) || e.history.gap(runID) {
+	if !e.writers.settled(runID) {
 		return // the poll finds the run by its active entry and repairs it
 	}
-	e.audit.forget(runID)
 	key, err := layout.RunActiveKey(slug, runID)
 	if err != nil {
 		return

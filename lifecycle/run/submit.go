@@ -109,13 +109,9 @@ func checkSubmit(req *lifecycle.SubmitRequest) error {
 type creator struct {
 	store    *storage.Store
 	now      func() time.Time
-	log      *slog.Logger
-	metrics  Metrics
-	audit    *auditLog
 	history  *history
 	statuses *statuses
 	writers  *writers
-	changes  *changes
 	inbox    *inbox
 }
 

@@ -27,7 +27,6 @@ type takeover struct {
 	absent  *core.Absence
 	cat     *catalog
 	history *history
-	creator *creator
 	writers *writers
 	claims  *claims
 	ender   *ender

@@ -62,7 +62,7 @@ func wire(cfg *Config, cat *catalog) *Runner {
 		inbox: r.inbox, waiting: map[string][]candidate{}, freed: map[string]storage.Version{}, held: map[string]string{}}
 	st.release = sl.freeRun
 	vd := newVerdicts()
-	end := &ender{store: store, now: now, log: log, metrics: cfg.Metrics, slots: sl, audit: audit, history: hist, verdicts: vd}
+	end := &ender{store: store, now: now, log: log, metrics: cfg.Metrics, slots: sl, writers: ws, verdicts: vd}
 	r.reads = &reads{store: store, now: now, clock: cfg.Clock, pollInterval: cfg.PollInterval, cat: cat, statuses: st,
 		poison: r.poison, changes: chg}
 	xr := &executor{cfg: execConfig{Clock: cfg.Clock, Owner: cfg.Owner, RunTimeout: cfg.RunTimeout, FinishGrace: cfg.FinishGrace,
@@ -73,15 +73,14 @@ func wire(cfg *Config, cat *catalog) *Runner {
 		executor: xr, unsure: map[string]*unsureClaim{}}
 	gate := &dedupeGate{store: store, now: now, log: log, settle: absent.Settle, completedTTL: cfg.IdempotencyCompletedTTL,
 		verdicts: vd, ender: end, statuses: st, poison: r.poison, reads: r.reads}
-	cr := &creator{store: store, now: now, log: log, metrics: cfg.Metrics, audit: audit, history: hist, statuses: st,
-		writers: ws, changes: chg, inbox: r.inbox}
+	cr := &creator{store: store, now: now, history: hist, statuses: st, writers: ws, inbox: r.inbox}
 	r.idem = &idempotency{store: store, now: now, log: log, metrics: cfg.Metrics,
 		cfg: idemConfig{Owner: cfg.Owner, IdempotencyLease: cfg.IdempotencyLease, IdempotencyCompletedTTL: cfg.IdempotencyCompletedTTL,
 			IdempotencyFailedTTL: cfg.IdempotencyFailedTTL, IdempotencyMaxAttempts: cfg.IdempotencyMaxAttempts},
 		absent: absent, gate: gate, creator: cr}
 	r.submission = &submission{now: now, tracer: tracer, cat: cat, creator: cr, idem: r.idem}
 	tk := &takeover{store: store, now: now, log: log, owner: cfg.Owner, lease: cfg.LeaseDuration, absent: absent, cat: cat,
-		history: hist, creator: cr, writers: ws, claims: cl, ender: end, inbox: r.inbox}
+		history: hist, writers: ws, claims: cl, ender: end, inbox: r.inbox}
 	r.sched = &admission{store: store, now: now, log: log, owner: cfg.Owner, parkedPoll: cfg.ParkedPollInterval,
 		queueTimeout: cfg.QueueTimeout, absent: absent, cat: cat, statuses: st, writers: ws, history: hist, audit: audit,
 		gate: gate, slots: sl, claims: cl, execs: execs, takeover: tk, ender: end, inbox: r.inbox}

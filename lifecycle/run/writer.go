@@ -210,6 +210,17 @@ func (ws *writers) afterWrite(ctx context.Context, doc *lifecycle.RunStatus, fro
 	ws.changes.broadcast()
 }
 
+// settled tells whether everything that followed a run's writes is done:
+// its last audit event is in the log and its status index entry moved.
+// Then it forgets the run's audit state: the run ended.
+func (ws *writers) settled(runID string) bool {
+	if ws.audit.gap(runID) || ws.history.gap(runID) {
+		return false
+	}
+	ws.audit.forget(runID)
+	return true
+}
+
 // auditRecord is the audit event (docs/spec.md#audit-event) of the write that
 // makes doc, from the status from, as b, at version seq of the document: the
 // writer puts it in the document, and the audit log writes it to the log.
