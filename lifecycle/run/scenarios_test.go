@@ -812,7 +812,7 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 	if len(late) != 0 {
 		t.Fatalf("runner a wrote after losing its lease: %v", late)
 	}
-	const slot = "agents/slotted/slots/0.json" // the slot layout of runkeys.go
+	const slot = "agents/slotted/slots/0.json" // the slot layout of claim.go
 	var held struct {
 		RunID string `json:"run_id"`
 	}

@@ -15,20 +15,20 @@ import (
 // status read frees what its run held, through the slots, which read
 // statuses themselves.
 //
-// A run's way through them: submission (submit.go) checks a submit and
-// hands it to the creator (create.go), or first to idempotency
-// (idempotency.go, with the dedupe gate's markers, idemsettle.go); the
-// creator writes the run and hands it to the inbox (inbox.go). The loop
-// (loop.go) gives it to admission (admission.go: poll, consider, admit),
-// which asks the dedupe gate, then claims (claim.go) take a slot (slots.go)
-// and the lease, and the executor (executor.go) runs the execution
-// (exec.go, steps.go, finish.go) among the executions (executions.go);
-// every end goes through the ender (ending.go). Every status write is a
-// statusWriter's (writer.go), which the audit log (audit.go) and the
-// history indexes (history.go) follow, and whose changes wake every Wait; statuses.go reads and quarantines
-// status documents, poison.go moves poison records. takeover.go takes up
-// orphans and stopped submits; control.go makes the changes asked from
-// outside; reads.go and reads_history.go answer the reads.
+// A run's way through them, one file per step of its life: submission
+// (submit.go) checks a submit, claims its idempotency key when it has one,
+// and the creator writes the run and hands it to the inbox (inbox.go). The
+// loop (loop.go) gives it to admission (admission.go: poll, consider,
+// admit, and the dedupe gate's verdict on a store that settles), whose
+// claims (claim.go) take a slot and the lease and register the execution;
+// the executor (exec.go) runs it, each step with its files (steps.go), and
+// finish.go writes its end, through the ender as every end does. Every
+// status write is a statusWriter's (writer.go), and one afterWrite follows
+// it: the history index move, the audit event, metrics and a wake-up of
+// every Wait. statuses.go reads and quarantines status documents and other
+// poison records; history.go repairs and backfills the indexes; takeover.go
+// takes up orphans and stopped submits; control.go makes the changes asked
+// from outside; reads.go and reads_history.go answer the reads.
 func wire(cfg *Config, cat *catalog) *Runner {
 	// store is cfg.Store made patient: transient store errors are waited
 	// out with backoff for as long as each call's context allows.
