@@ -263,9 +263,3 @@ func (req *CancelRequest) check() error {
 	}
 	return checkCaller(&req.Caller)
 }
-
-// checkCaller refuses a Caller that breaks the input limits.
-func checkCaller(c *lifecycle.Caller) error {
-	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
-	return tc.Check()
-}

@@ -572,3 +572,9 @@ type runIndexEntry struct {
 	AgentSlug string `json:"agent_slug"`
 	Machine   string `json:"machine,omitempty"`
 }
+
+// checkCaller refuses a Caller that breaks the input limits.
+func checkCaller(c *lifecycle.Caller) error {
+	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
+	return tc.Check()
+}
