@@ -528,3 +528,46 @@ func (ex *executions) stop(runID string, cause error) bool {
 	x.stop(cause)
 	return true
 }
+
+// The lease, once a claim landed, is its status writer's: held (every
+// later write fenced on it and renewing it), and confirmed before the side
+// writes of the execution.
+
+// hold makes the writer the lease holder at epoch, with the document just
+// written by its claim: from now on every write is fenced.
+func (w *statusWriter) hold(epoch int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	doc, ver := w.rec.Snapshot()
+	rec := w.ws.statusRecord(w.slug, w.runID, w.key, w.ws.owner, epoch)
+	rec.Seed(doc, ver)
+	w.rec, w.epoch = rec, epoch
+	w.leaseUntil, w.renewedAt = doc.Lease.ExpiresAt, *doc.LastHeartbeatAt
+}
+
+// renewed is when this writer last renewed its lease.
+func (w *statusWriter) renewed() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.renewedAt
+}
+
+// leaseValid tells, without I/O, whether this writer's lease is certainly
+// still its own: the expiry it last wrote, less a tenth for safety, is
+// ahead. No other runner takes a run over before the lease expires.
+func (w *statusWriter) leaseValid() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return core.LeaseCertain(w.leaseUntil, w.ws.now(), w.ws.lease)
+}
+
+// confirmLease makes sure the lease is this writer's at this instant: by
+// time while leaseValid vouches for it, else by a fenced read. Side writes
+// call it after observing the object they replace (see writeOutput), so
+// that no newer owner can have written that object in between.
+func (w *statusWriter) confirmLease(ctx context.Context) error {
+	if w.leaseValid() {
+		return nil
+	}
+	return w.record().Confirm(ctx)
+}

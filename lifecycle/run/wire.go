@@ -20,7 +20,8 @@ import (
 // and the creator writes the run and hands it to the inbox (inbox.go). The
 // loop (loop.go) gives it to admission (admission.go: poll, consider,
 // admit, and the dedupe gate's verdict on a store that settles), whose
-// claims (claim.go) take a slot and the lease and register the execution;
+// claims (claim.go) take a slot and the lease (which the run's writer
+// then holds and renews) and register the execution;
 // the executor (exec.go) runs it, each step with its files (steps.go), and
 // finish.go writes its end, through the ender as every end does. Every
 // status write is a statusWriter's (writer.go), and one afterWrite follows

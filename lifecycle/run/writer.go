@@ -134,49 +134,10 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 	return nil
 }
 
-// hold makes the writer the lease holder at epoch, with the document just
-// written by its claim: from now on every write is fenced.
-func (w *statusWriter) hold(epoch int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	doc, ver := w.rec.Snapshot()
-	rec := w.ws.statusRecord(w.slug, w.runID, w.key, w.ws.owner, epoch)
-	rec.Seed(doc, ver)
-	w.rec, w.epoch = rec, epoch
-	w.leaseUntil, w.renewedAt = doc.Lease.ExpiresAt, *doc.LastHeartbeatAt
-}
-
 // snapshot returns a copy of the last document written or read.
 func (w *statusWriter) snapshot() lifecycle.RunStatus {
 	doc, _ := w.record().Snapshot()
 	return doc
-}
-
-// renewed is when this writer last renewed its lease.
-func (w *statusWriter) renewed() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.renewedAt
-}
-
-// leaseValid tells, without I/O, whether this writer's lease is certainly
-// still its own: the expiry it last wrote, less a tenth for safety, is
-// ahead. No other runner takes a run over before the lease expires.
-func (w *statusWriter) leaseValid() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return core.LeaseCertain(w.leaseUntil, w.ws.now(), w.ws.lease)
-}
-
-// confirmLease makes sure the lease is this writer's at this instant: by
-// time while leaseValid vouches for it, else by a fenced read. Side writes
-// call it after observing the object they replace (see writeOutput), so
-// that no newer owner can have written that object in between.
-func (w *statusWriter) confirmLease(ctx context.Context) error {
-	if w.leaseValid() {
-		return nil
-	}
-	return w.record().Confirm(ctx)
 }
 
 // by is who makes a status write (the actor the machine checks) and the
