@@ -23,6 +23,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// A submit, from its checks to its run written: submission checks it;
+// a request with an idempotency key goes through the idempotency flow,
+// which claims the key's record (docs/spec.md#idempotency) and, on a store
+// that settles, writes the run's marker for the dedupe gate; the creator
+// writes the run and hands it to the loop.
+
 // submission checks a submit and hands it to the creator, or to the
 // idempotency flow when it carries a key.
 type submission struct {
