@@ -19,9 +19,6 @@ func (r *Runner) Stragglers() (live int, total int64) { return r.units.Straggler
 // Quarantined counts the poison records this runner moved to quarantine.
 func (r *Runner) Quarantined() int64 { return r.poison.count() }
 
-// StoreRetries counts the store calls this runner retried.
-func (r *Runner) StoreRetries() int64 { return r.store.Retries() }
-
 // RunningByHeartbeat is the orphan query (reads.runningByHeartbeat).
 func (r *Runner) RunningByHeartbeat(ctx context.Context, limit int) ([]lifecycle.RunStatus, error) {
 	return r.reads.runningByHeartbeat(ctx, limit)
