@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
@@ -33,39 +34,40 @@ type Parts interface {
 	Add(name string, run func(ctx context.Context) error) error
 }
 
-// MountConfig is what Mount serves beyond the Parts.
+// MountConfig is a Server's Config and what Mount serves beyond it. Mount
+// sets the Config's engines, Store and Clock from the Parts, and its
+// Events, Page and Webhooks.
 type MountConfig struct {
-	// Server configures the Server: Tokens, Logger, TracerProvider,
-	// Limits, Metrics and the rest. Mount sets its engines, Store and Clock
-	// from the Parts, and its Events, Page and Webhooks.
-	Server Config
-	// EventPoll, EventIdlePoll and EventWriteTimeout tune the event
-	// stream: how often it lists the store's audit log, the longest gap
-	// between listings of a store that cannot watch when nothing is new,
-	// and how long a write to a client may wait. Default 250 ms, 5 s, 30 s.
-	EventPoll, EventIdlePoll, EventWriteTimeout time.Duration
-	// WebhookRoutes map the webhooks' events to agents; GitHubSecret and
-	// SlackSigningSecret authenticate their sources, and a source without
-	// one is not served. Routes without either secret are an error.
-	WebhookRoutes                    []webhook.Route
+	Config
+	// EventPollInterval is how often the event stream lists the store's
+	// audit log; EventIdlePollInterval the longest gap between listings of
+	// a store that cannot watch while nothing is new; EventWriteTimeout
+	// bounds one write to a stream's client. Defaults 250 ms, 5 s, 30 s.
+	EventPollInterval, EventIdlePollInterval, EventWriteTimeout time.Duration
+	// GitHubSecret and SlackSigningSecret authenticate the webhooks of
+	// their sources; a source without one is not served.
 	GitHubSecret, SlackSigningSecret string
+	// WebhookRoutes map the sources' events to agents; routes without
+	// either secret are an error.
+	WebhookRoutes []webhook.Route
 	// Drain is how long the server's Shutdown waits for the requests in
 	// flight once its loop ends, before it closes them. Default 15 s.
 	Drain time.Duration
 }
 
 // Mount serves the HTTP API, with its event stream, live page and
-// webhooks, over p on ln, with cfg.Server.Limits applied to the listener
+// webhooks, over p on ln, with cfg.Limits applied to the listener
 // and the http.Server. It adds two loops to p: the server, then the event
 // feed, which so stops first: its end ends the event streams Shutdown
-// would wait for. ln is closed when the server's loop ends; an error
+// would wait for. ln is closed when the server's loop ends. A server
+// without Tokens logs a warning (no_tokens) when it starts. An error
 // matches ErrInvalidConfig, or is Add's.
 func Mount(p Parts, ln net.Listener, cfg MountConfig) error {
-	sc := cfg.Server
+	sc := cfg.Config
 	sc.Runner, sc.Queue, sc.Inbox, sc.NLM, sc.Schedules = p.Runs(), p.Jobs(), p.Inbox(), p.NLM(), p.Schedules()
 	sc.Store, sc.Clock = p.Store(), p.Clock()
-	feed, err := events.New(events.Config{Store: sc.Store, Clock: sc.Clock, Logger: sc.Logger, PollInterval: cfg.EventPoll,
-		IdlePollInterval: cfg.EventIdlePoll, WriteTimeout: cfg.EventWriteTimeout})
+	feed, err := events.New(events.Config{Store: sc.Store, Clock: sc.Clock, Logger: sc.Logger, PollInterval: cfg.EventPollInterval,
+		IdlePollInterval: cfg.EventIdlePollInterval, WriteTimeout: cfg.EventWriteTimeout})
 	if err != nil {
 		return fmt.Errorf("%w: event stream: %w", ErrInvalidConfig, err)
 	}
@@ -82,6 +84,10 @@ func Mount(p Parts, ln net.Listener, cfg MountConfig) error {
 	if err != nil {
 		return err
 	}
+	log := sc.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	drain := cfg.Drain
 	if drain <= 0 {
 		drain = 15 * time.Second
@@ -91,6 +97,9 @@ func Mount(p Parts, ln net.Listener, cfg MountConfig) error {
 	// client from holding the process's descriptors.
 	srv, lln := sc.Limits.HTTPServer(api), sc.Limits.Listener(ln)
 	if err := p.Add("http", func(ctx context.Context) error {
+		if len(sc.Tokens) == 0 {
+			log.Warn("no_tokens", "msg_detail", "no bearer tokens configured: serving loopback only; every request acts as its X-Conveyor-Actor header, gateway by default")
+		}
 		errs := make(chan error, 1)
 		go func() { errs <- srv.Serve(lln) }()
 		select {

@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -43,7 +44,10 @@ func TestMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "m 1\n") })
-	if err := httpapi.Mount(c, ln, httpapi.MountConfig{Server: httpapi.Config{Metrics: metrics}, EventPoll: 50 * time.Millisecond, Drain: 5 * time.Second}); err != nil {
+	var logs testlog.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	if err := httpapi.Mount(c, ln, httpapi.MountConfig{Config: httpapi.Config{Metrics: metrics, Logger: log},
+		EventPollInterval: 50 * time.Millisecond, Drain: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -99,6 +103,9 @@ func TestMount(t *testing.T) {
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Error("the server still answers after Stop")
 	}
+	if n := logs.Count("no_tokens"); n != 1 {
+		t.Errorf("%d no_tokens warnings from a server without tokens, want 1:\n%s", n, logs.String())
+	}
 }
 
 // TestMountRefusals: Mount refuses what it cannot serve, and a Client
@@ -114,7 +121,7 @@ func TestMountRefusals(t *testing.T) {
 		{"routes without a secret", httpapi.MountConfig{WebhookRoutes: route}, false, httpapi.ErrInvalidConfig},
 		{"a route to no agent", httpapi.MountConfig{GitHubSecret: "s",
 			WebhookRoutes: []webhook.Route{{Source: "github", Event: "pull_request.opened", Agent: "nobody"}}}, false, httpapi.ErrInvalidConfig},
-		{"a token of no actor", httpapi.MountConfig{Server: httpapi.Config{Tokens: map[string]lifecycle.Actor{"t": "nobody"}}}, false, httpapi.ErrInvalidConfig},
+		{"a token of no actor", httpapi.MountConfig{Config: httpapi.Config{Tokens: map[string]lifecycle.Actor{"t": "nobody"}}}, false, httpapi.ErrInvalidConfig},
 		{"a started Client", httpapi.MountConfig{}, true, conveyor.ErrStarted},
 		{"a secret and its routes", httpapi.MountConfig{GitHubSecret: "s", WebhookRoutes: route}, false, nil},
 	}
