@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"time"
@@ -64,7 +63,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if cfg.TracerProvider, w.endTraces, err = otlp.FromEnv(ctx, serviceName); err != nil {
 		return nil, err
 	}
-	if w.tokens, err = loadTokens(o.tokens); err != nil {
+	if w.tokens, err = httpapi.LoadTokens(o.tokens); err != nil {
 		return nil, err
 	}
 	if o.role != roleRunner && o.addr != "" {
@@ -105,9 +104,9 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		return nil, fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
 	}
 	metrics := promhttp.HandlerFor(cfg.Metrics.(*prometheus.Registry), promhttp.HandlerOpts{})
-	return w, httpapi.Mount(w.c, w.ln, httpapi.MountConfig{Server: httpapi.Config{Tokens: w.tokens, Logger: w.log, Limits: o.limits,
-		TracerProvider: cfg.TracerProvider, Metrics: metrics}, EventPoll: o.poll, EventIdlePoll: 2 * o.idlePoll, EventWriteTimeout: o.streamWrite,
-		WebhookRoutes: conf.Webhooks, GitHubSecret: gh, SlackSigningSecret: sl, Drain: o.drain})
+	return w, httpapi.Mount(w.c, w.ln, httpapi.MountConfig{Config: httpapi.Config{Tokens: w.tokens, Logger: w.log, Limits: o.limits,
+		TracerProvider: cfg.TracerProvider, Metrics: metrics}, EventPollInterval: o.poll, EventIdlePollInterval: 2 * o.idlePoll,
+		EventWriteTimeout: o.streamWrite, GitHubSecret: gh, SlackSigningSecret: sl, WebhookRoutes: conf.Webhooks, Drain: o.drain})
 }
 
 // listen opens the API's listener and, unless set, derives the NLM
@@ -133,26 +132,6 @@ func (w *worker) close(ctx context.Context) {
 	if w.endTraces != nil {
 		_ = w.endTraces(context.WithoutCancel(ctx))
 	}
-}
-
-// loadTokens reads -tokens and CONVEYOR_TOKENS (none: loopback only).
-func loadTokens(path string) (tokens map[string]lifecycle.Actor, err error) {
-	tokens = map[string]lifecycle.Actor{}
-	if path != "" {
-		t, err := httpapi.LoadTokens(path)
-		if err != nil {
-			return nil, err
-		}
-		maps.Copy(tokens, t)
-	}
-	if env := os.Getenv("CONVEYOR_TOKENS"); env != "" {
-		t, err := httpapi.ParseTokens(env)
-		if err != nil {
-			return nil, fmt.Errorf("CONVEYOR_TOKENS: %w", err)
-		}
-		maps.Copy(tokens, t)
-	}
-	return tokens, nil
 }
 
 // openStore opens the store the flags name, and says which for the log.
@@ -203,9 +182,6 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 	addr := ""
 	if w.ln != nil {
 		addr = w.ln.Addr().String()
-		if len(w.tokens) == 0 {
-			w.log.Warn("no_tokens", "msg_detail", "no bearer tokens configured: serving loopback only; every request acts as its X-Conveyor-Actor header, gateway by default")
-		}
 	}
 	w.log.Info("worker_started", "role", w.opts.role, "store", w.where, "addr", addr, "owner", w.c.Owner())
 	if addr != "" {
@@ -227,14 +203,8 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 		w.log.Error("worker_drain_timeout", "grace", w.opts.drain.String())
 	}
 	// The spans not yet exported go out now, within what is left of the
-	// drain (at least a second, so a drain spent waiting still flushes).
-	deadline, _ := dctx.Deadline()
-	if soon := time.Now().Add(time.Second); soon.After(deadline) {
-		deadline = soon
-	}
-	tctx, cancelT := context.WithDeadline(context.Background(), deadline)
-	defer cancelT()
-	if err := w.endTraces(tctx); err != nil {
+	// drain (otlp gives them at least a second).
+	if err := w.endTraces(dctx); err != nil {
 		w.log.Warn("traces_not_flushed", "error", err.Error())
 	}
 	return failed

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -78,13 +77,17 @@ func Poster(tokens map[string]lifecycle.Actor) nlm.Poster {
 	return p
 }
 
+// actorHeader names the actor of a request to an API without tokens
+// (docs/http-api.md).
+const actorHeader = "X-Conveyor-Actor"
+
 type poster struct{ token string }
 
 func (p poster) Do(req *http.Request) (*http.Response, error) {
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	} else {
-		req.Header.Set(client.ActorHeader, string(lifecycle.ActorNLMBackend))
+		req.Header.Set(actorHeader, string(lifecycle.ActorNLMBackend))
 	}
 	return http.DefaultClient.Do(req)
 }

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/testkit/nlmsim"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -86,7 +85,7 @@ func TestPoster(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var auth, as string
 			srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-				auth, as = r.Header.Get("Authorization"), r.Header.Get(client.ActorHeader)
+				auth, as = r.Header.Get("Authorization"), r.Header.Get("X-Conveyor-Actor")
 			}))
 			defer srv.Close()
 			req, _ := http.NewRequest(http.MethodPost, srv.URL, nil)
@@ -96,7 +95,7 @@ func TestPoster(t *testing.T) {
 			}
 			_ = resp.Body.Close()
 			if auth != tt.wantAuth || as != tt.wantAs {
-				t.Errorf("Authorization %q, %s %q; want %q, %q", auth, client.ActorHeader, as, tt.wantAuth, tt.wantAs)
+				t.Errorf("Authorization %q, X-Conveyor-Actor %q; want %q, %q", auth, as, tt.wantAuth, tt.wantAs)
 			}
 		})
 	}
