@@ -12,14 +12,14 @@ import (
 	"os"
 	"strings"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TokensEnv is the environment variable the Worker reads its tokens from
-// (LoadTokens), in ParseTokens' form.
+// (LoadTokens), as "tok1=gateway,tok2=admin".
 const TokensEnv = "CONVEYOR_TOKENS"
 
 // authenticate returns the request's actor: its bearer token's, or, with no
@@ -46,13 +46,13 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 		if err := crossOrigin.Check(r); err != nil {
 			return "", apiErr(codes.Forbidden, "no tokens are configured: a cross-origin %s is refused", r.Method)
 		}
-		a := lifecycle.Actor(r.Header.Get(client.ActorHeader))
+		a := lifecycle.Actor(r.Header.Get(wire.ActorHeader))
 		if a == "" {
 			return lifecycle.ActorGateway, nil
 		}
 		a = normalizeActor(a)
 		if !s.actorOK[a] {
-			return "", apiErr(codes.Unauthorized, "unknown actor in %s", client.ActorHeader)
+			return "", apiErr(codes.Unauthorized, "unknown actor in %s", wire.ActorHeader)
 		}
 		return a, nil
 	}
@@ -115,10 +115,9 @@ func normalizeActor(a lifecycle.Actor) lifecycle.Actor {
 	return a
 }
 
-// ParseTokens parses the environment form of the tokens,
-// "tok1=gateway,tok2=admin" (spaces around items are ignored). Actors are
-// those of authority.Actors, and "owner", which means gateway.
-func ParseTokens(s string) (map[string]lifecycle.Actor, error) {
+// parseTokens parses the environment form of the tokens,
+// "tok1=gateway,tok2=admin" (spaces around items are ignored).
+func parseTokens(s string) (map[string]lifecycle.Actor, error) {
 	out := map[string]lifecycle.Actor{}
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
@@ -139,7 +138,8 @@ func ParseTokens(s string) (map[string]lifecycle.Actor, error) {
 // LoadTokens reads the Worker's tokens: the token file at path (none when
 // path is empty), one "token actor" pair per line, blank lines and lines
 // starting with # ignored, then TokensEnv, whose tokens are added to the
-// file's. Actors are as for ParseTokens. Neither: an empty map.
+// file's. Actors are those of the authority matrix, and "owner", which
+// means gateway. Neither: an empty map.
 func LoadTokens(path string) (map[string]lifecycle.Actor, error) {
 	out := map[string]lifecycle.Actor{}
 	if path != "" {
@@ -148,7 +148,7 @@ func LoadTokens(path string) (map[string]lifecycle.Actor, error) {
 		}
 	}
 	if env := os.Getenv(TokensEnv); env != "" {
-		t, err := ParseTokens(env)
+		t, err := parseTokens(env)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", TokensEnv, err)
 		}

@@ -2,20 +2,15 @@ package httpapi
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"net"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
-	"github.com/runconveyor/conveyor/adapters/httpapi/page"
-	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -34,70 +29,32 @@ type Parts interface {
 	Add(name string, run func(ctx context.Context) error) error
 }
 
-// MountConfig is a Server's Config and what Mount serves beyond it. Mount
-// sets the Config's engines, Store and Clock from the Parts, and its
-// Events, Page and Webhooks.
-type MountConfig struct {
-	Config
-	// EventPollInterval is how often the event stream lists the store's
-	// audit log; EventIdlePollInterval the longest gap between listings of
-	// a store that cannot watch while nothing is new; EventWriteTimeout
-	// bounds one write to a stream's client. Defaults 250 ms, 5 s, 30 s.
-	EventPollInterval, EventIdlePollInterval, EventWriteTimeout time.Duration
-	// GitHubSecret and SlackSigningSecret authenticate the webhooks of
-	// their sources; a source without one is not served.
-	GitHubSecret, SlackSigningSecret string
-	// WebhookRoutes map the sources' events to agents; routes without
-	// either secret are an error.
-	WebhookRoutes []webhook.Route
-	// Drain is how long the server's Shutdown waits for the requests in
-	// flight once its loop ends, before it closes them. Default 15 s.
-	Drain time.Duration
-}
-
-// Mount serves the HTTP API, with its event stream, live page and
-// webhooks, over p on ln, with cfg.Limits applied to the listener
-// and the http.Server. It adds two loops to p: the server, then the event
-// feed, which so stops first: its end ends the event streams Shutdown
-// would wait for. ln is closed when the server's loop ends. A server
-// without Tokens logs a warning (no_tokens) when it starts. An error
-// matches ErrInvalidConfig, or is Add's.
-func Mount(p Parts, ln net.Listener, cfg MountConfig) error {
-	sc := cfg.Config
-	sc.Runner, sc.Queue, sc.Inbox, sc.NLM, sc.Schedules = p.Runs(), p.Jobs(), p.Inbox(), p.NLM(), p.Schedules()
-	sc.Store, sc.Clock = p.Store(), p.Clock()
-	feed, err := events.New(events.Config{Store: sc.Store, Clock: sc.Clock, Logger: sc.Logger, PollInterval: cfg.EventPollInterval,
-		IdlePollInterval: cfg.EventIdlePollInterval, WriteTimeout: cfg.EventWriteTimeout})
-	if err != nil {
-		return fmt.Errorf("%w: event stream: %w", ErrInvalidConfig, err)
-	}
-	sc.Events, sc.Page, sc.Webhooks = feed, page.Handler(), nil
-	if cfg.GitHubSecret != "" || cfg.SlackSigningSecret != "" {
-		if sc.Webhooks, err = webhook.New(webhook.Config{Runner: sc.Runner, Store: sc.Store, GitHubSecret: cfg.GitHubSecret,
-			SlackSigningSecret: cfg.SlackSigningSecret, Routes: cfg.WebhookRoutes, Clock: sc.Clock, Logger: sc.Logger}); err != nil {
-			return fmt.Errorf("%w: webhooks: %w", ErrInvalidConfig, err)
-		}
-	} else if len(cfg.WebhookRoutes) > 0 {
-		return fmt.Errorf("%w: webhook routes without a GitHub or Slack secret", ErrInvalidConfig)
-	}
-	api, err := New(sc)
+// Mount serves the HTTP API over p on ln: a Server of cfg, its engines,
+// Store and Clock set from p, served by an http.Server with cfg.Limits
+// applied to it and to ln (Limits.HTTPServer, Limits.Listener). It adds two
+// loops to p: the http.Server, then the Server's Run (the event feed),
+// which so stops first: its end ends the event streams Shutdown would wait
+// for. Once its loop ends, the http.Server's Shutdown waits up to
+// cfg.Drain for the requests in flight, then closes them; ln is closed
+// with it. A Server without Tokens logs a warning (no_tokens) when its
+// loop starts. An error matches ErrInvalidConfig, or is Add's.
+func Mount(p Parts, ln net.Listener, cfg Config) error {
+	cfg.Runner, cfg.Queue, cfg.Inbox, cfg.NLM, cfg.Schedules = p.Runs(), p.Jobs(), p.Inbox(), p.NLM(), p.Schedules()
+	cfg.Store, cfg.Clock = p.Store(), p.Clock()
+	api, err := New(cfg)
 	if err != nil {
 		return err
 	}
-	log := sc.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	drain := cfg.Drain
+	log, drain := api.log, cfg.Drain
 	if drain <= 0 {
-		drain = 15 * time.Second
+		drain = defaultDrain
 	}
 	// The server's limits (headers, idle keep-alives, header bytes,
 	// connections per address; the Server bounds bodies) keep any one
 	// client from holding the process's descriptors.
-	srv, lln := sc.Limits.HTTPServer(api), sc.Limits.Listener(ln)
+	srv, lln := cfg.Limits.HTTPServer(api), cfg.Limits.Listener(ln)
 	if err := p.Add("http", func(ctx context.Context) error {
-		if len(sc.Tokens) == 0 {
+		if len(cfg.Tokens) == 0 {
 			log.Warn("no_tokens", "msg_detail", "no bearer tokens configured: serving loopback only; every request acts as its X-Conveyor-Actor header, gateway by default")
 		}
 		errs := make(chan error, 1)
@@ -116,5 +73,8 @@ func Mount(p Parts, ln net.Listener, cfg MountConfig) error {
 	}); err != nil {
 		return err
 	}
-	return p.Add("events", feed.Run)
+	return p.Add("events", api.Run)
 }
+
+// defaultDrain is Config.Drain's default.
+const defaultDrain = 15 * time.Second

@@ -14,7 +14,6 @@ import (
 	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -46,7 +45,7 @@ func TestMount(t *testing.T) {
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "m 1\n") })
 	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	if err := httpapi.Mount(c, ln, httpapi.MountConfig{Config: httpapi.Config{Metrics: metrics, Logger: log},
+	if err := httpapi.Mount(c, ln, httpapi.Config{Metrics: metrics, Logger: log, Events: true, Page: true,
 		EventPollInterval: 50 * time.Millisecond, Drain: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,19 +110,19 @@ func TestMount(t *testing.T) {
 // TestMountRefusals: Mount refuses what it cannot serve, and a Client
 // already started.
 func TestMountRefusals(t *testing.T) {
-	route := []webhook.Route{{Source: "github", Event: "pull_request.opened", Agent: "quick"}}
+	route := []httpapi.WebhookRoute{{Source: "github", Event: "pull_request.opened", Agent: "quick"}}
 	tests := []struct {
 		name    string
-		cfg     httpapi.MountConfig
+		cfg     httpapi.Config
 		started bool
 		want    error
 	}{
-		{"routes without a secret", httpapi.MountConfig{WebhookRoutes: route}, false, httpapi.ErrInvalidConfig},
-		{"a route to no agent", httpapi.MountConfig{GitHubSecret: "s",
-			WebhookRoutes: []webhook.Route{{Source: "github", Event: "pull_request.opened", Agent: "nobody"}}}, false, httpapi.ErrInvalidConfig},
-		{"a token of no actor", httpapi.MountConfig{Config: httpapi.Config{Tokens: map[string]lifecycle.Actor{"t": "nobody"}}}, false, httpapi.ErrInvalidConfig},
-		{"a started Client", httpapi.MountConfig{}, true, conveyor.ErrStarted},
-		{"a secret and its routes", httpapi.MountConfig{GitHubSecret: "s", WebhookRoutes: route}, false, nil},
+		{"routes without a secret", httpapi.Config{WebhookRoutes: route}, false, httpapi.ErrInvalidConfig},
+		{"a route to no agent", httpapi.Config{GitHubSecret: "s",
+			WebhookRoutes: []httpapi.WebhookRoute{{Source: "github", Event: "pull_request.opened", Agent: "nobody"}}}, false, httpapi.ErrInvalidConfig},
+		{"a token of no actor", httpapi.Config{Tokens: map[string]lifecycle.Actor{"t": "nobody"}}, false, httpapi.ErrInvalidConfig},
+		{"a started Client", httpapi.Config{}, true, conveyor.ErrStarted},
+		{"a secret and its routes", httpapi.Config{GitHubSecret: "s", WebhookRoutes: route}, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -104,9 +104,9 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		return nil, fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
 	}
 	metrics := promhttp.HandlerFor(cfg.Metrics.(*prometheus.Registry), promhttp.HandlerOpts{})
-	return w, httpapi.Mount(w.c, w.ln, httpapi.MountConfig{Config: httpapi.Config{Tokens: w.tokens, Logger: w.log, Limits: o.limits,
-		TracerProvider: cfg.TracerProvider, Metrics: metrics}, EventPollInterval: o.poll, EventIdlePollInterval: 2 * o.idlePoll,
-		EventWriteTimeout: o.streamWrite, GitHubSecret: gh, SlackSigningSecret: sl, WebhookRoutes: conf.Webhooks, Drain: o.drain})
+	return w, httpapi.Mount(w.c, w.ln, httpapi.Config{Tokens: w.tokens, Logger: w.log, Limits: o.limits, TracerProvider: cfg.TracerProvider,
+		Events: true, EventPollInterval: o.poll, EventIdlePollInterval: 2 * o.idlePoll, EventWriteTimeout: o.streamWrite, Page: true,
+		GitHubSecret: gh, SlackSigningSecret: sl, WebhookRoutes: conf.Webhooks, Metrics: metrics, Drain: o.drain})
 }
 
 // listen opens the API's listener and, unless set, derives the NLM
