@@ -72,8 +72,8 @@ type Config struct {
 	// to keep the key out of the store.
 	CursorKey []byte
 
-	// Tokens maps bearer tokens to the actors they act as (LoadTokens,
-	// ParseTokens). Default none: only loopback clients are served, as the
+	// Tokens maps bearer tokens to the actors they act as (LoadTokens).
+	// Default none: only loopback clients are served, as the
 	// actor their X-Conveyor-Actor header names, gateway by default; the
 	// Worker refuses to listen elsewhere (CheckListen).
 	Tokens map[string]lifecycle.Actor
@@ -139,6 +139,10 @@ type Config struct {
 	// Limits.HTTPServer and Limits.Listener for the others. Default the
 	// zero Limits, every field its default.
 	Limits Limits
+	// Drain is, for Mount, how long the http.Server's Shutdown waits for
+	// the requests in flight once its loop ends, before it closes them.
+	// Default 15 s.
+	Drain time.Duration
 }
 
 // Server serves the Worker's HTTP API. It is an http.Handler, safe for

@@ -174,6 +174,10 @@ type Config struct {
 	MaxAttempts int
 	// HTTPClient carries the requests. Nil means the SDK's default client.
 	HTTPClient *http.Client
+	// CheckWait is how long Check waits for a server that cannot be
+	// reached yet (started with the program, or restarting), asking again
+	// every second. 0 means none: Check asks once.
+	CheckWait time.Duration
 }
 
 // Environment variables ConfigFromEnv reads, besides the AWS SDK's own.
@@ -231,6 +235,7 @@ type Driver struct {
 
 	settleCfg time.Duration
 	settle    atomic.Int64 // Settle(), in nanoseconds
+	checkWait time.Duration
 }
 
 var (
@@ -301,7 +306,7 @@ func NewDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	s.pool = p
-	s.settleCfg = cfg.Settle
+	s.settleCfg, s.checkWait = cfg.Settle, cfg.CheckWait
 	if cfg.Settle > 0 || (cfg.Settle == 0 && len(urls) > 1) {
 		s.settle.Store(int64(orDefault(cfg.Settle, DefaultClusterSettle)))
 	}
@@ -363,7 +368,30 @@ func NewDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, err
 //
 // On a MinIO server given by endpoint, Check also asks its cluster health
 // check whether it is a cluster, which sets Settle when Config.Settle is 0.
+// With Config.CheckWait, a server that cannot be reached is asked again
+// every second within that time, and the error of the last ask returned.
 func (s *Driver) Check(ctx context.Context) error {
+	if s.checkWait <= 0 {
+		return s.check(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.checkWait)
+	defer cancel()
+	err := s.check(ctx)
+	for errors.Is(err, ErrUnreachable) {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = s.check(ctx)
+	}
+	return err
+}
+
+// check is one ask of Check.
+func (s *Driver) check(ctx context.Context) error {
 	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
 	switch {
 	case err == nil:

@@ -3,12 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -74,48 +70,4 @@ func demoAgents(clk clock.Clock, pause time.Duration, conc int, p *nlm.Processor
 			return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: q}, nil
 		})}
 	return []run.Agent{research, approval, nlmAgent}
-}
-
-// nlmSimulator is the in-process NLM backend: NotebookLM's answer after a
-// pause, as a brief artifact.
-func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
-	return nlm.Stages{
-		Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
-			if err := clock.Sleep(ctx, clk, pause); err != nil {
-				return nil, err
-			}
-			return content(req.JobType, req.Query)
-		},
-	}
-}
-
-// jobHandlers run the queue's built-in job types with a simulated NotebookLM.
-func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
-	return jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
-			if err := clock.Sleep(ctx, clk, pause); err != nil {
-				return jobqueue.Output{}, err
-			}
-			b, err := content(job.JobType, fmt.Sprintf("job %s of %s", job.JobID, job.AgentSlug))
-			if err != nil {
-				return jobqueue.Output{}, err
-			}
-			return jobqueue.Output{Content: b}, nil
-		},
-	}
-}
-
-// content is a simulated NotebookLM answer in the artifact schema of the
-// job's type (docs/spec.md#artifact).
-func content(t lifecycle.JobType, query string) (json.RawMessage, error) {
-	answer := "Simulated answer to: " + query
-	switch t {
-	case lifecycle.JobResearch:
-		return json.Marshal(artifact.ResearchBriefContent{Title: "Research brief", Summary: answer,
-			Sections: []artifact.Section{{Heading: "Findings", Body: "The demo NLM backend answered; nothing left this machine."}}})
-	case lifecycle.JobProposalPreprocess:
-		return json.Marshal(artifact.PreprocessedProposalContent{Original: json.RawMessage(`{}`), Enriched: json.RawMessage(`{}`)})
-	default:
-		return json.Marshal(artifact.BriefContent{Title: "Brief", Body: answer, WordCount: len(strings.Fields(answer))})
-	}
 }
