@@ -3,8 +3,6 @@ package lifecycle
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The run's records and the submit's wire types: the Runner (lifecycle/run)
@@ -20,7 +18,7 @@ import (
 // status.json reads as the platform expects; the fields the SDK adds (lease,
 // heartbeat, cancellation, approval and external waits, resume count and
 // takeover) are
-// omitted while empty. The embedded records.Meta adds the document's write
+// omitted while empty. The embedded Meta adds the document's write
 // counter, "version".
 type RunStatus struct {
 	RunID     string `json:"run_id"`
@@ -40,7 +38,7 @@ type RunStatus struct {
 	// Error is "CODE: message" once the run failed, null otherwise.
 	Error *string `json:"error"`
 
-	records.Meta
+	Meta
 
 	Machine        string `json:"machine,omitempty"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
@@ -48,8 +46,8 @@ type RunStatus struct {
 	// SDK's one lease. A runner renews it by heartbeat; another takes the
 	// run over only after ExpiresAt, with Epoch+1, which fences the first
 	// one out of every write.
-	Lease           *records.Lease `json:"lease,omitempty"`
-	LastHeartbeatAt *time.Time     `json:"last_heartbeat_at,omitempty"`
+	Lease           *Lease     `json:"lease,omitempty"`
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at,omitempty"`
 	// Cancellation (docs/spec.md#cancel-aware-run).
 	CancelRequested   bool       `json:"cancel_requested,omitempty"`
 	CancelReason      string     `json:"cancel_reason,omitempty"`
@@ -87,8 +85,8 @@ type RunStatus struct {
 // derived from the run and the document's version, so every writer that
 // writes it writes the same object once.
 type RunAuditRecord struct {
-	ID    string             `json:"id"`
-	Event records.AuditEvent `json:"event"`
+	ID    string     `json:"id"`
+	Event AuditEvent `json:"event"`
 }
 
 // StepRecord is one step file, steps/NN-name.json (docs/spec.md#step-record). The
