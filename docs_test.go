@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 )
 
 // citationRes match a citation of the documents the specification was first

@@ -26,14 +26,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // SourceRef is a source an artifact cites ("sources", docs/spec.md#artifact).
@@ -48,7 +48,8 @@ type SourceRef struct {
 // artifact, which no job points at, is replaced by the next attempt's, with
 // the version counted on).
 type Artifact struct {
-	records.Meta
+	lifecycle.Meta
+
 	ArtifactID  string          `json:"artifact_id"`
 	JobID       string          `json:"job_id"`
 	RunID       string          `json:"run_id,omitempty"`
@@ -334,7 +335,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 		return Artifact{}, false, err
 	}
 	if !d.Audited {
-		s.record(ctx, records.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+		s.record(ctx, lifecycle.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 			RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
 	}
 	return a, true, nil
@@ -354,7 +355,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 		if old != nil {
 			var o Artifact
 			if err := json.Unmarshal(old, &o); err != nil {
-				return nil, false, &records.CorruptError{Key: key, Version: ver, Data: old, Reason: "cannot decode", Err: err}
+				return nil, false, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: old, Reason: "cannot decode", Err: err}
 			}
 			if o.Epoch == a.Epoch {
 				own = &o
@@ -374,7 +375,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 	if own != nil {
 		return *own, false, nil
 	}
-	ev := records.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+	ev := lifecycle.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: a.ArtifactID, To: "finalized", TS: a.CreatedAt}
 	if replaced >= 0 {
 		ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
@@ -396,7 +397,7 @@ func artifactEpoch(b []byte) (int64, bool) {
 	return a.Epoch, true
 }
 
-func (s *Store) record(ctx context.Context, ev records.AuditEvent) {
+func (s *Store) record(ctx context.Context, ev lifecycle.AuditEvent) {
 	if _, err := s.audit.Record(ctx, ev); err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "artifact: audit write failed", "event", ev.Event, "artifact_id", ev.ArtifactID, "err", err)
 	}
@@ -501,7 +502,7 @@ func (s *Store) deleteOld(ctx context.Context, actor lifecycle.Actor, key string
 	if err := s.cfg.Store.Delete(ctx, key, storage.IfMatch(ver)); err != nil {
 		return err
 	}
-	s.record(ctx, records.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
+	s.record(ctx, lifecycle.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: a.ArtifactID, From: "finalized"})
 	return nil
 }

@@ -13,14 +13,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // NewJob is what Enqueue needs; the queue fills in the rest of the record.
@@ -212,7 +213,7 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 	}}
 	// Validation is done, so the job is created already moved on to
 	// QUEUED: one write whose trail holds both moves.
-	if err := fire(ctx, &doc, lifecycle.EventValidate, lifecycle.ActorOrchestration); err != nil {
+	if err := fire(ctx, &doc, machine.EventValidate, lifecycle.ActorOrchestration); err != nil {
 		return lifecycle.Job{}, err
 	}
 	doc.Trail[len(doc.Trail)-1].At = now

@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Errors of the queue. Bad input matches ErrInvalidJob; refusals of the
@@ -19,7 +18,7 @@ var (
 	// ErrLeaseLost: the worker's lease on the job lapsed or was taken over;
 	// it may no longer write the job. It is records.ErrLeaseLost, the one
 	// sentinel of the SDK.
-	ErrLeaseLost = records.ErrLeaseLost
+	ErrLeaseLost = lifecycle.ErrLeaseLost
 	// ErrStepTimeout is the cause of a step's context when StepTimeout runs out.
 	ErrStepTimeout = errors.New("jobqueue: step timeout")
 )

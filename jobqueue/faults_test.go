@@ -13,15 +13,15 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The fault suite of issue 10 for jobs: each test names the fault it

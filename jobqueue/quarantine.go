@@ -7,8 +7,9 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // quarantine moves poison records aside (core.Quarantiner), logged and
@@ -23,7 +24,7 @@ type quarantine struct {
 // error into ErrNotFound for the caller, which goes on as if the record were
 // gone: a poison record never blocks anything. Other errors pass.
 func (q *quarantine) poison(ctx context.Context, err error) error {
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if !errors.As(err, &ce) {
 		return err
 	}
@@ -65,11 +66,11 @@ func (e *QuarantinedError) Error() string {
 
 // Is matches records.ErrCorrupt and storage.ErrNotFound.
 func (e *QuarantinedError) Is(target error) bool {
-	return target == records.ErrCorrupt || target == storage.ErrNotFound
+	return target == lifecycle.ErrCorrupt || target == storage.ErrNotFound
 }
 
 // Code is RECORD_QUARANTINED, as records.CorruptError's.
-func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }
+func (e *QuarantinedError) Code() string { return (&lifecycle.QuarantinedError{}).Code() }
 
 // quarantinedOr turns the not-found of a job whose record is in quarantine
 // into a *QuarantinedError; any other error is returned as it is.

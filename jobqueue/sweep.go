@@ -11,7 +11,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // SweepReport counts what Sweep repaired.
@@ -123,7 +122,7 @@ func (q *sweeper) pass(ctx context.Context, after string, limit int) (r SweepRep
 func (q *sweeper) sweepLock(ctx context.Context, key, agent string, now time.Time, seen map[string]string, r *SweepReport) error {
 	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key}
 	lock, ver, err := rec.Load(ctx)
-	if errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, lifecycle.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
 		return nil // a junk lock is the next claim's to quarantine and remake
 	}
 	if err != nil {
@@ -188,7 +187,7 @@ func (q *sweeper) sweepLane(ctx context.Context, key, agent, jobID string, now t
 	switch {
 	case err == nil:
 		cur = &d
-	case errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, lifecycle.ErrCorrupt):
 		// Quarantined: its entry is garbage, whatever its age.
 	case errors.Is(err, storage.ErrNotFound):
 		// The entry may be the job's only pointer: it goes once the job
@@ -228,7 +227,7 @@ func (q *sweeper) sweepJobID(ctx context.Context, jobID, laned string, seen map[
 func (q *sweeper) sweepRead(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
 	seen[jobID] = ""
 	d, _, err := q.jobs.read(ctx, jobID)
-	if errors.Is(err, records.ErrCorrupt) {
+	if errors.Is(err, lifecycle.ErrCorrupt) {
 		r.Quarantined++
 	}
 	if errors.Is(err, storage.ErrNotFound) {
@@ -251,7 +250,8 @@ func (q *sweeper) sweepJob(ctx context.Context, d *jobDoc, laned string, r *Swee
 
 // sweepLease is the value of sweepKey.
 type sweepLease struct {
-	records.Meta
+	lifecycle.Meta
+
 	Owner     string    `json:"owner"`
 	ExpiresAt time.Time `json:"expires_at"`
 	// Cursor is the key of the last entry swept when a batch ended before

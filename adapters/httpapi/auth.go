@@ -12,9 +12,9 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TokensEnv is the environment variable the Worker reads its tokens from,

@@ -8,9 +8,10 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -168,7 +169,7 @@ func TestInvalidTransitionBody(t *testing.T) {
 		t.Errorf("from %q to %q allowed %q, want pending → running and the states reachable from pending", e.From, e.To, e.Allowed)
 	}
 	for _, s := range e.Allowed {
-		if !lifecycle.ApprovalRun().Allowed(lifecycle.ApprovalPending, lifecycle.ApprovalRunState(s)) {
+		if !machine.ApprovalRun().Allowed(lifecycle.ApprovalPending, lifecycle.ApprovalRunState(s)) {
 			t.Errorf("allowed lists %s, which pending cannot reach", s)
 		}
 	}

@@ -10,14 +10,15 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // RequestIDHeader is the idempotency key of a submit without
@@ -301,7 +302,7 @@ func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) 
 	var opts inbox.ListOptions
 	if v := r.URL.Query().Get("status"); v != "" {
 		known := false
-		for _, st := range lifecycle.InboxStates() {
+		for _, st := range machine.InboxStates() {
 			known = known || string(st) == v
 		}
 		if !known {

@@ -9,14 +9,13 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestRunRoutes(t *testing.T) {
@@ -271,7 +270,7 @@ func TestQuarantineRoutes(t *testing.T) {
 	c := g.client(lifecycle.ActorAdmin)
 	_, err = c.Status(ctx, res.RunID)
 	apiError(t, err, http.StatusGone, codes.RecordQuarantined)
-	if !errors.Is(err, records.ErrCorrupt) {
+	if !errors.Is(err, lifecycle.ErrCorrupt) {
 		t.Errorf("%v does not match storage.ErrCorrupt", err)
 	}
 	qs, err := c.Quarantine(ctx)

@@ -14,12 +14,13 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
+	xmachine "github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
@@ -202,8 +203,7 @@ func New(cfg Config) (*Server, error) {
 		s.sink = nlm.Sink(cfg.Runner, cfg.NLM)
 	}
 	s.specs = map[string]lifecycle.Spec{}
-	for _, sp := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec(),
-		lifecycle.RunStep().Spec(), lifecycle.JobMachine().Spec(), lifecycle.NLMMachine().Spec(), lifecycle.InboxMachine().Spec()} {
+	for _, sp := range []lifecycle.Spec{xmachine.CanonicalRun().Spec(), xmachine.CancelableRun().Spec(), xmachine.ApprovalRun().Spec(), xmachine.RunStep().Spec(), xmachine.JobMachine().Spec(), xmachine.NLMMachine().Spec(), xmachine.InboxMachine().Spec()} {
 		s.specs[sp.Name] = sp
 	}
 	s.mux = http.NewServeMux()
@@ -270,10 +270,10 @@ func (s *Server) routes() {
 		{method: "GET", path: "/runs", actors: anyone, h: s.listRuns()},
 		{method: "GET", path: "/runs/{runId}/status", actors: anyone, h: s.runStatus()},
 		{method: "GET", path: "/runs/{runId}/steps", actors: anyone, h: s.runSteps()},
-		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(lifecycle.EventCancel, lifecycle.EventRequestCancel), body: true, h: s.cancelRun()},
-		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(lifecycle.EventApprove), body: true, h: s.decide(true)},
-		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(lifecycle.EventReject), body: true, h: s.decide(false)},
-		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(lifecycle.EventDeliver), body: true, h: s.deliver()},
+		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(xmachine.EventCancel, xmachine.EventRequestCancel), body: true, h: s.cancelRun()},
+		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(xmachine.EventApprove), body: true, h: s.decide(true)},
+		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(xmachine.EventReject), body: true, h: s.decide(false)},
+		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(xmachine.EventDeliver), body: true, h: s.deliver()},
 		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: s.enqueueJob()},
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: s.listJobs()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: s.getJob()},
@@ -398,7 +398,7 @@ func (s *Server) mounted(h http.Handler, absent int) handlerFunc {
 // events: the route admits them and the machine decides per run.
 func machineActors(events ...lifecycle.Event) []lifecycle.Actor {
 	var out []lifecycle.Actor
-	for _, spec := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec()} {
+	for _, spec := range []lifecycle.Spec{xmachine.CanonicalRun().Spec(), xmachine.CancelableRun().Spec(), xmachine.ApprovalRun().Spec()} {
 		for _, t := range spec.Transitions {
 			if !slices.Contains(events, lifecycle.Event(t.Event)) {
 				continue
@@ -442,11 +442,11 @@ func (s *Server) eventTarget(machine, event string) string {
 func machineSpec(name string) lifecycle.Spec {
 	switch name {
 	case lifecycle.MachineCancelable:
-		return lifecycle.CancelableRun().Spec()
+		return xmachine.CancelableRun().Spec()
 	case lifecycle.MachineApproval:
-		return lifecycle.ApprovalRun().Spec()
+		return xmachine.ApprovalRun().Spec()
 	}
-	return lifecycle.CanonicalRun().Spec()
+	return xmachine.CanonicalRun().Spec()
 }
 
 func joinActors(as []lifecycle.Actor) string {

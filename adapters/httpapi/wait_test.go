@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 

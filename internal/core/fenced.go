@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // PutFenced writes an owner's object (a step file, an output, a manifest)
@@ -71,7 +71,7 @@ func PutFencedFunc(ctx context.Context, s *storage.Store, key, owner string, epo
 			return ov, nil // ours landed
 		}
 		if e, ok := epochOf(old); ok && e > epoch {
-			return "", &records.LeaseLostError{Key: key, Owner: owner, Epoch: epoch, HolderEpoch: e}
+			return "", &lifecycle.LeaseLostError{Key: key, Owner: owner, Epoch: epoch, HolderEpoch: e}
 		}
 		var keep bool
 		if value, keep, err = next(old, ov); err != nil {

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/jsonenc"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // MaxConflicts bounds how often one Apply re-reads after losing a
@@ -36,7 +37,7 @@ type Record[T any, P records.Doc[T]] struct {
 	Store *storage.Store
 	Key   string
 	// Lease returns the document's lease field; required when Epoch > 0.
-	Lease func(P) *records.Lease
+	Lease func(P) *lifecycle.Lease
 	// Owner and Epoch fence the writer; Epoch 0 means unfenced.
 	Owner string
 	Epoch int64
@@ -93,11 +94,11 @@ func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
 func Decode[T any, P records.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
 	var doc T
 	if err := jsonenc.Unmarshal(b, P(&doc)); err != nil {
-		return doc, &records.CorruptError{Key: key, Version: ver, Data: b, Reason: "cannot decode", Err: err}
+		return doc, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "cannot decode", Err: err}
 	}
 	if validate != nil {
 		if err := validate(P(&doc)); err != nil {
-			return doc, &records.CorruptError{Key: key, Version: ver, Data: b, Reason: "invalid", Err: err}
+			return doc, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "invalid", Err: err}
 		}
 	}
 	return doc, nil
@@ -129,13 +130,13 @@ func (r *Record[T, P]) fence(doc P) error {
 		return nil
 	}
 	l := r.Lease(doc)
-	if l.HeldBy(r.Owner, r.Epoch) {
+	if records.HeldBy(l, r.Owner, r.Epoch) {
 		if r.Now != nil && !r.Now().Before(l.ExpiresAt) {
-			return &records.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch, Expired: true}
+			return &lifecycle.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch, Expired: true}
 		}
 		return nil
 	}
-	e := &records.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch}
+	e := &lifecycle.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch}
 	if l != nil {
 		e.Holder, e.HolderEpoch = l.Owner, l.Epoch
 	}

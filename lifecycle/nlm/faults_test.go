@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // hanging returns stages that succeed, except the one named hang, which
@@ -226,8 +226,8 @@ func TestFaultPausedProcessorIsFenced(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the paused processor never returned")
 	}
-	var lost *records.LeaseLostError
-	if !errors.Is(res.err, records.ErrLeaseLost) || !errors.As(res.err, &lost) || lost.Owner != "a" || lost.Epoch != 1 {
+	var lost *lifecycle.LeaseLostError
+	if !errors.Is(res.err, lifecycle.ErrLeaseLost) || !errors.As(res.err, &lost) || lost.Owner != "a" || lost.Epoch != 1 {
 		t.Fatalf("paused processor: %+v %v; want a LeaseLostError of a at epoch 1", res.job, res.err)
 	}
 	after, _, _ := shared.Get(ctx, "nlm/jobs/job-p.json")
@@ -276,7 +276,7 @@ func TestFaultPoisonRecord(t *testing.T) {
 			p := newProcessor(t, nlm.Config{Store: storage.New(s), Clock: clk, Owner: "p1", Client: post}, stagesFailingAt(""))
 			runProcessor(t, p, 5*time.Second)
 			s.until(t, "job-good DONE", jobIs(p, "job-good", lifecycle.NLMDone))
-			var qs []records.Quarantined
+			var qs []lifecycle.Quarantined
 			for q, err := range records.ListQuarantine(ctx, storage.New(s)) {
 				if err != nil {
 					t.Fatal(err)

@@ -11,9 +11,10 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Janitor deletes finished history past its retention age (Config). Every
@@ -88,10 +89,11 @@ func (r *Report) deleted(k Kind, n int) {
 
 // state is the janitor's lease record, at layout.JanitorKey.
 type state struct {
-	records.Meta
+	lifecycle.Meta
+
 	// Lease is held by the janitor making a pass; between passes its
 	// Owner is empty and its Epoch kept, so epochs only grow.
-	Lease *records.Lease `json:"lease,omitempty"`
+	Lease *lifecycle.Lease `json:"lease,omitempty"`
 	// Pass is set while a pass is under way: when it started, the kind it
 	// is at and the last key done there.
 	Pass *cursor `json:"pass,omitempty"`
@@ -107,7 +109,7 @@ type cursor struct {
 	After   string    `json:"after,omitempty"`
 }
 
-func leaseOf(s *state) *records.Lease { return s.Lease }
+func leaseOf(s *state) *lifecycle.Lease { return s.Lease }
 
 // Errors of Pass that mean "not this janitor's turn".
 var (
@@ -192,7 +194,7 @@ func (j *Janitor) take(ctx context.Context, quarantined bool) (_ *core.Record[st
 	now := j.cfg.Clock.Now().UTC()
 	rec := &core.Record[state, *state]{Store: j.cfg.Store, Key: layout.JanitorKey, Lease: leaseOf}
 	grab := func(s *state) error {
-		if s.Lease.Live(now) && s.Lease.Owner != j.cfg.Owner {
+		if records.LeaseLive(s.Lease, now) && s.Lease.Owner != j.cfg.Owner {
 			return errBusy
 		}
 		if s.Pass == nil && now.Before(s.NextPassAt) {
@@ -202,7 +204,7 @@ func (j *Janitor) take(ctx context.Context, quarantined bool) (_ *core.Record[st
 		if s.Lease != nil {
 			epoch = s.Lease.Epoch
 		}
-		s.Lease = &records.Lease{Owner: j.cfg.Owner, Epoch: epoch + 1, ExpiresAt: now.Add(j.cfg.LeaseTTL)}
+		s.Lease = &lifecycle.Lease{Owner: j.cfg.Owner, Epoch: epoch + 1, ExpiresAt: now.Add(j.cfg.LeaseTTL)}
 		resumed = s.Pass != nil
 		if s.Pass == nil {
 			s.Pass = &cursor{Started: now, Kind: Kinds()[0]}
@@ -221,7 +223,7 @@ func (j *Janitor) take(ctx context.Context, quarantined bool) (_ *core.Record[st
 		return nil, state{}, false, err
 	}
 	_, after, err := rec.Apply(ctx, grab)
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if errors.As(err, &ce) && !quarantined {
 		// A lease record that does not decode blocks nothing: it goes to
 		// quarantine like any poison record, and the lease is made anew.
@@ -270,7 +272,7 @@ func (j *Janitor) finish(ctx context.Context, rec *core.Record[state, *state], r
 		s.Pass = nil
 		s.NextPassAt = now.Add(j.cfg.Interval)
 		s.LastPass = r
-		s.Lease = &records.Lease{Epoch: s.Lease.Epoch, ExpiresAt: now}
+		s.Lease = &lifecycle.Lease{Epoch: s.Lease.Epoch, ExpiresAt: now}
 		return nil
 	})
 	return err

@@ -7,12 +7,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // admission moves runs from queued towards executing, and every run at
@@ -99,7 +98,7 @@ func (a *admission) poll(ctx context.Context, startup bool) (found bool) {
 			continue
 		}
 		doc, ver, err := a.statuses.read(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt) {
+		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, lifecycle.ErrCorrupt) {
 			// Its submit has not written the status yet, or stopped
 			// half-way: finished once it had a lease's time, and (on a
 			// store that settles) once a read Settle later still finds
@@ -114,7 +113,7 @@ func (a *admission) poll(ctx context.Context, startup bool) (found bool) {
 			if ctx.Err() != nil {
 				return // the pass is over; the next one goes on
 			}
-			if !errors.Is(err, records.ErrCorrupt) { // quarantined: logged there
+			if !errors.Is(err, lifecycle.ErrCorrupt) { // quarantined: logged there
 				a.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 			}
 			continue

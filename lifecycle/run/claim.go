@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // claims take a run for this runner: a slot of its agent, then its lease
@@ -29,7 +28,7 @@ type claims struct {
 }
 
 // unsureWrote tells whether l is a lease an unsure claim of the run wrote.
-func (cl *claims) unsureWrote(runID string, l *records.Lease) bool {
+func (cl *claims) unsureWrote(runID string, l *lifecycle.Lease) bool {
 	return cl.unsure[runID].wrote(l)
 }
 
@@ -124,7 +123,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 				d.TakenOverAt = &now
 			}
 		}
-		d.Lease = &records.Lease{Owner: cl.owner, Epoch: epoch, ExpiresAt: now.Add(cl.lease)}
+		d.Lease = &lifecycle.Lease{Owner: cl.owner, Epoch: epoch, ExpiresAt: now.Add(cl.lease)}
 		d.LastHeartbeatAt = &now
 		tried.leases = append(tried.leases, *d.Lease)
 		tried.resumed = resumed
@@ -149,7 +148,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 }
 
 // wrote tells whether l is a lease the claim tried to write.
-func (u *unsureClaim) wrote(l *records.Lease) bool {
+func (u *unsureClaim) wrote(l *lifecycle.Lease) bool {
 	if u == nil || l == nil {
 		return false
 	}
@@ -161,7 +160,7 @@ func (u *unsureClaim) wrote(l *records.Lease) bool {
 	return false
 }
 
-func (u *unsureClaim) leasesOrNil() []records.Lease {
+func (u *unsureClaim) leasesOrNil() []lifecycle.Lease {
 	if u == nil {
 		return nil
 	}
@@ -182,6 +181,6 @@ const maxUnsureLeases = 8
 // leases are told apart by owner, epoch and expiry, which only this claim
 // wrote, so a process sharing the Owner is not mistaken for it.
 type unsureClaim struct {
-	leases  []records.Lease
+	leases  []lifecycle.Lease
 	resumed bool // the claim took the run over from an earlier execution
 }

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // controller makes the changes asked of a run from outside (cancel,
@@ -43,7 +42,7 @@ func (ct *controller) apply(ctx context.Context, runID string, b by, change func
 		from = d.Status
 		return change(ctx, ct.cat.flowOfDoc(d), d)
 	})
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		if qe := ct.statuses.findQuarantined(ctx, runID, key); qe != nil {

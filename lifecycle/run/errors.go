@@ -4,9 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Constants of runs: triggers, idempotency sources and record states,
@@ -117,7 +116,7 @@ func (e *QuarantinedError) Error() string {
 }
 
 // Is matches records.ErrCorrupt.
-func (e *QuarantinedError) Is(target error) bool { return target == records.ErrCorrupt }
+func (e *QuarantinedError) Is(target error) bool { return target == lifecycle.ErrCorrupt }
 
 // Code is RECORD_QUARANTINED, as records.CorruptError's.
-func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }
+func (e *QuarantinedError) Code() string { return (&lifecycle.QuarantinedError{}).Code() }

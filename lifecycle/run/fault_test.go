@@ -18,17 +18,17 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The fault suite of issue 10, run side. Each test failed on the Runner
@@ -224,7 +224,7 @@ func testPoisonStatus(t *testing.T, g *rig, corrupt func(map[string]any, string)
 	defer cancel()
 	_, err := r.Wait(ctx, bad)
 	var qe *run.QuarantinedError
-	if !errors.Is(err, records.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
+	if !errors.Is(err, lifecycle.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
 		t.Fatalf("Wait on the poisoned run: %v, want a RunQuarantinedError", err)
 	}
 	if st := g.wait(r, next, time.Second, 2*time.Minute); st.Status != "completed" {

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Tests of issue 18's run defects (3 to 8). Each failed before its fix.

@@ -12,12 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // IdempotencyError carries the key and the error code of an idempotency
@@ -156,7 +156,8 @@ func truncate(s string, n int) string {
 // record's generation is created and kept for its whole life, so every
 // duplicate learns it at once and no key has two runs in one generation.
 type IdempotencyRecord struct {
-	records.Meta
+	lifecycle.Meta
+
 	Key         string          `json:"key"`
 	Source      string          `json:"source"`
 	RunID       string          `json:"run_id,omitempty"`

@@ -9,12 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // On a store that settles (storage.SettleTime > 0) a create-only write of
@@ -34,7 +34,8 @@ import (
 // before the run on a store that settles. Every submit that creates the
 // run writes the same document.
 type IdempotencyMarker struct {
-	records.Meta
+	lifecycle.Meta
+
 	Key         string `json:"key"`
 	RunID       string `json:"run_id"`
 	RequestHash string `json:"request_hash"`
@@ -177,7 +178,7 @@ func (g *dedupeGate) winner(ctx context.Context, doc *Status) (IdempotencyMarker
 			continue
 		}
 		m, _, err := records.Read[IdempotencyMarker](ctx, g.store, key)
-		if errors.Is(err, records.ErrCorrupt) {
+		if errors.Is(err, lifecycle.ErrCorrupt) {
 			continue // a quarantine's tombstone, or not a marker
 		}
 		if errors.Is(err, storage.ErrNotFound) {
@@ -253,7 +254,7 @@ func (g *dedupeGate) quarantineMarker(ctx context.Context, doc *Status, winner I
 		}
 		return
 	}
-	_, _ = g.poison.quarantine(ctx, &records.CorruptError{Key: key, Version: ver, Data: data,
+	_, _ = g.poison.quarantine(ctx, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: data,
 		Reason: fmt.Sprintf("run %s was created a second time under its idempotency key; run %s executes", doc.RunID, winner.RunID)})
 }
 

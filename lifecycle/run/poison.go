@@ -7,7 +7,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/storage/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // poison moves poison records to quarantine (core.Quarantiner), counts
@@ -24,7 +24,7 @@ func (p *poison) count() int64 { return p.quar.Count() }
 // it and logs record_quarantined at WARN. A record that changed since it
 // was read (someone repaired it) is left alone: the error matches
 // storage.ErrPreconditionFailed and the caller reads it again later.
-func (p *poison) quarantine(ctx context.Context, ce *records.CorruptError) (string, error) {
+func (p *poison) quarantine(ctx context.Context, ce *lifecycle.QuarantinedError) (string, error) {
 	qkey, err := p.quar.Move(ctx, ce)
 	if err != nil {
 		return qkey, err

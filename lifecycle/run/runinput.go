@@ -1,8 +1,8 @@
 package run
 
 import (
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // The checks of the Runner's caller inputs (issue 10 F). Each public method
@@ -65,5 +65,5 @@ func (req *CancelRequest) check() error {
 // checkCaller refuses a Caller that breaks the input limits.
 func checkCaller(c *Caller) error {
 	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
-	return tc.Check()
+	return codes.CheckContext(&tc)
 }

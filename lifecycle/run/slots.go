@@ -11,8 +11,8 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // slots are the agents' concurrency slots in the store, and the runs that
@@ -151,7 +151,7 @@ func (s *slots) holderGone(ctx context.Context, slug, runID string) bool {
 		return true
 	}
 	doc, _, err := s.statuses.read(ctx, slug, runID, key)
-	if errors.Is(err, records.ErrCorrupt) {
+	if errors.Is(err, lifecycle.ErrCorrupt) {
 		return true // poison and quarantined
 	}
 	if errors.Is(err, storage.ErrNotFound) {
@@ -221,12 +221,12 @@ func (s *slots) read(ctx context.Context, key string) (slotEntry, storage.Versio
 		return slotEntry{}, "", err
 	}
 	var e slotEntry
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if err := json.Unmarshal(b, &e); err != nil {
-		ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
+		ce = &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "cannot decode", Err: err}
 	} else if e.RunID != "" {
 		if err := storage.ValidateID("run id", e.RunID); err != nil {
-			ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "invalid", Err: err}
+			ce = &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "invalid", Err: err}
 		}
 	}
 	if ce != nil {

@@ -8,8 +8,9 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // statuses reads runs' status.json and quarantines a poison one: moved
@@ -51,7 +52,7 @@ func (st *statuses) read(ctx context.Context, slug, runID, key string) (Status, 
 			st.absent.Found(key)
 		}
 		doc, err := core.Decode[Status](key, b, v, statusValidator(slug, runID))
-		var ce *records.CorruptError
+		var ce *lifecycle.QuarantinedError
 		if errors.As(err, &ce) {
 			qerr := st.quarantineRun(ctx, slug, runID, ce)
 			if errors.Is(qerr, storage.ErrPreconditionFailed) {
@@ -78,7 +79,7 @@ func (st *statuses) findQuarantined(ctx context.Context, runID, key string) *Qua
 // quarantineRun moves a poison status.json out of the way and frees what
 // the run held: its execution here (stopped), its slot and its active
 // entry, so the agent's other runs go on. It is counted and logged at WARN.
-func (st *statuses) quarantineRun(ctx context.Context, slug, runID string, ce *records.CorruptError) error {
+func (st *statuses) quarantineRun(ctx context.Context, slug, runID string, ce *lifecycle.QuarantinedError) error {
 	qkey, err := st.poison.quarantine(ctx, ce)
 	if err != nil {
 		return err

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // writers make the status writers of runs and record what each write did:
@@ -69,7 +70,7 @@ func (ws *writers) newWriter(slug, runID, key string, doc *Status, ver storage.V
 func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[Status, *Status] {
 	return &core.Record[Status, *Status]{
 		Store: ws.store, Key: key, Owner: owner, Epoch: epoch,
-		Lease:    func(d *Status) *records.Lease { return d.Lease },
+		Lease:    func(d *Status) *lifecycle.Lease { return d.Lease },
 		Clone:    func(d *Status) Status { return cloneStatus(d) },
 		Validate: statusValidator(slug, runID),
 	}
@@ -92,7 +93,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 	if b.tc.Timestamp.IsZero() {
 		b.tc.Timestamp = w.ws.now()
 	}
-	fctx := lifecycle.WithTransition(ctx, b.tc)
+	fctx := machine.WithTransition(ctx, b.tc)
 	w.mu.Lock()
 	rec, epoch := w.rec, w.epoch
 	w.mu.Unlock()
@@ -211,7 +212,7 @@ func (ws *writers) afterWrite(ctx context.Context, doc *Status, from string, b b
 // writer puts it in the document, and the audit log writes it to the log.
 func (ws *writers) auditRecord(doc *Status, from string, b by, seq int64) *AuditRecord {
 	tc := writeContext(doc, b)
-	ev := records.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
+	ev := lifecycle.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
 		From: from, To: doc.Status, Node: ws.node}
 	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
 	return &AuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}

@@ -14,7 +14,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // maxAnswerBytes bounds an answer the client reads (a list of every job
@@ -304,21 +303,21 @@ func (c *Client) InboxPage(ctx context.Context, status lifecycle.InboxState, p P
 
 // Quarantine lists the quarantined records, following the pages of GET
 // /quarantine to the end (QuarantinePage reads one).
-func (c *Client) Quarantine(ctx context.Context) ([]records.Quarantined, error) {
-	return collect(pages(func(cursor string) ([]records.Quarantined, string, error) {
+func (c *Client) Quarantine(ctx context.Context) ([]lifecycle.Quarantined, error) {
+	return collect(pages(func(cursor string) ([]lifecycle.Quarantined, string, error) {
 		return c.QuarantinePage(ctx, Page{Limit: 500, Cursor: cursor})
 	}, ""))
 }
 
 // QuarantinePage reads one page of quarantined records in key order (GET
 // /quarantine) and the cursor of the next page ("" on the last).
-func (c *Client) QuarantinePage(ctx context.Context, p Page) ([]records.Quarantined, string, error) {
+func (c *Client) QuarantinePage(ctx context.Context, p Page) ([]lifecycle.Quarantined, string, error) {
 	var raw []wire.Quarantined
 	next, err := c.page(ctx, "/quarantine", p.values(nil), &raw)
 	if err != nil {
 		return nil, "", err
 	}
-	out := make([]records.Quarantined, len(raw))
+	out := make([]lifecycle.Quarantined, len(raw))
 	for i, q := range raw {
 		out[i] = q.Quarantined
 		out[i].QKey = q.QKey

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Error is an error answer of the API: its HTTP status and the body's code
@@ -67,7 +66,7 @@ func sentinels(code string) []error {
 	case codes.Forbidden:
 		return []error{lifecycle.ErrForbiddenActor, authority.ErrForbidden}
 	case codes.InvalidInput, codes.InputTooLarge:
-		return []error{codes.ErrInvalidInput}
+		return []error{lifecycle.ErrInvalidInput}
 	case codes.IdempotencyConflict:
 		return []error{lifecycle.ErrIdempotencyConflict}
 	case codes.IdempotencyInProgress:
@@ -81,9 +80,9 @@ func sentinels(code string) []error {
 	case codes.InboxEntryExists:
 		return []error{lifecycle.ErrInboxEntryExists}
 	case codes.RecordQuarantined:
-		return []error{records.ErrCorrupt}
+		return []error{lifecycle.ErrCorrupt}
 	case codes.LeaseLost:
-		return []error{records.ErrLeaseLost}
+		return []error{lifecycle.ErrLeaseLost}
 	case codes.UpstreamUnavailable:
 		return []error{storage.ErrUnavailable}
 	}

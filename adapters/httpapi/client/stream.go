@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/adapters/httpapi/sse"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -347,9 +348,9 @@ func retryable(err error) bool {
 // machine this SDK does not know (a newer server's) counts the states that
 // are terminal in any run machine.
 func Terminal(st lifecycle.RunStatus) bool {
-	canonical := lifecycle.CanonicalRun().IsTerminal(lifecycle.RunState(st.Status))
-	cancelable := lifecycle.CancelableRun().IsTerminal(lifecycle.CancelableRunState(st.Status))
-	approval := lifecycle.ApprovalRun().IsTerminal(lifecycle.ApprovalRunState(st.Status))
+	canonical := machine.CanonicalRun().IsTerminal(lifecycle.RunState(st.Status))
+	cancelable := machine.CancelableRun().IsTerminal(lifecycle.CancelableRunState(st.Status))
+	approval := machine.ApprovalRun().IsTerminal(lifecycle.ApprovalRunState(st.Status))
 	switch st.Machine {
 	case "", lifecycle.MachineCanonical:
 		return canonical

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )

@@ -16,6 +16,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -23,7 +24,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 var env teststores.Env

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The request bodies, field names as in docs/http-api.md: the client
@@ -77,5 +76,5 @@ type InboxAnswer struct {
 // with its qkey, which its own JSON leaves out.
 type Quarantined struct {
 	QKey string `json:"qkey"`
-	records.Quarantined
+	lifecycle.Quarantined
 }
