@@ -8,13 +8,13 @@ const (
 	CodeNLMUnavailable      = "NLM_UNAVAILABLE"
 	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
 	CodeAgentTimeout        = "AGENT_TIMEOUT"
-	CodeInternalError       = "INTERNAL_ERROR"
 )
 
 // The codes of this package's own errors. The code table (with the HTTP
 // status of each code) names them too; a test of the table holds the two
 // spellings together.
 const (
+	codeInternalError         = "INTERNAL_ERROR"
 	codeInvalidTransition     = "RUN_INVALID_TRANSITION"
 	codeTerminalState         = "RUN_TERMINAL_STATE"
 	codeForbidden             = "FORBIDDEN"
@@ -61,5 +61,5 @@ func ErrorCode(err error) string {
 	case errors.Is(err, ErrCorrupt):
 		return codeRecordQuarantined
 	}
-	return CodeInternalError
+	return codeInternalError
 }

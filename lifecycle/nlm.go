@@ -49,8 +49,8 @@ type NLMRequest struct {
 	AgentSlug string  `json:"agent_slug"`
 	// ContextSnapshotURL is where FETCHING_CONTEXT loads the context from.
 	ContextSnapshotURL string `json:"context_snapshot_url,omitempty"`
-	// Query is what to ask NotebookLM: at most codes.MaxDocumentBytes
-	// of UTF-8 text. The URLs are at most codes.MaxURLBytes.
+	// Query is what to ask NotebookLM: at most 1 MiB
+	// of UTF-8 text. The URLs are at most 4,096 bytes.
 	Query string `json:"query,omitempty"`
 	// Callback is the URL the result is posted to (http or https).
 	Callback string `json:"callback"`

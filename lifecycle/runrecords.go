@@ -10,8 +10,8 @@ import (
 // live here so the client needs no engine.
 
 // RunStatus is a run's status.json (docs/spec.md#run-status). RunStatus holds
-// a state of whichever run machine drives the run ([RunState],
-// [CancelableRunState] or [ApprovalRunState]); Machine names that machine and
+// a state of whichever run machine drives the run (docs/spec.md#canonical-run,
+// #cancel-aware-run, #approval-run); Machine names that machine and
 // is omitted for the canonical one. Times are RFC 3339 UTC.
 //
 // The platform's fields come first and are always present, so a plain run's
@@ -111,20 +111,6 @@ type StepRecord struct {
 	Epoch int64 `json:"epoch,omitempty"`
 }
 
-// State is the run's status, a state of its machine: RunStatus is a
-// [Stateful] record of the run machines.
-func (d *RunStatus) State() string { return d.Status }
-
-// SetState sets the run's status.
-func (d *RunStatus) SetState(s string) { d.Status = s }
-
-// State is the step's status: StepRecord is a [Stateful] record
-// of the run-step machine.
-func (r *StepRecord) State() string { return string(r.Status) }
-
-// SetState sets the step's status.
-func (r *StepRecord) SetState(s string) { r.Status = StepState(s) }
-
 // SubmitRequest asks for a run (POST /agents/run).
 type SubmitRequest struct {
 	AgentSlug string
@@ -160,7 +146,7 @@ type SubmitResult struct {
 // breaks the limits of TransitionContext.Check (UserID
 // MaxNameBytes, metadata keys MaxNameBytes and values MaxTextBytes, at
 // most MaxListLen entries, clean text, an Initiator of the known set) is
-// refused with an *codes.InputError, and nothing is written.
+// refused with an *lifecycle.InputError, and nothing is written.
 type Caller struct {
 	// UserID names the user the call is made for, e.g. "u-42".
 	UserID string

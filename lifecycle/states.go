@@ -8,47 +8,6 @@ const (
 	MachineApproval   = "approval-run"
 )
 
-// RunState is a state of the canonical run machine (docs/spec.md#canonical-run).
-type RunState string
-
-// States of the canonical run machine.
-const (
-	RunRequested RunState = "requested"
-	RunQueued    RunState = "queued"
-	RunRunning   RunState = "running"
-	RunCompleted RunState = "completed"
-	RunFailed    RunState = "failed"
-)
-
-// CancelableRunState is a state of the cancel-aware run machine
-// (docs/spec.md#cancel-aware-run).
-type CancelableRunState string
-
-// States of the cancel-aware run machine.
-const (
-	CancelableQueued          CancelableRunState = "queued"
-	CancelableRunning         CancelableRunState = "running"
-	CancelableSucceeded       CancelableRunState = "succeeded"
-	CancelableFailed          CancelableRunState = "failed"
-	CancelableCanceled        CancelableRunState = "canceled"
-	CancelableTimeout         CancelableRunState = "timeout"
-	CancelableCancelRequested CancelableRunState = "cancel_requested"
-)
-
-// ApprovalRunState is a state of the approval run machine (docs/spec.md#approval-run).
-type ApprovalRunState string
-
-// States of the approval run machine.
-const (
-	ApprovalPending          ApprovalRunState = "pending"
-	ApprovalRunning          ApprovalRunState = "running"
-	ApprovalAwaitingApproval ApprovalRunState = "awaiting_approval"
-	ApprovalWaitingExternal  ApprovalRunState = "waiting_external"
-	ApprovalCompleted        ApprovalRunState = "completed"
-	ApprovalFailed           ApprovalRunState = "failed"
-	ApprovalCancelled        ApprovalRunState = "cancelled"
-)
-
 // StepState is a state of a run step (docs/spec.md#run-step).
 type StepState string
 
@@ -63,11 +22,13 @@ const (
 
 // runTerminal lists the terminal states of each run machine by name. The
 // machines' own tables say the same (a test of theirs compares), so a
-// reader with no machine, the Go client, can tell a finished run.
+// reader with no machine, the Go client, can tell a finished run. (The
+// states of the run machines are the machines' own: a RunStatus keeps its
+// state as a string, docs/spec.md#run-status lists them.)
 var runTerminal = map[string][]string{
-	MachineCanonical:  {string(RunCompleted), string(RunFailed)},
-	MachineCancelable: {string(CancelableSucceeded), string(CancelableFailed), string(CancelableCanceled), string(CancelableTimeout)},
-	MachineApproval:   {string(ApprovalCompleted), string(ApprovalFailed), string(ApprovalCancelled)},
+	MachineCanonical:  {"completed", "failed"},
+	MachineCancelable: {"succeeded", "failed", "canceled", "timeout"},
+	MachineApproval:   {"completed", "failed", "cancelled"},
 }
 
 // RunFinished tells whether status is a terminal state of the run machine

@@ -21,7 +21,7 @@ const (
 	NLMUnavailable      = lifecycle.CodeNLMUnavailable
 	UpstreamUnavailable = lifecycle.CodeUpstreamUnavailable
 	AgentTimeout        = lifecycle.CodeAgentTimeout
-	InternalError       = lifecycle.CodeInternalError
+	InternalError       = "INTERNAL_ERROR"
 	RunOrphaned         = "RUN_ORPHANED"
 	RunResumeFailed     = "RUN_RESUME_FAILED"
 	IdempotencyConflict = "IDEMPOTENCY_CONFLICT"

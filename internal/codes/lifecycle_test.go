@@ -1,6 +1,7 @@
 package codes_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/runconveyor/conveyor/internal/codes"
@@ -35,7 +36,7 @@ func TestLifecycleSpellsTheTable(t *testing.T) {
 		{"corrupt (sentinel)", lifecycle.ErrCorrupt, codes.RecordQuarantined},
 		{"a step's code", lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "x"), codes.NLMUnavailable},
 		{"agent timeout", lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "x"), codes.AgentTimeout},
-		{"internal", lifecycle.NewRunError(lifecycle.CodeInternalError, "x"), codes.InternalError},
+		{"internal", errors.New("boom"), codes.InternalError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ func BenchmarkCheck(b *testing.B) {
 	m := machine.CancelableRun()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := m.Check(lifecycle.CancelableRunning, lifecycle.CancelableCancelRequested); err != nil {
+		if err := m.Check(machine.CancelableRunning, machine.CancelableCancelRequested); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -25,7 +25,7 @@ func BenchmarkCheck(b *testing.B) {
 // BenchmarkStatelessCanFire is the baseline: stateless's CanFire for the same
 // move on the same machine, configured once by hand from the spec's table.
 func BenchmarkStatelessCanFire(b *testing.B) {
-	sm := stateless.NewStateMachine(lifecycle.CancelableRunning)
+	sm := stateless.NewStateMachine(machine.CancelableRunning)
 	for _, t := range machine.CancelableRun().Transitions() {
 		sm.Configure(t.From).Permit(t.Event, t.To)
 	}
@@ -46,7 +46,7 @@ func BenchmarkFire(b *testing.B) {
 	run := &record{}
 	b.ReportAllocs()
 	for b.Loop() {
-		run.Status = string(lifecycle.CancelableRunning)
+		run.Status = string(machine.CancelableRunning)
 		if _, err := m.Fire(ctx, run, machine.EventRequestCancel, lifecycle.ActorOrchestration); err != nil {
 			b.Fatal(err)
 		}
@@ -73,10 +73,10 @@ func BenchmarkCheckDecoded(b *testing.B) {
 	if err := json.Unmarshal([]byte(`{"run_id":"r","status":"running"}`), &doc); err != nil {
 		b.Fatal(err)
 	}
-	from := lifecycle.CancelableRunState(doc.Status)
+	from := machine.CancelableRunState(doc.Status)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := m.Check(from, lifecycle.CancelableCancelRequested); err != nil {
+		if err := m.Check(from, machine.CancelableCancelRequested); err != nil {
 			b.Fatal(err)
 		}
 	}

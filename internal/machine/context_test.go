@@ -23,16 +23,16 @@ func TestFireReportsTransitionContext(t *testing.T) {
 	m := machine.ApprovalRun()
 	tests := []struct {
 		name  string
-		from  lifecycle.ApprovalRunState
+		from  machine.ApprovalRunState
 		event lifecycle.Event
 		actor lifecycle.Actor
 		ctx   context.Context
 		want  *lifecycle.TransitionContext
 	}{
-		{"terminal", lifecycle.ApprovalCompleted, machine.EventApprove, lifecycle.ActorGateway, ctx, &tc},
-		{"no such move", lifecycle.ApprovalPending, machine.EventApprove, lifecycle.ActorGateway, ctx, &tc},
-		{"forbidden actor", lifecycle.ApprovalAwaitingApproval, machine.EventApprove, lifecycle.ActorMastra, ctx, &tc},
-		{"no context", lifecycle.ApprovalCompleted, machine.EventApprove, lifecycle.ActorGateway, context.Background(), nil},
+		{"terminal", machine.ApprovalCompleted, machine.EventApprove, lifecycle.ActorGateway, ctx, &tc},
+		{"no such move", machine.ApprovalPending, machine.EventApprove, lifecycle.ActorGateway, ctx, &tc},
+		{"forbidden actor", machine.ApprovalAwaitingApproval, machine.EventApprove, lifecycle.ActorMastra, ctx, &tc},
+		{"no context", machine.ApprovalCompleted, machine.EventApprove, lifecycle.ActorGateway, context.Background(), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 
 func ExampleMachine_Check() {
 	m := machine.CancelableRun()
-	fmt.Println(m.Check(lifecycle.CancelableRunning, lifecycle.CancelableCancelRequested))
+	fmt.Println(m.Check(machine.CancelableRunning, machine.CancelableCancelRequested))
 
-	err := m.Check(lifecycle.CancelableSucceeded, lifecycle.CancelableRunning)
+	err := m.Check(machine.CancelableSucceeded, machine.CancelableRunning)
 	fmt.Println(errors.Is(err, lifecycle.ErrInvalidTransition), errors.Is(err, lifecycle.ErrTerminalState))
 	fmt.Println(err)
 	// Output:
@@ -51,8 +51,8 @@ func ExampleMachine_Fire() {
 
 func ExampleMachine_Next() {
 	m := machine.ApprovalRun()
-	fmt.Println(m.Next(lifecycle.ApprovalAwaitingApproval))
-	fmt.Println(m.IsTerminal(lifecycle.ApprovalCancelled))
+	fmt.Println(m.Next(machine.ApprovalAwaitingApproval))
+	fmt.Println(m.IsTerminal(machine.ApprovalCancelled))
 	// Output:
 	// [running completed failed cancelled]
 	// true

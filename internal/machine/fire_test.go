@@ -19,24 +19,24 @@ func TestFireMovesTheRecord(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m := machine.CanonicalRun()
-	run := &record{RunID: "run_1", Status: string(lifecycle.RunRequested)}
+	run := &record{RunID: "run_1", Status: string(machine.RunRequested)}
 	steps := []struct {
 		event lifecycle.Event
-		to    lifecycle.RunState
+		to    machine.RunState
 	}{
-		{machine.EventAdmit, lifecycle.RunQueued},
-		{machine.EventStart, lifecycle.RunRunning},
-		{machine.EventStepCompleted, lifecycle.RunRunning},
-		{machine.EventStepCompleted, lifecycle.RunRunning},
-		{machine.EventComplete, lifecycle.RunCompleted},
+		{machine.EventAdmit, machine.RunQueued},
+		{machine.EventStart, machine.RunRunning},
+		{machine.EventStepCompleted, machine.RunRunning},
+		{machine.EventStepCompleted, machine.RunRunning},
+		{machine.EventComplete, machine.RunCompleted},
 	}
 	for _, st := range steps {
-		from := lifecycle.RunState(run.Status)
+		from := machine.RunState(run.Status)
 		change, err := m.Fire(ctx, run, st.event, lifecycle.ActorOrchestration)
 		if err != nil {
 			t.Fatalf("fire %q from %q: %v", st.event, from, err)
 		}
-		want := machine.Change[lifecycle.RunState]{From: from, To: st.to, Event: st.event, Actor: lifecycle.ActorOrchestration}
+		want := machine.Change[machine.RunState]{From: from, To: st.to, Event: st.event, Actor: lifecycle.ActorOrchestration}
 		if diff := cmp.Diff(want, change); diff != "" {
 			t.Errorf("change (-want +got):\n%s", diff)
 		}
@@ -51,7 +51,7 @@ func TestFireRefusals(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name      string
-		from      lifecycle.CancelableRunState
+		from      machine.CancelableRunState
 		event     lifecycle.Event
 		actor     lifecycle.Actor
 		wantIs    []error
@@ -60,14 +60,14 @@ func TestFireRefusals(t *testing.T) {
 		wantCode  string
 	}{
 		{
-			name: "no such event here", from: lifecycle.CancelableQueued, event: machine.EventSucceed, actor: lifecycle.ActorOrchestration,
+			name: "no such event here", from: machine.CancelableQueued, event: machine.EventSucceed, actor: lifecycle.ActorOrchestration,
 			wantIs:    []error{lifecycle.ErrInvalidTransition},
 			wantNotIs: []error{lifecycle.ErrTerminalState, lifecycle.ErrForbiddenActor, lifecycle.ErrUnknownState},
 			wantMsg:   []string{"cancelable-run", `"queued"`, `"succeed"`, "valid next states: running, canceled"},
 			wantCode:  codes.InvalidTransition,
 		},
 		{
-			name: "terminal", from: lifecycle.CancelableSucceeded, event: machine.EventFail, actor: lifecycle.ActorOrchestration,
+			name: "terminal", from: machine.CancelableSucceeded, event: machine.EventFail, actor: lifecycle.ActorOrchestration,
 			wantIs:   []error{lifecycle.ErrInvalidTransition, lifecycle.ErrTerminalState},
 			wantMsg:  []string{`"succeeded" is a terminal state`, "no valid next states"},
 			wantCode: codes.TerminalState,
@@ -78,14 +78,14 @@ func TestFireRefusals(t *testing.T) {
 			wantMsg: []string{`unknown state "bogus"`},
 		},
 		{
-			name: "mastra never writes status", from: lifecycle.CancelableRunning, event: machine.EventSucceed, actor: lifecycle.ActorMastra,
+			name: "mastra never writes status", from: machine.CancelableRunning, event: machine.EventSucceed, actor: lifecycle.ActorMastra,
 			wantIs:    []error{lifecycle.ErrForbiddenActor},
 			wantNotIs: []error{lifecycle.ErrInvalidTransition},
 			wantMsg:   []string{`actor "mastra"`, `"running" to "succeeded"`, "allowed: orchestration"},
 			wantCode:  codes.Forbidden,
 		},
 		{
-			name: "frontend cannot cancel", from: lifecycle.CancelableRunning, event: machine.EventRequestCancel, actor: lifecycle.ActorFrontend,
+			name: "frontend cannot cancel", from: machine.CancelableRunning, event: machine.EventRequestCancel, actor: lifecycle.ActorFrontend,
 			wantIs:  []error{lifecycle.ErrForbiddenActor},
 			wantMsg: []string{"allowed: gateway, orchestration"},
 		},
@@ -126,7 +126,7 @@ func TestFireRefusals(t *testing.T) {
 
 func TestInvalidTransitionErrorFields(t *testing.T) {
 	t.Parallel()
-	err := machine.CanonicalRun().Check(lifecycle.RunQueued, lifecycle.RunRequested)
+	err := machine.CanonicalRun().Check(machine.RunQueued, machine.RunRequested)
 	var ite *lifecycle.InvalidTransitionError
 	if !errors.As(fmt.Errorf("wrapped: %w", err), &ite) {
 		t.Fatalf("%v is not an *InvalidTransitionError", err)
@@ -146,13 +146,13 @@ func TestInvalidTransitionErrorFields(t *testing.T) {
 func TestCheckActor(t *testing.T) {
 	t.Parallel()
 	m := machine.CanonicalRun()
-	if err := m.CheckActor(lifecycle.RunRequested, lifecycle.RunFailed, lifecycle.ActorGateway); err != nil {
+	if err := m.CheckActor(machine.RunRequested, machine.RunFailed, lifecycle.ActorGateway); err != nil {
 		t.Errorf("gateway may fail a requested run: %v", err)
 	}
-	if err := m.CheckActor(lifecycle.RunRunning, lifecycle.RunCompleted, lifecycle.ActorGateway); !errors.Is(err, lifecycle.ErrForbiddenActor) {
+	if err := m.CheckActor(machine.RunRunning, machine.RunCompleted, lifecycle.ActorGateway); !errors.Is(err, lifecycle.ErrForbiddenActor) {
 		t.Errorf("gateway completing a run: %v", err)
 	}
-	if err := m.CheckActor(lifecycle.RunCompleted, lifecycle.RunRunning, lifecycle.ActorOrchestration); !errors.Is(err, lifecycle.ErrTerminalState) {
+	if err := m.CheckActor(machine.RunCompleted, machine.RunRunning, lifecycle.ActorOrchestration); !errors.Is(err, lifecycle.ErrTerminalState) {
 		t.Errorf("leaving completed: %v", err)
 	}
 }

@@ -16,8 +16,8 @@ func TestCheckNamesFromAnywhere(t *testing.T) {
 	m := machine.ApprovalRun()
 	for _, from := range m.States() {
 		for _, to := range m.States() {
-			f := lifecycle.ApprovalRunState(strings.Clone(string(from)))
-			g := lifecycle.ApprovalRunState(strings.Clone(string(to)))
+			f := machine.ApprovalRunState(strings.Clone(string(from)))
+			g := machine.ApprovalRunState(strings.Clone(string(to)))
 			if m.Allowed(f, g) != m.Allowed(from, to) {
 				t.Errorf("Allowed(%q, %q) differs for copied names", from, to)
 			}
@@ -30,11 +30,11 @@ func TestCheckNamesFromAnywhere(t *testing.T) {
 func TestCheckPrefixSharingBytes(t *testing.T) {
 	t.Parallel()
 	m := machine.CanonicalRun()
-	run := string(lifecycle.RunRunning)
-	if m.Allowed(lifecycle.RunState(run[:3]), lifecycle.RunCompleted) || m.IsState(lifecycle.RunState(run[:3])) {
+	run := string(machine.RunRunning)
+	if m.Allowed(machine.RunState(run[:3]), machine.RunCompleted) || m.IsState(machine.RunState(run[:3])) {
 		t.Errorf("a prefix of %q is taken for the state", run)
 	}
-	if m.Allowed("", lifecycle.RunCompleted) || m.Allowed(lifecycle.RunRunning, "") {
+	if m.Allowed("", machine.RunCompleted) || m.Allowed(machine.RunRunning, "") {
 		t.Errorf("the empty name is taken for a state")
 	}
 }
@@ -86,11 +86,11 @@ func FuzzCheck(f *testing.F) {
 				want = true
 			}
 		}
-		got := m.Allowed(lifecycle.CancelableRunState(from), lifecycle.CancelableRunState(to))
+		got := m.Allowed(machine.CancelableRunState(from), machine.CancelableRunState(to))
 		if got != want {
 			t.Fatalf("Allowed(%q, %q) = %v, want %v", from, to, got, want)
 		}
-		if err := m.Check(lifecycle.CancelableRunState(from), lifecycle.CancelableRunState(to)); (err == nil) != want {
+		if err := m.Check(machine.CancelableRunState(from), machine.CancelableRunState(to)); (err == nil) != want {
 			t.Fatalf("Check(%q, %q) = %v", from, to, err)
 		}
 	})

@@ -141,7 +141,7 @@ func TestMustNewPanicsOnBadDefinition(t *testing.T) {
 func TestQueries(t *testing.T) {
 	t.Parallel()
 	m := machine.CancelableRun()
-	if got := m.Next(lifecycle.CancelableRunning); len(got) != 4 {
+	if got := m.Next(machine.CancelableRunning); len(got) != 4 {
 		t.Errorf("Next(running) = %v", got)
 	}
 	if m.Next("bogus") != nil {
@@ -159,10 +159,10 @@ func TestQueries(t *testing.T) {
 	if _, ok := m.Edge("bogus", "running"); ok {
 		t.Errorf("Edge of unknown state found")
 	}
-	if _, ok := m.Edge(lifecycle.CancelableQueued, lifecycle.CancelableSucceeded); ok {
+	if _, ok := m.Edge(machine.CancelableQueued, machine.CancelableSucceeded); ok {
 		t.Errorf("Edge queued → succeeded found")
 	}
-	tr, ok := m.Edge(lifecycle.CancelableRunning, lifecycle.CancelableCancelRequested)
+	tr, ok := m.Edge(machine.CancelableRunning, machine.CancelableCancelRequested)
 	if !ok || tr.Event != machine.EventRequestCancel {
 		t.Errorf("Edge(running, cancel_requested) = %+v, %v", tr, ok)
 	}

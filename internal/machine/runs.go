@@ -6,24 +6,56 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// Stateful is a record that keeps its state as a string: the record the
-// run and run-step machines move. The run package's status and step
-// records are Stateful, and so may be a user's own records, so these
-// machines know no record type of their own.
-type Stateful interface {
-	State() string
-	SetState(string)
-}
+// RunState is a state of the canonical run machine (docs/spec.md#canonical-run).
+type RunState string
+
+// States of the canonical run machine.
+const (
+	RunRequested RunState = "requested"
+	RunQueued    RunState = "queued"
+	RunRunning   RunState = "running"
+	RunCompleted RunState = "completed"
+	RunFailed    RunState = "failed"
+)
+
+// CancelableRunState is a state of the cancel-aware run machine
+// (docs/spec.md#cancel-aware-run).
+type CancelableRunState string
+
+// States of the cancel-aware run machine.
+const (
+	CancelableQueued          CancelableRunState = "queued"
+	CancelableRunning         CancelableRunState = "running"
+	CancelableSucceeded       CancelableRunState = "succeeded"
+	CancelableFailed          CancelableRunState = "failed"
+	CancelableCanceled        CancelableRunState = "canceled"
+	CancelableTimeout         CancelableRunState = "timeout"
+	CancelableCancelRequested CancelableRunState = "cancel_requested"
+)
+
+// ApprovalRunState is a state of the approval run machine (docs/spec.md#approval-run).
+type ApprovalRunState string
+
+// States of the approval run machine.
+const (
+	ApprovalPending          ApprovalRunState = "pending"
+	ApprovalRunning          ApprovalRunState = "running"
+	ApprovalAwaitingApproval ApprovalRunState = "awaiting_approval"
+	ApprovalWaitingExternal  ApprovalRunState = "waiting_external"
+	ApprovalCompleted        ApprovalRunState = "completed"
+	ApprovalFailed           ApprovalRunState = "failed"
+	ApprovalCancelled        ApprovalRunState = "cancelled"
+)
 
 // runStates lists the canonical run states in lifecycle order.
-func runStates() []lifecycle.RunState {
-	return []lifecycle.RunState{lifecycle.RunRequested, lifecycle.RunQueued, lifecycle.RunRunning, lifecycle.RunCompleted, lifecycle.RunFailed}
+func runStates() []RunState {
+	return []RunState{RunRequested, RunQueued, RunRunning, RunCompleted, RunFailed}
 }
 
-// stateOf and setState are the state accessors of every machine over
-// Stateful records.
-func stateOf[S ~string](r Stateful) S     { return S(r.State()) }
-func setState[S ~string](r Stateful, s S) { r.SetState(string(s)) }
+// statusOf and setStatus are the state accessors of the run machines,
+// over a run's status.json.
+func statusOf[S ~string](d *lifecycle.RunStatus) S     { return S(d.Status) }
+func setStatus[S ~string](d *lifecycle.RunStatus, s S) { d.Status = string(s) }
 
 // CanonicalRun is the canonical run machine (docs/spec.md#canonical-run):
 // requested → queued → running → completed | failed, with running → running
@@ -32,69 +64,69 @@ func setState[S ~string](r Stateful, s S) { r.SetState(string(s)) }
 //
 // Extensions (docs/spec.md#extensions): requested → failed and queued → failed, for a run
 // that can never start (orchestration unavailable, run timeout while queued).
-func CanonicalRun() *Machine[lifecycle.RunState, Stateful] { return canonicalRun() }
+func CanonicalRun() *Machine[RunState, *lifecycle.RunStatus] { return canonicalRun() }
 
-var canonicalRun = sync.OnceValue(func() *Machine[lifecycle.RunState, Stateful] {
+var canonicalRun = sync.OnceValue(func() *Machine[RunState, *lifecycle.RunStatus] {
 	orch := []lifecycle.Actor{lifecycle.ActorOrchestration}
-	return MustNew(Definition[lifecycle.RunState, Stateful]{
+	return MustNew(Definition[RunState, *lifecycle.RunStatus]{
 		Name:     lifecycle.MachineCanonical,
-		Initial:  lifecycle.RunRequested,
+		Initial:  RunRequested,
 		States:   runStates(),
-		Terminal: []lifecycle.RunState{lifecycle.RunCompleted, lifecycle.RunFailed},
-		Transitions: []Transition[lifecycle.RunState, Stateful]{
-			{From: lifecycle.RunRequested, To: lifecycle.RunQueued, Event: EventAdmit, Actors: orch},
-			{From: lifecycle.RunQueued, To: lifecycle.RunRunning, Event: EventStart, Actors: orch},
-			{From: lifecycle.RunRunning, To: lifecycle.RunRunning, Event: EventStepCompleted, Actors: orch},
-			{From: lifecycle.RunRunning, To: lifecycle.RunCompleted, Event: EventComplete, Actors: orch},
-			{From: lifecycle.RunRunning, To: lifecycle.RunFailed, Event: EventFail, Actors: orch},
-			{From: lifecycle.RunRequested, To: lifecycle.RunFailed, Event: EventFail, Actors: []lifecycle.Actor{lifecycle.ActorGateway, lifecycle.ActorOrchestration}, Extension: true},
-			{From: lifecycle.RunQueued, To: lifecycle.RunFailed, Event: EventFail, Actors: orch, Extension: true},
+		Terminal: []RunState{RunCompleted, RunFailed},
+		Transitions: []Transition[RunState, *lifecycle.RunStatus]{
+			{From: RunRequested, To: RunQueued, Event: EventAdmit, Actors: orch},
+			{From: RunQueued, To: RunRunning, Event: EventStart, Actors: orch},
+			{From: RunRunning, To: RunRunning, Event: EventStepCompleted, Actors: orch},
+			{From: RunRunning, To: RunCompleted, Event: EventComplete, Actors: orch},
+			{From: RunRunning, To: RunFailed, Event: EventFail, Actors: orch},
+			{From: RunRequested, To: RunFailed, Event: EventFail, Actors: []lifecycle.Actor{lifecycle.ActorGateway, lifecycle.ActorOrchestration}, Extension: true},
+			{From: RunQueued, To: RunFailed, Event: EventFail, Actors: orch, Extension: true},
 		},
-		GetState: stateOf[lifecycle.RunState],
-		SetState: setState[lifecycle.RunState],
+		GetState: statusOf[RunState],
+		SetState: setStatus[RunState],
 	})
 })
 
 // cancelableRunStates lists the cancel-aware run states in the spec's order.
-func cancelableRunStates() []lifecycle.CancelableRunState {
-	return []lifecycle.CancelableRunState{lifecycle.CancelableQueued, lifecycle.CancelableRunning, lifecycle.CancelableSucceeded, lifecycle.CancelableFailed,
-		lifecycle.CancelableCanceled, lifecycle.CancelableTimeout, lifecycle.CancelableCancelRequested}
+func cancelableRunStates() []CancelableRunState {
+	return []CancelableRunState{CancelableQueued, CancelableRunning, CancelableSucceeded, CancelableFailed,
+		CancelableCanceled, CancelableTimeout, CancelableCancelRequested}
 }
 
 // CancelableRun is the cancel-aware run machine (docs/spec.md#cancel-aware-run).
 // Cancellation is cooperative: the gateway (on the owner's behalf) or the
 // orchestration layer asks with request_cancel, and a run whose step finishes
 // first may still end succeeded or failed.
-func CancelableRun() *Machine[lifecycle.CancelableRunState, Stateful] { return cancelableRun() }
+func CancelableRun() *Machine[CancelableRunState, *lifecycle.RunStatus] { return cancelableRun() }
 
-var cancelableRun = sync.OnceValue(func() *Machine[lifecycle.CancelableRunState, Stateful] {
+var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, *lifecycle.RunStatus] {
 	orch := []lifecycle.Actor{lifecycle.ActorOrchestration}
 	canceller := []lifecycle.Actor{lifecycle.ActorGateway, lifecycle.ActorOrchestration}
-	return MustNew(Definition[lifecycle.CancelableRunState, Stateful]{
+	return MustNew(Definition[CancelableRunState, *lifecycle.RunStatus]{
 		Name:     lifecycle.MachineCancelable,
-		Initial:  lifecycle.CancelableQueued,
+		Initial:  CancelableQueued,
 		States:   cancelableRunStates(),
-		Terminal: []lifecycle.CancelableRunState{lifecycle.CancelableSucceeded, lifecycle.CancelableFailed, lifecycle.CancelableCanceled, lifecycle.CancelableTimeout},
-		Transitions: []Transition[lifecycle.CancelableRunState, Stateful]{
-			{From: lifecycle.CancelableQueued, To: lifecycle.CancelableRunning, Event: EventStart, Actors: orch},
-			{From: lifecycle.CancelableQueued, To: lifecycle.CancelableCanceled, Event: EventCancel, Actors: canceller},
-			{From: lifecycle.CancelableRunning, To: lifecycle.CancelableSucceeded, Event: EventSucceed, Actors: orch},
-			{From: lifecycle.CancelableRunning, To: lifecycle.CancelableFailed, Event: EventFail, Actors: orch},
-			{From: lifecycle.CancelableRunning, To: lifecycle.CancelableTimeout, Event: EventTimeOut, Actors: orch},
-			{From: lifecycle.CancelableRunning, To: lifecycle.CancelableCancelRequested, Event: EventRequestCancel, Actors: canceller},
-			{From: lifecycle.CancelableCancelRequested, To: lifecycle.CancelableCanceled, Event: EventCancel, Actors: orch},
-			{From: lifecycle.CancelableCancelRequested, To: lifecycle.CancelableSucceeded, Event: EventSucceed, Actors: orch},
-			{From: lifecycle.CancelableCancelRequested, To: lifecycle.CancelableFailed, Event: EventFail, Actors: orch},
+		Terminal: []CancelableRunState{CancelableSucceeded, CancelableFailed, CancelableCanceled, CancelableTimeout},
+		Transitions: []Transition[CancelableRunState, *lifecycle.RunStatus]{
+			{From: CancelableQueued, To: CancelableRunning, Event: EventStart, Actors: orch},
+			{From: CancelableQueued, To: CancelableCanceled, Event: EventCancel, Actors: canceller},
+			{From: CancelableRunning, To: CancelableSucceeded, Event: EventSucceed, Actors: orch},
+			{From: CancelableRunning, To: CancelableFailed, Event: EventFail, Actors: orch},
+			{From: CancelableRunning, To: CancelableTimeout, Event: EventTimeOut, Actors: orch},
+			{From: CancelableRunning, To: CancelableCancelRequested, Event: EventRequestCancel, Actors: canceller},
+			{From: CancelableCancelRequested, To: CancelableCanceled, Event: EventCancel, Actors: orch},
+			{From: CancelableCancelRequested, To: CancelableSucceeded, Event: EventSucceed, Actors: orch},
+			{From: CancelableCancelRequested, To: CancelableFailed, Event: EventFail, Actors: orch},
 		},
-		GetState: stateOf[lifecycle.CancelableRunState],
-		SetState: setState[lifecycle.CancelableRunState],
+		GetState: statusOf[CancelableRunState],
+		SetState: setStatus[CancelableRunState],
 	})
 })
 
 // approvalRunStates lists the approval run states in the spec's order.
-func approvalRunStates() []lifecycle.ApprovalRunState {
-	return []lifecycle.ApprovalRunState{lifecycle.ApprovalPending, lifecycle.ApprovalRunning, lifecycle.ApprovalAwaitingApproval, lifecycle.ApprovalWaitingExternal,
-		lifecycle.ApprovalCompleted, lifecycle.ApprovalFailed, lifecycle.ApprovalCancelled}
+func approvalRunStates() []ApprovalRunState {
+	return []ApprovalRunState{ApprovalPending, ApprovalRunning, ApprovalAwaitingApproval, ApprovalWaitingExternal,
+		ApprovalCompleted, ApprovalFailed, ApprovalCancelled}
 }
 
 // ApprovalRun is the approval run machine (docs/spec.md#approval-run): a run may park at an
@@ -102,36 +134,36 @@ func approvalRunStates() []lifecycle.ApprovalRunState {
 // every move; the gateway may also make the ones an owner or a webhook
 // causes: cancel, approve (→ running, or → completed when the gate was the
 // last step), reject (→ failed) and deliver (the external event arrived).
-func ApprovalRun() *Machine[lifecycle.ApprovalRunState, Stateful] { return approvalRun() }
+func ApprovalRun() *Machine[ApprovalRunState, *lifecycle.RunStatus] { return approvalRun() }
 
-var approvalRun = sync.OnceValue(func() *Machine[lifecycle.ApprovalRunState, Stateful] {
+var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, *lifecycle.RunStatus] {
 	orch := []lifecycle.Actor{lifecycle.ActorOrchestration}
 	both := []lifecycle.Actor{lifecycle.ActorGateway, lifecycle.ActorOrchestration}
-	return MustNew(Definition[lifecycle.ApprovalRunState, Stateful]{
+	return MustNew(Definition[ApprovalRunState, *lifecycle.RunStatus]{
 		Name:     lifecycle.MachineApproval,
-		Initial:  lifecycle.ApprovalPending,
+		Initial:  ApprovalPending,
 		States:   approvalRunStates(),
-		Terminal: []lifecycle.ApprovalRunState{lifecycle.ApprovalCompleted, lifecycle.ApprovalFailed, lifecycle.ApprovalCancelled},
-		Transitions: []Transition[lifecycle.ApprovalRunState, Stateful]{
-			{From: lifecycle.ApprovalPending, To: lifecycle.ApprovalRunning, Event: EventStart, Actors: orch},
-			{From: lifecycle.ApprovalPending, To: lifecycle.ApprovalCancelled, Event: EventCancel, Actors: both},
-			{From: lifecycle.ApprovalPending, To: lifecycle.ApprovalFailed, Event: EventFail, Actors: orch},
-			{From: lifecycle.ApprovalRunning, To: lifecycle.ApprovalCompleted, Event: EventComplete, Actors: orch},
-			{From: lifecycle.ApprovalRunning, To: lifecycle.ApprovalFailed, Event: EventFail, Actors: orch},
-			{From: lifecycle.ApprovalRunning, To: lifecycle.ApprovalCancelled, Event: EventCancel, Actors: both},
-			{From: lifecycle.ApprovalRunning, To: lifecycle.ApprovalAwaitingApproval, Event: EventAwaitApproval, Actors: orch},
-			{From: lifecycle.ApprovalRunning, To: lifecycle.ApprovalWaitingExternal, Event: EventWaitExternal, Actors: orch},
-			{From: lifecycle.ApprovalAwaitingApproval, To: lifecycle.ApprovalRunning, Event: EventApprove, Actors: both},
-			{From: lifecycle.ApprovalAwaitingApproval, To: lifecycle.ApprovalCompleted, Event: EventComplete, Actors: both},
-			{From: lifecycle.ApprovalAwaitingApproval, To: lifecycle.ApprovalFailed, Event: EventReject, Actors: both},
-			{From: lifecycle.ApprovalAwaitingApproval, To: lifecycle.ApprovalCancelled, Event: EventCancel, Actors: both},
-			{From: lifecycle.ApprovalWaitingExternal, To: lifecycle.ApprovalRunning, Event: EventDeliver, Actors: both},
-			{From: lifecycle.ApprovalWaitingExternal, To: lifecycle.ApprovalCompleted, Event: EventComplete, Actors: both},
-			{From: lifecycle.ApprovalWaitingExternal, To: lifecycle.ApprovalFailed, Event: EventFail, Actors: orch},
-			{From: lifecycle.ApprovalWaitingExternal, To: lifecycle.ApprovalCancelled, Event: EventCancel, Actors: both},
+		Terminal: []ApprovalRunState{ApprovalCompleted, ApprovalFailed, ApprovalCancelled},
+		Transitions: []Transition[ApprovalRunState, *lifecycle.RunStatus]{
+			{From: ApprovalPending, To: ApprovalRunning, Event: EventStart, Actors: orch},
+			{From: ApprovalPending, To: ApprovalCancelled, Event: EventCancel, Actors: both},
+			{From: ApprovalPending, To: ApprovalFailed, Event: EventFail, Actors: orch},
+			{From: ApprovalRunning, To: ApprovalCompleted, Event: EventComplete, Actors: orch},
+			{From: ApprovalRunning, To: ApprovalFailed, Event: EventFail, Actors: orch},
+			{From: ApprovalRunning, To: ApprovalCancelled, Event: EventCancel, Actors: both},
+			{From: ApprovalRunning, To: ApprovalAwaitingApproval, Event: EventAwaitApproval, Actors: orch},
+			{From: ApprovalRunning, To: ApprovalWaitingExternal, Event: EventWaitExternal, Actors: orch},
+			{From: ApprovalAwaitingApproval, To: ApprovalRunning, Event: EventApprove, Actors: both},
+			{From: ApprovalAwaitingApproval, To: ApprovalCompleted, Event: EventComplete, Actors: both},
+			{From: ApprovalAwaitingApproval, To: ApprovalFailed, Event: EventReject, Actors: both},
+			{From: ApprovalAwaitingApproval, To: ApprovalCancelled, Event: EventCancel, Actors: both},
+			{From: ApprovalWaitingExternal, To: ApprovalRunning, Event: EventDeliver, Actors: both},
+			{From: ApprovalWaitingExternal, To: ApprovalCompleted, Event: EventComplete, Actors: both},
+			{From: ApprovalWaitingExternal, To: ApprovalFailed, Event: EventFail, Actors: orch},
+			{From: ApprovalWaitingExternal, To: ApprovalCancelled, Event: EventCancel, Actors: both},
 		},
-		GetState: stateOf[lifecycle.ApprovalRunState],
-		SetState: setState[lifecycle.ApprovalRunState],
+		GetState: statusOf[ApprovalRunState],
+		SetState: setStatus[ApprovalRunState],
 	})
 })
 
@@ -144,22 +176,22 @@ func stepStates() []lifecycle.StepState {
 // moves are Conveyor's: a step starts and then completes or fails (retries
 // happen inside running), or is skipped without running (a resumed run
 // reusing a checkpoint). Only the orchestration layer writes step files.
-func RunStep() *Machine[lifecycle.StepState, Stateful] { return runStep() }
+func RunStep() *Machine[lifecycle.StepState, *lifecycle.StepRecord] { return runStep() }
 
-var runStep = sync.OnceValue(func() *Machine[lifecycle.StepState, Stateful] {
+var runStep = sync.OnceValue(func() *Machine[lifecycle.StepState, *lifecycle.StepRecord] {
 	orch := []lifecycle.Actor{lifecycle.ActorOrchestration}
-	return MustNew(Definition[lifecycle.StepState, Stateful]{
+	return MustNew(Definition[lifecycle.StepState, *lifecycle.StepRecord]{
 		Name:     "run-step",
 		Initial:  lifecycle.StepPending,
 		States:   stepStates(),
 		Terminal: []lifecycle.StepState{lifecycle.StepCompleted, lifecycle.StepFailed, lifecycle.StepSkipped},
-		Transitions: []Transition[lifecycle.StepState, Stateful]{
+		Transitions: []Transition[lifecycle.StepState, *lifecycle.StepRecord]{
 			{From: lifecycle.StepPending, To: lifecycle.StepRunning, Event: EventStart, Actors: orch},
 			{From: lifecycle.StepPending, To: lifecycle.StepSkipped, Event: EventSkip, Actors: orch},
 			{From: lifecycle.StepRunning, To: lifecycle.StepCompleted, Event: EventComplete, Actors: orch},
 			{From: lifecycle.StepRunning, To: lifecycle.StepFailed, Event: EventFail, Actors: orch},
 		},
-		GetState: stateOf[lifecycle.StepState],
-		SetState: setState[lifecycle.StepState],
+		GetState: func(r *lifecycle.StepRecord) lifecycle.StepState { return r.Status },
+		SetState: func(r *lifecycle.StepRecord, s lifecycle.StepState) { r.Status = s },
 	})
 })

@@ -14,7 +14,7 @@ import (
 
 // The canonical run, plus its two extensions (docs/spec.md#extensions)
 // requested → failed and queued → failed.
-var specCanonical = map[lifecycle.RunState][]lifecycle.RunState{
+var specCanonical = map[machine.RunState][]machine.RunState{
 	"requested": {"queued", "failed"},
 	"queued":    {"running", "failed"},
 	"running":   {"running", "completed", "failed"},
@@ -23,7 +23,7 @@ var specCanonical = map[lifecycle.RunState][]lifecycle.RunState{
 }
 
 // The cancel-aware run (docs/spec.md#cancel-aware-run).
-var specCancelable = map[lifecycle.CancelableRunState][]lifecycle.CancelableRunState{
+var specCancelable = map[machine.CancelableRunState][]machine.CancelableRunState{
 	"queued":           {"running", "canceled"},
 	"running":          {"succeeded", "failed", "timeout", "cancel_requested"},
 	"cancel_requested": {"canceled", "succeeded", "failed"},
@@ -34,7 +34,7 @@ var specCancelable = map[lifecycle.CancelableRunState][]lifecycle.CancelableRunS
 }
 
 // The approval run (docs/spec.md#approval-run).
-var specApproval = map[lifecycle.ApprovalRunState][]lifecycle.ApprovalRunState{
+var specApproval = map[machine.ApprovalRunState][]machine.ApprovalRunState{
 	"pending":           {"running", "cancelled", "failed"},
 	"running":           {"completed", "failed", "cancelled", "awaiting_approval", "waiting_external"},
 	"awaiting_approval": {"running", "completed", "failed", "cancelled"},
@@ -115,7 +115,7 @@ func TestExtensionsAreMarked(t *testing.T) {
 	t.Parallel()
 	m := machine.CanonicalRun()
 	for _, tr := range m.Transitions() {
-		wantExt := tr.To == lifecycle.RunFailed && tr.From != lifecycle.RunRunning
+		wantExt := tr.To == machine.RunFailed && tr.From != machine.RunRunning
 		if tr.Extension != wantExt {
 			t.Errorf("%s → %s: Extension = %v, want %v", tr.From, tr.To, tr.Extension, wantExt)
 		}
@@ -129,7 +129,7 @@ func TestExtensionsAreMarked(t *testing.T) {
 	}
 }
 
-func newRun[S ~string](s S) machine.Stateful { return &record{Status: string(s)} }
+func newRun[S ~string](s S) *lifecycle.RunStatus { return &record{Status: string(s)} }
 
 // TestRandomWalks fires thousands of random event sequences at every run
 // machine; Walk fails the test the moment one leaves the table.
@@ -148,13 +148,13 @@ func TestRandomWalks(t *testing.T) {
 		for i := range choices {
 			choices[i] = byte(rng.Uint32())
 		}
-		for _, s := range machinetest.Walk(t, machine.CanonicalRun(), newRun, getState[lifecycle.RunState], nil, choices) {
+		for _, s := range machinetest.Walk(t, machine.CanonicalRun(), newRun, getState[machine.RunState], nil, choices) {
 			mark("canonical-run", string(s))
 		}
-		for _, s := range machinetest.Walk(t, machine.CancelableRun(), newRun, getState[lifecycle.CancelableRunState], nil, choices) {
+		for _, s := range machinetest.Walk(t, machine.CancelableRun(), newRun, getState[machine.CancelableRunState], nil, choices) {
 			mark("cancelable-run", string(s))
 		}
-		for _, s := range machinetest.Walk(t, machine.ApprovalRun(), newRun, getState[lifecycle.ApprovalRunState], nil, choices) {
+		for _, s := range machinetest.Walk(t, machine.ApprovalRun(), newRun, getState[machine.ApprovalRunState], nil, choices) {
 			mark("approval-run", string(s))
 		}
 		for _, s := range machinetest.Walk(t, machine.RunStep(), newStep, stepState, nil, choices) {
@@ -171,30 +171,52 @@ func TestRandomWalks(t *testing.T) {
 	}
 }
 
-func getState[S ~string](r machine.Stateful) S { return S(r.State()) }
+func getState[S ~string](r *lifecycle.RunStatus) S { return S(r.Status) }
 
-func newStep(s lifecycle.StepState) machine.Stateful { return &record{Status: string(s)} }
+func newStep(s lifecycle.StepState) *lifecycle.StepRecord { return &lifecycle.StepRecord{Status: s} }
 
-func stepState(r machine.Stateful) lifecycle.StepState { return lifecycle.StepState(r.State()) }
+func stepState(r *lifecycle.StepRecord) lifecycle.StepState { return r.Status }
 
 func FuzzCancelableRunWalk(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3})
 	f.Add([]byte{5, 1, 6, 1, 6, 1})
 	f.Fuzz(func(t *testing.T, choices []byte) {
-		machinetest.Walk(t, machine.CancelableRun(), newRun, getState[lifecycle.CancelableRunState], nil, choices)
+		machinetest.Walk(t, machine.CancelableRun(), newRun, getState[machine.CancelableRunState], nil, choices)
 	})
 }
 
 func FuzzApprovalRunWalk(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 1, 4, 0})
 	f.Fuzz(func(t *testing.T, choices []byte) {
-		machinetest.Walk(t, machine.ApprovalRun(), newRun, getState[lifecycle.ApprovalRunState], nil, choices)
+		machinetest.Walk(t, machine.ApprovalRun(), newRun, getState[machine.ApprovalRunState], nil, choices)
 	})
 }
 
 func FuzzCanonicalRunWalk(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 1, 2, 1})
 	f.Fuzz(func(t *testing.T, choices []byte) {
-		machinetest.Walk(t, machine.CanonicalRun(), newRun, getState[lifecycle.RunState], nil, choices)
+		machinetest.Walk(t, machine.CanonicalRun(), newRun, getState[machine.RunState], nil, choices)
 	})
+}
+
+// TestRunFinishedAgreesWithTheMachines: lifecycle.RunFinished, which the
+// Go client uses without the machines, names the same terminal states as
+// the run machines' tables, state by state.
+func TestRunFinishedAgreesWithTheMachines(t *testing.T) {
+	t.Parallel()
+	check := func(name string, states []string, terminal func(string) bool) {
+		for _, s := range append(states, "no-such-state") {
+			if got, want := lifecycle.RunFinished(name, s), terminal(s); got != want {
+				t.Errorf("RunFinished(%q, %q) = %v, the machine says %v", name, s, got, want)
+			}
+		}
+	}
+	c, k, a := machine.CanonicalRun(), machine.CancelableRun(), machine.ApprovalRun()
+	check("", c.Spec().States, func(s string) bool { return c.IsTerminal(machine.RunState(s)) })
+	check(lifecycle.MachineCanonical, c.Spec().States, func(s string) bool { return c.IsTerminal(machine.RunState(s)) })
+	check(lifecycle.MachineCancelable, k.Spec().States, func(s string) bool { return k.IsTerminal(machine.CancelableRunState(s)) })
+	check(lifecycle.MachineApproval, a.Spec().States, func(s string) bool { return a.IsTerminal(machine.ApprovalRunState(s)) })
+	if lifecycle.RunFinished("no-such-machine", "completed") {
+		t.Error("an unknown machine's run counts as finished")
+	}
 }
