@@ -232,7 +232,7 @@ func tableRows(lines []string) [][]string {
 	return rows
 }
 
-// codeConsts reads lifecycle/codes/codes.go and returns the string constants
+// codeConsts reads internal/codes/codes.go and returns the string constants
 // of its const blocks: the error codes of the API (the block of
 // InvalidTransition) and the job error codes (the block of JobTimeout).
 // Read from the source so that the test sees a code added to a block
@@ -283,7 +283,7 @@ func codeConsts(t *testing.T) (api, job []string) {
 var backticked = regexp.MustCompile("`([A-Z][A-Z0-9_]*)`")
 
 // TestSpecErrorCodes fails when docs/spec.md's tables of error codes and
-// the code table (lifecycle/codes) disagree: a code missing on either side,
+// the code table (internal/codes) disagree: a code missing on either side,
 // or another HTTP status. The error table of docs/http-api.md is checked
 // against the code table too.
 func TestSpecErrorCodes(t *testing.T) {

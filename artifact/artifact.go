@@ -43,7 +43,7 @@ type SourceRef struct {
 }
 
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
-// (docs/spec.md#artifact). The embedded records.Meta is its "version" (1 on
+// (docs/spec.md#artifact). The embedded lifecycle.Meta is its "version" (1 on
 // create; a finalized artifact is never rewritten: only a lost attempt's
 // artifact, which no job points at, is replaced by the next attempt's, with
 // the version counted on).
@@ -73,10 +73,10 @@ type Artifact struct {
 
 // Draft is what a writer supplies to Create; the store fills in the id,
 // times, finalization, version and URL. Its text is bounded: at most
-// codes.MaxListLen tags (codes.MaxNameBytes each), entity refs and
-// sources (codes.MaxRefBytes per ref, codes.MaxTextBytes per
-// excerpt), content of at most codes.MaxDocumentBytes, all valid UTF-8
-// without NUL; Create refuses more with a *codes.InputError.
+// 256 tags (256 bytes each), entity refs and
+// sources (1,024 bytes per ref, 4,096 bytes per
+// excerpt), content of at most 1 MiB, all valid UTF-8
+// without NUL; Create refuses more with a *lifecycle.InputError.
 type Draft struct {
 	JobID      string
 	RunID      string
@@ -228,7 +228,7 @@ func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error)
 // lifecycle check, before the content is parsed: tags (MaxNameBytes), entity
 // and source refs (MaxRefBytes), excerpts (MaxTextBytes), each list at most
 // MaxListLen items, and the content (MaxDocumentBytes). It returns nil or a
-// *codes.InputError.
+// *lifecycle.InputError.
 func (d *Draft) checkText() error {
 	for _, l := range []struct {
 		field string
@@ -272,7 +272,7 @@ func (d *Draft) checkText() error {
 // artifact of the same epoch is returned unchanged (created false); one of an older
 // epoch, left by an attempt that lost its job and can therefore back no
 // COMPLETE job, is replaced by compare-and-swap on its version; one of a
-// newer epoch makes Create fail with an error matching records.ErrLeaseLost,
+// newer epoch makes Create fail with an error matching lifecycle.ErrLeaseLost,
 // having written nothing.
 func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d Draft) (Artifact, bool, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {

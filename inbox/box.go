@@ -95,7 +95,7 @@ func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, 
 }
 
 // Errors of the inbox, each with a code of lifecycle's one table
-// (lifecycle.ErrorCode, codes.HTTPStatus):
+// (lifecycle.ErrorCode, the code table (docs/spec.md#error-codes)):
 //
 //   - bad input matches ErrInvalidEntry: a *ValidationError, INVALID_INPUT
 //     (400) or INPUT_TOO_LARGE (413) for text, INVALID_REQUEST (400) for the
@@ -139,12 +139,12 @@ func transitionError(err error) error {
 }
 
 // ValidationError says which field of a submission is wrong. It matches
-// ErrInvalidEntry, and a *codes.InputError when the field's text broke
+// ErrInvalidEntry, and a *lifecycle.InputError when the field's text broke
 // its limit or was not clean.
 type ValidationError struct {
 	Field  string
 	Reason string
-	// Err is the *codes.InputError of a text field, or nil.
+	// Err is the *lifecycle.InputError of a text field, or nil.
 	Err error
 }
 
@@ -212,15 +212,15 @@ func text(field, s string, limit int, kind codes.TextKind, required bool) error 
 //
 //   - id, if set, is a valid storage id;
 //   - source.type is one of ui, telegram, webhook, agent, cron, and
-//     source.identity is set (at most codes.MaxNameBytes, 256);
+//     source.identity is set (at most 256 bytes, 256);
 //   - intent.action is set, lower-case letters, digits and "-" (at most 64
-//     bytes), and intent.target is set (at most codes.MaxRefBytes, 1 KiB);
+//     bytes), and intent.target is set (at most 1,024 bytes, 1 KiB);
 //   - metadata.priority is "normal" (the default when empty) or "high";
 //     metadata.ttl_hours is 0 (the Box's default) or 1..MaxTTLHours;
-//     metadata.correlation_id has at most codes.MaxNameBytes.
+//     metadata.correlation_id has at most 256 bytes.
 //
 // Text fields must be one line of UTF-8 without control characters
-// (codes.CheckText). Errors match ErrInvalidEntry and name the field.
+// (the SDK's text check (docs/spec.md#limits)). Errors match ErrInvalidEntry and name the field.
 func (s *Submission) Validate() error {
 	// The fields of a fixed set are text too: invalid UTF-8 in one is
 	// INVALID_INPUT, as in any other field, before its value is judged.
@@ -387,7 +387,7 @@ func (b *Box) Process(ctx context.Context, actor lifecycle.Actor, id, proposalID
 }
 
 // Reject records that the validation gate refused the entry: pending →
-// rejected, with the reason (1 byte to codes.MaxTextBytes, may span
+// rejected, with the reason (1 byte to 4,096 bytes, may span
 // lines, as every reason in the SDK). Only the gateway rejects.
 func (b *Box) Reject(ctx context.Context, actor lifecycle.Actor, id, reason string) (lifecycle.InboxEntry, error) {
 	if err := text("rejection_reason", reason, codes.MaxTextBytes, codes.MultiLine, true); err != nil {
@@ -545,8 +545,8 @@ type EntryPage struct {
 }
 
 // ListPage reads a page of the entries List yields, from cursor ("" for
-// the first page; else a Next), at most limit (0: codes.DefaultPageLimit;
-// more than codes.MaxPageLimit is refused). The status filter is checked
+// the first page; else a Next), at most limit (0: 50;
+// more than 500 is refused). The status filter is checked
 // on each entry read, at most max(4*limit, 200) a page: a page of a rare
 // status may come back short, with a Next.
 func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor string) (EntryPage, error) {

@@ -118,7 +118,7 @@ func (q *auditor) flushed(d *jobDoc) {
 // auditObject is the audit object of d's trail (docs/spec.md#audit-event, one event per
 // move, and the artifact's creation before the move out of
 // ARTIFACT_WRITE): the last event with the others as its Prior
-// (records.AuditEvent.Expand), under an id made of the last move's time,
+// (records.Expand), under an id made of the last move's time,
 // the job and the record's version, so every writer that writes it writes
 // the same object once. key is "" for an empty trail.
 func (q *auditor) auditObject(d *jobDoc) (key string, b []byte, err error) {

@@ -20,8 +20,8 @@ type JobQuery struct {
 	Status lifecycle.JobState
 	Type   lifecycle.JobType
 	Agent  string
-	// Limit is the most jobs in the page: 0 means codes.DefaultPageLimit,
-	// more than codes.MaxPageLimit is refused.
+	// Limit is the most jobs in the page: 0 means 50,
+	// more than 500 is refused.
 	Limit int
 	// Cursor is the Next of the page before; "" for the first page.
 	Cursor string

@@ -20,7 +20,7 @@ type quarantine struct {
 	obs   *observer
 }
 
-// poison quarantines the record of a *records.CorruptError and turns the
+// poison quarantines the record of a *lifecycle.QuarantinedError and turns the
 // error into ErrNotFound for the caller, which goes on as if the record were
 // gone: a poison record never blocks anything. Other errors pass.
 func (q *quarantine) poison(ctx context.Context, err error) error {
@@ -39,11 +39,11 @@ func (q *quarantine) poison(ctx context.Context, err error) error {
 }
 
 // QuarantinedError is the error of a job whose record was poison and was
-// moved under records.QuarantinePrefix (by this read or an earlier one): Get
+// moved under quarantine/ (by this read or an earlier one): Get
 // and Requeue give it, as the Runner gives run.QuarantinedError for a run,
 // so a client learns the job is quarantined, not that it never existed. An
-// operator may repair and restore the record (records.Restore). It matches
-// records.ErrCorrupt and, as a job the queue can no longer see,
+// operator may repair and restore the record (a restore (Store.Restore of the HTTP API)). It matches
+// lifecycle.ErrCorrupt and, as a job the queue can no longer see,
 // storage.ErrNotFound; its code is RECORD_QUARANTINED (410).
 type QuarantinedError struct {
 	JobID string
@@ -64,12 +64,12 @@ func (e *QuarantinedError) Error() string {
 	return msg
 }
 
-// Is matches records.ErrCorrupt and storage.ErrNotFound.
+// Is matches lifecycle.ErrCorrupt and storage.ErrNotFound.
 func (e *QuarantinedError) Is(target error) bool {
 	return target == lifecycle.ErrCorrupt || target == storage.ErrNotFound
 }
 
-// Code is RECORD_QUARANTINED, as records.CorruptError's.
+// Code is RECORD_QUARANTINED, as lifecycle.QuarantinedError's.
 func (e *QuarantinedError) Code() string { return (&lifecycle.QuarantinedError{}).Code() }
 
 // quarantinedOr turns the not-found of a job whose record is in quarantine

@@ -116,7 +116,7 @@ func normalizeActor(a lifecycle.Actor) lifecycle.Actor {
 
 // ParseTokens parses the environment form of the tokens,
 // "tok1=gateway,tok2=admin" (spaces around items are ignored). Actors are
-// those of authority.Actors, and "owner", which means gateway.
+// those of the authority matrix's actors, and "owner", which means gateway.
 func ParseTokens(s string) (map[string]lifecycle.Actor, error) {
 	out := map[string]lifecycle.Actor{}
 	for item := range strings.SplitSeq(s, ",") {

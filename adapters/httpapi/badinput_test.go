@@ -165,11 +165,11 @@ func TestInvalidTransitionBody(t *testing.T) {
 	before := g.snapshot()
 	_, err = g.client(lifecycle.ActorGateway).Approve(ctx, res.RunID, "owner", "ship it")
 	e := apiError(t, err, http.StatusConflict, codes.InvalidTransition)
-	if e.From != string(lifecycle.ApprovalPending) || e.To != string(lifecycle.ApprovalRunning) || len(e.Allowed) == 0 {
+	if e.From != string(machine.ApprovalPending) || e.To != string(machine.ApprovalRunning) || len(e.Allowed) == 0 {
 		t.Errorf("from %q to %q allowed %q, want pending → running and the states reachable from pending", e.From, e.To, e.Allowed)
 	}
 	for _, s := range e.Allowed {
-		if !machine.ApprovalRun().Allowed(lifecycle.ApprovalPending, lifecycle.ApprovalRunState(s)) {
+		if !machine.ApprovalRun().Allowed(machine.ApprovalPending, machine.ApprovalRunState(s)) {
 			t.Errorf("allowed lists %s, which pending cannot reach", s)
 		}
 	}

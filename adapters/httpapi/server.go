@@ -56,7 +56,7 @@ type Config struct {
 	// NLM, with Runner, serves POST /nlm/callback (nlm.Sink). Default none:
 	// 404 NOT_FOUND, as for Queue.
 	NLM *nlm.Processor
-	// Store serves /quarantine (records.ListQuarantine, records.Restore);
+	// Store serves /quarantine (the list of quarantined records, a restore (Store.Restore of the HTTP API));
 	// give the store the Runner, Queue and Inbox write to. Default none:
 	// 404 NOT_FOUND, as for Queue.
 	Store *storage.Store

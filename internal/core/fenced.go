@@ -14,7 +14,7 @@ import (
 // epochOf, and a replacement is conditional on the version whose epoch was
 // judged. A missing key is created create-only; an existing one is replaced
 // only while its epoch is at most epoch, else the error matches
-// records.ErrLeaseLost. owner names the writer in that error.
+// lifecycle.ErrLeaseLost. owner names the writer in that error.
 //
 // The run's own lease is checked by the caller's status writes; PutFenced
 // makes sure that whatever a lost writer does, the object a newer owner

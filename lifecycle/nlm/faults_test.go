@@ -184,7 +184,7 @@ func (f *freezer) Put(ctx context.Context, key string, v []byte, c storage.Condi
 // TestFaultPausedProcessorIsFenced: a processor paused past its lease
 // (its store calls frozen, its heartbeat stuck) wakes up after another
 // took the job over (epoch 2) and finished it: none of its writes land,
-// it gets records.ErrLeaseLost, and no second callback is posted.
+// it gets lifecycle.ErrLeaseLost, and no second callback is posted.
 func TestFaultPausedProcessorIsFenced(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -42,9 +42,9 @@ type held struct {
 // whose processor was lost (its lease lapsed; taken over with epoch+1 and
 // resumed, or sent to ERROR after MaxTakeovers). It returns the job as it
 // ended. An error means the job was not processed to its end here: its
-// record is poison (a *records.CorruptError; it was quarantined), it is
+// record is poison (a *lifecycle.QuarantinedError; it was quarantined), it is
 // terminal (lifecycle.ErrTerminalState), another processor holds it, or
-// this processor lost its lease meanwhile (records.ErrLeaseLost) or was
+// this processor lost its lease meanwhile (lifecycle.ErrLeaseLost) or was
 // stopped by ctx (the lease is then handed back). A stage's failure is not
 // an error of Process: it is the job's ERROR.
 func (p *Processor) Process(ctx context.Context, jobID string) (lifecycle.NLMJob, error) {

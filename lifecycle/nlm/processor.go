@@ -135,9 +135,9 @@ type Config struct {
 // (CALLBACK) and ends DONE; a failing or overrunning stage sends the job
 // to ERROR and the callback says FAILED. Every write is a read-check-write
 // fenced by the lease, so a processor that lost its lease (paused past it,
-// and another took the job over with epoch+1) gets records.ErrLeaseLost and
+// and another took the job over with epoch+1) gets lifecycle.ErrLeaseLost and
 // writes nothing; every move is audited. Records that cannot be decoded or
-// fail validation are quarantined (records.Quarantine) and never block
+// fail validation are quarantined (quarantine) and never block
 // other jobs.
 type Processor struct {
 	cfg    Config
@@ -352,7 +352,7 @@ func (p *Processor) Accept(ctx context.Context, req lifecycle.NLMRequest) (lifec
 }
 
 // Get reads the NLM backend's record of a job. A poison record is
-// quarantined and reported as a *records.CorruptError.
+// quarantined and reported as a *lifecycle.QuarantinedError.
 func (p *Processor) Get(ctx context.Context, jobID string) (lifecycle.NLMJob, error) {
 	key, err := layout.NLMJobKey(jobID)
 	if err != nil {
@@ -373,7 +373,7 @@ func (p *Processor) Quarantined() int64 { return p.quar.Count() }
 
 func (p *Processor) now() time.Time { return p.cfg.Clock.Now().UTC() }
 
-// poisoned quarantines the record of a *records.CorruptError and returns
+// poisoned quarantines the record of a *lifecycle.QuarantinedError and returns
 // err as it was; other errors pass through.
 func (p *Processor) poisoned(ctx context.Context, err error) error {
 	var ce *lifecycle.QuarantinedError

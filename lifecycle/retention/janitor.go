@@ -252,7 +252,7 @@ func (j *Janitor) fenced(rec *core.Record[state, *state], st state) *core.Record
 }
 
 // checkpoint records the cursor (nil: the pass moves on to nothing) and
-// renews the lease; it fails with records.ErrLeaseLost once the lease is
+// renews the lease; it fails with lifecycle.ErrLeaseLost once the lease is
 // another janitor's or lapsed.
 func (j *Janitor) checkpoint(ctx context.Context, rec *core.Record[state, *state], c cursor) error {
 	now := j.cfg.Clock.Now().UTC()

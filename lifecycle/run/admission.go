@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -299,7 +300,7 @@ func (a *admission) queueExpired(f *flow, doc Status, now time.Time) bool {
 // externalExpired reports whether doc waits for an external event whose
 // deadline has passed.
 func externalExpired(doc *Status, now time.Time) bool {
-	return doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline)
+	return doc.Status == string(machine.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline)
 }
 
 func derefTime[T any](p *T) T {

@@ -91,10 +91,10 @@ func (e *unsupportedError) Code() string { return codes.Unsupported }
 // QuarantinedError is the error of a run whose status.json was poison
 // (undecodable, or failing validation: a status its machine does not know,
 // a run_id or agent_slug that is not its key's) and was moved under
-// records.QuarantinePrefix. The run no longer holds a slot or an active
-// entry; an operator may repair and restore the record (records.Restore),
+// quarantine/. The run no longer holds a slot or an active
+// entry; an operator may repair and restore the record (a restore (Store.Restore of the HTTP API)),
 // after which the runners pick the run up again. It matches
-// records.ErrCorrupt; its code is RECORD_QUARANTINED.
+// lifecycle.ErrCorrupt; its code is RECORD_QUARANTINED.
 type QuarantinedError struct {
 	RunID string
 	// Key is where the record was; QKey where it is kept now (empty when
@@ -115,8 +115,8 @@ func (e *QuarantinedError) Error() string {
 	return msg
 }
 
-// Is matches records.ErrCorrupt.
+// Is matches lifecycle.ErrCorrupt.
 func (e *QuarantinedError) Is(target error) bool { return target == lifecycle.ErrCorrupt }
 
-// Code is RECORD_QUARANTINED, as records.CorruptError's.
+// Code is RECORD_QUARANTINED, as lifecycle.QuarantinedError's.
 func (e *QuarantinedError) Code() string { return (&lifecycle.QuarantinedError{}).Code() }

@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
@@ -654,14 +655,14 @@ func TestMachineChangedByRollingConfig(t *testing.T) {
 	r, _ := g.runner("new", nil, run.Agent{Slug: "rolling", Machine: lifecycle.MachineCancelable, Steps: step})
 	// The old runner may have started it: the new one takes it over when
 	// its lease lapses.
-	if st := g.wait(r, id, time.Minute, 15*time.Minute); st.Status != string(lifecycle.RunCompleted) || st.Machine != "" {
+	if st := g.wait(r, id, time.Minute, 15*time.Minute); st.Status != string(machine.RunCompleted) || st.Machine != "" {
 		t.Fatalf("the old config's run: status %q machine %q, want completed on the canonical machine", st.Status, st.Machine)
 	}
 	if n := r.Quarantined(); n != 0 {
 		t.Fatalf("%d records quarantined, want 0", n)
 	}
 	id2 := submit(t, r, "rolling")
-	if st := g.wait(r, id2, 0, 0); st.Status != string(lifecycle.CancelableSucceeded) || st.Machine != lifecycle.MachineCancelable {
+	if st := g.wait(r, id2, 0, 0); st.Status != string(machine.CancelableSucceeded) || st.Machine != lifecycle.MachineCancelable {
 		t.Fatalf("the new config's run: status %q machine %q", st.Status, st.Machine)
 	}
 }

@@ -35,7 +35,7 @@ type flow struct {
 	target func(from string, e lifecycle.Event) (string, bool)
 }
 
-func flowOf[S ~string](m *xmachine.Machine[S, xmachine.Stateful]) flow {
+func flowOf[S ~string](m *xmachine.Machine[S, *lifecycle.RunStatus]) flow {
 	var states []string
 	for _, s := range m.States() {
 		states = append(states, string(s))
@@ -66,21 +66,21 @@ func flowFor(machine string) (flow, bool) {
 	switch machine {
 	case "", lifecycle.MachineCanonical:
 		f := flowOf(xmachine.CanonicalRun())
-		f.waiting, f.running, f.completed = string(lifecycle.RunQueued), string(lifecycle.RunRunning), string(lifecycle.RunCompleted)
+		f.waiting, f.running, f.completed = string(xmachine.RunQueued), string(xmachine.RunRunning), string(xmachine.RunCompleted)
 		f.admit, f.start, f.stepDone = xmachine.EventAdmit, xmachine.EventStart, xmachine.EventStepCompleted
 		f.complete, f.fail, f.timeOut = xmachine.EventComplete, xmachine.EventFail, xmachine.EventFail
 		return f, true
 	case lifecycle.MachineCancelable:
 		f := flowOf(xmachine.CancelableRun())
-		f.waiting, f.running, f.completed = string(lifecycle.CancelableQueued), string(lifecycle.CancelableRunning), string(lifecycle.CancelableSucceeded)
-		f.cancelRq = string(lifecycle.CancelableCancelRequested)
+		f.waiting, f.running, f.completed = string(xmachine.CancelableQueued), string(xmachine.CancelableRunning), string(xmachine.CancelableSucceeded)
+		f.cancelRq = string(xmachine.CancelableCancelRequested)
 		f.start, f.complete, f.fail, f.timeOut = xmachine.EventStart, xmachine.EventSucceed, xmachine.EventFail, xmachine.EventTimeOut
 		f.cancel, f.requestCancel = xmachine.EventCancel, xmachine.EventRequestCancel
 		return f, true
 	case lifecycle.MachineApproval:
 		f := flowOf(xmachine.ApprovalRun())
-		f.waiting, f.running, f.completed = string(lifecycle.ApprovalPending), string(lifecycle.ApprovalRunning), string(lifecycle.ApprovalCompleted)
-		f.parked = []string{string(lifecycle.ApprovalAwaitingApproval), string(lifecycle.ApprovalWaitingExternal)}
+		f.waiting, f.running, f.completed = string(xmachine.ApprovalPending), string(xmachine.ApprovalRunning), string(xmachine.ApprovalCompleted)
+		f.parked = []string{string(xmachine.ApprovalAwaitingApproval), string(xmachine.ApprovalWaitingExternal)}
 		f.start, f.complete, f.fail, f.timeOut = xmachine.EventStart, xmachine.EventComplete, xmachine.EventFail, xmachine.EventFail
 		f.cancel = xmachine.EventCancel
 		f.awaitApproval, f.approve, f.reject = xmachine.EventAwaitApproval, xmachine.EventApprove, xmachine.EventReject

@@ -69,7 +69,7 @@ func (r *Runner) Stragglers() (live int, total int64) { return r.units.Straggler
 
 // Quarantined counts the poison records (undecodable or invalid run
 // statuses and slot objects) this runner moved under storage's quarantine
-// prefix; records.ListQuarantine lists them and records.Restore puts one
+// prefix; the list of quarantined records lists them and a restore (Store.Restore of the HTTP API) puts one
 // back.
 func (r *Runner) Quarantined() int64 { return r.poison.count() }
 

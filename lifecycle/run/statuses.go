@@ -36,7 +36,7 @@ type statuses struct {
 // repair, another writer, another runner's quarantine) is read again: the
 // caller gets what the record is now, never the quarantine's refused
 // compare-and-swap. After maxPoisonRereads such changes in a row it gets
-// the *records.CorruptError (RECORD_QUARANTINED) of the last read.
+// the *lifecycle.QuarantinedError (RECORD_QUARANTINED) of the last read.
 func (st *statuses) read(ctx context.Context, slug, runID, key string) (Status, storage.Version, error) {
 	for attempt := 0; ; attempt++ {
 		b, v, err := st.store.Get(ctx, key)

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // Error is an error answer of the API: its HTTP status and the body's code
@@ -31,16 +29,16 @@ func (e *Error) Error() string {
 }
 
 // Is matches the sentinel of the SDK that the code stands for:
-// lifecycle.ErrRunNotFound (run.ErrNotFound) and storage.ErrNotFound for RUN_NOT_FOUND;
-// storage.ErrNotFound for NOT_FOUND, JOB_NOT_FOUND and AGENT_NOT_FOUND;
+// lifecycle.ErrRunNotFound (run.ErrNotFound) and lifecycle.ErrNotFound for RUN_NOT_FOUND;
+// lifecycle.ErrNotFound for NOT_FOUND, JOB_NOT_FOUND and AGENT_NOT_FOUND;
 // lifecycle.ErrInvalidTransition for RUN_INVALID_TRANSITION,
 // INBOX_INVALID_TRANSITION, INBOX_ENTRY_EXPIRED and RUN_TERMINAL_STATE (which
 // also matches lifecycle.ErrTerminalState); lifecycle.ErrForbiddenActor and
-// authority.ErrForbidden for FORBIDDEN; codes.ErrInvalidInput for
+// lifecycle.ErrForbiddenActor for FORBIDDEN; lifecycle.ErrInvalidInput for
 // INVALID_INPUT and INPUT_TOO_LARGE; lifecycle.ErrIdempotencyConflict,
 // lifecycle.ErrIdempotencyExpired, lifecycle.ErrIdempotencyInProgress, lifecycle.ErrRunUnsupported,
-// lifecycle.ErrJobExists, lifecycle.ErrInboxEntryExists, records.ErrCorrupt (RECORD_QUARANTINED),
-// records.ErrLeaseLost and storage.ErrUnavailable for their codes. The
+// lifecycle.ErrJobExists, lifecycle.ErrInboxEntryExists, lifecycle.ErrCorrupt (RECORD_QUARANTINED),
+// lifecycle.ErrLeaseLost and lifecycle.ErrUnavailable for their codes. The
 // engines' sentinels are these values under their own names (run.ErrNotFound
 // is lifecycle.ErrRunNotFound, jobqueue.ErrJobExists lifecycle.ErrJobExists,
 // inbox.ErrEntryExists lifecycle.ErrInboxEntryExists), so they match too.
@@ -56,15 +54,15 @@ func (e *Error) Is(target error) bool {
 func sentinels(code string) []error {
 	switch code {
 	case codes.RunNotFound:
-		return []error{lifecycle.ErrRunNotFound, storage.ErrNotFound}
+		return []error{lifecycle.ErrRunNotFound, lifecycle.ErrNotFound}
 	case codes.NotFound, codes.JobNotFound, codes.AgentNotFound:
-		return []error{storage.ErrNotFound}
+		return []error{lifecycle.ErrNotFound}
 	case codes.InvalidTransition, codes.InboxInvalidTransition, codes.InboxEntryExpired:
 		return []error{lifecycle.ErrInvalidTransition}
 	case codes.TerminalState:
 		return []error{lifecycle.ErrInvalidTransition, lifecycle.ErrTerminalState}
 	case codes.Forbidden:
-		return []error{lifecycle.ErrForbiddenActor, authority.ErrForbidden}
+		return []error{lifecycle.ErrForbiddenActor}
 	case codes.InvalidInput, codes.InputTooLarge:
 		return []error{lifecycle.ErrInvalidInput}
 	case codes.IdempotencyConflict:
@@ -84,7 +82,7 @@ func sentinels(code string) []error {
 	case codes.LeaseLost:
 		return []error{lifecycle.ErrLeaseLost}
 	case codes.UpstreamUnavailable:
-		return []error{storage.ErrUnavailable}
+		return []error{lifecycle.ErrUnavailable}
 	}
 	return nil
 }

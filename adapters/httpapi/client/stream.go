@@ -14,7 +14,6 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/adapters/httpapi/sse"
-	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -348,18 +347,13 @@ func retryable(err error) bool {
 // machine this SDK does not know (a newer server's) counts the states that
 // are terminal in any run machine.
 func Terminal(st lifecycle.RunStatus) bool {
-	canonical := machine.CanonicalRun().IsTerminal(lifecycle.RunState(st.Status))
-	cancelable := machine.CancelableRun().IsTerminal(lifecycle.CancelableRunState(st.Status))
-	approval := machine.ApprovalRun().IsTerminal(lifecycle.ApprovalRunState(st.Status))
 	switch st.Machine {
-	case "", lifecycle.MachineCanonical:
-		return canonical
-	case lifecycle.MachineCancelable:
-		return cancelable
-	case lifecycle.MachineApproval:
-		return approval
+	case "", lifecycle.MachineCanonical, lifecycle.MachineCancelable, lifecycle.MachineApproval:
+		return lifecycle.RunFinished(st.Machine, st.Status)
 	}
-	return canonical || cancelable || approval
+	return lifecycle.RunFinished(lifecycle.MachineCanonical, st.Status) ||
+		lifecycle.RunFinished(lifecycle.MachineCancelable, st.Status) ||
+		lifecycle.RunFinished(lifecycle.MachineApproval, st.Status)
 }
 
 // InboxPollInterval is how often WatchInbox reads the inbox stats when the

@@ -142,7 +142,7 @@ func stepsRun(state string) bool { return state == "running" || state == "cancel
 var errSkip = errors.New("events: audit event skipped")
 
 // translateAll returns the frames of the events of one audit object (one
-// event, or a batch of the job queue's, records.AuditEvent.Expand), none
+// event, or a batch of the job queue's, records.Expand), none
 // for an event type the contract does not publish, as one batch under the
 // object's id (a client resumes by object), and the run it belongs to. A
 // store failure is returned as is: the caller retries the object at its

@@ -12,7 +12,7 @@ import (
 )
 
 // Check asserts that err is nil when wantCode is empty, and else an
-// *codes.InputError for field and limit, matching ErrInvalidInput, with
+// *lifecycle.InputError for field and limit, matching ErrInvalidInput, with
 // wantCode and a short message that does not quote the value.
 func Check(t testing.TB, err error, field string, limit int, wantCode string) {
 	t.Helper()

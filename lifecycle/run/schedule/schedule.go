@@ -717,7 +717,7 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 
 // Pause stops a schedule firing, in every process (they read the state at
 // least every PollInterval); its slots until Resume are skipped. by names
-// who paused it (at most codes.MaxNameBytes of clean text).
+// who paused it (at most 256 bytes of clean text).
 func (s *Scheduler) Pause(ctx context.Context, id, by string) (Info, error) {
 	return s.setPaused(ctx, id, true, by)
 }
