@@ -3,7 +3,7 @@ package lifecycle
 import "errors"
 
 // Codes of the code table (docs/spec.md#error-codes) that a step may fail
-// with ([NewRunError]): the seed's run error codes.
+// with ([NewRunError]).
 const (
 	CodeNLMUnavailable      = "NLM_UNAVAILABLE"
 	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"

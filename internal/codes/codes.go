@@ -1,10 +1,6 @@
 package codes
 
-import (
-	"net/http"
-
-	"github.com/runconveyor/conveyor/lifecycle"
-)
+import "net/http"
 
 // Error codes a run can fail with, and the other codes of the API: the one
 // code table, documented in docs/spec.md#error-codes (a test holds the
@@ -18,9 +14,9 @@ const (
 	// the authority matrix, docs/spec.md#authority-matrix).
 	Forbidden = "FORBIDDEN"
 
-	NLMUnavailable      = lifecycle.CodeNLMUnavailable
-	UpstreamUnavailable = lifecycle.CodeUpstreamUnavailable
-	AgentTimeout        = lifecycle.CodeAgentTimeout
+	NLMUnavailable      = "NLM_UNAVAILABLE"
+	UpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
+	AgentTimeout        = "AGENT_TIMEOUT"
 	InternalError       = "INTERNAL_ERROR"
 	RunOrphaned         = "RUN_ORPHANED"
 	RunResumeFailed     = "RUN_RESUME_FAILED"

@@ -5,8 +5,7 @@
 // CheckContext, whose error is lifecycle.InputError).
 //
 // It imports only the types package, lifecycle, whose errors carry their
-// own codes (the codes a step fails with are exported there, the rest of
-// its codes spelled once there and held to this table by a test). Every
-// other code is spelled here and nowhere else. See
+// own codes: lifecycle imports nothing, so it spells them itself, and a test
+// here holds each to this table. No other package spells a code. See
 // docs/design.md#layers-and-packages for the layers.
 package codes
