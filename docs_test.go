@@ -239,7 +239,7 @@ func tableRows(lines []string) [][]string {
 // without anyone listing it again.
 func codeConsts(t *testing.T) (api, job []string) {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("lifecycle", "codes", "codes.go"), nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("internal", "codes", "codes.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func codeConsts(t *testing.T) (api, job []string) {
 		}
 	}
 	if len(api) == 0 || len(job) == 0 {
-		t.Fatalf("lifecycle/codes/codes.go: found %d API codes and %d job codes", len(api), len(job))
+		t.Fatalf("internal/codes/codes.go: found %d API codes and %d job codes", len(api), len(job))
 	}
 	return api, job
 }
@@ -307,14 +307,14 @@ func TestSpecErrorCodes(t *testing.T) {
 		status, ok := doc[c]
 		switch {
 		case !ok:
-			t.Errorf("docs/spec.md, codes and HTTP statuses: no row for %s (HTTP %d in lifecycle/codes)", c, codes.HTTPStatus(c))
+			t.Errorf("docs/spec.md, codes and HTTP statuses: no row for %s (HTTP %d in internal/codes)", c, codes.HTTPStatus(c))
 		case status != codes.HTTPStatus(c):
-			t.Errorf("docs/spec.md gives %s HTTP %d; lifecycle/codes gives %d", c, status, codes.HTTPStatus(c))
+			t.Errorf("docs/spec.md gives %s HTTP %d; internal/codes gives %d", c, status, codes.HTTPStatus(c))
 		}
 		delete(doc, c)
 	}
 	for c := range doc {
-		t.Errorf("docs/spec.md lists %s, which lifecycle/codes does not have", c)
+		t.Errorf("docs/spec.md lists %s, which internal/codes does not have", c)
 	}
 
 	jobDoc := map[string]bool{}
@@ -330,7 +330,7 @@ func TestSpecErrorCodes(t *testing.T) {
 		delete(jobDoc, c)
 	}
 	for c := range jobDoc {
-		t.Errorf("docs/spec.md lists job error code %s, which lifecycle/codes does not have", c)
+		t.Errorf("docs/spec.md lists job error code %s, which internal/codes does not have", c)
 	}
 
 	for _, row := range tableRows(section(t, "docs/http-api.md", "## Errors")) {
@@ -341,9 +341,9 @@ func TestSpecErrorCodes(t *testing.T) {
 		}
 		for _, m := range backticked.FindAllStringSubmatch(row[1], -1) {
 			if !slices.Contains(api, m[1]) {
-				t.Errorf("docs/http-api.md lists %s, which lifecycle/codes does not have", m[1])
+				t.Errorf("docs/http-api.md lists %s, which internal/codes does not have", m[1])
 			} else if codes.HTTPStatus(m[1]) != status {
-				t.Errorf("docs/http-api.md gives %s HTTP %d; lifecycle/codes gives %d", m[1], status, codes.HTTPStatus(m[1]))
+				t.Errorf("docs/http-api.md gives %s HTTP %d; internal/codes gives %d", m[1], status, codes.HTTPStatus(m[1]))
 			}
 		}
 	}
