@@ -71,13 +71,20 @@ func (e *LeaseLostError) Code() string { return codeLeaseLost }
 // it under quarantine/ and go on with everything else.
 var ErrCorrupt = errors.New("storage: corrupt record")
 
-// QuarantinedError describes a poison record: where it is, the version it
-// was read at, its bytes, why it was refused, and, once it was moved under
-// quarantine/, where its copy is kept. Every engine reports a poison record
-// (a run's status, a job, an index entry, an artifact) with it. It matches
-// [ErrCorrupt]; its code is RECORD_QUARANTINED (HTTP 410).
+// QuarantinedError describes a poison record (one that does not decode or
+// fails validation): where it was, the version it was read at, its bytes,
+// why it was refused, and, once it was moved under quarantine/, where its
+// copy is kept. It is the one such error of the SDK: a read that finds a
+// poison record, and a run or job whose record is in quarantine, report
+// it (an operator may repair and restore the record, after which the
+// engines take it up again). It matches [ErrCorrupt]; its code is
+// RECORD_QUARANTINED (HTTP 410).
 type QuarantinedError struct {
-	Key string
+	// ID is the id of the run or job whose record it is, when it is one.
+	ID string
+	// Key is where the record was; QKey where its copy is kept (empty
+	// before it is moved).
+	Key, QKey string
 	// Version is the store's version of the record as it was read.
 	Version string
 	Data    []byte
@@ -85,11 +92,14 @@ type QuarantinedError struct {
 	Err     error // the decoder's or validator's error, if any
 }
 
-// Error names the key and the reason.
+// Error names the key, the reason and where the copy is.
 func (e *QuarantinedError) Error() string {
 	msg := "storage: corrupt record " + e.Key + ": " + e.Reason
 	if e.Err != nil {
 		msg += ": " + trimStorage(e.Err.Error())
+	}
+	if e.QKey != "" {
+		msg += " (quarantined at " + e.QKey + ")"
 	}
 	return msg
 }
