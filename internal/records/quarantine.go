@@ -27,7 +27,8 @@ const maxReason = 4096
 // counts as another process's quarantine in progress, not an old one.
 const quarantineRace = time.Minute
 
-// Quarantine moves the poison record described by ce out of the way: it
+// Quarantine moves the poison record described by ce out of the way (one
+// with a QKey was moved already: Quarantine returns that QKey): it
 // writes a lifecycle.Quarantined copy and then retires the original if it still has
 // the version ce was read at. When the record changed meanwhile (a writer
 // repaired it), the copy stays as evidence, the original is left alone and
@@ -47,6 +48,9 @@ const quarantineRace = time.Minute
 // create-only, so of several processes that read the same poison version at
 // once exactly one goes on: the others find its fresh copy and return.
 func Quarantine(ctx context.Context, s *storage.Store, ce *lifecycle.QuarantinedError, now time.Time) (string, error) {
+	if ce.QKey != "" {
+		return ce.QKey, nil // the error of a record already moved: nothing left to move
+	}
 	if t, ok := readTombstone(ce.Data); ok && ce.Version != "" {
 		// A quarantine that swapped in its tombstone but did not delete it.
 		if err := s.Delete(ctx, ce.Key, storage.IfMatch(storage.Version(ce.Version))); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {

@@ -132,3 +132,27 @@ type failingDelete struct{ driver.Store }
 func (failingDelete) Delete(context.Context, string, storage.Condition) error {
 	return errors.New("connection reset")
 }
+
+// TestQuarantineOfAMovedRecordMovesNothing: the error of a record already in
+// quarantine (its QKey set) is the same type as a poison read's; quarantining
+// it again answers its QKey and leaves the store as it is (a record repaired
+// at the key since is not touched).
+func TestQuarantineOfAMovedRecordMovesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	if _, err := s.Put(ctx, "jobs/j.json", []byte(`{"repaired":true}`), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	qe := &lifecycle.QuarantinedError{ID: "j", Key: "jobs/j.json", QKey: "quarantine/jobs/j.json/v-1.json", Reason: "cannot decode"}
+	qkey, err := records.Quarantine(ctx, s, qe, time.Now())
+	if err != nil || qkey != qe.QKey {
+		t.Fatalf("Quarantine of a moved record: %q, %v; want its QKey", qkey, err)
+	}
+	if b, _, err := s.Get(ctx, "jobs/j.json"); err != nil || string(b) != `{"repaired":true}` {
+		t.Fatalf("the record at the key: %s, %v; want it untouched", b, err)
+	}
+	for k, err := range s.List(ctx, records.QuarantinePrefix) {
+		t.Errorf("quarantine holds %s (%v); want nothing written", k, err)
+	}
+}
