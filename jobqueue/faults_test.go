@@ -189,8 +189,8 @@ func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 				// NOT_FOUND; it is RECORD_QUARANTINED as a run is.
 				for _, q := range []*jobqueue.Queue{q, newQueue(t, s, clk)} {
 					_, err := q.Get(ctx, lifecycle.ActorAdmin, "job-bad")
-					var qe *jobqueue.QuarantinedError
-					if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &qe) || qe.JobID != "job-bad" ||
+					var qe *lifecycle.QuarantinedError
+					if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &qe) || qe.ID != "job-bad" ||
 						lifecycle.ErrorCode(err) != codes.RecordQuarantined {
 						t.Fatalf("Get of the quarantined job: %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
 					}

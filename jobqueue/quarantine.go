@@ -38,42 +38,9 @@ func (q *quarantine) poison(ctx context.Context, err error) error {
 	return fmt.Errorf("jobqueue: %w (quarantined at %s): %w", storage.ErrNotFound, qkey, err)
 }
 
-// QuarantinedError is the error of a job whose record was poison and was
-// moved under quarantine/ (by this read or an earlier one): Get
-// and Requeue give it, as the Runner gives run.QuarantinedError for a run,
-// so a client learns the job is quarantined, not that it never existed. An
-// operator may repair and restore the record (a restore (Store.Restore of the HTTP API)). It matches
-// lifecycle.ErrCorrupt and, as a job the queue can no longer see,
-// storage.ErrNotFound; its code is RECORD_QUARANTINED (410).
-type QuarantinedError struct {
-	JobID string
-	// Key is where the record was; QKey where its copy is kept.
-	Key, QKey string
-	Reason    string
-}
-
-// Error names the job and the reason.
-func (e *QuarantinedError) Error() string {
-	msg := "jobqueue: job " + e.JobID + ": record quarantined"
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	if e.QKey != "" {
-		msg += " (at " + e.QKey + ")"
-	}
-	return msg
-}
-
-// Is matches lifecycle.ErrCorrupt and storage.ErrNotFound.
-func (e *QuarantinedError) Is(target error) bool {
-	return target == lifecycle.ErrCorrupt || target == storage.ErrNotFound
-}
-
-// Code is RECORD_QUARANTINED, as lifecycle.QuarantinedError's.
-func (e *QuarantinedError) Code() string { return (&lifecycle.QuarantinedError{}).Code() }
-
 // quarantinedOr turns the not-found of a job whose record is in quarantine
-// into a *QuarantinedError; any other error is returned as it is.
+// into one that also matches a *lifecycle.QuarantinedError (the job's id,
+// where its copy is, why); any other error is returned as it is.
 func (q *quarantine) quarantinedOr(ctx context.Context, jobID string, err error) error {
 	if !errors.Is(err, storage.ErrNotFound) {
 		return err
@@ -83,7 +50,9 @@ func (q *quarantine) quarantinedOr(ctx context.Context, jobID string, err error)
 		return err
 	}
 	if qkey, reason, ok := records.FindQuarantined(ctx, q.store, key); ok {
-		return &QuarantinedError{JobID: jobID, Key: key, QKey: qkey, Reason: reason}
+		// still a job the queue cannot see: it matches storage.ErrNotFound too
+		return fmt.Errorf("jobqueue: job %s: %w: %w", jobID, storage.ErrNotFound,
+			&lifecycle.QuarantinedError{ID: jobID, Key: key, QKey: qkey, Reason: reason})
 	}
 	return err
 }

@@ -166,7 +166,7 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 // When ctx ends first it returns the job as last read and a *WaitError
 // wrapping the cause (context.Canceled, context.DeadlineExceeded). A job
 // that does not exist gives an error matching storage.ErrNotFound; a
-// quarantined one a *QuarantinedError.
+// quarantined one a *lifecycle.QuarantinedError.
 func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	return q.reads.wait(ctx, jobID)
 }

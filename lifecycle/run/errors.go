@@ -87,36 +87,3 @@ func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupport
 
 // Code is RUN_UNSUPPORTED_OPERATION.
 func (e *unsupportedError) Code() string { return codes.Unsupported }
-
-// QuarantinedError is the error of a run whose status.json was poison
-// (undecodable, or failing validation: a status its machine does not know,
-// a run_id or agent_slug that is not its key's) and was moved under
-// quarantine/. The run no longer holds a slot or an active
-// entry; an operator may repair and restore the record (a restore (Store.Restore of the HTTP API)),
-// after which the runners pick the run up again. It matches
-// lifecycle.ErrCorrupt; its code is RECORD_QUARANTINED.
-type QuarantinedError struct {
-	RunID string
-	// Key is where the record was; QKey where it is kept now (empty when
-	// only its absence and a quarantined copy were found).
-	Key, QKey string
-	Reason    string
-}
-
-// Error names the run and the reason.
-func (e *QuarantinedError) Error() string {
-	msg := "run: run " + e.RunID + ": status quarantined"
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	if e.QKey != "" {
-		msg += " (at " + e.QKey + ")"
-	}
-	return msg
-}
-
-// Is matches lifecycle.ErrCorrupt.
-func (e *QuarantinedError) Is(target error) bool { return target == lifecycle.ErrCorrupt }
-
-// Code is RECORD_QUARANTINED, as lifecycle.QuarantinedError's.
-func (e *QuarantinedError) Code() string { return (&lifecycle.QuarantinedError{}).Code() }

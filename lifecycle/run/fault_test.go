@@ -224,8 +224,8 @@ func testPoisonStatus(t *testing.T, g *rig, corrupt func(map[string]any, string)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := r.Wait(ctx, bad)
-	var qe *run.QuarantinedError
-	if !errors.Is(err, lifecycle.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
+	var qe *lifecycle.QuarantinedError
+	if !errors.Is(err, lifecycle.ErrCorrupt) || !errors.As(err, &qe) || qe.ID != bad {
 		t.Fatalf("Wait on the poisoned run: %v, want a RunQuarantinedError", err)
 	}
 	if st := g.wait(r, next, time.Second, 2*time.Minute); st.Status != "completed" {

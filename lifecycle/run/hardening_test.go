@@ -102,7 +102,7 @@ func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
 					}
 					return
 				}
-				var qe *run.QuarantinedError
+				var qe *lifecycle.QuarantinedError
 				if !errors.As(err, &qe) || lifecycle.ErrorCode(err) != codes.RecordQuarantined {
 					t.Fatalf("got %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
 				}

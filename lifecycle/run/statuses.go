@@ -30,7 +30,7 @@ type statuses struct {
 
 // read reads and validates a run's status.json. A poison document is
 // quarantined (see quarantineRun); a missing one that was quarantined gives
-// a *QuarantinedError too, so Wait and Status report it.
+// a *lifecycle.QuarantinedError too, so Wait and Status report it.
 //
 // A poison document that changes between the read and its quarantine (a
 // repair, another writer, another runner's quarantine) is read again: the
@@ -68,23 +68,26 @@ func (st *statuses) read(ctx context.Context, slug, runID, key string) (Status, 
 }
 
 // findQuarantined looks for a quarantined copy of a run's status.
-func (st *statuses) findQuarantined(ctx context.Context, runID, key string) *QuarantinedError {
+func (st *statuses) findQuarantined(ctx context.Context, runID, key string) *lifecycle.QuarantinedError {
 	qkey, reason, ok := records.FindQuarantined(ctx, st.store, key)
 	if !ok {
 		return nil
 	}
-	return &QuarantinedError{RunID: runID, Key: key, QKey: qkey, Reason: reason}
+	return &lifecycle.QuarantinedError{ID: runID, Key: key, QKey: qkey, Reason: reason}
 }
 
 // quarantineRun moves a poison status.json out of the way and frees what
 // the run held: its execution here (stopped), its slot and its active
 // entry, so the agent's other runs go on. It is counted and logged at WARN.
 func (st *statuses) quarantineRun(ctx context.Context, slug, runID string, ce *lifecycle.QuarantinedError) error {
+	if ce.QKey != "" {
+		return ce // moved already, and what the run held released then
+	}
 	qkey, err := st.poison.quarantine(ctx, ce)
 	if err != nil {
 		return err
 	}
-	qe := &QuarantinedError{RunID: runID, Key: ce.Key, QKey: qkey, Reason: ce.Reason}
+	qe := &lifecycle.QuarantinedError{ID: runID, Key: ce.Key, QKey: qkey, Reason: ce.Reason}
 	if ce.Err != nil {
 		qe.Reason += ": " + ce.Err.Error()
 	}
