@@ -8,7 +8,6 @@
 package authority
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -165,10 +164,11 @@ type Scope struct {
 	Cleanup bool
 }
 
-// ErrForbidden matches every refusal of the matrix. Errors that match it
-// also match lifecycle.ErrForbiddenActor, so a caller handling refused
-// transitions handles refused operations alike.
-var ErrForbidden = errors.New("authority: forbidden")
+// ErrForbidden matches every refusal of the matrix. It is
+// lifecycle.ErrForbiddenActor, the SDK's one sentinel for a refused actor,
+// so a caller (the Go client's errors among them) handles refused
+// transitions and refused operations alike.
+var ErrForbidden = lifecycle.ErrForbiddenActor
 
 // Code is the error code of a refusal (codes.Forbidden).
 const Code = codes.Forbidden
@@ -196,10 +196,8 @@ func (e *ForbiddenError) Error() string {
 // Code returns "FORBIDDEN".
 func (e *ForbiddenError) Code() string { return Code }
 
-// Is matches ErrForbidden and lifecycle.ErrForbiddenActor.
-func (e *ForbiddenError) Is(target error) bool {
-	return target == ErrForbidden || target == lifecycle.ErrForbiddenActor
-}
+// Is matches ErrForbidden (lifecycle.ErrForbiddenActor).
+func (e *ForbiddenError) Is(target error) bool { return target == ErrForbidden }
 
 // Check returns nil when the matrix lets actor perform op on r within
 // scope, and a *ForbiddenError otherwise. OwnOnly cells need scope.Own,
