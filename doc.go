@@ -28,14 +28,15 @@
 //	lifecycle/clock  the clock (real and fake)
 //	storage        the Store contract: conditions, versions, keys, errors, Watch
 //	adapters/memstore, filestore, s3store   Store adapters
-//	lifecycle/run  the Runner: run records, idempotency, recovery; run/schedule
+//	lifecycle/run  the Runner: run records, idempotency, recovery
 //	jobqueue       the Queue and the Worker
 //	lifecycle/nlm  the NLM processor; a run step that waits for it
 //	inbox          the inbox Box
 //	artifact       the artifact store
-//	adapters/…     httpapi (the HTTP API and its client), httpapi/events (the
-//	               event stream), httpapi/page (the live page), httpapi/webhook,
-//	               prometheus (metrics and alert rules), otlp (span export)
-//	conveyor       the Client: the composition root (this package)
+//	adapters/…     httpapi (the HTTP API, with its event stream, live page and
+//	               webhooks, and its client), prometheus (metrics and alert
+//	               rules), otlp (span export)
+//	conveyor       the Client: the composition root (this package), with
+//	               the schedules and retention it runs
 //	examples/…     worker (the Worker), conveyor (its CLI), machines, chaos
 package conveyor

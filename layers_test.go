@@ -21,7 +21,7 @@ const rigLayer = 100
 
 // programLayer is the layer of examples/; the root package, the
 // composition root, is the layer below it.
-const programLayer = 12
+const programLayer = 13
 
 // maxSeams bounds the seams of docs/design.md: engines import the types,
 // the machines, storage and internal/, not each other, but for a few calls

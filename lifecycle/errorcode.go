@@ -2,19 +2,12 @@ package lifecycle
 
 import "errors"
 
-// Codes of the code table (docs/spec.md#error-codes) that a step may fail
-// with ([NewRunError]).
-const (
-	CodeNLMUnavailable      = "NLM_UNAVAILABLE"
-	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
-	CodeAgentTimeout        = "AGENT_TIMEOUT"
-)
-
 // The codes of this package's own errors. The code table (with the HTTP
 // status of each code) names them too; a test of the table holds the two
 // spellings together.
 const (
 	codeInternalError         = "INTERNAL_ERROR"
+	codeUpstreamUnavailable   = "UPSTREAM_UNAVAILABLE"
 	codeInvalidTransition     = "RUN_INVALID_TRANSITION"
 	codeTerminalState         = "RUN_TERMINAL_STATE"
 	codeForbidden             = "FORBIDDEN"
@@ -57,7 +50,7 @@ func ErrorCode(err error) string {
 	case errors.Is(err, ErrLeaseLost):
 		return codeLeaseLost
 	case errors.Is(err, ErrUnavailable):
-		return CodeUpstreamUnavailable
+		return codeUpstreamUnavailable
 	case errors.Is(err, ErrCorrupt):
 		return codeRecordQuarantined
 	}

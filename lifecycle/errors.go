@@ -14,16 +14,13 @@ var (
 	// ErrTerminalState: the move starts in a terminal state. Errors that match
 	// it also match ErrInvalidTransition.
 	ErrTerminalState = errors.New("terminal state")
-	// ErrUnknownState: a state name the machine does not define. Errors that
-	// match it also match ErrInvalidTransition.
-	ErrUnknownState = errors.New("unknown state")
 	// ErrForbiddenActor: the move exists but the actor may not make it.
 	ErrForbiddenActor = errors.New("forbidden actor")
 )
 
 // InvalidTransitionError reports a move the machine does not allow. It matches
-// [ErrInvalidTransition], and also [ErrTerminalState] when From is terminal
-// and [ErrUnknownState] when From or To is not a state of the machine.
+// [ErrInvalidTransition], and also [ErrTerminalState] when From is terminal;
+// Unknown names a state the machine does not define.
 type InvalidTransitionError struct {
 	Machine string
 	From    string
@@ -75,16 +72,14 @@ func (e *InvalidTransitionError) Error() string {
 	return b.String()
 }
 
-// Is matches ErrInvalidTransition always, ErrTerminalState when From is
-// terminal, and ErrUnknownState when a state is unknown.
+// Is matches ErrInvalidTransition always, and ErrTerminalState when From is
+// terminal.
 func (e *InvalidTransitionError) Is(target error) bool {
 	switch target {
 	case ErrInvalidTransition:
 		return true
 	case ErrTerminalState:
 		return e.Terminal
-	case ErrUnknownState:
-		return e.Unknown != ""
 	}
 	return false
 }

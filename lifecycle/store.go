@@ -121,18 +121,6 @@ func trimStorage(s string) string {
 	return s
 }
 
-// Quarantined is one record in quarantine: the original key and bytes, why
-// and when it was moved. Data is base64 in the JSON, so bytes that are not
-// valid JSON or UTF-8 survive as they were.
-type Quarantined struct {
-	// QKey is where the record is kept now (not part of the JSON).
-	QKey          string    `json:"-"`
-	Key           string    `json:"key"`
-	Reason        string    `json:"reason"`
-	QuarantinedAt time.Time `json:"quarantined_at"`
-	Data          []byte    `json:"data"`
-}
-
 // AuditEvent is one line of the audit log (docs/spec.md#audit-event): every write to
 // canonical storage records who moved what from which state to which.
 // Field names are the platform's; times are RFC 3339 UTC.

@@ -160,9 +160,6 @@ func (e *UnavailableError) Unwrap() []error {
 	return []error{e.Err, e.Stop}
 }
 
-// Code is UPSTREAM_UNAVAILABLE, the code of the SDK's code table.
-func (e *UnavailableError) Code() string { return lifecycle.CodeUpstreamUnavailable }
-
 // Transient tells whether err is a store failure worth waiting out: an
 // adapter's native error that an outage causes (a timeout, a refused or
 // broken connection, an I/O error, an HTTP 5xx, 429 or 408) rather than an

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -176,7 +177,7 @@ func TestCheckerCatches(t *testing.T) {
 		}, CheckTerminal, "record is gone and not in quarantine"},
 		{"quarantine of a record nobody corrupted", func(st *State) {
 			st.Records["job-b"] = Record{}
-			st.Quarantine = []lifecycle.Quarantined{{Key: "jobs/job-b.json", Reason: "cannot decode"}}
+			st.Quarantine = []records.Quarantined{{Key: "jobs/job-b.json", Reason: "cannot decode"}}
 		}, CheckQuarantine, "though chaos never corrupted it"},
 		{"corrupt lock left in place", func(st *State) {
 			k := "queue/agents/agent-1.json"

@@ -62,7 +62,7 @@ type Record struct {
 type State struct {
 	Plan       []Planned
 	Records    map[string]Record // by job id
-	Quarantine []lifecycle.Quarantined
+	Quarantine []records.Quarantined
 	Artifacts  []artifact.Artifact
 	// Events are each job's audit events (job.* and artifact.*), in id
 	// (time) order.

@@ -34,8 +34,7 @@ func TestLifecycleSpellsTheTable(t *testing.T) {
 		{"unavailable", lifecycle.ErrUnavailable, codes.UpstreamUnavailable},
 		{"quarantined", &lifecycle.QuarantinedError{}, codes.RecordQuarantined},
 		{"corrupt (sentinel)", lifecycle.ErrCorrupt, codes.RecordQuarantined},
-		{"a step's code", lifecycle.NewRunError(lifecycle.CodeNLMUnavailable, "x"), codes.NLMUnavailable},
-		{"agent timeout", lifecycle.NewRunError(lifecycle.CodeAgentTimeout, "x"), codes.AgentTimeout},
+		{"a step's code", lifecycle.NewRunError(codes.NLMUnavailable, "x"), codes.NLMUnavailable},
 		{"internal", errors.New("boom"), codes.InternalError},
 	}
 	for _, tt := range tests {

@@ -135,7 +135,7 @@ func TestRecordReportsPoison(t *testing.T) {
 			if _, _, err := s.Get(ctx, "r.json"); !errors.Is(err, storage.ErrNotFound) {
 				t.Fatalf("original still there after quarantine: %v", err)
 			}
-			var got []lifecycle.Quarantined
+			var got []records.Quarantined
 			for q, err := range records.ListQuarantine(ctx, s) {
 				if err != nil {
 					t.Fatal(err)

@@ -56,13 +56,14 @@ func TestFireRefusals(t *testing.T) {
 		actor     lifecycle.Actor
 		wantIs    []error
 		wantNotIs []error
+		unknown   string // the state InvalidTransitionError.Unknown names
 		wantMsg   []string
 		wantCode  string
 	}{
 		{
 			name: "no such event here", from: machine.CancelableQueued, event: machine.EventSucceed, actor: lifecycle.ActorOrchestration,
 			wantIs:    []error{lifecycle.ErrInvalidTransition},
-			wantNotIs: []error{lifecycle.ErrTerminalState, lifecycle.ErrForbiddenActor, lifecycle.ErrUnknownState},
+			wantNotIs: []error{lifecycle.ErrTerminalState, lifecycle.ErrForbiddenActor},
 			wantMsg:   []string{"cancelable-run", `"queued"`, `"succeed"`, "valid next states: running, canceled"},
 			wantCode:  codes.InvalidTransition,
 		},
@@ -74,7 +75,7 @@ func TestFireRefusals(t *testing.T) {
 		},
 		{
 			name: "unknown state", from: "bogus", event: machine.EventStart, actor: lifecycle.ActorOrchestration,
-			wantIs:  []error{lifecycle.ErrInvalidTransition, lifecycle.ErrUnknownState},
+			wantIs: []error{lifecycle.ErrInvalidTransition}, unknown: "bogus",
 			wantMsg: []string{`unknown state "bogus"`},
 		},
 		{
@@ -110,6 +111,10 @@ func TestFireRefusals(t *testing.T) {
 				if errors.Is(err, target) {
 					t.Errorf("%v matches %v", err, target)
 				}
+			}
+			var ite *lifecycle.InvalidTransitionError
+			if errors.As(err, &ite) && ite.Unknown != tt.unknown {
+				t.Errorf("%v names the unknown state %q, want %q", err, ite.Unknown, tt.unknown)
 			}
 			for _, s := range tt.wantMsg {
 				if !strings.Contains(err.Error(), s) {

@@ -20,6 +20,19 @@ import (
 // quarantine/{original key}/{stamp}.json, never deleted by the SDK.
 const QuarantinePrefix = "quarantine/"
 
+// Quarantined is one record in quarantine as it is stored: the original
+// key and bytes, why and when it was moved. Data is base64 in the JSON, so
+// bytes that are not valid JSON or UTF-8 survive as they were. (The HTTP
+// API answers with lifecycle.Quarantined, which also names its QKey.)
+type Quarantined struct {
+	// QKey is where the record is kept now (not part of the JSON).
+	QKey          string    `json:"-"`
+	Key           string    `json:"key"`
+	Reason        string    `json:"reason"`
+	QuarantinedAt time.Time `json:"quarantined_at"`
+	Data          []byte    `json:"data"`
+}
+
 // maxReason bounds the reason kept with a quarantined record.
 const maxReason = 4096
 
@@ -29,7 +42,7 @@ const quarantineRace = time.Minute
 
 // Quarantine moves the poison record described by ce out of the way (one
 // with a QKey was moved already: Quarantine returns that QKey): it
-// writes a lifecycle.Quarantined copy and then retires the original if it still has
+// writes a Quarantined copy and then retires the original if it still has
 // the version ce was read at. When the record changed meanwhile (a writer
 // repaired it), the copy stays as evidence, the original is left alone and
 // the error matches storage.ErrPreconditionFailed. It returns where the copy is.
@@ -65,7 +78,7 @@ func Quarantine(ctx context.Context, s *storage.Store, ce *lifecycle.Quarantined
 	if len(reason) > maxReason {
 		reason = strings.ToValidUTF8(reason[:maxReason], "")
 	}
-	q := lifecycle.Quarantined{Key: ce.Key, Reason: reason, QuarantinedAt: now.UTC(), Data: ce.Data}
+	q := Quarantined{Key: ce.Key, Reason: reason, QuarantinedAt: now.UTC(), Data: ce.Data}
 	var name string
 	if ce.Version != "" {
 		sum := sha256.Sum256([]byte(ce.Version))
@@ -145,11 +158,11 @@ func nonce() string {
 }
 
 // ListQuarantine yields every quarantined record, oldest key first.
-func ListQuarantine(ctx context.Context, s *storage.Store) iter.Seq2[lifecycle.Quarantined, error] {
-	return func(yield func(lifecycle.Quarantined, error) bool) {
+func ListQuarantine(ctx context.Context, s *storage.Store) iter.Seq2[Quarantined, error] {
+	return func(yield func(Quarantined, error) bool) {
 		for key, err := range s.List(ctx, QuarantinePrefix) {
 			if err != nil {
-				yield(lifecycle.Quarantined{}, err)
+				yield(Quarantined{}, err)
 				return
 			}
 			q, err := ReadQuarantined(ctx, s, key)
@@ -164,17 +177,17 @@ func ListQuarantine(ctx context.Context, s *storage.Store) iter.Seq2[lifecycle.Q
 }
 
 // ReadQuarantined reads one quarantined record by its QKey.
-func ReadQuarantined(ctx context.Context, s *storage.Store, qkey string) (lifecycle.Quarantined, error) {
+func ReadQuarantined(ctx context.Context, s *storage.Store, qkey string) (Quarantined, error) {
 	if !strings.HasPrefix(qkey, QuarantinePrefix) {
-		return lifecycle.Quarantined{}, fmt.Errorf("storage: %q is not a quarantine key: %w", qkey, storage.ErrInvalidKey)
+		return Quarantined{}, fmt.Errorf("storage: %q is not a quarantine key: %w", qkey, storage.ErrInvalidKey)
 	}
 	b, _, err := s.Get(ctx, qkey)
 	if err != nil {
-		return lifecycle.Quarantined{}, err
+		return Quarantined{}, err
 	}
-	var q lifecycle.Quarantined
+	var q Quarantined
 	if err := json.Unmarshal(b, &q); err != nil {
-		return lifecycle.Quarantined{}, &lifecycle.QuarantinedError{Key: qkey, Data: b, Reason: "undecodable quarantine record", Err: err}
+		return Quarantined{}, &lifecycle.QuarantinedError{Key: qkey, Data: b, Reason: "undecodable quarantine record", Err: err}
 	}
 	q.QKey = qkey
 	return q, nil

@@ -276,7 +276,7 @@ func TestFaultPoisonRecord(t *testing.T) {
 			p := newProcessor(t, nlm.Config{Store: storage.New(s), Clock: clk, Owner: "p1", Client: post}, stagesFailingAt(""))
 			runProcessor(t, p, 5*time.Second)
 			s.until(t, "job-good DONE", jobIs(p, "job-good", lifecycle.NLMDone))
-			var qs []lifecycle.Quarantined
+			var qs []records.Quarantined
 			for q, err := range records.ListQuarantine(ctx, storage.New(s)) {
 				if err != nil {
 					t.Fatal(err)

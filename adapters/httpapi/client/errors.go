@@ -29,19 +29,22 @@ func (e *Error) Error() string {
 }
 
 // Is matches the sentinel of the SDK that the code stands for:
-// lifecycle.ErrRunNotFound (run.ErrNotFound) and lifecycle.ErrNotFound for RUN_NOT_FOUND;
-// lifecycle.ErrNotFound for NOT_FOUND, JOB_NOT_FOUND and AGENT_NOT_FOUND;
-// lifecycle.ErrInvalidTransition for RUN_INVALID_TRANSITION,
-// INBOX_INVALID_TRANSITION, INBOX_ENTRY_EXPIRED and RUN_TERMINAL_STATE (which
-// also matches lifecycle.ErrTerminalState); lifecycle.ErrForbiddenActor and
-// lifecycle.ErrForbiddenActor for FORBIDDEN; lifecycle.ErrInvalidInput for
-// INVALID_INPUT and INPUT_TOO_LARGE; lifecycle.ErrIdempotencyConflict,
-// lifecycle.ErrIdempotencyExpired, lifecycle.ErrIdempotencyInProgress, lifecycle.ErrRunUnsupported,
-// lifecycle.ErrJobExists, lifecycle.ErrInboxEntryExists, lifecycle.ErrCorrupt (RECORD_QUARANTINED),
-// lifecycle.ErrLeaseLost and lifecycle.ErrUnavailable for their codes. The
-// engines' sentinels are these values under their own names (run.ErrNotFound
-// is lifecycle.ErrRunNotFound, jobqueue.ErrJobExists lifecycle.ErrJobExists,
-// inbox.ErrEntryExists lifecycle.ErrInboxEntryExists), so they match too.
+// lifecycle.ErrRunNotFound and the store's not-found sentinel for
+// RUN_NOT_FOUND; the store's not-found sentinel for NOT_FOUND,
+// JOB_NOT_FOUND and AGENT_NOT_FOUND; lifecycle.ErrInvalidTransition for
+// RUN_INVALID_TRANSITION, INBOX_INVALID_TRANSITION, INBOX_ENTRY_EXPIRED and
+// RUN_TERMINAL_STATE (which also matches lifecycle.ErrTerminalState);
+// lifecycle.ErrForbiddenActor and the authority matrix's sentinel for
+// FORBIDDEN; the invalid-input sentinel for INVALID_INPUT and
+// INPUT_TOO_LARGE; lifecycle.ErrIdempotencyConflict,
+// lifecycle.ErrIdempotencyExpired, lifecycle.ErrIdempotencyInProgress,
+// lifecycle.ErrRunUnsupported, lifecycle.ErrJobExists,
+// lifecycle.ErrInboxEntryExists, and the store's sentinels of a corrupt
+// record (RECORD_QUARANTINED), a lost lease and an unavailable store for
+// their codes. The engines' sentinels are these values under their own
+// names (run.ErrNotFound is lifecycle.ErrRunNotFound, jobqueue.ErrJobExists
+// lifecycle.ErrJobExists, inbox.ErrEntryExists lifecycle.ErrInboxEntryExists,
+// lifecycle.ErrNotFound the store's not-found), so they match too.
 func (e *Error) Is(target error) bool {
 	for _, s := range sentinels(e.Code) {
 		if s == target {
@@ -62,7 +65,7 @@ func sentinels(code string) []error {
 	case codes.TerminalState:
 		return []error{lifecycle.ErrInvalidTransition, lifecycle.ErrTerminalState}
 	case codes.Forbidden:
-		return []error{lifecycle.ErrForbiddenActor}
+		return []error{lifecycle.ErrForbiddenActor, lifecycle.ErrForbiddenActor}
 	case codes.InvalidInput, codes.InputTooLarge:
 		return []error{lifecycle.ErrInvalidInput}
 	case codes.IdempotencyConflict:
