@@ -12,7 +12,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -58,7 +57,7 @@ func codeOf(err error) string {
 	switch {
 	case errors.Is(err, jobqueue.ErrJobExists):
 		return codes.JobExists
-	case errors.Is(err, jobqueue.ErrInvalidJob), errors.Is(err, run.ErrInvalidIdempotencyKey):
+	case errors.Is(err, jobqueue.ErrInvalidJob):
 		return codes.InvalidRequest
 	case errors.Is(err, context.DeadlineExceeded):
 		// The request's deadline ran out while the SDK waited out the store.

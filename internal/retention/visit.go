@@ -8,9 +8,9 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -140,7 +140,7 @@ func (j *Janitor) visitJob(ctx context.Context, k Kind, key string, now time.Tim
 // key.
 func (j *Janitor) visitIdempotency(ctx context.Context, key string, now time.Time, age time.Duration, r *Report) error {
 	if _, ok := layout.ParseIdempotencyRunKey(key); ok {
-		var m run.IdempotencyMarker
+		var m idemrecord.Marker
 		ver, ok, err := j.read(ctx, key, &m, r)
 		if !ok || err != nil || !IdempotencyMarkerEligible(&m, now, age) {
 			return err
@@ -150,7 +150,7 @@ func (j *Janitor) visitIdempotency(ctx context.Context, key string, now time.Tim
 	if !layout.IsIdempotencyKey(key) {
 		return nil
 	}
-	var rec run.IdempotencyRecord
+	var rec idemrecord.Record
 	ver, ok, err := j.read(ctx, key, &rec, r)
 	if !ok || err != nil || !IdempotencyEligible(&rec, now, age) {
 		return err
