@@ -12,6 +12,7 @@ import (
 
 	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -74,7 +75,7 @@ func TestClientRunAndJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := c.Runs().Wait(ctx, res.RunID)
-	if err != nil || st.Status != string(lifecycle.RunCompleted) {
+	if err != nil || st.Status != string(machine.RunCompleted) {
 		t.Fatalf("run %s: %s, %v", res.RunID, st.Status, err)
 	}
 	if c.Runs().Owner() != "host/test" || c.Owner() != "host/test" {

@@ -26,14 +26,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // SourceRef is a source an artifact cites ("sources", docs/spec.md#artifact).
@@ -43,12 +43,13 @@ type SourceRef struct {
 }
 
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
-// (docs/spec.md#artifact). The embedded records.Meta is its "version" (1 on
+// (docs/spec.md#artifact). The embedded lifecycle.Meta is its "version" (1 on
 // create; a finalized artifact is never rewritten: only a lost attempt's
 // artifact, which no job points at, is replaced by the next attempt's, with
 // the version counted on).
 type Artifact struct {
-	records.Meta
+	lifecycle.Meta
+
 	ArtifactID  string          `json:"artifact_id"`
 	JobID       string          `json:"job_id"`
 	RunID       string          `json:"run_id,omitempty"`
@@ -72,10 +73,10 @@ type Artifact struct {
 
 // Draft is what a writer supplies to Create; the store fills in the id,
 // times, finalization, version and URL. Its text is bounded: at most
-// codes.MaxListLen tags (codes.MaxNameBytes each), entity refs and
-// sources (codes.MaxRefBytes per ref, codes.MaxTextBytes per
-// excerpt), content of at most codes.MaxDocumentBytes, all valid UTF-8
-// without NUL; Create refuses more with a *codes.InputError.
+// 256 tags (256 bytes each), entity refs and
+// sources (1,024 bytes per ref, 4,096 bytes per
+// excerpt), content of at most 1 MiB, all valid UTF-8
+// without NUL; Create refuses more with a *lifecycle.InputError.
 type Draft struct {
 	JobID      string
 	RunID      string
@@ -227,7 +228,7 @@ func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error)
 // lifecycle check, before the content is parsed: tags (MaxNameBytes), entity
 // and source refs (MaxRefBytes), excerpts (MaxTextBytes), each list at most
 // MaxListLen items, and the content (MaxDocumentBytes). It returns nil or a
-// *codes.InputError.
+// *lifecycle.InputError.
 func (d *Draft) checkText() error {
 	for _, l := range []struct {
 		field string
@@ -271,7 +272,7 @@ func (d *Draft) checkText() error {
 // artifact of the same epoch is returned unchanged (created false); one of an older
 // epoch, left by an attempt that lost its job and can therefore back no
 // COMPLETE job, is replaced by compare-and-swap on its version; one of a
-// newer epoch makes Create fail with an error matching records.ErrLeaseLost,
+// newer epoch makes Create fail with an error matching lifecycle.ErrLeaseLost,
 // having written nothing.
 func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d Draft) (Artifact, bool, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {
@@ -334,7 +335,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 		return Artifact{}, false, err
 	}
 	if !d.Audited {
-		s.record(ctx, records.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+		s.record(ctx, lifecycle.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 			RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
 	}
 	return a, true, nil
@@ -354,7 +355,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 		if old != nil {
 			var o Artifact
 			if err := json.Unmarshal(old, &o); err != nil {
-				return nil, false, &records.CorruptError{Key: key, Version: ver, Data: old, Reason: "cannot decode", Err: err}
+				return nil, false, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: old, Reason: "cannot decode", Err: err}
 			}
 			if o.Epoch == a.Epoch {
 				own = &o
@@ -374,7 +375,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 	if own != nil {
 		return *own, false, nil
 	}
-	ev := records.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+	ev := lifecycle.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: a.ArtifactID, To: "finalized", TS: a.CreatedAt}
 	if replaced >= 0 {
 		ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
@@ -396,7 +397,7 @@ func artifactEpoch(b []byte) (int64, bool) {
 	return a.Epoch, true
 }
 
-func (s *Store) record(ctx context.Context, ev records.AuditEvent) {
+func (s *Store) record(ctx context.Context, ev lifecycle.AuditEvent) {
 	if _, err := s.audit.Record(ctx, ev); err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "artifact: audit write failed", "event", ev.Event, "artifact_id", ev.ArtifactID, "err", err)
 	}
@@ -501,7 +502,7 @@ func (s *Store) deleteOld(ctx context.Context, actor lifecycle.Actor, key string
 	if err := s.cfg.Store.Delete(ctx, key, storage.IfMatch(ver)); err != nil {
 		return err
 	}
-	s.record(ctx, records.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
+	s.record(ctx, lifecycle.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: a.ArtifactID, From: "finalized"})
 	return nil
 }

@@ -14,13 +14,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // DefaultTTL is an entry's lifetime while pending unless it says otherwise
@@ -83,7 +84,7 @@ func New(cfg Config) (*Box, error) {
 // stats or the expiry pass.
 func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, error) {
 	d, v, err := records.Read[entryDoc](ctx, b.cfg.Store, key)
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if errors.As(err, &ce) {
 		if _, qerr := b.quar.Move(ctx, ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 			return d, v, qerr
@@ -94,7 +95,7 @@ func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, 
 }
 
 // Errors of the inbox, each with a code of lifecycle's one table
-// (lifecycle.ErrorCode, codes.HTTPStatus):
+// (lifecycle.ErrorCode, the code table (docs/spec.md#error-codes)):
 //
 //   - bad input matches ErrInvalidEntry: a *ValidationError, INVALID_INPUT
 //     (400) or INPUT_TOO_LARGE (413) for text, INVALID_REQUEST (400) for the
@@ -138,12 +139,12 @@ func transitionError(err error) error {
 }
 
 // ValidationError says which field of a submission is wrong. It matches
-// ErrInvalidEntry, and a *codes.InputError when the field's text broke
+// ErrInvalidEntry, and a *lifecycle.InputError when the field's text broke
 // its limit or was not clean.
 type ValidationError struct {
 	Field  string
 	Reason string
-	// Err is the *codes.InputError of a text field, or nil.
+	// Err is the *lifecycle.InputError of a text field, or nil.
 	Err error
 }
 
@@ -201,7 +202,7 @@ func text(field, s string, limit int, kind codes.TextKind, required bool) error 
 		return invalid(field, "empty")
 	}
 	err := codes.CheckText(field, s, limit, kind)
-	if ie := (*codes.InputError)(nil); errors.As(err, &ie) {
+	if ie := (*lifecycle.InputError)(nil); errors.As(err, &ie) {
 		return &ValidationError{Field: field, Reason: ie.Reason, Err: err}
 	}
 	return err
@@ -211,15 +212,15 @@ func text(field, s string, limit int, kind codes.TextKind, required bool) error 
 //
 //   - id, if set, is a valid storage id;
 //   - source.type is one of ui, telegram, webhook, agent, cron, and
-//     source.identity is set (at most codes.MaxNameBytes, 256);
+//     source.identity is set (at most 256 bytes, 256);
 //   - intent.action is set, lower-case letters, digits and "-" (at most 64
-//     bytes), and intent.target is set (at most codes.MaxRefBytes, 1 KiB);
+//     bytes), and intent.target is set (at most 1,024 bytes, 1 KiB);
 //   - metadata.priority is "normal" (the default when empty) or "high";
 //     metadata.ttl_hours is 0 (the Box's default) or 1..MaxTTLHours;
-//     metadata.correlation_id has at most codes.MaxNameBytes.
+//     metadata.correlation_id has at most 256 bytes.
 //
 // Text fields must be one line of UTF-8 without control characters
-// (codes.CheckText). Errors match ErrInvalidEntry and name the field.
+// (the SDK's text check (docs/spec.md#limits)). Errors match ErrInvalidEntry and name the field.
 func (s *Submission) Validate() error {
 	// The fields of a fixed set are text too: invalid UTF-8 in one is
 	// INVALID_INPUT, as in any other field, before its value is judged.
@@ -265,7 +266,8 @@ func (s *Submission) Validate() error {
 
 // entryDoc is the stored form of an Entry.
 type entryDoc struct {
-	records.Meta
+	lifecycle.Meta
+
 	lifecycle.InboxEntry
 }
 
@@ -277,7 +279,7 @@ func newEntryID(now time.Time) string {
 
 // forbidden refuses a write by an actor the inbox machine does not list.
 func forbidden(to lifecycle.InboxState, event lifecycle.Event, actor lifecycle.Actor, allowed lifecycle.Actor) error {
-	return &lifecycle.ForbiddenActorError{Machine: lifecycle.InboxMachine().Name(), To: string(to), Event: string(event),
+	return &lifecycle.ForbiddenActorError{Machine: machine.InboxMachine().Name(), To: string(to), Event: string(event),
 		Actor: actor, Allowed: []lifecycle.Actor{allowed}}
 }
 
@@ -335,7 +337,7 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission)
 }
 
 func (b *Box) record(ctx context.Context, actor lifecycle.Actor, id string, from, to lifecycle.InboxState) {
-	ev := records.AuditEvent{Event: "inbox.status.update", Actor: string(actor), EntryID: id, From: string(from), To: string(to)}
+	ev := lifecycle.AuditEvent{Event: "inbox.status.update", Actor: string(actor), EntryID: id, From: string(from), To: string(to)}
 	if from == "" {
 		ev.Event = "inbox.create"
 	}
@@ -353,7 +355,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 	var from lifecycle.InboxState
 	_, d, err := (&core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
 		from = d.Status
-		if _, err := lifecycle.InboxMachine().Fire(ctx, &d.InboxEntry, event, actor); err != nil {
+		if _, err := machine.InboxMachine().Fire(ctx, &d.InboxEntry, event, actor); err != nil {
 			return transitionError(err)
 		}
 		if set != nil {
@@ -364,7 +366,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 	if errors.Is(err, storage.ErrNotFound) {
 		// An expired entry has moved; report it as the terminal state it is.
 		if e, gerr := b.Get(ctx, id); gerr == nil {
-			_, err = lifecycle.InboxMachine().Fire(ctx, &e, event, actor)
+			_, err = machine.InboxMachine().Fire(ctx, &e, event, actor)
 			return lifecycle.InboxEntry{}, transitionError(err)
 		}
 	}
@@ -381,17 +383,17 @@ func (b *Box) Process(ctx context.Context, actor lifecycle.Actor, id, proposalID
 	if err := storage.ValidateID("proposal id", proposalID); err != nil {
 		return lifecycle.InboxEntry{}, invalid("proposal_id", "%v", err)
 	}
-	return b.move(ctx, actor, id, lifecycle.EventInboxProcess, func(e *lifecycle.InboxEntry) { e.ProposalID = proposalID })
+	return b.move(ctx, actor, id, machine.EventInboxProcess, func(e *lifecycle.InboxEntry) { e.ProposalID = proposalID })
 }
 
 // Reject records that the validation gate refused the entry: pending →
-// rejected, with the reason (1 byte to codes.MaxTextBytes, may span
+// rejected, with the reason (1 byte to 4,096 bytes, may span
 // lines, as every reason in the SDK). Only the gateway rejects.
 func (b *Box) Reject(ctx context.Context, actor lifecycle.Actor, id, reason string) (lifecycle.InboxEntry, error) {
 	if err := text("rejection_reason", reason, codes.MaxTextBytes, codes.MultiLine, true); err != nil {
 		return lifecycle.InboxEntry{}, err
 	}
-	return b.move(ctx, actor, id, lifecycle.EventInboxReject, func(e *lifecycle.InboxEntry) { e.RejectionReason = reason })
+	return b.move(ctx, actor, id, machine.EventInboxReject, func(e *lifecycle.InboxEntry) { e.RejectionReason = reason })
 }
 
 // Get returns an entry, live or expired.
@@ -415,7 +417,7 @@ func (b *Box) Get(ctx context.Context, id string) (lifecycle.InboxEntry, error) 
 // system actor expires. It returns the ids it moved.
 func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, error) {
 	if actor != lifecycle.ActorSystem {
-		return nil, forbidden(lifecycle.InboxExpired, lifecycle.EventInboxExpire, actor, lifecycle.ActorSystem)
+		return nil, forbidden(lifecycle.InboxExpired, machine.EventInboxExpire, actor, lifecycle.ActorSystem)
 	}
 	var moved []string
 	for key, err := range b.cfg.Store.List(ctx, layout.InboxPrefix) {
@@ -439,7 +441,7 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 				if d.Status != lifecycle.InboxPending || b.cfg.Clock.Now().Before(d.Expires()) {
 					return errSkip
 				}
-				_, err := lifecycle.InboxMachine().Fire(ctx, &d.InboxEntry, lifecycle.EventInboxExpire, actor)
+				_, err := machine.InboxMachine().Fire(ctx, &d.InboxEntry, machine.EventInboxExpire, actor)
 				return err
 			})
 			if errors.Is(err, errSkip) || errors.Is(err, storage.ErrNotFound) {
@@ -503,7 +505,7 @@ func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[lifecycle.In
 }
 
 func (opts ListOptions) check() error {
-	if opts.Status != "" && !lifecycle.InboxMachine().IsState(opts.Status) {
+	if opts.Status != "" && !machine.InboxMachine().IsState(opts.Status) {
 		return invalid("status", "%q is not pending, processed, rejected or expired", opts.Status)
 	}
 	return nil
@@ -543,8 +545,8 @@ type EntryPage struct {
 }
 
 // ListPage reads a page of the entries List yields, from cursor ("" for
-// the first page; else a Next), at most limit (0: codes.DefaultPageLimit;
-// more than codes.MaxPageLimit is refused). The status filter is checked
+// the first page; else a Next), at most limit (0: 50;
+// more than 500 is refused). The status filter is checked
 // on each entry read, at most max(4*limit, 200) a page: a page of a rare
 // status may come back short, with a Next.
 func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor string) (EntryPage, error) {

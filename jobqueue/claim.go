@@ -9,10 +9,10 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // claimTries bounds the agents one Claim looks at, so a call costs O(1)
@@ -475,7 +475,7 @@ func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobD
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {
 				return errNotReady
 			}
-			if err := fire(ctx, d, lifecycle.EventBackoffElapsed, orch); err != nil {
+			if err := fire(ctx, d, machine.EventBackoffElapsed, orch); err != nil {
 				return err
 			}
 			d.NextAttemptAt = nil
@@ -485,14 +485,14 @@ func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobD
 			}
 			d.QueuedAt = &now
 		}
-		if err := fire(ctx, d, lifecycle.EventPickup, orch); err != nil {
+		if err := fire(ctx, d, machine.EventPickup, orch); err != nil {
 			return err
 		}
 		d.Attempt++
 		d.ReadyKey = ""
-		d.Lease = &records.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.leaseTTL)}
+		d.Lease = &lifecycle.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.leaseTTL)}
 		if c.noAssembly != nil && c.noAssembly(d.JobType) {
-			return fire(ctx, d, lifecycle.EventSnapshotReady, orch)
+			return fire(ctx, d, machine.EventSnapshotReady, orch)
 		}
 		return nil
 	})

@@ -4,11 +4,10 @@ import (
 	"errors"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Errors of the queue. Bad input matches ErrInvalidJob; refusals of the
-// authority matrix match authority.ErrForbidden.
+// authority matrix match lifecycle.ErrForbiddenActor.
 var (
 	// ErrInvalidConfig: a Config that New refuses.
 	ErrInvalidConfig = errors.New("jobqueue: invalid config")
@@ -17,9 +16,9 @@ var (
 	// ErrJobExists: Enqueue with the id of a job that already exists.
 	ErrJobExists = lifecycle.ErrJobExists
 	// ErrLeaseLost: the worker's lease on the job lapsed or was taken over;
-	// it may no longer write the job. It is records.ErrLeaseLost, the one
+	// it may no longer write the job. It is lifecycle.ErrLeaseLost, the one
 	// sentinel of the SDK.
-	ErrLeaseLost = records.ErrLeaseLost
+	ErrLeaseLost = lifecycle.ErrLeaseLost
 	// ErrStepTimeout is the cause of a step's context when StepTimeout runs out.
 	ErrStepTimeout = errors.New("jobqueue: step timeout")
 )

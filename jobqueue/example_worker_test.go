@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -60,7 +61,7 @@ func ExampleWorker() {
 // allDone tells whether every job has reached a terminal state.
 func allDone(ctx context.Context, q *jobqueue.Queue) bool {
 	for j, err := range q.List(ctx, lifecycle.ActorAdmin) {
-		if err != nil || !lifecycle.JobMachine().IsTerminal(j.Status) {
+		if err != nil || !machine.JobMachine().IsTerminal(j.Status) {
 			return false
 		}
 	}

@@ -13,15 +13,15 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The fault suite of issue 10 for jobs: each test names the fault it
@@ -189,8 +189,8 @@ func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 				// NOT_FOUND; it is RECORD_QUARANTINED as a run is.
 				for _, q := range []*jobqueue.Queue{q, newQueue(t, s, clk)} {
 					_, err := q.Get(ctx, lifecycle.ActorAdmin, "job-bad")
-					var qe *jobqueue.QuarantinedError
-					if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &qe) || qe.JobID != "job-bad" ||
+					var qe *lifecycle.QuarantinedError
+					if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &qe) || qe.ID != "job-bad" ||
 						lifecycle.ErrorCode(err) != codes.RecordQuarantined {
 						t.Fatalf("Get of the quarantined job: %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
 					}

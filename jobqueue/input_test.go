@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -44,7 +44,7 @@ func checkRefused(t *testing.T, err error, sentinel error, field, code string, s
 		t.Errorf("code %s, want %s (%.300v)", got, code, err)
 	}
 	if field != "" {
-		var ie *codes.InputError
+		var ie *lifecycle.InputError
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("no *InputError for %s in %.300v", field, err)
 		}

@@ -9,15 +9,16 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // jobDoc is the stored form of a Job: the record plus the document version.
 type jobDoc struct {
-	records.Meta
+	lifecycle.Meta
+
 	lifecycle.Job
 	// AuditArtifact is the artifact whose creation event is still to be
 	// flushed with the trail (the artifact store was told not to write it,
@@ -76,7 +77,7 @@ func validJob(key string, d *jobDoc) error {
 	switch {
 	case d.JobID != id:
 		return fmt.Errorf("job_id %q in the record of %q", d.JobID, id)
-	case !slices.Contains(lifecycle.JobStates(), d.Status):
+	case !slices.Contains(machine.JobStates(), d.Status):
 		return fmt.Errorf("unknown status %q", d.Status)
 	case storage.ValidateID("agent slug", d.AgentSlug) != nil:
 		return fmt.Errorf("invalid agent_slug %q", d.AgentSlug)
@@ -88,7 +89,7 @@ func validJob(key string, d *jobDoc) error {
 
 // fire moves d by event as actor and appends the move to d's trail.
 func fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle.Actor) error {
-	ch, err := lifecycle.JobMachine().Fire(ctx, &d.Job, event, actor)
+	ch, err := machine.JobMachine().Fire(ctx, &d.Job, event, actor)
 	if err != nil {
 		return err
 	}
@@ -120,7 +121,7 @@ func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDo
 		return jobDoc{}, "", err
 	}
 	rec := q.record(key)
-	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *records.Lease { return d.Lease }
+	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *lifecycle.Lease { return d.Lease }
 	if epoch > 0 {
 		rec.Now = q.clock.Now
 	}

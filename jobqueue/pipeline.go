@@ -12,11 +12,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -205,7 +206,7 @@ func toArtifactWrite(ctx context.Context, d *jobDoc) error {
 	if d.Status != lifecycle.JobNotebookLMCall {
 		return nil
 	}
-	return fire(ctx, d, lifecycle.EventResponseOK, lifecycle.ActorOrchestration)
+	return fire(ctx, d, machine.EventResponseOK, lifecycle.ActorOrchestration)
 }
 
 // step runs fn as one unit of the core under the step timeout, on the
@@ -240,7 +241,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		return c.orchestrate(ctx, lifecycle.JobContextAssembly, sctx, err)
 	}
 	if job.Status == lifecycle.JobContextAssembly {
-		if err := c.move(ctx, lifecycle.EventSnapshotReady, nil); err != nil {
+		if err := c.move(ctx, machine.EventSnapshotReady, nil); err != nil {
 			return c.Job(), err
 		}
 		job = c.Job()
@@ -371,7 +372,7 @@ func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Jo
 		if err := toArtifactWrite(ctx, d); err != nil {
 			return err
 		}
-		if err := fire(ctx, d, lifecycle.EventCommit, lifecycle.ActorOrchestration); err != nil {
+		if err := fire(ctx, d, machine.EventCommit, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil

@@ -104,7 +104,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // written once, already QUEUED, with both moves in its audit. The actor
 // needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
 // move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
-// (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
+// (lifecycle.ErrForbiddenActor) writes nothing; an existing id gives ErrJobExists.
 // The job keeps the trace context of ctx (with Config.TracerProvider set,
 // that of a conveyor.enqueue span): every attempt's spans continue it.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
@@ -167,7 +167,7 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 // When ctx ends first it returns the job as last read and a *WaitError
 // wrapping the cause (context.Canceled, context.DeadlineExceeded). A job
 // that does not exist gives an error matching storage.ErrNotFound; a
-// quarantined one a *QuarantinedError.
+// quarantined one a *lifecycle.QuarantinedError.
 func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	return q.reads.wait(ctx, jobID)
 }

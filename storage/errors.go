@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
 
@@ -24,8 +24,9 @@ var (
 	ErrPreconditionFailed = driver.ErrPreconditionFailed
 	// ErrInvalidKey: the key (or List prefix) breaks the rules of ValidateKey.
 	ErrInvalidKey = errors.New("storage: invalid key")
-	// ErrInvalidID: an id breaks the rules of ValidateID.
-	ErrInvalidID = errors.New("storage: invalid id")
+	// ErrInvalidID: an id breaks the rules of ValidateID. It matches
+	// lifecycle.ErrInvalidInput too: an id is a caller's input.
+	ErrInvalidID error = invalidID{}
 	// ErrOutcomeUnknown: a conditional write may or may not have been
 	// applied (its response was lost and the store cannot tell whether it
 	// landed). Re-read before acting; do not blindly retry a change that
@@ -123,8 +124,15 @@ func CheckCondition(op, key string, cond Condition) error {
 // ErrUnavailable is matched by the error of a call that met only transient
 // failures of the store (timeouts, 5xx, refused connections) until its
 // context ended: the store was unreachable for as long as the caller could
-// wait. Its code is UPSTREAM_UNAVAILABLE.
-var ErrUnavailable = codes.ErrUnavailable
+// wait. Its code is UPSTREAM_UNAVAILABLE. It is lifecycle.ErrUnavailable,
+// so a caller matches it without the store.
+var ErrUnavailable = lifecycle.ErrUnavailable
+
+// invalidID is ErrInvalidID: an id a caller passed is invalid input.
+type invalidID struct{}
+
+func (invalidID) Error() string        { return "storage: invalid id" }
+func (invalidID) Is(target error) bool { return target == lifecycle.ErrInvalidInput }
 
 // UnavailableError is a call that gave up on a store that kept failing.
 type UnavailableError struct {
@@ -151,9 +159,6 @@ func (e *UnavailableError) Unwrap() []error {
 	}
 	return []error{e.Err, e.Stop}
 }
-
-// Code is UPSTREAM_UNAVAILABLE, the code of the SDK's code table.
-func (e *UnavailableError) Code() string { return codes.UpstreamUnavailable }
 
 // Transient tells whether err is a store failure worth waiting out: an
 // adapter's native error that an outage causes (a timeout, a refused or

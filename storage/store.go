@@ -1,7 +1,7 @@
 // Package storage is the Store every state change in Conveyor goes
 // through: Get, Put and Delete with conditions, List and Watch by prefix,
 // versions, ids and keys, and the errors every adapter reports the same
-// way. What is stored on it is package storage/records (documents, audit,
+// way. What is stored on it is the SDK's records (documents, audit,
 // quarantine, leases), at the keys of docs/spec.md#key-layout.
 //
 // A Store is a flat map from keys to byte values with conditional writes.

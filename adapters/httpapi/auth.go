@@ -13,9 +13,9 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TokensEnv is the environment variable the Worker reads its tokens from
@@ -116,7 +116,8 @@ func normalizeActor(a lifecycle.Actor) lifecycle.Actor {
 }
 
 // parseTokens parses the environment form of the tokens,
-// "tok1=gateway,tok2=admin" (spaces around items are ignored).
+// "tok1=gateway,tok2=admin" (spaces around items are ignored). Actors are
+// those of the authority matrix's actors, and "owner", which means gateway.
 func parseTokens(s string) (map[string]lifecycle.Actor, error) {
 	out := map[string]lifecycle.Actor{}
 	for item := range strings.SplitSeq(s, ",") {

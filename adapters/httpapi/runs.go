@@ -6,8 +6,9 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -42,10 +43,10 @@ func (h *runRoutes) table() []route {
 		{method: "GET", path: "/runs", h: h.listRuns()},
 		{method: "GET", path: "/runs/{runId}/status", h: h.runStatus()},
 		{method: "GET", path: "/runs/{runId}/steps", h: h.runSteps()},
-		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(lifecycle.EventCancel, lifecycle.EventRequestCancel), body: true, h: h.cancelRun()},
-		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(lifecycle.EventApprove), body: true, h: h.decide(true)},
-		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(lifecycle.EventReject), body: true, h: h.decide(false)},
-		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(lifecycle.EventDeliver), body: true, h: h.deliver()},
+		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(machine.EventCancel, machine.EventRequestCancel), body: true, h: h.cancelRun()},
+		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(machine.EventApprove), body: true, h: h.decide(true)},
+		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(machine.EventReject), body: true, h: h.decide(false)},
+		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(machine.EventDeliver), body: true, h: h.deliver()},
 	}
 }
 

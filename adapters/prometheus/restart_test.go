@@ -12,10 +12,10 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // gauges reads gwi_run_active_gauge by status.

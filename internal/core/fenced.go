@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // PutFenced writes an owner's object (a step file, an output, a manifest)
@@ -14,7 +14,7 @@ import (
 // epochOf, and a replacement is conditional on the version whose epoch was
 // judged. A missing key is created create-only; an existing one is replaced
 // only while its epoch is at most epoch, else the error matches
-// records.ErrLeaseLost. owner names the writer in that error.
+// lifecycle.ErrLeaseLost. owner names the writer in that error.
 //
 // The run's own lease is checked by the caller's status writes; PutFenced
 // makes sure that whatever a lost writer does, the object a newer owner
@@ -71,7 +71,7 @@ func PutFencedFunc(ctx context.Context, s *storage.Store, key, owner string, epo
 			return ov, nil // ours landed
 		}
 		if e, ok := epochOf(old); ok && e > epoch {
-			return "", &records.LeaseLostError{Key: key, Owner: owner, Epoch: epoch, HolderEpoch: e}
+			return "", &lifecycle.LeaseLostError{Key: key, Owner: owner, Epoch: epoch, HolderEpoch: e}
 		}
 		var keep bool
 		if value, keep, err = next(old, ov); err != nil {

@@ -11,9 +11,9 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestAbsenceConfirmedOnlyAfterSettle(t *testing.T) {
@@ -106,7 +106,7 @@ func TestPutFencedOnAStoreThatSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.AcceptCreateOver(1)
-	if _, err := core.PutFenced(ctx, storage.New(fs), "m.json", []byte(`{"epoch":1,"by":"late"}`), "w", 1, epochOf); !errors.Is(err, records.ErrLeaseLost) {
+	if _, err := core.PutFenced(ctx, storage.New(fs), "m.json", []byte(`{"epoch":1,"by":"late"}`), "w", 1, epochOf); !errors.Is(err, lifecycle.ErrLeaseLost) {
 		t.Fatalf("older epoch over a newer object: %v, want ErrLeaseLost", err)
 	}
 	if b, _, _ := fs.Get(ctx, "m.json"); string(b) != `{"epoch":2,"by":"new"}` {

@@ -159,7 +159,7 @@ func AuditDayPrefix(day time.Time) string {
 }
 
 // auditStamp is the fixed-width UTC time every audit event id starts with
-// (records.AuditEventID), so ids sort by time as strings.
+// (lifecycle.AuditEventID), so ids sort by time as strings.
 const auditStamp = "20060102T150405.000000000Z"
 
 // AuditIDStamp renders t as the lowest audit event id stamped at or after

@@ -9,14 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -175,7 +174,7 @@ func endRunSpan(span tracing.Span, out outcome) {
 func (x *execution) beat(ctx context.Context) bool {
 	err := x.w.apply(ctx, bySystem(), func(context.Context, *lifecycle.RunStatus) error { return nil })
 	switch {
-	case errors.Is(err, records.ErrLeaseLost), errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, lifecycle.ErrLeaseLost), errors.Is(err, lifecycle.ErrCorrupt):
 		x.stop(err)
 		return false
 	case err != nil:
@@ -352,7 +351,7 @@ func (x *execution) loadInput(ctx context.Context, doc lifecycle.RunStatus) ([]b
 // lost lease, a corrupt record or the store's trouble is a write failure;
 // any other error fails the run.
 func (x *execution) countFailure(ctx context.Context, err error) outcome {
-	if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
+	if errors.Is(err, lifecycle.ErrLeaseLost) || errors.Is(err, lifecycle.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
 		errors.Is(err, context.Canceled) || storage.Transient(err) {
 		return x.writeFailure(ctx, err)
 	}
@@ -375,7 +374,7 @@ func stoppedBy(cause error) outcome {
 // one that is no outage at all) fails the run as UPSTREAM_UNAVAILABLE.
 func (x *execution) writeFailure(ctx context.Context, err error) outcome {
 	switch cause := context.Cause(ctx); {
-	case errors.Is(err, records.ErrLeaseLost), errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, lifecycle.ErrLeaseLost), errors.Is(err, lifecycle.ErrCorrupt):
 		return outcome{kind: stopped, err: err}
 	case ctx.Err() != nil && cause != errRunTimeout && cause != errWriteLimit:
 		return outcome{kind: stopped, err: err} // shutdown

@@ -18,18 +18,19 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/procid"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The fault suite of issue 10, run side. Each test failed on the Runner
@@ -224,8 +225,8 @@ func testPoisonStatus(t *testing.T, g *rig, corrupt func(map[string]any, string)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := r.Wait(ctx, bad)
-	var qe *run.QuarantinedError
-	if !errors.Is(err, records.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
+	var qe *lifecycle.QuarantinedError
+	if !errors.Is(err, lifecycle.ErrCorrupt) || !errors.As(err, &qe) || qe.ID != bad {
 		t.Fatalf("Wait on the poisoned run: %v, want a RunQuarantinedError", err)
 	}
 	if st := g.wait(r, next, time.Second, 2*time.Minute); st.Status != "completed" {
@@ -655,14 +656,14 @@ func TestMachineChangedByRollingConfig(t *testing.T) {
 	r, _ := g.runner("new", nil, run.Agent{Slug: "rolling", Machine: lifecycle.MachineCancelable, Steps: step})
 	// The old runner may have started it: the new one takes it over when
 	// its lease lapses.
-	if st := g.wait(r, id, time.Minute, 15*time.Minute); st.Status != string(lifecycle.RunCompleted) || st.Machine != "" {
+	if st := g.wait(r, id, time.Minute, 15*time.Minute); st.Status != string(machine.RunCompleted) || st.Machine != "" {
 		t.Fatalf("the old config's run: status %q machine %q, want completed on the canonical machine", st.Status, st.Machine)
 	}
 	if n := r.Quarantined(); n != 0 {
 		t.Fatalf("%d records quarantined, want 0", n)
 	}
 	id2 := submit(t, r, "rolling")
-	if st := g.wait(r, id2, 0, 0); st.Status != string(lifecycle.CancelableSucceeded) || st.Machine != lifecycle.MachineCancelable {
+	if st := g.wait(r, id2, 0, 0); st.Status != string(machine.CancelableSucceeded) || st.Machine != lifecycle.MachineCancelable {
 		t.Fatalf("the new config's run: status %q machine %q", st.Status, st.Machine)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // history keeps the history indexes of the runs (see below): a run's
@@ -176,7 +175,7 @@ func (h *history) dropStale(ctx context.Context, slug, s string) error {
 			continue
 		}
 		doc, _, err := h.statuses.read(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt) {
+		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, lifecycle.ErrCorrupt) {
 			continue // its submit may still be writing the status
 		}
 		if err != nil || doc.Status == s {

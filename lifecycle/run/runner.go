@@ -105,7 +105,7 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Acto
 //
 // A status.json that cannot be decoded or fails validation (a status its
 // machine does not know, a run_id or agent_slug that is not its key's) is
-// quarantined, and Status, like Wait, returns a *QuarantinedError.
+// quarantined, and Status, like Wait, returns a *lifecycle.QuarantinedError.
 func (r *Runner) Status(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
 	return r.reads.status(ctx, runID)
 }

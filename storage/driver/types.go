@@ -1,6 +1,10 @@
 package driver
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+)
 
 // Version identifies the state one write left at one key. It is opaque:
 // callers compare versions only for equality and pass them back in IfMatch.
@@ -91,8 +95,9 @@ func (c Condition) String() string {
 // storage re-exports them: errors.Is(err, storage.ErrNotFound) and
 // errors.Is(err, driver.ErrNotFound) are the same test.
 var (
-	// ErrNotFound: the key does not exist.
-	ErrNotFound = errors.New("storage: not found")
+	// ErrNotFound: the key does not exist. It is the SDK's one not-found
+	// sentinel, lifecycle.ErrNotFound, so a caller matches it without the store.
+	ErrNotFound = lifecycle.ErrNotFound
 	// ErrPreconditionFailed: the Condition of a Put or Delete did not hold,
 	// so nothing was written. A compare-and-swap loop re-reads and retries.
 	ErrPreconditionFailed = errors.New("storage: precondition failed")
