@@ -117,7 +117,7 @@ type JobWorkerConfig struct {
 }
 
 // StoreCheck says what Start does with the start-up check of the store's
-// semantics (package storage/probe, docs/stores.md): a few requests under
+// semantics (docs/stores.md): a few requests under
 // a folder of its own, removed afterwards.
 type StoreCheck int
 

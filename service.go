@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/probe"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/storage/probe"
 )
 
 // ErrUnsafeStore matches Start's refusal of a store that failed the

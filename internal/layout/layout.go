@@ -776,6 +776,6 @@ func ParseArtifactKey(key string) (cid, artifactID string, ok bool) {
 }
 
 // ProbePrefix holds the start-up semantics probe's keys (package
-// storage/probe): probe/{start}/..., one folder per start, removed when
+// internal/probe): probe/{start}/..., one folder per start, removed when
 // the probe ends; a folder a killed start left is removed by a later one.
 const ProbePrefix = "probe/"
