@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -76,10 +77,10 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 		{"context.memory_snapshot_url", codes.MaxURLBytes, func(n *jobqueue.NewJob, v string) { n.Context.MemorySnapshotURL = "s3://b/" + v }},
 		{"context.entity_refs[1]", codes.MaxRefBytes, func(n *jobqueue.NewJob, v string) { n.Context.EntityRefs = []string{"e0", v} }},
 		{"job_type", codes.MaxNameBytes, func(n *jobqueue.NewJob, v string) { n.JobType = lifecycle.JobType(v) }},
-		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.JobID = v }},
-		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.RunID = v }},
-		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.AgentSlug = v }},
-		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.ProjectID = v }},
+		{"", storekey.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.JobID = v }},
+		{"", storekey.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.RunID = v }},
+		{"", storekey.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.AgentSlug = v }},
+		{"", storekey.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.ProjectID = v }},
 	}
 	for i, in := range inputs {
 		for j, bv := range badValues(in.limit) {

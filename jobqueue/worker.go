@@ -8,9 +8,9 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // Worker runs jobs from a Queue: Slots loops, each claiming a job, running
@@ -62,7 +62,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Queue == nil || w.ID == "" || (w.Handlers.CallNotebookLM == nil && len(w.Queue.cfg.Types) == 0) {
 		return errors.New("jobqueue: Worker needs Queue, ID, and Config.Types or Handlers.CallNotebookLM to run jobs with")
 	}
-	if err := storage.ValidateID("worker id", w.ID); err != nil {
+	if err := storekey.ValidateID("worker id", w.ID); err != nil {
 		return err
 	}
 	// Each goroutine of the worker counts as work on the clock but while it

@@ -12,7 +12,7 @@
 //	<root>/agents/x/runs/r1/.cnvtmp-*                a write in progress
 //	<root>/.cnvlocks                                 writers' locks (Linux)
 //
-// storage.ValidateKey refuses key segments starting with ".cnv", so these
+// The Store refuses key segments starting with ".cnv", so these
 // names can never be keys, and refuses "..", so no key leaves the root.
 //
 // # Versions
@@ -293,9 +293,9 @@ func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, 
 	b, v, err := readValue(s.path(key))
 	if err != nil {
 		if notFound(err) {
-			return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, err)
+			return nil, "", &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound, Cause: err}
 		}
-		return nil, "", storage.NewOpError("get", key, nil, err)
+		return nil, "", &storage.OpError{Op: "get", Key: key, Cause: err}
 	}
 	return b, v, nil
 }
@@ -420,11 +420,11 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 		// but no directory, no value: IfMatch fails without making one.
 		// A deletion may remove the directory again before the lock file
 		// is made in it: then it is made again.
-		if cond.Kind() == storage.MatchVersion {
-			return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+		if cond.Kind() == driver.MatchVersion {
+			return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrPreconditionFailed}
 		}
 		if err := s.mkdirs(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", storage.NewOpError("put", key, nil, err)
+			return "", &storage.OpError{Op: "put", Key: key, Cause: err}
 		}
 		unlock, err = s.locks.lock(ctx, key, path)
 	}
@@ -433,13 +433,13 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 	}
 	defer unlock()
 	// An unconditional write holds whatever is there: it need not look.
-	if cond.Kind() != storage.Unconditional {
+	if cond.Kind() != driver.Unconditional {
 		cur, _, err := current(path)
 		if err != nil {
-			return "", storage.NewOpError("put", key, nil, err)
+			return "", &storage.OpError{Op: "put", Key: key, Cause: err}
 		}
 		if !cond.Holds(cur) {
-			return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+			return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrPreconditionFailed}
 		}
 	}
 	ver := newToken()
@@ -464,10 +464,10 @@ func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition)
 	defer unlock()
 	cur, dev, err := current(path)
 	if err != nil {
-		return storage.NewOpError("delete", key, nil, err)
+		return &storage.OpError{Op: "delete", Key: key, Cause: err}
 	}
 	if !cond.Holds(cur) {
-		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+		return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed}
 	}
 	if cur == "" {
 		s.locks.x.remove(path)
@@ -475,14 +475,14 @@ func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition)
 		return nil
 	}
 	if err := eintr(func() error { return unix.Unlink(path) }); err != nil {
-		return storage.NewOpError("delete", key, nil, &fs.PathError{Op: "remove", Path: path, Err: err})
+		return &storage.OpError{Op: "delete", Key: key, Cause: &fs.PathError{Op: "remove", Path: path, Err: err}}
 	}
 	s.locks.x.remove(path)
 	if err := s.sync.do(&syncReq{fd: -1, dir: filepath.Dir(path), dev: dev}); err != nil {
-		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, err)
+		return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: err}
 	}
 	if s.sync.failedSince(epoch) {
-		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, errSyncFailed)
+		return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: errSyncFailed}
 	}
 	s.prune(filepath.Dir(path))
 	return nil
@@ -510,9 +510,9 @@ func (s *Driver) prune(dir string) {
 
 func opErr(op, key string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return storage.NewOpError(op, key, err, nil)
+		return &storage.OpError{Op: op, Key: key, Kind: err}
 	}
-	return storage.NewOpError(op, key, nil, err)
+	return &storage.OpError{Op: op, Key: key, Cause: err}
 }
 
 // ListAfter implements driver.Store. It walks the directories in key
@@ -828,7 +828,7 @@ func (s *Driver) writeAtomic(key, path string, token storage.Version, value []by
 	dir := filepath.Dir(path)
 	fd, tmp, err := s.createTemp(key, dir, token)
 	if err != nil {
-		return storage.NewOpError("put", key, nil, err)
+		return &storage.OpError{Op: "put", Key: key, Cause: err}
 	}
 	open, renamed := true, false
 	defer func() {
@@ -837,7 +837,7 @@ func (s *Driver) writeAtomic(key, path string, token storage.Version, value []by
 				_ = unix.Close(fd)
 			}
 			_ = unix.Unlink(tmp)
-			err = storage.NewOpError("put", key, nil, err)
+			err = &storage.OpError{Op: "put", Key: key, Cause: err}
 		}
 	}()
 	if err = writeFd(fd, tmp, value); err != nil {
@@ -869,10 +869,10 @@ func (s *Driver) writeAtomic(key, path string, token storage.Version, value []by
 		s.afterRename(key)
 	}
 	if err := s.sync.do(&syncReq{fd: -1, dir: dir, dev: dev}); err != nil {
-		return storage.NewOpError("put", key, storage.ErrOutcomeUnknown, err)
+		return &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: err}
 	}
 	if s.sync.failedSince(epoch) {
-		return storage.NewOpError("put", key, storage.ErrOutcomeUnknown, errSyncFailed)
+		return &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: errSyncFailed}
 	}
 	return nil
 }

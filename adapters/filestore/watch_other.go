@@ -13,5 +13,5 @@ import (
 // Here it fails with an error matching errors.ErrUnsupported, and callers
 // poll.
 func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	return nil, storage.NewOpError("watch", prefix, nil, errors.ErrUnsupported)
+	return nil, &storage.OpError{Op: "watch", Key: prefix, Cause: errors.ErrUnsupported}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -81,7 +82,7 @@ func (s *Server) listAgents(w http.ResponseWriter, _ *http.Request, _ lifecycle.
 // pathID reads and checks an id of the path, before the SDK sees it.
 func pathID(r *http.Request, name, field string) (string, error) {
 	id := r.PathValue(name)
-	return id, storage.ValidateID(field, id)
+	return id, storekey.ValidateID(field, id)
 }
 
 func (s *Server) runStatus() handlerFunc {
@@ -106,12 +107,12 @@ func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 	q := r.URL.Query()
 	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status")}
 	if rq.Agent != "" {
-		if err := storage.ValidateID("agent", rq.Agent); err != nil {
+		if err := storekey.ValidateID("agent", rq.Agent); err != nil {
 			return rq, err
 		}
 	}
 	if rq.Status != "" {
-		if err := storage.ValidateID("status", rq.Status); err != nil {
+		if err := storekey.ValidateID("status", rq.Status); err != nil {
 			return rq, apiErr(codes.InvalidRequest, "unknown status %q", rq.Status)
 		}
 	}
@@ -181,7 +182,7 @@ func jobsQuery(r *http.Request, _ lifecycle.Actor) (jobqueue.JobQuery, error) {
 	q := r.URL.Query()
 	jq := jobqueue.JobQuery{Status: lifecycle.JobState(q.Get("status")), Type: lifecycle.JobType(q.Get("type")), Agent: q.Get("agent")}
 	if jq.Agent != "" {
-		if err := storage.ValidateID("agent", jq.Agent); err != nil {
+		if err := storekey.ValidateID("agent", jq.Agent); err != nil {
 			return jq, err
 		}
 	}

@@ -49,7 +49,7 @@ func (s *Driver) Get(ctx context.Context, key string) ([]byte, driver.Version, e
 	e, ok := s.data[key]
 	s.mu.RUnlock()
 	if !ok {
-		return nil, "", driver.ErrNotFound
+		return nil, "", storage.ErrNotFound
 	}
 	return slices.Clone(e.value), e.version, nil
 }
@@ -64,7 +64,7 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond driver.
 	defer s.mu.Unlock()
 	e, ok := s.data[key]
 	if !cond.Holds(e.version) {
-		return "", driver.ErrPreconditionFailed
+		return "", storage.ErrPreconditionFailed
 	}
 	s.seq++
 	ver := driver.Version("m" + strconv.FormatUint(s.seq, 10))
@@ -82,7 +82,7 @@ func (s *Driver) Delete(ctx context.Context, key string, cond driver.Condition) 
 	defer s.mu.Unlock()
 	e, ok := s.data[key]
 	if !cond.Holds(e.version) {
-		return driver.ErrPreconditionFailed
+		return storage.ErrPreconditionFailed
 	}
 	if ok {
 		delete(s.data, key)

@@ -105,6 +105,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -217,8 +218,8 @@ func ConfigFromEnv() (Config, error) {
 }
 
 // MaxPrefixLen is the longest Config.Prefix: S3 keys hold 1024 bytes and
-// storage.MaxKeyLen of them belong to the store's keys.
-const MaxPrefixLen = 1024 - storage.MaxKeyLen
+// storekey.MaxKeyLen of them belong to the store's keys.
+const MaxPrefixLen = 1024 - storekey.MaxKeyLen
 
 // Driver is the driver (package storage/driver) under the Store New
 // returns, on one S3 bucket (and optional key prefix): what a program takes
@@ -345,7 +346,7 @@ func NewDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, err
 		if !strings.HasSuffix(prefix, "/") {
 			return nil, fmt.Errorf("s3store: prefix %q must end in /", prefix)
 		}
-		if err := storage.ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
+		if err := storekey.ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
 			return nil, fmt.Errorf("s3store: prefix: %w", err)
 		}
 		if len(prefix) > MaxPrefixLen {
@@ -421,9 +422,9 @@ func apiCode(err error) string {
 // keeps the SDK error as the cause.
 func fail(ctx context.Context, op, key string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return storage.NewOpError(op, key, ctxErr, err)
+		return &storage.OpError{Op: op, Key: key, Kind: ctxErr, Cause: err}
 	}
-	return storage.NewOpError(op, key, nil, err)
+	return &storage.OpError{Op: op, Key: key, Cause: err}
 }
 
 func unquote(etag *string) storage.Version {
@@ -455,7 +456,7 @@ func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, 
 	}
 	if err != nil {
 		if noSuchKey(err) {
-			return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, err)
+			return nil, "", &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound, Cause: err}
 		}
 		return nil, "", fail(ctx, "get", key, err)
 	}
@@ -488,14 +489,14 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 		Metadata:      map[string]string{metaToken: token},
 	}
 	switch cond.Kind() {
-	case storage.CreateOnly:
+	case driver.CreateOnly:
 		in.IfNoneMatch = aws.String("*")
-	case storage.MatchVersion:
+	case driver.MatchVersion:
 		in.IfMatch = quote(cond.Version())
 	}
 	var call callState
 	var optFns []func(*s3.Options)
-	if cond.Kind() != storage.Unconditional {
+	if cond.Kind() != driver.Unconditional {
 		optFns = append(optFns, call.option)
 	}
 	out, err := s.client.PutObject(ctx, in, optFns...)
@@ -505,7 +506,7 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 	conflict := isConditionFailure(err, cond)
 	switch {
 	case conflict && call.n.Load() <= 1:
-		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, err)
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrPreconditionFailed, Cause: err}
 	case !conflict && !call.ambiguous.Load():
 		return "", fail(ctx, "put", key, err)
 	}
@@ -514,7 +515,7 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 	// 499 from a stopping node): read the token back before calling it a
 	// conflict or a failure.
 	if ctx.Err() != nil {
-		return "", storage.NewOpError("put", key, ctx.Err(), &unknownOutcome{err: err})
+		return "", &storage.OpError{Op: "put", Key: key, Kind: ctx.Err(), Cause: &unknownOutcome{err: err}}
 	}
 	var headOpts []func(*s3.Options)
 	if !conflict {
@@ -528,30 +529,30 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 	case ok:
 		return v, nil
 	case conflict && herr == nil:
-		return "", storage.NewOpError("put", key, storage.ErrOutcomeUnknown, err)
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: err}
 	case conflict:
-		return "", storage.NewOpError("put", key, storage.ErrOutcomeUnknown, errors.Join(err, herr))
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: errors.Join(err, herr)}
 	}
 	// No answer, and the token is not (yet) there: the write may land
 	// later or never. Retried as such by a patient caller.
 	if herr != nil {
 		err = errors.Join(err, herr)
 	}
-	return "", storage.NewOpError("put", key, nil, &unknownOutcome{err: err})
+	return "", &storage.OpError{Op: "put", Key: key, Cause: &unknownOutcome{err: err}}
 }
 
 // isConditionFailure reports whether err says a precondition did not hold:
 // 412, 404 for If-Match on a missing key, or AWS's 409
 // ConditionalRequestConflict for a concurrent conditional write.
 func isConditionFailure(err error, cond storage.Condition) bool {
-	if cond.Kind() == storage.Unconditional {
+	if cond.Kind() == driver.Unconditional {
 		return false
 	}
 	switch httpStatus(err) {
 	case http.StatusPreconditionFailed:
 		return true
 	case http.StatusNotFound:
-		return cond.Kind() == storage.MatchVersion && noSuchKey(err)
+		return cond.Kind() == driver.MatchVersion && noSuchKey(err)
 	case http.StatusConflict:
 		return apiCode(err) == "ConditionalRequestConflict"
 	}
@@ -583,24 +584,24 @@ func (s *Driver) AtomicConditionalDelete() bool { return false }
 // Delete implements driver.Store.
 func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	in := &s3.DeleteObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)}
-	if cond.Kind() == storage.MatchVersion {
+	if cond.Kind() == driver.MatchVersion {
 		// MinIO ignores If-Match on DeleteObject: check it ourselves first
 		// (see the package comment), and still send it for AWS S3.
 		head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: in.Key})
 		if err != nil {
 			if noSuchKey(err) {
-				return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, err)
+				return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed, Cause: err}
 			}
 			return fail(ctx, "delete", key, err)
 		}
 		if unquote(head.ETag) != cond.Version() {
-			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+			return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed}
 		}
 		in.IfMatch = quote(cond.Version())
 	}
 	if _, err := s.client.DeleteObject(ctx, in); err != nil {
 		if isConditionFailure(err, cond) {
-			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, err)
+			return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed, Cause: err}
 		}
 		return fail(ctx, "delete", key, err)
 	}
@@ -630,7 +631,7 @@ func (s *Driver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[
 			}
 			for _, obj := range page.Contents {
 				key := strings.TrimPrefix(aws.ToString(obj.Key), s.prefix)
-				if storage.ValidateKey(key) != nil {
+				if storekey.ValidateKey(key) != nil {
 					continue
 				}
 				if !yield(key, nil) {

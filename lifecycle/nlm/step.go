@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -164,7 +165,7 @@ func callbackJob(ctx context.Context, p *Processor, req *http.Request) (lifecycl
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&cb); err != nil {
 		return lifecycle.NLMJob{}, http.StatusBadRequest, "bad callback body: " + err.Error()
 	}
-	if err := storage.ValidateID("job id", cb.JobID); err != nil {
+	if err := storekey.ValidateID("job id", cb.JobID); err != nil {
 		return lifecycle.NLMJob{}, http.StatusBadRequest, err.Error()
 	}
 	job, err := p.Get(ctx, cb.JobID)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -287,7 +288,7 @@ func (c *Config) setDefaults() error {
 }
 
 func validateAgent(a Agent) (flow, error) {
-	if err := storage.ValidateID("agent slug", a.Slug); err != nil {
+	if err := storekey.ValidateID("agent slug", a.Slug); err != nil {
 		return flow{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	f, ok := flowFor(a.Machine)
@@ -303,7 +304,7 @@ func validateAgent(a Agent) (flow, error) {
 	}
 	seen := map[string]bool{}
 	for i, s := range a.Steps {
-		if err := storage.ValidateID("step name", s.Name); err != nil {
+		if err := storekey.ValidateID("step name", s.Name); err != nil {
 			return flow{}, fmt.Errorf("%w: agent %s step %d: %w", ErrInvalidConfig, a.Slug, i+1, err)
 		}
 		if seen[s.Name] {

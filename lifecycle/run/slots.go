@@ -11,6 +11,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -225,7 +226,7 @@ func (s *slots) read(ctx context.Context, key string) (slotEntry, storage.Versio
 	if err := json.Unmarshal(b, &e); err != nil {
 		ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
 	} else if e.RunID != "" {
-		if err := storage.ValidateID("run id", e.RunID); err != nil {
+		if err := storekey.ValidateID("run id", e.RunID); err != nil {
 			ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "invalid", Err: err}
 		}
 	}

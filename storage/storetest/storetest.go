@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -665,49 +666,9 @@ func testListAfter(t *testing.T, s *storage.Store) {
 	}
 }
 
-// InvalidKeys lists keys every Store must refuse, for adapters' own tests.
-func InvalidKeys() []string {
-	return []string{
-		"",
-		"/abs",
-		"trailing/",
-		"double//slash",
-		"..",
-		".",
-		"../escape",
-		"a/../b",
-		"a/./b",
-		"nul\x00byte",
-		"new\nline",
-		"tab\there",
-		"del\x7f",
-		"c1\u0085control",
-		"back\\slash",
-		"bad-utf8-\xff",
-		".cnv-lock",
-		"a/.cnvtmp",
-		longKey() + "k",
-		strings.Repeat("s", storage.MaxSegmentLen+1),
-	}
-}
-
-// longKey is a valid key of exactly storage.MaxKeyLen bytes, in segments
-// of storage.MaxSegmentLen.
-func longKey() string {
-	var b strings.Builder
-	for b.Len() < storage.MaxKeyLen {
-		if b.Len() > 0 {
-			b.WriteByte('/')
-		}
-		n := min(storage.MaxSegmentLen, storage.MaxKeyLen-b.Len())
-		b.WriteString(strings.Repeat("k", n))
-	}
-	return b.String()
-}
-
 func testInvalidKeys(t *testing.T, s *storage.Store) {
 	ctx := ctxT(t)
-	for _, key := range InvalidKeys() {
+	for _, key := range storekey.InvalidKeys() {
 		name := strconv.Quote(key)
 		if len(name) > 40 {
 			name = name[:40]
@@ -739,7 +700,7 @@ func testUnusualValidKeys(t *testing.T, s *storage.Store) {
 		"colon:key/a:b",
 		"a-b", "a.b", "a_b/c", "a/b", // neighbours of "a/" in byte order
 		"idempotency/github:12345678-1234-1234-1234-123456789012.json",
-		longKey(),
+		storekey.LongKey(),
 	}
 	for _, k := range keys {
 		mustPut(t, s, k, []byte("v:"+k), storage.IfNotExists())

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/storetest"
@@ -81,7 +82,7 @@ func (m *md5Store) Put(ctx context.Context, key string, value []byte, cond stora
 		return "", err
 	}
 	if !cond.Holds(cur) {
-		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrPreconditionFailed}
 	}
 	if _, err := m.Store.Put(ctx, key, value, storage.Condition{}); err != nil {
 		return "", err
@@ -96,8 +97,8 @@ func (m *md5Store) Delete(ctx context.Context, key string, cond storage.Conditio
 	if err != nil {
 		return err
 	}
-	if cond.Kind() == storage.MatchVersion && !cond.Holds(cur) {
-		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+	if cond.Kind() == driver.MatchVersion && !cond.Holds(cur) {
+		return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed}
 	}
 	return m.Store.Delete(ctx, key, storage.Condition{})
 }
@@ -242,10 +243,10 @@ func TestListAfterCheckFails(t *testing.T) {
 type checkThenDelete struct{ driver.Store }
 
 func (c checkThenDelete) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if cond.Kind() == storage.MatchVersion {
+	if cond.Kind() == driver.MatchVersion {
 		_, v, err := c.Store.Get(ctx, key)
 		if err != nil || v != cond.Version() {
-			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, err)
+			return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed, Cause: err}
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -334,7 +335,7 @@ func TestNamespace(t *testing.T) {
 	if a == b || !strings.HasPrefix(a, "PutConditions1-") || !strings.HasSuffix(a, "/") {
 		t.Errorf("Namespace = %q, %q: want distinct PutConditions1-<hex>/", a, b)
 	}
-	if err := storage.ValidateKey(strings.TrimSuffix(a, "/")); err != nil {
+	if err := storekey.ValidateKey(strings.TrimSuffix(a, "/")); err != nil {
 		t.Errorf("Namespace %q is no valid key: %v", a, err)
 	}
 }

@@ -40,6 +40,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -185,10 +186,10 @@ func (s *Schedule) compile() (slots, error) {
 	bad := func(format string, a ...any) error {
 		return &codes.InputError{Field: "schedule " + s.ID, Reason: fmt.Sprintf(format, a...)}
 	}
-	if err := storage.ValidateID("schedule id", s.ID); err != nil {
+	if err := storekey.ValidateID("schedule id", s.ID); err != nil {
 		return nil, err
 	}
-	if err := storage.ValidateID("agent", s.Agent); err != nil {
+	if err := storekey.ValidateID("agent", s.Agent); err != nil {
 		return nil, err
 	}
 	if s.Jitter < 0 || s.CatchUp < 0 {
