@@ -18,7 +18,7 @@
 // compare-and-swap that succeeds after A-B-A acts on the bytes it was
 // computed from; callers that must notice every write change the bytes on
 // every write (typed documents carry a counter). Its conformance run
-// declares storetest.ContentVersions.
+// declares Capabilities.ContentVersions (package storage/storetest).
 //
 // Lost responses. When the response to a conditional PutObject is lost, the
 // SDK retries, and the retry can answer 412 because the first attempt
@@ -42,7 +42,7 @@
 // atomic against concurrent writers on AWS S3 only. On MinIO a write that
 // lands between the HEAD and the DELETE is deleted, so nothing may rely on
 // a conditional Delete for mutual exclusion (see storage.Store's Delete);
-// its conformance run declares storetest.NonAtomicConditionalDelete (on
+// its conformance run declares storetest.Capabilities.NonAtomicConditionalDelete (on
 // MinIO, 33 of 40 rounds of a Delete racing a swap of one version saw both
 // win).
 //

@@ -130,12 +130,12 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 	if o.dir != "" {
 		root := filepath.Join(o.dir, run)
 		done := func() { _ = os.Remove(root) } // empty by then, unless a check's removal failed
-		return storetest.Namespaces{
+		return namespaces{
 			Open: func(_ context.Context, ns string) (driver.Store, error) {
 				return filestore.NewDriver(filepath.Join(root, ns))
 			},
 			Remove: func(ctx context.Context, ns string, s *storage.Store) error {
-				err := storetest.EmptyStore(ctx, s)
+				err := emptyStore(ctx, s)
 				_ = s.Close()
 				return errors.Join(err, os.RemoveAll(filepath.Join(root, ns)))
 			},
@@ -162,7 +162,7 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 	if cfg.Endpoint != "" {
 		where += " at " + cfg.Endpoint
 	}
-	return storetest.Namespaces{
+	return namespaces{
 		Open: func(_ context.Context, ns string) (driver.Store, error) {
 			return s3store.NewDriverWithClient(base.Client(), cfg.Bucket, cfg.Prefix+run+ns)
 		},

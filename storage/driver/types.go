@@ -21,7 +21,7 @@ package driver
 // write change the bytes: typed documents do (Meta's counter goes up on
 // every Update); a raw object under compare-and-swap carries an epoch or
 // counter of its own. (storetest checks the weaker guarantee for adapters
-// that declare storetest.ContentVersions.)
+// that declare storetest.Capabilities.ContentVersions.)
 type Version string
 
 // ConditionKind says which precondition a Condition carries.

@@ -773,22 +773,22 @@ func testLargeValues(t *testing.T, s *storage.Store) {
 	}
 }
 
-// BenchValueSize is the value size the benchmarks write: a typical
+// benchValueSize is the value size the benchmarks write: a typical
 // status.json.
-const BenchValueSize = 1 << 10
+const benchValueSize = 1 << 10
 
 // BenchmarkStore measures Get, create-only Put and compare-and-swap Put on
 // the stores newStore makes, each as a sub-benchmark (Get, Create,
 // CASUpdate) so adapters report comparable figures.
 func BenchmarkStore(b *testing.B, newStore func(b *testing.B) *storage.Store) {
-	value := bytes.Repeat([]byte("x"), BenchValueSize)
+	value := bytes.Repeat([]byte("x"), benchValueSize)
 	b.Run("Get", func(b *testing.B) {
 		s := newStore(b)
 		ctx := b.Context()
 		if _, err := s.Put(ctx, "bench/get", value, storage.Condition{}); err != nil {
 			b.Fatal(err)
 		}
-		b.SetBytes(BenchValueSize)
+		b.SetBytes(benchValueSize)
 		b.ResetTimer()
 		for b.Loop() {
 			if _, _, err := s.Get(ctx, "bench/get"); err != nil {
@@ -799,7 +799,7 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) *storage.Store) {
 	b.Run("Create", func(b *testing.B) {
 		s := newStore(b)
 		ctx := b.Context()
-		b.SetBytes(BenchValueSize)
+		b.SetBytes(benchValueSize)
 		i := 0
 		for b.Loop() {
 			i++
@@ -815,7 +815,7 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) *storage.Store) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.SetBytes(BenchValueSize)
+		b.SetBytes(benchValueSize)
 		for b.Loop() {
 			if v, err = s.Put(ctx, "bench/cas", value, storage.IfMatch(v)); err != nil {
 				b.Fatal(err)
