@@ -161,10 +161,9 @@ const (
 	maxStampLen = 32 + 1 + 20 + 1 + 20
 )
 
-// Driver is the driver (package storage/driver) under the Store New
-// returns: what tests that wrap a driver, or reach the directory, take from
-// NewDriver.
-type Driver struct {
+// fileDriver is the driver (package storage/driver) under the Store New
+// returns.
+type fileDriver struct {
 	root  string
 	sync  *syncer
 	locks *keyLocks
@@ -177,8 +176,8 @@ type Driver struct {
 }
 
 var (
-	_ driver.Store   = (*Driver)(nil)
-	_ driver.Watcher = (*Driver)(nil)
+	_ driver.Store   = (*fileDriver)(nil)
+	_ driver.Watcher = (*fileDriver)(nil)
 )
 
 // Option configures a Store in New.
@@ -198,9 +197,9 @@ func PerWriteSync() Option { return func(c *config) { c.perWriteSync = true } }
 
 // New opens (creating if needed) the store rooted at dir. Several Stores,
 // in one process or many, may share one dir. Close releases what its
-// listing index holds (see Driver.Close).
+// listing index holds.
 func New(dir string, opts ...Option) (*storage.Store, error) {
-	d, err := NewDriver(dir, opts...)
+	d, err := newDriver(dir, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -208,8 +207,17 @@ func New(dir string, opts ...Option) (*storage.Store, error) {
 }
 
 // NewDriver opens the store rooted at dir as New does, and returns its
-// driver.
-func NewDriver(dir string, opts ...Option) (*Driver, error) {
+// driver (package storage/driver), for tests that wrap a driver; it also
+// implements driver.Watcher (on Linux) and io.Closer.
+func NewDriver(dir string, opts ...Option) (driver.Store, error) {
+	d, err := newDriver(dir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func newDriver(dir string, opts ...Option) (*fileDriver, error) {
 	var c config
 	for _, opt := range opts {
 		opt(&c)
@@ -240,7 +248,7 @@ func NewDriver(dir string, opts ...Option) (*Driver, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	s := &Driver{root: root, locks: newKeyLocks(x), dirs: newDirCache(), sync: &syncer{
+	s := &fileDriver{root: root, locks: newKeyLocks(x), dirs: newDirCache(), sync: &syncer{
 		rootFile: f,
 		rootFd:   int(f.Fd()),
 		dev:      devOf(fi),
@@ -260,7 +268,7 @@ func NewDriver(dir string, opts ...Option) (*Driver, error) {
 // inotify instance, watches and directory descriptors. The Store remains
 // usable; its listings then read every directory they walk. A Store that
 // is never closed releases them when it is garbage collected.
-func (s *Driver) Close() error {
+func (s *fileDriver) Close() error {
 	s.dirs.close()
 	return nil
 }
@@ -283,13 +291,13 @@ func probeAttr(root string) error {
 }
 
 // Root is the absolute directory the store lives in.
-func (s *Driver) Root() string { return s.root }
+func (s *fileDriver) Root() string { return s.root }
 
-func (s *Driver) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
+func (s *fileDriver) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
 
 // Get implements driver.Store. It takes no lock: the value and its
 // version are read through one open file, so they belong to one write.
-func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+func (s *fileDriver) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	b, v, err := readValue(s.path(key))
 	if err != nil {
 		if notFound(err) {
@@ -411,7 +419,7 @@ func current(path string) (storage.Version, uint64, error) {
 }
 
 // Put implements driver.Store.
-func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+func (s *fileDriver) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	path := s.path(key)
 	epoch := s.sync.epoch()
 	unlock, err := s.locks.lock(ctx, key, path)
@@ -450,7 +458,7 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 }
 
 // Delete implements driver.Store.
-func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition) error {
+func (s *fileDriver) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	path := s.path(key)
 	epoch := s.sync.epoch()
 	unlock, err := s.locks.lock(ctx, key, path)
@@ -499,7 +507,7 @@ const mkdirTries = 16
 // directory, or finds it gone before its temporary file is made and makes
 // it again. Left undone, it costs nothing but a directory; it is not
 // synced, as an empty directory that comes back after a crash is harmless.
-func (s *Driver) prune(dir string) {
+func (s *fileDriver) prune(dir string) {
 	for dir != s.root && strings.HasPrefix(dir, s.root+string(filepath.Separator)) {
 		if eintr(func() error { return unix.Rmdir(dir) }) != nil {
 			return // not empty (or gone): so are its parents, or someone else prunes them
@@ -538,7 +546,7 @@ func opErr(op, key string, err error) error {
 // write and delete that completed before it began, by any process. A
 // directory it finds empty (a process killed between a deletion's unlink
 // and its prune left it) it removes, as the deletion would have.
-func (s *Driver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+func (s *fileDriver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		dir := ""
 		if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
@@ -559,7 +567,7 @@ const indexPage = 256
 
 // lister is one ListAfter's walk.
 type lister struct {
-	s             *Driver
+	s             *fileDriver
 	ctx           context.Context
 	prefix, after string
 	yield         func(string, error) bool
@@ -747,7 +755,7 @@ func (l *lister) walkPages(dir string, page func(bound string, inclusive, first 
 
 // mkdirs creates the directories the key's file lives in, fsyncing each
 // parent whose entries changed so the new directories survive a crash.
-func (s *Driver) mkdirs(key string) error {
+func (s *fileDriver) mkdirs(key string) error {
 	dir := s.root
 	segs := strings.Split(key, "/")
 	for _, seg := range segs[:len(segs)-1] {
@@ -785,7 +793,7 @@ var errSyncFailed = errors.New("filestore: a sync failed while the write was in 
 // after token (random, so names do not collide; a leftover of the same
 // name, which a crash could only leave by a one-in-2^64 chance, is
 // answered with another name). The key's directory is created if missing.
-func (s *Driver) createTemp(key, dir string, token storage.Version) (int, string, error) {
+func (s *fileDriver) createTemp(key, dir string, token storage.Version) (int, string, error) {
 	name := string(token[:16])
 	made, clashes := 0, 0
 	for {
@@ -824,7 +832,7 @@ func (s *Driver) createTemp(key, dir string, token storage.Version) (int, string
 // or may not survive a crash. System calls, for a key whose directory
 // exists: open, write, fstat, fsetxattr, close, rename, and the syncs'
 // share.
-func (s *Driver) writeAtomic(key, path string, token storage.Version, value []byte, epoch uint64) (err error) {
+func (s *fileDriver) writeAtomic(key, path string, token storage.Version, value []byte, epoch uint64) (err error) {
 	dir := filepath.Dir(path)
 	fd, tmp, err := s.createTemp(key, dir, token)
 	if err != nil {

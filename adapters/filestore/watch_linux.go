@@ -39,7 +39,7 @@ const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.
 // kernel is answered with a signal and a rescan. The locks and inotify need
 // a local file system: changes made on another machine through NFS are not
 // seen.
-func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
+func (s *fileDriver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, &storage.OpError{Op: "watch", Key: prefix, Cause: os.NewSyscallError("inotify_init1", err)}
