@@ -121,8 +121,8 @@ type Config struct {
 	// Bucket holds the objects. Required.
 	Bucket string
 	// Prefix is prepended to every key, e.g. "conveyor/" to share a bucket.
-	// Empty means none; otherwise it must end in "/" and be at most
-	// MaxPrefixLen bytes.
+	// Empty means none; otherwise it must end in "/" and be at most 128
+	// bytes (S3 keys hold 1024, and the store's keys up to 896 of them).
 	Prefix string
 	// Endpoint is the S3 API URL, e.g. "http://127.0.0.1:9000" for MinIO,
 	// or several, comma-separated (as Endpoints). Empty, with Endpoints
@@ -136,7 +136,7 @@ type Config struct {
 	// which a request tries it again. Endpoint, if set, comes first.
 	Endpoints []string
 	// EndpointCooldown is how long an endpoint that failed is skipped.
-	// 0 means DefaultEndpointCooldown (5 s).
+	// 0 means 5 s.
 	EndpointCooldown time.Duration
 	// AttemptTimeout bounds one attempt of a request, from its start to
 	// the response's headers (a value's upload included; a body being read
@@ -144,16 +144,15 @@ type Config struct {
 	// stalls (MinIO holds a write up to 30 s on a lock held through a dead
 	// node) costs one attempt, retried on another endpoint. A conditional
 	// write whose attempt timed out may still land: it is resolved as a
-	// lost response (see the package doc). 0 means DefaultAttemptTimeout
-	// (10 s); negative, none. A write's attempt, once sent, is not cut when
-	// the caller's context ends, only by this timeout (DefaultAttemptTimeout
-	// when none): Put and Delete can return that much after the context's
+	// lost response (see the package doc). 0 means 10 s; negative, none.
+	// A write's attempt, once sent, is not cut when the caller's context
+	// ends, only by this timeout (10 s when none): Put and Delete can return that much after the context's
 	// deadline, with the write's answer.
 	AttemptTimeout time.Duration
 	// Settle is how long the store may answer wrongly after a node
 	// restarts or a writer dies mid-request (storage.Store.SettleTime): read as
 	// the engines' wait before they believe a key is missing. 0 means
-	// automatic: DefaultClusterSettle on a MinIO cluster (several
+	// automatic: 40 s on a MinIO cluster (several
 	// endpoints, or Check finds an erasure set that needs more than one
 	// drive to write), else 0 (a single-drive server, AWS S3). Negative
 	// means 0 whatever the server.
@@ -179,11 +178,11 @@ type Config struct {
 
 // Environment variables ConfigFromEnv reads, besides the AWS SDK's own.
 const (
-	EnvBucket    = "CONVEYOR_S3_BUCKET"
-	EnvPrefix    = "CONVEYOR_S3_PREFIX"
-	EnvPathStyle = "CONVEYOR_S3_PATH_STYLE"
-	// EnvEndpoints is a comma-separated list of endpoints (Config.Endpoints).
-	EnvEndpoints = "CONVEYOR_S3_ENDPOINTS"
+	envBucket    = "CONVEYOR_S3_BUCKET"
+	envPrefix    = "CONVEYOR_S3_PREFIX"
+	envPathStyle = "CONVEYOR_S3_PATH_STYLE"
+	// envEndpoints is a comma-separated list of endpoints (Config.Endpoints).
+	envEndpoints = "CONVEYOR_S3_ENDPOINTS"
 )
 
 // ConfigFromEnv builds a Config from CONVEYOR_S3_BUCKET (required),
@@ -197,29 +196,29 @@ const (
 // AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...) through the SDK's default chain
 // when New loads the config.
 func ConfigFromEnv() (Config, error) {
-	cfg := Config{Bucket: os.Getenv(EnvBucket), Prefix: os.Getenv(EnvPrefix)}
-	if v := os.Getenv(EnvEndpoints); v != "" {
+	cfg := Config{Bucket: os.Getenv(envBucket), Prefix: os.Getenv(envPrefix)}
+	if v := os.Getenv(envEndpoints); v != "" {
 		cfg.Endpoints = strings.Split(v, ",")
 	}
 	cfg.UsePathStyle = len(cfg.Endpoints) > 0 || os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
-	if v := os.Getenv(EnvPathStyle); v != "" {
+	if v := os.Getenv(envPathStyle); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return cfg, fmt.Errorf("s3store: %s=%q: %w", EnvPathStyle, v, err)
+			return cfg, fmt.Errorf("s3store: %s=%q: %w", envPathStyle, v, err)
 		}
 		cfg.UsePathStyle = b
 	}
 	// The rest is read even without a bucket, for a caller that names
 	// the bucket itself (a flag).
 	if cfg.Bucket == "" {
-		return cfg, fmt.Errorf("s3store: %s is not set", EnvBucket)
+		return cfg, fmt.Errorf("s3store: %s is not set", envBucket)
 	}
 	return cfg, nil
 }
 
-// MaxPrefixLen is the longest Config.Prefix: S3 keys hold 1024 bytes and
+// maxPrefixLen is the longest Config.Prefix: S3 keys hold 1024 bytes and
 // storekey.MaxKeyLen of them belong to the store's keys.
-const MaxPrefixLen = 1024 - storekey.MaxKeyLen
+const maxPrefixLen = 1024 - storekey.MaxKeyLen
 
 // Driver is the driver (package storage/driver) under the Store New
 // returns, on one S3 bucket (and optional key prefix): what a program takes
@@ -278,7 +277,7 @@ func NewDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	var p *pool
 	if len(urls) > 0 {
-		p = newPool(urls, orDefault(cfg.EndpointCooldown, DefaultEndpointCooldown), cfg.Logger)
+		p = newPool(urls, orDefault(cfg.EndpointCooldown, defaultEndpointCooldown), cfg.Logger)
 	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		if p != nil {
@@ -292,19 +291,19 @@ func NewDriver(ctx context.Context, cfg Config) (*Driver, error) {
 			o.HTTPClient = cfg.HTTPClient
 		}
 		o.Retryer = newRetryer(maxAttempts(cfg.MaxAttempts, len(urls)), p)
-		g := &guard{pool: p, timeout: orDefault(cfg.AttemptTimeout, DefaultAttemptTimeout)}
+		g := &guard{pool: p, timeout: orDefault(cfg.AttemptTimeout, defaultAttemptTimeout)}
 		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
 			return st.Finalize.Insert(g, "Retry", middleware.After)
 		})
 	})
-	s, err := NewDriverWithClient(client, cfg.Bucket, cfg.Prefix)
+	s, err := newDriverWithClient(client, cfg.Bucket, cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
 	s.pool = p
 	s.settleCfg = cfg.Settle
 	if cfg.Settle > 0 || (cfg.Settle == 0 && len(urls) > 1) {
-		s.settle.Store(int64(orDefault(cfg.Settle, DefaultClusterSettle)))
+		s.settle.Store(int64(orDefault(cfg.Settle, defaultClusterSettle)))
 	}
 	return s, nil
 }
@@ -330,15 +329,15 @@ func maxAttempts(configured, endpoints int) int {
 // NewWithClient returns a Store on a caller-built client, for callers who
 // configure the SDK themselves. prefix is as in Config.Prefix.
 func NewWithClient(client *s3.Client, bucket, prefix string) (*storage.Store, error) {
-	d, err := NewDriverWithClient(client, bucket, prefix)
+	d, err := newDriverWithClient(client, bucket, prefix)
 	if err != nil {
 		return nil, err
 	}
 	return storage.New(d), nil
 }
 
-// NewDriverWithClient is NewWithClient's driver.
-func NewDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, error) {
+// newDriverWithClient is NewWithClient's driver.
+func newDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, error) {
 	if bucket == "" {
 		return nil, errors.New("s3store: no bucket")
 	}
@@ -349,8 +348,8 @@ func NewDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, err
 		if err := storekey.ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
 			return nil, fmt.Errorf("s3store: prefix: %w", err)
 		}
-		if len(prefix) > MaxPrefixLen {
-			return nil, fmt.Errorf("s3store: prefix %q longer than %d bytes", prefix, MaxPrefixLen)
+		if len(prefix) > maxPrefixLen {
+			return nil, fmt.Errorf("s3store: prefix %q longer than %d bytes", prefix, maxPrefixLen)
 		}
 	}
 	return &Driver{client: client, bucket: bucket, prefix: prefix}, nil
@@ -375,7 +374,7 @@ func (s *Driver) Check(ctx context.Context) error {
 	}
 	switch httpStatus(err) {
 	case http.StatusNotFound:
-		return fmt.Errorf("s3store: bucket %q does not exist (create it, or name another with -s3-bucket / %s): %w", s.bucket, EnvBucket, err)
+		return fmt.Errorf("s3store: bucket %q does not exist (create it, or name another with -s3-bucket / %s): %w", s.bucket, envBucket, err)
 	case http.StatusForbidden:
 		return fmt.Errorf("s3store: bucket %q: access denied to these credentials: %w", s.bucket, err)
 	}

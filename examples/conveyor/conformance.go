@@ -142,7 +142,7 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 		}, "the directory " + o.dir, done, nil
 	}
 	cfg, err := s3store.ConfigFromEnv()
-	if err != nil && os.Getenv(s3store.EnvBucket) != "" {
+	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
 		return nil, "", nil, err
 	}
 	cfg.Bucket, cfg.Prefix = o.s3Bucket, o.s3Prefix
@@ -164,7 +164,11 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 	}
 	return namespaces{
 		Open: func(_ context.Context, ns string) (driver.Store, error) {
-			return s3store.NewDriverWithClient(base.Client(), cfg.Bucket, cfg.Prefix+run+ns)
+			s, err := s3store.NewWithClient(base.Client(), cfg.Bucket, cfg.Prefix+run+ns)
+			if err != nil {
+				return nil, err
+			}
+			return s.Unwrap(), nil
 		},
 		// ETags are MD5s of the body; a conditional Delete is a HEAD, then
 		// a DELETE, atomic only where the server honours If-Match on it.

@@ -227,7 +227,7 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store
 		return s, "filestore " + o.data, err
 	}
 	cfg, err := s3store.ConfigFromEnv()
-	if err != nil && os.Getenv(s3store.EnvBucket) != "" {
+	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
 		return nil, "", err
 	}
 	cfg.Bucket, cfg.Prefix, cfg.Settle, cfg.Logger = o.s3Bucket, o.s3Prefix, o.s3Settle, log
