@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/probe"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
 // ErrUnsafeStore matches Start's refusal of a store that failed the
@@ -182,7 +182,7 @@ func (c *Client) checkStore(ctx context.Context) error {
 // Config.InboxExpiry (docs/spec.md#inbox-entry-lifecycle).
 func (c *Client) expireInbox(ctx context.Context) error {
 	// Counted as work on the clock but while it waits (clock.Activity).
-	ctx, end := clock.Enter(ctx, c.clock)
+	ctx, end := activity.Enter(ctx, c.clock)
 	defer end()
 	every := c.cfg.InboxExpiry
 	if every == 0 {
@@ -192,7 +192,7 @@ func (c *Client) expireInbox(ctx context.Context) error {
 		if _, err := c.box.ExpireDue(ctx, lifecycle.ActorSystem); err != nil && ctx.Err() == nil {
 			c.log.Warn("inbox_expiry_failed", "error", err.Error())
 		}
-		if clock.Sleep(ctx, c.clock, every) != nil {
+		if activity.Sleep(ctx, c.clock, every) != nil {
 			return nil
 		}
 	}

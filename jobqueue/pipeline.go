@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -169,7 +170,7 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	// The run counts as work on the clock but while it waits for a handler
 	// or a timer (a test's fake clock moves only when it is idle;
 	// clock.Activity).
-	ctx, end := clock.Enter(ctx, c.r.clock)
+	ctx, end := activity.Enter(ctx, c.r.clock)
 	defer end()
 	c.mu.Lock()
 	if c.done {

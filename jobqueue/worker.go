@@ -6,11 +6,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
 // Worker runs jobs from a Queue: Slots loops, each claiming a job, running
@@ -82,25 +82,25 @@ func (w *Worker) Run(ctx context.Context) error {
 		wait = max(poll, idleFallback)
 	}
 	for range slots {
-		lctx := clock.Start(ctx, clk)
+		lctx := activity.Start(ctx, clk)
 		wg.Go(func() {
-			ctx, end := clock.Enter(lctx, clk)
+			ctx, end := activity.Enter(lctx, clk)
 			defer end()
 			w.loop(ctx, wait)
 		})
 	}
 	if !watched {
-		pctx := clock.Start(ctx, clk)
+		pctx := activity.Start(ctx, clk)
 		wg.Go(func() {
-			ctx, end := clock.Enter(pctx, clk)
+			ctx, end := activity.Enter(pctx, clk)
 			defer end()
 			w.pollLanes(ctx, poll)
 		})
 	}
 	if sweep > 0 {
-		sctx := clock.Start(ctx, clk)
+		sctx := activity.Start(ctx, clk)
 		wg.Go(func() {
-			ctx, end := clock.Enter(sctx, clk)
+			ctx, end := activity.Enter(sctx, clk)
 			defer end()
 			w.Queue.sweeper.every(w.ID, sweep).Run(ctx)
 		})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -22,8 +23,9 @@ type Retry struct {
 	// Log receives a WARN when a call starts retrying and when it gives
 	// up; nil discards.
 	Log *slog.Logger
-	// NewBackOff makes the schedule of one call's retries; nil means
-	// defaultRetryBackOff.
+	// NewBackOff makes the schedule of one call's retries; nil retries
+	// from 50 ms, doubling, at most 2 s apart, with ±20 % jitter and no
+	// limit of its own: the caller's context is the limit.
 	NewBackOff func() backoff.BackOff
 }
 
@@ -112,7 +114,7 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 	p.retries.Add(1)
 	t := p.Clock.NewTimer(d)
 	defer t.Stop()
-	defer clock.Wait(ctx, p.Clock, func() bool { return ctx.Err() != nil || clock.Fired(t) })()
+	defer activity.Wait(ctx, p.Clock, func() bool { return ctx.Err() != nil || activity.Fired(t) })()
 	select {
 	case <-ctx.Done():
 		return r.giveUp(ctx, err, ctx.Err())

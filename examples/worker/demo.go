@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -33,7 +34,7 @@ const (
 // watched live).
 func demoAgents(clk clock.Clock, pause time.Duration, conc int, p *nlm.Processor) []run.Agent {
 	// clock.Sleep tells a fake clock the step waits (clock.Activity).
-	wait := func(ctx context.Context) error { return clock.Sleep(ctx, clk, pause) }
+	wait := func(ctx context.Context) error { return activity.Sleep(ctx, clk, pause) }
 	step := func(name, summary string) run.Step {
 		return run.Step{Name: name, Idempotent: true, Resumable: true,
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -81,7 +82,7 @@ func demoAgents(clk clock.Clock, pause time.Duration, conc int, p *nlm.Processor
 func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
 	return nlm.Stages{
 		Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
-			if err := clock.Sleep(ctx, clk, pause); err != nil {
+			if err := activity.Sleep(ctx, clk, pause); err != nil {
 				return nil, err
 			}
 			return content(req.JobType, req.Query)
@@ -93,7 +94,7 @@ func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
 func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 	return jobqueue.Handlers{
 		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
-			if err := clock.Sleep(ctx, clk, pause); err != nil {
+			if err := activity.Sleep(ctx, clk, pause); err != nil {
 				return jobqueue.Output{}, err
 			}
 			b, err := content(job.JobType, fmt.Sprintf("job %s of %s", job.JobID, job.AgentSlug))

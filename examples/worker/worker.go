@@ -24,6 +24,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/adapters/otlp"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -247,7 +248,7 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store
 	// for, within the same 30 s.
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for err = s.Check(checkCtx); errors.Is(err, s3store.ErrUnreachable) && clock.Sleep(checkCtx, clock.Real(), time.Second) == nil; {
+	for err = s.Check(checkCtx); errors.Is(err, s3store.ErrUnreachable) && activity.Sleep(checkCtx, clock.Real(), time.Second) == nil; {
 		err = s.Check(checkCtx)
 	}
 	if err != nil {

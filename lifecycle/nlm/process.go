@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -422,13 +422,13 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	// The loop counts as work on the clock except while it waits (a test's
 	// fake clock moves only when it is idle; clock.Activity).
-	lctx, end := clock.Enter(ctx, p.cfg.Clock)
+	lctx, end := activity.Enter(ctx, p.cfg.Clock)
 	sched := core.Poll{Idle: p.cfg.PollInterval}
 	wait := sched.Next(poll())
 	for ctx.Err() == nil {
 		drain()
 		t := p.cfg.Clock.NewTimer(wait)
-		resume := clock.Wait(lctx, p.cfg.Clock, func() bool { return ctx.Err() != nil || clock.Fired(t) || p.woken() })
+		resume := activity.Wait(lctx, p.cfg.Clock, func() bool { return ctx.Err() != nil || activity.Fired(t) || p.woken() })
 		select {
 		case <-ctx.Done():
 			resume()

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -119,7 +119,7 @@ var (
 // ends; stop waits for it to return.
 func (j *Janitor) Start(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	ctx = clock.Start(ctx, j.cfg.Clock) // counted busy from here, for a Fake's WaitIdle
+	ctx = activity.Start(ctx, j.cfg.Clock) // counted busy from here, for a Fake's WaitIdle
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -133,7 +133,7 @@ func (j *Janitor) Start(ctx context.Context) (stop func()) {
 // WARN and retried at a later check.
 func (j *Janitor) Run(ctx context.Context) error {
 	clk := j.cfg.Clock
-	ctx, end := clock.Enter(ctx, clk)
+	ctx, end := activity.Enter(ctx, clk)
 	defer end()
 	if !j.cfg.Enabled() {
 		return nil
@@ -143,7 +143,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 			j.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "retention_pass_failed", slog.String("error", err.Error()))
 		}
 		t := clk.NewTimer(j.cfg.Check)
-		resume := clock.Wait(ctx, clk, func() bool { return ctx.Err() != nil || clock.Fired(t) })
+		resume := activity.Wait(ctx, clk, func() bool { return ctx.Err() != nil || activity.Fired(t) })
 		select {
 		case <-ctx.Done():
 			resume()

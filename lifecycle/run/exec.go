@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -89,7 +90,7 @@ func (x *execution) stop(cause error) {
 func (x *execution) run(ctx context.Context) {
 	e := x.e
 	defer e.life.done()
-	ctx, end := clock.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
+	ctx, end := activity.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
 	defer end()
 	defer e.execs.unregister(x.w.runID)
 	// The execution continues the trace its submit stored, whichever
@@ -334,7 +335,7 @@ func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome
 		// again Settle later (only a run whose active entry says it has
 		// an input, or cannot be read, waits; a store that settles at
 		// once, never).
-		if err = clock.Sleep(ctx, x.e.cfg.Clock, x.e.absent.Settle); err == nil {
+		if err = activity.Sleep(ctx, x.e.cfg.Clock, x.e.absent.Settle); err == nil {
 			b, _, err = x.e.store.Get(ctx, inKey)
 		}
 	}

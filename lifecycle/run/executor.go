@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -60,7 +61,7 @@ func (xr *executor) prepare(c candidate, slot string, slotVer storage.Version) *
 // context lives.
 func (xr *executor) start(x *execution) {
 	xr.life.add()
-	go x.run(clock.Start(xr.life.context(), xr.cfg.Clock))
+	go x.run(activity.Start(xr.life.context(), xr.cfg.Clock))
 }
 
 // mayHaveInput tells whether doc's run may have an input.json: false only

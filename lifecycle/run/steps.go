@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"go.opentelemetry.io/otel/trace"
@@ -82,7 +82,7 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		}
 		e.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
 			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
-		if err := clock.Sleep(ctx, e.cfg.Clock, wait); err != nil {
+		if err := activity.Sleep(ctx, e.cfg.Clock, wait); err != nil {
 			return out, attempts, failureOf(s, attempts, err)
 		}
 	}
