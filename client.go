@@ -7,9 +7,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/prommetrics"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -66,10 +66,10 @@ func New(cfg Config) (*Client, error) {
 		node, _ = os.Hostname()
 	}
 	c.owner, c.id = owner, strings.ReplaceAll(owner, "/", ":")
-	var metrics *prometheus.Metrics
+	var metrics *prommetrics.Metrics
 	if cfg.Metrics != nil {
 		var err error
-		if metrics, err = prometheus.New(cfg.Metrics); err != nil {
+		if metrics, err = prommetrics.New(cfg.Metrics); err != nil {
 			return nil, fmt.Errorf("%w: metrics: %w", ErrInvalidConfig, err)
 		}
 	}
@@ -91,7 +91,7 @@ func New(cfg Config) (*Client, error) {
 }
 
 // build builds the engines, each given the shared fields.
-func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err error) {
+func (c *Client) build(owner, node string, metrics *prommetrics.Metrics) (err error) {
 	cfg := c.cfg
 	if cfg.NLMStages.Query != nil {
 		nc := cfg.NLM

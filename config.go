@@ -56,9 +56,9 @@ type Config struct {
 	// handlers (docs/spec.md#tracing). Default none: no spans, at no cost.
 	// The caller owns it, and flushes it after Stop.
 	TracerProvider trace.TracerProvider
-	// Metrics, when set, gets the metrics of package adapters/prometheus
-	// registered (docs/spec.md#metrics), the queue's and the runs' gauges
-	// read at scrape time included. Default none.
+	// Metrics, when set, gets Conveyor's metrics registered
+	// (docs/spec.md#metrics), the queue's and the runs' gauges read at
+	// scrape time included. Default none.
 	Metrics prometheus.Registerer
 
 	// Agents are the agents the Runner executes.
