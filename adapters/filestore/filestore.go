@@ -593,36 +593,14 @@ func (l *lister) walk(dir string) error {
 	if done || err != nil {
 		return err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-			return nil // removed while walking, or no such prefix
-		}
+	f, err := openDir(path)
+	if f == nil {
 		return err
 	}
 	tried := false
 	if last == "" && cursorIn {
-		// A directory whose size says it may be large is read under a
-		// watch, once, and indexed if it is; the listing then goes on
-		// from the index (or from the names read, if it was not).
-		var names []string
-		var indexed bool
-		f, names, indexed, tried = l.s.dirs.try(dir, path, f)
-		switch {
-		case indexed:
-			if done, last, err = l.walkIndexed(dir); done || err != nil {
-				return err
-			}
-		case names != nil:
-			return l.walkNames(dir, names)
-		}
-		if f == nil { // taken by try: read again
-			if f, err = os.Open(path); err != nil {
-				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-					return nil
-				}
-				return err
-			}
+		if f, last, tried, err = l.tryIndex(dir, path, f); f == nil {
+			return err
 		}
 	}
 	ents, err := f.ReadDir(-1)
@@ -647,6 +625,49 @@ func (l *lister) walk(dir string) error {
 			}
 		}
 	}
+	return l.visitEntries(dir, last, ents)
+}
+
+// openDir opens the directory at path for reading; nil and no error when
+// it is gone (removed while walking, or no such prefix).
+func openDir(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// tryIndex reads dir under a watch, once, when its size says it may be
+// large, and indexes it if it is; the listing then goes on from the index
+// (or from the names read, if it was not). It returns the directory, open
+// again, to read on after last, or nil when the walk of dir is over (with
+// its error); tried is whether it tried.
+func (l *lister) tryIndex(dir, path string, f *os.File) (next *os.File, last string, tried bool, err error) {
+	var names []string
+	var indexed, done bool
+	f, names, indexed, tried = l.s.dirs.try(dir, path, f)
+	switch {
+	case indexed:
+		if done, last, err = l.walkIndexed(dir); done || err != nil {
+			return nil, "", tried, err
+		}
+	case names != nil:
+		return nil, "", tried, l.walkNames(dir, names)
+	}
+	if f == nil { // taken by try: read again
+		f, err = openDir(path)
+	}
+	return f, last, tried, err
+}
+
+// visitEntries visits, in order, the entries of dir read from the
+// directory that sort after last and can hold or be a key the listing
+// wants.
+func (l *lister) visitEntries(dir, last string, ents []os.DirEntry) error {
 	var items []listItem
 	for _, e := range ents {
 		name := e.Name()
