@@ -181,7 +181,7 @@ func (c *Client) checkStore(ctx context.Context) error {
 // expireInbox moves inbox entries past their TTL to inbox/expired/ every
 // Config.InboxExpiry (docs/spec.md#inbox-entry-lifecycle).
 func (c *Client) expireInbox(ctx context.Context) error {
-	// Counted as work on the clock but while it waits (clock.Activity).
+	// Counted as work on the clock but while it waits (activity.Activity).
 	ctx, end := activity.Enter(ctx, c.clock)
 	defer end()
 	every := c.cfg.InboxExpiry

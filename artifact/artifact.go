@@ -138,7 +138,7 @@ type Config struct {
 	// Types are content types of the user's beside the three built-in ones, each
 	// with its content check: content must be JSON, and the check (nil:
 	// none) may refuse it; its error is wrapped to match
-	// ErrInvalidArtifact. Names are ids (storage.ValidateID) and may not be
+	// ErrInvalidArtifact. Names are ids (storage.ErrInvalidID) and may not be
 	// a built-in type's.
 	Types map[Type]func(content json.RawMessage) error
 }

@@ -83,7 +83,7 @@ type Config struct {
 	// beside the three built-in NLM ones (RESEARCH, BRIEF,
 	// PROPOSAL_PREPROCESS, run by Worker.Handlers): Enqueue accepts them, and
 	// their artifact's type is the job type's name, its content checked by
-	// the type's Validate. Names are ids (storage.ValidateID) and may not
+	// the type's Validate. Names are ids (storage.ErrInvalidID) and may not
 	// be a built-in type's. With Config.Artifacts set, that store must know
 	// the types (artifact.Config.Types); the default store is given them.
 	Types map[lifecycle.JobType]TypeConfig

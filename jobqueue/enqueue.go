@@ -30,7 +30,7 @@ import (
 // required: RunID may be empty (a job of no run), and so may AgentSlug (the
 // job then runs in its type's lane, TypeLane, which becomes its
 // agent_slug). Ids are storage ids
-// (storage.ValidateID); Payload is JSON of at most codes.MaxDocumentBytes,
+// (storage.ErrInvalidID); Payload is JSON of at most codes.MaxDocumentBytes,
 // the URLs at most codes.MaxURLBytes, and Context.EntityRefs at most
 // codes.MaxListLen refs of codes.MaxRefBytes, all valid UTF-8 without NUL
 // or control characters.

@@ -34,7 +34,7 @@ func badValues(limit int) []badValue {
 
 // checkRefused asserts err is a refusal of bad input matching sentinel and
 // carrying code, that an *InputError for field is in its chain (unless the
-// field is an id, which storage.ValidateID refuses), and that the store did
+// field is an id, which storage.ErrInvalidID refuses), and that the store did
 // not change.
 func checkRefused(t *testing.T, err error, sentinel error, field, code string, s *storage.Store, before map[string]string) {
 	t.Helper()

@@ -169,7 +169,7 @@ func (c *Claim) Run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	// The run counts as work on the clock but while it waits for a handler
 	// or a timer (a test's fake clock moves only when it is idle;
-	// clock.Activity).
+	// activity.Activity).
 	ctx, end := activity.Enter(ctx, c.r.clock)
 	defer end()
 	c.mu.Lock()

@@ -160,9 +160,8 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 // the job (a Worker of this process ran it), at the store's signal where
 // the store watches (a write by another process), and
 // else on a poll that backs off from 25 ms to 1 s. On a fake clock it
-// counts as work while it reads and waits on the clock's timers
-// (clock.Activity), so a test that drives the clock sees the same run every
-// time.
+// counts as work while it reads and waits on the clock's timers, so a
+// test that drives the clock sees the same run every time.
 //
 // When ctx ends first it returns the job as last read and a *WaitError
 // wrapping the cause (context.Canceled, context.DeadlineExceeded). A job

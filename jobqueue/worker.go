@@ -67,7 +67,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// Each goroutine of the worker counts as work on the clock but while it
 	// waits (a test's fake clock moves only when the worker is idle;
-	// clock.Activity). The store's watch signals arrive from outside: not
+	// activity.Activity). The store's watch signals arrive from outside: not
 	// counted.
 	clk := w.Queue.clock
 	slots, poll, sweep := w.settings()

@@ -9,7 +9,7 @@ import "encoding/json"
 
 // NewJob is what jobqueue.Queue.Enqueue needs (POST /jobs); the queue fills
 // in the rest of the record.
-// Ids are storage ids (storage.ValidateID); Payload is JSON of at most
+// Ids are storage ids (storage.ErrInvalidID); Payload is JSON of at most
 // codes.MaxDocumentBytes, the URLs at most codes.MaxURLBytes, and
 // Context.EntityRefs at most codes.MaxListLen refs of
 // codes.MaxRefBytes, all valid UTF-8 without NUL or control characters.

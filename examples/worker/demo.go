@@ -33,7 +33,7 @@ const (
 // how long each demo step takes (a few seconds by default, so a run can be
 // watched live).
 func demoAgents(clk clock.Clock, pause time.Duration, conc int, p *nlm.Processor) []run.Agent {
-	// clock.Sleep tells a fake clock the step waits (clock.Activity).
+	// activity.Sleep tells a fake clock the step waits (activity.Activity).
 	wait := func(ctx context.Context) error { return activity.Sleep(ctx, clk, pause) }
 	step := func(name, summary string) run.Step {
 		return run.Step{Name: name, Idempotent: true, Resumable: true,

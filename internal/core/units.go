@@ -155,7 +155,7 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 	)
 	u.started()
 	// The unit's goroutine counts as work on the clock from here (a test's
-	// fake clock moves only when it is idle, as in clock.Hang); the
+	// fake clock moves only when it is idle, as in activity.Hang); the
 	// caller's wait below does not, until the unit returned or the
 	// deadline struck.
 	uctx = activity.Start(uctx, u.Clock)

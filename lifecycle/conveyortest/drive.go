@@ -2,7 +2,7 @@ package conveyortest
 
 // What the helpers share: a fake clock that knows the deadlines of its
 // pending timers, the driver that moves it whenever the code under test is
-// idle (clock.Activity), never on a guess, and the context mark behind Hang.
+// idle (activity.Activity), never on a guess, and the context mark behind Hang.
 
 import (
 	"context"
@@ -42,7 +42,7 @@ type timer struct {
 
 func (t *timer) C() <-chan time.Time { return t.inner.C() }
 
-// Fired tells whether the timer fired (see clock.Fired).
+// Fired tells whether the timer fired (see activity.Fired).
 func (t *timer) Fired() bool { return activity.Fired(t.inner) }
 
 func (t *timer) Stop() bool {

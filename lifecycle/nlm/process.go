@@ -421,7 +421,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		return found
 	}
 	// The loop counts as work on the clock except while it waits (a test's
-	// fake clock moves only when it is idle; clock.Activity).
+	// fake clock moves only when it is idle; activity.Activity).
 	lctx, end := activity.Enter(ctx, p.cfg.Clock)
 	sched := core.Poll{Idle: p.cfg.PollInterval}
 	wait := sched.Next(poll())

@@ -21,7 +21,7 @@ import (
 var epoch0 = time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
 
 // rig is one or more runners over one store, on a fake clock. The runners
-// count their work on the clock (clock.Activity), so the rig moves it only
+// count their work on the clock (activity.Activity), so the rig moves it only
 // while every goroutine they started waits on it: never on a guess.
 type rig struct {
 	t     *testing.T

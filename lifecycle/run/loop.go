@@ -24,7 +24,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return ErrRunnerStarted
 	}
 	// The loop counts as work on the clock except while it waits below (a
-	// test's fake clock moves only when the runner is idle; clock.Activity).
+	// test's fake clock moves only when the runner is idle; activity.Activity).
 	ctx, end := activity.Enter(ctx, r.cfg.Clock)
 	defer end()
 	r.life.begin(ctx)

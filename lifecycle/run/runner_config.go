@@ -20,7 +20,7 @@ import (
 // step code anything that can write status.
 type Step struct {
 	// Name becomes part of the step file's key, steps/NN-name.json, so it must
-	// be a valid id (storage.ValidateID).
+	// be a valid id (storage.ErrInvalidID).
 	Name string
 	Run  StepFunc
 	// Resumable: after a crash, a completed step can be skipped and its

@@ -62,8 +62,8 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		}
 		return err
 	}
-	// backoff.Retry's loop, waiting with clock.Sleep: the backoff counts as
-	// the execution's wait on the clock (clock.Activity).
+	// backoff.Retry's loop, waiting with activity.Sleep: the backoff counts as
+	// the execution's wait on the clock (activity.Activity).
 	for {
 		err := op()
 		if err == nil {

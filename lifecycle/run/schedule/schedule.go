@@ -70,7 +70,7 @@ const DefaultCatchUp = 12
 // Schedule is one schedule: when to start which agent's run.
 type Schedule struct {
 	// ID names the schedule in its state's key and in its runs'
-	// idempotency keys: an id (storage.ValidateID). Required.
+	// idempotency keys: an id (storage.ErrInvalidID). Required.
 	ID string `json:"id"`
 	// Agent is the agent whose run each slot starts. Required.
 	Agent string `json:"agent"`
