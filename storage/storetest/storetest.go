@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite for storage.Store adapters.
-// Every adapter's tests call TestStore (or Run with a Harness), as
+// Every adapter's tests call TestDriver (or Run with a Harness), as
 // gocloud.dev's blob/drivertest and testing/fstest.TestFS do, so all
 // adapters are held to one written contract (the doc comments of
 // storage.Store) by one set of tests. A Harness can point the suite at a
