@@ -235,7 +235,7 @@ func TestLayersCheck(t *testing.T) {
 		{"unknown package", map[string][]string{"newpkg": {}}, true},
 		{"program imports program", map[string][]string{"examples/worker": {"examples/chaos"}}, true},
 		{"program imports the root", map[string][]string{"examples/worker": {".", "adapters/httpapi"}}, false},
-		{"root imports engines", map[string][]string{".": {"lifecycle/run", "jobqueue", "adapters/prometheus"}}, false},
+		{"root imports engines", map[string][]string{".": {"lifecycle/run", "jobqueue", "internal/prommetrics"}}, false},
 		{"root imports a program", map[string][]string{".": {"examples/worker"}}, true},
 		{"engine imports the root", map[string][]string{"jobqueue": {"."}}, true},
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -138,7 +139,7 @@ type Config struct {
 	// Types are content types of the user's beside the three built-in ones, each
 	// with its content check: content must be JSON, and the check (nil:
 	// none) may refuse it; its error is wrapped to match
-	// ErrInvalidArtifact. Names are ids (storage.ValidateID) and may not be
+	// ErrInvalidArtifact. Names are ids (storage.ErrInvalidID) and may not be
 	// a built-in type's.
 	Types map[Type]func(content json.RawMessage) error
 }
@@ -164,7 +165,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Logger = slog.Default()
 	}
 	for t := range cfg.Types {
-		if err := storage.ValidateID("artifact type", string(t)); err != nil {
+		if err := storekey.ValidateID("artifact type", string(t)); err != nil {
 			return nil, fmt.Errorf("artifact: Config.Types: %w", err)
 		}
 		if slices.Contains(Types(), t) {
@@ -184,18 +185,18 @@ var ErrNotFinalized = errors.New("artifact: not finalized")
 var ErrNotFound = storage.ErrNotFound
 
 func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error) error {
-	if err := storage.ValidateID("project id", cid); err != nil {
+	if err := storekey.ValidateID("project id", cid); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
-	if err := storage.ValidateID("job id", d.JobID); err != nil {
+	if err := storekey.ValidateID("job id", d.JobID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
 	if d.RunID != "" {
-		if err := storage.ValidateID("run id", d.RunID); err != nil {
+		if err := storekey.ValidateID("run id", d.RunID); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 		}
 	}
-	if err := storage.ValidateID("agent slug", d.AgentSlug); err != nil {
+	if err := storekey.ValidateID("agent slug", d.AgentSlug); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
 	if err := d.checkText(); err != nil {
@@ -312,7 +313,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	if d.Epoch > 0 {
 		return s.createFenced(ctx, actor, key, a, d.Audited)
 	}
-	if storage.SettleTime(s.cfg.Store) > 0 {
+	if s.cfg.Store.SettleTime() > 0 {
 		// A store that settles may take the create-only write below over
 		// the artifact: one found is answered as it stands, unwritten.
 		existing, _, err := records.Read[Artifact](ctx, s.cfg.Store, key)
@@ -421,7 +422,7 @@ func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) 
 // GetForJob reads the artifact of job jobID, if it has one, in project
 // cid: the job's project_id, which may be empty (Config.Project).
 func (s *Store) GetForJob(ctx context.Context, actor lifecycle.Actor, cid, jobID string) (Artifact, error) {
-	if err := storage.ValidateID("job id", jobID); err != nil {
+	if err := storekey.ValidateID("job id", jobID); err != nil {
 		return Artifact{}, err
 	}
 	return s.Get(ctx, actor, cid, IDForJob(jobID))

@@ -14,6 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -59,7 +60,7 @@ func TestIDForJob(t *testing.T) {
 	if !strings.HasPrefix(a, "art-") || len(a) != 40 || a[18] != '8' {
 		t.Fatalf("id %q is not art-<uuid v8>", a)
 	}
-	if err := storage.ValidateID("artifact id", artifact.IDForJob(strings.Repeat("x", storage.MaxIDLen))); err != nil {
+	if err := storekey.ValidateID("artifact id", artifact.IDForJob(strings.Repeat("x", storekey.MaxIDLen))); err != nil {
 		t.Fatal(err)
 	}
 }

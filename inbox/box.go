@@ -19,6 +19,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -230,7 +231,7 @@ func (s *Submission) Validate() error {
 		}
 	}
 	if s.ID != "" {
-		if err := storage.ValidateID("inbox entry id", s.ID); err != nil {
+		if err := storekey.ValidateID("inbox entry id", s.ID); err != nil {
 			return invalid("id", "%v", err)
 		}
 	}
@@ -314,7 +315,7 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission)
 	} else if !errors.Is(err, storage.ErrNotFound) {
 		return lifecycle.InboxEntry{}, err
 	}
-	if storage.SettleTime(b.cfg.Store) > 0 {
+	if b.cfg.Store.SettleTime() > 0 {
 		// A store that settles may take the create-only write below over
 		// an existing entry (and send a processed one back to pending):
 		// an entry found is ErrEntryExists, unwritten.
@@ -380,7 +381,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 // Process records that the validation gate passed and the entry became
 // proposal proposalID: pending → processed. Only the gateway processes.
 func (b *Box) Process(ctx context.Context, actor lifecycle.Actor, id, proposalID string) (lifecycle.InboxEntry, error) {
-	if err := storage.ValidateID("proposal id", proposalID); err != nil {
+	if err := storekey.ValidateID("proposal id", proposalID); err != nil {
 		return lifecycle.InboxEntry{}, invalid("proposal_id", "%v", err)
 	}
 	return b.move(ctx, actor, id, machine.EventInboxProcess, func(e *lifecycle.InboxEntry) { e.ProposalID = proposalID })

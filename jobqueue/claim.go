@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -45,7 +46,7 @@ type claimer struct {
 // saving the job a write. nil: Claim's behaviour, the job stops in
 // CONTEXT_ASSEMBLY.
 func (q *claimer) claimFor(ctx context.Context, worker string, noAssembly func(lifecycle.JobType) bool) (*Claim, error) {
-	if err := storage.ValidateID("worker id", worker); err != nil {
+	if err := storekey.ValidateID("worker id", worker); err != nil {
 		return nil, err
 	}
 	if err := q.locks.refreshAgents(ctx); err != nil {

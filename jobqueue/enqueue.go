@@ -18,6 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -30,7 +31,7 @@ import (
 // required: RunID may be empty (a job of no run), and so may AgentSlug (the
 // job then runs in its type's lane, TypeLane, which becomes its
 // agent_slug). Ids are storage ids
-// (storage.ValidateID); Payload is JSON of at most 1 MiB,
+// (storage.ErrInvalidID); Payload is JSON of at most 1 MiB,
 // the URLs at most 4,096 bytes, and Context.EntityRefs at most
 // 256 refs of 1,024 bytes, all valid UTF-8 without NUL
 // or control characters.
@@ -69,16 +70,16 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 	if n.JobID == "" {
 		n.JobID = newUUID()
 	}
-	if err := storage.ValidateID("job id", n.JobID); err != nil {
+	if err := storekey.ValidateID("job id", n.JobID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	if n.RunID != "" {
-		if err := storage.ValidateID("run id", n.RunID); err != nil {
+		if err := storekey.ValidateID("run id", n.RunID); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
 	if n.ProjectID != "" {
-		if err := storage.ValidateID("project id", n.ProjectID); err != nil {
+		if err := storekey.ValidateID("project id", n.ProjectID); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
@@ -93,11 +94,11 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 		// time like an agent's, and the lane is its agent_slug, so every
 		// pass that works by agent (claim, sweep, metrics) works on it.
 		n.AgentSlug = TypeLane(n.JobType)
-		if err := storage.ValidateID("agent slug", n.AgentSlug); err != nil {
+		if err := storekey.ValidateID("agent slug", n.AgentSlug); err != nil {
 			return badJob("job_type %q is too long to name a lane: the job needs an agent_slug (%v)", n.JobType, err)
 		}
 	}
-	if err := storage.ValidateID("agent slug", n.AgentSlug); err != nil {
+	if err := storekey.ValidateID("agent slug", n.AgentSlug); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	if n.MaxAttempts == 0 {

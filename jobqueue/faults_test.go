@@ -556,7 +556,7 @@ type unreachable struct {
 }
 
 func (u *unreachable) err(op, key string) error {
-	return storage.NewOpError(op, key, nil, errors.New("dial tcp 127.0.0.1:9: connect: connection refused"))
+	return &storage.OpError{Op: op, Key: key, Cause: errors.New("dial tcp 127.0.0.1:9: connect: connection refused")}
 }
 
 func (u *unreachable) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -79,7 +80,7 @@ func validJob(key string, d *jobDoc) error {
 		return fmt.Errorf("job_id %q in the record of %q", d.JobID, id)
 	case !slices.Contains(machine.JobStates(), d.Status):
 		return fmt.Errorf("unknown status %q", d.Status)
-	case storage.ValidateID("agent slug", d.AgentSlug) != nil:
+	case storekey.ValidateID("agent slug", d.AgentSlug) != nil:
 		return fmt.Errorf("invalid agent_slug %q", d.AgentSlug)
 	case d.ReadyKey != "" && !strings.HasPrefix(d.ReadyKey, lanePrefix+d.AgentSlug+"/"):
 		return fmt.Errorf("ready_key %q outside the agent's lane", d.ReadyKey)

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -52,7 +53,7 @@ func (q *reader) listPage(ctx context.Context, actor lifecycle.Actor, jq JobQuer
 		return JobPage{}, &core.PageError{Field: "status", Reason: fmt.Sprintf("%q is not a job state", jq.Status)}
 	}
 	if jq.Agent != "" {
-		if err := storage.ValidateID("agent slug", jq.Agent); err != nil {
+		if err := storekey.ValidateID("agent slug", jq.Agent); err != nil {
 			return JobPage{}, err
 		}
 	}

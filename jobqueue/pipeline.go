@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/machine"
@@ -169,8 +170,8 @@ func (c *Claim) Run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	// The run counts as work on the clock but while it waits for a handler
 	// or a timer (a test's fake clock moves only when it is idle;
-	// clock.Activity).
-	ctx, end := clock.Enter(ctx, c.r.clock)
+	// activity.Activity).
+	ctx, end := activity.Enter(ctx, c.r.clock)
 	defer end()
 	c.mu.Lock()
 	if c.done {

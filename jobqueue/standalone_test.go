@@ -9,6 +9,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -152,7 +153,7 @@ func TestTypeLanes(t *testing.T) {
 func TestEnqueueLaneRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	long := lifecycle.JobType(strings.Repeat("T", storage.MaxIDLen-len(jobqueue.TypeLanePrefix)+1))
+	long := lifecycle.JobType(strings.Repeat("T", storekey.MaxIDLen-len(jobqueue.TypeLanePrefix)+1))
 	s := memstore.New()
 	q := newQueue(t, s, clock.NewFake(t0), func(c *jobqueue.Config) {
 		c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{long: {Handler: greeter(nil)}, greetType: {Handler: greeter(nil)}}

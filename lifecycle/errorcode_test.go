@@ -6,20 +6,21 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
 
 func TestErrorCodeOfSentinels(t *testing.T) {
 	t.Parallel()
-	idErr := storage.ValidateID("job id", "../x")
+	idErr := storekey.ValidateID("job id", "../x")
 	tests := []struct {
 		name string
 		err  error
 		code string
 		http int
 	}{
-		{"storage not found", storage.NewOpError("get", "jobs/x.json", storage.ErrNotFound, nil), codes.NotFound, 404},
+		{"storage not found", &storage.OpError{Op: "get", Key: "jobs/x.json", Kind: storage.ErrNotFound}, codes.NotFound, 404},
 		{"invalid id", fmt.Errorf("queue: %w", idErr), codes.InvalidInput, 400},
 		{"input too large", &lifecycle.InputError{Field: "reason", Limit: 1, Size: 2}, codes.InputTooLarge, 413},
 		{"invalid input", &lifecycle.InputError{Field: "reason", Limit: 1}, codes.InvalidInput, 400},

@@ -9,7 +9,7 @@ import "encoding/json"
 
 // NewJob is what jobqueue.Queue.Enqueue needs (POST /jobs); the queue fills
 // in the rest of the record.
-// Ids are storage ids (storage.ValidateID); Payload is JSON of at most
+// Ids are storage ids (storage.ErrInvalidID); Payload is JSON of at most
 // 1 MiB, the URLs at most 4,096 bytes, and
 // Context.EntityRefs at most 256 refs of
 // 1,024 bytes, all valid UTF-8 without NUL or control characters.

@@ -12,9 +12,9 @@ import (
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // checkContentType refuses a body that is not application/json (a charset
@@ -89,7 +89,7 @@ func decodeSubmit(data []byte) (wire.SubmitBody, error) {
 	if b.AgentSlug == "" {
 		return b, apiErr(codes.InvalidRequest, "agent_slug is required")
 	}
-	if err := storage.ValidateID("agent_slug", b.AgentSlug); err != nil {
+	if err := storekey.ValidateID("agent_slug", b.AgentSlug); err != nil {
 		return b, err
 	}
 	return b, nil
@@ -120,7 +120,7 @@ func decodeJob(data []byte) (jobqueue.NewJob, error) {
 		return jobqueue.NewJob{}, apiErr(codes.InvalidRequest, "job_type is required")
 	}
 	if b.JobID != "" {
-		if err := storage.ValidateID("job_id", b.JobID); err != nil {
+		if err := storekey.ValidateID("job_id", b.JobID); err != nil {
 			return jobqueue.NewJob{}, err
 		}
 	}
@@ -144,7 +144,7 @@ func decodeCallback(data []byte) (lifecycle.NLMCallbackBody, error) {
 	if err := decodeStrict(data, &cb, false); err != nil {
 		return cb, err
 	}
-	if err := storage.ValidateID("job_id", cb.JobID); err != nil {
+	if err := storekey.ValidateID("job_id", cb.JobID); err != nil {
 		return cb, err
 	}
 	return cb, nil
@@ -159,7 +159,7 @@ func decodeRestore(data []byte) (wire.RestoreBody, error) {
 	if b.QKey == "" {
 		return b, apiErr(codes.InvalidRequest, "qkey is required")
 	}
-	if len(b.QKey) <= len(records.QuarantinePrefix) || b.QKey[:len(records.QuarantinePrefix)] != records.QuarantinePrefix || storage.ValidateKey(b.QKey) != nil {
+	if len(b.QKey) <= len(records.QuarantinePrefix) || b.QKey[:len(records.QuarantinePrefix)] != records.QuarantinePrefix || storekey.ValidateKey(b.QKey) != nil {
 		return b, apiErr(codes.InvalidInput, "qkey is not a key under %s", records.QuarantinePrefix)
 	}
 	return b, nil

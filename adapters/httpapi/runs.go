@@ -8,9 +8,9 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // runRoutes serves the run routes over the Runner: submit, the agents, a
@@ -107,7 +107,7 @@ func (h *runRoutes) listAgents(w http.ResponseWriter, _ *http.Request, _ lifecyc
 // pathID reads and checks an id of the path, before the SDK sees it.
 func pathID(r *http.Request, name, field string) (string, error) {
 	id := r.PathValue(name)
-	return id, storage.ValidateID(field, id)
+	return id, storekey.ValidateID(field, id)
 }
 
 func (h *runRoutes) runStatus() handlerFunc {
@@ -132,12 +132,12 @@ func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 	q := r.URL.Query()
 	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status")}
 	if rq.Agent != "" {
-		if err := storage.ValidateID("agent", rq.Agent); err != nil {
+		if err := storekey.ValidateID("agent", rq.Agent); err != nil {
 			return rq, err
 		}
 	}
 	if rq.Status != "" {
-		if err := storage.ValidateID("status", rq.Status); err != nil {
+		if err := storekey.ValidateID("status", rq.Status); err != nil {
 			return rq, apiErr(codes.InvalidRequest, "unknown status %q", rq.Status)
 		}
 	}

@@ -1,8 +1,8 @@
 // Package otlp exports the SDK's OpenTelemetry spans (docs/spec.md#tracing)
 // over OTLP/HTTP, configured by the exporter's standard OTEL_ variables: the
 // TracerProvider to give the engines (run.Config, jobqueue.Config, or the
-// Client's Config.TracerProvider), the counterpart of package
-// adapters/prometheus for metrics.
+// Client's Config.TracerProvider), the counterpart of the Client's
+// Config.Metrics for metrics.
 package otlp
 
 import (

@@ -253,7 +253,7 @@ type outageStore struct {
 
 func (o *outageStore) down(op, key string) error {
 	if _, err := os.Stat(o.marker); err == nil {
-		return storage.NewOpError(op, key, nil, &os.PathError{Op: op, Path: key, Err: syscall.EIO})
+		return &storage.OpError{Op: op, Key: key, Cause: &os.PathError{Op: op, Path: key, Err: syscall.EIO}}
 	}
 	return nil
 }

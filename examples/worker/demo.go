@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -28,8 +29,8 @@ const (
 // how long each demo step takes (a few seconds by default, so a run can be
 // watched live).
 func demoAgents(clk clock.Clock, pause time.Duration, conc int, p *nlm.Processor) []run.Agent {
-	// clock.Sleep tells a fake clock the step waits (clock.Activity).
-	wait := func(ctx context.Context) error { return clock.Sleep(ctx, clk, pause) }
+	// activity.Sleep tells a fake clock the step waits (activity.Activity).
+	wait := func(ctx context.Context) error { return activity.Sleep(ctx, clk, pause) }
 	step := func(name, summary string) run.Step {
 		return run.Step{Name: name, Idempotent: true, Resumable: true,
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -102,8 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.owner, "owner", "", "this process's name in leases: distinct per process sharing a store (default: host and executable name, stable across restarts)")
 	fs.StringVar(&o.tokens, "tokens", "", "file of bearer tokens, `token actor` per line (also CONVEYOR_TOKENS=tok=actor,...); none: loopback only")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "DEBUG shows every state change")
-	fs.StringVar(&o.s3Bucket, "s3-bucket", os.Getenv(s3store.EnvBucket), "S3/MinIO bucket instead of -data (env "+s3store.EnvBucket+")")
-	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "S3 API URL, e.g. http://127.0.0.1:9000 for MinIO, or the comma-separated URLs of a MinIO cluster's nodes to fail over between (default "+s3store.EnvEndpoints+", AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
+	fs.StringVar(&o.s3Bucket, "s3-bucket", os.Getenv("CONVEYOR_S3_BUCKET"), "S3/MinIO bucket instead of -data (env CONVEYOR_S3_BUCKET)")
+	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "S3 API URL, e.g. http://127.0.0.1:9000 for MinIO, or the comma-separated URLs of a MinIO cluster's nodes to fail over between (default CONVEYOR_S3_ENDPOINTS, AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
 	fs.DurationVar(&o.s3Settle, "s3-settle", 0, "how long the store may answer wrongly after a node restarts: 0 finds out (40s on a MinIO cluster, else none), negative none")
 	fs.StringVar(&o.s3Prefix, "s3-prefix", os.Getenv("CONVEYOR_S3_PREFIX"), "key prefix in the bucket, ending in /")
 	fs.DurationVar(&o.pause, "step-pause", 2*time.Second, "how long each demo step and the NLM simulator take")

@@ -141,7 +141,7 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store
 		return s, "filestore " + o.data, err
 	}
 	cfg, err := s3store.ConfigFromEnv()
-	if err != nil && os.Getenv(s3store.EnvBucket) != "" {
+	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
 		return nil, "", err
 	}
 	// A Worker on a bucket it cannot use would say it serves and then fail

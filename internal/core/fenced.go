@@ -43,7 +43,7 @@ func PutFencedFunc(ctx context.Context, s *storage.Store, key, owner string, epo
 	// A store that settles may take a create-only write over an existing
 	// object, a newer owner's: there the object is read first, and
 	// created only when read missing (one read more, on such a store only).
-	readFirst := storage.SettleTime(s) > 0
+	readFirst := s.SettleTime() > 0
 	for conflicts := 0; ; conflicts++ {
 		var err error
 		if !readFirst {

@@ -79,14 +79,14 @@ func TestSettleTimeFoundThroughWrappers(t *testing.T) {
 	t.Parallel()
 	mem := memstore.New()
 	_ = context.Background()
-	if d := storage.SettleTime(mem); d != 0 {
+	if d := mem.SettleTime(); d != 0 {
 		t.Fatalf("memstore settles in %v, want 0", d)
 	}
 	s := wrapping{wrapping{settling{mem, 7 * time.Second}}}
-	if d := storage.SettleTime(storage.New(s)); d != 7*time.Second {
+	if d := storage.New(s).SettleTime(); d != 7*time.Second {
 		t.Fatalf("SettleTime through two wrappers = %v, want 7s", d)
 	}
-	if d := storage.SettleTime(storage.New(wrapping{mem})); d != 0 {
+	if d := storage.New(wrapping{mem}).SettleTime(); d != 0 {
 		t.Fatalf("SettleTime of a wrapper over memstore = %v, want 0", d)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -84,7 +85,7 @@ func TestAuditEventIDSortsByTime(t *testing.T) {
 	prev := ""
 	for _, d := range []time.Duration{0, time.Nanosecond, time.Microsecond, time.Second, time.Hour} {
 		id := records.NewAuditEventID(base.Add(d))
-		if err := storage.ValidateID("event id", id); err != nil {
+		if err := storekey.ValidateID("event id", id); err != nil {
 			t.Fatal(err)
 		}
 		if id <= prev {

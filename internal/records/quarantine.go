@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -87,7 +88,7 @@ func Quarantine(ctx context.Context, s *storage.Store, ce *lifecycle.Quarantined
 		name = now.UTC().Format("20060102T150405.000000000Z") + "-" + nonce()
 	}
 	qkey := QuarantinePrefix + ce.Key + "/" + name + ".json"
-	if err := storage.ValidateKey(qkey); err != nil {
+	if err := storekey.ValidateKey(qkey); err != nil {
 		return "", err
 	}
 	b, err := json.Marshal(&q)

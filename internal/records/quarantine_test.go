@@ -22,7 +22,7 @@ type checkThenDelete struct {
 }
 
 func (s *checkThenDelete) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if cond.Kind() == storage.MatchVersion {
+	if cond.Kind() == driver.MatchVersion {
 		_, v, err := s.Store.Get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) || (err == nil && v != cond.Version()) {
 			return storage.ErrPreconditionFailed

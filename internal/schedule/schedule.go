@@ -41,6 +41,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -67,7 +68,7 @@ const DefaultCatchUp = 12
 // Schedule is one schedule: when to start which agent's run.
 type Schedule struct {
 	// ID names the schedule in its state's key and in its runs'
-	// idempotency keys: an id (storage.ValidateID). Required.
+	// idempotency keys: an id (storage.ErrInvalidID). Required.
 	ID string `json:"id"`
 	// Agent is the agent whose run each slot starts. Required.
 	Agent string `json:"agent"`
@@ -183,10 +184,10 @@ func (s *Schedule) compile() (slots, error) {
 	bad := func(format string, a ...any) error {
 		return &lifecycle.InputError{Field: "schedule " + s.ID, Reason: fmt.Sprintf(format, a...)}
 	}
-	if err := storage.ValidateID("schedule id", s.ID); err != nil {
+	if err := storekey.ValidateID("schedule id", s.ID); err != nil {
 		return nil, err
 	}
-	if err := storage.ValidateID("agent", s.Agent); err != nil {
+	if err := storekey.ValidateID("agent", s.Agent); err != nil {
 		return nil, err
 	}
 	if s.Jitter < 0 || s.CatchUp < 0 {

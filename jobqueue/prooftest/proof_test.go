@@ -140,7 +140,7 @@ func (f *faultyStore) fail(key string) error {
 		r := f.rng.Float64()
 		f.mu.Unlock()
 		if r < f.writeFail {
-			return storage.NewOpError("put", key, nil, errors.New("injected artifact write error"))
+			return &storage.OpError{Op: "put", Key: key, Cause: errors.New("injected artifact write error")}
 		}
 	}
 	return nil

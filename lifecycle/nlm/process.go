@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
@@ -17,7 +18,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -422,14 +422,14 @@ func (p *Processor) Run(ctx context.Context) error {
 		return found
 	}
 	// The loop counts as work on the clock except while it waits (a test's
-	// fake clock moves only when it is idle; clock.Activity).
-	lctx, end := clock.Enter(ctx, p.cfg.Clock)
+	// fake clock moves only when it is idle; activity.Activity).
+	lctx, end := activity.Enter(ctx, p.cfg.Clock)
 	sched := core.Poll{Idle: p.cfg.PollInterval}
 	wait := sched.Next(poll())
 	for ctx.Err() == nil {
 		drain()
 		t := p.cfg.Clock.NewTimer(wait)
-		resume := clock.Wait(lctx, p.cfg.Clock, func() bool { return ctx.Err() != nil || clock.Fired(t) || p.woken() })
+		resume := activity.Wait(lctx, p.cfg.Clock, func() bool { return ctx.Err() != nil || activity.Fired(t) || p.woken() })
 		select {
 		case <-ctx.Done():
 			resume()

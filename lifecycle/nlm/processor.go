@@ -19,6 +19,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -200,7 +201,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 		cfg.Concurrency = 4
 	}
 	for _, id := range [][2]string{{"owner", cfg.Owner}, {"project id", cfg.Project}} {
-		if err := storage.ValidateID(id[0], id[1]); err != nil {
+		if err := storekey.ValidateID(id[0], id[1]); err != nil {
 			return nil, fmt.Errorf("nlm: %w", err)
 		}
 	}
@@ -208,7 +209,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 	p.store = cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
 	p.units = &core.Units{Clock: cfg.Clock, Log: cfg.Logger}
 	p.quar = &core.Quarantiner{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
-	p.absent.Settle = storage.SettleTime(cfg.Store)
+	p.absent.Settle = cfg.Store.SettleTime()
 	if p.cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: p.store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
 		if err != nil {
@@ -251,19 +252,19 @@ func validateRequest(r *lifecycle.NLMRequest, defaultProject string) error {
 		return bad(err)
 	}
 	for _, id := range [][2]string{{"job id", r.JobID}, {"agent slug", r.AgentSlug}} {
-		if err := storage.ValidateID(id[0], id[1]); err != nil {
+		if err := storekey.ValidateID(id[0], id[1]); err != nil {
 			return bad(err)
 		}
 	}
 	if r.RunID != "" {
-		if err := storage.ValidateID("run id", r.RunID); err != nil {
+		if err := storekey.ValidateID("run id", r.RunID); err != nil {
 			return bad(err)
 		}
 	}
 	if r.ProjectID == "" {
 		r.ProjectID = defaultProject
 	}
-	if err := storage.ValidateID("project id", r.ProjectID); err != nil {
+	if err := storekey.ValidateID("project id", r.ProjectID); err != nil {
 		return bad(err)
 	}
 	if _, ok := jobqueue.ArtifactType(r.JobType); !ok {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -165,7 +166,7 @@ func callbackJob(ctx context.Context, p *Processor, req *http.Request) (lifecycl
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&cb); err != nil {
 		return lifecycle.NLMJob{}, http.StatusBadRequest, "bad callback body: " + err.Error()
 	}
-	if err := storage.ValidateID("job id", cb.JobID); err != nil {
+	if err := storekey.ValidateID("job id", cb.JobID); err != nil {
 		return lifecycle.NLMJob{}, http.StatusBadRequest, err.Error()
 	}
 	job, err := p.Get(ctx, cb.JobID)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -402,7 +403,7 @@ func (s *slots) read(ctx context.Context, key string) (slotEntry, storage.Versio
 	if err := json.Unmarshal(b, &e); err != nil {
 		ce = &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "cannot decode", Err: err}
 	} else if e.RunID != "" {
-		if err := storage.ValidateID("run id", e.RunID); err != nil {
+		if err := storekey.ValidateID("run id", e.RunID); err != nil {
 			ce = &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "invalid", Err: err}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
@@ -87,7 +88,7 @@ func (x *execution) stop(cause error) {
 func (x *execution) run(ctx context.Context) {
 	e := x.e
 	defer e.life.done()
-	ctx, end := clock.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
+	ctx, end := activity.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
 	defer end()
 	defer e.execs.unregister(x.w.runID)
 	x.files = &stepFiles{store: e.store, now: e.now, log: e.log, owner: e.cfg.Owner, slug: x.agent.Slug, runID: x.w.runID,
@@ -334,7 +335,7 @@ func (x *execution) loadInput(ctx context.Context, doc lifecycle.RunStatus) ([]b
 		// again Settle later (only a run whose active entry says it has
 		// an input, or cannot be read, waits; a store that settles at
 		// once, never).
-		if err = clock.Sleep(ctx, x.e.cfg.Clock, x.e.absent.Settle); err == nil {
+		if err = activity.Sleep(ctx, x.e.cfg.Clock, x.e.absent.Settle); err == nil {
 			b, _, err = x.e.store.Get(ctx, inKey)
 		}
 	}
@@ -504,7 +505,7 @@ func (xr *executor) prepare(c candidate, slot string, slotVer storage.Version) *
 // context lives.
 func (xr *executor) start(x *execution) {
 	xr.life.add()
-	go x.run(clock.Start(xr.life.context(), xr.cfg.Clock))
+	go x.run(activity.Start(xr.life.context(), xr.cfg.Clock))
 }
 
 // mayHaveInput tells whether doc's run may have an input.json: false only

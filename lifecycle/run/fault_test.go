@@ -18,6 +18,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
@@ -42,7 +43,7 @@ func clockStep(name string, clk clock.Clock, d time.Duration, started chan<- str
 		if started != nil {
 			started <- in.RunID
 		}
-		if err := clock.Sleep(ctx, clk, d); err != nil { // the runner's clock: idle meanwhile
+		if err := activity.Sleep(ctx, clk, d); err != nil { // the runner's clock: idle meanwhile
 			return run.StepOutput{}, err
 		}
 		return run.StepOutput{Summary: name, Files: map[string][]byte{"out.json": []byte(`"` + in.RunID + `"`)}}, nil
@@ -465,7 +466,7 @@ func TestCanceledStepRecordedCanceled(t *testing.T) {
 	agent := run.Agent{Slug: "cancel-code", Machine: lifecycle.MachineCancelable, Steps: []run.Step{{Name: "work",
 		Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 			close(in)
-			_ = clock.Hang(ctx)
+			_ = activity.Hang(ctx)
 			return run.StepOutput{}, fmt.Errorf("upstream call aborted")
 		}}}}
 	r, _ := g.runner("a", nil, agent)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -239,11 +240,11 @@ func (x *indexRepair) RunOnce(ctx context.Context) error {
 		x.backfillStarted = true
 		// Its own token of the clock: a test's fake clock moves only
 		// while it waits too.
-		bctx := clock.Start(h.life.context(), h.clock)
+		bctx := activity.Start(h.life.context(), h.clock)
 		h.life.add()
 		go func() {
 			defer h.life.done()
-			bctx, end := clock.Enter(bctx, h.clock)
+			bctx, end := activity.Enter(bctx, h.clock)
 			defer end()
 			h.backfill(bctx)
 		}()

@@ -142,7 +142,7 @@ func TestSettleCareCostsNothingWhereTheStoreSettlesAtOnce(t *testing.T) {
 	if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" {
 		t.Fatalf("run %s", st.Status)
 	}
-	if storage.SettleTime(g.store) != 0 {
+	if g.store.SettleTime() != 0 {
 		t.Fatal("the memstore settles")
 	}
 	for key, err := range g.store.List(context.Background(), layout.IdempotencyPrefix+"runs/") {

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -144,8 +144,8 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		}
 		return err
 	}
-	// backoff.Retry's loop, waiting with clock.Sleep: the backoff counts as
-	// the execution's wait on the clock (clock.Activity).
+	// backoff.Retry's loop, waiting with activity.Sleep: the backoff counts as
+	// the execution's wait on the clock (activity.Activity).
 	for {
 		err := op()
 		if err == nil {
@@ -164,7 +164,7 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		}
 		e.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
 			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
-		if err := clock.Sleep(ctx, e.cfg.Clock, wait); err != nil {
+		if err := activity.Sleep(ctx, e.cfg.Clock, wait); err != nil {
 			return out, attempts, failureOf(s, attempts, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -24,7 +25,7 @@ import (
 func Stages(clk clock.Clock, pause time.Duration) nlm.Stages {
 	return nlm.Stages{
 		Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
-			if err := clock.Sleep(ctx, clk, pause); err != nil {
+			if err := activity.Sleep(ctx, clk, pause); err != nil {
 				return nil, err
 			}
 			return content(req.JobType, req.Query)
@@ -37,7 +38,7 @@ func Stages(clk clock.Clock, pause time.Duration) nlm.Stages {
 func Handlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 	return jobqueue.Handlers{
 		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
-			if err := clock.Sleep(ctx, clk, pause); err != nil {
+			if err := activity.Sleep(ctx, clk, pause); err != nil {
 				return jobqueue.Output{}, err
 			}
 			b, err := content(job.JobType, fmt.Sprintf("job %s of %s", job.JobID, job.AgentSlug))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -241,7 +242,7 @@ func (t *translator) agent(ctx context.Context, runID string) (string, error) {
 	var idx struct {
 		AgentSlug string `json:"agent_slug"`
 	}
-	if err := json.Unmarshal(raw, &idx); err != nil || storage.ValidateID("slug", idx.AgentSlug) != nil {
+	if err := json.Unmarshal(raw, &idx); err != nil || storekey.ValidateID("slug", idx.AgentSlug) != nil {
 		return "", nil // a poison index entry: the run's owner quarantines it
 	}
 	t.agents.put(runID, idx.AgentSlug)

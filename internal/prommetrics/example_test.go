@@ -1,4 +1,4 @@
-package prometheus_test
+package prommetrics_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
+	promadapter "github.com/runconveyor/conveyor/internal/prommetrics"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"

@@ -18,11 +18,11 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/probe"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/s3proxy"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/probe"
 )
 
 var minio miniotest.Shared
@@ -70,9 +70,9 @@ func (b *broken) Get(ctx context.Context, key string) ([]byte, storage.Version, 
 
 func (b *broken) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	switch {
-	case b.createOnly && cond.Kind() == storage.CreateOnly, b.ifMatch && cond.Kind() == storage.MatchVersion:
+	case b.createOnly && cond.Kind() == driver.CreateOnly, b.ifMatch && cond.Kind() == driver.MatchVersion:
 		cond = storage.Condition{}
-	case b.notFound && cond.Kind() == storage.MatchVersion:
+	case b.notFound && cond.Kind() == driver.MatchVersion:
 		if _, _, err := b.Store.Get(ctx, key); errors.Is(err, storage.ErrNotFound) {
 			return "", err
 		}
@@ -179,7 +179,7 @@ type unavailable struct{ driver.Store }
 var errDown = errors.New("connection refused")
 
 func (unavailable) Put(ctx context.Context, key string, _ []byte, _ storage.Condition) (storage.Version, error) {
-	return "", storage.NewOpError("put", key, nil, errDown)
+	return "", &storage.OpError{Op: "put", Key: key, Cause: errDown}
 }
 
 // TestRunUnreachable: a store that cannot be reached is no failed check

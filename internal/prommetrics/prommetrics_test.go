@@ -1,4 +1,4 @@
-package prometheus_test
+package prommetrics_test
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/internal/layout"
+	promadapter "github.com/runconveyor/conveyor/internal/prommetrics"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"

@@ -1,4 +1,4 @@
-package prometheus_test
+package prommetrics_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/internal/layout"
+	promadapter "github.com/runconveyor/conveyor/internal/prommetrics"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"

@@ -1,4 +1,4 @@
-// Package prometheus exports Conveyor's metrics to Prometheus
+// Package prommetrics exports Conveyor's metrics to Prometheus
 // (github.com/prometheus/client_golang): the run metrics under the
 // platform's own names and labels (gwi_*, docs/spec.md#platform-names),
 // the job and step metrics, and the depth and age of the job queue per
@@ -6,8 +6,10 @@
 // and objectives of docs/spec.md#metrics over these metrics.
 //
 // New registers the metrics with the Registerer it is given (never the
-// global default one) and returns a *Metrics to pass as run.Config.Metrics
-// and jobqueue.Config.Metrics; WatchQueue adds the queue gauges.
+// global default one) and returns a *Metrics the Client passes to its
+// engines (users give the Registerer as conveyor.Config.Metrics);
+// WatchQueue adds the queue gauges. It is not public: no user calls the
+// per-event methods the engines record through.
 //
 // Counters and histograms count what this process wrote: with several
 // processes sharing a store, sum them across instances.
@@ -42,7 +44,7 @@
 //	conveyor_retention_keys_deleted_total                        counter   keys the janitor deleted (a run's whole folder)
 //	conveyor_retention_passes_total{result}                      counter   janitor calls that held the lease: done, or partial (stopped early)
 //	conveyor_retention_last_pass_timestamp_seconds               gauge     when this process last finished a pass
-package prometheus
+package prommetrics
 
 import (
 	"context"

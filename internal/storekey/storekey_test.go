@@ -1,4 +1,4 @@
-package storage_test
+package storekey_test
 
 import (
 	"errors"
@@ -9,8 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/storetest"
+	"github.com/runconveyor/conveyor/internal/storekey"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -20,20 +19,20 @@ func TestValidateKey(t *testing.T) {
 	valid := []string{
 		"a", "agents/archivist-violin/runs/run_2026-02-14_080000_abc123/status.json",
 		"audit/20260224/x.json", "with space", "ключ", "..a", "a..", "a/.b", "x:y",
-		strings.Repeat("s", storage.MaxSegmentLen),
+		strings.Repeat("s", storekey.MaxSegmentLen),
 	}
 	for _, k := range valid {
-		if err := storage.ValidateKey(k); err != nil {
+		if err := storekey.ValidateKey(k); err != nil {
 			t.Errorf("ValidateKey(%q) = %v, want nil", k, err)
 		}
-		if err := storage.ValidatePrefix(k); err != nil {
+		if err := storekey.ValidatePrefix(k); err != nil {
 			t.Errorf("ValidatePrefix(%q) = %v, want nil (a key is a prefix)", k, err)
 		}
 	}
-	for _, k := range storetest.InvalidKeys() {
-		err := storage.ValidateKey(k)
-		var ke *storage.KeyError
-		if !errors.Is(err, storage.ErrInvalidKey) || !errors.As(err, &ke) || ke.Reason == "" {
+	for _, k := range storekey.InvalidKeys() {
+		err := storekey.ValidateKey(k)
+		var ke *storekey.KeyError
+		if !errors.Is(err, storekey.ErrInvalidKey) || !errors.As(err, &ke) || ke.Reason == "" {
 			t.Errorf("ValidateKey(%q) = %v, want a *KeyError", k, err)
 		}
 	}
@@ -42,12 +41,12 @@ func TestValidateKey(t *testing.T) {
 func TestValidatePrefix(t *testing.T) {
 	t.Parallel()
 	for _, p := range []string{"", "a/", "a", "agents/x/runs/", "a/b", "a/.", "a/.."} {
-		if err := storage.ValidatePrefix(p); err != nil {
+		if err := storekey.ValidatePrefix(p); err != nil {
 			t.Errorf("ValidatePrefix(%q) = %v, want nil", p, err)
 		}
 	}
-	for _, p := range []string{"/", "/a", "a//", "../", "a/../b", "./", "a\x00", "\xff", ".cnv/", strings.Repeat("p", storage.MaxKeyLen+1)} {
-		if err := storage.ValidatePrefix(p); !errors.Is(err, storage.ErrInvalidKey) {
+	for _, p := range []string{"/", "/a", "a//", "../", "a/../b", "./", "a\x00", "\xff", ".cnv/", strings.Repeat("p", storekey.MaxKeyLen+1)} {
+		if err := storekey.ValidatePrefix(p); !errors.Is(err, storekey.ErrInvalidKey) {
 			t.Errorf("ValidatePrefix(%q) = %v, want ErrInvalidKey", p, err)
 		}
 	}
@@ -55,7 +54,7 @@ func TestValidatePrefix(t *testing.T) {
 
 func TestKeyErrorMessage(t *testing.T) {
 	t.Parallel()
-	err := storage.ValidateKey("a/../b\n")
+	err := storekey.ValidateKey("a/../b\n")
 	if got := err.Error(); !strings.Contains(got, `"a/../b\n"`) {
 		t.Errorf("message %q does not quote the key", got)
 	}
@@ -65,15 +64,15 @@ func TestKeyErrorMessage(t *testing.T) {
 // that cannot leave a directory, is valid UTF-8 without control characters,
 // fits the length limits, and is also a valid List prefix.
 func FuzzValidateKey(f *testing.F) {
-	for _, s := range append([]string{"a/b", "agents/x/runs/r/status.json", "..", "a/./b", "é/ü"}, storetest.InvalidKeys()...) {
+	for _, s := range append([]string{"a/b", "agents/x/runs/r/status.json", "..", "a/./b", "é/ü"}, storekey.InvalidKeys()...) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		if storage.ValidateKey(key) != nil {
+		if storekey.ValidateKey(key) != nil {
 			return
 		}
 		if path.Clean(key) != key || path.IsAbs(key) || key == "." || key == ".." ||
-			strings.HasPrefix(key, "../") || !utf8.ValidString(key) || len(key) > storage.MaxKeyLen {
+			strings.HasPrefix(key, "../") || !utf8.ValidString(key) || len(key) > storekey.MaxKeyLen {
 			t.Fatalf("accepted unsafe key %q", key)
 		}
 		for _, r := range key {
@@ -82,11 +81,11 @@ func FuzzValidateKey(f *testing.F) {
 			}
 		}
 		for seg := range strings.SplitSeq(key, "/") {
-			if seg == "" || seg == "." || seg == ".." || len(seg) > storage.MaxSegmentLen || strings.HasPrefix(seg, ".cnv") {
+			if seg == "" || seg == "." || seg == ".." || len(seg) > storekey.MaxSegmentLen || strings.HasPrefix(seg, ".cnv") {
 				t.Fatalf("accepted bad segment %q in %q", seg, key)
 			}
 		}
-		if err := storage.ValidatePrefix(key); err != nil {
+		if err := storekey.ValidatePrefix(key); err != nil {
 			t.Fatalf("valid key %q is not a valid prefix: %v", key, err)
 		}
 	})

@@ -1,4 +1,11 @@
-package clock
+// Package activity counts the work in progress of the code that waits on
+// a clock, so that a test moves a fake clock (lifecycle/clock's Fake) only
+// when that code is idle. The SDK's engines report to it: a goroutine holds
+// a token while it works (Enter, or Start before the go statement that
+// starts it) and lends it back only while it waits on a timer of the clock
+// or on a wake-up (Wait), whose readiness stays visible until it resumes.
+// On a clock without an Activity (the real one) every call does nothing.
+package activity
 
 import (
 	"context"
@@ -11,8 +18,8 @@ import (
 // so that a test moves a fake clock only when that code is idle: every
 // goroutine it started is blocked waiting on the clock (a timer) or on a
 // wake-up that only the test or the clock can give. The Fake has one
-// (Fake.Activity); the SDK's engines report to it through Enter, Start and
-// Wait. On any other clock (Real) those calls do nothing.
+// (found with Of); the SDK's engines report to it through Enter, Start
+// and Wait. On any other clock (Real) those calls do nothing.
 //
 // The count is of tokens. A goroutine of an engine holds one while it
 // works (Enter, or Start before the go statement that starts it) and
@@ -34,7 +41,8 @@ type Activity struct {
 
 type wait struct{ ready func() bool }
 
-func newActivity() *Activity {
+// New returns an Activity with nothing in progress.
+func New() *Activity {
 	return &Activity{waits: map[*wait]struct{}{}, changed: make(chan struct{})}
 }
 
@@ -45,16 +53,17 @@ func (a *Activity) changedLocked() {
 	a.changed = make(chan struct{})
 }
 
-func (a *Activity) add(n int) {
+// Add takes (n > 0) or gives back (n < 0) n tokens.
+func (a *Activity) Add(n int) {
 	a.mu.Lock()
 	a.busy += n
 	a.changedLocked()
 	a.mu.Unlock()
 }
 
-// poke tells watchers that something they may check changed (a timer
+// Poke tells watchers that something they may check changed (a timer
 // fired, time moved).
-func (a *Activity) poke() {
+func (a *Activity) Poke() {
 	a.mu.Lock()
 	a.changedLocked()
 	a.mu.Unlock()
@@ -126,15 +135,32 @@ func tokenOf(ctx context.Context, a *Activity) *token {
 	return t
 }
 
-// tracker is a Clock with an Activity: the Fake, and wrappers of it.
-type tracker interface{ Activity() *Activity }
+// Clock is what the helpers take a clock as: lifecycle/clock's Clock.
+type Clock interface{ Now() time.Time }
 
-func activityOf(c Clock) *Activity {
-	if t, ok := c.(tracker); ok {
-		return t.Activity()
+// Tracker gives a clock its Activity: the Fake, and clocks wrapping one,
+// embed it under an unexported alias, so that Of finds the Activity
+// without a method on the clock's API.
+type Tracker struct{ a *Activity }
+
+// Track is the Tracker of a.
+func Track(a *Activity) Tracker { return Tracker{a: a} }
+
+func (t Tracker) activity() *Activity { return t.a }
+
+// tracked is a clock that embeds a Tracker.
+type tracked interface{ activity() *Activity }
+
+// Of is the Activity of c, a clock that embeds a Tracker; nil for any
+// other clock.
+func Of(c any) *Activity {
+	if t, ok := c.(tracked); ok {
+		return t.activity()
 	}
 	return nil
 }
+
+func activityOf(c Clock) *Activity { return Of(c) }
 
 func noop() {}
 
@@ -153,15 +179,15 @@ func Enter(ctx context.Context, c Clock) (context.Context, func()) {
 	if t := tokenOf(ctx, a); t != nil {
 		if t.adopted.CompareAndSwap(false, true) {
 			var once sync.Once
-			return ctx, func() { once.Do(func() { a.add(-1) }) }
+			return ctx, func() { once.Do(func() { a.Add(-1) }) }
 		}
 		return ctx, noop // the caller's goroutine holds it
 	}
-	a.add(1)
+	a.Add(1)
 	t := &token{a: a}
 	t.adopted.Store(true)
 	var once sync.Once
-	return context.WithValue(ctx, tokenKey{}, t), func() { once.Do(func() { a.add(-1) }) }
+	return context.WithValue(ctx, tokenKey{}, t), func() { once.Do(func() { a.Add(-1) }) }
 }
 
 // Start takes, before a go statement, the token of the goroutine it
@@ -173,7 +199,7 @@ func Start(ctx context.Context, c Clock) context.Context {
 	if a == nil {
 		return ctx
 	}
-	a.add(1)
+	a.Add(1)
 	return context.WithValue(ctx, tokenKey{}, &token{a: a})
 }
 
@@ -218,10 +244,14 @@ func (a *Activity) park(ready func() bool) (resume func()) {
 
 // Sleep waits d on c, or until ctx ends (returning ctx's error), counted
 // as a wait of ctx's goroutine (see Wait).
-func Sleep(ctx context.Context, c Clock, d time.Duration) error {
+func Sleep[T timer](ctx context.Context, c interface{ NewTimer(time.Duration) T }, d time.Duration) error {
 	t := c.NewTimer(d)
 	defer t.Stop()
-	defer Wait(ctx, c, func() bool { return ctx.Err() != nil || Fired(t) })()
+	var clk Clock
+	if cc, ok := c.(Clock); ok {
+		clk = cc
+	}
+	defer Wait(ctx, clk, func() bool { return ctx.Err() != nil || Fired(t) })()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -246,9 +276,15 @@ func Hang(ctx context.Context) error {
 // Fired tells whether t, a timer of a Fake (or of a clock wrapping one),
 // has fired; false for any other timer. Once true it stays true, so a
 // wait may use it in its ready function.
-func Fired(t Timer) bool {
+func Fired(t any) bool {
 	if f, ok := t.(interface{ Fired() bool }); ok {
 		return f.Fired()
 	}
 	return false
+}
+
+// timer is what Sleep needs of a clock's timer: lifecycle/clock's Timer.
+type timer interface {
+	C() <-chan time.Time
+	Stop() bool
 }

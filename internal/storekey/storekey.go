@@ -1,10 +1,27 @@
-package storage
+// Package storekey is what a valid key and a valid id of a Store are: the
+// checks the portable Store runs before any I/O and the engines run on
+// every id before it becomes part of a key, their limits, and the errors
+// that explain a refusal (matched by storage.ErrInvalidKey and
+// storage.ErrInvalidID, which are this package's sentinels).
+package storekey
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// The sentinels of a refused key or id; package storage exports them.
+var (
+	// ErrInvalidKey: the key (or List prefix) breaks the rules of ValidateKey.
+	ErrInvalidKey = errors.New("storage: invalid key")
+	// ErrInvalidID: an id breaks the rules of ValidateID.
+	// It matches lifecycle.ErrInvalidInput too: an id is a caller's input.
+	ErrInvalidID error = invalidID{}
 )
 
 // MaxKeyLen is the longest key accepted, in bytes. S3 allows 1024; the
@@ -168,3 +185,66 @@ func (e *IDError) Error() string {
 
 // Unwrap returns ErrInvalidID.
 func (e *IDError) Unwrap() error { return ErrInvalidID }
+
+// ListStart reduces the cursor of a ListAfter(prefix, after) to what a
+// driver is asked to do: start is "" when every key with prefix sorts after
+// after (list them all), else after itself; none is true when no key with
+// prefix can sort after after (yield nothing). The Store calls it after
+// checking prefix and after.
+func ListStart(prefix, after string) (start string, none bool) {
+	switch {
+	case after < prefix:
+		return "", false
+	case strings.HasPrefix(after, prefix):
+		return after, false
+	default: // after > prefix and does not start with it: past every such key
+		return "", true
+	}
+}
+
+// InvalidKeys lists keys every Store must refuse, for the conformance
+// suite and the adapters' own tests.
+func InvalidKeys() []string {
+	return []string{
+		"",
+		"/abs",
+		"trailing/",
+		"double//slash",
+		"..",
+		".",
+		"../escape",
+		"a/../b",
+		"a/./b",
+		"nul\x00byte",
+		"new\nline",
+		"tab\there",
+		"del\x7f",
+		"c1\u0085control",
+		"back\\slash",
+		"bad-utf8-\xff",
+		".cnv-lock",
+		"a/.cnvtmp",
+		LongKey() + "k",
+		strings.Repeat("s", MaxSegmentLen+1),
+	}
+}
+
+// LongKey is a valid key of exactly MaxKeyLen bytes, in segments of
+// MaxSegmentLen.
+func LongKey() string {
+	var b strings.Builder
+	for b.Len() < MaxKeyLen {
+		if b.Len() > 0 {
+			b.WriteByte('/')
+		}
+		n := min(MaxSegmentLen, MaxKeyLen-b.Len())
+		b.WriteString(strings.Repeat("k", n))
+	}
+	return b.String()
+}
+
+// invalidID is ErrInvalidID: an id a caller passed is invalid input.
+type invalidID struct{}
+
+func (invalidID) Error() string        { return "storage: invalid id" }
+func (invalidID) Is(target error) bool { return target == lifecycle.ErrInvalidInput }

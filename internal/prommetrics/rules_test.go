@@ -1,4 +1,4 @@
-package prometheus_test
+package prommetrics_test
 
 import (
 	"bytes"
