@@ -1,0 +1,3 @@
+package sqlitestore_test
+
+func child() bool { return false }
