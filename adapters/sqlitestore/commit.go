@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
@@ -163,6 +165,7 @@ type writer struct {
 	d    *sqlDriver
 	db   *sql.DB
 	conn *sql.Conn
+	turn *turn
 	// statements, prepared once on conn
 	version, upsert, remove, logChange, prune, getSeq, setSeq *sql.Stmt
 }
@@ -175,8 +178,20 @@ func openWriter(d *sqlDriver) (*writer, error) {
 	}
 	db.SetMaxOpenConns(1)
 	w := &writer{d: d, db: db}
-	if w.conn, err = db.Conn(ctx); err != nil {
+	if w.turn, err = openTurn(d.cfg.Path); err != nil {
 		_ = db.Close()
+		return nil, err
+	}
+	if w.conn, err = db.Conn(ctx); err != nil {
+		w.turn.close()
+		_ = db.Close()
+		return nil, err
+	}
+	// This connection waits for the write lock in begin, not in SQLite's
+	// busy handler, whose sleeps (1 ms growing to 100 ms) let a busy
+	// process keep the lock.
+	if _, err := w.conn.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
+		w.close()
 		return nil, err
 	}
 	for _, p := range []struct {
@@ -209,6 +224,35 @@ func (w *writer) close() {
 	}
 	_ = w.conn.Close()
 	_ = w.db.Close()
+	w.turn.close()
+}
+
+// begin takes the write lock in turn with other processes (see turn) and
+// starts an IMMEDIATE transaction, retrying every ~50µs while a writer
+// outside the turns holds SQLite's lock (a sqlite3 shell), up to
+// BusyTimeout.
+func (w *writer) begin(ctx context.Context) error {
+	if err := w.turn.acquire(); err != nil {
+		return err
+	}
+	var deadline time.Time
+	for {
+		_, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		if err == nil {
+			return nil
+		}
+		if !isBusy(err) {
+			w.turn.release()
+			return err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(w.d.cfg.BusyTimeout)
+		} else if time.Now().After(deadline) {
+			w.turn.release()
+			return err
+		}
+		time.Sleep(time.Duration(25+rand.IntN(50)) * time.Microsecond)
+	}
 }
 
 // apply runs batch in one IMMEDIATE transaction, each write's condition
@@ -218,9 +262,10 @@ func (w *writer) apply(batch []*op) ([]string, error) {
 	// Not the callers' contexts: one caller giving up must not abort the
 	// others' commit. busy_timeout bounds the wait for the lock.
 	ctx := context.Background()
-	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if err := w.begin(ctx); err != nil {
 		return nil, err
 	}
+	defer w.turn.release()
 	keys, err := w.stage(ctx, batch)
 	if err != nil || len(keys) == 0 {
 		if _, rerr := w.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && err == nil {
