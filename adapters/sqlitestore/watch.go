@@ -61,7 +61,8 @@ func (ws *watchSet) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&ws.version); err == nil {
+	err = conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&ws.version)
+	if err == nil {
 		err = conn.QueryRowContext(ctx, "SELECT value FROM meta WHERE name = 'seq'").Scan(&ws.cursor)
 	}
 	if err != nil {
