@@ -224,3 +224,5 @@ func BenchmarkStore(b *testing.B) {
 func BenchmarkListAfter(b *testing.B) {
 	storetest.BenchmarkListAfter(b, func(b *testing.B) *storage.Store { return storage.New(newDriver(b)) }, 1000, 100_000)
 }
+
+func commits(d driver.Store) int64 { return sqlitestore.Commits(d) }
