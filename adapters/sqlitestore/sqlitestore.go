@@ -8,7 +8,9 @@
 // holds three tables: meta (the schema version, so a later release can
 // migrate, and the last version issued), kv (key TEXT PRIMARY KEY, value,
 // version) and changes (a bounded log of the keys each version wrote,
-// which watchers follow).
+// which watchers follow). Beside it while open: SQLite's -wal and -shm,
+// and -lock and -turn, by which processes take turns at writing (SQLite's
+// busy handler alone let one process starve another).
 //
 // Versions are decimal numbers from one sequence kept in the file and
 // advanced in the same transaction as the write, so a version is never
