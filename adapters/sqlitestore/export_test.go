@@ -16,3 +16,11 @@ func Waiting(d any) int {
 	defer c.mu.Unlock()
 	return len(c.waiting)
 }
+
+// SetPruning sets how many change-log entries are kept and how often the
+// log is pruned, until t ends.
+func SetPruning(t interface{ Cleanup(func()) }, keep, every int64) {
+	k, e := keepTail, pruneEvery
+	keepTail, pruneEvery = keep, every
+	t.Cleanup(func() { keepTail, pruneEvery = k, e })
+}

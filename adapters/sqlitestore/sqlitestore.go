@@ -67,10 +67,15 @@ const (
 	schemaVersion = 1
 	// listPage is how many keys ListAfter reads per query.
 	listPage = 256
-	// The change log keeps at least keepTail entries and is pruned every
-	// pruneEvery versions, in the commit that crosses the mark.
-	keepTail   = 4096
-	pruneEvery = 1024
+)
+
+// The change log keeps at least keepTail entries and is pruned every
+// pruneEvery versions, in the commit that crosses the mark: a watcher
+// that falls further behind is told everything may have changed. (Vars
+// for tests.)
+var (
+	keepTail   int64 = 4096
+	pruneEvery int64 = 1024
 )
 
 // sqlDriver is the driver (package storage/driver) under the Store New

@@ -226,3 +226,59 @@ func BenchmarkListAfter(b *testing.B) {
 }
 
 func commits(d driver.Store) int64 { return sqlitestore.Commits(d) }
+
+// TestWatchPrunedLog: the change log stays a bounded tail, and a watcher
+// that fell behind it (its entries pruned before it read them) is still
+// signalled.
+func TestWatchPrunedLog(t *testing.T) {
+	sqlitestore.SetPruning(t, 4, 4)
+	path := filepath.Join(t.TempDir(), "store.db")
+	ctx := t.Context()
+	a, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path, WatchInterval: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := a.Watch(wctx, "g/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Between two of a's polls: the write under g/, then enough others
+	// that its entry is pruned.
+	start := time.Now()
+	if _, err := b.Put(ctx, "g/1", nil, storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := b.Put(ctx, fmt.Sprintf("o/%d", i), nil, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if time.Since(start) > 250*time.Millisecond {
+		t.Skip("the writes took longer than a poll interval; the prune may not have outrun the watcher")
+	}
+	select {
+	case <-ch:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a write whose log entry was pruned unread was not signalled")
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM changes").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n > 8 {
+		t.Errorf("the change log holds %d entries after 21 writes, want at most keep+every = 8", n)
+	}
+}
