@@ -67,6 +67,19 @@ func TestConfig(t *testing.T) {
 	if got, gv, err := s.Get(ctx, "k"); err != nil || string(got) != "v" || gv != v {
 		t.Fatalf("after reopen: %q %q %v, want v %q", got, gv, err, v)
 	}
+	// Closing twice is harmless; a closed Store refuses to watch.
+	closed, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := closed.Watch(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	_ = closed.Close()
+	_ = closed.Close()
+	if _, err := closed.Watch(ctx, ""); err == nil {
+		t.Error("a closed Store watches")
+	}
 	// A version after reopening is still new: the sequence is in the file.
 	v2, err := s.Put(ctx, "k", []byte("v"), storage.Condition{})
 	if err != nil || v2 == v {

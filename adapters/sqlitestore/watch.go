@@ -27,6 +27,7 @@ type watchSet struct {
 	cursor  int64 // last change-log seq read
 	stopc   chan struct{}
 	stopped chan struct{}
+	closed  bool // by Close: no more watches
 }
 
 // Watch implements driver.Watcher.
@@ -34,6 +35,9 @@ func (d *sqlDriver) Watch(ctx context.Context, prefix string) (<-chan struct{}, 
 	ws := &d.watches
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if ws.closed {
+		return nil, opErr(ctx, "watch", prefix, errClosed)
+	}
 	if ws.stopc == nil {
 		// Start the poller here, not in its goroutine: the cursor read
 		// now is what makes other processes' writes after Watch returns
@@ -153,9 +157,10 @@ func (ws *watchSet) check() {
 // stop ends the poller and releases its connection.
 func (ws *watchSet) stop() {
 	ws.mu.Lock()
-	stopc := ws.stopc
+	stopc, was := ws.stopc, ws.closed
+	ws.closed = true
 	ws.mu.Unlock()
-	if stopc == nil {
+	if stopc == nil || was {
 		return
 	}
 	close(stopc)
