@@ -9,8 +9,9 @@
 // migrate, and the last version issued), kv (key TEXT PRIMARY KEY, value,
 // version) and changes (a bounded log of the keys each version wrote,
 // which watchers follow). Beside it while open: SQLite's -wal and -shm,
-// and -lock and -turn, by which processes take turns at writing (SQLite's
-// busy handler alone let one process starve another).
+// and -lock, -turn, -bell-lock and -bell-turn (two FIFOs), by which
+// processes take turns at writing (SQLite's busy handler alone let one
+// process starve another).
 //
 // Versions are decimal numbers from one sequence kept in the file and
 // advanced in the same transaction as the write, so a version is never
@@ -56,7 +57,9 @@ type Config struct {
 	// files beside it while open (-wal and -shm).
 	Path string
 	// BusyTimeout bounds how long an operation waits while another
-	// process holds the write lock or creates the schema. Default 5s.
+	// process holds the write lock or creates the schema. Default 5s. A
+	// write that gives up then, or when its context ends first, wrote
+	// nothing and says so with a *BusyError.
 	BusyTimeout time.Duration
 	// WatchInterval is how often watchers check for other processes'
 	// commits; this Store's own commits signal them at once. Default 10ms.
@@ -175,20 +178,37 @@ var schema = []string{
 }
 
 // initSchema creates the tables if missing, in one transaction, and checks
-// the schema version. It retries while another process holds the file
-// (creating it, or switching it to WAL), until BusyTimeout or ctx ends.
+// the schema version. It takes its turn at the write lock as writes do (a
+// busy writer in another process would starve SQLite's busy handler), and
+// retries while another process holds the file (creating it, or switching
+// it to WAL), until BusyTimeout or ctx ends.
 func (d *sqlDriver) initSchema(ctx context.Context) error {
-	deadline := time.Now().Add(d.cfg.BusyTimeout)
+	t, err := openTurn(d.cfg.Path)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	start := time.Now()
 	for {
-		err := d.tryInitSchema(ctx)
-		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+		locked, err := t.try()
+		if locked {
+			err = d.tryInitSchema(ctx)
+			t.release()
+		}
+		switch {
+		case err != nil && !isBusy(err):
 			return err
+		case locked && err == nil:
+			return nil
+		case time.Since(start) > d.cfg.BusyTimeout:
+			t.abandon()
+			return &BusyError{Path: d.cfg.Path, Waited: time.Since(start)}
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(5+rand.IntN(20)) * time.Millisecond):
+		if ctx.Err() != nil {
+			t.abandon()
+			return &BusyError{Path: d.cfg.Path, Waited: time.Since(start), stop: ctx.Err()}
 		}
+		t.wait(poll)
 	}
 }
 
@@ -279,7 +299,7 @@ func (d *sqlDriver) Put(ctx context.Context, key string, value []byte, cond driv
 	if value == nil {
 		value = []byte{}
 	}
-	o := &op{key: key, value: value, cond: cond}
+	o := &op{ctx: ctx, key: key, value: value, cond: cond}
 	d.c.run(o)
 	if o.err != nil {
 		return "", o.error("put")
@@ -289,7 +309,7 @@ func (d *sqlDriver) Put(ctx context.Context, key string, value []byte, cond driv
 
 // Delete implements driver.Store.
 func (d *sqlDriver) Delete(ctx context.Context, key string, cond driver.Condition) error {
-	o := &op{key: key, del: true, cond: cond}
+	o := &op{ctx: ctx, key: key, del: true, cond: cond}
 	d.c.run(o)
 	if o.err != nil {
 		return o.error("delete")
