@@ -23,7 +23,7 @@ var workerFlags = []string{"-step-pause", "2ms", "-demo-concurrency", "12", "-po
 func storeFlags(t *testing.T, store string) (args, env []string) {
 	t.Helper()
 	if store == "filestore" {
-		return []string{"-data", t.TempDir()}, nil
+		return []string{"-data", t.TempDir(), "-store", "files"}, nil
 	}
 	srv := minio.Get(t)
 	bucket, err := srv.CreateBucket(context.Background())

@@ -14,10 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runconveyor/conveyor"
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/otlp"
-	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/storeopen"
 	"github.com/runconveyor/conveyor/internal/testkit/nlmsim"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -137,36 +136,14 @@ func (w *worker) close(ctx context.Context) {
 // openStore opens the store the flags name, and says which for the log.
 func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store, string, error) {
 	if o.s3Bucket == "" {
-		s, err := filestore.New(o.data)
-		return s, "filestore " + o.data, err
-	}
-	cfg, err := s3store.ConfigFromEnv()
-	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
-		return nil, "", err
+		return storeopen.Embedded(ctx, o.storeKind, o.data)
 	}
 	// A Worker on a bucket it cannot use would say it serves and then fail
-	// every call: Check refuses to start instead, saying why, and waits for
-	// a server that does not answer yet (started with the Worker, or
+	// every call: it refuses to start instead, saying why, and waits for a
+	// server that does not answer yet (started with the Worker, or
 	// restarting) within 30 s.
-	cfg.Bucket, cfg.Prefix, cfg.Settle, cfg.Logger, cfg.CheckWait = o.s3Bucket, o.s3Prefix, o.s3Settle, log, 30*time.Second
-	if o.s3Endpoint != "" {
-		cfg.Endpoint, cfg.Endpoints, cfg.UsePathStyle = o.s3Endpoint, nil, true
-	}
-	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
-		cfg.UsePathStyle = true
-	}
-	s, err := s3store.NewDriver(ctx, cfg)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := s.Check(ctx); err != nil {
-		return nil, "", err
-	}
-	where := "s3 bucket " + cfg.Bucket
-	if d := s.Settle(); d > 0 {
-		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
-	}
-	return storage.New(s), where, nil
+	return storeopen.OpenS3(ctx, storeopen.S3{Bucket: o.s3Bucket, Prefix: o.s3Prefix, Endpoint: o.s3Endpoint,
+		Settle: o.s3Settle, Log: log, CheckWait: 30 * time.Second})
 }
 
 // serve starts the Client (which first checks the store) and runs until
