@@ -32,7 +32,9 @@ func storeCommand(ctx context.Context, name string, args []string, stdout, stder
 	store := fs.String("store", "", "the store to read: "+storeopen.Usage)
 	endpoint := fs.String("s3-endpoint", "", "S3 API URL for s3:// stores (default from the environment)")
 	if name == "copy" {
-		fs.Usage = func() { fmt.Fprintln(stderr, "usage: conveyor copy -from STORE -to STORE [-prefix P] [-s3-endpoint URL]") }
+		fs.Usage = func() {
+			fmt.Fprintln(stderr, "usage: conveyor copy -from STORE -to STORE [-prefix P] [-s3-endpoint URL]")
+		}
 	} else {
 		fs.Usage = func() { fmt.Fprintln(stderr, "usage: conveyor show -store STORE [-s3-endpoint URL] <key | prefix/>") }
 	}
