@@ -42,7 +42,8 @@ func Embedded(ctx context.Context, kind, dir string) (*storage.Store, string, er
 	default:
 		return nil, "", fmt.Errorf("-store %q: want %s or %s", kind, SQLite, Files)
 	}
-	path := filepath.Join(dir, DBFile)
+	// Not filepath.Join: the message names paths as the user wrote them.
+	path := strings.TrimSuffix(dir, string(filepath.Separator)) + string(filepath.Separator) + DBFile
 	others, err := notSQLite(dir)
 	if err != nil {
 		return nil, "", err
@@ -52,7 +53,8 @@ func Embedded(ctx context.Context, kind, dir string) (*storage.Store, string, er
 		return nil, "", fmt.Errorf("%s holds a directory store (filestore: %s), not the SQLite file the Worker keeps by default (%s).\n"+
 			"To keep using it as it is, add -store files.\n"+
 			"To copy its records into SQLite: go run ./examples/conveyor copy -from dir:%s -to sqlite:%s, then run with -data %s",
-			dir, strings.Join(others, ", "), path, dir, filepath.Join(dir+"-sqlite", DBFile), dir+"-sqlite")
+			dir, strings.Join(others, ", "), path, dir, strings.TrimSuffix(dir, string(filepath.Separator))+"-sqlite"+string(filepath.Separator)+DBFile,
+			strings.TrimSuffix(dir, string(filepath.Separator))+"-sqlite")
 	}
 	s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
 	where := "sqlite " + path
@@ -62,8 +64,9 @@ func Embedded(ctx context.Context, kind, dir string) (*storage.Store, string, er
 	return s, where, err
 }
 
-// notSQLite lists, sorted and at most 3, the entries of dir that are not
-// the SQLite file or its companions (none if dir is missing).
+// notSQLite lists, sorted (hidden ones last) and at most 3, the entries
+// of dir that are not the SQLite file or its companions (none if dir is
+// missing).
 func notSQLite(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
@@ -78,7 +81,15 @@ func notSQLite(dir string) ([]string, error) {
 			others = append(others, n)
 		}
 	}
-	slices.Sort(others)
+	slices.SortFunc(others, func(a, b string) int {
+		if ha, hb := strings.HasPrefix(a, "."), strings.HasPrefix(b, "."); ha != hb {
+			if ha {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
 	if len(others) > 3 {
 		others = append(others[:3], "...")
 	}
