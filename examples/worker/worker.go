@@ -35,7 +35,8 @@ type worker struct {
 	opts      options
 	stderr    io.Writer
 	log       *slog.Logger
-	where     string // the store, for the log
+	where     string         // the store, for the log
+	store     *storage.Store // the store it opened (not one a test gave), closed when it stops
 	c         *conveyor.Client
 	ln        net.Listener
 	tokens    map[string]lifecycle.Actor
@@ -58,6 +59,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		if cfg.Store, w.where, err = openStore(ctx, o, w.log); err != nil {
 			return nil, err
 		}
+		w.store = cfg.Store
 	}
 	if cfg.TracerProvider, w.endTraces, err = otlp.FromEnv(ctx, serviceName); err != nil {
 		return nil, err
@@ -131,6 +133,15 @@ func (w *worker) close(ctx context.Context) {
 	if w.endTraces != nil {
 		_ = w.endTraces(context.WithoutCancel(ctx))
 	}
+	w.closeStore()
+}
+
+// closeStore closes the store build opened (SQLite's connections and
+// watch poller), once the Client has stopped using it.
+func (w *worker) closeStore() {
+	if w.store != nil {
+		_ = w.store.Close()
+	}
 }
 
 // openStore opens the store the flags name, and says which for the log.
@@ -184,5 +195,6 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 	if err := w.endTraces(dctx); err != nil {
 		w.log.Warn("traces_not_flushed", "error", err.Error())
 	}
+	w.closeStore()
 	return failed
 }
