@@ -36,12 +36,6 @@ import (
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// SourceRef is a source an artifact cites ("sources", docs/spec.md#artifact).
-type SourceRef struct {
-	Ref     string `json:"ref"`
-	Excerpt string `json:"excerpt,omitempty"`
-}
-
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
 // (docs/spec.md#artifact). The embedded records.Meta is its "version" (1 on
 // create; a finalized artifact is never rewritten: only a lost attempt's
@@ -49,19 +43,19 @@ type SourceRef struct {
 // the version counted on).
 type Artifact struct {
 	records.Meta
-	ArtifactID  string          `json:"artifact_id"`
-	JobID       string          `json:"job_id"`
-	RunID       string          `json:"run_id,omitempty"`
-	Type        Type            `json:"type"`
-	AgentSlug   string          `json:"agent_slug"`
-	CreatedAt   time.Time       `json:"created_at"`
-	Finalized   bool            `json:"finalized"`
-	FinalizedAt *time.Time      `json:"finalized_at,omitempty"`
-	URL         string          `json:"url,omitempty"`
-	EntityRefs  []string        `json:"entity_refs,omitempty"`
-	Tags        []string        `json:"tags,omitempty"`
-	Content     json.RawMessage `json:"content"`
-	Sources     []SourceRef     `json:"sources,omitempty"`
+	ArtifactID  string                `json:"artifact_id"`
+	JobID       string                `json:"job_id"`
+	RunID       string                `json:"run_id,omitempty"`
+	Type        Type                  `json:"type"`
+	AgentSlug   string                `json:"agent_slug"`
+	CreatedAt   time.Time             `json:"created_at"`
+	Finalized   bool                  `json:"finalized"`
+	FinalizedAt *time.Time            `json:"finalized_at,omitempty"`
+	URL         string                `json:"url,omitempty"`
+	EntityRefs  []string              `json:"entity_refs,omitempty"`
+	Tags        []string              `json:"tags,omitempty"`
+	Content     json.RawMessage       `json:"content"`
+	Sources     []lifecycle.SourceRef `json:"sources,omitempty"`
 	// ProjectID is the cid of the key; Conveyor adds it so a record read on
 	// its own says where it lives.
 	ProjectID string `json:"project_id,omitempty"`
@@ -84,7 +78,7 @@ type Draft struct {
 	EntityRefs []string
 	Tags       []string
 	Content    json.RawMessage
-	Sources    []SourceRef
+	Sources    []lifecycle.SourceRef
 	// Epoch, when not 0, is the writer's fencing epoch (a job claim's):
 	// the write is fenced (see Create). 0 writes create-once, unfenced.
 	Epoch int64

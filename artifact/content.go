@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // Type is an artifact's content type (docs/spec.md#artifact).
@@ -21,6 +23,22 @@ const (
 
 // Types lists the built-in content types in the spec's order.
 func Types() []Type { return []Type{ResearchBrief, Brief, PreprocessedProposal} }
+
+// TypeForJob is the built-in content type a built-in job type produces:
+// RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
+// PREPROCESSED_PROPOSAL; false for any other job type (a job type of the
+// user's names its artifacts' type itself).
+func TypeForJob(t lifecycle.JobType) (Type, bool) {
+	switch t {
+	case lifecycle.JobResearch:
+		return ResearchBrief, true
+	case lifecycle.JobBrief:
+		return Brief, true
+	case lifecycle.JobProposalPreprocess:
+		return PreprocessedProposal, true
+	}
+	return "", false
+}
 
 // ErrInvalidArtifact matches every refusal of bad input: an unknown type,
 // content that breaks its type's schema, an invalid id.

@@ -21,7 +21,6 @@ const (
 	DefaultLeaseTTL    = 30 * time.Second
 	DefaultStepTimeout = 120 * time.Second
 	DefaultStopGrace   = 10 * time.Second
-	DefaultProject     = "default"
 	DefaultSweepBatch  = 10000
 )
 
@@ -48,7 +47,7 @@ type Config struct {
 	// Node names this host in audit events. Default: "".
 	Node string
 	// Project is the cid artifacts go to when a job names none. Default:
-	// DefaultProject ("default").
+	// lifecycle.DefaultProject ("default").
 	Project string
 	// MaxAttempts is max_attempts for jobs enqueued without one. Default: 3.
 	MaxAttempts int
@@ -119,7 +118,7 @@ func fillConfig(cfg *Config) error {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Project == "" {
-		cfg.Project = DefaultProject
+		cfg.Project = lifecycle.DefaultProject
 	}
 	if err := storage.ValidateID("project id", cfg.Project); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -176,7 +175,7 @@ func typeValidators(types map[lifecycle.JobType]TypeConfig) (map[artifact.Type]f
 		if err := storage.ValidateID("job type", string(t)); err != nil {
 			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
 		}
-		if _, builtin := ArtifactType(t); builtin {
+		if _, builtin := artifact.TypeForJob(t); builtin {
 			return nil, fmt.Errorf("%w: Types: %s is a built-in job type", ErrInvalidConfig, t)
 		}
 		contentTypes[artifact.Type(t)] = tc.Validate

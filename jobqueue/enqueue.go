@@ -56,32 +56,32 @@ const TypeLanePrefix = "_type."
 func TypeLane(t lifecycle.JobType) string { return TypeLanePrefix + string(t) }
 
 func badJob(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", lifecycle.ErrInvalidJob, fmt.Sprintf(format, args...))
 }
 
 func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error {
 	// Text first: a job type of invalid UTF-8 is INVALID_INPUT, as every
 	// other field's, not an unknown type.
 	if err := n.checkText(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if n.JobID == "" {
 		n.JobID = newUUID()
 	}
 	if err := storage.ValidateID("job id", n.JobID); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if n.RunID != "" {
 		if err := storage.ValidateID("run id", n.RunID); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 		}
 	}
 	if n.ProjectID != "" {
 		if err := storage.ValidateID("project id", n.ProjectID); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 		}
 	}
-	if _, ok := ArtifactType(n.JobType); !ok && !user[n.JobType] {
+	if _, ok := artifact.TypeForJob(n.JobType); !ok && !user[n.JobType] {
 		return badJob("job_type %q is not RESEARCH, BRIEF, PROPOSAL_PREPROCESS or a type of Config.Types", n.JobType)
 	}
 	if strings.HasPrefix(n.AgentSlug, TypeLanePrefix) {
@@ -97,7 +97,7 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 		}
 	}
 	if err := storage.ValidateID("agent slug", n.AgentSlug); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if n.MaxAttempts == 0 {
 		n.MaxAttempts = defaultMax
@@ -149,21 +149,6 @@ func (n *NewJob) checkText() error {
 		}
 	}
 	return nil
-}
-
-// ArtifactType maps a job type to the artifact type it produces:
-// RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
-// PREPROCESSED_PROPOSAL.
-func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
-	switch t {
-	case lifecycle.JobResearch:
-		return artifact.ResearchBrief, true
-	case lifecycle.JobBrief:
-		return artifact.Brief, true
-	case lifecycle.JobProposalPreprocess:
-		return artifact.PreprocessedProposal, true
-	}
-	return "", false
 }
 
 // admission puts jobs in their agents' lanes from outside a claim:
@@ -231,7 +216,7 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 	if _, err := records.Create(ctx, q.store, key, &doc); err != nil {
 		undo()
 		if errors.Is(err, storage.ErrPreconditionFailed) {
-			return lifecycle.Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
+			return lifecycle.Job{}, fmt.Errorf("%w: %s", lifecycle.ErrJobExists, n.JobID)
 		}
 		return lifecycle.Job{}, err
 	}

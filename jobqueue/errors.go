@@ -2,24 +2,15 @@ package jobqueue
 
 import (
 	"errors"
-
-	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// Errors of the queue. Bad input matches ErrInvalidJob; refusals of the
-// authority matrix match authority.ErrForbidden.
+// Errors of the queue. Bad input matches lifecycle.ErrInvalidJob, an id in
+// use lifecycle.ErrJobExists, a write after the worker's lease on the job
+// lapsed or was taken over records.ErrLeaseLost; refusals of the authority
+// matrix match authority.ErrForbidden.
 var (
 	// ErrInvalidConfig: a Config that New refuses.
 	ErrInvalidConfig = errors.New("jobqueue: invalid config")
-	// ErrInvalidJob: a NewJob that breaks a rule of Enqueue.
-	ErrInvalidJob = errors.New("jobqueue: invalid job")
-	// ErrJobExists: Enqueue with the id of a job that already exists.
-	ErrJobExists = lifecycle.ErrJobExists
-	// ErrLeaseLost: the worker's lease on the job lapsed or was taken over;
-	// it may no longer write the job. It is records.ErrLeaseLost, the one
-	// sentinel of the SDK.
-	ErrLeaseLost = records.ErrLeaseLost
-	// ErrStepTimeout is the cause of a step's context when StepTimeout runs out.
-	ErrStepTimeout = errors.New("jobqueue: step timeout")
+	// errStepTimeout is the cause of a step's context when StepTimeout runs out.
+	errStepTimeout = errors.New("jobqueue: step timeout")
 )

@@ -10,36 +10,38 @@ import (
 
 // Handler does the work of a job type's jobs (Config.Types). The queue
 // calls Work once per attempt, under Config.StepTimeout, and stores the
-// Output it returns as the job's artifact in the write that makes the job
+// lifecycle.JobOutput it returns as the job's artifact in the write that makes the job
 // COMPLETE. An error sends the job to RETRY_BACKOFF (retried after
 // Config.Backoff while attempts are left); wrap it with Permanent when no
-// retry can mend it, or return a *StatusError to record an HTTP status.
+// retry can mend it, or return a *lifecycle.StatusError to record an HTTP status.
 //
 // Handlers, the NLM pipeline's two steps, is a Handler too; Typed makes one
 // of a function of the job's decoded payload.
 type Handler interface {
-	Work(ctx context.Context, job lifecycle.Job) (Output, error)
+	Work(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error)
 }
 
 // HandlerFunc is a function that is a Handler.
-type HandlerFunc func(ctx context.Context, job lifecycle.Job) (Output, error)
+type HandlerFunc func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error)
 
 // Work calls f.
-func (f HandlerFunc) Work(ctx context.Context, job lifecycle.Job) (Output, error) { return f(ctx, job) }
+func (f HandlerFunc) Work(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
+	return f(ctx, job)
+}
 
 // Work runs the NLM pipeline's steps in one call: AssembleContext (if
 // set), then CallNotebookLM. The queue itself does not call it: it runs
 // the two steps as CONTEXT_ASSEMBLY and NOTEBOOKLM_CALL, each under
 // Config.StepTimeout, recording the move between them.
-func (h Handlers) Work(ctx context.Context, job lifecycle.Job) (Output, error) {
+func (h Handlers) Work(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 	if h.CallNotebookLM == nil {
-		return Output{}, Permanent(errNoCall)
+		return lifecycle.JobOutput{}, Permanent(errNoCall)
 	}
 	var snapshot json.RawMessage
 	if h.AssembleContext != nil {
 		var err error
 		if snapshot, err = h.AssembleContext(ctx, job); err != nil {
-			return Output{}, err
+			return lifecycle.JobOutput{}, err
 		}
 	}
 	return h.CallNotebookLM(ctx, job, snapshot)
@@ -53,22 +55,22 @@ func (h Handlers) Work(ctx context.Context, job lifecycle.Job) (Output, error) {
 // value. The decoding is encoding/json's: fields of the payload that Args
 // lacks are ignored.
 func Typed[Args, Result any](fn func(ctx context.Context, args Args) (Result, error)) Handler {
-	return HandlerFunc(func(ctx context.Context, job lifecycle.Job) (Output, error) {
+	return HandlerFunc(func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 		var args Args
 		if len(job.Payload) > 0 {
 			if err := json.Unmarshal(job.Payload, &args); err != nil {
-				return Output{}, Permanent(&PayloadError{JobID: job.JobID, JobType: job.JobType, Type: fmt.Sprintf("%T", args), Err: err})
+				return lifecycle.JobOutput{}, Permanent(&PayloadError{JobID: job.JobID, JobType: job.JobType, Type: fmt.Sprintf("%T", args), Err: err})
 			}
 		}
 		res, err := fn(ctx, args)
 		if err != nil {
-			return Output{}, err
+			return lifecycle.JobOutput{}, err
 		}
 		content, err := json.Marshal(res)
 		if err != nil {
-			return Output{}, Permanent(fmt.Errorf("jobqueue: encoding the result of job %s as JSON: %w", job.JobID, err))
+			return lifecycle.JobOutput{}, Permanent(fmt.Errorf("jobqueue: encoding the result of job %s as JSON: %w", job.JobID, err))
 		}
-		return Output{Content: content}, nil
+		return lifecycle.JobOutput{Content: content}, nil
 	})
 }
 

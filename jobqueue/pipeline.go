@@ -18,13 +18,14 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Handlers are the steps of the NLM pipeline, the Handler of the built-in
 // job types (RESEARCH, BRIEF, PROPOSAL_PREPROCESS: docs/spec.md#job-lifecycle),
 // which the Worker takes as Worker.Handlers. The queue runs them in order,
 // each under Config.StepTimeout, and writes ARTIFACT_WRITE itself. A
-// handler's error sends the job to RETRY_BACKOFF; return a *StatusError
+// handler's error sends the job to RETRY_BACKOFF; return a *lifecycle.StatusError
 // for an HTTP status (429, 503) so the job's error_code says which, and
 // Permanent(err) for a failure no retry can mend (the job goes to DEAD at
 // once). A job type of your own needs none of this: give it a Handler
@@ -35,35 +36,8 @@ type Handlers struct {
 	AssembleContext func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error)
 	// CallNotebookLM is NOTEBOOKLM_CALL: it asks the NLM backend and returns
 	// the artifact content. Handlers without it run nothing.
-	CallNotebookLM func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (Output, error)
+	CallNotebookLM func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (lifecycle.JobOutput, error)
 }
-
-// Output is what a Handler produced: the content and metadata of the
-// job's artifact. Its type is the job type's (ArtifactType).
-type Output struct {
-	Content    json.RawMessage
-	EntityRefs []string
-	Tags       []string
-	Sources    []artifact.SourceRef
-}
-
-// StatusError is a handler error carrying an HTTP status, e.g. 429 or 503
-// from the NLM backend.
-type StatusError struct {
-	Code int
-	Err  error
-}
-
-// Error renders the status and the cause.
-func (e *StatusError) Error() string {
-	if e.Err == nil {
-		return fmt.Sprintf("HTTP %d %s", e.Code, http.StatusText(e.Code))
-	}
-	return fmt.Sprintf("HTTP %d: %v", e.Code, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *StatusError) Unwrap() error { return e.Err }
 
 // Permanent marks a handler's error (or an artifact content check's) as
 // permanent: the job is not retried, whatever attempts it has left. It
@@ -87,12 +61,12 @@ func (e *permanentError) Unwrap() error { return e.err }
 
 // errorCode classifies a step's error.
 func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) string {
-	var se *StatusError
+	var se *lifecycle.StatusError
 	var pe *permanentError
 	switch {
 	case errors.As(err, &pe):
 		return codes.JobPermanent
-	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), errStepTimeout), errors.Is(err, errStepTimeout), errors.Is(err, context.DeadlineExceeded):
 		return codes.JobTimeout
 	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
 		return codes.JobRateLimited
@@ -141,7 +115,7 @@ type runner struct {
 // fenced write, so no reader sees COMPLETE without its finalized artifact,
 // written by the attempt that completed (F3). It returns
 // the job as last written. An error means the claim could not write
-// (ErrLeaseLost when another worker rescued the job); a handler's failure
+// (records.ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
 //
 // The attempt continues the trace its enqueue stored: a conveyor.job span
@@ -190,7 +164,7 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	c.mu.Lock()
 	c.done = true
 	c.mu.Unlock()
-	if cause := context.Cause(runCtx); errors.Is(cause, ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
+	if cause := context.Cause(runCtx); errors.Is(cause, records.ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
 		err = cause // the heartbeat found the lease lost, and the write it cut says only "canceled"
 	}
 	ectx, ecancel := c.r.grace.after(ctx)
@@ -210,7 +184,7 @@ func toArtifactWrite(ctx context.Context, d *jobDoc) error {
 
 // step runs fn as one unit of the core under the step timeout, on the
 // queue's clock: at the timeout the step ends with an error matching
-// ErrStepTimeout whether or not fn returns, and a fn that ignores its
+// errStepTimeout whether or not fn returns, and a fn that ignores its
 // context is left behind, counted in Stragglers, its result dropped.
 func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
 	job := c.Job()
@@ -222,7 +196,7 @@ func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Conte
 	})
 	if errors.Is(err, core.ErrOverrun) {
 		c.r.obs.abandoned(job.JobType, job.Status)
-		err = fmt.Errorf("%w: %w", ErrStepTimeout, err)
+		err = fmt.Errorf("%w: %w", errStepTimeout, err)
 	}
 	span.End(err)
 	return ctx, err
@@ -245,10 +219,10 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		}
 		job = c.Job()
 	}
-	var out Output
+	var out lifecycle.JobOutput
 	name, work := "Work", h.Work
 	if isNLM {
-		name, work = "CallNotebookLM", func(ctx context.Context, job lifecycle.Job) (Output, error) {
+		name, work = "CallNotebookLM", func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 			return nlm.CallNotebookLM(ctx, job, snapshot)
 		}
 	}
@@ -260,7 +234,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
 	}
 	art, sctx, err := c.writeArtifact(ctx, job, out)
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, records.ErrLeaseLost) {
 		return c.Job(), err
 	}
 	if err != nil {
@@ -272,7 +246,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 // orchestrate records the failure err of step (sctx the step's context)
 // as the orchestration's, unless the claim lost its lease.
 func (c *Claim) orchestrate(ctx context.Context, step lifecycle.JobState, sctx context.Context, err error) (lifecycle.Job, error) {
-	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+	if errors.Is(context.Cause(ctx), records.ErrLeaseLost) {
 		return c.Job(), context.Cause(ctx)
 	}
 	code := errorCode(step, sctx, err)
@@ -312,7 +286,7 @@ func (c *Claim) assembleContext(ctx context.Context, h Handlers, job lifecycle.J
 // artifactType is the artifact type of a job of type t: the built-in
 // mapping, or the user type's own name.
 func artifactType(t lifecycle.JobType) artifact.Type {
-	if a, ok := ArtifactType(t); ok {
+	if a, ok := artifact.TypeForJob(t); ok {
 		return a
 	}
 	return artifact.Type(t)
@@ -320,7 +294,7 @@ func artifactType(t lifecycle.JobType) artifact.Type {
 
 // writeArtifact creates the job's artifact from out, the ARTIFACT_WRITE
 // step, and returns it with the step's context.
-func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output) (artifact.Artifact, context.Context, error) {
+func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecycle.JobOutput) (artifact.Artifact, context.Context, error) {
 	// ARTIFACT_WRITE is not written on its own: the artifact write is the
 	// queue's own quick step, and no reader acts on a job in it, so the
 	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
@@ -382,7 +356,7 @@ func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Jo
 	if err == nil {
 		c.settled()
 	}
-	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
+	if err != nil && !errors.Is(err, records.ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of
 		// ARTIFACT_WRITE, retried like any other.
 		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, ctx, err)

@@ -102,8 +102,8 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // agent's ready lane. Validation comes before any write, so the job is
 // written once, already QUEUED, with both moves in its audit. The actor
 // needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
-// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
-// (authority.ErrForbidden) writes nothing; an existing id gives ErrJobExists.
+// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (lifecycle.ErrInvalidJob) or a refusal
+// (authority.ErrForbidden) writes nothing; an existing id gives lifecycle.ErrJobExists.
 // The job keeps the trace context of ctx (with Config.TracerProvider set,
 // that of a conveyor.enqueue span): every attempt's spans continue it.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {

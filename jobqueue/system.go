@@ -37,7 +37,7 @@ func (q *Queue) Insert(ctx context.Context, t lifecycle.JobType, args any) (life
 	default:
 		b, err := json.Marshal(args)
 		if err != nil {
-			return lifecycle.Job{}, fmt.Errorf("%w: payload of a %s job: %w", ErrInvalidJob, t, err)
+			return lifecycle.Job{}, fmt.Errorf("%w: payload of a %s job: %w", lifecycle.ErrInvalidJob, t, err)
 		}
 		payload = b
 	}
@@ -61,7 +61,7 @@ func (q *Queue) Retry(ctx context.Context, jobID string) (lifecycle.Job, error) 
 	return q.Requeue(ctx, OperatorActor, jobID)
 }
 
-// Result reads the artifact of job jobID, the Output of its handler, as
+// Result reads the artifact of job jobID, the lifecycle.JobOutput of its handler, as
 // the system (SystemActor), from the job's own project (its project_id,
 // else Config.Project). A job that has not completed has none: the error
 // matches artifact.ErrNotFound.

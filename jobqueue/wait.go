@@ -23,7 +23,7 @@ const (
 func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {
-		return lifecycle.Job{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return lifecycle.Job{}, fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	ctx, end := clock.Enter(ctx, q.clock)
 	defer end()

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -56,9 +55,9 @@ func codeOf(err error) string {
 		return code
 	}
 	switch {
-	case errors.Is(err, jobqueue.ErrJobExists):
+	case errors.Is(err, lifecycle.ErrJobExists):
 		return codes.JobExists
-	case errors.Is(err, jobqueue.ErrInvalidJob), errors.Is(err, run.ErrInvalidIdempotencyKey):
+	case errors.Is(err, lifecycle.ErrInvalidJob), errors.Is(err, run.ErrInvalidIdempotencyKey):
 		return codes.InvalidRequest
 	case errors.Is(err, context.DeadlineExceeded):
 		// The request's deadline ran out while the SDK waited out the store.

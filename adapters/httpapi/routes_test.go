@@ -192,7 +192,7 @@ func TestJobRoutes(t *testing.T) {
 	if err != nil || job.Status != lifecycle.JobQueued || job.JobID != "job-1" || len(job.Context.EntityRefs) != 1 {
 		t.Fatalf("Enqueue = %+v, %v", job, err)
 	}
-	if _, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); !errors.Is(err, jobqueue.ErrJobExists) {
+	if _, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); !errors.Is(err, lifecycle.ErrJobExists) {
 		t.Errorf("second Enqueue: %v, want jobqueue.ErrJobExists", err)
 	}
 	jobs, err := gw.Jobs(ctx)
@@ -210,8 +210,8 @@ func TestJobRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead, err := cl.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{}, jobqueue.Permanent(errors.New("no notebook"))
+	dead, err := cl.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("no notebook"))
 	}})
 	if err != nil || dead.Status != lifecycle.JobDead {
 		t.Fatalf("Run = %+v, %v", dead, err)

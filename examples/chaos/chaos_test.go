@@ -290,7 +290,7 @@ func TestObserveCleanRun(t *testing.T) {
 	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: extra.JobID, RunID: extra.RunID, JobType: lifecycle.JobBrief, AgentSlug: extra.AgentSlug}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := q.Artifacts().Create(ctx, lifecycle.ActorNLMBackend, jobqueue.DefaultProject, artifact.Draft{
+	if _, _, err := q.Artifacts().Create(ctx, lifecycle.ActorNLMBackend, lifecycle.DefaultProject, artifact.Draft{
 		JobID: extra.JobID, RunID: extra.RunID, Type: artifact.Brief, AgentSlug: extra.AgentSlug,
 		Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}); err != nil {
 		t.Fatal(err)

@@ -172,9 +172,9 @@ func (st *State) readArtifacts(ctx context.Context, s *storage.Store) error {
 	if err != nil {
 		return err
 	}
-	for a, err := range q.Artifacts().List(ctx, lifecycle.ActorOrchestration, jobqueue.DefaultProject) {
+	for a, err := range q.Artifacts().List(ctx, lifecycle.ActorOrchestration, lifecycle.DefaultProject) {
 		if err != nil {
-			st.ReadErrs = append(st.ReadErrs, Violation{CheckArtifact, "projects/" + jobqueue.DefaultProject, "listing artifacts: " + err.Error()})
+			st.ReadErrs = append(st.ReadErrs, Violation{CheckArtifact, "projects/" + lifecycle.DefaultProject, "listing artifacts: " + err.Error()})
 			break
 		}
 		st.Artifacts = append(st.Artifacts, a)

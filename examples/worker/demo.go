@@ -92,15 +92,15 @@ func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
 // jobHandlers run the queue's built-in job types with a simulated NotebookLM.
 func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 	return jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 			if err := clock.Sleep(ctx, clk, pause); err != nil {
-				return jobqueue.Output{}, err
+				return lifecycle.JobOutput{}, err
 			}
 			b, err := content(job.JobType, fmt.Sprintf("job %s of %s", job.JobID, job.AgentSlug))
 			if err != nil {
-				return jobqueue.Output{}, err
+				return lifecycle.JobOutput{}, err
 			}
-			return jobqueue.Output{Content: b}, nil
+			return lifecycle.JobOutput{Content: b}, nil
 		},
 	}
 }

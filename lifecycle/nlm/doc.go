@@ -27,8 +27,8 @@
 //
 //	p, _ := nlm.New(nlm.Config{Store: store, CallbackURL: "https://conveyor.internal/nlm/callback"}, stages)
 //	runner, _ := run.NewRunner(cfg, run.Agent{Slug: "researcher", Machine: lifecycle.MachineApproval,
-//		Steps: nlm.Ask(p, "brief", func(ctx context.Context, in run.StepInput) (nlm.Request, error) {
-//			return nlm.Request{JobType: jobqueue.JobBrief, Query: string(in.Input)}, nil
+//		Steps: nlm.Ask(p, "brief", func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error) {
+//			return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: string(in.Input)}, nil
 //		})})
 //	http.Handle("POST /nlm/callback", nlm.Sink(runner, p))
 //	go p.Run(ctx)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 )
@@ -25,7 +24,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func stagesFailingAt(failAt string) nlm.Stages {
 	boom := func(step string) error {
 		if step == failAt {
-			return &jobqueue.StatusError{Code: 503, Err: errors.New(step + " down")}
+			return &lifecycle.StatusError{Code: 503, Err: errors.New(step + " down")}
 		}
 		return nil
 	}
@@ -39,11 +38,11 @@ func stagesFailingAt(failAt string) nlm.Stages {
 		Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
 			return json.RawMessage(`{"text":"answer"}`), boom("query")
 		},
-		Structure: func(ctx context.Context, req lifecycle.NLMRequest, answer json.RawMessage) (jobqueue.Output, error) {
+		Structure: func(ctx context.Context, req lifecycle.NLMRequest, answer json.RawMessage) (lifecycle.JobOutput, error) {
 			if failAt == "content" {
-				return jobqueue.Output{Content: json.RawMessage(`{"title":""}`)}, nil
+				return lifecycle.JobOutput{Content: json.RawMessage(`{"title":""}`)}, nil
 			}
-			return jobqueue.Output{Content: json.RawMessage(briefContent)}, boom("structure")
+			return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, boom("structure")
 		},
 	}
 }

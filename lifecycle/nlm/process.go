@@ -12,7 +12,6 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -276,14 +275,14 @@ func (h *held) pipeline(jctx, ctx context.Context, job lifecycle.NLMJob) (lifecy
 // stages say how, becomes the job's artifact.
 func (h *held) structure(ctx context.Context, answer json.RawMessage) (artifact.Artifact, error) {
 	p, req := h.p, h.req
-	out := jobqueue.Output{Content: answer}
+	out := lifecycle.JobOutput{Content: answer}
 	if p.stages.Structure != nil {
 		var err error
 		if out, err = p.stages.Structure(ctx, req, answer); err != nil {
 			return artifact.Artifact{}, err
 		}
 	}
-	typ, _ := jobqueue.ArtifactType(req.JobType)
+	typ, _ := artifact.TypeForJob(req.JobType)
 	a, _, err := p.cfg.Artifacts.Create(ctx, lifecycle.ActorNLMBackend, req.ProjectID, artifact.Draft{
 		JobID: req.JobID, RunID: req.RunID, Type: typ, AgentSlug: req.AgentSlug,
 		EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,

@@ -17,7 +17,6 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -51,7 +50,7 @@ type Stages struct {
 	Query func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error)
 	// Structure is STRUCTURING: parse the answer into artifact content.
 	// Nil means the answer is the content.
-	Structure func(ctx context.Context, req lifecycle.NLMRequest, answer json.RawMessage) (jobqueue.Output, error)
+	Structure func(ctx context.Context, req lifecycle.NLMRequest, answer json.RawMessage) (lifecycle.JobOutput, error)
 }
 
 // Poster posts a callback; *http.Client is one.
@@ -72,7 +71,7 @@ type Config struct {
 	// Artifacts writes the artifacts. Default: an artifact.Store over Store.
 	Artifacts *artifact.Store
 	// Project is the cid of artifacts of requests without one. Default
-	// jobqueue.DefaultProject.
+	// lifecycle.DefaultProject.
 	Project string
 	// CallbackURL is the callback of the requests Ask builds without one:
 	// where Sink is served. Default none (the request must name one).
@@ -172,7 +171,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 		cfg.Owner = fmt.Sprintf("%s-%d", orDefault(host, "nlm"), os.Getpid())
 	}
 	if cfg.Project == "" {
-		cfg.Project = jobqueue.DefaultProject
+		cfg.Project = lifecycle.DefaultProject
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{}
@@ -238,7 +237,7 @@ type activeMark struct {
 }
 
 func validateRequest(r *lifecycle.NLMRequest, defaultProject string) error {
-	bad := func(err error) error { return fmt.Errorf("%w: %w", jobqueue.ErrInvalidJob, err) }
+	bad := func(err error) error { return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err) }
 	// Text first (issue 10 F), so nothing below quotes megabytes.
 	if err := codes.CheckText("query", r.Query, codes.MaxDocumentBytes, codes.MultiLine); err != nil {
 		return bad(err)
@@ -265,7 +264,7 @@ func validateRequest(r *lifecycle.NLMRequest, defaultProject string) error {
 	if err := storage.ValidateID("project id", r.ProjectID); err != nil {
 		return bad(err)
 	}
-	if _, ok := jobqueue.ArtifactType(r.JobType); !ok {
+	if _, ok := artifact.TypeForJob(r.JobType); !ok {
 		return bad(fmt.Errorf("job_type %q is not RESEARCH, BRIEF or PROPOSAL_PREPROCESS", r.JobType))
 	}
 	u, err := url.Parse(r.Callback)
@@ -299,7 +298,7 @@ func (p *Processor) record(key, jobID string) *core.Record[jobDoc, *jobDoc] {
 // Accept registers req as an NLM job in ACCEPTED (answered 202) and hands
 // it to this processor's Run. A second Accept of the same job id returns
 // the job as it stands, without error. Invalid requests (matching
-// jobqueue.ErrInvalidJob) write nothing.
+// lifecycle.ErrInvalidJob) write nothing.
 func (p *Processor) Accept(ctx context.Context, req lifecycle.NLMRequest) (lifecycle.NLMJob, error) {
 	if err := validateRequest(&req, p.cfg.Project); err != nil {
 		return lifecycle.NLMJob{}, err
@@ -449,7 +448,7 @@ func (p *Processor) post(ctx context.Context, target string, cb lifecycle.NLMCal
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
 			if resp.StatusCode/100 != 2 {
-				return struct{}{}, &jobqueue.StatusError{Code: resp.StatusCode}
+				return struct{}{}, &lifecycle.StatusError{Code: resp.StatusCode}
 			}
 			return struct{}{}, nil
 		})

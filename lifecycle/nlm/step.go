@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -83,7 +82,7 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in run.StepI
 				Message: fmt.Sprintf("NLM request names run %q, not this run", req.RunID)}
 		}
 		job, err := p.Accept(ctx, req)
-		if errors.Is(err, jobqueue.ErrInvalidJob) {
+		if errors.Is(err, lifecycle.ErrInvalidJob) {
 			return run.StepOutput{}, &lifecycle.RunError{Code: codes.InvalidInput, Message: err.Error(), Permanent: true, Err: err}
 		}
 		if err != nil {

@@ -65,8 +65,8 @@ func startJobsWorker(t *testing.T) *jobsWorker {
 	if err != nil || c == nil {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
-	fail := func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{}, jobqueue.Permanent(errors.New(deadError))
+	fail := func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New(deadError))
 	}
 	if j, err := c.Run(ctx, jobqueue.Handlers{CallNotebookLM: fail}); j.Status != lifecycle.JobRetryBackoff && j.Status != lifecycle.JobDead {
 		t.Fatalf("the failing job is %s (%v), want RETRY_BACKOFF or DEAD", j.Status, err)
@@ -406,8 +406,8 @@ func TestJobsPageRecountsAtMostEvery30s(t *testing.T) {
 	}
 	// Three jobs run one after another (each a burst of events): the list
 	// is read again for each.
-	ok := func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{Content: json.RawMessage(`{"summary":"ok"}`)}, nil
+	ok := func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: json.RawMessage(`{"summary":"ok"}`)}, nil
 	}
 	for range 3 {
 		c, err := w.queue.Claim(context.Background(), "page-test")
