@@ -34,7 +34,7 @@ const (
 // Each is optional except Query; a nil stage passes its input on. Each runs
 // as one unit of the execution core under its Config deadline: at the
 // deadline the job goes to ERROR whether or not the code returns, and code
-// that ignores its ctx is left behind, counted in Stragglers, its result
+// that ignores its ctx is left behind (logged as a straggler), its result
 // dropped.
 //
 // A job taken over from a lost processor replays the stages before the one
@@ -359,15 +359,6 @@ func (p *Processor) Get(ctx context.Context, jobID string) (lifecycle.NLMJob, er
 	d, _, err := p.record(key, jobID).Load(ctx)
 	return d.NLMJob, p.poisoned(ctx, err)
 }
-
-// Stragglers reports the goroutines of stages this processor abandoned at
-// a deadline although their code ignored its context: how many still run,
-// and how many there were in all.
-func (p *Processor) Stragglers() (live int, total int64) { return p.units.Stragglers() }
-
-// Quarantined counts the poison job records this processor moved under
-// storage's quarantine prefix.
-func (p *Processor) Quarantined() int64 { return p.quar.Count() }
 
 func (p *Processor) now() time.Time { return p.cfg.Clock.Now().UTC() }
 
