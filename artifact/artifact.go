@@ -102,9 +102,9 @@ func IDForJob(jobID string) string {
 	return "art-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// DefaultCleanupAge is Config.CleanupAge's default: the admin's cleanup may
+// defaultCleanupAge is Config.CleanupAge's default: the admin's cleanup may
 // delete artifacts created more than 30 days ago.
-const DefaultCleanupAge = 30 * 24 * time.Hour
+const defaultCleanupAge = 30 * 24 * time.Hour
 
 // Config configures a Store.
 type Config struct {
@@ -119,7 +119,7 @@ type Config struct {
 	// e.g. "https://minio.internal/bucket". Default: no url.
 	BaseURL string
 	// CleanupAge is the cleanup age (docs/spec.md#artifact): only artifacts older than
-	// this may be deleted, and only by the admin. Default: DefaultCleanupAge.
+	// this may be deleted, and only by the admin. Default: 30 days.
 	CleanupAge time.Duration
 	// Logger receives audit write failures. Default: slog.Default().
 	Logger *slog.Logger
@@ -151,7 +151,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Clock = clock.Real()
 	}
 	if cfg.CleanupAge <= 0 {
-		cfg.CleanupAge = DefaultCleanupAge
+		cfg.CleanupAge = defaultCleanupAge
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -160,21 +160,13 @@ func New(cfg Config) (*Store, error) {
 		if err := storage.ValidateID("artifact type", string(t)); err != nil {
 			return nil, fmt.Errorf("artifact: Config.Types: %w", err)
 		}
-		if slices.Contains(Types(), t) {
+		if slices.Contains(builtinTypes(), t) {
 			return nil, fmt.Errorf("artifact: Config.Types: %s is a built-in type", t)
 		}
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	return &Store{cfg: cfg, audit: &records.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
 }
-
-// ErrNotFinalized is returned for a stored artifact whose finalized flag
-// is false (one not written by this package): it must not back a COMPLETE
-// job.
-var ErrNotFinalized = errors.New("artifact: not finalized")
-
-// ErrNotFound matches a missing artifact (and storage.ErrNotFound).
-var ErrNotFound = storage.ErrNotFound
 
 func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error) error {
 	if err := storage.ValidateID("project id", cid); err != nil {
@@ -214,7 +206,7 @@ func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error)
 		}
 		return nil
 	}
-	return ValidateContent(d.Type, d.Content)
+	return validateContent(d.Type, d.Content)
 }
 
 // checkText bounds the free text of a draft (issue 10 F) with the one
@@ -398,7 +390,7 @@ func (s *Store) record(ctx context.Context, ev records.AuditEvent) {
 
 // Get reads an artifact of project cid (empty: Config.Project). The actor
 // needs Read (docs/spec.md#authority-matrix). A missing artifact gives an
-// error matching ErrNotFound.
+// error matching storage.ErrNotFound.
 func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) (Artifact, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.Read, authority.Scope{}); err != nil {
 		return Artifact{}, err
@@ -428,11 +420,6 @@ func (s *Store) project(cid string) string {
 	return cid
 }
 
-// Prefix returns the List prefix of a project's artifacts.
-func Prefix(cid string) (string, error) {
-	return layout.ArtifactsPrefix(cid)
-}
-
 // List yields the artifacts of project cid (empty: Config.Project) in key
 // order. The actor needs Read.
 func (s *Store) List(ctx context.Context, actor lifecycle.Actor, cid string) iter.Seq2[Artifact, error] {
@@ -441,7 +428,7 @@ func (s *Store) List(ctx context.Context, actor lifecycle.Actor, cid string) ite
 			yield(Artifact{}, err)
 			return
 		}
-		prefix, err := Prefix(s.project(cid))
+		prefix, err := layout.ArtifactsPrefix(s.project(cid))
 		if err != nil {
 			yield(Artifact{}, err)
 			return
@@ -507,7 +494,7 @@ func (s *Store) Cleanup(ctx context.Context, actor lifecycle.Actor, cid string) 
 	if err := authority.Check(actor, authority.Artifacts, authority.Delete, authority.Scope{Cleanup: true}); err != nil {
 		return nil, err
 	}
-	prefix, err := Prefix(cid)
+	prefix, err := layout.ArtifactsPrefix(cid)
 	if err != nil {
 		return nil, err
 	}

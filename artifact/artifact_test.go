@@ -260,7 +260,7 @@ func TestDeleteOnlyOldByAdmin(t *testing.T) {
 		if k := keys(t, s, "projects/"); len(k) != 1 || !strings.Contains(k[0], artifact.IDForJob("young")) {
 			t.Fatalf("left %v", k)
 		}
-		if err := st.Delete(ctx, lifecycle.ActorAdmin, "cid", artifact.IDForJob("old")); !errors.Is(err, artifact.ErrNotFound) {
+		if err := st.Delete(ctx, lifecycle.ActorAdmin, "cid", artifact.IDForJob("old")); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("deleting a deleted artifact: %v", err)
 		}
 	})

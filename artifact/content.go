@@ -21,8 +21,8 @@ const (
 	PreprocessedProposal Type = "PREPROCESSED_PROPOSAL"
 )
 
-// Types lists the built-in content types in the spec's order.
-func Types() []Type { return []Type{ResearchBrief, Brief, PreprocessedProposal} }
+// builtinTypes lists the built-in content types in the spec's order.
+func builtinTypes() []Type { return []Type{ResearchBrief, Brief, PreprocessedProposal} }
 
 // TypeForJob is the built-in content type a built-in job type produces:
 // RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
@@ -44,71 +44,71 @@ func TypeForJob(t lifecycle.JobType) (Type, bool) {
 // content that breaks its type's schema, an invalid id.
 var ErrInvalidArtifact = errors.New("artifact: invalid artifact")
 
-// ValidationError says which field of an artifact or its content is wrong.
+// validationError says which field of an artifact or its content is wrong.
 // It matches ErrInvalidArtifact.
-type ValidationError struct {
+type validationError struct {
 	Field  string // e.g. "content.sections[2].heading"
 	Reason string
 }
 
 // Error renders the field and the reason.
-func (e *ValidationError) Error() string {
+func (e *validationError) Error() string {
 	return "artifact: invalid " + e.Field + ": " + e.Reason
 }
 
 // Unwrap returns ErrInvalidArtifact.
-func (e *ValidationError) Unwrap() error { return ErrInvalidArtifact }
+func (e *validationError) Unwrap() error { return ErrInvalidArtifact }
 
 func invalid(field, format string, args ...any) error {
-	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &validationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Section is one section of a research brief.
-type Section struct {
+// section is one section of a research brief.
+type section struct {
 	Heading string   `json:"heading"`
 	Body    string   `json:"body"`
 	Sources []string `json:"sources,omitempty"`
 }
 
-// ResearchBriefContent is the content of a RESEARCH_BRIEF (docs/spec.md#artifact).
-type ResearchBriefContent struct {
+// researchBriefContent is the content of a RESEARCH_BRIEF (docs/spec.md#artifact).
+type researchBriefContent struct {
 	Title         string    `json:"title"`
 	Summary       string    `json:"summary"`
-	Sections      []Section `json:"sections"`
+	Sections      []section `json:"sections"`
 	Conclusions   []string  `json:"conclusions"`
 	OpenQuestions []string  `json:"open_questions"`
 }
 
-// BriefContent is the content of a BRIEF (docs/spec.md#artifact).
-type BriefContent struct {
+// briefContent is the content of a BRIEF (docs/spec.md#artifact).
+type briefContent struct {
 	Title     string            `json:"title"`
 	Body      string            `json:"body"`
 	EntityMap map[string]string `json:"entity_map"`
 	WordCount int               `json:"word_count"`
 }
 
-// Issue is a problem found in a proposal draft.
-type Issue struct {
+// issue is a problem found in a proposal draft.
+type issue struct {
 	Field    string `json:"field"`
 	Severity string `json:"severity"` // "info", "warning" or "error"
 	Message  string `json:"message"`
 }
 
-// EntityMatch links text of a proposal to an entity.
-type EntityMatch struct {
+// entityMatch links text of a proposal to an entity.
+type entityMatch struct {
 	Text       string  `json:"text"`
 	EntityID   string  `json:"entity_id"`
 	Confidence float64 `json:"confidence"` // 0..1
 }
 
-// PreprocessedProposalContent is the content of a PREPROCESSED_PROPOSAL
+// preprocessedProposalContent is the content of a PREPROCESSED_PROPOSAL
 // (docs/spec.md#artifact). Original and Enriched are the drafts, JSON objects of
 // any shape.
-type PreprocessedProposalContent struct {
+type preprocessedProposalContent struct {
 	Original      json.RawMessage `json:"original"`
 	Enriched      json.RawMessage `json:"enriched"`
-	Issues        []Issue         `json:"issues"`
-	EntityMatches []EntityMatch   `json:"entity_matches"`
+	Issues        []issue         `json:"issues"`
+	EntityMatches []entityMatch   `json:"entity_matches"`
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields and
@@ -133,7 +133,7 @@ func isObject(raw json.RawMessage) bool {
 	return len(t) > 0 && t[0] == '{' && json.Valid(t)
 }
 
-// ValidateContent checks raw against the content schema of t
+// validateContent checks raw against the content schema of t
 // (docs/spec.md#artifact): a single JSON object with exactly the type's fields, and
 //
 //   - RESEARCH_BRIEF: title and summary set; every section has a heading
@@ -145,7 +145,7 @@ func isObject(raw json.RawMessage) bool {
 //     error; every entity match has an entity_id and a confidence in 0..1.
 //
 // Lists may be empty or absent. Errors match ErrInvalidArtifact.
-func ValidateContent(t Type, raw []byte) error {
+func validateContent(t Type, raw []byte) error {
 	switch t {
 	case ResearchBrief:
 		return validateResearchBrief(raw)
@@ -159,7 +159,7 @@ func ValidateContent(t Type, raw []byte) error {
 }
 
 func validateResearchBrief(raw []byte) error {
-	var c ResearchBriefContent
+	var c researchBriefContent
 	if err := decodeStrict(raw, &c); err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func validateResearchBrief(raw []byte) error {
 }
 
 func validateBrief(raw []byte) error {
-	var c BriefContent
+	var c briefContent
 	if err := decodeStrict(raw, &c); err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func validateBrief(raw []byte) error {
 }
 
 func validatePreprocessedProposal(raw []byte) error {
-	var c PreprocessedProposalContent
+	var c preprocessedProposalContent
 	if err := decodeStrict(raw, &c); err != nil {
 		return err
 	}

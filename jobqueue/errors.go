@@ -13,4 +13,7 @@ var (
 	ErrInvalidConfig = errors.New("jobqueue: invalid config")
 	// errStepTimeout is the cause of a step's context when StepTimeout runs out.
 	errStepTimeout = errors.New("jobqueue: step timeout")
+	// errNotFinalized: the stored artifact's finalized flag is false (one
+	// not written by the artifact store): it must not back a COMPLETE job.
+	errNotFinalized = errors.New("artifact: not finalized")
 )

@@ -325,7 +325,7 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecy
 		switch {
 		case err != nil:
 		case !art.Finalized:
-			err = fmt.Errorf("%w: %s", artifact.ErrNotFinalized, art.ArtifactID)
+			err = fmt.Errorf("%w: %s", errNotFinalized, art.ArtifactID)
 		case art.Epoch != c.epoch:
 			err = fmt.Errorf("jobqueue: artifact %s of epoch %d, not the claim's %d", art.ArtifactID, art.Epoch, c.epoch)
 		}

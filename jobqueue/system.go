@@ -64,7 +64,7 @@ func (q *Queue) Retry(ctx context.Context, jobID string) (lifecycle.Job, error) 
 // Result reads the artifact of job jobID, the lifecycle.JobOutput of its handler, as
 // the system (SystemActor), from the job's own project (its project_id,
 // else Config.Project). A job that has not completed has none: the error
-// matches artifact.ErrNotFound.
+// matches storage.ErrNotFound.
 func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, error) {
 	job, err := q.Job(ctx, jobID)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -111,11 +110,11 @@ func content(t lifecycle.JobType, query string) (json.RawMessage, error) {
 	answer := "Simulated answer to: " + query
 	switch t {
 	case lifecycle.JobResearch:
-		return json.Marshal(artifact.ResearchBriefContent{Title: "Research brief", Summary: answer,
-			Sections: []artifact.Section{{Heading: "Findings", Body: "The demo NLM backend answered; nothing left this machine."}}})
+		return json.Marshal(map[string]any{"title": "Research brief", "summary": answer,
+			"sections": []map[string]string{{"heading": "Findings", "body": "The demo NLM backend answered; nothing left this machine."}}})
 	case lifecycle.JobProposalPreprocess:
-		return json.Marshal(artifact.PreprocessedProposalContent{Original: json.RawMessage(`{}`), Enriched: json.RawMessage(`{}`)})
+		return json.Marshal(map[string]any{"original": json.RawMessage(`{}`), "enriched": json.RawMessage(`{}`)})
 	default:
-		return json.Marshal(artifact.BriefContent{Title: "Brief", Body: answer, WordCount: len(strings.Fields(answer))})
+		return json.Marshal(map[string]any{"title": "Brief", "body": answer, "word_count": len(strings.Fields(answer))})
 	}
 }
