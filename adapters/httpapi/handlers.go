@@ -278,7 +278,7 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 
 func (s *Server) submitInbox() handlerFunc {
 	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
-		func(ctx context.Context, _ lifecycle.Actor, sub inbox.Submission) (wire.InboxAnswer, error) {
+		func(ctx context.Context, _ lifecycle.Actor, sub lifecycle.InboxSubmission) (wire.InboxAnswer, error) {
 			// The route admits the owner's callers; the Worker, the gateway, is who
 			// writes a pending entry (docs/spec.md#inbox-entry-lifecycle).
 			e, err := s.cfg.Inbox.Submit(ctx, lifecycle.ActorGateway, sub)
@@ -291,7 +291,7 @@ func (s *Server) submitInbox() handlerFunc {
 
 func (s *Server) inboxStats() handlerFunc {
 	return needs(s.cfg.Inbox != nil, "inbox", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) (inbox.Stats, error) {
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) (lifecycle.InboxStats, error) {
 			return s.cfg.Inbox.Stats(ctx)
 		}))
 }

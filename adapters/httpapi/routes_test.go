@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -247,7 +246,7 @@ func TestInboxRoutes(t *testing.T) {
 	}
 	_, err = c.SubmitInbox(ctx, lifecycle.InboxSubmission{ID: id, Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
 		Intent: lifecycle.InboxIntent{Action: "research", Target: "violins"}})
-	if !errors.Is(err, inbox.ErrEntryExists) {
+	if !errors.Is(err, lifecycle.ErrInboxEntryExists) {
 		t.Errorf("second SubmitInbox: %v, want inbox.ErrEntryExists", err)
 	}
 }

@@ -136,7 +136,7 @@ func TestSDKEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		sub := func(id string) {
-			if _, err := box.Submit(ctx, lifecycle.ActorGateway, inbox.Submission{ID: id,
+			if _, err := box.Submit(ctx, lifecycle.ActorGateway, lifecycle.InboxSubmission{ID: id,
 				Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"}, Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/x"}}); err != nil {
 				t.Fatal(err)
 			}
