@@ -17,16 +17,16 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxAttempts = 3
-	DefaultLeaseTTL    = 30 * time.Second
-	DefaultStepTimeout = 120 * time.Second
-	DefaultStopGrace   = 10 * time.Second
-	DefaultSweepBatch  = 10000
+	defaultMaxAttempts = 3
+	defaultLeaseTTL    = 30 * time.Second
+	defaultStepTimeout = 120 * time.Second
+	defaultStopGrace   = 10 * time.Second
+	defaultSweepBatch  = 10000
 )
 
-// DefaultBackoff is the retry schedule (docs/spec.md#retries-and-timeouts): the wait in
+// defaultBackoff is the retry schedule (docs/spec.md#retries-and-timeouts): the wait in
 // RETRY_BACKOFF after the first, second and third failed attempt.
-func DefaultBackoff() []time.Duration {
+func defaultBackoff() []time.Duration {
 	return []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second}
 }
 
@@ -52,8 +52,7 @@ type Config struct {
 	// MaxAttempts is max_attempts for jobs enqueued without one. Default: 3.
 	MaxAttempts int
 	// Backoff is the wait in RETRY_BACKOFF after failed attempt n
-	// (Backoff[n-1]; the last entry repeats). Default: DefaultBackoff,
-	// 15 s, 30 s, 60 s.
+	// (Backoff[n-1]; the last entry repeats). Default: 15 s, 30 s, 60 s.
 	Backoff []time.Duration
 	// LeaseTTL is how long a claim lives without a heartbeat; a running job
 	// renews it every LeaseTTL/3. Default: 30 s.
@@ -124,13 +123,13 @@ func fillConfig(cfg *Config) error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
+		cfg.MaxAttempts = defaultMaxAttempts
 	}
 	if cfg.MaxAttempts < 1 {
 		return fmt.Errorf("%w: MaxAttempts %d < 1", ErrInvalidConfig, cfg.MaxAttempts)
 	}
 	if len(cfg.Backoff) == 0 {
-		cfg.Backoff = DefaultBackoff()
+		cfg.Backoff = defaultBackoff()
 	}
 	for _, d := range cfg.Backoff {
 		if d < 0 {
@@ -138,22 +137,22 @@ func fillConfig(cfg *Config) error {
 		}
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
+		cfg.LeaseTTL = defaultLeaseTTL
 	}
 	if cfg.StepTimeout == 0 {
-		cfg.StepTimeout = DefaultStepTimeout
+		cfg.StepTimeout = defaultStepTimeout
 	}
 	if cfg.LeaseTTL < 3*time.Millisecond || cfg.StepTimeout < 0 {
 		return fmt.Errorf("%w: LeaseTTL %s below 3ms or negative StepTimeout %s", ErrInvalidConfig, cfg.LeaseTTL, cfg.StepTimeout)
 	}
 	if cfg.SweepBatch == 0 {
-		cfg.SweepBatch = DefaultSweepBatch
+		cfg.SweepBatch = defaultSweepBatch
 	}
 	if cfg.SweepBatch < 0 {
 		return fmt.Errorf("%w: SweepBatch %d < 0", ErrInvalidConfig, cfg.SweepBatch)
 	}
 	if cfg.StopGrace == 0 {
-		cfg.StopGrace = DefaultStopGrace
+		cfg.StopGrace = defaultStopGrace
 	}
 	if cfg.StopGrace < 0 {
 		return fmt.Errorf("%w: negative StopGrace %s", ErrInvalidConfig, cfg.StopGrace)

@@ -27,7 +27,7 @@ import (
 // Its fields are lifecycle.NewJob's (the Go client sends that one without
 // the engine); a conversion turns one into the other. Only JobType is
 // required: RunID may be empty (a job of no run), and so may AgentSlug (the
-// job then runs in its type's lane, TypeLane, which becomes its
+// job then runs in its type's lane, "_type." and the type, which becomes its
 // agent_slug). Ids are storage ids
 // (storage.ValidateID); Payload is JSON of at most codes.MaxDocumentBytes,
 // the URLs at most codes.MaxURLBytes, and Context.EntityRefs at most
@@ -44,16 +44,16 @@ func newUUID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// TypeLanePrefix starts the lane of the jobs of a type enqueued without an
-// agent (TypeLane). It is reserved: an agent_slug that starts with it is
+// typeLanePrefix starts the lane of the jobs of a type enqueued without an
+// agent (typeLane). It is reserved: an agent_slug that starts with it is
 // refused.
-const TypeLanePrefix = "_type."
+const typeLanePrefix = "_type."
 
-// TypeLane is the lane, and so the agent_slug, of the jobs of type t
+// typeLane is the lane, and so the agent_slug, of the jobs of type t
 // enqueued without an agent: "_type." + t. Like an agent's, a lane runs one
 // job at a time across every worker sharing the store (docs/design.md#jobs
 // says why); jobs that may run side by side take agent slugs of their own.
-func TypeLane(t lifecycle.JobType) string { return TypeLanePrefix + string(t) }
+func typeLane(t lifecycle.JobType) string { return typeLanePrefix + string(t) }
 
 func badJob(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", lifecycle.ErrInvalidJob, fmt.Sprintf(format, args...))
@@ -84,14 +84,14 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 	if _, ok := artifact.TypeForJob(n.JobType); !ok && !user[n.JobType] {
 		return badJob("job_type %q is not RESEARCH, BRIEF, PROPOSAL_PREPROCESS or a type of Config.Types", n.JobType)
 	}
-	if strings.HasPrefix(n.AgentSlug, TypeLanePrefix) {
-		return badJob("agent_slug %q: the prefix %q is reserved for the lanes of jobs without an agent", n.AgentSlug, TypeLanePrefix)
+	if strings.HasPrefix(n.AgentSlug, typeLanePrefix) {
+		return badJob("agent_slug %q: the prefix %q is reserved for the lanes of jobs without an agent", n.AgentSlug, typeLanePrefix)
 	}
 	if n.AgentSlug == "" {
-		// No agent: the job runs in its type's lane (TypeLane), one at a
+		// No agent: the job runs in its type's lane (typeLane), one at a
 		// time like an agent's, and the lane is its agent_slug, so every
 		// pass that works by agent (claim, sweep, metrics) works on it.
-		n.AgentSlug = TypeLane(n.JobType)
+		n.AgentSlug = typeLane(n.JobType)
 		if err := storage.ValidateID("agent slug", n.AgentSlug); err != nil {
 			return badJob("job_type %q is too long to name a lane: the job needs an agent_slug (%v)", n.JobType, err)
 		}

@@ -50,16 +50,16 @@ func (h Handlers) Work(ctx context.Context, job lifecycle.Job) (lifecycle.JobOut
 // Typed makes a Handler of fn, a function of the job's payload decoded
 // from JSON into Args, whose result, encoded as JSON, is the content of
 // the job's artifact. A payload that does not decode into Args fails the
-// job at once (Permanent) with a *PayloadError; so does a result that does
-// not encode. An empty payload decodes as JSON null: Args stays its zero
-// value. The decoding is encoding/json's: fields of the payload that Args
-// lacks are ignored.
+// job at once (Permanent) with an error naming the job, Args and the
+// decoding error; so does a result that does not encode. An empty payload
+// decodes as JSON null: Args stays its zero value. The decoding is
+// encoding/json's: fields of the payload that Args lacks are ignored.
 func Typed[Args, Result any](fn func(ctx context.Context, args Args) (Result, error)) Handler {
 	return HandlerFunc(func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 		var args Args
 		if len(job.Payload) > 0 {
 			if err := json.Unmarshal(job.Payload, &args); err != nil {
-				return lifecycle.JobOutput{}, Permanent(&PayloadError{JobID: job.JobID, JobType: job.JobType, Type: fmt.Sprintf("%T", args), Err: err})
+				return lifecycle.JobOutput{}, Permanent(&payloadError{JobID: job.JobID, JobType: job.JobType, Type: fmt.Sprintf("%T", args), Err: err})
 			}
 		}
 		res, err := fn(ctx, args)
@@ -74,10 +74,10 @@ func Typed[Args, Result any](fn func(ctx context.Context, args Args) (Result, er
 	})
 }
 
-// PayloadError is the failure of a Typed handler whose job's payload does
+// payloadError is the failure of a Typed handler whose job's payload does
 // not decode into its Args. The job goes to DEAD with error_code
 // PERMANENT and this error's text.
-type PayloadError struct {
+type payloadError struct {
 	JobID   string
 	JobType lifecycle.JobType
 	Type    string // Args, as %T prints it
@@ -85,12 +85,12 @@ type PayloadError struct {
 }
 
 // Error names the job, its type, Args and the decoding error.
-func (e *PayloadError) Error() string {
+func (e *payloadError) Error() string {
 	return fmt.Sprintf("jobqueue: payload of job %s (%s) does not decode into %s: %v", e.JobID, e.JobType, e.Type, e.Err)
 }
 
 // Unwrap returns the decoding error.
-func (e *PayloadError) Unwrap() error { return e.Err }
+func (e *payloadError) Unwrap() error { return e.Err }
 
 // errNoCall: Handlers without CallNotebookLM were asked to work.
 var errNoCall = fmt.Errorf("jobqueue: Handlers.CallNotebookLM is nil")

@@ -185,7 +185,7 @@ func toArtifactWrite(ctx context.Context, d *jobDoc) error {
 // step runs fn as one unit of the core under the step timeout, on the
 // queue's clock: at the timeout the step ends with an error matching
 // errStepTimeout whether or not fn returns, and a fn that ignores its
-// context is left behind, counted in Stragglers, its result dropped.
+// context is left behind, counted as a straggler, its result dropped.
 func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
 	job := c.Job()
 	hctx, span := c.r.tracer.Start(ctx, tracing.SpanHandler, trace.SpanKindInternal)

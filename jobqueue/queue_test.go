@@ -14,6 +14,7 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -87,7 +88,7 @@ func claim(t testing.TB, q *jobqueue.Queue, worker string) *jobqueue.Claim {
 // replay checks the audit log of the day of t0 and returns the final states.
 func replay(t testing.TB, s *storage.Store, last time.Time) map[string]lifecycle.JobState {
 	t.Helper()
-	states, err := jobqueue.ReplayAudit(context.Background(), s, t0, last)
+	states, err := jobaudit.Replay(context.Background(), s, t0, last)
 	if err != nil {
 		t.Fatal(err)
 	}

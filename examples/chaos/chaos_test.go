@@ -15,6 +15,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -203,7 +204,7 @@ func TestCheckerCatches(t *testing.T) {
 			st.RunEvents["run-1"] = 4
 		}, CheckAudit, "5 status writes, 4 audit events: 1 missing"},
 		{"audit that does not replay", func(st *State) {
-			st.ReplayErr = &jobqueue.ReplayError{JobID: "job-b", EventID: "e1", Problem: `"COMPLETE" → "QUEUED" is not a move`}
+			st.ReplayErr = &jobaudit.ReplayError{JobID: "job-b", EventID: "e1", Problem: `"COMPLETE" → "QUEUED" is not a move`}
 		}, CheckAudit, "does not replay"},
 	}
 	t.Run("late artifact of a job that ends DEAD", func(t *testing.T) {

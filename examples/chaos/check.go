@@ -13,6 +13,7 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -66,7 +67,8 @@ type State struct {
 	// Events are each job's audit events (job.* and artifact.*), in id
 	// (time) order.
 	Events map[string][]records.AuditEvent
-	// Replayed is jobqueue.ReplayAudit's answer, ReplayErr its error.
+	// Replayed is each job's final state by the replay of its audit events
+	// through the job machine; ReplayErr the replay's refusal.
 	Replayed  map[string]lifecycle.JobState
 	ReplayErr error
 	// ReadErrs are failures to read parts of the state (an artifact or
@@ -227,7 +229,7 @@ func (st *State) readAudit(ctx context.Context, s *storage.Store) {
 	for _, evs := range st.Events {
 		slices.SortFunc(evs, func(a, b records.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
 	}
-	st.Replayed, st.ReplayErr = jobqueue.ReplayAudit(ctx, s, first, last)
+	st.Replayed, st.ReplayErr = jobaudit.Replay(ctx, s, first, last)
 }
 
 // quarantined tells whether the record of job id is in quarantine.

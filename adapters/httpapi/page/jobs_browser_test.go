@@ -235,8 +235,8 @@ func TestJobsPage(t *testing.T) {
 			research: c('`+cell("RESEARCH", "agent-a", "QUEUED")+`'),
 			brief: c('`+cell("BRIEF", "agent-b", "QUEUED")+`'),
 			dead: c('`+cell("RESEARCH", "agent-z", "DEAD")+`'),
-			standAlone: c('`+cell("BRIEF", jobqueue.TypeLanePrefix+"BRIEF", "QUEUED")+`'),
-			standAloneAgent: c('#job-counts tr[data-agent="`+jobqueue.TypeLanePrefix+`BRIEF"] td:nth-child(2)'),
+			standAlone: c('`+cell("BRIEF", "_type.BRIEF", "QUEUED")+`'),
+			standAloneAgent: c('#job-counts tr[data-agent="_type.BRIEF"] td:nth-child(2)'),
 			quickDead: document.querySelector('[data-testid="quick-DEAD"]').dataset.count,
 		};
 	})()`))

@@ -26,6 +26,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -400,7 +401,7 @@ func checkArtifacts(t *testing.T, q *jobqueue.Queue) (arts int) {
 // checkReplay checks that the audit log replays every job to the status
 // its record ended in.
 func checkReplay(t *testing.T, s *storage.Store, final map[string]lifecycle.Job, start time.Time, n int) {
-	states, err := jobqueue.ReplayAudit(context.Background(), s, start.Add(-time.Hour), time.Now().Add(time.Hour))
+	states, err := jobaudit.Replay(context.Background(), s, start.Add(-time.Hour), time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
