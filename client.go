@@ -10,12 +10,12 @@ import (
 	"github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/retention"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
-	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -114,8 +114,7 @@ func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err err
 		if c.runner, err = run.NewRunner(rc, agents...); err != nil {
 			return fmt.Errorf("runner: %w", err)
 		}
-		sc := cfg.Scheduler
-		sc.Runner, sc.Store, sc.Clock, sc.Logger, sc.Schedules = c.runner, cfg.Store, c.clock, c.log, cfg.Schedules
+		sc := cfg.Scheduler.scheduler(c.runner, cfg.Store, cfg.Schedules, c.clock, c.log)
 		if metrics != nil {
 			sc.Metrics = metrics
 		}
@@ -143,8 +142,7 @@ func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err err
 	if c.box, err = inbox.New(ic); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
-	jc := cfg.Retention
-	jc.Store, jc.Owner, jc.Clock, jc.Logger = cfg.Store, c.id, c.clock, c.log
+	jc := cfg.Retention.janitor(cfg.Store, c.id, c.clock, c.log)
 	if metrics != nil {
 		jc.Metrics = metrics
 	}

@@ -15,9 +15,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
-	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/probe"
@@ -244,16 +242,16 @@ func TestNewRefuses(t *testing.T) {
 		{"runner owner", conveyor.Config{Store: store, Runner: run.Config{Owner: "x"}}, "Runner.Owner"},
 		{"queue types", conveyor.Config{Store: store, Queue: jobqueue.Config{Types: greet}}, "use JobTypes"},
 		{"nlm node", conveyor.Config{Store: store, NLM: nlm.Config{Node: "n"}}, "NLM.Node"},
-		{"scheduler schedules", conveyor.Config{Store: store, Scheduler: schedule.Config{Schedules: []schedule.Schedule{}}}, "use Schedules"},
+		{"retention kind", conveyor.Config{Store: store, Retention: conveyor.RetentionConfig{Ages: map[string]time.Duration{"runz": time.Hour}}}, "unknown kind"},
 		{"NLM agents, no backend", conveyor.Config{Store: store, NLMAgents: func(*nlm.Processor) []run.Agent { return nil }}, "needs NLMStages.Query"},
 		{"store check", conveyor.Config{Store: store, StoreCheck: 7}, "StoreCheck 7"},
 		{"two agents of a slug", conveyor.Config{Store: store, Agents: []run.Agent{echo, echo}}, "runner:"},
 		{"schedules without agents", conveyor.Config{Store: store,
-			Schedules: []schedule.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "need agents"},
+			Schedules: []conveyor.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "need agents"},
 		{"schedule of no agent", conveyor.Config{Store: store, Agents: []run.Agent{echo},
-			Schedules: []schedule.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "scheduler:"},
+			Schedules: []conveyor.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "scheduler:"},
 		{"bad job type", conveyor.Config{Store: store, JobTypes: map[lifecycle.JobType]jobqueue.TypeConfig{"RESEARCH": {}}}, "queue:"},
-		{"bad retention age", conveyor.Config{Store: store, Retention: retention.Config{Age: -time.Hour}}, "retention:"},
+		{"bad retention age", conveyor.Config{Store: store, Retention: conveyor.RetentionConfig{Age: -time.Hour}}, "retention:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,9 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
-	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -77,12 +75,11 @@ type Config struct {
 	// NLMStages are the NLM backend's pipeline: with Query set, the Client
 	// builds and runs an NLM processor; without it, none.
 	NLMStages nlm.Stages
-	// Schedules are the scheduled runs (package lifecycle/run/schedule).
-	Schedules []schedule.Schedule
-	// Retention is the janitor's settings: Age, Ages, Interval and the
-	// rest. Its zero value deletes nothing; the janitor runs anyway, one
-	// read of its lease record per Check, to find no pass due.
-	Retention retention.Config
+	// Schedules are the scheduled runs; they need Agents.
+	Schedules []Schedule
+	// Retention says what finished history is deleted. Its zero value
+	// deletes nothing, and no pass runs.
+	Retention RetentionConfig
 	// InboxExpiry is how often inbox entries past their TTL are expired.
 	// Default DefaultInboxExpiry; negative: never (another process does).
 	InboxExpiry time.Duration
@@ -100,7 +97,7 @@ type Config struct {
 	Queue     jobqueue.Config
 	JobWorker JobWorkerConfig
 	NLM       nlm.Config
-	Scheduler schedule.Config
+	Scheduler SchedulerConfig
 	Inbox     inbox.Config
 }
 
@@ -158,15 +155,8 @@ func (c *Config) validate() error {
 		{"Queue.Types (use JobTypes)", c.Queue.Types != nil},
 		{"NLM.Store", c.NLM.Store != nil}, {"NLM.Owner", c.NLM.Owner != ""}, {"NLM.Clock", c.NLM.Clock != nil},
 		{"NLM.Logger", c.NLM.Logger != nil}, {"NLM.Node", c.NLM.Node != ""},
-		{"Scheduler.Runner", c.Scheduler.Runner != nil}, {"Scheduler.Store", c.Scheduler.Store != nil},
-		{"Scheduler.Schedules (use Schedules)", c.Scheduler.Schedules != nil},
-		{"Scheduler.Clock", c.Scheduler.Clock != nil}, {"Scheduler.Logger", c.Scheduler.Logger != nil},
-		{"Scheduler.Metrics", c.Scheduler.Metrics != nil},
 		{"Inbox.Store", c.Inbox.Store != nil}, {"Inbox.Clock", c.Inbox.Clock != nil},
 		{"Inbox.Logger", c.Inbox.Logger != nil}, {"Inbox.Node", c.Inbox.Node != ""},
-		{"Retention.Store", c.Retention.Store != nil}, {"Retention.Owner", c.Retention.Owner != ""},
-		{"Retention.Clock", c.Retention.Clock != nil}, {"Retention.Logger", c.Retention.Logger != nil},
-		{"Retention.Metrics", c.Retention.Metrics != nil},
 	} {
 		if f.set {
 			return fmt.Errorf("%w: %s is set by the Client from Config; leave it zero", ErrInvalidConfig, f.name)

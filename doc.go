@@ -29,14 +29,15 @@
 //	storage/records  typed documents, leases, the audit log, quarantine
 //	adapters/memstore, filestore, s3store   Store adapters
 //	lifecycle      the declarative Machine and all seven tables; lifecycle/authority
-//	lifecycle/run  the Runner: run records, idempotency, recovery; run/schedule
+//	lifecycle/run  the Runner: run records, idempotency, recovery
 //	jobqueue       the Queue and the Worker
 //	lifecycle/nlm  the NLM processor; a run step that waits for it
 //	inbox          the inbox Box
 //	artifact       the artifact store
-//	adapters/…     httpapi (the HTTP API and its client), httpapi/events (the
-//	               event stream), httpapi/page (the live page), httpapi/webhook,
-//	               prometheus (metrics and alert rules), otlp (span export)
-//	conveyor       the Client: the composition root (this package)
+//	adapters/…     httpapi (the HTTP API, with its event stream, live page and
+//	               webhooks, and its client), prometheus (metrics and alert
+//	               rules), otlp (span export)
+//	conveyor       the Client: the composition root (this package), with
+//	               the schedules and retention it runs
 //	examples/…     worker (the Worker), conveyor (its CLI), machines, chaos
 package conveyor

@@ -7,8 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/storage/probe"
 )
 
@@ -54,7 +53,8 @@ func (c *Client) plan() {
 			c.life.add("nlm", c.nlm.Run)
 		}
 		if c.cfg.InboxExpiry >= 0 {
-			c.life.add("inbox expiry", c.expireInbox)
+			expiry := newInboxExpiry(c.box, c.cfg.InboxExpiry, c.clock, c.log)
+			c.life.add("inbox expiry", func(ctx context.Context) error { return maintenance.Run(ctx, expiry) })
 		}
 		if c.sched != nil {
 			c.life.add("scheduler", c.sched.Run)
@@ -176,24 +176,4 @@ func (c *Client) checkStore(ctx context.Context) error {
 		return fmt.Errorf("conveyor: checking the store: %w", err)
 	}
 	return nil
-}
-
-// expireInbox moves inbox entries past their TTL to inbox/expired/ every
-// Config.InboxExpiry (docs/spec.md#inbox-entry-lifecycle).
-func (c *Client) expireInbox(ctx context.Context) error {
-	// Counted as work on the clock but while it waits (clock.Activity).
-	ctx, end := clock.Enter(ctx, c.clock)
-	defer end()
-	every := c.cfg.InboxExpiry
-	if every == 0 {
-		every = DefaultInboxExpiry
-	}
-	for {
-		if _, err := c.box.ExpireDue(ctx, lifecycle.ActorSystem); err != nil && ctx.Err() == nil {
-			c.log.Warn("inbox_expiry_failed", "error", err.Error())
-		}
-		if clock.Sleep(ctx, c.clock, every) != nil {
-			return nil
-		}
-	}
 }

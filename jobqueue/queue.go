@@ -9,6 +9,7 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -92,7 +93,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	q.admit = &admission{store: store, clock: cfg.Clock, tracer: q.runner.tracer, jobs: jobs, lanes: q.lanes,
 		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, userTypes: userTypes}
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
-	q.sweeper = &sweeper{store: store, clock: cfg.Clock, log: cfg.Logger, jobs: jobs, locks: q.locks, audit: audit,
+	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,
 		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch}
 	return q
 }
@@ -203,7 +204,7 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	if every <= 0 {
 		return r, false, fmt.Errorf("jobqueue: sweep interval %s is not positive", every)
 	}
-	return q.sweeper.every(worker, every).RunOnce(ctx)
+	return q.sweeper.every(worker, every).ifDue(ctx)
 }
 
 // Artifacts returns the artifact store the queue writes to.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -33,13 +33,12 @@ type SweepReport struct {
 	Skipped int
 }
 
-// sweeper is the sweep, a maintenance service: Run sweeps a batch every
-// period under the sweep lease (RunOnce), as a Worker does; all is one
-// whole pass.
+// sweeper is the sweep, a maintenance service: it sweeps a batch every
+// period, when it is its worker's turn across the workers sharing the
+// store (RunOnce), as a Worker does; all is one whole pass.
 type sweeper struct {
+	maintenance.Base
 	store  *storage.Store
-	clock  clock.Clock
-	log    *slog.Logger
 	jobs   *jobStore
 	locks  *locks
 	audit  *auditor
@@ -48,25 +47,16 @@ type sweeper struct {
 	quar   *quarantine
 	batch  int // Config.SweepBatch
 
-	worker string        // who takes the sweep lease (every)
-	period time.Duration // how often Run sweeps, and how long the lease lasts
+	worker string // who takes the sweep's turn (every)
 }
 
-// every returns the sweeper of worker, sweeping every period.
+// every returns the sweeper of worker, sweeping every period (Base.Period,
+// also how long its lease lasts).
 func (q *sweeper) every(worker string, period time.Duration) *sweeper {
 	c := *q
-	c.worker, c.period = worker, period
+	c.worker, c.Period, c.Delay = worker, period, true
+	c.Attrs = []slog.Attr{slog.String("worker", worker)}
 	return &c
-}
-
-// Run sweeps a batch every period (RunOnce) until ctx ends; a failed
-// sweep is logged, and the next one tries again.
-func (q *sweeper) Run(ctx context.Context) {
-	for sleep(ctx, q.clock, q.period, nil) {
-		if _, _, err := q.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			q.log.WarnContext(ctx, "jobqueue: sweep", "worker", q.worker, "err", err)
-		}
-	}
 }
 
 // all sweeps every entry of work in flight (Queue.Sweep).
@@ -82,7 +72,7 @@ func (q *sweeper) all(ctx context.Context) (SweepReport, error) {
 func (q *sweeper) pass(ctx context.Context, after string, limit int) (r SweepReport, next string, err error) {
 	last := ""
 	seen := map[string]string{} // job id → its ready key as read ("" when none or gone)
-	now := q.clock.Now()
+	now := q.Clock.Now()
 	for key, err := range q.store.List(ctx, layout.QueuePrefix) {
 		if err != nil {
 			return r, "", err
@@ -112,7 +102,7 @@ func (q *sweeper) pass(ctx context.Context, after string, limit int) (r SweepRep
 			// One job that cannot be repaired must not stop the sweep of
 			// every other job for good.
 			r.Skipped++
-			q.log.LogAttrs(ctx, slog.LevelWarn, "sweep_skipped", slog.String("key", key), slog.String("error", err.Error()))
+			q.Logger.LogAttrs(ctx, slog.LevelWarn, "sweep_skipped", slog.String("key", key), slog.String("error", err.Error()))
 		}
 	}
 	return r, "", nil
@@ -249,43 +239,47 @@ func (q *sweeper) sweepJob(ctx context.Context, d *jobDoc, laned string, r *Swee
 	return q.repair.repairJob(ctx, d, laned, r)
 }
 
-// sweepLease is the value of sweepKey.
+// sweepLease is the record at layout.SweepLeaseKey: the sweep's turn
+// (maintenance.Turn). Its lease is not given back: its expiry spaces the
+// sweeps.
 type sweepLease struct {
 	records.Meta
-	Owner     string    `json:"owner"`
-	ExpiresAt time.Time `json:"expires_at"`
+	records.Lease
 	// Cursor is the key of the last entry swept when a batch ended before
 	// the entries did; the next sweep goes on after it.
 	Cursor string `json:"cursor,omitempty"`
 }
 
-var errSweptRecently = errors.New("swept recently")
+// TurnLease is the sweep's lease, for maintenance.Turn.
+func (l *sweepLease) TurnLease() *records.Lease { return &l.Lease }
 
-// RunOnce sweeps the next batch unless a worker swept within the period
-// (Queue.SweepIfDue).
-func (q *sweeper) RunOnce(ctx context.Context) (r SweepReport, swept bool, err error) {
-	worker, every := q.worker, q.period
-	now := q.clock.Now().UTC()
-	lease := sweepLease{Owner: worker, ExpiresAt: now.Add(every)}
-	rec := &core.Record[sweepLease, *sweepLease]{Store: q.store, Key: layout.SweepLeaseKey}
-	for range 2 { // a junk lease is quarantined and the lease made anew once
-		_, err = rec.Create(ctx, lease)
-		if errors.Is(err, storage.ErrPreconditionFailed) {
-			_, _, err = rec.Apply(ctx, func(l *sweepLease) error {
-				if now.Before(l.ExpiresAt) {
-					return errSweptRecently
-				}
-				lease.Cursor = l.Cursor
-				l.Owner, l.ExpiresAt = worker, lease.ExpiresAt
-				return nil
-			})
-			if errors.Is(err, errSweptRecently) {
-				return r, false, nil
+// turn is the sweep's turn across the workers sharing the store: due once
+// the last sweep's lease (of every) ran out.
+func (q *sweeper) turn() *maintenance.Turn[sweepLease, *sweepLease] {
+	return &maintenance.Turn[sweepLease, *sweepLease]{
+		Store: q.store, Key: layout.SweepLeaseKey, Owner: q.worker, Clock: q.Clock, TTL: q.Period,
+		Due: func(l *sweepLease, now time.Time) bool { return !now.Before(l.ExpiresAt) },
+		Quarantine: func(ctx context.Context, ce *records.CorruptError) error {
+			if err := q.quar.poison(ctx, ce); !errors.Is(err, storage.ErrNotFound) {
+				return err
 			}
-		}
-		if err = q.quar.poison(ctx, err); !errors.Is(err, storage.ErrNotFound) {
-			break
-		}
+			return nil
+		},
+	}
+}
+
+// RunOnce sweeps the next batch if it is this worker's turn.
+func (q *sweeper) RunOnce(ctx context.Context) error {
+	_, _, err := q.ifDue(ctx)
+	return err
+}
+
+// ifDue sweeps the next batch unless a worker swept within the period
+// (Queue.SweepIfDue).
+func (q *sweeper) ifDue(ctx context.Context) (r SweepReport, swept bool, err error) {
+	rec, _, lease, err := q.turn().Take(ctx)
+	if errors.Is(err, maintenance.ErrNotMyTurn) {
+		return r, false, nil
 	}
 	if err != nil {
 		return r, false, err
@@ -295,14 +289,11 @@ func (q *sweeper) RunOnce(ctx context.Context) (r SweepReport, swept bool, err e
 		return r, true, err
 	}
 	_, _, err = rec.Apply(ctx, func(l *sweepLease) error {
-		if l.Owner != worker || !l.ExpiresAt.Equal(lease.ExpiresAt) {
-			return errSweptRecently // our lease ran out and another worker swept on
-		}
 		l.Cursor = next
 		return nil
 	})
-	if errors.Is(err, errSweptRecently) {
-		err = nil
+	if errors.Is(err, records.ErrLeaseLost) {
+		err = nil // our lease ran out and another worker swept on
 	}
 	return r, true, err
 }

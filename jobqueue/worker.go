@@ -8,6 +8,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -102,7 +103,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Go(func() {
 			ctx, end := clock.Enter(sctx, clk)
 			defer end()
-			w.Queue.sweeper.every(w.ID, sweep).Run(ctx)
+			_ = maintenance.Run(ctx, w.Queue.sweeper.every(w.ID, sweep))
 		})
 	}
 	wg.Wait()

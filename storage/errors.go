@@ -124,7 +124,7 @@ func CheckCondition(op, key string, cond Condition) error {
 // failures of the store (timeouts, 5xx, refused connections) until its
 // context ended: the store was unreachable for as long as the caller could
 // wait. Its code is UPSTREAM_UNAVAILABLE.
-var ErrUnavailable = errors.New("storage: store unavailable")
+var ErrUnavailable = codes.ErrUnavailable
 
 // UnavailableError is a call that gave up on a store that kept failing.
 type UnavailableError struct {

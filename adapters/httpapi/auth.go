@@ -11,7 +11,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -45,13 +45,13 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 		if err := crossOrigin.Check(r); err != nil {
 			return "", apiErr(codes.Forbidden, "no tokens are configured: a cross-origin %s is refused", r.Method)
 		}
-		a := lifecycle.Actor(r.Header.Get(client.ActorHeader))
+		a := lifecycle.Actor(r.Header.Get(wire.ActorHeader))
 		if a == "" {
 			return lifecycle.ActorGateway, nil
 		}
 		a = normalizeActor(a)
 		if !s.actorOK[a] {
-			return "", apiErr(codes.Unauthorized, "unknown actor in %s", client.ActorHeader)
+			return "", apiErr(codes.Unauthorized, "unknown actor in %s", wire.ActorHeader)
 		}
 		return a, nil
 	}

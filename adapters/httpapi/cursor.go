@@ -27,8 +27,8 @@ import (
 const (
 	// cursorMACLen is the MAC's length: HMAC-SHA256 cut to 128 bits.
 	cursorMACLen = 16
-	// MinCursorKeyLen is the shortest Config.CursorKey accepted.
-	MinCursorKeyLen = 16
+	// minCursorKeyLen is the shortest Config.CursorKey accepted.
+	minCursorKeyLen = 16
 	// cursorKeyRecheck is how long a key read from the store is trusted
 	// before a cursor it refuses makes the Server read it again (another
 	// Worker may have created the stored key while a store answered this
@@ -56,8 +56,8 @@ type cursors struct {
 func newCursors(key []byte, store *storage.Store, c clock.Clock) (*cursors, error) {
 	cs := &cursors{store: store, clock: c}
 	switch {
-	case key != nil && len(key) < MinCursorKeyLen:
-		return nil, fmt.Errorf("%w: CursorKey has %d bytes, want at least %d", ErrInvalidConfig, len(key), MinCursorKeyLen)
+	case key != nil && len(key) < minCursorKeyLen:
+		return nil, fmt.Errorf("%w: CursorKey has %d bytes, want at least %d", ErrInvalidConfig, len(key), minCursorKeyLen)
 	case key != nil:
 		cs.key, cs.fixed = append([]byte(nil), key...), true
 	case store == nil:
@@ -159,7 +159,7 @@ func loadCursorKey(ctx context.Context, s *storage.Store, now time.Time) ([]byte
 		raw, _, err := s.Get(ctx, layout.CursorKeyKey)
 		if err == nil {
 			var rec cursorKeyRecord
-			if err := json.Unmarshal(raw, &rec); err != nil || len(rec.Key) < MinCursorKeyLen {
+			if err := json.Unmarshal(raw, &rec); err != nil || len(rec.Key) < minCursorKeyLen {
 				return nil, fmt.Errorf("httpapi: the cursor key at %s is not a key (replace or delete it): %v", layout.CursorKeyKey, err)
 			}
 			return rec.Key, nil

@@ -8,8 +8,10 @@
 // GET /inbox/entries?status=) and the SDK's control routes (cancel, approve,
 // reject, external events, agents, jobs, requeue, the NLM callback,
 // quarantine) over a run.Runner and, when configured, a jobqueue.Queue, an
-// inbox.Box and an nlm.Processor. The event feed, the live page and the
-// metrics are handlers of other packages that the Server mounts.
+// inbox.Box and an nlm.Processor. The Server builds the event feed
+// (GET /events/stream, read by [Server.Run]), the live page (/ui/) and the
+// GitHub and Slack webhooks from its [Config]; it mounts a metrics handler
+// it is given.
 //
 // What the Server guarantees:
 //

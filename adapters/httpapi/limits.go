@@ -7,24 +7,24 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 )
 
 // Defaults of Limits (docs/http-api.md, "Server limits").
 const (
-	// DefaultReadHeaderTimeout bounds the reading of a request's headers.
-	DefaultReadHeaderTimeout = 10 * time.Second
-	// DefaultBodyTimeout bounds the reading of a request's body.
-	DefaultBodyTimeout = 30 * time.Second
-	// DefaultIdleTimeout closes a keep-alive connection left idle.
-	DefaultIdleTimeout = 2 * time.Minute
-	// DefaultMaxHeaderBytes bounds a request's headers; a bearer token
+	// defaultReadHeaderTimeout bounds the reading of a request's headers.
+	defaultReadHeaderTimeout = 10 * time.Second
+	// defaultBodyTimeout bounds the reading of a request's body.
+	defaultBodyTimeout = 30 * time.Second
+	// defaultIdleTimeout closes a keep-alive connection left idle.
+	defaultIdleTimeout = 2 * time.Minute
+	// defaultMaxHeaderBytes bounds a request's headers; a bearer token
 	// and the API's few headers need a few hundred bytes.
-	DefaultMaxHeaderBytes = 64 << 10
-	// DefaultMaxConnsPerAddr bounds the open connections of one remote
+	defaultMaxHeaderBytes = 64 << 10
+	// defaultMaxConnsPerAddr bounds the open connections of one remote
 	// address: far more than a client with a pool needs, far fewer than
 	// the descriptors of a process.
-	DefaultMaxConnsPerAddr = 128
+	defaultMaxConnsPerAddr = 128
 )
 
 // Limits bound what one client can hold of the server: time to send its
@@ -38,46 +38,44 @@ const (
 //	err := srv.Serve(lim.Listener(ln))
 type Limits struct {
 	// ReadHeaderTimeout bounds the reading of a request's headers
-	// (http.Server.ReadHeaderTimeout). Default DefaultReadHeaderTimeout
-	// (10 s).
+	// (http.Server.ReadHeaderTimeout). Default 10 s.
 	ReadHeaderTimeout time.Duration
 	// BodyTimeout bounds the reading of a request's body, counted from the
 	// end of its headers, and is set before anything else looks at the
 	// request, authentication included: a client that stalls its body is
 	// cut off then, on every route. Not a whole-request bound: the event
-	// stream, a GET without a body, runs as long as it runs. Default
-	// DefaultBodyTimeout (30 s).
+	// stream, a GET without a body, runs as long as it runs. Default 30 s.
 	BodyTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection idle that long
-	// (http.Server.IdleTimeout). Default DefaultIdleTimeout (2 min).
+	// (http.Server.IdleTimeout). Default 2 min.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's headers (http.Server.MaxHeaderBytes);
-	// longer is answered 431. Default DefaultMaxHeaderBytes (64 KiB).
+	// longer is answered 431. Default 64 KiB.
 	MaxHeaderBytes int
 	// MaxConnsPerAddr bounds the connections open at once from one remote
 	// IP address (Listener); one more is closed as soon as it is accepted,
 	// before a byte is read. Behind a reverse proxy every client is the
 	// proxy's address: raise it to the proxy's pool. Negative: no bound.
-	// Default DefaultMaxConnsPerAddr (128).
+	// Default 128.
 	MaxConnsPerAddr int
 }
 
 // withDefaults fills the zero fields.
 func (l Limits) withDefaults() Limits {
 	if l.ReadHeaderTimeout <= 0 {
-		l.ReadHeaderTimeout = DefaultReadHeaderTimeout
+		l.ReadHeaderTimeout = defaultReadHeaderTimeout
 	}
 	if l.BodyTimeout <= 0 {
-		l.BodyTimeout = DefaultBodyTimeout
+		l.BodyTimeout = defaultBodyTimeout
 	}
 	if l.IdleTimeout <= 0 {
-		l.IdleTimeout = DefaultIdleTimeout
+		l.IdleTimeout = defaultIdleTimeout
 	}
 	if l.MaxHeaderBytes <= 0 {
-		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+		l.MaxHeaderBytes = defaultMaxHeaderBytes
 	}
 	if l.MaxConnsPerAddr == 0 {
-		l.MaxConnsPerAddr = DefaultMaxConnsPerAddr
+		l.MaxConnsPerAddr = defaultMaxConnsPerAddr
 	}
 	return l
 }
@@ -85,9 +83,9 @@ func (l Limits) withDefaults() Limits {
 // HTTPServer returns an http.Server serving h with the header, idle and
 // header-size limits. It sets no ReadTimeout or WriteTimeout: they would
 // cut the event stream; the body's deadline is the Server's (BodyTimeout),
-// and the stream bounds each of its writes itself (events.Config's
-// WriteTimeout), on a connection whose send buffer it bounds through
-// ConnContext (events.ConnContext).
+// and the stream bounds each of its writes itself (Config.EventWriteTimeout),
+// on a connection whose send buffer the returned server's ConnContext
+// bounds.
 func (l Limits) HTTPServer(h http.Handler) *http.Server {
 	l = l.withDefaults()
 	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout, MaxHeaderBytes: l.MaxHeaderBytes,

@@ -70,7 +70,7 @@ func TestNoTokensServesLoopbackOnly(t *testing.T) {
 		req := httptest.NewRequest("GET", "/agents", nil)
 		req.RemoteAddr = remote
 		req.Host = "localhost:8080" // httptest's example.com is another host's name
-		req.Header.Set(client.ActorHeader, "admin")
+		req.Header.Set("X-Conveyor-Actor", "admin")
 		w := httptest.NewRecorder()
 		srv.ServeHTTP(w, req)
 		if w.Code != want {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -60,7 +61,7 @@ func TestRunsPages(t *testing.T) {
 		}
 		seen = append(seen, page...)
 		path = ""
-		if next := client.NextCursor(h); next != "" {
+		if next := wire.NextCursor(h); next != "" {
 			link := h.Get("Link")
 			path = link[1:strings.Index(link, ">")]
 			if !strings.Contains(path, "agent=quick") || !strings.Contains(path, "limit=2") || !strings.HasSuffix(link, `rel="next"`) {
@@ -77,10 +78,11 @@ func TestRunsPages(t *testing.T) {
 		}
 	}
 	var all []string
-	for st, err := range c.AllRuns(ctx, client.RunsQuery{Agent: "quick", Page: client.Page{Limit: 2}}) {
-		if err != nil {
-			t.Fatal(err)
-		}
+	every, next, err := c.Runs(ctx, client.Query{Agent: "quick", Limit: 2, All: true})
+	if err != nil || next != "" {
+		t.Fatalf("Runs(All): next %q, %v", next, err)
+	}
+	for _, st := range every {
 		all = append(all, st.RunID)
 	}
 	got := slices.Clone(all)
@@ -89,7 +91,7 @@ func TestRunsPages(t *testing.T) {
 	if !slices.Equal(got, ids) {
 		t.Fatalf("AllRuns %v, want %v", all, ids)
 	}
-	parked, next, err := c.RunsPage(ctx, client.RunsQuery{Status: "awaiting_approval"})
+	parked, next, err := c.Runs(ctx, client.Query{Status: "awaiting_approval"})
 	if err != nil || len(parked) != 1 || parked[0].RunID != gate.RunID || next != "" {
 		t.Fatalf("runs awaiting approval across agents: %+v next %q (%v)", parked, next, err)
 	}
@@ -154,23 +156,23 @@ func TestOtherListsPage(t *testing.T) {
 		want int
 	}{
 		{"jobs", func(c string) (int, string, error) {
-			j, n, err := gw.JobsPage(ctx, client.JobsQuery{Page: client.Page{Limit: 2, Cursor: c}})
+			j, n, err := gw.Jobs(ctx, client.Query{Limit: 2, Cursor: c})
 			return len(j), n, err
 		}, 5},
 		{"jobs of an agent", func(c string) (int, string, error) {
-			j, n, err := gw.JobsPage(ctx, client.JobsQuery{Agent: "slow", Page: client.Page{Limit: 1, Cursor: c}})
+			j, n, err := gw.Jobs(ctx, client.Query{Agent: "slow", Limit: 1, Cursor: c})
 			return len(j), n, err
 		}, 2},
 		{"jobs of a type and status", func(c string) (int, string, error) {
-			j, n, err := gw.JobsPage(ctx, client.JobsQuery{Type: lifecycle.JobResearch, Status: lifecycle.JobQueued, Page: client.Page{Cursor: c}})
+			j, n, err := gw.Jobs(ctx, client.Query{Type: string(lifecycle.JobResearch), Status: string(lifecycle.JobQueued), Cursor: c})
 			return len(j), n, err
 		}, 1},
 		{"inbox entries", func(c string) (int, string, error) {
-			e, n, err := gw.InboxPage(ctx, lifecycle.InboxPending, client.Page{Limit: 2, Cursor: c})
+			e, n, err := gw.InboxEntries(ctx, client.Query{Status: string(lifecycle.InboxPending), Limit: 2, Cursor: c})
 			return len(e), n, err
 		}, 3},
 		{"quarantine", func(c string) (int, string, error) {
-			q, n, err := admin.QuarantinePage(ctx, client.Page{Limit: 2, Cursor: c})
+			q, n, err := admin.Quarantine(ctx, client.Query{Limit: 2, Cursor: c})
 			return len(q), n, err
 		}, 3},
 	}

@@ -19,11 +19,11 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -54,7 +54,7 @@ type rigOpts struct {
 	running bool // start the Runner's loop
 	tokens  map[string]lifecycle.Actor
 	events  http.Handler
-	page    http.Handler
+	page    bool
 	// requestTimeout is Config.RequestTimeout (0: the default).
 	requestTimeout time.Duration
 	// limits is Config.Limits.
@@ -120,8 +120,8 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := httpapi.New(httpapi.Config{Runner: g.runner, Queue: g.queue, Inbox: g.box, NLM: proc, Store: g.store,
-		Schedules: sched, Tokens: o.tokens, Events: o.events, Page: o.page, Logger: log, RequestTimeout: o.requestTimeout, Limits: o.limits})
+	s, err := httpapi.NewWithStream(httpapi.Config{Runner: g.runner, Queue: g.queue, Inbox: g.box, NLM: proc, Store: g.store,
+		Schedules: sched, Tokens: o.tokens, Page: o.page, Logger: log, RequestTimeout: o.requestTimeout, Limits: o.limits}, o.events)
 	if err != nil {
 		t.Fatal(err)
 	}

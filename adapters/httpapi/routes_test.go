@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -38,12 +40,12 @@ func TestRunRoutes(t *testing.T) {
 	if err != nil || len(steps) != 2 || steps[0].StepName != "load" || steps[1].Status != lifecycle.StepCompleted {
 		t.Fatalf("Steps = %+v, %v", steps, err)
 	}
-	runs, err := c.Runs(ctx, "quick")
+	runs, _, err := c.Runs(ctx, client.Query{Agent: "quick", All: true})
 	if err != nil || len(runs) != 1 || runs[0].RunID != res.RunID {
 		t.Fatalf("Runs = %+v, %v", runs, err)
 	}
 	// A known agent without runs lists none.
-	if runs, err := c.Runs(ctx, "gate"); err != nil || runs == nil || len(runs) != 0 {
+	if runs, _, err := c.Runs(ctx, client.Query{Agent: "gate", All: true}); err != nil || runs == nil || len(runs) != 0 {
 		t.Fatalf("Runs(gate) = %#v, %v", runs, err)
 	}
 	agents, err := g.client(lifecycle.ActorFrontend).Agents(ctx)
@@ -77,7 +79,7 @@ func TestApprovalRoutes(t *testing.T) {
 	if st := g.waitStatus(approved.RunID); st.Status != string(lifecycle.ApprovalAwaitingApproval) {
 		t.Fatalf("status %s, want awaiting_approval", st.Status)
 	}
-	st, err := c.Approve(ctx, approved.RunID, "", "looks good")
+	st, err := c.Decide(ctx, approved.RunID, true, "", "looks good")
 	if err != nil || st.Status != string(lifecycle.ApprovalRunning) || st.Approval == nil || st.Approval.DecidedBy != "gateway" {
 		t.Fatalf("Approve = %+v, %v", st, err)
 	}
@@ -90,12 +92,12 @@ func TestApprovalRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitStatus(rejected.RunID)
-	st, err = c.Reject(ctx, rejected.RunID, "owner", "no")
+	st, err = c.Decide(ctx, rejected.RunID, false, "owner", "no")
 	if err != nil || st.Status != string(lifecycle.ApprovalFailed) {
 		t.Fatalf("Reject = %+v, %v", st, err)
 	}
 	// Terminal now: another decision is RUN_TERMINAL_STATE.
-	_, err = c.Approve(ctx, rejected.RunID, "owner", "")
+	_, err = c.Decide(ctx, rejected.RunID, true, "owner", "")
 	apiError(t, err, http.StatusConflict, codes.TerminalState)
 	if !errors.Is(err, lifecycle.ErrTerminalState) || !errors.Is(err, lifecycle.ErrInvalidTransition) {
 		t.Errorf("%v does not match ErrTerminalState", err)
@@ -194,7 +196,7 @@ func TestJobRoutes(t *testing.T) {
 	if _, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); !errors.Is(err, lifecycle.ErrJobExists) {
 		t.Errorf("second Enqueue: %v, want jobqueue.ErrJobExists", err)
 	}
-	jobs, err := gw.Jobs(ctx)
+	jobs, _, err := gw.Jobs(ctx, client.Query{All: true})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("Jobs = %+v, %v", jobs, err)
 	}
@@ -237,11 +239,11 @@ func TestInboxRoutes(t *testing.T) {
 	if err != nil || stats.Pending != 1 || stats.Total != 1 {
 		t.Fatalf("InboxStats = %+v, %v", stats, err)
 	}
-	entries, err := c.InboxEntries(ctx, lifecycle.InboxPending)
+	entries, _, err := c.InboxEntries(ctx, client.Query{Status: string(lifecycle.InboxPending), All: true})
 	if err != nil || len(entries) != 1 || entries[0].ID != id || entries[0].Status != lifecycle.InboxPending {
 		t.Fatalf("InboxEntries = %+v, %v", entries, err)
 	}
-	if entries, err := c.InboxEntries(ctx, lifecycle.InboxProcessed); err != nil || len(entries) != 0 {
+	if entries, _, err := c.InboxEntries(ctx, client.Query{Status: string(lifecycle.InboxProcessed), All: true}); err != nil || len(entries) != 0 {
 		t.Fatalf("InboxEntries(processed) = %+v, %v", entries, err)
 	}
 	_, err = c.SubmitInbox(ctx, lifecycle.InboxSubmission{ID: id, Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
@@ -273,7 +275,7 @@ func TestQuarantineRoutes(t *testing.T) {
 	if !errors.Is(err, records.ErrCorrupt) {
 		t.Errorf("%v does not match storage.ErrCorrupt", err)
 	}
-	qs, err := c.Quarantine(ctx)
+	qs, _, err := c.Quarantine(ctx, client.Query{All: true})
 	if err != nil || len(qs) != 1 || qs[0].Key != key || string(qs[0].Data) != "{poison" || qs[0].QKey == "" {
 		t.Fatalf("Quarantine = %+v, %v", qs, err)
 	}
@@ -286,7 +288,7 @@ func TestQuarantineRoutes(t *testing.T) {
 		t.Fatalf("after Restore: %q, %v", b, err)
 	}
 	_ = good
-	if qs, err := c.Quarantine(ctx); err != nil || len(qs) != 0 {
+	if qs, _, err := c.Quarantine(ctx, client.Query{All: true}); err != nil || len(qs) != 0 {
 		t.Fatalf("Quarantine after Restore = %+v, %v", qs, err)
 	}
 }
@@ -326,15 +328,16 @@ func TestWithoutTokens(t *testing.T) {
 
 func TestPageAndMetricsMounts(t *testing.T) {
 	t.Parallel()
-	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("page " + r.URL.Path)) })
-	g := newRig(t, rigOpts{page: page})
+	g := newRig(t, rigOpts{page: true})
 	status, header, _ := g.raw("GET", "/", "tok-frontend", "", nil, nil)
 	if status != http.StatusFound || header.Get("Location") != "/ui/" {
 		t.Errorf("GET / = %d to %q, want 302 to /ui/", status, header.Get("Location"))
 	}
 	status, _, body := g.raw("GET", "/ui/app.js", "tok-frontend", "", nil, nil)
-	if status != http.StatusOK || string(body) != "page /ui/app.js" {
-		t.Errorf("GET /ui/app.js = %d %q", status, body)
+	want := httptest.NewRecorder()
+	page.Handler().ServeHTTP(want, httptest.NewRequest("GET", "/ui/app.js", nil))
+	if status != http.StatusOK || len(body) == 0 || string(body) != want.Body.String() {
+		t.Errorf("GET /ui/app.js = %d %q, want the page's app.js", status, body)
 	}
 	// The assets need no token (a browser's navigation carries none); the
 	// API calls the page makes do.

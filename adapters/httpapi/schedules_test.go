@@ -20,20 +20,20 @@ func TestSchedules(t *testing.T) {
 		t.Fatalf("Schedules = %+v, %v", infos, err)
 	}
 	before := g.snapshot()
-	_, err = g.client(lifecycle.ActorGateway).PauseSchedule(ctx, "nightly")
+	_, err = g.client(lifecycle.ActorGateway).PauseSchedule(ctx, "nightly", true)
 	apiError(t, err, http.StatusForbidden, codes.Forbidden)
-	_, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "nope")
+	_, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "nope", true)
 	apiError(t, err, http.StatusNotFound, codes.NotFound)
-	_, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "../x")
+	_, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "../x", true)
 	apiError(t, err, http.StatusBadRequest, codes.InvalidInput)
 	if after := g.snapshot(); len(after) != len(before) {
 		t.Fatalf("a refused pause wrote: %d keys before, %d after", len(before), len(after))
 	}
-	info, err := g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "nightly")
+	info, err := g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "nightly", true)
 	if err != nil || !info.Paused || info.PausedBy != "admin" {
 		t.Fatalf("Pause = %+v, %v", info, err)
 	}
-	info, err = g.client(lifecycle.ActorAdmin).ResumeSchedule(ctx, "nightly")
+	info, err = g.client(lifecycle.ActorAdmin).PauseSchedule(ctx, "nightly", false)
 	if err != nil || info.Paused {
 		t.Fatalf("Resume = %+v, %v", info, err)
 	}

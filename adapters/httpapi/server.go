@@ -12,8 +12,11 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/webhook"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -22,21 +25,20 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 	"github.com/runconveyor/conveyor/storage"
 )
 
 // Defaults of Config.
 const (
-	// DefaultMaxBodyBytes bounds a request body (docs/http-api.md).
-	DefaultMaxBodyBytes = 1 << 20
-	// DefaultRequestTimeout bounds the SDK calls of one request. The SDK
+	// defaultMaxBodyBytes bounds a request body (docs/http-api.md).
+	defaultMaxBodyBytes = 1 << 20
+	// defaultRequestTimeout bounds the SDK calls of one request. The SDK
 	// waits out transient store errors for as long as its context allows,
 	// so without a deadline a request to a dead store would never answer.
 	// 10 s: a client learns the store is down well before its own timeout
 	// (commonly 30 s), while one stalled store attempt (the S3 adapter's
 	// attempt timeout) still fits in it.
-	DefaultRequestTimeout = 10 * time.Second
+	defaultRequestTimeout = 10 * time.Second
 )
 
 // ErrInvalidConfig is matched by the errors of New and of the token parsers.
@@ -62,7 +64,7 @@ type Config struct {
 
 	// CursorKey signs the cursors of the paged lists (HMAC-SHA256), so a
 	// cursor no page of its list handed out is refused; at least
-	// MinCursorKeyLen (16) bytes. Default: the key kept in Store
+	// 16 bytes. Default: the key kept in Store
 	// (system/cursor-key.json), created by the first Server that needs it
 	// and read once by every other, so Workers sharing a store accept each
 	// other's cursors; without Store, a random key of this Server's, whose
@@ -79,21 +81,36 @@ type Config struct {
 	// Schedules serves GET /schedules and an admin's pause and resume.
 	// Default none: 404 NOT_FOUND, as for Queue.
 	Schedules *schedule.Scheduler
-	// Webhooks is mounted at /webhooks/ (package httpapi/webhook). Its
-	// requests carry no bearer token: the handler checks each source's
-	// signature itself. Default none: 404.
-	Webhooks http.Handler
+	// GitHubSecret and SlackSigningSecret authenticate the webhooks of
+	// their source, served at /webhooks/github and /webhooks/slack
+	// (docs/http-api.md); a source without its secret is not served (404),
+	// and with neither nothing is mounted at /webhooks/ (404). A webhook's
+	// request carries no bearer token: its signature is checked instead.
+	// GitHub's needs Store, which holds its dedupe records.
+	GitHubSecret       string
+	SlackSigningSecret string
+	// WebhookRoutes map the sources' events to agents; an event without a
+	// route is answered "started": false.
+	WebhookRoutes []WebhookRoute
 
-	// Events is mounted at GET /events/stream (package httpapi/events).
-	// Default none: the route answers 503 SERVICE_UNAVAILABLE, and the
-	// Go client (package client) falls back to polling.
-	Events http.Handler
-	// Page is mounted at /ui/ (every method), and GET / redirects there.
-	// Default none: both answer 404. Its GETs, like /healthz, need no
+	// Events serves the event feed at GET /events/stream, read from Store
+	// (required with it) by Run. Default none: the route answers 503
+	// SERVICE_UNAVAILABLE, and the Go client falls back to polling.
+	Events bool
+	// EventPollInterval is how often the feed lists new audit events while
+	// a client is connected; EventIdlePollInterval while none is (docs/http-api.md,
+	// "Event stream"). Defaults 250 ms and 5 s.
+	EventPollInterval, EventIdlePollInterval time.Duration
+	// EventWriteTimeout bounds one write to a stream's client; a client
+	// that leaves more unread than its connection buffers is disconnected
+	// after it. Default 30 s.
+	EventWriteTimeout time.Duration
+	// Page serves the live page at /ui/ (every method), and GET / redirects
+	// there. Default off: both answer 404. Its GETs, like /healthz, need no
 	// token: the assets hold no data, and a browser cannot send a bearer
 	// token with a navigation; the page sends the user's token with each
 	// API call.
-	Page http.Handler
+	Page bool
 	// Metrics is mounted at GET /metrics, for any authenticated actor.
 	// Default none: 404.
 	Metrics http.Handler
@@ -110,11 +127,11 @@ type Config struct {
 	// run or job, which keeps it.
 	TracerProvider trace.TracerProvider
 	// MaxBodyBytes bounds a request body; a longer one is refused with 413
-	// INPUT_TOO_LARGE. Default DefaultMaxBodyBytes (1 MiB).
+	// INPUT_TOO_LARGE. Default 1 MiB.
 	MaxBodyBytes int64
 	// RequestTimeout bounds the SDK calls of one request (not the event
 	// stream, the page or the metrics); when it runs out the answer is
-	// UPSTREAM_UNAVAILABLE. Default DefaultRequestTimeout (10 s).
+	// UPSTREAM_UNAVAILABLE. Default 10 s.
 	RequestTimeout time.Duration
 	// Limits bound what one client can hold of the server. The Server
 	// applies BodyTimeout, on every route before authentication (a body not
@@ -131,13 +148,38 @@ type Server struct {
 	mux     *http.ServeMux
 	log     *slog.Logger
 	tracer  tracing.Tracer
-	agents  []client.AgentInfo
-	slugs   map[string]bool
-	sink    http.Handler
 	actorOK map[lifecycle.Actor]bool
-	cursors *cursors
+	// feed serves the event stream and its Run reads the store; nil when
+	// none is served.
+	feed *events.Feed
+	// stream is what GET /events/stream serves: the feed, or a test's own.
+	stream http.Handler
+	// webhooks is mounted at /webhooks/; nil when no source has a secret.
+	webhooks http.Handler
 	// specs holds every machine a refused move may name, by name.
 	specs map[string]lifecycle.Spec
+	// The routes, by what they serve.
+	runs       *runRoutes
+	jobs       *jobRoutes
+	inbox      *inboxRoutes
+	callback   *callbackRoute
+	quarantine *quarantineRoutes
+	schedules  *scheduleRoutes
+}
+
+// WebhookRoute maps an event of a webhook source to the agent whose run it
+// starts.
+type WebhookRoute struct {
+	// Source is "github" or "slack".
+	Source string `json:"source"`
+	// Event is, for GitHub, the X-GitHub-Event ("pull_request"), optionally
+	// with the payload's action ("pull_request.opened"; the more specific
+	// route wins); for Slack, a slash command ("/research"), an
+	// interactive payload's type ("block_actions") or an Events API
+	// event's type ("app_mention").
+	Event string `json:"event"`
+	// Agent is the slug of one of the Runner's agents.
+	Agent string `json:"agent"`
 }
 
 // route is one row of the route table: who may call it and what it does.
@@ -156,7 +198,10 @@ type route struct {
 }
 
 // New checks cfg and returns a Server.
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (*Server, error) { return newServer(cfg, nil) }
+
+// newServer is New, serving stream (when not nil) at GET /events/stream.
+func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	if cfg.Runner == nil {
 		return nil, fmt.Errorf("%w: Runner is required", ErrInvalidConfig)
 	}
@@ -167,17 +212,19 @@ func New(cfg Config) (*Server, error) {
 		cfg.Clock = clock.Real()
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+		cfg.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = defaultRequestTimeout
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	cs, err := newCursors(cfg.CursorKey, cfg.Store, cfg.Clock)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cursors: cs, cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), slugs: map[string]bool{}, actorOK: map[lifecycle.Actor]bool{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), actorOK: map[lifecycle.Actor]bool{},
+		runs: newRunRoutes(cfg.Runner, cs), jobs: &jobRoutes{queue: cfg.Queue, cursors: cs}, inbox: &inboxRoutes{box: cfg.Inbox, cursors: cs},
+		callback: &callbackRoute{}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules}}
 	for _, a := range authority.Actors() {
 		s.actorOK[a] = true
 	}
@@ -190,16 +237,12 @@ func New(cfg Config) (*Server, error) {
 		tokens[tok] = a
 	}
 	s.cfg.Tokens = tokens
-	for _, a := range cfg.Runner.Agents() {
-		info := client.AgentInfo{Slug: a.Slug, Machine: a.Machine, Spec: machineSpec(a.Machine), Concurrency: a.Concurrency}
-		for _, st := range a.Steps {
-			info.Steps = append(info.Steps, st.Name)
-		}
-		s.agents = append(s.agents, info)
-		s.slugs[a.Slug] = true
-	}
+	s.stream = stream
 	if cfg.NLM != nil {
-		s.sink = nlm.Sink(cfg.Runner, cfg.NLM)
+		s.callback.sink = nlm.Sink(cfg.Runner, cfg.NLM)
+	}
+	if err := s.mount(); err != nil {
+		return nil, err
 	}
 	s.specs = map[string]lifecycle.Spec{}
 	for _, sp := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec(),
@@ -209,6 +252,51 @@ func New(cfg Config) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.routes()
 	return s, nil
+}
+
+// mount builds the handlers the Server mounts: the event feed, the
+// webhooks.
+func (s *Server) mount() error {
+	cfg := s.cfg
+	if cfg.Events && s.stream == nil {
+		if cfg.Store == nil {
+			return fmt.Errorf("%w: Events needs Store", ErrInvalidConfig)
+		}
+		feed, err := events.New(events.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, PollInterval: cfg.EventPollInterval,
+			IdlePollInterval: cfg.EventIdlePollInterval, WriteTimeout: cfg.EventWriteTimeout})
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		s.feed, s.stream = feed, feed
+	}
+	if cfg.GitHubSecret == "" && cfg.SlackSigningSecret == "" {
+		if len(cfg.WebhookRoutes) > 0 {
+			return fmt.Errorf("%w: WebhookRoutes without GitHubSecret or SlackSigningSecret", ErrInvalidConfig)
+		}
+		return nil
+	}
+	routes := make([]webhook.Route, len(cfg.WebhookRoutes))
+	for i, r := range cfg.WebhookRoutes {
+		routes[i] = webhook.Route(r)
+	}
+	hooks, err := webhook.New(webhook.Config{Runner: cfg.Runner, Store: cfg.Store, GitHubSecret: cfg.GitHubSecret,
+		SlackSigningSecret: cfg.SlackSigningSecret, Routes: routes, Clock: cfg.Clock, Logger: cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	s.webhooks = hooks
+	return nil
+}
+
+// Run reads the store for the event feed until ctx ends (Config.Events);
+// without a feed it only waits for ctx. Stop it before the http.Server's
+// Shutdown: its end ends the event streams Shutdown would wait for.
+func (s *Server) Run(ctx context.Context) error {
+	if s.feed == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return s.feed.Run(ctx)
 }
 
 // ServeHTTP authenticates the request, then routes it; a failed request is
@@ -226,7 +314,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body, rec.body = g, g
 	}
 	actor := lifecycle.Actor("")
-	if public(r) || (s.cfg.Webhooks != nil && strings.HasPrefix(r.URL.Path, "/webhooks/")) {
+	if public(r) || (s.webhooks != nil && strings.HasPrefix(r.URL.Path, "/webhooks/")) {
 		// Health and the page's assets need no identity; a webhook's is
 		// its signature, which its handler checks.
 		s.mux.ServeHTTP(rec, r)
@@ -261,38 +349,17 @@ func public(r *http.Request) bool {
 }
 
 func (s *Server) routes() {
-	anyone := []lifecycle.Actor(nil)
-	submitters := []lifecycle.Actor{lifecycle.ActorGateway, lifecycle.ActorAdmin, lifecycle.ActorSystem}
-	admin := []lifecycle.Actor{lifecycle.ActorAdmin}
-	table := []route{
-		{method: "POST", path: "/agents/run", actors: submitters, body: true, traced: true, h: s.submitRun},
-		{method: "GET", path: "/agents", actors: anyone, h: s.listAgents},
-		{method: "GET", path: "/runs", actors: anyone, h: s.listRuns()},
-		{method: "GET", path: "/runs/{runId}/status", actors: anyone, h: s.runStatus()},
-		{method: "GET", path: "/runs/{runId}/steps", actors: anyone, h: s.runSteps()},
-		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(lifecycle.EventCancel, lifecycle.EventRequestCancel), body: true, h: s.cancelRun()},
-		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(lifecycle.EventApprove), body: true, h: s.decide(true)},
-		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(lifecycle.EventReject), body: true, h: s.decide(false)},
-		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(lifecycle.EventDeliver), body: true, h: s.deliver()},
-		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: s.enqueueJob()},
-		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: s.listJobs()},
-		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: s.getJob()},
-		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: s.requeueJob()},
-		{method: "POST", path: "/nlm/callback", actors: []lifecycle.Actor{lifecycle.ActorNLMBackend}, body: true, h: s.nlmCallback},
-		{method: "POST", path: "/inbox/submit", actors: submitters, body: true, h: s.submitInbox()},
-		{method: "GET", path: "/inbox/stats", actors: anyone, h: s.inboxStats()},
-		{method: "GET", path: "/inbox/entries", actors: anyone, h: s.inboxEntries()},
-		{method: "GET", path: "/schedules", actors: anyone, h: s.listSchedules()},
-		{method: "POST", path: "/schedules/{scheduleId}/pause", actors: admin, h: s.pauseSchedule(true)},
-		{method: "POST", path: "/schedules/{scheduleId}/resume", actors: admin, h: s.pauseSchedule(false)},
-		{method: "GET", path: "/quarantine", actors: admin, h: s.listQuarantine()},
-		{method: "POST", path: "/quarantine/restore", actors: admin, body: true, h: s.restoreQuarantined},
-		{method: "GET", path: "/events/stream", actors: anyone, stream: true, h: s.mounted(s.cfg.Events, http.StatusServiceUnavailable)},
-		{method: "GET", path: "/metrics", actors: anyone, stream: true, h: s.mounted(s.cfg.Metrics, http.StatusNotFound)},
-		{method: "GET", path: "/healthz", h: func(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
-			return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
-		}},
+	var table []route
+	for _, part := range [][]route{s.runs.table(), s.jobs.table(), s.inbox.table(), s.schedules.table(), s.quarantine.table()} {
+		table = append(table, part...)
 	}
+	table = append(table,
+		route{method: "POST", path: "/nlm/callback", actors: []lifecycle.Actor{lifecycle.ActorNLMBackend}, body: true, h: s.callback.nlmCallback},
+		route{method: "GET", path: "/events/stream", stream: true, h: mounted(s.stream, http.StatusServiceUnavailable)},
+		route{method: "GET", path: "/metrics", stream: true, h: mounted(s.cfg.Metrics, http.StatusNotFound)},
+		route{method: "GET", path: "/healthz", h: func(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
+			return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		}})
 	allow := map[string][]string{}
 	for _, rt := range table {
 		s.mux.Handle(rt.method+" "+rt.path, s.handler(rt))
@@ -301,11 +368,11 @@ func (s *Server) routes() {
 			allow[rt.path] = append(allow[rt.path], "HEAD")
 		}
 	}
-	if s.cfg.Webhooks != nil {
-		s.mux.Handle("/webhooks/", s.tracedHandler("/webhooks/", s.cfg.Webhooks))
+	if s.webhooks != nil {
+		s.mux.Handle("/webhooks/", s.tracedHandler("/webhooks/", s.webhooks))
 	}
-	if s.cfg.Page != nil {
-		s.mux.Handle("/ui/", s.cfg.Page)
+	if s.cfg.Page {
+		s.mux.Handle("/ui/", page.Handler())
 		s.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 		allow["/{$}"] = []string{"GET", "HEAD"}
 	}
@@ -381,7 +448,7 @@ func (s *Server) handler(rt route) http.Handler {
 
 // mounted serves h, or answers absent (503 for the event feed, so clients
 // fall back to polling; 404 otherwise) when it is nil.
-func (s *Server) mounted(h http.Handler, absent int) handlerFunc {
+func mounted(h http.Handler, absent int) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, _ lifecycle.Actor) error {
 		if h == nil {
 			if absent == http.StatusServiceUnavailable {
@@ -393,6 +460,12 @@ func (s *Server) mounted(h http.Handler, absent int) handlerFunc {
 		return nil
 	}
 }
+
+// The actors of the routes that admit more than one and fewer than all.
+var (
+	submitters = []lifecycle.Actor{lifecycle.ActorGateway, lifecycle.ActorAdmin, lifecycle.ActorSystem}
+	admin      = []lifecycle.Actor{lifecycle.ActorAdmin}
+)
 
 // machineActors lists the actors any run machine lets make a move on one of
 // events: the route admits them and the machine decides per run.

@@ -52,7 +52,7 @@ func TestWaitPollsWithoutEvents(t *testing.T) {
 		t.Fatalf("Wait returned %+v before its poll was due", r)
 	default:
 	}
-	clk.Advance(client.PollInterval - time.Second)
+	clk.Advance(5*time.Second - time.Second)
 	<-clk.WaitForTimers(1) // nothing polled yet: the same timer still waits
 	select {
 	case r := <-done:
@@ -210,7 +210,7 @@ func TestWaitRereadsWhenAnEventIsLost(t *testing.T) {
 		t.Fatalf("Wait returned %+v before its re-read was due", r)
 	default:
 	}
-	clk.Advance(client.PollInterval)
+	clk.Advance(5 * time.Second)
 	select {
 	case r := <-done:
 		if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) {
@@ -265,7 +265,7 @@ func TestWaitServerComesUp(t *testing.T) {
 	}
 	for range 3 {
 		backingOff()
-		clk.Advance(client.PollInterval)
+		clk.Advance(5 * time.Second)
 	}
 	backingOff()
 	ln, err := net.Listen("tcp", addr)
@@ -275,7 +275,7 @@ func TestWaitServerComesUp(t *testing.T) {
 	srv := &http.Server{Handler: g.srv.Config.Handler}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	clk.Advance(client.PollInterval)
+	clk.Advance(5 * time.Second)
 	r := <-done
 	if r.err != nil || r.st.RunID != res.RunID || r.st.Status != string(lifecycle.RunCompleted) {
 		t.Fatalf("Wait = %+v, %v; want the completed run", r.st, r.err)
@@ -308,7 +308,7 @@ func TestWaitServerNeverUp(t *testing.T) {
 		}
 		for range 4 {
 			backingOff()
-			clk.Advance(client.PollInterval)
+			clk.Advance(5 * time.Second)
 		}
 		backingOff()
 		cancel()

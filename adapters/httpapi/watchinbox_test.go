@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
@@ -89,7 +88,7 @@ func TestWatchInbox(t *testing.T) {
 					t.Fatalf("stats %+v before the poll was due", st)
 				default:
 				}
-				clk.Advance(client.InboxPollInterval)
+				clk.Advance(30 * time.Second)
 			}
 			if st := next("after a submit"); st.Pending != 1 || st.Total != 1 {
 				t.Fatalf("stats after a submit %+v", st)

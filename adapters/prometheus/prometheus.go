@@ -53,11 +53,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/runconveyor/conveyor/internal/retention"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 // Buckets are the histograms' upper bounds in seconds. They hold the

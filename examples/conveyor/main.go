@@ -152,10 +152,10 @@ func verbs() map[string]verb {
 			return c.printStatus(c.c.Cancel(ctx, in.pos[0], in.reason))
 		}},
 		"approve": {1, func(c *command, ctx context.Context, in *invocation) error {
-			return c.printStatus(c.c.Approve(ctx, in.pos[0], in.by, in.reason))
+			return c.printStatus(c.c.Decide(ctx, in.pos[0], true, in.by, in.reason))
 		}},
 		"reject": {1, func(c *command, ctx context.Context, in *invocation) error {
-			return c.printStatus(c.c.Reject(ctx, in.pos[0], in.by, in.reason))
+			return c.printStatus(c.c.Decide(ctx, in.pos[0], false, in.by, in.reason))
 		}},
 		"deliver": {2, func(c *command, ctx context.Context, in *invocation) error {
 			return c.printStatus(c.c.Deliver(ctx, in.pos[0], in.pos[1], in.id, in.source))
@@ -274,7 +274,7 @@ func (c *command) runs(ctx context.Context, in *invocation) error {
 	if len(in.pos) > 1 {
 		return usageError("runs takes at most one agent")
 	}
-	q := client.RunsQuery{Status: in.status, Page: client.Page{Limit: in.limit, Cursor: in.cursor}}
+	q := client.Query{Status: in.status, Limit: in.limit, Cursor: in.cursor, All: in.all}
 	if len(in.pos) == 1 {
 		q.Agent = in.pos[0]
 	}
@@ -287,16 +287,7 @@ func (c *command) runs(ctx context.Context, in *invocation) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.RunID, r.AgentSlug, r.Status, r.StepsCompleted, r.StepsTotal, r.StartedAt.Format(time.RFC3339), runnerNote(r), e)
 	}
-	if in.all {
-		for r, err := range c.c.AllRuns(ctx, q) {
-			if err != nil {
-				return err
-			}
-			row(r)
-		}
-		return tw.Flush()
-	}
-	runs, next, err := c.c.RunsPage(ctx, q)
+	runs, next, err := c.c.Runs(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -313,7 +304,7 @@ func (c *command) runs(ctx context.Context, in *invocation) error {
 }
 
 func (c *command) jobs(ctx context.Context, _ *invocation) error {
-	jobs, err := c.c.Jobs(ctx)
+	jobs, _, err := c.c.Jobs(ctx, client.Query{All: true})
 	if err != nil {
 		return err
 	}
@@ -330,7 +321,7 @@ func (c *command) inbox(ctx context.Context, in *invocation) error {
 	if err != nil {
 		return err
 	}
-	entries, err := c.c.InboxEntries(ctx, lifecycle.InboxState(in.status))
+	entries, _, err := c.c.InboxEntries(ctx, client.Query{Status: in.status, All: true})
 	if err != nil {
 		return err
 	}
@@ -353,7 +344,7 @@ func (c *command) quarantine(ctx context.Context, in *invocation) error {
 	if len(pos) > 1 || (len(pos) == 1 && pos[0] != "list") {
 		return usageError("quarantine [list] | quarantine restore <qkey>")
 	}
-	qs, err := c.c.Quarantine(ctx)
+	qs, _, err := c.c.Quarantine(ctx, client.Query{All: true})
 	if err != nil {
 		return err
 	}
@@ -368,12 +359,12 @@ func (c *command) quarantine(ctx context.Context, in *invocation) error {
 func (c *command) schedules(ctx context.Context, in *invocation) error {
 	pos := in.pos
 	if len(pos) == 2 && (pos[0] == "pause" || pos[0] == "resume") {
-		var info client.Schedule
+		var info lifecycle.ScheduleInfo
 		var err error
 		if pos[0] == "pause" {
-			info, err = c.c.PauseSchedule(ctx, pos[1])
+			info, err = c.c.PauseSchedule(ctx, pos[1], true)
 		} else {
-			info, err = c.c.ResumeSchedule(ctx, pos[1])
+			info, err = c.c.PauseSchedule(ctx, pos[1], false)
 		}
 		if err != nil {
 			return err

@@ -15,12 +15,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
 )
 
 // childEnv, set, makes the test binary the conveyor command itself: the
@@ -66,23 +65,19 @@ func worker(t *testing.T) (string, *run.Runner) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed, err := events.New(events.Config{Store: store, Logger: quiet, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sched, err := schedule.New(schedule.Config{Runner: r, Store: store, Logger: quiet,
 		Schedules: []schedule.Schedule{{ID: "hourly-digest", Agent: "quick", Cron: "@hourly"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: feed, Schedules: sched, Logger: quiet})
+	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: true, EventPollInterval: 20 * time.Millisecond, Schedules: sched, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
 	done := make(chan struct{}, 2)
 	go func() { _ = r.Run(ctx); done <- struct{}{} }()
-	go func() { _ = feed.Run(ctx); done <- struct{}{} }()
+	go func() { _ = srv.Run(ctx); done <- struct{}{} }()
 	t.Cleanup(func() {
 		cancel()
 		<-done

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -22,7 +22,7 @@ func (c *command) watch(ctx context.Context, runID string) error {
 		return err
 	}
 	c.progress(st)
-	if client.Terminal(st) {
+	if lifecycle.RunFinished(st.Machine, st.Status) {
 		return c.end(st)
 	}
 	sctx, stop := context.WithCancel(ctx)

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
+	"github.com/runconveyor/conveyor"
+	"github.com/runconveyor/conveyor/adapters/httpapi"
 )
 
 // fileConfig is the -config file: the Worker's schedules (durations as Go
@@ -25,8 +25,8 @@ import (
 // The webhooks' secrets come from the environment, never the file:
 // CONVEYOR_GITHUB_SECRET and CONVEYOR_SLACK_SIGNING_SECRET.
 type fileConfig struct {
-	Schedules []schedule.Schedule `json:"schedules"`
-	Webhooks  []webhook.Route     `json:"webhooks"`
+	Schedules []conveyor.Schedule    `json:"schedules"`
+	Webhooks  []httpapi.WebhookRoute `json:"webhooks"`
 }
 
 // readConfig reads the -config file (none: an empty config); the

@@ -19,11 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/retention"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -52,7 +52,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 		if o.noDemo {
 			agents = nil
 		}
-		b, err := retention.S3Lifecycle(o.retention, o.s3Prefix, agents)
+		b, err := retention.S3Lifecycle(retention.Config{Age: o.retention.Age, Ages: retention.ByName(o.retention.Ages)}, o.s3Prefix, agents)
 		if err == nil {
 			_, err = fmt.Fprintf(stdout, "%s\n", b)
 		}
@@ -75,7 +75,7 @@ type options struct {
 	logLevel                                             slog.Level
 	noDemo, allowUnsafeStore, printS3                    bool
 	demoConc                                             int
-	retention                                            retention.Config
+	retention                                            conveyor.RetentionConfig
 	limits                                               httpapi.Limits
 	store                                                *storage.Store
 	clock                                                clock.Clock
@@ -111,12 +111,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.pause, "step-pause", 2*time.Second, "how long each demo step and the NLM simulator take")
 	fs.DurationVar(&o.drain, "drain", 15*time.Second, "how long SIGINT/SIGTERM may take to drain before the process exits anyway")
 	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often the event stream looks for changes")
-	fs.DurationVar(&o.streamWrite, "stream-write-timeout", events.DefaultWriteTimeout, "how long a write to an event stream client may wait; a client that leaves more unread than its connection buffers (about 100 KB) is disconnected after it")
+	fs.DurationVar(&o.streamWrite, "stream-write-timeout", 30*time.Second, "how long a write to an event stream client may wait; a client that leaves more unread than its connection buffers (about 100 KB) is disconnected after it")
 	fs.DurationVar(&o.idlePoll, "idle-poll", defaultIdlePoll, "the longest wait of the runner, the job worker and the NLM processor between looks for work other processes submitted (the event feed, on a store that cannot watch, waits up to twice it between listings of the audit log): they look every 25 ms while such work arrives and back off to this when none does, so it bounds the first pickup after idleness and sets an idle process's store requests (docs/performance.md)")
 	fs.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a run's lease lasts unheard: a killed runner's runs are taken over after it (heartbeats every third)")
 	fs.StringVar(&o.callbackURL, "callback-url", "", "where the NLM simulator posts its callbacks (default: this process's API, or http://127.0.0.1:8080/nlm/callback for -role runner)")
 	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")
-	fs.IntVar(&o.limits.MaxConnsPerAddr, "max-conns-per-addr", httpapi.DefaultMaxConnsPerAddr, "connections one client IP address may hold open; more are closed at once (behind a proxy: its pool; -1: no bound)")
+	fs.IntVar(&o.limits.MaxConnsPerAddr, "max-conns-per-addr", 128, "connections one client IP address may hold open; more are closed at once (behind a proxy: its pool; -1: no bound)")
 	fs.DurationVar(&o.retention.Age, "retention", 0, "delete finished history (runs, audit days, COMPLETE jobs, expired inbox entries; idempotency records once expired) this long after it finished, e.g. 168h; 0: keep everything")
 	fs.Func("retention-ages", "per-kind overrides of -retention, `kind=age,...` (kinds: runs audit jobs dead_jobs idempotency inbox artifacts; age a duration or \"forever\"); dead_jobs and artifacts are kept unless named", func(v string) error {
 		return parseAges(&o.retention, v)
@@ -157,9 +157,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 
 // parseAges reads -retention-ages into cfg.Ages: kind=age pairs, age a
 // duration or "forever". New checks the kinds.
-func parseAges(cfg *retention.Config, v string) error {
+func parseAges(cfg *conveyor.RetentionConfig, v string) error {
 	if cfg.Ages == nil {
-		cfg.Ages = map[retention.Kind]time.Duration{}
+		cfg.Ages = map[string]time.Duration{}
 	}
 	for pair := range strings.SplitSeq(v, ",") {
 		kind, age, ok := strings.Cut(strings.TrimSpace(pair), "=")
@@ -170,14 +170,14 @@ func parseAges(cfg *retention.Config, v string) error {
 			return fmt.Errorf("unknown kind %q (want one of %v)", kind, retention.Kinds())
 		}
 		if age == "forever" {
-			cfg.Ages[retention.Kind(kind)] = retention.Forever
+			cfg.Ages[kind] = retention.Forever
 			continue
 		}
 		d, err := time.ParseDuration(age)
 		if err != nil || d < 0 {
 			return fmt.Errorf("%q: want a duration of at least 0 or \"forever\"", pair)
 		}
-		cfg.Ages[retention.Kind(kind)] = d
+		cfg.Ages[kind] = d
 	}
 	return nil
 }

@@ -220,7 +220,7 @@ func (ld *submitLoad) check(ctx context.Context, reader *client.Client, stall ti
 			v.completed[id] = true
 		}
 	}
-	all, err := reader.Runs(ctx, ld.agent)
+	all, _, err := reader.Runs(ctx, client.Query{Agent: ld.agent, All: true})
 	if err != nil {
 		return v, fmt.Errorf("listing runs: %w", err)
 	}

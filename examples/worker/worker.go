@@ -18,10 +18,6 @@ import (
 	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
-	"github.com/runconveyor/conveyor/adapters/httpapi/page"
-	"github.com/runconveyor/conveyor/adapters/httpapi/webhook"
 	"github.com/runconveyor/conveyor/adapters/otlp"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -125,24 +121,14 @@ func (w *worker) listen(o *options) (err error) {
 // stops first: its end ends the event streams Shutdown would wait for.
 func (w *worker) mount(cfg conveyor.Config, conf fileConfig) error {
 	c, o := w.c, w.opts
-	feed, err := events.New(events.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: w.log, PollInterval: o.poll,
-		IdlePollInterval: 2 * o.idlePoll, WriteTimeout: o.streamWrite})
-	if err != nil {
-		return err
-	}
-	var hooks http.Handler
 	gh, sl := os.Getenv("CONVEYOR_GITHUB_SECRET"), os.Getenv("CONVEYOR_SLACK_SIGNING_SECRET")
-	if gh != "" || sl != "" {
-		if hooks, err = webhook.New(webhook.Config{Runner: c.Runs(), Store: cfg.Store, GitHubSecret: gh, SlackSigningSecret: sl,
-			Routes: conf.Webhooks, Clock: cfg.Clock, Logger: w.log}); err != nil {
-			return err
-		}
-	} else if len(conf.Webhooks) > 0 {
+	if gh == "" && sl == "" && len(conf.Webhooks) > 0 {
 		return fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
 	}
 	api, err := httpapi.New(httpapi.Config{Runner: c.Runs(), Queue: c.Jobs(), Inbox: c.Inbox(), NLM: c.NLM(), Store: cfg.Store,
 		Schedules: c.Schedules(), Tokens: w.tokens, Logger: w.log, Clock: cfg.Clock, Limits: o.limits, TracerProvider: cfg.TracerProvider,
-		Events: feed, Page: page.Handler(), Webhooks: hooks,
+		Events: true, EventPollInterval: o.poll, EventIdlePollInterval: 2 * o.idlePoll, EventWriteTimeout: o.streamWrite, Page: true,
+		GitHubSecret: gh, SlackSigningSecret: sl, WebhookRoutes: conf.Webhooks,
 		Metrics: promhttp.HandlerFor(cfg.Metrics.(*prometheus.Registry), promhttp.HandlerOpts{})})
 	if err != nil {
 		return err
@@ -166,7 +152,7 @@ func (w *worker) mount(cfg conveyor.Config, conf fileConfig) error {
 		}
 		return nil
 	})
-	return c.Add("events", feed.Run)
+	return c.Add("events", api.Run)
 }
 
 // close releases what build took, when build or the start fails.
@@ -189,7 +175,7 @@ func (p nlmPoster) Do(req *http.Request) (*http.Response, error) {
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	} else {
-		req.Header.Set(client.ActorHeader, string(lifecycle.ActorNLMBackend))
+		req.Header.Set("X-Conveyor-Actor", string(lifecycle.ActorNLMBackend))
 	}
 	return http.DefaultClient.Do(req)
 }

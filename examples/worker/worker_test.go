@@ -154,7 +154,7 @@ func TestWorkerInProcess(t *testing.T) {
 			break
 		}
 	}
-	if _, err := c.Approve(tctx, gated.RunID, "owner", "looks good"); err != nil {
+	if _, err := c.Decide(tctx, gated.RunID, true, "owner", "looks good"); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{gated.RunID, asked.RunID} {
@@ -448,7 +448,7 @@ func TestWorkersShareAStore(t *testing.T) {
 				}
 			}
 			resumed := 0
-			runs, err := c.Runs(ctx, AgentResearch)
+			runs, _, err := c.Runs(ctx, client.Query{Agent: AgentResearch, All: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,7 +8,6 @@
 package authority
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -167,7 +166,7 @@ type Scope struct {
 // ErrForbidden matches every refusal of the matrix. Errors that match it
 // also match lifecycle.ErrForbiddenActor, so a caller handling refused
 // transitions handles refused operations alike.
-var ErrForbidden = errors.New("authority: forbidden")
+var ErrForbidden = codes.ErrForbidden
 
 // Code is the error code of a refusal (codes.Forbidden).
 const Code = codes.Forbidden

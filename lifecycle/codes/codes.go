@@ -89,7 +89,7 @@ const (
 	// restoring a quarantined record whose key was written since.
 	Conflict = "CONFLICT"
 
-	// Codes of the webhook intake (adapters/httpapi/webhook): the sender
+	// Codes of the webhook intake (adapters/httpapi/internal/webhook): the sender
 	// could not be authenticated.
 
 	// WebhookSignatureInvalid: a webhook's signature header is

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -30,11 +31,9 @@ type history struct {
 
 	mu   sync.Mutex
 	gaps map[string]bool
-	// repairedAt is when the loop last ran the repair pass, and
-	// backfillStarted whether it started the backfill. Only the loop
-	// touches them.
-	repairedAt      time.Time
-	backfillStarted bool
+	// repair drives the index repair from the loop's polls; only the loop
+	// touches it.
+	repair *maintenance.Ticker
 }
 
 // The history indexes (docs/design.md#listing-and-indexes): every run has an entry in its agent's history, written once
@@ -157,7 +156,7 @@ func (h *history) repairRunIndex(ctx context.Context, doc *Status) error {
 	return nil
 }
 
-// repairIndexes is the index repair pass, every IndexRepairInterval: for
+// repairIndexes is the index repair pass (indexRepair): for
 // each run in the active index, its entry under its status is put back if
 // missing; for each agent and each state that is not terminal, an entry
 // whose run is in another state is deleted (and put back should the run
@@ -165,11 +164,10 @@ func (h *history) repairRunIndex(ctx context.Context, doc *Status) error {
 // the entries left stale by a crash, never the history: an entry under a
 // terminal state is never stale, as a terminal run does not move and its
 // active entry is cleaned up only after its entries are repaired.
-func (h *history) repairIndexes(ctx context.Context) {
+func (h *history) repairIndexes(ctx context.Context) error {
 	for key, err := range h.store.List(ctx, layout.RunActivePrefix) {
 		if err != nil {
-			h.repairFailed(ctx, err)
-			return
+			return err
 		}
 		slug, runID, ok := layout.ParseRunActiveKey(key)
 		if !ok {
@@ -187,8 +185,7 @@ func (h *history) repairIndexes(ctx context.Context) {
 			continue // not written yet (finishSubmit), or poison
 		}
 		if err := h.ensureEntries(ctx, &doc); err != nil {
-			h.repairFailed(ctx, err)
-			return
+			return err
 		}
 	}
 	for _, slug := range h.cat.slugs() {
@@ -198,11 +195,11 @@ func (h *history) repairIndexes(ctx context.Context) {
 				continue
 			}
 			if err := h.dropStale(ctx, slug, s); err != nil {
-				h.repairFailed(ctx, err)
-				return
+				return err
 			}
 		}
 	}
+	return nil
 }
 
 // ensureEntries puts back a run's history entry and its entry under its
@@ -276,22 +273,40 @@ func (h *history) repairFailed(ctx context.Context, err error) {
 	}
 }
 
-// maybeRepairIndexes runs the repair pass when IndexRepairInterval has
-// passed since the last one, the first an interval after the loop
-// started (a start-up poll costs what it did). The first pass also starts
-// the backfill of the runs written before the indexes, beside the loop:
-// a long listing must not hold up the work.
+// indexRepair is the index repair, a maintenance service of every runner
+// (it puts right what a writer that died left, whichever process that
+// was), driven by the loop's poll (maintenance.Ticker): the repair pass
+// every IndexRepairInterval, the first an interval after the loop started
+// (a start-up poll costs what it did), under the poll's PollTimeout. The
+// first pass also starts the backfill of the runs written before the
+// indexes, beside the loop: a long listing must not hold up the work.
+type indexRepair struct {
+	maintenance.Base
+	h *history
+	// backfillStarted tells whether the backfill was started; only the
+	// loop touches it.
+	backfillStarted bool
+}
+
+// maybeRepairIndexes makes the index repair's pass if it is due at now.
 func (h *history) maybeRepairIndexes(ctx context.Context, now time.Time) {
-	if h.repairedAt.IsZero() {
-		h.repairedAt = now
-		return
+	if h.repair == nil {
+		h.repair = newIndexRepair(h)
 	}
-	if now.Sub(h.repairedAt) < h.interval && !now.Before(h.repairedAt) {
-		return
-	}
-	h.repairedAt = now
-	if !h.backfillStarted {
-		h.backfillStarted = true
+	h.repair.Tick(ctx, now)
+}
+
+func newIndexRepair(h *history) *maintenance.Ticker {
+	return &maintenance.Ticker{Service: &indexRepair{h: h,
+		Base: maintenance.Base{Name: "run_index_repair", Clock: h.clock, Logger: h.log, Period: h.interval, Delay: true}}}
+}
+
+// RunOnce makes one repair pass; one cut short by the poll's end is no
+// failure: the next pass starts over.
+func (x *indexRepair) RunOnce(ctx context.Context) error {
+	h := x.h
+	if !x.backfillStarted {
+		x.backfillStarted = true
 		// Its own token of the clock: a test's fake clock moves only
 		// while it waits too.
 		bctx := clock.Start(h.life.context(), h.clock)
@@ -303,7 +318,7 @@ func (h *history) maybeRepairIndexes(ctx context.Context, now time.Time) {
 			h.backfill(bctx)
 		}()
 	}
-	h.repairIndexes(ctx)
+	return h.repairIndexes(ctx)
 }
 
 // backfill indexes, once per agent, the runs written before the history

@@ -1,7 +1,6 @@
 package records
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 // (a higher epoch) or the lease lapsed. It is the one such sentinel of the
 // whole SDK; runs, jobs and NLM jobs all report it. A writer that gets it
 // must stop: none of its later writes land.
-var ErrLeaseLost = errors.New("conveyor: lease lost")
+var ErrLeaseLost = codes.ErrLeaseLost
 
 // Lease says which process owns a record (a run, a job) and until when
 // (docs/spec.md#recovery). The owner renews it by heartbeat; another process takes the

@@ -19,7 +19,7 @@ import (
 // ErrCorrupt is matched by the error of a record that cannot be decoded or
 // fails validation: a poison record. Engines never block on one: they move
 // it under QuarantinePrefix (Quarantine) and go on with everything else.
-var ErrCorrupt = errors.New("storage: corrupt record")
+var ErrCorrupt = codes.ErrCorrupt
 
 // CorruptError describes a poison record: where it is, the version it was
 // read at, its bytes, and why it was refused.

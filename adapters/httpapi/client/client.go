@@ -10,11 +10,11 @@ import (
 	"net/url"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
-	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // maxAnswerBytes bounds an answer the client reads (a list of every job
@@ -33,28 +33,34 @@ type Client struct {
 	Actor lifecycle.Actor
 	// HTTP sends the requests. Default http.DefaultClient.
 	HTTP *http.Client
-	// Clock times Wait's polling. Default the wall clock.
+	// Clock times Wait's and WatchInbox's polling. Default the wall clock.
 	Clock clock.Clock
 }
 
-func (c *Client) httpClient() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
-	}
-	return http.DefaultClient
+// conn is what one call needs of the Client: where and as whom to send,
+// and the clock. It is a copy, taken at the call.
+type conn struct {
+	base, token string
+	actor       lifecycle.Actor
+	http        *http.Client
+	clock       clock.Clock
 }
 
-func (c *Client) clock() clock.Clock {
-	if c.Clock != nil {
-		return c.Clock
+func (c *Client) conn() conn {
+	k := conn{base: strings.TrimRight(c.BaseURL, "/"), token: c.Token, actor: c.Actor, http: c.HTTP, clock: c.Clock}
+	if k.http == nil {
+		k.http = http.DefaultClient
 	}
-	return clock.Real()
+	if k.clock == nil {
+		k.clock = clock.Real()
+	}
+	return k
 }
 
 // newRequest builds a request to path (already escaped) with query and a
 // JSON body (nil: none).
-func (c *Client) newRequest(ctx context.Context, method, path string, query url.Values, body any) (*http.Request, error) {
-	u := strings.TrimRight(c.BaseURL, "/") + path
+func (k conn) newRequest(ctx context.Context, method, path string, query url.Values, body any) (*http.Request, error) {
+	u := k.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
@@ -74,53 +80,69 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
+	if k.token != "" {
+		req.Header.Set("Authorization", "Bearer "+k.token)
 	}
-	if c.Actor != "" {
-		req.Header.Set(ActorHeader, string(c.Actor))
+	if k.actor != "" {
+		req.Header.Set(wire.ActorHeader, string(k.actor))
 	}
-	// The caller's trace goes with the request (docs/spec.md#tracing).
-	tracing.Inject(ctx, req.Header)
+	injectTrace(ctx, req.Header)
 	return req, nil
 }
 
-// do sends a request and decodes a 2xx answer into out (nil: discard); any
-// other answer is an *Error. It returns the status.
-func (c *Client) do(req *http.Request, out any) (int, error) {
-	status, _, err := c.send(req, out)
-	return status, err
+// injectTrace writes the caller's trace context into h as the W3C
+// traceparent and tracestate headers (docs/spec.md#tracing), byte for byte
+// what OpenTelemetry's TraceContext propagator writes; written here so the
+// client needs only the trace API, not the propagators.
+func injectTrace(ctx context.Context, h http.Header) {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return
+	}
+	h.Set("traceparent", "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+(sc.TraceFlags()&trace.FlagsSampled).String())
+	if ts := sc.TraceState().String(); ts != "" {
+		h.Set("tracestate", ts)
+	}
 }
 
-// send is do, returning the answer's header too.
-func (c *Client) send(req *http.Request, out any) (int, http.Header, error) {
-	resp, err := c.httpClient().Do(req)
+// send sends a request and decodes a 2xx answer into out (nil: discard);
+// any other answer is an *Error. It returns the answer's header.
+func (k conn) send(req *http.Request, out any) (http.Header, error) {
+	resp, err := k.http.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return resp.StatusCode, resp.Header, err
+		return resp.Header, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, resp.Header, decodeError(resp.StatusCode, data)
+		return resp.Header, decodeError(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, resp.Header, fmt.Errorf("httpapi: decoding the answer of %s %s: %w", req.Method, req.URL.Path, err)
+			return resp.Header, fmt.Errorf("httpapi: decoding the answer of %s %s: %w", req.Method, req.URL.Path, err)
 		}
 	}
-	return resp.StatusCode, resp.Header, nil
+	return resp.Header, nil
 }
 
-func (c *Client) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	req, err := c.newRequest(ctx, method, path, query, body)
+// call makes one request and decodes its answer into out.
+func (k conn) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	req, err := k.newRequest(ctx, method, path, query, body)
 	if err != nil {
 		return err
 	}
-	_, err = c.do(req, out)
+	_, err = k.send(req, out)
 	return err
+}
+
+// get is a call whose answer is one value of type T.
+func get[T any](ctx context.Context, k conn, method, path string, body any) (T, error) {
+	var out T
+	err := k.call(ctx, method, path, nil, body, &out)
+	return out, err
 }
 
 func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID) + what }
@@ -131,16 +153,17 @@ func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID
 // namespace, unless it already starts with api:{actor}:).
 // Caller.Initiator is not sent: the server derives it from the trigger.
 func (c *Client) Submit(ctx context.Context, sr lifecycle.SubmitRequest) (lifecycle.SubmitResult, error) {
+	k := c.conn()
 	body := wire.SubmitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
-	req, err := c.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)
+	req, err := k.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)
 	if err != nil {
 		return lifecycle.SubmitResult{}, err
 	}
 	if sr.IdempotencyKey != "" {
-		req.Header.Set(IdempotencyKeyHeader, sr.IdempotencyKey)
+		req.Header.Set(wire.IdempotencyKeyHeader, sr.IdempotencyKey)
 	}
 	var a wire.SubmitAnswer
-	if _, err := c.do(req, &a); err != nil {
+	if _, err := k.send(req, &a); err != nil {
 		return lifecycle.SubmitResult{}, err
 	}
 	return lifecycle.SubmitResult{RunID: a.RunID, Duplicate: a.Duplicate}, nil
@@ -148,191 +171,100 @@ func (c *Client) Submit(ctx context.Context, sr lifecycle.SubmitRequest) (lifecy
 
 // Status reads a run's status.json (GET /runs/{runId}/status).
 func (c *Client) Status(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
-	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodGet, runPath(runID, "/status"), nil, nil, &st)
-	return st, err
+	return get[lifecycle.RunStatus](ctx, c.conn(), http.MethodGet, runPath(runID, "/status"), nil)
 }
 
 // Steps reads a run's step files (GET /runs/{runId}/steps).
 func (c *Client) Steps(ctx context.Context, runID string) ([]lifecycle.StepRecord, error) {
-	var out []lifecycle.StepRecord
-	err := c.call(ctx, http.MethodGet, runPath(runID, "/steps"), nil, nil, &out)
-	return out, err
-}
-
-// Runs reads the status of every run of an agent, newest first, following
-// the pages of GET /runs?agent= to the end (AllRuns and RunsPage read them
-// one at a time).
-func (c *Client) Runs(ctx context.Context, agentSlug string) ([]lifecycle.RunStatus, error) {
-	return collect(c.AllRuns(ctx, RunsQuery{Agent: agentSlug, Page: Page{Limit: 500}}))
+	return get[[]lifecycle.StepRecord](ctx, c.conn(), http.MethodGet, runPath(runID, "/steps"), nil)
 }
 
 // Cancel asks a run to stop (POST /runs/{runId}/cancel).
 func (c *Client) Cancel(ctx context.Context, runID, reason string) (lifecycle.RunStatus, error) {
-	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodPost, runPath(runID, "/cancel"), nil, wire.CancelBody{Reason: reason}, &st)
-	return st, err
+	return get[lifecycle.RunStatus](ctx, c.conn(), http.MethodPost, runPath(runID, "/cancel"), wire.CancelBody{Reason: reason})
 }
 
-// Approve resumes a run waiting at its approval gate (POST
-// /runs/{runId}/approve). An empty decidedBy is the caller's actor.
-func (c *Client) Approve(ctx context.Context, runID, decidedBy, reason string) (lifecycle.RunStatus, error) {
-	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodPost, runPath(runID, "/approve"), nil, wire.DecisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
-	return st, err
-}
-
-// Reject fails a run waiting at its approval gate (POST
-// /runs/{runId}/reject).
-func (c *Client) Reject(ctx context.Context, runID, decidedBy, reason string) (lifecycle.RunStatus, error) {
-	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodPost, runPath(runID, "/reject"), nil, wire.DecisionBody{DecidedBy: decidedBy, Reason: reason}, &st)
-	return st, err
+// Decide resumes (approve) or fails (not approve) a run waiting at its
+// approval gate (POST /runs/{runId}/approve or /reject). An empty
+// decidedBy is the caller's actor.
+func (c *Client) Decide(ctx context.Context, runID string, approve bool, decidedBy, reason string) (lifecycle.RunStatus, error) {
+	verb := "/reject"
+	if approve {
+		verb = "/approve"
+	}
+	return get[lifecycle.RunStatus](ctx, c.conn(), http.MethodPost, runPath(runID, verb), wire.DecisionBody{DecidedBy: decidedBy, Reason: reason})
 }
 
 // Deliver hands a run the external event it waits for (POST
 // /runs/{runId}/events).
 func (c *Client) Deliver(ctx context.Context, runID, eventType, eventID, source string) (lifecycle.RunStatus, error) {
-	var st lifecycle.RunStatus
-	err := c.call(ctx, http.MethodPost, runPath(runID, "/events"), nil, wire.EventBody{Type: eventType, ID: eventID, Source: source}, &st)
-	return st, err
+	return get[lifecycle.RunStatus](ctx, c.conn(), http.MethodPost, runPath(runID, "/events"), wire.EventBody{Type: eventType, ID: eventID, Source: source})
 }
 
 // Agents lists the agents the server's Runner executes (GET /agents).
-func (c *Client) Agents(ctx context.Context) ([]AgentInfo, error) {
-	var out []AgentInfo
-	err := c.call(ctx, http.MethodGet, "/agents", nil, nil, &out)
-	return out, err
+func (c *Client) Agents(ctx context.Context) ([]lifecycle.AgentInfo, error) {
+	return get[[]lifecycle.AgentInfo](ctx, c.conn(), http.MethodGet, "/agents", nil)
 }
 
 // Enqueue creates a job (POST /jobs).
 func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job, error) {
 	body := wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
 		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID}
-	var j lifecycle.Job
-	err := c.call(ctx, http.MethodPost, "/jobs", nil, body, &j)
-	return j, err
-}
-
-// Jobs lists every job, following the pages of GET /jobs to the end
-// (JobsPage reads one).
-func (c *Client) Jobs(ctx context.Context) ([]lifecycle.Job, error) {
-	return collect(pages(func(cursor string) ([]lifecycle.Job, string, error) {
-		return c.JobsPage(ctx, JobsQuery{Page: Page{Limit: 500, Cursor: cursor}})
-	}, ""))
+	return get[lifecycle.Job](ctx, c.conn(), http.MethodPost, "/jobs", body)
 }
 
 // Job reads a job (GET /jobs/{jobId}).
 func (c *Client) Job(ctx context.Context, jobID string) (lifecycle.Job, error) {
-	var j lifecycle.Job
-	err := c.call(ctx, http.MethodGet, "/jobs/"+url.PathEscape(jobID), nil, nil, &j)
-	return j, err
+	return get[lifecycle.Job](ctx, c.conn(), http.MethodGet, "/jobs/"+url.PathEscape(jobID), nil)
 }
 
 // Requeue is the admin's requeue of a FAILED or DEAD job (POST
 // /jobs/{jobId}/requeue).
 func (c *Client) Requeue(ctx context.Context, jobID string) (lifecycle.Job, error) {
-	var j lifecycle.Job
-	err := c.call(ctx, http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil, nil, &j)
-	return j, err
+	return get[lifecycle.Job](ctx, c.conn(), http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil)
 }
 
 // Schedules lists the schedules with their next and last slots and runs
 // (GET /schedules).
-func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
-	var out []Schedule
-	err := c.call(ctx, http.MethodGet, "/schedules", nil, nil, &out)
-	return out, err
+func (c *Client) Schedules(ctx context.Context) ([]lifecycle.ScheduleInfo, error) {
+	return get[[]lifecycle.ScheduleInfo](ctx, c.conn(), http.MethodGet, "/schedules", nil)
 }
 
 // PauseSchedule pauses a schedule in every process (POST
-// /schedules/{id}/pause, admin); ResumeSchedule lets it fire again.
-func (c *Client) PauseSchedule(ctx context.Context, id string) (Schedule, error) {
-	var out Schedule
-	err := c.call(ctx, http.MethodPost, "/schedules/"+url.PathEscape(id)+"/pause", nil, nil, &out)
-	return out, err
-}
-
-// ResumeSchedule lets a paused schedule fire again from its next slot
-// (POST /schedules/{id}/resume, admin).
-func (c *Client) ResumeSchedule(ctx context.Context, id string) (Schedule, error) {
-	var out Schedule
-	err := c.call(ctx, http.MethodPost, "/schedules/"+url.PathEscape(id)+"/resume", nil, nil, &out)
-	return out, err
+// /schedules/{id}/pause, admin), or, with pause false, lets it fire again
+// from its next slot (POST /schedules/{id}/resume).
+func (c *Client) PauseSchedule(ctx context.Context, id string, pause bool) (lifecycle.ScheduleInfo, error) {
+	verb := "/resume"
+	if pause {
+		verb = "/pause"
+	}
+	return get[lifecycle.ScheduleInfo](ctx, c.conn(), http.MethodPost, "/schedules/"+url.PathEscape(id)+verb, nil)
 }
 
 // NLMCallback posts an NLM backend's callback (POST /nlm/callback).
 func (c *Client) NLMCallback(ctx context.Context, cb lifecycle.NLMCallbackBody) error {
-	return c.call(ctx, http.MethodPost, "/nlm/callback", nil, cb, nil)
+	return c.conn().call(ctx, http.MethodPost, "/nlm/callback", nil, cb, nil)
 }
 
 // SubmitInbox submits an inbox entry (POST /inbox/submit) and returns its
 // id; the entry is pending.
 func (c *Client) SubmitInbox(ctx context.Context, sub lifecycle.InboxSubmission) (string, error) {
-	var a wire.InboxAnswer
-	err := c.call(ctx, http.MethodPost, "/inbox/submit", nil, sub, &a)
+	a, err := get[wire.InboxAnswer](ctx, c.conn(), http.MethodPost, "/inbox/submit", sub)
 	return a.InboxID, err
 }
 
 // InboxStats counts the inbox's entries by state (GET /inbox/stats).
 func (c *Client) InboxStats(ctx context.Context) (lifecycle.InboxStats, error) {
-	var st lifecycle.InboxStats
-	err := c.call(ctx, http.MethodGet, "/inbox/stats", nil, nil, &st)
-	return st, err
-}
-
-// InboxEntries lists the inbox's entries, of one state when status is set,
-// following the pages of GET /inbox/entries?status= to the end
-// (InboxPage reads one).
-func (c *Client) InboxEntries(ctx context.Context, status lifecycle.InboxState) ([]lifecycle.InboxEntry, error) {
-	return collect(pages(func(cursor string) ([]lifecycle.InboxEntry, string, error) {
-		return c.InboxPage(ctx, status, Page{Limit: 500, Cursor: cursor})
-	}, ""))
-}
-
-// InboxPage reads one page of inbox entries (GET /inbox/entries), of one
-// state when status is set, and the cursor of the next page ("" on the last).
-func (c *Client) InboxPage(ctx context.Context, status lifecycle.InboxState, p Page) ([]lifecycle.InboxEntry, string, error) {
-	q := url.Values{}
-	if status != "" {
-		q.Set("status", string(status))
-	}
-	var out []lifecycle.InboxEntry
-	next, err := c.page(ctx, "/inbox/entries", p.values(q), &out)
-	return out, next, err
-}
-
-// Quarantine lists the quarantined records, following the pages of GET
-// /quarantine to the end (QuarantinePage reads one).
-func (c *Client) Quarantine(ctx context.Context) ([]records.Quarantined, error) {
-	return collect(pages(func(cursor string) ([]records.Quarantined, string, error) {
-		return c.QuarantinePage(ctx, Page{Limit: 500, Cursor: cursor})
-	}, ""))
-}
-
-// QuarantinePage reads one page of quarantined records in key order (GET
-// /quarantine) and the cursor of the next page ("" on the last).
-func (c *Client) QuarantinePage(ctx context.Context, p Page) ([]records.Quarantined, string, error) {
-	var raw []wire.Quarantined
-	next, err := c.page(ctx, "/quarantine", p.values(nil), &raw)
-	if err != nil {
-		return nil, "", err
-	}
-	out := make([]records.Quarantined, len(raw))
-	for i, q := range raw {
-		out[i] = q.Quarantined
-		out[i].QKey = q.QKey
-	}
-	return out, next, nil
+	return get[lifecycle.InboxStats](ctx, c.conn(), http.MethodGet, "/inbox/stats", nil)
 }
 
 // Restore puts a quarantined record back at its key (POST
 // /quarantine/restore).
 func (c *Client) Restore(ctx context.Context, qkey string) error {
-	return c.call(ctx, http.MethodPost, "/quarantine/restore", nil, wire.RestoreBody{QKey: qkey}, nil)
+	return c.conn().call(ctx, http.MethodPost, "/quarantine/restore", nil, wire.RestoreBody{QKey: qkey}, nil)
 }
 
 // Health checks that the server answers (GET /healthz).
 func (c *Client) Health(ctx context.Context) error {
-	return c.call(ctx, http.MethodGet, "/healthz", nil, nil, nil)
+	return c.conn().call(ctx, http.MethodGet, "/healthz", nil, nil, nil)
 }

@@ -3,23 +3,39 @@ package client_test
 import (
 	"errors"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
 const module = "github.com/runconveyor/conveyor/"
 
-// belowEngine is every package of the module the client may depend on: the
-// leaves, the storage contract and records (under lifecycle's wire types),
-// the machines (the sentinels Error matches) and the stream's wire format.
-// The engines (lifecycle/run and below it, jobqueue, lifecycle/nlm, inbox,
-// artifact, internal/core), the store adapters and the server are not here.
+// imports is every package of the module or outside it the client may
+// import itself: the types, the clock (a caller's fake clock times Wait),
+// the code table and the store's not-found sentinel (the sentinels Error
+// matches), the API's bodies and the stream's reader, and the trace API
+// (the caller's trace goes with each request).
+var imports = []string{
+	module + "adapters/httpapi/internal/sse",
+	module + "adapters/httpapi/internal/wire",
+	module + "lifecycle",
+	module + "lifecycle/clock",
+	module + "lifecycle/codes",
+	module + "storage/driver",
+	"go.opentelemetry.io/otel/trace",
+}
+
+// belowEngine is every package of the module the client may depend on:
+// what it imports, and what lifecycle imports until it holds only types
+// (the storage contract and the records under its wire types). The engines
+// (lifecycle/run and below it, jobqueue, lifecycle/nlm, inbox, artifact,
+// internal/core), the authority matrix, the tracing helpers, the store
+// adapters and the server are not here.
 var belowEngine = map[string]bool{
 	"adapters/httpapi/client":        true,
-	"adapters/httpapi/sse":           true,
+	"adapters/httpapi/internal/sse":  true,
 	"adapters/httpapi/internal/wire": true,
 	"lifecycle":                      true,
-	"lifecycle/authority":            true,
 	"lifecycle/clock":                true,
 	"lifecycle/codes":                true,
 	"storage":                        true,
@@ -27,32 +43,55 @@ var belowEngine = map[string]bool{
 	"storage/records":                true,
 	"internal/jsonenc":               true, // a leaf: the records' encoders
 	"internal/layout":                true,
-	"internal/tracing":               true,
 }
 
-// TestNoEngine: a program that imports the client builds without the
-// engine. It lists the client's dependencies with the go command (test
-// files aside: the example may start a Worker) and fails on any package of
-// the module outside belowEngine.
-func TestNoEngine(t *testing.T) {
-	t.Parallel()
+// outside is every module outside the standard library the client may
+// depend on: OpenTelemetry's trace API (and the hash its attributes use),
+// and, through lifecycle until it holds only types, the state-machine
+// library and the store's backoff.
+var outside = map[string]bool{
+	"go.opentelemetry.io/otel":       true,
+	"go.opentelemetry.io/otel/trace": true,
+	"github.com/cespare/xxhash/v2":   true,
+	"github.com/qmuntal/stateless":   true,
+	"github.com/cenkalti/backoff/v4": true,
+}
+
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("go not found: %v", err)
 	}
-	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}}", module+"adapters/httpapi/client").Output()
+	out, err := exec.Command(gobin, append([]string{"list"}, args...)...).Output()
 	if err != nil {
 		var stderr string
 		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
-		t.Fatalf("go list -deps: %v\n%s", err, stderr)
+		t.Fatalf("go list %v: %v\n%s", args, err, stderr)
+	}
+	return strings.Fields(string(out))
+}
+
+// TestNoEngine: a program that imports the client builds without the
+// engine. It lists the client's imports and dependencies with the go
+// command (test files aside: the example starts a Worker) and fails on an
+// import outside imports, on any package of the module outside
+// belowEngine, and on a module outside outside.
+func TestNoEngine(t *testing.T) {
+	t.Parallel()
+	const pkg = module + "adapters/httpapi/client"
+	for _, imp := range goList(t, "-f", `{{join .Imports " "}}`, pkg) {
+		if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") && !slices.Contains(imports, imp) {
+			t.Errorf("the client imports %s, which is not in its list", imp)
+		}
 	}
 	seen := 0
-	for pkg := range strings.FieldsSeq(string(out)) {
-		rel, ok := strings.CutPrefix(pkg, module)
+	for _, dep := range goList(t, "-deps", "-f", "{{.ImportPath}}", pkg) {
+		rel, ok := strings.CutPrefix(dep, module)
 		if !ok {
-			continue // the standard library and third-party leaves
+			continue // the standard library and outside modules, below
 		}
 		seen++
 		if !belowEngine[rel] {
@@ -61,5 +100,14 @@ func TestNoEngine(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatal("go list named no package of the module: the test would pass whatever the client imports")
+	}
+	mods := goList(t, "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", pkg)
+	if !slices.Contains(mods, strings.TrimSuffix(module, "/")) {
+		t.Fatal("go list named no module: the test would pass whatever the client depends on")
+	}
+	for _, m := range mods {
+		if m != strings.TrimSuffix(module, "/") && !outside[m] {
+			t.Errorf("the client depends on module %s", m)
+		}
 	}
 }

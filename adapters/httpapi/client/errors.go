@@ -6,10 +6,8 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // Error is an error answer of the API: its HTTP status and the body's code
@@ -32,19 +30,22 @@ func (e *Error) Error() string {
 }
 
 // Is matches the sentinel of the SDK that the code stands for:
-// lifecycle.ErrRunNotFound (run.ErrNotFound) and storage.ErrNotFound for RUN_NOT_FOUND;
-// storage.ErrNotFound for NOT_FOUND, JOB_NOT_FOUND and AGENT_NOT_FOUND;
-// lifecycle.ErrInvalidTransition for RUN_INVALID_TRANSITION,
-// INBOX_INVALID_TRANSITION, INBOX_ENTRY_EXPIRED and RUN_TERMINAL_STATE (which
-// also matches lifecycle.ErrTerminalState); lifecycle.ErrForbiddenActor and
-// authority.ErrForbidden for FORBIDDEN; codes.ErrInvalidInput for
-// INVALID_INPUT and INPUT_TOO_LARGE; lifecycle.ErrIdempotencyConflict,
-// lifecycle.ErrIdempotencyExpired, lifecycle.ErrIdempotencyInProgress, lifecycle.ErrRunUnsupported,
-// lifecycle.ErrJobExists, lifecycle.ErrInboxEntryExists, records.ErrCorrupt (RECORD_QUARANTINED),
-// records.ErrLeaseLost and storage.ErrUnavailable for their codes. The
-// engines' sentinels are these values under their own names (run.ErrNotFound
-// is lifecycle.ErrRunNotFound, jobqueue.ErrJobExists lifecycle.ErrJobExists,
-// inbox.ErrEntryExists lifecycle.ErrInboxEntryExists), so they match too.
+// lifecycle.ErrRunNotFound and the store's not-found sentinel for
+// RUN_NOT_FOUND; the store's not-found sentinel for NOT_FOUND,
+// JOB_NOT_FOUND and AGENT_NOT_FOUND; lifecycle.ErrInvalidTransition for
+// RUN_INVALID_TRANSITION, INBOX_INVALID_TRANSITION, INBOX_ENTRY_EXPIRED and
+// RUN_TERMINAL_STATE (which also matches lifecycle.ErrTerminalState);
+// lifecycle.ErrForbiddenActor and the authority matrix's sentinel for
+// FORBIDDEN; the invalid-input sentinel for INVALID_INPUT and
+// INPUT_TOO_LARGE; lifecycle.ErrIdempotencyConflict,
+// lifecycle.ErrIdempotencyExpired, lifecycle.ErrIdempotencyInProgress,
+// lifecycle.ErrRunUnsupported, lifecycle.ErrJobExists,
+// lifecycle.ErrInboxEntryExists, and the store's sentinels of a corrupt
+// record (RECORD_QUARANTINED), a lost lease and an unavailable store for
+// their codes. The engines' sentinels are these values under their own
+// names (run.ErrNotFound is lifecycle.ErrRunNotFound, jobqueue.ErrJobExists
+// lifecycle.ErrJobExists, inbox.ErrEntryExists lifecycle.ErrInboxEntryExists,
+// storage.ErrNotFound the store's not-found), so they match too.
 func (e *Error) Is(target error) bool {
 	for _, s := range sentinels(e.Code) {
 		if s == target {
@@ -57,15 +58,15 @@ func (e *Error) Is(target error) bool {
 func sentinels(code string) []error {
 	switch code {
 	case codes.RunNotFound:
-		return []error{lifecycle.ErrRunNotFound, storage.ErrNotFound}
+		return []error{lifecycle.ErrRunNotFound, driver.ErrNotFound}
 	case codes.NotFound, codes.JobNotFound, codes.AgentNotFound:
-		return []error{storage.ErrNotFound}
+		return []error{driver.ErrNotFound}
 	case codes.InvalidTransition, codes.InboxInvalidTransition, codes.InboxEntryExpired:
 		return []error{lifecycle.ErrInvalidTransition}
 	case codes.TerminalState:
 		return []error{lifecycle.ErrInvalidTransition, lifecycle.ErrTerminalState}
 	case codes.Forbidden:
-		return []error{lifecycle.ErrForbiddenActor, authority.ErrForbidden}
+		return []error{lifecycle.ErrForbiddenActor, codes.ErrForbidden}
 	case codes.InvalidInput, codes.InputTooLarge:
 		return []error{codes.ErrInvalidInput}
 	case codes.IdempotencyConflict:
@@ -81,11 +82,11 @@ func sentinels(code string) []error {
 	case codes.InboxEntryExists:
 		return []error{lifecycle.ErrInboxEntryExists}
 	case codes.RecordQuarantined:
-		return []error{records.ErrCorrupt}
+		return []error{codes.ErrCorrupt}
 	case codes.LeaseLost:
-		return []error{records.ErrLeaseLost}
+		return []error{codes.ErrLeaseLost}
 	case codes.UpstreamUnavailable:
-		return []error{storage.ErrUnavailable}
+		return []error{codes.ErrUnavailable}
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/adapters/httpapi/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -29,12 +28,11 @@ func Example() {
 			return run.StepOutput{Summary: "3 sources"}, nil
 		}}},
 	})
-	feed, _ := events.New(events.Config{Store: store, PollInterval: 10 * time.Millisecond})
+	srv, _ := httpapi.New(httpapi.Config{Runner: runner, Store: store, Events: true, EventPollInterval: 10 * time.Millisecond,
+		Tokens: map[string]lifecycle.Actor{"s3cret": lifecycle.ActorGateway}})
 	done := make(chan struct{}, 2)
 	go func() { _ = runner.Run(ctx); done <- struct{}{} }()
-	go func() { _ = feed.Run(ctx); done <- struct{}{} }()
-	srv, _ := httpapi.New(httpapi.Config{Runner: runner, Store: store, Events: feed,
-		Tokens: map[string]lifecycle.Actor{"s3cret": lifecycle.ActorGateway}})
+	go func() { _ = srv.Run(ctx); done <- struct{}{} }()
 	ts := httptest.NewServer(srv) // 127.0.0.1
 	defer func() { ts.Close(); cancel(); <-done; <-done }()
 
@@ -45,7 +43,7 @@ func Example() {
 		return
 	}
 	st, err := c.Wait(ctx, res.RunID) // follows /events/stream; polls every 5 s without it
-	fmt.Println(st.Status, st.StepsCompleted, client.Terminal(st), err)
+	fmt.Println(st.Status, st.StepsCompleted, lifecycle.RunFinished(st.Machine, st.Status), err)
 
 	_, err = c.Status(ctx, "run-unknown")
 	var apiErr *client.Error

@@ -2,194 +2,112 @@ package client
 
 import (
 	"context"
-	"iter"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// Page selects a page of a list: at most Limit items (0: the server's
-// default, 50; at most 500) after Cursor ("" for the first page; else the
-// next cursor a page before handed out, opaque).
-type Page struct {
-	Limit  int
-	Cursor string
-}
-
-func (p Page) values(q url.Values) url.Values {
-	if q == nil {
-		q = url.Values{}
-	}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
-	return q
-}
-
-// RunsQuery selects runs for RunsPage and AllRuns (GET /runs): an agent
-// ("" every agent), a status ("" every status), and the page.
-type RunsQuery struct {
-	Agent  string
+// Query selects the items of a list (Runs, Jobs, InboxEntries, Quarantine)
+// and the page of them to read.
+type Query struct {
+	// Agent keeps the runs or jobs of one agent ("" every agent).
+	Agent string
+	// Status keeps the items in one state ("" every state): a run's
+	// status, a job's or an inbox entry's state.
 	Status string
-	Page
+	// Type keeps the jobs of one type ("" every type).
+	Type string
+	// Limit is the size of a page: at most Limit items (0: the server's
+	// default, 50; at most 500; with All, 500).
+	Limit int
+	// Cursor starts the list after the page that handed it out ("" the
+	// first page); it is opaque.
+	Cursor string
+	// All reads every page from Cursor on: the answer holds every item,
+	// and its next cursor is "".
+	All bool
 }
 
-func (q RunsQuery) values() url.Values {
+func (q Query) values(fields ...string) url.Values {
 	v := url.Values{}
-	if q.Agent != "" {
-		v.Set("agent", q.Agent)
+	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i+1] != "" {
+			v.Set(fields[i], fields[i+1])
+		}
 	}
-	if q.Status != "" {
-		v.Set("status", q.Status)
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
 	}
-	return q.Page.values(v)
-}
-
-// RunsPage reads one page of runs, newest first, and the cursor of the next
-// page ("" on the last).
-func (c *Client) RunsPage(ctx context.Context, q RunsQuery) ([]lifecycle.RunStatus, string, error) {
-	var out []lifecycle.RunStatus
-	next, err := c.page(ctx, "/runs", q.values(), &out)
-	return out, next, err
-}
-
-// AllRuns yields the runs q selects, newest first, page after page from
-// q.Cursor, following each page's Link rel="next"; an error ends it.
-func (c *Client) AllRuns(ctx context.Context, q RunsQuery) iter.Seq2[lifecycle.RunStatus, error] {
-	return pages(func(cursor string) ([]lifecycle.RunStatus, string, error) {
-		q.Cursor = cursor
-		return c.RunsPage(ctx, q)
-	}, q.Cursor)
-}
-
-// JobsQuery selects jobs for JobsPage and AllJobs (GET /jobs): filters
-// ("" any) and the page.
-type JobsQuery struct {
-	Status lifecycle.JobState
-	Type   lifecycle.JobType
-	Agent  string
-	Page
-}
-
-// JobsPage reads one page of jobs (in job id order) and the cursor of the
-// next page ("" on the last). A page of a rare filter may be short, even
-// empty, and still have a next cursor: the server bounds the records a
-// page reads.
-func (c *Client) JobsPage(ctx context.Context, q JobsQuery) ([]lifecycle.Job, string, error) {
-	v := url.Values{}
-	if q.Status != "" {
-		v.Set("status", string(q.Status))
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
 	}
-	if q.Type != "" {
-		v.Set("type", string(q.Type))
-	}
-	if q.Agent != "" {
-		v.Set("agent", q.Agent)
-	}
-	var out []lifecycle.Job
-	next, err := c.page(ctx, "/jobs", q.Page.values(v), &out)
-	return out, next, err
+	return v
 }
 
-// AllJobs yields the jobs q selects, page after page from q.Cursor; an
-// error ends it.
-func (c *Client) AllJobs(ctx context.Context, q JobsQuery) iter.Seq2[lifecycle.Job, error] {
-	return pages(func(cursor string) ([]lifecycle.Job, string, error) {
-		q.Cursor = cursor
-		return c.JobsPage(ctx, q)
-	}, q.Cursor)
+// Runs reads a page of the runs q selects (GET /runs), newest first, and
+// the cursor of the next page ("" on the last); with q.All, every page.
+func (c *Client) Runs(ctx context.Context, q Query) ([]lifecycle.RunStatus, string, error) {
+	return list[lifecycle.RunStatus](ctx, c.conn(), "/runs", q, "agent", q.Agent, "status", q.Status)
 }
 
-// collect gathers every item of seq, never nil.
-func collect[T any](seq iter.Seq2[T, error]) ([]T, error) {
+// Jobs reads a page of the jobs q selects (GET /jobs), in job id order,
+// and the cursor of the next page ("" on the last); with q.All, every
+// page. A page of a rare filter may be short, even empty, and still have a
+// next cursor: the server bounds the records a page reads.
+func (c *Client) Jobs(ctx context.Context, q Query) ([]lifecycle.Job, string, error) {
+	return list[lifecycle.Job](ctx, c.conn(), "/jobs", q, "status", q.Status, "type", q.Type, "agent", q.Agent)
+}
+
+// InboxEntries reads a page of the inbox's entries (GET /inbox/entries),
+// of one state when q.Status is set, and the cursor of the next page (""
+// on the last); with q.All, every page.
+func (c *Client) InboxEntries(ctx context.Context, q Query) ([]lifecycle.InboxEntry, string, error) {
+	return list[lifecycle.InboxEntry](ctx, c.conn(), "/inbox/entries", q, "status", q.Status)
+}
+
+// Quarantine reads a page of the quarantined records in key order (GET
+// /quarantine, admin) and the cursor of the next page ("" on the last);
+// with q.All, every page.
+func (c *Client) Quarantine(ctx context.Context, q Query) ([]lifecycle.Quarantined, string, error) {
+	return list[lifecycle.Quarantined](ctx, c.conn(), "/quarantine", q)
+}
+
+// list reads the page of path that q selects (filters: name, value
+// pairs), or with q.All every page from q.Cursor on, never nil then.
+func list[T any](ctx context.Context, k conn, path string, q Query, filters ...string) ([]T, string, error) {
+	if !q.All {
+		return page[T](ctx, k, path, q.values(filters...))
+	}
+	if q.Limit == 0 {
+		q.Limit = 500
+	}
 	out := []T{}
-	for it, err := range seq {
+	for {
+		items, next, err := page[T](ctx, k, path, q.values(filters...))
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		out = append(out, it)
+		out = append(out, items...)
+		if next == "" || next == q.Cursor {
+			return out, "", nil
+		}
+		q.Cursor = next
 	}
-	return out, nil
 }
 
-// page GETs one page of a list into out and returns its next cursor.
-func (c *Client) page(ctx context.Context, path string, query url.Values, out any) (string, error) {
-	req, err := c.newRequest(ctx, http.MethodGet, path, query, nil)
+// page GETs one page of a list and returns its next cursor.
+func page[T any](ctx context.Context, k conn, path string, query url.Values) ([]T, string, error) {
+	req, err := k.newRequest(ctx, http.MethodGet, path, query, nil)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	_, h, err := c.send(req, out)
+	var out []T
+	h, err := k.send(req, &out)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	return NextCursor(h), nil
-}
-
-// pages yields every item of the pages read from cursor on.
-func pages[T any](read func(cursor string) ([]T, string, error), cursor string) iter.Seq2[T, error] {
-	return func(yield func(T, error) bool) {
-		for {
-			items, next, err := read(cursor)
-			if err != nil {
-				var zero T
-				yield(zero, err)
-				return
-			}
-			for _, it := range items {
-				if !yield(it, nil) {
-					return
-				}
-			}
-			if next == "" || next == cursor {
-				return
-			}
-			cursor = next
-		}
-	}
-}
-
-// NextCursor returns the cursor of the Link rel="next" in h (RFC 8288),
-// "" when there is none.
-func NextCursor(h http.Header) string {
-	for _, v := range h.Values("Link") {
-		for link := range strings.SplitSeq(v, ",") {
-			target, params, ok := strings.Cut(link, ";")
-			target = strings.TrimSpace(target)
-			if !ok || !strings.HasPrefix(target, "<") || !strings.HasSuffix(target, ">") {
-				continue
-			}
-			if !isNext(params) {
-				continue
-			}
-			u, err := url.Parse(target[1 : len(target)-1])
-			if err != nil {
-				continue
-			}
-			return u.Query().Get("cursor")
-		}
-	}
-	return ""
-}
-
-// isNext tells whether a link's parameters hold rel="next" (rel may list
-// several relation types).
-func isNext(params string) bool {
-	for p := range strings.SplitSeq(params, ";") {
-		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
-		if !ok || !strings.EqualFold(strings.TrimSpace(k), "rel") {
-			continue
-		}
-		for rel := range strings.FieldsSeq(strings.Trim(strings.TrimSpace(v), `"`)) {
-			if strings.EqualFold(rel, "next") {
-				return true
-			}
-		}
-	}
-	return false
+	return out, wire.NextCursor(h), nil
 }

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/lifecycle/run/schedule"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/internal/schedule"
 )
 
-// TestScheduleReadsWhatTheServerWrites: the client's Schedule decodes the
+// TestScheduleReadsWhatTheServerWrites: the Schedule the client returns (lifecycle.ScheduleInfo) decodes the
 // JSON of the Scheduler's schedule.Info field for field, and writes it
 // back byte for byte (the CLI prints it).
 func TestScheduleReadsWhatTheServerWrites(t *testing.T) {
@@ -35,7 +35,7 @@ func TestScheduleReadsWhatTheServerWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var s client.Schedule
+			var s lifecycle.ScheduleInfo
 			if err := json.Unmarshal(want, &s); err != nil {
 				t.Fatal(err)
 			}

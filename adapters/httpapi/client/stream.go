@@ -7,26 +7,27 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-	"github.com/runconveyor/conveyor/adapters/httpapi/sse"
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/sse"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// PollInterval is how often Wait reads a run's status when the event
+// pollInterval is how often Wait reads a run's status when the event
 // stream is not available (docs/spec.md#polling: 5 s).
-const PollInterval = 5 * time.Second
+const pollInterval = 5 * time.Second
 
 // ErrStreamEnded: the server closed the event stream.
 var ErrStreamEnded = errors.New("httpapi: event stream ended")
 
 // Event is one event of GET /events/stream (docs/http-api.md): its id (the
 // audit event's: resume after it with Events' lastEventID), its type (e.g.
-// "run.status.changed") and its JSON data; Payload decodes the data.
+// "run.status.changed", the types of docs/http-api.md) and its JSON data;
+// its Payload method decodes the data.
 type Event = sse.Event
 
 // runEvent holds the fields of a run event's data that Wait reads.
@@ -39,14 +40,13 @@ type runEvent struct {
 // keeping only runID's events when set. The sequence ends after an error:
 // an *Error when the server refused the stream (503 SERVICE_UNAVAILABLE when
 // it serves none), ErrStreamEnded when the server closed it, ctx's error
-// when ctx ended, sse.ErrLineTooLong for a line over
-// sse.MaxLineBytes, sse.ErrEventTooLarge for an event over
-// sse.MaxEventBytes.
+// when ctx ended, an error for a line over 64 KiB or an event over 1 MiB.
 func (c *Client) Events(ctx context.Context, lastEventID, runID string) iter.Seq2[Event, error] {
+	k := c.conn()
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		body, err := c.openStream(ctx, lastEventID, runID)
+		body, err := k.openStream(ctx, lastEventID, runID)
 		if err != nil {
 			yield(Event{}, err)
 			return
@@ -64,12 +64,12 @@ func (c *Client) Events(ctx context.Context, lastEventID, runID string) iter.Seq
 }
 
 // openStream opens the event stream; a refusal is an *Error.
-func (c *Client) openStream(ctx context.Context, lastEventID, runID string) (io.ReadCloser, error) {
+func (k conn) openStream(ctx context.Context, lastEventID, runID string) (io.ReadCloser, error) {
 	q := url.Values{}
 	if runID != "" {
 		q.Set("run", runID)
 	}
-	req, err := c.newRequest(ctx, http.MethodGet, "/events/stream", q, nil)
+	req, err := k.newRequest(ctx, http.MethodGet, "/events/stream", q, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (c *Client) openStream(ctx context.Context, lastEventID, runID string) (io.
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
 	}
-	resp, err := c.httpClient().Do(req)
+	resp, err := k.http.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -105,18 +105,19 @@ func readEvents(r io.Reader) iter.Seq2[Event, error] {
 // Wait returns the run's status once it is terminal. It follows the event
 // stream, re-reading the status at each event of the run; when the stream
 // is unavailable or breaks it polls GET /runs/{runId}/status every
-// PollInterval on c.Clock instead. Network errors (a server down or
-// restarting: connection refused, reset) and 5xx answers are waited out:
-// the first read is retried with backoff on c.Clock (WaitBackOff), later
-// ones at each poll. It returns an *Error when a read of the status is
+// 5 s on c.Clock instead. Network errors (a server down or restarting:
+// connection refused, reset) and 5xx answers are waited out: the first
+// read is retried with backoff on c.Clock (from 250 ms, doubling, at most
+// 5 s apart, with ±20 % jitter), later ones at each poll. It returns an *Error when a read of the status is
 // refused (an unknown run, a 4xx), and a *WaitError when ctx ends first.
 func (c *Client) Wait(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
-	w := &waiter{c: c, runID: runID, start: c.clock().Now()}
+	k := c.conn()
+	w := &waiter{k: k, runID: runID, start: k.clock.Now()}
 	st, err := w.first(ctx)
-	if err != nil || Terminal(st) {
+	if err != nil || terminal(st) {
 		return st, err
 	}
-	st, done, err := c.follow(ctx, runID)
+	st, done, err := w.follow(ctx)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return lifecycle.RunStatus{}, w.giveUp(ctx)
@@ -126,18 +127,19 @@ func (c *Client) Wait(ctx context.Context, runID string) (lifecycle.RunStatus, e
 	return w.poll(ctx)
 }
 
-// WaitBackOff is the schedule of Wait's retries of its first read of the
-// status: from 250 ms, doubling, at most PollInterval apart, with ±20 %
+// backOff is the schedule of Wait's retries of its first read of the
+// status: from 250 ms, doubling, at most pollInterval apart, with ±20 %
 // jitter and no limit of its own: Wait's context is the limit.
-func WaitBackOff() backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 250 * time.Millisecond
-	b.Multiplier = 2
-	b.RandomizationFactor = 0.2
-	b.MaxInterval = PollInterval
-	b.MaxElapsedTime = 0
-	b.Reset()
-	return b
+type backOff struct{ current time.Duration }
+
+func (b *backOff) next() time.Duration {
+	if b.current == 0 {
+		b.current = 250 * time.Millisecond
+	}
+	d := float64(b.current)
+	next := time.Duration(d*0.8 + rand.Float64()*(d*0.4+1))
+	b.current = min(2*b.current, pollInterval)
+	return next
 }
 
 // WaitError is Wait's error when its context ends before the run is
@@ -180,7 +182,7 @@ func (e *WaitError) Unwrap() []error {
 
 // waiter is one Wait: its run, and the failures of its reads in a row.
 type waiter struct {
-	c        *Client
+	k        conn
 	runID    string
 	start    time.Time
 	failures int
@@ -190,7 +192,7 @@ type waiter struct {
 // read reads the status once, remembering a failure that is not the
 // context's own.
 func (w *waiter) read(ctx context.Context) (lifecycle.RunStatus, error) {
-	st, err := w.c.Status(ctx, w.runID)
+	st, err := w.status(ctx)
 	switch {
 	case err == nil:
 		w.failures, w.last = 0, nil
@@ -201,10 +203,10 @@ func (w *waiter) read(ctx context.Context) (lifecycle.RunStatus, error) {
 }
 
 // first reads the status until a read answers, retrying failures that may
-// pass (retryable) with WaitBackOff.
+// pass (retryable) with backOff.
 func (w *waiter) first(ctx context.Context) (lifecycle.RunStatus, error) {
-	bo := WaitBackOff()
-	clk := w.c.clock()
+	var bo backOff
+	clk := w.k.clock
 	for {
 		st, err := w.read(ctx)
 		switch {
@@ -213,7 +215,7 @@ func (w *waiter) first(ctx context.Context) (lifecycle.RunStatus, error) {
 		case err == nil || !retryable(err):
 			return st, err
 		}
-		t := clk.NewTimer(bo.NextBackOff())
+		t := clk.NewTimer(bo.next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -224,17 +226,18 @@ func (w *waiter) first(ctx context.Context) (lifecycle.RunStatus, error) {
 }
 
 func (w *waiter) giveUp(ctx context.Context) error {
-	return &WaitError{RunID: w.runID, Failures: w.failures, Waited: w.c.clock().Now().Sub(w.start), Last: w.last, Stop: ctx.Err()}
+	return &WaitError{RunID: w.runID, Failures: w.failures, Waited: w.k.clock.Now().Sub(w.start), Last: w.last, Stop: ctx.Err()}
 }
 
 // follow waits on the event stream: done when the run is terminal; not done
 // (and no error) when the stream is unavailable or broke. While the stream
-// is open the status is still read every PollInterval: an event can be
+// is open the status is still read every pollInterval: an event can be
 // lost for good (a writer that died between its write and its audit
 // object), and the status, not the stream, is the truth.
-func (c *Client) follow(parent context.Context, runID string) (lifecycle.RunStatus, bool, error) {
+func (w *waiter) follow(parent context.Context) (lifecycle.RunStatus, bool, error) {
 	ctx, cancel := context.WithCancel(parent)
-	body, err := c.openStream(ctx, "", runID)
+	runID := w.runID
+	body, err := w.k.openStream(ctx, "", runID)
 	if err != nil {
 		cancel()
 		return lifecycle.RunStatus{}, false, parent.Err()
@@ -248,20 +251,20 @@ func (c *Client) follow(parent context.Context, runID string) (lifecycle.RunStat
 	reread := make(chan struct{})
 	go func() {
 		defer close(reread)
-		clk := c.clock()
+		clk := w.k.clock
 		for {
-			t := clk.NewTimer(PollInterval)
+			t := clk.NewTimer(pollInterval)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
 			case <-t.C():
 			}
-			st, err := c.Status(ctx, runID)
+			st, err := w.status(ctx)
 			if ctx.Err() != nil {
 				return
 			}
-			if (err == nil && Terminal(st)) || (err != nil && !retryable(err)) {
+			if (err == nil && terminal(st)) || (err != nil && !retryable(err)) {
 				found <- result{st, err}
 				cancel() // ends the stream's read below
 				return
@@ -281,13 +284,13 @@ func (c *Client) follow(parent context.Context, runID string) (lifecycle.RunStat
 	}
 	// Read once more now that the stream is open: a change made before it
 	// opened has no event on it.
-	st, err := c.Status(ctx, runID)
+	st, err := w.status(ctx)
 	switch {
 	case err != nil && retryable(err):
 		return notDone()
 	case err != nil:
 		return st, true, err
-	case Terminal(st):
+	case terminal(st):
 		return st, true, nil
 	}
 	for ev, err := range readEvents(body) {
@@ -298,22 +301,27 @@ func (c *Client) follow(parent context.Context, runID string) (lifecycle.RunStat
 		if json.Unmarshal(ev.Data, &re) != nil || re.RunID != runID {
 			continue
 		}
-		st, err := c.Status(ctx, runID)
+		st, err := w.status(ctx)
 		if err != nil && !retryable(err) && ctx.Err() == nil {
 			return st, true, err
 		}
-		if err == nil && Terminal(st) {
+		if err == nil && terminal(st) {
 			return st, true, nil
 		}
 	}
 	return notDone()
 }
 
-// poll reads the status every PollInterval until it is terminal.
+// status reads the run's status once.
+func (w *waiter) status(ctx context.Context) (lifecycle.RunStatus, error) {
+	return get[lifecycle.RunStatus](ctx, w.k, http.MethodGet, runPath(w.runID, "/status"), nil)
+}
+
+// poll reads the status every pollInterval until it is terminal.
 func (w *waiter) poll(ctx context.Context) (lifecycle.RunStatus, error) {
-	clk := w.c.clock()
+	clk := w.k.clock
 	for {
-		t := clk.NewTimer(PollInterval)
+		t := clk.NewTimer(pollInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -322,7 +330,7 @@ func (w *waiter) poll(ctx context.Context) (lifecycle.RunStatus, error) {
 		}
 		st, err := w.read(ctx)
 		switch {
-		case err == nil && Terminal(st):
+		case err == nil && terminal(st):
 			return st, nil
 		case err != nil && ctx.Err() != nil:
 			return lifecycle.RunStatus{}, w.giveUp(ctx)
@@ -342,11 +350,11 @@ func retryable(err error) bool {
 	return true
 }
 
-// Terminal tells whether a run's status is a terminal state of its machine
+// terminal tells whether a run's status is a terminal state of its machine
 // (the status's machine field; the canonical machine when it is empty). A
 // machine this SDK does not know (a newer server's) counts the states that
 // are terminal in any run machine.
-func Terminal(st lifecycle.RunStatus) bool {
+func terminal(st lifecycle.RunStatus) bool {
 	canonical := lifecycle.CanonicalRun().IsTerminal(lifecycle.RunState(st.Status))
 	cancelable := lifecycle.CancelableRun().IsTerminal(lifecycle.CancelableRunState(st.Status))
 	approval := lifecycle.ApprovalRun().IsTerminal(lifecycle.ApprovalRunState(st.Status))
@@ -361,22 +369,23 @@ func Terminal(st lifecycle.RunStatus) bool {
 	return canonical || cancelable || approval
 }
 
-// InboxPollInterval is how often WatchInbox reads the inbox stats when the
+// inboxPollInterval is how often WatchInbox reads the inbox stats when the
 // event stream is not available (docs/spec.md#polling: 30 s).
-const InboxPollInterval = 30 * time.Second
+const inboxPollInterval = 30 * time.Second
 
 // WatchInbox yields the inbox stats now, and again whenever they change:
 // at each inbox event of the stream, or, while the stream is unavailable
-// or broken, at reads every InboxPollInterval on c.Clock (trying the stream
+// or broken, at reads every 30 s on c.Clock (trying the stream
 // again after each). It ends when ctx ends or a read is refused (an *Error
 // under 500, yielded); 5xx answers and network errors are waited out.
 func (c *Client) WatchInbox(ctx context.Context) iter.Seq2[lifecycle.InboxStats, error] {
+	k := c.conn()
 	return func(yield func(lifecycle.InboxStats, error) bool) {
 		var last lifecycle.InboxStats
 		first := true
 		// read yields the stats if they changed; false ends the watch.
 		read := func() bool {
-			st, err := c.InboxStats(ctx)
+			st, err := get[lifecycle.InboxStats](ctx, k, http.MethodGet, "/inbox/stats", nil)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return false
@@ -392,7 +401,7 @@ func (c *Client) WatchInbox(ctx context.Context) iter.Seq2[lifecycle.InboxStats,
 			return true
 		}
 		for ctx.Err() == nil {
-			if body, err := c.openStream(ctx, "", ""); err == nil {
+			if body, err := k.openStream(ctx, "", ""); err == nil {
 				ok := read() // changes before the stream opened have no event on it
 				for ev, err := range readEvents(body) {
 					if !ok || err != nil {
@@ -409,7 +418,7 @@ func (c *Client) WatchInbox(ctx context.Context) iter.Seq2[lifecycle.InboxStats,
 			} else if !read() {
 				return
 			}
-			t := c.clock().NewTimer(InboxPollInterval)
+			t := k.clock.NewTimer(inboxPollInterval)
 			select {
 			case <-ctx.Done():
 				t.Stop()

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The request bodies, field names as in docs/http-api.md: the client
@@ -73,9 +72,15 @@ type InboxAnswer struct {
 	Status  lifecycle.InboxState `json:"status"`
 }
 
-// Quarantined is one record of GET /quarantine: records.Quarantined
-// with its qkey, which its own JSON leaves out.
-type Quarantined struct {
-	QKey string `json:"qkey"`
-	records.Quarantined
-}
+// The headers of the API that the client sends and the server reads.
+const (
+	// ActorHeader names the actor of a request when the server has no
+	// tokens (loopback only).
+	ActorHeader = "X-Conveyor-Actor"
+	// IdempotencyKeyHeader carries a submit's idempotency key
+	// (docs/spec.md#idempotency).
+	IdempotencyKeyHeader = "X-Idempotency-Key"
+	// RequestIDHeader is the idempotency key of a submit without
+	// IdempotencyKeyHeader.
+	RequestIDHeader = "X-Request-ID"
+)

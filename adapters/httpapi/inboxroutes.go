@@ -1,0 +1,69 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+)
+
+// inboxRoutes serves /inbox/* over the inbox, nil when none is served.
+type inboxRoutes struct {
+	box     *inbox.Box
+	cursors *cursors
+}
+
+func (h *inboxRoutes) table() []route {
+	return []route{
+		{method: "POST", path: "/inbox/submit", actors: submitters, body: true, h: h.submitInbox()},
+		{method: "GET", path: "/inbox/stats", h: h.inboxStats()},
+		{method: "GET", path: "/inbox/entries", h: h.inboxEntries()},
+	}
+}
+
+func (h *inboxRoutes) submitInbox() handlerFunc {
+	return needs(h.box != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
+		func(ctx context.Context, _ lifecycle.Actor, sub lifecycle.InboxSubmission) (wire.InboxAnswer, error) {
+			// The route admits the owner's callers; the Worker, the gateway, is who
+			// writes a pending entry (docs/spec.md#inbox-entry-lifecycle).
+			e, err := h.box.Submit(ctx, lifecycle.ActorGateway, sub)
+			if err != nil {
+				return wire.InboxAnswer{}, err
+			}
+			return wire.InboxAnswer{InboxID: e.ID, Status: e.Status}, nil
+		}))
+}
+
+func (h *inboxRoutes) inboxStats() handlerFunc {
+	return needs(h.box != nil, "inbox", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) (lifecycle.InboxStats, error) {
+			return h.box.Stats(ctx)
+		}))
+}
+
+// statusQuery reads GET /inbox/entries's optional ?status= filter.
+func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) {
+	var opts inbox.ListOptions
+	if v := r.URL.Query().Get("status"); v != "" {
+		known := false
+		for _, st := range lifecycle.InboxStates() {
+			known = known || string(st) == v
+		}
+		if !known {
+			return opts, apiErr(codes.InvalidRequest, "unknown status %q (want pending, processed, rejected or expired)", v)
+		}
+		opts.Status = lifecycle.InboxState(v)
+	}
+	return opts, nil
+}
+
+func (h *inboxRoutes) inboxEntries() handlerFunc {
+	return needs(h.box != nil, "inbox", pagedRoute(h.cursors, statusQuery,
+		func(ctx context.Context, _ lifecycle.Actor, opts inbox.ListOptions, p pageParams) ([]lifecycle.InboxEntry, string, error) {
+			page, err := h.box.ListPage(ctx, opts, p.limit, p.cursor)
+			return page.Entries, page.Next, err
+		}))
+}

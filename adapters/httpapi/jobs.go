@@ -1,0 +1,79 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/authority"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// jobRoutes serves /jobs over the job queue, nil when none is served.
+type jobRoutes struct {
+	queue   *jobqueue.Queue
+	cursors *cursors
+}
+
+func (h *jobRoutes) table() []route {
+	return []route{
+		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: h.enqueueJob()},
+		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: h.listJobs()},
+		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: h.getJob()},
+		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
+	}
+}
+
+func absent(what string) error {
+	return apiErr(codes.NotFound, "this worker serves no %s", what)
+}
+
+func (h *jobRoutes) enqueueJob() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusCreated, jsonBody(decodeJob),
+		func(ctx context.Context, actor lifecycle.Actor, n jobqueue.NewJob) (lifecycle.Job, error) {
+			job, err := h.queue.Enqueue(ctx, actor, n)
+			return job, jobScoped(err)
+		}))
+}
+
+// jobsQuery reads GET /jobs's filters: ?status=, ?type=, ?agent=.
+func jobsQuery(r *http.Request, _ lifecycle.Actor) (jobqueue.JobQuery, error) {
+	q := r.URL.Query()
+	jq := jobqueue.JobQuery{Status: lifecycle.JobState(q.Get("status")), Type: lifecycle.JobType(q.Get("type")), Agent: q.Get("agent")}
+	if jq.Agent != "" {
+		if err := storage.ValidateID("agent", jq.Agent); err != nil {
+			return jq, err
+		}
+	}
+	return jq, nil
+}
+
+func (h *jobRoutes) listJobs() handlerFunc {
+	return needs(h.queue != nil, "job queue", pagedRoute(h.cursors, jobsQuery,
+		func(ctx context.Context, actor lifecycle.Actor, jq jobqueue.JobQuery, p pageParams) ([]lifecycle.Job, string, error) {
+			jq.Limit, jq.Cursor = p.limit, p.cursor
+			page, err := h.queue.ListPage(ctx, actor, jq)
+			if err != nil {
+				return nil, "", jobScoped(err)
+			}
+			return page.Jobs, page.Next, nil
+		}))
+}
+
+func (h *jobRoutes) getJob() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, pathParam("jobId", "job_id"),
+		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.Job, error) {
+			job, err := h.queue.Get(ctx, actor, id)
+			return job, jobScoped(err)
+		}))
+}
+
+func (h *jobRoutes) requeueJob() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, pathNoBody("jobId", "job_id", "requeue takes no body"),
+		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.Job, error) {
+			job, err := h.queue.Requeue(ctx, actor, id)
+			return job, jobScoped(err)
+		}))
+}

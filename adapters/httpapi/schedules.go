@@ -1,0 +1,51 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/schedule"
+)
+
+// scheduleRoutes serves /schedules over the Scheduler, nil when none is
+// served.
+type scheduleRoutes struct {
+	sched *schedule.Scheduler
+}
+
+func (h *scheduleRoutes) table() []route {
+	return []route{
+		{method: "GET", path: "/schedules", h: h.listSchedules()},
+		{method: "POST", path: "/schedules/{scheduleId}/pause", actors: admin, h: h.pauseSchedule(true)},
+		{method: "POST", path: "/schedules/{scheduleId}/resume", actors: admin, h: h.pauseSchedule(false)},
+	}
+}
+
+func (h *scheduleRoutes) listSchedules() handlerFunc {
+	return needs(h.sched != nil, "scheduler", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]schedule.Info, error) {
+			return h.sched.List(ctx)
+		}))
+}
+
+// pauseSchedule pauses or resumes a schedule, in every process sharing the
+// store; the actor is recorded as who paused it.
+func (h *scheduleRoutes) pauseSchedule(pause bool) handlerFunc {
+	return needs(h.sched != nil, "scheduler", jsonRoute(http.StatusOK, pathNoBody("scheduleId", "schedule_id", "pause and resume take no body"),
+		func(ctx context.Context, actor lifecycle.Actor, id string) (schedule.Info, error) {
+			var info schedule.Info
+			var err error
+			if pause {
+				info, err = h.sched.Pause(ctx, id, string(actor))
+			} else {
+				info, err = h.sched.Resume(ctx, id)
+			}
+			if errors.Is(err, schedule.ErrUnknownSchedule) {
+				return info, apiErr(codes.NotFound, "no schedule %q", id)
+			}
+			return info, err
+		}))
+}

@@ -1,0 +1,764 @@
+// Package schedule fires scheduled runs (status.json trigger "cron") exactly
+// once per slot, however many processes run a Scheduler on one store.
+//
+// A schedule names an agent and when to run it: a cron expression (five
+// fields, parsed by github.com/robfig/cron/v3, in the schedule's time zone)
+// or a fixed interval. Each slot, the time the expression names, starts one
+// run through run.Runner.Submit with the idempotency key of docs/spec.md#idempotency,
+// scheduler:{schedule_id}:{slot}, whose record is created create-only before
+// the run: of the processes that fire a slot at once, each gets the one run
+// of the slot, whoever wrote it (a process that loses the race writes the
+// run itself if the winner has not yet). Losing that race is the normal
+// case, not a failure. A process that dies between the record and the run
+// leaves the slot pending, and any other process's next look (at the
+// latest the next slot) creates the run under the same id, never a second
+// one.
+//
+// Which slots are due is kept in the store, not in a process:
+// schedules/{id}.json holds the latest slot dealt with (fired or skipped),
+// advanced by compare-and-swap and only forward. So a process that starts
+// late finds the slots missed while none ran, and applies the schedule's
+// Missed policy to them; a clock that jumps back finds nothing due (the slot
+// it would repeat is behind the state); a clock that jumps forward finds the
+// slots in between due and fires them like missed ones (the default policy
+// catches up, so none is skipped).
+package schedule
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/records"
+)
+
+// The policies of Schedule.Missed: what happens to slots that passed while
+// no Scheduler fired them (an outage, a clock jump forward).
+const (
+	// MissedCatchUp fires the missed slots, oldest first, at most
+	// Schedule.CatchUp of them (the most recent ones); older ones are
+	// skipped. The default.
+	MissedCatchUp = "catch_up"
+	// MissedLatest fires the latest missed slot once and skips the others.
+	MissedLatest = "latest"
+	// MissedSkip fires no missed slot: the schedule goes on with the next.
+	MissedSkip = "skip"
+)
+
+// DefaultCatchUp is how many missed slots MissedCatchUp fires when
+// Schedule.CatchUp is 0.
+const DefaultCatchUp = 12
+
+// Schedule is one schedule: when to start which agent's run.
+type Schedule struct {
+	// ID names the schedule in its state's key and in its runs'
+	// idempotency keys: an id (storage.ValidateID). Required.
+	ID string `json:"id"`
+	// Agent is the agent whose run each slot starts. Required.
+	Agent string `json:"agent"`
+	// Cron is a five-field cron expression ("*/5 * * * *") or a descriptor
+	// ("@hourly", "@every 90s"). Exactly one of Cron and Every is set.
+	Cron string `json:"cron,omitempty"`
+	// Every is a fixed interval; its slots are the multiples of it since
+	// the Unix epoch. At least a second.
+	Every time.Duration `json:"every,omitempty"`
+	// TimeZone is the IANA zone Cron is read in. Default UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+	// Jitter delays each slot's firing by up to this much, by an amount
+	// every process computes alike from the schedule and the slot (the
+	// slot's key stays the slot's own time). Default none.
+	Jitter time.Duration `json:"jitter,omitempty"`
+	// Missed is the policy for missed slots. Default MissedCatchUp.
+	Missed string `json:"missed,omitempty"`
+	// CatchUp bounds MissedCatchUp. Default DefaultCatchUp.
+	CatchUp int `json:"catch_up,omitempty"`
+	// Input is handed to the run's steps.
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// scheduleJSON is Schedule with its durations as Go duration strings
+// ("20s", "1m30s"), the form a person writes in a config file.
+type scheduleJSON struct {
+	scheduleFields
+	Every  string `json:"every,omitempty"`
+	Jitter string `json:"jitter,omitempty"`
+}
+
+// scheduleFields has Schedule's fields without its JSON methods.
+type scheduleFields Schedule
+
+// MarshalJSON writes Every and Jitter as Go duration strings.
+func (s Schedule) MarshalJSON() ([]byte, error) {
+	v := scheduleJSON{scheduleFields: scheduleFields(s)}
+	if s.Every != 0 {
+		v.Every = s.Every.String()
+	}
+	if s.Jitter != 0 {
+		v.Jitter = s.Jitter.String()
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads Every and Jitter as Go duration strings ("20s");
+// a number is read as nanoseconds, as versions before this one wrote them.
+func (s *Schedule) UnmarshalJSON(b []byte) error {
+	var v struct {
+		*scheduleFields
+		Every  json.RawMessage `json:"every,omitempty"`
+		Jitter json.RawMessage `json:"jitter,omitempty"`
+	}
+	v.scheduleFields = (*scheduleFields)(s)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	var err error
+	if s.Every, err = durationJSON("every", v.Every); err != nil {
+		return err
+	}
+	s.Jitter, err = durationJSON("jitter", v.Jitter)
+	return err
+}
+
+// durationJSON reads a duration written as a Go duration string or as a
+// number of nanoseconds; absent or null is 0.
+func durationJSON(field string, raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var str string
+	if json.Unmarshal(raw, &str) == nil {
+		d, err := time.ParseDuration(str)
+		if err != nil {
+			return 0, &codes.InputError{Field: field, Reason: err.Error()}
+		}
+		return d, nil
+	}
+	var ns int64
+	if err := json.Unmarshal(raw, &ns); err != nil {
+		return 0, &codes.InputError{Field: field, Reason: "want a duration such as \"20s\""}
+	}
+	return time.Duration(ns), nil
+}
+
+// slots enumerates a schedule's slots.
+type slots interface {
+	// next returns the first slot after t.
+	next(t time.Time) time.Time
+}
+
+type cronSlots struct {
+	s   cron.Schedule
+	loc *time.Location
+}
+
+func (c cronSlots) next(t time.Time) time.Time { return c.s.Next(t.In(c.loc)).UTC() }
+
+type everySlots time.Duration
+
+func (e everySlots) next(t time.Time) time.Time {
+	d := time.Duration(e)
+	return t.UTC().Truncate(d).Add(d)
+}
+
+// parser reads the five standard fields and descriptors, as crontab does.
+var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// compile checks a schedule and returns its slots.
+func (s *Schedule) compile() (slots, error) {
+	bad := func(format string, a ...any) error {
+		return &codes.InputError{Field: "schedule " + s.ID, Reason: fmt.Sprintf(format, a...)}
+	}
+	if err := storage.ValidateID("schedule id", s.ID); err != nil {
+		return nil, err
+	}
+	if err := storage.ValidateID("agent", s.Agent); err != nil {
+		return nil, err
+	}
+	if s.Jitter < 0 || s.CatchUp < 0 {
+		return nil, bad("negative jitter or catch_up")
+	}
+	switch s.Missed {
+	case "":
+		s.Missed = MissedCatchUp
+	case MissedCatchUp, MissedLatest, MissedSkip:
+	default:
+		return nil, bad("missed %q: want catch_up, latest or skip", s.Missed)
+	}
+	if s.CatchUp == 0 {
+		s.CatchUp = DefaultCatchUp
+	}
+	switch {
+	case (s.Cron == "") == (s.Every == 0):
+		return nil, bad("set exactly one of cron and every")
+	case s.Every != 0:
+		if s.Every < time.Second || s.Every%time.Second != 0 {
+			return nil, bad("every %s: want whole seconds, at least 1s", s.Every)
+		}
+		if s.TimeZone != "" {
+			return nil, bad("time_zone applies to cron only")
+		}
+		return everySlots(s.Every), nil
+	}
+	loc := time.UTC
+	if s.TimeZone != "" {
+		var err error
+		if loc, err = time.LoadLocation(s.TimeZone); err != nil {
+			return nil, bad("time_zone %q: %v", s.TimeZone, err)
+		}
+	}
+	cs, err := parser.Parse(s.Cron)
+	if err != nil {
+		return nil, bad("cron %q: %v", s.Cron, err)
+	}
+	return cronSlots{s: cs, loc: loc}, nil
+}
+
+// jitter is the schedule's delay for one slot: the same in every process.
+func (s *Schedule) jitter(slot time.Time) time.Duration {
+	if s.Jitter <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(s.ID))
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(slot.UnixNano()))
+	h.Write(b[:])
+	return time.Duration(h.Sum64() % uint64(s.Jitter))
+}
+
+// Key is the idempotency key of a slot's run (docs/spec.md#idempotency): the slot in
+// RFC 3339 UTC, truncated to the second (no schedule is finer).
+func Key(scheduleID string, slot time.Time) string {
+	return "scheduler:" + scheduleID + ":" + slot.UTC().Truncate(time.Second).Format(time.RFC3339)
+}
+
+// State is a schedule's record, schedules/{id}.json.
+type State struct {
+	records.Meta
+	ScheduleID string `json:"schedule_id"`
+	// LastSlot is the latest slot dealt with: fired, or skipped by the
+	// Missed policy or a pause. Only slots after it are due.
+	LastSlot time.Time `json:"last_slot"`
+	// Pending is a slot being fired: claimed, its run perhaps not created
+	// yet. The next firing finishes it first, whatever the Missed policy,
+	// so a process that dies between the claim and the run leaves no slot
+	// without its run.
+	Pending *time.Time `json:"pending,omitempty"`
+	// LastFired is the latest slot that started a run, LastRunID that run.
+	LastFired *time.Time `json:"last_fired,omitempty"`
+	LastRunID string     `json:"last_run_id,omitempty"`
+	Paused    bool       `json:"paused,omitempty"`
+	// PausedBy names who paused it.
+	PausedBy  string    `json:"paused_by,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Metrics counts what the Scheduler does, per schedule; all methods must be
+// safe for concurrent use.
+type Metrics interface {
+	// SlotFired counts a slot whose run this process created; caughtUp
+	// says the slot was a missed one.
+	SlotFired(schedule string, caughtUp bool)
+	// SlotSkipped counts slots skipped by the Missed policy or a pause.
+	SlotSkipped(schedule string, n int)
+	// DuplicateSuppressed counts a slot another process had fired already.
+	DuplicateSuppressed(schedule string)
+}
+
+// Config configures a Scheduler.
+type Config struct {
+	// Runner submits the runs. Required.
+	Runner *run.Runner
+	// Store holds the schedules' state: the Runner's store. Required.
+	Store *storage.Store
+	// Schedules to fire. Ids must be unique.
+	Schedules []Schedule
+	// Clock: default the wall clock.
+	Clock clock.Clock
+	// Logger: default slog.Default().
+	Logger *slog.Logger
+	// Metrics: default none.
+	Metrics Metrics
+	// Grace is how late a slot may be fired and still count as on time,
+	// not missed (beyond its jitter). Default 1 min.
+	Grace time.Duration
+	// PollInterval bounds the wait between two looks at the schedules'
+	// state, so a pause, a resume or a slot fired elsewhere is noticed.
+	// Default 30 s.
+	PollInterval time.Duration
+	// RetryInterval is how soon a schedule is looked at again after a
+	// firing did not finish: the store failed, or the slot's run is still
+	// being created by a submit that could not be helped yet. Default 1 s
+	// (at most PollInterval).
+	RetryInterval time.Duration
+}
+
+// Scheduler fires its schedules' slots; any number of Schedulers, in any
+// number of processes, may share a store.
+type Scheduler struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clock.Clock
+	slots map[string]slots
+	byID  map[string]*Schedule
+	wake  chan struct{}
+	mu    sync.Mutex
+	recs  map[string]*core.Record[State, *State]
+	quar  *core.Quarantiner
+}
+
+// ErrUnknownSchedule: no schedule of that id is configured.
+var ErrUnknownSchedule = errors.New("schedule: unknown schedule")
+
+// New checks cfg and returns a Scheduler.
+func New(cfg Config) (*Scheduler, error) {
+	if cfg.Runner == nil || cfg.Store == nil {
+		return nil, errors.New("schedule: Runner and Store are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = time.Minute
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 30 * time.Second
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = time.Second
+	}
+	cfg.RetryInterval = min(cfg.RetryInterval, cfg.PollInterval)
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, slots: map[string]slots{}, byID: map[string]*Schedule{},
+		wake: make(chan struct{}, 1), recs: map[string]*core.Record[State, *State]{},
+		quar: &core.Quarantiner{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}
+	agents := map[string]bool{}
+	for _, a := range cfg.Runner.Agents() {
+		agents[a.Slug] = true
+	}
+	s.cfg.Schedules = append([]Schedule(nil), cfg.Schedules...)
+	for i := range s.cfg.Schedules {
+		sc := &s.cfg.Schedules[i]
+		sl, err := sc.compile()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := s.byID[sc.ID]; dup {
+			return nil, fmt.Errorf("schedule: id %s given twice", sc.ID)
+		}
+		if !agents[sc.Agent] {
+			return nil, fmt.Errorf("schedule %s: agent %s is not the Runner's", sc.ID, sc.Agent)
+		}
+		s.slots[sc.ID], s.byID[sc.ID] = sl, sc
+	}
+	return s, nil
+}
+
+// record is the schedule's state record (its version cached between ticks).
+func (s *Scheduler) record(id string) *core.Record[State, *State] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		key, _ := layout.ScheduleKey(id) // the id was validated by New
+		r = &core.Record[State, *State]{Store: s.cfg.Store, Key: key, Validate: func(st *State) error {
+			if st.ScheduleID != id {
+				return fmt.Errorf("schedule_id %q at the key of schedule %s", st.ScheduleID, id)
+			}
+			return nil
+		}}
+		s.recs[id] = r
+	}
+	return r
+}
+
+// state reads a schedule's state, creating it the first time: a new
+// schedule starts with the slot before now dealt with, so it fires from
+// its next slot, not from the epoch. A state that cannot be decoded is
+// quarantined and started afresh, like a new schedule's, rather than
+// stopping the schedule for good.
+func (s *Scheduler) state(ctx context.Context, id string) (State, error) {
+	r := s.record(id)
+	st, _, err := r.Load(ctx)
+	var ce *records.CorruptError
+	if errors.As(err, &ce) {
+		if _, qerr := s.quar.Move(ctx, ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
+			return st, qerr
+		}
+		st, _, err = r.Load(ctx) // gone, or repaired meanwhile
+	}
+	if errors.Is(err, storage.ErrNotFound) {
+		st = s.fresh(id)
+		if _, err = r.Create(ctx, st); errors.Is(err, storage.ErrPreconditionFailed) {
+			st, _, err = r.Load(ctx) // another process created it
+		}
+	}
+	return st, err
+}
+
+// peek reads a schedule's state without writing: a schedule no process has
+// fired yet reads as the state it will be created with.
+func (s *Scheduler) peek(ctx context.Context, id string) (State, error) {
+	st, _, err := s.record(id).Load(ctx)
+	if errors.Is(err, storage.ErrNotFound) {
+		return s.fresh(id), nil
+	}
+	return st, err
+}
+
+func (s *Scheduler) fresh(id string) State {
+	now := s.clock.Now().UTC()
+	return State{ScheduleID: id, LastSlot: s.prev(id, now), UpdatedAt: now}
+}
+
+// prev is the latest slot at or before t (or t itself if none is found
+// within a year back).
+func (s *Scheduler) prev(id string, t time.Time) time.Time {
+	sl := s.slots[id]
+	if e, ok := sl.(everySlots); ok {
+		return t.UTC().Truncate(time.Duration(e))
+	}
+	// Walk forward from far enough back; cron has no Prev.
+	for back := time.Hour; back <= 366*24*time.Hour; back *= 4 {
+		var last time.Time
+		for x := sl.next(t.Add(-back)); !x.After(t); x = sl.next(x) {
+			last = x
+		}
+		if !last.IsZero() {
+			return last
+		}
+	}
+	return t
+}
+
+// Run fires the schedules until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if len(s.cfg.Schedules) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		wait := s.tick(ctx)
+		t := s.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-s.wake:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// tick fires what is due of every schedule and returns how long to wait
+// for the next slot (at most PollInterval).
+func (s *Scheduler) tick(ctx context.Context) time.Duration {
+	wait := s.cfg.PollInterval
+	for i := range s.cfg.Schedules {
+		sc := &s.cfg.Schedules[i]
+		next, err := s.fire(ctx, sc)
+		if err != nil {
+			// Looked at again soon: a slot must not wait for the next poll.
+			wait = min(wait, s.cfg.RetryInterval)
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, run.ErrIdempotencyInProgress):
+				// Its run is being created elsewhere: not a failure.
+				s.log.LogAttrs(ctx, slog.LevelDebug, "schedule_slot_in_progress", slog.String("schedule", sc.ID), slog.String("error", err.Error()))
+			default:
+				s.log.LogAttrs(ctx, slog.LevelWarn, "schedule_failed", slog.String("schedule", sc.ID), slog.String("error", err.Error()))
+			}
+			continue
+		}
+		if d := next.Sub(s.clock.Now()); d < wait {
+			wait = max(d, 0)
+		}
+	}
+	return wait
+}
+
+// fire deals with one schedule's due slots and returns when its next slot
+// is due (with its jitter).
+func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (time.Time, error) {
+	st, err := s.state(ctx, sc.ID)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if st.Pending != nil && st.Pending.After(st.LastSlot) {
+		// A firing that did not finish (here or in a process that died).
+		if err := s.start(ctx, sc, *st.Pending, true); err != nil {
+			return time.Time{}, err
+		}
+		if st, err = s.state(ctx, sc.ID); err != nil {
+			return time.Time{}, err
+		}
+	}
+	now := s.clock.Now().UTC()
+	sl := s.slots[sc.ID]
+	// The due slots: after LastSlot, whose jittered time has come. Kept:
+	// the newest CatchUp+1 of them (older ones are skipped by any policy),
+	// and how many there were.
+	keep := sc.CatchUp + 1
+	var due []time.Time
+	n := 0
+	next := sl.next(st.LastSlot)
+	for ; !next.Add(sc.jitter(next)).After(now); next = sl.next(next) {
+		n++
+		due = append(due, next)
+		if len(due) > keep {
+			due = due[1:]
+		}
+	}
+	nextDue := next.Add(sc.jitter(next))
+	if n == 0 {
+		return nextDue, nil
+	}
+	last := due[len(due)-1]
+	if st.Paused {
+		// Slots while paused are skipped, not saved up for the resume.
+		return nextDue, s.advance(ctx, sc, last, "", time.Time{}, n)
+	}
+	onTime := func(x time.Time) bool { return now.Sub(x) <= s.cfg.Grace+sc.jitter(x) }
+	var fire []time.Time
+	switch {
+	case sc.Missed == MissedCatchUp:
+		fire = due
+		if !onTime(last) && len(fire) > sc.CatchUp {
+			fire = fire[len(fire)-sc.CatchUp:]
+		} else if onTime(last) && len(fire) > sc.CatchUp+1 {
+			fire = fire[len(fire)-sc.CatchUp-1:]
+		}
+	case sc.Missed == MissedLatest || onTime(last):
+		fire = []time.Time{last}
+	}
+	skipped := n - len(fire)
+	if skipped > 0 && len(fire) > 0 {
+		// The skipped slots come before the first fired one.
+		if err := s.advance(ctx, sc, fire[0].Add(-time.Nanosecond), "", time.Time{}, skipped); err != nil {
+			return nextDue, err
+		}
+		skipped = 0
+	}
+	for _, slot := range fire {
+		if err := s.start(ctx, sc, slot, !onTime(slot)); err != nil {
+			return nextDue, err
+		}
+	}
+	if skipped > 0 {
+		return nextDue, s.advance(ctx, sc, last, "", time.Time{}, skipped)
+	}
+	return nextDue, nil
+}
+
+// errDealtWith ends an Apply that finds the slot dealt with already.
+var errDealtWith = errors.New("schedule: slot dealt with")
+
+// start fires one slot: mark it pending, submit its run, then record it
+// fired. Each step may be repeated by any process: the submit is
+// idempotent by the slot's key (and answers only a run that exists), and
+// the marks only move forward. A slot another process has dealt with
+// meanwhile costs this one nothing more.
+func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, caughtUp bool) error {
+	_, _, err := s.record(sc.ID).Apply(ctx, func(st *State) error {
+		if !slot.After(st.LastSlot) {
+			return errDealtWith
+		}
+		if st.Pending != nil && st.Pending.Equal(slot) {
+			return errDealtWith // pending already: nothing to write
+		}
+		p := slot
+		st.Pending, st.UpdatedAt = &p, s.clock.Now().UTC()
+		return nil
+	})
+	if errors.Is(err, errDealtWith) {
+		if st, _ := s.record(sc.ID).Snapshot(); !slot.After(st.LastSlot) {
+			s.cfg.Metrics.DuplicateSuppressed(sc.ID) // fired (or skipped) by another process
+			return nil
+		}
+	} else if err != nil {
+		return err
+	}
+	res, err := s.cfg.Runner.Submit(ctx, run.SubmitRequest{AgentSlug: sc.Agent, Trigger: run.TriggerCron,
+		Input: sc.Input, IdempotencyKey: Key(sc.ID, slot)})
+	var failed *run.IdempotencyFailedError
+	if errors.As(err, &failed) {
+		// The slot's run could not be created in all its attempts: the
+		// slot is given up (logged), not retried until its record expires.
+		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule_slot_failed", slog.String("schedule", sc.ID),
+			slog.Time("slot", slot), slog.String("error", err.Error()))
+		return s.advance(ctx, sc, slot, "", time.Time{}, 1)
+	}
+	if err != nil {
+		return fmt.Errorf("slot %s: %w", slot.Format(time.RFC3339), err)
+	}
+	if res.Duplicate {
+		s.cfg.Metrics.DuplicateSuppressed(sc.ID)
+	} else {
+		s.cfg.Metrics.SlotFired(sc.ID, caughtUp)
+		s.log.LogAttrs(ctx, slog.LevelInfo, "schedule_fired", slog.String("schedule", sc.ID),
+			slog.Time("slot", slot), slog.String("runId", res.RunID), slog.Bool("caughtUp", caughtUp))
+	}
+	return s.advance(ctx, sc, slot, res.RunID, slot, 0)
+}
+
+// advance moves the state's LastSlot forward to slot (never back), with
+// the run a fired slot started; n slots skipped are counted by the process
+// whose write skipped them.
+func (s *Scheduler) advance(ctx context.Context, sc *Schedule, slot time.Time, runID string, fired time.Time, skipped int) error {
+	moved := false
+	_, _, err := s.record(sc.ID).Apply(ctx, func(st *State) error {
+		moved = false
+		if !slot.After(st.LastSlot) {
+			return nil
+		}
+		moved = true
+		st.LastSlot, st.UpdatedAt = slot, s.clock.Now().UTC()
+		if st.Pending != nil && !st.Pending.After(slot) {
+			st.Pending = nil
+		}
+		if runID != "" && (st.LastFired == nil || fired.After(*st.LastFired)) {
+			f := fired
+			st.LastFired, st.LastRunID = &f, runID
+		}
+		return nil
+	})
+	if err == nil && moved && skipped > 0 {
+		s.cfg.Metrics.SlotSkipped(sc.ID, skipped)
+		s.log.LogAttrs(ctx, slog.LevelInfo, "schedule_skipped", slog.String("schedule", sc.ID), slog.Int("slots", skipped), slog.Time("through", slot))
+	}
+	return err
+}
+
+// Info is a schedule as GET /schedules lists it: the schedule and where it
+// stands, in one JSON object.
+type Info struct {
+	Schedule
+	Progress
+}
+
+// Progress is where a schedule stands.
+type Progress struct {
+	// Next is the next slot, LastSlot the latest dealt with, LastFired
+	// and LastRunID the latest that started a run.
+	Next      time.Time  `json:"next"`
+	LastSlot  time.Time  `json:"last_slot"`
+	LastFired *time.Time `json:"last_fired,omitempty"`
+	LastRunID string     `json:"last_run_id,omitempty"`
+	Paused    bool       `json:"paused"`
+	PausedBy  string     `json:"paused_by,omitempty"`
+}
+
+// MarshalJSON writes the schedule's fields and its progress as one object.
+func (i Info) MarshalJSON() ([]byte, error) {
+	a, err := json.Marshal(i.Schedule)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(i.Progress)
+	if err != nil {
+		return nil, err
+	}
+	// Both are non-empty objects: {"id":…} and {"next":…}.
+	return append(append(a[:len(a)-1], ','), b[1:]...), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (i *Info) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &i.Schedule); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, &i.Progress)
+}
+
+// progress is where a schedule stands after st.
+func (s *Scheduler) progress(id string, st State) Progress {
+	return Progress{Next: s.slots[id].next(st.LastSlot), LastSlot: st.LastSlot, LastFired: st.LastFired,
+		LastRunID: st.LastRunID, Paused: st.Paused, PausedBy: st.PausedBy}
+}
+
+// List returns every schedule with its state, by id.
+func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
+	out := make([]Info, 0, len(s.cfg.Schedules))
+	for i := range s.cfg.Schedules {
+		sc := s.cfg.Schedules[i]
+		st, err := s.peek(ctx, sc.ID) // a listing writes nothing
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Info{Schedule: sc, Progress: s.progress(sc.ID, st)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Pause stops a schedule firing, in every process (they read the state at
+// least every PollInterval); its slots until Resume are skipped. by names
+// who paused it (at most codes.MaxNameBytes of clean text).
+func (s *Scheduler) Pause(ctx context.Context, id, by string) (Info, error) {
+	return s.setPaused(ctx, id, true, by)
+}
+
+// Resume lets a paused schedule fire again from its next slot.
+func (s *Scheduler) Resume(ctx context.Context, id string) (Info, error) {
+	return s.setPaused(ctx, id, false, "")
+}
+
+func (s *Scheduler) setPaused(ctx context.Context, id string, paused bool, by string) (Info, error) {
+	sc, ok := s.byID[id]
+	if !ok {
+		return Info{}, fmt.Errorf("%w: %s", ErrUnknownSchedule, id)
+	}
+	if err := codes.CheckText("paused_by", by, codes.MaxNameBytes, codes.OneLine); err != nil {
+		return Info{}, err
+	}
+	if _, err := s.state(ctx, id); err != nil {
+		return Info{}, err
+	}
+	now := s.clock.Now().UTC()
+	_, st, err := s.record(id).Apply(ctx, func(st *State) error {
+		if !paused && st.Paused {
+			// Slots while paused are not saved up for the resume.
+			st.LastSlot = s.prev(id, now)
+		}
+		st.Paused, st.PausedBy, st.UpdatedAt = paused, by, now
+		if !paused {
+			st.PausedBy = ""
+		}
+		return nil
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return Info{Schedule: *sc, Progress: s.progress(id, st)}, nil
+}
+
+type noMetrics struct{}
+
+func (noMetrics) SlotFired(string, bool)     {}
+func (noMetrics) SlotSkipped(string, int)    {}
+func (noMetrics) DuplicateSuppressed(string) {}

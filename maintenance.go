@@ -1,0 +1,153 @@
+package conveyor
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/maintenance"
+	"github.com/runconveyor/conveyor/internal/retention"
+	"github.com/runconveyor/conveyor/internal/schedule"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// RetentionConfig says what finished history the Client deletes, and
+// when (docs/retention.md). Its zero value deletes nothing.
+//
+// Every process sharing the Store runs the retention pass: one of them
+// makes it each Interval, page by page, and another resumes it where a
+// process that died stopped.
+type RetentionConfig struct {
+	// Age is how long everything finished is kept; 0 (the default) turns
+	// retention off, except for the kinds Ages names. A kind without an
+	// entry in Ages is kept for Age, but for these, which follow their own
+	// defaults once Age is set: dead_jobs and artifacts are kept, and
+	// idempotency records are deleted as soon as their expires_at has
+	// passed.
+	Age time.Duration
+	// Ages overrides Age for a kind, by name: "runs" (finished runs, aged
+	// from finished_at), "audit" (audit days, from the day's end), "jobs"
+	// (COMPLETE jobs and finished NLM jobs, from updated_at), "dead_jobs",
+	// "idempotency" (from expires_at), "inbox" (expired entries, from the
+	// end of their TTL) and "artifacts" (from created_at, deleted by the
+	// admin's cleanup). An age is ≥ 0, or -1 to keep the kind; an entry
+	// applies even while Age is 0.
+	Ages map[string]time.Duration
+	// Interval is how often a pass is due, across every process sharing
+	// the store. Default 1 h.
+	Interval time.Duration
+	// Check is how often a process asks whether a pass is due (one read of
+	// the pass's lease record). Default Interval/4, at least 1 s.
+	Check time.Duration
+	// Page is how many keys one listing of a pass reads before the pass
+	// records where it is. Default 500.
+	Page int
+	// LeaseTTL is how long the pass's lease lasts unless renewed; another
+	// process resumes a pass whose process died once it lapsed. Default
+	// 5 min.
+	LeaseTTL time.Duration
+}
+
+// Schedule is one scheduled run: when to start which agent's run. Each
+// slot starts exactly one run across the processes sharing the Store
+// (docs/spec.md#idempotency: its key is scheduler:{id}:{slot}).
+type Schedule struct {
+	// ID names the schedule in its state's key and in its runs'
+	// idempotency keys: letters, digits, "-", "_" and ".". Required.
+	ID string `json:"id"`
+	// Agent is the agent whose run each slot starts. Required.
+	Agent string `json:"agent"`
+	// Cron is a five-field cron expression ("*/5 * * * *") or a descriptor
+	// ("@hourly", "@every 90s"). Exactly one of Cron and Every is set.
+	Cron string `json:"cron,omitempty"`
+	// Every is a fixed interval; its slots are the multiples of it since
+	// the Unix epoch. Whole seconds, at least one.
+	Every time.Duration `json:"every,omitempty"`
+	// TimeZone is the IANA zone Cron is read in. Default UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+	// Jitter delays each slot's firing by up to this much, by an amount
+	// every process computes alike from the schedule and the slot (the
+	// slot's key stays the slot's own time). Default none.
+	Jitter time.Duration `json:"jitter,omitempty"`
+	// Missed is what happens to slots that passed while no process fired
+	// them (an outage, a clock jump forward): "catch_up" (the default)
+	// fires them, oldest first, at most CatchUp of them; "latest" fires
+	// the latest once; "skip" fires none.
+	Missed string `json:"missed,omitempty"`
+	// CatchUp bounds "catch_up". Default 12.
+	CatchUp int `json:"catch_up,omitempty"`
+	// Input is handed to the run's steps.
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// MarshalJSON writes Every and Jitter as Go duration strings ("20s").
+func (s Schedule) MarshalJSON() ([]byte, error) { return json.Marshal(schedule.Schedule(s)) }
+
+// UnmarshalJSON reads Every and Jitter as Go duration strings ("20s"), or
+// as numbers of nanoseconds.
+func (s *Schedule) UnmarshalJSON(b []byte) error {
+	var v schedule.Schedule
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Schedule(v)
+	return nil
+}
+
+// SchedulerConfig tunes the firing of Config.Schedules.
+type SchedulerConfig struct {
+	// Grace is how late a slot may be fired and still count as on time,
+	// not missed (beyond its jitter). Default 1 min.
+	Grace time.Duration
+	// PollInterval bounds the wait between two looks at the schedules'
+	// state, so a pause, a resume or a slot fired elsewhere is noticed.
+	// Default 30 s.
+	PollInterval time.Duration
+	// RetryInterval is how soon a schedule is looked at again after a
+	// firing did not finish. Default 1 s (at most PollInterval).
+	RetryInterval time.Duration
+}
+
+// janitor is the retention janitor's config: r with the Client's shared
+// fields.
+func (r RetentionConfig) janitor(store *storage.Store, owner string, clk clock.Clock, log *slog.Logger) retention.Config {
+	return retention.Config{Store: store, Owner: owner, Clock: clk, Logger: log,
+		Age: r.Age, Ages: retention.ByName(r.Ages), Interval: r.Interval, Check: r.Check, Page: r.Page, LeaseTTL: r.LeaseTTL}
+}
+
+// scheduler is the Scheduler's config: s, the schedules and the Client's
+// shared fields.
+func (s SchedulerConfig) scheduler(runner *run.Runner, store *storage.Store, schedules []Schedule, clk clock.Clock, log *slog.Logger) schedule.Config {
+	sc := schedule.Config{Runner: runner, Store: store, Clock: clk, Logger: log,
+		Grace: s.Grace, PollInterval: s.PollInterval, RetryInterval: s.RetryInterval}
+	for _, s := range schedules {
+		sc.Schedules = append(sc.Schedules, schedule.Schedule(s))
+	}
+	return sc
+}
+
+// inboxExpiry is a maintenance service: it moves the inbox entries past
+// their TTL to inbox/expired/ every Config.InboxExpiry
+// (docs/spec.md#inbox-entry-lifecycle), in every process.
+type inboxExpiry struct {
+	maintenance.Base
+	box *inbox.Box
+}
+
+func newInboxExpiry(box *inbox.Box, every time.Duration, clk clock.Clock, log *slog.Logger) *inboxExpiry {
+	if every == 0 {
+		every = DefaultInboxExpiry
+	}
+	return &inboxExpiry{box: box, Base: maintenance.Base{Name: "inbox_expiry", Clock: clk, Logger: log, Period: every}}
+}
+
+// RunOnce expires the entries due.
+func (e *inboxExpiry) RunOnce(ctx context.Context) error {
+	_, err := e.box.ExpireDue(ctx, lifecycle.ActorSystem)
+	return err
+}
