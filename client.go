@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/procid"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -60,7 +61,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	owner, node := cfg.Owner, cfg.Node
 	if owner == "" {
-		owner = run.DefaultOwner()
+		owner = procid.Owner()
 	}
 	if node == "" {
 		node, _ = os.Hostname()

@@ -69,7 +69,7 @@ func TestClientRunAndJob(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Runs().Submit(ctx, run.SubmitRequest{AgentSlug: "echo", Input: []byte(`"hi"`)})
+	res, err := c.Runs().Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "echo", Input: []byte(`"hi"`)})
 	if err != nil {
 		t.Fatal(err)
 	}

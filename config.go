@@ -42,7 +42,7 @@ type Config struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Owner names this process in leases: distinct per process sharing
-	// Store. Default: run.DefaultOwner(), the host and the executable's
+	// Store. Default: the host and the executable's
 	// name, stable across restarts so a restarted process takes its own
 	// runs back at once. The parts whose ids take no "/" (the NLM
 	// processor, the job worker, the retention janitor) get it with each

@@ -19,7 +19,7 @@
 //	c, _ := conveyor.New(conveyor.Config{Store: store, Agents: agents, JobTypes: types})
 //	_ = c.Start(ctx)
 //	defer c.Stop(ctx)
-//	res, _ := c.Runs().Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin"})
+//	res, _ := c.Runs().Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist-violin"})
 //
 // Packages, from the ground up (docs/design.md#layers-and-packages holds the layers, and
 // a test holds the imports to them):

@@ -35,7 +35,7 @@ func Example() {
 	}
 	defer c.Stop(ctx)
 
-	res, _ := c.Runs().Submit(ctx, run.SubmitRequest{AgentSlug: "greeter", Input: []byte(`"Ada"`)})
+	res, _ := c.Runs().Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "greeter", Input: []byte(`"Ada"`)})
 	st, _ := c.Runs().Wait(ctx, res.RunID)
 	job, _ := c.Jobs().Insert(ctx, "SHOUT", "hey")
 	done, _ := c.Jobs().Wait(ctx, job.JobID)

@@ -130,7 +130,7 @@ func (r *StepRecord) SetState(s string) { r.Status = StepState(s) }
 // SubmitRequest asks for a run (POST /agents/run).
 type SubmitRequest struct {
 	AgentSlug string
-	// Trigger is "manual" (the default), "cron" or "event" (run.TriggerManual...).
+	// Trigger is "manual" (the default), "cron" or "event".
 	Trigger string
 	// Input is handed to every step; it must be valid JSON when set.
 	Input json.RawMessage

@@ -7,21 +7,18 @@ import (
 )
 
 // The engines' sentinels that an API answer stands for. They live here so
-// the Go client's Error can match them without the engine; the engines
-// export the same values under their own names (run.ErrNotFound is
-// ErrRunNotFound, and so on), so errors.Is works with either name.
+// the Go client's Error can match them without the engine; some engines
+// export the same values under their own names (jobqueue.ErrJobExists is
+// ErrJobExists, and so on), so errors.Is works with either name.
 var (
-	// ErrRunNotFound: no run has the id asked for (RUN_NOT_FOUND, 404);
-	// run.ErrNotFound.
+	// ErrRunNotFound: no run has the id asked for (RUN_NOT_FOUND, 404).
 	ErrRunNotFound error = &codedSentinel{"run: run not found", codes.RunNotFound}
 	// ErrRunUnsupported: the run's machine has no such operation
-	// (RUN_UNSUPPORTED_OPERATION); run.ErrUnsupported.
+	// (RUN_UNSUPPORTED_OPERATION).
 	ErrRunUnsupported error = &codedSentinel{"run: operation not supported by the run's machine", codes.Unsupported}
-	// ErrIdempotencyConflict: the key was used with another request;
-	// run.ErrIdempotencyConflict.
+	// ErrIdempotencyConflict: the key was used with another request.
 	ErrIdempotencyConflict = errors.New("run: idempotency key used with a different request")
-	// ErrIdempotencyExpired: the key's record outlived its TTL;
-	// run.ErrIdempotencyExpired.
+	// ErrIdempotencyExpired: the key's record outlived its TTL.
 	ErrIdempotencyExpired = errors.New("run: idempotency record expired")
 	// ErrIdempotencyInProgress: the key's run is still being created
 	// (IDEMPOTENCY_IN_PROGRESS); retry it. run.IdempotencyInProgressError

@@ -10,7 +10,6 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // TestBadInputWritesNothing sends every kind of bad request and asserts its
@@ -20,11 +19,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{}) // the Runner's loop is not running: nothing moves on its own
 	ctx := context.Background()
-	quick, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"})
+	quick, err := g.runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "gate"})
+	gate, err := g.runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "gate"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +155,7 @@ func TestInvalidTransitionBody(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
-	res, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "gate"})
+	res, err := g.runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "gate"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,11 +187,11 @@ func TestInvalidUTF8WritesNothing(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
-	gate, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "gate"})
+	gate, err := g.runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "gate"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	slow, err := g.runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -57,7 +56,7 @@ func codeOf(err error) string {
 	switch {
 	case errors.Is(err, lifecycle.ErrJobExists):
 		return codes.JobExists
-	case errors.Is(err, lifecycle.ErrInvalidJob), errors.Is(err, run.ErrInvalidIdempotencyKey):
+	case errors.Is(err, lifecycle.ErrInvalidJob):
 		return codes.InvalidRequest
 	case errors.Is(err, context.DeadlineExceeded):
 		// The request's deadline ran out while the SDK waited out the store.

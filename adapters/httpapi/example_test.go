@@ -35,18 +35,18 @@ func Example() {
 	defer ts.Close()
 
 	c := &client.Client{BaseURL: ts.URL, Token: "s3cret", HTTP: ts.Client()}
-	res, _ := c.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin", IdempotencyKey: "req-1"})
+	res, _ := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist-violin", IdempotencyKey: "req-1"})
 	_, _ = runner.Wait(ctx, res.RunID) // or c.Wait, which follows /events/stream or polls every 5 s
 	st, _ := c.Status(ctx, res.RunID)
 	steps, _ := c.Steps(ctx, res.RunID)
 	fmt.Println(st.Status, st.StepsCompleted, steps[0].StepName, steps[0].OutputSummary)
 
-	again, _ := c.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin", IdempotencyKey: "req-1"})
+	again, _ := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist-violin", IdempotencyKey: "req-1"})
 	fmt.Println("duplicate:", again.Duplicate, again.RunID == res.RunID)
 
 	_, err := c.Status(ctx, "run-unknown")
 	var apiErr *client.Error
-	fmt.Println(errors.Is(err, run.ErrNotFound), errors.As(err, &apiErr) && apiErr.Status == 404, apiErr.Code)
+	fmt.Println(errors.Is(err, lifecycle.ErrRunNotFound), errors.As(err, &apiErr) && apiErr.Status == 404, apiErr.Code)
 	// Output:
 	// completed 1 research 3 sources
 	// duplicate: true true

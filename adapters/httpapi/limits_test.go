@@ -15,7 +15,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // serveLimited serves the rig's handler as the Worker does: an http.Server
@@ -107,7 +107,7 @@ func TestStalledBodies(t *testing.T) {
 		if _, err := cl.Agents(ctx); err != nil {
 			t.Fatalf("%s: GET /agents: %v", when, err)
 		}
-		if _, err := cl.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"}); err != nil {
+		if _, err := cl.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick"}); err != nil {
 			t.Fatalf("%s: POST /agents/run: %v", when, err)
 		}
 		if d := time.Since(start); d > time.Second {

@@ -13,7 +13,6 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -42,7 +41,7 @@ func TestRunsPages(t *testing.T) {
 	// Run ids sort by their second; runs of one second are ordered by
 	// started_at, which the ids may not follow: compare as sets per page
 	// count, and the order through started_at.
-	var seen []run.Status
+	var seen []lifecycle.RunStatus
 	path := "/runs?agent=quick&limit=2"
 	for pages := 0; path != ""; pages++ {
 		if pages > 3 {
@@ -55,7 +54,7 @@ func TestRunsPages(t *testing.T) {
 		if !strings.HasPrefix(string(body), "[") {
 			t.Fatalf("GET %s: body %s is not an array", path, body)
 		}
-		var page []run.Status
+		var page []lifecycle.RunStatus
 		if err := json.Unmarshal(body, &page); err != nil {
 			t.Fatal(err)
 		}

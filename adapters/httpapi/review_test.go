@@ -15,7 +15,6 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // TestIdempotencyKeyIsTheCallers: an API caller's key is always in its own
@@ -71,8 +70,8 @@ func TestIdempotencyKeyIsTheCallers(t *testing.T) {
 				_ = json.Unmarshal(body, &a)
 				ownerRun = a.RunID
 			} else {
-				res, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "quick", Input: json.RawMessage(`{"by":"owner"}`), IdempotencyKey: tt.ownerKey})
-				if errors.Is(err, run.ErrIdempotencyConflict) || err != nil {
+				res, err := g.runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick", Input: json.RawMessage(`{"by":"owner"}`), IdempotencyKey: tt.ownerKey})
+				if errors.Is(err, lifecycle.ErrIdempotencyConflict) || err != nil {
 					t.Fatalf("the key's owner: %v, want a run of its own", err)
 				}
 				if res.Duplicate {
@@ -108,7 +107,7 @@ func TestTokenlessTrustsOnlyTheLocalMachine(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{tokens: map[string]lifecycle.Actor{}})
 	ctx := context.Background()
-	res, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	res, err := g.runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}

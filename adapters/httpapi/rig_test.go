@@ -225,7 +225,7 @@ func (g *rig) raw(method, path, token, contentType string, body []byte, header m
 
 // waitStatus waits (on the Runner, in real time: the steps are instant)
 // until the run is terminal or parked.
-func (g *rig) waitStatus(runID string) run.Status {
+func (g *rig) waitStatus(runID string) lifecycle.RunStatus {
 	g.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

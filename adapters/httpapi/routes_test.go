@@ -7,15 +7,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -26,8 +27,8 @@ func TestRunRoutes(t *testing.T) {
 	ctx := context.Background()
 	c := g.client(lifecycle.ActorGateway)
 
-	res, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick", Input: json.RawMessage(`{"q":1}`),
-		Caller: run.Caller{UserID: "u-1", Metadata: map[string]string{"via": "test"}}})
+	res, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick", Input: json.RawMessage(`{"q":1}`),
+		Caller: lifecycle.Caller{UserID: "u-1", Metadata: map[string]string{"via": "test"}}})
 	if err != nil || res.RunID == "" || res.Duplicate {
 		t.Fatalf("Submit = %+v, %v", res, err)
 	}
@@ -58,7 +59,7 @@ func TestRunRoutes(t *testing.T) {
 	}
 	// Unknown run through the client: the SDK's sentinels match.
 	_, err = c.Status(ctx, "run-nope")
-	if !errors.Is(err, run.ErrNotFound) || !errors.Is(err, storage.ErrNotFound) {
+	if !errors.Is(err, lifecycle.ErrRunNotFound) || !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("Status(unknown) = %v, want run.ErrNotFound", err)
 	}
 	if err := c.Health(ctx); err != nil {
@@ -72,7 +73,7 @@ func TestApprovalRoutes(t *testing.T) {
 	ctx := context.Background()
 	c := g.client(lifecycle.ActorGateway)
 
-	approved, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "gate"})
+	approved, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "gate"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestApprovalRoutes(t *testing.T) {
 		t.Fatalf("status %s, want completed", st.Status)
 	}
 
-	rejected, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "gate"})
+	rejected, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "gate"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestApprovalRoutes(t *testing.T) {
 		t.Errorf("%v does not match ErrTerminalState", err)
 	}
 
-	waiting, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "ext"})
+	waiting, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "ext"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestCancelRoute(t *testing.T) {
 	g := newRig(t, rigOpts{running: true})
 	ctx := context.Background()
 	c := g.client(lifecycle.ActorGateway)
-	res, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	res, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func TestIdempotentSubmit(t *testing.T) {
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
 	c := g.client(lifecycle.ActorGateway)
-	req := run.SubmitRequest{AgentSlug: "quick", IdempotencyKey: "req-42"}
+	req := lifecycle.SubmitRequest{AgentSlug: "quick", IdempotencyKey: "req-42"}
 	first, err := c.Submit(ctx, req)
 	if err != nil || first.Duplicate {
 		t.Fatalf("first Submit = %+v, %v", first, err)
@@ -162,7 +163,7 @@ func TestIdempotentSubmit(t *testing.T) {
 	if status != http.StatusOK || string(body) != `{"run_id":"`+first.RunID+`","duplicate":true}`+"\n" {
 		t.Errorf("X-Request-ID duplicate: %d %s", status, body)
 	}
-	rec, err := g.runner.Idempotency(ctx, "api:gateway:req-42")
+	rec, err := idemrecord.Read(ctx, g.store, time.Now(), "api:gateway:req-42")
 	if err != nil || rec.RunID != first.RunID {
 		t.Errorf("idempotency record %+v, %v", rec, err)
 	}
@@ -173,12 +174,12 @@ func TestIdempotentSubmit(t *testing.T) {
 	}
 	// A key with another source's scheme is an id of the caller's; another request under it
 	// is a conflict.
-	if _, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick", IdempotencyKey: "github:delivery-1"}); err != nil {
+	if _, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick", IdempotencyKey: "github:delivery-1"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Submit(ctx, run.SubmitRequest{AgentSlug: "gate", IdempotencyKey: "github:delivery-1"})
+	_, err = c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "gate", IdempotencyKey: "github:delivery-1"})
 	apiError(t, err, http.StatusConflict, codes.IdempotencyConflict)
-	if !errors.Is(err, run.ErrIdempotencyConflict) {
+	if !errors.Is(err, lifecycle.ErrIdempotencyConflict) {
 		t.Errorf("%v does not match run.ErrIdempotencyConflict", err)
 	}
 }
@@ -257,7 +258,7 @@ func TestQuarantineRoutes(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
-	res, err := g.runner.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"})
+	res, err := g.runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,14 +312,14 @@ func TestWithoutTokens(t *testing.T) {
 	g := newRig(t, rigOpts{tokens: map[string]lifecycle.Actor{}})
 	ctx := context.Background()
 	c := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client()}
-	if _, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"}); err != nil {
+	if _, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick"}); err != nil {
 		t.Fatalf("Submit as the default gateway: %v", err)
 	}
 	c.Actor = lifecycle.ActorFrontend
-	_, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"})
+	_, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick"})
 	apiError(t, err, http.StatusForbidden, codes.Forbidden)
 	c.Actor = "owner"
-	if _, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: "quick"}); err != nil {
+	if _, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick"}); err != nil {
 		t.Fatalf("Submit as owner: %v", err)
 	}
 	c.Actor = "nobody"

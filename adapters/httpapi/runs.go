@@ -84,10 +84,10 @@ func (h *runRoutes) submitRun(w http.ResponseWriter, r *http.Request, actor life
 	if !h.slugs[b.AgentSlug] {
 		return apiErr(codes.AgentNotFound, "no agent %q", b.AgentSlug)
 	}
-	res, err := h.runner.Submit(r.Context(), run.SubmitRequest{
+	res, err := h.runner.Submit(r.Context(), lifecycle.SubmitRequest{
 		AgentSlug: b.AgentSlug, Trigger: b.Trigger, Input: b.Input,
 		IdempotencyKey: idempotencyKey(r, actor),
-		Caller:         run.Caller{UserID: b.UserID, Metadata: b.Metadata},
+		Caller:         lifecycle.Caller{UserID: b.UserID, Metadata: b.Metadata},
 	})
 	if err != nil {
 		return err
@@ -110,16 +110,16 @@ func pathID(r *http.Request, name, field string) (string, error) {
 }
 
 func (h *runRoutes) runStatus() handlerFunc {
-	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) (run.Status, error) {
+	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) (lifecycle.RunStatus, error) {
 		return h.runner.Status(ctx, id)
 	})
 }
 
 func (h *runRoutes) runSteps() handlerFunc {
-	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) ([]run.StepRecord, error) {
+	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) ([]lifecycle.StepRecord, error) {
 		steps, err := h.runner.Steps(ctx, id)
 		if err == nil && steps == nil {
-			steps = []run.StepRecord{}
+			steps = []lifecycle.StepRecord{}
 		}
 		return steps, err
 	})
@@ -144,7 +144,7 @@ func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 }
 
 func (h *runRoutes) listRuns() handlerFunc {
-	return pagedRoute(h.cursors, runsQuery, func(ctx context.Context, _ lifecycle.Actor, q run.RunQuery, p pageParams) ([]run.Status, string, error) {
+	return pagedRoute(h.cursors, runsQuery, func(ctx context.Context, _ lifecycle.Actor, q run.RunQuery, p pageParams) ([]lifecycle.RunStatus, string, error) {
 		q.Limit, q.Cursor = p.limit, p.cursor
 		page, err := h.runner.ListRuns(ctx, q)
 		if err != nil {
@@ -161,7 +161,7 @@ func (h *runRoutes) listRuns() handlerFunc {
 
 func (h *runRoutes) cancelRun() handlerFunc {
 	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[wire.CancelBody]),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.CancelBody]) (run.Status, error) {
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.CancelBody]) (lifecycle.RunStatus, error) {
 			return h.runner.Cancel(ctx, in.id, actor, run.CancelRequest{Reason: in.body.Reason})
 		})
 }
@@ -170,7 +170,7 @@ func (h *runRoutes) cancelRun() handlerFunc {
 // the actor.
 func (h *runRoutes) decide(approve bool) handlerFunc {
 	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", optionalBody[wire.DecisionBody]),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.DecisionBody]) (run.Status, error) {
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.DecisionBody]) (lifecycle.RunStatus, error) {
 			if in.body.DecidedBy == "" {
 				in.body.DecidedBy = string(actor)
 			}
@@ -184,7 +184,7 @@ func (h *runRoutes) decide(approve bool) handlerFunc {
 
 func (h *runRoutes) deliver() handlerFunc {
 	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", decodeEvent),
-		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.EventBody]) (run.Status, error) {
+		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.EventBody]) (lifecycle.RunStatus, error) {
 			return h.runner.Deliver(ctx, in.id, actor, run.ExternalEvent{Type: in.body.Type, ID: in.body.ID, Source: in.body.Source})
 		})
 }

@@ -184,7 +184,7 @@ func TestClientSendsTrace(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{})
 	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": callerParent})
-	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, run.SubmitRequest{AgentSlug: "quick"})
+	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "quick"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,13 +14,12 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 var epoch0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
 
 type waitResult struct {
-	st  run.Status
+	st  lifecycle.RunStatus
 	err error
 }
 
@@ -33,7 +32,7 @@ func TestWaitPollsWithoutEvents(t *testing.T) {
 	c := g.client(lifecycle.ActorFrontend)
 	c.Clock = clk
 	ctx := context.Background()
-	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +147,7 @@ func TestWaitFollowsEvents(t *testing.T) {
 	c := g.client(lifecycle.ActorFrontend)
 	c.Clock = clk
 	ctx := context.Background()
-	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +183,7 @@ func TestWaitRereadsWhenAnEventIsLost(t *testing.T) {
 	c := g.client(lifecycle.ActorFrontend)
 	c.Clock = clk
 	ctx := context.Background()
-	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, run.SubmitRequest{AgentSlug: "slow"})
+	res, err := g.client(lifecycle.ActorGateway).Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +240,7 @@ func downAddr(t *testing.T) string {
 func TestWaitServerComesUp(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, rigOpts{running: true})
-	res, err := g.runner.Submit(context.Background(), run.SubmitRequest{AgentSlug: "quick"})
+	res, err := g.runner.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "quick"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func TestRunMetrics(t *testing.T) {
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	defer func() { stop(); <-done }()
 
-	req := run.SubmitRequest{AgentSlug: "archivist", IdempotencyKey: "api:client-1:req-1"}
+	req := lifecycle.SubmitRequest{AgentSlug: "archivist", IdempotencyKey: "api:client-1:req-1"}
 	res, err := r.Submit(ctx, req)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	promadapter "github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -52,7 +53,7 @@ func storeActive(t *testing.T, s *storage.Store, slug string) map[string]float64
 		if rest := strings.TrimPrefix(key, prefix); strings.Count(rest, "/") != 1 || !strings.HasSuffix(rest, "/status.json") {
 			continue
 		}
-		st, _, err := records.Read[run.Status](context.Background(), s, key)
+		st, _, err := records.Read[lifecycle.RunStatus](context.Background(), s, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +96,7 @@ func TestRunActiveGaugeAfterRestart(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = first.Run(ctx) }()
 	for range n {
-		if _, err := first.Submit(context.Background(), run.SubmitRequest{AgentSlug: "work"}); err != nil {
+		if _, err := first.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "work"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -33,7 +33,6 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 func main() {
@@ -229,7 +228,7 @@ func (c *command) agents(ctx context.Context, _ *invocation) error {
 }
 
 func (c *command) submit(ctx context.Context, in *invocation) error {
-	req := run.SubmitRequest{AgentSlug: in.pos[0], IdempotencyKey: in.key}
+	req := lifecycle.SubmitRequest{AgentSlug: in.pos[0], IdempotencyKey: in.key}
 	if in.input != "" {
 		if !json.Valid([]byte(in.input)) {
 			return usageError("-input is not JSON")
@@ -414,7 +413,7 @@ func (c *command) printJob(j lifecycle.Job, err error) error {
 	return c.json(j)
 }
 
-func (c *command) printStatus(st run.Status, err error) error {
+func (c *command) printStatus(st lifecycle.RunStatus, err error) error {
 	if err != nil {
 		return err
 	}
@@ -498,7 +497,7 @@ func orElse(a, b string) string {
 // runnerNote is the runs table's RUNNER cell: whether the run's runner was
 // lost (its lease lapsed, nobody took it over yet) or another took it over
 // (docs/spec.md#run-status); "-" for a run that lost no runner.
-func runnerNote(r run.Status) string {
+func runnerNote(r lifecycle.RunStatus) string {
 	switch {
 	case r.RunnerLostAt != nil:
 		return "lost since " + r.RunnerLostAt.UTC().Format(time.RFC3339)

@@ -53,7 +53,7 @@ func worker(t *testing.T) (string, *run.Runner) {
 	ctx, cancel := context.WithCancel(context.Background())
 	store := memstore.New()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ok := func(summary string, await *run.Await) run.StepFunc {
+	ok := func(summary string, await *run.Await) func(context.Context, run.StepInput) (run.StepOutput, error) {
 		return func(context.Context, run.StepInput) (run.StepOutput, error) {
 			return run.StepOutput{Summary: summary, Await: await}, nil
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -21,13 +22,13 @@ func TestRunnerNote(t *testing.T) {
 	at := time.Date(2026, 2, 14, 8, 5, 0, 0, time.UTC)
 	tests := []struct {
 		name string
-		st   run.Status
+		st   lifecycle.RunStatus
 		want string
 	}{
-		{"plain", run.Status{}, "-"},
-		{"lost", run.Status{RunnerLostAt: &at}, "lost since 2026-02-14T08:05:00Z"},
-		{"taken-over", run.Status{TakenOverAt: &at}, "taken over at 2026-02-14T08:05:00Z"},
-		{"lost-again", run.Status{RunnerLostAt: &at, TakenOverAt: &at}, "lost since 2026-02-14T08:05:00Z"},
+		{"plain", lifecycle.RunStatus{}, "-"},
+		{"lost", lifecycle.RunStatus{RunnerLostAt: &at}, "lost since 2026-02-14T08:05:00Z"},
+		{"taken-over", lifecycle.RunStatus{TakenOverAt: &at}, "taken over at 2026-02-14T08:05:00Z"},
+		{"lost-again", lifecycle.RunStatus{RunnerLostAt: &at, TakenOverAt: &at}, "lost since 2026-02-14T08:05:00Z"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,7 +82,7 @@ func TestRunsShowALostRunner(t *testing.T) {
 	}
 	a := newRunner("a")
 	stopA := start(a)
-	res, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: slug})
+	res, err := a.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: slug})
 	if err != nil {
 		stopA()
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // watch follows a run until it ends: a progress line at every change it
@@ -28,7 +27,7 @@ func (c *command) watch(ctx context.Context, runID string) error {
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	type result struct {
-		st  run.Status
+		st  lifecycle.RunStatus
 		err error
 	}
 	ended := make(chan result, 1)
@@ -65,7 +64,7 @@ func (c *command) watch(ctx context.Context, runID string) error {
 }
 
 // progress prints one line: time, state, a bar of steps done, the step.
-func (c *command) progress(st run.Status) {
+func (c *command) progress(st lifecycle.RunStatus) {
 	const width = 20
 	done := 0
 	if st.StepsTotal > 0 {
@@ -75,7 +74,7 @@ func (c *command) progress(st run.Status) {
 	fmt.Fprintf(c.out, "%s  %-18s %s %d/%d  %s\n", time.Now().Format("15:04:05"), st.Status, bar, st.StepsCompleted, st.StepsTotal, st.CurrentStep)
 }
 
-func (c *command) end(st run.Status) error {
+func (c *command) end(st lifecycle.RunStatus) error {
 	if st.Error != nil {
 		return fmt.Errorf("run %s %s: %s", st.RunID, st.Status, *st.Error)
 	}

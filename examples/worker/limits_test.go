@@ -11,7 +11,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
-	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // TestStalledBodiesUnderLowDescriptorLimit is issue 18's attack on a Worker
@@ -65,7 +65,7 @@ func TestStalledBodiesUnderLowDescriptorLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: AgentResearch})
+	res, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: AgentResearch})
 	if err != nil {
 		t.Fatalf("authenticated submit under attack: %v", err)
 	}

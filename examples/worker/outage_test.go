@@ -12,8 +12,8 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // TestStoreOutage: a Worker whose only MinIO is down when it starts waits
@@ -49,7 +49,7 @@ func TestStoreOutage(t *testing.T) {
 	}
 	c := &client.Client{BaseURL: "http://" + addr}
 	submit := func(key string) (string, error) {
-		res, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: key})
+		res, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: key})
 		if err != nil {
 			return "", err
 		}
@@ -126,7 +126,7 @@ func TestClusterNodeStops(t *testing.T) {
 		t.Helper()
 		for i := from; i < to; i++ {
 			start := time.Now()
-			res, err := cl.Submit(ctx, run.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: fmt.Sprintf("api:cluster:%d", i)})
+			res, err := cl.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: fmt.Sprintf("api:cluster:%d", i)})
 			if err != nil {
 				t.Fatalf("submit %d: %v", i, err)
 			}
@@ -145,7 +145,7 @@ func TestClusterNodeStops(t *testing.T) {
 		// A read of a cluster with a node just killed may answer a false
 		// 404 for up to the store's settle time (docs/stores.md, the fault
 		// model), so a 404 of an acknowledged run is read again until then.
-		var st run.Status
+		var st lifecycle.RunStatus
 		var err error
 		var notFoundSince time.Time
 		for ; ; time.Sleep(500 * time.Millisecond) {

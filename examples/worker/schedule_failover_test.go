@@ -16,7 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/schedule"
-	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // TestScheduleFailsOver: three Worker processes fire one schedule (every
@@ -85,11 +85,11 @@ func TestScheduleFailsOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st run.Status
+		var st lifecycle.RunStatus
 		if err := json.Unmarshal(b, &st); err != nil {
 			t.Fatal(err)
 		}
-		if st.Trigger == run.TriggerCron {
+		if st.Trigger == "cron" {
 			bySlot[st.IdempotencyKey] = append(bySlot[st.IdempotencyKey], st.RunID)
 		}
 	}

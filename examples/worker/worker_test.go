@@ -27,7 +27,6 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // childEnv, set, makes the test binary the worker program itself: the
@@ -100,7 +99,7 @@ func TestWorkerInProcess(t *testing.T) {
 	tctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer tcancel()
 
-	res, err := c.Submit(tctx, run.SubmitRequest{AgentSlug: AgentResearch})
+	res, err := c.Submit(tctx, lifecycle.SubmitRequest{AgentSlug: AgentResearch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,11 +135,11 @@ func TestWorkerInProcess(t *testing.T) {
 
 	// The agent that waits for approval, approved through the API; the
 	// one that asks the NLM simulator, resumed by its callback.
-	gated, err := c.Submit(tctx, run.SubmitRequest{AgentSlug: AgentApproval})
+	gated, err := c.Submit(tctx, lifecycle.SubmitRequest{AgentSlug: AgentApproval})
 	if err != nil {
 		t.Fatal(err)
 	}
-	asked, err := c.Submit(tctx, run.SubmitRequest{AgentSlug: AgentNLM})
+	asked, err := c.Submit(tctx, lifecycle.SubmitRequest{AgentSlug: AgentNLM})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +392,7 @@ func TestWorkersShareAStore(t *testing.T) {
 			const n = 100
 			ids := map[string]bool{}
 			for i := range n {
-				res, err := c.Submit(ctx, run.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: fmt.Sprintf("api:test:%d", i)})
+				res, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: fmt.Sprintf("api:test:%d", i)})
 				if err != nil {
 					t.Fatalf("submit %d: %v", i, err)
 				}

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -127,7 +127,7 @@ func (h *history) nlmJob(status lifecycle.NLMState, updated time.Time) {
 func (h *history) idempotency(status string, expires time.Time) {
 	id := h.id("api:client:")
 	key := layout.IdempotencyKey(id)
-	h.put(key, run.IdempotencyRecord{Key: id, Source: "api", Status: status, CreatedAt: expires.Add(-24 * time.Hour), UpdatedAt: expires.Add(-24 * time.Hour), ExpiresAt: expires})
+	h.put(key, idemrecord.Record{Key: id, Source: "api", Status: status, CreatedAt: expires.Add(-24 * time.Hour), UpdatedAt: expires.Add(-24 * time.Hour), ExpiresAt: expires})
 	h.add(retention.Idempotency, expires, key)
 }
 
@@ -140,7 +140,7 @@ func (h *history) marker(expires time.Time) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.put(key, run.IdempotencyMarker{Key: id, RunID: runID, CreatedAt: expires.Add(-24 * time.Hour), ExpiresAt: expires})
+	h.put(key, idemrecord.Marker{Key: id, RunID: runID, CreatedAt: expires.Add(-24 * time.Hour), ExpiresAt: expires})
 	h.add(retention.Idempotency, expires, key)
 }
 

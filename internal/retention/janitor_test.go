@@ -13,11 +13,11 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -79,8 +79,8 @@ func TestPassDeletesWhatIsPastItsAge(t *testing.T) {
 				h.artifact(end)
 			}
 			h.run("alpha", time.Time{}, "", "running")
-			h.idempotency(run.IdempotencyCompleted, t0.Add(-time.Second))
-			h.idempotency(run.IdempotencyFailed, t0.Add(time.Second))
+			h.idempotency(idemrecord.Completed, t0.Add(-time.Second))
+			h.idempotency(idemrecord.Failed, t0.Add(time.Second))
 			h.marker(t0.Add(-time.Second))
 			h.marker(t0.Add(time.Second))
 			// Not records of any kind: left alone.

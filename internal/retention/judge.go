@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // What is eligible, judged on a record as read. Each function takes the
@@ -50,9 +50,9 @@ func NLMJobEligible(j *lifecycle.NLMJob, now time.Time, age time.Duration) bool 
 // IdempotencyEligible tells whether an idempotency record's expires_at
 // (for a processing one, the later of it and its lease's expiry) is at
 // least age before now.
-func IdempotencyEligible(rec *run.IdempotencyRecord, now time.Time, age time.Duration) bool {
+func IdempotencyEligible(rec *idemrecord.Record, now time.Time, age time.Duration) bool {
 	at := rec.ExpiresAt
-	if rec.Status == run.IdempotencyProcessing {
+	if rec.Status == idemrecord.Processing {
 		lease, ok := rec.LeaseEnd()
 		if !ok {
 			return false
@@ -64,7 +64,7 @@ func IdempotencyEligible(rec *run.IdempotencyRecord, now time.Time, age time.Dur
 
 // IdempotencyMarkerEligible tells whether a run marker of an idempotency
 // key (written on a store that settles) expired at least age before now.
-func IdempotencyMarkerEligible(m *run.IdempotencyMarker, now time.Time, age time.Duration) bool {
+func IdempotencyMarkerEligible(m *idemrecord.Marker, now time.Time, age time.Duration) bool {
 	return due(m.ExpiresAt, now, age)
 }
 

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 var (
@@ -102,19 +102,19 @@ func TestIdempotencyEligible(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name string
-		rec  run.IdempotencyRecord
+		rec  idemrecord.Record
 		age  time.Duration
 		want bool
 	}{
-		{"completed, expired", run.IdempotencyRecord{Status: run.IdempotencyCompleted, ExpiresAt: t0.Add(-time.Second)}, 0, true},
-		{"completed, expires now", run.IdempotencyRecord{Status: run.IdempotencyCompleted, ExpiresAt: t0}, 0, true},
-		{"completed, not yet expired", run.IdempotencyRecord{Status: run.IdempotencyCompleted, ExpiresAt: t0.Add(time.Second)}, 0, false},
-		{"failed, expired, grace not over", run.IdempotencyRecord{Status: run.IdempotencyFailed, ExpiresAt: t0.Add(-time.Hour)}, 2 * time.Hour, false},
-		{"failed, expired past grace", run.IdempotencyRecord{Status: run.IdempotencyFailed, ExpiresAt: t0.Add(-3 * time.Hour)}, 2 * time.Hour, true},
-		{"processing, lock lapsed", run.IdempotencyRecord{Status: run.IdempotencyProcessing, ExpiresAt: t0.Add(-time.Hour), LockExpiresAt: at(-time.Hour)}, 0, true},
-		{"processing, lock live", run.IdempotencyRecord{Status: run.IdempotencyProcessing, ExpiresAt: t0.Add(-time.Hour), LockExpiresAt: at(time.Minute)}, 0, false},
-		{"processing without lock", run.IdempotencyRecord{Status: run.IdempotencyProcessing, ExpiresAt: t0.Add(-time.Hour)}, 0, false},
-		{"no expires_at", run.IdempotencyRecord{Status: run.IdempotencyCompleted}, 0, false},
+		{"completed, expired", idemrecord.Record{Status: idemrecord.Completed, ExpiresAt: t0.Add(-time.Second)}, 0, true},
+		{"completed, expires now", idemrecord.Record{Status: idemrecord.Completed, ExpiresAt: t0}, 0, true},
+		{"completed, not yet expired", idemrecord.Record{Status: idemrecord.Completed, ExpiresAt: t0.Add(time.Second)}, 0, false},
+		{"failed, expired, grace not over", idemrecord.Record{Status: idemrecord.Failed, ExpiresAt: t0.Add(-time.Hour)}, 2 * time.Hour, false},
+		{"failed, expired past grace", idemrecord.Record{Status: idemrecord.Failed, ExpiresAt: t0.Add(-3 * time.Hour)}, 2 * time.Hour, true},
+		{"processing, lock lapsed", idemrecord.Record{Status: idemrecord.Processing, ExpiresAt: t0.Add(-time.Hour), LockExpiresAt: at(-time.Hour)}, 0, true},
+		{"processing, lock live", idemrecord.Record{Status: idemrecord.Processing, ExpiresAt: t0.Add(-time.Hour), LockExpiresAt: at(time.Minute)}, 0, false},
+		{"processing without lock", idemrecord.Record{Status: idemrecord.Processing, ExpiresAt: t0.Add(-time.Hour)}, 0, false},
+		{"no expires_at", idemrecord.Record{Status: idemrecord.Completed}, 0, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestIdempotencyMarkerEligible(t *testing.T) {
 		{"expired, grace not over", t0.Add(-time.Hour), 2 * time.Hour, false},
 		{"no expires_at", time.Time{}, 0, false},
 	} {
-		m := run.IdempotencyMarker{ExpiresAt: c.expires}
+		m := idemrecord.Marker{ExpiresAt: c.expires}
 		if got := retention.IdempotencyMarkerEligible(&m, t0, c.age); got != c.want {
 			t.Errorf("%s: IdempotencyMarkerEligible = %v, want %v", c.name, got, c.want)
 		}

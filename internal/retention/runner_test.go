@@ -8,6 +8,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/retention"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -34,7 +35,7 @@ func TestRunnerHistoryIsDeletedWhole(t *testing.T) {
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	var ids []string
 	for _, key := range []string{"api:c:1", ""} {
-		res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "alpha", IdempotencyKey: key})
+		res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "alpha", IdempotencyKey: key})
 		if err != nil {
 			t.Fatal(err)
 		}

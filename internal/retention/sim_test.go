@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -84,7 +84,7 @@ func TestSixtyDays(t *testing.T) {
 			h.job(lifecycle.JobComplete, at)
 			h.nlmJob(lifecycle.NLMDone, at)
 			h.expiredEntry(at)
-			h.idempotency(run.IdempotencyCompleted, at.Add(24*time.Hour))
+			h.idempotency(idemrecord.Completed, at.Add(24*time.Hour))
 			h.audit(at)
 			h.audit(at.Add(time.Minute))
 			if at.Hour() == 0 {

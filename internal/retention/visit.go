@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -141,7 +141,7 @@ func (j *Janitor) visitJob(ctx context.Context, k Kind, key string, now time.Tim
 // key.
 func (j *Janitor) visitIdempotency(ctx context.Context, key string, now time.Time, age time.Duration, r *Report) error {
 	if _, ok := layout.ParseIdempotencyRunKey(key); ok {
-		var m run.IdempotencyMarker
+		var m idemrecord.Marker
 		ver, ok, err := j.read(ctx, key, &m, r)
 		if !ok || err != nil || !IdempotencyMarkerEligible(&m, now, age) {
 			return err
@@ -151,7 +151,7 @@ func (j *Janitor) visitIdempotency(ctx context.Context, key string, now time.Tim
 	if !layout.IsIdempotencyKey(key) {
 		return nil
 	}
-	var rec run.IdempotencyRecord
+	var rec idemrecord.Record
 	ver, ok, err := j.read(ctx, key, &rec, r)
 	if !ok || err != nil || !IdempotencyEligible(&rec, now, age) {
 		return err

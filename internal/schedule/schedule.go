@@ -40,6 +40,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -483,7 +484,7 @@ func (s *Scheduler) tick(ctx context.Context) time.Duration {
 			wait = min(wait, s.cfg.RetryInterval)
 			switch {
 			case ctx.Err() != nil:
-			case errors.Is(err, run.ErrIdempotencyInProgress):
+			case errors.Is(err, lifecycle.ErrIdempotencyInProgress):
 				// Its run is being created elsewhere: not a failure.
 				s.log.LogAttrs(ctx, slog.LevelDebug, "schedule_slot_in_progress", slog.String("schedule", sc.ID), slog.String("error", err.Error()))
 			default:
@@ -599,7 +600,7 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 	} else if err != nil {
 		return err
 	}
-	res, err := s.cfg.Runner.Submit(ctx, run.SubmitRequest{AgentSlug: sc.Agent, Trigger: run.TriggerCron,
+	res, err := s.cfg.Runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: sc.Agent, Trigger: "cron",
 		Input: sc.Input, IdempotencyKey: Key(sc.ID, slot)})
 	var failed *run.IdempotencyFailedError
 	if errors.As(err, &failed) {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
@@ -114,7 +115,7 @@ func (g *rig) runs(r *run.Runner) []string {
 	seen := map[string]string{}
 	var slots []string
 	for _, st := range sts {
-		if st.Trigger != run.TriggerCron || !strings.HasPrefix(st.IdempotencyKey, "scheduler:") {
+		if st.Trigger != "cron" || !strings.HasPrefix(st.IdempotencyKey, "scheduler:") {
 			g.t.Errorf("run %s: trigger %q key %q", st.RunID, st.Trigger, st.IdempotencyKey)
 		}
 		if prev, dup := seen[st.IdempotencyKey]; dup {
@@ -359,7 +360,7 @@ func TestCrashBetweenClaimAndRun(t *testing.T) {
 	g.settle(g.clock, 2)
 	// At once, not when the claim's lease lapses: both survivors find the
 	// slot pending; its one run exists.
-	rec, err := a.runner.Idempotency(context.Background(), schedule.Key("fragile", claimed))
+	rec, err := idemrecord.Read(context.Background(), g.store, g.clock.Now(), schedule.Key("fragile", claimed))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -26,7 +27,7 @@ type RunnerOption func(*run.Config)
 // failed; or parked, when the step's output awaits an approval or an
 // external event). An empty step Name means "step". The test fails when
 // the run cannot be submitted or does not end.
-func RunStep(tb testing.TB, step run.Step, input json.RawMessage, opts ...RunnerOption) (run.StepOutput, run.Status) {
+func RunStep(tb testing.TB, step run.Step, input json.RawMessage, opts ...RunnerOption) (run.StepOutput, lifecycle.RunStatus) {
 	tb.Helper()
 	if step.Name == "" {
 		step.Name = "step"
@@ -40,7 +41,7 @@ func RunStep(tb testing.TB, step run.Step, input json.RawMessage, opts ...Runner
 // being input (nil for none), and returns its final status.json and its
 // step files in step order. The test fails when the agent is refused, or
 // the run cannot be submitted or does not end.
-func RunAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts ...RunnerOption) (run.Status, []run.StepRecord) {
+func RunAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts ...RunnerOption) (lifecycle.RunStatus, []lifecycle.StepRecord) {
 	tb.Helper()
 	d := runAgent(tb, agent, input, opts)
 	return d.status, d.steps
@@ -57,8 +58,8 @@ type attempt struct {
 type agentDriver struct {
 	tb     testing.TB
 	clk    *fakeClock
-	status run.Status
-	steps  []run.StepRecord
+	status lifecycle.RunStatus
+	steps  []lifecycle.StepRecord
 
 	mu       sync.Mutex
 	attempts []*attempt
@@ -116,7 +117,7 @@ func (d *agentDriver) stuck(idle bool, runID string) string {
 	return ""
 }
 
-func settled(st run.Status) bool {
+func settled(st lifecycle.RunStatus) bool {
 	switch st.Status {
 	case "completed", "failed", "succeeded", "canceled", "cancelled", "timeout":
 		return true
@@ -167,12 +168,12 @@ func runAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts []Runn
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	tb.Cleanup(stop)
 
-	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug, Input: input})
+	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug, Input: input})
 	if err != nil {
 		tb.Fatalf(name+": submit: %v", err)
 	}
 	var (
-		st   run.Status
+		st   lifecycle.RunStatus
 		serr error
 	)
 	failed := ""

@@ -16,7 +16,7 @@ type NLM interface {
 }
 
 // Research is the step under test.
-func Research(nlm NLM) run.StepFunc {
+func Research(nlm NLM) func(context.Context, run.StepInput) (run.StepOutput, error) {
 	return func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		answer, err := nlm.Ask(ctx, "what changed?")
 		if err != nil {

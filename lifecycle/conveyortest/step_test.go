@@ -16,7 +16,7 @@ import (
 )
 
 // code is the code of a status's error, "CODE: message".
-func code(st run.Status) string {
+func code(st lifecycle.RunStatus) string {
 	if st.Error == nil {
 		return ""
 	}
@@ -26,7 +26,7 @@ func code(st run.Status) string {
 
 // stepScript is a step whose attempt n does what script[n-1] says ("ok",
 // "hang", "err", "503", "permanent"); the last entry repeats.
-func stepScript(calls *atomic.Int32, script ...string) run.StepFunc {
+func stepScript(calls *atomic.Int32, script ...string) func(context.Context, run.StepInput) (run.StepOutput, error) {
 	return func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		calls.Add(1)
 		what := script[min(in.Attempt, len(script))-1]

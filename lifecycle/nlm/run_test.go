@@ -98,7 +98,7 @@ func TestAskParksAndResumes(t *testing.T) {
 			defer func() { stopRunner(); <-runnerDone }()
 			runProcessor(t, p, 5*time.Second)
 
-			res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "researcher", Input: json.RawMessage(`"violin"`)})
+			res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "researcher", Input: json.RawMessage(`"violin"`)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,12 +2,16 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -139,7 +143,7 @@ func (a *admission) poll(ctx context.Context, startup bool) (found bool) {
 // ParkedPollInterval or its external deadline, whichever comes first; for
 // a keyed run waiting out the store's settle time before it may go, the
 // end of that wait. Zero means it should be read at every poll.
-func (a *admission) quietUntil(f *flow, doc *Status, now time.Time) time.Time {
+func (a *admission) quietUntil(f *flow, doc *lifecycle.RunStatus, now time.Time) time.Time {
 	if until := a.gate.waitEnds(f, doc); now.Before(until) {
 		return until
 	}
@@ -209,7 +213,7 @@ func (a *admission) consider(ctx context.Context, c candidate, startup bool) {
 // repairAudit writes the audit event of the last write of a run at rest,
 // if that write's own audit failed: no writer may come soon to do it. It
 // reports false when the repair failed and the look must stop.
-func (a *admission) repairAudit(ctx context.Context, doc *Status) bool {
+func (a *admission) repairAudit(ctx context.Context, doc *lifecycle.RunStatus) bool {
 	if err := a.audit.ensure(ctx, doc); err != nil {
 		if ctx.Err() == nil {
 			a.log.LogAttrs(ctx, slog.LevelWarn, "audit_repair_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
@@ -222,7 +226,7 @@ func (a *admission) repairAudit(ctx context.Context, doc *Status) bool {
 // admit moves a new run past the flow's admission and starts it or queues
 // it for a slot.
 func (a *admission) admit(ctx context.Context, c candidate, f *flow) error {
-	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		return f.fire(ctx, d, f.admit, lifecycle.ActorOrchestration)
 	})
 	if err == nil {
@@ -234,7 +238,7 @@ func (a *admission) admit(ctx context.Context, c candidate, f *flow) error {
 // expireQueued fails a run that waited for a slot longer than the queue
 // timeout.
 func (a *admission) expireQueued(ctx context.Context, c candidate, f *flow, runID string) error {
-	err := c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, byTimeout(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
@@ -251,7 +255,7 @@ func (a *admission) expireQueued(ctx context.Context, c candidate, f *flow, runI
 // cancelParked ends canceled a parked run that carries an acknowledged
 // cancel (parked by a writer that missed the request).
 func (a *admission) cancelParked(ctx context.Context, c candidate, f *flow, runID string) error {
-	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
 			return nil // moved on meanwhile
 		}
@@ -272,11 +276,11 @@ func (a *admission) cancelParked(ctx context.Context, c candidate, f *flow, runI
 
 // expireExternal fails a run whose external event did not come by its
 // deadline.
-func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, doc *Status) error {
+func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, doc *lifecycle.RunStatus) error {
 	ext := doc.External
 	b := byTimeout()
 	b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
-	err := c.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
@@ -292,14 +296,14 @@ func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, do
 
 // queueExpired tells whether a waiting run outlived QueueTimeout and its
 // machine can fail it from there.
-func (a *admission) queueExpired(f *flow, doc Status, now time.Time) bool {
+func (a *admission) queueExpired(f *flow, doc lifecycle.RunStatus, now time.Time) bool {
 	return a.queueTimeout > 0 && now.Sub(doc.StartedAt) > a.queueTimeout &&
 		f.check(doc.Status, "failed") == nil
 }
 
 // externalExpired reports whether doc waits for an external event whose
 // deadline has passed.
-func externalExpired(doc *Status, now time.Time) bool {
+func externalExpired(doc *lifecycle.RunStatus, now time.Time) bool {
 	return doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline)
 }
 
@@ -309,4 +313,242 @@ func derefTime[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// On a store that settles (storage.SettleTime > 0) a create-only write of
+// an idempotency record may land over an existing one: two first submits
+// of a key both "create" it, or a late retry replaces a completed record,
+// and each creates a run of its own. The record cannot tell; so each run a
+// record names also gets a marker of its own key (IdempotencyRunKey),
+// which no other run's write can replace, and before a run with a key is
+// first executed, at least Settle after its creation, the key's markers
+// are read: only the earliest run of the live generation executes. A
+// loser ends failed IDEMPOTENCY_DUPLICATE, naming the winner; its marker is
+// quarantined, and the record repaired to the winner. On a store that
+// settles at once none of this is written or read.
+
+// dedupeGate lets a keyed run execute only once it is its key's one run,
+// on a store that settles (see above); on one that settles at once it
+// writes and reads nothing. It remembers the runs found to be their key's
+// one run (verdicts) until they are past admission.
+type dedupeGate struct {
+	store        *storage.Store
+	now          func() time.Time
+	log          *slog.Logger
+	settle       time.Duration // the store's settle time, read once: every check agrees
+	completedTTL time.Duration // Config.IdempotencyCompletedTTL
+	verdicts     *verdicts
+	ender        *ender
+	statuses     *statuses
+	poison       *poison
+	reads        *reads
+}
+
+// verdicts are the runs with an idempotency key found to be their key's
+// one run, on a store that settles. The gate decides them; the end of a
+// run forgets its verdict.
+type verdicts struct {
+	mu sync.Mutex
+	ok map[string]bool
+}
+
+func newVerdicts() *verdicts { return &verdicts{ok: map[string]bool{}} }
+
+func (v *verdicts) won(runID string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ok[runID]
+}
+
+func (v *verdicts) set(runID string) {
+	v.mu.Lock()
+	v.ok[runID] = true
+	v.mu.Unlock()
+}
+
+func (v *verdicts) forget(runID string) {
+	v.mu.Lock()
+	delete(v.ok, runID)
+	v.mu.Unlock()
+}
+
+// mayGo tells whether a run that has not executed yet may go on:
+// always on a store that settles at once or for a run without a key;
+// otherwise once, at least Settle after its creation, its key's markers
+// name it the winner. A run that lost is ended here.
+func (g *dedupeGate) mayGo(ctx context.Context, c candidate, f *flow, doc *lifecycle.RunStatus) bool {
+	settle := g.settle
+	if settle <= 0 || doc.IdempotencyKey == "" {
+		return true
+	}
+	if !gated(f, doc) {
+		g.verdicts.forget(doc.RunID) // past admission: the verdict is no longer needed
+		return true
+	}
+	if g.verdicts.won(doc.RunID) {
+		return true
+	}
+	if g.now().Before(doc.StartedAt.Add(settle)) {
+		return false // a rival's marker may not read yet: a poll at the wait's end decides
+	}
+	winner, err := g.winner(ctx, doc)
+	if err != nil {
+		g.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_check_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+		return false
+	}
+	if winner.RunID == doc.RunID {
+		g.verdicts.set(doc.RunID)
+		return true
+	}
+	if err := g.loseDuplicate(ctx, c, f, doc, winner); err != nil && ctx.Err() == nil {
+		g.log.LogAttrs(ctx, slog.LevelWarn, "run_not_advanced", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+	}
+	return false
+}
+
+// gated tells whether a keyed run has not executed yet: the gate decides
+// whether it may.
+func gated(f *flow, doc *lifecycle.RunStatus) bool {
+	return doc.IdempotencyKey != "" && doc.Lease == nil && (doc.Status == f.initial || doc.Status == f.waiting)
+}
+
+// waitEnds is when a keyed run the gate holds may be decided: the
+// end of the settle time after its creation. Zero when the gate does not
+// hold it, so the poll need not read it again before then.
+func (g *dedupeGate) waitEnds(f *flow, doc *lifecycle.RunStatus) time.Time {
+	settle := g.settle
+	if settle <= 0 || !gated(f, doc) || g.verdicts.won(doc.RunID) {
+		return time.Time{}
+	}
+	return doc.StartedAt.Add(settle)
+}
+
+// winner reads the markers of doc's key and returns the earliest live
+// one: not replaced by a later generation, and live when doc's generation
+// started. A run without a marker of its own (written by an earlier
+// release) competes as created when it started.
+func (g *dedupeGate) winner(ctx context.Context, doc *lifecycle.RunStatus) (idemrecord.Marker, error) {
+	self := idemrecord.Marker{Key: doc.IdempotencyKey, RunID: doc.RunID, CreatedAt: doc.StartedAt,
+		ExpiresAt: doc.StartedAt.Add(g.completedTTL)}
+	var markers []idemrecord.Marker
+	replaced := map[string]bool{}
+	for key, err := range g.store.List(ctx, layout.IdempotencyRunsPrefix(doc.IdempotencyKey)) {
+		if err != nil {
+			return self, err
+		}
+		if _, ok := layout.ParseIdempotencyRunKey(key); !ok {
+			continue
+		}
+		m, _, err := records.Read[idemrecord.Marker](ctx, g.store, key)
+		if errors.Is(err, records.ErrCorrupt) {
+			continue // a quarantine's tombstone, or not a marker
+		}
+		if errors.Is(err, storage.ErrNotFound) {
+			// Listed but read missing: quarantined meanwhile, or a false
+			// not-found. Not decided on that: the next poll looks again.
+			return self, fmt.Errorf("marker %s listed, read missing: %w", key, err)
+		}
+		if err != nil {
+			return self, err
+		}
+		if m.RunID == doc.RunID {
+			self = m
+		}
+		markers = append(markers, m)
+		if m.Replaces != "" {
+			replaced[m.Replaces] = true
+		}
+	}
+	winner := self
+	for _, m := range markers {
+		if replaced[m.RunID] || !self.CreatedAt.Before(m.ExpiresAt) {
+			continue
+		}
+		if m.CreatedAt.Before(winner.CreatedAt) || (m.CreatedAt.Equal(winner.CreatedAt) && m.RunID < winner.RunID) {
+			winner = m
+		}
+	}
+	return winner, nil
+}
+
+// loseDuplicate ends a run that lost its key to winner: failed (canceled
+// on a machine with no failed move from its state) with
+// IDEMPOTENCY_DUPLICATE naming the winner, so its submit's answer still
+// names a run that finishes; then the record is repaired to the winner
+// and the loser's marker goes to quarantine.
+func (g *dedupeGate) loseDuplicate(ctx context.Context, c candidate, f *flow, doc *lifecycle.RunStatus, winner idemrecord.Marker) error {
+	event := f.fail
+	if _, ok := f.target(doc.Status, event); !ok {
+		event = f.cancel
+	}
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
+		if err := f.fire(ctx, d, event, lifecycle.ActorOrchestration); err != nil {
+			return err
+		}
+		g.ender.finishFields(d, lifecycle.NewRunError(codes.IdempotencyDuplicate, "run %s duplicates run %s under idempotency key %s (the store accepted a second create of the key's record); it was not executed",
+			d.RunID, winner.RunID, d.IdempotencyKey))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	g.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_duplicate_run", slog.String("runId", doc.RunID),
+		slog.String("winner", winner.RunID), slog.String("key", doc.IdempotencyKey))
+	g.ender.cleanup(ctx, c.slug, doc.RunID, "", "")
+	g.ender.finished(ctx, c.w.snapshot())
+	// The record first: it is what a retry of the key is answered.
+	g.repairRecord(ctx, doc, winner)
+	g.quarantineMarker(ctx, doc, winner)
+	return nil
+}
+
+// quarantineMarker moves a losing run's marker under quarantine/, where an
+// operator finds it with its reason.
+func (g *dedupeGate) quarantineMarker(ctx context.Context, doc *lifecycle.RunStatus, winner idemrecord.Marker) {
+	key, err := layout.IdempotencyRunKey(doc.IdempotencyKey, doc.RunID)
+	if err != nil {
+		return
+	}
+	data, ver, err := g.store.Get(ctx, key)
+	if err != nil {
+		if !errors.Is(err, storage.ErrNotFound) {
+			g.log.LogAttrs(ctx, slog.LevelWarn, "quarantine_failed", slog.String("key", key), slog.String("error", err.Error()))
+		}
+		return
+	}
+	_, _ = g.poison.quarantine(ctx, &records.CorruptError{Key: key, Version: ver, Data: data,
+		Reason: fmt.Sprintf("run %s was created a second time under its idempotency key; run %s executes", doc.RunID, winner.RunID)})
+}
+
+// repairRecord points the key's record at the winner again, when it names
+// the loser: completed if the winner's run exists, else processing with a
+// lapsed lease, so the next submit of the winner's request creates it.
+func (g *dedupeGate) repairRecord(ctx context.Context, doc *lifecycle.RunStatus, winner idemrecord.Marker) {
+	winnerExists := false
+	if slug, statusKey, err := g.reads.locate(ctx, winner.RunID); err == nil {
+		_, _, err = g.statuses.read(ctx, slug, winner.RunID, statusKey)
+		winnerExists = err == nil
+	}
+	_, _, err := (&core.Record[idemrecord.Record, *idemrecord.Record]{Store: g.store, Key: layout.IdempotencyKey(doc.IdempotencyKey)}).Apply(ctx, func(cur *idemrecord.Record) error {
+		if cur.RunID != doc.RunID {
+			return errKeep
+		}
+		now := g.now()
+		cur.RunID, cur.CreatedAt, cur.UpdatedAt, cur.PreviousRunID = winner.RunID, winner.CreatedAt, now, winner.Replaces
+		if winner.RequestHash != "" {
+			cur.RequestHash = winner.RequestHash
+		}
+		cur.LeaseOwner, cur.LeaseExpiresAt, cur.LockExpiresAt = "", nil, nil
+		if winnerExists {
+			cur.Status, cur.ExpiresAt = idemrecord.Completed, now.Add(g.completedTTL)
+			cur.Response, _ = json.Marshal(map[string]string{"run_id": winner.RunID})
+		} else {
+			lapsed := now
+			cur.Status, cur.Response, cur.LeaseExpiresAt = idemrecord.Processing, nil, &lapsed
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errKeep) && !errors.Is(err, storage.ErrNotFound) {
+		g.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", doc.IdempotencyKey), slog.String("error", err.Error()))
+	}
 }

@@ -97,7 +97,7 @@ func (c *catalog) knownStatus(s string) bool {
 // flowOfDoc is the flow of the machine the run was created with (its
 // status.json's machine field), which is not always the one its agent is
 // configured with now.
-func (c *catalog) flowOfDoc(d *Status) *flow {
+func (c *catalog) flowOfDoc(d *lifecycle.RunStatus) *flow {
 	if f, ok := c.flows[d.Machine]; ok {
 		return f
 	}

@@ -2,12 +2,19 @@ package run
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -89,7 +96,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 	var resumed bool
 	var traceParent string
 	tried := &unsureClaim{}
-	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		now := cl.now()
 		traceParent = d.TraceParent
 		f = cl.cat.flowOfDoc(d)
@@ -184,4 +191,383 @@ const maxUnsureLeases = 8
 type unsureClaim struct {
 	leases  []records.Lease
 	resumed bool // the claim took the run over from an earlier execution
+}
+
+// slots are the agents' concurrency slots in the store, and the runs that
+// wait here for one: a run executes only while it holds a slot of its
+// agent. This runner remembers the slots its executions hold (held) and
+// the version of each it freed (freed), so taking one again is one
+// compare-and-swap without a read.
+type slots struct {
+	store    *storage.Store
+	now      func() time.Time
+	log      *slog.Logger
+	cat      *catalog
+	statuses *statuses
+	absent   *core.Absence
+	poison   *poison
+	execs    *executions
+	inbox    *inbox
+
+	mu      sync.Mutex
+	waiting map[string][]candidate // by agent
+	freed   map[string]storage.Version
+	held    map[string]string // slot key -> run id
+}
+
+// wait queues c until a slot of its agent frees.
+func (s *slots) wait(c candidate) {
+	s.mu.Lock()
+	s.waiting[c.slug] = append(s.waiting[c.slug], c)
+	s.mu.Unlock()
+}
+
+// takeWaiting empties the queues of runs waiting for a slot.
+func (s *slots) takeWaiting() map[string][]candidate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.waiting
+	s.waiting = map[string][]candidate{}
+	return w
+}
+
+// freeRun frees what a quarantined run held here: its execution is stopped
+// (its finish frees its slot), or else every slot that names it.
+func (s *slots) freeRun(ctx context.Context, slug, runID string, cause error) {
+	if !s.execs.stop(runID, cause) {
+		s.freeAllOf(ctx, slug, runID)
+	}
+}
+
+// acquire takes one of the agent's concurrency slots for runID: one this
+// runner freed (a compare-and-swap on the version it wrote, no read), a new
+// one (create-only), the one the run already holds (an orphan's), a freed
+// one, or one whose run no longer executes. Slots are freed by writing an
+// empty holder, never deleted: S3 compare-and-swap writes are atomic where a
+// conditional delete on MinIO is not.
+func (s *slots) acquire(ctx context.Context, slug, runID string) (string, storage.Version, error) {
+	n := s.cat.agents[slug].concurrency
+	body := slotBody(runID)
+	keys := make([]string, n)
+	for i := range n {
+		key, err := layout.RunSlotKey(slug, i)
+		if err != nil {
+			return "", "", err
+		}
+		keys[i] = key
+	}
+	// Slots this runner's own executions hold need no look.
+	s.mu.Lock()
+	var open []string
+	for _, key := range keys {
+		if _, held := s.held[key]; !held {
+			open = append(open, key)
+		}
+	}
+	s.mu.Unlock()
+	if len(open) == 0 {
+		return "", "", errNoSlot
+	}
+	take := func(key string, v storage.Version) (string, storage.Version, error) {
+		s.mu.Lock()
+		s.held[key] = runID
+		s.mu.Unlock()
+		return key, v, nil
+	}
+	for _, key := range open {
+		s.mu.Lock()
+		v, ok := s.freed[key]
+		delete(s.freed, key)
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if v, err := s.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
+			return take(key, v)
+		}
+	}
+	for _, key := range open {
+		v, err := s.store.Put(ctx, key, body, storage.IfNotExists())
+		if err == nil {
+			return take(key, v)
+		}
+		if !errors.Is(err, storage.ErrPreconditionFailed) {
+			return "", "", err
+		}
+	}
+	for _, key := range open {
+		e, v, err := s.read(ctx, key) // a junk slot is quarantined: not found
+		if errors.Is(err, storage.ErrNotFound) {
+			if v, err := s.store.Put(ctx, key, body, storage.IfNotExists()); err == nil {
+				return take(key, v)
+			}
+			continue
+		}
+		if err != nil {
+			return "", "", err
+		}
+		// The slot may still name this run after its runner was lost:
+		// rewrite it all the same, so the lost runner's release (a
+		// compare-and-swap on the version it wrote) is fenced off.
+		if e.RunID == runID || e.RunID == "" || s.holderGone(ctx, slug, e.RunID) {
+			if v, err := s.store.Put(ctx, key, body, storage.IfMatch(v)); err == nil {
+				return take(key, v)
+			}
+		}
+	}
+	return "", "", errNoSlot
+}
+
+// holderGone tells whether the run holding a slot no longer executes
+// (it ended, parked, or never started), so the slot may be taken.
+func (s *slots) holderGone(ctx context.Context, slug, runID string) bool {
+	if s.execs.isExecuting(runID) {
+		return false
+	}
+	key, err := layout.RunStatusKey(slug, runID)
+	if err != nil {
+		return true
+	}
+	doc, _, err := s.statuses.read(ctx, slug, runID, key)
+	if errors.Is(err, records.ErrCorrupt) {
+		return true // poison and quarantined
+	}
+	if errors.Is(err, storage.ErrNotFound) {
+		// Gone; on a store that settles, once a read Settle later agrees.
+		return s.absent.Confirmed(key, s.now())
+	}
+	if err != nil {
+		return false
+	}
+	f := s.cat.flowOfDoc(&doc)
+	return !f.executing(doc.Status) || doc.Lease == nil
+}
+
+// release frees a slot this runner holds at version v, unless another
+// runner took it meanwhile, and wakes the next run waiting for one.
+func (s *slots) release(ctx context.Context, slug, key string, v storage.Version) {
+	if key == "" {
+		return
+	}
+	s.mu.Lock()
+	delete(s.held, key)
+	s.mu.Unlock()
+	free, err := s.store.Put(ctx, key, slotBody(""), storage.IfMatch(v))
+	switch {
+	case err == nil:
+		s.mu.Lock()
+		s.freed[key] = free
+		s.mu.Unlock()
+	case !errors.Is(err, storage.ErrPreconditionFailed):
+		s.log.LogAttrs(ctx, slog.LevelWarn, "slot_release_failed", slog.String("slot", key), slog.String("error", err.Error()))
+	}
+	s.mu.Lock()
+	next := s.waiting[slug]
+	if len(next) > 0 {
+		s.waiting[slug] = next[1:]
+	}
+	s.mu.Unlock()
+	if len(next) > 0 {
+		s.inbox.hand(next[0])
+	}
+}
+
+// freeAllOf frees every slot of the agent that names runID.
+func (s *slots) freeAllOf(ctx context.Context, slug, runID string) {
+	a, ok := s.cat.agents[slug]
+	if !ok {
+		return
+	}
+	for i := range a.concurrency {
+		key, err := layout.RunSlotKey(slug, i)
+		if err != nil {
+			return
+		}
+		e, v, err := s.read(ctx, key)
+		if err != nil || e.RunID != runID {
+			continue
+		}
+		s.release(ctx, slug, key, v)
+	}
+}
+
+// read reads and validates a slot object; a junk one is quarantined
+// and reported as not found, so the slot can be created afresh.
+func (s *slots) read(ctx context.Context, key string) (slotEntry, storage.Version, error) {
+	b, v, err := s.store.Get(ctx, key)
+	if err != nil {
+		return slotEntry{}, "", err
+	}
+	var e slotEntry
+	var ce *records.CorruptError
+	if err := json.Unmarshal(b, &e); err != nil {
+		ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
+	} else if e.RunID != "" {
+		if err := storage.ValidateID("run id", e.RunID); err != nil {
+			ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "invalid", Err: err}
+		}
+	}
+	if ce != nil {
+		if _, qerr := s.poison.quarantine(ctx, ce); qerr != nil {
+			return slotEntry{}, "", qerr
+		}
+		return slotEntry{}, "", fmt.Errorf("%w: slot %s quarantined", storage.ErrNotFound, key)
+	}
+	return e, v, nil
+}
+
+// releaseHeld frees the slot an execution holds.
+func (s *slots) releaseHeld(ctx context.Context, x *execution) {
+	s.release(ctx, x.agent.Slug, x.slotKey, x.slotVer)
+}
+
+func (s *slots) isWaiting(slug, runID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.waiting[slug] {
+		if c.w.runID == runID {
+			return true
+		}
+	}
+	return false
+}
+
+// slotEntry is the body of a slot: the run holding it, empty when free.
+// Token is drawn afresh for every write: slots are fenced by compare-and-swap
+// on their version, and on S3 a version is the MD5 of the bytes, so two
+// writes of the same holder must still differ in their bytes (else a lost
+// runner's release could match a version written after it).
+type slotEntry struct {
+	RunID string `json:"run_id"`
+	Token string `json:"token,omitempty"`
+}
+
+// slotBody encodes a slot held by runID ("" for a free slot) with a fresh
+// token.
+func slotBody(runID string) []byte {
+	var t [8]byte
+	_, _ = rand.Read(t[:]) // crypto/rand.Read never fails (Go 1.24+).
+	b, _ := json.Marshal(slotEntry{RunID: runID, Token: hex.EncodeToString(t[:])})
+	return b
+}
+
+var errNoSlot = errors.New("run: no free slot")
+
+// executions are the runs this runner executes now, by run id: the one
+// place that knows whether a run is this runner's, so a stale copy of a
+// run is never started twice and a cancel reaches the steps at once.
+type executions struct {
+	inbox *inbox
+
+	mu        sync.Mutex
+	executing map[string]*execution
+	// rehand holds runs handed over (a Deliver, an Approve) while this
+	// runner was still ending their previous execution (parking them): they
+	// are handed again the moment that execution ends, not at the next poll.
+	rehand map[string]candidate
+}
+
+func newExecutions(in *inbox) *executions {
+	return &executions{inbox: in, executing: map[string]*execution{}, rehand: map[string]candidate{}}
+}
+
+func (ex *executions) isExecuting(runID string) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	_, ok := ex.executing[runID]
+	return ok
+}
+
+// register makes x the execution of runID, unless one is registered
+// already (a stale copy of a run this runner executes): then false.
+func (ex *executions) register(runID string, x *execution) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if _, busy := ex.executing[runID]; busy {
+		return false
+	}
+	ex.executing[runID] = x
+	return true
+}
+
+// unregister forgets the execution of runID, and hands the run over again
+// if that was asked for while it executed.
+func (ex *executions) unregister(runID string) {
+	ex.mu.Lock()
+	delete(ex.executing, runID)
+	c, again := ex.rehand[runID]
+	delete(ex.rehand, runID)
+	ex.mu.Unlock()
+	if again {
+		ex.inbox.hand(c)
+	}
+}
+
+// holdIfBusy keeps c, handed over (a Deliver, an Approve) while this
+// runner still ends the run's last execution (it parks), to hand it again
+// when that execution ends; false when the run is not executing here.
+func (ex *executions) holdIfBusy(runID string, c candidate) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if _, busy := ex.executing[runID]; !busy {
+		return false
+	}
+	ex.rehand[runID] = c
+	return true
+}
+
+// stop stops the execution of runID with cause, and tells whether there
+// was one.
+func (ex *executions) stop(runID string, cause error) bool {
+	ex.mu.Lock()
+	x := ex.executing[runID]
+	ex.mu.Unlock()
+	if x == nil {
+		return false
+	}
+	x.stop(cause)
+	return true
+}
+
+// The lease, once a claim landed, is its status writer's: held (every
+// later write fenced on it and renewing it), and confirmed before the side
+// writes of the execution.
+
+// hold makes the writer the lease holder at epoch, with the document just
+// written by its claim: from now on every write is fenced.
+func (w *statusWriter) hold(epoch int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	doc, ver := w.rec.Snapshot()
+	rec := w.ws.statusRecord(w.slug, w.runID, w.key, w.ws.owner, epoch)
+	rec.Seed(doc, ver)
+	w.rec, w.epoch = rec, epoch
+	w.leaseUntil, w.renewedAt = doc.Lease.ExpiresAt, *doc.LastHeartbeatAt
+}
+
+// renewed is when this writer last renewed its lease.
+func (w *statusWriter) renewed() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.renewedAt
+}
+
+// leaseValid tells, without I/O, whether this writer's lease is certainly
+// still its own: the expiry it last wrote, less a tenth for safety, is
+// ahead. No other runner takes a run over before the lease expires.
+func (w *statusWriter) leaseValid() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return core.LeaseCertain(w.leaseUntil, w.ws.now(), w.ws.lease)
+}
+
+// confirmLease makes sure the lease is this writer's at this instant: by
+// time while leaseValid vouches for it, else by a fenced read. Side writes
+// call it after observing the object they replace (see writeOutput), so
+// that no newer owner can have written that object in between.
+func (w *statusWriter) confirmLease(ctx context.Context) error {
+	if w.leaseValid() {
+		return nil
+	}
+	return w.record().Confirm(ctx)
 }

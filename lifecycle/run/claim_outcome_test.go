@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
@@ -104,7 +105,7 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 			if tc.takeover {
 				limit += 5 * time.Minute
 			}
-			st := base.waitFor(b, runID, time.Second, limit, func(st run.Status) bool {
+			st := base.waitFor(b, runID, time.Second, limit, func(st lifecycle.RunStatus) bool {
 				return st.Status == "completed"
 			})
 			if lossy.lostRun() != runID {

@@ -16,8 +16,8 @@ import (
 func TestErrNotFoundCode(t *testing.T) {
 	t.Parallel()
 	for _, err := range []error{
-		fmt.Errorf("%w: run_x", run.ErrNotFound),
-		fmt.Errorf("%w: %w", run.ErrNotFound, storage.ErrNotFound),
+		fmt.Errorf("%w: run_x", lifecycle.ErrRunNotFound),
+		fmt.Errorf("%w: %w", lifecycle.ErrRunNotFound, storage.ErrNotFound),
 	} {
 		if code := lifecycle.ErrorCode(err); code != codes.RunNotFound || codes.HTTPStatus(code) != 404 {
 			t.Errorf("ErrorCode(%v) = %s, want RUN_NOT_FOUND / 404", err, code)
@@ -56,7 +56,7 @@ func TestMissingRunIsNotFound(t *testing.T) {
 	}
 	for name, call := range calls {
 		err := call()
-		if !errors.Is(err, run.ErrNotFound) || lifecycle.ErrorCode(err) != codes.RunNotFound ||
+		if !errors.Is(err, lifecycle.ErrRunNotFound) || lifecycle.ErrorCode(err) != codes.RunNotFound ||
 			codes.HTTPStatus(lifecycle.ErrorCode(err)) != 404 {
 			t.Errorf("%s: %v (code %s), want RUN_NOT_FOUND / 404", name, err, lifecycle.ErrorCode(err))
 		}

@@ -78,8 +78,8 @@ func TestTransitionContextInAuditAndLog(t *testing.T) {
 	r, _ := g.runner("a", func(c *run.Config) { logs = capture(c) }, agent)
 	ctx := context.Background()
 
-	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug,
-		Caller: run.Caller{UserID: "u-1", Metadata: map[string]string{"ticket": "T-1"}}})
+	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug,
+		Caller: lifecycle.Caller{UserID: "u-1", Metadata: map[string]string{"ticket": "T-1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestTransitionContextInAuditAndLog(t *testing.T) {
 		t.Fatalf("parked: %+v", st)
 	}
 	dec := run.Decision{DecidedBy: "owner", Reason: "looks good",
-		Caller: run.Caller{UserID: "u-42", Metadata: map[string]string{"ticket": "T-9"}}}
+		Caller: lifecycle.Caller{UserID: "u-42", Metadata: map[string]string{"ticket": "T-9"}}}
 	if _, err := r.Approve(ctx, res.RunID, lifecycle.ActorGateway, dec); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestTransitionContextInRefusals(t *testing.T) {
 	if st := g.wait(r, id, 0, 0); st.Status != "awaiting_approval" {
 		t.Fatalf("parked: %+v", st)
 	}
-	caller := run.Caller{UserID: "u-7", Metadata: map[string]string{"secret": strings.Repeat("m", 100)}}
+	caller := lifecycle.Caller{UserID: "u-7", Metadata: map[string]string{"secret": strings.Repeat("m", 100)}}
 
 	// Mastra may not decide: forbidden, with the context.
 	_, err := r.Approve(ctx, id, lifecycle.ActorMastra, run.Decision{DecidedBy: "bot", Caller: caller})
@@ -215,23 +215,23 @@ func TestCallerIsChecked(t *testing.T) {
 	}
 	callers := []struct {
 		name   string
-		caller run.Caller
+		caller lifecycle.Caller
 		field  string
 		code   string
 	}{
-		{"user id too long", run.Caller{UserID: strings.Repeat("u", codes.MaxNameBytes+1)}, "user_id", codes.InputTooLarge},
-		{"user id with NUL", run.Caller{UserID: "u\x00"}, "user_id", codes.InvalidInput},
-		{"user id on two lines", run.Caller{UserID: "u\n1"}, "user_id", codes.InvalidInput},
-		{"unknown initiator", run.Caller{Initiator: "cron"}, "initiator", codes.InvalidInput},
-		{"metadata value too long", run.Caller{Metadata: map[string]string{"k": strings.Repeat("v", codes.MaxTextBytes+1)}}, "metadata[k]", codes.InputTooLarge},
-		{"metadata key not UTF-8", run.Caller{Metadata: map[string]string{"\xff": "v"}}, "metadata key", codes.InvalidInput},
-		{"too many metadata entries", run.Caller{Metadata: many}, "metadata", codes.InputTooLarge},
+		{"user id too long", lifecycle.Caller{UserID: strings.Repeat("u", codes.MaxNameBytes+1)}, "user_id", codes.InputTooLarge},
+		{"user id with NUL", lifecycle.Caller{UserID: "u\x00"}, "user_id", codes.InvalidInput},
+		{"user id on two lines", lifecycle.Caller{UserID: "u\n1"}, "user_id", codes.InvalidInput},
+		{"unknown initiator", lifecycle.Caller{Initiator: "cron"}, "initiator", codes.InvalidInput},
+		{"metadata value too long", lifecycle.Caller{Metadata: map[string]string{"k": strings.Repeat("v", codes.MaxTextBytes+1)}}, "metadata[k]", codes.InputTooLarge},
+		{"metadata key not UTF-8", lifecycle.Caller{Metadata: map[string]string{"\xff": "v"}}, "metadata key", codes.InvalidInput},
+		{"too many metadata entries", lifecycle.Caller{Metadata: many}, "metadata", codes.InputTooLarge},
 	}
 	for _, c := range callers {
 		t.Run(c.name, func(t *testing.T) {
 			calls := map[string]func() error{
 				"Submit": func() error {
-					_, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: gated.Slug, Caller: c.caller})
+					_, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: gated.Slug, Caller: c.caller})
 					return err
 				},
 				"Cancel": func() error {

@@ -29,17 +29,17 @@ type controller struct {
 // apply loads a run for an operation and applies change to it as b's
 // actor, with b's transition context, with compare-and-swap; then it lets
 // this runner's loop and execution know.
-func (ct *controller) apply(ctx context.Context, runID string, b by, change func(ctx context.Context, f *flow, d *Status) error) (Status, error) {
+func (ct *controller) apply(ctx context.Context, runID string, b by, change func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error) (lifecycle.RunStatus, error) {
 	slug, key, err := ct.reads.locate(ctx, runID)
 	if err != nil {
-		return Status{}, err
+		return lifecycle.RunStatus{}, err
 	}
 	if _, ok := ct.cat.agents[slug]; !ok {
-		return Status{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", ErrNotFound, runID, slug)
+		return lifecycle.RunStatus{}, fmt.Errorf("%w: %s belongs to agent %s, unknown to this runner", lifecycle.ErrRunNotFound, runID, slug)
 	}
 	w := ct.writers.newWriter(slug, runID, key, nil, "") // the first apply reads
 	var from string
-	err = w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+	err = w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
 		from = d.Status
 		return change(ctx, ct.cat.flowOfDoc(d), d)
 	})
@@ -47,19 +47,19 @@ func (ct *controller) apply(ctx context.Context, runID string, b by, change func
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		if qe := ct.statuses.findQuarantined(ctx, runID, key); qe != nil {
-			return Status{}, qe
+			return lifecycle.RunStatus{}, qe
 		}
-		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
+		return lifecycle.RunStatus{}, fmt.Errorf("%w: %s", lifecycle.ErrRunNotFound, runID)
 	case errors.As(err, &ce):
 		qerr := ct.statuses.quarantineRun(ctx, slug, runID, ce)
 		if errors.Is(qerr, storage.ErrPreconditionFailed) {
 			// It changed since the read (a repair, another quarantine):
 			// nothing was written; the caller may try again.
-			return Status{}, ce
+			return lifecycle.RunStatus{}, ce
 		}
-		return Status{}, qerr
+		return lifecycle.RunStatus{}, qerr
 	case err != nil:
-		return Status{}, err
+		return lifecycle.RunStatus{}, err
 	}
 	after := w.snapshot()
 	f := ct.cat.flowOfDoc(&after)
@@ -72,35 +72,21 @@ func (ct *controller) apply(ctx context.Context, runID string, b by, change func
 	return after, nil
 }
 
-// Caller is the context of a call (user, initiator, metadata): it lives
-// in lifecycle so the Go client can send it without the engine.
-type Caller = lifecycle.Caller
-
-// by is the write a control call makes as actor, with the caller's
-// context (initiator def unless the caller names one).
-func callerBy(c *Caller, actor lifecycle.Actor, def lifecycle.Initiator) by {
-	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
-	if tc.Initiator == "" {
-		tc.Initiator = def
-	}
-	return by{actor: actor, tc: tc}
-}
-
 // CancelRequest asks Cancel to stop a run. Cancel refuses one with an
 // *codes.InputError, writing nothing, when Reason is over MaxTextBytes
 // or not clean text (it may span lines), or its Caller breaks its limits.
 type CancelRequest struct {
 	// Reason becomes the run's cancel_reason.
 	Reason string
-	Caller
+	lifecycle.Caller
 }
 
 // cancel: see Runner.Cancel.
-func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (Status, error) {
+func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (lifecycle.RunStatus, error) {
 	if err := req.check(); err != nil {
-		return Status{}, err
+		return lifecycle.RunStatus{}, err
 	}
-	doc, err := ct.apply(ctx, runID, callerBy(&req.Caller, actor, lifecycle.InitiatorUser), func(ctx context.Context, f *flow, d *Status) error {
+	doc, err := ct.apply(ctx, runID, callerBy(&req.Caller, actor, lifecycle.InitiatorUser), func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
 		if f.cancel == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "cancel"}
 		}
@@ -145,7 +131,7 @@ type Decision struct {
 	// DecidedBy names who decided, e.g. "owner".
 	DecidedBy string
 	Reason    string
-	Caller
+	lifecycle.Caller
 }
 
 // by is the write of a decision: its context names the approval decided.
@@ -156,12 +142,12 @@ func (dec *Decision) by(actor lifecycle.Actor, decision string, now time.Time) b
 }
 
 // approve: see Runner.Approve.
-func (ct *controller) approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+func (ct *controller) approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (lifecycle.RunStatus, error) {
 	if err := dec.check(); err != nil {
-		return Status{}, err
+		return lifecycle.RunStatus{}, err
 	}
 	now := ct.now()
-	return ct.apply(ctx, runID, dec.by(actor, "approved", now), func(ctx context.Context, f *flow, d *Status) error {
+	return ct.apply(ctx, runID, dec.by(actor, "approved", now), func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
 		if f.approve == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "approve"}
 		}
@@ -174,12 +160,12 @@ func (ct *controller) approve(ctx context.Context, runID string, actor lifecycle
 }
 
 // reject: see Runner.Reject.
-func (ct *controller) reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+func (ct *controller) reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (lifecycle.RunStatus, error) {
 	if err := dec.check(); err != nil {
-		return Status{}, err
+		return lifecycle.RunStatus{}, err
 	}
 	now := ct.now()
-	return ct.apply(ctx, runID, dec.by(actor, "rejected", now), func(ctx context.Context, f *flow, d *Status) error {
+	return ct.apply(ctx, runID, dec.by(actor, "rejected", now), func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
 		if f.reject == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "reject"}
 		}
@@ -192,7 +178,7 @@ func (ct *controller) reject(ctx context.Context, runID string, actor lifecycle.
 	})
 }
 
-func decide(d *Status, decision string, dec Decision, now time.Time) {
+func decide(d *lifecycle.RunStatus, decision string, dec Decision, now time.Time) {
 	if d.Approval == nil {
 		d.Approval = &lifecycle.Approval{}
 	}
@@ -208,18 +194,18 @@ type ExternalEvent struct {
 	Type   string
 	ID     string
 	Source string
-	Caller
+	lifecycle.Caller
 }
 
 // deliver: see Runner.Deliver.
-func (ct *controller) deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (Status, error) {
+func (ct *controller) deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (lifecycle.RunStatus, error) {
 	if err := ev.check(); err != nil {
-		return Status{}, err
+		return lifecycle.RunStatus{}, err
 	}
 	now := ct.now()
 	b := callerBy(&ev.Caller, actor, lifecycle.InitiatorWebhook)
 	b.tc.External = &lifecycle.ExternalWait{EventType: ev.Type, EventID: ev.ID, Source: ev.Source, ReceivedAt: &now}
-	return ct.apply(ctx, runID, b, func(ctx context.Context, f *flow, d *Status) error {
+	return ct.apply(ctx, runID, b, func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
 		if f.deliver == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "deliver"}
 		}
@@ -242,4 +228,38 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// check refuses a decision whose decided_by or reason breaks its limit.
+func (d *Decision) check() error {
+	if err := codes.CheckText("decided_by", d.DecidedBy, codes.MaxNameBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckText("reason", d.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
+		return err
+	}
+	return checkCaller(&d.Caller)
+}
+
+// check refuses an event whose type, id or source breaks its limit.
+func (ev *ExternalEvent) check() error {
+	if err := codes.CheckText("event_type", ev.Type, codes.MaxNameBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckText("event_id", ev.ID, codes.MaxRefBytes, codes.OneLine); err != nil {
+		return err
+	}
+	if err := codes.CheckText("source", ev.Source, codes.MaxRefBytes, codes.OneLine); err != nil {
+		return err
+	}
+	return checkCaller(&ev.Caller)
+}
+
+// check refuses a cancel whose reason is over MaxTextBytes or not clean
+// text.
+func (req *CancelRequest) check() error {
+	if err := codes.CheckText("reason", req.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
+		return err
+	}
+	return checkCaller(&req.Caller)
 }

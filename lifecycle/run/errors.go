@@ -3,59 +3,38 @@ package run
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// Constants of runs: triggers, idempotency sources and record states,
-// limits.
+// Triggers of a run (docs/spec.md#run-status), as SubmitRequest.Trigger
+// names them.
 const (
-	// Triggers of a run (docs/spec.md#run-status).
-	TriggerManual = "manual"
-	TriggerCron   = "cron"
-	TriggerEvent  = "event"
-
-	// Sources of idempotency keys (docs/spec.md#idempotency), as IdempotencyRecord
-	// names them.
-	SourceGitHub    = "github_webhook"
-	SourceAPI       = "api"
-	SourceSlack     = "slack"
-	SourceScheduler = "scheduler"
-
-	// States of an IdempotencyRecord (docs/spec.md#idempotency-record).
-	IdempotencyProcessing = "processing"
-	IdempotencyCompleted  = "completed"
-	IdempotencyFailed     = "failed"
-
-	// MaxIdempotencyKeyBytes bounds an idempotency key (docs/spec.md#limits;
-	// the schemes' own parts are short); a longer key is refused
-	// with INPUT_TOO_LARGE.
-	MaxIdempotencyKeyBytes = 512
+	triggerManual = "manual"
+	triggerCron   = "cron"
+	triggerEvent  = "event"
 )
 
-// Sentinel errors of the run package. Match them with errors.Is;
+// maxIdempotencyKeyBytes bounds an idempotency key (docs/spec.md#limits;
+// the schemes' own parts are short); a longer key is refused with
+// INPUT_TOO_LARGE.
+const maxIdempotencyKeyBytes = 512
+
+// Sentinel errors of the run package. Match them with errors.Is; the
+// errors of a run's operations match the sentinels of package lifecycle
+// (lifecycle.ErrRunNotFound, lifecycle.ErrIdempotencyConflict...), and
 // lifecycle.ErrorCode gives each its code.
 var (
-	// ErrNotFound: no run has the id asked for (RUN_NOT_FOUND, 404).
-	ErrNotFound = lifecycle.ErrRunNotFound
-	// ErrUnsupported: the run's machine has no such operation, e.g. cancel
-	// on the canonical machine (RUN_UNSUPPORTED_OPERATION).
-	ErrUnsupported = lifecycle.ErrRunUnsupported
 	// ErrInvalidConfig is matched by errors from NewRunner about its arguments.
 	ErrInvalidConfig = errors.New("run: invalid runner config")
-	// ErrRunnerStarted is returned by a second call of Runner.Run.
-	ErrRunnerStarted = errors.New("run: runner already running")
-	// ErrIdempotencyConflict: the key was used with another request.
-	ErrIdempotencyConflict = lifecycle.ErrIdempotencyConflict
-	// ErrIdempotencyExpired: the key's record outlived its TTL.
-	ErrIdempotencyExpired = lifecycle.ErrIdempotencyExpired
-	// ErrIdempotencyInProgress: the key's run is still being created
-	// (IdempotencyInProgressError); retry.
-	ErrIdempotencyInProgress = lifecycle.ErrIdempotencyInProgress
-	// ErrInvalidIdempotencyKey: the key follows none of the schemes.
-	ErrInvalidIdempotencyKey = errors.New("run: invalid idempotency key")
+	// errRunnerStarted is returned by a second call of Runner.Run.
+	errRunnerStarted = errors.New("run: runner already running")
+	// errInvalidIdempotencyKey: the key follows none of the schemes (it
+	// reaches callers as a *RequestError's reason).
+	errInvalidIdempotencyKey = errors.New("run: invalid idempotency key")
 )
 
 // RequestError is a request the Runner refuses as malformed; it carries the
@@ -84,7 +63,7 @@ func (e *unsupportedError) Error() string {
 }
 
 // Is matches ErrUnsupported.
-func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
+func (e *unsupportedError) Is(target error) bool { return target == lifecycle.ErrRunUnsupported }
 
 // Code is RUN_UNSUPPORTED_OPERATION.
 func (e *unsupportedError) Code() string { return codes.Unsupported }
@@ -121,3 +100,56 @@ func (e *QuarantinedError) Is(target error) bool { return target == records.ErrC
 
 // Code is RECORD_QUARANTINED, as records.CorruptError's.
 func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }
+
+// IdempotencyFailedError answers a key whose request failed and used up
+// its attempts (Config.IdempotencyMaxAttempts), until its record expires:
+// the stored error, with its stored code.
+type IdempotencyFailedError struct {
+	Key string
+	// ErrorCode and Message are the failure as recorded.
+	ErrorCode, Message string
+	Attempts           int
+}
+
+// Error names the key and the stored error.
+func (e *IdempotencyFailedError) Error() string {
+	return fmt.Sprintf("run: idempotency key %s failed after %d attempts: %s", e.Key, e.Attempts, e.Message)
+}
+
+// Code is the stored error's code (INTERNAL_ERROR for a record that kept
+// none).
+func (e *IdempotencyFailedError) Code() string {
+	if e.ErrorCode != "" {
+		return e.ErrorCode
+	}
+	return codes.InternalError
+}
+
+// IdempotencyInProgressError answers a duplicate whose run is not written
+// yet and could not be written by this submit either (the store failed):
+// the key is still being processed; the caller retries (after
+// RetryAfter). It carries no run id, since none exists yet. It matches
+// lifecycle.ErrIdempotencyInProgress; its code is IDEMPOTENCY_IN_PROGRESS.
+type IdempotencyInProgressError struct {
+	Key string
+	Err error
+}
+
+// Error names the key and why its run could not be written.
+func (e *IdempotencyInProgressError) Error() string {
+	return fmt.Sprintf("run: idempotency key %s: its run is still being created (%v)", e.Key, e.Err)
+}
+
+// Is matches lifecycle.ErrIdempotencyInProgress.
+func (e *IdempotencyInProgressError) Is(target error) bool {
+	return target == lifecycle.ErrIdempotencyInProgress
+}
+
+// Unwrap returns the store's error.
+func (e *IdempotencyInProgressError) Unwrap() error { return e.Err }
+
+// Code is IDEMPOTENCY_IN_PROGRESS.
+func (e *IdempotencyInProgressError) Code() string { return codes.IdempotencyInProgress }
+
+// RetryAfter is when a retry may find the run written.
+func (e *IdempotencyInProgressError) RetryAfter() time.Duration { return time.Second }

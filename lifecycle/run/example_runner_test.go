@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -31,7 +32,7 @@ func ExampleRunner() {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
 
-	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin"})
+	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist-violin"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -40,10 +39,10 @@ type execution struct {
 	slotKey string
 	slotVer storage.Version
 	// records are the step files this execution knows, for the manifest.
-	records map[int]StepRecord
-	// markers are the versions of the start markers this execution wrote,
-	// by step number (see markStarted).
-	markers map[int]storage.Version
+	records map[int]lifecycle.StepRecord
+	// files writes the step files and outputs, fenced by the lease's
+	// epoch; made when the execution runs (the claim sets the epoch).
+	files *stepFiles
 	// lastProposals are the final step's, counted by the terminal write.
 	lastProposals []string
 	input         json.RawMessage
@@ -92,6 +91,8 @@ func (x *execution) run(ctx context.Context) {
 	ctx, end := clock.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
 	defer end()
 	defer e.execs.unregister(x.w.runID)
+	x.files = &stepFiles{store: e.store, now: e.now, log: e.log, owner: e.cfg.Owner, slug: x.agent.Slug, runID: x.w.runID,
+		epoch: x.epoch, w: x.w, markers: map[int]storage.Version{}}
 	// The execution continues the trace its submit stored, whichever
 	// runner made the submit (a takeover's too): its spans, the steps' and
 	// the jobs those enqueue are of the caller's trace.
@@ -172,7 +173,7 @@ func endRunSpan(span tracing.Span, out outcome) {
 // schedules beats from the last renewal) and notices a cancel request or a
 // takeover written by someone else. It returns false once the lease is lost.
 func (x *execution) beat(ctx context.Context) bool {
-	err := x.w.apply(ctx, bySystem(), func(context.Context, *Status) error { return nil })
+	err := x.w.apply(ctx, bySystem(), func(context.Context, *lifecycle.RunStatus) error { return nil })
 	switch {
 	case errors.Is(err, records.ErrLeaseLost), errors.Is(err, records.ErrCorrupt):
 		x.stop(err)
@@ -202,7 +203,7 @@ type resumePlan struct {
 // idempotent but provably never started (no start marker, see markStarted);
 // anything else fails the run (RUN_RESUME_FAILED, or RUN_ORPHANED when there
 // is no checkpoint at all).
-func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
+func (x *execution) plan(ctx context.Context, doc lifecycle.RunStatus) (resumePlan, error) {
 	steps := x.agent.Steps
 	p := resumePlan{skip: make([]bool, len(steps)), cached: make([]json.RawMessage, len(steps))}
 	if doc.StepsCompleted == 0 && !x.resumed {
@@ -212,7 +213,7 @@ func (x *execution) plan(ctx context.Context, doc Status) (resumePlan, error) {
 	if err != nil {
 		return p, err
 	}
-	done := map[int]StepRecord{}
+	done := map[int]lifecycle.StepRecord{}
 	started := map[int]bool{} // a step file exists: the step may have run
 	for _, f := range files {
 		started[f.StepNumber] = true
@@ -289,7 +290,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		if end != nil {
 			return *end
 		}
-		names, err := x.writeFiles(ctx, out.Files)
+		names, err := x.files.writeFiles(ctx, out.Files)
 		if err != nil {
 			return x.writeFailure(ctx, err)
 		}
@@ -318,7 +319,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 // loadInput gives the run's input: the one submitted, or the one stored
 // when this execution took the run over. end is set when the execution
 // ends here.
-func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome) {
+func (x *execution) loadInput(ctx context.Context, doc lifecycle.RunStatus) ([]byte, *outcome) {
 	if x.inputKnown {
 		return x.input, nil
 	}
@@ -347,66 +348,6 @@ func (x *execution) loadInput(ctx context.Context, doc Status) ([]byte, *outcome
 	return input, nil
 }
 
-// doStep runs step i (number i+1) and records how it went. end is set when
-// the execution ends here: stopped, the step failed, or a write failed.
-func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepInput) (StepOutput, *outcome) {
-	e := x.e
-	if !s.Idempotent {
-		if err := x.markStarted(ctx, i); err != nil {
-			end := x.startFailure(ctx, err)
-			return StepOutput{}, &end
-		}
-	}
-	started := e.now()
-	out, attempts, stepErr := x.runStep(runCtx, s, in)
-	if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
-		end := stoppedBy(context.Cause(runCtx))
-		return out, &end
-	}
-	if stepErr != nil {
-		stepErr = stoppedStepError(runCtx, s, stepErr)
-	}
-	rec, err := x.stepRecord(i, started, out, attempts, stepErr)
-	if err != nil {
-		return out, &outcome{kind: failed, err: err}
-	}
-	if err := x.writeStep(ctx, rec); err != nil {
-		end := x.writeFailure(ctx, err)
-		return out, &end
-	}
-	if m, ok := e.cfg.Metrics.(stepMetrics); ok {
-		m.StepFinished(in.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
-	}
-	x.records[rec.StepNumber] = rec
-	if stepErr != nil {
-		end := stepFailure(runCtx, stepErr)
-		return out, &end
-	}
-	return out, nil
-}
-
-// startFailure is how the execution ends when marking a step started
-// failed: a run error fails the run as it is; any other is a write failure.
-func (x *execution) startFailure(ctx context.Context, err error) outcome {
-	var re *lifecycle.RunError
-	if errors.As(err, &re) {
-		return outcome{kind: failed, err: err}
-	}
-	return x.writeFailure(ctx, err)
-}
-
-// stepFailure is how the execution ends after a failed step: canceled or
-// timed out when a stop cut it, failed otherwise.
-func stepFailure(runCtx context.Context, stepErr error) outcome {
-	switch context.Cause(runCtx) {
-	case errCanceled:
-		return outcome{kind: canceled}
-	case errRunTimeout:
-		return outcome{kind: timedOut}
-	}
-	return outcome{kind: failed, err: stepErr}
-}
-
 // countFailure is how the execution ends when counting a step failed: a
 // lost lease, a corrupt record or the store's trouble is a write failure;
 // any other error fails the run.
@@ -417,22 +358,6 @@ func (x *execution) countFailure(ctx context.Context, err error) outcome {
 	}
 	return outcome{kind: failed, err: err}
 }
-
-// stoppedStepError gives the error of a step that a cancel or the run's
-// timeout stopped the code of that stop, whatever the step returned: a
-// canceled step is recorded CANCELED, not INTERNAL_ERROR.
-func stoppedStepError(runCtx context.Context, s Step, err error) error {
-	switch context.Cause(runCtx) {
-	case errCanceled:
-		return &lifecycle.RunError{Code: codes.Canceled, Message: fmt.Sprintf("step %s canceled", s.Name), Permanent: true, Err: err}
-	case errRunTimeout:
-		return &lifecycle.RunError{Code: codes.AgentTimeout, Message: fmt.Sprintf("step %s stopped at the run timeout", s.Name), Permanent: true, Err: err}
-	}
-	return err
-}
-
-func isStop(ctx context.Context) bool    { return context.Cause(ctx) != nil }
-func isTimeout(ctx context.Context) bool { return context.Cause(ctx) == errRunTimeout }
 
 func stoppedBy(cause error) outcome {
 	switch cause {
@@ -470,7 +395,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 	case await != nil && await.ExternalEvent != "":
 		b.tc.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent}
 	}
-	return x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+	return x.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
 		if f.stepDone != "" {
 			if err := f.fire(ctx, d, f.stepDone, lifecycle.ActorOrchestration); err != nil {
 				return err
@@ -531,4 +456,74 @@ func appendNew(list []string, items ...string) []string {
 		}
 	}
 	return list
+}
+
+// executor starts executions and gives them what they use: the settings
+// of a run's steps and writes, the store, the slots and the run's end.
+type executor struct {
+	cfg      execConfig
+	store    *storage.Store
+	now      func() time.Time
+	log      *slog.Logger
+	tracer   tracing.Tracer
+	units    *core.Units
+	absent   *core.Absence
+	cat      *catalog
+	slots    *slots
+	ender    *ender
+	statuses *statuses
+	execs    *executions
+	life     *lifetime
+	// readSteps reads a run's step files (the reads' own).
+	readSteps func(ctx context.Context, slug, runID string) ([]lifecycle.StepRecord, error)
+}
+
+// execConfig is what of Config an execution reads: its clock, the
+// timeouts and retries of its steps, its heartbeat, the lease owner that
+// fences its writes, and where it reports.
+type execConfig struct {
+	Clock             clock.Clock
+	Owner             string
+	RunTimeout        time.Duration
+	FinishGrace       time.Duration
+	HeartbeatInterval time.Duration
+	StepTimeout       time.Duration
+	StepRetries       int
+	RetryBackoff      time.Duration
+	ExternalTimeout   time.Duration
+	Metrics           Metrics
+}
+
+// prepare makes the execution of c in the slot taken at slotVer; it runs
+// once claimed (start).
+func (xr *executor) prepare(c candidate, slot string, slotVer storage.Version) *execution {
+	return &execution{e: xr, agent: xr.cat.agents[c.slug], w: c.w, records: map[int]lifecycle.StepRecord{},
+		input: c.input, inputKnown: c.inputKnown, slotKey: slot, slotVer: slotVer}
+}
+
+// start runs a claimed execution beside the loop, for as long as Run's
+// context lives.
+func (xr *executor) start(x *execution) {
+	xr.life.add()
+	go x.run(clock.Start(xr.life.context(), xr.cfg.Clock))
+}
+
+// mayHaveInput tells whether doc's run may have an input.json: false only
+// when its active entry, written once by its submit before anything else,
+// says it has none. Such a run need not wait for evidence that its input
+// is missing.
+func (xr *executor) mayHaveInput(ctx context.Context, doc lifecycle.RunStatus) bool {
+	key, err := layout.RunActiveKey(doc.AgentSlug, doc.RunID)
+	if err != nil {
+		return true
+	}
+	raw, _, err := xr.store.Get(ctx, key)
+	if err != nil {
+		return true
+	}
+	var e activeEntry
+	if json.Unmarshal(raw, &e) != nil || e.Pending == nil || e.Pending.RunID != doc.RunID {
+		return true // written before entries carried the pending status: unknown
+	}
+	return e.Input
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/procid"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
@@ -590,7 +591,7 @@ func TestDefaultOwnerIsStable(t *testing.T) {
 		}
 		return r.Owner()
 	}
-	if a, b := mk(), mk(); a != b || a != run.DefaultOwner() || strings.Contains(a, fmt.Sprint(os.Getpid())) {
+	if a, b := mk(), mk(); a != b || a != procid.Owner() || strings.Contains(a, fmt.Sprint(os.Getpid())) {
 		t.Fatalf("default owners %q, %q", a, b)
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
 
@@ -53,7 +55,7 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 // replaces its manifest or refuses it (see writeOutput). It gives the
 // outcome (a done run whose manifest failed has a write failure) and the
 // status the manifest says, "" when none was written.
-func (x *execution) endManifest(ctx context.Context, out outcome, doc *Status) (outcome, string) {
+func (x *execution) endManifest(ctx context.Context, out outcome, doc *lifecycle.RunStatus) (outcome, string) {
 	var manifestSays string
 	if out.kind == done {
 		if err := x.writeManifest(ctx, out, x.flow.completed); err != nil {
@@ -61,7 +63,7 @@ func (x *execution) endManifest(ctx context.Context, out outcome, doc *Status) (
 		}
 	}
 	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
-		if to, ok := x.flow.target(doc.Status, x.endEvent(out, doc)); ok {
+		if to, ok := x.flow.target(doc.Status, x.flow.endEvent(out.kind, doc.Status)); ok {
 			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, records.ErrLeaseLost) {
 				x.e.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 			}
@@ -95,7 +97,7 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 	if out.kind == timedOut {
 		b = byTimeout()
 	}
-	return x.w.apply(ctx, b, func(ctx context.Context, d *Status) error {
+	return x.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
 		var runErr error
 		switch out.kind {
 		case done:
@@ -107,7 +109,7 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 		case timedOut:
 			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(e.cfg.RunTimeout))
 		}
-		if err := f.fire(ctx, d, x.endEvent(out, d), lifecycle.ActorOrchestration); err != nil {
+		if err := f.fire(ctx, d, f.endEvent(out.kind, d.Status), lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		e.ender.finishFields(d, runErr)
@@ -115,15 +117,14 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 	})
 }
 
-// endEvent is the event that ends a run in state d.Status the way out
-// says.
-func (x *execution) endEvent(out outcome, d *Status) lifecycle.Event {
-	f := x.flow
-	switch out.kind {
+// endEvent is the event that ends a run in state status the way an
+// outcome of kind says.
+func (f *flow) endEvent(kind outcomeKind, status string) lifecycle.Event {
+	switch kind {
 	case failed:
 		return f.fail
 	case timedOut:
-		if f.cancelRq != "" && d.Status == f.cancelRq {
+		if f.cancelRq != "" && status == f.cancelRq {
 			return f.cancel // cancel_requested cannot time out (docs/spec.md#cancel-aware-run); the cancel wins
 		}
 		return f.timeOut
@@ -178,4 +179,89 @@ func (x *execution) writeManifest(ctx context.Context, out outcome, status strin
 	}
 	_, err = core.PutFenced(ctx, x.e.store, key, b, x.e.cfg.Owner, x.epoch, epochOf)
 	return err
+}
+
+// ender does what every end of a run does, whoever ends it (its
+// execution, the poll, a control call): the terminal fields, the slot and
+// active entry freed, the log line and metrics.
+type ender struct {
+	store    *storage.Store
+	now      func() time.Time
+	log      *slog.Logger
+	metrics  Metrics
+	slots    *slots
+	writers  *writers
+	verdicts *verdicts
+}
+
+// cleanup removes a finished or parked run from the active index (finished
+// only) and frees its slot.
+//
+// A run whose last audit event could not be written, or whose status index
+// entry could not be moved, keeps its active entry: a poll finds it there,
+// writes the event (auditLog.ensure) or repairs the entries
+// (history.repairRunIndex) and cleans up then.
+func (e *ender) cleanup(ctx context.Context, slug, runID, slot string, slotVer storage.Version) {
+	e.slots.release(ctx, slug, slot, slotVer)
+	e.verdicts.forget(runID)
+	if !e.writers.settled(runID) {
+		return // the poll finds the run by its active entry and repairs it
+	}
+	key, err := layout.RunActiveKey(slug, runID)
+	if err != nil {
+		return
+	}
+	if err := e.store.Delete(ctx, key, storage.Condition{}); err != nil {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "active_index_cleanup_failed", slog.String("runId", runID), slog.String("error", err.Error()))
+	}
+}
+
+// finishFields sets what a terminal write records (docs/spec.md#run-status).
+func (e *ender) finishFields(d *lifecycle.RunStatus, runErr error) {
+	now := e.now()
+	d.FinishedAt = &now
+	d.DurationMS = now.Sub(d.StartedAt).Milliseconds()
+	d.Lease = nil
+	if runErr != nil {
+		var re *lifecycle.RunError
+		msg := runErr.Error()
+		if !errors.As(runErr, &re) {
+			msg = codes.InternalError + ": " + msg
+		}
+		d.Error = &msg
+	}
+}
+
+// finished records a run's end in logs and metrics.
+func (e *ender) finished(ctx context.Context, d lifecycle.RunStatus) {
+	dur := time.Duration(d.DurationMS) * time.Millisecond
+	e.metrics.RunFinished(d.AgentSlug, d.Status, dur)
+	e.log.LogAttrs(ctx, slog.LevelInfo, "run_completed", slog.String("runId", d.RunID),
+		slog.Int64("durationMs", d.DurationMS), slog.String("status", d.Status))
+}
+
+// manifest is a finished run's manifest.json: its metadata and what it made.
+type manifest struct {
+	RunID            string          `json:"run_id"`
+	AgentSlug        string          `json:"agent_slug"`
+	Status           string          `json:"status"`
+	Trigger          string          `json:"trigger"`
+	StartedAt        time.Time       `json:"started_at"`
+	FinishedAt       time.Time       `json:"finished_at"`
+	DurationMS       int64           `json:"duration_ms"`
+	Steps            []manifestStep  `json:"steps"`
+	ProposalsCreated []string        `json:"proposals_created"`
+	Outputs          []string        `json:"outputs,omitempty"`
+	Input            json.RawMessage `json:"input,omitempty"`
+	// Epoch is the lease epoch of the runner that wrote the manifest: a
+	// runner of an older epoch cannot replace it (docs/spec.md#recovery).
+	Epoch int64 `json:"epoch,omitempty"`
+}
+
+// manifestStep summarises one step in the manifest.
+type manifestStep struct {
+	StepNumber int                 `json:"step_number"`
+	StepName   string              `json:"step_name"`
+	Status     lifecycle.StepState `json:"status"`
+	DurationMS int64               `json:"duration_ms"`
 }

@@ -25,7 +25,7 @@ type flow struct {
 	awaitApproval, approve, reject                  lifecycle.Event
 	waitExternal, deliver                           lifecycle.Event
 
-	fire     func(ctx context.Context, r *Status, e lifecycle.Event, a lifecycle.Actor) error
+	fire     func(ctx context.Context, r *lifecycle.RunStatus, e lifecycle.Event, a lifecycle.Actor) error
 	terminal func(string) bool
 	isState  func(string) bool
 	check    func(from, to string) error
@@ -43,7 +43,7 @@ func flowOf[S ~string](m *lifecycle.Machine[S, lifecycle.Stateful]) flow {
 		machine: m.Name(),
 		initial: string(m.Initial()),
 		states:  states,
-		fire: func(ctx context.Context, r *Status, e lifecycle.Event, a lifecycle.Actor) error {
+		fire: func(ctx context.Context, r *lifecycle.RunStatus, e lifecycle.Event, a lifecycle.Actor) error {
 			_, err := m.Fire(ctx, r, e, a)
 			return err
 		},

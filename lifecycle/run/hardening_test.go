@@ -67,7 +67,7 @@ func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug})
+				res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -89,7 +89,7 @@ func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var st run.Status
+				var st lifecycle.RunStatus
 				if wait {
 					st, err = r2.Wait(ctx, res.RunID)
 				} else {
@@ -145,14 +145,14 @@ func TestCancelRacesParkingStep(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range runs / workers {
-				res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug})
+				res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug})
 				if err != nil {
 					errs <- err
 					return
 				}
 				id := res.RunID
 				<-startedOf(id)
-				var ack run.Status
+				var ack lifecycle.RunStatus
 				var cerr error
 				var race sync.WaitGroup
 				race.Add(2)
@@ -239,11 +239,11 @@ func TestSubmitKilledAtEachWrite(t *testing.T) {
 	agent := run.Agent{Slug: "crashy", Steps: []run.Step{okStep("one")}}
 	for _, tt := range []struct {
 		name string
-		req  run.SubmitRequest
+		req  lifecycle.SubmitRequest
 	}{
-		{"plain", run.SubmitRequest{AgentSlug: agent.Slug}},
-		{"input", run.SubmitRequest{AgentSlug: agent.Slug, Input: json.RawMessage(`{"x":1}`)}},
-		{"idempotent", run.SubmitRequest{AgentSlug: agent.Slug, Input: json.RawMessage(`{"x":1}`), IdempotencyKey: "api:c:r1"}},
+		{"plain", lifecycle.SubmitRequest{AgentSlug: agent.Slug}},
+		{"input", lifecycle.SubmitRequest{AgentSlug: agent.Slug, Input: json.RawMessage(`{"x":1}`)}},
+		{"idempotent", lifecycle.SubmitRequest{AgentSlug: agent.Slug, Input: json.RawMessage(`{"x":1}`), IdempotencyKey: "api:c:r1"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -290,7 +290,7 @@ func halfMade(t *testing.T, s *storage.Store) string {
 		}
 		folders[parts[3]] = true
 		if parts[4] == "status.json" && len(parts) == 5 {
-			var st run.Status
+			var st lifecycle.RunStatus
 			readJSON(t, s, key, &st)
 			status[parts[3]] = st.Status
 		}
@@ -381,7 +381,7 @@ func TestBurstEveryWriteAudited(t *testing.T) {
 	missing := 0
 	for _, id := range ids {
 		key, _ := layout.RunStatusKey(agent.Slug, id)
-		var st run.Status
+		var st lifecycle.RunStatus
 		readJSON(t, g.store, key, &st)
 		if st.Status != "completed" {
 			t.Errorf("run %s ended %s", id, st.Status)
@@ -435,7 +435,7 @@ func TestAuditOutlivesRequestDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug})
+	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,11 +502,11 @@ func TestCancelBetweenClaimAndStart(t *testing.T) {
 			t.Errorf("Cancel: %v", err)
 		}
 	}
-	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: slow.Slug})
+	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: slow.Slug})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := g.waitFor(r, res.RunID, time.Second, 5*time.Second, func(st run.Status) bool { return st.Status == string(lifecycle.CancelableCanceled) })
+	st := g.waitFor(r, res.RunID, time.Second, 5*time.Second, func(st lifecycle.RunStatus) bool { return st.Status == string(lifecycle.CancelableCanceled) })
 	if st.CancelReason != "changed my mind" {
 		t.Errorf("cancel_reason %q", st.CancelReason)
 	}

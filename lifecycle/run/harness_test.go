@@ -12,6 +12,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -119,16 +120,16 @@ const failAfter = 60 * time.Second
 // that is later, up to limit of fake time. With step 0 no fake time
 // passes. Status reads get no deadline: on a loaded machine a MinIO read
 // may take a while.
-func (g *rig) wait(r *run.Runner, runID string, step, limit time.Duration) run.Status {
+func (g *rig) wait(r *run.Runner, runID string, step, limit time.Duration) lifecycle.RunStatus {
 	g.t.Helper()
 	return g.waitFor(r, runID, step, limit, settled)
 }
 
 // waitFor is wait until done tells the run's status is the one awaited.
-func (g *rig) waitFor(r *run.Runner, runID string, step, limit time.Duration, done func(run.Status) bool) run.Status {
+func (g *rig) waitFor(r *run.Runner, runID string, step, limit time.Duration, done func(lifecycle.RunStatus) bool) lifecycle.RunStatus {
 	g.t.Helper()
 	var (
-		st  run.Status
+		st  lifecycle.RunStatus
 		err error
 	)
 	g.advanceUntil(step, limit, func() bool {
@@ -215,7 +216,7 @@ func (g *rig) tick(d time.Duration, n int) {
 
 // settled tells whether a run ended, or parked waiting for an approval or
 // an external event.
-func settled(st run.Status) bool {
+func settled(st lifecycle.RunStatus) bool {
 	switch st.Status {
 	case "completed", "failed", "succeeded", "canceled", "cancelled", "timeout":
 		return true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/maintenance"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -46,30 +47,9 @@ type history struct {
 // a run not yet terminal by the index repair pass. Readers check every
 // entry against its record and skip one that does not match.
 
-// RunQuery selects a page of runs for ListRuns.
-type RunQuery struct {
-	// Agent is the agent whose runs are listed; "" lists the runs of every
-	// agent of this runner.
-	Agent string
-	// Status keeps only the runs in this state; "" keeps every run.
-	Status string
-	// Limit is the most runs in the page: 0 means codes.DefaultPageLimit,
-	// and more than codes.MaxPageLimit is refused.
-	Limit int
-	// Cursor is the Next of the page before; "" for the first page.
-	Cursor string
-}
-
-// RunPage is a page of runs, newest (by started_at) first.
-type RunPage struct {
-	Runs []Status
-	// Next is the cursor of the next page, "" on the last page.
-	Next string
-}
-
 // indexCreated writes a new run's history entry and its entry under its
 // first status (create-only: writing them again is a no-op).
-func (h *history) indexCreated(ctx context.Context, doc *Status) error {
+func (h *history) indexCreated(ctx context.Context, doc *lifecycle.RunStatus) error {
 	hist, err := layout.RunHistoryKey(doc.AgentSlug, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
@@ -84,60 +64,11 @@ func (h *history) indexCreated(ctx context.Context, doc *Status) error {
 	return putOnce(ctx, h.store, st, nil)
 }
 
-// moveStatusIndex moves a run's status entry from the status from to its
-// status now, after the write that moved it. A failure is logged and noted
-// as an index gap: the write has happened, the gap keeps the run's active
-// entry (cleanup), and the poll's repair finds the run by it.
-func (h *history) moveStatusIndex(ctx context.Context, doc *Status, from string) {
-	if from == doc.Status {
-		return
-	}
-	err := h.putStatusEntry(ctx, doc)
-	if err == nil {
-		var old string
-		if old, err = layout.RunStatusIndexKey(doc.AgentSlug, from, doc.StartedAt, doc.RunID); err == nil {
-			err = h.store.Delete(ctx, old, storage.Condition{})
-		}
-	}
-	h.noteGap(doc.RunID, err != nil)
-	if err != nil && ctx.Err() == nil {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "run_index_move_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
-	}
-}
-
-// noteGap notes whether a run's status index entry is known not to
-// match its status (gap) or was just made to.
-func (h *history) noteGap(runID string, gap bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if gap {
-		h.gaps[runID] = true
-	} else {
-		delete(h.gaps, runID)
-	}
-}
-
-// gap tells whether a run's status index entry is known not to match.
-func (h *history) gap(runID string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.gaps[runID]
-}
-
-// putStatusEntry writes a run's entry under its status now.
-func (h *history) putStatusEntry(ctx context.Context, doc *Status) error {
-	key, err := layout.RunStatusIndexKey(doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
-	if err != nil {
-		return err
-	}
-	return putOnce(ctx, h.store, key, nil)
-}
-
 // repairRunIndex makes a run's entries match doc, read from the store:
 // its history entry and its entry under its status exist, and none under
 // another state of its machine is left. It is called for a run in the
 // active index (bounded by the runs not yet cleaned up).
-func (h *history) repairRunIndex(ctx context.Context, doc *Status) error {
+func (h *history) repairRunIndex(ctx context.Context, doc *lifecycle.RunStatus) error {
 	if err := h.indexCreated(ctx, doc); err != nil { // its history and status entries
 		return err
 	}
@@ -204,7 +135,7 @@ func (h *history) repairIndexes(ctx context.Context) error {
 
 // ensureEntries puts back a run's history entry and its entry under its
 // status where missing, reading first: a repair pass mostly finds them.
-func (h *history) ensureEntries(ctx context.Context, doc *Status) error {
+func (h *history) ensureEntries(ctx context.Context, doc *lifecycle.RunStatus) error {
 	hist, err := layout.RunHistoryKey(doc.AgentSlug, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err

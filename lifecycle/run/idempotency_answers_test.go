@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
@@ -27,7 +28,7 @@ func TestIdempotencyAnswers(t *testing.T) {
 		g      *rig
 		faulty *faultyStore
 		r      *run.Runner
-		req    run.SubmitRequest
+		req    lifecycle.SubmitRequest
 	}
 	// diedAfterRecord: the first submitter wrote its record, then nothing.
 	diedAfterRecord := func(e *env) {
@@ -41,10 +42,10 @@ func TestIdempotencyAnswers(t *testing.T) {
 		name    string
 		prepare func(e *env)
 		// then checks the answer of the next submit of e.req.
-		then func(e *env, res run.SubmitResult, err error)
+		then func(e *env, res lifecycle.SubmitResult, err error)
 	}{
 		{"duplicate of a processing key whose run was never written writes it", diedAfterRecord,
-			func(e *env, res run.SubmitResult, err error) {
+			func(e *env, res lifecycle.SubmitResult, err error) {
 				if err != nil || !res.Duplicate || res.RunID == "" {
 					e.t.Fatalf("duplicate: %+v %v", res, err)
 				}
@@ -52,7 +53,7 @@ func TestIdempotencyAnswers(t *testing.T) {
 		{"duplicate that cannot write the run is told in progress, without an id", func(e *env) {
 			diedAfterRecord(e)
 			e.faulty.fail(0, 1, isStatus)
-		}, func(e *env, res run.SubmitResult, err error) {
+		}, func(e *env, res lifecycle.SubmitResult, err error) {
 			if !errors.Is(err, lifecycle.ErrIdempotencyInProgress) || lifecycle.ErrorCode(err) != codes.IdempotencyInProgress ||
 				codes.HTTPStatus(lifecycle.ErrorCode(err)) != 409 || res.RunID != "" {
 				e.t.Fatalf("answer %+v %v", res, err)
@@ -71,7 +72,7 @@ func TestIdempotencyAnswers(t *testing.T) {
 					e.t.Fatalf("attempt %d: %v", i+1, err)
 				}
 			}
-		}, func(e *env, res run.SubmitResult, err error) {
+		}, func(e *env, res lifecycle.SubmitResult, err error) {
 			var fe *run.IdempotencyFailedError
 			if !errors.As(err, &fe) || !strings.Contains(fe.Message, "injected") || fe.Attempts != 3 || res.RunID != "" {
 				e.t.Fatalf("answer %+v %v", res, err)
@@ -80,15 +81,15 @@ func TestIdempotencyAnswers(t *testing.T) {
 		{"another request under a processing key is a conflict", func(e *env) {
 			diedAfterRecord(e)
 			e.req.Input = json.RawMessage(`{"other":true}`)
-		}, func(e *env, res run.SubmitResult, err error) {
-			if !errors.Is(err, run.ErrIdempotencyConflict) || res.RunID != "" {
+		}, func(e *env, res lifecycle.SubmitResult, err error) {
+			if !errors.Is(err, lifecycle.ErrIdempotencyConflict) || res.RunID != "" {
 				e.t.Fatalf("answer %+v %v", res, err)
 			}
 		}},
 		{"a processing record of the previous release, lock live", func(e *env) {
 			diedAfterRecord(e)
 			toPreviousRelease(e.t, e.g.store, e.req.IdempotencyKey, e.g.clock.Now().Add(5*time.Minute))
-		}, func(e *env, res run.SubmitResult, err error) {
+		}, func(e *env, res lifecycle.SubmitResult, err error) {
 			if err != nil || !res.Duplicate {
 				e.t.Fatalf("answer %+v %v", res, err)
 			}
@@ -97,12 +98,12 @@ func TestIdempotencyAnswers(t *testing.T) {
 			diedAfterRecord(e)
 			toPreviousRelease(e.t, e.g.store, e.req.IdempotencyKey, e.g.clock.Now().Add(5*time.Minute))
 			e.g.clock.Advance(6 * time.Minute)
-		}, func(e *env, res run.SubmitResult, err error) {
+		}, func(e *env, res lifecycle.SubmitResult, err error) {
 			if err != nil || !res.Duplicate {
 				e.t.Fatalf("answer %+v %v", res, err)
 			}
 			rec, _ := e.r.Idempotency(context.Background(), e.req.IdempotencyKey)
-			if rec.Status != run.IdempotencyCompleted || rec.RunID != res.RunID || rec.Attempts != 2 {
+			if rec.Status != idemrecord.Completed || rec.RunID != res.RunID || rec.Attempts != 2 {
 				e.t.Errorf("record %+v", rec)
 			}
 		}},
@@ -115,7 +116,7 @@ func TestIdempotencyAnswers(t *testing.T) {
 			agent := run.Agent{Slug: "answers", Steps: []run.Step{okStep("s")}}
 			r, _ := g.runner("a", nil, agent)
 			e := &env{t: t, g: g, faulty: faulty, r: r,
-				req: run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:" + strings.ReplaceAll(c.name, " ", "-")}}
+				req: lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:" + strings.ReplaceAll(c.name, " ", "-")}}
 			c.prepare(e)
 			first, _ := r.Idempotency(context.Background(), e.req.IdempotencyKey)
 			res, err := r.Submit(context.Background(), e.req)

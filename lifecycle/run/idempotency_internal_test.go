@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 )
 
 func FuzzParseIdempotencyKey(f *testing.F) {
@@ -23,7 +25,7 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 				t.Fatalf("empty part in %q", key)
 			}
 		}
-		if !slices.Contains([]string{SourceGitHub, SourceAPI, SourceSlack, SourceScheduler}, k.Source) {
+		if !slices.Contains([]string{idemrecord.SourceGitHub, idemrecord.SourceAPI, idemrecord.SourceSlack, idemrecord.SourceScheduler}, k.Source) {
 			t.Fatalf("source %q for %q", k.Source, key)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -63,14 +64,14 @@ func TestIdempotencyFailedRequestIsRetried(t *testing.T) {
 	agent := run.Agent{Slug: "retry", Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
-	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "slack:T12345678:1234567890.123456"}
+	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "slack:T12345678:1234567890.123456"}
 
 	faulty.fail(0, 1, isStatus)
 	if _, err := r.Submit(ctx, req); !errors.Is(err, errInjected) {
 		t.Fatalf("first submit: %v", err)
 	}
 	rec, err := r.Idempotency(ctx, req.IdempotencyKey)
-	if err != nil || rec.Status != run.IdempotencyFailed || !strings.Contains(rec.Error, "injected") ||
+	if err != nil || rec.Status != idemrecord.Failed || !strings.Contains(rec.Error, "injected") ||
 		!rec.ExpiresAt.Equal(g.clock.Now().Add(time.Hour)) {
 		t.Fatalf("record after failure: %+v %v", rec, err)
 	}
@@ -96,7 +97,7 @@ func TestIdempotencyLapsedLeaseIsTakenOver(t *testing.T) {
 	agent := run.Agent{Slug: "lock", Steps: []run.Step{okStep("s")}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
-	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "scheduler:daily-cleanup:2024-12-19T00:00:00Z"}
+	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "scheduler:daily-cleanup:2024-12-19T00:00:00Z"}
 
 	// The first submitter "dies" after creating its record: the run is never
 	// written and the record stays processing.
@@ -106,7 +107,7 @@ func TestIdempotencyLapsedLeaseIsTakenOver(t *testing.T) {
 		t.Fatal("first submit succeeded")
 	}
 	first, err := r.Idempotency(ctx, req.IdempotencyKey)
-	if err != nil || first.Status != run.IdempotencyProcessing || first.LeaseOwner == "" {
+	if err != nil || first.Status != idemrecord.Processing || first.LeaseOwner == "" {
 		t.Fatalf("record %+v %v", first, err)
 	}
 	// Past the lease the next submit takes the record over and creates
@@ -121,7 +122,7 @@ func TestIdempotencyLapsedLeaseIsTakenOver(t *testing.T) {
 		t.Fatalf("run %+v", st)
 	}
 	rec, _ := r.Idempotency(ctx, req.IdempotencyKey)
-	if rec.Status != run.IdempotencyCompleted || rec.Attempts != 2 || rec.LeaseExpiresAt != nil {
+	if rec.Status != idemrecord.Completed || rec.Attempts != 2 || rec.LeaseExpiresAt != nil {
 		t.Errorf("record %+v", rec)
 	}
 }

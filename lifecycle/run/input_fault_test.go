@@ -60,7 +60,7 @@ func TestRunnerRefusesBadInput(t *testing.T) {
 	// doing of the call under test.
 	stop()
 	ctx := context.Background()
-	ok := run.SubmitRequest{AgentSlug: plain.Slug}
+	ok := lifecycle.SubmitRequest{AgentSlug: plain.Slug}
 	dec := run.Decision{DecidedBy: "owner", Reason: "fine"}
 	ev := run.ExternalEvent{Type: "ci.finished", ID: "evt-1", Source: "github"}
 

@@ -109,7 +109,7 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	res, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: "killable"})
+	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "killable"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

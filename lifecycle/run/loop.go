@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 
@@ -21,7 +20,7 @@ import (
 // move, up to PollInterval apart while it finds none.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
-		return ErrRunnerStarted
+		return errRunnerStarted
 	}
 	// The loop counts as work on the clock except while it waits below (a
 	// test's fake clock moves only when the runner is idle; clock.Activity).
@@ -107,5 +106,3 @@ func (l *lifetime) context() context.Context {
 func (l *lifetime) add()  { l.wg.Add(1) }
 func (l *lifetime) done() { l.wg.Done() }
 func (l *lifetime) wait() { l.wg.Wait() }
-
-var errNoSlot = errors.New("run: no free slot")

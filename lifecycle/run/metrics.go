@@ -14,7 +14,7 @@ import (
 //	// by kind ("run_status", "slot").
 //	RecordQuarantined(kind string)
 //	// StepAbandoned counts a step attempt abandoned at a deadline while
-//	// its goroutine ran on (see Runner.Stragglers).
+//	// its goroutine ran on.
 //	StepAbandoned(agent, step string)
 //	// StepFinished observes a step's duration once its step file is
 //	// written with the step's end, status "completed" or "failed" (the p95

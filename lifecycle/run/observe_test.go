@@ -49,7 +49,7 @@ func TestObservability(t *testing.T) {
 	agent := run.Agent{Slug: "observed", Steps: []run.Step{okStep("one"), okStep("two")}}
 	r, _ := g.runner("a", func(c *run.Config) { c.Metrics = metrics; logs = capture(c) }, agent)
 	ctx := context.Background()
-	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:cli-abc123:req-1"}
+	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:cli-abc123:req-1"}
 	res, err := r.Submit(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -121,15 +121,15 @@ func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name string
-		req  run.SubmitRequest
+		req  lifecycle.SubmitRequest
 	}{
-		{"unknown agent", run.SubmitRequest{AgentSlug: "nope"}},
-		{"path agent", run.SubmitRequest{AgentSlug: "../x"}},
-		{"bad trigger", run.SubmitRequest{AgentSlug: "ok", Trigger: "webhook"}},
-		{"bad input", run.SubmitRequest{AgentSlug: "ok", Input: json.RawMessage(`{"a":`)}},
-		{"bad key scheme", run.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "jira:1"}},
-		{"key with space", run.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "github:a b"}},
-		{"key missing part", run.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "api:client-only"}},
+		{"unknown agent", lifecycle.SubmitRequest{AgentSlug: "nope"}},
+		{"path agent", lifecycle.SubmitRequest{AgentSlug: "../x"}},
+		{"bad trigger", lifecycle.SubmitRequest{AgentSlug: "ok", Trigger: "webhook"}},
+		{"bad input", lifecycle.SubmitRequest{AgentSlug: "ok", Input: json.RawMessage(`{"a":`)}},
+		{"bad key scheme", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "jira:1"}},
+		{"key with space", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "github:a b"}},
+		{"key missing part", lifecycle.SubmitRequest{AgentSlug: "ok", IdempotencyKey: "api:client-only"}},
 		// A key over its limit is an INPUT_TOO_LARGE *InputError: TestRunnerRefusesBadInput.
 	}
 	for _, tt := range tests {
@@ -147,7 +147,7 @@ func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
 			t.Errorf("Status(%q): %v", id, err)
 		}
 	}
-	if _, err := r.Status(ctx, "run_2026-02-14_080000_abc123"); !errors.Is(err, run.ErrNotFound) {
+	if _, err := r.Status(ctx, "run_2026-02-14_080000_abc123"); !errors.Is(err, lifecycle.ErrRunNotFound) {
 		t.Errorf("unknown run: %v", err)
 	}
 }
@@ -214,7 +214,7 @@ func TestPollNotStarvedByHandoffs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, err := gateway.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug})
+	foreign, err := gateway.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug})
 	if err != nil {
 		t.Fatal(err)
 	}

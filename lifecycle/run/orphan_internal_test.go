@@ -10,6 +10,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
@@ -25,7 +26,7 @@ func TestStatusWriterNeverStoresRunnerLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Submit(ctx, SubmitRequest{AgentSlug: "lost-writer"})
+	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "lost-writer"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestStatusWriterNeverStoresRunnerLost(t *testing.T) {
 	lost := r.cfg.Clock.Now().UTC().Add(-time.Minute)
 	doc.RunnerLostAt = &lost
 	w := r.sched.writers.newWriter("lost-writer", res.RunID, key, &doc, ver)
-	if err := w.apply(ctx, bySystem(), func(_ context.Context, d *Status) error {
+	if err := w.apply(ctx, bySystem(), func(_ context.Context, d *lifecycle.RunStatus) error {
 		d.CurrentStep = "one"
 		return nil
 	}); err != nil {

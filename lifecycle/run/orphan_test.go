@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -61,7 +62,7 @@ func TestLostRunnerIsVisible(t *testing.T) {
 		if err != nil || len(runs) != 1 {
 			t.Fatalf("%s: runs %v, %v", tt.name, runs, err)
 		}
-		for _, got := range []run.Status{st, runs[0]} {
+		for _, got := range []lifecycle.RunStatus{st, runs[0]} {
 			lost := got.RunnerLostAt != nil
 			if lost != tt.wantLost || (lost && !got.RunnerLostAt.Equal(expiry)) || got.TakenOverAt != nil || got.Status != "running" {
 				t.Errorf("%s: runner lost at %v, taken over at %v, status %s; want lost %v (at %v)",
@@ -88,7 +89,7 @@ func TestLostRunnerIsVisible(t *testing.T) {
 	// Runner b takes the run over: from its claim on, reads say when.
 	before := g.clock.Now()
 	rb, _ := g.runner("b", nil, mk("b"))
-	st = g.waitFor(rb, id, 30*time.Second, 10*time.Minute, func(s run.Status) bool { return s.TakenOverAt != nil })
+	st = g.waitFor(rb, id, 30*time.Second, 10*time.Minute, func(s lifecycle.RunStatus) bool { return s.TakenOverAt != nil })
 	if st.Status != "running" || st.RunnerLostAt != nil || st.ResumeCount != 1 || st.TakenOverAt.Before(before) || st.Lease.Owner != "b" {
 		t.Fatalf("after the takeover: %s, lost %v, taken over %v (not before %v), resumed %d, lease %+v",
 			st.Status, st.RunnerLostAt, st.TakenOverAt, before, st.ResumeCount, st.Lease)

@@ -24,6 +24,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -35,7 +36,7 @@ func historyRun(slug string, i int) (keys []string, status []byte) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Second)
 	id := fmt.Sprintf("run_%s_%010d", at.Format("2006-01-02_150405"), i)
 	fin := at.Add(time.Second)
-	doc := run.Status{RunID: id, AgentSlug: slug, Status: "completed", Trigger: "manual", StartedAt: at,
+	doc := lifecycle.RunStatus{RunID: id, AgentSlug: slug, Status: "completed", Trigger: "manual", StartedAt: at,
 		FinishedAt: &fin, StepsTotal: 1, StepsCompleted: 1, ProposalsCreated: []string{}}
 	doc.Version = 4
 	status, _ = json.Marshal(&doc)

@@ -216,7 +216,7 @@ func TestRunningByHeartbeat(t *testing.T) {
 	g.clock.Advance(time.Minute)
 	live, _ := g.runner("live", nil, agent)
 	second := submit(t, live, agent.Slug)
-	g.waitFor(live, second, 0, 0, func(st run.Status) bool { return st.Status == "running" })
+	g.waitFor(live, second, 0, 0, func(st lifecycle.RunStatus) bool { return st.Status == "running" })
 	got, err := live.RunningByHeartbeat(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -36,7 +37,7 @@ func (rd *reads) locate(ctx context.Context, runID string) (slug, statusKey stri
 	}
 	b, v, err := rd.store.Get(ctx, idx)
 	if errors.Is(err, storage.ErrNotFound) {
-		return "", "", fmt.Errorf("%w: %s", ErrNotFound, runID)
+		return "", "", fmt.Errorf("%w: %s", lifecycle.ErrRunNotFound, runID)
 	}
 	if err != nil {
 		return "", "", err
@@ -81,18 +82,18 @@ func (rd *reads) reindex(ctx context.Context, runID, idx string) (slug, statusKe
 		}
 		return s, key, nil
 	}
-	return "", "", fmt.Errorf("%w: %s (its index entry was poison)", ErrNotFound, runID)
+	return "", "", fmt.Errorf("%w: %s (its index entry was poison)", lifecycle.ErrRunNotFound, runID)
 }
 
 // status: see Runner.Status.
-func (rd *reads) status(ctx context.Context, runID string) (Status, error) {
+func (rd *reads) status(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
 	slug, key, err := rd.locate(ctx, runID)
 	if err != nil {
-		return Status{}, err
+		return lifecycle.RunStatus{}, err
 	}
 	doc, _, err := rd.statuses.read(ctx, slug, runID, key)
 	if errors.Is(err, storage.ErrNotFound) {
-		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, runID)
+		return lifecycle.RunStatus{}, fmt.Errorf("%w: %s", lifecycle.ErrRunNotFound, runID)
 	}
 	rd.markLost(&doc)
 	return doc, err
@@ -102,7 +103,7 @@ func (rd *reads) status(ctx context.Context, runID string) (Status, error) {
 // executing, but its lease expired by this runner's clock, so the runner
 // that holds it stopped heartbeating and none has taken it over yet. It is
 // the same test a claim makes before taking a run over.
-func (rd *reads) markLost(d *Status) {
+func (rd *reads) markLost(d *lifecycle.RunStatus) {
 	d.RunnerLostAt = nil
 	if d.Lease == nil || !rd.now().After(d.Lease.ExpiresAt) {
 		return
@@ -117,7 +118,7 @@ func (rd *reads) markLost(d *Status) {
 }
 
 // steps: see Runner.Steps.
-func (rd *reads) steps(ctx context.Context, runID string) ([]StepRecord, error) {
+func (rd *reads) steps(ctx context.Context, runID string) ([]lifecycle.StepRecord, error) {
 	slug, _, err := rd.locate(ctx, runID)
 	if err != nil {
 		return nil, err
@@ -125,12 +126,12 @@ func (rd *reads) steps(ctx context.Context, runID string) ([]StepRecord, error) 
 	return rd.readSteps(ctx, slug, runID)
 }
 
-func (rd *reads) readSteps(ctx context.Context, slug, runID string) ([]StepRecord, error) {
+func (rd *reads) readSteps(ctx context.Context, slug, runID string) ([]lifecycle.StepRecord, error) {
 	prefix, err := layout.RunStepsPrefix(slug, runID)
 	if err != nil {
 		return nil, err
 	}
-	var out []StepRecord
+	var out []lifecycle.StepRecord
 	for key, err := range rd.store.List(ctx, prefix) {
 		if err != nil {
 			return nil, err
@@ -142,7 +143,7 @@ func (rd *reads) readSteps(ctx context.Context, slug, runID string) ([]StepRecor
 		if err != nil {
 			return nil, err
 		}
-		var s StepRecord
+		var s lifecycle.StepRecord
 		if err := json.Unmarshal(b, &s); err != nil {
 			return nil, fmt.Errorf("run: step file %s: %w", key, err)
 		}
@@ -153,12 +154,12 @@ func (rd *reads) readSteps(ctx context.Context, slug, runID string) ([]StepRecor
 }
 
 // runs: see Runner.Runs.
-func (rd *reads) runs(ctx context.Context, slug string) ([]Status, error) {
+func (rd *reads) runs(ctx context.Context, slug string) ([]lifecycle.RunStatus, error) {
 	prefix, err := layout.AgentRunsPrefix(slug)
 	if err != nil {
 		return nil, &RequestError{Field: "agent", Reason: err.Error()}
 	}
-	var out []Status
+	var out []lifecycle.RunStatus
 	for key, err := range rd.store.List(ctx, prefix) {
 		if err != nil {
 			return nil, err
@@ -214,7 +215,7 @@ func (rd *reads) activeRuns(ctx context.Context) (map[string]int, error) {
 }
 
 // wait: see Runner.Wait.
-func (rd *reads) wait(ctx context.Context, runID string) (Status, error) {
+func (rd *reads) wait(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
 	for {
 		changed := rd.changes.next()
 		doc, err := rd.status(ctx, runID)
@@ -240,17 +241,17 @@ func (rd *reads) wait(ctx context.Context, runID string) (Status, error) {
 // readListed reads the status of a run an index listing named. ok is false
 // for one to pass over: an id that makes no key, a status its submit has
 // not written yet, or a poison record (quarantined by the read).
-func (rd *reads) readListed(ctx context.Context, slug, runID string) (doc Status, ok bool, err error) {
+func (rd *reads) readListed(ctx context.Context, slug, runID string) (doc lifecycle.RunStatus, ok bool, err error) {
 	statusKey, err := layout.RunStatusKey(slug, runID)
 	if err != nil {
-		return Status{}, false, nil
+		return lifecycle.RunStatus{}, false, nil
 	}
 	doc, _, err = rd.statuses.read(ctx, slug, runID, statusKey)
 	switch {
 	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt):
-		return Status{}, false, nil
+		return lifecycle.RunStatus{}, false, nil
 	case err != nil:
-		return Status{}, false, err
+		return lifecycle.RunStatus{}, false, err
 	}
 	return doc, true, nil
 }

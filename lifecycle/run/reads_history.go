@@ -7,6 +7,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // listRuns: see Runner.ListRuns.
@@ -37,14 +38,14 @@ func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 			return RunPage{}, &RequestError{Field: "agent", Reason: err.Error()}
 		}
 	}
-	runs, next, err := core.ReadPage(ctx, rd.store, prefixes, after, limit, 0, func(ctx context.Context, i int, entry string) (Status, bool, error) {
+	runs, next, err := core.ReadPage(ctx, rd.store, prefixes, after, limit, 0, func(ctx context.Context, i int, entry string) (lifecycle.RunStatus, bool, error) {
 		_, runID, ok := layout.ParseNewestFirst(entry)
 		if !ok {
-			return Status{}, false, nil // not an entry of ours
+			return lifecycle.RunStatus{}, false, nil // not an entry of ours
 		}
 		doc, ok, err := rd.readListed(ctx, slugs[i], runID)
 		if !ok || err != nil {
-			return Status{}, false, err
+			return lifecycle.RunStatus{}, false, err
 		}
 		rd.markLost(&doc)
 		return doc, q.Status == "" || doc.Status == q.Status, nil
@@ -55,9 +56,19 @@ func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	return RunPage{Runs: runs, Next: next}, nil
 }
 
-// runningByHeartbeat: see Runner.RunningByHeartbeat.
-func (rd *reads) runningByHeartbeat(ctx context.Context, limit int) ([]Status, error) {
-	var out []Status
+// runningByHeartbeat returns the runs being executed (running, and
+// cancel_requested on the cancel-aware machine) of this runner's agents,
+// the oldest last_heartbeat_at first, at most limit (0: every one): the
+// orphan query (docs/spec.md, "Recovery"). It reads the agents' status
+// index entries of those states, which hold the executing runs only, and
+// sorts them by heartbeat in memory: its cost is the runs executing
+// (bounded by the agents' slots), never the history, and it adds no index
+// key that a heartbeat would have to move
+// (docs/design.md#listing-and-indexes). A run whose lease has lapsed
+// (Lease.ExpiresAt passed) has lost its runner; the next poll of any
+// runner takes it over.
+func (rd *reads) runningByHeartbeat(ctx context.Context, limit int) ([]lifecycle.RunStatus, error) {
+	var out []lifecycle.RunStatus
 	for _, slug := range rd.cat.slugs() {
 		f := rd.cat.agents[slug].flow
 		for _, s := range f.states {
@@ -87,11 +98,32 @@ func (rd *reads) runningByHeartbeat(ctx context.Context, limit int) ([]Status, e
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Status) int {
+	slices.SortStableFunc(out, func(a, b lifecycle.RunStatus) int {
 		return derefTime(a.LastHeartbeatAt).Compare(derefTime(b.LastHeartbeatAt))
 	})
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// RunQuery selects a page of runs for ListRuns.
+type RunQuery struct {
+	// Agent is the agent whose runs are listed; "" lists the runs of every
+	// agent of this runner.
+	Agent string
+	// Status keeps only the runs in this state; "" keeps every run.
+	Status string
+	// Limit is the most runs in the page: 0 means codes.DefaultPageLimit,
+	// and more than codes.MaxPageLimit is refused.
+	Limit int
+	// Cursor is the Next of the page before; "" for the first page.
+	Cursor string
+}
+
+// RunPage is a page of runs, newest (by started_at) first.
+type RunPage struct {
+	Runs []lifecycle.RunStatus
+	// Next is the cursor of the next page, "" on the last page.
+	Next string
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -40,7 +41,7 @@ func TestHappyPathStoreRoundTrips(t *testing.T) {
 			// Let the runner's start-up poll (one list) pass first.
 			g.timers(1) // the start-up poll is over: the next poll is armed
 			counting.Reset()
-			if _, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug}); err != nil {
+			if _, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug}); err != nil {
 				t.Fatal(err)
 			}
 			if st := <-done; st != "completed" {

@@ -59,42 +59,16 @@ func (r *Runner) Owner() string { return r.cfg.Owner }
 // into the runner.
 func (r *Runner) Agents() []Agent { return r.cat.list() }
 
-// Stragglers reports the goroutines of step attempts this runner abandoned
-// at a deadline (step timeout, run timeout, cancel, lost lease, shutdown)
-// although their step ignored its context: how many still run, and how
-// many there were in all. Go cannot stop a goroutine; the Runner discards
-// whatever such a step returns later, logs unit_abandoned and
-// unit_returned_late, and at shutdown waits for them at most ShutdownGrace.
-func (r *Runner) Stragglers() (live int, total int64) { return r.units.Stragglers() }
-
-// Quarantined counts the poison records (undecodable or invalid run
-// statuses and slot objects) this runner moved under storage's quarantine
-// prefix; records.ListQuarantine lists them and records.Restore puts one
-// back.
-func (r *Runner) Quarantined() int64 { return r.poison.count() }
-
-// StoreRetries counts the store calls this runner retried after a
-// transient failure.
-func (r *Runner) StoreRetries() int64 { return r.store.Retries() }
-
-// SubmitRequest asks for a run (POST /agents/run); SubmitResult answers
-// it. Both live in lifecycle so the Go client can send them without the
-// engine.
-type (
-	SubmitRequest = lifecycle.SubmitRequest
-	SubmitResult  = lifecycle.SubmitResult
-)
-
 // Submit creates a run in its machine's initial state (requested on the
 // canonical machine), as the gateway, and hands it to this runner's loop.
 // It writes nothing when the request is invalid: an *InputError for text
 // over its limit (MaxNameBytes, MaxDocumentBytes for Input,
-// MaxIdempotencyKeyBytes) or not clean UTF-8, a *RequestError otherwise.
+// 512 bytes for IdempotencyKey) or not clean UTF-8, a *RequestError otherwise.
 //
 // The run keeps the trace context of ctx (its span's W3C traceparent, in
 // status.json): with Config.TracerProvider set, that of a conveyor.submit
 // span started under the caller's; every execution continues it.
-func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (res SubmitResult, err error) {
+func (r *Runner) Submit(ctx context.Context, req lifecycle.SubmitRequest) (res lifecycle.SubmitResult, err error) {
 	return r.submission.submit(ctx, req)
 }
 
@@ -104,26 +78,26 @@ func (r *Runner) Submit(ctx context.Context, req SubmitRequest) (res SubmitResul
 // step finishes first (then it may still succeed or fail, as the
 // machine allows). On the approval machine a run that is not executing is cancelled
 // at once, and an executing one when its runner notices. The canonical
-// machine has no cancel: [ErrUnsupported].
-func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (Status, error) {
+// machine has no cancel: lifecycle.ErrRunUnsupported.
+func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor, req CancelRequest) (lifecycle.RunStatus, error) {
 	return r.control.cancel(ctx, runID, actor, req)
 }
 
 // Approve resumes a run waiting at an approval gate (awaiting_approval →
 // running). A runner then executes the steps left; when the gate followed
 // the last step it completes the run, writing its manifest.
-func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (lifecycle.RunStatus, error) {
 	return r.control.approve(ctx, runID, actor, dec)
 }
 
 // Reject fails a run waiting at an approval gate with APPROVAL_REJECTED.
-func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (Status, error) {
+func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (lifecycle.RunStatus, error) {
 	return r.control.reject(ctx, runID, actor, dec)
 }
 
 // Deliver hands a run the external event it waits for (waiting_external →
 // running); a runner then goes on as after an approval.
-func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (Status, error) {
+func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (lifecycle.RunStatus, error) {
 	return r.control.deliver(ctx, runID, actor, ev)
 }
 
@@ -132,19 +106,19 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Acto
 // A status.json that cannot be decoded or fails validation (a status its
 // machine does not know, a run_id or agent_slug that is not its key's) is
 // quarantined, and Status, like Wait, returns a *QuarantinedError.
-func (r *Runner) Status(ctx context.Context, runID string) (Status, error) {
+func (r *Runner) Status(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
 	return r.reads.status(ctx, runID)
 }
 
 // Steps reads a run's step files in step order (GET /runs/{runId}/steps).
-func (r *Runner) Steps(ctx context.Context, runID string) ([]StepRecord, error) {
+func (r *Runner) Steps(ctx context.Context, runID string) ([]lifecycle.StepRecord, error) {
 	return r.reads.steps(ctx, runID)
 }
 
 // Runs reads the status of every run of an agent, oldest first, by
 // listing its run folders: its cost is the agent's history. ListRuns reads
 // a page from the indexes (GET /runs).
-func (r *Runner) Runs(ctx context.Context, slug string) ([]Status, error) {
+func (r *Runner) Runs(ctx context.Context, slug string) ([]lifecycle.RunStatus, error) {
 	return r.reads.runs(ctx, slug)
 }
 
@@ -163,7 +137,7 @@ func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
 // Wait returns the run's status once it is terminal or parked (waiting for
 // an approval or an external event), or ctx's error. It re-reads when this
 // runner writes any status and at every PollInterval.
-func (r *Runner) Wait(ctx context.Context, runID string) (Status, error) {
+func (r *Runner) Wait(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
 	return r.reads.wait(ctx, runID)
 }
 
@@ -174,23 +148,4 @@ func (r *Runner) Wait(ctx context.Context, runID string) (Status, error) {
 // INVALID_CURSOR for the cursor.
 func (r *Runner) ListRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	return r.reads.listRuns(ctx, q)
-}
-
-// RunningByHeartbeat returns the runs being executed (running, and
-// cancel_requested on the cancel-aware machine) of this runner's agents,
-// the oldest last_heartbeat_at first, at most limit (0: every one): the
-// orphan query (docs/spec.md, "Recovery"). It reads the agents' status index
-// entries of those states, which hold the executing runs only, and sorts
-// them by heartbeat in memory: its cost is the runs executing (bounded by
-// the agents' slots), never the history, and it adds no index key that a
-// heartbeat would have to move (docs/design.md#listing-and-indexes). A run whose lease has lapsed (Lease.ExpiresAt passed) has
-// lost its runner; the next poll of any runner takes it over.
-func (r *Runner) RunningByHeartbeat(ctx context.Context, limit int) ([]Status, error) {
-	return r.reads.runningByHeartbeat(ctx, limit)
-}
-
-// Idempotency reads the record of a key: IDEMPOTENCY_EXPIRED once its TTL
-// has passed, ErrNotFound (storage's) when there is none.
-func (r *Runner) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
-	return r.idem.read(ctx, key)
 }

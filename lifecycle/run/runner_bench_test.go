@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -48,7 +49,7 @@ func benchmarkRunner(b *testing.B, store *storage.Store, concurrency int, tp ...
 	start := time.Now()
 	go func() {
 		for range b.N {
-			if _, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "bench"}); err != nil {
+			if _, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "bench"}); err != nil {
 				b.Error(err)
 				return
 			}

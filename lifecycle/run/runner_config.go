@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/procid"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -21,7 +21,10 @@ type Step struct {
 	// Name becomes part of the step file's key, steps/NN-name.json, so it must
 	// be a valid id (storage.ValidateID).
 	Name string
-	Run  StepFunc
+	// Run does the step's work. It must return when ctx is done; the
+	// Runner stops waiting for it then (at a step timeout, a cancellation,
+	// the run timeout or a lost lease) and discards a late result.
+	Run func(ctx context.Context, in StepInput) (StepOutput, error)
 	// Resumable: after a crash, a completed step can be skipped and its
 	// checkpointed output reused (docs/spec.md#checkpoint).
 	Resumable bool
@@ -30,11 +33,6 @@ type Step struct {
 	// Timeout bounds one attempt; 0 means Config.StepTimeout.
 	Timeout time.Duration
 }
-
-// StepFunc does a step's work. It must return when ctx is done; the Runner
-// stops waiting for it then (at a step timeout, a cancellation, the run
-// timeout or a lost lease) and discards a late result.
-type StepFunc func(ctx context.Context, in StepInput) (StepOutput, error)
 
 // StepInput is what a step is given.
 type StepInput struct {
@@ -94,8 +92,9 @@ type Agent struct {
 // the documented default when left zero.
 type Config struct {
 	Store *storage.Store
-	// Owner names this runner in leases. Default: DefaultOwner(), the host
-	// name and the executable's name, which a restarted process keeps: at
+	// Owner names this runner in leases. Default: the host name and the
+	// executable's base name (e.g. "worker-7/conveyor-worker"), which a
+	// restarted process on the same host keeps: at
 	// start-up a runner takes over the runs leased to its own Owner at once
 	// instead of waiting for their leases to lapse. That is safe even when
 	// two live processes share an Owner (set distinct ones all the same):
@@ -187,8 +186,8 @@ type Config struct {
 	// by a poll (Status.LastAudit). Default 30 s.
 	AuditTimeout time.Duration
 	// ShutdownGrace is how long, in wall-clock time, Run waits at shutdown
-	// for step goroutines that ignore their context (stragglers, see
-	// Runner.Stragglers) before it returns anyway. Default 5 s.
+	// for step goroutines that ignore their context (stragglers, counted
+	// by Metrics' StepAbandoned) before it returns anyway. Default 5 s.
 	ShutdownGrace time.Duration
 
 	// Idempotency TTLs (docs/spec.md#idempotency): how long a completed
@@ -210,28 +209,12 @@ type Config struct {
 	IdempotencyMaxAttempts int
 }
 
-// DefaultOwner is the Owner of a Runner whose Config sets none: the host
-// name and the executable's base name, e.g. "worker-7/conveyor-worker". It
-// is stable across restarts of the same program on the same host (a pod
-// name, a VM), so a restarted process resumes its runs at once.
-func DefaultOwner() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	exe := "conveyor"
-	if p, err := os.Executable(); err == nil {
-		exe = filepath.Base(p)
-	}
-	return host + "/" + exe
-}
-
 func (c *Config) setDefaults() error {
 	if c.Store == nil {
 		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
 	}
 	if c.Owner == "" {
-		c.Owner = DefaultOwner()
+		c.Owner = procid.Owner()
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()

@@ -23,7 +23,7 @@ func TestRunnerHappyPath(t *testing.T) {
 	agent := run.Agent{Slug: "archivist-violin", Steps: []run.Step{okStep("load-context"), okStep("execute-agent"), propose}}
 	r, _ := g.runner("runner-a", nil, agent)
 	ctx := context.Background()
-	res, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist-violin", Input: json.RawMessage(`{"q": 1}`)})
+	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist-violin", Input: json.RawMessage(`{"q": 1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -89,14 +90,14 @@ func (b *blocker) step(name string) run.Step {
 
 func submit(t *testing.T, r *run.Runner, slug string) string {
 	t.Helper()
-	res, err := r.Submit(context.Background(), run.SubmitRequest{AgentSlug: slug})
+	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: slug})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res.RunID
 }
 
-func status(t *testing.T, r *run.Runner, id string) run.Status {
+func status(t *testing.T, r *run.Runner, id string) lifecycle.RunStatus {
 	t.Helper()
 	st, err := r.Status(context.Background(), id)
 	if err != nil {
@@ -407,10 +408,10 @@ func scenarioCancelUnsupported(t *testing.T, g *rig) {
 	id := submit(t, r, "canon")
 	<-b.started
 	_, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: ""})
-	if !errors.Is(err, run.ErrUnsupported) || lifecycle.ErrorCode(err) != codes.Unsupported || !strings.Contains(err.Error(), "canonical-run does not support cancel") {
+	if !errors.Is(err, lifecycle.ErrRunUnsupported) || lifecycle.ErrorCode(err) != codes.Unsupported || !strings.Contains(err.Error(), "canonical-run does not support cancel") {
 		t.Fatalf("cancel on the canonical machine: %v", err)
 	}
-	if _, err := r.Approve(context.Background(), id, lifecycle.ActorGateway, run.Decision{}); !errors.Is(err, run.ErrUnsupported) {
+	if _, err := r.Approve(context.Background(), id, lifecycle.ActorGateway, run.Decision{}); !errors.Is(err, lifecycle.ErrRunUnsupported) {
 		t.Fatalf("approve on the canonical machine: %v", err)
 	}
 	if st := status(t, r, id); st.Status != "running" || st.CancelRequested {
@@ -501,7 +502,7 @@ func scenarioExternal(t *testing.T, g *rig) {
 	}
 	// The clock moves while the runner waits on it: its poll finds the
 	// wait's deadline (an hour) passed.
-	st = g.waitFor(r, late, 5*time.Minute, 2*time.Hour, func(st run.Status) bool { return st.Status == "failed" })
+	st = g.waitFor(r, late, 5*time.Minute, 2*time.Hour, func(st lifecycle.RunStatus) bool { return st.Status == "failed" })
 	if !strings.HasPrefix(*st.Error, "AGENT_TIMEOUT: external event ci.finished not received") {
 		t.Fatalf("timed out wait: %v", *st.Error)
 	}
@@ -811,7 +812,7 @@ func scenarioSlotFencing(t *testing.T, g *rig) {
 	if len(late) != 0 {
 		t.Fatalf("runner a wrote after losing its lease: %v", late)
 	}
-	const slot = "agents/slotted/slots/0.json" // the slot layout of runkeys.go
+	const slot = "agents/slotted/slots/0.json" // the slot layout of claim.go
 	var held struct {
 		RunID string `json:"run_id"`
 	}
@@ -829,7 +830,7 @@ func scenarioIdempotency(t *testing.T, g *rig) {
 	agent := run.Agent{Slug: "webhook", Steps: []run.Step{b.step("work")}}
 	r, _ := g.runner("a", nil, agent)
 	ctx := context.Background()
-	req := run.SubmitRequest{AgentSlug: agent.Slug, Trigger: "event", Input: json.RawMessage(`{"pr": 7}`),
+	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, Trigger: "event", Input: json.RawMessage(`{"pr": 7}`),
 		IdempotencyKey: "github:12345678-1234-1234-1234-123456789012"}
 
 	// 100 concurrent submits with one key create exactly one run.
@@ -866,7 +867,7 @@ func scenarioIdempotency(t *testing.T, g *rig) {
 	other := req
 	other.Input = json.RawMessage(`{"pr": 8}`)
 	_, err = r.Submit(ctx, other)
-	if !errors.Is(err, run.ErrIdempotencyConflict) || codes.HTTPStatus(lifecycle.ErrorCode(err)) != 409 {
+	if !errors.Is(err, lifecycle.ErrIdempotencyConflict) || codes.HTTPStatus(lifecycle.ErrorCode(err)) != 409 {
 		t.Fatalf("conflict: %v", err)
 	}
 	// Key order in the payload does not matter.
@@ -878,19 +879,19 @@ func scenarioIdempotency(t *testing.T, g *rig) {
 	close(b.release)
 	g.wait(r, ids[0], 0, 0)
 	rec, err := r.Idempotency(ctx, req.IdempotencyKey)
-	if err != nil || rec.Status != run.IdempotencyCompleted || rec.RunID != ids[0] || rec.Source != run.SourceGitHub {
+	if err != nil || rec.Status != idemrecord.Completed || rec.RunID != ids[0] || rec.Source != idemrecord.SourceGitHub {
 		t.Fatalf("record %+v %v", rec, err)
 	}
 	// After the 24 h TTL the record is expired and the key is free again.
 	g.clock.Advance(24*time.Hour + time.Minute)
-	if _, err := r.Idempotency(ctx, req.IdempotencyKey); !errors.Is(err, run.ErrIdempotencyExpired) || lifecycle.ErrorCode(err) != codes.IdempotencyExpired {
+	if _, err := r.Idempotency(ctx, req.IdempotencyKey); !errors.Is(err, lifecycle.ErrIdempotencyExpired) || lifecycle.ErrorCode(err) != codes.IdempotencyExpired {
 		t.Fatalf("expired: %v", err)
 	}
 	res, err := r.Submit(ctx, other)
 	if err != nil || res.Duplicate || res.RunID == ids[0] {
 		t.Fatalf("submit after expiry: %+v %v", res, err)
 	}
-	if _, err := r.Submit(ctx, run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "gitlab:1"}); lifecycle.ErrorCode(err) != codes.InvalidRequest {
+	if _, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "gitlab:1"}); lifecycle.ErrorCode(err) != codes.InvalidRequest {
 		t.Errorf("bad scheme: %v", err)
 	}
 }

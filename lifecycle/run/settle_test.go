@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
@@ -153,7 +154,7 @@ func TestSettleRunTakenOverKeepsItsInput(t *testing.T) {
 	agent := run.Agent{Slug: "settle", Concurrency: 1, Steps: []run.Step{work, okStep("after")}}
 	long := func(c *run.Config) { c.RunTimeout, c.IndexRepairInterval = 24*time.Hour, 24*time.Hour }
 	a, stopA := g.runner("a", long, agent)
-	res, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug, Input: []byte(`{"topic":"x"}`)})
+	res, err := a.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug, Input: []byte(`{"topic":"x"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestSettleStoppedSubmitKeepsItsInput(t *testing.T) {
 	agent := run.Agent{Slug: "settle", Concurrency: 1, Steps: []run.Step{steps.step(), okStep("after")}}
 	long := func(c *run.Config) { c.RunTimeout, c.IndexRepairInterval = 24*time.Hour, 24*time.Hour }
 	a, stopA := g.with(storage.New(refuseStatus{g.store})).runner("a", long, agent)
-	if _, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug, Input: []byte(`{"topic":"x"}`)}); err == nil {
+	if _, err := a.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug, Input: []byte(`{"topic":"x"}`)}); err == nil {
 		t.Fatal("the submit wrote its status")
 	}
 	stopA()
@@ -262,7 +263,7 @@ func TestSettleRunWithoutInputTakenOverDoesNotWait(t *testing.T) {
 		agent := run.Agent{Slug: "settle", Concurrency: 1, Steps: []run.Step{work}}
 		long := func(c *run.Config) { c.RunTimeout, c.IndexRepairInterval = 24*time.Hour, 24*time.Hour }
 		a, stopA := g.with(store).runner("a", long, agent)
-		res, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: agent.Slug})
+		res, err := a.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +308,7 @@ func TestSettleKilledSubmitIsAnsweredOnceTheAbsenceIsSure(t *testing.T) {
 	long := 40 * time.Second // longer than the key's lease (20 s), as on a cluster
 	fs.SetSettle(long, g.clock.Now)
 	agent := run.Agent{Slug: "settle", Steps: []run.Step{okStep("work")}}
-	req := run.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:killed-1"}
+	req := lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:killed-1"}
 	a, stopA := g.with(storage.New(killedAtStatus{fs})).runner("a", nil, agent)
 	if _, err := a.Submit(context.Background(), req); err == nil {
 		t.Fatal("the killed submit wrote its status")
@@ -315,7 +316,7 @@ func TestSettleKilledSubmitIsAnsweredOnceTheAbsenceIsSure(t *testing.T) {
 	stopA()
 	b, _ := g.with(storage.New(fs)).runner("b", nil, agent)
 	start := g.clock.Now()
-	var res run.SubmitResult
+	var res lifecycle.SubmitResult
 	g.advanceUntil(time.Second, 5*time.Minute, func() bool {
 		var err error
 		res, err = b.Submit(context.Background(), req)

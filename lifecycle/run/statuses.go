@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -36,21 +39,21 @@ type statuses struct {
 // caller gets what the record is now, never the quarantine's refused
 // compare-and-swap. After maxPoisonRereads such changes in a row it gets
 // the *records.CorruptError (RECORD_QUARANTINED) of the last read.
-func (st *statuses) read(ctx context.Context, slug, runID, key string) (Status, storage.Version, error) {
+func (st *statuses) read(ctx context.Context, slug, runID, key string) (lifecycle.RunStatus, storage.Version, error) {
 	for attempt := 0; ; attempt++ {
 		b, v, err := st.store.Get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
 			if qe := st.findQuarantined(ctx, runID, key); qe != nil {
-				return Status{}, "", qe
+				return lifecycle.RunStatus{}, "", qe
 			}
 		}
 		if err != nil {
-			return Status{}, "", err
+			return lifecycle.RunStatus{}, "", err
 		}
 		if st.absent.Settle > 0 {
 			st.absent.Found(key)
 		}
-		doc, err := core.Decode[Status](key, b, v, statusValidator(slug, runID))
+		doc, err := core.Decode[lifecycle.RunStatus](key, b, v, statusValidator(slug, runID))
 		var ce *records.CorruptError
 		if errors.As(err, &ce) {
 			qerr := st.quarantineRun(ctx, slug, runID, ce)
@@ -58,9 +61,9 @@ func (st *statuses) read(ctx context.Context, slug, runID, key string) (Status, 
 				if attempt < maxPoisonRereads {
 					continue // it changed since the read: judge it again
 				}
-				return Status{}, "", ce
+				return lifecycle.RunStatus{}, "", ce
 			}
-			return Status{}, "", qerr
+			return lifecycle.RunStatus{}, "", qerr
 		}
 		return doc, v, err
 	}
@@ -107,8 +110,8 @@ const maxPoisonRereads = 3
 // runner's config now gives its agent another (a rolling change of config):
 // such a run is valid and lives out its life on its own machine.
 // A document that fails is poison: it is quarantined, never acted on.
-func statusValidator(slug, runID string) func(*Status) error {
-	return func(d *Status) error {
+func statusValidator(slug, runID string) func(*lifecycle.RunStatus) error {
+	return func(d *lifecycle.RunStatus) error {
 		if d.RunID != runID {
 			return fmt.Errorf("run_id %q at the key of run %s", d.RunID, runID)
 		}
@@ -124,4 +127,63 @@ func statusValidator(slug, runID string) func(*Status) error {
 		}
 		return nil
 	}
+}
+
+// poison moves poison records to quarantine (core.Quarantiner), counts
+// them and logs each.
+type poison struct {
+	quar    *core.Quarantiner
+	metrics Metrics
+}
+
+// count is how many records were moved to quarantine.
+func (p *poison) count() int64 { return p.quar.Count() }
+
+// quarantine moves one poison record under the quarantine prefix, counts
+// it and logs record_quarantined at WARN. A record that changed since it
+// was read (someone repaired it) is left alone: the error matches
+// storage.ErrPreconditionFailed and the caller reads it again later.
+func (p *poison) quarantine(ctx context.Context, ce *records.CorruptError) (string, error) {
+	qkey, err := p.quar.Move(ctx, ce)
+	if err != nil {
+		return qkey, err
+	}
+	if m, ok := p.metrics.(quarantineMetrics); ok {
+		m.RecordQuarantined(quarantineKind(ce.Key))
+	}
+	return qkey, nil
+}
+
+func isRunStatusKey(key string) bool {
+	_, _, ok := layout.ParseRunStatusKey(key)
+	return ok
+}
+
+func quarantineKind(key string) string {
+	switch {
+	case isRunStatusKey(key):
+		return "run_status"
+	case layout.IsRunSlotKey(key):
+		return "slot"
+	case strings.HasPrefix(key, layout.RunIndexPrefix):
+		return "run_index"
+	}
+	return "other"
+}
+
+// quarantineMetrics is a Metrics that also counts poison records the
+// Runner quarantined (see Metrics).
+type quarantineMetrics interface {
+	RecordQuarantined(kind string)
+}
+
+// stepMetrics is a Metrics that also observes step durations (see Metrics).
+type stepMetrics interface {
+	StepFinished(agent, step, status string, d time.Duration)
+}
+
+// stragglerMetrics is a Metrics that also counts abandoned step attempts
+// (see Metrics).
+type stragglerMetrics interface {
+	StepAbandoned(agent, step string)
 }

@@ -20,6 +20,87 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// One step of an execution: its attempts under their timeout and retries,
+// and its files (start marker, step file, outputs), fenced by the
+// execution's lease.
+
+// doStep runs step i (number i+1) and records how it went. end is set when
+// the execution ends here: stopped, the step failed, or a write failed.
+func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepInput) (StepOutput, *outcome) {
+	e := x.e
+	if !s.Idempotent {
+		if err := x.files.markStarted(ctx, i, s); err != nil {
+			end := x.startFailure(ctx, err)
+			return StepOutput{}, &end
+		}
+	}
+	started := e.now()
+	out, attempts, stepErr := x.runStep(runCtx, s, in)
+	if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
+		end := stoppedBy(context.Cause(runCtx))
+		return out, &end
+	}
+	if stepErr != nil {
+		stepErr = stoppedStepError(runCtx, s, stepErr)
+	}
+	rec, err := newStepRecord(s, i, x.epoch, started, e.now(), out, attempts, stepErr)
+	if err != nil {
+		return out, &outcome{kind: failed, err: err}
+	}
+	if err := x.files.writeStep(ctx, rec); err != nil {
+		end := x.writeFailure(ctx, err)
+		return out, &end
+	}
+	if m, ok := e.cfg.Metrics.(stepMetrics); ok {
+		m.StepFinished(in.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
+	}
+	x.records[rec.StepNumber] = rec
+	if stepErr != nil {
+		end := stepFailure(runCtx, stepErr)
+		return out, &end
+	}
+	return out, nil
+}
+
+// startFailure is how the execution ends when marking a step started
+// failed: a run error fails the run as it is; any other is a write failure.
+func (x *execution) startFailure(ctx context.Context, err error) outcome {
+	var re *lifecycle.RunError
+	if errors.As(err, &re) {
+		return outcome{kind: failed, err: err}
+	}
+	return x.writeFailure(ctx, err)
+}
+
+// stepFailure is how the execution ends after a failed step: canceled or
+// timed out when a stop cut it, failed otherwise.
+func stepFailure(runCtx context.Context, stepErr error) outcome {
+	switch context.Cause(runCtx) {
+	case errCanceled:
+		return outcome{kind: canceled}
+	case errRunTimeout:
+		return outcome{kind: timedOut}
+	}
+	return outcome{kind: failed, err: stepErr}
+}
+
+// stoppedStepError gives the error of a step that a cancel or the run's
+// timeout stopped the code of that stop, whatever the step returned: a
+// canceled step is recorded CANCELED, not INTERNAL_ERROR.
+func stoppedStepError(runCtx context.Context, s Step, err error) error {
+	switch context.Cause(runCtx) {
+	case errCanceled:
+		return &lifecycle.RunError{Code: codes.Canceled, Message: fmt.Sprintf("step %s canceled", s.Name), Permanent: true, Err: err}
+	case errRunTimeout:
+		return &lifecycle.RunError{Code: codes.AgentTimeout, Message: fmt.Sprintf("step %s stopped at the run timeout", s.Name), Permanent: true, Err: err}
+	}
+	return err
+}
+
+func isStop(ctx context.Context) bool { return context.Cause(ctx) != nil }
+
+func isTimeout(ctx context.Context) bool { return context.Cause(ctx) == errRunTimeout }
+
 // runStep runs one step with its per-attempt timeout and the retry schedule
 // (StepRetries more attempts, RetryBackoff doubling), waiting on the
 // runner's clock. It returns the output, the attempts made and the error of
@@ -104,7 +185,7 @@ func failureOf(s Step, attempts int, err error) error {
 // attempt runs the step once through core.Do on the runner's Units: under
 // its timeout, in its own goroutine, so a step that ignores its context
 // cannot hold the run past the timeout. Such a step's goroutine is
-// abandoned: counted (Runner.Stragglers), logged, and its late result
+// abandoned: counted (core.Units), logged, and its late result
 // discarded.
 func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
 	timedOut := func() error {
@@ -141,13 +222,14 @@ func seconds(d time.Duration) string {
 	return d.String()
 }
 
-func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempts int, err error) (StepRecord, error) {
-	s := x.agent.Steps[i]
-	now := x.e.now()
-	rec := StepRecord{
+// newStepRecord is the step file of step s (number i+1) of an execution of
+// epoch, started at started and ended now after attempts, with its output
+// or its error.
+func newStepRecord(s Step, i int, epoch int64, started, now time.Time, out StepOutput, attempts int, err error) (lifecycle.StepRecord, error) {
+	rec := lifecycle.StepRecord{
 		StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending,
 		StartedAt: &started, FinishedAt: &now, DurationMS: now.Sub(started).Milliseconds(),
-		Resumable: s.Resumable, Idempotent: s.Idempotent, Attempts: attempts, Epoch: x.epoch,
+		Resumable: s.Resumable, Idempotent: s.Idempotent, Attempts: attempts, Epoch: epoch,
 	}
 	// The step machine makes the moves (the file is written once, at the
 	// end): pending → running → completed or failed.
@@ -166,42 +248,22 @@ func (x *execution) stepRecord(i int, started time.Time, out StepOutput, attempt
 	return rec, nil
 }
 
-// writeStep writes a step file, fenced (core.PutFenced): the file carries
-// this runner's epoch, and a file of a newer epoch is never replaced, so a
-// runner that lost its lease gets ErrLeaseLost and the new owner's file
-// stays. The lease is confirmed first, so a lost writer also cannot create
-// a file the new owner has not written yet, unless the new owner's write
-// then replaces it.
-func (x *execution) writeStep(ctx context.Context, rec StepRecord) error {
-	if err := x.w.confirmLease(ctx); err != nil {
-		return err
-	}
-	key, err := layout.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
-	if err != nil {
-		return err
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	// Over this execution's own start marker: one compare-and-swap on the
-	// version it wrote; anything else goes through PutFenced.
-	done := false
-	if v, ok := x.markers[rec.StepNumber]; ok {
-		_, err := x.e.store.Put(ctx, key, b, storage.IfMatch(v))
-		if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {
-			return err
-		}
-		done = err == nil
-	}
-	if !done {
-		if _, err := core.PutFenced(ctx, x.e.store, key, b, x.e.cfg.Owner, x.epoch, epochOf); err != nil {
-			return err
-		}
-	}
-	x.e.log.LogAttrs(ctx, slog.LevelInfo, "run_checkpoint", slog.String("runId", x.w.runID),
-		slog.String("stepId", rec.StepName), slog.Bool("resumable", rec.Resumable))
-	return nil
+// stepFiles write the files of an execution's steps: the start marker of
+// a step that is not idempotent, the step file, and the step's output
+// files, each fenced by the execution's lease (its writer's confirmation)
+// and epoch. They remember the versions of the start markers they wrote
+// (markers, by step number), so a step file replaces its own marker with
+// one compare-and-swap.
+type stepFiles struct {
+	store   *storage.Store
+	now     func() time.Time
+	log     *slog.Logger
+	owner   string // Config.Owner
+	slug    string
+	runID   string
+	epoch   int64
+	w       *statusWriter
+	markers map[int]storage.Version
 }
 
 // markStarted writes the start marker of a step that is not idempotent
@@ -212,18 +274,17 @@ func (x *execution) writeStep(ctx context.Context, rec StepRecord) error {
 // runners (a new owner and a late one) both found no marker, exactly one
 // creates it and runs the step; the other fails its run RUN_ORPHANED (the
 // late one's status write is fenced anyway).
-func (x *execution) markStarted(ctx context.Context, i int) error {
-	if err := x.w.confirmLease(ctx); err != nil {
+func (f *stepFiles) markStarted(ctx context.Context, i int, s Step) error {
+	if err := f.w.confirmLease(ctx); err != nil {
 		return err
 	}
-	s := x.agent.Steps[i]
-	now := x.e.now()
-	rec := StepRecord{StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending, StartedAt: &now,
-		Resumable: s.Resumable, Idempotent: s.Idempotent, Epoch: x.epoch}
+	now := f.now()
+	rec := lifecycle.StepRecord{StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending, StartedAt: &now,
+		Resumable: s.Resumable, Idempotent: s.Idempotent, Epoch: f.epoch}
 	if _, err := lifecycle.RunStep().Fire(context.Background(), &rec, lifecycle.EventStart, lifecycle.ActorOrchestration); err != nil {
 		return err
 	}
-	key, err := layout.RunStepKey(x.agent.Slug, x.w.runID, rec.StepNumber, rec.StepName)
+	key, err := layout.RunStepKey(f.slug, f.runID, rec.StepNumber, rec.StepName)
 	if err != nil {
 		return err
 	}
@@ -231,22 +292,60 @@ func (x *execution) markStarted(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	v, err := x.e.store.Put(ctx, key, b, storage.IfNotExists())
+	v, err := f.store.Put(ctx, key, b, storage.IfNotExists())
 	if errors.Is(err, storage.ErrOutcomeUnknown) || errors.Is(err, storage.ErrPreconditionFailed) {
-		old, ov, gerr := x.e.store.Get(ctx, key)
+		old, ov, gerr := f.store.Get(ctx, key)
 		if gerr != nil {
 			return gerr
 		}
 		if string(old) == string(b) {
-			x.markers[i+1] = ov // ours landed
+			f.markers[i+1] = ov // ours landed
 			return nil
 		}
 		return lifecycle.NewRunError(codes.RunOrphaned, "step %s, which is not idempotent, was started by another runner", s.Name)
 	}
 	if err == nil {
-		x.markers[i+1] = v
+		f.markers[i+1] = v
 	}
 	return err
+}
+
+// writeStep writes a step file, fenced (core.PutFenced): the file carries
+// this runner's epoch, and a file of a newer epoch is never replaced, so a
+// runner that lost its lease gets ErrLeaseLost and the new owner's file
+// stays. The lease is confirmed first, so a lost writer also cannot create
+// a file the new owner has not written yet, unless the new owner's write
+// then replaces it.
+func (f *stepFiles) writeStep(ctx context.Context, rec lifecycle.StepRecord) error {
+	if err := f.w.confirmLease(ctx); err != nil {
+		return err
+	}
+	key, err := layout.RunStepKey(f.slug, f.runID, rec.StepNumber, rec.StepName)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	// Over this execution's own start marker: one compare-and-swap on the
+	// version it wrote; anything else goes through PutFenced.
+	done := false
+	if v, ok := f.markers[rec.StepNumber]; ok {
+		_, err := f.store.Put(ctx, key, b, storage.IfMatch(v))
+		if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown) {
+			return err
+		}
+		done = err == nil
+	}
+	if !done {
+		if _, err := core.PutFenced(ctx, f.store, key, b, f.owner, f.epoch, epochOf); err != nil {
+			return err
+		}
+	}
+	f.log.LogAttrs(ctx, slog.LevelInfo, "run_checkpoint", slog.String("runId", f.runID),
+		slog.String("stepId", rec.StepName), slog.Bool("resumable", rec.Resumable))
+	return nil
 }
 
 // epochOf reads the writer's epoch of an SDK object (step file, manifest).
@@ -257,7 +356,7 @@ func epochOf(b []byte) (int64, bool) {
 	return v.Epoch, json.Unmarshal(b, &v) == nil
 }
 
-func (x *execution) writeFiles(ctx context.Context, files map[string][]byte) ([]string, error) {
+func (f *stepFiles) writeFiles(ctx context.Context, files map[string][]byte) ([]string, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
@@ -267,11 +366,11 @@ func (x *execution) writeFiles(ctx context.Context, files map[string][]byte) ([]
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		key, err := layout.RunOutputKey(x.agent.Slug, x.w.runID, name)
+		key, err := layout.RunOutputKey(f.slug, f.runID, name)
 		if err != nil {
 			return nil, &lifecycle.RunError{Code: codes.InternalError, Message: err.Error(), Permanent: true, Err: err}
 		}
-		if err := x.writeOutput(ctx, key, files[name]); err != nil {
+		if err := f.writeOutput(ctx, key, files[name]); err != nil {
 			return nil, err
 		}
 	}
@@ -288,20 +387,20 @@ func (x *execution) writeFiles(ctx context.Context, files map[string][]byte) ([]
 // writes nothing. A lost writer may still create a name the new owner has
 // not written yet; the new owner replaces it when it writes that name, and
 // only the outputs listed in the fenced manifest.json are the run's.
-func (x *execution) writeOutput(ctx context.Context, key string, b []byte) error {
-	if err := x.w.confirmLease(ctx); err != nil {
+func (f *stepFiles) writeOutput(ctx context.Context, key string, b []byte) error {
+	if err := f.w.confirmLease(ctx); err != nil {
 		return err
 	}
 	cond := storage.IfNotExists()
 	for conflicts := 0; ; conflicts++ {
-		_, err := x.e.store.Put(ctx, key, b, cond)
+		_, err := f.store.Put(ctx, key, b, cond)
 		if err == nil || (!errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown)) {
 			return err
 		}
 		if conflicts >= core.MaxConflicts {
 			return err
 		}
-		old, v, gerr := x.e.store.Get(ctx, key)
+		old, v, gerr := f.store.Get(ctx, key)
 		switch {
 		case errors.Is(gerr, storage.ErrNotFound):
 			cond = storage.IfNotExists()
@@ -312,7 +411,7 @@ func (x *execution) writeOutput(ctx context.Context, key string, b []byte) error
 		default:
 			cond = storage.IfMatch(v)
 		}
-		if err := x.w.confirmLease(ctx); err != nil {
+		if err := f.w.confirmLease(ctx); err != nil {
 			return err
 		}
 	}

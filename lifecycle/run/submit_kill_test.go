@@ -19,6 +19,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
@@ -33,8 +34,8 @@ const (
 
 const submitKillKey = "api:retrying-client:req-1"
 
-func submitKillRequest() run.SubmitRequest {
-	return run.SubmitRequest{AgentSlug: "charged", IdempotencyKey: submitKillKey, Input: json.RawMessage(`{"amount":42}`)}
+func submitKillRequest() lifecycle.SubmitRequest {
+	return lifecycle.SubmitRequest{AgentSlug: "charged", IdempotencyKey: submitKillKey, Input: json.RawMessage(`{"amount":42}`)}
 }
 
 func submitKillAgent() run.Agent {
@@ -200,7 +201,7 @@ func submitKilledAt(t *testing.T, dir string, vars []string, store *storage.Stor
 	defer func() { cancel(); <-done }()
 
 	// The client retries its key until it gets an answer.
-	var res run.SubmitResult
+	var res lifecycle.SubmitResult
 	for tries := 1; ; tries++ {
 		res, err = r.Submit(ctx, submitKillRequest())
 		if err == nil {

@@ -27,7 +27,6 @@ type takeover struct {
 	absent  *core.Absence
 	cat     *catalog
 	history *history
-	creator *creator
 	writers *writers
 	claims  *claims
 	ender   *ender
@@ -37,7 +36,7 @@ type takeover struct {
 // resumeExecuting starts a run in an executing state that no one holds:
 // one resumed after an approval or event, or an orphan (its lease expired,
 // or this runner's own lease found at startup).
-func (t *takeover) resumeExecuting(ctx context.Context, c candidate, doc *Status, now time.Time, startup bool) {
+func (t *takeover) resumeExecuting(ctx context.Context, c candidate, doc *lifecycle.RunStatus, now time.Time, startup bool) {
 	switch {
 	case doc.Lease == nil:
 		t.claims.startOrWait(ctx, c, false) // resumed after an approval or event
@@ -95,7 +94,7 @@ func (t *takeover) finishSubmit(ctx context.Context, slug, runID, statusKey stri
 	if b.actor == "" {
 		b.actor = lifecycle.ActorGateway
 	}
-	t.creator.recordCreated(ctx, agent, &doc, b, "run_submit_finished")
+	t.writers.afterCreate(ctx, agent, &doc, b, "run_submit_finished")
 	w := t.writers.newWriter(slug, runID, statusKey, &doc, ver)
 	if !inputLost {
 		t.inbox.hand(candidate{slug: slug, w: w})
@@ -157,7 +156,7 @@ func (t *takeover) inputLost(ctx context.Context, slug, runID string, hasInput b
 func (t *takeover) failInputLost(ctx context.Context, w *statusWriter) {
 	doc := w.snapshot()
 	f := t.cat.flowOfDoc(&doc)
-	err := w.apply(ctx, bySystem(), func(ctx context.Context, d *Status) error {
+	err := w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		ev := f.fail
 		if _, ok := f.target(d.Status, ev); !ok {
 			ev = f.cancel

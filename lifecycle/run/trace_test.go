@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -84,7 +85,7 @@ func TestRunSpans(t *testing.T) {
 	}}
 	agent := run.Agent{Slug: "traced", Steps: []run.Step{flaky, okStep("last")}}
 	r, _ := g.runner("a", func(c *run.Config) { c.TracerProvider = tp }, agent)
-	res, err := r.Submit(callerCtx(), run.SubmitRequest{AgentSlug: agent.Slug})
+	res, err := r.Submit(callerCtx(), lifecycle.SubmitRequest{AgentSlug: agent.Slug})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestRunSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc run.Status
+	var doc lifecycle.RunStatus
 	readJSON(t, g.store, key, &doc)
 	if want := "00-" + callerTraceID + "-" + submit.SpanContext().SpanID().String() + "-01"; doc.TraceParent != want {
 		t.Errorf("stored traceparent %q, want %q", doc.TraceParent, want)
@@ -184,7 +185,7 @@ func TestTakeoverContinuesTrace(t *testing.T) {
 		return run.Agent{Slug: slug, Steps: []run.Step{work}}
 	}
 	a, stopA := g.runner("a", func(c *run.Config) { c.TracerProvider = tpA }, mk("a"))
-	res, err := a.Submit(callerCtx(), run.SubmitRequest{AgentSlug: slug})
+	res, err := a.Submit(callerCtx(), lifecycle.SubmitRequest{AgentSlug: slug})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestTraceContextWithoutProvider(t *testing.T) {
 		{"no trace", context.Background(), ""},
 	}
 	for _, tt := range tests {
-		res, err := r.Submit(tt.ctx, run.SubmitRequest{AgentSlug: agent.Slug})
+		res, err := r.Submit(tt.ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +252,7 @@ func TestTraceContextWithoutProvider(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var doc run.Status
+		var doc lifecycle.RunStatus
 		readJSON(t, g.store, key, &doc)
 		if doc.TraceParent != tt.want || (tt.want == "") == strings.Contains(string(raw), "traceparent") {
 			t.Errorf("%s: stored traceparent %q, want %q (%s)", tt.name, doc.TraceParent, tt.want, raw)

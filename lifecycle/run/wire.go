@@ -15,20 +15,21 @@ import (
 // status read frees what its run held, through the slots, which read
 // statuses themselves.
 //
-// A run's way through them: submission (submit.go) checks a submit and
-// hands it to the creator (create.go), or first to idempotency
-// (idempotency.go, with the dedupe gate's markers, idemsettle.go); the
-// creator writes the run and hands it to the inbox (inbox.go). The loop
-// (loop.go) gives it to admission (admission.go: poll, consider, admit),
-// which asks the dedupe gate, then claims (claim.go) take a slot (slots.go)
-// and the lease, and the executor (executor.go) runs the execution
-// (exec.go, steps.go, finish.go) among the executions (executions.go);
-// every end goes through the ender (ending.go). Every status write is a
-// statusWriter's (writer.go), which the audit log (audit.go) and the
-// history indexes (history.go) follow, and whose changes wake every Wait; statuses.go reads and quarantines
-// status documents, poison.go moves poison records. takeover.go takes up
-// orphans and stopped submits; control.go makes the changes asked from
-// outside; reads.go and reads_history.go answer the reads.
+// A run's way through them, one file per step of its life: submission
+// (submit.go) checks a submit, claims its idempotency key when it has one,
+// and the creator writes the run and hands it to the inbox (inbox.go). The
+// loop (loop.go) gives it to admission (admission.go: poll, consider,
+// admit, and the dedupe gate's verdict on a store that settles), whose
+// claims (claim.go) take a slot and the lease (which the run's writer
+// then holds and renews) and register the execution;
+// the executor (exec.go) runs it, each step with its files (steps.go), and
+// finish.go writes its end, through the ender as every end does. Every
+// status write is a statusWriter's (writer.go), and one afterWrite follows
+// it: the history index move, the audit event, metrics and a wake-up of
+// every Wait. statuses.go reads and quarantines status documents and other
+// poison records; history.go repairs and backfills the indexes; takeover.go
+// takes up orphans and stopped submits; control.go makes the changes asked
+// from outside; reads.go and reads_history.go answer the reads.
 func wire(cfg *Config, cat *catalog) *Runner {
 	// store is cfg.Store made patient: transient store errors are waited
 	// out with backoff for as long as each call's context allows.
@@ -62,7 +63,7 @@ func wire(cfg *Config, cat *catalog) *Runner {
 		inbox: r.inbox, waiting: map[string][]candidate{}, freed: map[string]storage.Version{}, held: map[string]string{}}
 	st.release = sl.freeRun
 	vd := newVerdicts()
-	end := &ender{store: store, now: now, log: log, metrics: cfg.Metrics, slots: sl, audit: audit, history: hist, verdicts: vd}
+	end := &ender{store: store, now: now, log: log, metrics: cfg.Metrics, slots: sl, writers: ws, verdicts: vd}
 	r.reads = &reads{store: store, now: now, clock: cfg.Clock, pollInterval: cfg.PollInterval, cat: cat, statuses: st,
 		poison: r.poison, changes: chg}
 	xr := &executor{cfg: execConfig{Clock: cfg.Clock, Owner: cfg.Owner, RunTimeout: cfg.RunTimeout, FinishGrace: cfg.FinishGrace,
@@ -73,15 +74,14 @@ func wire(cfg *Config, cat *catalog) *Runner {
 		executor: xr, unsure: map[string]*unsureClaim{}}
 	gate := &dedupeGate{store: store, now: now, log: log, settle: absent.Settle, completedTTL: cfg.IdempotencyCompletedTTL,
 		verdicts: vd, ender: end, statuses: st, poison: r.poison, reads: r.reads}
-	cr := &creator{store: store, now: now, log: log, metrics: cfg.Metrics, audit: audit, history: hist, statuses: st,
-		writers: ws, changes: chg, inbox: r.inbox}
+	cr := &creator{store: store, now: now, history: hist, statuses: st, writers: ws, inbox: r.inbox}
 	r.idem = &idempotency{store: store, now: now, log: log, metrics: cfg.Metrics,
 		cfg: idemConfig{Owner: cfg.Owner, IdempotencyLease: cfg.IdempotencyLease, IdempotencyCompletedTTL: cfg.IdempotencyCompletedTTL,
 			IdempotencyFailedTTL: cfg.IdempotencyFailedTTL, IdempotencyMaxAttempts: cfg.IdempotencyMaxAttempts},
 		absent: absent, gate: gate, creator: cr}
 	r.submission = &submission{now: now, tracer: tracer, cat: cat, creator: cr, idem: r.idem}
 	tk := &takeover{store: store, now: now, log: log, owner: cfg.Owner, lease: cfg.LeaseDuration, absent: absent, cat: cat,
-		history: hist, creator: cr, writers: ws, claims: cl, ender: end, inbox: r.inbox}
+		history: hist, writers: ws, claims: cl, ender: end, inbox: r.inbox}
 	r.sched = &admission{store: store, now: now, log: log, owner: cfg.Owner, parkedPoll: cfg.ParkedPollInterval,
 		queueTimeout: cfg.QueueTimeout, absent: absent, cat: cat, statuses: st, writers: ws, history: hist, audit: audit,
 		gate: gate, slots: sl, claims: cl, execs: execs, takeover: tk, ender: end, inbox: r.inbox}

@@ -3,12 +3,14 @@ package run
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
@@ -45,7 +47,7 @@ type statusWriter struct {
 	key   string
 
 	mu  sync.Mutex
-	rec *core.Record[Status, *Status]
+	rec *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus]
 	// epoch is the lease epoch this writer holds (0: none); leaseUntil is
 	// the lease expiry of its last write, renewedAt when that write was made.
 	epoch      int64
@@ -55,7 +57,7 @@ type statusWriter struct {
 
 // newWriter returns the writer of a run's status at key; doc and ver fill
 // its cache when known (ver == "": read on first use).
-func (ws *writers) newWriter(slug, runID, key string, doc *Status, ver storage.Version) *statusWriter {
+func (ws *writers) newWriter(slug, runID, key string, doc *lifecycle.RunStatus, ver storage.Version) *statusWriter {
 	w := &statusWriter{ws: ws, runID: runID, slug: slug, key: key}
 	w.rec = ws.statusRecord(slug, runID, key, "", 0)
 	if ver != "" {
@@ -66,16 +68,16 @@ func (ws *writers) newWriter(slug, runID, key string, doc *Status, ver storage.V
 
 // statusRecord is the core.Record of one run's status.json, fenced by
 // (owner, epoch) when epoch > 0.
-func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[Status, *Status] {
-	return &core.Record[Status, *Status]{
+func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
+	return &core.Record[lifecycle.RunStatus, *lifecycle.RunStatus]{
 		Store: ws.store, Key: key, Owner: owner, Epoch: epoch,
-		Lease:    func(d *Status) *records.Lease { return d.Lease },
-		Clone:    func(d *Status) Status { return cloneStatus(d) },
+		Lease:    func(d *lifecycle.RunStatus) *records.Lease { return d.Lease },
+		Clone:    func(d *lifecycle.RunStatus) lifecycle.RunStatus { return cloneStatus(d) },
 		Validate: statusValidator(slug, runID),
 	}
 }
 
-func (w *statusWriter) record() *core.Record[Status, *Status] {
+func (w *statusWriter) record() *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.rec
@@ -87,7 +89,7 @@ func (w *statusWriter) record() *core.Record[Status, *Status] {
 // its machine refuses reports it. change may run more than once (after a
 // conflict) and must touch only its argument. A write of the lease holder
 // renews the lease.
-func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.Context, d *Status) error) error {
+func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.Context, d *lifecycle.RunStatus) error) error {
 	b.tc.RunID = w.runID
 	if b.tc.Timestamp.IsZero() {
 		b.tc.Timestamp = w.ws.now()
@@ -97,7 +99,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 	rec, epoch := w.rec, w.epoch
 	w.mu.Unlock()
 	var renewed time.Time
-	before, after, err := rec.Apply(ctx, func(d *Status) error {
+	before, after, err := rec.Apply(ctx, func(d *lifecycle.RunStatus) error {
 		// The audit event of the write this one replaces must be in the
 		// log before its record in the document is replaced.
 		if err := w.ws.audit.ensure(ctx, d); err != nil {
@@ -128,54 +130,14 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 		}
 		w.mu.Unlock()
 	}
-	w.ws.history.moveStatusIndex(ctx, &after, before.Status)
 	w.ws.afterWrite(ctx, &after, before.Status, b)
 	return nil
 }
 
-// hold makes the writer the lease holder at epoch, with the document just
-// written by its claim: from now on every write is fenced.
-func (w *statusWriter) hold(epoch int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	doc, ver := w.rec.Snapshot()
-	rec := w.ws.statusRecord(w.slug, w.runID, w.key, w.ws.owner, epoch)
-	rec.Seed(doc, ver)
-	w.rec, w.epoch = rec, epoch
-	w.leaseUntil, w.renewedAt = doc.Lease.ExpiresAt, *doc.LastHeartbeatAt
-}
-
 // snapshot returns a copy of the last document written or read.
-func (w *statusWriter) snapshot() Status {
+func (w *statusWriter) snapshot() lifecycle.RunStatus {
 	doc, _ := w.record().Snapshot()
 	return doc
-}
-
-// renewed is when this writer last renewed its lease.
-func (w *statusWriter) renewed() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.renewedAt
-}
-
-// leaseValid tells, without I/O, whether this writer's lease is certainly
-// still its own: the expiry it last wrote, less a tenth for safety, is
-// ahead. No other runner takes a run over before the lease expires.
-func (w *statusWriter) leaseValid() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return core.LeaseCertain(w.leaseUntil, w.ws.now(), w.ws.lease)
-}
-
-// confirmLease makes sure the lease is this writer's at this instant: by
-// time while leaseValid vouches for it, else by a fenced read. Side writes
-// call it after observing the object they replace (see writeOutput), so
-// that no newer owner can have written that object in between.
-func (w *statusWriter) confirmLease(ctx context.Context) error {
-	if w.leaseValid() {
-		return nil
-	}
-	return w.record().Confirm(ctx)
 }
 
 // by is who makes a status write (the actor the machine checks) and the
@@ -196,30 +158,44 @@ func byTimeout() by {
 	return by{actor: lifecycle.ActorOrchestration, tc: lifecycle.TransitionContext{Initiator: lifecycle.InitiatorTimeout}}
 }
 
-// afterWrite records what a status write did: its audit event and log
-// line (auditLog.record), the run metrics (docs/spec.md#metrics), and a
-// wake-up of every Wait. A context that is about an approval or an
-// external event gets its details from the document just written.
-func (ws *writers) afterWrite(ctx context.Context, doc *Status, from string, b by) {
+// afterWrite does what follows every status write, in one call: the move
+// of the run's status index entry (history.moveStatusIndex), its audit
+// event and log line (auditLog.record), the run metrics
+// (docs/spec.md#metrics), and a wake-up of every Wait. A context that is
+// about an approval or an external event gets its details from the
+// document just written.
+func (ws *writers) afterWrite(ctx context.Context, doc *lifecycle.RunStatus, from string, b by) {
+	ws.history.moveStatusIndex(ctx, doc, from)
 	ws.audit.record(ctx, doc, from, b.actor, writeContext(doc, b))
 	ws.metrics.RunTransition(ws.cat.flowOfDoc(doc).machine, from, doc.Status)
 	ws.changes.broadcast()
 }
 
+// settled tells whether everything that followed a run's writes is done:
+// its last audit event is in the log and its status index entry moved.
+// Then it forgets the run's audit state: the run ended.
+func (ws *writers) settled(runID string) bool {
+	if ws.audit.gap(runID) || ws.history.gap(runID) {
+		return false
+	}
+	ws.audit.forget(runID)
+	return true
+}
+
 // auditRecord is the audit event (docs/spec.md#audit-event) of the write that
 // makes doc, from the status from, as b, at version seq of the document: the
 // writer puts it in the document, and the audit log writes it to the log.
-func (ws *writers) auditRecord(doc *Status, from string, b by, seq int64) *AuditRecord {
+func (ws *writers) auditRecord(doc *lifecycle.RunStatus, from string, b by, seq int64) *lifecycle.RunAuditRecord {
 	tc := writeContext(doc, b)
 	ev := records.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
 		From: from, To: doc.Status, Node: ws.node}
 	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
-	return &AuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
+	return &lifecycle.RunAuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
 }
 
 // writeContext is the transition context of a write as b, with the
 // approval or external-event details of the document written.
-func writeContext(doc *Status, b by) lifecycle.TransitionContext {
+func writeContext(doc *lifecycle.RunStatus, b by) lifecycle.TransitionContext {
 	tc := b.tc
 	if tc.Approval != nil && doc.Approval != nil {
 		a := *doc.Approval
@@ -256,7 +232,7 @@ func (c *changes) next() <-chan struct{} {
 	return c.ch
 }
 
-func cloneStatus(d *Status) Status {
+func cloneStatus(d *lifecycle.RunStatus) lifecycle.RunStatus {
 	c := *d
 	c.ProposalsCreated = slices.Clone(d.ProposalsCreated)
 	if c.ProposalsCreated == nil {
@@ -290,4 +266,223 @@ func clonePtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
+}
+
+// by is the write a control call makes as actor, with the caller's
+// context (initiator def unless the caller names one).
+func callerBy(c *lifecycle.Caller, actor lifecycle.Actor, def lifecycle.Initiator) by {
+	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
+	if tc.Initiator == "" {
+		tc.Initiator = def
+	}
+	return by{actor: actor, tc: tc}
+}
+
+// triggerInitiator is the initiator of a run's creation by its trigger.
+func triggerInitiator(trigger string) lifecycle.Initiator {
+	switch trigger {
+	case triggerCron:
+		return lifecycle.InitiatorSystem
+	case triggerEvent:
+		return lifecycle.InitiatorWebhook
+	}
+	return lifecycle.InitiatorUser
+}
+
+// afterCreate does what follows the first status write of a run, as
+// afterWrite does for the others: its audit event, metrics and log line
+// (msg), and a wake-up of every Wait.
+func (ws *writers) afterCreate(ctx context.Context, agent *agentDef, doc *lifecycle.RunStatus, b by, msg string) {
+	ws.audit.write(ctx, doc)
+	ws.metrics.RunTransition(agent.flow.machine, "", doc.Status)
+	attrs := []slog.Attr{slog.String("runId", doc.RunID), slog.String("type", agent.Slug),
+		slog.String("idempotencyKey", doc.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
+	level := slog.LevelInfo
+	if msg != "run_created" {
+		level = slog.LevelWarn
+	}
+	ws.log.LogAttrs(ctx, level, msg, append(attrs, contextAttrs(&b.tc)...)...)
+	ws.changes.broadcast()
+}
+
+// moveStatusIndex moves a run's status entry from the status from to its
+// status now, after the write that moved it. A failure is logged and noted
+// as an index gap: the write has happened, the gap keeps the run's active
+// entry (cleanup), and the poll's repair finds the run by it.
+func (h *history) moveStatusIndex(ctx context.Context, doc *lifecycle.RunStatus, from string) {
+	if from == doc.Status {
+		return
+	}
+	err := h.putStatusEntry(ctx, doc)
+	if err == nil {
+		var old string
+		if old, err = layout.RunStatusIndexKey(doc.AgentSlug, from, doc.StartedAt, doc.RunID); err == nil {
+			err = h.store.Delete(ctx, old, storage.Condition{})
+		}
+	}
+	h.noteGap(doc.RunID, err != nil)
+	if err != nil && ctx.Err() == nil {
+		h.log.LogAttrs(ctx, slog.LevelWarn, "run_index_move_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+	}
+}
+
+// putStatusEntry writes a run's entry under its status now.
+func (h *history) putStatusEntry(ctx context.Context, doc *lifecycle.RunStatus) error {
+	key, err := layout.RunStatusIndexKey(doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
+	if err != nil {
+		return err
+	}
+	return putOnce(ctx, h.store, key, nil)
+}
+
+// noteGap notes whether a run's status index entry is known not to
+// match its status (gap) or was just made to.
+func (h *history) noteGap(runID string, gap bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if gap {
+		h.gaps[runID] = true
+	} else {
+		delete(h.gaps, runID)
+	}
+}
+
+// gap tells whether a run's status index entry is known not to match.
+func (h *history) gap(runID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gaps[runID]
+}
+
+// auditLog records every status write: its audit event in the store
+// (docs/spec.md#audit-event) and its run_transition log line. It
+// remembers, by run, the last event it knows is in the log (done) and the
+// runs whose last event could not be written (gaps). A gap keeps the run's
+// active entry, so the poll finds the run and repairs it.
+type auditLog struct {
+	store   *storage.Store
+	now     func() time.Time
+	log     *slog.Logger
+	timeout time.Duration // Config.AuditTimeout
+
+	mu   sync.Mutex
+	done map[string]string
+	gaps map[string]bool
+}
+
+// auditObject is where and what the audit object of a record is.
+func auditObject(a *lifecycle.RunAuditRecord) (string, []byte, error) {
+	key, err := layout.AuditKey(a.Event.TS, a.ID)
+	if err != nil {
+		return "", nil, err
+	}
+	b, err := json.Marshal(a.Event)
+	return key, b, err
+}
+
+// record records a status write that made doc from the status from, by
+// actor with the transition context tc: its audit event, which the writer
+// put in doc (docs/spec.md#audit-event), and its run_transition log line
+// (docs/spec.md#metrics).
+func (al *auditLog) record(ctx context.Context, doc *lifecycle.RunStatus, from string, actor lifecycle.Actor, tc lifecycle.TransitionContext) {
+	al.write(ctx, doc)
+	if from != doc.Status {
+		attrs := append(make([]slog.Attr, 0, 9), slog.String("runId", doc.RunID),
+			slog.String("from", from), slog.String("to", doc.Status), slog.String("initiator", string(tc.Initiator)),
+			slog.String("actor", string(actor)))
+		al.log.LogAttrs(ctx, slog.LevelInfo, "run_transition", append(attrs, contextAttrs(&tc)...)...)
+	}
+}
+
+// write writes the audit event of the write that made doc, with its
+// own budget (AuditTimeout). A failure is logged, not returned, because
+// the write has happened: the run is marked as having an audit gap, so its
+// active entry stays until the event is written (ensure, by the next
+// writer or a poll).
+func (al *auditLog) write(ctx context.Context, doc *lifecycle.RunStatus) {
+	a := doc.LastAudit
+	if a == nil {
+		return
+	}
+	actx, cancel := core.AuditContext(ctx, al.timeout)
+	defer cancel()
+	key, b, err := auditObject(a)
+	if err == nil {
+		err = core.PutAudit(actx, al.store, key, b)
+	}
+	al.audited(doc.RunID, a.ID, err == nil)
+	if err != nil {
+		al.log.LogAttrs(ctx, slog.LevelError, "audit_write_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
+	}
+}
+
+// ensure makes sure the audit event doc records (its last write's)
+// is in the audit log: known written by this runner, found, or written now.
+func (al *auditLog) ensure(ctx context.Context, doc *lifecycle.RunStatus) error {
+	a := doc.LastAudit
+	if a == nil {
+		return nil
+	}
+	al.mu.Lock()
+	known := al.done[doc.RunID] == a.ID
+	al.mu.Unlock()
+	if known {
+		return nil
+	}
+	key, b, err := auditObject(a)
+	if err == nil {
+		err = core.EnsureAudit(ctx, al.store, key, b)
+	}
+	if err != nil {
+		return fmt.Errorf("run: audit event %s of run %s: %w", a.ID, doc.RunID, err)
+	}
+	al.audited(doc.RunID, a.ID, true)
+	return nil
+}
+
+// audited notes whether the audit event id of a run is in the log (ok) or
+// could not be written (a gap, which keeps the run's active entry).
+func (al *auditLog) audited(runID, id string, ok bool) {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	if ok {
+		al.done[runID] = id
+		delete(al.gaps, runID)
+		return
+	}
+	al.gaps[runID] = true
+}
+
+// auditGap tells whether a run's last audit event is known missing.
+func (al *auditLog) gap(runID string) bool {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	return al.gaps[runID]
+}
+
+// forgetAudit drops what this runner knows of a run's audit, once the run
+// ended and its last event is in the log.
+func (al *auditLog) forget(runID string) {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	delete(al.done, runID)
+}
+
+// contextAttrs are the parts of a transition context a log line adds to
+// the event's own fields (run id, initiator and time are there already).
+func contextAttrs(tc *lifecycle.TransitionContext) []slog.Attr {
+	var attrs []slog.Attr
+	if tc.UserID != "" {
+		attrs = append(attrs, slog.String("userId", tc.UserID))
+	}
+	if len(tc.Metadata) > 0 {
+		attrs = append(attrs, slog.Any("metadata", tc.Metadata))
+	}
+	if tc.Approval != nil {
+		attrs = append(attrs, slog.Any("approval", tc.Approval))
+	}
+	if tc.External != nil {
+		attrs = append(attrs, slog.Any("externalEvent", tc.External))
+	}
+	return attrs
 }

@@ -97,7 +97,7 @@ func TestSDKEvents(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() { _ = runner.Run(rctx) })
 		defer func() { stop(); wg.Wait() }()
-		res, err := runner.Submit(ctx, run.SubmitRequest{AgentSlug: "archivist"})
+		res, err := runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist"})
 		if err != nil {
 			t.Fatal(err)
 		}

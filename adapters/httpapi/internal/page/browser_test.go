@@ -144,14 +144,14 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 }
 
 // status reads a run's status through the API, as another client would.
-func (w *worker) status(t *testing.T, runID string) run.Status {
+func (w *worker) status(t *testing.T, runID string) lifecycle.RunStatus {
 	t.Helper()
 	res, err := http.Get(w.URL + "/runs/" + runID + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var st run.Status
+	var st lifecycle.RunStatus
 	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}

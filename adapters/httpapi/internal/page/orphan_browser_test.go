@@ -14,6 +14,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -67,7 +68,7 @@ func TestRunPageShowsALostRunner(t *testing.T) {
 	// Runner a starts the run and is lost mid-step: its lease stays behind.
 	a := newRunner("a")
 	stopA := start(a)
-	res, err := a.Submit(context.Background(), run.SubmitRequest{AgentSlug: slug})
+	res, err := a.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: slug})
 	if err != nil {
 		stopA()
 		t.Fatal(err)

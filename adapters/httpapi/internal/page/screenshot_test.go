@@ -84,7 +84,7 @@ func TestScreenshots(t *testing.T) {
 			}
 		}
 	}()
-	res, err := runner.Submit(context.Background(), run.SubmitRequest{AgentSlug: "demo-approval", Trigger: "manual"})
+	res, err := runner.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "demo-approval", Trigger: "manual"})
 	if err != nil {
 		t.Fatal(err)
 	}

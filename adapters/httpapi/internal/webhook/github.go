@@ -14,9 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/records"
 )
@@ -190,7 +191,7 @@ func (h *Handler) github(w http.ResponseWriter, r *http.Request) (answer, error)
 		return a, nil
 	}
 	key := "github:" + in.Delivery
-	caller := run.Caller{UserID: in.Sender, Metadata: map[string]string{"source": SourceGitHub, "delivery": in.Delivery, "event": in.eventType()}}
+	caller := lifecycle.Caller{UserID: in.Sender, Metadata: map[string]string{"source": SourceGitHub, "delivery": in.Delivery, "event": in.eventType()}}
 
 	a, runID, err := h.githubDedupe(ctx, in, agent, key)
 	if err != nil {
@@ -219,11 +220,11 @@ func (h *Handler) github(w http.ResponseWriter, r *http.Request) (answer, error)
 //  3. a delivery with a PR or issue number claims, or falls in, the window
 //     of its subject (docs/spec.md#idempotency).
 func (h *Handler) githubDedupe(ctx context.Context, in githubInput, agent, key string) (*answer, string, error) {
-	_, err := h.cfg.Runner.Idempotency(ctx, key)
+	_, err := idemrecord.Read(ctx, h.cfg.Store, h.clock.Now(), key)
 	switch {
 	case err == nil:
 		return nil, "", nil
-	case errors.Is(err, storage.ErrNotFound), errors.Is(err, run.ErrIdempotencyExpired):
+	case errors.Is(err, storage.ErrNotFound), errors.Is(err, lifecycle.ErrIdempotencyExpired):
 	default:
 		return nil, "", err
 	}
@@ -331,13 +332,13 @@ func (h *Handler) claimWindow(ctx context.Context, in githubInput, agent string)
 		case cur.Delivery == in.Delivery:
 			return nil, nil // a retry of the window's own first delivery
 		case now.Before(cur.ExpiresAt):
-			rec, err := h.cfg.Runner.Idempotency(ctx, "github:"+cur.Delivery)
+			rec, err := idemrecord.Read(ctx, h.cfg.Store, h.clock.Now(), "github:"+cur.Delivery)
 			switch {
-			case err == nil && rec.Status != run.IdempotencyFailed:
+			case err == nil && rec.Status != idemrecord.Failed:
 				return &firstDelivery{delivery: cur.Delivery, runID: rec.RunID, agent: cur.Agent}, nil
 			case errors.Is(err, storage.ErrNotFound):
 				return &firstDelivery{delivery: cur.Delivery, agent: cur.Agent}, nil
-			case err != nil && !errors.Is(err, run.ErrIdempotencyExpired):
+			case err != nil && !errors.Is(err, lifecycle.ErrIdempotencyExpired):
 				return nil, err
 			}
 			// The first delivery failed to start its run: take over.

@@ -259,7 +259,7 @@ func (r *rig) runs() map[string]int {
 			out[slug] = len(st)
 		}
 		for _, s := range st {
-			if s.Trigger != run.TriggerEvent {
+			if s.Trigger != "event" {
 				r.t.Errorf("run %s has trigger %q, want event", s.RunID, s.Trigger)
 			}
 		}

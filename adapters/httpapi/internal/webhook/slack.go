@@ -16,8 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/idemrecord"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -343,7 +344,7 @@ func (h *Handler) slack(w http.ResponseWriter, r *http.Request) (answer, error) 
 	} else {
 		meta["trigger_id"] = in.TriggerID
 	}
-	caller := run.Caller{UserID: in.UserID, Metadata: meta}
+	caller := lifecycle.Caller{UserID: in.UserID, Metadata: meta}
 	res, err := h.submit(ctx, agent, key, in, caller)
 	if err != nil {
 		return answer{}, err
@@ -357,10 +358,10 @@ func (h *Handler) slack(w http.ResponseWriter, r *http.Request) (answer, error) 
 // it valid even when the Runner's completed TTL is set shorter: the
 // Runner would take the expired key over and start a second run.
 func (h *Handler) slackRecent(ctx context.Context, key string) (string, bool, error) {
-	rec, err := h.cfg.Runner.Idempotency(ctx, key)
+	rec, err := idemrecord.Read(ctx, h.cfg.Store, h.clock.Now(), key)
 	switch {
-	case errors.Is(err, run.ErrIdempotencyExpired):
-		if rec.Status == run.IdempotencyCompleted && h.clock.Now().Before(rec.CreatedAt.Add(SlackTriggerValidity)) {
+	case errors.Is(err, lifecycle.ErrIdempotencyExpired):
+		if rec.Status == idemrecord.Completed && h.clock.Now().Before(rec.CreatedAt.Add(SlackTriggerValidity)) {
 			return rec.RunID, true, nil
 		}
 		return "", false, nil

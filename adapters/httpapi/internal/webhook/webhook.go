@@ -71,8 +71,9 @@ type Route struct {
 type Config struct {
 	// Runner starts the runs; required.
 	Runner *run.Runner
-	// Store is the Runner's store, which holds GitHub's secondary dedupe
-	// records; required when GitHubSecret is set.
+	// Store is the Runner's store, which holds the runs' idempotency
+	// records and GitHub's secondary dedupe records; required when a
+	// source is served.
 	Store *storage.Store
 	// GitHubSecret and SlackSigningSecret authenticate their sources; a
 	// source without one is not served (404).
@@ -107,8 +108,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Runner == nil {
 		return bad("Runner is required")
 	}
-	if cfg.GitHubSecret != "" && cfg.Store == nil {
-		return bad("Store is required to serve GitHub (its secondary dedupe records)")
+	if (cfg.GitHubSecret != "" || cfg.SlackSigningSecret != "") && cfg.Store == nil {
+		return bad("Store is required to serve a source (its idempotency and dedupe records)")
 	}
 	if cfg.MaxBodyBytes < 0 {
 		return bad("MaxBodyBytes %d is negative", cfg.MaxBodyBytes)
@@ -264,13 +265,13 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 }
 
 // submit starts a run for a routed delivery under its idempotency key.
-func (h *Handler) submit(ctx context.Context, agent, key string, input any, caller run.Caller) (run.SubmitResult, error) {
+func (h *Handler) submit(ctx context.Context, agent, key string, input any, caller lifecycle.Caller) (lifecycle.SubmitResult, error) {
 	in, err := json.Marshal(input)
 	if err != nil {
-		return run.SubmitResult{}, err
+		return lifecycle.SubmitResult{}, err
 	}
-	return h.cfg.Runner.Submit(ctx, run.SubmitRequest{
-		AgentSlug: agent, Trigger: run.TriggerEvent, Input: in, IdempotencyKey: key, Caller: caller,
+	return h.cfg.Runner.Submit(ctx, lifecycle.SubmitRequest{
+		AgentSlug: agent, Trigger: "event", Input: in, IdempotencyKey: key, Caller: caller,
 	})
 }
 
@@ -304,8 +305,6 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, source stri
 	code := lifecycle.ErrorCode(err)
 	switch {
 	case code != codes.InternalError:
-	case errors.Is(err, run.ErrInvalidIdempotencyKey):
-		code = codes.InvalidRequest
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.UpstreamUnavailable
 	}

@@ -15,8 +15,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/webhook"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -314,8 +316,8 @@ func TestIdempotencyTTLs(t *testing.T) {
 	g := r.send(gh("d-1", "pull_request", ghPR("opened", 7)))
 	s := r.send(slackCmd(t0, "/research", "1.1"))
 	for key, runID := range map[string]string{"github:d-1": g.runID, "slack:T0001:1.1": s.runID} {
-		rec, err := r.runner.Idempotency(ctx, key)
-		if err != nil || rec.RunID != runID || rec.Status != run.IdempotencyCompleted || rec.ExpiresAt.Sub(rec.UpdatedAt) != 24*time.Hour {
+		rec, err := idemrecord.Read(ctx, storage.New(r.store), r.clk.Now(), key)
+		if err != nil || rec.RunID != runID || rec.Status != idemrecord.Completed || rec.ExpiresAt.Sub(rec.UpdatedAt) != 24*time.Hour {
 			t.Errorf("%s: %+v, %v; want completed for 24 h with run %s", key, rec, err, runID)
 		}
 	}
@@ -333,7 +335,7 @@ func TestSlackTriggerValidity(t *testing.T) {
 	r := newRig(t, func(c *run.Config, _ *webhook.Config) { c.IdempotencyCompletedTTL = 10 * time.Minute })
 	first := r.send(slackCmd(t0, "/research", "1.1"))
 	r.clk.Advance(20 * time.Minute)
-	if _, err := r.runner.Idempotency(context.Background(), "slack:T0001:1.1"); !errors.Is(err, run.ErrIdempotencyExpired) {
+	if _, err := idemrecord.Read(context.Background(), storage.New(r.store), r.clk.Now(), "slack:T0001:1.1"); !errors.Is(err, lifecycle.ErrIdempotencyExpired) {
 		t.Fatalf("the Runner's record: %v, want expired", err)
 	}
 	before := teststores.Snapshot(t, storage.New(r.store))
