@@ -7,10 +7,10 @@ import (
 	"os"
 	"strings"
 
-	"github.com/runconveyor/conveyor/adapters/prometheus"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/procid"
+	"github.com/runconveyor/conveyor/internal/prommetrics"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -67,10 +67,10 @@ func New(cfg Config) (*Client, error) {
 		node, _ = os.Hostname()
 	}
 	c.owner, c.id = owner, strings.ReplaceAll(owner, "/", ":")
-	var metrics *prometheus.Metrics
+	var metrics *prommetrics.Metrics
 	if cfg.Metrics != nil {
 		var err error
-		if metrics, err = prometheus.New(cfg.Metrics); err != nil {
+		if metrics, err = prommetrics.New(cfg.Metrics); err != nil {
 			return nil, fmt.Errorf("%w: metrics: %w", ErrInvalidConfig, err)
 		}
 	}
@@ -92,7 +92,7 @@ func New(cfg Config) (*Client, error) {
 }
 
 // build builds the engines, each given the shared fields.
-func (c *Client) build(owner, node string, metrics *prometheus.Metrics) (err error) {
+func (c *Client) build(owner, node string, metrics *prommetrics.Metrics) (err error) {
 	cfg := c.cfg
 	if cfg.NLMStages.Query != nil {
 		nc := cfg.NLM

@@ -12,13 +12,14 @@ import (
 
 	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/probe"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/probe"
 )
 
 // echo is an agent of one step that completes at once.
@@ -74,7 +75,7 @@ func TestClientRunAndJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := c.Runs().Wait(ctx, res.RunID)
-	if err != nil || st.Status != string(lifecycle.RunCompleted) {
+	if err != nil || st.Status != string(machine.RunCompleted) {
 		t.Fatalf("run %s: %s, %v", res.RunID, st.Status, err)
 	}
 	if c.Runs().Owner() != "host/test" || c.Owner() != "host/test" {

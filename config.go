@@ -54,9 +54,9 @@ type Config struct {
 	// handlers (docs/spec.md#tracing). Default none: no spans, at no cost.
 	// The caller owns it, and flushes it after Stop.
 	TracerProvider trace.TracerProvider
-	// Metrics, when set, gets the metrics of package adapters/prometheus
-	// registered (docs/spec.md#metrics), the queue's and the runs' gauges
-	// read at scrape time included. Default none.
+	// Metrics, when set, gets Conveyor's metrics registered
+	// (docs/spec.md#metrics), the queue's and the runs' gauges read at
+	// scrape time included. Default none.
 	Metrics prometheus.Registerer
 
 	// Agents are the agents the Runner executes.
@@ -114,7 +114,7 @@ type JobWorkerConfig struct {
 }
 
 // StoreCheck says what Start does with the start-up check of the store's
-// semantics (package storage/probe, docs/stores.md): a few requests under
+// semantics (docs/stores.md): a few requests under
 // a folder of its own, removed afterwards.
 type StoreCheck int
 

@@ -24,11 +24,10 @@
 // Packages, from the ground up (docs/design.md#layers-and-packages holds the layers, and
 // a test holds the imports to them):
 //
-//	lifecycle/clock, lifecycle/codes   the clock; the one code table and input limits
+//	lifecycle      the types: records, states, wire bodies, the errors to match
+//	lifecycle/clock  the clock (real and fake)
 //	storage        the Store contract: conditions, versions, keys, errors, Watch
-//	storage/records  typed documents, leases, the audit log, quarantine
 //	adapters/memstore, filestore, s3store   Store adapters
-//	lifecycle      the declarative Machine and all seven tables; lifecycle/authority
 //	lifecycle/run  the Runner: run records, idempotency, recovery
 //	jobqueue       the Queue and the Worker
 //	lifecycle/nlm  the NLM processor; a run step that waits for it

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 )
 
 // citationRes match a citation of the documents the specification was first
@@ -232,14 +232,14 @@ func tableRows(lines []string) [][]string {
 	return rows
 }
 
-// codeConsts reads lifecycle/codes/codes.go and returns the string constants
+// codeConsts reads internal/codes/codes.go and returns the string constants
 // of its const blocks: the error codes of the API (the block of
 // InvalidTransition) and the job error codes (the block of JobTimeout).
 // Read from the source so that the test sees a code added to a block
 // without anyone listing it again.
 func codeConsts(t *testing.T) (api, job []string) {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("lifecycle", "codes", "codes.go"), nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("internal", "codes", "codes.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func codeConsts(t *testing.T) (api, job []string) {
 		}
 	}
 	if len(api) == 0 || len(job) == 0 {
-		t.Fatalf("lifecycle/codes/codes.go: found %d API codes and %d job codes", len(api), len(job))
+		t.Fatalf("internal/codes/codes.go: found %d API codes and %d job codes", len(api), len(job))
 	}
 	return api, job
 }
@@ -283,7 +283,7 @@ func codeConsts(t *testing.T) (api, job []string) {
 var backticked = regexp.MustCompile("`([A-Z][A-Z0-9_]*)`")
 
 // TestSpecErrorCodes fails when docs/spec.md's tables of error codes and
-// the code table (lifecycle/codes) disagree: a code missing on either side,
+// the code table (internal/codes) disagree: a code missing on either side,
 // or another HTTP status. The error table of docs/http-api.md is checked
 // against the code table too.
 func TestSpecErrorCodes(t *testing.T) {
@@ -307,14 +307,14 @@ func TestSpecErrorCodes(t *testing.T) {
 		status, ok := doc[c]
 		switch {
 		case !ok:
-			t.Errorf("docs/spec.md, codes and HTTP statuses: no row for %s (HTTP %d in lifecycle/codes)", c, codes.HTTPStatus(c))
+			t.Errorf("docs/spec.md, codes and HTTP statuses: no row for %s (HTTP %d in internal/codes)", c, codes.HTTPStatus(c))
 		case status != codes.HTTPStatus(c):
-			t.Errorf("docs/spec.md gives %s HTTP %d; lifecycle/codes gives %d", c, status, codes.HTTPStatus(c))
+			t.Errorf("docs/spec.md gives %s HTTP %d; internal/codes gives %d", c, status, codes.HTTPStatus(c))
 		}
 		delete(doc, c)
 	}
 	for c := range doc {
-		t.Errorf("docs/spec.md lists %s, which lifecycle/codes does not have", c)
+		t.Errorf("docs/spec.md lists %s, which internal/codes does not have", c)
 	}
 
 	jobDoc := map[string]bool{}
@@ -330,7 +330,7 @@ func TestSpecErrorCodes(t *testing.T) {
 		delete(jobDoc, c)
 	}
 	for c := range jobDoc {
-		t.Errorf("docs/spec.md lists job error code %s, which lifecycle/codes does not have", c)
+		t.Errorf("docs/spec.md lists job error code %s, which internal/codes does not have", c)
 	}
 
 	for _, row := range tableRows(section(t, "docs/http-api.md", "## Errors")) {
@@ -341,9 +341,9 @@ func TestSpecErrorCodes(t *testing.T) {
 		}
 		for _, m := range backticked.FindAllStringSubmatch(row[1], -1) {
 			if !slices.Contains(api, m[1]) {
-				t.Errorf("docs/http-api.md lists %s, which lifecycle/codes does not have", m[1])
+				t.Errorf("docs/http-api.md lists %s, which internal/codes does not have", m[1])
 			} else if codes.HTTPStatus(m[1]) != status {
-				t.Errorf("docs/http-api.md gives %s HTTP %d; lifecycle/codes gives %d", m[1], status, codes.HTTPStatus(m[1]))
+				t.Errorf("docs/http-api.md gives %s HTTP %d; internal/codes gives %d", m[1], status, codes.HTTPStatus(m[1]))
 			}
 		}
 	}

@@ -21,7 +21,12 @@ const rigLayer = 100
 
 // programLayer is the layer of examples/; the root package, the
 // composition root, is the layer below it.
-const programLayer = 9
+const programLayer = 13
+
+// maxSeams bounds the seams of docs/design.md: engines import the types,
+// the machines, storage and internal/, not each other, but for a few calls
+// the code makes.
+const maxSeams = 3
 
 // layers is the table of docs/design.md (its section layersSection): each
 // package pattern (a
@@ -174,12 +179,35 @@ func readLayers(t *testing.T) *layers {
 
 // TestLayers holds the tree to docs/design.md: no import runs up a
 // layer, none runs across one outside a listed seam, no production package
-// imports a test rig, every package has a layer.
+// imports a test rig, every package has a layer; and the seams are few
+// and real (each one an import the code has).
 func TestLayers(t *testing.T) {
 	t.Parallel()
-	for _, v := range readLayers(t).check(importGraph(t)) {
+	l := readLayers(t)
+	graph := importGraph(t)
+	for _, v := range l.check(graph) {
 		t.Error(v)
 	}
+	for _, v := range l.checkSeams(graph) {
+		t.Error(v)
+	}
+}
+
+// checkSeams returns what is wrong with the seams themselves: more than
+// maxSeams, or one the code no longer has (a seam written to fit code
+// that has since gone).
+func (l *layers) checkSeams(graph map[string][]string) []string {
+	var bad []string
+	if len(l.seams) > maxSeams {
+		bad = append(bad, fmt.Sprintf("docs/design.md lists %d seams; at most %d", len(l.seams), maxSeams))
+	}
+	for s := range l.seams {
+		if !slices.Contains(graph[s[0]], s[1]) {
+			bad = append(bad, fmt.Sprintf("the seam %s → %s is no import of the code", s[0], s[1]))
+		}
+	}
+	slices.Sort(bad)
+	return bad
 }
 
 // TestLayersCheck is the test of TestLayers: on the real table, a made-up
@@ -193,17 +221,21 @@ func TestLayersCheck(t *testing.T) {
 		graph map[string][]string
 		bad   bool
 	}{
-		{"down", map[string][]string{"lifecycle/run": {"internal/core", "lifecycle", "storage"}}, false},
+		{"down", map[string][]string{"lifecycle/run": {"internal/core", "internal/machine", "lifecycle", "storage"}}, false},
+		{"types import nothing", map[string][]string{"lifecycle": {"internal/codes"}}, true},
+		{"storage imports the types", map[string][]string{"storage": {"lifecycle", "storage/driver"}}, false},
+		{"machines below the records", map[string][]string{"internal/machine": {"internal/records"}}, true},
 		{"seam", map[string][]string{"jobqueue": {"artifact"}}, false},
 		{"back edge", map[string][]string{"storage": {"lifecycle/run"}}, true},
 		{"up from the core", map[string][]string{"internal/core": {"jobqueue"}}, true},
+		{"engine imports engine", map[string][]string{"lifecycle/nlm": {"jobqueue"}}, true},
 		{"across without a seam", map[string][]string{"artifact": {"jobqueue"}}, true},
 		{"rig in production", map[string][]string{"jobqueue": {"internal/testkit/faultstore"}}, true},
 		{"rig in an example", map[string][]string{"examples/chaos": {"internal/testkit/miniotest"}}, false},
 		{"unknown package", map[string][]string{"newpkg": {}}, true},
 		{"program imports program", map[string][]string{"examples/worker": {"examples/chaos"}}, true},
 		{"program imports the root", map[string][]string{"examples/worker": {".", "adapters/httpapi"}}, false},
-		{"root imports engines", map[string][]string{".": {"lifecycle/run", "jobqueue", "adapters/prometheus"}}, false},
+		{"root imports engines", map[string][]string{".": {"lifecycle/run", "jobqueue", "internal/prommetrics"}}, false},
 		{"root imports a program", map[string][]string{".": {"examples/worker"}}, true},
 		{"engine imports the root", map[string][]string{"jobqueue": {"."}}, true},
 	}
@@ -214,5 +246,29 @@ func TestLayersCheck(t *testing.T) {
 				t.Errorf("check(%v) = %q, want bad=%v", tt.graph, got, tt.bad)
 			}
 		})
+	}
+}
+
+// TestSeamsCheck is the test of checkSeams: a seam the graph lacks, and
+// one too many, fail; the real table's seams in a graph that has them pass.
+func TestSeamsCheck(t *testing.T) {
+	t.Parallel()
+	l := readLayers(t)
+	graph := map[string][]string{}
+	for s := range l.seams {
+		graph[s[0]] = append(graph[s[0]], s[1])
+	}
+	if bad := l.checkSeams(graph); len(bad) > 0 {
+		t.Errorf("the table's seams in a graph that has them: %q", bad)
+	}
+	if bad := l.checkSeams(map[string][]string{}); len(bad) != len(l.seams) {
+		t.Errorf("no imports at all: %q, want every seam reported", bad)
+	}
+	more := &layers{patterns: l.patterns, seams: map[[2]string]bool{}}
+	for i := range maxSeams + 1 {
+		more.seams[[2]string{"a", fmt.Sprint(i)}] = true
+	}
+	if bad := more.checkSeams(nil); !slices.ContainsFunc(bad, func(s string) bool { return strings.Contains(s, "at most") }) {
+		t.Errorf("%d seams: %q, want too many reported", maxSeams+1, bad)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/maintenance"
-	"github.com/runconveyor/conveyor/storage/probe"
+	"github.com/runconveyor/conveyor/internal/probe"
 )
 
 // ErrUnsafeStore matches Start's refusal of a store that failed the

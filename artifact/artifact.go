@@ -26,23 +26,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
-// (docs/spec.md#artifact). The embedded records.Meta is its "version" (1 on
+// (docs/spec.md#artifact). The embedded lifecycle.Meta is its "version" (1 on
 // create; a finalized artifact is never rewritten: only a lost attempt's
 // artifact, which no job points at, is replaced by the next attempt's, with
 // the version counted on).
 type Artifact struct {
-	records.Meta
+	lifecycle.Meta
+
 	ArtifactID  string                `json:"artifact_id"`
 	JobID       string                `json:"job_id"`
 	RunID       string                `json:"run_id,omitempty"`
@@ -66,10 +68,10 @@ type Artifact struct {
 
 // Draft is what a writer supplies to Create; the store fills in the id,
 // times, finalization, version and URL. Its text is bounded: at most
-// codes.MaxListLen tags (codes.MaxNameBytes each), entity refs and
-// sources (codes.MaxRefBytes per ref, codes.MaxTextBytes per
-// excerpt), content of at most codes.MaxDocumentBytes, all valid UTF-8
-// without NUL; Create refuses more with a *codes.InputError.
+// 256 tags (256 bytes each), entity refs and
+// sources (1,024 bytes per ref, 4,096 bytes per
+// excerpt), content of at most 1 MiB, all valid UTF-8
+// without NUL; Create refuses more with a *lifecycle.InputError.
 type Draft struct {
 	JobID      string
 	RunID      string
@@ -131,7 +133,7 @@ type Config struct {
 	// Types are content types of the user's beside the three built-in ones, each
 	// with its content check: content must be JSON, and the check (nil:
 	// none) may refuse it; its error is wrapped to match
-	// ErrInvalidArtifact. Names are ids (storage.ValidateID) and may not be
+	// ErrInvalidArtifact. Names are ids (storage.ErrInvalidID) and may not be
 	// a built-in type's.
 	Types map[Type]func(content json.RawMessage) error
 }
@@ -157,7 +159,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Logger = slog.Default()
 	}
 	for t := range cfg.Types {
-		if err := storage.ValidateID("artifact type", string(t)); err != nil {
+		if err := storekey.ValidateID("artifact type", string(t)); err != nil {
 			return nil, fmt.Errorf("artifact: Config.Types: %w", err)
 		}
 		if slices.Contains(builtinTypes(), t) {
@@ -169,18 +171,18 @@ func New(cfg Config) (*Store, error) {
 }
 
 func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error) error {
-	if err := storage.ValidateID("project id", cid); err != nil {
+	if err := storekey.ValidateID("project id", cid); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
-	if err := storage.ValidateID("job id", d.JobID); err != nil {
+	if err := storekey.ValidateID("job id", d.JobID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
 	if d.RunID != "" {
-		if err := storage.ValidateID("run id", d.RunID); err != nil {
+		if err := storekey.ValidateID("run id", d.RunID); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 		}
 	}
-	if err := storage.ValidateID("agent slug", d.AgentSlug); err != nil {
+	if err := storekey.ValidateID("agent slug", d.AgentSlug); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArtifact, err)
 	}
 	if err := d.checkText(); err != nil {
@@ -206,14 +208,14 @@ func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error)
 		}
 		return nil
 	}
-	return validateContent(d.Type, d.Content)
+	return ValidateContent(d.Type, d.Content)
 }
 
 // checkText bounds the free text of a draft (issue 10 F) with the one
 // lifecycle check, before the content is parsed: tags (MaxNameBytes), entity
 // and source refs (MaxRefBytes), excerpts (MaxTextBytes), each list at most
 // MaxListLen items, and the content (MaxDocumentBytes). It returns nil or a
-// *codes.InputError.
+// *lifecycle.InputError.
 func (d *Draft) checkText() error {
 	for _, l := range []struct {
 		field string
@@ -257,7 +259,7 @@ func (d *Draft) checkText() error {
 // artifact of the same epoch is returned unchanged (created false); one of an older
 // epoch, left by an attempt that lost its job and can therefore back no
 // COMPLETE job, is replaced by compare-and-swap on its version; one of a
-// newer epoch makes Create fail with an error matching records.ErrLeaseLost,
+// newer epoch makes Create fail with an error matching lifecycle.ErrLeaseLost,
 // having written nothing.
 func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d Draft) (Artifact, bool, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {
@@ -297,7 +299,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	if d.Epoch > 0 {
 		return s.createFenced(ctx, actor, key, a, d.Audited)
 	}
-	if storage.SettleTime(s.cfg.Store) > 0 {
+	if s.cfg.Store.SettleTime() > 0 {
 		// A store that settles may take the create-only write below over
 		// the artifact: one found is answered as it stands, unwritten.
 		existing, _, err := records.Read[Artifact](ctx, s.cfg.Store, key)
@@ -320,7 +322,7 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 		return Artifact{}, false, err
 	}
 	if !d.Audited {
-		s.record(ctx, records.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+		s.record(ctx, lifecycle.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 			RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
 	}
 	return a, true, nil
@@ -340,7 +342,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 		if old != nil {
 			var o Artifact
 			if err := json.Unmarshal(old, &o); err != nil {
-				return nil, false, &records.CorruptError{Key: key, Version: ver, Data: old, Reason: "cannot decode", Err: err}
+				return nil, false, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: old, Reason: "cannot decode", Err: err}
 			}
 			if o.Epoch == a.Epoch {
 				own = &o
@@ -360,7 +362,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 	if own != nil {
 		return *own, false, nil
 	}
-	ev := records.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
+	ev := lifecycle.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: a.ArtifactID, To: "finalized", TS: a.CreatedAt}
 	if replaced >= 0 {
 		ev.Event, ev.From = "artifact.replace", fmt.Sprintf("stale epoch %d", replaced)
@@ -382,7 +384,7 @@ func artifactEpoch(b []byte) (int64, bool) {
 	return a.Epoch, true
 }
 
-func (s *Store) record(ctx context.Context, ev records.AuditEvent) {
+func (s *Store) record(ctx context.Context, ev lifecycle.AuditEvent) {
 	if _, err := s.audit.Record(ctx, ev); err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "artifact: audit write failed", "event", ev.Event, "artifact_id", ev.ArtifactID, "err", err)
 	}
@@ -406,7 +408,7 @@ func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) 
 // GetForJob reads the artifact of job jobID, if it has one, in project
 // cid: the job's project_id, which may be empty (Config.Project).
 func (s *Store) GetForJob(ctx context.Context, actor lifecycle.Actor, cid, jobID string) (Artifact, error) {
-	if err := storage.ValidateID("job id", jobID); err != nil {
+	if err := storekey.ValidateID("job id", jobID); err != nil {
 		return Artifact{}, err
 	}
 	return s.Get(ctx, actor, cid, IDForJob(jobID))
@@ -482,7 +484,7 @@ func (s *Store) deleteOld(ctx context.Context, actor lifecycle.Actor, key string
 	if err := s.cfg.Store.Delete(ctx, key, storage.IfMatch(ver)); err != nil {
 		return err
 	}
-	s.record(ctx, records.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
+	s.record(ctx, lifecycle.AuditEvent{Event: "artifact.delete", Actor: string(actor), JobID: a.JobID,
 		RunID: a.RunID, ArtifactID: a.ArtifactID, From: "finalized"})
 	return nil
 }

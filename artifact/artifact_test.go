@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 var t0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
@@ -59,7 +60,7 @@ func TestIDForJob(t *testing.T) {
 	if !strings.HasPrefix(a, "art-") || len(a) != 40 || a[18] != '8' {
 		t.Fatalf("id %q is not art-<uuid v8>", a)
 	}
-	if err := storage.ValidateID("artifact id", artifact.IDForJob(strings.Repeat("x", storage.MaxIDLen))); err != nil {
+	if err := storekey.ValidateID("artifact id", artifact.IDForJob(strings.Repeat("x", storekey.MaxIDLen))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -291,7 +292,7 @@ func TestCreateFencedByEpoch(t *testing.T) {
 		{"same epoch", 3, 3, nil, false, 3, 1},
 		{"older epoch replaced", 2, 3, nil, true, 3, 2},
 		{"unfenced one replaced", 0, 3, nil, true, 3, 2},
-		{"newer epoch wins", 4, 3, records.ErrLeaseLost, false, 4, 1},
+		{"newer epoch wins", 4, 3, lifecycle.ErrLeaseLost, false, 4, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -133,7 +133,7 @@ func isObject(raw json.RawMessage) bool {
 	return len(t) > 0 && t[0] == '{' && json.Valid(t)
 }
 
-// validateContent checks raw against the content schema of t
+// ValidateContent checks raw against the content schema of t
 // (docs/spec.md#artifact): a single JSON object with exactly the type's fields, and
 //
 //   - RESEARCH_BRIEF: title and summary set; every section has a heading
@@ -145,7 +145,7 @@ func isObject(raw json.RawMessage) bool {
 //     error; every entity match has an entity_id and a confidence in 0..1.
 //
 // Lists may be empty or absent. Errors match ErrInvalidArtifact.
-func validateContent(t Type, raw []byte) error {
+func ValidateContent(t Type, raw []byte) error {
 	switch t {
 	case ResearchBrief:
 		return validateResearchBrief(raw)

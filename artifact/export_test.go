@@ -5,9 +5,6 @@ package artifact
 // ValidationError is the error naming the field that broke its schema.
 type ValidationError = validationError
 
-// ValidateContent checks content against a built-in type's schema.
-var ValidateContent = validateContent
-
 // Types lists the built-in content types.
 var Types = builtinTypes
 

@@ -10,10 +10,10 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TestCreateRefusesBadText sends every free-text field of a Draft an
@@ -58,7 +58,7 @@ func TestCreateRefusesBadText(t *testing.T) {
 				in.set(&d, v)
 				before := teststores.Snapshot(t, s)
 				_, created, err := a.Create(ctx, lifecycle.ActorNLMBackend, "proj", d)
-				var ie *codes.InputError
+				var ie *lifecycle.InputError
 				if created || !errors.Is(err, artifact.ErrInvalidArtifact) || !errors.As(err, &ie) || ie.Field != in.field {
 					t.Errorf("created %v, err %.300v: want ErrInvalidArtifact with an *InputError for %s", created, err, in.field)
 				}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // TestDefaultProject: with Config.Project set, an empty cid reads that
@@ -45,7 +45,7 @@ func TestDefaultProject(t *testing.T) {
 		t.Fatalf("List with an empty cid: %d artifacts, want 1", n)
 	}
 	plain := newStore(t, s, clock.NewFake(t0))
-	var idErr *storage.IDError
+	var idErr *storekey.IDError
 	if _, err := plain.GetForJob(ctx, lifecycle.ActorAdmin, "", "job-1"); !errors.As(err, &idErr) {
 		t.Fatalf("without Config.Project an empty cid: %v, want a *storage.IDError", err)
 	}

@@ -14,13 +14,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // defaultTTL is an entry's lifetime while pending unless it says otherwise
@@ -83,7 +85,7 @@ func New(cfg Config) (*Box, error) {
 // stats or the expiry pass.
 func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, error) {
 	d, v, err := records.Read[entryDoc](ctx, b.cfg.Store, key)
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if errors.As(err, &ce) {
 		if _, qerr := b.quar.Move(ctx, ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 			return d, v, qerr
@@ -94,10 +96,10 @@ func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, 
 }
 
 // Errors of the inbox, each with a code of lifecycle's one table
-// (lifecycle.ErrorCode, codes.HTTPStatus):
+// (lifecycle.ErrorCode, the code table (docs/spec.md#error-codes)):
 //
 //   - bad input matches ErrInvalidEntry (and, for a text field that broke
-//     its limit or was not clean, a *codes.InputError): INVALID_INPUT
+//     its limit or was not clean, a *lifecycle.InputError): INVALID_INPUT
 //     (400) or INPUT_TOO_LARGE (413) for text, INVALID_REQUEST (400) for the
 //     other rules;
 //   - an id in use matches lifecycle.ErrInboxEntryExists: INBOX_ENTRY_EXISTS (409);
@@ -134,12 +136,12 @@ func transitionError(err error) error {
 }
 
 // validationError says which field of a submission is wrong. It matches
-// ErrInvalidEntry, and a *codes.InputError when the field's text broke
+// ErrInvalidEntry, and a *lifecycle.InputError when the field's text broke
 // its limit or was not clean.
 type validationError struct {
 	Field  string
 	Reason string
-	// Err is the *codes.InputError of a text field, or nil.
+	// Err is the *lifecycle.InputError of a text field, or nil.
 	Err error
 }
 
@@ -191,7 +193,7 @@ func text(field, s string, limit int, kind codes.TextKind, required bool) error 
 		return invalid(field, "empty")
 	}
 	err := codes.CheckText(field, s, limit, kind)
-	if ie := (*codes.InputError)(nil); errors.As(err, &ie) {
+	if ie := (*lifecycle.InputError)(nil); errors.As(err, &ie) {
 		return &validationError{Field: field, Reason: ie.Reason, Err: err}
 	}
 	return err
@@ -207,7 +209,7 @@ func validate(s *lifecycle.InboxSubmission) error {
 		}
 	}
 	if s.ID != "" {
-		if err := storage.ValidateID("inbox entry id", s.ID); err != nil {
+		if err := storekey.ValidateID("inbox entry id", s.ID); err != nil {
 			return invalid("id", "%v", err)
 		}
 	}
@@ -243,7 +245,8 @@ func validate(s *lifecycle.InboxSubmission) error {
 
 // entryDoc is the stored form of an Entry.
 type entryDoc struct {
-	records.Meta
+	lifecycle.Meta
+
 	lifecycle.InboxEntry
 }
 
@@ -255,7 +258,7 @@ func newEntryID(now time.Time) string {
 
 // forbidden refuses a write by an actor the inbox machine does not list.
 func forbidden(to lifecycle.InboxState, event lifecycle.Event, actor lifecycle.Actor, allowed lifecycle.Actor) error {
-	return &lifecycle.ForbiddenActorError{Machine: lifecycle.InboxMachine().Name(), To: string(to), Event: string(event),
+	return &lifecycle.ForbiddenActorError{Machine: machine.InboxMachine().Name(), To: string(to), Event: string(event),
 		Actor: actor, Allowed: []lifecycle.Actor{allowed}}
 }
 
@@ -267,15 +270,16 @@ func forbidden(to lifecycle.InboxState, event lifecycle.Event, actor lifecycle.A
 //
 //   - id, if set, is a valid storage id;
 //   - source.type is one of ui, telegram, webhook, agent, cron, and
-//     source.identity is set (at most codes.MaxNameBytes, 256);
+//     source.identity is set (at most 256 bytes);
 //   - intent.action is set, lower-case letters, digits and "-" (at most 64
-//     bytes), and intent.target is set (at most codes.MaxRefBytes, 1 KiB);
+//     bytes), and intent.target is set (at most 1,024 bytes);
 //   - metadata.priority is "normal" (the default when empty) or "high";
 //     metadata.ttl_hours is 0 (the Box's default) or 1..8784 (a year);
-//     metadata.correlation_id has at most codes.MaxNameBytes.
+//     metadata.correlation_id has at most 256 bytes.
 //
 // Text fields must be one line of UTF-8 without control characters
-// (codes.CheckText). A refusal matches ErrInvalidEntry and names the field.
+// (the SDK's text check, docs/spec.md#limits). A refusal matches
+// ErrInvalidEntry and names the field.
 func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.InboxSubmission) (lifecycle.InboxEntry, error) {
 	if actor != lifecycle.ActorGateway {
 		return lifecycle.InboxEntry{}, forbidden(lifecycle.InboxPending, "submit", actor, lifecycle.ActorGateway)
@@ -303,7 +307,7 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.I
 	} else if !errors.Is(err, storage.ErrNotFound) {
 		return lifecycle.InboxEntry{}, err
 	}
-	if storage.SettleTime(b.cfg.Store) > 0 {
+	if b.cfg.Store.SettleTime() > 0 {
 		// A store that settles may take the create-only write below over
 		// an existing entry (and send a processed one back to pending):
 		// an entry found is lifecycle.ErrInboxEntryExists, unwritten.
@@ -326,7 +330,7 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.I
 }
 
 func (b *Box) record(ctx context.Context, actor lifecycle.Actor, id string, from, to lifecycle.InboxState) {
-	ev := records.AuditEvent{Event: "inbox.status.update", Actor: string(actor), EntryID: id, From: string(from), To: string(to)}
+	ev := lifecycle.AuditEvent{Event: "inbox.status.update", Actor: string(actor), EntryID: id, From: string(from), To: string(to)}
 	if from == "" {
 		ev.Event = "inbox.create"
 	}
@@ -344,7 +348,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 	var from lifecycle.InboxState
 	_, d, err := (&core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
 		from = d.Status
-		if _, err := lifecycle.InboxMachine().Fire(ctx, &d.InboxEntry, event, actor); err != nil {
+		if _, err := machine.InboxMachine().Fire(ctx, &d.InboxEntry, event, actor); err != nil {
 			return transitionError(err)
 		}
 		if set != nil {
@@ -355,7 +359,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 	if errors.Is(err, storage.ErrNotFound) {
 		// An expired entry has moved; report it as the terminal state it is.
 		if e, gerr := b.Get(ctx, id); gerr == nil {
-			_, err = lifecycle.InboxMachine().Fire(ctx, &e, event, actor)
+			_, err = machine.InboxMachine().Fire(ctx, &e, event, actor)
 			return lifecycle.InboxEntry{}, transitionError(err)
 		}
 	}
@@ -369,20 +373,20 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 // Process records that the validation gate passed and the entry became
 // proposal proposalID: pending → processed. Only the gateway processes.
 func (b *Box) Process(ctx context.Context, actor lifecycle.Actor, id, proposalID string) (lifecycle.InboxEntry, error) {
-	if err := storage.ValidateID("proposal id", proposalID); err != nil {
+	if err := storekey.ValidateID("proposal id", proposalID); err != nil {
 		return lifecycle.InboxEntry{}, invalid("proposal_id", "%v", err)
 	}
-	return b.move(ctx, actor, id, lifecycle.EventInboxProcess, func(e *lifecycle.InboxEntry) { e.ProposalID = proposalID })
+	return b.move(ctx, actor, id, machine.EventInboxProcess, func(e *lifecycle.InboxEntry) { e.ProposalID = proposalID })
 }
 
 // Reject records that the validation gate refused the entry: pending →
-// rejected, with the reason (1 byte to codes.MaxTextBytes, may span
+// rejected, with the reason (1 byte to 4,096 bytes, may span
 // lines, as every reason in the SDK). Only the gateway rejects.
 func (b *Box) Reject(ctx context.Context, actor lifecycle.Actor, id, reason string) (lifecycle.InboxEntry, error) {
 	if err := text("rejection_reason", reason, codes.MaxTextBytes, codes.MultiLine, true); err != nil {
 		return lifecycle.InboxEntry{}, err
 	}
-	return b.move(ctx, actor, id, lifecycle.EventInboxReject, func(e *lifecycle.InboxEntry) { e.RejectionReason = reason })
+	return b.move(ctx, actor, id, machine.EventInboxReject, func(e *lifecycle.InboxEntry) { e.RejectionReason = reason })
 }
 
 // Get returns an entry, live or expired.
@@ -406,7 +410,7 @@ func (b *Box) Get(ctx context.Context, id string) (lifecycle.InboxEntry, error) 
 // system actor expires. It returns the ids it moved.
 func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, error) {
 	if actor != lifecycle.ActorSystem {
-		return nil, forbidden(lifecycle.InboxExpired, lifecycle.EventInboxExpire, actor, lifecycle.ActorSystem)
+		return nil, forbidden(lifecycle.InboxExpired, machine.EventInboxExpire, actor, lifecycle.ActorSystem)
 	}
 	var moved []string
 	for key, err := range b.cfg.Store.List(ctx, layout.InboxPrefix) {
@@ -430,7 +434,7 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 				if d.Status != lifecycle.InboxPending || b.cfg.Clock.Now().Before(d.Expires()) {
 					return errSkip
 				}
-				_, err := lifecycle.InboxMachine().Fire(ctx, &d.InboxEntry, lifecycle.EventInboxExpire, actor)
+				_, err := machine.InboxMachine().Fire(ctx, &d.InboxEntry, machine.EventInboxExpire, actor)
 				return err
 			})
 			if errors.Is(err, errSkip) || errors.Is(err, storage.ErrNotFound) {
@@ -494,7 +498,7 @@ func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[lifecycle.In
 }
 
 func (opts ListOptions) check() error {
-	if opts.Status != "" && !lifecycle.InboxMachine().IsState(opts.Status) {
+	if opts.Status != "" && !machine.InboxMachine().IsState(opts.Status) {
 		return invalid("status", "%q is not pending, processed, rejected or expired", opts.Status)
 	}
 	return nil
@@ -534,8 +538,8 @@ type EntryPage struct {
 }
 
 // ListPage reads a page of the entries List yields, from cursor ("" for
-// the first page; else a Next), at most limit (0: codes.DefaultPageLimit;
-// more than codes.MaxPageLimit is refused). The status filter is checked
+// the first page; else a Next), at most limit (0: 50;
+// more than 500 is refused). The status filter is checked
 // on each entry read, at most max(4*limit, 200) a page: a page of a rare
 // status may come back short, with a Next.
 func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor string) (EntryPage, error) {

@@ -9,10 +9,10 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -140,7 +140,7 @@ func TestTextLimits(t *testing.T) {
 				before := teststores.Snapshot(t, s)
 				err := in.call(v)
 				var ve *inbox.ValidationError
-				var ie *codes.InputError
+				var ie *lifecycle.InputError
 				if !errors.As(err, &ve) || ve.Field != in.field || !errors.Is(err, inbox.ErrInvalidEntry) ||
 					!errors.As(err, &ie) || ie.Limit != in.limit {
 					t.Errorf("err = %.300v, want a ValidationError of %s with an *InputError", err, in.field)
@@ -168,7 +168,7 @@ func TestTextLimits(t *testing.T) {
 			before := teststores.Snapshot(t, s)
 			_, err := b.Submit(ctx, gw, in)
 			var ve *inbox.ValidationError
-			var ie *codes.InputError
+			var ie *lifecycle.InputError
 			if !errors.As(err, &ve) || ve.Field != f.field || !errors.As(err, &ie) {
 				t.Errorf("err = %.300v, want a ValidationError of %s with an *InputError", err, f.field)
 			}

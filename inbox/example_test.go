@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -12,10 +13,10 @@ func ExampleMachine() {
 	ctx := context.Background()
 	entry := &lifecycle.InboxEntry{ID: "inbox_2026-02-14_abc123", Status: lifecycle.InboxPending}
 
-	_, err := lifecycle.InboxMachine().Fire(ctx, entry, lifecycle.EventInboxExpire, lifecycle.ActorSystem)
+	_, err := machine.InboxMachine().Fire(ctx, entry, machine.EventInboxExpire, lifecycle.ActorSystem)
 	fmt.Println(entry.Status, err)
 
-	_, err = lifecycle.InboxMachine().Fire(ctx, entry, lifecycle.EventInboxProcess, lifecycle.ActorGateway)
+	_, err = machine.InboxMachine().Fire(ctx, entry, machine.EventInboxProcess, lifecycle.ActorGateway)
 	fmt.Println(errors.Is(err, lifecycle.ErrTerminalState))
 	// Output:
 	// expired <nil>

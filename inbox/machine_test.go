@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/testkit/machinetest"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -20,12 +21,12 @@ var specInbox = map[lifecycle.InboxState][]lifecycle.InboxState{
 
 func TestGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.InboxMachine(), specInbox)
+	machinetest.Grid(t, machine.InboxMachine(), specInbox)
 }
 
 func TestStructure(t *testing.T) {
 	t.Parallel()
-	machinetest.Structure(t, lifecycle.InboxMachine().Spec())
+	machinetest.Structure(t, machine.InboxMachine().Spec())
 }
 
 // TestActors: the gateway (the platform's Worker) processes and rejects, the
@@ -38,16 +39,16 @@ func TestActors(t *testing.T) {
 		want  lifecycle.InboxState
 		err   error
 	}{
-		{lifecycle.EventInboxProcess, lifecycle.ActorGateway, lifecycle.InboxProcessed, nil},
-		{lifecycle.EventInboxReject, lifecycle.ActorGateway, lifecycle.InboxRejected, nil},
-		{lifecycle.EventInboxExpire, lifecycle.ActorSystem, lifecycle.InboxExpired, nil},
-		{lifecycle.EventInboxExpire, lifecycle.ActorGateway, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
-		{lifecycle.EventInboxProcess, lifecycle.ActorSystem, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
-		{lifecycle.EventInboxProcess, lifecycle.ActorFrontend, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
+		{machine.EventInboxProcess, lifecycle.ActorGateway, lifecycle.InboxProcessed, nil},
+		{machine.EventInboxReject, lifecycle.ActorGateway, lifecycle.InboxRejected, nil},
+		{machine.EventInboxExpire, lifecycle.ActorSystem, lifecycle.InboxExpired, nil},
+		{machine.EventInboxExpire, lifecycle.ActorGateway, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
+		{machine.EventInboxProcess, lifecycle.ActorSystem, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
+		{machine.EventInboxProcess, lifecycle.ActorFrontend, lifecycle.InboxPending, lifecycle.ErrForbiddenActor},
 	}
 	for _, tt := range tests {
 		e := &lifecycle.InboxEntry{ID: "inbox_1", Status: lifecycle.InboxPending}
-		_, err := lifecycle.InboxMachine().Fire(context.Background(), e, tt.event, tt.actor)
+		_, err := machine.InboxMachine().Fire(context.Background(), e, tt.event, tt.actor)
 		if !errors.Is(err, tt.err) || (tt.err == nil && err != nil) {
 			t.Errorf("%s by %s: %v, want %v", tt.event, tt.actor, err, tt.err)
 		}
@@ -67,11 +68,11 @@ func TestRandomWalks(t *testing.T) {
 			choices[i] = byte(rng.Uint32())
 		}
 		newEntry := func(s lifecycle.InboxState) *lifecycle.InboxEntry { return &lifecycle.InboxEntry{Status: s} }
-		for _, s := range machinetest.Walk(t, lifecycle.InboxMachine(), newEntry, func(e *lifecycle.InboxEntry) lifecycle.InboxState { return e.Status }, nil, choices) {
+		for _, s := range machinetest.Walk(t, machine.InboxMachine(), newEntry, func(e *lifecycle.InboxEntry) lifecycle.InboxState { return e.Status }, nil, choices) {
 			reached[s] = true
 		}
 	}
-	for _, s := range lifecycle.InboxStates() {
+	for _, s := range machine.InboxStates() {
 		if !reached[s] {
 			t.Errorf("walks never reached %s", s)
 		}

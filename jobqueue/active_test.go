@@ -13,15 +13,14 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // historyAgents is how many agents the history and the work in flight
@@ -277,7 +276,7 @@ func TestLeaseLostJobStaysFindable(t *testing.T) {
 				clk.Advance(time.Minute)
 				return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 			}}
-			if _, err := c.Run(ctx, h); !errors.Is(err, records.ErrLeaseLost) {
+			if _, err := c.Run(ctx, h); !errors.Is(err, lifecycle.ErrLeaseLost) {
 				t.Fatalf("Run after the lease lapsed: %v", err)
 			}
 			if j := get(t, q, "job-1"); j.Status != lifecycle.JobNotebookLMCall {

@@ -8,9 +8,10 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // flushes tells whether a job at rest in s has its trail written to the
@@ -109,7 +110,7 @@ func (q *auditor) flushed(d *jobDoc) {
 	if q.audited[d.JobID] < d.Version {
 		q.audited[d.JobID] = d.Version
 	}
-	if lifecycle.JobMachine().IsTerminal(d.Status) {
+	if machine.JobMachine().IsTerminal(d.Status) {
 		delete(q.audited, d.JobID)
 	}
 }
@@ -117,19 +118,19 @@ func (q *auditor) flushed(d *jobDoc) {
 // auditObject is the audit object of d's trail (docs/spec.md#audit-event, one event per
 // move, and the artifact's creation before the move out of
 // ARTIFACT_WRITE): the last event with the others as its Prior
-// (records.AuditEvent.Expand), under an id made of the last move's time,
+// (records.Expand), under an id made of the last move's time,
 // the job and the record's version, so every writer that writes it writes
 // the same object once. key is "" for an empty trail.
 func (q *auditor) auditObject(d *jobDoc) (key string, b []byte, err error) {
 	// Sized once: an event is a large struct, and growing the slice move
 	// by move was a noticeable share of a job's allocated bytes.
-	evs := make([]records.AuditEvent, 0, len(d.Trail)+1)
+	evs := make([]lifecycle.AuditEvent, 0, len(d.Trail)+1)
 	for _, m := range d.Trail {
 		if m.From == lifecycle.JobArtifactWrite && d.AuditArtifact != "" {
-			evs = append(evs, records.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.artifactActor),
+			evs = append(evs, lifecycle.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.artifactActor),
 				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, To: "finalized", Node: q.node})
 		}
-		ev := records.AuditEvent{
+		ev := lifecycle.AuditEvent{
 			TS: m.At, Event: "job.status.update", Actor: string(m.Actor), JobID: d.JobID, RunID: d.RunID,
 			From: string(m.From), To: string(m.To), Node: q.node,
 		}

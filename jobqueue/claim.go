@@ -9,10 +9,11 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // claimTries bounds the agents one Claim looks at, so a call costs O(1)
@@ -45,7 +46,7 @@ type claimer struct {
 // saving the job a write. nil: Claim's behaviour, the job stops in
 // CONTEXT_ASSEMBLY.
 func (q *claimer) claimFor(ctx context.Context, worker string, noAssembly func(lifecycle.JobType) bool) (*Claim, error) {
-	if err := storage.ValidateID("worker id", worker); err != nil {
+	if err := storekey.ValidateID("worker id", worker); err != nil {
 		return nil, err
 	}
 	if err := q.locks.refreshAgents(ctx); err != nil {
@@ -475,7 +476,7 @@ func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobD
 			if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {
 				return errNotReady
 			}
-			if err := fire(ctx, d, lifecycle.EventBackoffElapsed, orch); err != nil {
+			if err := fire(ctx, d, machine.EventBackoffElapsed, orch); err != nil {
 				return err
 			}
 			d.NextAttemptAt = nil
@@ -485,14 +486,14 @@ func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobD
 			}
 			d.QueuedAt = &now
 		}
-		if err := fire(ctx, d, lifecycle.EventPickup, orch); err != nil {
+		if err := fire(ctx, d, machine.EventPickup, orch); err != nil {
 			return err
 		}
 		d.Attempt++
 		d.ReadyKey = ""
-		d.Lease = &records.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.leaseTTL)}
+		d.Lease = &lifecycle.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.leaseTTL)}
 		if c.noAssembly != nil && c.noAssembly(d.JobType) {
-			return fire(ctx, d, lifecycle.EventSnapshotReady, orch)
+			return fire(ctx, d, machine.EventSnapshotReady, orch)
 		}
 		return nil
 	})

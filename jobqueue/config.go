@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -80,7 +81,7 @@ type Config struct {
 	// beside the three built-in NLM ones (RESEARCH, BRIEF,
 	// PROPOSAL_PREPROCESS, run by Worker.Handlers): Enqueue accepts them, and
 	// their artifact's type is the job type's name, its content checked by
-	// the type's Validate. Names are ids (storage.ValidateID) and may not
+	// the type's Validate. Names are ids (storage.ErrInvalidID) and may not
 	// be a built-in type's. With Config.Artifacts set, that store must know
 	// the types (artifact.Config.Types); the default store is given them.
 	Types map[lifecycle.JobType]TypeConfig
@@ -119,7 +120,7 @@ func fillConfig(cfg *Config) error {
 	if cfg.Project == "" {
 		cfg.Project = lifecycle.DefaultProject
 	}
-	if err := storage.ValidateID("project id", cfg.Project); err != nil {
+	if err := storekey.ValidateID("project id", cfg.Project); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.MaxAttempts == 0 {
@@ -171,7 +172,7 @@ func fillConfig(cfg *Config) error {
 func typeValidators(types map[lifecycle.JobType]TypeConfig) (map[artifact.Type]func(json.RawMessage) error, error) {
 	contentTypes := map[artifact.Type]func(json.RawMessage) error{}
 	for t, tc := range types {
-		if err := storage.ValidateID("job type", string(t)); err != nil {
+		if err := storekey.ValidateID("job type", string(t)); err != nil {
 			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
 		}
 		if _, builtin := artifact.TypeForJob(t); builtin {

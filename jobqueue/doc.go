@@ -1,5 +1,5 @@
 // Package jobqueue runs the job machine (docs/spec.md#job-lifecycle),
-// lifecycle.JobMachine, over the job records (lifecycle.Job) in a
+// the job machine (docs/spec.md#job-lifecycle), over the job records (lifecycle.Job) in a
 // storage.Store.
 //
 // A job needs only a type and a payload. Register a Handler per job type

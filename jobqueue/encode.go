@@ -5,8 +5,8 @@ import (
 	"slices"
 
 	"github.com/runconveyor/conveyor/internal/jsonenc"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // AppendJSON appends the job record's JSON, byte for byte what json.Marshal
@@ -114,7 +114,7 @@ func appendJobContext(b []byte, c *lifecycle.JobContext) []byte {
 }
 
 // appendLease appends the "lease" member, omitted when l is nil.
-func appendLease(b []byte, l *records.Lease) ([]byte, error) {
+func appendLease(b []byte, l *lifecycle.Lease) ([]byte, error) {
 	if l == nil {
 		return b, nil
 	}
@@ -315,10 +315,10 @@ func (d *jobDoc) readProgress(r *jsonenc.Reader, key []byte) (bit uint, known bo
 // The names a job record holds again and again, which DecodeJSON returns
 // without copying them from the record's bytes. Never written after init.
 var (
-	knownStates              = lifecycle.JobStates()
+	knownStates              = machine.JobStates()
 	knownTypes               = []lifecycle.JobType{lifecycle.JobResearch, lifecycle.JobBrief, lifecycle.JobProposalPreprocess}
 	knownEvents, knownActors = func() (events []lifecycle.Event, actors []lifecycle.Actor) {
-		for _, t := range lifecycle.JobMachine().Transitions() {
+		for _, t := range machine.JobMachine().Transitions() {
 			if !slices.Contains(events, t.Event) {
 				events = append(events, t.Event)
 			}
@@ -357,11 +357,11 @@ func readJobContext(r *jsonenc.Reader, c *lifecycle.JobContext) {
 	}
 }
 
-func readLease(r *jsonenc.Reader) *records.Lease {
+func readLease(r *jsonenc.Reader) *lifecycle.Lease {
 	if !r.Open('{') {
 		return nil
 	}
-	l := &records.Lease{}
+	l := &lifecycle.Lease{}
 	var seen [3]bool
 	for first := true; r.More('}', first); first = false {
 		switch key := r.Key(); {

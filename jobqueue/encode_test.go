@@ -9,7 +9,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/testkit/jsoncheck"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // fullJobDoc has every field of a job record set, in a zone other than
@@ -19,7 +18,7 @@ func fullJobDoc() *jobDoc {
 	due := at.Add(time.Minute)
 	msg := "boom <b>&</b> \"quoted\"\n\t\x01\u2028\xff"
 	return &jobDoc{
-		Meta: records.Meta{Version: 7},
+		Meta: lifecycle.Meta{Version: 7},
 		Job: lifecycle.Job{
 			JobID: "job-1", RunID: "run_2026-02-24_abc123", JobType: lifecycle.JobBrief, AgentSlug: "agent-1",
 			Status: lifecycle.JobRetryBackoff, Attempt: 2, MaxAttempts: 5,
@@ -28,7 +27,7 @@ func fullJobDoc() *jobDoc {
 			Callback: "https://example.com/cb?a=1&b=2", CreatedAt: at, UpdatedAt: at.Add(time.Second),
 			ArtifactID: "art-1", Error: &msg, ProjectID: "p1", ErrorCode: "HANDLER_ERROR",
 			FailedStep: lifecycle.JobNotebookLMCall, QueuedAt: &at, NextAttemptAt: &due,
-			ReadyKey: "queue/lanes/agent-1/x", Lease: &records.Lease{Owner: "w1", Epoch: 3, ExpiresAt: due},
+			ReadyKey: "queue/lanes/agent-1/x", Lease: &lifecycle.Lease{Owner: "w1", Epoch: 3, ExpiresAt: due},
 			Trail: []lifecycle.JobMove{
 				{From: lifecycle.JobQueued, To: lifecycle.JobContextAssembly, Event: "pick_up", Actor: lifecycle.ActorOrchestration, At: at},
 				{From: lifecycle.JobNotebookLMCall, To: lifecycle.JobRetryBackoff, Event: "fail", Actor: lifecycle.ActorOrchestration, At: due},
@@ -236,7 +235,7 @@ func BenchmarkJobDocDecode(b *testing.B) {
 func TestLockAndLaneJSON(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 2, 24, 10, 0, 0, 5, time.UTC)
-	lock := &agentLock{Meta: records.Meta{Version: 3}, Agent: "a<1>", Owner: "w&1", Epoch: 4, JobID: "j\u2028", ExpiresAt: at}
+	lock := &agentLock{Meta: lifecycle.Meta{Version: 3}, Agent: "a<1>", Owner: "w&1", Epoch: 4, JobID: "j\u2028", ExpiresAt: at}
 	lane := &laneEntry{JobID: "job-1", ReadyAt: at}
 	for _, v := range []any{lock, lane} {
 		if zero := jsoncheck.ZeroFields(v); len(zero) > 0 {

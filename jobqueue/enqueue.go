@@ -13,14 +13,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // NewJob is what Enqueue needs; the queue fills in the rest of the record.
@@ -29,9 +31,9 @@ import (
 // required: RunID may be empty (a job of no run), and so may AgentSlug (the
 // job then runs in its type's lane, "_type." and the type, which becomes its
 // agent_slug). Ids are storage ids
-// (storage.ValidateID); Payload is JSON of at most codes.MaxDocumentBytes,
-// the URLs at most codes.MaxURLBytes, and Context.EntityRefs at most
-// codes.MaxListLen refs of codes.MaxRefBytes, all valid UTF-8 without NUL
+// (storage.ErrInvalidID); Payload is JSON of at most 1 MiB,
+// the URLs at most 4,096 bytes, and Context.EntityRefs at most
+// 256 refs of 1,024 bytes, all valid UTF-8 without NUL
 // or control characters.
 type NewJob lifecycle.NewJob
 
@@ -68,16 +70,16 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 	if n.JobID == "" {
 		n.JobID = newUUID()
 	}
-	if err := storage.ValidateID("job id", n.JobID); err != nil {
+	if err := storekey.ValidateID("job id", n.JobID); err != nil {
 		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if n.RunID != "" {
-		if err := storage.ValidateID("run id", n.RunID); err != nil {
+		if err := storekey.ValidateID("run id", n.RunID); err != nil {
 			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 		}
 	}
 	if n.ProjectID != "" {
-		if err := storage.ValidateID("project id", n.ProjectID); err != nil {
+		if err := storekey.ValidateID("project id", n.ProjectID); err != nil {
 			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 		}
 	}
@@ -92,11 +94,11 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 		// time like an agent's, and the lane is its agent_slug, so every
 		// pass that works by agent (claim, sweep, metrics) works on it.
 		n.AgentSlug = typeLane(n.JobType)
-		if err := storage.ValidateID("agent slug", n.AgentSlug); err != nil {
+		if err := storekey.ValidateID("agent slug", n.AgentSlug); err != nil {
 			return badJob("job_type %q is too long to name a lane: the job needs an agent_slug (%v)", n.JobType, err)
 		}
 	}
-	if err := storage.ValidateID("agent slug", n.AgentSlug); err != nil {
+	if err := storekey.ValidateID("agent slug", n.AgentSlug); err != nil {
 		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if n.MaxAttempts == 0 {
@@ -126,7 +128,7 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 // else looks at it: the job type (MaxNameBytes), the payload
 // (MaxDocumentBytes, codes.CheckJSON), the URLs (MaxURLBytes) and the
 // entity refs (MaxListLen of MaxRefBytes each), all clean UTF-8.
-// It returns nil or a *codes.InputError.
+// It returns nil or a *lifecycle.InputError.
 func (n *NewJob) checkText() error {
 	if err := codes.CheckText("job_type", string(n.JobType), codes.MaxNameBytes, codes.OneLine); err != nil {
 		return err
@@ -197,7 +199,7 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 	}}
 	// Validation is done, so the job is created already moved on to
 	// QUEUED: one write whose trail holds both moves.
-	if err := fire(ctx, &doc, lifecycle.EventValidate, lifecycle.ActorOrchestration); err != nil {
+	if err := fire(ctx, &doc, machine.EventValidate, lifecycle.ActorOrchestration); err != nil {
 		return lifecycle.Job{}, err
 	}
 	doc.Trail[len(doc.Trail)-1].At = now

@@ -6,8 +6,8 @@ import (
 
 // Errors of the queue. Bad input matches lifecycle.ErrInvalidJob, an id in
 // use lifecycle.ErrJobExists, a write after the worker's lease on the job
-// lapsed or was taken over records.ErrLeaseLost; refusals of the authority
-// matrix match authority.ErrForbidden.
+// lapsed or was taken over lifecycle.ErrLeaseLost; refusals of the authority
+// matrix match lifecycle.ErrForbiddenActor.
 var (
 	// ErrInvalidConfig: a Config that New refuses.
 	ErrInvalidConfig = errors.New("jobqueue: invalid config")

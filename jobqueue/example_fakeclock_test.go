@@ -11,15 +11,16 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 )
 
 // Testing a handler with the fake clock: time moves only when the test
 // says, so a step timeout and a retry backoff take no real time. Never
 // sleep: AdvanceToNext waits until the code under test is idle (the claim
-// and its handler wait on the clock: clock.Activity), then moves the clock
-// to the next timer. A fake upstream that never answers waits with
-// clock.Hang, and the goroutine that runs the claim is started with
-// clock.Start, so it counts as working from the go statement on.
+// and its handler wait on the clock), then moves the clock to the next
+// timer. A fake upstream that never answers waits with conveyortest.Hang,
+// and the test waits for the claim's first timer before it moves the
+// clock, so the claim's goroutine has started by then.
 func Example_fakeClock() {
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC))
@@ -31,15 +32,16 @@ func Example_fakeClock() {
 	var calls atomic.Int32
 	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 		if calls.Add(1) == 1 {
-			return lifecycle.JobOutput{}, clock.Hang(ctx) // the first call hangs until its step timeout
+			return lifecycle.JobOutput{}, conveyortest.Hang(ctx) // the first call hangs until its step timeout
 		}
 		return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}}
 
 	c, _ := q.Claim(ctx, "worker-1")
 	done := make(chan lifecycle.Job)
-	rctx := clock.Start(ctx, clk)
-	go func() { j, _ := c.Run(rctx, h); done <- j }()
+	started := clk.WaitForTimers(clk.Pending() + 1)
+	go func() { j, _ := c.Run(ctx, h); done <- j }()
+	<-started
 	clk.AdvanceToNext(ctx) // the step's deadline, 5 s on
 	j := <-done
 	fmt.Println(j.Status, j.ErrorCode)

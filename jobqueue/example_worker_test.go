@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -31,7 +32,7 @@ func ExampleWorker() {
 	w := &jobqueue.Worker{Queue: q, ID: "worker-1", Slots: 2, Handlers: jobqueue.Handlers{
 		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (lifecycle.JobOutput, error) {
 			if job.JobID == "job-2" && refused.CompareAndSwap(false, true) {
-				return lifecycle.JobOutput{}, &lifecycle.StatusError{Code: 503}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 503}
 			}
 			return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"Brief","body":"Short","entity_map":{},"word_count":1}`)}, nil
 		},
@@ -60,7 +61,7 @@ func ExampleWorker() {
 // allDone tells whether every job has reached a terminal state.
 func allDone(ctx context.Context, q *jobqueue.Queue) bool {
 	for j, err := range q.List(ctx, lifecycle.ActorAdmin) {
-		if err != nil || !lifecycle.JobMachine().IsTerminal(j.Status) {
+		if err != nil || !machine.JobMachine().IsTerminal(j.Status) {
 			return false
 		}
 	}

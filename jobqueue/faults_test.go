@@ -13,15 +13,15 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The fault suite of issue 10 for jobs: each test names the fault it
@@ -189,8 +189,8 @@ func TestFaultCorruptJobRecordIsQuarantinedNotBlocking(t *testing.T) {
 				// NOT_FOUND; it is RECORD_QUARANTINED as a run is.
 				for _, q := range []*jobqueue.Queue{q, newQueue(t, s, clk)} {
 					_, err := q.Get(ctx, lifecycle.ActorAdmin, "job-bad")
-					var qe *jobqueue.QuarantinedError
-					if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &qe) || qe.JobID != "job-bad" ||
+					var qe *lifecycle.QuarantinedError
+					if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &qe) || qe.ID != "job-bad" ||
 						lifecycle.ErrorCode(err) != codes.RecordQuarantined {
 						t.Fatalf("Get of the quarantined job: %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
 					}
@@ -458,7 +458,7 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 				artKey, _ := layout.ArtifactKey(lifecycle.DefaultProject, artifact.IDForJob("job-1"))
 				wake := func() {
 					view1.thaw()
-					if err := within(t, "worker 1 after waking", ran1); !errors.Is(err, records.ErrLeaseLost) {
+					if err := within(t, "worker 1 after waking", ran1); !errors.Is(err, lifecycle.ErrLeaseLost) {
 						t.Fatalf("worker 1 woke to %v, want ErrLeaseLost", err)
 					}
 				}
@@ -556,7 +556,7 @@ type unreachable struct {
 }
 
 func (u *unreachable) err(op, key string) error {
-	return storage.NewOpError(op, key, nil, errors.New("dial tcp 127.0.0.1:9: connect: connection refused"))
+	return &storage.OpError{Op: op, Key: key, Cause: errors.New("dial tcp 127.0.0.1:9: connect: connection refused")}
 }
 
 func (u *unreachable) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {

@@ -13,7 +13,7 @@ import (
 // lifecycle.JobOutput it returns as the job's artifact in the write that makes the job
 // COMPLETE. An error sends the job to RETRY_BACKOFF (retried after
 // Config.Backoff while attempts are left); wrap it with Permanent when no
-// retry can mend it, or return a *lifecycle.StatusError to record an HTTP status.
+// retry can mend it, or return a *StatusError to record an HTTP status.
 //
 // Handlers, the NLM pipeline's two steps, is a Handler too; Typed makes one
 // of a function of the job's decoded payload.

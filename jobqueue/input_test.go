@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -33,7 +34,7 @@ func badValues(limit int) []badValue {
 
 // checkRefused asserts err is a refusal of bad input matching sentinel and
 // carrying code, that an *InputError for field is in its chain (unless the
-// field is an id, which storage.ValidateID refuses), and that the store did
+// field is an id, which storage.ErrInvalidID refuses), and that the store did
 // not change.
 func checkRefused(t *testing.T, err error, sentinel error, field, code string, s *storage.Store, before map[string]string) {
 	t.Helper()
@@ -44,7 +45,7 @@ func checkRefused(t *testing.T, err error, sentinel error, field, code string, s
 		t.Errorf("code %s, want %s (%.300v)", got, code, err)
 	}
 	if field != "" {
-		var ie *codes.InputError
+		var ie *lifecycle.InputError
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("no *InputError for %s in %.300v", field, err)
 		}
@@ -76,10 +77,10 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 		{"context.memory_snapshot_url", codes.MaxURLBytes, func(n *jobqueue.NewJob, v string) { n.Context.MemorySnapshotURL = "s3://b/" + v }},
 		{"context.entity_refs[1]", codes.MaxRefBytes, func(n *jobqueue.NewJob, v string) { n.Context.EntityRefs = []string{"e0", v} }},
 		{"job_type", codes.MaxNameBytes, func(n *jobqueue.NewJob, v string) { n.JobType = lifecycle.JobType(v) }},
-		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.JobID = v }},
-		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.RunID = v }},
-		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.AgentSlug = v }},
-		{"", storage.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.ProjectID = v }},
+		{"", storekey.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.JobID = v }},
+		{"", storekey.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.RunID = v }},
+		{"", storekey.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.AgentSlug = v }},
+		{"", storekey.MaxIDLen, func(n *jobqueue.NewJob, v string) { n.ProjectID = v }},
 	}
 	for i, in := range inputs {
 		for j, bv := range badValues(in.limit) {

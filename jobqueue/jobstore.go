@@ -9,15 +9,17 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // jobDoc is the stored form of a Job: the record plus the document version.
 type jobDoc struct {
-	records.Meta
+	lifecycle.Meta
+
 	lifecycle.Job
 	// AuditArtifact is the artifact whose creation event is still to be
 	// flushed with the trail (the artifact store was told not to write it,
@@ -76,9 +78,9 @@ func validJob(key string, d *jobDoc) error {
 	switch {
 	case d.JobID != id:
 		return fmt.Errorf("job_id %q in the record of %q", d.JobID, id)
-	case !slices.Contains(lifecycle.JobStates(), d.Status):
+	case !slices.Contains(machine.JobStates(), d.Status):
 		return fmt.Errorf("unknown status %q", d.Status)
-	case storage.ValidateID("agent slug", d.AgentSlug) != nil:
+	case storekey.ValidateID("agent slug", d.AgentSlug) != nil:
 		return fmt.Errorf("invalid agent_slug %q", d.AgentSlug)
 	case d.ReadyKey != "" && !strings.HasPrefix(d.ReadyKey, lanePrefix+d.AgentSlug+"/"):
 		return fmt.Errorf("ready_key %q outside the agent's lane", d.ReadyKey)
@@ -88,7 +90,7 @@ func validJob(key string, d *jobDoc) error {
 
 // fire moves d by event as actor and appends the move to d's trail.
 func fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle.Actor) error {
-	ch, err := lifecycle.JobMachine().Fire(ctx, &d.Job, event, actor)
+	ch, err := machine.JobMachine().Fire(ctx, &d.Job, event, actor)
 	if err != nil {
 		return err
 	}
@@ -113,14 +115,14 @@ func (q *jobStore) update(ctx context.Context, jobID string, cached *jobDoc, ver
 }
 
 // updateFenced is update for an owner: the write is refused with
-// records.ErrLeaseLost unless the job still carries the lease (owner, epoch).
+// lifecycle.ErrLeaseLost unless the job still carries the lease (owner, epoch).
 func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {
 		return jobDoc{}, "", err
 	}
 	rec := q.record(key)
-	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *records.Lease { return d.Lease }
+	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *lifecycle.Lease { return d.Lease }
 	if epoch > 0 {
 		rec.Now = q.clock.Now
 	}

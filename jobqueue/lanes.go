@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -220,7 +221,7 @@ func (q *lanes) refreshLanes(ctx context.Context) error {
 		}
 	}()
 	for name := range l.byAgent {
-		if storage.ValidateID("agent slug", name) == nil {
+		if storekey.ValidateID("agent slug", name) == nil {
 			q.sched.agent(name)
 		}
 	}

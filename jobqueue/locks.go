@@ -10,16 +10,18 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // agentLock is queue/agents/{agent}.json (layout.AgentLockKey): which worker runs the agent's job,
 // under which fencing epoch, until when. It gives at most one running job
 // per agent across every worker sharing the store.
 type agentLock struct {
-	records.Meta
+	lifecycle.Meta
+
 	Agent     string    `json:"agent"`
 	Owner     string    `json:"owner,omitempty"`
 	Epoch     int64     `json:"epoch"`
@@ -160,7 +162,7 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 		return nil
 	}}
 	lock, ver, err = rec.Load(ctx)
-	if err = q.quar.poison(ctx, err); err == nil || !errors.Is(err, records.ErrCorrupt) {
+	if err = q.quar.poison(ctx, err); err == nil || !errors.Is(err, lifecycle.ErrCorrupt) {
 		return lock, ver, false, err
 	}
 	// The junk lock is in quarantine, and its epoch with it. Epochs must

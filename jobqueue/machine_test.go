@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/testkit/machinetest"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -26,18 +27,18 @@ var specJob = map[lifecycle.JobState][]lifecycle.JobState{
 
 func TestJobGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.JobMachine(), specJob)
+	machinetest.Grid(t, machine.JobMachine(), specJob)
 }
 
 func TestStructure(t *testing.T) {
 	t.Parallel()
-	machinetest.Structure(t, lifecycle.JobMachine().Spec())
+	machinetest.Structure(t, machine.JobMachine().Spec())
 }
 
 func TestJobTerminalsAndExtensions(t *testing.T) {
 	t.Parallel()
-	m := lifecycle.JobMachine()
-	for _, s := range lifecycle.JobStates() {
+	m := machine.JobMachine()
+	for _, s := range machine.JobStates() {
 		want := s == lifecycle.JobComplete || s == lifecycle.JobDead
 		if m.IsTerminal(s) != want {
 			t.Errorf("IsTerminal(%s) = %v", s, !want)
@@ -48,7 +49,7 @@ func TestJobTerminalsAndExtensions(t *testing.T) {
 		if tr.Extension != wantExt {
 			t.Errorf("%s → %s: Extension = %v", tr.From, tr.To, tr.Extension)
 		}
-		wantRequeue := tr.Event == lifecycle.EventRequeue
+		wantRequeue := tr.Event == machine.EventRequeue
 		if tr.Requeue != wantRequeue {
 			t.Errorf("%s → %s: Requeue = %v", tr.From, tr.To, tr.Requeue)
 		}
@@ -77,7 +78,7 @@ func TestBackoffElapsedRoutesByAttempt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		job := &lifecycle.Job{JobID: "j", Status: lifecycle.JobRetryBackoff, Attempt: tt.attempt, MaxAttempts: tt.max}
-		change, err := lifecycle.JobMachine().Fire(context.Background(), job, lifecycle.EventBackoffElapsed, lifecycle.ActorOrchestration)
+		change, err := machine.JobMachine().Fire(context.Background(), job, machine.EventBackoffElapsed, lifecycle.ActorOrchestration)
 		if err != nil {
 			t.Fatalf("attempt %d/%d: %v", tt.attempt, tt.max, err)
 		}
@@ -92,7 +93,7 @@ func TestBackoffElapsedRoutesByAttempt(t *testing.T) {
 func TestThreeAttemptsEndDead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m := lifecycle.JobMachine()
+	m := machine.JobMachine()
 	job := &lifecycle.Job{JobID: "j", Status: lifecycle.JobPending, MaxAttempts: 3}
 	fire := func(e lifecycle.Event, actor lifecycle.Actor) {
 		t.Helper()
@@ -101,12 +102,12 @@ func TestThreeAttemptsEndDead(t *testing.T) {
 		}
 	}
 	orch := lifecycle.ActorOrchestration
-	fire(lifecycle.EventValidate, orch)
+	fire(machine.EventValidate, orch)
 	for attempt := 1; attempt <= 3; attempt++ {
-		fire(lifecycle.EventPickup, orch)
+		fire(machine.EventPickup, orch)
 		job.Attempt++
-		fire(lifecycle.EventRetryableError, orch)
-		fire(lifecycle.EventBackoffElapsed, orch)
+		fire(machine.EventRetryableError, orch)
+		fire(machine.EventBackoffElapsed, orch)
 		want := lifecycle.JobQueued
 		if attempt == 3 {
 			want = lifecycle.JobFailed
@@ -115,17 +116,17 @@ func TestThreeAttemptsEndDead(t *testing.T) {
 			t.Fatalf("after attempt %d: %s, want %s", attempt, job.Status, want)
 		}
 	}
-	fire(lifecycle.EventBury, orch)
+	fire(machine.EventBury, orch)
 	if job.Status != lifecycle.JobDead {
 		t.Fatalf("status %s, want DEAD", job.Status)
 	}
 	// F2: no automatic way out of DEAD; only the admin's requeue.
-	_, err := m.Fire(ctx, job, lifecycle.EventRequeue, orch)
+	_, err := m.Fire(ctx, job, machine.EventRequeue, orch)
 	var fe *lifecycle.ForbiddenActorError
 	if !errors.As(err, &fe) || fe.Allowed[0] != lifecycle.ActorAdmin {
 		t.Fatalf("orchestration requeueing DEAD: %v", err)
 	}
-	fire(lifecycle.EventRequeue, lifecycle.ActorAdmin)
+	fire(machine.EventRequeue, lifecycle.ActorAdmin)
 	if job.Status != lifecycle.JobQueued {
 		t.Fatalf("status %s after requeue", job.Status)
 	}
@@ -135,9 +136,9 @@ func TestGuardRefusalIsTyped(t *testing.T) {
 	t.Parallel()
 	// A retryable error from QUEUED is no move of the table.
 	job := &lifecycle.Job{Status: lifecycle.JobQueued}
-	_, err := lifecycle.JobMachine().Fire(context.Background(), job, lifecycle.EventRetryableError, lifecycle.ActorOrchestration)
+	_, err := machine.JobMachine().Fire(context.Background(), job, machine.EventRetryableError, lifecycle.ActorOrchestration)
 	var ite *lifecycle.InvalidTransitionError
-	if !errors.As(err, &ite) || ite.Event != string(lifecycle.EventRetryableError) || ite.ValidNext[0] != "CONTEXT_ASSEMBLY" {
+	if !errors.As(err, &ite) || ite.Event != string(machine.EventRetryableError) || ite.ValidNext[0] != "CONTEXT_ASSEMBLY" {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -161,11 +162,11 @@ func TestRandomWalks(t *testing.T) {
 		for i := range choices {
 			choices[i] = byte(rng.Uint32())
 		}
-		for _, s := range machinetest.Walk(t, lifecycle.JobMachine(), newJob, jobState, bumpAttempt, choices) {
+		for _, s := range machinetest.Walk(t, machine.JobMachine(), newJob, jobState, bumpAttempt, choices) {
 			reachedJob[s] = true
 		}
 	}
-	for _, s := range lifecycle.JobStates() {
+	for _, s := range machine.JobStates() {
 		if !reachedJob[s] {
 			t.Errorf("job walks never reached %s", s)
 		}
@@ -175,6 +176,6 @@ func TestRandomWalks(t *testing.T) {
 func FuzzJobWalk(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 1, 3, 1, 8, 1})
 	f.Fuzz(func(t *testing.T, choices []byte) {
-		machinetest.Walk(t, lifecycle.JobMachine(), newJob, jobState, bumpAttempt, choices)
+		machinetest.Walk(t, machine.JobMachine(), newJob, jobState, bumpAttempt, choices)
 	})
 }

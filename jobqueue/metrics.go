@@ -4,9 +4,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Metrics receives the job metrics of docs/spec.md#metrics (Config.Metrics).

@@ -124,7 +124,7 @@ func TestMetricsRetriesToDead(t *testing.T) {
 	q := newQueue(t, memstore.New(), clk, withMetrics(m))
 	enqueue(t, q, "job-d", "agent-d")
 	var calls atomic.Int32
-	h := failing(&lifecycle.StatusError{Code: 503}, &calls)
+	h := failing(&jobqueue.StatusError{Code: 503}, &calls)
 	for _, wait := range jobqueue.DefaultBackoff() {
 		if _, err := claim(t, q, "w1").Run(ctx, h); err != nil {
 			t.Fatal(err)

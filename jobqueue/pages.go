@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -19,8 +21,8 @@ type JobQuery struct {
 	Status lifecycle.JobState
 	Type   lifecycle.JobType
 	Agent  string
-	// Limit is the most jobs in the page: 0 means codes.DefaultPageLimit,
-	// more than codes.MaxPageLimit is refused.
+	// Limit is the most jobs in the page: 0 means 50,
+	// more than 500 is refused.
 	Limit int
 	// Cursor is the Next of the page before; "" for the first page.
 	Cursor string
@@ -47,11 +49,11 @@ func (q *reader) listPage(ctx context.Context, actor lifecycle.Actor, jq JobQuer
 	if err != nil {
 		return JobPage{}, err
 	}
-	if jq.Status != "" && !slices.Contains(lifecycle.JobStates(), jq.Status) {
+	if jq.Status != "" && !slices.Contains(machine.JobStates(), jq.Status) {
 		return JobPage{}, &core.PageError{Field: "status", Reason: fmt.Sprintf("%q is not a job state", jq.Status)}
 	}
 	if jq.Agent != "" {
-		if err := storage.ValidateID("agent slug", jq.Agent); err != nil {
+		if err := storekey.ValidateID("agent slug", jq.Agent); err != nil {
 			return JobPage{}, err
 		}
 	}

@@ -12,20 +12,21 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Handlers are the steps of the NLM pipeline, the Handler of the built-in
 // job types (RESEARCH, BRIEF, PROPOSAL_PREPROCESS: docs/spec.md#job-lifecycle),
 // which the Worker takes as Worker.Handlers. The queue runs them in order,
 // each under Config.StepTimeout, and writes ARTIFACT_WRITE itself. A
-// handler's error sends the job to RETRY_BACKOFF; return a *lifecycle.StatusError
+// handler's error sends the job to RETRY_BACKOFF; return a *StatusError
 // for an HTTP status (429, 503) so the job's error_code says which, and
 // Permanent(err) for a failure no retry can mend (the job goes to DEAD at
 // once). A job type of your own needs none of this: give it a Handler
@@ -38,6 +39,24 @@ type Handlers struct {
 	// the artifact content. Handlers without it run nothing.
 	CallNotebookLM func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (lifecycle.JobOutput, error)
 }
+
+// StatusError is a handler error carrying an HTTP status, e.g. 429 or 503
+// from the NLM backend.
+type StatusError struct {
+	Code int
+	Err  error
+}
+
+// Error renders the status and the cause.
+func (e *StatusError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("HTTP %d %s", e.Code, http.StatusText(e.Code))
+	}
+	return fmt.Sprintf("HTTP %d: %v", e.Code, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StatusError) Unwrap() error { return e.Err }
 
 // Permanent marks a handler's error (or an artifact content check's) as
 // permanent: the job is not retried, whatever attempts it has left. It
@@ -61,7 +80,7 @@ func (e *permanentError) Unwrap() error { return e.err }
 
 // errorCode classifies a step's error.
 func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) string {
-	var se *lifecycle.StatusError
+	var se *StatusError
 	var pe *permanentError
 	switch {
 	case errors.As(err, &pe):
@@ -115,7 +134,7 @@ type runner struct {
 // fenced write, so no reader sees COMPLETE without its finalized artifact,
 // written by the attempt that completed (F3). It returns
 // the job as last written. An error means the claim could not write
-// (records.ErrLeaseLost when another worker rescued the job); a handler's failure
+// (lifecycle.ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
 //
 // The attempt continues the trace its enqueue stored: a conveyor.job span
@@ -142,8 +161,8 @@ func (c *Claim) Run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	// The run counts as work on the clock but while it waits for a handler
 	// or a timer (a test's fake clock moves only when it is idle;
-	// clock.Activity).
-	ctx, end := clock.Enter(ctx, c.r.clock)
+	// activity.Activity).
+	ctx, end := activity.Enter(ctx, c.r.clock)
 	defer end()
 	c.mu.Lock()
 	if c.done {
@@ -164,7 +183,7 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	c.mu.Lock()
 	c.done = true
 	c.mu.Unlock()
-	if cause := context.Cause(runCtx); errors.Is(cause, records.ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
+	if cause := context.Cause(runCtx); errors.Is(cause, lifecycle.ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
 		err = cause // the heartbeat found the lease lost, and the write it cut says only "canceled"
 	}
 	ectx, ecancel := c.r.grace.after(ctx)
@@ -179,7 +198,7 @@ func toArtifactWrite(ctx context.Context, d *jobDoc) error {
 	if d.Status != lifecycle.JobNotebookLMCall {
 		return nil
 	}
-	return fire(ctx, d, lifecycle.EventResponseOK, lifecycle.ActorOrchestration)
+	return fire(ctx, d, machine.EventResponseOK, lifecycle.ActorOrchestration)
 }
 
 // step runs fn as one unit of the core under the step timeout, on the
@@ -214,7 +233,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		return c.orchestrate(ctx, lifecycle.JobContextAssembly, sctx, err)
 	}
 	if job.Status == lifecycle.JobContextAssembly {
-		if err := c.move(ctx, lifecycle.EventSnapshotReady, nil); err != nil {
+		if err := c.move(ctx, machine.EventSnapshotReady, nil); err != nil {
 			return c.Job(), err
 		}
 		job = c.Job()
@@ -234,7 +253,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
 	}
 	art, sctx, err := c.writeArtifact(ctx, job, out)
-	if errors.Is(err, records.ErrLeaseLost) {
+	if errors.Is(err, lifecycle.ErrLeaseLost) {
 		return c.Job(), err
 	}
 	if err != nil {
@@ -246,7 +265,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 // orchestrate records the failure err of step (sctx the step's context)
 // as the orchestration's, unless the claim lost its lease.
 func (c *Claim) orchestrate(ctx context.Context, step lifecycle.JobState, sctx context.Context, err error) (lifecycle.Job, error) {
-	if errors.Is(context.Cause(ctx), records.ErrLeaseLost) {
+	if errors.Is(context.Cause(ctx), lifecycle.ErrLeaseLost) {
 		return c.Job(), context.Cause(ctx)
 	}
 	code := errorCode(step, sctx, err)
@@ -345,7 +364,7 @@ func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Jo
 		if err := toArtifactWrite(ctx, d); err != nil {
 			return err
 		}
-		if err := fire(ctx, d, lifecycle.EventCommit, lifecycle.ActorOrchestration); err != nil {
+		if err := fire(ctx, d, machine.EventCommit, lifecycle.ActorOrchestration); err != nil {
 			return err
 		}
 		d.ArtifactID, d.Error, d.ErrorCode, d.FailedStep, d.Lease = art.ArtifactID, nil, "", "", nil
@@ -356,7 +375,7 @@ func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Jo
 	if err == nil {
 		c.settled()
 	}
-	if err != nil && !errors.Is(err, records.ErrLeaseLost) && ctx.Err() == nil {
+	if err != nil && !errors.Is(err, lifecycle.ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of
 		// ARTIFACT_WRITE, retried like any other.
 		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, ctx, err)

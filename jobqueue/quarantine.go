@@ -7,8 +7,9 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // quarantine moves poison records aside (core.Quarantiner), logged and
@@ -19,11 +20,11 @@ type quarantine struct {
 	obs   *observer
 }
 
-// poison quarantines the record of a *records.CorruptError and turns the
+// poison quarantines the record of a *lifecycle.QuarantinedError and turns the
 // error into ErrNotFound for the caller, which goes on as if the record were
 // gone: a poison record never blocks anything. Other errors pass.
 func (q *quarantine) poison(ctx context.Context, err error) error {
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if !errors.As(err, &ce) {
 		return err
 	}
@@ -37,42 +38,9 @@ func (q *quarantine) poison(ctx context.Context, err error) error {
 	return fmt.Errorf("jobqueue: %w (quarantined at %s): %w", storage.ErrNotFound, qkey, err)
 }
 
-// QuarantinedError is the error of a job whose record was poison and was
-// moved under records.QuarantinePrefix (by this read or an earlier one): Get
-// and Requeue give it, as the Runner gives run.QuarantinedError for a run,
-// so a client learns the job is quarantined, not that it never existed. An
-// operator may repair and restore the record (records.Restore). It matches
-// records.ErrCorrupt and, as a job the queue can no longer see,
-// storage.ErrNotFound; its code is RECORD_QUARANTINED (410).
-type QuarantinedError struct {
-	JobID string
-	// Key is where the record was; QKey where its copy is kept.
-	Key, QKey string
-	Reason    string
-}
-
-// Error names the job and the reason.
-func (e *QuarantinedError) Error() string {
-	msg := "jobqueue: job " + e.JobID + ": record quarantined"
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	if e.QKey != "" {
-		msg += " (at " + e.QKey + ")"
-	}
-	return msg
-}
-
-// Is matches records.ErrCorrupt and storage.ErrNotFound.
-func (e *QuarantinedError) Is(target error) bool {
-	return target == records.ErrCorrupt || target == storage.ErrNotFound
-}
-
-// Code is RECORD_QUARANTINED, as records.CorruptError's.
-func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }
-
 // quarantinedOr turns the not-found of a job whose record is in quarantine
-// into a *QuarantinedError; any other error is returned as it is.
+// into one that also matches a *lifecycle.QuarantinedError (the job's id,
+// where its copy is, why); any other error is returned as it is.
 func (q *quarantine) quarantinedOr(ctx context.Context, jobID string, err error) error {
 	if !errors.Is(err, storage.ErrNotFound) {
 		return err
@@ -82,7 +50,9 @@ func (q *quarantine) quarantinedOr(ctx context.Context, jobID string, err error)
 		return err
 	}
 	if qkey, reason, ok := records.FindQuarantined(ctx, q.store, key); ok {
-		return &QuarantinedError{JobID: jobID, Key: key, QKey: qkey, Reason: reason}
+		// still a job the queue cannot see: it matches storage.ErrNotFound too
+		return fmt.Errorf("jobqueue: job %s: %w: %w", jobID, storage.ErrNotFound,
+			&lifecycle.QuarantinedError{ID: jobID, Key: key, QKey: qkey, Reason: reason})
 	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/maintenance"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -71,7 +72,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 		grace: stopGrace(cfg.StopGrace), sched: newScheduler()}
 	obs := &observer{metrics: cfg.Metrics, waits: &waitSet{}}
 	q.quar = &quarantine{store: store, mover: &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, obs: obs}
-	absent := &core.Absence{Settle: storage.SettleTime(store)}
+	absent := &core.Absence{Settle: store.SettleTime()}
 	audit := &auditor{store: store, log: cfg.Logger, node: cfg.Node, artifactActor: cfg.ArtifactActor}
 	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
 	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}
@@ -104,7 +105,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // written once, already QUEUED, with both moves in its audit. The actor
 // needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
 // move to QUEUED is the orchestration layer's, which the queue is. Invalid input (lifecycle.ErrInvalidJob) or a refusal
-// (authority.ErrForbidden) writes nothing; an existing id gives lifecycle.ErrJobExists.
+// (lifecycle.ErrForbiddenActor) writes nothing; an existing id gives lifecycle.ErrJobExists.
 // The job keeps the trace context of ctx (with Config.TracerProvider set,
 // that of a conveyor.enqueue span): every attempt's spans continue it.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
@@ -160,15 +161,14 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 // the job (a Worker of this process ran it), at the store's signal where
 // the store watches (a write by another process), and
 // else on a poll that backs off from 25 ms to 1 s. On a fake clock it
-// counts as work while it reads and waits on the clock's timers
-// (clock.Activity), so a test that drives the clock sees the same run every
-// time.
+// counts as work while it reads and waits on the clock's timers, so a
+// test that drives the clock sees the same run every time.
 //
 // When ctx ends first it returns the job as last read and an error that
 // names the job and its last status and wraps the cause
 // (context.Canceled, context.DeadlineExceeded). A job
 // that does not exist gives an error matching storage.ErrNotFound; a
-// quarantined one a *QuarantinedError.
+// quarantined one a *lifecycle.QuarantinedError.
 func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	return q.reads.wait(ctx, jobID)
 }
@@ -198,7 +198,7 @@ func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 // dies while sweeping is followed by the next one after every. swept tells
 // whether this call swept.
 func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Duration) (r SweepReport, swept bool, err error) {
-	if err := storage.ValidateID("worker id", worker); err != nil {
+	if err := storekey.ValidateID("worker id", worker); err != nil {
 		return r, false, err
 	}
 	if every <= 0 {

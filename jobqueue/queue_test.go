@@ -13,17 +13,16 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 var t0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
@@ -275,7 +274,7 @@ func TestRetryScheduleToDead(t *testing.T) {
 		q := newQueue(t, s, clk)
 		enqueue(t, q, "job-r", "agent-r")
 		var calls atomic.Int32
-		h := failing(&lifecycle.StatusError{Code: 503}, &calls)
+		h := failing(&jobqueue.StatusError{Code: 503}, &calls)
 		for attempt, wait := range []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second} {
 			c := claim(t, q, "w1")
 			if c == nil {
@@ -343,9 +342,9 @@ func TestErrorCodes(t *testing.T) {
 		err  error
 		code string
 	}{
-		{&lifecycle.StatusError{Code: 429}, codes.JobRateLimited},
-		{&lifecycle.StatusError{Code: 503, Err: errors.New("down")}, codes.JobUnavailable},
-		{&lifecycle.StatusError{Code: 500}, "HTTP_500"},
+		{&jobqueue.StatusError{Code: 429}, codes.JobRateLimited},
+		{&jobqueue.StatusError{Code: 503, Err: errors.New("down")}, codes.JobUnavailable},
+		{&jobqueue.StatusError{Code: 500}, "HTTP_500"},
 		{context.DeadlineExceeded, codes.JobTimeout},
 		{errors.New("boom"), codes.JobHandlerError},
 	}
@@ -540,7 +539,7 @@ func TestOrphanRescueAndFencing(t *testing.T) {
 		}
 		// The paused worker wakes up: every write is fenced off.
 		_, err := paused.Run(ctx, okHandlers())
-		if !errors.Is(err, records.ErrLeaseLost) {
+		if !errors.Is(err, lifecycle.ErrLeaseLost) {
 			t.Fatalf("paused worker's run: %v", err)
 		}
 		if after := get(t, q, "job-o"); after.UpdatedAt != j.UpdatedAt || after.Status != lifecycle.JobRetryBackoff {

@@ -9,7 +9,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Work in flight, found without reading finished history (issue 12,
@@ -99,7 +98,7 @@ func (q *repairer) pendingAfter(key string, err error, now time.Time) bool {
 	switch {
 	case errors.As(err, &se):
 		return q.lanePending(key, &se.doc, now)
-	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, storage.ErrNotFound) && !errors.Is(err, lifecycle.ErrCorrupt):
 		// Not yet believed gone (a store that settles): pending too.
 		_, jobID, _ := parseLaneKey(key)
 		return q.lanePending(key, nil, now) || !q.jobs.gone(jobID, err)

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 )
 
 // requeue is Queue.Requeue.
@@ -22,7 +23,7 @@ func (q *admission) requeue(ctx context.Context, actor lifecycle.Actor, jobID st
 	}
 	probe := cur
 	probe.Trail = nil
-	if err := fire(ctx, &probe, lifecycle.EventRequeue, actor); err != nil {
+	if err := fire(ctx, &probe, machine.EventRequeue, actor); err != nil {
 		return lifecycle.Job{}, err // refused as the record stands: no lane entry written
 	}
 	if err := q.locks.ensureAgent(ctx, cur.AgentSlug); err != nil {
@@ -38,7 +39,7 @@ func (q *admission) requeue(ctx context.Context, actor lifecycle.Actor, jobID st
 		if d.AgentSlug != cur.AgentSlug {
 			return fmt.Errorf("jobqueue: job %s changed agent", jobID)
 		}
-		if err := fire(ctx, d, lifecycle.EventRequeue, actor); err != nil {
+		if err := fire(ctx, d, machine.EventRequeue, actor); err != nil {
 			return err
 		}
 		d.Attempt, d.Error, d.ErrorCode, d.FailedStep = 0, nil, "", ""

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -69,13 +70,13 @@ func (q *retries) retry(ctx context.Context, d *jobDoc, now time.Time, step life
 	// the write is under way (a Worker stopping) must not make the machine
 	// refuse them (the store calls still honour it).
 	ctx = context.WithoutCancel(ctx)
-	if err := fire(ctx, d, lifecycle.EventRetryableError, lifecycle.ActorOrchestration); err != nil {
+	if err := fire(ctx, d, machine.EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
 	d.Error, d.ErrorCode, d.FailedStep, d.Lease = &msg, code, step, nil
 	if code == codes.JobPermanent {
 		// No wait: backoff_elapsed's guard sends it to FAILED at once.
-		if err := fire(ctx, d, lifecycle.EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
+		if err := fire(ctx, d, machine.EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {
 			panic(fmt.Sprintf("jobqueue: backoff_elapsed of a permanent failure refused: %v", err))
 		}
 		d.NextAttemptAt, d.ReadyKey = nil, ""
@@ -91,7 +92,7 @@ func (q *retries) bury(ctx context.Context, jobID string, cached *jobDoc, ver st
 		if d.Status != lifecycle.JobFailed {
 			return nil // buried by someone else, or requeued
 		}
-		return fire(ctx, d, lifecycle.EventBury, lifecycle.ActorOrchestration)
+		return fire(ctx, d, machine.EventBury, lifecycle.ActorOrchestration)
 	})
 	return d.Job, err
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // On a store that settles (storage.SettleTime > 0, a distributed MinIO)
@@ -34,7 +33,7 @@ import (
 // missing again Settle after a first not-found.
 func (q *jobStore) gone(jobID string, err error) bool {
 	switch {
-	case errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, lifecycle.ErrCorrupt):
 		return true
 	case errors.Is(err, storage.ErrNotFound):
 		return q.absent.Confirmed(jobID, q.clock.Now())
@@ -105,9 +104,9 @@ func (q *twiceCheck) quarantineTwice(ctx context.Context, jobID string) error {
 		return err
 	}
 	q.log.ErrorContext(ctx, "jobqueue: job created twice: its artifact is older than its record; quarantined, not run again", "job_id", jobID)
-	err = q.quar.poison(ctx, &records.CorruptError{Key: key, Version: v, Data: b,
+	err = q.quar.poison(ctx, &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b,
 		Reason: "created twice: a create-only write was accepted over a job that had already run"})
-	if errors.Is(err, records.ErrCorrupt) {
+	if errors.Is(err, lifecycle.ErrCorrupt) {
 		return nil // moved (or changed since, and left to its writer)
 	}
 	return err

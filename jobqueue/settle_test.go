@@ -323,7 +323,7 @@ func TestSettleEveryJobCompletesOnceThroughDisturbances(t *testing.T) {
 	twice := 0
 	for i := range jobs {
 		j, err := queues[0].Get(ctx, lifecycle.ActorAdmin, id(i))
-		var qe *jobqueue.QuarantinedError
+		var qe *lifecycle.QuarantinedError
 		switch {
 		case errors.As(err, &qe) && strings.HasPrefix(qe.Reason, "created twice"):
 			twice++ // it completed, then was created again over its record

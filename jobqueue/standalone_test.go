@@ -8,10 +8,11 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -83,7 +84,7 @@ func TestTypedPayload(t *testing.T) {
 		{"wrong type", `{"name":5}`, nil, lifecycle.JobDead, codes.JobPermanent, "does not decode into jobqueue_test.Greet"},
 		{"not an object", `[1]`, nil, lifecycle.JobDead, codes.JobPermanent, "payload of job job-t (GREET)"},
 		{"handler error retried", `{"name":"Ada"}`, errors.New("upstream down"), lifecycle.JobRetryBackoff, codes.JobHandlerError, "upstream down"},
-		{"status error", `{"name":"Ada"}`, &lifecycle.StatusError{Code: 503}, lifecycle.JobRetryBackoff, codes.JobUnavailable, "HTTP 503"},
+		{"status error", `{"name":"Ada"}`, &jobqueue.StatusError{Code: 503}, lifecycle.JobRetryBackoff, codes.JobUnavailable, "HTTP 503"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,7 +153,7 @@ func TestTypeLanes(t *testing.T) {
 func TestEnqueueLaneRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	long := lifecycle.JobType(strings.Repeat("T", storage.MaxIDLen-len(jobqueue.TypeLanePrefix)+1))
+	long := lifecycle.JobType(strings.Repeat("T", storekey.MaxIDLen-len(jobqueue.TypeLanePrefix)+1))
 	s := memstore.New()
 	q := newQueue(t, s, clock.NewFake(t0), func(c *jobqueue.Config) {
 		c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{long: {Handler: greeter(nil)}, greetType: {Handler: greeter(nil)}}

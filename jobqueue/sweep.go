@@ -11,7 +11,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // SweepReport counts what Sweep repaired.
@@ -113,7 +112,7 @@ func (q *sweeper) pass(ctx context.Context, after string, limit int) (r SweepRep
 func (q *sweeper) sweepLock(ctx context.Context, key, agent string, now time.Time, seen map[string]string, r *SweepReport) error {
 	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key}
 	lock, ver, err := rec.Load(ctx)
-	if errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, lifecycle.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
 		return nil // a junk lock is the next claim's to quarantine and remake
 	}
 	if err != nil {
@@ -178,7 +177,7 @@ func (q *sweeper) sweepLane(ctx context.Context, key, agent, jobID string, now t
 	switch {
 	case err == nil:
 		cur = &d
-	case errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, lifecycle.ErrCorrupt):
 		// Quarantined: its entry is garbage, whatever its age.
 	case errors.Is(err, storage.ErrNotFound):
 		// The entry may be the job's only pointer: it goes once the job
@@ -218,7 +217,7 @@ func (q *sweeper) sweepJobID(ctx context.Context, jobID, laned string, seen map[
 func (q *sweeper) sweepRead(ctx context.Context, jobID string, seen map[string]string, r *SweepReport) (*jobDoc, error) {
 	seen[jobID] = ""
 	d, _, err := q.jobs.read(ctx, jobID)
-	if errors.Is(err, records.ErrCorrupt) {
+	if errors.Is(err, lifecycle.ErrCorrupt) {
 		r.Quarantined++
 	}
 	if errors.Is(err, storage.ErrNotFound) {
@@ -243,15 +242,16 @@ func (q *sweeper) sweepJob(ctx context.Context, d *jobDoc, laned string, r *Swee
 // (maintenance.Turn). Its lease is not given back: its expiry spaces the
 // sweeps.
 type sweepLease struct {
-	records.Meta
-	records.Lease
+	lifecycle.Meta
+	lifecycle.Lease
+
 	// Cursor is the key of the last entry swept when a batch ended before
 	// the entries did; the next sweep goes on after it.
 	Cursor string `json:"cursor,omitempty"`
 }
 
 // TurnLease is the sweep's lease, for maintenance.Turn.
-func (l *sweepLease) TurnLease() *records.Lease { return &l.Lease }
+func (l *sweepLease) TurnLease() *lifecycle.Lease { return &l.Lease }
 
 // turn is the sweep's turn across the workers sharing the store: due once
 // the last sweep's lease (of every) ran out.
@@ -259,7 +259,7 @@ func (q *sweeper) turn() *maintenance.Turn[sweepLease, *sweepLease] {
 	return &maintenance.Turn[sweepLease, *sweepLease]{
 		Store: q.store, Key: layout.SweepLeaseKey, Owner: q.worker, Clock: q.Clock, TTL: q.Period,
 		Due: func(l *sweepLease, now time.Time) bool { return !now.Before(l.ExpiresAt) },
-		Quarantine: func(ctx context.Context, ce *records.CorruptError) error {
+		Quarantine: func(ctx context.Context, ce *lifecycle.QuarantinedError) error {
 			if err := q.quar.poison(ctx, ce); !errors.Is(err, storage.ErrNotFound) {
 				return err
 			}
@@ -292,7 +292,7 @@ func (q *sweeper) ifDue(ctx context.Context) (r SweepReport, swept bool, err err
 		l.Cursor = next
 		return nil
 	})
-	if errors.Is(err, records.ErrLeaseLost) {
+	if errors.Is(err, lifecycle.ErrLeaseLost) {
 		err = nil // our lease ran out and another worker swept on
 	}
 	return r, true, err

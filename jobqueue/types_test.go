@@ -9,11 +9,11 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -122,7 +122,7 @@ func TestPermanentSkipsRetries(t *testing.T) {
 		}},
 		{"notebooklm call", lifecycle.JobNotebookLMCall, func(h jobqueue.Handlers) jobqueue.Handlers {
 			h.CallNotebookLM = func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
-				return lifecycle.JobOutput{}, fmt.Errorf("wrapped: %w", jobqueue.Permanent(&lifecycle.StatusError{Code: 404, Err: boom}))
+				return lifecycle.JobOutput{}, fmt.Errorf("wrapped: %w", jobqueue.Permanent(&jobqueue.StatusError{Code: 404, Err: boom}))
 			}
 			return h
 		}},

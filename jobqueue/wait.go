@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -25,7 +26,7 @@ func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) 
 	if err != nil {
 		return lifecycle.Job{}, fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
-	ctx, end := clock.Enter(ctx, q.clock)
+	ctx, end := activity.Enter(ctx, q.clock)
 	defer end()
 	poll := waitPoll
 	var signal <-chan struct{}
@@ -67,8 +68,8 @@ func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) 
 func (q *reader) waitChange(ctx context.Context, changed <-chan struct{}, signal <-chan struct{}, poll time.Duration) bool {
 	t := q.clock.NewTimer(poll)
 	defer t.Stop()
-	resume := clock.Wait(ctx, q.clock, func() bool {
-		return ctx.Err() != nil || isClosed(changed) || len(signal) > 0 || clock.Fired(t)
+	resume := activity.Wait(ctx, q.clock, func() bool {
+		return ctx.Err() != nil || isClosed(changed) || len(signal) > 0 || activity.Fired(t)
 	})
 	defer resume()
 	select {
@@ -107,7 +108,7 @@ func (e *waitError) Unwrap() error { return e.Err }
 func sleep(ctx context.Context, clk clock.Clock, d time.Duration, wake <-chan struct{}) bool {
 	t := clk.NewTimer(d)
 	defer t.Stop()
-	defer clock.Wait(ctx, clk, func() bool { return ctx.Err() != nil || clock.Fired(t) || isClosed(wake) })()
+	defer activity.Wait(ctx, clk, func() bool { return ctx.Err() != nil || activity.Fired(t) || isClosed(wake) })()
 	select {
 	case <-ctx.Done():
 		return false

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -26,9 +27,9 @@ type waited struct {
 // from here on, and returns where its answer arrives.
 func startWait(ctx context.Context, q *jobqueue.Queue, clk *clock.Fake, id string) <-chan waited {
 	res := make(chan waited, 1)
-	wctx := clock.Start(ctx, clk)
+	wctx := activity.Start(ctx, clk)
 	go func() {
-		ctx, end := clock.Enter(wctx, clk)
+		ctx, end := activity.Enter(wctx, clk)
 		defer end()
 		j, err := q.Wait(ctx, id)
 		res <- waited{j, err}

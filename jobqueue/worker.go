@@ -6,12 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/maintenance"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // Worker runs jobs from a Queue: Slots loops, each claiming a job, running
@@ -63,12 +63,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Queue == nil || w.ID == "" || (w.Handlers.CallNotebookLM == nil && len(w.Queue.cfg.Types) == 0) {
 		return errors.New("jobqueue: Worker needs Queue, ID, and Config.Types or Handlers.CallNotebookLM to run jobs with")
 	}
-	if err := storage.ValidateID("worker id", w.ID); err != nil {
+	if err := storekey.ValidateID("worker id", w.ID); err != nil {
 		return err
 	}
 	// Each goroutine of the worker counts as work on the clock but while it
 	// waits (a test's fake clock moves only when the worker is idle;
-	// clock.Activity). The store's watch signals arrive from outside: not
+	// activity.Activity). The store's watch signals arrive from outside: not
 	// counted.
 	clk := w.Queue.clock
 	slots, poll, sweep := w.settings()
@@ -83,25 +83,25 @@ func (w *Worker) Run(ctx context.Context) error {
 		wait = max(poll, idleFallback)
 	}
 	for range slots {
-		lctx := clock.Start(ctx, clk)
+		lctx := activity.Start(ctx, clk)
 		wg.Go(func() {
-			ctx, end := clock.Enter(lctx, clk)
+			ctx, end := activity.Enter(lctx, clk)
 			defer end()
 			w.loop(ctx, wait)
 		})
 	}
 	if !watched {
-		pctx := clock.Start(ctx, clk)
+		pctx := activity.Start(ctx, clk)
 		wg.Go(func() {
-			ctx, end := clock.Enter(pctx, clk)
+			ctx, end := activity.Enter(pctx, clk)
 			defer end()
 			w.pollLanes(ctx, poll)
 		})
 	}
 	if sweep > 0 {
-		sctx := clock.Start(ctx, clk)
+		sctx := activity.Start(ctx, clk)
 		wg.Go(func() {
-			ctx, end := clock.Enter(sctx, clk)
+			ctx, end := activity.Enter(sctx, clk)
 			defer end()
 			_ = maintenance.Run(ctx, w.Queue.sweeper.every(w.ID, sweep))
 		})

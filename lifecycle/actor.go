@@ -1,8 +1,8 @@
 package lifecycle
 
 // Actor names a component that may make a transition (see
-// docs/spec.md#actors). Every [Transition] lists the actors allowed to make it, and
-// [Machine.Fire] refuses any other with [ErrForbiddenActor].
+// docs/spec.md#actors). Every transition of a lifecycle lists the actors
+// allowed to make it; any other is refused with [ErrForbiddenActor].
 type Actor string
 
 // The actors (docs/spec.md#actors); their names are the platform's
@@ -29,7 +29,6 @@ const (
 	ActorSystem Actor = "system"
 )
 
-// Actors lists every known actor.
-func Actors() []Actor {
-	return []Actor{ActorGateway, ActorOrchestration, ActorNLMBackend, ActorMastra, ActorAdmin, ActorFrontend, ActorSystem}
-}
+// Event names what happens to cause a transition, as a job's audit trail
+// records it ([JobMove]).
+type Event string

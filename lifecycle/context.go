@@ -1,11 +1,8 @@
 package lifecycle
 
 import (
-	"context"
 	"strings"
 	"time"
-
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Approval is the approval a run waits for or got (docs/spec.md#run-status): a run's
@@ -45,10 +42,10 @@ const (
 
 // TransitionContext is the audit context of one transition (docs/spec.md#transition-context):
 // which run, who asked and why, when, and the approval or external event
-// the move is about. Give it to [Machine.Fire] with [WithTransition]; a
-// refused move reports it ([InvalidTransitionError].Context,
-// [ForbiddenActorError].Context), and the run package writes it into the
-// audit event and the run_transition log line of every status write.
+// the move is about. A refused move reports it
+// ([InvalidTransitionError].Context, [ForbiddenActorError].Context), and
+// the run package writes it into the audit event and the run_transition
+// log line of every status write.
 type TransitionContext struct {
 	RunID     string    `json:"run_id,omitempty"`
 	UserID    string    `json:"user_id,omitempty"`
@@ -63,44 +60,9 @@ type TransitionContext struct {
 	External *ExternalWait `json:"external_event,omitempty"`
 }
 
-// Check refuses a context whose free text breaks the SDK's input limits,
-// with an [*codes.InputError]: UserID over codes.MaxNameBytes or not one line of clean
-// text, an Initiator not of the set above, more than codes.MaxListLen metadata
-// entries, a metadata key over codes.MaxNameBytes or a value over codes.MaxTextBytes
-// (values may span lines). The zero context passes.
-func (tc *TransitionContext) Check() error {
-	if err := codes.CheckText("user_id", tc.UserID, codes.MaxNameBytes, codes.OneLine); err != nil {
-		return err
-	}
-	switch tc.Initiator {
-	case "", InitiatorUser, InitiatorSystem, InitiatorTimeout, InitiatorPolicy, InitiatorWebhook, InitiatorApproval:
-	default:
-		if err := codes.CheckText("initiator", string(tc.Initiator), codes.MaxNameBytes, codes.OneLine); err != nil {
-			return err
-		}
-		return &codes.InputError{Field: "initiator", Limit: codes.MaxNameBytes,
-			Reason: "not one of user, system, timeout, policy, webhook, approval"}
-	}
-	if err := codes.CheckList("metadata", len(tc.Metadata)); err != nil {
-		return err
-	}
-	for k, v := range tc.Metadata {
-		if k == "" {
-			return &codes.InputError{Field: "metadata", Limit: codes.MaxNameBytes, Reason: "empty key"}
-		}
-		if err := codes.CheckText("metadata key", k, codes.MaxNameBytes, codes.OneLine); err != nil {
-			return err
-		}
-		if err := codes.CheckText("metadata["+k+"]", v, codes.MaxTextBytes, codes.MultiLine); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// String is a short form for error messages: run, user, initiator and
+// summary is a short form for error messages: run, user, initiator and
 // time, never the metadata (which may be large).
-func (tc *TransitionContext) String() string {
+func (tc *TransitionContext) summary() string {
 	var parts []string
 	if tc.RunID != "" {
 		parts = append(parts, "run "+tc.RunID)
@@ -115,18 +77,4 @@ func (tc *TransitionContext) String() string {
 		parts = append(parts, "at "+tc.Timestamp.UTC().Format(time.RFC3339Nano))
 	}
 	return strings.Join(parts, ", ")
-}
-
-type transitionKey struct{}
-
-// WithTransition returns a copy of ctx that carries tc: [Machine.Fire]
-// under it reports tc in the errors of a refused move.
-func WithTransition(ctx context.Context, tc TransitionContext) context.Context {
-	return context.WithValue(ctx, transitionKey{}, &tc)
-}
-
-// transitionOf returns the context WithTransition put in ctx, or nil.
-func transitionOf(ctx context.Context) *TransitionContext {
-	tc, _ := ctx.Value(transitionKey{}).(*TransitionContext)
-	return tc
 }

@@ -1,22 +1,17 @@
-// Package lifecycle holds Conveyor's declarative state machines.
+// Package lifecycle is Conveyor's types package: the records the SDK
+// stores and hands back (a run's status and steps, a job, an NLM job, an
+// inbox entry, and what they embed: the lease, the document version, the
+// audit event), the states of their lifecycles, the bodies the HTTP API
+// and its Go client exchange, and the errors a caller matches on: the
+// category sentinels (ErrNotFound, ErrInvalidInput, ErrLeaseLost,
+// ErrCorrupt, ...), the typed errors that carry the details
+// ([InvalidTransitionError], [InputError], [QuarantinedError],
+// [LeaseLostError], [RunError]), and [ErrorCode], which gives any error of
+// the SDK its code (docs/spec.md#error-codes).
 //
-// A [Machine] is data: its states, initial state, terminal set and a table of
-// [Transition] values {From, To, Event, Actors, Guard}. The same table drives
-// validation ([Machine.Check]), event firing through
-// github.com/qmuntal/stateless ([Machine.Fire]), the typed errors, and the
-// Mermaid, DOT and JSON exports ([Spec]).
-//
-// The package defines the run machines of the specs ([CanonicalRun],
-// [CancelableRun], [ApprovalRun]) and the run-step machine ([RunStep]) over
-// any [Stateful] record, and beside them the job ([JobMachine]), NLM-job
-// ([NLMMachine]) and inbox-entry ([InboxMachine]) machines with the records
-// they move ([Job], [NLMJob], [InboxEntry]), all built with [New].
-//
-// The package also holds the actors, and [ErrorCode], which gives any error
-// of the SDK its code; the code table itself, with the HTTP statuses and the
-// input limits, is the leaf package lifecycle/codes.
-//
-// Run orchestration (the Runner, run records, idempotency, recovery) is in
-// the subpackage run; the fake clock for tests of your own code is in the
-// subpackage clock.
+// It imports nothing but the standard library, so every part of the SDK,
+// the Go client included, shares one copy of these types. The engines that
+// move the records live beside it: run orchestration in the subpackage run,
+// the NLM processor in nlm, the job queue in package jobqueue; the fake
+// clock for tests of your own code is in the subpackage clock.
 package lifecycle

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Sentinel errors for the categories of failure. Match them with errors.Is;
@@ -16,20 +14,13 @@ var (
 	// ErrTerminalState: the move starts in a terminal state. Errors that match
 	// it also match ErrInvalidTransition.
 	ErrTerminalState = errors.New("terminal state")
-	// ErrUnknownState: a state name the machine does not define. Errors that
-	// match it also match ErrInvalidTransition.
-	ErrUnknownState = errors.New("unknown state")
 	// ErrForbiddenActor: the move exists but the actor may not make it.
 	ErrForbiddenActor = errors.New("forbidden actor")
-	// ErrInvalidDefinition: a machine definition that [New] refuses.
-	ErrInvalidDefinition = errors.New("invalid machine definition")
-	// ErrNilRecord is returned by [Machine.Fire] for a nil record.
-	ErrNilRecord = errors.New("lifecycle: nil record")
 )
 
 // InvalidTransitionError reports a move the machine does not allow. It matches
-// [ErrInvalidTransition], and also [ErrTerminalState] when From is terminal
-// and [ErrUnknownState] when From or To is not a state of the machine.
+// [ErrInvalidTransition], and also [ErrTerminalState] when From is terminal;
+// Unknown names a state the machine does not define.
 type InvalidTransitionError struct {
 	Machine string
 	From    string
@@ -46,7 +37,7 @@ type InvalidTransitionError struct {
 	// Guards names the guards that refused the move, if that is the cause.
 	Guards []string
 	// Context is the transition context of the refused move, when the
-	// caller gave one (see WithTransition).
+	// caller gave one .
 	Context *TransitionContext
 }
 
@@ -74,23 +65,21 @@ func (e *InvalidTransitionError) Error() string {
 		fmt.Fprintf(&b, " (valid next states: %s)", strings.Join(e.ValidNext, ", "))
 	}
 	if e.Context != nil {
-		if s := e.Context.String(); s != "" {
+		if s := e.Context.summary(); s != "" {
 			fmt.Fprintf(&b, " [%s]", s)
 		}
 	}
 	return b.String()
 }
 
-// Is matches ErrInvalidTransition always, ErrTerminalState when From is
-// terminal, and ErrUnknownState when a state is unknown.
+// Is matches ErrInvalidTransition always, and ErrTerminalState when From is
+// terminal.
 func (e *InvalidTransitionError) Is(target error) bool {
 	switch target {
 	case ErrInvalidTransition:
 		return true
 	case ErrTerminalState:
 		return e.Terminal
-	case ErrUnknownState:
-		return e.Unknown != ""
 	}
 	return false
 }
@@ -99,9 +88,9 @@ func (e *InvalidTransitionError) Is(target error) bool {
 // RUN_INVALID_TRANSITION otherwise.
 func (e *InvalidTransitionError) Code() string {
 	if e.Terminal {
-		return codes.TerminalState
+		return codeTerminalState
 	}
-	return codes.InvalidTransition
+	return codeInvalidTransition
 }
 
 // ForbiddenActorError reports an actor that may not make a move the machine
@@ -115,7 +104,7 @@ type ForbiddenActorError struct {
 	// Allowed lists the actors that may make the move.
 	Allowed []Actor
 	// Context is the transition context of the refused move, when the
-	// caller gave one (see WithTransition).
+	// caller gave one .
 	Context *TransitionContext
 }
 
@@ -128,7 +117,7 @@ func (e *ForbiddenActorError) Error() string {
 	msg := fmt.Sprintf("%s: actor %q may not move %q to %q on event %q (allowed: %s)",
 		e.Machine, e.Actor, e.From, e.To, e.Event, strings.Join(allowed, ", "))
 	if e.Context != nil {
-		if s := e.Context.String(); s != "" {
+		if s := e.Context.summary(); s != "" {
 			msg += " [" + s + "]"
 		}
 	}
@@ -138,20 +127,39 @@ func (e *ForbiddenActorError) Error() string {
 // Is matches ErrForbiddenActor.
 func (e *ForbiddenActorError) Is(target error) bool { return target == ErrForbiddenActor }
 
-// Code is [codes.Forbidden].
-func (e *ForbiddenActorError) Code() string { return codes.Forbidden }
+// Code is FORBIDDEN.
+func (e *ForbiddenActorError) Code() string { return codeForbidden }
 
-// DefinitionError reports why [New] refused a machine definition. It matches
-// [ErrInvalidDefinition].
-type DefinitionError struct {
-	Machine string
-	Problem string
+// Category sentinels of the store, shared by every part of the SDK (the
+// storage package's ErrNotFound and ErrUnavailable are these values), so
+// a caller matches them without importing the store.
+var (
+	// ErrNotFound: the record asked for does not exist.
+	ErrNotFound = errors.New("storage: not found")
+	// ErrUnavailable is matched by the error of a store call that met only
+	// transient failures until its wait ran out: the store was unreachable.
+	ErrUnavailable = errors.New("storage: store unavailable")
+)
+
+// RunError is an error with a code of the code table (docs/spec.md#error-codes). A step returns one (or wraps one)
+// to say why it failed, e.g. NLM_UNAVAILABLE; the run's error field then
+// reads "CODE: message". Retryable says whether another attempt may help.
+type RunError struct {
+	Code    string
+	Message string
+	// Permanent stops retries: the step fails at once.
+	Permanent bool
+	// Err is the cause, if any.
+	Err error
 }
 
-// Error names the machine and what is wrong with its definition.
-func (e *DefinitionError) Error() string {
-	return fmt.Sprintf("lifecycle: machine %q: %s", e.Machine, e.Problem)
+// NewRunError returns a retryable *RunError.
+func NewRunError(code, format string, args ...any) *RunError {
+	return &RunError{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// Is matches ErrInvalidDefinition.
-func (e *DefinitionError) Is(target error) bool { return target == ErrInvalidDefinition }
+// Error is "CODE: message", the form of status.json's error field.
+func (e *RunError) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap returns the cause.
+func (e *RunError) Unwrap() error { return e.Err }

@@ -1,9 +1,6 @@
 package lifecycle
 
-import (
-	"sync"
-	"time"
-)
+import "time"
 
 // InboxState is a state of an inbox entry (docs/spec.md#inbox-entry-lifecycle).
 type InboxState string
@@ -15,11 +12,6 @@ const (
 	InboxRejected  InboxState = "rejected"
 	InboxExpired   InboxState = "expired"
 )
-
-// InboxStates lists the inbox entry states in the spec's order.
-func InboxStates() []InboxState {
-	return []InboxState{InboxPending, InboxProcessed, InboxRejected, InboxExpired}
-}
 
 // InboxSource says where an entry came from (docs/spec.md#inbox-entry).
 type InboxSource struct {
@@ -55,35 +47,6 @@ type InboxEntry struct {
 	ProposalID      string        `json:"proposal_id,omitempty"`
 	RejectionReason string        `json:"rejection_reason,omitempty"`
 }
-
-// Inbox-entry events.
-const (
-	EventInboxProcess Event = "process" // pending → processed: the validation gate passed
-	EventInboxReject  Event = "reject"  // pending → rejected: the validation gate refused
-	EventInboxExpire  Event = "expire"  // pending → expired: the TTL ran out
-)
-
-// InboxMachine is the inbox entry machine (docs/spec.md#inbox-entry-lifecycle): the
-// gateway (the platform's Worker) processes or rejects a pending entry; the system's cron
-// expires it.
-func InboxMachine() *Machine[InboxState, *InboxEntry] { return inboxMachine() }
-
-var inboxMachine = sync.OnceValue(func() *Machine[InboxState, *InboxEntry] {
-	gateway := []Actor{ActorGateway}
-	return MustNew(Definition[InboxState, *InboxEntry]{
-		Name:     "inbox-entry",
-		Initial:  InboxPending,
-		States:   InboxStates(),
-		Terminal: []InboxState{InboxProcessed, InboxRejected, InboxExpired},
-		Transitions: []Transition[InboxState, *InboxEntry]{
-			{From: InboxPending, To: InboxProcessed, Event: EventInboxProcess, Actors: gateway},
-			{From: InboxPending, To: InboxRejected, Event: EventInboxReject, Actors: gateway},
-			{From: InboxPending, To: InboxExpired, Event: EventInboxExpire, Actors: []Actor{ActorSystem}},
-		},
-		GetState: func(e *InboxEntry) InboxState { return e.Status },
-		SetState: func(e *InboxEntry, s InboxState) { e.Status = s },
-	})
-})
 
 // Expires tells when e's TTL runs out.
 func (e *InboxEntry) Expires() time.Time {

@@ -3,11 +3,7 @@ package lifecycle
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // JobState is a state of the job machine (docs/spec.md#job-lifecycle).
@@ -25,12 +21,6 @@ const (
 	JobFailed          JobState = "FAILED"
 	JobDead            JobState = "DEAD"
 )
-
-// JobStates lists the job states in pipeline order.
-func JobStates() []JobState {
-	return []JobState{JobPending, JobQueued, JobContextAssembly, JobNotebookLMCall, JobArtifactWrite,
-		JobComplete, JobRetryBackoff, JobFailed, JobDead}
-}
 
 // JobType is what a job produces (docs/spec.md#job-record).
 type JobType string
@@ -91,7 +81,7 @@ type Job struct {
 	// owner, the fencing epoch of the agent lock it was taken under, and its
 	// expiry. Every write by the worker is conditional on owner and epoch
 	// still being here, so a worker that was taken over cannot write.
-	Lease *records.Lease `json:"lease,omitempty"`
+	Lease *Lease `json:"lease,omitempty"`
 	// Trail lists the transitions not yet in the audit log: those since
 	// the job last came to rest (COMPLETE, DEAD, RETRY_BACKOFF), and, at
 	// rest, those that brought it there. The write that brings a job to
@@ -114,68 +104,6 @@ type JobMove struct {
 	// and the ts of its audit event.
 	At time.Time `json:"at,omitzero"`
 }
-
-// Job-machine events.
-const (
-	EventValidate       Event = "validate"        // PENDING → QUEUED
-	EventPickup         Event = "pickup"          // QUEUED → CONTEXT_ASSEMBLY
-	EventSnapshotReady  Event = "snapshot_ready"  // CONTEXT_ASSEMBLY → NOTEBOOKLM_CALL
-	EventResponseOK     Event = "response_ok"     // NOTEBOOKLM_CALL → ARTIFACT_WRITE
-	EventCommit         Event = "commit"          // ARTIFACT_WRITE → COMPLETE
-	EventRetryableError Event = "retryable_error" // a pipeline state → RETRY_BACKOFF
-	EventBackoffElapsed Event = "backoff_elapsed" // RETRY_BACKOFF → QUEUED or FAILED, by guard
-	EventBury           Event = "bury"            // FAILED → DEAD
-	EventRequeue        Event = "requeue"         // FAILED or DEAD → QUEUED (operator)
-)
-
-// JobMachine is the job machine (docs/spec.md#job-lifecycle). The orchestration layer makes
-// every automatic move; only an admin requeues. RETRY_BACKOFF leaves by one
-// event, backoff_elapsed, whose guards send the job back to QUEUED while
-// attempts are left and to FAILED once they are exhausted, or at once when
-// its error was permanent (error_code PERMANENT, see Permanent).
-//
-// Extension (docs/spec.md#extensions): DEAD → QUEUED, the operator's requeue of a dead
-// job (invariant F2); it is the only move out of a terminal state.
-func JobMachine() *Machine[JobState, *Job] { return jobMachine() }
-
-var jobMachine = sync.OnceValue(func() *Machine[JobState, *Job] {
-	orch := []Actor{ActorOrchestration}
-	admin := []Actor{ActorAdmin}
-	// Guards on the attempt count: retried while attempt < max_attempts.
-	// Extension: a permanent error (Permanent, error_code PERMANENT) takes
-	// the FAILED branch whatever attempts are left.
-	attemptsLeft := Guard[*Job]{
-		Name:  "attempt < max_attempts and not PERMANENT",
-		Allow: func(j *Job) bool { return j.Attempt < j.MaxAttempts && j.ErrorCode != codes.JobPermanent },
-	}
-	attemptsExhausted := Guard[*Job]{
-		Name:  "attempt >= max_attempts or PERMANENT",
-		Allow: func(j *Job) bool { return j.Attempt >= j.MaxAttempts || j.ErrorCode == codes.JobPermanent },
-	}
-	return MustNew(Definition[JobState, *Job]{
-		Name:     "job",
-		Initial:  JobPending,
-		States:   JobStates(),
-		Terminal: []JobState{JobComplete, JobDead},
-		Transitions: []Transition[JobState, *Job]{
-			{From: JobPending, To: JobQueued, Event: EventValidate, Actors: orch},
-			{From: JobQueued, To: JobContextAssembly, Event: EventPickup, Actors: orch},
-			{From: JobContextAssembly, To: JobNotebookLMCall, Event: EventSnapshotReady, Actors: orch},
-			{From: JobContextAssembly, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
-			{From: JobNotebookLMCall, To: JobArtifactWrite, Event: EventResponseOK, Actors: orch},
-			{From: JobNotebookLMCall, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
-			{From: JobArtifactWrite, To: JobComplete, Event: EventCommit, Actors: orch},
-			{From: JobArtifactWrite, To: JobRetryBackoff, Event: EventRetryableError, Actors: orch},
-			{From: JobRetryBackoff, To: JobQueued, Event: EventBackoffElapsed, Actors: orch, Guard: &attemptsLeft},
-			{From: JobRetryBackoff, To: JobFailed, Event: EventBackoffElapsed, Actors: orch, Guard: &attemptsExhausted},
-			{From: JobFailed, To: JobDead, Event: EventBury, Actors: orch},
-			{From: JobFailed, To: JobQueued, Event: EventRequeue, Actors: admin, Requeue: true},
-			{From: JobDead, To: JobQueued, Event: EventRequeue, Actors: admin, Requeue: true, Extension: true},
-		},
-		GetState: func(j *Job) JobState { return j.Status },
-		SetState: func(j *Job, s JobState) { j.Status = s },
-	})
-})
 
 // String makes a job readable in logs.
 func (j *Job) String() string {

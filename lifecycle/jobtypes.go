@@ -3,8 +3,6 @@ package lifecycle
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net/http"
 )
 
 // The names the job queue and the NLM processor share: neither engine
@@ -35,21 +33,3 @@ type SourceRef struct {
 	Ref     string `json:"ref"`
 	Excerpt string `json:"excerpt,omitempty"`
 }
-
-// StatusError is a handler's or a stage's error carrying an HTTP status,
-// e.g. 429 or 503 from the NLM backend, or a callback's refusal.
-type StatusError struct {
-	Code int
-	Err  error
-}
-
-// Error renders the status and the cause.
-func (e *StatusError) Error() string {
-	if e.Err == nil {
-		return fmt.Sprintf("HTTP %d %s", e.Code, http.StatusText(e.Code))
-	}
-	return fmt.Sprintf("HTTP %d: %v", e.Code, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *StatusError) Unwrap() error { return e.Err }

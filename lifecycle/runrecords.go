@@ -3,8 +3,6 @@ package lifecycle
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The run's records and the submit's wire types: the Runner (lifecycle/run)
@@ -12,15 +10,15 @@ import (
 // live here so the client needs no engine.
 
 // RunStatus is a run's status.json (docs/spec.md#run-status). RunStatus holds
-// a state of whichever run machine drives the run ([RunState],
-// [CancelableRunState] or [ApprovalRunState]); Machine names that machine and
+// a state of whichever run machine drives the run (docs/spec.md#canonical-run,
+// #cancel-aware-run, #approval-run); Machine names that machine and
 // is omitted for the canonical one. Times are RFC 3339 UTC.
 //
 // The platform's fields come first and are always present, so a plain run's
 // status.json reads as the platform expects; the fields the SDK adds (lease,
 // heartbeat, cancellation, approval and external waits, resume count and
 // takeover) are
-// omitted while empty. The embedded records.Meta adds the document's write
+// omitted while empty. The embedded Meta adds the document's write
 // counter, "version".
 type RunStatus struct {
 	RunID     string `json:"run_id"`
@@ -40,7 +38,7 @@ type RunStatus struct {
 	// Error is "CODE: message" once the run failed, null otherwise.
 	Error *string `json:"error"`
 
-	records.Meta
+	Meta
 
 	Machine        string `json:"machine,omitempty"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
@@ -48,8 +46,8 @@ type RunStatus struct {
 	// SDK's one lease. A runner renews it by heartbeat; another takes the
 	// run over only after ExpiresAt, with Epoch+1, which fences the first
 	// one out of every write.
-	Lease           *records.Lease `json:"lease,omitempty"`
-	LastHeartbeatAt *time.Time     `json:"last_heartbeat_at,omitempty"`
+	Lease           *Lease     `json:"lease,omitempty"`
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at,omitempty"`
 	// Cancellation (docs/spec.md#cancel-aware-run).
 	CancelRequested   bool       `json:"cancel_requested,omitempty"`
 	CancelReason      string     `json:"cancel_reason,omitempty"`
@@ -87,8 +85,8 @@ type RunStatus struct {
 // derived from the run and the document's version, so every writer that
 // writes it writes the same object once.
 type RunAuditRecord struct {
-	ID    string             `json:"id"`
-	Event records.AuditEvent `json:"event"`
+	ID    string     `json:"id"`
+	Event AuditEvent `json:"event"`
 }
 
 // StepRecord is one step file, steps/NN-name.json (docs/spec.md#step-record). The
@@ -112,20 +110,6 @@ type StepRecord struct {
 	// Epoch is the lease epoch of the runner that wrote the file.
 	Epoch int64 `json:"epoch,omitempty"`
 }
-
-// State is the run's status, a state of its machine: RunStatus is a
-// [Stateful] record of the run machines.
-func (d *RunStatus) State() string { return d.Status }
-
-// SetState sets the run's status.
-func (d *RunStatus) SetState(s string) { d.Status = s }
-
-// State is the step's status: StepRecord is a [Stateful] record
-// of the run-step machine.
-func (r *StepRecord) State() string { return string(r.Status) }
-
-// SetState sets the step's status.
-func (r *StepRecord) SetState(s string) { r.Status = StepState(s) }
 
 // SubmitRequest asks for a run (POST /agents/run).
 type SubmitRequest struct {
@@ -162,7 +146,7 @@ type SubmitResult struct {
 // breaks the limits of TransitionContext.Check (UserID
 // MaxNameBytes, metadata keys MaxNameBytes and values MaxTextBytes, at
 // most MaxListLen entries, clean text, an Initiator of the known set) is
-// refused with an *codes.InputError, and nothing is written.
+// refused with an *lifecycle.InputError, and nothing is written.
 type Caller struct {
 	// UserID names the user the call is made for, e.g. "u-42".
 	UserID string

@@ -9,10 +9,10 @@ import "encoding/json"
 
 // NewJob is what jobqueue.Queue.Enqueue needs (POST /jobs); the queue fills
 // in the rest of the record.
-// Ids are storage ids (storage.ValidateID); Payload is JSON of at most
-// codes.MaxDocumentBytes, the URLs at most codes.MaxURLBytes, and
-// Context.EntityRefs at most codes.MaxListLen refs of
-// codes.MaxRefBytes, all valid UTF-8 without NUL or control characters.
+// Ids are storage ids (storage.ErrInvalidID); Payload is JSON of at most
+// 1 MiB, the URLs at most 4,096 bytes, and
+// Context.EntityRefs at most 256 refs of
+// 1,024 bytes, all valid UTF-8 without NUL or control characters.
 type NewJob struct {
 	// JobID is the job's id; empty means a fresh UUID v4.
 	JobID     string

@@ -8,29 +8,37 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // Sentinel errors. Match them with errors.Is; every failure of a Store is
 // an *OpError wrapping one of them, a context error, or the adapter's own.
-// ErrNotFound, ErrPreconditionFailed and ErrOutcomeUnknown are the
-// driver's (package storage/driver), the same values under two names.
+// A driver (package storage/driver) reports ErrNotFound,
+// ErrPreconditionFailed and ErrOutcomeUnknown.
 var (
 	// ErrNotFound: the key does not exist.
-	ErrNotFound = driver.ErrNotFound
+	// It is the SDK's one not-found sentinel, lifecycle.ErrNotFound, so a
+	// caller matches it without importing the store.
+	ErrNotFound = lifecycle.ErrNotFound
 	// ErrPreconditionFailed: the Condition of a Put or Delete did not hold,
 	// so nothing was written. A compare-and-swap loop re-reads and retries.
-	ErrPreconditionFailed = driver.ErrPreconditionFailed
-	// ErrInvalidKey: the key (or List prefix) breaks the rules of ValidateKey.
-	ErrInvalidKey = errors.New("storage: invalid key")
-	// ErrInvalidID: an id breaks the rules of ValidateID.
-	ErrInvalidID = errors.New("storage: invalid id")
+	ErrPreconditionFailed = errors.New("storage: precondition failed")
+	// ErrInvalidKey: the key (or List prefix) cannot be stored: empty,
+	// too long, not a clean relative "/"-separated path of valid UTF-8
+	// without control characters or backslashes, or a segment starting
+	// with the ".cnv" adapters keep for themselves.
+	ErrInvalidKey = storekey.ErrInvalidKey
+	// ErrInvalidID: an id (a run id, a slug, an idempotency key) is not 1
+	// to 128 bytes of [A-Za-z0-9._:-] without "..", or starts with ".".
+	// It matches lifecycle.ErrInvalidInput too: an id is a caller's input.
+	ErrInvalidID = storekey.ErrInvalidID
 	// ErrOutcomeUnknown: a conditional write may or may not have been
 	// applied (its response was lost and the store cannot tell whether it
 	// landed). Re-read before acting; do not blindly retry a change that
 	// must happen once.
-	ErrOutcomeUnknown = driver.ErrOutcomeUnknown
+	ErrOutcomeUnknown = errors.New("storage: outcome unknown")
 	// ErrInvalidCondition: the condition makes no sense for the operation
 	// (IfNotExists on Delete, IfMatch with an empty version).
 	ErrInvalidCondition = errors.New("storage: invalid condition")
@@ -42,89 +50,87 @@ var (
 // work.
 type OpError = driver.OpError
 
-// NewOpError builds an *OpError.
-func NewOpError(op, key string, kind, cause error) *OpError {
-	return driver.NewOpError(op, key, kind, cause)
+// newOpError builds an *OpError.
+func newOpError(op, key string, kind, cause error) *OpError {
+	return &OpError{Op: op, Key: key, Kind: kind, Cause: cause}
 }
 
-func trimPrefix(s string) string { return driver.TrimPrefix(s) }
+// trimPrefix drops the "storage: " every error of this package starts
+// with, so a message nesting one reads once.
+func trimPrefix(s string) string {
+	const p = "storage: "
+	if len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}
 
-// CheckKey validates key for op and returns an *OpError wrapping the
-// *KeyError (so it matches ErrInvalidKey). The Store calls it before any
+// checkKey validates key for op and returns an *OpError wrapping the
+// key's refusal (so it matches ErrInvalidKey). The Store calls it before any
 // I/O.
-func CheckKey(op, key string) error {
-	if err := ValidateKey(key); err != nil {
-		return NewOpError(op, key, nil, err)
+func checkKey(op, key string) error {
+	if err := storekey.ValidateKey(key); err != nil {
+		return newOpError(op, key, nil, err)
 	}
 	return nil
 }
 
-// CheckOp is what the Store checks before any I/O of op on key: the key
-// is valid (CheckKey) and ctx is not done (an *OpError matching ctx.Err()).
-func CheckOp(ctx context.Context, op, key string) error {
-	if err := CheckKey(op, key); err != nil {
+// checkOp is what the Store checks before any I/O of op on key: the key
+// is valid (checkKey) and ctx is not done (an *OpError matching ctx.Err()).
+func checkOp(ctx context.Context, op, key string) error {
+	if err := checkKey(op, key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return NewOpError(op, key, err, nil)
+		return newOpError(op, key, err, nil)
 	}
 	return nil
 }
 
-// CheckPrefix is what the Store checks before listing prefix: the prefix
-// can start a valid key, and ctx is not done.
-func CheckPrefix(ctx context.Context, prefix string) error {
-	if err := ValidatePrefix(prefix); err != nil {
-		return NewOpError("list", prefix, nil, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return NewOpError("list", prefix, err, nil)
-	}
-	return nil
-}
-
-// CheckAfter is CheckPrefix for ListAfter: it also refuses an after that
-// is neither "" nor a string ValidatePrefix accepts. The Store calls it
+// checkAfter is what the Store checks before listing prefix from after:
+// the prefix can start a valid key, ctx is not done, and it refuses an after that
+// is neither "" nor a string that can start a valid key. The Store calls it
 // before any I/O.
-func CheckAfter(ctx context.Context, prefix, after string) error {
-	if err := ValidatePrefix(prefix); err != nil {
-		return NewOpError("list", prefix, nil, err)
+func checkAfter(ctx context.Context, prefix, after string) error {
+	if err := storekey.ValidatePrefix(prefix); err != nil {
+		return newOpError("list", prefix, nil, err)
 	}
-	if err := ValidatePrefix(after); err != nil {
-		return NewOpError("list", after, nil, err)
+	if err := storekey.ValidatePrefix(after); err != nil {
+		return newOpError("list", after, nil, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return NewOpError("list", prefix, err, nil)
+		return newOpError("list", prefix, err, nil)
 	}
 	return nil
 }
 
-// CheckCondition reports whether cond is valid for op ("put" or "delete").
+// checkCondition reports whether cond is valid for op ("put" or "delete").
 // The Store calls it before any I/O.
-func CheckCondition(op, key string, cond Condition) error {
+func checkCondition(op, key string, cond Condition) error {
 	switch cond.Kind() {
-	case Unconditional:
+	case driver.Unconditional:
 		return nil
-	case CreateOnly:
+	case driver.CreateOnly:
 		if op == "delete" {
-			return NewOpError(op, key, ErrInvalidCondition, errors.New("if-not-exists cannot guard a delete"))
+			return newOpError(op, key, ErrInvalidCondition, errors.New("if-not-exists cannot guard a delete"))
 		}
 		return nil
-	case MatchVersion:
+	case driver.MatchVersion:
 		if cond.Version() == "" {
-			return NewOpError(op, key, ErrInvalidCondition, errors.New("if-match with an empty version"))
+			return newOpError(op, key, ErrInvalidCondition, errors.New("if-match with an empty version"))
 		}
 		return nil
 	default:
-		return NewOpError(op, key, ErrInvalidCondition, fmt.Errorf("unknown condition kind %d", cond.Kind()))
+		return newOpError(op, key, ErrInvalidCondition, fmt.Errorf("unknown condition kind %d", cond.Kind()))
 	}
 }
 
 // ErrUnavailable is matched by the error of a call that met only transient
 // failures of the store (timeouts, 5xx, refused connections) until its
 // context ended: the store was unreachable for as long as the caller could
-// wait. Its code is UPSTREAM_UNAVAILABLE.
-var ErrUnavailable = codes.ErrUnavailable
+// wait. Its code is UPSTREAM_UNAVAILABLE. It is lifecycle.ErrUnavailable,
+// so a caller matches it without the store.
+var ErrUnavailable = lifecycle.ErrUnavailable
 
 // UnavailableError is a call that gave up on a store that kept failing.
 type UnavailableError struct {
@@ -151,9 +157,6 @@ func (e *UnavailableError) Unwrap() []error {
 	}
 	return []error{e.Err, e.Stop}
 }
-
-// Code is UPSTREAM_UNAVAILABLE, the code of the SDK's code table.
-func (e *UnavailableError) Code() string { return codes.UpstreamUnavailable }
 
 // Transient tells whether err is a store failure worth waiting out: an
 // adapter's native error that an outage causes (a timeout, a refused or

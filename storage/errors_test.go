@@ -12,7 +12,7 @@ import (
 func TestOpError(t *testing.T) {
 	t.Parallel()
 	native := &fs.PathError{Op: "open", Path: "/x", Err: fs.ErrNotExist}
-	err := error(storage.NewOpError("get", "a/b", storage.ErrNotFound, native))
+	err := error(&storage.OpError{Op: "get", Key: "a/b", Kind: storage.ErrNotFound, Cause: native})
 	var pe *fs.PathError
 	var oe *storage.OpError
 	if !errors.Is(err, storage.ErrNotFound) || !errors.As(err, &pe) || !errors.As(err, &oe) || oe.Key != "a/b" {
@@ -24,7 +24,7 @@ func TestOpError(t *testing.T) {
 	if got, want := err.Error(), "storage: get a/b: not found: open /x: file does not exist"; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
-	ctxErr := storage.NewOpError("put", "k", context.Canceled, nil)
+	ctxErr := &storage.OpError{Op: "put", Key: "k", Kind: context.Canceled}
 	if !errors.Is(ctxErr, context.Canceled) || ctxErr.Error() != "storage: put k: context canceled" {
 		t.Fatalf("context OpError = %v", ctxErr)
 	}
@@ -45,9 +45,9 @@ func TestCheckCondition(t *testing.T) {
 		{"delete", storage.IfMatch("v1"), true},
 		{"delete", storage.IfNotExists(), false},
 	} {
-		err := storage.CheckCondition(tc.op, "k", tc.cond)
+		err := storage.CheckConditionForTest(tc.op, "k", tc.cond)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, storage.ErrInvalidCondition)) {
-			t.Errorf("CheckCondition(%s, %s) = %v", tc.op, tc.cond, err)
+			t.Errorf("checkCondition(%s, %s) = %v", tc.op, tc.cond, err)
 		}
 	}
 	if s := storage.IfMatch("abc").String(); s != "if-match(abc)" {

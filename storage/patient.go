@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -22,8 +23,9 @@ type Retry struct {
 	// Log receives a WARN when a call starts retrying and when it gives
 	// up; nil discards.
 	Log *slog.Logger
-	// NewBackOff makes the schedule of one call's retries; nil means
-	// DefaultRetryBackOff.
+	// NewBackOff makes the schedule of one call's retries; nil retries
+	// from 50 ms, doubling, at most 2 s apart, with ±20 % jitter and no
+	// limit of its own: the caller's context is the limit.
 	NewBackOff func() backoff.BackOff
 }
 
@@ -58,9 +60,9 @@ type patient struct {
 	retries atomic.Int64
 }
 
-// DefaultRetryBackOff retries from 50 ms, doubling, at most 2 s apart, with
+// defaultRetryBackOff retries from 50 ms, doubling, at most 2 s apart, with
 // ±20 % jitter and no limit of its own: the caller's context is the limit.
-func DefaultRetryBackOff() backoff.BackOff {
+func defaultRetryBackOff() backoff.BackOff {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
 	b.Multiplier = 2
@@ -93,7 +95,7 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 		if p.NewBackOff != nil {
 			r.bo = p.NewBackOff()
 		} else {
-			r.bo = DefaultRetryBackOff()
+			r.bo = defaultRetryBackOff()
 		}
 		// Trouble is said at once, not only when the wait gives up: a
 		// call without a deadline may wait a long time.
@@ -112,7 +114,7 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 	p.retries.Add(1)
 	t := p.Clock.NewTimer(d)
 	defer t.Stop()
-	defer clock.Wait(ctx, p.Clock, func() bool { return ctx.Err() != nil || clock.Fired(t) })()
+	defer activity.Wait(ctx, p.Clock, func() bool { return ctx.Err() != nil || activity.Fired(t) })()
 	select {
 	case <-ctx.Done():
 		return r.giveUp(ctx, err, ctx.Err())
@@ -150,8 +152,8 @@ func (p *patient) Put(ctx context.Context, key string, value []byte, cond Condit
 	failed := false
 	for {
 		v, err := p.d.Put(ctx, key, value, cond)
-		if failed && cond.Kind() != Unconditional && errors.Is(err, ErrPreconditionFailed) {
-			return "", NewOpError("put", key, ErrOutcomeUnknown,
+		if failed && cond.Kind() != driver.Unconditional && errors.Is(err, ErrPreconditionFailed) {
+			return "", newOpError("put", key, ErrOutcomeUnknown,
 				fmt.Errorf("a retry after a transient failure found the condition broken: %w", err))
 		}
 		if !Transient(err) {
@@ -170,8 +172,8 @@ func (p *patient) Delete(ctx context.Context, key string, cond Condition) error 
 	failed := false
 	for {
 		err := p.d.Delete(ctx, key, cond)
-		if failed && cond.Kind() != Unconditional && errors.Is(err, ErrPreconditionFailed) {
-			return NewOpError("delete", key, ErrOutcomeUnknown,
+		if failed && cond.Kind() != driver.Unconditional && errors.Is(err, ErrPreconditionFailed) {
+			return newOpError("delete", key, ErrOutcomeUnknown,
 				fmt.Errorf("a retry after a transient failure found the condition broken: %w", err))
 		}
 		if !Transient(err) {

@@ -110,7 +110,7 @@ func (b *breaksMidList) ListAfter(ctx context.Context, prefix, after string) ite
 		n := 0
 		for k, err := range b.Store.ListAfter(ctx, prefix, after) {
 			if first && n == 2 {
-				yield("", storage.NewOpError("list", prefix, nil, syscall.ECONNREFUSED))
+				yield("", &storage.OpError{Op: "list", Key: prefix, Cause: syscall.ECONNREFUSED})
 				return
 			}
 			n++

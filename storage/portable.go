@@ -7,6 +7,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
 
@@ -17,7 +18,7 @@ import (
 // honour its cancellation: a call whose context is done before it starts
 // returns an error matching ctx.Err() and does nothing.
 //
-// Keys are checked with ValidateKey before any I/O; an invalid key gives an
+// Keys are checked before any I/O; an invalid key gives an
 // error matching ErrInvalidKey. Keys are "/"-separated paths, and like file
 // paths a key must not also be the "directory" of other keys: storing both
 // "a" and "a/b" is undefined (MinIO and file systems cannot hold an object
@@ -48,7 +49,7 @@ func New(d driver.Store) *Store { return &Store{d: d} }
 // key gives an error matching ErrNotFound. The returned slice belongs to
 // the caller.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, Version, error) {
-	if err := CheckOp(ctx, "get", key); err != nil {
+	if err := checkOp(ctx, "get", key); err != nil {
 		return nil, "", err
 	}
 	b, v, err := s.d.Get(ctx, key)
@@ -70,10 +71,10 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, Version, error) {
 // ErrOutcomeUnknown, never a false success or a false
 // ErrPreconditionFailed.
 func (s *Store) Put(ctx context.Context, key string, value []byte, cond Condition) (Version, error) {
-	if err := CheckOp(ctx, "put", key); err != nil {
+	if err := checkOp(ctx, "put", key); err != nil {
 		return "", err
 	}
-	if err := CheckCondition("put", key, cond); err != nil {
+	if err := checkCondition("put", key, cond); err != nil {
 		return "", err
 	}
 	v, err := s.d.Put(ctx, key, value, cond)
@@ -83,7 +84,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond Conditio
 	return v, nil
 }
 
-// Delete removes key if cond holds. Unconditional Delete of a missing key
+// Delete removes key if cond holds. driver.Unconditional Delete of a missing key
 // succeeds (deletes are idempotent). IfMatch fails with
 // ErrPreconditionFailed when the key is missing or has another version.
 // IfNotExists is meaningless for Delete and gives ErrInvalidCondition.
@@ -98,10 +99,10 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, cond Conditio
 // record others may still write, first move it with a compare-and-swap Put
 // to a state no writer changes, then delete it.
 func (s *Store) Delete(ctx context.Context, key string, cond Condition) error {
-	if err := CheckOp(ctx, "delete", key); err != nil {
+	if err := checkOp(ctx, "delete", key); err != nil {
 		return err
 	}
-	if err := CheckCondition("delete", key, cond); err != nil {
+	if err := checkCondition("delete", key, cond); err != nil {
 		return err
 	}
 	return wrap("delete", key, s.d.Delete(ctx, key, cond))
@@ -124,7 +125,7 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 // listing yielded, but need not be stored: "" lists from the start, as List
 // does; an after that sorts before prefix (and every key with it) lists
 // them all; one that sorts after every key with the prefix yields nothing.
-// after must be "" or a string ValidatePrefix accepts (an error matching
+// after must be "" or a string that can start a valid key (an error matching
 // ErrInvalidKey otherwise).
 //
 // Its cost follows what it yields, not what it skips: memstore seeks its
@@ -138,11 +139,11 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[string, error
 // inotify, a few directories per Store) and the next listings seek in it.
 func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		if err := CheckAfter(ctx, prefix, after); err != nil {
+		if err := checkAfter(ctx, prefix, after); err != nil {
 			yield("", err)
 			return
 		}
-		start, none := ListStart(prefix, after)
+		start, none := storekey.ListStart(prefix, after)
 		if none {
 			return
 		}
@@ -194,12 +195,12 @@ func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[s
 // store does not poll on the caller's behalf: each caller polls at the
 // pace its own work allows.
 func (s *Store) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	if err := CheckWatch(ctx, prefix); err != nil {
+	if err := checkWatch(ctx, prefix); err != nil {
 		return nil, err
 	}
 	w, ok := s.d.(driver.Watcher)
 	if !ok {
-		return nil, NewOpError("watch", prefix, errors.ErrUnsupported, nil)
+		return nil, newOpError("watch", prefix, errors.ErrUnsupported, nil)
 	}
 	ch, err := w.Watch(ctx, prefix)
 	if err != nil {
@@ -221,19 +222,17 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan struct{}, erro
 // again after SettleTime. A store that settles at once (memstore,
 // filestore, a single-drive MinIO) answers 0, and those checks cost
 // nothing.
-func (s *Store) SettleTime() time.Duration { return driver.SettleTime(s.d) }
-
-// SettleTime is s.SettleTime(), 0 for a nil s.
-func SettleTime(s *Store) time.Duration {
+// A nil Store settles at once.
+func (s *Store) SettleTime() time.Duration {
 	if s == nil {
 		return 0
 	}
-	return s.SettleTime()
+	return settleTime(s.d)
 }
 
 // AtomicConditionalDelete tells whether a conditional Delete on the store
 // is atomic (see Delete).
-func (s *Store) AtomicConditionalDelete() bool { return driver.AtomicConditionalDelete(s.d) }
+func (s *Store) AtomicConditionalDelete() bool { return atomicConditionalDelete(s.d) }
 
 // Unwrap returns the driver under the Store (driver.Unwrapper), so a
 // wrapper's capabilities are found through it.
@@ -265,13 +264,46 @@ func wrap(op, key string, err error) error {
 	}
 	for _, k := range kinds {
 		if err == k {
-			return NewOpError(op, key, k, nil)
+			return newOpError(op, key, k, nil)
 		}
 	}
 	for _, k := range kinds {
 		if errors.Is(err, k) {
-			return NewOpError(op, key, k, err)
+			return newOpError(op, key, k, err)
 		}
 	}
-	return NewOpError(op, key, err, nil)
+	return newOpError(op, key, err, nil)
+}
+
+// settleTime is the Settle of the first driver.Settler found on d or the
+// drivers it wraps, 0 when there is none.
+func settleTime(d driver.Store) time.Duration {
+	for i := 0; d != nil && i < 16; i++ { // bounded: a wrapper cycle is a bug, not a hang
+		if st, ok := d.(driver.Settler); ok {
+			return st.Settle()
+		}
+		u, ok := d.(driver.Unwrapper)
+		if !ok {
+			return 0
+		}
+		d = u.Unwrap()
+	}
+	return 0
+}
+
+// atomicConditionalDelete tells whether a conditional Delete on d is
+// atomic: what the first driver.AtomicityReporter found on d or the
+// drivers it wraps says, true when there is none.
+func atomicConditionalDelete(d driver.Store) bool {
+	for i := 0; d != nil && i < 16; i++ {
+		if r, ok := d.(driver.AtomicityReporter); ok {
+			return r.AtomicConditionalDelete()
+		}
+		u, ok := d.(driver.Unwrapper)
+		if !ok {
+			return true
+		}
+		d = u.Unwrap()
+	}
+	return true
 }

@@ -138,7 +138,7 @@ func TestStoreChecksBeforeItsDriver(t *testing.T) {
 func TestStoreWrapsItsDriversErrors(t *testing.T) {
 	t.Parallel()
 	native := &fs.PathError{Op: "open", Path: "/x", Err: syscall.EIO}
-	own := driver.NewOpError("get", "k", driver.ErrNotFound, native)
+	own := &driver.OpError{Op: "get", Key: "k", Kind: storage.ErrNotFound, Cause: native}
 	tests := []struct {
 		name      string
 		err       error
@@ -147,11 +147,11 @@ func TestStoreWrapsItsDriversErrors(t *testing.T) {
 		transient bool
 		msg       string
 	}{
-		{"bare sentinel", driver.ErrNotFound, storage.ErrNotFound, nil, false, "storage: get k: not found"},
+		{"bare sentinel", storage.ErrNotFound, storage.ErrNotFound, nil, false, "storage: get k: not found"},
 		{"bare context error", context.DeadlineExceeded, context.DeadlineExceeded, nil, false, "storage: get k: context deadline exceeded"},
-		{"native error as the cause", driver.NewOpError("get", "k", nil, native), nil, syscall.EIO, true, "storage: get k: open /x: input/output error"},
+		{"native error as the cause", &driver.OpError{Op: "get", Key: "k", Cause: native}, nil, syscall.EIO, true, "storage: get k: open /x: input/output error"},
 		{"bare error: final", native, native, syscall.EIO, false, "storage: get k: open /x: input/output error"},
-		{"wrapped sentinel", fmt.Errorf("gone: %w", driver.ErrNotFound), storage.ErrNotFound, nil, false, "storage: get k: not found: gone: storage: not found"},
+		{"wrapped sentinel", fmt.Errorf("gone: %w", storage.ErrNotFound), storage.ErrNotFound, nil, false, "storage: get k: not found: gone: storage: not found"},
 		{"the driver's own OpError", own, storage.ErrNotFound, syscall.EIO, false, own.Error()},
 	}
 	for _, tc := range tests {
@@ -299,7 +299,7 @@ func TestStoreFindsCapabilitiesThroughWrappers(t *testing.T) {
 		t.Errorf("a plain driver: settle %v, atomic delete %v; want 0, true", plain.SettleTime(), plain.AtomicConditionalDelete())
 	}
 	deep := storage.New(wrapper{storage.New(wrapper{&settler{d: 7 * time.Second}})})
-	if got := storage.SettleTime(deep); got != 7*time.Second {
+	if got := deep.SettleTime(); got != 7*time.Second {
 		t.Errorf("SettleTime through two wrappers and a Store = %v, want 7s", got)
 	}
 	if storage.New(wrapper{&nonAtomic{}}).AtomicConditionalDelete() {
@@ -309,7 +309,7 @@ func TestStoreFindsCapabilitiesThroughWrappers(t *testing.T) {
 	if err := storage.New(c).Close(); err != nil || !c.closed {
 		t.Errorf("Close did not reach the driver: %v, %v", err, c.closed)
 	}
-	if storage.SettleTime(nil) != 0 {
+	if (*storage.Store)(nil).SettleTime() != 0 {
 		t.Error("SettleTime(nil) != 0")
 	}
 }

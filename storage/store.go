@@ -1,7 +1,7 @@
 // Package storage is the Store every state change in Conveyor goes
 // through: Get, Put and Delete with conditions, List and Watch by prefix,
 // versions, ids and keys, and the errors every adapter reports the same
-// way. What is stored on it is package storage/records (documents, audit,
+// way. What is stored on it is the SDK's records (documents, audit,
 // quarantine, leases), at the keys of docs/spec.md#key-layout.
 //
 // A Store is a flat map from keys to byte values with conditional writes.
@@ -18,25 +18,11 @@
 // suite, package storage/storetest.
 package storage
 
-import (
-	"strings"
-
-	"github.com/runconveyor/conveyor/storage/driver"
-)
+import "github.com/runconveyor/conveyor/storage/driver"
 
 // Version identifies the state one write left at one key; see
 // driver.Version for what adapters guarantee of it.
 type Version = driver.Version
-
-// ConditionKind says which precondition a Condition carries.
-type ConditionKind = driver.ConditionKind
-
-// The kinds of Condition.
-const (
-	Unconditional = driver.Unconditional
-	CreateOnly    = driver.CreateOnly
-	MatchVersion  = driver.MatchVersion
-)
 
 // Condition is the precondition of a Put or Delete (driver.Condition). The
 // zero value is unconditional. Build others with IfNotExists and IfMatch.
@@ -50,18 +36,3 @@ func IfNotExists() Condition { return driver.IfNotExists() }
 // is v. A missing key fails the condition (ErrPreconditionFailed), never
 // ErrNotFound, so a compare-and-swap loop has one error to handle.
 func IfMatch(v Version) Condition { return driver.IfMatch(v) }
-
-// ListStart reduces the cursor of a ListAfter(prefix, after) to what a
-// driver is asked to do: start is "" when every key with prefix sorts after after
-// (list them all), else after itself; none is true when no key with prefix
-// can sort after after (yield nothing). The Store calls it after CheckAfter.
-func ListStart(prefix, after string) (start string, none bool) {
-	switch {
-	case after < prefix:
-		return "", false
-	case strings.HasPrefix(after, prefix):
-		return after, false
-	default: // after > prefix and does not start with it: past every such key
-		return "", true
-	}
-}

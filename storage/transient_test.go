@@ -18,7 +18,7 @@ func (e httpErr) HTTPStatusCode() int { return int(e) }
 
 func TestTransient(t *testing.T) {
 	t.Parallel()
-	op := func(cause error) error { return storage.NewOpError("put", "k", nil, cause) }
+	op := func(cause error) error { return &storage.OpError{Op: "put", Key: "k", Cause: cause} }
 	tests := []struct {
 		name string
 		err  error
@@ -38,10 +38,10 @@ func TestTransient(t *testing.T) {
 		{"permission denied", op(fs.ErrPermission), false},
 		{"read-only file system", op(syscall.EROFS), false},
 		{"name too long", op(syscall.ENAMETOOLONG), false},
-		{"invalid key", storage.CheckKey("put", "../x"), false},
+		{"invalid key", storage.CheckKeyForTest("put", "../x"), false},
 		{"context canceled", op(context.Canceled), false},
-		{"not found", storage.NewOpError("get", "k", storage.ErrNotFound, nil), false},
-		{"precondition failed", storage.NewOpError("put", "k", storage.ErrPreconditionFailed, nil), false},
+		{"not found", &storage.OpError{Op: "get", Key: "k", Kind: storage.ErrNotFound}, false},
+		{"precondition failed", &storage.OpError{Op: "put", Key: "k", Kind: storage.ErrPreconditionFailed}, false},
 		{"already waited out", &storage.UnavailableError{Op: "get", Key: "k", Err: op(syscall.ECONNREFUSED)}, false},
 		{"not a store error", errors.New("boom"), false},
 		{"nil", nil, false},

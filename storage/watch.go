@@ -1,15 +1,19 @@
 package storage
 
-import "context"
+import (
+	"context"
 
-// CheckWatch is what the Store checks before watching prefix: the
+	"github.com/runconveyor/conveyor/internal/storekey"
+)
+
+// checkWatch is what the Store checks before watching prefix: the
 // prefix can start a valid key, and ctx is not done.
-func CheckWatch(ctx context.Context, prefix string) error {
-	if err := ValidatePrefix(prefix); err != nil {
-		return NewOpError("watch", prefix, nil, err)
+func checkWatch(ctx context.Context, prefix string) error {
+	if err := storekey.ValidatePrefix(prefix); err != nil {
+		return newOpError("watch", prefix, nil, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return NewOpError("watch", prefix, err, nil)
+		return newOpError("watch", prefix, err, nil)
 	}
 	return nil
 }

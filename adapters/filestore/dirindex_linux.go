@@ -285,37 +285,59 @@ func (c *dirCache) build(dir, path string, f *os.File) (_ *os.File, names []stri
 		c.fd = fd
 	}
 	d := &dirIndex{dir: dir, path: path, file: f, fd: int(f.Fd()), pending: map[string]struct{}{}}
-	var st unix.Stat_t
-	if err := fstatFd(d.fd, path, &st); err != nil || !isDir(&st) {
+	if !c.watch(d) {
 		return f, nil, false, true
 	}
+	names, err := readNames(f)
+	if err != nil || len(names) < indexMin {
+		_, _ = unix.InotifyRmWatch(c.fd, uint32(d.wd))
+		_ = f.Close()
+		if err != nil {
+			return nil, nil, false, true
+		}
+		return nil, names, false, true
+	}
+	d.names.names = names
+	c.add(d)
+	return nil, nil, true, true
+}
+
+// watch adds the inotify watch of d's directory, before it is read, and
+// reports whether it holds: the directory d opened is still the one at
+// its path, and no other index watches it under another path.
+func (c *dirCache) watch(d *dirIndex) bool {
+	var st unix.Stat_t
+	if err := fstatFd(d.fd, d.path, &st); err != nil || !isDir(&st) {
+		return false
+	}
 	d.dev, d.ino = uint64(st.Dev), st.Ino //nolint:unconvert // int32 on some systems
-	wd, err := unix.InotifyAddWatch(c.fd, path, indexMask)
+	wd, err := unix.InotifyAddWatch(c.fd, d.path, indexMask)
 	if err != nil {
-		return f, nil, false, true // out of watches, or gone
+		return false // out of watches, or gone
 	}
 	d.wd = int32(wd)
 	if c.byWd[d.wd] != nil { // the same directory under another path: never drop that watch
-		return f, nil, false, true
+		return false
 	}
-	keep := false
-	defer func() {
-		if !keep {
-			_, _ = unix.InotifyRmWatch(c.fd, uint32(d.wd))
-		}
-	}()
 	// The watch is on whatever the path named when it was added: the
 	// directory opened, unless the path was changed meanwhile.
-	if err := eintr(func() error { return unix.Stat(path, &st) }); err != nil ||
+	if err := eintr(func() error { return unix.Stat(d.path, &st) }); err != nil ||
 		uint64(st.Dev) != d.dev || st.Ino != d.ino { //nolint:unconvert // int32 on some systems
-		return f, nil, false, true
+		_, _ = unix.InotifyRmWatch(c.fd, uint32(d.wd))
+		return false
 	}
+	return true
+}
+
+// readNames reads the directory f, whole, and returns its entries' names
+// as an index holds them: sorted, a directory's with a trailing "/", and
+// neither the adapter's own files nor anything but files and directories.
+func readNames(f *os.File) ([]string, error) {
 	ents, err := f.ReadDir(-1)
 	if err != nil {
-		_ = f.Close()
-		return nil, nil, false, true
+		return nil, err
 	}
-	names = make([]string, 0, len(ents))
+	names := make([]string, 0, len(ents))
 	for _, e := range ents {
 		name := e.Name()
 		switch {
@@ -327,11 +349,12 @@ func (c *dirCache) build(dir, path string, f *os.File) (_ *os.File, names []stri
 		}
 	}
 	slices.Sort(names)
-	if len(names) < indexMin {
-		_ = f.Close()
-		return nil, names, false, true
-	}
-	d.names.names = names
+	return names, nil
+}
+
+// add keeps d, dropping the least recently listed index when indexDirs
+// are kept already.
+func (c *dirCache) add(d *dirIndex) {
 	if len(c.dirs) >= indexDirs {
 		var lru *dirIndex
 		for _, x := range c.dirs {
@@ -343,11 +366,9 @@ func (c *dirCache) build(dir, path string, f *os.File) (_ *os.File, names []stri
 	}
 	c.tick++
 	d.used = c.tick
-	c.dirs[dir] = d
+	c.dirs[d.dir] = d
 	c.byWd[d.wd] = d
 	c.stats.builds++
-	keep = true
-	return nil, nil, true, true
 }
 
 // idle closes the inotify instance while no directory is indexed.

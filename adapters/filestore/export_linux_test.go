@@ -13,7 +13,7 @@ type IndexStats struct {
 
 // IndexStatsForTest returns the counts of s's listing index.
 func IndexStatsForTest(of hasDriver) IndexStats {
-	s := of.Unwrap().(*Driver)
+	s := of.Unwrap().(*fileDriver)
 	c := s.dirs
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -23,7 +23,7 @@ func IndexStatsForTest(of hasDriver) IndexStats {
 // SetIndexOverflowForTest makes every drain of s's inotify queue ask fn
 // whether to act as if the kernel had reported IN_Q_OVERFLOW.
 func SetIndexOverflowForTest(of hasDriver, fn func() bool) {
-	s := of.Unwrap().(*Driver)
+	s := of.Unwrap().(*fileDriver)
 	s.dirs.mu.Lock()
 	defer s.dirs.mu.Unlock()
 	s.dirs.overflow = fn
@@ -35,7 +35,7 @@ const IndexMinForTest = indexMin
 // SetIndexSizeHintForTest sets the directory size from which a listing
 // with a cursor inside reads the directory under a watch.
 func SetIndexSizeHintForTest(of hasDriver, size int64) {
-	s := of.Unwrap().(*Driver)
+	s := of.Unwrap().(*fileDriver)
 	s.dirs.mu.Lock()
 	defer s.dirs.mu.Unlock()
 	s.dirs.sizeHint = size

@@ -11,7 +11,7 @@ import (
 // LockForTest takes the writer lock of key as a Put would, for tests that
 // hold it from another process.
 func LockForTest(ctx context.Context, of hasDriver, key string) (unlock func(), err error) {
-	s := of.Unwrap().(*Driver)
+	s := of.Unwrap().(*fileDriver)
 	if err := s.mkdirs(key); err != nil {
 		return nil, err
 	}
@@ -25,7 +25,7 @@ type SyncStats struct {
 
 // SyncStatsForTest returns the counts of s's syncer.
 func SyncStatsForTest(of hasDriver) SyncStats {
-	s := of.Unwrap().(*Driver)
+	s := of.Unwrap().(*fileDriver)
 	s.sync.mu.Lock()
 	defer s.sync.mu.Unlock()
 	st := s.sync.stats
@@ -34,21 +34,21 @@ func SyncStatsForTest(of hasDriver) SyncStats {
 
 // GroupCommitForTest reports whether s shares syncs among writers.
 func GroupCommitForTest(of hasDriver) bool {
-	s := of.Unwrap().(*Driver)
+	s := of.Unwrap().(*fileDriver)
 	return s.sync.group
 }
 
 // SetSyncForTest replaces s's system calls; call it before s is used.
 // fsync gets the descriptor of the file or directory a lone request syncs.
 func SetSyncForTest(of hasDriver, syncfs, fsync func(fd int) error) {
-	s := of.Unwrap().(*Driver)
+	s := of.Unwrap().(*fileDriver)
 	s.sync.syncfs, s.sync.fsync = syncfs, fsync
 }
 
 // SetAfterRenameForTest makes every Put call fn(key) after its rename and
 // before the sync that makes it durable; call it before s is used.
 func SetAfterRenameForTest(of hasDriver, fn func(key string)) {
-	s := of.Unwrap().(*Driver)
+	s := of.Unwrap().(*fileDriver)
 	s.afterRename = fn
 }
 
@@ -64,3 +64,6 @@ var KernelAtLeastForTest = kernelAtLeast
 // hasDriver is a Store over a Driver (a *storage.Store, or the tests' own
 // wrapper of one), whose driver the hooks reach.
 type hasDriver interface{ Unwrap() driver.Store }
+
+// RootForTest is the directory of d, a driver NewDriver returned.
+func RootForTest(d driver.Store) string { return d.(*fileDriver).Root() }

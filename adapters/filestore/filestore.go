@@ -12,7 +12,7 @@
 //	<root>/agents/x/runs/r1/.cnvtmp-*                a write in progress
 //	<root>/.cnvlocks                                 writers' locks (Linux)
 //
-// storage.ValidateKey refuses key segments starting with ".cnv", so these
+// The Store refuses key segments starting with ".cnv", so these
 // names can never be keys, and refuses "..", so no key leaves the root.
 //
 // # Versions
@@ -161,10 +161,9 @@ const (
 	maxStampLen = 32 + 1 + 20 + 1 + 20
 )
 
-// Driver is the driver (package storage/driver) under the Store New
-// returns: what tests that wrap a driver, or reach the directory, take from
-// NewDriver.
-type Driver struct {
+// fileDriver is the driver (package storage/driver) under the Store New
+// returns.
+type fileDriver struct {
 	root  string
 	sync  *syncer
 	locks *keyLocks
@@ -177,8 +176,8 @@ type Driver struct {
 }
 
 var (
-	_ driver.Store   = (*Driver)(nil)
-	_ driver.Watcher = (*Driver)(nil)
+	_ driver.Store   = (*fileDriver)(nil)
+	_ driver.Watcher = (*fileDriver)(nil)
 )
 
 // Option configures a Store in New.
@@ -198,9 +197,9 @@ func PerWriteSync() Option { return func(c *config) { c.perWriteSync = true } }
 
 // New opens (creating if needed) the store rooted at dir. Several Stores,
 // in one process or many, may share one dir. Close releases what its
-// listing index holds (see Driver.Close).
+// listing index holds.
 func New(dir string, opts ...Option) (*storage.Store, error) {
-	d, err := NewDriver(dir, opts...)
+	d, err := newDriver(dir, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -208,8 +207,17 @@ func New(dir string, opts ...Option) (*storage.Store, error) {
 }
 
 // NewDriver opens the store rooted at dir as New does, and returns its
-// driver.
-func NewDriver(dir string, opts ...Option) (*Driver, error) {
+// driver (package storage/driver), for tests that wrap a driver; it also
+// implements driver.Watcher (on Linux) and io.Closer.
+func NewDriver(dir string, opts ...Option) (driver.Store, error) {
+	d, err := newDriver(dir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func newDriver(dir string, opts ...Option) (*fileDriver, error) {
 	var c config
 	for _, opt := range opts {
 		opt(&c)
@@ -240,7 +248,7 @@ func NewDriver(dir string, opts ...Option) (*Driver, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	s := &Driver{root: root, locks: newKeyLocks(x), dirs: newDirCache(), sync: &syncer{
+	s := &fileDriver{root: root, locks: newKeyLocks(x), dirs: newDirCache(), sync: &syncer{
 		rootFile: f,
 		rootFd:   int(f.Fd()),
 		dev:      devOf(fi),
@@ -260,7 +268,7 @@ func NewDriver(dir string, opts ...Option) (*Driver, error) {
 // inotify instance, watches and directory descriptors. The Store remains
 // usable; its listings then read every directory they walk. A Store that
 // is never closed releases them when it is garbage collected.
-func (s *Driver) Close() error {
+func (s *fileDriver) Close() error {
 	s.dirs.close()
 	return nil
 }
@@ -283,19 +291,19 @@ func probeAttr(root string) error {
 }
 
 // Root is the absolute directory the store lives in.
-func (s *Driver) Root() string { return s.root }
+func (s *fileDriver) Root() string { return s.root }
 
-func (s *Driver) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
+func (s *fileDriver) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
 
 // Get implements driver.Store. It takes no lock: the value and its
 // version are read through one open file, so they belong to one write.
-func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
+func (s *fileDriver) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	b, v, err := readValue(s.path(key))
 	if err != nil {
 		if notFound(err) {
-			return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, err)
+			return nil, "", &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound, Cause: err}
 		}
-		return nil, "", storage.NewOpError("get", key, nil, err)
+		return nil, "", &storage.OpError{Op: "get", Key: key, Cause: err}
 	}
 	return b, v, nil
 }
@@ -411,7 +419,7 @@ func current(path string) (storage.Version, uint64, error) {
 }
 
 // Put implements driver.Store.
-func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+func (s *fileDriver) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	path := s.path(key)
 	epoch := s.sync.epoch()
 	unlock, err := s.locks.lock(ctx, key, path)
@@ -420,11 +428,11 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 		// but no directory, no value: IfMatch fails without making one.
 		// A deletion may remove the directory again before the lock file
 		// is made in it: then it is made again.
-		if cond.Kind() == storage.MatchVersion {
-			return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+		if cond.Kind() == driver.MatchVersion {
+			return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrPreconditionFailed}
 		}
 		if err := s.mkdirs(key); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", storage.NewOpError("put", key, nil, err)
+			return "", &storage.OpError{Op: "put", Key: key, Cause: err}
 		}
 		unlock, err = s.locks.lock(ctx, key, path)
 	}
@@ -433,13 +441,13 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 	}
 	defer unlock()
 	// An unconditional write holds whatever is there: it need not look.
-	if cond.Kind() != storage.Unconditional {
+	if cond.Kind() != driver.Unconditional {
 		cur, _, err := current(path)
 		if err != nil {
-			return "", storage.NewOpError("put", key, nil, err)
+			return "", &storage.OpError{Op: "put", Key: key, Cause: err}
 		}
 		if !cond.Holds(cur) {
-			return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+			return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrPreconditionFailed}
 		}
 	}
 	ver := newToken()
@@ -450,7 +458,7 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 }
 
 // Delete implements driver.Store.
-func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition) error {
+func (s *fileDriver) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	path := s.path(key)
 	epoch := s.sync.epoch()
 	unlock, err := s.locks.lock(ctx, key, path)
@@ -464,10 +472,10 @@ func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition)
 	defer unlock()
 	cur, dev, err := current(path)
 	if err != nil {
-		return storage.NewOpError("delete", key, nil, err)
+		return &storage.OpError{Op: "delete", Key: key, Cause: err}
 	}
 	if !cond.Holds(cur) {
-		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+		return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed}
 	}
 	if cur == "" {
 		s.locks.x.remove(path)
@@ -475,14 +483,14 @@ func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition)
 		return nil
 	}
 	if err := eintr(func() error { return unix.Unlink(path) }); err != nil {
-		return storage.NewOpError("delete", key, nil, &fs.PathError{Op: "remove", Path: path, Err: err})
+		return &storage.OpError{Op: "delete", Key: key, Cause: &fs.PathError{Op: "remove", Path: path, Err: err}}
 	}
 	s.locks.x.remove(path)
 	if err := s.sync.do(&syncReq{fd: -1, dir: filepath.Dir(path), dev: dev}); err != nil {
-		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, err)
+		return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: err}
 	}
 	if s.sync.failedSince(epoch) {
-		return storage.NewOpError("delete", key, storage.ErrOutcomeUnknown, errSyncFailed)
+		return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: errSyncFailed}
 	}
 	s.prune(filepath.Dir(path))
 	return nil
@@ -499,7 +507,7 @@ const mkdirTries = 16
 // directory, or finds it gone before its temporary file is made and makes
 // it again. Left undone, it costs nothing but a directory; it is not
 // synced, as an empty directory that comes back after a crash is harmless.
-func (s *Driver) prune(dir string) {
+func (s *fileDriver) prune(dir string) {
 	for dir != s.root && strings.HasPrefix(dir, s.root+string(filepath.Separator)) {
 		if eintr(func() error { return unix.Rmdir(dir) }) != nil {
 			return // not empty (or gone): so are its parents, or someone else prunes them
@@ -510,9 +518,9 @@ func (s *Driver) prune(dir string) {
 
 func opErr(op, key string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return storage.NewOpError(op, key, err, nil)
+		return &storage.OpError{Op: op, Key: key, Kind: err}
 	}
-	return storage.NewOpError(op, key, nil, err)
+	return &storage.OpError{Op: op, Key: key, Cause: err}
 }
 
 // ListAfter implements driver.Store. It walks the directories in key
@@ -538,7 +546,7 @@ func opErr(op, key string, err error) error {
 // write and delete that completed before it began, by any process. A
 // directory it finds empty (a process killed between a deletion's unlink
 // and its prune left it) it removes, as the deletion would have.
-func (s *Driver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+func (s *fileDriver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		dir := ""
 		if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
@@ -559,7 +567,7 @@ const indexPage = 256
 
 // lister is one ListAfter's walk.
 type lister struct {
-	s             *Driver
+	s             *fileDriver
 	ctx           context.Context
 	prefix, after string
 	yield         func(string, error) bool
@@ -585,36 +593,14 @@ func (l *lister) walk(dir string) error {
 	if done || err != nil {
 		return err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-			return nil // removed while walking, or no such prefix
-		}
+	f, err := openDir(path)
+	if f == nil {
 		return err
 	}
 	tried := false
 	if last == "" && cursorIn {
-		// A directory whose size says it may be large is read under a
-		// watch, once, and indexed if it is; the listing then goes on
-		// from the index (or from the names read, if it was not).
-		var names []string
-		var indexed bool
-		f, names, indexed, tried = l.s.dirs.try(dir, path, f)
-		switch {
-		case indexed:
-			if done, last, err = l.walkIndexed(dir); done || err != nil {
-				return err
-			}
-		case names != nil:
-			return l.walkNames(dir, names)
-		}
-		if f == nil { // taken by try: read again
-			if f, err = os.Open(path); err != nil {
-				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-					return nil
-				}
-				return err
-			}
+		if f, last, tried, err = l.tryIndex(dir, path, f); f == nil {
+			return err
 		}
 	}
 	ents, err := f.ReadDir(-1)
@@ -639,6 +625,49 @@ func (l *lister) walk(dir string) error {
 			}
 		}
 	}
+	return l.visitEntries(dir, last, ents)
+}
+
+// openDir opens the directory at path for reading; nil and no error when
+// it is gone (removed while walking, or no such prefix).
+func openDir(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// tryIndex reads dir under a watch, once, when its size says it may be
+// large, and indexes it if it is; the listing then goes on from the index
+// (or from the names read, if it was not). It returns the directory, open
+// again, to read on after last, or nil when the walk of dir is over (with
+// its error); tried is whether it tried.
+func (l *lister) tryIndex(dir, path string, f *os.File) (next *os.File, last string, tried bool, err error) {
+	var names []string
+	var indexed, done bool
+	f, names, indexed, tried = l.s.dirs.try(dir, path, f)
+	switch {
+	case indexed:
+		if done, last, err = l.walkIndexed(dir); done || err != nil {
+			return nil, "", tried, err
+		}
+	case names != nil:
+		return nil, "", tried, l.walkNames(dir, names)
+	}
+	if f == nil { // taken by try: read again
+		f, err = openDir(path)
+	}
+	return f, last, tried, err
+}
+
+// visitEntries visits, in order, the entries of dir read from the
+// directory that sort after last and can hold or be a key the listing
+// wants.
+func (l *lister) visitEntries(dir, last string, ents []os.DirEntry) error {
 	var items []listItem
 	for _, e := range ents {
 		name := e.Name()
@@ -747,7 +776,7 @@ func (l *lister) walkPages(dir string, page func(bound string, inclusive, first 
 
 // mkdirs creates the directories the key's file lives in, fsyncing each
 // parent whose entries changed so the new directories survive a crash.
-func (s *Driver) mkdirs(key string) error {
+func (s *fileDriver) mkdirs(key string) error {
 	dir := s.root
 	segs := strings.Split(key, "/")
 	for _, seg := range segs[:len(segs)-1] {
@@ -785,7 +814,7 @@ var errSyncFailed = errors.New("filestore: a sync failed while the write was in 
 // after token (random, so names do not collide; a leftover of the same
 // name, which a crash could only leave by a one-in-2^64 chance, is
 // answered with another name). The key's directory is created if missing.
-func (s *Driver) createTemp(key, dir string, token storage.Version) (int, string, error) {
+func (s *fileDriver) createTemp(key, dir string, token storage.Version) (int, string, error) {
 	name := string(token[:16])
 	made, clashes := 0, 0
 	for {
@@ -824,11 +853,11 @@ func (s *Driver) createTemp(key, dir string, token storage.Version) (int, string
 // or may not survive a crash. System calls, for a key whose directory
 // exists: open, write, fstat, fsetxattr, close, rename, and the syncs'
 // share.
-func (s *Driver) writeAtomic(key, path string, token storage.Version, value []byte, epoch uint64) (err error) {
+func (s *fileDriver) writeAtomic(key, path string, token storage.Version, value []byte, epoch uint64) (err error) {
 	dir := filepath.Dir(path)
 	fd, tmp, err := s.createTemp(key, dir, token)
 	if err != nil {
-		return storage.NewOpError("put", key, nil, err)
+		return &storage.OpError{Op: "put", Key: key, Cause: err}
 	}
 	open, renamed := true, false
 	defer func() {
@@ -837,7 +866,7 @@ func (s *Driver) writeAtomic(key, path string, token storage.Version, value []by
 				_ = unix.Close(fd)
 			}
 			_ = unix.Unlink(tmp)
-			err = storage.NewOpError("put", key, nil, err)
+			err = &storage.OpError{Op: "put", Key: key, Cause: err}
 		}
 	}()
 	if err = writeFd(fd, tmp, value); err != nil {
@@ -869,10 +898,10 @@ func (s *Driver) writeAtomic(key, path string, token storage.Version, value []by
 		s.afterRename(key)
 	}
 	if err := s.sync.do(&syncReq{fd: -1, dir: dir, dev: dev}); err != nil {
-		return storage.NewOpError("put", key, storage.ErrOutcomeUnknown, err)
+		return &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: err}
 	}
 	if s.sync.failedSince(epoch) {
-		return storage.NewOpError("put", key, storage.ErrOutcomeUnknown, errSyncFailed)
+		return &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: errSyncFailed}
 	}
 	return nil
 }

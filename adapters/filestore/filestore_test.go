@@ -57,7 +57,7 @@ func newStore(t *testing.T) *fsStore {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newStore(t).d })
+	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newStore(t).d }, storetest.Capabilities{})
 }
 
 // TestSurvivesRestart: a second Store on the same directory (a restarted

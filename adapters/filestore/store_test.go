@@ -5,17 +5,18 @@ package filestore_test
 import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// fsStore is the portable Store over a filestore Driver, with the
+// fsStore is the portable Store over a filestore driver, with the
 // driver's directory at hand.
 type fsStore struct {
 	*storage.Store
-	d *filestore.Driver
+	d driver.Store
 }
 
 // Root is the directory the store lives in.
-func (s *fsStore) Root() string { return s.d.Root() }
+func (s *fsStore) Root() string { return filestore.RootForTest(s.d) }
 
 // openStore opens the store at dir as filestore.New does, keeping its
 // driver.

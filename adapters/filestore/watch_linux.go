@@ -39,10 +39,10 @@ const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.
 // kernel is answered with a signal and a rescan. The locks and inotify need
 // a local file system: changes made on another machine through NFS are not
 // seen.
-func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
+func (s *fileDriver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return nil, storage.NewOpError("watch", prefix, nil, os.NewSyscallError("inotify_init1", err))
+		return nil, &storage.OpError{Op: "watch", Key: prefix, Cause: os.NewSyscallError("inotify_init1", err)}
 	}
 	w := &watcher{
 		root:   s.root,
@@ -53,7 +53,7 @@ func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, err
 	}
 	if _, err := w.addTree(""); err != nil {
 		_ = w.file.Close()
-		return nil, storage.NewOpError("watch", prefix, nil, err)
+		return nil, &storage.OpError{Op: "watch", Key: prefix, Cause: err}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = w.file.Close() })
 	go w.run(stop)

@@ -12,6 +12,6 @@ import (
 // Watch implements driver.Watcher where it can: on Linux, with inotify.
 // Here it fails with an error matching errors.ErrUnsupported, and callers
 // poll.
-func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
-	return nil, storage.NewOpError("watch", prefix, nil, errors.ErrUnsupported)
+func (s *fileDriver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
+	return nil, &storage.OpError{Op: "watch", Key: prefix, Cause: errors.ErrUnsupported}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -12,13 +13,13 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
-// TokensEnv is the environment variable the Worker reads its tokens from,
-// in ParseTokens' form.
+// TokensEnv is the environment variable the Worker reads its tokens from
+// (LoadTokens), as "tok1=gateway,tok2=admin".
 const TokensEnv = "CONVEYOR_TOKENS"
 
 // authenticate returns the request's actor: its bearer token's, or, with no
@@ -114,10 +115,10 @@ func normalizeActor(a lifecycle.Actor) lifecycle.Actor {
 	return a
 }
 
-// ParseTokens parses the environment form of the tokens,
+// parseTokens parses the environment form of the tokens,
 // "tok1=gateway,tok2=admin" (spaces around items are ignored). Actors are
-// those of authority.Actors, and "owner", which means gateway.
-func ParseTokens(s string) (map[string]lifecycle.Actor, error) {
+// those of the authority matrix's actors, and "owner", which means gateway.
+func parseTokens(s string) (map[string]lifecycle.Actor, error) {
 	out := map[string]lifecycle.Actor{}
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
@@ -135,14 +136,33 @@ func ParseTokens(s string) (map[string]lifecycle.Actor, error) {
 	return out, nil
 }
 
-// LoadTokens reads a token file: one "token actor" pair per line, blank
-// lines and lines starting with # ignored. Actors are as for ParseTokens.
+// LoadTokens reads the Worker's tokens: the token file at path (none when
+// path is empty), one "token actor" pair per line, blank lines and lines
+// starting with # ignored, then TokensEnv, whose tokens are added to the
+// file's. Actors are those of the authority matrix, and "owner", which
+// means gateway. Neither: an empty map.
 func LoadTokens(path string) (map[string]lifecycle.Actor, error) {
+	out := map[string]lifecycle.Actor{}
+	if path != "" {
+		if err := loadTokenFile(out, path); err != nil {
+			return nil, err
+		}
+	}
+	if env := os.Getenv(TokensEnv); env != "" {
+		t, err := parseTokens(env)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", TokensEnv, err)
+		}
+		maps.Copy(out, t)
+	}
+	return out, nil
+}
+
+func loadTokenFile(out map[string]lifecycle.Actor, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := map[string]lifecycle.Actor{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -152,16 +172,13 @@ func LoadTokens(path string) (map[string]lifecycle.Actor, error) {
 		f := strings.Fields(line)
 		if len(f) != 2 {
 			// The line is not quoted: it may hold a token.
-			return nil, fmt.Errorf("%w: %s:%d: want \"token actor\"", ErrInvalidConfig, path, n)
+			return fmt.Errorf("%w: %s:%d: want \"token actor\"", ErrInvalidConfig, path, n)
 		}
 		if err := addToken(out, f[0], f[1]); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+			return fmt.Errorf("%s:%d: %w", path, n, err)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return sc.Err()
 }
 
 func addToken(m map[string]lifecycle.Actor, tok, actor string) error {

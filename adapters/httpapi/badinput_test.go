@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TestBadInputWritesNothing sends every kind of bad request and asserts its
@@ -162,11 +163,11 @@ func TestInvalidTransitionBody(t *testing.T) {
 	before := g.snapshot()
 	_, err = g.client(lifecycle.ActorGateway).Decide(ctx, res.RunID, true, "owner", "ship it")
 	e := apiError(t, err, http.StatusConflict, codes.InvalidTransition)
-	if e.From != string(lifecycle.ApprovalPending) || e.To != string(lifecycle.ApprovalRunning) || len(e.Allowed) == 0 {
+	if e.From != string(machine.ApprovalPending) || e.To != string(machine.ApprovalRunning) || len(e.Allowed) == 0 {
 		t.Errorf("from %q to %q allowed %q, want pending → running and the states reachable from pending", e.From, e.To, e.Allowed)
 	}
 	for _, s := range e.Allowed {
-		if !lifecycle.ApprovalRun().Allowed(lifecycle.ApprovalPending, lifecycle.ApprovalRunState(s)) {
+		if !machine.ApprovalRun().Allowed(machine.ApprovalPending, machine.ApprovalRunState(s)) {
 			t.Errorf("allowed lists %s, which pending cannot reach", s)
 		}
 	}

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // callbackRoute serves POST /nlm/callback over the NLM processor's sink,

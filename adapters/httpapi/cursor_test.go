@@ -14,11 +14,11 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // nextPath is the path and query of a page's Link rel="next", "" for none.
@@ -136,7 +136,7 @@ func TestCursorsAreTheServers(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"jobs/bad-1.json", "jobs/bad-2.json", "jobs/bad-3.json"} {
-		if _, err := records.Quarantine(ctx, g.store, &records.CorruptError{Key: key, Data: []byte("{"), Reason: "test"}, time.Now()); err != nil {
+		if _, err := records.Quarantine(ctx, g.store, &lifecycle.QuarantinedError{Key: key, Data: []byte("{"), Reason: "test"}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

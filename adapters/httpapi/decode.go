@@ -9,11 +9,11 @@ import (
 	"net/http"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // checkContentType refuses a body that is not application/json (a charset
@@ -88,7 +88,7 @@ func decodeSubmit(data []byte) (wire.SubmitBody, error) {
 	if b.AgentSlug == "" {
 		return b, apiErr(codes.InvalidRequest, "agent_slug is required")
 	}
-	if err := storage.ValidateID("agent_slug", b.AgentSlug); err != nil {
+	if err := storekey.ValidateID("agent_slug", b.AgentSlug); err != nil {
 		return b, err
 	}
 	return b, nil
@@ -119,7 +119,7 @@ func decodeJob(data []byte) (jobqueue.NewJob, error) {
 		return jobqueue.NewJob{}, apiErr(codes.InvalidRequest, "job_type is required")
 	}
 	if b.JobID != "" {
-		if err := storage.ValidateID("job_id", b.JobID); err != nil {
+		if err := storekey.ValidateID("job_id", b.JobID); err != nil {
 			return jobqueue.NewJob{}, err
 		}
 	}
@@ -143,7 +143,7 @@ func decodeCallback(data []byte) (lifecycle.NLMCallbackBody, error) {
 	if err := decodeStrict(data, &cb, false); err != nil {
 		return cb, err
 	}
-	if err := storage.ValidateID("job_id", cb.JobID); err != nil {
+	if err := storekey.ValidateID("job_id", cb.JobID); err != nil {
 		return cb, err
 	}
 	return cb, nil
@@ -158,7 +158,7 @@ func decodeRestore(data []byte) (wire.RestoreBody, error) {
 	if b.QKey == "" {
 		return b, apiErr(codes.InvalidRequest, "qkey is required")
 	}
-	if len(b.QKey) <= len(records.QuarantinePrefix) || b.QKey[:len(records.QuarantinePrefix)] != records.QuarantinePrefix || storage.ValidateKey(b.QKey) != nil {
+	if len(b.QKey) <= len(records.QuarantinePrefix) || b.QKey[:len(records.QuarantinePrefix)] != records.QuarantinePrefix || storekey.ValidateKey(b.QKey) != nil {
 		return b, apiErr(codes.InvalidInput, "qkey is not a key under %s", records.QuarantinePrefix)
 	}
 	return b, nil

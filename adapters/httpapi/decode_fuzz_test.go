@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/codes"
 )
 
 // FuzzDecodeRequests feeds every request decoder arbitrary bytes: none may

@@ -11,7 +11,9 @@
 // inbox.Box and an nlm.Processor. The Server builds the event feed
 // (GET /events/stream, read by [Server.Run]), the live page (/ui/) and the
 // GitHub and Slack webhooks from its [Config]; it mounts a metrics handler
-// it is given.
+// it is given. [Mount] does all of it over a Client's engines (package
+// conveyor) in one call: the Server, served on a listener within [Limits],
+// and its feed, as loops the Client starts and stops.
 //
 // What the Server guarantees:
 //

@@ -12,3 +12,6 @@ const (
 	DefaultIdleTimeout       = defaultIdleTimeout
 	DefaultMaxHeaderBytes    = defaultMaxHeaderBytes
 )
+
+// ParseTokens parses the environment form of the tokens (TokensEnv).
+var ParseTokens = parseTokens

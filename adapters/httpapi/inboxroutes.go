@@ -6,8 +6,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // inboxRoutes serves /inbox/* over the inbox, nil when none is served.
@@ -49,7 +50,7 @@ func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) 
 	var opts inbox.ListOptions
 	if v := r.URL.Query().Get("status"); v != "" {
 		known := false
-		for _, st := range lifecycle.InboxStates() {
+		for _, st := range machine.InboxStates() {
 			known = known || string(st) == v
 		}
 		if !known {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // jobRoutes serves /jobs over the job queue, nil when none is served.
@@ -43,7 +43,7 @@ func jobsQuery(r *http.Request, _ lifecycle.Actor) (jobqueue.JobQuery, error) {
 	q := r.URL.Query()
 	jq := jobqueue.JobQuery{Status: lifecycle.JobState(q.Get("status")), Type: lifecycle.JobType(q.Get("type")), Agent: q.Get("agent")}
 	if jq.Agent != "" {
-		if err := storage.ValidateID("agent", jq.Agent); err != nil {
+		if err := storekey.ValidateID("agent", jq.Agent); err != nil {
 			return jq, err
 		}
 	}

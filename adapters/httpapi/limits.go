@@ -31,7 +31,7 @@ const (
 // headers and its body, idle keep-alive connections, header bytes and
 // connections. Every field has the documented default when left zero.
 // Config.Limits gives the body deadline to the Server; HTTPServer and
-// Listener apply the rest, as the Worker (examples/worker) does:
+// Listener apply the rest, as Mount does:
 //
 //	lim := httpapi.Limits{}
 //	srv := lim.HTTPServer(handler)

@@ -11,9 +11,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // TestRunsPages: GET /runs answers a plain array, newest first, with the
@@ -135,7 +135,7 @@ func TestOtherListsPage(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"jobs/bad-1.json", "jobs/bad-2.json", "jobs/bad-3.json"} {
-		if _, err := records.Quarantine(ctx, g.store, &records.CorruptError{Key: key, Data: []byte("{"), Reason: "test"}, time.Now()); err != nil {
+		if _, err := records.Quarantine(ctx, g.store, &lifecycle.QuarantinedError{Key: key, Data: []byte("{"), Reason: "test"}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,11 +6,10 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // TestQuarantinedJobIsGone (issue 18 defect 7): a job whose record was
@@ -31,7 +30,7 @@ func TestQuarantinedJobIsGone(t *testing.T) {
 	for i := range 2 { // the read that quarantines it, and a later one
 		_, err := gw.Job(ctx, "job-q")
 		apiError(t, err, http.StatusGone, codes.RecordQuarantined)
-		if !errors.Is(err, records.ErrCorrupt) {
+		if !errors.Is(err, lifecycle.ErrCorrupt) {
 			t.Errorf("read %d: %v does not match storage.ErrCorrupt", i, err)
 		}
 	}

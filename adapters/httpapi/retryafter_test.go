@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 

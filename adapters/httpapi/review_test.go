@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TestIdempotencyKeyIsTheCallers: an API caller's key is always in its own

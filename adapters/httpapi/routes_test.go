@@ -11,14 +11,14 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestRunRoutes(t *testing.T) {
@@ -34,7 +34,7 @@ func TestRunRoutes(t *testing.T) {
 	}
 	g.waitStatus(res.RunID)
 	st, err := c.Status(ctx, res.RunID)
-	if err != nil || st.Status != string(lifecycle.RunCompleted) || st.StepsCompleted != 2 || st.RunID != res.RunID {
+	if err != nil || st.Status != string(machine.RunCompleted) || st.StepsCompleted != 2 || st.RunID != res.RunID {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
 	steps, err := c.Steps(ctx, res.RunID)
@@ -77,14 +77,14 @@ func TestApprovalRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := g.waitStatus(approved.RunID); st.Status != string(lifecycle.ApprovalAwaitingApproval) {
+	if st := g.waitStatus(approved.RunID); st.Status != string(machine.ApprovalAwaitingApproval) {
 		t.Fatalf("status %s, want awaiting_approval", st.Status)
 	}
 	st, err := c.Decide(ctx, approved.RunID, true, "", "looks good")
-	if err != nil || st.Status != string(lifecycle.ApprovalRunning) || st.Approval == nil || st.Approval.DecidedBy != "gateway" {
+	if err != nil || st.Status != string(machine.ApprovalRunning) || st.Approval == nil || st.Approval.DecidedBy != "gateway" {
 		t.Fatalf("Approve = %+v, %v", st, err)
 	}
-	if st := g.waitStatus(approved.RunID); st.Status != string(lifecycle.ApprovalCompleted) {
+	if st := g.waitStatus(approved.RunID); st.Status != string(machine.ApprovalCompleted) {
 		t.Fatalf("status %s, want completed", st.Status)
 	}
 
@@ -94,7 +94,7 @@ func TestApprovalRoutes(t *testing.T) {
 	}
 	g.waitStatus(rejected.RunID)
 	st, err = c.Decide(ctx, rejected.RunID, false, "owner", "no")
-	if err != nil || st.Status != string(lifecycle.ApprovalFailed) {
+	if err != nil || st.Status != string(machine.ApprovalFailed) {
 		t.Fatalf("Reject = %+v, %v", st, err)
 	}
 	// Terminal now: another decision is RUN_TERMINAL_STATE.
@@ -108,14 +108,14 @@ func TestApprovalRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := g.waitStatus(waiting.RunID); st.Status != string(lifecycle.ApprovalWaitingExternal) {
+	if st := g.waitStatus(waiting.RunID); st.Status != string(machine.ApprovalWaitingExternal) {
 		t.Fatalf("status %s, want waiting_external", st.Status)
 	}
 	st, err = c.Deliver(ctx, waiting.RunID, "reply", "msg-1", "mail")
 	if err != nil || st.External == nil || st.External.EventID != "msg-1" {
 		t.Fatalf("Deliver = %+v, %v", st, err)
 	}
-	if st := g.waitStatus(waiting.RunID); st.Status != string(lifecycle.ApprovalCompleted) {
+	if st := g.waitStatus(waiting.RunID); st.Status != string(machine.ApprovalCompleted) {
 		t.Fatalf("status %s, want completed", st.Status)
 	}
 }
@@ -133,7 +133,7 @@ func TestCancelRoute(t *testing.T) {
 	if err != nil || st.CancelReason != "changed my mind" {
 		t.Fatalf("Cancel = %+v, %v", st, err)
 	}
-	if st := g.waitStatus(res.RunID); st.Status != string(lifecycle.CancelableCanceled) {
+	if st := g.waitStatus(res.RunID); st.Status != string(machine.CancelableCanceled) {
 		t.Fatalf("status %s, want canceled", st.Status)
 	}
 	// The frontend reads only.
@@ -273,7 +273,7 @@ func TestQuarantineRoutes(t *testing.T) {
 	c := g.client(lifecycle.ActorAdmin)
 	_, err = c.Status(ctx, res.RunID)
 	apiError(t, err, http.StatusGone, codes.RecordQuarantined)
-	if !errors.Is(err, records.ErrCorrupt) {
+	if !errors.Is(err, lifecycle.ErrCorrupt) {
 		t.Errorf("%v does not match storage.ErrCorrupt", err)
 	}
 	qs, _, err := c.Quarantine(ctx, client.Query{All: true})

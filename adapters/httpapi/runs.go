@@ -6,10 +6,11 @@ import (
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // runRoutes serves the run routes over the Runner: submit, the agents, a
@@ -42,10 +43,10 @@ func (h *runRoutes) table() []route {
 		{method: "GET", path: "/runs", h: h.listRuns()},
 		{method: "GET", path: "/runs/{runId}/status", h: h.runStatus()},
 		{method: "GET", path: "/runs/{runId}/steps", h: h.runSteps()},
-		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(lifecycle.EventCancel, lifecycle.EventRequestCancel), body: true, h: h.cancelRun()},
-		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(lifecycle.EventApprove), body: true, h: h.decide(true)},
-		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(lifecycle.EventReject), body: true, h: h.decide(false)},
-		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(lifecycle.EventDeliver), body: true, h: h.deliver()},
+		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(machine.EventCancel, machine.EventRequestCancel), body: true, h: h.cancelRun()},
+		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(machine.EventApprove), body: true, h: h.decide(true)},
+		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(machine.EventReject), body: true, h: h.decide(false)},
+		{method: "POST", path: "/runs/{runId}/events", actors: machineActors(machine.EventDeliver), body: true, h: h.deliver()},
 	}
 }
 
@@ -106,7 +107,7 @@ func (h *runRoutes) listAgents(w http.ResponseWriter, _ *http.Request, _ lifecyc
 // pathID reads and checks an id of the path, before the SDK sees it.
 func pathID(r *http.Request, name, field string) (string, error) {
 	id := r.PathValue(name)
-	return id, storage.ValidateID(field, id)
+	return id, storekey.ValidateID(field, id)
 }
 
 func (h *runRoutes) runStatus() handlerFunc {
@@ -131,12 +132,12 @@ func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 	q := r.URL.Query()
 	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status")}
 	if rq.Agent != "" {
-		if err := storage.ValidateID("agent", rq.Agent); err != nil {
+		if err := storekey.ValidateID("agent", rq.Agent); err != nil {
 			return rq, err
 		}
 	}
 	if rq.Status != "" {
-		if err := storage.ValidateID("status", rq.Status); err != nil {
+		if err := storekey.ValidateID("status", rq.Status); err != nil {
 			return rq, apiErr(codes.InvalidRequest, "unknown status %q", rq.Status)
 		}
 	}

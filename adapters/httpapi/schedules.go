@@ -5,9 +5,9 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/schedule"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // scheduleRoutes serves /schedules over the Scheduler, nil when none is

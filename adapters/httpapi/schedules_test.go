@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // TestSchedules: anyone lists the schedules; only an admin pauses and

@@ -16,13 +16,14 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/webhook"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
+	xmachine "github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -57,7 +58,7 @@ type Config struct {
 	// NLM, with Runner, serves POST /nlm/callback (nlm.Sink). Default none:
 	// 404 NOT_FOUND, as for Queue.
 	NLM *nlm.Processor
-	// Store serves /quarantine (records.ListQuarantine, records.Restore);
+	// Store serves /quarantine (the list of quarantined records, a restore (Store.Restore of the HTTP API));
 	// give the store the Runner, Queue and Inbox write to. Default none:
 	// 404 NOT_FOUND, as for Queue.
 	Store *storage.Store
@@ -72,8 +73,8 @@ type Config struct {
 	// to keep the key out of the store.
 	CursorKey []byte
 
-	// Tokens maps bearer tokens to the actors they act as (LoadTokens,
-	// ParseTokens). Default none: only loopback clients are served, as the
+	// Tokens maps bearer tokens to the actors they act as (LoadTokens).
+	// Default none: only loopback clients are served, as the
 	// actor their X-Conveyor-Actor header names, gateway by default; the
 	// Worker refuses to listen elsewhere (CheckListen).
 	Tokens map[string]lifecycle.Actor
@@ -139,6 +140,10 @@ type Config struct {
 	// Limits.HTTPServer and Limits.Listener for the others. Default the
 	// zero Limits, every field its default.
 	Limits Limits
+	// Drain is, for Mount, how long the http.Server's Shutdown waits for
+	// the requests in flight once its loop ends, before it closes them.
+	// Default 15 s.
+	Drain time.Duration
 }
 
 // Server serves the Worker's HTTP API. It is an http.Handler, safe for
@@ -245,8 +250,7 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 		return nil, err
 	}
 	s.specs = map[string]lifecycle.Spec{}
-	for _, sp := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec(),
-		lifecycle.RunStep().Spec(), lifecycle.JobMachine().Spec(), lifecycle.NLMMachine().Spec(), lifecycle.InboxMachine().Spec()} {
+	for _, sp := range []lifecycle.Spec{xmachine.CanonicalRun().Spec(), xmachine.CancelableRun().Spec(), xmachine.ApprovalRun().Spec(), xmachine.RunStep().Spec(), xmachine.JobMachine().Spec(), xmachine.NLMMachine().Spec(), xmachine.InboxMachine().Spec()} {
 		s.specs[sp.Name] = sp
 	}
 	s.mux = http.NewServeMux()
@@ -471,7 +475,7 @@ var (
 // events: the route admits them and the machine decides per run.
 func machineActors(events ...lifecycle.Event) []lifecycle.Actor {
 	var out []lifecycle.Actor
-	for _, spec := range []lifecycle.Spec{lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec()} {
+	for _, spec := range []lifecycle.Spec{xmachine.CanonicalRun().Spec(), xmachine.CancelableRun().Spec(), xmachine.ApprovalRun().Spec()} {
 		for _, t := range spec.Transitions {
 			if !slices.Contains(events, lifecycle.Event(t.Event)) {
 				continue
@@ -515,11 +519,11 @@ func (s *Server) eventTarget(machine, event string) string {
 func machineSpec(name string) lifecycle.Spec {
 	switch name {
 	case lifecycle.MachineCancelable:
-		return lifecycle.CancelableRun().Spec()
+		return xmachine.CancelableRun().Spec()
 	case lifecycle.MachineApproval:
-		return lifecycle.ApprovalRun().Spec()
+		return xmachine.ApprovalRun().Spec()
 	}
-	return lifecycle.CanonicalRun().Spec()
+	return xmachine.CanonicalRun().Spec()
 }
 
 func joinActors(as []lifecycle.Actor) string {

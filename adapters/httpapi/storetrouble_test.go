@@ -13,9 +13,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
@@ -55,10 +55,10 @@ func TestStoreTroubleIsUpstream(t *testing.T) {
 		err  func(key string) error
 	}{
 		{"outcome unknown", func(key string) error {
-			return storage.NewOpError("put", key, storage.ErrOutcomeUnknown, syscall.ECONNRESET)
+			return &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: syscall.ECONNRESET}
 		}},
 		{"499 from a stopping node, until the request's deadline", func(key string) error {
-			return storage.NewOpError("put", key, nil, status499{})
+			return &storage.OpError{Op: "put", Key: key, Cause: status499{}}
 		}},
 	}
 	for _, tt := range tests {

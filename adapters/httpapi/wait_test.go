@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 var epoch0 = time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
@@ -43,7 +44,7 @@ func TestWaitPollsWithoutEvents(t *testing.T) {
 	}()
 	<-clk.WaitForTimers(1) // the stream was refused; Wait polls
 	g.releaseSteps()
-	if st := g.waitStatus(res.RunID); st.Status != string(lifecycle.CancelableSucceeded) {
+	if st := g.waitStatus(res.RunID); st.Status != string(machine.CancelableSucceeded) {
 		t.Fatalf("run %s, want succeeded", st.Status)
 	}
 	select {
@@ -60,7 +61,7 @@ func TestWaitPollsWithoutEvents(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	r := <-done
-	if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) || r.st.RunID != res.RunID {
+	if r.err != nil || r.st.Status != string(machine.CancelableSucceeded) || r.st.RunID != res.RunID {
 		t.Fatalf("Wait = %+v, %v", r.st, r.err)
 	}
 }
@@ -161,7 +162,7 @@ func TestWaitFollowsEvents(t *testing.T) {
 	g.waitStatus(res.RunID)
 	f.events <- "id: ev-9\nevent: run.status.changed\ndata: {\"type\":\"run.status.changed\",\"runId\":\"" + res.RunID + "\",\"status\":\"succeeded\"}\n\n"
 	r := <-done // the clock never moved: the event alone ended the wait
-	if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) {
+	if r.err != nil || r.st.Status != string(machine.CancelableSucceeded) {
 		t.Fatalf("Wait = %+v, %v", r.st, r.err)
 	}
 }
@@ -212,7 +213,7 @@ func TestWaitRereadsWhenAnEventIsLost(t *testing.T) {
 	clk.Advance(5 * time.Second)
 	select {
 	case r := <-done:
-		if r.err != nil || r.st.Status != string(lifecycle.CancelableSucceeded) {
+		if r.err != nil || r.st.Status != string(machine.CancelableSucceeded) {
 			t.Fatalf("Wait = %+v, %v", r.st, r.err)
 		}
 	case <-time.After(30 * time.Second):
@@ -276,7 +277,7 @@ func TestWaitServerComesUp(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	clk.Advance(5 * time.Second)
 	r := <-done
-	if r.err != nil || r.st.RunID != res.RunID || r.st.Status != string(lifecycle.RunCompleted) {
+	if r.err != nil || r.st.RunID != res.RunID || r.st.Status != string(machine.RunCompleted) {
 		t.Fatalf("Wait = %+v, %v; want the completed run", r.st, r.err)
 	}
 }

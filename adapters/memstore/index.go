@@ -71,7 +71,7 @@ func (x *index) remove(key string) {
 }
 
 // page returns up to n keys that start with prefix and sort strictly after
-// after, in order; the caller has reduced after with storage.ListStart.
+// after, in order; the caller has reduced after as storage.Store.ListAfter does.
 func (x *index) page(prefix, after string, n int) []string {
 	var keys []string
 	for nd := x.seek(max(prefix, after)); nd != nil && len(keys) < n && strings.HasPrefix(nd.key, prefix); nd = nd.next[0] {

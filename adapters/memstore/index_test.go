@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/internal/storekey"
 )
 
 // TestIndexMatchesModel drives the skip list and a sorted-set model with
@@ -40,7 +40,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				k := key()
 				after = k[:1+rng.IntN(len(k))]
 			}
-			start, none := storage.ListStart(prefix, after)
+			start, none := storekey.ListStart(prefix, after)
 			var want []string
 			for m := range model {
 				if strings.HasPrefix(m, prefix) && m > after {

@@ -15,10 +15,9 @@ import (
 	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// Driver is the in-memory driver (package storage/driver) under the Store
-// New returns; tests that wrap a driver take it from NewDriver. The zero
-// value is not usable.
-type Driver struct {
+// memDriver is the in-memory driver (package storage/driver) under the
+// Store New returns. The zero value is not usable.
+type memDriver struct {
 	mu    sync.RWMutex
 	data  map[string]entry
 	order *index // the keys in byte order, for List
@@ -33,29 +32,33 @@ type entry struct {
 }
 
 var (
-	_ driver.Store   = (*Driver)(nil)
-	_ driver.Watcher = (*Driver)(nil)
+	_ driver.Store   = (*memDriver)(nil)
+	_ driver.Watcher = (*memDriver)(nil)
 )
 
 // New returns an empty Store.
-func New() *storage.Store { return storage.New(NewDriver()) }
+func New() *storage.Store { return storage.New(newDriver()) }
 
-// NewDriver returns an empty Driver.
-func NewDriver() *Driver { return &Driver{data: make(map[string]entry), order: newIndex()} }
+// NewDriver returns an empty in-memory driver (package storage/driver),
+// the one under the Store New returns, for tests that wrap a driver; it
+// also implements driver.Watcher.
+func NewDriver() driver.Store { return newDriver() }
+
+func newDriver() *memDriver { return &memDriver{data: make(map[string]entry), order: newIndex()} }
 
 // Get implements driver.Store.
-func (s *Driver) Get(ctx context.Context, key string) ([]byte, driver.Version, error) {
+func (s *memDriver) Get(ctx context.Context, key string) ([]byte, driver.Version, error) {
 	s.mu.RLock()
 	e, ok := s.data[key]
 	s.mu.RUnlock()
 	if !ok {
-		return nil, "", driver.ErrNotFound
+		return nil, "", storage.ErrNotFound
 	}
 	return slices.Clone(e.value), e.version, nil
 }
 
 // Put implements driver.Store.
-func (s *Driver) Put(ctx context.Context, key string, value []byte, cond driver.Condition) (driver.Version, error) {
+func (s *memDriver) Put(ctx context.Context, key string, value []byte, cond driver.Condition) (driver.Version, error) {
 	v := slices.Clone(value)
 	if v == nil {
 		v = []byte{}
@@ -64,7 +67,7 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond driver.
 	defer s.mu.Unlock()
 	e, ok := s.data[key]
 	if !cond.Holds(e.version) {
-		return "", driver.ErrPreconditionFailed
+		return "", storage.ErrPreconditionFailed
 	}
 	s.seq++
 	ver := driver.Version("m" + strconv.FormatUint(s.seq, 10))
@@ -77,12 +80,12 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond driver.
 }
 
 // Delete implements driver.Store.
-func (s *Driver) Delete(ctx context.Context, key string, cond driver.Condition) error {
+func (s *memDriver) Delete(ctx context.Context, key string, cond driver.Condition) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.data[key]
 	if !cond.Holds(e.version) {
-		return driver.ErrPreconditionFailed
+		return storage.ErrPreconditionFailed
 	}
 	if ok {
 		delete(s.data, key)
@@ -100,7 +103,7 @@ const listPage = 256
 // ListAfter implements driver.Store. It seeks the sorted index (O(log n))
 // and takes the keys a page at a time, each page a snapshot taken when it
 // is read.
-func (s *Driver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+func (s *memDriver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		for {
 			// seek writes the index's scratch space: take the write lock.

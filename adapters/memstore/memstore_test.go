@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	storetest.TestDriver(t, func(*testing.T) driver.Store { return memstore.NewDriver() })
+	storetest.TestDriver(t, func(*testing.T) driver.Store { return memstore.NewDriver() }, storetest.Capabilities{})
 }
 
 func BenchmarkMemstore(b *testing.B) {

@@ -16,7 +16,7 @@ type watch struct {
 // blocks: the channel holds one signal, and a full one already says that
 // something changed. No goroutine is started: when ctx is done the channel
 // is closed by a context.AfterFunc.
-func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
+func (s *memDriver) Watch(ctx context.Context, prefix string) (<-chan struct{}, error) {
 	w := &watch{prefix: prefix, ch: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.watches == nil {
@@ -34,7 +34,7 @@ func (s *Driver) Watch(ctx context.Context, prefix string) (<-chan struct{}, err
 }
 
 // notify signals the watchers of key; s.mu is held for writing.
-func (s *Driver) notify(key string) {
+func (s *memDriver) notify(key string) {
 	for w := range s.watches {
 		if strings.HasPrefix(key, w.prefix) {
 			select {

@@ -1,14 +1,15 @@
 // Package otlp exports the SDK's OpenTelemetry spans (docs/spec.md#tracing)
 // over OTLP/HTTP, configured by the exporter's standard OTEL_ variables: the
 // TracerProvider to give the engines (run.Config, jobqueue.Config, or the
-// Client's Config.TracerProvider), the counterpart of package
-// adapters/prometheus for metrics.
+// Client's Config.TracerProvider), the counterpart of the Client's
+// Config.Metrics for metrics.
 package otlp
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -23,7 +24,9 @@ import (
 // (headers, timeout, compression), its spans named service unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise. With neither
 // variable it returns a nil provider, with which the SDK traces nothing.
-// shutdown flushes the spans not yet sent; it is never nil.
+// shutdown flushes the spans not yet sent, given at least a second even
+// when its context ends sooner (a program's drain that spent its time
+// waiting still exports the spans of that drain); it is never nil.
 func FromEnv(ctx context.Context, service string) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 		return nil, func(context.Context) error { return nil }, nil
@@ -39,5 +42,12 @@ func FromEnv(ctx context.Context, service string) (tp trace.TracerProvider, shut
 		return nil, nil, fmt.Errorf("the trace resource: %w", err)
 	}
 	p := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return p, p.Shutdown, nil
+	return p, func(ctx context.Context) error {
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < time.Second {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+		}
+		return p.Shutdown(ctx)
+	}, nil
 }

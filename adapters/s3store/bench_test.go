@@ -24,7 +24,7 @@ func BenchmarkS3Store(b *testing.B) {
 func BenchmarkRawS3(b *testing.B) {
 	srv, bkt := env(b)
 	client := newClient(srv, nil)
-	value := bytes.Repeat([]byte("x"), storetest.BenchValueSize)
+	value := bytes.Repeat([]byte("x"), benchValueSize)
 	// A fresh prefix per run, since -count repeats sub-benchmarks.
 	key := func(prefix, k string) *string { return aws.String(prefix + k) }
 
@@ -33,7 +33,7 @@ func BenchmarkRawS3(b *testing.B) {
 		if _, err := client.PutObject(ctx, &s3.PutObjectInput{Bucket: &bkt, Key: key(prefix, "bench/get"), Body: bytes.NewReader(value)}); err != nil {
 			b.Fatal(err)
 		}
-		b.SetBytes(storetest.BenchValueSize)
+		b.SetBytes(benchValueSize)
 		for b.Loop() {
 			out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: &bkt, Key: key(prefix, "bench/get")})
 			if err != nil {
@@ -47,7 +47,7 @@ func BenchmarkRawS3(b *testing.B) {
 	})
 	b.Run("Create", func(b *testing.B) {
 		ctx, prefix := b.Context(), randomPrefix()
-		b.SetBytes(storetest.BenchValueSize)
+		b.SetBytes(benchValueSize)
 		i := 0
 		for b.Loop() {
 			i++
@@ -70,7 +70,7 @@ func BenchmarkRawS3(b *testing.B) {
 		// Alternate two bodies: with identical bodies the ETag would never
 		// change and the raw loop would not be a real compare-and-swap chain.
 		bodies := [2][]byte{value, append([]byte("y"), value[1:]...)}
-		b.SetBytes(storetest.BenchValueSize)
+		b.SetBytes(benchValueSize)
 		i := 0
 		for b.Loop() {
 			i++
@@ -93,7 +93,7 @@ func BenchmarkRawS3(b *testing.B) {
 func BenchmarkS3VsRaw(b *testing.B) {
 	srv, bkt := env(b)
 	client := newClient(srv, nil)
-	value := bytes.Repeat([]byte("x"), storetest.BenchValueSize)
+	value := bytes.Repeat([]byte("x"), benchValueSize)
 
 	// pair times adapter and raw calls alternately and reports the result.
 	pair := func(b *testing.B, adapter, raw func(i int) error) {
@@ -202,3 +202,7 @@ func BenchmarkS3VsRaw(b *testing.B) {
 func BenchmarkListAfter(b *testing.B) {
 	storetest.BenchmarkListAfter(b, func(b *testing.B) *storage.Store { return newStore(b).Store }, 1000, 100_000)
 }
+
+// benchValueSize is the value size the benchmarks write: a typical
+// status.json, as storetest's benchmarks write.
+const benchValueSize = 1 << 10

@@ -82,5 +82,5 @@ func newClusterStore(tb testing.TB) *spread {
 // to the next node. All nodes are up: the faults of a node going down and
 // coming back are the Worker scenarios' (examples/chaos).
 func TestConformanceCluster(t *testing.T) {
-	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newClusterStore(t) }, storetest.ContentVersions(), storetest.NonAtomicConditionalDelete())
+	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newClusterStore(t) }, storetest.Capabilities{ContentVersions: true, NonAtomicConditionalDelete: true})
 }

@@ -36,12 +36,12 @@ import (
 // is up.
 
 const (
-	// DefaultAttemptTimeout bounds one attempt of a request (from sending
+	// defaultAttemptTimeout bounds one attempt of a request (from sending
 	// it to its response's headers) when Config.AttemptTimeout is 0.
-	DefaultAttemptTimeout = 10 * time.Second
-	// DefaultEndpointCooldown is how long an endpoint that failed is
+	defaultAttemptTimeout = 10 * time.Second
+	// defaultEndpointCooldown is how long an endpoint that failed is
 	// skipped when Config.EndpointCooldown is 0.
-	DefaultEndpointCooldown = 5 * time.Second
+	defaultEndpointCooldown = 5 * time.Second
 )
 
 // statusClientClosed is the status MinIO answers (ClientDisconnected) when
@@ -248,7 +248,7 @@ func (g *guard) HandleFinalize(ctx context.Context, in middleware.FinalizeInput,
 		}
 		base, detached = context.WithoutCancel(ctx), true
 		if timeout <= 0 {
-			timeout = DefaultAttemptTimeout
+			timeout = defaultAttemptTimeout
 		}
 	}
 	actx := context.WithValue(base, attemptKey{}, a)

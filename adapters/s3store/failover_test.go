@@ -139,14 +139,14 @@ func TestSettle(t *testing.T) {
 			if err := s.Check(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			if got := storage.SettleTime(s.Store); got != tt.want {
+			if got := s.Store.SettleTime(); got != tt.want {
 				t.Fatalf("Settle = %s, want %s", got, tt.want)
 			}
 		})
 	}
 	p := newFaultProxy(t, srv.Endpoint, func(int, *http.Request) fault { return pass })
 	s := storeVia(t, srv, bkt, "", s3store.Config{Endpoints: []string{srv.Endpoint, p.URL}})
-	if got := storage.SettleTime(s.Store); got != s3store.DefaultClusterSettle {
+	if got := s.Store.SettleTime(); got != s3store.DefaultClusterSettle {
 		t.Fatalf("Settle on two endpoints = %s, want %s", got, s3store.DefaultClusterSettle)
 	}
 }

@@ -18,7 +18,7 @@
 // compare-and-swap that succeeds after A-B-A acts on the bytes it was
 // computed from; callers that must notice every write change the bytes on
 // every write (typed documents carry a counter). Its conformance run
-// declares storetest.ContentVersions.
+// declares Capabilities.ContentVersions (package storage/storetest).
 //
 // Lost responses. When the response to a conditional PutObject is lost, the
 // SDK retries, and the retry can answer 412 because the first attempt
@@ -42,7 +42,7 @@
 // atomic against concurrent writers on AWS S3 only. On MinIO a write that
 // lands between the HEAD and the DELETE is deleted, so nothing may rely on
 // a conditional Delete for mutual exclusion (see storage.Store's Delete);
-// its conformance run declares storetest.NonAtomicConditionalDelete (on
+// its conformance run declares storetest.Capabilities.NonAtomicConditionalDelete (on
 // MinIO, 33 of 40 rounds of a Delete racing a swap of one version saw both
 // win).
 //
@@ -105,6 +105,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -120,8 +121,8 @@ type Config struct {
 	// Bucket holds the objects. Required.
 	Bucket string
 	// Prefix is prepended to every key, e.g. "conveyor/" to share a bucket.
-	// Empty means none; otherwise it must end in "/" and be at most
-	// MaxPrefixLen bytes.
+	// Empty means none; otherwise it must end in "/" and be at most 128
+	// bytes (S3 keys hold 1024, and the store's keys up to 896 of them).
 	Prefix string
 	// Endpoint is the S3 API URL, e.g. "http://127.0.0.1:9000" for MinIO,
 	// or several, comma-separated (as Endpoints). Empty, with Endpoints
@@ -135,7 +136,7 @@ type Config struct {
 	// which a request tries it again. Endpoint, if set, comes first.
 	Endpoints []string
 	// EndpointCooldown is how long an endpoint that failed is skipped.
-	// 0 means DefaultEndpointCooldown (5 s).
+	// 0 means 5 s.
 	EndpointCooldown time.Duration
 	// AttemptTimeout bounds one attempt of a request, from its start to
 	// the response's headers (a value's upload included; a body being read
@@ -143,16 +144,15 @@ type Config struct {
 	// stalls (MinIO holds a write up to 30 s on a lock held through a dead
 	// node) costs one attempt, retried on another endpoint. A conditional
 	// write whose attempt timed out may still land: it is resolved as a
-	// lost response (see the package doc). 0 means DefaultAttemptTimeout
-	// (10 s); negative, none. A write's attempt, once sent, is not cut when
-	// the caller's context ends, only by this timeout (DefaultAttemptTimeout
-	// when none): Put and Delete can return that much after the context's
+	// lost response (see the package doc). 0 means 10 s; negative, none.
+	// A write's attempt, once sent, is not cut when the caller's context
+	// ends, only by this timeout (10 s when none): Put and Delete can return that much after the context's
 	// deadline, with the write's answer.
 	AttemptTimeout time.Duration
 	// Settle is how long the store may answer wrongly after a node
 	// restarts or a writer dies mid-request (storage.Store.SettleTime): read as
 	// the engines' wait before they believe a key is missing. 0 means
-	// automatic: DefaultClusterSettle on a MinIO cluster (several
+	// automatic: 40 s on a MinIO cluster (several
 	// endpoints, or Check finds an erasure set that needs more than one
 	// drive to write), else 0 (a single-drive server, AWS S3). Negative
 	// means 0 whatever the server.
@@ -174,15 +174,19 @@ type Config struct {
 	MaxAttempts int
 	// HTTPClient carries the requests. Nil means the SDK's default client.
 	HTTPClient *http.Client
+	// CheckWait is how long Check waits for a server that cannot be
+	// reached yet (started with the program, or restarting), asking again
+	// every second. 0 means none: Check asks once.
+	CheckWait time.Duration
 }
 
 // Environment variables ConfigFromEnv reads, besides the AWS SDK's own.
 const (
-	EnvBucket    = "CONVEYOR_S3_BUCKET"
-	EnvPrefix    = "CONVEYOR_S3_PREFIX"
-	EnvPathStyle = "CONVEYOR_S3_PATH_STYLE"
-	// EnvEndpoints is a comma-separated list of endpoints (Config.Endpoints).
-	EnvEndpoints = "CONVEYOR_S3_ENDPOINTS"
+	envBucket    = "CONVEYOR_S3_BUCKET"
+	envPrefix    = "CONVEYOR_S3_PREFIX"
+	envPathStyle = "CONVEYOR_S3_PATH_STYLE"
+	// envEndpoints is a comma-separated list of endpoints (Config.Endpoints).
+	envEndpoints = "CONVEYOR_S3_ENDPOINTS"
 )
 
 // ConfigFromEnv builds a Config from CONVEYOR_S3_BUCKET (required),
@@ -196,29 +200,29 @@ const (
 // AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...) through the SDK's default chain
 // when New loads the config.
 func ConfigFromEnv() (Config, error) {
-	cfg := Config{Bucket: os.Getenv(EnvBucket), Prefix: os.Getenv(EnvPrefix)}
-	if v := os.Getenv(EnvEndpoints); v != "" {
+	cfg := Config{Bucket: os.Getenv(envBucket), Prefix: os.Getenv(envPrefix)}
+	if v := os.Getenv(envEndpoints); v != "" {
 		cfg.Endpoints = strings.Split(v, ",")
 	}
 	cfg.UsePathStyle = len(cfg.Endpoints) > 0 || os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
-	if v := os.Getenv(EnvPathStyle); v != "" {
+	if v := os.Getenv(envPathStyle); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return cfg, fmt.Errorf("s3store: %s=%q: %w", EnvPathStyle, v, err)
+			return cfg, fmt.Errorf("s3store: %s=%q: %w", envPathStyle, v, err)
 		}
 		cfg.UsePathStyle = b
 	}
 	// The rest is read even without a bucket, for a caller that names
 	// the bucket itself (a flag).
 	if cfg.Bucket == "" {
-		return cfg, fmt.Errorf("s3store: %s is not set", EnvBucket)
+		return cfg, fmt.Errorf("s3store: %s is not set", envBucket)
 	}
 	return cfg, nil
 }
 
-// MaxPrefixLen is the longest Config.Prefix: S3 keys hold 1024 bytes and
-// storage.MaxKeyLen of them belong to the store's keys.
-const MaxPrefixLen = 1024 - storage.MaxKeyLen
+// maxPrefixLen is the longest Config.Prefix: S3 keys hold 1024 bytes and
+// storekey.MaxKeyLen of them belong to the store's keys.
+const maxPrefixLen = 1024 - storekey.MaxKeyLen
 
 // Driver is the driver (package storage/driver) under the Store New
 // returns, on one S3 bucket (and optional key prefix): what a program takes
@@ -231,6 +235,7 @@ type Driver struct {
 
 	settleCfg time.Duration
 	settle    atomic.Int64 // Settle(), in nanoseconds
+	checkWait time.Duration
 }
 
 var (
@@ -277,7 +282,7 @@ func NewDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	var p *pool
 	if len(urls) > 0 {
-		p = newPool(urls, orDefault(cfg.EndpointCooldown, DefaultEndpointCooldown), cfg.Logger)
+		p = newPool(urls, orDefault(cfg.EndpointCooldown, defaultEndpointCooldown), cfg.Logger)
 	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		if p != nil {
@@ -291,19 +296,19 @@ func NewDriver(ctx context.Context, cfg Config) (*Driver, error) {
 			o.HTTPClient = cfg.HTTPClient
 		}
 		o.Retryer = newRetryer(maxAttempts(cfg.MaxAttempts, len(urls)), p)
-		g := &guard{pool: p, timeout: orDefault(cfg.AttemptTimeout, DefaultAttemptTimeout)}
+		g := &guard{pool: p, timeout: orDefault(cfg.AttemptTimeout, defaultAttemptTimeout)}
 		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
 			return st.Finalize.Insert(g, "Retry", middleware.After)
 		})
 	})
-	s, err := NewDriverWithClient(client, cfg.Bucket, cfg.Prefix)
+	s, err := newDriverWithClient(client, cfg.Bucket, cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
 	s.pool = p
-	s.settleCfg = cfg.Settle
+	s.settleCfg, s.checkWait = cfg.Settle, cfg.CheckWait
 	if cfg.Settle > 0 || (cfg.Settle == 0 && len(urls) > 1) {
-		s.settle.Store(int64(orDefault(cfg.Settle, DefaultClusterSettle)))
+		s.settle.Store(int64(orDefault(cfg.Settle, defaultClusterSettle)))
 	}
 	return s, nil
 }
@@ -329,15 +334,15 @@ func maxAttempts(configured, endpoints int) int {
 // NewWithClient returns a Store on a caller-built client, for callers who
 // configure the SDK themselves. prefix is as in Config.Prefix.
 func NewWithClient(client *s3.Client, bucket, prefix string) (*storage.Store, error) {
-	d, err := NewDriverWithClient(client, bucket, prefix)
+	d, err := newDriverWithClient(client, bucket, prefix)
 	if err != nil {
 		return nil, err
 	}
 	return storage.New(d), nil
 }
 
-// NewDriverWithClient is NewWithClient's driver.
-func NewDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, error) {
+// newDriverWithClient is NewWithClient's driver.
+func newDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, error) {
 	if bucket == "" {
 		return nil, errors.New("s3store: no bucket")
 	}
@@ -345,11 +350,11 @@ func NewDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, err
 		if !strings.HasSuffix(prefix, "/") {
 			return nil, fmt.Errorf("s3store: prefix %q must end in /", prefix)
 		}
-		if err := storage.ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
+		if err := storekey.ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
 			return nil, fmt.Errorf("s3store: prefix: %w", err)
 		}
-		if len(prefix) > MaxPrefixLen {
-			return nil, fmt.Errorf("s3store: prefix %q longer than %d bytes", prefix, MaxPrefixLen)
+		if len(prefix) > maxPrefixLen {
+			return nil, fmt.Errorf("s3store: prefix %q longer than %d bytes", prefix, maxPrefixLen)
 		}
 	}
 	return &Driver{client: client, bucket: bucket, prefix: prefix}, nil
@@ -363,7 +368,30 @@ func NewDriverWithClient(client *s3.Client, bucket, prefix string) (*Driver, err
 //
 // On a MinIO server given by endpoint, Check also asks its cluster health
 // check whether it is a cluster, which sets Settle when Config.Settle is 0.
+// With Config.CheckWait, a server that cannot be reached is asked again
+// every second within that time, and the error of the last ask returned.
 func (s *Driver) Check(ctx context.Context) error {
+	if s.checkWait <= 0 {
+		return s.check(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.checkWait)
+	defer cancel()
+	err := s.check(ctx)
+	for errors.Is(err, ErrUnreachable) {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = s.check(ctx)
+	}
+	return err
+}
+
+// check is one ask of Check.
+func (s *Driver) check(ctx context.Context) error {
 	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
 	switch {
 	case err == nil:
@@ -374,7 +402,7 @@ func (s *Driver) Check(ctx context.Context) error {
 	}
 	switch httpStatus(err) {
 	case http.StatusNotFound:
-		return fmt.Errorf("s3store: bucket %q does not exist (create it, or name another with -s3-bucket / %s): %w", s.bucket, EnvBucket, err)
+		return fmt.Errorf("s3store: bucket %q does not exist (create it, or name another with -s3-bucket / %s): %w", s.bucket, envBucket, err)
 	case http.StatusForbidden:
 		return fmt.Errorf("s3store: bucket %q: access denied to these credentials: %w", s.bucket, err)
 	}
@@ -421,9 +449,9 @@ func apiCode(err error) string {
 // keeps the SDK error as the cause.
 func fail(ctx context.Context, op, key string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return storage.NewOpError(op, key, ctxErr, err)
+		return &storage.OpError{Op: op, Key: key, Kind: ctxErr, Cause: err}
 	}
-	return storage.NewOpError(op, key, nil, err)
+	return &storage.OpError{Op: op, Key: key, Cause: err}
 }
 
 func unquote(etag *string) storage.Version {
@@ -455,7 +483,7 @@ func (s *Driver) Get(ctx context.Context, key string) ([]byte, storage.Version, 
 	}
 	if err != nil {
 		if noSuchKey(err) {
-			return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, err)
+			return nil, "", &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound, Cause: err}
 		}
 		return nil, "", fail(ctx, "get", key, err)
 	}
@@ -488,14 +516,14 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 		Metadata:      map[string]string{metaToken: token},
 	}
 	switch cond.Kind() {
-	case storage.CreateOnly:
+	case driver.CreateOnly:
 		in.IfNoneMatch = aws.String("*")
-	case storage.MatchVersion:
+	case driver.MatchVersion:
 		in.IfMatch = quote(cond.Version())
 	}
 	var call callState
 	var optFns []func(*s3.Options)
-	if cond.Kind() != storage.Unconditional {
+	if cond.Kind() != driver.Unconditional {
 		optFns = append(optFns, call.option)
 	}
 	out, err := s.client.PutObject(ctx, in, optFns...)
@@ -505,7 +533,7 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 	conflict := isConditionFailure(err, cond)
 	switch {
 	case conflict && call.n.Load() <= 1:
-		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, err)
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrPreconditionFailed, Cause: err}
 	case !conflict && !call.ambiguous.Load():
 		return "", fail(ctx, "put", key, err)
 	}
@@ -514,7 +542,7 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 	// 499 from a stopping node): read the token back before calling it a
 	// conflict or a failure.
 	if ctx.Err() != nil {
-		return "", storage.NewOpError("put", key, ctx.Err(), &unknownOutcome{err: err})
+		return "", &storage.OpError{Op: "put", Key: key, Kind: ctx.Err(), Cause: &unknownOutcome{err: err}}
 	}
 	var headOpts []func(*s3.Options)
 	if !conflict {
@@ -528,30 +556,30 @@ func (s *Driver) Put(ctx context.Context, key string, value []byte, cond storage
 	case ok:
 		return v, nil
 	case conflict && herr == nil:
-		return "", storage.NewOpError("put", key, storage.ErrOutcomeUnknown, err)
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: err}
 	case conflict:
-		return "", storage.NewOpError("put", key, storage.ErrOutcomeUnknown, errors.Join(err, herr))
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrOutcomeUnknown, Cause: errors.Join(err, herr)}
 	}
 	// No answer, and the token is not (yet) there: the write may land
 	// later or never. Retried as such by a patient caller.
 	if herr != nil {
 		err = errors.Join(err, herr)
 	}
-	return "", storage.NewOpError("put", key, nil, &unknownOutcome{err: err})
+	return "", &storage.OpError{Op: "put", Key: key, Cause: &unknownOutcome{err: err}}
 }
 
 // isConditionFailure reports whether err says a precondition did not hold:
 // 412, 404 for If-Match on a missing key, or AWS's 409
 // ConditionalRequestConflict for a concurrent conditional write.
 func isConditionFailure(err error, cond storage.Condition) bool {
-	if cond.Kind() == storage.Unconditional {
+	if cond.Kind() == driver.Unconditional {
 		return false
 	}
 	switch httpStatus(err) {
 	case http.StatusPreconditionFailed:
 		return true
 	case http.StatusNotFound:
-		return cond.Kind() == storage.MatchVersion && noSuchKey(err)
+		return cond.Kind() == driver.MatchVersion && noSuchKey(err)
 	case http.StatusConflict:
 		return apiCode(err) == "ConditionalRequestConflict"
 	}
@@ -583,24 +611,24 @@ func (s *Driver) AtomicConditionalDelete() bool { return false }
 // Delete implements driver.Store.
 func (s *Driver) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	in := &s3.DeleteObjectInput{Bucket: &s.bucket, Key: s.objectKey(key)}
-	if cond.Kind() == storage.MatchVersion {
+	if cond.Kind() == driver.MatchVersion {
 		// MinIO ignores If-Match on DeleteObject: check it ourselves first
 		// (see the package comment), and still send it for AWS S3.
 		head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: in.Key})
 		if err != nil {
 			if noSuchKey(err) {
-				return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, err)
+				return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed, Cause: err}
 			}
 			return fail(ctx, "delete", key, err)
 		}
 		if unquote(head.ETag) != cond.Version() {
-			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+			return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed}
 		}
 		in.IfMatch = quote(cond.Version())
 	}
 	if _, err := s.client.DeleteObject(ctx, in); err != nil {
 		if isConditionFailure(err, cond) {
-			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, err)
+			return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed, Cause: err}
 		}
 		return fail(ctx, "delete", key, err)
 	}
@@ -630,7 +658,7 @@ func (s *Driver) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[
 			}
 			for _, obj := range page.Contents {
 				key := strings.TrimPrefix(aws.ToString(obj.Key), s.prefix)
-				if storage.ValidateKey(key) != nil {
+				if storekey.ValidateKey(key) != nil {
 					continue
 				}
 				if !yield(key, nil) {

@@ -97,8 +97,8 @@ func newStore(tb testing.TB) *s3Store {
 func TestConformance(t *testing.T) {
 	// S3 versions are ETags, the MD5 of the body, and a conditional Delete
 	// on MinIO is a HEAD, then a DELETE: see the package doc.
-	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newStore(t).d },
-		storetest.ContentVersions(), storetest.NonAtomicConditionalDelete())
+	storetest.TestDriver(t, func(t *testing.T) driver.Store { return newStore(t).d }, storetest.Capabilities{ContentVersions: true, NonAtomicConditionalDelete: true})
+
 }
 
 // TestNew builds the store the way a Worker does, from a Config.

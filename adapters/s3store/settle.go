@@ -9,12 +9,12 @@ import (
 	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// DefaultClusterSettle is Settle on a MinIO cluster when Config.Settle is
+// defaultClusterSettle is Settle on a MinIO cluster when Config.Settle is
 // 0. The longest wrong answers measured on a 4-node cluster were false
 // 404s for existing keys up to 16 s after a node restarted (14 s in the
 // test kit's own run, under 1 s in most); 40 s is that, doubled, with a
 // margin for a slower machine (docs/stores.md).
-const DefaultClusterSettle = 40 * time.Second
+const defaultClusterSettle = 40 * time.Second
 
 var _ driver.Settler = (*Driver)(nil)
 
@@ -28,7 +28,7 @@ func (s *Driver) Settle() time.Duration { return time.Duration(s.settle.Load()) 
 // a single drive, more when a write needs several drives.
 const healthPath = "/minio/health/cluster"
 
-// detectCluster sets Settle to DefaultClusterSettle when Settle is
+// detectCluster sets Settle to defaultClusterSettle when Settle is
 // automatic and an endpoint says it is a MinIO erasure set that needs
 // more than one drive to write. Any other answer (AWS S3, a proxy, an
 // error) leaves it as it was.
@@ -55,7 +55,7 @@ func (s *Driver) detectCluster(ctx context.Context) {
 			continue
 		}
 		if q > 1 {
-			s.settle.Store(int64(DefaultClusterSettle))
+			s.settle.Store(int64(defaultClusterSettle))
 		}
 		return
 	}

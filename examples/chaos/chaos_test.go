@@ -15,11 +15,11 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestMain(m *testing.M) {
@@ -107,13 +107,13 @@ func TestCheckerCatches(t *testing.T) {
 		return artifact.Artifact{ArtifactID: artifact.IDForJob(p.JobID), JobID: p.JobID, RunID: p.RunID,
 			AgentSlug: p.AgentSlug, Type: artifact.Brief, Finalized: true, CreatedAt: at, Content: c}
 	}
-	ev := func(id string, min int, from, to lifecycle.JobState) records.AuditEvent {
+	ev := func(id string, min int, from, to lifecycle.JobState) lifecycle.AuditEvent {
 		ts := base.Add(time.Duration(min) * time.Minute)
-		return records.AuditEvent{ID: ts.Format("20060102T150405.000000000Z") + "-" + id, TS: ts, Event: "job.status.update",
+		return lifecycle.AuditEvent{ID: ts.Format("20060102T150405.000000000Z") + "-" + id, TS: ts, Event: "job.status.update",
 			JobID: id, From: string(from), To: string(to), Actor: "orchestration-layer"}
 	}
-	trail := func(id string, final lifecycle.JobState) []records.AuditEvent {
-		evs := []records.AuditEvent{ev(id, 0, "", lifecycle.JobPending), ev(id, 0, lifecycle.JobPending, lifecycle.JobQueued),
+	trail := func(id string, final lifecycle.JobState) []lifecycle.AuditEvent {
+		evs := []lifecycle.AuditEvent{ev(id, 0, "", lifecycle.JobPending), ev(id, 0, lifecycle.JobPending, lifecycle.JobQueued),
 			ev(id, 1, lifecycle.JobQueued, lifecycle.JobContextAssembly)}
 		if final == lifecycle.JobComplete {
 			evs = append(evs, ev(id, 2, lifecycle.JobContextAssembly, lifecycle.JobNotebookLMCall),
@@ -126,7 +126,7 @@ func TestCheckerCatches(t *testing.T) {
 			Plan:      plan,
 			Records:   map[string]Record{"job-a": job(plan[0], lifecycle.JobComplete, 1), "job-b": job(plan[1], lifecycle.JobComplete, 1)},
 			Artifacts: []artifact.Artifact{art(plan[0], 1, base.Add(150*time.Second)), art(plan[1], 1, base.Add(150*time.Second))},
-			Events:    map[string][]records.AuditEvent{"job-a": trail("job-a", lifecycle.JobComplete), "job-b": trail("job-b", lifecycle.JobComplete)},
+			Events:    map[string][]lifecycle.AuditEvent{"job-a": trail("job-a", lifecycle.JobComplete), "job-b": trail("job-b", lifecycle.JobComplete)},
 			Replayed:  map[string]lifecycle.JobState{"job-a": lifecycle.JobComplete, "job-b": lifecycle.JobComplete},
 			Corrupted: map[string]bool{}, Garbage: map[string][]byte{}, Current: map[string][]byte{},
 			RunWrites: map[string]int64{"run-1": 5}, RunEvents: map[string]int{"run-1": 5},
@@ -164,7 +164,7 @@ func TestCheckerCatches(t *testing.T) {
 		}, CheckArtifact, "artifact says job job-b run run_a"},
 		{"job stuck in a pipeline state", func(st *State) {
 			r := job(plan[1], lifecycle.JobNotebookLMCall, 2)
-			r.Job.Lease = &records.Lease{Owner: "w1-g0", Epoch: 4, ExpiresAt: base}
+			r.Job.Lease = &lifecycle.Lease{Owner: "w1-g0", Epoch: 4, ExpiresAt: base}
 			st.Records["job-b"] = r
 			st.Artifacts = st.Artifacts[:1]
 			st.Replayed["job-b"] = lifecycle.JobNotebookLMCall

@@ -13,11 +13,12 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The checks a run must pass.
@@ -66,7 +67,7 @@ type State struct {
 	Artifacts  []artifact.Artifact
 	// Events are each job's audit events (job.* and artifact.*), in id
 	// (time) order.
-	Events map[string][]records.AuditEvent
+	Events map[string][]lifecycle.AuditEvent
 	// Replayed is each job's final state by the replay of its audit events
 	// through the job machine; ReplayErr the replay's refusal.
 	Replayed  map[string]lifecycle.JobState
@@ -97,7 +98,7 @@ func decodeJob(id string, raw []byte) (*lifecycle.Job, string) {
 	if j.JobID != id {
 		return nil, fmt.Sprintf("job_id %q in the record of %s", j.JobID, id)
 	}
-	if !slices.Contains(lifecycle.JobStates(), j.Status) {
+	if !slices.Contains(machine.JobStates(), j.Status) {
 		return nil, fmt.Sprintf("status %q is not a job state", j.Status)
 	}
 	return &j, ""
@@ -209,7 +210,7 @@ func (st *State) readRunWrites(ctx context.Context, s *storage.Store) {
 func (st *State) readAudit(ctx context.Context, s *storage.Store) {
 	now := time.Now()
 	first, last := now.Add(-48*time.Hour), now.Add(time.Hour)
-	st.Events = map[string][]records.AuditEvent{}
+	st.Events = map[string][]lifecycle.AuditEvent{}
 	st.RunWrites, st.RunEvents = map[string]int64{}, map[string]int{}
 	st.readRunWrites(ctx, s)
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
@@ -227,7 +228,7 @@ func (st *State) readAudit(ctx context.Context, s *storage.Store) {
 		}
 	}
 	for _, evs := range st.Events {
-		slices.SortFunc(evs, func(a, b records.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(evs, func(a, b lifecycle.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
 	}
 	st.Replayed, st.ReplayErr = jobaudit.Replay(ctx, s, first, last)
 }
@@ -247,7 +248,7 @@ func (st *State) quarantined(id string) bool {
 func (st *State) settled() bool {
 	for _, p := range st.Plan {
 		rec := st.Records[p.JobID]
-		if rec.Job != nil && lifecycle.JobMachine().IsTerminal(rec.Job.Status) {
+		if rec.Job != nil && machine.JobMachine().IsTerminal(rec.Job.Status) {
 			continue
 		}
 		if !rec.Present && st.quarantined(p.JobID) {
@@ -299,7 +300,7 @@ func (c *checker) terminal() {
 		switch {
 		case rec.Job != nil:
 			j := rec.Job
-			if !lifecycle.JobMachine().IsTerminal(j.Status) {
+			if !machine.JobMachine().IsTerminal(j.Status) {
 				lease, lock := st.stuckDetail(p, rec)
 				c.add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)%s", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease, lock)
 			}
@@ -473,7 +474,7 @@ func (c *checker) quarantine() {
 // to RETRY_BACKOFF after its pickup (QUEUED → CONTEXT_ASSEMBLY), by
 // whoever made it. It is false when attempt n ended otherwise (COMPLETE) or
 // the trail does not say.
-func attemptEnd(evs []records.AuditEvent, n int) (time.Time, records.AuditEvent, bool) {
+func attemptEnd(evs []lifecycle.AuditEvent, n int) (time.Time, lifecycle.AuditEvent, bool) {
 	pickups := 0
 	for _, e := range evs {
 		if !strings.HasPrefix(e.Event, "job.") {
@@ -492,7 +493,7 @@ func attemptEnd(evs []records.AuditEvent, n int) (time.Time, records.AuditEvent,
 			}
 		}
 	}
-	return time.Time{}, records.AuditEvent{}, false
+	return time.Time{}, lifecycle.AuditEvent{}, false
 }
 
 // isJobKey tells whether key is the record of a planned job (judged by the

@@ -197,7 +197,7 @@ func newHandlers(w WorkerOptions, log *slog.Logger) jobqueue.Handlers {
 				return lifecycle.JobOutput{}, errors.New("chaos: hung handler returned late")
 			case r < w.HangRate+w.FailRate:
 				_ = work(ctx, d)
-				return lifecycle.JobOutput{}, &lifecycle.StatusError{Code: http.StatusServiceUnavailable}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: http.StatusServiceUnavailable}
 			}
 			if err := work(ctx, d); err != nil {
 				return lifecycle.JobOutput{}, err
@@ -253,7 +253,7 @@ type outageStore struct {
 
 func (o *outageStore) down(op, key string) error {
 	if _, err := os.Stat(o.marker); err == nil {
-		return storage.NewOpError(op, key, nil, &os.PathError{Op: op, Path: key, Err: syscall.EIO})
+		return &storage.OpError{Op: op, Key: key, Cause: &os.PathError{Op: op, Path: key, Err: syscall.EIO}}
 	}
 	return nil
 }

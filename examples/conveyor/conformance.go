@@ -130,19 +130,19 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 	if o.dir != "" {
 		root := filepath.Join(o.dir, run)
 		done := func() { _ = os.Remove(root) } // empty by then, unless a check's removal failed
-		return storetest.Namespaces{
+		return namespaces{
 			Open: func(_ context.Context, ns string) (driver.Store, error) {
 				return filestore.NewDriver(filepath.Join(root, ns))
 			},
 			Remove: func(ctx context.Context, ns string, s *storage.Store) error {
-				err := storetest.EmptyStore(ctx, s)
+				err := emptyStore(ctx, s)
 				_ = s.Close()
 				return errors.Join(err, os.RemoveAll(filepath.Join(root, ns)))
 			},
 		}, "the directory " + o.dir, done, nil
 	}
 	cfg, err := s3store.ConfigFromEnv()
-	if err != nil && os.Getenv(s3store.EnvBucket) != "" {
+	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
 		return nil, "", nil, err
 	}
 	cfg.Bucket, cfg.Prefix = o.s3Bucket, o.s3Prefix
@@ -162,9 +162,13 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 	if cfg.Endpoint != "" {
 		where += " at " + cfg.Endpoint
 	}
-	return storetest.Namespaces{
+	return namespaces{
 		Open: func(_ context.Context, ns string) (driver.Store, error) {
-			return s3store.NewDriverWithClient(base.Client(), cfg.Bucket, cfg.Prefix+run+ns)
+			s, err := s3store.NewWithClient(base.Client(), cfg.Bucket, cfg.Prefix+run+ns)
+			if err != nil {
+				return nil, err
+			}
+			return s.Unwrap(), nil
 		},
 		// ETags are MD5s of the body; a conditional Delete is a HEAD, then
 		// a DELETE, atomic only where the server honours If-Match on it.

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -438,9 +439,9 @@ func (c *command) machine(name, format string) error {
 	}
 	switch format {
 	case "mermaid":
-		fmt.Fprint(c.out, spec.Mermaid())
+		fmt.Fprint(c.out, machine.Mermaid(spec))
 	case "dot":
-		fmt.Fprint(c.out, spec.DOT())
+		fmt.Fprint(c.out, machine.DOT(spec))
 	case "json":
 		return c.json(spec)
 	default:
@@ -451,13 +452,13 @@ func (c *command) machine(name, format string) error {
 
 func machineSpecs() map[string]lifecycle.Spec {
 	return map[string]lifecycle.Spec{
-		"canonical":  lifecycle.CanonicalRun().Spec(),
-		"cancelable": lifecycle.CancelableRun().Spec(),
-		"approval":   lifecycle.ApprovalRun().Spec(),
-		"step":       lifecycle.RunStep().Spec(),
-		"job":        lifecycle.JobMachine().Spec(),
-		"nlm":        lifecycle.NLMMachine().Spec(),
-		"inbox":      lifecycle.InboxMachine().Spec(),
+		"canonical":  machine.CanonicalRun().Spec(),
+		"cancelable": machine.CancelableRun().Spec(),
+		"approval":   machine.ApprovalRun().Spec(),
+		"step":       machine.RunStep().Spec(),
+		"job":        machine.JobMachine().Spec(),
+		"nlm":        machine.NLMMachine().Spec(),
+		"inbox":      machine.InboxMachine().Spec(),
 	}
 }
 

@@ -17,20 +17,13 @@ import (
 	"os"
 	"strings"
 
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // specs lists every machine, in the order of docs/spec.md#lifecycles.
 func specs() []lifecycle.Spec {
-	return []lifecycle.Spec{
-		lifecycle.CanonicalRun().Spec(),
-		lifecycle.CancelableRun().Spec(),
-		lifecycle.ApprovalRun().Spec(),
-		lifecycle.RunStep().Spec(),
-		lifecycle.JobMachine().Spec(),
-		lifecycle.NLMMachine().Spec(),
-		lifecycle.InboxMachine().Spec(),
-	}
+	return []lifecycle.Spec{machine.CanonicalRun().Spec(), machine.CancelableRun().Spec(), machine.ApprovalRun().Spec(), machine.RunStep().Spec(), machine.JobMachine().Spec(), machine.NLMMachine().Spec(), machine.InboxMachine().Spec()}
 }
 
 // errUsage marks errors in the command line, which exit with status 2.
@@ -101,11 +94,11 @@ func render(specs []lifecycle.Spec, format string) (string, error) {
 			if i > 0 {
 				b.WriteByte('\n')
 			}
-			b.WriteString(s.Mermaid())
+			b.WriteString(machine.Mermaid(s))
 		}
 	case "dot":
 		for _, s := range specs {
-			b.WriteString(s.DOT())
+			b.WriteString(machine.DOT(s))
 		}
 	case "markdown":
 		writeMarkdown(&b, specs)
@@ -128,7 +121,7 @@ func writeMarkdown(b *strings.Builder, specs []lifecycle.Spec) {
 		fmt.Fprintf(b, "\n## %s\n\n", s.Name)
 		fmt.Fprintf(b, "Initial: `%s`. Terminal: %s.\n\n", s.Initial, codeList(s.Terminal))
 		b.WriteString("```mermaid\n")
-		b.WriteString(s.Mermaid())
+		b.WriteString(machine.Mermaid(s))
 		b.WriteString("```\n\n")
 		b.WriteString("| from | to | event | actors |\n| --- | --- | --- | --- |\n")
 		for _, t := range s.Transitions {

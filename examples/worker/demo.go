@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -31,8 +29,8 @@ const (
 // how long each demo step takes (a few seconds by default, so a run can be
 // watched live).
 func demoAgents(clk clock.Clock, pause time.Duration, conc int, p *nlm.Processor) []run.Agent {
-	// clock.Sleep tells a fake clock the step waits (clock.Activity).
-	wait := func(ctx context.Context) error { return clock.Sleep(ctx, clk, pause) }
+	// activity.Sleep tells a fake clock the step waits (activity.Activity).
+	wait := func(ctx context.Context) error { return activity.Sleep(ctx, clk, pause) }
 	step := func(name, summary string) run.Step {
 		return run.Step{Name: name, Idempotent: true, Resumable: true,
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -73,48 +71,4 @@ func demoAgents(clk clock.Clock, pause time.Duration, conc int, p *nlm.Processor
 			return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: q}, nil
 		})}
 	return []run.Agent{research, approval, nlmAgent}
-}
-
-// nlmSimulator is the in-process NLM backend: NotebookLM's answer after a
-// pause, as a brief artifact.
-func nlmSimulator(clk clock.Clock, pause time.Duration) nlm.Stages {
-	return nlm.Stages{
-		Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
-			if err := clock.Sleep(ctx, clk, pause); err != nil {
-				return nil, err
-			}
-			return content(req.JobType, req.Query)
-		},
-	}
-}
-
-// jobHandlers run the queue's built-in job types with a simulated NotebookLM.
-func jobHandlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
-	return jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
-			if err := clock.Sleep(ctx, clk, pause); err != nil {
-				return lifecycle.JobOutput{}, err
-			}
-			b, err := content(job.JobType, fmt.Sprintf("job %s of %s", job.JobID, job.AgentSlug))
-			if err != nil {
-				return lifecycle.JobOutput{}, err
-			}
-			return lifecycle.JobOutput{Content: b}, nil
-		},
-	}
-}
-
-// content is a simulated NotebookLM answer in the artifact schema of the
-// job's type (docs/spec.md#artifact).
-func content(t lifecycle.JobType, query string) (json.RawMessage, error) {
-	answer := "Simulated answer to: " + query
-	switch t {
-	case lifecycle.JobResearch:
-		return json.Marshal(map[string]any{"title": "Research brief", "summary": answer,
-			"sections": []map[string]string{{"heading": "Findings", "body": "The demo NLM backend answered; nothing left this machine."}}})
-	case lifecycle.JobProposalPreprocess:
-		return json.Marshal(map[string]any{"original": json.RawMessage(`{}`), "enriched": json.RawMessage(`{}`)})
-	default:
-		return json.Marshal(map[string]any{"title": "Brief", "body": answer, "word_count": len(strings.Fields(answer))})
-	}
 }

@@ -14,14 +14,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
-	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -104,8 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.owner, "owner", "", "this process's name in leases: distinct per process sharing a store (default: host and executable name, stable across restarts)")
 	fs.StringVar(&o.tokens, "tokens", "", "file of bearer tokens, `token actor` per line (also CONVEYOR_TOKENS=tok=actor,...); none: loopback only")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "DEBUG shows every state change")
-	fs.StringVar(&o.s3Bucket, "s3-bucket", os.Getenv(s3store.EnvBucket), "S3/MinIO bucket instead of -data (env "+s3store.EnvBucket+")")
-	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "S3 API URL, e.g. http://127.0.0.1:9000 for MinIO, or the comma-separated URLs of a MinIO cluster's nodes to fail over between (default "+s3store.EnvEndpoints+", AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
+	fs.StringVar(&o.s3Bucket, "s3-bucket", os.Getenv("CONVEYOR_S3_BUCKET"), "S3/MinIO bucket instead of -data (env CONVEYOR_S3_BUCKET)")
+	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "S3 API URL, e.g. http://127.0.0.1:9000 for MinIO, or the comma-separated URLs of a MinIO cluster's nodes to fail over between (default CONVEYOR_S3_ENDPOINTS, AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
 	fs.DurationVar(&o.s3Settle, "s3-settle", 0, "how long the store may answer wrongly after a node restarts: 0 finds out (40s on a MinIO cluster, else none), negative none")
 	fs.StringVar(&o.s3Prefix, "s3-prefix", os.Getenv("CONVEYOR_S3_PREFIX"), "key prefix in the bucket, ending in /")
 	fs.DurationVar(&o.pause, "step-pause", 2*time.Second, "how long each demo step and the NLM simulator take")
@@ -118,9 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")
 	fs.IntVar(&o.limits.MaxConnsPerAddr, "max-conns-per-addr", 128, "connections one client IP address may hold open; more are closed at once (behind a proxy: its pool; -1: no bound)")
 	fs.DurationVar(&o.retention.Age, "retention", 0, "delete finished history (runs, audit days, COMPLETE jobs, expired inbox entries; idempotency records once expired) this long after it finished, e.g. 168h; 0: keep everything")
-	fs.Func("retention-ages", "per-kind overrides of -retention, `kind=age,...` (kinds: runs audit jobs dead_jobs idempotency inbox artifacts; age a duration or \"forever\"); dead_jobs and artifacts are kept unless named", func(v string) error {
-		return parseAges(&o.retention, v)
-	})
+	fs.Func("retention-ages", "per-kind overrides of -retention, `kind=age,...` (kinds: runs audit jobs dead_jobs idempotency inbox artifacts; age a duration or \"forever\"); dead_jobs and artifacts are kept unless named", o.retention.SetAges)
 	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
 	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
 	fs.BoolVar(&o.allowUnsafeStore, "allow-unsafe-store", false, "start even on a store that fails the start-up semantics check (a create-only write over an existing key accepted, a stale If-Match accepted, ...): the failed checks are logged, and exactly-once no longer holds (docs/stores.md)")
@@ -153,31 +148,4 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.callbackURL = "http://127.0.0.1:8080/nlm/callback" // a runner posts to the API process
 	}
 	return o, nil
-}
-
-// parseAges reads -retention-ages into cfg.Ages: kind=age pairs, age a
-// duration or "forever". New checks the kinds.
-func parseAges(cfg *conveyor.RetentionConfig, v string) error {
-	if cfg.Ages == nil {
-		cfg.Ages = map[string]time.Duration{}
-	}
-	for pair := range strings.SplitSeq(v, ",") {
-		kind, age, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok {
-			return fmt.Errorf("%q: want kind=age", pair)
-		}
-		if !slices.Contains(retention.Kinds(), retention.Kind(kind)) {
-			return fmt.Errorf("unknown kind %q (want one of %v)", kind, retention.Kinds())
-		}
-		if age == "forever" {
-			cfg.Ages[kind] = retention.Forever
-			continue
-		}
-		d, err := time.ParseDuration(age)
-		if err != nil || d < 0 {
-			return fmt.Errorf("%q: want a duration of at least 0 or \"forever\"", pair)
-		}
-		cfg.Ages[kind] = d
-	}
-	return nil
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/probe"
 	"github.com/runconveyor/conveyor/internal/testkit/s3proxy"
-	"github.com/runconveyor/conveyor/storage/probe"
 )
 
 // startLog runs the worker program with args until it serves its API or

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/otlp"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/testkit/nlmsim"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -64,8 +63,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if cfg.TracerProvider, w.endTraces, err = otlp.FromEnv(ctx, serviceName); err != nil {
 		return nil, err
 	}
-	var nlmToken string
-	if w.tokens, nlmToken, err = loadTokens(o.tokens); err != nil {
+	if w.tokens, err = httpapi.LoadTokens(o.tokens); err != nil {
 		return nil, err
 	}
 	if o.role != roleRunner && o.addr != "" {
@@ -84,21 +82,31 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		cfg.StoreCheck = conveyor.StoreCheckWarn
 	}
 	clk, pause := cfg.Clock, o.pause
-	cfg.Schedules, cfg.NLMStages, cfg.JobHandlers = conf.Schedules, nlmSimulator(clk, pause), jobHandlers(clk, pause)
+	// The NLM backend is simulated, and posts its callbacks to the API.
+	cfg.Schedules, cfg.NLMStages, cfg.JobHandlers = conf.Schedules, nlmsim.Stages(clk, pause), nlmsim.Handlers(clk, pause)
 	if !o.noDemo {
 		cfg.NLMAgents = func(p *nlm.Processor) []run.Agent { return demoAgents(clk, pause, o.demoConc, p) }
 	}
 	cfg.Runner.PollInterval, cfg.Runner.ParkedPollInterval = o.idlePoll, 4*o.poll
 	cfg.Runner.LeaseDuration, cfg.Runner.HeartbeatInterval = o.lease, o.lease/3
 	cfg.Queue.StopGrace, cfg.Queue.LeaseTTL = o.drain/3, min(o.lease, 30*time.Second)
-	cfg.NLM.PollInterval, cfg.NLM.CallbackURL, cfg.NLM.Client = o.idlePoll, o.callbackURL, nlmPoster{nlmToken}
+	cfg.NLM.PollInterval, cfg.NLM.CallbackURL, cfg.NLM.Client = o.idlePoll, o.callbackURL, nlmsim.Poster(w.tokens)
 	if w.c, err = conveyor.New(cfg); err != nil {
 		return nil, err
 	}
 	if w.ln == nil {
 		return w, nil
 	}
-	return w, w.mount(cfg, conf)
+	// The API, its event stream, page and metrics, and the webhooks whose
+	// secret is set.
+	gh, sl := os.Getenv("CONVEYOR_GITHUB_SECRET"), os.Getenv("CONVEYOR_SLACK_SIGNING_SECRET")
+	if gh == "" && sl == "" && len(conf.Webhooks) > 0 {
+		return nil, fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
+	}
+	metrics := promhttp.HandlerFor(cfg.Metrics.(*prometheus.Registry), promhttp.HandlerOpts{})
+	return w, httpapi.Mount(w.c, w.ln, httpapi.Config{Tokens: w.tokens, Logger: w.log, Limits: o.limits, TracerProvider: cfg.TracerProvider,
+		Events: true, EventPollInterval: o.poll, EventIdlePollInterval: 2 * o.idlePoll, EventWriteTimeout: o.streamWrite, Page: true,
+		GitHubSecret: gh, SlackSigningSecret: sl, WebhookRoutes: conf.Webhooks, Metrics: metrics, Drain: o.drain})
 }
 
 // listen opens the API's listener and, unless set, derives the NLM
@@ -116,45 +124,6 @@ func (w *worker) listen(o *options) (err error) {
 	return nil
 }
 
-// mount adds what a serving process serves to the Client's loops: the HTTP
-// API (with the webhooks whose secret is set), then the event feed, which
-// stops first: its end ends the event streams Shutdown would wait for.
-func (w *worker) mount(cfg conveyor.Config, conf fileConfig) error {
-	c, o := w.c, w.opts
-	gh, sl := os.Getenv("CONVEYOR_GITHUB_SECRET"), os.Getenv("CONVEYOR_SLACK_SIGNING_SECRET")
-	if gh == "" && sl == "" && len(conf.Webhooks) > 0 {
-		return fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
-	}
-	api, err := httpapi.New(httpapi.Config{Runner: c.Runs(), Queue: c.Jobs(), Inbox: c.Inbox(), NLM: c.NLM(), Store: cfg.Store,
-		Schedules: c.Schedules(), Tokens: w.tokens, Logger: w.log, Clock: cfg.Clock, Limits: o.limits, TracerProvider: cfg.TracerProvider,
-		Events: true, EventPollInterval: o.poll, EventIdlePollInterval: 2 * o.idlePoll, EventWriteTimeout: o.streamWrite, Page: true,
-		GitHubSecret: gh, SlackSigningSecret: sl, WebhookRoutes: conf.Webhooks,
-		Metrics: promhttp.HandlerFor(cfg.Metrics.(*prometheus.Registry), promhttp.HandlerOpts{})})
-	if err != nil {
-		return err
-	}
-	// The server's limits (headers, idle keep-alives, header bytes,
-	// connections per address; the Server bounds bodies) keep any one
-	// client from holding the process's descriptors.
-	srv, ln := o.limits.HTTPServer(api), o.limits.Listener(w.ln)
-	_ = c.Add("http", func(ctx context.Context) error {
-		errs := make(chan error, 1)
-		go func() { errs <- srv.Serve(ln) }()
-		select {
-		case err := <-errs:
-			return err
-		case <-ctx.Done():
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), o.drain)
-		defer cancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-		return nil
-	})
-	return c.Add("events", api.Run)
-}
-
 // close releases what build took, when build or the start fails.
 func (w *worker) close(ctx context.Context) {
 	if w.ln != nil {
@@ -165,47 +134,6 @@ func (w *worker) close(ctx context.Context) {
 	}
 }
 
-// nlmPoster posts the NLM simulator's callbacks as the nlm-backend actor,
-// the only one the API lets post them: with that actor's first token when
-// the tokens have one, else naming it in the header a Worker without
-// tokens reads.
-type nlmPoster struct{ token string }
-
-func (p nlmPoster) Do(req *http.Request) (*http.Response, error) {
-	if p.token != "" {
-		req.Header.Set("Authorization", "Bearer "+p.token)
-	} else {
-		req.Header.Set("X-Conveyor-Actor", string(lifecycle.ActorNLMBackend))
-	}
-	return http.DefaultClient.Do(req)
-}
-
-// loadTokens reads -tokens and CONVEYOR_TOKENS (none: loopback only), and
-// picks the nlm-backend's first token.
-func loadTokens(path string) (tokens map[string]lifecycle.Actor, nlmToken string, err error) {
-	tokens = map[string]lifecycle.Actor{}
-	if path != "" {
-		t, err := httpapi.LoadTokens(path)
-		if err != nil {
-			return nil, "", err
-		}
-		maps.Copy(tokens, t)
-	}
-	if env := os.Getenv("CONVEYOR_TOKENS"); env != "" {
-		t, err := httpapi.ParseTokens(env)
-		if err != nil {
-			return nil, "", fmt.Errorf("CONVEYOR_TOKENS: %w", err)
-		}
-		maps.Copy(tokens, t)
-	}
-	for t, a := range tokens {
-		if a == lifecycle.ActorNLMBackend && (nlmToken == "" || t < nlmToken) {
-			nlmToken = t
-		}
-	}
-	return tokens, nlmToken, nil
-}
-
 // openStore opens the store the flags name, and says which for the log.
 func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store, string, error) {
 	if o.s3Bucket == "" {
@@ -213,10 +141,14 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store
 		return s, "filestore " + o.data, err
 	}
 	cfg, err := s3store.ConfigFromEnv()
-	if err != nil && os.Getenv(s3store.EnvBucket) != "" {
+	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
 		return nil, "", err
 	}
-	cfg.Bucket, cfg.Prefix, cfg.Settle, cfg.Logger = o.s3Bucket, o.s3Prefix, o.s3Settle, log
+	// A Worker on a bucket it cannot use would say it serves and then fail
+	// every call: Check refuses to start instead, saying why, and waits for
+	// a server that does not answer yet (started with the Worker, or
+	// restarting) within 30 s.
+	cfg.Bucket, cfg.Prefix, cfg.Settle, cfg.Logger, cfg.CheckWait = o.s3Bucket, o.s3Prefix, o.s3Settle, log, 30*time.Second
 	if o.s3Endpoint != "" {
 		cfg.Endpoint, cfg.Endpoints, cfg.UsePathStyle = o.s3Endpoint, nil, true
 	}
@@ -227,16 +159,7 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store
 	if err != nil {
 		return nil, "", err
 	}
-	// A Worker on a bucket it cannot use would say it serves and then fail
-	// every call: refuse to start instead, saying why. A server that does
-	// not answer yet (started with the Worker, or restarting) is waited
-	// for, within the same 30 s.
-	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for err = s.Check(checkCtx); errors.Is(err, s3store.ErrUnreachable) && clock.Sleep(checkCtx, clock.Real(), time.Second) == nil; {
-		err = s.Check(checkCtx)
-	}
-	if err != nil {
+	if err := s.Check(ctx); err != nil {
 		return nil, "", err
 	}
 	where := "s3 bucket " + cfg.Bucket
@@ -259,9 +182,6 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 	addr := ""
 	if w.ln != nil {
 		addr = w.ln.Addr().String()
-		if len(w.tokens) == 0 {
-			w.log.Warn("no_tokens", "msg_detail", "no bearer tokens configured: serving loopback only; every request acts as its X-Conveyor-Actor header, gateway by default")
-		}
 	}
 	w.log.Info("worker_started", "role", w.opts.role, "store", w.where, "addr", addr, "owner", w.c.Owner())
 	if addr != "" {
@@ -283,14 +203,8 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 		w.log.Error("worker_drain_timeout", "grace", w.opts.drain.String())
 	}
 	// The spans not yet exported go out now, within what is left of the
-	// drain (at least a second, so a drain spent waiting still flushes).
-	deadline, _ := dctx.Deadline()
-	if soon := time.Now().Add(time.Second); soon.After(deadline) {
-		deadline = soon
-	}
-	tctx, cancelT := context.WithDeadline(context.Background(), deadline)
-	defer cancelT()
-	if err := w.endTraces(tctx); err != nil {
+	// drain (otlp gives them at least a second).
+	if err := w.endTraces(dctx); err != nil {
 		w.log.Warn("traces_not_flushed", "error", err.Error())
 	}
 	return failed

@@ -11,7 +11,7 @@ import (
 // The audit of a state write, one mechanism for every engine (the job
 // queue's segments, the Runner's status writes): the record carries the
 // audit object of its last write (or the moves not yet flushed), under a
-// key derived from the record and its version (records.AuditEventID with a
+// key derived from the record and its version (lifecycle.AuditEventID with a
 // subject), so every writer that writes it writes the same object once.
 // The writer writes it after its state write with a budget of its own
 // (AuditContext); should that fail, the next writer of the record, or the

@@ -14,9 +14,10 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,12 +25,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 
 type doc struct {
-	State string         `json:"state"`
-	Lease *records.Lease `json:"lease,omitempty"`
-	records.Meta
+	State string           `json:"state"`
+	Lease *lifecycle.Lease `json:"lease,omitempty"`
+	lifecycle.Meta
 }
 
-func leaseOf(d *doc) *records.Lease { return d.Lease }
+func leaseOf(d *doc) *lifecycle.Lease { return d.Lease }
 
 func mustCreate(t *testing.T, s *storage.Store, key string, d doc) storage.Version {
 	t.Helper()
@@ -45,7 +46,7 @@ func TestRecordFencesALostOwner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := memstore.New()
-	mustCreate(t, s, "r.json", doc{State: "running", Lease: &records.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}})
+	mustCreate(t, s, "r.json", doc{State: "running", Lease: &lifecycle.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}})
 	a := &core.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "a", Epoch: 1}
 	if _, _, err := a.Apply(ctx, func(d *doc) error { d.State = "step"; return nil }); err != nil {
 		t.Fatalf("owner's write: %v", err)
@@ -53,7 +54,7 @@ func TestRecordFencesALostOwner(t *testing.T) {
 	// b takes over at epoch 2 (the lease lapsed while a was paused).
 	b := &core.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "b", Epoch: 2}
 	taken := &core.Record[doc, *doc]{Store: s, Key: "r.json"}
-	if _, _, err := taken.Apply(ctx, func(d *doc) error { d.Lease = &records.Lease{Owner: "b", Epoch: 2}; return nil }); err != nil {
+	if _, _, err := taken.Apply(ctx, func(d *doc) error { d.Lease = &lifecycle.Lease{Owner: "b", Epoch: 2}; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := b.Apply(ctx, func(d *doc) error { d.State = "completed"; return nil }); err != nil {
@@ -62,8 +63,8 @@ func TestRecordFencesALostOwner(t *testing.T) {
 	before, _, _ := s.Get(ctx, "r.json")
 	// a wakes up with its cached version and writes: refused, nothing written.
 	_, _, err := a.Apply(ctx, func(d *doc) error { d.State = "failed"; return nil })
-	var lost *records.LeaseLostError
-	if !errors.Is(err, records.ErrLeaseLost) || !errors.As(err, &lost) || lost.HolderEpoch != 2 || lost.Holder != "b" {
+	var lost *lifecycle.LeaseLostError
+	if !errors.Is(err, lifecycle.ErrLeaseLost) || !errors.As(err, &lost) || lost.HolderEpoch != 2 || lost.Holder != "b" {
 		t.Fatalf("late owner's write: %v, want a LeaseLostError naming b at epoch 2", err)
 	}
 	after, _, _ := s.Get(ctx, "r.json")
@@ -123,8 +124,8 @@ func TestRecordReportsPoison(t *testing.T) {
 			v, _ := s.Put(ctx, "r.json", []byte(tt.body), storage.IfNotExists())
 			r := &core.Record[doc, *doc]{Store: s, Key: "r.json", Validate: tt.validate}
 			_, _, err := r.Apply(ctx, func(d *doc) error { return nil })
-			var ce *records.CorruptError
-			if !errors.Is(err, records.ErrCorrupt) || !errors.As(err, &ce) || ce.Version != v || string(ce.Data) != tt.body || ce.Reason != tt.reason {
+			var ce *lifecycle.QuarantinedError
+			if !errors.Is(err, lifecycle.ErrCorrupt) || !errors.As(err, &ce) || ce.Version != string(v) || string(ce.Data) != tt.body || ce.Reason != tt.reason {
 				t.Fatalf("Apply on %s: %v, want a CorruptError with the bytes and version", tt.body, err)
 			}
 			qkey, err := records.Quarantine(ctx, s, ce, t0)
@@ -172,7 +173,7 @@ func TestPutFencedKeepsTheNewerOwnersObject(t *testing.T) {
 	if err := put(2, `{"epoch":2,"by":"new"}`); err != nil {
 		t.Fatalf("newer epoch replacing an older object: %v", err)
 	}
-	if err := put(1, `{"epoch":1,"by":"late"}`); !errors.Is(err, records.ErrLeaseLost) {
+	if err := put(1, `{"epoch":1,"by":"late"}`); !errors.Is(err, lifecycle.ErrLeaseLost) {
 		t.Fatalf("older epoch over a newer object: %v, want ErrLeaseLost", err)
 	}
 	if b, _, _ := s.Get(ctx, "m.json"); string(b) != `{"epoch":2,"by":"new"}` {
@@ -331,7 +332,7 @@ func TestQuarantineOfOneVersionDeletesOnce(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New()
 	v, _ := s.Put(ctx, "queue/agents/a.json", []byte("junk"), storage.IfNotExists())
-	ce := &records.CorruptError{Key: "queue/agents/a.json", Version: v, Data: []byte("junk"), Reason: "cannot decode"}
+	ce := &lifecycle.QuarantinedError{Key: "queue/agents/a.json", Version: string(v), Data: []byte("junk"), Reason: "cannot decode"}
 	q1, err := records.Quarantine(ctx, s, ce, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +368,7 @@ func TestRecordRefusesALapsedLeaseAndConfirms(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New()
 	clk := clock.NewFake(t0)
-	mustCreate(t, s, "r.json", doc{State: "running", Lease: &records.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0.Add(time.Minute)}})
+	mustCreate(t, s, "r.json", doc{State: "running", Lease: &lifecycle.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0.Add(time.Minute)}})
 	a := &core.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "a", Epoch: 1, Now: clk.Now}
 	if err := a.Confirm(ctx); err != nil {
 		t.Fatalf("Confirm of a live lease: %v", err)
@@ -375,11 +376,11 @@ func TestRecordRefusesALapsedLeaseAndConfirms(t *testing.T) {
 	clk.Advance(time.Minute)
 	before, _, _ := s.Get(ctx, "r.json")
 	_, _, err := a.Apply(ctx, func(d *doc) error { d.State = "completed"; return nil })
-	var lost *records.LeaseLostError
+	var lost *lifecycle.LeaseLostError
 	if !errors.As(err, &lost) || !lost.Expired {
 		t.Fatalf("write on a lapsed lease: %v, want a LeaseLostError marked Expired", err)
 	}
-	if err := a.Confirm(ctx); !errors.Is(err, records.ErrLeaseLost) {
+	if err := a.Confirm(ctx); !errors.Is(err, lifecycle.ErrLeaseLost) {
 		t.Fatalf("Confirm of a lapsed lease: %v", err)
 	}
 	if after, _, _ := s.Get(ctx, "r.json"); string(after) != string(before) {
@@ -397,7 +398,7 @@ func TestQuarantinerCountsAndLogs(t *testing.T) {
 	v, _ := s.Put(ctx, "jobs/x.json", []byte("{junk"), storage.IfNotExists())
 	var buf strings.Builder
 	q := &core.Quarantiner{Store: s, Clock: clock.NewFake(t0), Log: slog.New(slog.NewTextHandler(&buf, nil))}
-	ce := &records.CorruptError{Key: "jobs/x.json", Version: v, Data: []byte("{junk"), Reason: "cannot decode"}
+	ce := &lifecycle.QuarantinedError{Key: "jobs/x.json", Version: string(v), Data: []byte("{junk"), Reason: "cannot decode"}
 	if _, err := q.Move(ctx, ce); err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // PutFenced writes an owner's object (a step file, an output, a manifest)
@@ -14,7 +14,7 @@ import (
 // epochOf, and a replacement is conditional on the version whose epoch was
 // judged. A missing key is created create-only; an existing one is replaced
 // only while its epoch is at most epoch, else the error matches
-// records.ErrLeaseLost. owner names the writer in that error.
+// lifecycle.ErrLeaseLost. owner names the writer in that error.
 //
 // The run's own lease is checked by the caller's status writes; PutFenced
 // makes sure that whatever a lost writer does, the object a newer owner
@@ -43,7 +43,7 @@ func PutFencedFunc(ctx context.Context, s *storage.Store, key, owner string, epo
 	// A store that settles may take a create-only write over an existing
 	// object, a newer owner's: there the object is read first, and
 	// created only when read missing (one read more, on such a store only).
-	readFirst := storage.SettleTime(s) > 0
+	readFirst := s.SettleTime() > 0
 	for conflicts := 0; ; conflicts++ {
 		var err error
 		if !readFirst {
@@ -71,7 +71,7 @@ func PutFencedFunc(ctx context.Context, s *storage.Store, key, owner string, epo
 			return ov, nil // ours landed
 		}
 		if e, ok := epochOf(old); ok && e > epoch {
-			return "", &records.LeaseLostError{Key: key, Owner: owner, Epoch: epoch, HolderEpoch: e}
+			return "", &lifecycle.LeaseLostError{Key: key, Owner: owner, Epoch: epoch, HolderEpoch: e}
 		}
 		var keep bool
 		if value, keep, err = next(old, ov); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
@@ -16,14 +17,14 @@ import (
 func Heartbeat(ctx context.Context, clk clock.Clock, interval time.Duration, last func() time.Time, beat func(context.Context) bool) (stop func()) {
 	quit := make(chan struct{})
 	done := make(chan struct{})
-	hctx := clock.Start(ctx, clk)
+	hctx := activity.Start(ctx, clk)
 	go func() {
-		ctx, end := clock.Enter(hctx, clk)
+		ctx, end := activity.Enter(hctx, clk)
 		defer end()
 		defer close(done)
 		for {
 			t := clk.NewTimer(last().Add(interval).Sub(clk.Now()))
-			resume := clock.Wait(ctx, clk, func() bool { return isClosed(quit) || ctx.Err() != nil || clock.Fired(t) })
+			resume := activity.Wait(ctx, clk, func() bool { return isClosed(quit) || ctx.Err() != nil || activity.Fired(t) })
 			select {
 			case <-quit:
 				resume()

@@ -6,9 +6,10 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Quarantiner moves one engine's poison records under quarantine/
@@ -30,7 +31,7 @@ func (q *Quarantiner) Count() int64 { return q.n.Load() }
 // another process already moved is not an error; one that changed since it
 // was read (someone repaired it) is left alone and the error matches
 // storage.ErrPreconditionFailed.
-func (q *Quarantiner) Move(ctx context.Context, ce *records.CorruptError) (string, error) {
+func (q *Quarantiner) Move(ctx context.Context, ce *lifecycle.QuarantinedError) (string, error) {
 	qkey, err := records.Quarantine(ctx, q.Store, ce, q.Clock.Now())
 	if errors.Is(err, storage.ErrNotFound) {
 		err = nil // someone else quarantined it first

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/jsonenc"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // MaxConflicts bounds how often one Apply re-reads after losing a
@@ -30,13 +31,13 @@ const MaxConflicts = 64
 // alone (a cancel request, an operator's requeue).
 //
 // Documents that cannot be decoded or fail Validate come back as a
-// *records.CorruptError carrying their bytes and version, for the caller to
+// *lifecycle.QuarantinedError carrying their bytes and version, for the caller to
 // quarantine. Methods are safe for concurrent use; writes are serialized.
 type Record[T any, P records.Doc[T]] struct {
 	Store *storage.Store
 	Key   string
 	// Lease returns the document's lease field; required when Epoch > 0.
-	Lease func(P) *records.Lease
+	Lease func(P) *lifecycle.Lease
 	// Owner and Epoch fence the writer; Epoch 0 means unfenced.
 	Owner string
 	Epoch int64
@@ -89,15 +90,15 @@ func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
 }
 
 // Decode is how every engine reads a typed document: JSON into T, then
-// validate; either failing gives a *records.CorruptError.
+// validate; either failing gives a *lifecycle.QuarantinedError.
 func Decode[T any, P records.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
 	var doc T
 	if err := jsonenc.Unmarshal(b, P(&doc)); err != nil {
-		return doc, &records.CorruptError{Key: key, Version: ver, Data: b, Reason: "cannot decode", Err: err}
+		return doc, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "cannot decode", Err: err}
 	}
 	if validate != nil {
 		if err := validate(P(&doc)); err != nil {
-			return doc, &records.CorruptError{Key: key, Version: ver, Data: b, Reason: "invalid", Err: err}
+			return doc, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "invalid", Err: err}
 		}
 	}
 	return doc, nil
@@ -129,13 +130,13 @@ func (r *Record[T, P]) fence(doc P) error {
 		return nil
 	}
 	l := r.Lease(doc)
-	if l.HeldBy(r.Owner, r.Epoch) {
+	if records.HeldBy(l, r.Owner, r.Epoch) {
 		if r.Now != nil && !r.Now().Before(l.ExpiresAt) {
-			return &records.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch, Expired: true}
+			return &lifecycle.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch, Expired: true}
 		}
 		return nil
 	}
-	e := &records.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch}
+	e := &lifecycle.LeaseLostError{Key: r.Key, Owner: r.Owner, Epoch: r.Epoch}
 	if l != nil {
 		e.Holder, e.HolderEpoch = l.Owner, l.Epoch
 	}
@@ -143,7 +144,7 @@ func (r *Record[T, P]) fence(doc P) error {
 }
 
 // Confirm reads the document afresh and tells whether the writer still
-// holds its lease there: nil, or the *records.LeaseLostError a write would
+// holds its lease there: nil, or the *lifecycle.LeaseLostError a write would
 // get. An owner calls it before a write of another object when LeaseCertain
 // can no longer vouch for the lease.
 func (r *Record[T, P]) Confirm(ctx context.Context) error {
@@ -165,7 +166,7 @@ func LeaseCertain(expires, now time.Time, ttl time.Duration) bool {
 }
 
 // Apply runs change on a copy of the document and writes the result with
-// its records.Meta counter bumped, conditional on the version the change
+// its lifecycle.Meta counter bumped, conditional on the version the change
 // was judged on. change may run more than once (after a conflict) and must
 // touch only its argument. An error from change is returned as it is, once
 // it was judged on a freshly read document; nothing is written. It returns

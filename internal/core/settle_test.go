@@ -11,9 +11,9 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestAbsenceConfirmedOnlyAfterSettle(t *testing.T) {
@@ -79,14 +79,14 @@ func TestSettleTimeFoundThroughWrappers(t *testing.T) {
 	t.Parallel()
 	mem := memstore.New()
 	_ = context.Background()
-	if d := storage.SettleTime(mem); d != 0 {
+	if d := mem.SettleTime(); d != 0 {
 		t.Fatalf("memstore settles in %v, want 0", d)
 	}
 	s := wrapping{wrapping{settling{mem, 7 * time.Second}}}
-	if d := storage.SettleTime(storage.New(s)); d != 7*time.Second {
+	if d := storage.New(s).SettleTime(); d != 7*time.Second {
 		t.Fatalf("SettleTime through two wrappers = %v, want 7s", d)
 	}
-	if d := storage.SettleTime(storage.New(wrapping{mem})); d != 0 {
+	if d := storage.New(wrapping{mem}).SettleTime(); d != 0 {
 		t.Fatalf("SettleTime of a wrapper over memstore = %v, want 0", d)
 	}
 }
@@ -106,7 +106,7 @@ func TestPutFencedOnAStoreThatSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.AcceptCreateOver(1)
-	if _, err := core.PutFenced(ctx, storage.New(fs), "m.json", []byte(`{"epoch":1,"by":"late"}`), "w", 1, epochOf); !errors.Is(err, records.ErrLeaseLost) {
+	if _, err := core.PutFenced(ctx, storage.New(fs), "m.json", []byte(`{"epoch":1,"by":"late"}`), "w", 1, epochOf); !errors.Is(err, lifecycle.ErrLeaseLost) {
 		t.Fatalf("older epoch over a newer object: %v, want ErrLeaseLost", err)
 	}
 	if b, _, _ := fs.Get(ctx, "m.json"); string(b) != `{"epoch":2,"by":"new"}` {

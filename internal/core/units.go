@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
@@ -154,12 +155,12 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 	)
 	u.started()
 	// The unit's goroutine counts as work on the clock from here (a test's
-	// fake clock moves only when it is idle, as in clock.Hang); the
+	// fake clock moves only when it is idle, as in activity.Hang); the
 	// caller's wait below does not, until the unit returned or the
 	// deadline struck.
-	uctx = clock.Start(uctx, u.Clock)
+	uctx = activity.Start(uctx, u.Clock)
 	go func() {
-		uctx, end := clock.Enter(uctx, u.Clock)
+		uctx, end := activity.Enter(uctx, u.Clock)
 		var res result
 		defer end() // after the result is handed over: the caller is ready first
 		defer func() {
@@ -188,7 +189,7 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 		}
 		return res.v, res.err
 	}
-	resume := clock.Wait(ctx, u.Clock, func() bool {
+	resume := activity.Wait(ctx, u.Clock, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return returned || uctx.Err() != nil

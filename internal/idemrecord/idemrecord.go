@@ -12,11 +12,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Sources of idempotency keys (docs/spec.md#idempotency), as a Record
@@ -40,7 +40,8 @@ const (
 // record's generation is created and kept for its whole life, so every
 // duplicate learns it at once and no key has two runs in one generation.
 type Record struct {
-	records.Meta
+	lifecycle.Meta
+
 	Key         string          `json:"key"`
 	Source      string          `json:"source"`
 	RunID       string          `json:"run_id,omitempty"`
@@ -107,7 +108,8 @@ func (rec *Record) ExpiredFor(hash string, now time.Time) bool {
 // before the run on a store that settles. Every submit that creates the
 // run writes the same document.
 type Marker struct {
-	records.Meta
+	lifecycle.Meta
+
 	Key         string `json:"key"`
 	RunID       string `json:"run_id"`
 	RequestHash string `json:"request_hash"`

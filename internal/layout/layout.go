@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/internal/storekey"
 )
 
 func validateIDs(pairs ...string) error {
 	for i := 0; i+1 < len(pairs); i += 2 {
-		if err := storage.ValidateID(pairs[i], pairs[i+1]); err != nil {
+		if err := storekey.ValidateID(pairs[i], pairs[i+1]); err != nil {
 			return err
 		}
 	}
@@ -25,7 +25,7 @@ func validateIDs(pairs ...string) error {
 // AgentRunsPrefix is the List prefix of every run of one agent:
 // agents/{slug}/runs/.
 func AgentRunsPrefix(slug string) (string, error) {
-	if err := storage.ValidateID("slug", slug); err != nil {
+	if err := storekey.ValidateID("slug", slug); err != nil {
 		return "", err
 	}
 	return "agents/" + slug + "/runs/", nil
@@ -75,9 +75,9 @@ func RunStepKey(slug, runID string, n int, name string) (string, error) {
 		return "", err
 	}
 	if n < 0 || n > 99 {
-		return "", &storage.IDError{Field: "step number", ID: fmt.Sprint(n), Reason: "outside 0..99"}
+		return "", &storekey.IDError{Field: "step number", ID: fmt.Sprint(n), Reason: "outside 0..99"}
 	}
-	if err := storage.ValidateID("step name", name); err != nil {
+	if err := storekey.ValidateID("step name", name); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s%02d-%s.json", p, n, name), nil
@@ -90,7 +90,7 @@ func RunOutputKey(slug, runID, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := storage.ValidateID("output name", name); err != nil {
+	if err := storekey.ValidateID("output name", name); err != nil {
 		return "", err
 	}
 	return p + "output/" + name, nil
@@ -98,7 +98,7 @@ func RunOutputKey(slug, runID, name string) (string, error) {
 
 // JobKey is a queued job: jobs/{jobId}.json.
 func JobKey(jobID string) (string, error) {
-	if err := storage.ValidateID("job id", jobID); err != nil {
+	if err := storekey.ValidateID("job id", jobID); err != nil {
 		return "", err
 	}
 	return "jobs/" + jobID + ".json", nil
@@ -114,7 +114,7 @@ func ArtifactKey(cid, artifactID string) (string, error) {
 
 // InboxKey is a live inbox entry: inbox/{entryId}.json.
 func InboxKey(entryID string) (string, error) {
-	if err := storage.ValidateID("inbox entry id", entryID); err != nil {
+	if err := storekey.ValidateID("inbox entry id", entryID); err != nil {
 		return "", err
 	}
 	return InboxPrefix + entryID + ".json", nil
@@ -143,7 +143,7 @@ func IsInboxExpiredKey(key string) bool { return strings.HasPrefix(key, InboxExp
 // InboxExpiredKey is where an expired entry moves: inbox/expired/{entryId}.json.
 // Expired entries move, never vanish (docs/spec.md#inbox-entry-lifecycle).
 func InboxExpiredKey(entryID string) (string, error) {
-	if err := storage.ValidateID("inbox entry id", entryID); err != nil {
+	if err := storekey.ValidateID("inbox entry id", entryID); err != nil {
 		return "", err
 	}
 	return InboxExpiredPrefix + entryID + ".json", nil
@@ -159,7 +159,7 @@ func AuditDayPrefix(day time.Time) string {
 }
 
 // auditStamp is the fixed-width UTC time every audit event id starts with
-// (records.AuditEventID), so ids sort by time as strings.
+// (lifecycle.AuditEventID), so ids sort by time as strings.
 const auditStamp = "20060102T150405.000000000Z"
 
 // AuditIDStamp renders t as the lowest audit event id stamped at or after
@@ -196,7 +196,7 @@ func AuditKeyOfID(id string) (key string, ts time.Time, ok bool) {
 // AuditKey is one audit event (docs/spec.md#audit-event): audit/YYYYMMDD/{eventId}.json, the
 // day taken from ts in UTC.
 func AuditKey(ts time.Time, eventID string) (string, error) {
-	if err := storage.ValidateID("audit event id", eventID); err != nil {
+	if err := storekey.ValidateID("audit event id", eventID); err != nil {
 		return "", err
 	}
 	return AuditDayPrefix(ts) + eventID + ".json", nil
@@ -225,7 +225,7 @@ func JobIDFromKey(key string) (string, bool) {
 		return "", false
 	}
 	id, ok := strings.CutSuffix(rest, ".json")
-	return id, ok && storage.ValidateID("job id", id) == nil
+	return id, ok && storekey.ValidateID("job id", id) == nil
 }
 
 // The job queue's internal objects, apart from the jobs (issue 10 G).
@@ -243,7 +243,7 @@ const (
 // LanePrefix is the List prefix of an agent's ready lane:
 // queue/lanes/{agent}/. Its keys (LaneKey) list the job ready first first.
 func LanePrefix(agent string) (string, error) {
-	if err := storage.ValidateID("agent slug", agent); err != nil {
+	if err := storekey.ValidateID("agent slug", agent); err != nil {
 		return "", err
 	}
 	return LanesPrefix + agent + "/", nil
@@ -257,7 +257,7 @@ func LaneKey(agent string, at time.Time, jobID string) (string, error) {
 		return "", err
 	}
 	if at.UnixNano() < 0 {
-		return "", &storage.IDError{Field: "ready time", ID: at.String(), Reason: "before 1970"}
+		return "", &storekey.IDError{Field: "ready time", ID: at.String(), Reason: "before 1970"}
 	}
 	return fmt.Sprintf("%s%s/%019d-%s", LanesPrefix, agent, at.UnixNano(), jobID), nil
 }
@@ -280,7 +280,7 @@ func ParseLaneKey(key string) (agent string, at time.Time, jobID string, ok bool
 		return "", time.Time{}, "", false
 	}
 	agent, entry, found := strings.Cut(rest, "/")
-	if !found || storage.ValidateID("agent slug", agent) != nil || len(entry) < 21 || entry[19] != '-' {
+	if !found || storekey.ValidateID("agent slug", agent) != nil || len(entry) < 21 || entry[19] != '-' {
 		return "", time.Time{}, "", false
 	}
 	n, err := strconv.ParseInt(entry[:19], 10, 64)
@@ -288,7 +288,7 @@ func ParseLaneKey(key string) (agent string, at time.Time, jobID string, ok bool
 		return "", time.Time{}, "", false
 	}
 	jobID = entry[20:]
-	if storage.ValidateID("job id", jobID) != nil {
+	if storekey.ValidateID("job id", jobID) != nil {
 		return "", time.Time{}, "", false
 	}
 	return agent, time.Unix(0, n), jobID, true
@@ -297,7 +297,7 @@ func ParseLaneKey(key string) (agent string, at time.Time, jobID string, ok bool
 // AgentLockKey is an agent's lock (one running job per agent):
 // queue/agents/{agent}.json.
 func AgentLockKey(agent string) (string, error) {
-	if err := storage.ValidateID("agent slug", agent); err != nil {
+	if err := storekey.ValidateID("agent slug", agent); err != nil {
 		return "", err
 	}
 	return AgentLocksPrefix + agent + ".json", nil
@@ -310,7 +310,7 @@ func AgentFromLockKey(key string) (string, bool) {
 		return "", false
 	}
 	agent, ok := strings.CutSuffix(rest, ".json")
-	return agent, ok && storage.ValidateID("agent slug", agent) == nil
+	return agent, ok && storekey.ValidateID("agent slug", agent) == nil
 }
 
 // The NLM backend's records (docs/spec.md#nlm-request-and-callback) and the index of its jobs in
@@ -323,7 +323,7 @@ const (
 
 // NLMJobKey is an NLM job's record: nlm/jobs/{job_id}.json.
 func NLMJobKey(jobID string) (string, error) {
-	if err := storage.ValidateID("job id", jobID); err != nil {
+	if err := storekey.ValidateID("job id", jobID); err != nil {
 		return "", err
 	}
 	return NLMJobsPrefix + jobID + ".json", nil
@@ -342,7 +342,7 @@ func ParseNLMJobKey(key string) (jobID string, ok bool) {
 // NLMActiveKey is an NLM job's entry in the index of jobs in flight:
 // nlm/active/{job_id}.
 func NLMActiveKey(jobID string) (string, error) {
-	if err := storage.ValidateID("job id", jobID); err != nil {
+	if err := storekey.ValidateID("job id", jobID); err != nil {
 		return "", err
 	}
 	return NLMActivePrefix + jobID, nil
@@ -359,7 +359,7 @@ const (
 
 // RunIndexKey maps a run id to its agent: index/runs/{runId}.json.
 func RunIndexKey(runID string) (string, error) {
-	if err := storage.ValidateID("run id", runID); err != nil {
+	if err := storekey.ValidateID("run id", runID); err != nil {
 		return "", err
 	}
 	return RunIndexPrefix + runID + ".json", nil
@@ -380,7 +380,7 @@ func ParseRunActiveKey(key string) (slug, runID string, ok bool) {
 		return "", "", false
 	}
 	slug, runID, found = strings.Cut(rest, "/")
-	if !found || storage.ValidateID("agent slug", slug) != nil || storage.ValidateID("run id", runID) != nil {
+	if !found || storekey.ValidateID("agent slug", slug) != nil || storekey.ValidateID("run id", runID) != nil {
 		return "", "", false
 	}
 	return slug, runID, true
@@ -389,11 +389,11 @@ func ParseRunActiveKey(key string) (slug, runID string, ok bool) {
 // RunSlotKey is one of an agent's concurrency slots:
 // agents/{slug}/slots/{n}.json.
 func RunSlotKey(slug string, n int) (string, error) {
-	if err := storage.ValidateID("agent slug", slug); err != nil {
+	if err := storekey.ValidateID("agent slug", slug); err != nil {
 		return "", err
 	}
 	if n < 0 {
-		return "", &storage.IDError{Field: "slot", ID: strconv.Itoa(n), Reason: "negative"}
+		return "", &storekey.IDError{Field: "slot", ID: strconv.Itoa(n), Reason: "negative"}
 	}
 	return "agents/" + slug + "/slots/" + strconv.Itoa(n) + ".json", nil
 }
@@ -464,7 +464,7 @@ func IdempotencyRunsPrefix(clientKey string) string {
 // idempotency/runs/{sha256 of the key}/{runId}.json. Distinct runs have
 // distinct keys, so no create-only write of one can land over another's.
 func IdempotencyRunKey(clientKey, runID string) (string, error) {
-	if err := storage.ValidateID("run id", runID); err != nil {
+	if err := storekey.ValidateID("run id", runID); err != nil {
 		return "", err
 	}
 	return IdempotencyRunsPrefix(clientKey) + runID + ".json", nil
@@ -485,13 +485,13 @@ func ParseIdempotencyRunKey(key string) (runID string, ok bool) {
 		return "", false
 	}
 	runID, ok = strings.CutSuffix(file, ".json")
-	return runID, ok && storage.ValidateID("run id", runID) == nil
+	return runID, ok && storekey.ValidateID("run id", runID) == nil
 }
 
 // ArtifactsPrefix is the List prefix of a project's artifacts:
 // projects/{cid}/artifacts/.
 func ArtifactsPrefix(cid string) (string, error) {
-	if err := storage.ValidateID("project id", cid); err != nil {
+	if err := storekey.ValidateID("project id", cid); err != nil {
 		return "", err
 	}
 	return "projects/" + cid + "/artifacts/", nil
@@ -503,7 +503,7 @@ const SchedulesPrefix = "schedules/"
 
 // ScheduleKey is a schedule's state: schedules/{schedule_id}.json.
 func ScheduleKey(scheduleID string) (string, error) {
-	if err := storage.ValidateID("schedule id", scheduleID); err != nil {
+	if err := storekey.ValidateID("schedule id", scheduleID); err != nil {
 		return "", err
 	}
 	return SchedulesPrefix + scheduleID + ".json", nil
@@ -533,7 +533,7 @@ func GitHubWindowKey(repository string, number int64, eventType string) string {
 // dedupe window absorbed as a duplicate of another:
 // webhooks/github/deliveries/{delivery}.json.
 func GitHubDeliveryKey(delivery string) (string, error) {
-	if err := storage.ValidateID("delivery id", delivery); err != nil {
+	if err := storekey.ValidateID("delivery id", delivery); err != nil {
 		return "", err
 	}
 	return GitHubDeliveriesPrefix + delivery + ".json", nil
@@ -573,7 +573,7 @@ const (
 func NewestFirst(at time.Time, id string) (string, error) {
 	n := at.UnixNano()
 	if n < 0 {
-		return "", &storage.IDError{Field: "creation time", ID: at.String(), Reason: "before 1970"}
+		return "", &storekey.IDError{Field: "creation time", ID: at.String(), Reason: "before 1970"}
 	}
 	d := fmt.Sprintf("%019d", math.MaxInt64-n)
 	return d[:5] + "/" + d[5:7] + "/" + d[7:9] + "/" + d[9:] + "-" + id, nil
@@ -592,7 +592,7 @@ func ParseNewestFirst(entry string) (at time.Time, id string, ok bool) {
 		return time.Time{}, "", false
 	}
 	id = entry[newestFirstLen:]
-	if storage.ValidateID("id", id) != nil {
+	if storekey.ValidateID("id", id) != nil {
 		return time.Time{}, "", false
 	}
 	return time.Unix(0, math.MaxInt64-n).UTC(), id, true
@@ -612,7 +612,7 @@ func DecodeCursor(cursor string) (entry string, ok bool) {
 		return "", false
 	}
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || len(b) == 0 || storage.ValidatePrefix(string(b)) != nil {
+	if err != nil || len(b) == 0 || storekey.ValidatePrefix(string(b)) != nil {
 		return "", false
 	}
 	return string(b), true
@@ -621,7 +621,7 @@ func DecodeCursor(cursor string) (entry string, ok bool) {
 // RunHistoryAgentPrefix is the List prefix of an agent's run history:
 // index/run-history/{slug}/.
 func RunHistoryAgentPrefix(slug string) (string, error) {
-	if err := storage.ValidateID("agent slug", slug); err != nil {
+	if err := storekey.ValidateID("agent slug", slug); err != nil {
 		return "", err
 	}
 	return RunHistoryPrefix + slug + "/", nil
@@ -659,7 +659,7 @@ func RunStatusIndexKey(slug, status string, startedAt time.Time, runID string) (
 // RunBackfillKey is the marker of an agent whose older runs are indexed:
 // index/run-backfill/{slug}.json.
 func RunBackfillKey(slug string) (string, error) {
-	if err := storage.ValidateID("agent slug", slug); err != nil {
+	if err := storekey.ValidateID("agent slug", slug); err != nil {
 		return "", err
 	}
 	return RunBackfillPrefix + slug + ".json", nil
@@ -692,7 +692,7 @@ func RunIndexKeys(slug, runID, status string, startedAt time.Time) ([]string, er
 
 // newestFirstKey is prefix + NewestFirst(at, id), id checked as field.
 func newestFirstKey(prefix, field string, at time.Time, id string) (string, error) {
-	if err := storage.ValidateID(field, id); err != nil {
+	if err := storekey.ValidateID(field, id); err != nil {
 		return "", err
 	}
 	e, err := NewestFirst(at, id)
@@ -739,7 +739,7 @@ func ParseInboxExpiredKey(key string) (entryID string, ok bool) {
 		return "", false
 	}
 	entryID, ok = strings.CutSuffix(rest, ".json")
-	return entryID, ok && storage.ValidateID("inbox entry id", entryID) == nil
+	return entryID, ok && storekey.ValidateID("inbox entry id", entryID) == nil
 }
 
 // IsIdempotencyKey tells whether key is an idempotency record,
@@ -776,6 +776,6 @@ func ParseArtifactKey(key string) (cid, artifactID string, ok bool) {
 }
 
 // ProbePrefix holds the start-up semantics probe's keys (package
-// storage/probe): probe/{start}/..., one folder per start, removed when
+// internal/probe): probe/{start}/..., one folder per start, removed when
 // the probe ends; a folder a killed start left is removed by a later one.
 const ProbePrefix = "probe/"

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // specIDs are ids as docs/spec.md#records writes them; all must pass.
@@ -31,19 +32,19 @@ var specIDs = []string{
 
 var badIDs = []string{
 	"", "../x", "..", ".", ".hidden", "a..b", "a/b", `a\b`, "a b", "tab\t", "nl\n", "nul\x00",
-	"ключ", "a%2F", strings.Repeat("x", 2048), strings.Repeat("x", storage.MaxIDLen+1),
+	"ключ", "a%2F", strings.Repeat("x", 2048), strings.Repeat("x", storekey.MaxIDLen+1),
 }
 
 func TestValidateID(t *testing.T) {
 	t.Parallel()
 	for _, id := range specIDs {
-		if err := storage.ValidateID("id", id); err != nil {
+		if err := storekey.ValidateID("id", id); err != nil {
 			t.Errorf("spec id %q refused: %v", id, err)
 		}
 	}
 	for _, id := range badIDs {
-		err := storage.ValidateID("run id", id)
-		var ie *storage.IDError
+		err := storekey.ValidateID("run id", id)
+		var ie *storekey.IDError
 		if !errors.Is(err, storage.ErrInvalidID) || !errors.As(err, &ie) || ie.Field != "run id" {
 			t.Errorf("ValidateID(%q) = %v, want an *IDError for run id", id, err)
 			continue
@@ -86,7 +87,7 @@ func TestLayout(t *testing.T) {
 		if strings.HasSuffix(got, "/") {
 			got += "x"
 		}
-		if err := storage.ValidateKey(got); err != nil {
+		if err := storekey.ValidateKey(got); err != nil {
 			t.Errorf("%s produced an invalid key: %v", tc.name, err)
 		}
 	}
@@ -135,14 +136,14 @@ func FuzzValidateID(f *testing.F) {
 		f.Add(id)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
-		if storage.ValidateID("id", id) != nil {
+		if storekey.ValidateID("id", id) != nil {
 			return
 		}
-		if strings.ContainsAny(id, "/\\") || strings.Contains(id, "..") || strings.HasPrefix(id, ".") || len(id) > storage.MaxIDLen {
+		if strings.ContainsAny(id, "/\\") || strings.Contains(id, "..") || strings.HasPrefix(id, ".") || len(id) > storekey.MaxIDLen {
 			t.Fatalf("accepted unsafe id %q", id)
 		}
 		key, err := layout.JobKey(id)
-		if err != nil || key != "jobs/"+id+".json" || storage.ValidateKey(key) != nil {
+		if err != nil || key != "jobs/"+id+".json" || storekey.ValidateKey(key) != nil {
 			t.Fatalf("JobKey(%q) = %q, %v", id, key, err)
 		}
 	})
@@ -215,7 +216,7 @@ func TestAuditEventIDOneScheme(t *testing.T) {
 		t.Fatalf("ids out of order: %v", order)
 	}
 	r := records.NewAuditEventID(ts)
-	if r == records.NewAuditEventID(ts) || len(r) != len(a) || storage.ValidateID("audit event id", r) != nil {
+	if r == records.NewAuditEventID(ts) || len(r) != len(a) || storekey.ValidateID("audit event id", r) != nil {
 		t.Fatalf("random id %q (subject id %q)", r, a)
 	}
 }
@@ -227,7 +228,7 @@ func TestRunnerKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := storage.ValidateKey(k); err != nil {
+		if err := storekey.ValidateKey(k); err != nil {
 			t.Fatalf("%q is not a valid key: %v", k, err)
 		}
 		return k
@@ -245,10 +246,10 @@ func TestRunnerKeys(t *testing.T) {
 			t.Errorf("key %q, want %q", tt.got, tt.want)
 		}
 	}
-	if p, err := layout.ArtifactsPrefix("cid-1"); err != nil || p != "projects/cid-1/artifacts/" || storage.ValidatePrefix(p) != nil {
+	if p, err := layout.ArtifactsPrefix("cid-1"); err != nil || p != "projects/cid-1/artifacts/" || storekey.ValidatePrefix(p) != nil {
 		t.Errorf("ArtifactsPrefix = %q, %v", p, err)
 	}
-	if k := layout.IdempotencyKey("../../etc/passwd"); !strings.HasPrefix(k, layout.IdempotencyPrefix) || storage.ValidateKey(k) != nil {
+	if k := layout.IdempotencyKey("../../etc/passwd"); !strings.HasPrefix(k, layout.IdempotencyPrefix) || storekey.ValidateKey(k) != nil {
 		t.Errorf("IdempotencyKey of a hostile client key: %q", k)
 	}
 	if slug, runID, ok := layout.ParseRunActiveKey("index/active/agent-a/run_1"); !ok || slug != "agent-a" || runID != "run_1" {
@@ -272,7 +273,7 @@ func TestRunnerKeys(t *testing.T) {
 func TestWebhookKeys(t *testing.T) {
 	t.Parallel()
 	k, err := layout.GitHubDeliveryKey("72d3162e-cc78-11e3-81ab-4c9367dc0958")
-	if err != nil || k != "webhooks/github/deliveries/72d3162e-cc78-11e3-81ab-4c9367dc0958.json" || storage.ValidateKey(k) != nil {
+	if err != nil || k != "webhooks/github/deliveries/72d3162e-cc78-11e3-81ab-4c9367dc0958.json" || storekey.ValidateKey(k) != nil {
 		t.Errorf("GitHubDeliveryKey = %q, %v", k, err)
 	}
 	for _, bad := range badIDs {
@@ -292,10 +293,10 @@ func TestWebhookKeys(t *testing.T) {
 			t.Errorf("two subjects share the window key %q", a)
 		}
 	}
-	if !strings.HasPrefix(a, layout.GitHubWindowsPrefix) || storage.ValidateKey(a) != nil || a != layout.GitHubWindowKey("octo/repo", 12, "pull_request.opened") {
+	if !strings.HasPrefix(a, layout.GitHubWindowsPrefix) || storekey.ValidateKey(a) != nil || a != layout.GitHubWindowKey("octo/repo", 12, "pull_request.opened") {
 		t.Errorf("GitHubWindowKey = %q", a)
 	}
-	if k := layout.GitHubWindowKey("../../x\x00y", -1, "a/b"); storage.ValidateKey(k) != nil {
+	if k := layout.GitHubWindowKey("../../x\x00y", -1, "a/b"); storekey.ValidateKey(k) != nil {
 		t.Errorf("GitHubWindowKey of hostile parts: %q", k)
 	}
 }
@@ -479,7 +480,7 @@ func TestAuditCursors(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 2, 24, 10, 0, 0, 500, time.UTC)
 	cur := layout.AuditAfter(at)
-	if err := storage.ValidatePrefix(cur); err != nil {
+	if err := storekey.ValidatePrefix(cur); err != nil {
 		t.Fatalf("AuditAfter = %q: %v", cur, err)
 	}
 	tests := []struct {
@@ -518,7 +519,7 @@ func TestAuditCursors(t *testing.T) {
 func TestIdempotencyRunKey(t *testing.T) {
 	t.Parallel()
 	k, err := layout.IdempotencyRunKey("api:c:1", "run_2026-02-14_080000_abc123")
-	if err != nil || !strings.HasPrefix(k, layout.IdempotencyRunsPrefix("api:c:1")) || storage.ValidateKey(k) != nil {
+	if err != nil || !strings.HasPrefix(k, layout.IdempotencyRunsPrefix("api:c:1")) || storekey.ValidateKey(k) != nil {
 		t.Fatalf("IdempotencyRunKey: %q %v", k, err)
 	}
 	if id, ok := layout.ParseIdempotencyRunKey(k); !ok || id != "run_2026-02-14_080000_abc123" {

@@ -12,30 +12,32 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/maintenance"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // doc is a turn's record: a lease, when the next turn is due, a cursor.
 type doc struct {
-	records.Meta
-	Lease  records.Lease `json:"lease"`
-	Next   time.Time     `json:"next"`
-	Cursor string        `json:"cursor,omitempty"`
+	lifecycle.Meta
+
+	Lease  lifecycle.Lease `json:"lease"`
+	Next   time.Time       `json:"next"`
+	Cursor string          `json:"cursor,omitempty"`
 }
 
-func (d *doc) TurnLease() *records.Lease { return &d.Lease }
+func (d *doc) TurnLease() *lifecycle.Lease { return &d.Lease }
 
 var t0 = time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
 
 func turn(s *storage.Store, clk clock.Clock, owner string) *maintenance.Turn[doc, *doc] {
 	return &maintenance.Turn[doc, *doc]{Store: s, Key: "m/turn.json", Owner: owner, Clock: clk, TTL: time.Minute, Lapse: true,
 		Due: func(d *doc, now time.Time) bool { return !now.Before(d.Next) },
-		Quarantine: func(ctx context.Context, ce *records.CorruptError) error {
+		Quarantine: func(ctx context.Context, ce *lifecycle.QuarantinedError) error {
 			_, err := records.Quarantine(ctx, s, ce, clk.Now())
 			return err
 		}}
@@ -63,14 +65,14 @@ func TestTurn(t *testing.T) {
 		t.Fatalf("a's renewal: %v", err)
 	}
 	clk.Advance(2 * time.Minute) // a's lease lapses
-	if err := a.Renewed(ctx, recA); !errors.Is(err, records.ErrLeaseLost) {
+	if err := a.Renewed(ctx, recA); !errors.Is(err, lifecycle.ErrLeaseLost) {
 		t.Fatalf("a renewed a lapsed lease: %v", err)
 	}
 	recB, _, got, err := b.Take(ctx)
 	if err != nil || got.Lease.Epoch != 2 || got.Cursor != "k1" {
 		t.Fatalf("b's take of the lapsed lease: %+v, %v; want epoch 2, a's cursor", got, err)
 	}
-	if err := a.Renew(ctx, recA, func(d *doc) { d.Cursor = "a-late" }); !errors.Is(err, records.ErrLeaseLost) {
+	if err := a.Renew(ctx, recA, func(d *doc) { d.Cursor = "a-late" }); !errors.Is(err, lifecycle.ErrLeaseLost) {
 		t.Fatalf("a wrote after b took the turn: %v", err)
 	}
 	next := clk.Now().Add(time.Hour)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
@@ -40,18 +41,18 @@ type Base struct {
 func (b *Base) Maintenance() *Base { return b }
 
 // Run calls svc.RunOnce every period until ctx ends, and returns nil then.
-// It counts as work on the clock except while it waits (clock.Enter), so
+// It counts as work on the clock except while it waits (activity.Enter), so
 // a test on a fake clock moves time only once the service is idle.
 func Run(ctx context.Context, svc Service) error {
 	b := svc.Maintenance()
-	ctx, end := clock.Enter(ctx, b.Clock)
+	ctx, end := activity.Enter(ctx, b.Clock)
 	defer end()
-	if b.Delay && clock.Sleep(ctx, b.Clock, b.Period) != nil {
+	if b.Delay && activity.Sleep(ctx, b.Clock, b.Period) != nil {
 		return nil
 	}
 	for {
 		b.failed(ctx, svc.RunOnce(ctx))
-		if clock.Sleep(ctx, b.Clock, b.Period) != nil {
+		if activity.Sleep(ctx, b.Clock, b.Period) != nil {
 			return nil
 		}
 	}
@@ -98,7 +99,7 @@ func (t *Ticker) Tick(ctx context.Context, now time.Time) {
 // return.
 func Start(ctx context.Context, svc Service) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	ctx = clock.Start(ctx, svc.Maintenance().Clock)
+	ctx = activity.Start(ctx, svc.Maintenance().Clock)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -6,17 +6,18 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
-// Doc is the document of a Turn: a typed document (records.Meta embedded)
+// Doc is the document of a Turn: a typed document (lifecycle.Meta embedded)
 // carrying the turn's lease.
 type Doc[T any] interface {
 	records.Doc[T]
 	// TurnLease returns the lease in the document, to read and write.
-	TurnLease() *records.Lease
+	TurnLease() *lifecycle.Lease
 }
 
 // ErrNotMyTurn is Take's answer when another process holds the turn or no
@@ -46,7 +47,7 @@ type Turn[T any, P Doc[T]] struct {
 	Begin func(doc P, now time.Time)
 	// Quarantine moves a document that does not decode out of the way;
 	// Take then makes the turn's record anew, once.
-	Quarantine func(ctx context.Context, ce *records.CorruptError) error
+	Quarantine func(ctx context.Context, ce *lifecycle.QuarantinedError) error
 	// Lapse makes the Record Take returns refuse a write once the lease
 	// has lapsed, though no process took it yet.
 	Lapse bool
@@ -55,19 +56,19 @@ type Turn[T any, P Doc[T]] struct {
 // Take takes the turn if it is due and free: it returns the document
 // before and after the take, and the Record to write the pass's progress
 // through, fenced on the lease taken (a write after another process took
-// the turn fails with records.ErrLeaseLost). Not this process's turn:
+// the turn fails with lifecycle.ErrLeaseLost). Not this process's turn:
 // ErrNotMyTurn.
 func (t *Turn[T, P]) Take(ctx context.Context) (rec *core.Record[T, P], before, after T, err error) {
 	now := t.Clock.Now().UTC()
 	take := func(d P) error {
 		l := d.TurnLease()
-		if l.Live(now) && l.Owner != t.Owner {
+		if records.LeaseLive(l, now) && l.Owner != t.Owner {
 			return ErrNotMyTurn
 		}
 		if t.Due != nil && !t.Due(d, now) {
 			return ErrNotMyTurn
 		}
-		*l = records.Lease{Owner: t.Owner, Epoch: l.Epoch + 1, ExpiresAt: now.Add(t.TTL)}
+		*l = lifecycle.Lease{Owner: t.Owner, Epoch: l.Epoch + 1, ExpiresAt: now.Add(t.TTL)}
 		if t.Begin != nil {
 			t.Begin(d, now)
 		}
@@ -87,7 +88,7 @@ func (t *Turn[T, P]) Take(ctx context.Context) (rec *core.Record[T, P], before, 
 			return nil, before, after, err
 		}
 		before, after, err = r.Apply(ctx, take)
-		var ce *records.CorruptError
+		var ce *lifecycle.QuarantinedError
 		if errors.As(err, &ce) && !quarantined && t.Quarantine != nil {
 			// A record that does not decode blocks nothing: it goes to
 			// quarantine like any poison record, and the turn is made anew.
@@ -121,7 +122,7 @@ func (t *Turn[T, P]) fenced(r *core.Record[T, P], doc T) *core.Record[T, P] {
 }
 
 // Renew writes change and the lease renewed for TTL through rec, Take's
-// Record; it fails with records.ErrLeaseLost once the turn is lost.
+// Record; it fails with lifecycle.ErrLeaseLost once the turn is lost.
 func (t *Turn[T, P]) Renew(ctx context.Context, rec *core.Record[T, P], change func(P)) error {
 	now := t.Clock.Now().UTC()
 	_, _, err := rec.Apply(ctx, func(d P) error {
@@ -151,7 +152,7 @@ func (t *Turn[T, P]) Release(ctx context.Context, rec *core.Record[T, P], change
 	_, _, err := rec.Apply(ctx, func(d P) error {
 		change(d)
 		l := d.TurnLease()
-		*l = records.Lease{Epoch: l.Epoch, ExpiresAt: now}
+		*l = lifecycle.Lease{Epoch: l.Epoch, ExpiresAt: now}
 		return nil
 	})
 	return err

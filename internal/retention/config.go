@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -157,7 +158,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if d.Store == nil {
 		return d, fmt.Errorf("retention: Config.Store is required")
 	}
-	if err := storage.ValidateID("janitor owner", d.Owner); err != nil {
+	if err := storekey.ValidateID("janitor owner", d.Owner); err != nil {
 		return d, err
 	}
 	if d.Age < 0 {

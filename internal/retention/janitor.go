@@ -12,8 +12,9 @@ import (
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/maintenance"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Janitor deletes finished history past its retention age (Config), a
@@ -104,10 +105,11 @@ func (r *Report) deleted(k Kind, n int) {
 
 // state is the janitor's lease record, at layout.JanitorKey.
 type state struct {
-	records.Meta
+	lifecycle.Meta
+
 	// Lease is held by the janitor making a pass; between passes its
 	// Owner is empty and its Epoch kept, so epochs only grow.
-	Lease records.Lease `json:"lease,omitzero"`
+	Lease lifecycle.Lease `json:"lease,omitzero"`
 	// Pass is set while a pass is under way: when it started, the kind it
 	// is at and the last key done there.
 	Pass *cursor `json:"pass,omitempty"`
@@ -118,7 +120,7 @@ type state struct {
 }
 
 // TurnLease is the janitor's lease, for maintenance.Turn.
-func (s *state) TurnLease() *records.Lease { return &s.Lease }
+func (s *state) TurnLease() *lifecycle.Lease { return &s.Lease }
 
 type cursor struct {
 	Started time.Time `json:"started"`
@@ -185,7 +187,7 @@ func (j *Janitor) Pass(ctx context.Context) (r Report, ran bool, err error) {
 
 // quarantine moves a lease record that does not decode to quarantine
 // (it blocks nothing), for the turn to be made anew.
-func (j *Janitor) quarantine(ctx context.Context, ce *records.CorruptError) error {
+func (j *Janitor) quarantine(ctx context.Context, ce *lifecycle.QuarantinedError) error {
 	if _, err := records.Quarantine(ctx, j.cfg.Store, ce, j.cfg.Clock.Now().UTC()); err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return err
 	}
@@ -194,7 +196,7 @@ func (j *Janitor) quarantine(ctx context.Context, ce *records.CorruptError) erro
 }
 
 // checkpoint records the cursor and renews the lease; it fails with
-// records.ErrLeaseLost once the lease is another janitor's or lapsed.
+// lifecycle.ErrLeaseLost once the lease is another janitor's or lapsed.
 func (j *Janitor) checkpoint(ctx context.Context, rec *core.Record[state, *state], c cursor) error {
 	return j.turn.Renew(ctx, rec, func(s *state) { s.Pass = &c })
 }

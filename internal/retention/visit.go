@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/authority"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // prefixes are the listings of each kind, in key order.
@@ -282,7 +281,7 @@ func (j *Janitor) deleteArtifact(ctx context.Context, cid, id string, r *Report)
 	case errors.Is(err, storage.ErrPreconditionFailed), errors.Is(err, storage.ErrNotFound), errors.Is(err, authority.ErrForbidden):
 		r.Changed++ // rewritten, gone, or younger than read
 		return nil
-	case errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, lifecycle.ErrCorrupt):
 		r.Skipped++
 		return nil
 	}

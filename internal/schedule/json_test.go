@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/runconveyor/conveyor/internal/schedule"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // TestDurationsAreGoDurationStrings: GET /schedules says "every": "20s"
@@ -56,7 +56,7 @@ func TestScheduleDurationsFromJSON(t *testing.T) {
 	for _, tt := range tests {
 		var s schedule.Schedule
 		err := json.Unmarshal([]byte(tt.in), &s)
-		var ie *codes.InputError
+		var ie *lifecycle.InputError
 		if tt.bad != (err != nil) || (tt.bad && !errors.As(err, &ie)) {
 			t.Errorf("%s: err %v, want an InputError: %v", tt.in, err, tt.bad)
 			continue

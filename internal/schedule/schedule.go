@@ -38,14 +38,14 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The policies of Schedule.Missed: what happens to slots that passed while
@@ -68,7 +68,7 @@ const DefaultCatchUp = 12
 // Schedule is one schedule: when to start which agent's run.
 type Schedule struct {
 	// ID names the schedule in its state's key and in its runs'
-	// idempotency keys: an id (storage.ValidateID). Required.
+	// idempotency keys: an id (storage.ErrInvalidID). Required.
 	ID string `json:"id"`
 	// Agent is the agent whose run each slot starts. Required.
 	Agent string `json:"agent"`
@@ -145,13 +145,13 @@ func durationJSON(field string, raw json.RawMessage) (time.Duration, error) {
 	if json.Unmarshal(raw, &str) == nil {
 		d, err := time.ParseDuration(str)
 		if err != nil {
-			return 0, &codes.InputError{Field: field, Reason: err.Error()}
+			return 0, &lifecycle.InputError{Field: field, Reason: err.Error()}
 		}
 		return d, nil
 	}
 	var ns int64
 	if err := json.Unmarshal(raw, &ns); err != nil {
-		return 0, &codes.InputError{Field: field, Reason: "want a duration such as \"20s\""}
+		return 0, &lifecycle.InputError{Field: field, Reason: "want a duration such as \"20s\""}
 	}
 	return time.Duration(ns), nil
 }
@@ -182,12 +182,12 @@ var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cr
 // compile checks a schedule and returns its slots.
 func (s *Schedule) compile() (slots, error) {
 	bad := func(format string, a ...any) error {
-		return &codes.InputError{Field: "schedule " + s.ID, Reason: fmt.Sprintf(format, a...)}
+		return &lifecycle.InputError{Field: "schedule " + s.ID, Reason: fmt.Sprintf(format, a...)}
 	}
-	if err := storage.ValidateID("schedule id", s.ID); err != nil {
+	if err := storekey.ValidateID("schedule id", s.ID); err != nil {
 		return nil, err
 	}
-	if err := storage.ValidateID("agent", s.Agent); err != nil {
+	if err := storekey.ValidateID("agent", s.Agent); err != nil {
 		return nil, err
 	}
 	if s.Jitter < 0 || s.CatchUp < 0 {
@@ -250,7 +250,8 @@ func Key(scheduleID string, slot time.Time) string {
 
 // State is a schedule's record, schedules/{id}.json.
 type State struct {
-	records.Meta
+	lifecycle.Meta
+
 	ScheduleID string `json:"schedule_id"`
 	// LastSlot is the latest slot dealt with: fired, or skipped by the
 	// Missed policy or a pause. Only slots after it are due.
@@ -401,7 +402,7 @@ func (s *Scheduler) record(id string) *core.Record[State, *State] {
 func (s *Scheduler) state(ctx context.Context, id string) (State, error) {
 	r := s.record(id)
 	st, _, err := r.Load(ctx)
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if errors.As(err, &ce) {
 		if _, qerr := s.quar.Move(ctx, ce); qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
 			return st, qerr
@@ -715,7 +716,7 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 
 // Pause stops a schedule firing, in every process (they read the state at
 // least every PollInterval); its slots until Resume are skipped. by names
-// who paused it (at most codes.MaxNameBytes of clean text).
+// who paused it (at most 256 bytes of clean text).
 func (s *Scheduler) Pause(ctx context.Context, id, by string) (Info, error) {
 	return s.setPaused(ctx, id, true, by)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
@@ -24,7 +25,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 var env teststores.Env
@@ -454,7 +454,7 @@ func (f *failSome) Put(ctx context.Context, k string, v []byte, c storage.Condit
 	match := f.match
 	if match == nil {
 		match = func(k string, c storage.Condition) bool {
-			return strings.HasPrefix(k, "idempotency/") && c.Kind() == storage.CreateOnly
+			return strings.HasPrefix(k, "idempotency/") && c.Kind() == driver.CreateOnly
 		}
 	}
 	fail := f.left > 0 && match(k, c)
@@ -549,7 +549,7 @@ func (d *dieAfterClaim) Put(ctx context.Context, k string, v []byte, c storage.C
 		return "", err
 	}
 	ver, err := d.Store.Put(ctx, k, v, c)
-	if err == nil && strings.HasPrefix(k, "idempotency/") && c.Kind() == storage.CreateOnly {
+	if err == nil && strings.HasPrefix(k, "idempotency/") && c.Kind() == driver.CreateOnly {
 		d.mu.Lock()
 		d.dead = true
 		d.mu.Unlock()

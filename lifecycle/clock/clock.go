@@ -8,17 +8,15 @@
 //
 // The Fake knows when the code under test is idle. The SDK's engines (the
 // Runner's loop and executions, a job claim's run, the Worker's loops, the
-// core's step units, heartbeats and store retries) count their work on the
-// clock's Activity: a goroutine holds a token while it works (Enter, or
-// Start before the go statement that starts it) and lends it back only
-// while it waits on a timer of the clock or on a wake-up (Wait), whose
-// readiness stays visible until it resumes, so the count never reads zero
-// between a wake-up and the woken goroutine running. User code run by an
-// engine (a step, a handler) is inside that work; one that stands for an
-// upstream that never answers waits with Hang. WaitIdle returns once no
-// token is held and no waiter is ready: then moving the clock cannot race
-// the code's work. On Real, and on any clock without an Activity, these
-// calls do nothing.
+// step units, heartbeats and store retries) count their work on the Fake:
+// a goroutine counts as working until it waits on a timer of the clock or
+// on a wake-up, whose readiness stays visible until it resumes, so the
+// count never reads idle between a wake-up and the woken goroutine
+// running. User code run by an engine (a step, a handler) is inside that
+// work; one that stands for an upstream that never answers waits with
+// conveyortest.Hang. WaitIdle returns once nothing works and no waiter is
+// ready: then moving the clock cannot race the code's work. On Real
+// nothing is counted.
 package clock
 
 import (
@@ -27,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/runconveyor/conveyor/internal/activity"
 )
 
 // Clock tells the time and schedules work. Real is the wall clock; Fake is
@@ -67,7 +67,8 @@ func (r realTimer) Stop() bool          { return r.t.Stop() }
 
 // Fake is a Clock that moves only when told to. It is safe for concurrent use.
 type Fake struct {
-	act     *Activity
+	tracker // the engines find act through it
+	act     *activity.Activity
 	mu      sync.Mutex
 	now     time.Time
 	timers  []*fakeTimer
@@ -80,14 +81,17 @@ type waiter struct {
 }
 
 // NewFake returns a fake clock that reads start.
-func NewFake(start time.Time) *Fake { return &Fake{now: start, act: newActivity()} }
+func NewFake(start time.Time) *Fake {
+	a := activity.New()
+	return &Fake{tracker: activity.Track(a), now: start, act: a}
+}
 
-// Activity is the count of the work in progress of the code waiting on
-// this clock: WaitIdle waits until that code is idle.
-func (f *Fake) Activity() *Activity { return f.act }
+// tracker lets the engines find the Fake's count of work in progress
+// without a method of the Fake's.
+type tracker = activity.Tracker
 
-// WaitIdle waits until the code waiting on this clock is idle (see
-// Activity) or ctx ends: then moving the clock cannot race its work.
+// WaitIdle waits until the code waiting on this clock is idle (see the
+// package doc) or ctx ends: then moving the clock cannot race its work.
 func (f *Fake) WaitIdle(ctx context.Context) error { return f.act.WaitIdle(ctx) }
 
 // AdvanceToNext waits until the code waiting on this clock is idle, then
@@ -159,7 +163,7 @@ func (f *Fake) Advance(d time.Duration) {
 	for _, t := range due {
 		t.fire(t.at)
 	}
-	f.act.poke()
+	f.act.Poke()
 }
 
 // Pending reports how many timers are scheduled and not yet fired or stopped.
@@ -224,7 +228,8 @@ type fakeTimer struct {
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 
-// Fired tells whether the timer fired (see the package's Fired).
+// Fired tells whether the timer fired: a wait of the engines may use it
+// in its ready function, since once true it stays true.
 func (t *fakeTimer) Fired() bool { return t.fired.Load() }
 
 func (t *fakeTimer) Stop() bool {
@@ -246,9 +251,9 @@ func (t *fakeTimer) fire(at time.Time) {
 		// The function counts as work while it runs: what it starts (a
 		// context it cancels) is seen before the count can read zero.
 		a := t.clock.act
-		a.add(1)
+		a.Add(1)
 		go func() {
-			defer a.add(-1)
+			defer a.Add(-1)
 			t.fn()
 		}()
 		return

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"go.uber.org/goleak"
 )
@@ -127,7 +128,7 @@ func TestRealClock(t *testing.T) {
 
 // idleNow reports whether the fake clock's Activity reads idle.
 func idleNow(c *clock.Fake) bool {
-	idle, _ := c.Activity().Idle()
+	idle, _ := activity.Of(c).Idle()
 	return idle
 }
 
@@ -137,18 +138,18 @@ func TestActivityCountsWorkAndWaits(t *testing.T) {
 	if !idleNow(c) {
 		t.Fatal("a fresh clock is busy")
 	}
-	ctx, end := clock.Enter(context.Background(), c)
+	ctx, end := activity.Enter(context.Background(), c)
 	if idleNow(c) {
 		t.Fatal("idle inside Enter")
 	}
 	// A nested entry point in the same goroutine shares the token.
-	_, end2 := clock.Enter(ctx, c)
+	_, end2 := activity.Enter(ctx, c)
 	end2()
 	if idleNow(c) {
 		t.Fatal("a nested end released the outer token")
 	}
 	tm := c.NewTimer(time.Second)
-	resume := clock.Wait(ctx, c, func() bool { return clock.Fired(tm) })
+	resume := activity.Wait(ctx, c, func() bool { return activity.Fired(tm) })
 	if !idleNow(c) {
 		t.Fatal("busy while the only goroutine waits on a timer")
 	}
@@ -172,18 +173,18 @@ func TestActivityCountsWorkAndWaits(t *testing.T) {
 func TestActivityStartCoversTheGoStatement(t *testing.T) {
 	t.Parallel()
 	c := clock.NewFake(start)
-	ctx := clock.Start(context.Background(), c)
+	ctx := activity.Start(context.Background(), c)
 	if idleNow(c) {
 		t.Fatal("idle between Start and the goroutine's Enter")
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ctx, end := clock.Enter(ctx, c) // adopts Start's token
+		ctx, end := activity.Enter(ctx, c) // adopts Start's token
 		defer end()
 		hctx, cancel := context.WithCancel(ctx)
 		c.AfterFunc(time.Minute, cancel)
-		_ = clock.Hang(hctx)
+		_ = activity.Hang(hctx)
 	}()
 	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -211,14 +212,15 @@ func TestActivityWithoutTokenOrFake(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			// A wait with no token in ctx changes nothing.
-			clock.Wait(context.Background(), tt.c, func() bool { return false })()
+			activity.
+				// A wait with no token in ctx changes nothing.
+				Wait(context.Background(), tt.c, func() bool { return false })()
 			if f, ok := tt.c.(*clock.Fake); ok && !idleNow(f) {
 				t.Fatal("a wait without a token made the clock busy")
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			if err := clock.Sleep(ctx, tt.c, time.Hour); err != context.Canceled {
+			if err := activity.Sleep(ctx, tt.c, time.Hour); err != context.Canceled {
 				t.Fatalf("Sleep = %v", err)
 			}
 		})

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -159,7 +159,7 @@ func runAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts []Runn
 	done := make(chan struct{})
 	// Started busy: the Runner counts as working from here, not from when
 	// its goroutine gets to run.
-	rctx := clock.Start(ctx, d.clk)
+	rctx := activity.Start(ctx, d.clk)
 	go func() {
 		defer close(done)
 		_ = r.Run(rctx)

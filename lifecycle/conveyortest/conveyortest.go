@@ -39,7 +39,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/internal/activity"
 )
 
 // name is the package's: the prefix of its failure messages, and the
@@ -60,7 +60,7 @@ func Hang(ctx context.Context) error {
 	if f, ok := ctx.Value(hangKey{}).(func()); ok {
 		f()
 	}
-	return clock.Hang(ctx)
+	return activity.Hang(ctx)
 }
 
 // discard is the logger a helper's engine gets when its option sets none.

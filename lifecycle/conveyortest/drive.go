@@ -2,13 +2,14 @@ package conveyortest
 
 // What the helpers share: a fake clock that knows the deadlines of its
 // pending timers, the driver that moves it whenever the code under test is
-// idle (clock.Activity), never on a guess, and the context mark behind Hang.
+// idle (activity.Activity), never on a guess, and the context mark behind Hang.
 
 import (
 	"context"
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
@@ -25,7 +26,8 @@ const background = far / 100
 
 // fakeClock is a clock.Fake that records each pending timer's deadline.
 type fakeClock struct {
-	fake *clock.Fake
+	tracker // the fake's: the engines count their work there
+	fake    *clock.Fake
 
 	mu      sync.Mutex
 	pending map[*timer]struct{}
@@ -40,8 +42,8 @@ type timer struct {
 
 func (t *timer) C() <-chan time.Time { return t.inner.C() }
 
-// Fired tells whether the timer fired (see clock.Fired).
-func (t *timer) Fired() bool { return clock.Fired(t.inner) }
+// Fired tells whether the timer fired (see activity.Fired).
+func (t *timer) Fired() bool { return activity.Fired(t.inner) }
 
 func (t *timer) Stop() bool {
 	t.c.mu.Lock()
@@ -52,11 +54,12 @@ func (t *timer) Stop() bool {
 
 // newClock returns a fakeClock at start.
 func newClock() *fakeClock {
-	return &fakeClock{fake: clock.NewFake(start), pending: map[*timer]struct{}{}}
+	fake := clock.NewFake(start)
+	return &fakeClock{tracker: activity.Track(activity.Of(fake)), fake: fake, pending: map[*timer]struct{}{}}
 }
 
-// Activity is the fake clock's: the engines count their work there.
-func (c *fakeClock) Activity() *clock.Activity { return c.fake.Activity() }
+// tracker lets the engines find the fake's count of work in progress.
+type tracker = activity.Tracker
 
 // Now returns the fake time.
 func (c *fakeClock) Now() time.Time { return c.fake.Now() }
@@ -127,7 +130,7 @@ func (c *fakeClock) advanceLocked(d time.Duration) {
 // after hardStall without a change, or when the code is idle with nothing
 // left to wait for.
 func (c *fakeClock) drive(stall time.Duration, done func() bool, end <-chan struct{}, stuck func(idle bool) string, fail func(string)) {
-	act := c.fake.Activity()
+	act := activity.Of(c.fake)
 	watchdog := time.NewTimer(stall)
 	defer watchdog.Stop()
 	last := time.Now()

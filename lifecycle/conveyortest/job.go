@@ -10,9 +10,9 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -209,7 +209,7 @@ func (d *jobDriver) run(tb testing.TB, c *jobqueue.Claim, h jobqueue.Handler) (l
 	ended := make(chan struct{})
 	// Started busy: the claim counts as working from here, not from when
 	// its goroutine gets to run.
-	ctx := clock.Start(context.Background(), d.clk)
+	ctx := activity.Start(context.Background(), d.clk)
 	go func() {
 		j, err := c.Run(ctx, h)
 		res <- result{j, err}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 )
 
@@ -33,7 +33,7 @@ func jobScript(calls *atomic.Int32, script ...string) jobqueue.Handlers {
 		case "hang":
 			return lifecycle.JobOutput{}, conveyortest.Hang(ctx)
 		case "429":
-			return lifecycle.JobOutput{}, &lifecycle.StatusError{Code: 429, Err: errors.New("slow down")}
+			return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 429, Err: errors.New("slow down")}
 		case "permanent":
 			return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("no such notebook"))
 		}

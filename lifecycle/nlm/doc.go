@@ -1,6 +1,6 @@
 // Package nlm is the NLM backend's side (docs/spec.md#nlm-job-lifecycle), on Conveyor's one
 // execution core: the Processor that runs the NLM-job machine
-// (lifecycle.NLMMachine: ACCEPTED → FETCHING_CONTEXT → BUILDING_PROMPT →
+// (the NLM-job machine: ACCEPTED → FETCHING_CONTEXT → BUILDING_PROMPT →
 // NLM_QUERY → STRUCTURING → CALLBACK → DONE, any non-terminal state →
 // ERROR) over its record (lifecycle.NLMJob, nlm/jobs/{job_id}.json), and the
 // wiring that lets a run wait for it.

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // hanging returns stages that succeed, except the one named hang, which
@@ -183,7 +183,7 @@ func (f *freezer) Put(ctx context.Context, key string, v []byte, c storage.Condi
 // TestFaultPausedProcessorIsFenced: a processor paused past its lease
 // (its store calls frozen, its heartbeat stuck) wakes up after another
 // took the job over (epoch 2) and finished it: none of its writes land,
-// it gets records.ErrLeaseLost, and no second callback is posted.
+// it gets lifecycle.ErrLeaseLost, and no second callback is posted.
 func TestFaultPausedProcessorIsFenced(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -225,8 +225,8 @@ func TestFaultPausedProcessorIsFenced(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the paused processor never returned")
 	}
-	var lost *records.LeaseLostError
-	if !errors.Is(res.err, records.ErrLeaseLost) || !errors.As(res.err, &lost) || lost.Owner != "a" || lost.Epoch != 1 {
+	var lost *lifecycle.LeaseLostError
+	if !errors.Is(res.err, lifecycle.ErrLeaseLost) || !errors.As(res.err, &lost) || lost.Owner != "a" || lost.Epoch != 1 {
 		t.Fatalf("paused processor: %+v %v; want a LeaseLostError of a at epoch 1", res.job, res.err)
 	}
 	after, _, _ := shared.Get(ctx, "nlm/jobs/job-p.json")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 )
@@ -24,7 +25,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func stagesFailingAt(failAt string) nlm.Stages {
 	boom := func(step string) error {
 		if step == failAt {
-			return &lifecycle.StatusError{Code: 503, Err: errors.New(step + " down")}
+			return &jobqueue.StatusError{Code: 503, Err: errors.New(step + " down")}
 		}
 		return nil
 	}

@@ -7,10 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -105,15 +106,15 @@ func (s *slots) poll(ctx context.Context) (found bool) {
 // loop awake), the others found by the adaptive poll.
 func (p *Processor) loop(ctx context.Context, s *slots) {
 	// The loop counts as work on the clock except while it waits (a test's
-	// fake clock moves only when it is idle; clock.Activity).
-	lctx, end := clock.Enter(ctx, p.cfg.Clock)
+	// fake clock moves only when it is idle; activity.Activity).
+	lctx, end := activity.Enter(ctx, p.cfg.Clock)
 	defer end()
 	sched := core.Poll{Idle: p.cfg.PollInterval}
 	wait := sched.Next(s.poll(ctx))
 	for ctx.Err() == nil {
 		s.drain(ctx)
 		t := p.cfg.Clock.NewTimer(wait)
-		resume := clock.Wait(lctx, p.cfg.Clock, func() bool { return ctx.Err() != nil || clock.Fired(t) || p.woken() })
+		resume := activity.Wait(lctx, p.cfg.Clock, func() bool { return ctx.Err() != nil || activity.Fired(t) || p.woken() })
 		select {
 		case <-ctx.Done():
 			resume()
@@ -210,7 +211,7 @@ func (p *Processor) candidates(ctx context.Context) []string {
 		switch {
 		case terminal(d.Status):
 			p.unmark(ctx, jobID)
-		case !d.Lease.Live(now):
+		case !records.LeaseLive(d.Lease, now):
 			ids = append(ids, jobID)
 		}
 	}

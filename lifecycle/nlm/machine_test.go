@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/testkit/machinetest"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -23,12 +24,12 @@ var specNLM = map[lifecycle.NLMState][]lifecycle.NLMState{
 
 func TestGrid(t *testing.T) {
 	t.Parallel()
-	machinetest.Grid(t, lifecycle.NLMMachine(), specNLM)
+	machinetest.Grid(t, machine.NLMMachine(), specNLM)
 }
 
 func TestStructure(t *testing.T) {
 	t.Parallel()
-	machinetest.Structure(t, lifecycle.NLMMachine().Spec())
+	machinetest.Structure(t, machine.NLMMachine().Spec())
 }
 
 func newJob(s lifecycle.NLMState) *lifecycle.NLMJob   { return &lifecycle.NLMJob{Status: s} }
@@ -43,11 +44,11 @@ func TestRandomWalks(t *testing.T) {
 		for i := range choices {
 			choices[i] = byte(rng.Uint32())
 		}
-		for _, s := range machinetest.Walk(t, lifecycle.NLMMachine(), newJob, jobState, nil, choices) {
+		for _, s := range machinetest.Walk(t, machine.NLMMachine(), newJob, jobState, nil, choices) {
 			reached[s] = true
 		}
 	}
-	for _, s := range lifecycle.NLMStates() {
+	for _, s := range machine.NLMStates() {
 		if !reached[s] {
 			t.Errorf("walks never reached %s", s)
 		}
@@ -57,6 +58,6 @@ func TestRandomWalks(t *testing.T) {
 func FuzzWalk(f *testing.F) {
 	f.Add([]byte{0, 2, 1, 2, 6, 2})
 	f.Fuzz(func(t *testing.T, choices []byte) {
-		machinetest.Walk(t, lifecycle.NLMMachine(), newJob, jobState, nil, choices)
+		machinetest.Walk(t, machine.NLMMachine(), newJob, jobState, nil, choices)
 	})
 }

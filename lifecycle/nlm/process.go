@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // errHandBack is the cause of a job's context when the processor shuts
@@ -37,9 +38,9 @@ type held struct {
 // whose processor was lost (its lease lapsed; taken over with epoch+1 and
 // resumed, or sent to ERROR after MaxTakeovers). It returns the job as it
 // ended. An error means the job was not processed to its end here: its
-// record is poison (a *records.CorruptError; it was quarantined), it is
+// record is poison (a *lifecycle.QuarantinedError; it was quarantined), it is
 // terminal (lifecycle.ErrTerminalState), another processor holds it, or
-// this processor lost its lease meanwhile (records.ErrLeaseLost) or was
+// this processor lost its lease meanwhile (lifecycle.ErrLeaseLost) or was
 // stopped by ctx (the lease is then handed back). A stage's failure is not
 // an error of Process: it is the job's ERROR.
 func (p *Processor) Process(ctx context.Context, jobID string) (lifecycle.NLMJob, error) {
@@ -56,21 +57,21 @@ func (p *Processor) Process(ctx context.Context, jobID string) (lifecycle.NLMJob
 		if terminal(d.Status) {
 			return fmt.Errorf("%w: NLM job %s is %s", lifecycle.ErrTerminalState, jobID, d.Status)
 		}
-		if l := d.Lease; l.Live(now) {
-			return &records.LeaseLostError{Key: key, Owner: p.cfg.Owner, Holder: l.Owner, HolderEpoch: l.Epoch}
+		if l := d.Lease; records.LeaseLive(l, now) {
+			return &lifecycle.LeaseLostError{Key: key, Owner: p.cfg.Owner, Holder: l.Owner, HolderEpoch: l.Epoch}
 		}
 		epoch = 1
 		if d.Lease != nil {
 			epoch = d.Lease.Epoch + 1
 		}
 		if d.Status == lifecycle.NLMAccepted {
-			if _, err := lifecycle.NLMMachine().Fire(ctx, &d.NLMJob, lifecycle.EventNLMFetchContext, lifecycle.ActorNLMBackend); err != nil {
+			if _, err := machine.NLMMachine().Fire(ctx, &d.NLMJob, machine.EventNLMFetchContext, lifecycle.ActorNLMBackend); err != nil {
 				return err
 			}
 		} else if d.Lease == nil || d.Lease.Owner != "" {
 			d.Takeovers++ // its processor was lost, not stopped
 		}
-		d.Lease = &records.Lease{Owner: p.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(p.cfg.LeaseTTL)}
+		d.Lease = &lifecycle.Lease{Owner: p.cfg.Owner, Epoch: epoch, ExpiresAt: now.Add(p.cfg.LeaseTTL)}
 		if now.After(d.UpdatedAt) {
 			d.UpdatedAt = now
 		}
@@ -101,7 +102,7 @@ func (p *Processor) Process(ctx context.Context, jobID string) (lifecycle.NLMJob
 		}
 		_, err := h.write(ctx, nil)
 		switch {
-		case errors.Is(err, records.ErrLeaseLost) && !h.finished.Load():
+		case errors.Is(err, lifecycle.ErrLeaseLost) && !h.finished.Load():
 			cancel(err)
 			return false
 		case err != nil && ctx.Err() == nil:
@@ -158,7 +159,7 @@ func (h *held) move(ctx context.Context, from lifecycle.NLMState, event lifecycl
 		if d.Status != from {
 			return nil
 		}
-		if _, err := lifecycle.NLMMachine().Fire(ctx, &d.NLMJob, event, lifecycle.ActorNLMBackend); err != nil {
+		if _, err := machine.NLMMachine().Fire(ctx, &d.NLMJob, event, lifecycle.ActorNLMBackend); err != nil {
 			return err
 		}
 		if set != nil {
@@ -179,7 +180,7 @@ func stage[T any](ctx context.Context, h *held, s lifecycle.NLMState, limit time
 // reached tells whether a job in cur has already passed s.
 func reached(cur, s lifecycle.NLMState) bool {
 	order := map[lifecycle.NLMState]int{}
-	for i, st := range lifecycle.NLMStates() {
+	for i, st := range machine.NLMStates() {
 		order[st] = i
 	}
 	return order[cur] > order[s]
@@ -233,7 +234,7 @@ func (h *held) pipeline(jctx, ctx context.Context, job lifecycle.NLMJob) (lifecy
 		}},
 	}
 	events := map[lifecycle.NLMState]lifecycle.Event{}
-	for _, t := range lifecycle.NLMMachine().Transitions() {
+	for _, t := range machine.NLMMachine().Transitions() {
 		if t.To != lifecycle.NLMError {
 			events[t.From] = t.Event
 		}
@@ -260,7 +261,7 @@ func (h *held) pipeline(jctx, ctx context.Context, job lifecycle.NLMJob) (lifecy
 		return h.fail(jctx, ctx, lifecycle.NLMCallback, err)
 	}
 	h.finished.Store(true)
-	job, err := h.move(jctx, lifecycle.NLMCallback, lifecycle.EventNLMCallbackSent, nil)
+	job, err := h.move(jctx, lifecycle.NLMCallback, machine.EventNLMCallbackSent, nil)
 	if err != nil {
 		return h.interrupted(jctx, ctx, job, err)
 	}
@@ -289,10 +290,10 @@ func (h *held) structure(ctx context.Context, answer json.RawMessage) (artifact.
 
 // interrupted handles a write that failed: a lost lease or a stop.
 func (h *held) interrupted(jctx, ctx context.Context, job lifecycle.NLMJob, err error) (lifecycle.NLMJob, error) {
-	if cause := context.Cause(jctx); cause != nil && errors.Is(cause, records.ErrLeaseLost) {
+	if cause := context.Cause(jctx); cause != nil && errors.Is(cause, lifecycle.ErrLeaseLost) {
 		return job, cause
 	}
-	if ctx.Err() != nil && !errors.Is(err, records.ErrLeaseLost) {
+	if ctx.Err() != nil && !errors.Is(err, lifecycle.ErrLeaseLost) {
 		return h.handBack(ctx, job)
 	}
 	return job, err
@@ -306,7 +307,7 @@ func (h *held) handBack(ctx context.Context, job lifecycle.NLMJob) (lifecycle.NL
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.p.cfg.StopGrace)
 	defer cancel()
 	j, err := h.write(wctx, func(d *jobDoc) error {
-		d.Lease = &records.Lease{Epoch: d.Lease.Epoch, ExpiresAt: h.p.now()}
+		d.Lease = &lifecycle.Lease{Epoch: d.Lease.Epoch, ExpiresAt: h.p.now()}
 		return nil
 	})
 	if err == nil {
@@ -320,7 +321,7 @@ func (h *held) handBack(ctx context.Context, job lifecycle.NLMJob) (lifecycle.NL
 // lost (nothing is written) or the processor stopping (the lease is handed
 // back).
 func (h *held) fail(jctx, ctx context.Context, s lifecycle.NLMState, cause error) (lifecycle.NLMJob, error) {
-	if c := context.Cause(jctx); c != nil && errors.Is(c, records.ErrLeaseLost) {
+	if c := context.Cause(jctx); c != nil && errors.Is(c, lifecycle.ErrLeaseLost) {
 		job, _ := h.rec.Snapshot()
 		return job.NLMJob, c
 	}
@@ -335,7 +336,7 @@ func (h *held) fail(jctx, ctx context.Context, s lifecycle.NLMState, cause error
 	}
 	h.finished.Store(true)
 	job, err := h.write(jctx, func(d *jobDoc) error {
-		if _, err := lifecycle.NLMMachine().Fire(jctx, &d.NLMJob, lifecycle.EventNLMError, lifecycle.ActorNLMBackend); err != nil {
+		if _, err := machine.NLMMachine().Fire(jctx, &d.NLMJob, machine.EventNLMError, lifecycle.ActorNLMBackend); err != nil {
 			return err
 		}
 		d.Error, d.Lease = msg, nil

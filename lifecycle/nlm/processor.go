@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Callback statuses.
@@ -134,9 +135,9 @@ type Config struct {
 // (CALLBACK) and ends DONE; a failing or overrunning stage sends the job
 // to ERROR and the callback says FAILED. Every write is a read-check-write
 // fenced by the lease, so a processor that lost its lease (paused past it,
-// and another took the job over with epoch+1) gets records.ErrLeaseLost and
+// and another took the job over with epoch+1) gets lifecycle.ErrLeaseLost and
 // writes nothing; every move is audited. Records that cannot be decoded or
-// fail validation are quarantined (records.Quarantine) and never block
+// fail validation are quarantined (quarantine) and never block
 // other jobs.
 type Processor struct {
 	cfg    Config
@@ -199,7 +200,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 		cfg.Concurrency = 4
 	}
 	for _, id := range [][2]string{{"owner", cfg.Owner}, {"project id", cfg.Project}} {
-		if err := storage.ValidateID(id[0], id[1]); err != nil {
+		if err := storekey.ValidateID(id[0], id[1]); err != nil {
 			return nil, fmt.Errorf("nlm: %w", err)
 		}
 	}
@@ -207,7 +208,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 	p.store = cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
 	p.units = &core.Units{Clock: cfg.Clock, Log: cfg.Logger}
 	p.quar = &core.Quarantiner{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
-	p.absent.Settle = storage.SettleTime(cfg.Store)
+	p.absent.Settle = cfg.Store.SettleTime()
 	if p.cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: p.store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
 		if err != nil {
@@ -227,7 +228,8 @@ func activeKey(jobID string) string { k, _ := layout.NLMActiveKey(jobID); return
 
 // jobDoc is a job record as stored: the record's fields and the write counter.
 type jobDoc struct {
-	records.Meta
+	lifecycle.Meta
+
 	lifecycle.NLMJob
 }
 
@@ -249,19 +251,19 @@ func validateRequest(r *lifecycle.NLMRequest, defaultProject string) error {
 		return bad(err)
 	}
 	for _, id := range [][2]string{{"job id", r.JobID}, {"agent slug", r.AgentSlug}} {
-		if err := storage.ValidateID(id[0], id[1]); err != nil {
+		if err := storekey.ValidateID(id[0], id[1]); err != nil {
 			return bad(err)
 		}
 	}
 	if r.RunID != "" {
-		if err := storage.ValidateID("run id", r.RunID); err != nil {
+		if err := storekey.ValidateID("run id", r.RunID); err != nil {
 			return bad(err)
 		}
 	}
 	if r.ProjectID == "" {
 		r.ProjectID = defaultProject
 	}
-	if err := storage.ValidateID("project id", r.ProjectID); err != nil {
+	if err := storekey.ValidateID("project id", r.ProjectID); err != nil {
 		return bad(err)
 	}
 	if _, ok := artifact.TypeForJob(r.JobType); !ok {
@@ -292,7 +294,7 @@ func validator(jobID string) func(*jobDoc) error {
 
 func (p *Processor) record(key, jobID string) *core.Record[jobDoc, *jobDoc] {
 	return &core.Record[jobDoc, *jobDoc]{Store: p.store, Key: key, Validate: validator(jobID),
-		Lease: func(d *jobDoc) *records.Lease { return d.Lease }}
+		Lease: func(d *jobDoc) *lifecycle.Lease { return d.Lease }}
 }
 
 // Accept registers req as an NLM job in ACCEPTED (answered 202) and hands
@@ -350,7 +352,7 @@ func (p *Processor) Accept(ctx context.Context, req lifecycle.NLMRequest) (lifec
 }
 
 // Get reads the NLM backend's record of a job. A poison record is
-// quarantined and reported as a *records.CorruptError.
+// quarantined and reported as a *lifecycle.QuarantinedError.
 func (p *Processor) Get(ctx context.Context, jobID string) (lifecycle.NLMJob, error) {
 	key, err := layout.NLMJobKey(jobID)
 	if err != nil {
@@ -362,10 +364,10 @@ func (p *Processor) Get(ctx context.Context, jobID string) (lifecycle.NLMJob, er
 
 func (p *Processor) now() time.Time { return p.cfg.Clock.Now().UTC() }
 
-// poisoned quarantines the record of a *records.CorruptError and returns
+// poisoned quarantines the record of a *lifecycle.QuarantinedError and returns
 // err as it was; other errors pass through.
 func (p *Processor) poisoned(ctx context.Context, err error) error {
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if !errors.As(err, &ce) {
 		return err
 	}
@@ -396,7 +398,7 @@ func (p *Processor) unmark(ctx context.Context, jobID string) {
 // sorts by time and then by version, so the moves of one job read back in
 // order even at equal timestamps.
 func (p *Processor) audit(ctx context.Context, d *jobDoc, from lifecycle.NLMState) {
-	ev := records.AuditEvent{TS: d.UpdatedAt, Event: "nlm.status.update", Actor: string(lifecycle.ActorNLMBackend),
+	ev := lifecycle.AuditEvent{TS: d.UpdatedAt, Event: "nlm.status.update", Actor: string(lifecycle.ActorNLMBackend),
 		JobID: d.JobID, ArtifactID: d.ArtifactID, From: string(from), To: string(d.Status), Node: p.cfg.Node}
 	key, err := layout.AuditKey(ev.TS, records.AuditEventID(ev.TS, "nlm/"+d.JobID, d.Version, 0))
 	if err == nil {
@@ -439,7 +441,7 @@ func (p *Processor) post(ctx context.Context, target string, cb lifecycle.NLMCal
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
 			if resp.StatusCode/100 != 2 {
-				return struct{}{}, &lifecycle.StatusError{Code: resp.StatusCode}
+				return struct{}{}, fmt.Errorf("HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 			}
 			return struct{}{}, nil
 		})

@@ -14,13 +14,13 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // callbackServer is a real HTTP callback receiver: it records the
@@ -228,7 +228,7 @@ func TestAcceptRefusesBadText(t *testing.T) {
 				in.set(&r, bv.value)
 				before := teststores.Snapshot(t, s)
 				_, err := p.Accept(ctx, r)
-				var ie *codes.InputError
+				var ie *lifecycle.InputError
 				if !errors.Is(err, lifecycle.ErrInvalidJob) || lifecycle.ErrorCode(err) != bv.code || !errors.As(err, &ie) || ie.Field != in.field {
 					t.Errorf("Accept = %.300v, want ErrInvalidJob with %s for %s", err, bv.code, in.field)
 				}

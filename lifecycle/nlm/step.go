@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -163,7 +165,7 @@ func callbackJob(ctx context.Context, p *Processor, req *http.Request) (lifecycl
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&cb); err != nil {
 		return lifecycle.NLMJob{}, http.StatusBadRequest, "bad callback body: " + err.Error()
 	}
-	if err := storage.ValidateID("job id", cb.JobID); err != nil {
+	if err := storekey.ValidateID("job id", cb.JobID); err != nil {
 		return lifecycle.NLMJob{}, http.StatusBadRequest, err.Error()
 	}
 	job, err := p.Get(ctx, cb.JobID)
@@ -196,13 +198,13 @@ func resumeRun(ctx context.Context, r *run.Runner, job lifecycle.NLMJob) (int, s
 			return http.StatusServiceUnavailable, err.Error()
 		case st.External != nil && st.External.EventType == want && st.External.EventID != "":
 			return http.StatusNoContent, "" // delivered before
-		case st.Status == string(lifecycle.ApprovalWaitingExternal) && st.External != nil && st.External.EventType == want:
+		case st.Status == string(machine.ApprovalWaitingExternal) && st.External != nil && st.External.EventType == want:
 			_, err := r.Deliver(ctx, runID, lifecycle.ActorGateway, run.ExternalEvent{Type: want, ID: job.JobID, Source: string(lifecycle.ActorNLMBackend)})
 			if err != nil && !errors.Is(err, lifecycle.ErrInvalidTransition) {
 				return http.StatusServiceUnavailable, err.Error()
 			}
 			return http.StatusNoContent, "" // an invalid transition: a duplicate delivered it meanwhile
-		case waited || (st.Status != string(lifecycle.ApprovalPending) && st.Status != string(lifecycle.ApprovalRunning)):
+		case waited || (st.Status != string(machine.ApprovalPending) && st.Status != string(machine.ApprovalRunning)):
 			return http.StatusNoContent, "" // the run is past this job's wait
 		}
 		// Its step is still running: wait until the run parks.

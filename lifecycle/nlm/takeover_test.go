@@ -14,7 +14,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // TestTakeover: a job whose processor was lost (its lease lapsed) is taken
@@ -26,17 +25,17 @@ func TestTakeover(t *testing.T) {
 	tests := []struct {
 		name      string
 		status    lifecycle.NLMState
-		lease     *records.Lease
+		lease     *lifecycle.Lease
 		takeovers int
 		artifact  bool
 		want      lifecycle.NLMState
 		queries   int64 // stage runs of Query
 		wantErr   string
 	}{
-		{"lost in NLM_QUERY: replayed and resumed", lifecycle.NLMQuery, &records.Lease{Owner: "dead", Epoch: 3, ExpiresAt: t0}, 0, false, lifecycle.NLMDone, 1, ""},
-		{"lost in CALLBACK: the callback only", lifecycle.NLMCallback, &records.Lease{Owner: "dead", Epoch: 1, ExpiresAt: t0}, 1, true, lifecycle.NLMDone, 0, ""},
-		{"lost too often: ERROR", lifecycle.NLMStructuring, &records.Lease{Owner: "dead", Epoch: 5, ExpiresAt: t0}, 2, false, lifecycle.NLMError, 0, "taken over 3 times"},
-		{"live lease: left alone", lifecycle.NLMQuery, &records.Lease{Owner: "alive", Epoch: 1, ExpiresAt: t0.Add(time.Hour)}, 0, false, lifecycle.NLMQuery, 0, "lease"},
+		{"lost in NLM_QUERY: replayed and resumed", lifecycle.NLMQuery, &lifecycle.Lease{Owner: "dead", Epoch: 3, ExpiresAt: t0}, 0, false, lifecycle.NLMDone, 1, ""},
+		{"lost in CALLBACK: the callback only", lifecycle.NLMCallback, &lifecycle.Lease{Owner: "dead", Epoch: 1, ExpiresAt: t0}, 1, true, lifecycle.NLMDone, 0, ""},
+		{"lost too often: ERROR", lifecycle.NLMStructuring, &lifecycle.Lease{Owner: "dead", Epoch: 5, ExpiresAt: t0}, 2, false, lifecycle.NLMError, 0, "taken over 3 times"},
+		{"live lease: left alone", lifecycle.NLMQuery, &lifecycle.Lease{Owner: "alive", Epoch: 1, ExpiresAt: t0.Add(time.Hour)}, 0, false, lifecycle.NLMQuery, 0, "lease"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

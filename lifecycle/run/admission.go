@@ -10,13 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // admission moves runs from queued towards executing, and every run at
@@ -103,7 +104,7 @@ func (a *admission) poll(ctx context.Context, startup bool) (found bool) {
 			continue
 		}
 		doc, ver, err := a.statuses.read(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt) {
+		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, lifecycle.ErrCorrupt) {
 			// Its submit has not written the status yet, or stopped
 			// half-way: finished once it had a lease's time, and (on a
 			// store that settles) once a read Settle later still finds
@@ -118,7 +119,7 @@ func (a *admission) poll(ctx context.Context, startup bool) (found bool) {
 			if ctx.Err() != nil {
 				return // the pass is over; the next one goes on
 			}
-			if !errors.Is(err, records.ErrCorrupt) { // quarantined: logged there
+			if !errors.Is(err, lifecycle.ErrCorrupt) { // quarantined: logged there
 				a.log.LogAttrs(ctx, slog.LevelError, "poll_failed", slog.String("runId", runID), slog.String("error", err.Error()))
 			}
 			continue
@@ -304,7 +305,7 @@ func (a *admission) queueExpired(f *flow, doc lifecycle.RunStatus, now time.Time
 // externalExpired reports whether doc waits for an external event whose
 // deadline has passed.
 func externalExpired(doc *lifecycle.RunStatus, now time.Time) bool {
-	return doc.Status == string(lifecycle.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline)
+	return doc.Status == string(machine.ApprovalWaitingExternal) && doc.External != nil && doc.External.Deadline != nil && now.After(*doc.External.Deadline)
 }
 
 func derefTime[T any](p *T) T {
@@ -440,7 +441,7 @@ func (g *dedupeGate) winner(ctx context.Context, doc *lifecycle.RunStatus) (idem
 			continue
 		}
 		m, _, err := records.Read[idemrecord.Marker](ctx, g.store, key)
-		if errors.Is(err, records.ErrCorrupt) {
+		if errors.Is(err, lifecycle.ErrCorrupt) {
 			continue // a quarantine's tombstone, or not a marker
 		}
 		if errors.Is(err, storage.ErrNotFound) {
@@ -516,7 +517,7 @@ func (g *dedupeGate) quarantineMarker(ctx context.Context, doc *lifecycle.RunSta
 		}
 		return
 	}
-	_, _ = g.poison.quarantine(ctx, &records.CorruptError{Key: key, Version: ver, Data: data,
+	_, _ = g.poison.quarantine(ctx, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: data,
 		Reason: fmt.Sprintf("run %s was created a second time under its idempotency key; run %s executes", doc.RunID, winner.RunID)})
 }
 

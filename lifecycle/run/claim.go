@@ -13,9 +13,9 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // claims take a run for this runner: a slot of its agent, then its lease
@@ -36,7 +36,7 @@ type claims struct {
 }
 
 // unsureWrote tells whether l is a lease an unsure claim of the run wrote.
-func (cl *claims) unsureWrote(runID string, l *records.Lease) bool {
+func (cl *claims) unsureWrote(runID string, l *lifecycle.Lease) bool {
 	return cl.unsure[runID].wrote(l)
 }
 
@@ -131,7 +131,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 				d.TakenOverAt = &now
 			}
 		}
-		d.Lease = &records.Lease{Owner: cl.owner, Epoch: epoch, ExpiresAt: now.Add(cl.lease)}
+		d.Lease = &lifecycle.Lease{Owner: cl.owner, Epoch: epoch, ExpiresAt: now.Add(cl.lease)}
 		d.LastHeartbeatAt = &now
 		tried.leases = append(tried.leases, *d.Lease)
 		tried.resumed = resumed
@@ -156,7 +156,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 }
 
 // wrote tells whether l is a lease the claim tried to write.
-func (u *unsureClaim) wrote(l *records.Lease) bool {
+func (u *unsureClaim) wrote(l *lifecycle.Lease) bool {
 	if u == nil || l == nil {
 		return false
 	}
@@ -168,7 +168,7 @@ func (u *unsureClaim) wrote(l *records.Lease) bool {
 	return false
 }
 
-func (u *unsureClaim) leasesOrNil() []records.Lease {
+func (u *unsureClaim) leasesOrNil() []lifecycle.Lease {
 	if u == nil {
 		return nil
 	}
@@ -189,7 +189,7 @@ const maxUnsureLeases = 8
 // leases are told apart by owner, epoch and expiry, which only this claim
 // wrote, so a process sharing the Owner is not mistaken for it.
 type unsureClaim struct {
-	leases  []records.Lease
+	leases  []lifecycle.Lease
 	resumed bool // the claim took the run over from an earlier execution
 }
 
@@ -329,7 +329,7 @@ func (s *slots) holderGone(ctx context.Context, slug, runID string) bool {
 		return true
 	}
 	doc, _, err := s.statuses.read(ctx, slug, runID, key)
-	if errors.Is(err, records.ErrCorrupt) {
+	if errors.Is(err, lifecycle.ErrCorrupt) {
 		return true // poison and quarantined
 	}
 	if errors.Is(err, storage.ErrNotFound) {
@@ -399,12 +399,12 @@ func (s *slots) read(ctx context.Context, key string) (slotEntry, storage.Versio
 		return slotEntry{}, "", err
 	}
 	var e slotEntry
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if err := json.Unmarshal(b, &e); err != nil {
-		ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "cannot decode", Err: err}
+		ce = &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "cannot decode", Err: err}
 	} else if e.RunID != "" {
-		if err := storage.ValidateID("run id", e.RunID); err != nil {
-			ce = &records.CorruptError{Key: key, Version: v, Data: b, Reason: "invalid", Err: err}
+		if err := storekey.ValidateID("run id", e.RunID); err != nil {
+			ce = &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "invalid", Err: err}
 		}
 	}
 	if ce != nil {

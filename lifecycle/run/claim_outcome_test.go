@@ -44,7 +44,7 @@ func (s *loseClaimAnswer) Put(ctx context.Context, key string, v []byte, c stora
 	// Held until the pass's deadline (real time), counted as the runner's
 	// work: the fake clock does not move meanwhile.
 	<-ctx.Done()
-	return "", storage.NewOpError("put", key, nil, syscall.ECONNRESET)
+	return "", &storage.OpError{Op: "put", Key: key, Cause: syscall.ECONNRESET}
 }
 
 func (s *loseClaimAnswer) lostRun() string {
@@ -137,7 +137,7 @@ func (s *failStatusEntry) Put(ctx context.Context, key string, v []byte, c stora
 		s.once.Do(func() { refuse = true; close(s.failed) })
 	}
 	if refuse {
-		return "", storage.NewOpError("put", key, nil, fs.ErrPermission)
+		return "", &storage.OpError{Op: "put", Key: key, Cause: fs.ErrPermission}
 	}
 	return s.Store.Put(ctx, key, v, c)
 }

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // auditContexts reads the audit events of a run with their transition
@@ -253,7 +253,7 @@ func TestCallerIsChecked(t *testing.T) {
 			}
 			for name, call := range calls {
 				err := call()
-				var ie *codes.InputError
+				var ie *lifecycle.InputError
 				if !errors.As(err, &ie) || ie.Field != c.field || lifecycle.ErrorCode(err) != c.code {
 					t.Errorf("%s: %v (code %s), want an *InputError on %s with %s", name, err, lifecycle.ErrorCode(err), c.field, c.code)
 				}

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // controller makes the changes asked of a run from outside (cancel,
@@ -43,7 +43,7 @@ func (ct *controller) apply(ctx context.Context, runID string, b by, change func
 		from = d.Status
 		return change(ctx, ct.cat.flowOfDoc(d), d)
 	})
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		if qe := ct.statuses.findQuarantined(ctx, runID, key); qe != nil {
@@ -73,7 +73,7 @@ func (ct *controller) apply(ctx context.Context, runID string, b by, change func
 }
 
 // CancelRequest asks Cancel to stop a run. Cancel refuses one with an
-// *codes.InputError, writing nothing, when Reason is over MaxTextBytes
+// *lifecycle.InputError, writing nothing, when Reason is over MaxTextBytes
 // or not clean text (it may span lines), or its Caller breaks its limits.
 type CancelRequest struct {
 	// Reason becomes the run's cancel_reason.
@@ -124,7 +124,7 @@ func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.
 }
 
 // Decision is an owner's answer at an approval gate. Approve and Reject
-// refuse one with an *codes.InputError, writing nothing, when
+// refuse one with an *lifecycle.InputError, writing nothing, when
 // DecidedBy is over MaxNameBytes or Reason over MaxTextBytes, or either is
 // not clean text (Reason may span lines), or its Caller breaks its limits.
 type Decision struct {
@@ -186,7 +186,7 @@ func decide(d *lifecycle.RunStatus, decision string, dec Decision, now time.Time
 }
 
 // ExternalEvent is an event a waiting run receives (docs/spec.md#approval-run). Deliver
-// refuses one with an *codes.InputError, writing nothing, when Type is
+// refuses one with an *lifecycle.InputError, writing nothing, when Type is
 // over MaxNameBytes, ID or Source over MaxRefBytes, or any is not one line
 // of clean text, or its Caller breaks its limits.
 type ExternalEvent struct {
@@ -209,7 +209,7 @@ func (ct *controller) deliver(ctx context.Context, runID string, actor lifecycle
 		if f.deliver == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "deliver"}
 		}
-		if d.External != nil && ev.Type != d.External.EventType && d.Status == string(lifecycle.ApprovalWaitingExternal) {
+		if d.External != nil && ev.Type != d.External.EventType && d.Status == string(machine.ApprovalWaitingExternal) {
 			return &RequestError{Field: "event type", Reason: fmt.Sprintf("run waits for %q, not %q", d.External.EventType, ev.Type)}
 		}
 		if err := f.fire(ctx, d, f.deliver, actor); err != nil {

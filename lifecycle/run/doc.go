@@ -14,7 +14,7 @@
 // deadlines with abandoned goroutines counted ([Metrics]);
 // transient store errors are waited out until the run's deadline plus
 // [Config].FinishGrace; a poison status.json or slot object is quarantined
-// ([QuarantinedError]) and never blocks the agent's
+// ([lifecycle.QuarantinedError]) and never blocks the agent's
 // other runs. Submits may carry an idempotency key (docs/spec.md#idempotency), and runs
 // whose runner was lost are taken over from their checkpoints (docs/spec.md#recovery).
 package run

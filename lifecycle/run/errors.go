@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Triggers of a run (docs/spec.md#run-status), as SubmitRequest.Trigger
@@ -67,39 +66,6 @@ func (e *unsupportedError) Is(target error) bool { return target == lifecycle.Er
 
 // Code is RUN_UNSUPPORTED_OPERATION.
 func (e *unsupportedError) Code() string { return codes.Unsupported }
-
-// QuarantinedError is the error of a run whose status.json was poison
-// (undecodable, or failing validation: a status its machine does not know,
-// a run_id or agent_slug that is not its key's) and was moved under
-// records.QuarantinePrefix. The run no longer holds a slot or an active
-// entry; an operator may repair and restore the record (records.Restore),
-// after which the runners pick the run up again. It matches
-// records.ErrCorrupt; its code is RECORD_QUARANTINED.
-type QuarantinedError struct {
-	RunID string
-	// Key is where the record was; QKey where it is kept now (empty when
-	// only its absence and a quarantined copy were found).
-	Key, QKey string
-	Reason    string
-}
-
-// Error names the run and the reason.
-func (e *QuarantinedError) Error() string {
-	msg := "run: run " + e.RunID + ": status quarantined"
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	if e.QKey != "" {
-		msg += " (at " + e.QKey + ")"
-	}
-	return msg
-}
-
-// Is matches records.ErrCorrupt.
-func (e *QuarantinedError) Is(target error) bool { return target == records.ErrCorrupt }
-
-// Code is RECORD_QUARANTINED, as records.CorruptError's.
-func (e *QuarantinedError) Code() string { return (&records.CorruptError{}).Code() }
 
 // IdempotencyFailedError answers a key whose request failed and used up
 // its attempts (Config.IdempotencyMaxAttempts), until its record expires:

@@ -9,14 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -88,7 +88,7 @@ func (x *execution) stop(cause error) {
 func (x *execution) run(ctx context.Context) {
 	e := x.e
 	defer e.life.done()
-	ctx, end := clock.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
+	ctx, end := activity.Enter(ctx, e.cfg.Clock) // its token, taken by startOrWait
 	defer end()
 	defer e.execs.unregister(x.w.runID)
 	x.files = &stepFiles{store: e.store, now: e.now, log: e.log, owner: e.cfg.Owner, slug: x.agent.Slug, runID: x.w.runID,
@@ -175,7 +175,7 @@ func endRunSpan(span tracing.Span, out outcome) {
 func (x *execution) beat(ctx context.Context) bool {
 	err := x.w.apply(ctx, bySystem(), func(context.Context, *lifecycle.RunStatus) error { return nil })
 	switch {
-	case errors.Is(err, records.ErrLeaseLost), errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, lifecycle.ErrLeaseLost), errors.Is(err, lifecycle.ErrCorrupt):
 		x.stop(err)
 		return false
 	case err != nil:
@@ -335,7 +335,7 @@ func (x *execution) loadInput(ctx context.Context, doc lifecycle.RunStatus) ([]b
 		// again Settle later (only a run whose active entry says it has
 		// an input, or cannot be read, waits; a store that settles at
 		// once, never).
-		if err = clock.Sleep(ctx, x.e.cfg.Clock, x.e.absent.Settle); err == nil {
+		if err = activity.Sleep(ctx, x.e.cfg.Clock, x.e.absent.Settle); err == nil {
 			b, _, err = x.e.store.Get(ctx, inKey)
 		}
 	}
@@ -352,7 +352,7 @@ func (x *execution) loadInput(ctx context.Context, doc lifecycle.RunStatus) ([]b
 // lost lease, a corrupt record or the store's trouble is a write failure;
 // any other error fails the run.
 func (x *execution) countFailure(ctx context.Context, err error) outcome {
-	if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
+	if errors.Is(err, lifecycle.ErrLeaseLost) || errors.Is(err, lifecycle.ErrCorrupt) || errors.Is(err, storage.ErrUnavailable) ||
 		errors.Is(err, context.Canceled) || storage.Transient(err) {
 		return x.writeFailure(ctx, err)
 	}
@@ -375,7 +375,7 @@ func stoppedBy(cause error) outcome {
 // one that is no outage at all) fails the run as UPSTREAM_UNAVAILABLE.
 func (x *execution) writeFailure(ctx context.Context, err error) outcome {
 	switch cause := context.Cause(ctx); {
-	case errors.Is(err, records.ErrLeaseLost), errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, lifecycle.ErrLeaseLost), errors.Is(err, lifecycle.ErrCorrupt):
 		return outcome{kind: stopped, err: err}
 	case ctx.Err() != nil && cause != errRunTimeout && cause != errWriteLimit:
 		return outcome{kind: stopped, err: err} // shutdown
@@ -505,7 +505,7 @@ func (xr *executor) prepare(c candidate, slot string, slotVer storage.Version) *
 // context lives.
 func (xr *executor) start(x *execution) {
 	xr.life.add()
-	go x.run(clock.Start(xr.life.context(), xr.cfg.Clock))
+	go x.run(activity.Start(xr.life.context(), xr.cfg.Clock))
 }
 
 // mayHaveInput tells whether doc's run may have an input.json: false only

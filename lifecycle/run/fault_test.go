@@ -18,18 +18,20 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/activity"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/procid"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The fault suite of issue 10, run side. Each test failed on the Runner
@@ -41,7 +43,7 @@ func clockStep(name string, clk clock.Clock, d time.Duration, started chan<- str
 		if started != nil {
 			started <- in.RunID
 		}
-		if err := clock.Sleep(ctx, clk, d); err != nil { // the runner's clock: idle meanwhile
+		if err := activity.Sleep(ctx, clk, d); err != nil { // the runner's clock: idle meanwhile
 			return run.StepOutput{}, err
 		}
 		return run.StepOutput{Summary: name, Files: map[string][]byte{"out.json": []byte(`"` + in.RunID + `"`)}}, nil
@@ -224,8 +226,8 @@ func testPoisonStatus(t *testing.T, g *rig, corrupt func(map[string]any, string)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := r.Wait(ctx, bad)
-	var qe *run.QuarantinedError
-	if !errors.Is(err, records.ErrCorrupt) || !errors.As(err, &qe) || qe.RunID != bad {
+	var qe *lifecycle.QuarantinedError
+	if !errors.Is(err, lifecycle.ErrCorrupt) || !errors.As(err, &qe) || qe.ID != bad {
 		t.Fatalf("Wait on the poisoned run: %v, want a RunQuarantinedError", err)
 	}
 	if st := g.wait(r, next, time.Second, 2*time.Minute); st.Status != "completed" {
@@ -464,7 +466,7 @@ func TestCanceledStepRecordedCanceled(t *testing.T) {
 	agent := run.Agent{Slug: "cancel-code", Machine: lifecycle.MachineCancelable, Steps: []run.Step{{Name: "work",
 		Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 			close(in)
-			_ = clock.Hang(ctx)
+			_ = activity.Hang(ctx)
 			return run.StepOutput{}, fmt.Errorf("upstream call aborted")
 		}}}}
 	r, _ := g.runner("a", nil, agent)
@@ -655,14 +657,14 @@ func TestMachineChangedByRollingConfig(t *testing.T) {
 	r, _ := g.runner("new", nil, run.Agent{Slug: "rolling", Machine: lifecycle.MachineCancelable, Steps: step})
 	// The old runner may have started it: the new one takes it over when
 	// its lease lapses.
-	if st := g.wait(r, id, time.Minute, 15*time.Minute); st.Status != string(lifecycle.RunCompleted) || st.Machine != "" {
+	if st := g.wait(r, id, time.Minute, 15*time.Minute); st.Status != string(machine.RunCompleted) || st.Machine != "" {
 		t.Fatalf("the old config's run: status %q machine %q, want completed on the canonical machine", st.Status, st.Machine)
 	}
 	if n := r.Quarantined(); n != 0 {
 		t.Fatalf("%d records quarantined, want 0", n)
 	}
 	id2 := submit(t, r, "rolling")
-	if st := g.wait(r, id2, 0, 0); st.Status != string(lifecycle.CancelableSucceeded) || st.Machine != lifecycle.MachineCancelable {
+	if st := g.wait(r, id2, 0, 0); st.Status != string(machine.CancelableSucceeded) || st.Machine != lifecycle.MachineCancelable {
 		t.Fatalf("the new config's run: status %q machine %q", st.Status, st.Machine)
 	}
 }

@@ -7,12 +7,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // finish writes how the execution ended: the manifest and the terminal
@@ -32,7 +31,7 @@ func (x *execution) finish(ctx context.Context, out outcome) {
 	if err := x.writeEnd(ctx, out); err != nil {
 		e.log.LogAttrs(ctx, slog.LevelError, "run_finish_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 		x.giveUp(ctx, err)
-		if !errors.Is(err, records.ErrLeaseLost) && !errors.Is(err, records.ErrCorrupt) && ctx.Err() == nil {
+		if !errors.Is(err, lifecycle.ErrLeaseLost) && !errors.Is(err, lifecycle.ErrCorrupt) && ctx.Err() == nil {
 			e.slots.releaseHeld(ctx, x) // not executing any more: recovery takes it from here
 		}
 		return
@@ -64,7 +63,7 @@ func (x *execution) endManifest(ctx context.Context, out outcome, doc *lifecycle
 	}
 	if out.kind != done && out.kind != stopped && out.kind != parked && ctx.Err() == nil {
 		if to, ok := x.flow.target(doc.Status, x.flow.endEvent(out.kind, doc.Status)); ok {
-			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, records.ErrLeaseLost) {
+			if err := x.writeManifest(ctx, out, to); err != nil && !errors.Is(err, lifecycle.ErrLeaseLost) {
 				x.e.log.LogAttrs(ctx, slog.LevelWarn, "manifest_failed", slog.String("runId", doc.RunID), slog.String("error", err.Error()))
 			}
 			manifestSays = to
@@ -138,11 +137,11 @@ func (f *flow) endEvent(kind outcomeKind, status string) lifecycle.Event {
 // holds: the slot of a run it lost, or of a run whose status turned out
 // poison (quarantined here, with its active entry).
 func (x *execution) giveUp(ctx context.Context, err error) {
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	if errors.As(err, &ce) {
 		_ = x.e.statuses.quarantineRun(ctx, x.agent.Slug, x.w.runID, ce)
 	}
-	if errors.Is(err, records.ErrLeaseLost) || errors.Is(err, records.ErrCorrupt) {
+	if errors.Is(err, lifecycle.ErrLeaseLost) || errors.Is(err, lifecycle.ErrCorrupt) {
 		x.e.slots.releaseHeld(ctx, x)
 	}
 }

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 
+	xmachine "github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -34,7 +35,7 @@ type flow struct {
 	target func(from string, e lifecycle.Event) (string, bool)
 }
 
-func flowOf[S ~string](m *lifecycle.Machine[S, lifecycle.Stateful]) flow {
+func flowOf[S ~string](m *xmachine.Machine[S, *lifecycle.RunStatus]) flow {
 	var states []string
 	for _, s := range m.States() {
 		states = append(states, string(s))
@@ -64,26 +65,26 @@ func flowOf[S ~string](m *lifecycle.Machine[S, lifecycle.Stateful]) flow {
 func flowFor(machine string) (flow, bool) {
 	switch machine {
 	case "", lifecycle.MachineCanonical:
-		f := flowOf(lifecycle.CanonicalRun())
-		f.waiting, f.running, f.completed = string(lifecycle.RunQueued), string(lifecycle.RunRunning), string(lifecycle.RunCompleted)
-		f.admit, f.start, f.stepDone = lifecycle.EventAdmit, lifecycle.EventStart, lifecycle.EventStepCompleted
-		f.complete, f.fail, f.timeOut = lifecycle.EventComplete, lifecycle.EventFail, lifecycle.EventFail
+		f := flowOf(xmachine.CanonicalRun())
+		f.waiting, f.running, f.completed = string(xmachine.RunQueued), string(xmachine.RunRunning), string(xmachine.RunCompleted)
+		f.admit, f.start, f.stepDone = xmachine.EventAdmit, xmachine.EventStart, xmachine.EventStepCompleted
+		f.complete, f.fail, f.timeOut = xmachine.EventComplete, xmachine.EventFail, xmachine.EventFail
 		return f, true
 	case lifecycle.MachineCancelable:
-		f := flowOf(lifecycle.CancelableRun())
-		f.waiting, f.running, f.completed = string(lifecycle.CancelableQueued), string(lifecycle.CancelableRunning), string(lifecycle.CancelableSucceeded)
-		f.cancelRq = string(lifecycle.CancelableCancelRequested)
-		f.start, f.complete, f.fail, f.timeOut = lifecycle.EventStart, lifecycle.EventSucceed, lifecycle.EventFail, lifecycle.EventTimeOut
-		f.cancel, f.requestCancel = lifecycle.EventCancel, lifecycle.EventRequestCancel
+		f := flowOf(xmachine.CancelableRun())
+		f.waiting, f.running, f.completed = string(xmachine.CancelableQueued), string(xmachine.CancelableRunning), string(xmachine.CancelableSucceeded)
+		f.cancelRq = string(xmachine.CancelableCancelRequested)
+		f.start, f.complete, f.fail, f.timeOut = xmachine.EventStart, xmachine.EventSucceed, xmachine.EventFail, xmachine.EventTimeOut
+		f.cancel, f.requestCancel = xmachine.EventCancel, xmachine.EventRequestCancel
 		return f, true
 	case lifecycle.MachineApproval:
-		f := flowOf(lifecycle.ApprovalRun())
-		f.waiting, f.running, f.completed = string(lifecycle.ApprovalPending), string(lifecycle.ApprovalRunning), string(lifecycle.ApprovalCompleted)
-		f.parked = []string{string(lifecycle.ApprovalAwaitingApproval), string(lifecycle.ApprovalWaitingExternal)}
-		f.start, f.complete, f.fail, f.timeOut = lifecycle.EventStart, lifecycle.EventComplete, lifecycle.EventFail, lifecycle.EventFail
-		f.cancel = lifecycle.EventCancel
-		f.awaitApproval, f.approve, f.reject = lifecycle.EventAwaitApproval, lifecycle.EventApprove, lifecycle.EventReject
-		f.waitExternal, f.deliver = lifecycle.EventWaitExternal, lifecycle.EventDeliver
+		f := flowOf(xmachine.ApprovalRun())
+		f.waiting, f.running, f.completed = string(xmachine.ApprovalPending), string(xmachine.ApprovalRunning), string(xmachine.ApprovalCompleted)
+		f.parked = []string{string(xmachine.ApprovalAwaitingApproval), string(xmachine.ApprovalWaitingExternal)}
+		f.start, f.complete, f.fail, f.timeOut = xmachine.EventStart, xmachine.EventComplete, xmachine.EventFail, xmachine.EventFail
+		f.cancel = xmachine.EventCancel
+		f.awaitApproval, f.approve, f.reject = xmachine.EventAwaitApproval, xmachine.EventApprove, xmachine.EventReject
+		f.waitExternal, f.deliver = xmachine.EventWaitExternal, xmachine.EventDeliver
 		return f, true
 	}
 	return flow{}, false

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Tests of issue 18's run defects (3 to 8). Each failed before its fix.
@@ -101,7 +102,7 @@ func TestStatusPoisonChangedDuringQuarantine(t *testing.T) {
 					}
 					return
 				}
-				var qe *run.QuarantinedError
+				var qe *lifecycle.QuarantinedError
 				if !errors.As(err, &qe) || lifecycle.ErrorCode(err) != codes.RecordQuarantined {
 					t.Fatalf("got %v (code %s), want a *QuarantinedError", err, lifecycle.ErrorCode(err))
 				}
@@ -169,7 +170,7 @@ func TestCancelRacesParkingStep(t *testing.T) {
 				wctx, cancel := context.WithTimeout(ctx, failAfter)
 				st, err := r.Wait(wctx, id)
 				cancel()
-				if err != nil || st.Status != string(lifecycle.ApprovalCancelled) {
+				if err != nil || st.Status != string(machine.ApprovalCancelled) {
 					errs <- fmt.Errorf("run %s after an acknowledged cancel: %s, %v", id, st.Status, err)
 				}
 			}
@@ -506,7 +507,7 @@ func TestCancelBetweenClaimAndStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := g.waitFor(r, res.RunID, time.Second, 5*time.Second, func(st lifecycle.RunStatus) bool { return st.Status == string(lifecycle.CancelableCanceled) })
+	st := g.waitFor(r, res.RunID, time.Second, 5*time.Second, func(st lifecycle.RunStatus) bool { return st.Status == string(machine.CancelableCanceled) })
 	if st.CancelReason != "changed my mind" {
 		t.Errorf("cancel_reason %q", st.CancelReason)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -21,7 +22,7 @@ import (
 var epoch0 = time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
 
 // rig is one or more runners over one store, on a fake clock. The runners
-// count their work on the clock (clock.Activity), so the rig moves it only
+// count their work on the clock (activity.Activity), so the rig moves it only
 // while every goroutine they started waits on it: never on a guess.
 type rig struct {
 	t     *testing.T
@@ -56,14 +57,14 @@ func (g *rig) around(s *storage.Store) *rig { return g.with(s) }
 // runs for a runner (ctx carries its token), until open is closed: a
 // store call or a step the test holds back.
 func testWait(ctx context.Context, open <-chan struct{}) {
-	defer clock.Wait(ctx, nil, func() bool { return isClosed(open) })()
+	defer activity.Wait(ctx, nil, func() bool { return isClosed(open) })()
 	<-open
 }
 
 // testSelect is testWait until open is closed or ctx ends; it reports
 // whether open was.
 func testSelect(ctx context.Context, open <-chan struct{}) bool {
-	defer clock.Wait(ctx, nil, func() bool { return isClosed(open) || ctx.Err() != nil })()
+	defer activity.Wait(ctx, nil, func() bool { return isClosed(open) || ctx.Err() != nil })()
 	select {
 	case <-open:
 		return true
@@ -98,7 +99,7 @@ func (g *rig) runner(owner string, tweak func(*run.Config), agents ...run.Agent)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	rctx := clock.Start(ctx, g.clock) // busy from here, not from when it runs
+	rctx := activity.Start(ctx, g.clock) // busy from here, not from when it runs
 	go func() {
 		defer close(done)
 		if err := r.Run(rctx); err != nil {
@@ -148,7 +149,7 @@ func (g *rig) advanceUntil(step, limit time.Duration, cond func() bool, what fun
 	g.t.Helper()
 	deadline := time.Now().Add(failAfter)
 	start := g.clock.Now()
-	act := g.clock.Activity()
+	act := activity.Of(g.clock)
 	for {
 		idle, changed := act.Idle()
 		if cond() {

@@ -7,12 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // history keeps the history indexes of the runs (see below): a run's
@@ -176,7 +176,7 @@ func (h *history) dropStale(ctx context.Context, slug, s string) error {
 			continue
 		}
 		doc, _, err := h.statuses.read(ctx, slug, runID, statusKey)
-		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, records.ErrCorrupt) {
+		if errors.Is(err, storage.ErrNotFound) && !errors.Is(err, lifecycle.ErrCorrupt) {
 			continue // its submit may still be writing the status
 		}
 		if err != nil || doc.Status == s {
@@ -240,11 +240,11 @@ func (x *indexRepair) RunOnce(ctx context.Context) error {
 		x.backfillStarted = true
 		// Its own token of the clock: a test's fake clock moves only
 		// while it waits too.
-		bctx := clock.Start(h.life.context(), h.clock)
+		bctx := activity.Start(h.life.context(), h.clock)
 		h.life.add()
 		go func() {
 			defer h.life.done()
-			bctx, end := clock.Enter(bctx, h.clock)
+			bctx, end := activity.Enter(bctx, h.clock)
 			defer end()
 			h.backfill(bctx)
 		}()

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // settleRig is two runners on a store that settles in 5 s, whose create
@@ -142,7 +142,7 @@ func TestSettleCareCostsNothingWhereTheStoreSettlesAtOnce(t *testing.T) {
 	if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" {
 		t.Fatalf("run %s", st.Status)
 	}
-	if storage.SettleTime(g.store) != 0 {
+	if g.store.SettleTime() != 0 {
 		t.Fatal("the memstore settles")
 	}
 	for key, err := range g.store.List(context.Background(), layout.IdempotencyPrefix+"runs/") {

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/core"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
 // Run executes runs until ctx is done, then waits for the runs it is
@@ -23,8 +23,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		return errRunnerStarted
 	}
 	// The loop counts as work on the clock except while it waits below (a
-	// test's fake clock moves only when the runner is idle; clock.Activity).
-	ctx, end := clock.Enter(ctx, r.cfg.Clock)
+	// test's fake clock moves only when the runner is idle; activity.Activity).
+	ctx, end := activity.Enter(ctx, r.cfg.Clock)
 	defer end()
 	r.life.begin(ctx)
 	defer r.shutdown()
@@ -39,7 +39,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		// Ready once anything would wake it: a handed run (kept until the
 		// loop takes it, so the wake-up is never lost to the count).
 		poll := t // t changes once the loop resumes; the ready function may run later
-		resume := clock.Wait(ctx, r.cfg.Clock, func() bool { return ctx.Err() != nil || r.inbox.hasHanded() || clock.Fired(poll) })
+		resume := activity.Wait(ctx, r.cfg.Clock, func() bool { return ctx.Err() != nil || r.inbox.hasHanded() || activity.Fired(poll) })
 		select {
 		case <-ctx.Done():
 			resume()

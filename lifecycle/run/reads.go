@@ -13,7 +13,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // reads answer what is asked of runs (Status, Steps, Wait, the lists) from
@@ -52,7 +51,7 @@ func (rd *reads) locate(ctx context.Context, runID string) (slug, statusKey stri
 	}
 	// A poison index entry: quarantine it, and find the run among this
 	// runner's agents, whose run folders hold its status.json.
-	if _, err := rd.poison.quarantine(ctx, &records.CorruptError{Key: idx, Version: v, Data: b, Reason: "invalid run index entry", Err: derr}); err != nil {
+	if _, err := rd.poison.quarantine(ctx, &lifecycle.QuarantinedError{Key: idx, Version: string(v), Data: b, Reason: "invalid run index entry", Err: derr}); err != nil {
 		return "", "", err
 	}
 	return rd.reindex(ctx, runID, idx)
@@ -169,7 +168,7 @@ func (rd *reads) runs(ctx context.Context, slug string) ([]lifecycle.RunStatus, 
 			continue
 		}
 		doc, _, err := rd.statuses.read(ctx, slug, runID, key)
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt) {
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, lifecycle.ErrCorrupt) {
 			continue // gone, or poison: quarantined
 		}
 		if err != nil {
@@ -248,7 +247,7 @@ func (rd *reads) readListed(ctx context.Context, slug, runID string) (doc lifecy
 	}
 	doc, _, err = rd.statuses.read(ctx, slug, runID, statusKey)
 	switch {
-	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, records.ErrCorrupt):
+	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, lifecycle.ErrCorrupt):
 		return lifecycle.RunStatus{}, false, nil
 	case err != nil:
 		return lifecycle.RunStatus{}, false, err

@@ -114,8 +114,8 @@ type RunQuery struct {
 	Agent string
 	// Status keeps only the runs in this state; "" keeps every run.
 	Status string
-	// Limit is the most runs in the page: 0 means codes.DefaultPageLimit,
-	// and more than codes.MaxPageLimit is refused.
+	// Limit is the most runs in the page: 0 means 50,
+	// and more than 500 is refused.
 	Limit int
 	// Cursor is the Next of the page before; "" for the first page.
 	Cursor string

@@ -105,7 +105,7 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Acto
 //
 // A status.json that cannot be decoded or fails validation (a status its
 // machine does not know, a run_id or agent_slug that is not its key's) is
-// quarantined, and Status, like Wait, returns a *QuarantinedError.
+// quarantined, and Status, like Wait, returns a *lifecycle.QuarantinedError.
 func (r *Runner) Status(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
 	return r.reads.status(ctx, runID)
 }
@@ -127,7 +127,7 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]lifecycle.RunStatus, 
 // per active run, so call it at a scrape, not per request). Every state
 // that is not terminal of the machines of this runner's agents is in the
 // map, 0 when no run is in it. It is what gwi_run_active_gauge exports
-// (adapters/prometheus WatchRuns): read from the store, the count is right
+// (at every scrape, with the Client's Config.Metrics): read from the store, the count is right
 // after a restart and with several runners sharing the store, where counts
 // moved by one process's writes are not.
 func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/procid"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -19,7 +20,7 @@ import (
 // step code anything that can write status.
 type Step struct {
 	// Name becomes part of the step file's key, steps/NN-name.json, so it must
-	// be a valid id (storage.ValidateID).
+	// be a valid id (storage.ErrInvalidID).
 	Name string
 	// Run does the step's work. It must return when ctx is done; the
 	// Runner stops waiting for it then (at a step timeout, a cancellation,
@@ -270,7 +271,7 @@ func (c *Config) setDefaults() error {
 }
 
 func validateAgent(a Agent) (flow, error) {
-	if err := storage.ValidateID("agent slug", a.Slug); err != nil {
+	if err := storekey.ValidateID("agent slug", a.Slug); err != nil {
 		return flow{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	f, ok := flowFor(a.Machine)
@@ -286,7 +287,7 @@ func validateAgent(a Agent) (flow, error) {
 	}
 	seen := map[string]bool{}
 	for i, s := range a.Steps {
-		if err := storage.ValidateID("step name", s.Name); err != nil {
+		if err := storekey.ValidateID("step name", s.Name); err != nil {
 			return flow{}, fmt.Errorf("%w: agent %s step %d: %w", ErrInvalidConfig, a.Slug, i+1, err)
 		}
 		if seen[s.Name] {

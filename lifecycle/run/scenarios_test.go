@@ -12,15 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // scenario is one behaviour of the Runner, run on every store.
@@ -141,7 +141,7 @@ func scenarioHappyPath(t *testing.T, g *rig) {
 	// updates, completed.
 	// The audit event follows its status write, so it may land just after
 	// Wait saw the status.
-	var events []records.AuditEvent
+	var events []lifecycle.AuditEvent
 	until(t, "six audit events", func() bool {
 		events = events[:0]
 		for ev, err := range records.ReadAuditDay(context.Background(), g.store, epoch0) {

@@ -184,7 +184,7 @@ type refuseStatus struct{ driver.Store }
 
 func (s refuseStatus) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
 	if strings.HasSuffix(key, "/status.json") {
-		return "", storage.NewOpError("put", key, storage.ErrInvalidKey, nil)
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrInvalidKey}
 	}
 	return s.Store.Put(ctx, key, v, c)
 }
@@ -289,8 +289,8 @@ func TestSettleRunWithoutInputTakenOverDoesNotWait(t *testing.T) {
 type killedAtStatus struct{ driver.Store }
 
 func (s killedAtStatus) Put(ctx context.Context, key string, v []byte, c storage.Condition) (storage.Version, error) {
-	if strings.HasSuffix(key, "/status.json") || (strings.HasPrefix(key, "idempotency/") && !strings.HasPrefix(key, "idempotency/runs/") && c.Kind() == storage.MatchVersion) {
-		return "", storage.NewOpError("put", key, storage.ErrInvalidKey, nil)
+	if strings.HasSuffix(key, "/status.json") || (strings.HasPrefix(key, "idempotency/") && !strings.HasPrefix(key, "idempotency/runs/") && c.Kind() == driver.MatchVersion) {
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrInvalidKey}
 	}
 	return s.Store.Put(ctx, key, v, c)
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // statuses reads runs' status.json and quarantines a poison one: moved
@@ -32,13 +32,13 @@ type statuses struct {
 
 // read reads and validates a run's status.json. A poison document is
 // quarantined (see quarantineRun); a missing one that was quarantined gives
-// a *QuarantinedError too, so Wait and Status report it.
+// a *lifecycle.QuarantinedError too, so Wait and Status report it.
 //
 // A poison document that changes between the read and its quarantine (a
 // repair, another writer, another runner's quarantine) is read again: the
 // caller gets what the record is now, never the quarantine's refused
 // compare-and-swap. After maxPoisonRereads such changes in a row it gets
-// the *records.CorruptError (RECORD_QUARANTINED) of the last read.
+// the *lifecycle.QuarantinedError (RECORD_QUARANTINED) of the last read.
 func (st *statuses) read(ctx context.Context, slug, runID, key string) (lifecycle.RunStatus, storage.Version, error) {
 	for attempt := 0; ; attempt++ {
 		b, v, err := st.store.Get(ctx, key)
@@ -54,7 +54,7 @@ func (st *statuses) read(ctx context.Context, slug, runID, key string) (lifecycl
 			st.absent.Found(key)
 		}
 		doc, err := core.Decode[lifecycle.RunStatus](key, b, v, statusValidator(slug, runID))
-		var ce *records.CorruptError
+		var ce *lifecycle.QuarantinedError
 		if errors.As(err, &ce) {
 			qerr := st.quarantineRun(ctx, slug, runID, ce)
 			if errors.Is(qerr, storage.ErrPreconditionFailed) {
@@ -70,23 +70,26 @@ func (st *statuses) read(ctx context.Context, slug, runID, key string) (lifecycl
 }
 
 // findQuarantined looks for a quarantined copy of a run's status.
-func (st *statuses) findQuarantined(ctx context.Context, runID, key string) *QuarantinedError {
+func (st *statuses) findQuarantined(ctx context.Context, runID, key string) *lifecycle.QuarantinedError {
 	qkey, reason, ok := records.FindQuarantined(ctx, st.store, key)
 	if !ok {
 		return nil
 	}
-	return &QuarantinedError{RunID: runID, Key: key, QKey: qkey, Reason: reason}
+	return &lifecycle.QuarantinedError{ID: runID, Key: key, QKey: qkey, Reason: reason}
 }
 
 // quarantineRun moves a poison status.json out of the way and frees what
 // the run held: its execution here (stopped), its slot and its active
 // entry, so the agent's other runs go on. It is counted and logged at WARN.
-func (st *statuses) quarantineRun(ctx context.Context, slug, runID string, ce *records.CorruptError) error {
+func (st *statuses) quarantineRun(ctx context.Context, slug, runID string, ce *lifecycle.QuarantinedError) error {
+	if ce.QKey != "" {
+		return ce // moved already, and what the run held released then
+	}
 	qkey, err := st.poison.quarantine(ctx, ce)
 	if err != nil {
 		return err
 	}
-	qe := &QuarantinedError{RunID: runID, Key: ce.Key, QKey: qkey, Reason: ce.Reason}
+	qe := &lifecycle.QuarantinedError{ID: runID, Key: ce.Key, QKey: qkey, Reason: ce.Reason}
 	if ce.Err != nil {
 		qe.Reason += ": " + ce.Err.Error()
 	}
@@ -143,7 +146,7 @@ func (p *poison) count() int64 { return p.quar.Count() }
 // it and logs record_quarantined at WARN. A record that changed since it
 // was read (someone repaired it) is left alone: the error matches
 // storage.ErrPreconditionFailed and the caller reads it again later.
-func (p *poison) quarantine(ctx context.Context, ce *records.CorruptError) (string, error) {
+func (p *poison) quarantine(ctx context.Context, ce *lifecycle.QuarantinedError) (string, error) {
 	qkey, err := p.quar.Move(ctx, ce)
 	if err != nil {
 		return qkey, err

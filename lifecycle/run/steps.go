@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/runconveyor/conveyor/internal/activity"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -143,8 +144,8 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		}
 		return err
 	}
-	// backoff.Retry's loop, waiting with clock.Sleep: the backoff counts as
-	// the execution's wait on the clock (clock.Activity).
+	// backoff.Retry's loop, waiting with activity.Sleep: the backoff counts as
+	// the execution's wait on the clock (activity.Activity).
 	for {
 		err := op()
 		if err == nil {
@@ -163,7 +164,7 @@ func (x *execution) runStep(ctx context.Context, s Step, in StepInput) (StepOutp
 		}
 		e.log.LogAttrs(ctx, slog.LevelWarn, "step_retry", slog.String("runId", in.RunID), slog.String("step", s.Name),
 			slog.Int("attempt", attempts), slog.Duration("wait", wait), slog.String("error", err.Error()))
-		if err := clock.Sleep(ctx, e.cfg.Clock, wait); err != nil {
+		if err := activity.Sleep(ctx, e.cfg.Clock, wait); err != nil {
 			return out, attempts, failureOf(s, attempts, err)
 		}
 	}
@@ -233,15 +234,15 @@ func newStepRecord(s Step, i int, epoch int64, started, now time.Time, out StepO
 	}
 	// The step machine makes the moves (the file is written once, at the
 	// end): pending → running → completed or failed.
-	end := lifecycle.EventComplete
+	end := machine.EventComplete
 	if err != nil {
-		end = lifecycle.EventFail
+		end = machine.EventFail
 		rec.Error = err.Error()
 	} else {
 		rec.OutputSummary, rec.Output, rec.Proposals = out.Summary, out.Data, out.Proposals
 	}
-	for _, e := range []lifecycle.Event{lifecycle.EventStart, end} {
-		if _, ferr := lifecycle.RunStep().Fire(context.Background(), &rec, e, lifecycle.ActorOrchestration); ferr != nil {
+	for _, e := range []lifecycle.Event{machine.EventStart, end} {
+		if _, ferr := machine.RunStep().Fire(context.Background(), &rec, e, lifecycle.ActorOrchestration); ferr != nil {
 			return rec, ferr
 		}
 	}
@@ -281,7 +282,7 @@ func (f *stepFiles) markStarted(ctx context.Context, i int, s Step) error {
 	now := f.now()
 	rec := lifecycle.StepRecord{StepNumber: i + 1, StepName: s.Name, Status: lifecycle.StepPending, StartedAt: &now,
 		Resumable: s.Resumable, Idempotent: s.Idempotent, Epoch: f.epoch}
-	if _, err := lifecycle.RunStep().Fire(context.Background(), &rec, lifecycle.EventStart, lifecycle.ActorOrchestration); err != nil {
+	if _, err := machine.RunStep().Fire(context.Background(), &rec, machine.EventStart, lifecycle.ActorOrchestration); err != nil {
 		return err
 	}
 	key, err := layout.RunStepKey(f.slug, f.runID, rec.StepNumber, rec.StepName)

@@ -12,14 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -582,5 +582,5 @@ type runIndexEntry struct {
 // checkCaller refuses a Caller that breaks the input limits.
 func checkCaller(c *lifecycle.Caller) error {
 	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
-	return tc.Check()
+	return codes.CheckContext(&tc)
 }

@@ -39,7 +39,7 @@ func wire(cfg *Config, cat *catalog) *Runner {
 	// absent holds the status keys read missing on a store that settles,
 	// until their absence is confirmed (core.Absence): a run is finished
 	// as a stopped submit, or its slot taken, only then.
-	absent := &core.Absence{Settle: storage.SettleTime(cfg.Store)}
+	absent := &core.Absence{Settle: cfg.Store.SettleTime()}
 	tracer := tracing.New(cfg.TracerProvider)
 	r := &Runner{
 		cfg:    *cfg,

@@ -11,9 +11,10 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // writers make the status writers of runs and record what each write did:
@@ -71,7 +72,7 @@ func (ws *writers) newWriter(slug, runID, key string, doc *lifecycle.RunStatus, 
 func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
 	return &core.Record[lifecycle.RunStatus, *lifecycle.RunStatus]{
 		Store: ws.store, Key: key, Owner: owner, Epoch: epoch,
-		Lease:    func(d *lifecycle.RunStatus) *records.Lease { return d.Lease },
+		Lease:    func(d *lifecycle.RunStatus) *lifecycle.Lease { return d.Lease },
 		Clone:    func(d *lifecycle.RunStatus) lifecycle.RunStatus { return cloneStatus(d) },
 		Validate: statusValidator(slug, runID),
 	}
@@ -94,7 +95,7 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 	if b.tc.Timestamp.IsZero() {
 		b.tc.Timestamp = w.ws.now()
 	}
-	fctx := lifecycle.WithTransition(ctx, b.tc)
+	fctx := machine.WithTransition(ctx, b.tc)
 	w.mu.Lock()
 	rec, epoch := w.rec, w.epoch
 	w.mu.Unlock()
@@ -187,7 +188,7 @@ func (ws *writers) settled(runID string) bool {
 // writer puts it in the document, and the audit log writes it to the log.
 func (ws *writers) auditRecord(doc *lifecycle.RunStatus, from string, b by, seq int64) *lifecycle.RunAuditRecord {
 	tc := writeContext(doc, b)
-	ev := records.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
+	ev := lifecycle.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
 		From: from, To: doc.Status, Node: ws.node}
 	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
 	return &lifecycle.RunAuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}

@@ -15,8 +15,8 @@
 // # What the portable layer has already checked
 //
 // Before it calls a driver, the portable Store has checked that every key is
-// valid (storage.ValidateKey), that a prefix and a cursor can start a key
-// (storage.ValidatePrefix), that a Condition makes sense for the operation
+// valid (one that is not gives storage.ErrInvalidKey), that a prefix and a
+// cursor can start a key, that a Condition makes sense for the operation
 // (no IfNotExists on Delete, no IfMatch with an empty version), and that the
 // context was not already done. A driver needs none of those checks; it
 // must not rely on anything else (keys are not pre-split, the value may be
@@ -27,21 +27,21 @@
 // A driver reports the outcome of a call with these errors, matched with
 // errors.Is, so that every adapter answers alike:
 //
-//   - ErrNotFound: Get of a missing key.
-//   - ErrPreconditionFailed: a Put or Delete whose condition did not hold;
-//     nothing was written.
-//   - ErrOutcomeUnknown: a conditional write that may or may not have
+//   - storage.ErrNotFound: Get of a missing key.
+//   - storage.ErrPreconditionFailed: a Put or Delete whose condition did not
+//     hold; nothing was written.
+//   - storage.ErrOutcomeUnknown: a conditional write that may or may not have
 //     landed (its answer was lost and the driver cannot tell); never a false
-//     success or a false ErrPreconditionFailed in its place.
+//     success or a false storage.ErrPreconditionFailed in its place.
 //   - an error matching ctx.Err(), when the context ended during the call.
 //   - the backend's own failure (an *os.PathError, an AWS API error) as the
-//     cause of an *OpError with no kind, NewOpError(op, key, nil, cause):
+//     cause of an *OpError with no kind, &OpError{Op: op, Key: key, Cause: cause}:
 //     storage.Transient judges such a cause, and the engines retry the
 //     ones an outage causes (a timeout, a refused connection, a 5xx).
 //
 // A driver may return a sentinel bare, or an *OpError carrying a kind and
-// its cause (NewOpError(op, key, ErrNotFound, cause)); the portable layer
-// wraps what is not yet an *OpError, so callers always get one. Any other
+// its cause (&OpError{Op: op, Key: key, Kind: storage.ErrNotFound, Cause:
+// cause}); the portable layer wraps what is not yet an *OpError, so callers always get one. Any other
 // bare error is taken as final, an answer no retry can change: it becomes
 // the *OpError's kind, and is never retried.
 //
@@ -68,31 +68,31 @@ import (
 // reads see the latest completed write.
 type Store interface {
 	// Get returns the value at key and its current version, or an error
-	// matching ErrNotFound. The returned slice belongs to the caller.
+	// matching storage.ErrNotFound. The returned slice belongs to the caller.
 	Get(ctx context.Context, key string) ([]byte, Version, error)
 
 	// Put stores value at key if cond holds (Condition.Holds states the
 	// meaning) and returns the new version (see Version for what "new"
-	// promises). A failed condition gives ErrPreconditionFailed and writes
+	// promises). A failed condition gives storage.ErrPreconditionFailed and writes
 	// nothing. The driver does not keep value after Put returns; a nil or
 	// empty value stores an empty value. Values of at least 5 MiB are
 	// accepted. A conditional Put whose outcome the driver cannot learn
-	// gives ErrOutcomeUnknown.
+	// gives storage.ErrOutcomeUnknown.
 	Put(ctx context.Context, key string, value []byte, cond Condition) (Version, error)
 
 	// Delete removes key if cond holds (Unconditional or MatchVersion; the
 	// portable layer refuses CreateOnly). An unconditional Delete of a
 	// missing key succeeds; a MatchVersion Delete of a missing key, or of
-	// one with another version, gives ErrPreconditionFailed. A driver
+	// one with another version, gives storage.ErrPreconditionFailed. A driver
 	// whose conditional Delete checks and then deletes in two steps says
 	// so with AtomicityReporter.
 	Delete(ctx context.Context, key string, cond Condition) error
 
 	// ListAfter yields, in ascending byte order and each once, the keys
 	// that start with prefix and sort strictly after after; "" lists from
-	// the start. The portable layer has reduced the cursor with
-	// ListStart: after is "" or itself starts with prefix, and a listing
-	// that can yield nothing is never asked for. The driver hides its
+	// the start. The portable layer has reduced the cursor: after is ""
+	// or itself starts with prefix, and a listing that can yield nothing
+	// is never asked for. The driver hides its
 	// backend's pages (it may read a page at a time, or iterate), and
 	// stops reading when the consumer stops. Keys written or deleted
 	// during the listing may or may not appear. A failure is yielded once,
@@ -139,37 +139,4 @@ type AtomicityReporter interface {
 // faults would not be the wrapper's.
 type Unwrapper interface {
 	Unwrap() Store
-}
-
-// SettleTime is the Settle of the first Settler found on d or the drivers
-// it wraps, 0 when there is none.
-func SettleTime(d Store) time.Duration {
-	for i := 0; d != nil && i < 16; i++ { // bounded: a wrapper cycle is a bug, not a hang
-		if st, ok := d.(Settler); ok {
-			return st.Settle()
-		}
-		u, ok := d.(Unwrapper)
-		if !ok {
-			return 0
-		}
-		d = u.Unwrap()
-	}
-	return 0
-}
-
-// AtomicConditionalDelete tells whether a conditional Delete on d is atomic:
-// what the first AtomicityReporter found on d or the drivers it wraps says,
-// true when there is none.
-func AtomicConditionalDelete(d Store) bool {
-	for i := 0; d != nil && i < 16; i++ {
-		if r, ok := d.(AtomicityReporter); ok {
-			return r.AtomicConditionalDelete()
-		}
-		u, ok := d.(Unwrapper)
-		if !ok {
-			return true
-		}
-		d = u.Unwrap()
-	}
-	return true
 }

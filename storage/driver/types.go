@@ -1,7 +1,5 @@
 package driver
 
-import "errors"
-
 // Version identifies the state one write left at one key. It is opaque:
 // callers compare versions only for equality and pass them back in IfMatch.
 //
@@ -23,7 +21,7 @@ import "errors"
 // write change the bytes: typed documents do (Meta's counter goes up on
 // every Update); a raw object under compare-and-swap carries an epoch or
 // counter of its own. (storetest checks the weaker guarantee for adapters
-// that declare storetest.ContentVersions.)
+// that declare storetest.Capabilities.ContentVersions.)
 type Version string
 
 // ConditionKind says which precondition a Condition carries.
@@ -46,13 +44,13 @@ type Condition struct {
 	version Version
 }
 
-// IfNotExists makes a Put create-only: it fails with ErrPreconditionFailed
+// IfNotExists makes a Put create-only: it fails with storage.ErrPreconditionFailed
 // when the key already exists.
 func IfNotExists() Condition { return Condition{kind: CreateOnly} }
 
 // IfMatch makes a Put or Delete succeed only while the key's current version
-// is v. A missing key fails the condition (ErrPreconditionFailed), never
-// ErrNotFound, so a compare-and-swap loop has one error to handle.
+// is v. A missing key fails the condition (storage.ErrPreconditionFailed), never
+// storage.ErrNotFound, so a compare-and-swap loop has one error to handle.
 func IfMatch(v Version) Condition { return Condition{kind: MatchVersion, version: v} }
 
 // Kind reports which precondition c carries.
@@ -87,25 +85,9 @@ func (c Condition) String() string {
 	}
 }
 
-// The sentinels a driver reports (see the package comment). Package
-// storage re-exports them: errors.Is(err, storage.ErrNotFound) and
-// errors.Is(err, driver.ErrNotFound) are the same test.
-var (
-	// ErrNotFound: the key does not exist.
-	ErrNotFound = errors.New("storage: not found")
-	// ErrPreconditionFailed: the Condition of a Put or Delete did not hold,
-	// so nothing was written. A compare-and-swap loop re-reads and retries.
-	ErrPreconditionFailed = errors.New("storage: precondition failed")
-	// ErrOutcomeUnknown: a conditional write may or may not have been
-	// applied (its response was lost and the store cannot tell whether it
-	// landed). Re-read before acting; do not blindly retry a change that
-	// must happen once.
-	ErrOutcomeUnknown = errors.New("storage: outcome unknown")
-)
-
 // OpError describes a failed Store operation. It wraps both a kind (a
-// sentinel, or a context error) and the adapter's native error, so
-// errors.Is(err, ErrNotFound) and errors.As(err, &awsErr) both work.
+// sentinel of package storage, or a context error) and the adapter's native error, so
+// errors.Is(err, storage.ErrNotFound) and errors.As(err, &awsErr) both work.
 type OpError struct {
 	Op    string // "get", "put", "delete", "list", "watch"
 	Key   string // the key or List prefix
@@ -117,10 +99,10 @@ type OpError struct {
 func (e *OpError) Error() string {
 	msg := "storage: " + e.Op + " " + e.Key
 	if e.Kind != nil {
-		msg += ": " + TrimPrefix(e.Kind.Error())
+		msg += ": " + trimPrefix(e.Kind.Error())
 	}
 	if e.Cause != nil {
-		msg += ": " + TrimPrefix(e.Cause.Error())
+		msg += ": " + trimPrefix(e.Cause.Error())
 	}
 	return msg
 }
@@ -137,18 +119,12 @@ func (e *OpError) Unwrap() []error {
 	return errs
 }
 
-// TrimPrefix drops the "storage: " every error of this package starts
+// trimPrefix drops the "storage: " every error of this package starts
 // with, so a message nesting one reads once.
-func TrimPrefix(s string) string {
+func trimPrefix(s string) string {
 	const p = "storage: "
 	if len(s) > len(p) && s[:len(p)] == p {
 		return s[len(p):]
 	}
 	return s
-}
-
-// NewOpError builds an *OpError, for a driver that reports a kind and its
-// backend's cause together.
-func NewOpError(op, key string, kind, cause error) *OpError {
-	return &OpError{Op: op, Key: key, Kind: kind, Cause: cause}
 }

@@ -22,3 +22,7 @@ var ListAfterMismatchesForTest = listAfterMismatches
 
 // ConditionalDeleteRacesForTest is what the ConditionalDeleteIsAtomic check reports of a store.
 var ConditionalDeleteRacesForTest = conditionalDeleteRaces
+
+// CheckRegisterHistoryForTest is whether a history of one key is
+// linearizable against the register model.
+var CheckRegisterHistoryForTest = checkRegisterHistory

@@ -1,14 +1,7 @@
 package storetest
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
@@ -53,35 +46,17 @@ type Capabilities struct {
 	NonAtomicConditionalDelete bool
 }
 
-// Option declares a capability for TestStore.
-type Option func(*Capabilities)
-
-// ContentVersions declares Capabilities.ContentVersions.
-func ContentVersions() Option { return func(c *Capabilities) { c.ContentVersions = true } }
-
-// NonAtomicConditionalDelete declares Capabilities.NonAtomicConditionalDelete.
-func NonAtomicConditionalDelete() Option {
-	return func(c *Capabilities) { c.NonAtomicConditionalDelete = true }
-}
-
-// NewDriver returns an empty driver for one subtest. The suite calls it
-// once per subtest; an adapter may hand out views of one backend (a fresh
-// key prefix or bucket each time) and register cleanup with t.Cleanup.
-type NewDriver func(t *testing.T) driver.Store
-
 // TestDriver runs the whole conformance suite against the drivers
-// newDriver makes, with the capabilities opts declare: Run with a Harness
-// built of the two.
-func TestDriver(t *testing.T, newDriver NewDriver, opts ...Option) {
-	var c Capabilities
-	for _, opt := range opts {
-		opt(&c)
-	}
-	Run(t, funcHarness{newDriver, c})
+// newDriver makes, with the capabilities caps declares: Run with a Harness
+// built of the two. The suite calls newDriver once per check; an adapter
+// may hand out views of one backend (a fresh key prefix or bucket each
+// time) and register cleanup with t.Cleanup.
+func TestDriver(t *testing.T, newDriver func(t *testing.T) driver.Store, caps Capabilities) {
+	Run(t, funcHarness{newDriver, caps})
 }
 
 type funcHarness struct {
-	newDriver NewDriver
+	newDriver func(t *testing.T) driver.Store
 	caps      Capabilities
 }
 
@@ -144,99 +119,4 @@ func Run(t *testing.T, h Harness) {
 			tc.fn(t, storage.New(h.NewDriver(t)))
 		})
 	}
-}
-
-// Namespaces is a Harness on a store that already runs: each check's
-// namespace is Open(namespace), a name no other check or run uses (a key
-// prefix of one bucket, a directory of one disk), and Remove empties it
-// when the check ends, whatever its outcome.
-type Namespaces struct {
-	// Open returns the driver at namespace: a string of letters, digits
-	// and "-", ending in "/", unique to one check of one run.
-	Open func(ctx context.Context, namespace string) (driver.Store, error)
-	// Remove removes namespace and what s holds in it. Nil: EmptyStore.
-	Remove func(ctx context.Context, namespace string, s *storage.Store) error
-	// Caps are the store's capabilities.
-	Caps Capabilities
-	// CleanupTimeout bounds each Remove. Zero: one minute.
-	CleanupTimeout time.Duration
-}
-
-// Capabilities implements Harness.
-func (n Namespaces) Capabilities() Capabilities { return n.Caps }
-
-// NewDriver implements Harness.
-func (n Namespaces) NewDriver(t *testing.T) driver.Store {
-	t.Helper()
-	ns := Namespace(t.Name())
-	d, err := n.Open(t.Context(), ns)
-	if err != nil {
-		t.Fatalf("opening namespace %s: %v", ns, err)
-	}
-	s := storage.New(d)
-	t.Cleanup(func() {
-		limit := n.CleanupTimeout
-		if limit <= 0 {
-			limit = time.Minute
-		}
-		// The test's own context is done by now.
-		ctx, cancel := context.WithTimeout(context.Background(), limit)
-		defer cancel()
-		remove := n.Remove
-		if remove == nil {
-			remove = func(ctx context.Context, _ string, s *storage.Store) error { return EmptyStore(ctx, s) }
-		}
-		if err := remove(ctx, ns, s); err != nil {
-			t.Errorf("removing namespace %s: %v", ns, err)
-		}
-	})
-	return d
-}
-
-// Namespace is a fresh namespace name for the check named name (a
-// t.Name()): its last element, letters, digits and "-" only, then random
-// hex and "/".
-func Namespace(name string) string {
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
-	}
-	var b strings.Builder
-	for _, r := range name {
-		if r < 0x80 && (r == '-' || ('0' <= r && r <= '9') || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z')) {
-			b.WriteRune(r)
-		}
-		if b.Len() == 40 {
-			break
-		}
-	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	return b.String() + "-" + hex.EncodeToString(rnd[:]) + "/"
-}
-
-// EmptyStore deletes every key s lists: the default cleanup of a
-// namespace. A key it cannot delete does not stop it; every error is
-// returned.
-func EmptyStore(ctx context.Context, s *storage.Store) error {
-	var keys []string
-	var errs []error
-	for k, err := range s.List(ctx, "") {
-		if err != nil {
-			errs = append(errs, err)
-			break
-		}
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
-		if err := s.Delete(ctx, k, storage.Condition{}); err != nil {
-			errs = append(errs, err)
-			if ctx.Err() != nil {
-				break
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%d keys listed: %w", len(keys), errors.Join(errs...))
-	}
-	return nil
 }

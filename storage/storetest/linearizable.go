@@ -59,14 +59,12 @@ type regState struct {
 	Version storage.Version
 }
 
-// RegisterModel is the sequential specification of one key of a Store, for
+// registerModel is the sequential specification of one key of a Store, for
 // porcupine: Get sees the latest write, writes with a failed condition change
 // nothing, and every successful write gets a version other than the one it
 // replaced. The suite's histories never write the bytes a key already
 // holds (every written value is unique), so adapters with ContentVersions
 // meet this model too.
-func RegisterModel() porcupine.Model { return registerModel }
-
 var registerModel = porcupine.Model{
 	Init: func() any { return regState{} },
 	Step: func(state, input, output any) (bool, any) {
@@ -103,9 +101,9 @@ var registerModel = porcupine.Model{
 	},
 }
 
-// CheckRegisterHistory reports whether ops, recorded on one key, are
-// linearizable against RegisterModel.
-func CheckRegisterHistory(ops []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
+// checkRegisterHistory reports whether ops, recorded on one key, are
+// linearizable against registerModel.
+func checkRegisterHistory(ops []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
 	return porcupine.CheckOperationsTimeout(registerModel, ops, timeout)
 }
 
@@ -173,7 +171,7 @@ func testLinearizable(t *testing.T, s *storage.Store) {
 // on "don't know" would pass an adapter whose histories are too tangled to
 // check.
 func checkHistory(ops []porcupine.Operation, timeout time.Duration) error {
-	switch res := CheckRegisterHistory(ops, timeout); res {
+	switch res := checkRegisterHistory(ops, timeout); res {
 	case porcupine.Ok:
 		return nil
 	case porcupine.Illegal:

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite for storage.Store adapters.
-// Every adapter's tests call TestStore (or Run with a Harness), as
+// Every adapter's tests call TestDriver (or Run with a Harness), as
 // gocloud.dev's blob/drivertest and testing/fstest.TestFS do, so all
 // adapters are held to one written contract (the doc comments of
 // storage.Store) by one set of tests. A Harness can point the suite at a
@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -665,49 +666,9 @@ func testListAfter(t *testing.T, s *storage.Store) {
 	}
 }
 
-// InvalidKeys lists keys every Store must refuse, for adapters' own tests.
-func InvalidKeys() []string {
-	return []string{
-		"",
-		"/abs",
-		"trailing/",
-		"double//slash",
-		"..",
-		".",
-		"../escape",
-		"a/../b",
-		"a/./b",
-		"nul\x00byte",
-		"new\nline",
-		"tab\there",
-		"del\x7f",
-		"c1\u0085control",
-		"back\\slash",
-		"bad-utf8-\xff",
-		".cnv-lock",
-		"a/.cnvtmp",
-		longKey() + "k",
-		strings.Repeat("s", storage.MaxSegmentLen+1),
-	}
-}
-
-// longKey is a valid key of exactly storage.MaxKeyLen bytes, in segments
-// of storage.MaxSegmentLen.
-func longKey() string {
-	var b strings.Builder
-	for b.Len() < storage.MaxKeyLen {
-		if b.Len() > 0 {
-			b.WriteByte('/')
-		}
-		n := min(storage.MaxSegmentLen, storage.MaxKeyLen-b.Len())
-		b.WriteString(strings.Repeat("k", n))
-	}
-	return b.String()
-}
-
 func testInvalidKeys(t *testing.T, s *storage.Store) {
 	ctx := ctxT(t)
-	for _, key := range InvalidKeys() {
+	for _, key := range storekey.InvalidKeys() {
 		name := strconv.Quote(key)
 		if len(name) > 40 {
 			name = name[:40]
@@ -739,7 +700,7 @@ func testUnusualValidKeys(t *testing.T, s *storage.Store) {
 		"colon:key/a:b",
 		"a-b", "a.b", "a_b/c", "a/b", // neighbours of "a/" in byte order
 		"idempotency/github:12345678-1234-1234-1234-123456789012.json",
-		longKey(),
+		storekey.LongKey(),
 	}
 	for _, k := range keys {
 		mustPut(t, s, k, []byte("v:"+k), storage.IfNotExists())
@@ -812,22 +773,22 @@ func testLargeValues(t *testing.T, s *storage.Store) {
 	}
 }
 
-// BenchValueSize is the value size the benchmarks write: a typical
+// benchValueSize is the value size the benchmarks write: a typical
 // status.json.
-const BenchValueSize = 1 << 10
+const benchValueSize = 1 << 10
 
 // BenchmarkStore measures Get, create-only Put and compare-and-swap Put on
 // the stores newStore makes, each as a sub-benchmark (Get, Create,
 // CASUpdate) so adapters report comparable figures.
 func BenchmarkStore(b *testing.B, newStore func(b *testing.B) *storage.Store) {
-	value := bytes.Repeat([]byte("x"), BenchValueSize)
+	value := bytes.Repeat([]byte("x"), benchValueSize)
 	b.Run("Get", func(b *testing.B) {
 		s := newStore(b)
 		ctx := b.Context()
 		if _, err := s.Put(ctx, "bench/get", value, storage.Condition{}); err != nil {
 			b.Fatal(err)
 		}
-		b.SetBytes(BenchValueSize)
+		b.SetBytes(benchValueSize)
 		b.ResetTimer()
 		for b.Loop() {
 			if _, _, err := s.Get(ctx, "bench/get"); err != nil {
@@ -838,7 +799,7 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) *storage.Store) {
 	b.Run("Create", func(b *testing.B) {
 		s := newStore(b)
 		ctx := b.Context()
-		b.SetBytes(BenchValueSize)
+		b.SetBytes(benchValueSize)
 		i := 0
 		for b.Loop() {
 			i++
@@ -854,7 +815,7 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) *storage.Store) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.SetBytes(BenchValueSize)
+		b.SetBytes(benchValueSize)
 		for b.Loop() {
 			if v, err = s.Put(ctx, "bench/cas", value, storage.IfMatch(v)); err != nil {
 				b.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +15,6 @@ import (
 	"github.com/anishathalye/porcupine"
 	"go.uber.org/goleak"
 
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
@@ -29,14 +26,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestSuiteOnMemstore runs the suite against the simplest adapter, so a
 // change to the suite is checked even without the adapters' own packages.
 func TestSuiteOnMemstore(t *testing.T) {
-	storetest.TestDriver(t, func(*testing.T) driver.Store { return memstore.NewDriver() })
+	storetest.TestDriver(t, func(*testing.T) driver.Store { return memstore.NewDriver() }, storetest.Capabilities{})
 }
 
 // TestSuiteOnContentVersions runs the suite, with ContentVersions, against
 // a store whose versions are the MD5 of the bytes, as S3's ETags are: the
 // suite's content-version paths are checked without a MinIO server.
 func TestSuiteOnContentVersions(t *testing.T) {
-	storetest.TestDriver(t, func(*testing.T) driver.Store { return &md5Store{Store: memstore.NewDriver()} }, storetest.ContentVersions())
+	storetest.TestDriver(t, func(*testing.T) driver.Store { return &md5Store{Store: memstore.NewDriver()} }, storetest.Capabilities{ContentVersions: true})
 }
 
 // md5Store is a memstore driver whose versions are the MD5 of the stored bytes.
@@ -81,7 +78,7 @@ func (m *md5Store) Put(ctx context.Context, key string, value []byte, cond stora
 		return "", err
 	}
 	if !cond.Holds(cur) {
-		return "", storage.NewOpError("put", key, storage.ErrPreconditionFailed, nil)
+		return "", &storage.OpError{Op: "put", Key: key, Kind: storage.ErrPreconditionFailed}
 	}
 	if _, err := m.Store.Put(ctx, key, value, storage.Condition{}); err != nil {
 		return "", err
@@ -96,8 +93,8 @@ func (m *md5Store) Delete(ctx context.Context, key string, cond storage.Conditio
 	if err != nil {
 		return err
 	}
-	if cond.Kind() == storage.MatchVersion && !cond.Holds(cur) {
-		return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, nil)
+	if cond.Kind() == driver.MatchVersion && !cond.Holds(cur) {
+		return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed}
 	}
 	return m.Store.Delete(ctx, key, storage.Condition{})
 }
@@ -129,7 +126,7 @@ func TestRegisterModelRejects(t *testing.T) {
 		{"rewrite kept version", []op{put(0, "a", "v1", 0, 1), put(0, "a", "v1", 2, 3)}, porcupine.Illegal},
 	}
 	for _, tc := range tests {
-		if got := storetest.CheckRegisterHistory(tc.ops, 10*time.Second); got != tc.want {
+		if got := storetest.CheckRegisterHistoryForTest(tc.ops, 10*time.Second); got != tc.want {
 			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
 		}
 	}
@@ -242,10 +239,10 @@ func TestListAfterCheckFails(t *testing.T) {
 type checkThenDelete struct{ driver.Store }
 
 func (c checkThenDelete) Delete(ctx context.Context, key string, cond storage.Condition) error {
-	if cond.Kind() == storage.MatchVersion {
+	if cond.Kind() == driver.MatchVersion {
 		_, v, err := c.Store.Get(ctx, key)
 		if err != nil || v != cond.Version() {
-			return storage.NewOpError("delete", key, storage.ErrPreconditionFailed, err)
+			return &storage.OpError{Op: "delete", Key: key, Kind: storage.ErrPreconditionFailed, Cause: err}
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -274,67 +271,5 @@ func TestConditionalDeleteCheckFails(t *testing.T) {
 				t.Errorf("broken rounds = %q, want some: %v", bad, tc.want)
 			}
 		})
-	}
-}
-
-// TestSuiteThroughNamespaces runs the suite through the Namespaces harness
-// on directories of one root, as the conveyor command runs it on an
-// existing store: every check gets its own directory, and none is left.
-func TestSuiteThroughNamespaces(t *testing.T) {
-	root := t.TempDir()
-	var opened sync.Map
-	h := storetest.Namespaces{
-		Open: func(_ context.Context, ns string) (driver.Store, error) {
-			if _, dup := opened.LoadOrStore(ns, true); dup {
-				return nil, fmt.Errorf("namespace %s handed out twice", ns)
-			}
-			return filestore.NewDriver(filepath.Join(root, ns))
-		},
-		Remove: func(ctx context.Context, ns string, s *storage.Store) error {
-			err := storetest.EmptyStore(ctx, s)
-			_ = s.Close()
-			return errors.Join(err, os.RemoveAll(filepath.Join(root, ns)))
-		},
-	}
-	t.Run("suite", func(t *testing.T) { storetest.Run(t, h) })
-	n := 0
-	opened.Range(func(any, any) bool { n++; return true })
-	if n != len(storetest.Checks()) {
-		t.Errorf("%d namespaces opened, want one per check (%d)", n, len(storetest.Checks()))
-	}
-	left, err := os.ReadDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
-	}
-}
-
-// TestEmptyStore: the default cleanup deletes every key.
-func TestEmptyStore(t *testing.T) {
-	t.Parallel()
-	s := memstore.New()
-	for _, k := range []string{"a", "b/c", "b/d/e"} {
-		if _, err := s.Put(t.Context(), k, []byte(k), storage.Condition{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := storetest.EmptyStore(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
-	for k, err := range s.List(t.Context(), "") {
-		t.Errorf("left: %q %v", k, err)
-	}
-}
-
-func TestNamespace(t *testing.T) {
-	t.Parallel()
-	a, b := storetest.Namespace("TestX/Conformance/Put Conditions(1)"), storetest.Namespace("TestX/Conformance/Put Conditions(1)")
-	if a == b || !strings.HasPrefix(a, "PutConditions1-") || !strings.HasSuffix(a, "/") {
-		t.Errorf("Namespace = %q, %q: want distinct PutConditions1-<hex>/", a, b)
-	}
-	if err := storage.ValidateKey(strings.TrimSuffix(a, "/")); err != nil {
-		t.Errorf("Namespace %q is no valid key: %v", a, err)
 	}
 }

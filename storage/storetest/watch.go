@@ -11,11 +11,11 @@ import (
 	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// WatchDeadline bounds how long the suite waits for a watcher's
+// watchDeadline bounds how long the suite waits for a watcher's
 // signal or close before it fails. It is generous, for loaded CI machines;
 // adapters test their own promptness (filestore: another process's write
 // wakes a watcher within 100 ms).
-const WatchDeadline = 5 * time.Second
+const watchDeadline = 5 * time.Second
 
 // testWatch checks the watch contract on drivers that implement
 // driver.Watcher, and skips on those that do not (or cannot watch on this
@@ -113,7 +113,7 @@ func watchNeverBlocksWriters(t *testing.T, s *storage.Store, w watcher) {
 	// (the context's deadline fails a blocked one), and a signal is
 	// waiting afterwards.
 	ch := mustWatch(t, w, "wb/")
-	ctx, cancel := context.WithTimeout(ctxT(t), 10*WatchDeadline)
+	ctx, cancel := context.WithTimeout(ctxT(t), 10*watchDeadline)
 	defer cancel()
 	for i := range 200 {
 		if _, err := s.Put(ctx, fmt.Sprintf("wb/%03d", i%20), []byte{byte(i)}, storage.Condition{}); err != nil {
@@ -165,10 +165,10 @@ func mustWatch(t *testing.T, w watcher, prefix string) <-chan struct{} {
 	return ch
 }
 
-// wantSignal waits, at most WatchDeadline, for a signal on ch.
+// wantSignal waits, at most watchDeadline, for a signal on ch.
 func wantSignal(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
-	timer := time.NewTimer(WatchDeadline)
+	timer := time.NewTimer(watchDeadline)
 	defer timer.Stop()
 	select {
 	case _, ok := <-ch:
@@ -176,14 +176,14 @@ func wantSignal(t *testing.T, ch <-chan struct{}, what string) {
 			t.Fatalf("%s: the watch channel closed instead of signalling", what)
 		}
 	case <-timer.C:
-		t.Fatalf("%s: no signal within %v", what, WatchDeadline)
+		t.Fatalf("%s: no signal within %v", what, watchDeadline)
 	}
 }
 
-// wantClosed drains ch until it is closed, at most WatchDeadline.
+// wantClosed drains ch until it is closed, at most watchDeadline.
 func wantClosed(t *testing.T, ch <-chan struct{}) {
 	t.Helper()
-	timer := time.NewTimer(WatchDeadline)
+	timer := time.NewTimer(watchDeadline)
 	defer timer.Stop()
 	for {
 		select {
@@ -192,7 +192,7 @@ func wantClosed(t *testing.T, ch <-chan struct{}) {
 				return
 			}
 		case <-timer.C:
-			t.Fatalf("the watch channel was not closed within %v of its context's end", WatchDeadline)
+			t.Fatalf("the watch channel was not closed within %v of its context's end", watchDeadline)
 		}
 	}
 }

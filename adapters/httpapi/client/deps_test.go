@@ -20,7 +20,7 @@ var imports = []string{
 	module + "adapters/httpapi/internal/wire",
 	module + "lifecycle",
 	module + "lifecycle/clock",
-	module + "lifecycle/codes",
+	module + "internal/codes",
 	module + "storage/driver",
 	"go.opentelemetry.io/otel/trace",
 }
@@ -37,10 +37,10 @@ var belowEngine = map[string]bool{
 	"adapters/httpapi/internal/wire": true,
 	"lifecycle":                      true,
 	"lifecycle/clock":                true,
-	"lifecycle/codes":                true,
+	"internal/codes":                 true,
 	"storage":                        true,
 	"storage/driver":                 true,
-	"storage/records":                true,
+	"internal/records":               true,
 	"internal/jsonenc":               true, // a leaf: the records' encoders
 	"internal/layout":                true,
 }

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
-	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // Error is an error answer of the API: its HTTP status and the body's code
@@ -45,7 +44,7 @@ func (e *Error) Error() string {
 // their codes. The engines' sentinels are these values under their own
 // names (run.ErrNotFound is lifecycle.ErrRunNotFound, jobqueue.ErrJobExists
 // lifecycle.ErrJobExists, inbox.ErrEntryExists lifecycle.ErrInboxEntryExists,
-// storage.ErrNotFound the store's not-found), so they match too.
+// lifecycle.ErrNotFound the store's not-found), so they match too.
 func (e *Error) Is(target error) bool {
 	for _, s := range sentinels(e.Code) {
 		if s == target {
@@ -58,17 +57,17 @@ func (e *Error) Is(target error) bool {
 func sentinels(code string) []error {
 	switch code {
 	case codes.RunNotFound:
-		return []error{lifecycle.ErrRunNotFound, driver.ErrNotFound}
+		return []error{lifecycle.ErrRunNotFound, lifecycle.ErrNotFound}
 	case codes.NotFound, codes.JobNotFound, codes.AgentNotFound:
-		return []error{driver.ErrNotFound}
+		return []error{lifecycle.ErrNotFound}
 	case codes.InvalidTransition, codes.InboxInvalidTransition, codes.InboxEntryExpired:
 		return []error{lifecycle.ErrInvalidTransition}
 	case codes.TerminalState:
 		return []error{lifecycle.ErrInvalidTransition, lifecycle.ErrTerminalState}
 	case codes.Forbidden:
-		return []error{lifecycle.ErrForbiddenActor, codes.ErrForbidden}
+		return []error{lifecycle.ErrForbiddenActor, lifecycle.ErrForbiddenActor}
 	case codes.InvalidInput, codes.InputTooLarge:
-		return []error{codes.ErrInvalidInput}
+		return []error{lifecycle.ErrInvalidInput}
 	case codes.IdempotencyConflict:
 		return []error{lifecycle.ErrIdempotencyConflict}
 	case codes.IdempotencyInProgress:
@@ -82,11 +81,11 @@ func sentinels(code string) []error {
 	case codes.InboxEntryExists:
 		return []error{lifecycle.ErrInboxEntryExists}
 	case codes.RecordQuarantined:
-		return []error{codes.ErrCorrupt}
+		return []error{lifecycle.ErrCorrupt}
 	case codes.LeaseLost:
-		return []error{codes.ErrLeaseLost}
+		return []error{lifecycle.ErrLeaseLost}
 	case codes.UpstreamUnavailable:
-		return []error{codes.ErrUnavailable}
+		return []error{lifecycle.ErrUnavailable}
 	}
 	return nil
 }

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/internal/schedule"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // TestScheduleReadsWhatTheServerWrites: the Schedule the client returns (lifecycle.ScheduleInfo) decodes the

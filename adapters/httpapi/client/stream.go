@@ -355,18 +355,13 @@ func retryable(err error) bool {
 // machine this SDK does not know (a newer server's) counts the states that
 // are terminal in any run machine.
 func terminal(st lifecycle.RunStatus) bool {
-	canonical := lifecycle.CanonicalRun().IsTerminal(lifecycle.RunState(st.Status))
-	cancelable := lifecycle.CancelableRun().IsTerminal(lifecycle.CancelableRunState(st.Status))
-	approval := lifecycle.ApprovalRun().IsTerminal(lifecycle.ApprovalRunState(st.Status))
 	switch st.Machine {
-	case "", lifecycle.MachineCanonical:
-		return canonical
-	case lifecycle.MachineCancelable:
-		return cancelable
-	case lifecycle.MachineApproval:
-		return approval
+	case "", lifecycle.MachineCanonical, lifecycle.MachineCancelable, lifecycle.MachineApproval:
+		return lifecycle.RunFinished(st.Machine, st.Status)
 	}
-	return canonical || cancelable || approval
+	return lifecycle.RunFinished(lifecycle.MachineCanonical, st.Status) ||
+		lifecycle.RunFinished(lifecycle.MachineCancelable, st.Status) ||
+		lifecycle.RunFinished(lifecycle.MachineApproval, st.Status)
 }
 
 // inboxPollInterval is how often WatchInbox reads the inbox stats when the

@@ -58,7 +58,7 @@ func (s *Store) refuse(op, key string) error {
 		s.next--
 	}
 	s.fails.Add(1)
-	return storage.NewOpError(op, key, nil, syscall.ECONNREFUSED)
+	return &storage.OpError{Op: op, Key: key, Cause: syscall.ECONNREFUSED}
 }
 
 // Get implements driver.Store.

@@ -49,7 +49,7 @@ func (s *Store) Settle() time.Duration {
 	if d > 0 {
 		return d
 	}
-	return driver.SettleTime(s.Store)
+	return storage.New(s.Store).SettleTime()
 }
 
 // SetSettle sets the bound Settle reports and the length of a disturbance
@@ -147,14 +147,14 @@ func (t *settling) armed() bool {
 func (s *Store) settlingGet(ctx context.Context, key string) ([]byte, storage.Version, error) {
 	b, v, err := s.Store.Get(ctx, key)
 	if err == nil && s.set.take(key, &s.set.notFound, &s.set.falseNF) {
-		return nil, "", storage.NewOpError("get", key, storage.ErrNotFound, nil)
+		return nil, "", &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound}
 	}
 	return b, v, err
 }
 
 func (s *Store) settlingPut(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	v, err := s.Store.Put(ctx, key, value, cond)
-	if cond.Kind() != storage.CreateOnly || !errors.Is(err, storage.ErrPreconditionFailed) {
+	if cond.Kind() != driver.CreateOnly || !errors.Is(err, storage.ErrPreconditionFailed) {
 		return v, err
 	}
 	if !s.set.take(key, &s.set.overwrite, &s.set.doubles) {

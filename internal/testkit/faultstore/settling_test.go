@@ -123,11 +123,11 @@ func TestSettlingFaultsAreExactlyTheModel(t *testing.T) {
 func TestSettleReportedThroughWrappers(t *testing.T) {
 	t.Parallel()
 	s := faultstore.New(memstore.New())
-	if d := storage.SettleTime(storage.New(s)); d != 0 {
+	if d := storage.New(s).SettleTime(); d != 0 {
 		t.Fatalf("a fresh fault store settles in %v, want 0", d)
 	}
 	s.SetSettle(3*time.Second, nil)
-	if d := storage.SettleTime(storage.New(faultstore.New(s))); d != 3*time.Second {
+	if d := storage.New(faultstore.New(s)).SettleTime(); d != 3*time.Second {
 		t.Fatalf("SettleTime = %v, want 3s", d)
 	}
 }
@@ -151,7 +151,7 @@ func TestCheckersCatchTheFaults(t *testing.T) {
 		t.Fatalf("%d writers were told they created jobs/once, want 2 (the fault did not happen)", created)
 	}
 
-	a := &core.Absence{Settle: storage.SettleTime(storage.New(s))}
+	a := &core.Absence{Settle: storage.New(s).SettleTime()}
 	_, _, err := s.Get(ctx, "jobs/a")
 	if !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("get in the window: %v, want a false not-found", err)
@@ -159,7 +159,7 @@ func TestCheckersCatchTheFaults(t *testing.T) {
 	if a.Confirmed("jobs/a", clk.Now()) {
 		t.Fatal("one not-found read was believed")
 	}
-	clk.Add(storage.SettleTime(storage.New(s)))
+	clk.Add(storage.New(s).SettleTime())
 	if _, _, err := s.Get(ctx, "jobs/a"); err != nil {
 		t.Fatalf("get Settle after the disturbance: %v, want the key", err)
 	}

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // Check asserts that err is nil when wantCode is empty, and else an
-// *codes.InputError for field and limit, matching ErrInvalidInput, with
+// *lifecycle.InputError for field and limit, matching ErrInvalidInput, with
 // wantCode and a short message that does not quote the value.
 func Check(t testing.TB, err error, field string, limit int, wantCode string) {
 	t.Helper()
@@ -22,8 +22,8 @@ func Check(t testing.TB, err error, field string, limit int, wantCode string) {
 		}
 		return
 	}
-	var ie *codes.InputError
-	if !errors.As(err, &ie) || !errors.Is(err, codes.ErrInvalidInput) {
+	var ie *lifecycle.InputError
+	if !errors.As(err, &ie) || !errors.Is(err, lifecycle.ErrInvalidInput) {
 		t.Errorf("want an *InputError matching ErrInvalidInput, got %.300v", err)
 		return
 	}
@@ -33,8 +33,8 @@ func Check(t testing.TB, err error, field string, limit int, wantCode string) {
 	if got := lifecycle.ErrorCode(fmt.Errorf("wrapped: %w", err)); got != wantCode {
 		t.Errorf("code %s, want %s (%v)", got, wantCode, err)
 	}
-	if ie.TooLarge() != (wantCode == codes.InputTooLarge) {
-		t.Errorf("TooLarge() = %v for code %s", ie.TooLarge(), wantCode)
+	if (ie.Size > ie.Limit) != (wantCode == codes.InputTooLarge) {
+		t.Errorf("TooLarge() = %v for code %s", (ie.Size > ie.Limit), wantCode)
 	}
 	if len(err.Error()) > 200 {
 		t.Errorf("message of %d bytes: the value leaked into it", len(err.Error()))

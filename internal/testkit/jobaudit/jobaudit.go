@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // ReplayError reports an audit log that does not replay.
@@ -33,7 +34,7 @@ func (e *ReplayError) Error() string {
 // start where the last ended, be a move of the table and be made by one of
 // its actors. It returns each job's final state, or a *ReplayError.
 func Replay(ctx context.Context, s *storage.Store, first, last time.Time) (map[string]lifecycle.JobState, error) {
-	byJob := map[string][]records.AuditEvent{}
+	byJob := map[string][]lifecycle.AuditEvent{}
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
 		for e, err := range records.ReadAuditDay(ctx, s, day) {
 			if err != nil {
@@ -45,10 +46,10 @@ func Replay(ctx context.Context, s *storage.Store, first, last time.Time) (map[s
 			byJob[e.JobID] = append(byJob[e.JobID], e)
 		}
 	}
-	m := lifecycle.JobMachine()
+	m := machine.JobMachine()
 	out := make(map[string]lifecycle.JobState, len(byJob))
 	for id, evs := range byJob {
-		slices.SortFunc(evs, func(a, b records.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(evs, func(a, b lifecycle.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
 		var state lifecycle.JobState
 		for i, e := range evs {
 			from, to := lifecycle.JobState(e.From), lifecycle.JobState(e.To)

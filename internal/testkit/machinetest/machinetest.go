@@ -11,13 +11,14 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // Grid compares every from × to pair of m with want, the spec's table
 // transcribed independently: want[from] lists the states from may move to.
 // A state missing from want has no outbound moves.
-func Grid[S ~string, R any](t *testing.T, m *lifecycle.Machine[S, R], want map[S][]S) {
+func Grid[S ~string, R any](t *testing.T, m *machine.Machine[S, R], want map[S][]S) {
 	t.Helper()
 	for from := range want {
 		if !m.IsState(from) {
@@ -111,7 +112,7 @@ func Structure(t *testing.T, s lifecycle.Spec) {
 // mutate,
 // when set, gets one byte per step to change guard inputs (an attempt count).
 // It returns the states visited.
-func Walk[S ~string, R any](t *testing.T, m *lifecycle.Machine[S, R], newRec func(S) R, state func(R) S,
+func Walk[S ~string, R any](t *testing.T, m *machine.Machine[S, R], newRec func(S) R, state func(R) S,
 	mutate func(R, byte), choices []byte) []S {
 	t.Helper()
 	ctx := context.Background()
@@ -123,7 +124,7 @@ func Walk[S ~string, R any](t *testing.T, m *lifecycle.Machine[S, R], newRec fun
 		}
 	}
 	events = append(events, "no-such-event")
-	actors := lifecycle.Actors()
+	actors := machine.Actors()
 
 	rec := newRec(m.Initial())
 	visited := []S{m.Initial()}
@@ -168,9 +169,9 @@ func Walk[S ~string, R any](t *testing.T, m *lifecycle.Machine[S, R], newRec fun
 // choose picks the event and actor of one step from two choice bytes: below
 // 128, an edge the table offers from from (and one of its actors); else
 // any event (an unknown one included) and any actor.
-func choose[S ~string, R any](table []lifecycle.Transition[S, R], from S, events []lifecycle.Event, actors []lifecycle.Actor,
+func choose[S ~string, R any](table []machine.Transition[S, R], from S, events []lifecycle.Event, actors []lifecycle.Actor,
 	ce, ca byte) (lifecycle.Event, lifecycle.Actor) {
-	var offered []lifecycle.Transition[S, R]
+	var offered []machine.Transition[S, R]
 	for _, tr := range table {
 		if tr.From == from {
 			offered = append(offered, tr)

@@ -106,9 +106,9 @@ func faultyHandlers(seed uint64) jobqueue.Handlers {
 		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 			switch r := roll(); {
 			case r < 0.04:
-				return lifecycle.JobOutput{}, &lifecycle.StatusError{Code: 429}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 429}
 			case r < 0.08:
-				return lifecycle.JobOutput{}, &lifecycle.StatusError{Code: 503}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 503}
 			case r < 0.12:
 				return lifecycle.JobOutput{}, errors.New("injected handler error")
 			}
@@ -141,7 +141,7 @@ func (f *faultyStore) fail(key string) error {
 		r := f.rng.Float64()
 		f.mu.Unlock()
 		if r < f.writeFail {
-			return storage.NewOpError("put", key, nil, errors.New("injected artifact write error"))
+			return &storage.OpError{Op: "put", Key: key, Cause: errors.New("injected artifact write error")}
 		}
 	}
 	return nil

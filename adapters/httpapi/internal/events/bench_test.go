@@ -23,10 +23,11 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // largeEnv enables the 100k-event histories of filestore and MinIO, whose
@@ -277,7 +278,7 @@ func benchFill(b *testing.B, s *storage.Store, n int) []string {
 	var failed atomic.Pointer[error]
 	for i := range n {
 		ts := benchDay.Add(time.Duration(i) * step)
-		ev := records.AuditEvent{TS: ts, Event: "job.status.update", Actor: "orchestration-layer", Node: "bench",
+		ev := lifecycle.AuditEvent{TS: ts, Event: "job.status.update", Actor: "orchestration-layer", Node: "bench",
 			JobID: fmt.Sprintf("job-%d", i), From: "QUEUED", To: "CONTEXT_ASSEMBLY"}
 		ev.ID = records.AuditEventID(ts, ev.JobID, 1, 0)
 		ids[i] = ev.ID

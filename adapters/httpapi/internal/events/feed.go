@@ -11,9 +11,10 @@ import (
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // Defaults of Config.
@@ -423,11 +424,11 @@ func translateEvent(ctx context.Context, tr *translator, id string, raw []byte) 
 	if raw == nil {
 		return batch{id: id}, nil
 	}
-	var ev records.AuditEvent
+	var ev lifecycle.AuditEvent
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		return batch{id: id}, errors.Join(errSkip, err)
 	}
-	return tr.translateAll(ctx, id, ev.Expand(id))
+	return tr.translateAll(ctx, id, records.Expand(ev, id))
 }
 
 // broadcast hands b to every client that wants it, never waiting: a client

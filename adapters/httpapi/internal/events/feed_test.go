@@ -17,13 +17,13 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 func eq(t *testing.T, what string, got, want []string) {
@@ -42,13 +42,13 @@ func TestAnotherProcess(t *testing.T) {
 		r := newRig(t, store, events.Config{})
 		a, b := r.open("", ""), r.open("", "")
 		r.clk.Advance(time.Millisecond) // distinct stamps
-		e1 := r.record(other, records.AuditEvent{Event: "job.create", JobID: "job-1", RunID: "run-1", To: "PENDING"})
+		e1 := r.record(other, lifecycle.AuditEvent{Event: "job.create", JobID: "job-1", RunID: "run-1", To: "PENDING"})
 		r.clk.Advance(time.Millisecond)
-		e2 := r.record(other, records.AuditEvent{Event: "nlm.status.update", JobID: "nlm-1", From: "ACCEPTED", To: "FETCHING_CONTEXT"})
+		e2 := r.record(other, lifecycle.AuditEvent{Event: "nlm.status.update", JobID: "nlm-1", From: "ACCEPTED", To: "FETCHING_CONTEXT"})
 		r.clk.Advance(time.Millisecond)
-		e3 := r.record(other, records.AuditEvent{Event: "inbox.status.update", EntryID: "inbox_1", From: "pending", To: "rejected"})
-		r.record(other, records.AuditEvent{Event: "artifact.create", ArtifactID: "a1", To: "final"}) // not published
-		for range 3 {                                                                                // polls within Lookback list the events again: sent once all the same
+		e3 := r.record(other, lifecycle.AuditEvent{Event: "inbox.status.update", EntryID: "inbox_1", From: "pending", To: "rejected"})
+		r.record(other, lifecycle.AuditEvent{Event: "artifact.create", ArtifactID: "a1", To: "final"}) // not published
+		for range 3 {                                                                                  // polls within Lookback list the events again: sent once all the same
 			r.poll()
 		}
 		m := r.marker(other, "end")
@@ -195,9 +195,9 @@ func TestResume(t *testing.T) {
 			t.Parallel()
 			eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 				r := newRig(t, store, events.Config{})
-				job := func(n int) records.AuditEvent {
+				job := func(n int) lifecycle.AuditEvent {
 					r.clk.Advance(time.Millisecond)
-					return r.record(other, records.AuditEvent{Event: "job.status.update", JobID: fmt.Sprintf("job-%d", n), From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+					return r.record(other, lifecycle.AuditEvent{Event: "job.status.update", JobID: fmt.Sprintf("job-%d", n), From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 				}
 				s := r.open("", "")
 				e1, e2 := job(1), job(2)
@@ -258,8 +258,8 @@ func TestResumeOverflowDuringReplay(t *testing.T) {
 	inner := memstore.New()
 	gs := &gatedStore{Store: inner, reached: make(chan struct{}), released: make(chan struct{})}
 	r := newRig(t, storage.New(gs), events.Config{Buffer: 1, Lookback: time.Second})
-	job := func(name string) records.AuditEvent {
-		return r.record(inner, records.AuditEvent{Event: "job.status.update", JobID: name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+	job := func(name string) lifecycle.AuditEvent {
+		return r.record(inner, lifecycle.AuditEvent{Event: "job.status.update", JobID: name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 	}
 	first := job("job-0")
 	var want []string
@@ -295,12 +295,12 @@ func TestLateEvent(t *testing.T) {
 	eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 		r := newRig(t, store, events.Config{Lookback: 10 * time.Second})
 		s := r.open("", "")
-		e1 := r.record(other, records.AuditEvent{Event: "job.status.update", JobID: "job-1", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+		e1 := r.record(other, lifecycle.AuditEvent{Event: "job.status.update", JobID: "job-1", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 		for range 8 { // 2 s
 			r.poll()
 		}
-		late := r.record(other, records.AuditEvent{TS: r.clk.Now().Add(-7 * time.Second), Event: "job.status.update", JobID: "late", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
-		tooLate := r.record(other, records.AuditEvent{TS: r.clk.Now().Add(-30 * time.Second), Event: "job.status.update", JobID: "too-late", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+		late := r.record(other, lifecycle.AuditEvent{TS: r.clk.Now().Add(-7 * time.Second), Event: "job.status.update", JobID: "late", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+		tooLate := r.record(other, lifecycle.AuditEvent{TS: r.clk.Now().Add(-30 * time.Second), Event: "job.status.update", JobID: "too-late", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 		if late.ID > e1.ID || tooLate.ID > e1.ID {
 			t.Fatal("the late events must sort before the first")
 		}
@@ -321,7 +321,7 @@ func TestMidnight(t *testing.T) {
 	r.clk.Advance(time.Date(2026, 2, 24, 23, 59, 59, 900_000_000, time.UTC).Sub(r.clk.Now()))
 	r.poll()
 	s := r.open("", "")
-	ev := r.record(store, records.AuditEvent{TS: time.Date(2026, 2, 24, 23, 59, 59, 999_000_000, time.UTC), Event: "job.create", JobID: "j", To: "PENDING"})
+	ev := r.record(store, lifecycle.AuditEvent{TS: time.Date(2026, 2, 24, 23, 59, 59, 999_000_000, time.UTC), Event: "job.create", JobID: "j", To: "PENDING"})
 	r.poll() // now 00:00:00.15 on the 25th
 	if !strings.HasPrefix(r.clk.Now().Format(time.RFC3339), "2026-02-25") {
 		t.Fatalf("clock at %v", r.clk.Now())
@@ -337,12 +337,12 @@ func TestRunFilter(t *testing.T) {
 	r := newRig(t, store, events.Config{})
 	s := r.open("?run=run-1", "")
 	all := r.open("", "")
-	r.record(store, records.AuditEvent{Event: "run.status.update", RunID: "run-2", To: "requested"})
-	a := r.record(store, records.AuditEvent{Event: "run.status.update", RunID: "run-1", To: "requested"})
-	r.record(store, records.AuditEvent{Event: "job.create", JobID: "j2", RunID: "run-2", To: "PENDING"})
-	b := r.record(store, records.AuditEvent{Event: "job.create", JobID: "j1", RunID: "run-1", To: "PENDING"})
-	r.record(store, records.AuditEvent{Event: "inbox.status.update", EntryID: "e", From: "pending", To: "processed"})
-	c := r.record(store, records.AuditEvent{Event: "run.status.update", RunID: "run-1", From: "requested", To: "queued"})
+	r.record(store, lifecycle.AuditEvent{Event: "run.status.update", RunID: "run-2", To: "requested"})
+	a := r.record(store, lifecycle.AuditEvent{Event: "run.status.update", RunID: "run-1", To: "requested"})
+	r.record(store, lifecycle.AuditEvent{Event: "job.create", JobID: "j2", RunID: "run-2", To: "PENDING"})
+	b := r.record(store, lifecycle.AuditEvent{Event: "job.create", JobID: "j1", RunID: "run-1", To: "PENDING"})
+	r.record(store, lifecycle.AuditEvent{Event: "inbox.status.update", EntryID: "e", From: "pending", To: "processed"})
+	c := r.record(store, lifecycle.AuditEvent{Event: "run.status.update", RunID: "run-1", From: "requested", To: "queued"})
 	got := r.untilID(s, c.ID)
 	eq(t, "filtered", ids(got), []string{a.ID, b.ID, c.ID})
 	if n := len(r.untilID(all, c.ID)); n != 6 {
@@ -365,14 +365,14 @@ func TestUndecodableSkipped(t *testing.T) {
 	eachBackend(t, func(t *testing.T, store, other *storage.Store) {
 		r := newRig(t, store, events.Config{})
 		s := r.open("", "")
-		e1 := r.record(other, records.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})
+		e1 := r.record(other, lifecycle.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})
 		r.clk.Advance(time.Millisecond)
 		key, _ := layout.AuditKey(r.clk.Now(), records.NewAuditEventID(r.clk.Now()))
 		if _, err := other.Put(t.Context(), key, []byte("{not json"), storage.IfNotExists()); err != nil {
 			t.Fatal(err)
 		}
 		r.clk.Advance(time.Millisecond)
-		e2 := r.record(other, records.AuditEvent{Event: "job.create", JobID: "j2", To: "PENDING"})
+		e2 := r.record(other, lifecycle.AuditEvent{Event: "job.create", JobID: "j2", To: "PENDING"})
 		eq(t, "events", ids(r.untilID(s, e2.ID)), []string{e1.ID, e2.ID})
 		r.poll()
 		if n := r.logs.Count(`level=WARN msg="events: audit event skipped"`); n != 1 {
@@ -390,12 +390,12 @@ func TestOutage(t *testing.T) {
 	r := newRig(t, storage.New(fs), events.Config{})
 	s := r.open("", "")
 	fs.Down()
-	e1 := r.record(inner, records.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})
+	e1 := r.record(inner, lifecycle.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})
 	for range 80 { // 20 s down: longer than Lookback, so the cursor must hold
 		r.poll()
 	}
 	fs.Up()
-	e2 := r.record(inner, records.AuditEvent{Event: "job.create", JobID: "j2", To: "PENDING"})
+	e2 := r.record(inner, lifecycle.AuditEvent{Event: "job.create", JobID: "j2", To: "PENDING"})
 	eq(t, "events", ids(r.untilID(s, e2.ID)), []string{e1.ID, e2.ID})
 	if n := r.logs.Count("level=WARN msg=\"events: audit log unreadable"); n != 1 {
 		t.Fatalf("%d outage warnings, want 1:\n%s", n, r.logs.String())
@@ -447,7 +447,7 @@ func TestSlowClientDropped(t *testing.T) {
 	r.wait(slow.called, "the slow client's first write") // it subscribed before
 	var want []string
 	for i := range 5 { // the fast client reads each event before the next
-		want = append(want, r.record(store, records.AuditEvent{Event: "job.create", JobID: fmt.Sprintf("j%d", i), To: "PENDING"}).ID)
+		want = append(want, r.record(store, lifecycle.AuditEvent{Event: "job.create", JobID: fmt.Sprintf("j%d", i), To: "PENDING"}).ID)
 		eq(t, "fast client", ids(r.untilID(fast, want[i])), want[i:])
 	}
 	r.wait(done, "the slow client's handler to end")

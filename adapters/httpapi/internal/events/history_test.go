@@ -12,11 +12,12 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // fill writes n job audit events straight to the store, stamped every
@@ -27,7 +28,7 @@ func fill(tb testing.TB, s *storage.Store, n int, start time.Time, step time.Dur
 	ids := make([]string, n)
 	for i := range n {
 		ts := start.Add(time.Duration(i) * step)
-		ev := records.AuditEvent{TS: ts, Event: "job.status.update", Actor: "orchestration-layer",
+		ev := lifecycle.AuditEvent{TS: ts, Event: "job.status.update", Actor: "orchestration-layer",
 			JobID: fmt.Sprintf("job-%d", i), From: "QUEUED", To: "CONTEXT_ASSEMBLY"}
 		ev.ID = records.AuditEventID(ts, ev.JobID, 1, 0)
 		b, err := json.Marshal(ev)
@@ -81,9 +82,9 @@ func TestTailAcrossDays(t *testing.T) {
 	s := r.open("", "")
 	at := func(day, h, m, sec, ms int) time.Time { return time.Date(2026, 2, day, h, m, sec, ms*1e6, time.UTC) }
 	// job writes an event stamped ts, leaving the clock on the hour.
-	job := func(name string, ts time.Time) records.AuditEvent {
+	job := func(name string, ts time.Time) lifecycle.AuditEvent {
 		l := &records.AuditLog{Store: storage.New(count), Node: "other-node"}
-		ev, err := l.Record(t.Context(), records.AuditEvent{TS: ts, Actor: "orchestration-layer", Event: "job.status.update", JobID: name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+		ev, err := l.Record(t.Context(), lifecycle.AuditEvent{TS: ts, Actor: "orchestration-layer", Event: "job.status.update", JobID: name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +255,7 @@ func TestWatchWakes(t *testing.T) {
 		r := newRig(t, storage.New(watched{store}), events.Config{PollInterval: time.Second, WatchPollInterval: time.Hour})
 		s := r.open("", "")
 		r.clk.Advance(time.Second) // the least time between two listings
-		e := r.record(other, records.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})
+		e := r.record(other, lifecycle.AuditEvent{Event: "job.create", JobID: "j1", To: "PENDING"})
 		select {
 		case ev := <-s.ch:
 			if ev.ID != e.ID {
@@ -298,7 +299,7 @@ func TestPollFailsHalfWay(t *testing.T) {
 	fs.Down()
 	var want []string
 	for i := range 3 {
-		want = append(want, r.record(inner, records.AuditEvent{Event: "job.create", JobID: fmt.Sprintf("j%d", i), To: "PENDING"}).ID)
+		want = append(want, r.record(inner, lifecycle.AuditEvent{Event: "job.create", JobID: fmt.Sprintf("j%d", i), To: "PENDING"}).ID)
 	}
 	fg.key, _ = layout.AuditKey(r.clk.Now(), want[1])
 	for range 8 { // 2 s down: the backlog is behind the next window
@@ -338,7 +339,7 @@ func TestIdleFeedBacksOff(t *testing.T) {
 	if max := int64(time.Minute/idle) + 8; lists > max || lists < int64(time.Minute/idle) {
 		t.Fatalf("%d listings in an idle minute; want %d to %d (one per %s, after the doubling from %s)", lists, time.Minute/idle, max, idle, events.DefaultPollInterval)
 	}
-	ev := r.record(storage.New(count), records.AuditEvent{Event: "job.status.update", JobID: "job-1", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+	ev := r.record(storage.New(count), lifecycle.AuditEvent{Event: "job.status.update", JobID: "job-1", From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 	quiet := r.clk.Now()
 	next()
 	r.wait(r.polled, "the poll after the quiet spell")

@@ -18,12 +18,13 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // env is this binary's MinIO, started by the first benchmark that needs it.
@@ -266,7 +267,7 @@ func show(evs []events.Event) string {
 
 // record writes an audit event as another process would, stamped by the
 // fake clock unless ev.TS is set.
-func (r *rig) record(store *storage.Store, ev records.AuditEvent) records.AuditEvent {
+func (r *rig) record(store *storage.Store, ev lifecycle.AuditEvent) lifecycle.AuditEvent {
 	r.t.Helper()
 	if ev.Actor == "" {
 		ev.Actor = "orchestration-layer"
@@ -282,9 +283,9 @@ func (r *rig) record(store *storage.Store, ev records.AuditEvent) records.AuditE
 
 // marker writes a job event no test expects otherwise; a stream that has
 // received it has received everything polled before.
-func (r *rig) marker(store *storage.Store, name string) records.AuditEvent {
+func (r *rig) marker(store *storage.Store, name string) lifecycle.AuditEvent {
 	r.clk.Advance(time.Millisecond) // after every event stamped so far
-	return r.record(store, records.AuditEvent{Event: "job.status.update", JobID: "marker-" + name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
+	return r.record(store, lifecycle.AuditEvent{Event: "job.status.update", JobID: "marker-" + name, From: "QUEUED", To: "CONTEXT_ASSEMBLY"})
 }
 
 // wire renders events as "type data" lines for comparison.

@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -81,7 +82,7 @@ func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	run := q.Get("run")
 	if run != "" {
-		if err := storage.ValidateID("run id", run); err != nil {
+		if err := storekey.ValidateID("run id", run); err != nil {
 			writeError(w, http.StatusBadRequest, codes.InvalidInput, err.Error())
 			return
 		}

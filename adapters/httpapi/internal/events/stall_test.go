@@ -18,8 +18,9 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // fillRuns writes n run.status.update audit events, each of its own run
@@ -37,7 +38,7 @@ func fillRuns(t testing.TB, s *storage.Store, from time.Time, n int) []string {
 	for i := range n {
 		ts := from.Add(time.Duration(i) * step)
 		runID := fmt.Sprintf("run_2026-02-24_%06d_abcdef", i)
-		ev := records.AuditEvent{TS: ts, Event: "run.status.update", Actor: "orchestration-layer", Node: "stall",
+		ev := lifecycle.AuditEvent{TS: ts, Event: "run.status.update", Actor: "orchestration-layer", Node: "stall",
 			RunID: runID, From: "pending", To: "running"}
 		ev.ID = records.AuditEventID(ts, runID, 1, 0)
 		ids[i] = ev.ID

@@ -10,9 +10,9 @@ import (
 
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // The data of each event type, field order as in the contract. "from" is
@@ -143,12 +143,12 @@ func stepsRun(state string) bool { return state == "running" || state == "cancel
 var errSkip = errors.New("events: audit event skipped")
 
 // translateAll returns the frames of the events of one audit object (one
-// event, or a batch of the job queue's, records.AuditEvent.Expand), none
+// event, or a batch of the job queue's, records.Expand), none
 // for an event type the contract does not publish, as one batch under the
 // object's id (a client resumes by object), and the run it belongs to. A
 // store failure is returned as is: the caller retries the object at its
 // next poll.
-func (t *translator) translateAll(ctx context.Context, id string, evs []records.AuditEvent) (batch, error) {
+func (t *translator) translateAll(ctx context.Context, id string, evs []lifecycle.AuditEvent) (batch, error) {
 	b := batch{id: id}
 	var frames []Event
 	for i := range evs {
@@ -171,7 +171,7 @@ func (t *translator) translateAll(ctx context.Context, id string, evs []records.
 }
 
 // frames appends the frames of ev to frames and sets b's run.
-func (t *translator) frames(ctx context.Context, ev *records.AuditEvent, b *batch, frames *[]Event) error {
+func (t *translator) frames(ctx context.Context, ev *lifecycle.AuditEvent, b *batch, frames *[]Event) error {
 	add := func(typ string, v any) {
 		d, _ := json.Marshal(v) // structs of strings and ints: it cannot fail
 		*frames = append(*frames, Event{ID: ev.ID, Type: typ, Data: d})
@@ -242,7 +242,7 @@ func (t *translator) agent(ctx context.Context, runID string) (string, error) {
 	var idx struct {
 		AgentSlug string `json:"agent_slug"`
 	}
-	if err := json.Unmarshal(raw, &idx); err != nil || storage.ValidateID("slug", idx.AgentSlug) != nil {
+	if err := json.Unmarshal(raw, &idx); err != nil || storekey.ValidateID("slug", idx.AgentSlug) != nil {
 		return "", nil // a poison index entry: the run's owner quarantines it
 	}
 	t.agents.put(runID, idx.AgentSlug)

@@ -23,8 +23,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 )
 
 // The vendored library's README stays out of the binary; its LICENSE is
@@ -110,11 +111,7 @@ func newAsset(b []byte, ct string) asset {
 // agent may use, the step's, the job's (whose requeue move the jobs view
 // offers to the actors it names), the NLM job's and the inbox entry's.
 func machines() []lifecycle.Spec {
-	return []lifecycle.Spec{
-		lifecycle.CanonicalRun().Spec(), lifecycle.CancelableRun().Spec(), lifecycle.ApprovalRun().Spec(),
-		lifecycle.RunStep().Spec(), lifecycle.JobMachine().Spec(), lifecycle.NLMMachine().Spec(),
-		lifecycle.InboxMachine().Spec(),
-	}
+	return []lifecycle.Spec{machine.CanonicalRun().Spec(), machine.CancelableRun().Spec(), machine.ApprovalRun().Spec(), machine.RunStep().Spec(), machine.JobMachine().Spec(), machine.NLMMachine().Spec(), machine.InboxMachine().Spec()}
 }
 
 // Handler serves the page. It answers a path ending in "/" with index.html

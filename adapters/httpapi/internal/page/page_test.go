@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -94,13 +95,13 @@ func TestMachinesJSON(t *testing.T) {
 	for _, s := range specs {
 		byName[s.Name] = s
 	}
-	job := lifecycle.JobMachine().Spec()
+	job := machine.JobMachine().Spec()
 	if got := byName["job"]; len(specs) != 7 || !reflect.DeepEqual(got.States, job.States) || len(got.Transitions) != len(job.Transitions) {
 		t.Fatalf("machines.json: %d machines, job %+v", len(specs), got)
 	}
 	var requeue []string
 	for _, tr := range byName["job"].Transitions {
-		if tr.Event == string(lifecycle.EventRequeue) {
+		if tr.Event == string(machine.EventRequeue) {
 			requeue = append(requeue, tr.From+" by "+fmt.Sprint(tr.Actors))
 		}
 	}

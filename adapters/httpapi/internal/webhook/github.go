@@ -14,12 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/storage"
-	"github.com/runconveyor/conveyor/storage/records"
 )
 
 // GitHub's headers.
@@ -233,7 +233,7 @@ func (h *Handler) githubDedupe(ctx context.Context, in githubInput, agent, key s
 		return nil, "", err
 	}
 	ab, _, err := records.Read[absorbed](ctx, h.cfg.Store, akey)
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	switch {
 	case err == nil && h.clock.Now().Before(ab.ExpiresAt):
 		a := githubStarted(ab.RunID, ab.Agent, true)
@@ -277,7 +277,8 @@ func (h *Handler) githubDedupe(ctx context.Context, in githubInput, agent, key s
 // window is the secondary dedupe record of one subject (repository, number,
 // event type): the first delivery within DedupeWindow and its agent.
 type window struct {
-	records.Meta
+	lifecycle.Meta
+
 	Repository string    `json:"repository"`
 	Number     int64     `json:"number"`
 	EventType  string    `json:"event_type"`
@@ -289,7 +290,8 @@ type window struct {
 
 // absorbed records a delivery a window took as a duplicate of its first.
 type absorbed struct {
-	records.Meta
+	lifecycle.Meta
+
 	Delivery    string    `json:"delivery"`
 	DuplicateOf string    `json:"duplicate_of"`
 	RunID       string    `json:"run_id"`
@@ -319,12 +321,12 @@ func (h *Handler) claimWindow(ctx context.Context, in githubInput, agent string)
 			return nil, err // claimed, or failed
 		}
 		cur, ver, err := records.Read[window](ctx, h.cfg.Store, key)
-		var ce *records.CorruptError
+		var ce *lifecycle.QuarantinedError
 		switch {
 		case errors.As(err, &ce):
 			// A poison window must not block its subject forever: it is
 			// only a dedupe hint, so it is overwritten.
-			cur, ver = window{}, ce.Version
+			cur, ver = window{}, storage.Version(ce.Version)
 		case errors.Is(err, storage.ErrNotFound):
 			continue
 		case err != nil:
@@ -358,10 +360,10 @@ func (h *Handler) claimWindow(ctx context.Context, in githubInput, agent string)
 // replaced only when expired, conditional on the version judged.
 func (h *Handler) replace(ctx context.Context, key string, doc *absorbed) error {
 	cur, ver, err := records.Read[absorbed](ctx, h.cfg.Store, key)
-	var ce *records.CorruptError
+	var ce *lifecycle.QuarantinedError
 	switch {
 	case errors.As(err, &ce):
-		ver = ce.Version
+		ver = storage.Version(ce.Version)
 	case err != nil:
 		return err
 	case h.clock.Now().Before(cur.ExpiresAt):

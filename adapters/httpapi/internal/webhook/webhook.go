@@ -12,10 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
-	"github.com/runconveyor/conveyor/lifecycle/codes"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -365,5 +366,5 @@ func validSlackEvent(s string) bool {
 // delivery, team or trigger id): 1 to 128 bytes of [A-Za-z0-9._-], so it
 // is a valid storage id and holds no ":" to blur the key's parts.
 func validKeyPart(s string) bool {
-	return storage.ValidateID("id", s) == nil && !strings.Contains(s, ":")
+	return storekey.ValidateID("id", s) == nil && !strings.Contains(s, ":")
 }

@@ -1,0 +1,52 @@
+package records
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/runconveyor/conveyor/internal/jsonenc"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// Doc is the constraint of the typed-document functions: a pointer to a
+// struct that embeds lifecycle.Meta (or has a StorageMeta method that returns one).
+type Doc[T any] interface {
+	*T
+	StorageMeta() *lifecycle.Meta
+}
+
+// Create writes doc at key, create-only, with its version counter set to 1.
+// An existing key gives an error matching storage.ErrPreconditionFailed and leaves
+// both the stored document and doc's counter untouched.
+func Create[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string, doc P) (storage.Version, error) {
+	m := doc.StorageMeta()
+	old := m.Version
+	m.Version = 1
+	b, err := jsonenc.Marshal(doc)
+	if err != nil {
+		m.Version = old
+		return "", fmt.Errorf("storage: encode %s: %w", key, err)
+	}
+	v, err := s.Put(ctx, key, b, storage.IfNotExists())
+	if err != nil {
+		m.Version = old
+		return "", err
+	}
+	return v, nil
+}
+
+// Read returns the document at key and the store version it was read at.
+// A missing key gives an error matching storage.ErrNotFound.
+func Read[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string) (T, storage.Version, error) {
+	var doc T
+	b, v, err := s.Get(ctx, key)
+	if err != nil {
+		return doc, "", err
+	}
+	if err := json.Unmarshal(b, P(&doc)); err != nil {
+		return doc, "", &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "cannot decode", Err: err}
+	}
+	return doc, v, nil
+}

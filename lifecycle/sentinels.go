@@ -1,0 +1,36 @@
+package lifecycle
+
+import "errors"
+
+// The engines' sentinels that an API answer stands for. They live here so
+// the Go client's Error can match them without the engine; some engines
+// export the same values under their own names (jobqueue.ErrJobExists is
+// ErrJobExists, and so on), so errors.Is works with either name.
+var (
+	// ErrRunNotFound: no run has the id asked for (RUN_NOT_FOUND, 404).
+	ErrRunNotFound error = &codedSentinel{"run: run not found", codeRunNotFound}
+	// ErrRunUnsupported: the run's machine has no such operation
+	// (RUN_UNSUPPORTED_OPERATION).
+	ErrRunUnsupported error = &codedSentinel{"run: operation not supported by the run's machine", codeUnsupported}
+	// ErrIdempotencyConflict: the key was used with another request.
+	ErrIdempotencyConflict = errors.New("run: idempotency key used with a different request")
+	// ErrIdempotencyExpired: the key's record outlived its TTL.
+	ErrIdempotencyExpired = errors.New("run: idempotency record expired")
+	// ErrIdempotencyInProgress: the key's run is still being created
+	// (IDEMPOTENCY_IN_PROGRESS); retry it. run.IdempotencyInProgressError
+	// matches it.
+	ErrIdempotencyInProgress error = &codedSentinel{"run: idempotency key still in progress", codeIdempotencyInProgress}
+	// ErrJobExists: a job has the id already (JOB_EXISTS);
+	// jobqueue.ErrJobExists.
+	ErrJobExists = errors.New("jobqueue: job already exists")
+	// ErrInboxEntryExists: an inbox entry has the id already
+	// (INBOX_ENTRY_EXISTS); inbox.ErrEntryExists.
+	ErrInboxEntryExists error = &codedSentinel{"inbox: entry already exists", codeInboxEntryExists}
+)
+
+// codedSentinel is a sentinel with a code of its own, which ErrorCode finds
+// before any code further down the chain.
+type codedSentinel struct{ msg, code string }
+
+func (e *codedSentinel) Error() string { return e.msg }
+func (e *codedSentinel) Code() string  { return e.code }

@@ -1,0 +1,316 @@
+package conveyor_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The public surface: what a user can name. A package is public when its
+// path has no internal/ element, is not under examples/ or bench/ (its own
+// module) and is not a main package; its surface is its package-level
+// exported names plus the exported methods of its exported types (fields
+// are not counted). A cap below may be raised only with the reason beside
+// it saying why the name is a user's.
+const (
+	// surfaceTotalCap bounds the exported names of all public packages
+	// together (River's six user packages: about 430).
+	surfaceTotalCap = 500
+	// surfacePackagesCap bounds the number of public packages: 19 of the
+	// house, and one kept for the SQLite store.
+	surfacePackagesCap = 20
+	// methodsCap bounds the methods of any exported type (exported and
+	// unexported methods together), in every package but bench/.
+	methodsCap = 25
+	// funcLinesCap bounds any function or method outside tests, bench/
+	// and examples/chaos; funcLinesReport is where one is reported.
+	funcLinesCap    = 100
+	funcLinesReport = 80
+)
+
+// surfaceCaps are the public packages and their caps, each with why its
+// names are a user's. A public package missing here fails the test.
+var surfaceCaps = map[string]struct {
+	cap    int
+	reason string
+}{
+	".":                       {40, "the Client and its Config, the one way in"},
+	"lifecycle":               {134, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on; 130 -> 134 for what the job queue and the NLM processor both speak (JobOutput, SourceRef, ErrInvalidJob, DefaultProject), so the NLM processor no longer imports the queue"},
+	"lifecycle/clock":         {14, "Clock, Real, and the Fake with the controls a test moves it by"},
+	"lifecycle/run":           {45, "the Runner, the agent interfaces and the run config"},
+	"lifecycle/nlm":           {12, "the NLM processor"},
+	"lifecycle/conveyortest":  {10, "the one user test kit for agents and handlers"},
+	"jobqueue":                {45, "the Queue, its handlers and the job config"},
+	"artifact":                {20, "the artifact store"},
+	"inbox":                   {15, "the inbox"},
+	"storage":                 {35, "the portable Store, its conditions, versions, errors and patience"},
+	"storage/driver":          {22, "the contract an adapter implements, and its optional capabilities"},
+	"storage/storetest":       {8, "the conformance suite's entry points and its Harness"},
+	"adapters/memstore":       {5, "an in-memory Store and its driver"},
+	"adapters/filestore":      {8, "a directory Store, its driver and its option"},
+	"adapters/s3store":        {15, "an S3 Store, its config, and the driver a program checks the bucket with"},
+	"adapters/httpapi":        {15, "the HTTP server"},
+	"adapters/httpapi/client": {35, "the Go client of the HTTP API"},
+	"adapters/otlp":           {2, "the OTLP span exporter from the standard variables"},
+}
+
+// methodsExceptions are exported types allowed past methodsCap, each with
+// why; keep it empty.
+var methodsExceptions = map[string]string{}
+
+// surface is what measureSurface finds in a tree.
+type surface struct {
+	exported map[string][]string // public package -> its exported names
+	methods  map[string]int      // "pkg.Type" (exported types) -> methods
+	long     map[string]int      // "file:func" -> lines, past funcLinesReport
+}
+
+// TestSurface measures the module and fails past any cap; it logs the
+// whole table either way, so a change sees where it stands.
+func TestSurface(t *testing.T) {
+	s, err := measureSurface(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + s.table())
+	for _, f := range s.check() {
+		t.Error(f)
+	}
+}
+
+// TestSurfaceCheck: the checker fails on each kind of excess.
+func TestSurfaceCheck(t *testing.T) {
+	t.Parallel()
+	names := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("N%d", i)
+		}
+		return out
+	}
+	within := func() surface {
+		return surface{
+			exported: map[string][]string{"storage": names(35), ".": names(40)},
+			methods:  map[string]int{"storage.Store": 25},
+			long:     map[string]int{"storage/x.go:f": 100},
+		}
+	}
+	if f := within().check(); len(f) != 0 {
+		t.Fatalf("a surface within its caps fails: %q", f)
+	}
+	tests := []struct {
+		name    string
+		breakIt func(s *surface)
+		want    string
+	}{
+		{"a package past its cap", func(s *surface) { s.exported["storage"] = names(36) }, "storage exports 36"},
+		{"a package without a cap", func(s *surface) { s.exported["lifecycle/new"] = names(1) }, "lifecycle/new is public"},
+		{"too many packages", func(s *surface) {
+			for i := range surfacePackagesCap {
+				s.exported[fmt.Sprintf("p%d", i)] = nil
+			}
+		}, "public packages"},
+		{"too many names", func(s *surface) { s.exported["lifecycle"] = names(surfaceTotalCap) }, "exported names in all"},
+		{"a type with too many methods", func(s *surface) { s.methods["storage.Store"] = 26 }, "storage.Store has 26 methods"},
+		{"a function too long", func(s *surface) { s.long["storage/x.go:f"] = 101 }, "storage/x.go:f is 101 lines"},
+	}
+	for _, tt := range tests {
+		s := within()
+		tt.breakIt(&s)
+		f := s.check()
+		if !slices.ContainsFunc(f, func(m string) bool { return strings.Contains(m, tt.want) }) {
+			t.Errorf("%s: failures %q, want one with %q", tt.name, f, tt.want)
+		}
+	}
+}
+
+// check lists how s breaks the caps.
+func (s surface) check() []string {
+	var fails []string
+	total := 0
+	for _, pkg := range slices.Sorted(maps.Keys(s.exported)) {
+		n := len(s.exported[pkg])
+		total += n
+		c, ok := surfaceCaps[pkg]
+		switch {
+		case !ok:
+			fails = append(fails, fmt.Sprintf("%s is public (%d names) and has no cap: move it under internal/, or add its cap with a reason", pkg, n))
+		case n > c.cap:
+			fails = append(fails, fmt.Sprintf("%s exports %d names, more than its cap of %d (%s)", pkg, n, c.cap, c.reason))
+		}
+	}
+	if len(s.exported) > surfacePackagesCap {
+		fails = append(fails, fmt.Sprintf("%d public packages, more than %d", len(s.exported), surfacePackagesCap))
+	}
+	if total > surfaceTotalCap {
+		fails = append(fails, fmt.Sprintf("%d exported names in all, more than %d", total, surfaceTotalCap))
+	}
+	for _, typ := range slices.Sorted(maps.Keys(s.methods)) {
+		if n := s.methods[typ]; n > methodsCap && methodsExceptions[typ] == "" {
+			fails = append(fails, fmt.Sprintf("%s has %d methods, more than %d", typ, n, methodsCap))
+		}
+	}
+	for _, fn := range slices.Sorted(maps.Keys(s.long)) {
+		if n := s.long[fn]; n > funcLinesCap {
+			fails = append(fails, fmt.Sprintf("%s is %d lines, more than %d", fn, n, funcLinesCap))
+		}
+	}
+	return fails
+}
+
+// table renders what s measured: each public package's count and cap, the
+// types past methodsCap and the functions past funcLinesReport.
+func (s surface) table() string {
+	var b strings.Builder
+	total := 0
+	pkgs := slices.SortedFunc(maps.Keys(s.exported), func(a, b string) int {
+		return len(s.exported[b]) - len(s.exported[a])
+	})
+	for _, pkg := range pkgs {
+		n := len(s.exported[pkg])
+		total += n
+		c := "no cap"
+		if sc, ok := surfaceCaps[pkg]; ok {
+			c = fmt.Sprintf("cap %d", sc.cap)
+		}
+		fmt.Fprintf(&b, "%5d  %-28s %s\n", n, pkg, c)
+	}
+	fmt.Fprintf(&b, "%5d  exported names in %d public packages (caps %d in %d)\n", total, len(pkgs), surfaceTotalCap, surfacePackagesCap)
+	for _, typ := range slices.Sorted(maps.Keys(s.methods)) {
+		if n := s.methods[typ]; n > methodsCap {
+			fmt.Fprintf(&b, "%5d  methods of %s (cap %d)\n", n, typ, methodsCap)
+		}
+	}
+	for _, fn := range slices.Sorted(maps.Keys(s.long)) {
+		fmt.Fprintf(&b, "%5d  lines in %s (reported past %d, cap %d)\n", s.long[fn], fn, funcLinesReport, funcLinesCap)
+	}
+	return b.String()
+}
+
+// measureSurface parses the non-test Go files under root (all of them,
+// whatever their build constraints; a name declared in two files for two
+// platforms counts once).
+func measureSurface(root string) (surface, error) {
+	s := surface{exported: map[string][]string{}, methods: map[string]int{}, long: map[string]int{}}
+	names := map[string]map[string]bool{}
+	methods := map[string]map[string]bool{} // "pkg.Type" -> method names
+	exportedTypes := map[string]bool{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := filepath.ToSlash(p)
+		if d.IsDir() {
+			if n := d.Name(); rel != "." && (strings.HasPrefix(n, ".") || n == "testdata" || rel == "bench") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		public := !strings.Contains("/"+pkg+"/", "/internal/") && pkg != "examples" &&
+			!strings.HasPrefix(pkg, "examples/") && f.Name.Name != "main"
+		if public && names[pkg] == nil {
+			names[pkg] = map[string]bool{}
+		}
+		for _, decl := range f.Decls {
+			switch decl := decl.(type) {
+			case *ast.FuncDecl:
+				measureFunc(fset, &s, rel, pkg, decl)
+				typ := receiver(decl)
+				if typ == "" {
+					if public && decl.Name.IsExported() {
+						names[pkg][decl.Name.Name] = true
+					}
+					continue
+				}
+				key := pkg + "." + typ
+				if methods[key] == nil {
+					methods[key] = map[string]bool{}
+				}
+				methods[key][decl.Name.Name] = true
+				if public && ast.IsExported(typ) && decl.Name.IsExported() {
+					names[pkg][typ+"."+decl.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, spec := range decl.Specs {
+					switch spec := spec.(type) {
+					case *ast.TypeSpec:
+						if spec.Name.IsExported() {
+							exportedTypes[pkg+"."+spec.Name.Name] = true
+							if public {
+								names[pkg][spec.Name.Name] = true
+							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range spec.Names {
+							if public && n.IsExported() {
+								names[pkg][n.Name] = true
+							}
+						}
+					}
+				}
+			}
+		}
+		return nil
+	})
+	for pkg, ns := range names {
+		s.exported[pkg] = slices.Sorted(maps.Keys(ns))
+	}
+	for typ, ms := range methods {
+		if exportedTypes[typ] {
+			s.methods[typ] = len(ms)
+		}
+	}
+	return s, err
+}
+
+// measureFunc notes decl when it is long, unless it is in examples/chaos.
+func measureFunc(fset *token.FileSet, s *surface, file, pkg string, decl *ast.FuncDecl) {
+	if pkg == "examples/chaos" || strings.HasPrefix(pkg, "examples/chaos/") {
+		return
+	}
+	lines := fset.Position(decl.End()).Line - fset.Position(decl.Pos()).Line + 1
+	if lines > funcLinesReport {
+		name := decl.Name.Name
+		if typ := receiver(decl); typ != "" {
+			name = typ + "." + name
+		}
+		s.long[file+":"+name] = lines
+	}
+}
+
+// receiver is the name of decl's receiver type, "" for a function.
+func receiver(decl *ast.FuncDecl) string {
+	if decl.Recv == nil || len(decl.Recv.List) == 0 {
+		return ""
+	}
+	t := decl.Recv.List[0].Type
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	switch x := t.(type) {
+	case *ast.IndexExpr:
+		t = x.X
+	case *ast.IndexListExpr:
+		t = x.X
+	}
+	if id, ok := t.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
