@@ -14,6 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -171,7 +172,7 @@ func (c *Client) NLM() *nlm.Processor { return c.nlm }
 
 // Schedules returns the Scheduler: list, pause and resume schedules; nil
 // for a Client without agents.
-func (c *Client) Schedules() *schedule.Scheduler { return c.sched }
+func (c *Client) Schedules() lifecycle.Schedules { return c.sched.View() }
 
 // Store returns the Store every part works on.
 func (c *Client) Store() *storage.Store { return c.cfg.Store }

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -29,6 +30,15 @@ type Quarantined struct {
 	Reason        string    `json:"reason"`
 	QuarantinedAt time.Time `json:"quarantined_at"`
 	Data          []byte    `json:"data"`
+}
+
+// Schedules reads, pauses and resumes the schedules of every process on a
+// store (a Client's scheduler, served at /schedules). Pause and Resume of
+// an id no schedule has fail with an error matching ErrNotFound.
+type Schedules interface {
+	List(ctx context.Context) ([]ScheduleInfo, error)
+	Pause(ctx context.Context, id, by string) (ScheduleInfo, error)
+	Resume(ctx context.Context, id string) (ScheduleInfo, error)
 }
 
 // ScheduleInfo is a schedule as GET /schedules lists it: the schedule's

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -21,7 +21,7 @@ type Parts interface {
 	Jobs() *jobqueue.Queue
 	Inbox() *inbox.Box
 	NLM() *nlm.Processor
-	Schedules() *schedule.Scheduler
+	Schedules() lifecycle.Schedules
 	Store() *storage.Store
 	Clock() clock.Clock
 	// Add adds a loop that runs until its context ends, started after the

@@ -121,7 +121,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	s, err := httpapi.NewWithStream(httpapi.Config{Runner: g.runner, Queue: g.queue, Inbox: g.box, NLM: proc, Store: g.store,
-		Schedules: sched, Tokens: o.tokens, Page: o.page, Logger: log, RequestTimeout: o.requestTimeout, Limits: o.limits}, o.events)
+		Schedules: sched.View(), Tokens: o.tokens, Page: o.page, Logger: log, RequestTimeout: o.requestTimeout, Limits: o.limits}, o.events)
 	if err != nil {
 		t.Fatal(err)
 	}

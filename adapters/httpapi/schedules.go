@@ -6,14 +6,13 @@ import (
 	"net/http"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // scheduleRoutes serves /schedules over the Scheduler, nil when none is
 // served.
 type scheduleRoutes struct {
-	sched *schedule.Scheduler
+	sched lifecycle.Schedules
 }
 
 func (h *scheduleRoutes) table() []route {
@@ -26,7 +25,7 @@ func (h *scheduleRoutes) table() []route {
 
 func (h *scheduleRoutes) listSchedules() handlerFunc {
 	return needs(h.sched != nil, "scheduler", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]schedule.Info, error) {
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) ([]lifecycle.ScheduleInfo, error) {
 			return h.sched.List(ctx)
 		}))
 }
@@ -35,15 +34,15 @@ func (h *scheduleRoutes) listSchedules() handlerFunc {
 // store; the actor is recorded as who paused it.
 func (h *scheduleRoutes) pauseSchedule(pause bool) handlerFunc {
 	return needs(h.sched != nil, "scheduler", jsonRoute(http.StatusOK, pathNoBody("scheduleId", "schedule_id", "pause and resume take no body"),
-		func(ctx context.Context, actor lifecycle.Actor, id string) (schedule.Info, error) {
-			var info schedule.Info
+		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.ScheduleInfo, error) {
+			var info lifecycle.ScheduleInfo
 			var err error
 			if pause {
 				info, err = h.sched.Pause(ctx, id, string(actor))
 			} else {
 				info, err = h.sched.Resume(ctx, id)
 			}
-			if errors.Is(err, schedule.ErrUnknownSchedule) {
+			if errors.Is(err, lifecycle.ErrNotFound) {
 				return info, apiErr(codes.NotFound, "no schedule %q", id)
 			}
 			return info, err

@@ -19,7 +19,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
 	xmachine "github.com/runconveyor/conveyor/internal/machine"
-	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -81,7 +80,7 @@ type Config struct {
 
 	// Schedules serves GET /schedules and an admin's pause and resume.
 	// Default none: 404 NOT_FOUND, as for Queue.
-	Schedules *schedule.Scheduler
+	Schedules lifecycle.Schedules
 	// GitHubSecret and SlackSigningSecret authenticate the webhooks of
 	// their source, served at /webhooks/github and /webhooks/slack
 	// (docs/http-api.md); a source without its secret is not served (404),

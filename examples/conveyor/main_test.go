@@ -70,7 +70,7 @@ func worker(t *testing.T) (string, *run.Runner) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: true, EventPollInterval: 20 * time.Millisecond, Schedules: sched, Logger: quiet})
+	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: true, EventPollInterval: 20 * time.Millisecond, Schedules: sched.View(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -325,7 +325,14 @@ type Scheduler struct {
 }
 
 // ErrUnknownSchedule: no schedule of that id is configured.
-var ErrUnknownSchedule = errors.New("schedule: unknown schedule")
+var ErrUnknownSchedule error = unknownSchedule{}
+
+// unknownSchedule is ErrUnknownSchedule: a not-found to callers of
+// lifecycle.Schedules.
+type unknownSchedule struct{}
+
+func (unknownSchedule) Error() string        { return "schedule: unknown schedule" }
+func (unknownSchedule) Is(target error) bool { return target == lifecycle.ErrNotFound }
 
 // New checks cfg and returns a Scheduler.
 func New(cfg Config) (*Scheduler, error) {

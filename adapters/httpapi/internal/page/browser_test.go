@@ -102,7 +102,7 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := httpapi.Config{Runner: runner, Schedules: sched, Page: true, Logger: log}
+	cfg := httpapi.Config{Runner: runner, Schedules: sched.View(), Page: true, Logger: log}
 	if withFeed {
 		cfg.Store, cfg.Events, cfg.EventPollInterval = store, true, 50*time.Millisecond
 	}
