@@ -115,7 +115,7 @@ func (q *jobStore) update(ctx context.Context, jobID string, cached *jobDoc, ver
 }
 
 // updateFenced is update for an owner: the write is refused with
-// ErrLeaseLost unless the job still carries the lease (owner, epoch).
+// lifecycle.ErrLeaseLost unless the job still carries the lease (owner, epoch).
 func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {

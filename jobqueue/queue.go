@@ -104,8 +104,8 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // agent's ready lane. Validation comes before any write, so the job is
 // written once, already QUEUED, with both moves in its audit. The actor
 // needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
-// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
-// (lifecycle.ErrForbiddenActor) writes nothing; an existing id gives ErrJobExists.
+// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (lifecycle.ErrInvalidJob) or a refusal
+// (lifecycle.ErrForbiddenActor) writes nothing; an existing id gives lifecycle.ErrJobExists.
 // The job keeps the trace context of ctx (with Config.TracerProvider set,
 // that of a conveyor.enqueue span): every attempt's spans continue it.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
@@ -164,8 +164,9 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 // counts as work while it reads and waits on the clock's timers, so a
 // test that drives the clock sees the same run every time.
 //
-// When ctx ends first it returns the job as last read and a *WaitError
-// wrapping the cause (context.Canceled, context.DeadlineExceeded). A job
+// When ctx ends first it returns the job as last read and an error that
+// names the job and its last status and wraps the cause
+// (context.Canceled, context.DeadlineExceeded). A job
 // that does not exist gives an error matching storage.ErrNotFound; a
 // quarantined one a *lifecycle.QuarantinedError.
 func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
@@ -206,17 +207,8 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	return q.sweeper.every(worker, every).ifDue(ctx)
 }
 
-// Stragglers reports how many handler calls abandoned at StepTimeout (or at
-// shutdown) are still running, and how many were abandoned in all. Go
-// cannot stop a goroutine that ignores its context; the queue counts them,
-// logs unit_abandoned and unit_returned_late, and drops their results.
-func (q *Queue) Stragglers() (live int, total int64) { return q.units.Stragglers() }
-
 // Artifacts returns the artifact store the queue writes to.
 func (q *Queue) Artifacts() *artifact.Store { return q.artifacts }
-
-// Quarantined counts the records this Queue moved to quarantine.
-func (q *Queue) Quarantined() int64 { return q.quar.count() }
 
 // Depths reads every agent's ready lane (queue/lanes/) and returns, by
 // agent in name order, how much work waits there now. Lanes hold only

@@ -45,7 +45,7 @@ func (q *jobStore) gone(jobID string, err error) bool {
 var errUnsettled = errors.New("jobqueue: job read as missing, not yet confirmed")
 
 // existsBeforeCreate is Enqueue's read of the id on a store that settles:
-// a job found is ErrJobExists (a found read is never wrong), whatever a
+// a job found is lifecycle.ErrJobExists (a found read is never wrong), whatever a
 // create-only write would have answered.
 func (q *jobStore) existsBeforeCreate(ctx context.Context, key, jobID string) error {
 	if q.absent.Settle <= 0 {
@@ -54,7 +54,7 @@ func (q *jobStore) existsBeforeCreate(ctx context.Context, key, jobID string) er
 	_, _, err := q.store.Get(ctx, key)
 	switch {
 	case err == nil:
-		return fmt.Errorf("%w: %s", ErrJobExists, jobID)
+		return fmt.Errorf("%w: %s", lifecycle.ErrJobExists, jobID)
 	case errors.Is(err, storage.ErrNotFound):
 		return nil
 	}

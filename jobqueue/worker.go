@@ -134,7 +134,7 @@ func (w *Worker) stop(ctx context.Context) {
 	defer rcancel()
 	defer w.Queue.locks.releaseKept(rctx)
 	// Handlers that ignore their context are left behind, not waited
-	// for past StopGrace (Queue.Stragglers counts them).
+	// for past StopGrace (the units count and log them).
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Queue.cfg.StopGrace)
 	defer cancel()
 	if n := w.Queue.units.Wait(grace); n > 0 {
