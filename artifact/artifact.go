@@ -28,7 +28,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
@@ -356,7 +356,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 		b, err := json.Marshal(&a)
 		return b, false, err
 	}
-	if _, err := core.PutFencedFunc(ctx, s.cfg.Store, key, string(actor), a.Epoch, artifactEpoch, build); err != nil {
+	if _, err := fence.PutFunc(ctx, s.cfg.Store, key, string(actor), a.Epoch, artifactEpoch, build); err != nil {
 		return Artifact{}, false, err
 	}
 	if own != nil {

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/paging"
+	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -55,7 +57,7 @@ type Box struct {
 	cfg   Config
 	ttlH  int
 	audit *records.AuditLog
-	quar  *core.Quarantiner
+	quar  *quarantine.Mover
 }
 
 // New returns a Box for cfg.
@@ -77,7 +79,7 @@ func New(cfg Config) (*Box, error) {
 		return nil, fmt.Errorf("inbox: DefaultTTL %s is longer than %d hours", cfg.DefaultTTL, maxTTLHours)
 	}
 	return &Box{cfg: cfg, ttlH: h, audit: &records.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
-		quar: &core.Quarantiner{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}, nil
+		quar: &quarantine.Mover{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}, nil
 }
 
 // read reads an entry. One that cannot be decoded is quarantined and reads
@@ -346,7 +348,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 		return lifecycle.InboxEntry{}, err
 	}
 	var from lifecycle.InboxState
-	_, d, err := (&core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
+	_, d, err := (&fence.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
 		from = d.Status
 		if _, err := machine.InboxMachine().Fire(ctx, &d.InboxEntry, event, actor); err != nil {
 			return transitionError(err)
@@ -429,7 +431,7 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 			return moved, err
 		}
 		if d.Status == lifecycle.InboxPending && !b.cfg.Clock.Now().Before(d.Expires()) {
-			rec := &core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}
+			rec := &fence.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}
 			_, d, err = rec.Apply(ctx, func(d *entryDoc) error {
 				if d.Status != lifecycle.InboxPending || b.cfg.Clock.Now().Before(d.Expires()) {
 					return errSkip
@@ -546,11 +548,11 @@ func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor 
 	if err := opts.check(); err != nil {
 		return EntryPage{}, err
 	}
-	limit, err := core.PageLimit(limit)
+	limit, err := paging.Limit(limit)
 	if err != nil {
 		return EntryPage{}, err
 	}
-	after, err := core.PageCursor(cursor, func(e string) bool {
+	after, err := paging.Cursor(cursor, func(e string) bool {
 		k := layout.InboxPrefix + e
 		_, live := layout.ParseInboxKey(k)
 		return live || layout.IsInboxExpiredKey(k)
@@ -558,7 +560,7 @@ func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor 
 	if err != nil {
 		return EntryPage{}, err
 	}
-	entries, next, err := core.ReadPage(ctx, b.cfg.Store, []string{layout.InboxPrefix}, after, limit, max(4*limit, 200),
+	entries, next, err := paging.Read(ctx, b.cfg.Store, []string{layout.InboxPrefix}, after, limit, max(4*limit, 200),
 		func(ctx context.Context, _ int, entry string) (lifecycle.InboxEntry, bool, error) {
 			return b.entryAt(ctx, layout.InboxPrefix+entry, opts)
 		})

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -131,7 +131,7 @@ func (c *Claim) settled() {
 // it cancels the run with lifecycle.ErrLeaseLost.
 func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
 	last := func() time.Time { return time.Unix(0, c.renewedAt.Load()) }
-	return core.Heartbeat(ctx, c.r.clock, c.r.leaseTTL/3, last, func(ctx context.Context) bool {
+	return fence.Heartbeat(ctx, c.r.clock, c.r.leaseTTL/3, last, func(ctx context.Context) bool {
 		err := c.renew(ctx)
 		switch {
 		case errors.Is(err, lifecycle.ErrLeaseLost):
@@ -185,7 +185,7 @@ func (c *Claim) confirm(ctx context.Context) error {
 	c.mu.Lock()
 	l := c.doc.Lease
 	c.mu.Unlock()
-	if l != nil && core.LeaseCertain(l.ExpiresAt, c.r.clock.Now(), c.r.leaseTTL) {
+	if l != nil && fence.LeaseCertain(l.ExpiresAt, c.r.clock.Now(), c.r.leaseTTL) {
 		return nil
 	}
 	return c.renew(ctx)

@@ -14,7 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -85,7 +85,7 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 	switch {
 	case errors.As(err, &pe):
 		return codes.JobPermanent
-	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), errStepTimeout), errors.Is(err, errStepTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, deadline.ErrOverrun), errors.Is(context.Cause(stepCtx), errStepTimeout), errors.Is(err, errStepTimeout), errors.Is(err, context.DeadlineExceeded):
 		return codes.JobTimeout
 	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
 		return codes.JobRateLimited
@@ -107,7 +107,7 @@ type runner struct {
 	clock         clock.Clock
 	log           *slog.Logger
 	tracer        tracing.Tracer
-	units         *core.Units // the handlers' calls, under StepTimeout
+	units         *deadline.Units // the handlers' calls, under StepTimeout
 	jobs          *jobStore
 	lanes         *lanes
 	sched         *scheduler
@@ -210,10 +210,10 @@ func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Conte
 	hctx, span := c.r.tracer.Start(ctx, tracing.SpanHandler, trace.SpanKindInternal)
 	span.String(tracing.AttrHandler, name)
 	span.String(tracing.AttrJobID, job.JobID)
-	_, err := core.Do(hctx, c.r.units, "job "+job.JobID+" "+name, c.r.stepTimeout, func(ctx context.Context) (struct{}, error) {
+	_, err := deadline.Do(hctx, c.r.units, "job "+job.JobID+" "+name, c.r.stepTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, fn(ctx)
 	})
-	if errors.Is(err, core.ErrOverrun) {
+	if errors.Is(err, deadline.ErrOverrun) {
 		c.r.obs.abandoned(job.JobType, job.Status)
 		err = fmt.Errorf("%w: %w", errStepTimeout, err)
 	}

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/maintenance"
+	quarantinepkg "github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -25,7 +27,7 @@ type Queue struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	artifacts *artifact.Store
-	units     *core.Units // the handlers' calls, under StepTimeout
+	units     *deadline.Units // the handlers' calls, under StepTimeout
 	project   defaultProject
 	grace     stopGrace
 
@@ -68,11 +70,11 @@ func New(cfg Config) (*Queue, error) {
 // uses, in the order they depend on one another.
 func assemble(cfg Config, store *storage.Store) *Queue {
 	q := &Queue{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, artifacts: cfg.Artifacts,
-		units: &core.Units{Clock: cfg.Clock, Log: cfg.Logger}, project: defaultProject(cfg.Project),
+		units: &deadline.Units{Clock: cfg.Clock, Log: cfg.Logger}, project: defaultProject(cfg.Project),
 		grace: stopGrace(cfg.StopGrace), sched: newScheduler()}
 	obs := &observer{metrics: cfg.Metrics, waits: &waitSet{}}
-	q.quar = &quarantine{store: store, mover: &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, obs: obs}
-	absent := &core.Absence{Settle: store.SettleTime()}
+	q.quar = &quarantine{store: store, mover: &quarantinepkg.Mover{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, obs: obs}
+	absent := &evidence.Absence{Settle: store.SettleTime()}
 	audit := &auditor{store: store, log: cfg.Logger, node: cfg.Node, artifactActor: cfg.ArtifactActor}
 	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
 	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}

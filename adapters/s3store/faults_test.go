@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/s3store"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/audit"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -279,7 +279,7 @@ func TestAuditNeverLostTo499(t *testing.T) {
 				s = s.Patient(storage.Retry{Clock: clock.Real()})
 			}
 			body := []byte(`{"event":"run.created"}`)
-			if err := core.PutAudit(t.Context(), s, "audit/e1.json", body); err != nil {
+			if err := audit.Put(t.Context(), s, "audit/e1.json", body); err != nil {
 				t.Fatalf("PutAudit = %v (requests: %s)", err, p.requests())
 			}
 			if !strings.Contains(p.requests(), "PUT:499") {

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/activity"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/pacing"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -109,7 +110,7 @@ func (p *Processor) loop(ctx context.Context, s *slots) {
 	// fake clock moves only when it is idle; activity.Activity).
 	lctx, end := activity.Enter(ctx, p.cfg.Clock)
 	defer end()
-	sched := core.Poll{Idle: p.cfg.PollInterval}
+	sched := pacing.Poll{Idle: p.cfg.PollInterval}
 	wait := sched.Next(s.poll(ctx))
 	for ctx.Err() == nil {
 		s.drain(ctx)
@@ -203,7 +204,7 @@ func (p *Processor) candidates(ctx context.Context) []string {
 		if p.absent.Settle > 0 {
 			p.absent.Found(jobID)
 		}
-		d, err := core.Decode[jobDoc](jk, b, v, validator(jobID))
+		d, err := fence.Decode[jobDoc](jk, b, v, validator(jobID))
 		if err != nil {
 			_ = p.poisoned(ctx, err)
 			continue

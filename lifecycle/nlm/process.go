@@ -10,7 +10,8 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
@@ -24,7 +25,7 @@ var errHandBack = errors.New("nlm: processor stopping")
 // held is one job this processor holds the lease of.
 type held struct {
 	p     *Processor
-	rec   *core.Record[jobDoc, *jobDoc] // fenced by (owner, epoch)
+	rec   *fence.Record[jobDoc, *jobDoc] // fenced by (owner, epoch)
 	jobID string
 	req   lifecycle.NLMRequest
 	// renewedAt is when the lease was last renewed (Unix ns): the
@@ -96,7 +97,7 @@ func (p *Processor) Process(ctx context.Context, jobID string) (lifecycle.NLMJob
 
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := core.Heartbeat(jctx, p.cfg.Clock, p.cfg.LeaseTTL/3, h.lastRenewal, func(ctx context.Context) bool {
+	stop := fence.Heartbeat(jctx, p.cfg.Clock, p.cfg.LeaseTTL/3, h.lastRenewal, func(ctx context.Context) bool {
 		if h.finished.Load() {
 			return false
 		}
@@ -120,7 +121,7 @@ func (p *Processor) Process(ctx context.Context, jobID string) (lifecycle.NLMJob
 func (h *held) lastRenewal() time.Time { return time.Unix(0, h.renewedAt.Load()) }
 
 // write applies change to the job only while this processor's lease holds
-// (the fence is checked by core.Record inside the conditional write) and
+// (the fence is checked by fence.Record inside the conditional write) and
 // has not lapsed, renewing it; a nil change only renews. A move is audited.
 func (h *held) write(ctx context.Context, change func(d *jobDoc) error) (lifecycle.NLMJob, error) {
 	p := h.p
@@ -174,7 +175,7 @@ func (h *held) move(ctx context.Context, from lifecycle.NLMState, event lifecycl
 
 // stage runs fn as one unit of the core under limit.
 func stage[T any](ctx context.Context, h *held, s lifecycle.NLMState, limit time.Duration, fn func(ctx context.Context) (T, error)) (T, error) {
-	return core.Do(ctx, h.p.units, "nlm "+h.jobID+" "+string(s), limit, fn)
+	return deadline.Do(ctx, h.p.units, "nlm "+h.jobID+" "+string(s), limit, fn)
 }
 
 // reached tells whether a job in cur has already passed s.

@@ -16,8 +16,11 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -143,12 +146,12 @@ type Processor struct {
 	cfg    Config
 	stages Stages
 	store  *storage.Store // patient
-	units  *core.Units
-	quar   *core.Quarantiner
+	units  *deadline.Units
+	quar   *quarantine.Mover
 	// absent holds the jobs in flight read missing on a store that
-	// settles, until their absence is confirmed (core.Absence): an index
+	// settles, until their absence is confirmed (evidence.Absence): an index
 	// entry, a job's only pointer, goes only then.
-	absent core.Absence
+	absent evidence.Absence
 
 	mu      sync.Mutex
 	pending []string        // handed by Accept, not started yet
@@ -206,8 +209,8 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 	}
 	p := &Processor{cfg: cfg, stages: stages, running: map[string]bool{}, wake: make(chan struct{}, 1)}
 	p.store = cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
-	p.units = &core.Units{Clock: cfg.Clock, Log: cfg.Logger}
-	p.quar = &core.Quarantiner{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
+	p.units = &deadline.Units{Clock: cfg.Clock, Log: cfg.Logger}
+	p.quar = &quarantine.Mover{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
 	p.absent.Settle = cfg.Store.SettleTime()
 	if p.cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: p.store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
@@ -292,8 +295,8 @@ func validator(jobID string) func(*jobDoc) error {
 	}
 }
 
-func (p *Processor) record(key, jobID string) *core.Record[jobDoc, *jobDoc] {
-	return &core.Record[jobDoc, *jobDoc]{Store: p.store, Key: key, Validate: validator(jobID),
+func (p *Processor) record(key, jobID string) *fence.Record[jobDoc, *jobDoc] {
+	return &fence.Record[jobDoc, *jobDoc]{Store: p.store, Key: key, Validate: validator(jobID),
 		Lease: func(d *jobDoc) *lifecycle.Lease { return d.Lease }}
 }
 
@@ -428,7 +431,7 @@ func (p *Processor) post(ctx context.Context, target string, cb lifecycle.NLMCal
 	}
 	wait := p.cfg.CallbackBackoff
 	for attempt := 1; ; attempt++ {
-		_, err := core.Do(ctx, p.units, "nlm "+cb.JobID+" CALLBACK", p.cfg.CallbackTimeout, func(ctx context.Context) (struct{}, error) {
+		_, err := deadline.Do(ctx, p.units, "nlm "+cb.JobID+" CALLBACK", p.cfg.CallbackTimeout, func(ctx context.Context) (struct{}, error) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 			if err != nil {
 				return struct{}{}, err
