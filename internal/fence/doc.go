@@ -7,7 +7,7 @@
 //     judged against the freshest state, the write is conditional on the
 //     version read, and the writer's lease (owner and epoch) is part of what
 //     the write checks, inside the same loop, so an owner that lost its lease
-//     gets records.ErrLeaseLost and writes nothing.
+//     gets lifecycle.ErrLeaseLost and writes nothing.
 //   - Put: the same promise for an owner's other objects (step files,
 //     outputs, manifests), stamped with the writer's epoch.
 //   - Heartbeat: lease renewal scheduled from the last renewal, not the last
