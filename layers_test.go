@@ -221,13 +221,13 @@ func TestLayersCheck(t *testing.T) {
 		graph map[string][]string
 		bad   bool
 	}{
-		{"down", map[string][]string{"lifecycle/run": {"internal/core", "internal/machine", "lifecycle", "storage"}}, false},
+		{"down", map[string][]string{"lifecycle/run": {"internal/fence", "internal/machine", "lifecycle", "storage"}}, false},
 		{"types import nothing", map[string][]string{"lifecycle": {"internal/codes"}}, true},
 		{"storage imports the types", map[string][]string{"storage": {"lifecycle", "storage/driver"}}, false},
 		{"machines below the records", map[string][]string{"internal/machine": {"internal/records"}}, true},
 		{"seam", map[string][]string{"jobqueue": {"artifact"}}, false},
 		{"back edge", map[string][]string{"storage": {"lifecycle/run"}}, true},
-		{"up from the core", map[string][]string{"internal/core": {"jobqueue"}}, true},
+		{"up from the core", map[string][]string{"internal/fence": {"jobqueue"}}, true},
 		{"engine imports engine", map[string][]string{"lifecycle/nlm": {"jobqueue"}}, true},
 		{"across without a seam", map[string][]string{"artifact": {"jobqueue"}}, true},
 		{"rig in production", map[string][]string{"jobqueue": {"internal/testkit/faultstore"}}, true},

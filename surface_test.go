@@ -42,7 +42,7 @@ var surfaceCaps = map[string]struct {
 	reason string
 }{
 	".":                       {40, "the Client and its Config, the one way in"},
-	"lifecycle":               {130, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on"},
+	"lifecycle":               {135, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on; 130 -> 135: four for what the job queue and the NLM processor both speak (JobOutput, SourceRef, ErrInvalidJob, DefaultProject), so the NLM processor no longer imports the queue, and Schedules, the scheduler's public face (main was at 131 with it)"},
 	"lifecycle/clock":         {14, "Clock, Real, and the Fake with the controls a test moves it by"},
 	"lifecycle/run":           {45, "the Runner, the agent interfaces and the run config"},
 	"lifecycle/nlm":           {12, "the NLM processor"},

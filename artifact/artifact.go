@@ -28,7 +28,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
@@ -36,12 +36,6 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
-
-// SourceRef is a source an artifact cites ("sources", docs/spec.md#artifact).
-type SourceRef struct {
-	Ref     string `json:"ref"`
-	Excerpt string `json:"excerpt,omitempty"`
-}
 
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
 // (docs/spec.md#artifact). The embedded lifecycle.Meta is its "version" (1 on
@@ -51,19 +45,19 @@ type SourceRef struct {
 type Artifact struct {
 	lifecycle.Meta
 
-	ArtifactID  string          `json:"artifact_id"`
-	JobID       string          `json:"job_id"`
-	RunID       string          `json:"run_id,omitempty"`
-	Type        Type            `json:"type"`
-	AgentSlug   string          `json:"agent_slug"`
-	CreatedAt   time.Time       `json:"created_at"`
-	Finalized   bool            `json:"finalized"`
-	FinalizedAt *time.Time      `json:"finalized_at,omitempty"`
-	URL         string          `json:"url,omitempty"`
-	EntityRefs  []string        `json:"entity_refs,omitempty"`
-	Tags        []string        `json:"tags,omitempty"`
-	Content     json.RawMessage `json:"content"`
-	Sources     []SourceRef     `json:"sources,omitempty"`
+	ArtifactID  string                `json:"artifact_id"`
+	JobID       string                `json:"job_id"`
+	RunID       string                `json:"run_id,omitempty"`
+	Type        Type                  `json:"type"`
+	AgentSlug   string                `json:"agent_slug"`
+	CreatedAt   time.Time             `json:"created_at"`
+	Finalized   bool                  `json:"finalized"`
+	FinalizedAt *time.Time            `json:"finalized_at,omitempty"`
+	URL         string                `json:"url,omitempty"`
+	EntityRefs  []string              `json:"entity_refs,omitempty"`
+	Tags        []string              `json:"tags,omitempty"`
+	Content     json.RawMessage       `json:"content"`
+	Sources     []lifecycle.SourceRef `json:"sources,omitempty"`
 	// ProjectID is the cid of the key; Conveyor adds it so a record read on
 	// its own says where it lives.
 	ProjectID string `json:"project_id,omitempty"`
@@ -86,7 +80,7 @@ type Draft struct {
 	EntityRefs []string
 	Tags       []string
 	Content    json.RawMessage
-	Sources    []SourceRef
+	Sources    []lifecycle.SourceRef
 	// Epoch, when not 0, is the writer's fencing epoch (a job claim's):
 	// the write is fenced (see Create). 0 writes create-once, unfenced.
 	Epoch int64
@@ -110,9 +104,9 @@ func IDForJob(jobID string) string {
 	return "art-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// DefaultCleanupAge is Config.CleanupAge's default: the admin's cleanup may
+// defaultCleanupAge is Config.CleanupAge's default: the admin's cleanup may
 // delete artifacts created more than 30 days ago.
-const DefaultCleanupAge = 30 * 24 * time.Hour
+const defaultCleanupAge = 30 * 24 * time.Hour
 
 // Config configures a Store.
 type Config struct {
@@ -127,7 +121,7 @@ type Config struct {
 	// e.g. "https://minio.internal/bucket". Default: no url.
 	BaseURL string
 	// CleanupAge is the cleanup age (docs/spec.md#artifact): only artifacts older than
-	// this may be deleted, and only by the admin. Default: DefaultCleanupAge.
+	// this may be deleted, and only by the admin. Default: 30 days.
 	CleanupAge time.Duration
 	// Logger receives audit write failures. Default: slog.Default().
 	Logger *slog.Logger
@@ -159,7 +153,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Clock = clock.Real()
 	}
 	if cfg.CleanupAge <= 0 {
-		cfg.CleanupAge = DefaultCleanupAge
+		cfg.CleanupAge = defaultCleanupAge
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -168,21 +162,13 @@ func New(cfg Config) (*Store, error) {
 		if err := storekey.ValidateID("artifact type", string(t)); err != nil {
 			return nil, fmt.Errorf("artifact: Config.Types: %w", err)
 		}
-		if slices.Contains(Types(), t) {
+		if slices.Contains(builtinTypes(), t) {
 			return nil, fmt.Errorf("artifact: Config.Types: %s is a built-in type", t)
 		}
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	return &Store{cfg: cfg, audit: &records.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now}}, nil
 }
-
-// ErrNotFinalized is returned for a stored artifact whose finalized flag
-// is false (one not written by this package): it must not back a COMPLETE
-// job.
-var ErrNotFinalized = errors.New("artifact: not finalized")
-
-// ErrNotFound matches a missing artifact (and storage.ErrNotFound).
-var ErrNotFound = storage.ErrNotFound
 
 func (d *Draft) validate(cid string, types map[Type]func(json.RawMessage) error) error {
 	if err := storekey.ValidateID("project id", cid); err != nil {
@@ -370,7 +356,7 @@ func (s *Store) createFenced(ctx context.Context, actor lifecycle.Actor, key str
 		b, err := json.Marshal(&a)
 		return b, false, err
 	}
-	if _, err := core.PutFencedFunc(ctx, s.cfg.Store, key, string(actor), a.Epoch, artifactEpoch, build); err != nil {
+	if _, err := fence.PutFunc(ctx, s.cfg.Store, key, string(actor), a.Epoch, artifactEpoch, build); err != nil {
 		return Artifact{}, false, err
 	}
 	if own != nil {
@@ -406,7 +392,7 @@ func (s *Store) record(ctx context.Context, ev lifecycle.AuditEvent) {
 
 // Get reads an artifact of project cid (empty: Config.Project). The actor
 // needs Read (docs/spec.md#authority-matrix). A missing artifact gives an
-// error matching ErrNotFound.
+// error matching storage.ErrNotFound.
 func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) (Artifact, error) {
 	if err := authority.Check(actor, authority.Artifacts, authority.Read, authority.Scope{}); err != nil {
 		return Artifact{}, err
@@ -436,11 +422,6 @@ func (s *Store) project(cid string) string {
 	return cid
 }
 
-// Prefix returns the List prefix of a project's artifacts.
-func Prefix(cid string) (string, error) {
-	return layout.ArtifactsPrefix(cid)
-}
-
 // List yields the artifacts of project cid (empty: Config.Project) in key
 // order. The actor needs Read.
 func (s *Store) List(ctx context.Context, actor lifecycle.Actor, cid string) iter.Seq2[Artifact, error] {
@@ -449,7 +430,7 @@ func (s *Store) List(ctx context.Context, actor lifecycle.Actor, cid string) ite
 			yield(Artifact{}, err)
 			return
 		}
-		prefix, err := Prefix(s.project(cid))
+		prefix, err := layout.ArtifactsPrefix(s.project(cid))
 		if err != nil {
 			yield(Artifact{}, err)
 			return
@@ -515,7 +496,7 @@ func (s *Store) Cleanup(ctx context.Context, actor lifecycle.Actor, cid string) 
 	if err := authority.Check(actor, authority.Artifacts, authority.Delete, authority.Scope{Cleanup: true}); err != nil {
 		return nil, err
 	}
-	prefix, err := Prefix(cid)
+	prefix, err := layout.ArtifactsPrefix(cid)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func newStore(t testing.TB, s *storage.Store, c clock.Clock) *artifact.Store {
 func draft(job string) artifact.Draft {
 	return artifact.Draft{JobID: job, RunID: "run_2026-02-24_abc123", Type: artifact.Brief, AgentSlug: "architect-guardian",
 		EntityRefs: []string{"e1"}, Tags: []string{"research"}, Content: json.RawMessage(brief),
-		Sources: []artifact.SourceRef{{Ref: "sources/domain-knowledge.md", Excerpt: "..."}}}
+		Sources: []lifecycle.SourceRef{{Ref: "sources/domain-knowledge.md", Excerpt: "..."}}}
 }
 
 func keys(t testing.TB, s *storage.Store, prefix string) []string {
@@ -159,7 +159,7 @@ func TestCreateRefusesBadDraftsAndWritesNothing(t *testing.T) {
 		{"agent", "cid", func(d *artifact.Draft) { d.AgentSlug = "" }},
 		{"type", "cid", func(d *artifact.Draft) { d.Type = "NOTE" }},
 		{"content", "cid", func(d *artifact.Draft) { d.Content = json.RawMessage(`{"title":"t"}`) }},
-		{"source", "cid", func(d *artifact.Draft) { d.Sources = []artifact.SourceRef{{}} }},
+		{"source", "cid", func(d *artifact.Draft) { d.Sources = []lifecycle.SourceRef{{}} }},
 	}
 	for _, tt := range tests {
 		s := env.Cases()[0].New(t)
@@ -261,7 +261,7 @@ func TestDeleteOnlyOldByAdmin(t *testing.T) {
 		if k := keys(t, s, "projects/"); len(k) != 1 || !strings.Contains(k[0], artifact.IDForJob("young")) {
 			t.Fatalf("left %v", k)
 		}
-		if err := st.Delete(ctx, lifecycle.ActorAdmin, "cid", artifact.IDForJob("old")); !errors.Is(err, artifact.ErrNotFound) {
+		if err := st.Delete(ctx, lifecycle.ActorAdmin, "cid", artifact.IDForJob("old")); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("deleting a deleted artifact: %v", err)
 		}
 	})

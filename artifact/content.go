@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // Type is an artifact's content type (docs/spec.md#artifact).
@@ -19,78 +21,94 @@ const (
 	PreprocessedProposal Type = "PREPROCESSED_PROPOSAL"
 )
 
-// Types lists the built-in content types in the spec's order.
-func Types() []Type { return []Type{ResearchBrief, Brief, PreprocessedProposal} }
+// builtinTypes lists the built-in content types in the spec's order.
+func builtinTypes() []Type { return []Type{ResearchBrief, Brief, PreprocessedProposal} }
+
+// TypeForJob is the built-in content type a built-in job type produces:
+// RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
+// PREPROCESSED_PROPOSAL; false for any other job type (a job type of the
+// user's names its artifacts' type itself).
+func TypeForJob(t lifecycle.JobType) (Type, bool) {
+	switch t {
+	case lifecycle.JobResearch:
+		return ResearchBrief, true
+	case lifecycle.JobBrief:
+		return Brief, true
+	case lifecycle.JobProposalPreprocess:
+		return PreprocessedProposal, true
+	}
+	return "", false
+}
 
 // ErrInvalidArtifact matches every refusal of bad input: an unknown type,
 // content that breaks its type's schema, an invalid id.
 var ErrInvalidArtifact = errors.New("artifact: invalid artifact")
 
-// ValidationError says which field of an artifact or its content is wrong.
+// validationError says which field of an artifact or its content is wrong.
 // It matches ErrInvalidArtifact.
-type ValidationError struct {
+type validationError struct {
 	Field  string // e.g. "content.sections[2].heading"
 	Reason string
 }
 
 // Error renders the field and the reason.
-func (e *ValidationError) Error() string {
+func (e *validationError) Error() string {
 	return "artifact: invalid " + e.Field + ": " + e.Reason
 }
 
 // Unwrap returns ErrInvalidArtifact.
-func (e *ValidationError) Unwrap() error { return ErrInvalidArtifact }
+func (e *validationError) Unwrap() error { return ErrInvalidArtifact }
 
 func invalid(field, format string, args ...any) error {
-	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &validationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Section is one section of a research brief.
-type Section struct {
+// section is one section of a research brief.
+type section struct {
 	Heading string   `json:"heading"`
 	Body    string   `json:"body"`
 	Sources []string `json:"sources,omitempty"`
 }
 
-// ResearchBriefContent is the content of a RESEARCH_BRIEF (docs/spec.md#artifact).
-type ResearchBriefContent struct {
+// researchBriefContent is the content of a RESEARCH_BRIEF (docs/spec.md#artifact).
+type researchBriefContent struct {
 	Title         string    `json:"title"`
 	Summary       string    `json:"summary"`
-	Sections      []Section `json:"sections"`
+	Sections      []section `json:"sections"`
 	Conclusions   []string  `json:"conclusions"`
 	OpenQuestions []string  `json:"open_questions"`
 }
 
-// BriefContent is the content of a BRIEF (docs/spec.md#artifact).
-type BriefContent struct {
+// briefContent is the content of a BRIEF (docs/spec.md#artifact).
+type briefContent struct {
 	Title     string            `json:"title"`
 	Body      string            `json:"body"`
 	EntityMap map[string]string `json:"entity_map"`
 	WordCount int               `json:"word_count"`
 }
 
-// Issue is a problem found in a proposal draft.
-type Issue struct {
+// issue is a problem found in a proposal draft.
+type issue struct {
 	Field    string `json:"field"`
 	Severity string `json:"severity"` // "info", "warning" or "error"
 	Message  string `json:"message"`
 }
 
-// EntityMatch links text of a proposal to an entity.
-type EntityMatch struct {
+// entityMatch links text of a proposal to an entity.
+type entityMatch struct {
 	Text       string  `json:"text"`
 	EntityID   string  `json:"entity_id"`
 	Confidence float64 `json:"confidence"` // 0..1
 }
 
-// PreprocessedProposalContent is the content of a PREPROCESSED_PROPOSAL
+// preprocessedProposalContent is the content of a PREPROCESSED_PROPOSAL
 // (docs/spec.md#artifact). Original and Enriched are the drafts, JSON objects of
 // any shape.
-type PreprocessedProposalContent struct {
+type preprocessedProposalContent struct {
 	Original      json.RawMessage `json:"original"`
 	Enriched      json.RawMessage `json:"enriched"`
-	Issues        []Issue         `json:"issues"`
-	EntityMatches []EntityMatch   `json:"entity_matches"`
+	Issues        []issue         `json:"issues"`
+	EntityMatches []entityMatch   `json:"entity_matches"`
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields and
@@ -141,7 +159,7 @@ func ValidateContent(t Type, raw []byte) error {
 }
 
 func validateResearchBrief(raw []byte) error {
-	var c ResearchBriefContent
+	var c researchBriefContent
 	if err := decodeStrict(raw, &c); err != nil {
 		return err
 	}
@@ -163,7 +181,7 @@ func validateResearchBrief(raw []byte) error {
 }
 
 func validateBrief(raw []byte) error {
-	var c BriefContent
+	var c briefContent
 	if err := decodeStrict(raw, &c); err != nil {
 		return err
 	}
@@ -185,7 +203,7 @@ func validateBrief(raw []byte) error {
 }
 
 func validatePreprocessedProposal(raw []byte) error {
-	var c PreprocessedProposalContent
+	var c preprocessedProposalContent
 	if err := decodeStrict(raw, &c); err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func TestCreateRefusesBadText(t *testing.T) {
 			case "entity_refs":
 				d.EntityRefs = many
 			case "sources":
-				d.Sources = make([]artifact.SourceRef, len(many))
+				d.Sources = make([]lifecycle.SourceRef, len(many))
 				for i := range d.Sources {
 					d.Sources[i].Ref = "x"
 				}

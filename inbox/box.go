@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/paging"
+	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -25,12 +27,12 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// DefaultTTL is an entry's lifetime while pending unless it says otherwise
+// defaultTTL is an entry's lifetime while pending unless it says otherwise
 // (ttl_hours, docs/spec.md#inbox-entry: default 72).
-const DefaultTTL = 72 * time.Hour
+const defaultTTL = 72 * time.Hour
 
-// MaxTTLHours bounds metadata.ttl_hours: one year.
-const MaxTTLHours = 24 * 366
+// maxTTLHours bounds metadata.ttl_hours: one year.
+const maxTTLHours = 24 * 366
 
 // Config configures a Box.
 type Config struct {
@@ -41,7 +43,7 @@ type Config struct {
 	// Node names this host in audit events. Default: "".
 	Node string
 	// DefaultTTL is the lifetime of entries submitted without ttl_hours; it
-	// is rounded up to whole hours. Default: DefaultTTL (72 h).
+	// is rounded up to whole hours, at most a year. Default: 72 h.
 	DefaultTTL time.Duration
 	// Logger receives audit write failures. Default: slog.Default().
 	Logger *slog.Logger
@@ -55,7 +57,7 @@ type Box struct {
 	cfg   Config
 	ttlH  int
 	audit *records.AuditLog
-	quar  *core.Quarantiner
+	quar  *quarantine.Mover
 }
 
 // New returns a Box for cfg.
@@ -67,21 +69,21 @@ func New(cfg Config) (*Box, error) {
 		cfg.Clock = clock.Real()
 	}
 	if cfg.DefaultTTL <= 0 {
-		cfg.DefaultTTL = DefaultTTL
+		cfg.DefaultTTL = defaultTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	h := int((cfg.DefaultTTL + time.Hour - 1) / time.Hour)
-	if h > MaxTTLHours {
-		return nil, fmt.Errorf("inbox: DefaultTTL %s is longer than %d hours", cfg.DefaultTTL, MaxTTLHours)
+	if h > maxTTLHours {
+		return nil, fmt.Errorf("inbox: DefaultTTL %s is longer than %d hours", cfg.DefaultTTL, maxTTLHours)
 	}
 	return &Box{cfg: cfg, ttlH: h, audit: &records.AuditLog{Store: cfg.Store, Node: cfg.Node, Now: cfg.Clock.Now},
-		quar: &core.Quarantiner{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}, nil
+		quar: &quarantine.Mover{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}, nil
 }
 
 // read reads an entry. One that cannot be decoded is quarantined and reads
-// as missing (ErrNotFound), so a poison entry never stops a listing, the
+// as missing (storage.ErrNotFound), so a poison entry never stops a listing, the
 // stats or the expiry pass.
 func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, error) {
 	d, v, err := records.Read[entryDoc](ctx, b.cfg.Store, key)
@@ -98,21 +100,17 @@ func (b *Box) read(ctx context.Context, key string) (entryDoc, storage.Version, 
 // Errors of the inbox, each with a code of lifecycle's one table
 // (lifecycle.ErrorCode, the code table (docs/spec.md#error-codes)):
 //
-//   - bad input matches ErrInvalidEntry: a *ValidationError, INVALID_INPUT
+//   - bad input matches ErrInvalidEntry (and, for a text field that broke
+//     its limit or was not clean, a *lifecycle.InputError): INVALID_INPUT
 //     (400) or INPUT_TOO_LARGE (413) for text, INVALID_REQUEST (400) for the
 //     other rules;
-//   - an id in use matches ErrEntryExists: INBOX_ENTRY_EXISTS (409);
-//   - a missing entry matches ErrNotFound: NOT_FOUND (404);
+//   - an id in use matches lifecycle.ErrInboxEntryExists: INBOX_ENTRY_EXISTS (409);
+//   - a missing entry matches storage.ErrNotFound: NOT_FOUND (404);
 //   - a move the machine does not allow matches
 //     lifecycle.ErrInvalidTransition: INBOX_ENTRY_EXPIRED (410) from an
 //     expired entry, INBOX_INVALID_TRANSITION (409) otherwise;
 //   - a refused actor matches lifecycle.ErrForbiddenActor: FORBIDDEN (403).
-var (
-	ErrInvalidEntry = errors.New("inbox: invalid entry")
-	ErrEntryExists  = lifecycle.ErrInboxEntryExists
-	// ErrNotFound matches a missing entry (and storage.ErrNotFound).
-	ErrNotFound = storage.ErrNotFound
-)
+var ErrInvalidEntry = errors.New("inbox: invalid entry")
 
 // codedError gives an error of another package, or a sentinel, the inbox's
 // code, which lifecycle.ErrorCode finds before any code further down the
@@ -139,10 +137,10 @@ func transitionError(err error) error {
 	return &codedError{err: err, code: codes.InboxInvalidTransition}
 }
 
-// ValidationError says which field of a submission is wrong. It matches
+// validationError says which field of a submission is wrong. It matches
 // ErrInvalidEntry, and a *lifecycle.InputError when the field's text broke
 // its limit or was not clean.
-type ValidationError struct {
+type validationError struct {
 	Field  string
 	Reason string
 	// Err is the *lifecycle.InputError of a text field, or nil.
@@ -150,10 +148,10 @@ type ValidationError struct {
 }
 
 // Error renders the field and the reason.
-func (e *ValidationError) Error() string { return "inbox: invalid " + e.Field + ": " + e.Reason }
+func (e *validationError) Error() string { return "inbox: invalid " + e.Field + ": " + e.Reason }
 
 // Unwrap returns ErrInvalidEntry and Err, if set.
-func (e *ValidationError) Unwrap() []error {
+func (e *validationError) Unwrap() []error {
 	if e.Err == nil {
 		return []error{ErrInvalidEntry}
 	}
@@ -162,7 +160,7 @@ func (e *ValidationError) Unwrap() []error {
 
 // Code is that of Err (INVALID_INPUT or INPUT_TOO_LARGE) for a text field,
 // else INVALID_REQUEST.
-func (e *ValidationError) Code() string {
+func (e *validationError) Code() string {
 	if e.Err != nil {
 		return lifecycle.ErrorCode(e.Err)
 	}
@@ -170,28 +168,22 @@ func (e *ValidationError) Code() string {
 }
 
 func invalid(field, format string, args ...any) error {
-	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &validationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Submission is the body of POST /inbox/submit: an entry before the
-// validation gate. Its fields are lifecycle.InboxSubmission's (the Go
-// client sends that one without the engine); a conversion turns one into
-// the other.
-type Submission lifecycle.InboxSubmission
-
-// DecodeSubmission decodes a submission from JSON, refusing unknown fields
-// and trailing data, and validates it (see Submission.Validate).
-func DecodeSubmission(data []byte) (Submission, error) {
-	var s Submission
+// decodeSubmission decodes a submission from JSON, refusing unknown fields
+// and trailing data, and validates it.
+func decodeSubmission(data []byte) (lifecycle.InboxSubmission, error) {
+	var s lifecycle.InboxSubmission
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return Submission{}, invalid("body", "%v", err)
+		return lifecycle.InboxSubmission{}, invalid("body", "%v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Submission{}, invalid("body", "trailing data after the JSON object")
+		return lifecycle.InboxSubmission{}, invalid("body", "trailing data after the JSON object")
 	}
-	return s, s.Validate()
+	return s, validate(&s)
 }
 
 var sourceTypes = []string{"ui", "telegram", "webhook", "agent", "cron"}
@@ -204,25 +196,13 @@ func text(field, s string, limit int, kind codes.TextKind, required bool) error 
 	}
 	err := codes.CheckText(field, s, limit, kind)
 	if ie := (*lifecycle.InputError)(nil); errors.As(err, &ie) {
-		return &ValidationError{Field: field, Reason: ie.Reason, Err: err}
+		return &validationError{Field: field, Reason: ie.Reason, Err: err}
 	}
 	return err
 }
 
-// Validate is the validation gate at submission (→ pending, docs/spec.md#inbox-entry-lifecycle):
-//
-//   - id, if set, is a valid storage id;
-//   - source.type is one of ui, telegram, webhook, agent, cron, and
-//     source.identity is set (at most 256 bytes, 256);
-//   - intent.action is set, lower-case letters, digits and "-" (at most 64
-//     bytes), and intent.target is set (at most 1,024 bytes, 1 KiB);
-//   - metadata.priority is "normal" (the default when empty) or "high";
-//     metadata.ttl_hours is 0 (the Box's default) or 1..MaxTTLHours;
-//     metadata.correlation_id has at most 256 bytes.
-//
-// Text fields must be one line of UTF-8 without control characters
-// (the SDK's text check (docs/spec.md#limits)). Errors match ErrInvalidEntry and name the field.
-func (s *Submission) Validate() error {
+// validate is the validation gate at submission (Submit).
+func validate(s *lifecycle.InboxSubmission) error {
 	// The fields of a fixed set are text too: invalid UTF-8 in one is
 	// INVALID_INPUT, as in any other field, before its value is judged.
 	for _, f := range []struct{ name, v string }{{"source.type", s.Source.Type}, {"intent.action", s.Intent.Action}, {"metadata.priority", s.Metadata.Priority}} {
@@ -259,8 +239,8 @@ func (s *Submission) Validate() error {
 	if s.Metadata.Priority != "" && s.Metadata.Priority != "normal" && s.Metadata.Priority != "high" {
 		return invalid("metadata.priority", "%q is not normal or high", s.Metadata.Priority)
 	}
-	if s.Metadata.TTLHours < 0 || s.Metadata.TTLHours > MaxTTLHours {
-		return invalid("metadata.ttl_hours", "%d is outside 1..%d", s.Metadata.TTLHours, MaxTTLHours)
+	if s.Metadata.TTLHours < 0 || s.Metadata.TTLHours > maxTTLHours {
+		return invalid("metadata.ttl_hours", "%d is outside 1..%d", s.Metadata.TTLHours, maxTTLHours)
 	}
 	return text("metadata.correlation_id", s.Metadata.CorrelationID, codes.MaxNameBytes, codes.OneLine, false)
 }
@@ -284,15 +264,29 @@ func forbidden(to lifecycle.InboxState, event lifecycle.Event, actor lifecycle.A
 		Actor: actor, Allowed: []lifecycle.Actor{allowed}}
 }
 
-// Submit passes sub through the validation gate and stores it as a pending
-// entry. Only the gateway (the platform's Worker) submits. Bad input
+// Submit passes sub through the validation gate (→ pending,
+// docs/spec.md#inbox-entry-lifecycle) and stores it as a pending entry.
+// Only the gateway (the platform's Worker) submits. Bad input
 // (ErrInvalidEntry), a refused actor (FORBIDDEN) or an id in use
-// (ErrEntryExists) writes nothing.
-func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission) (lifecycle.InboxEntry, error) {
+// (lifecycle.ErrInboxEntryExists) writes nothing. The gate:
+//
+//   - id, if set, is a valid storage id;
+//   - source.type is one of ui, telegram, webhook, agent, cron, and
+//     source.identity is set (at most 256 bytes);
+//   - intent.action is set, lower-case letters, digits and "-" (at most 64
+//     bytes), and intent.target is set (at most 1,024 bytes);
+//   - metadata.priority is "normal" (the default when empty) or "high";
+//     metadata.ttl_hours is 0 (the Box's default) or 1..8784 (a year);
+//     metadata.correlation_id has at most 256 bytes.
+//
+// Text fields must be one line of UTF-8 without control characters
+// (the SDK's text check, docs/spec.md#limits). A refusal matches
+// ErrInvalidEntry and names the field.
+func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.InboxSubmission) (lifecycle.InboxEntry, error) {
 	if actor != lifecycle.ActorGateway {
 		return lifecycle.InboxEntry{}, forbidden(lifecycle.InboxPending, "submit", actor, lifecycle.ActorGateway)
 	}
-	if err := sub.Validate(); err != nil {
+	if err := validate(&sub); err != nil {
 		return lifecycle.InboxEntry{}, err
 	}
 	now := b.cfg.Clock.Now().UTC()
@@ -311,16 +305,16 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission)
 	}
 	expiredKey, _ := layout.InboxExpiredKey(sub.ID)
 	if _, _, err := b.cfg.Store.Get(ctx, expiredKey); err == nil {
-		return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s (expired)", ErrEntryExists, sub.ID)
+		return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s (expired)", lifecycle.ErrInboxEntryExists, sub.ID)
 	} else if !errors.Is(err, storage.ErrNotFound) {
 		return lifecycle.InboxEntry{}, err
 	}
 	if b.cfg.Store.SettleTime() > 0 {
 		// A store that settles may take the create-only write below over
 		// an existing entry (and send a processed one back to pending):
-		// an entry found is ErrEntryExists, unwritten.
+		// an entry found is lifecycle.ErrInboxEntryExists, unwritten.
 		if _, _, err := b.cfg.Store.Get(ctx, key); err == nil {
-			return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s", ErrEntryExists, sub.ID)
+			return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s", lifecycle.ErrInboxEntryExists, sub.ID)
 		} else if !errors.Is(err, storage.ErrNotFound) {
 			return lifecycle.InboxEntry{}, err
 		}
@@ -329,7 +323,7 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub Submission)
 		Status: lifecycle.InboxPending, CreatedAt: now}}
 	if _, err := records.Create(ctx, b.cfg.Store, key, &doc); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
-			return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s", ErrEntryExists, sub.ID)
+			return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s", lifecycle.ErrInboxEntryExists, sub.ID)
 		}
 		return lifecycle.InboxEntry{}, err
 	}
@@ -354,7 +348,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 		return lifecycle.InboxEntry{}, err
 	}
 	var from lifecycle.InboxState
-	_, d, err := (&core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
+	_, d, err := (&fence.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
 		from = d.Status
 		if _, err := machine.InboxMachine().Fire(ctx, &d.InboxEntry, event, actor); err != nil {
 			return transitionError(err)
@@ -437,7 +431,7 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 			return moved, err
 		}
 		if d.Status == lifecycle.InboxPending && !b.cfg.Clock.Now().Before(d.Expires()) {
-			rec := &core.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}
+			rec := &fence.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}
 			_, d, err = rec.Apply(ctx, func(d *entryDoc) error {
 				if d.Status != lifecycle.InboxPending || b.cfg.Clock.Now().Before(d.Expires()) {
 					return errSkip
@@ -554,11 +548,11 @@ func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor 
 	if err := opts.check(); err != nil {
 		return EntryPage{}, err
 	}
-	limit, err := core.PageLimit(limit)
+	limit, err := paging.Limit(limit)
 	if err != nil {
 		return EntryPage{}, err
 	}
-	after, err := core.PageCursor(cursor, func(e string) bool {
+	after, err := paging.Cursor(cursor, func(e string) bool {
 		k := layout.InboxPrefix + e
 		_, live := layout.ParseInboxKey(k)
 		return live || layout.IsInboxExpiredKey(k)
@@ -566,7 +560,7 @@ func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor 
 	if err != nil {
 		return EntryPage{}, err
 	}
-	entries, next, err := core.ReadPage(ctx, b.cfg.Store, []string{layout.InboxPrefix}, after, limit, max(4*limit, 200),
+	entries, next, err := paging.Read(ctx, b.cfg.Store, []string{layout.InboxPrefix}, after, limit, max(4*limit, 200),
 		func(ctx context.Context, _ int, entry string) (lifecycle.InboxEntry, bool, error) {
 			return b.entryAt(ctx, layout.InboxPrefix+entry, opts)
 		})
@@ -576,12 +570,9 @@ func (b *Box) ListPage(ctx context.Context, opts ListOptions, limit int, cursor 
 	return EntryPage{Entries: entries, Next: next}, nil
 }
 
-// Stats counts entries by state (GET /inbox/stats).
-type Stats = lifecycle.InboxStats
-
 // Stats counts every entry, expired ones included.
-func (b *Box) Stats(ctx context.Context) (Stats, error) {
-	var s Stats
+func (b *Box) Stats(ctx context.Context) (lifecycle.InboxStats, error) {
+	var s lifecycle.InboxStats
 	for e, err := range b.List(ctx, ListOptions{IncludeExpired: true}) {
 		if err != nil {
 			return s, err

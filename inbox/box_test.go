@@ -31,8 +31,8 @@ func newBox(t testing.TB, s *storage.Store, c clock.Clock) *inbox.Box {
 	return b
 }
 
-func sub(id string) inbox.Submission {
-	return inbox.Submission{ID: id,
+func sub(id string) lifecycle.InboxSubmission {
+	return lifecycle.InboxSubmission{ID: id,
 		Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
 		Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/violin.pp.ua/sonata-bwv1001"}}
 }
@@ -111,7 +111,7 @@ func TestLifecycle(t *testing.T) {
 		if _, err := b.Process(ctx, gw, "inbox_c", "p"); !errors.Is(err, lifecycle.ErrTerminalState) {
 			t.Fatalf("processing an expired entry: %v", err)
 		}
-		if _, err := b.Submit(ctx, gw, sub("inbox_c")); !errors.Is(err, inbox.ErrEntryExists) {
+		if _, err := b.Submit(ctx, gw, sub("inbox_c")); !errors.Is(err, lifecycle.ErrInboxEntryExists) {
 			t.Fatalf("resubmitting an expired id: %v", err)
 		}
 		if l := list(t, b, inbox.ListOptions{}); fmt.Sprint(l) != "[inbox_a:processed inbox_b:rejected]" {
@@ -127,7 +127,7 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("processed list %v", l)
 		}
 		st, err := b.Stats(ctx)
-		if err != nil || st != (inbox.Stats{Processed: 1, Rejected: 1, Expired: 2, Total: 4}) {
+		if err != nil || st != (lifecycle.InboxStats{Processed: 1, Rejected: 1, Expired: 2, Total: 4}) {
 			t.Fatalf("stats %+v %v", st, err)
 		}
 		// The audit log has every write: 4 creations, process, reject, 2 expiries.
@@ -261,20 +261,20 @@ func TestSubmitValidation(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		field string
-		mod   func(*inbox.Submission)
+		mod   func(*lifecycle.InboxSubmission)
 	}{
-		{"id", func(s *inbox.Submission) { s.ID = "../etc" }},
-		{"source.type", func(s *inbox.Submission) { s.Source.Type = "email" }},
-		{"source.identity", func(s *inbox.Submission) { s.Source.Identity = "" }},
-		{"source.identity", func(s *inbox.Submission) { s.Source.Identity = "a\nb" }},
-		{"intent.action", func(s *inbox.Submission) { s.Intent.Action = "Propose Edit" }},
-		{"intent.action", func(s *inbox.Submission) { s.Intent.Action = "" }},
-		{"intent.target", func(s *inbox.Submission) { s.Intent.Target = "" }},
-		{"intent.target", func(s *inbox.Submission) { s.Intent.Target = strings.Repeat("x", codes.MaxRefBytes+1) }},
-		{"metadata.priority", func(s *inbox.Submission) { s.Metadata.Priority = "urgent" }},
-		{"metadata.ttl_hours", func(s *inbox.Submission) { s.Metadata.TTLHours = -1 }},
-		{"metadata.ttl_hours", func(s *inbox.Submission) { s.Metadata.TTLHours = inbox.MaxTTLHours + 1 }},
-		{"metadata.correlation_id", func(s *inbox.Submission) { s.Metadata.CorrelationID = "\x00" }},
+		{"id", func(s *lifecycle.InboxSubmission) { s.ID = "../etc" }},
+		{"source.type", func(s *lifecycle.InboxSubmission) { s.Source.Type = "email" }},
+		{"source.identity", func(s *lifecycle.InboxSubmission) { s.Source.Identity = "" }},
+		{"source.identity", func(s *lifecycle.InboxSubmission) { s.Source.Identity = "a\nb" }},
+		{"intent.action", func(s *lifecycle.InboxSubmission) { s.Intent.Action = "Propose Edit" }},
+		{"intent.action", func(s *lifecycle.InboxSubmission) { s.Intent.Action = "" }},
+		{"intent.target", func(s *lifecycle.InboxSubmission) { s.Intent.Target = "" }},
+		{"intent.target", func(s *lifecycle.InboxSubmission) { s.Intent.Target = strings.Repeat("x", codes.MaxRefBytes+1) }},
+		{"metadata.priority", func(s *lifecycle.InboxSubmission) { s.Metadata.Priority = "urgent" }},
+		{"metadata.ttl_hours", func(s *lifecycle.InboxSubmission) { s.Metadata.TTLHours = -1 }},
+		{"metadata.ttl_hours", func(s *lifecycle.InboxSubmission) { s.Metadata.TTLHours = inbox.MaxTTLHours + 1 }},
+		{"metadata.correlation_id", func(s *lifecycle.InboxSubmission) { s.Metadata.CorrelationID = "\x00" }},
 	}
 	for _, tt := range tests {
 		s := env.Cases()[0].New(t)
@@ -302,7 +302,7 @@ func TestSubmitValidation(t *testing.T) {
 	if _, err := b.Reject(context.Background(), lifecycle.ActorGateway, "inbox_o", ""); !errors.Is(err, inbox.ErrInvalidEntry) {
 		t.Errorf("empty reason: %v", err)
 	}
-	if _, err := b.Process(context.Background(), lifecycle.ActorGateway, "missing", "p"); !errors.Is(err, inbox.ErrNotFound) {
+	if _, err := b.Process(context.Background(), lifecycle.ActorGateway, "missing", "p"); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("missing entry: %v", err)
 	}
 	for _, err := range b.List(context.Background(), inbox.ListOptions{Status: "archived"}) {

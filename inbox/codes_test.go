@@ -13,6 +13,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // TestErrorCodes: every inbox error has a code of lifecycle's one table and
@@ -45,13 +46,13 @@ func TestErrorCodes(t *testing.T) {
 		http int
 	}{
 		{"id in use", func() error { _, err := b.Submit(ctx, gw, sub("inbox_rejected")); return err },
-			inbox.ErrEntryExists, codes.InboxEntryExists, 409},
+			lifecycle.ErrInboxEntryExists, codes.InboxEntryExists, 409},
 		{"id of an expired entry", func() error { _, err := b.Submit(ctx, gw, sub("inbox_expired")); return err },
-			inbox.ErrEntryExists, codes.InboxEntryExists, 409},
+			lifecycle.ErrInboxEntryExists, codes.InboxEntryExists, 409},
 		{"missing entry", func() error { _, err := b.Process(ctx, gw, "inbox_missing", "p"); return err },
-			inbox.ErrNotFound, codes.NotFound, 404},
+			storage.ErrNotFound, codes.NotFound, 404},
 		{"get missing", func() error { _, err := b.Get(ctx, "inbox_missing"); return err },
-			inbox.ErrNotFound, codes.NotFound, 404},
+			storage.ErrNotFound, codes.NotFound, 404},
 		{"process a rejected entry", func() error { _, err := b.Process(ctx, gw, "inbox_rejected", "p"); return err },
 			lifecycle.ErrTerminalState, codes.InboxInvalidTransition, 409},
 		{"process an expired entry", func() error { _, err := b.Process(ctx, gw, "inbox_expired", "p"); return err },
@@ -155,11 +156,11 @@ func TestTextLimits(t *testing.T) {
 	// not as an unknown value (issue 18: one code for undecodable bytes).
 	for _, f := range []struct {
 		field string
-		set   func(*inbox.Submission)
+		set   func(*lifecycle.InboxSubmission)
 	}{
-		{"source.type", func(in *inbox.Submission) { in.Source.Type = "ui\xff" }},
-		{"intent.action", func(in *inbox.Submission) { in.Intent.Action = "\xc3\x28" }},
-		{"metadata.priority", func(in *inbox.Submission) { in.Metadata.Priority = "high\xfe" }},
+		{"source.type", func(in *lifecycle.InboxSubmission) { in.Source.Type = "ui\xff" }},
+		{"intent.action", func(in *lifecycle.InboxSubmission) { in.Intent.Action = "\xc3\x28" }},
+		{"metadata.priority", func(in *lifecycle.InboxSubmission) { in.Metadata.Priority = "high\xfe" }},
 	} {
 		t.Run(f.field+"/invalid UTF-8", func(t *testing.T) {
 			in := sub("inbox_n")

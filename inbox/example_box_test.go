@@ -15,7 +15,7 @@ func ExampleBox() {
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC))
 	box, _ := inbox.New(inbox.Config{Store: memstore.New(), Clock: clk})
-	s := inbox.Submission{
+	s := lifecycle.InboxSubmission{
 		ID:     "inbox_2026-02-14_abc123",
 		Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
 		Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/violin.pp.ua/sonata-bwv1001"},

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -31,7 +30,7 @@ func TestSettleSubmitOverAProcessedEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.AcceptCreateOver(1)
-	if _, err := b.Submit(ctx, gw, sub("inbox_a")); !errors.Is(err, inbox.ErrEntryExists) {
+	if _, err := b.Submit(ctx, gw, sub("inbox_a")); !errors.Is(err, lifecycle.ErrInboxEntryExists) {
 		t.Fatalf("second Submit: %v; want ErrEntryExists", err)
 	}
 	if e, err := b.Get(ctx, "inbox_a"); err != nil || e.Status != lifecycle.InboxProcessed {

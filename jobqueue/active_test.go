@@ -272,11 +272,11 @@ func TestLeaseLostJobStaysFindable(t *testing.T) {
 			c := claim(t, q, "w1")
 			// The worker pauses in NOTEBOOKLM_CALL past its lease: the
 			// clock jumps a minute (LeaseTTL is 30 s) under the handler.
-			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 				clk.Advance(time.Minute)
-				return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+				return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 			}}
-			if _, err := c.Run(ctx, h); !errors.Is(err, jobqueue.ErrLeaseLost) {
+			if _, err := c.Run(ctx, h); !errors.Is(err, lifecycle.ErrLeaseLost) {
 				t.Fatalf("Run after the lease lapsed: %v", err)
 			}
 			if j := get(t, q, "job-1"); j.Status != lifecycle.JobNotebookLMCall {
@@ -337,7 +337,7 @@ func TestLaneFirstEntries(t *testing.T) {
 	}
 	// A duplicate Enqueue leaves its entry nowhere.
 	clk.Advance(time.Second)
-	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, spec("job-1", "agent-a")); !errors.Is(err, jobqueue.ErrJobExists) {
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, spec("job-1", "agent-a")); !errors.Is(err, lifecycle.ErrJobExists) {
 		t.Fatalf("duplicate Enqueue: %v", err)
 	}
 	if n := countKeys(t, s, layout.LanesPrefix); n != 0 {

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/audit"
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
@@ -74,7 +74,7 @@ func (q *auditor) ensureFlushed(ctx context.Context, d *jobDoc) error {
 	if err != nil || key == "" {
 		return err
 	}
-	if err := core.EnsureAudit(ctx, q.store, key, b); err != nil {
+	if err := audit.Ensure(ctx, q.store, key, b); err != nil {
 		return err
 	}
 	q.flushed(d)
@@ -156,7 +156,7 @@ func (q *auditor) auditObject(d *jobDoc) (key string, b []byte, err error) {
 }
 
 func (q *auditor) putAudit(ctx context.Context, key string, b []byte) error {
-	return core.PutAudit(ctx, q.store, key, b)
+	return audit.Put(ctx, q.store, key, b)
 }
 
 // auditGap records that the audit object of version v of a job at rest

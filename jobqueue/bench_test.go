@@ -27,8 +27,8 @@ import (
 )
 
 var noopHandlers = jobqueue.Handlers{
-	CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+	CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 	},
 }
 
@@ -286,9 +286,9 @@ func BenchmarkDispatch(b *testing.B) {
 				s = storage.New(struct{ driver.Store }{s})
 			}
 			started := make(chan time.Time, 1)
-			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 				started <- time.Now()
-				return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+				return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 			}}
 			w := &jobqueue.Worker{Queue: newQueue(b, s, clock.Real()), ID: "w", Handlers: h, SweepInterval: -1}
 			stopped := make(chan error, 1)
@@ -355,7 +355,7 @@ func benchPickup(b *testing.B, s *storage.Store, rate float64) {
 	ready := map[string]time.Time{}
 	var waits, enqueues []time.Duration
 	done := make(chan struct{})
-	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 		now := time.Now()
 		mu.Lock()
 		if at, ok := ready[job.JobID]; ok {
@@ -366,7 +366,7 @@ func benchPickup(b *testing.B, s *storage.Store, rate float64) {
 			}
 		}
 		mu.Unlock()
-		return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+		return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 	}}
 	w := &jobqueue.Worker{Queue: newQueue("worker"), ID: "bench-worker", Slots: 16, Handlers: h}
 	var wg sync.WaitGroup

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/storekey"
@@ -434,7 +434,7 @@ var errLockLost = errors.New("jobqueue: agent lock lost before the pickup")
 // the store fails, the claim releases the lock still naming the job (lost
 // already, the release changes nothing).
 func (q *claimer) confirmPickup(ctx context.Context, c *Claim, lockKey string, lock *agentLock) error {
-	if core.LeaseCertain(lock.ExpiresAt, q.clock.Now(), q.leaseTTL) {
+	if fence.LeaseCertain(lock.ExpiresAt, q.clock.Now(), q.leaseTTL) {
 		return nil
 	}
 	renewed := *lock
@@ -449,7 +449,7 @@ func (q *claimer) confirmPickup(ctx context.Context, c *Claim, lockKey string, l
 		return err
 	}
 	epoch := c.epoch + 1
-	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: lockKey}
+	rec := &fence.Record[agentLock, *agentLock]{Store: q.store, Key: lockKey}
 	if cur, _, err := rec.Load(ctx); err == nil && cur.Epoch > c.epoch {
 		epoch = cur.Epoch
 	}

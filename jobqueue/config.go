@@ -18,17 +18,16 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxAttempts = 3
-	DefaultLeaseTTL    = 30 * time.Second
-	DefaultStepTimeout = 120 * time.Second
-	DefaultStopGrace   = 10 * time.Second
-	DefaultProject     = "default"
-	DefaultSweepBatch  = 10000
+	defaultMaxAttempts = 3
+	defaultLeaseTTL    = 30 * time.Second
+	defaultStepTimeout = 120 * time.Second
+	defaultStopGrace   = 10 * time.Second
+	defaultSweepBatch  = 10000
 )
 
-// DefaultBackoff is the retry schedule (docs/spec.md#retries-and-timeouts): the wait in
+// defaultBackoff is the retry schedule (docs/spec.md#retries-and-timeouts): the wait in
 // RETRY_BACKOFF after the first, second and third failed attempt.
-func DefaultBackoff() []time.Duration {
+func defaultBackoff() []time.Duration {
 	return []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second}
 }
 
@@ -49,13 +48,12 @@ type Config struct {
 	// Node names this host in audit events. Default: "".
 	Node string
 	// Project is the cid artifacts go to when a job names none. Default:
-	// DefaultProject ("default").
+	// lifecycle.DefaultProject ("default").
 	Project string
 	// MaxAttempts is max_attempts for jobs enqueued without one. Default: 3.
 	MaxAttempts int
 	// Backoff is the wait in RETRY_BACKOFF after failed attempt n
-	// (Backoff[n-1]; the last entry repeats). Default: DefaultBackoff,
-	// 15 s, 30 s, 60 s.
+	// (Backoff[n-1]; the last entry repeats). Default: 15 s, 30 s, 60 s.
 	Backoff []time.Duration
 	// LeaseTTL is how long a claim lives without a heartbeat; a running job
 	// renews it every LeaseTTL/3. Default: 30 s.
@@ -120,19 +118,19 @@ func fillConfig(cfg *Config) error {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Project == "" {
-		cfg.Project = DefaultProject
+		cfg.Project = lifecycle.DefaultProject
 	}
 	if err := storekey.ValidateID("project id", cfg.Project); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
+		cfg.MaxAttempts = defaultMaxAttempts
 	}
 	if cfg.MaxAttempts < 1 {
 		return fmt.Errorf("%w: MaxAttempts %d < 1", ErrInvalidConfig, cfg.MaxAttempts)
 	}
 	if len(cfg.Backoff) == 0 {
-		cfg.Backoff = DefaultBackoff()
+		cfg.Backoff = defaultBackoff()
 	}
 	for _, d := range cfg.Backoff {
 		if d < 0 {
@@ -140,22 +138,22 @@ func fillConfig(cfg *Config) error {
 		}
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
+		cfg.LeaseTTL = defaultLeaseTTL
 	}
 	if cfg.StepTimeout == 0 {
-		cfg.StepTimeout = DefaultStepTimeout
+		cfg.StepTimeout = defaultStepTimeout
 	}
 	if cfg.LeaseTTL < 3*time.Millisecond || cfg.StepTimeout < 0 {
 		return fmt.Errorf("%w: LeaseTTL %s below 3ms or negative StepTimeout %s", ErrInvalidConfig, cfg.LeaseTTL, cfg.StepTimeout)
 	}
 	if cfg.SweepBatch == 0 {
-		cfg.SweepBatch = DefaultSweepBatch
+		cfg.SweepBatch = defaultSweepBatch
 	}
 	if cfg.SweepBatch < 0 {
 		return fmt.Errorf("%w: SweepBatch %d < 0", ErrInvalidConfig, cfg.SweepBatch)
 	}
 	if cfg.StopGrace == 0 {
-		cfg.StopGrace = DefaultStopGrace
+		cfg.StopGrace = defaultStopGrace
 	}
 	if cfg.StopGrace < 0 {
 		return fmt.Errorf("%w: negative StopGrace %s", ErrInvalidConfig, cfg.StopGrace)
@@ -177,7 +175,7 @@ func typeValidators(types map[lifecycle.JobType]TypeConfig) (map[artifact.Type]f
 		if err := storekey.ValidateID("job type", string(t)); err != nil {
 			return nil, fmt.Errorf("%w: Types: %w", ErrInvalidConfig, err)
 		}
-		if _, builtin := ArtifactType(t); builtin {
+		if _, builtin := artifact.TypeForJob(t); builtin {
 			return nil, fmt.Errorf("%w: Types: %s is a built-in job type", ErrInvalidConfig, t)
 		}
 		contentTypes[artifact.Type(t)] = tc.Validate

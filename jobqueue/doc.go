@@ -7,7 +7,8 @@
 // type), run a Worker, and Insert a job; Wait returns it once COMPLETE or
 // DEAD, and Result reads what its handler returned (Example_job). A job
 // may name a run and an agent (InsertJob); an agent runs one job at a
-// time, and a job without one runs in its type's lane (TypeLane), one at a
+// time, and a job without one runs in its type's lane ("_type." and the
+// type, its agent_slug), one at a
 // time too. Insert, InsertJob, Job, Result, Wait and Retry act as the
 // system (the program that embeds the queue); Enqueue, Get, List and
 // Requeue check the authority matrix (docs/spec.md#authority-matrix) for
@@ -29,7 +30,6 @@
 //     fixed poll, and sweeping one batch of jobs a minute among all the
 //     workers sharing the store (SweepIfDue).
 //   - The NLM backend's side (docs/spec.md#nlm-job-lifecycle) is package lifecycle/nlm.
-//   - ReplayAudit: replays the audit log through the job machine.
 //
 // Attempt counts attempts started: pickup increments it, so with
 // max_attempts 3 a job runs at most three times; each failure waits in

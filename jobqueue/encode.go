@@ -168,7 +168,7 @@ func appendMove(b []byte, m *lifecycle.JobMove) ([]byte, error) {
 }
 
 // DecodeJSON decodes a job record as json.Unmarshal does, into a zero
-// jobDoc (core.Decode's): the record as AppendJSON writes it (its members
+// jobDoc (fence.Decode's): the record as AppendJSON writes it (its members
 // by their names, in any order) without reflection, anything else by
 // json.Unmarshal itself (FuzzJobDocDecode compares the two). Every job's
 // pickup reads its record, and reflection made that read a large share of

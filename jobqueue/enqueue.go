@@ -29,7 +29,7 @@ import (
 // Its fields are lifecycle.NewJob's (the Go client sends that one without
 // the engine); a conversion turns one into the other. Only JobType is
 // required: RunID may be empty (a job of no run), and so may AgentSlug (the
-// job then runs in its type's lane, TypeLane, which becomes its
+// job then runs in its type's lane, "_type." and the type, which becomes its
 // agent_slug). Ids are storage ids
 // (storage.ErrInvalidID); Payload is JSON of at most 1 MiB,
 // the URLs at most 4,096 bytes, and Context.EntityRefs at most
@@ -46,60 +46,60 @@ func newUUID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// TypeLanePrefix starts the lane of the jobs of a type enqueued without an
-// agent (TypeLane). It is reserved: an agent_slug that starts with it is
+// typeLanePrefix starts the lane of the jobs of a type enqueued without an
+// agent (typeLane). It is reserved: an agent_slug that starts with it is
 // refused.
-const TypeLanePrefix = "_type."
+const typeLanePrefix = "_type."
 
-// TypeLane is the lane, and so the agent_slug, of the jobs of type t
+// typeLane is the lane, and so the agent_slug, of the jobs of type t
 // enqueued without an agent: "_type." + t. Like an agent's, a lane runs one
 // job at a time across every worker sharing the store (docs/design.md#jobs
 // says why); jobs that may run side by side take agent slugs of their own.
-func TypeLane(t lifecycle.JobType) string { return TypeLanePrefix + string(t) }
+func typeLane(t lifecycle.JobType) string { return typeLanePrefix + string(t) }
 
 func badJob(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", lifecycle.ErrInvalidJob, fmt.Sprintf(format, args...))
 }
 
 func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error {
 	// Text first: a job type of invalid UTF-8 is INVALID_INPUT, as every
 	// other field's, not an unknown type.
 	if err := n.checkText(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if n.JobID == "" {
 		n.JobID = newUUID()
 	}
 	if err := storekey.ValidateID("job id", n.JobID); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if n.RunID != "" {
 		if err := storekey.ValidateID("run id", n.RunID); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 		}
 	}
 	if n.ProjectID != "" {
 		if err := storekey.ValidateID("project id", n.ProjectID); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 		}
 	}
-	if _, ok := ArtifactType(n.JobType); !ok && !user[n.JobType] {
+	if _, ok := artifact.TypeForJob(n.JobType); !ok && !user[n.JobType] {
 		return badJob("job_type %q is not RESEARCH, BRIEF, PROPOSAL_PREPROCESS or a type of Config.Types", n.JobType)
 	}
-	if strings.HasPrefix(n.AgentSlug, TypeLanePrefix) {
-		return badJob("agent_slug %q: the prefix %q is reserved for the lanes of jobs without an agent", n.AgentSlug, TypeLanePrefix)
+	if strings.HasPrefix(n.AgentSlug, typeLanePrefix) {
+		return badJob("agent_slug %q: the prefix %q is reserved for the lanes of jobs without an agent", n.AgentSlug, typeLanePrefix)
 	}
 	if n.AgentSlug == "" {
-		// No agent: the job runs in its type's lane (TypeLane), one at a
+		// No agent: the job runs in its type's lane (typeLane), one at a
 		// time like an agent's, and the lane is its agent_slug, so every
 		// pass that works by agent (claim, sweep, metrics) works on it.
-		n.AgentSlug = TypeLane(n.JobType)
+		n.AgentSlug = typeLane(n.JobType)
 		if err := storekey.ValidateID("agent slug", n.AgentSlug); err != nil {
 			return badJob("job_type %q is too long to name a lane: the job needs an agent_slug (%v)", n.JobType, err)
 		}
 	}
 	if err := storekey.ValidateID("agent slug", n.AgentSlug); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if n.MaxAttempts == 0 {
 		n.MaxAttempts = defaultMax
@@ -151,21 +151,6 @@ func (n *NewJob) checkText() error {
 		}
 	}
 	return nil
-}
-
-// ArtifactType maps a job type to the artifact type it produces:
-// RESEARCH → RESEARCH_BRIEF, BRIEF → BRIEF, PROPOSAL_PREPROCESS →
-// PREPROCESSED_PROPOSAL.
-func ArtifactType(t lifecycle.JobType) (artifact.Type, bool) {
-	switch t {
-	case lifecycle.JobResearch:
-		return artifact.ResearchBrief, true
-	case lifecycle.JobBrief:
-		return artifact.Brief, true
-	case lifecycle.JobProposalPreprocess:
-		return artifact.PreprocessedProposal, true
-	}
-	return "", false
 }
 
 // admission puts jobs in their agents' lanes from outside a claim:
@@ -233,7 +218,7 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 	if _, err := records.Create(ctx, q.store, key, &doc); err != nil {
 		undo()
 		if errors.Is(err, storage.ErrPreconditionFailed) {
-			return lifecycle.Job{}, fmt.Errorf("%w: %s", ErrJobExists, n.JobID)
+			return lifecycle.Job{}, fmt.Errorf("%w: %s", lifecycle.ErrJobExists, n.JobID)
 		}
 		return lifecycle.Job{}, err
 	}

@@ -30,11 +30,11 @@ func Example_fakeClock() {
 	})
 
 	var calls atomic.Int32
-	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 		if calls.Add(1) == 1 {
-			return jobqueue.Output{}, conveyortest.Hang(ctx) // the first call hangs until its step timeout
+			return lifecycle.JobOutput{}, conveyortest.Hang(ctx) // the first call hangs until its step timeout
 		}
-		return jobqueue.Output{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
+		return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}}
 
 	c, _ := q.Claim(ctx, "worker-1")

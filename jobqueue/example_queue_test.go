@@ -25,8 +25,8 @@ func ExampleQueue() {
 	c, _ := q.Claim(ctx, "worker-1")
 	fmt.Println(c.Job().Status, c.Job().Attempt)
 	done, _ := c.Run(ctx, jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
-			return jobqueue.Output{Content: json.RawMessage(`{"title":"Brief","body":"Short","entity_map":{},"word_count":1}`)}, nil
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (lifecycle.JobOutput, error) {
+			return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"Brief","body":"Short","entity_map":{},"word_count":1}`)}, nil
 		},
 	})
 	fmt.Println(done.Status, done.ArtifactID == artifact.IDForJob("job-1"))

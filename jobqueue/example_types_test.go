@@ -16,12 +16,12 @@ import (
 func ExampleTypeConfig() {
 	ctx := context.Background()
 	summarize := jobqueue.TypeConfig{
-		Handler: jobqueue.HandlerFunc(func(ctx context.Context, job lifecycle.Job) (jobqueue.Output, error) {
+		Handler: jobqueue.HandlerFunc(func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 			var in struct{ URL string }
 			if err := json.Unmarshal(job.Payload, &in); err != nil || in.URL == "" {
-				return jobqueue.Output{}, jobqueue.Permanent(errors.New("payload needs a url"))
+				return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("payload needs a url"))
 			}
-			return jobqueue.Output{Content: json.RawMessage(`{"summary":"three lines about ` + in.URL + `"}`)}, nil
+			return lifecycle.JobOutput{Content: json.RawMessage(`{"summary":"three lines about ` + in.URL + `"}`)}, nil
 		}),
 		Validate: func(content json.RawMessage) error {
 			var c struct{ Summary string }
@@ -43,7 +43,7 @@ func ExampleTypeConfig() {
 		done, _ := c.Run(ctx, nil) // the type brings its own
 		fmt.Println(done.Status, "after", done.Attempt, "attempt(s)", "code="+done.ErrorCode)
 		if done.Status == lifecycle.JobComplete {
-			art, _ := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, job.JobID)
+			art, _ := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, lifecycle.DefaultProject, job.JobID)
 			fmt.Println(art.Type, string(art.Content))
 		}
 	}

@@ -30,11 +30,11 @@ func ExampleWorker() {
 	// The NLM backend answers 503 the first time it is asked about job-2.
 	var refused atomic.Bool
 	w := &jobqueue.Worker{Queue: q, ID: "worker-1", Slots: 2, Handlers: jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (lifecycle.JobOutput, error) {
 			if job.JobID == "job-2" && refused.CompareAndSwap(false, true) {
-				return jobqueue.Output{}, &jobqueue.StatusError{Code: 503}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 503}
 			}
-			return jobqueue.Output{Content: json.RawMessage(`{"title":"Brief","body":"Short","entity_map":{},"word_count":1}`)}, nil
+			return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"Brief","body":"Short","entity_map":{},"word_count":1}`)}, nil
 		},
 	}}
 	stopped := make(chan struct{})

@@ -49,14 +49,14 @@ func stuckHandlers(release <-chan struct{}, entered chan<- struct{}, stuck ...st
 	h := okHandlers()
 	ok := h.CallNotebookLM
 	var once sync.Once
-	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 		for _, id := range stuck {
 			if job.JobID == id {
 				if entered != nil {
 					once.Do(func() { close(entered) })
 				}
 				<-release
-				return jobqueue.Output{}, errors.New("returned after release")
+				return lifecycle.JobOutput{}, errors.New("returned after release")
 			}
 		}
 		return ok(ctx, job, snap)
@@ -278,7 +278,7 @@ func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
 		h := okHandlers()
 		call := h.CallNotebookLM
 		downed := make(chan struct{})
-		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 			fs.Down() // the store stops while the NLM backend answers
 			close(downed)
 			return call(ctx, job, snap)
@@ -395,8 +395,8 @@ func (f *freezer) ListAfter(ctx context.Context, prefix, after string) iter.Seq2
 // (its title), so a test can tell whose attempt an artifact is.
 func producedBy(worker string) jobqueue.Handlers {
 	h := okHandlers()
-	h.CallNotebookLM = func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{Content: json.RawMessage(`{"title":"` + worker + `","body":"b","entity_map":{},"word_count":1}`)}, nil
+	h.CallNotebookLM = func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"` + worker + `","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}
 	return h
 }
@@ -455,10 +455,10 @@ func TestFaultLateArtifactWrite(t *testing.T) {
 				if j := get(t, q2, "job-1"); j.Status != lifecycle.JobRetryBackoff || j.ErrorCode != codes.JobLeaseExpired {
 					t.Fatalf("after the rescue: %s %s", j.Status, j.ErrorCode)
 				}
-				artKey, _ := layout.ArtifactKey(jobqueue.DefaultProject, artifact.IDForJob("job-1"))
+				artKey, _ := layout.ArtifactKey(lifecycle.DefaultProject, artifact.IDForJob("job-1"))
 				wake := func() {
 					view1.thaw()
-					if err := within(t, "worker 1 after waking", ran1); !errors.Is(err, jobqueue.ErrLeaseLost) {
+					if err := within(t, "worker 1 after waking", ran1); !errors.Is(err, lifecycle.ErrLeaseLost) {
 						t.Fatalf("worker 1 woke to %v, want ErrLeaseLost", err)
 					}
 				}
@@ -499,7 +499,7 @@ func frozenAt(pause string, view1 *freezer) jobqueue.Handlers {
 	switch pause {
 	case "handler":
 		call := h1.CallNotebookLM
-		h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 			view1.freeze()
 			<-view1.thawed
 			return call(ctx, job, snap)
@@ -509,7 +509,7 @@ func frozenAt(pause string, view1 *freezer) jobqueue.Handlers {
 		// point is the NLM response in hand, the artifact not
 		// yet written.
 		call := h1.CallNotebookLM
-		h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h1.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 			out, err := call(ctx, job, snap)
 			view1.freeze()
 			<-view1.thawed
@@ -527,7 +527,7 @@ func frozenAt(pause string, view1 *freezer) jobqueue.Handlers {
 func checkAttempt2Won(t *testing.T, s *storage.Store, q2 *jobqueue.Queue, clk *clock.Fake, artKey string, committed []byte, epoch2 int64) {
 	t.Helper()
 	ctx := context.Background()
-	a, err := q2.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, "job-1")
+	a, err := q2.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, lifecycle.DefaultProject, "job-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,11 +602,11 @@ func TestWorkerStopsWithTheStoreUnreachable(t *testing.T) {
 	enqueue(t, q, "job-1", "agent-a")
 	entered := make(chan struct{})
 	h := okHandlers()
-	h.CallNotebookLM = func(ctx context.Context, _ lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, _ lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 		s.cut.Store(true)
 		close(entered)
 		<-ctx.Done()
-		return jobqueue.Output{}, ctx.Err()
+		return lifecycle.JobOutput{}, ctx.Err()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &jobqueue.Worker{Queue: q, ID: "w1", Handlers: h, SweepInterval: -1, PollInterval: 10 * time.Millisecond}

@@ -10,7 +10,7 @@ import (
 
 // Handler does the work of a job type's jobs (Config.Types). The queue
 // calls Work once per attempt, under Config.StepTimeout, and stores the
-// Output it returns as the job's artifact in the write that makes the job
+// lifecycle.JobOutput it returns as the job's artifact in the write that makes the job
 // COMPLETE. An error sends the job to RETRY_BACKOFF (retried after
 // Config.Backoff while attempts are left); wrap it with Permanent when no
 // retry can mend it, or return a *StatusError to record an HTTP status.
@@ -18,28 +18,30 @@ import (
 // Handlers, the NLM pipeline's two steps, is a Handler too; Typed makes one
 // of a function of the job's decoded payload.
 type Handler interface {
-	Work(ctx context.Context, job lifecycle.Job) (Output, error)
+	Work(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error)
 }
 
 // HandlerFunc is a function that is a Handler.
-type HandlerFunc func(ctx context.Context, job lifecycle.Job) (Output, error)
+type HandlerFunc func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error)
 
 // Work calls f.
-func (f HandlerFunc) Work(ctx context.Context, job lifecycle.Job) (Output, error) { return f(ctx, job) }
+func (f HandlerFunc) Work(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
+	return f(ctx, job)
+}
 
 // Work runs the NLM pipeline's steps in one call: AssembleContext (if
 // set), then CallNotebookLM. The queue itself does not call it: it runs
 // the two steps as CONTEXT_ASSEMBLY and NOTEBOOKLM_CALL, each under
 // Config.StepTimeout, recording the move between them.
-func (h Handlers) Work(ctx context.Context, job lifecycle.Job) (Output, error) {
+func (h Handlers) Work(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 	if h.CallNotebookLM == nil {
-		return Output{}, Permanent(errNoCall)
+		return lifecycle.JobOutput{}, Permanent(errNoCall)
 	}
 	var snapshot json.RawMessage
 	if h.AssembleContext != nil {
 		var err error
 		if snapshot, err = h.AssembleContext(ctx, job); err != nil {
-			return Output{}, err
+			return lifecycle.JobOutput{}, err
 		}
 	}
 	return h.CallNotebookLM(ctx, job, snapshot)
@@ -48,34 +50,34 @@ func (h Handlers) Work(ctx context.Context, job lifecycle.Job) (Output, error) {
 // Typed makes a Handler of fn, a function of the job's payload decoded
 // from JSON into Args, whose result, encoded as JSON, is the content of
 // the job's artifact. A payload that does not decode into Args fails the
-// job at once (Permanent) with a *PayloadError; so does a result that does
-// not encode. An empty payload decodes as JSON null: Args stays its zero
-// value. The decoding is encoding/json's: fields of the payload that Args
-// lacks are ignored.
+// job at once (Permanent) with an error naming the job, Args and the
+// decoding error; so does a result that does not encode. An empty payload
+// decodes as JSON null: Args stays its zero value. The decoding is
+// encoding/json's: fields of the payload that Args lacks are ignored.
 func Typed[Args, Result any](fn func(ctx context.Context, args Args) (Result, error)) Handler {
-	return HandlerFunc(func(ctx context.Context, job lifecycle.Job) (Output, error) {
+	return HandlerFunc(func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 		var args Args
 		if len(job.Payload) > 0 {
 			if err := json.Unmarshal(job.Payload, &args); err != nil {
-				return Output{}, Permanent(&PayloadError{JobID: job.JobID, JobType: job.JobType, Type: fmt.Sprintf("%T", args), Err: err})
+				return lifecycle.JobOutput{}, Permanent(&payloadError{JobID: job.JobID, JobType: job.JobType, Type: fmt.Sprintf("%T", args), Err: err})
 			}
 		}
 		res, err := fn(ctx, args)
 		if err != nil {
-			return Output{}, err
+			return lifecycle.JobOutput{}, err
 		}
 		content, err := json.Marshal(res)
 		if err != nil {
-			return Output{}, Permanent(fmt.Errorf("jobqueue: encoding the result of job %s as JSON: %w", job.JobID, err))
+			return lifecycle.JobOutput{}, Permanent(fmt.Errorf("jobqueue: encoding the result of job %s as JSON: %w", job.JobID, err))
 		}
-		return Output{Content: content}, nil
+		return lifecycle.JobOutput{Content: content}, nil
 	})
 }
 
-// PayloadError is the failure of a Typed handler whose job's payload does
+// payloadError is the failure of a Typed handler whose job's payload does
 // not decode into its Args. The job goes to DEAD with error_code
 // PERMANENT and this error's text.
-type PayloadError struct {
+type payloadError struct {
 	JobID   string
 	JobType lifecycle.JobType
 	Type    string // Args, as %T prints it
@@ -83,12 +85,12 @@ type PayloadError struct {
 }
 
 // Error names the job, its type, Args and the decoding error.
-func (e *PayloadError) Error() string {
+func (e *payloadError) Error() string {
 	return fmt.Sprintf("jobqueue: payload of job %s (%s) does not decode into %s: %v", e.JobID, e.JobType, e.Type, e.Err)
 }
 
 // Unwrap returns the decoding error.
-func (e *PayloadError) Unwrap() error { return e.Err }
+func (e *payloadError) Unwrap() error { return e.Err }
 
 // errNoCall: Handlers without CallNotebookLM were asked to work.
 var errNoCall = fmt.Errorf("jobqueue: Handlers.CallNotebookLM is nil")

@@ -95,7 +95,7 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 				if in.field == "" {
 					code = codes.InvalidInput // an id is a format: 400 whatever is wrong
 				}
-				checkRefused(t, err, jobqueue.ErrInvalidJob, in.field, code, s, before)
+				checkRefused(t, err, lifecycle.ErrInvalidJob, in.field, code, s, before)
 			})
 		}
 	}
@@ -106,7 +106,7 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 		n.Payload = json.RawMessage(`{"q":"\ud800"}`)
 		before := teststores.Snapshot(t, s)
 		_, err := q.Enqueue(ctx, lifecycle.ActorGateway, n)
-		checkRefused(t, err, jobqueue.ErrInvalidJob, "payload", codes.InvalidInput, s, before)
+		checkRefused(t, err, lifecycle.ErrInvalidJob, "payload", codes.InvalidInput, s, before)
 	})
 	t.Run("too many entity refs", func(t *testing.T) {
 		n := spec("job-1", "agent")
@@ -116,7 +116,7 @@ func TestEnqueueRefusesBadText(t *testing.T) {
 		}
 		before := teststores.Snapshot(t, s)
 		_, err := q.Enqueue(ctx, lifecycle.ActorGateway, n)
-		checkRefused(t, err, jobqueue.ErrInvalidJob, "context.entity_refs", codes.InputTooLarge, s, before)
+		checkRefused(t, err, lifecycle.ErrInvalidJob, "context.entity_refs", codes.InputTooLarge, s, before)
 	})
 	t.Run("at the limits", func(t *testing.T) {
 		n := spec("job-2", "agent")

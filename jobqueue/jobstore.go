@@ -7,7 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/storekey"
@@ -42,7 +43,7 @@ type jobStore struct {
 	quar  *quarantine
 	// absent holds the jobs read missing on a store that settles, until
 	// their absence is confirmed (settle.go); settles at once elsewhere.
-	absent *core.Absence
+	absent *evidence.Absence
 	audit  *auditor
 	obs    *observer
 	grace  stopGrace
@@ -68,8 +69,8 @@ func (q *jobStore) read(ctx context.Context, jobID string) (jobDoc, storage.Vers
 
 // jobRecord is the job at key as the core writes it: validated on every
 // read, so a record that is not a job of this key is poison.
-func (q *jobStore) record(key string) *core.Record[jobDoc, *jobDoc] {
-	return &core.Record[jobDoc, *jobDoc]{Store: q.store, Key: key, Validate: func(d *jobDoc) error { return validJob(key, d) }}
+func (q *jobStore) record(key string) *fence.Record[jobDoc, *jobDoc] {
+	return &fence.Record[jobDoc, *jobDoc]{Store: q.store, Key: key, Validate: func(d *jobDoc) error { return validJob(key, d) }}
 }
 
 // validJob refuses a decoded job that cannot be this key's job.
@@ -102,7 +103,7 @@ func fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle
 // going back, a compare-and-swap write, then, when the write brings the
 // job to rest, the audit object of its trail. When the caller holds the
 // document as it last wrote it (cached, at version ver) the write goes
-// straight to If-Match; on a conflict, or without a cache, core.Record
+// straight to If-Match; on a conflict, or without a cache, fence.Record
 // reads first.
 //
 // The trail (Job.Trail) holds the moves not yet in the audit log: the
@@ -115,7 +116,7 @@ func (q *jobStore) update(ctx context.Context, jobID string, cached *jobDoc, ver
 }
 
 // updateFenced is update for an owner: the write is refused with
-// ErrLeaseLost unless the job still carries the lease (owner, epoch).
+// lifecycle.ErrLeaseLost unless the job still carries the lease (owner, epoch).
 func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {

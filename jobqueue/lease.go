@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -128,13 +128,13 @@ func (c *Claim) settled() {
 
 // heartbeat renews the agent lock and the job's lease LeaseTTL/3 after
 // the last renewal until stop is called; when renewal finds the lease lost
-// it cancels the run with ErrLeaseLost.
+// it cancels the run with lifecycle.ErrLeaseLost.
 func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
 	last := func() time.Time { return time.Unix(0, c.renewedAt.Load()) }
-	return core.Heartbeat(ctx, c.r.clock, c.r.leaseTTL/3, last, func(ctx context.Context) bool {
+	return fence.Heartbeat(ctx, c.r.clock, c.r.leaseTTL/3, last, func(ctx context.Context) bool {
 		err := c.renew(ctx)
 		switch {
-		case errors.Is(err, ErrLeaseLost):
+		case errors.Is(err, lifecycle.ErrLeaseLost):
 			cancel(err)
 			return false
 		case err != nil && ctx.Err() == nil:
@@ -156,7 +156,7 @@ func (c *Claim) renew(ctx context.Context) error {
 	b, _ := json.Marshal(&l)
 	v, err := c.r.store.Put(ctx, key, b, storage.IfMatch(c.lockVer))
 	if errors.Is(err, storage.ErrPreconditionFailed) {
-		return fmt.Errorf("%w: agent lock of %s taken over", ErrLeaseLost, c.agent.name)
+		return fmt.Errorf("%w: agent lock of %s taken over", lifecycle.ErrLeaseLost, c.agent.name)
 	}
 	if err != nil {
 		return err
@@ -178,14 +178,14 @@ func (c *Claim) renew(ctx context.Context) error {
 // compare-and-swap cannot fence (the artifact), that the claim still holds
 // its lease: by the clock while more than a tenth of LeaseTTL is left,
 // else by renewing it (a fenced write). A claim that woke up from a pause
-// past its lease gets ErrLeaseLost here and writes nothing; one paused
+// past its lease gets lifecycle.ErrLeaseLost here and writes nothing; one paused
 // between this check and the write can still create the artifact, which
 // the next attempt replaces (artifact.Draft.Epoch).
 func (c *Claim) confirm(ctx context.Context) error {
 	c.mu.Lock()
 	l := c.doc.Lease
 	c.mu.Unlock()
-	if l != nil && core.LeaseCertain(l.ExpiresAt, c.r.clock.Now(), c.r.leaseTTL) {
+	if l != nil && fence.LeaseCertain(l.ExpiresAt, c.r.clock.Now(), c.r.leaseTTL) {
 		return nil
 	}
 	return c.renew(ctx)

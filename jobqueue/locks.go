@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -155,7 +155,7 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 	if cached {
 		return lock, ver, true, nil
 	}
-	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key, Validate: func(l *agentLock) error {
+	rec := &fence.Record[agentLock, *agentLock]{Store: q.store, Key: key, Validate: func(l *agentLock) error {
 		if l.Agent != a.name {
 			return fmt.Errorf("lock of agent %q at the key of %q", l.Agent, a.name)
 		}

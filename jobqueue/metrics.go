@@ -27,7 +27,7 @@ import (
 //	// kind ("job", "agent_lock", "sweep_lease", "other").
 //	RecordQuarantined(kind string)
 //	// HandlerAbandoned counts a handler call abandoned at StepTimeout while
-//	// its goroutine ran on (see Queue.Stragglers).
+//	// its goroutine ran on (also logged as unit_abandoned).
 //	HandlerAbandoned(jobType lifecycle.JobType, step lifecycle.JobState)
 type Metrics interface {
 	// JobTransition counts one move of a job, from → to (from is "" for

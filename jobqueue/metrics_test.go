@@ -86,9 +86,9 @@ func TestMetricsCompleteJob(t *testing.T) {
 		clk.Advance(2 * time.Second)
 		return json.RawMessage(`{}`), nil
 	}
-	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 		clk.Advance(7 * time.Second)
-		return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+		return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 	}
 	if j, err := claim(t, q, "w1").Run(ctx, h); err != nil || j.Status != lifecycle.JobComplete {
 		t.Fatalf("run: %+v %v", j, err)

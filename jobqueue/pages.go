@@ -7,9 +7,9 @@ import (
 	"slices"
 
 	"github.com/runconveyor/conveyor/internal/authority"
-	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/paging"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -45,23 +45,23 @@ func (q *reader) listPage(ctx context.Context, actor lifecycle.Actor, jq JobQuer
 	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
 		return JobPage{}, err
 	}
-	limit, err := core.PageLimit(jq.Limit)
+	limit, err := paging.Limit(jq.Limit)
 	if err != nil {
 		return JobPage{}, err
 	}
 	if jq.Status != "" && !slices.Contains(machine.JobStates(), jq.Status) {
-		return JobPage{}, &core.PageError{Field: "status", Reason: fmt.Sprintf("%q is not a job state", jq.Status)}
+		return JobPage{}, &paging.Error{Field: "status", Reason: fmt.Sprintf("%q is not a job state", jq.Status)}
 	}
 	if jq.Agent != "" {
 		if err := storekey.ValidateID("agent slug", jq.Agent); err != nil {
 			return JobPage{}, err
 		}
 	}
-	after, err := core.PageCursor(jq.Cursor, func(e string) bool { _, ok := layout.JobIDFromKey(layout.JobsPrefix + e); return ok })
+	after, err := paging.Cursor(jq.Cursor, func(e string) bool { _, ok := layout.JobIDFromKey(layout.JobsPrefix + e); return ok })
 	if err != nil {
 		return JobPage{}, err
 	}
-	jobs, next, err := core.ReadPage(ctx, q.store, []string{layout.JobsPrefix}, after, limit, pageBudget(limit),
+	jobs, next, err := paging.Read(ctx, q.store, []string{layout.JobsPrefix}, after, limit, pageBudget(limit),
 		func(ctx context.Context, _ int, entry string) (lifecycle.Job, bool, error) {
 			id, ok := layout.JobIDFromKey(layout.JobsPrefix + entry)
 			if !ok {

@@ -14,7 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -37,16 +37,7 @@ type Handlers struct {
 	AssembleContext func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error)
 	// CallNotebookLM is NOTEBOOKLM_CALL: it asks the NLM backend and returns
 	// the artifact content. Handlers without it run nothing.
-	CallNotebookLM func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (Output, error)
-}
-
-// Output is what a Handler produced: the content and metadata of the
-// job's artifact. Its type is the job type's (ArtifactType).
-type Output struct {
-	Content    json.RawMessage
-	EntityRefs []string
-	Tags       []string
-	Sources    []artifact.SourceRef
+	CallNotebookLM func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (lifecycle.JobOutput, error)
 }
 
 // StatusError is a handler error carrying an HTTP status, e.g. 429 or 503
@@ -94,7 +85,7 @@ func errorCode(step lifecycle.JobState, stepCtx context.Context, err error) stri
 	switch {
 	case errors.As(err, &pe):
 		return codes.JobPermanent
-	case errors.Is(err, core.ErrOverrun), errors.Is(context.Cause(stepCtx), ErrStepTimeout), errors.Is(err, ErrStepTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, deadline.ErrOverrun), errors.Is(context.Cause(stepCtx), errStepTimeout), errors.Is(err, errStepTimeout), errors.Is(err, context.DeadlineExceeded):
 		return codes.JobTimeout
 	case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
 		return codes.JobRateLimited
@@ -116,7 +107,7 @@ type runner struct {
 	clock         clock.Clock
 	log           *slog.Logger
 	tracer        tracing.Tracer
-	units         *core.Units // the handlers' calls, under StepTimeout
+	units         *deadline.Units // the handlers' calls, under StepTimeout
 	jobs          *jobStore
 	lanes         *lanes
 	sched         *scheduler
@@ -143,7 +134,7 @@ type runner struct {
 // fenced write, so no reader sees COMPLETE without its finalized artifact,
 // written by the attempt that completed (F3). It returns
 // the job as last written. An error means the claim could not write
-// (ErrLeaseLost when another worker rescued the job); a handler's failure
+// (lifecycle.ErrLeaseLost when another worker rescued the job); a handler's failure
 // is not an error of Run, it is the job's state.
 //
 // The attempt continues the trace its enqueue stored: a conveyor.job span
@@ -192,7 +183,7 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	c.mu.Lock()
 	c.done = true
 	c.mu.Unlock()
-	if cause := context.Cause(runCtx); errors.Is(cause, ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
+	if cause := context.Cause(runCtx); errors.Is(cause, lifecycle.ErrLeaseLost) && (err == nil || errors.Is(err, context.Canceled)) {
 		err = cause // the heartbeat found the lease lost, and the write it cut says only "canceled"
 	}
 	ectx, ecancel := c.r.grace.after(ctx)
@@ -212,19 +203,19 @@ func toArtifactWrite(ctx context.Context, d *jobDoc) error {
 
 // step runs fn as one unit of the core under the step timeout, on the
 // queue's clock: at the timeout the step ends with an error matching
-// ErrStepTimeout whether or not fn returns, and a fn that ignores its
-// context is left behind, counted in Stragglers, its result dropped.
+// errStepTimeout whether or not fn returns, and a fn that ignores its
+// context is left behind, counted as a straggler, its result dropped.
 func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
 	job := c.Job()
 	hctx, span := c.r.tracer.Start(ctx, tracing.SpanHandler, trace.SpanKindInternal)
 	span.String(tracing.AttrHandler, name)
 	span.String(tracing.AttrJobID, job.JobID)
-	_, err := core.Do(hctx, c.r.units, "job "+job.JobID+" "+name, c.r.stepTimeout, func(ctx context.Context) (struct{}, error) {
+	_, err := deadline.Do(hctx, c.r.units, "job "+job.JobID+" "+name, c.r.stepTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, fn(ctx)
 	})
-	if errors.Is(err, core.ErrOverrun) {
+	if errors.Is(err, deadline.ErrOverrun) {
 		c.r.obs.abandoned(job.JobType, job.Status)
-		err = fmt.Errorf("%w: %w", ErrStepTimeout, err)
+		err = fmt.Errorf("%w: %w", errStepTimeout, err)
 	}
 	span.End(err)
 	return ctx, err
@@ -247,10 +238,10 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		}
 		job = c.Job()
 	}
-	var out Output
+	var out lifecycle.JobOutput
 	name, work := "Work", h.Work
 	if isNLM {
-		name, work = "CallNotebookLM", func(ctx context.Context, job lifecycle.Job) (Output, error) {
+		name, work = "CallNotebookLM", func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 			return nlm.CallNotebookLM(ctx, job, snapshot)
 		}
 	}
@@ -262,7 +253,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
 	}
 	art, sctx, err := c.writeArtifact(ctx, job, out)
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, lifecycle.ErrLeaseLost) {
 		return c.Job(), err
 	}
 	if err != nil {
@@ -274,7 +265,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 // orchestrate records the failure err of step (sctx the step's context)
 // as the orchestration's, unless the claim lost its lease.
 func (c *Claim) orchestrate(ctx context.Context, step lifecycle.JobState, sctx context.Context, err error) (lifecycle.Job, error) {
-	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+	if errors.Is(context.Cause(ctx), lifecycle.ErrLeaseLost) {
 		return c.Job(), context.Cause(ctx)
 	}
 	code := errorCode(step, sctx, err)
@@ -314,7 +305,7 @@ func (c *Claim) assembleContext(ctx context.Context, h Handlers, job lifecycle.J
 // artifactType is the artifact type of a job of type t: the built-in
 // mapping, or the user type's own name.
 func artifactType(t lifecycle.JobType) artifact.Type {
-	if a, ok := ArtifactType(t); ok {
+	if a, ok := artifact.TypeForJob(t); ok {
 		return a
 	}
 	return artifact.Type(t)
@@ -322,7 +313,7 @@ func artifactType(t lifecycle.JobType) artifact.Type {
 
 // writeArtifact creates the job's artifact from out, the ARTIFACT_WRITE
 // step, and returns it with the step's context.
-func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output) (artifact.Artifact, context.Context, error) {
+func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecycle.JobOutput) (artifact.Artifact, context.Context, error) {
 	// ARTIFACT_WRITE is not written on its own: the artifact write is the
 	// queue's own quick step, and no reader acts on a job in it, so the
 	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
@@ -353,7 +344,7 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out Output
 		switch {
 		case err != nil:
 		case !art.Finalized:
-			err = fmt.Errorf("%w: %s", artifact.ErrNotFinalized, art.ArtifactID)
+			err = fmt.Errorf("%w: %s", errNotFinalized, art.ArtifactID)
 		case art.Epoch != c.epoch:
 			err = fmt.Errorf("jobqueue: artifact %s of epoch %d, not the claim's %d", art.ArtifactID, art.Epoch, c.epoch)
 		}
@@ -384,7 +375,7 @@ func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Jo
 	if err == nil {
 		c.settled()
 	}
-	if err != nil && !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
+	if err != nil && !errors.Is(err, lifecycle.ErrLeaseLost) && ctx.Err() == nil {
 		// The commit itself failed (a store error): a write error of
 		// ARTIFACT_WRITE, retried like any other.
 		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, ctx, err)

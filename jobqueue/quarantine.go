@@ -5,18 +5,18 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	quarantinepkg "github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// quarantine moves poison records aside (core.Quarantiner), logged and
+// quarantine moves poison records aside (quarantine.Mover), logged and
 // counted, and tells a reader of a job whether its record is there.
 type quarantine struct {
 	store *storage.Store
-	mover *core.Quarantiner
+	mover *quarantinepkg.Mover
 	obs   *observer
 }
 

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/maintenance"
+	quarantinepkg "github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -25,7 +27,7 @@ type Queue struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	artifacts *artifact.Store
-	units     *core.Units // the handlers' calls, under StepTimeout
+	units     *deadline.Units // the handlers' calls, under StepTimeout
 	project   defaultProject
 	grace     stopGrace
 
@@ -68,11 +70,11 @@ func New(cfg Config) (*Queue, error) {
 // uses, in the order they depend on one another.
 func assemble(cfg Config, store *storage.Store) *Queue {
 	q := &Queue{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, artifacts: cfg.Artifacts,
-		units: &core.Units{Clock: cfg.Clock, Log: cfg.Logger}, project: defaultProject(cfg.Project),
+		units: &deadline.Units{Clock: cfg.Clock, Log: cfg.Logger}, project: defaultProject(cfg.Project),
 		grace: stopGrace(cfg.StopGrace), sched: newScheduler()}
 	obs := &observer{metrics: cfg.Metrics, waits: &waitSet{}}
-	q.quar = &quarantine{store: store, mover: &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, obs: obs}
-	absent := &core.Absence{Settle: store.SettleTime()}
+	q.quar = &quarantine{store: store, mover: &quarantinepkg.Mover{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, obs: obs}
+	absent := &evidence.Absence{Settle: store.SettleTime()}
 	audit := &auditor{store: store, log: cfg.Logger, node: cfg.Node, artifactActor: cfg.ArtifactActor}
 	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
 	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}
@@ -104,8 +106,8 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // agent's ready lane. Validation comes before any write, so the job is
 // written once, already QUEUED, with both moves in its audit. The actor
 // needs Create (the gateway or the orchestration layer, docs/spec.md#authority-matrix); the
-// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (ErrInvalidJob) or a refusal
-// (lifecycle.ErrForbiddenActor) writes nothing; an existing id gives ErrJobExists.
+// move to QUEUED is the orchestration layer's, which the queue is. Invalid input (lifecycle.ErrInvalidJob) or a refusal
+// (lifecycle.ErrForbiddenActor) writes nothing; an existing id gives lifecycle.ErrJobExists.
 // The job keeps the trace context of ctx (with Config.TracerProvider set,
 // that of a conveyor.enqueue span): every attempt's spans continue it.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
@@ -164,8 +166,9 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 // counts as work while it reads and waits on the clock's timers, so a
 // test that drives the clock sees the same run every time.
 //
-// When ctx ends first it returns the job as last read and a *WaitError
-// wrapping the cause (context.Canceled, context.DeadlineExceeded). A job
+// When ctx ends first it returns the job as last read and an error that
+// names the job and its last status and wraps the cause
+// (context.Canceled, context.DeadlineExceeded). A job
 // that does not exist gives an error matching storage.ErrNotFound; a
 // quarantined one a *lifecycle.QuarantinedError.
 func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
@@ -206,17 +209,8 @@ func (q *Queue) SweepIfDue(ctx context.Context, worker string, every time.Durati
 	return q.sweeper.every(worker, every).ifDue(ctx)
 }
 
-// Stragglers reports how many handler calls abandoned at StepTimeout (or at
-// shutdown) are still running, and how many were abandoned in all. Go
-// cannot stop a goroutine that ignores its context; the queue counts them,
-// logs unit_abandoned and unit_returned_late, and drops their results.
-func (q *Queue) Stragglers() (live int, total int64) { return q.units.Stragglers() }
-
 // Artifacts returns the artifact store the queue writes to.
 func (q *Queue) Artifacts() *artifact.Store { return q.artifacts }
-
-// Quarantined counts the records this Queue moved to quarantine.
-func (q *Queue) Quarantined() int64 { return q.quar.count() }
 
 // Depths reads every agent's ready lane (queue/lanes/) and returns, by
 // agent in name order, how much work waits there now. Lanes hold only

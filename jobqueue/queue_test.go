@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -46,8 +47,8 @@ func okHandlers() jobqueue.Handlers {
 		AssembleContext: func(ctx context.Context, job lifecycle.Job) (json.RawMessage, error) {
 			return json.RawMessage(`{"snapshot":true}`), nil
 		},
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
-			return jobqueue.Output{Content: json.RawMessage(briefContent), Tags: []string{"t"}}, nil
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
+			return lifecycle.JobOutput{Content: json.RawMessage(briefContent), Tags: []string{"t"}}, nil
 		},
 	}
 }
@@ -86,7 +87,7 @@ func claim(t testing.TB, q *jobqueue.Queue, worker string) *jobqueue.Claim {
 // replay checks the audit log of the day of t0 and returns the final states.
 func replay(t testing.TB, s *storage.Store, last time.Time) map[string]lifecycle.JobState {
 	t.Helper()
-	states, err := jobqueue.ReplayAudit(context.Background(), s, t0, last)
+	states, err := jobaudit.Replay(context.Background(), s, t0, last)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestHappyPath(t *testing.T) {
 		if done.Status != lifecycle.JobComplete || done.ArtifactID != artifact.IDForJob("job-1") || done.Lease != nil {
 			t.Fatalf("finished %+v", done)
 		}
-		a, err := q.Artifacts().Get(ctx, lifecycle.ActorOrchestration, jobqueue.DefaultProject, done.ArtifactID)
+		a, err := q.Artifacts().Get(ctx, lifecycle.ActorOrchestration, lifecycle.DefaultProject, done.ArtifactID)
 		if err != nil || !a.Finalized || a.JobID != "job-1" || a.Type != artifact.Brief || a.Version != 1 {
 			t.Fatalf("artifact %+v, %v", a, err)
 		}
@@ -189,17 +190,17 @@ func TestEnqueueRefusesBadInputAndWritesNothing(t *testing.T) {
 		mod   func(*jobqueue.NewJob)
 		want  error
 	}{
-		{"path id", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.JobID = "../x" }, jobqueue.ErrInvalidJob},
+		{"path id", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.JobID = "../x" }, lifecycle.ErrInvalidJob},
 		// A job needs no run id (issue 21), but one it has must be an id.
-		{"bad run id", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.RunID = "run 1" }, jobqueue.ErrInvalidJob},
-		{"reserved agent", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.AgentSlug = jobqueue.TypeLane(lifecycle.JobBrief) }, jobqueue.ErrInvalidJob},
-		{"agent slash", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.AgentSlug = "a/b" }, jobqueue.ErrInvalidJob},
-		{"job type", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.JobType = "SUMMARY" }, jobqueue.ErrInvalidJob},
-		{"max attempts", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.MaxAttempts = -1 }, jobqueue.ErrInvalidJob},
-		{"payload", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.Payload = json.RawMessage("{") }, jobqueue.ErrInvalidJob},
-		{"callback", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.Callback = "ftp://x/y" }, jobqueue.ErrInvalidJob},
-		{"project", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.ProjectID = ".." }, jobqueue.ErrInvalidJob},
-		{"entity ref", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.Context.EntityRefs = []string{""} }, jobqueue.ErrInvalidJob},
+		{"bad run id", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.RunID = "run 1" }, lifecycle.ErrInvalidJob},
+		{"reserved agent", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.AgentSlug = jobqueue.TypeLane(lifecycle.JobBrief) }, lifecycle.ErrInvalidJob},
+		{"agent slash", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.AgentSlug = "a/b" }, lifecycle.ErrInvalidJob},
+		{"job type", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.JobType = "SUMMARY" }, lifecycle.ErrInvalidJob},
+		{"max attempts", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.MaxAttempts = -1 }, lifecycle.ErrInvalidJob},
+		{"payload", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.Payload = json.RawMessage("{") }, lifecycle.ErrInvalidJob},
+		{"callback", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.Callback = "ftp://x/y" }, lifecycle.ErrInvalidJob},
+		{"project", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.ProjectID = ".." }, lifecycle.ErrInvalidJob},
+		{"entity ref", lifecycle.ActorGateway, func(n *jobqueue.NewJob) { n.Context.EntityRefs = []string{""} }, lifecycle.ErrInvalidJob},
 		{"nlm-backend", lifecycle.ActorNLMBackend, nil, authority.ErrForbidden},
 		{"mastra", lifecycle.ActorMastra, nil, authority.ErrForbidden},
 		{"admin", lifecycle.ActorAdmin, nil, authority.ErrForbidden},
@@ -244,7 +245,7 @@ func TestEnqueueDuplicateAndDefaults(t *testing.T) {
 			t.Fatalf("job %+v", j)
 		}
 		_, err = q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: j.JobID, RunID: "r", JobType: lifecycle.JobBrief, AgentSlug: "a"})
-		if !errors.Is(err, jobqueue.ErrJobExists) {
+		if !errors.Is(err, lifecycle.ErrJobExists) {
 			t.Fatalf("duplicate: %v", err)
 		}
 		if got := get(t, q, j.JobID); got.JobType != lifecycle.JobResearch {
@@ -256,9 +257,9 @@ func TestEnqueueDuplicateAndDefaults(t *testing.T) {
 // failing returns handlers whose NLM call fails with err, counting calls.
 func failing(err error, calls *atomic.Int32) jobqueue.Handlers {
 	h := okHandlers()
-	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 		calls.Add(1)
-		return jobqueue.Output{}, err
+		return lifecycle.JobOutput{}, err
 	}
 	return h
 }
@@ -538,7 +539,7 @@ func TestOrphanRescueAndFencing(t *testing.T) {
 		}
 		// The paused worker wakes up: every write is fenced off.
 		_, err := paused.Run(ctx, okHandlers())
-		if !errors.Is(err, jobqueue.ErrLeaseLost) {
+		if !errors.Is(err, lifecycle.ErrLeaseLost) {
 			t.Fatalf("paused worker's run: %v", err)
 		}
 		if after := get(t, q, "job-o"); after.UpdatedAt != j.UpdatedAt || after.Status != lifecycle.JobRetryBackoff {
@@ -565,10 +566,10 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 		h := okHandlers()
 		release := make(chan struct{})
 		started := make(chan struct{})
-		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 			close(started)
 			<-release
-			return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+			return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 		}
 		c := claim(t, q, "w1")
 		res := make(chan error)
@@ -659,8 +660,8 @@ func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 		first, _ := q.Artifacts().GetForJob(ctx, lifecycle.ActorOrchestration, "default", "job-f")
 		clk.Advance(15 * time.Second)
 		h := okHandlers()
-		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
-			return jobqueue.Output{Content: json.RawMessage(`{"title":"Other","body":"different","entity_map":{},"word_count":1}`)}, nil
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
+			return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"Other","body":"different","entity_map":{},"word_count":1}`)}, nil
 		}
 		j, err = claim(t, q, "w").Run(ctx, h)
 		if err != nil || j.Status != lifecycle.JobComplete || j.ArtifactID != first.ArtifactID {
@@ -689,8 +690,8 @@ func TestArtifactWriteErrorRetries(t *testing.T) {
 		q := newQueue(t, storage.New(fs), clk)
 		enqueue(t, q, "job-w", "agent-w")
 		h := okHandlers()
-		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
-			return jobqueue.Output{Content: json.RawMessage(`{"title":""}`)}, nil
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
+			return lifecycle.JobOutput{Content: json.RawMessage(`{"title":""}`)}, nil
 		}
 		j, err := claim(t, q, "w").Run(context.Background(), h)
 		if err != nil || j.Status != lifecycle.JobRetryBackoff || j.FailedStep != lifecycle.JobArtifactWrite || !strings.Contains(*j.Error, "content") {
@@ -737,14 +738,14 @@ func TestReadAuthority(t *testing.T) {
 	}
 	check("QUEUED", false)
 	h := okHandlers()
-	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 		check("NOTEBOOKLM_CALL", true)
 		for j, err := range q.List(ctx, lifecycle.ActorNLMBackend) {
 			if !errors.Is(err, authority.ErrForbidden) {
 				t.Errorf("NLM backend listed jobs: %v %v", j, err)
 			}
 		}
-		return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+		return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 	}
 	if _, err := claim(t, q, "w").Run(ctx, h); err != nil {
 		t.Fatal(err)

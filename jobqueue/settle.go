@@ -7,7 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -20,7 +20,7 @@ import (
 //
 //   - a lane entry, or the lock's naming of an orphan, is the last pointer
 //     to its job: it goes only once the job is gone (gone: read missing
-//     again at least Settle later, core.Absence);
+//     again at least Settle later, evidence.Absence);
 //   - an Enqueue reads the id first, so a create accepted over an existing
 //     job needs a false not-found too; and a job so created over one that
 //     already ran (its artifact is older than the record) is quarantined
@@ -45,7 +45,7 @@ func (q *jobStore) gone(jobID string, err error) bool {
 var errUnsettled = errors.New("jobqueue: job read as missing, not yet confirmed")
 
 // existsBeforeCreate is Enqueue's read of the id on a store that settles:
-// a job found is ErrJobExists (a found read is never wrong), whatever a
+// a job found is lifecycle.ErrJobExists (a found read is never wrong), whatever a
 // create-only write would have answered.
 func (q *jobStore) existsBeforeCreate(ctx context.Context, key, jobID string) error {
 	if q.absent.Settle <= 0 {
@@ -54,7 +54,7 @@ func (q *jobStore) existsBeforeCreate(ctx context.Context, key, jobID string) er
 	_, _, err := q.store.Get(ctx, key)
 	switch {
 	case err == nil:
-		return fmt.Errorf("%w: %s", ErrJobExists, jobID)
+		return fmt.Errorf("%w: %s", lifecycle.ErrJobExists, jobID)
 	case errors.Is(err, storage.ErrNotFound):
 		return nil
 	}
@@ -65,7 +65,7 @@ func (q *jobStore) existsBeforeCreate(ctx context.Context, key, jobID string) er
 // settles (the second bullet above).
 type twiceCheck struct {
 	store     *storage.Store
-	absent    *core.Absence
+	absent    *evidence.Absence
 	artifacts *artifact.Store
 	project   defaultProject
 	quar      *quarantine

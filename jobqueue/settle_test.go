@@ -174,7 +174,7 @@ func TestSettleJobCreatedTwiceRunsOnce(t *testing.T) {
 			var calls atomic.Int32
 			h := okHandlers()
 			call := h.CallNotebookLM
-			h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+			h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 				calls.Add(1)
 				return call(ctx, job, snap)
 			}
@@ -183,7 +183,7 @@ func TestSettleJobCreatedTwiceRunsOnce(t *testing.T) {
 			clk.Advance(time.Minute) // a client enqueues it again, later
 			tt.disturb(fs)
 			_, err := q.Enqueue(ctx, lifecycle.ActorGateway, spec("job-1", "agent-a"))
-			if tt.exists != errors.Is(err, jobqueue.ErrJobExists) || (!tt.exists && err != nil) {
+			if tt.exists != errors.Is(err, lifecycle.ErrJobExists) || (!tt.exists && err != nil) {
 				t.Fatalf("second Enqueue: %v; want ErrJobExists %v", err, tt.exists)
 			}
 			fs.Calm()
@@ -287,7 +287,7 @@ func TestSettleEveryJobCompletesOnceThroughDisturbances(t *testing.T) {
 	calls := map[string]int{}
 	h := okHandlers()
 	call := h.CallNotebookLM
-	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+	h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 		mu.Lock()
 		calls[job.JobID]++
 		mu.Unlock()

@@ -60,7 +60,7 @@ func TestStandaloneJob(t *testing.T) {
 		// The job's own project_id is empty: the queue's artifact store reads
 		// it as Config.Project, where the artifact went.
 		art, err := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, done.ProjectID, job.JobID)
-		if err != nil || art.ArtifactID != res.ArtifactID || art.ProjectID != jobqueue.DefaultProject {
+		if err != nil || art.ArtifactID != res.ArtifactID || art.ProjectID != lifecycle.DefaultProject {
 			t.Fatalf("GetForJob with the job's project_id %q: %+v, %v", done.ProjectID, art, err)
 		}
 	})
@@ -163,7 +163,7 @@ func TestEnqueueLaneRules(t *testing.T) {
 		{JobType: greetType, AgentSlug: "_type.OTHER"},
 		{JobType: greetType, AgentSlug: "_type."},
 	} {
-		if _, err := q.InsertJob(ctx, n); !errors.Is(err, jobqueue.ErrInvalidJob) {
+		if _, err := q.InsertJob(ctx, n); !errors.Is(err, lifecycle.ErrInvalidJob) {
 			t.Fatalf("%+v: %v, want ErrInvalidJob", n, err)
 		}
 	}
@@ -173,7 +173,7 @@ func TestEnqueueLaneRules(t *testing.T) {
 	if _, err := q.InsertJob(ctx, jobqueue.NewJob{JobType: long, AgentSlug: "agent-a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Insert(ctx, greetType, func() {}); !errors.Is(err, jobqueue.ErrInvalidJob) {
+	if _, err := q.Insert(ctx, greetType, func() {}); !errors.Is(err, lifecycle.ErrInvalidJob) {
 		t.Fatalf("a payload that does not encode: %v, want ErrInvalidJob", err)
 	}
 }
@@ -223,8 +223,8 @@ func TestHandlersWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	boom := errors.New("memory backend down")
-	echo := func(_ context.Context, _ lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{Content: snap}, nil
+	echo := func(_ context.Context, _ lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: snap}, nil
 	}
 	tests := []struct {
 		name      string

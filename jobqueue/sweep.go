@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -110,7 +110,7 @@ func (q *sweeper) pass(ctx context.Context, after string, limit int) (r SweepRep
 // sweepLock sweeps the job an agent's lock names, if the lock is free: a
 // held lock's job is its claim's to settle.
 func (q *sweeper) sweepLock(ctx context.Context, key, agent string, now time.Time, seen map[string]string, r *SweepReport) error {
-	rec := &core.Record[agentLock, *agentLock]{Store: q.store, Key: key}
+	rec := &fence.Record[agentLock, *agentLock]{Store: q.store, Key: key}
 	lock, ver, err := rec.Load(ctx)
 	if errors.Is(err, lifecycle.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
 		return nil // a junk lock is the next claim's to quarantine and remake

@@ -18,15 +18,15 @@ import (
 // artifacts, and, for Retry, as the admin, the one actor the job machine
 // lets requeue (docs/design.md#jobs).
 const (
-	// SystemActor is the actor Insert, InsertJob, Job and Result act as.
-	SystemActor = lifecycle.ActorOrchestration
-	// OperatorActor is the actor Retry acts as.
-	OperatorActor = lifecycle.ActorAdmin
+	// systemActor is the actor Insert, InsertJob, Job and Result act as.
+	systemActor = lifecycle.ActorOrchestration
+	// operatorActor is the actor Retry acts as.
+	operatorActor = lifecycle.ActorAdmin
 )
 
 // Insert enqueues a stand-alone job of type t (no run, no agent: it runs
-// in its type's lane, TypeLane) whose payload is args encoded as JSON, as
-// the system (SystemActor). args may be a json.RawMessage, used as it is,
+// in its type's lane) whose payload is args encoded as JSON, as
+// the system (the orchestration layer). args may be a json.RawMessage, used as it is,
 // or nil for no payload. A Typed handler of the same Args decodes it.
 func (q *Queue) Insert(ctx context.Context, t lifecycle.JobType, args any) (lifecycle.Job, error) {
 	var payload json.RawMessage
@@ -37,38 +37,38 @@ func (q *Queue) Insert(ctx context.Context, t lifecycle.JobType, args any) (life
 	default:
 		b, err := json.Marshal(args)
 		if err != nil {
-			return lifecycle.Job{}, fmt.Errorf("%w: payload of a %s job: %w", ErrInvalidJob, t, err)
+			return lifecycle.Job{}, fmt.Errorf("%w: payload of a %s job: %w", lifecycle.ErrInvalidJob, t, err)
 		}
 		payload = b
 	}
 	return q.InsertJob(ctx, NewJob{JobType: t, Payload: payload})
 }
 
-// InsertJob is Enqueue as the system (SystemActor): for a job with a run,
+// InsertJob is Enqueue as the system (the orchestration layer): for a job with a run,
 // an agent, an id or a callback of its own.
 func (q *Queue) InsertJob(ctx context.Context, n NewJob) (lifecycle.Job, error) {
-	return q.Enqueue(ctx, SystemActor, n)
+	return q.Enqueue(ctx, systemActor, n)
 }
 
-// Job is Get as the system (SystemActor).
+// Job is Get as the system (the orchestration layer).
 func (q *Queue) Job(ctx context.Context, jobID string) (lifecycle.Job, error) {
-	return q.Get(ctx, SystemActor, jobID)
+	return q.Get(ctx, systemActor, jobID)
 }
 
-// Retry is Requeue as the operator (OperatorActor): a FAILED or DEAD job
+// Retry is Requeue as the operator (the admin): a FAILED or DEAD job
 // starts over with a fresh set of attempts.
 func (q *Queue) Retry(ctx context.Context, jobID string) (lifecycle.Job, error) {
-	return q.Requeue(ctx, OperatorActor, jobID)
+	return q.Requeue(ctx, operatorActor, jobID)
 }
 
-// Result reads the artifact of job jobID, the Output of its handler, as
-// the system (SystemActor), from the job's own project (its project_id,
+// Result reads the artifact of job jobID, the lifecycle.JobOutput of its handler, as
+// the system (the orchestration layer), from the job's own project (its project_id,
 // else Config.Project). A job that has not completed has none: the error
-// matches artifact.ErrNotFound.
+// matches storage.ErrNotFound.
 func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, error) {
 	job, err := q.Job(ctx, jobID)
 	if err != nil {
 		return artifact.Artifact{}, err
 	}
-	return q.artifacts.GetForJob(ctx, SystemActor, q.project.of(job), jobID)
+	return q.artifacts.GetForJob(ctx, systemActor, q.project.of(job), jobID)
 }

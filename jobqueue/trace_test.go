@@ -77,8 +77,8 @@ func TestJobSpans(t *testing.T) {
 		t.Fatalf("job's traceparent %q, want %q", job.TraceParent, want)
 	}
 
-	failing := jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{}, errors.New("unavailable")
+	failing := jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{}, errors.New("unavailable")
 	}}
 	tests := []struct {
 		name     string

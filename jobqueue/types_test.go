@@ -30,8 +30,8 @@ func summaryContent(raw json.RawMessage) error {
 }
 
 func answer(content string, err error) jobqueue.Handlers {
-	return jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{Content: json.RawMessage(content)}, err
+	return jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: json.RawMessage(content)}, err
 	}}
 }
 
@@ -75,7 +75,7 @@ func TestUserJobTypes(t *testing.T) {
 			if err != nil || j.Status != tt.wantStatus || j.ErrorCode != tt.wantCode || j.Attempt != 1 {
 				t.Fatalf("ran to %s code %q attempt %d, %v; want %s %q", j.Status, j.ErrorCode, j.Attempt, err, tt.wantStatus, tt.wantCode)
 			}
-			a, err := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, jobqueue.DefaultProject, "job-s")
+			a, err := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, lifecycle.DefaultProject, "job-s")
 			switch {
 			case tt.wantStatus == lifecycle.JobComplete && (err != nil || a.Type != artifact.Type(summaryType)):
 				t.Fatalf("artifact %+v, %v; want one of type SUMMARY", a, err)
@@ -100,7 +100,7 @@ func TestUserJobTypesRefused(t *testing.T) {
 	q := newQueue(t, memstore.New(), clock.NewFake(t0))
 	n := spec("job-1", "agent")
 	n.JobType = summaryType
-	if _, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, n); !errors.Is(err, jobqueue.ErrInvalidJob) {
+	if _, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, n); !errors.Is(err, lifecycle.ErrInvalidJob) {
 		t.Fatalf("unregistered type: %v, want ErrInvalidJob", err)
 	}
 }
@@ -121,8 +121,8 @@ func TestPermanentSkipsRetries(t *testing.T) {
 			return h
 		}},
 		{"notebooklm call", lifecycle.JobNotebookLMCall, func(h jobqueue.Handlers) jobqueue.Handlers {
-			h.CallNotebookLM = func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-				return jobqueue.Output{}, fmt.Errorf("wrapped: %w", jobqueue.Permanent(&jobqueue.StatusError{Code: 404, Err: boom}))
+			h.CallNotebookLM = func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+				return lifecycle.JobOutput{}, fmt.Errorf("wrapped: %w", jobqueue.Permanent(&jobqueue.StatusError{Code: 404, Err: boom}))
 			}
 			return h
 		}},

@@ -24,7 +24,7 @@ const (
 func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {
-		return lifecycle.Job{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return lifecycle.Job{}, fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	ctx, end := activity.Enter(ctx, q.clock)
 	defer end()
@@ -44,7 +44,7 @@ func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) 
 		if err != nil {
 			done()
 			if ctx.Err() != nil {
-				return last, &WaitError{JobID: jobID, Status: last.Status, Err: context.Cause(ctx)}
+				return last, &waitError{JobID: jobID, Status: last.Status, Err: context.Cause(ctx)}
 			}
 			return lifecycle.Job{}, q.quar.quarantinedOr(ctx, jobID, err)
 		}
@@ -56,7 +56,7 @@ func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) 
 		ok := q.waitChange(ctx, changed, signal, poll)
 		done()
 		if !ok {
-			return last, &WaitError{JobID: jobID, Status: last.Status, Err: context.Cause(ctx)}
+			return last, &waitError{JobID: jobID, Status: last.Status, Err: context.Cause(ctx)}
 		}
 		poll = min(2*poll, waitPollMax)
 	}
@@ -88,21 +88,21 @@ func (q *reader) waitChange(ctx context.Context, changed <-chan struct{}, signal
 	return true
 }
 
-// WaitError is Wait's answer when its ctx ended before the job finished.
+// waitError is Wait's answer when its ctx ended before the job finished.
 // errors.Is sees the cause (context.Canceled, context.DeadlineExceeded).
-type WaitError struct {
+type waitError struct {
 	JobID  string
 	Status lifecycle.JobState // the job's status when last read; "" if never read
 	Err    error              // the cause of the context's end
 }
 
 // Error names the job, its last status and the cause.
-func (e *WaitError) Error() string {
+func (e *waitError) Error() string {
 	return fmt.Sprintf("jobqueue: stopped waiting for job %s (last %s): %v", e.JobID, e.Status, e.Err)
 }
 
 // Unwrap returns the cause.
-func (e *WaitError) Unwrap() error { return e.Err }
+func (e *waitError) Unwrap() error { return e.Err }
 
 // sleep waits d on clk, or until wake is closed; false when ctx ended.
 func sleep(ctx context.Context, clk clock.Clock, d time.Duration, wake <-chan struct{}) bool {

@@ -137,7 +137,7 @@ func TestWaitEnds(t *testing.T) {
 	if _, err := q.Wait(ctx, "job-nope"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Wait for no job: %v, want ErrNotFound", err)
 	}
-	if _, err := q.Wait(ctx, "../x"); !errors.Is(err, jobqueue.ErrInvalidJob) {
+	if _, err := q.Wait(ctx, "../x"); !errors.Is(err, lifecycle.ErrInvalidJob) {
 		t.Fatalf("Wait for a bad id: %v, want ErrInvalidJob", err)
 	}
 }

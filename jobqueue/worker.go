@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/activity"
-	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/maintenance"
+	"github.com/runconveyor/conveyor/internal/pacing"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -134,7 +134,7 @@ func (w *Worker) stop(ctx context.Context) {
 	defer rcancel()
 	defer w.Queue.locks.releaseKept(rctx)
 	// Handlers that ignore their context are left behind, not waited
-	// for past StopGrace (Queue.Stragglers counts them).
+	// for past StopGrace (the units count and log them).
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Queue.cfg.StopGrace)
 	defer cancel()
 	if n := w.Queue.units.Wait(grace); n > 0 {
@@ -200,19 +200,19 @@ func (w *Worker) noAssembly(t lifecycle.JobType) bool {
 }
 
 // busyPoll is the shortest spacing of the lane poll's listings (see
-// core.Poll, whose schedule the poll follows).
-const busyPoll = core.BusyPoll
+// pacing.Poll, whose schedule the poll follows).
+const busyPoll = pacing.BusyPoll
 
 // idleFallback is how long a Worker loop waits, with no agent due, before
 // it looks for work itself, when a lane poll looks for it: a safety net
 // only, as rare as the default sweep.
 const idleFallback = time.Minute
 
-// pollLanes lists the ready lanes on the adaptive schedule of core.Poll,
+// pollLanes lists the ready lanes on the adaptive schedule of pacing.Poll,
 // for a Worker whose store cannot watch: work it finds is scheduled in the
 // Queue, which wakes the waiting loops.
 func (w *Worker) pollLanes(ctx context.Context, poll time.Duration) {
-	sched := core.Poll{Idle: poll}
+	sched := pacing.Poll{Idle: poll}
 	wait := poll
 	seen := w.Queue.lanes.foundWork()
 	for w.sleep(ctx, wait, nil) {

@@ -3,9 +3,9 @@ package lifecycle
 import "errors"
 
 // The engines' sentinels that an API answer stands for. They live here so
-// the Go client's Error can match them without the engine; some engines
-// export the same values under their own names (jobqueue.ErrJobExists is
-// ErrJobExists, and so on), so errors.Is works with either name.
+// the Go client's Error can match them without the engine; the engines
+// answer these values (some also under their own names, as run.ErrNotFound
+// is ErrRunNotFound), so errors.Is works with either name.
 var (
 	// ErrRunNotFound: no run has the id asked for (RUN_NOT_FOUND, 404).
 	ErrRunNotFound error = &codedSentinel{"run: run not found", codeRunNotFound}
@@ -20,11 +20,11 @@ var (
 	// (IDEMPOTENCY_IN_PROGRESS); retry it. run.IdempotencyInProgressError
 	// matches it.
 	ErrIdempotencyInProgress error = &codedSentinel{"run: idempotency key still in progress", codeIdempotencyInProgress}
-	// ErrJobExists: a job has the id already (JOB_EXISTS);
-	// jobqueue.ErrJobExists.
+	// ErrJobExists: a job has the id already (JOB_EXISTS): the job queue's
+	// Enqueue answers it.
 	ErrJobExists = errors.New("jobqueue: job already exists")
 	// ErrInboxEntryExists: an inbox entry has the id already
-	// (INBOX_ENTRY_EXISTS); inbox.ErrEntryExists.
+	// (INBOX_ENTRY_EXISTS): the inbox's Submit answers it.
 	ErrInboxEntryExists error = &codedSentinel{"inbox: entry already exists", codeInboxEntryExists}
 )
 

@@ -3,9 +3,9 @@ package lifecycle
 import "encoding/json"
 
 // The wire types of the queue and the inbox that the Go client sends and
-// reads: they live here so the client needs no engine. jobqueue.NewJob and
-// inbox.Submission are defined on them (with their checks), inbox.Stats is
-// InboxStats.
+// reads: they live here so the client needs no engine. jobqueue.NewJob is
+// defined on NewJob (with its checks); the inbox takes InboxSubmission and
+// answers InboxStats itself.
 
 // NewJob is what jobqueue.Queue.Enqueue needs (POST /jobs); the queue fills
 // in the rest of the record.
@@ -31,8 +31,8 @@ type NewJob struct {
 
 // InboxSubmission is the body of POST /inbox/submit: an entry before the
 // validation gate. ID may be empty (a fresh id is drawn); status,
-// created_at and the outcome fields are the Box's to set (inbox.Submission has
-// these fields and the gate, Validate).
+// created_at and the outcome fields are the Box's to set (its Submit runs
+// the validation gate).
 type InboxSubmission struct {
 	ID       string        `json:"id,omitempty"`
 	Source   InboxSource   `json:"source"`

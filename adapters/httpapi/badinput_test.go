@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -32,7 +31,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if _, err := g.queue.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: quick.RunID, JobType: lifecycle.JobBrief, AgentSlug: "quick"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.box.Submit(ctx, lifecycle.ActorGateway, inbox.Submission{ID: "entry-1", Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
+	if _, err := g.box.Submit(ctx, lifecycle.ActorGateway, lifecycle.InboxSubmission{ID: "entry-1", Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
 		Intent: lifecycle.InboxIntent{Action: "research", Target: "violins"}}); err != nil {
 		t.Fatal(err)
 	}

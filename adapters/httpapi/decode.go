@@ -9,7 +9,6 @@ import (
 	"net/http"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
-	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
@@ -128,14 +127,14 @@ func decodeJob(data []byte) (jobqueue.NewJob, error) {
 		MaxAttempts: b.MaxAttempts, Payload: b.Payload, Context: b.Context, Callback: b.Callback, ProjectID: b.ProjectID}, nil
 }
 
-// decodeSubmission decodes and validates POST /inbox/submit's body
-// (inbox.Submission.Validate, the inbox's validation gate).
-func decodeSubmission(data []byte) (inbox.Submission, error) {
-	var sub inbox.Submission
+// decodeSubmission decodes POST /inbox/submit's body
+// (the inbox's validation gate runs in Box.Submit).
+func decodeSubmission(data []byte) (lifecycle.InboxSubmission, error) {
+	var sub lifecycle.InboxSubmission
 	if err := decodeStrict(data, &sub, false); err != nil {
 		return sub, err
 	}
-	return sub, sub.Validate()
+	return sub, nil
 }
 
 // decodeCallback decodes and checks POST /nlm/callback's body.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -55,9 +54,9 @@ func codeOf(err error) string {
 		return code
 	}
 	switch {
-	case errors.Is(err, jobqueue.ErrJobExists):
+	case errors.Is(err, lifecycle.ErrJobExists):
 		return codes.JobExists
-	case errors.Is(err, jobqueue.ErrInvalidJob):
+	case errors.Is(err, lifecycle.ErrInvalidJob):
 		return codes.InvalidRequest
 	case errors.Is(err, context.DeadlineExceeded):
 		// The request's deadline ran out while the SDK waited out the store.

@@ -27,7 +27,7 @@ func (h *inboxRoutes) table() []route {
 
 func (h *inboxRoutes) submitInbox() handlerFunc {
 	return needs(h.box != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
-		func(ctx context.Context, _ lifecycle.Actor, sub inbox.Submission) (wire.InboxAnswer, error) {
+		func(ctx context.Context, _ lifecycle.Actor, sub lifecycle.InboxSubmission) (wire.InboxAnswer, error) {
 			// The route admits the owner's callers; the Worker, the gateway, is who
 			// writes a pending entry (docs/spec.md#inbox-entry-lifecycle).
 			e, err := h.box.Submit(ctx, lifecycle.ActorGateway, sub)
@@ -40,7 +40,7 @@ func (h *inboxRoutes) submitInbox() handlerFunc {
 
 func (h *inboxRoutes) inboxStats() handlerFunc {
 	return needs(h.box != nil, "inbox", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) (inbox.Stats, error) {
+		func(ctx context.Context, _ lifecycle.Actor, _ struct{}) (lifecycle.InboxStats, error) {
 			return h.box.Stats(ctx)
 		}))
 }

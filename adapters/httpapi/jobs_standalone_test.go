@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -43,7 +42,7 @@ func TestEnqueueStandAloneJob(t *testing.T) {
 		if err := json.Unmarshal(body, &j); err != nil {
 			t.Fatal(err)
 		}
-		if j.RunID != "" || j.AgentSlug != jobqueue.TypeLane(j.JobType) || j.Status != lifecycle.JobQueued {
+		if j.RunID != "" || j.AgentSlug != "_type."+string(j.JobType) || j.Status != lifecycle.JobQueued {
 			t.Fatalf("%s: enqueued %+v", tt.name, j)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/paging"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -29,16 +29,16 @@ func (h *quarantineRoutes) table() []route {
 func (h *quarantineRoutes) listQuarantine() handlerFunc {
 	return needs(h.store != nil, "store for quarantine", pagedRoute(h.cursors, noInput,
 		func(ctx context.Context, _ lifecycle.Actor, _ struct{}, p pageParams) ([]lifecycle.Quarantined, string, error) {
-			limit, err := core.PageLimit(p.limit)
+			limit, err := paging.Limit(p.limit)
 			if err != nil {
 				return nil, "", err
 			}
-			after, err := core.PageCursor(p.cursor, nil)
+			after, err := paging.Cursor(p.cursor, nil)
 			if err != nil {
 				return nil, "", err
 			}
 			// In key order from the cursor; a record restored meanwhile is skipped.
-			return core.ReadPage(ctx, h.store, []string{records.QuarantinePrefix}, after, limit, 0,
+			return paging.Read(ctx, h.store, []string{records.QuarantinePrefix}, after, limit, 0,
 				func(ctx context.Context, _ int, entry string) (lifecycle.Quarantined, bool, error) {
 					q, err := records.ReadQuarantined(ctx, h.store, records.QuarantinePrefix+entry)
 					if errors.Is(err, storage.ErrNotFound) {

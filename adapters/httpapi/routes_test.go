@@ -11,7 +11,6 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
-	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
@@ -195,7 +194,7 @@ func TestJobRoutes(t *testing.T) {
 	if err != nil || job.Status != lifecycle.JobQueued || job.JobID != "job-1" || len(job.Context.EntityRefs) != 1 {
 		t.Fatalf("Enqueue = %+v, %v", job, err)
 	}
-	if _, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); !errors.Is(err, jobqueue.ErrJobExists) {
+	if _, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "quick"}); !errors.Is(err, lifecycle.ErrJobExists) {
 		t.Errorf("second Enqueue: %v, want jobqueue.ErrJobExists", err)
 	}
 	jobs, _, err := gw.Jobs(ctx, client.Query{All: true})
@@ -213,8 +212,8 @@ func TestJobRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead, err := cl.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{}, jobqueue.Permanent(errors.New("no notebook"))
+	dead, err := cl.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("no notebook"))
 	}})
 	if err != nil || dead.Status != lifecycle.JobDead {
 		t.Fatalf("Run = %+v, %v", dead, err)
@@ -250,7 +249,7 @@ func TestInboxRoutes(t *testing.T) {
 	}
 	_, err = c.SubmitInbox(ctx, lifecycle.InboxSubmission{ID: id, Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"},
 		Intent: lifecycle.InboxIntent{Action: "research", Target: "violins"}})
-	if !errors.Is(err, inbox.ErrEntryExists) {
+	if !errors.Is(err, lifecycle.ErrInboxEntryExists) {
 		t.Errorf("second SubmitInbox: %v, want inbox.ErrEntryExists", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/s3store"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/audit"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -264,7 +264,7 @@ func TestNoAnswerIsOutcomeUnknown(t *testing.T) {
 
 // TestAuditNeverLostTo499: an audit event whose write a stopping node
 // carried out but answered 499, as it did the read-back, is written once
-// and PutAudit succeeds (the issue lost 2 audit writes this way): through
+// and audit.Put succeeds (the issue lost 2 audit writes this way): through
 // a patient Store, as the engines make, and straight on the store, which
 // then says the outcome is unknown.
 func TestAuditNeverLostTo499(t *testing.T) {
@@ -279,8 +279,8 @@ func TestAuditNeverLostTo499(t *testing.T) {
 				s = s.Patient(storage.Retry{Clock: clock.Real()})
 			}
 			body := []byte(`{"event":"run.created"}`)
-			if err := core.PutAudit(t.Context(), s, "audit/e1.json", body); err != nil {
-				t.Fatalf("PutAudit = %v (requests: %s)", err, p.requests())
+			if err := audit.Put(t.Context(), s, "audit/e1.json", body); err != nil {
+				t.Fatalf("audit.Put = %v (requests: %s)", err, p.requests())
 			}
 			if !strings.Contains(p.requests(), "PUT:499") {
 				t.Fatalf("no fault was injected: %s", p.requests())

@@ -154,13 +154,13 @@ func (d *sdkDriver) Work(ctx context.Context, slots int, h Hooks) (func() error,
 	// called (after the pickup's write). An AssembleContext handler would
 	// cost the job a write of its own (docs/performance.md).
 	w := &jobqueue.Worker{Queue: q, ID: "bench-worker", Slots: slots, Handlers: jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 			var p Payload
 			if err := json.Unmarshal(job.Payload, &p); err != nil {
-				return jobqueue.Output{}, jobqueue.Permanent(err)
+				return lifecycle.JobOutput{}, jobqueue.Permanent(err)
 			}
 			h.Started(p)
-			return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+			return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 		},
 	}}
 	ctx, cancel := context.WithCancel(ctx)

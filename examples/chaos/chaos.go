@@ -506,7 +506,7 @@ func (r *run) enqueue(ctx context.Context, q *jobqueue.Queue, plan []Planned) []
 		for try := 0; ; try++ {
 			_, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: p.JobID, RunID: p.RunID,
 				JobType: lifecycle.JobBrief, AgentSlug: p.AgentSlug})
-			if err == nil || errors.Is(err, jobqueue.ErrJobExists) {
+			if err == nil || errors.Is(err, lifecycle.ErrJobExists) {
 				break // exists: an earlier try landed its record
 			}
 			if ctx.Err() != nil || try == 600 {

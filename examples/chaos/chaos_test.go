@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -203,7 +204,7 @@ func TestCheckerCatches(t *testing.T) {
 			st.RunEvents["run-1"] = 4
 		}, CheckAudit, "5 status writes, 4 audit events: 1 missing"},
 		{"audit that does not replay", func(st *State) {
-			st.ReplayErr = &jobqueue.ReplayError{JobID: "job-b", EventID: "e1", Problem: `"COMPLETE" → "QUEUED" is not a move`}
+			st.ReplayErr = &jobaudit.ReplayError{JobID: "job-b", EventID: "e1", Problem: `"COMPLETE" → "QUEUED" is not a move`}
 		}, CheckAudit, "does not replay"},
 	}
 	t.Run("late artifact of a job that ends DEAD", func(t *testing.T) {
@@ -290,7 +291,7 @@ func TestObserveCleanRun(t *testing.T) {
 	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: extra.JobID, RunID: extra.RunID, JobType: lifecycle.JobBrief, AgentSlug: extra.AgentSlug}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := q.Artifacts().Create(ctx, lifecycle.ActorNLMBackend, jobqueue.DefaultProject, artifact.Draft{
+	if _, _, err := q.Artifacts().Create(ctx, lifecycle.ActorNLMBackend, lifecycle.DefaultProject, artifact.Draft{
 		JobID: extra.JobID, RunID: extra.RunID, Type: artifact.Brief, AgentSlug: extra.AgentSlug,
 		Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -67,7 +68,8 @@ type State struct {
 	// Events are each job's audit events (job.* and artifact.*), in id
 	// (time) order.
 	Events map[string][]lifecycle.AuditEvent
-	// Replayed is jobqueue.ReplayAudit's answer, ReplayErr its error.
+	// Replayed is each job's final state by the replay of its audit events
+	// through the job machine; ReplayErr the replay's refusal.
 	Replayed  map[string]lifecycle.JobState
 	ReplayErr error
 	// ReadErrs are failures to read parts of the state (an artifact or
@@ -173,9 +175,9 @@ func (st *State) readArtifacts(ctx context.Context, s *storage.Store) error {
 	if err != nil {
 		return err
 	}
-	for a, err := range q.Artifacts().List(ctx, lifecycle.ActorOrchestration, jobqueue.DefaultProject) {
+	for a, err := range q.Artifacts().List(ctx, lifecycle.ActorOrchestration, lifecycle.DefaultProject) {
 		if err != nil {
-			st.ReadErrs = append(st.ReadErrs, Violation{CheckArtifact, "projects/" + jobqueue.DefaultProject, "listing artifacts: " + err.Error()})
+			st.ReadErrs = append(st.ReadErrs, Violation{CheckArtifact, "projects/" + lifecycle.DefaultProject, "listing artifacts: " + err.Error()})
 			break
 		}
 		st.Artifacts = append(st.Artifacts, a)
@@ -228,7 +230,7 @@ func (st *State) readAudit(ctx context.Context, s *storage.Store) {
 	for _, evs := range st.Events {
 		slices.SortFunc(evs, func(a, b lifecycle.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
 	}
-	st.Replayed, st.ReplayErr = jobqueue.ReplayAudit(ctx, s, first, last)
+	st.Replayed, st.ReplayErr = jobaudit.Replay(ctx, s, first, last)
 }
 
 // quarantined tells whether the record of job id is in quarantine.

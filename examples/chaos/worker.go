@@ -187,20 +187,20 @@ func newHandlers(w WorkerOptions, log *slog.Logger) jobqueue.Handlers {
 			}
 			return json.RawMessage(`{"snapshot":true}`), nil
 		},
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 			r, d := roll()
 			switch {
 			case r < w.HangRate:
 				// User code that ignores its ctx (issue 10 item 1).
 				log.Warn("chaos worker: handler ignoring ctx", "worker", w.ID, "job_id", job.JobID, "for", w.HangFor)
 				time.Sleep(w.HangFor)
-				return jobqueue.Output{}, errors.New("chaos: hung handler returned late")
+				return lifecycle.JobOutput{}, errors.New("chaos: hung handler returned late")
 			case r < w.HangRate+w.FailRate:
 				_ = work(ctx, d)
-				return jobqueue.Output{}, &jobqueue.StatusError{Code: http.StatusServiceUnavailable}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: http.StatusServiceUnavailable}
 			}
 			if err := work(ctx, d); err != nil {
-				return jobqueue.Output{}, err
+				return lifecycle.JobOutput{}, err
 			}
 			var owner string
 			var epoch int64
@@ -209,7 +209,7 @@ func newHandlers(w WorkerOptions, log *slog.Logger) jobqueue.Handlers {
 			}
 			body := producer{Owner: owner, Epoch: epoch, Attempt: job.Attempt, PID: os.Getpid()}.String()
 			c, _ := json.Marshal(map[string]any{"title": "Brief " + job.JobID, "body": body, "entity_map": map[string]string{}, "word_count": 4})
-			return jobqueue.Output{Content: c}, nil
+			return lifecycle.JobOutput{Content: c}, nil
 		},
 	}
 }

@@ -79,7 +79,7 @@ const (
 	ServiceUnavailable = "SERVICE_UNAVAILABLE"
 	// JobNotFound: no job has the id (the job routes' NOT_FOUND).
 	JobNotFound = "JOB_NOT_FOUND"
-	// JobExists: a job with the id exists (jobqueue.ErrJobExists).
+	// JobExists: a job with the id exists (lifecycle.ErrJobExists).
 	JobExists = "JOB_EXISTS"
 	// AgentNotFound: no agent has the slug.
 	AgentNotFound = "AGENT_NOT_FOUND"

@@ -9,7 +9,7 @@
 //
 // A service whose pass must be made once per period across the processes
 // sharing a store (the sweep, the janitor) takes its turn with Turn: a
-// lease in a record written through core.Record, the same fenced
+// lease in a record written through fence.Record, the same fenced
 // read-check-write the engines' own leases use, so a process that lost
 // the turn writes nothing more there.
 package maintenance

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -27,7 +27,7 @@ var ErrNotMyTurn = errors.New("maintenance: not this process's turn")
 // Turn is the one helper for "once per period across processes": the
 // processes sharing a store each ask for the turn, and the one that takes
 // it makes the pass. The turn is a lease in the document at Key, taken by a
-// compare-and-swap (core.Record), its epoch one more than the last; the
+// compare-and-swap (fence.Record), its epoch one more than the last; the
 // document also says when the next turn is due (Due) and where a pass
 // stands (its cursor), so a pass whose process died is resumed by the next
 // one to take the lapsed lease.
@@ -58,7 +58,7 @@ type Turn[T any, P Doc[T]] struct {
 // through, fenced on the lease taken (a write after another process took
 // the turn fails with lifecycle.ErrLeaseLost). Not this process's turn:
 // ErrNotMyTurn.
-func (t *Turn[T, P]) Take(ctx context.Context) (rec *core.Record[T, P], before, after T, err error) {
+func (t *Turn[T, P]) Take(ctx context.Context) (rec *fence.Record[T, P], before, after T, err error) {
 	now := t.Clock.Now().UTC()
 	take := func(d P) error {
 		l := d.TurnLease()
@@ -104,13 +104,13 @@ func (t *Turn[T, P]) Take(ctx context.Context) (rec *core.Record[T, P], before, 
 	}
 }
 
-func (t *Turn[T, P]) record() *core.Record[T, P] {
-	return &core.Record[T, P]{Store: t.Store, Key: t.Key, Lease: P.TurnLease}
+func (t *Turn[T, P]) record() *fence.Record[T, P] {
+	return &fence.Record[T, P]{Store: t.Store, Key: t.Key, Lease: P.TurnLease}
 }
 
 // fenced returns the Record of the lease holder, seeded with doc as r
 // wrote it.
-func (t *Turn[T, P]) fenced(r *core.Record[T, P], doc T) *core.Record[T, P] {
+func (t *Turn[T, P]) fenced(r *fence.Record[T, P], doc T) *fence.Record[T, P] {
 	_, ver := r.Snapshot()
 	f := t.record()
 	f.Owner, f.Epoch = t.Owner, P(&doc).TurnLease().Epoch
@@ -123,7 +123,7 @@ func (t *Turn[T, P]) fenced(r *core.Record[T, P], doc T) *core.Record[T, P] {
 
 // Renew writes change and the lease renewed for TTL through rec, Take's
 // Record; it fails with lifecycle.ErrLeaseLost once the turn is lost.
-func (t *Turn[T, P]) Renew(ctx context.Context, rec *core.Record[T, P], change func(P)) error {
+func (t *Turn[T, P]) Renew(ctx context.Context, rec *fence.Record[T, P], change func(P)) error {
 	now := t.Clock.Now().UTC()
 	_, _, err := rec.Apply(ctx, func(d P) error {
 		change(d)
@@ -134,11 +134,11 @@ func (t *Turn[T, P]) Renew(ctx context.Context, rec *core.Record[T, P], change f
 }
 
 // Renewed renews the lease through rec (with no other change) when it is
-// no longer certainly this process's (core.LeaseCertain), and tells, by
+// no longer certainly this process's (fence.LeaseCertain), and tells, by
 // its error, whether the turn is still held.
-func (t *Turn[T, P]) Renewed(ctx context.Context, rec *core.Record[T, P]) error {
+func (t *Turn[T, P]) Renewed(ctx context.Context, rec *fence.Record[T, P]) error {
 	doc, _ := rec.Snapshot()
-	if core.LeaseCertain(P(&doc).TurnLease().ExpiresAt, t.Clock.Now(), t.TTL) {
+	if fence.LeaseCertain(P(&doc).TurnLease().ExpiresAt, t.Clock.Now(), t.TTL) {
 		return nil
 	}
 	return t.Renew(ctx, rec, func(P) {})
@@ -147,7 +147,7 @@ func (t *Turn[T, P]) Renewed(ctx context.Context, rec *core.Record[T, P]) error 
 // Release ends the turn: it writes change and gives the lease back (its
 // owner cleared, its epoch kept so epochs only grow, expired now), so the
 // next turn is the next process's as soon as Due says.
-func (t *Turn[T, P]) Release(ctx context.Context, rec *core.Record[T, P], change func(P)) error {
+func (t *Turn[T, P]) Release(ctx context.Context, rec *fence.Record[T, P], change func(P)) error {
 	now := t.Clock.Now().UTC()
 	_, _, err := rec.Apply(ctx, func(d P) error {
 		change(d)

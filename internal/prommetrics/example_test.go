@@ -40,8 +40,8 @@ func Example() {
 	}
 	clk.Advance(2 * time.Minute)
 	c, _ := q.Claim(ctx, "worker-1") // job-1
-	_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
+	_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}})
 
 	mfs, _ := reg.Gather()

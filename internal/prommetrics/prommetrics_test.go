@@ -192,12 +192,12 @@ func TestJobMetrics(t *testing.T) {
 			}
 			return json.RawMessage(`{}`), nil
 		},
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 			if job.AgentSlug == "agent-bad" {
-				return jobqueue.Output{}, &jobqueue.StatusError{Code: 503}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 503}
 			}
 			clk.Advance(4 * time.Second)
-			return jobqueue.Output{Content: json.RawMessage(briefContent)}, nil
+			return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, nil
 		},
 	}}
 	done := make(chan struct{})

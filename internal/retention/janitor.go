@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/internal/records"
@@ -197,13 +197,13 @@ func (j *Janitor) quarantine(ctx context.Context, ce *lifecycle.QuarantinedError
 
 // checkpoint records the cursor and renews the lease; it fails with
 // lifecycle.ErrLeaseLost once the lease is another janitor's or lapsed.
-func (j *Janitor) checkpoint(ctx context.Context, rec *core.Record[state, *state], c cursor) error {
+func (j *Janitor) checkpoint(ctx context.Context, rec *fence.Record[state, *state], c cursor) error {
 	return j.turn.Renew(ctx, rec, func(s *state) { s.Pass = &c })
 }
 
 // finish ends the pass: the next one is due an Interval from now, and the
 // lease is given back (its epoch kept).
-func (j *Janitor) finish(ctx context.Context, rec *core.Record[state, *state], r *Report) error {
+func (j *Janitor) finish(ctx context.Context, rec *fence.Record[state, *state], r *Report) error {
 	next := j.cfg.Clock.Now().UTC().Add(j.cfg.Interval)
 	return j.turn.Release(ctx, rec, func(s *state) {
 		s.Pass, s.NextPassAt, s.LastPass = nil, next, r
@@ -211,7 +211,7 @@ func (j *Janitor) finish(ctx context.Context, rec *core.Record[state, *state], r
 }
 
 // work goes through the kinds from c, a page at a time.
-func (j *Janitor) work(ctx context.Context, rec *core.Record[state, *state], c *cursor, r *Report) error {
+func (j *Janitor) work(ctx context.Context, rec *fence.Record[state, *state], c *cursor, r *Report) error {
 	kinds := Kinds()
 	i := slices.Index(kinds, c.Kind)
 	if i < 0 {

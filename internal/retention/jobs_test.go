@@ -31,8 +31,8 @@ func TestQueueAfterItsJobsAreDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
+	h := jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}}
 	complete := func(id string) lifecycle.Job {
 		t.Helper()

@@ -39,8 +39,9 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -320,8 +321,8 @@ type Scheduler struct {
 	byID  map[string]*Schedule
 	wake  chan struct{}
 	mu    sync.Mutex
-	recs  map[string]*core.Record[State, *State]
-	quar  *core.Quarantiner
+	recs  map[string]*fence.Record[State, *State]
+	quar  *quarantine.Mover
 }
 
 // ErrUnknownSchedule: no schedule of that id is configured.
@@ -359,8 +360,8 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg.RetryInterval = min(cfg.RetryInterval, cfg.PollInterval)
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, slots: map[string]slots{}, byID: map[string]*Schedule{},
-		wake: make(chan struct{}, 1), recs: map[string]*core.Record[State, *State]{},
-		quar: &core.Quarantiner{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}
+		wake: make(chan struct{}, 1), recs: map[string]*fence.Record[State, *State]{},
+		quar: &quarantine.Mover{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}
 	agents := map[string]bool{}
 	for _, a := range cfg.Runner.Agents() {
 		agents[a.Slug] = true
@@ -384,13 +385,13 @@ func New(cfg Config) (*Scheduler, error) {
 }
 
 // record is the schedule's state record (its version cached between ticks).
-func (s *Scheduler) record(id string) *core.Record[State, *State] {
+func (s *Scheduler) record(id string) *fence.Record[State, *State] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
 		key, _ := layout.ScheduleKey(id) // the id was validated by New
-		r = &core.Record[State, *State]{Store: s.cfg.Store, Key: key, Validate: func(st *State) error {
+		r = &fence.Record[State, *State]{Store: s.cfg.Store, Key: key, Validate: func(st *State) error {
 			if st.ScheduleID != id {
 				return fmt.Errorf("schedule_id %q at the key of schedule %s", st.ScheduleID, id)
 			}

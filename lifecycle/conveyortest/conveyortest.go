@@ -54,7 +54,7 @@ var stall = 10 * time.Second
 // run by a helper of this package it also tells the helper that the call
 // now waits for its deadline, so the fake clock moves to it: write a fake
 // upstream that never answers as `return run.StepOutput{},
-// conveyortest.Hang(ctx)` in a step, or `return jobqueue.Output{},
+// conveyortest.Hang(ctx)` in a step, or `return lifecycle.JobOutput{},
 // conveyortest.Hang(ctx)` in a handler.
 func Hang(ctx context.Context) error {
 	if f, ok := ctx.Value(hangKey{}).(func()); ok {

@@ -17,11 +17,11 @@ import (
 func ExampleRunJob() {
 	t := exampleT() // in a test: the test's *testing.T
 	calls := 0
-	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	h := jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 		if calls++; calls == 1 {
-			return jobqueue.Output{}, conveyortest.Hang(ctx) // the upstream never answers
+			return lifecycle.JobOutput{}, conveyortest.Hang(ctx) // the upstream never answers
 		}
-		return jobqueue.Output{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
+		return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"t","body":"b","entity_map":{},"word_count":1}`)}, nil
 	}}
 	job, art := conveyortest.RunJob(t, h, jobqueue.NewJob{RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"})
 	fmt.Println(job.Status, "on attempt", job.Attempt, "after", job.UpdatedAt.Sub(job.CreatedAt))

@@ -88,7 +88,7 @@ func RunJob(tb testing.TB, h jobqueue.Handler, n jobqueue.NewJob, opts ...QueueO
 		cid = cfg.Project
 	}
 	if cid == "" {
-		cid = jobqueue.DefaultProject
+		cid = lifecycle.DefaultProject
 	}
 	art, err := q.Artifacts().GetForJob(ctx, lifecycle.ActorAdmin, cid, job.JobID)
 	if err != nil {
@@ -152,7 +152,7 @@ func (d *jobDriver) wrap(h jobqueue.Handler) jobqueue.Handler {
 			return nil
 		}
 	}
-	return jobqueue.HandlerFunc(func(ctx context.Context, job lifecycle.Job) (jobqueue.Output, error) {
+	return jobqueue.HandlerFunc(func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
 		defer d.returned()
 		return h.Work(d.mark(ctx), job)
 	})
@@ -181,7 +181,7 @@ func (d *jobDriver) wrapNLM(h jobqueue.Handlers) jobqueue.Handlers {
 		}
 	}
 	if f := h.CallNotebookLM; f != nil {
-		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snapshot json.RawMessage) (lifecycle.JobOutput, error) {
 			defer d.returned()
 			return f(mark(ctx), job, snapshot)
 		}

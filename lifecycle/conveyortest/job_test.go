@@ -23,21 +23,21 @@ const brief = `{"title":"t","body":"b","entity_map":{},"word_count":1}`
 // A job that runs out of attempts still waits its last backoff (15 s, 30 s,
 // 60 s) before it goes FAILED and DEAD (docs/spec.md#job-lifecycle).
 func jobScript(calls *atomic.Int32, script ...string) jobqueue.Handlers {
-	return jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+	return jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 		n := int(calls.Add(1))
 		switch script[min(n, len(script))-1] {
 		case "ok":
-			return jobqueue.Output{Content: json.RawMessage(brief)}, nil
+			return lifecycle.JobOutput{Content: json.RawMessage(brief)}, nil
 		case "bad":
-			return jobqueue.Output{Content: json.RawMessage(`{"title":1}`)}, nil
+			return lifecycle.JobOutput{Content: json.RawMessage(`{"title":1}`)}, nil
 		case "hang":
-			return jobqueue.Output{}, conveyortest.Hang(ctx)
+			return lifecycle.JobOutput{}, conveyortest.Hang(ctx)
 		case "429":
-			return jobqueue.Output{}, &jobqueue.StatusError{Code: 429, Err: errors.New("slow down")}
+			return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 429, Err: errors.New("slow down")}
 		case "permanent":
-			return jobqueue.Output{}, jobqueue.Permanent(errors.New("no such notebook"))
+			return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("no such notebook"))
 		}
-		return jobqueue.Output{}, errors.New("boom")
+		return lifecycle.JobOutput{}, errors.New("boom")
 	}}
 }
 
@@ -102,8 +102,8 @@ func TestRunJobUserType(t *testing.T) {
 				}
 				return json.RawMessage(`"ctx"`), nil
 			},
-			CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
-				return jobqueue.Output{Content: json.RawMessage(`{"summary":` + string(snap) + `}`)}, nil
+			CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
+				return lifecycle.JobOutput{Content: json.RawMessage(`{"summary":` + string(snap) + `}`)}, nil
 			},
 		},
 	}
@@ -155,12 +155,12 @@ func TestJobFailures(t *testing.T) { // not parallel: it shortens the stall
 		want string
 	}{
 		{"a handler that blocks without Hang", func(tb testing.TB) {
-			conveyortest.RunJob(tb, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+			conveyortest.RunJob(tb, jobqueue.Handlers{CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 				select {
 				case <-release:
 				case <-ctx.Done():
 				}
-				return jobqueue.Output{}, errors.New("released")
+				return lifecycle.JobOutput{}, errors.New("released")
 			}}, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"})
 		}, "attempt 1 of job job-1 has not ended after 50ms of real time: a handler that should hang in a test must wait with conveyortest.Hang(ctx)"},
 		{"an invalid job", func(tb testing.TB) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -37,7 +38,7 @@ func TestRunJobTypedHandler(t *testing.T) {
 		if job.Status != lifecycle.JobComplete || job.Attempt != 2 || job.AgentSlug != "_type.GREET" || art == nil || string(art.Content) != `"hello, Ada"` {
 			t.Fatalf("own %v: job %+v, artifact %+v", own, job, art)
 		}
-		if d := job.UpdatedAt.Sub(job.CreatedAt); d < jobqueue.DefaultStepTimeout+jobqueue.DefaultBackoff()[0] {
+		if d := job.UpdatedAt.Sub(job.CreatedAt); d < (120+15)*time.Second {
 			t.Fatalf("own %v: done after %v, want the step timeout and the first backoff", own, d)
 		}
 	}

@@ -11,8 +11,8 @@
 // once another took the job over (storage.ErrLeaseLost). Each stage's code
 // runs under its own deadline (Config.FetchTimeout … CallbackTimeout): at
 // the deadline the job goes to ERROR and the FAILED callback is sent, even
-// if the code ignores its context (its goroutine is counted in
-// Processor.Stragglers). A job whose processor was lost is taken over by
+// if the code ignores its context (its goroutine is left behind and
+// logged). A job whose processor was lost is taken over by
 // another after its lease lapses, with epoch+1, and resumed: the stages
 // before the one it was in run again (their results are not stored), a job
 // in CALLBACK only posts its callback again; after Config.MaxTakeovers
@@ -27,8 +27,8 @@
 //
 //	p, _ := nlm.New(nlm.Config{Store: store, CallbackURL: "https://conveyor.internal/nlm/callback"}, stages)
 //	runner, _ := run.NewRunner(cfg, run.Agent{Slug: "researcher", Machine: lifecycle.MachineApproval,
-//		Steps: nlm.Ask(p, "brief", func(ctx context.Context, in run.StepInput) (nlm.Request, error) {
-//			return nlm.Request{JobType: jobqueue.JobBrief, Query: string(in.Input)}, nil
+//		Steps: nlm.Ask(p, "brief", func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error) {
+//			return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: string(in.Input)}, nil
 //		})})
 //	http.Handle("POST /nlm/callback", nlm.Sink(runner, p))
 //	go p.Run(ctx)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/records"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -37,9 +36,9 @@ func hanging(hang string, entered chan<- struct{}, release <-chan struct{}) nlm.
 	case "query":
 		s.Query = func(context.Context, lifecycle.NLMRequest, string) (json.RawMessage, error) { block(); return nil, nil }
 	case "structure":
-		s.Structure = func(context.Context, lifecycle.NLMRequest, json.RawMessage) (jobqueue.Output, error) {
+		s.Structure = func(context.Context, lifecycle.NLMRequest, json.RawMessage) (lifecycle.JobOutput, error) {
 			block()
-			return jobqueue.Output{}, nil
+			return lifecycle.JobOutput{}, nil
 		}
 	}
 	return s

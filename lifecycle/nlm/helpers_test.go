@@ -39,11 +39,11 @@ func stagesFailingAt(failAt string) nlm.Stages {
 		Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
 			return json.RawMessage(`{"text":"answer"}`), boom("query")
 		},
-		Structure: func(ctx context.Context, req lifecycle.NLMRequest, answer json.RawMessage) (jobqueue.Output, error) {
+		Structure: func(ctx context.Context, req lifecycle.NLMRequest, answer json.RawMessage) (lifecycle.JobOutput, error) {
 			if failAt == "content" {
-				return jobqueue.Output{Content: json.RawMessage(`{"title":""}`)}, nil
+				return lifecycle.JobOutput{Content: json.RawMessage(`{"title":""}`)}, nil
 			}
-			return jobqueue.Output{Content: json.RawMessage(briefContent)}, boom("structure")
+			return lifecycle.JobOutput{Content: json.RawMessage(briefContent)}, boom("structure")
 		},
 	}
 }

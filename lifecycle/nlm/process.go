@@ -5,20 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
-	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // errHandBack is the cause of a job's context when the processor shuts
@@ -28,7 +25,7 @@ var errHandBack = errors.New("nlm: processor stopping")
 // held is one job this processor holds the lease of.
 type held struct {
 	p     *Processor
-	rec   *core.Record[jobDoc, *jobDoc] // fenced by (owner, epoch)
+	rec   *fence.Record[jobDoc, *jobDoc] // fenced by (owner, epoch)
 	jobID string
 	req   lifecycle.NLMRequest
 	// renewedAt is when the lease was last renewed (Unix ns): the
@@ -100,7 +97,7 @@ func (p *Processor) Process(ctx context.Context, jobID string) (lifecycle.NLMJob
 
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := core.Heartbeat(jctx, p.cfg.Clock, p.cfg.LeaseTTL/3, h.lastRenewal, func(ctx context.Context) bool {
+	stop := fence.Heartbeat(jctx, p.cfg.Clock, p.cfg.LeaseTTL/3, h.lastRenewal, func(ctx context.Context) bool {
 		if h.finished.Load() {
 			return false
 		}
@@ -124,7 +121,7 @@ func (p *Processor) Process(ctx context.Context, jobID string) (lifecycle.NLMJob
 func (h *held) lastRenewal() time.Time { return time.Unix(0, h.renewedAt.Load()) }
 
 // write applies change to the job only while this processor's lease holds
-// (the fence is checked by core.Record inside the conditional write) and
+// (the fence is checked by fence.Record inside the conditional write) and
 // has not lapsed, renewing it; a nil change only renews. A move is audited.
 func (h *held) write(ctx context.Context, change func(d *jobDoc) error) (lifecycle.NLMJob, error) {
 	p := h.p
@@ -178,7 +175,7 @@ func (h *held) move(ctx context.Context, from lifecycle.NLMState, event lifecycl
 
 // stage runs fn as one unit of the core under limit.
 func stage[T any](ctx context.Context, h *held, s lifecycle.NLMState, limit time.Duration, fn func(ctx context.Context) (T, error)) (T, error) {
-	return core.Do(ctx, h.p.units, "nlm "+h.jobID+" "+string(s), limit, fn)
+	return deadline.Do(ctx, h.p.units, "nlm "+h.jobID+" "+string(s), limit, fn)
 }
 
 // reached tells whether a job in cur has already passed s.
@@ -277,14 +274,14 @@ func (h *held) pipeline(jctx, ctx context.Context, job lifecycle.NLMJob) (lifecy
 // stages say how, becomes the job's artifact.
 func (h *held) structure(ctx context.Context, answer json.RawMessage) (artifact.Artifact, error) {
 	p, req := h.p, h.req
-	out := jobqueue.Output{Content: answer}
+	out := lifecycle.JobOutput{Content: answer}
 	if p.stages.Structure != nil {
 		var err error
 		if out, err = p.stages.Structure(ctx, req, answer); err != nil {
 			return artifact.Artifact{}, err
 		}
 	}
-	typ, _ := jobqueue.ArtifactType(req.JobType)
+	typ, _ := artifact.TypeForJob(req.JobType)
 	a, _, err := p.cfg.Artifacts.Create(ctx, lifecycle.ActorNLMBackend, req.ProjectID, artifact.Draft{
 		JobID: req.JobID, RunID: req.RunID, Type: typ, AgentSlug: req.AgentSlug,
 		EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
@@ -354,191 +351,4 @@ func (h *held) fail(jctx, ctx context.Context, s lifecycle.NLMState, cause error
 	}
 	p.unmark(ctx, h.jobID)
 	return job, nil
-}
-
-// Run processes jobs until ctx ends: the ones Accept hands it at once, and
-// the jobs in flight it finds in the store that no processor holds, looked
-// for (accepted elsewhere, handed back, or held by a lost processor) soon
-// after a look that found some and up to PollInterval apart while it finds
-// none, up to Concurrency at a time. Poison records it meets are
-// quarantined. When ctx ends it hands back the leases of the jobs it was
-// processing and returns within StopGrace, even when stage goroutines
-// ignore their context (they are counted in Stragglers).
-func (p *Processor) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, p.cfg.Concurrency)
-	start := func(jobID string) bool {
-		p.mu.Lock()
-		if p.running[jobID] {
-			p.mu.Unlock()
-			return true
-		}
-		select {
-		case slots <- struct{}{}:
-		default:
-			p.mu.Unlock()
-			return false
-		}
-		p.running[jobID] = true
-		p.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := p.Process(ctx, jobID)
-			if err != nil && ctx.Err() == nil && !errors.Is(err, lifecycle.ErrTerminalState) {
-				p.cfg.Logger.WarnContext(ctx, "nlm: job not processed", "job_id", jobID, "err", err)
-			}
-			p.mu.Lock()
-			delete(p.running, jobID)
-			p.mu.Unlock()
-			<-slots
-			p.poke()
-		}()
-		return true
-	}
-	drain := func() {
-		p.mu.Lock()
-		pending := p.pending
-		p.pending = nil
-		p.mu.Unlock()
-		for i, id := range pending {
-			if !start(id) {
-				p.mu.Lock()
-				p.pending = append(pending[i:], p.pending...)
-				p.mu.Unlock()
-				return
-			}
-		}
-	}
-	// poll reports whether it started a job (found work): the adaptive
-	// schedule looks again soon after one that did.
-	poll := func() (found bool) {
-		for _, id := range p.candidates(ctx) {
-			if !start(id) {
-				return found
-			}
-			found = true
-		}
-		return found
-	}
-	// The loop counts as work on the clock except while it waits (a test's
-	// fake clock moves only when it is idle; activity.Activity).
-	lctx, end := activity.Enter(ctx, p.cfg.Clock)
-	sched := core.Poll{Idle: p.cfg.PollInterval}
-	wait := sched.Next(poll())
-	for ctx.Err() == nil {
-		drain()
-		t := p.cfg.Clock.NewTimer(wait)
-		resume := activity.Wait(lctx, p.cfg.Clock, func() bool { return ctx.Err() != nil || activity.Fired(t) || p.woken() })
-		select {
-		case <-ctx.Done():
-			resume()
-		case <-p.wake:
-			resume()
-		case <-t.C():
-			resume()
-			wait = sched.Next(poll())
-		}
-		t.Stop()
-	}
-	end()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	grace, cancel := context.WithTimeout(context.Background(), p.cfg.StopGrace)
-	defer cancel()
-	select {
-	case <-done:
-	case <-grace.Done():
-	}
-	if n := p.units.Wait(grace); n > 0 {
-		p.cfg.Logger.Warn("nlm: stopped with stage goroutines still running", "stragglers", n)
-	}
-	return nil
-}
-
-func (p *Processor) hand(jobID string) {
-	p.mu.Lock()
-	p.pending = append(p.pending, jobID)
-	p.mu.Unlock()
-	p.poke()
-}
-
-// woken tells whether a wake-up is pending, without taking it.
-func (p *Processor) woken() bool { return len(p.wake) > 0 }
-
-func (p *Processor) poke() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-// candidates lists the jobs in flight (nlm/active/) that no processor
-// holds, in one pass bounded by ten PollIntervals; on the way poison
-// records are quarantined and the index entries of ended or missing jobs
-// removed.
-func (p *Processor) candidates(ctx context.Context) []string {
-	ctx, cancel := context.WithTimeout(ctx, 10*p.cfg.PollInterval)
-	defer cancel()
-	var ids []string
-	now := p.now()
-	for key, err := range p.store.List(ctx, activePrefix) {
-		if err != nil {
-			if ctx.Err() == nil {
-				p.cfg.Logger.WarnContext(ctx, "nlm: listing jobs in flight", "err", err)
-			}
-			break
-		}
-		jobID := key[len(activePrefix):]
-		jk, err := layout.NLMJobKey(jobID)
-		if err != nil {
-			continue
-		}
-		p.mu.Lock()
-		mine := p.running[jobID]
-		p.mu.Unlock()
-		if mine {
-			continue
-		}
-		b, v, err := p.store.Get(ctx, jk)
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-			if p.absent.Confirmed(jobID, now) {
-				p.staleMark(ctx, jobID, now)
-			}
-			continue
-		case err != nil:
-			p.cfg.Logger.WarnContext(ctx, "nlm: reading a job in flight", "job_id", jobID, "err", err)
-			continue
-		}
-		if p.absent.Settle > 0 {
-			p.absent.Found(jobID)
-		}
-		d, err := core.Decode[jobDoc](jk, b, v, validator(jobID))
-		if err != nil {
-			_ = p.poisoned(ctx, err)
-			continue
-		}
-		switch {
-		case terminal(d.Status):
-			p.unmark(ctx, jobID)
-		case !records.LeaseLive(d.Lease, now):
-			ids = append(ids, jobID)
-		}
-	}
-	return ids
-}
-
-// staleMark removes the index entry of a job that does not exist, once it
-// is older than a lease (an Accept may be between its two writes).
-func (p *Processor) staleMark(ctx context.Context, jobID string, now time.Time) {
-	b, _, err := p.store.Get(ctx, activeKey(jobID))
-	if err != nil {
-		return
-	}
-	var m activeMark
-	if json.Unmarshal(b, &m) == nil && now.Sub(m.CreatedAt) < p.cfg.LeaseTTL {
-		return
-	}
-	p.unmark(ctx, jobID)
 }

@@ -16,11 +16,13 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -36,7 +38,7 @@ const (
 // Each is optional except Query; a nil stage passes its input on. Each runs
 // as one unit of the execution core under its Config deadline: at the
 // deadline the job goes to ERROR whether or not the code returns, and code
-// that ignores its ctx is left behind, counted in Stragglers, its result
+// that ignores its ctx is left behind (logged as a straggler), its result
 // dropped.
 //
 // A job taken over from a lost processor replays the stages before the one
@@ -52,7 +54,7 @@ type Stages struct {
 	Query func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error)
 	// Structure is STRUCTURING: parse the answer into artifact content.
 	// Nil means the answer is the content.
-	Structure func(ctx context.Context, req lifecycle.NLMRequest, answer json.RawMessage) (jobqueue.Output, error)
+	Structure func(ctx context.Context, req lifecycle.NLMRequest, answer json.RawMessage) (lifecycle.JobOutput, error)
 }
 
 // Poster posts a callback; *http.Client is one.
@@ -73,7 +75,7 @@ type Config struct {
 	// Artifacts writes the artifacts. Default: an artifact.Store over Store.
 	Artifacts *artifact.Store
 	// Project is the cid of artifacts of requests without one. Default
-	// jobqueue.DefaultProject.
+	// lifecycle.DefaultProject.
 	Project string
 	// CallbackURL is the callback of the requests Ask builds without one:
 	// where Sink is served. Default none (the request must name one).
@@ -144,12 +146,12 @@ type Processor struct {
 	cfg    Config
 	stages Stages
 	store  *storage.Store // patient
-	units  *core.Units
-	quar   *core.Quarantiner
+	units  *deadline.Units
+	quar   *quarantine.Mover
 	// absent holds the jobs in flight read missing on a store that
-	// settles, until their absence is confirmed (core.Absence): an index
+	// settles, until their absence is confirmed (evidence.Absence): an index
 	// entry, a job's only pointer, goes only then.
-	absent core.Absence
+	absent evidence.Absence
 
 	mu      sync.Mutex
 	pending []string        // handed by Accept, not started yet
@@ -173,7 +175,7 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 		cfg.Owner = fmt.Sprintf("%s-%d", orDefault(host, "nlm"), os.Getpid())
 	}
 	if cfg.Project == "" {
-		cfg.Project = jobqueue.DefaultProject
+		cfg.Project = lifecycle.DefaultProject
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{}
@@ -207,8 +209,8 @@ func New(cfg Config, stages Stages) (*Processor, error) {
 	}
 	p := &Processor{cfg: cfg, stages: stages, running: map[string]bool{}, wake: make(chan struct{}, 1)}
 	p.store = cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
-	p.units = &core.Units{Clock: cfg.Clock, Log: cfg.Logger}
-	p.quar = &core.Quarantiner{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
+	p.units = &deadline.Units{Clock: cfg.Clock, Log: cfg.Logger}
+	p.quar = &quarantine.Mover{Store: p.store, Clock: cfg.Clock, Log: cfg.Logger}
 	p.absent.Settle = cfg.Store.SettleTime()
 	if p.cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: p.store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger})
@@ -240,7 +242,7 @@ type activeMark struct {
 }
 
 func validateRequest(r *lifecycle.NLMRequest, defaultProject string) error {
-	bad := func(err error) error { return fmt.Errorf("%w: %w", jobqueue.ErrInvalidJob, err) }
+	bad := func(err error) error { return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err) }
 	// Text first (issue 10 F), so nothing below quotes megabytes.
 	if err := codes.CheckText("query", r.Query, codes.MaxDocumentBytes, codes.MultiLine); err != nil {
 		return bad(err)
@@ -267,7 +269,7 @@ func validateRequest(r *lifecycle.NLMRequest, defaultProject string) error {
 	if err := storekey.ValidateID("project id", r.ProjectID); err != nil {
 		return bad(err)
 	}
-	if _, ok := jobqueue.ArtifactType(r.JobType); !ok {
+	if _, ok := artifact.TypeForJob(r.JobType); !ok {
 		return bad(fmt.Errorf("job_type %q is not RESEARCH, BRIEF or PROPOSAL_PREPROCESS", r.JobType))
 	}
 	u, err := url.Parse(r.Callback)
@@ -293,15 +295,15 @@ func validator(jobID string) func(*jobDoc) error {
 	}
 }
 
-func (p *Processor) record(key, jobID string) *core.Record[jobDoc, *jobDoc] {
-	return &core.Record[jobDoc, *jobDoc]{Store: p.store, Key: key, Validate: validator(jobID),
+func (p *Processor) record(key, jobID string) *fence.Record[jobDoc, *jobDoc] {
+	return &fence.Record[jobDoc, *jobDoc]{Store: p.store, Key: key, Validate: validator(jobID),
 		Lease: func(d *jobDoc) *lifecycle.Lease { return d.Lease }}
 }
 
 // Accept registers req as an NLM job in ACCEPTED (answered 202) and hands
 // it to this processor's Run. A second Accept of the same job id returns
 // the job as it stands, without error. Invalid requests (matching
-// jobqueue.ErrInvalidJob) write nothing.
+// lifecycle.ErrInvalidJob) write nothing.
 func (p *Processor) Accept(ctx context.Context, req lifecycle.NLMRequest) (lifecycle.NLMJob, error) {
 	if err := validateRequest(&req, p.cfg.Project); err != nil {
 		return lifecycle.NLMJob{}, err
@@ -362,15 +364,6 @@ func (p *Processor) Get(ctx context.Context, jobID string) (lifecycle.NLMJob, er
 	d, _, err := p.record(key, jobID).Load(ctx)
 	return d.NLMJob, p.poisoned(ctx, err)
 }
-
-// Stragglers reports the goroutines of stages this processor abandoned at
-// a deadline although their code ignored its context: how many still run,
-// and how many there were in all.
-func (p *Processor) Stragglers() (live int, total int64) { return p.units.Stragglers() }
-
-// Quarantined counts the poison job records this processor moved under
-// storage's quarantine prefix.
-func (p *Processor) Quarantined() int64 { return p.quar.Count() }
 
 func (p *Processor) now() time.Time { return p.cfg.Clock.Now().UTC() }
 
@@ -438,7 +431,7 @@ func (p *Processor) post(ctx context.Context, target string, cb lifecycle.NLMCal
 	}
 	wait := p.cfg.CallbackBackoff
 	for attempt := 1; ; attempt++ {
-		_, err := core.Do(ctx, p.units, "nlm "+cb.JobID+" CALLBACK", p.cfg.CallbackTimeout, func(ctx context.Context) (struct{}, error) {
+		_, err := deadline.Do(ctx, p.units, "nlm "+cb.JobID+" CALLBACK", p.cfg.CallbackTimeout, func(ctx context.Context) (struct{}, error) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 			if err != nil {
 				return struct{}{}, err
@@ -451,7 +444,7 @@ func (p *Processor) post(ctx context.Context, target string, cb lifecycle.NLMCal
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
 			if resp.StatusCode/100 != 2 {
-				return struct{}{}, &jobqueue.StatusError{Code: resp.StatusCode}
+				return struct{}{}, fmt.Errorf("HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 			}
 			return struct{}{}, nil
 		})

@@ -17,7 +17,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
@@ -187,7 +186,7 @@ func TestAcceptValidation(t *testing.T) {
 	} {
 		r := request("https://example.com/cb", "job-v")
 		mod(&r)
-		if _, err := p.Accept(context.Background(), r); !errors.Is(err, jobqueue.ErrInvalidJob) {
+		if _, err := p.Accept(context.Background(), r); !errors.Is(err, lifecycle.ErrInvalidJob) {
 			t.Errorf("%+v: %v", r, err)
 		}
 	}
@@ -230,7 +229,7 @@ func TestAcceptRefusesBadText(t *testing.T) {
 				before := teststores.Snapshot(t, s)
 				_, err := p.Accept(ctx, r)
 				var ie *lifecycle.InputError
-				if !errors.Is(err, jobqueue.ErrInvalidJob) || lifecycle.ErrorCode(err) != bv.code || !errors.As(err, &ie) || ie.Field != in.field {
+				if !errors.Is(err, lifecycle.ErrInvalidJob) || lifecycle.ErrorCode(err) != bv.code || !errors.As(err, &ie) || ie.Field != in.field {
 					t.Errorf("Accept = %.300v, want ErrInvalidJob with %s for %s", err, bv.code, in.field)
 				}
 				if len(fmt.Sprint(err)) > 400 {

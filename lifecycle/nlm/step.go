@@ -14,7 +14,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/storekey"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -85,7 +84,7 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in run.StepI
 				Message: fmt.Sprintf("NLM request names run %q, not this run", req.RunID)}
 		}
 		job, err := p.Accept(ctx, req)
-		if errors.Is(err, jobqueue.ErrInvalidJob) {
+		if errors.Is(err, lifecycle.ErrInvalidJob) {
 			return run.StepOutput{}, &lifecycle.RunError{Code: codes.InvalidInput, Message: err.Error(), Permanent: true, Err: err}
 		}
 		if err != nil {

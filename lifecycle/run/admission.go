@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
@@ -34,7 +35,7 @@ type admission struct {
 	owner        string        // Config.Owner
 	parkedPoll   time.Duration // Config.ParkedPollInterval
 	queueTimeout time.Duration // Config.QueueTimeout
-	absent       *core.Absence
+	absent       *evidence.Absence
 	cat          *catalog
 	statuses     *statuses
 	writers      *writers
@@ -530,7 +531,7 @@ func (g *dedupeGate) repairRecord(ctx context.Context, doc *lifecycle.RunStatus,
 		_, _, err = g.statuses.read(ctx, slug, winner.RunID, statusKey)
 		winnerExists = err == nil
 	}
-	_, _, err := (&core.Record[idemrecord.Record, *idemrecord.Record]{Store: g.store, Key: layout.IdempotencyKey(doc.IdempotencyKey)}).Apply(ctx, func(cur *idemrecord.Record) error {
+	_, _, err := (&fence.Record[idemrecord.Record, *idemrecord.Record]{Store: g.store, Key: layout.IdempotencyKey(doc.IdempotencyKey)}).Apply(ctx, func(cur *idemrecord.Record) error {
 		if cur.RunID != doc.RunID {
 			return errKeep
 		}

@@ -11,7 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -204,7 +205,7 @@ type slots struct {
 	log      *slog.Logger
 	cat      *catalog
 	statuses *statuses
-	absent   *core.Absence
+	absent   *evidence.Absence
 	poison   *poison
 	execs    *executions
 	inbox    *inbox
@@ -558,7 +559,7 @@ func (w *statusWriter) renewed() time.Time {
 func (w *statusWriter) leaseValid() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return core.LeaseCertain(w.leaseUntil, w.ws.now(), w.ws.lease)
+	return fence.LeaseCertain(w.leaseUntil, w.ws.now(), w.ws.lease)
 }
 
 // confirmLease makes sure the lease is this writer's at this instant: by

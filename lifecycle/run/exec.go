@@ -11,7 +11,9 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -150,7 +152,7 @@ func (x *execution) run(ctx context.Context) {
 	if x.w.snapshot().CancelRequested {
 		cancel(errCanceled)
 	}
-	stopBeat := core.Heartbeat(runCtx, e.cfg.Clock, e.cfg.HeartbeatInterval, x.w.renewed, x.beat)
+	stopBeat := fence.Heartbeat(runCtx, e.cfg.Clock, e.cfg.HeartbeatInterval, x.w.renewed, x.beat)
 	out = x.execute(runCtx, sctx)
 	stopBeat()
 	x.finish(wctx, out)
@@ -169,7 +171,7 @@ func endRunSpan(span tracing.Span, out outcome) {
 	span.End(nil)
 }
 
-// beat renews the lease (any owner write renews it; core.Heartbeat
+// beat renews the lease (any owner write renews it; fence.Heartbeat
 // schedules beats from the last renewal) and notices a cancel request or a
 // takeover written by someone else. It returns false once the lease is lost.
 func (x *execution) beat(ctx context.Context) bool {
@@ -466,8 +468,8 @@ type executor struct {
 	now      func() time.Time
 	log      *slog.Logger
 	tracer   tracing.Tracer
-	units    *core.Units
-	absent   *core.Absence
+	units    *deadline.Units
+	absent   *evidence.Absence
 	cat      *catalog
 	slots    *slots
 	ender    *ender

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -176,7 +176,7 @@ func (x *execution) writeManifest(ctx context.Context, out outcome, status strin
 	if err != nil {
 		return err
 	}
-	_, err = core.PutFenced(ctx, x.e.store, key, b, x.e.cfg.Owner, x.epoch, epochOf)
+	_, err = fence.Put(ctx, x.e.store, key, b, x.e.cfg.Owner, x.epoch, epochOf)
 	return err
 }
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/runconveyor/conveyor/internal/activity"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/pacing"
 )
 
 // Run executes runs until ctx is done, then waits for the runs it is
@@ -28,7 +28,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer end()
 	r.life.begin(ctx)
 	defer r.shutdown()
-	sched := core.Poll{Idle: r.cfg.PollInterval}
+	sched := pacing.Poll{Idle: r.cfg.PollInterval}
 	found := false
 	r.pass(ctx, func(pctx context.Context) { found = r.sched.poll(pctx, true) })
 	// The poll keeps its own schedule: a steady stream of handed runs must

@@ -5,18 +5,18 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/paging"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // listRuns: see Runner.ListRuns.
 func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
-	limit, err := core.PageLimit(q.Limit)
+	limit, err := paging.Limit(q.Limit)
 	if err != nil {
 		return RunPage{}, err
 	}
-	after, err := core.PageCursor(q.Cursor, func(e string) bool { _, _, ok := layout.ParseNewestFirst(e); return ok })
+	after, err := paging.Cursor(q.Cursor, func(e string) bool { _, _, ok := layout.ParseNewestFirst(e); return ok })
 	if err != nil {
 		return RunPage{}, err
 	}
@@ -38,7 +38,7 @@ func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 			return RunPage{}, &RequestError{Field: "agent", Reason: err.Error()}
 		}
 	}
-	runs, next, err := core.ReadPage(ctx, rd.store, prefixes, after, limit, 0, func(ctx context.Context, i int, entry string) (lifecycle.RunStatus, bool, error) {
+	runs, next, err := paging.Read(ctx, rd.store, prefixes, after, limit, 0, func(ctx context.Context, i int, entry string) (lifecycle.RunStatus, bool, error) {
 		_, runID, ok := layout.ParseNewestFirst(entry)
 		if !ok {
 			return lifecycle.RunStatus{}, false, nil // not an entry of ours

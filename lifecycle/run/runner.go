@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -21,7 +21,7 @@ type Runner struct {
 	store *storage.Store // patient
 	// units runs step attempts under their deadlines and counts the
 	// goroutines of attempts abandoned there (stragglers).
-	units  *core.Units
+	units  *deadline.Units
 	cat    *catalog
 	poison *poison
 	life   *lifetime

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -22,7 +24,7 @@ import (
 type statuses struct {
 	store   *storage.Store
 	log     *slog.Logger
-	absent  *core.Absence
+	absent  *evidence.Absence
 	poison  *poison
 	changes *changes
 	// release frees what a quarantined run held; set once the slots are
@@ -53,7 +55,7 @@ func (st *statuses) read(ctx context.Context, slug, runID, key string) (lifecycl
 		if st.absent.Settle > 0 {
 			st.absent.Found(key)
 		}
-		doc, err := core.Decode[lifecycle.RunStatus](key, b, v, statusValidator(slug, runID))
+		doc, err := fence.Decode[lifecycle.RunStatus](key, b, v, statusValidator(slug, runID))
 		var ce *lifecycle.QuarantinedError
 		if errors.As(err, &ce) {
 			qerr := st.quarantineRun(ctx, slug, runID, ce)
@@ -132,10 +134,10 @@ func statusValidator(slug, runID string) func(*lifecycle.RunStatus) error {
 	}
 }
 
-// poison moves poison records to quarantine (core.Quarantiner), counts
+// poison moves poison records to quarantine (quarantine.Mover), counts
 // them and logs each.
 type poison struct {
-	quar    *core.Quarantiner
+	quar    *quarantine.Mover
 	metrics Metrics
 }
 

@@ -12,7 +12,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -183,26 +184,26 @@ func failureOf(s Step, attempts int, err error) error {
 	return &lifecycle.RunError{Code: codes.InternalError, Message: fmt.Sprintf("step %s failed after %d attempts: %v", s.Name, attempts, err), Err: err}
 }
 
-// attempt runs the step once through core.Do on the runner's Units: under
+// attempt runs the step once through deadline.Do on the runner's Units: under
 // its timeout, in its own goroutine, so a step that ignores its context
 // cannot hold the run past the timeout. Such a step's goroutine is
-// abandoned: counted (core.Units), logged, and its late result
+// abandoned: counted (deadline.Units), logged, and its late result
 // discarded.
 func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout time.Duration) (StepOutput, error) {
 	timedOut := func() error {
 		return lifecycle.NewRunError(codes.AgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
 	}
-	out, err := core.Do(ctx, x.e.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
+	out, err := deadline.Do(ctx, x.e.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
 		o, err := s.Run(uctx, in)
-		var oe *core.OverrunError
+		var oe *deadline.OverrunError
 		if err != nil && errors.As(context.Cause(uctx), &oe) {
 			return o, timedOut()
 		}
 		return o, err
 	})
 	var (
-		oe *core.OverrunError
-		pe *core.PanicError
+		oe *deadline.OverrunError
+		pe *deadline.PanicError
 	)
 	switch {
 	case errors.As(err, &oe):
@@ -311,7 +312,7 @@ func (f *stepFiles) markStarted(ctx context.Context, i int, s Step) error {
 	return err
 }
 
-// writeStep writes a step file, fenced (core.PutFenced): the file carries
+// writeStep writes a step file, fenced (fence.Put): the file carries
 // this runner's epoch, and a file of a newer epoch is never replaced, so a
 // runner that lost its lease gets ErrLeaseLost and the new owner's file
 // stays. The lease is confirmed first, so a lost writer also cannot create
@@ -340,7 +341,7 @@ func (f *stepFiles) writeStep(ctx context.Context, rec lifecycle.StepRecord) err
 		done = err == nil
 	}
 	if !done {
-		if _, err := core.PutFenced(ctx, f.store, key, b, f.owner, f.epoch, epochOf); err != nil {
+		if _, err := fence.Put(ctx, f.store, key, b, f.owner, f.epoch, epochOf); err != nil {
 			return err
 		}
 	}
@@ -398,7 +399,7 @@ func (f *stepFiles) writeOutput(ctx context.Context, key string, b []byte) error
 		if err == nil || (!errors.Is(err, storage.ErrPreconditionFailed) && !errors.Is(err, storage.ErrOutcomeUnknown)) {
 			return err
 		}
-		if conflicts >= core.MaxConflicts {
+		if conflicts >= fence.MaxConflicts {
 			return err
 		}
 		old, v, gerr := f.store.Get(ctx, key)

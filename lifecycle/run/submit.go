@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
@@ -318,7 +319,7 @@ type idempotency struct {
 	log     *slog.Logger
 	metrics Metrics
 	cfg     idemConfig
-	absent  *core.Absence
+	absent  *evidence.Absence
 	gate    *dedupeGate
 	creator *creator
 }
@@ -378,7 +379,7 @@ func (im *idempotency) claimKey(ctx context.Context, key string, req lifecycle.S
 			return c, err
 		}
 		var after idemrecord.Record
-		_, after, err = (&core.Record[idemrecord.Record, *idemrecord.Record]{Store: im.store, Key: key}).Apply(ctx, func(cur *idemrecord.Record) error {
+		_, after, err = (&fence.Record[idemrecord.Record, *idemrecord.Record]{Store: im.store, Key: key}).Apply(ctx, func(cur *idemrecord.Record) error {
 			return im.judgeKey(cur, &c, hash)
 		})
 		switch {
@@ -533,7 +534,7 @@ func (g *dedupeGate) markRun(ctx context.Context, c *idemClaim) error {
 // holder, never over a completed record). A failure to write is logged:
 // the run exists, and the next duplicate finds it.
 func (im *idempotency) recordOutcome(ctx context.Context, key string, c *idemClaim, createErr error) {
-	_, _, err := (&core.Record[idemrecord.Record, *idemrecord.Record]{Store: im.store, Key: key}).Apply(ctx, func(cur *idemrecord.Record) error {
+	_, _, err := (&fence.Record[idemrecord.Record, *idemrecord.Record]{Store: im.store, Key: key}).Apply(ctx, func(cur *idemrecord.Record) error {
 		if cur.RunID != c.rec.RunID || cur.Status == idemrecord.Completed {
 			return errKeep // done, or a later generation
 		}

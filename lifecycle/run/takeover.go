@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/codes"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -24,7 +24,7 @@ type takeover struct {
 	log     *slog.Logger
 	owner   string        // Config.Owner
 	lease   time.Duration // Config.LeaseDuration
-	absent  *core.Absence
+	absent  *evidence.Absence
 	cat     *catalog
 	history *history
 	writers *writers

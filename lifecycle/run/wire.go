@@ -3,7 +3,9 @@ package run
 import (
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/deadline"
+	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -37,16 +39,16 @@ func wire(cfg *Config, cat *catalog) *Runner {
 	now := func() time.Time { return cfg.Clock.Now().UTC() }
 	log := cfg.Logger
 	// absent holds the status keys read missing on a store that settles,
-	// until their absence is confirmed (core.Absence): a run is finished
+	// until their absence is confirmed (evidence.Absence): a run is finished
 	// as a stopped submit, or its slot taken, only then.
-	absent := &core.Absence{Settle: cfg.Store.SettleTime()}
+	absent := &evidence.Absence{Settle: cfg.Store.SettleTime()}
 	tracer := tracing.New(cfg.TracerProvider)
 	r := &Runner{
 		cfg:    *cfg,
 		store:  store,
-		units:  &core.Units{Clock: cfg.Clock, Log: cfg.Logger},
+		units:  &deadline.Units{Clock: cfg.Clock, Log: cfg.Logger},
 		cat:    cat,
-		poison: &poison{quar: &core.Quarantiner{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, metrics: cfg.Metrics},
+		poison: &poison{quar: &quarantine.Mover{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, metrics: cfg.Metrics},
 		life:   &lifetime{},
 		inbox:  newInbox(),
 	}

@@ -9,7 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/audit"
+	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
@@ -34,7 +35,7 @@ type writers struct {
 	changes *changes
 }
 
-// statusWriter writes one run's status.json through core.Record, the one
+// statusWriter writes one run's status.json through fence.Record, the one
 // fenced read-check-write of the SDK: it keeps the document and store
 // version of its last write, so on the happy path it writes with IfMatch and
 // never reads; a change the cached document refuses is judged again on a
@@ -48,7 +49,7 @@ type statusWriter struct {
 	key   string
 
 	mu  sync.Mutex
-	rec *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus]
+	rec *fence.Record[lifecycle.RunStatus, *lifecycle.RunStatus]
 	// epoch is the lease epoch this writer holds (0: none); leaseUntil is
 	// the lease expiry of its last write, renewedAt when that write was made.
 	epoch      int64
@@ -67,10 +68,10 @@ func (ws *writers) newWriter(slug, runID, key string, doc *lifecycle.RunStatus, 
 	return w
 }
 
-// statusRecord is the core.Record of one run's status.json, fenced by
+// statusRecord is the fence.Record of one run's status.json, fenced by
 // (owner, epoch) when epoch > 0.
-func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
-	return &core.Record[lifecycle.RunStatus, *lifecycle.RunStatus]{
+func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *fence.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
+	return &fence.Record[lifecycle.RunStatus, *lifecycle.RunStatus]{
 		Store: ws.store, Key: key, Owner: owner, Epoch: epoch,
 		Lease:    func(d *lifecycle.RunStatus) *lifecycle.Lease { return d.Lease },
 		Clone:    func(d *lifecycle.RunStatus) lifecycle.RunStatus { return cloneStatus(d) },
@@ -78,7 +79,7 @@ func (ws *writers) statusRecord(slug, runID, key, owner string, epoch int64) *co
 	}
 }
 
-func (w *statusWriter) record() *core.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
+func (w *statusWriter) record() *fence.Record[lifecycle.RunStatus, *lifecycle.RunStatus] {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.rec
@@ -405,11 +406,11 @@ func (al *auditLog) write(ctx context.Context, doc *lifecycle.RunStatus) {
 	if a == nil {
 		return
 	}
-	actx, cancel := core.AuditContext(ctx, al.timeout)
+	actx, cancel := audit.Context(ctx, al.timeout)
 	defer cancel()
 	key, b, err := auditObject(a)
 	if err == nil {
-		err = core.PutAudit(actx, al.store, key, b)
+		err = audit.Put(actx, al.store, key, b)
 	}
 	al.audited(doc.RunID, a.ID, err == nil)
 	if err != nil {
@@ -432,7 +433,7 @@ func (al *auditLog) ensure(ctx context.Context, doc *lifecycle.RunStatus) error 
 	}
 	key, b, err := auditObject(a)
 	if err == nil {
-		err = core.EnsureAudit(ctx, al.store, key, b)
+		err = audit.Ensure(ctx, al.store, key, b)
 	}
 	if err != nil {
 		return fmt.Errorf("run: audit event %s of run %s: %w", a.ID, doc.RunID, err)

@@ -42,9 +42,8 @@ func (e *Error) Error() string {
 // lifecycle.ErrInboxEntryExists, and the store's sentinels of a corrupt
 // record (RECORD_QUARANTINED), a lost lease and an unavailable store for
 // their codes. The engines' sentinels are these values under their own
-// names (run.ErrNotFound is lifecycle.ErrRunNotFound, jobqueue.ErrJobExists
-// lifecycle.ErrJobExists, inbox.ErrEntryExists lifecycle.ErrInboxEntryExists,
-// lifecycle.ErrNotFound the store's not-found), so they match too.
+// names (run.ErrNotFound is lifecycle.ErrRunNotFound, lifecycle.ErrNotFound
+// the store's not-found), so they match too.
 func (e *Error) Is(target error) bool {
 	for _, s := range sentinels(e.Code) {
 		if s == target {

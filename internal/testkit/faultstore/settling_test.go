@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/core"
+	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -134,7 +134,7 @@ func TestSettleReportedThroughWrappers(t *testing.T) {
 
 // The faults really happen: a create-once check (two writers, one key, each
 // told it created it) and a not-found check acting on one read both catch
-// them, and core.Absence is not fooled by a disturbance.
+// them, and evidence.Absence is not fooled by a disturbance.
 func TestCheckersCatchTheFaults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -151,7 +151,7 @@ func TestCheckersCatchTheFaults(t *testing.T) {
 		t.Fatalf("%d writers were told they created jobs/once, want 2 (the fault did not happen)", created)
 	}
 
-	a := &core.Absence{Settle: storage.New(s).SettleTime()}
+	a := &evidence.Absence{Settle: storage.New(s).SettleTime()}
 	_, _, err := s.Get(ctx, "jobs/a")
 	if !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("get in the window: %v, want a false not-found", err)

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/activity"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -37,15 +36,15 @@ func Stages(clk clock.Clock, pause time.Duration) nlm.Stages {
 // answers after pause on clk.
 func Handlers(clk clock.Clock, pause time.Duration) jobqueue.Handlers {
 	return jobqueue.Handlers{
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, _ json.RawMessage) (lifecycle.JobOutput, error) {
 			if err := activity.Sleep(ctx, clk, pause); err != nil {
-				return jobqueue.Output{}, err
+				return lifecycle.JobOutput{}, err
 			}
 			b, err := content(job.JobType, fmt.Sprintf("job %s of %s", job.JobID, job.AgentSlug))
 			if err != nil {
-				return jobqueue.Output{}, err
+				return lifecycle.JobOutput{}, err
 			}
-			return jobqueue.Output{Content: b}, nil
+			return lifecycle.JobOutput{Content: b}, nil
 		},
 	}
 }
@@ -56,12 +55,12 @@ func content(t lifecycle.JobType, query string) (json.RawMessage, error) {
 	answer := "Simulated answer to: " + query
 	switch t {
 	case lifecycle.JobResearch:
-		return json.Marshal(artifact.ResearchBriefContent{Title: "Research brief", Summary: answer,
-			Sections: []artifact.Section{{Heading: "Findings", Body: "The demo NLM backend answered; nothing left this machine."}}})
+		return json.Marshal(map[string]any{"title": "Research brief", "summary": answer,
+			"sections": []map[string]string{{"heading": "Findings", "body": "The demo NLM backend answered; nothing left this machine."}}})
 	case lifecycle.JobProposalPreprocess:
-		return json.Marshal(artifact.PreprocessedProposalContent{Original: json.RawMessage(`{}`), Enriched: json.RawMessage(`{}`)})
+		return json.Marshal(map[string]any{"original": json.RawMessage(`{}`), "enriched": json.RawMessage(`{}`)})
 	default:
-		return json.Marshal(artifact.BriefContent{Title: "Brief", Body: answer, WordCount: len(strings.Fields(answer))})
+		return json.Marshal(map[string]any{"title": "Brief", "body": answer, "word_count": len(strings.Fields(answer))})
 	}
 }
 

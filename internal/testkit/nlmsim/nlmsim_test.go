@@ -11,7 +11,6 @@ import (
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/testkit/nlmsim"
-	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
@@ -24,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestAnswers(t *testing.T) {
 	const pause = time.Minute
 	for _, jt := range []lifecycle.JobType{lifecycle.JobResearch, lifecycle.JobBrief, lifecycle.JobProposalPreprocess} {
-		at, _ := jobqueue.ArtifactType(jt)
+		at, _ := artifact.TypeForJob(jt)
 		for _, via := range []string{"stages", "handlers"} {
 			t.Run(string(jt)+" "+via, func(t *testing.T) {
 				clk := clock.NewFake(time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC))

@@ -39,8 +39,8 @@ func Example() {
 	q, _ := jobqueue.New(jobqueue.Config{Store: store})
 	_, _ = q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "archivist"})
 	if c, _ := q.Claim(ctx, "worker-1"); c != nil {
-		_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-			return jobqueue.Output{}, errors.New("NLM backend unavailable")
+		_, _ = c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+			return lifecycle.JobOutput{}, errors.New("NLM backend unavailable")
 		}})
 	}
 

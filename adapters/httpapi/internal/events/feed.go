@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/inbox"
-	"github.com/runconveyor/conveyor/internal/core"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/pacing"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -249,7 +249,7 @@ func (f *Feed) Run(ctx context.Context) error {
 	f.mu.Unlock()
 	defer close(f.stopped)
 	wake := f.watch(ctx)
-	idle := core.Poll{Idle: max(f.cfg.IdlePollInterval, f.cfg.PollInterval)}
+	idle := pacing.Poll{Idle: max(f.cfg.IdlePollInterval, f.cfg.PollInterval)}
 	for {
 		found := f.poll(ctx)
 		// PollInterval between two listings, watched or not: a busy log

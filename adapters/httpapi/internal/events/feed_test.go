@@ -136,7 +136,7 @@ func TestSDKEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		sub := func(id string) {
-			if _, err := box.Submit(ctx, lifecycle.ActorGateway, inbox.Submission{ID: id,
+			if _, err := box.Submit(ctx, lifecycle.ActorGateway, lifecycle.InboxSubmission{ID: id,
 				Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"}, Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "notes/x"}}); err != nil {
 				t.Fatal(err)
 			}
@@ -169,8 +169,8 @@ func TestSDKEvents(t *testing.T) {
 		if err != nil || c == nil {
 			t.Fatalf("claim: %v %v", c, err)
 		}
-		if _, err := c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-			return jobqueue.Output{}, errors.New("unavailable")
+		if _, err := c.Run(ctx, jobqueue.Handlers{CallNotebookLM: func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+			return lifecycle.JobOutput{}, errors.New("unavailable")
 		}}); err != nil {
 			t.Fatal(err)
 		}

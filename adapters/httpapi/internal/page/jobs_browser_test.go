@@ -63,8 +63,8 @@ func startJobsWorker(t *testing.T) *jobsWorker {
 	if err != nil || c == nil {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
-	fail := func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{}, jobqueue.Permanent(errors.New(deadError))
+	fail := func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New(deadError))
 	}
 	if j, err := c.Run(ctx, jobqueue.Handlers{CallNotebookLM: fail}); j.Status != lifecycle.JobRetryBackoff && j.Status != lifecycle.JobDead {
 		t.Fatalf("the failing job is %s (%v), want RETRY_BACKOFF or DEAD", j.Status, err)
@@ -229,8 +229,8 @@ func TestJobsPage(t *testing.T) {
 			research: c('`+cell("RESEARCH", "agent-a", "QUEUED")+`'),
 			brief: c('`+cell("BRIEF", "agent-b", "QUEUED")+`'),
 			dead: c('`+cell("RESEARCH", "agent-z", "DEAD")+`'),
-			standAlone: c('`+cell("BRIEF", jobqueue.TypeLanePrefix+"BRIEF", "QUEUED")+`'),
-			standAloneAgent: c('#job-counts tr[data-agent="`+jobqueue.TypeLanePrefix+`BRIEF"] td:nth-child(2)'),
+			standAlone: c('`+cell("BRIEF", "_type.BRIEF", "QUEUED")+`'),
+			standAloneAgent: c('#job-counts tr[data-agent="_type.BRIEF"] td:nth-child(2)'),
 			quickDead: document.querySelector('[data-testid="quick-DEAD"]').dataset.count,
 		};
 	})()`))
@@ -400,8 +400,8 @@ func TestJobsPageRecountsAtMostEvery30s(t *testing.T) {
 	}
 	// Three jobs run one after another (each a burst of events): the list
 	// is read again for each.
-	ok := func(context.Context, lifecycle.Job, json.RawMessage) (jobqueue.Output, error) {
-		return jobqueue.Output{Content: json.RawMessage(`{"summary":"ok"}`)}, nil
+	ok := func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: json.RawMessage(`{"summary":"ok"}`)}, nil
 	}
 	for range 3 {
 		c, err := w.queue.Claim(context.Background(), "page-test")

@@ -1,4 +1,4 @@
-package core
+package quarantine
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// Quarantiner moves one engine's poison records under quarantine/
+// Mover moves one engine's poison records under quarantine/
 // (records.Quarantine), logs record_quarantined at WARN and counts them.
 // The zero value is not usable; set Store and Clock.
-type Quarantiner struct {
+type Mover struct {
 	Store *storage.Store
 	Clock clock.Clock
 	// Log receives record_quarantined and quarantine_failed; nil discards.
@@ -24,14 +24,14 @@ type Quarantiner struct {
 	n atomic.Int64
 }
 
-// Count reports how many records this Quarantiner moved.
-func (q *Quarantiner) Count() int64 { return q.n.Load() }
+// Count reports how many records this Mover moved.
+func (q *Mover) Count() int64 { return q.n.Load() }
 
 // Move quarantines the record of ce and returns where its copy is. A record
 // another process already moved is not an error; one that changed since it
 // was read (someone repaired it) is left alone and the error matches
 // storage.ErrPreconditionFailed.
-func (q *Quarantiner) Move(ctx context.Context, ce *lifecycle.QuarantinedError) (string, error) {
+func (q *Mover) Move(ctx context.Context, ce *lifecycle.QuarantinedError) (string, error) {
 	qkey, err := records.Quarantine(ctx, q.Store, ce, q.Clock.Now())
 	if errors.Is(err, storage.ErrNotFound) {
 		err = nil // someone else quarantined it first

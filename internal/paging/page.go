@@ -1,4 +1,4 @@
-package core
+package paging
 
 import (
 	"context"
@@ -10,52 +10,52 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// PageError refuses a page request: a limit out of range, a cursor no
+// Error refuses a page request: a limit out of range, a cursor no
 // page handed out, or a filter no record can match. Its code is
 // INVALID_REQUEST, or INVALID_CURSOR for the cursor.
-type PageError struct {
+type Error struct {
 	Field  string // "limit", "cursor", or the filter's name
 	Reason string
 }
 
 // Error names the field and why it was refused.
-func (e *PageError) Error() string { return "invalid " + e.Field + ": " + e.Reason }
+func (e *Error) Error() string { return "invalid " + e.Field + ": " + e.Reason }
 
 // Code is INVALID_CURSOR for a cursor, INVALID_REQUEST otherwise.
-func (e *PageError) Code() string {
+func (e *Error) Code() string {
 	if e.Field == "cursor" {
 		return codes.InvalidCursor
 	}
 	return codes.InvalidRequest
 }
 
-// PageLimit is the number of items a page of limit holds: 0 means
+// Limit is the number of items a page of limit holds: 0 means
 // codes.DefaultPageLimit; a negative limit or one over codes.MaxPageLimit
-// is a *PageError.
-func PageLimit(limit int) (int, error) {
+// is a *Error.
+func Limit(limit int) (int, error) {
 	switch {
 	case limit == 0:
 		return codes.DefaultPageLimit, nil
 	case limit < 0 || limit > codes.MaxPageLimit:
-		return 0, &PageError{Field: "limit", Reason: strconv.Itoa(limit) + " is not within 1.." + strconv.Itoa(codes.MaxPageLimit)}
+		return 0, &Error{Field: "limit", Reason: strconv.Itoa(limit) + " is not within 1.." + strconv.Itoa(codes.MaxPageLimit)}
 	}
 	return limit, nil
 }
 
-// PageCursor decodes a page's cursor into the index entry it resumes
+// Cursor decodes a page's cursor into the index entry it resumes
 // after ("" for the first page), checking it with valid (nil: any entry).
-func PageCursor(cursor string, valid func(entry string) bool) (string, error) {
+func Cursor(cursor string, valid func(entry string) bool) (string, error) {
 	if cursor == "" {
 		return "", nil
 	}
 	entry, ok := layout.DecodeCursor(cursor)
 	if !ok || (valid != nil && !valid(entry)) {
-		return "", &PageError{Field: "cursor", Reason: "not a cursor of this list"}
+		return "", &Error{Field: "cursor", Reason: "not a cursor of this list"}
 	}
 	return entry, nil
 }
 
-// ReadPage reads one page of an index: up to limit items, in ascending
+// Read reads one page of an index: up to limit items, in ascending
 // order of their entries (a key less its list's prefix), from the lists
 // under prefixes merged, after the entry after ("" from the start). read
 // turns an entry of prefixes[i] into an item, or reports ok false for an
@@ -69,7 +69,7 @@ func PageCursor(cursor string, valid func(entry string) bool) (string, error) {
 // read: a list filtered by reading its records (no index of the filter)
 // then answers a short page, even an empty one, with a next cursor, so a
 // request costs at most budget reads however rare the match.
-func ReadPage[T any](ctx context.Context, s *storage.Store, prefixes []string, after string, limit, budget int,
+func Read[T any](ctx context.Context, s *storage.Store, prefixes []string, after string, limit, budget int,
 	read func(ctx context.Context, list int, entry string) (T, bool, error)) (items []T, next string, err error) {
 	type head struct {
 		next  func() (string, error, bool)

@@ -1,4 +1,4 @@
-package core
+package fence
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// PutFenced writes an owner's object (a step file, an output, a manifest)
+// Put writes an owner's object (a step file, an output, a manifest)
 // at key so that a writer of an older epoch can never replace a newer
 // writer's object: the object carries its writer's epoch, read back by
 // epochOf, and a replacement is conditional on the version whose epoch was
@@ -16,16 +16,16 @@ import (
 // only while its epoch is at most epoch, else the error matches
 // lifecycle.ErrLeaseLost. owner names the writer in that error.
 //
-// The run's own lease is checked by the caller's status writes; PutFenced
+// The run's own lease is checked by the caller's status writes; Put
 // makes sure that whatever a lost writer does, the object a newer owner
 // wrote stays.
-func PutFenced(ctx context.Context, s *storage.Store, key string, value []byte, owner string, epoch int64, epochOf func([]byte) (int64, bool)) (storage.Version, error) {
-	return PutFencedFunc(ctx, s, key, owner, epoch, epochOf, func([]byte, storage.Version) ([]byte, bool, error) {
+func Put(ctx context.Context, s *storage.Store, key string, value []byte, owner string, epoch int64, epochOf func([]byte) (int64, bool)) (storage.Version, error) {
+	return PutFunc(ctx, s, key, owner, epoch, epochOf, func([]byte, storage.Version) ([]byte, bool, error) {
 		return value, false, nil
 	})
 }
 
-// PutFencedFunc is PutFenced for an object whose bytes depend on the one
+// PutFunc is Put for an object whose bytes depend on the one
 // they replace (an artifact counts its versions and keeps its own earlier
 // write). next is given the stored object and its version (nil and ""
 // when the key is missing)
@@ -34,7 +34,7 @@ func PutFenced(ctx context.Context, s *storage.Store, key string, value []byte, 
 // returned is then the stored one's), or an error that ends the write with
 // nothing written. next may run more than once, after lost races, and must
 // judge only its argument.
-func PutFencedFunc(ctx context.Context, s *storage.Store, key, owner string, epoch int64, epochOf func([]byte) (int64, bool), next func(old []byte, ver storage.Version) (value []byte, keep bool, err error)) (storage.Version, error) {
+func PutFunc(ctx context.Context, s *storage.Store, key, owner string, epoch int64, epochOf func([]byte) (int64, bool), next func(old []byte, ver storage.Version) (value []byte, keep bool, err error)) (storage.Version, error) {
 	value, _, err := next(nil, "")
 	if err != nil {
 		return "", err

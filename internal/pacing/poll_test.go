@@ -1,9 +1,13 @@
-package core
+package pacing
 
 import (
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestPollSchedule(t *testing.T) {
 	t.Parallel()

@@ -1,4 +1,7 @@
-package jobqueue
+// Package jobaudit replays the job events of the audit log through the job
+// machine: the proofs and the chaos example check with it that every job
+// moved by legal transitions only, made by their actors.
+package jobaudit
 
 import (
 	"context"
@@ -25,12 +28,12 @@ func (e *ReplayError) Error() string {
 	return fmt.Sprintf("jobqueue: audit replay of job %s at event %s: %s", e.JobID, e.EventID, e.Problem)
 }
 
-// ReplayAudit reads the job events of the audit log for the UTC days from
+// Replay reads the job events of the audit log for the UTC days from
 // first to last (inclusive) and replays each job's transitions through the
 // job machine: the first must create the job in PENDING, each next one must
 // start where the last ended, be a move of the table and be made by one of
 // its actors. It returns each job's final state, or a *ReplayError.
-func ReplayAudit(ctx context.Context, s *storage.Store, first, last time.Time) (map[string]lifecycle.JobState, error) {
+func Replay(ctx context.Context, s *storage.Store, first, last time.Time) (map[string]lifecycle.JobState, error) {
 	byJob := map[string][]lifecycle.AuditEvent{}
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
 		for e, err := range records.ReadAuditDay(ctx, s, day) {

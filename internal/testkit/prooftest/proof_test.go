@@ -26,6 +26,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/jobaudit"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -102,16 +103,16 @@ func faultyHandlers(seed uint64) jobqueue.Handlers {
 			}
 			return json.RawMessage(`{"ok":true}`), nil
 		},
-		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		CallNotebookLM: func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 			switch r := roll(); {
 			case r < 0.04:
-				return jobqueue.Output{}, &jobqueue.StatusError{Code: 429}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 429}
 			case r < 0.08:
-				return jobqueue.Output{}, &jobqueue.StatusError{Code: 503}
+				return lifecycle.JobOutput{}, &jobqueue.StatusError{Code: 503}
 			case r < 0.12:
-				return jobqueue.Output{}, errors.New("injected handler error")
+				return lifecycle.JobOutput{}, errors.New("injected handler error")
 			}
-			return jobqueue.Output{Content: json.RawMessage(fmt.Sprintf(
+			return lifecycle.JobOutput{Content: json.RawMessage(fmt.Sprintf(
 				`{"title":"Brief %s","body":"b","entity_map":{},"word_count":1}`, job.JobID))}, nil
 		},
 	}
@@ -274,7 +275,7 @@ func startProofWorkers(ctx context.Context, t *testing.T, s *storage.Store, hist
 		wq := newQueue(t, storage.New(fs), clock.Real(), pc.apply, func(c *jobqueue.Config) { c.Node = fmt.Sprintf("node-%d", w) })
 		h := faultyHandlers(uint64(w) + 100)
 		inner := h.CallNotebookLM
-		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (jobqueue.Output, error) {
+		h.CallNotebookLM = func(ctx context.Context, job lifecycle.Job, snap json.RawMessage) (lifecycle.JobOutput, error) {
 			v, _ := runningPerAgent.LoadOrStore(job.AgentSlug, new(atomic.Int32))
 			c := v.(*atomic.Int32)
 			if c.Add(1) > 1 {
@@ -365,7 +366,7 @@ func checkEnds(t *testing.T, q *jobqueue.Queue, final map[string]lifecycle.Job) 
 			if j.ArtifactID != artifact.IDForJob(id) {
 				t.Errorf("%s: artifact_id %q", id, j.ArtifactID)
 			}
-			a, err := q.Artifacts().Get(bg, lifecycle.ActorOrchestration, jobqueue.DefaultProject, j.ArtifactID)
+			a, err := q.Artifacts().Get(bg, lifecycle.ActorOrchestration, lifecycle.DefaultProject, j.ArtifactID)
 			if err != nil || !a.Finalized || a.JobID != id {
 				t.Errorf("%s: artifact %+v %v", id, a, err)
 			}
@@ -384,7 +385,7 @@ func checkEnds(t *testing.T, q *jobqueue.Queue, final map[string]lifecycle.Job) 
 // many there are.
 func checkArtifacts(t *testing.T, q *jobqueue.Queue) (arts int) {
 	seen := map[string]bool{}
-	for a, err := range q.Artifacts().List(context.Background(), lifecycle.ActorOrchestration, jobqueue.DefaultProject) {
+	for a, err := range q.Artifacts().List(context.Background(), lifecycle.ActorOrchestration, lifecycle.DefaultProject) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +401,7 @@ func checkArtifacts(t *testing.T, q *jobqueue.Queue) (arts int) {
 // checkReplay checks that the audit log replays every job to the status
 // its record ended in.
 func checkReplay(t *testing.T, s *storage.Store, final map[string]lifecycle.Job, start time.Time, n int) {
-	states, err := jobqueue.ReplayAudit(context.Background(), s, start.Add(-time.Hour), time.Now().Add(time.Hour))
+	states, err := jobaudit.Replay(context.Background(), s, start.Add(-time.Hour), time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package core
+package deadline
 
 import (
 	"context"
@@ -128,9 +128,8 @@ func (u *Units) abandon() {
 // context.Cause(ctx) at once: in both cases fn is abandoned (counted in
 // Stragglers until it returns) and whatever it returns later is dropped. A
 // panic in fn is returned as a *PanicError. limit <= 0 means no limit but
-// ctx's. It stays whole (about 85 lines): the deadline, the cancel, the
-// straggler count and the result channel are one protocol whose pieces
-// must be read together to see that nothing leaks or is counted twice.
+// ctx's. Do arms the deadline and waits; the hand-over of the result,
+// which decides once between taking it and abandoning the unit, is call's.
 func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, fn func(context.Context) (T, error)) (T, error) {
 	uctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -138,81 +137,108 @@ func Do[T any](ctx context.Context, u *Units, name string, limit time.Duration, 
 		t := u.Clock.AfterFunc(limit, func() { cancel(&OverrunError{Unit: name, Limit: limit}) })
 		defer t.Stop()
 	}
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	// One lock decides, once, whether the caller takes the result or
-	// abandons the unit: either the goroutine finished first (returned) and
-	// the caller takes its result, or the caller left first and the
-	// goroutine, when it ends, is accounted as late.
-	var (
-		mu       sync.Mutex
-		returned bool // the goroutine has its result
-		left     bool // the caller returned without the result
-		at       time.Time
-	)
+	c := &call[T]{u: u, name: name, ch: make(chan result[T], 1)}
 	u.started()
 	// The unit's goroutine counts as work on the clock from here (a test's
 	// fake clock moves only when it is idle, as in activity.Hang); the
 	// caller's wait below does not, until the unit returned or the
 	// deadline struck.
 	uctx = activity.Start(uctx, u.Clock)
-	go func() {
-		uctx, end := activity.Enter(uctx, u.Clock)
-		var res result
-		defer end() // after the result is handed over: the caller is ready first
-		defer func() {
-			if p := recover(); p != nil {
-				res = result{err: &PanicError{Unit: name, Value: p, Stack: debug.Stack()}}
-			}
-			mu.Lock()
-			late := left
-			returned = true
-			ch <- res // buffered: never blocks
-			mu.Unlock()
-			u.ended(late)
-			if late && u.Log != nil {
-				u.Log.LogAttrs(context.Background(), slog.LevelWarn, "unit_returned_late", slog.String("unit", name),
-					slog.Duration("late_by", u.Clock.Now().Sub(at)))
-			}
-		}()
-		res.v, res.err = fn(uctx)
-	}()
-	// A failure that comes with the deadline is the deadline's: code that
-	// honours its context returns ctx.Err() just as the limit strikes.
-	overran := func(res result) (T, error) {
-		var oe *OverrunError
-		if res.err != nil && errors.As(context.Cause(uctx), &oe) {
-			return res.v, oe
-		}
-		return res.v, res.err
-	}
-	resume := activity.Wait(ctx, u.Clock, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return returned || uctx.Err() != nil
-	})
+	go c.run(uctx, fn)
+	resume := activity.Wait(ctx, u.Clock, func() bool { return c.hasReturned() || uctx.Err() != nil })
 	select {
-	case res := <-ch:
+	case res := <-c.ch:
 		resume()
-		return overran(res)
+		return overran(uctx, res)
 	case <-uctx.Done():
 	}
 	resume()
-	mu.Lock()
-	if returned { // returned in the same instant: keep it
-		mu.Unlock()
-		return overran(<-ch)
+	if res, ok := c.leave(); ok { // returned in the same instant: keep it
+		return overran(uctx, res)
 	}
-	left, at = true, u.Clock.Now()
-	u.abandon()
-	mu.Unlock()
 	cause := context.Cause(uctx)
 	if u.Log != nil {
 		u.Log.LogAttrs(ctx, slog.LevelWarn, "unit_abandoned", slog.String("unit", name), slog.String("cause", cause.Error()))
 	}
 	var zero T
 	return zero, cause
+}
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// overran gives a failure that comes with the deadline as the deadline's:
+// code that honours its context returns ctx.Err() just as the limit
+// strikes.
+func overran[T any](uctx context.Context, res result[T]) (T, error) {
+	var oe *OverrunError
+	if res.err != nil && errors.As(context.Cause(uctx), &oe) {
+		return res.v, oe
+	}
+	return res.v, res.err
+}
+
+// call is one unit's hand-over between its goroutine and Do. One lock
+// decides, once, whether the caller takes the result or abandons the unit:
+// either the goroutine finished first (returned) and the caller takes its
+// result, or the caller left first and the goroutine, when it ends, is
+// accounted as late. The deadline, the cancel, the straggler count and the
+// result channel are one protocol: run and leave are its two sides, and
+// nothing leaks or is counted twice because each side looks at the other's
+// flag under the one lock.
+type call[T any] struct {
+	u    *Units
+	name string
+	ch   chan result[T] // buffered (1): run never blocks
+
+	mu       sync.Mutex
+	returned bool      // the goroutine has its result
+	left     bool      // the caller returned without the result
+	at       time.Time // when the caller left
+}
+
+// run is the unit's goroutine: it calls fn and hands its result (or its
+// panic) over, logging a late return when the caller already left.
+func (c *call[T]) run(uctx context.Context, fn func(context.Context) (T, error)) {
+	uctx, end := activity.Enter(uctx, c.u.Clock)
+	var res result[T]
+	defer end() // after the result is handed over: the caller is ready first
+	defer func() {
+		if p := recover(); p != nil {
+			res = result[T]{err: &PanicError{Unit: c.name, Value: p, Stack: debug.Stack()}}
+		}
+		c.mu.Lock()
+		late := c.left
+		c.returned = true
+		c.ch <- res // buffered: never blocks
+		c.mu.Unlock()
+		c.u.ended(late)
+		if late && c.u.Log != nil {
+			c.u.Log.LogAttrs(context.Background(), slog.LevelWarn, "unit_returned_late", slog.String("unit", c.name),
+				slog.Duration("late_by", c.u.Clock.Now().Sub(c.at)))
+		}
+	}()
+	res.v, res.err = fn(uctx)
+}
+
+func (c *call[T]) hasReturned() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.returned
+}
+
+// leave is the caller's side once the unit's context ended: the result,
+// when the goroutine returned in the same instant, or the unit abandoned
+// (ok false).
+func (c *call[T]) leave() (res result[T], ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.returned {
+		return <-c.ch, true
+	}
+	c.left, c.at = true, c.u.Clock.Now()
+	c.u.abandon()
+	return res, false
 }

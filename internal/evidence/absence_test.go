@@ -1,20 +1,22 @@
-package core_test
+package evidence_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/internal/core"
-	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
-	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 
 func TestAbsenceConfirmedOnlyAfterSettle(t *testing.T) {
 	t.Parallel()
@@ -38,7 +40,7 @@ func TestAbsenceConfirmedOnlyAfterSettle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a := &core.Absence{Settle: tt.settle}
+			a := &evidence.Absence{Settle: tt.settle}
 			for i, off := range tt.reads {
 				if off < 0 {
 					a.Found("k")
@@ -54,7 +56,7 @@ func TestAbsenceConfirmedOnlyAfterSettle(t *testing.T) {
 
 func TestAbsenceForgetsKeysNobodyAsksAbout(t *testing.T) {
 	t.Parallel()
-	a := &core.Absence{Settle: time.Second}
+	a := &evidence.Absence{Settle: time.Second}
 	for i := range 100 {
 		a.Confirmed(fmt.Sprint("old", i), t0)
 	}
@@ -88,28 +90,5 @@ func TestSettleTimeFoundThroughWrappers(t *testing.T) {
 	}
 	if d := storage.New(wrapping{mem}).SettleTime(); d != 0 {
 		t.Fatalf("SettleTime of a wrapper over memstore = %v, want 0", d)
-	}
-}
-
-// On a store that settles, a create-only write taken over a newer owner's
-// object replaced it with a lost writer's: the fencing did not hold.
-func TestPutFencedOnAStoreThatSettles(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	fs := faultstore.New(memstore.New())
-	fs.SetSettle(10*time.Second, nil)
-	epochOf := func(b []byte) (int64, bool) {
-		var v struct{ Epoch int64 }
-		return v.Epoch, json.Unmarshal(b, &v) == nil
-	}
-	if _, err := core.PutFenced(ctx, storage.New(fs), "m.json", []byte(`{"epoch":2,"by":"new"}`), "w", 2, epochOf); err != nil {
-		t.Fatal(err)
-	}
-	fs.AcceptCreateOver(1)
-	if _, err := core.PutFenced(ctx, storage.New(fs), "m.json", []byte(`{"epoch":1,"by":"late"}`), "w", 1, epochOf); !errors.Is(err, lifecycle.ErrLeaseLost) {
-		t.Fatalf("older epoch over a newer object: %v, want ErrLeaseLost", err)
-	}
-	if b, _, _ := fs.Get(ctx, "m.json"); string(b) != `{"epoch":2,"by":"new"}` {
-		t.Fatalf("object is %s (%d creates taken over)", b, fs.DoubleCreates())
 	}
 }

@@ -1,0 +1,40 @@
+package jobqueue
+
+// What the tests reach of the package's unexported names.
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts = defaultMaxAttempts
+	DefaultLeaseTTL    = defaultLeaseTTL
+	DefaultStepTimeout = defaultStepTimeout
+	DefaultStopGrace   = defaultStopGrace
+	DefaultSweepBatch  = defaultSweepBatch
+)
+
+// DefaultBackoff is Config.Backoff's default.
+var DefaultBackoff = defaultBackoff
+
+// The actors of the system's calls.
+const (
+	SystemActor   = systemActor
+	OperatorActor = operatorActor
+)
+
+// TypeLanePrefix starts the lane of a job enqueued without an agent.
+const TypeLanePrefix = typeLanePrefix
+
+// TypeLane is the lane of the jobs of a type enqueued without an agent.
+var TypeLane = typeLane
+
+// PayloadError is a Typed handler's failure to decode its job's payload.
+type PayloadError = payloadError
+
+// WaitError is Wait's answer when its ctx ended first.
+type WaitError = waitError
+
+// Stragglers reports how many handler calls abandoned at StepTimeout (or at
+// shutdown) are still running, and how many were abandoned in all.
+func (q *Queue) Stragglers() (live int, total int64) { return q.units.Stragglers() }
+
+// Quarantined counts the records this Queue moved to quarantine.
+func (q *Queue) Quarantined() int64 { return q.quar.count() }
