@@ -19,7 +19,10 @@ import (
 
 	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/idemrecord"
+	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -44,6 +47,9 @@ const (
 	oldArtifact    = "art-ced4224c-6970-8cc5-ab6d-dd58f6283fa2"
 	oldFutureField = "x_future_release"
 )
+
+// oldSlot is the slot of schedule upg-every the fixture fired last.
+var oldSlot = time.Date(2026, 11, 20, 9, 10, 0, 0, time.UTC)
 
 // upgradeAgents are the agents of the generator, by slug and step names:
 // a step of the same name is what a run's step files name.
@@ -169,6 +175,7 @@ func TestUpgradeFrom558b656(t *testing.T) {
 		"job":        "jobs/job-upg-queued.json",
 		"NLM job":    "nlm/jobs/" + oldNLMJob + ".json",
 		"inbox":      "inbox/inbox_upg_pending.json",
+		"schedule":   "schedules/upg-every.json",
 	}
 	for _, key := range future {
 		addField(t, dir, key)
@@ -215,7 +222,8 @@ func TestUpgradeFrom558b656(t *testing.T) {
 
 	checkOldRuns(ctx, t, c)
 	checkOldJobs(ctx, t, c)
-	checkOldRest(ctx, t, c, dir)
+	checkOldRest(ctx, t, c)
+	checkOldFieldsKnown(t, before)
 
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -372,7 +380,7 @@ func checkOldJobs(ctx context.Context, t *testing.T, c *conveyor.Client) {
 	}
 }
 
-func checkOldRest(ctx context.Context, t *testing.T, c *conveyor.Client, dir string) {
+func checkOldRest(ctx context.Context, t *testing.T, c *conveyor.Client) {
 	t.Helper()
 	want := map[string]lifecycle.InboxState{"inbox_upg_pending": lifecycle.InboxPending,
 		"inbox_upg_processed": lifecycle.InboxProcessed, "inbox_upg_rejected": lifecycle.InboxRejected}
@@ -394,7 +402,7 @@ func checkOldRest(ctx context.Context, t *testing.T, c *conveyor.Client, dir str
 	}
 	infos, err := c.Schedules().List(ctx)
 	if err != nil || len(infos) != 1 || infos[0].LastRunID != oldScheduled ||
-		!infos[0].LastSlot.Equal(time.Date(2026, 11, 20, 9, 10, 0, 0, time.UTC)) {
+		!infos[0].LastSlot.Equal(oldSlot) {
 		t.Errorf("schedules: %+v, %v", infos, err)
 	}
 	if j, err := c.NLM().Get(ctx, oldNLMJob); err != nil || j.Status != lifecycle.NLMAccepted || j.Request.RunID != oldNLMRun {
@@ -428,9 +436,76 @@ func checkOldRest(ctx context.Context, t *testing.T, c *conveyor.Client, dir str
 	}
 }
 
+// The stored forms of a job, an NLM job and an inbox entry: the public
+// record, the write counter and, for a job, the queue's two fields of
+// its own (jobqueue's unexported jobDoc, the NLM processor's jobDoc and the
+// Box's entryDoc have these fields).
+type (
+	storedJob struct {
+		lifecycle.Meta
+		lifecycle.Job
+		AuditArtifact string `json:"audit_artifact,omitempty"`
+		RanEpoch      int64  `json:"ran_epoch,omitempty"`
+	}
+	storedNLMJob struct {
+		lifecycle.Meta
+		lifecycle.NLMJob
+	}
+	storedEntry struct {
+		lifecycle.Meta
+		lifecycle.InboxEntry
+	}
+)
+
+// checkOldFieldsKnown decodes every record of the fixture of a kind
+// today's code rewrites into today's type, refusing unknown fields: a field
+// the earlier release wrote that today's type lacks would be dropped by
+// today's next write of that record.
+func checkOldFieldsKnown(t *testing.T, files map[string][]byte) {
+	t.Helper()
+	kinds := []struct {
+		match func(key string) bool
+		new   func() any
+	}{
+		{func(k string) bool { return strings.HasSuffix(k, "/status.json") }, func() any { return new(lifecycle.RunStatus) }},
+		{func(k string) bool { return strings.Contains(k, "/steps/") }, func() any { return new(lifecycle.StepRecord) }},
+		{func(k string) bool { return strings.HasPrefix(k, "jobs/") }, func() any { return new(storedJob) }},
+		{func(k string) bool { return strings.HasPrefix(k, "nlm/jobs/") }, func() any { return new(storedNLMJob) }},
+		{func(k string) bool { return strings.HasPrefix(k, "inbox/") }, func() any { return new(storedEntry) }},
+		{func(k string) bool { return strings.HasPrefix(k, "projects/") }, func() any { return new(artifact.Artifact) }},
+		{func(k string) bool { return strings.HasPrefix(k, "idempotency/") }, func() any { return new(idemrecord.Record) }},
+		{func(k string) bool { return strings.HasPrefix(k, "schedules/") }, func() any { return new(schedule.State) }},
+	}
+	n := 0
+	for key, b := range files {
+		for _, kind := range kinds {
+			if !kind.match(key) {
+				continue
+			}
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Errorf("%s: %v", key, err)
+				break
+			}
+			delete(m, oldFutureField) // the test's own, checked by checkNewerFields
+			b, _ = json.Marshal(m)
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(kind.new()); err != nil {
+				t.Errorf("%s: a field today's %T lacks: %v", key, kind.new(), err)
+			}
+			n++
+			break
+		}
+	}
+	if n != 28 {
+		t.Errorf("records decoded strictly: %d, want the fixture's 28", n)
+	}
+}
+
 // driveOld moves the clock until the fixture's waiting work is done: the
 // run waiting for a runner, the job waiting for a worker, the approved run
-// and the run waiting for its NLM job.
+// and the run waiting for its NLM job; and the schedule's next slot.
 func driveOld(ctx context.Context, t *testing.T, c *conveyor.Client, clk *clock.Fake) {
 	t.Helper()
 	if _, err := c.Runs().Approve(ctx, oldApproval, lifecycle.ActorGateway, run.Decision{DecidedBy: "owner", Reason: "upgrade"}); err != nil {
@@ -445,6 +520,9 @@ func driveOld(ctx context.Context, t *testing.T, c *conveyor.Client, clk *clock.
 			if err != nil || st.Status != "completed" {
 				return false, err
 			}
+		}
+		if infos, err := c.Schedules().List(ctx); err != nil || len(infos) != 1 || !infos[0].LastSlot.After(oldSlot) {
+			return false, err
 		}
 		j, err := c.Jobs().Job(ctx, "job-upg-queued")
 		return j.Status == lifecycle.JobComplete, err
@@ -526,7 +604,7 @@ func checkUntouched(t *testing.T, before, after map[string][]byte) {
 // rule that no process drops fields it does not know. Take a kind off once
 // its engine keeps such fields; the test fails while the list is not the
 // truth.
-var dropsNewerFields = map[string]bool{"run status": true, "job": true, "NLM job": true, "inbox": true}
+var dropsNewerFields = map[string]bool{"run status": true, "job": true, "NLM job": true, "inbox": true, "schedule": true}
 
 func checkNewerFields(t *testing.T, future map[string]string, after map[string][]byte) {
 	t.Helper()
