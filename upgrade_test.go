@@ -28,6 +28,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // The store testdata/stores/558b656 holds: what commit 558b656 (issue 28's
@@ -191,29 +192,7 @@ func TestUpgradeFrom558b656(t *testing.T) {
 	// records and the inbox entries expire.
 	clk := clock.NewFake(time.Date(2026, 11, 20, 9, 15, 0, 0, time.UTC))
 	poster := &sinkPoster{}
-	c, err := conveyor.New(conveyor.Config{Store: store, Clock: clk, Owner: "upgrade-test", Node: "upgrade-node",
-		Logger:     slog.New(slog.DiscardHandler),
-		StoreCheck: conveyor.StoreCheckOff, Agents: upgradeAgents(),
-		NLMStages: nlm.Stages{Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
-			return json.RawMessage(`{"title":"Brief","body":"answer","word_count":1}`), nil
-		}},
-		NLM: nlm.Config{CallbackURL: "http://upgrade.invalid/nlm/callback", Client: poster},
-		NLMAgents: func(p *nlm.Processor) []run.Agent {
-			return []run.Agent{{Slug: "upg-nlm", Machine: lifecycle.MachineApproval,
-				Steps: nlm.Ask(p, "ask", func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error) {
-					return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: "what changed?"}, nil
-				})}}
-		},
-		JobTypes: map[lifecycle.JobType]jobqueue.TypeConfig{
-			"UPG_ECHO": {Handler: jobqueue.Typed(func(ctx context.Context, name string) (string, error) {
-				return "hello, " + name, nil
-			})},
-			"UPG_FAIL": {Handler: jobqueue.HandlerFunc(func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
-				return lifecycle.JobOutput{}, errors.New("the fixture's handler always fails")
-			})},
-		},
-		Schedules: []conveyor.Schedule{{ID: "upg-every", Agent: "upg-research", Every: 10 * time.Minute}},
-	})
+	c, err := conveyor.New(upgradeConfig(store, clk, poster))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,6 +223,34 @@ func TestUpgradeFrom558b656(t *testing.T) {
 	after := snapshot(t, dir)
 	checkUntouched(t, before, after)
 	checkNewerFields(t, future, after)
+}
+
+// upgradeConfig is the Client of the generator's agents, job types, NLM
+// backend and schedule, on clk, posting NLM callbacks through poster.
+func upgradeConfig(store *storage.Store, clk clock.Clock, poster nlm.Poster) conveyor.Config {
+	return conveyor.Config{Store: store, Clock: clk, Owner: "upgrade-test", Node: "upgrade-node",
+		Logger:     slog.New(slog.DiscardHandler),
+		StoreCheck: conveyor.StoreCheckOff, Agents: upgradeAgents(),
+		NLMStages: nlm.Stages{Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
+			return json.RawMessage(`{"title":"Brief","body":"answer","word_count":1}`), nil
+		}},
+		NLM: nlm.Config{CallbackURL: "http://upgrade.invalid/nlm/callback", Client: poster},
+		NLMAgents: func(p *nlm.Processor) []run.Agent {
+			return []run.Agent{{Slug: "upg-nlm", Machine: lifecycle.MachineApproval,
+				Steps: nlm.Ask(p, "ask", func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error) {
+					return lifecycle.NLMRequest{JobType: lifecycle.JobBrief, Query: "what changed?"}, nil
+				})}}
+		},
+		JobTypes: map[lifecycle.JobType]jobqueue.TypeConfig{
+			"UPG_ECHO": {Handler: jobqueue.Typed(func(ctx context.Context, name string) (string, error) {
+				return "hello, " + name, nil
+			})},
+			"UPG_FAIL": {Handler: jobqueue.HandlerFunc(func(ctx context.Context, job lifecycle.Job) (lifecycle.JobOutput, error) {
+				return lifecycle.JobOutput{}, errors.New("the fixture's handler always fails")
+			})},
+		},
+		Schedules: []conveyor.Schedule{{ID: "upg-every", Agent: "upg-research", Every: 10 * time.Minute}},
+	}
 }
 
 // runWant is what a run of the fixture reads back as.
@@ -308,27 +315,7 @@ func checkOldRuns(ctx context.Context, t *testing.T, c *conveyor.Client) {
 		if id == oldNLMRun && (st.External == nil || st.External.EventType == "" || st.External.Deadline.IsZero()) {
 			t.Errorf("run %s: external wait %+v", id, st.External)
 		}
-		steps, err := c.Runs().Steps(ctx, id)
-		if err != nil {
-			t.Errorf("Steps(%s): %v", id, err)
-			continue
-		}
-		var states []string
-		for i, s := range steps {
-			states = append(states, string(s.Status))
-			if s.StepNumber != i+1 || s.StepName == "" || s.StartedAt == nil || s.Attempts < 1 {
-				t.Errorf("run %s step %d reads %+v", id, i+1, s)
-			}
-		}
-		if fmt.Sprint(states) != fmt.Sprint(stepStates) {
-			t.Errorf("run %s steps %v, want %v", id, states, stepStates)
-		}
-		if id == oldFailed && (len(steps) != 2 || steps[1].Attempts != 4 || !strings.Contains(steps[1].Error, "always fails")) {
-			t.Errorf("failed run's last step: %+v, want 4 attempts and its error", steps[len(steps)-1])
-		}
-		if id == oldCompleted && (len(steps) != 2 || steps[0].OutputSummary != "context loaded" || string(steps[0].Output) != `{"step":"load-context"}`) {
-			t.Errorf("completed run's first step: %+v", steps[0])
-		}
+		checkOldSteps(ctx, t, c, id, stepStates)
 	}
 	// The keyed run's key answers the same run again, and creates none.
 	res, err := c.Runs().Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "upg-research", IdempotencyKey: oldKey,
@@ -500,6 +487,32 @@ func checkOldFieldsKnown(t *testing.T, files map[string][]byte) {
 	}
 	if n != 28 {
 		t.Errorf("records decoded strictly: %d, want the fixture's 28", n)
+	}
+}
+
+// checkOldSteps checks the step files of run id read back.
+func checkOldSteps(ctx context.Context, t *testing.T, c *conveyor.Client, id string, stepStates []string) {
+	t.Helper()
+	steps, err := c.Runs().Steps(ctx, id)
+	if err != nil {
+		t.Errorf("Steps(%s): %v", id, err)
+		return
+	}
+	var states []string
+	for i, s := range steps {
+		states = append(states, string(s.Status))
+		if s.StepNumber != i+1 || s.StepName == "" || s.StartedAt == nil || s.Attempts < 1 {
+			t.Errorf("run %s step %d reads %+v", id, i+1, s)
+		}
+	}
+	if fmt.Sprint(states) != fmt.Sprint(stepStates) {
+		t.Errorf("run %s steps %v, want %v", id, states, stepStates)
+	}
+	if id == oldFailed && (len(steps) != 2 || steps[1].Attempts != 4 || !strings.Contains(steps[1].Error, "always fails")) {
+		t.Errorf("failed run's steps: %+v, want the last with 4 attempts and its error", steps)
+	}
+	if id == oldCompleted && (len(steps) != 2 || steps[0].OutputSummary != "context loaded" || string(steps[0].Output) != `{"step":"load-context"}`) {
+		t.Errorf("completed run's steps: %+v", steps)
 	}
 }
 
