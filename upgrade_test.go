@@ -229,8 +229,8 @@ func TestUpgradeFrom558b656(t *testing.T) {
 // backend and schedule, on clk, posting NLM callbacks through poster.
 func upgradeConfig(store *storage.Store, clk clock.Clock, poster nlm.Poster) conveyor.Config {
 	return conveyor.Config{Store: store, Clock: clk, Owner: "upgrade-test", Node: "upgrade-node",
-		Logger:     slog.New(slog.DiscardHandler),
-		StoreCheck: conveyor.StoreCheckOff, Agents: upgradeAgents(),
+		Logger: slog.New(slog.DiscardHandler),
+		Agents: upgradeAgents(),
 		NLMStages: nlm.Stages{Query: func(ctx context.Context, req lifecycle.NLMRequest, prompt string) (json.RawMessage, error) {
 			return json.RawMessage(`{"title":"Brief","body":"answer","word_count":1}`), nil
 		}},
