@@ -249,7 +249,7 @@ func upgradeConfig(store *storage.Store, clk clock.Clock, poster nlm.Poster) con
 				return lifecycle.JobOutput{}, errors.New("the fixture's handler always fails")
 			})},
 		},
-		Schedules: []conveyor.Schedule{{ID: "upg-every", Agent: "upg-research", Every: 10 * time.Minute}},
+		Schedules: []lifecycle.Schedule{{ID: "upg-every", Agent: "upg-research", Every: 10 * time.Minute}},
 	}
 }
 
