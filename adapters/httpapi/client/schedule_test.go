@@ -20,7 +20,7 @@ func TestScheduleReadsWhatTheServerWrites(t *testing.T) {
 		info schedule.Info
 	}{
 		{"cron, never fired", schedule.Info{
-			Schedule: schedule.Schedule{ID: "nightly", Agent: "archivist", Cron: "0 2 * * *", TimeZone: "Europe/Paris"},
+			Schedule:         schedule.Schedule{ID: "nightly", Agent: "archivist", Cron: "0 2 * * *", TimeZone: "Europe/Paris"},
 			ScheduleProgress: schedule.Progress{Next: fired.Add(time.Hour)}}},
 		{"every, paused, fired", schedule.Info{
 			Schedule: schedule.Schedule{ID: "tick", Agent: "a", Every: 90 * time.Second, Jitter: 2 * time.Second,
