@@ -248,9 +248,9 @@ func TestNewRefuses(t *testing.T) {
 		{"store check", conveyor.Config{Store: store, StoreCheck: 7}, "StoreCheck 7"},
 		{"two agents of a slug", conveyor.Config{Store: store, Agents: []run.Agent{echo, echo}}, "runner:"},
 		{"schedules without agents", conveyor.Config{Store: store,
-			Schedules: []conveyor.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "need agents"},
+			Schedules: []lifecycle.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "need agents"},
 		{"schedule of no agent", conveyor.Config{Store: store, Agents: []run.Agent{echo},
-			Schedules: []conveyor.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "scheduler:"},
+			Schedules: []lifecycle.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "scheduler:"},
 		{"bad job type", conveyor.Config{Store: store, JobTypes: map[lifecycle.JobType]jobqueue.TypeConfig{"RESEARCH": {}}}, "queue:"},
 		{"bad retention age", conveyor.Config{Store: store, Retention: conveyor.RetentionConfig{Age: -time.Hour}}, "retention:"},
 	}

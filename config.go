@@ -76,7 +76,7 @@ type Config struct {
 	// builds and runs an NLM processor; without it, none.
 	NLMStages nlm.Stages
 	// Schedules are the scheduled runs; they need Agents.
-	Schedules []Schedule
+	Schedules []lifecycle.Schedule
 	// Retention says what finished history is deleted. Its zero value
 	// deletes nothing, and no pass runs.
 	Retention RetentionConfig

@@ -2,7 +2,6 @@ package conveyor
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -53,52 +52,6 @@ type RetentionConfig struct {
 	LeaseTTL time.Duration
 }
 
-// Schedule is one scheduled run: when to start which agent's run. Each
-// slot starts exactly one run across the processes sharing the Store
-// (docs/spec.md#idempotency: its key is scheduler:{id}:{slot}).
-type Schedule struct {
-	// ID names the schedule in its state's key and in its runs'
-	// idempotency keys: letters, digits, "-", "_" and ".". Required.
-	ID string `json:"id"`
-	// Agent is the agent whose run each slot starts. Required.
-	Agent string `json:"agent"`
-	// Cron is a five-field cron expression ("*/5 * * * *") or a descriptor
-	// ("@hourly", "@every 90s"). Exactly one of Cron and Every is set.
-	Cron string `json:"cron,omitempty"`
-	// Every is a fixed interval; its slots are the multiples of it since
-	// the Unix epoch. Whole seconds, at least one.
-	Every time.Duration `json:"every,omitempty"`
-	// TimeZone is the IANA zone Cron is read in. Default UTC.
-	TimeZone string `json:"time_zone,omitempty"`
-	// Jitter delays each slot's firing by up to this much, by an amount
-	// every process computes alike from the schedule and the slot (the
-	// slot's key stays the slot's own time). Default none.
-	Jitter time.Duration `json:"jitter,omitempty"`
-	// Missed is what happens to slots that passed while no process fired
-	// them (an outage, a clock jump forward): "catch_up" (the default)
-	// fires them, oldest first, at most CatchUp of them; "latest" fires
-	// the latest once; "skip" fires none.
-	Missed string `json:"missed,omitempty"`
-	// CatchUp bounds "catch_up". Default 12.
-	CatchUp int `json:"catch_up,omitempty"`
-	// Input is handed to the run's steps.
-	Input json.RawMessage `json:"input,omitempty"`
-}
-
-// MarshalJSON writes Every and Jitter as Go duration strings ("20s").
-func (s Schedule) MarshalJSON() ([]byte, error) { return json.Marshal(schedule.Schedule(s)) }
-
-// UnmarshalJSON reads Every and Jitter as Go duration strings ("20s"), or
-// as numbers of nanoseconds.
-func (s *Schedule) UnmarshalJSON(b []byte) error {
-	var v schedule.Schedule
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*s = Schedule(v)
-	return nil
-}
-
 // SchedulerConfig tunes the firing of Config.Schedules.
 type SchedulerConfig struct {
 	// Grace is how late a slot may be fired and still count as on time,
@@ -122,12 +75,10 @@ func (r RetentionConfig) janitor(store *storage.Store, owner string, clk clock.C
 
 // scheduler is the Scheduler's config: s, the schedules and the Client's
 // shared fields.
-func (s SchedulerConfig) scheduler(runner *run.Runner, store *storage.Store, schedules []Schedule, clk clock.Clock, log *slog.Logger) schedule.Config {
+func (s SchedulerConfig) scheduler(runner *run.Runner, store *storage.Store, schedules []lifecycle.Schedule, clk clock.Clock, log *slog.Logger) schedule.Config {
 	sc := schedule.Config{Runner: runner, Store: store, Clock: clk, Logger: log,
 		Grace: s.Grace, PollInterval: s.PollInterval, RetryInterval: s.RetryInterval}
-	for _, s := range schedules {
-		sc.Schedules = append(sc.Schedules, schedule.Schedule(s))
-	}
+	sc.Schedules = schedules
 	return sc
 }
 

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // fileConfig is the -config file: the Worker's schedules (durations as Go
@@ -25,7 +25,7 @@ import (
 // The webhooks' secrets come from the environment, never the file:
 // CONVEYOR_GITHUB_SECRET and CONVEYOR_SLACK_SIGNING_SECRET.
 type fileConfig struct {
-	Schedules []conveyor.Schedule    `json:"schedules"`
+	Schedules []lifecycle.Schedule   `json:"schedules"`
 	Webhooks  []httpapi.WebhookRoute `json:"webhooks"`
 }
 

@@ -19,8 +19,8 @@ func TestDurationsAreGoDurationStrings(t *testing.T) {
 	t.Parallel()
 	next := time.Date(2026, 11, 25, 12, 0, 20, 0, time.UTC)
 	info := schedule.Info{
-		Schedule: schedule.Schedule{ID: "tick", Agent: "demo", Every: 20 * time.Second, Jitter: 1500 * time.Millisecond},
-		Progress: schedule.Progress{Next: next, LastRunID: "run_x", Paused: true, PausedBy: "ops"},
+		Schedule:         schedule.Schedule{ID: "tick", Agent: "demo", Every: 20 * time.Second, Jitter: 1500 * time.Millisecond},
+		ScheduleProgress: schedule.Progress{Next: next, LastRunID: "run_x", Paused: true, PausedBy: "ops"},
 	}
 	b, err := json.Marshal(info)
 	if err != nil {

@@ -27,7 +27,6 @@ package schedule
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -67,95 +66,14 @@ const (
 const DefaultCatchUp = 12
 
 // Schedule is one schedule: when to start which agent's run.
-type Schedule struct {
-	// ID names the schedule in its state's key and in its runs'
-	// idempotency keys: an id (storage.ErrInvalidID). Required.
-	ID string `json:"id"`
-	// Agent is the agent whose run each slot starts. Required.
-	Agent string `json:"agent"`
-	// Cron is a five-field cron expression ("*/5 * * * *") or a descriptor
-	// ("@hourly", "@every 90s"). Exactly one of Cron and Every is set.
-	Cron string `json:"cron,omitempty"`
-	// Every is a fixed interval; its slots are the multiples of it since
-	// the Unix epoch. At least a second.
-	Every time.Duration `json:"every,omitempty"`
-	// TimeZone is the IANA zone Cron is read in. Default UTC.
-	TimeZone string `json:"time_zone,omitempty"`
-	// Jitter delays each slot's firing by up to this much, by an amount
-	// every process computes alike from the schedule and the slot (the
-	// slot's key stays the slot's own time). Default none.
-	Jitter time.Duration `json:"jitter,omitempty"`
-	// Missed is the policy for missed slots. Default MissedCatchUp.
-	Missed string `json:"missed,omitempty"`
-	// CatchUp bounds MissedCatchUp. Default DefaultCatchUp.
-	CatchUp int `json:"catch_up,omitempty"`
-	// Input is handed to the run's steps.
-	Input json.RawMessage `json:"input,omitempty"`
-}
+type Schedule = lifecycle.Schedule
 
-// scheduleJSON is Schedule with its durations as Go duration strings
-// ("20s", "1m30s"), the form a person writes in a config file.
-type scheduleJSON struct {
-	scheduleFields
-	Every  string `json:"every,omitempty"`
-	Jitter string `json:"jitter,omitempty"`
-}
+// Info is a schedule as GET /schedules lists it: the schedule and where it
+// stands, in one JSON object.
+type Info = lifecycle.ScheduleInfo
 
-// scheduleFields has Schedule's fields without its JSON methods.
-type scheduleFields Schedule
-
-// MarshalJSON writes Every and Jitter as Go duration strings.
-func (s Schedule) MarshalJSON() ([]byte, error) {
-	v := scheduleJSON{scheduleFields: scheduleFields(s)}
-	if s.Every != 0 {
-		v.Every = s.Every.String()
-	}
-	if s.Jitter != 0 {
-		v.Jitter = s.Jitter.String()
-	}
-	return json.Marshal(v)
-}
-
-// UnmarshalJSON reads Every and Jitter as Go duration strings ("20s");
-// a number is read as nanoseconds, as versions before this one wrote them.
-func (s *Schedule) UnmarshalJSON(b []byte) error {
-	var v struct {
-		*scheduleFields
-		Every  json.RawMessage `json:"every,omitempty"`
-		Jitter json.RawMessage `json:"jitter,omitempty"`
-	}
-	v.scheduleFields = (*scheduleFields)(s)
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	var err error
-	if s.Every, err = durationJSON("every", v.Every); err != nil {
-		return err
-	}
-	s.Jitter, err = durationJSON("jitter", v.Jitter)
-	return err
-}
-
-// durationJSON reads a duration written as a Go duration string or as a
-// number of nanoseconds; absent or null is 0.
-func durationJSON(field string, raw json.RawMessage) (time.Duration, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return 0, nil
-	}
-	var str string
-	if json.Unmarshal(raw, &str) == nil {
-		d, err := time.ParseDuration(str)
-		if err != nil {
-			return 0, &lifecycle.InputError{Field: field, Reason: err.Error()}
-		}
-		return d, nil
-	}
-	var ns int64
-	if err := json.Unmarshal(raw, &ns); err != nil {
-		return 0, &lifecycle.InputError{Field: field, Reason: "want a duration such as \"20s\""}
-	}
-	return time.Duration(ns), nil
-}
+// Progress is where a schedule stands.
+type Progress = lifecycle.ScheduleProgress
 
 // slots enumerates a schedule's slots.
 type slots interface {
@@ -181,7 +99,7 @@ func (e everySlots) next(t time.Time) time.Time {
 var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // compile checks a schedule and returns its slots.
-func (s *Schedule) compile() (slots, error) {
+func compile(s *Schedule) (slots, error) {
 	bad := func(format string, a ...any) error {
 		return &lifecycle.InputError{Field: "schedule " + s.ID, Reason: fmt.Sprintf(format, a...)}
 	}
@@ -231,7 +149,7 @@ func (s *Schedule) compile() (slots, error) {
 }
 
 // jitter is the schedule's delay for one slot: the same in every process.
-func (s *Schedule) jitter(slot time.Time) time.Duration {
+func jitter(s *Schedule, slot time.Time) time.Duration {
 	if s.Jitter <= 0 {
 		return 0
 	}
@@ -369,7 +287,7 @@ func New(cfg Config) (*Scheduler, error) {
 	s.cfg.Schedules = append([]Schedule(nil), cfg.Schedules...)
 	for i := range s.cfg.Schedules {
 		sc := &s.cfg.Schedules[i]
-		sl, err := sc.compile()
+		sl, err := compile(sc)
 		if err != nil {
 			return nil, err
 		}
@@ -533,14 +451,14 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (time.Time, error) {
 	var due []time.Time
 	n := 0
 	next := sl.next(st.LastSlot)
-	for ; !next.Add(sc.jitter(next)).After(now); next = sl.next(next) {
+	for ; !next.Add(jitter(sc, next)).After(now); next = sl.next(next) {
 		n++
 		due = append(due, next)
 		if len(due) > keep {
 			due = due[1:]
 		}
 	}
-	nextDue := next.Add(sc.jitter(next))
+	nextDue := next.Add(jitter(sc, next))
 	if n == 0 {
 		return nextDue, nil
 	}
@@ -549,7 +467,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (time.Time, error) {
 		// Slots while paused are skipped, not saved up for the resume.
 		return nextDue, s.advance(ctx, sc, last, "", time.Time{}, n)
 	}
-	onTime := func(x time.Time) bool { return now.Sub(x) <= s.cfg.Grace+sc.jitter(x) }
+	onTime := func(x time.Time) bool { return now.Sub(x) <= s.cfg.Grace+jitter(sc, x) }
 	var fire []time.Time
 	switch {
 	case sc.Missed == MissedCatchUp:
@@ -660,47 +578,6 @@ func (s *Scheduler) advance(ctx context.Context, sc *Schedule, slot time.Time, r
 	return err
 }
 
-// Info is a schedule as GET /schedules lists it: the schedule and where it
-// stands, in one JSON object.
-type Info struct {
-	Schedule
-	Progress
-}
-
-// Progress is where a schedule stands.
-type Progress struct {
-	// Next is the next slot, LastSlot the latest dealt with, LastFired
-	// and LastRunID the latest that started a run.
-	Next      time.Time  `json:"next"`
-	LastSlot  time.Time  `json:"last_slot"`
-	LastFired *time.Time `json:"last_fired,omitempty"`
-	LastRunID string     `json:"last_run_id,omitempty"`
-	Paused    bool       `json:"paused"`
-	PausedBy  string     `json:"paused_by,omitempty"`
-}
-
-// MarshalJSON writes the schedule's fields and its progress as one object.
-func (i Info) MarshalJSON() ([]byte, error) {
-	a, err := json.Marshal(i.Schedule)
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(i.Progress)
-	if err != nil {
-		return nil, err
-	}
-	// Both are non-empty objects: {"id":…} and {"next":…}.
-	return append(append(a[:len(a)-1], ','), b[1:]...), nil
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (i *Info) UnmarshalJSON(b []byte) error {
-	if err := json.Unmarshal(b, &i.Schedule); err != nil {
-		return err
-	}
-	return json.Unmarshal(b, &i.Progress)
-}
-
 // progress is where a schedule stands after st.
 func (s *Scheduler) progress(id string, st State) Progress {
 	return Progress{Next: s.slots[id].next(st.LastSlot), LastSlot: st.LastSlot, LastFired: st.LastFired,
@@ -716,7 +593,7 @@ func (s *Scheduler) List(ctx context.Context) ([]Info, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Info{Schedule: sc, Progress: s.progress(sc.ID, st)})
+		out = append(out, Info{Schedule: sc, ScheduleProgress: s.progress(sc.ID, st)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -764,7 +641,7 @@ func (s *Scheduler) setPaused(ctx context.Context, id string, paused bool, by st
 	case s.wake <- struct{}{}:
 	default:
 	}
-	return Info{Schedule: *sc, Progress: s.progress(id, st)}, nil
+	return Info{Schedule: *sc, ScheduleProgress: s.progress(id, st)}, nil
 }
 
 type noMetrics struct{}

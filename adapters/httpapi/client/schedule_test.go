@@ -20,12 +20,12 @@ func TestScheduleReadsWhatTheServerWrites(t *testing.T) {
 		info schedule.Info
 	}{
 		{"cron, never fired", schedule.Info{
-			Schedule: schedule.Schedule{ID: "nightly", Agent: "archivist", Cron: "0 2 * * *", TimeZone: "Europe/Paris"},
-			Progress: schedule.Progress{Next: fired.Add(time.Hour)}}},
+			Schedule:         schedule.Schedule{ID: "nightly", Agent: "archivist", Cron: "0 2 * * *", TimeZone: "Europe/Paris"},
+			ScheduleProgress: schedule.Progress{Next: fired.Add(time.Hour)}}},
 		{"every, paused, fired", schedule.Info{
 			Schedule: schedule.Schedule{ID: "tick", Agent: "a", Every: 90 * time.Second, Jitter: 2 * time.Second,
 				Missed: schedule.MissedLatest, CatchUp: 3, Input: json.RawMessage(`{"k":1}`)},
-			Progress: schedule.Progress{Next: fired.Add(90 * time.Second), LastSlot: fired, LastFired: &fired,
+			ScheduleProgress: schedule.Progress{Next: fired.Add(90 * time.Second), LastSlot: fired, LastFired: &fired,
 				LastRunID: "run-1", Paused: true, PausedBy: "admin"}}},
 	}
 	for _, tt := range tests {
