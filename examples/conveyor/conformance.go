@@ -18,6 +18,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/storeopen"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 	"github.com/runconveyor/conveyor/storage/storetest"
@@ -141,13 +142,9 @@ func conformanceHarness(ctx context.Context, o conformanceOptions) (storetest.Ha
 			},
 		}, "the directory " + o.dir, done, nil
 	}
-	cfg, err := s3store.ConfigFromEnv()
-	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
+	cfg, err := storeopen.S3{Bucket: o.s3Bucket, Prefix: o.s3Prefix, Endpoint: o.s3Endpoint}.Config()
+	if err != nil {
 		return nil, "", nil, err
-	}
-	cfg.Bucket, cfg.Prefix = o.s3Bucket, o.s3Prefix
-	if o.s3Endpoint != "" {
-		cfg.Endpoint, cfg.UsePathStyle = o.s3Endpoint, true
 	}
 	base, err := s3store.NewDriver(ctx, cfg)
 	if err != nil {

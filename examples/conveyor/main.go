@@ -7,6 +7,8 @@
 //	go run ./examples/conveyor approve run_... -by owner
 //	go run ./examples/conveyor machine approval -format mermaid
 //	go run ./examples/conveyor conformance -s3-bucket b -s3-endpoint http://127.0.0.1:9000
+//	go run ./examples/conveyor copy -from dir:./data -to sqlite:./data-sqlite/conveyor.db
+//	go run ./examples/conveyor show -store sqlite:./data/conveyor.db agents/
 //
 // The API address comes from -addr or CONVEYOR_ADDR (default
 // 127.0.0.1:8080; host:port as the Worker's -addr takes it, or a URL), the
@@ -71,6 +73,13 @@ commands:
   events [-run ID] [-after ID]    print the event stream
   conformance (-dir DIR | -s3-bucket B [-s3-endpoint URL] [-s3-prefix P/]) [-run REGEXP] [-v]
                                   run the store conformance suite against a store
+  copy -from STORE -to STORE [-prefix P]
+                                  copy every record into another store, create-only
+                                  (each store issues its own versions)
+  show -store STORE <key | prefix/>
+                                  a record as JSON, or a prefix's as JSON lines
+  STORE: dir:PATH, sqlite:PATH, s3://BUCKET[/PREFIX/] (-s3-endpoint URL or the
+  environment), mem:
 `
 
 // cli runs one command and returns the exit code: 0, 1 for an error, 2
@@ -89,8 +98,11 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if fs.Arg(0) == "conformance" { // a store's, not the Worker's: no API
+	switch fs.Arg(0) { // a store's, not the Worker's: no API
+	case "conformance":
 		return conformance(ctx, fs.Args()[1:], stdout, stderr)
+	case "copy", "show":
+		return storeCommand(ctx, fs.Arg(0), fs.Args()[1:], stdout, stderr)
 	}
 	base, err := baseURL(*addr)
 	if err != nil {

@@ -22,7 +22,10 @@ var workerFlags = []string{"-step-pause", "2ms", "-demo-concurrency", "12", "-po
 // fresh directory or a fresh bucket of the package's MinIO server.
 func storeFlags(t *testing.T, store string) (args, env []string) {
 	t.Helper()
-	if store == "filestore" {
+	switch store {
+	case "filestore":
+		return []string{"-data", t.TempDir(), "-store", "files"}, nil
+	case "sqlite":
 		return []string{"-data", t.TempDir()}, nil
 	}
 	srv := minio.Get(t)
@@ -75,11 +78,11 @@ func kill9(p *proc) {
 // after a connection error, while the Worker is killed (SIGKILL) twice and
 // restarted on the same address. Every acknowledged answer (201, or 200
 // duplicate:true) must name a run that another process reads right after
-// and that completes; no key may hold two runs. On a directory and on
-// MinIO. (Before issue 27's idempotency fix 24-48 of 500 acknowledged
+// and that completes; no key may hold two runs. On a directory, a SQLite
+// file and MinIO. (Before issue 27's idempotency fix 24-48 of 500 acknowledged
 // answers named a run that read 404, up to 6 never existed.)
 func TestKilledWorkerKeepsItsAnswers(t *testing.T) {
-	for _, store := range []string{"filestore", "minio"} {
+	for _, store := range []string{"filestore", "sqlite", "minio"} {
 		t.Run(store, func(t *testing.T) { // one at a time: each loads both cores
 			began := time.Now()
 			storeArgs, env := storeFlags(t, store)

@@ -1,8 +1,9 @@
 // Command worker is a Worker (docs/spec.md#platform-names): a Conveyor
 // Client (package conveyor) built from its flags, with the HTTP API, event
 // stream, metrics and live page mounted on it, demo agents and an NLM
-// backend simulator, on a directory or S3/MinIO. README.md says how to run
-// it: roles, stores, the start-up check, retention, tracing.
+// backend simulator, on a SQLite file (the default), a directory or
+// S3/MinIO. README.md says how to run it: roles, stores, the start-up
+// check, retention, tracing.
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"github.com/runconveyor/conveyor"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/internal/retention"
+	"github.com/runconveyor/conveyor/internal/storeopen"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -65,17 +67,18 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 // options are the command line; store and clock, set by tests, replace
 // the store the flags name and the wall clock.
 type options struct {
-	addr, data, role, owner, tokens, config, callbackURL string
-	s3Bucket, s3Endpoint, s3Prefix                       string
-	s3Settle, pause, drain, poll, streamWrite            time.Duration
-	idlePoll, lease                                      time.Duration
-	logLevel                                             slog.Level
-	noDemo, allowUnsafeStore, printS3                    bool
-	demoConc                                             int
-	retention                                            conveyor.RetentionConfig
-	limits                                               httpapi.Limits
-	store                                                *storage.Store
-	clock                                                clock.Clock
+	addr, data, storeKind, role, owner, tokens, config string
+	callbackURL                                        string
+	s3Bucket, s3Endpoint, s3Prefix                     string
+	s3Settle, pause, drain, poll, streamWrite          time.Duration
+	idlePoll, lease                                    time.Duration
+	logLevel                                           slog.Level
+	noDemo, allowUnsafeStore, printS3                  bool
+	demoConc                                           int
+	retention                                          conveyor.RetentionConfig
+	limits                                             httpapi.Limits
+	store                                              *storage.Store
+	clock                                              clock.Clock
 }
 
 // defaultIdlePoll is -idle-poll's default: three loops look for others'
@@ -97,6 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "HTTP address (-role all and api); empty serves no HTTP")
 	fs.StringVar(&o.data, "data", "./data", "directory of the embedded store (unless -s3-bucket is set)")
+	fs.StringVar(&o.storeKind, "store", storeopen.SQLite, "the embedded store in -data: sqlite (one file, "+storeopen.DBFile+") or files (a file per record, filestore's layout: slower, readable with jq)")
 	fs.StringVar(&o.role, "role", roleAll, "all: HTTP and execution; api: HTTP only (reads the store, submits); runner: executes runs and jobs")
 	fs.StringVar(&o.owner, "owner", "", "this process's name in leases: distinct per process sharing a store (default: host and executable name, stable across restarts)")
 	fs.StringVar(&o.tokens, "tokens", "", "file of bearer tokens, `token actor` per line (also CONVEYOR_TOKENS=tok=actor,...); none: loopback only")

@@ -38,7 +38,7 @@ func TestScheduleFailsOver(t *testing.T) {
 	load(t, dir)
 	data := filepath.Join(dir, "data")
 	worker := func(name string) *proc {
-		return start(t, name, nil, "-role", "runner", "-addr", "", "-owner", name, "-data", data, "-config", conf,
+		return start(t, name, nil, "-role", "runner", "-addr", "", "-owner", name, "-data", data, "-store", "files", "-config", conf,
 			"-step-pause", "10ms", "-lease", "3s", "-drain", "5s")
 	}
 	w := []*proc{worker("w1"), worker("w2"), worker("w3")}

@@ -14,10 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runconveyor/conveyor"
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/otlp"
-	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/internal/storeopen"
 	"github.com/runconveyor/conveyor/internal/testkit/nlmsim"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -36,7 +35,8 @@ type worker struct {
 	opts      options
 	stderr    io.Writer
 	log       *slog.Logger
-	where     string // the store, for the log
+	where     string         // the store, for the log
+	store     *storage.Store // the store it opened (not one a test gave), closed when it stops
 	c         *conveyor.Client
 	ln        net.Listener
 	tokens    map[string]lifecycle.Actor
@@ -59,6 +59,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		if cfg.Store, w.where, err = openStore(ctx, o, w.log); err != nil {
 			return nil, err
 		}
+		w.store = cfg.Store
 	}
 	if cfg.TracerProvider, w.endTraces, err = otlp.FromEnv(ctx, serviceName); err != nil {
 		return nil, err
@@ -132,41 +133,28 @@ func (w *worker) close(ctx context.Context) {
 	if w.endTraces != nil {
 		_ = w.endTraces(context.WithoutCancel(ctx))
 	}
+	w.closeStore()
+}
+
+// closeStore closes the store build opened (SQLite's connections and
+// watch poller), once the Client has stopped using it.
+func (w *worker) closeStore() {
+	if w.store != nil {
+		_ = w.store.Close()
+	}
 }
 
 // openStore opens the store the flags name, and says which for the log.
 func openStore(ctx context.Context, o options, log *slog.Logger) (*storage.Store, string, error) {
 	if o.s3Bucket == "" {
-		s, err := filestore.New(o.data)
-		return s, "filestore " + o.data, err
-	}
-	cfg, err := s3store.ConfigFromEnv()
-	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
-		return nil, "", err
+		return storeopen.Embedded(ctx, o.storeKind, o.data)
 	}
 	// A Worker on a bucket it cannot use would say it serves and then fail
-	// every call: Check refuses to start instead, saying why, and waits for
-	// a server that does not answer yet (started with the Worker, or
+	// every call: it refuses to start instead, saying why, and waits for a
+	// server that does not answer yet (started with the Worker, or
 	// restarting) within 30 s.
-	cfg.Bucket, cfg.Prefix, cfg.Settle, cfg.Logger, cfg.CheckWait = o.s3Bucket, o.s3Prefix, o.s3Settle, log, 30*time.Second
-	if o.s3Endpoint != "" {
-		cfg.Endpoint, cfg.Endpoints, cfg.UsePathStyle = o.s3Endpoint, nil, true
-	}
-	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
-		cfg.UsePathStyle = true
-	}
-	s, err := s3store.NewDriver(ctx, cfg)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := s.Check(ctx); err != nil {
-		return nil, "", err
-	}
-	where := "s3 bucket " + cfg.Bucket
-	if d := s.Settle(); d > 0 {
-		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
-	}
-	return storage.New(s), where, nil
+	return storeopen.OpenS3(ctx, storeopen.S3{Bucket: o.s3Bucket, Prefix: o.s3Prefix, Endpoint: o.s3Endpoint,
+		Settle: o.s3Settle, Log: log, CheckWait: 30 * time.Second})
 }
 
 // serve starts the Client (which first checks the store) and runs until
@@ -207,5 +195,6 @@ func (w *worker) serve(ctx context.Context, ready func(string)) error {
 	if err := w.endTraces(dctx); err != nil {
 		w.log.Warn("traces_not_flushed", "error", err.Error())
 	}
+	w.closeStore()
 	return failed
 }

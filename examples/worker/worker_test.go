@@ -24,9 +24,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // childEnv, set, makes the test binary the worker program itself: the
@@ -327,18 +329,20 @@ func (p *proc) stop(t *testing.T, within time.Duration) {
 }
 
 // TestWorkersShareAStore is the README's deployment: one API process and two
-// runner processes on one store (a directory, then a MinIO bucket). The
+// runner processes on one store (a directory, a SQLite file, a MinIO bucket). The
 // client submits 100 runs and follows them over the event stream; one
 // runner is killed -9 midway, and every run still completes: the survivor
 // takes the dead one's runs over when their leases lapse.
 func TestWorkersShareAStore(t *testing.T) {
 	t.Parallel()
-	for _, store := range []string{"filestore", "minio"} {
+	for _, store := range []string{"filestore", "sqlite", "minio"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
 			var env, storeArgs []string
 			switch store {
 			case "filestore":
+				storeArgs = []string{"-data", t.TempDir(), "-store", "files"}
+			case "sqlite":
 				storeArgs = []string{"-data", t.TempDir()}
 			case "minio":
 				srv := minio.Get(t)
@@ -481,6 +485,7 @@ func TestRefusals(t *testing.T) {
 		{[]string{"-retention-ages", "runs"}, "want kind=age"},
 		{[]string{"-retention-ages", "runs=soon"}, "want a duration"},
 		{[]string{"-retention-ages", "trash=1h"}, `unknown kind "trash"`},
+		{[]string{"-store", "pebble"}, "want sqlite or files"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -491,6 +496,28 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("err %v, want one saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRefusesADirectoryStore: a -data directory that holds a directory
+// store (the default before SQLite) is named, with how to keep using it,
+// rather than ignored beside a new SQLite file.
+func TestRefusesADirectoryStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(t.Context(), "agents/demo/x.json", []byte("{}"), storage.IfNotExists()); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	err = runWorker(t.Context(), []string{"-data", dir, "-addr", "127.0.0.1:0"}, io.Discard, io.Discard, func(string) { t.Error("the worker started") })
+	for _, want := range []string{dir + " holds a directory store", "-store files", "conveyor copy -from dir:" + dir} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err %v, want one saying %q", err, want)
+		}
 	}
 }
 

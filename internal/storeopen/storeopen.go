@@ -1,0 +1,174 @@
+// Package storeopen opens the store a program's flags name: the embedded
+// SQLite file, a directory (filestore) or an S3 bucket. The Worker and the
+// CLI share it, so both name stores alike.
+package storeopen
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/adapters/sqlitestore"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// The Worker's embedded stores (its -store flag).
+const (
+	SQLite = "sqlite" // one SQLite file, DBFile, in the data directory
+	Files  = "files"  // the data directory itself, a file per record
+)
+
+// DBFile is the SQLite file's name in the Worker's data directory.
+const DBFile = "conveyor.db"
+
+// Embedded opens the Worker's store in dir, of kind SQLite or Files, and
+// says which for the log. Asked for SQLite where dir holds a directory
+// store and no SQLite file, it refuses, naming the store and how to keep
+// using it, rather than start an empty one beside it.
+func Embedded(ctx context.Context, kind, dir string) (*storage.Store, string, error) {
+	switch kind {
+	case Files:
+		s, err := filestore.New(dir)
+		return s, "filestore " + dir, err
+	case SQLite:
+	default:
+		return nil, "", fmt.Errorf("-store %q: want %s or %s", kind, SQLite, Files)
+	}
+	// Not filepath.Join: the message names paths as the user wrote them.
+	path := strings.TrimSuffix(dir, string(filepath.Separator)) + string(filepath.Separator) + DBFile
+	others, err := notSQLite(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	_, statErr := os.Stat(path)
+	if len(others) > 0 && os.IsNotExist(statErr) {
+		return nil, "", fmt.Errorf("%s holds a directory store (filestore: %s), not the SQLite file the Worker keeps by default (%s).\n"+
+			"To keep using it as it is, add -store files.\n"+
+			"To copy its records into SQLite: go run ./examples/conveyor copy -from dir:%s -to sqlite:%s, then run with -data %s",
+			dir, strings.Join(others, ", "), path, dir, strings.TrimSuffix(dir, string(filepath.Separator))+"-sqlite"+string(filepath.Separator)+DBFile,
+			strings.TrimSuffix(dir, string(filepath.Separator))+"-sqlite")
+	}
+	s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
+	where := "sqlite " + path
+	if len(others) > 0 {
+		where += " (" + dir + " also holds other files, a directory store's? -store files uses them)"
+	}
+	return s, where, err
+}
+
+// notSQLite lists, sorted (hidden ones last) and at most 3, the entries
+// of dir that are not the SQLite file or its companions (none if dir is
+// missing).
+func notSQLite(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var others []string
+	for _, e := range entries {
+		if n := e.Name(); n != DBFile && !strings.HasPrefix(n, DBFile+"-") {
+			others = append(others, n)
+		}
+	}
+	slices.SortFunc(others, func(a, b string) int {
+		if ha, hb := strings.HasPrefix(a, "."), strings.HasPrefix(b, "."); ha != hb {
+			if ha {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	if len(others) > 3 {
+		others = append(others[:3], "...")
+	}
+	return others, nil
+}
+
+// S3 names a bucket; the rest of its configuration comes from the
+// environment (s3store.ConfigFromEnv).
+type S3 struct {
+	Bucket, Prefix string
+	// Endpoint, when set, is the S3 API URL (path-style), or the
+	// comma-separated URLs of a MinIO cluster's nodes.
+	Endpoint string
+	Settle   time.Duration
+	Log      *slog.Logger
+	// CheckWait is how long to wait for a server that does not answer yet.
+	CheckWait time.Duration
+}
+
+// Config is o's s3store configuration.
+func (o S3) Config() (s3store.Config, error) {
+	cfg, err := s3store.ConfigFromEnv()
+	if err != nil && os.Getenv("CONVEYOR_S3_BUCKET") != "" {
+		return cfg, err
+	}
+	cfg.Bucket, cfg.Prefix, cfg.Settle, cfg.Logger, cfg.CheckWait = o.Bucket, o.Prefix, o.Settle, o.Log, o.CheckWait
+	if o.Endpoint != "" {
+		cfg.Endpoint, cfg.Endpoints, cfg.UsePathStyle = o.Endpoint, nil, true
+	}
+	if cfg.Endpoint == "" && (os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
+		cfg.UsePathStyle = true
+	}
+	return cfg, nil
+}
+
+// OpenS3 opens the bucket o names and checks it: a program on a bucket it
+// cannot use would fail every call; Check says why at once, waiting
+// CheckWait for a server that does not answer yet.
+func OpenS3(ctx context.Context, o S3) (*storage.Store, string, error) {
+	cfg, err := o.Config()
+	if err != nil {
+		return nil, "", err
+	}
+	s, err := s3store.NewDriver(ctx, cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.Check(ctx); err != nil {
+		return nil, "", err
+	}
+	where := "s3 bucket " + cfg.Bucket
+	if d := s.Settle(); d > 0 {
+		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
+	}
+	return storage.New(s), where, nil
+}
+
+// Usage describes the store names Open takes.
+const Usage = "dir:PATH (a directory store), sqlite:PATH (a SQLite file), s3://BUCKET[/PREFIX/] (endpoint from -s3-endpoint or the environment), mem: (in memory, empty)"
+
+// Open opens the store name names (see Usage); s3 supplies what a bucket
+// needs besides its name and prefix.
+func Open(ctx context.Context, name string, s3 S3) (*storage.Store, string, error) {
+	scheme, rest, _ := strings.Cut(name, ":")
+	switch {
+	case scheme == "dir" && rest != "":
+		s, err := filestore.New(rest)
+		return s, "filestore " + rest, err
+	case scheme == "sqlite" && rest != "":
+		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: rest})
+		return s, "sqlite " + rest, err
+	case scheme == "mem":
+		return memstore.New(), "memory", nil
+	case scheme == "s3" && strings.HasPrefix(rest, "//") && len(rest) > 2:
+		s3.Bucket, s3.Prefix, _ = strings.Cut(rest[2:], "/")
+		if s3.Prefix != "" && !strings.HasSuffix(s3.Prefix, "/") {
+			s3.Prefix += "/"
+		}
+		return OpenS3(ctx, s3)
+	}
+	return nil, "", fmt.Errorf("store %q: want %s", name, Usage)
+}
