@@ -93,11 +93,8 @@ func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
 // members T does not know kept for the next write (records.Keep), then
 // validate; any failing gives a *lifecycle.QuarantinedError.
 func Decode[T any, P records.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
-	var doc T
-	if err := jsonenc.Unmarshal(b, P(&doc)); err != nil {
-		return doc, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "cannot decode", Err: err}
-	}
-	if err := records.Keep[T, P](key, b, ver, &doc); err != nil {
+	doc, err := records.Decode[T, P](key, b, ver)
+	if err != nil {
 		return doc, err
 	}
 	if validate != nil {

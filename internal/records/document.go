@@ -2,7 +2,6 @@ package records
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/runconveyor/conveyor/internal/jsonenc"
@@ -40,17 +39,16 @@ func Create[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string, 
 
 // Read returns the document at key and the store version it was read at,
 // with the members its type does not know kept (Keep) for a rewrite.
+// Undecodable bytes give a *lifecycle.QuarantinedError.
 // A missing key gives an error matching storage.ErrNotFound.
 func Read[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string) (T, storage.Version, error) {
-	var doc T
 	b, v, err := s.Get(ctx, key)
 	if err != nil {
+		var doc T
 		return doc, "", err
 	}
-	if err := json.Unmarshal(b, P(&doc)); err != nil {
-		return doc, "", &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "cannot decode", Err: err}
-	}
-	if err := Keep[T, P](key, b, v, &doc); err != nil {
+	doc, err := Decode[T, P](key, b, v)
+	if err != nil {
 		return doc, "", err
 	}
 	return doc, v, nil

@@ -24,6 +24,35 @@ const MaxUnknown = 64 << 10
 // than MaxUnknown bytes of members its type does not know.
 var ErrUnknownTooLarge = errors.New("records: unknown members over 64 KiB")
 
+// Decode decodes the stored bytes b of the record at key into a T, with
+// the members T does not know kept (Keep); either failing gives a
+// *lifecycle.QuarantinedError. A T whose decoder is a KnownDecoder that
+// read the record whole costs no look for unknown members.
+func Decode[T any, P Doc[T]](key string, b []byte, ver storage.Version) (T, error) {
+	var doc T
+	var err error
+	known := false
+	if k, ok := any(P(&doc)).(KnownDecoder); ok {
+		known, err = k.DecodeKnown(b)
+	} else {
+		err = jsonenc.Unmarshal(b, P(&doc))
+	}
+	if err != nil {
+		return doc, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "cannot decode", Err: err}
+	}
+	if !known {
+		err = Keep[T, P](key, b, ver, &doc)
+	}
+	return doc, err
+}
+
+// KnownDecoder is a jsonenc.Decoder that also tells whether the record it
+// decoded held only members of its type, by their exact names (its own
+// reader read it whole), so there is nothing to keep.
+type KnownDecoder interface {
+	DecodeKnown(b []byte) (allKnown bool, err error)
+}
+
 // Keep sets doc's lifecycle.Meta.Unknown to the top-level members of b,
 // the stored bytes doc was just decoded from, whose names doc's type does
 // not know (as json.Unmarshal matches them, case folded), in their stored
