@@ -93,8 +93,8 @@ func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
 // members T does not know kept for the next write (records.Keep), then
 // validate; any failing gives a *lifecycle.QuarantinedError.
 func Decode[T any, P records.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
-	doc, err := records.Decode[T, P](key, b, ver)
-	if err != nil {
+	var doc T
+	if err := records.Decode[T, P](key, b, ver, &doc); err != nil {
 		return doc, err
 	}
 	if validate != nil {

@@ -42,13 +42,12 @@ func Create[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string, 
 // Undecodable bytes give a *lifecycle.QuarantinedError.
 // A missing key gives an error matching storage.ErrNotFound.
 func Read[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string) (T, storage.Version, error) {
+	var doc T
 	b, v, err := s.Get(ctx, key)
 	if err != nil {
-		var doc T
 		return doc, "", err
 	}
-	doc, err := Decode[T, P](key, b, v)
-	if err != nil {
+	if err := Decode[T, P](key, b, v, &doc); err != nil {
 		return doc, "", err
 	}
 	return doc, v, nil

@@ -24,26 +24,27 @@ const MaxUnknown = 64 << 10
 // than MaxUnknown bytes of members its type does not know.
 var ErrUnknownTooLarge = errors.New("records: unknown members over 64 KiB")
 
-// Decode decodes the stored bytes b of the record at key into a T, with
-// the members T does not know kept (Keep); either failing gives a
-// *lifecycle.QuarantinedError. A T whose decoder is a KnownDecoder that
-// read the record whole costs no look for unknown members.
-func Decode[T any, P Doc[T]](key string, b []byte, ver storage.Version) (T, error) {
-	var doc T
+// Decode decodes the stored bytes b of the record at key into doc (a
+// zero document), with the members its type does not know kept (Keep);
+// either failing gives a *lifecycle.QuarantinedError. A document whose
+// decoder is a KnownDecoder that read the record whole costs no look for
+// unknown members. (doc is the caller's so that a decode costs the one
+// document a caller allocates.)
+func Decode[T any, P Doc[T]](key string, b []byte, ver storage.Version, doc P) error {
 	var err error
 	known := false
-	if k, ok := any(P(&doc)).(KnownDecoder); ok {
+	if k, ok := any(doc).(KnownDecoder); ok {
 		known, err = k.DecodeKnown(b)
 	} else {
-		err = jsonenc.Unmarshal(b, P(&doc))
+		err = jsonenc.Unmarshal(b, doc)
 	}
 	if err != nil {
-		return doc, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "cannot decode", Err: err}
+		return &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "cannot decode", Err: err}
 	}
-	if !known {
-		err = Keep[T, P](key, b, ver, &doc)
+	if known {
+		return nil
 	}
-	return doc, err
+	return Keep[T, P](key, b, ver, doc)
 }
 
 // KnownDecoder is a jsonenc.Decoder that also tells whether the record it
