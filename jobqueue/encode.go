@@ -174,12 +174,20 @@ func appendMove(b []byte, m *lifecycle.JobMove) ([]byte, error) {
 // pickup reads its record, and reflection made that read a large share of
 // a job's CPU outside the store (docs/performance.md).
 func (d *jobDoc) DecodeJSON(b []byte) error {
+	_, err := d.DecodeKnown(b)
+	return err
+}
+
+// DecodeKnown is DecodeJSON telling whether it read the record without
+// json.Unmarshal: then every member had a name of the record's own, and
+// there is no unknown member to keep for the next write (records.Decode).
+func (d *jobDoc) DecodeKnown(b []byte) (allKnown bool, err error) {
 	r := jsonenc.NewReader(b)
 	if d.read(&r) && r.End() {
-		return nil
+		return true, nil
 	}
 	*d = jobDoc{}
-	return json.Unmarshal(b, d)
+	return false, json.Unmarshal(b, d)
 }
 
 func (d *jobDoc) read(r *jsonenc.Reader) bool {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/jsonenc"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/jsoncheck"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -158,6 +159,14 @@ func FuzzJobDocDecode(f *testing.F) {
 		if serr == nil && !reflect.DeepEqual(fast, slow) {
 			t.Fatalf("%s:\nDecodeJSON     %+v\njson.Unmarshal %+v", b, fast, slow)
 		}
+		// Read whole by the fast reader, the record has no member for
+		// records.Keep to keep: Decode skips the look on that word.
+		var again, kept jobDoc
+		if known, _ := again.DecodeKnown(b); known {
+			if err := records.Keep("k", b, "", &kept); err != nil || kept.Unknown != "" {
+				t.Fatalf("%s: read whole, yet Keep keeps %s (%v)", b, kept.Unknown, err)
+			}
+		}
 	})
 }
 
@@ -224,6 +233,27 @@ func BenchmarkJobDocDecode(b *testing.B) {
 		for b.Loop() {
 			var got jobDoc
 			if err := json.Unmarshal(enc, &got); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The engines' read: DecodeJSON, and no look for unknown members when
+	// it read the record whole.
+	b.Run("records.Decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var got jobDoc
+			if err := records.Decode("k", enc, "", &got); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The look for unknown members that the above spares.
+	b.Run("records.Keep", func(b *testing.B) {
+		b.ReportAllocs()
+		var got jobDoc
+		for b.Loop() {
+			if err := records.Keep("k", enc, "", &got); err != nil || got.Unknown != "" {
 				b.Fatal(err)
 			}
 		}

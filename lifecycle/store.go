@@ -14,6 +14,13 @@ import (
 // (An artifact's "version": 1 is this field, docs/spec.md#artifact.)
 type Meta struct {
 	Version int64 `json:"version"`
+	// Unknown holds the top-level members of the stored record that this
+	// release does not know (a newer release's), as they were read, so that
+	// the SDK's next rewrite of the record writes them back unchanged: no
+	// process drops fields it does not know (docs/stores.md, "Upgrades").
+	// It is empty for a record with none and for a record being created,
+	// and is never encoded as a member of its own.
+	Unknown string `json:"-"`
 }
 
 // StorageMeta gives the SDK's typed-document functions the embedded Meta.

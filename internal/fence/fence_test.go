@@ -271,3 +271,35 @@ func TestHeartbeatFromLastRenewal(t *testing.T) {
 		t.Fatalf("%d timers left after stop", n)
 	}
 }
+
+// TestRecordKeepsUnknownMembers: Apply writes back, unchanged, the members
+// of the stored record its type does not know (a newer release's); a
+// Create, and every write after it, holds none.
+func TestRecordKeepsUnknownMembers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	if _, err := s.Put(ctx, "r.json", []byte(`{"state":"a","newer":{"x":[1]},"version":4}`), storage.IfNotExists()); err != nil {
+		t.Fatal(err)
+	}
+	r := &fence.Record[doc, *doc]{Store: s, Key: "r.json"}
+	for _, state := range []string{"b", "c"} {
+		if _, _, err := r.Apply(ctx, func(d *doc) error { d.State = state; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, _, _ := s.Get(ctx, "r.json"); string(b) != `{"state":"c","version":6,"newer":{"x":[1]}}` {
+		t.Errorf("rewritten as %s", b)
+	}
+	d, _ := r.Snapshot()
+	c := &fence.Record[doc, *doc]{Store: s, Key: "c.json"}
+	if _, err := c.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Apply(ctx, func(d *doc) error { d.State = "d"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, _ := s.Get(ctx, "c.json"); string(b) != `{"state":"d","version":2}` {
+		t.Errorf("created from a document with unknown members: %s", b)
+	}
+}

@@ -89,12 +89,13 @@ func (r *Record[T, P]) Load(ctx context.Context) (T, storage.Version, error) {
 	return r.clone(&r.doc), r.ver, nil
 }
 
-// Decode is how every engine reads a typed document: JSON into T, then
-// validate; either failing gives a *lifecycle.QuarantinedError.
+// Decode is how every engine reads a typed document: JSON into T, the
+// members T does not know kept for the next write (records.Keep), then
+// validate; any failing gives a *lifecycle.QuarantinedError.
 func Decode[T any, P records.Doc[T]](key string, b []byte, ver storage.Version, validate func(P) error) (T, error) {
 	var doc T
-	if err := jsonenc.Unmarshal(b, P(&doc)); err != nil {
-		return doc, &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: b, Reason: "cannot decode", Err: err}
+	if err := records.Decode[T, P](key, b, ver, &doc); err != nil {
+		return doc, err
 	}
 	if validate != nil {
 		if err := validate(P(&doc)); err != nil {
@@ -166,7 +167,8 @@ func LeaseCertain(expires, now time.Time, ttl time.Duration) bool {
 }
 
 // Apply runs change on a copy of the document and writes the result with
-// its lifecycle.Meta counter bumped, conditional on the version the change
+// its lifecycle.Meta counter bumped and the members of the stored record
+// its type does not know written back as read (records.Encode), conditional on the version the change
 // was judged on. change may run more than once (after a conflict) and must
 // touch only its argument. An error from change is returned as it is, once
 // it was judged on a freshly read document; nothing is written. It returns
@@ -207,7 +209,7 @@ func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before,
 			continue
 		}
 		P(&doc).StorageMeta().Version++
-		b, err := jsonenc.Marshal(P(&doc))
+		b, err := records.Encode[T, P](&doc)
 		if err != nil {
 			return before, after, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
 		}
@@ -242,7 +244,8 @@ func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before,
 func (r *Record[T, P]) Create(ctx context.Context, doc T) (storage.Version, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	P(&doc).StorageMeta().Version = 1
+	m := P(&doc).StorageMeta()
+	m.Version, m.Unknown = 1, "" // a record created holds only what this release writes
 	b, err := jsonenc.Marshal(P(&doc))
 	if err != nil {
 		return "", fmt.Errorf("conveyor: encode %s: %w", r.Key, err)

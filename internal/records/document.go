@@ -2,7 +2,6 @@ package records
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/runconveyor/conveyor/internal/jsonenc"
@@ -24,6 +23,7 @@ func Create[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string, 
 	m := doc.StorageMeta()
 	old := m.Version
 	m.Version = 1
+	m.Unknown = "" // a record created holds only what this release writes
 	b, err := jsonenc.Marshal(doc)
 	if err != nil {
 		m.Version = old
@@ -37,7 +37,9 @@ func Create[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string, 
 	return v, nil
 }
 
-// Read returns the document at key and the store version it was read at.
+// Read returns the document at key and the store version it was read at,
+// with the members its type does not know kept (Keep) for a rewrite.
+// Undecodable bytes give a *lifecycle.QuarantinedError.
 // A missing key gives an error matching storage.ErrNotFound.
 func Read[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string) (T, storage.Version, error) {
 	var doc T
@@ -45,8 +47,8 @@ func Read[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string) (T
 	if err != nil {
 		return doc, "", err
 	}
-	if err := json.Unmarshal(b, P(&doc)); err != nil {
-		return doc, "", &lifecycle.QuarantinedError{Key: key, Version: string(v), Data: b, Reason: "cannot decode", Err: err}
+	if err := Decode[T, P](key, b, v, &doc); err != nil {
+		return doc, "", err
 	}
 	return doc, v, nil
 }
