@@ -219,8 +219,21 @@ func (r *Reader) Time() time.Time {
 // Raw reads any valid JSON value and returns a copy of its bytes, as
 // json.RawMessage holds it.
 func (r *Reader) Raw() json.RawMessage {
+	start, end := r.Skip()
+	raw := r.b[start:end]
+	if r.failed || !json.Valid(raw) {
+		r.failed = true
+		return nil
+	}
+	return append(json.RawMessage(nil), raw...)
+}
+
+// Skip passes over one value and returns where its bytes are, without
+// checking them further than their nesting: for input known valid (it
+// was decoded already) whose values are only carried along.
+func (r *Reader) Skip() (start, end int) {
 	r.ws()
-	start := r.i
+	start = r.i
 	depth := 0
 	for !r.failed && r.i < len(r.b) {
 		c := r.b[r.i]
@@ -243,15 +256,14 @@ func (r *Reader) Raw() json.RawMessage {
 		r.i++
 	}
 done:
-	raw := r.b[start:r.i]
-	for len(raw) > 0 && (raw[len(raw)-1] == ' ' || raw[len(raw)-1] == '\t' || raw[len(raw)-1] == '\n' || raw[len(raw)-1] == '\r') {
-		raw = raw[:len(raw)-1]
+	end = r.i
+	for end > start && (r.b[end-1] == ' ' || r.b[end-1] == '\t' || r.b[end-1] == '\n' || r.b[end-1] == '\r') {
+		end--
 	}
-	if r.failed || depth != 0 || !json.Valid(raw) {
+	if depth != 0 || end == start {
 		r.failed = true
-		return nil
 	}
-	return append(json.RawMessage(nil), raw...)
+	return start, end
 }
 
 // Enum reads a string that is usually one of known (a state, an event, an

@@ -174,45 +174,32 @@ func (n *names) knows(name []byte) bool {
 	return false
 }
 
-// scan returns the unknown members of the object b without decoding it;
-// ok is false for what it leaves to slow (a name with an escape, anything
-// not plainly an object). b decoded already, so its values are valid JSON.
+// scan returns the unknown members of the object b without decoding it
+// (jsonenc's reader, passing over the values); ok is false for what it
+// leaves to slow (a name with an escape, anything not plainly an object).
+// b decoded already, so its values are valid JSON.
 func (n *names) scan(b []byte) (u string, ok bool) {
-	i := ws(b, 0)
-	if i >= len(b) || b[i] != '{' {
+	r := jsonenc.NewReader(b)
+	if !r.Open('{') {
 		return "", false
 	}
 	var out []byte
-	for i = ws(b, i+1); i < len(b) && b[i] != '}'; {
-		end, plain := str(b, i)
-		if !plain {
+	for first := true; r.More('}', first); first = false {
+		name := r.Key()
+		start, end := r.Skip()
+		if !r.OK() {
 			return "", false
 		}
-		name := b[i+1 : end-1]
-		c := ws(b, end)
-		if c >= len(b) || b[c] != ':' {
-			return "", false
+		if n.knows(name) {
+			continue
 		}
-		v := ws(b, c+1)
-		ve := value(b, v)
-		if ve < 0 {
-			return "", false
+		if len(out) > 0 {
+			out = append(out, ',')
 		}
-		if !n.knows(name) {
-			if len(out) > 0 {
-				out = append(out, ',')
-			}
-			out = append(append(append(out, b[i:end]...), ':'), b[v:ve]...)
-		}
-		switch i = ws(b, ve); {
-		case i < len(b) && b[i] == ',':
-			i = ws(b, i+1)
-		case i < len(b) && b[i] == '}':
-		default:
-			return "", false
-		}
+		out = append(append(append(out, '"'), name...), '"', ':')
+		out = append(out, b[start:end]...)
 	}
-	return string(out), i < len(b)
+	return string(out), r.End()
 }
 
 // slow is scan for any object json.Unmarshal reads, with names in
@@ -234,67 +221,4 @@ func (n *names) slow(b []byte) string {
 		out = append(append(append(out, kb...), ':'), m[k]...)
 	}
 	return string(out)
-}
-
-func ws(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// str returns the end (past the closing quote) of the string at b[i], and
-// whether it holds no escape; -1 and false when there is none.
-func str(b []byte, i int) (end int, plain bool) {
-	if i >= len(b) || b[i] != '"' {
-		return -1, false
-	}
-	plain = true
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			plain = false
-			j++
-		case '"':
-			return j + 1, plain
-		}
-	}
-	return -1, false
-}
-
-// value returns the end of the JSON value at b[i], -1 if it has none.
-func value(b []byte, i int) int {
-	depth := 0
-	for j := i; j < len(b); {
-		switch b[j] {
-		case '"':
-			end, _ := str(b, j)
-			if end < 0 {
-				return -1
-			}
-			j = end
-			if depth == 0 {
-				return j
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return j
-			}
-			if depth--; depth == 0 {
-				return j + 1
-			}
-		case ',', ' ', '\t', '\n', '\r':
-			if depth == 0 {
-				return j
-			}
-		}
-		j++
-	}
-	if depth == 0 && len(b) > i {
-		return len(b)
-	}
-	return -1
 }
