@@ -14,6 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -184,5 +185,26 @@ func TestTicker(t *testing.T) {
 				t.Fatalf("%d passes, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestTurnNotDueCostsOneRead: a process asking for a turn another holds
+// reads the record once and writes nothing (a create-first turn wrote a
+// refused create-only Put at every ask).
+func TestTurnNotDueCostsOneRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	counting := &teststores.Counting{Store: memstore.NewDriver()}
+	s := storage.New(counting)
+	clk := clock.NewFake(t0)
+	if _, _, _, err := turn(s, clk, "a").Take(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counting.Reset()
+	if _, _, _, err := turn(s, clk, "b").Take(ctx); !errors.Is(err, maintenance.ErrNotMyTurn) {
+		t.Fatalf("b took a live lease of a's: %v", err)
+	}
+	if g, p := counting.Gets.Load(), counting.Puts.Load(); g != 1 || p != 0 {
+		t.Fatalf("a turn not due cost %d reads and %d writes, want 1 and 0", g, p)
 	}
 }

@@ -75,33 +75,44 @@ func (t *Turn[T, P]) Take(ctx context.Context) (rec *fence.Record[T, P], before,
 		return nil
 	}
 	r := t.record()
-	for quarantined := false; ; quarantined = true {
-		var first T
-		if err := take(&first); err != nil {
-			return nil, before, after, err
-		}
-		_, err = r.Create(ctx, first)
-		if err == nil {
-			return t.fenced(r, first), before, first, nil
-		}
-		if !errors.Is(err, storage.ErrPreconditionFailed) {
-			return nil, before, after, err
-		}
+	// The record is read first (a turn not due costs one read); it is
+	// created only when missing, and one created by another process
+	// meanwhile is judged as read. Bounded: each round either returns or
+	// met another process's write.
+	quarantined := false
+	for range 4 {
 		before, after, err = r.Apply(ctx, take)
 		var ce *lifecycle.QuarantinedError
-		if errors.As(err, &ce) && !quarantined && t.Quarantine != nil {
+		switch {
+		case errors.As(err, &ce):
+			if quarantined || t.Quarantine == nil {
+				return nil, before, after, err
+			}
 			// A record that does not decode blocks nothing: it goes to
 			// quarantine like any poison record, and the turn is made anew.
 			if err := t.Quarantine(ctx, ce); err != nil {
 				return nil, before, after, err
 			}
-			continue
-		}
-		if err != nil {
+			quarantined = true
+		case errors.Is(err, storage.ErrNotFound):
+			var first T
+			if err := take(&first); err != nil {
+				return nil, before, after, err
+			}
+			_, err = r.Create(ctx, first)
+			if err == nil {
+				return t.fenced(r, first), before, first, nil
+			}
+			if !errors.Is(err, storage.ErrPreconditionFailed) {
+				return nil, before, after, err
+			}
+		case err != nil:
 			return nil, before, after, err
+		default:
+			return t.fenced(r, after), before, after, nil
 		}
-		return t.fenced(r, after), before, after, nil
 	}
+	return nil, before, after, err
 }
 
 func (t *Turn[T, P]) record() *fence.Record[T, P] {
