@@ -99,7 +99,7 @@ type Config struct {
 	Events bool
 	// EventPollInterval is how often the feed lists new audit events while
 	// a client is connected; EventIdlePollInterval while none is (docs/http-api.md,
-	// "Event stream"). Defaults 250 ms and 5 s.
+	// "Events"). Defaults 250 ms and 5 s.
 	EventPollInterval, EventIdlePollInterval time.Duration
 	// EventWriteTimeout bounds one write to a stream's client; a client
 	// that leaves more unread than its connection buffers is disconnected

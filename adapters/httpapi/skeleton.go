@@ -60,7 +60,7 @@ func pathNoBody(name, field, msg string) func(*http.Request, lifecycle.Actor) (s
 		if err != nil {
 			return "", err
 		}
-		if r.ContentLength > 0 {
+		if r.ContentLength != 0 { // -1: a chunked body, refused too
 			return "", apiErr(codes.InvalidRequest, "%s", msg)
 		}
 		return id, nil
