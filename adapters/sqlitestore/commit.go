@@ -413,7 +413,8 @@ func (w *writer) expire(lead *op, batch []*op, now time.Time) []*op {
 // keys written. A batch that writes nothing is rolled back: no sync.
 func (w *writer) apply(batch []*op) ([]string, error) {
 	// Not the callers' contexts: one caller giving up must not abort the
-	// others' commit. busy_timeout bounds the wait for the lock.
+	// others' commit. The turn, taken before BEGIN, bounds the wait for
+	// the lock (this connection's busy_timeout is 0).
 	ctx := context.Background()
 	defer w.turn.release()
 	keys, err := w.stage(ctx, batch)

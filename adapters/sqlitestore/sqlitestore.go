@@ -8,8 +8,8 @@
 // holds three tables: meta (the schema version, so a later release can
 // migrate, and the last version issued), kv (key TEXT PRIMARY KEY, value,
 // version) and changes (a bounded log of the keys each version wrote,
-// which watchers follow). Beside it while open: SQLite's -wal and -shm,
-// and -lock, -turn, -bell-lock and -bell-turn (two FIFOs), by which
+// which watchers follow). Beside it: SQLite's -wal and -shm, and -lock,
+// -turn, -bell-lock and -bell-turn (two FIFOs, left after Close), by which
 // processes take turns at writing (SQLite's busy handler alone let one
 // process starve another).
 //

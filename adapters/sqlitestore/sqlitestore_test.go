@@ -113,8 +113,11 @@ func TestGroupCommit(t *testing.T) {
 			var once sync.Once
 			sqlitestore.SetBeforeCommit(d, func(*sql.Conn) {
 				once.Do(func() {
-					for sqlitestore.Waiting(d) < tc.writers-1 {
-						time.Sleep(time.Millisecond)
+					for deadline := time.Now().Add(5 * time.Second); sqlitestore.Waiting(d) < tc.writers-1; time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Errorf("%d writers queued after 5 s, want %d", sqlitestore.Waiting(d), tc.writers-1)
+							break
+						}
 					}
 					close(first)
 				})

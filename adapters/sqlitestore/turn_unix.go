@@ -4,6 +4,7 @@ package sqlitestore
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -58,6 +59,15 @@ func openTurn(path string) (_ *turn, err error) {
 	for i, name := range []string{path + "-bell-lock", path + "-bell-turn"} {
 		if err = unix.Mkfifo(name, 0o644); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, err
+		}
+		// One left by a copy that does not keep FIFOs is a plain file: a
+		// bell that never rings and grows by a byte a ring. Refused.
+		var st unix.Stat_t
+		if err = unix.Stat(name, &st); err != nil {
+			return nil, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+			return nil, fmt.Errorf("sqlitestore: %s is not a FIFO (remove it: it is made again)", name)
 		}
 		// O_RDWR: opening a FIFO so never blocks, and reads never see EOF.
 		if t.bells[i].r, err = os.OpenFile(name, os.O_RDWR|unix.O_NONBLOCK, 0); err != nil {
