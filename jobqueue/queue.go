@@ -114,6 +114,21 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 	return q.admit.enqueue(ctx, actor, n)
 }
 
+// EnqueueMany enqueues several jobs, as Enqueue does each.
+// (A first version: one Enqueue per job, in order, stopping at the first
+// failure; the batch with one shared commit replaces it.)
+func (q *Queue) EnqueueMany(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) ([]lifecycle.Job, error) {
+	out := make([]lifecycle.Job, 0, len(jobs))
+	for _, n := range jobs {
+		j, err := q.admit.enqueue(ctx, actor, n)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
 // Requeue is the operator's manual requeue (FAILED → QUEUED, and the
 // extension DEAD → QUEUED, invariant F2: docs/spec.md#job-lifecycle). Only the admin may make it:
 // the matrix lets the orchestration layer update status too, but the job

@@ -72,3 +72,8 @@ func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, er
 	}
 	return q.artifacts.GetForJob(ctx, systemActor, q.project.of(job), jobID)
 }
+
+// InsertMany is EnqueueMany as the system (the orchestration layer).
+func (q *Queue) InsertMany(ctx context.Context, jobs []NewJob) ([]lifecycle.Job, error) {
+	return q.EnqueueMany(ctx, systemActor, jobs)
+}

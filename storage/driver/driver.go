@@ -50,10 +50,10 @@
 // A driver that can do more implements small interfaces besides Store,
 // found by type assertion, and through wrappers by Unwrapper: Watcher
 // (signal changes under a prefix), Settler (a bound on how long answers may
-// be wrong after a disturbance) and AtomicityReporter (whether a conditional
-// Delete is atomic). A capability added later (a "commit several keys at
-// once" a SQLite driver can offer) is one more such interface: drivers
-// without it, and callers that do not ask, are unaffected.
+// be wrong after a disturbance), AtomicityReporter (whether a conditional
+// Delete is atomic) and Committer (several writes as one, all or none). A
+// capability added later is one more such interface: drivers without it,
+// and callers that do not ask, are unaffected.
 package driver
 
 import (
@@ -139,4 +139,36 @@ type AtomicityReporter interface {
 // faults would not be the wrapper's.
 type Unwrapper interface {
 	Unwrap() Store
+}
+
+// MaxCommit is the most writes one Commit may carry. It bounds the time a
+// commit holds a backend's write lock and the memory a caller can ask a
+// driver to stage; larger batches are split by the caller, each part its
+// own all-or-nothing unit.
+const MaxCommit = 1000
+
+// Write is one write of a Commit: a Put of Value at Key under Cond or, with
+// Delete set, a Delete of Key under Cond (Value ignored), with the meaning
+// Store's Put and Delete give them.
+type Write struct {
+	Key    string
+	Value  []byte
+	Cond   Condition
+	Delete bool
+}
+
+// Committer is a driver that applies several writes as one: either every
+// write's condition holds and all of them land, at one instant, or none
+// does. The portable layer has checked each write as Put and Delete check
+// theirs, that no key appears twice and that there are 1 to MaxCommit
+// writes.
+//
+// Commit returns one version per write, in order (a Delete's is ""). A
+// condition that does not hold gives an *OpError whose Key is the first
+// such write's and whose Kind is storage.ErrPreconditionFailed; nothing was
+// written. storage.ErrOutcomeUnknown means all of the writes landed or none
+// did, never some. Watchers are signalled for every key written, as for
+// single writes.
+type Committer interface {
+	Commit(ctx context.Context, writes []Write) ([]Version, error)
 }
