@@ -126,15 +126,31 @@ func report(w io.Writer, results []harness.Result, rate float64) {
 				rs := lt[k][x]
 				p50 := cell(rs, func(r harness.Result) float64 { return float64(r.P50) / 1e6 }, num)
 				p99 := cell(rs, func(r harness.Result) float64 { return float64(r.P99) / 1e6 }, num)
-				fmt.Fprintf(w, " %s / %s |", p50, p99)
+				fmt.Fprintf(w, " %s / %s%s |", p50, p99, backlog(rs, rate))
 			}
 			fmt.Fprintln(w)
 		}
+		fmt.Fprintln(w, "\n(backlog: the system ran the jobs slower than they came, so the latency is mostly queueing.)")
 		ratios(w, lt, lrows, lws, "p50 enqueue→start, SDK ÷ peer (lower is better for the SDK)",
 			func(r harness.Result) float64 { return float64(r.P50) })
 		ratios(w, lt, lrows, lws, "p99 enqueue→start, SDK ÷ peer (lower is better for the SDK)",
 			func(r harness.Result) float64 { return float64(r.P99) })
 	}
+}
+
+// backlog marks a latency cell whose system could not keep up with the
+// offered rate (its median measurement took over 1.5 times the offering's
+// duration), saying the rate it ran at: its latency is a queue's wait,
+// not a pickup's (River's defaults at W = 1 run at most 10 jobs/s).
+func backlog(rs []harness.Result, rate float64) string {
+	if len(rs) == 0 || rate <= 0 {
+		return ""
+	}
+	el := median(mapf(rs, func(r harness.Result) float64 { return r.Elapsed.Seconds() }))
+	if el <= 1.5*float64(rs[0].Jobs)/rate {
+		return ""
+	}
+	return fmt.Sprintf(" (backlog: %.0f jobs/s)", float64(rs[0].Jobs)/el)
 }
 
 // costs prints each row's counts per job at each W (medians of rounds).
@@ -186,8 +202,11 @@ func ratios(w io.Writer, t table, rows []row, ws []int, what string, f func(harn
 	fmt.Fprintf(w, "\nSame-round ratios, %s, both inserting alike: median (each round):\n\n", what)
 	header(w, "SDK ÷ peer", ws)
 	for _, pr := range pairs {
-		fmt.Fprintf(w, "| %s ÷ %s | %s vs %s |", pr.sdk.system, pr.peer.system,
-			insertLabel(pr.sdk.batch, pr.sdk.call), insertLabel(pr.peer.batch, pr.peer.call))
+		how := "one a call"
+		if pr.sdk.batch > 1 {
+			how = "×" + strconv.Itoa(pr.sdk.batch)
+		}
+		fmt.Fprintf(w, "| %s ÷ %s | %s: %s vs %s |", pr.sdk.system, pr.peer.system, how, pr.sdk.call, pr.peer.call)
 		for _, x := range ws {
 			var xs []float64
 			for _, a := range t[pr.sdk][x] {
