@@ -71,6 +71,11 @@ func (c *counting) ListAfter(ctx context.Context, prefix, after string) iter.Seq
 	return c.Store.ListAfter(ctx, prefix, after)
 }
 
+// Unwrap is the store under the wrapper (driver.Unwrapper), through which
+// the SDK finds the capabilities it looks up by unwrapping (Settler,
+// AtomicityReporter) as it would on the bare store.
+func (c *counting) Unwrap() driver.Store { return c.s }
+
 // commit is driver.Committer's Commit, for the wrappers below that offer
 // it: each of its writes counts as one write, so a job's writes per job
 // mean the same whether they went one by one or shared a commit.

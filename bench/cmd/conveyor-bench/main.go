@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -264,18 +265,11 @@ func (b *bench) batchesOf(d harness.Driver) []int {
 func (b *bench) fixedJobs(d harness.Driver) int {
 	switch d.Name() {
 	case harness.NameFilestore:
-		return cmpOr(b.o.jobsFile, b.o.jobs)
+		return cmp.Or(b.o.jobsFile, b.o.jobs)
 	case harness.NameMinIO:
-		return cmpOr(b.o.jobsMinIO, b.o.jobs)
+		return cmp.Or(b.o.jobsMinIO, b.o.jobs)
 	}
 	return b.o.jobs
-}
-
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // Warm-up sizing: a short measurement per configuration (which also takes
