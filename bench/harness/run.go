@@ -14,18 +14,18 @@ import (
 
 // Result is one measurement of one system.
 type Result struct {
-	System  string        `json:"system"`
-	Mode    string        `json:"mode"` // "throughput" or "latency"
-	Round   int           `json:"round"`
+	System string `json:"system"`
+	Mode   string `json:"mode"` // "throughput" or "latency"
+	Round  int    `json:"round"`
 	// Workers is W: the worker slots, and in throughput mode the
 	// enqueuing goroutines too.
 	Workers int `json:"workers"`
 	// Batch is how many jobs each enqueue call inserted (1: one at a
 	// time), and Insert names the call (Enqueue, River's Insert,
 	// InsertMany, InsertManyFast).
-	Batch  int    `json:"batch"`
-	Insert string `json:"insert"`
-	Jobs   int    `json:"jobs"`
+	Batch   int           `json:"batch"`
+	Insert  string        `json:"insert"`
+	Jobs    int           `json:"jobs"`
 	Elapsed time.Duration `json:"elapsed_ns"`
 	// JobsPerSec is Jobs over Elapsed: from the first enqueue to the last
 	// completion the system recorded (throughput mode).
