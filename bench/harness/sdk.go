@@ -39,8 +39,11 @@ type counting struct {
 	s                          *storage.Store
 	gets, puts, deletes, lists atomic.Int64
 	// commits counts the multi-key commits (driver.Committer); each of
-	// their writes counts in puts or deletes as a single write does.
-	commits atomic.Int64
+	// their writes counts in puts or deletes as a single write does, as
+	// a refused single write counts too. refused and refusedWrites count
+	// the commits refused whole (a condition did not hold: nothing
+	// written) and their writes, so a batch path that retries is seen.
+	commits, refused, refusedWrites atomic.Int64
 	// writing counts the writes in progress, for Drain.
 	writing atomic.Int64
 }
@@ -90,7 +93,12 @@ func (c *counting) commit(ctx context.Context, writes []driver.Write) ([]storage
 	}
 	c.writing.Add(1)
 	defer c.writing.Add(-1)
-	return c.s.Commit(ctx, writes)
+	vs, err := c.s.Commit(ctx, writes)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		c.refused.Add(1)
+		c.refusedWrites.Add(int64(len(writes)))
+	}
+	return vs, err
 }
 
 // The wrappers forward each optional capability of the store under them,
@@ -326,7 +334,8 @@ func (d *sdkDriver) Counters(context.Context) (Counters, error) {
 		return Counters{}, nil
 	}
 	return Counters{Writes: s.puts.Load() + s.deletes.Load(), Reads: s.gets.Load(), Lists: s.lists.Load(),
-		Extra: map[string]int64{"puts": s.puts.Load(), "deletes": s.deletes.Load(), "store_commits": s.commits.Load()}}, nil
+		Extra: map[string]int64{"puts": s.puts.Load(), "deletes": s.deletes.Load(), "store_commits": s.commits.Load(),
+			"store_commits_refused": s.refused.Load(), "refused_commit_writes": s.refusedWrites.Load()}}, nil
 }
 
 func (d *sdkDriver) Close() error {

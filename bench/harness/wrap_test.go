@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
@@ -61,6 +62,16 @@ func TestCountingForwardsCapabilities(t *testing.T) {
 			}
 			if p, d, c := cs.puts.Load(), cs.deletes.Load(), cs.commits.Load(); p != 3 || d != 1 || c != 1 {
 				t.Fatalf("counted %d puts, %d deletes, %d commits; want 3, 1, 1", p, d, c)
+			}
+			// A commit refused whole counts as refused, with its writes.
+			if _, err := ws.Commit(ctx, []storage.Write{
+				{Key: "d", Value: []byte("4"), Cond: storage.IfNotExists()},
+				{Key: "b", Value: []byte("5"), Cond: storage.IfNotExists()},
+			}); !errors.Is(err, storage.ErrPreconditionFailed) {
+				t.Fatalf("a commit over an existing key: %v", err)
+			}
+			if r, rw := cs.refused.Load(), cs.refusedWrites.Load(); r != 1 || rw != 2 {
+				t.Fatalf("counted %d refused commits of %d writes; want 1 of 2", r, rw)
 			}
 		})
 	}
