@@ -70,7 +70,10 @@ func riverDriver(name string) func(t *testing.T) harness.Driver {
 		if dsn == "" {
 			t.Skip("BENCH_PG_DSN not set: run scripts/bench.sh test to start Postgres")
 		}
-		d, err := harness.NewRiver(context.Background(), harness.RiverConfig{Name: name, DSN: dsn, PGData: os.Getenv("BENCH_PG_DATA")})
+		// river-tuned batches through InsertManyFast, river through
+		// InsertMany: both of River's batch paths are tried.
+		d, err := harness.NewRiver(context.Background(), harness.RiverConfig{Name: name, DSN: dsn, PGData: os.Getenv("BENCH_PG_DATA"),
+			InsertManyFast: name == harness.NameRiverTuned})
 		if err != nil {
 			t.Fatal(err)
 		}
