@@ -31,7 +31,7 @@ import (
 type options struct {
 	modes, systems, latSystems, batchSystems string
 	workers, latWorkers, batches             []int
-	rounds, agents                           int
+	rounds, agents, enqueuers                int
 	jobs, jobsFile, jobsMinIO                int
 	seconds                                  time.Duration
 	floorWrites, floorWorkers                int
@@ -66,6 +66,7 @@ func parseFlags() options {
 	flag.IntVar(&o.jobsFile, "jobs-filestore", 0, "jobs per throughput measurement on filestore (0: as -jobs)")
 	flag.IntVar(&o.jobsMinIO, "jobs-minio", 0, "jobs per throughput measurement on MinIO (0: as -jobs)")
 	flag.DurationVar(&o.seconds, "seconds", 3*time.Second, "what a throughput measurement sized by its warm-up lasts")
+	flag.IntVar(&o.enqueuers, "enqueuers", 0, "enqueuing goroutines in throughput mode; 0: W (earlier runs: 16 beside 100 slots)")
 	flag.IntVar(&o.agents, "agents", 256, "agents (queue keys) the jobs are spread over")
 	flag.IntVar(&o.floorWrites, "floor-writes", 2000, "raw writes per floor measurement (memstore: 10x, MinIO: 1/4)")
 	flag.IntVar(&o.floorWorkers, "floor-workers", 16, "goroutines making the raw writes of the floor")
@@ -139,8 +140,12 @@ func main() {
 	if len(drivers) == 0 {
 		log.Fatal("no system to measure")
 	}
-	fmt.Printf("conveyor-bench: %s, GOMAXPROCS %d, %d rounds, W %v (latency W %v), batches %v, %d agents\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), o.rounds, o.workers, o.latWorkers, o.batches, o.agents)
+	enq := "W"
+	if o.enqueuers > 0 {
+		enq = strconv.Itoa(o.enqueuers)
+	}
+	fmt.Printf("conveyor-bench: %s, GOMAXPROCS %d, %d rounds, W %v (latency W %v), enqueuers %s, batches %v, %d agents\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), o.rounds, o.workers, o.latWorkers, enq, o.batches, o.agents)
 	b := bench{o: o, drivers: drivers, sizes: map[cfgKey]int{}}
 	began := time.Now()
 	if strings.Contains(o.modes, "throughput") {
@@ -260,6 +265,9 @@ func (b *bench) batchesOf(d harness.Driver) []int {
 	return b.o.batches
 }
 
+// enqueuers is how many goroutines enqueue at W = w.
+func (b *bench) enqueuers(w int) int { return cmp.Or(b.o.enqueuers, w) }
+
 // fixedJobs is the jobs -jobs and its per-store flags set for d, 0 when the
 // warm-up sizes them.
 func (b *bench) fixedJobs(d harness.Driver) int {
@@ -292,7 +300,7 @@ func (b *bench) size(ctx context.Context) {
 					continue
 				}
 				n0 := min(2000, max(50*w, min(bat*w, 2000)))
-				res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n0, Agents: b.o.agents, Slots: w, Enqueuers: w, Batch: bat})
+				res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n0, Agents: b.o.agents, Slots: w, Enqueuers: b.enqueuers(w), Batch: bat})
 				if err != nil {
 					log.Fatalf("warm-up: %v", err)
 				}
@@ -361,7 +369,7 @@ func (b *bench) round(ctx context.Context, r int) {
 
 func (b *bench) throughput(ctx context.Context, r int, d harness.Driver, w, bat int) {
 	n := b.sizes[cfgKey{d.Name(), w, bat}]
-	res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n, Agents: b.o.agents, Slots: w, Enqueuers: w, Batch: bat})
+	res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n, Agents: b.o.agents, Slots: w, Enqueuers: b.enqueuers(w), Batch: bat})
 	if err != nil {
 		log.Fatalf("round %d: W=%d: %v", r+1, w, err)
 	}
