@@ -18,8 +18,19 @@ const MaxCommit = driver.MaxCommit
 // CanCommit tells whether the store applies several writes as one (Commit).
 // SQLite and memstore do; filestore and S3 do not, and a caller writes one
 // key at a time there.
-func (s *Store) CanCommit() bool {
-	_, ok := s.d.(driver.Committer)
+func (s *Store) CanCommit() bool { return canCommit(s.d) }
+
+// canCommit tells whether d commits: a Store and the patient layer
+// implement Commit whatever they wrap, so they are asked about what they
+// wrap.
+func canCommit(d driver.Store) bool {
+	switch d := d.(type) {
+	case *Store:
+		return d.CanCommit()
+	case *patient:
+		return canCommit(d.d)
+	}
+	_, ok := d.(driver.Committer)
 	return ok
 }
 

@@ -156,3 +156,54 @@ func TestPatientResumesAListingFromItsCursor(t *testing.T) {
 		t.Fatalf("listings from %q, want %q (from the cursor, then from the last key yielded)", inner.cursors, want)
 	}
 }
+
+// landsThenFails is a committing driver whose first Commit lands and then
+// answers a transient failure, as a commit whose answer is lost does.
+type landsThenFails struct {
+	driver.Store
+	failed bool
+}
+
+func (l *landsThenFails) Commit(ctx context.Context, writes []storage.Write) ([]storage.Version, error) {
+	vs, err := l.Store.(driver.Committer).Commit(ctx, writes)
+	if err == nil && !l.failed {
+		l.failed = true
+		return nil, &storage.OpError{Op: "commit", Cause: syscall.ECONNRESET}
+	}
+	return vs, err
+}
+
+// TestPatientCommit: the patient layer commits where what it wraps does;
+// a commit retried after a transient failure that then finds a condition
+// broken is ErrOutcomeUnknown (its first try may have landed), and one
+// over a store that cannot commit is ErrUnsupported.
+func TestPatientCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	writes := []storage.Write{{Key: "a", Value: []byte("1"), Cond: storage.IfNotExists()}, {Key: "b", Value: []byte("2"), Cond: storage.IfNotExists()}}
+
+	lf := &landsThenFails{Store: memstore.New()}
+	p := storage.New(lf).Patient(storage.Retry{Clock: clk})
+	if !p.CanCommit() {
+		t.Fatal("a patient store over a committing driver cannot commit")
+	}
+	done := make(chan error, 1)
+	go func() { _, err := p.Commit(ctx, writes); done <- err }()
+	<-clk.WaitForTimers(1)
+	clk.Advance(time.Second)
+	if err := <-done; !errors.Is(err, storage.ErrOutcomeUnknown) {
+		t.Fatalf("commit that landed, then failed, retried = %v, want ErrOutcomeUnknown", err)
+	}
+	if _, _, err := p.Get(ctx, "b"); err != nil {
+		t.Fatalf("the commit did not land: %v", err)
+	}
+
+	plain := storage.New(&breaksMidList{Store: memstore.New()}).Patient(storage.Retry{Clock: clk})
+	if plain.CanCommit() {
+		t.Fatal("a patient store over a driver without Commit says it commits")
+	}
+	if _, err := plain.Commit(ctx, writes); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Commit without a committing driver = %v, want ErrUnsupported", err)
+	}
+}
