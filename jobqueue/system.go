@@ -73,7 +73,9 @@ func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, er
 	return q.artifacts.GetForJob(ctx, systemActor, q.project.of(job), jobID)
 }
 
-// InsertMany is EnqueueMany as the system (the orchestration layer).
+// InsertMany is EnqueueMany as the system (the orchestration layer): at
+// most 500 jobs, all or nothing on a store that commits several writes at
+// once, else the jobs before the one that failed (EnqueueMany says which).
 func (q *Queue) InsertMany(ctx context.Context, jobs []NewJob) ([]lifecycle.Job, error) {
 	return q.EnqueueMany(ctx, systemActor, jobs)
 }
