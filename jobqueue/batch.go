@@ -24,8 +24,8 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	if len(jobs) > codes.MaxBatchJobs {
-		return nil, badJob("%d jobs: a batch holds at most %d", len(jobs), codes.MaxBatchJobs)
+	if err := codes.CheckBatch("jobs", len(jobs)); err != nil {
+		return nil, fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
 		return nil, err

@@ -112,6 +112,15 @@ func CheckList(field string, n int) error {
 	return nil
 }
 
+// CheckBatch reports whether a batch of n jobs fits MaxBatchJobs; it
+// returns nil or an *lifecycle.InputError.
+func CheckBatch(field string, n int) error {
+	if n > MaxBatchJobs {
+		return tooLarge(field, n, MaxBatchJobs, "jobs")
+	}
+	return nil
+}
+
 // CheckJSON reports whether the JSON document b may be stored as field, or
 // decoded: [CheckBytes], and no \u escape that names half of a UTF-16
 // surrogate pair alone. encoding/json turns invalid UTF-8 and a lone
