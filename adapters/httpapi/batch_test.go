@@ -113,6 +113,13 @@ func TestBatchRoute(t *testing.T) {
 	if d := diffSnapshots(before, g.snapshot()); d != "" {
 		t.Errorf("the replay wrote:\n%s", d)
 	}
+	// GET /jobs/batch is the job "batch"; another method is refused.
+	for method, want := range map[string]string{"GET": codes.JobNotFound, "PUT": codes.MethodNotAllowed} {
+		_, _, body := g.raw(method, "/jobs/batch", "tok-gateway", "", nil, nil)
+		if a := (batchAnswer{}); json.Unmarshal(body, &a) != nil || a.Code != want {
+			t.Errorf("%s /jobs/batch: %.200s; want %s", method, body, want)
+		}
+	}
 }
 
 // TestBatchRouteOneByOne: on a store that cannot commit several writes
