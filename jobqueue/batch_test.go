@@ -168,6 +168,36 @@ func TestEnqueueManyAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestEnqueueManyAtTheCap: 500 jobs are 1,000 writes, a commit's most:
+// the locks of new agents go first, in a commit of their own; once the
+// locks exist, 500 jobs are one commit.
+func TestEnqueueManyAtTheCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newCommitting()
+	s := storage.New(c)
+	q := newQueue(t, s, clock.NewFake(t0))
+	if _, err := q.InsertMany(ctx, batchOf(500, "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.commits.Load(); n != 2 {
+		t.Fatalf("500 jobs of 2 new agents: %d commits, want 2 (the locks, the jobs)", n)
+	}
+	more := batchOf(500, "a", "b")
+	for i := range more {
+		more[i].JobID = fmt.Sprintf("more-%03d", i)
+	}
+	if _, err := q.InsertMany(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.commits.Load(); n != 3 || c.puts.Load() != 0 {
+		t.Fatalf("500 more: %d commits, %d puts in all; want 3 and 0", n, c.puts.Load())
+	}
+	if got := laneIDs(t, s, "b"); len(got) != 500 {
+		t.Fatalf("lane b holds %d jobs, want 500", len(got))
+	}
+}
+
 // TestEnqueueManyEmpty: no jobs is no error and no write.
 func TestEnqueueManyEmpty(t *testing.T) {
 	t.Parallel()
