@@ -18,7 +18,8 @@ import (
 // artifacts, and, for Retry, as the admin, the one actor the job machine
 // lets requeue (docs/design.md#jobs).
 const (
-	// systemActor is the actor Insert, InsertJob, Job and Result act as.
+	// systemActor is the actor Insert, InsertJob, InsertMany, Job and
+	// Result act as.
 	systemActor = lifecycle.ActorOrchestration
 	// operatorActor is the actor Retry acts as.
 	operatorActor = lifecycle.ActorAdmin
