@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -186,6 +187,38 @@ func (p *patient) Delete(ctx context.Context, key string, cond Condition) error 
 	}
 }
 
+// Commit implements driver.Committer: Commit, retried, when the Store made
+// patient can commit (else it fails as that Store's Commit does). A commit
+// that failed transiently may have landed, all of it; when a retry then
+// fails a condition, the outcome is reported unknown, as for Put.
+func (p *patient) Commit(ctx context.Context, writes []driver.Write) ([]Version, error) {
+	c, ok := p.d.(driver.Committer)
+	if !ok {
+		return nil, newOpError("commit", "", errors.ErrUnsupported, nil)
+	}
+	key := ""
+	if len(writes) > 0 {
+		key = writes[0].Key
+	}
+	conditional := slices.ContainsFunc(writes, func(w driver.Write) bool { return w.Cond.Kind() != driver.Unconditional })
+	r := p.retrier("commit", key)
+	failed := false
+	for {
+		vs, err := c.Commit(ctx, writes)
+		if failed && conditional && errors.Is(err, ErrPreconditionFailed) {
+			return nil, newOpError("commit", key, ErrOutcomeUnknown,
+				fmt.Errorf("a retry after a transient failure found a condition broken: %w", err))
+		}
+		if !Transient(err) {
+			return vs, err
+		}
+		failed = true
+		if err := r.wait(ctx, err); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // ListAfter implements driver.Store. A listing that fails part-way is
 // listed again after the wait, from the last key it yielded, so a retry
 // costs what is left, not what was already read.
@@ -226,43 +259,3 @@ func (p *patient) ListAfter(ctx context.Context, prefix, after string) iter.Seq2
 // Unwrap returns the Store made patient, so its driver's capabilities
 // (driver.Settler) are found through it.
 func (p *patient) Unwrap() driver.Store { return p.d }
-
-// Commit implements driver.Committer over a driver that commits, retried
-// as Put is: a commit that failed transiently may have landed (all of it,
-// or none), so a retry that then finds a condition broken reports
-// ErrOutcomeUnknown, not a conflict. Over a driver that cannot commit it
-// fails with errors.ErrUnsupported, as Store.Commit does; Store.CanCommit
-// looks through the patient layer, so a caller that asked first never
-// gets that.
-func (p *patient) Commit(ctx context.Context, writes []Write) ([]Version, error) {
-	c, ok := p.d.(driver.Committer)
-	if !ok || !canCommit(p.d) {
-		return nil, newOpError("commit", "", errors.ErrUnsupported, nil)
-	}
-	r := p.retrier("commit", "")
-	failed := false
-	for {
-		vs, err := c.Commit(ctx, writes)
-		if failed && errors.Is(err, ErrPreconditionFailed) && conditional(writes) {
-			return nil, newOpError("commit", "", ErrOutcomeUnknown,
-				fmt.Errorf("a retry after a transient failure found a condition broken: %w", err))
-		}
-		if !Transient(err) {
-			return vs, err
-		}
-		failed = true
-		if err := r.wait(ctx, err); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// conditional tells whether any of writes has a condition.
-func conditional(writes []Write) bool {
-	for _, w := range writes {
-		if w.Cond.Kind() != driver.Unconditional {
-			return true
-		}
-	}
-	return false
-}
