@@ -48,11 +48,7 @@ type locks struct {
 
 // ensureAgent makes sure agent's lock object exists.
 func (q *locks) ensureAgent(ctx context.Context, agent string) error {
-	a := q.sched.agent(agent)
-	a.mu.Lock()
-	exists := a.lockExists
-	a.mu.Unlock()
-	if exists {
+	if q.known(agent) {
 		return nil
 	}
 	key, err := layout.AgentLockKey(agent)
@@ -63,22 +59,74 @@ func (q *locks) ensureAgent(ctx context.Context, agent string) error {
 	// made costs a read, not a refused write.
 	_, _, err = q.store.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
-		fresh := agentLock{Agent: agent}
-		if q.settle > 0 {
-			// A store that settles may take this create over a lock it
-			// read as missing: the epoch starts from the clock, as a
-			// remade lock's (readLock), so epochs still only grow.
-			fresh.Epoch = q.clock.Now().UnixMilli()
-		}
+		fresh := q.fresh(agent)
 		_, err = records.Create(ctx, q.store, key, &fresh)
 	}
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}
+	q.made(agent)
+	return nil
+}
+
+// lockWrites is ensureAgent for a batch committed at once: the create-only
+// writes of the locks of agents not known to exist and read as missing,
+// to commit with the batch's jobs. The locks read as present are known to
+// exist from then on; the caller calls made for each lock its commit made.
+func (q *locks) lockWrites(ctx context.Context, agents []string) ([]storage.Write, error) {
+	var ws []storage.Write
+	for _, agent := range agents {
+		if q.known(agent) {
+			continue
+		}
+		key, err := layout.AgentLockKey(agent)
+		if err != nil {
+			return nil, err
+		}
+		_, _, err = q.store.Get(ctx, key)
+		switch {
+		case err == nil:
+			q.made(agent)
+			continue
+		case !errors.Is(err, storage.ErrNotFound):
+			return nil, err
+		}
+		fresh := q.fresh(agent)
+		w, err := records.CreateWrite(key, &fresh)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
+
+// known tells whether agent's lock is known to exist.
+func (q *locks) known(agent string) bool {
+	a := q.sched.agent(agent)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lockExists
+}
+
+// made records that agent's lock exists.
+func (q *locks) made(agent string) {
+	a := q.sched.agent(agent)
 	a.mu.Lock()
 	a.lockExists = true
 	a.mu.Unlock()
-	return nil
+}
+
+// fresh is a new lock of agent, free.
+func (q *locks) fresh(agent string) agentLock {
+	l := agentLock{Agent: agent}
+	if q.settle > 0 {
+		// A store that settles may take this create over a lock it
+		// read as missing: the epoch starts from the clock, as a
+		// remade lock's (readLock), so epochs still only grow.
+		l.Epoch = q.clock.Now().UnixMilli()
+	}
+	return l
 }
 
 // lockCheckDue reports whether a's lock should be read for an orphan, at
