@@ -198,7 +198,11 @@ func (q *admission) commitLocks(ctx context.Context, locks, jobs []storage.Write
 		}
 		if i := slices.IndexFunc(locks, func(w storage.Write) bool { return w.Key == oe.Key }); i >= 0 {
 			q.locks.made(lockAgent(oe.Key))
-			locks = slices.Delete(slices.Clone(locks), i, i+1)
+			// Someone else is making these agents' locks: keep only
+			// those still missing, or each retry would drop one lock.
+			if locks, err = q.locks.stillMissing(ctx, slices.Delete(slices.Clone(locks), i, i+1)); err != nil {
+				return locks, err
+			}
 			if len(locks)+len(jobs) == 0 {
 				return nil, nil
 			}

@@ -101,6 +101,29 @@ func (q *locks) lockWrites(ctx context.Context, agents []string) ([]storage.Writ
 	return ws, nil
 }
 
+// stillMissing is the lock writes of ws whose locks are neither known to
+// exist nor read as present now, for a batch whose commit found one of
+// its locks made by someone else.
+func (q *locks) stillMissing(ctx context.Context, ws []storage.Write) ([]storage.Write, error) {
+	out := make([]storage.Write, 0, len(ws))
+	for _, w := range ws {
+		agent := lockAgent(w.Key)
+		if q.known(agent) {
+			continue
+		}
+		_, _, err := q.store.Get(ctx, w.Key)
+		switch {
+		case err == nil:
+			q.made(agent)
+			continue
+		case !errors.Is(err, storage.ErrNotFound):
+			return ws, err
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
 // known tells whether agent's lock is known to exist.
 func (q *locks) known(agent string) bool {
 	a := q.sched.agent(agent)
