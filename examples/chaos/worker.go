@@ -245,7 +245,8 @@ func parseProducer(content json.RawMessage) (producer, bool) {
 // ends for all of them at once, as a stopped MinIO does. (The parent's own
 // checks use the store directly.) A directory made unwritable would not
 // do: the processes run as whatever user, root ignores permissions, and
-// reads would go on.
+// reads would go on. It has no Commit (the filestore under it has none),
+// so it hides nothing.
 type outageStore struct {
 	driver.Store
 	marker string
