@@ -476,6 +476,10 @@ const visKeys, visRounds = 12, 300
 // loaded machine may not give a reader at the same time as the writer.
 const visFor = 200 * time.Millisecond
 
+// visMax bounds the time commitAtomicVisibility commits for, when its
+// readers are starved.
+const visMax = 30 * time.Second
+
 // commitAtomicVisibility commits count n to visKeys keys, n = 1, 2, ...,
 // while two readers read the keys one after another, one in the commits'
 // order and one backwards. On a store whose commits land at one instant,
@@ -513,6 +517,7 @@ func commitAtomicVisibility(ctx context.Context, s *storage.Store, _ Capabilitie
 		wg     sync.WaitGroup
 	)
 	var started sync.WaitGroup
+	var failed atomic.Bool
 	for _, backwards := range []bool{false, true} {
 		order := slices.Clone(keys)
 		if backwards {
@@ -520,7 +525,14 @@ func commitAtomicVisibility(ctx context.Context, s *storage.Store, _ Capabilitie
 		}
 		started.Add(1)
 		wg.Go(func() {
-			for first := true; !done.Load(); first = false {
+			first := true
+			defer func() {
+				if first { // failed in its first pass
+					failed.Store(true)
+					started.Done()
+				}
+			}()
+			for ; !done.Load(); first = false {
 				if !first {
 					passes.Add(1)
 				}
@@ -539,6 +551,7 @@ func commitAtomicVisibility(ctx context.Context, s *storage.Store, _ Capabilitie
 					}
 					mu.Unlock()
 					if err != nil || aerr != nil {
+						failed.Store(true)
 						return
 					}
 					last, lastKey = max(last, n), k
@@ -555,8 +568,12 @@ func commitAtomicVisibility(ctx context.Context, s *storage.Store, _ Capabilitie
 	// visFor at least, or until they fail.
 	started.Wait()
 	begin := time.Now()
-	for n := 1; err == nil && n <= 1000*visRounds; n++ {
+	for n := 1; err == nil && !failed.Load(); n++ {
 		if n > visRounds && passes.Load() >= visRounds && time.Since(begin) >= visFor {
+			break
+		}
+		if time.Since(begin) > visMax {
+			bad.addf("the readers read %d passes in %d commits over %s: too few to tell", passes.Load(), n-1, visMax)
 			break
 		}
 		vers, err = write(n, vers)
