@@ -465,20 +465,34 @@ func commitCASRace(ctx context.Context, s *storage.Store, _ Capabilities) proble
 	return bad
 }
 
-// visKeys is how many keys each commit of commitAtomicVisibility writes,
-// and visRounds how many commits it makes: a driver that applies a
-// commit's writes one at a time leaves visKeys-1 gaps per commit for a
-// reader to fall into.
-const visKeys, visRounds = 12, 300
+// visKeys is how many keys each commit of commitAtomicVisibility writes: a
+// driver that applies a commit's writes one at a time leaves visKeys-1
+// gaps per commit for a reader to fall into. It makes visCommits commits
+// at least, for visFor at least, and until its readers have read
+// visOverlaps passes during a commit.
+const visKeys, visCommits, visOverlaps = 12, 50, 200
 
-// visFor is the least time commitAtomicVisibility commits for: on a fast
-// store, 300 commits take a few milliseconds, which the scheduler of a
-// loaded machine may not give a reader at the same time as the writer.
+// visFor is the least time commitAtomicVisibility commits for.
 const visFor = 200 * time.Millisecond
 
 // visMax bounds the time commitAtomicVisibility commits for, when its
 // readers are starved.
 const visMax = 30 * time.Second
+
+// visibility is one run of commitAtomicVisibility.
+type visibility struct {
+	ctx  context.Context
+	s    *storage.Store
+	keys []string
+
+	began, ended atomic.Int64 // commits begun and ended
+	overlaps     atomic.Int64 // passes that ran while a commit did
+	done, failed atomic.Bool
+
+	mu   sync.Mutex
+	bad  problems
+	torn int
+}
 
 // commitAtomicVisibility commits count n to visKeys keys, n = 1, 2, ...,
 // while two readers read the keys one after another, one in the commits'
@@ -486,107 +500,116 @@ const visMax = 30 * time.Second
 // every key holds the same count at every instant, and counts only grow,
 // so each pass of a reader reads counts that never decrease; a count
 // lower than one read before in the same pass is a commit seen in part.
-// A driver that writes a commit's keys one at a time fails it in nearly
-// every run where two threads run at once (GOMAXPROCS > 1): hundreds of
-// passes see a commit in part.
+// The commits go on until the readers have read visOverlaps passes while
+// a commit ran (a pass that ends after a commit began that had not ended
+// when the pass began), however the scheduler of a loaded machine shares
+// its threads, so a driver that writes a commit's keys one at a time
+// fails nearly always.
 func commitAtomicVisibility(ctx context.Context, s *storage.Store, _ Capabilities) problems {
-	keys := make([]string, visKeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("commit/vis/%02d", i)
+	v := &visibility{ctx: ctx, s: s, keys: make([]string, visKeys)}
+	for i := range v.keys {
+		v.keys[i] = fmt.Sprintf("commit/vis/%02d", i)
 	}
-	write := func(n int, vers []storage.Version) ([]storage.Version, error) {
-		ws := make([]storage.Write, len(keys))
-		for i, k := range keys {
-			ws[i] = storage.Write{Key: k, Value: []byte(strconv.Itoa(n)), Cond: storage.IfNotExists()}
-			if vers != nil {
-				ws[i].Cond = storage.IfMatch(vers[i])
-			}
-		}
-		return s.Commit(ctx, ws)
-	}
-	vers, err := write(0, nil)
+	vers, err := v.write(0, nil)
 	if err != nil {
 		return problems{fmt.Sprintf("commit: %v", err)}
 	}
-	var (
-		done   atomic.Bool
-		mu     sync.Mutex
-		bad    problems
-		torn   int
-		passes atomic.Int64
-		wg     sync.WaitGroup
-	)
-	var started sync.WaitGroup
-	var failed atomic.Bool
+	var wg, started sync.WaitGroup
 	for _, backwards := range []bool{false, true} {
-		order := slices.Clone(keys)
+		order := slices.Clone(v.keys)
 		if backwards {
 			slices.Reverse(order)
 		}
 		started.Add(1)
-		wg.Go(func() {
-			first := true
-			defer func() {
-				if first { // failed in its first pass
-					failed.Store(true)
-					started.Done()
-				}
-			}()
-			for ; !done.Load(); first = false {
-				if !first {
-					passes.Add(1)
-				}
-				last, lastKey := -1, ""
-				for _, k := range order {
-					b, _, err := s.Get(ctx, k)
-					n, aerr := strconv.Atoi(string(b))
-					mu.Lock()
-					switch {
-					case err != nil || aerr != nil:
-						bad.addf("Get(%q) = %q, %v", k, b, err)
-					case n < last:
-						if torn++; torn <= 3 {
-							bad.addf("a commit seen in part: %q read %d after %q read %d", k, n, lastKey, last)
-						}
-					}
-					mu.Unlock()
-					if err != nil || aerr != nil {
-						failed.Store(true)
-						return
-					}
-					last, lastKey = max(last, n), k
-				}
-				if first {
-					started.Done()
-				}
-			}
-		})
+		wg.Go(func() { v.read(order, started.Done) })
 	}
-	// The readers read while the commits are made: they have started, and
-	// the commits go on until they read visRounds passes (a writer faster
-	// than its readers would otherwise be done before they look) and for
-	// visFor at least, or until they fail.
-	started.Wait()
+	started.Wait() // the readers read before the first commit
 	begin := time.Now()
-	for n := 1; err == nil && !failed.Load(); n++ {
-		if n > visRounds && passes.Load() >= visRounds && time.Since(begin) >= visFor {
+	for n := 1; err == nil && !v.failed.Load(); n++ {
+		if n > visCommits && v.overlaps.Load() >= visOverlaps && time.Since(begin) >= visFor {
 			break
 		}
 		if time.Since(begin) > visMax {
-			bad.addf("the readers read %d passes in %d commits over %s: too few to tell", passes.Load(), n-1, visMax)
+			v.mu.Lock()
+			v.bad.addf("%d commits in %s ran while the readers read only %d passes: too few to tell", n-1, visMax, v.overlaps.Load())
+			v.mu.Unlock()
 			break
 		}
-		vers, err = write(n, vers)
+		vers, err = v.write(n, vers)
 	}
-	done.Store(true)
+	v.done.Store(true)
 	wg.Wait()
 	if err != nil {
-		bad.addf("commit: %v", err)
+		v.bad.addf("commit: %v", err)
 	}
-	if torn > 3 {
-		bad.addf("%d reads in all saw a commit in part (%d passes)", torn, passes.Load())
+	if v.torn > 3 {
+		v.bad.addf("%d reads in all saw a commit in part (%d passes during commits)", v.torn, v.overlaps.Load())
 	}
-	return bad
+	return v.bad
+}
+
+// write commits count n to every key, at vers (nil: creating them).
+func (v *visibility) write(n int, vers []storage.Version) ([]storage.Version, error) {
+	ws := make([]storage.Write, len(v.keys))
+	for i, k := range v.keys {
+		ws[i] = storage.Write{Key: k, Value: []byte(strconv.Itoa(n)), Cond: storage.IfNotExists()}
+		if vers != nil {
+			ws[i].Cond = storage.IfMatch(vers[i])
+		}
+	}
+	v.began.Add(1)
+	defer v.ended.Add(1)
+	return v.s.Commit(v.ctx, ws)
+}
+
+// read reads the keys in order, pass after pass, until done, checking that
+// no pass reads a count lower than one it read before; started is called
+// once, after the first pass (or the failure that ends it).
+func (v *visibility) read(order []string, started func()) {
+	first := true
+	defer func() {
+		if first {
+			started()
+		}
+	}()
+	// Every other pass reads the first and the last key alone: two reads
+	// close together fall inside one commit's writes more often than a
+	// whole pass does.
+	pair := []string{order[0], order[len(order)-1]}
+	for pass := 0; !v.done.Load(); pass++ {
+		ended := v.ended.Load()
+		last, lastKey := -1, ""
+		keys := order
+		if pass%2 == 1 {
+			keys = pair
+		}
+		for _, k := range keys {
+			b, _, err := v.s.Get(v.ctx, k)
+			n, aerr := strconv.Atoi(string(b))
+			if err != nil || aerr != nil {
+				v.mu.Lock()
+				v.bad.addf("Get(%q) = %q, %v", k, b, err)
+				v.mu.Unlock()
+				v.failed.Store(true)
+				return
+			}
+			if n < last {
+				v.mu.Lock()
+				if v.torn++; v.torn <= 3 {
+					v.bad.addf("a commit seen in part: %q read %d after %q read %d", k, n, lastKey, last)
+				}
+				v.mu.Unlock()
+			}
+			last, lastKey = max(last, n), k
+		}
+		if v.began.Load() > ended {
+			v.overlaps.Add(1)
+		}
+		if first {
+			first = false
+			started()
+		}
+	}
 }
 
 // commitMax commits MaxCommit creates: all land.

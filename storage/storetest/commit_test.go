@@ -141,8 +141,14 @@ func TestSuiteOnMapStore(t *testing.T) {
 // TestCommitChecksFail proves the Commit checks can fail: each store below
 // has one defect, and the checks that look for it report it; on memstore
 // and the right map store, none reports anything.
+//
+// The one-at-a-time store writes to memory and never waits between two
+// writes of a commit, so a reader sees one in part only while it runs on
+// another thread at that moment (a real driver's writes wait on I/O, which
+// lets readers in). On two cores at a load of 19, AtomicVisibility missed
+// it in 1 of 40 runs alone, and in about 1 of 10 beside the other checks'
+// goroutines: the test is not parallel, and gives that check three tries.
 func TestCommitChecksFail(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name  string
 		store func() driver.Store
@@ -155,8 +161,11 @@ func TestCommitChecksFail(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
 			got := storetest.CommitProblemsForTest(t.Context(), storage.New(tc.store()), storetest.Capabilities{})
+			for try := 2; try <= 3 && slices.Contains(tc.want, "AtomicVisibility") && len(got["AtomicVisibility"]) == 0; try++ {
+				t.Logf("AtomicVisibility saw no commit in part: try %d", try)
+				got = storetest.CommitProblemsForTest(t.Context(), storage.New(tc.store()), storetest.Capabilities{})
+			}
 			if tc.want == nil && len(got) > 0 {
 				t.Errorf("problems on a right store: %q", got)
 			}
