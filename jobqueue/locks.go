@@ -207,7 +207,7 @@ func (q *locks) releaseKept(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		free := agentLock{Agent: a.name, Epoch: l.Epoch}
+		free := agentLock{Meta: l.Meta, Agent: a.name, Epoch: l.Epoch}
 		if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 			q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", a.name, "err", err)
 		}
@@ -248,12 +248,29 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 	return fresh, ver, false, nil
 }
 
+// writeLock writes l at key if the lock is still at ver (putLock).
 func (q *locks) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
-	b, err := l.AppendJSON(make([]byte, 0, 256))
+	return putLock(ctx, q.store, key, l, ver)
+}
+
+// putLock is the one write of an agent lock over one that exists: if
+// the stored lock is still at ver, it writes l as every record kind is
+// rewritten (fence.Record's Apply): the Meta counter one up and the
+// members l's Meta kept from the lock it came from (a newer release's)
+// written back as read, so no write of the lock, by a claim, a release or
+// the sweep, drops them. On success l is what was written.
+func putLock(ctx context.Context, s *storage.Store, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
+	next := *l
+	next.Version++
+	b, err := next.encode(make([]byte, 0, 256+len(l.Unknown)))
 	if err != nil {
 		return "", err
 	}
-	return q.store.Put(ctx, key, b, storage.IfMatch(ver))
+	v, err := s.Put(ctx, key, b, storage.IfMatch(ver))
+	if err == nil {
+		*l = next
+	}
+	return v, err
 }
 
 // refreshAgents lists the agents with a lock object, at most once per
