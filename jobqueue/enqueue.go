@@ -214,7 +214,7 @@ func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) 
 		return lifecycle.Job{}, err
 	}
 	if _, err := records.Create(ctx, q.store, key, &doc); err != nil {
-		undo()
+		undoUnlessLanded(undo, err)
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			return lifecycle.Job{}, fmt.Errorf("%w: %s", lifecycle.ErrJobExists, n.JobID)
 		}
