@@ -14,7 +14,8 @@ import (
 	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// op is one Put or Delete on its way through a commit.
+// op is one Put or Delete, or one Commit of several (multi), on its way
+// through a group commit.
 type op struct {
 	ctx   context.Context
 	since time.Time // when its caller called
@@ -22,6 +23,10 @@ type op struct {
 	value []byte
 	del   bool
 	cond  driver.Condition
+	// multi, for a Commit, holds its writes (key is the first's); vers
+	// their versions once it landed.
+	multi []driver.Write
+	vers  []driver.Version
 	// state says who may touch the op next (see pending). The answer
 	// (ver, err) is set by whoever moved it to claimed or withdrawn,
 	// before done is signalled.
@@ -233,6 +238,7 @@ func (c *committer) commit(lead *op, batch []*op) (answered, requeue []*op) {
 	if err == nil {
 		if len(keys) > 0 {
 			c.d.commits.Add(1)
+			c.d.watches.own(c.w.first, c.w.last)
 			c.d.watches.signal(keys, false)
 		}
 		return answered, nil
@@ -280,6 +286,9 @@ type writer struct {
 	turn *turn
 	// statements, prepared once on conn
 	version, upsert, remove, logChange, prune, getSeq, setSeq *sql.Stmt
+	// first and last: the sequence before and after the last commit
+	// staged, so its versions are (first, last].
+	first, last int64
 }
 
 func openWriter(d *sqlDriver) (*writer, error) {
@@ -433,7 +442,10 @@ func (w *writer) apply(batch []*op) ([]string, error) {
 	return keys, nil
 }
 
-// stage writes batch inside the open transaction.
+// stage writes batch inside the open transaction, each op's conditions
+// checked against the state the ops before it left. A Commit's writes are
+// all checked before any is applied, so it lands whole or not at all
+// without undoing the other ops of the batch.
 func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	var seq int64
 	if err := w.getSeq.QueryRowContext(ctx).Scan(&seq); err != nil {
@@ -442,37 +454,16 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	first := seq
 	var keys []string
 	for _, o := range batch {
-		var cur int64
-		err := w.version.QueryRowContext(ctx, o.key).Scan(&cur)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, err
-		}
-		var curV driver.Version
-		if err == nil {
-			curV = formatVersion(cur)
-		}
-		o.ver, o.err = "", nil
-		switch {
-		case !o.cond.Holds(curV):
-			o.err = storage.ErrPreconditionFailed
-			continue
-		case o.del && curV == "":
-			continue // deleting a missing key changes nothing
-		}
-		seq++
-		if o.del {
-			_, err = w.remove.ExecContext(ctx, o.key)
+		o.ver, o.err, o.vers = "", nil, nil
+		var err error
+		if o.multi != nil {
+			keys, err = w.stageMulti(ctx, o, &seq, keys)
 		} else {
-			_, err = w.upsert.ExecContext(ctx, o.key, o.value, seq)
-			o.ver = formatVersion(seq)
-		}
-		if err == nil {
-			_, err = w.logChange.ExecContext(ctx, seq, o.key, w.d.id)
+			keys, err = w.stageOne(ctx, o, &seq, keys)
 		}
 		if err != nil {
 			return nil, err
 		}
-		keys = append(keys, o.key)
 	}
 	if seq == first {
 		return nil, nil
@@ -483,5 +474,92 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 		}
 	}
 	_, err := w.setSeq.ExecContext(ctx, seq)
+	if err == nil {
+		w.first, w.last = first, seq
+	}
 	return keys, err
+}
+
+// stageOne stages a Put or Delete; a failed condition is o's answer, not
+// an error of the batch.
+func (w *writer) stageOne(ctx context.Context, o *op, seq *int64, keys []string) ([]string, error) {
+	cur, err := w.current(ctx, o.key)
+	if err != nil {
+		return keys, err
+	}
+	switch {
+	case !o.cond.Holds(cur):
+		o.err = storage.ErrPreconditionFailed
+		return keys, nil
+	case o.del && cur == "":
+		return keys, nil // deleting a missing key changes nothing
+	}
+	if o.ver, err = w.write(ctx, o.key, o.value, o.del, seq); err != nil {
+		return keys, err
+	}
+	return append(keys, o.key), nil
+}
+
+// stageMulti stages a Commit: every condition first, then every write.
+func (w *writer) stageMulti(ctx context.Context, o *op, seq *int64, keys []string) ([]string, error) {
+	exists := make([]bool, len(o.multi))
+	for i, wr := range o.multi {
+		cur, err := w.current(ctx, wr.Key)
+		if err != nil {
+			return keys, err
+		}
+		if !wr.Cond.Holds(cur) {
+			o.err = &driver.OpError{Op: "commit", Key: wr.Key, Kind: storage.ErrPreconditionFailed}
+			return keys, nil
+		}
+		exists[i] = cur != ""
+	}
+	vers := make([]driver.Version, len(o.multi))
+	for i, wr := range o.multi {
+		if wr.Delete && !exists[i] {
+			continue
+		}
+		v, err := w.write(ctx, wr.Key, wr.Value, wr.Delete, seq)
+		if err != nil {
+			return keys, err
+		}
+		vers[i] = v
+		keys = append(keys, wr.Key)
+	}
+	o.vers = vers
+	return keys, nil
+}
+
+// current reads key's version in the transaction ("" if missing).
+func (w *writer) current(ctx context.Context, key string) (driver.Version, error) {
+	var cur int64
+	err := w.version.QueryRowContext(ctx, key).Scan(&cur)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return formatVersion(cur), nil
+}
+
+// write applies one write at the next version and logs it; a Delete's
+// version is "".
+func (w *writer) write(ctx context.Context, key string, value []byte, del bool, seq *int64) (driver.Version, error) {
+	*seq++
+	var err error
+	var v driver.Version
+	if del {
+		_, err = w.remove.ExecContext(ctx, key)
+	} else {
+		if value == nil {
+			value = []byte{}
+		}
+		_, err = w.upsert.ExecContext(ctx, key, value, *seq)
+		v = formatVersion(*seq)
+	}
+	if err == nil {
+		_, err = w.logChange.ExecContext(ctx, *seq, key, w.d.id)
+	}
+	return v, err
 }

@@ -101,8 +101,9 @@ type sqlDriver struct {
 }
 
 var (
-	_ driver.Store   = (*sqlDriver)(nil)
-	_ driver.Watcher = (*sqlDriver)(nil)
+	_ driver.Store     = (*sqlDriver)(nil)
+	_ driver.Watcher   = (*sqlDriver)(nil)
+	_ driver.Committer = (*sqlDriver)(nil)
 )
 
 // New opens (creating if needed) the database cfg names, waiting while
@@ -315,6 +316,20 @@ func (d *sqlDriver) Delete(ctx context.Context, key string, cond driver.Conditio
 		return o.error("delete")
 	}
 	return nil
+}
+
+// Commit implements driver.Committer. The writes travel as one op through
+// the group commit: their conditions are checked, in the transaction the
+// op shares with others, against the state the ops before it left, and
+// only if all hold are they applied, each at its own version from the
+// sequence and each logged for watchers.
+func (d *sqlDriver) Commit(ctx context.Context, writes []driver.Write) ([]driver.Version, error) {
+	o := &op{ctx: ctx, key: writes[0].Key, multi: writes}
+	d.c.run(o)
+	if o.err != nil {
+		return nil, o.error("commit")
+	}
+	return o.vers, nil
 }
 
 // ListAfter implements driver.Store. It reads the primary key a page at a

@@ -25,6 +25,9 @@ type watchSet struct {
 	conn    *sql.Conn
 	version int64 // data_version when last read
 	cursor  int64 // last change-log seq read
+	// tip: every version in (cursor, tip] is this Store's own, signalled
+	// at its commit, so the poller need not read them (under mu).
+	tip     int64
 	stopc   chan struct{}
 	stopped chan struct{}
 	closed  bool // by Close: no more watches
@@ -74,6 +77,7 @@ func (ws *watchSet) start(ctx context.Context) error {
 		return err
 	}
 	ws.conn = conn
+	ws.tip = ws.cursor
 	ws.stopc, ws.stopped = make(chan struct{}), make(chan struct{})
 	go ws.poll()
 	return nil
@@ -94,6 +98,16 @@ func (ws *watchSet) signal(keys []string, all bool) {
 				break
 			}
 		}
+	}
+}
+
+// own records that this Store committed the versions (first, last]: if
+// they follow the tip, the poller will not read them back.
+func (ws *watchSet) own(first, last int64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if first == ws.tip {
+		ws.tip = last
 	}
 }
 
@@ -121,6 +135,20 @@ func (ws *watchSet) check() {
 	if err := ws.conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil || v == ws.version {
 		return
 	}
+	// data_version counts this Store's own commits too (another
+	// connection's): when the sequence has not passed the tip of its own,
+	// there is nothing to read.
+	var seq int64
+	if err := ws.conn.QueryRowContext(ctx, "SELECT value FROM meta WHERE name = 'seq'").Scan(&seq); err != nil {
+		return
+	}
+	ws.mu.Lock()
+	mine := seq <= ws.tip
+	ws.mu.Unlock()
+	if mine {
+		ws.version, ws.cursor = v, max(ws.cursor, seq)
+		return
+	}
 	rows, err := ws.conn.QueryContext(ctx, "SELECT seq, key, writer FROM changes WHERE seq > ? ORDER BY seq", ws.cursor)
 	if err != nil {
 		return
@@ -146,6 +174,9 @@ func (ws *watchSet) check() {
 		return
 	}
 	ws.version, ws.cursor = v, cursor
+	ws.mu.Lock()
+	ws.tip = max(ws.tip, cursor)
+	ws.mu.Unlock()
 	if gap {
 		keys = []string{""}
 	}
