@@ -286,6 +286,7 @@ type writer struct {
 	turn *turn
 	// statements, prepared once on conn
 	version, upsert, remove, logChange, prune, getSeq, setSeq *sql.Stmt
+	beginTx, commitTx, rollbackTx                             *sql.Stmt
 	// first and last: the sequence before and after the last commit
 	// staged, so its versions are (first, last].
 	first, last int64
@@ -326,6 +327,9 @@ func openWriter(d *sqlDriver) (*writer, error) {
 		{&w.prune, "DELETE FROM changes WHERE seq <= ?"},
 		{&w.getSeq, "SELECT value FROM meta WHERE name = 'seq'"},
 		{&w.setSeq, "UPDATE meta SET value = ? WHERE name = 'seq'"},
+		{&w.beginTx, "BEGIN IMMEDIATE"},
+		{&w.commitTx, "COMMIT"},
+		{&w.rollbackTx, "ROLLBACK"},
 	} {
 		if *p.s, err = w.conn.PrepareContext(ctx, p.q); err != nil {
 			w.close()
@@ -338,7 +342,7 @@ func openWriter(d *sqlDriver) (*writer, error) {
 // close releases the connection; the statements first, since SQLite
 // keeps a connection with live statements (and its transaction) open.
 func (w *writer) close() {
-	for _, st := range []*sql.Stmt{w.version, w.upsert, w.remove, w.logChange, w.prune, w.getSeq, w.setSeq} {
+	for _, st := range []*sql.Stmt{w.version, w.upsert, w.remove, w.logChange, w.prune, w.getSeq, w.setSeq, w.beginTx, w.commitTx, w.rollbackTx} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -369,7 +373,7 @@ func (w *writer) begin(lead *op, batch []*op) (left []*op, err error) {
 			}
 		}
 		if locked {
-			_, err = w.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE")
+			_, err = w.beginTx.ExecContext(context.Background())
 			if err == nil {
 				return batch, nil
 			}
@@ -428,7 +432,7 @@ func (w *writer) apply(batch []*op) ([]string, error) {
 	defer w.turn.release()
 	keys, err := w.stage(ctx, batch)
 	if err != nil || len(keys) == 0 {
-		if _, rerr := w.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && err == nil {
+		if _, rerr := w.rollbackTx.ExecContext(ctx); rerr != nil && err == nil {
 			err = rerr
 		}
 		return nil, err
@@ -436,7 +440,7 @@ func (w *writer) apply(batch []*op) ([]string, error) {
 	if w.d.beforeCommit != nil {
 		w.d.beforeCommit(w.conn)
 	}
-	if _, err := w.conn.ExecContext(ctx, "COMMIT"); err != nil {
+	if _, err := w.commitTx.ExecContext(ctx); err != nil {
 		return nil, errors.Join(storage.ErrOutcomeUnknown, err)
 	}
 	return keys, nil

@@ -70,6 +70,17 @@ const (
 	schemaVersion = 1
 	// listPage is how many keys ListAfter reads per query.
 	listPage = 256
+	// readConns is how many read connections (Get, ListAfter) are kept
+	// open. Few: each drops its page cache at every commit (WAL), so
+	// fewer connections re-read fewer pages, and a read holds one only
+	// for a query (ListAfter releases it before yielding).
+	readConns = 4
+	// walCheckpointPages is how many pages the WAL grows to before a
+	// commit copies them into the database file (SQLite's default is
+	// 1000): the copy and its sync were 8% of a job's CPU at 1000, 4% at
+	// 8000 (a page written by several commits is copied once); the WAL
+	// takes up to 32 MiB on disk.
+	walCheckpointPages = 8000
 )
 
 // The change log keeps at least keepTail entries and is pruned every
@@ -144,7 +155,7 @@ func open(ctx context.Context, cfg Config) (*sqlDriver, error) {
 	// busy_timeout first: the driver runs it before the other pragmas, so
 	// a connection opened while another process holds the file waits.
 	d.dsn = cfg.Path + "?_pragma=busy_timeout(" + strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10) +
-		")&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
+		")&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=wal_autocheckpoint(" + strconv.Itoa(walCheckpointPages) + ")"
 	d.c.d = d
 	d.watches.d = d
 	if err := d.initSchema(ctx); err != nil {
@@ -155,6 +166,11 @@ func open(ctx context.Context, cfg Config) (*sqlDriver, error) {
 		return nil, err
 	}
 	d.read = db
+	// Kept open, not closed after each use (database/sql keeps 2 idle by
+	// default): a connection opened per Get cost more than the Get.
+	// One more for the watchers' poller, which keeps its own.
+	db.SetMaxOpenConns(readConns + 1)
+	db.SetMaxIdleConns(readConns + 1)
 	for _, p := range []struct {
 		s **sql.Stmt
 		q string
