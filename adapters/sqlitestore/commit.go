@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -286,6 +287,7 @@ type writer struct {
 	turn *turn
 	// statements, prepared once on conn
 	version, upsert, remove, logChange, prune, getSeq, setSeq *sql.Stmt
+	create, swap, removeIf                                    *sql.Stmt
 	beginTx, commitTx, rollbackTx                             *sql.Stmt
 	// first and last: the sequence before and after the last commit
 	// staged, so its versions are (first, last].
@@ -321,8 +323,12 @@ func openWriter(d *sqlDriver) (*writer, error) {
 		q string
 	}{
 		{&w.version, "SELECT version FROM kv WHERE key = ?"},
-		{&w.upsert, "INSERT INTO kv (key, value, version) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = excluded.version"},
+		// Puts bind (value, version, key), then the version a swap expects.
+		{&w.upsert, "INSERT INTO kv (key, value, version) VALUES (?3, ?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = excluded.version"},
 		{&w.remove, "DELETE FROM kv WHERE key = ?"},
+		{&w.create, "INSERT INTO kv (key, value, version) VALUES (?3, ?1, ?2) ON CONFLICT (key) DO NOTHING"},
+		{&w.swap, "UPDATE kv SET value = ?, version = ? WHERE key = ? AND version = ?"},
+		{&w.removeIf, "DELETE FROM kv WHERE key = ? AND version = ?"},
 		{&w.logChange, "INSERT INTO changes (seq, key, writer) VALUES (?, ?, ?)"},
 		{&w.prune, "DELETE FROM changes WHERE seq <= ?"},
 		{&w.getSeq, "SELECT value FROM meta WHERE name = 'seq'"},
@@ -342,7 +348,7 @@ func openWriter(d *sqlDriver) (*writer, error) {
 // close releases the connection; the statements first, since SQLite
 // keeps a connection with live statements (and its transaction) open.
 func (w *writer) close() {
-	for _, st := range []*sql.Stmt{w.version, w.upsert, w.remove, w.logChange, w.prune, w.getSeq, w.setSeq, w.beginTx, w.commitTx, w.rollbackTx} {
+	for _, st := range []*sql.Stmt{w.version, w.upsert, w.remove, w.logChange, w.prune, w.getSeq, w.setSeq, w.create, w.swap, w.removeIf, w.beginTx, w.commitTx, w.rollbackTx} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -463,7 +469,10 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 		if o.multi != nil {
 			keys, err = w.stageMulti(ctx, o, &seq, keys)
 		} else {
-			keys, err = w.stageOne(ctx, o, &seq, keys)
+			var wrote bool
+			if wrote, err = w.stageOne(ctx, o, &seq); wrote {
+				keys = append(keys, o.key)
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -484,24 +493,56 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	return keys, err
 }
 
-// stageOne stages a Put or Delete; a failed condition is o's answer, not
-// an error of the batch.
-func (w *writer) stageOne(ctx context.Context, o *op, seq *int64, keys []string) ([]string, error) {
-	cur, err := w.current(ctx, o.key)
+// stageOne stages a Put or Delete in one statement whose WHERE (or ON
+// CONFLICT) clause is the condition: the rows it changed say whether it
+// held. A failed condition is o's answer, not an error of the batch.
+func (w *writer) stageOne(ctx context.Context, o *op, seq *int64) (bool, error) {
+	var st *sql.Stmt
+	args := make([]any, 0, 4)
+	if !o.del {
+		args = append(args, o.value, *seq+1)
+	}
+	args = append(args, o.key)
+	switch o.cond.Kind() {
+	case driver.CreateOnly:
+		st = w.create
+	case driver.MatchVersion:
+		n, err := strconv.ParseInt(string(o.cond.Version()), 10, 64)
+		if err != nil || formatVersion(n) != o.cond.Version() {
+			o.err = storage.ErrPreconditionFailed // not a version this store issued
+			return false, nil
+		}
+		st = w.swap
+		if o.del {
+			st = w.removeIf
+		}
+		args = append(args, n)
+	default:
+		st = w.upsert
+		if o.del {
+			st = w.remove
+		}
+	}
+	res, err := st.ExecContext(ctx, args...)
 	if err != nil {
-		return keys, err
+		return false, err
 	}
+	n, err := res.RowsAffected()
 	switch {
-	case !o.cond.Holds(cur):
+	case err != nil:
+		return false, err
+	case n == 0 && o.del && o.cond.Kind() == driver.Unconditional:
+		return false, nil // deleting a missing key changes nothing
+	case n == 0:
 		o.err = storage.ErrPreconditionFailed
-		return keys, nil
-	case o.del && cur == "":
-		return keys, nil // deleting a missing key changes nothing
+		return false, nil
 	}
-	if o.ver, err = w.write(ctx, o.key, o.value, o.del, seq); err != nil {
-		return keys, err
+	*seq++
+	if !o.del {
+		o.ver = formatVersion(*seq)
 	}
-	return append(keys, o.key), nil
+	_, err = w.logChange.ExecContext(ctx, *seq, o.key, w.d.id)
+	return err == nil, err
 }
 
 // stageMulti stages a Commit: every condition first, then every write.
@@ -559,7 +600,7 @@ func (w *writer) write(ctx context.Context, key string, value []byte, del bool, 
 		if value == nil {
 			value = []byte{}
 		}
-		_, err = w.upsert.ExecContext(ctx, key, value, *seq)
+		_, err = w.upsert.ExecContext(ctx, value, *seq, key)
 		v = formatVersion(*seq)
 	}
 	if err == nil {

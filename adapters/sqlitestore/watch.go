@@ -25,7 +25,7 @@ type watchSet struct {
 	conn    *sql.Conn
 	stmts   [3]*sql.Stmt // prepared on conn at first use (pollStmt)
 	version int64        // data_version when last read
-	cursor  int64 // last change-log seq read
+	cursor  int64        // last change-log seq read
 	// tip: every version in (cursor, tip] is this Store's own, signalled
 	// at its commit, so the poller need not read them (under mu).
 	tip     int64
