@@ -22,12 +22,15 @@
 // commit in progress commits at once on its own goroutine; writes that
 // arrive meanwhile wait and share the next commit, one sync for all. Each
 // write's condition is checked, in arrival order, against the state its
-// batch has reached, and each gets its own answer. A commit that fails
-// answers storage.ErrOutcomeUnknown to its writes and reopens the database.
+// batch has reached, and each gets its own answer. A Commit of several
+// writes travels as one: all its conditions are checked, then all its
+// writes applied, or none. A commit that fails answers
+// storage.ErrOutcomeUnknown to its writes and reopens the database.
 //
 // Watch signals the watchers of this Store when it commits, at once, and
 // notices other processes' commits by polling SQLite's data_version (a
-// cheap counter) on one connection, then reading the change log.
+// cheap counter) on one connection, then reading the change log past this
+// Store's own versions.
 package sqlitestore
 
 import (
