@@ -268,3 +268,58 @@ func readAll(r io.Reader) (string, error) {
 	b, err := io.ReadAll(r)
 	return string(b), err
 }
+
+// TestWatchOwnAndOther: the poller skips the versions this Store wrote
+// itself, but not another handle's write landing between two of them.
+func TestWatchOwnAndOther(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	ctx := t.Context()
+	a, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path, WatchInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := a.Watch(wctx, "b/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		// a's own writes before and after b's, within one poll interval.
+		for j := range 3 {
+			if _, err := a.Put(ctx, fmt.Sprintf("a/%d-%d", i, j), nil, storage.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Put(ctx, fmt.Sprintf("b/%d", i), nil, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+		for j := range 3 {
+			if _, err := a.Put(ctx, fmt.Sprintf("a/%d-after-%d", i, j), nil, storage.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-ch:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("round %d: another handle's write between this Store's own was not signalled", i)
+		}
+	}
+	// a's own writes alone signal nothing under b/.
+	for j := range 5 {
+		if _, err := a.Put(ctx, fmt.Sprintf("a/x-%d", j), nil, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-ch:
+		t.Fatal("this Store's own writes outside the prefix signalled it")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
