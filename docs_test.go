@@ -400,7 +400,7 @@ var docCaps = []struct {
 	max  int
 }{
 	{"docs/design.md", 1200},     // the current rules by topic: rule, why, rejected
-	{"docs/performance.md", 400}, // the current numbers and how to reproduce them
+	{"docs/performance.md", 440}, // the current numbers and how to reproduce them; +40 for SQLite's cost a job (issue 29) beside filestore's, until filestore's sections are cut
 }
 
 // gonePages are pages folded into others; they must not come back.

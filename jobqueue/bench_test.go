@@ -103,6 +103,12 @@ func BenchmarkJobsFilestore(b *testing.B) {
 	benchJobs(b, fileStore, []int{16})
 }
 
+// BenchmarkJobsSQLite: the same on sqlitestore (WAL, synchronous=FULL,
+// the group commit), the embedded default (issue 29).
+func BenchmarkJobsSQLite(b *testing.B) {
+	benchJobs(b, sqliteStore, []int{1, 4, 16})
+}
+
 func benchJobs(b *testing.B, newStore func(testing.TB) *storage.Store, slots []int) {
 	for _, workers := range slots {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {

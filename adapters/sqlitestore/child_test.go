@@ -53,6 +53,20 @@ func child() bool {
 	case "write":
 		// Write until killed, printing each acknowledged key.
 		writeBurst(ctx, s, name, 4, time.Minute, func(k string) { fmt.Println(k) })
+	case "transfer":
+		// Move units between two counters with Commits (TestCommitTwoProcesses).
+		n, _ := strconv.Atoi(os.Getenv("SQLITESTORE_MOVES"))
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				if err := transfer(ctx, s, n/3); err != nil {
+					fmt.Fprintln(os.Stderr, "transfer:", err)
+					os.Exit(2)
+				}
+			})
+		}
+		wg.Wait()
+		fmt.Println("ok")
 	case "fair":
 		// Write at full speed for a while, then print the count.
 		d, _ := time.ParseDuration(os.Getenv("SQLITESTORE_FOR"))

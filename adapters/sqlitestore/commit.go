@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +15,8 @@ import (
 	"github.com/runconveyor/conveyor/storage/driver"
 )
 
-// op is one Put or Delete on its way through a commit.
+// op is one Put or Delete, or one Commit of several (multi), on its way
+// through a group commit.
 type op struct {
 	ctx   context.Context
 	since time.Time // when its caller called
@@ -22,6 +24,10 @@ type op struct {
 	value []byte
 	del   bool
 	cond  driver.Condition
+	// multi, for a Commit, holds its writes (key is the first's); vers
+	// their versions once it landed.
+	multi []driver.Write
+	vers  []driver.Version
 	// state says who may touch the op next (see pending). The answer
 	// (ver, err) is set by whoever moved it to claimed or withdrawn,
 	// before done is signalled.
@@ -233,6 +239,7 @@ func (c *committer) commit(lead *op, batch []*op) (answered, requeue []*op) {
 	if err == nil {
 		if len(keys) > 0 {
 			c.d.commits.Add(1)
+			c.d.watches.own(c.w.first, c.w.last)
 			c.d.watches.signal(keys, false)
 		}
 		return answered, nil
@@ -280,6 +287,11 @@ type writer struct {
 	turn *turn
 	// statements, prepared once on conn
 	version, upsert, remove, logChange, prune, getSeq, setSeq *sql.Stmt
+	create, swap, removeIf                                    *sql.Stmt
+	beginTx, commitTx, rollbackTx                             *sql.Stmt
+	// first and last: the sequence before and after the last commit
+	// staged, so its versions are (first, last].
+	first, last int64
 }
 
 func openWriter(d *sqlDriver) (*writer, error) {
@@ -311,12 +323,19 @@ func openWriter(d *sqlDriver) (*writer, error) {
 		q string
 	}{
 		{&w.version, "SELECT version FROM kv WHERE key = ?"},
-		{&w.upsert, "INSERT INTO kv (key, value, version) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = excluded.version"},
+		// Puts bind (value, version, key), then the version a swap expects.
+		{&w.upsert, "INSERT INTO kv (key, value, version) VALUES (?3, ?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = excluded.version"},
 		{&w.remove, "DELETE FROM kv WHERE key = ?"},
+		{&w.create, "INSERT INTO kv (key, value, version) VALUES (?3, ?1, ?2) ON CONFLICT (key) DO NOTHING"},
+		{&w.swap, "UPDATE kv SET value = ?, version = ? WHERE key = ? AND version = ?"},
+		{&w.removeIf, "DELETE FROM kv WHERE key = ? AND version = ?"},
 		{&w.logChange, "INSERT INTO changes (seq, key, writer) VALUES (?, ?, ?)"},
 		{&w.prune, "DELETE FROM changes WHERE seq <= ?"},
 		{&w.getSeq, "SELECT value FROM meta WHERE name = 'seq'"},
 		{&w.setSeq, "UPDATE meta SET value = ? WHERE name = 'seq'"},
+		{&w.beginTx, "BEGIN IMMEDIATE"},
+		{&w.commitTx, "COMMIT"},
+		{&w.rollbackTx, "ROLLBACK"},
 	} {
 		if *p.s, err = w.conn.PrepareContext(ctx, p.q); err != nil {
 			w.close()
@@ -329,7 +348,7 @@ func openWriter(d *sqlDriver) (*writer, error) {
 // close releases the connection; the statements first, since SQLite
 // keeps a connection with live statements (and its transaction) open.
 func (w *writer) close() {
-	for _, st := range []*sql.Stmt{w.version, w.upsert, w.remove, w.logChange, w.prune, w.getSeq, w.setSeq} {
+	for _, st := range []*sql.Stmt{w.version, w.upsert, w.remove, w.logChange, w.prune, w.getSeq, w.setSeq, w.create, w.swap, w.removeIf, w.beginTx, w.commitTx, w.rollbackTx} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -360,7 +379,7 @@ func (w *writer) begin(lead *op, batch []*op) (left []*op, err error) {
 			}
 		}
 		if locked {
-			_, err = w.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE")
+			_, err = w.beginTx.ExecContext(context.Background())
 			if err == nil {
 				return batch, nil
 			}
@@ -419,7 +438,7 @@ func (w *writer) apply(batch []*op) ([]string, error) {
 	defer w.turn.release()
 	keys, err := w.stage(ctx, batch)
 	if err != nil || len(keys) == 0 {
-		if _, rerr := w.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && err == nil {
+		if _, rerr := w.rollbackTx.ExecContext(ctx); rerr != nil && err == nil {
 			err = rerr
 		}
 		return nil, err
@@ -427,13 +446,16 @@ func (w *writer) apply(batch []*op) ([]string, error) {
 	if w.d.beforeCommit != nil {
 		w.d.beforeCommit(w.conn)
 	}
-	if _, err := w.conn.ExecContext(ctx, "COMMIT"); err != nil {
+	if _, err := w.commitTx.ExecContext(ctx); err != nil {
 		return nil, errors.Join(storage.ErrOutcomeUnknown, err)
 	}
 	return keys, nil
 }
 
-// stage writes batch inside the open transaction.
+// stage writes batch inside the open transaction, each op's conditions
+// checked against the state the ops before it left. A Commit's writes are
+// all checked before any is applied, so it lands whole or not at all
+// without undoing the other ops of the batch.
 func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	var seq int64
 	if err := w.getSeq.QueryRowContext(ctx).Scan(&seq); err != nil {
@@ -442,37 +464,19 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	first := seq
 	var keys []string
 	for _, o := range batch {
-		var cur int64
-		err := w.version.QueryRowContext(ctx, o.key).Scan(&cur)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, err
-		}
-		var curV driver.Version
-		if err == nil {
-			curV = formatVersion(cur)
-		}
-		o.ver, o.err = "", nil
-		switch {
-		case !o.cond.Holds(curV):
-			o.err = storage.ErrPreconditionFailed
-			continue
-		case o.del && curV == "":
-			continue // deleting a missing key changes nothing
-		}
-		seq++
-		if o.del {
-			_, err = w.remove.ExecContext(ctx, o.key)
+		o.ver, o.err, o.vers = "", nil, nil
+		var err error
+		if o.multi != nil {
+			keys, err = w.stageMulti(ctx, o, &seq, keys)
 		} else {
-			_, err = w.upsert.ExecContext(ctx, o.key, o.value, seq)
-			o.ver = formatVersion(seq)
-		}
-		if err == nil {
-			_, err = w.logChange.ExecContext(ctx, seq, o.key, w.d.id)
+			var wrote bool
+			if wrote, err = w.stageOne(ctx, o, &seq); wrote {
+				keys = append(keys, o.key)
+			}
 		}
 		if err != nil {
 			return nil, err
 		}
-		keys = append(keys, o.key)
 	}
 	if seq == first {
 		return nil, nil
@@ -483,5 +487,124 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 		}
 	}
 	_, err := w.setSeq.ExecContext(ctx, seq)
+	if err == nil {
+		w.first, w.last = first, seq
+	}
 	return keys, err
+}
+
+// stageOne stages a Put or Delete in one statement whose WHERE (or ON
+// CONFLICT) clause is the condition: the rows it changed say whether it
+// held. A failed condition is o's answer, not an error of the batch.
+func (w *writer) stageOne(ctx context.Context, o *op, seq *int64) (bool, error) {
+	var st *sql.Stmt
+	args := make([]any, 0, 4)
+	if !o.del {
+		args = append(args, o.value, *seq+1)
+	}
+	args = append(args, o.key)
+	switch o.cond.Kind() {
+	case driver.CreateOnly:
+		st = w.create
+	case driver.MatchVersion:
+		n, err := strconv.ParseInt(string(o.cond.Version()), 10, 64)
+		if err != nil || formatVersion(n) != o.cond.Version() {
+			o.err = storage.ErrPreconditionFailed // not a version this store issued
+			return false, nil
+		}
+		st = w.swap
+		if o.del {
+			st = w.removeIf
+		}
+		args = append(args, n)
+	default:
+		st = w.upsert
+		if o.del {
+			st = w.remove
+		}
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	switch {
+	case err != nil:
+		return false, err
+	case n == 0 && o.del && o.cond.Kind() == driver.Unconditional:
+		return false, nil // deleting a missing key changes nothing
+	case n == 0:
+		o.err = storage.ErrPreconditionFailed
+		return false, nil
+	}
+	*seq++
+	if !o.del {
+		o.ver = formatVersion(*seq)
+	}
+	_, err = w.logChange.ExecContext(ctx, *seq, o.key, w.d.id)
+	return err == nil, err
+}
+
+// stageMulti stages a Commit: every condition first, then every write.
+func (w *writer) stageMulti(ctx context.Context, o *op, seq *int64, keys []string) ([]string, error) {
+	exists := make([]bool, len(o.multi))
+	for i, wr := range o.multi {
+		cur, err := w.current(ctx, wr.Key)
+		if err != nil {
+			return keys, err
+		}
+		if !wr.Cond.Holds(cur) {
+			o.err = &driver.OpError{Op: "commit", Key: wr.Key, Kind: storage.ErrPreconditionFailed}
+			return keys, nil
+		}
+		exists[i] = cur != ""
+	}
+	vers := make([]driver.Version, len(o.multi))
+	for i, wr := range o.multi {
+		if wr.Delete && !exists[i] {
+			continue
+		}
+		v, err := w.write(ctx, wr.Key, wr.Value, wr.Delete, seq)
+		if err != nil {
+			return keys, err
+		}
+		vers[i] = v
+		keys = append(keys, wr.Key)
+	}
+	o.vers = vers
+	return keys, nil
+}
+
+// current reads key's version in the transaction ("" if missing).
+func (w *writer) current(ctx context.Context, key string) (driver.Version, error) {
+	var cur int64
+	err := w.version.QueryRowContext(ctx, key).Scan(&cur)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return formatVersion(cur), nil
+}
+
+// write applies one write at the next version and logs it; a Delete's
+// version is "".
+func (w *writer) write(ctx context.Context, key string, value []byte, del bool, seq *int64) (driver.Version, error) {
+	*seq++
+	var err error
+	var v driver.Version
+	if del {
+		_, err = w.remove.ExecContext(ctx, key)
+	} else {
+		if value == nil {
+			value = []byte{}
+		}
+		_, err = w.upsert.ExecContext(ctx, value, *seq, key)
+		v = formatVersion(*seq)
+	}
+	if err == nil {
+		_, err = w.logChange.ExecContext(ctx, *seq, key, w.d.id)
+	}
+	return v, err
 }

@@ -24,3 +24,11 @@ func SetPruning(t interface{ Cleanup(func()) }, keep, every int64) {
 	keepTail, pruneEvery = keep, every
 	t.Cleanup(func() { keepTail, pruneEvery = k, e })
 }
+
+// Leading reports whether a write leads a commit of d now.
+func Leading(d any) bool {
+	c := &d.(*sqlDriver).c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.busy
+}

@@ -23,8 +23,12 @@ type watchSet struct {
 	// The poller, started by the first Watch: its connection, and how
 	// far it has read the change log.
 	conn    *sql.Conn
-	version int64 // data_version when last read
-	cursor  int64 // last change-log seq read
+	stmts   [3]*sql.Stmt // prepared on conn at first use (pollStmt)
+	version int64        // data_version when last read
+	cursor  int64        // last change-log seq read
+	// tip: every version in (cursor, tip] is this Store's own, signalled
+	// at its commit, so the poller need not read them (under mu).
+	tip     int64
 	stopc   chan struct{}
 	stopped chan struct{}
 	closed  bool // by Close: no more watches
@@ -74,6 +78,7 @@ func (ws *watchSet) start(ctx context.Context) error {
 		return err
 	}
 	ws.conn = conn
+	ws.tip = ws.cursor
 	ws.stopc, ws.stopped = make(chan struct{}), make(chan struct{})
 	go ws.poll()
 	return nil
@@ -97,6 +102,16 @@ func (ws *watchSet) signal(keys []string, all bool) {
 	}
 }
 
+// own records that this Store committed the versions (first, last]: if
+// they follow the tip, the poller will not read them back.
+func (ws *watchSet) own(first, last int64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if first == ws.tip {
+		ws.tip = last
+	}
+}
+
 // poll rings the doorbell every WatchInterval: data_version changes when
 // another connection commits, and only then is the change log read.
 func (ws *watchSet) poll() {
@@ -113,15 +128,69 @@ func (ws *watchSet) poll() {
 	}
 }
 
+// The poller's statements, prepared once on its connection: a tick that
+// prepared them again cost more than the query.
+const (
+	dataVersion = iota
+	lastSeq
+	readLog
+)
+
+var pollQueries = [...]string{
+	dataVersion: "PRAGMA data_version",
+	lastSeq:     "SELECT value FROM meta WHERE name = 'seq'",
+	readLog:     "SELECT seq, key, writer FROM changes WHERE seq > ? ORDER BY seq",
+}
+
+// stmt returns the poller's statement i, preparing it at first use (a
+// failure is tried again at the next tick).
+func (ws *watchSet) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
+	if ws.stmts[i] == nil {
+		st, err := ws.conn.PrepareContext(ctx, pollQueries[i])
+		if err != nil {
+			return nil, err
+		}
+		ws.stmts[i] = st
+	}
+	return ws.stmts[i], nil
+}
+
+// queryRow scans the one row of the poller's statement i into dest.
+func (ws *watchSet) queryRow(ctx context.Context, i int, dest ...any) error {
+	st, err := ws.stmt(ctx, i)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(ctx).Scan(dest...)
+}
+
 // check reads what other processes committed since the last check and
 // signals their keys. An error is retried at the next tick.
 func (ws *watchSet) check() {
 	ctx := context.Background()
 	var v int64
-	if err := ws.conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil || v == ws.version {
+	if err := ws.queryRow(ctx, dataVersion, &v); err != nil || v == ws.version {
 		return
 	}
-	rows, err := ws.conn.QueryContext(ctx, "SELECT seq, key, writer FROM changes WHERE seq > ? ORDER BY seq", ws.cursor)
+	// data_version counts this Store's own commits too (another
+	// connection's): when the sequence has not passed the tip of its own,
+	// there is nothing to read.
+	var seq int64
+	if err := ws.queryRow(ctx, lastSeq, &seq); err != nil {
+		return
+	}
+	ws.mu.Lock()
+	mine := seq <= ws.tip
+	ws.mu.Unlock()
+	if mine {
+		ws.version, ws.cursor = v, max(ws.cursor, seq)
+		return
+	}
+	st, err := ws.stmt(ctx, readLog)
+	if err != nil {
+		return
+	}
+	rows, err := st.QueryContext(ctx, ws.cursor)
 	if err != nil {
 		return
 	}
@@ -146,6 +215,9 @@ func (ws *watchSet) check() {
 		return
 	}
 	ws.version, ws.cursor = v, cursor
+	ws.mu.Lock()
+	ws.tip = max(ws.tip, cursor)
+	ws.mu.Unlock()
 	if gap {
 		keys = []string{""}
 	}
@@ -165,5 +237,11 @@ func (ws *watchSet) stop() {
 	}
 	close(stopc)
 	<-ws.stopped
+	for i, st := range ws.stmts {
+		if st != nil {
+			_ = st.Close()
+			ws.stmts[i] = nil
+		}
+	}
 	_ = ws.conn.Close()
 }
