@@ -12,22 +12,28 @@ import (
 type watch struct {
 	prefix string
 	ch     chan struct{} // capacity 1: signals coalesce
+	stop   func() bool   // unregisters the close at the context's end
 }
 
 // watchSet holds the open watches and the poller that notices other
-// processes' commits.
+// processes' commits while any is open.
 type watchSet struct {
 	d       *sqlDriver
 	mu      sync.Mutex
 	watches map[*watch]struct{}
-	// The poller, started by the first Watch: its connection, and how
-	// far it has read the change log.
+	p       *poller // nil while no watch is open
+	closed  bool    // by Close: no more watches
+}
+
+// poller is one run of the doorbell, from the first open watch to the
+// last one's end (or Close): its connection, and how far it has read.
+type poller struct {
+	ws      *watchSet
 	conn    *sql.Conn
 	version int64 // data_version when last read
 	cursor  int64 // last change-log seq read
 	stopc   chan struct{}
 	stopped chan struct{}
-	closed  bool // by Close: no more watches
 }
 
 // Watch implements driver.Watcher.
@@ -38,45 +44,61 @@ func (d *sqlDriver) Watch(ctx context.Context, prefix string) (<-chan struct{}, 
 	if ws.closed {
 		return nil, opErr(ctx, "watch", prefix, errClosed)
 	}
-	if ws.stopc == nil {
+	if ws.p == nil {
 		// Start the poller here, not in its goroutine: the cursor read
 		// now is what makes other processes' writes after Watch returns
 		// unmissable.
-		if err := ws.start(ctx); err != nil {
+		p, err := ws.start(ctx)
+		if err != nil {
 			return nil, opErr(ctx, "watch", prefix, err)
 		}
+		ws.p = p
 	}
 	w := &watch{prefix: prefix, ch: make(chan struct{}, 1)}
 	if ws.watches == nil {
 		ws.watches = make(map[*watch]struct{})
 	}
 	ws.watches[w] = struct{}{}
-	context.AfterFunc(ctx, func() {
-		ws.mu.Lock()
-		defer ws.mu.Unlock()
-		delete(ws.watches, w)
-		close(w.ch)
-	})
+	w.stop = context.AfterFunc(ctx, func() { ws.end(w) })
 	return w.ch, nil
 }
 
-func (ws *watchSet) start(ctx context.Context) error {
+// end closes w at its context's end, and stops the poller when w was the
+// last open watch: an idle Store polls nothing.
+func (ws *watchSet) end(w *watch) {
+	ws.mu.Lock()
+	if _, ok := ws.watches[w]; !ok {
+		ws.mu.Unlock() // closed by Close already
+		return
+	}
+	delete(ws.watches, w)
+	close(w.ch)
+	var p *poller
+	if len(ws.watches) == 0 {
+		p, ws.p = ws.p, nil
+	}
+	ws.mu.Unlock()
+	if p != nil {
+		p.stop()
+	}
+}
+
+func (ws *watchSet) start(ctx context.Context) (*poller, error) {
 	conn, err := ws.d.read.Conn(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	err = conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&ws.version)
+	p := &poller{ws: ws, conn: conn, stopc: make(chan struct{}), stopped: make(chan struct{})}
+	err = conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&p.version)
 	if err == nil {
-		err = conn.QueryRowContext(ctx, "SELECT value FROM meta WHERE name = 'seq'").Scan(&ws.cursor)
+		err = conn.QueryRowContext(ctx, "SELECT value FROM meta WHERE name = 'seq'").Scan(&p.cursor)
 	}
 	if err != nil {
 		_ = conn.Close()
-		return err
+		return nil, err
 	}
-	ws.conn = conn
-	ws.stopc, ws.stopped = make(chan struct{}), make(chan struct{})
-	go ws.poll()
-	return nil
+	go p.poll()
+	return p, nil
 }
 
 // signal wakes the watchers of keys (of every key, with all); it never
@@ -99,34 +121,34 @@ func (ws *watchSet) signal(keys []string, all bool) {
 
 // poll rings the doorbell every WatchInterval: data_version changes when
 // another connection commits, and only then is the change log read.
-func (ws *watchSet) poll() {
-	defer close(ws.stopped)
-	t := time.NewTicker(ws.d.cfg.WatchInterval)
+func (p *poller) poll() {
+	defer close(p.stopped)
+	t := time.NewTicker(p.ws.d.cfg.WatchInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-ws.stopc:
+		case <-p.stopc:
 			return
 		case <-t.C:
-			ws.check()
+			p.check()
 		}
 	}
 }
 
 // check reads what other processes committed since the last check and
 // signals their keys. An error is retried at the next tick.
-func (ws *watchSet) check() {
+func (p *poller) check() {
 	ctx := context.Background()
 	var v int64
-	if err := ws.conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil || v == ws.version {
+	if err := p.conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil || v == p.version {
 		return
 	}
-	rows, err := ws.conn.QueryContext(ctx, "SELECT seq, key, writer FROM changes WHERE seq > ? ORDER BY seq", ws.cursor)
+	rows, err := p.conn.QueryContext(ctx, "SELECT seq, key, writer FROM changes WHERE seq > ? ORDER BY seq", p.cursor)
 	if err != nil {
 		return
 	}
 	var keys []string
-	cursor, gap := ws.cursor, false
+	cursor, gap := p.cursor, false
 	for rows.Next() {
 		var seq, writer int64
 		var key string
@@ -138,32 +160,44 @@ func (ws *watchSet) check() {
 		// past what was read, so anything may have changed.
 		gap = gap || seq != cursor+1
 		cursor = seq
-		if writer != ws.d.id { // this handle's commits signalled already
+		if writer != p.ws.d.id { // this handle's commits signalled already
 			keys = append(keys, key)
 		}
 	}
 	if rows.Close() != nil || rows.Err() != nil {
 		return
 	}
-	ws.version, ws.cursor = v, cursor
+	p.version, p.cursor = v, cursor
 	if gap {
 		keys = []string{""}
 	}
 	if len(keys) > 0 {
-		ws.signal(keys, gap)
+		p.ws.signal(keys, gap)
 	}
 }
 
-// stop ends the poller and releases its connection.
+// stop ends the poller and releases its connection, waiting for it: it
+// is called without the set's lock, which a check in progress takes.
+func (p *poller) stop() {
+	close(p.stopc)
+	<-p.stopped
+	_ = p.conn.Close()
+}
+
+// stop, at Close, closes every open watch's channel (its watcher's wait
+// ends, as at its context's end) and stops the poller.
 func (ws *watchSet) stop() {
 	ws.mu.Lock()
-	stopc, was := ws.stopc, ws.closed
 	ws.closed = true
-	ws.mu.Unlock()
-	if stopc == nil || was {
-		return
+	p := ws.p
+	ws.p = nil
+	for w := range ws.watches {
+		w.stop()
+		close(w.ch)
 	}
-	close(stopc)
-	<-ws.stopped
-	_ = ws.conn.Close()
+	ws.watches = nil
+	ws.mu.Unlock()
+	if p != nil {
+		p.stop()
+	}
 }
