@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/storeopen"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -139,4 +142,90 @@ func splitRun(t *testing.T, pause bool) ([2]float64, error) {
 		}
 	}
 	return shares, err
+}
+
+// TestTwoWorkersKilledInTurn: two Workers (API and execution each) on one
+// SQLite file, under 32 clients submitting 400 keys with idempotency keys
+// (retrying as real clients do, each read back through the other Worker)
+// and 120 jobs enqueued for the acknowledged runs; the Workers are killed
+// -9 in turn, three times, each restarted at once on its address. Then: no
+// acknowledged run missing or left unfinished, no key with two runs, every
+// job COMPLETE with exactly one COMPLETE event in the audit log (a job
+// whose worker died mid-attempt is run again, at least once, but ends
+// once), every completed run with its completed event.
+func TestTwoWorkersKilledInTurn(t *testing.T) {
+	began := time.Now()
+	data := filepath.Join(t.TempDir(), "data")
+	var args [2][]string
+	var w [2]*proc
+	apis := make([]*client.Client, 2)
+	for i := range w {
+		addr := freeAddr(t)
+		args[i] = append([]string{"-addr", addr, "-owner", fmt.Sprintf("w%d", i+1), "-data", data}, workerFlags...)
+		w[i] = start(t, fmt.Sprintf("w%d", i+1), nil, args[i]...)
+		apis[i] = &client.Client{BaseURL: "http://" + addr, HTTP: &http.Client{Timeout: 10 * time.Second}}
+	}
+	for _, p := range w {
+		waitServing(t, p, 60*time.Second)
+	}
+	ld := &submitLoad{keys: 400, clients: 32, agent: AgentResearch, prefix: fmt.Sprintf("pair-%d", time.Now().UnixNano()),
+		workers: apis, reader: func(i int) *client.Client { return apis[(i+1)%2] }, l: newLedger()}
+	jl := &jobLoad{n: 120, prefix: ld.prefix, ld: ld}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { ld.run(ctx) })
+	wg.Go(func() { jl.run(ctx) })
+	for g, at := range []int64{100, 200, 300} {
+		for ld.l.acked.Load() < at && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		i := g % 2
+		kill9(w[i])
+		w[i] = start(t, fmt.Sprintf("w%d-g%d", i+1, g+2), nil, args[i]...)
+		restart := time.Now()
+		waitServing(t, w[i], 60*time.Second)
+		t.Logf("killed w%d at %d acknowledgments; restarted, it served again in %v", i+1, at, time.Since(restart).Round(time.Millisecond))
+	}
+	wg.Wait()
+	v, err := ld.check(context.Background(), apis[0], 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld.report(t, v)
+	if runs, _, err := apis[0].Runs(context.Background(), client.Query{Agent: AgentResearch, All: true}); err == nil {
+		resumed := 0
+		for _, st := range runs {
+			if st.ResumeCount > 0 {
+				resumed++
+			}
+		}
+		t.Logf("%d runs taken over from a killed Worker", resumed)
+	}
+	if stuck := jl.stuckJobs(context.Background(), apis[1], 60*time.Second); len(stuck) > 0 {
+		t.Errorf("jobs not COMPLETE: %d, e.g. %s", len(stuck), strings.Join(stuck[:min(5, len(stuck))], "; "))
+	}
+	for _, p := range w {
+		p.stop(t, 15*time.Second)
+	}
+	s, _, err := storeopen.Embedded(context.Background(), storeopen.SQLite, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	jobIDs := map[string]bool{}
+	for i := range jl.n {
+		jobIDs[jl.id(i)] = true
+	}
+	runGaps, jobGaps, err := auditGaps(context.Background(), s, v.completed, jobIDs)
+	if err != nil {
+		t.Fatalf("reading the audit log: %v", err)
+	}
+	if len(runGaps) > 0 {
+		t.Errorf("acknowledged runs without a completed event: %d, e.g. %v", len(runGaps), runGaps[:min(5, len(runGaps))])
+	}
+	if len(jobGaps) > 0 {
+		t.Errorf("jobs without exactly one COMPLETE event: %d, e.g. %v", len(jobGaps), jobGaps[:min(5, len(jobGaps))])
+	}
+	t.Logf("wall time %v", time.Since(began).Round(100*time.Millisecond))
 }
