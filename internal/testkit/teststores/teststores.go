@@ -1,6 +1,7 @@
 // Package teststores hands tests the stores every path must be proven on:
 // memstore, and an s3store on a real MinIO (started once per test binary
-// by internal/testkit/miniotest, skipped or failed per CONVEYOR_REQUIRE_MINIO).
+// by internal/testkit/miniotest, skipped or failed per CONVEYOR_REQUIRE_MINIO);
+// and a SQLite file, for the suites that prove what rests on the store.
 package teststores
 
 import (
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/adapters/sqlitestore"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -80,6 +83,19 @@ func (e *Env) S3(tb testing.TB) *storage.Store {
 		name = name[:60]
 	}
 	return e.S3At(tb, fmt.Sprintf("t%d-%s/", n, name))
+}
+
+// SQLite returns a sqlitestore on a file of tb's own, closed when tb
+// ends: the Worker's default store, for the suites that prove what rests
+// on the store (the fault suites, the queue's proof).
+func SQLite(tb testing.TB) *storage.Store {
+	tb.Helper()
+	s, err := sqlitestore.New(context.Background(), sqlitestore.Config{Path: filepath.Join(tb.TempDir(), "store.db")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // Case is one store to run a test on.
