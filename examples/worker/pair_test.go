@@ -37,12 +37,12 @@ func TestTwoWorkersSplitTheWork(t *testing.T) {
 	}{{"fair", false}, {"one paused", true}} {
 		t.Run(tc.name, func(t *testing.T) { // one at a time: each loads both cores
 			shares, err := splitRun(t, tc.paused)
-			t.Logf("runner shares %v", shares)
+			t.Logf("runner shares %.0f%% / %.0f%%", shares[0], shares[1])
 			switch {
 			case !tc.paused && err != nil:
 				t.Error(err)
 			case tc.paused && err == nil:
-				t.Errorf("with runner-2 stopped for half the runs the split %v passed the 40-60%% check", shares)
+				t.Errorf("with runner-2 stopped for half the runs the split %.0f%% / %.0f%% passed the 40-60%% check", shares[0], shares[1])
 			}
 		})
 	}
