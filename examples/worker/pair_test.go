@@ -108,9 +108,9 @@ func splitRun(t *testing.T, pause bool) ([2]float64, error) {
 	continued := !pause
 	for {
 		n, _ := count()
-		// Continued at half the runs, or after 10 s: stopped while it held
+		// Continued at half the runs, or after 20 s: stopped while it held
 		// the write lock, it holds up every writer of the file.
-		if !continued && (n[0]+n[1] >= splitRuns/2 || time.Since(began) > 10*time.Second) {
+		if !continued && (n[0]+n[1] >= splitRuns/2 || time.Since(began) > 20*time.Second) {
 			_ = r[1].cmd.Process.Signal(syscall.SIGCONT)
 			continued = true
 		}
