@@ -42,7 +42,7 @@ var surfaceCaps = map[string]struct {
 	reason string
 }{
 	".":                       {40, "the Client and its Config, the one way in"},
-	"lifecycle":               {139, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on; 130 -> 139: four for what the job queue and the NLM processor both speak (JobOutput, SourceRef, ErrInvalidJob, DefaultProject), so the NLM processor no longer imports the queue, Schedules, the scheduler's public face, and Schedule with ScheduleProgress (4 with its JSON methods), the one schedule type the root Config, the scheduler, the server and the client share (the root's copy, 3 names, went)"},
+	"lifecycle":               {142, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on; 139 -> 142: BatchError with its Error and Unwrap, the failure of a batch insert that the job queue and the Go client both return (the client imports no engine); 130 -> 139: four for what the job queue and the NLM processor both speak (JobOutput, SourceRef, ErrInvalidJob, DefaultProject), so the NLM processor no longer imports the queue, Schedules, the scheduler's public face, and Schedule with ScheduleProgress (4 with its JSON methods), the one schedule type the root Config, the scheduler, the server and the client share (the root's copy, 3 names, went)"},
 	"lifecycle/clock":         {14, "Clock, Real, and the Fake with the controls a test moves it by"},
 	"lifecycle/run":           {45, "the Runner, the agent interfaces and the run config"},
 	"lifecycle/nlm":           {12, "the NLM processor"},

@@ -273,7 +273,7 @@ func (q *claimer) takeLock(ctx context.Context, s *agentClaim, orphan string) (c
 		}
 		return nil, time.Time{}, true, err
 	}
-	c.lockVer = s.lockVer
+	c.lockVer, c.lockMeta = s.lockVer, lock.Meta
 	if orphan != "" {
 		c.named = orphan // a failed repair leaves the lock naming it (repair.go)
 		if err := q.repair.repairOrphan(ctx, orphan, c.epoch); err != nil && !q.jobs.gone(orphan, err) {
@@ -331,6 +331,7 @@ func (q *claimer) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key,
 			a.forget()
 			return nil, time.Time{}, true, err // lost the lock: nothing of ours to release
 		}
+		c.lockMeta = lock.Meta
 	}
 	c.named = jobID // until the job is settled (repair.go)
 	doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
@@ -442,7 +443,7 @@ func (q *claimer) confirmPickup(ctx context.Context, c *Claim, lockKey string, l
 	ver, err := q.locks.writeLock(ctx, lockKey, &renewed, c.lockVer)
 	switch {
 	case err == nil:
-		c.lockVer, lock.ExpiresAt = ver, renewed.ExpiresAt
+		c.lockVer, c.lockMeta, lock.ExpiresAt, lock.Meta = ver, renewed.Meta, renewed.ExpiresAt, renewed.Meta
 		return nil // held since the take, naming the job: any later taker repairs it
 	case !errors.Is(err, storage.ErrPreconditionFailed):
 		c.release(ctx) // c.named is the job
@@ -555,7 +556,11 @@ type Claim struct {
 	doc     jobDoc          // the job as this claim last wrote it
 	ver     storage.Version // its store version
 	lockVer storage.Version
-	done    bool
+	// lockMeta is the agent lock's lifecycle.Meta as the claim last wrote
+	// it (its counter, and the members of a newer release it keeps):
+	// every write of the lock carries it on.
+	lockMeta lifecycle.Meta
+	done     bool
 	// artCreated is the artifact this claim created, its creation event
 	// still to be written with the job's (artifact.Draft.Audited).
 	artCreated string

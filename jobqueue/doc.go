@@ -9,10 +9,13 @@
 // may name a run and an agent (InsertJob); an agent runs one job at a
 // time, and a job without one runs in its type's lane ("_type." and the
 // type, its agent_slug), one at a
-// time too. Insert, InsertJob, Job, Result, Wait and Retry act as the
-// system (the program that embeds the queue); Enqueue, Get, List and
-// Requeue check the authority matrix (docs/spec.md#authority-matrix) for
-// the actor they are given, as the HTTP API does for its caller.
+// time too. InsertMany enqueues up to 500 jobs at once: one commit, all
+// or nothing, on a store that commits several writes at once
+// (docs/spec.md#batch-insert). Insert, InsertJob, InsertMany, Job,
+// Result, Wait and Retry act as the system (the program that embeds the
+// queue); Enqueue, EnqueueMany, Get, List and Requeue check the authority
+// matrix (docs/spec.md#authority-matrix) for the actor they are given, as
+// the HTTP API does for its caller.
 //
 // The built-in job types (RESEARCH, BRIEF, PROPOSAL_PREPROCESS) are the NLM
 // pipeline's, run by Handlers (Worker.Handlers). In more detail:

@@ -441,6 +441,19 @@ func (l *agentLock) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// encode appends the bytes the lock is stored as: AppendJSON's, then the
+// members its Meta kept from the lock it was read from (records.Encode's
+// rule for every other record kind).
+func (l *agentLock) encode(b []byte) ([]byte, error) {
+	b, err := l.AppendJSON(b)
+	if err != nil || l.Unknown == "" {
+		return b, err
+	}
+	b = append(b[:len(b)-1], ',') // AppendJSON's object is never empty
+	b = append(b, l.Unknown...)
+	return append(b, '}'), nil
+}
+
 // AppendJSON appends the lane entry's JSON, byte for byte what
 // json.Marshal writes for it (TestLockAndLaneJSON): every enqueue writes one.
 func (e *laneEntry) AppendJSON(b []byte) ([]byte, error) {

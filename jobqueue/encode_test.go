@@ -277,3 +277,27 @@ func TestLockAndLaneJSON(t *testing.T) {
 	jsoncheck.Same(t, "lane", lane)
 	jsoncheck.Same(t, "lane at year 10000", &laneEntry{ReadyAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)})
 }
+
+// TestLockEncodeKeepsUnknown: the bytes a lock is written as are
+// records.Encode's, the members a newer release added included.
+func TestLockEncodeKeepsUnknown(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"", `"lane_class":"gold"`, `"a":1,"b":{"c":[true]}`} {
+		l := &agentLock{Meta: lifecycle.Meta{Version: 2, Unknown: u}, Agent: "a", Epoch: 3}
+		got, err := l.encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := records.Encode(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("unknown %q: encode = %s, records.Encode = %s", u, got, want)
+		}
+		var back agentLock
+		if err := records.Decode("k", got, "", &back); err != nil || back.Unknown != u {
+			t.Errorf("unknown %q: read back as %q (%v)", u, back.Unknown, err)
+		}
+	}
+}

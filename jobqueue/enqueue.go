@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -171,18 +172,26 @@ type admission struct {
 // enqueue is Queue.Enqueue.
 func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (_ lifecycle.Job, err error) {
 	ctx, span := q.tracer.Start(ctx, tracing.SpanEnqueue, trace.SpanKindProducer)
-	defer func() {
-		span.String(tracing.AttrJobID, n.JobID)
-		span.String(tracing.AttrJobType, string(n.JobType))
-		span.String(tracing.AttrRunID, n.RunID)
-		span.End(err)
-	}()
+	defer func() { endEnqueue(span, &n, err) }()
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
 		return lifecycle.Job{}, err
 	}
 	if err := n.validate(q.maxAttempts, q.userTypes); err != nil {
 		return lifecycle.Job{}, err
 	}
+	return q.write(ctx, actor, n)
+}
+
+// endEnqueue ends the conveyor.enqueue span of n.
+func endEnqueue(span tracing.Span, n *NewJob, err error) {
+	span.String(tracing.AttrJobID, n.JobID)
+	span.String(tracing.AttrJobType, string(n.JobType))
+	span.String(tracing.AttrRunID, n.RunID)
+	span.End(err)
+}
+
+// write is Enqueue past its checks: n is valid and actor may create it.
+func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
 	key, err := layout.JobKey(n.JobID)
 	if err != nil {
 		return lifecycle.Job{}, err
@@ -191,21 +200,10 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 		return lifecycle.Job{}, err
 	}
 	now := q.clock.Now().UTC()
-	doc := jobDoc{Job: lifecycle.Job{
-		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
-		Status: lifecycle.JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
-		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
-		Trail: []lifecycle.JobMove{{From: "", To: lifecycle.JobPending, Event: "create", Actor: actor, At: now}},
-	}}
-	// Validation is done, so the job is created already moved on to
-	// QUEUED: one write whose trail holds both moves.
-	if err := fire(ctx, &doc, machine.EventValidate, lifecycle.ActorOrchestration); err != nil {
+	doc, lane, err := newJobDoc(ctx, actor, n, now)
+	if err != nil {
 		return lifecycle.Job{}, err
 	}
-	doc.Trail[len(doc.Trail)-1].At = now
-	lane := laneKey(n.AgentSlug, now, n.JobID)
-	doc.QueuedAt, doc.ReadyKey = &now, lane
-	doc.TraceParent = tracing.TraceParent(ctx)
 	if err := q.jobs.existsBeforeCreate(ctx, key, n.JobID); err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -216,7 +214,7 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 		return lifecycle.Job{}, err
 	}
 	if _, err := records.Create(ctx, q.store, key, &doc); err != nil {
-		undo()
+		undoUnlessLanded(undo, err)
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			return lifecycle.Job{}, fmt.Errorf("%w: %s", lifecycle.ErrJobExists, n.JobID)
 		}
@@ -228,4 +226,25 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 	// No audit write: QUEUED is no rest (see flushes); the two moves wait
 	// in the trail for the write that brings the job to rest.
 	return doc.Job, nil
+}
+
+// newJobDoc is the record of n (valid) created at now, and its lane
+// entry's key. Validation is done, so the job is created already moved on
+// to QUEUED: one write whose trail holds both moves. Its trace context is
+// ctx's.
+func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Time) (jobDoc, string, error) {
+	doc := jobDoc{Job: lifecycle.Job{
+		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
+		Status: lifecycle.JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
+		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
+		Trail: []lifecycle.JobMove{{From: "", To: lifecycle.JobPending, Event: "create", Actor: actor, At: now}},
+	}}
+	if err := fire(ctx, &doc, machine.EventValidate, lifecycle.ActorOrchestration); err != nil {
+		return jobDoc{}, "", err
+	}
+	doc.Trail[len(doc.Trail)-1].At = now
+	lane := laneKey(n.AgentSlug, now, n.JobID)
+	doc.QueuedAt, doc.ReadyKey = &now, lane
+	doc.TraceParent = tracing.TraceParent(ctx)
+	return doc, lane, nil
 }

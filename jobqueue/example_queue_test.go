@@ -3,6 +3,7 @@ package jobqueue_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
@@ -39,4 +40,26 @@ func ExampleQueue() {
 	// CONTEXT_ASSEMBLY 1
 	// COMPLETE true
 	// FORBIDDEN: actor "frontend" may not update_status jobs (authority matrix: denied)
+}
+
+func ExampleQueue_InsertMany() {
+	ctx := context.Background()
+	q, _ := jobqueue.New(jobqueue.Config{Store: memstore.New()})
+
+	// Three jobs in one commit: memstore (as SQLite) writes all or none.
+	batch := []jobqueue.NewJob{
+		{JobID: "brief-1", JobType: lifecycle.JobBrief, AgentSlug: "writer"},
+		{JobID: "brief-2", JobType: lifecycle.JobBrief, AgentSlug: "writer"},
+		{JobID: "research-1", JobType: lifecycle.JobResearch},
+	}
+	jobs, err := q.InsertMany(ctx, batch)
+	fmt.Println(len(jobs), err, jobs[2].AgentSlug)
+
+	// Sent again, the batch fails on its first job, and writes nothing.
+	_, err = q.InsertMany(ctx, batch)
+	var be *lifecycle.BatchError
+	fmt.Println(errors.As(err, &be), be.Index, errors.Is(err, lifecycle.ErrJobExists))
+	// Output:
+	// 3 <nil> _type.RESEARCH
+	// true 0 true
 }

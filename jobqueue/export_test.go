@@ -1,5 +1,7 @@
 package jobqueue
 
+import "context"
+
 // What the tests reach of the package's unexported names.
 
 // Defaults of Config.
@@ -38,3 +40,7 @@ func (q *Queue) Stragglers() (live int, total int64) { return q.units.Stragglers
 
 // Quarantined counts the records this Queue moved to quarantine.
 func (q *Queue) Quarantined() int64 { return q.quar.count() }
+
+// ReleaseKeptForTest releases the agent locks the Queue's claims kept, as
+// a Worker does when it stops.
+func (q *Queue) ReleaseKeptForTest(ctx context.Context) { q.locks.releaseKept(ctx) }

@@ -526,6 +526,18 @@ func (q *lanes) putLaneFirst(ctx context.Context, key, jobID string, at time.Tim
 	}, nil
 }
 
+// undoUnlessLanded runs undo, the removal of a lane entry written ahead of
+// its job's write, only when err says that write did not land: its
+// condition failed, or it was refused before reaching the store. After an
+// outcome the store could not learn (ErrOutcomeUnknown, a context ended
+// mid-call) the job may exist, and the entry is what makes it run; an
+// entry without a job is garbage a claim clears (lanePending).
+func undoUnlessLanded(undo func(), err error) {
+	if _, fromStore := errors.AsType[*storage.OpError](err); !fromStore || errors.Is(err, storage.ErrPreconditionFailed) {
+		undo()
+	}
+}
+
 // relaneIfSlow writes lane entry key again (create-only) after its job's
 // write, when the two writes were so far apart (half a LeaseTTL, a margin
 // for skewed clocks) that a claim or the sweep may have taken the entry,

@@ -2,7 +2,6 @@ package jobqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -18,16 +17,14 @@ import (
 func (c *Claim) release(ctx context.Context) {
 	key, _ := layout.AgentLockKey(c.agent.name)
 	c.mu.Lock()
-	l := agentLock{Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
+	l := agentLock{Meta: c.lockMeta, Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
 	c.mu.Unlock()
-	b, _ := json.Marshal(&l)
-	// Meta's version is not needed on the lock: only the store's version
-	// fences it. Write with If-Match on the version we hold, even once ctx
-	// ended, but within StopGrace: a store that cannot be reached must not
-	// hold a stopping Worker (the lock then lapses at its expiry).
+	// Write with If-Match on the version we hold, even once ctx ended, but
+	// within StopGrace: a store that cannot be reached must not hold a
+	// stopping Worker (the lock then lapses at its expiry).
 	rctx, cancel := c.r.grace.after(ctx)
 	defer cancel()
-	v, err := c.r.store.Put(rctx, key, b, storage.IfMatch(c.lockVer))
+	v, err := putLock(rctx, c.r.store, key, &l, c.lockVer)
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		c.r.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent.name, "err", err)
 	}
@@ -59,7 +56,7 @@ func (c *Claim) end(ctx context.Context) {
 	keep := !pipelineState(c.job.Status) && c.doc.RanEpoch == c.epoch && c.named == ""
 	c.mu.Unlock()
 	if keep {
-		l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID}
+		l := agentLock{Meta: c.lockMeta, Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID}
 		a := c.agent
 		a.mu.Lock()
 		a.busyUntil = time.Time{}
@@ -152,16 +149,15 @@ func (c *Claim) renew(ctx context.Context) error {
 	}
 	key, _ := layout.AgentLockKey(c.agent.name)
 	now := c.r.clock.Now()
-	l := agentLock{Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.r.leaseTTL)}
-	b, _ := json.Marshal(&l)
-	v, err := c.r.store.Put(ctx, key, b, storage.IfMatch(c.lockVer))
+	l := agentLock{Meta: c.lockMeta, Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.r.leaseTTL)}
+	v, err := putLock(ctx, c.r.store, key, &l, c.lockVer)
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		return fmt.Errorf("%w: agent lock of %s taken over", lifecycle.ErrLeaseLost, c.agent.name)
 	}
 	if err != nil {
 		return err
 	}
-	c.lockVer = v
+	c.lockVer, c.lockMeta = v, l.Meta
 	_, err = c.writeLocked(ctx, func(d *jobDoc, now time.Time) error {
 		l := *d.Lease
 		l.ExpiresAt = now.Add(c.r.leaseTTL)

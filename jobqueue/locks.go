@@ -48,11 +48,7 @@ type locks struct {
 
 // ensureAgent makes sure agent's lock object exists.
 func (q *locks) ensureAgent(ctx context.Context, agent string) error {
-	a := q.sched.agent(agent)
-	a.mu.Lock()
-	exists := a.lockExists
-	a.mu.Unlock()
-	if exists {
+	if q.known(agent) {
 		return nil
 	}
 	key, err := layout.AgentLockKey(agent)
@@ -63,22 +59,97 @@ func (q *locks) ensureAgent(ctx context.Context, agent string) error {
 	// made costs a read, not a refused write.
 	_, _, err = q.store.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
-		fresh := agentLock{Agent: agent}
-		if q.settle > 0 {
-			// A store that settles may take this create over a lock it
-			// read as missing: the epoch starts from the clock, as a
-			// remade lock's (readLock), so epochs still only grow.
-			fresh.Epoch = q.clock.Now().UnixMilli()
-		}
+		fresh := q.fresh(agent)
 		_, err = records.Create(ctx, q.store, key, &fresh)
 	}
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}
+	q.made(agent)
+	return nil
+}
+
+// lockWrites is ensureAgent for a batch committed at once: the create-only
+// writes of the locks of agents not known to exist and read as missing,
+// to commit with the batch's jobs. The locks read as present are known to
+// exist from then on; the caller calls made for each lock its commit made.
+func (q *locks) lockWrites(ctx context.Context, agents []string) ([]storage.Write, error) {
+	var ws []storage.Write
+	for _, agent := range agents {
+		if q.known(agent) {
+			continue
+		}
+		key, err := layout.AgentLockKey(agent)
+		if err != nil {
+			return nil, err
+		}
+		_, _, err = q.store.Get(ctx, key)
+		switch {
+		case err == nil:
+			q.made(agent)
+			continue
+		case !errors.Is(err, storage.ErrNotFound):
+			return nil, err
+		}
+		fresh := q.fresh(agent)
+		w, err := records.CreateWrite(key, &fresh)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
+
+// stillMissing is the lock writes of ws whose locks are neither known to
+// exist nor read as present now, for a batch whose commit found one of
+// its locks made by someone else.
+func (q *locks) stillMissing(ctx context.Context, ws []storage.Write) ([]storage.Write, error) {
+	out := make([]storage.Write, 0, len(ws))
+	for _, w := range ws {
+		agent := lockAgent(w.Key)
+		if q.known(agent) {
+			continue
+		}
+		_, _, err := q.store.Get(ctx, w.Key)
+		switch {
+		case err == nil:
+			q.made(agent)
+			continue
+		case !errors.Is(err, storage.ErrNotFound):
+			return ws, err
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// known tells whether agent's lock is known to exist.
+func (q *locks) known(agent string) bool {
+	a := q.sched.agent(agent)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lockExists
+}
+
+// made records that agent's lock exists.
+func (q *locks) made(agent string) {
+	a := q.sched.agent(agent)
 	a.mu.Lock()
 	a.lockExists = true
 	a.mu.Unlock()
-	return nil
+}
+
+// fresh is a new lock of agent, free.
+func (q *locks) fresh(agent string) agentLock {
+	l := agentLock{Agent: agent}
+	if q.settle > 0 {
+		// A store that settles may take this create over a lock it
+		// read as missing: the epoch starts from the clock, as a
+		// remade lock's (readLock), so epochs still only grow.
+		l.Epoch = q.clock.Now().UnixMilli()
+	}
+	return l
 }
 
 // lockCheckDue reports whether a's lock should be read for an orphan, at
@@ -136,7 +207,7 @@ func (q *locks) releaseKept(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		free := agentLock{Agent: a.name, Epoch: l.Epoch}
+		free := agentLock{Meta: l.Meta, Agent: a.name, Epoch: l.Epoch}
 		if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 			q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", a.name, "err", err)
 		}
@@ -177,12 +248,29 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 	return fresh, ver, false, nil
 }
 
+// writeLock writes l at key if the lock is still at ver (putLock).
 func (q *locks) writeLock(ctx context.Context, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
-	b, err := l.AppendJSON(make([]byte, 0, 256))
+	return putLock(ctx, q.store, key, l, ver)
+}
+
+// putLock is the one write of an agent lock over one that exists: if
+// the stored lock is still at ver, it writes l as every record kind is
+// rewritten (fence.Record's Apply): the Meta counter one up and the
+// members l's Meta kept from the lock it came from (a newer release's)
+// written back as read, so no write of the lock, by a claim, a release or
+// the sweep, drops them. On success l is what was written.
+func putLock(ctx context.Context, s *storage.Store, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
+	next := *l
+	next.Version++
+	b, err := next.encode(make([]byte, 0, 256+len(l.Unknown)))
 	if err != nil {
 		return "", err
 	}
-	return q.store.Put(ctx, key, b, storage.IfMatch(ver))
+	v, err := s.Put(ctx, key, b, storage.IfMatch(ver))
+	if err == nil {
+		*l = next
+	}
+	return v, err
 }
 
 // refreshAgents lists the agents with a lock object, at most once per

@@ -114,19 +114,33 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 	return q.admit.enqueue(ctx, actor, n)
 }
 
-// EnqueueMany enqueues several jobs, as Enqueue does each.
-// (A first version: one Enqueue per job, in order, stopping at the first
-// failure; the batch with one shared commit replaces it.)
+// EnqueueMany enqueues jobs, each as Enqueue would, as one batch (River's
+// InsertMany): at most 500 jobs (more is lifecycle.ErrInvalidJob), none
+// is written before every one is checked, and one invalid job, or two of
+// one job_id, fail the batch with a *lifecycle.BatchError naming the
+// job's index and nothing written. The jobs of one agent are claimed in
+// the batch's order. No jobs is no error.
+//
+// Which jobs landed when it fails (docs/spec.md#batch-insert):
+//
+//   - On a store that commits several writes at once (storage's
+//     CanCommit: memstore, SQLite) the batch is one commit: all of it
+//     lands or none does. On an error nothing was written and the jobs
+//     returned are none; a job whose id exists is a *lifecycle.BatchError
+//     naming it, matching lifecycle.ErrJobExists. An error matching
+//     storage.ErrOutcomeUnknown means all landed or none did (the queue
+//     has read a record to find out, and could not).
+//   - On another store (filestore, S3) the jobs are written one at a
+//     time, in order, and the first failure stops the batch: the jobs
+//     returned landed, and the error is a *lifecycle.BatchError whose
+//     Index is the job that failed (it too may have landed when the error
+//     matches storage.ErrOutcomeUnknown); the later jobs were not tried.
+//
+// Jobs that name their ids can be sent again after a failure without
+// being created twice: a job that landed is refused with
+// lifecycle.ErrJobExists.
 func (q *Queue) EnqueueMany(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) ([]lifecycle.Job, error) {
-	out := make([]lifecycle.Job, 0, len(jobs))
-	for _, n := range jobs {
-		j, err := q.admit.enqueue(ctx, actor, n)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, j)
-	}
-	return out, nil
+	return q.admit.enqueueMany(ctx, actor, jobs)
 }
 
 // Requeue is the operator's manual requeue (FAILED → QUEUED, and the

@@ -47,7 +47,7 @@ func (q *admission) requeue(ctx context.Context, actor lifecycle.Actor, jobID st
 		return nil
 	})
 	if err != nil {
-		undo()
+		undoUnlessLanded(undo, err)
 		return lifecycle.Job{}, err
 	}
 	q.lanes.relaneIfSlow(ctx, lane, jobID, at)

@@ -133,7 +133,7 @@ func (q *sweeper) sweepLock(ctx context.Context, key, agent string, now time.Tim
 	// sweeps read the lock alone, not the job and its audit object every
 	// time (an idle Worker's sweep read three objects per agent a minute).
 	// A claim that took the lock meanwhile makes this write fail, harmlessly.
-	free := agentLock{Agent: agent, Epoch: lock.Epoch}
+	free := agentLock{Meta: lock.Meta, Agent: agent, Epoch: lock.Epoch}
 	if _, err := q.locks.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}

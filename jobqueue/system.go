@@ -18,7 +18,8 @@ import (
 // artifacts, and, for Retry, as the admin, the one actor the job machine
 // lets requeue (docs/design.md#jobs).
 const (
-	// systemActor is the actor Insert, InsertJob, Job and Result act as.
+	// systemActor is the actor Insert, InsertJob, InsertMany, Job and
+	// Result act as.
 	systemActor = lifecycle.ActorOrchestration
 	// operatorActor is the actor Retry acts as.
 	operatorActor = lifecycle.ActorAdmin
@@ -73,7 +74,9 @@ func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, er
 	return q.artifacts.GetForJob(ctx, systemActor, q.project.of(job), jobID)
 }
 
-// InsertMany is EnqueueMany as the system (the orchestration layer).
+// InsertMany is EnqueueMany as the system (the orchestration layer): at
+// most 500 jobs, all or nothing on a store that commits several writes at
+// once, else the jobs before the one that failed (EnqueueMany says which).
 func (q *Queue) InsertMany(ctx context.Context, jobs []NewJob) ([]lifecycle.Job, error) {
 	return q.EnqueueMany(ctx, systemActor, jobs)
 }

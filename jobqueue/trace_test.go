@@ -143,3 +143,43 @@ func countStatus(spans []sdktrace.ReadOnlySpan) int {
 	}
 	return n
 }
+
+// TestBatchSpans: each job of a batch has its conveyor.enqueue span, a
+// child of the caller's, naming the job, and its record keeps that span's
+// context, on the path that commits and on the one that writes a job at a
+// time; a failed batch's spans are failed.
+func TestBatchSpans(t *testing.T) {
+	t.Parallel()
+	for _, sc := range []storeCase{stores[0], {"filestore", fileStore}} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			rec, tp := traceRecorder(t)
+			q := newQueue(t, sc.new(t), clock.NewFake(t0), func(c *jobqueue.Config) { c.TracerProvider = tp })
+			ctx := propagation.TraceContext{}.Extract(context.Background(),
+				propagation.MapCarrier{"traceparent": "00-" + callerTraceID + "-" + callerSpanID + "-01"})
+			jobs, err := q.EnqueueMany(ctx, lifecycle.ActorGateway, batchOf(3, "a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			enq := spansOf(rec, "conveyor.enqueue")
+			if len(enq) != 3 {
+				t.Fatalf("%d enqueue spans, want 3", len(enq))
+			}
+			for i, s := range enq {
+				want := "00-" + callerTraceID + "-" + s.SpanContext().SpanID().String() + "-01"
+				if s.Parent().SpanID().String() != callerSpanID || attrOf(s, "conveyor.job.id") != jobs[i].JobID ||
+					get(t, q, jobs[i].JobID).TraceParent != want {
+					t.Fatalf("span %d: parent %s, job %q; job %s's traceparent %q, want %q", i, s.Parent().SpanID(),
+						attrOf(s, "conveyor.job.id"), jobs[i].JobID, get(t, q, jobs[i].JobID).TraceParent, want)
+				}
+			}
+			if _, err := q.EnqueueMany(ctx, lifecycle.ActorGateway, batchOf(2, "a")); !errors.Is(err, lifecycle.ErrJobExists) {
+				t.Fatalf("the batch again = %v", err)
+			}
+			failed := spansOf(rec, "conveyor.enqueue")[3]
+			if failed.Status().Code != otelcodes.Error {
+				t.Fatalf("a failed batch's span: %v", failed.Status())
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // The names the job queue and the NLM processor share: neither engine
@@ -17,6 +18,24 @@ const DefaultProject = "default"
 // NewJob that breaks a rule of Enqueue) and to the NLM processor (a
 // request Accept refuses): nothing is written.
 var ErrInvalidJob = errors.New("jobqueue: invalid job")
+
+// BatchError is the failure of a batch of jobs (the job queue's
+// EnqueueMany, the Go client's, POST /jobs/batch): job Index of the batch
+// (from 0) failed with Err, which errors.Is and errors.As look through.
+// Which jobs landed is the batch's rule (docs/spec.md#batch-insert): on a
+// store that commits several writes at once none did; on another the
+// jobs before Index did, and job Index too, perhaps, when Err matches the
+// store's outcome-unknown sentinel.
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+// Error names the job and its failure.
+func (e *BatchError) Error() string { return fmt.Sprintf("job %d of the batch: %v", e.Index, e.Err) }
+
+// Unwrap returns the job's failure.
+func (e *BatchError) Unwrap() error { return e.Err }
 
 // JobOutput is what a job's handler produced, or the NLM processor's
 // Structure stage: the content and metadata of the job's artifact, whose

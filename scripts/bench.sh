@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Runs the benchmark harness of bench/ (issue 12): this SDK on memstore,
-# filestore and MinIO beside River on Postgres and asynq on Redis, the same
-# no-op workload, interleaved over 3 rounds; prints medians, the SDK/peer
-# ratios of the same round, and writes/reads/lists per job. See
-# docs/performance.md.
+# Runs the benchmark harness of bench/ (issues 12, 29): this SDK on SQLite
+# and filestore beside River on Postgres (its defaults and its fetch tuned)
+# and asynq on Redis, the same no-op workload at W = 1, 4 and 16 (worker
+# slots, and as many enqueuing goroutines), jobs inserted one a call and in
+# batches of 100 (River's InsertMany, the SDK's Queue.InsertMany; asynq has
+# no batch insert), interleaved over 3 rounds; prints medians with every
+# round, the SDK/peer ratios of the same round (like inserting like), CPU
+# per job (process + server), writes/reads/lists per job, and enqueue→start
+# latency from another process. See docs/performance.md.
 #
-#   scripts/bench.sh                 the full run (about 5 minutes on 2 cores)
-#   scripts/bench.sh -rounds 5 -jobs 5000 ...   flags go to conveyor-bench
-#                                    (scripts/bench.sh -h lists them)
+#   scripts/bench.sh                 the full run (about 15 minutes on 2
+#                                    quiet cores; each throughput measurement
+#                                    is sized by a warm-up to last about 3 s)
+#   scripts/bench.sh -rounds 1 -workers 4 -jobs 300 ...   flags go to
+#                                    conveyor-bench (scripts/bench.sh -h
+#                                    lists them; -systems all adds memstore
+#                                    and MinIO)
 #   scripts/bench.sh test            the harness's own test, every driver
-#                                    for a handful of jobs
+#                                    for a handful of jobs, one a call and
+#                                    in batches
 #
 # Postgres and Redis come from Debian's packages, installed when missing
 # (as root, or with passwordless sudo). Private instances are started on
@@ -97,7 +106,7 @@ pg_port=$(free_port)
 run_pg "$pgbin/initdb" -D "$pgdata" -U postgres -A trust >"$tmp/initdb.log" 2>&1 ||
   { cat "$tmp/initdb.log" >&2; exit 1; }
 run_pg "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
-  -o "-p $pg_port -k $tmp/sock -c listen_addresses=127.0.0.1" start >/dev/null ||
+  -o "-p $pg_port -k $tmp/sock -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null ||
   { cat "$pgdata/server.log" >&2; exit 1; }
 run_pg "$pgbin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres bench
 export BENCH_PG_DSN="postgres://postgres@127.0.0.1:$pg_port/bench?sslmode=disable"
@@ -128,4 +137,6 @@ echo "disk under $tmp: $(findmnt -n -o SOURCE,FSTYPE -T "$tmp")"
 echo "peers: $("$pgbin/postgres" --version), $(redis-server --version | cut -d' ' -f1-3), $(grep -E 'riverqueue/river |hibiken/asynq ' go.mod | awk '{print $1, $2}' | tr '\n' ' ')"
 echo "sdk: $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!bench' ':!docs' || echo ' (with uncommitted changes)')"
 go build -o "$tmp/conveyor-bench" ./cmd/conveyor-bench
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$tmp/conveyor-bench" -dir "$tmp/data" "$@"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -17,10 +17,27 @@ const MaxCommit = driver.MaxCommit
 
 // CanCommit tells whether the store applies several writes as one (Commit).
 // SQLite and memstore do; filestore and S3 do not, and a caller writes one
-// key at a time there.
-func (s *Store) CanCommit() bool {
-	_, ok := s.d.(driver.Committer)
-	return ok
+// key at a time there. A wrapper (a test's fault or counting store, a
+// patient Store) commits only what the store under it can.
+func (s *Store) CanCommit() bool { return canCommit(s.d) }
+
+// canCommit tells whether d is a driver.Committer and, when it wraps
+// another (driver.Unwrapper), so is everything under it: a wrapper's
+// Commit forwards, so it cannot promise more than what it wraps (a
+// counting wrapper over filestore has a Commit method and no way to
+// keep it).
+func canCommit(d driver.Store) bool {
+	for i := 0; d != nil && i < 16; i++ { // bounded: a wrapper cycle is a bug, not a hang
+		if _, ok := d.(driver.Committer); !ok {
+			return false
+		}
+		u, ok := d.(driver.Unwrapper)
+		if !ok {
+			return true
+		}
+		d = u.Unwrap()
+	}
+	return false
 }
 
 // Commit applies writes as one: if every write's condition holds, all land
@@ -37,7 +54,7 @@ func (s *Store) CanCommit() bool {
 // errors.ErrUnsupported.
 func (s *Store) Commit(ctx context.Context, writes []Write) ([]Version, error) {
 	c, ok := s.d.(driver.Committer)
-	if !ok {
+	if !ok || !canCommit(s.d) {
 		return nil, newOpError("commit", "", errors.ErrUnsupported, nil)
 	}
 	if n := len(writes); n == 0 || n > MaxCommit {
@@ -67,3 +84,8 @@ func (s *Store) Commit(ctx context.Context, writes []Write) ([]Version, error) {
 	}
 	return vs, nil
 }
+
+var (
+	_ driver.Committer = (*Store)(nil)
+	_ driver.Committer = (*patient)(nil)
+)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -182,6 +183,38 @@ func (p *patient) Delete(ctx context.Context, key string, cond Condition) error 
 		failed = true
 		if err := r.wait(ctx, err); err != nil {
 			return err
+		}
+	}
+}
+
+// Commit implements driver.Committer: Commit, retried, when the Store made
+// patient can commit (else it fails as that Store's Commit does). A commit
+// that failed transiently may have landed, all of it; when a retry then
+// fails a condition, the outcome is reported unknown, as for Put.
+func (p *patient) Commit(ctx context.Context, writes []driver.Write) ([]Version, error) {
+	c, ok := p.d.(driver.Committer)
+	if !ok {
+		return nil, newOpError("commit", "", errors.ErrUnsupported, nil)
+	}
+	key := ""
+	if len(writes) > 0 {
+		key = writes[0].Key
+	}
+	conditional := slices.ContainsFunc(writes, func(w driver.Write) bool { return w.Cond.Kind() != driver.Unconditional })
+	r := p.retrier("commit", key)
+	failed := false
+	for {
+		vs, err := c.Commit(ctx, writes)
+		if failed && conditional && errors.Is(err, ErrPreconditionFailed) {
+			return nil, newOpError("commit", key, ErrOutcomeUnknown,
+				fmt.Errorf("a retry after a transient failure found a condition broken: %w", err))
+		}
+		if !Transient(err) {
+			return vs, err
+		}
+		failed = true
+		if err := r.wait(ctx, err); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -156,3 +156,50 @@ func TestPatientResumesAListingFromItsCursor(t *testing.T) {
 		t.Fatalf("listings from %q, want %q (from the cursor, then from the last key yielded)", inner.cursors, want)
 	}
 }
+
+// TestPatientCommits: a patient Store commits when the store it makes
+// patient can, retries a refused commit, and reports a retry that finds a
+// condition broken as an unknown outcome.
+func TestPatientCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	fs := faultstore.New(memstore.New())
+	p := storage.New(fs).Patient(storage.Retry{Clock: clk})
+	if !p.CanCommit() {
+		t.Fatal("a patient memstore cannot commit")
+	}
+	if storage.New(struct{ driver.Store }{memstore.NewDriver()}).Patient(storage.Retry{Clock: clk}).CanCommit() {
+		t.Fatal("a patient store over one that cannot commit can")
+	}
+	v, err := p.Put(ctx, "a", []byte("1"), storage.IfNotExists())
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(cond storage.Condition) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := p.Commit(ctx, []storage.Write{{Key: "a", Value: []byte("2"), Cond: cond}, {Key: "b", Value: []byte("2")}})
+			done <- err
+		}()
+		return done
+	}
+	fs.FailNext(1)
+	done := commit(storage.IfMatch(v))
+	<-clk.WaitForTimers(1)
+	clk.Advance(time.Second)
+	if err := <-done; err != nil {
+		t.Fatalf("a commit retried after a refusal: %v", err)
+	}
+	// Someone writes between the refused attempt and the retry.
+	fs.FailNext(1)
+	done = commit(storage.IfMatch(v))
+	<-clk.WaitForTimers(1)
+	if _, err := fs.Store.Put(ctx, "a", []byte("3"), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if err := <-done; !errors.Is(err, storage.ErrOutcomeUnknown) {
+		t.Fatalf("a retried commit whose condition then failed = %v, want ErrOutcomeUnknown", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -311,5 +312,25 @@ func TestStoreFindsCapabilitiesThroughWrappers(t *testing.T) {
 	}
 	if (*storage.Store)(nil).SettleTime() != 0 {
 		t.Error("SettleTime(nil) != 0")
+	}
+	// Commit is the Store's only where every driver down the chain
+	// commits: a Store over a Store over a driver that cannot is a
+	// Committer by its methods, and cannot.
+	for _, tc := range []struct {
+		name  string
+		store *storage.Store
+		want  bool
+	}{
+		{"memstore", memstore.New(), true},
+		{"a Store over a memstore Store", storage.New(memstore.New()), true},
+		{"a Store over a Store that cannot commit", storage.New(storage.New(&fake{})), false},
+		{"a wrapper without Commit over memstore", storage.New(wrapper{memstore.New()}), false},
+	} {
+		if got := tc.store.CanCommit(); got != tc.want {
+			t.Errorf("%s: CanCommit = %v, want %v", tc.name, got, tc.want)
+		}
+		if _, err := tc.store.Commit(t.Context(), []storage.Write{{Key: "k"}}); !tc.want && !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("%s: Commit = %v, want ErrUnsupported", tc.name, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -113,18 +114,48 @@ func decodeJob(data []byte) (jobqueue.NewJob, error) {
 	if err := decodeStrict(data, &b, false); err != nil {
 		return jobqueue.NewJob{}, err
 	}
+	return checkJob(b, "")
+}
+
+// checkJob checks one job of a body (field prefixes its fields' names).
+func checkJob(b wire.JobBody, field string) (jobqueue.NewJob, error) {
 	// A job needs only its type: run_id and agent_slug are optional, as in
 	// jobqueue.NewJob (a job without an agent runs in its type's lane).
 	if b.JobType == "" {
-		return jobqueue.NewJob{}, apiErr(codes.InvalidRequest, "job_type is required")
+		return jobqueue.NewJob{}, apiErr(codes.InvalidRequest, "%sjob_type is required", field)
 	}
 	if b.JobID != "" {
-		if err := storekey.ValidateID("job_id", b.JobID); err != nil {
+		if err := storekey.ValidateID(field+"job_id", b.JobID); err != nil {
 			return jobqueue.NewJob{}, err
 		}
 	}
 	return jobqueue.NewJob{JobID: b.JobID, RunID: b.RunID, JobType: b.JobType, AgentSlug: b.AgentSlug,
 		MaxAttempts: b.MaxAttempts, Payload: b.Payload, Context: b.Context, Callback: b.Callback, ProjectID: b.ProjectID}, nil
+}
+
+// decodeBatch decodes and checks POST /jobs/batch's body: 1 to
+// codes.MaxBatchJobs jobs, each checked as POST /jobs checks its one; a
+// job at fault is named by its index.
+func decodeBatch(data []byte) ([]jobqueue.NewJob, error) {
+	var b wire.BatchBody
+	if err := decodeStrict(data, &b, false); err != nil {
+		return nil, err
+	}
+	if len(b.Jobs) == 0 {
+		return nil, apiErr(codes.InvalidRequest, "jobs is required: 1 to %d jobs", codes.MaxBatchJobs)
+	}
+	if err := codes.CheckBatch("jobs", len(b.Jobs)); err != nil {
+		return nil, err
+	}
+	out := make([]jobqueue.NewJob, len(b.Jobs))
+	for i, jb := range b.Jobs {
+		n, err := checkJob(jb, fmt.Sprintf("jobs[%d].", i))
+		if err != nil {
+			return nil, &lifecycle.BatchError{Index: i, Err: err}
+		}
+		out[i] = n
+	}
+	return out, nil
 }
 
 // decodeSubmission decodes POST /inbox/submit's body

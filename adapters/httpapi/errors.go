@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -99,6 +100,15 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var later interface{ RetryAfter() time.Duration }
 	if errors.As(err, &later) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(later.RetryAfter().Round(time.Second)/time.Second))))
+	}
+	if be, ok := errors.AsType[*lifecycle.BatchError](err); ok {
+		// A batch failed at one job: which, and what landed before it.
+		landed := []lifecycle.Job{}
+		if bf, ok := errors.AsType[*batchFailure](err); ok && bf.landed != nil {
+			landed = bf.landed
+		}
+		_ = writeJSON(w, status, wire.BatchErrorBody{Code: code, Message: msg, Index: be.Index, Landed: landed})
+		return
 	}
 	var ite *lifecycle.InvalidTransitionError
 	if errors.As(err, &ite) && status == http.StatusConflict {

@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/storekey"
@@ -20,6 +22,7 @@ type jobRoutes struct {
 func (h *jobRoutes) table() []route {
 	return []route{
 		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: h.enqueueJob()},
+		{method: "POST", path: "/jobs/batch", actors: matrixActors(authority.Create, false), body: true, bodyTimes: batchBodyTimes, traced: true, h: h.enqueueBatch()},
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: h.listJobs()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: h.getJob()},
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
@@ -37,6 +40,35 @@ func (h *jobRoutes) enqueueJob() handlerFunc {
 			return job, jobScoped(err)
 		}))
 }
+
+// batchBodyTimes is how many times Config.MaxBodyBytes a batch's body may
+// be (8 MiB by default): up to 500 jobs, most far smaller than the 1 MiB
+// one job's payload may be; the queue bounds each job as POST /jobs does.
+const batchBodyTimes = 8
+
+// enqueueBatch is POST /jobs/batch: the queue's EnqueueMany. A job at
+// fault is answered with its index and the jobs that landed before it
+// (batchFailure).
+func (h *jobRoutes) enqueueBatch() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusCreated, jsonBody(decodeBatch),
+		func(ctx context.Context, actor lifecycle.Actor, jobs []jobqueue.NewJob) (wire.BatchAnswer, error) {
+			landed, err := h.queue.EnqueueMany(ctx, actor, jobs)
+			if _, ok := errors.AsType[*lifecycle.BatchError](err); ok {
+				return wire.BatchAnswer{}, &batchFailure{err: jobScoped(err), landed: landed}
+			}
+			return wire.BatchAnswer{Jobs: landed}, jobScoped(err)
+		}))
+}
+
+// batchFailure is the failure of a batch at one of its jobs, with the
+// jobs that landed before it: writeError answers both.
+type batchFailure struct {
+	err    error
+	landed []lifecycle.Job
+}
+
+func (e *batchFailure) Error() string { return e.err.Error() }
+func (e *batchFailure) Unwrap() error { return e.err }
 
 // jobsQuery reads GET /jobs's filters: ?status=, ?type=, ?agent=.
 func jobsQuery(r *http.Request, _ lifecycle.Actor) (jobqueue.JobQuery, error) {

@@ -61,6 +61,8 @@ type rigOpts struct {
 	limits httpapi.Limits
 	// served, when set, is called after the server answered each request.
 	served func(*http.Request)
+	// store is the store of it all (nil: a memstore).
+	store *storage.Store
 }
 
 func quickStep(name string) run.Step {
@@ -71,7 +73,10 @@ func quickStep(name string) run.Step {
 
 func newRig(t *testing.T, o rigOpts) *rig {
 	t.Helper()
-	g := &rig{t: t, store: memstore.New(), release: make(chan struct{})}
+	g := &rig{t: t, store: o.store, release: make(chan struct{})}
+	if g.store == nil {
+		g.store = memstore.New()
+	}
 	t.Cleanup(g.releaseSteps)
 	slow := run.Step{Name: "work", Idempotent: true, Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
 		select {

@@ -193,6 +193,9 @@ type route struct {
 	actors []lifecycle.Actor
 	// body: the route takes a JSON body (content type and size checked).
 	body bool
+	// bodyTimes: the body may be this many times Config.MaxBodyBytes
+	// (0: once).
+	bodyTimes int64
 	// stream: no request timeout (a mounted handler that runs long).
 	stream bool
 	// traced: the route starts work that continues the caller's trace
@@ -381,6 +384,9 @@ func (s *Server) routes() {
 	}
 	// Another method on a known path: 405 with Allow, in the JSON form.
 	for path, methods := range allow {
+		if shadowed(path, allow) {
+			continue
+		}
 		slices.Sort(methods)
 		list := strings.Join(methods, ", ")
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
@@ -391,6 +397,31 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, apiErr(codes.NotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
+}
+
+// shadowed tells whether path, a route's, is also matched by another
+// route's path with a wildcard (/jobs/batch by /jobs/{jobId}): its other
+// methods go to that route (GET /jobs/batch reads the job "batch"), which
+// answers their 405; one of its own would conflict with it.
+func shadowed(path string, paths map[string][]string) bool {
+	segs := strings.Split(path, "/")
+	for other := range paths {
+		o := strings.Split(other, "/")
+		if other == path || len(o) != len(segs) {
+			continue
+		}
+		match := true
+		for i := range o {
+			if o[i] != segs[i] && !strings.HasPrefix(o[i], "{") {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
 }
 
 // traced gives r the caller's trace context (its traceparent header) and,
@@ -436,7 +467,7 @@ func (s *Server) handler(rt route) http.Handler {
 				s.writeError(w, r, err)
 				return
 			}
-			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes*max(rt.bodyTimes, 1))
 		}
 		if !rt.stream {
 			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)

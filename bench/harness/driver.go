@@ -102,12 +102,26 @@ type Driver interface {
 	Close() error
 }
 
+// Batcher is a driver with a batch insert: one call inserts several jobs,
+// as the system's own batch API does (River's InsertMany or
+// InsertManyFast, the SDK's Queue.InsertMany). asynq has none: its
+// Client enqueues one task a call, and its public API offers no pipeline.
+type Batcher interface {
+	// EnqueueMany adds the jobs with one call of the system's batch
+	// insert, durably.
+	EnqueueMany(ctx context.Context, ps []Payload) error
+	// BatchCall names that call, for the tables.
+	BatchCall() string
+}
+
 // Open returns an enqueue-side driver for a system another process set up:
 // name and addr are that driver's Name and Addr.
 func Open(ctx context.Context, name, addr string) (Driver, error) {
 	switch name {
 	case NameFilestore:
 		return openFilestore(addr)
+	case NameSQLite:
+		return openSQLite(ctx, addr)
 	case NameMinIO:
 		return openMinIO(ctx, addr)
 	case NameRiver, NameRiverTuned:
@@ -122,6 +136,7 @@ func Open(ctx context.Context, name, addr string) (Driver, error) {
 const (
 	NameMemstore   = "sdk-memstore"
 	NameFilestore  = "sdk-filestore"
+	NameSQLite     = "sdk-sqlite"
 	NameMinIO      = "sdk-minio"
 	NameRiver      = "river"
 	NameRiverTuned = "river-tuned"

@@ -35,6 +35,7 @@ func drivers(t *testing.T) map[string]func(t *testing.T) harness.Driver {
 	return map[string]func(t *testing.T) harness.Driver{
 		harness.NameMemstore:  func(t *testing.T) harness.Driver { return harness.NewMemstore() },
 		harness.NameFilestore: func(t *testing.T) harness.Driver { return harness.NewFilestore(dataDir(t)) },
+		harness.NameSQLite:    func(t *testing.T) harness.Driver { return harness.NewSQLite(dataDir(t)) },
 		harness.NameMinIO: func(t *testing.T) harness.Driver {
 			bin, err := harness.MinIOBinary()
 			if err != nil {
@@ -69,7 +70,10 @@ func riverDriver(name string) func(t *testing.T) harness.Driver {
 		if dsn == "" {
 			t.Skip("BENCH_PG_DSN not set: run scripts/bench.sh test to start Postgres")
 		}
-		d, err := harness.NewRiver(context.Background(), name, dsn, os.Getenv("BENCH_PG_DATA"))
+		// river-tuned batches through InsertManyFast, river through
+		// InsertMany: both of River's batch paths are tried.
+		d, err := harness.NewRiver(context.Background(), harness.RiverConfig{Name: name, DSN: dsn, PGData: os.Getenv("BENCH_PG_DATA"),
+			InsertManyFast: name == harness.NameRiverTuned})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,13 +92,25 @@ func TestDrivers(t *testing.T) {
 			d := open(t)
 			t.Cleanup(func() { d.Close() })
 			const jobs = 20
-			// Twice: the second measurement proves Reset leaves the driver
-			// usable (asynq's client once forgot its queue after a FLUSHALL).
-			for range 2 {
+			// Twice one a call: the second measurement proves Reset leaves
+			// the driver usable (asynq's client once forgot its queue after a
+			// FLUSHALL); then in batches of 6 (the last call takes 2) where
+			// the system has a batch insert.
+			batches := []int{1, 1}
+			if _, ok := d.(harness.Batcher); ok {
+				batches = append(batches, 6)
+			} else if _, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: jobs, Agents: 4, Slots: 4, Enqueuers: 2,
+				Batch: 6, Timeout: time.Minute}); err == nil {
+				t.Fatal("batches accepted by a system without a batch insert")
+			}
+			for _, batch := range batches {
 				res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: jobs, Agents: 4, Slots: 4, Enqueuers: 2,
-					Timeout: time.Minute})
+					Batch: batch, Timeout: time.Minute})
 				if err != nil {
 					t.Fatal(err)
+				}
+				if res.Batch != batch || res.Workers != 4 || res.Insert != harness.InsertCall(d, batch) || res.Insert == "none" {
+					t.Fatalf("throughput at batch %d labelled batch %d, W %d, insert %q", batch, res.Batch, res.Workers, res.Insert)
 				}
 				if res.JobsPerSec <= 0 || res.Cost.Writes <= 0 {
 					t.Fatalf("throughput: %+v", res)
@@ -107,8 +123,8 @@ func TestDrivers(t *testing.T) {
 					t.Fatalf("throughput: CPU per job %v = (process %v + server %v) / %d jobs (%s)",
 						res.CPUPerJob, res.CPUProcess, res.CPUServer, res.Jobs, res.CPUError)
 				}
-				t.Logf("%s: %.0f jobs/s, %.3g %s per job, CPU per job %v (process %v, server %v)", name, res.JobsPerSec,
-					res.PerJob(res.Cost.Writes), res.WritesUnit, res.CPUPerJob, res.CPUProcess, res.CPUServer)
+				t.Logf("%s, %s ×%d: %.0f jobs/s, %.3g %s per job, CPU per job %v (process %v, server %v), %v", name, res.Insert, res.Batch,
+					res.JobsPerSec, res.PerJob(res.Cost.Writes), res.WritesUnit, res.CPUPerJob, res.CPUProcess, res.CPUServer, res.Cost.Extra)
 			}
 			if _, ok := d.(harness.Floorer); ok {
 				f, err := harness.Floor(ctx, d, 50, 4)

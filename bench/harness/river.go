@@ -16,14 +16,20 @@ import (
 // River's defaults are compared as they ship (FetchCooldown 100 ms,
 // FetchPollInterval 1 s, LISTEN/NOTIFY wake-ups, synchronous_commit on), and
 // "tuned" with the fetch settings the issue names, which bound its
-// dispatch latency from below.
+// dispatch latency from below. The defaults also bound its throughput: a
+// producer fetches at most once per FetchCooldown and at most as many jobs
+// as it has free slots (MaxWorkers, here W), so W jobs per 100 ms: 10, 40
+// and 160 jobs/s at W = 1, 4 and 16 (1,000 at the 100 slots of earlier
+// runs). Tuned, the bound is W per 2 ms, above what the machine reaches.
 const (
 	riverTunedCooldown = 2 * time.Millisecond
 	riverTunedPoll     = 20 * time.Millisecond
-	// riverPoolConns is the pool's size: enough for 16 concurrent
-	// enqueuers plus the worker client's fetches and completer, so the
-	// pool, not River, is never what a run waits for.
-	riverPoolConns = 32
+	// riverPoolConns is the pool's most connections (opened as needed):
+	// enough for 32 concurrent enqueuers plus the worker client's fetches
+	// and completer, so the pool, not River, is never what a run waits
+	// for. scripts/bench.sh raises Postgres's max_connections to match
+	// (the enqueuing process of a latency run has a pool of its own).
+	riverPoolConns = 48
 )
 
 // riverArgs is the no-op job: its payload and River's kind.
@@ -47,21 +53,37 @@ type riverDriver struct {
 	name   string
 	dsn    string
 	pgData string // the server's data directory, for ServerCPU
+	fast   bool   // EnqueueMany by InsertManyFast
 	pool   *pgxpool.Pool
 	insert *river.Client[pgx.Tx] // insert-only: no queues, never started
 }
 
-// NewRiver connects to the Postgres database at dsn, applies River's
-// migrations, and returns River with its defaults (name NameRiver) or with
-// its fetch tuned (NameRiverTuned). pgData is that server's data
-// directory, where ServerCPU finds the postmaster's pid; with "" the
-// server's CPU is unknown.
-func NewRiver(ctx context.Context, name, dsn, pgData string) (Driver, error) {
-	d, err := OpenRiver(ctx, name, dsn)
+// RiverConfig says which River and where.
+type RiverConfig struct {
+	// Name is NameRiver (River's defaults) or NameRiverTuned (its fetch
+	// tuned: FetchCooldown 2 ms, FetchPollInterval 20 ms).
+	Name string
+	// DSN is the Postgres database.
+	DSN string
+	// PGData is that server's data directory, where ServerCPU finds the
+	// postmaster's pid; with "" the server's CPU is unknown.
+	PGData string
+	// InsertManyFast makes the batch insert (EnqueueMany) River's
+	// InsertManyFast (COPY FROM, no rows returned) rather than InsertMany
+	// (one INSERT of all the rows, returning them, as the SDK's
+	// InsertMany returns its jobs). Both are one transaction, one commit.
+	InsertManyFast bool
+}
+
+// NewRiver connects to the Postgres database of cfg, applies River's
+// migrations, and returns the driver.
+func NewRiver(ctx context.Context, cfg RiverConfig) (Driver, error) {
+	d, err := OpenRiver(ctx, cfg.Name, cfg.DSN)
 	if err != nil {
 		return nil, err
 	}
-	d.(*riverDriver).pgData = pgData
+	d.(*riverDriver).pgData = cfg.PGData
+	d.(*riverDriver).fast = cfg.InsertManyFast
 	m, err := rivermigrate.New(riverpgxv5.New(d.(*riverDriver).pool), nil)
 	if err == nil {
 		_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
@@ -161,9 +183,33 @@ func (d *riverDriver) Work(ctx context.Context, slots int, h Hooks) (func() erro
 	}, nil
 }
 
+// Enqueue is River's Client.Insert: one job, one transaction.
 func (d *riverDriver) Enqueue(ctx context.Context, p Payload) error {
 	_, err := d.insert.Insert(ctx, riverArgs{P: p}, nil)
 	return err
+}
+
+// EnqueueMany is River's Client.InsertMany (or InsertManyFast): the jobs
+// in one transaction.
+func (d *riverDriver) EnqueueMany(ctx context.Context, ps []Payload) error {
+	params := make([]river.InsertManyParams, len(ps))
+	for i, p := range ps {
+		params[i] = river.InsertManyParams{Args: riverArgs{P: p}}
+	}
+	var err error
+	if d.fast {
+		_, err = d.insert.InsertManyFast(ctx, params)
+	} else {
+		_, err = d.insert.InsertMany(ctx, params)
+	}
+	return err
+}
+
+func (d *riverDriver) BatchCall() string {
+	if d.fast {
+		return "InsertManyFast"
+	}
+	return "InsertMany"
 }
 
 // Counters reads Postgres's own statistics. A backend publishes its counts

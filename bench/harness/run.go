@@ -14,9 +14,17 @@ import (
 
 // Result is one measurement of one system.
 type Result struct {
-	System  string        `json:"system"`
-	Mode    string        `json:"mode"` // "throughput" or "latency"
-	Round   int           `json:"round"`
+	System string `json:"system"`
+	Mode   string `json:"mode"` // "throughput" or "latency"
+	Round  int    `json:"round"`
+	// Workers is W: the worker slots, and in throughput mode the
+	// enqueuing goroutines too.
+	Workers int `json:"workers"`
+	// Batch is how many jobs each enqueue call inserted (1: one at a
+	// time), and Insert names the call (Enqueue, River's Insert,
+	// InsertMany, InsertManyFast).
+	Batch   int           `json:"batch"`
+	Insert  string        `json:"insert"`
 	Jobs    int           `json:"jobs"`
 	Elapsed time.Duration `json:"elapsed_ns"`
 	// JobsPerSec is Jobs over Elapsed: from the first enqueue to the last
@@ -61,6 +69,10 @@ type drainer interface {
 // ThroughputConfig sizes a throughput measurement.
 type ThroughputConfig struct {
 	Jobs, Agents, Slots, Enqueuers int
+	// Batch is how many jobs each enqueue call inserts: 0 or 1 one at a
+	// time (Driver.Enqueue), more through the driver's batch insert
+	// (Batcher.EnqueueMany), the last call taking what is left.
+	Batch int
 	// Timeout bounds the whole measurement; 0 means 2 minutes plus 100 ms
 	// a job, generous for the slowest system.
 	Timeout time.Duration
@@ -68,11 +80,16 @@ type ThroughputConfig struct {
 
 // Throughput runs cfg.Jobs no-op jobs end to end through d: workers with
 // cfg.Slots slots are started first, then cfg.Enqueuers goroutines enqueue
-// the jobs (job i for agent i mod cfg.Agents) one call each, as an
-// application would; the rate is jobs over the time from the first enqueue
-// to the last completion.
+// the jobs (job i for agent i mod cfg.Agents), one call each or cfg.Batch a
+// call, as an application would; the rate is jobs over the time from the
+// first enqueue to the last completion.
 func Throughput(ctx context.Context, d Driver, cfg ThroughputConfig) (Result, error) {
-	res := Result{System: d.Name(), Mode: "throughput", Jobs: cfg.Jobs, WritesUnit: d.WritesUnit()}
+	res := Result{System: d.Name(), Mode: "throughput", Workers: cfg.Slots, Batch: max(1, cfg.Batch),
+		Insert: InsertCall(d, cfg.Batch), Jobs: cfg.Jobs, WritesUnit: d.WritesUnit()}
+	b, batched := d.(Batcher)
+	if cfg.Batch > 1 && !batched {
+		return res, fmt.Errorf("%s: no batch insert", d.Name())
+	}
 	timeout := cfg.Timeout
 	if timeout == 0 {
 		timeout = 2*time.Minute + time.Duration(cfg.Jobs)*100*time.Millisecond
@@ -107,10 +124,22 @@ func Throughput(ctx context.Context, d Driver, cfg ThroughputConfig) (Result, er
 	var next atomic.Int64
 	errc := make(chan error, cfg.Enqueuers)
 	var wg sync.WaitGroup
+	step := int64(max(1, cfg.Batch))
 	for range cfg.Enqueuers {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < cfg.Jobs; i = int(next.Add(1) - 1) {
-				if err := d.Enqueue(ctx, Payload{Agent: i % cfg.Agents, Seq: i, EnqueuedAt: now()}); err != nil {
+			for i := int(next.Add(step) - step); i < cfg.Jobs; i = int(next.Add(step) - step) {
+				var err error
+				if step == 1 {
+					err = d.Enqueue(ctx, Payload{Agent: i % cfg.Agents, Seq: i, EnqueuedAt: now()})
+				} else {
+					ps := make([]Payload, min(cfg.Jobs, i+int(step))-i)
+					t := now()
+					for k := range ps {
+						ps[k] = Payload{Agent: (i + k) % cfg.Agents, Seq: i + k, EnqueuedAt: t}
+					}
+					err = b.EnqueueMany(ctx, ps)
+				}
+				if err != nil {
 					errc <- fmt.Errorf("%s: enqueue: %w", d.Name(), err)
 					return
 				}
@@ -153,6 +182,21 @@ func Throughput(ctx context.Context, d Driver, cfg ThroughputConfig) (Result, er
 	}
 	res.Cost = after.sub(before)
 	return res, nil
+}
+
+// InsertCall names how d inserts at batch size batch: the one-job call
+// (River's Insert, the others' Enqueue) at 0 or 1, else its batch call.
+func InsertCall(d Driver, batch int) string {
+	if batch > 1 {
+		if b, ok := d.(Batcher); ok {
+			return b.BatchCall()
+		}
+		return "none"
+	}
+	if _, ok := d.(*riverDriver); ok {
+		return "Insert"
+	}
+	return "Enqueue"
 }
 
 // cpuReading is the cumulative CPU of this process and of a system's
@@ -222,7 +266,7 @@ type childSpec struct {
 // enqueue began. Latency is the time from that stamp to the handler's
 // start here.
 func Latency(ctx context.Context, d Driver, cfg LatencyConfig) (Result, error) {
-	res := Result{System: d.Name(), Mode: "latency", Jobs: cfg.Jobs}
+	res := Result{System: d.Name(), Mode: "latency", Workers: cfg.Slots, Batch: 1, Insert: InsertCall(d, 1), Jobs: cfg.Jobs}
 	if err := d.Reset(ctx); err != nil {
 		return res, fmt.Errorf("%s: reset: %w", d.Name(), err)
 	}

@@ -7,13 +7,16 @@ import (
 	"iter"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/adapters/sqlitestore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -31,7 +34,16 @@ const briefContent = `{"title":"Brief","body":"Short text","entity_map":{"violin
 // internal/testkit/teststores.Counting (which a nested module cannot import).
 type counting struct {
 	driver.Store
+	// s is the same Store, for the capabilities a wrapper forwards
+	// (Watch, Commit), which the embedded interface does not carry.
+	s                          *storage.Store
 	gets, puts, deletes, lists atomic.Int64
+	// commits counts the multi-key commits (driver.Committer); each of
+	// their writes counts in puts or deletes as a single write does, as
+	// a refused single write counts too. refused and refusedWrites count
+	// the commits refused whole (a condition did not hold: nothing
+	// written) and their writes, so a batch path that retries is seen.
+	commits, refused, refusedWrites atomic.Int64
 	// writing counts the writes in progress, for Drain.
 	writing atomic.Int64
 }
@@ -62,6 +74,39 @@ func (c *counting) ListAfter(ctx context.Context, prefix, after string) iter.Seq
 	return c.Store.ListAfter(ctx, prefix, after)
 }
 
+// Unwrap is the store under the wrapper (driver.Unwrapper), through which
+// the SDK finds the capabilities it looks up by unwrapping (Settler,
+// AtomicityReporter) as it would on the bare store.
+func (c *counting) Unwrap() driver.Store { return c.s }
+
+// commit is driver.Committer's Commit, for the wrappers below that offer
+// it: each of its writes counts as one write, so a job's writes per job
+// mean the same whether they went one by one or shared a commit.
+func (c *counting) commit(ctx context.Context, writes []driver.Write) ([]storage.Version, error) {
+	c.commits.Add(1)
+	for _, w := range writes {
+		if w.Delete {
+			c.deletes.Add(1)
+		} else {
+			c.puts.Add(1)
+		}
+	}
+	c.writing.Add(1)
+	defer c.writing.Add(-1)
+	vs, err := c.s.Commit(ctx, writes)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		c.refused.Add(1)
+		c.refusedWrites.Add(int64(len(writes)))
+	}
+	return vs, err
+}
+
+// The wrappers forward each optional capability of the store under them,
+// and only those it has: the SDK finds a capability by a type assertion on
+// its Store's driver, so a wrapper that hid one would measure another path
+// (pickup by polling instead of Watch, single writes instead of Commit),
+// and one that claimed a missing one would fail.
+
 // watching is counting over a store that signals changes (its driver is a
 // driver.Watcher):
 // the Worker finds another process's enqueues at the signal, as it does on
@@ -75,6 +120,43 @@ func (c watching) Watch(ctx context.Context, prefix string) (<-chan struct{}, er
 	return c.w.Watch(ctx, prefix)
 }
 
+// committing is counting over a store that commits several writes as one
+// (driver.Committer).
+type committing struct{ *counting }
+
+func (c committing) Commit(ctx context.Context, writes []driver.Write) ([]storage.Version, error) {
+	return c.commit(ctx, writes)
+}
+
+// watchingCommitting is counting over a store with both.
+type watchingCommitting struct{ watching }
+
+func (c watchingCommitting) Commit(ctx context.Context, writes []driver.Write) ([]storage.Version, error) {
+	return c.commit(ctx, writes)
+}
+
+// wrapCounting returns the counting wrapper of s with the capabilities s has.
+func wrapCounting(s *storage.Store) (*counting, driver.Store) {
+	cs := &counting{Store: s, s: s}
+	_, watch := s.Unwrap().(driver.Watcher)
+	switch commit := s.CanCommit(); {
+	case watch && commit:
+		return cs, watchingCommitting{watching{cs, s}}
+	case watch:
+		return cs, watching{cs, s}
+	case commit:
+		return cs, committing{cs}
+	}
+	return cs, cs
+}
+
+var (
+	_ driver.Watcher   = watching{}
+	_ driver.Committer = committing{}
+	_ driver.Watcher   = watchingCommitting{}
+	_ driver.Committer = watchingCommitting{}
+)
+
 // sdkDriver runs jobqueue over one of the SDK's stores.
 type sdkDriver struct {
 	name string
@@ -87,6 +169,7 @@ type sdkDriver struct {
 	server func() (time.Duration, error)
 
 	mu    sync.Mutex
+	raw   *storage.Store // the store itself, closed at the next Reset and at Close
 	store *counting
 	queue *jobqueue.Queue
 	addr  string
@@ -115,6 +198,11 @@ func (d *sdkDriver) Addr() string {
 }
 
 func (d *sdkDriver) Reset(ctx context.Context) error {
+	// The last measurement's store is closed before the next one is made
+	// (fresh may remove its files; SQLite holds them open).
+	if err := d.closeStore(); err != nil {
+		return err
+	}
 	s, addr, err := d.fresh(ctx)
 	if err != nil {
 		return err
@@ -122,18 +210,25 @@ func (d *sdkDriver) Reset(ctx context.Context) error {
 	return d.use(s, addr)
 }
 
-func (d *sdkDriver) use(s *storage.Store, addr string) error {
-	cs := &counting{Store: s}
-	qs := storage.New(cs)
-	if _, ok := s.Unwrap().(driver.Watcher); ok {
-		qs = storage.New(watching{cs, s})
+func (d *sdkDriver) closeStore() error {
+	d.mu.Lock()
+	raw := d.raw
+	d.raw, d.store, d.queue = nil, nil, nil
+	d.mu.Unlock()
+	if raw == nil {
+		return nil
 	}
-	q, err := jobqueue.New(jobqueue.Config{Store: qs, Node: "bench", Logger: logger, Metrics: sdkMetrics{d}})
+	return raw.Close()
+}
+
+func (d *sdkDriver) use(s *storage.Store, addr string) error {
+	cs, w := wrapCounting(s)
+	q, err := jobqueue.New(jobqueue.Config{Store: storage.New(w), Node: "bench", Logger: logger, Metrics: sdkMetrics{d}})
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
-	d.store, d.queue, d.addr = cs, q, addr
+	d.raw, d.store, d.queue, d.addr = s, cs, q, addr
 	d.mu.Unlock()
 	return nil
 }
@@ -210,11 +305,27 @@ func (d *sdkDriver) Drain(ctx context.Context) error {
 
 func (d *sdkDriver) Enqueue(ctx context.Context, p Payload) error {
 	_, q := d.current()
-	_, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{
-		RunID: "run_2026-02-24_bench", JobType: lifecycle.JobBrief,
-		AgentSlug: "agent-" + strconv.Itoa(p.Agent), Payload: marshal(p),
-	})
+	_, err := q.Enqueue(ctx, lifecycle.ActorGateway, newJob(p))
 	return err
+}
+
+// EnqueueMany inserts the jobs with one Queue.InsertMany call (the
+// batch's writes share a commit where the store can: Store.CanCommit).
+func (d *sdkDriver) EnqueueMany(ctx context.Context, ps []Payload) error {
+	_, q := d.current()
+	jobs := make([]jobqueue.NewJob, len(ps))
+	for i, p := range ps {
+		jobs[i] = newJob(p)
+	}
+	_, err := q.InsertMany(ctx, jobs)
+	return err
+}
+
+func (d *sdkDriver) BatchCall() string { return "InsertMany" }
+
+func newJob(p Payload) jobqueue.NewJob {
+	return jobqueue.NewJob{RunID: "run_2026-02-24_bench", JobType: lifecycle.JobBrief,
+		AgentSlug: "agent-" + strconv.Itoa(p.Agent), Payload: marshal(p)}
 }
 
 func (d *sdkDriver) Counters(context.Context) (Counters, error) {
@@ -223,14 +334,16 @@ func (d *sdkDriver) Counters(context.Context) (Counters, error) {
 		return Counters{}, nil
 	}
 	return Counters{Writes: s.puts.Load() + s.deletes.Load(), Reads: s.gets.Load(), Lists: s.lists.Load(),
-		Extra: map[string]int64{"puts": s.puts.Load(), "deletes": s.deletes.Load()}}, nil
+		Extra: map[string]int64{"puts": s.puts.Load(), "deletes": s.deletes.Load(), "store_commits": s.commits.Load(),
+			"store_commits_refused": s.refused.Load(), "refused_commit_writes": s.refusedWrites.Load()}}, nil
 }
 
 func (d *sdkDriver) Close() error {
+	err := d.closeStore()
 	if d.cleanup != nil {
-		return d.cleanup()
+		err = errors.Join(err, d.cleanup())
 	}
-	return nil
+	return err
 }
 
 // sdkMetrics turns the queue's JobFinished into Hooks.Done: COMPLETE is
@@ -264,29 +377,10 @@ func NewMemstore() Driver {
 // NewFilestore is the SDK on filestore, each measurement in a new directory
 // under base, which should be on the disk being measured (not tmpfs).
 func NewFilestore(base string) Driver {
-	var prev string
-	d := &sdkDriver{name: NameFilestore}
-	d.fresh = func(context.Context) (*storage.Store, string, error) {
-		if prev != "" {
-			// The last measurement's files go before the next one starts,
-			// so its cleanup is not measured and the disk does not fill.
-			_ = os.RemoveAll(prev)
-		}
-		dir, err := os.MkdirTemp(base, "filestore-")
-		if err != nil {
-			return nil, "", err
-		}
-		prev = dir
+	return inFreshDirs(NameFilestore, base, func(_ context.Context, dir string) (*storage.Store, string, error) {
 		s, err := filestore.New(dir)
 		return s, dir, err
-	}
-	d.cleanup = func() error {
-		if prev != "" {
-			return os.RemoveAll(prev)
-		}
-		return nil
-	}
-	return d
+	})
 }
 
 func openFilestore(dir string) (Driver, error) {
@@ -296,6 +390,59 @@ func openFilestore(dir string) (Driver, error) {
 	}
 	d := &sdkDriver{name: NameFilestore}
 	return d, d.use(s, dir)
+}
+
+// sqliteFile is the database's name in its measurement's directory.
+const sqliteFile = "bench.db"
+
+// NewSQLite is the SDK on sqlitestore (its defaults: WAL, synchronous=FULL,
+// its group commit), each measurement in a new database file under base,
+// which should be on the disk being measured (not tmpfs). Its Addr is the
+// file's path: another process opens the same file (Open), as a second
+// process of an application would.
+func NewSQLite(base string) Driver {
+	return inFreshDirs(NameSQLite, base, func(ctx context.Context, dir string) (*storage.Store, string, error) {
+		path := filepath.Join(dir, sqliteFile)
+		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
+		return s, path, err
+	})
+}
+
+func openSQLite(ctx context.Context, path string) (Driver, error) {
+	s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
+	if err != nil {
+		return nil, err
+	}
+	d := &sdkDriver{name: NameSQLite}
+	return d, d.use(s, path)
+}
+
+// inFreshDirs is an SDK driver whose every measurement opens its store in a
+// new directory under base, made by open.
+func inFreshDirs(name, base string, open func(ctx context.Context, dir string) (*storage.Store, string, error)) Driver {
+	var prev string
+	d := &sdkDriver{name: name}
+	d.fresh = func(ctx context.Context) (*storage.Store, string, error) {
+		if prev != "" {
+			// The last measurement's files go before the next one starts
+			// (its store closed by Reset), so its cleanup is not measured
+			// and the disk does not fill.
+			_ = os.RemoveAll(prev)
+		}
+		dir, err := os.MkdirTemp(base, strings.TrimPrefix(name, "sdk-")+"-")
+		if err != nil {
+			return nil, "", err
+		}
+		prev = dir
+		return open(ctx, dir)
+	}
+	d.cleanup = func() error {
+		if prev != "" {
+			return os.RemoveAll(prev)
+		}
+		return nil
+	}
+	return d
 }
 
 // Floor measures the store's own rate of durable writes: workers

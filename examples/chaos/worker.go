@@ -261,7 +261,9 @@ func parseProducer(content json.RawMessage) (producer, bool) {
 // ends for all of them at once, as a stopped MinIO does. (The parent's own
 // checks use the store directly.) A directory made unwritable would not
 // do: the processes run as whatever user, root ignores permissions, and
-// reads would go on.
+// reads would go on. It forwards Commit (refused whole while down) and
+// Unwrap, so a store under it that commits still does, and one that does
+// not still does not.
 type outageStore struct {
 	driver.Store
 	marker string
@@ -294,6 +296,23 @@ func (o *outageStore) Delete(ctx context.Context, key string, cond storage.Condi
 	}
 	return o.Store.Delete(ctx, key, cond)
 }
+
+func (o *outageStore) Commit(ctx context.Context, writes []driver.Write) ([]storage.Version, error) {
+	c, ok := o.Store.(driver.Committer)
+	if !ok {
+		return nil, &storage.OpError{Op: "commit", Kind: errors.ErrUnsupported}
+	}
+	key := ""
+	if len(writes) > 0 {
+		key = writes[0].Key
+	}
+	if err := o.down("commit", key); err != nil {
+		return nil, err
+	}
+	return c.Commit(ctx, writes)
+}
+
+func (o *outageStore) Unwrap() driver.Store { return o.Store }
 
 func (o *outageStore) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {

@@ -39,6 +39,10 @@ const (
 	// (a larger limit is refused, not cut, so a client learns the bound).
 	DefaultPageLimit = 50
 	MaxPageLimit     = 500
+	// MaxBatchJobs bounds the jobs of one batch insert (the queue's
+	// EnqueueMany, POST /jobs/batch), so that a batch is one commit of
+	// the store: two writes a job, within storage.MaxCommit's 1,000.
+	MaxBatchJobs = 500
 )
 
 // TextKind says which control characters a text field may hold.
@@ -104,6 +108,15 @@ func CheckBytes(field string, b []byte, limit int) error {
 func CheckList(field string, n int) error {
 	if n > MaxListLen {
 		return tooLarge(field, n, MaxListLen, "items")
+	}
+	return nil
+}
+
+// CheckBatch reports whether a batch of n jobs fits MaxBatchJobs; it
+// returns nil or an *lifecycle.InputError.
+func CheckBatch(field string, n int) error {
+	if n > MaxBatchJobs {
+		return tooLarge(field, n, MaxBatchJobs, "jobs")
 	}
 	return nil
 }

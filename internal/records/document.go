@@ -22,19 +22,32 @@ type Doc[T any] interface {
 func Create[T any, P Doc[T]](ctx context.Context, s *storage.Store, key string, doc P) (storage.Version, error) {
 	m := doc.StorageMeta()
 	old := m.Version
-	m.Version = 1
-	m.Unknown = "" // a record created holds only what this release writes
-	b, err := jsonenc.Marshal(doc)
+	w, err := CreateWrite[T](key, doc)
 	if err != nil {
-		m.Version = old
-		return "", fmt.Errorf("storage: encode %s: %w", key, err)
+		return "", err
 	}
-	v, err := s.Put(ctx, key, b, storage.IfNotExists())
+	v, err := s.Put(ctx, key, w.Value, w.Cond)
 	if err != nil {
 		m.Version = old
 		return "", err
 	}
 	return v, nil
+}
+
+// CreateWrite is Create as one write of a storage Commit: doc encoded
+// with its version counter set to 1 (left so; the caller whose commit
+// fails writes doc again from scratch), create-only at key.
+func CreateWrite[T any, P Doc[T]](key string, doc P) (storage.Write, error) {
+	m := doc.StorageMeta()
+	old := m.Version
+	m.Version = 1
+	m.Unknown = "" // a record created holds only what this release writes
+	b, err := jsonenc.Marshal(doc)
+	if err != nil {
+		m.Version = old
+		return storage.Write{}, fmt.Errorf("storage: encode %s: %w", key, err)
+	}
+	return storage.Write{Key: key, Value: b, Cond: storage.IfNotExists()}, nil
 }
 
 // Read returns the document at key and the store version it was read at,

@@ -169,6 +169,11 @@ type Write struct {
 // written. storage.ErrOutcomeUnknown means all of the writes landed or none
 // did, never some. Watchers are signalled for every key written, as for
 // single writes.
+//
+// A wrapper (an Unwrapper) that implements Commit forwards it to what it
+// wraps: the capability is the storage.Store's only where the wrapper and
+// every driver under it are Committers. A wrapper without Commit hides the
+// capability.
 type Committer interface {
 	Commit(ctx context.Context, writes []Write) ([]Version, error)
 }

@@ -26,3 +26,7 @@ var ConditionalDeleteRacesForTest = conditionalDeleteRaces
 // CheckRegisterHistoryForTest is whether a history of one key is
 // linearizable against the register model.
 var CheckRegisterHistoryForTest = checkRegisterHistory
+
+// CommitProblemsForTest is what the Commit checks that report problems
+// find on a store, by check name.
+var CommitProblemsForTest = commitProblems

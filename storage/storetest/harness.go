@@ -93,6 +93,7 @@ func checks(c Capabilities) []check {
 		{"ContextCanceled", testContextCanceled},
 		{"LargeValues", testLargeValues},
 		{"Watch", testWatch},
+		{"Commit", func(t *testing.T, s *storage.Store) { testCommit(t, s, c) }},
 	}
 }
 
@@ -108,7 +109,9 @@ func Checks() []string {
 // Run runs the whole conformance suite against the namespaces h makes,
 // one per check, each behind storage.New. Checks run in parallel with each
 // other. Its Watch check covers the watch contract on drivers that
-// implement driver.Watcher and is skipped on the others. The capabilities
+// implement driver.Watcher, and its Commit check the contract of
+// driver.Committer on drivers that implement it; each is skipped on the
+// others. The capabilities
 // are the harness's to declare, not the driver's (s3store reports its
 // conditional Delete as non-atomic since it cannot tell AWS S3 from MinIO;
 // a harness on AWS S3 may declare it atomic and have it checked).

@@ -43,6 +43,10 @@ type regInput struct {
 	Op     opKind
 	Value  string          // put, create, cas
 	Expect storage.Version // cas
+	// Commit: the write (put, create, cas, delete) is made by a Commit
+	// that also writes a key of its own, unconditionally: to the key
+	// under test it is the same write, so the model is the same.
+	Commit bool
 }
 
 // regOutput is what the store answered.
@@ -97,7 +101,11 @@ var registerModel = porcupine.Model{
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(regInput), output.(regOutput)
-		return fmt.Sprintf("%s(%q, expect %q) -> %d %q %q", in.Op, in.Value, in.Expect, out.Result, out.Value, out.Version)
+		op := in.Op.String()
+		if in.Commit {
+			op = "commit " + op
+		}
+		return fmt.Sprintf("%s(%q, expect %q) -> %d %q %q", op, in.Value, in.Expect, out.Result, out.Value, out.Version)
 	},
 }
 
@@ -109,12 +117,18 @@ func checkRegisterHistory(ops []porcupine.Operation, timeout time.Duration) porc
 
 // testLinearizable records a history of concurrent Get, Put, create-only,
 // compare-and-swap and Delete calls on one key and checks it with porcupine.
+// On a store that can commit, half the writes are made by Commits that
+// also write another key: a commit's write of the key is held to the same
+// model. (Whether a commit's writes of several keys land together is not
+// this single-key model's to say: the AtomicVisibility and AllOrNothing
+// checks of Commit say it.)
 func testLinearizable(t *testing.T, s *storage.Store) {
 	const clients, opsPerClient = 4, 40
 	const key = "linearizable/register"
 	ctx := t.Context()
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
+	commits := s.CanCommit()
 
 	var mu sync.Mutex
 	var history []porcupine.Operation
@@ -139,6 +153,7 @@ func testLinearizable(t *testing.T, s *storage.Store) {
 				default:
 					in.Op = opDelete
 				}
+				in.Commit = in.Op != opGet && commits && rng.IntN(2) == 0
 				call := now()
 				out, err := applyOp(ctx, s, key, in)
 				ret := now()
@@ -195,6 +210,11 @@ func applyOp(ctx context.Context, s *storage.Store, key string, in regInput) (re
 	}
 	var out regOutput
 	var err error
+	if in.Commit {
+		out.Version, err = commitOp(ctx, s, key, in)
+		out.Result, err = classify(err)
+		return out, err
+	}
 	switch in.Op {
 	case opGet:
 		var b []byte
@@ -211,4 +231,23 @@ func applyOp(ctx context.Context, s *storage.Store, key string, in regInput) (re
 	}
 	out.Result, err = classify(err)
 	return out, err
+}
+
+// commitOp makes the write in on key by a Commit that also writes a key of
+// its own, and returns the write's version.
+func commitOp(ctx context.Context, s *storage.Store, key string, in regInput) (storage.Version, error) {
+	w := storage.Write{Key: key, Value: []byte(in.Value)}
+	switch in.Op {
+	case opCreate:
+		w.Cond = storage.IfNotExists()
+	case opCAS:
+		w.Cond = storage.IfMatch(in.Expect)
+	case opDelete:
+		w.Value, w.Delete = nil, true
+	}
+	vs, err := s.Commit(ctx, []storage.Write{w, {Key: key + "-side/" + in.Value, Value: []byte(in.Value)}})
+	if err != nil {
+		return "", err
+	}
+	return vs[0], nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,7 +47,9 @@ type conn struct {
 	clock       clock.Clock
 }
 
-func (c *Client) conn() conn {
+// connOf is c's conn at the call (a function, not a method: the Client's
+// methods are its routes).
+func connOf(c *Client) conn {
 	k := conn{base: strings.TrimRight(c.BaseURL, "/"), token: c.Token, actor: c.Actor, http: c.HTTP, clock: c.Clock}
 	if k.http == nil {
 		k.http = http.DefaultClient
@@ -153,7 +156,7 @@ func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID
 // namespace, unless it already starts with api:{actor}:).
 // Caller.Initiator is not sent: the server derives it from the trigger.
 func (c *Client) Submit(ctx context.Context, sr lifecycle.SubmitRequest) (lifecycle.SubmitResult, error) {
-	k := c.conn()
+	k := connOf(c)
 	body := wire.SubmitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
 	req, err := k.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)
 	if err != nil {
@@ -171,17 +174,17 @@ func (c *Client) Submit(ctx context.Context, sr lifecycle.SubmitRequest) (lifecy
 
 // Status reads a run's status.json (GET /runs/{runId}/status).
 func (c *Client) Status(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
-	return get[lifecycle.RunStatus](ctx, c.conn(), http.MethodGet, runPath(runID, "/status"), nil)
+	return get[lifecycle.RunStatus](ctx, connOf(c), http.MethodGet, runPath(runID, "/status"), nil)
 }
 
 // Steps reads a run's step files (GET /runs/{runId}/steps).
 func (c *Client) Steps(ctx context.Context, runID string) ([]lifecycle.StepRecord, error) {
-	return get[[]lifecycle.StepRecord](ctx, c.conn(), http.MethodGet, runPath(runID, "/steps"), nil)
+	return get[[]lifecycle.StepRecord](ctx, connOf(c), http.MethodGet, runPath(runID, "/steps"), nil)
 }
 
 // Cancel asks a run to stop (POST /runs/{runId}/cancel).
 func (c *Client) Cancel(ctx context.Context, runID, reason string) (lifecycle.RunStatus, error) {
-	return get[lifecycle.RunStatus](ctx, c.conn(), http.MethodPost, runPath(runID, "/cancel"), wire.CancelBody{Reason: reason})
+	return get[lifecycle.RunStatus](ctx, connOf(c), http.MethodPost, runPath(runID, "/cancel"), wire.CancelBody{Reason: reason})
 }
 
 // Decide resumes (approve) or fails (not approve) a run waiting at its
@@ -192,42 +195,65 @@ func (c *Client) Decide(ctx context.Context, runID string, approve bool, decided
 	if approve {
 		verb = "/approve"
 	}
-	return get[lifecycle.RunStatus](ctx, c.conn(), http.MethodPost, runPath(runID, verb), wire.DecisionBody{DecidedBy: decidedBy, Reason: reason})
+	return get[lifecycle.RunStatus](ctx, connOf(c), http.MethodPost, runPath(runID, verb), wire.DecisionBody{DecidedBy: decidedBy, Reason: reason})
 }
 
 // Deliver hands a run the external event it waits for (POST
 // /runs/{runId}/events).
 func (c *Client) Deliver(ctx context.Context, runID, eventType, eventID, source string) (lifecycle.RunStatus, error) {
-	return get[lifecycle.RunStatus](ctx, c.conn(), http.MethodPost, runPath(runID, "/events"), wire.EventBody{Type: eventType, ID: eventID, Source: source})
+	return get[lifecycle.RunStatus](ctx, connOf(c), http.MethodPost, runPath(runID, "/events"), wire.EventBody{Type: eventType, ID: eventID, Source: source})
 }
 
 // Agents lists the agents the server's Runner executes (GET /agents).
 func (c *Client) Agents(ctx context.Context) ([]lifecycle.AgentInfo, error) {
-	return get[[]lifecycle.AgentInfo](ctx, c.conn(), http.MethodGet, "/agents", nil)
+	return get[[]lifecycle.AgentInfo](ctx, connOf(c), http.MethodGet, "/agents", nil)
 }
 
 // Enqueue creates a job (POST /jobs).
 func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job, error) {
-	body := wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
+	return get[lifecycle.Job](ctx, connOf(c), http.MethodPost, "/jobs", jobBody(n))
+}
+
+func jobBody(n lifecycle.NewJob) wire.JobBody {
+	return wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
 		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID}
-	return get[lifecycle.Job](ctx, c.conn(), http.MethodPost, "/jobs", body)
+}
+
+// EnqueueMany creates jobs as one batch (POST /jobs/batch): 1 to 500
+// jobs, in a body of at most 8 times the server's MaxBodyBytes. It
+// returns the jobs created, in order. A job at fault gives a
+// *lifecycle.BatchError naming its index, whose Err is the *Error, and
+// the jobs that landed before it: none on a server whose store commits
+// several writes at once (all or nothing), else the ones before Index
+// (docs/spec.md#batch-insert). Any other error wrote nothing, but
+// UPSTREAM_UNAVAILABLE, after which all the jobs may have landed or none.
+func (c *Client) EnqueueMany(ctx context.Context, jobs []lifecycle.NewJob) ([]lifecycle.Job, error) {
+	body := wire.BatchBody{Jobs: make([]wire.JobBody, len(jobs))}
+	for i, n := range jobs {
+		body.Jobs[i] = jobBody(n)
+	}
+	a, err := get[wire.BatchAnswer](ctx, connOf(c), http.MethodPost, "/jobs/batch", body)
+	if e, ok := errors.AsType[*Error](err); ok && e.batch != nil {
+		return e.batch.Landed, &lifecycle.BatchError{Index: e.batch.Index, Err: e}
+	}
+	return a.Jobs, err
 }
 
 // Job reads a job (GET /jobs/{jobId}).
 func (c *Client) Job(ctx context.Context, jobID string) (lifecycle.Job, error) {
-	return get[lifecycle.Job](ctx, c.conn(), http.MethodGet, "/jobs/"+url.PathEscape(jobID), nil)
+	return get[lifecycle.Job](ctx, connOf(c), http.MethodGet, "/jobs/"+url.PathEscape(jobID), nil)
 }
 
 // Requeue is the admin's requeue of a FAILED or DEAD job (POST
 // /jobs/{jobId}/requeue).
 func (c *Client) Requeue(ctx context.Context, jobID string) (lifecycle.Job, error) {
-	return get[lifecycle.Job](ctx, c.conn(), http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil)
+	return get[lifecycle.Job](ctx, connOf(c), http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil)
 }
 
 // Schedules lists the schedules with their next and last slots and runs
 // (GET /schedules).
 func (c *Client) Schedules(ctx context.Context) ([]lifecycle.ScheduleInfo, error) {
-	return get[[]lifecycle.ScheduleInfo](ctx, c.conn(), http.MethodGet, "/schedules", nil)
+	return get[[]lifecycle.ScheduleInfo](ctx, connOf(c), http.MethodGet, "/schedules", nil)
 }
 
 // PauseSchedule pauses a schedule in every process (POST
@@ -238,33 +264,33 @@ func (c *Client) PauseSchedule(ctx context.Context, id string, pause bool) (life
 	if pause {
 		verb = "/pause"
 	}
-	return get[lifecycle.ScheduleInfo](ctx, c.conn(), http.MethodPost, "/schedules/"+url.PathEscape(id)+verb, nil)
+	return get[lifecycle.ScheduleInfo](ctx, connOf(c), http.MethodPost, "/schedules/"+url.PathEscape(id)+verb, nil)
 }
 
 // NLMCallback posts an NLM backend's callback (POST /nlm/callback).
 func (c *Client) NLMCallback(ctx context.Context, cb lifecycle.NLMCallbackBody) error {
-	return c.conn().call(ctx, http.MethodPost, "/nlm/callback", nil, cb, nil)
+	return connOf(c).call(ctx, http.MethodPost, "/nlm/callback", nil, cb, nil)
 }
 
 // SubmitInbox submits an inbox entry (POST /inbox/submit) and returns its
 // id; the entry is pending.
 func (c *Client) SubmitInbox(ctx context.Context, sub lifecycle.InboxSubmission) (string, error) {
-	a, err := get[wire.InboxAnswer](ctx, c.conn(), http.MethodPost, "/inbox/submit", sub)
+	a, err := get[wire.InboxAnswer](ctx, connOf(c), http.MethodPost, "/inbox/submit", sub)
 	return a.InboxID, err
 }
 
 // InboxStats counts the inbox's entries by state (GET /inbox/stats).
 func (c *Client) InboxStats(ctx context.Context) (lifecycle.InboxStats, error) {
-	return get[lifecycle.InboxStats](ctx, c.conn(), http.MethodGet, "/inbox/stats", nil)
+	return get[lifecycle.InboxStats](ctx, connOf(c), http.MethodGet, "/inbox/stats", nil)
 }
 
 // Restore puts a quarantined record back at its key (POST
 // /quarantine/restore).
 func (c *Client) Restore(ctx context.Context, qkey string) error {
-	return c.conn().call(ctx, http.MethodPost, "/quarantine/restore", nil, wire.RestoreBody{QKey: qkey}, nil)
+	return connOf(c).call(ctx, http.MethodPost, "/quarantine/restore", nil, wire.RestoreBody{QKey: qkey}, nil)
 }
 
 // Health checks that the server answers (GET /healthz).
 func (c *Client) Health(ctx context.Context) error {
-	return c.conn().call(ctx, http.MethodGet, "/healthz", nil, nil, nil)
+	return connOf(c).call(ctx, http.MethodGet, "/healthz", nil, nil, nil)
 }

@@ -21,6 +21,16 @@ type Error struct {
 	// states reachable from From.
 	From, To string
 	Allowed  []string
+
+	// batch is the index and the landed jobs of a batch's failure at one
+	// job (EnqueueMany reports them as a *lifecycle.BatchError).
+	batch *batchFailure
+}
+
+// batchFailure is what POST /jobs/batch's error answer adds.
+type batchFailure struct {
+	Index  int
+	Landed []lifecycle.Job
 }
 
 // Error renders the status, code and message.
@@ -89,13 +99,17 @@ func sentinels(code string) []error {
 	return nil
 }
 
-// transitionBody is the JSON of a refused move: the error and the move.
+// transitionBody is the JSON of an error answer: the error, and the move
+// of a refused one or the job of a batch that failed at one.
 type transitionBody struct {
 	Code    string   `json:"code"`
 	Message string   `json:"message"`
 	From    string   `json:"from"`
 	To      string   `json:"to"`
 	Allowed []string `json:"allowed"`
+	// Index and Landed are a batch's failure at one job.
+	Index  *int            `json:"index"`
+	Landed []lifecycle.Job `json:"landed"`
 }
 
 // decodeError reads an error answer; a body that is not the JSON form
@@ -103,7 +117,11 @@ type transitionBody struct {
 func decodeError(status int, body []byte) *Error {
 	var b transitionBody
 	if json.Unmarshal(body, &b) == nil && b.Code != "" {
-		return &Error{Status: status, Code: b.Code, Message: b.Message, From: b.From, To: b.To, Allowed: b.Allowed}
+		e := &Error{Status: status, Code: b.Code, Message: b.Message, From: b.From, To: b.To, Allowed: b.Allowed}
+		if b.Index != nil {
+			e.batch = &batchFailure{Index: *b.Index, Landed: b.Landed}
+		}
+		return e
 	}
 	msg, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
 	return &Error{Status: status, Code: codes.OfStatus(status), Message: msg}

@@ -50,7 +50,7 @@ func (q Query) values(fields ...string) url.Values {
 // Runs reads a page of the runs q selects (GET /runs), newest first, and
 // the cursor of the next page ("" on the last); with q.All, every page.
 func (c *Client) Runs(ctx context.Context, q Query) ([]lifecycle.RunStatus, string, error) {
-	return list[lifecycle.RunStatus](ctx, c.conn(), "/runs", q, "agent", q.Agent, "status", q.Status)
+	return list[lifecycle.RunStatus](ctx, connOf(c), "/runs", q, "agent", q.Agent, "status", q.Status)
 }
 
 // Jobs reads a page of the jobs q selects (GET /jobs), in job id order,
@@ -58,21 +58,21 @@ func (c *Client) Runs(ctx context.Context, q Query) ([]lifecycle.RunStatus, stri
 // page. A page of a rare filter may be short, even empty, and still have a
 // next cursor: the server bounds the records a page reads.
 func (c *Client) Jobs(ctx context.Context, q Query) ([]lifecycle.Job, string, error) {
-	return list[lifecycle.Job](ctx, c.conn(), "/jobs", q, "status", q.Status, "type", q.Type, "agent", q.Agent)
+	return list[lifecycle.Job](ctx, connOf(c), "/jobs", q, "status", q.Status, "type", q.Type, "agent", q.Agent)
 }
 
 // InboxEntries reads a page of the inbox's entries (GET /inbox/entries),
 // of one state when q.Status is set, and the cursor of the next page (""
 // on the last); with q.All, every page.
 func (c *Client) InboxEntries(ctx context.Context, q Query) ([]lifecycle.InboxEntry, string, error) {
-	return list[lifecycle.InboxEntry](ctx, c.conn(), "/inbox/entries", q, "status", q.Status)
+	return list[lifecycle.InboxEntry](ctx, connOf(c), "/inbox/entries", q, "status", q.Status)
 }
 
 // Quarantine reads a page of the quarantined records in key order (GET
 // /quarantine, admin) and the cursor of the next page ("" on the last);
 // with q.All, every page.
 func (c *Client) Quarantine(ctx context.Context, q Query) ([]lifecycle.Quarantined, string, error) {
-	return list[lifecycle.Quarantined](ctx, c.conn(), "/quarantine", q)
+	return list[lifecycle.Quarantined](ctx, connOf(c), "/quarantine", q)
 }
 
 // list reads the page of path that q selects (filters: name, value

@@ -42,7 +42,7 @@ type runEvent struct {
 // it serves none), ErrStreamEnded when the server closed it, ctx's error
 // when ctx ended, an error for a line over 64 KiB or an event over 1 MiB.
 func (c *Client) Events(ctx context.Context, lastEventID, runID string) iter.Seq2[Event, error] {
-	k := c.conn()
+	k := connOf(c)
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -111,7 +111,7 @@ func readEvents(r io.Reader) iter.Seq2[Event, error] {
 // 5 s apart, with ±20 % jitter), later ones at each poll. It returns an *Error when a read of the status is
 // refused (an unknown run, a 4xx), and a *WaitError when ctx ends first.
 func (c *Client) Wait(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
-	k := c.conn()
+	k := connOf(c)
 	w := &waiter{k: k, runID: runID, start: k.clock.Now()}
 	st, err := w.first(ctx)
 	if err != nil || terminal(st) {
@@ -374,7 +374,7 @@ const inboxPollInterval = 30 * time.Second
 // again after each). It ends when ctx ends or a read is refused (an *Error
 // under 500, yielded); 5xx answers and network errors are waited out.
 func (c *Client) WatchInbox(ctx context.Context) iter.Seq2[lifecycle.InboxStats, error] {
-	k := c.conn()
+	k := connOf(c)
 	return func(yield func(lifecycle.InboxStats, error) bool) {
 		var last lifecycle.InboxStats
 		first := true

@@ -1,9 +1,11 @@
 // Command conveyor-bench runs the same no-op job workload through this SDK
-// (memstore, filestore, MinIO) and its peers (River on Postgres, asynq on
-// Redis), interleaved over several rounds, and prints medians, the SDK/peer
-// ratios of the same round, and each system's writes, reads and lists per
-// job. scripts/bench.sh starts the servers and runs it; see
-// docs/performance.md.
+// (memstore, SQLite, filestore, MinIO) and its peers (River on Postgres,
+// asynq on Redis) at several W (worker slots, and as many enqueuing
+// goroutines), with jobs inserted one at a time and in batches,
+// interleaved over several rounds, and prints medians with every round's
+// figure, the SDK/peer ratios of the same round, CPU per job (process and
+// server), and each system's writes, reads and lists per job.
+// scripts/bench.sh starts the servers and runs it; see docs/performance.md.
 package main
 
 import (
@@ -12,80 +14,183 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/runconveyor/conveyor/bench/harness"
 )
 
-// main stays one function (about 175 lines, a third of them flags): the
-// drivers it opens are closed, and MinIO stopped, by its own defers, and
-// the rounds read as the measurement protocol (rotation, then each mode in
-// turn) in one place; bench is a tool outside the SDK.
+// options are the command's flags.
+type options struct {
+	modes, systems, latSystems, batchSystems string
+	workers, latWorkers, batches             []int
+	rounds, agents, enqueuers                int
+	jobs, jobsFile, jobsMinIO                int
+	seconds                                  time.Duration
+	floorWrites, floorWorkers                int
+	rate                                     float64
+	latJobs                                  int
+	pg, pgData, redisAddr, minioBin, dir     string
+	riverFast                                bool
+	out                                      string
+}
+
+// defaultSystems are the comparison (29): the SDK on SQLite and on
+// filestore, River with its defaults and with its fetch tuned (its
+// defaults cap it at W jobs per 100 ms), asynq.
+const defaultSystems = "sdk-sqlite,sdk-filestore,river,river-tuned,asynq"
+
+func parseFlags() options {
+	var o options
+	flag.StringVar(&o.modes, "modes", "throughput,latency,floor", "what to measure: throughput, latency, floor (the SDK stores' raw write rate)")
+	flag.StringVar(&o.systems, "systems", defaultSystems, "comma-separated systems, or all: "+strings.Join(allSystems, ","))
+	flag.StringVar(&o.latSystems, "latency-systems", "sdk-sqlite,river,river-tuned,asynq",
+		"systems measured in latency mode (memstore cannot be reached from another process)")
+	workers := flag.String("workers", "1,4,16", "the W to measure at: worker slots, and as many enqueuing goroutines (throughput mode)")
+	latWorkers := flag.String("latency-workers", "", "the W (worker slots) of latency mode; empty: as -workers")
+	batches := flag.String("batch", "1,100", "jobs per enqueue call, each a measurement of its own: 1 one at a time (River's Insert, "+
+		"the others' Enqueue), N>1 through the system's batch insert (River's InsertMany, the SDK's Queue.InsertMany); "+
+		"systems without one (asynq) run at 1 only")
+	flag.StringVar(&o.batchSystems, "batch-systems", "sdk-memstore,sdk-sqlite,river,river-tuned",
+		"systems measured with batches too (filestore and MinIO may be added: their InsertMany writes a key at a time, no store commits several)")
+	flag.BoolVar(&o.riverFast, "river-insert-many-fast", false, "River's batches through InsertManyFast (COPY FROM, no rows returned) instead of InsertMany")
+	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds; medians are over rounds")
+	flag.IntVar(&o.jobs, "jobs", 0, "jobs per throughput measurement; 0: sized per system, W and batch by a warm-up measurement to last -seconds")
+	flag.IntVar(&o.jobsFile, "jobs-filestore", 0, "jobs per throughput measurement on filestore (0: as -jobs)")
+	flag.IntVar(&o.jobsMinIO, "jobs-minio", 0, "jobs per throughput measurement on MinIO (0: as -jobs)")
+	flag.DurationVar(&o.seconds, "seconds", 3*time.Second, "what a throughput measurement sized by its warm-up lasts")
+	flag.IntVar(&o.enqueuers, "enqueuers", 0, "enqueuing goroutines in throughput mode; 0: W (earlier runs: 16 beside 100 slots)")
+	flag.IntVar(&o.agents, "agents", 256, "agents (queue keys) the jobs are spread over")
+	flag.IntVar(&o.floorWrites, "floor-writes", 2000, "raw writes per floor measurement (memstore: 10x, MinIO: 1/4)")
+	flag.IntVar(&o.floorWorkers, "floor-workers", 16, "goroutines making the raw writes of the floor")
+	flag.Float64Var(&o.rate, "rate", 20, "jobs per second from the separate enqueuing process (latency mode); "+
+		"River's defaults run at most W jobs per 100 ms, so keep it below 10 W for a pickup latency rather than a backlog")
+	flag.IntVar(&o.latJobs, "latency-jobs", 200, "jobs per latency measurement")
+	flag.StringVar(&o.pg, "pg", os.Getenv("BENCH_PG_DSN"), "Postgres DSN for River (empty: River skipped)")
+	flag.StringVar(&o.pgData, "pg-data", os.Getenv("BENCH_PG_DATA"),
+		"that Postgres's data directory, on this machine: its postmaster.pid names the server whose CPU (the postmaster and all its processes) counts in River's CPU per job (empty: unknown)")
+	flag.StringVar(&o.redisAddr, "redis", os.Getenv("BENCH_REDIS_ADDR"), "Redis host:port for asynq (empty: asynq skipped)")
+	flag.StringVar(&o.minioBin, "minio", "auto", "MinIO server binary, auto to look for it, or none")
+	flag.StringVar(&o.dir, "dir", os.TempDir(), "where SQLite, filestore and MinIO keep their data: a directory on the disk to measure, not tmpfs")
+	flag.StringVar(&o.out, "json", "", "also write every measurement to this file as JSON")
+	flag.Parse()
+	var err error
+	if o.workers, err = ints(*workers); err == nil {
+		o.latWorkers = o.workers
+		if *latWorkers != "" {
+			o.latWorkers, err = ints(*latWorkers)
+		}
+	}
+	if err == nil {
+		o.batches, err = ints(*batches)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	return o
+}
+
+// ints parses a comma-separated list of positive integers (a batch of 0
+// is 1: one at a time).
+func ints(s string) ([]int, error) {
+	var xs []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: not a list of counts", s)
+		}
+		if !slices.Contains(xs, max(1, n)) {
+			xs = append(xs, max(1, n))
+		}
+	}
+	return xs, nil
+}
+
+func set(list string) map[string]bool {
+	m := map[string]bool{}
+	for _, s := range strings.Split(list, ",") {
+		if s == "all" {
+			for _, a := range allSystems {
+				m[a] = true
+			}
+		} else if s != "" {
+			m[s] = true
+		}
+	}
+	return m
+}
+
 func main() {
 	// The latency mode re-executes this binary as its enqueuing process.
 	harness.MaybeChild()
-
-	modes := flag.String("modes", "throughput,latency,floor", "what to measure: throughput, latency, floor (the SDK stores' raw write rate)")
-	systems := flag.String("systems", "all", "comma-separated systems, or all: "+strings.Join(allSystems, ","))
-	latSystems := flag.String("latency-systems", "sdk-filestore,river,river-tuned,asynq",
-		"systems measured in latency mode (memstore cannot be reached from another process; sdk-minio may be added)")
-	rounds := flag.Int("rounds", 3, "interleaved rounds; medians are over rounds")
-	jobs := flag.Int("jobs", 2000, "jobs per throughput measurement (memstore, River, asynq)")
-	jobsFile := flag.Int("jobs-filestore", 2000, "jobs per throughput measurement on filestore")
-	jobsMinIO := flag.Int("jobs-minio", 300, "jobs per throughput measurement on MinIO")
-	agents := flag.Int("agents", 256, "agents (queue keys) the jobs are spread over")
-	slots := flag.Int("slots", 100, "worker slots")
-	enqueuers := flag.Int("enqueuers", 16, "concurrent enqueuing goroutines (throughput mode)")
-	floorWrites := flag.Int("floor-writes", 2000, "raw writes per floor measurement (memstore: 10x, MinIO: 1/4)")
-	floorWorkers := flag.Int("floor-workers", 16, "goroutines making the raw writes of the floor")
-	rate := flag.Float64("rate", 100, "jobs per second from the separate enqueuing process (latency mode)")
-	latJobs := flag.Int("latency-jobs", 500, "jobs per latency measurement")
-	pg := flag.String("pg", os.Getenv("BENCH_PG_DSN"), "Postgres DSN for River (empty: River skipped)")
-	pgData := flag.String("pg-data", os.Getenv("BENCH_PG_DATA"),
-		"that Postgres's data directory, on this machine: its postmaster.pid names the server whose CPU (the postmaster and all its processes) counts in River's CPU per job (empty: unknown)")
-	redisAddr := flag.String("redis", os.Getenv("BENCH_REDIS_ADDR"), "Redis host:port for asynq (empty: asynq skipped)")
-	minioBin := flag.String("minio", "auto", "MinIO server binary, auto to look for it, or none")
-	dir := flag.String("dir", os.TempDir(), "where filestore and MinIO keep their data: a directory on the disk to measure, not tmpfs")
-	out := flag.String("json", "", "also write every measurement to this file as JSON")
-	flag.Parse()
+	o := parseFlags()
 	log.SetFlags(0)
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-
-	want := map[string]bool{}
-	for _, s := range strings.Split(*systems, ",") {
-		if s == "all" {
-			for _, a := range allSystems {
-				want[a] = true
-			}
-		} else if s != "" {
-			want[s] = true
+	drivers, closeAll := openDrivers(ctx, o)
+	defer closeAll()
+	if len(drivers) == 0 {
+		log.Fatal("no system to measure")
+	}
+	enq := "W"
+	if o.enqueuers > 0 {
+		enq = strconv.Itoa(o.enqueuers)
+	}
+	fmt.Printf("conveyor-bench: %s, GOMAXPROCS %d, %d rounds, W %v (latency W %v), enqueuers %s, batches %v, %d agents\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), o.rounds, o.workers, o.latWorkers, enq, o.batches, o.agents)
+	b := bench{o: o, drivers: drivers, sizes: map[cfgKey]int{}}
+	began := time.Now()
+	if strings.Contains(o.modes, "throughput") {
+		b.size(ctx)
+	}
+	sized := time.Now()
+	for r := range o.rounds {
+		b.round(ctx, r)
+	}
+	log.Printf("took %s: warm-up %s, rounds %s", time.Since(began).Round(time.Second),
+		sized.Sub(began).Round(time.Second), time.Since(sized).Round(time.Second))
+	report(os.Stdout, b.results, o.rate)
+	if o.out != "" {
+		out, _ := json.MarshalIndent(b.results, "", "  ")
+		if err := os.WriteFile(o.out, out, 0o644); err != nil {
+			log.Fatal(err)
 		}
 	}
-	var drivers []harness.Driver
-	defer func() {
+}
+
+// openDrivers opens the systems o asks for; closeAll closes them (and stops
+// MinIO).
+func openDrivers(ctx context.Context, o options) (drivers []harness.Driver, closeAll func()) {
+	var stops []func()
+	closeAll = func() {
 		for _, d := range drivers {
 			d.Close()
 		}
-	}()
+		for _, s := range stops {
+			s()
+		}
+	}
+	want := set(o.systems)
 	add := func(d harness.Driver) { drivers = append(drivers, d) }
 	if want[harness.NameMemstore] {
 		add(harness.NewMemstore())
 	}
+	if want[harness.NameSQLite] {
+		add(harness.NewSQLite(o.dir))
+	}
 	if want[harness.NameFilestore] {
-		add(harness.NewFilestore(*dir))
+		add(harness.NewFilestore(o.dir))
 	}
 	if want[harness.NameMinIO] {
-		bin := *minioBin
+		bin := o.minioBin
 		if bin == "auto" {
 			b, err := harness.MinIOBinary()
 			if err != nil {
@@ -94,11 +199,12 @@ func main() {
 			bin = b
 		}
 		if bin != "" && bin != "none" {
-			m, err := harness.StartMinIO(ctx, bin, *dir)
+			m, err := harness.StartMinIO(ctx, bin, o.dir)
 			if err != nil {
+				closeAll()
 				log.Fatalf("starting MinIO: %v", err)
 			}
-			defer m.Stop()
+			stops = append(stops, func() { m.Stop() })
 			add(harness.NewMinIO(m))
 		}
 	}
@@ -106,12 +212,13 @@ func main() {
 		if !want[name] {
 			continue
 		}
-		if *pg == "" {
+		if o.pg == "" {
 			log.Printf("skipping %s: no -pg DSN", name)
 			continue
 		}
-		d, err := harness.NewRiver(ctx, name, *pg, *pgData)
+		d, err := harness.NewRiver(ctx, harness.RiverConfig{Name: name, DSN: o.pg, PGData: o.pgData, InsertManyFast: o.riverFast})
 		if err != nil {
+			closeAll()
 			log.Fatalf("%s: %v", name, err)
 		}
 		if _, err := d.ServerCPU(ctx); err != nil {
@@ -120,355 +227,183 @@ func main() {
 		add(d)
 	}
 	if want[harness.NameAsynq] {
-		if *redisAddr == "" {
+		if o.redisAddr == "" {
 			log.Printf("skipping %s: no -redis address", harness.NameAsynq)
 		} else {
-			d, err := harness.OpenAsynq(ctx, *redisAddr)
+			d, err := harness.OpenAsynq(ctx, o.redisAddr)
 			if err != nil {
+				closeAll()
 				log.Fatalf("asynq: %v", err)
 			}
 			add(d)
 		}
 	}
-	if len(drivers) == 0 {
-		log.Fatal("no system to measure")
-	}
-	latWant := map[string]bool{}
-	for _, s := range strings.Split(*latSystems, ",") {
-		latWant[s] = true
-	}
+	return drivers, closeAll
+}
 
-	fmt.Printf("conveyor-bench: %s, GOMAXPROCS %d, %d rounds, %d slots, %d agents\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), *rounds, *slots, *agents)
-	var results []harness.Result
-	for r := range *rounds {
-		// Each round starts with a different system, so none is always
-		// measured first (on a cold cache) or last (after the others'
-		// background work, e.g. Postgres's checkpoints).
-		order := slices.Clone(drivers)
-		rot := r % len(order)
-		order = append(order[rot:], order[:rot]...)
-		if strings.Contains(*modes, "throughput") {
-			for _, d := range order {
-				n := *jobs
-				switch d.Name() {
-				case harness.NameFilestore:
-					n = *jobsFile
-				case harness.NameMinIO:
-					n = *jobsMinIO
+// cfgKey is one throughput configuration: a system at one W and batch.
+type cfgKey struct {
+	system       string
+	workers, bat int
+}
+
+// bench is one run: its drivers, the jobs each throughput configuration
+// runs (from the warm-up) and the results so far.
+type bench struct {
+	o       options
+	drivers []harness.Driver
+	sizes   map[cfgKey]int
+	results []harness.Result
+}
+
+// batchesOf are the batch sizes d is measured at.
+func (b *bench) batchesOf(d harness.Driver) []int {
+	_, ok := d.(harness.Batcher)
+	if !ok || !set(b.o.batchSystems)[d.Name()] {
+		return []int{1}
+	}
+	return b.o.batches
+}
+
+// enqueuers is how many goroutines enqueue at W = w.
+func (b *bench) enqueuers(w int) int { return cmp.Or(b.o.enqueuers, w) }
+
+// fixedJobs is the jobs -jobs and its per-store flags set for d, 0 when the
+// warm-up sizes them.
+func (b *bench) fixedJobs(d harness.Driver) int {
+	switch d.Name() {
+	case harness.NameFilestore:
+		return cmp.Or(b.o.jobsFile, b.o.jobs)
+	case harness.NameMinIO:
+		return cmp.Or(b.o.jobsMinIO, b.o.jobs)
+	}
+	return b.o.jobs
+}
+
+// Warm-up sizing: a short measurement per configuration (which also takes
+// the cold start off round 1), whose rate sets the jobs of its rounds so
+// each lasts about -seconds, within [minJobs, maxJobs], two significant
+// digits.
+const (
+	minJobs = 100
+	maxJobs = 30000
+)
+
+func (b *bench) size(ctx context.Context) {
+	var est time.Duration
+	for _, w := range b.o.workers {
+		for _, d := range b.drivers {
+			for _, bat := range b.batchesOf(d) {
+				k := cfgKey{d.Name(), w, bat}
+				if n := b.fixedJobs(d); n > 0 {
+					b.sizes[k] = n
+					continue
 				}
-				res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n, Agents: *agents, Slots: *slots, Enqueuers: *enqueuers})
+				n0 := min(2000, max(50*w, min(bat*w, 2000)))
+				res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n0, Agents: b.o.agents, Slots: w, Enqueuers: b.enqueuers(w), Batch: bat})
 				if err != nil {
-					log.Fatalf("round %d: %v", r+1, err)
+					log.Fatalf("warm-up: %v", err)
 				}
-				res.Round = r + 1
-				results = append(results, res)
-				log.Printf("round %d throughput %-14s %6d jobs %8.1f jobs/s  cpu/job %s ms  %s", r+1, d.Name(), n, res.JobsPerSec,
-					cpuCell(res.CPUPerJob, perJob(res, res.CPUProcess), perJob(res, res.CPUServer)), costLine(res))
-				if res.CPUError != "" {
-					log.Printf("round %d throughput %-14s server CPU unknown: %s", r+1, d.Name(), res.CPUError)
+				n := max(minJobs, min(maxJobs, twoDigits(res.JobsPerSec*b.o.seconds.Seconds())))
+				b.sizes[k] = n
+				est += time.Duration(float64(n) / res.JobsPerSec * float64(time.Second))
+				log.Printf("warm-up    W=%-3d %-14s %-16s %6d jobs %8.1f jobs/s: %d jobs a round", w, d.Name(),
+					insertLabel(res.Batch, res.Insert), n0, res.JobsPerSec, n)
+			}
+		}
+	}
+	if est > 0 {
+		log.Printf("throughput rounds: about %s of jobs a round, plus each measurement's set-up", est.Round(time.Second))
+	}
+}
+
+func twoDigits(x float64) int {
+	if x < 100 {
+		return int(x)
+	}
+	p := math.Pow(10, math.Floor(math.Log10(x))-1)
+	return int(math.Round(x/p) * p)
+}
+
+// round runs one round: every system at every W and batch, then the
+// floors, then latency. Each round starts with a different system, so none
+// is always measured first (on a cold cache) or last (after the others'
+// background work, e.g. Postgres's checkpoints).
+func (b *bench) round(ctx context.Context, r int) {
+	order := slices.Clone(b.drivers)
+	rot := r % len(order)
+	order = append(order[rot:], order[:rot]...)
+	if strings.Contains(b.o.modes, "throughput") {
+		for _, w := range b.o.workers {
+			for _, d := range order {
+				for _, bat := range b.batchesOf(d) {
+					b.throughput(ctx, r, d, w, bat)
 				}
 			}
 		}
-		if strings.Contains(*modes, "floor") {
-			for _, d := range order {
-				if _, ok := d.(harness.Floorer); !ok {
-					continue
-				}
-				n := *floorWrites
-				switch d.Name() {
-				case harness.NameMemstore:
-					n *= 10
-				case harness.NameMinIO:
-					n /= 4
-				}
-				res, err := harness.Floor(ctx, d, n, *floorWorkers)
-				if err != nil {
-					log.Fatalf("round %d: %v", r+1, err)
-				}
-				res.Round = r + 1
-				results = append(results, res)
-				log.Printf("round %d floor      %-14s %6d raw create-only puts %8.0f puts/s", r+1, d.Name(), n, res.JobsPerSec)
-			}
+	}
+	if strings.Contains(b.o.modes, "floor") {
+		for _, d := range order {
+			b.floor(ctx, r, d)
 		}
-		if strings.Contains(*modes, "latency") {
+	}
+	if strings.Contains(b.o.modes, "latency") {
+		lat := set(b.o.latSystems)
+		for _, w := range b.o.latWorkers {
 			for _, d := range order {
-				if !latWant[d.Name()] || d.Name() == harness.NameMemstore {
+				if !lat[d.Name()] || d.Name() == harness.NameMemstore {
 					continue
 				}
-				res, err := harness.Latency(ctx, d, harness.LatencyConfig{Jobs: *latJobs, Rate: *rate, Slots: *slots, Agents: *agents})
+				res, err := harness.Latency(ctx, d, harness.LatencyConfig{Jobs: b.o.latJobs, Rate: b.o.rate, Slots: w, Agents: b.o.agents})
 				if err != nil {
-					log.Fatalf("round %d: %v", r+1, err)
+					log.Fatalf("round %d: W=%d: %v", r+1, w, err)
 				}
 				res.Round = r + 1
-				results = append(results, res)
-				log.Printf("round %d latency    %-14s %6d jobs at %.0f/s  p50 %s  p99 %s  max %s", r+1, d.Name(), res.Jobs, *rate,
+				b.results = append(b.results, res)
+				log.Printf("round %d latency    W=%-3d %-14s %6d jobs at %.0f/s  p50 %s  p99 %s  max %s", r+1, w, d.Name(), res.Jobs, b.o.rate,
 					ms(res.P50), ms(res.P99), ms(res.Max))
 			}
 		}
 	}
-	report(os.Stdout, results, *rate)
-	if *out != "" {
-		b, _ := json.MarshalIndent(results, "", "  ")
-		if err := os.WriteFile(*out, b, 0o644); err != nil {
-			log.Fatal(err)
-		}
+}
+
+func (b *bench) throughput(ctx context.Context, r int, d harness.Driver, w, bat int) {
+	n := b.sizes[cfgKey{d.Name(), w, bat}]
+	res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n, Agents: b.o.agents, Slots: w, Enqueuers: b.enqueuers(w), Batch: bat})
+	if err != nil {
+		log.Fatalf("round %d: W=%d: %v", r+1, w, err)
+	}
+	res.Round = r + 1
+	b.results = append(b.results, res)
+	log.Printf("round %d throughput W=%-3d %-14s %-16s %6d jobs %8.1f jobs/s  cpu/job %s ms  %s", r+1, w, d.Name(),
+		insertLabel(res.Batch, res.Insert), n, res.JobsPerSec,
+		cpuCell(res.CPUPerJob, perJob(res, res.CPUProcess), perJob(res, res.CPUServer)), costLine(res))
+	if res.CPUError != "" {
+		log.Printf("round %d throughput W=%-3d %-14s server CPU unknown: %s", r+1, w, d.Name(), res.CPUError)
 	}
 }
 
-var allSystems = []string{harness.NameMemstore, harness.NameFilestore, harness.NameMinIO,
+func (b *bench) floor(ctx context.Context, r int, d harness.Driver) {
+	if _, ok := d.(harness.Floorer); !ok {
+		return
+	}
+	n := b.o.floorWrites
+	switch d.Name() {
+	case harness.NameMemstore:
+		n *= 10
+	case harness.NameMinIO:
+		n /= 4
+	}
+	res, err := harness.Floor(ctx, d, n, b.o.floorWorkers)
+	if err != nil {
+		log.Fatalf("round %d: %v", r+1, err)
+	}
+	res.Round = r + 1
+	b.results = append(b.results, res)
+	log.Printf("round %d floor      %-14s %6d raw create-only puts %8.0f puts/s", r+1, d.Name(), n, res.JobsPerSec)
+}
+
+var allSystems = []string{harness.NameMemstore, harness.NameSQLite, harness.NameFilestore, harness.NameMinIO,
 	harness.NameRiver, harness.NameRiverTuned, harness.NameAsynq}
 
 var peers = map[string]bool{harness.NameRiver: true, harness.NameRiverTuned: true, harness.NameAsynq: true}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
-
-func costLine(r harness.Result) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "writes/job %s (%s)", per(r, r.Cost.Writes), r.WritesUnit)
-	if r.Cost.Reads >= 0 {
-		fmt.Fprintf(&b, " reads/job %s", per(r, r.Cost.Reads))
-	}
-	if r.Cost.Lists >= 0 {
-		fmt.Fprintf(&b, " lists/job %s", per(r, r.Cost.Lists))
-	}
-	keys := make([]string, 0, len(r.Cost.Extra))
-	for k := range r.Cost.Extra {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %s/job %s", k, per(r, r.Cost.Extra[k]))
-	}
-	return b.String()
-}
-
-func per(r harness.Result, v int64) string {
-	x := r.PerJob(v)
-	if x < 0 {
-		return "n/a"
-	}
-	if x < 10 {
-		return fmt.Sprintf("%.3g", x)
-	}
-	return fmt.Sprintf("%.1f", x)
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// report prints the tables as Markdown, ready for docs/performance.md. It
-// stays one function (about 100 lines): it is the report's layout, table
-// after table in print order.
-func report(w io.Writer, results []harness.Result, rate float64) {
-	by := map[string]map[string][]harness.Result{} // mode → system → rounds
-	var names []string
-	for _, r := range results {
-		if by[r.Mode] == nil {
-			by[r.Mode] = map[string][]harness.Result{}
-		}
-		if !slices.Contains(names, r.System) {
-			names = append(names, r.System)
-		}
-		by[r.Mode][r.System] = append(by[r.Mode][r.System], r)
-	}
-	slices.SortStableFunc(names, func(a, b string) int {
-		return slices.Index(allSystems, a) - slices.Index(allSystems, b)
-	})
-	medOf := func(rs []harness.Result, f func(harness.Result) float64) float64 {
-		xs := make([]float64, len(rs))
-		for i, r := range rs {
-			xs[i] = f(r)
-		}
-		return median(xs)
-	}
-	if tp := by["throughput"]; len(tp) > 0 {
-		fmt.Fprintf(w, "\n### Throughput (medians of %d rounds)\n\n", len(tp[names[0]]))
-		fmt.Fprintln(w, "| system | jobs | end-to-end jobs/s (median; min–max) | CPU/job, ms: process + server | durable writes/job | reads/job | lists/job | other per job |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
-		for _, n := range names {
-			rs := tp[n]
-			if len(rs) == 0 {
-				continue
-			}
-			rates := make([]float64, len(rs))
-			for i, r := range rs {
-				rates[i] = r.JobsPerSec
-			}
-			mid := medOf(rs, func(r harness.Result) float64 { return r.PerJob(r.Cost.Writes) })
-			rd := medOf(rs, func(r harness.Result) float64 { return r.PerJob(r.Cost.Reads) })
-			ls := medOf(rs, func(r harness.Result) float64 { return r.PerJob(r.Cost.Lists) })
-			var extra []string
-			keys := make([]string, 0)
-			for k := range rs[0].Cost.Extra {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				extra = append(extra, fmt.Sprintf("%s %s", k, num(medOf(rs, func(r harness.Result) float64 { return r.PerJob(r.Cost.Extra[k]) }))))
-			}
-			fmt.Fprintf(w, "| %s | %d | %.0f (%.0f–%.0f) | %s | %s %s | %s | %s | %s |\n", n, rs[0].Jobs, median(rates),
-				slices.Min(rates), slices.Max(rates), medianCPU(rs), num(mid), rs[0].WritesUnit, num(rd), num(ls), strings.Join(extra, ", "))
-		}
-		ratios(w, tp, names, "end-to-end jobs/s, SDK ÷ peer (higher is better for the SDK)",
-			func(r harness.Result) float64 { return r.JobsPerSec })
-		ratios(w, tp, names, "CPU per job (process + server), SDK ÷ peer (lower is better for the SDK)",
-			func(r harness.Result) float64 { return float64(r.CPUPerJob) })
-	}
-	if fl := by["floor"]; len(fl) > 0 {
-		fmt.Fprintln(w, "\n### The stores' floor: raw create-only 512-byte puts, 16 goroutines, same rounds")
-		fmt.Fprint(w, "\nceiling = raw puts/s ÷ the job's writes; share = measured jobs/s ÷ ceiling, median of same-round ratios.\n\n")
-		fmt.Fprintln(w, "| store | raw puts/s | writes/job | ceiling jobs/s | measured jobs/s | share of ceiling |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|")
-		for _, n := range names {
-			rs, tps := fl[n], by["throughput"][n]
-			if len(rs) == 0 {
-				continue
-			}
-			puts := medOf(rs, func(r harness.Result) float64 { return r.JobsPerSec })
-			if len(tps) == 0 {
-				fmt.Fprintf(w, "| %s | %.0f | | | | |\n", n, puts)
-				continue
-			}
-			wpj := medOf(tps, func(r harness.Result) float64 { return r.PerJob(r.Cost.Writes) })
-			jps := medOf(tps, func(r harness.Result) float64 { return r.JobsPerSec })
-			var share []float64
-			for _, f := range rs {
-				for _, t := range tps {
-					if f.Round == t.Round && f.JobsPerSec > 0 {
-						share = append(share, t.JobsPerSec/(f.JobsPerSec/t.PerJob(t.Cost.Writes)))
-					}
-				}
-			}
-			fmt.Fprintf(w, "| %s | %.0f | %s | %.0f | %.0f | %.2f |\n", n, puts, num(wpj), puts/wpj, jps, median(share))
-		}
-	}
-	if lt := by["latency"]; len(lt) > 0 {
-		fmt.Fprintf(w, "\n### Enqueue→start latency at %.0f jobs/s from a separate process (medians of rounds)\n\n", rate)
-		fmt.Fprintln(w, "| system | jobs | p50 | p99 | max (worst round) |")
-		fmt.Fprintln(w, "|---|---|---|---|---|")
-		for _, n := range names {
-			rs := lt[n]
-			if len(rs) == 0 {
-				continue
-			}
-			p50 := medOf(rs, func(r harness.Result) float64 { return float64(r.P50) })
-			p99 := medOf(rs, func(r harness.Result) float64 { return float64(r.P99) })
-			var worst time.Duration
-			for _, r := range rs {
-				worst = max(worst, r.Max)
-			}
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |\n", n, rs[0].Jobs, ms(time.Duration(p50)), ms(time.Duration(p99)), ms(worst))
-		}
-		ratios(w, lt, names, "p50 latency, SDK ÷ peer (lower is better for the SDK)",
-			func(r harness.Result) float64 { return float64(r.P50) })
-	}
-}
-
-// ratios prints, for each SDK system and each peer, the median over rounds
-// of the ratio within a round: both numbers from the same minutes of the
-// machine, so load from others cancels out better than in a ratio of
-// medians.
-func ratios(w io.Writer, byName map[string][]harness.Result, names []string, what string, f func(harness.Result) float64) {
-	var sdk, peer []string
-	for _, n := range names {
-		if len(byName[n]) == 0 {
-			continue
-		}
-		if peers[n] {
-			peer = append(peer, n)
-		} else {
-			sdk = append(sdk, n)
-		}
-	}
-	if len(sdk) == 0 || len(peer) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "\nSame-round ratios, %s, median over rounds:\n\n| SDK \\ peer | %s |\n|---|%s\n", what,
-		strings.Join(peer, " | "), strings.Repeat("---|", len(peer)))
-	for _, s := range sdk {
-		cells := make([]string, len(peer))
-		for i, p := range peer {
-			var xs []float64
-			for _, a := range byName[s] {
-				for _, b := range byName[p] {
-					if a.Round == b.Round && f(a) >= 0 && f(b) > 0 {
-						xs = append(xs, f(a)/f(b))
-					}
-				}
-			}
-			cells[i] = "—"
-			if len(xs) > 0 {
-				cells[i] = fmt.Sprintf("%.3g", median(xs))
-			}
-		}
-		fmt.Fprintf(w, "| %s | %s |\n", s, strings.Join(cells, " | "))
-	}
-}
-
-// perJob is d per job in milliseconds, or -1 when d is unknown (< 0).
-func perJob(r harness.Result, d time.Duration) float64 {
-	if d < 0 || r.Jobs == 0 {
-		return -1
-	}
-	return float64(d) / 1e6 / float64(r.Jobs)
-}
-
-// cpuCell shows CPU per job as "total (process + server)" in ms, "n/a"
-// for an unknown part.
-func cpuCell(total time.Duration, process, server float64) string {
-	t := -1.0
-	if total >= 0 {
-		t = float64(total) / 1e6
-	}
-	return fmt.Sprintf("%s (%s + %s)", num(t), num(process), num(server))
-}
-
-// medianCPU is the cell of the median round by CPU per job: with an even
-// number of rounds, the mean of the middle two, part by part, so the parts
-// still add up to the total shown. Rounds whose server CPU is unknown are
-// left out; when every round's is, the cell shows the process's median and
-// the total as n/a.
-func medianCPU(rs []harness.Result) string {
-	known := slices.DeleteFunc(slices.Clone(rs), func(r harness.Result) bool { return r.CPUPerJob < 0 })
-	if len(known) == 0 {
-		return cpuCell(-1, median(mapf(rs, func(r harness.Result) float64 { return perJob(r, r.CPUProcess) })), -1)
-	}
-	slices.SortFunc(known, func(a, b harness.Result) int { return cmp.Compare(a.CPUPerJob, b.CPUPerJob) })
-	mid := known[(len(known)-1)/2 : len(known)/2+1]
-	var total, proc, srv float64
-	for _, r := range mid {
-		proc += perJob(r, r.CPUProcess) / float64(len(mid))
-		srv += perJob(r, r.CPUServer) / float64(len(mid))
-		total += float64(r.CPUPerJob) / float64(len(mid))
-	}
-	return cpuCell(time.Duration(total), proc, srv)
-}
-
-func mapf(rs []harness.Result, f func(harness.Result) float64) []float64 {
-	xs := make([]float64, len(rs))
-	for i, r := range rs {
-		xs[i] = f(r)
-	}
-	return xs
-}
-
-func num(x float64) string {
-	switch {
-	case x < 0:
-		return "n/a"
-	case x < 10:
-		return fmt.Sprintf("%.3g", x)
-	default:
-		return fmt.Sprintf("%.1f", x)
-	}
-}

@@ -2,6 +2,7 @@ package teststores
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"sync/atomic"
 
@@ -14,12 +15,18 @@ import (
 // for tests and benchmarks that hold a cost (calls per job, per run).
 // Pages counts Lists as S3 bills them, one per page of up to 1,000 keys
 // read (at least one per List), and Listed the keys they yielded, for
-// costs that must not grow with what a prefix holds.
+// costs that must not grow with what a prefix holds. Commits counts the
+// commits it forwards, and each write of a commit is also counted as the
+// Put or Delete it is, so writes per job compare across stores that commit
+// and stores that do not; over a driver that cannot commit, the Store over
+// the count cannot either (storage.Store.CanCommit).
 type Counting struct {
 	driver.Store
 	Gets, Puts, Deletes, Lists atomic.Int64
-	Pages, Listed              atomic.Int64
+	Pages, Listed, Commits     atomic.Int64
 }
+
+var _ driver.Committer = (*Counting)(nil)
 
 // Get counts and forwards.
 func (c *Counting) Get(ctx context.Context, key string) ([]byte, storage.Version, error) {
@@ -37,6 +44,23 @@ func (c *Counting) Put(ctx context.Context, key string, value []byte, cond stora
 func (c *Counting) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	c.Deletes.Add(1)
 	return c.Store.Delete(ctx, key, cond)
+}
+
+// Commit counts the commit and each of its writes, and forwards.
+func (c *Counting) Commit(ctx context.Context, writes []driver.Write) ([]storage.Version, error) {
+	cm, ok := c.Store.(driver.Committer)
+	if !ok {
+		return nil, &storage.OpError{Op: "commit", Kind: errors.ErrUnsupported}
+	}
+	c.Commits.Add(1)
+	for _, w := range writes {
+		if w.Delete {
+			c.Deletes.Add(1)
+		} else {
+			c.Puts.Add(1)
+		}
+	}
+	return cm.Commit(ctx, writes)
 }
 
 // ListAfter counts and forwards: one List, its pages and keys (a List of
@@ -74,9 +98,11 @@ func (c *Counting) Reset() {
 	c.Lists.Store(0)
 	c.Pages.Store(0)
 	c.Listed.Store(0)
+	c.Commits.Store(0)
 }
 
-// Total is the number of round trips counted.
+// Total is the number of round trips counted, a commit's writes counted
+// one by one (Puts and Deletes), as the writes they would be without it.
 func (c *Counting) Total() int64 {
 	return c.Gets.Load() + c.Puts.Load() + c.Deletes.Load() + c.Lists.Load()
 }

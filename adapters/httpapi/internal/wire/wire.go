@@ -53,6 +53,27 @@ type JobBody struct {
 	ProjectID   string               `json:"project_id,omitempty"`
 }
 
+// BatchBody is POST /jobs/batch's body (docs/http-api.md): 1 to 500 jobs,
+// each as POST /jobs takes one.
+type BatchBody struct {
+	Jobs []JobBody `json:"jobs"`
+}
+
+// BatchAnswer is POST /jobs/batch's answer: the jobs created, in order.
+type BatchAnswer struct {
+	Jobs []lifecycle.Job `json:"jobs"`
+}
+
+// BatchErrorBody is POST /jobs/batch's error answer for a job at fault:
+// the error form, the job's index and the jobs that landed before it
+// (none on a store that commits).
+type BatchErrorBody struct {
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+	Index   int             `json:"index"`
+	Landed  []lifecycle.Job `json:"landed"`
+}
+
 // RestoreBody is a request body (docs/http-api.md).
 type RestoreBody struct {
 	QKey string `json:"qkey"`
