@@ -63,10 +63,10 @@ func sqliteStore(tb testing.TB) *storage.Store {
 	return s
 }
 
-// faultStores are the stores the fault suite runs on: memstore and
-// filestore always, MinIO (withS3) where the fault is about S3.
+// faultStores are the stores the fault suite runs on: memstore, filestore
+// and SQLite always, MinIO (withS3) where the fault is about S3.
 func faultStores(withS3 bool) []storeCase {
-	cs := []storeCase{stores[0], {"filestore", fileStore}}
+	cs := []storeCase{stores[0], {"filestore", fileStore}, {"sqlite", teststores.SQLite}}
 	if withS3 {
 		cs = append(cs, stores[1])
 	}

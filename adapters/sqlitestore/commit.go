@@ -216,7 +216,15 @@ var (
 // reopened.
 func (c *committer) commit(lead *op, batch []*op) (answered, requeue []*op) {
 	if c.w == nil {
-		w, err := openWriter(c.d)
+		// Opened on the leader's context: a reopen waits no longer than
+		// the write that needs it.
+		w, err := openWriter(lead.ctx, c.d)
+		if err != nil && lead.ctx.Err() != nil && lead.state.CompareAndSwap(pending, withdrawn) {
+			// The leader's write gave up, nothing sent; the others queue
+			// again for the next leader.
+			lead.err = &BusyError{Path: c.d.cfg.Path, Waited: time.Since(lead.since), stop: lead.ctx.Err()}
+			return nil, slices.DeleteFunc(batch, func(o *op) bool { return o == lead })
+		}
 		if err != nil {
 			answered = claim(batch)
 			fail(answered, err)
@@ -294,8 +302,7 @@ type writer struct {
 	first, last int64
 }
 
-func openWriter(d *sqlDriver) (*writer, error) {
-	ctx := context.Background()
+func openWriter(ctx context.Context, d *sqlDriver) (*writer, error) {
 	db, err := sql.Open("sqlite", d.dsn)
 	if err != nil {
 		return nil, err

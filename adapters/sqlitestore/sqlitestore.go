@@ -198,11 +198,17 @@ var schema = []string{
 }
 
 // initSchema creates the tables if missing, in one transaction, and checks
-// the schema version. It takes its turn at the write lock as writes do (a
+// the schema version; a file that has them is only read. To create them it
+// takes its turn at the write lock as writes do (a
 // busy writer in another process would starve SQLite's busy handler), and
 // retries while another process holds the file (creating it, or switching
 // it to WAL), until BusyTimeout or ctx ends.
 func (d *sqlDriver) initSchema(ctx context.Context) error {
+	// A file whose schema exists needs no write lock: a process starting
+	// beside busy writers would otherwise wait its turn among them.
+	if v, ok := d.readSchema(ctx); ok {
+		return d.checkSchema(v)
+	}
 	t, err := openTurn(d.cfg.Path)
 	if err != nil {
 		return err
@@ -262,6 +268,24 @@ func (d *sqlDriver) tryInitSchema(ctx context.Context) error {
 		_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
 		return err
 	}
+	return d.checkSchema(v)
+}
+
+// readSchema reads the schema version without a write lock; false when
+// it cannot (no schema yet, or the file is busy being created).
+func (d *sqlDriver) readSchema(ctx context.Context) (int, bool) {
+	db, err := sql.Open("sqlite", d.dsn)
+	if err != nil {
+		return 0, false
+	}
+	defer db.Close()
+	var v int
+	err = db.QueryRowContext(ctx, "SELECT value FROM meta WHERE name = 'schema'").Scan(&v)
+	return v, err == nil
+}
+
+// checkSchema refuses a file a newer release wrote.
+func (d *sqlDriver) checkSchema(v int) error {
 	if v > schemaVersion {
 		return fmt.Errorf("sqlitestore: %s has schema version %d, newer than this release's %d", d.cfg.Path, v, schemaVersion)
 	}

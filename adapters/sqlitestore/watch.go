@@ -12,26 +12,32 @@ import (
 type watch struct {
 	prefix string
 	ch     chan struct{} // capacity 1: signals coalesce
+	stop   func() bool   // unregisters the close at the context's end
 }
 
 // watchSet holds the open watches and the poller that notices other
-// processes' commits.
+// processes' commits while any is open.
 type watchSet struct {
 	d       *sqlDriver
 	mu      sync.Mutex
 	watches map[*watch]struct{}
-	// The poller, started by the first Watch: its connection, and how
-	// far it has read the change log.
+	p       *poller // nil while no watch is open
+	closed  bool    // by Close: no more watches
+}
+
+// poller is one run of the doorbell, from the first open watch to the
+// last one's end (or Close): its connection, and how far it has read.
+type poller struct {
+	ws      *watchSet
 	conn    *sql.Conn
-	stmts   [3]*sql.Stmt // prepared on conn at first use (pollStmt)
+	stmts   [3]*sql.Stmt // prepared on conn at first use (stmt)
 	version int64        // data_version when last read
 	cursor  int64        // last change-log seq read
 	// tip: every version in (cursor, tip] is this Store's own, signalled
-	// at its commit, so the poller need not read them (under mu).
+	// at its commit, so the poller need not read them (under ws.mu).
 	tip     int64
 	stopc   chan struct{}
 	stopped chan struct{}
-	closed  bool // by Close: no more watches
 }
 
 // Watch implements driver.Watcher.
@@ -42,46 +48,62 @@ func (d *sqlDriver) Watch(ctx context.Context, prefix string) (<-chan struct{}, 
 	if ws.closed {
 		return nil, opErr(ctx, "watch", prefix, errClosed)
 	}
-	if ws.stopc == nil {
+	if ws.p == nil {
 		// Start the poller here, not in its goroutine: the cursor read
 		// now is what makes other processes' writes after Watch returns
 		// unmissable.
-		if err := ws.start(ctx); err != nil {
+		p, err := ws.start(ctx)
+		if err != nil {
 			return nil, opErr(ctx, "watch", prefix, err)
 		}
+		ws.p = p
 	}
 	w := &watch{prefix: prefix, ch: make(chan struct{}, 1)}
 	if ws.watches == nil {
 		ws.watches = make(map[*watch]struct{})
 	}
 	ws.watches[w] = struct{}{}
-	context.AfterFunc(ctx, func() {
-		ws.mu.Lock()
-		defer ws.mu.Unlock()
-		delete(ws.watches, w)
-		close(w.ch)
-	})
+	w.stop = context.AfterFunc(ctx, func() { ws.end(w) })
 	return w.ch, nil
 }
 
-func (ws *watchSet) start(ctx context.Context) error {
+// end closes w at its context's end, and stops the poller when w was the
+// last open watch: an idle Store polls nothing.
+func (ws *watchSet) end(w *watch) {
+	ws.mu.Lock()
+	if _, ok := ws.watches[w]; !ok {
+		ws.mu.Unlock() // closed by Close already
+		return
+	}
+	delete(ws.watches, w)
+	close(w.ch)
+	var p *poller
+	if len(ws.watches) == 0 {
+		p, ws.p = ws.p, nil
+	}
+	ws.mu.Unlock()
+	if p != nil {
+		p.stop()
+	}
+}
+
+func (ws *watchSet) start(ctx context.Context) (*poller, error) {
 	conn, err := ws.d.read.Conn(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	err = conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&ws.version)
+	p := &poller{ws: ws, conn: conn, stopc: make(chan struct{}), stopped: make(chan struct{})}
+	err = conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&p.version)
 	if err == nil {
-		err = conn.QueryRowContext(ctx, "SELECT value FROM meta WHERE name = 'seq'").Scan(&ws.cursor)
+		err = conn.QueryRowContext(ctx, "SELECT value FROM meta WHERE name = 'seq'").Scan(&p.cursor)
 	}
 	if err != nil {
 		_ = conn.Close()
-		return err
+		return nil, err
 	}
-	ws.conn = conn
-	ws.tip = ws.cursor
-	ws.stopc, ws.stopped = make(chan struct{}), make(chan struct{})
-	go ws.poll()
-	return nil
+	p.tip = p.cursor
+	go p.poll()
+	return p, nil
 }
 
 // signal wakes the watchers of keys (of every key, with all); it never
@@ -103,27 +125,27 @@ func (ws *watchSet) signal(keys []string, all bool) {
 }
 
 // own records that this Store committed the versions (first, last]: if
-// they follow the tip, the poller will not read them back.
+// they follow the running poller's tip, it will not read them back.
 func (ws *watchSet) own(first, last int64) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if first == ws.tip {
-		ws.tip = last
+	if ws.p != nil && first == ws.p.tip {
+		ws.p.tip = last
 	}
 }
 
 // poll rings the doorbell every WatchInterval: data_version changes when
 // another connection commits, and only then is the change log read.
-func (ws *watchSet) poll() {
-	defer close(ws.stopped)
-	t := time.NewTicker(ws.d.cfg.WatchInterval)
+func (p *poller) poll() {
+	defer close(p.stopped)
+	t := time.NewTicker(p.ws.d.cfg.WatchInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-ws.stopc:
+		case <-p.stopc:
 			return
 		case <-t.C:
-			ws.check()
+			p.check()
 		}
 	}
 }
@@ -144,20 +166,20 @@ var pollQueries = [...]string{
 
 // stmt returns the poller's statement i, preparing it at first use (a
 // failure is tried again at the next tick).
-func (ws *watchSet) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
-	if ws.stmts[i] == nil {
-		st, err := ws.conn.PrepareContext(ctx, pollQueries[i])
+func (p *poller) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
+	if p.stmts[i] == nil {
+		st, err := p.conn.PrepareContext(ctx, pollQueries[i])
 		if err != nil {
 			return nil, err
 		}
-		ws.stmts[i] = st
+		p.stmts[i] = st
 	}
-	return ws.stmts[i], nil
+	return p.stmts[i], nil
 }
 
 // queryRow scans the one row of the poller's statement i into dest.
-func (ws *watchSet) queryRow(ctx context.Context, i int, dest ...any) error {
-	st, err := ws.stmt(ctx, i)
+func (p *poller) queryRow(ctx context.Context, i int, dest ...any) error {
+	st, err := p.stmt(ctx, i)
 	if err != nil {
 		return err
 	}
@@ -166,36 +188,37 @@ func (ws *watchSet) queryRow(ctx context.Context, i int, dest ...any) error {
 
 // check reads what other processes committed since the last check and
 // signals their keys. An error is retried at the next tick.
-func (ws *watchSet) check() {
+func (p *poller) check() {
 	ctx := context.Background()
+	ws := p.ws
 	var v int64
-	if err := ws.queryRow(ctx, dataVersion, &v); err != nil || v == ws.version {
+	if err := p.queryRow(ctx, dataVersion, &v); err != nil || v == p.version {
 		return
 	}
 	// data_version counts this Store's own commits too (another
 	// connection's): when the sequence has not passed the tip of its own,
 	// there is nothing to read.
 	var seq int64
-	if err := ws.queryRow(ctx, lastSeq, &seq); err != nil {
+	if err := p.queryRow(ctx, lastSeq, &seq); err != nil {
 		return
 	}
 	ws.mu.Lock()
-	mine := seq <= ws.tip
+	mine := seq <= p.tip
 	ws.mu.Unlock()
 	if mine {
-		ws.version, ws.cursor = v, max(ws.cursor, seq)
+		p.version, p.cursor = v, max(p.cursor, seq)
 		return
 	}
-	st, err := ws.stmt(ctx, readLog)
+	st, err := p.stmt(ctx, readLog)
 	if err != nil {
 		return
 	}
-	rows, err := st.QueryContext(ctx, ws.cursor)
+	rows, err := st.QueryContext(ctx, p.cursor)
 	if err != nil {
 		return
 	}
 	var keys []string
-	cursor, gap := ws.cursor, false
+	cursor, gap := p.cursor, false
 	for rows.Next() {
 		var seq, writer int64
 		var key string
@@ -214,9 +237,9 @@ func (ws *watchSet) check() {
 	if rows.Close() != nil || rows.Err() != nil {
 		return
 	}
-	ws.version, ws.cursor = v, cursor
+	p.version, p.cursor = v, cursor
 	ws.mu.Lock()
-	ws.tip = max(ws.tip, cursor)
+	p.tip = max(p.tip, cursor)
 	ws.mu.Unlock()
 	if gap {
 		keys = []string{""}
@@ -226,22 +249,34 @@ func (ws *watchSet) check() {
 	}
 }
 
-// stop ends the poller and releases its connection.
-func (ws *watchSet) stop() {
-	ws.mu.Lock()
-	stopc, was := ws.stopc, ws.closed
-	ws.closed = true
-	ws.mu.Unlock()
-	if stopc == nil || was {
-		return
-	}
-	close(stopc)
-	<-ws.stopped
-	for i, st := range ws.stmts {
+// stop ends the poller and releases its statements and connection,
+// waiting for it: it is called without the set's lock, which a check in
+// progress takes.
+func (p *poller) stop() {
+	close(p.stopc)
+	<-p.stopped
+	for _, st := range p.stmts {
 		if st != nil {
 			_ = st.Close()
-			ws.stmts[i] = nil
 		}
 	}
-	_ = ws.conn.Close()
+	_ = p.conn.Close()
+}
+
+// stop, at Close, closes every open watch's channel (its watcher's wait
+// ends, as at its context's end) and stops the poller.
+func (ws *watchSet) stop() {
+	ws.mu.Lock()
+	ws.closed = true
+	p := ws.p
+	ws.p = nil
+	for w := range ws.watches {
+		w.stop()
+		close(w.ch)
+	}
+	ws.watches = nil
+	ws.mu.Unlock()
+	if p != nil {
+		p.stop()
+	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/adapters/sqlitestore"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -389,6 +390,20 @@ func (r *run) openStore(ctx context.Context) (func(), error) {
 			r.base.OutageFile = filepath.Join(r.tmp, "outage")
 		}
 		return func() {}, nil
+	case "sqlite":
+		dir := o.Dir
+		if dir == "" {
+			dir = filepath.Join(r.tmp, "store")
+		}
+		s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: filepath.Join(dir, sqliteFile)})
+		if err != nil {
+			return nil, err
+		}
+		r.store, r.base.Dir = s, dir
+		if o.Outage {
+			r.base.OutageFile = filepath.Join(r.tmp, "outage")
+		}
+		return func() { _ = s.Close() }, nil
 	case "minio":
 		bin, err := miniotest.FindBinary()
 		if err != nil {
@@ -418,7 +433,7 @@ func (r *run) openStore(ctx context.Context) (func(), error) {
 			_ = srv.Stop()
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown store %q (want file or minio)", o.Store)
+	return nil, fmt.Errorf("unknown store %q (want file, sqlite or minio)", o.Store)
 }
 
 // startWorker starts the next generation of the worker in slot.

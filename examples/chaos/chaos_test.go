@@ -81,6 +81,13 @@ func TestChaosFilestore(t *testing.T) {
 	runSmall(t, "file", nil)
 }
 
+// TestChaosSQLite: the same on one SQLite file (the Worker's default
+// store), shared by the worker processes.
+func TestChaosSQLite(t *testing.T) {
+	t.Parallel()
+	runSmall(t, "sqlite", nil)
+}
+
 // TestChaosMinIO: the same on one MinIO bucket, the server stopped and
 // restarted on the same port and data.
 func TestChaosMinIO(t *testing.T) {

@@ -1,6 +1,6 @@
 // Command chaos is the chaos program of issue 10: several worker processes
-// share one job queue on one store (a filestore directory or a MinIO
-// bucket) while a seeded chaos loop kills them (SIGKILL), pauses them past
+// share one job queue on one store (a filestore directory, a SQLite file
+// or a MinIO bucket) while a seeded chaos loop kills them (SIGKILL), pauses them past
 // their lease (SIGSTOP, then SIGCONT), overwrites job records and agent
 // locks with garbage, and stops the store for a while. When the chaos
 // window closes the system is given a bounded time to drain; then the
@@ -20,6 +20,7 @@
 // It prints a summary and exits 1 on any violation.
 //
 //	go run ./examples/chaos -store file -workers 3 -jobs 200 -duration 30s -seed 1
+//	go run ./examples/chaos -store sqlite -workers 3 -jobs 200 -duration 30s -seed 1
 //	go run ./examples/chaos -store minio -workers 3 -jobs 200 -duration 30s -seed 1
 //
 // The MinIO server binary is found through $MINIO_BIN, PATH or
@@ -87,8 +88,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // Options configure a chaos run (the parent).
 type Options struct {
-	Store   string // "file" or "minio"
-	Dir     string // filestore root; empty: a fresh temporary directory, removed after
+	Store   string // "file", "sqlite" or "minio"
+	Dir     string // filestore root or the SQLite file's directory; empty: a fresh temporary directory, removed after
 	Workers int    // worker processes
 	Slots   int    // jobs one worker runs at once
 	Jobs    int    // jobs enqueued, spread over the first 70 % of Duration
@@ -134,8 +135,8 @@ func DefaultOptions() Options {
 }
 
 func (o *Options) bind(fs *flag.FlagSet) {
-	fs.StringVar(&o.Store, "store", o.Store, "store: file or minio")
-	fs.StringVar(&o.Dir, "dir", o.Dir, "filestore directory (default: a temporary one)")
+	fs.StringVar(&o.Store, "store", o.Store, "store: file, sqlite (one SQLite file in -dir) or minio")
+	fs.StringVar(&o.Dir, "dir", o.Dir, "filestore directory, or the SQLite file's (default: a temporary one)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "worker processes")
 	fs.IntVar(&o.Slots, "slots", o.Slots, "jobs a worker runs at once")
 	fs.IntVar(&o.Jobs, "jobs", o.Jobs, "jobs to enqueue")

@@ -14,12 +14,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/adapters/sqlitestore"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -89,6 +91,10 @@ func queueConfig(s *storage.Store, node string, lease, step time.Duration, log *
 	}
 }
 
+// sqliteFile is the SQLite file's name in the run's directory (-store
+// sqlite).
+const sqliteFile = "store.db"
+
 // openStore opens the run's store as a worker sees it.
 func (w WorkerOptions) openStore() (*storage.Store, func(), error) {
 	switch w.Store {
@@ -101,6 +107,16 @@ func (w WorkerOptions) openStore() (*storage.Store, func(), error) {
 			return storage.New(&outageStore{Store: s, marker: w.OutageFile}), func() {}, nil
 		}
 		return s, func() {}, nil
+	case "sqlite":
+		s, err := sqlitestore.New(context.Background(), sqlitestore.Config{Path: filepath.Join(w.Dir, sqliteFile)})
+		if err != nil {
+			return nil, nil, err
+		}
+		closeStore := func() { _ = s.Close() }
+		if w.OutageFile != "" {
+			return storage.New(&outageStore{Store: s, marker: w.OutageFile}), closeStore, nil
+		}
+		return s, closeStore, nil
 	case "minio":
 		srv := &miniotest.Server{Endpoint: w.S3Endpoint, AccessKey: os.Getenv(envS3Access),
 			SecretKey: os.Getenv(envS3Secret), Region: w.S3Region}
@@ -111,7 +127,7 @@ func (w WorkerOptions) openStore() (*storage.Store, func(), error) {
 		}
 		return s, tr.CloseIdleConnections, nil
 	}
-	return nil, nil, fmt.Errorf("unknown store %q (want file or minio)", w.Store)
+	return nil, nil, fmt.Errorf("unknown store %q (want file, sqlite or minio)", w.Store)
 }
 
 // RunWorker is the body of a worker process: a jobqueue.Worker with

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,23 +14,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/schedule"
+	"github.com/runconveyor/conveyor/internal/storeopen"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// TestScheduleFailsOver: three Worker processes fire one schedule (every
-// second) on one directory while two CPU hogs and a disk writer run; one
-// is killed -9 (and restarted later), another stopped (SIGSTOP) past its
-// lease and continued. Every slot from the first to the last is fired
-// exactly once: none skipped, none twice.
+// TestScheduleFailsOver: Worker processes fire one schedule (every
+// second) on one store while two CPU hogs and a disk writer run. On a
+// directory, three Workers: one is killed -9 (and restarted later),
+// another stopped (SIGSTOP) past its lease and continued. On a SQLite
+// file, two Workers: each in turn is killed -9 and restarted, so one is
+// left alone twice. Every slot from the first to the last is fired
+// exactly once: none skipped, none twice; no Worker exits on its own.
 func TestScheduleFailsOver(t *testing.T) {
 	if testing.Short() {
-		t.Skip("35 s of real time")
+		t.Skip("35 s of real time per store")
 	}
 	// Not parallel: its CPU hogs would starve the package's other tests
 	// (an event stream client too slow to read is dropped).
+	for _, store := range []string{"files", "sqlite"} {
+		t.Run(store, func(t *testing.T) { scheduleFailsOver(t, store) })
+	}
+}
+
+func scheduleFailsOver(t *testing.T, store string) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "conveyor.json")
 	if err := os.WriteFile(conf, []byte(`{"schedules": [{"id": "tick", "agent": "demo-research", "every": "1s"}]}`), 0o600); err != nil {
@@ -38,41 +47,70 @@ func TestScheduleFailsOver(t *testing.T) {
 	load(t, dir)
 	data := filepath.Join(dir, "data")
 	worker := func(name string) *proc {
-		return start(t, name, nil, "-role", "runner", "-addr", "", "-owner", name, "-data", data, "-store", "files", "-config", conf,
+		return start(t, name, nil, "-role", "runner", "-addr", "", "-owner", name, "-data", data, "-store", store, "-config", conf,
 			"-step-pause", "10ms", "-lease", "3s", "-drain", "5s")
 	}
-	w := []*proc{worker("w1"), worker("w2"), worker("w3")}
 	// Each fault lands 15 ms past a slot, while the processes fire it:
 	// likely between a slot's claim and its run.
+	began := time.Now()
 	sleep := func(d time.Duration) {
 		time.Sleep(time.Until(time.Now().Add(d).Truncate(time.Second).Add(15 * time.Millisecond)))
 	}
-	began := time.Now()
-	sleep(8 * time.Second)
-	_ = w[0].cmd.Process.Kill() // kill -9, mid-schedule
-	t.Logf("%.1fs: killed w1", time.Since(began).Seconds())
-	sleep(4 * time.Second)
-	_ = w[1].cmd.Process.Signal(syscall.SIGSTOP)
-	t.Logf("%.1fs: stopped w2", time.Since(began).Seconds())
-	sleep(5 * time.Second) // past the 3 s lease
-	_ = w[1].cmd.Process.Signal(syscall.SIGCONT)
-	t.Logf("%.1fs: continued w2", time.Since(began).Seconds())
-	sleep(4 * time.Second)
-	w1b := worker("w1-restarted")
-	t.Logf("%.1fs: restarted w1", time.Since(began).Seconds())
+	say := func(what string) { t.Logf("%.1fs: %s", time.Since(began).Seconds(), what) }
+	var live []*proc
+	if store == "files" {
+		w := []*proc{worker("w1"), worker("w2"), worker("w3")}
+		sleep(8 * time.Second)
+		_ = w[0].cmd.Process.Kill() // kill -9, mid-schedule
+		say("killed w1")
+		sleep(4 * time.Second)
+		_ = w[1].cmd.Process.Signal(syscall.SIGSTOP)
+		say("stopped w2")
+		sleep(5 * time.Second) // past the 3 s lease
+		_ = w[1].cmd.Process.Signal(syscall.SIGCONT)
+		say("continued w2")
+		sleep(4 * time.Second)
+		live = []*proc{w[1], w[2], worker("w1-restarted")}
+		say("restarted w1")
+	} else {
+		w := []*proc{worker("w1"), worker("w2")}
+		for round, i := range []int{0, 1} {
+			sleep(6 * time.Second)
+			kill9(w[i])
+			say(fmt.Sprintf("killed %s", w[i].name))
+			sleep(4 * time.Second) // past the 3 s lease: the other fires alone
+			w[i] = worker(fmt.Sprintf("w%d-g%d", i+1, round+2))
+			say("restarted it")
+		}
+		live = w
+	}
 	sleep(8 * time.Second)
 	ended := time.Now()
-	for _, p := range []*proc{w[1], w[2], w1b} {
+	for _, p := range live {
+		select {
+		case err := <-p.done:
+			t.Errorf("%s exited on its own: %v", p.name, err)
+			p.done <- err
+		default:
+		}
+	}
+	for _, p := range live {
 		p.stop(t, 15*time.Second)
 	}
+	checkSlots(t, store, data, began, ended)
+}
 
-	// The truth is in the store: every slot's runs, by idempotency key.
-	store, err := filestore.New(data)
+// checkSlots reads every cron run from the store in data and fails t
+// unless every slot from the first (at most 5 s after began) to 2 s before
+// ended holds exactly one run.
+func checkSlots(t *testing.T, kind, data string, began, ended time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	store, _, err := storeopen.Embedded(ctx, kind, data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	ctx := context.Background()
 	bySlot := map[string][]string{}
 	for key, err := range store.List(ctx, layout.AgentsPrefix) {
 		if err != nil {
@@ -112,7 +150,8 @@ func TestScheduleFailsOver(t *testing.T) {
 			twice = append(twice, s.Format("15:04:05")+": "+strings.Join(runs, ", "))
 		}
 	}
-	t.Logf("%d slots from %s: %d missing, %d fired twice (%d runs in all)", n, first.Format("15:04:05"), len(missing), len(twice), len(bySlot))
+	t.Logf("%d slots from %s (%.1f s after the start): %d missing, %d fired twice (%d runs in all)",
+		n, first.Format("15:04:05"), first.Sub(began).Seconds(), len(missing), len(twice), len(bySlot))
 	if len(missing) > 0 || len(twice) > 0 {
 		t.Errorf("missing %v; twice %v", missing, twice)
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -242,11 +243,22 @@ type proc struct {
 	// store's fault: an endpoint down, a call retried or refused for the
 	// store's trouble, a write whose outcome was unknown.
 	storeTrouble atomic.Int64
+	// ran lists the runs the process logged completing, in order.
+	ranMu sync.Mutex
+	ran   []string
+}
+
+// completed returns the runs p logged completing so far.
+func (p *proc) completed() []string {
+	p.ranMu.Lock()
+	defer p.ranMu.Unlock()
+	return slices.Clone(p.ran)
 }
 
 var (
 	listening    = regexp.MustCompile(`API http://([0-9.:]+),`)
 	storeTrouble = regexp.MustCompile(`s3_endpoint_down|store_retrying|store_unavailable|outcome unknown`)
+	runCompleted = regexp.MustCompile(`"msg":"run_completed".*?"runId":"([^"]+)"`)
 )
 
 // start runs the worker program as a process with args and env.
@@ -278,6 +290,11 @@ func start(t *testing.T, name string, env []string, args ...string) *proc {
 			}
 			if storeTrouble.MatchString(line) {
 				p.storeTrouble.Add(1)
+			}
+			if m := runCompleted.FindStringSubmatch(line); m != nil {
+				p.ranMu.Lock()
+				p.ran = append(p.ran, m[1])
+				p.ranMu.Unlock()
 			}
 			mu.Lock()
 			if logs.Len() < 1<<20 {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -74,7 +75,8 @@ func (f *Failure) Is(target error) bool { return target == ErrFailed }
 // Config tunes Run. The zero value is ready to use.
 type Config struct {
 	// Timeout bounds the checks, and separately the removal of the
-	// probe's keys. Zero: 30 s.
+	// probe's keys; a store's transient failures are retried within it.
+	// Zero: 30 s.
 	Timeout time.Duration
 	// Now names the probe's folder and dates others' leftovers. Nil:
 	// time.Now.
@@ -103,7 +105,13 @@ func Run(ctx context.Context, s *storage.Store, cfg Config) error {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	folder := now.Format(folderTime) + "-" + hex.EncodeToString(rnd[:])
-	p := &prober{s: s, prefix: layout.ProbePrefix + folder + "/", tag: folder}
+	// Patient: a transient failure (a SQLite file whose write lock other
+	// processes held past its BusyTimeout, a 503) is retried within the
+	// checks' Timeout, as the engines retry theirs, rather than refusing
+	// the start. A retried write that then fails its condition may have
+	// landed the first time: that is reported as an unknown outcome (the
+	// check could not run), never as a broken promise.
+	p := &prober{s: s.Patient(storage.Retry{Clock: clock.Real()}), prefix: layout.ProbePrefix + folder + "/", tag: folder}
 
 	checkCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	checks := []struct {

@@ -187,7 +187,8 @@ func (unavailable) Put(ctx context.Context, key string, _ []byte, _ storage.Cond
 // run and why.
 func TestRunUnreachable(t *testing.T) {
 	t.Parallel()
-	err := probe.Run(t.Context(), storage.New(unavailable{memstore.New()}), probe.Config{})
+	// Its failures are transient: retried until the Timeout.
+	err := probe.Run(t.Context(), storage.New(unavailable{memstore.New()}), probe.Config{Timeout: 300 * time.Millisecond})
 	if err == nil || errors.Is(err, probe.ErrFailed) || !errors.Is(err, errDown) {
 		t.Fatalf("Run = %v, want the store's error, not ErrFailed", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -186,6 +187,7 @@ var faultStores = []struct {
 		}
 		return s
 	}},
+	{"sqlite", func(t *testing.T) *storage.Store { return teststores.SQLite(t) }},
 }
 
 func TestFaultPoisonStatus(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/s3store"
+	"github.com/runconveyor/conveyor/adapters/sqlitestore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -77,11 +78,34 @@ const (
 	helperS3Endpoint = "CONVEYOR_LIFECYCLE_HELPER_S3"
 	helperS3Bucket   = "CONVEYOR_LIFECYCLE_HELPER_BUCKET"
 	helperS3Prefix   = "CONVEYOR_LIFECYCLE_HELPER_PREFIX"
+	// helperSQLite: "1" puts the processes on a SQLite file in the shared
+	// directory.
+	helperSQLite = "CONVEYOR_LIFECYCLE_HELPER_SQLITE"
 )
 
-// helperStore opens the store the processes share: MinIO when the parent
-// said so, else a filestore in the shared directory.
+// sqliteIn opens the SQLite file the processes share in dir.
+func sqliteIn(dir string) (*storage.Store, error) {
+	return sqlitestore.New(context.Background(), sqlitestore.Config{Path: filepath.Join(dir, "store.db")})
+}
+
+// sqliteFor opens the shared SQLite file for the test's side, closed
+// when t ends.
+func sqliteFor(t *testing.T, dir string) *storage.Store {
+	t.Helper()
+	s, err := sqliteIn(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// helperStore opens the store the processes share: MinIO or a SQLite
+// file when the parent said so, else a filestore in the shared directory.
 func helperStore(dir string) (*storage.Store, error) {
+	if os.Getenv(helperSQLite) == "1" {
+		return sqliteIn(dir)
+	}
 	if endpoint := os.Getenv(helperS3Endpoint); endpoint != "" {
 		return s3store.New(context.Background(), s3store.Config{
 			Endpoint: endpoint, Bucket: os.Getenv(helperS3Bucket), Prefix: os.Getenv(helperS3Prefix),
@@ -131,6 +155,11 @@ func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
 			}
 			return s
 		})
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		testSIGKILL(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
 	})
 	t.Run("minio", func(t *testing.T) {
 		t.Parallel()

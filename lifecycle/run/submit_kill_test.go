@@ -147,6 +147,9 @@ func TestSubmitKilledAtEveryWrite(t *testing.T) {
 			}
 			return nil, s
 		},
+		"sqlite": func(t *testing.T, dir string) ([]string, *storage.Store) {
+			return []string{helperSQLite + "=1"}, sqliteFor(t, dir)
+		},
 		"minio": func(t *testing.T, _ string) ([]string, *storage.Store) {
 			srv, bucket := env.MinIO(t)
 			prefix := fmt.Sprintf("submit-kill-%d/", time.Now().UnixNano())
