@@ -404,48 +404,127 @@
     return Math.ceil(measureCtx.measureText(text).width);
   }
 
-  // layout places the machine with dagre (assets/vendor, a layered graph
-  // layout): states are nodes, every move is an edge of a multigraph whose
-  // label is a box of its own, so dagre gives each label a place that no
-  // state and no other label takes, parallel moves included. A small
-  // start node leads into the initial state. Left to right, like the SDK's
-  // Mermaid and DOT diagrams; the same spec always gives the same picture.
-  function layout(spec) {
+  // layout places the machine with dagre (assets/vendor, a layered
+  // (Sugiyama) layout): states are nodes in ranks, every move is an edge of
+  // a multigraph whose label is a box of its own, so dagre gives each label
+  // a place that no state and no other label takes, parallel moves
+  // included. A label's box has room beside its text for its edge's line
+  // (a self-loop's, for the loop), so neither crosses the text. A small
+  // start node leads into the initial state. rankdir is 'LR' (left to
+  // right, like the SDK's Mermaid and DOT diagrams) or 'TB'; the same spec
+  // and rankdir always give the same picture.
+  const LINE_ROOM = 10; // beside a label: where its edge's line runs
+  const LOOP_ROOM = 14; // beside a self-loop's label: where the loop runs
+  function layout(spec, rankdir) {
+    const lr = rankdir === 'LR';
     const g = new dagre.graphlib.Graph({ multigraph: true });
-    g.setGraph({ rankdir: 'LR', nodesep: 18, ranksep: 44, edgesep: 12, marginx: 12, marginy: 12 });
+    g.setGraph({ rankdir, nodesep: 18, ranksep: 44, edgesep: 12, marginx: 12, marginy: 12 });
     g.setDefaultEdgeLabel(() => ({}));
     for (const st of spec.states) g.setNode(st, { width: textWidth(st, STATE_FONT) + 28, height: 36 });
     g.setNode(START, { width: 12, height: 12 });
     g.setEdge(START, spec.initial, { width: 0, height: 0 }, 'start');
     spec.transitions.forEach((t, i) => {
       if (!g.hasNode(t.from) || !g.hasNode(t.to)) return;
-      g.setEdge(t.from, t.to, { width: textWidth(t.event, LABEL_FONT) + 8, height: 16, labelpos: 'c', t }, 'm' + i);
+      // The room is across the ranks (the order axis): below the text
+      // left to right, beside it top to bottom.
+      const w = textWidth(t.event, LABEL_FONT) + 8, h = 16, room = t.from === t.to ? LOOP_ROOM : LINE_ROOM;
+      g.setEdge(t.from, t.to, { width: lr ? w : w + room, height: lr ? h + room : h, labelpos: 'c', t }, 'm' + i);
     });
     dagre.layout(g);
+    g.graph().lr = lr;
     return g;
   }
   const START = '\u0000start'; // no state's name: names are identifiers
 
-  // curve draws an edge through dagre's points: straight ends, and a
-  // quadratic bend at each inner point (through the midpoints between).
-  function curve(points) {
-    const f = (n) => Math.round(n * 10) / 10;
-    let d = `M${f(points[0].x)},${f(points[0].y)}`;
-    for (let i = 1; i < points.length - 1; i++) {
-      const p = points[i], q = points[i + 1];
-      const mx = i === points.length - 2 ? q.x : (p.x + q.x) / 2, my = i === points.length - 2 ? q.y : (p.y + q.y) / 2;
-      d += ` Q${f(p.x)},${f(p.y)} ${f(mx)},${f(my)}`;
+  // axes reads a layout in its own terms: u along the ranks, v across them.
+  function axes(g) {
+    const lr = g.graph().lr;
+    return {
+      u: (p) => (lr ? p.x : p.y), v: (p) => (lr ? p.y : p.x),
+      du: (n) => (lr ? n.width : n.height), dv: (n) => (lr ? n.height : n.width),
+      at: (u, v) => (lr ? { x: u, y: v } : { x: v, y: u }),
+    };
+  }
+
+  // ranks maps each rank's place on the u axis to half its depth: the
+  // largest state or label box in it. Ranks are apart by ranksep, so the
+  // space between two ranks holds no box at all.
+  function ranks(g) {
+    const A = axes(g), out = new Map();
+    const key = (u) => Math.round(u * 10);
+    const add = (u, half) => out.set(key(u), Math.max(out.get(key(u)) || 0, half));
+    for (const v of g.nodes()) { const n = g.node(v); add(A.u(n), A.du(n) / 2); }
+    for (const e of g.edges()) {
+      const lab = g.edge(e);
+      if (e.v !== e.w && lab.x !== undefined) add(A.u(lab), A.du(lab) / 2);
+      for (const p of lab.points.slice(1, -1)) add(A.u(p), 0);
     }
-    if (points.length === 2) d += ` L${f(points[1].x)},${f(points[1].y)}`;
+    return (u) => out.get(key(u)) || 0;
+  }
+
+  // edgePath draws an edge between two states through dagre's points (one per
+  // rank it crosses), in channels: straight across each rank, at the point
+  // dagre left free in it (no box of that rank lies on that line), and
+  // curved only in the space between ranks, which holds no box. So an edge
+  // meets no state but its own two. At a label the line runs in the room
+  // beside the text.
+  function edgePath(g, e, depth) {
+    const A = axes(g), lab = g.edge(e), pts = lab.points;
+    const from = g.node(e.v), to = g.node(e.w), mid = pts.slice(1, -1);
+    const dir = Math.sign(A.u(mid[0] || pts[pts.length - 1]) - A.u(from)) || 1;
+    const runs = [[A.u(from) + dir * A.du(from) / 2, A.u(from) + dir * depth(A.u(from)), A.v(from)]];
+    for (const p of mid) {
+      let v = A.v(p);
+      if (lab.t && p.x === lab.x && p.y === lab.y) v += A.dv(lab) / 2 - LINE_ROOM / 2;
+      runs.push([A.u(p) - dir * depth(A.u(p)), A.u(p) + dir * depth(A.u(p)), v]);
+    }
+    runs.push([A.u(to) - dir * depth(A.u(to)), A.u(to) - dir * A.du(to) / 2, A.v(to)]);
+    const f = (n) => Math.round(n * 10) / 10;
+    const pt = (u, v) => { const q = A.at(u, v); return `${f(q.x)},${f(q.y)}`; };
+    let d = `M${pt(runs[0][0], runs[0][2])} L${pt(runs[0][1], runs[0][2])}`;
+    for (let i = 1; i < runs.length; i++) {
+      const [, u0, v0] = runs[i - 1], [u1, u2, v1] = runs[i], m = (u1 - u0) / 2;
+      d += ` C${pt(u0 + m, v0)} ${pt(u1 - m, v1)} ${pt(u1, v1)} L${pt(u2, v1)}`;
+    }
     return d;
   }
 
+  // selfLoop draws a self-loop in the room dagre left beside its state (its
+  // label's box, whose near part is the loop's and far part the text's);
+  // it returns the path and where the label goes.
+  function selfLoop(g, e) {
+    const A = axes(g), lab = g.edge(e), n = g.node(e.v);
+    const side = Math.sign(A.v(lab) - A.v(n)) || 1;
+    const face = A.v(n) + side * A.dv(n) / 2;
+    const near = A.v(lab) - side * A.dv(lab) / 2;
+    const apex = near + side * (LOOP_ROOM - 3);
+    const c = (apex - 0.25 * face) / 0.75; // a cubic's middle is ¼ ends + ¾ controls
+    const f = (p) => `${Math.round(p.x * 10) / 10},${Math.round(p.y * 10) / 10}`;
+    const u = A.u(n);
+    const d = `M${f(A.at(u - 9, face))} C${f(A.at(u - 13, c))} ${f(A.at(u + 13, c))} ${f(A.at(u + 9, face))}`;
+    return { d, text: A.at(u, A.v(lab) + side * LOOP_ROOM / 2) };
+  }
+
+  // fitLayout lays the machine out left to right, or top to bottom when
+  // that is narrower and left to right would not fit avail pixels.
+  function fitLayout(spec, avail) {
+    const lr = layout(spec, 'LR');
+    if (!avail || lr.graph().width <= avail) return lr;
+    const tb = layout(spec, 'TB');
+    return tb.graph().width < lr.graph().width ? tb : lr;
+  }
+
+  // Diagrams shrink to their box down to this much of their size (move
+  // labels of 11 px stay 9 px or more); below it their box scrolls.
+  const MIN_SCALE = 9 / 11;
+
   // drawMachine draws spec as an SVG, lighting path (a RunPath, or null
   // for the bare machine); id names the SVG (its title and description
-  // take it as a prefix).
-  function drawMachine(spec, path, id) {
+  // take it as a prefix); avail is the width it is shown in, if known.
+  function drawMachine(spec, path, id, avail) {
     id = id || 'machine';
-    const g = layout(spec);
+    const g = fitLayout(spec, avail);
+    const depth = ranks(g);
     const onPath = new Set(path ? path.states() : []);
     const moves = path ? path.moves() : new Set();
     const current = path ? path.current : null;
@@ -453,7 +532,8 @@
     const width = Math.ceil(box.width), height = Math.ceil(box.height);
     const svg = s('svg', {
       xmlns: SVGNS, role: 'img', 'aria-labelledby': id + '-title ' + id + '-desc', id, 'data-testid': 'machine',
-      'data-machine': spec.name, width, height, viewBox: `0 0 ${width} ${height}`,
+      'data-machine': spec.name, 'data-rankdir': box.lr ? 'LR' : 'TB', width, height, viewBox: `0 0 ${width} ${height}`,
+      style: `min-width: ${Math.ceil(width * MIN_SCALE)}px`,
     });
     svg.append(
       s('title', { id: id + '-title', text: spec.name + ' machine' }),
@@ -474,8 +554,8 @@
       if (e.v === START) {
         const p = g.node(START);
         edges.append(s('circle', { class: 'start', cx: p.x, cy: p.y, r: 6 }),
-          s('g', { class: 'transition' + (onPath.has(spec.initial) ? ' path' : '') },
-            s('path', { d: curve(lab.points), 'marker-end': `url(#${id}-arrow)` })));
+          s('g', { class: 'transition' + (onPath.has(spec.initial) ? ' path' : ''), 'data-to': spec.initial },
+            s('path', { d: edgePath(g, e, depth), 'marker-end': `url(#${id}-arrow)` })));
         continue;
       }
       const t = lab.t;
@@ -484,10 +564,17 @@
       const actors = (t.actors || []).join(', ');
       const attrs = { class: 'transition' + (lit ? ' path' : ''), 'data-from': t.from, 'data-to': t.to, 'data-event': t.event };
       const title = `${t.from} → ${t.to} on ${t.event}` + (actors ? ` (by ${actors})` : '');
+      let d, at;
+      if (e.v === e.w) ({ d, text: at } = selfLoop(g, e));
+      else {
+        d = edgePath(g, e, depth);
+        // The text in the label's box, off the room its line runs in.
+        at = box.lr ? { x: lab.x, y: lab.y - LINE_ROOM / 2 } : { x: lab.x - LINE_ROOM / 2, y: lab.y };
+      }
       edges.append(s('g', attrs, s('title', { text: title }),
-        s('path', { d: curve(lab.points), 'marker-end': lit ? `url(#${id}-arrow-path)` : `url(#${id}-arrow)` })));
+        s('path', { d, 'marker-end': lit ? `url(#${id}-arrow-path)` : `url(#${id}-arrow)` })));
       labels.append(s('g', attrs, s('title', { text: title }),
-        s('text', { class: 'label', x: Math.round(lab.x), y: Math.round(lab.y + 4), 'text-anchor': 'middle', text: t.event })));
+        s('text', { class: 'label', x: Math.round(at.x), y: Math.round(at.y + 4), 'text-anchor': 'middle', text: t.event })));
     }
     svg.append(edges);
 
@@ -884,7 +971,7 @@
         diagram.replaceChildren(h('p', { class: 'muted', text: 'The agent\'s machine is unknown to this Worker.' }));
         return;
       }
-      diagram.replaceChildren(drawMachine(spec, path));
+      diagram.replaceChildren(drawMachine(spec, path, 'machine', Math.max(0, diagram.clientWidth - 12)));
       if (!table.firstChild) table.append(transitionTable(spec));
     }
 
@@ -985,7 +1072,8 @@
       if (!stopped && !live.stopped) live.start();
     })();
 
-    return { stop() { stopped = true; clearTimeout(lapseTimer); clearTimeout(ticker); if (live) live.stop(); } };
+    const resize = onResize(() => { if (spec) renderMachine(); });
+    return { stop() { stopped = true; resize.stop(); clearTimeout(lapseTimer); clearTimeout(ticker); if (live) live.stop(); } };
   }
 
   // ---- the machines (machines.json: the SDK's specs, served by the page)
@@ -1014,6 +1102,24 @@
     return !!t && (!!auth.token || (t.actors || []).includes(auth.actor));
   }
 
+  // diagramWidth is the width a diagram has inside a .diagram box put in
+  // el (its padding and border taken off).
+  function diagramWidth(el) {
+    return Math.max(0, el.clientWidth - 14);
+  }
+
+  // onResize calls redraw once a resize of the window has settled (a new
+  // width can choose the other orientation); stop ends it.
+  function onResize(redraw) {
+    let timer = null, width = window.innerWidth;
+    const listener = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => { if (window.innerWidth !== width) { width = window.innerWidth; redraw(); } }, 150);
+    };
+    window.addEventListener('resize', listener);
+    return { stop() { clearTimeout(timer); window.removeEventListener('resize', listener); } };
+  }
+
   function machinesView(view) {
     view.append(h('h2', { text: 'Machines' }),
       h('p', { class: 'muted', text: 'Every lifecycle the SDK drives, as its tables say: states, moves and who may make them.' }));
@@ -1021,13 +1127,19 @@
     const list = h('div', { id: 'machines' });
     view.append(err, list);
     setLive('idle', '');
-    loadMachines().then((specs) => {
+    let specs = null;
+    const draw = () => {
+      if (!specs) return;
+      const avail = diagramWidth(list);
       list.replaceChildren(...specs.map((spec) => h('section', { class: 'machine', 'data-machine': spec.name },
         h('h3', {}, h('code', { text: spec.name })),
-        h('div', { class: 'diagram' }, drawMachine(spec, null, 'machine-' + spec.name)),
+        h('div', { class: 'diagram' }, drawMachine(spec, null, 'machine-' + spec.name, avail)),
         transitionTable(spec))));
-    }, (e) => { err.textContent = 'The machines could not be read: ' + e.describe(); });
-    return { stop() {} };
+    };
+    const resize = onResize(draw);
+    loadMachines().then((s) => { specs = s; draw(); },
+      (e) => { err.textContent = 'The machines could not be read: ' + e.describe(); });
+    return { stop() { resize.stop(); } };
   }
 
   // ---- jobs: counts by state per type and agent, a filtered list, actions
