@@ -39,6 +39,8 @@ const diagramGeometry = `(() => {
 		}
 		const vb = svg.viewBox.baseVal;
 		if (vb && vb.width) out.minScale = Math.min(out.minScale, svg.getBoundingClientRect().width / vb.width);
+		const labels = [...svg.querySelectorAll('.labels .transition')].map((g) => ({
+			name: g.dataset.from + '->' + g.dataset.to + ' (' + g.dataset.event + ')', box: g.querySelector('text').getBBox() }));
 		for (const g of svg.querySelectorAll('.transitions .transition')) {
 			const path = g.querySelector('path');
 			const from = g.dataset.from, to = g.dataset.to || svg.querySelector('.state.initial').dataset.state;
@@ -51,6 +53,10 @@ const diagramGeometry = `(() => {
 				if (st === from || st === to) continue;
 				const hit = pts.find((p) => inside(p, b, 1));
 				if (hit) out.problems.push(name + ': edge ' + edge + ' runs through state ' + st + ' at ' + Math.round(hit.x) + ',' + Math.round(hit.y));
+			}
+			for (const l of labels) {
+				const hit = pts.find((p) => inside(p, l.box, 0));
+				if (hit) out.problems.push(name + ': the label ' + l.name + ' is crossed by edge ' + edge + ' at ' + Math.round(hit.x) + ',' + Math.round(hit.y));
 			}
 			if (from && from === to) {
 				out.loops++;
