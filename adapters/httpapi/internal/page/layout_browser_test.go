@@ -144,8 +144,16 @@ const pageOverflow = `(() => {
 		if (holder) {
 			const hb = holder.getBoundingClientRect();
 			if (hb.left < -0.5 || hb.right > vw + 0.5) out.push(name + "'s scroll box spans " + Math.round(hb.left) + '..' + Math.round(hb.right) + ' of ' + vw);
+			// A table reflows to its box: a part scrolled out of sight is
+			// a part a reader at this width does not know is there.
+			if (el.tagName === 'TABLE' && b.width > holder.clientWidth + 1) out.push(name + ' is ' + Math.round(b.width) + ' px wide in a box of ' + holder.clientWidth + ': ' + Math.round(b.width - holder.clientWidth) + ' px out of sight');
 		} else if (b.left < -0.5 || b.right > vw + 0.5) {
 			out.push(name + ' spans ' + Math.round(b.left) + '..' + Math.round(b.right) + ' of ' + vw + ' and nothing scrolls it');
+		}
+	}
+	for (const td of document.querySelectorAll('td')) {
+		if (td.scrollWidth > td.clientWidth + 1 && getComputedStyle(td).textOverflow !== 'ellipsis') {
+			out.push('a cell of ' + (td.closest('table').id || 'a table') + ' overflows it: ' + JSON.stringify(td.textContent.slice(0, 40)));
 		}
 	}
 	if (document.documentElement.scrollWidth > vw + 1) out.push('the page is ' + document.documentElement.scrollWidth + ' px wide in a ' + vw + ' px viewport');
@@ -154,7 +162,10 @@ const pageOverflow = `(() => {
 
 // At 800 px the jobs page, the machines page and the agents page keep every
 // table and diagram within the viewport or inside a box that scrolls it
-// sideways, and the page itself does not scroll sideways.
+// sideways, every table fits that box and no cell's text runs out of its
+// cell (before, the jobs counts hid RETRY_BACKOFF, FAILED and DEAD past the
+// right edge, and the list hid its error column), and the page itself does
+// not scroll sideways.
 func TestPagesWorkAt800px(t *testing.T) {
 	w, ctx := jobsPageSession(t)
 	for _, c := range []struct{ name, hash, ready string }{

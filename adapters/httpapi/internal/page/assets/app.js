@@ -1293,16 +1293,18 @@
         j.error_code ? h('code', { class: 'code', 'data-testid': 'error-code', text: j.error_code }) : null,
         j.failed_step ? h('span', { class: 'muted', text: ' in ' + j.failed_step }) : null,
         j.error ? h('div', { class: 'error', 'data-testid': 'job-error', text: j.error }) : null] : '';
+      // data-label names each cell's column for the narrow layout, where
+      // a row is a card and its cells are lines (app.css).
       return h('tr', { 'data-job': j.job_id, 'data-status': j.status },
-        h('td', { class: 'mono', title: j.job_id, text: j.job_id }),
-        h('td', { class: 'mono', text: j.job_type }),
-        h('td', { class: 'mono', text: agentName(j.agent_slug) }),
-        h('td', {}, j.run_id ? h('a', { href: '#/runs/' + enc(j.run_id), class: 'mono', text: j.run_id }) : '—'),
-        h('td', {}, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null),
-        h('td', { class: 'num', text: `${j.attempt || 0} / ${j.max_attempts || 0}` }),
-        h('td', {}, fmtTime(j.updated_at)),
-        h('td', {}, error),
-        h('td', {}, actions));
+        h('td', { class: 'mono', 'data-label': 'job', title: j.job_id, text: j.job_id }),
+        h('td', { class: 'mono', 'data-label': 'type', text: j.job_type }),
+        h('td', { class: 'mono', 'data-label': 'agent', text: agentName(j.agent_slug) }),
+        h('td', { 'data-label': 'run' }, j.run_id ? h('a', { href: '#/runs/' + enc(j.run_id), class: 'mono', text: j.run_id }) : '—'),
+        h('td', { 'data-label': 'state' }, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null),
+        h('td', { class: 'num', 'data-label': 'attempt', text: `${j.attempt || 0} / ${j.max_attempts || 0}` }),
+        h('td', { 'data-label': 'updated' }, fmtTime(j.updated_at)),
+        h('td', { class: 'error-cell', 'data-label': 'error' }, error),
+        h('td', { 'data-label': actions.length ? 'actions' : null }, actions));
     }
 
     // A read overtaken by a later one (a Next click while a refresh reads
