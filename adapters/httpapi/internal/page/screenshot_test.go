@@ -24,7 +24,7 @@ import (
 // into the folder CONVEYOR_SCREENSHOTS names; without it the test is
 // skipped. From the repository's root:
 //
-//	CONVEYOR_SCREENSHOTS=$PWD/docs go test -run TestScreenshots ./adapters/httpapi/page/
+//	CONVEYOR_SCREENSHOTS=$PWD/docs go test -run TestScreenshots ./adapters/httpapi/internal/page/
 func TestScreenshots(t *testing.T) {
 	dir := os.Getenv("CONVEYOR_SCREENSHOTS")
 	if dir == "" {
