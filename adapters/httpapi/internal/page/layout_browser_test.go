@@ -103,7 +103,8 @@ const minLabelScale = 9.0 / 11
 // was struck through).
 func TestMachineDiagramsFitAndKeepClear(t *testing.T) {
 	w, ctx := jobsPageSession(t)
-	for _, width := range []int64{1400, 800} {
+	// 520 px: a diagram shrinks no further than readable, and scrolls.
+	for _, width := range []int64{1400, 800, 520} {
 		t.Run(fmt.Sprint(width), func(t *testing.T) {
 			do(t, ctx, "open the machines page", 20*time.Second,
 				chromedp.EmulateViewport(width, 900),
@@ -112,9 +113,11 @@ func TestMachineDiagramsFitAndKeepClear(t *testing.T) {
 				chromedp.WaitVisible(css(`section[data-machine="approval-run"] svg[data-testid="machine"]`)),
 				chromedp.WaitVisible(css(`section[data-machine="nlm-job"] svg[data-testid="machine"]`)),
 			)
+			t.Logf("rankdirs: %v", get(t, ctx, "read the orientations", chromedp.Evaluate[map[string]string](
+				`Object.fromEntries([...document.querySelectorAll('svg[data-testid="machine"]')].map((s) => [s.dataset.machine, s.dataset.rankdir]))`)))
 			g := diagramProblems(t, ctx)
 			for _, p := range g.Problems {
-				// At 800 px a diagram may scroll rather than shrink below
+				// Narrower, a diagram may scroll rather than shrink below
 				// readable: only its edges and labels are held to the rule.
 				if width == 1400 || !isFitProblem(p) {
 					t.Error(p)
@@ -124,6 +127,15 @@ func TestMachineDiagramsFitAndKeepClear(t *testing.T) {
 				t.Errorf("a diagram is drawn at %.2f of its size: its labels are under 9 px", g.MinScale)
 			}
 		})
+	}
+	// Widened without a reload, the page lays its diagrams out again:
+	// canonical-run, top to bottom at 520 px, is left to right at 1400.
+	do(t, ctx, "widen the window back to 1400 px", 20*time.Second,
+		chromedp.EmulateViewport(1400, 900),
+		chromedp.WaitVisible(css(`svg[data-machine="canonical-run"][data-rankdir="LR"]`)),
+	)
+	for _, p := range diagramProblems(t, ctx).Problems {
+		t.Errorf("after widening: %s", p)
 	}
 }
 

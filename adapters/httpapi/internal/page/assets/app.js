@@ -533,8 +533,10 @@
     const svg = s('svg', {
       xmlns: SVGNS, role: 'img', 'aria-labelledby': id + '-title ' + id + '-desc', id, 'data-testid': 'machine',
       'data-machine': spec.name, 'data-rankdir': box.lr ? 'LR' : 'TB', width, height, viewBox: `0 0 ${width} ${height}`,
-      style: `min-width: ${Math.ceil(width * MIN_SCALE)}px`,
     });
+    // Through the CSSOM: the page's CSP (style-src 'self') drops a style
+    // attribute.
+    svg.style.minWidth = Math.ceil(width * MIN_SCALE) + 'px';
     svg.append(
       s('title', { id: id + '-title', text: spec.name + ' machine' }),
       s('desc', { id: id + '-desc', text: path
