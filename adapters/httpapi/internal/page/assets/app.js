@@ -455,8 +455,9 @@
     const add = (u, half) => out.set(key(u), Math.max(out.get(key(u)) || 0, half));
     for (const v of g.nodes()) { const n = g.node(v); add(A.u(n), A.du(n) / 2); }
     for (const e of g.edges()) {
+      if (e.v === e.w) continue; // a self-loop stays in its state's rank
       const lab = g.edge(e);
-      if (e.v !== e.w && lab.x !== undefined) add(A.u(lab), A.du(lab) / 2);
+      if (lab.x !== undefined) add(A.u(lab), A.du(lab) / 2);
       for (const p of lab.points.slice(1, -1)) add(A.u(p), 0);
     }
     return (u) => out.get(key(u)) || 0;
