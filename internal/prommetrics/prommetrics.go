@@ -108,11 +108,11 @@ type Metrics struct {
 
 	runTransitions      *prometheus.CounterVec
 	runAgentTransitions *prometheus.CounterVec
-	runDuration    *prometheus.HistogramVec
-	idempotency    *prometheus.CounterVec
-	stepDuration   *prometheus.HistogramVec
-	stepsAbandoned *prometheus.CounterVec
-	quarantined    *prometheus.CounterVec
+	runDuration         *prometheus.HistogramVec
+	idempotency         *prometheus.CounterVec
+	stepDuration        *prometheus.HistogramVec
+	stepsAbandoned      *prometheus.CounterVec
+	quarantined         *prometheus.CounterVec
 
 	jobTransitions    *prometheus.CounterVec
 	jobStateDuration  *prometheus.HistogramVec

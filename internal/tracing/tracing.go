@@ -36,17 +36,17 @@ const (
 
 // Attribute keys.
 const (
-	AttrRunID     = "conveyor.run.id"
-	AttrAgent     = "conveyor.agent.slug"
-	AttrStep      = "conveyor.step.name"
-	AttrStepNum   = "conveyor.step.number"
-	AttrAttempt   = "conveyor.attempt"
-	AttrJobID     = "conveyor.job.id"
-	AttrJobType   = "conveyor.job.type"
-	AttrHandler   = "conveyor.handler"
-	AttrResumed   = "conveyor.run.resumed"
-	AttrOutcome   = "conveyor.outcome"
-	AttrEpoch     = "conveyor.lease.epoch"
+	AttrRunID   = "conveyor.run.id"
+	AttrAgent   = "conveyor.agent.slug"
+	AttrStep    = "conveyor.step.name"
+	AttrStepNum = "conveyor.step.number"
+	AttrAttempt = "conveyor.attempt"
+	AttrJobID   = "conveyor.job.id"
+	AttrJobType = "conveyor.job.type"
+	AttrHandler = "conveyor.handler"
+	AttrResumed = "conveyor.run.resumed"
+	AttrOutcome = "conveyor.outcome"
+	AttrEpoch   = "conveyor.lease.epoch"
 )
 
 // OpenTelemetry's semantic conventions (the semconv version imported here)
