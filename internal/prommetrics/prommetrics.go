@@ -49,6 +49,13 @@
 //	conveyor_retention_keys_deleted_total                        counter   keys the janitor deleted (a run's whole folder)
 //	conveyor_retention_passes_total{result}                      counter   janitor calls that held the lease: done, or partial (stopped early)
 //	conveyor_retention_last_pass_timestamp_seconds               gauge     when this process last finished a pass
+//
+// Registered beside them, not by New's metrics: the Go runtime and process
+// collectors (go_*, process_*; New adds them unless the registry has its
+// own), and the HTTP server's, by its Registerer (adapters/httpapi):
+//
+//	conveyor_http_requests_total{method,route,status}            counter   requests served; route is the pattern, method HTTP's or _OTHER, 499 a client gone
+//	conveyor_http_request_duration_seconds{method,route,status}  histogram request latency (an event stream's: its connection's life)
 package prommetrics
 
 import (
