@@ -82,14 +82,30 @@ func New(cfg Config) (*Client, error) {
 		if err := metrics.WatchQueue(c.queue); err != nil {
 			return nil, fmt.Errorf("%w: metrics: %w", ErrInvalidConfig, err)
 		}
+		var agents []run.Agent
 		if c.runner != nil {
 			if err := metrics.WatchRuns(c.runner); err != nil {
 				return nil, fmt.Errorf("%w: metrics: %w", ErrInvalidConfig, err)
 			}
+			agents = c.runner.Agents()
 		}
+		metrics.Seed(agents, c.jobTypes())
 	}
 	c.plan()
 	return c, nil
+}
+
+// jobTypes are the job types this Client is configured for: the caller's,
+// and the NLM types when their handlers are given.
+func (c *Client) jobTypes() []lifecycle.JobType {
+	var out []lifecycle.JobType
+	if c.cfg.JobHandlers.CallNotebookLM != nil {
+		out = append(out, lifecycle.JobResearch, lifecycle.JobBrief, lifecycle.JobProposalPreprocess)
+	}
+	for t := range c.cfg.JobTypes {
+		out = append(out, t)
+	}
+	return out
 }
 
 // build builds the engines, each given the shared fields.

@@ -264,3 +264,37 @@ func TestNewRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestClientMetricsAtZero: before any event, the Client's registry holds
+// the series of its configured agent and job type at zero, and the Go and
+// process collectors.
+func TestClientMetricsAtZero(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	newClient(t, conveyor.Config{Agents: []run.Agent{echo}, JobTypes: greet, Metrics: reg})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			found[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = m.GetCounter().GetValue() == 0
+		}
+		found[mf.GetName()] = true
+	}
+	for _, want := range []string{
+		"conveyor_run_transitions_total{agent=echo,from_state=,to_state=requested}",
+		"conveyor_job_transitions_total{from_state=RETRY_BACKOFF,job_type=GREET,to_state=QUEUED}",
+		"conveyor_jobs_dead_total{job_type=GREET}",
+		"go_goroutines", "process_cpu_seconds_total",
+	} {
+		if !found[want] {
+			t.Errorf("%s missing (or not 0) before any event", want)
+		}
+	}
+}

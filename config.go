@@ -56,7 +56,11 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Metrics, when set, gets Conveyor's metrics registered
 	// (docs/spec.md#metrics), the queue's and the runs' gauges read at
-	// scrape time included. Default none.
+	// scrape time included, each configured agent's and job type's series
+	// at zero from the start, and the Go runtime and process collectors
+	// (go_*, process_*) unless the registry holds its own (the default
+	// registry of client_golang does: its stay). Give the same registry as
+	// the HTTP server's Registerer for its request metrics. Default none.
 	Metrics prometheus.Registerer
 
 	// Agents are the agents the Runner executes.

@@ -187,6 +187,13 @@ func endEnqueue(span tracing.Span, n *NewJob, err error) {
 	span.String(tracing.AttrJobID, n.JobID)
 	span.String(tracing.AttrJobType, string(n.JobType))
 	span.String(tracing.AttrRunID, n.RunID)
+	span.String(tracing.AttrMessagingSystem, tracing.MessagingSystem)
+	span.String(tracing.AttrMessagingOperation, tracing.MessagingSend)
+	lane := n.AgentSlug
+	if lane == "" {
+		lane = typeLane(n.JobType)
+	}
+	span.String(tracing.AttrMessagingDestination, lane)
 	span.End(err)
 }
 

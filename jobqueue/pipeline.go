@@ -148,6 +148,9 @@ func (c *Claim) Run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	span.String(tracing.AttrAgent, job.AgentSlug)
 	span.String(tracing.AttrRunID, job.RunID)
 	span.Int(tracing.AttrAttempt, int64(job.Attempt))
+	span.String(tracing.AttrMessagingSystem, tracing.MessagingSystem)
+	span.String(tracing.AttrMessagingOperation, tracing.MessagingProcess)
+	span.String(tracing.AttrMessagingDestination, job.AgentSlug) // the job's lane
 	job, err := c.run(ctx, h)
 	span.String(tracing.AttrOutcome, string(job.Status))
 	if job.Error != nil && job.Status != lifecycle.JobComplete {

@@ -73,6 +73,14 @@ func TestJobSpans(t *testing.T) {
 	if len(enq) != 1 || enq[0].Parent().SpanID().String() != callerSpanID || enq[0].SpanContext().TraceID().String() != callerTraceID {
 		t.Fatalf("enqueue spans %v", enq)
 	}
+	semconv := func(what string, s sdktrace.ReadOnlySpan, op string) {
+		t.Helper()
+		// OpenTelemetry's messaging conventions, by their wire names.
+		if attrOf(s, "messaging.system") != "conveyor" || attrOf(s, "messaging.operation.type") != op || attrOf(s, "messaging.destination.name") != "agent-t" {
+			t.Errorf("%s span's messaging attributes: %v", what, s.Attributes())
+		}
+	}
+	semconv("enqueue", enq[0], "send")
 	if want := "00-" + callerTraceID + "-" + enq[0].SpanContext().SpanID().String() + "-01"; job.TraceParent != want || get(t, qa, job.JobID).TraceParent != want {
 		t.Fatalf("job's traceparent %q, want %q", job.TraceParent, want)
 	}
@@ -115,6 +123,7 @@ func TestJobSpans(t *testing.T) {
 		if attrOf(js, "conveyor.job.id") != job.JobID || attrOf(js, "conveyor.outcome") != string(tt.outcome) {
 			t.Errorf("%s: job span attributes %v", tt.name, js.Attributes())
 		}
+		semconv(tt.name+": job", js, "process")
 		if failed := js.Status().Code == otelcodes.Error; failed != tt.failed {
 			t.Errorf("%s: job span status %v, want failed %v", tt.name, js.Status(), tt.failed)
 		}

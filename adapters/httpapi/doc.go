@@ -38,4 +38,8 @@
 //     "allowed".
 //   - Nothing is written on a 4xx: a request is checked in full before the
 //     SDK is called, and the SDK writes nothing on a refusal.
+//   - Every request is counted and timed by method, route pattern and
+//     status when Config.Registerer is set; a request whose client went
+//     away before the answer is logged at INFO (http_request_canceled) and
+//     counted as 499, never as a server error.
 package httpapi

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
@@ -115,8 +116,18 @@ type Config struct {
 	// Default none: 404.
 	Metrics http.Handler
 
+	// Registerer, when set, gets the request metrics registered:
+	// conveyor_http_requests_total and
+	// conveyor_http_request_duration_seconds, by method, route pattern and
+	// status (a client gone before the answer counts as 499). A registry
+	// holding them already (another Server's) is shared. Default none. The
+	// Worker gives its Config.Metrics registry, which the Client has put
+	// Conveyor's own metrics and the Go and process collectors in.
+	Registerer prometheus.Registerer
+
 	// Logger receives one line per failed request: 5xx at ERROR, 4xx at
-	// DEBUG. Default slog.Default().
+	// DEBUG, and at INFO (http_request_canceled) one whose client went
+	// away before the answer. Default slog.Default().
 	Logger *slog.Logger
 	// Clock is the time the Server reads. Default the wall clock.
 	Clock clock.Clock
@@ -152,6 +163,7 @@ type Server struct {
 	mux     *http.ServeMux
 	log     *slog.Logger
 	tracer  tracing.Tracer
+	metrics *httpMetrics // nil: no Registerer
 	actorOK map[lifecycle.Actor]bool
 	// feed serves the event stream and its Run reads the store; nil when
 	// none is served.
@@ -229,7 +241,11 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), actorOK: map[lifecycle.Actor]bool{},
+	metrics, err := newHTTPMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Registerer: %w", ErrInvalidConfig, err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), metrics: metrics, actorOK: map[lifecycle.Actor]bool{},
 		runs: newRunRoutes(cfg.Runner, cs), jobs: &jobRoutes{queue: cfg.Queue, cursors: cs}, inbox: &inboxRoutes{box: cfg.Inbox, cursors: cs},
 		callback: &callbackRoute{}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules}}
 	for _, a := range authority.Actors() {
@@ -306,8 +322,10 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // ServeHTTP authenticates the request, then routes it; a failed request is
-// logged (5xx at ERROR, 4xx at DEBUG).
+// logged (5xx at ERROR, 4xx at DEBUG), one whose client went away at INFO,
+// and each is counted (Config.Registerer).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start, route := time.Now(), s.routeOf(r)
 	rec := &recorder{ResponseWriter: w}
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		// The body's deadline is set first, before authentication or any
@@ -330,14 +348,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		actor = a
 		s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), actorKey{}, a)))
 	}
-	if rec.status >= 400 {
-		level := slog.LevelDebug
-		if rec.status >= 500 {
-			level = slog.LevelError
-		}
-		s.log.Log(r.Context(), level, "http_request_failed", "method", r.Method, "path", r.URL.Path,
-			"status", rec.status, "code", rec.code, "actor", string(actor), "message", rec.message)
-	}
+	s.served(r, rec, route, actor, start)
 }
 
 type actorKey struct{}
@@ -431,6 +442,8 @@ func (s *Server) traced(name, route string, r *http.Request) (*http.Request, tra
 	ctx := tracing.FromRequest(r)
 	ctx, span := s.tracer.Start(ctx, name, trace.SpanKindServer)
 	span.String(tracing.AttrHTTPRoute, route)
+	span.String(tracing.AttrHTTPMethod, methodLabel(r.Method))
+	span.String(tracing.AttrURLPath, r.URL.Path)
 	if ctx != r.Context() {
 		r = r.WithContext(ctx)
 	}
@@ -442,7 +455,7 @@ func (s *Server) tracedHandler(route string, h http.Handler) http.Handler {
 	name := "POST " + route
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r, span := s.traced(name, route, r)
-		defer span.End(nil)
+		defer spanEnd(span, w)
 		h.ServeHTTP(w, r)
 	})
 }
@@ -455,7 +468,7 @@ func (s *Server) handler(rt route) http.Handler {
 		if rt.traced {
 			var span tracing.Span
 			r, span = s.traced(name, rt.path, r)
-			defer span.End(nil)
+			defer spanEnd(span, w)
 		}
 		actor, _ := r.Context().Value(actorKey{}).(lifecycle.Actor)
 		if rt.actors != nil && !slices.Contains(rt.actors, actor) {

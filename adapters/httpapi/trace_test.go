@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,6 +160,14 @@ func TestHTTPTraceparent(t *testing.T) {
 		}
 		if tt.runID && attrOf(sp, "conveyor.run.id") != sub.RunID {
 			t.Errorf("%s: run id %q, want %s", sp.Name(), attrOf(sp, "conveyor.run.id"), sub.RunID)
+		}
+	}
+	// OpenTelemetry's HTTP conventions on the server spans, by their wire names.
+	for _, sp := range []sdktrace.ReadOnlySpan{server, jobServer} {
+		route := strings.TrimPrefix(sp.Name(), "POST ")
+		if attrOf(sp, "http.request.method") != "POST" || attrOf(sp, "url.path") != route || attrOf(sp, "http.route") != route ||
+			!strings.HasPrefix(attrOf(sp, "http.response.status_code"), "20") {
+			t.Errorf("%s: HTTP attributes %v", sp.Name(), sp.Attributes())
 		}
 	}
 	if attrOf(enqueue, "conveyor.job.id") != job.JobID {

@@ -104,10 +104,12 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	if gh == "" && sl == "" && len(conf.Webhooks) > 0 {
 		return nil, fmt.Errorf("%s routes webhooks, but neither CONVEYOR_GITHUB_SECRET nor CONVEYOR_SLACK_SIGNING_SECRET is set", o.config)
 	}
+	// One registry: the Client registered Conveyor's metrics and the Go and
+	// process collectors in it, the API adds its request metrics.
 	metrics := promhttp.HandlerFor(cfg.Metrics.(*prometheus.Registry), promhttp.HandlerOpts{})
 	return w, httpapi.Mount(w.c, w.ln, httpapi.Config{Tokens: w.tokens, Logger: w.log, Limits: o.limits, TracerProvider: cfg.TracerProvider,
 		Events: true, EventPollInterval: o.poll, EventIdlePollInterval: 2 * o.idlePoll, EventWriteTimeout: o.streamWrite, Page: true,
-		GitHubSecret: gh, SlackSigningSecret: sl, WebhookRoutes: conf.Webhooks, Metrics: metrics, Drain: o.drain})
+		GitHubSecret: gh, SlackSigningSecret: sl, WebhookRoutes: conf.Webhooks, Metrics: metrics, Registerer: cfg.Metrics, Drain: o.drain})
 }
 
 // listen opens the API's listener and, unless set, derives the NLM

@@ -192,6 +192,11 @@ func TestWorkerInProcess(t *testing.T) {
 			t.Errorf("GET %s: %q not in %.300s", path, needle, body)
 		}
 	}
+	// The runtime's and the API's own metrics, the latter by route pattern.
+	if body := get(t, base+"/metrics"); !strings.Contains(body, "\ngo_goroutines ") || !strings.Contains(body, "\nprocess_cpu_seconds_total ") ||
+		!strings.Contains(body, `conveyor_http_requests_total{method="GET",route="/healthz",status="200"} `) {
+		t.Errorf("/metrics lacks the Go, process or HTTP metrics:\n%s", grepLines(body, "conveyor_http_requests_total"))
+	}
 	if body := get(t, base+"/metrics"); !regexp.MustCompile(`gwi_run_duration_seconds_count\{[^}]*status="completed"[^}]*\} 1`).MatchString(body) {
 		t.Errorf("/metrics does not count the completed run:\n%s", grepLines(body, "gwi_run_duration"))
 	}

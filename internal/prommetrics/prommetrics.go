@@ -11,6 +11,10 @@
 // WatchQueue adds the queue gauges. It is not public: no user calls the
 // per-event methods the engines record through.
 //
+// New also registers the Go runtime and process collectors (go_*,
+// process_*), unless the registry has its own. Seed puts the series of
+// every configured agent and job type at zero, so alerts need no absent().
+//
 // Counters and histograms count what this process wrote: with several
 // processes sharing a store, sum them across instances.
 // gwi_run_active_gauge is read from the store at scrape time (WatchRuns):
@@ -19,6 +23,7 @@
 // Metrics:
 //
 //	gwi_run_transitions_total{from_state,to_state,tenant_id}     counter   run status writes
+//	conveyor_run_transitions_total{agent,from_state,to_state}    counter   run status writes by agent
 //	gwi_run_duration_seconds{type,status,tenant_id}              histogram run duration by outcome; type is the agent
 //	gwi_run_active_gauge{status,tenant_id}                       gauge     runs not yet terminal, by status, read from the store (WatchRuns)
 //	conveyor_run_scrape_errors_total                             counter   scrapes whose read of the runs failed (WatchRuns)
@@ -44,6 +49,13 @@
 //	conveyor_retention_keys_deleted_total                        counter   keys the janitor deleted (a run's whole folder)
 //	conveyor_retention_passes_total{result}                      counter   janitor calls that held the lease: done, or partial (stopped early)
 //	conveyor_retention_last_pass_timestamp_seconds               gauge     when this process last finished a pass
+//
+// Registered beside them, not by New's metrics: the Go runtime and process
+// collectors (go_*, process_*; New adds them unless the registry has its
+// own), and the HTTP server's, by its Registerer (adapters/httpapi):
+//
+//	conveyor_http_requests_total{method,route,status}            counter   requests served; route is the pattern, method HTTP's or _OTHER, 499 a client gone
+//	conveyor_http_request_duration_seconds{method,route,status}  histogram request latency (an event stream's: its connection's life)
 package prommetrics
 
 import (
@@ -54,6 +66,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/internal/schedule"
@@ -100,12 +113,13 @@ type Metrics struct {
 	reg  prometheus.Registerer
 	opts options
 
-	runTransitions *prometheus.CounterVec
-	runDuration    *prometheus.HistogramVec
-	idempotency    *prometheus.CounterVec
-	stepDuration   *prometheus.HistogramVec
-	stepsAbandoned *prometheus.CounterVec
-	quarantined    *prometheus.CounterVec
+	runTransitions      *prometheus.CounterVec
+	runAgentTransitions *prometheus.CounterVec
+	runDuration         *prometheus.HistogramVec
+	idempotency         *prometheus.CounterVec
+	stepDuration        *prometheus.HistogramVec
+	stepsAbandoned      *prometheus.CounterVec
+	quarantined         *prometheus.CounterVec
 
 	jobTransitions    *prometheus.CounterVec
 	jobStateDuration  *prometheus.HistogramVec
@@ -151,6 +165,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 	}
 	m.runTransitions = counter("gwi_run_transitions_total", "Run status transitions.", "from_state", "to_state", "tenant_id")
+	m.runAgentTransitions = counter("conveyor_run_transitions_total", "Run status transitions by agent.", "agent", "from_state", "to_state")
 	m.runDuration = histogram("gwi_run_duration_seconds", "Run duration by outcome; type is the agent.", "type", "status", "tenant_id")
 	m.idempotency = counter("gwi_idempotency_hits_total", "Idempotency key lookups, result hit or miss.", "source", "result")
 	m.stepDuration = histogram("conveyor_run_step_duration_seconds", "Run step durations by final status.", "agent", "step", "status")
@@ -173,7 +188,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.retentionLast = prometheus.NewGauge(prometheus.GaugeOpts{Name: "conveyor_retention_last_pass_timestamp_seconds", Help: "When this process last finished a retention pass (Unix seconds)."})
 	for _, c := range []prometheus.Collector{
 		m.retentionDeleted, m.retentionKeys, m.retentionPasses, m.retentionLast,
-		m.runTransitions, m.runDuration, m.idempotency, m.stepDuration, m.stepsAbandoned, m.quarantined,
+		m.runTransitions, m.runAgentTransitions, m.runDuration, m.idempotency, m.stepDuration, m.stepsAbandoned, m.quarantined,
 		m.jobTransitions, m.jobStateDuration, m.jobDuration, m.jobsDead, m.jobRetries, m.jobFailedAttempts,
 		m.jobLeaseLosses, m.handlersAbandoned, m.slotsFired, m.slotsSkipped, m.slotsDuplicated,
 	} {
@@ -181,7 +196,20 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	registerRuntime(reg)
 	return m, nil
+}
+
+// registerRuntime registers the Go runtime's and the process's collectors
+// (go_*, process_*) with reg. A registry that has its own already (the
+// default one of client_golang, or a program's, perhaps with other
+// options) keeps them: any refusal is taken to mean that, so a registry
+// given to several Clients, or one a program fills itself, never fails
+// here.
+func registerRuntime(reg prometheus.Registerer) {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		_ = reg.Register(c)
+	}
 }
 
 // ---- schedule.Metrics ----
@@ -203,10 +231,13 @@ func (m *Metrics) DuplicateSuppressed(schedule string) {
 
 // ---- run.Metrics ----
 
-// RunTransition counts a run status write. The machine is not a label:
-// the platform's metric has from_state, to_state and tenant_id only.
-func (m *Metrics) RunTransition(_, from, to string) {
+// RunTransition counts a run status write twice: under the platform's
+// name, whose labels are from_state, to_state and tenant_id only, and by
+// agent (conveyor_run_transitions_total). The machine is not a label: the
+// agent names it.
+func (m *Metrics) RunTransition(agent, _, from, to string) {
 	m.runTransitions.WithLabelValues(from, to, m.opts.tenant).Inc()
+	m.runAgentTransitions.WithLabelValues(agent, from, to).Inc()
 }
 
 // RunFinished observes a run's duration; the agent is the metric's type.

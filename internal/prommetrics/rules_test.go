@@ -203,7 +203,7 @@ func skipTo(s string, closer byte) (int, error) {
 func registeredNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg, m := newMetrics(t)
-	m.RunTransition("canonical", "queued", "running")
+	m.RunTransition("research", "canonical", "queued", "running")
 	m.RunFinished("agent", "completed", time.Second)
 	if err := m.WatchRuns(fixedRuns{"running": 1}); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -35,18 +36,41 @@ const (
 
 // Attribute keys.
 const (
-	AttrRunID     = "conveyor.run.id"
-	AttrAgent     = "conveyor.agent.slug"
-	AttrStep      = "conveyor.step.name"
-	AttrStepNum   = "conveyor.step.number"
-	AttrAttempt   = "conveyor.attempt"
-	AttrJobID     = "conveyor.job.id"
-	AttrJobType   = "conveyor.job.type"
-	AttrHandler   = "conveyor.handler"
-	AttrResumed   = "conveyor.run.resumed"
-	AttrOutcome   = "conveyor.outcome"
-	AttrEpoch     = "conveyor.lease.epoch"
-	AttrHTTPRoute = "http.route"
+	AttrRunID   = "conveyor.run.id"
+	AttrAgent   = "conveyor.agent.slug"
+	AttrStep    = "conveyor.step.name"
+	AttrStepNum = "conveyor.step.number"
+	AttrAttempt = "conveyor.attempt"
+	AttrJobID   = "conveyor.job.id"
+	AttrJobType = "conveyor.job.type"
+	AttrHandler = "conveyor.handler"
+	AttrResumed = "conveyor.run.resumed"
+	AttrOutcome = "conveyor.outcome"
+	AttrEpoch   = "conveyor.lease.epoch"
+)
+
+// OpenTelemetry's semantic conventions (the semconv version imported here)
+// on the server spans of the HTTP API and the spans of jobs, so tools that
+// read them (HTTP and messaging dashboards) read Conveyor's.
+const (
+	AttrHTTPRoute  = string(semconv.HTTPRouteKey)
+	AttrHTTPMethod = string(semconv.HTTPRequestMethodKey)
+	AttrHTTPStatus = string(semconv.HTTPResponseStatusCodeKey)
+	AttrURLPath    = string(semconv.URLPathKey)
+
+	AttrMessagingSystem      = string(semconv.MessagingSystemKey)
+	AttrMessagingOperation   = string(semconv.MessagingOperationTypeKey)
+	AttrMessagingDestination = string(semconv.MessagingDestinationNameKey)
+	// MessagingSystem is the messaging.system of job spans: no value of
+	// the conventions' list fits, and they allow a system's own name.
+	MessagingSystem = "conveyor"
+)
+
+// The messaging.operation.type of the enqueue span (a job sent to its
+// lane) and of the job span (an attempt processing it).
+var (
+	MessagingSend    = semconv.MessagingOperationTypeSend.Value.AsString()
+	MessagingProcess = semconv.MessagingOperationTypeProcess.Value.AsString()
 )
 
 // Tracer starts the SDK's spans; the zero Tracer starts none.

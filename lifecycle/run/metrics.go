@@ -26,8 +26,10 @@ import (
 // process's writes go wrong (negative) once a process restarts with runs in
 // flight.
 type Metrics interface {
-	// RunTransition counts a status write from → to (gwi_run_transitions_total).
-	RunTransition(machine, from, to string)
+	// RunTransition counts a status write from → to of a run of agent
+	// (gwi_run_transitions_total, and conveyor_run_transitions_total by
+	// agent).
+	RunTransition(agent, machine, from, to string)
 	// RunFinished observes a run's duration by outcome (gwi_run_duration_seconds).
 	RunFinished(agent, status string, d time.Duration)
 	// Idempotency counts a lookup of an idempotency key as a hit or a miss
@@ -37,6 +39,6 @@ type Metrics interface {
 
 type noMetrics struct{}
 
-func (noMetrics) RunTransition(string, string, string)      {}
-func (noMetrics) RunFinished(string, string, time.Duration) {}
-func (noMetrics) Idempotency(string, bool)                  {}
+func (noMetrics) RunTransition(string, string, string, string) {}
+func (noMetrics) RunFinished(string, string, time.Duration)    {}
+func (noMetrics) Idempotency(string, bool)                     {}

@@ -23,7 +23,7 @@ type recordingMetrics struct {
 	idem        []string
 }
 
-func (m *recordingMetrics) RunTransition(machine, from, to string) {
+func (m *recordingMetrics) RunTransition(_, machine, from, to string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.transitions = append(m.transitions, machine+":"+from+">"+to)

@@ -61,6 +61,6 @@ func TestHappyPathStoreRoundTrips(t *testing.T) {
 
 type noMetrics struct{}
 
-func (noMetrics) RunTransition(string, string, string)      {}
-func (noMetrics) RunFinished(string, string, time.Duration) {}
-func (noMetrics) Idempotency(string, bool)                  {}
+func (noMetrics) RunTransition(string, string, string, string) {}
+func (noMetrics) RunFinished(string, string, time.Duration)    {}
+func (noMetrics) Idempotency(string, bool)                     {}
