@@ -155,6 +155,21 @@ func (q *auditor) auditObject(d *jobDoc) (key string, b []byte, err error) {
 	return key, b, err
 }
 
+// commitWrites is the audit object of d as a write to commit with the
+// record's write that brings d to rest (at its new version), on a store
+// that commits: the two land at one instant, so no flush follows and no
+// gap is left. None when d does not come to rest.
+func (q *auditor) commitWrites(d *jobDoc) ([]storage.Write, error) {
+	if !flushes(d.Status) {
+		return nil, nil
+	}
+	key, b, err := q.auditObject(d)
+	if err != nil || key == "" {
+		return nil, err
+	}
+	return []storage.Write{{Key: key, Value: b, Cond: storage.IfNotExists()}}, nil
+}
+
 func (q *auditor) putAudit(ctx context.Context, key string, b []byte) error {
 	return audit.Put(ctx, q.store, key, b)
 }

@@ -374,3 +374,50 @@ func BenchmarkEnqueueMany(b *testing.B) {
 		})
 	}
 }
+
+// TestJobCommits: where the store commits, two of a job's commits carry two
+// writes each: Enqueue's lane entry and record (and a new agent's lock),
+// and the write to COMPLETE and its audit object; a duplicate id is
+// ErrJobExists alone, as on every store. Elsewhere the same writes go one
+// at a time. (A claim taken outside a Worker stores CONTEXT_ASSEMBLY, so a
+// job is 9 writes here, a Worker's 8.)
+func TestJobCommits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sc              storeCase
+		commits, writes int64 // of a job of a known agent, enqueued and run
+		newAgent        int64 // Enqueue's commits for a new agent
+	}{
+		{stores[0], 2, 9, 1},
+		{storeCase{"filestore", fileStore}, 0, 9, 0},
+	} {
+		t.Run(tc.sc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cs := &teststores.Counting{Store: tc.sc.new(t)}
+			q := newQueue(t, storage.New(cs), clock.NewFake(t0))
+			enqueue(t, q, "job-0", "agent")
+			if got := cs.Commits.Load(); got != tc.newAgent || cs.Puts.Load() != 3 {
+				t.Fatalf("first Enqueue: %d commits, %d puts; want %d and 3 (lock, lane entry, record)", got, cs.Puts.Load(), tc.newAgent)
+			}
+			_, err := q.Enqueue(ctx, lifecycle.ActorGateway, spec("job-0", "agent"))
+			if _, batch := errors.AsType[*lifecycle.BatchError](err); !errors.Is(err, lifecycle.ErrJobExists) || batch {
+				t.Fatalf("Enqueue of an existing id: %v, want ErrJobExists alone", err)
+			}
+			c := claim(t, q, "w")
+			if _, err := c.Run(ctx, noopHandlers); err != nil {
+				t.Fatal(err)
+			}
+			cs.Reset()
+			enqueue(t, q, "job-1", "agent")
+			c = claim(t, q, "w")
+			if j, err := c.Run(ctx, noopHandlers); err != nil || j.Status != lifecycle.JobComplete {
+				t.Fatalf("run: %v, %v", j.Status, err)
+			}
+			writes := cs.Puts.Load() + cs.Deletes.Load()
+			if got := cs.Commits.Load(); got != tc.commits || writes != tc.writes {
+				t.Fatalf("a job: %d commits, %d writes (%d puts); want %d and %d", got, writes, cs.Puts.Load(), tc.commits, tc.writes)
+			}
+		})
+	}
+}

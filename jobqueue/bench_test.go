@@ -113,7 +113,7 @@ func benchJobs(b *testing.B, newStore func(testing.TB) *storage.Store, slots []i
 	for _, workers := range slots {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			const calib = 512
-			writes, _ := writesPerJob(b, newStore(b), calib, 256, workers, noopHandlers)
+			writes, commits, _ := countsPerJob(b, newStore(b), calib, 256, workers, noopHandlers)
 			s := newStore(b)
 			b.ResetTimer()
 			n := b.N
@@ -135,6 +135,7 @@ func benchJobs(b *testing.B, newStore func(testing.TB) *storage.Store, slots []i
 			floor := raw / writes
 			b.ReportMetric(jobRate, "jobs/s")
 			b.ReportMetric(writes, "writes/job")
+			b.ReportMetric(commits, "commits/job")
 			b.ReportMetric(raw, "puts/s")
 			b.ReportMetric(floor, "floor-jobs/s")
 			b.ReportMetric(jobRate/floor, "jobs/floor")

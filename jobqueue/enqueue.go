@@ -203,6 +203,9 @@ func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) 
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
+	if q.store.CanCommit() {
+		return q.commitOne(ctx, actor, n, key)
+	}
 	if err := q.locks.ensureAgent(ctx, n.AgentSlug); err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -233,6 +236,29 @@ func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) 
 	// No audit write: QUEUED is no rest (see flushes); the two moves wait
 	// in the trail for the write that brings the job to rest.
 	return doc.Job, nil
+}
+
+// commitOne is write on a store that commits: a batch of one, its lock
+// (if new), lane entry and record in one commit (commitBatch), so the job
+// and its lane entry land at one instant and nothing is undone.
+func (q *admission) commitOne(ctx context.Context, actor lifecycle.Actor, n NewJob, key string) (lifecycle.Job, error) {
+	doc, lane, err := newJobDoc(ctx, actor, n, q.clock.Now().UTC())
+	if err != nil {
+		return lifecycle.Job{}, err
+	}
+	if err := q.jobs.existsBeforeCreate(ctx, key, n.JobID); err != nil {
+		return lifecycle.Job{}, err
+	}
+	b := &batch{jobs: []NewJob{n}, docs: []jobDoc{doc}, keys: []string{key}, lanes: []string{lane}}
+	if err := q.commitBatch(ctx, b); err != nil {
+		if be, ok := errors.AsType[*lifecycle.BatchError](err); ok {
+			return lifecycle.Job{}, be.Err // one job: the index says nothing
+		}
+		return lifecycle.Job{}, err
+	}
+	q.lanes.laneAdded(n.AgentSlug, lane)
+	q.obs.observe(nil, &b.docs[0], b.docs[0].Trail)
+	return b.docs[0].Job, nil
 }
 
 // newJobDoc is the record of n (valid) created at now, and its lane

@@ -133,7 +133,7 @@ func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDo
 		rec.Seed(*cached, ver)
 	}
 	carried := 0
-	prior, d, err := rec.Apply(ctx, func(d *jobDoc) error {
+	prior, d, audited, err := rec.ApplyWith(ctx, func(d *jobDoc) error {
 		now := q.clock.Now().UTC()
 		if now.Before(d.UpdatedAt) {
 			now = d.UpdatedAt
@@ -161,13 +161,16 @@ func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDo
 			d.UpdatedAt = now
 		}
 		return nil
-	})
+	}, q.audit.commitWrites)
 	if err = q.quar.poison(ctx, err); err != nil {
 		return jobDoc{}, "", err
 	}
 	_, nv := rec.Snapshot()
 	q.obs.observe(&prior, &d, d.Trail[carried:])
-	if flushes(d.Status) {
+	switch {
+	case audited:
+		q.audit.flushed(&d) // committed with the record
+	case flushes(d.Status):
 		// The write is done: its audit object is written even if ctx ends
 		// meanwhile (a Worker stopping), within StopGrace, so a stop does
 		// not leave the job for a repair (repair.go).

@@ -26,8 +26,35 @@ import (
 // event and the rest.
 type classStore struct {
 	driver.Store
-	mu     sync.Mutex
-	writes map[string]int
+	mu      sync.Mutex
+	writes  map[string]int
+	commits int // each write of a commit is counted in writes too
+}
+
+// Unwrap lets the queue see what the store under it can do (Commit).
+func (c *classStore) Unwrap() driver.Store { return c.Store }
+
+// Commit forwards to the store under it, counting the commit and each of
+// its writes by class.
+func (c *classStore) Commit(ctx context.Context, ws []storage.Write) ([]storage.Version, error) {
+	cm, ok := c.Store.(driver.Committer)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	vs, err := cm.Commit(ctx, ws)
+	for _, w := range ws {
+		op := "put"
+		if w.Delete {
+			op = "delete"
+		}
+		c.count(refused(op, err), w.Key)
+	}
+	if err == nil {
+		c.mu.Lock()
+		c.commits++
+		c.mu.Unlock()
+	}
+	return vs, err
 }
 
 func keyClass(key string) string {
@@ -177,10 +204,17 @@ const MaxWritesPerJob = 8
 // releases the agent locks it kept: once per Worker, not per job), and
 // the table by key class.
 func writesPerJob(t testing.TB, s *storage.Store, n, agents, slots int, h jobqueue.Handlers) (float64, string) {
+	w, _, table := countsPerJob(t, s, n, agents, slots, h)
+	return w, table
+}
+
+// countsPerJob is writesPerJob with the commits per job too (each write
+// of a commit is also counted as a write).
+func countsPerJob(t testing.TB, s *storage.Store, n, agents, slots int, h jobqueue.Handlers) (writes, commits float64, table string) {
 	cs := &classStore{Store: s}
 	runWorker(t, storage.New(cs), agents, agents, slots, h, nil)
 	cs.mu.Lock()
-	cs.writes = nil
+	cs.writes, cs.commits = nil, 0
 	cs.mu.Unlock()
 	var locks int
 	runWorker(t, storage.New(cs), n, agents, slots, h, func() {
@@ -195,8 +229,9 @@ func writesPerJob(t testing.TB, s *storage.Store, n, agents, slots int, h jobque
 	released := cs.writes["agent lock put"] - locks
 	cs.writes["agent lock put"] = locks
 	cs.mu.Unlock()
-	table := cs.table(n) + fmt.Sprintf("(and %d agent lock releases when the Worker stopped)\n", released)
-	return float64(cs.durable()) / float64(n), table
+	commits = float64(cs.commits) / float64(n)
+	table = cs.table(n) + fmt.Sprintf("(commits %.2f; and %d agent lock releases when the Worker stopped)\n", commits, released)
+	return float64(cs.durable()) / float64(n), commits, table
 }
 
 // TestWritesPerJob fails when a job costs more than MaxWritesPerJob store

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -303,3 +305,92 @@ func TestRecordKeepsUnknownMembers(t *testing.T) {
 		t.Errorf("created from a document with unknown members: %s", b)
 	}
 }
+
+// noCommit hides the Commit of the store under it, as filestore has none.
+type noCommit struct{ driver.Store }
+
+// TestApplyWith: on a store that commits, the record's write and the
+// others land in one commit under the record's IfMatch (a stale version
+// is re-read and judged again, as Apply's); another write's refused
+// condition, or a store that cannot commit, leaves the record's write
+// alone; a lost lease writes nothing.
+func TestApplyWith(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		noCommit   bool
+		otherThere bool // the other key exists before: its create-only write is refused
+		meddle     bool // someone writes the record between the owner's read and write
+		lost       bool // the lease was taken over
+		committed  bool
+		wantErr    error
+	}{
+		{name: "commits", committed: true},
+		{name: "stale version, re-read, commits", meddle: true, committed: true},
+		{name: "other write refused: the record alone", otherThere: true},
+		{name: "store cannot commit: the record alone", noCommit: true},
+		{name: "lease lost: nothing", lost: true, wantErr: lifecycle.ErrLeaseLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := memstore.New()
+			if tc.noCommit {
+				s = storage.New(noCommit{s.Unwrap()})
+			}
+			v := mustCreate(t, s, "r.json", doc{State: "running", Lease: &lifecycle.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}})
+			if tc.otherThere {
+				mustCreate(t, s, "other.json", doc{State: "old"})
+			}
+			r := &fence.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "a", Epoch: 1}
+			r.Seed(doc{State: "running", Lease: &lifecycle.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}}, v)
+			if tc.meddle || tc.lost {
+				lease := &lifecycle.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}
+				if tc.lost {
+					lease = &lifecycle.Lease{Owner: "b", Epoch: 2, ExpiresAt: t0}
+				}
+				m := &fence.Record[doc, *doc]{Store: s, Key: "r.json"}
+				if _, _, err := m.Apply(ctx, func(d *doc) error { d.Lease = lease; return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			also := func(d *doc) ([]storage.Write, error) {
+				b, _ := json.Marshal(doc{State: "audit of " + d.State})
+				return []storage.Write{{Key: "other.json", Value: b, Cond: storage.IfNotExists()}}, nil
+			}
+			_, after, committed, err := r.ApplyWith(ctx, func(d *doc) error { d.State = "done"; return nil }, also)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("ApplyWith: %v, want %v", err, tc.wantErr)
+			}
+			if committed != tc.committed {
+				t.Fatalf("committed %v, want %v", committed, tc.committed)
+			}
+			got, _, _ := s.Get(ctx, "r.json")
+			var stored doc
+			_ = json.Unmarshal(got, &stored)
+			if wantState := map[bool]string{true: "running", false: "done"}[tc.lost]; stored.State != wantState {
+				t.Fatalf("record %s, want state %q", got, wantState)
+			}
+			other, _, oerr := s.Get(ctx, "other.json")
+			switch {
+			case tc.otherThere && !json.Valid(other):
+				t.Fatalf("other key: %s", other)
+			case tc.otherThere:
+				var o doc
+				_ = json.Unmarshal(other, &o)
+				if o.State != "old" {
+					t.Fatalf("other key overwritten: %s", other)
+				}
+			case tc.committed && (oerr != nil || !bytesContain(other, "audit of done")):
+				t.Fatalf("other key %s, %v: want the commit's", other, oerr)
+			case !tc.committed && !errors.Is(oerr, storage.ErrNotFound):
+				t.Fatalf("other key %s, %v: want none", other, oerr)
+			}
+			if err == nil && after.State != "done" {
+				t.Fatalf("after %+v", after)
+			}
+		})
+	}
+}
+
+func bytesContain(b []byte, s string) bool { return strings.Contains(string(b), s) }

@@ -174,11 +174,28 @@ func LeaseCertain(expires, now time.Time, ttl time.Duration) bool {
 // it was judged on a freshly read document; nothing is written. It returns
 // the document before and after the change.
 func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before, after T, err error) {
+	before, after, _, err = r.ApplyWith(ctx, change, nil)
+	return before, after, err
+}
+
+// ApplyWith is Apply that, on a store that commits several keys at once
+// (storage.Store.CanCommit), commits the writes also returns for the
+// changed document (its counter bumped) with the record's, in one
+// commit: the record's IfMatch is the commit's condition, as Apply's
+// Put's, and each of the others keeps its own. committed tells whether
+// they landed with it. A commit refused by one of the others' conditions
+// is retried as Apply's write alone (the caller then writes the others as
+// it would have without a commit). also nil, or a store that cannot
+// commit, is Apply.
+func (r *Record[T, P]) ApplyWith(ctx context.Context, change func(P) error, also func(P) ([]storage.Write, error)) (before, after T, committed bool, err error) {
+	if also != nil && !r.Store.CanCommit() {
+		also = nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.cached {
 		if err := r.reload(ctx); err != nil {
-			return before, after, err
+			return before, after, false, err
 		}
 	}
 	fresh := r.fresh // else the cached document may be stale until re-read
@@ -187,10 +204,10 @@ func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before,
 		doc := r.clone(&r.doc)
 		if err := r.fence(&doc); err != nil {
 			if fresh {
-				return before, after, err
+				return before, after, false, err
 			}
 			if err := r.reload(ctx); err != nil {
-				return before, after, err
+				return before, after, false, err
 			}
 			fresh = true
 			continue
@@ -198,12 +215,12 @@ func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before,
 		prior := r.clone(&r.doc)
 		if err := change(&doc); err != nil {
 			if fresh {
-				return before, after, err
+				return before, after, false, err
 			}
 			// Someone else may have moved the record since our last write:
 			// judge the change against the stored document before refusing.
 			if err := r.reload(ctx); err != nil {
-				return before, after, err
+				return before, after, false, err
 			}
 			fresh = true
 			continue
@@ -211,32 +228,64 @@ func (r *Record[T, P]) Apply(ctx context.Context, change func(P) error) (before,
 		P(&doc).StorageMeta().Version++
 		b, err := records.Encode[T, P](&doc)
 		if err != nil {
-			return before, after, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
+			return before, after, false, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
 		}
-		v, err := r.Store.Put(ctx, r.Key, b, storage.IfMatch(r.ver))
+		v, with, err := r.put(ctx, &doc, b, also)
+		if with && err != nil && !errors.Is(err, storage.ErrOutcomeUnknown) && !failedAt(err, r.Key) {
+			also = nil // another write's condition: the record's alone, as Apply writes it
+			continue
+		}
 		switch {
 		case err == nil:
 			r.doc, r.ver, r.fresh = doc, v, false
-			return prior, r.clone(&doc), nil
+			return prior, r.clone(&doc), with, nil
 		case errors.Is(err, storage.ErrOutcomeUnknown):
-			// The write may have landed: it did if the stored bytes are ours.
+			// The write may have landed: it did if the stored bytes are
+			// ours (a commit lands whole or not at all).
 			got, gv, gerr := r.Store.Get(ctx, r.Key)
 			if gerr == nil && bytes.Equal(got, b) {
 				r.doc, r.ver, r.fresh = doc, gv, false
-				return prior, r.clone(&doc), nil
+				return prior, r.clone(&doc), with, nil
 			}
 		case errors.Is(err, storage.ErrPreconditionFailed):
 		default:
-			return before, after, err
+			return before, after, false, err
 		}
 		if conflicts++; conflicts > MaxConflicts {
-			return before, after, fmt.Errorf("conveyor: %s: gave up after %d conflicting writes: %w", r.Key, MaxConflicts, err)
+			return before, after, false, fmt.Errorf("conveyor: %s: gave up after %d conflicting writes: %w", r.Key, MaxConflicts, err)
 		}
 		if err := r.reload(ctx); err != nil {
-			return before, after, err
+			return before, after, false, err
 		}
 		fresh = true
 	}
+}
+
+// put writes the record's bytes b (of doc) under IfMatch of the version
+// last read or written: one Put, or, when also gives writes, one commit
+// of the record's write first and then those (with tells which; also
+// failing, the record's write goes alone).
+func (r *Record[T, P]) put(ctx context.Context, doc P, b []byte, also func(P) ([]storage.Write, error)) (v storage.Version, with bool, err error) {
+	var more []storage.Write
+	if also != nil {
+		more, _ = also(doc) // writes it cannot make are the caller's to make apart, as without a commit
+	}
+	if len(more) == 0 {
+		v, err = r.Store.Put(ctx, r.Key, b, storage.IfMatch(r.ver))
+		return v, false, err
+	}
+	ws := append([]storage.Write{{Key: r.Key, Value: b, Cond: storage.IfMatch(r.ver)}}, more...)
+	vs, err := r.Store.Commit(ctx, ws)
+	if err != nil {
+		return "", true, err
+	}
+	return vs[0], true, nil
+}
+
+// failedAt tells whether err is a refused condition of the write at key.
+func failedAt(err error, key string) bool {
+	oe, ok := errors.AsType[*storage.OpError](err)
+	return ok && errors.Is(err, storage.ErrPreconditionFailed) && oe.Key == key
 }
 
 // Create writes doc at the key, create-only, with its counter set to 1,
