@@ -452,22 +452,6 @@ func TestProofMemstore(t *testing.T) {
 		backoff: []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}}, nil)
 }
 
-// TestProofSQLite is the proof on sqlitestore, whose Commit the queue uses
-// (several writes of a job at one instant).
-func TestProofSQLite(t *testing.T) {
-	t.Parallel()
-	s, err := sqlitestore.New(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "store.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	// A write waits for its sync: with memstore's 200 ms lease, under -race
-	// at load 20, most leases lapsed (730 of 1000 jobs DEAD, 5 minutes), so
-	// the lease and steps are MinIO's halved (400 jobs in 6 s at load 3).
-	runProof(t, s, 400, 40, 6, 4, proofConfig{lease: time.Second, step: 150 * time.Millisecond, poll: 10 * time.Millisecond,
-		backoff: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond}}, nil)
-}
-
 // TestProofMinIO runs the proof on a real MinIO with two worker processes
 // besides the in-process ones; one process is killed with SIGKILL midway.
 func TestProofMinIO(t *testing.T) {
@@ -486,8 +470,9 @@ func TestProofMinIO(t *testing.T) {
 }
 
 // TestProofSQLite runs the proof on a SQLite file (the Worker's default
-// store) shared with two worker processes; one process is killed with
-// SIGKILL midway, as on MinIO.
+// store, whose Commit the queue uses for several writes of a job) shared
+// with two worker processes; one process is killed with SIGKILL midway, as
+// on MinIO.
 func TestProofSQLite(t *testing.T) {
 	// Not parallel: beside the MinIO proof, on two loaded cores, both took
 	// over 3 minutes (leases lapsed, attempts nearly doubled); alone, 11 s
