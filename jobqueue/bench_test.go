@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -106,7 +107,7 @@ func BenchmarkJobsFilestore(b *testing.B) {
 // BenchmarkJobsSQLite: the same on sqlitestore (WAL, synchronous=FULL,
 // the group commit), the embedded default (issue 29).
 func BenchmarkJobsSQLite(b *testing.B) {
-	benchJobs(b, sqliteStore, []int{1, 4, 16})
+	benchJobs(b, teststores.SQLite, []int{1, 4, 16})
 }
 
 func benchJobs(b *testing.B, newStore func(testing.TB) *storage.Store, slots []int) {

@@ -1,15 +1,12 @@
 package jobqueue_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
-	"github.com/runconveyor/conveyor/adapters/sqlitestore"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -48,18 +45,6 @@ func fileStore(tb testing.TB) *storage.Store {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return s
-}
-
-// sqliteStore is a sqlitestore in a directory of the test's own, closed
-// when the test ends.
-func sqliteStore(tb testing.TB) *storage.Store {
-	tb.Helper()
-	s, err := sqlitestore.New(context.Background(), sqlitestore.Config{Path: filepath.Join(tb.TempDir(), "store.db")})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
