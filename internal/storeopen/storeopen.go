@@ -5,6 +5,7 @@ package storeopen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -202,6 +203,9 @@ func OpenS3(ctx context.Context, o S3) (*storage.Store, string, error) {
 		return nil, "", err
 	}
 	if err := s.Check(ctx); err != nil {
+		if errors.Is(err, s3store.ErrNoBucket) {
+			err = fmt.Errorf("%w.\nTo create it: %s", err, CreateBucketCommand(o))
+		}
 		return nil, "", err
 	}
 	where := "s3 bucket " + cfg.Bucket
@@ -209,6 +213,32 @@ func OpenS3(ctx context.Context, o S3) (*storage.Store, string, error) {
 		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
 	}
 	return storage.New(s), where, nil
+}
+
+// CreateBucketCommand is the command line that creates o's bucket.
+func CreateBucketCommand(o S3) string {
+	cmd := "go run ./examples/conveyor bucket create -s3-bucket " + o.Bucket
+	if o.Endpoint != "" {
+		cmd += " -s3-endpoint " + o.Endpoint
+	}
+	return cmd
+}
+
+// CreateBucket creates the bucket o names (one the caller already has is
+// no error) and checks it as OpenS3 does.
+func CreateBucket(ctx context.Context, o S3) error {
+	cfg, err := o.Config()
+	if err != nil {
+		return err
+	}
+	d, err := s3store.NewDriver(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := d.CreateBucket(ctx); err != nil {
+		return err
+	}
+	return d.Check(ctx)
 }
 
 // Usage describes the store names Open takes.
