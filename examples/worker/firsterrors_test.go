@@ -77,8 +77,10 @@ func TestRefusesUnrelatedFiles(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "thesis.tex"), []byte("mine"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			err := runWorker(t.Context(), []string{"-data", dir, "-store", kind, "-addr", "127.0.0.1:0"}, io.Discard, io.Discard,
-				func(string) { t.Error("the worker started") })
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			err := runWorker(ctx, []string{"-data", dir, "-store", kind, "-addr", "127.0.0.1:0", "-drain", "5s"}, io.Discard, io.Discard,
+				func(string) { t.Error("the worker started"); cancel() })
 			want := dir + " holds files that are not a Conveyor store (thesis.tex)"
 			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "Point -data at an empty or new directory") {
 				t.Fatalf("err %v, want one saying %q and what to do", err, want)
