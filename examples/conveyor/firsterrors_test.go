@@ -54,7 +54,8 @@ func TestActorWithToken(t *testing.T) {
 	url, _ := worker(t)
 	t.Setenv("CONVEYOR_TOKEN", "")
 	code, _, errOut := conveyor(t, url, "-token", "t0k", "-actor", "admin", "agents")
-	if code != 2 || !strings.Contains(errOut, "-actor and a token (-token) together: a Worker with tokens acts as the token's actor and ignores -actor") {
+	if code != 2 || !strings.Contains(errOut, "-actor and a token (-token) together: a Worker with tokens acts as the token's actor and ignores -actor") ||
+		!strings.Contains(errOut, `or drop -token to act as "admin"`) {
 		t.Errorf("-token and -actor: exit %d, %q", code, errOut)
 	}
 	if code, _, errOut := conveyor(t, url, "-token", "t0k", "agents"); code != 0 {

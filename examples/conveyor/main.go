@@ -114,12 +114,12 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// A Worker with tokens acts as the token's actor and ignores
 		// X-Conveyor-Actor; sending both would let a user believe the
 		// -actor was used.
-		from := "-token"
+		from, drop := "-token", "drop -token"
 		if !flagSet(fs, "token") {
-			from = "$CONVEYOR_TOKEN"
+			from, drop = "$CONVEYOR_TOKEN", "unset CONVEYOR_TOKEN"
 		}
 		fmt.Fprintf(stderr, "conveyor: -actor and a token (%s) together: a Worker with tokens acts as the token's actor and ignores -actor.\n"+
-			"Drop -actor to act as the token's actor, or drop the token (unset CONVEYOR_TOKEN) to act as %q on a Worker without tokens\n", from, *actor)
+			"Drop -actor to act as the token's actor, or %s to act as %q on a Worker without tokens\n", from, drop, *actor)
 		return 2
 	}
 	base, err := baseURL(*addr)
