@@ -113,6 +113,9 @@ func (c contents) dirStore() bool {
 // they are, each list sorted with hidden names last.
 func readContents(dir string) (contents, error) {
 	var c contents
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return c, fmt.Errorf("%s is a file, not a directory: -data names the directory the Worker keeps its store in (created if missing)", dir)
+	}
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return c, nil

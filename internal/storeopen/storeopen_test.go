@@ -198,3 +198,21 @@ func TestEmbeddedForeignFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestEmbeddedOnAFile: -data naming a file says so, for either store.
+func TestEmbeddedOnAFile(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(f, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{storeopen.SQLite, storeopen.Files} {
+		s, _, err := storeopen.Embedded(t.Context(), kind, f)
+		if err == nil {
+			_ = s.Close()
+		}
+		if want := f + " is a file, not a directory"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s on a file: %v, want it to say %q", kind, err, want)
+		}
+	}
+}
