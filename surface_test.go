@@ -56,7 +56,7 @@ var surfaceCaps = map[string]struct {
 	"adapters/memstore":       {5, "an in-memory Store and its driver"},
 	"adapters/filestore":      {8, "a directory Store, its driver and its option"},
 	"adapters/sqlitestore":    {6, "a SQLite Store, its config and its driver"},
-	"adapters/s3store":        {15, "an S3 Store, its config, and the driver a program checks the bucket with"},
+	"adapters/s3store":        {18, "an S3 Store, its config, and the driver a program checks (its error categories) and creates the bucket with"},
 	"adapters/httpapi":        {15, "the HTTP server"},
 	"adapters/httpapi/client": {35, "the Go client of the HTTP API"},
 	"adapters/otlp":           {2, "the OTLP span exporter from the standard variables"},

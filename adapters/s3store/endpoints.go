@@ -171,14 +171,30 @@ func parseEndpoints(single string, list []string) ([]string, error) {
 		if u == "" || seen[u] {
 			continue
 		}
-		pu, err := url.Parse(u)
-		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return nil, fmt.Errorf("s3store: endpoint %q is not an http(s) URL", raw)
+		if err := checkURL(u, ""); err != nil {
+			return nil, err
 		}
 		seen[u] = true
 		out = append(out, u)
 	}
 	return out, nil
+}
+
+// checkURL says what is wrong with an endpoint that is not an http(s) URL
+// (from names where it came from, when not the caller's own setting): most
+// often it is host:port, written without its scheme.
+func checkURL(u, from string) error {
+	if from != "" {
+		from = " (" + from + ")"
+	}
+	if !strings.Contains(u, "://") {
+		return fmt.Errorf("s3store: endpoint %q%s has no scheme: write it as http://%s (or https:// for TLS)", u, from, u)
+	}
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return fmt.Errorf("s3store: endpoint %q%s is not an http(s) URL, e.g. http://127.0.0.1:9000", u, from)
+	}
+	return nil
 }
 
 // attemptKey carries an attempt's *attempt from the guard to the resolver.

@@ -90,6 +90,7 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -102,6 +103,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 
@@ -301,6 +303,16 @@ func NewDriver(ctx context.Context, cfg Config) (*Driver, error) {
 			return st.Finalize.Insert(g, "Retry", middleware.After)
 		})
 	})
+	if p == nil {
+		// The SDK's endpoint, from AWS_ENDPOINT_URL[_S3] or the shared
+		// config: one without a scheme would fail every request with an
+		// error that names no cause.
+		if e := aws.ToString(client.Options().BaseEndpoint); e != "" {
+			if err := checkURL(e, "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL"); err != nil {
+				return nil, err
+			}
+		}
+	}
 	s, err := newDriverWithClient(client, cfg.Bucket, cfg.Prefix)
 	if err != nil {
 		return nil, err
@@ -392,6 +404,9 @@ func (s *Driver) Check(ctx context.Context) error {
 
 // check is one ask of Check.
 func (s *Driver) check(ctx context.Context) error {
+	if err := s.checkCredentials(ctx); err != nil {
+		return err
+	}
 	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
 	switch {
 	case err == nil:
@@ -402,14 +417,92 @@ func (s *Driver) check(ctx context.Context) error {
 	}
 	switch httpStatus(err) {
 	case http.StatusNotFound:
-		return fmt.Errorf("s3store: bucket %q does not exist (create it, or name another with -s3-bucket / %s): %w", s.bucket, envBucket, err)
+		return fmt.Errorf("s3store: bucket %q does not exist (create it, or name another with -s3-bucket / %s): %w: %w", s.bucket, envBucket, ErrNoBucket, err)
 	case http.StatusForbidden:
 		return fmt.Errorf("s3store: bucket %q: access denied to these credentials: %w", s.bucket, err)
 	}
 	if endpointFailure(err) {
 		return fmt.Errorf("s3store: bucket %q: %w: %w", s.bucket, ErrUnreachable, err)
 	}
+	if !validBucketName(s.bucket) {
+		// Asked only once the server refused (MinIO and AWS answer 400
+		// Bad Request, naming no cause): a bucket named before the rule
+		// (AWS's us-east-1 allowed more) still works.
+		return fmt.Errorf("s3store: bucket name %q is not valid: %s: %w", s.bucket, bucketNameRule, err)
+	}
 	return fmt.Errorf("s3store: bucket %q: %w", s.bucket, err)
+}
+
+// CreateBucket creates the bucket (in the client's region) for a program
+// that offers to, as Check's error on a missing one suggests; a bucket
+// that already exists and is the caller's is no error. A name that breaks
+// S3's rule is refused before any request.
+func (s *Driver) CreateBucket(ctx context.Context) error {
+	if !validBucketName(s.bucket) {
+		return fmt.Errorf("s3store: bucket name %q is not valid: %s", s.bucket, bucketNameRule)
+	}
+	if err := s.checkCredentials(ctx); err != nil {
+		return err
+	}
+	in := &s3.CreateBucketInput{Bucket: &s.bucket}
+	if r := s.client.Options().Region; r != "" && r != "us-east-1" {
+		// Outside us-east-1, AWS wants the region named again.
+		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{LocationConstraint: types.BucketLocationConstraint(r)}
+	}
+	_, err := s.client.CreateBucket(ctx, in)
+	switch code := apiCode(err); {
+	case err == nil, code == "BucketAlreadyOwnedByYou":
+		return nil
+	case code == "BucketAlreadyExists":
+		return fmt.Errorf("s3store: bucket %q belongs to another account (bucket names are global on AWS): choose another name: %w", s.bucket, err)
+	case httpStatus(err) == http.StatusForbidden:
+		return fmt.Errorf("s3store: bucket %q: these credentials may not create buckets: %w", s.bucket, err)
+	case ctx.Err() == nil && endpointFailure(err):
+		return fmt.Errorf("s3store: bucket %q: %w: %w", s.bucket, ErrUnreachable, err)
+	}
+	return fmt.Errorf("s3store: create bucket %q: %w", s.bucket, err)
+}
+
+// checkCredentials fetches the credentials requests are signed with, so
+// that none found is said as such: the SDK's default chain ends asking the
+// EC2 instance metadata service, which off EC2 does not answer, and that
+// failure would otherwise read as the S3 server not answering.
+func (s *Driver) checkCredentials(ctx context.Context) error {
+	p := s.client.Options().Credentials
+	if p == nil || aws.IsCredentialsProvider(p, aws.AnonymousCredentials{}) {
+		return nil
+	}
+	if _, err := p.Retrieve(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("s3store: %w: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (on MinIO: its root user and password, or an access key made on it), or AWS_PROFILE: %w", ErrNoCredentials, err)
+	}
+	return nil
+}
+
+// ErrNoCredentials is matched by Check's error when no credentials were
+// found to sign requests with.
+var ErrNoCredentials = errors.New("no AWS credentials found")
+
+// ErrNoBucket is matched by Check's error when the bucket does not exist.
+var ErrNoBucket = errors.New("no such bucket")
+
+// bucketNameRule is S3's rule for bucket names, briefly.
+const bucketNameRule = "S3 bucket names are 3 to 63 characters of lowercase letters, digits, dots and hyphens, beginning and ending with a letter or digit, and not an IP address"
+
+// validBucketName reports whether name keeps S3's rule for new buckets:
+// 3 to 63 characters of lowercase letters, digits, dots and hyphens,
+// beginning and ending with a letter or digit, no two dots together, and
+// not shaped as an IPv4 address.
+func validBucketName(name string) bool {
+	if len(name) < 3 || len(name) > 63 || strings.Contains(name, "..") || net.ParseIP(name) != nil {
+		return false
+	}
+	for i, c := range []byte(name) {
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || i == len(name)-1 || (c != '.' && c != '-')) {
+			return false
+		}
+	}
+	return true
 }
 
 // ErrUnreachable is matched by Check's error when no endpoint answered

@@ -9,12 +9,14 @@
 //	go run ./examples/conveyor conformance -s3-bucket b -s3-endpoint http://127.0.0.1:9000
 //	go run ./examples/conveyor copy -from dir:./data -to sqlite:./data-sqlite/conveyor.db
 //	go run ./examples/conveyor show -store sqlite:./data/conveyor.db agents/
+//	go run ./examples/conveyor bucket create -s3-bucket conveyor -s3-endpoint http://127.0.0.1:9000
 //
 // The API address comes from -addr or CONVEYOR_ADDR (default
 // 127.0.0.1:8080; host:port as the Worker's -addr takes it, or a URL), the
 // bearer token from -token or CONVEYOR_TOKEN;
 // without a token, -actor says whom to act as (a Worker without tokens
-// serves loopback callers as the actor they name).
+// serves loopback callers as the actor they name). The two together are
+// refused: a Worker with tokens acts as the token's actor, never -actor's.
 package main
 
 import (
@@ -50,8 +52,8 @@ const usage = `usage: conveyor [-addr HOST:PORT|URL] [-token T | -actor A] <comm
 
   -addr   the Worker's API: host:port as the Worker's -addr, or a URL
           (default $CONVEYOR_ADDR, else 127.0.0.1:8080)
-  -token  bearer token (default $CONVEYOR_TOKEN)
-  -actor  the actor to act as when the Worker has no tokens
+  -token  bearer token (default $CONVEYOR_TOKEN); the Worker acts as its actor
+  -actor  the actor to act as when the Worker has no tokens (not with a token)
 
 commands:
   agents                          the agents and their run machines
@@ -78,6 +80,8 @@ commands:
                                   (each store issues its own versions)
   show -store STORE <key | prefix/>
                                   a record as JSON, or a prefix's as JSON lines
+  bucket create -s3-bucket B [-s3-endpoint URL]
+                                  create the S3 bucket a Worker's -s3-bucket names
   STORE: dir:PATH, sqlite:PATH, s3://BUCKET[/PREFIX/] (-s3-endpoint URL or the
   environment), mem:
 `
@@ -103,6 +107,20 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return conformance(ctx, fs.Args()[1:], stdout, stderr)
 	case "copy", "show":
 		return storeCommand(ctx, fs.Arg(0), fs.Args()[1:], stdout, stderr)
+	case "bucket":
+		return bucketCommand(ctx, fs.Args()[1:], stdout, stderr)
+	}
+	if *token != "" && *actor != "" {
+		// A Worker with tokens acts as the token's actor and ignores
+		// X-Conveyor-Actor; sending both would let a user believe the
+		// -actor was used.
+		from, drop := "-token", "drop -token"
+		if !flagSet(fs, "token") {
+			from, drop = "$CONVEYOR_TOKEN", "unset CONVEYOR_TOKEN"
+		}
+		fmt.Fprintf(stderr, "conveyor: -actor and a token (%s) together: a Worker with tokens acts as the token's actor and ignores -actor.\n"+
+			"Drop -actor to act as the token's actor, or %s to act as %q on a Worker without tokens\n", from, drop, *actor)
+		return 2
 	}
 	base, err := baseURL(*addr)
 	if err != nil {
@@ -123,6 +141,13 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "conveyor: %v\n", err)
 		return 1
 	}
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 type usageError string

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/runconveyor/conveyor/internal/storeopen"
@@ -192,4 +193,41 @@ func showCommand(ctx context.Context, name, arg string, s3 storeopen.S3, out io.
 		}
 	}
 	return nil
+}
+
+const bucketUsage = "usage: conveyor bucket create -s3-bucket B [-s3-endpoint URL]"
+
+// bucketCommand runs bucket create: the one way, besides the S3 server's
+// own tools, to make the bucket a Worker's -s3-bucket names, with the
+// same flags and environment as the Worker (credentials from
+// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). Exit codes as cli's.
+func bucketCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("conveyor bucket", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, bucketUsage) }
+	if len(args) == 0 || args[0] != "create" {
+		fmt.Fprintln(stderr, "conveyor bucket: want create")
+		fs.Usage()
+		return 2
+	}
+	var o storeopen.S3
+	fs.StringVar(&o.Bucket, "s3-bucket", os.Getenv("CONVEYOR_S3_BUCKET"), "the bucket to create (env CONVEYOR_S3_BUCKET)")
+	fs.StringVar(&o.Endpoint, "s3-endpoint", "", "S3 API URL, e.g. http://127.0.0.1:9000 for MinIO (default CONVEYOR_S3_ENDPOINTS, AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if o.Bucket == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "conveyor bucket create: needs -s3-bucket (or CONVEYOR_S3_BUCKET), and no arguments")
+		fs.Usage()
+		return 2
+	}
+	if err := storeopen.CreateBucket(ctx, o); err != nil {
+		fmt.Fprintf(stderr, "conveyor bucket create: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "bucket %s is ready: run the Worker with -s3-bucket %s\n", o.Bucket, o.Bucket)
+	return 0
 }

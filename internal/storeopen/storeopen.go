@@ -5,6 +5,7 @@ package storeopen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -32,56 +33,118 @@ const DBFile = "conveyor.db"
 // Embedded opens the Worker's store in dir, of kind SQLite or Files, and
 // says which for the log. Asked for SQLite where dir holds a directory
 // store and no SQLite file, it refuses, naming the store and how to keep
-// using it, rather than start an empty one beside it.
+// using it, rather than start an empty one beside it. A dir holding files
+// that no store of the Worker's writes there, and no store of the kind
+// asked for, is refused too, naming them: -data most likely names the
+// wrong directory, and a directory store would fail on the first write
+// that meets one of them.
 func Embedded(ctx context.Context, kind, dir string) (*storage.Store, string, error) {
 	switch kind {
-	case Files:
-		s, err := filestore.New(dir)
-		return s, "filestore " + dir, err
-	case SQLite:
+	case Files, SQLite:
 	default:
 		return nil, "", fmt.Errorf("-store %q: want %s or %s", kind, SQLite, Files)
 	}
-	// Not filepath.Join: the message names paths as the user wrote them.
-	path := strings.TrimSuffix(dir, string(filepath.Separator)) + string(filepath.Separator) + DBFile
-	others, err := notSQLite(dir)
+	c, err := readContents(dir)
 	if err != nil {
 		return nil, "", err
 	}
-	_, statErr := os.Stat(path)
-	if len(others) > 0 && os.IsNotExist(statErr) {
+	// Not filepath.Join: the message names paths as the user wrote them.
+	trimmed := strings.TrimSuffix(dir, string(filepath.Separator))
+	path := trimmed + string(filepath.Separator) + DBFile
+	if kind == Files {
+		if !c.dirStore() && len(c.foreign) > 0 {
+			return nil, "", foreignError(dir, c.foreign, "its directory store (a folder per kind of record)")
+		}
+		s, err := filestore.New(dir)
+		return s, "filestore " + dir, err
+	}
+	switch {
+	case c.db:
+	case c.dirStore():
 		return nil, "", fmt.Errorf("%s holds a directory store (filestore: %s), not the SQLite file the Worker keeps by default (%s).\n"+
 			"To keep using it as it is, add -store files.\n"+
 			"To copy its records into SQLite: go run ./examples/conveyor copy -from dir:%s -to sqlite:%s, then run with -data %s",
-			dir, strings.Join(others, ", "), path, dir, strings.TrimSuffix(dir, string(filepath.Separator))+"-sqlite"+string(filepath.Separator)+DBFile,
-			strings.TrimSuffix(dir, string(filepath.Separator))+"-sqlite")
+			dir, strings.Join(firstFew(sortNames(append(slices.Clone(c.dirs), c.foreign...))), ", "), path, dir, trimmed+"-sqlite"+string(filepath.Separator)+DBFile,
+			trimmed+"-sqlite")
+	case len(c.foreign) > 0:
+		return nil, "", foreignError(dir, c.foreign, "its SQLite file, "+path)
 	}
 	s, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
 	where := "sqlite " + path
-	if len(others) > 0 {
+	switch {
+	case len(c.dirs) > 0:
 		where += " (" + dir + " also holds other files, a directory store's? -store files uses them)"
+	case len(c.foreign) > 0:
+		where += " (" + dir + " also holds " + strings.Join(firstFew(c.foreign), ", ") + ", not the store's)"
 	}
 	return s, where, err
 }
 
-// notSQLite lists, sorted (hidden ones last) and at most 3, the entries
-// of dir that are not the SQLite file or its companions (none if dir is
-// missing).
-func notSQLite(dir string) ([]string, error) {
+// foreignError is the refusal of a data directory holding files of no
+// store: what was found, and what to do.
+func foreignError(dir string, foreign []string, keeps string) error {
+	return fmt.Errorf("%s holds files that are not a Conveyor store (%s): the Worker keeps %s there.\n"+
+		"Point -data at an empty or new directory (it is created), or move those files out of %s",
+		dir, strings.Join(firstFew(foreign), ", "), keeps, dir)
+}
+
+// contents sorts a data directory's entries by whose they are.
+type contents struct {
+	db bool // the SQLite file
+	// dirs are a directory store's: its folders (a key prefix each) and
+	// the names its adapter keeps for itself (".cnv...", e.g. .cnvlocks).
+	dirs []string
+	// foreign are files no store of the Worker's writes at the top of
+	// its directory: not the SQLite file or its companions (DBFile-wal,
+	// -shm, -journal, ...), not a directory store's (whose records are
+	// all in folders), and not hidden (.DS_Store, .gitkeep: other tools'
+	// leavings, harmless beside a store).
+	foreign []string
+	marked  bool // an entry named ".cnv...": a directory store was opened here
+}
+
+// dirStore reports whether the entries are a directory store's: one was
+// opened here (on Linux it leaves .cnvlocks), or only folders are there.
+func (c contents) dirStore() bool {
+	return c.marked || (len(c.dirs) > 0 && len(c.foreign) == 0)
+}
+
+// readContents sorts dir's entries (none if dir is missing) by whose
+// they are, each list sorted with hidden names last.
+func readContents(dir string) (contents, error) {
+	var c contents
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return c, fmt.Errorf("%s is a file, not a directory: -data names the directory the Worker keeps its store in (created if missing)", dir)
+	}
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
-		return nil, nil
+		return c, nil
 	}
 	if err != nil {
-		return nil, err
+		return c, err
 	}
-	var others []string
 	for _, e := range entries {
-		if n := e.Name(); n != DBFile && !strings.HasPrefix(n, DBFile+"-") {
-			others = append(others, n)
+		switch n := e.Name(); {
+		case n == DBFile:
+			c.db = true
+		case strings.HasPrefix(n, DBFile+"-"):
+		case strings.HasPrefix(n, ".cnv"):
+			c.marked = true
+			c.dirs = append(c.dirs, n)
+		case e.IsDir():
+			c.dirs = append(c.dirs, n)
+		case !strings.HasPrefix(n, "."):
+			c.foreign = append(c.foreign, n)
 		}
 	}
-	slices.SortFunc(others, func(a, b string) int {
+	sortNames(c.dirs)
+	sortNames(c.foreign)
+	return c, nil
+}
+
+// sortNames sorts names in place, hidden ones last, and returns them.
+func sortNames(names []string) []string {
+	slices.SortFunc(names, func(a, b string) int {
 		if ha, hb := strings.HasPrefix(a, "."), strings.HasPrefix(b, "."); ha != hb {
 			if ha {
 				return 1
@@ -90,10 +153,15 @@ func notSQLite(dir string) ([]string, error) {
 		}
 		return strings.Compare(a, b)
 	})
-	if len(others) > 3 {
-		others = append(others[:3], "...")
+	return names
+}
+
+// firstFew is names, at most 3 and "..." after them.
+func firstFew(names []string) []string {
+	if len(names) > 3 {
+		return append(slices.Clone(names[:3]), "...")
 	}
-	return others, nil
+	return names
 }
 
 // S3 names a bucket; the rest of its configuration comes from the
@@ -138,6 +206,9 @@ func OpenS3(ctx context.Context, o S3) (*storage.Store, string, error) {
 		return nil, "", err
 	}
 	if err := s.Check(ctx); err != nil {
+		if errors.Is(err, s3store.ErrNoBucket) {
+			err = fmt.Errorf("%w.\nTo create it: %s", err, CreateBucketCommand(o))
+		}
 		return nil, "", err
 	}
 	where := "s3 bucket " + cfg.Bucket
@@ -145,6 +216,32 @@ func OpenS3(ctx context.Context, o S3) (*storage.Store, string, error) {
 		where += fmt.Sprintf(" (a cluster: settles within %s)", d)
 	}
 	return storage.New(s), where, nil
+}
+
+// CreateBucketCommand is the command line that creates o's bucket.
+func CreateBucketCommand(o S3) string {
+	cmd := "go run ./examples/conveyor bucket create -s3-bucket " + o.Bucket
+	if o.Endpoint != "" {
+		cmd += " -s3-endpoint " + o.Endpoint
+	}
+	return cmd
+}
+
+// CreateBucket creates the bucket o names (one the caller already has is
+// no error) and checks it as OpenS3 does.
+func CreateBucket(ctx context.Context, o S3) error {
+	cfg, err := o.Config()
+	if err != nil {
+		return err
+	}
+	d, err := s3store.NewDriver(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := d.CreateBucket(ctx); err != nil {
+		return err
+	}
+	return d.Check(ctx)
 }
 
 // Usage describes the store names Open takes.
