@@ -76,20 +76,16 @@ func (q *locks) ensureAgent(ctx context.Context, agent string) error {
 func (q *locks) lockWrites(ctx context.Context, agents []string) ([]storage.Write, error) {
 	var ws []storage.Write
 	for _, agent := range agents {
-		if q.known(agent) {
-			continue
-		}
 		key, err := layout.AgentLockKey(agent)
 		if err != nil {
 			return nil, err
 		}
-		_, _, err = q.store.Get(ctx, key)
-		switch {
-		case err == nil:
-			q.made(agent)
-			continue
-		case !errors.Is(err, storage.ErrNotFound):
+		missing, err := q.missing(ctx, agent, key)
+		if err != nil {
 			return nil, err
+		}
+		if !missing {
+			continue
 		}
 		fresh := q.fresh(agent)
 		w, err := records.CreateWrite(key, &fresh)
@@ -101,27 +97,37 @@ func (q *locks) lockWrites(ctx context.Context, agents []string) ([]storage.Writ
 	return ws, nil
 }
 
-// stillMissing is the lock writes of ws whose locks are neither known to
-// exist nor read as present now, for a batch whose commit found one of
-// its locks made by someone else.
+// stillMissing is the lock writes of ws whose locks are still missing, for
+// a batch whose commit found one of its locks made by someone else.
 func (q *locks) stillMissing(ctx context.Context, ws []storage.Write) ([]storage.Write, error) {
 	out := make([]storage.Write, 0, len(ws))
 	for _, w := range ws {
-		agent := lockAgent(w.Key)
-		if q.known(agent) {
-			continue
-		}
-		_, _, err := q.store.Get(ctx, w.Key)
-		switch {
-		case err == nil:
-			q.made(agent)
-			continue
-		case !errors.Is(err, storage.ErrNotFound):
+		missing, err := q.missing(ctx, lockAgent(w.Key), w.Key)
+		if err != nil {
 			return ws, err
 		}
-		out = append(out, w)
+		if missing {
+			out = append(out, w)
+		}
 	}
 	return out, nil
+}
+
+// missing tells whether agent's lock, at key, is neither known to exist
+// nor read as present now; one read as present is known from then on.
+func (q *locks) missing(ctx context.Context, agent, key string) (bool, error) {
+	if q.known(agent) {
+		return false, nil
+	}
+	_, _, err := q.store.Get(ctx, key)
+	switch {
+	case err == nil:
+		q.made(agent)
+		return false, nil
+	case errors.Is(err, storage.ErrNotFound):
+		return true, nil
+	}
+	return false, err
 }
 
 // known tells whether agent's lock is known to exist.
