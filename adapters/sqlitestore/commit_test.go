@@ -272,18 +272,8 @@ func readAll(r io.Reader) (string, error) {
 // TestWatchOwnAndOther: the poller skips the versions this Store wrote
 // itself, but not another handle's write landing between two of them.
 func TestWatchOwnAndOther(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "store.db")
 	ctx := t.Context()
-	a, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path, WatchInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, _ := openTwo(t, sqlitestore.Config{WatchInterval: 5 * time.Millisecond})
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch, err := a.Watch(wctx, "b/")

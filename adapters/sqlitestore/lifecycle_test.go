@@ -21,18 +21,8 @@ import (
 // handle's writes. Not parallel: goleak compares against the goroutines
 // before the first Watch.
 func TestWatchPollerEnds(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "store.db")
 	ctx := t.Context()
-	a, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, _ := openTwo(t, sqlitestore.Config{})
 	// Both write once first, so their write connections are open.
 	for _, s := range []*storage.Store{a, b} {
 		if _, err := s.Put(ctx, "warm", nil, storage.Condition{}); err != nil {

@@ -195,18 +195,8 @@ func TestFailedCommit(t *testing.T) {
 // TestWatchOtherHandle: a commit by another handle on the file (as by
 // another process) wakes a watcher through the doorbell.
 func TestWatchOtherHandle(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "store.db")
 	ctx := t.Context()
-	a, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, _ := openTwo(t, sqlitestore.Config{})
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch, err := a.Watch(wctx, "w/")
@@ -241,6 +231,24 @@ func BenchmarkListAfter(b *testing.B) {
 	storetest.BenchmarkListAfter(b, func(b *testing.B) *storage.Store { return storage.New(newDriver(b)) }, 1000, 100_000)
 }
 
+// openTwo opens two Stores on one new file, as two processes would: a
+// with cfg (its Path set here), b with the defaults. Both are closed when
+// the test ends; path is the file's.
+func openTwo(t *testing.T, cfg sqlitestore.Config) (a, b *storage.Store, path string) {
+	t.Helper()
+	cfg.Path = filepath.Join(t.TempDir(), "store.db")
+	var err error
+	if a, err = sqlitestore.New(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	if b, err = sqlitestore.New(t.Context(), sqlitestore.Config{Path: cfg.Path}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return a, b, cfg.Path
+}
+
 func commits(d driver.Store) int64 { return sqlitestore.Commits(d) }
 
 // TestWatchPrunedLog: the change log stays a bounded tail, and a watcher
@@ -248,18 +256,8 @@ func commits(d driver.Store) int64 { return sqlitestore.Commits(d) }
 // signalled.
 func TestWatchPrunedLog(t *testing.T) {
 	sqlitestore.SetPruning(t, 4, 4)
-	path := filepath.Join(t.TempDir(), "store.db")
 	ctx := t.Context()
-	a, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path, WatchInterval: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := sqlitestore.New(ctx, sqlitestore.Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, path := openTwo(t, sqlitestore.Config{WatchInterval: 300 * time.Millisecond})
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch, err := a.Watch(wctx, "g/")
