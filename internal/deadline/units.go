@@ -169,13 +169,22 @@ type result[T any] struct {
 	err error
 }
 
-// overran gives a failure that comes with the deadline as the deadline's:
-// code that honours its context returns ctx.Err() just as the limit
-// strikes.
+// overran gives a failure that comes with the deadline as the deadline's,
+// and a context error that comes with the caller's cancellation as its
+// cause, as an abandoned unit gives them: code that honours its context
+// returns ctx.Err() just as the limit strikes or the caller leaves, and
+// which of the two Do sees first must not change the answer.
 func overran[T any](uctx context.Context, res result[T]) (T, error) {
+	if res.err == nil || uctx.Err() == nil {
+		return res.v, res.err
+	}
+	cause := context.Cause(uctx)
 	var oe *OverrunError
-	if res.err != nil && errors.As(context.Cause(uctx), &oe) {
+	if errors.As(cause, &oe) {
 		return res.v, oe
+	}
+	if errors.Is(res.err, context.Canceled) || errors.Is(res.err, context.DeadlineExceeded) {
+		return res.v, cause
 	}
 	return res.v, res.err
 }
