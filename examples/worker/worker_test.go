@@ -284,6 +284,10 @@ func start(t *testing.T, name string, env []string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	logs := &strings.Builder{}
+	logCap := 1 << 20
+	if os.Getenv("CONVEYOR_TEST_LOG_DIR") != "" {
+		logCap = 256 << 20 // the whole log is written out on failure
+	}
 	var mu sync.Mutex
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -302,7 +306,7 @@ func start(t *testing.T, name string, env []string, args ...string) *proc {
 				p.ranMu.Unlock()
 			}
 			mu.Lock()
-			if logs.Len() < 1<<20 {
+			if logs.Len() < logCap {
 				logs.WriteString(line + "\n")
 			}
 			mu.Unlock()
