@@ -473,6 +473,31 @@ func (g *dedupeGate) winner(ctx context.Context, doc *lifecycle.RunStatus) (idem
 	return winner, nil
 }
 
+// earlier tells whether a live run of c's key was created before c's new
+// generation, as its markers read now: then that run, not c's, is the
+// key's. A listing may not show a rival's marker yet; the gate decides
+// such a pair before either executes. A failed read answers no (the run
+// is created, and the gate decides).
+func (g *dedupeGate) earlier(ctx context.Context, c *idemClaim) (idemrecord.Marker, bool) {
+	if g.settle <= 0 {
+		return idemrecord.Marker{}, false
+	}
+	w, err := g.winner(ctx, &lifecycle.RunStatus{RunID: c.rec.RunID, IdempotencyKey: c.rec.Key, StartedAt: c.rec.CreatedAt})
+	if err != nil || w.RunID == c.rec.RunID {
+		return w, false
+	}
+	return w, true
+}
+
+// dropMarker deletes the marker of c's run, which was never created: an
+// earlier run holds the key (earlier). Left, it would only be read by
+// the gate and lose; a failure to delete is not worth a log line.
+func (g *dedupeGate) dropMarker(ctx context.Context, c *idemClaim) {
+	if key, err := layout.IdempotencyRunKey(c.rec.Key, c.rec.RunID); err == nil {
+		_ = g.store.Delete(ctx, key, storage.Condition{})
+	}
+}
+
 // loseDuplicate ends a run that lost its key to winner: failed (canceled
 // on a machine with no failed move from its state) with
 // IDEMPOTENCY_DUPLICATE naming the winner, so its submit's answer still
@@ -524,8 +549,9 @@ func (g *dedupeGate) quarantineMarker(ctx context.Context, doc *lifecycle.RunSta
 
 // repairRecord points the key's record at the winner again, when it names
 // the loser: completed if the winner's run exists, else processing with a
-// lapsed lease, so the next submit of the winner's request creates it.
-func (g *dedupeGate) repairRecord(ctx context.Context, doc *lifecycle.RunStatus, winner idemrecord.Marker) {
+// lapsed lease, so the next submit of the winner's request creates it. It
+// tells whether the winner's run exists.
+func (g *dedupeGate) repairRecord(ctx context.Context, doc *lifecycle.RunStatus, winner idemrecord.Marker) bool {
 	winnerExists := false
 	if slug, statusKey, err := g.reads.locate(ctx, winner.RunID); err == nil {
 		_, _, err = g.statuses.read(ctx, slug, winner.RunID, statusKey)
@@ -553,4 +579,5 @@ func (g *dedupeGate) repairRecord(ctx context.Context, doc *lifecycle.RunStatus,
 	if err != nil && !errors.Is(err, errKeep) && !errors.Is(err, storage.ErrNotFound) {
 		g.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_record_update_failed", slog.String("key", doc.IdempotencyKey), slog.String("error", err.Error()))
 	}
+	return winnerExists
 }

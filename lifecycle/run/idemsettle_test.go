@@ -46,6 +46,15 @@ func newSettleRig(t *testing.T, machine string) *settleRig {
 		req: lifecycle.SubmitRequest{AgentSlug: agent.Slug, IdempotencyKey: "api:client:charge-1"}}
 }
 
+// hideMarkers makes the next listing of the key's run markers leave them
+// out, as a store that settles may for a moment: a submit starting a
+// generation then cannot see a rival's run, and the gate decides.
+func (s *settleRig) hideMarkers() {
+	markers := layout.IdempotencyRunsPrefix(s.req.IdempotencyKey)
+	s.fs.Match(func(key string) bool { return layout.IsIdempotencyKey(key) || strings.HasPrefix(key, markers) })
+	s.fs.ShortList(1)
+}
+
 func (s *settleRig) submit(t *testing.T, r *run.Runner) string {
 	t.Helper()
 	res, err := r.Submit(context.Background(), s.req)
@@ -87,9 +96,10 @@ func (s *settleRig) judge(t *testing.T, winner, loser string) {
 
 // TestSettleTwoFirstSubmitsExecuteOnce: two first submits of one key both
 // "create" its record (the store accepts the second create over the
-// first); each is answered its own run, and only the earliest executes.
-// On the cancel-aware machine, whose queued runs cannot fail, the loser
-// ends canceled.
+// first), and the second cannot list the first's run yet; each is
+// answered its own run, and only the earliest executes. On the
+// cancel-aware machine, whose queued runs cannot fail, the loser ends
+// canceled.
 func TestSettleTwoFirstSubmitsExecuteOnce(t *testing.T) {
 	t.Parallel()
 	for _, machine := range []string{lifecycle.MachineCanonical, lifecycle.MachineCancelable, lifecycle.MachineApproval} {
@@ -99,6 +109,7 @@ func TestSettleTwoFirstSubmitsExecuteOnce(t *testing.T) {
 			s.fs.AcceptCreateOver(1)
 			first := s.submit(t, s.a)
 			s.g.clock.Advance(time.Millisecond) // the second submit's generation starts later
+			s.hideMarkers()
 			second := s.submit(t, s.b)
 			if first == second {
 				t.Fatalf("both submits answered %s: the store accepted no second create", first)
@@ -108,9 +119,58 @@ func TestSettleTwoFirstSubmitsExecuteOnce(t *testing.T) {
 	}
 }
 
+// TestSettleSecondCreateIsAnsweredTheEarlierRun: a second first submit of
+// a key whose record create lands over the first's (the cluster scenario
+// answered such a submit its own run, which the gate then failed as a
+// duplicate) lists the key's runs before creating its own, finds the
+// earlier one, and is answered it: one run for the key, executed once,
+// and the record names it.
+func TestSettleSecondCreateIsAnsweredTheEarlierRun(t *testing.T) {
+	t.Parallel()
+	for _, late := range []time.Duration{time.Millisecond, time.Hour} {
+		t.Run(late.String(), func(t *testing.T) {
+			t.Parallel()
+			s := newSettleRig(t, "")
+			first := s.submit(t, s.a)
+			if late == time.Hour {
+				if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" {
+					t.Fatalf("first run: %+v", st)
+				}
+			}
+			s.g.clock.Advance(late)
+			s.fs.AcceptCreateOver(1)
+			res, err := s.b.Submit(context.Background(), s.req)
+			if err != nil || res.RunID != first || !res.Duplicate {
+				t.Fatalf("second submit: %+v %v, want the earlier run %s as a duplicate", res, err, first)
+			}
+			if s.fs.DoubleCreates() != 1 {
+				t.Fatalf("%d creates accepted over the record, want 1: the test provoked nothing", s.fs.DoubleCreates())
+			}
+			if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" || s.execs.Load() != 1 {
+				t.Fatalf("run %+v, executed %d times", st, s.execs.Load())
+			}
+			var markers []string
+			for key, err := range s.g.store.List(context.Background(), layout.IdempotencyRunsPrefix(s.req.IdempotencyKey)) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				markers = append(markers, key)
+			}
+			if len(markers) != 1 || !strings.Contains(markers[0], first) {
+				t.Errorf("markers %v, want only the earlier run's", markers)
+			}
+			rec, err := s.a.Idempotency(context.Background(), s.req.IdempotencyKey)
+			if err != nil || rec.RunID != first || rec.Status != idemrecord.Completed {
+				t.Errorf("record %+v %v, want completed naming %s", rec, err, first)
+			}
+		})
+	}
+}
+
 // TestSettleLateRetryOverACompletedRecordIsNotExecuted: an hour after a
 // key's run completed, a retry's create lands over the completed record
-// and makes a run of its own; that run never executes.
+// and, not listing the first run yet, makes a run of its own; that run
+// never executes.
 func TestSettleLateRetryOverACompletedRecordIsNotExecuted(t *testing.T) {
 	t.Parallel()
 	s := newSettleRig(t, "")
@@ -120,6 +180,7 @@ func TestSettleLateRetryOverACompletedRecordIsNotExecuted(t *testing.T) {
 	}
 	s.g.clock.Advance(time.Hour)
 	s.fs.AcceptCreateOver(1)
+	s.hideMarkers()
 	late := s.submit(t, s.b)
 	if late == first {
 		t.Fatal("the late retry was answered the first run: the store accepted no second create")

@@ -467,6 +467,9 @@ func (im *idempotency) actOnClaim(ctx context.Context, agent *agentDef, req life
 		return lifecycle.SubmitResult{RunID: runID, Duplicate: true}, nil
 	}
 	createErr := im.ensureRun(ctx, agent, req, c)
+	if d, ok := errors.AsType[*deferredError](createErr); ok {
+		return im.answerEarlier(ctx, req, c, d.winner)
+	}
 	var busy *IdempotencyInProgressError
 	if !errors.As(createErr, &busy) {
 		// A run not yet known to be missing is no outcome: the record
@@ -488,7 +491,15 @@ func (im *idempotency) ensureRun(ctx context.Context, agent *agentDef, req lifec
 	if err := im.gate.markRun(ctx, c); err != nil {
 		return err
 	}
-	if !c.fresh || c.rec.Attempts > 1 {
+	if c.fresh && c.rec.Attempts == 1 {
+		// A generation this submit just started: on a store that settles
+		// its record's create may have landed over a rival's; an earlier
+		// run of the key, found now, is answered instead of creating a
+		// second one for the gate to end.
+		if w, ok := im.gate.earlier(ctx, c); ok {
+			return &deferredError{winner: w}
+		}
+	} else {
 		statusKey, err := layout.RunStatusKey(agent.Slug, c.rec.RunID)
 		if err != nil {
 			return err
@@ -510,6 +521,31 @@ func (im *idempotency) ensureRun(ctx context.Context, agent *agentDef, req lifec
 	// The run's start is its generation's: every submit that creates it
 	// writes the same entries.
 	return im.creator.createRun(ctx, agent, req, c.rec.RunID, c.rec.CreatedAt)
+}
+
+// deferredError: the run of a claim is not created, because an earlier
+// run holds its key (dedupeGate.earlier).
+type deferredError struct{ winner idemrecord.Marker }
+
+func (e *deferredError) Error() string {
+	return fmt.Sprintf("run: idempotency key %s is held by the earlier run %s", e.winner.Key, e.winner.RunID)
+}
+
+// answerEarlier answers a submit whose new generation found an earlier run
+// of its key (ensureRun): the record is pointed back at that run and its
+// marker taken back, and the submit is answered the earlier run as a
+// duplicate once it exists, else IDEMPOTENCY_IN_PROGRESS (without an id:
+// its creator, or a retry, writes it).
+func (im *idempotency) answerEarlier(ctx context.Context, req lifecycle.SubmitRequest, c *idemClaim, winner idemrecord.Marker) (lifecycle.SubmitResult, error) {
+	im.log.LogAttrs(ctx, slog.LevelWarn, "idempotency_earlier_run", slog.String("key", req.IdempotencyKey),
+		slog.String("runId", c.rec.RunID), slog.String("earlier", winner.RunID))
+	mine := &lifecycle.RunStatus{RunID: c.rec.RunID, IdempotencyKey: c.rec.Key}
+	exists := im.gate.repairRecord(ctx, mine, winner)
+	im.gate.dropMarker(ctx, c)
+	if !exists {
+		return lifecycle.SubmitResult{}, &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: &deferredError{winner: winner}}
+	}
+	return lifecycle.SubmitResult{RunID: winner.RunID, Duplicate: true}, nil
 }
 
 // markRun writes the claim's run marker, on a store that settles.

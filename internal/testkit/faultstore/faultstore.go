@@ -96,6 +96,9 @@ func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[s
 	if err := s.refuse("list", prefix); err != nil {
 		return func(yield func(string, error) bool) { yield("", err) }
 	}
+	if s.set.armed() {
+		return s.settlingList(ctx, prefix, after)
+	}
 	return s.Store.ListAfter(ctx, prefix, after)
 }
 

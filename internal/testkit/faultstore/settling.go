@@ -3,6 +3,7 @@ package faultstore
 import (
 	"context"
 	"errors"
+	"iter"
 	"sync"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 // The faults of a store that settles (driver.Settler), injected
 // deterministically: a Get of an existing key that answers ErrNotFound, and
 // a create-only Put accepted over an existing key (the write lands and
-// returns a version). Nothing else is faulted: a compare-and-swap (IfMatch)
-// is never ignored, a listing is never short. Faults apply only to keys the
+// returns a version), and a listing that leaves out matching keys
+// (ShortList: counted only). Nothing else is faulted: a compare-and-swap
+// (IfMatch) is never ignored. Faults apply only to keys the
 // predicate set by Match accepts (every key when none is set), and come
 // from two sources:
 //
@@ -35,9 +37,11 @@ type settling struct {
 	match     func(key string) bool
 	notFound  int       // counted false 404s left
 	overwrite int       // counted accepted creates-over-existing left
+	short     int       // counted short listings left
 	until     time.Time // end of the current disturbance window
 	falseNF   int64
 	doubles   int64
+	shorts    int64
 }
 
 // Settle implements driver.Settler: the bound set by SetSettle, or until
@@ -76,6 +80,11 @@ func (s *Store) FalseNotFound(n int) { s.set.mu.Lock(); s.set.notFound = n; s.se
 // keys land, as if the key were missing.
 func (s *Store) AcceptCreateOver(n int) { s.set.mu.Lock(); s.set.overwrite = n; s.set.mu.Unlock() }
 
+// ShortList makes the next n listings that would name a matching key
+// leave out every matching key, as a listing of a store that settles may
+// for a moment.
+func (s *Store) ShortList(n int) { s.set.mu.Lock(); s.set.short = n; s.set.mu.Unlock() }
+
 // Disturb opens a window of Settle from now (a node stopped, a writer
 // killed mid-request) in which every matching read of an existing key
 // answers not found and every matching create-only Put over one lands.
@@ -107,7 +116,7 @@ func (s *Store) DoubleCreates() int64 { s.set.mu.Lock(); defer s.set.mu.Unlock()
 func (s *Store) Injected() int64 {
 	s.set.mu.Lock()
 	defer s.set.mu.Unlock()
-	return s.set.falseNF + s.set.doubles
+	return s.set.falseNF + s.set.doubles + s.set.shorts
 }
 
 func (t *settling) nowLocked() time.Time {
@@ -141,7 +150,43 @@ func (t *settling) take(key string, counted *int, tally *int64) bool {
 func (t *settling) armed() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.notFound > 0 || t.overwrite > 0 || !t.until.IsZero()
+	return t.notFound > 0 || t.overwrite > 0 || t.short > 0 || !t.until.IsZero()
+}
+
+// settlingList is ListAfter with ShortList's fault: a listing whose
+// matching keys are left out uses one fault up, counted once.
+func (s *Store) settlingList(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		short := false
+		for key, err := range s.Store.ListAfter(ctx, prefix, after) {
+			if err == nil && s.set.shortens(key, &short) {
+				continue
+			}
+			if !yield(key, err) {
+				return
+			}
+		}
+	}
+}
+
+// shortens reports whether a listing leaves key out; *short says whether
+// this listing already took its fault.
+func (t *settling) shortens(key string, short *bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.match != nil && !t.match(key) {
+		return false
+	}
+	if *short {
+		return true
+	}
+	if t.short == 0 {
+		return false
+	}
+	t.short--
+	t.shorts++
+	*short = true
+	return true
 }
 
 func (s *Store) settlingGet(ctx context.Context, key string) ([]byte, storage.Version, error) {

@@ -120,6 +120,34 @@ func TestSettlingFaultsAreExactlyTheModel(t *testing.T) {
 	}
 }
 
+// A short listing leaves out every matching key, once per listing, for
+// the listings counted; then listings are whole again.
+func TestShortListLeavesOutMatchingKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := settlingStore(t, time.Second)
+	s.Match(func(k string) bool { return strings.HasPrefix(k, "jobs/") })
+	list := func() []string {
+		var keys []string
+		for k, err := range s.ListAfter(ctx, "", "") {
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		return keys
+	}
+	s.ShortList(2)
+	for i, want := range []string{"other/a", "other/a", "jobs/a jobs/b other/a"} {
+		if got := strings.Join(list(), " "); got != want {
+			t.Errorf("listing %d: %q, want %q", i, got, want)
+		}
+	}
+	if n := s.Injected(); n != 2 {
+		t.Errorf("Injected = %d, want 2 (one a listing)", n)
+	}
+}
+
 func TestSettleReportedThroughWrappers(t *testing.T) {
 	t.Parallel()
 	s := faultstore.New(memstore.New())
