@@ -8,19 +8,18 @@ import (
 	"github.com/runconveyor/conveyor/internal/audit"
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/layout"
-	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
 
 // flushes tells whether a job at rest in s has its trail written to the
-// audit log: COMPLETE and DEAD (the end), RETRY_BACKOFF (the wait). A job
+// audit log: COMPLETE, DEAD and CANCELLED (the end), RETRY_BACKOFF (the wait). A job
 // at rest nowhere else: QUEUED is left by the next claim, FAILED by the
 // bury that follows at once, the pipeline states by the claim's next write,
 // and their moves go with that write's.
 func flushes(s lifecycle.JobState) bool {
-	return s == lifecycle.JobComplete || s == lifecycle.JobDead || s == lifecycle.JobRetryBackoff
+	return s == lifecycle.JobComplete || s == lifecycle.JobDead || s == lifecycle.JobRetryBackoff || s == lifecycle.JobCancelled
 }
 
 // auditor writes the audit objects of the jobs' trails and remembers, per
@@ -110,7 +109,7 @@ func (q *auditor) flushed(d *jobDoc) {
 	if q.audited[d.JobID] < d.Version {
 		q.audited[d.JobID] = d.Version
 	}
-	if machine.JobMachine().IsTerminal(d.Status) {
+	if jobMachineOf(&d.Job).IsTerminal(d.Status) {
 		delete(q.audited, d.JobID)
 	}
 }
@@ -126,7 +125,9 @@ func (q *auditor) auditObject(d *jobDoc) (key string, b []byte, err error) {
 	// by move was a noticeable share of a job's allocated bytes.
 	evs := make([]lifecycle.AuditEvent, 0, len(d.Trail)+1)
 	for _, m := range d.Trail {
-		if m.From == lifecycle.JobArtifactWrite && d.AuditArtifact != "" {
+		// The artifact was written in ARTIFACT_WRITE, or in RUNNING on the
+		// general machine: its event goes before the move out.
+		if (m.From == lifecycle.JobArtifactWrite || m.From == lifecycle.JobRunning) && d.AuditArtifact != "" {
 			evs = append(evs, lifecycle.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.artifactActor),
 				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, To: "finalized", Node: q.node})
 		}

@@ -462,11 +462,12 @@ func (q *claimer) confirmPickup(ctx context.Context, c *Claim, lockKey string, l
 	return errLockLost
 }
 
-// pickup moves the job of lane entry key on: QUEUED → CONTEXT_ASSEMBLY
-// with the claim's lease and attempt+1, or from RETRY_BACKOFF through
-// backoff_elapsed to QUEUED and on to CONTEXT_ASSEMBLY, or to FAILED
-// (attempts exhausted) and then DEAD. picked tells whether the claim now
-// runs the job.
+// pickup moves the job of lane entry key on: by pickup, QUEUED →
+// CONTEXT_ASSEMBLY (the spec's machine) or QUEUED → RUNNING (the general
+// one: the job's machine says, jobMachineOf) with the claim's lease and
+// attempt+1, or from RETRY_BACKOFF through backoff_elapsed to QUEUED and
+// on, or to FAILED (attempts exhausted) and then DEAD. picked tells
+// whether the claim now runs the job.
 func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc, storage.Version, bool, error) {
 	orch := lifecycle.ActorOrchestration
 	doc, ver, err := q.jobs.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
@@ -493,7 +494,7 @@ func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobD
 		d.Attempt++
 		d.ReadyKey = ""
 		d.Lease = &lifecycle.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.leaseTTL)}
-		if c.noAssembly != nil && c.noAssembly(d.JobType) {
+		if c.noAssembly != nil && c.noAssembly(d.JobType) && d.Status == lifecycle.JobContextAssembly {
 			return fire(ctx, d, machine.EventSnapshotReady, orch)
 		}
 		return nil
@@ -541,7 +542,7 @@ func (q *claimer) dropTwice(ctx context.Context, s *agentClaim, c *Claim, key, j
 }
 
 // Claim is one job a worker has picked up: the job is in CONTEXT_ASSEMBLY
-// with the worker's lease, and the worker holds its agent's lock. Run it,
+// (RUNNING for a job of the general machine) with the worker's lease, and the worker holds its agent's lock. Run it,
 // or Abandon it.
 type Claim struct {
 	r      *runner

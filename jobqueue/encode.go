@@ -56,6 +56,14 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 	} else {
 		b = jsonenc.String(b, *j.Error)
 	}
+	b = jsonenc.OmitEmpty(b, `,"machine":`, j.Machine)
+	if j.CancelRequestedAt != nil {
+		b = append(b, `,"cancel_requested_at":`...)
+		if b, err = jsonenc.Time(b, *j.CancelRequestedAt); err != nil {
+			return b, err
+		}
+	}
+	b = jsonenc.OmitEmpty(b, `,"cancel_requested_by":`, string(j.CancelRequestedBy))
 	b = jsonenc.OmitEmpty(b, `,"project_id":`, j.ProjectID)
 	b = jsonenc.OmitEmpty(b, `,"error_code":`, j.ErrorCode)
 	b = jsonenc.OmitEmpty(b, `,"failed_step":`, string(j.FailedStep))
@@ -314,6 +322,16 @@ func (d *jobDoc) readProgress(r *jsonenc.Reader, key []byte) (bit uint, known bo
 	case "ran_epoch":
 		bit = 25
 		d.RanEpoch = r.Int()
+	case "machine":
+		bit = 26
+		j.Machine = jsonenc.Enum(r, knownMachines)
+	case "cancel_requested_at":
+		bit = 27
+		t := r.Time()
+		j.CancelRequestedAt = &t
+	case "cancel_requested_by":
+		bit = 28
+		j.CancelRequestedBy = jsonenc.Enum(r, knownActors)
 	default:
 		return 0, false
 	}
@@ -323,10 +341,11 @@ func (d *jobDoc) readProgress(r *jsonenc.Reader, key []byte) (bit uint, known bo
 // The names a job record holds again and again, which DecodeJSON returns
 // without copying them from the record's bytes. Never written after init.
 var (
-	knownStates              = machine.JobStates()
+	knownStates              = slices.Concat(machine.JobStates(), []lifecycle.JobState{lifecycle.JobRunning, lifecycle.JobCancelled})
+	knownMachines            = []string{lifecycle.JobMachineSpec, lifecycle.JobMachineGeneral}
 	knownTypes               = []lifecycle.JobType{lifecycle.JobResearch, lifecycle.JobBrief, lifecycle.JobProposalPreprocess}
 	knownEvents, knownActors = func() (events []lifecycle.Event, actors []lifecycle.Actor) {
-		for _, t := range machine.JobMachine().Transitions() {
+		for _, t := range slices.Concat(machine.JobMachine().Transitions(), machine.GeneralJobMachine().Transitions()) {
 			if !slices.Contains(events, t.Event) {
 				events = append(events, t.Event)
 			}

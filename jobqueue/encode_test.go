@@ -26,7 +26,8 @@ func fullJobDoc() *jobDoc {
 			Payload:  json.RawMessage(`{ "a" : "<x>" }`),
 			Context:  lifecycle.JobContext{MemorySnapshotURL: "s3://b/k?x=1&y=2", EntityRefs: []string{"e1", "é2"}},
 			Callback: "https://example.com/cb?a=1&b=2", CreatedAt: at, UpdatedAt: at.Add(time.Second),
-			ArtifactID: "art-1", Error: &msg, ProjectID: "p1", ErrorCode: "HANDLER_ERROR",
+			ArtifactID: "art-1", Error: &msg, Machine: lifecycle.JobMachineGeneral, CancelRequestedAt: &due, CancelRequestedBy: lifecycle.ActorAdmin,
+			ProjectID: "p1", ErrorCode: "HANDLER_ERROR",
 			FailedStep: lifecycle.JobNotebookLMCall, QueuedAt: &at, NextAttemptAt: &due,
 			ReadyKey: "queue/lanes/agent-1/x", Lease: &lifecycle.Lease{Owner: "w1", Epoch: 3, ExpiresAt: due},
 			Trail: []lifecycle.JobMove{
@@ -181,6 +182,7 @@ func plainJobDoc() *jobDoc {
 	utc(&d.UpdatedAt)
 	utc(d.QueuedAt)
 	d.NextAttemptAt = new(d.NextAttemptAt.UTC())
+	d.CancelRequestedAt, d.CancelRequestedBy = nil, "" // asked of few jobs
 	utc(&d.Lease.ExpiresAt)
 	for i := range d.Trail {
 		utc(&d.Trail[i].At)

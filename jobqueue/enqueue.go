@@ -263,13 +263,15 @@ func (q *admission) commitOne(ctx context.Context, actor lifecycle.Actor, n NewJ
 
 // newJobDoc is the record of n (valid) created at now, and its lane
 // entry's key. Validation is done, so the job is created already moved on
-// to QUEUED: one write whose trail holds both moves. Its trace context is
-// ctx's.
+// to QUEUED: one write whose trail holds both moves. Its machine is its
+// type's (the spec's for the NLM types, the general one for the user's).
+// Its trace context is ctx's.
 func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Time) (jobDoc, string, error) {
 	doc := jobDoc{Job: lifecycle.Job{
 		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
 		Status: lifecycle.JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
 		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
+		Machine: machine.JobMachineForType(n.JobType),
 		Trail: []lifecycle.JobMove{{From: "", To: lifecycle.JobPending, Event: "create", Actor: actor, At: now}},
 	}}
 	if err := fire(ctx, &doc, machine.EventValidate, lifecycle.ActorOrchestration); err != nil {

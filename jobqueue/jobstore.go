@@ -79,7 +79,9 @@ func validJob(key string, d *jobDoc) error {
 	switch {
 	case d.JobID != id:
 		return fmt.Errorf("job_id %q in the record of %q", d.JobID, id)
-	case !slices.Contains(machine.JobStates(), d.Status):
+	case machine.JobMachineNamed(d.Machine) == nil:
+		return fmt.Errorf("unknown machine %q", d.Machine)
+	case !machine.AnyJobState(d.Status):
 		return fmt.Errorf("unknown status %q", d.Status)
 	case storekey.ValidateID("agent slug", d.AgentSlug) != nil:
 		return fmt.Errorf("invalid agent_slug %q", d.AgentSlug)
@@ -89,9 +91,27 @@ func validJob(key string, d *jobDoc) error {
 	return nil
 }
 
-// fire moves d by event as actor and appends the move to d's trail.
+// jobMachineOf is the machine j moves on: the one its record names
+// (Job.Machine, set at enqueue), while j is in one of that machine's
+// states; else the spec's. A general job an earlier release picked up
+// (into CONTEXT_ASSEMBLY: it knows one machine) so finishes its attempt on
+// the spec's, and is back on its own once it is in a state the two share.
+func jobMachineOf(j *lifecycle.Job) *machine.Machine[lifecycle.JobState, *lifecycle.Job] {
+	if j.Machine == lifecycle.JobMachineGeneral && machine.GeneralJobMachine().IsState(j.Status) {
+		return machine.GeneralJobMachine()
+	}
+	return machine.JobMachine()
+}
+
+// general tells whether j runs on the general machine now (jobMachineOf).
+func general(j *lifecycle.Job) bool {
+	return j.Machine == lifecycle.JobMachineGeneral && machine.GeneralJobMachine().IsState(j.Status)
+}
+
+// fire moves d by event as actor on its machine (jobMachineOf) and
+// appends the move to d's trail.
 func fire(ctx context.Context, d *jobDoc, event lifecycle.Event, actor lifecycle.Actor) error {
-	ch, err := machine.JobMachine().Fire(ctx, &d.Job, event, actor)
+	ch, err := jobMachineOf(&d.Job).Fire(ctx, &d.Job, event, actor)
 	if err != nil {
 		return err
 	}

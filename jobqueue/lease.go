@@ -125,7 +125,8 @@ func (c *Claim) settled() {
 
 // heartbeat renews the agent lock and the job's lease LeaseTTL/3 after
 // the last renewal until stop is called; when renewal finds the lease lost
-// it cancels the run with lifecycle.ErrLeaseLost.
+// it cancels the run with lifecycle.ErrLeaseLost, and when it finds the
+// job's cancel asked for, with errCancelRequested.
 func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
 	last := func() time.Time { return time.Unix(0, c.renewedAt.Load()) }
 	return fence.Heartbeat(ctx, c.r.clock, c.r.leaseTTL/3, last, func(ctx context.Context) bool {
@@ -133,6 +134,11 @@ func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) (
 		switch {
 		case errors.Is(err, lifecycle.ErrLeaseLost):
 			cancel(err)
+			return false
+		case err == nil && c.cancelAsked():
+			// The renewal read the request (Queue.Cancel): the handler's
+			// context ends; the attempt's write ends the job CANCELLED.
+			cancel(errCancelRequested)
 			return false
 		case err != nil && ctx.Err() == nil:
 			c.r.log.WarnContext(ctx, "jobqueue: heartbeat", "job_id", c.Job().JobID, "err", err)
@@ -168,6 +174,14 @@ func (c *Claim) renew(ctx context.Context) error {
 		c.renewedAt.Store(now.UnixNano())
 	}
 	return err
+}
+
+// cancelAsked tells whether the job as the claim last wrote it has its
+// cancel asked for.
+func (c *Claim) cancelAsked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cancelAsked(&c.doc)
 }
 
 // confirm makes sure, just before a write that the job record's

@@ -97,7 +97,7 @@ func (o *observer) observe(prior, after *jobDoc, moves []lifecycle.JobMove) {
 					lm.LeaseLost(after.JobType)
 				}
 			}
-		case mv.To == lifecycle.JobComplete || mv.To == lifecycle.JobDead:
+		case mv.To == lifecycle.JobComplete || mv.To == lifecycle.JobDead || mv.To == lifecycle.JobCancelled:
 			m.JobFinished(after.JobType, mv.To, max(after.UpdatedAt.Sub(after.CreatedAt), 0))
 		}
 	}

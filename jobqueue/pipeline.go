@@ -230,6 +230,9 @@ func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Conte
 // recorded by orchestrate.
 func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	job := c.Job()
+	if job.Status == lifecycle.JobRunning {
+		return c.work(ctx, h)
+	}
 	nlm, isNLM := nlmSteps(h)
 	snapshot, sctx, err := c.assembleContext(ctx, nlm, job)
 	if err != nil {
@@ -254,6 +257,31 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 	})
 	if err != nil {
 		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
+	}
+	art, sctx, err := c.writeArtifact(ctx, job, out)
+	if errors.Is(err, lifecycle.ErrLeaseLost) {
+		return c.Job(), err
+	}
+	if err != nil {
+		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, sctx, err)
+	}
+	return c.commit(ctx, art)
+}
+
+// work runs a job of the general machine (docs/spec.md#extensions), picked
+// up into RUNNING: its Handler once, then its artifact written and the
+// commit RUNNING → COMPLETE, or the failure of either RUNNING →
+// RETRY_BACKOFF (its failed_step RUNNING; an artifact write's error keeps
+// its code ARTIFACT_WRITE_ERROR).
+func (c *Claim) work(ctx context.Context, h Handler) (lifecycle.Job, error) {
+	job := c.Job()
+	var out lifecycle.JobOutput
+	sctx, err := c.step(ctx, "Work", func(ctx context.Context) (err error) {
+		out, err = h.Work(ctx, job)
+		return err
+	})
+	if err != nil {
+		return c.orchestrate(ctx, lifecycle.JobRunning, sctx, err)
 	}
 	art, sctx, err := c.writeArtifact(ctx, job, out)
 	if errors.Is(err, lifecycle.ErrLeaseLost) {
@@ -361,9 +389,17 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecy
 }
 
 // commit writes COMPLETE, pointing at art, in the write that also records
-// NOTEBOOKLM_CALL → ARTIFACT_WRITE.
+// NOTEBOOKLM_CALL → ARTIFACT_WRITE (on the spec's machine). A job whose
+// cancel was asked for meanwhile ends CANCELLED instead, its artifact
+// written but not its result.
 func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Job, error) {
 	_, err := c.write(ctx, func(d *jobDoc, _ time.Time) error {
+		if cancelAsked(d) {
+			cancelRunning(ctx, d)
+			d.AuditArtifact = c.artCreated
+			d.RanEpoch = c.epoch
+			return nil
+		}
 		if err := toArtifactWrite(ctx, d); err != nil {
 			return err
 		}

@@ -153,6 +153,27 @@ func (q *Queue) Requeue(ctx context.Context, actor lifecycle.Actor, jobID string
 	return q.admit.requeue(ctx, actor, jobID)
 }
 
+// Cancel cancels a job of a type of the user's (Config.Types: the general
+// job machine, docs/spec.md#extensions). A QUEUED job, or one waiting in
+// RETRY_BACKOFF, ends CANCELLED at once and leaves its lane. For a
+// RUNNING job the cancel is asked for: the job is returned still RUNNING,
+// with its cancel_requested_at set, and its worker ends it CANCELLED at
+// its next write (its heartbeat, every LeaseTTL/3, or the end of its
+// attempt): the handler's context ends then, and a handler that ignores
+// it is left behind as at its StepTimeout, its result dropped. A second
+// cancel of it changes nothing.
+//
+// Who may cancel is who may requeue: the admin (the authority matrix's
+// update_status and the machine's cancel move); anyone else gets a
+// FORBIDDEN error and nothing is written. A job that has finished
+// (COMPLETE, FAILED, DEAD, CANCELLED) gives a *lifecycle.JobCancelError
+// matching lifecycle.ErrJobFinished; a job of the three NLM types, whose
+// machine (the spec's) has no cancel, one matching
+// lifecycle.ErrJobNotCancellable.
+func (q *Queue) Cancel(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error) {
+	return q.admit.cancel(ctx, actor, jobID)
+}
+
 // Claim finds a ready job of an agent whose lock is free and picks it up
 // for worker, or returns nil when there is none. On the way it rescues the
 // orphan of an expired lock and moves on the jobs whose backoff ran out.

@@ -35,13 +35,18 @@ func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg str
 	var lane string
 	var at time.Time
 	job, err := c.write(ctx, func(d *jobDoc, now time.Time) error {
+		lane = "" // a write retried on a conflict judges afresh
 		if step == lifecycle.JobArtifactWrite {
 			if err := toArtifactWrite(context.WithoutCancel(ctx), d); err != nil {
 				return err
 			}
 			d.AuditArtifact = c.artCreated // created, then the commit failed
 		}
-		c.r.retries.retry(ctx, d, now, step, code, msg)
+		failed := step
+		if general(&d.Job) {
+			failed = d.Status // RUNNING, its one pipeline state, whichever part of it failed
+		}
+		c.r.retries.retry(ctx, d, now, failed, code, msg)
 		d.RanEpoch = c.epoch
 		if d.NextAttemptAt != nil {
 			lane, at = d.ReadyKey, *d.NextAttemptAt
@@ -51,9 +56,10 @@ func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg str
 	if err != nil {
 		return job, err
 	}
-	if job.Status == lifecycle.JobFailed { // permanent: no retry
+	switch {
+	case job.Status == lifecycle.JobFailed: // permanent: no retry
 		job, err = c.r.retries.bury(ctx, job.JobID, nil, "")
-	} else {
+	case lane != "":
 		err = c.r.lanes.putLane(ctx, lane, job.JobID, at)
 	}
 	if err == nil {
@@ -64,12 +70,17 @@ func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg str
 
 // retry fires retryable_error on d (a pipeline state) and schedules the
 // next attempt; a permanent failure (code PERMANENT) goes on to FAILED in
-// the same write instead.
+// the same write instead, and a RUNNING job whose cancel was asked for
+// ends CANCELLED (cancelRunning), whatever its attempt's error.
 func (q *retries) retry(ctx context.Context, d *jobDoc, now time.Time, step lifecycle.JobState, code, msg string) {
 	// The moves are judged on the record alone: a context that ends while
 	// the write is under way (a Worker stopping) must not make the machine
 	// refuse them (the store calls still honour it).
 	ctx = context.WithoutCancel(ctx)
+	if cancelAsked(d) {
+		cancelRunning(ctx, d)
+		return
+	}
 	if err := fire(ctx, d, machine.EventRetryableError, lifecycle.ActorOrchestration); err != nil {
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
@@ -97,8 +108,10 @@ func (q *retries) bury(ctx context.Context, jobID string, cached *jobDoc, ver st
 	return d.Job, err
 }
 
+// pipelineState tells whether s is a state a worker holds a job in under
+// its lease: the spec machine's three, the general machine's RUNNING.
 func pipelineState(s lifecycle.JobState) bool {
-	return s == lifecycle.JobContextAssembly || s == lifecycle.JobNotebookLMCall || s == lifecycle.JobArtifactWrite
+	return s == lifecycle.JobContextAssembly || s == lifecycle.JobNotebookLMCall || s == lifecycle.JobArtifactWrite || s == lifecycle.JobRunning
 }
 
 // rescue moves an orphan (a job in a pipeline state whose worker's lease
@@ -118,7 +131,9 @@ func (q *retries) rescue(ctx context.Context, jobID string, epoch int64) error {
 			msg = fmt.Sprintf("lease of %s (epoch %d) expired", d.Lease.Owner, d.Lease.Epoch)
 		}
 		q.retry(ctx, d, now, d.Status, codes.JobLeaseExpired, msg)
-		lane, at = d.ReadyKey, *d.NextAttemptAt
+		if d.NextAttemptAt != nil { // not cancelled
+			lane, at = d.ReadyKey, *d.NextAttemptAt
+		}
 		return nil
 	})
 	if err != nil || lane == "" {

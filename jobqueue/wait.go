@@ -49,7 +49,7 @@ func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) 
 			return lifecycle.Job{}, q.quar.quarantinedOr(ctx, jobID, err)
 		}
 		last = d.Job
-		if d.Status == lifecycle.JobComplete || d.Status == lifecycle.JobDead {
+		if d.Status == lifecycle.JobComplete || d.Status == lifecycle.JobDead || d.Status == lifecycle.JobCancelled {
 			done()
 			return d.Job, nil
 		}

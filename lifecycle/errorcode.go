@@ -20,6 +20,8 @@ const (
 	codeInputTooLarge         = "INPUT_TOO_LARGE"
 	codeNotFound              = "NOT_FOUND"
 	codeRecordQuarantined     = "RECORD_QUARANTINED"
+	codeJobFinished           = "JOB_FINISHED"
+	codeJobNotCancellable     = "JOB_NOT_CANCELLABLE"
 )
 
 // ErrorCode returns the code of err: that of a *RunError in its chain, else

@@ -20,6 +20,25 @@ const (
 	JobRetryBackoff    JobState = "RETRY_BACKOFF"
 	JobFailed          JobState = "FAILED"
 	JobDead            JobState = "DEAD"
+	// JobRunning and JobCancelled are states of the general job machine
+	// only, the one a job of a type of the user's runs on (an extension,
+	// docs/spec.md#extensions): RUNNING is its one pipeline state, where
+	// the type's Handler works; CANCELLED ends a job an operator cancelled.
+	JobRunning   JobState = "RUNNING"
+	JobCancelled JobState = "CANCELLED"
+)
+
+// Names of the job machines, as a job record's machine field gives them.
+// A record without the field (written before it existed) runs on the
+// spec's machine.
+const (
+	// JobMachineSpec is the spec's pipeline machine
+	// (docs/spec.md#job-lifecycle): the three NLM job types run on it.
+	JobMachineSpec = "job"
+	// JobMachineGeneral is the general job machine: PENDING → QUEUED →
+	// RUNNING → COMPLETE, RETRY_BACKOFF, FAILED → DEAD, requeue and
+	// CANCELLED. A job type of the user's runs on it.
+	JobMachineGeneral = "general-job"
 )
 
 // JobType is what a job produces (docs/spec.md#job-record).
@@ -40,8 +59,8 @@ type JobContext struct {
 
 // Job is a job record, jobs/{job_id}.json (docs/spec.md#job-record).
 //
-// Attempt counts the attempts started: the pickup QUEUED → CONTEXT_ASSEMBLY
-// increments it, so a job that failed its first attempt sits in
+// Attempt counts the attempts started: the pickup (QUEUED →
+// CONTEXT_ASSEMBLY, or QUEUED → RUNNING on the general machine) increments it, so a job that failed its first attempt sits in
 // RETRY_BACKOFF with Attempt 1. It is retried while Attempt < MaxAttempts.
 type Job struct {
 	JobID       string          `json:"job_id"`
@@ -61,12 +80,21 @@ type Job struct {
 
 	// Fields Conveyor adds (docs/spec.md#records), omitted when empty.
 
+	// Machine names the job machine the job runs on (JobMachineSpec,
+	// JobMachineGeneral), set when it is enqueued; empty (a record written
+	// before the field existed) is the spec's.
+	Machine string `json:"machine,omitempty"`
+	// CancelRequestedAt is when an operator asked to cancel the job while
+	// it ran (RUNNING); its worker ends it CANCELLED. CancelRequestedBy
+	// is who asked.
+	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
+	CancelRequestedBy Actor      `json:"cancel_requested_by,omitempty"`
 	// ProjectID is the cid its artifact is stored under
 	// (projects/{cid}/artifacts/); empty means the Queue's Config.Project.
 	ProjectID string `json:"project_id,omitempty"`
 	// ErrorCode classifies Error: TIMEOUT, RATE_LIMITED (429), UNAVAILABLE
 	// (503), HTTP_<status>, ARTIFACT_WRITE_ERROR, LEASE_EXPIRED,
-	// HANDLER_ERROR or PERMANENT.
+	// HANDLER_ERROR, PERMANENT or CANCELLED.
 	ErrorCode string `json:"error_code,omitempty"`
 	// FailedStep is the pipeline state the last error happened in.
 	FailedStep JobState `json:"failed_step,omitempty"`
@@ -108,4 +136,40 @@ type JobMove struct {
 // String makes a job readable in logs.
 func (j *Job) String() string {
 	return fmt.Sprintf("job %s (%s, attempt %d/%d)", j.JobID, j.Status, j.Attempt, j.MaxAttempts)
+}
+
+// JobCancelError is the refusal of a cancel (jobqueue.Queue.Cancel, POST
+// /jobs/{job_id}/cancel): the job has finished (it matches ErrJobFinished,
+// code JOB_FINISHED) or runs on the spec's machine, which has no cancel
+// (ErrJobNotCancellable, JOB_NOT_CANCELLABLE). Both answer 409.
+type JobCancelError struct {
+	JobID   string
+	Status  JobState
+	Machine string
+	// Finished tells which of the two: the job has finished.
+	Finished bool
+}
+
+// Error names the job, its state and why it cannot be cancelled.
+func (e *JobCancelError) Error() string {
+	if e.Finished {
+		return fmt.Sprintf("jobqueue: job %s is %s: finished, nothing to cancel", e.JobID, e.Status)
+	}
+	return fmt.Sprintf("jobqueue: job %s runs on the %s machine, which has no cancel (%s)", e.JobID, e.Machine, e.Status)
+}
+
+// Is matches ErrJobFinished or ErrJobNotCancellable.
+func (e *JobCancelError) Is(target error) bool {
+	if e.Finished {
+		return target == ErrJobFinished
+	}
+	return target == ErrJobNotCancellable
+}
+
+// Code is JOB_FINISHED or JOB_NOT_CANCELLABLE.
+func (e *JobCancelError) Code() string {
+	if e.Finished {
+		return codeJobFinished
+	}
+	return codeJobNotCancellable
 }

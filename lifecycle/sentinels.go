@@ -23,6 +23,12 @@ var (
 	// ErrJobExists: a job has the id already (JOB_EXISTS): the job queue's
 	// Enqueue answers it.
 	ErrJobExists = errors.New("jobqueue: job already exists")
+	// ErrJobFinished: the job asked to cancel has finished (COMPLETE,
+	// DEAD, FAILED on its way to DEAD, or CANCELLED): JOB_FINISHED, 409.
+	ErrJobFinished error = &codedSentinel{"jobqueue: job already finished", codeJobFinished}
+	// ErrJobNotCancellable: the job asked to cancel runs on a machine
+	// without cancel, the spec's (the NLM job types): JOB_NOT_CANCELLABLE, 409.
+	ErrJobNotCancellable error = &codedSentinel{"jobqueue: job type cannot be cancelled", codeJobNotCancellable}
 	// ErrInboxEntryExists: an inbox entry has the id already
 	// (INBOX_ENTRY_EXISTS): the inbox's Submit answers it.
 	ErrInboxEntryExists error = &codedSentinel{"inbox: entry already exists", codeInboxEntryExists}

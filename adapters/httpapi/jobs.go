@@ -26,6 +26,7 @@ func (h *jobRoutes) table() []route {
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: h.listJobs()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: h.getJob()},
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
+		{method: "POST", path: "/jobs/{jobId}/cancel", actors: admin, h: h.cancelJob()},
 	}
 }
 
@@ -106,6 +107,17 @@ func (h *jobRoutes) requeueJob() handlerFunc {
 	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, pathNoBody("jobId", "job_id", "requeue takes no body"),
 		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.Job, error) {
 			job, err := h.queue.Requeue(ctx, actor, id)
+			return job, jobScoped(err)
+		}))
+}
+
+// cancelJob is POST /jobs/{jobId}/cancel: the queue's Cancel. 200 with the
+// job, CANCELLED (it waited) or RUNNING with cancel_requested_at (its
+// worker ends it); 409 JOB_FINISHED or JOB_NOT_CANCELLABLE.
+func (h *jobRoutes) cancelJob() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, pathNoBody("jobId", "job_id", "cancel takes no body"),
+		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.Job, error) {
+			job, err := h.queue.Cancel(ctx, actor, id)
 			return job, jobScoped(err)
 		}))
 }

@@ -268,7 +268,7 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 		return nil, err
 	}
 	s.specs = map[string]lifecycle.Spec{}
-	for _, sp := range []lifecycle.Spec{xmachine.CanonicalRun().Spec(), xmachine.CancelableRun().Spec(), xmachine.ApprovalRun().Spec(), xmachine.RunStep().Spec(), xmachine.JobMachine().Spec(), xmachine.NLMMachine().Spec(), xmachine.InboxMachine().Spec()} {
+	for _, sp := range []lifecycle.Spec{xmachine.CanonicalRun().Spec(), xmachine.CancelableRun().Spec(), xmachine.ApprovalRun().Spec(), xmachine.RunStep().Spec(), xmachine.JobMachine().Spec(), xmachine.GeneralJobMachine().Spec(), xmachine.NLMMachine().Spec(), xmachine.InboxMachine().Spec()} {
 		s.specs[sp.Name] = sp
 	}
 	s.mux = http.NewServeMux()

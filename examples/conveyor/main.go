@@ -68,10 +68,12 @@ commands:
   reject <run> [-by NAME] [-reason R]
   deliver <run> <event-type> [-id ID] [-source S]
   jobs | job <id> | requeue <id>
+  cancel-job <id>                 cancel a job of a type of the user's: QUEUED or
+                                  RETRY_BACKOFF at once, RUNNING by its worker
   inbox [-status pending]         inbox entries; inbox stats
   quarantine [list] | quarantine restore <qkey>
   schedules [list] | schedules pause <id> | schedules resume <id>
-  machine <name> [-format mermaid|dot|json]   canonical, cancelable, approval, step, job, nlm, inbox
+  machine <name> [-format mermaid|dot|json]   canonical, cancelable, approval, step, job, general-job, nlm, inbox
   events [-run ID] [-after ID]    print the event stream
   conformance (-dir DIR | -s3-bucket B [-s3-endpoint URL] [-s3-prefix P/]) [-run REGEXP] [-v]
                                   run the store conformance suite against a store
@@ -203,6 +205,9 @@ func verbs() map[string]verb {
 		}},
 		"requeue": {1, func(c *command, ctx context.Context, in *invocation) error {
 			return c.printJob(c.c.Requeue(ctx, in.pos[0]))
+		}},
+		"cancel-job": {1, func(c *command, ctx context.Context, in *invocation) error {
+			return c.printJob(c.c.CancelJob(ctx, in.pos[0]))
 		}},
 		"inbox":      {0, (*command).inbox},
 		"quarantine": {-1, (*command).quarantine},
@@ -489,13 +494,14 @@ func (c *command) machine(name, format string) error {
 
 func machineSpecs() map[string]lifecycle.Spec {
 	return map[string]lifecycle.Spec{
-		"canonical":  machine.CanonicalRun().Spec(),
-		"cancelable": machine.CancelableRun().Spec(),
-		"approval":   machine.ApprovalRun().Spec(),
-		"step":       machine.RunStep().Spec(),
-		"job":        machine.JobMachine().Spec(),
-		"nlm":        machine.NLMMachine().Spec(),
-		"inbox":      machine.InboxMachine().Spec(),
+		"canonical":   machine.CanonicalRun().Spec(),
+		"cancelable":  machine.CancelableRun().Spec(),
+		"approval":    machine.ApprovalRun().Spec(),
+		"step":        machine.RunStep().Spec(),
+		"job":         machine.JobMachine().Spec(),
+		"general-job": machine.GeneralJobMachine().Spec(),
+		"nlm":         machine.NLMMachine().Spec(),
+		"inbox":       machine.InboxMachine().Spec(),
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 
 // specs lists every machine, in the order of docs/spec.md#lifecycles.
 func specs() []lifecycle.Spec {
-	return []lifecycle.Spec{machine.CanonicalRun().Spec(), machine.CancelableRun().Spec(), machine.ApprovalRun().Spec(), machine.RunStep().Spec(), machine.JobMachine().Spec(), machine.NLMMachine().Spec(), machine.InboxMachine().Spec()}
+	return []lifecycle.Spec{machine.CanonicalRun().Spec(), machine.CancelableRun().Spec(), machine.ApprovalRun().Spec(), machine.RunStep().Spec(), machine.JobMachine().Spec(), machine.GeneralJobMachine().Spec(), machine.NLMMachine().Spec(), machine.InboxMachine().Spec()}
 }
 
 // errUsage marks errors in the command line, which exit with status 2.

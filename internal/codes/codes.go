@@ -81,6 +81,12 @@ const (
 	JobNotFound = "JOB_NOT_FOUND"
 	// JobExists: a job with the id exists (lifecycle.ErrJobExists).
 	JobExists = "JOB_EXISTS"
+	// JobFinished: the job asked to cancel has finished
+	// (lifecycle.ErrJobFinished).
+	JobFinished = "JOB_FINISHED"
+	// JobNotCancellable: the job asked to cancel runs on the spec's
+	// machine, which has no cancel (lifecycle.ErrJobNotCancellable).
+	JobNotCancellable = "JOB_NOT_CANCELLABLE"
 	// AgentNotFound: no agent has the slug.
 	AgentNotFound = "AGENT_NOT_FOUND"
 	// Conflict: a conditional write lost to another writer, e.g.
@@ -139,6 +145,8 @@ var httpStatus = map[string]int{
 	ServiceUnavailable:   http.StatusServiceUnavailable,
 	JobNotFound:          http.StatusNotFound,
 	JobExists:            http.StatusConflict,
+	JobFinished:          http.StatusConflict,
+	JobNotCancellable:    http.StatusConflict,
 	AgentNotFound:        http.StatusNotFound,
 	Conflict:             http.StatusConflict,
 
@@ -194,4 +202,6 @@ const (
 	JobHandlerError       = "HANDLER_ERROR"
 	// JobPermanent: a handler said Permanent; the job was not retried.
 	JobPermanent = "PERMANENT"
+	// JobCancelled: an operator cancelled the job (general machine only).
+	JobCancelled = "CANCELLED"
 )

@@ -3,7 +3,6 @@ package machine
 import (
 	"sync"
 
-	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -33,7 +32,9 @@ const (
 // its error was permanent (error_code PERMANENT, see Permanent).
 //
 // Extension (docs/spec.md#extensions): DEAD → QUEUED, the operator's requeue of a dead
-// job (invariant F2); it is the only move out of a terminal state.
+// job (invariant F2); it is the only move out of a terminal state. The
+// table has no cancel: a job of the three NLM types cannot be cancelled
+// (GeneralJobMachine, the machine of the user's job types, has it).
 func JobMachine() *Machine[lifecycle.JobState, *lifecycle.Job] { return jobMachine() }
 
 var jobMachine = sync.OnceValue(func() *Machine[lifecycle.JobState, *lifecycle.Job] {
@@ -42,16 +43,9 @@ var jobMachine = sync.OnceValue(func() *Machine[lifecycle.JobState, *lifecycle.J
 	// Guards on the attempt count: retried while attempt < max_attempts.
 	// Extension: a permanent error (Permanent, error_code PERMANENT) takes
 	// the FAILED branch whatever attempts are left.
-	attemptsLeft := Guard[*lifecycle.Job]{
-		Name:  "attempt < max_attempts and not PERMANENT",
-		Allow: func(j *lifecycle.Job) bool { return j.Attempt < j.MaxAttempts && j.ErrorCode != codes.JobPermanent },
-	}
-	attemptsExhausted := Guard[*lifecycle.Job]{
-		Name:  "attempt >= max_attempts or PERMANENT",
-		Allow: func(j *lifecycle.Job) bool { return j.Attempt >= j.MaxAttempts || j.ErrorCode == codes.JobPermanent },
-	}
+	attemptsLeft, attemptsExhausted := attemptGuards()
 	return MustNew(Definition[lifecycle.JobState, *lifecycle.Job]{
-		Name:     "job",
+		Name:     lifecycle.JobMachineSpec,
 		Initial:  lifecycle.JobPending,
 		States:   JobStates(),
 		Terminal: []lifecycle.JobState{lifecycle.JobComplete, lifecycle.JobDead},

@@ -173,7 +173,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.quarantined = counter("conveyor_records_quarantined_total", "Poison records moved to quarantine, by kind.", "kind")
 	m.jobTransitions = counter("conveyor_job_transitions_total", "Job machine moves.", "job_type", "from_state", "to_state")
 	m.jobStateDuration = histogram("conveyor_job_state_duration_seconds", "Time a job spent in a state, observed when it left it.", "job_type", "state")
-	m.jobDuration = histogram("conveyor_job_duration_seconds", "Job end-to-end time, created to COMPLETE or DEAD.", "job_type", "outcome")
+	m.jobDuration = histogram("conveyor_job_duration_seconds", "Job end-to-end time, created to COMPLETE, DEAD or CANCELLED.", "job_type", "outcome")
 	m.jobsDead = counter("conveyor_jobs_dead_total", "Jobs gone DEAD.", "job_type")
 	m.jobRetries = counter("conveyor_job_retries_total", "Job retries: RETRY_BACKOFF → QUEUED.", "job_type")
 	m.jobFailedAttempts = counter("conveyor_job_failed_attempts_total", "Failed job attempts by pipeline step and error_code.", "job_type", "step", "code")

@@ -38,9 +38,11 @@ func (m *Metrics) Seed(agents []run.Agent, jobTypes []lifecycle.JobType) {
 	for e := range runEdges {
 		m.runTransitions.WithLabelValues(e[0], e[1], m.opts.tenant)
 	}
-	spec := machine.JobMachine().Spec()
 	for _, jt := range jobTypes {
 		t := string(jt)
+		// Each type's own machine: the spec's for the NLM types, the
+		// general one for the user's.
+		spec := machine.JobMachineNamed(machine.JobMachineForType(jt)).Spec()
 		for _, e := range edges(spec) {
 			m.jobTransitions.WithLabelValues(t, e[0], e[1])
 		}

@@ -49,6 +49,7 @@ func (e *Error) Error() string {
 // INPUT_TOO_LARGE; lifecycle.ErrIdempotencyConflict,
 // lifecycle.ErrIdempotencyExpired, lifecycle.ErrIdempotencyInProgress,
 // lifecycle.ErrRunUnsupported, lifecycle.ErrJobExists,
+// lifecycle.ErrJobFinished, lifecycle.ErrJobNotCancellable,
 // lifecycle.ErrInboxEntryExists, and the store's sentinels of a corrupt
 // record (RECORD_QUARANTINED), a lost lease and an unavailable store for
 // their codes. The engines' sentinels are these values under their own
@@ -87,6 +88,10 @@ func sentinels(code string) []error {
 		return []error{lifecycle.ErrRunUnsupported}
 	case codes.JobExists:
 		return []error{lifecycle.ErrJobExists}
+	case codes.JobFinished:
+		return []error{lifecycle.ErrJobFinished}
+	case codes.JobNotCancellable:
+		return []error{lifecycle.ErrJobNotCancellable}
 	case codes.InboxEntryExists:
 		return []error{lifecycle.ErrInboxEntryExists}
 	case codes.RecordQuarantined:

@@ -111,7 +111,7 @@ func newAsset(b []byte, ct string) asset {
 // agent may use, the step's, the job's (whose requeue move the jobs view
 // offers to the actors it names), the NLM job's and the inbox entry's.
 func machines() []lifecycle.Spec {
-	return []lifecycle.Spec{machine.CanonicalRun().Spec(), machine.CancelableRun().Spec(), machine.ApprovalRun().Spec(), machine.RunStep().Spec(), machine.JobMachine().Spec(), machine.NLMMachine().Spec(), machine.InboxMachine().Spec()}
+	return []lifecycle.Spec{machine.CanonicalRun().Spec(), machine.CancelableRun().Spec(), machine.ApprovalRun().Spec(), machine.RunStep().Spec(), machine.JobMachine().Spec(), machine.GeneralJobMachine().Spec(), machine.NLMMachine().Spec(), machine.InboxMachine().Spec()}
 }
 
 // Handler serves the page. It answers a path ending in "/" with index.html
