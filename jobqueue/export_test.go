@@ -1,6 +1,14 @@
 package jobqueue
 
-import "context"
+import (
+	"context"
+	"iter"
+	"strings"
+
+	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
 
 // What the tests reach of the package's unexported names.
 
@@ -44,3 +52,20 @@ func (q *Queue) Quarantined() int64 { return q.quar.count() }
 // ReleaseKeptForTest releases the agent locks the Queue's claims kept, as
 // a Worker does when it stops.
 func (q *Queue) ReleaseKeptForTest(ctx context.Context) { q.locks.releaseKept(ctx) }
+
+// StoreForTest is the Queue's store.
+func (q *Queue) StoreForTest() *storage.Store { return q.admit.store }
+
+// JobEventsForTest yields the job events of jobID's audit log of the
+// Queue clock's day, in order.
+func (q *Queue) JobEventsForTest(ctx context.Context, jobID string) iter.Seq2[lifecycle.AuditEvent, error] {
+	return func(yield func(lifecycle.AuditEvent, error) bool) {
+		for e, err := range records.ReadAuditDay(ctx, q.admit.store, q.clock.Now()) {
+			if err != nil || e.JobID == jobID && strings.HasPrefix(e.Event, "job.") {
+				if !yield(e, err) || err != nil {
+					return
+				}
+			}
+		}
+	}
+}

@@ -248,7 +248,7 @@ func (st *State) quarantined(id string) bool {
 func (st *State) settled() bool {
 	for _, p := range st.Plan {
 		rec := st.Records[p.JobID]
-		if rec.Job != nil && machine.JobMachine().IsTerminal(rec.Job.Status) {
+		if rec.Job != nil && machine.JobMachineNamed(rec.Job.Machine).IsTerminal(rec.Job.Status) {
 			continue
 		}
 		if !rec.Present && st.quarantined(p.JobID) {
@@ -300,7 +300,7 @@ func (c *checker) terminal() {
 		switch {
 		case rec.Job != nil:
 			j := rec.Job
-			if !machine.JobMachine().IsTerminal(j.Status) {
+			if !machine.JobMachineNamed(j.Machine).IsTerminal(j.Status) {
 				lease, lock := st.stuckDetail(p, rec)
 				c.add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)%s", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease, lock)
 			}
@@ -480,7 +480,7 @@ func attemptEnd(evs []lifecycle.AuditEvent, n int) (time.Time, lifecycle.AuditEv
 		if !strings.HasPrefix(e.Event, "job.") {
 			continue
 		}
-		if lifecycle.JobState(e.To) == lifecycle.JobContextAssembly {
+		if to := lifecycle.JobState(e.To); to == lifecycle.JobContextAssembly || to == lifecycle.JobRunning { // the pickup, on either job machine
 			pickups++
 			continue
 		}

@@ -32,7 +32,11 @@ func (e *ReplayError) Error() string {
 // first to last (inclusive) and replays each job's transitions through the
 // job machine: the first must create the job in PENDING, each next one must
 // start where the last ended, be a move of the table and be made by one of
-// its actors. It returns each job's final state, or a *ReplayError.
+// its actors. The events do not name the job's machine: a job that went
+// to RUNNING or CANCELLED ran on the general machine, whose moves it is
+// held to, and to the spec's for an attempt an earlier release (which
+// knew only that one) picked up; any other job to the spec's. It returns
+// each job's final state, or a *ReplayError.
 func Replay(ctx context.Context, s *storage.Store, first, last time.Time) (map[string]lifecycle.JobState, error) {
 	byJob := map[string][]lifecycle.AuditEvent{}
 	for day := first.UTC().Truncate(24 * time.Hour); !day.After(last.UTC()); day = day.Add(24 * time.Hour) {
@@ -46,10 +50,10 @@ func Replay(ctx context.Context, s *storage.Store, first, last time.Time) (map[s
 			byJob[e.JobID] = append(byJob[e.JobID], e)
 		}
 	}
-	m := machine.JobMachine()
 	out := make(map[string]lifecycle.JobState, len(byJob))
 	for id, evs := range byJob {
 		slices.SortFunc(evs, func(a, b lifecycle.AuditEvent) int { return strings.Compare(a.ID, b.ID) })
+		ms := machinesOf(evs)
 		var state lifecycle.JobState
 		for i, e := range evs {
 			from, to := lifecycle.JobState(e.From), lifecycle.JobState(e.To)
@@ -63,7 +67,7 @@ func Replay(ctx context.Context, s *storage.Store, first, last time.Time) (map[s
 			if from != state {
 				return nil, &ReplayError{id, e.ID, fmt.Sprintf("event starts in %q but the job was in %q", from, state)}
 			}
-			t, ok := m.Edge(from, to)
+			t, ok := edge(ms, from, to)
 			if !ok {
 				return nil, &ReplayError{id, e.ID, fmt.Sprintf("%q → %q is not a move of the job machine", from, to)}
 			}
@@ -75,4 +79,28 @@ func Replay(ctx context.Context, s *storage.Store, first, last time.Time) (map[s
 		out[id] = state
 	}
 	return out, nil
+}
+
+type jobMachine = *machine.Machine[lifecycle.JobState, *lifecycle.Job]
+
+// machinesOf lists the machines a job's events are held to: the general
+// one, then the spec's, for a job that went to RUNNING or CANCELLED; the
+// spec's alone for any other.
+func machinesOf(evs []lifecycle.AuditEvent) []jobMachine {
+	for _, e := range evs {
+		if to := lifecycle.JobState(e.To); to == lifecycle.JobRunning || to == lifecycle.JobCancelled {
+			return []jobMachine{machine.GeneralJobMachine(), machine.JobMachine()}
+		}
+	}
+	return []jobMachine{machine.JobMachine()}
+}
+
+// edge is the first of ms's from → to transitions.
+func edge(ms []jobMachine, from, to lifecycle.JobState) (machine.Transition[lifecycle.JobState, *lifecycle.Job], bool) {
+	for _, m := range ms {
+		if t, ok := m.Edge(from, to); ok {
+			return t, true
+		}
+	}
+	return machine.Transition[lifecycle.JobState, *lifecycle.Job]{}, false
 }
