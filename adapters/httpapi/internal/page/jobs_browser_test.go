@@ -183,7 +183,7 @@ func TestMachineDiagramsHaveNoOverlappingLabels(t *testing.T) {
 	)
 	names := get(t, ctx, "list the diagrams", chromedp.Evaluate[[]string](
 		`[...document.querySelectorAll('svg[data-testid="machine"]')].map((s) => s.dataset.machine)`))
-	want := []string{"canonical-run", "cancelable-run", "approval-run", "run-step", "job", "nlm-job", "inbox-entry"}
+	want := []string{"canonical-run", "cancelable-run", "approval-run", "run-step", "job", "general-job", "nlm-job", "inbox-entry"}
 	if !slices.Equal(names, want) {
 		t.Errorf("diagrams %v, want %v", names, want)
 	}

@@ -96,7 +96,7 @@ func TestMachinesJSON(t *testing.T) {
 		byName[s.Name] = s
 	}
 	job := machine.JobMachine().Spec()
-	if got := byName["job"]; len(specs) != 7 || !reflect.DeepEqual(got.States, job.States) || len(got.Transitions) != len(job.Transitions) {
+	if got := byName["job"]; len(specs) != 8 || !reflect.DeepEqual(got.States, job.States) || len(got.Transitions) != len(job.Transitions) {
 		t.Fatalf("machines.json: %d machines, job %+v", len(specs), got)
 	}
 	var requeue []string
@@ -107,6 +107,19 @@ func TestMachinesJSON(t *testing.T) {
 	}
 	if want := []string{"FAILED by [admin]", "DEAD by [admin]"}; !reflect.DeepEqual(requeue, want) {
 		t.Errorf("requeue moves %v, want %v", requeue, want)
+	}
+	// The general machine, the user's job types', is there with its
+	// cancel moves, which the jobs view offers.
+	general := machine.GeneralJobMachine().Spec()
+	var cancel []string
+	for _, tr := range byName["general-job"].Transitions {
+		if tr.Event == string(machine.EventCancel) {
+			cancel = append(cancel, tr.From+" by "+fmt.Sprint(tr.Actors))
+		}
+	}
+	if got := byName["general-job"]; !reflect.DeepEqual(got.States, general.States) ||
+		!reflect.DeepEqual(cancel, []string{"QUEUED by [admin]", "RETRY_BACKOFF by [admin]", "RUNNING by [orchestration]"}) {
+		t.Errorf("machines.json: general-job %v, cancel moves %v", got.States, cancel)
 	}
 }
 

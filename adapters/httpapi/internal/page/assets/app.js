@@ -1155,12 +1155,19 @@
   // the page's own moves recount at once. The list is read on every event.
   const JOBS_RECOUNT_MS = 30000;
   // The job moves an operator makes over the API: the button shows where
-  // the job machine has the move from the job's state for the page's actor.
-  // The job machine has no cancel and no retry of its own (a failed attempt
-  // is retried by the queue); requeue is the operator's retry.
+  // the job's machine (its record's machine field: the spec's "job" for
+  // the NLM types and records without the field, "general-job" for the
+  // user's types) has the move from the job's state for the page's actor.
+  // Neither machine retries on an operator's word (a failed attempt is
+  // retried by the queue); requeue is the operator's retry. Only the
+  // general machine has cancel: a RUNNING job's is its worker's move, which
+  // whoever may cancel a waiting job asks for.
   const JOB_ACTIONS = [
     { event: 'requeue', label: 'Requeue', path: (id) => '/jobs/' + enc(id) + '/requeue' },
+    { event: 'cancel', label: 'Cancel', path: (id) => '/jobs/' + enc(id) + '/cancel' },
   ];
+  const SPEC_JOB_MACHINE = 'job';
+  const jobMachineName = (j) => j.machine || SPEC_JOB_MACHINE;
 
   // agentName shows a job's agent_slug: a job enqueued without an agent
   // runs in its type's lane, whose name is written there ("_type.BRIEF",
@@ -1174,7 +1181,8 @@
   function jobsView(view, query) {
     let stopped = false;
     const filter = { status: query.get('status') || '', type: query.get('type') || '', agent: query.get('agent') || '' };
-    let spec = null, pagePath = '', nextPath = null;
+    let specs = {}, pagePath = '', nextPath = null; // the job machines, by name
+    const specOf = (j) => specs[jobMachineName(j)] || null;
 
     const err = h('div', { id: 'jobs-error', class: 'notice error', role: 'alert' });
     const ok = h('div', { id: 'jobs-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
@@ -1235,12 +1243,13 @@
     // type and agent; a job without an agent counts under "—").
     async function loadCounts() {
       const seq = ++countSeq;
-      const rows = new Map(), total = {};
+      const rows = new Map(), total = {}, machinesSeen = new Set();
       let path = '/jobs?limit=' + JOBS_PAGE_MAX, pages = 0, n = 0;
       while (path && pages < JOBS_COUNTED_PAGES) {
         const page = await apiPage(path);
         if (stopped || seq !== countSeq) return;
         for (const j of page.items) {
+          machinesSeen.add(jobMachineName(j));
           const key = j.job_type + '\u0000' + (j.agent_slug || '');
           if (!rows.has(key)) rows.set(key, { type: j.job_type, agent: j.agent_slug || '', by: {}, total: 0 });
           const r = rows.get(key);
@@ -1252,7 +1261,14 @@
         path = page.next;
         pages++;
       }
-      const states = spec ? spec.states : Object.keys(total);
+      // The columns are the states of the machines the counted jobs run
+      // on, the spec's first: a queue of the user's types alone shows
+      // RUNNING, not the NLM pipeline's stages.
+      const states = [];
+      for (const name of [SPEC_JOB_MACHINE, 'general-job']) {
+        if (machinesSeen.has(name) && specs[name]) for (const st of specs[name].states) if (!states.includes(st)) states.push(st);
+      }
+      if (!states.length) states.push(...Object.keys(total));
       const link = (f, count) => {
         if (!count) return h('span', { class: 'muted', text: '·' });
         const a = h('a', { href: '#/jobs', 'data-count': count, text: count });
@@ -1285,7 +1301,14 @@
       fillSelect(selects.agent, sorted.map((r) => r.agent).filter(Boolean).sort(), filter.agent, 'every agent', agentName);
     }
 
-    const jobActions = (j) => JOB_ACTIONS.filter((a) => mayMove(spec, j.status, a.event));
+    const jobActions = (j) => JOB_ACTIONS.filter((a) => {
+      const spec = specOf(j);
+      if (a.event === 'cancel' && j.status === 'RUNNING') {
+        return !j.cancel_requested_at && !!spec && spec.transitions.some((x) => x.from === 'RUNNING' && x.event === 'cancel') &&
+          mayMove(spec, 'QUEUED', 'cancel');
+      }
+      return mayMove(spec, j.status, a.event);
+    });
     function jobRow(j) {
       const actions = jobActions(j).map((a) => {
         const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'job-' + a.event, 'data-job': j.job_id, text: a.label });
@@ -1303,7 +1326,8 @@
         h('td', { class: 'mono', 'data-label': 'type', text: j.job_type }),
         h('td', { class: 'mono', 'data-label': 'agent', text: agentName(j.agent_slug) }),
         h('td', { 'data-label': 'run' }, j.run_id ? h('a', { href: '#/runs/' + enc(j.run_id), class: 'mono', text: j.run_id }) : '—'),
-        h('td', { 'data-label': 'state' }, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null),
+        h('td', { 'data-label': 'state' }, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null,
+          j.status === 'RUNNING' && j.cancel_requested_at ? h('div', { class: 'muted', 'data-testid': 'cancel-asked' }, 'cancel asked ', fmtTime(j.cancel_requested_at)) : null),
         h('td', { class: 'num', 'data-label': 'attempt', text: `${j.attempt || 0} / ${j.max_attempts || 0}` }),
         h('td', { 'data-label': 'updated' }, fmtTime(j.updated_at)),
         h('td', { class: 'error-cell', 'data-label': 'error' }, error),
@@ -1392,7 +1416,7 @@
     });
     (async () => {
       try {
-        spec = (await loadMachines()).find((m) => m.name === 'job') || null;
+        for (const m of await loadMachines()) if (m.name === SPEC_JOB_MACHINE || m.name === 'general-job') specs[m.name] = m;
       } catch (e) {
         err.textContent = 'The job machine could not be read: ' + e.describe();
       }
