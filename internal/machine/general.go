@@ -15,7 +15,8 @@ func GeneralJobStates() []lifecycle.JobState {
 }
 
 // GeneralJobMachine is the machine a job of a type of the user's runs on
-// (an extension, docs/spec.md#extensions): PENDING → QUEUED → RUNNING →
+// (an extension, docs/spec.md#extensions: the whole machine is
+// Conveyor's, so its moves are not marked one by one): PENDING → QUEUED → RUNNING →
 // COMPLETE, the handler's error RUNNING → RETRY_BACKOFF, left by
 // backoff_elapsed to QUEUED or, attempts exhausted or the error permanent,
 // to FAILED → DEAD; the operator's requeue of FAILED and DEAD; and cancel:
@@ -39,18 +40,18 @@ var generalJobMachine = sync.OnceValue(func() *Machine[lifecycle.JobState, *life
 		States:   GeneralJobStates(),
 		Terminal: []lifecycle.JobState{lifecycle.JobComplete, lifecycle.JobDead, lifecycle.JobCancelled},
 		Transitions: []Transition[lifecycle.JobState, *lifecycle.Job]{
-			{From: lifecycle.JobPending, To: lifecycle.JobQueued, Event: EventValidate, Actors: orch, Extension: true},
-			{From: lifecycle.JobQueued, To: lifecycle.JobRunning, Event: EventPickup, Actors: orch, Extension: true},
-			{From: lifecycle.JobRunning, To: lifecycle.JobComplete, Event: EventCommit, Actors: orch, Extension: true},
-			{From: lifecycle.JobRunning, To: lifecycle.JobRetryBackoff, Event: EventRetryableError, Actors: orch, Extension: true},
-			{From: lifecycle.JobRetryBackoff, To: lifecycle.JobQueued, Event: EventBackoffElapsed, Actors: orch, Guard: &left, Extension: true},
-			{From: lifecycle.JobRetryBackoff, To: lifecycle.JobFailed, Event: EventBackoffElapsed, Actors: orch, Guard: &exhausted, Extension: true},
-			{From: lifecycle.JobFailed, To: lifecycle.JobDead, Event: EventBury, Actors: orch, Extension: true},
-			{From: lifecycle.JobFailed, To: lifecycle.JobQueued, Event: EventRequeue, Actors: admin, Requeue: true, Extension: true},
-			{From: lifecycle.JobDead, To: lifecycle.JobQueued, Event: EventRequeue, Actors: admin, Requeue: true, Extension: true},
-			{From: lifecycle.JobQueued, To: lifecycle.JobCancelled, Event: EventCancel, Actors: admin, Extension: true},
-			{From: lifecycle.JobRetryBackoff, To: lifecycle.JobCancelled, Event: EventCancel, Actors: admin, Extension: true},
-			{From: lifecycle.JobRunning, To: lifecycle.JobCancelled, Event: EventCancel, Actors: orch, Extension: true},
+			{From: lifecycle.JobPending, To: lifecycle.JobQueued, Event: EventValidate, Actors: orch},
+			{From: lifecycle.JobQueued, To: lifecycle.JobRunning, Event: EventPickup, Actors: orch},
+			{From: lifecycle.JobRunning, To: lifecycle.JobComplete, Event: EventCommit, Actors: orch},
+			{From: lifecycle.JobRunning, To: lifecycle.JobRetryBackoff, Event: EventRetryableError, Actors: orch},
+			{From: lifecycle.JobRetryBackoff, To: lifecycle.JobQueued, Event: EventBackoffElapsed, Actors: orch, Guard: &left},
+			{From: lifecycle.JobRetryBackoff, To: lifecycle.JobFailed, Event: EventBackoffElapsed, Actors: orch, Guard: &exhausted},
+			{From: lifecycle.JobFailed, To: lifecycle.JobDead, Event: EventBury, Actors: orch},
+			{From: lifecycle.JobFailed, To: lifecycle.JobQueued, Event: EventRequeue, Actors: admin, Requeue: true},
+			{From: lifecycle.JobDead, To: lifecycle.JobQueued, Event: EventRequeue, Actors: admin, Requeue: true},
+			{From: lifecycle.JobQueued, To: lifecycle.JobCancelled, Event: EventCancel, Actors: admin},
+			{From: lifecycle.JobRetryBackoff, To: lifecycle.JobCancelled, Event: EventCancel, Actors: admin},
+			{From: lifecycle.JobRunning, To: lifecycle.JobCancelled, Event: EventCancel, Actors: orch},
 		},
 		GetState: func(j *lifecycle.Job) lifecycle.JobState { return j.Status },
 		SetState: func(j *lifecycle.Job, s lifecycle.JobState) { j.Status = s },
