@@ -22,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/idemrecord"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -223,6 +224,34 @@ func TestUpgradeFrom558b656(t *testing.T) {
 	after := snapshot(t, dir)
 	checkUntouched(t, before, after)
 	checkNewerFields(t, future, after)
+	checkOldJobOnSpecMachine(ctx, t, store, clk.Now(), after["jobs/job-upg-queued.json"])
+}
+
+// checkOldJobOnSpecMachine: the fixture's QUEUED job, of a user type
+// (UPG_ECHO) but written before jobs recorded their machine, ran on the
+// spec's machine, as it would have when it was written (its pickup into
+// CONTEXT_ASSEMBLY or NOTEBOOKLM_CALL, never the general machine's
+// RUNNING), and its record still names no machine.
+func checkOldJobOnSpecMachine(ctx context.Context, t *testing.T, store *storage.Store, now time.Time, rec []byte) {
+	t.Helper()
+	if bytes.Contains(rec, []byte(`"machine"`)) {
+		t.Errorf("the old job's record gained a machine: %s", rec)
+	}
+	var path []string
+	for day := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC); !day.After(now); day = day.Add(24 * time.Hour) {
+		for e, err := range records.ReadAuditDay(ctx, store, day) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.JobID == "job-upg-queued" && strings.HasPrefix(e.Event, "job.") {
+				path = append(path, e.To)
+			}
+		}
+	}
+	want := []string{"PENDING", "QUEUED", "NOTEBOOKLM_CALL", "ARTIFACT_WRITE", "COMPLETE"}
+	if len(path) < 3 || fmt.Sprint(path[len(path)-3:]) != fmt.Sprint(want[2:]) {
+		t.Errorf("the old job moved through %v, want it to end %v (the spec's machine)", path, want[2:])
+	}
 }
 
 // upgradeConfig is the Client of the generator's agents, job types, NLM
