@@ -67,7 +67,7 @@ func TestSeed(t *testing.T) {
 		{Slug: "research", Steps: []run.Step{{Name: "fetch"}}},
 		{Slug: "review", Machine: lifecycle.MachineApproval},
 	}
-	m.Seed(agents, []lifecycle.JobType{"SEND_EMAIL"})
+	m.Seed(agents, []lifecycle.JobType{"SEND_EMAIL", lifecycle.JobBrief})
 	text := scrape(t, reg)
 	for _, want := range []string{
 		`conveyor_run_transitions_total{agent="research",from_state="",to_state="requested"} 0`,
@@ -84,9 +84,23 @@ func TestSeed(t *testing.T) {
 		`conveyor_jobs_dead_total{job_type="SEND_EMAIL"} 0`,
 		`conveyor_job_retries_total{job_type="SEND_EMAIL"} 0`,
 		`conveyor_job_lease_losses_total{job_type="SEND_EMAIL"} 0`,
+		// Each type's own machine: the user's type the general one, an
+		// NLM type the spec's pipeline.
+		`conveyor_job_transitions_total{from_state="QUEUED",job_type="SEND_EMAIL",to_state="RUNNING"} 0`,
+		`conveyor_job_transitions_total{from_state="RUNNING",job_type="SEND_EMAIL",to_state="CANCELLED"} 0`,
+		`conveyor_job_duration_seconds_count{job_type="SEND_EMAIL",outcome="CANCELLED"} 0`,
+		`conveyor_job_state_duration_seconds_count{job_type="SEND_EMAIL",state="RUNNING"} 0`,
+		`conveyor_job_transitions_total{from_state="QUEUED",job_type="BRIEF",to_state="CONTEXT_ASSEMBLY"} 0`,
 	} {
 		if !strings.Contains(text, want+"\n") {
 			t.Errorf("missing before any event: %s", want)
+		}
+	}
+	// No NLM stage for the user's type, no RUNNING for the NLM type.
+	for _, bad := range []string{`job_type="SEND_EMAIL",to_state="CONTEXT_ASSEMBLY"`, `job_type="SEND_EMAIL",to_state="NOTEBOOKLM_CALL"`,
+		`job_type="BRIEF",to_state="RUNNING"`, `job_type="BRIEF",state="RUNNING"`} {
+		if strings.Contains(text, bad) {
+			t.Errorf("seeded a series of another machine: %s", bad)
 		}
 	}
 	// The approval machine's own states are seeded for its agent only.
