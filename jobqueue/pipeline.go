@@ -124,9 +124,13 @@ type runner struct {
 }
 
 // Run runs the claimed job's pipeline (docs/spec.md#job-lifecycle) with the
-// job type's Handler (Config.Types), or else h: CONTEXT_ASSEMBLY (for
-// Handlers with AssembleContext) → NOTEBOOKLM_CALL, where the Handler works
-// → ARTIFACT_WRITE → COMPLETE, each step's error sending
+// job type's Handler (Config.Types), or else h. A job of a type of the
+// user's runs on the general machine: its Handler works in RUNNING, its
+// artifact is written and RUNNING → COMPLETE (a cancel asked for meanwhile
+// ends it CANCELLED instead, see Queue.Cancel). A job of the NLM types runs
+// the spec's: CONTEXT_ASSEMBLY (for Handlers with AssembleContext) →
+// NOTEBOOKLM_CALL, where the Handler works → ARTIFACT_WRITE → COMPLETE. On
+// either, an error sends
 // it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
 // left). ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
 // finalized, fenced by the claim's epoch: a lost attempt's artifact is
