@@ -272,7 +272,7 @@ func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Ti
 		Status: lifecycle.JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
 		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
 		Machine: machine.JobMachineForType(n.JobType),
-		Trail: []lifecycle.JobMove{{From: "", To: lifecycle.JobPending, Event: "create", Actor: actor, At: now}},
+		Trail:   []lifecycle.JobMove{{From: "", To: lifecycle.JobPending, Event: "create", Actor: actor, At: now}},
 	}}
 	if err := fire(ctx, &doc, machine.EventValidate, lifecycle.ActorOrchestration); err != nil {
 		return jobDoc{}, "", err
