@@ -55,7 +55,9 @@ func TestCancelJobRoute(t *testing.T) {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	as := func(tok string) *client.Client { return &client.Client{BaseURL: srv.URL, HTTP: srv.Client(), Token: tok} }
+	as := func(tok string) *client.Client {
+		return &client.Client{BaseURL: srv.URL, HTTP: srv.Client(), Token: tok}
+	}
 	admin, gw := as("tok-admin"), as("tok-gateway")
 
 	for _, n := range []lifecycle.NewJob{{JobID: "queued", JobType: email, AgentSlug: "a"}, {JobID: "brief", JobType: lifecycle.JobBrief, AgentSlug: "b"}} {
