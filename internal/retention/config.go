@@ -23,7 +23,8 @@ const (
 	// Audit is the audit log by day folder (audit/YYYYMMDD/), aged from
 	// the day's end.
 	Audit Kind = "audit"
-	// Jobs are COMPLETE jobs (jobs/) and finished NLM jobs (DONE or ERROR,
+	// Jobs are COMPLETE and CANCELLED jobs (jobs/; CANCELLED, the general
+	// job machine's, is as final) and finished NLM jobs (DONE or ERROR,
 	// nlm/jobs/, with their nlm/active/ entry), aged from updated_at.
 	Jobs Kind = "jobs"
 	// DeadJobs are DEAD jobs, aged from updated_at. They are the

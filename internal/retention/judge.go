@@ -31,14 +31,14 @@ func AuditDayEligible(day, now time.Time, age time.Duration) bool {
 	return due(day.UTC().Truncate(24*time.Hour).Add(24*time.Hour), now, age)
 }
 
-// JobEligible tells whether a job is finished (COMPLETE, or DEAD when dead
-// is set) and was last written at least age before now.
+// JobEligible tells whether a job is finished (COMPLETE or CANCELLED, or
+// DEAD when dead is set) and was last written at least age before now.
 func JobEligible(j *lifecycle.Job, dead bool, now time.Time, age time.Duration) bool {
-	want := lifecycle.JobComplete
+	finished := j.Status == lifecycle.JobComplete || j.Status == lifecycle.JobCancelled
 	if dead {
-		want = lifecycle.JobDead
+		finished = j.Status == lifecycle.JobDead
 	}
-	return j.Status == want && due(j.UpdatedAt, now, age)
+	return finished && due(j.UpdatedAt, now, age)
 }
 
 // NLMJobEligible tells whether an NLM job is finished (DONE or ERROR, both

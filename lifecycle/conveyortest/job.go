@@ -62,7 +62,7 @@ func RunJob(tb testing.TB, h jobqueue.Handler, n jobqueue.NewJob, opts ...QueueO
 	}
 	for {
 		job = get(tb, q, job.JobID)
-		if job.Status == lifecycle.JobComplete || job.Status == lifecycle.JobDead {
+		if job.Status == lifecycle.JobComplete || job.Status == lifecycle.JobDead || job.Status == lifecycle.JobCancelled {
 			break
 		}
 		c, err := q.Claim(ctx, name)
