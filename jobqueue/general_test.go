@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 const emailType lifecycle.JobType = "SEND_EMAIL"
@@ -320,5 +322,46 @@ func TestCancelRunning(t *testing.T) {
 				t.Errorf("second Cancel: %v, want ErrJobFinished", err)
 			}
 		})
+	}
+}
+
+// TestNewerRecordLeftAlone: a job record naming a job machine this release
+// does not know (a later release's) is read as an error that is neither
+// not-found nor corrupt, left out of lists, and neither quarantined nor
+// written by a read, a claim or the sweep; its lane entry stays.
+func TestNewerRecordLeftAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	q := emailQueue(t, clk, jobqueue.HandlerFunc(sent))
+	enqueueEmail(t, q, "job-future", 3)
+	s := q.StoreForTest()
+	b, _, err := s.Get(ctx, "jobs/job-future.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := strings.Replace(strings.Replace(string(b), `"machine":"general-job"`, `"machine":"future-job"`, 1), `"status":"QUEUED"`, `"status":"PAUSED"`, 1)
+	if newer == string(b) {
+		t.Fatalf("the record has no machine to replace: %s", b)
+	}
+	if _, err := s.Put(ctx, "jobs/job-future.json", []byte(newer), storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = q.Get(ctx, lifecycle.ActorAdmin, "job-future")
+	if err == nil || errors.Is(err, storage.ErrNotFound) || errors.Is(err, lifecycle.ErrCorrupt) || !strings.Contains(err.Error(), "future-job") {
+		t.Fatalf("Get of a later release's record = %v, want its own error", err)
+	}
+	if page, err := q.ListPage(ctx, lifecycle.ActorAdmin, jobqueue.JobQuery{}); err != nil || len(page.Jobs) != 0 {
+		t.Fatalf("ListPage = %d jobs, %v; want the record left out", len(page.Jobs), err)
+	}
+	_, _ = q.Claim(ctx, "w1") // may answer the record's error; writes nothing
+	clk.Advance(time.Hour)
+	_, _ = q.Sweep(ctx)
+	after, _, err := s.Get(ctx, "jobs/job-future.json")
+	if err != nil || string(after) != newer || q.Quarantined() != 0 {
+		t.Fatalf("the record was touched (%v, %d quarantined): %s", err, q.Quarantined(), after)
+	}
+	if n := countKeys(t, s, "queue/lanes/"); n != 1 {
+		t.Errorf("%d lane entries, want its entry kept", n)
 	}
 }

@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -80,7 +81,7 @@ func validJob(key string, d *jobDoc) error {
 	case d.JobID != id:
 		return fmt.Errorf("job_id %q in the record of %q", d.JobID, id)
 	case machine.JobMachineNamed(d.Machine) == nil:
-		return fmt.Errorf("unknown machine %q", d.Machine)
+		return &newerRecordError{key: key, machine: d.Machine}
 	case !machine.AnyJobState(d.Status):
 		return fmt.Errorf("unknown status %q", d.Status)
 	case storekey.ValidateID("agent slug", d.AgentSlug) != nil:
@@ -107,6 +108,21 @@ func jobMachineOf(j *lifecycle.Job) *machine.Machine[lifecycle.JobState, *lifecy
 func general(j *lifecycle.Job) bool {
 	return j.Machine == lifecycle.JobMachineGeneral && machine.GeneralJobMachine().IsState(j.Status)
 }
+
+// errNewerRecord matches the error of a job record that names a job
+// machine this release does not know: a later release's. It is left as it
+// is, neither quarantined nor written (nor its lane entry or lock
+// repaired): the release that wrote it drives it. An earlier release had
+// no such rule, and quarantined a record whose status it did not know.
+var errNewerRecord = errors.New("jobqueue: a job record of a later release")
+
+// newerRecordError is errNewerRecord for one record.
+type newerRecordError struct{ key, machine string }
+
+func (e *newerRecordError) Error() string {
+	return fmt.Sprintf("%s runs on job machine %q, which this release does not know: left to the release that wrote it", e.key, e.machine)
+}
+func (e *newerRecordError) Is(target error) bool { return target == errNewerRecord }
 
 // fire moves d by event as actor on its machine (jobMachineOf) and
 // appends the move to d's trail.

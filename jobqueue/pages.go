@@ -68,8 +68,8 @@ func (q *reader) listPage(ctx context.Context, actor lifecycle.Actor, jq JobQuer
 				return lifecycle.Job{}, false, nil
 			}
 			d, _, err := q.jobs.read(ctx, id)
-			if errors.Is(err, storage.ErrNotFound) {
-				return lifecycle.Job{}, false, nil // gone, or poison (quarantined)
+			if errors.Is(err, storage.ErrNotFound) || errors.Is(err, errNewerRecord) {
+				return lifecycle.Job{}, false, nil // gone, poison (quarantined), or a later release's
 			}
 			if err != nil {
 				return lifecycle.Job{}, false, err

@@ -22,11 +22,16 @@ type quarantine struct {
 
 // poison quarantines the record of a *lifecycle.QuarantinedError and turns the
 // error into ErrNotFound for the caller, which goes on as if the record were
-// gone: a poison record never blocks anything. Other errors pass.
+// gone: a poison record never blocks anything. A later release's job
+// record (errNewerRecord) is not poison: its error is returned, matching
+// neither, and the record left alone. Other errors pass.
 func (q *quarantine) poison(ctx context.Context, err error) error {
 	var ce *lifecycle.QuarantinedError
 	if !errors.As(err, &ce) {
 		return err
+	}
+	if ne, ok := errors.AsType[*newerRecordError](ce.Err); ok {
+		return ne // a later release's record: not poison, not this release's to move
 	}
 	qkey, qerr := q.mover.Move(ctx, ce)
 	if qerr != nil && !errors.Is(qerr, storage.ErrPreconditionFailed) {
