@@ -94,7 +94,7 @@ func TestJSONExport(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"canonical-run", "cancelable-run", "approval-run", "run-step", "job", "nlm-job", "inbox-entry"}
+	want := []string{"canonical-run", "cancelable-run", "approval-run", "run-step", "job", "general-job", "nlm-job", "inbox-entry"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("machine names (-want +got):\n%s", diff)
 	}
