@@ -37,7 +37,7 @@ type Metrics interface {
 	// → CONTEXT_ASSEMBLY is one write). So the pipeline states' times are
 	// the step times of docs/spec.md#metrics.
 	JobTransition(jobType lifecycle.JobType, from, to lifecycle.JobState, inFrom time.Duration)
-	// JobFinished observes a job that reached COMPLETE or DEAD, with its
+	// JobFinished observes a job that reached COMPLETE, DEAD or CANCELLED, with its
 	// time since it was created (end-to-end, retries included). FAILED is
 	// not an end: the queue buries a FAILED job at once.
 	JobFinished(jobType lifecycle.JobType, outcome lifecycle.JobState, d time.Duration)

@@ -208,7 +208,7 @@ func (q *Queue) ListPage(ctx context.Context, actor lifecycle.Actor, jq JobQuery
 	return q.reads.listPage(ctx, actor, jq)
 }
 
-// Wait waits until job jobID is COMPLETE or DEAD and returns it as then
+// Wait waits until job jobID is COMPLETE, DEAD or CANCELLED and returns it as then
 // written, acting as the system. It wakes at once when this Queue writes
 // the job (a Worker of this process ran it), at the store's signal where
 // the store watches (a write by another process), and

@@ -25,7 +25,7 @@ type QueueOption func(*jobqueue.Config)
 
 // RunJob enqueues n (as the gateway) in a fresh Queue, runs it with h (a
 // jobqueue.Handler: HandlerFunc, Typed, or the NLM pipeline's Handlers) until it
-// is COMPLETE or DEAD, and returns the job as last written and its artifact
+// is COMPLETE, DEAD or CANCELLED, and returns the job as last written and its artifact
 // (nil when it has none). User job types go in a QueueOption's Config.Types.
 // The test fails when the job is refused or cannot be run to its end.
 func RunJob(tb testing.TB, h jobqueue.Handler, n jobqueue.NewJob, opts ...QueueOption) (lifecycle.Job, *artifact.Artifact) {
