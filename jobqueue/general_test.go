@@ -365,3 +365,41 @@ func TestNewerRecordLeftAlone(t *testing.T) {
 		t.Errorf("%d lane entries, want its entry kept", n)
 	}
 }
+
+// TestCancelOfAnOrphan: a RUNNING job whose worker died after its cancel
+// was asked for ends CANCELLED when its lease lapses and it is rescued (by
+// the sweep or the next claim of its agent), not retried.
+func TestCancelOfAnOrphan(t *testing.T) {
+	t.Parallel()
+	for _, by := range []string{"sweep", "claim"} {
+		t.Run(by, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clk := clock.NewFake(t0)
+			q := emailQueue(t, clk, jobqueue.HandlerFunc(sent))
+			enqueueEmail(t, q, "j", 3)
+			enqueueEmail(t, q, "k", 3) // the agent's next job, for the claim
+			if c := claim(t, q, "dead-worker"); c.Job().JobID != "j" {
+				t.Fatalf("claimed %s", c.Job().JobID)
+			} // never run: its worker died
+			if j, err := q.Cancel(ctx, lifecycle.ActorAdmin, "j"); err != nil || j.Status != lifecycle.JobRunning {
+				t.Fatalf("Cancel = %s, %v", j.Status, err)
+			}
+			clk.Advance(time.Hour) // the lease lapses
+			if by == "sweep" {
+				if _, err := q.Sweep(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else if c := claim(t, q, "w2"); c == nil || c.Job().JobID != "k" {
+				t.Fatalf("the next claim took %v", c)
+			}
+			j := get(t, q, "j")
+			if j.Status != lifecycle.JobCancelled || j.ErrorCode != codes.JobCancelled || j.ReadyKey != "" || j.Lease != nil {
+				t.Fatalf("the orphan is %s %q ready %q lease %v, want CANCELLED", j.Status, j.ErrorCode, j.ReadyKey, j.Lease)
+			}
+			if got := moves(t, q, "j"); got[len(got)-1] != "RUNNING>CANCELLED" {
+				t.Errorf("moves %v", got)
+			}
+		})
+	}
+}
