@@ -192,3 +192,31 @@ func TestBatchSpans(t *testing.T) {
 		})
 	}
 }
+
+// TestGeneralJobSpans: a job of a user's type runs on its own machine in
+// its spans too: its handler span is "Work", never an NLM step's, and its
+// job span's outcome is its machine's state.
+func TestGeneralJobSpans(t *testing.T) {
+	t.Parallel()
+	rec, tp := traceRecorder(t)
+	clk := clock.NewFake(t0)
+	q := emailQueue(t, clk, jobqueue.HandlerFunc(func(context.Context, lifecycle.Job) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("no such mailbox"))
+	}), func(c *jobqueue.Config) { c.TracerProvider = tp })
+	enqueueEmail(t, q, "job-e", 3)
+	j, err := claim(t, q, "w1").Run(context.Background(), nil)
+	if err != nil || j.Status != lifecycle.JobDead || j.FailedStep != lifecycle.JobRunning {
+		t.Fatalf("ran to %s in %s, %v; want DEAD, failed in RUNNING", j.Status, j.FailedStep, err)
+	}
+	jobs := spansOf(rec, "conveyor.job")
+	if len(jobs) != 1 || attrOf(jobs[0], "conveyor.outcome") != string(lifecycle.JobDead) || jobs[0].Status().Code != otelcodes.Error {
+		t.Fatalf("job spans %v", jobs)
+	}
+	var names []string
+	for _, h := range spansOf(rec, "conveyor.handler") {
+		names = append(names, attrOf(h, "conveyor.handler"))
+	}
+	if len(names) != 1 || names[0] != "Work" {
+		t.Errorf("handler spans %v, want one Work", names)
+	}
+}
