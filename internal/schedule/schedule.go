@@ -258,7 +258,8 @@ type Scheduler struct {
 	// absent holds the evidence that a key read missing is missing, on a
 	// store that settles: a schedule's state before it is created afresh,
 	// a slot's job before another process's claim on it is taken over.
-	absent *evidence.Absence
+	absent  *evidence.Absence
+	missing map[string]time.Time // missingSince's, by schedule id
 }
 
 // ErrUnknownSchedule: no schedule of that id is configured.
@@ -297,7 +298,7 @@ func New(cfg Config) (*Scheduler, error) {
 	cfg.RetryInterval = min(cfg.RetryInterval, cfg.PollInterval)
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, slots: map[string]slots{}, byID: map[string]*Schedule{},
 		wake: make(chan struct{}, 1), recs: map[string]*fence.Record[State, *State]{},
-		quar: &quarantine.Mover{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}, absent: &evidence.Absence{Settle: cfg.Store.SettleTime()}}
+		quar: &quarantine.Mover{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}, absent: &evidence.Absence{Settle: cfg.Store.SettleTime()}, missing: map[string]time.Time{}}
 	agents := map[string]bool{}
 	if cfg.Runner != nil {
 		for _, a := range cfg.Runner.Agents() {
@@ -363,15 +364,22 @@ func (s *Scheduler) state(ctx context.Context, id string) (State, error) {
 	settles := s.absent.Settle > 0
 	if err == nil && settles {
 		s.absent.Found(r.Key)
+		s.missingSince(id, false)
 	}
 	if errors.Is(err, storage.ErrNotFound) {
 		// On a store that settles one not-found is no proof: a state
 		// created afresh over the real one would drop its pause, its
-		// pending slot and its place.
-		if settles && !s.absent.Confirmed(r.Key, s.clock.Now()) {
-			return st, fmt.Errorf("%w: schedule %s: state read as missing", errUnsettled, id)
+		// pending slot and its place. Created, it starts from the first
+		// not-found, so the wait skips no slot.
+		since := s.clock.Now()
+		if settles {
+			since = s.missingSince(id, true)
+			if !s.absent.Confirmed(r.Key, s.clock.Now()) {
+				return st, fmt.Errorf("%w: schedule %s: state read as missing", errUnsettled, id)
+			}
+			s.missingSince(id, false)
 		}
-		st = s.fresh(id)
+		st = s.fresh(id, since)
 		if _, err = r.Create(ctx, st); errors.Is(err, storage.ErrPreconditionFailed) {
 			st, _, err = r.Load(ctx) // another process created it
 		}
@@ -384,14 +392,32 @@ func (s *Scheduler) state(ctx context.Context, id string) (State, error) {
 func (s *Scheduler) peek(ctx context.Context, id string) (State, error) {
 	st, _, err := s.record(id).Load(ctx)
 	if errors.Is(err, storage.ErrNotFound) {
-		return s.fresh(id), nil
+		return s.fresh(id, s.clock.Now()), nil
 	}
 	return st, err
 }
 
-func (s *Scheduler) fresh(id string) State {
+func (s *Scheduler) fresh(id string, since time.Time) State {
 	now := s.clock.Now().UTC()
-	return State{ScheduleID: id, LastSlot: s.prev(id, now), UpdatedAt: now}
+	return State{ScheduleID: id, LastSlot: s.prev(id, since.UTC()), UpdatedAt: now}
+}
+
+// missingSince returns when this process first read schedule id's state
+// as missing, since the last time it found it (now, the first time);
+// with missing false it forgets that time.
+func (s *Scheduler) missingSince(id string, missing bool) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !missing {
+		delete(s.missing, id)
+		return time.Time{}
+	}
+	t, ok := s.missing[id]
+	if !ok {
+		t = s.clock.Now()
+		s.missing[id] = t
+	}
+	return t
 }
 
 // prev is the latest slot at or before t (or t itself if none is found
