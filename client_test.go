@@ -98,6 +98,46 @@ func TestClientRunAndJob(t *testing.T) {
 	}
 }
 
+// TestClientPeriodicJob: a Client of jobs alone (no agents) runs a
+// schedule that enqueues a job each slot, with its payload, under the
+// slot's id, and lists the schedule with the slot's job.
+func TestClientPeriodicJob(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newClient(t, conveyor.Config{JobTypes: greet, Schedules: []lifecycle.Schedule{{ID: "greeter", Every: time.Second,
+		Job: &lifecycle.ScheduleJob{JobType: "GREET", Payload: json.RawMessage(`"Ada"`), MaxAttempts: 2}}}})
+	if c.Runs() != nil || c.Schedules() == nil {
+		t.Fatal("a Client of jobs alone: want no Runner and a Scheduler")
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var info lifecycle.ScheduleInfo
+	for info.LastJobID == "" {
+		infos, err := c.Schedules().List(ctx)
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("List: %+v, %v", infos, err)
+		}
+		info = infos[0]
+		select {
+		case <-ctx.Done():
+			t.Fatal("no slot fired in a minute")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if info.LastFired == nil || info.LastJobID != "scheduler:greeter:"+info.LastFired.Format(time.RFC3339) {
+		t.Fatalf("last job %q of the slot %v", info.LastJobID, info.LastFired)
+	}
+	job, err := c.Jobs().Wait(ctx, info.LastJobID)
+	if err != nil || job.Status != lifecycle.JobComplete || job.MaxAttempts != 2 || job.JobType != "GREET" {
+		t.Fatalf("the slot's job: %+v, %v", job, err)
+	}
+	if art, err := c.Artifacts().GetForJob(ctx, lifecycle.ActorGateway, "", job.JobID); err != nil || string(art.Content) != `"hello, Ada"` {
+		t.Fatalf("artifact %s, %v", art.Content, err)
+	}
+}
+
 // TestClientStartStop: Start twice and Add after Start are refused; a
 // loop's error reaches Failed with its name; Stop before Start and twice
 // does nothing; Stopped is closed after Stop.
@@ -248,7 +288,9 @@ func TestNewRefuses(t *testing.T) {
 		{"store check", conveyor.Config{Store: store, StoreCheck: 7}, "StoreCheck 7"},
 		{"two agents of a slug", conveyor.Config{Store: store, Agents: []run.Agent{echo, echo}}, "runner:"},
 		{"schedules without agents", conveyor.Config{Store: store,
-			Schedules: []lifecycle.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "need agents"},
+			Schedules: []lifecycle.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "need Agents"},
+		{"periodic job of no type", conveyor.Config{Store: store, JobTypes: greet,
+			Schedules: []lifecycle.Schedule{{ID: "tick", Every: time.Minute, Job: &lifecycle.ScheduleJob{JobType: "WAVE"}}}}, "not a type of JobTypes"},
 		{"schedule of no agent", conveyor.Config{Store: store, Agents: []run.Agent{echo},
 			Schedules: []lifecycle.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "scheduler:"},
 		{"bad job type", conveyor.Config{Store: store, JobTypes: map[lifecycle.JobType]jobqueue.TypeConfig{"RESEARCH": {}}}, "queue:"},
