@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +137,59 @@ func TestClientPeriodicJob(t *testing.T) {
 	}
 	if art, err := c.Artifacts().GetForJob(ctx, lifecycle.ActorGateway, "", job.JobID); err != nil || string(art.Content) != `"hello, Ada"` {
 		t.Fatalf("artifact %s, %v", art.Content, err)
+	}
+}
+
+// TestClientPeriodicJobThreeClients: three Clients on one store run one
+// schedule of periodic jobs (every second); one is stopped midway. Every
+// slot from the first to the last that had time to fire has its job, and
+// every job is its slot's, run to COMPLETE.
+func TestClientPeriodicJobThreeClients(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := memstore.New()
+	var cs []*conveyor.Client
+	for i := range 3 {
+		c := newClient(t, conveyor.Config{Store: store, Owner: fmt.Sprintf("host/c%d", i), JobTypes: greet, Logger: slog.New(slog.DiscardHandler),
+			Schedules: []lifecycle.Schedule{{ID: "greeter", Every: time.Second, Job: &lifecycle.ScheduleJob{JobType: "GREET", Payload: json.RawMessage(`"Ada"`)}}}})
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	began := time.Now()
+	time.Sleep(2500 * time.Millisecond)
+	if err := cs[1].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	ended := time.Now()
+	slots := map[string]bool{}
+	for j, err := range cs[0].Jobs().List(ctx, lifecycle.ActorOrchestration) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(j.JobID, "scheduler:greeter:") {
+			t.Fatalf("job %s is not a slot's", j.JobID)
+		}
+		if done, err := cs[0].Jobs().Wait(ctx, j.JobID); err != nil || done.Status != lifecycle.JobComplete {
+			t.Fatalf("job %s: %s, %v", j.JobID, done.Status, err)
+		}
+		slots[j.JobID] = true
+	}
+	first := began.Truncate(time.Second).Add(time.Second)
+	for first.Before(ended) && !slots["scheduler:greeter:"+first.UTC().Format(time.RFC3339)] {
+		first = first.Add(time.Second)
+	}
+	var missing []string
+	for s := first; s.Before(ended.Add(-time.Second)); s = s.Add(time.Second) {
+		if id := "scheduler:greeter:" + s.UTC().Format(time.RFC3339); !slots[id] {
+			missing = append(missing, id)
+		}
+	}
+	if first.Sub(began) > 2*time.Second || len(missing) > 0 || len(slots) < 3 {
+		t.Fatalf("first slot %s after the start, %d jobs, missing %v", first.Sub(began), len(slots), missing)
 	}
 }
 
