@@ -2,9 +2,10 @@
 // periodic jobs exactly once per slot, however many processes run a
 // Scheduler on one store.
 //
-// A schedule names an agent (or a job, jobs.go) and when to run it: a cron expression (five
-// fields, parsed by github.com/robfig/cron/v3, in the schedule's time zone)
-// or a fixed interval. Each slot, the time the expression names, starts one
+// A schedule names an agent (or a job: jobs.go says how a periodic job's
+// slot is fired) and when to run it: a cron expression (five fields,
+// parsed by github.com/robfig/cron/v3, in the schedule's time zone) or a
+// fixed interval. Each slot, the time the expression names, starts one
 // run through run.Runner.Submit with the idempotency key of docs/spec.md#idempotency,
 // scheduler:{schedule_id}:{slot}, whose record is created create-only before
 // the run: of the processes that fire a slot at once, each gets the one run
