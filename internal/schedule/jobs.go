@@ -29,11 +29,13 @@ import (
 // land over an existing job, and a read may answer not found for one, for
 // up to Settle after a disturbance. A job created again over its slot's
 // job would replace it: a COMPLETE or DEAD job queued again with fresh
-// attempts. The queue's own checks (a read of the id before the create, a
-// job created twice over one that left an artifact quarantined at pickup)
-// need a second wrong answer to be fooled, but the schedules give them
-// one every slot: every process enqueues the slot at once. So there the
-// slot's claim decides who enqueues:
+// attempts. The queue's own checks do not stop that: its read of the id
+// before the create is fooled by the same disturbance that accepts the
+// create (a false not-found, then the create over the job), and its
+// quarantine at pickup catches only a job created over one that left an
+// artifact (a DEAD job left none, and runs again). Every process enqueuing
+// every slot at once would offer that pair of faults an existing job at
+// every slot. So there the slot's claim decides who enqueues:
 //
 //   - the process whose write claimed the slot (State.Pending, PendingAt)
 //     enqueues its job at once, within Settle/2 of the claim (a write it
