@@ -415,8 +415,15 @@ func (c *command) schedules(ctx context.Context, in *invocation) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCHEDULE\tAGENT\tWHEN\tNEXT\tLAST RUN\tSTATE")
+	return printSchedules(c.out, infos)
+}
+
+// printSchedules lists schedules as a table: what each starts (an
+// agent's run, or a periodic job's type and lane), when, and the run or
+// job its latest fired slot started.
+func printSchedules(out io.Writer, infos []lifecycle.ScheduleInfo) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tSTARTS\tWHEN\tNEXT\tLAST\tSTATE")
 	for _, info := range infos {
 		when := info.Cron
 		if when == "" {
@@ -426,7 +433,14 @@ func (c *command) schedules(ctx context.Context, in *invocation) error {
 		if info.Paused {
 			state = "paused by " + info.PausedBy
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, info.Agent, when, info.Next.Format(time.RFC3339), orElse(info.LastRunID, "-"), state)
+		target, last := "run of "+info.Agent, info.LastRunID
+		if j := info.Job; j != nil {
+			target, last = "job "+string(j.JobType), info.LastJobID
+			if j.AgentSlug != "" {
+				target += " in " + j.AgentSlug
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, target, when, info.Next.Format(time.RFC3339), orElse(last, "-"), state)
 	}
 	return tw.Flush()
 }

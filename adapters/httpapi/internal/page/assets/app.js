@@ -643,7 +643,8 @@
     view.append(h('h2', { text: 'Agents' }));
     const msg = h('div', { id: 'agents-error', class: 'notice error', role: 'alert' });
     const list = h('div', { id: 'agents', 'data-testid': 'agents', 'aria-busy': 'true' });
-    // Schedules (GET /schedules): when each fires next, its last run, and
+    // Schedules (GET /schedules): what each starts (an agent's run, or a
+    // periodic job), when it fires next, its last run or job, and
     // pause/resume for an admin. A Worker without a scheduler answers 404:
     // the section stays hidden.
     const schedBody = h('tbody', {});
@@ -651,7 +652,7 @@
     const sched = h('section', { id: 'schedules', hidden: '' },
       h('h2', { text: 'Schedules' }), schedErr,
       h('table', { 'aria-label': 'Schedules' },
-        h('thead', {}, h('tr', {}, ['schedule', 'agent', 'when', 'next', 'last run', 'state', ''].map((c) => h('th', { scope: 'col', text: c })))),
+        h('thead', {}, h('tr', {}, ['schedule', 'starts', 'when', 'next', 'last', 'state', ''].map((c) => h('th', { scope: 'col', text: c })))),
         schedBody));
     view.append(msg, list, sched);
 
@@ -683,12 +684,19 @@
             btn.disabled = false;
           }
         });
+        // every is a Go duration ("20s"); a number (nanoseconds) from an
+        // older server still reads.
+        const every = typeof x.every === 'number' ? Math.round(x.every / 1e9) + 's' : x.every;
+        const starts = x.job ? 'job ' + x.job.job_type + (x.job.agent_slug ? ' in ' + x.job.agent_slug : '') : 'run of ' + x.agent;
+        const last = x.job
+          ? (x.last_job_id ? h('span', { class: 'mono', 'data-job': x.last_job_id, text: x.last_job_id }) : '—')
+          : (x.last_run_id ? h('a', { href: '#/runs/' + enc(x.last_run_id), class: 'mono', text: x.last_run_id }) : '—');
         return h('tr', { 'data-schedule': x.id },
           h('td', { class: 'mono', text: x.id }),
-          h('td', { class: 'mono', text: x.agent }),
-          h('td', { class: 'mono', text: x.cron || ('every ' + Math.round((x.every || 0) / 1e9) + ' s') }),
+          h('td', { class: 'mono', text: starts }),
+          h('td', { class: 'mono', text: x.cron || ('every ' + every) }),
           h('td', {}, fmtTime(x.next)),
-          h('td', {}, x.last_run_id ? h('a', { href: '#/runs/' + enc(x.last_run_id), class: 'mono', text: x.last_run_id }) : '—'),
+          h('td', {}, last),
           h('td', { text: x.paused ? 'paused by ' + (x.paused_by || '?') : 'active' }),
           h('td', {}, btn));
       });
