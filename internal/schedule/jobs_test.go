@@ -186,9 +186,9 @@ func TestPeriodicJobOncePerSlot(t *testing.T) {
 				// Faults land only on a look at a slot's existing job (a
 				// process that lost the claim): how many is the race's.
 				// TestPeriodicJobClaimantDies provokes them for sure.
-				t.Logf("%d faults injected", fs.Injected())
-				if fs.DoubleCreates() != 0 {
-					t.Fatalf("%d jobs created twice", fs.DoubleCreates())
+				t.Logf("%d faults injected", fs.Faults().Total())
+				if fs.Faults().DoubleCreates != 0 {
+					t.Fatalf("%d jobs created twice", fs.Faults().DoubleCreates)
 				}
 			}
 			infos, err := procs[2].sched.List(context.Background())
@@ -344,7 +344,7 @@ func TestPeriodicJobClaimantDies(t *testing.T) {
 			}
 			injected := int64(0)
 			if fs != nil {
-				injected = fs.Injected()
+				injected = fs.Faults().Total()
 				fs.Calm()
 			}
 			if got := jobs(t, a.queue); len(got) < 1 || got[0] != id {
@@ -356,8 +356,8 @@ func TestPeriodicJobClaimantDies(t *testing.T) {
 				t.Fatalf("the slot's job: %v", err)
 			case tt.end != "" && (j.Status != tt.end || !j.CreatedAt.Equal(created)):
 				t.Fatalf("the slot's job is %s, created %s; want it left %s, created %s", j.Status, j.CreatedAt, tt.end, created)
-			case fs != nil && fs.DoubleCreates() != 0:
-				t.Fatalf("%d jobs created twice", fs.DoubleCreates())
+			case fs != nil && fs.Faults().DoubleCreates != 0:
+				t.Fatalf("%d jobs created twice", fs.Faults().DoubleCreates)
 			case fs != nil && tt.end != "" && injected == 0:
 				t.Fatal("the survivors' looks provoked no fault")
 			}
@@ -375,8 +375,8 @@ func TestPeriodicJobClaimantDies(t *testing.T) {
 				// of the slot's job, create it again over the ended one.
 				fs.Disturb()
 				_, err := a.queue.InsertJob(ctx, jobqueue.NewJob{JobID: id, JobType: tt.typ})
-				if err != nil || fs.DoubleCreates() != 1 {
-					t.Fatalf("a plain enqueue in the disturbance: %v, %d double creates; the faults are too weak to test", err, fs.DoubleCreates())
+				if err != nil || fs.Faults().DoubleCreates != 1 {
+					t.Fatalf("a plain enqueue in the disturbance: %v, %d double creates; the faults are too weak to test", err, fs.Faults().DoubleCreates)
 				}
 			}
 		})
@@ -460,11 +460,11 @@ func TestPeriodicJobStateReadMissing(t *testing.T) {
 		g.clock.Advance(time.Minute)
 		g.settle(g.clock, 1)
 	}
-	if fs.FalseNotFounds() == 0 {
+	if fs.Faults().FalseNotFounds == 0 {
 		t.Fatal("no false not-found was provoked")
 	}
-	if got := jobs(t, p.queue); len(got) != 0 || fs.DoubleCreates() != 0 {
-		t.Fatalf("jobs %v of a paused schedule, %d states created over the real one", got, fs.DoubleCreates())
+	if got := jobs(t, p.queue); len(got) != 0 || fs.Faults().DoubleCreates != 0 {
+		t.Fatalf("jobs %v of a paused schedule, %d states created over the real one", got, fs.Faults().DoubleCreates)
 	}
 	infos, err := p.sched.List(ctx)
 	if err != nil || !infos[0].Paused || infos[0].PausedBy != "ops" {
