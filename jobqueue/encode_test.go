@@ -31,7 +31,8 @@ func fullJobDoc() *jobDoc {
 			ReadyKey: "queue/lanes/agent-1/x", Lease: &lifecycle.Lease{Owner: "w1", Epoch: 3, ExpiresAt: due},
 			Trail: []lifecycle.JobMove{
 				{From: lifecycle.JobQueued, To: lifecycle.JobContextAssembly, Event: "pick_up", Actor: lifecycle.ActorOrchestration, At: at},
-				{From: lifecycle.JobNotebookLMCall, To: lifecycle.JobRetryBackoff, Event: "fail", Actor: lifecycle.ActorOrchestration, At: due},
+				{From: lifecycle.JobNotebookLMCall, To: lifecycle.JobRetryBackoff, Event: "fail", Actor: lifecycle.ActorOrchestration, At: due,
+					ErrorCode: "TIMEOUT", Error: "step \"x\" timed out"},
 			},
 			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		},
