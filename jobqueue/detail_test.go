@@ -72,8 +72,8 @@ func TestHistoryAttempts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Partial || h.Job.Status != lifecycle.JobComplete {
-			t.Fatalf("history of %s, partial %v", h.Job.Status, h.Partial)
+		if h.Partial || h.Job.Status != lifecycle.JobComplete || !strings.Contains(string(h.Result), `"title":"Brief"`) {
+			t.Fatalf("history of %s, partial %v, result %s", h.Job.Status, h.Partial, h.Result)
 		}
 		var path []string
 		for _, m := range h.Moves {

@@ -258,9 +258,18 @@ func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
 // history is Partial) and reading the job's own, and from the record the
 // moves not yet flushed there. Each failed attempt carries its own error
 // where its move recorded it (jobs run before it was recorded show only
-// the record's last error). The actor needs Read, as for Get.
+// the record's last error). Result is the content of the job's artifact.
+// The actor needs Read, as for Get.
 func (q *Queue) History(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.JobHistory, error) {
-	return q.reads.history(ctx, actor, jobID)
+	h, err := q.reads.history(ctx, actor, jobID)
+	if err == nil && h.Job.ArtifactID != "" {
+		// The result is shown where it can be read: an actor without Read
+		// on artifacts, or an artifact gone (retention), still gets the rest.
+		if a, aerr := q.artifacts.Get(ctx, actor, h.Job.ProjectID, h.Job.ArtifactID); aerr == nil {
+			h.Result = a.Content
+		}
+	}
+	return h, err
 }
 
 // RequeueMatching requeues the jobs of one page of jq (the filters of

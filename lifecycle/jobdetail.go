@@ -1,6 +1,9 @@
 package lifecycle
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // JobHistory is a job with what happened to it (GET /jobs/{jobId}/history):
 // the record, every move read from the audit log and the record's trail,
@@ -12,6 +15,9 @@ type JobHistory struct {
 	// Attempts are the job's runs by a worker, oldest first: each from the
 	// move out of QUEUED (or RETRY_BACKOFF) to the move that ended it.
 	Attempts []JobAttempt `json:"attempts"`
+	// Result is the content of the job's artifact (its result), when it
+	// has one the actor may read; absent otherwise.
+	Result json.RawMessage `json:"result,omitempty"`
 	// Partial tells that the audit log was not read to the end (the
 	// listing's bound ran out, or the job lived longer than the days
 	// read): older moves, and the attempts they made, may be missing.
