@@ -119,6 +119,8 @@ func TestRequeueMatching(t *testing.T) {
 			enqueue(t, q, fmt.Sprintf("job-%d", i), fmt.Sprintf("agent-%d", i))
 		}
 		dead := map[string]bool{}
+		// (their attempt's outcome is FAILED: the write that failed it
+		// went on to FAILED, checked below)
 		for range 3 { // three die, two stay QUEUED
 			j := runOnce(t, q, failingAt(jobqueue.Permanent(errors.New("bad"))))
 			if j.Status != lifecycle.JobDead {
@@ -160,6 +162,12 @@ func TestRequeueMatching(t *testing.T) {
 		}
 		if len(done) != len(dead) {
 			t.Fatalf("requeued %v, want the dead %v", done, dead)
+		}
+		for id := range dead {
+			h, err := q.History(ctx, lifecycle.ActorAdmin, id)
+			if err != nil || len(h.Attempts) != 1 || h.Attempts[0].Outcome != lifecycle.JobFailed || h.Attempts[0].ErrorCode != codes.JobPermanent {
+				t.Fatalf("history of %s: %+v, %v", id, h.Attempts, err)
+			}
 		}
 		for _, id := range done {
 			if !dead[id] {

@@ -175,6 +175,11 @@ func attempts(moves []lifecycle.JobMove) []lifecycle.JobAttempt {
 		case idle(m.From) && !idle(m.To):
 			n++
 			out = append(out, lifecycle.JobAttempt{Attempt: n, StartedAt: m.At})
+		case m.To == lifecycle.JobFailed && len(out) > 0 && out[len(out)-1].EndedAt != nil && m.At.Equal(*out[len(out)-1].EndedAt):
+			// A failure's move of the same write (a permanent failure, or
+			// the last attempt's, goes on to FAILED at once): the attempt
+			// ended there.
+			out[len(out)-1].Outcome = m.To
 		case !idle(m.From) && idle(m.To) && len(out) > 0 && out[len(out)-1].EndedAt == nil:
 			a := &out[len(out)-1]
 			end := m.At
