@@ -1163,6 +1163,7 @@
   // call (the Worker's bound); the page calls on until the set is done, at
   // most BULK_CALLS_MAX times (10,000 jobs), and says when more remain.
   const BULK_PER_CALL = 100;
+  const QUEUES_POLL_MS = 5000;
   const BULK_CALLS_MAX = 100;
   const JOB_ACTIONS = [
     { event: 'requeue', label: 'Requeue', path: (id) => '/jobs/' + enc(id) + '/requeue' },
@@ -1494,6 +1495,10 @@
       poll: () => refresh(false),
       onOpen: () => refresh(false), // the view counted when it opened
     });
+    // A job picked up makes no event until it comes to rest (its audit is
+    // written then), so the queues are also read every QUEUES_POLL_MS:
+    // the lanes and their locks, cheap whatever the jobs.
+    const queuesTimer = setInterval(() => { if (!stopped && !document.hidden) loadQueues(); }, QUEUES_POLL_MS);
     (async () => {
       try {
         spec = (await loadMachines()).find((m) => m.name === 'job') || null;
@@ -1504,7 +1509,7 @@
       await refresh();
       if (!stopped) live.start();
     })();
-    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+    return { stop() { stopped = true; clearTimeout(pending); clearInterval(queuesTimer); live.stop(); } };
   }
 
   // ---- one job: its arguments, its result, its attempts and its moves
