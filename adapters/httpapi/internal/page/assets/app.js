@@ -1535,6 +1535,15 @@
   }
 
   const pretty = (v) => JSON.stringify(v, null, 2);
+  // fmtClock shows a move's time to the millisecond (a job's moves are
+  // often within one second), the whole timestamp in its title.
+  function fmtClock(iso) {
+    const d = new Date(iso);
+    if (!iso || isNaN(d)) return fmtTime(iso);
+    const p = (n, w) => String(n).padStart(w, '0');
+    return h('time', { datetime: iso, title: d.toLocaleString() + ' (' + iso + ')',
+      text: `${d.toLocaleDateString()} ${p(d.getHours(), 2)}:${p(d.getMinutes(), 2)}:${p(d.getSeconds(), 2)}.${p(d.getMilliseconds(), 3)}` });
+  }
 
   function jobView(view, jobID) {
     let stopped = false, spec = null, job = null;
@@ -1581,13 +1590,13 @@
       const attempts = hist.attempts || [];
       attemptsBody.replaceChildren(...attempts.map((a) => h('tr', { 'data-attempt': a.attempt, 'data-outcome': a.outcome || 'running' },
         h('td', { class: 'num', text: a.attempt }),
-        h('td', {}, fmtTime(a.started_at)),
+        h('td', {}, fmtClock(a.started_at)),
         h('td', { class: 'num', 'data-col': 'duration', text: a.duration_ms === undefined ? 'running' : fmtDuration(a.duration_ms) }),
         h('td', {}, a.outcome ? badge(a.outcome) : 'running'),
         h('td', { class: 'error-cell', 'data-col': 'error' }, errorOf(a.error_code, a.error)))));
       if (!attempts.length) attemptsBody.append(h('tr', {}, h('td', { colspan: 5, class: 'muted', text: 'No attempt yet.' })));
       timeline.replaceChildren(...(hist.moves || []).map((m) => h('li', { 'data-from': m.from, 'data-to': m.to },
-        h('span', { class: 'when' }, fmtTime(m.at)), m.from ? [badge(m.from), ' → '] : 'created ', badge(m.to),
+        h('span', { class: 'when' }, fmtClock(m.at)), m.from ? [badge(m.from), ' → '] : 'created ', badge(m.to),
         h('span', { class: 'muted', text: ` ${m.event || ''} by ${m.actor}` }),
         m.error_code || m.error ? h('div', {}, errorOf(m.error_code, m.error)) : null)));
       timelineNote.textContent = hist.partial ? 'The audit log was read in part: older moves may be missing.' : '';
