@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -231,4 +233,60 @@ func TestLanes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// BenchmarkJobHistory: a job's history when the audit log holds the objects
+// of n other jobs in the job's window (all within seconds: the worst
+// case, every key listed is in the window), on memstore and SQLite. It
+// reports the keys listed per call: the cost grows with the log's keys in
+// the window (keys only), not with its objects read.
+func BenchmarkJobHistory(b *testing.B) {
+	for _, sc := range []struct {
+		name string
+		new  func(testing.TB) *storage.Store
+	}{{"memstore", func(testing.TB) *storage.Store { return memstore.New() }}, {"sqlite", teststores.SQLite}} {
+		for _, n := range []int{1000, 10000} {
+			b.Run(fmt.Sprintf("%s/others=%d", sc.name, n), func(b *testing.B) {
+				ctx := context.Background()
+				s := sc.new(b)
+				clk := clock.NewFake(t0)
+				q := newQueue(b, s, clk)
+				jobs := make([]jobqueue.NewJob, 0, 500)
+				for i := range n {
+					jobs = append(jobs, jobqueue.NewJob{JobID: fmt.Sprintf("job-%06d", i), JobType: lifecycle.JobBrief, AgentSlug: fmt.Sprintf("a-%d", i%100)})
+					if len(jobs) == cap(jobs) || i == n-1 {
+						if _, err := q.EnqueueMany(ctx, lifecycle.ActorGateway, jobs); err != nil {
+							b.Fatal(err)
+						}
+						jobs = jobs[:0]
+					}
+				}
+				// Every job's enqueue segment is written at its first rest;
+				// bury them all at once with a permanent failure each.
+				for done := 0; done < n; {
+					c, err := q.Claim(ctx, "w1")
+					if err != nil {
+						b.Fatal(err)
+					}
+					if c == nil { // the agents' locks are due a look a moment later
+						clk.Advance(time.Millisecond)
+						continue
+					}
+					done++
+					if _, err := c.Run(ctx, failingAt(jobqueue.Permanent(errors.New("x")))); err != nil {
+						b.Fatal(err)
+					}
+				}
+				keys := countKeys(b, s, "audit/")
+				b.ResetTimer()
+				for b.Loop() {
+					h, err := q.History(ctx, lifecycle.ActorAdmin, "job-000000")
+					if err != nil || len(h.Attempts) != 1 {
+						b.Fatalf("%+v, %v", h.Attempts, err)
+					}
+				}
+				b.ReportMetric(float64(keys), "audit-keys")
+			})
+		}
+	}
 }
