@@ -65,6 +65,16 @@ func TestJobPage(t *testing.T) {
 	if got["payload"] != "No payload." || got["output"] != "No result yet." {
 		t.Errorf("payload %q, result %q", got["payload"], got["output"])
 	}
+	// The id is copied: to the clipboard where the browser lets the page,
+	// else selected for Ctrl+C.
+	do(t, ctx, "copy the id", 20*time.Second,
+		chromedp.Click(css(`[data-testid="copy-id"]`)),
+		chromedp.Poll[chromedp.Void](`document.querySelector('[data-testid="copy-id"]').textContent !== 'Copy'`, chromedp.WithPollingInterval(20*time.Millisecond)),
+	)
+	copied := get(t, ctx, "read what was copied", chromedp.Evaluate[[]string](`[document.querySelector('[data-testid="copy-id"]').textContent, getSelection().toString()]`))
+	if !(copied[0] == "Copied" || copied[0] == "Selected: press Ctrl+C" && copied[1] == w.dead) {
+		t.Errorf("after Copy the button says %q and %q is selected, want the id %s copied or selected", copied[0], copied[1], w.dead)
+	}
 	// The gateway is offered no requeue; the admin is, and it lands.
 	if n := get(t, ctx, "count requeue buttons", chromedp.Evaluate[int](`document.querySelectorAll('#job-actions [data-testid="job-requeue"]').length`)); n != 0 {
 		t.Errorf("%d requeue buttons for the gateway", n)
