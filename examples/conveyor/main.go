@@ -207,9 +207,9 @@ func verbs() map[string]verb {
 		"job": {1, func(c *command, ctx context.Context, in *invocation) error {
 			return c.printJob(c.c.Job(ctx, in.pos[0]))
 		}},
-		"requeue": {-1, (*command).requeue},
-		"history": {1, (*command).history},
-		"queues":  {0, (*command).queues},
+		"requeue":    {-1, (*command).requeue},
+		"history":    {1, (*command).history},
+		"queues":     {0, (*command).queues},
 		"inbox":      {0, (*command).inbox},
 		"quarantine": {-1, (*command).quarantine},
 		"schedules":  {-1, (*command).schedules},

@@ -39,7 +39,7 @@ type jobsWorker struct {
 	queue *jobqueue.Queue
 	dead  string // the dead job's id
 	run   *run.Runner
-	gate  *gate  // in front of the API: holds an answer back when asked
+	gate  *gate // in front of the API: holds an answer back when asked
 	stop  func()
 }
 
