@@ -58,7 +58,8 @@ func TestCancelJobRoute(t *testing.T) {
 	as := func(tok string) *client.Client {
 		return &client.Client{BaseURL: srv.URL, HTTP: srv.Client(), Token: tok}
 	}
-	admin, gw := as("tok-admin"), as("tok-gateway")
+	gw := as("tok-gateway")
+	admin, gwOp := client.Operator{Client: as("tok-admin")}, client.Operator{Client: gw}
 
 	for _, n := range []lifecycle.NewJob{{JobID: "queued", JobType: email, AgentSlug: "a"}, {JobID: "brief", JobType: lifecycle.JobBrief, AgentSlug: "b"}} {
 		if _, err := gw.Enqueue(ctx, n); err != nil {
@@ -67,12 +68,12 @@ func TestCancelJobRoute(t *testing.T) {
 	}
 	refusals := []struct {
 		name, job string
-		c         *client.Client
+		c         client.Operator
 		status    int
 		code      string
 		sentinel  error
 	}{
-		{"the gateway", "queued", gw, http.StatusForbidden, codes.Forbidden, lifecycle.ErrForbiddenActor},
+		{"the gateway", "queued", gwOp, http.StatusForbidden, codes.Forbidden, lifecycle.ErrForbiddenActor},
 		{"an NLM type", "brief", admin, http.StatusConflict, codes.JobNotCancellable, lifecycle.ErrJobNotCancellable},
 		{"no such job", "nope", admin, http.StatusNotFound, codes.JobNotFound, lifecycle.ErrNotFound},
 	}
@@ -115,7 +116,7 @@ func TestCancelJobRoute(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for j.Status == lifecycle.JobRunning && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		if j, err = admin.Job(ctx, "running"); err != nil {
+		if j, err = admin.Client.Job(ctx, "running"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -250,16 +250,6 @@ func (c *Client) Requeue(ctx context.Context, jobID string) (lifecycle.Job, erro
 	return get[lifecycle.Job](ctx, connOf(c), http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/requeue", nil)
 }
 
-// CancelJob is the admin's cancel of a job of a type of the user's (POST
-// /jobs/{jobId}/cancel): a QUEUED or RETRY_BACKOFF job comes back
-// CANCELLED, a RUNNING one still RUNNING with its cancel asked for (its
-// worker ends it CANCELLED). A finished job's error matches
-// lifecycle.ErrJobFinished, a job of an NLM type's
-// lifecycle.ErrJobNotCancellable.
-func (c *Client) CancelJob(ctx context.Context, jobID string) (lifecycle.Job, error) {
-	return get[lifecycle.Job](ctx, connOf(c), http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/cancel", nil)
-}
-
 // Schedules lists the schedules with their next and last slots and runs
 // (GET /schedules).
 func (c *Client) Schedules(ctx context.Context) ([]lifecycle.ScheduleInfo, error) {
