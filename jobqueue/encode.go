@@ -71,6 +71,16 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
+	if j.Priority != 0 {
+		b = append(b, `,"priority":`...)
+		b = jsonenc.Int(b, int64(j.Priority))
+	}
+	if j.ScheduledAt != nil {
+		b = append(b, `,"scheduled_at":`...)
+		if b, err = jsonenc.Time(b, *j.ScheduledAt); err != nil {
+			return b, err
+		}
+	}
 	b = jsonenc.OmitEmpty(b, `,"ready_key":`, j.ReadyKey)
 	if b, err = appendLease(b, j.Lease); err != nil {
 		return b, err
@@ -314,6 +324,13 @@ func (d *jobDoc) readProgress(r *jsonenc.Reader, key []byte) (bit uint, known bo
 	case "ran_epoch":
 		bit = 25
 		d.RanEpoch = r.Int()
+	case "priority":
+		bit = 26
+		j.Priority = int(r.Int())
+	case "scheduled_at":
+		bit = 27
+		t := r.Time()
+		j.ScheduledAt = &t
 	default:
 		return 0, false
 	}

@@ -27,7 +27,7 @@ func fullJobDoc() *jobDoc {
 			Context:  lifecycle.JobContext{MemorySnapshotURL: "s3://b/k?x=1&y=2", EntityRefs: []string{"e1", "é2"}},
 			Callback: "https://example.com/cb?a=1&b=2", CreatedAt: at, UpdatedAt: at.Add(time.Second),
 			ArtifactID: "art-1", Error: &msg, ProjectID: "p1", ErrorCode: "HANDLER_ERROR",
-			FailedStep: lifecycle.JobNotebookLMCall, QueuedAt: &at, NextAttemptAt: &due,
+			FailedStep: lifecycle.JobNotebookLMCall, QueuedAt: &at, NextAttemptAt: &due, Priority: 8, ScheduledAt: &due,
 			ReadyKey: "queue/lanes/agent-1/x", Lease: &lifecycle.Lease{Owner: "w1", Epoch: 3, ExpiresAt: due},
 			Trail: []lifecycle.JobMove{
 				{From: lifecycle.JobQueued, To: lifecycle.JobContextAssembly, Event: "pick_up", Actor: lifecycle.ActorOrchestration, At: at},
@@ -181,6 +181,7 @@ func plainJobDoc() *jobDoc {
 	utc(&d.UpdatedAt)
 	utc(d.QueuedAt)
 	d.NextAttemptAt = new(d.NextAttemptAt.UTC())
+	d.ScheduledAt = new(d.ScheduledAt.UTC())
 	utc(&d.Lease.ExpiresAt)
 	for i := range d.Trail {
 		utc(&d.Trail[i].At)

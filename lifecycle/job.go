@@ -74,6 +74,13 @@ type Job struct {
 	QueuedAt *time.Time `json:"queued_at,omitempty"`
 	// NextAttemptAt is when a job in RETRY_BACKOFF may be picked up again.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// Priority is the job's priority (NewJob.Priority), 1 to 9; 0 (omitted)
+	// is DefaultPriority, as for every job stored before priorities.
+	Priority int `json:"priority,omitempty"`
+	// ScheduledAt is the earliest time the job was to start, when its
+	// enqueue asked for a later time than its creation (NewJob.RunAt,
+	// NewJob.Delay): a QUEUED job is not started before it.
+	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
 	// ReadyKey is the job's entry in its agent's ready lane, while it is
 	// QUEUED or in RETRY_BACKOFF.
 	ReadyKey string `json:"ready_key,omitempty"`
