@@ -215,8 +215,13 @@ func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job
 }
 
 func jobBody(n lifecycle.NewJob) wire.JobBody {
-	return wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
-		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID}
+	b := wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
+		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID,
+		Priority: n.Priority, RunAt: n.RunAt}
+	if n.Delay != 0 {
+		b.Delay = n.Delay.String() // by the server's clock, as the queue's
+	}
+	return b
 }
 
 // EnqueueMany creates jobs as one batch (POST /jobs/batch): 1 to 500
