@@ -71,15 +71,8 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
-	if j.Priority != 0 {
-		b = append(b, `,"priority":`...)
-		b = jsonenc.Int(b, int64(j.Priority))
-	}
-	if j.ScheduledAt != nil {
-		b = append(b, `,"scheduled_at":`...)
-		if b, err = jsonenc.Time(b, *j.ScheduledAt); err != nil {
-			return b, err
-		}
+	if b, err = appendSchedule(b, j); err != nil {
+		return b, err
 	}
 	b = jsonenc.OmitEmpty(b, `,"ready_key":`, j.ReadyKey)
 	if b, err = appendLease(b, j.Lease); err != nil {
@@ -95,6 +88,20 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 		b = jsonenc.Int(b, d.RanEpoch)
 	}
 	return append(b, '}'), nil
+}
+
+// appendSchedule appends the "priority" and "scheduled_at" members, each
+// omitted when empty.
+func appendSchedule(b []byte, j *lifecycle.Job) ([]byte, error) {
+	if j.Priority != 0 {
+		b = append(b, `,"priority":`...)
+		b = jsonenc.Int(b, int64(j.Priority))
+	}
+	if j.ScheduledAt == nil {
+		return b, nil
+	}
+	b = append(b, `,"scheduled_at":`...)
+	return jsonenc.Time(b, *j.ScheduledAt)
 }
 
 // appendJobContext appends the "context" member (never omitted, its

@@ -1307,7 +1307,7 @@
         h('td', { 'data-label': 'state' }, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null,
           // A job enqueued to run later is QUEUED until then, not started before.
           j.status === 'QUEUED' && j.scheduled_at ? h('div', { class: 'muted', 'data-testid': 'job-scheduled' }, 'not before ', fmtTime(j.scheduled_at)) : null),
-        // A job stored without a priority has the default, 5 (docs/spec.md#priorities).
+        // A job stored without a priority has the default, 5 (docs/spec.md#delayed-jobs-and-priorities).
         h('td', { class: 'num', 'data-label': 'priority', 'data-testid': 'job-priority', text: String(j.priority || JOB_DEFAULT_PRIORITY) }),
         h('td', { class: 'num', 'data-label': 'attempt', text: `${j.attempt || 0} / ${j.max_attempts || 0}` }),
         h('td', { 'data-label': 'updated' }, fmtTime(j.updated_at)),
