@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"iter"
 	"log/slog"
 	"math"
 	"slices"
@@ -468,27 +467,28 @@ func priorityOf(p int) int {
 	return max(lifecycle.MinPriority, min(p, lifecycle.MaxPriority))
 }
 
-// priorityGroups yields, of keys (one lane's, in key order), the first
-// key of each priority with its ready time: within one priority the keys
-// are in ready-time order, so that key is the priority's first ready one.
-// It parses one key per priority (at most nine), and skips the rest of a
-// priority by a binary search. A malformed key is a group of its own,
-// ready at the zero time (a claim deletes it).
-func priorityGroups(keys []string) iter.Seq2[string, time.Time] {
-	return func(yield func(string, time.Time) bool) {
-		for i := 0; i < len(keys); {
-			_, _, at, _, ok := layout.ParsePriorityLaneKey(keys[i])
-			if !ok {
-				at = time.Time{}
-			}
-			if !yield(keys[i], at) {
-				return
-			}
-			g := laneGroup(keys[i])
-			rest := keys[i+1:]
-			i += 1 + sort.Search(len(rest), func(j int) bool { return laneGroup(rest[j]) != g })
-		}
+// Within one priority a lane's keys are in ready-time order, so the first
+// key of a priority is its first ready one: a pass over a lane parses that
+// key of each priority (at most nine) and skips the rest of the priority by
+// a binary search (nextGroup).
+
+// readyTime is the ready time of lane key k; a malformed key is ready at
+// the zero time (a claim deletes it).
+func readyTime(k string) time.Time {
+	_, _, at, _, ok := layout.ParsePriorityLaneKey(k)
+	if !ok {
+		return time.Time{}
 	}
+	return at
+}
+
+// nextGroup is the index in keys (one lane's, in key order) of the first
+// key of a priority other than that of keys[i]; a malformed key is a
+// priority of its own.
+func nextGroup(keys []string, i int) int {
+	g := laneGroup(keys[i])
+	rest := keys[i+1:]
+	return i + 1 + sort.Search(len(rest), func(j int) bool { return laneGroup(rest[j]) != g })
 }
 
 // laneGroup is what the lane keys of one priority share (layout's
@@ -506,12 +506,13 @@ func laneGroup(key string) string {
 // priority with a ready entry, the earliest of it (ready true); when none
 // is ready, the one ready first (readyFirst).
 func nextKey(keys []string, now time.Time) (key string, at time.Time, ready bool) {
-	for k, t := range priorityGroups(keys) {
+	for i := 0; i < len(keys); i = nextGroup(keys, i) {
+		t := readyTime(keys[i])
 		if !t.After(now) {
-			return k, t, true
+			return keys[i], t, true
 		}
 		if key == "" || t.Before(at) {
-			key, at = k, t
+			key, at = keys[i], t
 		}
 	}
 	return key, at, false
@@ -520,9 +521,9 @@ func nextKey(keys []string, now time.Time) (key string, at time.Time, ready bool
 // readyFirst is the entry of keys (one lane's, in key order) that is
 // ready first, and its time: the earliest of each priority's first.
 func readyFirst(keys []string) (key string, at time.Time) {
-	for k, t := range priorityGroups(keys) {
-		if key == "" || t.Before(at) {
-			key, at = k, t
+	for i := 0; i < len(keys); i = nextGroup(keys, i) {
+		if t := readyTime(keys[i]); key == "" || t.Before(at) {
+			key, at = keys[i], t
 		}
 	}
 	return key, at

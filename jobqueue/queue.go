@@ -110,6 +110,9 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // (lifecycle.ErrForbiddenActor) writes nothing; an existing id gives lifecycle.ErrJobExists.
 // The job keeps the trace context of ctx (with Config.TracerProvider set,
 // that of a conveyor.enqueue span): every attempt's spans continue it.
+// A job with a RunAt or Delay is QUEUED from now, with ScheduledAt, and no
+// claim picks it up before that time; a higher Priority is picked up first
+// among the jobs ready in its lane (docs/spec.md#delayed-jobs-and-priorities).
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
 	return q.admit.enqueue(ctx, actor, n)
 }
@@ -118,8 +121,8 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 // InsertMany): at most 500 jobs (more is lifecycle.ErrInvalidJob), none
 // is written before every one is checked, and one invalid job, or two of
 // one job_id, fail the batch with a *lifecycle.BatchError naming the
-// job's index and nothing written. The jobs of one agent are claimed in
-// the batch's order. No jobs is no error.
+// job's index and nothing written. The jobs of one agent, priority and run
+// time are claimed in the batch's order. No jobs is no error.
 //
 // Which jobs landed when it fails (docs/spec.md#batch-insert):
 //
