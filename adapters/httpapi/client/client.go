@@ -209,7 +209,9 @@ func (c *Client) Agents(ctx context.Context) ([]lifecycle.AgentInfo, error) {
 	return get[[]lifecycle.AgentInfo](ctx, connOf(c), http.MethodGet, "/agents", nil)
 }
 
-// Enqueue creates a job (POST /jobs).
+// Enqueue creates a job (POST /jobs). Its Delay counts from the server's
+// clock when the job arrives, its RunAt is a time as it is; the job starts
+// no earlier than either.
 func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job, error) {
 	return get[lifecycle.Job](ctx, connOf(c), http.MethodPost, "/jobs", jobBody(n))
 }
