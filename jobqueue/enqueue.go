@@ -322,7 +322,8 @@ func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Ti
 		doc.Priority = n.Priority // the default stays 0: the record reads as before priorities
 	}
 	if ready.After(now) {
-		doc.ScheduledAt = &ready
+		at := ready // a copy: &ready would move ready to the heap for every job
+		doc.ScheduledAt = &at
 	}
 	lane := laneKeyOf(&doc.Job, ready)
 	if lane == "" {
