@@ -93,11 +93,7 @@ func jsonOf(t *testing.T, v any) []byte {
 // hold up the ready ones behind it; a retry keeps its priority.
 func TestPriorityOrder(t *testing.T) {
 	t.Parallel()
-	type job struct {
-		id       string
-		priority int
-		delay    time.Duration
-	}
+	type job = priorityJob
 	tests := []struct {
 		name string
 		jobs []job // enqueued 1 ms apart, in this order
@@ -112,24 +108,40 @@ func TestPriorityOrder(t *testing.T) {
 		{"a delayed job joins its priority at its time", []job{{"late", 5, time.Second}, {"a", 5, 0}, {"hi", 8, 2 * time.Second}},
 			[]string{"a", "late", "hi"}},
 	}
+	// Every store lists in byte order: memstore, a directory, SQLite.
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			clk := clock.NewFake(t0)
-			q := newQueue(t, memstore.New(), clk)
-			for _, j := range tt.jobs {
-				n := spec(j.id, "agent-a")
-				n.Priority, n.Delay = j.priority, j.delay
-				if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, n); err != nil {
-					t.Fatal(err)
-				}
-				clk.Advance(time.Millisecond)
-			}
-			if got := runInOrder(t, q, clk, len(tt.jobs)); !slices.Equal(got, tt.want) {
-				t.Fatalf("started %v, want %v", got, tt.want)
-			}
-		})
+		for _, sc := range faultStores(false) {
+			t.Run(tt.name+"/"+sc.name, func(t *testing.T) {
+				t.Parallel()
+				runPriorityCase(t, sc.new(t), tt.jobs, tt.want)
+			})
+		}
+	}
+}
+
+// priorityJob is a job of TestPriorityOrder.
+type priorityJob struct {
+	id       string
+	priority int
+	delay    time.Duration
+}
+
+// runPriorityCase enqueues jobs 1 ms apart on s and checks they start in
+// the order want.
+func runPriorityCase(t *testing.T, s *storage.Store, jobs []priorityJob, want []string) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	q := newQueue(t, s, clk)
+	for _, j := range jobs {
+		n := spec(j.id, "agent-a")
+		n.Priority, n.Delay = j.priority, j.delay
+		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, n); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	if got := runInOrder(t, q, clk, len(jobs)); !slices.Equal(got, want) {
+		t.Fatalf("started %v, want %v", got, want)
 	}
 }
 
