@@ -108,9 +108,10 @@ func TestPriorityOrder(t *testing.T) {
 		{"a delayed job joins its priority at its time", []job{{"late", 5, time.Second}, {"a", 5, 0}, {"hi", 8, 2 * time.Second}},
 			[]string{"a", "late", "hi"}},
 	}
-	// Every store lists in byte order: memstore, a directory, SQLite.
+	// Every store lists in byte order: memstore, a directory, SQLite, S3
+	// (MinIO).
 	for _, tt := range tests {
-		for _, sc := range faultStores(false) {
+		for _, sc := range faultStores(true) {
 			t.Run(tt.name+"/"+sc.name, func(t *testing.T) {
 				t.Parallel()
 				runPriorityCase(t, sc.new(t), tt.jobs, tt.want)
