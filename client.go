@@ -1,7 +1,6 @@
 package conveyor
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -132,15 +131,6 @@ func (c *Client) build(owner, node string, metrics *prommetrics.Metrics) (err er
 		if c.runner, err = run.NewRunner(rc, agents...); err != nil {
 			return fmt.Errorf("runner: %w", err)
 		}
-		sc := cfg.Scheduler.scheduler(c.runner, cfg.Store, cfg.Schedules, c.clock, c.log)
-		if metrics != nil {
-			sc.Metrics = metrics
-		}
-		if c.sched, err = schedule.New(sc); err != nil {
-			return fmt.Errorf("scheduler: %w", err)
-		}
-	} else if len(cfg.Schedules) > 0 {
-		return errors.New("schedules need agents to run")
 	}
 	qc := cfg.Queue
 	qc.Store, qc.Clock, qc.Node, qc.Logger, qc.TracerProvider, qc.Types = cfg.Store, c.clock, node, c.log, cfg.TracerProvider, cfg.JobTypes
@@ -149,6 +139,9 @@ func (c *Client) build(owner, node string, metrics *prommetrics.Metrics) (err er
 	}
 	if c.queue, err = jobqueue.New(qc); err != nil {
 		return fmt.Errorf("queue: %w", err)
+	}
+	if err := c.buildScheduler(metrics); err != nil {
+		return err
 	}
 	if cfg.JobHandlers.CallNotebookLM != nil || len(cfg.JobTypes) > 0 {
 		w := cfg.JobWorker
@@ -170,6 +163,37 @@ func (c *Client) build(owner, node string, metrics *prommetrics.Metrics) (err er
 	return nil
 }
 
+// buildScheduler builds the Scheduler over the Runner and the Queue: for
+// a Client with agents (whose schedules list may be empty), or with
+// schedules, which are periodic jobs when it has no agents.
+func (c *Client) buildScheduler(metrics *prommetrics.Metrics) error {
+	cfg := c.cfg
+	if c.runner == nil && len(cfg.Schedules) == 0 {
+		return nil
+	}
+	known := map[lifecycle.JobType]bool{lifecycle.JobResearch: true, lifecycle.JobBrief: true, lifecycle.JobProposalPreprocess: true}
+	for t := range cfg.JobTypes {
+		known[t] = true
+	}
+	for _, s := range cfg.Schedules {
+		switch {
+		case s.Job == nil && c.runner == nil:
+			return fmt.Errorf("schedule %s starts runs of agent %q: schedules of runs need Agents", s.ID, s.Agent)
+		case s.Job != nil && !known[s.Job.JobType]:
+			return fmt.Errorf("schedule %s enqueues jobs of type %q: not a type of JobTypes nor an NLM type", s.ID, s.Job.JobType)
+		}
+	}
+	sc := cfg.Scheduler.scheduler(c.runner, c.queue, cfg.Store, cfg.Schedules, c.clock, c.log)
+	if metrics != nil {
+		sc.Metrics = metrics
+	}
+	var err error
+	if c.sched, err = schedule.New(sc); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	return nil
+}
+
 // Runs returns the Runner: submit, read, wait for and control runs; nil
 // for a Client without agents.
 func (c *Client) Runs() *run.Runner { return c.runner }
@@ -187,7 +211,7 @@ func (c *Client) Artifacts() *artifact.Store { return c.queue.Artifacts() }
 func (c *Client) NLM() *nlm.Processor { return c.nlm }
 
 // Schedules returns the Scheduler: list, pause and resume schedules; nil
-// for a Client without agents.
+// for a Client with neither agents nor schedules.
 func (c *Client) Schedules() lifecycle.Schedules { return c.sched.View() }
 
 // Store returns the Store every part works on.

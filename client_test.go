@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +97,99 @@ func TestClientRunAndJob(t *testing.T) {
 	}
 	if c.NLM() == nil || c.Inbox() == nil || c.Schedules() == nil || c.Store() == nil || c.Clock() == nil {
 		t.Fatal("an accessor returned nil")
+	}
+}
+
+// TestClientPeriodicJob: a Client of jobs alone (no agents) runs a
+// schedule that enqueues a job each slot, with its payload, under the
+// slot's id, and lists the schedule with the slot's job.
+func TestClientPeriodicJob(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newClient(t, conveyor.Config{JobTypes: greet, Schedules: []lifecycle.Schedule{{ID: "greeter", Every: time.Second,
+		Job: &lifecycle.ScheduleJob{JobType: "GREET", Payload: json.RawMessage(`"Ada"`), MaxAttempts: 2}}}})
+	if c.Runs() != nil || c.Schedules() == nil {
+		t.Fatal("a Client of jobs alone: want no Runner and a Scheduler")
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var info lifecycle.ScheduleInfo
+	for info.LastJobID == "" {
+		infos, err := c.Schedules().List(ctx)
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("List: %+v, %v", infos, err)
+		}
+		info = infos[0]
+		select {
+		case <-ctx.Done():
+			t.Fatal("no slot fired in a minute")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if info.LastFired == nil || info.LastJobID != "scheduler:greeter:"+info.LastFired.Format(time.RFC3339) {
+		t.Fatalf("last job %q of the slot %v", info.LastJobID, info.LastFired)
+	}
+	job, err := c.Jobs().Wait(ctx, info.LastJobID)
+	if err != nil || job.Status != lifecycle.JobComplete || job.MaxAttempts != 2 || job.JobType != "GREET" {
+		t.Fatalf("the slot's job: %+v, %v", job, err)
+	}
+	if art, err := c.Artifacts().GetForJob(ctx, lifecycle.ActorGateway, "", job.JobID); err != nil || string(art.Content) != `"hello, Ada"` {
+		t.Fatalf("artifact %s, %v", art.Content, err)
+	}
+}
+
+// TestClientPeriodicJobThreeClients: three Clients on one store run one
+// schedule of periodic jobs (every second); one is stopped midway. Every
+// slot from the first to the last that had time to fire has its job, and
+// every job is its slot's, run to COMPLETE.
+func TestClientPeriodicJobThreeClients(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := memstore.New()
+	var cs []*conveyor.Client
+	for i := range 3 {
+		c := newClient(t, conveyor.Config{Store: store, Owner: fmt.Sprintf("host/c%d", i), JobTypes: greet, Logger: slog.New(slog.DiscardHandler),
+			Schedules: []lifecycle.Schedule{{ID: "greeter", Every: time.Second, Job: &lifecycle.ScheduleJob{JobType: "GREET", Payload: json.RawMessage(`"Ada"`)}}}})
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	began := time.Now()
+	time.Sleep(2500 * time.Millisecond)
+	if err := cs[1].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	ended := time.Now()
+	slots := map[string]bool{}
+	for j, err := range cs[0].Jobs().List(ctx, lifecycle.ActorOrchestration) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(j.JobID, "scheduler:greeter:") {
+			t.Fatalf("job %s is not a slot's", j.JobID)
+		}
+		if done, err := cs[0].Jobs().Wait(ctx, j.JobID); err != nil || done.Status != lifecycle.JobComplete {
+			t.Fatalf("job %s: %s, %v", j.JobID, done.Status, err)
+		}
+		slots[j.JobID] = true
+	}
+	first := began.Truncate(time.Second).Add(time.Second)
+	for first.Before(ended) && !slots["scheduler:greeter:"+first.UTC().Format(time.RFC3339)] {
+		first = first.Add(time.Second)
+	}
+	var missing []string
+	for s := first; s.Before(ended.Add(-time.Second)); s = s.Add(time.Second) {
+		if id := "scheduler:greeter:" + s.UTC().Format(time.RFC3339); !slots[id] {
+			missing = append(missing, id)
+		}
+	}
+	if first.Sub(began) > 2*time.Second || len(missing) > 0 || len(slots) < 3 {
+		t.Fatalf("first slot %s after the start, %d jobs, missing %v", first.Sub(began), len(slots), missing)
 	}
 }
 
@@ -248,7 +343,9 @@ func TestNewRefuses(t *testing.T) {
 		{"store check", conveyor.Config{Store: store, StoreCheck: 7}, "StoreCheck 7"},
 		{"two agents of a slug", conveyor.Config{Store: store, Agents: []run.Agent{echo, echo}}, "runner:"},
 		{"schedules without agents", conveyor.Config{Store: store,
-			Schedules: []lifecycle.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "need agents"},
+			Schedules: []lifecycle.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "need Agents"},
+		{"periodic job of no type", conveyor.Config{Store: store, JobTypes: greet,
+			Schedules: []lifecycle.Schedule{{ID: "tick", Every: time.Minute, Job: &lifecycle.ScheduleJob{JobType: "WAVE"}}}}, "not a type of JobTypes"},
 		{"schedule of no agent", conveyor.Config{Store: store, Agents: []run.Agent{echo},
 			Schedules: []lifecycle.Schedule{{ID: "tick", Agent: "nobody", Every: time.Minute}}}, "scheduler:"},
 		{"bad job type", conveyor.Config{Store: store, JobTypes: map[lifecycle.JobType]jobqueue.TypeConfig{"RESEARCH": {}}}, "queue:"},

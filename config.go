@@ -79,7 +79,9 @@ type Config struct {
 	// NLMStages are the NLM backend's pipeline: with Query set, the Client
 	// builds and runs an NLM processor; without it, none.
 	NLMStages nlm.Stages
-	// Schedules are the scheduled runs; they need Agents.
+	// Schedules are the scheduled runs (they need Agents) and periodic
+	// jobs (a Schedule with Job set: its type is one of JobTypes or an
+	// NLM type), each slot fired once across the processes sharing Store.
 	Schedules []lifecycle.Schedule
 	// Retention says what finished history is deleted. Its zero value
 	// deletes nothing, and no pass runs.

@@ -9,6 +9,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	"github.com/runconveyor/conveyor/internal/retention"
 	"github.com/runconveyor/conveyor/internal/schedule"
+	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -75,8 +76,8 @@ func (r RetentionConfig) janitor(store *storage.Store, owner string, clk clock.C
 
 // scheduler is the Scheduler's config: s, the schedules and the Client's
 // shared fields.
-func (s SchedulerConfig) scheduler(runner *run.Runner, store *storage.Store, schedules []lifecycle.Schedule, clk clock.Clock, log *slog.Logger) schedule.Config {
-	sc := schedule.Config{Runner: runner, Store: store, Clock: clk, Logger: log,
+func (s SchedulerConfig) scheduler(runner *run.Runner, queue *jobqueue.Queue, store *storage.Store, schedules []lifecycle.Schedule, clk clock.Clock, log *slog.Logger) schedule.Config {
+	sc := schedule.Config{Runner: runner, Queue: queue, Store: store, Clock: clk, Logger: log,
 		Grace: s.Grace, PollInterval: s.PollInterval, RetryInterval: s.RetryInterval}
 	sc.Schedules = schedules
 	return sc

@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sync"
 
@@ -137,6 +138,9 @@ func (q *auditor) auditObject(d *jobDoc) (key string, b []byte, err error) {
 		if m.From == "" {
 			ev.Event = "job.create"
 		}
+		if m.ErrorCode != "" {
+			ev.Context = moveErrorContext(m)
+		}
 		if m.To == lifecycle.JobComplete {
 			ev.ArtifactID = d.ArtifactID
 		}
@@ -197,4 +201,22 @@ func (q *auditor) hasAuditGap(jobID string) bool {
 	defer q.mu.Unlock()
 	_, gap := q.gaps[jobID]
 	return gap
+}
+
+// The metadata keys of a failed attempt's error in its move's audit
+// event (docs/spec.md#audit-event: the transition context carries what
+// the platform's fields do not).
+const (
+	metaErrorCode = "error_code"
+	metaError     = "error"
+)
+
+// moveErrorContext is the transition context of a move made for a failed
+// attempt: its error code and message as metadata.
+func moveErrorContext(m lifecycle.JobMove) json.RawMessage {
+	b, err := jsonenc.Marshal(&lifecycle.TransitionContext{Metadata: map[string]string{metaErrorCode: m.ErrorCode, metaError: m.Error}})
+	if err != nil {
+		return nil // plain strings: it cannot fail
+	}
+	return b
 }

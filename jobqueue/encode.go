@@ -181,6 +181,8 @@ func appendMove(b []byte, m *lifecycle.JobMove) ([]byte, error) {
 			return b, err
 		}
 	}
+	b = jsonenc.OmitEmpty(b, `,"error_code":`, m.ErrorCode)
+	b = jsonenc.OmitEmpty(b, `,"error":`, m.Error)
 	return append(b, '}'), nil
 }
 
@@ -421,7 +423,7 @@ func readTrail(r *jsonenc.Reader) []lifecycle.JobMove {
 		if !r.Open('{') {
 			return nil
 		}
-		var seen [5]bool
+		var seen [7]bool
 		for first := true; r.More('}', first); first = false {
 			switch key := r.Key(); {
 			case string(key) == "from" && !seen[0]:
@@ -434,6 +436,10 @@ func readTrail(r *jsonenc.Reader) []lifecycle.JobMove {
 				m.Actor, seen[3] = jsonenc.Enum(r, knownActors), true
 			case string(key) == "at" && !seen[4]:
 				m.At, seen[4] = r.Time(), true
+			case string(key) == "error_code" && !seen[5]:
+				m.ErrorCode, seen[5] = r.String(), true
+			case string(key) == "error" && !seen[6]:
+				m.Error, seen[6] = r.String(), true
 			default:
 				r.Fail()
 				return nil

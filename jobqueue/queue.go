@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	quarantinepkg "github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/storekey"
@@ -251,4 +252,46 @@ func (q *Queue) Artifacts() *artifact.Store { return q.artifacts }
 // (it died in between) counts until the next claim of its agent clears it.
 func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
 	return q.lanes.depths(ctx)
+}
+
+// History reads a job with its moves and attempts (GET
+// /jobs/{jobId}/history): the moves from the audit log, whose objects of
+// the job are found by listing the log from the job's creation to its
+// last write (keys only; at most 20,000 keys and 31 days, past which the
+// history is Partial) and reading the job's own, and from the record the
+// moves not yet flushed there. Each failed attempt carries its own error
+// where its move recorded it (jobs run before it was recorded show only
+// the record's last error). Result is the content of the job's artifact.
+// The actor needs Read, as for Get.
+func (q *Queue) History(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.JobHistory, error) {
+	h, err := q.reads.history(ctx, actor, jobID)
+	if err == nil && h.Job.ArtifactID != "" {
+		// The result is shown where it can be read: an actor without Read
+		// on artifacts, or an artifact gone (retention), still gets the rest.
+		if a, aerr := q.artifacts.Get(ctx, actor, h.Job.ProjectID, h.Job.ArtifactID); aerr == nil {
+			h.Result = a.Content
+		}
+	}
+	return h, err
+}
+
+// RequeueMatching requeues the jobs of one page of jq (the filters of
+// ListPage, and its cursor) that the job machine may requeue (FAILED,
+// DEAD), as Requeue does each: jobs in other states are passed over. A
+// call acts on at most jq.Limit jobs, MaxBulk (100) when 0; more is
+// refused. The result names the jobs requeued, those refused or not
+// written with their codes, and the cursor of the rest: call again with
+// it as jq.Cursor until it is "". The actor is checked before any read:
+// only the admin may requeue.
+func (q *Queue) RequeueMatching(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (lifecycle.BulkResult, error) {
+	return bulk(ctx, actor, q.reads, jq, machine.EventRequeue, q.admit.requeue)
+}
+
+// Lanes lists the queue's lanes (an agent's, or a job type's for jobs
+// without an agent) in name order: the work waiting in each (Depths) and
+// whether a job of it runs now. It reads the lanes and at most
+// MaxLaneLocks of their locks, and, for a held lock, the one job it
+// names: its cost grows with the lanes, never with the jobs.
+func (q *Queue) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
+	return q.laneStates(ctx)
 }

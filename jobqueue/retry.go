@@ -74,6 +74,10 @@ func (q *retries) retry(ctx context.Context, d *jobDoc, now time.Time, step life
 		panic(fmt.Sprintf("jobqueue: retryable_error from %s refused: %v", d.Status, err)) // the table has it from every pipeline state
 	}
 	d.Error, d.ErrorCode, d.FailedStep, d.Lease = &msg, code, step, nil
+	// The move keeps its attempt's error: the record keeps only the last,
+	// the audit log every attempt's (the job page shows each).
+	m := &d.Trail[len(d.Trail)-1]
+	m.ErrorCode, m.Error = code, msg
 	if code == codes.JobPermanent {
 		// No wait: backoff_elapsed's guard sends it to FAILED at once.
 		if err := fire(ctx, d, machine.EventBackoffElapsed, lifecycle.ActorOrchestration); err != nil {

@@ -66,7 +66,7 @@ func TestSettleSweepKeepsTheLaneOfAJobReadMissing(t *testing.T) {
 	if r, err := q.Sweep(ctx); err != nil || r.Dropped != 0 {
 		t.Fatalf("sweep in the disturbance: %+v, %v; want no entry dropped", r, err)
 	}
-	if fs.FalseNotFounds() == 0 {
+	if fs.Faults().FalseNotFounds == 0 {
 		t.Fatal("the sweep provoked no false not-found")
 	}
 	clk.Advance(settle)
@@ -108,7 +108,7 @@ func TestSettleClaimKeepsTheLaneOfAJobReadMissing(t *testing.T) {
 	if c := claim(t, q, "w"); c != nil {
 		t.Fatalf("claimed %s in the disturbance", c.Job().JobID)
 	}
-	if fs.FalseNotFounds() == 0 {
+	if fs.Faults().FalseNotFounds == 0 {
 		t.Fatal("the claim provoked no false not-found")
 	}
 	clk.Advance(settle)
@@ -138,7 +138,7 @@ func TestSettleClaimRescuesAnOrphanReadMissing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if fs.FalseNotFounds() == 0 {
+	if fs.Faults().FalseNotFounds == 0 {
 		t.Fatal("the claim provoked no false not-found")
 	}
 	clk.Advance(settle)
@@ -192,8 +192,8 @@ func TestSettleJobCreatedTwiceRunsOnce(t *testing.T) {
 			if n := calls.Load(); n != 1 {
 				t.Fatalf("job-1 ran %d times; want once", n)
 			}
-			if !tt.exists && (fs.DoubleCreates() == 0 || q.Quarantined() != 1) {
-				t.Fatalf("%d double creates, %d quarantined; want the double create quarantined", fs.DoubleCreates(), q.Quarantined())
+			if !tt.exists && (fs.Faults().DoubleCreates == 0 || q.Quarantined() != 1) {
+				t.Fatalf("%d double creates, %d quarantined; want the double create quarantined", fs.Faults().DoubleCreates, q.Quarantined())
 			}
 		})
 	}
@@ -217,8 +217,8 @@ func TestSettleAgentLockRemadeKeepsEpochsGrowing(t *testing.T) {
 	fs.Match(func(k string) bool { return strings.HasPrefix(k, "queue/agents/") })
 	fs.Disturb()
 	enqueue(t, newQueue(t, storage.New(fs), clk), "job-2", "agent-a")
-	if fs.DoubleCreates() != 1 {
-		t.Fatalf("%d double creates; the test provoked none", fs.DoubleCreates())
+	if fs.Faults().DoubleCreates != 1 {
+		t.Fatalf("%d double creates; the test provoked none", fs.Faults().DoubleCreates)
 	}
 	fs.Calm()
 	if got := lockEpoch(t, storage.New(fs)); got <= held {
@@ -315,8 +315,8 @@ func TestSettleEveryJobCompletesOnceThroughDisturbances(t *testing.T) {
 		runAll(t, queues[0], h)
 		clk.Advance(time.Minute)
 	}
-	if fs.FalseNotFounds() == 0 || fs.DoubleCreates() == 0 {
-		t.Fatalf("the store injected %d false not-founds and %d double creates; want both", fs.FalseNotFounds(), fs.DoubleCreates())
+	if fs.Faults().FalseNotFounds == 0 || fs.Faults().DoubleCreates == 0 {
+		t.Fatalf("the store injected %d false not-founds and %d double creates; want both", fs.Faults().FalseNotFounds, fs.Faults().DoubleCreates)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -334,7 +334,7 @@ func TestSettleEveryJobCompletesOnceThroughDisturbances(t *testing.T) {
 			t.Errorf("%s: its handler ran %d times; want once", id(i), calls[id(i)])
 		}
 	}
-	t.Logf("%d false not-founds, %d double creates, %d jobs created over a completed one and quarantined", fs.FalseNotFounds(), fs.DoubleCreates(), twice)
+	t.Logf("%d false not-founds, %d double creates, %d jobs created over a completed one and quarantined", fs.Faults().FalseNotFounds, fs.Faults().DoubleCreates, twice)
 }
 
 // disturbedRounds is 40 rounds of TestSettleEveryJobCompletesOnceThroughDisturbances

@@ -110,6 +110,12 @@ type JobMove struct {
 	// At is when the move was made: the time of the write that made it,
 	// and the ts of its audit event.
 	At time.Time `json:"at,omitzero"`
+	// ErrorCode and Error are the failure a move into RETRY_BACKOFF (a
+	// failed attempt) was made for, so each attempt keeps its own error
+	// in the audit log; empty on any other move and on moves written
+	// before they were recorded.
+	ErrorCode string `json:"error_code,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // String makes a job readable in logs.

@@ -5,17 +5,21 @@ import (
 	"time"
 )
 
-// Schedule is one scheduled run: when to start which agent's run. Each
-// slot starts exactly one run across the processes sharing the Store
-// (docs/spec.md#idempotency: its key is scheduler:{id}:{slot}). In JSON,
+// Schedule is one schedule: when to start which agent's run, or, with Job
+// set, which job to enqueue (a periodic job). Each slot starts exactly one
+// run, or enqueues exactly one job, across the processes sharing the Store
+// (docs/spec.md#idempotency: the run's idempotency key, and the job's id,
+// is scheduler:{id}:{slot}). In JSON,
 // Every and Jitter are Go duration strings ("20s", "1m30s"), the form a
 // person writes in a config file.
 type Schedule struct {
 	// ID names the schedule in its state's key and in its runs'
-	// idempotency keys: letters, digits, "-", "_" and ".". Required.
+	// idempotency keys (its jobs' ids): letters, digits, "-", "_" and ".".
+	// Required.
 	ID string `json:"id"`
-	// Agent is the agent whose run each slot starts. Required.
-	Agent string `json:"agent"`
+	// Agent is the agent whose run each slot starts. Required unless Job
+	// is set; then empty.
+	Agent string `json:"agent,omitempty"`
 	// Cron is a five-field cron expression ("*/5 * * * *") or a descriptor
 	// ("@hourly", "@every 90s"). Exactly one of Cron and Every is set.
 	Cron string `json:"cron,omitempty"`
@@ -35,8 +39,26 @@ type Schedule struct {
 	Missed string `json:"missed,omitempty"`
 	// CatchUp bounds "catch_up". Default 12.
 	CatchUp int `json:"catch_up,omitempty"`
-	// Input is handed to the run's steps.
+	// Input is handed to the run's steps (a run's schedule only).
 	Input json.RawMessage `json:"input,omitempty"`
+	// Job, when set, makes each slot enqueue this job instead of starting
+	// a run: a periodic job (docs/spec.md#periodic-jobs).
+	Job *ScheduleJob `json:"job,omitempty"`
+}
+
+// ScheduleJob is the job each slot of a periodic job's schedule enqueues,
+// as the system. Its id is the slot's key, scheduler:{id}:{slot}, so a
+// slot fired twice is the same job, refused as existing.
+type ScheduleJob struct {
+	// JobType is the job's type: a type the job queue is configured for.
+	// Required.
+	JobType JobType `json:"job_type"`
+	// AgentSlug is the lane the job runs in; empty: its type's lane.
+	AgentSlug string `json:"agent_slug,omitempty"`
+	// Payload is the job's payload, JSON.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// MaxAttempts is the job's max_attempts; 0: the queue's default.
+	MaxAttempts int `json:"max_attempts,omitempty"`
 }
 
 // scheduleFields has Schedule's fields without its JSON methods.
@@ -109,11 +131,13 @@ type ScheduleInfo struct {
 // ScheduleProgress is where a schedule stands.
 type ScheduleProgress struct {
 	// Next is the next slot, LastSlot the latest dealt with, LastFired
-	// and LastRunID the latest that started a run.
+	// the latest that started a run (LastRunID) or enqueued a job
+	// (LastJobID).
 	Next      time.Time  `json:"next"`
 	LastSlot  time.Time  `json:"last_slot"`
 	LastFired *time.Time `json:"last_fired,omitempty"`
 	LastRunID string     `json:"last_run_id,omitempty"`
+	LastJobID string     `json:"last_job_id,omitempty"`
 	Paused    bool       `json:"paused"`
 	PausedBy  string     `json:"paused_by,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/internal/authority"
@@ -25,7 +26,12 @@ func (h *jobRoutes) table() []route {
 		{method: "POST", path: "/jobs/batch", actors: matrixActors(authority.Create, false), body: true, bodyTimes: batchBodyTimes, traced: true, h: h.enqueueBatch()},
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: h.listJobs()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: h.getJob()},
+		{method: "GET", path: "/jobs/{jobId}/history", actors: matrixActors(authority.Read, false), h: h.jobHistory()},
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
+		// A bulk action on a filtered set sits beside the job's own, one
+		// path per action (a cancel would be POST /jobs/cancel).
+		{method: "POST", path: "/jobs/requeue", actors: admin, body: true, h: h.bulkJobs(h.queue.RequeueMatching)},
+		{method: "GET", path: "/queues", actors: matrixActors(authority.Read, true), h: h.listLanes()},
 	}
 }
 
@@ -107,5 +113,63 @@ func (h *jobRoutes) requeueJob() handlerFunc {
 		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.Job, error) {
 			job, err := h.queue.Requeue(ctx, actor, id)
 			return job, jobScoped(err)
+		}))
+}
+
+func (h *jobRoutes) jobHistory() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, pathParam("jobId", "job_id"),
+		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.JobHistory, error) {
+			hist, err := h.queue.History(ctx, actor, id)
+			return hist, jobScoped(err)
+		}))
+}
+
+// bulkJobs is a bulk action on the jobs a filter selects (POST
+// /jobs/requeue): one bounded call of act. The cursors in and out are
+// those of GET /jobs with the same filters, so a page of the list can be
+// acted on from where it starts.
+func (h *jobRoutes) bulkJobs(act func(context.Context, lifecycle.Actor, jobqueue.JobQuery) (lifecycle.BulkResult, error)) handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, jsonBody(optionalBody[wire.BulkBody]),
+		func(ctx context.Context, actor lifecycle.Actor, b wire.BulkBody) (lifecycle.BulkResult, error) {
+			if b.Agent != "" {
+				if err := storekey.ValidateID("agent", b.Agent); err != nil {
+					return lifecycle.BulkResult{}, err
+				}
+			}
+			list := bulkList(b)
+			pos, err := h.cursors.open(ctx, list, b.Cursor)
+			if err != nil {
+				return lifecycle.BulkResult{}, err
+			}
+			res, err := act(ctx, actor, jobqueue.JobQuery{Status: b.Status, Type: b.Type, Agent: b.Agent, Limit: b.Limit, Cursor: pos})
+			if err != nil {
+				return res, jobScoped(err)
+			}
+			if res.Next != "" {
+				res.Next, err = h.cursors.seal(ctx, list, res.Next)
+			}
+			return res, err
+		}))
+}
+
+// bulkList is the list a bulk body's cursor belongs to: GET /jobs with
+// the body's filters (listOf).
+func bulkList(b wire.BulkBody) string {
+	q := url.Values{}
+	for k, v := range map[string]string{"status": string(b.Status), "type": string(b.Type), "agent": b.Agent} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	return listOf(&url.URL{Path: "/jobs", RawQuery: q.Encode()})
+}
+
+func (h *jobRoutes) listLanes() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) ([]lifecycle.QueueLane, error) {
+			if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
+				return nil, err
+			}
+			return h.queue.Lanes(ctx)
 		}))
 }

@@ -123,8 +123,9 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if o.tokens == nil {
 		o.tokens = tokens
 	}
-	sched, err := schedule.New(schedule.Config{Runner: g.runner, Store: g.store, Logger: log,
-		Schedules: []schedule.Schedule{{ID: "nightly", Agent: "quick", Cron: "@daily"}}})
+	sched, err := schedule.New(schedule.Config{Runner: g.runner, Queue: g.queue, Store: g.store, Logger: log,
+		Schedules: []schedule.Schedule{{ID: "nightly", Agent: "quick", Cron: "@daily"},
+			{ID: "hourly-brief", Every: time.Hour, Job: &lifecycle.ScheduleJob{JobType: lifecycle.JobBrief, AgentSlug: "briefs", MaxAttempts: 2}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

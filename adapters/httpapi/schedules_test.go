@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/runconveyor/conveyor/internal/codes"
@@ -16,8 +17,14 @@ func TestSchedules(t *testing.T) {
 	g := newRig(t, rigOpts{})
 	ctx := context.Background()
 	infos, err := g.client(lifecycle.ActorFrontend).Schedules(ctx)
-	if err != nil || len(infos) != 1 || infos[0].ID != "nightly" || infos[0].Paused || !infos[0].Next.After(infos[0].LastSlot) {
+	if err != nil || len(infos) != 2 || infos[1].ID != "nightly" || infos[1].Paused || !infos[1].Next.After(infos[1].LastSlot) {
 		t.Fatalf("Schedules = %+v, %v", infos, err)
+	}
+	// A periodic job's schedule shows its job as its target, and no agent.
+	code, _, body := g.raw("GET", "/schedules", "tok-frontend", "", nil, nil)
+	want := `{"id":"hourly-brief","missed":"catch_up","catch_up":12,"job":{"job_type":"BRIEF","agent_slug":"briefs","max_attempts":2},"every":"1h0m0s","next":`
+	if code != http.StatusOK || !strings.Contains(string(body), want) {
+		t.Fatalf("GET /schedules: %d %s\nwant it to hold %s", code, body, want)
 	}
 	before := g.snapshot()
 	_, err = g.client(lifecycle.ActorGateway).PauseSchedule(ctx, "nightly", true)

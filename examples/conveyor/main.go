@@ -72,6 +72,11 @@ commands:
                [-run-at RFC3339] [-delay 90s]
                                   create a job: a higher priority starts first (default 5);
                                   it starts no earlier than -run-at and -delay say
+  history <job>                   a job's moves (audit log) and attempts, each with its error
+  requeue -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]
+                                  requeue the FAILED/DEAD jobs of a filter, at most 100 a call
+                                  (-all: until the set is done); prints the cursor to go on
+  queues                          each lane's depth and whether a job of it runs
   inbox [-status pending]         inbox entries; inbox stats
   quarantine [list] | quarantine restore <qkey>
   schedules [list] | schedules pause <id> | schedules resume <id>
@@ -169,6 +174,7 @@ type invocation struct {
 	pos                                        []string
 	input, key, reason, by, status, format, id string
 	source, runID, after, cursor               string
+	jobType, agent                             string
 	watch, all                                 bool
 	limit                                      int
 	job                                        jobFlags // jobs enqueue
@@ -176,7 +182,7 @@ type invocation struct {
 
 // jobFlags are the flags of jobs enqueue.
 type jobFlags struct {
-	agent, payload, id, runAt string
+	payload, id, runAt string
 	priority                  int
 	delay                     time.Duration
 }
@@ -213,9 +219,9 @@ func verbs() map[string]verb {
 		"job": {1, func(c *command, ctx context.Context, in *invocation) error {
 			return c.printJob(c.c.Job(ctx, in.pos[0]))
 		}},
-		"requeue": {1, func(c *command, ctx context.Context, in *invocation) error {
-			return c.printJob(c.c.Requeue(ctx, in.pos[0]))
-		}},
+		"requeue":    {-1, (*command).requeue},
+		"history":    {1, (*command).history},
+		"queues":     {0, (*command).queues},
 		"inbox":      {0, (*command).inbox},
 		"quarantine": {-1, (*command).quarantine},
 		"schedules":  {-1, (*command).schedules},
@@ -247,8 +253,9 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 	fs.StringVar(&in.id, "id", "", "external event id")
 	fs.StringVar(&in.source, "source", "cli", "external event source")
 	fs.StringVar(&in.runID, "run", "", "only this run's events")
+	fs.StringVar(&in.jobType, "type", "", "only jobs of this type")
+	fs.StringVar(&in.agent, "agent", "", "only jobs of this agent; jobs enqueue: the job's agent (default: its type's lane)")
 	fs.StringVar(&in.after, "after", "", "resume after this event id")
-	fs.StringVar(&in.job.agent, "agent", "", "the job's agent (default: its type's lane)")
 	fs.StringVar(&in.job.payload, "payload", "", "the job's payload (JSON)")
 	fs.StringVar(&in.job.id, "job-id", "", "the job's id (default: a fresh UUID)")
 	fs.IntVar(&in.job.priority, "priority", 0, "the job's priority, 1 to 9, higher first (default 5)")
@@ -361,7 +368,7 @@ func (c *command) runs(ctx context.Context, in *invocation) error {
 func (c *command) jobs(ctx context.Context, in *invocation) error {
 	switch {
 	case len(in.pos) == 2 && in.pos[0] == "enqueue":
-		return c.enqueue(ctx, lifecycle.JobType(in.pos[1]), in.job)
+		return c.enqueue(ctx, lifecycle.JobType(in.pos[1]), in.agent, in.job)
 	case len(in.pos) != 0:
 		return usageError("jobs takes no argument, or enqueue <type>")
 	}
@@ -384,9 +391,10 @@ func (c *command) jobs(ctx context.Context, in *invocation) error {
 	return tw.Flush()
 }
 
-// enqueue is jobs enqueue: one job of type t, as f says.
-func (c *command) enqueue(ctx context.Context, t lifecycle.JobType, f jobFlags) error {
-	n := lifecycle.NewJob{JobID: f.id, JobType: t, AgentSlug: f.agent, Priority: f.priority, Delay: f.delay}
+// enqueue is jobs enqueue: one job of type t for agent (-agent; empty:
+// its type's lane), as f says.
+func (c *command) enqueue(ctx context.Context, t lifecycle.JobType, agent string, f jobFlags) error {
+	n := lifecycle.NewJob{JobID: f.id, JobType: t, AgentSlug: agent, Priority: f.priority, Delay: f.delay}
 	if f.payload != "" {
 		if !json.Valid([]byte(f.payload)) {
 			return usageError("-payload is not JSON")
@@ -401,6 +409,83 @@ func (c *command) enqueue(ctx context.Context, t lifecycle.JobType, f jobFlags) 
 		n.RunAt = at
 	}
 	return c.printJob(c.c.Enqueue(ctx, n))
+}
+
+// requeue is the requeue of one job (requeue <id>) or of the jobs a
+// filter selects (requeue -status DEAD ...: POST /jobs/requeue).
+func (c *command) requeue(ctx context.Context, in *invocation) error {
+	if len(in.pos) == 1 {
+		return c.printJob(c.c.Requeue(ctx, in.pos[0]))
+	}
+	if len(in.pos) > 1 || in.status == "" && in.jobType == "" && in.agent == "" {
+		return usageError("requeue <id> | requeue -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]")
+	}
+	q := client.Query{Status: in.status, Type: in.jobType, Agent: in.agent, Limit: in.limit, Cursor: in.cursor, All: in.all}
+	res, err := client.Operator{Client: c.c}.RequeueJobs(ctx, q)
+	for _, id := range res.JobIDs {
+		fmt.Fprintf(c.out, "requeued %s\n", id)
+	}
+	for _, f := range res.Failed {
+		fmt.Fprintf(c.out, "failed   %s  %s: %s\n", f.JobID, f.Code, f.Message)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%d requeued, %d failed\n", res.Count, len(res.Failed))
+	if res.Next != "" {
+		fmt.Fprintf(c.out, "more: -cursor %s\n", res.Next)
+	}
+	if len(res.Failed) > 0 {
+		return fmt.Errorf("%d job(s) not requeued", len(res.Failed))
+	}
+	return nil
+}
+
+// history prints a job's moves and its attempts (GET /jobs/{id}/history).
+func (c *command) history(ctx context.Context, in *invocation) error {
+	h, err := client.Operator{Client: c.c}.JobHistory(ctx, in.pos[0])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s  %s  %s  attempt %d/%d\n", h.Job.JobID, h.Job.JobType, h.Job.Status, h.Job.Attempt, h.Job.MaxAttempts)
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tFROM\tTO\tEVENT\tACTOR")
+	for _, m := range h.Moves {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.At.Format(time.RFC3339Nano), orDash(string(m.From)), m.To, m.Event, m.Actor)
+	}
+	fmt.Fprintln(tw, "\nATTEMPT\tSTARTED\tDURATION\tOUTCOME\tERROR")
+	for _, a := range h.Attempts {
+		d := "running"
+		if a.DurationMS != nil {
+			d = (time.Duration(*a.DurationMS) * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", a.Attempt, a.StartedAt.Format(time.RFC3339), d, orDash(string(a.Outcome)), orDash(strings.TrimSpace(a.ErrorCode+" "+a.Error)))
+	}
+	if h.Partial {
+		fmt.Fprintln(tw, "(partial: the audit log was read only in part)")
+	}
+	return tw.Flush()
+}
+
+// queues prints each lane of the job queue (GET /queues).
+func (c *command) queues(ctx context.Context, _ *invocation) error {
+	lanes, err := client.Operator{Client: c.c}.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LANE\tREADY\tWAITING\tOLDEST\tRUNNING")
+	for _, l := range lanes {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", l.Agent, l.Ready, l.Waiting, time.Duration(l.OldestReadyMS)*time.Millisecond, orDash(l.JobID))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func (c *command) inbox(ctx context.Context, in *invocation) error {
@@ -465,8 +550,15 @@ func (c *command) schedules(ctx context.Context, in *invocation) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCHEDULE\tAGENT\tWHEN\tNEXT\tLAST RUN\tSTATE")
+	return printSchedules(c.out, infos)
+}
+
+// printSchedules lists schedules as a table: what each starts (an
+// agent's run, or a periodic job's type and lane), when, and the run or
+// job its latest fired slot started.
+func printSchedules(out io.Writer, infos []lifecycle.ScheduleInfo) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tSTARTS\tWHEN\tNEXT\tLAST\tSTATE")
 	for _, info := range infos {
 		when := info.Cron
 		if when == "" {
@@ -476,7 +568,14 @@ func (c *command) schedules(ctx context.Context, in *invocation) error {
 		if info.Paused {
 			state = "paused by " + info.PausedBy
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, info.Agent, when, info.Next.Format(time.RFC3339), orElse(info.LastRunID, "-"), state)
+		target, last := "run of "+info.Agent, info.LastRunID
+		if j := info.Job; j != nil {
+			target, last = "job "+string(j.JobType), info.LastJobID
+			if j.AgentSlug != "" {
+				target += " in " + j.AgentSlug
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, target, when, info.Next.Format(time.RFC3339), orElse(last, "-"), state)
 	}
 	return tw.Flush()
 }

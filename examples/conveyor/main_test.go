@@ -215,3 +215,37 @@ func TestAddrAsTheWorkerTakesIt(t *testing.T) {
 		t.Fatalf("agents with -addr host:port: %d\n%s%s", code, out, errs)
 	}
 }
+
+// TestPrintSchedules: the schedules table names what each schedule
+// starts, a run of an agent or a periodic job, and the run or job of its
+// latest slot.
+func TestPrintSchedules(t *testing.T) {
+	t.Parallel()
+	next := time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)
+	infos := []lifecycle.ScheduleInfo{
+		{Schedule: lifecycle.Schedule{ID: "digest", Agent: "quick", Cron: "@hourly"},
+			ScheduleProgress: lifecycle.ScheduleProgress{Next: next, LastRunID: "run_1"}},
+		{Schedule: lifecycle.Schedule{ID: "nightly", Every: time.Hour, Job: &lifecycle.ScheduleJob{JobType: "SEND_EMAIL", AgentSlug: "mail"}},
+			ScheduleProgress: lifecycle.ScheduleProgress{Next: next, LastJobID: "scheduler:nightly:2026-03-01T01:00:00Z", Paused: true, PausedBy: "ops"}},
+	}
+	var out bytes.Buffer
+	if err := printSchedules(&out, infos); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := [][]string{
+		{"SCHEDULE", "STARTS", "LAST"},
+		{"digest", "run of quick", "@hourly", "run_1", "active"},
+		{"nightly", "job SEND_EMAIL in mail", "every 1h0m0s", "scheduler:nightly:2026-03-01T01:00:00Z", "paused by ops"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out.String())
+	}
+	for i, ws := range want {
+		for _, w := range ws {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("line %d %q lacks %q", i, lines[i], w)
+			}
+		}
+	}
+}

@@ -254,6 +254,7 @@ func TestClusterScenario(t *testing.T) {
 	ld.report(t, v)
 	if len(stuck) > 0 {
 		t.Errorf("jobs not COMPLETE: %d, e.g. %s", len(stuck), strings.Join(stuck[:min(5, len(stuck))], "; "))
+		p.dump(t, stuck)
 	}
 	r.auditCheck(t, v.completed, jl, hc)
 	met := int64(0)

@@ -15,8 +15,13 @@ import (
 //
 //	{"schedules": [
 //	  {"id": "morning-digest", "agent": "demo-research", "cron": "0 7 * * 1-5", "time_zone": "Europe/Kyiv"},
-//	  {"id": "heartbeat", "agent": "demo-research", "every": "15m", "jitter": "30s", "missed": "latest"}
+//	  {"id": "heartbeat", "agent": "demo-research", "every": "15m", "jitter": "30s", "missed": "latest"},
+//	  {"id": "nightly-brief", "cron": "0 2 * * *", "job": {"job_type": "BRIEF", "agent_slug": "briefs", "max_attempts": 3}}
 //	 ],
+//
+// A schedule with "job" is a periodic job: each slot enqueues that job
+// (job_type, and optionally agent_slug, payload, max_attempts) instead of
+// starting an agent's run.
 //	 "webhooks": [
 //	  {"source": "github", "event": "pull_request.opened", "agent": "demo-research"},
 //	  {"source": "slack", "event": "/research", "agent": "demo-research"}

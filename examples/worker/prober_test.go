@@ -14,8 +14,10 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -216,5 +218,52 @@ func conditionalWriter() {
 		if n == 0 {
 			fmt.Println("writing")
 		}
+	}
+}
+
+// dump logs, for a post-mortem of jobs left unfinished (stuck: "id: why"),
+// every object of the bucket under queue/ and each stuck job's record, as
+// the first node answers them.
+func (p *prober) dump(t *testing.T, stuck []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := p.clients[0]
+	var ids []string
+	for _, s := range stuck {
+		id, _, _ := strings.Cut(s, ":")
+		ids = append(ids, id)
+	}
+	var tok *string
+	for {
+		out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &p.bkt, ContinuationToken: tok})
+		if err != nil {
+			t.Logf("dump: listing: %v", err)
+			return
+		}
+		for _, o := range out.Contents {
+			key := aws.ToString(o.Key)
+			show := strings.Contains(key, "queue/")
+			for _, id := range ids {
+				show = show || strings.Contains(key, id)
+			}
+			if !show {
+				continue
+			}
+			body := ""
+			if strings.Contains(key, "jobs/") || strings.Contains(key, "queue/agents/") {
+				if g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &p.bkt, Key: o.Key}); err == nil {
+					b, _ := io.ReadAll(io.LimitReader(g.Body, 4096))
+					g.Body.Close()
+					body = string(b)
+				} else {
+					body = err.Error()
+				}
+			}
+			t.Logf("dump: %s %v %s", key, aws.ToTime(o.LastModified).Format(time.RFC3339Nano), body)
+		}
+		if !aws.ToBool(out.IsTruncated) {
+			return
+		}
+		tok = out.NextContinuationToken
 	}
 }

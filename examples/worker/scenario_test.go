@@ -178,6 +178,7 @@ func (ld *submitLoad) missing(ctx context.Context, w int, runID string) bool {
 // verdict is what the checks found.
 type verdict struct {
 	acked, duplicates, missingAtAnswer int
+	missingAt                          []string // key -> run, for the missing at answer
 	neverExisted, notCompleted         []string
 	completed                          map[string]bool // acknowledged runs read completed
 	twoRuns                            []string        // keys answered with, or holding, two runs
@@ -201,6 +202,7 @@ func (ld *submitLoad) check(ctx context.Context, reader *client.Client, stall ti
 			}
 			if a.missing {
 				v.missingAtAnswer++
+				v.missingAt = append(v.missingAt, fmt.Sprintf("%s-%s -> %s (duplicate %v)", ld.prefix, key, a.runID, a.dup))
 			}
 		}
 		if len(ids) > 1 {
@@ -309,7 +311,7 @@ func (ld *submitLoad) report(t *testing.T, v verdict) {
 		}
 	}
 	if v.missingAtAnswer > 0 {
-		t.Errorf("acknowledged answers naming a run that read 404 right after: %d of %d", v.missingAtAnswer, v.acked)
+		t.Errorf("acknowledged answers naming a run that read 404 right after: %d of %d, e.g. %s", v.missingAtAnswer, v.acked, strings.Join(v.missingAt[:min(5, len(v.missingAt))], "; "))
 	}
 	fail("acknowledged runs that never existed", v.neverExisted)
 	fail("acknowledged runs that did not complete", v.notCompleted)

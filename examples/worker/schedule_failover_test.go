@@ -20,13 +20,15 @@ import (
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
-// TestScheduleFailsOver: Worker processes fire one schedule (every
-// second) on one store while two CPU hogs and a disk writer run. On a
+// TestScheduleFailsOver: Worker processes fire a schedule of runs and one
+// of periodic jobs (each every second) on one store while two CPU hogs and
+// a disk writer run. On a
 // directory, three Workers: one is killed -9 (and restarted later),
 // another stopped (SIGSTOP) past its lease and continued. On a SQLite
 // file, two Workers: each in turn is killed -9 and restarted, so one is
 // left alone twice. Every slot from the first to the last is fired
-// exactly once: none skipped, none twice; no Worker exits on its own.
+// exactly once, each schedule's: none skipped, none twice (a job's id is
+// its slot's); no Worker exits on its own.
 func TestScheduleFailsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("35 s of real time per store")
@@ -41,7 +43,8 @@ func TestScheduleFailsOver(t *testing.T) {
 func scheduleFailsOver(t *testing.T, store string) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "conveyor.json")
-	if err := os.WriteFile(conf, []byte(`{"schedules": [{"id": "tick", "agent": "demo-research", "every": "1s"}]}`), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(`{"schedules": [{"id": "tick", "agent": "demo-research", "every": "1s"},
+		{"id": "mail", "every": "1s", "job": {"job_type": "BRIEF", "agent_slug": "mail"}}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	load(t, dir)
@@ -112,6 +115,13 @@ func checkSlots(t *testing.T, kind, data string, began, ended time.Time) {
 	}
 	defer store.Close()
 	bySlot := map[string][]string{}
+	for key, err := range store.List(ctx, layout.JobsPrefix+"scheduler:mail:") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := strings.TrimSuffix(strings.TrimPrefix(key, layout.JobsPrefix), ".json")
+		bySlot[id] = append(bySlot[id], id)
+	}
 	for key, err := range store.List(ctx, layout.AgentsPrefix) {
 		if err != nil {
 			t.Fatal(err)
@@ -143,14 +153,16 @@ func checkSlots(t *testing.T, kind, data string, began, ended time.Time) {
 	n := 0
 	for s := first; s.Before(ended.Add(-2 * time.Second)); s = s.Add(time.Second) {
 		n++
-		switch runs := bySlot[schedule.Key("tick", s)]; {
-		case len(runs) == 0:
-			missing = append(missing, s.Format("15:04:05"))
-		case len(runs) > 1:
-			twice = append(twice, s.Format("15:04:05")+": "+strings.Join(runs, ", "))
+		for _, id := range []string{"tick", "mail"} {
+			switch runs := bySlot[schedule.Key(id, s)]; {
+			case len(runs) == 0:
+				missing = append(missing, id+" "+s.Format("15:04:05"))
+			case len(runs) > 1:
+				twice = append(twice, id+" "+s.Format("15:04:05")+": "+strings.Join(runs, ", "))
+			}
 		}
 	}
-	t.Logf("%d slots from %s (%.1f s after the start): %d missing, %d fired twice (%d runs in all)",
+	t.Logf("%d slots from %s (%.1f s after the start): %d missing, %d fired twice (%d runs and jobs in all)",
 		n, first.Format("15:04:05"), first.Sub(began).Seconds(), len(missing), len(twice), len(bySlot))
 	if len(missing) > 0 || len(twice) > 0 {
 		t.Errorf("missing %v; twice %v", missing, twice)

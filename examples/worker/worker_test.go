@@ -548,8 +548,10 @@ func TestRefusesADirectoryStore(t *testing.T) {
 }
 
 // TestSchedulesAndWebhooks: the Worker's -config file: a schedule fires a
-// cron run on its own, and a signed GitHub delivery routed to an agent
-// starts an event run (a redelivery answers the same run).
+// cron run on its own, another enqueues a job at each slot (a periodic
+// job, listed with its job over HTTP), and a signed GitHub delivery
+// routed to an agent starts an event run (a redelivery answers the same
+// run).
 func TestSchedulesAndWebhooks(t *testing.T) {
 	// Not parallel: the secret is read from the environment.
 	const secret = "It's a Secret to Everybody"
@@ -557,7 +559,8 @@ func TestSchedulesAndWebhooks(t *testing.T) {
 	dir := t.TempDir()
 	conf := dir + "/conveyor.json"
 	if err := os.WriteFile(conf, []byte(`{
-		"schedules": [{"id": "tick", "agent": "demo-research", "every": "1s"}],
+		"schedules": [{"id": "tick", "agent": "demo-research", "every": "1s"},
+			{"id": "brief", "every": "1s", "job": {"job_type": "BRIEF", "agent_slug": "demo-briefs", "max_attempts": 2}}],
 		"webhooks": [{"source": "github", "event": "pull_request.opened", "agent": "demo-research"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -611,24 +614,30 @@ func TestSchedulesAndWebhooks(t *testing.T) {
 		t.Fatalf("webhook run: %+v, %v", st, err)
 	}
 
-	// The schedule fires every second; its first run is listed.
-	var cronRun string
+	// The schedules fire every second; the first run and job are listed.
+	var cronRun, cronJob string
 	for ev, err := range c.Events(tctx, "", "") {
 		if err != nil {
-			t.Fatalf("waiting for the schedule: %v", err)
+			t.Fatalf("waiting for the schedules: %v", err)
 		}
 		_ = ev
 		infos, err := c.Schedules(tctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(infos) == 1 && infos[0].LastRunID != "" {
-			cronRun = infos[0].LastRunID
+		if len(infos) != 2 || infos[0].ID != "brief" || infos[0].Job == nil || infos[0].Job.JobType != lifecycle.JobBrief || infos[0].Agent != "" {
+			t.Fatalf("schedules listed: %+v", infos)
+		}
+		cronJob, cronRun = infos[0].LastJobID, infos[1].LastRunID
+		if cronRun != "" && cronJob != "" {
 			break
 		}
 	}
 	if st, err := c.Status(tctx, cronRun); err != nil || st.Trigger != "cron" || !strings.HasPrefix(st.IdempotencyKey, "scheduler:tick:") {
 		t.Fatalf("the schedule's run: %+v, %v", st, err)
+	}
+	if j, err := c.Job(tctx, cronJob); err != nil || !strings.HasPrefix(j.JobID, "scheduler:brief:") || j.AgentSlug != "demo-briefs" || j.MaxAttempts != 2 {
+		t.Fatalf("the schedule's job: %+v, %v", j, err)
 	}
 }
 

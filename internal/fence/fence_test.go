@@ -231,7 +231,7 @@ func TestPutFencedOnAStoreThatSettles(t *testing.T) {
 		t.Fatalf("older epoch over a newer object: %v, want ErrLeaseLost", err)
 	}
 	if b, _, _ := fs.Get(ctx, "m.json"); string(b) != `{"epoch":2,"by":"new"}` {
-		t.Fatalf("object is %s (%d creates taken over)", b, fs.DoubleCreates())
+		t.Fatalf("object is %s (%d creates taken over)", b, fs.Faults().DoubleCreates)
 	}
 }
 

@@ -52,6 +52,7 @@ func TestScheduleDurationsFromJSON(t *testing.T) {
 		{in: `{"id":"a","agent":"b","cron":"@hourly"}`},
 		{in: `{"id":"a","agent":"b","every":"soon"}`, bad: true},
 		{in: `{"id":"a","agent":"b","every":true}`, bad: true},
+		{in: `{"id":"a","every":"1m","job":{"job_type":"DIGEST","payload":{"to":"ops"},"max_attempts":3}}`, every: time.Minute},
 	}
 	for _, tt := range tests {
 		var s schedule.Schedule
@@ -61,7 +62,7 @@ func TestScheduleDurationsFromJSON(t *testing.T) {
 			t.Errorf("%s: err %v, want an InputError: %v", tt.in, err, tt.bad)
 			continue
 		}
-		if !tt.bad && (s.Every != tt.every || s.ID != "a" || s.Agent != "b") {
+		if !tt.bad && (s.Every != tt.every || s.ID != "a" || (s.Agent != "b") == (s.Job == nil || s.Job.JobType != "DIGEST" || s.Job.MaxAttempts != 3)) {
 			t.Errorf("%s: got %+v", tt.in, s)
 		}
 	}

@@ -1,9 +1,11 @@
-// Package schedule fires scheduled runs (status.json trigger "cron") exactly
-// once per slot, however many processes run a Scheduler on one store.
+// Package schedule fires scheduled runs (status.json trigger "cron") and
+// periodic jobs exactly once per slot, however many processes run a
+// Scheduler on one store.
 //
-// A schedule names an agent and when to run it: a cron expression (five
-// fields, parsed by github.com/robfig/cron/v3, in the schedule's time zone)
-// or a fixed interval. Each slot, the time the expression names, starts one
+// A schedule names an agent (or a job: jobs.go says how a periodic job's
+// slot is fired) and when to run it: a cron expression (five fields,
+// parsed by github.com/robfig/cron/v3, in the schedule's time zone) or a
+// fixed interval. Each slot, the time the expression names, starts one
 // run through run.Runner.Submit with the idempotency key of docs/spec.md#idempotency,
 // scheduler:{schedule_id}:{slot}, whose record is created create-only before
 // the run: of the processes that fire a slot at once, each gets the one run
@@ -38,10 +40,12 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -106,7 +110,7 @@ func compile(s *Schedule) (slots, error) {
 	if err := storekey.ValidateID("schedule id", s.ID); err != nil {
 		return nil, err
 	}
-	if err := storekey.ValidateID("agent", s.Agent); err != nil {
+	if err := checkTarget(s); err != nil {
 		return nil, err
 	}
 	if s.Jitter < 0 || s.CatchUp < 0 {
@@ -161,8 +165,9 @@ func jitter(s *Schedule, slot time.Time) time.Duration {
 	return time.Duration(h.Sum64() % uint64(s.Jitter))
 }
 
-// Key is the idempotency key of a slot's run (docs/spec.md#idempotency): the slot in
-// RFC 3339 UTC, truncated to the second (no schedule is finer).
+// Key is the idempotency key of a slot's run (docs/spec.md#idempotency),
+// and the id of a periodic job's slot's job: the slot in RFC 3339 UTC,
+// truncated to the second (no schedule is finer).
 func Key(scheduleID string, slot time.Time) string {
 	return "scheduler:" + scheduleID + ":" + slot.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
@@ -180,9 +185,15 @@ type State struct {
 	// so a process that dies between the claim and the run leaves no slot
 	// without its run.
 	Pending *time.Time `json:"pending,omitempty"`
-	// LastFired is the latest slot that started a run, LastRunID that run.
+	// PendingAt is when Pending was claimed, or last taken over from a
+	// process that did not finish it: a periodic job's claim on a store
+	// that settles (jobs.go).
+	PendingAt *time.Time `json:"pending_at,omitempty"`
+	// LastFired is the latest slot that started a run (LastRunID) or
+	// enqueued a job (LastJobID).
 	LastFired *time.Time `json:"last_fired,omitempty"`
 	LastRunID string     `json:"last_run_id,omitempty"`
+	LastJobID string     `json:"last_job_id,omitempty"`
 	Paused    bool       `json:"paused,omitempty"`
 	// PausedBy names who paused it.
 	PausedBy  string    `json:"paused_by,omitempty"`
@@ -203,9 +214,13 @@ type Metrics interface {
 
 // Config configures a Scheduler.
 type Config struct {
-	// Runner submits the runs. Required.
+	// Runner submits the runs. Required when a schedule starts runs.
 	Runner *run.Runner
-	// Store holds the schedules' state: the Runner's store. Required.
+	// Queue enqueues the periodic jobs. Required when a schedule has a
+	// Job.
+	Queue *jobqueue.Queue
+	// Store holds the schedules' state: the Runner's and the Queue's
+	// store. Required.
 	Store *storage.Store
 	// Schedules to fire. Ids must be unique.
 	Schedules []Schedule
@@ -241,6 +256,11 @@ type Scheduler struct {
 	mu    sync.Mutex
 	recs  map[string]*fence.Record[State, *State]
 	quar  *quarantine.Mover
+	// absent holds the evidence that a key read missing is missing, on a
+	// store that settles: a schedule's state before it is created afresh,
+	// a slot's job before another process's claim on it is taken over.
+	absent  *evidence.Absence
+	missing map[string]time.Time // missingSince's, by schedule id
 }
 
 // ErrUnknownSchedule: no schedule of that id is configured.
@@ -255,8 +275,8 @@ func (unknownSchedule) Is(target error) bool { return target == lifecycle.ErrNot
 
 // New checks cfg and returns a Scheduler.
 func New(cfg Config) (*Scheduler, error) {
-	if cfg.Runner == nil || cfg.Store == nil {
-		return nil, errors.New("schedule: Runner and Store are required")
+	if cfg.Store == nil {
+		return nil, errors.New("schedule: Store is required")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
@@ -279,10 +299,12 @@ func New(cfg Config) (*Scheduler, error) {
 	cfg.RetryInterval = min(cfg.RetryInterval, cfg.PollInterval)
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, slots: map[string]slots{}, byID: map[string]*Schedule{},
 		wake: make(chan struct{}, 1), recs: map[string]*fence.Record[State, *State]{},
-		quar: &quarantine.Mover{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}}
+		quar: &quarantine.Mover{Store: cfg.Store, Clock: cfg.Clock, Log: cfg.Logger}, absent: &evidence.Absence{Settle: cfg.Store.SettleTime()}, missing: map[string]time.Time{}}
 	agents := map[string]bool{}
-	for _, a := range cfg.Runner.Agents() {
-		agents[a.Slug] = true
+	if cfg.Runner != nil {
+		for _, a := range cfg.Runner.Agents() {
+			agents[a.Slug] = true
+		}
 	}
 	s.cfg.Schedules = append([]Schedule(nil), cfg.Schedules...)
 	for i := range s.cfg.Schedules {
@@ -294,7 +316,12 @@ func New(cfg Config) (*Scheduler, error) {
 		if _, dup := s.byID[sc.ID]; dup {
 			return nil, fmt.Errorf("schedule: id %s given twice", sc.ID)
 		}
-		if !agents[sc.Agent] {
+		switch {
+		case sc.Job != nil && cfg.Queue == nil:
+			return nil, fmt.Errorf("schedule %s: a periodic job needs a Queue", sc.ID)
+		case sc.Job == nil && cfg.Runner == nil:
+			return nil, fmt.Errorf("schedule %s: agent %s: no Runner to start its runs", sc.ID, sc.Agent)
+		case sc.Job == nil && !agents[sc.Agent]:
 			return nil, fmt.Errorf("schedule %s: agent %s is not the Runner's", sc.ID, sc.Agent)
 		}
 		s.slots[sc.ID], s.byID[sc.ID] = sl, sc
@@ -335,8 +362,25 @@ func (s *Scheduler) state(ctx context.Context, id string) (State, error) {
 		}
 		st, _, err = r.Load(ctx) // gone, or repaired meanwhile
 	}
+	settles := s.absent.Settle > 0
+	if err == nil && settles {
+		s.absent.Found(r.Key)
+		s.missingSince(id, false)
+	}
 	if errors.Is(err, storage.ErrNotFound) {
-		st = s.fresh(id)
+		// On a store that settles one not-found is no proof: a state
+		// created afresh over the real one would drop its pause, its
+		// pending slot and its place. Created, it starts from the first
+		// not-found, so the wait skips no slot.
+		since := s.clock.Now()
+		if settles {
+			since = s.missingSince(id, true)
+			if !s.absent.Confirmed(r.Key, s.clock.Now()) {
+				return st, fmt.Errorf("%w: schedule %s: state read as missing", errUnsettled, id)
+			}
+			s.missingSince(id, false)
+		}
+		st = s.fresh(id, since)
 		if _, err = r.Create(ctx, st); errors.Is(err, storage.ErrPreconditionFailed) {
 			st, _, err = r.Load(ctx) // another process created it
 		}
@@ -349,14 +393,32 @@ func (s *Scheduler) state(ctx context.Context, id string) (State, error) {
 func (s *Scheduler) peek(ctx context.Context, id string) (State, error) {
 	st, _, err := s.record(id).Load(ctx)
 	if errors.Is(err, storage.ErrNotFound) {
-		return s.fresh(id), nil
+		return s.fresh(id, s.clock.Now()), nil
 	}
 	return st, err
 }
 
-func (s *Scheduler) fresh(id string) State {
+func (s *Scheduler) fresh(id string, since time.Time) State {
 	now := s.clock.Now().UTC()
-	return State{ScheduleID: id, LastSlot: s.prev(id, now), UpdatedAt: now}
+	return State{ScheduleID: id, LastSlot: s.prev(id, since.UTC()), UpdatedAt: now}
+}
+
+// missingSince returns when this process first read schedule id's state
+// as missing, since the last time it found it (now, the first time);
+// with missing false it forgets that time.
+func (s *Scheduler) missingSince(id string, missing bool) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !missing {
+		delete(s.missing, id)
+		return time.Time{}
+	}
+	t, ok := s.missing[id]
+	if !ok {
+		t = s.clock.Now()
+		s.missing[id] = t
+	}
+	return t
 }
 
 // prev is the latest slot at or before t (or t itself if none is found
@@ -411,8 +473,9 @@ func (s *Scheduler) tick(ctx context.Context) time.Duration {
 			wait = min(wait, s.cfg.RetryInterval)
 			switch {
 			case ctx.Err() != nil:
-			case errors.Is(err, lifecycle.ErrIdempotencyInProgress):
-				// Its run is being created elsewhere: not a failure.
+			case errors.Is(err, lifecycle.ErrIdempotencyInProgress), errors.Is(err, errUnsettled):
+				// Its run or job is being created elsewhere, or a
+				// not-found waits for its evidence: not a failure.
 				s.log.LogAttrs(ctx, slog.LevelDebug, "schedule_slot_in_progress", slog.String("schedule", sc.ID), slog.String("error", err.Error()))
 			default:
 				s.log.LogAttrs(ctx, slog.LevelWarn, "schedule_failed", slog.String("schedule", sc.ID), slog.String("error", err.Error()))
@@ -465,7 +528,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (time.Time, error) {
 	last := due[len(due)-1]
 	if st.Paused {
 		// Slots while paused are skipped, not saved up for the resume.
-		return nextDue, s.advance(ctx, sc, last, "", time.Time{}, n)
+		return nextDue, s.advance(ctx, sc, last, firing{}, n)
 	}
 	onTime := func(x time.Time) bool { return now.Sub(x) <= s.cfg.Grace+jitter(sc, x) }
 	var fire []time.Time
@@ -483,7 +546,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (time.Time, error) {
 	skipped := n - len(fire)
 	if skipped > 0 && len(fire) > 0 {
 		// The skipped slots come before the first fired one.
-		if err := s.advance(ctx, sc, fire[0].Add(-time.Nanosecond), "", time.Time{}, skipped); err != nil {
+		if err := s.advance(ctx, sc, fire[0].Add(-time.Nanosecond), firing{}, skipped); err != nil {
 			return nextDue, err
 		}
 		skipped = 0
@@ -494,7 +557,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (time.Time, error) {
 		}
 	}
 	if skipped > 0 {
-		return nextDue, s.advance(ctx, sc, last, "", time.Time{}, skipped)
+		return nextDue, s.advance(ctx, sc, last, firing{}, skipped)
 	}
 	return nextDue, nil
 }
@@ -508,24 +571,31 @@ var errDealtWith = errors.New("schedule: slot dealt with")
 // the marks only move forward. A slot another process has dealt with
 // meanwhile costs this one nothing more.
 func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, caughtUp bool) error {
+	var claim time.Time // when this call claimed the slot, if it did
 	_, _, err := s.record(sc.ID).Apply(ctx, func(st *State) error {
+		claim = time.Time{}
 		if !slot.After(st.LastSlot) {
 			return errDealtWith
 		}
 		if st.Pending != nil && st.Pending.Equal(slot) {
 			return errDealtWith // pending already: nothing to write
 		}
-		p := slot
-		st.Pending, st.UpdatedAt = &p, s.clock.Now().UTC()
+		p, now := slot, s.clock.Now().UTC()
+		st.Pending, st.PendingAt, st.UpdatedAt = &p, &now, now
+		claim = now
 		return nil
 	})
 	if errors.Is(err, errDealtWith) {
-		if st, _ := s.record(sc.ID).Snapshot(); !slot.After(st.LastSlot) {
+		st, _ := s.record(sc.ID).Snapshot()
+		if !slot.After(st.LastSlot) {
 			s.cfg.Metrics.DuplicateSuppressed(sc.ID) // fired (or skipped) by another process
 			return nil
 		}
 	} else if err != nil {
 		return err
+	}
+	if sc.Job != nil {
+		return s.startJob(ctx, sc, slot, caughtUp, claim)
 	}
 	res, err := s.cfg.Runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: sc.Agent, Trigger: "cron",
 		Input: sc.Input, IdempotencyKey: Key(sc.ID, slot)})
@@ -535,7 +605,7 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 		// slot is given up (logged), not retried until its record expires.
 		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule_slot_failed", slog.String("schedule", sc.ID),
 			slog.Time("slot", slot), slog.String("error", err.Error()))
-		return s.advance(ctx, sc, slot, "", time.Time{}, 1)
+		return s.advance(ctx, sc, slot, firing{}, 1)
 	}
 	if err != nil {
 		return fmt.Errorf("slot %s: %w", slot.Format(time.RFC3339), err)
@@ -547,13 +617,16 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 		s.log.LogAttrs(ctx, slog.LevelInfo, "schedule_fired", slog.String("schedule", sc.ID),
 			slog.Time("slot", slot), slog.String("runId", res.RunID), slog.Bool("caughtUp", caughtUp))
 	}
-	return s.advance(ctx, sc, slot, res.RunID, slot, 0)
+	return s.advance(ctx, sc, slot, firing{runID: res.RunID}, 0)
 }
 
+// firing is what a fired slot started: its run or its job.
+type firing struct{ runID, jobID string }
+
 // advance moves the state's LastSlot forward to slot (never back), with
-// the run a fired slot started; n slots skipped are counted by the process
-// whose write skipped them.
-func (s *Scheduler) advance(ctx context.Context, sc *Schedule, slot time.Time, runID string, fired time.Time, skipped int) error {
+// the run or job a fired slot started; n slots skipped are counted by the
+// process whose write skipped them.
+func (s *Scheduler) advance(ctx context.Context, sc *Schedule, slot time.Time, f firing, skipped int) error {
 	moved := false
 	_, _, err := s.record(sc.ID).Apply(ctx, func(st *State) error {
 		moved = false
@@ -563,11 +636,11 @@ func (s *Scheduler) advance(ctx context.Context, sc *Schedule, slot time.Time, r
 		moved = true
 		st.LastSlot, st.UpdatedAt = slot, s.clock.Now().UTC()
 		if st.Pending != nil && !st.Pending.After(slot) {
-			st.Pending = nil
+			st.Pending, st.PendingAt = nil, nil
 		}
-		if runID != "" && (st.LastFired == nil || fired.After(*st.LastFired)) {
-			f := fired
-			st.LastFired, st.LastRunID = &f, runID
+		if (f.runID != "" || f.jobID != "") && (st.LastFired == nil || slot.After(*st.LastFired)) {
+			at := slot
+			st.LastFired, st.LastRunID, st.LastJobID = &at, f.runID, f.jobID
 		}
 		return nil
 	})
@@ -581,7 +654,7 @@ func (s *Scheduler) advance(ctx context.Context, sc *Schedule, slot time.Time, r
 // progress is where a schedule stands after st.
 func (s *Scheduler) progress(id string, st State) Progress {
 	return Progress{Next: s.slots[id].next(st.LastSlot), LastSlot: st.LastSlot, LastFired: st.LastFired,
-		LastRunID: st.LastRunID, Paused: st.Paused, PausedBy: st.PausedBy}
+		LastRunID: st.LastRunID, LastJobID: st.LastJobID, Paused: st.Paused, PausedBy: st.PausedBy}
 }
 
 // List returns every schedule with its state, by id.

@@ -2,6 +2,7 @@ package schedule_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/internal/testkit/testlog"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -586,6 +588,13 @@ func TestInvalidSchedules(t *testing.T) {
 		{"id", []schedule.Schedule{{ID: "../a", Agent: agent, Cron: "@daily"}}, "schedule id"},
 		{"policy", []schedule.Schedule{{ID: "a", Agent: agent, Cron: "@daily", Missed: "sometimes"}}, "missed"},
 		{"dup", []schedule.Schedule{{ID: "a", Agent: agent, Cron: "@daily"}, {ID: "a", Agent: agent, Every: time.Hour}}, "twice"},
+		{"agent and job", []schedule.Schedule{{ID: "a", Agent: agent, Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X"}}}, "set one of agent"},
+		{"job input", []schedule.Schedule{{ID: "a", Cron: "@daily", Input: json.RawMessage(`{}`), Job: &lifecycle.ScheduleJob{JobType: "X"}}}, "job.payload"},
+		{"job type", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{}}}, "job_type"},
+		{"job payload", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X", Payload: json.RawMessage(`{`)}}}, "payload"},
+		{"job attempts", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X", MaxAttempts: 101}}}, "max_attempts"},
+		{"job lane", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X", AgentSlug: "../x"}}}, "agent_slug"},
+		{"job without a queue", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X"}}}, "needs a Queue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -46,7 +46,7 @@ func TestSettleJobReadMissingKeepsItsIndexEntry(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the processor never waited for its next poll")
 	}
-	if fs.FalseNotFounds() == 0 {
+	if fs.Faults().FalseNotFounds == 0 {
 		t.Fatal("the first poll provoked no false not-found")
 	}
 	clk.Advance(time.Second)

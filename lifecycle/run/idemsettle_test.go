@@ -79,7 +79,7 @@ func (s *settleRig) judge(t *testing.T, winner, loser string) {
 	if n := s.execs.Load(); n != 1 {
 		t.Errorf("the key executed %d times, want once", n)
 	}
-	if s.fs.DoubleCreates() == 0 {
+	if s.fs.Faults().DoubleCreates == 0 {
 		t.Error("no create was accepted over the record: the test provoked nothing")
 	}
 	marker, _ := layout.IdempotencyRunKey(s.req.IdempotencyKey, loser)
@@ -143,8 +143,8 @@ func TestSettleSecondCreateIsAnsweredTheEarlierRun(t *testing.T) {
 			if err != nil || res.RunID != first || !res.Duplicate {
 				t.Fatalf("second submit: %+v %v, want the earlier run %s as a duplicate", res, err, first)
 			}
-			if s.fs.DoubleCreates() != 1 {
-				t.Fatalf("%d creates accepted over the record, want 1: the test provoked nothing", s.fs.DoubleCreates())
+			if s.fs.Faults().DoubleCreates != 1 {
+				t.Fatalf("%d creates accepted over the record, want 1: the test provoked nothing", s.fs.Faults().DoubleCreates)
 			}
 			if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" || s.execs.Load() != 1 {
 				t.Fatalf("run %+v, executed %d times", st, s.execs.Load())
@@ -223,8 +223,8 @@ func TestSettleFalseNotFoundOfTheRecordIsNotAnAnswer(t *testing.T) {
 	if err != nil || res.RunID != first || !res.Duplicate {
 		t.Fatalf("duplicate: %+v %v, want run %s", res, err, first)
 	}
-	if s.fs.FalseNotFounds() != 1 {
-		t.Fatalf("%d false not-founds provoked, want 1", s.fs.FalseNotFounds())
+	if s.fs.Faults().FalseNotFounds != 1 {
+		t.Fatalf("%d false not-founds provoked, want 1", s.fs.Faults().FalseNotFounds)
 	}
 	if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" || s.execs.Load() != 1 {
 		t.Fatalf("run %+v, executed %d times", st, s.execs.Load())
@@ -274,7 +274,7 @@ func TestSettleDisturbedBurstExecutesOnce(t *testing.T) {
 			t.Errorf("run %s: %s %v", id, st.Status, st.Error)
 		}
 	}
-	t.Logf("%d runs answered, %d creates accepted over the record", len(runs), s.fs.DoubleCreates())
+	t.Logf("%d runs answered, %d creates accepted over the record", len(runs), s.fs.Faults().DoubleCreates)
 	if completed != 1 || s.execs.Load() != 1 {
 		t.Errorf("%d runs completed, the key executed %d times; want 1 and 1", completed, s.execs.Load())
 	}

@@ -78,7 +78,7 @@ func TestSettleRunReadMissingIsNotSubmittedAgain(t *testing.T) {
 	fs.Match(func(k string) bool { return strings.HasSuffix(k, id+"/status.json") })
 	fs.FalseNotFound(1)
 	fs.AcceptCreateOver(1)
-	g.advanceUntil(time.Second, time.Hour, func() bool { return fs.FalseNotFounds() > 0 },
+	g.advanceUntil(time.Second, time.Hour, func() bool { return fs.Faults().FalseNotFounds > 0 },
 
 		func() string { return "runner b never read the run's status" })
 	mark := g.clock.Now()
@@ -90,7 +90,7 @@ func TestSettleRunReadMissingIsNotSubmittedAgain(t *testing.T) {
 		t.Fatalf("run %s: %s %s (executed %d times)", id, st.Status, deref(st.Error), steps.count(id))
 	}
 	if n := steps.count(id); n != 1 {
-		t.Fatalf("the run's step executed %d times; want once (%d double creates)", n, fs.DoubleCreates())
+		t.Fatalf("the run's step executed %d times; want once (%d double creates)", n, fs.Faults().DoubleCreates)
 	}
 }
 
@@ -115,7 +115,7 @@ func TestSettleSlotOfARunReadMissingIsNotTaken(t *testing.T) {
 	start := g.clock.Now()
 	g.advanceUntil(time.Second, time.Hour, func() bool { return g.clock.Now().Sub(start) > 2*settle || steps.count(second) > 0 },
 		func() string { return "time did not pass" })
-	if fs.FalseNotFounds() == 0 {
+	if fs.Faults().FalseNotFounds == 0 {
 		t.Fatal("the test provoked no false not-found")
 	}
 	if steps.count(second) > 0 {
@@ -166,7 +166,7 @@ func TestSettleRunTakenOverKeepsItsInput(t *testing.T) {
 	if st := g.wait(b, res.RunID, time.Second, time.Hour); st.Status != "completed" {
 		t.Fatalf("run %s: %s %s", res.RunID, st.Status, deref(st.Error))
 	}
-	if fs.FalseNotFounds() == 0 {
+	if fs.Faults().FalseNotFounds == 0 {
 		t.Fatal("the test provoked no false not-found")
 	}
 	mu.Lock()
@@ -222,7 +222,7 @@ func TestSettleStoppedSubmitKeepsItsInput(t *testing.T) {
 	fs.FalseNotFound(1)
 	b, _ := g.with(storage.New(fs)).runner("b", long, agent)
 	st := g.wait(b, id, time.Second, time.Hour)
-	if fs.FalseNotFounds() == 0 {
+	if fs.Faults().FalseNotFounds == 0 {
 		t.Fatal("the test provoked no false not-found")
 	}
 	if st.Status != "completed" || steps.count(id) != 1 {

@@ -103,8 +103,8 @@ func TestCommitFaultsKeepItWhole(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, b, want)
 		}
 	}
-	if fs.DoubleCreates() != 1 {
-		t.Errorf("DoubleCreates = %d, want 1", fs.DoubleCreates())
+	if fs.Faults().DoubleCreates != 1 {
+		t.Errorf("DoubleCreates = %d, want 1", fs.Faults().DoubleCreates)
 	}
 	// Without the fault the same create is refused, naming b.
 	_, err = s.Commit(ctx, []storage.Write{

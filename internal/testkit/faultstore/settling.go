@@ -98,25 +98,24 @@ func (s *Store) Disturb() {
 func (s *Store) Calm() {
 	s.set.mu.Lock()
 	defer s.set.mu.Unlock()
-	s.set.until, s.set.notFound, s.set.overwrite = time.Time{}, 0, 0
+	s.set.until, s.set.notFound, s.set.overwrite, s.set.short = time.Time{}, 0, 0, 0
 }
 
-// FalseNotFounds counts the Gets answered not found for an existing key.
-func (s *Store) FalseNotFounds() int64 {
-	s.set.mu.Lock()
-	defer s.set.mu.Unlock()
-	return s.set.falseNF
+// Tally counts the settling faults injected so far.
+type Tally struct {
+	FalseNotFounds int64 // Gets answered not found for an existing key
+	DoubleCreates  int64 // create-only Puts accepted over an existing key
+	ShortLists     int64 // listings that left matching keys out
 }
 
-// DoubleCreates counts the create-only Puts accepted over an existing key.
-func (s *Store) DoubleCreates() int64 { s.set.mu.Lock(); defer s.set.mu.Unlock(); return s.set.doubles }
+// Total is every fault counted, so a test can fail when it provoked none.
+func (t Tally) Total() int64 { return t.FalseNotFounds + t.DoubleCreates + t.ShortLists }
 
-// Injected counts every settling fault injected, so a test can fail when it
-// provoked none.
-func (s *Store) Injected() int64 {
+// Faults returns the settling faults injected so far.
+func (s *Store) Faults() Tally {
 	s.set.mu.Lock()
 	defer s.set.mu.Unlock()
-	return s.set.falseNF + s.set.doubles + s.set.shorts
+	return Tally{FalseNotFounds: s.set.falseNF, DoubleCreates: s.set.doubles, ShortLists: s.set.shorts}
 }
 
 func (t *settling) nowLocked() time.Time {

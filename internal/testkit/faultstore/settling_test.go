@@ -110,10 +110,10 @@ func TestSettlingFaultsAreExactlyTheModel(t *testing.T) {
 					}
 				}
 			}
-			if got := s.Injected(); got != tt.want {
-				t.Fatalf("Injected = %d, want %d", got, tt.want)
+			if got := s.Faults().Total(); got != tt.want {
+				t.Fatalf("Faults().Total() = %d, want %d", got, tt.want)
 			}
-			if s.FalseNotFounds()+s.DoubleCreates() != s.Injected() {
+			if s.Faults().FalseNotFounds+s.Faults().DoubleCreates != s.Faults().Total() {
 				t.Fatal("the tallies do not add up")
 			}
 		})
@@ -143,8 +143,8 @@ func TestShortListLeavesOutMatchingKeys(t *testing.T) {
 			t.Errorf("listing %d: %q, want %q", i, got, want)
 		}
 	}
-	if n := s.Injected(); n != 2 {
-		t.Errorf("Injected = %d, want 2 (one a listing)", n)
+	if n := s.Faults().Total(); n != 2 {
+		t.Errorf("Faults().Total() = %d, want 2 (one a listing)", n)
 	}
 }
 
@@ -195,7 +195,7 @@ func TestCheckersCatchTheFaults(t *testing.T) {
 	if a.Suspected() != 0 {
 		t.Fatal("a found key is still suspected")
 	}
-	if s.DoubleCreates() != 1 || s.FalseNotFounds() != 1 {
-		t.Fatalf("tallies %d double creates, %d false 404s; want 1 and 1", s.DoubleCreates(), s.FalseNotFounds())
+	if s.Faults().DoubleCreates != 1 || s.Faults().FalseNotFounds != 1 {
+		t.Fatalf("tallies %d double creates, %d false 404s; want 1 and 1", s.Faults().DoubleCreates, s.Faults().FalseNotFounds)
 	}
 }

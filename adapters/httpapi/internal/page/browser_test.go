@@ -21,6 +21,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/schedule"
+	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -97,8 +98,13 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := schedule.New(schedule.Config{Runner: runner, Store: store, Logger: log,
-		Schedules: []schedule.Schedule{{ID: "nightly-" + demoAgent, Agent: demoAgent, Cron: "@daily"}}})
+	queue, err := jobqueue.New(jobqueue.Config{Store: store, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := schedule.New(schedule.Config{Runner: runner, Queue: queue, Store: store, Logger: log,
+		Schedules: []schedule.Schedule{{ID: "nightly-" + demoAgent, Agent: demoAgent, Cron: "@daily"},
+			{ID: "hourly-brief", Every: time.Hour, Job: &lifecycle.ScheduleJob{JobType: lifecycle.JobBrief, AgentSlug: "briefs"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +270,10 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 		// The schedules are listed with their pause button.
 		chromedp.WaitVisible(css(`#schedules tr[data-schedule="nightly-`+demoAgent+`"] button`)),
 	)
+	// A periodic job's row names its job, and its interval as configured.
+	if row := get(t, ctx, "read the periodic job's row", chromedp.Text(css(`#schedules tr[data-schedule="hourly-brief"]`))); !strings.Contains(row, "job BRIEF in briefs") || !strings.Contains(row, "every 1h0m0s") {
+		t.Fatalf("the periodic job's row: %q", row)
+	}
 	do(t, ctx, "start a run from the page", 20*time.Second,
 		// A marker set now survives only if the page is never reloaded.
 		chromedp.Evaluate[chromedp.Void](`window.__noReload = "kept"`),

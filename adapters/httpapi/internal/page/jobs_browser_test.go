@@ -40,7 +40,8 @@ type jobsWorker struct {
 	URL   string
 	queue *jobqueue.Queue
 	dead  string // the dead job's id
-	gate  *gate  // in front of the API: holds an answer back when asked
+	run   *run.Runner
+	gate  *gate // in front of the API: holds an answer back when asked
 	stop  func()
 }
 
@@ -111,6 +112,7 @@ func startJobsWorker(t *testing.T) *jobsWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.run = runner
 	api, err := httpapi.New(httpapi.Config{Runner: runner, Queue: q, Store: store, Events: true, EventPollInterval: 50 * time.Millisecond, Page: true, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -172,7 +172,7 @@ const pageOverflow = `(() => {
 	return out;
 })()`
 
-// At 800 px the jobs page, the machines page and the agents page keep every
+// At 800 px the jobs page, a job's page, the machines page and the agents page keep every
 // table and diagram within the viewport or inside a box that scrolls it
 // sideways, every table fits that box and no cell's text runs out of its
 // cell (before, the jobs counts hid RETRY_BACKOFF, FAILED and DEAD past the
@@ -185,6 +185,7 @@ func TestPagesWorkAt800px(t *testing.T) {
 		{"dead jobs", "#/jobs?status=DEAD", `#jobs-body tr[data-status="DEAD"]`},
 		{"machines", "#/machines", `section[data-machine="nlm-job"] svg[data-testid="machine"]`},
 		{"agents", "#/", `section[data-agent="approval"]`},
+		{"job", "#/jobs/" + w.dead, `#job-attempts-body tr[data-attempt="1"]`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			do(t, ctx, "open the "+c.name+" page at 800 px", 20*time.Second,

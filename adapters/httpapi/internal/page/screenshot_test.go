@@ -2,6 +2,7 @@ package page_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -15,12 +16,15 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // TestScreenshots writes docs/live-page.png (a demo-approval run waiting
-// for approval) and docs/jobs-page.png (the jobs page as admin, dead jobs shown)
+// for approval), docs/jobs-page.png (the jobs page as admin, dead jobs
+// shown), docs/queues.png (its queues panel) and docs/job-page.png (a job
+// that failed twice and completed)
 // into the folder CONVEYOR_SCREENSHOTS names; without it the test is
 // skipped. From the repository's root:
 //
@@ -108,4 +112,89 @@ func TestScreenshots(t *testing.T) {
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
 	)
 	shoot("jobs-page.png")
+
+	// The queues panel of the same page, a worker running a job of one
+	// lane.
+	held, err := w.queue.Claim(context.Background(), "page-test")
+	if err != nil || held == nil {
+		t.Fatalf("claim: %v, %v", held, err)
+	}
+	do(t, ctx, "show the queues", 30*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#queues-h').scrollIntoView()`),
+		chromedp.WaitVisible(css(`#queues-body tr[data-running="true"]`)),
+	)
+	shoot("queues.png")
+	if _, err := held.Run(context.Background(), jobqueue.Handlers{CallNotebookLM: otherFails}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A job page: a job that failed twice (each attempt with its own
+	// error) and then completed, with its arguments and its result.
+	id := detailJob(t, w)
+	do(t, ctx, "open the job page", 30*time.Second,
+		chromedp.EmulateViewport(1200, 1760),
+		chromedp.Navigate(w.URL+"/ui/#/jobs/"+id),
+		chromedp.WaitVisible(css(`#job-status[data-status="COMPLETE"]`)),
+		chromedp.WaitVisible(css(`#job-attempts-body tr[data-attempt="3"]`)),
+		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
+	)
+	shoot("job-page.png")
+}
+
+// detailJob runs a job of its own agent on w's queue to COMPLETE after two
+// failed attempts and returns its id: w's other jobs are left alone (its
+// agent's lane is the only one a claim for it finds, as the claims here
+// name the lane by running until this job is the one picked).
+func detailJob(t *testing.T, w *jobsWorker) string {
+	t.Helper()
+	ctx := context.Background()
+	job, err := w.queue.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job_send-welcome-ada_01JD9ZQK3M", RunID: "run_2026-11-28_onboarding",
+		JobType: lifecycle.JobBrief, AgentSlug: "mailer", MaxAttempts: 3,
+		Payload: json.RawMessage(`{"to":"ada@example.com","template":"welcome","locale":"en-GB","vars":{"name":"Ada","plan":"team"}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fails := []error{errors.New("smtp: 421 4.7.0 try again later"), errors.New("smtp: dial tcp 10.0.4.2:587: i/o timeout")}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("the job did not complete")
+		}
+		c, err := w.queue.Claim(ctx, "page-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c == nil {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if c.Job().JobID != job.JobID {
+			// Another job of w: ended (DEAD), as no handler here does its type.
+			if _, err := c.Run(ctx, jobqueue.Handlers{CallNotebookLM: otherFails}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		h := jobqueue.Handlers{CallNotebookLM: briefOK}
+		if a := c.Job().Attempt; a <= len(fails) {
+			time.Sleep(40 * time.Millisecond) // an attempt that takes a while
+			h.CallNotebookLM = func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+				return lifecycle.JobOutput{}, fails[a-1]
+			}
+		}
+		j, err := c.Run(ctx, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status == lifecycle.JobComplete {
+			return j.JobID
+		}
+	}
+}
+
+func briefOK(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+	return lifecycle.JobOutput{Content: json.RawMessage(`{"title":"Welcome, Ada","body":"Your team plan is ready.","entity_map":{},"word_count":5}`), Tags: []string{"welcome"}}, nil
+}
+
+func otherFails(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
+	return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("not this test's job"))
 }

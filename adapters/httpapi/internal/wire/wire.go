@@ -110,3 +110,15 @@ const (
 	// IdempotencyKeyHeader.
 	RequestIDHeader = "X-Request-ID"
 )
+
+// BulkBody is the body of a bulk action on jobs (POST /jobs/requeue):
+// the filters of GET /jobs, the most jobs to act on (1 to 100; 0: 100)
+// and the cursor of the set's rest, from the answer before (or from a
+// page of GET /jobs with the same filters).
+type BulkBody struct {
+	Status lifecycle.JobState `json:"status,omitempty"`
+	Type   lifecycle.JobType  `json:"type,omitempty"`
+	Agent  string             `json:"agent,omitempty"`
+	Limit  int                `json:"limit,omitempty"`
+	Cursor string             `json:"cursor,omitempty"`
+}

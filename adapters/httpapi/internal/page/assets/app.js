@@ -27,7 +27,7 @@
       else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
       else el.setAttribute(k, v === true ? '' : String(v));
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === undefined || c === null || c === false) continue;
       el.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
@@ -629,6 +629,7 @@
     let m;
     if (hash === '/') current = agentsView(view);
     else if ((m = hash.match(/^\/runs\/([^/]+)$/))) current = runView(view, decodeURIComponent(m[1]));
+    else if ((m = hash.match(/^\/jobs\/([^/?]+)$/))) current = jobView(view, decodeURIComponent(m[1]));
     else if ((m = hash.match(/^\/jobs(?:\?(.*))?$/))) current = jobsView(view, new URLSearchParams(m[1] || ''));
     else if (hash === '/machines') current = machinesView(view);
     else {
@@ -643,7 +644,8 @@
     view.append(h('h2', { text: 'Agents' }));
     const msg = h('div', { id: 'agents-error', class: 'notice error', role: 'alert' });
     const list = h('div', { id: 'agents', 'data-testid': 'agents', 'aria-busy': 'true' });
-    // Schedules (GET /schedules): when each fires next, its last run, and
+    // Schedules (GET /schedules): what each starts (an agent's run, or a
+    // periodic job), when it fires next, its last run or job, and
     // pause/resume for an admin. A Worker without a scheduler answers 404:
     // the section stays hidden.
     const schedBody = h('tbody', {});
@@ -651,7 +653,7 @@
     const sched = h('section', { id: 'schedules', hidden: '' },
       h('h2', { text: 'Schedules' }), schedErr,
       h('table', { 'aria-label': 'Schedules' },
-        h('thead', {}, h('tr', {}, ['schedule', 'agent', 'when', 'next', 'last run', 'state', ''].map((c) => h('th', { scope: 'col', text: c })))),
+        h('thead', {}, h('tr', {}, ['schedule', 'starts', 'when', 'next', 'last', 'state', ''].map((c) => h('th', { scope: 'col', text: c })))),
         schedBody));
     view.append(msg, list, sched);
 
@@ -683,12 +685,19 @@
             btn.disabled = false;
           }
         });
+        // every is a Go duration ("20s"); a number (nanoseconds) from an
+        // older server still reads.
+        const every = typeof x.every === 'number' ? Math.round(x.every / 1e9) + 's' : x.every;
+        const starts = x.job ? 'job ' + x.job.job_type + (x.job.agent_slug ? ' in ' + x.job.agent_slug : '') : 'run of ' + x.agent;
+        const last = x.job
+          ? (x.last_job_id ? h('span', { class: 'mono', 'data-job': x.last_job_id, text: x.last_job_id }) : '—')
+          : (x.last_run_id ? h('a', { href: '#/runs/' + enc(x.last_run_id), class: 'mono', text: x.last_run_id }) : '—');
         return h('tr', { 'data-schedule': x.id },
           h('td', { class: 'mono', text: x.id }),
-          h('td', { class: 'mono', text: x.agent }),
-          h('td', { class: 'mono', text: x.cron || ('every ' + Math.round((x.every || 0) / 1e9) + ' s') }),
+          h('td', { class: 'mono', text: starts }),
+          h('td', { class: 'mono', text: x.cron || ('every ' + every) }),
           h('td', {}, fmtTime(x.next)),
-          h('td', {}, x.last_run_id ? h('a', { href: '#/runs/' + enc(x.last_run_id), class: 'mono', text: x.last_run_id }) : '—'),
+          h('td', {}, last),
           h('td', { text: x.paused ? 'paused by ' + (x.paused_by || '?') : 'active' }),
           h('td', {}, btn));
       });
@@ -1158,6 +1167,12 @@
   // the job machine has the move from the job's state for the page's actor.
   // The job machine has no cancel and no retry of its own (a failed attempt
   // is retried by the queue); requeue is the operator's retry.
+  // A bulk requeue (POST /jobs/requeue) moves at most BULK_PER_CALL jobs a
+  // call (the Worker's bound); the page calls on until the set is done, at
+  // most BULK_CALLS_MAX times (10,000 jobs), and says when more remain.
+  const BULK_PER_CALL = 100;
+  const QUEUES_POLL_MS = 5000;
+  const BULK_CALLS_MAX = 100;
   const JOB_ACTIONS = [
     { event: 'requeue', label: 'Requeue', path: (id) => '/jobs/' + enc(id) + '/requeue' },
   ];
@@ -1193,6 +1208,21 @@
       h('thead', {}, h('tr', {}, ['job', 'type', 'agent', 'run', 'state', 'priority', 'attempt', 'updated', 'error', ''].map((c) => h('th', { scope: 'col', text: c })))),
       listBody);
     const listNote = h('p', { class: 'muted', id: 'jobs-note' });
+    // The queues (GET /queues): each lane with its depth and whether a job
+    // of it runs, read from the lanes and their locks, never the jobs.
+    const queuesBody = h('tbody', { id: 'queues-body' });
+    const queuesNote = h('p', { class: 'muted', id: 'queues-note' });
+    const queuesTable = h('table', { id: 'queues', 'data-testid': 'queues' },
+      h('thead', {}, h('tr', {}, ['lane', 'ready', 'waiting', 'oldest ready', 'running'].map((c, i) =>
+        h('th', { scope: 'col', class: i > 0 && i < 4 ? 'num' : null, text: c })))),
+      queuesBody);
+    // A bulk requeue of the filter's jobs, asked for and then confirmed.
+    const bulkBtn = h('button', { type: 'button', class: 'secondary', 'data-testid': 'bulk-requeue', hidden: '' });
+    const bulkText = h('span', { id: 'bulk-text' });
+    const bulkYes = h('button', { type: 'button', class: 'danger', 'data-testid': 'bulk-confirm', text: 'Requeue them' });
+    const bulkNo = h('button', { type: 'button', class: 'secondary', 'data-testid': 'bulk-dismiss', text: 'Keep them' });
+    const bulkAsk = h('div', { class: 'confirm', id: 'bulk-ask', role: 'alertdialog', 'aria-labelledby': 'bulk-text', hidden: '' },
+      bulkText, bulkYes, bulkNo);
     const first = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-first', text: 'First page', hidden: '' });
     const next = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-next', text: 'Next page', hidden: '' });
     view.append(
@@ -1201,12 +1231,16 @@
         h('h3', { id: 'counts-h', text: 'By state, per job type and agent' }),
         h('div', { class: 'scroll' }, h('table', { id: 'job-counts', 'data-testid': 'job-counts' }, countsHead, countsBody)),
         countsNote),
+      h('section', { 'aria-labelledby': 'queues-h' },
+        h('h3', { id: 'queues-h', text: 'Queues' }),
+        h('div', { class: 'scroll' }, queuesTable), queuesNote),
       h('section', { 'aria-labelledby': 'list-h' },
         h('h3', { id: 'list-h', text: 'Jobs' }),
         h('div', { class: 'controls' },
           h('label', { for: 'jobs-status', text: 'State' }), selects.status,
           h('label', { for: 'jobs-type', text: 'Type' }), selects.type,
-          h('label', { for: 'jobs-agent', text: 'Agent' }), selects.agent),
+          h('label', { for: 'jobs-agent', text: 'Agent' }), selects.agent, bulkBtn),
+        bulkAsk,
         h('div', { class: 'scroll' }, listTable),
         listNote, h('p', { class: 'pager' }, first, next)));
 
@@ -1226,6 +1260,7 @@
         if (selects[k].value !== filter[k]) fillSelect(selects[k], [...selects[k].options].map((o) => o.value), filter[k], selects[k].options[0].text, k === 'agent' ? agentName : null);
       }
       pagePath = '';
+      showBulk();
       loadList();
     }
     for (const [k, sel] of Object.entries(selects)) sel.addEventListener('change', () => setFilter({ [k]: sel.value }));
@@ -1286,6 +1321,84 @@
       fillSelect(selects.agent, sorted.map((r) => r.agent).filter(Boolean).sort(), filter.agent, 'every agent', agentName);
     }
 
+    // The bulk requeue is offered for a filter on a state the job machine
+    // requeues from (FAILED, DEAD), to an actor it lets requeue.
+    function showBulk() {
+      const from = spec ? spec.transitions.filter((t) => t.event === 'requeue').map((t) => t.from) : [];
+      const on = !!filter.status && from.includes(filter.status) && mayMove(spec, filter.status, 'requeue');
+      bulkBtn.hidden = !on;
+      if (!on) bulkAsk.hidden = true;
+      bulkBtn.textContent = `Requeue every ${filter.status} job${filterWords(filter)}…`;
+    }
+    const filterWords = (f) => (f.type ? ' of type ' + f.type : '') + (f.agent ? ' of agent ' + agentName(f.agent) : '');
+    bulkBtn.addEventListener('click', () => {
+      bulkText.textContent = `Requeue every ${filter.status} job${filterWords(filter)}? Each starts over with fresh attempts. ` +
+        `The Worker requeues at most ${BULK_PER_CALL} a call; the page calls until all are done.`;
+      bulkAsk.hidden = false;
+      bulkYes.focus();
+    });
+    bulkNo.addEventListener('click', () => { bulkAsk.hidden = true; bulkBtn.focus(); });
+    bulkYes.addEventListener('click', () => bulkRequeue());
+    async function bulkRequeue() {
+      bulkYes.disabled = bulkNo.disabled = true;
+      ok.textContent = err.textContent = '';
+      const f = Object.assign({}, filter);
+      const body = {};
+      for (const k of ['status', 'type', 'agent']) if (f[k]) body[k] = f[k];
+      let done = 0, failed = [], more = false;
+      try {
+        for (let calls = 0; ; calls++) {
+          const res = await api('POST', '/jobs/requeue', body);
+          done += res.count;
+          failed = failed.concat(res.failed || []);
+          if (!res.next) break;
+          if (calls + 1 >= BULK_CALLS_MAX) { more = true; break; }
+          body.cursor = res.next;
+        }
+        ok.dataset.count = String(done);
+        ok.textContent = `Requeued ${done} ${f.status} job${done === 1 ? '' : 's'}${filterWords(f)}` +
+          (failed.length ? `; ${failed.length} not requeued (below).` : '.') + (more ? ' More remain: requeue again.' : '');
+        if (failed.length) {
+          err.replaceChildren('Not requeued: ', ...failed.slice(0, 20).flatMap((x, i) => [i ? '; ' : '',
+            h('a', { href: '#/jobs/' + enc(x.job_id), class: 'mono', text: x.job_id }), ` ${x.code}: ${x.message}`]));
+        }
+      } catch (e) {
+        err.textContent = `Requeue of the ${f.status} jobs stopped after ${done}: ` + e.describe();
+        err.dataset.code = e.code;
+        err.dataset.status = String(e.status);
+      }
+      bulkYes.disabled = bulkNo.disabled = false;
+      bulkAsk.hidden = true;
+      if (!stopped) refresh(); // recounts at once: the counts follow the move
+    }
+
+    async function loadQueues() {
+      let lanes;
+      try {
+        lanes = await api('GET', '/queues');
+      } catch (e) {
+        if (stopped) return;
+        queuesNote.textContent = 'The queues could not be read: ' + e.describe();
+        queuesNote.className = 'error';
+        return;
+      }
+      if (stopped) return;
+      const lane = (agent) => {
+        const a = h('a', { href: '#/jobs?agent=' + enc(agent), class: 'mono', text: agentName(agent) });
+        a.addEventListener('click', (e) => { e.preventDefault(); setFilter({ status: '', type: '', agent }); });
+        return a;
+      };
+      queuesBody.replaceChildren(...(lanes || []).map((l) => h('tr', { 'data-lane': l.agent, 'data-running': String(!!l.running) },
+        h('td', {}, lane(l.agent)),
+        h('td', { class: 'num', 'data-col': 'ready', text: l.ready }),
+        h('td', { class: 'num', 'data-col': 'waiting', text: l.waiting }),
+        h('td', { class: 'num', text: l.ready ? fmtDuration(l.oldest_ready_ms) : '—' }),
+        h('td', { class: l.running ? 'running' : 'muted', 'data-col': 'running' },
+          l.running ? ['running ', h('a', { href: '#/jobs/' + enc(l.job_id), class: 'mono id', text: l.job_id })] : 'idle'))));
+      queuesNote.className = 'muted';
+      queuesNote.textContent = lanes && lanes.length ? '' : 'No lanes: no job was ever enqueued.';
+    }
+
     const jobActions = (j) => JOB_ACTIONS.filter((a) => mayMove(spec, j.status, a.event));
     function jobRow(j) {
       const actions = jobActions(j).map((a) => {
@@ -1300,7 +1413,7 @@
       // data-label names each cell's column for the narrow layout, where
       // a row is a card and its cells are lines (app.css).
       return h('tr', { 'data-job': j.job_id, 'data-status': j.status },
-        h('td', { class: 'mono', 'data-label': 'job', title: j.job_id, text: j.job_id }),
+        h('td', { class: 'mono', 'data-label': 'job' }, h('a', { href: '#/jobs/' + enc(j.job_id), class: 'id', 'data-testid': 'job-link', text: j.job_id })),
         h('td', { class: 'mono', 'data-label': 'type', text: j.job_type }),
         h('td', { class: 'mono', 'data-label': 'agent', text: agentName(j.agent_slug) }),
         h('td', { 'data-label': 'run' }, j.run_id ? h('a', { href: '#/runs/' + enc(j.run_id), class: 'mono', text: j.run_id }) : '—'),
@@ -1380,7 +1493,7 @@
           if (!stopped) err.textContent = 'Jobs could not be counted: ' + e.describe();
         }
       }
-      if (!stopped) await loadList();
+      if (!stopped) await Promise.all([loadList(), loadQueues()]);
     }
 
     // A job's move is an event of the feed: a burst of them costs one read.
@@ -1395,16 +1508,201 @@
       poll: () => refresh(false),
       onOpen: () => refresh(false), // the view counted when it opened
     });
+    // A job picked up makes no event until it comes to rest (its audit is
+    // written then), so the queues are also read every QUEUES_POLL_MS:
+    // the lanes and their locks, cheap whatever the jobs.
+    const queuesTimer = setInterval(() => { if (!stopped && !document.hidden) loadQueues(); }, QUEUES_POLL_MS);
     (async () => {
       try {
         spec = (await loadMachines()).find((m) => m.name === 'job') || null;
       } catch (e) {
         err.textContent = 'The job machine could not be read: ' + e.describe();
       }
+      showBulk();
       await refresh();
       if (!stopped) live.start();
     })();
+    return { stop() { stopped = true; clearTimeout(pending); clearInterval(queuesTimer); live.stop(); } };
+  }
+
+  // ---- one job: its arguments, its result, its attempts and its moves
+
+  // copyButton copies text to the clipboard; where the page may not use it
+  // (an origin that is not secure) it selects el's text for Ctrl+C.
+  function copyButton(text, el) {
+    const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'copy-id', title: 'Copy the id', text: 'Copy' });
+    b.addEventListener('click', async () => {
+      try {
+        await navigator.clipboard.writeText(text);
+        b.textContent = 'Copied';
+      } catch (_) {
+        const r = document.createRange();
+        r.selectNodeContents(el);
+        getSelection().removeAllRanges();
+        getSelection().addRange(r);
+        b.textContent = 'Selected: press Ctrl+C';
+      }
+      setTimeout(() => { b.textContent = 'Copy'; }, 2500);
+    });
+    return b;
+  }
+
+  const pretty = (v) => JSON.stringify(v, null, 2);
+  // fmtClock shows a move's time to the millisecond (a job's moves are
+  // often within one second), the whole timestamp in its title.
+  function fmtClock(iso) {
+    const d = new Date(iso);
+    if (!iso || isNaN(d)) return fmtTime(iso);
+    const p = (n, w) => String(n).padStart(w, '0');
+    return h('time', { datetime: iso, title: d.toLocaleString() + ' (' + iso + ')',
+      text: `${d.toLocaleDateString()} ${p(d.getHours(), 2)}:${p(d.getMinutes(), 2)}:${p(d.getSeconds(), 2)}.${p(d.getMilliseconds(), 3)}` });
+  }
+
+  function jobView(view, jobID) {
+    let stopped = false, spec = null, job = null;
+    const idEl = h('code', { class: 'id', id: 'job-id', 'data-testid': 'job-id', text: jobID });
+    const err = h('div', { id: 'job-error', class: 'notice error', role: 'alert' });
+    const ok = h('div', { id: 'job-result-note', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
+    const facts = h('dl', { class: 'facts', id: 'job-facts' });
+    const actions = h('div', { class: 'controls', id: 'job-actions' });
+    const payload = h('pre', { class: 'json', id: 'job-payload', 'data-testid': 'job-payload' });
+    const result = h('pre', { class: 'json', id: 'job-output', 'data-testid': 'job-output' });
+    const attemptsBody = h('tbody', { id: 'job-attempts-body' });
+    const timeline = h('ol', { class: 'timeline', id: 'job-timeline', 'data-testid': 'job-timeline' });
+    const timelineNote = h('p', { class: 'muted', id: 'job-timeline-note' });
+    const section = (id, title, ...body) => h('section', { 'aria-labelledby': id }, h('h3', { id, text: title }), ...body);
+    view.append(
+      h('p', {}, h('a', { href: '#/jobs', text: '← Jobs' })),
+      h('h2', {}, 'Job ', idEl, ' ', copyButton(jobID, idEl)), err, ok, facts, actions,
+      section('payload-h', 'Arguments (payload)', payload),
+      section('output-h', 'Result', result),
+      section('attempts-h', 'Attempts', h('div', { class: 'scroll' }, h('table', { id: 'job-attempts', 'data-testid': 'job-attempts' },
+        h('thead', {}, h('tr', {}, ['attempt', 'started', 'duration', 'outcome', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
+        attemptsBody))),
+      section('timeline-h', 'Timeline', h('p', { class: 'muted', text: 'Every move of the job, from the audit log and the job record, oldest first.' }),
+        timeline, timelineNote));
+
+    const fact = (label, value) => [h('dt', { text: label }), h('dd', {}, value)];
+    const errorOf = (code, msg) => [code ? h('code', { class: 'code', text: code }) : null, msg ? h('div', { class: 'error', text: msg }) : null];
+    function render(hist) {
+      job = hist.job;
+      facts.replaceChildren(
+        ...fact('state', [badge(job.status, { id: 'job-status', 'data-testid': 'job-status' }),
+          job.status === 'RETRY_BACKOFF' && job.next_attempt_at ? [' next attempt ', fmtTime(job.next_attempt_at)] : null]),
+        ...fact('type', h('span', { class: 'mono', text: job.job_type })),
+        ...fact('agent', h('span', { class: 'mono', text: agentName(job.agent_slug) })),
+        ...fact('run', job.run_id ? h('a', { href: '#/runs/' + enc(job.run_id), class: 'mono id', text: job.run_id }) : '—'),
+        ...fact('attempt', `${job.attempt || 0} / ${job.max_attempts || 0}`),
+        ...fact('created', fmtTime(job.created_at)),
+        ...fact('updated', fmtTime(job.updated_at)),
+        ...(job.error || job.error_code ? fact('last error', [errorOf(job.error_code, job.error), job.failed_step ? h('span', { class: 'muted', text: 'in ' + job.failed_step }) : null]) : []),
+        ...(job.artifact_id ? fact('artifact', h('span', { class: 'mono id', text: job.artifact_id })) : []));
+      payload.textContent = job.payload === undefined || job.payload === null ? 'No payload.' : pretty(job.payload);
+      result.textContent = hist.result !== undefined && hist.result !== null ? pretty(hist.result)
+        : job.artifact_id ? 'The artifact ' + job.artifact_id + ' could not be read.' : job.status === 'COMPLETE' ? 'No result.' : 'No result yet.';
+      const attempts = hist.attempts || [];
+      attemptsBody.replaceChildren(...attempts.map((a) => h('tr', { 'data-attempt': a.attempt, 'data-outcome': a.outcome || 'running' },
+        h('td', { class: 'num', text: a.attempt }),
+        h('td', {}, fmtClock(a.started_at)),
+        h('td', { class: 'num', 'data-col': 'duration', text: a.duration_ms === undefined ? 'running' : fmtDuration(a.duration_ms) }),
+        h('td', {}, a.outcome ? badge(a.outcome) : 'running'),
+        h('td', { class: 'error-cell', 'data-col': 'error' }, errorOf(a.error_code, a.error)))));
+      if (!attempts.length) attemptsBody.append(h('tr', {}, h('td', { colspan: 5, class: 'muted', text: 'No attempt yet.' })));
+      timeline.replaceChildren(...(hist.moves || []).map((m) => h('li', { 'data-from': m.from, 'data-to': m.to },
+        h('span', { class: 'when' }, fmtClock(m.at)), m.from ? [badge(m.from), ' → '] : 'created ', badge(m.to),
+        h('span', { class: 'muted', text: ` ${m.event || ''} by ${m.actor}` }),
+        m.error_code || m.error ? h('div', {}, errorOf(m.error_code, m.error)) : null)));
+      timelineNote.textContent = hist.partial ? 'The audit log was read in part: older moves may be missing.' : '';
+      actions.replaceChildren(...JOB_ACTIONS.filter((a) => mayMove(spec, job.status, a.event)).map((a) => {
+        const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'job-' + a.event, 'data-job': jobID, text: a.label });
+        b.addEventListener('click', () => act(a, b));
+        return b;
+      }));
+    }
+    let seq = 0;
+    async function load() {
+      const mine = ++seq;
+      try {
+        const hist = await api('GET', '/jobs/' + enc(jobID) + '/history');
+        if (stopped || mine !== seq) return;
+        render(hist);
+        err.textContent = '';
+      } catch (e) {
+        if (stopped || mine !== seq) return;
+        err.textContent = (e.status === 404 ? 'No job ' + jobID + ': ' : 'The job could not be read: ') + e.describe();
+        err.dataset.code = e.code;
+      }
+    }
+    async function act(a, btn) {
+      ok.textContent = err.textContent = '';
+      btn.disabled = true;
+      try {
+        const j = await api('POST', a.path(jobID));
+        ok.textContent = `${a.label}: done (${j.status}).`;
+      } catch (e) {
+        err.textContent = `${a.label} refused: ` + e.describe();
+        btn.disabled = false;
+      }
+      load();
+    }
+    // The job's own events read it again, a burst of them once.
+    let pending = null;
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_RUN_MS,
+      onEvent: (type, d) => {
+        if (!type.startsWith('job.') || d.jobId !== jobID || pending) return;
+        pending = setTimeout(() => { pending = null; if (!stopped) load(); }, 200);
+      },
+      poll: load,
+      onOpen: load,
+    });
+    (async () => {
+      try {
+        spec = (await loadMachines()).find((m) => m.name === 'job') || null;
+      } catch (_) { /* no actions offered without the machine */ }
+      await load();
+      if (!stopped) live.start();
+    })();
     return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+  }
+
+  // ---- search by id, from the header: a job's id, else a run's
+
+  async function findID(id) {
+    const tries = [['/jobs/' + enc(id), '#/jobs/' + enc(id)], ['/runs/' + enc(id) + '/status', '#/runs/' + enc(id)]];
+    for (const [path, hash] of tries) {
+      try {
+        await api('GET', path);
+        return hash;
+      } catch (e) {
+        // Not this kind of id (a Worker without a job queue answers 404
+        // too, an id of another shape 400): try the next.
+        if (e.status !== 404 && e.status !== 400) throw e;
+      }
+    }
+    return null;
+  }
+
+  function initSearch() {
+    const form = $('#search'), input = $('#search-id'), msg = $('#search-msg');
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const id = input.value.trim();
+      msg.textContent = '';
+      if (!id) return;
+      try {
+        const hash = await findID(id);
+        if (!hash) {
+          msg.textContent = 'No job or run has the id ' + id + '.';
+          return;
+        }
+        if (location.hash === hash) route();
+        else location.hash = hash;
+      } catch (err) {
+        msg.textContent = 'The search failed: ' + err.describe();
+      }
+    });
   }
 
   // ---- start
@@ -1431,5 +1729,6 @@
   // The skip link must not change the hash: the hash is the route.
   document.querySelector('.skip').addEventListener('click', (e) => { e.preventDefault(); $('#view').focus(); });
   initAuth();
+  initSearch();
   route();
 })();

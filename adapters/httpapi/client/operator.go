@@ -1,0 +1,57 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// Operator calls the routes an operator's dashboard reads and acts
+// through, beyond the Client's own: a job's history, the queue's lanes,
+// and actions on a filtered set of jobs. It is a value over a Client:
+// Operator{Client: c}.
+type Operator struct {
+	Client *Client
+}
+
+// JobHistory reads a job with its moves from the audit log and its
+// attempts, each with its error and duration (GET /jobs/{jobId}/history).
+func (o Operator) JobHistory(ctx context.Context, jobID string) (lifecycle.JobHistory, error) {
+	return get[lifecycle.JobHistory](ctx, connOf(o.Client), http.MethodGet, "/jobs/"+url.PathEscape(jobID)+"/history", nil)
+}
+
+// RequeueJobs is the admin's requeue of the FAILED and DEAD jobs q
+// selects (POST /jobs/requeue: q's Status, Type and Agent, as Jobs takes
+// them): one call acts on at most q.Limit jobs (0: 100, at most 100) and
+// answers the cursor of the rest; with q.All it goes on until the set is
+// done and answers every job requeued and every failure, with Next "".
+// On an error the result holds what the calls before it did.
+func (o Operator) RequeueJobs(ctx context.Context, q Query) (lifecycle.BulkResult, error) {
+	body := wire.BulkBody{Status: lifecycle.JobState(q.Status), Type: lifecycle.JobType(q.Type), Agent: q.Agent, Limit: q.Limit, Cursor: q.Cursor}
+	all := lifecycle.BulkResult{JobIDs: []string{}, Failed: []lifecycle.BulkFailure{}}
+	for {
+		res, err := get[lifecycle.BulkResult](ctx, connOf(o.Client), http.MethodPost, "/jobs/requeue", body)
+		if err != nil {
+			return all, err
+		}
+		if !q.All {
+			return res, nil
+		}
+		all.JobIDs = append(all.JobIDs, res.JobIDs...)
+		all.Failed = append(all.Failed, res.Failed...)
+		all.Count = len(all.JobIDs)
+		if res.Next == "" {
+			return all, nil
+		}
+		body.Cursor = res.Next
+	}
+}
+
+// Queues lists the queue's lanes with their depth and whether a job of
+// each runs now (GET /queues).
+func (o Operator) Queues(ctx context.Context) ([]lifecycle.QueueLane, error) {
+	return get[[]lifecycle.QueueLane](ctx, connOf(o.Client), http.MethodGet, "/queues", nil)
+}

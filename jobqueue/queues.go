@@ -1,0 +1,93 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// MaxLaneLocks is the most lane locks one Lanes call reads: lanes past it
+// (in name order) are listed with their depth and Running false.
+const MaxLaneLocks = 500
+
+// laneStates is Queue.Lanes: the ready lanes' depths (Depths) and, for
+// each lane's lock, whether it holds a running job. A held lock names its
+// job; the job is read only to tell a lock still held after its job ended
+// (a claim keeps it a moment) from one whose job runs: one read per busy
+// lane, never one per job.
+func (q *Queue) laneStates(ctx context.Context) ([]lifecycle.QueueLane, error) {
+	depths, err := q.lanes.depths(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byAgent := map[string]*lifecycle.QueueLane{}
+	out := make([]lifecycle.QueueLane, 0, len(depths))
+	for _, d := range depths {
+		out = append(out, lifecycle.QueueLane{Agent: d.Agent, Ready: d.Ready, Waiting: d.Waiting, OldestReadyMS: d.Age.Milliseconds()})
+	}
+	var read int
+	var extra []lifecycle.QueueLane
+	for key, err := range q.reads.store.List(ctx, layout.AgentLocksPrefix) {
+		if err != nil {
+			return nil, err
+		}
+		agent, ok := layout.AgentFromLockKey(key)
+		if !ok {
+			continue
+		}
+		lane := lifecycle.QueueLane{Agent: agent}
+		if read < MaxLaneLocks {
+			read++
+			if lane.JobID, err = q.runningJob(ctx, key); err != nil {
+				return nil, err
+			}
+			lane.Running = lane.JobID != ""
+		}
+		extra = append(extra, lane)
+	}
+	for i := range out {
+		byAgent[out[i].Agent] = &out[i]
+	}
+	for _, l := range extra {
+		if d, ok := byAgent[l.Agent]; ok {
+			d.Running, d.JobID = l.Running, l.JobID
+		} else {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b lifecycle.QueueLane) int { return strings.Compare(a.Agent, b.Agent) })
+	return out, nil
+}
+
+// runningJob is the id of the job that runs under the lock at key, ""
+// when none does.
+func (q *Queue) runningJob(ctx context.Context, key string) (string, error) {
+	raw, _, err := q.reads.store.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var l agentLock
+	if json.Unmarshal(raw, &l) != nil || l.free(q.clock.Now()) || l.JobID == "" {
+		return "", nil // a poison lock is the claim's to quarantine
+	}
+	d, _, err := q.reads.jobs.read(ctx, l.JobID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if idle(d.Status) || d.RanEpoch == l.Epoch {
+		return "", nil
+	}
+	return l.JobID, nil
+}
