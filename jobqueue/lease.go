@@ -15,6 +15,19 @@ import (
 
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
+	if c.untaken {
+		// Its take was never written (pickupJoint): nothing to free, and
+		// a lock this Queue kept goes back to the cache, as read.
+		a := c.agent
+		a.mu.Lock()
+		a.busyUntil = time.Time{}
+		a.freed, a.freedVer = nil, ""
+		if c.asRead != nil {
+			a.freed, a.freedVer = c.asRead, c.lockVer
+		}
+		a.mu.Unlock()
+		return
+	}
 	key, _ := layout.AgentLockKey(c.agent.name)
 	c.mu.Lock()
 	l := agentLock{Meta: c.lockMeta, Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
