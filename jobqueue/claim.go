@@ -317,12 +317,14 @@ func (q *claimer) holdLock(ctx context.Context, s *agentClaim, c *Claim) (next t
 		return time.Time{}, false, nil
 	}
 	ver, err := q.locks.writeLock(ctx, s.lockKey, &s.lock, c.lockVer)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		c.asRead = nil // the lock changed since it was read: not put back
+		c.release(ctx)
+		next, _ := q.takeRefused(s)
+		return next, true, nil
+	}
 	if err != nil {
 		c.release(ctx) // nothing written: the lock as read goes back to the cache
-		if errors.Is(err, storage.ErrPreconditionFailed) {
-			next, _ := q.takeRefused(s)
-			return next, true, nil
-		}
 		return time.Time{}, true, err
 	}
 	c.lockVer, c.lockMeta, c.untaken, c.asRead = ver, s.lock.Meta, false, nil
@@ -386,7 +388,8 @@ func (q *claimer) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key,
 	case errors.Is(err, errLockRefused):
 		a.forget()
 		if c.untaken {
-			c.release(ctx) // nothing written: the lock as read goes back to the cache
+			c.asRead = nil // the lock changed since it was read: not put back
+			c.release(ctx)
 			next, _ := q.takeRefused(s)
 			return nil, next, true, nil
 		}
