@@ -499,7 +499,8 @@ var errLockLost = errors.New("jobqueue: agent lock lost before the pickup")
 // back to its lane (a failed attempt, as for any claim that lost its lease)
 // under an epoch newer than the claim's, and errLockLost is returned. If
 // the store fails, the claim releases the lock still naming the job (lost
-// already, the release changes nothing).
+// already, the release changes nothing). On a store that commits, the
+// pickup's commit carries the lock's condition (pickupJoint): not called.
 func (q *claimer) confirmPickup(ctx context.Context, c *Claim, lockKey string, lock *agentLock) error {
 	if fence.LeaseCertain(lock.ExpiresAt, q.clock.Now(), q.leaseTTL) {
 		return nil
