@@ -371,6 +371,16 @@ type goneKey struct {
 // again: two writes for nothing. So the key is remembered (maxGone) and
 // such a listing leaves it out (refreshLanes).
 func (q *lanes) deleteLane(ctx context.Context, a *agentState, key string) {
+	landed := q.deleting(a, key)
+	_ = q.store.Delete(ctx, key, storage.Condition{})
+	landed()
+}
+
+// deleting is deleteLane's note in a's cache for a delete of key about to
+// be written (alone, or in a commit): key is dropped from the cache and
+// left out of every listing until landed is called, once the write is
+// done, whatever its outcome.
+func (q *lanes) deleting(a *agentState, key string) (landed func()) {
 	a.mu.Lock()
 	a.dropLocked(key)
 	if len(a.gone) == maxGone {
@@ -379,7 +389,12 @@ func (q *lanes) deleteLane(ctx context.Context, a *agentState, key string) {
 	// Left out of every listing until the delete has landed.
 	a.gone = append(a.gone, goneKey{key, math.MaxUint64})
 	a.mu.Unlock()
-	_ = q.store.Delete(ctx, key, storage.Condition{})
+	return func() { q.deleted(a, key) }
+}
+
+// deleted ends deleting: listings begun from now on show key if it is
+// still there.
+func (q *lanes) deleted(a *agentState, key string) {
 	gen := q.listGen.Load()
 	a.mu.Lock()
 	for i := range a.gone {

@@ -57,6 +57,7 @@ func New(cfg Config) (*Queue, error) {
 	// context allows (the Store made patient); the claim's and the
 	// sweep's contexts carry the deadlines.
 	store := cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
+	ownArtifacts := cfg.Artifacts == nil // over the queue's store: its writes can join the queue's commits
 	if cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes, Project: cfg.Project})
 		if err != nil {
@@ -64,7 +65,9 @@ func New(cfg Config) (*Queue, error) {
 		}
 		cfg.Artifacts = a
 	}
-	return assemble(cfg, store), nil
+	q := assemble(cfg, store)
+	q.runner.jointArtifact = ownArtifacts && store.CanCommit() && store.SettleTime() == 0
+	return q, nil
 }
 
 // assemble builds the Queue's components over store, each given what it
