@@ -262,39 +262,9 @@ func (d *Draft) checkText() error {
 // newer epoch makes Create fail with an error matching lifecycle.ErrLeaseLost,
 // having written nothing.
 func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d Draft) (Artifact, bool, error) {
-	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {
-		return Artifact{}, false, err
-	}
-	if err := d.validate(cid, s.cfg.Types); err != nil {
-		return Artifact{}, false, err
-	}
-	if d.Epoch < 0 {
-		return Artifact{}, false, invalid("epoch", "negative (%d)", d.Epoch)
-	}
-	id := IDForJob(d.JobID)
-	key, err := layout.ArtifactKey(cid, id)
+	key, a, err := s.draft(actor, cid, d)
 	if err != nil {
 		return Artifact{}, false, err
-	}
-	now := s.cfg.Clock.Now().UTC()
-	a := Artifact{
-		ArtifactID:  id,
-		JobID:       d.JobID,
-		RunID:       d.RunID,
-		Type:        d.Type,
-		AgentSlug:   d.AgentSlug,
-		CreatedAt:   now,
-		Finalized:   true,
-		FinalizedAt: &now,
-		EntityRefs:  d.EntityRefs,
-		Tags:        d.Tags,
-		Content:     d.Content,
-		Sources:     d.Sources,
-		ProjectID:   cid,
-		Epoch:       d.Epoch,
-	}
-	if s.cfg.BaseURL != "" {
-		a.URL = s.cfg.BaseURL + "/" + key
 	}
 	if d.Epoch > 0 {
 		return s.createFenced(ctx, actor, key, a, d.Audited)
@@ -323,9 +293,71 @@ func (s *Store) Create(ctx context.Context, actor lifecycle.Actor, cid string, d
 	}
 	if !d.Audited {
 		s.record(ctx, lifecycle.AuditEvent{Event: "artifact.create", Actor: string(actor), JobID: a.JobID,
-			RunID: a.RunID, ArtifactID: id, To: "finalized", TS: now})
+			RunID: a.RunID, ArtifactID: a.ArtifactID, To: "finalized", TS: a.CreatedAt})
 	}
 	return a, true, nil
+}
+
+// CreateWrite is Create of a fenced draft (Draft.Epoch > 0, Audited) as
+// a write for the caller to commit with its own writes on a store that
+// commits several keys at once (storage.Store.Commit), over the Store's
+// own: a create-only write of the artifact, and the artifact as it reads
+// once the write lands. It writes nothing. A commit refused by the
+// write's condition means the job has an artifact already: Create then
+// decides by the epochs, as for any fenced write.
+func (s *Store) CreateWrite(actor lifecycle.Actor, cid string, d Draft) (Artifact, storage.Write, error) {
+	if d.Epoch <= 0 || !d.Audited {
+		return Artifact{}, storage.Write{}, invalid("epoch", "a committed write is a fenced, audited draft's")
+	}
+	key, a, err := s.draft(actor, cid, d)
+	if err != nil {
+		return Artifact{}, storage.Write{}, err
+	}
+	a.Version = 1
+	b, err := json.Marshal(&a)
+	if err != nil {
+		return Artifact{}, storage.Write{}, err
+	}
+	return a, storage.Write{Key: key, Value: b, Cond: storage.IfNotExists()}, nil
+}
+
+// draft checks d for Create and builds its artifact, at its key.
+func (s *Store) draft(actor lifecycle.Actor, cid string, d Draft) (string, Artifact, error) {
+	if err := authority.Check(actor, authority.Artifacts, authority.WriteNew, authority.Scope{}); err != nil {
+		return "", Artifact{}, err
+	}
+	if err := d.validate(cid, s.cfg.Types); err != nil {
+		return "", Artifact{}, err
+	}
+	if d.Epoch < 0 {
+		return "", Artifact{}, invalid("epoch", "negative (%d)", d.Epoch)
+	}
+	id := IDForJob(d.JobID)
+	key, err := layout.ArtifactKey(cid, id)
+	if err != nil {
+		return "", Artifact{}, err
+	}
+	now := s.cfg.Clock.Now().UTC()
+	a := Artifact{
+		ArtifactID:  id,
+		JobID:       d.JobID,
+		RunID:       d.RunID,
+		Type:        d.Type,
+		AgentSlug:   d.AgentSlug,
+		CreatedAt:   now,
+		Finalized:   true,
+		FinalizedAt: &now,
+		EntityRefs:  d.EntityRefs,
+		Tags:        d.Tags,
+		Content:     d.Content,
+		Sources:     d.Sources,
+		ProjectID:   cid,
+		Epoch:       d.Epoch,
+	}
+	if s.cfg.BaseURL != "" {
+		a.URL = s.cfg.BaseURL + "/" + key
+	}
+	return key, a, nil
 }
 
 // createFenced is Create of a draft with an epoch, through the core's

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/records"
@@ -325,5 +326,51 @@ func TestCreateFencedByEpoch(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestCreateWrite: a fenced, audited draft's write, committed, stores the
+// artifact CreateWrite returned, as Create stores it (read back equal); a
+// second one is refused by its create-only condition; an unfenced or
+// unaudited draft, or an actor without WriteNew, gets no write.
+func TestCreateWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	st := newStore(t, s, clock.NewFake(t0))
+	d := draft("job-1")
+	d.Epoch, d.Audited = 3, true
+	a, w, err := st.CreateWrite(lifecycle.ActorNLMBackend, "cid-1", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, []storage.Write{w}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.GetForJob(ctx, lifecycle.ActorAdmin, "cid-1", "job-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Epoch != 3 || got.Version != 1 || !got.Finalized || got.ArtifactID != a.ArtifactID || got.URL != a.URL {
+		t.Fatalf("stored %+v, returned %+v", got, a)
+	}
+	if _, err := s.Commit(ctx, []storage.Write{w}); !errors.Is(err, storage.ErrPreconditionFailed) {
+		t.Fatalf("a second commit of the write: %v, want ErrPreconditionFailed", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		actor lifecycle.Actor
+		edit  func(*artifact.Draft)
+	}{
+		{"unfenced", lifecycle.ActorNLMBackend, func(d *artifact.Draft) { d.Epoch = 0 }},
+		{"not audited", lifecycle.ActorNLMBackend, func(d *artifact.Draft) { d.Audited = false }},
+		{"actor without WriteNew", lifecycle.ActorGateway, func(*artifact.Draft) {}},
+	} {
+		d := draft("job-2")
+		d.Epoch, d.Audited = 3, true
+		tc.edit(&d)
+		if _, w, err := st.CreateWrite(tc.actor, "cid-1", d); err == nil || w.Key != "" {
+			t.Errorf("%s: write %q, %v; want none and an error", tc.name, w.Key, err)
+		}
 	}
 }

@@ -99,8 +99,9 @@ func (q *admission) commitMany(ctx context.Context, actor lifecycle.Actor, jobs 
 }
 
 // prepare builds the batch's records, each in its own conveyor.enqueue
-// span. The jobs of one agent get times a nanosecond apart, so its lane
-// holds them in the batch's order.
+// span. The jobs of one agent get times a nanosecond apart (their run
+// times too), so its lane holds those of one priority and time in the
+// batch's order.
 func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) (*batch, error) {
 	n := len(jobs)
 	b := &batch{jobs: jobs, docs: make([]jobDoc, n), keys: make([]string, n), lanes: make([]string, n), spans: make([]tracing.Span, 0, n)}
@@ -113,7 +114,7 @@ func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []N
 			return b, &lifecycle.BatchError{Index: i, Err: err}
 		}
 		b.keys[i] = key
-		if b.docs[i], b.lanes[i], err = newJobDoc(jctx, actor, jobs[i], now.Add(time.Duration(i))); err != nil {
+		if b.docs[i], b.lanes[i], err = newJobDoc(jctx, actor, jobs[i], now, time.Duration(i)); err != nil {
 			return b, &lifecycle.BatchError{Index: i, Err: err}
 		}
 		// A no-op but on a store that settles, and none of those commits.
@@ -143,7 +144,11 @@ func (q *admission) commitBatch(ctx context.Context, b *batch) error {
 	}
 	jobWrites := make([]storage.Write, 0, 2*len(b.jobs))
 	for i := range b.jobs {
-		lane, err := encodeLane(b.jobs[i].JobID, b.docs[i].CreatedAt)
+		ready := b.docs[i].CreatedAt
+		if at := b.docs[i].ScheduledAt; at != nil {
+			ready = *at
+		}
+		lane, err := encodeLane(b.jobs[i].JobID, ready)
 		if err != nil {
 			return err
 		}

@@ -375,11 +375,11 @@ func BenchmarkEnqueueMany(b *testing.B) {
 	}
 }
 
-// TestJobCommits: where the store commits, two of a job's commits carry two
-// writes each: Enqueue's lane entry and record (and a new agent's lock),
-// and the write to COMPLETE and its audit object; a duplicate id is
-// ErrJobExists alone, as on every store. Elsewhere the same writes go one
-// at a time. (A claim taken outside a Worker stores CONTEXT_ASSEMBLY, so a
+// TestJobCommits: where the store commits, a job is three commits:
+// Enqueue's lane entry and record (and a new agent's lock), the pickup's
+// agent lock, record and lane entry's delete, and the end's artifact,
+// record (COMPLETE) and audit object; a duplicate id is ErrJobExists
+// alone, as on every store. Elsewhere the same writes go one at a time. (A claim taken outside a Worker stores CONTEXT_ASSEMBLY, so a
 // job is 9 writes here, a Worker's 8.)
 func TestJobCommits(t *testing.T) {
 	t.Parallel()
@@ -388,7 +388,7 @@ func TestJobCommits(t *testing.T) {
 		commits, writes int64 // of a job of a known agent, enqueued and run
 		newAgent        int64 // Enqueue's commits for a new agent
 	}{
-		{stores[0], 2, 9, 1},
+		{stores[0], 3, 9, 1},
 		{storeCase{"filestore", fileStore}, 0, 9, 0},
 	} {
 		t.Run(tc.sc.name, func(t *testing.T) {

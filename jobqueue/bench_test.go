@@ -114,7 +114,8 @@ func benchJobs(b *testing.B, newStore func(testing.TB) *storage.Store, slots []i
 	for _, workers := range slots {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			const calib = 512
-			writes, commits, _ := countsPerJob(b, newStore(b), calib, 256, workers, noopHandlers)
+			cnt := countsPerJob(b, newStore(b), calib, 256, workers, noopHandlers)
+			writes, commits := cnt.writes, cnt.commits
 			s := newStore(b)
 			b.ResetTimer()
 			n := b.N

@@ -257,6 +257,7 @@ func (q *claimer) settleNamed(ctx context.Context, orphan string, named *jobDoc)
 // done: claimAgent returns next and err.
 func (q *claimer) takeLock(ctx context.Context, s *agentClaim, orphan string) (c *Claim, next time.Time, done bool, err error) {
 	now, lock := s.now, &s.lock
+	read := *lock
 	lock.Owner, lock.Epoch, lock.ExpiresAt = s.worker, lock.Epoch+1, now.Add(q.leaseTTL)
 	if orphan == "" {
 		// Name the job about to be picked up in the same write; with an
@@ -264,14 +265,20 @@ func (q *claimer) takeLock(ctx context.Context, s *agentClaim, orphan string) (c
 		_, lock.JobID, _ = parseLaneKey(s.head)
 	}
 	c = &Claim{r: q.runner, worker: s.worker, epoch: lock.Epoch, agent: s.a, noAssembly: s.noAssembly}
-	if s.lockVer, err = q.locks.writeLock(ctx, s.lockKey, lock, s.lockVer); err != nil {
-		if errors.Is(err, storage.ErrPreconditionFailed) {
-			if s.cached {
-				return nil, now, true, nil // the lock changed since this Queue freed it: read it and try again
-			}
-			return nil, now.Add(min(q.leaseTTL/4, time.Second)), true, nil // another worker took it first
+	if orphan == "" && q.store.CanCommit() {
+		// The take is written with the pickup, in its commit (pickup).
+		c.lockVer, c.untaken = s.lockVer, true
+		if s.cached {
+			c.asRead = &read
 		}
-		return nil, time.Time{}, true, err
+		return c, time.Time{}, false, nil
+	}
+	if s.lockVer, err = q.locks.writeLock(ctx, s.lockKey, lock, s.lockVer); err != nil {
+		next, done := q.takeRefused(s)
+		if !done {
+			return nil, time.Time{}, true, err
+		}
+		return nil, next, true, nil
 	}
 	c.lockVer, c.lockMeta = s.lockVer, lock.Meta
 	if orphan != "" {
@@ -290,6 +297,38 @@ func (q *claimer) takeLock(ctx context.Context, s *agentClaim, orphan string) (c
 		c.named = ""
 	}
 	return c, time.Time{}, false, nil
+}
+
+// takeRefused is when to look at the agent again after the take of its
+// lock was refused (done false: not a refusal, the take's error stands).
+func (q *claimer) takeRefused(s *agentClaim) (next time.Time, done bool) {
+	if s.cached {
+		return s.now, true // the lock changed since this Queue freed it: read it and try again
+	}
+	return s.now.Add(min(q.leaseTTL/4, time.Second)), true // another worker took it first
+}
+
+// holdLock writes the take of the agent lock that c left to the pickup's
+// commit (Claim.untaken), naming the job s.lock names, for a repair that
+// needs the lock held before its write. done: claimAgent returns next and
+// err.
+func (q *claimer) holdLock(ctx context.Context, s *agentClaim, c *Claim) (next time.Time, done bool, err error) {
+	if !c.untaken {
+		return time.Time{}, false, nil
+	}
+	ver, err := q.locks.writeLock(ctx, s.lockKey, &s.lock, c.lockVer)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		c.asRead = nil // the lock changed since it was read: not put back
+		c.release(ctx)
+		next, _ := q.takeRefused(s)
+		return next, true, nil
+	}
+	if err != nil {
+		c.release(ctx) // nothing written: the lock as read goes back to the cache
+		return time.Time{}, true, err
+	}
+	c.lockVer, c.lockMeta, c.untaken, c.asRead = ver, s.lock.Meta, false, nil
+	return time.Time{}, false, nil
 }
 
 // pickupHead, under the lock c holds, picks up the first ready job of the
@@ -325,17 +364,36 @@ func (q *claimer) pickupHead(ctx context.Context, s *agentClaim, c *Claim) (*Cla
 // next entry.
 func (q *claimer) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key, jobID string, pending *string) (got *Claim, next time.Time, done bool, err error) {
 	a, now, lock := s.a, s.now, &s.lock
+	joint := q.store.CanCommit() // the lock's write and the entry's delete go with the pickup's
 	if lock.JobID != jobID {
 		lock.JobID = jobID
-		if c.lockVer, err = q.locks.writeLock(ctx, s.lockKey, lock, c.lockVer); err != nil {
-			a.forget()
-			return nil, time.Time{}, true, err // lost the lock: nothing of ours to release
+		if !joint {
+			if c.lockVer, err = q.locks.writeLock(ctx, s.lockKey, lock, c.lockVer); err != nil {
+				a.forget()
+				return nil, time.Time{}, true, err // lost the lock: nothing of ours to release
+			}
+			c.lockMeta = lock.Meta
 		}
-		c.lockMeta = lock.Meta
 	}
 	c.named = jobID // until the job is settled (repair.go)
-	doc, ver, picked, err := q.pickup(ctx, key, jobID, c)
+	var doc jobDoc
+	var ver storage.Version
+	var picked bool
+	if joint {
+		doc, ver, picked, err = q.pickupJoint(ctx, s, c, key, jobID)
+	} else {
+		doc, ver, picked, _, err = q.pickup(ctx, key, jobID, c, nil)
+	}
 	switch {
+	case errors.Is(err, errLockRefused):
+		a.forget()
+		if c.untaken {
+			c.asRead = nil // the lock changed since it was read: not put back
+			c.release(ctx)
+			next, _ := q.takeRefused(s)
+			return nil, next, true, nil
+		}
+		return nil, now, true, nil // lost the lock: nothing of ours to release
 	case errors.Is(err, errNotReady):
 		a.forget()
 		c.named = ""
@@ -353,6 +411,9 @@ func (q *claimer) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key,
 			return q.dropTwice(ctx, s, c, key, jobID, err)
 		}
 		c.job, c.doc, c.ver = doc.Job, doc, ver
+		if joint {
+			return c, time.Time{}, true, nil // the lock and the entry's delete went with it
+		}
 		// The entry goes only once the pickup is confirmed: until then
 		// it may be all that points at the job (confirmPickup).
 		err := q.confirmPickup(ctx, c, s.lockKey, lock)
@@ -368,7 +429,9 @@ func (q *claimer) pickupEntry(ctx context.Context, s *agentClaim, c *Claim, key,
 		}
 		return c, time.Time{}, true, nil
 	}
-	q.lanes.deleteLane(ctx, a, key)
+	if !joint {
+		q.lanes.deleteLane(ctx, a, key)
+	}
 	// The job's attempts ran out: it went to FAILED and DEAD; next,
 	// unless its audit object is still to be written (repair.go).
 	if q.audit.hasAuditGap(jobID) {
@@ -402,6 +465,9 @@ func (q *claimer) dropStale(ctx context.Context, s *agentClaim, c *Claim, key st
 	// while the lock names the job, before the entry goes.
 	var se *staleEntry
 	if errors.As(pickErr, &se) {
+		if next, done, err := q.holdLock(ctx, s, c); done {
+			return next, true, err
+		}
 		if err := q.repair.repairStale(ctx, key, se, c.epoch); err != nil {
 			c.release(ctx) // still naming the job
 			return time.Time{}, true, err
@@ -433,7 +499,8 @@ var errLockLost = errors.New("jobqueue: agent lock lost before the pickup")
 // back to its lane (a failed attempt, as for any claim that lost its lease)
 // under an epoch newer than the claim's, and errLockLost is returned. If
 // the store fails, the claim releases the lock still naming the job (lost
-// already, the release changes nothing).
+// already, the release changes nothing). On a store that commits, the
+// pickup's commit carries the lock's condition (pickupJoint): not called.
 func (q *claimer) confirmPickup(ctx context.Context, c *Claim, lockKey string, lock *agentLock) error {
 	if fence.LeaseCertain(lock.ExpiresAt, q.clock.Now(), q.leaseTTL) {
 		return nil
@@ -468,9 +535,12 @@ func (q *claimer) confirmPickup(ctx context.Context, c *Claim, lockKey string, l
 // attempt+1, or from RETRY_BACKOFF through backoff_elapsed to QUEUED and
 // on, or to FAILED (attempts exhausted) and then DEAD. picked tells
 // whether the claim now runs the job.
-func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobDoc, storage.Version, bool, error) {
+//
+// joint, when not nil, gives the writes committed with the pickup's, all
+// or none (pickupJoint); vers are their versions.
+func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim, joint func(d *jobDoc) ([]storage.Write, error)) (_ jobDoc, _ storage.Version, picked bool, vers []storage.Version, _ error) {
 	orch := lifecycle.ActorOrchestration
-	doc, ver, err := q.jobs.update(ctx, jobID, nil, "", func(d *jobDoc, now time.Time) error {
+	doc, ver, vers, err := q.jobs.updateJoint(ctx, jobID, nil, "", "", 0, func(d *jobDoc, now time.Time) error {
 		if d.ReadyKey != key || (d.Status != lifecycle.JobQueued && d.Status != lifecycle.JobRetryBackoff) {
 			return &staleEntry{doc: *d}
 		}
@@ -498,15 +568,77 @@ func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim) (jobD
 			return fire(ctx, d, machine.EventSnapshotReady, orch)
 		}
 		return nil
-	})
+	}, joint)
 	if err != nil {
-		return jobDoc{}, "", false, err
+		return jobDoc{}, "", false, nil, err
 	}
 	if doc.Status == lifecycle.JobFailed {
 		_, err := q.retries.bury(ctx, jobID, &doc, ver)
+		return jobDoc{}, "", false, vers, err
+	}
+	return doc, ver, true, vers, nil
+}
+
+// errLockRefused: a joint pickup's commit was refused by the agent lock's
+// condition: another claim took the lock since it was read (pickupJoint).
+var errLockRefused = errors.New("jobqueue: agent lock changed before the pickup's commit")
+
+// pickupJoint is pickup on a store that commits: the job's pickup, the
+// agent lock's write (the take, or the lock renamed to the job; its expiry
+// the job's lease's) and the lane entry's delete land in one commit,
+// conditioned on the lock's version, or none does. So the pickup lands
+// only while the lock is the claim's, naming the job, and no state between
+// two of those writes exists (repair.go): nothing is left to confirm
+// (confirmPickup). A refusal by the lock's condition is errLockRefused.
+func (q *claimer) pickupJoint(ctx context.Context, s *agentClaim, c *Claim, key, jobID string) (jobDoc, storage.Version, bool, error) {
+	var (
+		next   agentLock
+		landed func() // the entry's note in the lane cache (lanes.deleting)
+	)
+	defer func() {
+		if landed != nil {
+			landed()
+		}
+	}()
+	joint := func(d *jobDoc) ([]storage.Write, error) {
+		l := s.lock
+		if d.Lease != nil {
+			l.ExpiresAt = d.Lease.ExpiresAt
+		}
+		lw, n, err := lockWrite(s.lockKey, &l, c.lockVer)
+		if err != nil {
+			return nil, err
+		}
+		if landed == nil {
+			landed = q.lanes.deleting(s.a, key)
+		}
+		next = n
+		return []storage.Write{lw, {Key: key, Delete: true}}, nil
+	}
+	doc, ver, picked, vers, err := q.pickup(ctx, key, jobID, c, joint)
+	if vers != nil {
+		// Landed (a bury that followed may have failed: err).
+		s.lock, c.lockMeta, c.untaken, c.asRead = next, next.Meta, false, nil
+		if c.lockVer = vers[0]; c.lockVer == "" {
+			// Its commit's outcome was unknown; it landed, and the lock
+			// changed since: taken by another claim, which repairs the
+			// job the lock named.
+			return jobDoc{}, "", false, errLockRefused
+		}
+	}
+	if err != nil {
+		if refusedAt(err, s.lockKey) {
+			return jobDoc{}, "", false, errLockRefused
+		}
 		return jobDoc{}, "", false, err
 	}
-	return doc, ver, true, nil
+	return doc, ver, picked, nil
+}
+
+// refusedAt tells whether err is a refused condition of the write at key.
+func refusedAt(err error, key string) bool {
+	oe, ok := errors.AsType[*storage.OpError](err)
+	return ok && errors.Is(err, storage.ErrPreconditionFailed) && oe.Key == key
 }
 
 // lockEnded tells whether the job a held lock names ended its run under
@@ -575,6 +707,12 @@ type Claim struct {
 	// waits out a store outage holds mu, and the heartbeat must still be
 	// able to schedule itself meanwhile.
 	renewedAt atomic.Int64
+	// untaken: the claim's take of the agent lock is still to be written,
+	// with its pickup, in one commit (pickupJoint); lockVer is the version
+	// read, and a release writes nothing. asRead is the lock as this
+	// Queue's cache held it, put back by such a release.
+	untaken bool
+	asRead  *agentLock
 }
 
 // Job is the job as claimed (or as last written by the claim).

@@ -79,6 +79,9 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
+	if b, err = appendSchedule(b, j); err != nil {
+		return b, err
+	}
 	b = jsonenc.OmitEmpty(b, `,"ready_key":`, j.ReadyKey)
 	if b, err = appendLease(b, j.Lease); err != nil {
 		return b, err
@@ -93,6 +96,20 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 		b = jsonenc.Int(b, d.RanEpoch)
 	}
 	return append(b, '}'), nil
+}
+
+// appendSchedule appends the "priority" and "scheduled_at" members, each
+// omitted when empty.
+func appendSchedule(b []byte, j *lifecycle.Job) ([]byte, error) {
+	if j.Priority != 0 {
+		b = append(b, `,"priority":`...)
+		b = jsonenc.Int(b, int64(j.Priority))
+	}
+	if j.ScheduledAt == nil {
+		return b, nil
+	}
+	b = append(b, `,"scheduled_at":`...)
+	return jsonenc.Time(b, *j.ScheduledAt)
 }
 
 // appendJobContext appends the "context" member (never omitted, its
@@ -324,15 +341,22 @@ func (d *jobDoc) readProgress(r *jsonenc.Reader, key []byte) (bit uint, known bo
 	case "ran_epoch":
 		bit = 25
 		d.RanEpoch = r.Int()
-	case "machine":
+	case "priority":
 		bit = 26
+		j.Priority = int(r.Int())
+	case "scheduled_at":
+		bit = 27
+		t := r.Time()
+		j.ScheduledAt = &t
+	case "machine":
+		bit = 28
 		j.Machine = jsonenc.Enum(r, knownMachines)
 	case "cancel_requested_at":
-		bit = 27
+		bit = 29
 		t := r.Time()
 		j.CancelRequestedAt = &t
 	case "cancel_requested_by":
-		bit = 28
+		bit = 30
 		j.CancelRequestedBy = jsonenc.Enum(r, knownActors)
 	default:
 		return 0, false
@@ -344,7 +368,7 @@ func (d *jobDoc) readProgress(r *jsonenc.Reader, key []byte) (bit uint, known bo
 // without copying them from the record's bytes. Never written after init.
 var (
 	knownStates              = slices.Concat(machine.JobStates(), []lifecycle.JobState{lifecycle.JobRunning, lifecycle.JobCancelled})
-	knownMachines            = []string{lifecycle.JobMachineSpec, lifecycle.JobMachineGeneral}
+	knownMachines            = []string{machine.JobMachineSpecName, lifecycle.JobMachineGeneral}
 	knownTypes               = []lifecycle.JobType{lifecycle.JobResearch, lifecycle.JobBrief, lifecycle.JobProposalPreprocess}
 	knownEvents, knownActors = func() (events []lifecycle.Event, actors []lifecycle.Actor) {
 		for _, t := range slices.Concat(machine.JobMachine().Transitions(), machine.GeneralJobMachine().Transitions()) {

@@ -108,6 +108,9 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 	if n.MaxAttempts < 1 || n.MaxAttempts > 100 {
 		return badJob("max_attempts %d outside 1..100", n.MaxAttempts)
 	}
+	if err := n.checkSchedule(); err != nil {
+		return err
+	}
 	if len(n.Payload) > 0 && !json.Valid(n.Payload) {
 		return badJob("payload is not valid JSON")
 	}
@@ -123,6 +126,41 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 		}
 	}
 	return nil
+}
+
+// maxDelay bounds NewJob.Delay: far past any use, and short of the lane
+// key's last time (2262), so that the enqueue's time plus it cannot overflow.
+const maxDelay = 100 * 365 * 24 * time.Hour
+
+// lastRunAt bounds NewJob.RunAt, short of the lane key's last time (2262)
+// by more than maxDelay. A run time already past means at once.
+var lastRunAt = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// checkSchedule checks the priority and the run time of n.
+func (n *NewJob) checkSchedule() error {
+	if n.Priority != 0 && (n.Priority < lifecycle.MinPriority || n.Priority > lifecycle.MaxPriority) {
+		return badJob("priority %d outside %d..%d", n.Priority, lifecycle.MinPriority, lifecycle.MaxPriority)
+	}
+	if n.Delay < 0 || n.Delay > maxDelay {
+		return badJob("delay %s outside 0 to 100 years", n.Delay)
+	}
+	if n.RunAt.After(lastRunAt) {
+		return badJob("run_at %s is after 2200", n.RunAt.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// readyAt is when n, enqueued at now, may start: now, or later as its
+// RunAt and Delay say.
+func (n *NewJob) readyAt(now time.Time) time.Time {
+	at := now
+	if n.RunAt.After(at) {
+		at = n.RunAt.UTC()
+	}
+	if d := now.Add(n.Delay); d.After(at) {
+		at = d
+	}
+	return at
 }
 
 // checkText bounds the free text of a job (issue 10 F) before anything
@@ -210,7 +248,7 @@ func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) 
 		return lifecycle.Job{}, err
 	}
 	now := q.clock.Now().UTC()
-	doc, lane, err := newJobDoc(ctx, actor, n, now)
+	doc, lane, err := newJobDoc(ctx, actor, n, now, 0)
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -219,7 +257,7 @@ func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) 
 	}
 	// The lane entry first, the job second (repair.go): a job in flight is
 	// always in a lane or named by its agent's lock.
-	undo, err := q.lanes.putLaneFirst(ctx, lane, n.JobID, now)
+	undo, err := q.lanes.putLaneFirst(ctx, lane, n.JobID, n.readyAt(now))
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -242,7 +280,7 @@ func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) 
 // (if new), lane entry and record in one commit (commitBatch), so the job
 // and its lane entry land at one instant and nothing is undone.
 func (q *admission) commitOne(ctx context.Context, actor lifecycle.Actor, n NewJob, key string) (lifecycle.Job, error) {
-	doc, lane, err := newJobDoc(ctx, actor, n, q.clock.Now().UTC())
+	doc, lane, err := newJobDoc(ctx, actor, n, q.clock.Now().UTC(), 0)
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -261,12 +299,16 @@ func (q *admission) commitOne(ctx context.Context, actor lifecycle.Actor, n NewJ
 	return b.docs[0].Job, nil
 }
 
-// newJobDoc is the record of n (valid) created at now, and its lane
-// entry's key. Validation is done, so the job is created already moved on
-// to QUEUED: one write whose trail holds both moves. Its machine is its
-// type's (the spec's for the NLM types, the general one for the user's).
-// Its trace context is ctx's.
-func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Time) (jobDoc, string, error) {
+// newJobDoc is the record of n (valid) created at now+seq, and its lane
+// entry's key: of its priority, ready at now+seq or, for a job to run
+// later, at its run time (readyAt) plus seq (a batch's seq orders its jobs
+// in their lanes). Validation is done, so the job is created already moved
+// on to QUEUED: one write whose trail holds both moves. Its machine is
+// its type's (the spec's for the NLM types, the general one for the
+// user's). Its trace context is ctx's.
+func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Time, seq time.Duration) (jobDoc, string, error) {
+	ready := n.readyAt(now).Add(seq)
+	now = now.Add(seq)
 	doc := jobDoc{Job: lifecycle.Job{
 		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
 		Status: lifecycle.JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
@@ -278,7 +320,17 @@ func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Ti
 		return jobDoc{}, "", err
 	}
 	doc.Trail[len(doc.Trail)-1].At = now
-	lane := laneKey(n.AgentSlug, now, n.JobID)
+	if n.Priority != lifecycle.DefaultPriority {
+		doc.Priority = n.Priority // the default stays 0: the record reads as before priorities
+	}
+	if ready.After(now) {
+		at := ready // a copy: &ready would move ready to the heap for every job
+		doc.ScheduledAt = &at
+	}
+	lane := laneKeyOf(&doc.Job, ready)
+	if lane == "" {
+		return jobDoc{}, "", badJob("run time %s has no lane key", ready.Format(time.RFC3339Nano))
+	}
 	doc.QueuedAt, doc.ReadyKey = &now, lane
 	doc.TraceParent = tracing.TraceParent(ctx)
 	return doc, lane, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -131,7 +132,7 @@ func TestGeneralMachine(t *testing.T) {
 		t.Parallel()
 		q := emailQueue(t, clock.NewFake(t0), jobqueue.HandlerFunc(sent))
 		j := enqueue(t, q, "job-b", "agent-b")
-		if j.Machine != lifecycle.JobMachineSpec {
+		if j.Machine != machine.JobMachineSpecName {
 			t.Fatalf("BRIEF enqueued on %q", j.Machine)
 		}
 		c := claim(t, q, "w1")

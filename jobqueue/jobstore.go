@@ -154,9 +154,20 @@ func (q *jobStore) update(ctx context.Context, jobID string, cached *jobDoc, ver
 // updateFenced is update for an owner: the write is refused with
 // lifecycle.ErrLeaseLost unless the job still carries the lease (owner, epoch).
 func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error) (jobDoc, storage.Version, error) {
+	d, v, _, err := q.updateJoint(ctx, jobID, cached, ver, owner, epoch, mutate, nil)
+	return d, v, err
+}
+
+// updateJoint is updateFenced whose write carries the writes joint gives
+// for the written job (with its audit object's, when it comes to rest) in
+// one commit, all or none (fence.Record.ApplyJoint): a refusal of one of
+// joint's conditions is returned, nothing written. It returns joint's
+// writes' versions. joint nil is updateFenced; only on a store that
+// commits (storage.Store.CanCommit) may it be set.
+func (q *jobStore) updateJoint(ctx context.Context, jobID string, cached *jobDoc, ver storage.Version, owner string, epoch int64, mutate func(d *jobDoc, now time.Time) error, joint func(d *jobDoc) ([]storage.Write, error)) (jobDoc, storage.Version, []storage.Version, error) {
 	key, err := layout.JobKey(jobID)
 	if err != nil {
-		return jobDoc{}, "", err
+		return jobDoc{}, "", nil, err
 	}
 	rec := q.record(key)
 	rec.Owner, rec.Epoch, rec.Lease = owner, epoch, func(d *jobDoc) *lifecycle.Lease { return d.Lease }
@@ -169,7 +180,7 @@ func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDo
 		rec.Seed(*cached, ver)
 	}
 	carried := 0
-	prior, d, audited, err := rec.ApplyWith(ctx, func(d *jobDoc) error {
+	change := func(d *jobDoc) error {
 		now := q.clock.Now().UTC()
 		if now.Before(d.UpdatedAt) {
 			now = d.UpdatedAt
@@ -197,9 +208,19 @@ func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDo
 			d.UpdatedAt = now
 		}
 		return nil
-	}, q.audit.commitWrites)
+	}
+	var (
+		prior, d jobDoc
+		audited  bool
+		jointVs  []storage.Version
+	)
+	if joint != nil {
+		prior, d, audited, jointVs, err = rec.ApplyJoint(ctx, change, joint, q.audit.commitWrites)
+	} else {
+		prior, d, audited, err = rec.ApplyWith(ctx, change, q.audit.commitWrites)
+	}
 	if err = q.quar.poison(ctx, err); err != nil {
-		return jobDoc{}, "", err
+		return jobDoc{}, "", nil, err
 	}
 	_, nv := rec.Snapshot()
 	q.obs.observe(&prior, &d, d.Trail[carried:])
@@ -214,5 +235,5 @@ func (q *jobStore) updateFenced(ctx context.Context, jobID string, cached *jobDo
 		q.audit.flush(fctx, &d)
 		cancel()
 	}
-	return d, nv, nil
+	return d, nv, jointVs, nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -62,19 +64,19 @@ func (a *agentState) recheckAt() time.Time {
 	return a.listedAt.Add(laneRecheck << min(a.idle, maxIdleShift))
 }
 
-// head returns the first lane key of a. It lists the lane (laneBatch
-// keys) when the cache is empty, or when the cached head is not ready yet,
-// unless the last listing is less than laneRecheck old; force lists an
-// empty cache regardless. It does not remove the key.
+// head returns the lane key of a a claim takes next (nextKey: the first
+// ready one in priority order, else the one ready first). It lists the
+// lane (laneBatch keys) when the cache is empty, or when the cache holds
+// no ready key, unless the last listing is less than laneRecheck old;
+// force lists an empty cache regardless. It does not remove the key.
 func (q *lanes) head(ctx context.Context, a *agentState, force bool) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := q.clock.Now()
 	fresh := !a.listedAt.IsZero() && now.Before(a.recheckAt()) && !now.Before(a.listedAt)
 	if len(a.keys) > 0 {
-		at, _, ok := parseLaneKey(a.keys[0])
-		if !ok || !at.After(now) || fresh {
-			return a.keys[0], nil
+		if key, _, ready := nextKey(a.keys, now); ready || fresh {
+			return key, nil
 		}
 	} else if fresh && a.complete && !force {
 		return "", nil // listed whole and used up less than laneRecheck ago
@@ -102,7 +104,8 @@ func (q *lanes) head(ctx context.Context, a *agentState, force bool) (string, er
 		return "", nil
 	}
 	a.idle = 0
-	return keys[0], nil
+	key, _, _ := nextKey(keys, now)
+	return key, nil
 }
 
 // depths reads every agent's ready lane and counts, by agent in name
@@ -336,14 +339,15 @@ func (a *agentState) fillLanes(l *laneListing, gen uint64, now time.Time) string
 			a.idle++
 		} else {
 			a.idle = 0
-			first = keys[0]
+			first, _ = readyFirst(keys)
 		}
-	case len(keys) > 0 && len(a.keys) > 0 && keys[0] < a.keys[0]:
+	case len(keys) > 0 && len(a.keys) > 0 && workAhead(keys, a.keys):
 		// Another process put work ahead of what the cache holds (say,
-		// a job enqueued now before a retry due later): merge it in.
+		// a job enqueued now before a retry due later, or one of a
+		// higher priority): merge it in.
 		a.keys = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(a.keys), keys...))))
 		a.complete = a.complete && !(l.truncated && a.name == l.lastAgent)
-		first = a.keys[0]
+		first, _ = readyFirst(a.keys)
 	}
 	a.mu.Unlock()
 	return first
@@ -367,6 +371,16 @@ type goneKey struct {
 // again: two writes for nothing. So the key is remembered (maxGone) and
 // such a listing leaves it out (refreshLanes).
 func (q *lanes) deleteLane(ctx context.Context, a *agentState, key string) {
+	landed := q.deleting(a, key)
+	_ = q.store.Delete(ctx, key, storage.Condition{})
+	landed()
+}
+
+// deleting is deleteLane's note in a's cache for a delete of key about to
+// be written (alone, or in a commit): key is dropped from the cache and
+// left out of every listing until landed is called, once the write is
+// done, whatever its outcome.
+func (q *lanes) deleting(a *agentState, key string) (landed func()) {
 	a.mu.Lock()
 	a.dropLocked(key)
 	if len(a.gone) == maxGone {
@@ -375,7 +389,12 @@ func (q *lanes) deleteLane(ctx context.Context, a *agentState, key string) {
 	// Left out of every listing until the delete has landed.
 	a.gone = append(a.gone, goneKey{key, math.MaxUint64})
 	a.mu.Unlock()
-	_ = q.store.Delete(ctx, key, storage.Condition{})
+	return func() { q.deleted(a, key) }
+}
+
+// deleted ends deleting: listings begun from now on show key if it is
+// still there.
+func (q *lanes) deleted(a *agentState, key string) {
 	gen := q.listGen.Load()
 	a.mu.Lock()
 	for i := range a.gone {
@@ -423,7 +442,7 @@ func (a *agentState) idleUntil(lockAt time.Time) time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.keys) > 0 {
-		if at, _, ok := parseLaneKey(a.keys[0]); ok && at.Before(next) {
+		if _, at := readyFirst(a.keys); at.Before(next) {
 			next = at
 		}
 	} else if !a.covered || !a.complete {
@@ -447,10 +466,94 @@ const (
 	agentPrefix = layout.AgentLocksPrefix
 )
 
-// laneKey is layout.LaneKey of ids already validated.
-func laneKey(agent string, at time.Time, jobID string) string {
-	k, _ := layout.LaneKey(agent, at, jobID)
+// laneKeyOf is j's lane key, of its agent and priority, ready at at (a
+// time the lane key holds: enqueue checked the job's).
+func laneKeyOf(j *lifecycle.Job, at time.Time) string {
+	k, _ := layout.PriorityLaneKey(j.AgentSlug, priorityOf(j.Priority), at, j.JobID)
 	return k
+}
+
+// priorityOf is a job's priority as stored (0: the default) as a number;
+// one outside the range (a record no Enqueue wrote) as the nearest.
+func priorityOf(p int) int {
+	if p == 0 {
+		return lifecycle.DefaultPriority
+	}
+	return max(lifecycle.MinPriority, min(p, lifecycle.MaxPriority))
+}
+
+// Within one priority a lane's keys are in ready-time order, so the first
+// key of a priority is its first ready one: a pass over a lane parses that
+// key of each priority (at most nine) and skips the rest of the priority by
+// a binary search (nextGroup).
+
+// readyTime is the ready time of lane key k; a malformed key is ready at
+// the zero time (a claim deletes it).
+func readyTime(k string) time.Time {
+	_, _, at, _, ok := layout.ParsePriorityLaneKey(k)
+	if !ok {
+		return time.Time{}
+	}
+	return at
+}
+
+// nextGroup is the index in keys (one lane's, in key order) of the first
+// key of a priority other than that of keys[i]; a malformed key is a
+// priority of its own.
+func nextGroup(keys []string, i int) int {
+	g := laneGroup(keys[i])
+	rest := keys[i+1:]
+	return i + 1 + sort.Search(len(rest), func(j int) bool { return laneGroup(rest[j]) != g })
+}
+
+// laneGroup is what the lane keys of one priority share (layout's
+// PriorityLaneKey): their entry's mark and rank, or "" for the default's.
+func laneGroup(key string) string {
+	entry := key[strings.LastIndexByte(key, '/')+1:]
+	if len(entry) >= 2 && (entry[0] == '!' || entry[0] == '_') {
+		return entry[:2]
+	}
+	return ""
+}
+
+// nextKey is the entry of keys (one lane's, in key order) a claim takes
+// next at now: the first ready one in key order, so of the highest
+// priority with a ready entry, the earliest of it (ready true); when none
+// is ready, the one ready first (readyFirst).
+func nextKey(keys []string, now time.Time) (key string, at time.Time, ready bool) {
+	for i := 0; i < len(keys); i = nextGroup(keys, i) {
+		t := readyTime(keys[i])
+		if !t.After(now) {
+			return keys[i], t, true
+		}
+		if key == "" || t.Before(at) {
+			key, at = keys[i], t
+		}
+	}
+	return key, at, false
+}
+
+// readyFirst is the entry of keys (one lane's, in key order) that is
+// ready first, and its time: the earliest of each priority's first.
+func readyFirst(keys []string) (key string, at time.Time) {
+	for i := 0; i < len(keys); i = nextGroup(keys, i) {
+		if t := readyTime(keys[i]); key == "" || t.Before(at) {
+			key, at = keys[i], t
+		}
+	}
+	return key, at
+}
+
+// workAhead tells whether listed, a listing of a lane, holds work a claim
+// would take before any of cached, the lane as cached: a key that sorts
+// first (a higher priority, or earlier), or one ready sooner.
+func workAhead(listed, cached []string) bool {
+	if listed[0] < cached[0] {
+		return true
+	}
+	_, l := readyFirst(listed)
+	_, c := readyFirst(cached)
+	return l.Before(c)
 }
 
 // parseLaneKey returns the ready time and job id of a lane key.
@@ -539,13 +642,18 @@ func undoUnlessLanded(undo func(), err error) {
 }
 
 // relaneIfSlow writes lane entry key again (create-only) after its job's
-// write, when the two writes were so far apart (half a LeaseTTL, a margin
-// for skewed clocks) that a claim or the sweep may have taken the entry,
-// written first, for the garbage of a dead writer (lanePending) and
-// deleted it: the job would then point at an entry that no longer exists,
-// in no lane and named by no lock. A failure is logged: the job is written.
-func (q *lanes) relaneIfSlow(ctx context.Context, key, jobID string, at time.Time) {
-	if q.clock.Now().Sub(at) < q.leaseTTL/2 {
+// write, begun at began, when the two writes were so far apart (half a
+// LeaseTTL, a margin for skewed clocks) that a claim or the sweep may have
+// taken the entry, written first, for the garbage of a dead writer
+// (lanePending) and deleted it: the job would then point at an entry that
+// no longer exists, in no lane and named by no lock. A failure is logged:
+// the job is written.
+func (q *lanes) relaneIfSlow(ctx context.Context, key, jobID string, began time.Time) {
+	if q.clock.Now().Sub(began) < q.leaseTTL/2 {
+		return
+	}
+	at, _, ok := parseLaneKey(key)
+	if !ok {
 		return
 	}
 	pctx, cancel := q.grace.after(ctx)

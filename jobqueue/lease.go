@@ -15,6 +15,19 @@ import (
 
 // release frees the agent lock if the claim still holds it.
 func (c *Claim) release(ctx context.Context) {
+	if c.untaken {
+		// Its take was never written (pickupJoint): nothing to free, and
+		// a lock this Queue kept goes back to the cache, as read.
+		a := c.agent
+		a.mu.Lock()
+		a.busyUntil = time.Time{}
+		a.freed, a.freedVer = nil, ""
+		if c.asRead != nil {
+			a.freed, a.freedVer = c.asRead, c.lockVer
+		}
+		a.mu.Unlock()
+		return
+	}
 	key, _ := layout.AgentLockKey(c.agent.name)
 	c.mu.Lock()
 	l := agentLock{Meta: c.lockMeta, Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
@@ -93,11 +106,23 @@ func (c *Claim) write(ctx context.Context, mutate func(d *jobDoc, now time.Time)
 
 // writeLocked is write with c.mu held.
 func (c *Claim) writeLocked(ctx context.Context, mutate func(d *jobDoc, now time.Time) error) (lifecycle.Job, error) {
-	doc, ver, err := c.r.jobs.updateFenced(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, mutate)
+	doc, ver, _, err := c.r.jobs.updateJoint(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, mutate, nil)
 	if err == nil {
 		c.job, c.doc, c.ver = doc.Job, doc, ver
 	}
 	return doc.Job, err
+}
+
+// writeJoint is write whose write carries joint's writes in one commit,
+// all or none (jobStore.updateJoint); joint nil is write.
+func (c *Claim) writeJoint(ctx context.Context, mutate func(d *jobDoc, now time.Time) error, joint func(*jobDoc) ([]storage.Write, error)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	doc, ver, _, err := c.r.jobs.updateJoint(ctx, c.job.JobID, &c.doc, c.ver, c.worker, c.epoch, mutate, joint)
+	if err == nil {
+		c.job, c.doc, c.ver = doc.Job, doc, ver
+	}
+	return err
 }
 
 func (c *Claim) move(ctx context.Context, event lifecycle.Event, set func(d *jobDoc)) error {

@@ -266,17 +266,26 @@ func (q *locks) writeLock(ctx context.Context, key string, l *agentLock, ver sto
 // written back as read, so no write of the lock, by a claim, a release or
 // the sweep, drops them. On success l is what was written.
 func putLock(ctx context.Context, s *storage.Store, key string, l *agentLock, ver storage.Version) (storage.Version, error) {
-	next := *l
-	next.Version++
-	b, err := next.encode(make([]byte, 0, 256+len(l.Unknown)))
+	w, next, err := lockWrite(key, l, ver)
 	if err != nil {
 		return "", err
 	}
-	v, err := s.Put(ctx, key, b, storage.IfMatch(ver))
+	v, err := s.Put(ctx, key, w.Value, w.Cond)
 	if err == nil {
 		*l = next
 	}
 	return v, err
+}
+
+// lockWrite is putLock's write, for a commit: next is what it writes.
+func lockWrite(key string, l *agentLock, ver storage.Version) (w storage.Write, next agentLock, err error) {
+	next = *l
+	next.Version++
+	b, err := next.encode(make([]byte, 0, 256+len(l.Unknown)))
+	if err != nil {
+		return w, next, err
+	}
+	return storage.Write{Key: key, Value: b, Cond: storage.IfMatch(ver)}, next, nil
 }
 
 // refreshAgents lists the agents with a lock object, at most once per

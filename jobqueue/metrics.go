@@ -134,10 +134,11 @@ type AgentDepth struct {
 	// Ready counts the entries due now: jobs QUEUED, or in RETRY_BACKOFF
 	// with their wait over, that no worker has picked up yet.
 	Ready int
-	// Waiting counts the entries of jobs in RETRY_BACKOFF still waiting.
+	// Waiting counts the entries not due yet: jobs in RETRY_BACKOFF still
+	// waiting, and jobs QUEUED to run later (NewJob.RunAt, Delay).
 	Waiting int
 	// Age is how long the oldest due entry has waited for a worker since
-	// it became ready (enqueued, or its backoff over), by the Queue's
+	// it became ready (enqueued, its run time, or its backoff over), by the Queue's
 	// clock; 0 when Ready is 0 (alert: QUEUED > 5 min, docs/spec.md#metrics).
 	Age time.Duration
 }

@@ -121,6 +121,10 @@ type runner struct {
 	leaseTTL      time.Duration
 	stepTimeout   time.Duration
 	grace         stopGrace
+	// jointArtifact: the artifact is written in the commit of the job's
+	// end (endWith): the store commits, and the artifact store is the
+	// queue's own, over it.
+	jointArtifact bool
 }
 
 // Run runs the claimed job's pipeline (docs/spec.md#job-lifecycle) with the
@@ -262,14 +266,29 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 	if err != nil {
 		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
 	}
-	art, sctx, err := c.writeArtifact(ctx, job, out)
+	return c.endWith(ctx, job, out, c.r.jointArtifact)
+}
+
+// endWith writes the job's artifact from out and commits the job:
+// joint, in one commit (the artifact's create-only write, the record and
+// its audit object); or, the artifact written first (writeArtifact), the
+// record's commit after it. A joint commit refused by the artifact's
+// condition (the job has one already: an earlier attempt's, or this
+// claim's own whose commit's outcome was unknown) goes the second way,
+// where the epochs decide.
+func (c *Claim) endWith(ctx context.Context, job lifecycle.Job, out lifecycle.JobOutput, joint bool) (lifecycle.Job, error) {
+	art, w, sctx, err := c.writeArtifact(ctx, job, out, joint)
 	if errors.Is(err, lifecycle.ErrLeaseLost) {
 		return c.Job(), err
 	}
 	if err != nil {
 		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, sctx, err)
 	}
-	return c.commit(ctx, art)
+	got, err := c.commit(ctx, art, w)
+	if errors.Is(err, errArtifactThere) {
+		return c.endWith(ctx, job, out, false)
+	}
+	return got, err
 }
 
 // work runs a job of the general machine (docs/spec.md#extensions), picked
@@ -287,15 +306,12 @@ func (c *Claim) work(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	if err != nil {
 		return c.orchestrate(ctx, lifecycle.JobRunning, sctx, err)
 	}
-	art, sctx, err := c.writeArtifact(ctx, job, out)
-	if errors.Is(err, lifecycle.ErrLeaseLost) {
-		return c.Job(), err
-	}
-	if err != nil {
-		return c.orchestrate(ctx, lifecycle.JobArtifactWrite, sctx, err)
-	}
-	return c.commit(ctx, art)
+	return c.endWith(ctx, job, out, c.r.jointArtifact)
 }
+
+// errArtifactThere: a joint commit of the job's end was refused by its
+// artifact's create-only condition (endWith).
+var errArtifactThere = errors.New("jobqueue: the job has an artifact already")
 
 // orchestrate records the failure err of step (sctx the step's context)
 // as the orchestration's, unless the claim lost its lease.
@@ -347,8 +363,9 @@ func artifactType(t lifecycle.JobType) artifact.Type {
 }
 
 // writeArtifact creates the job's artifact from out, the ARTIFACT_WRITE
-// step, and returns it with the step's context.
-func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecycle.JobOutput) (artifact.Artifact, context.Context, error) {
+// step, and returns it with the step's context; joint, it writes nothing
+// and returns the artifact's write too, for the commit (endWith).
+func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecycle.JobOutput, joint bool) (artifact.Artifact, *storage.Write, context.Context, error) {
 	// ARTIFACT_WRITE is not written on its own: the artifact write is the
 	// queue's own quick step, and no reader acts on a job in it, so the
 	// move NOTEBOOKLM_CALL → ARTIFACT_WRITE is recorded in the write that
@@ -359,23 +376,35 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecy
 	// a newer attempt's artifact is never replaced, a lost attempt's is;
 	// and the lease is confirmed just before the write, so an attempt that
 	// woke up after losing the job writes none (see confirm).
-	var art artifact.Artifact
+	var (
+		art artifact.Artifact
+		w   *storage.Write
+	)
 	sctx, err := c.step(ctx, "artifact write", func(ctx context.Context) (err error) {
 		if err := c.confirm(ctx); err != nil {
 			return err
 		}
-		art, _, err = c.r.artifacts.Create(ctx, c.r.artifactActor, cid, artifact.Draft{
+		d := artifact.Draft{
 			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
 			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
 			Epoch: c.epoch, Audited: true,
-		})
-		if err == nil && art.Version == 1 {
-			// A fresh create: its event goes in the job's audit object
-			// (a replacement's the artifact store recorded itself).
-			c.mu.Lock()
-			c.artCreated = art.ArtifactID
-			c.mu.Unlock()
 		}
+		if joint {
+			var cw storage.Write
+			art, cw, err = c.r.artifacts.CreateWrite(c.r.artifactActor, cid, d)
+			w = &cw
+		} else {
+			art, _, err = c.r.artifacts.Create(ctx, c.r.artifactActor, cid, d)
+		}
+		// A fresh create: its event goes in the job's audit object (a
+		// replacement's the artifact store recorded itself). Reset first:
+		// a joint write refused (endWith) comes here again.
+		c.mu.Lock()
+		c.artCreated = ""
+		if err == nil && art.Version == 1 {
+			c.artCreated = art.ArtifactID
+		}
+		c.mu.Unlock()
 		switch {
 		case err != nil:
 		case !art.Finalized:
@@ -387,17 +416,22 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecy
 	})
 	if err != nil {
 		// An abandoned write may still be setting art: not read.
-		return artifact.Artifact{}, sctx, err
+		return artifact.Artifact{}, nil, sctx, err
 	}
-	return art, sctx, nil
+	return art, w, sctx, nil
 }
 
 // commit writes COMPLETE, pointing at art, in the write that also records
-// NOTEBOOKLM_CALL → ARTIFACT_WRITE (on the spec's machine). A job whose
-// cancel was asked for meanwhile ends CANCELLED instead, its artifact
-// written but not its result.
-func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Job, error) {
-	_, err := c.write(ctx, func(d *jobDoc, _ time.Time) error {
+// NOTEBOOKLM_CALL → ARTIFACT_WRITE (on the spec's machine); with aw (the
+// artifact's write, not yet written), in one commit with it, or
+// errArtifactThere. A job whose cancel was asked for meanwhile ends
+// CANCELLED instead, its artifact written but not its result.
+func (c *Claim) commit(ctx context.Context, art artifact.Artifact, aw *storage.Write) (lifecycle.Job, error) {
+	var joint func(*jobDoc) ([]storage.Write, error)
+	if aw != nil {
+		joint = func(*jobDoc) ([]storage.Write, error) { return []storage.Write{*aw}, nil }
+	}
+	err := c.writeJoint(ctx, func(d *jobDoc, _ time.Time) error {
 		if cancelAsked(d) {
 			cancelRunning(ctx, d)
 			d.AuditArtifact = c.artCreated
@@ -414,7 +448,10 @@ func (c *Claim) commit(ctx context.Context, art artifact.Artifact) (lifecycle.Jo
 		d.AuditArtifact = c.artCreated
 		d.RanEpoch = c.epoch
 		return nil
-	})
+	}, joint)
+	if aw != nil && refusedAt(err, aw.Key) {
+		return c.Job(), errArtifactThere
+	}
 	if err == nil {
 		c.settled()
 	}

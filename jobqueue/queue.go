@@ -57,6 +57,7 @@ func New(cfg Config) (*Queue, error) {
 	// context allows (the Store made patient); the claim's and the
 	// sweep's contexts carry the deadlines.
 	store := cfg.Store.Patient(storage.Retry{Clock: cfg.Clock, Log: cfg.Logger})
+	ownArtifacts := cfg.Artifacts == nil // over the queue's store: its writes can join the queue's commits
 	if cfg.Artifacts == nil {
 		a, err := artifact.New(artifact.Config{Store: store, Clock: cfg.Clock, Node: cfg.Node, Logger: cfg.Logger, Types: contentTypes, Project: cfg.Project})
 		if err != nil {
@@ -64,7 +65,9 @@ func New(cfg Config) (*Queue, error) {
 		}
 		cfg.Artifacts = a
 	}
-	return assemble(cfg, store), nil
+	q := assemble(cfg, store)
+	q.runner.jointArtifact = ownArtifacts && store.CanCommit() && store.SettleTime() == 0
+	return q, nil
 }
 
 // assemble builds the Queue's components over store, each given what it
@@ -111,6 +114,9 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // (lifecycle.ErrForbiddenActor) writes nothing; an existing id gives lifecycle.ErrJobExists.
 // The job keeps the trace context of ctx (with Config.TracerProvider set,
 // that of a conveyor.enqueue span): every attempt's spans continue it.
+// A job with a RunAt or Delay is QUEUED from now, with ScheduledAt, and no
+// claim picks it up before that time; a higher Priority is picked up first
+// among the jobs ready in its lane (docs/spec.md#delayed-jobs-and-priorities).
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
 	return q.admit.enqueue(ctx, actor, n)
 }
@@ -119,8 +125,8 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 // InsertMany): at most 500 jobs (more is lifecycle.ErrInvalidJob), none
 // is written before every one is checked, and one invalid job, or two of
 // one job_id, fail the batch with a *lifecycle.BatchError naming the
-// job's index and nothing written. The jobs of one agent are claimed in
-// the batch's order. No jobs is no error.
+// job's index and nothing written. The jobs of one agent, priority and run
+// time are claimed in the batch's order. No jobs is no error.
 //
 // Which jobs landed when it fails (docs/spec.md#batch-insert):
 //

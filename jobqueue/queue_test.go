@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
@@ -678,6 +679,36 @@ func TestF3CommitFailsAfterArtifactWritten(t *testing.T) {
 			t.Fatalf("the retry's artifact: %s version %d epoch %d (first: epoch %d)", a.Content, a.Version, a.Epoch, first.Epoch)
 		}
 	})
+}
+
+// TestJointEndFindsAnArtifact: on a store that commits, a job's artifact
+// is written in the commit of its end; one already there (here an
+// unfenced writer's) refuses that commit, and the end goes the other way:
+// the artifact replaced under the claim's epoch (fenced), then COMPLETE,
+// pointing at it, still in one step to readers, and no write of the
+// refused commit landed.
+func TestJointEndFindsAnArtifact(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	if !s.CanCommit() {
+		t.Fatal("memstore does not commit: the joint end is not reached")
+	}
+	q := newQueue(t, s, clock.NewFake(t0))
+	enqueue(t, q, "job-j", "agent-j")
+	old, _, err := q.Artifacts().Create(ctx, lifecycle.ActorNLMBackend, lifecycle.DefaultProject, artifact.Draft{
+		JobID: "job-j", RunID: "run_2026-02-24_abc123", Type: artifact.Brief, AgentSlug: "agent-j",
+		Content: json.RawMessage(`{"title":"Unfenced","body":"b","entity_map":{},"word_count":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := claim(t, q, "w").Run(ctx, okHandlers())
+	if err != nil || j.Status != lifecycle.JobComplete || j.ArtifactID != old.ArtifactID {
+		t.Fatalf("run: %+v %v", j, err)
+	}
+	a, err := q.Artifacts().GetForJob(ctx, lifecycle.ActorOrchestration, lifecycle.DefaultProject, "job-j")
+	if err != nil || a.Version != 2 || a.Epoch == 0 || string(a.Content) != briefContent {
+		t.Fatalf("the artifact: %+v %v; want the claim's, version 2", a, err)
+	}
 }
 
 // TestArtifactWriteErrorRetries: a failing artifact write (invalid

@@ -57,6 +57,22 @@ import (
 // at a job that does not exist yet, or does not point back: a claim or a
 // sweep that finds such an entry younger than LeaseTTL leaves it alone
 // (lanePending); an older one is garbage of a writer that died, deleted.
+//
+// These rules are written for a store that writes one key at a time
+// (filestore, S3), and hold as written there. On a store that commits
+// several keys at once (storage.Store.CanCommit: memstore, SQLite) the
+// claim's writes are fewer, and several states "between two writes"
+// cannot arise: Enqueue's entry and job land in one commit; a pickup, its
+// agent lock's write (the take, or the lock renamed to the job) and its
+// lane entry's delete land in one commit conditioned on the lock's
+// version (pickupJoint), so a pickup lands only while the claim holds the
+// lock naming the job, and no picked-up job is left in no lane and named
+// by no lock (nothing to confirm after it: confirmPickup is not called);
+// and a job's end writes its artifact (the queue's own artifact store's),
+// its record and the audit object of its rest in one commit (endWith). The states that remain are repaired
+// by the same rules: a claim writes its lock alone, naming the job, before
+// it repairs a stale entry's job (holdLock); a job its pickup sent to
+// FAILED is buried, and a failed attempt laned, by a write after it.
 
 // repairer repairs a job a writer left between two writes (this file's
 // rules): for the claims, which settle what an agent's lock names or a

@@ -30,7 +30,7 @@ func (q *admission) requeue(ctx context.Context, actor lifecycle.Actor, jobID st
 		return lifecycle.Job{}, err
 	}
 	at := q.clock.Now().UTC()
-	lane := laneKey(cur.AgentSlug, at, jobID)
+	lane := laneKeyOf(&cur.Job, at) // of its priority
 	undo, err := q.lanes.putLaneFirst(ctx, lane, jobID, at)
 	if err != nil {
 		return lifecycle.Job{}, err

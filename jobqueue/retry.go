@@ -98,7 +98,7 @@ func (q *retries) retry(ctx context.Context, d *jobDoc, now time.Time, step life
 		return
 	}
 	next := now.Add(q.wait(d.Attempt))
-	d.NextAttemptAt, d.ReadyKey = &next, laneKey(d.AgentSlug, next, d.JobID)
+	d.NextAttemptAt, d.ReadyKey = &next, laneKeyOf(&d.Job, next) // of its priority
 }
 
 // bury moves a FAILED job to DEAD (max retries exceeded).

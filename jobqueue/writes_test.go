@@ -29,6 +29,7 @@ type classStore struct {
 	mu      sync.Mutex
 	writes  map[string]int
 	commits int // each write of a commit is counted in writes too
+	singles int // the durable writes made alone, outside a commit
 }
 
 // Unwrap lets the queue see what the store under it can do (Commit).
@@ -87,13 +88,24 @@ func (c *classStore) count(op, key string) {
 func (c *classStore) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
 	v, err := c.Store.Put(ctx, key, value, cond)
 	c.count(refused("put", err), key)
+	c.single(err)
 	return v, err
 }
 
 func (c *classStore) Delete(ctx context.Context, key string, cond storage.Condition) error {
 	err := c.Store.Delete(ctx, key, cond)
 	c.count(refused("delete", err), key)
+	c.single(err)
 	return err
+}
+
+// single counts a durable write made alone.
+func (c *classStore) single(err error) {
+	if err == nil {
+		c.mu.Lock()
+		c.singles++
+		c.mu.Unlock()
+	}
 }
 
 func refused(op string, err error) string {
@@ -204,17 +216,25 @@ const MaxWritesPerJob = 8
 // releases the agent locks it kept: once per Worker, not per job), and
 // the table by key class.
 func writesPerJob(t testing.TB, s *storage.Store, n, agents, slots int, h jobqueue.Handlers) (float64, string) {
-	w, _, table := countsPerJob(t, s, n, agents, slots, h)
-	return w, table
+	c := countsPerJob(t, s, n, agents, slots, h)
+	return c.writes, c.table
 }
 
-// countsPerJob is writesPerJob with the commits per job too (each write
-// of a commit is also counted as a write).
-func countsPerJob(t testing.TB, s *storage.Store, n, agents, slots int, h jobqueue.Handlers) (writes, commits float64, table string) {
+// jobCounts is what countsPerJob counts, per job: every durable write
+// (each write of a commit counted too), the commits, and the writes made
+// alone, outside a commit.
+type jobCounts struct {
+	writes, commits, singles float64
+	table                    string
+}
+
+// countsPerJob is writesPerJob with the commits and the single writes per
+// job too.
+func countsPerJob(t testing.TB, s *storage.Store, n, agents, slots int, h jobqueue.Handlers) jobCounts {
 	cs := &classStore{Store: s}
 	runWorker(t, storage.New(cs), agents, agents, slots, h, nil)
 	cs.mu.Lock()
-	cs.writes, cs.commits = nil, 0
+	cs.writes, cs.commits, cs.singles = nil, 0, 0
 	cs.mu.Unlock()
 	var locks int
 	runWorker(t, storage.New(cs), n, agents, slots, h, func() {
@@ -224,14 +244,15 @@ func countsPerJob(t testing.TB, s *storage.Store, n, agents, slots int, h jobque
 	})
 	// The audit objects of the last jobs may land after their end was
 	// counted, so the count is taken once the Worker stopped, less the
-	// releases of the locks it kept.
+	// releases of the locks it kept (single writes).
 	cs.mu.Lock()
 	released := cs.writes["agent lock put"] - locks
 	cs.writes["agent lock put"] = locks
+	cs.singles -= released
 	cs.mu.Unlock()
-	commits = float64(cs.commits) / float64(n)
-	table = cs.table(n) + fmt.Sprintf("(commits %.2f; and %d agent lock releases when the Worker stopped)\n", commits, released)
-	return float64(cs.durable()) / float64(n), commits, table
+	c := jobCounts{commits: float64(cs.commits) / float64(n), singles: float64(cs.singles) / float64(n), writes: float64(cs.durable()) / float64(n)}
+	c.table = cs.table(n) + fmt.Sprintf("(commits %.2f, single writes %.2f; and %d agent lock releases when the Worker stopped)\n", c.commits, c.singles, released)
+	return c
 }
 
 // TestWritesPerJob fails when a job costs more than MaxWritesPerJob store
@@ -250,6 +271,39 @@ func TestWritesPerJob(t *testing.T) {
 			t.Logf("writes per job:\n%s total %.2f", table, per)
 			if per > MaxWritesPerJob {
 				t.Fatalf("%.2f store writes per job, more than %d:\n%s", per, MaxWritesPerJob, table)
+			}
+		})
+	}
+}
+
+// MaxCommitsPerJob is what TestCommitsPerJob holds the queue to on a
+// store that commits several keys at once: a job's enqueue, its pickup
+// (the agent lock, the record, the lane entry's delete) and its end (the
+// artifact, the record, its audit object), each one commit, and no write
+// made alone (issue 29).
+const MaxCommitsPerJob = 3
+
+// TestCommitsPerJob fails when a job costs more than MaxCommitsPerJob
+// commits, or any write outside a commit, on the stores that commit
+// (memstore, SQLite), with no-op handlers. The same count over the same
+// store with its Commit hidden (every write made alone, as on filestore)
+// is seen to fail it.
+func TestCommitsPerJob(t *testing.T) {
+	for _, sc := range faultStores(false) {
+		if !sc.new(t).CanCommit() {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			c := countsPerJob(t, sc.new(t), 200, 20, 1, noopHandlers)
+			t.Logf("writes per job:\n%s total %.2f", c.table, c.writes)
+			if c.commits > MaxCommitsPerJob || c.singles > 0 || c.writes > MaxWritesPerJob {
+				t.Fatalf("%.2f commits and %.2f single writes a job (%.2f writes), want at most %d and none:\n%s",
+					c.commits, c.singles, c.writes, MaxCommitsPerJob, c.table)
+			}
+			hidden := countsPerJob(t, storage.New(struct{ driver.Store }{sc.new(t).Unwrap()}), 50, 5, 1, noopHandlers)
+			if hidden.singles == 0 || hidden.commits != 0 {
+				t.Fatalf("with Commit hidden: %.2f single writes and %.2f commits a job; the check cannot fail", hidden.singles, hidden.commits)
 			}
 		})
 	}

@@ -28,18 +28,12 @@ const (
 	JobCancelled JobState = "CANCELLED"
 )
 
-// Names of the job machines, as a job record's machine field gives them.
-// A record without the field (written before it existed) runs on the
-// spec's machine.
-const (
-	// JobMachineSpec is the spec's pipeline machine
-	// (docs/spec.md#job-lifecycle): the three NLM job types run on it.
-	JobMachineSpec = "job"
-	// JobMachineGeneral is the general job machine: PENDING → QUEUED →
-	// RUNNING → COMPLETE, RETRY_BACKOFF, FAILED → DEAD, requeue and
-	// CANCELLED. A job type of the user's runs on it.
-	JobMachineGeneral = "general-job"
-)
+// JobMachineGeneral names the general job machine in a job record's
+// machine field: PENDING → QUEUED → RUNNING → COMPLETE, RETRY_BACKOFF,
+// FAILED → DEAD, requeue and CANCELLED. A job type of the user's runs on
+// it; the three NLM types run on the spec's ("job"), and so does a record
+// without the field (written before it existed).
+const JobMachineGeneral = "general-job"
 
 // JobType is what a job produces (docs/spec.md#job-record).
 type JobType string
@@ -80,7 +74,7 @@ type Job struct {
 
 	// Fields Conveyor adds (docs/spec.md#records), omitted when empty.
 
-	// Machine names the job machine the job runs on (JobMachineSpec,
+	// Machine names the job machine the job runs on ("job", the spec's, or
 	// JobMachineGeneral), set when it is enqueued; empty (a record written
 	// before the field existed) is the spec's.
 	Machine string `json:"machine,omitempty"`
@@ -102,6 +96,13 @@ type Job struct {
 	QueuedAt *time.Time `json:"queued_at,omitempty"`
 	// NextAttemptAt is when a job in RETRY_BACKOFF may be picked up again.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// Priority is the job's priority (NewJob.Priority), 1 to 9; 0 (omitted)
+	// is DefaultPriority, as for every job stored before priorities.
+	Priority int `json:"priority,omitempty"`
+	// ScheduledAt is the earliest time the job was to start, when its
+	// enqueue asked for a later time than its creation (NewJob.RunAt,
+	// NewJob.Delay): a QUEUED job is not started before it.
+	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
 	// ReadyKey is the job's entry in its agent's ready lane, while it is
 	// QUEUED or in RETRY_BACKOFF.
 	ReadyKey string `json:"ready_key,omitempty"`

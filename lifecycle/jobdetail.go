@@ -72,7 +72,8 @@ type QueueLane struct {
 	Agent string `json:"agent"`
 	// Ready counts the jobs due now that no worker has picked up.
 	Ready int `json:"ready"`
-	// Waiting counts the jobs in RETRY_BACKOFF still waiting.
+	// Waiting counts the jobs not due yet: in RETRY_BACKOFF still waiting,
+	// or QUEUED to run later (NewJob.RunAt, Delay).
 	Waiting int `json:"waiting"`
 	// OldestReadyMS is how long the oldest ready job has waited, in
 	// milliseconds (0 when none is ready).

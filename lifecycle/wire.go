@@ -1,6 +1,9 @@
 package lifecycle
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The wire types of the queue and the inbox that the Go client sends and
 // reads: they live here so the client needs no engine. jobqueue.NewJob is
@@ -27,7 +30,25 @@ type NewJob struct {
 	Callback string
 	// ProjectID is the artifact's cid; empty means the queue's Config.Project.
 	ProjectID string
+	// Priority orders the jobs waiting in one lane: MinPriority (1) to
+	// MaxPriority (9), a higher one started first, jobs of one priority
+	// in the order they became ready; 0 means DefaultPriority (5).
+	Priority int
+	// RunAt is the earliest time the job may start; zero, or a time
+	// already past, means at once. The job is QUEUED meanwhile.
+	RunAt time.Time
+	// Delay, not negative, is how long after the enqueue (by the queue's
+	// clock) the job may start. With RunAt too, the later of the two.
+	Delay time.Duration
 }
+
+// The priorities of a job (NewJob.Priority, Job.Priority): a higher one
+// starts first among the jobs waiting in one lane.
+const (
+	MinPriority     = 1
+	MaxPriority     = 9
+	DefaultPriority = 5
+)
 
 // InboxSubmission is the body of POST /inbox/submit: an entry before the
 // validation gate. ID may be empty (a fresh id is drawn); status,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/internal/codes"
@@ -129,8 +130,17 @@ func checkJob(b wire.JobBody, field string) (jobqueue.NewJob, error) {
 			return jobqueue.NewJob{}, err
 		}
 	}
+	var delay time.Duration
+	if b.Delay != "" {
+		d, err := time.ParseDuration(b.Delay)
+		if err != nil {
+			return jobqueue.NewJob{}, apiErr(codes.InvalidRequest, "%sdelay %q is not a duration (\"90s\", \"2h30m\")", field, b.Delay)
+		}
+		delay = d
+	}
 	return jobqueue.NewJob{JobID: b.JobID, RunID: b.RunID, JobType: b.JobType, AgentSlug: b.AgentSlug,
-		MaxAttempts: b.MaxAttempts, Payload: b.Payload, Context: b.Context, Callback: b.Callback, ProjectID: b.ProjectID}, nil
+		MaxAttempts: b.MaxAttempts, Payload: b.Payload, Context: b.Context, Callback: b.Callback, ProjectID: b.ProjectID,
+		Priority: b.Priority, RunAt: b.RunAt, Delay: delay}, nil
 }
 
 // decodeBatch decodes and checks POST /jobs/batch's body: 1 to

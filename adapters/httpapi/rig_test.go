@@ -22,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/schedule"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/nlm"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
@@ -63,6 +64,8 @@ type rigOpts struct {
 	served func(*http.Request)
 	// store is the store of it all (nil: a memstore).
 	store *storage.Store
+	// clock is the job queue's (nil: the real one).
+	clock clock.Clock
 }
 
 func quickStep(name string) run.Step {
@@ -103,7 +106,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.queue, err = jobqueue.New(jobqueue.Config{Store: g.store, Logger: log}); err != nil {
+	if g.queue, err = jobqueue.New(jobqueue.Config{Store: g.store, Logger: log, Clock: o.clock}); err != nil {
 		t.Fatal(err)
 	}
 	if g.box, err = inbox.New(inbox.Config{Store: g.store, Logger: log}); err != nil {

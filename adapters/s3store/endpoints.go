@@ -91,20 +91,32 @@ func (p *pool) pick() *endpoint {
 }
 
 // pickOther is pick, passing over the endpoints a read has already asked
-// (as.done); when every endpoint that is up was asked, pick's choice.
+// (as.done): one that is up first, else one skipped for a while (a node
+// that just rejoined makes the others answer 503 for a moment, and a
+// not-found asked again of the node that gave it proves nothing: an
+// error from the other is the truer answer); only when every endpoint was
+// asked, pick's choice.
 func (p *pool) pickOther(as *asked) *endpoint {
 	now := time.Now().UnixNano()
 	start := p.next.Add(1)
 	as.mu.Lock()
 	defer as.mu.Unlock()
+	var skipped *endpoint
 	for i := range uint64(len(p.eps)) {
 		e := p.eps[(start+i)%uint64(len(p.eps))]
-		if e.downUntil.Load() <= now && !as.done[e] {
+		switch {
+		case as.done[e]:
+		case e.downUntil.Load() <= now:
 			as.current = e
 			return e
+		case skipped == nil:
+			skipped = e
 		}
 	}
-	e := p.pick()
+	e := skipped
+	if e == nil {
+		e = p.pick()
+	}
 	as.current = e
 	return e
 }

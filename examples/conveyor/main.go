@@ -70,6 +70,10 @@ commands:
   jobs | job <id> | requeue <id>
   cancel-job <id>                 cancel a job of a type of the user's: QUEUED or
                                   RETRY_BACKOFF at once, RUNNING by its worker
+  jobs enqueue <type> [-agent A] [-payload JSON] [-job-id ID] [-priority 1..9]
+               [-run-at RFC3339] [-delay 90s]
+                                  create a job: a higher priority starts first (default 5);
+                                  it starts no earlier than -run-at and -delay say
   history <job>                   a job's moves (audit log) and attempts, each with its error
   requeue -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]
                                   requeue the FAILED/DEAD jobs of a filter, at most 100 a call
@@ -175,6 +179,14 @@ type invocation struct {
 	jobType, agent                             string
 	watch, all                                 bool
 	limit                                      int
+	job                                        jobFlags // jobs enqueue
+}
+
+// jobFlags are the flags of jobs enqueue.
+type jobFlags struct {
+	payload, id, runAt string
+	priority           int
+	delay              time.Duration
 }
 
 // verb is one command: how many positional arguments it takes (-1: it
@@ -205,7 +217,7 @@ func verbs() map[string]verb {
 		"deliver": {2, func(c *command, ctx context.Context, in *invocation) error {
 			return c.printStatus(c.c.Deliver(ctx, in.pos[0], in.pos[1], in.id, in.source))
 		}},
-		"jobs": {0, (*command).jobs},
+		"jobs": {-1, (*command).jobs},
 		"job": {1, func(c *command, ctx context.Context, in *invocation) error {
 			return c.printJob(c.c.Job(ctx, in.pos[0]))
 		}},
@@ -247,8 +259,13 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 	fs.StringVar(&in.source, "source", "cli", "external event source")
 	fs.StringVar(&in.runID, "run", "", "only this run's events")
 	fs.StringVar(&in.jobType, "type", "", "only jobs of this type")
-	fs.StringVar(&in.agent, "agent", "", "only jobs of this agent")
+	fs.StringVar(&in.agent, "agent", "", "only jobs of this agent; jobs enqueue: the job's agent (default: its type's lane)")
 	fs.StringVar(&in.after, "after", "", "resume after this event id")
+	fs.StringVar(&in.job.payload, "payload", "", "the job's payload (JSON)")
+	fs.StringVar(&in.job.id, "job-id", "", "the job's id (default: a fresh UUID)")
+	fs.IntVar(&in.job.priority, "priority", 0, "the job's priority, 1 to 9, higher first (default 5)")
+	fs.StringVar(&in.job.runAt, "run-at", "", "the earliest time the job may start (RFC 3339)")
+	fs.DurationVar(&in.job.delay, "delay", 0, "how long after the enqueue the job may start (90s, 2h)")
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
 			return usageError(err.Error())
@@ -353,17 +370,50 @@ func (c *command) runs(ctx context.Context, in *invocation) error {
 	return nil
 }
 
-func (c *command) jobs(ctx context.Context, _ *invocation) error {
+func (c *command) jobs(ctx context.Context, in *invocation) error {
+	switch {
+	case len(in.pos) == 2 && in.pos[0] == "enqueue":
+		return c.enqueue(ctx, lifecycle.JobType(in.pos[1]), in.agent, in.job)
+	case len(in.pos) != 0:
+		return usageError("jobs takes no argument, or enqueue <type>")
+	}
 	jobs, _, err := c.c.Jobs(ctx, client.Query{All: true})
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tTYPE\tAGENT\tSTATUS\tATTEMPT")
+	fmt.Fprintln(tw, "JOB\tTYPE\tAGENT\tSTATUS\tATTEMPT\tPRIORITY\tSCHEDULED")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\n", j.JobID, j.JobType, j.AgentSlug, j.Status, j.Attempt, j.MaxAttempts)
+		prio, at := j.Priority, "-"
+		if prio == 0 {
+			prio = lifecycle.DefaultPriority
+		}
+		if j.ScheduledAt != nil {
+			at = j.ScheduledAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", j.JobID, j.JobType, j.AgentSlug, j.Status, j.Attempt, j.MaxAttempts, prio, at)
 	}
 	return tw.Flush()
+}
+
+// enqueue is jobs enqueue: one job of type t for agent (-agent; empty:
+// its type's lane), as f says.
+func (c *command) enqueue(ctx context.Context, t lifecycle.JobType, agent string, f jobFlags) error {
+	n := lifecycle.NewJob{JobID: f.id, JobType: t, AgentSlug: agent, Priority: f.priority, Delay: f.delay}
+	if f.payload != "" {
+		if !json.Valid([]byte(f.payload)) {
+			return usageError("-payload is not JSON")
+		}
+		n.Payload = json.RawMessage(f.payload)
+	}
+	if f.runAt != "" {
+		at, err := time.Parse(time.RFC3339, f.runAt)
+		if err != nil {
+			return usageError("-run-at is not an RFC 3339 time (2026-11-28T16:00:00Z)")
+		}
+		n.RunAt = at
+	}
+	return c.printJob(c.c.Enqueue(ctx, n))
 }
 
 // requeue is the requeue of one job (requeue <id>) or of the jobs a

@@ -394,3 +394,81 @@ func TestApplyWith(t *testing.T) {
 }
 
 func bytesContain(b []byte, s string) bool { return strings.Contains(string(b), s) }
+
+// TestApplyJoint: the record's write and must's land in one commit, all or
+// none: must's refused condition writes nothing and is returned (where
+// ApplyWith would write the record alone); also's refused condition is
+// dropped as ApplyWith drops it; a stale record version is re-read and
+// judged again; must's versions come back; a store that cannot commit
+// writes nothing.
+func TestApplyJoint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		noCommit   bool
+		lockMoved  bool // must's key changed since its version was read
+		auditThere bool // also's create-only write is refused
+		meddle     bool
+		wantErr    error
+		written    bool // the record and must's key written
+		committed  bool // also's write landed
+	}{
+		{name: "commits all three", written: true, committed: true},
+		{name: "stale record, re-read, commits", meddle: true, written: true, committed: true},
+		{name: "must refused: nothing", lockMoved: true, wantErr: storage.ErrPreconditionFailed},
+		{name: "also refused: the record and must", auditThere: true, written: true},
+		{name: "store cannot commit: nothing", noCommit: true, wantErr: errors.ErrUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := memstore.New()
+			if tc.noCommit {
+				s = storage.New(noCommit{s.Unwrap()})
+			}
+			v := mustCreate(t, s, "r.json", doc{State: "queued"})
+			lv := mustCreate(t, s, "lock.json", doc{State: "free"})
+			if tc.lockMoved {
+				if _, err := s.Put(ctx, "lock.json", []byte(`{"state":"taken"}`), storage.IfMatch(lv)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.auditThere {
+				mustCreate(t, s, "audit.json", doc{State: "old"})
+			}
+			r := &fence.Record[doc, *doc]{Store: s, Key: "r.json"}
+			r.Seed(doc{State: "queued"}, v)
+			if tc.meddle {
+				m := &fence.Record[doc, *doc]{Store: s, Key: "r.json"}
+				if _, _, err := m.Apply(ctx, func(d *doc) error { d.State = "queued"; return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			must := func(d *doc) ([]storage.Write, error) {
+				b, _ := json.Marshal(doc{State: "held for " + d.State})
+				return []storage.Write{{Key: "lock.json", Value: b, Cond: storage.IfMatch(lv)}}, nil
+			}
+			also := func(d *doc) ([]storage.Write, error) {
+				return []storage.Write{{Key: "audit.json", Value: []byte(`{"state":"audit"}`), Cond: storage.IfNotExists()}}, nil
+			}
+			_, _, committed, vers, err := r.ApplyJoint(ctx, func(d *doc) error { d.State = "picked"; return nil }, must, also)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("ApplyJoint: %v, want %v", err, tc.wantErr)
+			}
+			if committed != tc.committed {
+				t.Fatalf("committed %v, want %v", committed, tc.committed)
+			}
+			rec, _, _ := s.Get(ctx, "r.json")
+			lock, lockVer, _ := s.Get(ctx, "lock.json")
+			if got := bytesContain(rec, "picked") && bytesContain(lock, "held for picked"); got != tc.written {
+				t.Fatalf("record %s, lock %s: written %v, want %v", rec, lock, got, tc.written)
+			}
+			if tc.written && (len(vers) != 1 || vers[0] != lockVer) {
+				t.Fatalf("must's versions %v, want [%s]", vers, lockVer)
+			}
+			if audit, _, _ := s.Get(ctx, "audit.json"); bytesContain(audit, `"audit"`) != tc.committed {
+				t.Fatalf("audit %s, committed %v", audit, tc.committed)
+			}
+		})
+	}
+}

@@ -191,11 +191,34 @@ func (r *Record[T, P]) ApplyWith(ctx context.Context, change func(P) error, also
 	if also != nil && !r.Store.CanCommit() {
 		also = nil
 	}
+	before, after, committed, _, err = r.apply(ctx, change, nil, also)
+	return before, after, committed, err
+}
+
+// ApplyJoint is ApplyWith whose writes must (given the changed document)
+// land with the record's or none does, on a store that commits: a
+// refusal of one of their conditions ends it with that error and nothing
+// written (a refusal of one of also's is retried without also's, as
+// ApplyWith does). It returns must's writes' versions, in order (a
+// Delete's is ""; a write whose commit's outcome was unknown but landed,
+// read back: "" if the key changed since); committed tells whether
+// also's landed too. A store that cannot commit gives an error matching
+// errors.ErrUnsupported, writing nothing.
+func (r *Record[T, P]) ApplyJoint(ctx context.Context, change func(P) error, must, also func(P) ([]storage.Write, error)) (before, after T, committed bool, mustVers []storage.Version, err error) {
+	if !r.Store.CanCommit() {
+		return before, after, false, nil, fmt.Errorf("conveyor: %s: a joint write: %w", r.Key, errors.ErrUnsupported)
+	}
+	return r.apply(ctx, change, must, also)
+}
+
+// apply is ApplyWith and ApplyJoint: the record's write, with must's
+// writes joined to it and also's when they can be.
+func (r *Record[T, P]) apply(ctx context.Context, change func(P) error, must, also func(P) ([]storage.Write, error)) (before, after T, committed bool, mustVers []storage.Version, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.cached {
 		if err := r.reload(ctx); err != nil {
-			return before, after, false, err
+			return before, after, false, nil, err
 		}
 	}
 	fresh := r.fresh // else the cached document may be stale until re-read
@@ -204,10 +227,10 @@ func (r *Record[T, P]) ApplyWith(ctx context.Context, change func(P) error, also
 		doc := r.clone(&r.doc)
 		if err := r.fence(&doc); err != nil {
 			if fresh {
-				return before, after, false, err
+				return before, after, false, nil, err
 			}
 			if err := r.reload(ctx); err != nil {
-				return before, after, false, err
+				return before, after, false, nil, err
 			}
 			fresh = true
 			continue
@@ -215,12 +238,12 @@ func (r *Record[T, P]) ApplyWith(ctx context.Context, change func(P) error, also
 		prior := r.clone(&r.doc)
 		if err := change(&doc); err != nil {
 			if fresh {
-				return before, after, false, err
+				return before, after, false, nil, err
 			}
 			// Someone else may have moved the record since our last write:
 			// judge the change against the stored document before refusing.
 			if err := r.reload(ctx); err != nil {
-				return before, after, false, err
+				return before, after, false, nil, err
 			}
 			fresh = true
 			continue
@@ -228,58 +251,110 @@ func (r *Record[T, P]) ApplyWith(ctx context.Context, change func(P) error, also
 		P(&doc).StorageMeta().Version++
 		b, err := records.Encode[T, P](&doc)
 		if err != nil {
-			return before, after, false, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
+			return before, after, false, nil, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
 		}
-		v, with, err := r.put(ctx, &doc, b, also)
-		if with && err != nil && !errors.Is(err, storage.ErrOutcomeUnknown) && !failedAt(err, r.Key) {
-			also = nil // another write's condition: the record's alone, as Apply writes it
+		w, err := r.put(ctx, &doc, b, must, also)
+		if w.commit && err != nil && !errors.Is(err, storage.ErrOutcomeUnknown) && !failedAt(err, r.Key) {
+			if failedAtAny(err, w.must) {
+				return before, after, false, nil, err // a joint write refused: nothing written
+			}
+			also = nil // another write's condition: without it, as Apply writes it
 			continue
 		}
 		switch {
 		case err == nil:
-			r.doc, r.ver, r.fresh = doc, v, false
-			return prior, r.clone(&doc), with, nil
+			r.doc, r.ver, r.fresh = doc, w.v, false
+			return prior, r.clone(&doc), w.with, w.mustVers, nil
 		case errors.Is(err, storage.ErrOutcomeUnknown):
 			// The write may have landed: it did if the stored bytes are
 			// ours (a commit lands whole or not at all).
 			got, gv, gerr := r.Store.Get(ctx, r.Key)
 			if gerr == nil && bytes.Equal(got, b) {
 				r.doc, r.ver, r.fresh = doc, gv, false
-				return prior, r.clone(&doc), with, nil
+				return prior, r.clone(&doc), w.with, r.readBack(ctx, w.must), nil
 			}
 		case errors.Is(err, storage.ErrPreconditionFailed):
 		default:
-			return before, after, false, err
+			return before, after, false, nil, err
 		}
 		if conflicts++; conflicts > MaxConflicts {
-			return before, after, false, fmt.Errorf("conveyor: %s: gave up after %d conflicting writes: %w", r.Key, MaxConflicts, err)
+			return before, after, false, nil, fmt.Errorf("conveyor: %s: gave up after %d conflicting writes: %w", r.Key, MaxConflicts, err)
 		}
 		if err := r.reload(ctx); err != nil {
-			return before, after, false, err
+			return before, after, false, nil, err
 		}
 		fresh = true
 	}
 }
 
+// written is what put wrote: the record's version, whether it was a
+// commit, whether also's writes went with it (with), and must's writes
+// and their versions.
+type written struct {
+	v        storage.Version
+	commit   bool
+	with     bool
+	must     []storage.Write
+	mustVers []storage.Version
+}
+
 // put writes the record's bytes b (of doc) under IfMatch of the version
-// last read or written: one Put, or, when also gives writes, one commit
-// of the record's write first and then those (with tells which; also
-// failing, the record's write goes alone).
-func (r *Record[T, P]) put(ctx context.Context, doc P, b []byte, also func(P) ([]storage.Write, error)) (v storage.Version, with bool, err error) {
+// last read or written: one Put, or, when must or also give writes, one
+// commit of the record's write first, then must's, then also's (also
+// failing, the record's write goes without them; must failing, nothing
+// is written).
+func (r *Record[T, P]) put(ctx context.Context, doc P, b []byte, must, also func(P) ([]storage.Write, error)) (w written, err error) {
+	if must != nil {
+		if w.must, err = must(doc); err != nil {
+			return w, err
+		}
+	}
 	var more []storage.Write
 	if also != nil {
 		more, _ = also(doc) // writes it cannot make are the caller's to make apart, as without a commit
 	}
-	if len(more) == 0 {
-		v, err = r.Store.Put(ctx, r.Key, b, storage.IfMatch(r.ver))
-		return v, false, err
+	if len(w.must)+len(more) == 0 {
+		w.v, err = r.Store.Put(ctx, r.Key, b, storage.IfMatch(r.ver))
+		return w, err
 	}
-	ws := append([]storage.Write{{Key: r.Key, Value: b, Cond: storage.IfMatch(r.ver)}}, more...)
+	ws := make([]storage.Write, 0, 1+len(w.must)+len(more))
+	ws = append(append(append(ws, storage.Write{Key: r.Key, Value: b, Cond: storage.IfMatch(r.ver)}), w.must...), more...)
+	w.commit, w.with = true, len(more) > 0
 	vs, err := r.Store.Commit(ctx, ws)
 	if err != nil {
-		return "", true, err
+		return w, err
 	}
-	return vs[0], true, nil
+	w.v, w.mustVers = vs[0], vs[1:1+len(w.must)]
+	return w, nil
+}
+
+// readBack is the versions of ws (a commit's, landed with an unknown
+// outcome): each Put's key read, its version if it still holds the bytes
+// written, else "".
+func (r *Record[T, P]) readBack(ctx context.Context, ws []storage.Write) []storage.Version {
+	if len(ws) == 0 {
+		return nil
+	}
+	vs := make([]storage.Version, len(ws))
+	for i, w := range ws {
+		if w.Delete {
+			continue
+		}
+		if got, gv, err := r.Store.Get(ctx, w.Key); err == nil && bytes.Equal(got, w.Value) {
+			vs[i] = gv
+		}
+	}
+	return vs
+}
+
+// failedAtAny tells whether err is a refused condition of one of ws.
+func failedAtAny(err error, ws []storage.Write) bool {
+	for _, w := range ws {
+		if failedAt(err, w.Key) {
+			return true
+		}
+	}
+	return false
 }
 
 // failedAt tells whether err is a refused condition of the write at key.

@@ -249,17 +249,54 @@ func LanePrefix(agent string) (string, error) {
 	return LanesPrefix + agent + "/", nil
 }
 
-// LaneKey is a job's entry in its agent's ready lane:
-// queue/lanes/{agent}/{ready_at as 19-digit Unix nanoseconds}-{jobId}.
-// at must not be before 1970.
+// The priorities a lane orders by: 1 to 9, a higher one first; the
+// default, 5, is every entry's written before priorities (lifecycle's
+// MinPriority, MaxPriority and DefaultPriority say the same to users).
+const (
+	MinLanePriority     = 1
+	MaxLanePriority     = 9
+	DefaultLanePriority = 5
+)
+
+// LaneKey is a job's entry of the default priority in its agent's ready
+// lane: PriorityLaneKey(agent, DefaultLanePriority, at, jobID).
 func LaneKey(agent string, at time.Time, jobID string) (string, error) {
+	return PriorityLaneKey(agent, DefaultLanePriority, at, jobID)
+}
+
+// maxLaneTime is the latest ready time a lane key can hold: 19 digits of
+// Unix nanoseconds (an int64) reach April 2262.
+var maxLaneTime = time.Unix(0, math.MaxInt64)
+
+// PriorityLaneKey is a job's entry in its agent's ready lane, named so
+// that a lane listed in key order lists its entries by priority (higher
+// first), then ready time, then job id:
+//
+//	priority 5 (the default):  queue/lanes/{agent}/{ready}-{jobId}
+//	priority 6 to 9:           queue/lanes/{agent}/!{9-priority}-{ready}-{jobId}
+//	priority 1 to 4:           queue/lanes/{agent}/_{9-priority}-{ready}-{jobId}
+//
+// where {ready} is the ready time as 19-digit Unix nanoseconds. The
+// default priority's key is the one every release before priorities
+// wrote, so their entries sort, parse and are claimed as priority 5: '!'
+// sorts before every digit and '_' after, and the rank digit orders the
+// priorities within each. at must be in 1970 to 2262.
+func PriorityLaneKey(agent string, priority int, at time.Time, jobID string) (string, error) {
 	if err := validateIDs("agent slug", agent, "job id", jobID); err != nil {
 		return "", err
 	}
-	if at.UnixNano() < 0 {
-		return "", &storekey.IDError{Field: "ready time", ID: at.String(), Reason: "before 1970"}
+	if at.Before(time.Unix(0, 0)) || at.After(maxLaneTime) {
+		return "", &storekey.IDError{Field: "ready time", ID: at.String(), Reason: "outside 1970 to 2262"}
 	}
-	return fmt.Sprintf("%s%s/%019d-%s", LanesPrefix, agent, at.UnixNano(), jobID), nil
+	switch {
+	case priority == DefaultLanePriority:
+		return fmt.Sprintf("%s%s/%019d-%s", LanesPrefix, agent, at.UnixNano(), jobID), nil
+	case priority > DefaultLanePriority && priority <= MaxLanePriority:
+		return fmt.Sprintf("%s%s/!%d-%019d-%s", LanesPrefix, agent, MaxLanePriority-priority, at.UnixNano(), jobID), nil
+	case priority >= MinLanePriority && priority < DefaultLanePriority:
+		return fmt.Sprintf("%s%s/_%d-%019d-%s", LanesPrefix, agent, MaxLanePriority-priority, at.UnixNano(), jobID), nil
+	}
+	return "", &storekey.IDError{Field: "priority", ID: strconv.Itoa(priority), Reason: "outside 1 to 9"}
 }
 
 // LaneAgent returns the agent of a key under the lanes, queue/lanes/{agent}/…,
@@ -273,25 +310,47 @@ func LaneAgent(key string) (agent string, ok bool) {
 	return agent, ok
 }
 
-// ParseLaneKey returns the agent, ready time and job id of a LaneKey.
+// ParseLaneKey returns the agent, ready time and job id of a lane key of
+// any priority (PriorityLaneKey).
 func ParseLaneKey(key string) (agent string, at time.Time, jobID string, ok bool) {
+	agent, _, at, jobID, ok = ParsePriorityLaneKey(key)
+	return agent, at, jobID, ok
+}
+
+// ParsePriorityLaneKey returns the agent, priority, ready time and job id
+// of a PriorityLaneKey; a key in the format of the releases before
+// priorities reads as the default priority.
+func ParsePriorityLaneKey(key string) (agent string, priority int, at time.Time, jobID string, ok bool) {
 	rest, found := strings.CutPrefix(key, LanesPrefix)
 	if !found {
-		return "", time.Time{}, "", false
+		return "", 0, time.Time{}, "", false
 	}
 	agent, entry, found := strings.Cut(rest, "/")
-	if !found || storekey.ValidateID("agent slug", agent) != nil || len(entry) < 21 || entry[19] != '-' {
-		return "", time.Time{}, "", false
+	if !found || storekey.ValidateID("agent slug", agent) != nil {
+		return "", 0, time.Time{}, "", false
+	}
+	priority = DefaultLanePriority
+	if len(entry) > 3 && (entry[0] == '!' || entry[0] == '_') && entry[2] == '-' {
+		rank := int(entry[1]) - '0'
+		priority = MaxLanePriority - rank
+		if entry[0] == '!' && (priority <= DefaultLanePriority || priority > MaxLanePriority) ||
+			entry[0] == '_' && (priority >= DefaultLanePriority || priority < MinLanePriority) {
+			return "", 0, time.Time{}, "", false
+		}
+		entry = entry[3:]
+	}
+	if len(entry) < 21 || entry[19] != '-' {
+		return "", 0, time.Time{}, "", false
 	}
 	n, err := strconv.ParseInt(entry[:19], 10, 64)
 	if err != nil || n < 0 {
-		return "", time.Time{}, "", false
+		return "", 0, time.Time{}, "", false
 	}
 	jobID = entry[20:]
 	if storekey.ValidateID("job id", jobID) != nil {
-		return "", time.Time{}, "", false
+		return "", 0, time.Time{}, "", false
 	}
-	return agent, time.Unix(0, n), jobID, true
+	return agent, priority, time.Unix(0, n), jobID, true
 }
 
 // AgentLockKey is an agent's lock (one running job per agent):

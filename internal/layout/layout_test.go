@@ -537,3 +537,75 @@ func TestIdempotencyRunKey(t *testing.T) {
 		t.Error("IdempotencyRunKey took a hostile run id")
 	}
 }
+
+// TestPriorityLaneKeys: a lane listed in key order lists its entries by
+// priority (higher first), then ready time, then job id; a key in the
+// format of the releases before priorities (the fixture's) reads as the
+// default priority and sorts among the default's entries by its time.
+func TestPriorityLaneKeys(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+	type entry struct {
+		priority int
+		at       time.Duration // after t0
+		id       string
+	}
+	// In the order a claim must meet them.
+	want := []entry{
+		{9, 5 * time.Second, "j9"},
+		{8, 0, "j8a"}, {8, 0, "j8b"}, {8, time.Second, "j8c"},
+		{6, 0, "j6"},
+		{5, 0, "j5a"}, {5, time.Second, "j5b"},
+		{4, 0, "j4"},
+		{1, 0, "j1"},
+	}
+	var keys []string
+	for _, e := range want {
+		k, err := layout.PriorityLaneKey("agent-a", e.priority, t0.Add(e.at), e.id)
+		if err != nil {
+			t.Fatalf("PriorityLaneKey(%d) = %v", e.priority, err)
+		}
+		agent, p, at, id, ok := layout.ParsePriorityLaneKey(k)
+		if !ok || agent != "agent-a" || p != e.priority || !at.Equal(t0.Add(e.at)) || id != e.id {
+			t.Fatalf("ParsePriorityLaneKey(%q) = %q %d %v %q %v", k, agent, p, at, id, ok)
+		}
+		keys = append(keys, k)
+	}
+	// An entry of the previous release at t0 + 500 ms: between j5a and j5b.
+	old := "queue/lanes/agent-a/1771927200500000000-old"
+	if _, p, at, id, ok := layout.ParsePriorityLaneKey(old); !ok || p != layout.DefaultLanePriority || !at.Equal(t0.Add(500*time.Millisecond)) || id != "old" {
+		t.Fatalf("old key reads as %d %v %q %v", p, at, id, ok)
+	}
+	sorted := append(slices.Clone(keys), old)
+	slices.Sort(sorted)
+	wantOrder := slices.Insert(slices.Clone(keys), 6, old)
+	if !slices.Equal(sorted, wantOrder) {
+		t.Fatalf("key order:\n%q\nwant\n%q", sorted, wantOrder)
+	}
+	if k, _ := layout.PriorityLaneKey("a", 5, t0, "j"); k != "queue/lanes/a/1771927200000000000-j" {
+		t.Fatalf("the default priority's key changed: %q", k)
+	}
+	if k, _ := layout.PriorityLaneKey("a", 7, t0, "j"); k != "queue/lanes/a/!2-1771927200000000000-j" {
+		t.Fatalf("priority 7's key: %q", k)
+	}
+	for _, p := range []int{0, -1, 10} {
+		if _, err := layout.PriorityLaneKey("a", p, t0, "j"); !errors.Is(err, storage.ErrInvalidID) {
+			t.Errorf("priority %d: %v, want ErrInvalidID", p, err)
+		}
+	}
+	if _, err := layout.PriorityLaneKey("a", 5, time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC), "j"); !errors.Is(err, storage.ErrInvalidID) {
+		t.Errorf("a ready time past 2262: %v, want ErrInvalidID", err)
+	}
+	for _, bad := range []string{
+		"queue/lanes/a/!5-1771927200000000000-j", // 9-5: the default has no mark
+		"queue/lanes/a/_3-1771927200000000000-j", // 9-3 = 6 is above the default
+		"queue/lanes/a/!x-1771927200000000000-j",
+		"queue/lanes/a/_9-1771927200000000000-j", // priority 0
+		"queue/lanes/a/!1-177192720000000000-j",
+		"queue/lanes/a/!1-",
+	} {
+		if _, _, _, _, ok := layout.ParsePriorityLaneKey(bad); ok {
+			t.Errorf("ParsePriorityLaneKey(%q) ok", bad)
+		}
+	}
+}

@@ -72,13 +72,17 @@ func attemptGuards() (left, exhausted Guard[*lifecycle.Job]) {
 		}
 }
 
+// JobMachineSpecName is the spec's job machine's name, as a job record's
+// machine field gives it ("" too: a record written before the field).
+const JobMachineSpecName = "job"
+
 // JobMachineNamed is the job machine of the given name (a job record's
 // machine field): the general one for lifecycle.JobMachineGeneral, the
 // spec's for "" (a record written before the field) and
-// lifecycle.JobMachineSpec, nil for a name this release does not know.
+// JobMachineSpecName, nil for a name this release does not know.
 func JobMachineNamed(name string) *Machine[lifecycle.JobState, *lifecycle.Job] {
 	switch name {
-	case "", lifecycle.JobMachineSpec:
+	case "", JobMachineSpecName:
 		return JobMachine()
 	case lifecycle.JobMachineGeneral:
 		return GeneralJobMachine()
@@ -91,7 +95,7 @@ func JobMachineNamed(name string) *Machine[lifecycle.JobState, *lifecycle.Job] {
 func JobMachineForType(t lifecycle.JobType) string {
 	switch t {
 	case lifecycle.JobResearch, lifecycle.JobBrief, lifecycle.JobProposalPreprocess:
-		return lifecycle.JobMachineSpec
+		return JobMachineSpecName
 	}
 	return lifecycle.JobMachineGeneral
 }

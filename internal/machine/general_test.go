@@ -59,8 +59,8 @@ func TestGeneralJobMachine(t *testing.T) {
 	if machine.JobMachine().IsState(lifecycle.JobRunning) || machine.JobMachine().IsState(lifecycle.JobCancelled) {
 		t.Error("the spec's job machine gained a general state")
 	}
-	for typ, want := range map[lifecycle.JobType]string{lifecycle.JobBrief: lifecycle.JobMachineSpec, lifecycle.JobResearch: lifecycle.JobMachineSpec,
-		lifecycle.JobProposalPreprocess: lifecycle.JobMachineSpec, "SEND_EMAIL": lifecycle.JobMachineGeneral} {
+	for typ, want := range map[lifecycle.JobType]string{lifecycle.JobBrief: machine.JobMachineSpecName, lifecycle.JobResearch: machine.JobMachineSpecName,
+		lifecycle.JobProposalPreprocess: machine.JobMachineSpecName, "SEND_EMAIL": lifecycle.JobMachineGeneral} {
 		if got := machine.JobMachineForType(typ); got != want {
 			t.Errorf("%s runs on %q, want %q", typ, got, want)
 		}

@@ -45,7 +45,7 @@ var jobMachine = sync.OnceValue(func() *Machine[lifecycle.JobState, *lifecycle.J
 	// the FAILED branch whatever attempts are left.
 	attemptsLeft, attemptsExhausted := attemptGuards()
 	return MustNew(Definition[lifecycle.JobState, *lifecycle.Job]{
-		Name:     lifecycle.JobMachineSpec,
+		Name:     JobMachineSpecName,
 		Initial:  lifecycle.JobPending,
 		States:   JobStates(),
 		Terminal: []lifecycle.JobState{lifecycle.JobComplete, lifecycle.JobDead},

@@ -47,6 +47,7 @@ func TestRunJob(t *testing.T) {
 		name    string
 		script  []string
 		opts    []conveyortest.QueueOption
+		job     func(*jobqueue.NewJob)
 		state   lifecycle.JobState
 		code    string
 		calls   int32
@@ -65,14 +66,21 @@ func TestRunJob(t *testing.T) {
 		{name: "one attempt", script: []string{"err", "ok"},
 			opts:  []conveyortest.QueueOption{func(c *jobqueue.Config) { c.MaxAttempts = 1 }},
 			state: lifecycle.JobDead, code: codes.JobHandlerError, calls: 1, elapsed: 15 * time.Second},
+		// A job to run later runs when the fake clock reaches its time.
+		{name: "delayed", script: []string{"ok"}, job: func(n *jobqueue.NewJob) { n.Delay = time.Hour },
+			state: lifecycle.JobComplete, calls: 1, elapsed: time.Hour},
+		{name: "run at, then retried", script: []string{"err", "ok"}, job: func(n *jobqueue.NewJob) { n.RunAt = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC) },
+			state: lifecycle.JobComplete, calls: 2, elapsed: time.Date(2026, 3, 1, 0, 0, 15, 0, time.UTC).Sub(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}, // the helpers start at 2026-01-01
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int32
-			job, art := conveyortest.RunJob(t, jobScript(&calls, tt.script...), jobqueue.NewJob{
-				JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a",
-			}, tt.opts...)
+			n := jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "agent-a"}
+			if tt.job != nil {
+				tt.job(&n)
+			}
+			job, art := conveyortest.RunJob(t, jobScript(&calls, tt.script...), n, tt.opts...)
 			if job.Status != tt.state || job.ErrorCode != tt.code {
 				t.Errorf("job %s %q, want %s %q (error %v)", job.Status, job.ErrorCode, tt.state, tt.code, job.Error)
 			}

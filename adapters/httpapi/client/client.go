@@ -209,14 +209,21 @@ func (c *Client) Agents(ctx context.Context) ([]lifecycle.AgentInfo, error) {
 	return get[[]lifecycle.AgentInfo](ctx, connOf(c), http.MethodGet, "/agents", nil)
 }
 
-// Enqueue creates a job (POST /jobs).
+// Enqueue creates a job (POST /jobs). Its Delay counts from the server's
+// clock when the job arrives, its RunAt is a time as it is; the job starts
+// no earlier than either.
 func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job, error) {
 	return get[lifecycle.Job](ctx, connOf(c), http.MethodPost, "/jobs", jobBody(n))
 }
 
 func jobBody(n lifecycle.NewJob) wire.JobBody {
-	return wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
-		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID}
+	b := wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
+		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID,
+		Priority: n.Priority, RunAt: n.RunAt}
+	if n.Delay != 0 {
+		b.Delay = n.Delay.String() // by the server's clock, as the queue's
+	}
+	return b
 }
 
 // EnqueueMany creates jobs as one batch (POST /jobs/batch): 1 to 500

@@ -30,6 +30,8 @@ const (
 	researchJobs = 40
 	briefJobs    = 20
 	deadError    = "the notebook was deleted"
+	// standAloneJob is the BRIEF job without a run or an agent.
+	standAloneJob = "0-stand-alone" // first in job id order: on the first page
 )
 
 // jobsWorker is a Worker with a job queue: a real Queue and Runner on one
@@ -95,7 +97,8 @@ func startJobsWorker(t *testing.T) *jobsWorker {
 			t.Fatal(err)
 		}
 	}
-	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobType: lifecycle.JobBrief}); err != nil {
+	// The stand-alone job is of priority 8 and not to start for an hour.
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: standAloneJob, JobType: lifecycle.JobBrief, Priority: 8, Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -238,6 +241,18 @@ func TestJobsPage(t *testing.T) {
 	})()`))
 	if want := map[string]string{"research": fmt.Sprint(researchJobs), "brief": fmt.Sprint(briefJobs), "dead": "1", "quickDead": "1", "standAlone": "1", "standAloneAgent": "none (BRIEF lane)"}; fmt.Sprint(counts) != fmt.Sprint(want) {
 		t.Errorf("counts %v, want %v", counts, want)
+	}
+
+	// The stand-alone job shows its priority and when it may start; a job
+	// enqueued without a priority shows the default.
+	prio := get(t, ctx, "read the priorities", chromedp.Evaluate[[]string](`(() => {
+		const row = (sel) => document.querySelector('#jobs-body tr' + sel);
+		const text = (r, id) => { const el = r && r.querySelector('[data-testid="' + id + '"]'); return el ? el.textContent : ''; };
+		const stand = row('[data-job="`+standAloneJob+`"]'), other = row(':not([data-job="`+standAloneJob+`"])');
+		return [text(stand, 'job-priority'), text(stand, 'job-scheduled'), text(other, 'job-priority'), text(other, 'job-scheduled')];
+	})()`))
+	if prio[0] != "8" || !strings.HasPrefix(prio[1], "not before ") || prio[2] != "5" || prio[3] != "" {
+		t.Errorf("priority, schedule of the delayed job %q %q, of another %q %q; want 8, not before ..., 5, none", prio[0], prio[1], prio[2], prio[3])
 	}
 
 	// Paging: every job once over the pages, 25 a page, then no next page.

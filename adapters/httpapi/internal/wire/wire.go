@@ -6,6 +6,7 @@ package wire
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 )
@@ -51,6 +52,10 @@ type JobBody struct {
 	Context     lifecycle.JobContext `json:"context,omitzero"`
 	Callback    string               `json:"callback,omitempty"`
 	ProjectID   string               `json:"project_id,omitempty"`
+	Priority    int                  `json:"priority,omitempty"`
+	RunAt       time.Time            `json:"run_at,omitzero"`
+	// Delay is a Go duration string ("90s").
+	Delay string `json:"delay,omitempty"`
 }
 
 // BatchBody is POST /jobs/batch's body (docs/http-api.md): 1 to 500 jobs,

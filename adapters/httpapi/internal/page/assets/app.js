@@ -1207,6 +1207,7 @@
   // runs in its type's lane, whose name is written there ("_type.BRIEF",
   // docs/spec.md#job-record).
   const TYPE_LANE = '_type.';
+  const JOB_DEFAULT_PRIORITY = 5;
   function agentName(slug) {
     if (!slug) return '—';
     return slug.startsWith(TYPE_LANE) ? 'none (' + slug.slice(TYPE_LANE.length) + ' lane)' : slug;
@@ -1231,7 +1232,7 @@
     };
     const listBody = h('tbody', { id: 'jobs-body' });
     const listTable = h('table', { id: 'jobs', 'data-testid': 'jobs' },
-      h('thead', {}, h('tr', {}, ['job', 'type', 'agent', 'run', 'state', 'attempt', 'updated', 'error', ''].map((c) => h('th', { scope: 'col', text: c })))),
+      h('thead', {}, h('tr', {}, ['job', 'type', 'agent', 'run', 'state', 'priority', 'attempt', 'updated', 'error', ''].map((c) => h('th', { scope: 'col', text: c })))),
       listBody);
     const listNote = h('p', { class: 'muted', id: 'jobs-note' });
     // The queues (GET /queues): each lane with its depth and whether a job
@@ -1454,7 +1455,11 @@
         h('td', { class: 'mono', 'data-label': 'agent', text: agentName(j.agent_slug) }),
         h('td', { 'data-label': 'run' }, j.run_id ? h('a', { href: '#/runs/' + enc(j.run_id), class: 'mono', text: j.run_id }) : '—'),
         h('td', { 'data-label': 'state' }, badge(j.status), j.status === 'RETRY_BACKOFF' && j.next_attempt_at ? h('div', { class: 'muted' }, 'next ', fmtTime(j.next_attempt_at)) : null,
-          j.status === 'RUNNING' && j.cancel_requested_at ? h('div', { class: 'muted', 'data-testid': 'cancel-asked' }, 'cancel asked ', fmtTime(j.cancel_requested_at)) : null),
+          j.status === 'RUNNING' && j.cancel_requested_at ? h('div', { class: 'muted', 'data-testid': 'cancel-asked' }, 'cancel asked ', fmtTime(j.cancel_requested_at)) : null,
+          // A job enqueued to run later is QUEUED until then, not started before.
+          j.status === 'QUEUED' && j.scheduled_at ? h('div', { class: 'muted', 'data-testid': 'job-scheduled' }, 'not before ', fmtTime(j.scheduled_at)) : null),
+        // A job stored without a priority has the default, 5 (docs/spec.md#delayed-jobs-and-priorities).
+        h('td', { class: 'num', 'data-label': 'priority', 'data-testid': 'job-priority', text: String(j.priority || JOB_DEFAULT_PRIORITY) }),
         h('td', { class: 'num', 'data-label': 'attempt', text: `${j.attempt || 0} / ${j.max_attempts || 0}` }),
         h('td', { 'data-label': 'updated' }, fmtTime(j.updated_at)),
         h('td', { class: 'error-cell', 'data-label': 'error' }, error),
