@@ -36,6 +36,9 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 		if err := jobs[i].validate(q.maxAttempts, q.userTypes); err != nil {
 			return nil, &lifecycle.BatchError{Index: i, Err: err}
 		}
+		if err := q.checkRolling(&jobs[i]); err != nil {
+			return nil, &lifecycle.BatchError{Index: i, Err: err}
+		}
 		if j, dup := first[jobs[i].JobID]; dup {
 			return nil, &lifecycle.BatchError{Index: i, Err: badJob("job_id %q is job %d's too", jobs[i].JobID, j)}
 		}
@@ -114,7 +117,7 @@ func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []N
 			return b, &lifecycle.BatchError{Index: i, Err: err}
 		}
 		b.keys[i] = key
-		if b.docs[i], b.lanes[i], err = newJobDoc(jctx, actor, jobs[i], now, time.Duration(i)); err != nil {
+		if b.docs[i], b.lanes[i], err = newJobDoc(jctx, actor, jobs[i], now, time.Duration(i), q.rolling); err != nil {
 			return b, &lifecycle.BatchError{Index: i, Err: err}
 		}
 		// A no-op but on a store that settles, and none of those commits.

@@ -92,6 +92,15 @@ type Config struct {
 	// handler calls (docs/spec.md#tracing). Default none: no spans, at no
 	// cost; a job still keeps the trace context its enqueue carried.
 	TracerProvider trace.TracerProvider
+	// RollingUpgrade keeps every job this Queue writes readable by Workers
+	// of the previous release sharing its store, for as long as a rolling
+	// upgrade lasts: a job of the user's types runs on the spec's job
+	// machine (a previous Worker quarantines a job in RUNNING, a state it
+	// does not know), and a priority other than the default is refused (a
+	// previous Worker drops a lane entry it cannot read, leaving its job in
+	// no lane). Turn it off once every Worker runs this release. Default
+	// false.
+	RollingUpgrade bool
 }
 
 // TypeConfig is a user job type (Config.Types).

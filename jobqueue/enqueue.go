@@ -205,6 +205,17 @@ type admission struct {
 	obs         *observer
 	maxAttempts int                        // Config.MaxAttempts
 	userTypes   map[lifecycle.JobType]bool // Config.Types
+	rolling     bool                       // Config.RollingUpgrade
+}
+
+// checkRolling refuses, during a rolling upgrade (Config.RollingUpgrade),
+// what a Worker of the previous release cannot read: a priority other
+// than the default.
+func (q *admission) checkRolling(n *NewJob) error {
+	if q.rolling && n.Priority != 0 && n.Priority != lifecycle.DefaultPriority {
+		return badJob("priority %d: this Queue writes only what the previous release reads (a rolling upgrade), and priorities are new", n.Priority)
+	}
+	return nil
 }
 
 // enqueue is Queue.Enqueue.
@@ -215,6 +226,9 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 		return lifecycle.Job{}, err
 	}
 	if err := n.validate(q.maxAttempts, q.userTypes); err != nil {
+		return lifecycle.Job{}, err
+	}
+	if err := q.checkRolling(&n); err != nil {
 		return lifecycle.Job{}, err
 	}
 	return q.write(ctx, actor, n)
@@ -248,7 +262,7 @@ func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) 
 		return lifecycle.Job{}, err
 	}
 	now := q.clock.Now().UTC()
-	doc, lane, err := newJobDoc(ctx, actor, n, now, 0)
+	doc, lane, err := newJobDoc(ctx, actor, n, now, 0, q.rolling)
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -280,7 +294,7 @@ func (q *admission) write(ctx context.Context, actor lifecycle.Actor, n NewJob) 
 // (if new), lane entry and record in one commit (commitBatch), so the job
 // and its lane entry land at one instant and nothing is undone.
 func (q *admission) commitOne(ctx context.Context, actor lifecycle.Actor, n NewJob, key string) (lifecycle.Job, error) {
-	doc, lane, err := newJobDoc(ctx, actor, n, q.clock.Now().UTC(), 0)
+	doc, lane, err := newJobDoc(ctx, actor, n, q.clock.Now().UTC(), 0, q.rolling)
 	if err != nil {
 		return lifecycle.Job{}, err
 	}
@@ -305,15 +319,20 @@ func (q *admission) commitOne(ctx context.Context, actor lifecycle.Actor, n NewJ
 // in their lanes). Validation is done, so the job is created already moved
 // on to QUEUED: one write whose trail holds both moves. Its machine is
 // its type's (the spec's for the NLM types, the general one for the
-// user's). Its trace context is ctx's.
-func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Time, seq time.Duration) (jobDoc, string, error) {
+// user's; the spec's for every type when previous, during a rolling
+// upgrade). Its trace context is ctx's.
+func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Time, seq time.Duration, previous bool) (jobDoc, string, error) {
 	ready := n.readyAt(now).Add(seq)
 	now = now.Add(seq)
+	jobMachine := machine.JobMachineForType(n.JobType)
+	if previous {
+		jobMachine = machine.JobMachineSpecName // the one every release runs
+	}
 	doc := jobDoc{Job: lifecycle.Job{
 		JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug,
 		Status: lifecycle.JobPending, MaxAttempts: n.MaxAttempts, Payload: n.Payload, Context: n.Context,
 		Callback: n.Callback, CreatedAt: now, UpdatedAt: now, ProjectID: n.ProjectID,
-		Machine: machine.JobMachineForType(n.JobType),
+		Machine: jobMachine,
 		Trail:   []lifecycle.JobMove{{From: "", To: lifecycle.JobPending, Event: "create", Actor: actor, At: now}},
 	}}
 	if err := fire(ctx, &doc, machine.EventValidate, lifecycle.ActorOrchestration); err != nil {

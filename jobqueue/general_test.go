@@ -404,3 +404,43 @@ func TestCancelOfAnOrphan(t *testing.T) {
 		})
 	}
 }
+
+// TestRollingUpgradeWritesWhatThePreviousReleaseReads: while Workers of the
+// previous release share the store (Config.RollingUpgrade), a job of a
+// user type runs on the spec's machine, whose states every release knows
+// (the previous one quarantines a RUNNING job), and a priority, whose lane
+// key the previous release drops, is refused, alone or in a batch.
+func TestRollingUpgradeWritesWhatThePreviousReleaseReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	q := emailQueue(t, clk, jobqueue.HandlerFunc(sent), func(c *jobqueue.Config) { c.RollingUpgrade = true })
+	j := enqueueEmail(t, q, "job-r", 3)
+	if j.Machine != machine.JobMachineSpecName {
+		t.Fatalf("enqueued on %q during a rolling upgrade, want the spec's machine", j.Machine)
+	}
+	c := claim(t, q, "w1")
+	if st := c.Job().Status; st != lifecycle.JobContextAssembly {
+		t.Fatalf("picked up into %s, want CONTEXT_ASSEMBLY (the spec's machine)", st)
+	}
+	if _, err := c.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if j := get(t, q, "job-r"); j.Status != lifecycle.JobComplete {
+		t.Fatalf("ended %s", j.Status)
+	}
+	high := jobqueue.NewJob{JobID: "job-p", JobType: emailType, AgentSlug: "mailer", Priority: lifecycle.MaxPriority}
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, high); !errors.Is(err, lifecycle.ErrInvalidJob) {
+		t.Fatalf("a priority during a rolling upgrade: %v, want ErrInvalidJob", err)
+	}
+	if _, err := q.EnqueueMany(ctx, lifecycle.ActorGateway, []jobqueue.NewJob{{JobType: emailType}, high}); !errors.Is(err, lifecycle.ErrInvalidJob) {
+		t.Fatalf("a batch with a priority during a rolling upgrade: %v, want ErrInvalidJob", err)
+	}
+	if _, err := q.Job(ctx, "job-p"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("the refused job was written: %v", err)
+	}
+	def := jobqueue.NewJob{JobID: "job-d", JobType: emailType, AgentSlug: "mailer", Priority: lifecycle.DefaultPriority}
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, def); err != nil {
+		t.Fatalf("the default priority, given: %v", err)
+	}
+}

@@ -98,7 +98,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 		userTypes[t] = true
 	}
 	q.admit = &admission{store: store, clock: cfg.Clock, tracer: q.runner.tracer, jobs: jobs, lanes: q.lanes,
-		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, userTypes: userTypes}
+		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, userTypes: userTypes, rolling: cfg.RollingUpgrade}
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
 	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,
 		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch}

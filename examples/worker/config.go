@@ -22,6 +22,7 @@ import (
 // A schedule with "job" is a periodic job: each slot enqueues that job
 // (job_type, and optionally agent_slug, payload, max_attempts) instead of
 // starting an agent's run.
+//
 //	 "webhooks": [
 //	  {"source": "github", "event": "pull_request.opened", "agent": "demo-research"},
 //	  {"source": "slack", "event": "/research", "agent": "demo-research"}

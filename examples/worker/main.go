@@ -73,7 +73,7 @@ type options struct {
 	s3Settle, pause, drain, poll, streamWrite          time.Duration
 	idlePoll, lease                                    time.Duration
 	logLevel                                           slog.Level
-	noDemo, allowUnsafeStore, printS3                  bool
+	noDemo, allowUnsafeStore, printS3, rollingUpgrade  bool
 	demoConc                                           int
 	retention                                          conveyor.RetentionConfig
 	limits                                             httpapi.Limits
@@ -122,6 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Func("retention-ages", "per-kind overrides of -retention, `kind=age,...` (kinds: runs audit jobs dead_jobs idempotency inbox artifacts; age a duration or \"forever\"); dead_jobs and artifacts are kept unless named", o.retention.SetAges)
 	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
 	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
+	fs.BoolVar(&o.rollingUpgrade, "rolling-upgrade", false, "while Workers of the previous release share the store: write only jobs they can read (the user's job types on the spec's machine, no priorities); drop it once every Worker runs this release (CHANGELOG)")
 	fs.BoolVar(&o.allowUnsafeStore, "allow-unsafe-store", false, "start even on a store that fails the start-up semantics check (a create-only write over an existing key accepted, a stale If-Match accepted, ...): the failed checks are logged, and exactly-once no longer holds (docs/stores.md)")
 	fs.IntVar(&o.demoConc, "demo-concurrency", 4, "runs of each demo agent that may execute at once, across every process sharing the store")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")

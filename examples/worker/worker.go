@@ -91,6 +91,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 	cfg.Runner.PollInterval, cfg.Runner.ParkedPollInterval = o.idlePoll, 4*o.poll
 	cfg.Runner.LeaseDuration, cfg.Runner.HeartbeatInterval = o.lease, o.lease/3
 	cfg.Queue.StopGrace, cfg.Queue.LeaseTTL = o.drain/3, min(o.lease, 30*time.Second)
+	cfg.Queue.RollingUpgrade = o.rollingUpgrade
 	cfg.NLM.PollInterval, cfg.NLM.CallbackURL, cfg.NLM.Client = o.idlePoll, o.callbackURL, nlmsim.Poster(w.tokens)
 	if w.c, err = conveyor.New(cfg); err != nil {
 		return nil, err
