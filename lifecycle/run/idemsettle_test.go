@@ -2,6 +2,7 @@ package run_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -312,5 +313,55 @@ func TestSettleWaitingRunIsReadOnceItMayGo(t *testing.T) {
 	}
 	if st := g.wait(r, res.RunID, time.Second, time.Minute); st.Status != "completed" {
 		t.Fatalf("run %s", st.Status)
+	}
+}
+
+// TestSettleTakeoverAnswersTheEarlierRun: a rival generation's record
+// landed over the key's completed one and its submitter died before
+// creating its run; a retry that takes the lapsed lease, once the run's
+// absence is sure, finds the earlier run of the key and is answered it,
+// creating none (it created the rival's run, for the gate to end, before).
+func TestSettleTakeoverAnswersTheEarlierRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newSettleRig(t, "")
+	first := s.submit(t, s.a)
+	if st := s.g.wait(s.a, first, time.Second, time.Minute); st.Status != "completed" {
+		t.Fatalf("first run: %+v", st)
+	}
+	rec, err := s.a.Idempotency(ctx, s.req.IdempotencyKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := s.g.clock.Now()
+	rival := "run_" + now.UTC().Format("2006-01-02_150405") + "_0123456789"
+	rec.RunID, rec.CreatedAt, rec.UpdatedAt, rec.Status, rec.Response = rival, now, now, idemrecord.Processing, nil
+	rec.LeaseOwner, rec.LeaseExpiresAt, rec.LockExpiresAt, rec.Attempts = "dead#1", &now, &now, 1
+	marker := idemrecord.Marker{Key: rec.Key, RunID: rival, RequestHash: rec.RequestHash, CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour)}
+	markerKey, _ := layout.IdempotencyRunKey(rec.Key, rival)
+	for key, v := range map[string]any{layout.IdempotencyKey(rec.Key): rec, markerKey: marker} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.g.store.Put(ctx, key, b, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var res lifecycle.SubmitResult
+	for range 3 { // busy until the rival's absence is sure, a settle time after the first look
+		if res, err = s.b.Submit(ctx, s.req); err == nil {
+			break
+		}
+		s.g.clock.Advance(6 * time.Second)
+	}
+	if err != nil || res.RunID != first || !res.Duplicate {
+		t.Fatalf("retry: %+v %v, want the earlier run %s as a duplicate", res, err, first)
+	}
+	if _, err := s.a.Status(ctx, rival); err == nil {
+		t.Errorf("the rival generation's run %s was created", rival)
+	}
+	if rec, err := s.a.Idempotency(ctx, s.req.IdempotencyKey); err != nil || rec.RunID != first {
+		t.Errorf("record %+v %v, want it naming %s", rec, err, first)
 	}
 }

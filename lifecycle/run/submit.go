@@ -491,15 +491,7 @@ func (im *idempotency) ensureRun(ctx context.Context, agent *agentDef, req lifec
 	if err := im.gate.markRun(ctx, c); err != nil {
 		return err
 	}
-	if c.fresh && c.rec.Attempts == 1 {
-		// A generation this submit just started: on a store that settles
-		// its record's create may have landed over a rival's; an earlier
-		// run of the key, found now, is answered instead of creating a
-		// second one for the gate to end.
-		if w, ok := im.gate.earlier(ctx, c); ok {
-			return &deferredError{winner: w}
-		}
-	} else {
+	if !c.fresh || c.rec.Attempts > 1 {
 		statusKey, err := layout.RunStatusKey(agent.Slug, c.rec.RunID)
 		if err != nil {
 			return err
@@ -517,6 +509,13 @@ func (im *idempotency) ensureRun(ctx context.Context, agent *agentDef, req lifec
 			// it again, so the key is busy until the absence is sure.
 			return &IdempotencyInProgressError{Key: req.IdempotencyKey, Err: err}
 		}
+	}
+	// On a store that settles the record's create (or a rival's) may have
+	// landed over another generation's: an earlier run of the key, found
+	// now, is answered instead of creating a second one for the gate to
+	// end.
+	if w, ok := im.gate.earlier(ctx, c); ok {
+		return &deferredError{winner: w}
 	}
 	// The run's start is its generation's: every submit that creates it
 	// writes the same entries.
