@@ -162,7 +162,10 @@ func (q *claimer) probeAgent(ctx context.Context, s *agentClaim) (next time.Time
 	}
 	s.lock, s.lockVer, s.cached, err = q.locks.readLock(ctx, a, lockKey)
 	if errors.Is(err, storage.ErrNotFound) {
-		return now.Add(laneRecheck), true, nil // the agent's first job is being enqueued
+		if head != "" {
+			q.locks.remakeMissing(ctx, a, lockKey) // lost by the store: no claim could take the lane
+		}
+		return now.Add(laneRecheck), true, nil
 	}
 	if err != nil {
 		return time.Time{}, true, err

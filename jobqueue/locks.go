@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
@@ -41,6 +42,9 @@ type locks struct {
 	sched  *scheduler
 	quar   *quarantine
 	settle time.Duration // storage.SettleTime of the store
+	// absent holds the locks read missing while their lanes hold work, on
+	// a store that settles, until the absence is sure (remakeMissing).
+	absent *evidence.Absence
 
 	mu      sync.Mutex
 	agentAt time.Time // when the agents' locks were last listed
@@ -252,6 +256,30 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 	}
 	fresh.Version = 1
 	return fresh, ver, false, nil
+}
+
+// remakeMissing makes a's lock again when it reads missing while a's lane
+// holds work: a lock is made at the agent's first enqueue and never
+// deleted, but a store can lose it (a MinIO cluster loses an object whose
+// conditional write a killed process cut: docs/stores.md), and without it
+// no claim takes the lane's jobs, for good. On a store that settles the
+// absence must be sure first (read missing again a settle time later). The
+// new lock's epoch starts from the clock, as a junk lock's (readLock), so
+// epochs only grow. A create another process made first is refused, and
+// the next look reads that one.
+func (q *locks) remakeMissing(ctx context.Context, a *agentState, key string) {
+	if !q.absent.Confirmed(key, q.clock.Now()) {
+		return
+	}
+	fresh := agentLock{Agent: a.name, Epoch: q.clock.Now().UnixMilli()}
+	if _, err := records.Create(ctx, q.store, key, &fresh); err != nil {
+		if !errors.Is(err, storage.ErrPreconditionFailed) {
+			q.log.WarnContext(ctx, "jobqueue: remaking a missing agent lock failed", "agent", a.name, "err", err)
+		}
+		return
+	}
+	q.absent.Found(key)
+	q.log.WarnContext(ctx, "jobqueue: agent lock read missing while its lane holds work; remade", "agent", a.name)
 }
 
 // writeLock writes l at key if the lock is still at ver (putLock).

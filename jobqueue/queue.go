@@ -82,7 +82,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	audit := &auditor{store: store, log: cfg.Logger, node: cfg.Node, artifactActor: cfg.ArtifactActor}
 	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
 	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}
-	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle}
+	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle, absent: absent}
 	retries := &retries{jobs: jobs, lanes: q.lanes, backoff: cfg.Backoff}
 	repair := &repairer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, jobs: jobs, lanes: q.lanes,
 		sched: q.sched, audit: audit, retries: retries}
