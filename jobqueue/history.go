@@ -69,11 +69,14 @@ func (q *reader) auditMoves(ctx context.Context, j *lifecycle.Job) (moves []life
 				return moves, true, nil
 			}
 			id, ok := layout.ParseAuditKey(key)
-			if !ok || !strings.Contains(id, mark) {
+			if !ok {
 				continue
 			}
 			if len(id) >= len(end) && id[:len(end)] > end {
-				break
+				break // past the job's last write: the rest of the day is others'
+			}
+			if !strings.Contains(id, mark) {
+				continue
 			}
 			evs, err := readAuditObject(ctx, q.store, key, id)
 			if err != nil {

@@ -106,7 +106,7 @@ func jobMachineOf(j *lifecycle.Job) *machine.Machine[lifecycle.JobState, *lifecy
 
 // general tells whether j runs on the general machine now (jobMachineOf).
 func general(j *lifecycle.Job) bool {
-	return j.Machine == lifecycle.JobMachineGeneral && machine.GeneralJobMachine().IsState(j.Status)
+	return jobMachineOf(j) == machine.GeneralJobMachine()
 }
 
 // errNewerRecord matches the error of a job record that names a job

@@ -61,12 +61,12 @@ func (q *locks) ensureAgent(ctx context.Context, agent string) error {
 	}
 	// Read first: a lock another process (or an earlier life of this one)
 	// made costs a read, not a refused write.
-	_, _, err = q.store.Get(ctx, key)
-	if errors.Is(err, storage.ErrNotFound) {
-		fresh := q.fresh(agent)
-		_, err = records.Create(ctx, q.store, key, &fresh)
+	missing, err := q.missing(ctx, agent, key)
+	if err != nil || !missing {
+		return err
 	}
-	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+	fresh := q.fresh(agent)
+	if _, err = records.Create(ctx, q.store, key, &fresh); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}
 	q.made(agent)
@@ -246,15 +246,11 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 	if err = q.quar.poison(ctx, err); err == nil || !errors.Is(err, lifecycle.ErrCorrupt) {
 		return lock, ver, false, err
 	}
-	// The junk lock is in quarantine, and its epoch with it. Epochs must
-	// only grow (they fence the lock's earlier holders), so the new lock
-	// starts from the clock in milliseconds, beyond any count of claims.
-	fresh := agentLock{Agent: a.name, Epoch: q.clock.Now().UnixMilli()}
-	ver, err = rec.Create(ctx, fresh)
+	// The junk lock is in quarantine, and its epoch with it.
+	fresh, ver, err := q.remake(ctx, a, key)
 	if err != nil {
 		return lock, "", false, err // ErrPreconditionFailed: another worker made it; next look reads it
 	}
-	fresh.Version = 1
 	return fresh, ver, false, nil
 }
 
@@ -271,8 +267,7 @@ func (q *locks) remakeMissing(ctx context.Context, a *agentState, key string) {
 	if !q.absent.Confirmed(key, q.clock.Now()) {
 		return
 	}
-	fresh := agentLock{Agent: a.name, Epoch: q.clock.Now().UnixMilli()}
-	if _, err := records.Create(ctx, q.store, key, &fresh); err != nil {
+	if _, _, err := q.remake(ctx, a, key); err != nil {
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			q.log.WarnContext(ctx, "jobqueue: remaking a missing agent lock failed", "agent", a.name, "err", err)
 		}
@@ -280,6 +275,28 @@ func (q *locks) remakeMissing(ctx context.Context, a *agentState, key string) {
 	}
 	q.absent.Found(key)
 	q.log.WarnContext(ctx, "jobqueue: agent lock read missing while its lane holds work; remade", "agent", a.name)
+}
+
+// remake creates a's lock afresh at key (create-only), in place of one
+// quarantined or lost with its epoch. Epochs must only grow (they fence
+// the lock's earlier holders), so the new one starts from the clock in
+// milliseconds, beyond any count of claims, and above the last epoch this
+// Queue saw for a.
+func (q *locks) remake(ctx context.Context, a *agentState, key string) (agentLock, storage.Version, error) {
+	epoch := q.clock.Now().UnixMilli()
+	a.mu.Lock()
+	if a.freed != nil && a.freed.Epoch >= epoch {
+		epoch = a.freed.Epoch + 1
+	}
+	a.mu.Unlock()
+	fresh := agentLock{Agent: a.name, Epoch: epoch}
+	rec := &fence.Record[agentLock, *agentLock]{Store: q.store, Key: key}
+	ver, err := rec.Create(ctx, fresh)
+	if err != nil {
+		return agentLock{}, "", err
+	}
+	fresh.Version = 1
+	return fresh, ver, nil
 }
 
 // writeLock writes l at key if the lock is still at ver (putLock).
