@@ -248,7 +248,7 @@ func (st *State) quarantined(id string) bool {
 func (st *State) settled() bool {
 	for _, p := range st.Plan {
 		rec := st.Records[p.JobID]
-		if rec.Job != nil && machine.JobMachineNamed(rec.Job.Machine).IsTerminal(rec.Job.Status) {
+		if rec.Job != nil && terminal(rec.Job) {
 			continue
 		}
 		if !rec.Present && st.quarantined(p.JobID) {
@@ -300,7 +300,7 @@ func (c *checker) terminal() {
 		switch {
 		case rec.Job != nil:
 			j := rec.Job
-			if !machine.JobMachineNamed(j.Machine).IsTerminal(j.Status) {
+			if !terminal(j) {
 				lease, lock := st.stuckDetail(p, rec)
 				c.add(CheckTerminal, p.JobID, "stuck in %s (attempt %d/%d, error_code %q, %s)%s", j.Status, j.Attempt, j.MaxAttempts, j.ErrorCode, lease, lock)
 			}
@@ -511,4 +511,11 @@ func isJobKey(st *State, key string) bool {
 func (st *State) poisoned(key string) bool {
 	g, ok := st.Garbage[key]
 	return ok && st.Current[key] != nil && bytes.Equal(g, st.Current[key])
+}
+
+// terminal tells whether j is at rest on its machine; a machine this
+// release does not know (a later one's) counts as not at rest.
+func terminal(j *lifecycle.Job) bool {
+	m := machine.JobMachineNamed(j.Machine)
+	return m != nil && m.IsTerminal(j.Status)
 }

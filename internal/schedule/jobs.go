@@ -75,9 +75,13 @@ func checkTarget(s *Schedule) error {
 	case j.MaxAttempts < 0 || j.MaxAttempts > 100:
 		return bad("job.max_attempts %d outside 0..100", j.MaxAttempts)
 	case j.AgentSlug != "":
-		return storekey.ValidateID("job.agent_slug", j.AgentSlug)
+		if err := storekey.ValidateID("job.agent_slug", j.AgentSlug); err != nil {
+			return err
+		}
 	}
-	return nil
+	// Each slot's job id is the slot's key: an id too long for one would
+	// give every slot up, so it is refused here.
+	return storekey.ValidateID("schedule id as a job id", Key(s.ID, time.Time{}))
 }
 
 // startJob enqueues the job of a slot marked pending; claim is when this

@@ -594,6 +594,7 @@ func TestInvalidSchedules(t *testing.T) {
 		{"job payload", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X", Payload: json.RawMessage(`{`)}}}, "payload"},
 		{"job attempts", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X", MaxAttempts: 101}}}, "max_attempts"},
 		{"job lane", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X", AgentSlug: "../x"}}}, "agent_slug"},
+		{"job id too long", []schedule.Schedule{{ID: strings.Repeat("a", 100), Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X"}}}, "as a job id"},
 		{"job without a queue", []schedule.Schedule{{ID: "a", Cron: "@daily", Job: &lifecycle.ScheduleJob{JobType: "X"}}}, "needs a Queue"},
 	}
 	for _, tt := range tests {
