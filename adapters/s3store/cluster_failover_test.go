@@ -159,11 +159,13 @@ func TestClusterStall(t *testing.T) {
 	}
 	wg2.Wait()
 	t.Logf("%d of %d keys written at the kill were still locked through the other nodes", stalled, keys)
-	// Another key is not held by the stall: it is written, and sooner
-	// than a held key can fail (all its attempts). Under load one attempt
-	// may run out while the cluster drops the dead node from its locks.
+	// Another key is not held by the stall: it is written (a held key's
+	// write ends in an unknown outcome instead), within the same bound.
+	// Its time is no witness: under load (CI, 2 cores) attempts run out
+	// while the cluster drops the dead node from its locks, and a write
+	// that got through on its last attempt took 3.5 s.
 	start := time.Now()
-	if _, err := s.Put(t.Context(), "cold", []byte("v"), storage.IfNotExists()); err != nil || time.Since(start) > attempts*timeout {
+	if _, err := s.Put(t.Context(), "cold", []byte("v"), storage.IfNotExists()); err != nil || time.Since(start) > bound {
 		t.Fatalf("Put of another key = %v after %s", err, time.Since(start))
 	}
 	if err := c.Resume(t.Context(), 0); err != nil {
