@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	quarantinepkg "github.com/runconveyor/conveyor/internal/quarantine"
@@ -82,7 +83,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	audit := &auditor{store: store, log: cfg.Logger, node: cfg.Node, artifactActor: cfg.ArtifactActor}
 	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
 	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}
-	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle, absent: absent}
+	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle, absent: absent, lost: &reconcileAsked{}}
 	retries := &retries{jobs: jobs, lanes: q.lanes, backoff: cfg.Backoff}
 	repair := &repairer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, jobs: jobs, lanes: q.lanes,
 		sched: q.sched, audit: audit, retries: retries}
@@ -101,7 +102,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, userTypes: userTypes, rolling: cfg.RollingUpgrade}
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
 	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,
-		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch}
+		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch, asked: q.locks.lost}
 	return q
 }
 
@@ -244,6 +245,19 @@ func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 // workers run it in batches through SweepIfDue.
 func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 	return q.sweeper.all(ctx)
+}
+
+// Reconcile reads every job record, finished history included, and
+// repairs each job in flight that no lane entry or agent lock points at,
+// as Sweep repairs those they do: the work a store left unreachable when
+// it lost one of the queue's own objects. Sweep never reads history, so
+// it cannot find such a job; a Worker starts a pass like this one by
+// itself once it sees such a loss, carried out a batch per sweep. Its cost
+// is one read per job kept, so call it after a store incident, not on a
+// schedule. It is safe beside running Workers.
+func (q *Queue) Reconcile(ctx context.Context) (SweepReport, error) {
+	r, _, err := q.sweeper.reconcile(ctx, layout.JobsPrefix, 0)
+	return r, err
 }
 
 // SweepIfDue sweeps the next Config.SweepBatch entries of work in flight
