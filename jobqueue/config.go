@@ -94,11 +94,14 @@ type Config struct {
 	// caller's actor was found allowed to create jobs; it may change them,
 	// refuse them by returning an error without calling next, or act on
 	// what next returns. The queue checks the jobs next hands it as any
-	// others. An error is returned to the caller as it is: its code is
-	// lifecycle.ErrorCode's (wrap lifecycle.ErrInvalidJob for a refusal of
-	// bad input, 400; lifecycle.ErrForbiddenActor for 403; anything else
-	// is INTERNAL_ERROR, 500). A panic is returned as an INTERNAL_ERROR
-	// naming it, nothing written. Default none.
+	// others. An error is returned to the caller as it is, its code
+	// lifecycle.ErrorCode's, and so is its HTTP status: wrap
+	// lifecycle.ErrInvalidInput for a refusal of the input
+	// (INVALID_INPUT, 400), return a *lifecycle.ForbiddenActorError for
+	// FORBIDDEN (403) or any error with a Code method naming a code of
+	// the table; anything else is INTERNAL_ERROR (500). A panic is
+	// returned as an INTERNAL_ERROR naming it, nothing written. Default
+	// none.
 	InsertMiddleware []func(next InsertFunc) InsertFunc
 	// WorkMiddleware wraps every handler call of the job types of
 	// Config.Types, first in the list outermost (a type of its own only:

@@ -92,4 +92,3 @@ func wrapWork(h Handler, mw []func(next Handler) Handler) Handler {
 	}
 	return h
 }
-
