@@ -136,8 +136,9 @@ type runner struct {
 // the spec's: CONTEXT_ASSEMBLY (for Handlers with AssembleContext) →
 // NOTEBOOKLM_CALL, where the Handler works → ARTIFACT_WRITE → COMPLETE. On
 // either, an error sends
-// it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
-// left). ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
+// it to RETRY_BACKOFF (retried after its type's Backoff, by default
+// Config.Backoff, while attempts are left). A user type's Handler runs
+// inside Config.WorkMiddleware, under its type's Timeout. ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
 // finalized, fenced by the claim's epoch: a lost attempt's artifact is
 // replaced, a newer one never) and COMPLETE points the job at it in a
 // fenced write, so no reader sees COMPLETE without its finalized artifact,
