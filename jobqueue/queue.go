@@ -123,6 +123,8 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // A job with a RunAt or Delay is QUEUED from now, with ScheduledAt, and no
 // claim picks it up before that time; a higher Priority is picked up first
 // among the jobs ready in its lane (docs/spec.md#delayed-jobs-and-priorities).
+// Config.InsertMiddleware sees n first, as a batch of one, once the actor
+// may create jobs.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
 	return q.inserts.one(ctx, actor, n)
 }
@@ -152,6 +154,9 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 // Jobs that name their ids can be sent again after a failure without
 // being created twice: a job that landed is refused with
 // lifecycle.ErrJobExists.
+//
+// Config.InsertMiddleware sees the batch first, whole, once the actor may
+// create jobs; no jobs pass by it.
 func (q *Queue) EnqueueMany(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) ([]lifecycle.Job, error) {
 	return q.inserts.many(ctx, actor, jobs)
 }
