@@ -339,3 +339,28 @@ func runToDeadline(t *testing.T, clk *clock.Fake, c *jobqueue.Claim, d time.Dura
 		return lifecycle.Job{}
 	}
 }
+
+// BenchmarkInsertMiddleware is the cost of the insert middleware on
+// memstore: Insert with none, and with two that call on.
+func BenchmarkInsertMiddleware(b *testing.B) {
+	pass := func(next jobqueue.InsertFunc) jobqueue.InsertFunc {
+		return func(ctx context.Context, jobs []jobqueue.NewJob) ([]lifecycle.Job, error) { return next(ctx, jobs) }
+	}
+	for _, n := range []int{0, 2} {
+		b.Run(fmt.Sprintf("middleware=%d", n), func(b *testing.B) {
+			q := newQueue(b, memstore.New(), clock.Real(), func(c *jobqueue.Config) {
+				c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{emailType: {Handler: jobqueue.HandlerFunc(sent)}}
+				for range n {
+					c.InsertMiddleware = append(c.InsertMiddleware, pass)
+				}
+			})
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := q.Insert(ctx, emailType, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
