@@ -88,8 +88,9 @@ type Config struct {
 	// the types (artifact.Config.Types); the default store is given them.
 	Types map[lifecycle.JobType]TypeConfig
 	// InsertMiddleware wraps every insert, first in the list outermost:
-	// Enqueue and EnqueueMany, and so Insert, InsertJob, InsertMany and the
-	// HTTP API's POST /jobs and /jobs/batch. Each sees the jobs as the
+	// Enqueue and EnqueueMany, and so Insert, InsertJob, InsertMany, the
+	// jobs of periodic schedules and the HTTP API's POST /jobs and
+	// /jobs/batch. Each sees the jobs as the
 	// caller gave them, before any is checked or written, after the
 	// caller's actor was found allowed to create jobs; it may change them,
 	// refuse them by returning an error without calling next, or act on
