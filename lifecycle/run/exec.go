@@ -278,6 +278,10 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 	if end != nil {
 		return *end
 	}
+	waits, err := x.loadWaits(ctx, doc)
+	if err != nil {
+		return x.countFailure(ctx, err)
+	}
 	outputs := p.cached
 	var files []string
 	for i, s := range steps {
@@ -288,6 +292,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return stoppedBy(cause)
 		}
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
+		waits.fill(&in)
 		out, end := x.doStep(runCtx, ctx, i, s, in)
 		if end != nil {
 			return *end
@@ -425,7 +430,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 			if err := f.fire(ctx, d, f.awaitApproval, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now}
+			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now, AfterStep: n}
 		case await.ExternalEvent != "" && f.waitExternal != "":
 			if err := f.fire(ctx, d, f.waitExternal, lifecycle.ActorOrchestration); err != nil {
 				return err
@@ -435,7 +440,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 				timeout = e.cfg.ExternalTimeout
 			}
 			deadline := now.Add(timeout)
-			d.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline}
+			d.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline, AfterStep: n}
 		default:
 			return &unsupportedError{Machine: f.machine, Operation: "await " + awaitKind(await)}
 		}

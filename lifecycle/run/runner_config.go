@@ -46,6 +46,15 @@ type StepInput struct {
 	Input json.RawMessage
 	// Previous holds the outputs of the steps before this one, by position.
 	Previous []json.RawMessage
+	// Approval is the decision that let the run past its last approval
+	// gate before this step: who decided, the reason and its payload
+	// (Decision.Payload); nil when no approved gate came before this step.
+	// A later gate replaces it for the steps after that one.
+	Approval *Decision
+	// Event is the external event the run last waited for before this
+	// step: its type, id, source and payload (ExternalEvent.Payload); nil
+	// when no wait came before this step.
+	Event *ExternalEvent
 }
 
 // StepOutput is what a step produced.
