@@ -156,7 +156,7 @@ func TestWorkerInProcess(t *testing.T) {
 			break
 		}
 	}
-	if _, err := c.Decide(tctx, gated.RunID, true, "owner", "looks good"); err != nil {
+	if _, err := c.Decide(tctx, gated.RunID, true, "owner", "looks good", nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{gated.RunID, asked.RunID} {
