@@ -506,6 +506,7 @@ func TestRefusals(t *testing.T) {
 		{[]string{"-role", "api", "-addr", ""}, "needs -addr"},
 		{[]string{"-lease", "10ms"}, "-lease at least 1s"},
 		{[]string{"-demo-concurrency", "0"}, "want at least 1"},
+		{[]string{"-run-concurrency", "0"}, "-run-concurrency 0: want at least 1"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"-retention", "-1h"}, "negative"},
 		{[]string{"-retention-ages", "runs"}, "want kind=age"},
