@@ -38,6 +38,18 @@
 // where github's number is the PR's or issue's (0 and omitted when the event
 // has none) and slack's type is "slash_command" or the payload's type.
 //
+// # Delivering to waiting runs
+//
+// A GitHub Route with Deliver set starts no run: it hands the delivery to
+// the runs of its agent that wait for it, each parked by a step returning
+// run.Await{ExternalEvent: "github:" + the route's Event} (e.g.
+// "github:check_suite.completed"). Each such run resumes with the event
+// (run.ExternalEvent: that type, the delivery id, source "github", and as
+// payload the object a started run's input would be), which its next steps
+// get as StepInput.Event. The answer is 200 {"started": false, "agent",
+// "delivered": [run ids], "reason"}. A redelivery finds those runs no
+// longer waiting and hands nothing, so it needs no record of its own.
+//
 // # Slack's Events API
 //
 // POST /webhooks/slack also takes the Events API's application/json
