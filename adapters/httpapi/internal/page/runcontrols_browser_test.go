@@ -27,7 +27,9 @@ func TestRunPageCancelFollowsTheMachine(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	done := func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{Summary: "done"}, nil }
+	done := func(context.Context, run.StepInput) (run.StepOutput, error) {
+		return run.StepOutput{Summary: "done"}, nil
+	}
 	gate := func(context.Context, run.StepInput) (run.StepOutput, error) {
 		return run.StepOutput{Summary: "asks", Await: &run.Await{Approval: "publish"}}, nil
 	}
