@@ -199,8 +199,10 @@ type WebhookRoute struct {
 	// Deliver hands the event to Agent's runs waiting for it instead of
 	// starting a run (GitHub only): a step parks its run with
 	// run.Await{ExternalEvent: "github:" + Event}, e.g.
-	// "github:check_suite.completed", and the delivery resumes every run
-	// of Agent waiting so, each given the event (its id the delivery's,
+	// "github:check_suite.completed" (or narrowed to a repository,
+	// "...:octo/repo", or a pull request or issue, "...:octo/repo#12"),
+	// and the delivery resumes every run of Agent waiting so, each given
+	// the event (its id the delivery's,
 	// its payload the JSON a started run's input would be). Answered 200
 	// {"started": false, "delivered": [run ids]}.
 	Deliver bool `json:"deliver,omitempty"`

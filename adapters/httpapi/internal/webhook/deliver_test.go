@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,8 +22,9 @@ import (
 // A Deliver route hands a GitHub delivery to the runs waiting for it: each
 // run of the route's agent parked on "github:{event}" resumes, its next
 // step given the event (the delivery id, and the object a started run's
-// input would be as payload); a redelivery finds none waiting and hands
-// nothing; a run waiting for another event is left alone.
+// input would be as payload), a run narrowed to the delivery's repository
+// too; a redelivery finds none waiting and hands nothing; a run waiting
+// for another event, or another repository's, is left alone.
 func TestDeliverRouteResumesWaitingRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -30,9 +32,14 @@ func TestDeliverRouteResumesWaitingRuns(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	var mu sync.Mutex
 	seen := map[string]*run.ExternalEvent{}
+	// The run waits for event, or for the event type its input names.
 	wait := func(event string) run.Step {
-		return run.Step{Name: "push", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
-			return run.StepOutput{Await: &run.Await{ExternalEvent: event}}, nil
+		return run.Step{Name: "push", Run: func(_ context.Context, in run.StepInput) (run.StepOutput, error) {
+			e := event
+			if len(in.Input) > 0 {
+				_ = json.Unmarshal(in.Input, &e)
+			}
+			return run.StepOutput{Await: &run.Await{ExternalEvent: e}}, nil
 		}}
 	}
 	after := run.Step{Name: "deploy", Run: func(_ context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -58,9 +65,13 @@ func TestDeliverRouteResumesWaitingRuns(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- runner.Run(rctx) }()
 	defer func() { stop(); <-ran }()
-	parked := func(slug string) string {
+	parked := func(slug, waitsFor string) string {
 		t.Helper()
-		res, err := runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: slug})
+		var input json.RawMessage
+		if waitsFor != "" {
+			input, _ = json.Marshal(waitsFor)
+		}
+		res, err := runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: slug, Input: input})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +82,10 @@ func TestDeliverRouteResumesWaitingRuns(t *testing.T) {
 		}
 		return res.RunID
 	}
-	a, b, c := parked("deployer"), parked("deployer"), parked("other")
+	// Two runs wait for the event of any repository, one for octo/repo's
+	// alone (narrowed), one for another repository's.
+	a, b, c := parked("deployer", ""), parked("deployer", "github:check_suite.completed:octo/repo"), parked("other", "")
+	elsewhere := parked("deployer", "github:check_suite.completed:octo/other")
 	post := func(id string) (int, map[string]any) {
 		t.Helper()
 		d := gh(id, "check_suite", `{"action":"completed","check_suite":{"conclusion":"success"},"repository":{"full_name":"octo/repo"},"sender":{"login":"mona"}}`)
@@ -114,7 +128,7 @@ func TestDeliverRouteResumesWaitingRuns(t *testing.T) {
 		if ev != nil {
 			_ = json.Unmarshal(ev.Payload, &payload)
 		}
-		if ev == nil || ev.Type != "github:check_suite.completed" || ev.ID != "d-1" || ev.Source != "github" ||
+		if ev == nil || !strings.HasPrefix(ev.Type, "github:check_suite.completed") || ev.ID != "d-1" || ev.Source != "github" ||
 			payload["delivery"] != "d-1" || payload["repository"] != "octo/repo" || payload["action"] != "completed" {
 			t.Errorf("run %s's next step was given %+v (payload %v)", id, ev, payload)
 		}
@@ -122,7 +136,9 @@ func TestDeliverRouteResumesWaitingRuns(t *testing.T) {
 	if code, body := post("d-1"); code != http.StatusOK || body["delivered"] != nil {
 		t.Errorf("redelivery: %d %v, want 200 delivered to none", code, body)
 	}
-	if st, err := runner.Status(ctx, c); err != nil || st.Status != "waiting_external" {
-		t.Errorf("the run waiting for another event: %s %v", st.Status, err)
+	for _, id := range []string{c, elsewhere} {
+		if st, err := runner.Status(ctx, id); err != nil || st.Status != "waiting_external" {
+			t.Errorf("run %s, waiting for another event or repository: %s %v", id, st.Status, err)
+		}
 	}
 }

@@ -43,7 +43,9 @@
 // A GitHub Route with Deliver set starts no run: it hands the delivery to
 // the runs of its agent that wait for it, each parked by a step returning
 // run.Await{ExternalEvent: "github:" + the route's Event} (e.g.
-// "github:check_suite.completed"). Each such run resumes with the event
+// "github:check_suite.completed"), or narrowed to a repository
+// ("github:check_suite.completed:octo/repo") or to its pull request or
+// issue ("...:octo/repo#12"). Each such run resumes with the event
 // (run.ExternalEvent: that type, the delivery id, source "github", and as
 // payload the object a started run's input would be), which its next steps
 // get as StepInput.Event. The answer is 200 {"started": false, "agent",

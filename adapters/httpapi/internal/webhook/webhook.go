@@ -69,6 +69,7 @@ type Route struct {
 	// Deliver hands the event to Agent's runs that wait for it, instead of
 	// starting a run (GitHub only): a run waits with an external wait of
 	// type "github:" and the route's Event ("github:check_suite.completed"),
+	// optionally narrowed by ":{repository}" or ":{repository}#{number}",
 	// and each such run resumes with the event, its payload the object a
 	// started run's input would be.
 	Deliver bool
