@@ -202,9 +202,9 @@ type WebhookRoute struct {
 	// "github:check_suite.completed" (or narrowed to a repository,
 	// "...:octo/repo", or a pull request or issue, "...:octo/repo#12"),
 	// and the delivery resumes every run of Agent waiting so, each given
-	// the event (its id the delivery's,
-	// its payload the JSON a started run's input would be). Answered 200
-	// {"started": false, "delivered": [run ids]}.
+	// the event (its id the delivery's, its payload the JSON a started
+	// run's input would be). Answered 200 {"started": false, "delivered":
+	// [run ids]}.
 	Deliver bool `json:"deliver,omitempty"`
 }
 
