@@ -197,10 +197,11 @@ type WebhookRoute struct {
 	// Agent is the slug of one of the Runner's agents.
 	Agent string `json:"agent"`
 	// Deliver hands the event to Agent's runs waiting for it instead of
-	// starting a run (GitHub only): a step parks its run with
-	// run.Await{ExternalEvent: "github:" + Event}, e.g.
-	// "github:check_suite.completed" (or narrowed to a repository,
-	// "...:octo/repo", or a pull request or issue, "...:octo/repo#12"),
+	// starting a run: a step parks its run with run.Await{ExternalEvent:
+	// Source + ":" + Event}, e.g. "github:check_suite.completed" or
+	// "slack:app_mention" (or narrowed: GitHub to a repository,
+	// "...:octo/repo", or a pull request or issue, "...:octo/repo#12";
+	// Slack to a channel, "...:C7"),
 	// and the delivery resumes every run of Agent waiting so, each given
 	// the event (its id the delivery's, its payload the JSON a started
 	// run's input would be). Answered 200 {"started": false, "delivered":

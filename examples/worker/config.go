@@ -30,7 +30,7 @@ import (
 //	]}
 //
 // A route with "deliver" starts no run: it resumes the agent's runs
-// waiting for the external event "github:" + its event.
+// waiting for the external event source + ":" + its event.
 //
 // The webhooks' secrets come from the environment, never the file:
 // CONVEYOR_GITHUB_SECRET and CONVEYOR_SLACK_SIGNING_SECRET.

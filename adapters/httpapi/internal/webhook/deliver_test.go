@@ -142,3 +142,95 @@ func TestDeliverRouteResumesWaitingRuns(t *testing.T) {
 		}
 	}
 }
+
+// A Slack Deliver route hands an Events API event to the runs waiting for
+// "slack:{event}", or for it in their channel ("slack:app_mention:C7"),
+// the event's id and the object a started run's input would be with it;
+// Slack is answered 200 with a line to show.
+func TestSlackDeliverRoute(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := memstore.New()
+	quiet := slog.New(slog.DiscardHandler)
+	var mu sync.Mutex
+	seen := map[string]*run.ExternalEvent{}
+	agent := run.Agent{Slug: "listener", Machine: lifecycle.MachineApproval, Steps: []run.Step{
+		{Name: "ask", Run: func(_ context.Context, in run.StepInput) (run.StepOutput, error) {
+			var e string
+			_ = json.Unmarshal(in.Input, &e)
+			return run.StepOutput{Await: &run.Await{ExternalEvent: e}}, nil
+		}},
+		{Name: "answer", Run: func(_ context.Context, in run.StepInput) (run.StepOutput, error) {
+			mu.Lock()
+			seen[in.RunID] = in.Event
+			mu.Unlock()
+			return run.StepOutput{}, nil
+		}}}}
+	runner, err := run.NewRunner(run.Config{Store: store, Logger: quiet, PollInterval: 20 * time.Millisecond}, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := webhook.New(webhook.Config{Runner: runner, Store: store, SlackSigningSecret: slackSecret, Logger: quiet,
+		Routes: []webhook.Route{{Source: "slack", Event: "app_mention", Agent: "listener", Deliver: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- runner.Run(rctx) }()
+	defer func() { stop(); <-ran }()
+	parked := func(waitsFor string) string {
+		t.Helper()
+		input, _ := json.Marshal(waitsFor)
+		res, err := runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "listener", Input: input})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if st, err := runner.Wait(wctx, res.RunID); err != nil || st.Status != "waiting_external" {
+			t.Fatalf("run waiting for %s: %s %v", waitsFor, st.Status, err)
+		}
+		return res.RunID
+	}
+	anyChan, inC7, inC9 := parked("slack:app_mention"), parked("slack:app_mention:C7"), parked("slack:app_mention:C9")
+	d := slackEvent(time.Now(), "Ev1", "app_mention")
+	req, _ := http.NewRequest(d.method, srv.URL+d.path, bytes.NewReader(d.body))
+	req.Header.Set("Content-Type", d.contentType)
+	for k, v := range d.header {
+		req.Header.Set(k, v)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(body["delivered"].([]any)) != 2 || body["text"] != "Handed to 2 waiting run(s)." {
+		t.Fatalf("delivery: %d %v", resp.StatusCode, body)
+	}
+	for _, id := range []string{anyChan, inC7} {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := runner.Wait(wctx, id)
+		cancel()
+		if err != nil || st.Status != "completed" {
+			t.Fatalf("run %s after the delivery: %s %v", id, st.Status, err)
+		}
+		mu.Lock()
+		ev := seen[id]
+		mu.Unlock()
+		var payload map[string]any
+		if ev != nil {
+			_ = json.Unmarshal(ev.Payload, &payload)
+		}
+		if ev == nil || ev.ID != "Ev1" || ev.Source != "slack" || payload["channel_id"] != "C7" || payload["event_type"] != "app_mention" {
+			t.Errorf("run %s's next step was given %+v (payload %v)", id, ev, payload)
+		}
+	}
+	if st, err := runner.Status(ctx, inC9); err != nil || st.Status != "waiting_external" {
+		t.Errorf("the run waiting in another channel: %s %v", st.Status, err)
+	}
+}

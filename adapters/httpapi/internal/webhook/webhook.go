@@ -67,11 +67,12 @@ type Route struct {
 	// Agent is the slug of one of the Runner's agents.
 	Agent string
 	// Deliver hands the event to Agent's runs that wait for it, instead of
-	// starting a run (GitHub only): a run waits with an external wait of
-	// type "github:" and the route's Event ("github:check_suite.completed"),
-	// optionally narrowed by ":{repository}" or ":{repository}#{number}",
-	// and each such run resumes with the event, its payload the object a
-	// started run's input would be.
+	// starting a run: a run waits with an external wait of type Source,
+	// ":" and Event ("github:check_suite.completed", "slack:app_mention"),
+	// optionally narrowed (GitHub: ":{repository}" or
+	// ":{repository}#{number}"; Slack: ":{channel_id}"), and each such run
+	// resumes with the event, its payload the object a started run's input
+	// would be.
 	Deliver bool
 }
 
@@ -158,9 +159,6 @@ func New(cfg Config) (*Handler, error) {
 		}
 		if !agents[rt.Agent] {
 			return bad("route %d: the Runner has no agent %q", i, rt.Agent)
-		}
-		if rt.Deliver && rt.Source != SourceGitHub {
-			return bad("route %d: only GitHub routes deliver to waiting runs", i)
 		}
 		if h.routes[rt.Source] == nil {
 			h.routes[rt.Source] = map[string]Route{}

@@ -384,9 +384,6 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		},
 		"route without secret": func(c *webhook.Config) { c.SlackSigningSecret = ""; c.Routes = testRoutes },
 		"event routed twice":   func(c *webhook.Config) { c.Routes = append(testRoutes[:1:1], testRoutes[0]) },
-		"slack route delivering": func(c *webhook.Config) {
-			c.Routes = []webhook.Route{{Source: "slack", Event: "block_actions", Agent: "clicker", Deliver: true}}
-		},
 		"github action missing": func(c *webhook.Config) {
 			c.Routes = []webhook.Route{{Source: "github", Event: "pull_request.", Agent: "reviewer"}}
 		},
