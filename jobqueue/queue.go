@@ -38,6 +38,7 @@ type Queue struct {
 	lanes   *lanes
 	locks   *locks
 	admit   *admission
+	inserts *inserts
 	claims  *claimer
 	runner  *runner
 	reads   *reader
@@ -84,22 +85,27 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
 	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}
 	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle, absent: absent, lost: &reconcileAsked{}}
-	retries := &retries{jobs: jobs, lanes: q.lanes, backoff: cfg.Backoff}
+	retries := &retries{jobs: jobs, lanes: q.lanes, backoff: cfg.Backoff, types: cfg.Types}
 	repair := &repairer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, jobs: jobs, lanes: q.lanes,
 		sched: q.sched, audit: audit, retries: retries}
 	q.runner = &runner{store: store, clock: cfg.Clock, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider),
 		units: q.units, jobs: jobs, lanes: q.lanes, sched: q.sched, audit: audit, retries: retries, obs: obs,
 		artifacts: cfg.Artifacts, types: cfg.Types, project: q.project, artifactActor: cfg.ArtifactActor,
-		leaseTTL: cfg.LeaseTTL, stepTimeout: cfg.StepTimeout, grace: q.grace}
+		leaseTTL: cfg.LeaseTTL, stepTimeout: cfg.StepTimeout, grace: q.grace, workMW: cfg.WorkMiddleware}
 	twice := &twiceCheck{store: store, absent: absent, artifacts: cfg.Artifacts, project: q.project, quar: q.quar, log: cfg.Logger}
 	q.claims = &claimer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, grace: q.grace, sched: q.sched,
 		lanes: q.lanes, locks: q.locks, jobs: jobs, repair: repair, retries: retries, audit: audit, twice: twice, runner: q.runner}
 	userTypes := map[lifecycle.JobType]bool{}
-	for t := range cfg.Types {
+	typeMax := map[lifecycle.JobType]int{}
+	for t, tc := range cfg.Types {
 		userTypes[t] = true
+		if tc.MaxAttempts > 0 {
+			typeMax[t] = tc.MaxAttempts
+		}
 	}
 	q.admit = &admission{store: store, clock: cfg.Clock, tracer: q.runner.tracer, jobs: jobs, lanes: q.lanes,
-		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, userTypes: userTypes, rolling: cfg.RollingUpgrade}
+		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, typeMax: typeMax, userTypes: userTypes, rolling: cfg.RollingUpgrade}
+	q.inserts = &inserts{admit: q.admit, mw: cfg.InsertMiddleware}
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
 	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,
 		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch, asked: q.locks.lost}
@@ -118,8 +124,10 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // A job with a RunAt or Delay is QUEUED from now, with ScheduledAt, and no
 // claim picks it up before that time; a higher Priority is picked up first
 // among the jobs ready in its lane (docs/spec.md#delayed-jobs-and-priorities).
+// Config.InsertMiddleware sees n first, as a batch of one, once the actor
+// may create jobs.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
-	return q.admit.enqueue(ctx, actor, n)
+	return q.inserts.one(ctx, actor, n)
 }
 
 // EnqueueMany enqueues jobs, each as Enqueue would, as one batch (River's
@@ -147,8 +155,11 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 // Jobs that name their ids can be sent again after a failure without
 // being created twice: a job that landed is refused with
 // lifecycle.ErrJobExists.
+//
+// Config.InsertMiddleware sees the batch first, whole, once the actor may
+// create jobs; no jobs pass by it.
 func (q *Queue) EnqueueMany(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) ([]lifecycle.Job, error) {
-	return q.admit.enqueueMany(ctx, actor, jobs)
+	return q.inserts.many(ctx, actor, jobs)
 }
 
 // Requeue is the operator's manual requeue (FAILED → QUEUED, and the
