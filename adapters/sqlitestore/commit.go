@@ -518,7 +518,9 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 
 // logKeys writes the change log's rows of one commit: keys[i] at sequence
 // first+1+i. One statement for the whole commit, not one a key: a row's
-// insert through the driver cost about as much as the write it logs.
+// insert through the driver cost about as much as the write it logs. The
+// keys travel as JSON unchanged: the Store lets only valid UTF-8 without
+// control characters through.
 func (w *writer) logKeys(ctx context.Context, first int64, keys []string) error {
 	list, err := json.Marshal(keys)
 	if err == nil {
