@@ -531,9 +531,9 @@ func (w *writer) logKeys(ctx context.Context, first int64, keys []string) error 
 
 // writeIf writes key at the next version (a Put's version; a Delete's is
 // "") in one statement whose WHERE (or ON CONFLICT) clause is cond: the
-// rows it changed say whether cond held. held is false when it did not
-// (nothing written, no error); an unconditional Delete of a missing key
-// holds and writes nothing. wrote says whether the sequence moved.
+// rows it changed say whether cond held. wrote is false with no error when
+// it did not (nothing written); an unconditional Delete of a missing key
+// held but wrote nothing: errUnchanged. wrote says the sequence moved.
 func (w *writer) writeIf(ctx context.Context, key string, value []byte, del bool, cond driver.Condition, seq *int64) (v driver.Version, wrote bool, err error) {
 	var st *sql.Stmt
 	args := make([]any, 0, 4)
