@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -294,9 +295,10 @@ type writer struct {
 	conn *sql.Conn
 	turn *turn
 	// statements, prepared once on conn
-	version, upsert, remove, logChange, prune, getSeq, setSeq *sql.Stmt
-	create, swap, removeIf                                    *sql.Stmt
-	beginTx, commitTx, rollbackTx                             *sql.Stmt
+	upsert, remove, logChanges, prune, getSeq, setSeq *sql.Stmt
+	create, swap, removeIf                            *sql.Stmt
+	beginTx, commitTx, rollbackTx                     *sql.Stmt
+	savepoint, rollbackTo, release                    *sql.Stmt
 	// first and last: the sequence before and after the last commit
 	// staged, so its versions are (first, last].
 	first, last int64
@@ -329,20 +331,24 @@ func openWriter(ctx context.Context, d *sqlDriver) (*writer, error) {
 		s **sql.Stmt
 		q string
 	}{
-		{&w.version, "SELECT version FROM kv WHERE key = ?"},
 		// Puts bind (value, version, key), then the version a swap expects.
 		{&w.upsert, "INSERT INTO kv (key, value, version) VALUES (?3, ?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = excluded.version"},
 		{&w.remove, "DELETE FROM kv WHERE key = ?"},
 		{&w.create, "INSERT INTO kv (key, value, version) VALUES (?3, ?1, ?2) ON CONFLICT (key) DO NOTHING"},
 		{&w.swap, "UPDATE kv SET value = ?, version = ? WHERE key = ? AND version = ?"},
 		{&w.removeIf, "DELETE FROM kv WHERE key = ? AND version = ?"},
-		{&w.logChange, "INSERT INTO changes (seq, key, writer) VALUES (?, ?, ?)"},
+		// A commit's log rows from a JSON array of its keys, in order (see
+		// logKeys): seq is the first version's predecessor plus 1 + index.
+		{&w.logChanges, "INSERT INTO changes (seq, key, writer) SELECT ?1 + 1 + key, value, ?2 FROM json_each(?3)"},
 		{&w.prune, "DELETE FROM changes WHERE seq <= ?"},
 		{&w.getSeq, "SELECT value FROM meta WHERE name = 'seq'"},
 		{&w.setSeq, "UPDATE meta SET value = ? WHERE name = 'seq'"},
 		{&w.beginTx, "BEGIN IMMEDIATE"},
 		{&w.commitTx, "COMMIT"},
 		{&w.rollbackTx, "ROLLBACK"},
+		{&w.savepoint, "SAVEPOINT multi"},
+		{&w.rollbackTo, "ROLLBACK TO multi"},
+		{&w.release, "RELEASE multi"},
 	} {
 		if *p.s, err = w.conn.PrepareContext(ctx, p.q); err != nil {
 			w.close()
@@ -355,7 +361,8 @@ func openWriter(ctx context.Context, d *sqlDriver) (*writer, error) {
 // close releases the connection; the statements first, since SQLite
 // keeps a connection with live statements (and its transaction) open.
 func (w *writer) close() {
-	for _, st := range []*sql.Stmt{w.version, w.upsert, w.remove, w.logChange, w.prune, w.getSeq, w.setSeq, w.create, w.swap, w.removeIf, w.beginTx, w.commitTx, w.rollbackTx} {
+	for _, st := range []*sql.Stmt{w.upsert, w.remove, w.logChanges, w.prune, w.getSeq, w.setSeq, w.create, w.swap, w.removeIf,
+		w.beginTx, w.commitTx, w.rollbackTx, w.savepoint, w.rollbackTo, w.release} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -460,9 +467,9 @@ func (w *writer) apply(batch []*op) ([]string, error) {
 }
 
 // stage writes batch inside the open transaction, each op's conditions
-// checked against the state the ops before it left. A Commit's writes are
-// all checked before any is applied, so it lands whole or not at all
-// without undoing the other ops of the batch.
+// checked against the state the ops before it left, and logs the keys it
+// wrote in one statement. A Commit lands whole or not at all without
+// undoing the other ops of the batch (see stageMulti).
 func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	var seq int64
 	if err := w.getSeq.QueryRowContext(ctx).Scan(&seq); err != nil {
@@ -477,8 +484,14 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 			keys, err = w.stageMulti(ctx, o, &seq, keys)
 		} else {
 			var wrote bool
-			if wrote, err = w.stageOne(ctx, o, &seq); wrote {
+			o.ver, wrote, err = w.writeIf(ctx, o.key, o.value, o.del, o.cond, &seq)
+			switch {
+			case errors.Is(err, errUnchanged):
+				err = nil
+			case err == nil && wrote:
 				keys = append(keys, o.key)
+			case err == nil:
+				o.err = storage.ErrPreconditionFailed
 			}
 		}
 		if err != nil {
@@ -487,6 +500,9 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	}
 	if seq == first {
 		return nil, nil
+	}
+	if err := w.logKeys(ctx, first, keys); err != nil {
+		return nil, err
 	}
 	if seq/pruneEvery != first/pruneEvery && seq > keepTail {
 		if _, err := w.prune.ExecContext(ctx, seq-keepTail); err != nil {
@@ -500,118 +516,118 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	return keys, err
 }
 
-// stageOne stages a Put or Delete in one statement whose WHERE (or ON
-// CONFLICT) clause is the condition: the rows it changed say whether it
-// held. A failed condition is o's answer, not an error of the batch.
-func (w *writer) stageOne(ctx context.Context, o *op, seq *int64) (bool, error) {
+// logKeys writes the change log's rows of one commit: keys[i] at sequence
+// first+1+i. One statement for the whole commit, not one a key: a row's
+// insert through the driver cost about as much as the write it logs. The
+// keys travel as JSON unchanged: the Store lets only valid UTF-8 without
+// control characters through.
+func (w *writer) logKeys(ctx context.Context, first int64, keys []string) error {
+	list, err := json.Marshal(keys)
+	if err == nil {
+		_, err = w.logChanges.ExecContext(ctx, first, w.d.id, list)
+	}
+	return err
+}
+
+// writeIf writes key at the next version (a Put's version; a Delete's is
+// "") in one statement whose WHERE (or ON CONFLICT) clause is cond: the
+// rows it changed say whether cond held. wrote is false with no error when
+// it did not (nothing written); an unconditional Delete of a missing key
+// held but wrote nothing: errUnchanged. wrote says the sequence moved.
+func (w *writer) writeIf(ctx context.Context, key string, value []byte, del bool, cond driver.Condition, seq *int64) (v driver.Version, wrote bool, err error) {
 	var st *sql.Stmt
 	args := make([]any, 0, 4)
-	if !o.del {
-		args = append(args, o.value, *seq+1)
+	if !del {
+		if value == nil {
+			value = []byte{}
+		}
+		args = append(args, value, *seq+1)
 	}
-	args = append(args, o.key)
-	switch o.cond.Kind() {
+	args = append(args, key)
+	switch cond.Kind() {
 	case driver.CreateOnly:
 		st = w.create
 	case driver.MatchVersion:
-		n, err := strconv.ParseInt(string(o.cond.Version()), 10, 64)
-		if err != nil || formatVersion(n) != o.cond.Version() {
-			o.err = storage.ErrPreconditionFailed // not a version this store issued
-			return false, nil
+		n, err := strconv.ParseInt(string(cond.Version()), 10, 64)
+		if err != nil || formatVersion(n) != cond.Version() {
+			return "", false, nil // not a version this store issued
 		}
 		st = w.swap
-		if o.del {
+		if del {
 			st = w.removeIf
 		}
 		args = append(args, n)
 	default:
 		st = w.upsert
-		if o.del {
+		if del {
 			st = w.remove
 		}
 	}
 	res, err := st.ExecContext(ctx, args...)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	n, err := res.RowsAffected()
 	switch {
 	case err != nil:
-		return false, err
-	case n == 0 && o.del && o.cond.Kind() == driver.Unconditional:
-		return false, nil // deleting a missing key changes nothing
+		return "", false, err
+	case n == 0 && del && cond.Kind() == driver.Unconditional:
+		return "", false, errUnchanged // deleting a missing key changes nothing
 	case n == 0:
-		o.err = storage.ErrPreconditionFailed
-		return false, nil
+		return "", false, nil
 	}
 	*seq++
-	if !o.del {
-		o.ver = formatVersion(*seq)
+	if !del {
+		v = formatVersion(*seq)
 	}
-	_, err = w.logChange.ExecContext(ctx, *seq, o.key, w.d.id)
-	return err == nil, err
+	return v, true, nil
 }
 
-// stageMulti stages a Commit: every condition first, then every write.
+// errUnchanged: an unconditional Delete found no key; it held, and wrote
+// nothing.
+var errUnchanged = errors.New("sqlitestore: nothing to delete")
+
+// stageMulti stages a Commit, each write in one conditioned statement
+// (writeIf). When a write after the first could fail, they run under a
+// savepoint, rolled back if one does: nothing of the Commit stays, and
+// the batch's other ops are untouched. A Commit whose writes after the
+// first are unconditional needs none (only the first can fail, before
+// anything was written).
 func (w *writer) stageMulti(ctx context.Context, o *op, seq *int64, keys []string) ([]string, error) {
-	exists := make([]bool, len(o.multi))
-	for i, wr := range o.multi {
-		cur, err := w.current(ctx, wr.Key)
-		if err != nil {
+	guarded := slices.ContainsFunc(o.multi[1:], func(wr driver.Write) bool { return wr.Cond.Kind() != driver.Unconditional })
+	if guarded {
+		if _, err := w.savepoint.ExecContext(ctx); err != nil {
 			return keys, err
 		}
-		if !wr.Cond.Holds(cur) {
-			o.err = &driver.OpError{Op: "commit", Key: wr.Key, Kind: storage.ErrPreconditionFailed}
-			return keys, nil
-		}
-		exists[i] = cur != ""
 	}
+	start, kept := *seq, len(keys)
 	vers := make([]driver.Version, len(o.multi))
 	for i, wr := range o.multi {
-		if wr.Delete && !exists[i] {
+		v, wrote, err := w.writeIf(ctx, wr.Key, wr.Value, wr.Delete, wr.Cond, seq)
+		switch {
+		case errors.Is(err, errUnchanged):
 			continue
-		}
-		v, err := w.write(ctx, wr.Key, wr.Value, wr.Delete, seq)
-		if err != nil {
+		case err != nil:
 			return keys, err
+		case !wrote:
+			o.err = &driver.OpError{Op: "commit", Key: wr.Key, Kind: storage.ErrPreconditionFailed}
+			*seq = start
+			if guarded {
+				if _, err := w.rollbackTo.ExecContext(ctx); err != nil {
+					return keys, err
+				}
+				_, err = w.release.ExecContext(ctx)
+				return keys[:kept], err
+			}
+			return keys[:kept], nil
 		}
 		vers[i] = v
 		keys = append(keys, wr.Key)
 	}
 	o.vers = vers
+	if guarded {
+		_, err := w.release.ExecContext(ctx)
+		return keys, err
+	}
 	return keys, nil
-}
-
-// current reads key's version in the transaction ("" if missing).
-func (w *writer) current(ctx context.Context, key string) (driver.Version, error) {
-	var cur int64
-	err := w.version.QueryRowContext(ctx, key).Scan(&cur)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", nil
-	case err != nil:
-		return "", err
-	}
-	return formatVersion(cur), nil
-}
-
-// write applies one write at the next version and logs it; a Delete's
-// version is "".
-func (w *writer) write(ctx context.Context, key string, value []byte, del bool, seq *int64) (driver.Version, error) {
-	*seq++
-	var err error
-	var v driver.Version
-	if del {
-		_, err = w.remove.ExecContext(ctx, key)
-	} else {
-		if value == nil {
-			value = []byte{}
-		}
-		_, err = w.upsert.ExecContext(ctx, value, *seq, key)
-		v = formatVersion(*seq)
-	}
-	if err == nil {
-		_, err = w.logChange.ExecContext(ctx, *seq, key, w.d.id)
-	}
-	return v, err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,9 +113,16 @@ func mustInt(t *testing.T, v storage.Version) int64 {
 
 // TestCommitInGroup: Commits share one transaction with single writes and
 // other Commits; each is checked against the state the ops queued before
-// it left, and a refused one undoes none of the others' writes.
+// it left, and a refused one undoes none of the others' writes (its own
+// writes before the refused one included) and leaves nothing in the
+// change log, which holds one row per landed write at its version.
 func TestCommitInGroup(t *testing.T) {
-	d := newDriver(t)
+	path := filepath.Join(t.TempDir(), "store.db")
+	d, err := sqlitestore.NewDriver(t.Context(), sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.(io.Closer).Close() })
 	s := storage.New(d)
 	ctx := t.Context()
 	// The lead's commit holds until the others queue: they share the next.
@@ -143,13 +151,16 @@ func TestCommitInGroup(t *testing.T) {
 	waitFor(t, func() bool { return commitsStarted(d) })
 	before := commits(d)
 	errs := make([]error, len(steps))
+	vers := make([][]storage.Version, len(steps))
 	var wg sync.WaitGroup
 	for i, st := range steps {
 		wg.Go(func() {
 			if len(st.writes) == 1 && !st.writes[0].Delete {
-				_, errs[i] = s.Put(ctx, st.writes[0].Key, st.writes[0].Value, st.writes[0].Cond)
+				var v storage.Version
+				v, errs[i] = s.Put(ctx, st.writes[0].Key, st.writes[0].Value, st.writes[0].Cond)
+				vers[i] = []storage.Version{v}
 			} else {
-				_, errs[i] = s.Commit(ctx, st.writes)
+				vers[i], errs[i] = s.Commit(ctx, st.writes)
 			}
 		})
 		waitFor(t, func() bool { return sqlitestore.Waiting(d) == i+1 })
@@ -175,6 +186,60 @@ func TestCommitInGroup(t *testing.T) {
 			t.Errorf("%s = %q %v, want exists %v", k, got, err, exists)
 		}
 	}
+	// The log: the steps' landed writes in order, one version each (a
+	// Delete's log row takes the next one), nothing of the refused commit.
+	var wantLog []string
+	next := int64(0)
+	for i, st := range steps {
+		for j, w := range st.writes {
+			if errs[i] != nil {
+				continue
+			}
+			if w.Delete {
+				wantLog = append(wantLog, fmt.Sprintf("%d %s", next+1, w.Key))
+				next++
+				continue
+			}
+			n := mustInt(t, vers[i][j])
+			if next != 0 && n != next+1 {
+				t.Errorf("%s: %s at version %d, want %d (the writes' order)", st.name, w.Key, n, next+1)
+			}
+			wantLog = append(wantLog, fmt.Sprintf("%d %s", n, w.Key))
+			next = n
+		}
+	}
+	if got := changeLog(t, path, mustInt(t, vers[0][0])); !slices.Equal(got, wantLog) {
+		t.Errorf("change log %q, want %q", got, wantLog)
+	}
+}
+
+// changeLog reads the change log of the database at path from seq from
+// on, as "seq key" lines.
+func changeLog(t *testing.T, path string, from int64) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(t.Context(), "SELECT seq, key FROM changes WHERE seq >= ? ORDER BY seq", from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var seq int64
+		var key string
+		if err := rows.Scan(&seq, &key); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%d %s", seq, key))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // commitsStarted reports whether d's first commit is under way (its lead

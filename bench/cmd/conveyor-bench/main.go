@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +40,7 @@ type options struct {
 	latJobs                                  int
 	pg, pgData, redisAddr, minioBin, dir     string
 	riverFast                                bool
-	out                                      string
+	out, cpuProfile                          string
 }
 
 // defaultSystems are the comparison (29): the SDK on SQLite and on
@@ -80,6 +81,8 @@ func parseFlags() options {
 	flag.StringVar(&o.minioBin, "minio", "auto", "MinIO server binary, auto to look for it, or none")
 	flag.StringVar(&o.dir, "dir", os.TempDir(), "where SQLite, filestore and MinIO keep their data: a directory on the disk to measure, not tmpfs")
 	flag.StringVar(&o.out, "json", "", "also write every measurement to this file as JSON")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the rounds (not the warm-up) to this file: "+
+		"run one system alone, or the profile mixes them (the peers' servers are other processes and not in it)")
 	flag.Parse()
 	var err error
 	if o.workers, err = ints(*workers); err == nil {
@@ -152,15 +155,38 @@ func main() {
 		b.size(ctx)
 	}
 	sized := time.Now()
+	stopProfile := startProfile(o.cpuProfile)
 	for r := range o.rounds {
 		b.round(ctx, r)
 	}
+	stopProfile()
 	log.Printf("took %s: warm-up %s, rounds %s", time.Since(began).Round(time.Second),
 		sized.Sub(began).Round(time.Second), time.Since(sized).Round(time.Second))
 	report(os.Stdout, b.results, o.rate)
 	if o.out != "" {
 		out, _ := json.MarshalIndent(b.results, "", "  ")
 		if err := os.WriteFile(o.out, out, 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// startProfile starts a CPU profile to path (none when path is empty) and
+// returns what stops it.
+func startProfile(path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
 			log.Fatal(err)
 		}
 	}
