@@ -101,6 +101,11 @@ type Config struct {
 	// no lane). Turn it off once every Worker runs this release. Default
 	// false.
 	RollingUpgrade bool
+	// Queues configures the named queues (NewJob.Queue, TypeConfig.Queue)
+	// by name: each queue's cap on running jobs in this process. A queue
+	// not here runs with no cap of its own; a queue exists by being named
+	// by a job. Default none.
+	Queues map[string]QueueConfig
 }
 
 // TypeConfig is a user job type (Config.Types).
@@ -113,6 +118,18 @@ type TypeConfig struct {
 	// JSON; nil accepts any JSON. An error sends the job to RETRY_BACKOFF
 	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
 	Validate func(content json.RawMessage) error
+	// Queue is the queue the type's jobs run in when they name neither an
+	// agent nor a queue. Default lifecycle.DefaultQueue.
+	Queue string
+	// MaxRunning is the most jobs of the type one process runs at once.
+	// Default 0: as many as its Worker's Slots.
+	MaxRunning int
+	// MaxRunningGlobal is the most jobs of the type (of one queue) that
+	// run at once across every process sharing the store; 1 runs them one
+	// at a time, as an agent's. Default 0: no cap across processes (at
+	// most 1,024). Ignored while RollingUpgrade is on: one at a time, as
+	// the previous release ran them.
+	MaxRunningGlobal int
 }
 
 // fillConfig checks cfg and fills in its defaults, in New's order.
@@ -173,7 +190,7 @@ func fillConfig(cfg *Config) error {
 	if cfg.ArtifactActor == "" {
 		cfg.ArtifactActor = lifecycle.ActorNLMBackend
 	}
-	return nil
+	return checkCaps(cfg)
 }
 
 // typeValidators checks the user job types and returns their artifacts'

@@ -41,6 +41,7 @@ type Queue struct {
 	runner  *runner
 	reads   *reader
 	sweeper *sweeper
+	pauses  *pauses
 }
 
 // New checks cfg, fills in its defaults and returns a Queue. A Config it
@@ -91,11 +92,15 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 		artifacts: cfg.Artifacts, types: cfg.Types, project: q.project, artifactActor: cfg.ArtifactActor,
 		leaseTTL: cfg.LeaseTTL, stepTimeout: cfg.StepTimeout, grace: q.grace}
 	twice := &twiceCheck{store: store, absent: absent, artifacts: cfg.Artifacts, project: q.project, quar: q.quar, log: cfg.Logger}
+	q.pauses = &pauses{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, absent: &evidence.Absence{Settle: store.SettleTime()}, rolling: cfg.RollingUpgrade}
+	q.runner.caps = &caps{types: cfg.Types, queues: cfg.Queues, rolling: cfg.RollingUpgrade, sched: q.sched,
+		running: map[string]int{}, waiting: map[string]map[*agentState]bool{}}
 	q.claims = &claimer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, grace: q.grace, sched: q.sched,
-		lanes: q.lanes, locks: q.locks, jobs: jobs, repair: repair, retries: retries, audit: audit, twice: twice, runner: q.runner}
-	userTypes := map[lifecycle.JobType]bool{}
-	for t := range cfg.Types {
-		userTypes[t] = true
+		lanes: q.lanes, locks: q.locks, jobs: jobs, repair: repair, retries: retries, audit: audit, twice: twice, runner: q.runner,
+		caps: q.runner.caps, pauses: q.pauses}
+	userTypes := map[lifecycle.JobType]string{}
+	for t, tc := range cfg.Types {
+		userTypes[t] = tc.Queue
 	}
 	q.admit = &admission{store: store, clock: cfg.Clock, tracer: q.runner.tracer, jobs: jobs, lanes: q.lanes,
 		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, userTypes: userTypes, rolling: cfg.RollingUpgrade}
@@ -318,4 +323,29 @@ func (q *Queue) RequeueMatching(ctx context.Context, actor lifecycle.Actor, jq J
 // names: its cost grows with the lanes, never with the jobs.
 func (q *Queue) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
 	return q.laneStates(ctx)
+}
+
+// Pause pauses a named queue (lifecycle.DefaultQueue included) for every
+// Worker sharing the store: no job of it starts until Resume; jobs
+// running now finish. Workers of this process obey at once, others within
+// a second of their next look for work. The actor needs UpdateStatus, as
+// for Requeue. A name that is no queue's (1 to 64 bytes of
+// [A-Za-z0-9_-]) is lifecycle.ErrInvalidInput; during a rolling upgrade
+// (Config.RollingUpgrade) the pause is refused (ErrRollingUpgrade): a
+// Worker of the previous release would not obey it. Pausing a paused
+// queue is no error.
+func (q *Queue) Pause(ctx context.Context, actor lifecycle.Actor, queue string) error {
+	return q.pauses.pause(ctx, actor, queue)
+}
+
+// Resume resumes a paused queue: its jobs start again. Resuming a queue
+// not paused is no error. The actor needs UpdateStatus, as for Pause.
+func (q *Queue) Resume(ctx context.Context, actor lifecycle.Actor, queue string) error {
+	return q.pauses.resume(ctx, actor, queue)
+}
+
+// Paused lists the paused queues in name order, with who paused each and
+// when. It reads the pause records, one per paused queue.
+func (q *Queue) Paused(ctx context.Context) ([]lifecycle.PausedQueue, error) {
+	return q.pauses.list(ctx)
 }
