@@ -149,7 +149,7 @@ type agentClaim struct {
 	slot    *lockSlot // the lane's lock the claim takes (pickSlot)
 	lockKey string    // its key
 	head    string    // the lane's first key at the look, "" if none
-	ready   bool   // head is due (or malformed)
+	ready   bool      // head is due (or malformed)
 	lockAt  time.Time
 	lock    agentLock
 	lockVer storage.Version

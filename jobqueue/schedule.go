@@ -26,10 +26,10 @@ type agentState struct {
 	// complete: keys held the whole lane when listed (fewer than laneBatch).
 	complete bool
 	// covered: the last whole-queue listing (refreshLanes) included the lane.
-	covered   bool
-	listedAt  time.Time // when the lane was last listed
-	gone      []goneKey // lane keys this Queue's claims deleted last (deleteLane)
-	idle      int       // empty listings in a row
+	covered  bool
+	listedAt time.Time // when the lane was last listed
+	gone     []goneKey // lane keys this Queue's claims deleted last (deleteLane)
+	idle     int       // empty listings in a row
 
 	// The schedule's fields, guarded by scheduler.mu.
 	due    time.Time
