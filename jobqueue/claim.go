@@ -161,7 +161,18 @@ type agentClaim struct {
 // next and err.
 func (q *claimer) probeAgent(ctx context.Context, s *agentClaim) (next time.Time, done bool, err error) {
 	a, now := s.a, s.now
-	slot, busy := a.pickSlot(q.caps.slotsOf(a.name), now)
+	head, err := q.lanes.head(ctx, a, false)
+	if err != nil {
+		return time.Time{}, true, err
+	}
+	s.head = head
+	ready := false
+	if head != "" {
+		at, _, ok := parseLaneKey(head)
+		ready = !ok || !at.After(now) // a malformed key is cleaned up below
+	}
+	s.ready = ready
+	slot, busy := a.pickSlot(q.caps.slotsOf(a.name), now, ready)
 	if slot == nil {
 		if busy.IsZero() {
 			busy = now.Add(q.leaseTTL) // every lock held here: looked at when a claim ends
@@ -174,17 +185,6 @@ func (q *claimer) probeAgent(ctx context.Context, s *agentClaim) (next time.Time
 		return now.Add(time.Hour), true, err
 	}
 	s.lockKey = lockKey
-	head, err := q.lanes.head(ctx, a, false)
-	if err != nil {
-		return time.Time{}, true, err
-	}
-	s.head = head
-	ready := false
-	if head != "" {
-		at, _, ok := parseLaneKey(head)
-		ready = !ok || !at.After(now) // a malformed key is cleaned up below
-	}
-	s.ready = ready
 	a.mu.Lock()
 	busyUntil := slot.busyUntil
 	a.mu.Unlock()

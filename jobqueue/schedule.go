@@ -77,11 +77,24 @@ func (a *agentState) allSlots() []*lockSlot {
 // now: one this Queue kept (taken without a read), else the first not
 // held by this Queue nor seen held a moment ago. nil when none: then next
 // is when one may be free (zero: when a claim of this Queue ends).
-func (a *agentState) pickSlot(n int, now time.Time) (s *lockSlot, next time.Time) {
+//
+// With no ready work (ready false) the claim only checks a lock for an
+// orphan: the one checked longest ago of those known (made here, or
+// listed by refreshAgents), so every lock of the lane is checked in turn
+// and one a dead process held is taken after its lease.
+func (a *agentState) pickSlot(n int, now time.Time, ready bool) (s *lockSlot, next time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if n <= 1 {
 		return &a.lockSlot, time.Time{}
+	}
+	if !ready {
+		for _, c := range a.allSlots() {
+			if c.k < n && !c.running && (s == nil || c.lockAt.Before(s.lockAt)) {
+				s = c
+			}
+		}
+		return s, time.Time{}
 	}
 	for _, s := range a.allSlots() {
 		if s.k < n && !s.running && s.freed != nil {
