@@ -20,13 +20,16 @@ const (
 	queueLanePrefix = "_queue."
 )
 
+// defaultQueue is the queue of a job that names none (NewJob.Queue).
+const defaultQueue = "default"
+
 // maxQueueName bounds a queue's name.
 const maxQueueName = 64
 
 // typeLane is the lane, and so the agent_slug, of the jobs of type t in
 // queue enqueued without an agent.
 func typeLane(t lifecycle.JobType, queue string) string {
-	if queue == "" || queue == lifecycle.DefaultQueue {
+	if queue == "" || queue == defaultQueue {
 		return typeLanePrefix + string(t)
 	}
 	return queueLanePrefix + queue + "." + string(t)
@@ -36,14 +39,14 @@ func typeLane(t lifecycle.JobType, queue string) string {
 // false for an agent's lane (of the default queue).
 func parseLane(lane string) (t lifecycle.JobType, queue string, typed bool) {
 	if rest, ok := strings.CutPrefix(lane, typeLanePrefix); ok {
-		return lifecycle.JobType(rest), lifecycle.DefaultQueue, true
+		return lifecycle.JobType(rest), defaultQueue, true
 	}
 	if rest, ok := strings.CutPrefix(lane, queueLanePrefix); ok {
 		if q, tt, ok := strings.Cut(rest, "."); ok && validQueueName(q) == nil && tt != "" {
 			return lifecycle.JobType(tt), q, true
 		}
 	}
-	return "", lifecycle.DefaultQueue, false
+	return "", defaultQueue, false
 }
 
 // laneQueue is the queue of lane: its type lane's, else the default.
@@ -76,17 +79,17 @@ func (n *NewJob) checkQueue(typeQueue string) error {
 		}
 	}
 	if n.AgentSlug != "" {
-		if n.Queue != "" && n.Queue != lifecycle.DefaultQueue {
-			return badJob("queue %q: a job that names an agent runs in its agent's lane, in the queue %q", n.Queue, lifecycle.DefaultQueue)
+		if n.Queue != "" && n.Queue != defaultQueue {
+			return badJob("queue %q: a job that names an agent runs in its agent's lane, in the queue %q", n.Queue, defaultQueue)
 		}
-		n.Queue = lifecycle.DefaultQueue
+		n.Queue = defaultQueue
 		return nil
 	}
 	if n.Queue == "" {
 		n.Queue = typeQueue
 	}
 	if n.Queue == "" {
-		n.Queue = lifecycle.DefaultQueue
+		n.Queue = defaultQueue
 	}
 	if err := validQueueName(n.Queue); err != nil {
 		return badJob("%v", err)

@@ -119,7 +119,7 @@ type TypeConfig struct {
 	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
 	Validate func(content json.RawMessage) error
 	// Queue is the queue the type's jobs run in when they name neither an
-	// agent nor a queue. Default lifecycle.DefaultQueue.
+	// agent nor a queue. Default "default".
 	Queue string
 	// MaxRunning is the most jobs of the type one process runs at once.
 	// Default 0: as many as its Worker's Slots.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -23,10 +24,16 @@ import (
 // The process that writes one obeys it at once.
 const pauseRefresh = time.Second
 
-// ErrRollingUpgrade is matched by a call a Queue refuses while
-// Config.RollingUpgrade is on because Workers of the previous release
-// sharing its store would not obey it (pausing a queue).
-var ErrRollingUpgrade = errors.New("jobqueue: refused during a rolling upgrade")
+// rollingRefusal is what a Queue refuses while Config.RollingUpgrade is
+// on because Workers of the previous release sharing its store would not
+// obey it (a paused queue): ErrInvalidConfig, code CONFLICT.
+type rollingRefusal struct{ what string }
+
+func (e *rollingRefusal) Error() string {
+	return fmt.Sprintf("%v: %s is refused during a rolling upgrade (RollingUpgrade): a Worker of the previous release would not obey it", ErrInvalidConfig, e.what)
+}
+func (e *rollingRefusal) Is(target error) bool { return target == ErrInvalidConfig }
+func (e *rollingRefusal) Code() string         { return codes.Conflict }
 
 // pausedRecord is a paused queue's record (layout.PausedQueueKey): the
 // queue is paused while it exists, whatever it holds; the members say who
@@ -140,7 +147,7 @@ func (q *pauses) pause(ctx context.Context, actor lifecycle.Actor, name string) 
 		return err
 	}
 	if q.rolling {
-		return fmt.Errorf("%w: a Worker of the previous release would not obey a paused queue", ErrRollingUpgrade)
+		return &rollingRefusal{what: "pausing a queue"}
 	}
 	b, err := json.Marshal(pausedRecord{Queue: name, PausedAt: q.clock.Now().UTC(), Actor: string(actor)})
 	if err != nil {
@@ -176,32 +183,4 @@ func (q *pauses) check(actor lifecycle.Actor, name string) (string, error) {
 		return "", fmt.Errorf("%w: %w", lifecycle.ErrInvalidInput, err)
 	}
 	return layout.PausedQueueKey(name)
-}
-
-// list returns the paused queues as stored, in name order.
-func (q *pauses) list(ctx context.Context) ([]lifecycle.PausedQueue, error) {
-	var out []lifecycle.PausedQueue
-	for key, err := range q.store.List(ctx, layout.PausedQueuesPrefix) {
-		if err != nil {
-			return nil, err
-		}
-		name, ok := layout.QueueFromPausedKey(key)
-		if !ok {
-			continue
-		}
-		p := lifecycle.PausedQueue{Queue: name}
-		raw, _, err := q.store.Get(ctx, key)
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-			continue // resumed since the listing
-		case err != nil:
-			return nil, err
-		}
-		var rec pausedRecord
-		if json.Unmarshal(raw, &rec) == nil {
-			p.PausedAt, p.Actor = rec.PausedAt, rec.Actor
-		}
-		out = append(out, p)
-	}
-	return out, nil
 }

@@ -325,27 +325,19 @@ func (q *Queue) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
 	return q.laneStates(ctx)
 }
 
-// Pause pauses a named queue (lifecycle.DefaultQueue included) for every
-// Worker sharing the store: no job of it starts until Resume; jobs
-// running now finish. Workers of this process obey at once, others within
-// a second of their next look for work. The actor needs UpdateStatus, as
-// for Requeue. A name that is no queue's (1 to 64 bytes of
-// [A-Za-z0-9_-]) is lifecycle.ErrInvalidInput; during a rolling upgrade
-// (Config.RollingUpgrade) the pause is refused (ErrRollingUpgrade): a
-// Worker of the previous release would not obey it. Pausing a paused
-// queue is no error.
-func (q *Queue) Pause(ctx context.Context, actor lifecycle.Actor, queue string) error {
-	return q.pauses.pause(ctx, actor, queue)
-}
-
-// Resume resumes a paused queue: its jobs start again. Resuming a queue
-// not paused is no error. The actor needs UpdateStatus, as for Pause.
-func (q *Queue) Resume(ctx context.Context, actor lifecycle.Actor, queue string) error {
+// SetPaused pauses a named queue ("default" included), or
+// resumes it, for every Worker sharing the store: while paused no job of
+// it starts; jobs running when it was paused finish. Workers of this
+// process obey at once, others within a second of their next look for
+// work. Lanes says which lanes' queues are paused. The actor needs
+// UpdateStatus, as for Requeue. A name that is no queue's (1 to 64 bytes
+// of [A-Za-z0-9_-]) is lifecycle.ErrInvalidInput. During a rolling
+// upgrade (Config.RollingUpgrade) a pause is refused, matching
+// ErrInvalidConfig: a Worker of the previous release would not obey it.
+// Pausing a paused queue, or resuming one not paused, is no error.
+func (q *Queue) SetPaused(ctx context.Context, actor lifecycle.Actor, queue string, paused bool) error {
+	if paused {
+		return q.pauses.pause(ctx, actor, queue)
+	}
 	return q.pauses.resume(ctx, actor, queue)
-}
-
-// Paused lists the paused queues in name order, with who paused each and
-// when. It reads the pause records, one per paused queue.
-func (q *Queue) Paused(ctx context.Context) ([]lifecycle.PausedQueue, error) {
-	return q.pauses.list(ctx)
 }

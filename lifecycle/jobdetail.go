@@ -71,7 +71,7 @@ type BulkFailure struct {
 type QueueLane struct {
 	Agent string `json:"agent"`
 	// Queue is the named queue the lane belongs to: a job type's lane's
-	// queue (NewJob.Queue), DefaultQueue for an agent's.
+	// queue (NewJob.Queue), "default" for an agent's.
 	Queue string `json:"queue"`
 	// Paused tells that the lane's queue is paused: no job of it starts.
 	Paused bool `json:"paused,omitempty"`
@@ -90,13 +90,4 @@ type QueueLane struct {
 	Running bool `json:"running"`
 	// JobID is the running job's id, when Running.
 	JobID string `json:"job_id,omitempty"`
-}
-
-// PausedQueue is a paused queue (GET /queues/paused): while paused, no job
-// of it starts; jobs running when it was paused finish.
-type PausedQueue struct {
-	Queue    string    `json:"queue"`
-	PausedAt time.Time `json:"paused_at,omitzero"`
-	// Actor is who paused it.
-	Actor string `json:"actor,omitempty"`
 }

@@ -42,13 +42,10 @@ type NewJob struct {
 	Delay time.Duration
 	// Queue is the named queue a job without an agent runs in (paused and
 	// resumed as one, its concurrency configured); empty means its type's
-	// queue, else DefaultQueue. A job that names an agent runs in its
-	// agent's lane, in DefaultQueue.
+	// queue, else "default". A job that names an agent runs in its agent's
+	// lane, in the queue "default".
 	Queue string
 }
-
-// DefaultQueue is the queue of a job that names none.
-const DefaultQueue = "default"
 
 // The priorities of a job (NewJob.Priority, Job.Priority): a higher one
 // starts first among the jobs waiting in one lane.
