@@ -61,7 +61,9 @@ func queueServer(t *testing.T, store *storage.Store, q *jobqueue.Queue) (gw *cli
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	as := func(tok string) *client.Client { return &client.Client{BaseURL: srv.URL, HTTP: srv.Client(), Token: tok} }
+	as := func(tok string) *client.Client {
+		return &client.Client{BaseURL: srv.URL, HTTP: srv.Client(), Token: tok}
+	}
 	return as("tok-gateway"), client.Operator{Client: as("tok-admin")}, client.Operator{Client: as("tok-frontend")}
 }
 
