@@ -188,8 +188,8 @@ type invocation struct {
 // jobFlags are the flags of jobs enqueue.
 type jobFlags struct {
 	payload, id, runAt, queue string
-	priority           int
-	delay              time.Duration
+	priority                  int
+	delay                     time.Duration
 }
 
 // verb is one command: how many positional arguments it takes (-1: it
