@@ -98,8 +98,10 @@ type Config struct {
 	// machine (a previous Worker quarantines a job in RUNNING, a state it
 	// does not know), and a priority other than the default is refused (a
 	// previous Worker drops a lane entry it cannot read, leaving its job in
-	// no lane). Turn it off once every Worker runs this release. Default
-	// false.
+	// no lane); a job type's jobs run one at a time, under the one lock of
+	// their lane a previous Worker knows, and a queue's pause is refused
+	// (a previous Worker would not obey it). Turn it off once every Worker
+	// runs this release. Default false.
 	RollingUpgrade bool
 	// Queues configures the named queues (NewJob.Queue, TypeConfig.Queue)
 	// by name: each queue's cap on running jobs in this process. A queue
