@@ -325,9 +325,19 @@ func TestPauseRecordFaults(t *testing.T) {
 
 // TestKilledSlotHolderLosesItsLocks: a Worker killed while it holds
 // locks of a type's lane (slots 0 to 2) loses each to the next claim
-// after the lease, which rescues the job it names; the jobs run again.
+// after the lease, which rescues the job it names, or to the sweep; the
+// jobs run again.
 func TestKilledSlotHolderLosesItsLocks(t *testing.T) {
 	t.Parallel()
+	for _, sweep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sweep %v", sweep), func(t *testing.T) {
+			t.Parallel()
+			killedSlotHolder(t, sweep)
+		})
+	}
+}
+
+func killedSlotHolder(t *testing.T, sweep bool) {
 	ctx := context.Background()
 	s := memstore.New()
 	clk := clock.NewFake(t0)
@@ -349,6 +359,12 @@ func TestKilledSlotHolderLosesItsLocks(t *testing.T) {
 		t.Fatalf("a claim while the 3 locks are held: %v, %v", c, err)
 	}
 	clk.Advance(31 * time.Second) // past the lease
+	if sweep {
+		r, err := live.Sweep(ctx)
+		if err != nil || r.Rescued != 3 {
+			t.Fatalf("sweep: %+v, %v; want the 3 jobs the dead Worker's locks name rescued", r, err)
+		}
+	}
 	done := map[string]bool{}
 	for range 20 {
 		clk.Advance(time.Minute) // past each rescue's backoff
