@@ -391,3 +391,94 @@ func killedSlotHolder(t *testing.T, sweep bool) {
 		}
 	}
 }
+
+// TestPreviousReleaseTypeLaneRunsSideBySide: a type's lane as the
+// previous release left it (its jobs laned under "_type.", its one lock
+// kept by a Worker that ran a job under it) runs on: its waiting jobs are
+// claimed side by side, slot 0 taken over from the kept lock.
+func TestPreviousReleaseTypeLaneRunsSideBySide(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	old := newQueue(t, s, clk, func(c *jobqueue.Config) {
+		c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{greetType: {Handler: greeter(nil)}}
+		c.RollingUpgrade = true // one lock per type lane, as the previous release
+	})
+	for i := range 4 {
+		if _, err := old.InsertJob(ctx, jobqueue.NewJob{JobID: fmt.Sprintf("g%d", i), JobType: greetType, Payload: json.RawMessage(`{"name":"x"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := old.Claim(ctx, "old")
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v, %v", c, err)
+	}
+	if _, err := c.Run(ctx, jobqueue.Handlers{}); err != nil { // the lock is kept, naming g0
+		t.Fatal(err)
+	}
+	if c2, err := old.Claim(ctx, "old"); err != nil || c2 == nil {
+		t.Fatalf("claim: %v, %v", c2, err)
+	} else if c3, err := old.Claim(ctx, "old"); err != nil || c3 != nil {
+		t.Fatalf("a second claim of the one-lock lane: %v, %v", c3, err)
+	} else {
+		_ = c2.Abandon(ctx) // back to RETRY_BACKOFF: 15 s
+	}
+	clk.Advance(time.Minute)
+	upgraded := newQueue(t, s, clk, withGreet(greeter(nil)))
+	var held []*jobqueue.Claim
+	for range 5 {
+		c, err := upgraded.Claim(ctx, "new")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c != nil {
+			held = append(held, c)
+		}
+	}
+	if len(held) != 3 {
+		t.Fatalf("the upgraded Queue holds %d claims of the lane at once, want its 3 waiting jobs", len(held))
+	}
+	for _, c := range held {
+		if j, err := c.Run(ctx, jobqueue.Handlers{}); err != nil || j.Status != lifecycle.JobComplete {
+			t.Fatalf("run %s: %s, %v", j.JobID, j.Status, err)
+		}
+	}
+}
+
+// TestRollingUpgradeKeepsOneLockPerTypeLane: while RollingUpgrade is on,
+// a type's lane runs one job at a time under its one lock (a Worker of the
+// previous release knows no other), whatever MaxRunningGlobal says, and no
+// other lock object is made.
+func TestRollingUpgradeKeepsOneLockPerTypeLane(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	q := newQueue(t, s, clock.NewFake(t0), func(c *jobqueue.Config) {
+		c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{greetType: {Handler: greeter(nil), MaxRunningGlobal: 4}}
+		c.RollingUpgrade = true
+	})
+	for i := range 3 {
+		if _, err := q.InsertJob(ctx, jobqueue.NewJob{JobID: fmt.Sprintf("g%d", i), JobType: greetType}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for range 3 {
+		if c, err := q.Claim(ctx, "w"); err != nil {
+			t.Fatal(err)
+		} else if c != nil {
+			n++
+		}
+	}
+	var locks []string
+	for key, err := range s.List(ctx, layout.AgentLocksPrefix) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, key)
+	}
+	if n != 1 || len(locks) != 1 {
+		t.Fatalf("%d claims at once and locks %v during a rolling upgrade, want 1 and the lane's one", n, locks)
+	}
+}
