@@ -530,7 +530,7 @@ func TestWritesPerJobTypeLane(t *testing.T) {
 			const n = 200
 			batch(16, n)
 			time.Sleep(200 * time.Millisecond) // the last audit objects
-			per := float64(cs.durable()) / n // durable and table lock cs
+			per := float64(cs.durable()) / n   // durable and table lock cs
 			table := cs.table(n)
 			t.Logf("writes per job of a type's lane on 8 slots:\n%s total %.2f", table, per)
 			// As TestWritesPerJob says of several slots: two claims may now
