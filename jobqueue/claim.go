@@ -37,6 +37,8 @@ type claimer struct {
 	audit    *auditor
 	twice    *twiceCheck
 	runner   *runner // what the Claims it makes run with
+	caps     *caps   // the configured concurrency
+	pauses   *pauses // the paused queues
 }
 
 // claimFor is Claim for a Worker that knows its handlers: noAssembly tells
@@ -55,6 +57,9 @@ func (q *claimer) claimFor(ctx context.Context, worker string, noAssembly func(l
 	if err := q.lanes.refreshLanes(ctx); err != nil {
 		return nil, err
 	}
+	if err := q.pauses.refresh(ctx); err != nil {
+		return nil, err
+	}
 	var firstErr error
 	for range claimTries {
 		now := q.clock.Now()
@@ -62,13 +67,35 @@ func (q *claimer) claimFor(ctx context.Context, worker string, noAssembly func(l
 		if a == nil {
 			break
 		}
+		if q.pauses.isPaused(laneQueue(a.name)) {
+			// Looked at again at the next listing of the pauses, or at
+			// once when this process resumes the queue.
+			q.sched.putBack(a, now.Add(pauseRefresh))
+			continue
+		}
+		if !q.caps.admit(a) {
+			// Full in this process: looked at again when a claim
+			// counted against the full cap ends (caps.ended).
+			q.sched.putBack(a, now.Add(q.leaseTTL))
+			continue
+		}
+		q.caps.started(a) // counted while it is tried: other lanes' claims see it
 		c, next, err := q.claimAgent(ctx, worker, a, now, noAssembly)
 		if c != nil {
+			a.mu.Lock()
+			c.counted, c.slot.running = true, true
+			a.mu.Unlock()
 			// Looked at again when the claim ends, or when its lease
-			// would have run out if it never ends.
-			q.sched.putBack(a, now.Add(q.leaseTTL))
+			// would have run out if it never ends; a lane with a lock
+			// to spare, at once.
+			again := now.Add(q.leaseTTL)
+			if q.caps.slotsOf(a.name) > 1 {
+				again = now
+			}
+			q.sched.putBack(a, again)
 			return c, nil
 		}
+		q.caps.ended(a, now)
 		if err == nil {
 			q.sched.putBack(a, next)
 			continue
@@ -119,9 +146,10 @@ type agentClaim struct {
 	now        time.Time
 	noAssembly func(lifecycle.JobType) bool
 
-	lockKey string // the agent's lock
-	head    string // the lane's first key at the look, "" if none
-	ready   bool   // head is due (or malformed)
+	slot    *lockSlot // the lane's lock the claim takes (pickSlot)
+	lockKey string    // its key
+	head    string    // the lane's first key at the look, "" if none
+	ready   bool      // head is due (or malformed)
 	lockAt  time.Time
 	lock    agentLock
 	lockVer storage.Version
@@ -133,11 +161,6 @@ type agentClaim struct {
 // next and err.
 func (q *claimer) probeAgent(ctx context.Context, s *agentClaim) (next time.Time, done bool, err error) {
 	a, now := s.a, s.now
-	lockKey, err := layout.AgentLockKey(a.name)
-	if err != nil {
-		return now.Add(time.Hour), true, err
-	}
-	s.lockKey = lockKey
 	head, err := q.lanes.head(ctx, a, false)
 	if err != nil {
 		return time.Time{}, true, err
@@ -149,21 +172,38 @@ func (q *claimer) probeAgent(ctx context.Context, s *agentClaim) (next time.Time
 		ready = !ok || !at.After(now) // a malformed key is cleaned up below
 	}
 	s.ready = ready
+	slot, busy := a.pickSlot(q.caps.slotsOf(a.name), now, ready)
+	if slot == nil {
+		if busy.IsZero() {
+			busy = now.Add(q.leaseTTL) // every lock held here: looked at when a claim ends
+		}
+		return busy, true, nil
+	}
+	s.slot = slot
+	lockKey, err := layout.SlotLockKey(a.name, slot.k)
+	if err != nil {
+		return now.Add(time.Hour), true, err
+	}
+	s.lockKey = lockKey
 	a.mu.Lock()
-	busyUntil := a.busyUntil
+	busyUntil := slot.busyUntil
 	a.mu.Unlock()
 	if ready && now.Before(busyUntil) {
 		return busyUntil, true, nil // its lock was held a moment ago
 	}
-	due, lockAt := a.lockCheckDue(now, q.leaseTTL/2)
+	due, lockAt := a.lockCheckDue(slot, now, q.leaseTTL/2)
 	s.lockAt = lockAt
 	if !ready && !due {
 		return a.idleUntil(lockAt), true, nil
 	}
-	s.lock, s.lockVer, s.cached, err = q.locks.readLock(ctx, a, lockKey)
+	s.lock, s.lockVer, s.cached, err = q.locks.readLock(ctx, a, slot, lockKey)
+	if errors.Is(err, storage.ErrNotFound) && slot.k > 0 && ready {
+		// A lock of the lane not yet made: made now, and taken.
+		s.lock, s.lockVer, err = q.locks.makeSlot(ctx, a, slot, lockKey)
+	}
 	if errors.Is(err, storage.ErrNotFound) {
-		if head != "" {
-			q.locks.remakeMissing(ctx, a, lockKey) // lost by the store: no claim could take the lane
+		if head != "" && slot.k == 0 {
+			q.locks.remakeMissing(ctx, a, slot, lockKey) // lost by the store: no claim could take the lane
 		}
 		return now.Add(laneRecheck), true, nil
 	}
@@ -189,7 +229,7 @@ func (q *claimer) lockedOrphan(ctx context.Context, s *agentClaim) (orphan strin
 	kept := s.cached && lock.Owner != ""
 	var named *jobDoc // the job the lock names, read: ended, or the lock free
 	if !kept && ready && !lock.free(now) && lock.JobID != "" {
-		d, ended, err := q.lockEnded(ctx, lock)
+		d, ended, err := q.lockEnded(ctx, lock, s.slot.k)
 		if err != nil {
 			return "", time.Time{}, true, err
 		}
@@ -198,12 +238,12 @@ func (q *claimer) lockedOrphan(ctx context.Context, s *agentClaim) (orphan strin
 		}
 	}
 	if !ready && kept && s.cached {
-		a.keep(lock, s.lockVer) // not taken now: the next claim still may without reading
+		a.keep(s.slot, lock, s.lockVer) // not taken now: the next claim still may without reading
 	}
 	if !kept && named == nil && !lock.free(now) {
 		until := now.Add(min(q.leaseTTL/4, time.Second))
 		a.mu.Lock()
-		a.busyUntil = until
+		s.slot.busyUntil = until
 		a.mu.Unlock()
 		if !ready {
 			return "", minTime(a.idleUntil(lockAt), lock.ExpiresAt), true, nil
@@ -215,7 +255,7 @@ func (q *claimer) lockedOrphan(ctx context.Context, s *agentClaim) (orphan strin
 		orphan = "" // its job's run ended and its claim settled it
 	}
 	if orphan != "" && ready {
-		if orphan, err = q.settleNamed(ctx, orphan, named); errors.Is(err, errUnsettled) {
+		if orphan, err = q.settleNamed(ctx, orphan, named, s.slot.k); errors.Is(err, errUnsettled) {
 			return "", now.Add(laneRecheck), true, nil // the lock goes on naming it
 		} else if err != nil {
 			return "", time.Time{}, true, err
@@ -232,7 +272,7 @@ func (q *claimer) lockedOrphan(ctx context.Context, s *agentClaim) (orphan strin
 // so the take can name the next job in the same write; one in a pipeline
 // state is rescued under the new epoch (takeLock). It returns the orphan
 // still to be rescued, "" if none.
-func (q *claimer) settleNamed(ctx context.Context, orphan string, named *jobDoc) (string, error) {
+func (q *claimer) settleNamed(ctx context.Context, orphan string, named *jobDoc, slot int) (string, error) {
 	if named == nil {
 		d, _, err := q.jobs.read(ctx, orphan)
 		switch {
@@ -245,6 +285,9 @@ func (q *claimer) settleNamed(ctx context.Context, orphan string, named *jobDoc)
 		default:
 			return "", err
 		}
+	}
+	if named != nil && elsewhere(named, slot) {
+		return "", nil // run under another lock of the lane, which names it
 	}
 	if named != nil && !pipelineState(named.Status) {
 		if err := q.repair.settle(ctx, named); err != nil {
@@ -267,7 +310,7 @@ func (q *claimer) takeLock(ctx context.Context, s *agentClaim, orphan string) (c
 		// orphan, the lock keeps naming it until it is rescued.
 		_, lock.JobID, _ = parseLaneKey(s.head)
 	}
-	c = &Claim{r: q.runner, worker: s.worker, epoch: lock.Epoch, agent: s.a, noAssembly: s.noAssembly}
+	c = &Claim{r: q.runner, worker: s.worker, epoch: lock.Epoch, agent: s.a, slot: s.slot, noAssembly: s.noAssembly}
 	if orphan == "" && q.store.CanCommit() {
 		// The take is written with the pickup, in its commit (pickup).
 		c.lockVer, c.untaken = s.lockVer, true
@@ -286,7 +329,7 @@ func (q *claimer) takeLock(ctx context.Context, s *agentClaim, orphan string) (c
 	c.lockVer, c.lockMeta = s.lockVer, lock.Meta
 	if orphan != "" {
 		c.named = orphan // a failed repair leaves the lock naming it (repair.go)
-		if err := q.repair.repairOrphan(ctx, orphan, c.epoch); err != nil && !q.jobs.gone(orphan, err) {
+		if err := q.repair.repairOrphan(ctx, orphan, c.epoch, s.slot.k); err != nil && !q.jobs.gone(orphan, err) {
 			c.release(ctx) // still naming it
 			if errors.Is(err, storage.ErrNotFound) {
 				return nil, now.Add(laneRecheck), true, nil // read missing, not yet gone
@@ -453,7 +496,13 @@ func (q *claimer) dropStale(ctx context.Context, s *agentClaim, c *Claim, key st
 	// Another process took it: the cache is out of date, so list
 	// the lane afresh rather than try its other entries one by one.
 	a.forget()
-	if q.repair.pendingAfter(key, pickErr, q.clock.Now()) {
+	var se *staleEntry
+	now := q.clock.Now()
+	// Picked up under another lock of the lane, whose claim deletes the
+	// entry once its pickup is confirmed: left alone like a pending one,
+	// not rescued while its lease runs (elsewhere).
+	picked := errors.As(pickErr, &se) && elsewhere(&se.doc, s.slot.k) && now.Before(se.doc.Lease.ExpiresAt)
+	if picked || q.repair.pendingAfter(key, pickErr, now) {
 		// Written moments ago by an Enqueue or Requeue that writes
 		// its job next: left alone (repair.go).
 		c.named = ""
@@ -466,8 +515,7 @@ func (q *claimer) dropStale(ctx context.Context, s *agentClaim, c *Claim, key st
 	}
 	// The entry may be all that still points at its job: repaired
 	// while the lock names the job, before the entry goes.
-	var se *staleEntry
-	if errors.As(pickErr, &se) {
+	if se != nil {
 		if next, done, err := q.holdLock(ctx, s, c); done {
 			return next, true, err
 		}
@@ -566,7 +614,7 @@ func (q *claimer) pickup(ctx context.Context, key, jobID string, c *Claim, joint
 		}
 		d.Attempt++
 		d.ReadyKey = ""
-		d.Lease = &lifecycle.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.leaseTTL)}
+		d.Lease = &lifecycle.Lease{Owner: c.worker, Epoch: c.epoch, ExpiresAt: now.Add(q.leaseTTL), Slot: c.slot.k}
 		if c.noAssembly != nil && c.noAssembly(d.JobType) && d.Status == lifecycle.JobContextAssembly {
 			return fire(ctx, d, machine.EventSnapshotReady, orch)
 		}
@@ -647,7 +695,7 @@ func refusedAt(err error, key string) bool {
 // lockEnded tells whether the job a held lock names ended its run under
 // the lock's epoch (ran_epoch), so the lock, kept rather than released by
 // its last claim, is free; d is the job as read.
-func (q *claimer) lockEnded(ctx context.Context, l *agentLock) (d jobDoc, ended bool, err error) {
+func (q *claimer) lockEnded(ctx context.Context, l *agentLock, slot int) (d jobDoc, ended bool, err error) {
 	d, _, err = q.jobs.read(ctx, l.JobID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return d, false, nil
@@ -655,7 +703,18 @@ func (q *claimer) lockEnded(ctx context.Context, l *agentLock) (d jobDoc, ended 
 	if err != nil {
 		return d, false, err
 	}
-	return d, d.RanEpoch >= l.Epoch && !pipelineState(d.Status), nil
+	return d, d.RanEpoch >= l.Epoch && !pipelineState(d.Status) || elsewhere(&d, slot), nil
+}
+
+// elsewhere tells whether d runs under another lock of its lane than
+// slot's: a lock names the last job it ran until it runs another, and that
+// job may since have been picked up again (a retry) under another lock of
+// a lane of several. Such a job is that lock's to settle, not an orphan
+// of this one's: it must not be rescued (docs/design.md#jobs). A job whose
+// lease names no slot ran under slot 0 (every job of an agent's lane, and
+// of the releases before slots).
+func elsewhere(d *jobDoc, slot int) bool {
+	return pipelineState(d.Status) && d.Lease != nil && d.Lease.Slot != slot
 }
 
 // dropTwice ends the pickup of a job createdTwice found (twiceErr: it
@@ -684,6 +743,10 @@ type Claim struct {
 	worker string
 	epoch  int64
 	agent  *agentState
+	slot   *lockSlot // the lane's lock the claim holds
+	// counted: the claim counts against the configured caps until it
+	// ends (caps.ended, once).
+	counted bool
 	// noAssembly: see claimer.claimFor.
 	noAssembly func(lifecycle.JobType) bool
 

@@ -128,9 +128,16 @@ type Config struct {
 	// machine (a previous Worker quarantines a job in RUNNING, a state it
 	// does not know), and a priority other than the default is refused (a
 	// previous Worker drops a lane entry it cannot read, leaving its job in
-	// no lane). Turn it off once every Worker runs this release. Default
-	// false.
+	// no lane); a job type's jobs run one at a time, under the one lock of
+	// their lane a previous Worker knows, and a queue's pause is refused
+	// (a previous Worker would not obey it). Turn it off once every Worker
+	// runs this release. Default false.
 	RollingUpgrade bool
+	// Queues configures the named queues (NewJob.Queue, TypeConfig.Queue)
+	// by name: each queue's cap on running jobs in this process. A queue
+	// not here runs with no cap of its own; a queue exists by being named
+	// by a job. Default none.
+	Queues map[string]QueueConfig
 }
 
 // TypeConfig is a user job type (Config.Types).
@@ -165,6 +172,18 @@ type TypeConfig struct {
 	// records the failure, read then: a change of it applies to the next
 	// failure of jobs in flight. Default none.
 	BackoffFunc func(job lifecycle.Job) time.Duration
+	// Queue is the queue the type's jobs run in when they name neither an
+	// agent nor a queue. Default "default".
+	Queue string
+	// MaxRunning is the most jobs of the type one process runs at once.
+	// Default 0: as many as its Worker's Slots.
+	MaxRunning int
+	// MaxRunningGlobal is the most jobs of the type (of one queue) that
+	// run at once across every process sharing the store; 1 runs them one
+	// at a time, as an agent's. Default 0: no cap across processes (at
+	// most 1,024). Ignored while RollingUpgrade is on: one at a time, as
+	// the previous release ran them.
+	MaxRunningGlobal int
 }
 
 // InsertFunc inserts jobs: the queue's own insert, or the next of
@@ -229,7 +248,7 @@ func fillConfig(cfg *Config) error {
 	if cfg.ArtifactActor == "" {
 		cfg.ArtifactActor = lifecycle.ActorNLMBackend
 	}
-	return nil
+	return checkCaps(cfg)
 }
 
 // typeValidators checks the user job types and returns their artifacts'

@@ -10,9 +10,11 @@
 // timeout and backoff (TypeConfig); Config.InsertMiddleware and
 // Config.WorkMiddleware wrap every insert and every handler call. A job
 // may name a run and an agent (InsertJob); an agent runs one job at a
-// time, and a job without one runs in its type's lane ("_type." and the
-// type, its agent_slug), one at a
-// time too. InsertMany enqueues up to 500 jobs at once: one commit, all
+// time, and jobs without one run in their type's lane of their queue
+// ("_type." and the type, its agent_slug, in the default queue) side by
+// side, as many as the Worker's Slots unless TypeConfig caps them per
+// process or across processes; a named queue is paused and resumed for
+// every Worker (Queue.SetPaused). InsertMany enqueues up to 500 jobs at once: one commit, all
 // or nothing, on a store that commits several writes at once
 // (docs/spec.md#batch-insert). Insert, InsertJob, InsertMany, Job,
 // Result, Wait and Retry act as the system (the program that embeds the

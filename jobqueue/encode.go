@@ -152,6 +152,10 @@ func appendLease(b []byte, l *lifecycle.Lease) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
+	if l.Slot != 0 {
+		b = append(b, `,"slot":`...)
+		b = jsonenc.Int(b, int64(l.Slot))
+	}
 	return append(b, '}'), nil
 }
 
@@ -415,7 +419,7 @@ func readLease(r *jsonenc.Reader) *lifecycle.Lease {
 		return nil
 	}
 	l := &lifecycle.Lease{}
-	var seen [3]bool
+	var seen [4]bool
 	for first := true; r.More('}', first); first = false {
 		switch key := r.Key(); {
 		case string(key) == "owner" && !seen[0]:
@@ -424,6 +428,8 @@ func readLease(r *jsonenc.Reader) *lifecycle.Lease {
 			l.Epoch, seen[1] = r.Int(), true
 		case string(key) == "expires_at" && !seen[2]:
 			l.ExpiresAt, seen[2] = r.Time(), true
+		case string(key) == "slot" && !seen[3]:
+			l.Slot, seen[3] = int(r.Int()), true
 		default:
 			r.Fail()
 			return nil

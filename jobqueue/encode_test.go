@@ -29,7 +29,7 @@ func fullJobDoc() *jobDoc {
 			ArtifactID: "art-1", Error: &msg, Machine: lifecycle.JobMachineGeneral, CancelRequestedAt: &due, CancelRequestedBy: lifecycle.ActorAdmin,
 			ProjectID: "p1", ErrorCode: "HANDLER_ERROR",
 			FailedStep: lifecycle.JobNotebookLMCall, QueuedAt: &at, NextAttemptAt: &due, Priority: 8, ScheduledAt: &due,
-			ReadyKey: "queue/lanes/agent-1/x", Lease: &lifecycle.Lease{Owner: "w1", Epoch: 3, ExpiresAt: due},
+			ReadyKey: "queue/lanes/agent-1/x", Lease: &lifecycle.Lease{Owner: "w1", Epoch: 3, ExpiresAt: due, Slot: 2},
 			Trail: []lifecycle.JobMove{
 				{From: lifecycle.JobQueued, To: lifecycle.JobContextAssembly, Event: "pick_up", Actor: lifecycle.ActorOrchestration, At: at,
 					ErrorCode: "HANDLER_ERROR", Error: "boom"},

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -47,22 +46,11 @@ func newUUID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// typeLanePrefix starts the lane of the jobs of a type enqueued without an
-// agent (typeLane). It is reserved: an agent_slug that starts with it is
-// refused.
-const typeLanePrefix = "_type."
-
-// typeLane is the lane, and so the agent_slug, of the jobs of type t
-// enqueued without an agent: "_type." + t. Like an agent's, a lane runs one
-// job at a time across every worker sharing the store (docs/design.md#jobs
-// says why); jobs that may run side by side take agent slugs of their own.
-func typeLane(t lifecycle.JobType) string { return typeLanePrefix + string(t) }
-
 func badJob(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", lifecycle.ErrInvalidJob, fmt.Sprintf(format, args...))
 }
 
-func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error {
+func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]string) error {
 	// Text first: a job type of invalid UTF-8 is INVALID_INPUT, as every
 	// other field's, not an unknown type.
 	if err := n.checkText(); err != nil {
@@ -84,17 +72,18 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 		}
 	}
-	if _, ok := artifact.TypeForJob(n.JobType); !ok && !user[n.JobType] {
+	typeQueue, isUser := user[n.JobType]
+	if _, ok := artifact.TypeForJob(n.JobType); !ok && !isUser {
 		return badJob("job_type %q is not RESEARCH, BRIEF, PROPOSAL_PREPROCESS or a type of Config.Types", n.JobType)
 	}
-	if strings.HasPrefix(n.AgentSlug, typeLanePrefix) {
-		return badJob("agent_slug %q: the prefix %q is reserved for the lanes of jobs without an agent", n.AgentSlug, typeLanePrefix)
+	if err := n.checkQueue(typeQueue); err != nil {
+		return err
 	}
 	if n.AgentSlug == "" {
-		// No agent: the job runs in its type's lane (typeLane), one at a
-		// time like an agent's, and the lane is its agent_slug, so every
-		// pass that works by agent (claim, sweep, metrics) works on it.
-		n.AgentSlug = typeLane(n.JobType)
+		// No agent: the job runs in its type's lane of its queue
+		// (typeLane), and the lane is its agent_slug, so every pass that
+		// works by agent (claim, sweep, metrics) works on it.
+		n.AgentSlug = typeLane(n.JobType, n.Queue)
 		if err := storekey.ValidateID("agent slug", n.AgentSlug); err != nil {
 			return badJob("job_type %q is too long to name a lane: the job needs an agent_slug (%v)", n.JobType, err)
 		}
@@ -203,10 +192,10 @@ type admission struct {
 	locks       *locks
 	quar        *quarantine
 	obs         *observer
-	maxAttempts int                        // Config.MaxAttempts
-	typeMax     map[lifecycle.JobType]int  // TypeConfig.MaxAttempts, where set
-	userTypes   map[lifecycle.JobType]bool // Config.Types
-	rolling     bool                       // Config.RollingUpgrade
+	maxAttempts int                          // Config.MaxAttempts
+	typeMax     map[lifecycle.JobType]int    // TypeConfig.MaxAttempts, where set
+	userTypes   map[lifecycle.JobType]string // Config.Types, each to its queue
+	rolling     bool                         // Config.RollingUpgrade
 }
 
 // checkRolling refuses, during a rolling upgrade (Config.RollingUpgrade),
@@ -244,7 +233,7 @@ func endEnqueue(span tracing.Span, n *NewJob, err error) {
 	span.String(tracing.AttrMessagingOperation, tracing.MessagingSend)
 	lane := n.AgentSlug
 	if lane == "" {
-		lane = typeLane(n.JobType)
+		lane = typeLane(n.JobType, n.Queue)
 	}
 	span.String(tracing.AttrMessagingDestination, lane)
 	span.End(err)

@@ -33,8 +33,12 @@ const (
 // TypeLanePrefix starts the lane of a job enqueued without an agent.
 const TypeLanePrefix = typeLanePrefix
 
-// TypeLane is the lane of the jobs of a type enqueued without an agent.
-var TypeLane = typeLane
+// TypeLane is the lane of the jobs of a type enqueued without an agent,
+// in the default queue.
+func TypeLane(t lifecycle.JobType) string { return typeLane(t, "") }
+
+// QueueLane is the lane of the jobs of a type in a named queue.
+var QueueLane = typeLane
 
 // PayloadError is a Typed handler's failure to decode its job's payload.
 type PayloadError = payloadError

@@ -18,17 +18,17 @@ func (c *Claim) release(ctx context.Context) {
 	if c.untaken {
 		// Its take was never written (pickupJoint): nothing to free, and
 		// a lock this Queue kept goes back to the cache, as read.
-		a := c.agent
+		a, s := c.agent, c.slot
 		a.mu.Lock()
-		a.busyUntil = time.Time{}
-		a.freed, a.freedVer = nil, ""
+		s.busyUntil = time.Time{}
+		s.freed, s.freedVer = nil, ""
 		if c.asRead != nil {
-			a.freed, a.freedVer = c.asRead, c.lockVer
+			s.freed, s.freedVer = c.asRead, c.lockVer
 		}
 		a.mu.Unlock()
 		return
 	}
-	key, _ := layout.AgentLockKey(c.agent.name)
+	key, _ := layout.SlotLockKey(c.agent.name, c.slot.k)
 	c.mu.Lock()
 	l := agentLock{Meta: c.lockMeta, Agent: c.agent.name, Epoch: c.epoch, JobID: c.named}
 	c.mu.Unlock()
@@ -41,12 +41,12 @@ func (c *Claim) release(ctx context.Context) {
 	if err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		c.r.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", c.agent.name, "err", err)
 	}
-	a := c.agent
+	a, s := c.agent, c.slot
 	a.mu.Lock()
-	a.busyUntil = time.Time{} // free: this Queue may claim it at once
-	a.freed, a.freedVer = nil, ""
+	s.busyUntil = time.Time{} // free: this Queue may claim it at once
+	s.freed, s.freedVer = nil, ""
 	if err == nil {
-		a.freed, a.freedVer = &l, v
+		s.freed, s.freedVer = &l, v
 	}
 	a.mu.Unlock()
 }
@@ -70,15 +70,24 @@ func (c *Claim) end(ctx context.Context) {
 	c.mu.Unlock()
 	if keep {
 		l := agentLock{Meta: c.lockMeta, Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID}
-		a := c.agent
+		a, s := c.agent, c.slot
 		a.mu.Lock()
-		a.busyUntil = time.Time{}
-		a.freed, a.freedVer = &l, c.lockVer
+		s.busyUntil = time.Time{}
+		s.freed, s.freedVer = &l, c.lockVer
 		a.mu.Unlock()
 	} else {
 		c.release(ctx)
 	}
-	c.r.sched.schedule(c.agent, c.r.clock.Now())
+	c.agent.mu.Lock()
+	c.slot.running = false
+	counted := c.counted
+	c.counted = false
+	c.agent.mu.Unlock()
+	now := c.r.clock.Now()
+	if counted {
+		c.r.caps.ended(c.agent, now)
+	}
+	c.r.sched.schedule(c.agent, now)
 }
 
 // Abandon gives the claim up without running it: the job goes back to
@@ -178,7 +187,7 @@ func (c *Claim) renew(ctx context.Context) error {
 	if c.done || !pipelineState(c.job.Status) {
 		return nil // finished: nothing left to keep alive
 	}
-	key, _ := layout.AgentLockKey(c.agent.name)
+	key, _ := layout.SlotLockKey(c.agent.name, c.slot.k)
 	now := c.r.clock.Now()
 	l := agentLock{Meta: c.lockMeta, Agent: c.agent.name, Owner: c.worker, Epoch: c.epoch, JobID: c.job.JobID, ExpiresAt: now.Add(c.r.leaseTTL)}
 	v, err := putLock(ctx, c.r.store, key, &l, c.lockVer)

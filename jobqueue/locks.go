@@ -174,16 +174,16 @@ func (q *locks) fresh(agent string) agentLock {
 // A lock another claim holds is checked every time, so its orphan is
 // rescued within every of the lease's end; an orphan of a claim this Queue
 // never saw waits for the sweep or the slower check.
-func (a *agentState) lockCheckDue(now time.Time, every time.Duration) (bool, time.Time) {
+func (a *agentState) lockCheckDue(s *lockSlot, now time.Time, every time.Duration) (bool, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.freed != nil {
+	if s.freed != nil {
 		every <<= min(a.idle, maxLockShift)
 	}
-	if !a.lockAt.IsZero() && now.Sub(a.lockAt) < every && !now.Before(a.lockAt) {
-		return false, a.lockAt.Add(every)
+	if !s.lockAt.IsZero() && now.Sub(s.lockAt) < every && !now.Before(s.lockAt) {
+		return false, s.lockAt.Add(every)
 	}
-	a.lockAt = now
+	s.lockAt = now
 	return true, now.Add(every)
 }
 
@@ -191,11 +191,11 @@ func (a *agentState) lockCheckDue(now time.Time, every time.Duration) (bool, tim
 // (lockCheckDue): at most every 4 leases (LeaseTTL/2<<3).
 const maxLockShift = 3
 
-// keep puts back the lock readLock took from the cache, unused.
-func (a *agentState) keep(l *agentLock, ver storage.Version) {
+// keep puts back the lock of slot s readLock took from the cache, unused.
+func (a *agentState) keep(s *lockSlot, l *agentLock, ver storage.Version) {
 	a.mu.Lock()
-	if a.freed == nil {
-		a.freed, a.freedVer = l, ver
+	if s.freed == nil {
+		s.freed, s.freedVer = l, ver
 	}
 	a.mu.Unlock()
 }
@@ -206,34 +206,44 @@ func (a *agentState) keep(l *agentLock, ver storage.Version) {
 func (q *locks) releaseKept(ctx context.Context) {
 	for _, a := range q.sched.all() {
 		a.mu.Lock()
-		l, ver := a.freed, a.freedVer
-		if l != nil && l.Owner != "" {
-			a.freed, a.freedVer = nil, ""
-		} else {
-			l = nil
-		}
+		slots := a.allSlots()
 		a.mu.Unlock()
-		if l == nil {
-			continue
+		for _, s := range slots {
+			q.releaseSlot(ctx, a, s)
 		}
-		key, err := layout.AgentLockKey(a.name)
-		if err != nil {
-			continue
-		}
-		free := agentLock{Meta: l.Meta, Agent: a.name, Epoch: l.Epoch}
-		if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
-			q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", a.name, "err", err)
-		}
+	}
+}
+
+// releaseSlot releases the lock of slot s of a if this Queue kept it.
+func (q *locks) releaseSlot(ctx context.Context, a *agentState, s *lockSlot) {
+	a.mu.Lock()
+	l, ver := s.freed, s.freedVer
+	if l != nil && l.Owner != "" {
+		s.freed, s.freedVer = nil, ""
+	} else {
+		l = nil
+	}
+	a.mu.Unlock()
+	if l == nil {
+		return
+	}
+	key, err := layout.SlotLockKey(a.name, s.k)
+	if err != nil {
+		return
+	}
+	free := agentLock{Meta: l.Meta, Agent: a.name, Epoch: l.Epoch}
+	if _, err := q.writeLock(ctx, key, &free, ver); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+		q.log.WarnContext(ctx, "jobqueue: releasing agent lock", "agent", a.name, "slot", s.k, "err", err)
 	}
 }
 
 // readLock returns a's lock: the copy this Queue freed (or kept) last,
 // used once (cached), or else the stored one.
-func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
+func (q *locks) readLock(ctx context.Context, a *agentState, s *lockSlot, key string) (lock agentLock, ver storage.Version, cached bool, err error) {
 	a.mu.Lock()
-	if a.freed != nil {
-		lock, ver, cached = *a.freed, a.freedVer, true
-		a.freed, a.freedVer = nil, ""
+	if s.freed != nil {
+		lock, ver, cached = *s.freed, s.freedVer, true
+		s.freed, s.freedVer = nil, ""
 	}
 	a.mu.Unlock()
 	if cached {
@@ -250,7 +260,7 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 		return lock, ver, false, err
 	}
 	// The junk lock is in quarantine, and its epoch with it.
-	fresh, ver, err := q.remake(ctx, a, key)
+	fresh, ver, err := q.remake(ctx, a, s, key)
 	if err != nil {
 		return lock, "", false, err // ErrPreconditionFailed: another worker made it; next look reads it
 	}
@@ -267,11 +277,11 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 // new lock's epoch starts from the clock, as a junk lock's (readLock), so
 // epochs only grow. A create another process made first is refused, and
 // the next look reads that one.
-func (q *locks) remakeMissing(ctx context.Context, a *agentState, key string) {
+func (q *locks) remakeMissing(ctx context.Context, a *agentState, s *lockSlot, key string) {
 	if !q.absent.Confirmed(key, q.clock.Now()) {
 		return
 	}
-	if _, _, err := q.remake(ctx, a, key); err != nil {
+	if _, _, err := q.remake(ctx, a, s, key); err != nil {
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			q.log.WarnContext(ctx, "jobqueue: remaking a missing agent lock failed", "agent", a.name, "err", err)
 		}
@@ -287,11 +297,11 @@ func (q *locks) remakeMissing(ctx context.Context, a *agentState, key string) {
 // the lock's earlier holders), so the new one starts from the clock in
 // milliseconds, beyond any count of claims, and above the last epoch this
 // Queue saw for a.
-func (q *locks) remake(ctx context.Context, a *agentState, key string) (agentLock, storage.Version, error) {
+func (q *locks) remake(ctx context.Context, a *agentState, s *lockSlot, key string) (agentLock, storage.Version, error) {
 	epoch := q.clock.Now().UnixMilli()
 	a.mu.Lock()
-	if a.freed != nil && a.freed.Epoch >= epoch {
-		epoch = a.freed.Epoch + 1
+	if s.freed != nil && s.freed.Epoch >= epoch {
+		epoch = s.freed.Epoch + 1
 	}
 	a.mu.Unlock()
 	fresh := agentLock{Agent: a.name, Epoch: epoch}
@@ -356,12 +366,38 @@ func (q *locks) refreshAgents(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if name, ok := layout.AgentFromLockKey(key); ok {
+		if name, k, ok := layout.ParseSlotLockKey(key); ok {
 			a := q.sched.agent(name)
 			a.mu.Lock()
-			a.lockExists = true
+			a.slot(min(k, maxLaneSlots)).lockExists = true
 			a.mu.Unlock()
 		}
 	}
 	return nil
+}
+
+// makeSlot makes lock s of lane a, read missing, so a claim can take it
+// (a lane of several locks makes them as its jobs first need them). On a
+// store that settles, only once the absence is sure (remakeMissing): a
+// create over a lock held would lose the job it names. A lock another
+// process made first reads as ErrNotFound here: the next look reads it.
+func (q *locks) makeSlot(ctx context.Context, a *agentState, s *lockSlot, key string) (agentLock, storage.Version, error) {
+	if !q.absent.Confirmed(key, q.clock.Now()) {
+		return agentLock{}, "", storage.ErrNotFound
+	}
+	fresh := q.fresh(a.name)
+	rec := &fence.Record[agentLock, *agentLock]{Store: q.store, Key: key}
+	ver, err := rec.Create(ctx, fresh)
+	if errors.Is(err, storage.ErrPreconditionFailed) {
+		return agentLock{}, "", storage.ErrNotFound
+	}
+	if err != nil {
+		return agentLock{}, "", err
+	}
+	q.absent.Found(key)
+	a.mu.Lock()
+	s.lockExists = true
+	a.mu.Unlock()
+	fresh.Version = 1
+	return fresh, ver, nil
 }

@@ -126,6 +126,7 @@ type runner struct {
 	// end (endWith): the store commits, and the artifact store is the
 	// queue's own, over it.
 	jointArtifact bool
+	caps          *caps // the claims running, against the configured caps (Claim.end)
 }
 
 // Run runs the claimed job's pipeline (docs/spec.md#job-lifecycle) with the

@@ -43,6 +43,7 @@ type Queue struct {
 	runner  *runner
 	reads   *reader
 	sweeper *sweeper
+	pauses  *pauses
 }
 
 // New checks cfg, fills in its defaults and returns a Queue. A Config it
@@ -93,12 +94,16 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 		artifacts: cfg.Artifacts, types: cfg.Types, project: q.project, artifactActor: cfg.ArtifactActor,
 		leaseTTL: cfg.LeaseTTL, stepTimeout: cfg.StepTimeout, grace: q.grace, workMW: cfg.WorkMiddleware}
 	twice := &twiceCheck{store: store, absent: absent, artifacts: cfg.Artifacts, project: q.project, quar: q.quar, log: cfg.Logger}
+	q.pauses = &pauses{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, absent: &evidence.Absence{Settle: store.SettleTime()}, rolling: cfg.RollingUpgrade}
+	q.runner.caps = &caps{types: cfg.Types, queues: cfg.Queues, rolling: cfg.RollingUpgrade, sched: q.sched,
+		running: map[string]int{}, waiting: map[string]map[*agentState]bool{}}
 	q.claims = &claimer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, grace: q.grace, sched: q.sched,
-		lanes: q.lanes, locks: q.locks, jobs: jobs, repair: repair, retries: retries, audit: audit, twice: twice, runner: q.runner}
-	userTypes := map[lifecycle.JobType]bool{}
+		lanes: q.lanes, locks: q.locks, jobs: jobs, repair: repair, retries: retries, audit: audit, twice: twice, runner: q.runner,
+		caps: q.runner.caps, pauses: q.pauses}
+	userTypes := map[lifecycle.JobType]string{}
 	typeMax := map[lifecycle.JobType]int{}
 	for t, tc := range cfg.Types {
-		userTypes[t] = true
+		userTypes[t] = tc.Queue
 		if tc.MaxAttempts > 0 {
 			typeMax[t] = tc.MaxAttempts
 		}
@@ -343,4 +348,21 @@ func (q *Queue) RequeueMatching(ctx context.Context, actor lifecycle.Actor, jq J
 // names: its cost grows with the lanes, never with the jobs.
 func (q *Queue) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
 	return q.laneStates(ctx)
+}
+
+// SetPaused pauses a named queue ("default" included), or
+// resumes it, for every Worker sharing the store: while paused no job of
+// it starts; jobs running when it was paused finish. Workers of this
+// process obey at once, others within a second of their next look for
+// work. Lanes says which lanes' queues are paused. The actor needs
+// UpdateStatus, as for Requeue. A name that is no queue's (1 to 64 bytes
+// of [A-Za-z0-9_-]) is lifecycle.ErrInvalidInput. During a rolling
+// upgrade (Config.RollingUpgrade) a pause is refused, matching
+// ErrInvalidConfig: a Worker of the previous release would not obey it.
+// Pausing a paused queue, or resuming one not paused, is no error.
+func (q *Queue) SetPaused(ctx context.Context, actor lifecycle.Actor, queue string, paused bool) error {
+	if paused {
+		return q.pauses.pause(ctx, actor, queue)
+	}
+	return q.pauses.resume(ctx, actor, queue)
 }

@@ -26,40 +26,56 @@ func (q *Queue) laneStates(ctx context.Context) ([]lifecycle.QueueLane, error) {
 	if err != nil {
 		return nil, err
 	}
-	byAgent := map[string]*lifecycle.QueueLane{}
 	out := make([]lifecycle.QueueLane, 0, len(depths))
 	for _, d := range depths {
 		out = append(out, lifecycle.QueueLane{Agent: d.Agent, Ready: d.Ready, Waiting: d.Waiting, OldestReadyMS: d.Age.Milliseconds()})
 	}
+	byAgent := make(map[string]int, len(out)) // index in out
+	for i := range out {
+		byAgent[out[i].Agent] = i
+	}
 	var read int
-	var extra []lifecycle.QueueLane
 	for key, err := range q.reads.store.List(ctx, layout.AgentLocksPrefix) {
 		if err != nil {
 			return nil, err
 		}
-		agent, ok := layout.AgentFromLockKey(key)
+		agent, _, ok := layout.ParseSlotLockKey(key)
 		if !ok {
 			continue
 		}
-		lane := lifecycle.QueueLane{Agent: agent}
+		var job string
 		if read < MaxLaneLocks {
 			read++
-			if lane.JobID, err = q.runningJob(ctx, key); err != nil {
+			if job, err = q.runningJob(ctx, key); err != nil {
 				return nil, err
 			}
-			lane.Running = lane.JobID != ""
 		}
-		extra = append(extra, lane)
+		i, ok := byAgent[agent]
+		if !ok {
+			i = len(out)
+			out = append(out, lifecycle.QueueLane{Agent: agent})
+			byAgent[agent] = i
+		}
+		if d := &out[i]; job != "" {
+			d.RunningJobs++
+			if d.JobID == "" || job < d.JobID {
+				d.JobID = job
+			}
+			d.Running = true
+		}
+	}
+	paused := map[string]bool{}
+	for key, err := range q.reads.store.List(ctx, layout.PausedQueuesPrefix) {
+		if err != nil {
+			return nil, err
+		}
+		if name, ok := layout.QueueFromPausedKey(key); ok {
+			paused[name] = true
+		}
 	}
 	for i := range out {
-		byAgent[out[i].Agent] = &out[i]
-	}
-	for _, l := range extra {
-		if d, ok := byAgent[l.Agent]; ok {
-			d.Running, d.JobID = l.Running, l.JobID
-		} else {
-			out = append(out, l)
-		}
+		out[i].Queue = laneQueue(out[i].Agent)
+		out[i].Paused = paused[out[i].Queue]
 	}
 	slices.SortFunc(out, func(a, b lifecycle.QueueLane) int { return strings.Compare(a.Agent, b.Agent) })
 	return out, nil

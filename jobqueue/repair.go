@@ -150,10 +150,13 @@ func (e *staleEntry) Is(target error) bool { return target == errStale }
 // takes the lock: a job left in a pipeline state is rescued under the
 // claim's epoch, and one a claim left between two writes is laned or
 // buried, before the lock names another job.
-func (q *repairer) repairOrphan(ctx context.Context, jobID string, epoch int64) error {
+func (q *repairer) repairOrphan(ctx context.Context, jobID string, epoch int64, slot int) error {
 	d, _, err := q.jobs.read(ctx, jobID)
 	if err != nil {
 		return err
+	}
+	if elsewhere(&d, slot) {
+		return nil // run under another lock of its lane, which names it
 	}
 	if pipelineState(d.Status) {
 		return q.retries.rescue(ctx, jobID, epoch)

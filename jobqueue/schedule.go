@@ -15,31 +15,107 @@ type agentState struct {
 	name string
 
 	mu sync.Mutex // guards the lane and lock fields below
-	// lockExists: the agent's lock object is known to exist.
-	lockExists bool
+	// lockSlot is the lane's first lock (the agent's lock, slot 0).
+	lockSlot
+	// slots are the lane's other locks this Queue used (slot k at k-1),
+	// for a lane several jobs may run in at once (a type's): its jobs run
+	// each under a lock of its own (docs/design.md#jobs).
+	slots []*lockSlot
 	// keys are lane keys listed (or written by this Queue) and not yet tried.
 	keys []string
 	// complete: keys held the whole lane when listed (fewer than laneBatch).
 	complete bool
 	// covered: the last whole-queue listing (refreshLanes) included the lane.
-	covered   bool
-	listedAt  time.Time // when the lane was last listed
-	gone      []goneKey // lane keys this Queue's claims deleted last (deleteLane)
-	idle      int       // empty listings in a row
-	busyUntil time.Time // the agent's lock was held; do not read it before
-	lockAt    time.Time // when the agent's lock was last read for an orphan
-	// freed is the lock as this Queue last freed it, or as its last claim
-	// left it held when the claim ended (issue 12: no release write; see
-	// Claim.end), at version freedVer: the next claim takes it by
-	// compare-and-swap without reading it first.
-	freed    *agentLock
-	freedVer storage.Version
+	covered  bool
+	listedAt time.Time // when the lane was last listed
+	gone     []goneKey // lane keys this Queue's claims deleted last (deleteLane)
+	idle     int       // empty listings in a row
 
 	// The schedule's fields, guarded by scheduler.mu.
 	due    time.Time
 	index  int       // position in scheduler.due; -1 while out of it
 	trying bool      // a Claim is looking at the agent
 	again  time.Time // the earliest due asked for while trying (zero: none)
+}
+
+// lockSlot is what a Queue knows of one of a lane's locks; guarded by its
+// agentState's mu.
+type lockSlot struct {
+	k int // its slot: 0 is the agent's lock (layout.SlotLockKey)
+	// lockExists: the lock object is known to exist.
+	lockExists bool
+	busyUntil  time.Time // the lock was held; do not read it before
+	lockAt     time.Time // when the lock was last read for an orphan
+	// freed is the lock as this Queue last freed it, or as its last claim
+	// left it held when the claim ended (issue 12: no release write; see
+	// Claim.end), at version freedVer: the next claim takes it by
+	// compare-and-swap without reading it first.
+	freed    *agentLock
+	freedVer storage.Version
+	// running: a claim of this Queue holds the lock.
+	running bool
+}
+
+// slot returns lock slot k of a (k < 1 + len(a.slots) or one more).
+// a.mu must be held.
+func (a *agentState) slot(k int) *lockSlot {
+	if k == 0 {
+		return &a.lockSlot
+	}
+	for len(a.slots) < k {
+		a.slots = append(a.slots, &lockSlot{k: len(a.slots) + 1})
+	}
+	return a.slots[k-1]
+}
+
+// allSlots is every lock slot of a this Queue used. a.mu must be held.
+func (a *agentState) allSlots() []*lockSlot {
+	return append([]*lockSlot{&a.lockSlot}, a.slots...)
+}
+
+// pickSlot chooses the lock of a, of the first n, a claim takes next at
+// now: one this Queue kept (taken without a read), else the first not
+// held by this Queue nor seen held a moment ago. nil when none: then next
+// is when one may be free (zero: when a claim of this Queue ends).
+//
+// With no ready work (ready false) the claim only checks a lock for an
+// orphan: the one checked longest ago of those known (made here, or
+// listed by refreshAgents), so every lock of the lane is checked in turn
+// and one a dead process held is taken after its lease.
+func (a *agentState) pickSlot(n int, now time.Time, ready bool) (s *lockSlot, next time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n <= 1 {
+		return &a.lockSlot, time.Time{}
+	}
+	if !ready {
+		for _, c := range a.allSlots() {
+			if c.k < n && !c.running && (s == nil || c.lockAt.Before(s.lockAt)) {
+				s = c
+			}
+		}
+		return s, time.Time{}
+	}
+	for _, s := range a.allSlots() {
+		if s.k < n && !s.running && s.freed != nil {
+			return s, time.Time{}
+		}
+	}
+	for k := range n {
+		s := a.slot(k)
+		if s.running {
+			continue
+		}
+		if !now.Before(s.busyUntil) {
+			return s, time.Time{}
+		}
+		if next.IsZero() || s.busyUntil.Before(next) {
+			next = s.busyUntil
+		}
+		// Past the last slot used so far, slot(k) makes a new one, which
+		// is free: the loop ends there.
+	}
+	return nil, next
 }
 
 // scheduler holds every agent this Queue knows of, in order of when each

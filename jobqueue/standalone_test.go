@@ -115,13 +115,14 @@ func TestTypedPayload(t *testing.T) {
 	}
 }
 
-// TestTypeLanes: jobs without an agent run one at a time per type, like an
-// agent's; another type's lane, or an agent's, runs beside them.
+// TestTypeLanes: jobs without an agent of a type capped at one across
+// processes run one at a time, like an agent's; another type's lane, or an
+// agent's, runs beside them.
 func TestTypeLanes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q := newQueue(t, memstore.New(), clock.NewFake(t0), func(c *jobqueue.Config) {
-		c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{greetType: {Handler: greeter(nil)}, "OTHER": {Handler: greeter(nil)}}
+		c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{greetType: {Handler: greeter(nil), MaxRunningGlobal: 1}, "OTHER": {Handler: greeter(nil)}}
 	})
 	for _, n := range []jobqueue.NewJob{
 		{JobID: "g1", JobType: greetType}, {JobID: "g2", JobType: greetType},

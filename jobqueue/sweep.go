@@ -80,7 +80,7 @@ func (q *sweeper) pass(ctx context.Context, after string, limit int) (r SweepRep
 		if key <= after {
 			continue
 		}
-		agent, isLock := layout.AgentFromLockKey(key)
+		agent, _, isLock := layout.ParseSlotLockKey(key) // any of a lane's locks
 		laneAgent, _, laneJob, isLane := layout.ParseLaneKey(key)
 		if !isLock && !isLane {
 			continue // the sweep lease, or junk

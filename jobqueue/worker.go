@@ -41,8 +41,9 @@ type Worker struct {
 	// without a Handler (Config.Types). Not needed when every job type has
 	// its own Handler.
 	Handlers Handlers
-	// Slots is how many jobs the worker runs at once (of different agents:
-	// an agent runs one job at a time). Default 1.
+	// Slots is how many jobs the worker runs at once: of different agents
+	// (an agent runs one job at a time), or of a job type's lane, as many
+	// as its TypeConfig caps allow. Default 1.
 	Slots int
 	// PollInterval is the longest wait after finding no work: how soon work
 	// enqueued by other processes is found after idleness, and, over a

@@ -70,6 +70,14 @@ type BulkFailure struct {
 // never from the jobs.
 type QueueLane struct {
 	Agent string `json:"agent"`
+	// Queue is the named queue the lane belongs to: a job type's lane's
+	// queue (NewJob.Queue), "default" for an agent's.
+	Queue string `json:"queue"`
+	// Paused tells that the lane's queue is paused: no job of it starts.
+	Paused bool `json:"paused,omitempty"`
+	// RunningJobs counts the lane's locks that hold a running job (a job
+	// type's lane may run several jobs at once; an agent's runs one).
+	RunningJobs int `json:"running_jobs,omitempty"`
 	// Ready counts the jobs due now that no worker has picked up.
 	Ready int `json:"ready"`
 	// Waiting counts the jobs not due yet: in RETRY_BACKOFF still waiting,

@@ -35,6 +35,10 @@ type Lease struct {
 	Owner     string    `json:"owner"`
 	Epoch     int64     `json:"epoch"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Slot is, for a job, which of its lane's locks the lease was taken
+	// under (a job type's lane may run several jobs at once, each under a
+	// lock of its own; an agent's has one, slot 0). Omitted when 0.
+	Slot int `json:"slot,omitempty"`
 }
 
 // ErrLeaseLost is matched by every error an owner gets once it no longer

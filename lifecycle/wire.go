@@ -40,6 +40,11 @@ type NewJob struct {
 	// Delay, not negative, is how long after the enqueue (by the queue's
 	// clock) the job may start. With RunAt too, the later of the two.
 	Delay time.Duration
+	// Queue is the named queue a job without an agent runs in (paused and
+	// resumed as one, its concurrency configured); empty means its type's
+	// queue, else "default". A job that names an agent runs in its agent's
+	// lane, in the queue "default".
+	Queue string
 }
 
 // The priorities of a job (NewJob.Priority, Job.Priority): a higher one

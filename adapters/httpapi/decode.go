@@ -140,7 +140,7 @@ func checkJob(b wire.JobBody, field string) (jobqueue.NewJob, error) {
 	}
 	return jobqueue.NewJob{JobID: b.JobID, RunID: b.RunID, JobType: b.JobType, AgentSlug: b.AgentSlug,
 		MaxAttempts: b.MaxAttempts, Payload: b.Payload, Context: b.Context, Callback: b.Callback, ProjectID: b.ProjectID,
-		Priority: b.Priority, RunAt: b.RunAt, Delay: delay}, nil
+		Priority: b.Priority, RunAt: b.RunAt, Delay: delay, Queue: b.Queue}, nil
 }
 
 // decodeBatch decodes and checks POST /jobs/batch's body: 1 to

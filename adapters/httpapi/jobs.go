@@ -33,6 +33,8 @@ func (h *jobRoutes) table() []route {
 		// path per action (a cancel would be POST /jobs/cancel).
 		{method: "POST", path: "/jobs/requeue", actors: admin, body: true, h: h.bulkJobs(h.queue.RequeueMatching)},
 		{method: "GET", path: "/queues", actors: matrixActors(authority.Read, true), h: h.listLanes()},
+		{method: "POST", path: "/queues/{queue}/pause", actors: admin, h: h.pauseQueue(true)},
+		{method: "POST", path: "/queues/{queue}/resume", actors: admin, h: h.pauseQueue(false)},
 	}
 }
 
@@ -115,6 +117,23 @@ func (h *jobRoutes) requeueJob() handlerFunc {
 			job, err := h.queue.Requeue(ctx, actor, id)
 			return job, jobScoped(err)
 		}))
+}
+
+// pauseQueue is POST /queues/{queue}/pause (paused true) and
+// /queues/{queue}/resume: the queue's SetPaused. 204; 400 INVALID_INPUT
+// for a name that is no queue's, 409 CONFLICT for a pause during a
+// rolling upgrade.
+func (h *jobRoutes) pauseQueue(paused bool) handlerFunc {
+	return needs(h.queue != nil, "job queue", func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+		if r.ContentLength != 0 {
+			return apiErr(codes.InvalidRequest, "a queue's pause or resume takes no body")
+		}
+		if err := h.queue.SetPaused(r.Context(), actor, r.PathValue("queue"), paused); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
 }
 
 // cancelJob is POST /jobs/{jobId}/cancel: the queue's Cancel. 200 with the

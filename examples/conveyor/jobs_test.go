@@ -68,6 +68,13 @@ func TestJobCommands(t *testing.T) {
 		{[]string{"history", "job-nope"}, 1, []string{"JOB_NOT_FOUND"}},
 		{[]string{"requeue"}, 2, []string{"requeue -status"}},
 		{[]string{"-actor", "gateway", "requeue", "-status", "DEAD"}, 1, []string{"FORBIDDEN"}},
+		{[]string{"-actor", "admin", "queues", "pause", "default"}, 0, []string{"queue default paused"}},
+		{[]string{"queues", "list"}, 0, []string{"QUEUE", "STATE", "a-0", "default", "paused"}},
+		{[]string{"-actor", "admin", "queues", "resume", "default"}, 0, []string{"queue default resumed"}},
+		{[]string{"queues"}, 0, []string{"active"}},
+		{[]string{"-actor", "gateway", "queues", "pause", "default"}, 1, []string{"FORBIDDEN"}},
+		{[]string{"-actor", "admin", "queues", "pause", "a.b"}, 1, []string{"INVALID_INPUT"}},
+		{[]string{"queues", "stop", "x"}, 2, []string{"queues pause <queue>"}},
 	}
 	for _, tt := range tests {
 		code, out, errs := conveyor(t, ts.URL, tt.args...)

@@ -73,14 +73,17 @@ commands:
   cancel-job <id>                 cancel a job of a type of the user's: QUEUED or
                                   RETRY_BACKOFF at once, RUNNING by its worker
   jobs enqueue <type> [-agent A] [-payload JSON] [-job-id ID] [-priority 1..9]
-               [-run-at RFC3339] [-delay 90s]
+               [-run-at RFC3339] [-delay 90s] [-queue Q]
                                   create a job: a higher priority starts first (default 5);
                                   it starts no earlier than -run-at and -delay say
   history <job>                   a job's moves (audit log) and attempts, each with its error
   requeue -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]
                                   requeue the FAILED/DEAD jobs of a filter, at most 100 a call
                                   (-all: until the set is done); prints the cursor to go on
-  queues                          each lane's depth and whether a job of it runs
+  queues [list]                   each lane's queue, depth, jobs running and pause
+  queues pause <queue> | queues resume <queue>
+                                  stop a named queue's jobs from starting, on every Worker
+                                  ("default" holds agents' jobs); running jobs finish
   inbox [-status pending]         inbox entries; inbox stats
   quarantine [list] | quarantine restore <qkey>
   schedules [list] | schedules pause <id> | schedules resume <id>
@@ -188,9 +191,9 @@ type invocation struct {
 
 // jobFlags are the flags of jobs enqueue.
 type jobFlags struct {
-	payload, id, runAt string
-	priority           int
-	delay              time.Duration
+	payload, id, runAt, queue string
+	priority                  int
+	delay                     time.Duration
 }
 
 // payload is -payload for approve, reject and deliver: JSON, or nil when
@@ -254,7 +257,7 @@ func verbs() map[string]verb {
 		}},
 		"requeue":    {-1, (*command).requeue},
 		"history":    {1, (*command).history},
-		"queues":     {0, (*command).queues},
+		"queues":     {-1, (*command).queues},
 		"inbox":      {0, (*command).inbox},
 		"quarantine": {-1, (*command).quarantine},
 		"schedules":  {-1, (*command).schedules},
@@ -294,6 +297,7 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 	fs.IntVar(&in.job.priority, "priority", 0, "the job's priority, 1 to 9, higher first (default 5)")
 	fs.StringVar(&in.job.runAt, "run-at", "", "the earliest time the job may start (RFC 3339)")
 	fs.DurationVar(&in.job.delay, "delay", 0, "how long after the enqueue the job may start (90s, 2h)")
+	fs.StringVar(&in.job.queue, "queue", "", "the named queue of a job without an agent (default: its type's)")
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
 			return usageError(err.Error())
@@ -427,7 +431,7 @@ func (c *command) jobs(ctx context.Context, in *invocation) error {
 // enqueue is jobs enqueue: one job of type t for agent (-agent; empty:
 // its type's lane), as f says.
 func (c *command) enqueue(ctx context.Context, t lifecycle.JobType, agent string, f jobFlags) error {
-	n := lifecycle.NewJob{JobID: f.id, JobType: t, AgentSlug: agent, Priority: f.priority, Delay: f.delay}
+	n := lifecycle.NewJob{JobID: f.id, JobType: t, AgentSlug: agent, Priority: f.priority, Delay: f.delay, Queue: f.queue}
 	if f.payload != "" {
 		if !json.Valid([]byte(f.payload)) {
 			return usageError("-payload is not JSON")
@@ -501,15 +505,32 @@ func (c *command) history(ctx context.Context, in *invocation) error {
 }
 
 // queues prints each lane of the job queue (GET /queues).
-func (c *command) queues(ctx context.Context, _ *invocation) error {
-	lanes, err := client.Operator{Client: c.c}.Queues(ctx)
+func (c *command) queues(ctx context.Context, in *invocation) error {
+	op := client.Operator{Client: c.c}
+	pos := in.pos
+	if len(pos) == 2 && (pos[0] == "pause" || pos[0] == "resume") {
+		if err := op.SetPaused(ctx, pos[1], pos[0] == "pause"); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "queue %s %sd\n", pos[1], pos[0])
+		return nil
+	}
+	if len(pos) > 1 || (len(pos) == 1 && pos[0] != "list") {
+		return usageError("queues [list] | queues pause <queue> | queues resume <queue>")
+	}
+	lanes, err := op.Queues(ctx)
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LANE\tREADY\tWAITING\tOLDEST\tRUNNING")
+	fmt.Fprintln(tw, "LANE\tQUEUE\tREADY\tWAITING\tOLDEST\tRUNNING\tJOB\tSTATE")
 	for _, l := range lanes {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", l.Agent, l.Ready, l.Waiting, time.Duration(l.OldestReadyMS)*time.Millisecond, orDash(l.JobID))
+		state := "active"
+		if l.Paused {
+			state = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", l.Agent, l.Queue, l.Ready, l.Waiting,
+			time.Duration(l.OldestReadyMS)*time.Millisecond, l.RunningJobs, orDash(l.JobID), state)
 	}
 	return tw.Flush()
 }

@@ -238,7 +238,28 @@ const (
 	AgentLocksPrefix = QueuePrefix + "agents/"
 	// SweepLeaseKey holds the queue's sweep lease.
 	SweepLeaseKey = QueuePrefix + "sweep/lease.json"
+	// PausedQueuesPrefix is the List prefix of the paused queues' records:
+	// a queue is paused while its record exists (PausedQueueKey).
+	PausedQueuesPrefix = QueuePrefix + "paused/"
 )
+
+// PausedQueueKey is the record of a paused queue: queue/paused/{queue}.json.
+func PausedQueueKey(queue string) (string, error) {
+	if err := storekey.ValidateID("queue", queue); err != nil {
+		return "", err
+	}
+	return PausedQueuesPrefix + queue + ".json", nil
+}
+
+// QueueFromPausedKey returns the queue of a PausedQueueKey.
+func QueueFromPausedKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, PausedQueuesPrefix)
+	if !ok {
+		return "", false
+	}
+	queue, ok := strings.CutSuffix(rest, ".json")
+	return queue, ok && storekey.ValidateID("queue", queue) == nil
+}
 
 // LanePrefix is the List prefix of an agent's ready lane:
 // queue/lanes/{agent}/. Its keys (LaneKey) list the job ready first first.
@@ -370,6 +391,46 @@ func AgentFromLockKey(key string) (string, bool) {
 	}
 	agent, ok := strings.CutSuffix(rest, ".json")
 	return agent, ok && storekey.ValidateID("agent slug", agent) == nil
+}
+
+// SlotLockKey is lock k of a lane that several jobs may run in at once
+// (a job type's): slot 0 is the lane's AgentLockKey, the one lock of the
+// releases before slots, and slot k > 0 is queue/agents/{lane}#{k}.json.
+// "#" is no id's byte, so no agent's lock key is a slot's, and a release
+// before slots, which reads AgentFromLockKey, passes slot keys by.
+func SlotLockKey(lane string, k int) (string, error) {
+	if k == 0 {
+		return AgentLockKey(lane)
+	}
+	if err := storekey.ValidateID("agent slug", lane); err != nil {
+		return "", err
+	}
+	if k < 0 {
+		return "", fmt.Errorf("layout: negative lock slot %d", k)
+	}
+	return AgentLocksPrefix + lane + "#" + strconv.Itoa(k) + ".json", nil
+}
+
+// ParseSlotLockKey returns the lane and slot of a SlotLockKey (an
+// AgentLockKey is slot 0).
+func ParseSlotLockKey(key string) (lane string, k int, ok bool) {
+	rest, ok := strings.CutPrefix(key, AgentLocksPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	rest, ok = strings.CutSuffix(rest, ".json")
+	if !ok {
+		return "", 0, false
+	}
+	lane, slot, hasSlot := strings.Cut(rest, "#")
+	if hasSlot {
+		n, err := strconv.Atoi(slot)
+		if err != nil || n < 1 || strconv.Itoa(n) != slot {
+			return "", 0, false
+		}
+		k = n
+	}
+	return lane, k, storekey.ValidateID("agent slug", lane) == nil
 }
 
 // The NLM backend's records (docs/spec.md#nlm-request-and-callback) and the index of its jobs in

@@ -609,3 +609,57 @@ func TestPriorityLaneKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotLockAndPauseKeys: slot 0 of a lane is its agent lock; slot k > 0
+// a key no agent's lock can be (AgentFromLockKey passes it by, as a
+// release before slots does); each parses back; a paused queue's key
+// likewise; malformed ones do not parse.
+func TestSlotLockAndPauseKeys(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		lane string
+		k    int
+		key  string
+	}{
+		{"agent-a", 0, "queue/agents/agent-a.json"},
+		{"_type.SEND_EMAIL", 0, "queue/agents/_type.SEND_EMAIL.json"},
+		{"_type.SEND_EMAIL", 1, "queue/agents/_type.SEND_EMAIL#1.json"},
+		{"_queue.mail.SEND", 1023, "queue/agents/_queue.mail.SEND#1023.json"},
+	}
+	for _, tt := range tests {
+		key, err := layout.SlotLockKey(tt.lane, tt.k)
+		if err != nil || key != tt.key {
+			t.Errorf("SlotLockKey(%q, %d) = %q, %v, want %q", tt.lane, tt.k, key, err, tt.key)
+		}
+		if lane, k, ok := layout.ParseSlotLockKey(key); !ok || lane != tt.lane || k != tt.k {
+			t.Errorf("ParseSlotLockKey(%q) = %q %d %v", key, lane, k, ok)
+		}
+		if _, ok := layout.AgentFromLockKey(key); ok != (tt.k == 0) {
+			t.Errorf("AgentFromLockKey(%q) ok %v, want %v", key, ok, tt.k == 0)
+		}
+	}
+	for _, bad := range []string{"queue/agents/a#0.json", "queue/agents/a#01.json", "queue/agents/a#-1.json", "queue/agents/a#x.json",
+		"queue/agents/#1.json", "queue/agents/a#1", "queue/lanes/a#1.json"} {
+		if lane, k, ok := layout.ParseSlotLockKey(bad); ok {
+			t.Errorf("ParseSlotLockKey(%q) = %q %d, want not ok", bad, lane, k)
+		}
+	}
+	if _, err := layout.SlotLockKey("a", -1); err == nil {
+		t.Error("SlotLockKey of a negative slot")
+	}
+	if _, err := layout.SlotLockKey("../a", 1); !errors.Is(err, storage.ErrInvalidID) {
+		t.Errorf("SlotLockKey of a bad lane: %v", err)
+	}
+	key, err := layout.PausedQueueKey("mail")
+	if err != nil || key != "queue/paused/mail.json" {
+		t.Fatalf("PausedQueueKey = %q, %v", key, err)
+	}
+	if q, ok := layout.QueueFromPausedKey(key); !ok || q != "mail" {
+		t.Errorf("QueueFromPausedKey(%q) = %q %v", key, q, ok)
+	}
+	for _, bad := range []string{"queue/paused/mail", "queue/paused/../x.json", "queue/agents/mail.json"} {
+		if _, ok := layout.QueueFromPausedKey(bad); ok {
+			t.Errorf("QueueFromPausedKey(%q) ok", bad)
+		}
+	}
+}

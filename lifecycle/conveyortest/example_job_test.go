@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 )
 
@@ -67,4 +69,30 @@ func ExampleRequireJob() {
 	job := conveyortest.RequireJob(t, q, "job-1", lifecycle.JobQueued)
 	fmt.Println(job.JobID, job.Status, job.MaxAttempts)
 	// Output: job-1 QUEUED 3
+}
+
+// A paused queue starts nothing until resumed, on a fake clock: your own
+// Queue, paused as the admin; a claim finds nothing however far the clock
+// moves, and after the resume the job runs.
+func ExampleRequireJob_pausedQueue() {
+	t := exampleT()
+	ctx := context.Background()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC))
+	greet := jobqueue.HandlerFunc(func(context.Context, lifecycle.Job) (lifecycle.JobOutput, error) {
+		return lifecycle.JobOutput{Content: json.RawMessage(`"hi"`)}, nil
+	})
+	q, _ := jobqueue.New(jobqueue.Config{Store: memstore.New(), Clock: clk,
+		Types: map[lifecycle.JobType]jobqueue.TypeConfig{"GREET": {Handler: greet, Queue: "mail"}}})
+	_ = q.SetPaused(ctx, lifecycle.ActorAdmin, "mail", true)
+	q.InsertJob(ctx, jobqueue.NewJob{JobID: "job-1", JobType: "GREET"})
+	clk.Advance(time.Hour)
+	c, _ := q.Claim(ctx, "w1")
+	fmt.Println("claimed while paused:", c != nil, conveyortest.RequireJob(t, q, "job-1", lifecycle.JobQueued).Status)
+	_ = q.SetPaused(ctx, lifecycle.ActorAdmin, "mail", false)
+	c, _ = q.Claim(ctx, "w1")
+	job, _ := c.Run(ctx, jobqueue.Handlers{})
+	fmt.Println("after the resume:", job.Status)
+	// Output:
+	// claimed while paused: false QUEUED
+	// after the resume: COMPLETE
 }

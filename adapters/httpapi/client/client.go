@@ -223,7 +223,7 @@ func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job
 func jobBody(n lifecycle.NewJob) wire.JobBody {
 	b := wire.JobBody{JobID: n.JobID, RunID: n.RunID, JobType: n.JobType, AgentSlug: n.AgentSlug, MaxAttempts: n.MaxAttempts,
 		Payload: n.Payload, Context: n.Context, Callback: n.Callback, ProjectID: n.ProjectID,
-		Priority: n.Priority, RunAt: n.RunAt}
+		Priority: n.Priority, RunAt: n.RunAt, Queue: n.Queue}
 	if n.Delay != 0 {
 		b.Delay = n.Delay.String() // by the server's clock, as the queue's
 	}

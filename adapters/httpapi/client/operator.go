@@ -65,3 +65,18 @@ func (o Operator) Queues(ctx context.Context) ([]lifecycle.QueueLane, error) {
 func (o Operator) CancelJob(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	return get[lifecycle.Job](ctx, connOf(o.Client), http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/cancel", nil)
 }
+
+// SetPaused is the admin's pause of a named queue (POST
+// /queues/{queue}/pause), or with paused false its resume (POST
+// /queues/{queue}/resume): while paused no job of the queue starts, on
+// any Worker sharing the store; jobs running when it was paused finish.
+// Queues says which lanes' queues are paused. A name that is no queue's
+// is answered INVALID_INPUT; a pause while the server's queue keeps to
+// what the previous release reads (a rolling upgrade), CONFLICT.
+func (o Operator) SetPaused(ctx context.Context, queue string, paused bool) error {
+	action := "/resume"
+	if paused {
+		action = "/pause"
+	}
+	return connOf(o.Client).call(ctx, http.MethodPost, "/queues/"+url.PathEscape(queue)+action, nil, nil, nil)
+}

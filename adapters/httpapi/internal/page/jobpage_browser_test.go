@@ -205,3 +205,42 @@ func TestBulkRequeue(t *testing.T) {
 		t.Errorf("after the bulk requeue the job is %s (%v), want QUEUED", j.Status, err)
 	}
 }
+
+// TestQueuesPanelPausesAQueue: the queues panel sums the lanes by queue
+// with each queue's pause state; the admin (and only the admin) is offered
+// Pause, after which the queue shows paused and the Worker starts none of
+// its jobs, and Resume, after which it starts them again.
+func TestQueuesPanelPausesAQueue(t *testing.T) {
+	w, ctx := jobsPageSession(t)
+	row := `#named-queues-body tr[data-queue="default"]`
+	do(t, ctx, "open the jobs page", 20*time.Second,
+		chromedp.Navigate(w.URL+"/ui/#/jobs"),
+		chromedp.WaitVisible(css(row+`[data-paused="false"] [data-col="ready"]`)),
+		settled(),
+	)
+	ready := get(t, ctx, "read the default queue's depth", chromedp.Evaluate[string](`document.querySelector('`+row+` [data-col="ready"]').textContent`))
+	if ready != "60" { // agent-a's 40 and agent-b's 20; the stand-alone job waits, the dead one is in no lane
+		t.Errorf("the default queue's ready %q, want 60", ready)
+	}
+	if hidden := get(t, ctx, "read the pause button", chromedp.Evaluate[bool](`document.querySelector('`+row+` [data-testid="pause-queue"]').hidden`)); !hidden {
+		t.Error("the gateway is offered a queue's pause")
+	}
+	do(t, ctx, "pause the default queue as admin", 20*time.Second, asAdmin(
+		chromedp.WaitVisible(css(row+` [data-testid="pause-queue"]`)),
+		chromedp.Click(css(row+` [data-testid="pause-queue"]`)),
+		chromedp.WaitVisible(css(row+`[data-paused="true"] [data-testid="resume-queue"]`)),
+		chromedp.WaitVisible(css(`#jobs-result`)),
+	)...)
+	if c, err := w.queue.Claim(context.Background(), "page-test"); err != nil || c != nil {
+		t.Fatalf("a claim while the page paused the queue: %v, %v", c, err)
+	}
+	do(t, ctx, "resume it", 20*time.Second,
+		chromedp.Click(css(row+` [data-testid="resume-queue"]`)),
+		chromedp.WaitVisible(css(row+`[data-paused="false"] [data-testid="pause-queue"]`)),
+	)
+	c, err := w.queue.Claim(context.Background(), "page-test")
+	if err != nil || c == nil {
+		t.Fatalf("no claim after the page resumed the queue: %v, %v", c, err)
+	}
+	_ = c.Abandon(context.Background())
+}

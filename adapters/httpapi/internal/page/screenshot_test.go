@@ -23,7 +23,7 @@ import (
 
 // TestScreenshots writes docs/live-page.png (a demo-approval run waiting
 // for approval), docs/jobs-page.png (the jobs page as admin, dead jobs
-// shown), docs/queues.png (its queues panel) and docs/job-page.png (a job
+// shown), docs/queues.png (its queues panel, the default queue paused) and docs/job-page.png (a job
 // that failed twice and completed)
 // into the folder CONVEYOR_SCREENSHOTS names; without it the test is
 // skipped. From the repository's root:
@@ -114,16 +114,23 @@ func TestScreenshots(t *testing.T) {
 	shoot("jobs-page.png")
 
 	// The queues panel of the same page, a worker running a job of one
-	// lane.
+	// lane, its queue paused (the job runs on; no other starts).
 	held, err := w.queue.Claim(context.Background(), "page-test")
 	if err != nil || held == nil {
 		t.Fatalf("claim: %v, %v", held, err)
 	}
+	if err := w.queue.SetPaused(context.Background(), lifecycle.ActorAdmin, "default", true); err != nil {
+		t.Fatal(err)
+	}
 	do(t, ctx, "show the queues", 30*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#queues-h').scrollIntoView()`),
 		chromedp.WaitVisible(css(`#queues-body tr[data-running="true"]`)),
+		chromedp.WaitVisible(css(`#named-queues-body tr[data-paused="true"] [data-testid="resume-queue"]`)),
 	)
 	shoot("queues.png")
+	if err := w.queue.SetPaused(context.Background(), lifecycle.ActorAdmin, "default", false); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := held.Run(context.Background(), jobqueue.Handlers{CallNotebookLM: otherFails}); err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,9 @@ type JobBody struct {
 	RunAt       time.Time            `json:"run_at,omitzero"`
 	// Delay is a Go duration string ("90s").
 	Delay string `json:"delay,omitempty"`
+	// Queue is the named queue of a job without an agent; empty: its
+	// type's, else "default".
+	Queue string `json:"queue,omitempty"`
 }
 
 // BatchBody is POST /jobs/batch's body (docs/http-api.md): 1 to 500 jobs,

@@ -1257,13 +1257,20 @@
       h('thead', {}, h('tr', {}, ['job', 'type', 'agent', 'run', 'state', 'priority', 'attempt', 'updated', 'error', ''].map((c) => h('th', { scope: 'col', text: c })))),
       listBody);
     const listNote = h('p', { class: 'muted', id: 'jobs-note' });
-    // The queues (GET /queues): each lane with its depth and whether a job
-    // of it runs, read from the lanes and their locks, never the jobs.
+    // The queues (GET /queues): each named queue, summed from its lanes,
+    // with its pause state and a Pause or Resume button (the Worker lets
+    // the admin alone); then each lane with its depth and the jobs of it
+    // running, read from the lanes and their locks, never the jobs.
+    const namedBody = h('tbody', { id: 'named-queues-body' });
+    const namedTable = h('table', { id: 'named-queues', 'data-testid': 'named-queues' },
+      h('thead', {}, h('tr', {}, ['queue', 'lanes', 'ready', 'waiting', 'running', 'state', ''].map((c, i) =>
+        h('th', { scope: 'col', class: i > 0 && i < 5 ? 'num' : null, text: c })))),
+      namedBody);
     const queuesBody = h('tbody', { id: 'queues-body' });
     const queuesNote = h('p', { class: 'muted', id: 'queues-note' });
     const queuesTable = h('table', { id: 'queues', 'data-testid': 'queues' },
-      h('thead', {}, h('tr', {}, ['lane', 'ready', 'waiting', 'oldest ready', 'running'].map((c, i) =>
-        h('th', { scope: 'col', class: i > 0 && i < 4 ? 'num' : null, text: c })))),
+      h('thead', {}, h('tr', {}, ['lane', 'queue', 'ready', 'waiting', 'oldest ready', 'running'].map((c, i) =>
+        h('th', { scope: 'col', class: i > 1 && i < 5 ? 'num' : null, text: c })))),
       queuesBody);
     // A bulk requeue of the filter's jobs, asked for and then confirmed.
     const bulkBtn = h('button', { type: 'button', class: 'secondary', 'data-testid': 'bulk-requeue', hidden: '' });
@@ -1282,6 +1289,7 @@
         countsNote),
       h('section', { 'aria-labelledby': 'queues-h' },
         h('h3', { id: 'queues-h', text: 'Queues' }),
+        h('div', { class: 'scroll' }, namedTable),
         h('div', { class: 'scroll' }, queuesTable), queuesNote),
       h('section', { 'aria-labelledby': 'list-h' },
         h('h3', { id: 'list-h', text: 'Jobs' }),
@@ -1447,15 +1455,69 @@
         a.addEventListener('click', (e) => { e.preventDefault(); setFilter({ status: '', type: '', agent }); });
         return a;
       };
+      namedBody.replaceChildren(...namedQueues(lanes || []).map(queueRow));
       queuesBody.replaceChildren(...(lanes || []).map((l) => h('tr', { 'data-lane': l.agent, 'data-running': String(!!l.running) },
         h('td', {}, lane(l.agent)),
+        h('td', { class: 'mono', 'data-col': 'queue', text: l.queue || 'default' }),
         h('td', { class: 'num', 'data-col': 'ready', text: l.ready }),
         h('td', { class: 'num', 'data-col': 'waiting', text: l.waiting }),
         h('td', { class: 'num', text: l.ready ? fmtDuration(l.oldest_ready_ms) : '—' }),
         h('td', { class: l.running ? 'running' : 'muted', 'data-col': 'running' },
-          l.running ? ['running ', h('a', { href: '#/jobs/' + enc(l.job_id), class: 'mono id', text: l.job_id })] : 'idle'))));
+          l.running ? [(l.running_jobs > 1 ? l.running_jobs + ' running, first ' : 'running '),
+            h('a', { href: '#/jobs/' + enc(l.job_id), class: 'mono id', text: l.job_id })] : 'idle'))));
       queuesNote.className = 'muted';
       queuesNote.textContent = lanes && lanes.length ? '' : 'No lanes: no job was ever enqueued.';
+    }
+
+    // namedQueues sums the lanes by queue, in name order.
+    function namedQueues(lanes) {
+      const by = new Map();
+      for (const l of lanes) {
+        const name = l.queue || 'default';
+        const q = by.get(name) || { name, lanes: 0, ready: 0, waiting: 0, running: 0, paused: false };
+        q.lanes++;
+        q.ready += l.ready;
+        q.waiting += l.waiting;
+        q.running += l.running_jobs || (l.running ? 1 : 0);
+        q.paused = q.paused || !!l.paused;
+        by.set(name, q);
+      }
+      return [...by.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    }
+    // A queue's pause is the admin's (the routes' actors, as a requeue's);
+    // under a token the page does not know the actor: the button is
+    // offered and the Worker decides.
+    const mayPause = () => !!auth.token || auth.actor === 'admin';
+    function queueRow(q) {
+      const verb = q.paused ? 'resume' : 'pause';
+      const btn = h('button', { type: 'button', class: q.paused ? 'secondary' : 'danger', 'data-testid': verb + '-queue',
+        'data-queue': q.name, text: q.paused ? 'Resume' : 'Pause' });
+      btn.hidden = !mayPause();
+      btn.addEventListener('click', () => pauseQueue(q.name, verb, btn));
+      return h('tr', { 'data-queue': q.name, 'data-paused': String(q.paused) },
+        h('td', { class: 'mono', text: q.name }),
+        h('td', { class: 'num', text: q.lanes }),
+        h('td', { class: 'num', 'data-col': 'ready', text: q.ready }),
+        h('td', { class: 'num', 'data-col': 'waiting', text: q.waiting }),
+        h('td', { class: 'num', 'data-col': 'running', text: q.running }),
+        h('td', { class: q.paused ? 'paused' : 'muted', 'data-col': 'state',
+          text: q.paused ? 'paused: nothing starts' : 'active' }),
+        h('td', {}, btn));
+    }
+    async function pauseQueue(name, verb, btn) {
+      ok.textContent = '';
+      err.textContent = '';
+      btn.disabled = true;
+      try {
+        await api('POST', '/queues/' + enc(name) + '/' + verb);
+        ok.textContent = `Queue ${name}: ${verb}d` + (verb === 'pause' ? ' (running jobs finish).' : '.');
+        loadQueues();
+      } catch (e) {
+        err.textContent = `${verb === 'pause' ? 'Pause' : 'Resume'} of queue ${name} refused: ` + e.describe();
+        err.dataset.code = e.code;
+        err.dataset.status = String(e.status);
+        btn.disabled = false;
+      }
     }
 
     const jobActions = (j) => offeredMoves(specOf(j), j);
