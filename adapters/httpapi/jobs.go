@@ -30,8 +30,9 @@ func (h *jobRoutes) table() []route {
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
 		{method: "POST", path: "/jobs/{jobId}/cancel", actors: admin, h: h.cancelJob()},
 		// A bulk action on a filtered set sits beside the job's own, one
-		// path per action (a cancel would be POST /jobs/cancel).
+		// path per action.
 		{method: "POST", path: "/jobs/requeue", actors: admin, body: true, h: h.bulkJobs(h.queue.RequeueMatching)},
+		{method: "POST", path: "/jobs/cancel", actors: admin, body: true, h: h.bulkJobs(h.queue.CancelMatching)},
 		{method: "GET", path: "/queues", actors: matrixActors(authority.Read, true), h: h.listLanes()},
 	}
 }
@@ -137,7 +138,7 @@ func (h *jobRoutes) jobHistory() handlerFunc {
 }
 
 // bulkJobs is a bulk action on the jobs a filter selects (POST
-// /jobs/requeue): one bounded call of act. The cursors in and out are
+// /jobs/requeue, POST /jobs/cancel): one bounded call of act. The cursors in and out are
 // those of GET /jobs with the same filters, so a page of the list can be
 // acted on from where it starts.
 func (h *jobRoutes) bulkJobs(act func(context.Context, lifecycle.Actor, jobqueue.JobQuery) (lifecycle.BulkResult, error)) handlerFunc {

@@ -66,6 +66,8 @@ type rigOpts struct {
 	store *storage.Store
 	// clock is the job queue's (nil: the real one).
 	clock clock.Clock
+	// types is the job queue's Config.Types (nil: the NLM types alone).
+	types map[lifecycle.JobType]jobqueue.TypeConfig
 }
 
 func quickStep(name string) run.Step {
@@ -106,7 +108,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.queue, err = jobqueue.New(jobqueue.Config{Store: g.store, Logger: log, Clock: o.clock}); err != nil {
+	if g.queue, err = jobqueue.New(jobqueue.Config{Store: g.store, Logger: log, Clock: o.clock, Types: o.types}); err != nil {
 		t.Fatal(err)
 	}
 	if g.box, err = inbox.New(inbox.Config{Store: g.store, Logger: log}); err != nil {

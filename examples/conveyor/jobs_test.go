@@ -68,6 +68,9 @@ func TestJobCommands(t *testing.T) {
 		{[]string{"history", "job-nope"}, 1, []string{"JOB_NOT_FOUND"}},
 		{[]string{"requeue"}, 2, []string{"requeue -status"}},
 		{[]string{"-actor", "gateway", "requeue", "-status", "DEAD"}, 1, []string{"FORBIDDEN"}},
+		{[]string{"-actor", "gateway", "cancel-job", "-status", "QUEUED"}, 1, []string{"FORBIDDEN"}},
+		// The one QUEUED job is of an NLM type: refused, and said so.
+		{[]string{"-actor", "admin", "cancel-job", "-status", "QUEUED"}, 1, []string{"1 job(s) not cancelled"}},
 	}
 	for _, tt := range tests {
 		code, out, errs := conveyor(t, ts.URL, tt.args...)

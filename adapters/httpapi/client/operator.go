@@ -30,10 +30,26 @@ func (o Operator) JobHistory(ctx context.Context, jobID string) (lifecycle.JobHi
 // done and answers every job requeued and every failure, with Next "".
 // On an error the result holds what the calls before it did.
 func (o Operator) RequeueJobs(ctx context.Context, q Query) (lifecycle.BulkResult, error) {
+	return o.bulk(ctx, "/jobs/requeue", q)
+}
+
+// CancelJobs is the admin's cancel of the jobs q selects (POST
+// /jobs/cancel, q's filters as RequeueJobs takes them), each as CancelJob
+// does it: QUEUED and RETRY_BACKOFF jobs end CANCELLED, a RUNNING one has
+// its cancel asked for; finished jobs are passed over, and a job of an
+// NLM type is answered in Failed with JOB_NOT_CANCELLABLE. Pages and
+// q.All as for RequeueJobs.
+func (o Operator) CancelJobs(ctx context.Context, q Query) (lifecycle.BulkResult, error) {
+	return o.bulk(ctx, "/jobs/cancel", q)
+}
+
+// bulk calls the bulk action at path with q's filters, page by page when
+// q.All says so.
+func (o Operator) bulk(ctx context.Context, path string, q Query) (lifecycle.BulkResult, error) {
 	body := wire.BulkBody{Status: lifecycle.JobState(q.Status), Type: lifecycle.JobType(q.Type), Agent: q.Agent, Limit: q.Limit, Cursor: q.Cursor}
 	all := lifecycle.BulkResult{JobIDs: []string{}, Failed: []lifecycle.BulkFailure{}}
 	for {
-		res, err := get[lifecycle.BulkResult](ctx, connOf(o.Client), http.MethodPost, "/jobs/requeue", body)
+		res, err := get[lifecycle.BulkResult](ctx, connOf(o.Client), http.MethodPost, path, body)
 		if err != nil {
 			return all, err
 		}
