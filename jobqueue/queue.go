@@ -329,7 +329,7 @@ func (q *Queue) CancelMatching(ctx context.Context, actor lifecycle.Actor, jq Jo
 }
 
 // Counts counts the jobs in each state, per job type and agent (GET
-// /jobs/counts), without reading the jobs that finished: where each job
+// /stats/jobs/counts), without reading the jobs that finished: where each job
 // last came to rest is the audit log's (one object per job life segment,
 // rolled up once per closed hour and day into records under stats/jobs/,
 // and the objects since read as they come), and the jobs in flight,
@@ -344,7 +344,7 @@ func (q *Queue) Counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.Jo
 	return q.tally.counts(ctx, actor)
 }
 
-// Activity reads the last hour minute by minute (GET /jobs/activity): the
+// Activity reads the last hour minute by minute (GET /stats/jobs/activity): the
 // jobs completed, the attempts failed, the jobs cancelled, and the run
 // time and wait of the attempts that ended, from the same rollups and
 // objects as Counts, bounded alike. The actor needs Read, as for List.

@@ -124,14 +124,14 @@ type netRow struct {
 // minuteRow is one minute of an hour's rollup (M: the minute in the
 // hour), its histograms by latencyBounds.
 type minuteRow struct {
-	M         int     `json:"m"`
-	Completed int     `json:"completed,omitempty"`
-	Failed    int     `json:"failed,omitempty"`
-	Cancelled int     `json:"cancelled,omitempty"`
-	Run       []int   `json:"run,omitempty"`
-	Wait      []int   `json:"wait,omitempty"`
-	MaxRunMS  int64   `json:"max_run_ms,omitempty"`
-	MaxWaitMS int64   `json:"max_wait_ms,omitempty"`
+	M         int   `json:"m"`
+	Completed int   `json:"completed,omitempty"`
+	Failed    int   `json:"failed,omitempty"`
+	Cancelled int   `json:"cancelled,omitempty"`
+	Run       []int `json:"run,omitempty"`
+	Wait      []int `json:"wait,omitempty"`
+	MaxRunMS  int64 `json:"max_run_ms,omitempty"`
+	MaxWaitMS int64 `json:"max_wait_ms,omitempty"`
 }
 
 // chunkRecord is stats/jobs/hours/{yyyymmddThh}/{nnnn}.json, one part

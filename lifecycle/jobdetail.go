@@ -85,7 +85,7 @@ type QueueLane struct {
 }
 
 // JobCounts is how many jobs are in each state, per job type and agent
-// (GET /jobs/counts): the jobs in flight read from the queue's lanes and
+// (GET /stats/jobs/counts): the jobs in flight read from the queue's lanes and
 // locks, the jobs at rest from the audit log's rollups, so the counts
 // follow every move without reading the jobs that finished. Partial says
 // that some work was left unread (in flight past the read's bound, or
@@ -110,7 +110,7 @@ type JobCountRow struct {
 }
 
 // JobActivity is the queue's last hour minute by minute (GET
-// /jobs/activity), read from the audit log's rollups and the objects of
+// /stats/jobs/activity), read from the audit log's rollups and the objects of
 // the minutes not yet rolled up: oldest minute first.
 type JobActivity struct {
 	Minutes []JobActivityMinute `json:"minutes"`

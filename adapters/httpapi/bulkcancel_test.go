@@ -17,10 +17,11 @@ import (
 // tests that configure one.
 const emailType lifecycle.JobType = "SEND_EMAIL"
 
-// emailTypes is a Config.Types with emailType, whose handler fails.
+// emailTypes is a Config.Types with emailType, whose handler fails for
+// good.
 func emailTypes() map[lifecycle.JobType]jobqueue.TypeConfig {
 	return map[lifecycle.JobType]jobqueue.TypeConfig{emailType: {Handler: jobqueue.HandlerFunc(func(context.Context, lifecycle.Job) (lifecycle.JobOutput, error) {
-		return lifecycle.JobOutput{}, errors.New("later")
+		return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("no such address"))
 	})}}
 }
 

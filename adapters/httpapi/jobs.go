@@ -25,6 +25,8 @@ func (h *jobRoutes) table() []route {
 		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: h.enqueueJob()},
 		{method: "POST", path: "/jobs/batch", actors: matrixActors(authority.Create, false), body: true, bodyTimes: batchBodyTimes, traced: true, h: h.enqueueBatch()},
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: h.listJobs()},
+		{method: "GET", path: "/stats/jobs/counts", actors: matrixActors(authority.Read, true), h: h.jobCounts()},
+		{method: "GET", path: "/stats/jobs/activity", actors: matrixActors(authority.Read, true), h: h.jobActivity()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: h.getJob()},
 		{method: "GET", path: "/jobs/{jobId}/history", actors: matrixActors(authority.Read, false), h: h.jobHistory()},
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
@@ -175,6 +177,22 @@ func bulkList(b wire.BulkBody) string {
 		}
 	}
 	return listOf(&url.URL{Path: "/jobs", RawQuery: q.Encode()})
+}
+
+// jobCounts is GET /stats/jobs/counts: the queue's Counts.
+func (h *jobRoutes) jobCounts() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) (lifecycle.JobCounts, error) {
+			return h.queue.Counts(ctx, actor)
+		}))
+}
+
+// jobActivity is GET /stats/jobs/activity: the queue's Activity, the last hour.
+func (h *jobRoutes) jobActivity() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) (lifecycle.JobActivity, error) {
+			return h.queue.Activity(ctx, actor)
+		}))
 }
 
 func (h *jobRoutes) listLanes() handlerFunc {

@@ -81,3 +81,19 @@ func (o Operator) Queues(ctx context.Context) ([]lifecycle.QueueLane, error) {
 func (o Operator) CancelJob(ctx context.Context, jobID string) (lifecycle.Job, error) {
 	return get[lifecycle.Job](ctx, connOf(o.Client), http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/cancel", nil)
 }
+
+// JobCounts counts the jobs in each state per job type and agent (GET
+// /stats/jobs/counts): the jobs in flight read where they are, the others from
+// the audit log's rollups, so the counts match the list after every move
+// without reading the jobs that finished. Partial says the Worker read
+// its bound first: call again.
+func (o Operator) JobCounts(ctx context.Context) (lifecycle.JobCounts, error) {
+	return get[lifecycle.JobCounts](ctx, connOf(o.Client), http.MethodGet, "/stats/jobs/counts", nil)
+}
+
+// JobActivity reads the queue's last hour minute by minute (GET
+// /stats/jobs/activity): jobs completed, attempts failed, jobs cancelled, and
+// the run time and wait of the attempts that ended.
+func (o Operator) JobActivity(ctx context.Context) (lifecycle.JobActivity, error) {
+	return get[lifecycle.JobActivity](ctx, connOf(o.Client), http.MethodGet, "/stats/jobs/activity", nil)
+}
