@@ -61,7 +61,7 @@ type segment struct {
 	job      string
 	from, to lifecycle.JobState
 	at       time.Time
-	failed   int   // moves into RETRY_BACKOFF or FAILED: attempts that failed
+	failed   int   // attempts that failed (moves into RETRY_BACKOFF)
 	runMS    int64 // pickup to rest; -1 without a pickup
 	waitMS   int64 // in QUEUED to pickup; -1 without both
 	isJob    bool
@@ -87,7 +87,9 @@ func segmentOf(evs []lifecycle.AuditEvent) segment {
 		case from == lifecycle.JobQueued && to != lifecycle.JobCancelled:
 			pickedAt = ev.TS
 		}
-		if to == lifecycle.JobRetryBackoff || to == lifecycle.JobFailed {
+		// An attempt fails into RETRY_BACKOFF (whose guards may go on to
+		// FAILED in the same write: one failure, not two).
+		if to == lifecycle.JobRetryBackoff || to == lifecycle.JobFailed && from != lifecycle.JobRetryBackoff {
 			s.failed++
 		}
 	}
