@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
@@ -39,12 +40,45 @@ const (
 
 func startActivityWorker(t *testing.T) *activityWorker {
 	t.Helper()
-	ctx := context.Background()
+	return serveActivity(t, clock.Real(), func(context.Context) {}, func(q *jobqueue.Queue) {
+		ctx := context.Background()
+		for i := range okJobs + badJobs {
+			id := fmt.Sprintf("ok-%d", i)
+			if i >= okJobs {
+				id = fmt.Sprintf("bad-%d", i)
+			}
+			if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, JobType: emailType, AgentSlug: fmt.Sprintf("m-%d", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range okJobs + badJobs {
+			c, err := q.Claim(ctx, "page-test")
+			if err != nil || c == nil {
+				t.Fatalf("claim: %v, %v", c, err)
+			}
+			if _, err := c.Run(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range waitJobs {
+			if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: fmt.Sprintf("wait-%d", i), JobType: emailType, AgentSlug: "later"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// serveActivity serves a Worker of SEND_EMAIL jobs on clk: each runs
+// work (30 ms by default), and fails for good when its id starts with
+// "bad"; fill makes its jobs before it is served.
+func serveActivity(t *testing.T, clk clock.Clock, work func(context.Context), fill func(q *jobqueue.Queue)) *activityWorker {
+	t.Helper()
 	store := memstore.New()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q, err := jobqueue.New(jobqueue.Config{Store: store, Logger: quiet, Types: map[lifecycle.JobType]jobqueue.TypeConfig{
-		emailType: {Handler: jobqueue.HandlerFunc(func(_ context.Context, j lifecycle.Job) (lifecycle.JobOutput, error) {
+	q, err := jobqueue.New(jobqueue.Config{Store: store, Logger: quiet, Clock: clk, Types: map[lifecycle.JobType]jobqueue.TypeConfig{
+		emailType: {Handler: jobqueue.HandlerFunc(func(ctx context.Context, j lifecycle.Job) (lifecycle.JobOutput, error) {
 			time.Sleep(30 * time.Millisecond)
+			work(ctx)
 			if strings.HasPrefix(j.JobID, "bad") {
 				return lifecycle.JobOutput{}, jobqueue.Permanent(errors.New("no such address"))
 			}
@@ -53,29 +87,7 @@ func startActivityWorker(t *testing.T) *activityWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range okJobs + badJobs {
-		id := fmt.Sprintf("ok-%d", i)
-		if i >= okJobs {
-			id = fmt.Sprintf("bad-%d", i)
-		}
-		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, JobType: emailType, AgentSlug: fmt.Sprintf("m-%d", i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range okJobs + badJobs {
-		c, err := q.Claim(ctx, "page-test")
-		if err != nil || c == nil {
-			t.Fatalf("claim: %v, %v", c, err)
-		}
-		if _, err := c.Run(ctx, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range waitJobs {
-		if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: fmt.Sprintf("wait-%d", i), JobType: emailType, AgentSlug: "later"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fill(q)
 	noop := []run.Step{{Name: "noop", Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{}, nil }}}
 	runner, err := run.NewRunner(run.Config{Store: store, Logger: quiet}, run.Agent{Slug: "plain", Steps: noop})
 	if err != nil {
@@ -215,4 +227,53 @@ func TestJobsPageCharts(t *testing.T) {
 	for _, p := range measure(1400).Problems {
 		t.Error(p)
 	}
+}
+
+// startBusyHour serves a Worker whose last hour was busy, on a fake clock
+// set an hour back and moved on minute by minute: each minute a few
+// jobs wait their turn and run for a while (their handler moves the
+// clock), some fail for good; at the end the clock is at the present.
+func startBusyHour(t *testing.T) *activityWorker {
+	t.Helper()
+	now := time.Now().UTC()
+	clk := clock.NewFake(now.Add(-time.Hour))
+	var runFor time.Duration
+	return serveActivity(t, clk, func(context.Context) { clk.Advance(runFor) }, func(q *jobqueue.Queue) {
+		ctx := context.Background()
+		n := 0
+		for m := range 60 {
+			start := now.Add(time.Duration(m-60) * time.Minute)
+			if d := start.Sub(clk.Now()); d > 0 {
+				clk.Advance(d)
+			}
+			jobs := 4 + (m*7)%9 + m/6
+			for i := range jobs {
+				id := fmt.Sprintf("ok-%04d", n)
+				if (n*5)%17 == 0 || m > 40 && m < 46 && i%3 == 0 {
+					id = fmt.Sprintf("bad-%04d", n)
+				}
+				n++
+				if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: id, JobType: emailType, AgentSlug: fmt.Sprintf("m-%d", n%5)}); err != nil {
+					t.Fatal(err)
+				}
+				clk.Advance(time.Duration(50+(n*37)%400) * time.Millisecond) // its wait
+				c, err := q.Claim(ctx, "page-test")
+				if err != nil || c == nil {
+					t.Fatalf("claim: %v, %v", c, err)
+				}
+				runFor = time.Duration(200+(n*131)%(1500+m*40)) * time.Millisecond
+				if _, err := c.Run(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if d := time.Now().UTC().Sub(clk.Now()); d > 0 {
+			clk.Advance(d)
+		}
+		for i := range waitJobs {
+			if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: fmt.Sprintf("wait-%d", i), JobType: emailType, AgentSlug: "later"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }

@@ -1298,7 +1298,7 @@
           const v = val(m, sr.key) || 0;
           if (!v) continue;
           svg.append(s('rect', { class: 'bar ' + sr.cls, x: x + 0.5, width: Math.max(1, slot - 1), y: y(base + v), height: y(base) - y(base + v),
-            'data-minute': i, 'data-key': sr.key, 'data-value': v }, s('title', { text: `${fmtClock(m.at)}: ${v} ${sr.label}` })));
+            'data-minute': i, 'data-key': sr.key, 'data-value': v }, s('title', { text: `${fmtMinute(m.at)}: ${v} ${sr.label}` })));
           base += v;
         }
         return;
@@ -1307,7 +1307,7 @@
         const v = val(m, sr.key);
         if (v === null) continue;
         svg.append(s('circle', { class: 'point ' + sr.cls, cx: x + slot / 2, cy: y(v), r: 2.5, 'data-minute': i, 'data-key': sr.key, 'data-value': v },
-          s('title', { text: `${fmtClock(m.at)}: ${sr.label} ${fmtTick(v, c.unit)}` })));
+          s('title', { text: `${fmtMinute(m.at)}: ${sr.label} ${fmtTick(v, c.unit)}` })));
       }
     });
     if (!c.bars) {
@@ -1323,6 +1323,10 @@
       }
     }
     return svg;
+  }
+  function fmtMinute(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? String(iso) : d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
   }
   // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
   function niceCeil(v) {
@@ -1458,9 +1462,9 @@
       h('tr', { class: 'total', 'data-type': '' }, h('th', { scope: 'row', text: 'all' }), h('td', {}),
         ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: '', agent: '' }, total[st]))),
         h('td', { class: 'num', text: n })));
-      countsNote.textContent = (n ? '' : 'No jobs. ') +
-        (c.partial ? 'Partial: the Worker read its bound first and goes on at the next read. ' : '') +
-        `Counted at ${fmtTime(c.as_of)} from the jobs in flight and the audit log; recounted with every read of the list.`;
+      countsNote.replaceChildren((n ? '' : 'No jobs. ') +
+        (c.partial ? 'Partial: the Worker read its bound first and goes on at the next read. ' : '') + 'Counted at ',
+        fmtTime(c.as_of), ' from the jobs in flight and the audit log; recounted with every read of the list.');
       countsNote.dataset.partial = String(!!c.partial);
       // The states an operator looks for first.
       quick.replaceChildren(...['RETRY_BACKOFF', 'FAILED', 'DEAD'].map((st) => {
