@@ -358,5 +358,5 @@ func (q *Queue) Activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.
 // MaxLaneLocks of their locks, and, for a held lock, the one job it
 // names: its cost grows with the lanes, never with the jobs.
 func (q *Queue) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
-	return q.laneStates(ctx)
+	return laneStates(ctx, q)
 }
