@@ -46,6 +46,10 @@ const tallyGrace = 15 * time.Minute
 // what it rolled up is kept, and the next call goes on.
 const tallyReads = 20000
 
+// tallySeen bounds the audit objects of the open hours a Queue keeps what
+// it read of (about 100 bytes each).
+const tallySeen = 200000
+
 // tallyNames bounds the job names (job id → type, agent, machine) a
 // Queue keeps for the audit objects it reads again.
 const tallyNames = 100000
@@ -270,7 +274,9 @@ func (t *tally) live(ctx context.Context, from, now time.Time, b *budget, each f
 				if t.seen == nil {
 					t.seen = map[string]segment{}
 				}
-				t.seen[key] = s
+				if len(t.seen) < tallySeen { // past it, read again each call (within b)
+					t.seen[key] = s
+				}
 				t.mu.Unlock()
 			}
 			if s.isJob {

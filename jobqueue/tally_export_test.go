@@ -3,6 +3,7 @@ package jobqueue
 import (
 	"context"
 	"fmt"
+	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -44,4 +45,38 @@ func WriteCountsHistoryForTest(ctx context.Context, s *storage.Store, now time.T
 		}
 	}
 	return nil
+}
+
+// TestPercentile: a percentile is the upper bound of its bucket, at most
+// the longest seen, nil for no observation.
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	hist := func(ms ...int64) (h []int) {
+		for _, v := range ms {
+			h = observe(h, v)
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name    string
+		h       []int
+		longest int64
+		p       float64
+		want    int64 // -1: nil
+	}{
+		{"none", nil, 0, 0.5, -1},
+		{"one of 30 ms", hist(30), 30, 0.5, 30},
+		{"bucket bound", hist(30, 40, 45, 900), 900, 0.5, 50},
+		{"p95 in the last bucket", hist(30, 40, 45, 900), 900, 0.95, 900},
+		{"past the last bound", hist(10, 700000), 700000, 0.95, 700000},
+		{"exact bound", hist(1, 2, 5), 5, 0.5, 2},
+	} {
+		got := percentile(tc.h, tc.longest, tc.p)
+		switch {
+		case tc.want < 0 && got != nil:
+			t.Errorf("%s: %d, want none", tc.name, *got)
+		case tc.want >= 0 && (got == nil || *got != tc.want):
+			t.Errorf("%s: %v, want %d", tc.name, got, tc.want)
+		}
+	}
 }
