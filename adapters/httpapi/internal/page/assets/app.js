@@ -1176,9 +1176,9 @@
   // when more remain. Each is offered for a filter on a state its machine
   // moves from, to an actor the machine gives the move.
   const BULK_ACTIONS = [
-    { event: 'requeue', machine: 'job', label: 'Requeue', doing: 'requeue', done: 'Requeued', keep: 'Keep them',
+    { event: 'requeue', machine: 'job', label: 'Requeue', doing: 'requeue', done: 'Requeued',
       path: '/jobs/requeue', says: 'Each starts over with fresh attempts.' },
-    { event: 'cancel', machine: 'general-job', label: 'Cancel', doing: 'cancel', done: 'Cancelled', keep: 'Keep them',
+    { event: 'cancel', machine: 'general-job', label: 'Cancel', doing: 'cancel', done: 'Cancelled',
       path: '/jobs/cancel', says: 'Waiting jobs end CANCELLED at once, running ones when their worker reads the cancel; jobs of the NLM types cannot be cancelled.' },
   ];
   const BULK_PER_CALL = 100;
