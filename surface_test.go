@@ -27,8 +27,9 @@ const (
 	// insert, a typed result); conveyortest's StartAgent and AgentRun with
 	// its six methods, a test answering a run's approval gate or external
 	// wait and going on (issue 31); a named queue's pause
-	// (Queue.SetPaused, Operator.SetPaused) and concurrency (QueueConfig).
-	surfaceTotalCap = 514
+	// (Queue.SetPaused, Operator.SetPaused) and concurrency (QueueConfig);
+	// the dashboard's counts, last hour and bulk cancel (issue 30).
+	surfaceTotalCap = 524
 	// surfacePackagesCap bounds the number of public packages: 19 of the
 	// house, and one kept for the SQLite store.
 	surfacePackagesCap = 20
@@ -48,12 +49,12 @@ var surfaceCaps = map[string]struct {
 	reason string
 }{
 	".":                       {40, "the Client and its Config, the one way in"},
-	"lifecycle":               {160, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on; 151 -> 160: the general job machine's two states (RUNNING, CANCELLED) and its name as a job record carries it, and cancel's refusal, which the queue and the Go client both return: ErrJobFinished, ErrJobNotCancellable, JobCancelError with Error, Is, Code; 148 -> 151: MinPriority, MaxPriority and DefaultPriority, the range of a job's priority that the queue, the server, the client and a user's code share; 143 -> 148: JobHistory, JobAttempt, BulkResult, BulkFailure and QueueLane, the job page's bodies (a job's history, a bulk action's answer, a lane) that the queue, the server and the client share (the client imports no engine); 142 -> 143: ScheduleJob, the job of a periodic job's schedule, which the root Config, the scheduler, the server and the client share as they share Schedule; 139 -> 142: BatchError with its Error and Unwrap, the failure of a batch insert that the job queue and the Go client both return (the client imports no engine); 130 -> 139: four for what the job queue and the NLM processor both speak (JobOutput, SourceRef, ErrInvalidJob, DefaultProject), so the NLM processor no longer imports the queue, Schedules, the scheduler's public face, and Schedule with ScheduleProgress (4 with its JSON methods), the one schedule type the root Config, the scheduler, the server and the client share (the root's copy, 3 names, went)"},
+	"lifecycle":               {164, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on; 160 -> 164: JobCounts, JobCountRow, JobActivity and JobActivityMinute, the dashboard's counts and last hour that the queue, the server and the client share; 151 -> 160: the general job machine's two states (RUNNING, CANCELLED) and its name as a job record carries it, and cancel's refusal, which the queue and the Go client both return: ErrJobFinished, ErrJobNotCancellable, JobCancelError with Error, Is, Code; 148 -> 151: MinPriority, MaxPriority and DefaultPriority, the range of a job's priority that the queue, the server, the client and a user's code share; 143 -> 148: JobHistory, JobAttempt, BulkResult, BulkFailure and QueueLane, the job page's bodies (a job's history, a bulk action's answer, a lane) that the queue, the server and the client share (the client imports no engine); 142 -> 143: ScheduleJob, the job of a periodic job's schedule, which the root Config, the scheduler, the server and the client share as they share Schedule; 139 -> 142: BatchError with its Error and Unwrap, the failure of a batch insert that the job queue and the Go client both return (the client imports no engine); 130 -> 139: four for what the job queue and the NLM processor both speak (JobOutput, SourceRef, ErrInvalidJob, DefaultProject), so the NLM processor no longer imports the queue, Schedules, the scheduler's public face, and Schedule with ScheduleProgress (4 with its JSON methods), the one schedule type the root Config, the scheduler, the server and the client share (the root's copy, 3 names, went)"},
 	"lifecycle/clock":         {14, "Clock, Real, and the Fake with the controls a test moves it by"},
 	"lifecycle/run":           {45, "the Runner, the agent interfaces and the run config"},
 	"lifecycle/nlm":           {12, "the NLM processor"},
 	"lifecycle/conveyortest":  {15, "the one user test kit for agents and handlers; 10 -> 15: StartAgent and AgentRun (Status, Steps, Approve, Reject, Deliver, Cancel), to answer a parked run and continue it"},
-	"jobqueue":                {56, "the Queue, its handlers and the job config; 52 -> 56: InsertFunc, the link of the insert middleware a user writes (Config.InsertMiddleware), ResultAs, a job's result read back as the Go type its Typed handler returned, Queue.SetPaused (pause and resume in one method) and QueueConfig, a named queue's concurrency; 51 -> 52: Queue.Reconcile, an operator's repair after a store incident; 50 -> 51: Queue.Cancel; 45 -> 50: History, RequeueMatching and Lanes, the job page's reads and bulk action, with the bounds a caller plans by (MaxBulk, MaxLaneLocks)"},
+	"jobqueue":                {59, "the Queue, its handlers and the job config; 56 -> 59: CancelMatching, Counts and Activity, the dashboard's bulk cancel, counts and charts; 52 -> 56: InsertFunc, the link of the insert middleware a user writes (Config.InsertMiddleware), ResultAs, a job's result read back as the Go type its Typed handler returned, Queue.SetPaused (pause and resume in one method) and QueueConfig, a named queue's concurrency; 51 -> 52: Queue.Reconcile, an operator's repair after a store incident; 50 -> 51: Queue.Cancel; 45 -> 50: History, RequeueMatching and Lanes, the job page's reads and bulk action, with the bounds a caller plans by (MaxBulk, MaxLaneLocks)"},
 	"artifact":                {20, "the artifact store"},
 	"inbox":                   {15, "the inbox"},
 	"storage":                 {37, "the portable Store, its conditions, versions, errors, patience and commits of several writes"},
@@ -64,7 +65,7 @@ var surfaceCaps = map[string]struct {
 	"adapters/sqlitestore":    {6, "a SQLite Store, its config and its driver"},
 	"adapters/s3store":        {18, "an S3 Store, its config, and the driver a program checks (its error categories) and creates the bucket with"},
 	"adapters/httpapi":        {15, "the HTTP server"},
-	"adapters/httpapi/client": {41, "the Go client of the HTTP API; 40 -> 41: Operator.SetPaused, a named queue's pause and resume; 39 -> 40: Operator.CancelJob; 35 -> 39: Operator with JobHistory, RequeueJobs and Queues, the dashboard's routes, on a type of their own so Client stays within its 25 methods"},
+	"adapters/httpapi/client": {44, "the Go client of the HTTP API; 41 -> 44: Operator.CancelJobs, JobCounts and JobActivity; 40 -> 41: Operator.SetPaused, a named queue's pause and resume; 39 -> 40: Operator.CancelJob; 35 -> 39: Operator with JobHistory, RequeueJobs and Queues, the dashboard's routes, on a type of their own so Client stays within its 25 methods"},
 	"adapters/otlp":           {2, "the OTLP span exporter from the standard variables"},
 }
 

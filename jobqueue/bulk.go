@@ -14,12 +14,12 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// MaxBulk is the most jobs one call of a bulk action (RequeueMatching)
-// acts on, and its default: the call's reads and writes stay bounded,
+// MaxBulk is the most jobs one call of a bulk action (RequeueMatching,
+// CancelMatching) acts on, and its default: the call's reads and writes stay bounded,
 // and a caller goes on from the result's Next.
 const MaxBulk = 100
 
-// jobAction is one job's move by an actor (requeue; cancel would be one).
+// jobAction is one job's move by an actor (requeue, cancel).
 type jobAction func(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.Job, error)
 
 // bulk makes the move on event of every job of one page of jq that the
@@ -28,6 +28,20 @@ type jobAction func(ctx context.Context, actor lifecycle.Actor, jobID string) (l
 // checked first, by the matrix and by the machine, so a refusal writes
 // and reads nothing.
 func bulk(ctx context.Context, actor lifecycle.Actor, reads *reader, jq JobQuery, event lifecycle.Event, act jobAction) (lifecycle.BulkResult, error) {
+	return bulkOn(ctx, actor, reads, jq, machine.JobMachine(), event, act)
+}
+
+// bulkCancel is CancelMatching: bulk on the general machine's cancel,
+// whose moves from QUEUED and RETRY_BACKOFF are the admin's and whose
+// move from RUNNING is asked for by whoever may make those (Cancel). A
+// job of an NLM type in one of those states is not passed over: Cancel
+// refuses it (JOB_NOT_CANCELLABLE), and the result says so.
+func bulkCancel(ctx context.Context, actor lifecycle.Actor, reads *reader, jq JobQuery, act jobAction) (lifecycle.BulkResult, error) {
+	return bulkOn(ctx, actor, reads, jq, machine.GeneralJobMachine(), machine.EventCancel, act)
+}
+
+// bulkOn is bulk on machine m.
+func bulkOn(ctx context.Context, actor lifecycle.Actor, reads *reader, jq JobQuery, m *machine.Machine[lifecycle.JobState, *lifecycle.Job], event lifecycle.Event, act jobAction) (lifecycle.BulkResult, error) {
 	if jq.Limit == 0 {
 		jq.Limit = MaxBulk
 	}
@@ -37,7 +51,7 @@ func bulk(ctx context.Context, actor lifecycle.Actor, reads *reader, jq JobQuery
 	if err := authority.Check(actor, authority.Jobs, authority.UpdateStatus, authority.Scope{}); err != nil {
 		return lifecycle.BulkResult{}, err
 	}
-	from, err := movesOn(event, actor)
+	from, err := movesOn(m, event, actor)
 	if err != nil {
 		return lifecycle.BulkResult{}, err
 	}
@@ -63,15 +77,16 @@ func bulk(ctx context.Context, actor lifecycle.Actor, reads *reader, jq JobQuery
 	return res, nil
 }
 
-// movesOn returns the states the job machine moves from on event, and
-// refuses an actor none of those moves lists.
-func movesOn(event lifecycle.Event, actor lifecycle.Actor) ([]lifecycle.JobState, error) {
-	jm := machine.JobMachine()
+// movesOn returns the states machine jm moves from on event, and
+// refuses an actor none of those moves lists. A RUNNING job's cancel is
+// asked for by whoever may cancel a QUEUED one (Cancel), so it is in
+// the states of an actor that may.
+func movesOn(jm *machine.Machine[lifecycle.JobState, *lifecycle.Job], event lifecycle.Event, actor lifecycle.Actor) ([]lifecycle.JobState, error) {
 	var from []lifecycle.JobState
 	var refusal error
 	for _, t := range jm.Transitions() {
-		if t.Event != event {
-			continue
+		if t.Event != event || event == machine.EventCancel && t.From == lifecycle.JobRunning {
+			continue // a RUNNING job's cancel is its worker's move, asked for below
 		}
 		if err := jm.CheckActor(t.From, t.To, actor); err != nil {
 			refusal = err
@@ -81,6 +96,9 @@ func movesOn(event lifecycle.Event, actor lifecycle.Actor) ([]lifecycle.JobState
 	}
 	if len(from) == 0 && refusal != nil {
 		return nil, refusal
+	}
+	if event == machine.EventCancel && slices.Contains(from, lifecycle.JobQueued) && !slices.Contains(from, lifecycle.JobRunning) {
+		from = append(from, lifecycle.JobRunning)
 	}
 	return from, nil
 }

@@ -44,6 +44,7 @@ type Queue struct {
 	reads   *reader
 	sweeper *sweeper
 	pauses  *pauses
+	tally   *tally
 }
 
 // New checks cfg, fills in its defaults and returns a Queue. A Config it
@@ -114,6 +115,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
 	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,
 		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch, asked: q.locks.lost}
+	q.tally = &tally{store: store, clock: cfg.Clock, jobs: jobs, log: cfg.Logger}
 	return q
 }
 
@@ -341,13 +343,52 @@ func (q *Queue) RequeueMatching(ctx context.Context, actor lifecycle.Actor, jq J
 	return bulk(ctx, actor, q.reads, jq, machine.EventRequeue, q.admit.requeue)
 }
 
+// CancelMatching cancels the jobs of one page of jq (the filters of
+// ListPage, and its cursor) that may be cancelled, as Cancel does each:
+// QUEUED and RETRY_BACKOFF jobs end CANCELLED at once, a RUNNING one has
+// its cancel asked for (its worker ends it CANCELLED); jobs in other
+// states are passed over, and a job of an NLM type is refused
+// (JOB_NOT_CANCELLABLE, in the result's Failed). A call acts on at most
+// jq.Limit jobs, MaxBulk (100) when 0; more is refused. The result names
+// the jobs cancelled (or asked to be), those refused or not written with
+// their codes, and the cursor of the rest: call again with it as
+// jq.Cursor until it is "". The actor is checked before any read: only
+// the admin may cancel.
+func (q *Queue) CancelMatching(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (lifecycle.BulkResult, error) {
+	return bulkCancel(ctx, actor, q.reads, jq, q.admit.cancel)
+}
+
+// Counts counts the jobs in each state, per job type and agent (GET
+// /stats/jobs/counts), without reading the jobs that finished: where each job
+// last came to rest is the audit log's (one object per job life segment,
+// rolled up once per closed hour and day into records under stats/jobs/,
+// and the objects since read as they come), and the jobs in flight,
+// which the lanes and the agents' locks name, are read to count where
+// they are now. So a call costs the jobs in flight and the last hour's
+// objects, never the history, and the counts follow every move the list
+// shows (a requeue, a cancel, a completion). A call reads at most 20,000
+// records; past that the answer is Partial, what was rolled up is kept,
+// and the next call goes on. The actor needs Read without qualification,
+// as for List.
+func (q *Queue) Counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobCounts, error) {
+	return q.tally.counts(ctx, actor)
+}
+
+// Activity reads the last hour minute by minute (GET /stats/jobs/activity): the
+// jobs completed, the attempts failed, the jobs cancelled, and the run
+// time and wait of the attempts that ended, from the same rollups and
+// objects as Counts, bounded alike. The actor needs Read, as for List.
+func (q *Queue) Activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobActivity, error) {
+	return q.tally.activity(ctx, actor)
+}
+
 // Lanes lists the queue's lanes (an agent's, or a job type's for jobs
 // without an agent) in name order: the work waiting in each (Depths) and
 // whether a job of it runs now. It reads the lanes and at most
 // MaxLaneLocks of their locks, and, for a held lock, the one job it
 // names: its cost grows with the lanes, never with the jobs.
 func (q *Queue) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
-	return q.laneStates(ctx)
+	return laneStates(ctx, q)
 }
 
 // SetPaused pauses a named queue ("default" included), or

@@ -20,8 +20,9 @@ const MaxLaneLocks = 500
 // each lane's lock, whether it holds a running job. A held lock names its
 // job; the job is read only to tell a lock still held after its job ended
 // (a claim keeps it a moment) from one whose job runs: one read per busy
-// lane, never one per job.
-func (q *Queue) laneStates(ctx context.Context) ([]lifecycle.QueueLane, error) {
+// lane, never one per job. Functions, not methods: the Queue's methods are
+// its public face (surface_test.go's cap).
+func laneStates(ctx context.Context, q *Queue) ([]lifecycle.QueueLane, error) {
 	depths, err := q.lanes.depths(ctx)
 	if err != nil {
 		return nil, err
@@ -46,7 +47,7 @@ func (q *Queue) laneStates(ctx context.Context) ([]lifecycle.QueueLane, error) {
 		var job string
 		if read < MaxLaneLocks {
 			read++
-			if job, err = q.runningJob(ctx, key); err != nil {
+			if job, err = runningJob(ctx, q, key); err != nil {
 				return nil, err
 			}
 		}
@@ -83,7 +84,7 @@ func (q *Queue) laneStates(ctx context.Context) ([]lifecycle.QueueLane, error) {
 
 // runningJob is the id of the job that runs under the lock at key, ""
 // when none does.
-func (q *Queue) runningJob(ctx context.Context, key string) (string, error) {
+func runningJob(ctx context.Context, q *Queue, key string) (string, error) {
 	raw, _, err := q.reads.store.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return "", nil

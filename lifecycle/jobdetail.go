@@ -91,3 +91,53 @@ type QueueLane struct {
 	// JobID is the running job's id, when Running.
 	JobID string `json:"job_id,omitempty"`
 }
+
+// JobCounts is how many jobs are in each state, per job type and agent
+// (GET /stats/jobs/counts): the jobs in flight read from the queue's lanes and
+// locks, the jobs at rest from the audit log's rollups, so the counts
+// follow every move without reading the jobs that finished. Partial says
+// that some work was left unread (in flight past the read's bound, or
+// history not yet rolled up): the counts are then short, and the next
+// read goes on.
+type JobCounts struct {
+	Rows []JobCountRow `json:"rows"`
+	// Total is every row's counts added up.
+	Total   map[JobState]int64 `json:"total"`
+	AsOf    time.Time          `json:"as_of"`
+	Partial bool               `json:"partial"`
+}
+
+// JobCountRow is the counts of one job type and agent (the agent "" for
+// rows whose jobs' records are gone); Machine names the job machine its
+// jobs run on (job, general-job).
+type JobCountRow struct {
+	JobType   JobType            `json:"job_type"`
+	AgentSlug string             `json:"agent_slug"`
+	Machine   string             `json:"machine"`
+	Counts    map[JobState]int64 `json:"counts"`
+}
+
+// JobActivity is the queue's last hour minute by minute (GET
+// /stats/jobs/activity), read from the audit log's rollups and the objects of
+// the minutes not yet rolled up: oldest minute first.
+type JobActivity struct {
+	Minutes []JobActivityMinute `json:"minutes"`
+	Partial bool                `json:"partial"`
+}
+
+// JobActivityMinute is one minute of the queue's work: the jobs that
+// completed, the attempts that failed (to RETRY_BACKOFF, or FAILED), the
+// jobs cancelled, and the run time (pickup to rest) and wait (ready to
+// pickup) of the attempts that ended in it, by percentile in ms, nil when
+// none ended. A percentile is the upper bound of the histogram bucket it
+// falls in (1, 2, 5, 10, 20, 50 ms, ... up to 10 min), above that the
+// longest seen.
+type JobActivityMinute struct {
+	At        time.Time `json:"at"`
+	Completed int       `json:"completed"`
+	Failed    int       `json:"failed"`
+	Cancelled int       `json:"cancelled"`
+	RunP50MS  *int64    `json:"run_p50_ms,omitempty"`
+	RunP95MS  *int64    `json:"run_p95_ms,omitempty"`
+	WaitP95MS *int64    `json:"wait_p95_ms,omitempty"`
+}

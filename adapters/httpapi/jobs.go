@@ -25,13 +25,16 @@ func (h *jobRoutes) table() []route {
 		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: h.enqueueJob()},
 		{method: "POST", path: "/jobs/batch", actors: matrixActors(authority.Create, false), body: true, bodyTimes: batchBodyTimes, traced: true, h: h.enqueueBatch()},
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: h.listJobs()},
+		{method: "GET", path: "/stats/jobs/counts", actors: matrixActors(authority.Read, true), h: h.jobCounts()},
+		{method: "GET", path: "/stats/jobs/activity", actors: matrixActors(authority.Read, true), h: h.jobActivity()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: h.getJob()},
 		{method: "GET", path: "/jobs/{jobId}/history", actors: matrixActors(authority.Read, false), h: h.jobHistory()},
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
 		{method: "POST", path: "/jobs/{jobId}/cancel", actors: admin, h: h.cancelJob()},
 		// A bulk action on a filtered set sits beside the job's own, one
-		// path per action (a cancel would be POST /jobs/cancel).
+		// path per action.
 		{method: "POST", path: "/jobs/requeue", actors: admin, body: true, h: h.bulkJobs(h.queue.RequeueMatching)},
+		{method: "POST", path: "/jobs/cancel", actors: admin, body: true, h: h.bulkJobs(h.queue.CancelMatching)},
 		{method: "GET", path: "/queues", actors: matrixActors(authority.Read, true), h: h.listLanes()},
 		{method: "POST", path: "/queues/{queue}/pause", actors: admin, h: h.pauseQueue(true)},
 		{method: "POST", path: "/queues/{queue}/resume", actors: admin, h: h.pauseQueue(false)},
@@ -156,7 +159,7 @@ func (h *jobRoutes) jobHistory() handlerFunc {
 }
 
 // bulkJobs is a bulk action on the jobs a filter selects (POST
-// /jobs/requeue): one bounded call of act. The cursors in and out are
+// /jobs/requeue, POST /jobs/cancel): one bounded call of act. The cursors in and out are
 // those of GET /jobs with the same filters, so a page of the list can be
 // acted on from where it starts.
 func (h *jobRoutes) bulkJobs(act func(context.Context, lifecycle.Actor, jobqueue.JobQuery) (lifecycle.BulkResult, error)) handlerFunc {
@@ -193,6 +196,22 @@ func bulkList(b wire.BulkBody) string {
 		}
 	}
 	return listOf(&url.URL{Path: "/jobs", RawQuery: q.Encode()})
+}
+
+// jobCounts is GET /stats/jobs/counts: the queue's Counts.
+func (h *jobRoutes) jobCounts() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) (lifecycle.JobCounts, error) {
+			return h.queue.Counts(ctx, actor)
+		}))
+}
+
+// jobActivity is GET /stats/jobs/activity: the queue's Activity, the last hour.
+func (h *jobRoutes) jobActivity() handlerFunc {
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
+		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) (lifecycle.JobActivity, error) {
+			return h.queue.Activity(ctx, actor)
+		}))
 }
 
 func (h *jobRoutes) listLanes() handlerFunc {

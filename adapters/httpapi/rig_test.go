@@ -71,6 +71,8 @@ type rigOpts struct {
 	clock clock.Clock
 	// queue, when set, changes the job queue's Config.
 	queue func(*jobqueue.Config)
+	// types is the job queue's Config.Types (nil: the NLM types alone).
+	types map[lifecycle.JobType]jobqueue.TypeConfig
 }
 
 func quickStep(name string) run.Step {
@@ -119,7 +121,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qc := jobqueue.Config{Store: g.store, Logger: log, Clock: o.clock}
+	qc := jobqueue.Config{Store: g.store, Logger: log, Clock: o.clock, Types: o.types}
 	if o.queue != nil {
 		o.queue(&qc)
 	}

@@ -75,6 +75,9 @@ func TestJobCommands(t *testing.T) {
 		{[]string{"-actor", "gateway", "queues", "pause", "default"}, 1, []string{"FORBIDDEN"}},
 		{[]string{"-actor", "admin", "queues", "pause", "a.b"}, 1, []string{"INVALID_INPUT"}},
 		{[]string{"queues", "stop", "x"}, 2, []string{"queues pause <queue>"}},
+		{[]string{"-actor", "gateway", "cancel-job", "-status", "QUEUED"}, 1, []string{"FORBIDDEN"}},
+		// The one QUEUED job is of an NLM type: refused, and said so.
+		{[]string{"-actor", "admin", "cancel-job", "-status", "QUEUED"}, 1, []string{"1 job(s) not cancelled"}},
 	}
 	for _, tt := range tests {
 		code, out, errs := conveyor(t, ts.URL, tt.args...)

@@ -72,6 +72,8 @@ commands:
   jobs | job <id> | requeue <id>
   cancel-job <id>                 cancel a job of a type of the user's: QUEUED or
                                   RETRY_BACKOFF at once, RUNNING by its worker
+  cancel-job -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]
+                                  cancel the jobs of a filter, at most 100 a call
   jobs enqueue <type> [-agent A] [-payload JSON] [-job-id ID] [-priority 1..9]
                [-run-at RFC3339] [-delay 90s] [-queue Q]
                                   create a job: a higher priority starts first (default 5);
@@ -252,9 +254,7 @@ func verbs() map[string]verb {
 		"job": {1, func(c *command, ctx context.Context, in *invocation) error {
 			return c.printJob(c.c.Job(ctx, in.pos[0]))
 		}},
-		"cancel-job": {1, func(c *command, ctx context.Context, in *invocation) error {
-			return c.printJob(client.Operator{Client: c.c}.CancelJob(ctx, in.pos[0]))
-		}},
+		"cancel-job": {-1, (*command).cancelJob},
 		"requeue":    {-1, (*command).requeue},
 		"history":    {1, (*command).history},
 		"queues":     {-1, (*command).queues},
@@ -454,26 +454,42 @@ func (c *command) requeue(ctx context.Context, in *invocation) error {
 	if len(in.pos) == 1 {
 		return c.printJob(c.c.Requeue(ctx, in.pos[0]))
 	}
-	if len(in.pos) > 1 || in.status == "" && in.jobType == "" && in.agent == "" {
-		return usageError("requeue <id> | requeue -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]")
+	return c.bulk(ctx, in, "requeue", client.Operator{Client: c.c}.RequeueJobs)
+}
+
+// cancelJob is the cancel of one job (cancel-job <id>) or of the jobs a
+// filter selects (cancel-job -status QUEUED ...: POST /jobs/cancel).
+func (c *command) cancelJob(ctx context.Context, in *invocation) error {
+	if len(in.pos) == 1 {
+		return c.printJob(client.Operator{Client: c.c}.CancelJob(ctx, in.pos[0]))
 	}
+	return c.bulk(ctx, in, "cancel-job", client.Operator{Client: c.c}.CancelJobs)
+}
+
+// bulk is a bulk action on the jobs the flags select (name: the command,
+// requeue or cancel-job), printed job by job.
+func (c *command) bulk(ctx context.Context, in *invocation, name string, act func(context.Context, client.Query) (lifecycle.BulkResult, error)) error {
+	if len(in.pos) > 1 || in.status == "" && in.jobType == "" && in.agent == "" {
+		return usageError(name + " <id> | " + name + " -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]")
+	}
+	done := map[string]string{"requeue": "requeued", "cancel-job": "cancelled"}[name]
 	q := client.Query{Status: in.status, Type: in.jobType, Agent: in.agent, Limit: in.limit, Cursor: in.cursor, All: in.all}
-	res, err := client.Operator{Client: c.c}.RequeueJobs(ctx, q)
+	res, err := act(ctx, q)
 	for _, id := range res.JobIDs {
-		fmt.Fprintf(c.out, "requeued %s\n", id)
+		fmt.Fprintf(c.out, "%-9s %s\n", done, id)
 	}
 	for _, f := range res.Failed {
-		fmt.Fprintf(c.out, "failed   %s  %s: %s\n", f.JobID, f.Code, f.Message)
+		fmt.Fprintf(c.out, "failed    %s  %s: %s\n", f.JobID, f.Code, f.Message)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "%d requeued, %d failed\n", res.Count, len(res.Failed))
+	fmt.Fprintf(c.out, "%d %s, %d failed\n", res.Count, done, len(res.Failed))
 	if res.Next != "" {
 		fmt.Fprintf(c.out, "more: -cursor %s\n", res.Next)
 	}
 	if len(res.Failed) > 0 {
-		return fmt.Errorf("%d job(s) not requeued", len(res.Failed))
+		return fmt.Errorf("%d job(s) not %s", len(res.Failed), done)
 	}
 	return nil
 }

@@ -139,7 +139,7 @@ func TestCommands(t *testing.T) {
 		{[]string{"frobnicate"}, 2, []string{"unknown command"}},
 		{[]string{"jobs"}, 1, []string{"NOT_FOUND"}}, // this Worker serves no job queue
 		{[]string{"-actor", "admin", "cancel-job", "job-1"}, 1, []string{"NOT_FOUND"}},
-		{[]string{"cancel-job"}, 2, []string{"takes 1 argument"}},
+		{[]string{"cancel-job"}, 2, []string{"cancel-job -status"}},
 		{[]string{"machine", "general-job"}, 0, []string{"stateDiagram-v2", "RUNNING --> CANCELLED"}},
 		{[]string{"schedules"}, 0, []string{"hourly-digest", "@hourly", "active"}},
 		{[]string{"schedules", "pause", "hourly-digest"}, 1, []string{"FORBIDDEN"}},

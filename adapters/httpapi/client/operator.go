@@ -30,10 +30,26 @@ func (o Operator) JobHistory(ctx context.Context, jobID string) (lifecycle.JobHi
 // done and answers every job requeued and every failure, with Next "".
 // On an error the result holds what the calls before it did.
 func (o Operator) RequeueJobs(ctx context.Context, q Query) (lifecycle.BulkResult, error) {
+	return o.bulk(ctx, "/jobs/requeue", q)
+}
+
+// CancelJobs is the admin's cancel of the jobs q selects (POST
+// /jobs/cancel, q's filters as RequeueJobs takes them), each as CancelJob
+// does it: QUEUED and RETRY_BACKOFF jobs end CANCELLED, a RUNNING one has
+// its cancel asked for; finished jobs are passed over, and a job of an
+// NLM type is answered in Failed with JOB_NOT_CANCELLABLE. Pages and
+// q.All as for RequeueJobs.
+func (o Operator) CancelJobs(ctx context.Context, q Query) (lifecycle.BulkResult, error) {
+	return o.bulk(ctx, "/jobs/cancel", q)
+}
+
+// bulk calls the bulk action at path with q's filters, page by page when
+// q.All says so.
+func (o Operator) bulk(ctx context.Context, path string, q Query) (lifecycle.BulkResult, error) {
 	body := wire.BulkBody{Status: lifecycle.JobState(q.Status), Type: lifecycle.JobType(q.Type), Agent: q.Agent, Limit: q.Limit, Cursor: q.Cursor}
 	all := lifecycle.BulkResult{JobIDs: []string{}, Failed: []lifecycle.BulkFailure{}}
 	for {
-		res, err := get[lifecycle.BulkResult](ctx, connOf(o.Client), http.MethodPost, "/jobs/requeue", body)
+		res, err := get[lifecycle.BulkResult](ctx, connOf(o.Client), http.MethodPost, path, body)
 		if err != nil {
 			return all, err
 		}
@@ -79,4 +95,20 @@ func (o Operator) SetPaused(ctx context.Context, queue string, paused bool) erro
 		action = "/pause"
 	}
 	return connOf(o.Client).call(ctx, http.MethodPost, "/queues/"+url.PathEscape(queue)+action, nil, nil, nil)
+}
+
+// JobCounts counts the jobs in each state per job type and agent (GET
+// /stats/jobs/counts): the jobs in flight read where they are, the others from
+// the audit log's rollups, so the counts match the list after every move
+// without reading the jobs that finished. Partial says the Worker read
+// its bound first: call again.
+func (o Operator) JobCounts(ctx context.Context) (lifecycle.JobCounts, error) {
+	return get[lifecycle.JobCounts](ctx, connOf(o.Client), http.MethodGet, "/stats/jobs/counts", nil)
+}
+
+// JobActivity reads the queue's last hour minute by minute (GET
+// /stats/jobs/activity): jobs completed, attempts failed, jobs cancelled, and
+// the run time and wait of the attempts that ended.
+func (o Operator) JobActivity(ctx context.Context) (lifecycle.JobActivity, error) {
+	return get[lifecycle.JobActivity](ctx, connOf(o.Client), http.MethodGet, "/stats/jobs/activity", nil)
 }

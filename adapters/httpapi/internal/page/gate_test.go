@@ -22,6 +22,17 @@ type gate struct {
 
 	// jobReads counts the reads of GET /jobs by their limit parameter.
 	jobReads sync.Map // limit → *atomic.Int64
+	// reads counts every GET by its path.
+	reads sync.Map // path → *atomic.Int64
+}
+
+// readsOf is how many GETs of path the gate passed.
+func (g *gate) readsOf(path string) int64 {
+	n, ok := g.reads.Load(path)
+	if !ok {
+		return 0
+	}
+	return n.(*atomic.Int64).Load()
 }
 
 // jobReadsOf is how many GET /jobs with that limit the gate passed.
@@ -48,6 +59,10 @@ func (g *gate) hold(pick func(*http.Request) bool) (held <-chan struct{}, releas
 }
 
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		n, _ := g.reads.LoadOrStore(r.URL.Path, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
 	if r.Method == http.MethodGet && r.URL.Path == "/jobs" {
 		n, _ := g.jobReads.LoadOrStore(r.URL.Query().Get("limit"), new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)

@@ -399,11 +399,14 @@ func TestJobsPageDrawsTheLatestReadAndKeepsItsRows(t *testing.T) {
 	)
 }
 
-// TestJobsPageRecountsAtMostEvery30s: the counts read up to 40 pages of
-// jobs, so the jobs that move while the view is open (each an event of the
-// feed) redraw the list but do not recount until JOBS_RECOUNT_MS passed.
-// Before, every burst of job events read every job again.
-func TestJobsPageRecountsAtMostEvery30s(t *testing.T) {
+// TestJobsPageCountsFollowEveryMove: the counts are one read of GET
+// /stats/jobs/counts, made with every read of the list, so a job that
+// moves while the view is open shows in the counts at once (they equal
+// the list's by state after each move); the page
+// never reads the jobs to count them. Before, the counts read up to 40
+// pages of 500 jobs and recounted at most every 30 s, and disagreed with
+// the list after a move.
+func TestJobsPageCountsFollowEveryMove(t *testing.T) {
 	w, ctx := jobsPageSession(t)
 	do(t, ctx, "open the jobs page", 20*time.Second,
 		chromedp.Navigate(w.URL+"/ui/#/jobs"),
@@ -411,16 +414,29 @@ func TestJobsPageRecountsAtMostEvery30s(t *testing.T) {
 		chromedp.WaitVisible(css(`[data-testid="quick-DEAD"][data-count="1"]`)),
 		settled(),
 	)
-	counted, listed := w.gate.jobReadsOf("500"), w.gate.jobReadsOf("25")
-	if counted == 0 || listed == 0 {
-		t.Fatalf("the page read the jobs %d times to count and %d to list; want both", counted, listed)
+	counted := w.gate.readsOf("/stats/jobs/counts")
+	if counted == 0 {
+		t.Fatal("the page did not read the counts")
 	}
-	// Three jobs run one after another (each a burst of events): the list
-	// is read again for each.
 	ok := func(context.Context, lifecycle.Job, json.RawMessage) (lifecycle.JobOutput, error) {
 		return lifecycle.JobOutput{Content: json.RawMessage(`{"summary":"ok"}`)}, nil
 	}
-	for range 3 {
+	// The page's totals, by state, as the list's: every state's count.
+	totals := func() string {
+		byState := map[lifecycle.JobState]int{}
+		for j, err := range w.queue.List(context.Background(), lifecycle.ActorAdmin) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			byState[j.Status]++
+		}
+		return fmt.Sprint(byState)
+	}
+	shown := `(() => { const out = {};
+		for (const td of document.querySelectorAll('#job-counts tr.total td[data-state]')) {
+			const a = td.querySelector('a'); if (a) out[td.dataset.state] = Number(a.dataset.count); }
+		return 'map[' + Object.keys(out).sort().map((k) => k + ':' + out[k]).join(' ') + ']'; })()`
+	for i := 1; i <= 3; i++ {
 		c, err := w.queue.Claim(context.Background(), "page-test")
 		if err != nil || c == nil {
 			t.Fatalf("claim: %v, %v", c, err)
@@ -428,19 +444,16 @@ func TestJobsPageRecountsAtMostEvery30s(t *testing.T) {
 		if _, err := c.Run(context.Background(), jobqueue.Handlers{CallNotebookLM: ok}); err != nil {
 			t.Fatal(err)
 		}
-		want := listed + 1
-		deadline := time.Now().Add(20 * time.Second)
-		for w.gate.jobReadsOf("25") < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the list was read %d times, want %d", w.gate.jobReadsOf("25"), want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		listed = w.gate.jobReadsOf("25")
+		want := totals()
+		do(t, ctx, fmt.Sprintf("see move %d counted: %s", i, want), 20*time.Second,
+			chromedp.Poll[chromedp.Void](shown+` === '`+want+`'`, chromedp.WithPollingInterval(20*time.Millisecond)))
 	}
 	do(t, ctx, "settle", 20*time.Second, settled())
-	if got := w.gate.jobReadsOf("500"); got != counted {
-		t.Errorf("job events recounted the jobs: %d count reads, %d before the events", got, counted)
+	if got := w.gate.readsOf("/stats/jobs/counts"); got <= counted {
+		t.Errorf("the counts were read %d times, %d before the moves", got, counted)
+	}
+	if n := w.gate.jobReadsOf("500"); n != 0 {
+		t.Errorf("the page read the jobs %d times to count them", n)
 	}
 }
 

@@ -23,8 +23,9 @@ import (
 
 // TestScreenshots writes docs/live-page.png (a demo-approval run waiting
 // for approval), docs/jobs-page.png (the jobs page as admin, dead jobs
-// shown), docs/queues.png (its queues panel, the default queue paused) and docs/job-page.png (a job
-// that failed twice and completed)
+// shown), docs/queues.png (its queues panel, the default queue paused), docs/job-page.png (a job
+// that failed twice and completed) and docs/charts.png (the last hour of
+// a busy queue, the jobs page's charts and counts)
 // into the folder CONVEYOR_SCREENSHOTS names; without it the test is
 // skipped. From the repository's root:
 //
@@ -37,7 +38,7 @@ func TestScreenshots(t *testing.T) {
 	bin := chromium(t)
 	ctx, closeBrowser := browser(t, bin)
 	defer closeBrowser()
-	overall := time.AfterFunc(2*time.Minute, closeBrowser)
+	overall := time.AfterFunc(3*time.Minute, closeBrowser)
 	defer overall.Stop()
 	shoot := func(name string) {
 		t.Helper()
@@ -103,7 +104,7 @@ func TestScreenshots(t *testing.T) {
 	w := startJobsWorker(t)
 	defer w.stop()
 	do(t, ctx, "open the jobs page", 30*time.Second,
-		chromedp.EmulateViewport(1200, 900),
+		chromedp.EmulateViewport(1200, 1280), // the charts, the counts and the list
 		chromedp.Navigate(w.URL+"/ui/#/jobs?status=DEAD"),
 		// As admin, so the dead job shows its Requeue button.
 		chromedp.Evaluate[chromedp.Void](`localStorage.setItem("conveyor.actor", "admin")`),
@@ -146,6 +147,18 @@ func TestScreenshots(t *testing.T) {
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
 	)
 	shoot("job-page.png")
+
+	// The charts and the counts of a queue whose last hour was busy.
+	busy := startBusyHour(t)
+	do(t, ctx, "open the charts", 30*time.Second,
+		chromedp.EmulateViewport(1200, 640),
+		chromedp.Navigate(busy.URL+"/ui/#/jobs"),
+		chromedp.Reload(),
+		chromedp.WaitVisible(css(`#charts svg[data-chart="latency"] circle.point`)),
+		chromedp.WaitVisible(css(`#job-counts tr.total td[data-state="COMPLETE"] a`)),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#charts').scrollIntoView()`),
+	)
+	shoot("charts.png")
 }
 
 // detailJob runs a job of its own agent on w's queue to COMPLETE after two

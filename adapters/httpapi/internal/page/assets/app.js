@@ -1179,12 +1179,10 @@
   // ---- jobs: counts by state per type and agent, a filtered list, actions
 
   const JOBS_SHOWN = 25;
-  const JOBS_PAGE_MAX = 500; // the Worker's largest page
-  const JOBS_COUNTED_PAGES = 40; // the counts read at most 20,000 jobs
-  // Counting reads up to 40 pages of jobs, so the feed's job events and the
-  // poll recount at most this often; opening the view, an actor change and
-  // the page's own moves recount at once. The list is read on every event.
-  const JOBS_RECOUNT_MS = 30000;
+  // The counts (GET /stats/jobs/counts) are the Worker's: the jobs in
+  // flight read where they are, the rest from the audit log's rollups, so
+  // a read costs the same however many jobs finished, and the view
+  // recounts with every read of the list (every burst of job events).
   // The job moves an operator makes over the API: the button shows where
   // the job's machine (its record's machine field: the spec's "job" for
   // the NLM types and records without the field, "general-job" for the
@@ -1194,9 +1192,17 @@
   // general machine has cancel: a RUNNING job's is its worker's move, which
   // whoever may cancel a waiting job asks for.
   // is retried by the queue); requeue is the operator's retry.
-  // A bulk requeue (POST /jobs/requeue) moves at most BULK_PER_CALL jobs a
-  // call (the Worker's bound); the page calls on until the set is done, at
-  // most BULK_CALLS_MAX times (10,000 jobs), and says when more remain.
+  // A bulk action (POST /jobs/requeue, POST /jobs/cancel) moves at most
+  // BULK_PER_CALL jobs a call (the Worker's bound); the page calls on until
+  // the set is done, at most BULK_CALLS_MAX times (10,000 jobs), and says
+  // when more remain. Each is offered for a filter on a state its machine
+  // moves from, to an actor the machine gives the move.
+  const BULK_ACTIONS = [
+    { event: 'requeue', machine: 'job', label: 'Requeue', doing: 'requeue', done: 'Requeued',
+      path: '/jobs/requeue', says: 'Each starts over with fresh attempts.' },
+    { event: 'cancel', machine: 'general-job', label: 'Cancel', doing: 'cancel', done: 'Cancelled',
+      path: '/jobs/cancel', says: 'Waiting jobs end CANCELLED at once, running ones when their worker reads the cancel; jobs of the NLM types cannot be cancelled.' },
+  ];
   const BULK_PER_CALL = 100;
   const QUEUES_POLL_MS = 5000;
   const BULK_CALLS_MAX = 100;
@@ -1233,6 +1239,126 @@
   function agentName(slug) {
     if (!slug) return '—';
     return slug.startsWith(TYPE_LANE) ? 'none (' + slug.slice(TYPE_LANE.length) + ' lane)' : slug;
+  }
+
+  // ---- the last hour, minute by minute (GET /stats/jobs/activity): the
+  // jobs completed, the attempts failed and the jobs cancelled, and the run
+  // time and wait of the attempts that ended, drawn as inline SVG (no chart
+  // library: the page vendors dagre alone). Bars for counts, lines with a
+  // dot a minute for latencies (a gap where no attempt ended).
+  const CHARTS_POLL_MS = 30000; // minutes pass without events too
+  const CHART_HEIGHT = 130;
+  const CHART_PAD = { left: 46, right: 8, top: 10, bottom: 20 };
+  const CHARTS = [
+    { id: 'throughput', title: 'Jobs completed', unit: '/min', bars: true,
+      series: [{ key: 'completed', cls: 'ok', label: 'completed' }] },
+    { id: 'failures', title: 'Attempts failed, jobs cancelled', unit: '/min', bars: true,
+      series: [{ key: 'failed', cls: 'bad', label: 'failed' }, { key: 'cancelled', cls: 'cancelled', label: 'cancelled' }] },
+    { id: 'latency', title: 'Run time and wait', unit: 'ms', bars: false,
+      series: [{ key: 'run_p50_ms', cls: 'p50', label: 'run p50' }, { key: 'run_p95_ms', cls: 'p95', label: 'run p95' },
+        { key: 'wait_p95_ms', cls: 'wait', label: 'wait p95' }] },
+  ];
+  function activityCharts() {
+    const note = h('p', { class: 'muted', id: 'charts-note' });
+    const figs = CHARTS.map((c) => h('figure', { class: 'chart', 'data-chart': c.id },
+      h('figcaption', {}, h('span', { class: 'title', text: c.title }),
+        ...c.series.map((x) => h('span', { class: 'key ' + x.cls, 'data-key': x.key, text: x.label })))));
+    const el = h('section', { 'aria-labelledby': 'charts-h', id: 'charts' },
+      h('h3', { id: 'charts-h', text: 'Last hour' }), h('div', { class: 'charts' }, figs), note);
+    let last = null;
+    function draw() {
+      if (!last) return;
+      CHARTS.forEach((c, i) => {
+        const old = figs[i].querySelector('svg');
+        const svg = drawChart(c, last.minutes || [], Math.max(220, figs[i].clientWidth - 2));
+        if (old) old.replaceWith(svg); else figs[i].append(svg);
+      });
+      const n = (last.minutes || []).reduce((x, m) => x + m.completed + m.failed + m.cancelled, 0);
+      note.textContent = (n ? '' : 'Nothing ended in the last hour. ') +
+        (last.partial ? 'Partial: the Worker read its bound first. ' : '') +
+        'From the audit log, a job counted when it comes to rest; latency percentiles are bucket bounds.';
+      note.dataset.partial = String(!!last.partial);
+    }
+    async function load() {
+      try {
+        last = await api('GET', '/stats/jobs/activity');
+        draw();
+      } catch (e) {
+        note.textContent = 'The last hour could not be read: ' + e.describe();
+      }
+    }
+    return { el, load, draw };
+  }
+  // drawChart draws chart c of minutes at width w: y from 0 to the
+  // largest value (a stack of bars counts whole), x the 60 minutes.
+  function drawChart(c, minutes, w) {
+    const P = CHART_PAD, ph = CHART_HEIGHT - P.top - P.bottom, pw = w - P.left - P.right;
+    const n = Math.max(1, minutes.length), slot = pw / n;
+    const val = (m, key) => (m[key] === undefined || m[key] === null ? null : m[key]);
+    let top = 0;
+    for (const m of minutes) {
+      top = Math.max(top, c.bars ? c.series.reduce((x, sr) => x + (val(m, sr.key) || 0), 0)
+        : Math.max(0, ...c.series.map((sr) => val(m, sr.key) || 0)));
+    }
+    const max = top > 0 ? niceCeil(top) : 1;
+    const y = (v) => P.top + ph - (v / max) * ph;
+    const svg = s('svg', { width: w, height: CHART_HEIGHT, viewBox: `0 0 ${w} ${CHART_HEIGHT}`, role: 'img',
+      'aria-label': `${c.title}, last 60 minutes, up to ${max} ${c.unit}`, 'data-chart': c.id, 'data-max': max });
+    svg.append(
+      s('line', { class: 'axis', x1: P.left, x2: w - P.right, y1: y(0), y2: y(0) }),
+      s('line', { class: 'grid', x1: P.left, x2: w - P.right, y1: y(max), y2: y(max) }),
+      s('text', { class: 'tick', x: P.left - 4, y: y(max) + 4, 'text-anchor': 'end', text: fmtTick(max, c.unit) }),
+      s('text', { class: 'tick', x: P.left - 4, y: y(0) + 4, 'text-anchor': 'end', text: '0' }),
+      s('text', { class: 'tick', x: P.left, y: CHART_HEIGHT - 4, 'text-anchor': 'start', text: '−60 min' }),
+      s('text', { class: 'tick', x: P.left + pw / 2, y: CHART_HEIGHT - 4, 'text-anchor': 'middle', text: '−30' }),
+      s('text', { class: 'tick', x: w - P.right, y: CHART_HEIGHT - 4, 'text-anchor': 'end', text: 'now' }));
+    minutes.forEach((m, i) => {
+      const x = P.left + i * slot;
+      if (c.bars) {
+        let base = 0;
+        for (const sr of c.series) {
+          const v = val(m, sr.key) || 0;
+          if (!v) continue;
+          svg.append(s('rect', { class: 'bar ' + sr.cls, x: x + 0.5, width: Math.max(1, slot - 1), y: y(base + v), height: y(base) - y(base + v),
+            'data-minute': i, 'data-key': sr.key, 'data-value': v }, s('title', { text: `${fmtMinute(m.at)}: ${v} ${sr.label}` })));
+          base += v;
+        }
+        return;
+      }
+      for (const sr of c.series) {
+        const v = val(m, sr.key);
+        if (v === null) continue;
+        svg.append(s('circle', { class: 'point ' + sr.cls, cx: x + slot / 2, cy: y(v), r: 2.5, 'data-minute': i, 'data-key': sr.key, 'data-value': v },
+          s('title', { text: `${fmtMinute(m.at)}: ${sr.label} ${fmtTick(v, c.unit)}` })));
+      }
+    });
+    if (!c.bars) {
+      for (const sr of c.series) {
+        let d = '', pen = 'M';
+        minutes.forEach((m, i) => {
+          const v = val(m, sr.key);
+          if (v === null) { pen = 'M'; return; }
+          d += `${pen}${(P.left + i * slot + slot / 2).toFixed(1)},${y(v).toFixed(1)} `;
+          pen = 'L';
+        });
+        if (d) svg.insertBefore(s('path', { class: 'line ' + sr.cls, d: d.trim() }), svg.querySelector('circle'));
+      }
+    }
+    return svg;
+  }
+  function fmtMinute(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? String(iso) : d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  }
+  // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+  function niceCeil(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const f of [1, 2, 5, 10]) if (f * p >= v) return f * p;
+    return 10 * p;
+  }
+  function fmtTick(v, unit) {
+    if (unit !== 'ms') return String(v);
+    return v >= 1000 ? fmtDuration(v) : v + ' ms';
   }
 
   function jobsView(view, query) {
@@ -1272,17 +1398,20 @@
       h('thead', {}, h('tr', {}, ['lane', 'queue', 'ready', 'waiting', 'oldest ready', 'running'].map((c, i) =>
         h('th', { scope: 'col', class: i > 1 && i < 5 ? 'num' : null, text: c })))),
       queuesBody);
-    // A bulk requeue of the filter's jobs, asked for and then confirmed.
-    const bulkBtn = h('button', { type: 'button', class: 'secondary', 'data-testid': 'bulk-requeue', hidden: '' });
+    // A bulk requeue or cancel of the filter's jobs, asked for and then
+    // confirmed.
+    const bulkBtns = BULK_ACTIONS.map((a) => h('button', { type: 'button', class: 'secondary', 'data-testid': 'bulk-' + a.event, hidden: '' }));
     const bulkText = h('span', { id: 'bulk-text' });
-    const bulkYes = h('button', { type: 'button', class: 'danger', 'data-testid': 'bulk-confirm', text: 'Requeue them' });
+    const bulkYes = h('button', { type: 'button', class: 'danger', 'data-testid': 'bulk-confirm' });
+    let bulkAction = BULK_ACTIONS[0];
     const bulkNo = h('button', { type: 'button', class: 'secondary', 'data-testid': 'bulk-dismiss', text: 'Keep them' });
     const bulkAsk = h('div', { class: 'confirm', id: 'bulk-ask', role: 'alertdialog', 'aria-labelledby': 'bulk-text', hidden: '' },
       bulkText, bulkYes, bulkNo);
+    const charts = activityCharts();
     const first = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-first', text: 'First page', hidden: '' });
     const next = h('button', { type: 'button', class: 'secondary', 'data-testid': 'jobs-next', text: 'Next page', hidden: '' });
     view.append(
-      h('h2', { text: 'Jobs' }), err, ok, quick,
+      h('h2', { text: 'Jobs' }), err, ok, quick, charts.el,
       h('section', { 'aria-labelledby': 'counts-h' },
         h('h3', { id: 'counts-h', text: 'By state, per job type and agent' }),
         h('div', { class: 'scroll' }, h('table', { id: 'job-counts', 'data-testid': 'job-counts' }, countsHead, countsBody)),
@@ -1296,7 +1425,7 @@
         h('div', { class: 'controls' },
           h('label', { for: 'jobs-status', text: 'State' }), selects.status,
           h('label', { for: 'jobs-type', text: 'Type' }), selects.type,
-          h('label', { for: 'jobs-agent', text: 'Agent' }), selects.agent, bulkBtn),
+          h('label', { for: 'jobs-agent', text: 'Agent' }), selects.agent, ...bulkBtns),
         bulkAsk,
         h('div', { class: 'scroll' }, listTable),
         listNote, h('p', { class: 'pager' }, first, next)));
@@ -1324,28 +1453,19 @@
     first.addEventListener('click', () => { pagePath = ''; loadList(); });
     next.addEventListener('click', () => { if (nextPath) { pagePath = nextPath; loadList(); } });
 
-    // Counts read every job, a page of 500 at a time (each row is one job
-    // type and agent; a job without an agent counts under "—").
+    // The counts are one read (GET /stats/jobs/counts): each row is one
+    // job type and agent ("—" for jobs whose records are gone).
     async function loadCounts() {
       const seq = ++countSeq;
-      const rows = new Map(), total = {}, machinesSeen = new Set();
-      let path = '/jobs?limit=' + JOBS_PAGE_MAX, pages = 0, n = 0;
-      while (path && pages < JOBS_COUNTED_PAGES) {
-        const page = await apiPage(path);
-        if (stopped || seq !== countSeq) return;
-        for (const j of page.items) {
-          machinesSeen.add(jobMachineName(j));
-          const key = j.job_type + '\u0000' + (j.agent_slug || '');
-          if (!rows.has(key)) rows.set(key, { type: j.job_type, agent: j.agent_slug || '', by: {}, total: 0 });
-          const r = rows.get(key);
-          r.by[j.status] = (r.by[j.status] || 0) + 1;
-          r.total++;
-          total[j.status] = (total[j.status] || 0) + 1;
-          n++;
-        }
-        path = page.next;
-        pages++;
-      }
+      const c = await api('GET', '/stats/jobs/counts');
+      if (stopped || seq !== countSeq) return;
+      const machinesSeen = new Set(), total = c.total || {};
+      const rows = (c.rows || []).map((r) => {
+        machinesSeen.add(r.machine || SPEC_JOB_MACHINE);
+        const by = r.counts || {};
+        return { type: r.job_type, agent: r.agent_slug || '', by, total: Object.values(by).reduce((x, y) => x + y, 0) };
+      });
+      const n = Object.values(total).reduce((x, y) => x + y, 0);
       // The columns are the states of the machines the counted jobs run
       // on, the spec's first: a queue of the user's types alone shows
       // RUNNING, not the NLM pipeline's stages.
@@ -1364,7 +1484,7 @@
         // A zero-width space after each "_" lets a long state name wrap there.
         ...states.map((st) => h('th', { scope: 'col', class: 'num', title: st, text: st.replace(/_/g, '_\u200b') })),
         h('th', { scope: 'col', class: 'num', text: 'total' })));
-      const sorted = [...rows.values()].sort((x, y) => x.type.localeCompare(y.type) || x.agent.localeCompare(y.agent));
+      const sorted = rows.sort((x, y) => x.type.localeCompare(y.type) || x.agent.localeCompare(y.agent));
       countsBody.replaceChildren(...sorted.map((r) => h('tr', { 'data-type': r.type, 'data-agent': r.agent },
         h('td', { class: 'mono', text: r.type }), h('td', { class: 'mono', text: agentName(r.agent) }),
         ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: r.type, agent: r.agent }, r.by[st]))),
@@ -1372,8 +1492,10 @@
       h('tr', { class: 'total', 'data-type': '' }, h('th', { scope: 'row', text: 'all' }), h('td', {}),
         ...states.map((st) => h('td', { class: 'num', 'data-state': st }, link({ status: st, type: '', agent: '' }, total[st]))),
         h('td', { class: 'num', text: n })));
-      countsNote.textContent = (n ? '' : 'No jobs. ') + (path ? `Counted the first ${n} jobs only. ` : '') +
-        `Counted at ${new Date().toLocaleTimeString()}; recounted on a move made here, else at most every ${JOBS_RECOUNT_MS / 1000} s.`;
+      countsNote.replaceChildren((n ? '' : 'No jobs. ') +
+        (c.partial ? 'Partial: the Worker read its bound first and goes on at the next read. ' : '') + 'Counted at ',
+        fmtTime(c.as_of), ' from the jobs in flight and the audit log; recounted with every read of the list.');
+      countsNote.dataset.partial = String(!!c.partial);
       // The states an operator looks for first.
       quick.replaceChildren(...['RETRY_BACKOFF', 'FAILED', 'DEAD'].map((st) => {
         const b = h('button', { type: 'button', class: 'secondary', 'data-testid': 'quick-' + st, 'data-count': total[st] || 0,
@@ -1386,27 +1508,41 @@
       fillSelect(selects.agent, sorted.map((r) => r.agent).filter(Boolean).sort(), filter.agent, 'every agent', agentName);
     }
 
-    // The bulk requeue is offered for a filter on a state the job machines
-    // requeue from (FAILED, DEAD: the same moves on both), to an actor they
-    // let requeue.
+    // A bulk action is offered for a filter on a state its machine moves
+    // from on its event (requeue: FAILED, DEAD, the same moves on both
+    // machines; cancel: the general machine's QUEUED, RETRY_BACKOFF and
+    // RUNNING), to an actor the machine gives the move (a RUNNING job's
+    // cancel to whoever may cancel a QUEUED one).
+    function bulkOffered(a) {
+      const spec = specs[a.machine] || null;
+      if (!spec || !filter.status) return false;
+      const from = spec.transitions.filter((t) => t.event === a.event).map((t) => t.from);
+      const as = a.event === 'cancel' && filter.status === 'RUNNING' ? 'QUEUED' : filter.status;
+      return from.includes(filter.status) && mayMove(spec, as, a.event);
+    }
     function showBulk() {
-      const spec = specs[SPEC_JOB_MACHINE] || specs['general-job'] || null;
-      const from = spec ? spec.transitions.filter((t) => t.event === 'requeue').map((t) => t.from) : [];
-      const on = !!filter.status && from.includes(filter.status) && mayMove(spec, filter.status, 'requeue');
-      bulkBtn.hidden = !on;
-      if (!on) bulkAsk.hidden = true;
-      bulkBtn.textContent = `Requeue every ${filter.status} job${filterWords(filter)}…`;
+      let shown = false;
+      BULK_ACTIONS.forEach((a, i) => {
+        const on = bulkOffered(a);
+        bulkBtns[i].hidden = !on;
+        bulkBtns[i].textContent = `${a.label} every ${filter.status} job${filterWords(filter)}…`;
+        shown = shown || (on && a === bulkAction);
+      });
+      if (!shown) bulkAsk.hidden = true;
     }
     const filterWords = (f) => (f.type ? ' of type ' + f.type : '') + (f.agent ? ' of agent ' + agentName(f.agent) : '');
-    bulkBtn.addEventListener('click', () => {
-      bulkText.textContent = `Requeue every ${filter.status} job${filterWords(filter)}? Each starts over with fresh attempts. ` +
-        `The Worker requeues at most ${BULK_PER_CALL} a call; the page calls until all are done.`;
+    BULK_ACTIONS.forEach((a, i) => bulkBtns[i].addEventListener('click', () => {
+      bulkAction = a;
+      bulkText.textContent = `${a.label} every ${filter.status} job${filterWords(filter)}? ${a.says} ` +
+        `The Worker acts on at most ${BULK_PER_CALL} a call; the page calls until all are done.`;
+      bulkYes.textContent = a.label + ' them';
+      bulkYes.dataset.action = a.event;
       bulkAsk.hidden = false;
       bulkYes.focus();
-    });
-    bulkNo.addEventListener('click', () => { bulkAsk.hidden = true; bulkBtn.focus(); });
-    bulkYes.addEventListener('click', () => bulkRequeue());
-    async function bulkRequeue() {
+    }));
+    bulkNo.addEventListener('click', () => { bulkAsk.hidden = true; bulkBtns[BULK_ACTIONS.indexOf(bulkAction)].focus(); });
+    bulkYes.addEventListener('click', () => bulkAct(bulkAction));
+    async function bulkAct(a) {
       bulkYes.disabled = bulkNo.disabled = true;
       ok.textContent = err.textContent = '';
       const f = Object.assign({}, filter);
@@ -1415,7 +1551,7 @@
       let done = 0, failed = [], more = false;
       try {
         for (let calls = 0; ; calls++) {
-          const res = await api('POST', '/jobs/requeue', body);
+          const res = await api('POST', a.path, body);
           done += res.count;
           failed = failed.concat(res.failed || []);
           if (!res.next) break;
@@ -1423,20 +1559,20 @@
           body.cursor = res.next;
         }
         ok.dataset.count = String(done);
-        ok.textContent = `Requeued ${done} ${f.status} job${done === 1 ? '' : 's'}${filterWords(f)}` +
-          (failed.length ? `; ${failed.length} not requeued (below).` : '.') + (more ? ' More remain: requeue again.' : '');
+        ok.textContent = `${a.done} ${done} ${f.status} job${done === 1 ? '' : 's'}${filterWords(f)}` +
+          (failed.length ? `; ${failed.length} not ${a.done.toLowerCase()} (below).` : '.') + (more ? ` More remain: ${a.doing} again.` : '');
         if (failed.length) {
-          err.replaceChildren('Not requeued: ', ...failed.slice(0, 20).flatMap((x, i) => [i ? '; ' : '',
+          err.replaceChildren(`Not ${a.done.toLowerCase()}: `, ...failed.slice(0, 20).flatMap((x, i) => [i ? '; ' : '',
             h('a', { href: '#/jobs/' + enc(x.job_id), class: 'mono', text: x.job_id }), ` ${x.code}: ${x.message}`]));
         }
       } catch (e) {
-        err.textContent = `Requeue of the ${f.status} jobs stopped after ${done}: ` + e.describe();
+        err.textContent = `${a.label} of the ${f.status} jobs stopped after ${done}: ` + e.describe();
         err.dataset.code = e.code;
         err.dataset.status = String(e.status);
       }
       bulkYes.disabled = bulkNo.disabled = false;
       bulkAsk.hidden = true;
-      if (!stopped) refresh(); // recounts at once: the counts follow the move
+      if (!stopped) refresh(); // the counts follow the move
     }
 
     async function loadQueues() {
@@ -1604,18 +1740,14 @@
       }
     }
 
-    let countedAt = 0;
-    async function refresh(recount = true) {
-      if (recount || Date.now() - countedAt >= JOBS_RECOUNT_MS) {
-        countedAt = Date.now();
-        try {
-          await loadCounts();
-          if (!stopped) err.textContent = '';
-        } catch (e) {
-          if (!stopped) err.textContent = 'Jobs could not be counted: ' + e.describe();
-        }
+    async function refresh() {
+      try {
+        await loadCounts();
+        if (!stopped) err.textContent = '';
+      } catch (e) {
+        if (!stopped) err.textContent = 'Jobs could not be counted: ' + e.describe();
       }
-      if (!stopped) await Promise.all([loadList(), loadQueues()]);
+      if (!stopped) await Promise.all([loadList(), loadQueues(), charts.load()]);
     }
 
     // A job's move is an event of the feed: a burst of them costs one read.
@@ -1625,15 +1757,17 @@
       interval: POLL_LIST_MS,
       onEvent: (type) => {
         if (!type.startsWith('job.') || pending) return;
-        pending = setTimeout(() => { pending = null; if (!stopped) refresh(false); }, 300);
+        pending = setTimeout(() => { pending = null; if (!stopped) refresh(); }, 300);
       },
-      poll: () => refresh(false),
-      onOpen: () => refresh(false), // the view counted when it opened
+      poll: () => refresh(),
+      onOpen: () => refresh(),
     });
     // A job picked up makes no event until it comes to rest (its audit is
     // written then), so the queues are also read every QUEUES_POLL_MS:
     // the lanes and their locks, cheap whatever the jobs.
     const queuesTimer = setInterval(() => { if (!stopped && !document.hidden) loadQueues(); }, QUEUES_POLL_MS);
+    const chartsTimer = setInterval(() => { if (!stopped && !document.hidden) charts.load(); }, CHARTS_POLL_MS);
+    const resize = onResize(() => charts.draw());
     (async () => {
       try {
         specs = await jobSpecs();
@@ -1644,7 +1778,7 @@
       await refresh();
       if (!stopped) live.start();
     })();
-    return { stop() { stopped = true; clearTimeout(pending); clearInterval(queuesTimer); live.stop(); } };
+    return { stop() { stopped = true; clearTimeout(pending); clearInterval(queuesTimer); clearInterval(chartsTimer); resize.stop(); live.stop(); } };
   }
 
   // ---- one job: its arguments, its result, its attempts and its moves
