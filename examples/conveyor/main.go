@@ -71,9 +71,11 @@ commands:
   cancel-job <id>                 cancel a job of a type of the user's: QUEUED or
                                   RETRY_BACKOFF at once, RUNNING by its worker
   jobs enqueue <type> [-agent A] [-payload JSON] [-job-id ID] [-priority 1..9]
-               [-run-at RFC3339] [-delay 90s]
+               [-run-at RFC3339] [-delay 90s] [-unique] [-unique-key K] [-unique-period 1h]
                                   create a job: a higher priority starts first (default 5);
-                                  it starts no earlier than -run-at and -delay say
+                                  it starts no earlier than -run-at and -delay say; a unique
+                                  one (by payload, or by -unique-key, within -unique-period)
+                                  whose twin exists prints that job, "duplicate": true
   history <job>                   a job's moves (audit log) and attempts, each with its error
   requeue -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]
                                   requeue the FAILED/DEAD jobs of a filter, at most 100 a call
@@ -187,6 +189,9 @@ type jobFlags struct {
 	payload, id, runAt string
 	priority           int
 	delay              time.Duration
+	unique             bool          // unique by payload
+	uniqueKey          string        // unique by this key
+	uniquePeriod       time.Duration // within this period
 }
 
 // verb is one command: how many positional arguments it takes (-1: it
@@ -266,6 +271,9 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 	fs.IntVar(&in.job.priority, "priority", 0, "the job's priority, 1 to 9, higher first (default 5)")
 	fs.StringVar(&in.job.runAt, "run-at", "", "the earliest time the job may start (RFC 3339)")
 	fs.DurationVar(&in.job.delay, "delay", 0, "how long after the enqueue the job may start (90s, 2h)")
+	fs.BoolVar(&in.job.unique, "unique", false, "jobs enqueue: a unique job, by its type and payload")
+	fs.StringVar(&in.job.uniqueKey, "unique-key", "", "jobs enqueue: a unique job, by its type and this key")
+	fs.DurationVar(&in.job.uniquePeriod, "unique-period", 0, "jobs enqueue: a unique job within this period of its run time (1h)")
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
 			return usageError(err.Error())
@@ -412,6 +420,9 @@ func (c *command) enqueue(ctx context.Context, t lifecycle.JobType, agent string
 			return usageError("-run-at is not an RFC 3339 time (2026-11-28T16:00:00Z)")
 		}
 		n.RunAt = at
+	}
+	if f.unique || f.uniqueKey != "" || f.uniquePeriod != 0 {
+		n.Unique = &lifecycle.Unique{Key: f.uniqueKey, Period: f.uniquePeriod}
 	}
 	return c.printJob(c.c.Enqueue(ctx, n))
 }
