@@ -122,13 +122,19 @@ func (n *NewJob) checkUnique() error {
 	return nil
 }
 
-// uniqueStates are the states that hold u's uniqueness.
+// uniqueStates are the states that hold u's uniqueness: by default
+// every state but DEAD and CANCELLED (River's default too: all but its
+// cancelled and discarded).
 func uniqueStates(u *lifecycle.Unique) []lifecycle.JobState {
 	if len(u.States) == 0 {
-		return lifecycle.DefaultUniqueStates()
+		return defaultUniqueStates
 	}
 	return u.States
 }
+
+var defaultUniqueStates = []lifecycle.JobState{lifecycle.JobPending, lifecycle.JobQueued, lifecycle.JobContextAssembly,
+	lifecycle.JobNotebookLMCall, lifecycle.JobArtifactWrite, lifecycle.JobRunning, lifecycle.JobRetryBackoff,
+	lifecycle.JobFailed, lifecycle.JobComplete}
 
 // uniqueHints remembers, per uniqueness, the generation this Queue last
 // found or created, so an insert reads the generations left behind once.

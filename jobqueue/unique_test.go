@@ -285,3 +285,66 @@ func insertSettled(t *testing.T, clk *clock.Fake, minWait time.Duration, insert 
 		}
 	}
 }
+
+// TestUniqueAndSnoozeWrites: a unique job costs the writes of any job end
+// to end (its uniqueness is its record's create-only write), a duplicate
+// insert none; a snooze's cost is logged (docs/performance.md).
+func TestUniqueAndSnoozeWrites(t *testing.T) {
+	t.Parallel()
+	for _, sc := range []storeCase{stores[0], {"filestore", fileStore}} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cs := &classStore{Store: sc.new(t)}
+			clk := clock.NewFake(t0)
+			snoozed := map[string]bool{}
+			q := newQueue(t, storage.New(cs), clk, func(c *jobqueue.Config) {
+				c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{emailType: {Handler: jobqueue.HandlerFunc(func(ctx context.Context, j lifecycle.Job) (lifecycle.JobOutput, error) {
+					if string(j.Payload) == `{"snooze":true}` && !snoozed[j.JobID] {
+						snoozed[j.JobID] = true
+						return lifecycle.JobOutput{}, jobqueue.Snooze(time.Minute)
+					}
+					return sent(ctx, j)
+				})}}
+			})
+			count := func(insert func() lifecycle.Job) (int, lifecycle.Job) {
+				t.Helper()
+				cs.mu.Lock()
+				cs.writes = nil
+				cs.mu.Unlock()
+				j := insert()
+				for range 3 {
+					for c := claim(t, q, "w"); c != nil; c = claim(t, q, "w") {
+						if _, err := c.Run(ctx, nil); err != nil {
+							t.Fatal(err)
+						}
+					}
+					clk.Advance(time.Minute)
+				}
+				return cs.durable(), j
+			}
+			insert := func(n jobqueue.NewJob) func() lifecycle.Job {
+				return func() lifecycle.Job {
+					j, err := q.InsertJob(ctx, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return j
+				}
+			}
+			count(insert(jobqueue.NewJob{JobType: emailType})) // warm: the lane's lock is made once, ever
+			plain, _ := count(insert(jobqueue.NewJob{JobType: emailType}))
+			u := uniqueJob(emailType, `{"to":"a"}`, lifecycle.Unique{})
+			unique, first := count(insert(u))
+			dup, again := count(insert(u))
+			snooze, _ := count(insert(jobqueue.NewJob{JobType: emailType, Payload: json.RawMessage(`{"snooze":true}`)}))
+			t.Logf("writes: a job %d, a unique job %d, a duplicate insert %d, a job snoozed once %d", plain, unique, dup, snooze)
+			if unique != plain || dup != 0 || !again.Duplicate || again.JobID != first.JobID {
+				t.Fatalf("a unique job %d writes (a job %d), a duplicate insert %d (want none), answered %s duplicate %v", unique, plain, dup, again.JobID, again.Duplicate)
+			}
+			if get(t, q, first.JobID).Status != lifecycle.JobComplete {
+				t.Fatal("the unique job did not complete")
+			}
+		})
+	}
+}

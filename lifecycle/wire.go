@@ -62,16 +62,9 @@ type Unique struct {
 	// hour, UTC). Zero: no end.
 	Period time.Duration
 	// States are the states of a job that hold its uniqueness; empty means
-	// DefaultUniqueStates.
+	// every state but DEAD and CANCELLED (a job waiting, running, retrying
+	// or COMPLETE holds it; a buried or cancelled one does not).
 	States []JobState
-}
-
-// DefaultUniqueStates is every job state but DEAD and CANCELLED: a job
-// waiting, running, retrying or COMPLETE holds its uniqueness, a buried
-// or cancelled one does not.
-func DefaultUniqueStates() []JobState {
-	return []JobState{JobPending, JobQueued, JobContextAssembly, JobNotebookLMCall, JobArtifactWrite, JobRunning,
-		JobRetryBackoff, JobFailed, JobComplete}
 }
 
 // The priorities of a job (NewJob.Priority, Job.Priority): a higher one
