@@ -133,7 +133,8 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]bool) error
 	return nil
 }
 
-// checkID checks the job's id (none yet for a unique job) and run id.
+// checkID checks the job's id: none yet for a unique job (derived when
+// it is written).
 func (n *NewJob) checkID() error {
 	if n.Unique == nil {
 		if err := storekey.ValidateID("job id", n.JobID); err != nil {
