@@ -348,3 +348,31 @@ func TestUniqueAndSnoozeWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestUniqueSettleDisturbed: an insert made while the store is disturbed
+// (every read of the job missing, every create over it accepted, for the
+// settle time) of a uniqueness a completed job holds creates nothing: its
+// reads go on until one, the settle time after the first, finds the job.
+func TestUniqueSettleDisturbed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, fs, clk := settlingUniqueQueue(t)
+	n := uniqueJob(emailType, `{"to":"a"}`, lifecycle.Unique{})
+	first := insertSettled(t, clk, settle, func() (lifecycle.Job, error) { return q.InsertJob(ctx, n) })
+	runAll(t, q, jobqueue.Handlers{})
+	if j := get(t, q, first.JobID); j.Status != lifecycle.JobComplete {
+		t.Fatalf("first job %s", j.Status)
+	}
+	fs.Disturb()
+	again := insertSettled(t, clk, settle, func() (lifecycle.Job, error) { return q.InsertJob(ctx, n) })
+	fs.Calm()
+	if !again.Duplicate || again.JobID != first.JobID || again.Status != lifecycle.JobComplete {
+		t.Fatalf("insert during the disturbance: %s %s duplicate %v; want the completed %s", again.JobID, again.Status, again.Duplicate, first.JobID)
+	}
+	if f := fs.Faults(); f.FalseNotFounds == 0 || f.DoubleCreates != 0 {
+		t.Fatalf("faults %+v: want false not-founds met and no create over the job", f)
+	}
+	if j := get(t, q, first.JobID); j.Status != lifecycle.JobComplete {
+		t.Fatalf("the completed job was replaced: %s", j.Status)
+	}
+}
