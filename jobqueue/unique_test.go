@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -374,5 +375,34 @@ func TestUniqueSettleDisturbed(t *testing.T) {
 	}
 	if j := get(t, q, first.JobID); j.Status != lifecycle.JobComplete {
 		t.Fatalf("the completed job was replaced: %s", j.Status)
+	}
+}
+
+// BenchmarkUniqueInsert: an insert of a job, of a unique job (new each
+// time: one read more) and of a duplicate (one read, no write), on
+// memstore.
+func BenchmarkUniqueInsert(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		job  func(i int) jobqueue.NewJob
+	}{
+		{"plain", func(int) jobqueue.NewJob { return jobqueue.NewJob{JobType: emailType, Payload: json.RawMessage(`{"to":"a"}`)} }},
+		{"unique", func(i int) jobqueue.NewJob {
+			return uniqueJob(emailType, `{"to":"a","n":`+strconv.Itoa(i)+`}`, lifecycle.Unique{})
+		}},
+		{"duplicate", func(int) jobqueue.NewJob { return uniqueJob(emailType, `{"to":"a"}`, lifecycle.Unique{}) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			q := newQueue(b, memstore.New(), clock.Real(), func(c *jobqueue.Config) {
+				c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{emailType: {Handler: jobqueue.HandlerFunc(sent)}}
+			})
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, err := q.InsertJob(ctx, bc.job(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
