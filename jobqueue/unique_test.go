@@ -387,7 +387,9 @@ func BenchmarkUniqueInsert(b *testing.B) {
 		name string
 		job  func(i int) jobqueue.NewJob
 	}{
-		{"plain", func(int) jobqueue.NewJob { return jobqueue.NewJob{JobType: emailType, Payload: json.RawMessage(`{"to":"a"}`)} }},
+		{"plain", func(int) jobqueue.NewJob {
+			return jobqueue.NewJob{JobType: emailType, Payload: json.RawMessage(`{"to":"a"}`)}
+		}},
 		{"unique", func(i int) jobqueue.NewJob {
 			return uniqueJob(emailType, `{"to":"a","n":`+strconv.Itoa(i)+`}`, lifecycle.Unique{})
 		}},
