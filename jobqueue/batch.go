@@ -33,7 +33,7 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 	jobs = slices.Clone(jobs) // validate fills in ids and defaults: the caller's stay as given
 	first := make(map[string]int, len(jobs))
 	for i := range jobs {
-		if err := jobs[i].validate(q.maxAttempts, q.userTypes); err != nil {
+		if err := jobs[i].validate(q.maxAttemptsOf(jobs[i].JobType), q.userTypes); err != nil {
 			return nil, &lifecycle.BatchError{Index: i, Err: err}
 		}
 		if err := q.checkRolling(&jobs[i]); err != nil {

@@ -23,6 +23,8 @@ const (
 	defaultStepTimeout = 120 * time.Second
 	defaultStopGrace   = 10 * time.Second
 	defaultSweepBatch  = 10000
+	// maxMaxAttempts bounds max_attempts (NewJob.MaxAttempts).
+	maxMaxAttempts = 100
 )
 
 // defaultBackoff is the retry schedule (docs/spec.md#retries-and-timeouts): the wait in
@@ -85,6 +87,34 @@ type Config struct {
 	// be a built-in type's. With Config.Artifacts set, that store must know
 	// the types (artifact.Config.Types); the default store is given them.
 	Types map[lifecycle.JobType]TypeConfig
+	// InsertMiddleware wraps every insert, first in the list outermost:
+	// Enqueue and EnqueueMany, and so Insert, InsertJob, InsertMany, the
+	// jobs of periodic schedules and the HTTP API's POST /jobs and
+	// /jobs/batch. Each sees the jobs as the
+	// caller gave them, before any is checked or written, after the
+	// caller's actor was found allowed to create jobs; it may change them,
+	// refuse them by returning an error without calling next, or act on
+	// what next returns. The queue checks the jobs next hands it as any
+	// others. An error is returned to the caller as it is, its code
+	// lifecycle.ErrorCode's, and so is its HTTP status: wrap
+	// lifecycle.ErrInvalidInput for a refusal of the input
+	// (INVALID_INPUT, 400), return a *lifecycle.ForbiddenActorError for
+	// FORBIDDEN (403) or any error with a Code method naming a code of
+	// the table; anything else is INTERNAL_ERROR (500). A panic is
+	// returned as an INTERNAL_ERROR naming it, nothing written. Default
+	// none.
+	InsertMiddleware []func(next InsertFunc) InsertFunc
+	// WorkMiddleware wraps every handler call of the job types of
+	// Config.Types, first in the list outermost (a type of its own only:
+	// wrap its Handler). The wrapped call is the attempt's step: under the
+	// type's Timeout, a panic in it a failed attempt, a middleware that
+	// ignores its context left behind at the deadline as a handler is, and
+	// an error it returns the attempt's (Permanent and StatusError as a
+	// handler's). The NLM pipeline's two steps (Handlers, for RESEARCH,
+	// BRIEF, PROPOSAL_PREPROCESS) are not wrapped: they are two calls of
+	// two shapes on the spec's machine, and plain functions a caller wraps
+	// itself. Default none.
+	WorkMiddleware []func(next Handler) Handler
 	// Metrics receives the job metrics of docs/spec.md#metrics (see Metrics);
 	// default none.
 	Metrics Metrics
@@ -113,7 +143,33 @@ type TypeConfig struct {
 	// JSON; nil accepts any JSON. An error sends the job to RETRY_BACKOFF
 	// from ARTIFACT_WRITE (wrap it with Permanent to skip the retries).
 	Validate func(content json.RawMessage) error
+	// MaxAttempts is max_attempts for the type's jobs inserted without
+	// one, 1 to 100, recorded on each job when it is inserted: a later
+	// change of it does not touch jobs already inserted. Default
+	// Config.MaxAttempts.
+	MaxAttempts int
+	// Timeout bounds each call of the type's Handler (with
+	// Config.WorkMiddleware around it): at the deadline the attempt fails
+	// with error_code TIMEOUT whether or not the handler returns, and one
+	// that ignores its context is left behind, its result dropped. The
+	// artifact write keeps Config.StepTimeout. Default Config.StepTimeout.
+	Timeout time.Duration
+	// Backoff is the wait in RETRY_BACKOFF after the type's failed attempt
+	// n (Backoff[n-1]; the last entry repeats). Default Config.Backoff.
+	Backoff []time.Duration
+	// BackoffFunc, when set, is the wait after a failed attempt instead of
+	// Backoff: it is given the job as failed (its Attempt, ErrorCode and
+	// Error set) and may be called more than once for one failure (a
+	// write retried on a conflict), so it should return the same wait for
+	// the same job. A negative wait is none. The wait is the Worker's that
+	// records the failure, read then: a change of it applies to the next
+	// failure of jobs in flight. Default none.
+	BackoffFunc func(job lifecycle.Job) time.Duration
 }
+
+// InsertFunc inserts jobs: the queue's own insert, or the next of
+// Config.InsertMiddleware. It returns the jobs as written.
+type InsertFunc func(ctx context.Context, jobs []NewJob) ([]lifecycle.Job, error)
 
 // fillConfig checks cfg and fills in its defaults, in New's order.
 func fillConfig(cfg *Config) error {
@@ -187,6 +243,9 @@ func typeValidators(types map[lifecycle.JobType]TypeConfig) (map[artifact.Type]f
 		if _, builtin := artifact.TypeForJob(t); builtin {
 			return nil, fmt.Errorf("%w: Types: %s is a built-in job type", ErrInvalidConfig, t)
 		}
+		if err := checkTypeRetries(t, tc); err != nil {
+			return nil, err
+		}
 		contentTypes[artifact.Type(t)] = tc.Validate
 	}
 	return contentTypes, nil
@@ -214,4 +273,21 @@ func (p defaultProject) of(job lifecycle.Job) string {
 		return job.ProjectID
 	}
 	return string(p)
+}
+
+// checkTypeRetries checks the attempts, timeout and backoff of user job
+// type t.
+func checkTypeRetries(t lifecycle.JobType, tc TypeConfig) error {
+	if tc.MaxAttempts < 0 || tc.MaxAttempts > maxMaxAttempts {
+		return fmt.Errorf("%w: Types[%s].MaxAttempts %d outside 1..%d", ErrInvalidConfig, t, tc.MaxAttempts, maxMaxAttempts)
+	}
+	if tc.Timeout < 0 {
+		return fmt.Errorf("%w: Types[%s].Timeout %s is negative", ErrInvalidConfig, t, tc.Timeout)
+	}
+	for _, d := range tc.Backoff {
+		if d < 0 {
+			return fmt.Errorf("%w: Types[%s].Backoff %s is negative", ErrInvalidConfig, t, d)
+		}
+	}
+	return nil
 }

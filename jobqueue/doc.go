@@ -5,7 +5,10 @@
 // A job needs only a type and a payload. Register a Handler per job type
 // in Config.Types (HandlerFunc, or Typed for a payload decoded into a Go
 // type), run a Worker, and Insert a job; Wait returns it once COMPLETE or
-// DEAD, and Result reads what its handler returned (Example_job). A job
+// DEAD, Result reads what its handler returned and ResultAs reads it as
+// its Go type (Example_quickstart). A type may set its own attempts,
+// timeout and backoff (TypeConfig); Config.InsertMiddleware and
+// Config.WorkMiddleware wrap every insert and every handler call. A job
 // may name a run and an agent (InsertJob); an agent runs one job at a
 // time, and a job without one runs in its type's lane ("_type." and the
 // type, its agent_slug), one at a
@@ -37,7 +40,7 @@
 // Attempt counts attempts started: pickup increments it, so with
 // max_attempts 3 a job runs at most three times; each failure waits in
 // RETRY_BACKOFF (15 s after the first, 30 s after the second, 60 s after
-// the third) and the end of that wait sends it back to QUEUED while
+// the third, or the type's Backoff) and the end of that wait sends it back to QUEUED while
 // attempt < max_attempts, else to FAILED and at once to DEAD.
 //
 // Every job write is one compare-and-swap with the job machine fired inside

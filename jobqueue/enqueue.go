@@ -220,6 +220,7 @@ type admission struct {
 	quar        *quarantine
 	obs         *observer
 	maxAttempts int                        // Config.MaxAttempts
+	typeMax     map[lifecycle.JobType]int  // TypeConfig.MaxAttempts, where set
 	userTypes   map[lifecycle.JobType]bool // Config.Types
 	rolling     bool                       // Config.RollingUpgrade
 	hints       uniqueHints                // unique jobs' generations seen
@@ -242,7 +243,7 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
 		return lifecycle.Job{}, err
 	}
-	if err := n.validate(q.maxAttempts, q.userTypes); err != nil {
+	if err := n.validate(q.maxAttemptsOf(n.JobType), q.userTypes); err != nil {
 		return lifecycle.Job{}, err
 	}
 	if err := q.checkRolling(&n); err != nil {

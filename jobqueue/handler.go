@@ -9,10 +9,11 @@ import (
 )
 
 // Handler does the work of a job type's jobs (Config.Types). The queue
-// calls Work once per attempt, under Config.StepTimeout, and stores the
+// calls Work once per attempt, inside Config.WorkMiddleware, under the
+// type's Timeout (Config.StepTimeout by default), and stores the
 // lifecycle.JobOutput it returns as the job's artifact in the write that makes the job
-// COMPLETE. An error sends the job to RETRY_BACKOFF (retried after
-// Config.Backoff while attempts are left); wrap it with Permanent when no
+// COMPLETE. An error sends the job to RETRY_BACKOFF (retried after the
+// type's Backoff, Config.Backoff by default, while attempts are left); wrap it with Permanent when no
 // retry can mend it, or return a *StatusError to record an HTTP status.
 //
 // Handlers, the NLM pipeline's two steps, is a Handler too; Typed makes one

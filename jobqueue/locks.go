@@ -45,6 +45,9 @@ type locks struct {
 	// absent holds the locks read missing while their lanes hold work, on
 	// a store that settles, until the absence is sure (remakeMissing).
 	absent *evidence.Absence
+	// lost is set when a lock was lost or junk: the job it named, if any,
+	// is in no lane and named by no lock, for a reconcile pass to find.
+	lost *reconcileAsked
 
 	mu      sync.Mutex
 	agentAt time.Time // when the agents' locks were last listed
@@ -251,6 +254,7 @@ func (q *locks) readLock(ctx context.Context, a *agentState, key string) (lock a
 	if err != nil {
 		return lock, "", false, err // ErrPreconditionFailed: another worker made it; next look reads it
 	}
+	q.lost.Store(true)
 	return fresh, ver, false, nil
 }
 
@@ -274,7 +278,8 @@ func (q *locks) remakeMissing(ctx context.Context, a *agentState, key string) {
 		return
 	}
 	q.absent.Found(key)
-	q.log.WarnContext(ctx, "jobqueue: agent lock read missing while its lane holds work; remade", "agent", a.name)
+	q.lost.Store(true)
+	q.log.WarnContext(ctx, "jobqueue: agent lock read missing while its lane holds work; remade, and a reconcile pass asked for", "agent", a.name)
 }
 
 // remake creates a's lock afresh at key (create-only), in place of one

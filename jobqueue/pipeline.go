@@ -121,6 +121,7 @@ type runner struct {
 	leaseTTL      time.Duration
 	stepTimeout   time.Duration
 	grace         stopGrace
+	workMW        []func(next Handler) Handler // Config.WorkMiddleware
 	// jointArtifact: the artifact is written in the commit of the job's
 	// end (endWith): the store commits, and the artifact store is the
 	// queue's own, over it.
@@ -135,8 +136,9 @@ type runner struct {
 // the spec's: CONTEXT_ASSEMBLY (for Handlers with AssembleContext) →
 // NOTEBOOKLM_CALL, where the Handler works → ARTIFACT_WRITE → COMPLETE. On
 // either, an error sends
-// it to RETRY_BACKOFF (retried after Config.Backoff while attempts are
-// left). ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
+// it to RETRY_BACKOFF (retried after its type's Backoff, by default
+// Config.Backoff, while attempts are left). A user type's Handler runs
+// inside Config.WorkMiddleware, under its type's Timeout. ARTIFACT_WRITE writes the job's one artifact (keyed by job id,
 // finalized, fenced by the claim's epoch: a lost attempt's artifact is
 // replaced, a newer one never) and COMPLETE points the job at it in a
 // fenced write, so no reader sees COMPLETE without its finalized artifact,
@@ -185,6 +187,9 @@ func (c *Claim) run(ctx context.Context, h Handler) (lifecycle.Job, error) {
 		_ = c.Abandon(ctx)
 		return c.Job(), fmt.Errorf("jobqueue: no Handler for job type %s (Config.Types; Handlers with CallNotebookLM for the built-in types)", c.Job().JobType)
 	}
+	if _, builtin := artifact.TypeForJob(c.Job().JobType); !builtin && len(c.r.workMW) > 0 {
+		h = wrapWork(h, c.r.workMW)
+	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c.renewedAt.Store(c.r.clock.Now().UnixNano())
@@ -212,16 +217,17 @@ func toArtifactWrite(ctx context.Context, d *jobDoc) error {
 	return fire(ctx, d, machine.EventResponseOK, lifecycle.ActorOrchestration)
 }
 
-// step runs fn as one unit of the core under the step timeout, on the
+// step runs fn as one unit of the core under limit (the step timeout, or
+// the job type's for its handler's call), on the
 // queue's clock: at the timeout the step ends with an error matching
 // errStepTimeout whether or not fn returns, and a fn that ignores its
 // context is left behind, counted as a straggler, its result dropped.
-func (c *Claim) step(ctx context.Context, name string, fn func(ctx context.Context) error) (context.Context, error) {
+func (c *Claim) step(ctx context.Context, name string, limit time.Duration, fn func(ctx context.Context) error) (context.Context, error) {
 	job := c.Job()
 	hctx, span := c.r.tracer.Start(ctx, tracing.SpanHandler, trace.SpanKindInternal)
 	span.String(tracing.AttrHandler, name)
 	span.String(tracing.AttrJobID, job.JobID)
-	_, err := deadline.Do(hctx, c.r.units, "job "+job.JobID+" "+name, c.r.stepTimeout, func(ctx context.Context) (struct{}, error) {
+	_, err := deadline.Do(hctx, c.r.units, "job "+job.JobID+" "+name, limit, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, fn(ctx)
 	})
 	if errors.Is(err, deadline.ErrOverrun) {
@@ -259,7 +265,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 			return nlm.CallNotebookLM(ctx, job, snapshot)
 		}
 	}
-	sctx, err = c.step(ctx, name, func(ctx context.Context) (err error) {
+	sctx, err = c.step(ctx, name, c.r.timeoutOf(job.JobType), func(ctx context.Context) (err error) {
 		out, err = work(ctx, job)
 		return err
 	})
@@ -299,7 +305,7 @@ func (c *Claim) endWith(ctx context.Context, job lifecycle.Job, out lifecycle.Jo
 func (c *Claim) work(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	job := c.Job()
 	var out lifecycle.JobOutput
-	sctx, err := c.step(ctx, "Work", func(ctx context.Context) (err error) {
+	sctx, err := c.step(ctx, "Work", c.r.timeoutOf(job.JobType), func(ctx context.Context) (err error) {
 		out, err = h.Work(ctx, job)
 		return err
 	})
@@ -345,7 +351,7 @@ func (c *Claim) assembleContext(ctx context.Context, h Handlers, job lifecycle.J
 		return nil, nil, nil
 	}
 	var snapshot json.RawMessage
-	sctx, err := c.step(ctx, "AssembleContext", func(ctx context.Context) (err error) {
+	sctx, err := c.step(ctx, "AssembleContext", c.r.stepTimeout, func(ctx context.Context) (err error) {
 		snapshot, err = h.AssembleContext(ctx, job)
 		return err
 	})
@@ -383,7 +389,7 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecy
 		art artifact.Artifact
 		w   *storage.Write
 	)
-	sctx, err := c.step(ctx, "artifact write", func(ctx context.Context) (err error) {
+	sctx, err := c.step(ctx, "artifact write", c.r.stepTimeout, func(ctx context.Context) (err error) {
 		if err := c.confirm(ctx); err != nil {
 			return err
 		}

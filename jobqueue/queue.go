@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/evidence"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/maintenance"
 	quarantinepkg "github.com/runconveyor/conveyor/internal/quarantine"
@@ -37,6 +38,7 @@ type Queue struct {
 	lanes   *lanes
 	locks   *locks
 	admit   *admission
+	inserts *inserts
 	claims  *claimer
 	runner  *runner
 	reads   *reader
@@ -82,26 +84,31 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	audit := &auditor{store: store, log: cfg.Logger, node: cfg.Node, artifactActor: cfg.ArtifactActor}
 	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
 	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}
-	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle, absent: absent}
-	retries := &retries{jobs: jobs, lanes: q.lanes, backoff: cfg.Backoff}
+	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle, absent: absent, lost: &reconcileAsked{}}
+	retries := &retries{jobs: jobs, lanes: q.lanes, backoff: cfg.Backoff, types: cfg.Types}
 	repair := &repairer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, jobs: jobs, lanes: q.lanes,
 		sched: q.sched, audit: audit, retries: retries}
 	q.runner = &runner{store: store, clock: cfg.Clock, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider),
 		units: q.units, jobs: jobs, lanes: q.lanes, sched: q.sched, audit: audit, retries: retries, obs: obs,
 		artifacts: cfg.Artifacts, types: cfg.Types, project: q.project, artifactActor: cfg.ArtifactActor,
-		leaseTTL: cfg.LeaseTTL, stepTimeout: cfg.StepTimeout, grace: q.grace}
+		leaseTTL: cfg.LeaseTTL, stepTimeout: cfg.StepTimeout, grace: q.grace, workMW: cfg.WorkMiddleware}
 	twice := &twiceCheck{store: store, absent: absent, artifacts: cfg.Artifacts, project: q.project, quar: q.quar, log: cfg.Logger}
 	q.claims = &claimer{store: store, clock: cfg.Clock, leaseTTL: cfg.LeaseTTL, grace: q.grace, sched: q.sched,
 		lanes: q.lanes, locks: q.locks, jobs: jobs, repair: repair, retries: retries, audit: audit, twice: twice, runner: q.runner}
 	userTypes := map[lifecycle.JobType]bool{}
-	for t := range cfg.Types {
+	typeMax := map[lifecycle.JobType]int{}
+	for t, tc := range cfg.Types {
 		userTypes[t] = true
+		if tc.MaxAttempts > 0 {
+			typeMax[t] = tc.MaxAttempts
+		}
 	}
 	q.admit = &admission{store: store, clock: cfg.Clock, tracer: q.runner.tracer, jobs: jobs, lanes: q.lanes,
-		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, userTypes: userTypes, rolling: cfg.RollingUpgrade}
+		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, typeMax: typeMax, userTypes: userTypes, rolling: cfg.RollingUpgrade}
+	q.inserts = &inserts{admit: q.admit, mw: cfg.InsertMiddleware}
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
 	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,
-		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch}
+		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch, asked: q.locks.lost}
 	return q
 }
 
@@ -122,8 +129,10 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // writes nothing, no error (docs/spec.md#unique-jobs). On a store that
 // settles, an insert of a uniqueness not yet held waits the settle time,
 // within ctx, before it believes no job holds it.
+// Config.InsertMiddleware sees n first, as a batch of one, once the actor
+// may create jobs.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
-	return q.admit.enqueue(ctx, actor, n)
+	return q.inserts.one(ctx, actor, n)
 }
 
 // EnqueueMany enqueues jobs, each as Enqueue would, as one batch (River's
@@ -153,8 +162,12 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 // lifecycle.ErrJobExists. A unique job (Unique set) whose uniqueness a job
 // holds, in the store or earlier in the batch, is answered by that job
 // with Duplicate set, and not written.
+// lifecycle.ErrJobExists.
+//
+// Config.InsertMiddleware sees the batch first, whole, once the actor may
+// create jobs; no jobs pass by it.
 func (q *Queue) EnqueueMany(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) ([]lifecycle.Job, error) {
-	return q.admit.enqueueMany(ctx, actor, jobs)
+	return q.inserts.many(ctx, actor, jobs)
 }
 
 // Requeue is the operator's manual requeue (FAILED → QUEUED, and the
@@ -251,6 +264,19 @@ func (q *Queue) Wait(ctx context.Context, jobID string) (lifecycle.Job, error) {
 // workers run it in batches through SweepIfDue.
 func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 	return q.sweeper.all(ctx)
+}
+
+// Reconcile reads every job record, finished history included, and
+// repairs each job in flight that no lane entry or agent lock points at,
+// as Sweep repairs those they do: the work a store left unreachable when
+// it lost one of the queue's own objects. Sweep never reads history, so
+// it cannot find such a job; a Worker starts a pass like this one by
+// itself once it sees such a loss, carried out a batch per sweep. Its cost
+// is one read per job kept, so call it after a store incident, not on a
+// schedule. It is safe beside running Workers.
+func (q *Queue) Reconcile(ctx context.Context) (SweepReport, error) {
+	r, _, err := q.sweeper.reconcile(ctx, layout.JobsPrefix, 0)
+	return r, err
 }
 
 // SweepIfDue sweeps the next Config.SweepBatch entries of work in flight

@@ -16,19 +16,8 @@ import (
 type retries struct {
 	jobs    *jobStore
 	lanes   *lanes
-	backoff []time.Duration // Config.Backoff
-}
-
-// wait is the wait after failed attempt n (1-based).
-func (q *retries) wait(attempt int) time.Duration {
-	i := attempt - 1
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(q.backoff) {
-		i = len(q.backoff) - 1
-	}
-	return q.backoff[i]
+	backoff []time.Duration                  // Config.Backoff
+	types   map[lifecycle.JobType]TypeConfig // their Backoff and BackoffFunc
 }
 
 func (c *Claim) fail(ctx context.Context, step lifecycle.JobState, code, msg string) (lifecycle.Job, error) {
@@ -97,7 +86,7 @@ func (q *retries) retry(ctx context.Context, d *jobDoc, now time.Time, step life
 		d.NextAttemptAt, d.ReadyKey = nil, ""
 		return
 	}
-	next := now.Add(q.wait(d.Attempt))
+	next := now.Add(q.waitFor(&d.Job))
 	d.NextAttemptAt, d.ReadyKey = &next, laneKeyOf(&d.Job, next) // of its priority
 }
 

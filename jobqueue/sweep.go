@@ -45,6 +45,7 @@ type sweeper struct {
 	sched  *scheduler
 	quar   *quarantine
 	batch  int // Config.SweepBatch
+	asked  *reconcileAsked
 
 	worker string // who takes the sweep's turn (every)
 }
@@ -248,6 +249,9 @@ type sweepLease struct {
 	// Cursor is the key of the last entry swept when a batch ended before
 	// the entries did; the next sweep goes on after it.
 	Cursor string `json:"cursor,omitempty"`
+	// Reconcile, while a reconcile pass is under way (reconcile.go), is
+	// the key after which its next batch goes on.
+	Reconcile string `json:"reconcile,omitempty"`
 }
 
 // TurnLease is the sweep's lease, for maintenance.Turn.
@@ -288,10 +292,27 @@ func (q *sweeper) ifDue(ctx context.Context) (r SweepReport, swept bool, err err
 	if err != nil {
 		return r, true, err
 	}
+	from, asked := lease.Reconcile, false
+	if from == "" && q.asked != nil && q.asked.Load() {
+		from, asked = layout.JobsPrefix, true // every job key sorts after it
+	}
+	if from != "" {
+		rr, more, err := q.reconcile(ctx, from, q.batch)
+		r.add(rr)
+		if err != nil {
+			return r, true, err
+		}
+		from = more
+		q.Logger.LogAttrs(ctx, slog.LevelInfo, "reconcile_batch", slog.Int("jobs", rr.Jobs),
+			slog.Int("rescued", rr.Rescued), slog.Int("relaned", rr.Relaned), slog.Bool("done", more == ""))
+	}
 	_, _, err = rec.Apply(ctx, func(l *sweepLease) error {
-		l.Cursor = next
+		l.Cursor, l.Reconcile = next, from
 		return nil
 	})
+	if err == nil && asked {
+		q.asked.Store(false)
+	}
 	if errors.Is(err, lifecycle.ErrLeaseLost) {
 		err = nil // our lease ran out and another worker swept on
 	}

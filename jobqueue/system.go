@@ -80,3 +80,21 @@ func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, er
 func (q *Queue) InsertMany(ctx context.Context, jobs []NewJob) ([]lifecycle.Job, error) {
 	return q.EnqueueMany(ctx, systemActor, jobs)
 }
+
+// ResultAs reads the result of job jobID as Result does and decodes its
+// content, JSON, into T: the value a Typed handler of the job's type
+// returned, read back as its Go type. A job that has not completed has no
+// result: the error matches storage.ErrNotFound. Content that does not
+// decode into T gives an error naming the job, T and encoding/json's
+// error, which it wraps.
+func ResultAs[T any](ctx context.Context, q *Queue, jobID string) (T, error) {
+	var v T
+	art, err := q.Result(ctx, jobID)
+	if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal(art.Content, &v); err != nil {
+		return v, fmt.Errorf("jobqueue: result of job %s does not decode into %T: %w", jobID, v, err)
+	}
+	return v, nil
+}

@@ -66,6 +66,8 @@ type rigOpts struct {
 	store *storage.Store
 	// clock is the job queue's (nil: the real one).
 	clock clock.Clock
+	// queue, when set, changes the job queue's Config.
+	queue func(*jobqueue.Config)
 }
 
 func quickStep(name string) run.Step {
@@ -106,7 +108,11 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.queue, err = jobqueue.New(jobqueue.Config{Store: g.store, Logger: log, Clock: o.clock}); err != nil {
+	qc := jobqueue.Config{Store: g.store, Logger: log, Clock: o.clock}
+	if o.queue != nil {
+		o.queue(&qc)
+	}
+	if g.queue, err = jobqueue.New(qc); err != nil {
 		t.Fatal(err)
 	}
 	if g.box, err = inbox.New(inbox.Config{Store: g.store, Logger: log}); err != nil {

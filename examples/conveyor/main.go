@@ -93,6 +93,8 @@ commands:
                                   (each store issues its own versions)
   show -store STORE <key | prefix/>
                                   a record as JSON, or a prefix's as JSON lines
+  reconcile -store STORE          put back in its lane every job in flight the store
+                                  left unreachable (reads every job: after a store incident)
   bucket create -s3-bucket B [-s3-endpoint URL]
                                   create the S3 bucket a Worker's -s3-bucket names
   STORE: dir:PATH, sqlite:PATH, s3://BUCKET[/PREFIX/] (-s3-endpoint URL or the
@@ -118,7 +120,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch fs.Arg(0) { // a store's, not the Worker's: no API
 	case "conformance":
 		return conformance(ctx, fs.Args()[1:], stdout, stderr)
-	case "copy", "show":
+	case "copy", "show", "reconcile":
 		return storeCommand(ctx, fs.Arg(0), fs.Args()[1:], stdout, stderr)
 	case "bucket":
 		return bucketCommand(ctx, fs.Args()[1:], stdout, stderr)

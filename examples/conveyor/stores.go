@@ -8,10 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/runconveyor/conveyor/internal/storeopen"
+	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -36,6 +38,8 @@ func storeCommand(ctx context.Context, name string, args []string, stdout, stder
 		fs.Usage = func() {
 			fmt.Fprintln(stderr, "usage: conveyor copy -from STORE -to STORE [-prefix P] [-s3-endpoint URL]")
 		}
+	} else if name == "reconcile" {
+		fs.Usage = func() { fmt.Fprintln(stderr, "usage: conveyor reconcile -store STORE [-s3-endpoint URL]") }
 	} else {
 		fs.Usage = func() { fmt.Fprintln(stderr, "usage: conveyor show -store STORE [-s3-endpoint URL] <key | prefix/>") }
 	}
@@ -54,6 +58,10 @@ func storeCommand(ctx context.Context, name string, args []string, stdout, stder
 		err = usageError("copy -from and -to name the same store")
 	case name == "copy":
 		err = copyCommand(ctx, *from, *to, *prefix, s3, stdout)
+	case name == "reconcile" && (*store == "" || fs.NArg() > 0):
+		err = usageError("reconcile needs -store, and no arguments")
+	case name == "reconcile":
+		err = reconcileCommand(ctx, *store, s3, stdout)
 	case *store == "" || fs.NArg() != 1:
 		err = usageError("show needs -store and one key or prefix/")
 	default:
@@ -230,4 +238,23 @@ func bucketCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	fmt.Fprintf(stdout, "bucket %s is ready: run the Worker with -s3-bucket %s\n", o.Bucket, o.Bucket)
 	return 0
+}
+
+// reconcileCommand reads every job of the store and puts back in its lane
+// each job in flight that no lane entry or agent lock points at
+// (jobqueue.Queue.Reconcile), beside any Workers running on it.
+func reconcileCommand(ctx context.Context, name string, s3 storeopen.S3, out io.Writer) error {
+	s, where, err := storeopen.Open(ctx, name, s3)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	q, err := jobqueue.New(jobqueue.Config{Store: s, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	r, err := q.Reconcile(ctx)
+	fmt.Fprintf(out, "%s: %d jobs read, %d rescued, %d relaned, %d buried, %d quarantined, %d skipped\n",
+		where, r.Jobs, r.Rescued, r.Relaned, r.Buried, r.Quarantined, r.Skipped)
+	return err
 }

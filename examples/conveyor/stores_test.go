@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,10 @@ import (
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/adapters/sqlitestore"
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/storeopen"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -179,6 +184,8 @@ func TestStoreCommandUsage(t *testing.T) {
 		{"copy", "-from", "dir:x", "-to", "mem:", "extra"},
 		{"show", "-store", "mem:"},
 		{"show", "x"},
+		{"reconcile"},
+		{"reconcile", "-store", "mem:", "extra"},
 	} {
 		if code, _, errOut := storeCLI(t, args...); code != 2 || !strings.Contains(errOut, "usage: conveyor "+args[0]) {
 			t.Errorf("%q: exit %d, %q", args, code, errOut)
@@ -186,5 +193,40 @@ func TestStoreCommandUsage(t *testing.T) {
 	}
 	if code, _, errOut := storeCLI(t, "show", "-store", "pebble:x", "k"); code != 1 || !strings.Contains(errOut, "want dir:PATH") {
 		t.Errorf("an unknown store: exit %d, %q", code, errOut)
+	}
+}
+
+// TestReconcileCommand: a job whose lane entry the store lost is put back
+// by `conveyor reconcile` on the store itself.
+func TestReconcileCommand(t *testing.T) {
+	ctx := context.Background()
+	db := filepath.Join(t.TempDir(), "conveyor.db")
+	s, _, err := storeopen.Open(ctx, "sqlite:"+db, storeopen.S3{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := jobqueue.New(jobqueue.Config{Store: s, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, lifecycle.ActorGateway, jobqueue.NewJob{JobID: "job-1", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	for k, err := range s.List(ctx, layout.LanesPrefix) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, k, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = s.Close()
+	code, out, errOut := storeCLI(t, "reconcile", "-store", "sqlite:"+db)
+	if code != 0 || !strings.Contains(out, "1 jobs read, 0 rescued, 1 relaned") {
+		t.Fatalf("reconcile: exit %d, %q %q", code, out, errOut)
+	}
+	code, out, _ = storeCLI(t, "reconcile", "-store", "sqlite:"+db)
+	if code != 0 || !strings.Contains(out, "1 jobs read, 0 rescued, 0 relaned") {
+		t.Fatalf("reconcile again: exit %d, %q", code, out)
 	}
 }

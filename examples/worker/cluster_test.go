@@ -226,7 +226,8 @@ func TestClusterScenario(t *testing.T) {
 	defer func() { pcancel(); <-probed }()
 
 	ld := &submitLoad{keys: 300, clients: 16, agent: AgentResearch, prefix: fmt.Sprintf("cl-%d", time.Now().UnixNano()),
-		workers: r.apis, reader: func(w int) *client.Client { return r.apis[(w+1)%len(r.apis)] }, l: newLedger()}
+		workers: r.apis, reader: func(w int) *client.Client { return r.apis[(w+1)%len(r.apis)] }, l: newLedger(),
+		settle: 40 * time.Second} // the settle time the Workers find on a MinIO cluster
 	jl := &jobLoad{n: 150, prefix: ld.prefix, ld: ld}
 	var wg sync.WaitGroup
 	wg.Go(func() { ld.run(ctx) })

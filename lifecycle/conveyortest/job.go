@@ -29,7 +29,8 @@ type QueueOption func(*jobqueue.Config)
 // (nil when it has none). A job enqueued to run later, waiting out a
 // retry's backoff, or snoozed by its handler (jobqueue.Snooze), is run
 // when the fake clock, moved on, reaches its time.
-// User job types go in a QueueOption's Config.Types.
+// A job of a type of the user's runs with h as its Handler: registered
+// for it unless a QueueOption's Config.Types gives it one.
 // The test fails when the job is refused or cannot be run to its end.
 func RunJob(tb testing.TB, h jobqueue.Handler, n jobqueue.NewJob, opts ...QueueOption) (lifecycle.Job, *artifact.Artifact) {
 	tb.Helper()
@@ -46,12 +47,19 @@ func RunJob(tb testing.TB, h jobqueue.Handler, n jobqueue.NewJob, opts ...QueueO
 		cfg.Logger = discard()
 	}
 	h = d.wrap(h)
-	if len(cfg.Types) > 0 {
-		types := make(map[lifecycle.JobType]jobqueue.TypeConfig, len(cfg.Types))
-		for name, tc := range cfg.Types {
-			tc.Handler = d.wrap(tc.Handler)
-			types[name] = tc
-		}
+	types := make(map[lifecycle.JobType]jobqueue.TypeConfig, len(cfg.Types)+1)
+	for name, tc := range cfg.Types {
+		tc.Handler = d.wrap(tc.Handler)
+		types[name] = tc
+	}
+	if _, builtin := artifact.TypeForJob(n.JobType); !builtin && types[n.JobType].Handler == nil {
+		// A type of the user's that the options did not register: h is its
+		// Handler, so a handler test needs no Config.
+		tc := types[n.JobType]
+		tc.Handler = h
+		types[n.JobType] = tc
+	}
+	if len(types) > 0 {
 		cfg.Types = types
 	}
 	q, err := jobqueue.New(cfg)

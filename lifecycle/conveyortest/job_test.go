@@ -184,3 +184,38 @@ func TestJobFailures(t *testing.T) { // not parallel: it shortens the stall
 	}
 	close(release)
 }
+
+// TestRunJobRegistersType: a job of a type of the user's that no option
+// registers runs with the handler RunJob is given, retried on the fake
+// clock; an option's TypeConfig without a Handler keeps its settings and
+// gets the handler.
+func TestRunJobRegistersType(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	h := jobqueue.Typed(func(ctx context.Context, to string) (string, error) {
+		if calls.Add(1) == 1 {
+			return "", errors.New("smtp down")
+		}
+		return "sent to " + to, nil
+	})
+	tests := []struct {
+		name    string
+		opts    []conveyortest.QueueOption
+		elapsed time.Duration
+	}{
+		{"no options", nil, 15 * time.Second},
+		{"the type's settings, no Handler", []conveyortest.QueueOption{func(c *jobqueue.Config) {
+			c.Types = map[lifecycle.JobType]jobqueue.TypeConfig{"SEND_EMAIL": {Backoff: []time.Duration{time.Second}}}
+		}}, time.Second},
+	}
+	for _, tt := range tests {
+		calls.Store(0)
+		job, art := conveyortest.RunJob(t, h, jobqueue.NewJob{JobType: "SEND_EMAIL", Payload: json.RawMessage(`"ada"`)}, tt.opts...)
+		if job.Status != lifecycle.JobComplete || job.Attempt != 2 || art == nil || string(art.Content) != `"sent to ada"` {
+			t.Fatalf("%s: %s on attempt %d, artifact %v", tt.name, job.Status, job.Attempt, art)
+		}
+		if got := job.UpdatedAt.Sub(job.CreatedAt); got != tt.elapsed {
+			t.Errorf("%s: took %v of fake time, want %v", tt.name, got, tt.elapsed)
+		}
+	}
+}
