@@ -77,7 +77,14 @@ func upgradeAgents() []run.Agent {
 			{Name: "draft", Idempotent: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 				return run.StepOutput{Summary: "draft ready", Await: &run.Await{Approval: "publish"}}, nil
 			}},
-			step("publish", "published")}},
+			{Name: "publish", Idempotent: true, Resumable: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+				// The fixture's gate was parked before waits kept their step:
+				// approved by today's code, its decision still reaches here.
+				if in.Approval != nil {
+					return run.StepOutput{Summary: "published " + string(in.Approval.Payload) + " by " + in.Approval.DecidedBy}, nil
+				}
+				return run.StepOutput{Summary: "published"}, nil
+			}}}},
 	}
 }
 
@@ -550,7 +557,8 @@ func checkOldSteps(ctx context.Context, t *testing.T, c *conveyor.Client, id str
 // and the run waiting for its NLM job; and the schedule's next slot.
 func driveOld(ctx context.Context, t *testing.T, c *conveyor.Client, clk *clock.Fake) {
 	t.Helper()
-	if _, err := c.Runs().Approve(ctx, oldApproval, lifecycle.ActorGateway, run.Decision{DecidedBy: "owner", Reason: "upgrade"}); err != nil {
+	if _, err := c.Runs().Approve(ctx, oldApproval, lifecycle.ActorGateway, run.Decision{DecidedBy: "owner", Reason: "upgrade",
+		Payload: json.RawMessage(`{"from":"558b656"}`)}); err != nil {
 		t.Fatalf("Approve: %v", err)
 	}
 	if _, err := c.Inbox().Process(ctx, lifecycle.ActorGateway, "inbox_upg_pending", "prop_upg_2"); err != nil {
@@ -588,6 +596,9 @@ func driveOld(ctx context.Context, t *testing.T, c *conveyor.Client, clk *clock.
 		if _, _, err := clk.AdvanceToNext(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if steps, err := c.Runs().Steps(ctx, oldApproval); err != nil || len(steps) != 2 || steps[1].OutputSummary != `published {"from":"558b656"} by owner` {
+		t.Errorf("the old gate's next step after the approval: %+v, %v", steps, err)
 	}
 	if art, err := c.Jobs().Result(ctx, "job-upg-queued"); err != nil || string(art.Content) != `"hello, later"` {
 		t.Errorf("queued job's artifact: %s, %v", art.Content, err)

@@ -14,6 +14,15 @@ type Approval struct {
 	DecidedAt   *time.Time `json:"decided_at,omitempty"`
 	DecidedBy   string     `json:"decided_by,omitempty"`
 	Reason      string     `json:"reason,omitempty"`
+	// AfterStep is the step after which the run parked at this gate: the
+	// steps after it are handed the decision. 0 in a record written before
+	// it was kept (its decision reaches no step, as then).
+	AfterStep int `json:"after_step,omitempty"`
+	// PayloadSHA256 names the decision's JSON payload, kept beside the run
+	// (docs/spec.md#wait-data), and PayloadBytes is its size; empty and 0
+	// when the decision carried none.
+	PayloadSHA256 string `json:"payload_sha256,omitempty"`
+	PayloadBytes  int    `json:"payload_bytes,omitempty"`
 }
 
 // ExternalWait is the external event a run waits for (docs/spec.md#run-status).
@@ -25,6 +34,11 @@ type ExternalWait struct {
 	EventID    string     `json:"event_id,omitempty"`
 	Source     string     `json:"source,omitempty"`
 	ReceivedAt *time.Time `json:"received_at,omitempty"`
+	// AfterStep, PayloadSHA256 and PayloadBytes are an [Approval]'s: the
+	// step after which the run waited, and the event's payload.
+	AfterStep     int    `json:"after_step,omitempty"`
+	PayloadSHA256 string `json:"payload_sha256,omitempty"`
+	PayloadBytes  int    `json:"payload_bytes,omitempty"`
 }
 
 // Initiator says what caused a transition (docs/spec.md#transition-context).

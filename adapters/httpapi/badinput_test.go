@@ -161,7 +161,7 @@ func TestInvalidTransitionBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := g.snapshot()
-	_, err = g.client(lifecycle.ActorGateway).Decide(ctx, res.RunID, true, "owner", "ship it")
+	_, err = g.client(lifecycle.ActorGateway).Decide(ctx, res.RunID, true, "owner", "ship it", nil)
 	e := apiError(t, err, http.StatusConflict, codes.InvalidTransition)
 	if e.From != string(machine.ApprovalPending) || e.To != string(machine.ApprovalRunning) || len(e.Allowed) == 0 {
 		t.Errorf("from %q to %q allowed %q, want pending → running and the states reachable from pending", e.From, e.To, e.Allowed)

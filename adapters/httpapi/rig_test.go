@@ -46,6 +46,9 @@ type rig struct {
 	// release lets the "slow" agent's step finish.
 	release     chan struct{}
 	releaseOnce sync.Once
+	// inputs holds what the steps after a wait ("publish", "finish") were
+	// given, by run id.
+	inputs sync.Map
 }
 
 // releaseSteps lets the "slow" agent's steps finish.
@@ -97,13 +100,21 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	wait := run.Step{Name: "ask", Idempotent: true, Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
 		return run.StepOutput{Summary: "asked", Await: &run.Await{ExternalEvent: "reply"}}, nil
 	}}
+	after := func(name string) run.Step {
+		s := quickStep(name)
+		s.Run = func(_ context.Context, in run.StepInput) (run.StepOutput, error) {
+			g.inputs.Store(in.RunID, in)
+			return run.StepOutput{Summary: name + " done"}, nil
+		}
+		return s
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var err error
 	g.runner, err = run.NewRunner(run.Config{Store: g.store, Owner: "test", Logger: log},
 		run.Agent{Slug: "quick", Steps: []run.Step{quickStep("load"), quickStep("write")}},
 		run.Agent{Slug: "slow", Machine: lifecycle.MachineCancelable, Steps: []run.Step{slow}},
-		run.Agent{Slug: "gate", Machine: lifecycle.MachineApproval, Steps: []run.Step{gate, quickStep("publish")}},
-		run.Agent{Slug: "ext", Machine: lifecycle.MachineApproval, Steps: []run.Step{wait, quickStep("finish")}},
+		run.Agent{Slug: "gate", Machine: lifecycle.MachineApproval, Steps: []run.Step{gate, after("publish")}},
+		run.Agent{Slug: "ext", Machine: lifecycle.MachineApproval, Steps: []run.Step{wait, after("finish")}},
 	)
 	if err != nil {
 		t.Fatal(err)

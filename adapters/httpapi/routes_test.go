@@ -80,7 +80,7 @@ func TestApprovalRoutes(t *testing.T) {
 	if st := g.waitStatus(approved.RunID); st.Status != string(machine.ApprovalAwaitingApproval) {
 		t.Fatalf("status %s, want awaiting_approval", st.Status)
 	}
-	st, err := c.Decide(ctx, approved.RunID, true, "", "looks good")
+	st, err := c.Decide(ctx, approved.RunID, true, "", "looks good", nil)
 	if err != nil || st.Status != string(machine.ApprovalRunning) || st.Approval == nil || st.Approval.DecidedBy != "gateway" {
 		t.Fatalf("Approve = %+v, %v", st, err)
 	}
@@ -93,12 +93,12 @@ func TestApprovalRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitStatus(rejected.RunID)
-	st, err = c.Decide(ctx, rejected.RunID, false, "owner", "no")
+	st, err = c.Decide(ctx, rejected.RunID, false, "owner", "no", nil)
 	if err != nil || st.Status != string(machine.ApprovalFailed) {
 		t.Fatalf("Reject = %+v, %v", st, err)
 	}
 	// Terminal now: another decision is RUN_TERMINAL_STATE.
-	_, err = c.Decide(ctx, rejected.RunID, true, "owner", "")
+	_, err = c.Decide(ctx, rejected.RunID, true, "owner", "", nil)
 	apiError(t, err, http.StatusConflict, codes.TerminalState)
 	if !errors.Is(err, lifecycle.ErrTerminalState) || !errors.Is(err, lifecycle.ErrInvalidTransition) {
 		t.Errorf("%v does not match ErrTerminalState", err)
@@ -111,7 +111,7 @@ func TestApprovalRoutes(t *testing.T) {
 	if st := g.waitStatus(waiting.RunID); st.Status != string(machine.ApprovalWaitingExternal) {
 		t.Fatalf("status %s, want waiting_external", st.Status)
 	}
-	st, err = c.Deliver(ctx, waiting.RunID, "reply", "msg-1", "mail")
+	st, err = c.Deliver(ctx, waiting.RunID, "reply", "msg-1", "mail", nil)
 	if err != nil || st.External == nil || st.External.EventID != "msg-1" {
 		t.Fatalf("Deliver = %+v, %v", st, err)
 	}

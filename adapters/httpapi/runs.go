@@ -175,7 +175,7 @@ func (h *runRoutes) decide(approve bool) handlerFunc {
 			if in.body.DecidedBy == "" {
 				in.body.DecidedBy = string(actor)
 			}
-			dec := run.Decision{DecidedBy: in.body.DecidedBy, Reason: in.body.Reason}
+			dec := run.Decision{DecidedBy: in.body.DecidedBy, Reason: in.body.Reason, Payload: in.body.Payload}
 			if approve {
 				return h.runner.Approve(ctx, in.id, actor, dec)
 			}
@@ -186,6 +186,6 @@ func (h *runRoutes) decide(approve bool) handlerFunc {
 func (h *runRoutes) deliver() handlerFunc {
 	return jsonRoute(http.StatusOK, pathBody("runId", "run_id", decodeEvent),
 		func(ctx context.Context, actor lifecycle.Actor, in idBody[wire.EventBody]) (lifecycle.RunStatus, error) {
-			return h.runner.Deliver(ctx, in.id, actor, run.ExternalEvent{Type: in.body.Type, ID: in.body.ID, Source: in.body.Source})
+			return h.runner.Deliver(ctx, in.id, actor, run.ExternalEvent{Type: in.body.Type, ID: in.body.ID, Source: in.body.Source, Payload: in.body.Payload})
 		})
 }

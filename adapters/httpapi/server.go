@@ -184,7 +184,7 @@ type Server struct {
 }
 
 // WebhookRoute maps an event of a webhook source to the agent whose run it
-// starts.
+// starts, or whose waiting runs it resumes (Deliver).
 type WebhookRoute struct {
 	// Source is "github" or "slack".
 	Source string `json:"source"`
@@ -196,6 +196,17 @@ type WebhookRoute struct {
 	Event string `json:"event"`
 	// Agent is the slug of one of the Runner's agents.
 	Agent string `json:"agent"`
+	// Deliver hands the event to Agent's runs waiting for it instead of
+	// starting a run: a step parks its run with run.Await{ExternalEvent:
+	// Source + ":" + Event}, e.g. "github:check_suite.completed" or
+	// "slack:app_mention" (or narrowed: GitHub to a repository,
+	// "...:octo/repo", or a pull request or issue, "...:octo/repo#12";
+	// Slack to a channel, "...:C7"),
+	// and the delivery resumes every run of Agent waiting so, each given
+	// the event (its id the delivery's, its payload the JSON a started
+	// run's input would be). Answered 200 {"started": false, "delivered":
+	// [run ids]}.
+	Deliver bool `json:"deliver,omitempty"`
 }
 
 // route is one row of the route table: who may call it and what it does.

@@ -64,9 +64,11 @@ commands:
                                   runs newest first, a page at a time (-all: every page)
   watch <run>                     follow a run live (event stream, polling fallback)
   cancel <run> [-reason R]
-  approve <run> [-by NAME] [-reason R]
-  reject <run> [-by NAME] [-reason R]
-  deliver <run> <event-type> [-id ID] [-source S]
+  approve <run> [-by NAME] [-reason R] [-payload JSON]
+  reject <run> [-by NAME] [-reason R] [-payload JSON]
+  deliver <run> <event-type> [-id ID] [-source S] [-payload JSON]
+                                  the decision or event, payload included, is
+                                  handed to the run's next steps
   jobs | job <id> | requeue <id>
   cancel-job <id>                 cancel a job of a type of the user's: QUEUED or
                                   RETRY_BACKOFF at once, RUNNING by its worker
@@ -196,6 +198,18 @@ type jobFlags struct {
 	uniquePeriod       time.Duration // within this period
 }
 
+// payload is -payload for approve, reject and deliver: JSON, or nil when
+// not given.
+func (in *invocation) payload() (json.RawMessage, error) {
+	if in.job.payload == "" {
+		return nil, nil
+	}
+	if !json.Valid([]byte(in.job.payload)) {
+		return nil, usageError("-payload is not valid JSON")
+	}
+	return json.RawMessage(in.job.payload), nil
+}
+
 // verb is one command: how many positional arguments it takes (-1: it
 // checks them itself) and what it does.
 type verb struct {
@@ -216,13 +230,25 @@ func verbs() map[string]verb {
 			return c.printStatus(c.c.Cancel(ctx, in.pos[0], in.reason))
 		}},
 		"approve": {1, func(c *command, ctx context.Context, in *invocation) error {
-			return c.printStatus(c.c.Decide(ctx, in.pos[0], true, in.by, in.reason))
+			p, err := in.payload()
+			if err != nil {
+				return err
+			}
+			return c.printStatus(c.c.Decide(ctx, in.pos[0], true, in.by, in.reason, p))
 		}},
 		"reject": {1, func(c *command, ctx context.Context, in *invocation) error {
-			return c.printStatus(c.c.Decide(ctx, in.pos[0], false, in.by, in.reason))
+			p, err := in.payload()
+			if err != nil {
+				return err
+			}
+			return c.printStatus(c.c.Decide(ctx, in.pos[0], false, in.by, in.reason, p))
 		}},
 		"deliver": {2, func(c *command, ctx context.Context, in *invocation) error {
-			return c.printStatus(c.c.Deliver(ctx, in.pos[0], in.pos[1], in.id, in.source))
+			p, err := in.payload()
+			if err != nil {
+				return err
+			}
+			return c.printStatus(c.c.Deliver(ctx, in.pos[0], in.pos[1], in.id, in.source, p))
 		}},
 		"jobs": {-1, (*command).jobs},
 		"job": {1, func(c *command, ctx context.Context, in *invocation) error {
@@ -268,7 +294,7 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 	fs.StringVar(&in.jobType, "type", "", "only jobs of this type")
 	fs.StringVar(&in.agent, "agent", "", "only jobs of this agent; jobs enqueue: the job's agent (default: its type's lane)")
 	fs.StringVar(&in.after, "after", "", "resume after this event id")
-	fs.StringVar(&in.job.payload, "payload", "", "the job's payload (JSON)")
+	fs.StringVar(&in.job.payload, "payload", "", "the job's payload, or the decision's or event's that the run's next steps are given (JSON)")
 	fs.StringVar(&in.job.id, "job-id", "", "the job's id (default: a fresh UUID)")
 	fs.IntVar(&in.job.priority, "priority", 0, "the job's priority, 1 to 9, higher first (default 5)")
 	fs.StringVar(&in.job.runAt, "run-at", "", "the earliest time the job may start (RFC 3339)")

@@ -58,10 +58,17 @@ func worker(t *testing.T) (string, *run.Runner) {
 			return run.StepOutput{Summary: summary, Await: await}, nil
 		}
 	}
+	// The step after the gate says what the decision handed it.
+	published := func(_ context.Context, in run.StepInput) (run.StepOutput, error) {
+		if in.Approval == nil {
+			return run.StepOutput{Summary: "published without a decision"}, nil
+		}
+		return run.StepOutput{Summary: "published " + string(in.Approval.Payload)}, nil
+	}
 	r, err := run.NewRunner(run.Config{Store: store, Logger: quiet, PollInterval: 20 * time.Millisecond},
 		run.Agent{Slug: "quick", Steps: []run.Step{{Name: "one", Run: ok("first", nil)}, {Name: "two", Run: ok("second", nil)}}},
 		run.Agent{Slug: "gated", Machine: lifecycle.MachineApproval, Steps: []run.Step{
-			{Name: "draft", Run: ok("drafted", &run.Await{Approval: "publish"})}, {Name: "publish", Run: ok("published", nil)}}})
+			{Name: "draft", Run: ok("drafted", &run.Await{Approval: "publish"})}, {Name: "publish", Run: published}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +164,8 @@ func TestCommands(t *testing.T) {
 	}
 }
 
-// TestApprovalFlow: a run waits at its gate; approve lets it finish,
-// reject fails it.
+// TestApprovalFlow: a run waits at its gate; approve lets it finish, its
+// payload handed to the step after the gate; reject fails it.
 func TestApprovalFlow(t *testing.T) {
 	t.Parallel()
 	url, r := worker(t)
@@ -174,7 +181,10 @@ func TestApprovalFlow(t *testing.T) {
 		if err != nil || st.Status != "awaiting_approval" {
 			t.Fatalf("run at its gate: %s, %v", st.Status, err)
 		}
-		if code, out, errs := conveyor(t, url, decision, id, "-reason", "looked at it"); code != 0 || !strings.Contains(out, `"status"`) {
+		if code, _, errs := conveyor(t, url, decision, id, "-payload", `{"title":`); code != 2 || !strings.Contains(errs, "-payload is not valid JSON") {
+			t.Fatalf("%s with a bad payload: %d %s", decision, code, errs)
+		}
+		if code, out, errs := conveyor(t, url, decision, id, "-reason", "looked at it", "-payload", `{"title": "v2"}`); code != 0 || !strings.Contains(out, `"payload_sha256"`) {
 			t.Fatalf("%s: %d %s %s", decision, code, out, errs)
 		}
 		code, out, errs = conveyor(t, url, "watch", id)
@@ -184,6 +194,11 @@ func TestApprovalFlow(t *testing.T) {
 		}
 		if code != wantCode || !strings.Contains(out+errs, want) {
 			t.Fatalf("watch after %s: %d\n%s%s", decision, code, out, errs)
+		}
+		if decision == "approve" {
+			if code, out, errs := conveyor(t, url, "steps", id); code != 0 || !strings.Contains(out, `published {"title":"v2"}`) {
+				t.Errorf("steps after approve: %d %s %s", code, out, errs)
+			}
 		}
 	}
 }

@@ -25,8 +25,12 @@ import (
 //
 //	 "webhooks": [
 //	  {"source": "github", "event": "pull_request.opened", "agent": "demo-research"},
-//	  {"source": "slack", "event": "/research", "agent": "demo-research"}
+//	  {"source": "slack", "event": "/research", "agent": "demo-research"},
+//	  {"source": "github", "event": "check_suite.completed", "agent": "demo-approval", "deliver": true}
 //	]}
+//
+// A route with "deliver" starts no run: it resumes the agent's runs
+// waiting for the external event source + ":" + its event.
 //
 // The webhooks' secrets come from the environment, never the file:
 // CONVEYOR_GITHUB_SECRET and CONVEYOR_SLACK_SIGNING_SECRET.

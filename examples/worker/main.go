@@ -74,7 +74,7 @@ type options struct {
 	idlePoll, lease                                    time.Duration
 	logLevel                                           slog.Level
 	noDemo, allowUnsafeStore, printS3, rollingUpgrade  bool
-	demoConc                                           int
+	demoConc, runConc                                  int
 	retention                                          conveyor.RetentionConfig
 	limits                                             httpapi.Limits
 	store                                              *storage.Store
@@ -124,6 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
 	fs.BoolVar(&o.rollingUpgrade, "rolling-upgrade", false, "while Workers of the previous release share the store: write only jobs they can read (the user's job types on the spec's machine, no priorities); drop it once every Worker runs this release (CHANGELOG)")
 	fs.BoolVar(&o.allowUnsafeStore, "allow-unsafe-store", false, "start even on a store that fails the start-up semantics check (a create-only write over an existing key accepted, a stale If-Match accepted, ...): the failed checks are logged, and exactly-once no longer holds (docs/stores.md)")
+	fs.IntVar(&o.runConc, "run-concurrency", 1, "runs of each agent that may execute at once, across every process sharing the store, for an agent that sets none of its own (run.Config.Concurrency; a run beyond it waits queued for a slot, its wait not counted in its run timeout)")
 	fs.IntVar(&o.demoConc, "demo-concurrency", 4, "runs of each demo agent that may execute at once, across every process sharing the store")
 	fs.BoolVar(&o.noDemo, "no-demo", false, "register no demo agents (then the Worker has none: for tests of the surface only)")
 	if err := fs.Parse(args); err != nil {
@@ -142,6 +143,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.retention.Age < 0 {
 		return o, fmt.Errorf("-retention %s is negative (0 keeps everything)", o.retention.Age)
+	}
+	if o.runConc < 1 {
+		return o, fmt.Errorf("-run-concurrency %d: want at least 1", o.runConc)
 	}
 	if o.demoConc < 1 {
 		return o, fmt.Errorf("-demo-concurrency %d: want at least 1", o.demoConc)

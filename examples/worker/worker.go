@@ -89,6 +89,7 @@ func build(ctx context.Context, o options, stderr io.Writer) (_ *worker, err err
 		cfg.NLMAgents = func(p *nlm.Processor) []run.Agent { return demoAgents(clk, pause, o.demoConc, p) }
 	}
 	cfg.Runner.PollInterval, cfg.Runner.ParkedPollInterval = o.idlePoll, 4*o.poll
+	cfg.Runner.Concurrency = o.runConc
 	cfg.Runner.LeaseDuration, cfg.Runner.HeartbeatInterval = o.lease, o.lease/3
 	cfg.Queue.StopGrace, cfg.Queue.LeaseTTL = o.drain/3, min(o.lease, 30*time.Second)
 	cfg.Queue.RollingUpgrade = o.rollingUpgrade

@@ -156,7 +156,7 @@ func TestWorkerInProcess(t *testing.T) {
 			break
 		}
 	}
-	if _, err := c.Decide(tctx, gated.RunID, true, "owner", "looks good"); err != nil {
+	if _, err := c.Decide(tctx, gated.RunID, true, "owner", "looks good", nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{gated.RunID, asked.RunID} {
@@ -506,6 +506,7 @@ func TestRefusals(t *testing.T) {
 		{[]string{"-role", "api", "-addr", ""}, "needs -addr"},
 		{[]string{"-lease", "10ms"}, "-lease at least 1s"},
 		{[]string{"-demo-concurrency", "0"}, "want at least 1"},
+		{[]string{"-run-concurrency", "0"}, "-run-concurrency 0: want at least 1"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"-retention", "-1h"}, "negative"},
 		{[]string{"-retention-ages", "runs"}, "want kind=age"},

@@ -502,6 +502,22 @@ func RunInputKey(slug, runID string) (string, error) {
 	return p + "input.json", nil
 }
 
+// RunWaitKey keeps the JSON payload of an approval decision or an external
+// event a run received, named by the payload's sha256 (64 lower-case hex
+// digits): agents/{slug}/runs/{runId}/waits/{sha256}.json. Named by its
+// content, two deciders racing never overwrite each other's payload; the
+// status names the one whose write won.
+func RunWaitKey(slug, runID, sha string) (string, error) {
+	p, err := RunPrefix(slug, runID)
+	if err != nil {
+		return "", err
+	}
+	if len(sha) != 64 || strings.Trim(sha, "0123456789abcdef") != "" {
+		return "", &storekey.IDError{Field: "payload sha256", ID: sha, Reason: "not 64 lower-case hex digits"}
+	}
+	return p + "waits/" + sha + ".json", nil
+}
+
 // IdempotencyKey is an idempotency record: idempotency/{sha256 of the
 // client's key}.json. The key is hashed, so any string a client sends makes
 // a valid key of fixed length.

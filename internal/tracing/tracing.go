@@ -12,6 +12,7 @@ package tracing
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -47,6 +48,20 @@ const (
 	AttrResumed = "conveyor.run.resumed"
 	AttrOutcome = "conveyor.outcome"
 	AttrEpoch   = "conveyor.lease.epoch"
+	// The attributes of a run span's wait events.
+	AttrWaitKind  = "conveyor.wait.kind" // "approval" or "external_event"
+	AttrWaitName  = "conveyor.wait.name" // the approval's action, the event's type
+	AttrWaitSince = "conveyor.wait.since"
+	AttrWaitMS    = "conveyor.wait.duration_ms"
+	AttrWaitBy    = "conveyor.wait.answered_by" // who decided, the event's source
+)
+
+// The events on a run's span that show its waits: an execution that parks
+// the run ends with the first, the execution that resumes it starts with
+// the second, timed when the wait was answered.
+const (
+	EventWaitBegin = "conveyor.wait.begin"
+	EventWaitEnd   = "conveyor.wait.end"
 )
 
 // OpenTelemetry's semantic conventions (the semconv version imported here)
@@ -120,6 +135,25 @@ func (s Span) Int(key string, value int64) {
 func (s Span) Bool(key string, value bool) {
 	if s.s != nil {
 		s.s.SetAttributes(attribute.Bool(key, value))
+	}
+}
+
+// WaitBegins records on a run's span that the run parks at now, waiting
+// for kind (an approval, an external event) named name.
+func (s Span) WaitBegins(kind, name string) {
+	if s.s != nil {
+		s.s.AddEvent(EventWaitBegin, trace.WithAttributes(attribute.String(AttrWaitKind, kind), attribute.String(AttrWaitName, name)))
+	}
+}
+
+// WaitEnded records on a run's span the wait the execution resumes from:
+// parked since, answered at (the event's time) by by.
+func (s Span) WaitEnded(kind, name string, since, at time.Time, by string) {
+	if s.s != nil {
+		s.s.AddEvent(EventWaitEnd, trace.WithTimestamp(at), trace.WithAttributes(
+			attribute.String(AttrWaitKind, kind), attribute.String(AttrWaitName, name),
+			attribute.String(AttrWaitSince, since.UTC().Format(time.RFC3339Nano)),
+			attribute.Int64(AttrWaitMS, at.Sub(since).Milliseconds()), attribute.String(AttrWaitBy, by)))
 	}
 }
 

@@ -34,17 +34,93 @@ func RunStep(tb testing.TB, step run.Step, input json.RawMessage, opts ...Runner
 	}
 	agent := run.Agent{Slug: name, Steps: []run.Step{step}}
 	d := runAgent(tb, agent, input, opts)
+	d.stop()
 	return d.lastOutput(), d.status
 }
 
 // RunAgent runs one run of agent through the real Runner, the run's input
 // being input (nil for none), and returns its final status.json and its
 // step files in step order. The test fails when the agent is refused, or
-// the run cannot be submitted or does not end.
+// the run cannot be submitted or does not end. A run that parks (at an
+// approval gate, or waiting for an external event) is returned parked; to
+// answer it and go on, use StartAgent.
 func RunAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts ...RunnerOption) (lifecycle.RunStatus, []lifecycle.StepRecord) {
 	tb.Helper()
 	d := runAgent(tb, agent, input, opts)
+	d.stop()
+	d.readSteps()
 	return d.status, d.steps
+}
+
+// AgentRun is one run started by StartAgent, resting (ended, or parked at
+// an approval gate or an external wait). Its methods act on the run as its
+// owner would, through the real Runner, then drive it on to its next
+// rest and return its status.json there; a call the Runner refuses (an
+// approval of a run not at its gate, a cancel on the canonical machine)
+// fails the test with the Runner's error.
+type AgentRun struct {
+	d *agentDriver
+}
+
+// StartAgent is RunAgent for a run that waits: it submits one run of
+// agent and drives it until it ends or parks, and returns it still
+// served by its Runner (stopped once the run ends, or when the test
+// ends), so that Approve, Reject, Deliver and Cancel can answer it and
+// continue it.
+func StartAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts ...RunnerOption) *AgentRun {
+	tb.Helper()
+	return &AgentRun{d: runAgent(tb, agent, input, opts)}
+}
+
+// Status is the run's status.json where it last came to rest.
+func (a *AgentRun) Status() lifecycle.RunStatus { return a.d.status }
+
+// Steps reads the run's step files, in step order.
+func (a *AgentRun) Steps() []lifecycle.StepRecord {
+	a.d.tb.Helper()
+	a.d.readSteps()
+	return a.d.steps
+}
+
+// Approve approves the run at its gate, as the gateway, and drives it on;
+// the steps after the gate are given dec (StepInput.Approval).
+func (a *AgentRun) Approve(dec run.Decision) lifecycle.RunStatus {
+	a.d.tb.Helper()
+	return a.d.act("approve", func(ctx context.Context) error {
+		_, err := a.d.r.Approve(ctx, a.d.runID, lifecycle.ActorGateway, dec)
+		return err
+	})
+}
+
+// Reject rejects the run at its gate, as the gateway: it fails
+// APPROVAL_REJECTED.
+func (a *AgentRun) Reject(dec run.Decision) lifecycle.RunStatus {
+	a.d.tb.Helper()
+	return a.d.act("reject", func(ctx context.Context) error {
+		_, err := a.d.r.Reject(ctx, a.d.runID, lifecycle.ActorGateway, dec)
+		return err
+	})
+}
+
+// Deliver hands the run the external event it waits for, as the gateway,
+// and drives it on; the steps after the wait are given ev
+// (StepInput.Event).
+func (a *AgentRun) Deliver(ev run.ExternalEvent) lifecycle.RunStatus {
+	a.d.tb.Helper()
+	return a.d.act("deliver", func(ctx context.Context) error {
+		_, err := a.d.r.Deliver(ctx, a.d.runID, lifecycle.ActorGateway, ev)
+		return err
+	})
+}
+
+// Cancel cancels the run, as the gateway, with reason, and drives it to
+// its end (a run of the canonical machine cannot be cancelled).
+func (a *AgentRun) Cancel(reason string) lifecycle.RunStatus {
+	a.d.tb.Helper()
+	return a.d.act("cancel", func(ctx context.Context) error {
+		_, err := a.d.r.Cancel(ctx, a.d.runID, lifecycle.ActorGateway, run.CancelRequest{Reason: reason})
+		return err
+	})
 }
 
 // attempt is one call of a step.
@@ -58,6 +134,9 @@ type attempt struct {
 type agentDriver struct {
 	tb     testing.TB
 	clk    *fakeClock
+	r      *run.Runner
+	runID  string
+	stop   func() // stops the Runner
 	status lifecycle.RunStatus
 	steps  []lifecycle.StepRecord
 
@@ -127,7 +206,8 @@ func settled(st lifecycle.RunStatus) bool {
 	return false
 }
 
-// runAgent runs one run of agent to its end or until it parks.
+// runAgent starts a Runner for agent and runs one run of it to its end or
+// until it parks; the Runner keeps serving it until the test ends.
 func runAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts []RunnerOption) *agentDriver {
 	tb.Helper()
 	d := &agentDriver{tb: tb, clk: newClock()}
@@ -155,6 +235,7 @@ func runAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts []Runn
 	if err != nil {
 		tb.Fatalf(name+": %v", err)
 	}
+	d.r = r
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	// Started busy: the Runner counts as working from here, not from when
@@ -165,38 +246,69 @@ func runAgent(tb testing.TB, agent run.Agent, input json.RawMessage, opts []Runn
 		_ = r.Run(rctx)
 	}()
 	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	tb.Cleanup(stop)
+	d.stop = func() { once.Do(func() { cancel(); <-done }) }
+	tb.Cleanup(d.stop)
 
 	res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug, Input: input})
 	if err != nil {
 		tb.Fatalf(name+": submit: %v", err)
 	}
+	d.runID = res.RunID
+	d.settle()
+	return d
+}
+
+// settle drives the fake clock until the run rests: it ends, or parks.
+func (d *agentDriver) settle() {
+	d.tb.Helper()
 	var (
 		st   lifecycle.RunStatus
 		serr error
 	)
+	ctx := context.Background()
 	failed := ""
 	d.clk.drive(stall, func() bool {
-		st, serr = r.Status(ctx, res.RunID)
+		st, serr = d.r.Status(ctx, d.runID)
 		return serr != nil || settled(st)
-	}, nil, func(idle bool) string { return d.stuck(idle, res.RunID) }, func(msg string) {
+	}, nil, func(idle bool) string { return d.stuck(idle, d.runID) }, func(msg string) {
 		if msg == "" {
-			msg = fmt.Sprintf("run %s is %s and nothing happened for %v of real time", res.RunID, st.Status, stall)
+			msg = fmt.Sprintf("run %s is %s and nothing happened for %v of real time", d.runID, st.Status, stall)
 		}
 		failed = msg
 	})
 	if failed != "" {
-		tb.Fatalf(name+": %s", failed)
+		d.tb.Fatalf(name+": %s", failed)
 	}
 	if serr != nil {
-		tb.Fatalf(name+": status of run %s: %v", res.RunID, serr)
+		d.tb.Fatalf(name+": status of run %s: %v", d.runID, serr)
 	}
 	d.status = st
-	stop()
-	d.steps, err = r.Steps(context.Background(), res.RunID)
-	if err != nil {
-		tb.Fatalf(name+": steps of run %s: %v", res.RunID, err)
+	if st.Status != "awaiting_approval" && st.Status != "waiting_external" {
+		d.stop() // ended: nothing left to serve
 	}
-	return d
+}
+
+// act makes a control call on the run, then drives it to its next rest.
+func (d *agentDriver) act(what string, call func(ctx context.Context) error) lifecycle.RunStatus {
+	d.tb.Helper()
+	// The call's own work (the write, the hand-over to the Runner) is
+	// counted as work, so the clock cannot move under it.
+	ctx, end := activity.Enter(context.Background(), d.clk)
+	err := call(ctx)
+	end()
+	if err != nil {
+		d.tb.Fatalf(name+": %s run %s: %v", what, d.runID, err)
+	}
+	d.settle()
+	return d.status
+}
+
+// readSteps reads the run's step files.
+func (d *agentDriver) readSteps() {
+	d.tb.Helper()
+	steps, err := d.r.Steps(context.Background(), d.runID)
+	if err != nil {
+		d.tb.Fatalf(name+": steps of run %s: %v", d.runID, err)
+	}
+	d.steps = steps
 }

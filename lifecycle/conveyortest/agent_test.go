@@ -103,3 +103,87 @@ func TestAgentFailures(t *testing.T) { // not parallel: it shortens the stall
 	}
 	close(release) // the stuck step returns; goleak checks nothing is left
 }
+
+// StartAgent's run is answered and continued: approved, rejected, given
+// its external event or cancelled at its wait, each step after a wait
+// given what it was answered with.
+func TestStartAgent(t *testing.T) {
+	t.Parallel()
+	said := func(name string) run.Step {
+		return run.Step{Name: name, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			s := name
+			if in.Approval != nil {
+				s += " approval " + in.Approval.Reason + " " + string(in.Approval.Payload)
+			}
+			if in.Event != nil {
+				s += " event " + in.Event.ID + " " + string(in.Event.Payload)
+			}
+			return run.StepOutput{Summary: s}, nil
+		}}
+	}
+	gate := run.Step{Name: "gate", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		return run.StepOutput{Summary: "asks", Await: &run.Await{Approval: "go"}}, nil
+	}}
+	wait := run.Step{Name: "wait", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		return run.StepOutput{Summary: "waits", Await: &run.Await{ExternalEvent: "ci"}}, nil
+	}}
+	agent := run.Agent{Slug: "answered", Machine: lifecycle.MachineApproval, Steps: []run.Step{gate, wait, said("last")}}
+	tests := []struct {
+		name   string
+		answer func(r *conveyortest.AgentRun) lifecycle.RunStatus
+		status string
+		last   string // the last step's summary, "" when it did not run
+	}{
+		{"approve, deliver", func(r *conveyortest.AgentRun) lifecycle.RunStatus {
+			if st := r.Approve(run.Decision{Reason: "ok", Payload: json.RawMessage(`[1]`)}); st.Status != "waiting_external" {
+				t.Errorf("after approve: %s", st.Status)
+			}
+			return r.Deliver(run.ExternalEvent{Type: "ci", ID: "e1", Payload: json.RawMessage(`{"green":true}`)})
+		}, "completed", `last approval ok [1] event e1 {"green":true}`},
+		{"reject", func(r *conveyortest.AgentRun) lifecycle.RunStatus {
+			return r.Reject(run.Decision{Reason: "no"})
+		}, "failed", ""},
+		{"cancel at the gate", func(r *conveyortest.AgentRun) lifecycle.RunStatus {
+			return r.Cancel("changed my mind")
+		}, "cancelled", ""},
+		{"cancel at the external wait", func(r *conveyortest.AgentRun) lifecycle.RunStatus {
+			r.Approve(run.Decision{})
+			return r.Cancel("too late")
+		}, "cancelled", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := conveyortest.StartAgent(t, agent, nil)
+			if st := r.Status(); st.Status != "awaiting_approval" {
+				t.Fatalf("started: %s", st.Status)
+			}
+			st := tt.answer(r)
+			if st.Status != tt.status || r.Status().Status != tt.status {
+				t.Fatalf("status %s (%s), want %s (error %v)", st.Status, r.Status().Status, tt.status, st.Error)
+			}
+			steps := r.Steps()
+			last := ""
+			if len(steps) == 3 {
+				last = steps[2].OutputSummary
+			}
+			if last != tt.last {
+				t.Errorf("last step %q, want %q", last, tt.last)
+			}
+		})
+	}
+}
+
+// A call the Runner refuses fails the test with the Runner's error.
+func TestStartAgentRefused(t *testing.T) {
+	t.Parallel()
+	got := failure(func(tb testing.TB) {
+		r := conveyortest.StartAgent(tb, run.Agent{Slug: "plain", Steps: []run.Step{{Name: "s", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{}, nil
+		}}}}, nil)
+		r.Cancel("no")
+	})
+	if !strings.Contains(got, "conveyortest: cancel run") || !strings.Contains(got, "cancel") {
+		t.Errorf("failed with %q", got)
+	}
+}

@@ -12,6 +12,10 @@
 //     are the Runner's own (run.Config's defaults: 120 s per attempt, 3
 //     retries after 1 s, 2 s and 4 s, 600 s per run; a RunnerOption
 //     changes them).
+//   - StartAgent does the same and returns the run still served by its
+//     Runner: AgentRun's Approve, Reject, Deliver and Cancel answer it as
+//     an owner would, payloads included, and drive it on to its next
+//     rest.
 //   - RunJob enqueues one job in a jobqueue.Queue and runs it with your
 //     Handler (a Typed one, or the NLM pipeline's Handlers) through
 //     jobqueue.Claim, again after each backoff, until it is COMPLETE or

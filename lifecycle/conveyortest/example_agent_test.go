@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/conveyortest"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 )
@@ -89,4 +90,33 @@ func ExampleRunAgent() {
 	// completed 2m1s
 	// 1 research completed 2 three things
 	// 2 write completed 1 wrote on {"topic":"go"}
+}
+
+// An agent that drafts, waits for an owner's approval, and publishes what
+// the approver handed it. StartAgent returns the run parked at its gate;
+// Approve answers it and drives it on to its end. Reject, Deliver (an
+// external event, with its payload) and Cancel work the same way.
+func ExampleStartAgent() {
+	t := exampleT()
+	agent := run.Agent{Slug: "post", Machine: lifecycle.MachineApproval, Steps: []run.Step{
+		{Name: "draft", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{Summary: "drafted", Await: &run.Await{Approval: "publish"}}, nil
+		}},
+		{Name: "publish", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{Summary: "published " + string(in.Approval.Payload) + " for " + in.Approval.DecidedBy}, nil
+		}},
+	}}
+	r := conveyortest.StartAgent(t, agent, nil)
+	fmt.Println(r.Status().Status, r.Status().Approval.Action)
+
+	st := r.Approve(run.Decision{DecidedBy: "owner", Reason: "fine", Payload: json.RawMessage(`{"title": "v2"}`)})
+	fmt.Println(st.Status, st.Approval.Reason)
+	for _, s := range r.Steps() {
+		fmt.Println(s.StepNumber, s.StepName, s.OutputSummary)
+	}
+	// Output:
+	// awaiting_approval publish
+	// completed fine
+	// 1 draft drafted
+	// 2 publish published {"title":"v2"} for owner
 }

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -17,6 +18,7 @@ import (
 // run's execution here know.
 type controller struct {
 	now      func() time.Time
+	store    *storage.Store
 	cat      *catalog
 	reads    *reads
 	statuses *statuses
@@ -126,85 +128,124 @@ func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.
 // Decision is an owner's answer at an approval gate. Approve and Reject
 // refuse one with an *lifecycle.InputError, writing nothing, when
 // DecidedBy is over MaxNameBytes or Reason over MaxTextBytes, or either is
-// not clean text (Reason may span lines), or its Caller breaks its limits.
+// not clean text (Reason may span lines), when Payload is over
+// MaxDocumentBytes or not clean UTF-8, or its Caller breaks its limits; a
+// Payload that is not JSON is a *RequestError.
+//
+// An approved Decision is handed to the steps after the gate
+// (StepInput.Approval), its Caller left out: that part goes to the audit
+// log only.
 type Decision struct {
 	// DecidedBy names who decided, e.g. "owner".
 	DecidedBy string
 	Reason    string
+	// Payload is optional JSON the next steps are given, e.g. the edits
+	// the approver made; JSON null is none. It is kept beside the run
+	// (the status names it by its sha256), so a runner that takes the
+	// run over hands it on too.
+	Payload json.RawMessage
 	lifecycle.Caller
 }
 
-// by is the write of a decision: its context names the approval decided.
-func (dec *Decision) by(actor lifecycle.Actor, decision string, now time.Time) by {
+// by is the write of a decision: its context names the approval decided
+// and its payload.
+func (dec *Decision) by(actor lifecycle.Actor, decision string, now time.Time, wd *waitData) by {
 	b := callerBy(&dec.Caller, actor, lifecycle.InitiatorApproval)
-	b.tc.Approval = &lifecycle.Approval{Decision: decision, DecidedAt: &now, DecidedBy: dec.DecidedBy, Reason: dec.Reason}
+	b.tc.Approval = &lifecycle.Approval{Decision: decision, DecidedAt: &now, DecidedBy: dec.DecidedBy, Reason: dec.Reason,
+		PayloadSHA256: wd.sha, PayloadBytes: wd.bytesLen()}
 	return b
 }
 
 // approve: see Runner.Approve.
 func (ct *controller) approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (lifecycle.RunStatus, error) {
-	if err := dec.check(); err != nil {
+	wd, err := dec.check()
+	if err != nil {
 		return lifecycle.RunStatus{}, err
 	}
 	now := ct.now()
-	return ct.apply(ctx, runID, dec.by(actor, "approved", now), func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
+	return ct.apply(ctx, runID, dec.by(actor, "approved", now, wd), func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
 		if f.approve == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "approve"}
 		}
 		if err := f.fire(ctx, d, f.approve, actor); err != nil {
 			return err
 		}
-		decide(d, "approved", dec, now)
+		// The payload lands before the status that names it.
+		if err := wd.write(ctx, ct.store, d.AgentSlug, d.RunID); err != nil {
+			return err
+		}
+		decide(d, "approved", dec, now, wd)
 		return nil
 	})
 }
 
 // reject: see Runner.Reject.
 func (ct *controller) reject(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (lifecycle.RunStatus, error) {
-	if err := dec.check(); err != nil {
+	wd, err := dec.check()
+	if err != nil {
 		return lifecycle.RunStatus{}, err
 	}
 	now := ct.now()
-	return ct.apply(ctx, runID, dec.by(actor, "rejected", now), func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
+	return ct.apply(ctx, runID, dec.by(actor, "rejected", now, wd), func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
 		if f.reject == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "reject"}
 		}
 		if err := f.fire(ctx, d, f.reject, actor); err != nil {
 			return err
 		}
-		decide(d, "rejected", dec, now)
+		if err := wd.write(ctx, ct.store, d.AgentSlug, d.RunID); err != nil {
+			return err
+		}
+		decide(d, "rejected", dec, now, wd)
 		ct.ender.finishFields(d, lifecycle.NewRunError(codes.ApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
 		return nil
 	})
 }
 
-func decide(d *lifecycle.RunStatus, decision string, dec Decision, now time.Time) {
+// decide records the decision in the status. A gate parked by a release
+// that did not keep its step is taken as parked after the steps counted.
+func decide(d *lifecycle.RunStatus, decision string, dec Decision, now time.Time, wd *waitData) {
 	if d.Approval == nil {
 		d.Approval = &lifecycle.Approval{}
 	}
-	d.Approval.Decision, d.Approval.DecidedAt, d.Approval.DecidedBy, d.Approval.Reason = decision, &now, dec.DecidedBy, dec.Reason
+	a := d.Approval
+	a.Decision, a.DecidedAt, a.DecidedBy, a.Reason = decision, &now, dec.DecidedBy, dec.Reason
+	a.PayloadSHA256, a.PayloadBytes = wd.sha, wd.bytesLen()
+	if a.AfterStep == 0 {
+		a.AfterStep = d.StepsCompleted
+	}
 }
 
 // ExternalEvent is an event a waiting run receives (docs/spec.md#approval-run). Deliver
 // refuses one with an *lifecycle.InputError, writing nothing, when Type is
 // over MaxNameBytes, ID or Source over MaxRefBytes, or any is not one line
-// of clean text, or its Caller breaks its limits.
+// of clean text, when Payload is over MaxDocumentBytes or not clean UTF-8,
+// or its Caller breaks its limits; a Payload that is not JSON is a
+// *RequestError.
+//
+// The event is handed to the steps after the wait (StepInput.Event), its
+// Caller left out.
 type ExternalEvent struct {
 	// Type must be the event type the run waits for.
 	Type   string
 	ID     string
 	Source string
+	// Payload is the event's JSON, e.g. a callback's body; JSON null is
+	// none. It is kept beside the run like a Decision's.
+	Payload json.RawMessage
 	lifecycle.Caller
 }
 
 // deliver: see Runner.Deliver.
 func (ct *controller) deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (lifecycle.RunStatus, error) {
-	if err := ev.check(); err != nil {
+	wd, err := ev.check()
+	if err != nil {
 		return lifecycle.RunStatus{}, err
 	}
 	now := ct.now()
 	b := callerBy(&ev.Caller, actor, lifecycle.InitiatorWebhook)
-	b.tc.External = &lifecycle.ExternalWait{EventType: ev.Type, EventID: ev.ID, Source: ev.Source, ReceivedAt: &now}
+	b.tc.External = &lifecycle.ExternalWait{EventType: ev.Type, EventID: ev.ID, Source: ev.Source, ReceivedAt: &now,
+		PayloadSHA256: wd.sha, PayloadBytes: wd.bytesLen()}
 	return ct.apply(ctx, runID, b, func(ctx context.Context, f *flow, d *lifecycle.RunStatus) error {
 		if f.deliver == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "deliver"}
@@ -215,10 +256,18 @@ func (ct *controller) deliver(ctx context.Context, runID string, actor lifecycle
 		if err := f.fire(ctx, d, f.deliver, actor); err != nil {
 			return err
 		}
+		if err := wd.write(ctx, ct.store, d.AgentSlug, d.RunID); err != nil {
+			return err
+		}
 		if d.External == nil {
 			d.External = &lifecycle.ExternalWait{EventType: ev.Type}
 		}
-		d.External.EventID, d.External.Source, d.External.ReceivedAt = ev.ID, ev.Source, &now
+		x := d.External
+		x.EventID, x.Source, x.ReceivedAt = ev.ID, ev.Source, &now
+		x.PayloadSHA256, x.PayloadBytes = wd.sha, wd.bytesLen()
+		if x.AfterStep == 0 {
+			x.AfterStep = d.StepsCompleted
+		}
 		return nil
 	})
 }
@@ -230,29 +279,37 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// check refuses a decision whose decided_by or reason breaks its limit.
-func (d *Decision) check() error {
+// check refuses a decision whose decided_by, reason or payload breaks its
+// limit, and returns its payload ready to write.
+func (d *Decision) check() (*waitData, error) {
 	if err := codes.CheckText("decided_by", d.DecidedBy, codes.MaxNameBytes, codes.OneLine); err != nil {
-		return err
+		return nil, err
 	}
 	if err := codes.CheckText("reason", d.Reason, codes.MaxTextBytes, codes.MultiLine); err != nil {
-		return err
+		return nil, err
 	}
-	return checkCaller(&d.Caller)
+	if err := checkCaller(&d.Caller); err != nil {
+		return nil, err
+	}
+	return newWaitData(d.Payload)
 }
 
-// check refuses an event whose type, id or source breaks its limit.
-func (ev *ExternalEvent) check() error {
+// check refuses an event whose type, id, source or payload breaks its
+// limit, and returns its payload ready to write.
+func (ev *ExternalEvent) check() (*waitData, error) {
 	if err := codes.CheckText("event_type", ev.Type, codes.MaxNameBytes, codes.OneLine); err != nil {
-		return err
+		return nil, err
 	}
 	if err := codes.CheckText("event_id", ev.ID, codes.MaxRefBytes, codes.OneLine); err != nil {
-		return err
+		return nil, err
 	}
 	if err := codes.CheckText("source", ev.Source, codes.MaxRefBytes, codes.OneLine); err != nil {
-		return err
+		return nil, err
 	}
-	return checkCaller(&ev.Caller)
+	if err := checkCaller(&ev.Caller); err != nil {
+		return nil, err
+	}
+	return newWaitData(ev.Payload)
 }
 
 // check refuses a cancel whose reason is over MaxTextBytes or not clean

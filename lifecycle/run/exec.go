@@ -15,6 +15,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -104,8 +105,9 @@ func (x *execution) run(ctx context.Context) {
 	span.String(tracing.AttrAgent, x.agent.Slug)
 	span.Int(tracing.AttrEpoch, x.epoch)
 	span.Bool(tracing.AttrResumed, x.resumed)
+	resumedFrom(span, x.w.snapshot())
 	var out outcome
-	defer func() { endRunSpan(span, out) }()
+	defer func() { endRunSpan(span, out, x.w.snapshot()) }()
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	x.mu.Lock()
@@ -162,13 +164,41 @@ func (x *execution) run(ctx context.Context) {
 var outcomeNames = [...]string{done: "done", parked: "parked", failed: "failed", canceled: "canceled", timedOut: "timed_out", stopped: "stopped"}
 
 // endRunSpan ends an execution's span with its outcome; a failed run's
-// span is marked failed.
-func endRunSpan(span tracing.Span, out outcome) {
+// span is marked failed, a parked one says what it waits for.
+func endRunSpan(span tracing.Span, out outcome, doc lifecycle.RunStatus) {
 	span.String(tracing.AttrOutcome, outcomeNames[out.kind])
+	if out.kind == parked {
+		switch {
+		case doc.Status == string(machine.ApprovalAwaitingApproval) && doc.Approval != nil:
+			span.WaitBegins(waitApproval, doc.Approval.Action)
+		case doc.Status == string(machine.ApprovalWaitingExternal) && doc.External != nil:
+			span.WaitBegins(waitExternal, doc.External.EventType)
+		}
+	}
 	if out.kind == failed && out.err != nil {
 		span.Fail(out.err.Error())
 	}
 	span.End(nil)
+}
+
+// The kinds of wait on a run's span.
+const (
+	waitApproval = "approval"
+	waitExternal = "external_event"
+)
+
+// resumedFrom records on an execution's span the wait it resumes from:
+// the run's last wait, when it was answered after the steps counted (a
+// gate is after one step, and the steps after it have not all counted).
+// A run span is per execution, so the wait sits between two spans of one
+// trace; its events, timed at either end, show it.
+func resumedFrom(span tracing.Span, doc lifecycle.RunStatus) {
+	if a := doc.Approval; a != nil && a.DecidedAt != nil && a.AfterStep > 0 && a.AfterStep == doc.StepsCompleted {
+		span.WaitEnded(waitApproval, a.Action, a.RequestedAt, *a.DecidedAt, a.DecidedBy)
+	}
+	if ev := doc.External; ev != nil && ev.ReceivedAt != nil && ev.AfterStep > 0 && ev.AfterStep == doc.StepsCompleted {
+		span.WaitEnded(waitExternal, ev.EventType, ev.Since, *ev.ReceivedAt, ev.Source)
+	}
 }
 
 // beat renews the lease (any owner write renews it; fence.Heartbeat
@@ -278,6 +308,10 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 	if end != nil {
 		return *end
 	}
+	waits, err := x.loadWaits(ctx, doc)
+	if err != nil {
+		return x.countFailure(ctx, err)
+	}
 	outputs := p.cached
 	var files []string
 	for i, s := range steps {
@@ -288,6 +322,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return stoppedBy(cause)
 		}
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
+		waits.fill(&in)
 		out, end := x.doStep(runCtx, ctx, i, s, in)
 		if end != nil {
 			return *end
@@ -425,7 +460,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 			if err := f.fire(ctx, d, f.awaitApproval, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now}
+			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now, AfterStep: n}
 		case await.ExternalEvent != "" && f.waitExternal != "":
 			if err := f.fire(ctx, d, f.waitExternal, lifecycle.ActorOrchestration); err != nil {
 				return err
@@ -435,7 +470,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 				timeout = e.cfg.ExternalTimeout
 			}
 			deadline := now.Add(timeout)
-			d.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline}
+			d.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent, Since: now, Deadline: &deadline, AfterStep: n}
 		default:
 			return &unsupportedError{Machine: f.machine, Operation: "await " + awaitKind(await)}
 		}

@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -248,7 +249,14 @@ func TestSettleDisturbedBurstExecutesOnce(t *testing.T) {
 			r = s.b
 		}
 		wg.Go(func() {
+			// A submit meeting an earlier run of its key that does not read
+			// back yet is answered IDEMPOTENCY_IN_PROGRESS, and its client
+			// retries, as clients are told to (docs/spec.md#idempotency).
 			res, err := r.Submit(context.Background(), s.req)
+			for try := 0; errors.Is(err, lifecycle.ErrIdempotencyInProgress) && try < 100; try++ {
+				time.Sleep(10 * time.Millisecond)
+				res, err = r.Submit(context.Background(), s.req)
+			}
 			if err != nil {
 				t.Errorf("submit: %v", err)
 				return

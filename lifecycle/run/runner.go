@@ -84,7 +84,8 @@ func (r *Runner) Cancel(ctx context.Context, runID string, actor lifecycle.Actor
 }
 
 // Approve resumes a run waiting at an approval gate (awaiting_approval →
-// running). A runner then executes the steps left; when the gate followed
+// running). A runner then executes the steps left, each given the
+// decision and its payload (StepInput.Approval); when the gate followed
 // the last step it completes the run, writing its manifest.
 func (r *Runner) Approve(ctx context.Context, runID string, actor lifecycle.Actor, dec Decision) (lifecycle.RunStatus, error) {
 	return r.control.approve(ctx, runID, actor, dec)
@@ -96,7 +97,8 @@ func (r *Runner) Reject(ctx context.Context, runID string, actor lifecycle.Actor
 }
 
 // Deliver hands a run the external event it waits for (waiting_external →
-// running); a runner then goes on as after an approval.
+// running); a runner then goes on as after an approval, the steps left
+// given the event and its payload (StepInput.Event).
 func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Actor, ev ExternalEvent) (lifecycle.RunStatus, error) {
 	return r.control.deliver(ctx, runID, actor, ev)
 }

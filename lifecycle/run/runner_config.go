@@ -46,6 +46,15 @@ type StepInput struct {
 	Input json.RawMessage
 	// Previous holds the outputs of the steps before this one, by position.
 	Previous []json.RawMessage
+	// Approval is the decision that let the run past its last approval
+	// gate before this step: who decided, the reason and its payload
+	// (Decision.Payload); nil when no approved gate came before this step.
+	// A later gate replaces it for the steps after that one.
+	Approval *Decision
+	// Event is the external event the run last waited for before this
+	// step: its type, id, source and payload (ExternalEvent.Payload); nil
+	// when no wait came before this step.
+	Event *ExternalEvent
 }
 
 // StepOutput is what a step produced.
@@ -79,13 +88,17 @@ type Await struct {
 type Agent struct {
 	// Slug identifies the agent (a valid id, e.g. "archivist-violin").
 	Slug string
-	// Machine is MachineCanonical (the default), MachineCancelable or
-	// MachineApproval.
+	// Machine is the run machine the agent's runs follow, one of package
+	// lifecycle's constants: lifecycle.MachineCanonical (the default, ""
+	// too: no cancel, no waits), lifecycle.MachineCancelable (cancel) or
+	// lifecycle.MachineApproval (cancel, approval gates and external
+	// waits); docs/spec.md#lifecycles.
 	Machine string
 	Steps   []Step
 	// Concurrency is the number of this agent's runs that may execute at
 	// once, across every runner sharing the store; 0 means
-	// Config.Concurrency.
+	// Config.Concurrency (1 by default: one run at a time, the others
+	// queued for a slot).
 	Concurrency int
 }
 
@@ -137,7 +150,10 @@ type Config struct {
 	// Default 24 h.
 	ExternalTimeout time.Duration
 	// Concurrency is the default number of runs per agent that execute at
-	// once. Default 1 (docs/spec.md#canonical-run).
+	// once, across every runner sharing the store, for an agent that sets
+	// none of its own (Agent.Concurrency). Default 1
+	// (docs/spec.md#canonical-run): a second run of an agent waits queued
+	// until the first ends or parks. The Worker's -run-concurrency sets it.
 	Concurrency int
 	// LeaseDuration is how long a run's lease lasts unless renewed. Default
 	// 5 min (docs/spec.md#recovery: a heartbeat older than 5 min is an orphan).

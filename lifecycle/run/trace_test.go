@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -256,6 +257,75 @@ func TestTraceContextWithoutProvider(t *testing.T) {
 		readJSON(t, g.store, key, &doc)
 		if doc.TraceParent != tt.want || (tt.want == "") == strings.Contains(string(raw), "traceparent") {
 			t.Errorf("%s: stored traceparent %q, want %q (%s)", tt.name, doc.TraceParent, tt.want, raw)
+		}
+	}
+}
+
+// A run's waits show in its trace: the execution that parks it ends with a
+// conveyor.wait.begin event naming what it waits for, the one that resumes
+// it starts with conveyor.wait.end, timed at the answer, with how long the
+// run waited and who answered.
+func TestRunSpanShowsWaits(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	rec, tp := recorder(t)
+	agent := run.Agent{Slug: "traced-wait", Machine: lifecycle.MachineApproval, Steps: []run.Step{
+		awaitStep("plan", &run.Await{Approval: "merge"}),
+		awaitStep("push", &run.Await{ExternalEvent: "ci.finished"}), okStep("done")}}
+	r, _ := g.runner("a", func(c *run.Config) { c.TracerProvider = tp }, agent)
+	ctx := context.Background()
+	id := submit(t, r, agent.Slug)
+	g.wait(r, id, 0, 0)
+	g.clock.Advance(time.Hour)
+	decided := g.clock.Now()
+	if _, err := r.Approve(ctx, id, lifecycle.ActorGateway, run.Decision{DecidedBy: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	g.wait(r, id, 0, 0)
+	g.clock.Advance(time.Minute)
+	if _, err := r.Deliver(ctx, id, lifecycle.ActorGateway, run.ExternalEvent{Type: "ci.finished", Source: "github"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.wait(r, id, 0, 0); st.Status != "completed" {
+		t.Fatalf("run %s", st.Status)
+	}
+	var spans []sdktrace.ReadOnlySpan
+	until(t, "three run spans", func() bool { spans = spansNamed(rec, "conveyor.run"); return len(spans) == 3 })
+	type ev struct {
+		name, kind, what, by string
+		ms                   int64
+	}
+	events := func(s sdktrace.ReadOnlySpan) []ev {
+		var out []ev
+		for _, e := range s.Events() {
+			x := ev{name: e.Name}
+			for _, kv := range e.Attributes {
+				switch kv.Key {
+				case "conveyor.wait.kind":
+					x.kind = kv.Value.AsString()
+				case "conveyor.wait.name":
+					x.what = kv.Value.AsString()
+				case "conveyor.wait.answered_by":
+					x.by = kv.Value.AsString()
+				case "conveyor.wait.duration_ms":
+					x.ms = kv.Value.AsInt64()
+				}
+			}
+			if e.Name == "conveyor.wait.end" && x.kind == "approval" && !e.Time.Equal(decided) {
+				t.Errorf("the approval's end at %v, want %v", e.Time, decided)
+			}
+			out = append(out, x)
+		}
+		return out
+	}
+	want := [][]ev{
+		{{"conveyor.wait.begin", "approval", "merge", "", 0}},
+		{{"conveyor.wait.end", "approval", "merge", "owner", time.Hour.Milliseconds()}, {"conveyor.wait.begin", "external_event", "ci.finished", "", 0}},
+		{{"conveyor.wait.end", "external_event", "ci.finished", "github", time.Minute.Milliseconds()}},
+	}
+	for i, s := range spans {
+		if got := events(s); fmt.Sprint(got) != fmt.Sprint(want[i]) {
+			t.Errorf("execution %d: events %v, want %v", i+1, got, want[i])
 		}
 	}
 }

@@ -87,6 +87,6 @@ func wire(cfg *Config, cat *catalog) *Runner {
 	r.sched = &admission{store: store, now: now, log: log, owner: cfg.Owner, parkedPoll: cfg.ParkedPollInterval,
 		queueTimeout: cfg.QueueTimeout, absent: absent, cat: cat, statuses: st, writers: ws, history: hist, audit: audit,
 		gate: gate, slots: sl, claims: cl, execs: execs, takeover: tk, ender: end, inbox: r.inbox}
-	r.control = &controller{now: now, cat: cat, reads: r.reads, statuses: st, writers: ws, ender: end, execs: execs, inbox: r.inbox}
+	r.control = &controller{now: now, store: store, cat: cat, reads: r.reads, statuses: st, writers: ws, ender: end, execs: execs, inbox: r.inbox}
 	return r
 }

@@ -189,19 +189,23 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (lifecycle.Ru
 
 // Decide resumes (approve) or fails (not approve) a run waiting at its
 // approval gate (POST /runs/{runId}/approve or /reject). An empty
-// decidedBy is the caller's actor.
-func (c *Client) Decide(ctx context.Context, runID string, approve bool, decidedBy, reason string) (lifecycle.RunStatus, error) {
+// decidedBy is the caller's actor. payload, JSON of at most 1 MiB or nil
+// for none, is handed with decidedBy and reason to the steps after the
+// gate.
+func (c *Client) Decide(ctx context.Context, runID string, approve bool, decidedBy, reason string, payload json.RawMessage) (lifecycle.RunStatus, error) {
 	verb := "/reject"
 	if approve {
 		verb = "/approve"
 	}
-	return get[lifecycle.RunStatus](ctx, connOf(c), http.MethodPost, runPath(runID, verb), wire.DecisionBody{DecidedBy: decidedBy, Reason: reason})
+	return get[lifecycle.RunStatus](ctx, connOf(c), http.MethodPost, runPath(runID, verb), wire.DecisionBody{DecidedBy: decidedBy, Reason: reason, Payload: payload})
 }
 
 // Deliver hands a run the external event it waits for (POST
-// /runs/{runId}/events).
-func (c *Client) Deliver(ctx context.Context, runID, eventType, eventID, source string) (lifecycle.RunStatus, error) {
-	return get[lifecycle.RunStatus](ctx, connOf(c), http.MethodPost, runPath(runID, "/events"), wire.EventBody{Type: eventType, ID: eventID, Source: source})
+// /runs/{runId}/events). payload, the event's JSON of at most 1 MiB or nil
+// for none, is handed with the event to the steps after the wait.
+func (c *Client) Deliver(ctx context.Context, runID, eventType, eventID, source string, payload json.RawMessage) (lifecycle.RunStatus, error) {
+	return get[lifecycle.RunStatus](ctx, connOf(c), http.MethodPost, runPath(runID, "/events"),
+		wire.EventBody{Type: eventType, ID: eventID, Source: source, Payload: payload})
 }
 
 // Agents lists the agents the server's Runner executes (GET /agents).

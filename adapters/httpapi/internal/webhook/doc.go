@@ -38,6 +38,22 @@
 // where github's number is the PR's or issue's (0 and omitted when the event
 // has none) and slack's type is "slash_command" or the payload's type.
 //
+// # Delivering to waiting runs
+//
+// A Route with Deliver set starts no run: it hands the delivery to the
+// runs of its agent that wait for it, each parked by a step returning
+// run.Await{ExternalEvent: source + ":" + the route's Event} (e.g.
+// "github:check_suite.completed", "slack:app_mention"), or narrowed: to a
+// repository ("github:check_suite.completed:octo/repo") or its pull
+// request or issue ("...:octo/repo#12"), to a Slack channel
+// ("slack:app_mention:C7"). Each such run resumes with the event
+// (run.ExternalEvent: that type, the delivery's or event's id, the source,
+// and as payload the object a started run's input would be), which its
+// next steps get as StepInput.Event. The answer is 200 {"started": false,
+// "agent", "delivered": [run ids], "reason"} (Slack's with its "text"). A
+// redelivery finds those runs no longer waiting and hands nothing, so it
+// needs no record of its own.
+//
 // # Slack's Events API
 //
 // POST /webhooks/slack also takes the Events API's application/json

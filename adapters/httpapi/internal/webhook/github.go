@@ -56,6 +56,8 @@ type githubAnswer struct {
 	RunID   string `json:"run_id,omitempty"`
 	Agent   string `json:"agent,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Delivered lists the waiting runs a Deliver route handed the event.
+	Delivered []string `json:"delivered,omitempty"`
 }
 
 func githubStarted(runID, agent string, duplicate bool) answer {
@@ -184,6 +186,9 @@ func (h *Handler) github(w http.ResponseWriter, r *http.Request) (answer, error)
 		return answer{}, err
 	}
 	ctx := r.Context()
+	if rt, ok := h.routeOf(SourceGitHub, in.eventType(), in.Event); ok && rt.Deliver {
+		return h.githubDeliver(ctx, in, rt)
+	}
 	agent := h.route(SourceGitHub, in.eventType(), in.Event)
 	if agent == "" {
 		a := answer{status: http.StatusAccepted, body: githubAnswer{Reason: fmt.Sprintf("no route for github event %q", in.eventType())}}

@@ -88,6 +88,8 @@ type slackAnswer struct {
 	RunID        string `json:"run_id,omitempty"`
 	Agent        string `json:"agent,omitempty"`
 	Reason       string `json:"reason,omitempty"`
+	// Delivered lists the waiting runs a Deliver route handed the event.
+	Delivered []string `json:"delivered,omitempty"`
 }
 
 func slackStarted(runID, agent string, duplicate bool) answer {
@@ -322,6 +324,9 @@ func (h *Handler) slack(w http.ResponseWriter, r *http.Request) (answer, error) 
 		return answer{}, err
 	}
 	ctx := r.Context()
+	if rt, ok := h.routeOf(SourceSlack, in.event()); ok && rt.Deliver {
+		return h.slackDeliver(ctx, in, rt)
+	}
 	agent := h.route(SourceSlack, in.event())
 	if agent == "" {
 		reason := fmt.Sprintf("no route for slack event %q", in.event())

@@ -66,6 +66,14 @@ type Route struct {
 	Event string
 	// Agent is the slug of one of the Runner's agents.
 	Agent string
+	// Deliver hands the event to Agent's runs that wait for it, instead of
+	// starting a run: a run waits with an external wait of type Source,
+	// ":" and Event ("github:check_suite.completed", "slack:app_mention"),
+	// optionally narrowed (GitHub: ":{repository}" or
+	// ":{repository}#{number}"; Slack: ":{channel_id}"), and each such run
+	// resumes with the event, its payload the object a started run's input
+	// would be.
+	Deliver bool
 }
 
 // Config configures a Handler.
@@ -97,7 +105,7 @@ type Handler struct {
 	cfg    Config
 	clock  clock.Clock
 	log    *slog.Logger
-	routes map[string]map[string]string // source → event → agent
+	routes map[string]map[string]Route // source → event → route
 }
 
 // New checks cfg and returns its Handler: every route names a source with a
@@ -128,7 +136,7 @@ func New(cfg Config) (*Handler, error) {
 	for _, a := range cfg.Runner.Agents() {
 		agents[a.Slug] = true
 	}
-	h := &Handler{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, routes: map[string]map[string]string{}}
+	h := &Handler{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, routes: map[string]map[string]Route{}}
 	for i, rt := range cfg.Routes {
 		var ok bool
 		switch rt.Source {
@@ -153,12 +161,12 @@ func New(cfg Config) (*Handler, error) {
 			return bad("route %d: the Runner has no agent %q", i, rt.Agent)
 		}
 		if h.routes[rt.Source] == nil {
-			h.routes[rt.Source] = map[string]string{}
+			h.routes[rt.Source] = map[string]Route{}
 		}
 		if prev, dup := h.routes[rt.Source][rt.Event]; dup {
-			return bad("route %d: %s %q is routed twice (to %q and %q)", i, rt.Source, rt.Event, prev, rt.Agent)
+			return bad("route %d: %s %q is routed twice (to %q and %q)", i, rt.Source, rt.Event, prev.Agent, rt.Agent)
 		}
-		h.routes[rt.Source][rt.Event] = rt.Agent
+		h.routes[rt.Source][rt.Event] = rt
 	}
 	return h, nil
 }
@@ -174,14 +182,24 @@ func (h *Handler) serves(source string) bool {
 	return false
 }
 
-// route finds the agent of an event; the first name that has a route wins.
+// route finds the agent of an event that starts a run; the first name
+// that has a route wins.
 func (h *Handler) route(source string, events ...string) string {
-	for _, e := range events {
-		if a, ok := h.routes[source][e]; ok && e != "" {
-			return a
-		}
+	if rt, ok := h.routeOf(source, events...); ok && !rt.Deliver {
+		return rt.Agent
 	}
 	return ""
+}
+
+// routeOf finds the route of an event, whichever it does; the first name
+// that has one wins.
+func (h *Handler) routeOf(source string, events ...string) (Route, bool) {
+	for _, e := range events {
+		if rt, ok := h.routes[source][e]; ok && e != "" {
+			return rt, true
+		}
+	}
+	return Route{}, false
 }
 
 // answer is a 2xx answer; a duplicate's is the first delivery's.

@@ -30,15 +30,17 @@ type CancelBody struct {
 
 // DecisionBody is a request body (docs/http-api.md).
 type DecisionBody struct {
-	DecidedBy string `json:"decided_by,omitempty"`
-	Reason    string `json:"reason,omitempty"`
+	DecidedBy string          `json:"decided_by,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
 }
 
 // EventBody is a request body (docs/http-api.md).
 type EventBody struct {
-	Type   string `json:"type"`
-	ID     string `json:"id,omitempty"`
-	Source string `json:"source,omitempty"`
+	Type    string          `json:"type"`
+	ID      string          `json:"id,omitempty"`
+	Source  string          `json:"source,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // JobBody is a request body (docs/http-api.md).

@@ -852,6 +852,7 @@
     const actionOK = h('div', { id: 'action-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
     const actionErr = h('div', { id: 'action-error', class: 'notice error', role: 'alert', 'data-testid': 'action-error' });
     const reason = h('input', { id: 'reason', type: 'text', maxlength: 500, placeholder: 'reason (optional)' });
+    const cancelNote = h('p', { class: 'muted', id: 'cancel-note', 'data-testid': 'cancel-note', hidden: true });
     const buttons = {
       cancel: h('button', { type: 'button', id: 'btn-cancel', class: 'danger', 'data-testid': 'cancel', text: 'Cancel run' }),
       approve: h('button', { type: 'button', id: 'btn-approve', 'data-testid': 'approve', text: 'Approve' }),
@@ -865,6 +866,7 @@
         h('h3', { id: 'controls-h', text: 'Control' }),
         h('div', { class: 'controls' },
           h('label', { for: 'reason', text: 'Reason' }), reason, buttons.cancel, buttons.approve, buttons.reject),
+        cancelNote,
         h('p', { class: 'muted' }, 'Jobs, and requeueing them: ', h('a', { href: '#/jobs', text: 'Jobs' }), '.'),
         actionOK, actionErr),
       h('section', { 'aria-labelledby': 'machine-h' },
@@ -897,8 +899,8 @@
         ...fact('Steps', `${st.steps_completed || 0} / ${st.steps_total || 0}`, 'run-progress'),
         ...(st.proposals_created && st.proposals_created.length ? fact('Proposals', st.proposals_created.join(', ')) : []),
         ...(st.cancel_requested ? fact('Cancel', 'requested' + (st.cancel_reason ? ': ' + st.cancel_reason : '')) : []),
-        ...(st.approval ? fact('Approval', [st.approval.action, st.approval.decision].filter(Boolean).join(' · ') || 'waiting') : []),
-        ...(st.external ? fact('Waiting for', st.external.event_type || st.external.type || 'an external event') : []),
+        ...(st.approval ? fact('Approval', approvalText(st.approval), 'run-approval') : []),
+        ...(st.external ? fact(st.external.received_at ? 'External event' : 'Waiting for', externalText(st.external), 'run-external') : []),
         ...(st.resume_count ? fact('Resumed', st.resume_count + ' time(s)') : []),
         ...fact('Error', st.error ? h('span', { class: 'error', text: st.error }) : '—', 'run-error'),
       );
@@ -908,9 +910,29 @@
       // its 403 is shown as it is.
       const from = spec ? spec.transitions.filter((t) => t.from === st.status).map((t) => t.event) : null;
       const can = (events) => !from || events.some((e) => from.includes(e));
+      // A machine without a cancel move (the canonical one) never offers
+      // it: the button is hidden and the note says why, rather than a
+      // red button that is always disabled.
+      const cancellable = !spec || spec.transitions.some((t) => t.event === 'cancel' || t.event === 'request_cancel');
+      buttons.cancel.hidden = !cancellable;
+      cancelNote.hidden = cancellable;
+      cancelNote.textContent = cancellable ? '' : `Runs of the ${(spec && spec.name) || 'canonical-run'} machine cannot be cancelled: it has no cancel move.`;
       setEnabled(buttons.cancel, can(['cancel', 'request_cancel']), 'The run cannot be canceled from ' + st.status);
       setEnabled(buttons.approve, can(['approve']), 'Nothing waits for approval in ' + st.status);
       setEnabled(buttons.reject, can(['reject']), 'Nothing waits for approval in ' + st.status);
+    }
+    // approvalText is an approval gate's line: the action, the decision,
+    // who decided and why, and the payload handed to the next steps.
+    function approvalText(a) {
+      return [a.action, a.decision || 'waiting', a.decided_by && 'by ' + a.decided_by, a.reason && '"' + a.reason + '"',
+        a.payload_bytes && `payload ${a.payload_bytes} B (sha256 ${a.payload_sha256.slice(0, 12)}…)`].filter(Boolean).join(' · ');
+    }
+    // externalText is an external wait's line, and once the event came,
+    // its id, source and payload.
+    function externalText(x) {
+      if (!x.received_at) return (x.event_type || 'an external event') + (x.deadline ? ' until ' + fmtTime(x.deadline) : '');
+      return [x.event_type, 'received ' + fmtTime(x.received_at), x.event_id && 'id ' + x.event_id, x.source && 'from ' + x.source,
+        x.payload_bytes && `payload ${x.payload_bytes} B (sha256 ${x.payload_sha256.slice(0, 12)}…)`].filter(Boolean).join(' · ');
     }
     function setEnabled(btn, on, why) {
       btn.disabled = !on;
