@@ -39,6 +39,9 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 		if err := q.checkRolling(&jobs[i]); err != nil {
 			return nil, &lifecycle.BatchError{Index: i, Err: err}
 		}
+		if jobs[i].Unique != nil {
+			continue // no id yet: derived from its uniqueness (unique.go)
+		}
 		if j, dup := first[jobs[i].JobID]; dup {
 			return nil, &lifecycle.BatchError{Index: i, Err: badJob("job_id %q is job %d's too", jobs[i].JobID, j)}
 		}
@@ -47,7 +50,73 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 	if !q.store.CanCommit() {
 		return q.oneByOne(ctx, actor, jobs)
 	}
-	return q.commitMany(ctx, actor, jobs)
+	for range 4 {
+		out, err := q.commitUnique(ctx, actor, jobs)
+		if be, ok := errors.AsType[*lifecycle.BatchError](err); ok && errors.Is(be.Err, lifecycle.ErrJobExists) && jobs[be.Index].Unique != nil {
+			continue // another insert created that generation meanwhile: resolve again
+		}
+		return out, err
+	}
+	return nil, errors.New("jobqueue: a batch's unique jobs were refused as existing and then read missing, four times over")
+}
+
+// commitUnique is commitMany for a batch that may hold unique jobs: each
+// gets the id its uniqueness resolves to (unique.go), and one whose
+// uniqueness a job holds already, in the store or earlier in the batch,
+// is answered by that job, marked Duplicate, and not written.
+func (q *admission) commitUnique(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) ([]lifecycle.Job, error) {
+	if !slices.ContainsFunc(jobs, func(n NewJob) bool { return n.Unique != nil }) {
+		return q.commitMany(ctx, actor, jobs)
+	}
+	var (
+		now     = q.clock.Now().UTC()
+		answers = make([]lifecycle.Job, len(jobs))
+		dupOf   = make([]int, len(jobs)) // the batch's index the job is a duplicate of, +1
+		created = map[string]int{}
+		write   = make([]NewJob, 0, len(jobs))
+		at      = make([]int, 0, len(jobs)) // write[k] is jobs[at[k]]
+	)
+	for i := range jobs {
+		if jobs[i].Unique == nil {
+			write, at = append(write, jobs[i]), append(at, i)
+			continue
+		}
+		jobs[i].JobID = ""
+		t, err := q.resolve(ctx, &jobs[i], now)
+		switch {
+		case err != nil:
+			return nil, &lifecycle.BatchError{Index: i, Err: err}
+		case t.holder != nil:
+			answers[i], jobs[i].JobID = *t.holder, t.holder.JobID
+			answers[i].Duplicate = true
+		case created[t.id] > 0:
+			dupOf[i], jobs[i].JobID = created[t.id], t.id
+		default:
+			created[t.id], jobs[i].JobID = i+1, t.id
+			write, at = append(write, jobs[i]), append(at, i)
+		}
+	}
+	var landed []lifecycle.Job
+	var err error
+	if len(write) > 0 {
+		landed, err = q.commitMany(ctx, actor, write)
+	}
+	if be, ok := errors.AsType[*lifecycle.BatchError](err); ok {
+		return nil, &lifecycle.BatchError{Index: at[be.Index], Err: be.Err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for k, j := range landed {
+		answers[at[k]] = j
+	}
+	for i, d := range dupOf {
+		if d > 0 {
+			answers[i] = answers[d-1]
+			answers[i].Duplicate = true
+		}
+	}
+	return answers, nil
 }
 
 // oneByOne writes valid jobs as Enqueue does, in order, and stops at the
@@ -56,7 +125,13 @@ func (q *admission) oneByOne(ctx context.Context, actor lifecycle.Actor, jobs []
 	out := make([]lifecycle.Job, 0, len(jobs))
 	for i := range jobs {
 		jctx, span := q.tracer.Start(ctx, tracing.SpanEnqueue, trace.SpanKindProducer)
-		j, err := q.write(jctx, actor, jobs[i])
+		var j lifecycle.Job
+		var err error
+		if jobs[i].Unique != nil {
+			j, err = q.enqueueUnique(jctx, actor, &jobs[i])
+		} else {
+			j, err = q.write(jctx, actor, jobs[i])
+		}
 		endEnqueue(span, &jobs[i], err)
 		if err != nil {
 			return out, &lifecycle.BatchError{Index: i, Err: err}

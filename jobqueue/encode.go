@@ -90,6 +90,9 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 		return b, err
 	}
 	b = jsonenc.OmitEmpty(b, `,"traceparent":`, j.TraceParent)
+	if j.Duplicate { // an insert's answer only: never in a stored record
+		b = append(b, `,"duplicate":true`...)
+	}
 	b = jsonenc.OmitEmpty(b, `,"audit_artifact":`, d.AuditArtifact)
 	if d.RanEpoch != 0 {
 		b = append(b, `,"ran_epoch":`...)

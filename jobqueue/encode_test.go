@@ -36,7 +36,7 @@ func fullJobDoc() *jobDoc {
 				{From: lifecycle.JobNotebookLMCall, To: lifecycle.JobRetryBackoff, Event: "fail", Actor: lifecycle.ActorOrchestration, At: due,
 					ErrorCode: "TIMEOUT", Error: "step \"x\" timed out"},
 			},
-			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Duplicate: true,
 		},
 		AuditArtifact: "art-1",
 		RanEpoch:      3,
@@ -185,6 +185,7 @@ func plainJobDoc() *jobDoc {
 	utc(d.QueuedAt)
 	d.NextAttemptAt = new(d.NextAttemptAt.UTC())
 	d.CancelRequestedAt, d.CancelRequestedBy = nil, "" // asked of few jobs
+	d.Duplicate = false                                // an insert's answer only, never stored
 	d.ScheduledAt = new(d.ScheduledAt.UTC())
 	utc(&d.Lease.ExpiresAt)
 	for i := range d.Trail {

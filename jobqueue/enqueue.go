@@ -56,11 +56,16 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]string) err
 	if err := n.checkText(); err != nil {
 		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 	}
-	if n.JobID == "" {
+	if n.Unique != nil {
+		// Its id is derived from its uniqueness when it is written.
+		if err := n.checkUnique(); err != nil {
+			return err
+		}
+	} else if n.JobID == "" {
 		n.JobID = newUUID()
 	}
-	if err := storekey.ValidateID("job id", n.JobID); err != nil {
-		return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
+	if err := n.checkID(); err != nil {
+		return err
 	}
 	if n.RunID != "" {
 		if err := storekey.ValidateID("run id", n.RunID); err != nil {
@@ -112,6 +117,17 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]string) err
 	for i, ref := range n.Context.EntityRefs {
 		if ref == "" {
 			return badJob("context.entity_refs[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// checkID checks the job's id: none yet for a unique job (derived when
+// it is written).
+func (n *NewJob) checkID() error {
+	if n.Unique == nil {
+		if err := storekey.ValidateID("job id", n.JobID); err != nil {
+			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
 		}
 	}
 	return nil
@@ -196,6 +212,7 @@ type admission struct {
 	typeMax     map[lifecycle.JobType]int    // TypeConfig.MaxAttempts, where set
 	userTypes   map[lifecycle.JobType]string // Config.Types, each to its queue
 	rolling     bool                         // Config.RollingUpgrade
+	hints       uniqueHints                  // unique jobs' generations seen
 }
 
 // checkRolling refuses, during a rolling upgrade (Config.RollingUpgrade),
@@ -220,6 +237,9 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 	}
 	if err := q.checkRolling(&n); err != nil {
 		return lifecycle.Job{}, err
+	}
+	if n.Unique != nil {
+		return q.enqueueUnique(ctx, actor, &n) // &n: the span names the id it gets
 	}
 	return q.write(ctx, actor, n)
 }

@@ -168,7 +168,8 @@ func idle(s lifecycle.JobState) bool {
 // attempts makes the job's attempts from its moves: one starts at a move
 // from a waiting state to a worker's, and ends at the move back to a
 // waiting or final state. Attempts count from 1 again after a requeue,
-// as the record's attempt does.
+// and a snoozed run (outcome QUEUED) gives its number back, as the
+// record's attempt does.
 func attempts(moves []lifecycle.JobMove) []lifecycle.JobAttempt {
 	out := []lifecycle.JobAttempt{}
 	n := 0
@@ -190,6 +191,9 @@ func attempts(moves []lifecycle.JobMove) []lifecycle.JobAttempt {
 			end := m.At
 			ms := end.Sub(a.StartedAt).Milliseconds()
 			a.EndedAt, a.DurationMS, a.Outcome, a.ErrorCode, a.Error = &end, &ms, m.To, m.ErrorCode, m.Error
+			if m.Event == machine.EventSnooze {
+				n-- // a snooze gives its attempt back: the next run has its number
+			}
 		}
 	}
 	return out

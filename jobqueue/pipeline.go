@@ -302,7 +302,7 @@ func (c *Claim) endWith(ctx context.Context, job lifecycle.Job, out lifecycle.Jo
 // up into RUNNING: its Handler once, then its artifact written and the
 // commit RUNNING → COMPLETE, or the failure of either RUNNING →
 // RETRY_BACKOFF (its failed_step RUNNING; an artifact write's error keeps
-// its code ARTIFACT_WRITE_ERROR).
+// its code ARTIFACT_WRITE_ERROR), or the Handler's Snooze RUNNING → QUEUED.
 func (c *Claim) work(ctx context.Context, h Handler) (lifecycle.Job, error) {
 	job := c.Job()
 	var out lifecycle.JobOutput
@@ -310,6 +310,9 @@ func (c *Claim) work(ctx context.Context, h Handler) (lifecycle.Job, error) {
 		out, err = h.Work(ctx, job)
 		return err
 	})
+	if wait, ok := snoozed(err); ok {
+		return c.snooze(ctx, wait)
+	}
 	if err != nil {
 		return c.orchestrate(ctx, lifecycle.JobRunning, sctx, err)
 	}

@@ -131,6 +131,11 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 // A job with a RunAt or Delay is QUEUED from now, with ScheduledAt, and no
 // claim picks it up before that time; a higher Priority is picked up first
 // among the jobs ready in its lane (docs/spec.md#delayed-jobs-and-priorities).
+// A job with Unique set gets an id derived from its uniqueness; when a job
+// holds that uniqueness already, Enqueue returns it with Duplicate set and
+// writes nothing, no error (docs/spec.md#unique-jobs). On a store that
+// settles, an insert of a uniqueness not yet held waits the settle time,
+// within ctx, before it believes no job holds it.
 // Config.InsertMiddleware sees n first, as a batch of one, once the actor
 // may create jobs.
 func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (lifecycle.Job, error) {
@@ -161,6 +166,9 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 //
 // Jobs that name their ids can be sent again after a failure without
 // being created twice: a job that landed is refused with
+// lifecycle.ErrJobExists. A unique job (Unique set) whose uniqueness a job
+// holds, in the store or earlier in the batch, is answered by that job
+// with Duplicate set, and not written.
 // lifecycle.ErrJobExists.
 //
 // Config.InsertMiddleware sees the batch first, whole, once the actor may

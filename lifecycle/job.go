@@ -121,6 +121,10 @@ type Job struct {
 	// job: every worker that runs it starts its spans as its children
 	// (docs/spec.md#tracing). Empty when the enqueue carried no trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Duplicate is set only in the answer to an insert of a unique job
+	// (NewJob.Unique) that found this job holding its uniqueness, and
+	// created none; it is never stored.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // JobMove is one transition of a job, as its audit event records it.

@@ -45,6 +45,31 @@ type NewJob struct {
 	// queue, else "default". A job that names an agent runs in its agent's
 	// lane, in the queue "default".
 	Queue string
+	// Unique, when set, makes the job unique: an insert that finds a job
+	// of the same uniqueness (Unique) in one of its states answers that
+	// job, marked Duplicate, and creates none. The job's id is then
+	// derived from its uniqueness, so JobID must be empty.
+	Unique *Unique
+}
+
+// Unique says what makes a job the same as another (NewJob.Unique): its
+// type and its key, or else its payload (as canonical JSON: key order and
+// spacing do not matter), within one period of its run time, while the
+// job holding it is in one of States. A job outside those states (by
+// default DEAD or CANCELLED) lets a new one in.
+type Unique struct {
+	// Key, when set, is the job's uniqueness instead of its payload (at
+	// most 1,024 bytes of one line of text).
+	Key string
+	// Period, when positive, makes the uniqueness last one period: the
+	// run time's (the insert's time, or the later RunAt or Delay) period,
+	// counted from the zero time in whole periods (an hour: from each full
+	// hour, UTC). Zero: no end.
+	Period time.Duration
+	// States are the states of a job that hold its uniqueness; empty means
+	// every state but DEAD and CANCELLED (a job waiting, running, retrying
+	// or COMPLETE holds it; a buried or cancelled one does not).
+	States []JobState
 }
 
 // The priorities of a job (NewJob.Priority, Job.Priority): a higher one

@@ -138,9 +138,30 @@ func checkJob(b wire.JobBody, field string) (jobqueue.NewJob, error) {
 		}
 		delay = d
 	}
+	unique, err := checkUnique(b.Unique, field)
+	if err != nil {
+		return jobqueue.NewJob{}, err
+	}
 	return jobqueue.NewJob{JobID: b.JobID, RunID: b.RunID, JobType: b.JobType, AgentSlug: b.AgentSlug,
 		MaxAttempts: b.MaxAttempts, Payload: b.Payload, Context: b.Context, Callback: b.Callback, ProjectID: b.ProjectID,
-		Priority: b.Priority, RunAt: b.RunAt, Delay: delay, Queue: b.Queue}, nil
+		Priority: b.Priority, RunAt: b.RunAt, Delay: delay, Queue: b.Queue, Unique: unique}, nil
+}
+
+// checkUnique turns a job's unique member into the queue's, its period
+// parsed; the queue checks the rest.
+func checkUnique(b *wire.UniqueBody, field string) (*lifecycle.Unique, error) {
+	if b == nil {
+		return nil, nil
+	}
+	u := &lifecycle.Unique{Key: b.Key, States: b.States}
+	if b.Period != "" {
+		d, err := time.ParseDuration(b.Period)
+		if err != nil {
+			return nil, apiErr(codes.InvalidRequest, "%sunique.period %q is not a duration (\"1h\", \"15m\")", field, b.Period)
+		}
+		u.Period = d
+	}
+	return u, nil
 }
 
 // decodeBatch decodes and checks POST /jobs/batch's body: 1 to

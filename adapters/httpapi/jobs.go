@@ -46,11 +46,22 @@ func absent(what string) error {
 }
 
 func (h *jobRoutes) enqueueJob() handlerFunc {
-	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusCreated, jsonBody(decodeJob),
-		func(ctx context.Context, actor lifecycle.Actor, n jobqueue.NewJob) (lifecycle.Job, error) {
-			job, err := h.queue.Enqueue(ctx, actor, n)
-			return job, jobScoped(err)
-		}))
+	parse := jsonBody(decodeJob)
+	return needs(h.queue != nil, "job queue", func(w http.ResponseWriter, r *http.Request, actor lifecycle.Actor) error {
+		n, err := parse(r, actor)
+		if err != nil {
+			return err
+		}
+		job, err := h.queue.Enqueue(r.Context(), actor, n)
+		if err != nil {
+			return jobScoped(err)
+		}
+		status := http.StatusCreated
+		if job.Duplicate {
+			status = http.StatusOK // a unique job's holder, "duplicate": true; nothing created
+		}
+		return writeJSON(w, status, job)
+	})
 }
 
 // batchBodyTimes is how many times Config.MaxBodyBytes a batch's body may

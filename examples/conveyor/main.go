@@ -75,9 +75,11 @@ commands:
   cancel-job -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]
                                   cancel the jobs of a filter, at most 100 a call
   jobs enqueue <type> [-agent A] [-payload JSON] [-job-id ID] [-priority 1..9]
-               [-run-at RFC3339] [-delay 90s] [-queue Q]
+               [-run-at RFC3339] [-delay 90s] [-queue Q] [-unique] [-unique-key K] [-unique-period 1h]
                                   create a job: a higher priority starts first (default 5);
-                                  it starts no earlier than -run-at and -delay say
+                                  it starts no earlier than -run-at and -delay say; a unique
+                                  one (by payload, or by -unique-key, within -unique-period)
+                                  whose twin exists prints that job, "duplicate": true
   history <job>                   a job's moves (audit log) and attempts, each with its error
   requeue -status S [-type T] [-agent A] [-limit N] [-cursor C] [-all]
                                   requeue the FAILED/DEAD jobs of a filter, at most 100 a call
@@ -196,6 +198,9 @@ type jobFlags struct {
 	payload, id, runAt, queue string
 	priority                  int
 	delay                     time.Duration
+	unique                    bool          // unique by payload
+	uniqueKey                 string        // unique by this key
+	uniquePeriod              time.Duration // within this period
 }
 
 // payload is -payload for approve, reject and deliver: JSON, or nil when
@@ -298,6 +303,9 @@ func (c *command) run(ctx context.Context, name string, args []string) error {
 	fs.StringVar(&in.job.runAt, "run-at", "", "the earliest time the job may start (RFC 3339)")
 	fs.DurationVar(&in.job.delay, "delay", 0, "how long after the enqueue the job may start (90s, 2h)")
 	fs.StringVar(&in.job.queue, "queue", "", "the named queue of a job without an agent (default: its type's)")
+	fs.BoolVar(&in.job.unique, "unique", false, "jobs enqueue: a unique job, by its type and payload")
+	fs.StringVar(&in.job.uniqueKey, "unique-key", "", "jobs enqueue: a unique job, by its type and this key")
+	fs.DurationVar(&in.job.uniquePeriod, "unique-period", 0, "jobs enqueue: a unique job within this period of its run time (1h)")
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
 			return usageError(err.Error())
@@ -444,6 +452,9 @@ func (c *command) enqueue(ctx context.Context, t lifecycle.JobType, agent string
 			return usageError("-run-at is not an RFC 3339 time (2026-11-28T16:00:00Z)")
 		}
 		n.RunAt = at
+	}
+	if f.unique || f.uniqueKey != "" || f.uniquePeriod != 0 {
+		n.Unique = &lifecycle.Unique{Key: f.uniqueKey, Period: f.uniquePeriod}
 	}
 	return c.printJob(c.c.Enqueue(ctx, n))
 }

@@ -21,8 +21,9 @@ func GeneralJobStates() []lifecycle.JobState {
 // backoff_elapsed to QUEUED or, attempts exhausted or the error permanent,
 // to FAILED → DEAD; the operator's requeue of FAILED and DEAD; and cancel:
 // the operator's of a QUEUED or RETRY_BACKOFF job, at once, and the
-// orchestration's of a RUNNING one whose cancel was asked for. Its events
-// and guards are the spec machine's where the move is the same: pickup,
+// orchestration's of a RUNNING one whose cancel was asked for; and snooze,
+// RUNNING → QUEUED, the orchestration's when the handler asks to run again
+// later (no failure: the attempt is given back). Its events and guards are the spec machine's where the move is the same: pickup,
 // commit (the artifact written, the job COMPLETE), retryable_error,
 // backoff_elapsed, bury, requeue.
 //
@@ -52,6 +53,7 @@ var generalJobMachine = sync.OnceValue(func() *Machine[lifecycle.JobState, *life
 			{From: lifecycle.JobQueued, To: lifecycle.JobCancelled, Event: EventCancel, Actors: admin},
 			{From: lifecycle.JobRetryBackoff, To: lifecycle.JobCancelled, Event: EventCancel, Actors: admin},
 			{From: lifecycle.JobRunning, To: lifecycle.JobCancelled, Event: EventCancel, Actors: orch},
+			{From: lifecycle.JobRunning, To: lifecycle.JobQueued, Event: EventSnooze, Actors: orch},
 		},
 		GetState: func(j *lifecycle.Job) lifecycle.JobState { return j.Status },
 		SetState: func(j *lifecycle.Job, s lifecycle.JobState) { j.Status = s },

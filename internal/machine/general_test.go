@@ -41,6 +41,9 @@ func TestGeneralJobMachine(t *testing.T) {
 		{lifecycle.JobComplete, machine.EventCancel, admin, lifecycle.Job{}, "", lifecycle.ErrTerminalState},
 		{lifecycle.JobCancelled, machine.EventRequeue, admin, lifecycle.Job{}, "", lifecycle.ErrTerminalState},
 		{lifecycle.JobQueued, machine.EventSnapshotReady, orch, lifecycle.Job{}, "", lifecycle.ErrInvalidTransition},
+		{lifecycle.JobRunning, machine.EventSnooze, orch, lifecycle.Job{}, lifecycle.JobQueued, nil},
+		{lifecycle.JobRunning, machine.EventSnooze, admin, lifecycle.Job{}, "", lifecycle.ErrForbiddenActor},
+		{lifecycle.JobQueued, machine.EventSnooze, orch, lifecycle.Job{}, "", lifecycle.ErrInvalidTransition},
 	}
 	for _, tt := range tests {
 		j := tt.job

@@ -23,6 +23,7 @@ const (
 	EventBackoffElapsed lifecycle.Event = "backoff_elapsed" // RETRY_BACKOFF → QUEUED or FAILED, by guard
 	EventBury           lifecycle.Event = "bury"            // FAILED → DEAD
 	EventRequeue        lifecycle.Event = "requeue"         // FAILED or DEAD → QUEUED (operator)
+	EventSnooze         lifecycle.Event = "snooze"          // RUNNING → QUEUED, to run again later (general machine only)
 )
 
 // JobMachine is the job machine (docs/spec.md#job-lifecycle). The orchestration layer makes

@@ -26,8 +26,9 @@ type QueueOption func(*jobqueue.Config)
 // RunJob enqueues n (as the gateway) in a fresh Queue, runs it with h (a
 // jobqueue.Handler: HandlerFunc, Typed, or the NLM pipeline's Handlers) until it
 // is COMPLETE, DEAD or CANCELLED, and returns the job as last written and its artifact
-// (nil when it has none). A job enqueued to run later, or waiting out a
-// retry's backoff, is run when the fake clock, moved on, reaches its time.
+// (nil when it has none). A job enqueued to run later, waiting out a
+// retry's backoff, or snoozed by its handler (jobqueue.Snooze), is run
+// when the fake clock, moved on, reaches its time.
 // A job of a type of the user's runs with h as its Handler: registered
 // for it unless a QueueOption's Config.Types gives it one.
 // The test fails when the job is refused or cannot be run to its end.
@@ -80,8 +81,8 @@ func RunJob(tb testing.TB, h jobqueue.Handler, n jobqueue.NewJob, opts ...QueueO
 			tb.Fatalf(name+": claim: %v", err)
 		}
 		if c == nil {
-			// Not ready yet: a retry's backoff, or a job enqueued to run
-			// later (NewJob.RunAt, Delay), passes on the fake clock.
+			// Not ready yet: a retry's backoff, a job enqueued to run
+			// later (NewJob.RunAt, Delay) or snoozed, passes on the fake clock.
 			due := job.NextAttemptAt
 			if job.Status == lifecycle.JobQueued {
 				due = job.ScheduledAt

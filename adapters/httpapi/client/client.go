@@ -215,7 +215,8 @@ func (c *Client) Agents(ctx context.Context) ([]lifecycle.AgentInfo, error) {
 
 // Enqueue creates a job (POST /jobs). Its Delay counts from the server's
 // clock when the job arrives, its RunAt is a time as it is; the job starts
-// no earlier than either.
+// no earlier than either. A unique job (lifecycle.NewJob.Unique) whose
+// uniqueness a job holds is answered by that job, its Duplicate set.
 func (c *Client) Enqueue(ctx context.Context, n lifecycle.NewJob) (lifecycle.Job, error) {
 	return get[lifecycle.Job](ctx, connOf(c), http.MethodPost, "/jobs", jobBody(n))
 }
@@ -226,6 +227,12 @@ func jobBody(n lifecycle.NewJob) wire.JobBody {
 		Priority: n.Priority, RunAt: n.RunAt, Queue: n.Queue}
 	if n.Delay != 0 {
 		b.Delay = n.Delay.String() // by the server's clock, as the queue's
+	}
+	if u := n.Unique; u != nil {
+		b.Unique = &wire.UniqueBody{Key: u.Key, States: u.States}
+		if u.Period != 0 {
+			b.Unique.Period = u.Period.String()
+		}
 	}
 	return b
 }

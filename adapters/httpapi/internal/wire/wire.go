@@ -61,6 +61,17 @@ type JobBody struct {
 	// Queue is the named queue of a job without an agent; empty: its
 	// type's, else "default".
 	Queue string `json:"queue,omitempty"`
+	// Unique makes the job unique (lifecycle.Unique).
+	Unique *UniqueBody `json:"unique,omitempty"`
+}
+
+// UniqueBody is a job's uniqueness in a body (lifecycle.Unique): by key,
+// else by payload; Period a Go duration string ("1h"); States, empty,
+// every state but DEAD and CANCELLED.
+type UniqueBody struct {
+	Key    string               `json:"key,omitempty"`
+	Period string               `json:"period,omitempty"`
+	States []lifecycle.JobState `json:"states,omitempty"`
 }
 
 // BatchBody is POST /jobs/batch's body (docs/http-api.md): 1 to 500 jobs,

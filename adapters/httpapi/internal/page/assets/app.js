@@ -1844,7 +1844,8 @@
       job = hist.job;
       facts.replaceChildren(
         ...fact('state', [badge(job.status, { id: 'job-status', 'data-testid': 'job-status' }),
-          job.status === 'RETRY_BACKOFF' && job.next_attempt_at ? [' next attempt ', fmtTime(job.next_attempt_at)] : null]),
+          job.status === 'RETRY_BACKOFF' && job.next_attempt_at ? [' next attempt ', fmtTime(job.next_attempt_at)] : null,
+          job.status === 'QUEUED' && job.scheduled_at ? [' not before ', fmtTime(job.scheduled_at)] : null]),
         ...fact('type', h('span', { class: 'mono', text: job.job_type })),
         ...fact('agent', h('span', { class: 'mono', text: agentName(job.agent_slug) })),
         ...fact('run', job.run_id ? h('a', { href: '#/runs/' + enc(job.run_id), class: 'mono id', text: job.run_id }) : '—'),
