@@ -60,7 +60,7 @@ func TestCancelMatching(t *testing.T) {
 		{"gateway", lifecycle.ActorGateway, jobqueue.JobQuery{Status: lifecycle.JobQueued}, codes.Forbidden},
 		{"limit past MaxBulk", lifecycle.ActorAdmin, jobqueue.JobQuery{Limit: jobqueue.MaxBulk + 1}, codes.InvalidRequest},
 	} {
-		if _, err := q.CancelMatching(ctx, r.actor, r.jq); lifecycle.ErrorCode(err) != r.code {
+		if _, err := (jobqueue.Operator{Queue: q}).CancelMatching(ctx, r.actor, r.jq); lifecycle.ErrorCode(err) != r.code {
 			t.Fatalf("%s: %v, want %s", r.name, err, r.code)
 		}
 	}
@@ -72,7 +72,7 @@ func TestCancelMatching(t *testing.T) {
 	var failed []lifecycle.BulkFailure
 	jq := jobqueue.JobQuery{Limit: 2}
 	for pages := 0; ; pages++ {
-		res, err := q.CancelMatching(ctx, lifecycle.ActorAdmin, jq)
+		res, err := (jobqueue.Operator{Queue: q}).CancelMatching(ctx, lifecycle.ActorAdmin, jq)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestCancelMatching(t *testing.T) {
 		t.Fatalf("the running job ended %s", j.Status)
 	}
 	// Only the filter's jobs: none left QUEUED.
-	res, err := q.CancelMatching(ctx, lifecycle.ActorAdmin, jobqueue.JobQuery{Status: lifecycle.JobQueued, Type: emailType})
+	res, err := (jobqueue.Operator{Queue: q}).CancelMatching(ctx, lifecycle.ActorAdmin, jobqueue.JobQuery{Status: lifecycle.JobQueued, Type: emailType})
 	if err != nil || res.Count != 0 || len(res.Failed) != 0 {
 		t.Fatalf("again: %+v, %v", res, err)
 	}

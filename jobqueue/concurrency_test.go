@@ -185,10 +185,10 @@ func TestPausedQueueStartsNothing(t *testing.T) {
 	if err != nil || running == nil {
 		t.Fatalf("claim before the pause: %v, %v", running, err)
 	}
-	if err := admin.SetPaused(ctx, lifecycle.ActorAdmin, "mail", true); err != nil {
+	if err := (jobqueue.Operator{Queue: admin}).SetPaused(ctx, lifecycle.ActorAdmin, "mail", true); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.SetPaused(ctx, lifecycle.ActorAdmin, "mail", true); err != nil {
+	if err := (jobqueue.Operator{Queue: admin}).SetPaused(ctx, lifecycle.ActorAdmin, "mail", true); err != nil {
 		t.Fatalf("pausing a paused queue: %v", err)
 	}
 	clk.Advance(2 * time.Second) // past the other Queue's next listing of the pauses
@@ -218,14 +218,14 @@ func TestPausedQueueStartsNothing(t *testing.T) {
 	if !claimed["d1"] || mailStarted != 1 {
 		t.Fatalf("claimed %v while mail was paused: want d1 and only the mail job claimed before the pause", claimed)
 	}
-	lanes, err := worker.Lanes(ctx)
+	lanes, err := (jobqueue.Operator{Queue: worker}).Lanes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l := findLane(lanes, jobqueue.QueueLane(greetType, "mail")); l == nil || !l.Paused || l.Queue != "mail" || l.Ready != 1 {
 		t.Fatalf("the paused queue's lane: %+v", l)
 	}
-	if err := admin.SetPaused(ctx, lifecycle.ActorAdmin, "mail", false); err != nil {
+	if err := (jobqueue.Operator{Queue: admin}).SetPaused(ctx, lifecycle.ActorAdmin, "mail", false); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Second)
@@ -268,10 +268,10 @@ func TestPauseRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			q := newQueue(t, memstore.New(), clock.NewFake(t0), func(c *jobqueue.Config) { c.RollingUpgrade = tt.rolling })
-			if err := q.SetPaused(ctx, tt.actor, tt.queue, true); !errors.Is(err, tt.want) {
+			if err := (jobqueue.Operator{Queue: q}).SetPaused(ctx, tt.actor, tt.queue, true); !errors.Is(err, tt.want) {
 				t.Fatalf("SetPaused: %v, want %v", err, tt.want)
 			}
-			if err := q.SetPaused(ctx, tt.actor, tt.queue, false); tt.rolling && err != nil {
+			if err := (jobqueue.Operator{Queue: q}).SetPaused(ctx, tt.actor, tt.queue, false); tt.rolling && err != nil {
 				t.Fatalf("a resume during a rolling upgrade: %v (nothing a previous Worker would not obey)", err)
 			}
 		})
@@ -314,7 +314,7 @@ func TestPauseRecordFaults(t *testing.T) {
 		}
 	}
 	claim("a garbage record", false)
-	if lanes, err := q.Lanes(ctx); err != nil || len(lanes) != 1 || !lanes[0].Paused {
+	if lanes, err := (jobqueue.Operator{Queue: q}).Lanes(ctx); err != nil || len(lanes) != 1 || !lanes[0].Paused {
 		t.Fatalf("Lanes with a garbage record: %+v, %v", lanes, err)
 	}
 	fs.ShortList(1)

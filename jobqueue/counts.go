@@ -16,7 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/storage"
 )
 
-// counts is Queue.Counts: the net counts of the audit log (the latest
+// counts is Operator.Counts: the net counts of the audit log (the latest
 // closed day's rollup, the closed hours' after it, the objects since)
 // give where every job last came to rest; the jobs in flight (lanes and
 // locks) that left their rest are moved from it to where they are.
@@ -166,7 +166,7 @@ func countsOf(net map[netKey]int64) lifecycle.JobCounts {
 // activityMinutes is how many minutes Activity answers: the last hour.
 const activityMinutes = 60
 
-// activity is Queue.Activity: the closed hours' rollups that overlap the
+// activity is Operator.Activity: the closed hours' rollups that overlap the
 // last hour and the objects since.
 func (t *tally) activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobActivity, error) {
 	if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {

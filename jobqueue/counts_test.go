@@ -35,7 +35,7 @@ func countsByList(t *testing.T, q *jobqueue.Queue) map[string]int64 {
 // answer.
 func countsByCounts(t *testing.T, q *jobqueue.Queue) map[string]int64 {
 	t.Helper()
-	c, err := q.Counts(context.Background(), lifecycle.ActorAdmin)
+	c, err := (jobqueue.Operator{Queue: q}).Counts(context.Background(), lifecycle.ActorAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}

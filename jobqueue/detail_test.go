@@ -70,7 +70,7 @@ func TestHistoryAttempts(t *testing.T) {
 		if j := runOnce(t, q, okHandlers()); j.Status != lifecycle.JobComplete {
 			t.Fatalf("after the requeue: %s", j.Status)
 		}
-		h, err := q.History(ctx, lifecycle.ActorAdmin, "job-1")
+		h, err := (jobqueue.Operator{Queue: q}).History(ctx, lifecycle.ActorAdmin, "job-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestHistoryAttempts(t *testing.T) {
 				t.Fatalf("attempt %d error %s %q, want %q", i, a.ErrorCode, a.Error, w.err)
 			}
 		}
-		if _, err := q.History(ctx, lifecycle.ActorAdmin, "job-none"); !errors.Is(err, storage.ErrNotFound) {
+		if _, err := (jobqueue.Operator{Queue: q}).History(ctx, lifecycle.ActorAdmin, "job-none"); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("history of a missing job: %v", err)
 		}
 	})
@@ -141,7 +141,7 @@ func TestRequeueMatching(t *testing.T) {
 			{"limit past MaxBulk", lifecycle.ActorAdmin, jobqueue.JobQuery{Limit: jobqueue.MaxBulk + 1}, codes.InvalidRequest},
 		}
 		for _, r := range refusals {
-			if _, err := q.RequeueMatching(ctx, r.actor, r.jq); lifecycle.ErrorCode(err) != r.code {
+			if _, err := (jobqueue.Operator{Queue: q}).RequeueMatching(ctx, r.actor, r.jq); lifecycle.ErrorCode(err) != r.code {
 				t.Fatalf("%s: %v, want %s", r.name, err, r.code)
 			}
 		}
@@ -149,7 +149,7 @@ func TestRequeueMatching(t *testing.T) {
 		var done []string
 		jq := jobqueue.JobQuery{Limit: 2}
 		for pages := 0; ; pages++ {
-			res, err := q.RequeueMatching(ctx, lifecycle.ActorAdmin, jq)
+			res, err := (jobqueue.Operator{Queue: q}).RequeueMatching(ctx, lifecycle.ActorAdmin, jq)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,7 +166,7 @@ func TestRequeueMatching(t *testing.T) {
 			t.Fatalf("requeued %v, want the dead %v", done, dead)
 		}
 		for id := range dead {
-			h, err := q.History(ctx, lifecycle.ActorAdmin, id)
+			h, err := (jobqueue.Operator{Queue: q}).History(ctx, lifecycle.ActorAdmin, id)
 			if err != nil || len(h.Attempts) != 1 || h.Attempts[0].Outcome != lifecycle.JobFailed || h.Attempts[0].ErrorCode != codes.JobPermanent {
 				t.Fatalf("history of %s: %+v, %v", id, h.Attempts, err)
 			}
@@ -179,7 +179,7 @@ func TestRequeueMatching(t *testing.T) {
 				t.Fatalf("%s: %s attempt %d", id, j.Status, j.Attempt)
 			}
 		}
-		res, err := q.RequeueMatching(ctx, lifecycle.ActorAdmin, jobqueue.JobQuery{Status: lifecycle.JobDead})
+		res, err := (jobqueue.Operator{Queue: q}).RequeueMatching(ctx, lifecycle.ActorAdmin, jobqueue.JobQuery{Status: lifecycle.JobDead})
 		if err != nil || res.Count != 0 || res.Next != "" {
 			t.Fatalf("again: %+v, %v", res, err)
 		}
@@ -202,7 +202,7 @@ func TestLanes(t *testing.T) {
 			t.Fatal("no claim")
 		}
 		running := c.Job()
-		lanes, err := q.Lanes(ctx)
+		lanes, err := (jobqueue.Operator{Queue: q}).Lanes(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestLanes(t *testing.T) {
 		if _, err := c.Run(ctx, okHandlers()); err != nil {
 			t.Fatal(err)
 		}
-		lanes, err = q.Lanes(ctx)
+		lanes, err = (jobqueue.Operator{Queue: q}).Lanes(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +280,7 @@ func BenchmarkJobHistory(b *testing.B) {
 				keys := countKeys(b, s, "audit/")
 				b.ResetTimer()
 				for b.Loop() {
-					h, err := q.History(ctx, lifecycle.ActorAdmin, "job-000000")
+					h, err := (jobqueue.Operator{Queue: q}).History(ctx, lifecycle.ActorAdmin, "job-000000")
 					if err != nil || len(h.Attempts) != 1 {
 						b.Fatalf("%+v, %v", h.Attempts, err)
 					}

@@ -32,7 +32,7 @@ const (
 // that stamped the job's created_at and updated_at.
 const historySkew = time.Minute
 
-// history is Queue.History.
+// history is Operator.History.
 func (q *reader) history(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.JobHistory, error) {
 	job, err := q.get(ctx, actor, jobID)
 	if err != nil {

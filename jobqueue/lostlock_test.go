@@ -90,7 +90,7 @@ func TestReconcileFindsWhatTheSweepCannot(t *testing.T) {
 			if c := claim(t, q, "w2"); c != nil {
 				t.Fatalf("a claim found %s before the reconcile", c.Job().JobID)
 			}
-			r, err := q.Reconcile(ctx)
+			r, err := (jobqueue.Operator{Queue: q}).Reconcile(ctx)
 			if err != nil || !tt.want(r) || r.Jobs != 1 {
 				t.Fatalf("Reconcile = %+v, %v", r, err)
 			}

@@ -273,6 +273,17 @@ func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 	return q.sweeper.all(ctx)
 }
 
+// Operator is the queue's operations for an operator and a dashboard, on
+// a type of its own beside the Queue's job life: each lane's depth and
+// running jobs, a job's history, the counts and the last hour, bulk
+// requeue and cancel, a queue's pause, and the reconcile after a store
+// incident. The HTTP API's operator routes call these, as the Go client's
+// Operator calls those routes. Build it over a Queue:
+// jobqueue.Operator{Queue: q}.
+type Operator struct {
+	Queue *Queue
+}
+
 // Reconcile reads every job record, finished history included, and
 // repairs each job in flight that no lane entry or agent lock points at,
 // as Sweep repairs those they do: the work a store left unreachable when
@@ -281,7 +292,8 @@ func (q *Queue) Sweep(ctx context.Context) (SweepReport, error) {
 // itself once it sees such a loss, carried out a batch per sweep. Its cost
 // is one read per job kept, so call it after a store incident, not on a
 // schedule. It is safe beside running Workers.
-func (q *Queue) Reconcile(ctx context.Context) (SweepReport, error) {
+func (o Operator) Reconcile(ctx context.Context) (SweepReport, error) {
+	q := o.Queue
 	r, _, err := q.sweeper.reconcile(ctx, layout.JobsPrefix, 0)
 	return r, err
 }
@@ -327,7 +339,8 @@ func (q *Queue) Depths(ctx context.Context) ([]AgentDepth, error) {
 // where its move recorded it (jobs run before it was recorded show only
 // the record's last error). Result is the content of the job's artifact.
 // The actor needs Read, as for Get.
-func (q *Queue) History(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.JobHistory, error) {
+func (o Operator) History(ctx context.Context, actor lifecycle.Actor, jobID string) (lifecycle.JobHistory, error) {
+	q := o.Queue
 	h, err := q.reads.history(ctx, actor, jobID)
 	if err == nil && h.Job.ArtifactID != "" {
 		// The result is shown where it can be read: an actor without Read
@@ -347,7 +360,8 @@ func (q *Queue) History(ctx context.Context, actor lifecycle.Actor, jobID string
 // written with their codes, and the cursor of the rest: call again with
 // it as jq.Cursor until it is "". The actor is checked before any read:
 // only the admin may requeue.
-func (q *Queue) RequeueMatching(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (lifecycle.BulkResult, error) {
+func (o Operator) RequeueMatching(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (lifecycle.BulkResult, error) {
+	q := o.Queue
 	return bulk(ctx, actor, q.reads, jq, machine.EventRequeue, q.admit.requeue)
 }
 
@@ -362,7 +376,8 @@ func (q *Queue) RequeueMatching(ctx context.Context, actor lifecycle.Actor, jq J
 // their codes, and the cursor of the rest: call again with it as
 // jq.Cursor until it is "". The actor is checked before any read: only
 // the admin may cancel.
-func (q *Queue) CancelMatching(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (lifecycle.BulkResult, error) {
+func (o Operator) CancelMatching(ctx context.Context, actor lifecycle.Actor, jq JobQuery) (lifecycle.BulkResult, error) {
+	q := o.Queue
 	return bulkCancel(ctx, actor, q.reads, jq, q.admit.cancel)
 }
 
@@ -378,7 +393,8 @@ func (q *Queue) CancelMatching(ctx context.Context, actor lifecycle.Actor, jq Jo
 // records; past that the answer is Partial, what was rolled up is kept,
 // and the next call goes on. The actor needs Read without qualification,
 // as for List.
-func (q *Queue) Counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobCounts, error) {
+func (o Operator) Counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobCounts, error) {
+	q := o.Queue
 	return q.tally.counts(ctx, actor)
 }
 
@@ -386,7 +402,8 @@ func (q *Queue) Counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.Jo
 // jobs completed, the attempts failed, the jobs cancelled, and the run
 // time and wait of the attempts that ended, from the same rollups and
 // objects as Counts, bounded alike. The actor needs Read, as for List.
-func (q *Queue) Activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobActivity, error) {
+func (o Operator) Activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobActivity, error) {
+	q := o.Queue
 	return q.tally.activity(ctx, actor)
 }
 
@@ -395,7 +412,8 @@ func (q *Queue) Activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.
 // whether a job of it runs now. It reads the lanes and at most
 // MaxLaneLocks of their locks, and, for a held lock, the one job it
 // names: its cost grows with the lanes, never with the jobs.
-func (q *Queue) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
+func (o Operator) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
+	q := o.Queue
 	return laneStates(ctx, q)
 }
 
@@ -409,7 +427,8 @@ func (q *Queue) Lanes(ctx context.Context) ([]lifecycle.QueueLane, error) {
 // upgrade (Config.RollingUpgrade) a pause is refused, matching
 // ErrInvalidConfig: a Worker of the previous release would not obey it.
 // Pausing a paused queue, or resuming one not paused, is no error.
-func (q *Queue) SetPaused(ctx context.Context, actor lifecycle.Actor, queue string, paused bool) error {
+func (o Operator) SetPaused(ctx context.Context, actor lifecycle.Actor, queue string, paused bool) error {
+	q := o.Queue
 	if paused {
 		return q.pauses.pause(ctx, actor, queue)
 	}

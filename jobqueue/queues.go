@@ -16,7 +16,7 @@ import (
 // (in name order) are listed with their depth and Running false.
 const MaxLaneLocks = 500
 
-// laneStates is Queue.Lanes: the ready lanes' depths (Depths) and, for
+// laneStates is Operator.Lanes: the ready lanes' depths (Depths) and, for
 // each lane's lock, whether it holds a running job. A held lock names its
 // job; the job is read only to tell a lock still held after its job ended
 // (a claim keeps it a moment) from one whose job runs: one read per busy

@@ -19,7 +19,7 @@ import (
 // lost while its job waited (a MinIO cluster loses an object whose
 // conditional write a killed process cut: docs/stores.md). Its cost is the
 // history's, once; so it runs by hand after a store incident
-// (Queue.Reconcile, `conveyor reconcile`), and by itself only once the
+// (Operator.Reconcile, `conveyor reconcile`), and by itself only once the
 // queue has seen such a loss: a lock read missing for sure, or found as
 // junk, asks for one (reconcileAsked), and the sweep's turn carries it out
 // a batch at a time, its place kept in the sweep's lease so any process

@@ -94,7 +94,7 @@ func TestSnooze(t *testing.T) {
 			if j.Status != tt.want {
 				t.Fatalf("ended %s (%s), want %s", j.Status, j.ErrorCode, tt.want)
 			}
-			h, err := q.History(ctx, lifecycle.ActorAdmin, "job-s")
+			h, err := (jobqueue.Operator{Queue: q}).History(ctx, lifecycle.ActorAdmin, "job-s")
 			if err != nil {
 				t.Fatal(err)
 			}

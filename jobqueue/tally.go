@@ -162,7 +162,7 @@ type dayRecord struct {
 	Net []netRow  `json:"net,omitempty"`
 }
 
-// tally is Queue.Counts and Queue.Activity: it reads the rollups, makes
+// tally is Operator.Counts and Operator.Activity: it reads the rollups, makes
 // the missing ones of closed hours and days, and reads the audit objects
 // since the last closed hour itself, keeping what each said (they never
 // change) until its hour is rolled up.

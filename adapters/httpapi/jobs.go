@@ -20,6 +20,9 @@ type jobRoutes struct {
 	cursors *cursors
 }
 
+// ops is the queue's operator routes' side (jobqueue.Operator).
+func (h *jobRoutes) ops() jobqueue.Operator { return jobqueue.Operator{Queue: h.queue} }
+
 func (h *jobRoutes) table() []route {
 	return []route{
 		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: h.enqueueJob()},
@@ -33,8 +36,8 @@ func (h *jobRoutes) table() []route {
 		{method: "POST", path: "/jobs/{jobId}/cancel", actors: admin, h: h.cancelJob()},
 		// A bulk action on a filtered set sits beside the job's own, one
 		// path per action.
-		{method: "POST", path: "/jobs/requeue", actors: admin, body: true, h: h.bulkJobs(h.queue.RequeueMatching)},
-		{method: "POST", path: "/jobs/cancel", actors: admin, body: true, h: h.bulkJobs(h.queue.CancelMatching)},
+		{method: "POST", path: "/jobs/requeue", actors: admin, body: true, h: h.bulkJobs(h.ops().RequeueMatching)},
+		{method: "POST", path: "/jobs/cancel", actors: admin, body: true, h: h.bulkJobs(h.ops().CancelMatching)},
 		{method: "GET", path: "/queues", actors: matrixActors(authority.Read, true), h: h.listLanes()},
 		{method: "POST", path: "/queues/{queue}/pause", actors: admin, h: h.pauseQueue(true)},
 		{method: "POST", path: "/queues/{queue}/resume", actors: admin, h: h.pauseQueue(false)},
@@ -142,7 +145,7 @@ func (h *jobRoutes) pauseQueue(paused bool) handlerFunc {
 		if r.ContentLength != 0 {
 			return apiErr(codes.InvalidRequest, "a queue's pause or resume takes no body")
 		}
-		if err := h.queue.SetPaused(r.Context(), actor, r.PathValue("queue"), paused); err != nil {
+		if err := h.ops().SetPaused(r.Context(), actor, r.PathValue("queue"), paused); err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -164,7 +167,7 @@ func (h *jobRoutes) cancelJob() handlerFunc {
 func (h *jobRoutes) jobHistory() handlerFunc {
 	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, pathParam("jobId", "job_id"),
 		func(ctx context.Context, actor lifecycle.Actor, id string) (lifecycle.JobHistory, error) {
-			hist, err := h.queue.History(ctx, actor, id)
+			hist, err := h.ops().History(ctx, actor, id)
 			return hist, jobScoped(err)
 		}))
 }
@@ -213,7 +216,7 @@ func bulkList(b wire.BulkBody) string {
 func (h *jobRoutes) jobCounts() handlerFunc {
 	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
 		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) (lifecycle.JobCounts, error) {
-			return h.queue.Counts(ctx, actor)
+			return h.ops().Counts(ctx, actor)
 		}))
 }
 
@@ -221,7 +224,7 @@ func (h *jobRoutes) jobCounts() handlerFunc {
 func (h *jobRoutes) jobActivity() handlerFunc {
 	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
 		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) (lifecycle.JobActivity, error) {
-			return h.queue.Activity(ctx, actor)
+			return h.ops().Activity(ctx, actor)
 		}))
 }
 
@@ -231,6 +234,6 @@ func (h *jobRoutes) listLanes() handlerFunc {
 			if err := authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{}); err != nil {
 				return nil, err
 			}
-			return h.queue.Lanes(ctx)
+			return h.ops().Lanes(ctx)
 		}))
 }

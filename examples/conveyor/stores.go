@@ -242,7 +242,7 @@ func bucketCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 // reconcileCommand reads every job of the store and puts back in its lane
 // each job in flight that no lane entry or agent lock points at
-// (jobqueue.Queue.Reconcile), beside any Workers running on it.
+// (jobqueue.Operator.Reconcile), beside any Workers running on it.
 func reconcileCommand(ctx context.Context, name string, s3 storeopen.S3, out io.Writer) error {
 	s, where, err := storeopen.Open(ctx, name, s3)
 	if err != nil {
@@ -253,7 +253,7 @@ func reconcileCommand(ctx context.Context, name string, s3 storeopen.S3, out io.
 	if err != nil {
 		return err
 	}
-	r, err := q.Reconcile(ctx)
+	r, err := (jobqueue.Operator{Queue: q}).Reconcile(ctx)
 	fmt.Fprintf(out, "%s: %d jobs read, %d rescued, %d relaned, %d buried, %d quarantined, %d skipped\n",
 		where, r.Jobs, r.Rescued, r.Relaned, r.Buried, r.Quarantined, r.Skipped)
 	return err

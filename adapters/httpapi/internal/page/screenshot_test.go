@@ -120,7 +120,7 @@ func TestScreenshots(t *testing.T) {
 	if err != nil || held == nil {
 		t.Fatalf("claim: %v, %v", held, err)
 	}
-	if err := w.queue.SetPaused(context.Background(), lifecycle.ActorAdmin, "default", true); err != nil {
+	if err := (jobqueue.Operator{Queue: w.queue}).SetPaused(context.Background(), lifecycle.ActorAdmin, "default", true); err != nil {
 		t.Fatal(err)
 	}
 	do(t, ctx, "show the queues", 30*time.Second,
@@ -129,7 +129,7 @@ func TestScreenshots(t *testing.T) {
 		chromedp.WaitVisible(css(`#named-queues-body tr[data-paused="true"] [data-testid="resume-queue"]`)),
 	)
 	shoot("queues.png")
-	if err := w.queue.SetPaused(context.Background(), lifecycle.ActorAdmin, "default", false); err != nil {
+	if err := (jobqueue.Operator{Queue: w.queue}).SetPaused(context.Background(), lifecycle.ActorAdmin, "default", false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := held.Run(context.Background(), jobqueue.Handlers{CallNotebookLM: otherFails}); err != nil {
