@@ -52,6 +52,9 @@ type execution struct {
 	inputKnown    bool
 	// traceParent is the run's stored trace context, read by the claim.
 	traceParent string
+	// counted is the status as the last counting write left it (count),
+	// for the span of an execution that parked.
+	counted *lifecycle.RunStatus
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc
@@ -65,6 +68,10 @@ type outcome struct {
 	kind  outcomeKind
 	err   error    // the failure, for failed; the cause, for stopped
 	files []string // written under output/, for the manifest
+	// parked is the status as the write that parked the run left it: what
+	// the span says the run waits for, though an answer may land before
+	// the span ends.
+	parked *lifecycle.RunStatus
 }
 
 type outcomeKind int
@@ -167,6 +174,9 @@ var outcomeNames = [...]string{done: "done", parked: "parked", failed: "failed",
 // span is marked failed, a parked one says what it waits for.
 func endRunSpan(span tracing.Span, out outcome, doc lifecycle.RunStatus) {
 	span.String(tracing.AttrOutcome, outcomeNames[out.kind])
+	if out.parked != nil {
+		doc = *out.parked
+	}
 	if out.kind == parked {
 		switch {
 		case doc.Status == string(machine.ApprovalAwaitingApproval) && doc.Approval != nil:
@@ -347,7 +357,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			if x.w.snapshot().CancelRequested {
 				return outcome{kind: canceled} // count did not park it: the cancel wins
 			}
-			return outcome{kind: parked}
+			return outcome{kind: parked, parked: x.counted}
 		}
 	}
 	return outcome{kind: done, files: files}
@@ -432,7 +442,13 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 	case await != nil && await.ExternalEvent != "":
 		b.tc.External = &lifecycle.ExternalWait{EventType: await.ExternalEvent}
 	}
-	return x.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
+	return x.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) (err error) {
+		defer func() {
+			if err == nil {
+				doc := *d
+				x.counted = &doc // as written, if this try lands
+			}
+		}()
 		if f.stepDone != "" {
 			if err := f.fire(ctx, d, f.stepDone, lifecycle.ActorOrchestration); err != nil {
 				return err
