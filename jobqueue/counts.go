@@ -93,8 +93,8 @@ func (t *tally) inFlight(ctx context.Context, net map[netKey]int64, b *budget) (
 		if err != nil {
 			return false, err
 		}
-		if _, ok := layout.AgentFromLockKey(key); !ok {
-			continue
+		if _, _, ok := layout.ParseSlotLockKey(key); !ok {
+			continue // every lock of a lane names a job it runs: slot 0's and the others'
 		}
 		if !b.take() {
 			return false, nil
@@ -186,6 +186,7 @@ func (t *tally) activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.
 		}
 		partial = partial || !ok
 	}
+	t.forget(liveFrom) // as counts does: what is seen is held for the open hours only
 	ok, err := t.live(ctx, liveFrom, now, b, func(s segment) error {
 		a.add(s, jobName{}) // the minutes need no name
 		return nil

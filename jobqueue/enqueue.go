@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -128,6 +129,10 @@ func (n *NewJob) checkID() error {
 	if n.Unique == nil {
 		if err := storekey.ValidateID("job id", n.JobID); err != nil {
 			return fmt.Errorf("%w: %w", lifecycle.ErrInvalidJob, err)
+		}
+		if strings.HasPrefix(n.JobID, uniquePrefix) {
+			// Reserved: a plain job at a uniqueness's id would take it.
+			return fmt.Errorf("%w: job id %q: the prefix %q is a unique job's", lifecycle.ErrInvalidJob, n.JobID, uniquePrefix)
 		}
 	}
 	return nil

@@ -256,6 +256,9 @@ func (q *locks) readLock(ctx context.Context, a *agentState, s *lockSlot, key st
 		return nil
 	}}
 	lock, ver, err = rec.Load(ctx)
+	if err == nil {
+		q.absent.Found(key) // read present: an earlier not-found is no evidence now
+	}
 	if err = q.quar.poison(ctx, err); err == nil || !errors.Is(err, lifecycle.ErrCorrupt) {
 		return lock, ver, false, err
 	}
@@ -369,7 +372,9 @@ func (q *locks) refreshAgents(ctx context.Context) error {
 		if name, k, ok := layout.ParseSlotLockKey(key); ok {
 			a := q.sched.agent(name)
 			a.mu.Lock()
-			a.slot(min(k, maxLaneSlots)).lockExists = true
+			if k < maxLaneSlots { // a junk key's number makes no slot
+				a.slot(k).lockExists = true
+			}
 			a.mu.Unlock()
 		}
 	}

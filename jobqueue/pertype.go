@@ -33,7 +33,7 @@ func (q *retries) waitFor(job *lifecycle.Job) time.Duration {
 	list := q.backoff
 	if tc, ok := q.types[job.JobType]; ok {
 		if tc.BackoffFunc != nil {
-			return max(0, tc.BackoffFunc(*job))
+			return min(max(0, tc.BackoffFunc(*job)), maxDelay) // as a delay: short of the lane key's last time
 		}
 		if len(tc.Backoff) > 0 {
 			list = tc.Backoff

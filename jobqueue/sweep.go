@@ -293,13 +293,17 @@ func (q *sweeper) ifDue(ctx context.Context) (r SweepReport, swept bool, err err
 		return r, true, err
 	}
 	from, asked := lease.Reconcile, false
-	if from == "" && q.asked != nil && q.asked.Load() {
+	if from == "" && q.asked != nil && q.asked.Swap(false) {
+		// Taken now, so a loss seen during the pass asks for another.
 		from, asked = layout.JobsPrefix, true // every job key sorts after it
 	}
 	if from != "" {
 		rr, more, err := q.reconcile(ctx, from, q.batch)
 		r.add(rr)
 		if err != nil {
+			if asked {
+				q.asked.Store(true) // not begun for good: the next sweep begins it
+			}
 			return r, true, err
 		}
 		from = more
@@ -310,8 +314,8 @@ func (q *sweeper) ifDue(ctx context.Context) (r SweepReport, swept bool, err err
 		l.Cursor, l.Reconcile = next, from
 		return nil
 	})
-	if err == nil && asked {
-		q.asked.Store(false)
+	if err != nil && asked {
+		q.asked.Store(true) // the pass did not start for good: ask again
 	}
 	if errors.Is(err, lifecycle.ErrLeaseLost) {
 		err = nil // our lease ran out and another worker swept on

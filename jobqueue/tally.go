@@ -431,6 +431,12 @@ func (t *tally) hour(ctx context.Context, h time.Time, a *hourAcc, b *budget) (o
 		if err != nil {
 			return false, err
 		}
+		if key != fmt.Sprintf("%s%04d.json", prefix, seq) {
+			// A chunk listed out of turn (one before it not listed yet,
+			// on a store that settles): merging it would roll the hour,
+			// and then its day, without that chunk, for good.
+			return false, nil
+		}
 		var c chunkRecord
 		if found, err := t.getRecord(ctx, key, &c, b); !found || err != nil {
 			return false, err

@@ -408,3 +408,14 @@ func BenchmarkUniqueInsert(b *testing.B) {
 		})
 	}
 }
+
+// TestUniquePrefixIsReserved: a plain job may not take a unique job's id
+// form, or it would stand in for a uniqueness it does not hold.
+func TestUniquePrefixIsReserved(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, storage.New(memstore.New()), clock.NewFake(t0))
+	_, err := q.Enqueue(context.Background(), lifecycle.ActorGateway, jobqueue.NewJob{JobID: "u-0123456789abcdef0123456789abcdef", RunID: "run-1", JobType: lifecycle.JobBrief, AgentSlug: "a"})
+	if !errors.Is(err, lifecycle.ErrInvalidJob) {
+		t.Fatalf("Enqueue of a plain job at a unique id = %v, want ErrInvalidJob", err)
+	}
+}
