@@ -121,6 +121,11 @@ func (x *execution) readPayload(ctx context.Context, doc lifecycle.RunStatus, sh
 	if err := json.Unmarshal(b, &rec); err != nil || rec.Schema != waitRecordSchema {
 		return nil, lifecycle.NewRunError(codes.RunResumeFailed, "payload %s: not a wait record of schema %d", sha, waitRecordSchema)
 	}
+	// The record is named by its payload's hash: one whose payload hashes
+	// otherwise is not what was decided or delivered, and is not handed on.
+	if sum := sha256.Sum256(rec.Payload); hex.EncodeToString(sum[:]) != sha {
+		return nil, lifecycle.NewRunError(codes.RunResumeFailed, "payload %s: the record holds another payload", sha)
+	}
 	return rec.Payload, nil
 }
 
