@@ -320,7 +320,7 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.I
 		}
 	}
 	doc := entryDoc{InboxEntry: lifecycle.InboxEntry{ID: sub.ID, Source: sub.Source, Intent: sub.Intent, Metadata: sub.Metadata,
-		Status: lifecycle.InboxPending, CreatedAt: now}}
+		Status: lifecycle.InboxPending, CreatedAt: now, TenantID: lifecycle.CreatingTenant(ctx)}}
 	if _, err := records.Create(ctx, b.cfg.Store, key, &doc); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s", lifecycle.ErrInboxEntryExists, sub.ID)
@@ -349,6 +349,9 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 	}
 	var from lifecycle.InboxState
 	_, d, err := (&fence.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
+		if !lifecycle.TenantSees(ctx, d.TenantID) {
+			return notFound(key)
+		}
 		from = d.Status
 		if _, err := machine.InboxMachine().Fire(ctx, &d.InboxEntry, event, actor); err != nil {
 			return transitionError(err)
@@ -402,7 +405,17 @@ func (b *Box) Get(ctx context.Context, id string) (lifecycle.InboxEntry, error) 
 		ek, _ := layout.InboxExpiredKey(id)
 		d, _, err = b.read(ctx, ek)
 	}
+	if err == nil && !lifecycle.TenantSees(ctx, d.TenantID) {
+		ek, _ := layout.InboxExpiredKey(id) // the key a missing entry is last looked for at
+		return lifecycle.InboxEntry{}, notFound(ek)
+	}
 	return d.InboxEntry, err
+}
+
+// notFound is the store's error for key read missing: another tenant's
+// entry answers as one (docs/design.md#tenants).
+func notFound(key string) error {
+	return &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound}
 }
 
 // ExpireDue is the system's cron (docs/spec.md#inbox-entry-lifecycle): every pending entry whose TTL
@@ -529,7 +542,7 @@ func (b *Box) entryAt(ctx context.Context, key string, opts ListOptions) (lifecy
 			return lifecycle.InboxEntry{}, false, nil
 		}
 	}
-	return d.InboxEntry, opts.Status == "" || d.Status == opts.Status, nil
+	return d.InboxEntry, lifecycle.TenantSees(ctx, d.TenantID) && (opts.Status == "" || d.Status == opts.Status), nil
 }
 
 // EntryPage is a page of inbox entries, in key order.

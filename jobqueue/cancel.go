@@ -41,6 +41,9 @@ func (q *admission) cancel(ctx context.Context, actor lifecycle.Actor, jobID str
 		return lifecycle.Job{}, err
 	}
 	cur, ver, err := q.jobs.read(ctx, jobID)
+	if err == nil {
+		err = confine(ctx, &cur.Job)
+	}
 	if err != nil {
 		return lifecycle.Job{}, q.quar.quarantinedOr(ctx, jobID, err)
 	}

@@ -367,5 +367,6 @@ func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Ti
 	}
 	doc.QueuedAt, doc.ReadyKey = &now, lane
 	doc.TraceParent = tracing.TraceParent(ctx)
+	doc.TenantID = lifecycle.CreatingTenant(ctx)
 	return doc, lane, nil
 }

@@ -75,7 +75,7 @@ func (q *reader) listPage(ctx context.Context, actor lifecycle.Actor, jq JobQuer
 				return lifecycle.Job{}, false, err
 			}
 			j := d.Job
-			ok = (jq.Status == "" || j.Status == jq.Status) && (jq.Type == "" || j.JobType == jq.Type) &&
+			ok = lifecycle.TenantSees(ctx, j.TenantID) && (jq.Status == "" || j.Status == jq.Status) && (jq.Type == "" || j.JobType == jq.Type) &&
 				(jq.Agent == "" || j.AgentSlug == jq.Agent)
 			return j, ok, nil
 		})

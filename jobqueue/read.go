@@ -37,6 +37,9 @@ func (q *reader) get(ctx context.Context, actor lifecycle.Actor, jobID string) (
 		return lifecycle.Job{}, authority.Check(actor, authority.Jobs, authority.Read, authority.Scope{})
 	}
 	d, _, err := q.jobs.read(ctx, jobID)
+	if err == nil {
+		err = confine(ctx, &d.Job)
+	}
 	if err != nil {
 		return lifecycle.Job{}, q.quar.quarantinedOr(ctx, jobID, err)
 	}

@@ -18,6 +18,9 @@ func (q *admission) requeue(ctx context.Context, actor lifecycle.Actor, jobID st
 	// The lane entry first, the job second (repair.go): the job's agent
 	// comes from a read before the write.
 	cur, ver, err := q.jobs.read(ctx, jobID)
+	if err == nil {
+		err = confine(ctx, &cur.Job)
+	}
 	if err != nil {
 		return lifecycle.Job{}, q.quar.quarantinedOr(ctx, jobID, err)
 	}

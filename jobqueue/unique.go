@@ -53,10 +53,16 @@ const maxGenerations = 1000
 // uniqueHash is n's uniqueness, a hash of its type, its key or canonical
 // payload and, with a period, the start of the period its run time falls
 // in; readyAt is that run time.
-func uniqueHash(n *NewJob, readyAt time.Time) string {
+//
+// Another tenant than the default one is hashed too, so two tenants'
+// uniqueness never meet (the default tenant's hashes as before tenants).
+func uniqueHash(tenant string, n *NewJob, readyAt time.Time) string {
 	u := n.Unique
 	h := sha256.New()
 	fmt.Fprintf(h, "conveyor-unique-1\x00%s\x00", n.JobType)
+	if tenant != "" {
+		fmt.Fprintf(h, "tenant\x00%s\x00", tenant)
+	}
 	if u.Key != "" {
 		fmt.Fprintf(h, "key\x00%s\x00", u.Key)
 	} else {
@@ -173,7 +179,7 @@ type uniqueTarget struct {
 // uniqueness read missing (its absence settled, on a store that settles),
 // or the job of a generation found in one of the unique states.
 func (q *admission) resolve(ctx context.Context, n *NewJob, now time.Time) (uniqueTarget, error) {
-	t := uniqueTarget{hash: uniqueHash(n, n.readyAt(now))}
+	t := uniqueTarget{hash: uniqueHash(lifecycle.CreatingTenant(ctx), n, n.readyAt(now))}
 	states := uniqueStates(n.Unique)
 	for gen := q.hints.get(t.hash); gen < maxGenerations; gen++ {
 		id := uniqueID(t.hash, gen)

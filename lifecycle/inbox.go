@@ -46,6 +46,9 @@ type InboxEntry struct {
 	CreatedAt       time.Time     `json:"created_at"`
 	ProposalID      string        `json:"proposal_id,omitempty"`
 	RejectionReason string        `json:"rejection_reason,omitempty"`
+	// TenantID is the entry's tenant (docs/spec.md#tenants): empty for
+	// the default tenant, and in every entry written before tenants.
+	TenantID string `json:"tenant_id,omitempty"`
 }
 
 // Expires tells when e's TTL runs out.

@@ -78,6 +78,10 @@ type Job struct {
 	// JobMachineGeneral), set when it is enqueued; empty (a record written
 	// before the field existed) is the spec's.
 	Machine string `json:"machine,omitempty"`
+	// TenantID is the job's tenant (docs/spec.md#tenants): the tenant its
+	// insert acted for; empty for the default tenant, and in every record
+	// written before tenants.
+	TenantID string `json:"tenant_id,omitempty"`
 	// CancelRequestedAt is when an operator asked to cancel the job while
 	// it ran (RUNNING); its worker ends it CANCELLED. CancelRequestedBy
 	// is who asked.

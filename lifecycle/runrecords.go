@@ -42,6 +42,9 @@ type RunStatus struct {
 
 	Machine        string `json:"machine,omitempty"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// TenantID is the run's tenant (docs/spec.md#tenants); empty for the
+	// default tenant, and in every record written before tenants.
+	TenantID string `json:"tenant_id,omitempty"`
 	// Lease is held by the runner executing the run (docs/spec.md#recovery): the
 	// SDK's one lease. A runner renews it by heartbeat; another takes the
 	// run over only after ExpiresAt, with Epoch+1, which fences the first

@@ -15,11 +15,13 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // TokensEnv is the environment variable the Worker reads its tokens from
-// (LoadTokens), as "tok1=gateway,tok2=admin".
+// (LoadTokens), as "tok1=gateway,tok2=admin"; an actor may name its
+// tenant, "tok3=gateway@acme", or every tenant, "tok4=admin@*".
 const TokensEnv = "CONVEYOR_TOKENS"
 
 // authenticate returns the request's actor: its bearer token's, or, with no
@@ -73,6 +75,20 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 		return "", apiErr(codes.Unauthorized, "unknown bearer token")
 	}
 	return actor, nil
+}
+
+// splitTenant splits a token's "actor@tenant" into its actor and tenant
+// (docs/http-api.md#tokens): no "@" is the default tenant (""), "@*" every
+// tenant (lifecycle.AllTenants); a tenant is one key segment.
+func splitTenant(v lifecycle.Actor) (lifecycle.Actor, string, error) {
+	a, tenant, scoped := strings.Cut(string(v), "@")
+	if !scoped || tenant == lifecycle.AllTenants {
+		return lifecycle.Actor(a), tenant, nil
+	}
+	if err := storekey.ValidateID("tenant", tenant); err != nil {
+		return "", "", fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	return lifecycle.Actor(a), tenant, nil
 }
 
 // crossOrigin refuses cross-origin writes (Sec-Fetch-Site, else Origin
@@ -181,8 +197,12 @@ func loadTokenFile(out map[string]lifecycle.Actor, path string) error {
 	return sc.Err()
 }
 
-func addToken(m map[string]lifecycle.Actor, tok, actor string) error {
-	a := normalizeActor(lifecycle.Actor(actor))
+func addToken(m map[string]lifecycle.Actor, tok, value string) error {
+	actor, tenant, err := splitTenant(lifecycle.Actor(value))
+	if err != nil {
+		return err
+	}
+	a := normalizeActor(actor)
 	known := false
 	for _, k := range authority.Actors() {
 		known = known || k == a
@@ -196,7 +216,10 @@ func addToken(m map[string]lifecycle.Actor, tok, actor string) error {
 	if _, dup := m[tok]; dup {
 		return fmt.Errorf("%w: a token is given twice", ErrInvalidConfig)
 	}
-	m[tok] = a
+	if value = string(a); tenant != "" {
+		value += "@" + tenant
+	}
+	m[tok] = lifecycle.Actor(value)
 	return nil
 }
 

@@ -15,3 +15,7 @@ const (
 
 // ParseTokens parses the environment form of the tokens (TokensEnv).
 var ParseTokens = parseTokens
+
+// Patterns are the server's routes, "METHOD /path" (the tenant attack test
+// covers each).
+func (s *Server) Patterns() []string { return s.patterns }

@@ -28,8 +28,8 @@ func (h *jobRoutes) table() []route {
 		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: h.enqueueJob()},
 		{method: "POST", path: "/jobs/batch", actors: matrixActors(authority.Create, false), body: true, bodyTimes: batchBodyTimes, traced: true, h: h.enqueueBatch()},
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: h.listJobs()},
-		{method: "GET", path: "/stats/jobs/counts", actors: matrixActors(authority.Read, true), h: h.jobCounts()},
-		{method: "GET", path: "/stats/jobs/activity", actors: matrixActors(authority.Read, true), h: h.jobActivity()},
+		{method: "GET", path: "/stats/jobs/counts", operator: true, actors: matrixActors(authority.Read, true), h: h.jobCounts()},
+		{method: "GET", path: "/stats/jobs/activity", operator: true, actors: matrixActors(authority.Read, true), h: h.jobActivity()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: h.getJob()},
 		{method: "GET", path: "/jobs/{jobId}/history", actors: matrixActors(authority.Read, false), h: h.jobHistory()},
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
@@ -38,9 +38,9 @@ func (h *jobRoutes) table() []route {
 		// path per action.
 		{method: "POST", path: "/jobs/requeue", actors: admin, body: true, h: h.bulkJobs(h.ops().RequeueMatching)},
 		{method: "POST", path: "/jobs/cancel", actors: admin, body: true, h: h.bulkJobs(h.ops().CancelMatching)},
-		{method: "GET", path: "/queues", actors: matrixActors(authority.Read, true), h: h.listLanes()},
-		{method: "POST", path: "/queues/{queue}/pause", actors: admin, h: h.pauseQueue(true)},
-		{method: "POST", path: "/queues/{queue}/resume", actors: admin, h: h.pauseQueue(false)},
+		{method: "GET", path: "/queues", operator: true, actors: matrixActors(authority.Read, true), h: h.listLanes()},
+		{method: "POST", path: "/queues/{queue}/pause", operator: true, actors: admin, h: h.pauseQueue(true)},
+		{method: "POST", path: "/queues/{queue}/resume", operator: true, actors: admin, h: h.pauseQueue(false)},
 	}
 }
 

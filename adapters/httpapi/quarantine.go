@@ -21,8 +21,8 @@ type quarantineRoutes struct {
 
 func (h *quarantineRoutes) table() []route {
 	return []route{
-		{method: "GET", path: "/quarantine", actors: admin, h: h.listQuarantine()},
-		{method: "POST", path: "/quarantine/restore", actors: admin, body: true, h: h.restoreQuarantined},
+		{method: "GET", path: "/quarantine", operator: true, actors: admin, h: h.listQuarantine()},
+		{method: "POST", path: "/quarantine/restore", operator: true, actors: admin, body: true, h: h.restoreQuarantined},
 	}
 }
 

@@ -43,6 +43,7 @@ type rig struct {
 	queue  *jobqueue.Queue
 	box    *inbox.Box
 	srv    *httptest.Server
+	server *httpapi.Server
 	// release lets the "slow" agent's step finish.
 	release     chan struct{}
 	releaseOnce sync.Once
@@ -153,6 +154,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.server = s
 	var h http.Handler = s
 	if o.served != nil {
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.ServeHTTP(w, r); o.served(r) })
@@ -255,7 +257,7 @@ func (g *rig) raw(method, path, token, contentType string, body []byte, header m
 // until the run is terminal or parked.
 func (g *rig) waitStatus(runID string) lifecycle.RunStatus {
 	g.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(lifecycle.WithTenant(context.Background(), lifecycle.AllTenants), 10*time.Second)
 	defer cancel()
 	st, err := g.runner.Wait(ctx, runID)
 	if err != nil {

@@ -17,9 +17,9 @@ type scheduleRoutes struct {
 
 func (h *scheduleRoutes) table() []route {
 	return []route{
-		{method: "GET", path: "/schedules", h: h.listSchedules()},
-		{method: "POST", path: "/schedules/{scheduleId}/pause", actors: admin, h: h.pauseSchedule(true)},
-		{method: "POST", path: "/schedules/{scheduleId}/resume", actors: admin, h: h.pauseSchedule(false)},
+		{method: "GET", path: "/schedules", operator: true, h: h.listSchedules()},
+		{method: "POST", path: "/schedules/{scheduleId}/pause", operator: true, actors: admin, h: h.pauseSchedule(true)},
+		{method: "POST", path: "/schedules/{scheduleId}/resume", operator: true, actors: admin, h: h.pauseSchedule(false)},
 	}
 }
 

@@ -73,7 +73,11 @@ type Config struct {
 	// to keep the key out of the store.
 	CursorKey []byte
 
-	// Tokens maps bearer tokens to the actors they act as (LoadTokens).
+	// Tokens maps bearer tokens to the actors they act as (LoadTokens):
+	// an actor, "gateway", acts for the default tenant; "gateway@acme" for
+	// tenant acme only, and "admin@*" for every tenant
+	// (docs/http-api.md#tokens). Every read and write of a request is
+	// confined to its token's tenant: another tenant's ids answer 404.
 	// Default none: only loopback clients are served, as the
 	// actor their X-Conveyor-Actor header names, gateway by default; the
 	// Worker refuses to listen elsewhere (CheckListen).
@@ -159,12 +163,14 @@ type Config struct {
 // Server serves the Worker's HTTP API. It is an http.Handler, safe for
 // concurrent use.
 type Server struct {
-	cfg     Config
-	mux     *http.ServeMux
-	log     *slog.Logger
-	tracer  tracing.Tracer
-	metrics *httpMetrics // nil: no Registerer
-	actorOK map[lifecycle.Actor]bool
+	cfg Config
+	mux *http.ServeMux
+	// patterns are the routes' "METHOD /path", in table order.
+	patterns []string
+	log      *slog.Logger
+	tracer   tracing.Tracer
+	metrics  *httpMetrics // nil: no Registerer
+	actorOK  map[lifecycle.Actor]bool
 	// feed serves the event stream and its Run reads the store; nil when
 	// none is served.
 	feed *events.Feed
@@ -212,6 +218,11 @@ type WebhookRoute struct {
 // route is one row of the route table: who may call it and what it does.
 type route struct {
 	method, path string
+	// operator: a view or move over every tenant's records (counts, lanes,
+	// schedules, quarantine, metrics), served only to a token of the
+	// default tenant or of every tenant; another tenant's token is
+	// answered 404 (docs/design.md#tenants).
+	operator bool
 	// actors admitted; nil admits every actor.
 	actors []lifecycle.Actor
 	// body: the route takes a JSON body (content type and size checked).
@@ -263,10 +274,17 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 		s.actorOK[a] = true
 	}
 	tokens := make(map[string]lifecycle.Actor, len(cfg.Tokens))
-	for tok, a := range cfg.Tokens {
+	for tok, v := range cfg.Tokens {
+		a, tenant, err := splitTenant(v)
+		if err != nil {
+			return nil, err
+		}
 		a = normalizeActor(a)
 		if tok == "" || !s.actorOK[a] {
 			return nil, fmt.Errorf("%w: token for unknown actor %q", ErrInvalidConfig, a)
+		}
+		if tenant != "" {
+			a += lifecycle.Actor("@" + tenant)
 		}
 		tokens[tok] = a
 	}
@@ -353,11 +371,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Health and the page's assets need no identity; a webhook's is
 		// its signature, which its handler checks.
 		s.mux.ServeHTTP(rec, r)
-	} else if a, err := s.authenticate(r); err != nil {
+	} else if v, err := s.authenticate(r); err != nil {
 		s.writeError(rec, r, err)
 	} else {
+		// The token's tenant confines every call the request makes
+		// (docs/design.md#tenants).
+		a, tenant, _ := splitTenant(v) // checked by New
 		actor = a
-		s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), actorKey{}, a)))
+		ctx := lifecycle.WithTenant(context.WithValue(r.Context(), actorKey{}, a), tenant)
+		s.mux.ServeHTTP(rec, r.WithContext(ctx))
 	}
 	s.served(r, rec, route, actor, start)
 }
@@ -382,14 +404,17 @@ func (s *Server) routes() {
 		table = append(table, part...)
 	}
 	table = append(table,
-		route{method: "POST", path: "/nlm/callback", actors: []lifecycle.Actor{lifecycle.ActorNLMBackend}, body: true, h: s.callback.nlmCallback},
-		route{method: "GET", path: "/events/stream", stream: true, h: mounted(s.stream, http.StatusServiceUnavailable)},
-		route{method: "GET", path: "/metrics", stream: true, h: mounted(s.cfg.Metrics, http.StatusNotFound)},
+		route{method: "POST", path: "/nlm/callback", operator: true, actors: []lifecycle.Actor{lifecycle.ActorNLMBackend}, body: true, h: s.callback.nlmCallback},
+		// The stream is not yet filtered by tenant: another tenant's token
+		// is answered 404, and the Go client polls (docs/design.md#tenants).
+		route{method: "GET", path: "/events/stream", operator: true, stream: true, h: mounted(s.stream, http.StatusServiceUnavailable)},
+		route{method: "GET", path: "/metrics", operator: true, stream: true, h: mounted(s.cfg.Metrics, http.StatusNotFound)},
 		route{method: "GET", path: "/healthz", h: func(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
 			return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 		}})
 	allow := map[string][]string{}
 	for _, rt := range table {
+		s.patterns = append(s.patterns, rt.method+" "+rt.path)
 		s.mux.Handle(rt.method+" "+rt.path, s.handler(rt))
 		allow[rt.path] = append(allow[rt.path], rt.method)
 		if rt.method == "GET" {
@@ -482,6 +507,12 @@ func (s *Server) handler(rt route) http.Handler {
 			defer spanEnd(span, w)
 		}
 		actor, _ := r.Context().Value(actorKey{}).(lifecycle.Actor)
+		if t := lifecycle.TenantOf(r.Context()); rt.operator && t != "" && t != lifecycle.AllTenants {
+			// Before the actor's check: a tenant learns nothing of a route
+			// it is not served.
+			s.writeError(w, r, apiErr(codes.NotFound, "%s %s is not served to tenant %s", rt.method, rt.path, t))
+			return
+		}
 		if rt.actors != nil && !slices.Contains(rt.actors, actor) {
 			s.writeError(w, r, apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))
 			return

@@ -211,7 +211,7 @@ func (j *Janitor) deleteFenced(ctx context.Context, k Kind, key string, ver stor
 func (j *Janitor) deleteRun(ctx context.Context, statusKey string, st *lifecycle.RunStatus, slug, runID string, ver storage.Version, r *Report) error {
 	// Its index entries: id to agent, active, and the history lists' (a
 	// run's entry under a status it left is its writer's to delete).
-	keys, err := layout.RunIndexKeys(slug, runID, st.Status, st.StartedAt)
+	keys, err := layout.TenantRunIndexKeys(st.TenantID, slug, runID, st.Status, st.StartedAt)
 	if err != nil {
 		// A started_at that makes no newest-first key (missing, before
 		// 1970) gave the run no history or status entry either: delete the

@@ -50,11 +50,11 @@ type history struct {
 // indexCreated writes a new run's history entry and its entry under its
 // first status (create-only: writing them again is a no-op).
 func (h *history) indexCreated(ctx context.Context, doc *lifecycle.RunStatus) error {
-	hist, err := layout.RunHistoryKey(doc.AgentSlug, doc.StartedAt, doc.RunID)
+	hist, err := layout.TenantRunHistoryKey(doc.TenantID, doc.AgentSlug, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
 	}
-	st, err := layout.RunStatusIndexKey(doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
+	st, err := layout.TenantRunStatusIndexKey(doc.TenantID, doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (h *history) repairRunIndex(ctx context.Context, doc *lifecycle.RunStatus) 
 		if s == doc.Status {
 			continue
 		}
-		key, err := layout.RunStatusIndexKey(doc.AgentSlug, s, doc.StartedAt, doc.RunID)
+		key, err := layout.TenantRunStatusIndexKey(doc.TenantID, doc.AgentSlug, s, doc.StartedAt, doc.RunID)
 		if err != nil {
 			return err
 		}
@@ -96,6 +96,7 @@ func (h *history) repairRunIndex(ctx context.Context, doc *lifecycle.RunStatus) 
 // terminal state is never stale, as a terminal run does not move and its
 // active entry is cleaned up only after its entries are repaired.
 func (h *history) repairIndexes(ctx context.Context) error {
+	tenants := map[string]bool{"": true}
 	for key, err := range h.store.List(ctx, layout.RunActivePrefix) {
 		if err != nil {
 			return err
@@ -115,18 +116,23 @@ func (h *history) repairIndexes(ctx context.Context) error {
 		if err != nil {
 			continue // not written yet (finishSubmit), or poison
 		}
+		tenants[doc.TenantID] = true
 		if err := h.ensureEntries(ctx, &doc); err != nil {
 			return err
 		}
 	}
-	for _, slug := range h.cat.slugs() {
-		f := h.cat.agents[slug].flow
-		for _, s := range f.states {
-			if f.terminal(s) {
-				continue
-			}
-			if err := h.dropStale(ctx, slug, s); err != nil {
-				return err
+	// The tenants with an active run: a tenant's stale entry is left by a
+	// crash of one of its runs' writers, and a reader skips it meanwhile.
+	for tenant := range tenants {
+		for _, slug := range h.cat.slugs() {
+			f := h.cat.agents[slug].flow
+			for _, s := range f.states {
+				if f.terminal(s) {
+					continue
+				}
+				if err := h.dropStale(ctx, tenant, slug, s); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -136,11 +142,11 @@ func (h *history) repairIndexes(ctx context.Context) error {
 // ensureEntries puts back a run's history entry and its entry under its
 // status where missing, reading first: a repair pass mostly finds them.
 func (h *history) ensureEntries(ctx context.Context, doc *lifecycle.RunStatus) error {
-	hist, err := layout.RunHistoryKey(doc.AgentSlug, doc.StartedAt, doc.RunID)
+	hist, err := layout.TenantRunHistoryKey(doc.TenantID, doc.AgentSlug, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
 	}
-	st, err := layout.RunStatusIndexKey(doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
+	st, err := layout.TenantRunStatusIndexKey(doc.TenantID, doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
 	}
@@ -158,8 +164,8 @@ func (h *history) ensureEntries(ctx context.Context, doc *lifecycle.RunStatus) e
 
 // dropStale deletes the entries under slug's status s whose run is in
 // another state.
-func (h *history) dropStale(ctx context.Context, slug, s string) error {
-	prefix, err := layout.RunStatusIndexAgentPrefix(slug, s)
+func (h *history) dropStale(ctx context.Context, tenant, slug, s string) error {
+	prefix, err := layout.TenantRunStatusIndexAgentPrefix(tenant, slug, s)
 	if err != nil {
 		return err
 	}

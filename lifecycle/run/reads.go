@@ -43,6 +43,10 @@ func (rd *reads) locate(ctx context.Context, runID string) (slug, statusKey stri
 	}
 	var e runIndexEntry
 	derr := json.Unmarshal(b, &e)
+	if derr == nil && !lifecycle.TenantSees(ctx, e.TenantID) {
+		// Another tenant's run answers as missing: its id does not leak.
+		return "", "", fmt.Errorf("%w: %s", lifecycle.ErrRunNotFound, runID)
+	}
 	if derr == nil {
 		if statusKey, err = layout.RunStatusKey(e.AgentSlug, runID); err == nil {
 			return e.AgentSlug, statusKey, nil
@@ -70,12 +74,20 @@ func (rd *reads) reindex(ctx context.Context, runID, idx string) (slug, statusKe
 		if err != nil {
 			return "", "", err
 		}
-		if _, _, err := rd.store.Get(ctx, key); errors.Is(err, storage.ErrNotFound) {
+		body, _, err := rd.store.Get(ctx, key)
+		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		} else if err != nil {
 			return "", "", err
 		}
-		entry, _ := json.Marshal(runIndexEntry{AgentSlug: s, Machine: rd.cat.agents[s].Machine})
+		var t struct {
+			TenantID string `json:"tenant_id"`
+		}
+		_ = json.Unmarshal(body, &t) // a poison status is the status read's to quarantine
+		if !lifecycle.TenantSees(ctx, t.TenantID) {
+			break
+		}
+		entry, _ := json.Marshal(runIndexEntry{AgentSlug: s, Machine: rd.cat.agents[s].Machine, TenantID: t.TenantID})
 		if _, err := rd.store.Put(ctx, idx, entry, storage.IfNotExists()); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 			return "", "", err
 		}
@@ -91,7 +103,7 @@ func (rd *reads) status(ctx context.Context, runID string) (lifecycle.RunStatus,
 		return lifecycle.RunStatus{}, err
 	}
 	doc, _, err := rd.statuses.read(ctx, slug, runID, key)
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && !lifecycle.TenantSees(ctx, doc.TenantID)) {
 		return lifecycle.RunStatus{}, fmt.Errorf("%w: %s", lifecycle.ErrRunNotFound, runID)
 	}
 	rd.markLost(&doc)

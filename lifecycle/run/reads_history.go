@@ -27,12 +27,16 @@ func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	if q.Agent == "" {
 		slugs = rd.cat.slugs()
 	}
+	tenant := lifecycle.TenantOf(ctx)
+	if tenant == lifecycle.AllTenants {
+		tenant = q.Tenant
+	}
 	prefixes := make([]string, len(slugs))
 	for i, s := range slugs {
 		if q.Status == "" {
-			prefixes[i], err = layout.RunHistoryAgentPrefix(s)
+			prefixes[i], err = layout.TenantRunHistoryAgentPrefix(tenant, s)
 		} else {
-			prefixes[i], err = layout.RunStatusIndexAgentPrefix(s, q.Status)
+			prefixes[i], err = layout.TenantRunStatusIndexAgentPrefix(tenant, s, q.Status)
 		}
 		if err != nil {
 			return RunPage{}, &RequestError{Field: "agent", Reason: err.Error()}
@@ -48,7 +52,7 @@ func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 			return lifecycle.RunStatus{}, false, err
 		}
 		rd.markLost(&doc)
-		return doc, q.Status == "" || doc.Status == q.Status, nil
+		return doc, doc.TenantID == tenant && (q.Status == "" || doc.Status == q.Status), nil
 	})
 	if err != nil {
 		return RunPage{}, err
@@ -119,6 +123,10 @@ type RunQuery struct {
 	Limit int
 	// Cursor is the Next of the page before; "" for the first page.
 	Cursor string
+	// Tenant is the tenant whose runs a caller of every tenant
+	// (lifecycle.AllTenants) lists; "" is the default tenant. Any other
+	// caller lists its own tenant's runs, whatever Tenant says.
+	Tenant string
 }
 
 // RunPage is a page of runs, newest (by started_at) first.

@@ -157,6 +157,7 @@ func (cr *creator) createRun(ctx context.Context, agent *agentDef, req lifecycle
 		StepsTotal:       len(agent.Steps),
 		ProposalsCreated: []string{},
 		IdempotencyKey:   req.IdempotencyKey,
+		TenantID:         lifecycle.CreatingTenant(ctx),
 		TraceParent:      tracing.TraceParent(ctx),
 	}
 	if agent.Machine != lifecycle.MachineCanonical {
@@ -172,7 +173,7 @@ func (cr *creator) createRun(ctx context.Context, agent *agentDef, req lifecycle
 	if err := putOnce(ctx, cr.store, active, pending); err != nil {
 		return err
 	}
-	entry, _ := json.Marshal(runIndexEntry{AgentSlug: agent.Slug, Machine: agent.Machine})
+	entry, _ := json.Marshal(runIndexEntry{AgentSlug: agent.Slug, Machine: agent.Machine, TenantID: doc.TenantID})
 	if err := putOnce(ctx, cr.store, idxKey, entry); err != nil {
 		return err
 	}
@@ -347,6 +348,7 @@ func (im *idempotency) submit(ctx context.Context, agent *agentDef, req lifecycl
 	if err != nil {
 		return lifecycle.SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
+	req.IdempotencyKey = tenantScopedKey(lifecycle.CreatingTenant(ctx), req.IdempotencyKey)
 	key := layout.IdempotencyKey(req.IdempotencyKey)
 	c, err := im.claimKey(ctx, key, req, k, requestHash(req))
 	if err != nil {
@@ -613,10 +615,25 @@ func (im *idempotency) read(ctx context.Context, key string) (idemrecord.Record,
 type runIndexEntry struct {
 	AgentSlug string `json:"agent_slug"`
 	Machine   string `json:"machine,omitempty"`
+	// TenantID is the run's tenant, so that a read confines by it before
+	// reading the run (empty: the default tenant, and every entry written
+	// before tenants).
+	TenantID string `json:"tenant_id,omitempty"`
 }
 
 // checkCaller refuses a Caller that breaks the input limits.
 func checkCaller(c *lifecycle.Caller) error {
 	tc := lifecycle.TransitionContext{UserID: c.UserID, Initiator: c.Initiator, Metadata: c.Metadata}
 	return codes.CheckContext(&tc)
+}
+
+// tenantScopedKey is the idempotency key as kept and hashed for tenant
+// (docs/design.md#tenants): the default tenant's is the key itself, so
+// keys written before tenants still catch duplicates; another tenant's
+// names the tenant, so two tenants' equal keys are two keys.
+func tenantScopedKey(tenant, key string) string {
+	if tenant == "" {
+		return key
+	}
+	return "tenant:" + tenant + "|" + key
 }

@@ -72,7 +72,7 @@ func (t *takeover) finishSubmit(ctx context.Context, slug, runID, statusKey stri
 	if err != nil {
 		return
 	}
-	entry, _ := json.Marshal(runIndexEntry{AgentSlug: slug, Machine: doc.Machine})
+	entry, _ := json.Marshal(runIndexEntry{AgentSlug: slug, Machine: doc.Machine, TenantID: doc.TenantID})
 	if putOnce(ctx, t.store, idxKey, entry) != nil {
 		return
 	}

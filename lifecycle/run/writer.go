@@ -318,7 +318,7 @@ func (h *history) moveStatusIndex(ctx context.Context, doc *lifecycle.RunStatus,
 	err := h.putStatusEntry(ctx, doc)
 	if err == nil {
 		var old string
-		if old, err = layout.RunStatusIndexKey(doc.AgentSlug, from, doc.StartedAt, doc.RunID); err == nil {
+		if old, err = layout.TenantRunStatusIndexKey(doc.TenantID, doc.AgentSlug, from, doc.StartedAt, doc.RunID); err == nil {
 			err = h.store.Delete(ctx, old, storage.Condition{})
 		}
 	}
@@ -330,7 +330,7 @@ func (h *history) moveStatusIndex(ctx context.Context, doc *lifecycle.RunStatus,
 
 // putStatusEntry writes a run's entry under its status now.
 func (h *history) putStatusEntry(ctx context.Context, doc *lifecycle.RunStatus) error {
-	key, err := layout.RunStatusIndexKey(doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
+	key, err := layout.TenantRunStatusIndexKey(doc.TenantID, doc.AgentSlug, doc.Status, doc.StartedAt, doc.RunID)
 	if err != nil {
 		return err
 	}

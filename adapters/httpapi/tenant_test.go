@@ -1,0 +1,198 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/lifecycle"
+)
+
+// The tenants' tokens, beside the rig's (which act for the default tenant).
+var tenantTokens = map[string]lifecycle.Actor{
+	"tok-acme-gw": "gateway@acme", "tok-acme-admin": "admin@acme",
+	"tok-bolt-gw": "gateway@bolt", "tok-bolt-admin": "admin@bolt",
+	"tok-all-admin": "admin@*",
+}
+
+// TestTenantAttack makes every route of the server, with tenant acme's
+// tokens, try tenant bolt's runs, jobs and inbox entries: each id answers
+// 404 as one that does not exist, each list leaves bolt's out, and bolt's
+// idempotency key makes acme a run of its own. A route with no case here
+// fails the test, so a new route must say how it keeps tenants apart.
+func TestTenantAttack(t *testing.T) {
+	t.Parallel()
+	all := maps.Clone(tokens)
+	maps.Copy(all, tenantTokens)
+	g := newRig(t, rigOpts{running: true, tokens: all})
+	ctx := context.Background()
+	bolt := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-bolt-gw"}
+
+	// Bolt's records: a finished run, one at an approval gate, one
+	// running, one waiting for an event; a job; an inbox entry.
+	submit := func(agent, key string) string {
+		t.Helper()
+		hdr := map[string]string{}
+		if key != "" {
+			hdr["X-Idempotency-Key"] = key
+		}
+		code, _, body := g.raw("POST", "/agents/run", "tok-bolt-gw", "application/json", []byte(`{"agent_slug":"`+agent+`"}`), hdr)
+		var res struct {
+			RunID string `json:"run_id"`
+		}
+		if code != http.StatusCreated || json.Unmarshal(body, &res) != nil {
+			t.Fatalf("bolt submit %s: %d %s", agent, code, body)
+		}
+		return res.RunID
+	}
+	quick, gate, slow, ext := submit("quick", "k-1"), submit("gate", ""), submit("slow", ""), submit("ext", "")
+	for _, id := range []string{quick, gate, ext} {
+		g.waitStatus(id)
+	}
+	if st, err := bolt.Status(ctx, quick); err != nil || st.Status != string(machine.RunCompleted) || st.TenantID != "bolt" {
+		t.Fatalf("bolt reads its run: %+v, %v", st, err)
+	}
+	job, err := bolt.Enqueue(ctx, lifecycle.NewJob{JobID: "job-bolt", RunID: quick, JobType: lifecycle.JobBrief, AgentSlug: "quick"})
+	if err != nil || job.TenantID != "bolt" {
+		t.Fatalf("bolt enqueue: %+v, %v", job, err)
+	}
+	inboxBody := `{"id":"inbox_bolt","source":{"type":"ui","identity":"u"},"intent":{"action":"research","target":"x"},"metadata":{"correlation_id":"c"}}`
+	if code, _, body := g.raw("POST", "/inbox/submit", "tok-bolt-gw", "application/json", []byte(inboxBody), nil); code != http.StatusCreated {
+		t.Fatalf("bolt inbox submit: %d %s", code, body)
+	}
+	boltIDs := []string{quick, gate, slow, ext, "job-bolt", "inbox_bolt"}
+
+	// notFound: acme's request answers 404 and the same body as for an id
+	// that does not exist (the id swapped), so nothing tells them apart.
+	notFound := func(method, path, token, body, id string) func(t *testing.T) {
+		return func(t *testing.T) {
+			code, _, got := g.raw(method, strings.ReplaceAll(path, "{id}", id), token, "application/json", []byte(body), nil)
+			const ghost = "nobody-has-this-id"
+			_, _, want := g.raw(method, strings.ReplaceAll(path, "{id}", ghost), token, "application/json", []byte(body), nil)
+			if code != http.StatusNotFound {
+				t.Fatalf("%s %s as %s: %d %s, want 404", method, path, token, code, got)
+			}
+			if w := strings.ReplaceAll(string(want), ghost, id); !sameError(t, string(got), w) {
+				t.Errorf("%s %s: another tenant's id answers %s, a missing one %s", method, path, got, w)
+			}
+		}
+	}
+	// leavesOut: acme's answer holds none of bolt's ids.
+	leavesOut := func(method, path, token, body string, status int) func(t *testing.T) {
+		return func(t *testing.T) {
+			code, _, got := g.raw(method, path, token, "application/json", []byte(body), nil)
+			if code != status {
+				t.Fatalf("%s %s as %s: %d %s, want %d", method, path, token, code, got, status)
+			}
+			for _, id := range boltIDs {
+				if strings.Contains(string(got), id) {
+					t.Errorf("%s %s as %s shows bolt's %s: %s", method, path, token, id, got)
+				}
+			}
+		}
+	}
+	// operator: a view over every tenant, 404 to a tenant's token (even
+	// one whose actor the route refuses: 404 comes before 403).
+	operator := func(method, path, body string) func(t *testing.T) {
+		return func(t *testing.T) {
+			for _, tok := range []string{"tok-acme-admin", "tok-acme-gw"} {
+				code, _, got := g.raw(method, path, tok, "application/json", []byte(body), nil)
+				if code != http.StatusNotFound {
+					t.Errorf("%s %s as %s: %d %s, want 404", method, path, tok, code, got)
+				}
+			}
+		}
+	}
+	const gw, admin = "tok-acme-gw", "tok-acme-admin"
+	cases := map[string]func(t *testing.T){
+		"POST /agents/run": func(t *testing.T) {
+			// Bolt's key, sent by acme, is acme's own: a new run, not bolt's.
+			code, _, got := g.raw("POST", "/agents/run", gw, "application/json", []byte(`{"agent_slug":"quick"}`), map[string]string{"X-Idempotency-Key": "k-1"})
+			if code != http.StatusCreated || strings.Contains(string(got), quick) {
+				t.Fatalf("acme submit with bolt's key: %d %s, want 201 and a run of its own", code, got)
+			}
+		},
+		"GET /agents": leavesOut("GET", "/agents", gw, "", 200), // the agents are code, every tenant's
+		"GET /runs": func(t *testing.T) {
+			leavesOut("GET", "/runs", gw, "", 200)(t)
+			leavesOut("GET", "/runs?status=completed", admin, "", 200)(t)
+		},
+		"GET /runs/{runId}/status":   notFound("GET", "/runs/{id}/status", gw, "", quick),
+		"GET /runs/{runId}/steps":    notFound("GET", "/runs/{id}/steps", gw, "", quick),
+		"POST /runs/{runId}/cancel":  notFound("POST", "/runs/{id}/cancel", gw, `{}`, slow),
+		"POST /runs/{runId}/approve": notFound("POST", "/runs/{id}/approve", gw, `{}`, gate),
+		"POST /runs/{runId}/reject":  notFound("POST", "/runs/{id}/reject", gw, `{}`, gate),
+		"POST /runs/{runId}/events":  notFound("POST", "/runs/{id}/events", gw, `{"type":"reply","id":"e1"}`, ext),
+		"POST /jobs": func(t *testing.T) {
+			// A job acme creates is acme's.
+			code, _, got := g.raw("POST", "/jobs", gw, "application/json", []byte(`{"run_id":"r","job_type":"BRIEF","agent_slug":"quick"}`), nil)
+			if code != http.StatusCreated || !strings.Contains(string(got), `"tenant_id":"acme"`) {
+				t.Fatalf("acme enqueue: %d %s", code, got)
+			}
+		},
+		"POST /jobs/batch":                    leavesOut("POST", "/jobs/batch", gw, `{"jobs":[{"run_id":"r","job_type":"BRIEF","agent_slug":"quick"}]}`, 201),
+		"GET /jobs":                           leavesOut("GET", "/jobs", admin, "", 200),
+		"GET /jobs/{jobId}":                   notFound("GET", "/jobs/{id}", admin, "", "job-bolt"),
+		"GET /jobs/{jobId}/history":           notFound("GET", "/jobs/{id}/history", admin, "", "job-bolt"),
+		"POST /jobs/{jobId}/requeue":          notFound("POST", "/jobs/{id}/requeue", admin, "", "job-bolt"),
+		"POST /jobs/{jobId}/cancel":           notFound("POST", "/jobs/{id}/cancel", admin, "", "job-bolt"),
+		"POST /jobs/requeue":                  leavesOut("POST", "/jobs/requeue", admin, `{}`, 200),
+		"POST /jobs/cancel":                   leavesOut("POST", "/jobs/cancel", admin, `{}`, 200),
+		"GET /stats/jobs/counts":              operator("GET", "/stats/jobs/counts", ""),
+		"GET /stats/jobs/activity":            operator("GET", "/stats/jobs/activity", ""),
+		"GET /queues":                         operator("GET", "/queues", ""),
+		"POST /queues/{queue}/pause":          operator("POST", "/queues/quick/pause", ""),
+		"POST /queues/{queue}/resume":         operator("POST", "/queues/quick/resume", ""),
+		"POST /inbox/submit":                  leavesOut("POST", "/inbox/submit", gw, strings.Replace(inboxBody, "inbox_bolt", "inbox_acme", 1), 201),
+		"GET /inbox/stats":                    operator("GET", "/inbox/stats", ""),
+		"GET /inbox/entries":                  leavesOut("GET", "/inbox/entries", gw, "", 200),
+		"GET /schedules":                      operator("GET", "/schedules", ""),
+		"POST /schedules/{scheduleId}/pause":  operator("POST", "/schedules/nightly/pause", ""),
+		"POST /schedules/{scheduleId}/resume": operator("POST", "/schedules/nightly/resume", ""),
+		"GET /quarantine":                     operator("GET", "/quarantine", ""),
+		"POST /quarantine/restore":            operator("POST", "/quarantine/restore", `{}`),
+		"POST /nlm/callback":                  operator("POST", "/nlm/callback", `{}`),
+		"GET /events/stream":                  operator("GET", "/events/stream", ""),
+		"GET /metrics":                        operator("GET", "/metrics", ""),
+		"GET /healthz":                        leavesOut("GET", "/healthz", "", "", 200),
+	}
+	for _, p := range g.server.Patterns() {
+		check, ok := cases[p]
+		if !ok {
+			t.Errorf("route %s has no tenant case: say how it keeps tenants apart", p)
+			continue
+		}
+		t.Run(p, check)
+	}
+	// Bolt still sees its own, and an operator of every tenant sees both.
+	if _, err := bolt.Status(ctx, gate); err != nil {
+		t.Errorf("bolt reads its gate run: %v", err)
+	}
+	if code, _, body := g.raw("GET", "/runs/"+gate+"/status", "tok-all-admin", "", nil, nil); code != http.StatusOK {
+		t.Errorf("admin@* reads bolt's run: %d %s", code, body)
+	}
+	if code, _, body := g.raw("GET", "/runs/"+gate+"/status", "tok-gateway", "", nil, nil); code != http.StatusNotFound {
+		t.Errorf("the default tenant reads bolt's run: %d %s", code, body)
+	}
+}
+
+// sameError tells whether two JSON error bodies say the same, their
+// request ids aside.
+func sameError(t *testing.T, a, b string) bool {
+	t.Helper()
+	var x, y map[string]any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return a == b
+	}
+	for _, m := range []map[string]any{x, y} {
+		delete(m, "request_id")
+	}
+	xb, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return string(xb) == string(yb)
+}
