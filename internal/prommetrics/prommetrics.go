@@ -62,6 +62,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,14 +89,26 @@ const DefaultScrapeTimeout = 5 * time.Second
 type Option func(*options)
 
 type options struct {
-	tenant  string
-	timeout time.Duration
-	log     *slog.Logger
+	tenant     string
+	maxTenants int
+	timeout    time.Duration
+	log        *slog.Logger
 }
 
-// Tenant sets the tenant_id label of the gwi_* run metrics
-// (docs/spec.md#metrics). The SDK has no tenants of its own; default "".
+// Tenant sets the tenant_id label of the gwi_* run metrics of the
+// default tenant's runs (docs/spec.md#metrics); default "". Another
+// tenant's runs are labelled with their tenant (MaxTenants).
 func Tenant(id string) Option { return func(o *options) { o.tenant = id } }
+
+// DefaultMaxTenants is how many tenants' own tenant_id label values a
+// Metrics exports by default (MaxTenants).
+const DefaultMaxTenants = 100
+
+// MaxTenants bounds the tenant_id label values of the run metrics, so
+// that the series a Worker exports stay bounded however many tenants it
+// serves: the first n tenants seen (the default tenant aside) are
+// labelled by name, the rest "other". Default DefaultMaxTenants.
+func MaxTenants(n int) Option { return func(o *options) { o.maxTenants = n } }
 
 // ScrapeTimeout bounds the queue read of one scrape (WatchQueue); default
 // DefaultScrapeTimeout. A read that runs out reports an error, never hangs
@@ -112,6 +125,10 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 type Metrics struct {
 	reg  prometheus.Registerer
 	opts options
+
+	// tenants are the tenants labelled by name (tenantLabel).
+	tenantsMu sync.Mutex
+	tenants   map[string]bool
 
 	runTransitions      *prometheus.CounterVec
 	runAgentTransitions *prometheus.CounterVec
@@ -151,7 +168,7 @@ var (
 // New creates the metrics and registers them with reg. It fails when reg
 // already holds metrics of the same names.
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
-	m := &Metrics{reg: reg, opts: options{timeout: DefaultScrapeTimeout}}
+	m := &Metrics{reg: reg, opts: options{timeout: DefaultScrapeTimeout, maxTenants: DefaultMaxTenants}, tenants: map[string]bool{}}
 	for _, o := range opts {
 		o(&m.opts)
 	}
@@ -235,14 +252,43 @@ func (m *Metrics) DuplicateSuppressed(schedule string) {
 // name, whose labels are from_state, to_state and tenant_id only, and by
 // agent (conveyor_run_transitions_total). The machine is not a label: the
 // agent names it.
-func (m *Metrics) RunTransition(agent, _, from, to string) {
-	m.runTransitions.WithLabelValues(from, to, m.opts.tenant).Inc()
+func (m *Metrics) RunTransition(agent, machine, from, to string) {
+	m.RunTransitionOf("", agent, machine, from, to)
+}
+
+// RunTransitionOf is RunTransition of a run of tenant ("": the default).
+func (m *Metrics) RunTransitionOf(tenant, agent, _, from, to string) {
+	m.runTransitions.WithLabelValues(from, to, m.tenantLabel(tenant)).Inc()
 	m.runAgentTransitions.WithLabelValues(agent, from, to).Inc()
 }
 
 // RunFinished observes a run's duration; the agent is the metric's type.
 func (m *Metrics) RunFinished(agent, status string, d time.Duration) {
-	m.runDuration.WithLabelValues(agent, status, m.opts.tenant).Observe(d.Seconds())
+	m.RunFinishedOf("", agent, status, d)
+}
+
+// RunFinishedOf is RunFinished of a run of tenant ("": the default).
+func (m *Metrics) RunFinishedOf(tenant, agent, status string, d time.Duration) {
+	m.runDuration.WithLabelValues(agent, status, m.tenantLabel(tenant)).Observe(d.Seconds())
+}
+
+// tenantLabel is the tenant_id label of tenant's runs: the Tenant option
+// for the default tenant, the tenant's name for the first MaxTenants
+// named, "other" past them.
+func (m *Metrics) tenantLabel(tenant string) string {
+	if tenant == "" {
+		return m.opts.tenant
+	}
+	m.tenantsMu.Lock()
+	defer m.tenantsMu.Unlock()
+	if m.tenants[tenant] {
+		return tenant
+	}
+	if len(m.tenants) >= m.opts.maxTenants {
+		return "other"
+	}
+	m.tenants[tenant] = true
+	return tenant
 }
 
 // Idempotency counts a lookup of an idempotency key.

@@ -234,7 +234,11 @@ func (e *ender) finishFields(d *lifecycle.RunStatus, runErr error) {
 // finished records a run's end in logs and metrics.
 func (e *ender) finished(ctx context.Context, d lifecycle.RunStatus) {
 	dur := time.Duration(d.DurationMS) * time.Millisecond
-	e.metrics.RunFinished(d.AgentSlug, d.Status, dur)
+	if tm, ok := e.metrics.(tenantMetrics); ok {
+		tm.RunFinishedOf(d.TenantID, d.AgentSlug, d.Status, dur)
+	} else {
+		e.metrics.RunFinished(d.AgentSlug, d.Status, dur)
+	}
 	e.log.LogAttrs(ctx, slog.LevelInfo, "run_completed", slog.String("runId", d.RunID),
 		slog.Int64("durationMs", d.DurationMS), slog.String("status", d.Status))
 }

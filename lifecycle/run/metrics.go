@@ -20,6 +20,11 @@ import (
 //	// written with the step's end, status "completed" or "failed" (the p95
 //	// step times of docs/spec.md#metrics).
 //	StepFinished(agent, step, status string, d time.Duration)
+//	// RunTransitionOf and RunFinishedOf are RunTransition and
+//	// RunFinished with the run's tenant ("" for the default tenant,
+//	// docs/spec.md#tenants), called instead of them.
+//	RunTransitionOf(tenant, agent, machine, from, to string)
+//	RunFinishedOf(tenant, agent, status string, d time.Duration)
 //
 // The gauge of active runs (gwi_run_active_gauge) is no call here: it is
 // read from the store (Runner.ActiveRuns), since counts moved by one
@@ -42,3 +47,18 @@ type noMetrics struct{}
 func (noMetrics) RunTransition(string, string, string, string) {}
 func (noMetrics) RunFinished(string, string, time.Duration)    {}
 func (noMetrics) Idempotency(string, bool)                     {}
+
+// tenantMetrics is a Metrics that labels the run metrics by tenant.
+type tenantMetrics interface {
+	RunTransitionOf(tenant, agent, machine, from, to string)
+	RunFinishedOf(tenant, agent, status string, d time.Duration)
+}
+
+// runTransition counts a status write on m, by tenant where m can.
+func runTransition(m Metrics, tenant, agent, machine, from, to string) {
+	if tm, ok := m.(tenantMetrics); ok {
+		tm.RunTransitionOf(tenant, agent, machine, from, to)
+		return
+	}
+	m.RunTransition(agent, machine, from, to)
+}

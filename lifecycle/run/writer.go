@@ -169,7 +169,7 @@ func byTimeout() by {
 func (ws *writers) afterWrite(ctx context.Context, doc *lifecycle.RunStatus, from string, b by) {
 	ws.history.moveStatusIndex(ctx, doc, from)
 	ws.audit.record(ctx, doc, from, b.actor, writeContext(doc, b))
-	ws.metrics.RunTransition(doc.AgentSlug, ws.cat.flowOfDoc(doc).machine, from, doc.Status)
+	runTransition(ws.metrics, doc.TenantID, doc.AgentSlug, ws.cat.flowOfDoc(doc).machine, from, doc.Status)
 	ws.changes.broadcast()
 }
 
@@ -296,7 +296,7 @@ func triggerInitiator(trigger string) lifecycle.Initiator {
 // (msg), and a wake-up of every Wait.
 func (ws *writers) afterCreate(ctx context.Context, agent *agentDef, doc *lifecycle.RunStatus, b by, msg string) {
 	ws.audit.write(ctx, doc)
-	ws.metrics.RunTransition(agent.Slug, agent.flow.machine, "", doc.Status)
+	runTransition(ws.metrics, doc.TenantID, agent.Slug, agent.flow.machine, "", doc.Status)
 	attrs := []slog.Attr{slog.String("runId", doc.RunID), slog.String("type", agent.Slug),
 		slog.String("idempotencyKey", doc.IdempotencyKey), slog.String("initiator", string(b.tc.Initiator))}
 	level := slog.LevelInfo
