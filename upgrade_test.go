@@ -359,6 +359,15 @@ func checkOldRuns(ctx context.Context, t *testing.T, c *conveyor.Client) {
 	if err != nil || res.RunID != oldKeyed {
 		t.Errorf("re-submit of %s: %+v, %v; want run %s", oldKey, res, err, oldKeyed)
 	}
+	// The old records are the default tenant's: another tenant neither
+	// reads nor lists them (its keys: TestTenantAttack).
+	acme := lifecycle.WithTenant(ctx, "acme")
+	if _, err := c.Runs().Status(acme, oldKeyed); !errors.Is(err, lifecycle.ErrRunNotFound) {
+		t.Errorf("tenant acme reads the old run %s: %v, want not found", oldKeyed, err)
+	}
+	if runs, err := c.Runs().ListRuns(acme, run.RunQuery{}); err != nil || len(runs.Runs) != 0 {
+		t.Errorf("tenant acme lists %d old runs, %v; want none", len(runs.Runs), err)
+	}
 }
 
 func checkOldJobs(ctx context.Context, t *testing.T, c *conveyor.Client) {
