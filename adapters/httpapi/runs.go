@@ -130,7 +130,13 @@ func (h *runRoutes) runSteps() handlerFunc {
 // optional (no agent: the runs of every agent this Worker serves).
 func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 	q := r.URL.Query()
-	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status")}
+	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status"), Tenant: q.Get("tenant")}
+	if rq.Tenant != "" {
+		// Read by an operator of every tenant only (run.RunQuery).
+		if err := storekey.ValidateID("tenant", rq.Tenant); err != nil {
+			return rq, err
+		}
+	}
 	if rq.Agent != "" {
 		if err := storekey.ValidateID("agent", rq.Agent); err != nil {
 			return rq, err

@@ -234,7 +234,7 @@ func (e *ender) finishFields(d *lifecycle.RunStatus, runErr error) {
 // finished records a run's end in logs and metrics.
 func (e *ender) finished(ctx context.Context, d lifecycle.RunStatus) {
 	dur := time.Duration(d.DurationMS) * time.Millisecond
-	if tm, ok := e.metrics.(tenantMetrics); ok {
+	if tm, ok := e.metrics.(tenantMetrics); ok && d.TenantID != "" {
 		tm.RunFinishedOf(d.TenantID, d.AgentSlug, d.Status, dur)
 	} else {
 		e.metrics.RunFinished(d.AgentSlug, d.Status, dur)

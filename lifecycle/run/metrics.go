@@ -21,8 +21,8 @@ import (
 //	// step times of docs/spec.md#metrics).
 //	StepFinished(agent, step, status string, d time.Duration)
 //	// RunTransitionOf and RunFinishedOf are RunTransition and
-//	// RunFinished with the run's tenant ("" for the default tenant,
-//	// docs/spec.md#tenants), called instead of them.
+//	// RunFinished of a run of another tenant than the default one
+//	// (docs/spec.md#tenants), called instead of them for such a run.
 //	RunTransitionOf(tenant, agent, machine, from, to string)
 //	RunFinishedOf(tenant, agent, status string, d time.Duration)
 //
@@ -54,9 +54,11 @@ type tenantMetrics interface {
 	RunFinishedOf(tenant, agent, status string, d time.Duration)
 }
 
-// runTransition counts a status write on m, by tenant where m can.
+// runTransition counts a status write on m, by tenant where m can (the
+// default tenant's as before tenants, so a Metrics that wraps another
+// sees its runs as it did).
 func runTransition(m Metrics, tenant, agent, machine, from, to string) {
-	if tm, ok := m.(tenantMetrics); ok {
+	if tm, ok := m.(tenantMetrics); ok && tenant != "" {
 		tm.RunTransitionOf(tenant, agent, machine, from, to)
 		return
 	}
