@@ -22,6 +22,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -320,7 +321,7 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.I
 		}
 	}
 	doc := entryDoc{InboxEntry: lifecycle.InboxEntry{ID: sub.ID, Source: sub.Source, Intent: sub.Intent, Metadata: sub.Metadata,
-		Status: lifecycle.InboxPending, CreatedAt: now, TenantID: lifecycle.CreatingTenant(ctx)}}
+		Status: lifecycle.InboxPending, CreatedAt: now, TenantID: tenancy.Creating(ctx)}}
 	if _, err := records.Create(ctx, b.cfg.Store, key, &doc); err != nil {
 		if errors.Is(err, storage.ErrPreconditionFailed) {
 			return lifecycle.InboxEntry{}, fmt.Errorf("%w: %s", lifecycle.ErrInboxEntryExists, sub.ID)
@@ -349,7 +350,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 	}
 	var from lifecycle.InboxState
 	_, d, err := (&fence.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}).Apply(ctx, func(d *entryDoc) error {
-		if !lifecycle.TenantSees(ctx, d.TenantID) {
+		if !tenancy.Sees(ctx, d.TenantID) {
 			return notFound(key)
 		}
 		from = d.Status
@@ -405,7 +406,7 @@ func (b *Box) Get(ctx context.Context, id string) (lifecycle.InboxEntry, error) 
 		ek, _ := layout.InboxExpiredKey(id)
 		d, _, err = b.read(ctx, ek)
 	}
-	if err == nil && !lifecycle.TenantSees(ctx, d.TenantID) {
+	if err == nil && !tenancy.Sees(ctx, d.TenantID) {
 		ek, _ := layout.InboxExpiredKey(id) // the key a missing entry is last looked for at
 		return lifecycle.InboxEntry{}, notFound(ek)
 	}
@@ -542,7 +543,7 @@ func (b *Box) entryAt(ctx context.Context, key string, opts ListOptions) (lifecy
 			return lifecycle.InboxEntry{}, false, nil
 		}
 	}
-	return d.InboxEntry, lifecycle.TenantSees(ctx, d.TenantID) && (opts.Status == "" || d.Status == opts.Status), nil
+	return d.InboxEntry, tenancy.Sees(ctx, d.TenantID) && (opts.Status == "" || d.Status == opts.Status), nil
 }
 
 // EntryPage is a page of inbox entries, in key order.

@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -367,6 +368,6 @@ func newJobDoc(ctx context.Context, actor lifecycle.Actor, n NewJob, now time.Ti
 	}
 	doc.QueuedAt, doc.ReadyKey = &now, lane
 	doc.TraceParent = tracing.TraceParent(ctx)
-	doc.TenantID = lifecycle.CreatingTenant(ctx)
+	doc.TenantID = tenancy.Creating(ctx)
 	return doc, lane, nil
 }

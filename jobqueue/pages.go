@@ -11,6 +11,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/paging"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -75,7 +76,7 @@ func (q *reader) listPage(ctx context.Context, actor lifecycle.Actor, jq JobQuer
 				return lifecycle.Job{}, false, err
 			}
 			j := d.Job
-			ok = lifecycle.TenantSees(ctx, j.TenantID) && (jq.Status == "" || j.Status == jq.Status) && (jq.Type == "" || j.JobType == jq.Type) &&
+			ok = tenancy.Sees(ctx, j.TenantID) && (jq.Status == "" || j.Status == jq.Status) && (jq.Type == "" || j.JobType == jq.Type) &&
 				(jq.Agent == "" || j.AgentSlug == jq.Agent)
 			return j, ok, nil
 		})

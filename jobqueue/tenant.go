@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -14,7 +15,7 @@ import (
 // Requeue, Cancel, the pages), never on a worker's claim, which serves
 // every tenant's jobs.
 func confine(ctx context.Context, j *lifecycle.Job) error {
-	if lifecycle.TenantSees(ctx, j.TenantID) {
+	if tenancy.Sees(ctx, j.TenantID) {
 		return nil
 	}
 	// The store's own answer for a missing job, word for word.

@@ -17,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -179,7 +180,7 @@ type uniqueTarget struct {
 // uniqueness read missing (its absence settled, on a store that settles),
 // or the job of a generation found in one of the unique states.
 func (q *admission) resolve(ctx context.Context, n *NewJob, now time.Time) (uniqueTarget, error) {
-	t := uniqueTarget{hash: uniqueHash(lifecycle.CreatingTenant(ctx), n, n.readyAt(now))}
+	t := uniqueTarget{hash: uniqueHash(tenancy.Creating(ctx), n, n.readyAt(now))}
 	states := uniqueStates(n.Unique)
 	for gen := q.hints.get(t.hash); gen < maxGenerations; gen++ {
 		id := uniqueID(t.hash, gen)

@@ -25,20 +25,3 @@ func TenantOf(ctx context.Context) string {
 	t, _ := ctx.Value(tenantKey{}).(string)
 	return t
 }
-
-// TenantSees tells whether a call under ctx may see a record of tenant
-// (the empty default tenant included): its own tenant's, or any with
-// AllTenants.
-func TenantSees(ctx context.Context, tenant string) bool {
-	t := TenantOf(ctx)
-	return t == AllTenants || t == tenant
-}
-
-// CreatingTenant is the tenant a record created under ctx belongs to:
-// TenantOf, except that AllTenants creates in the default tenant.
-func CreatingTenant(ctx context.Context) string {
-	if t := TenantOf(ctx); t != AllTenants {
-		return t
-	}
-	return ""
-}

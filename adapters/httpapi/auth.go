@@ -78,7 +78,7 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 }
 
 // splitTenant splits a token's "actor@tenant" into its actor and tenant
-// (docs/http-api.md#tokens): no "@" is the default tenant (""), "@*" every
+// (docs/http-api.md#tokens-and-tenants): no "@" is the default tenant (""), "@*" every
 // tenant (lifecycle.AllTenants); a tenant is one key segment.
 func splitTenant(v lifecycle.Actor) (lifecycle.Actor, string, error) {
 	a, tenant, scoped := strings.Cut(string(v), "@")

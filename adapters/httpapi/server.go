@@ -76,7 +76,7 @@ type Config struct {
 	// Tokens maps bearer tokens to the actors they act as (LoadTokens):
 	// an actor, "gateway", acts for the default tenant; "gateway@acme" for
 	// tenant acme only, and "admin@*" for every tenant
-	// (docs/http-api.md#tokens). Every read and write of a request is
+	// (docs/http-api.md#tokens-and-tenants). Every read and write of a request is
 	// confined to its token's tenant: another tenant's ids answer 404.
 	// Default none: only loopback clients are served, as the
 	// actor their X-Conveyor-Actor header names, gateway by default; the

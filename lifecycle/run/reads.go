@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -43,7 +44,7 @@ func (rd *reads) locate(ctx context.Context, runID string) (slug, statusKey stri
 	}
 	var e runIndexEntry
 	derr := json.Unmarshal(b, &e)
-	if derr == nil && !lifecycle.TenantSees(ctx, e.TenantID) {
+	if derr == nil && !tenancy.Sees(ctx, e.TenantID) {
 		// Another tenant's run answers as missing: its id does not leak.
 		return "", "", fmt.Errorf("%w: %s", lifecycle.ErrRunNotFound, runID)
 	}
@@ -84,7 +85,7 @@ func (rd *reads) reindex(ctx context.Context, runID, idx string) (slug, statusKe
 			TenantID string `json:"tenant_id"`
 		}
 		_ = json.Unmarshal(body, &t) // a poison status is the status read's to quarantine
-		if !lifecycle.TenantSees(ctx, t.TenantID) {
+		if !tenancy.Sees(ctx, t.TenantID) {
 			break
 		}
 		entry, _ := json.Marshal(runIndexEntry{AgentSlug: s, Machine: rd.cat.agents[s].Machine, TenantID: t.TenantID})
@@ -103,7 +104,7 @@ func (rd *reads) status(ctx context.Context, runID string) (lifecycle.RunStatus,
 		return lifecycle.RunStatus{}, err
 	}
 	doc, _, err := rd.statuses.read(ctx, slug, runID, key)
-	if errors.Is(err, storage.ErrNotFound) || (err == nil && !lifecycle.TenantSees(ctx, doc.TenantID)) {
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && !tenancy.Sees(ctx, doc.TenantID)) {
 		return lifecycle.RunStatus{}, fmt.Errorf("%w: %s", lifecycle.ErrRunNotFound, runID)
 	}
 	rd.markLost(&doc)

@@ -18,6 +18,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/idemrecord"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
@@ -157,7 +158,7 @@ func (cr *creator) createRun(ctx context.Context, agent *agentDef, req lifecycle
 		StepsTotal:       len(agent.Steps),
 		ProposalsCreated: []string{},
 		IdempotencyKey:   req.IdempotencyKey,
-		TenantID:         lifecycle.CreatingTenant(ctx),
+		TenantID:         tenancy.Creating(ctx),
 		TraceParent:      tracing.TraceParent(ctx),
 	}
 	if agent.Machine != lifecycle.MachineCanonical {
@@ -348,7 +349,7 @@ func (im *idempotency) submit(ctx context.Context, agent *agentDef, req lifecycl
 	if err != nil {
 		return lifecycle.SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
-	req.IdempotencyKey = tenantScopedKey(lifecycle.CreatingTenant(ctx), req.IdempotencyKey)
+	req.IdempotencyKey = tenantScopedKey(tenancy.Creating(ctx), req.IdempotencyKey)
 	key := layout.IdempotencyKey(req.IdempotencyKey)
 	c, err := im.claimKey(ctx, key, req, k, requestHash(req))
 	if err != nil {
