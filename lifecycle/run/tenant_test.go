@@ -1,0 +1,116 @@
+package run_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// TestTenantListCost: a tenant's page lists and reads its own runs only,
+// however many another tenant has (docs/design.md#tenants): 3 runs of
+// "small" beside 300 of "big" cost 3 keys listed and 3 statuses read.
+func TestTenantListCost(t *testing.T) {
+	t.Parallel()
+	counting := &teststores.Counting{Store: memStore(t)}
+	g := newRig(t, storage.New(counting))
+	plain := run.Agent{Slug: "plain", Machine: lifecycle.MachineCancelable, Steps: []run.Step{okStep("a")}}
+	r, _ := g.runner("a", nil, plain)
+	big, small := lifecycle.WithTenant(context.Background(), "big"), lifecycle.WithTenant(context.Background(), "small")
+	var mine []string
+	for i := range 303 {
+		ctx := big
+		if i%101 == 100 {
+			ctx = small
+		}
+		res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: plain.Slug})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctx == small {
+			mine = append(mine, res.RunID)
+		}
+	}
+	tests := []struct {
+		name string
+		ctx  context.Context
+		q    run.RunQuery
+		want int // runs in the page, each about one key listed and one status read
+	}{
+		{"small's history", small, run.RunQuery{Agent: plain.Slug}, 3},
+		{"small's by status", small, run.RunQuery{Status: "queued"}, 3},
+		{"big's first page", big, run.RunQuery{Agent: plain.Slug}, 50},
+		{"the default tenant's", context.Background(), run.RunQuery{}, 0},
+		{"every tenant's operator, small named", lifecycle.WithTenant(context.Background(), lifecycle.AllTenants), run.RunQuery{Tenant: "small"}, 3},
+	}
+	for _, tt := range tests {
+		counting.Reset()
+		p, err := r.ListRuns(tt.ctx, tt.q)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		gets, listed := counting.Gets.Load(), counting.Listed.Load()
+		t.Logf("%s: %d runs, %d keys listed, %d reads", tt.name, len(p.Runs), listed, gets)
+		// The runner's loop may read beside the page (a poll): a little
+		// slack, far below the 300 reads of a list filtered on read.
+		if len(p.Runs) != tt.want || gets > int64(tt.want)+2 || listed > int64(tt.want)+1 {
+			t.Errorf("%s: %d runs, %d keys listed, %d reads; want %d of each", tt.name, len(p.Runs), listed, gets, tt.want)
+		}
+		for _, s := range p.Runs {
+			if want := lifecycle.TenantOf(tt.ctx); want != lifecycle.AllTenants && s.TenantID != want {
+				t.Errorf("%s: run %s of tenant %q", tt.name, s.RunID, s.TenantID)
+			}
+		}
+	}
+	// Big's calls do not reach small's runs; an operator of every tenant's do.
+	for _, id := range mine {
+		if _, err := r.Status(big, id); !errors.Is(err, lifecycle.ErrRunNotFound) {
+			t.Errorf("big reads small's %s: %v", id, err)
+		}
+		if _, err := r.Cancel(big, id, lifecycle.ActorGateway, run.CancelRequest{}); !errors.Is(err, lifecycle.ErrRunNotFound) {
+			t.Errorf("big cancels small's %s: %v", id, err)
+		}
+		if _, err := r.Steps(context.Background(), id); !errors.Is(err, lifecycle.ErrRunNotFound) {
+			t.Errorf("the default tenant reads small's %s steps: %v", id, err)
+		}
+		if st, err := r.Status(lifecycle.WithTenant(context.Background(), lifecycle.AllTenants), id); err != nil || st.TenantID != "small" {
+			t.Errorf("an operator of every tenant reads %s: %+v, %v", id, st, err)
+		}
+	}
+}
+
+// TestTenantIdempotencyKeys: the default tenant's key is hashed as before
+// tenants (so a record written then still answers), another tenant's
+// names the tenant, and one key in two tenants makes two runs.
+func TestTenantIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, memStore(t))
+	plain := run.Agent{Slug: "plain", Steps: []run.Step{okStep("a")}}
+	r, _ := g.runner("a", nil, plain)
+	const key = "api:gateway:req-1"
+	ids := map[string]string{}
+	for _, tenant := range []string{"", "acme", "bolt", "", "acme"} {
+		res, err := r.Submit(lifecycle.WithTenant(context.Background(), tenant), lifecycle.SubmitRequest{AgentSlug: plain.Slug, IdempotencyKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, seen := ids[tenant]; seen && (res.RunID != first || !res.Duplicate) {
+			t.Errorf("tenant %q again: %+v, want its run %s", tenant, res, first)
+		} else if !seen {
+			ids[tenant] = res.RunID
+		}
+	}
+	if len(ids) != 3 || ids[""] == ids["acme"] || ids["acme"] == ids["bolt"] {
+		t.Errorf("runs by tenant %v, want three", ids)
+	}
+	for tenant, stored := range map[string]string{"": key, "acme": "tenant:acme|" + key} {
+		if _, _, err := g.store.Get(context.Background(), layout.IdempotencyKey(stored)); err != nil {
+			t.Errorf("tenant %q: no record at the hash of %q: %v", tenant, stored, err)
+		}
+	}
+}
