@@ -57,6 +57,7 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 		b = jsonenc.String(b, *j.Error)
 	}
 	b = jsonenc.OmitEmpty(b, `,"machine":`, j.Machine)
+	b = jsonenc.OmitEmpty(b, `,"tenant_id":`, j.TenantID)
 	if j.CancelRequestedAt != nil {
 		b = append(b, `,"cancel_requested_at":`...)
 		if b, err = jsonenc.Time(b, *j.CancelRequestedAt); err != nil {
@@ -365,6 +366,9 @@ func (d *jobDoc) readProgress(r *jsonenc.Reader, key []byte) (bit uint, known bo
 	case "cancel_requested_by":
 		bit = 30
 		j.CancelRequestedBy = jsonenc.Enum(r, knownActors)
+	case "tenant_id":
+		bit = 31
+		j.TenantID = r.String()
 	default:
 		return 0, false
 	}

@@ -26,7 +26,7 @@ func fullJobDoc() *jobDoc {
 			Payload:  json.RawMessage(`{ "a" : "<x>" }`),
 			Context:  lifecycle.JobContext{MemorySnapshotURL: "s3://b/k?x=1&y=2", EntityRefs: []string{"e1", "é2"}},
 			Callback: "https://example.com/cb?a=1&b=2", CreatedAt: at, UpdatedAt: at.Add(time.Second),
-			ArtifactID: "art-1", Error: &msg, Machine: lifecycle.JobMachineGeneral, CancelRequestedAt: &due, CancelRequestedBy: lifecycle.ActorAdmin,
+			ArtifactID: "art-1", Error: &msg, Machine: lifecycle.JobMachineGeneral, TenantID: "acme", CancelRequestedAt: &due, CancelRequestedBy: lifecycle.ActorAdmin,
 			ProjectID: "p1", ErrorCode: "HANDLER_ERROR",
 			FailedStep: lifecycle.JobNotebookLMCall, QueuedAt: &at, NextAttemptAt: &due, Priority: 8, ScheduledAt: &due,
 			ReadyKey: "queue/lanes/agent-1/x", Lease: &lifecycle.Lease{Owner: "w1", Epoch: 3, ExpiresAt: due, Slot: 2},
@@ -215,9 +215,10 @@ func TestJobDocDecodeAllocs(t *testing.T) {
 	t.Logf("DecodeJSON %v allocations, json.Unmarshal %v", fast, slow)
 	// 25 -> 31: the fixture's moves carry a failed attempt's error code
 	// and message, a string (an allocation) each. 31 -> 32: its
-	// scheduled_at, a *time.Time (a job to run at once has none).
-	if fast > 32 {
-		t.Fatalf("DecodeJSON allocates %v times, budget 32", fast)
+	// scheduled_at, a *time.Time (a job to run at once has none). 32 ->
+	// 33: its tenant_id, a string (a default tenant's job has none).
+	if fast > 33 {
+		t.Fatalf("DecodeJSON allocates %v times, budget 33", fast)
 	}
 }
 

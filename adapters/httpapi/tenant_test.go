@@ -169,7 +169,14 @@ func TestTenantAttack(t *testing.T) {
 		}
 		t.Run(p, check)
 	}
-	// Bolt still sees its own, and an operator of every tenant sees both.
+	// Bolt still sees its own (as stored: a tenant_id lost on the way
+	// would read as the default tenant's, and 404), and an operator of
+	// every tenant sees both.
+	for path, want := range map[string]string{"/jobs/job-bolt": `"tenant_id":"bolt"`, "/inbox/entries": `"id":"inbox_bolt"`} {
+		if code, _, body := g.raw("GET", path, "tok-bolt-admin", "", nil, nil); code != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("bolt reads %s: %d %s, want %s", path, code, body, want)
+		}
+	}
 	if _, err := bolt.Status(ctx, gate); err != nil {
 		t.Errorf("bolt reads its gate run: %v", err)
 	}
