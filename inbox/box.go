@@ -328,12 +328,13 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.I
 		}
 		return lifecycle.InboxEntry{}, err
 	}
-	b.record(ctx, actor, doc.ID, "", lifecycle.InboxPending)
+	b.record(ctx, actor, &doc.InboxEntry, "")
 	return doc.InboxEntry, nil
 }
 
-func (b *Box) record(ctx context.Context, actor lifecycle.Actor, id string, from, to lifecycle.InboxState) {
-	ev := lifecycle.AuditEvent{Event: "inbox.status.update", Actor: string(actor), EntryID: id, From: string(from), To: string(to)}
+func (b *Box) record(ctx context.Context, actor lifecycle.Actor, e *lifecycle.InboxEntry, from lifecycle.InboxState) {
+	id, to := e.ID, e.Status
+	ev := lifecycle.AuditEvent{Event: "inbox.status.update", Actor: string(actor), EntryID: id, TenantID: e.TenantID, From: string(from), To: string(to)}
 	if from == "" {
 		ev.Event = "inbox.create"
 	}
@@ -372,7 +373,7 @@ func (b *Box) move(ctx context.Context, actor lifecycle.Actor, id string, event 
 	if err != nil {
 		return lifecycle.InboxEntry{}, err
 	}
-	b.record(ctx, actor, id, from, d.Status)
+	b.record(ctx, actor, &d.InboxEntry, from)
 	return d.InboxEntry, nil
 }
 
@@ -460,7 +461,7 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 				return moved, err
 			}
 			_, ver = rec.Snapshot()
-			b.record(ctx, actor, id, lifecycle.InboxPending, lifecycle.InboxExpired)
+			b.record(ctx, actor, &d.InboxEntry, lifecycle.InboxPending)
 		}
 		if d.Status != lifecycle.InboxExpired {
 			continue

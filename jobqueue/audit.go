@@ -130,11 +130,11 @@ func (q *auditor) auditObject(d *jobDoc) (key string, b []byte, err error) {
 		// general machine: its event goes before the move out.
 		if (m.From == lifecycle.JobArtifactWrite || m.From == lifecycle.JobRunning) && d.AuditArtifact != "" {
 			evs = append(evs, lifecycle.AuditEvent{TS: m.At, Event: "artifact.create", Actor: string(q.artifactActor),
-				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, To: "finalized", Node: q.node})
+				JobID: d.JobID, RunID: d.RunID, ArtifactID: d.AuditArtifact, TenantID: d.TenantID, To: "finalized", Node: q.node})
 		}
 		ev := lifecycle.AuditEvent{
 			TS: m.At, Event: "job.status.update", Actor: string(m.Actor), JobID: d.JobID, RunID: d.RunID,
-			From: string(m.From), To: string(m.To), Node: q.node,
+			TenantID: d.TenantID, From: string(m.From), To: string(m.To), Node: q.node,
 		}
 		if m.From == "" {
 			ev.Event = "job.create"

@@ -147,6 +147,9 @@ type AuditEvent struct {
 	RunID      string    `json:"run_id,omitempty"`
 	EntryID    string    `json:"entry_id,omitempty"`
 	ArtifactID string    `json:"artifact_id,omitempty"`
+	// TenantID is the tenant of the record the event is about
+	// (docs/spec.md#tenants); empty for the default tenant.
+	TenantID string `json:"tenant_id,omitempty"`
 	From       string    `json:"from"` // empty for a creation
 	To         string    `json:"to"`
 	Node       string    `json:"node"` // the host that wrote

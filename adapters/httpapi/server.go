@@ -405,9 +405,7 @@ func (s *Server) routes() {
 	}
 	table = append(table,
 		route{method: "POST", path: "/nlm/callback", operator: true, actors: []lifecycle.Actor{lifecycle.ActorNLMBackend}, body: true, h: s.callback.nlmCallback},
-		// The stream is not yet filtered by tenant: another tenant's token
-		// is answered 404, and the Go client polls (docs/design.md#tenants).
-		route{method: "GET", path: "/events/stream", operator: true, stream: true, h: mounted(s.stream, http.StatusServiceUnavailable)},
+		route{method: "GET", path: "/events/stream", stream: true, h: mounted(s.stream, http.StatusServiceUnavailable)},
 		route{method: "GET", path: "/metrics", operator: true, stream: true, h: mounted(s.cfg.Metrics, http.StatusNotFound)},
 		route{method: "GET", path: "/healthz", h: func(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
 			return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})

@@ -1,12 +1,18 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/internal/machine"
@@ -29,7 +35,17 @@ func TestTenantAttack(t *testing.T) {
 	t.Parallel()
 	all := maps.Clone(tokens)
 	maps.Copy(all, tenantTokens)
-	g := newRig(t, rigOpts{running: true, tokens: all})
+	late := &lateFeed{ready: make(chan *events.Feed, 1)}
+	g := newRig(t, rigOpts{running: true, tokens: all, events: late})
+	feed, err := events.New(events.Config{Store: g.store, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.ready <- feed
+	fctx, stopFeed := context.WithCancel(context.Background())
+	feedDone := make(chan struct{})
+	go func() { _ = feed.Run(fctx); close(feedDone) }()
+	defer func() { stopFeed(); <-feedDone }()
 	ctx := context.Background()
 	bolt := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-bolt-gw"}
 
@@ -157,7 +173,7 @@ func TestTenantAttack(t *testing.T) {
 		"GET /quarantine":                     operator("GET", "/quarantine", ""),
 		"POST /quarantine/restore":            operator("POST", "/quarantine/restore", `{}`),
 		"POST /nlm/callback":                  operator("POST", "/nlm/callback", `{}`),
-		"GET /events/stream":                  operator("GET", "/events/stream", ""),
+		"GET /events/stream":                  func(t *testing.T) { streamLeavesOut(t, g, boltIDs) },
 		"GET /metrics":                        operator("GET", "/metrics", ""),
 		"GET /healthz":                        leavesOut("GET", "/healthz", "", "", 200),
 	}
@@ -202,4 +218,50 @@ func sameError(t *testing.T, a, b string) bool {
 	xb, _ := json.Marshal(x)
 	yb, _ := json.Marshal(y)
 	return string(xb) == string(yb)
+}
+
+// streamLeavesOut opens the event stream as acme, then has bolt and acme
+// each submit a run: acme's run comes through to its end, and nothing of
+// bolt's (its records from before, and its new run) on the way.
+func streamLeavesOut(t *testing.T, g *rig, boltIDs []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", g.srv.URL+"/events/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok-acme-gw")
+	resp, err := g.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream as acme: %d", resp.StatusCode)
+	}
+	sub := func(token string) string {
+		code, _, body := g.raw("POST", "/agents/run", token, "application/json", []byte(`{"agent_slug":"quick"}`), nil)
+		var res struct {
+			RunID string `json:"run_id"`
+		}
+		if code != http.StatusCreated || json.Unmarshal(body, &res) != nil {
+			t.Fatalf("submit as %s: %d %s", token, code, body)
+		}
+		return res.RunID
+	}
+	boltIDs = append(boltIDs, sub("tok-bolt-gw"))
+	mine := sub("tok-acme-gw")
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, id := range boltIDs {
+			if strings.Contains(line, id) {
+				t.Fatalf("acme's stream shows bolt's %s: %s", id, line)
+			}
+		}
+		if strings.Contains(line, mine) && strings.Contains(line, `"completed"`) {
+			return
+		}
+	}
+	t.Fatalf("acme's stream ended before its run completed: %v", sc.Err())
 }

@@ -190,7 +190,7 @@ func (ws *writers) settled(runID string) bool {
 func (ws *writers) auditRecord(doc *lifecycle.RunStatus, from string, b by, seq int64) *lifecycle.RunAuditRecord {
 	tc := writeContext(doc, b)
 	ev := lifecycle.AuditEvent{TS: ws.now(), Event: "run.status.update", Actor: string(b.actor), RunID: doc.RunID,
-		From: from, To: doc.Status, Node: ws.node}
+		TenantID: doc.TenantID, From: from, To: doc.Status, Node: ws.node}
 	ev.Context, _ = json.Marshal(&tc) // strings, times and maps of strings: it cannot fail
 	return &lifecycle.RunAuditRecord{ID: records.AuditEventID(ev.TS, doc.RunID, seq, 0), Event: ev}
 }

@@ -438,7 +438,7 @@ func (f *Feed) broadcast(ctx context.Context, b batch) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for c := range f.clients {
-		if c.run != "" && c.run != b.run {
+		if (c.run != "" && c.run != b.run) || !b.seenBy(c.tenant) {
 			continue
 		}
 		select {

@@ -14,6 +14,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -21,6 +22,7 @@ import (
 type client struct {
 	ch      chan batch
 	run     string
+	tenant  string        // the request's (lifecycle.TenantOf): its tenant's events only
 	timeout time.Duration // Config.WriteTimeout
 	remote  string
 	drop    chan struct{} // closed when the feed drops the client
@@ -91,7 +93,7 @@ func (f *Feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if last == "" {
 		last = q.Get("last_event_id")
 	}
-	c := &client{ch: make(chan batch, f.cfg.Buffer), run: run, remote: r.RemoteAddr, timeout: f.cfg.WriteTimeout,
+	c := &client{ch: make(chan batch, f.cfg.Buffer), run: run, tenant: lifecycle.TenantOf(r.Context()), remote: r.RemoteAddr, timeout: f.cfg.WriteTimeout,
 		drop: make(chan struct{}), rc: http.NewResponseController(w)}
 	lastKey, lastAt, resume := layout.AuditKeyOfID(last)
 	c.replaying = resume
@@ -388,7 +390,7 @@ func (r *replay) read(ctx context.Context) error {
 		if id >= r.floorID {
 			r.sent[id] = struct{}{}
 		}
-		if len(b.frame) == 0 || (r.c.run != "" && r.c.run != b.run) {
+		if len(b.frame) == 0 || (r.c.run != "" && r.c.run != b.run) || !b.seenBy(r.c.tenant) {
 			continue
 		}
 		r.frames = append(r.frames, b.frame...)

@@ -56,6 +56,15 @@ type batch struct {
 	id    string
 	run   string
 	frame []byte
+	// tenant is the tenant of the record the object is about (its audit
+	// event's): only that tenant's clients get it.
+	tenant string
+}
+
+// seenBy tells whether a client acting for tenant (lifecycle.WithTenant of
+// its request) gets b (docs/design.md#tenants).
+func (b *batch) seenBy(tenant string) bool {
+	return tenant == lifecycle.AllTenants || tenant == b.tenant
 }
 
 // runStatus is the part of a run's status.json the feed reads.
@@ -154,6 +163,7 @@ func (t *translator) translateAll(ctx context.Context, id string, evs []lifecycl
 	for i := range evs {
 		ev := &evs[i]
 		ev.ID = id
+		b.tenant = ev.TenantID // one record's object: one tenant
 		if err := t.frames(ctx, ev, &b, &frames); err != nil {
 			return b, err
 		}
