@@ -378,6 +378,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// (docs/design.md#tenants).
 		a, tenant, _ := splitTenant(v) // checked by New
 		actor = a
+		if tenant != "" {
+			// The page shows whose records it sees (docs/http-api.md#tokens-and-tenants).
+			rec.Header().Set(tenantHeader, tenant)
+		}
 		ctx := lifecycle.WithTenant(context.WithValue(r.Context(), actorKey{}, a), tenant)
 		s.mux.ServeHTTP(rec, r.WithContext(ctx))
 	}
@@ -385,6 +389,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type actorKey struct{}
+
+// tenantHeader names, on every answer to a token of a tenant other than
+// the default one, that tenant ("*": every tenant).
+const tenantHeader = "X-Conveyor-Tenant"
 
 // public tells the requests served without a token: health, and the live
 // page's static assets (they hold no data; the page sends the token a user

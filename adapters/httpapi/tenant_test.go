@@ -202,6 +202,12 @@ func TestTenantAttack(t *testing.T) {
 	if code, _, body := g.raw("GET", "/runs/"+gate+"/status", "tok-gateway", "", nil, nil); code != http.StatusNotFound {
 		t.Errorf("the default tenant reads bolt's run: %d %s", code, body)
 	}
+	// Every answer names the token's tenant, for the page to show.
+	for tok, want := range map[string]string{"tok-acme-gw": "acme", "tok-all-admin": "*", "tok-gateway": ""} {
+		if _, h, _ := g.raw("GET", "/agents", tok, "", nil, nil); h.Get("X-Conveyor-Tenant") != want {
+			t.Errorf("%s: X-Conveyor-Tenant %q, want %q", tok, h.Get("X-Conveyor-Tenant"), want)
+		}
+	}
 }
 
 // sameError tells whether two JSON error bodies say the same, their

@@ -183,6 +183,7 @@
       throw new ApiError(0, 'NETWORK', 'the Worker did not answer (' + e.message + ')');
     }
     if (onAnswer) onAnswer(res);
+    noteTenant(res);
     const text = await res.text();
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
@@ -194,6 +195,24 @@
     return data;
   }
   const enc = encodeURIComponent;
+
+  // The tenant the token acts for, as the Worker names it on every answer
+  // (X-Conveyor-Tenant: absent for the default tenant, "*" for every
+  // tenant), shown beside the token.
+  let tenantShown = '';
+  function noteTenant(res) {
+    const t = res.headers.get('X-Conveyor-Tenant') || '';
+    if (t === tenantShown) return;
+    tenantShown = t;
+    showAuth();
+  }
+  function showAuth() {
+    const mode = $('#auth-mode');
+    if (!mode) return;
+    const tenant = tenantShown === '*' ? ' · every tenant' : tenantShown ? ' · tenant ' + tenantShown : '';
+    mode.textContent = (auth.token ? 'using the token' : 'as ' + auth.actor + ' (no token)') + tenant;
+    mode.dataset.tenant = tenantShown;
+  }
 
   function requestID() {
     if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
@@ -1965,12 +1984,13 @@
   // ---- start
 
   function initAuth() {
-    const token = $('#token'), actor = $('#actor'), mode = $('#auth-mode');
+    const token = $('#token'), actor = $('#actor');
     token.value = auth.token;
     actor.value = auth.actor;
     const show = () => {
       actor.disabled = !!auth.token;
-      mode.textContent = auth.token ? 'using the token' : 'as ' + auth.actor + ' (no token)';
+      tenantShown = ''; // the next answer names the new token's
+      showAuth();
     };
     show();
     // A change of identity re-opens the view, so the stream and every read
