@@ -375,7 +375,7 @@ func (im *idempotency) claimKey(ctx context.Context, key string, req lifecycle.S
 	// moment: the claim starts over, a few times, then the key is busy.
 	for range 3 {
 		c := idemClaim{owner: owner, fresh: true}
-		c.rec = idemrecord.Record{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash}
+		c.rec = idemrecord.Record{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash, TenantID: tenancy.Creating(ctx)}
 		im.newGeneration(&c.rec, c.owner, im.now())
 		_, err = records.Create(ctx, im.store, key, &c.rec)
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
