@@ -290,6 +290,11 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.I
 	if err := validate(&sub); err != nil {
 		return lifecycle.InboxEntry{}, err
 	}
+	if t := lifecycle.TenantOf(ctx); sub.ID != "" && t != "" && t != lifecycle.AllTenants {
+		// Entry ids are one namespace for every tenant: an id another
+		// tenant holds would answer "exists" (docs/design.md#tenants).
+		return lifecycle.InboxEntry{}, invalid("id", "an entry of tenant %s takes the inbox's id", t)
+	}
 	now := b.cfg.Clock.Now().UTC()
 	if sub.ID == "" {
 		sub.ID = newEntryID(now)

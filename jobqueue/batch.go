@@ -33,6 +33,9 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 	jobs = slices.Clone(jobs) // validate fills in ids and defaults: the caller's stay as given
 	first := make(map[string]int, len(jobs))
 	for i := range jobs {
+		if err := namedID(ctx, jobs[i].JobID); err != nil {
+			return nil, &lifecycle.BatchError{Index: i, Err: err}
+		}
 		if err := jobs[i].validate(q.maxAttemptsOf(jobs[i].JobType), q.userTypes); err != nil {
 			return nil, &lifecycle.BatchError{Index: i, Err: err}
 		}

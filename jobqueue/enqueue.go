@@ -238,6 +238,9 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 	if err := authority.Check(actor, authority.Jobs, authority.Create, authority.Scope{}); err != nil {
 		return lifecycle.Job{}, err
 	}
+	if err := namedID(ctx, n.JobID); err != nil {
+		return lifecycle.Job{}, err
+	}
 	if err := n.validate(q.maxAttemptsOf(n.JobType), q.userTypes); err != nil {
 		return lifecycle.Job{}, err
 	}

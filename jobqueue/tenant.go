@@ -25,3 +25,15 @@ func confine(ctx context.Context, j *lifecycle.Job) error {
 	}
 	return &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound}
 }
+
+// namedID refuses a job id a caller of a named tenant gives: job ids are
+// one namespace for every tenant, so an insert of an id another tenant
+// holds would answer JOB_EXISTS and tell the id is taken
+// (docs/design.md#tenants). Such a caller's jobs get the queue's ids, or
+// a unique job's, whose uniqueness is the tenant's own.
+func namedID(ctx context.Context, id string) error {
+	if t := lifecycle.TenantOf(ctx); id != "" && t != "" && t != lifecycle.AllTenants {
+		return badJob("job_id %q: a job of tenant %s takes the queue's id (give unique.key for one of its own)", id, t)
+	}
+	return nil
+}

@@ -73,15 +73,19 @@ func TestTenantAttack(t *testing.T) {
 	if st, err := bolt.Status(ctx, quick); err != nil || st.Status != string(machine.RunCompleted) || st.TenantID != "bolt" {
 		t.Fatalf("bolt reads its run: %+v, %v", st, err)
 	}
-	job, err := bolt.Enqueue(ctx, lifecycle.NewJob{JobID: "job-bolt", RunID: quick, JobType: lifecycle.JobBrief, AgentSlug: "quick"})
+	job, err := bolt.Enqueue(ctx, lifecycle.NewJob{RunID: quick, JobType: lifecycle.JobBrief, AgentSlug: "quick"})
 	if err != nil || job.TenantID != "bolt" {
 		t.Fatalf("bolt enqueue: %+v, %v", job, err)
 	}
-	inboxBody := `{"id":"inbox_bolt","source":{"type":"ui","identity":"u"},"intent":{"action":"research","target":"x"},"metadata":{"correlation_id":"c"}}`
-	if code, _, body := g.raw("POST", "/inbox/submit", "tok-bolt-gw", "application/json", []byte(inboxBody), nil); code != http.StatusCreated {
+	inboxBody := `{"source":{"type":"ui","identity":"u"},"intent":{"action":"research","target":"x"},"metadata":{"correlation_id":"c"}}`
+	code, _, body := g.raw("POST", "/inbox/submit", "tok-bolt-gw", "application/json", []byte(inboxBody), nil)
+	var entry struct {
+		ID string `json:"inbox_id"`
+	}
+	if code != http.StatusCreated || json.Unmarshal(body, &entry) != nil || entry.ID == "" {
 		t.Fatalf("bolt inbox submit: %d %s", code, body)
 	}
-	boltIDs := []string{quick, gate, slow, ext, "job-bolt", "inbox_bolt"}
+	boltIDs := []string{quick, gate, slow, ext, job.JobID, entry.ID}
 
 	// notFound: acme's request answers 404 and the same body as for an id
 	// that does not exist (the id swapped), so nothing tells them apart.
@@ -150,21 +154,38 @@ func TestTenantAttack(t *testing.T) {
 			if code != http.StatusCreated || !strings.Contains(string(got), `"tenant_id":"acme"`) {
 				t.Fatalf("acme enqueue: %d %s", code, got)
 			}
+			// An id of its own choosing could meet another tenant's: refused,
+			// as is a batch naming one.
+			for path, body := range map[string]string{
+				"/jobs":       `{"job_id":"` + job.JobID + `","run_id":"r","job_type":"BRIEF","agent_slug":"quick"}`,
+				"/jobs/batch": `{"jobs":[{"job_id":"` + job.JobID + `","run_id":"r","job_type":"BRIEF","agent_slug":"quick"}]}`,
+			} {
+				if code, _, got := g.raw("POST", path, gw, "application/json", []byte(body), nil); code != http.StatusBadRequest {
+					t.Errorf("acme enqueues at bolt's id through %s: %d %s, want 400", path, code, got)
+				}
+			}
 		},
-		"POST /jobs/batch":                    leavesOut("POST", "/jobs/batch", gw, `{"jobs":[{"run_id":"r","job_type":"BRIEF","agent_slug":"quick"}]}`, 201),
-		"GET /jobs":                           leavesOut("GET", "/jobs", admin, "", 200),
-		"GET /jobs/{jobId}":                   notFound("GET", "/jobs/{id}", admin, "", "job-bolt"),
-		"GET /jobs/{jobId}/history":           notFound("GET", "/jobs/{id}/history", admin, "", "job-bolt"),
-		"POST /jobs/{jobId}/requeue":          notFound("POST", "/jobs/{id}/requeue", admin, "", "job-bolt"),
-		"POST /jobs/{jobId}/cancel":           notFound("POST", "/jobs/{id}/cancel", admin, "", "job-bolt"),
-		"POST /jobs/requeue":                  leavesOut("POST", "/jobs/requeue", admin, `{}`, 200),
-		"POST /jobs/cancel":                   leavesOut("POST", "/jobs/cancel", admin, `{}`, 200),
-		"GET /stats/jobs/counts":              operator("GET", "/stats/jobs/counts", ""),
-		"GET /stats/jobs/activity":            operator("GET", "/stats/jobs/activity", ""),
-		"GET /queues":                         operator("GET", "/queues", ""),
-		"POST /queues/{queue}/pause":          operator("POST", "/queues/quick/pause", ""),
-		"POST /queues/{queue}/resume":         operator("POST", "/queues/quick/resume", ""),
-		"POST /inbox/submit":                  leavesOut("POST", "/inbox/submit", gw, strings.Replace(inboxBody, "inbox_bolt", "inbox_acme", 1), 201),
+		"POST /jobs/batch":            leavesOut("POST", "/jobs/batch", gw, `{"jobs":[{"run_id":"r","job_type":"BRIEF","agent_slug":"quick"}]}`, 201),
+		"GET /jobs":                   leavesOut("GET", "/jobs", admin, "", 200),
+		"GET /jobs/{jobId}":           notFound("GET", "/jobs/{id}", admin, "", job.JobID),
+		"GET /jobs/{jobId}/history":   notFound("GET", "/jobs/{id}/history", admin, "", job.JobID),
+		"POST /jobs/{jobId}/requeue":  notFound("POST", "/jobs/{id}/requeue", admin, "", job.JobID),
+		"POST /jobs/{jobId}/cancel":   notFound("POST", "/jobs/{id}/cancel", admin, "", job.JobID),
+		"POST /jobs/requeue":          leavesOut("POST", "/jobs/requeue", admin, `{}`, 200),
+		"POST /jobs/cancel":           leavesOut("POST", "/jobs/cancel", admin, `{}`, 200),
+		"GET /stats/jobs/counts":      operator("GET", "/stats/jobs/counts", ""),
+		"GET /stats/jobs/activity":    operator("GET", "/stats/jobs/activity", ""),
+		"GET /queues":                 operator("GET", "/queues", ""),
+		"POST /queues/{queue}/pause":  operator("POST", "/queues/quick/pause", ""),
+		"POST /queues/{queue}/resume": operator("POST", "/queues/quick/resume", ""),
+		"POST /inbox/submit": func(t *testing.T) {
+			leavesOut("POST", "/inbox/submit", gw, inboxBody, 201)(t)
+			// An id of its own choosing could meet another tenant's: refused.
+			code, _, got := g.raw("POST", "/inbox/submit", gw, "application/json", []byte(`{"id":"`+entry.ID+`",`+inboxBody[1:]), nil)
+			if code != http.StatusBadRequest {
+				t.Errorf("acme submits an entry with bolt's id: %d %s, want 400", code, got)
+			}
+		},
 		"GET /inbox/stats":                    operator("GET", "/inbox/stats", ""),
 		"GET /inbox/entries":                  leavesOut("GET", "/inbox/entries", gw, "", 200),
 		"GET /schedules":                      operator("GET", "/schedules", ""),
@@ -188,7 +209,7 @@ func TestTenantAttack(t *testing.T) {
 	// Bolt still sees its own (as stored: a tenant_id lost on the way
 	// would read as the default tenant's, and 404), and an operator of
 	// every tenant sees both.
-	for path, want := range map[string]string{"/jobs/job-bolt": `"tenant_id":"bolt"`, "/inbox/entries": `"id":"inbox_bolt"`} {
+	for path, want := range map[string]string{"/jobs/" + job.JobID: `"tenant_id":"bolt"`, "/inbox/entries": `"tenant_id":"bolt"`} {
 		if code, _, body := g.raw("GET", path, "tok-bolt-admin", "", nil, nil); code != http.StatusOK || !strings.Contains(string(body), want) {
 			t.Errorf("bolt reads %s: %d %s, want %s", path, code, body, want)
 		}
