@@ -385,8 +385,17 @@ type RunsReader interface {
 // bounded by ScrapeTimeout: when it fails or runs out, the scrape goes on
 // without the gauge, conveyor_run_scrape_errors_total counts it and the
 // Logger says why. One reader per Metrics.
+//
+// A reader that also counts by tenant (run.Runner.ActiveRunsByTenant) is
+// read for every tenant, each labelled as the run metrics are
+// (MaxTenants).
 func (m *Metrics) WatchRuns(r RunsReader) error {
-	return m.reg.Register(&runsCollector{r: r, tenant: m.opts.tenant, timeout: m.opts.timeout, log: m.opts.log})
+	return m.reg.Register(&runsCollector{r: r, label: m.tenantLabel, timeout: m.opts.timeout, log: m.opts.log})
+}
+
+// tenantRunsReader is a RunsReader that counts by tenant.
+type tenantRunsReader interface {
+	ActiveRunsByTenant(ctx context.Context) (map[string]map[string]int, error)
 }
 
 var (
@@ -399,7 +408,7 @@ var (
 
 type runsCollector struct {
 	r       RunsReader
-	tenant  string
+	label   func(tenant string) string // Metrics.tenantLabel
 	timeout time.Duration
 	log     *slog.Logger
 	errors  atomic.Int64
@@ -413,7 +422,7 @@ func (c *runsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	counts, err := c.r.ActiveRuns(ctx)
+	by, err := c.read(ctx)
 	if err != nil {
 		n := c.errors.Add(1)
 		c.log.Warn("prometheus: reading the runs for a scrape", "err", err, "errors", n)
@@ -422,9 +431,26 @@ func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	for status, n := range counts {
-		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(n), status, c.tenant)
+	// Tenants past the bound share "other": their counts are summed.
+	sums := map[[2]string]int{}
+	for tenant, counts := range by {
+		for status, n := range counts {
+			sums[[2]string{status, c.label(tenant)}] += n
+		}
 	}
+	for k, n := range sums {
+		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+}
+
+// read is the counts by tenant: every tenant's where the reader counts
+// by tenant, else the default tenant's.
+func (c *runsCollector) read(ctx context.Context) (map[string]map[string]int, error) {
+	if tr, ok := c.r.(tenantRunsReader); ok {
+		return tr.ActiveRunsByTenant(lifecycle.WithTenant(ctx, lifecycle.AllTenants))
+	}
+	counts, err := c.r.ActiveRuns(ctx)
+	return map[string]map[string]int{"": counts}, err
 }
 
 // ---- the queue at scrape time ----

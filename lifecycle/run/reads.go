@@ -195,6 +195,22 @@ func (rd *reads) runs(ctx context.Context, slug string) ([]lifecycle.RunStatus, 
 
 // activeRuns: see Runner.ActiveRuns.
 func (rd *reads) activeRuns(ctx context.Context) (map[string]int, error) {
+	by, err := rd.activeRunsByTenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := rd.activeZero()
+	for _, counts := range by {
+		for s, n := range counts {
+			out[s] += n
+		}
+	}
+	return out, nil
+}
+
+// activeZero is every state that is not terminal of this runner's
+// agents' machines, at 0.
+func (rd *reads) activeZero() map[string]int {
 	out := map[string]int{}
 	for _, a := range rd.cat.agents {
 		f, _ := flowFor(a.Machine)
@@ -204,6 +220,14 @@ func (rd *reads) activeRuns(ctx context.Context) (map[string]int, error) {
 			}
 		}
 	}
+	return out
+}
+
+// activeRunsByTenant: see Runner.ActiveRunsByTenant.
+func (rd *reads) activeRunsByTenant(ctx context.Context) (map[string]map[string]int, error) {
+	// The caller's tenant even with no run (the default one for a caller
+	// of every tenant), so a gauge reads 0 rather than nothing.
+	out := map[string]map[string]int{tenancy.Creating(ctx): rd.activeZero()}
 	for key, err := range rd.store.List(ctx, layout.RunActivePrefix) {
 		if err != nil {
 			return nil, err
@@ -219,9 +243,13 @@ func (rd *reads) activeRuns(ctx context.Context) (map[string]int, error) {
 		if !ok {
 			continue
 		}
-		if !rd.cat.flowOfDoc(&doc).terminal(doc.Status) {
-			out[doc.Status]++
+		if !tenancy.Sees(ctx, doc.TenantID) || rd.cat.flowOfDoc(&doc).terminal(doc.Status) {
+			continue
 		}
+		if out[doc.TenantID] == nil {
+			out[doc.TenantID] = rd.activeZero()
+		}
+		out[doc.TenantID][doc.Status]++
 	}
 	return out, nil
 }

@@ -132,8 +132,20 @@ func (r *Runner) Runs(ctx context.Context, slug string) ([]lifecycle.RunStatus, 
 // (at every scrape, with the Client's Config.Metrics): read from the store, the count is right
 // after a restart and with several runners sharing the store, where counts
 // moved by one process's writes are not.
+//
+// It counts the runs of ctx's tenant (lifecycle.WithTenant; none: the
+// default tenant), every tenant's for lifecycle.AllTenants.
 func (r *Runner) ActiveRuns(ctx context.Context) (map[string]int, error) {
 	return r.reads.activeRuns(ctx)
+}
+
+// ActiveRunsByTenant is ActiveRuns by tenant ("" for the default
+// tenant): the default tenant and every tenant with a run not yet
+// terminal for a caller of lifecycle.AllTenants, else the caller's tenant
+// alone. It is what
+// gwi_run_active_gauge exports by tenant_id.
+func (r *Runner) ActiveRunsByTenant(ctx context.Context) (map[string]map[string]int, error) {
+	return r.reads.activeRunsByTenant(ctx)
 }
 
 // Wait returns the run's status once it is terminal or parked (waiting for
