@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
 	xmachine "github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -213,6 +214,10 @@ type WebhookRoute struct {
 	// run's input would be). Answered 200 {"started": false, "delivered":
 	// [run ids]}.
 	Deliver bool `json:"deliver,omitempty"`
+	// Tenant is the tenant the route acts for (docs/http-api.md#tokens-and-tenants):
+	// the runs it starts are its, and it hands events to its runs only.
+	// Default "": the default tenant.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // route is one row of the route table: who may call it and what it does.
@@ -328,6 +333,11 @@ func (s *Server) mount() error {
 	}
 	routes := make([]webhook.Route, len(cfg.WebhookRoutes))
 	for i, r := range cfg.WebhookRoutes {
+		if r.Tenant != "" {
+			if err := storekey.ValidateID("webhook route tenant", r.Tenant); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			}
+		}
 		routes[i] = webhook.Route(r)
 	}
 	hooks, err := webhook.New(webhook.Config{Runner: cfg.Runner, Store: cfg.Store, GitHubSecret: cfg.GitHubSecret,

@@ -86,6 +86,16 @@ func TestDeliverRouteResumesWaitingRuns(t *testing.T) {
 	// alone (narrowed), one for another repository's.
 	a, b, c := parked("deployer", ""), parked("deployer", "github:check_suite.completed:octo/repo"), parked("other", "")
 	elsewhere := parked("deployer", "github:check_suite.completed:octo/other")
+	// Another tenant's run waits for the same event: the route acts for
+	// the default tenant, so it is not handed the delivery (want: a, b).
+	acme := lifecycle.WithTenant(ctx, "acme")
+	theirs, err := runner.Submit(acme, lifecycle.SubmitRequest{AgentSlug: "deployer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := runner.Wait(acme, theirs.RunID); err != nil || st.Status != "waiting_external" {
+		t.Fatalf("acme's run: %s %v", st.Status, err)
+	}
 	post := func(id string) (int, map[string]any) {
 		t.Helper()
 		d := gh(id, "check_suite", `{"action":"completed","check_suite":{"conclusion":"success"},"repository":{"full_name":"octo/repo"},"sender":{"login":"mona"}}`)

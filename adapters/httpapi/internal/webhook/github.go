@@ -186,8 +186,11 @@ func (h *Handler) github(w http.ResponseWriter, r *http.Request) (answer, error)
 		return answer{}, err
 	}
 	ctx := r.Context()
-	if rt, ok := h.routeOf(SourceGitHub, in.eventType(), in.Event); ok && rt.Deliver {
-		return h.githubDeliver(ctx, in, rt)
+	if rt, ok := h.routeOf(SourceGitHub, in.eventType(), in.Event); ok {
+		ctx = lifecycle.WithTenant(ctx, rt.Tenant) // its runs are the route's tenant's
+		if rt.Deliver {
+			return h.githubDeliver(ctx, in, rt)
+		}
 	}
 	agent := h.route(SourceGitHub, in.eventType(), in.Event)
 	if agent == "" {

@@ -324,8 +324,11 @@ func (h *Handler) slack(w http.ResponseWriter, r *http.Request) (answer, error) 
 		return answer{}, err
 	}
 	ctx := r.Context()
-	if rt, ok := h.routeOf(SourceSlack, in.event()); ok && rt.Deliver {
-		return h.slackDeliver(ctx, in, rt)
+	if rt, ok := h.routeOf(SourceSlack, in.event()); ok {
+		ctx = lifecycle.WithTenant(ctx, rt.Tenant) // its runs are the route's tenant's
+		if rt.Deliver {
+			return h.slackDeliver(ctx, in, rt)
+		}
 	}
 	agent := h.route(SourceSlack, in.event())
 	if agent == "" {

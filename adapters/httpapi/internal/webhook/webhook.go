@@ -74,6 +74,9 @@ type Route struct {
 	// resumes with the event, its payload the object a started run's input
 	// would be.
 	Deliver bool
+	// Tenant is the tenant the route acts for: the runs it starts are
+	// its, and it hands events to its runs only ("" the default tenant).
+	Tenant string
 }
 
 // Config configures a Handler.
