@@ -61,6 +61,9 @@ type Artifact struct {
 	// ProjectID is the cid of the key; Conveyor adds it so a record read on
 	// its own says where it lives.
 	ProjectID string `json:"project_id,omitempty"`
+	// TenantID is the tenant of the job that wrote it (docs/spec.md#tenants);
+	// empty for the default tenant.
+	TenantID string `json:"tenant_id,omitempty"`
 	// Epoch is the fencing epoch of the claim that wrote it (Draft.Epoch);
 	// Conveyor adds it, omitted for artifacts written unfenced.
 	Epoch int64 `json:"epoch,omitempty"`
@@ -81,6 +84,8 @@ type Draft struct {
 	Tags       []string
 	Content    json.RawMessage
 	Sources    []lifecycle.SourceRef
+	// TenantID is the tenant of the job writing it ("" the default).
+	TenantID string
 	// Epoch, when not 0, is the writer's fencing epoch (a job claim's):
 	// the write is fenced (see Create). 0 writes create-once, unfenced.
 	Epoch int64
@@ -352,6 +357,7 @@ func (s *Store) draft(actor lifecycle.Actor, cid string, d Draft) (string, Artif
 		Content:     d.Content,
 		Sources:     d.Sources,
 		ProjectID:   cid,
+		TenantID:    d.TenantID,
 		Epoch:       d.Epoch,
 	}
 	if s.cfg.BaseURL != "" {

@@ -397,7 +397,7 @@ func (c *Claim) writeArtifact(ctx context.Context, job lifecycle.Job, out lifecy
 		d := artifact.Draft{
 			JobID: job.JobID, RunID: job.RunID, Type: typ, AgentSlug: job.AgentSlug,
 			EntityRefs: out.EntityRefs, Tags: out.Tags, Content: out.Content, Sources: out.Sources,
-			Epoch: c.epoch, Audited: true,
+			TenantID: job.TenantID, Epoch: c.epoch, Audited: true,
 		}
 		if joint {
 			var cw storage.Write

@@ -41,6 +41,9 @@ func (q *reader) wait(ctx context.Context, jobID string) (lifecycle.Job, error) 
 		// wait still wakes it.
 		changed, done := q.waits.add(jobID)
 		d, _, err := q.jobs.read(ctx, jobID)
+		if err == nil {
+			err = confine(ctx, &d.Job)
+		}
 		if err != nil {
 			done()
 			if ctx.Err() != nil {

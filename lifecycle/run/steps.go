@@ -193,8 +193,11 @@ func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout t
 	timedOut := func() error {
 		return lifecycle.NewRunError(codes.AgentTimeout, "step %s exceeded %s limit", s.Name, seconds(timeout))
 	}
+	// The step acts for its run's tenant: what it submits or inserts is
+	// the tenant's (docs/design.md#tenants).
+	tenant := x.w.snapshot().TenantID
 	out, err := deadline.Do(ctx, x.e.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
-		o, err := s.Run(uctx, in)
+		o, err := s.Run(lifecycle.WithTenant(uctx, tenant), in)
 		var oe *deadline.OverrunError
 		if err != nil && errors.As(context.Cause(uctx), &oe) {
 			return o, timedOut()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
@@ -119,6 +120,34 @@ func TestTenantIdempotencyKeys(t *testing.T) {
 			t.Errorf("tenant %q: no record at the hash of %q: %v", tenant, stored, err)
 		} else if named := strings.Contains(string(b), `"tenant_id":"acme"`); named != (tenant == "acme") {
 			t.Errorf("tenant %q: record %s", tenant, b)
+		}
+	}
+}
+
+// TestTenantStepContext: a step acts for its run's tenant, so what it
+// submits or inserts with its context is that tenant's.
+func TestTenantStepContext(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, memStore(t))
+	seen := make(chan string, 2)
+	agent := run.Agent{Slug: "plain", Steps: []run.Step{{Name: "a", Idempotent: true, Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
+		seen <- lifecycle.TenantOf(ctx)
+		return run.StepOutput{}, nil
+	}}}}
+	r, _ := g.runner("a", nil, agent)
+	for _, tenant := range []string{"acme", ""} {
+		ctx := lifecycle.WithTenant(context.Background(), tenant)
+		res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: agent.Slug})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-seen:
+			if got != tenant {
+				t.Errorf("the step of a run of %q acts for %q", tenant, got)
+			}
+		case <-time.After(failAfter):
+			t.Fatalf("run %s: no step", res.RunID)
 		}
 	}
 }
