@@ -95,11 +95,11 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 	var f *flow
 	var epoch int64
 	var resumed bool
-	var traceParent string
+	var traceParent, tenant string
 	tried := &unsureClaim{}
 	err := c.w.apply(ctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
 		now := cl.now()
-		traceParent = d.TraceParent
+		traceParent, tenant = d.TraceParent, d.TenantID
 		f = cl.cat.flowOfDoc(d)
 		ours := false // the lease is an earlier claim's of this runner: it landed
 		switch {
@@ -152,7 +152,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 	delete(cl.unsure, runID)
 	c.w.hold(epoch)
 	x.flow, x.epoch, x.resumed = f, epoch, resumed
-	x.traceParent = traceParent
+	x.traceParent, x.tenant = traceParent, tenant
 	return nil
 }
 

@@ -52,6 +52,8 @@ type execution struct {
 	inputKnown    bool
 	// traceParent is the run's stored trace context, read by the claim.
 	traceParent string
+	// tenant is the run's tenant, read by the claim: its steps act for it.
+	tenant string
 	// counted is the status as the last counting write left it (count),
 	// for the span of an execution that parked.
 	counted *lifecycle.RunStatus

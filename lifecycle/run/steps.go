@@ -195,7 +195,7 @@ func (x *execution) attempt(ctx context.Context, s Step, in StepInput, timeout t
 	}
 	// The step acts for its run's tenant: what it submits or inserts is
 	// the tenant's (docs/design.md#tenants).
-	tenant := x.w.snapshot().TenantID
+	tenant := x.tenant
 	out, err := deadline.Do(ctx, x.e.units, "step "+in.RunID+"/"+s.Name, timeout, func(uctx context.Context) (StepOutput, error) {
 		o, err := s.Run(lifecycle.WithTenant(uctx, tenant), in)
 		var oe *deadline.OverrunError
