@@ -303,7 +303,7 @@ func (x *execution) plan(ctx context.Context, doc lifecycle.RunStatus) (resumePl
 // still record its end.
 func (x *execution) execute(runCtx, ctx context.Context) outcome {
 	if x.agent.graph != nil {
-		return x.executeGraph(runCtx, ctx)
+		return executeGraph(runCtx, ctx, x)
 	}
 	steps := x.agent.Steps
 	doc := x.w.snapshot()

@@ -158,7 +158,7 @@ func (r *graphRun) checkOutput(i int, out StepOutput) error {
 	return nil
 }
 
-// planGraph reads the step files of a graph run that made progress and
+// plan reads the step files of a graph run that made progress and
 // sets what they prove done. Each step is judged on its own, by the rules
 // of docs/spec.md#recovery for one step: a completed step is kept with
 // its output and choice when resumable (or counted before a wait), run
@@ -168,7 +168,8 @@ func (r *graphRun) checkOutput(i int, out StepOutput) error {
 // judged again from the steps it depends on. Steps with no file are
 // pending: a step that is not idempotent gets its start marker before
 // it runs, so without one it never started.
-func (x *execution) planGraph(ctx context.Context, doc lifecycle.RunStatus, r *graphRun) error {
+func (g *graphExec) plan(ctx context.Context) error {
+	x, doc, r := g.x, g.doc, g.r
 	if doc.StepsCompleted == 0 && !x.resumed {
 		return nil
 	}

@@ -48,11 +48,11 @@ type graphExec struct {
 
 // executeGraph runs the steps of a graph agent's run not yet done.
 // runCtx carries the stops; ctx is used for the writes.
-func (x *execution) executeGraph(runCtx, ctx context.Context) outcome {
+func executeGraph(runCtx, ctx context.Context, x *execution) outcome {
 	doc := x.w.snapshot()
 	g := &graphExec{x: x, r: newGraphRun(x.agent.graph, x.agent.Steps), doc: doc,
 		results: make(chan branchResult, graphBranches), running: map[int]bool{}}
-	if err := x.planGraph(ctx, doc, g.r); err != nil {
+	if err := g.plan(ctx); err != nil {
 		return x.countFailure(ctx, err)
 	}
 	input, end := x.loadInput(ctx, doc)

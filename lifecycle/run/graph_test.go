@@ -247,3 +247,89 @@ func TestLinearStepsGetOutputsByName(t *testing.T) {
 		}
 	}
 }
+
+// Canceling a graph run stops every branch running; each is recorded
+// stopped by the cancel, and the join never runs.
+func TestGraphCancelStopsEveryBranch(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	both := make(chan struct{})
+	go func() { wg.Wait(); close(both) }()
+	block := func(name string) run.Step {
+		return run.Step{Name: name, After: []string{"plan"}, Idempotent: true, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			wg.Done()
+			testSelect(ctx, make(chan struct{})) // until canceled
+			return run.StepOutput{}, ctx.Err()
+		}}
+	}
+	agent := run.Agent{Slug: "stoppable", Machine: lifecycle.MachineCancelable,
+		Steps: []run.Step{okStep("plan"), block("left"), block("right"), echoStep("join", "left", "right")}}
+	r, _ := g.runner("runner-a", nil, agent)
+	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "stoppable"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, "both branches to run", func() bool { return isClosed(both) })
+	if _, err := r.Cancel(context.Background(), res.RunID, lifecycle.ActorGateway, run.CancelRequest{Reason: "stop"}); err != nil {
+		t.Fatal(err)
+	}
+	st := g.wait(r, res.RunID, 0, 0)
+	if st.Status != "canceled" {
+		t.Fatalf("status %+v", st)
+	}
+	steps, _ := r.Steps(context.Background(), res.RunID)
+	if len(steps) != 3 {
+		t.Fatalf("steps %+v", steps)
+	}
+	for _, s := range steps[1:] {
+		if s.Status != lifecycle.StepFailed || !strings.HasPrefix(s.Error, "CANCELED") {
+			t.Errorf("step %s: %s %q, want failed CANCELED", s.StepName, s.Status, s.Error)
+		}
+	}
+}
+
+// At most 8 steps of one run run at once: of ten branches held until the
+// runner is idle, 8 started; the other two run once those end.
+func TestGraphBranchesAreBounded(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	var (
+		mu      sync.Mutex
+		started int
+		release = make(chan struct{})
+	)
+	steps := []run.Step{okStep("plan")}
+	var names []string
+	for i := range 10 {
+		name := "branch-" + string(rune('a'+i))
+		names = append(names, name)
+		steps = append(steps, run.Step{Name: name, After: []string{"plan"}, Idempotent: true,
+			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+				mu.Lock()
+				started++
+				mu.Unlock()
+				testWait(ctx, release)
+				return run.StepOutput{}, nil
+			}})
+	}
+	steps = append(steps, echoStep("join", names...))
+	r, _ := g.runner("runner-a", nil, run.Agent{Slug: "wide", Steps: steps})
+	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "wide"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, "branches to start", func() bool { mu.Lock(); defer mu.Unlock(); return started > 0 })
+	g.idle()
+	mu.Lock()
+	n := started
+	mu.Unlock()
+	close(release)
+	if n != 8 {
+		t.Errorf("%d branches ran at once, want 8", n)
+	}
+	if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" || st.StepsCompleted != 12 {
+		t.Fatalf("status %+v", st)
+	}
+}
