@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +107,13 @@ func TestRunPageDrawsTheStepGraph(t *testing.T) {
 	// The section is shown for a graph agent (a linear one keeps it hidden).
 	if hidden := get(t, ctx, "graph section shown", chromedp.Evaluate[bool](`document.getElementById('graph-section').hidden`)); hidden {
 		t.Error("the graph section is hidden for a graph agent")
+	}
+	// The agents page says what each step waits for.
+	do(t, ctx, "open the agents page", 20*time.Second,
+		chromedp.Navigate(srv.URL+"/ui/#/"),
+		chromedp.WaitVisible(css(`[data-run="`+res.RunID+`"]`)),
+	)
+	if text := get(t, ctx, "read the page", chromedp.Evaluate[string](`document.body.innerText`)); !strings.Contains(text, "route; cheap (after route); costly (after route); report (after cheap, costly)") {
+		t.Errorf("agents page does not list the graph's steps:\n%s", text)
 	}
 }

@@ -836,7 +836,9 @@
         select.addEventListener('change', () => { pager.status = select.value; pager.path = ''; refresh(); });
         pager.older.addEventListener('click', () => { if (pager.next) { pager.path = pager.next; refresh(); } });
         pager.newest.addEventListener('click', () => { pager.path = ''; refresh(); });
-        const steps = (a.steps || []).join(' → ');
+        // A graph agent's steps say what each waits for; a linear one's run in order.
+        const steps = a.after ? (a.steps || []).map((n) => (a.after[n] || []).length ? `${n} (after ${a.after[n].join(', ')})` : n).join('; ')
+          : (a.steps || []).join(' → ');
         list.append(h('section', { class: 'agent', 'data-agent': a.slug, 'aria-labelledby': 'agent-' + a.slug },
           h('header', {},
             h('h2', { id: 'agent-' + a.slug, class: 'mono', text: a.slug }),
