@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -331,5 +333,72 @@ func TestGraphBranchesAreBounded(t *testing.T) {
 	}
 	if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" || st.StepsCompleted != 12 {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// A runner lost in one branch of a graph after the other completed: the
+// next runner keeps what completed (resumable), runs the lost branch again
+// when it is idempotent, and fails the run when it is not.
+func TestGraphTakeover(t *testing.T) {
+	t.Parallel()
+	for i, tt := range []struct {
+		name       string
+		idempotent bool
+		wantStatus string
+		wantError  string
+		wantLeft   int
+	}{
+		{name: "idempotent-replays", idempotent: true, wantStatus: "completed", wantLeft: 2},
+		{name: "not-idempotent-fails", wantStatus: "failed", wantError: "RUN_RESUME_FAILED: runner lost in step left, which is not idempotent", wantLeft: 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, nil)
+			slug := fmt.Sprintf("graph-takeover-%d", i)
+			var counts countingStep
+			mk := func(owner string) run.Agent {
+				count := func(s run.Step) run.Step {
+					inner := s.Run
+					s.Run = func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+						counts.inc(s.Name)
+						return inner(ctx, in)
+					}
+					return s
+				}
+				left := run.Step{Name: "left", After: []string{"plan"}, Idempotent: tt.idempotent, Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+					if owner == "a" {
+						testSelect(ctx, make(chan struct{})) // until runner a is lost
+						return run.StepOutput{}, ctx.Err()
+					}
+					return run.StepOutput{Data: json.RawMessage(`"left"`)}, nil
+				}}
+				plan := okStep("plan")
+				plan.Resumable = true
+				return run.Agent{Slug: slug, Steps: []run.Step{count(plan), count(left), count(echoStep("right", "plan")), count(echoStep("join", "left", "right"))}}
+			}
+			a, stopA := g.runner("a", nil, mk("a"))
+			id := submit(t, a, slug)
+			// left and right start together (one pass starts every step
+			// due), so left runs once right's file is written.
+			until(t, "right to complete in runner a", func() bool {
+				return stepStates(t, a, id)["right"] == lifecycle.StepCompleted
+			})
+			stopA() // runner a is lost in left; its lease stays behind
+			b, _ := g.runner("b", nil, mk("b"))
+			st := g.wait(b, id, 30*time.Second, 10*time.Minute)
+			if st.Status != tt.wantStatus || deref(st.Error) != orNil(tt.wantError) || st.ResumeCount != 1 {
+				t.Fatalf("after takeover: %s %v resume %d", st.Status, deref(st.Error), st.ResumeCount)
+			}
+			if counts.get("plan") != 1 || counts.get("right") != 1 || counts.get("left") != tt.wantLeft {
+				t.Errorf("ran plan %d, right %d, left %d times; want 1, 1, %d", counts.get("plan"), counts.get("right"), counts.get("left"), tt.wantLeft)
+			}
+			if tt.wantStatus != "completed" {
+				return
+			}
+			steps, _ := b.Steps(context.Background(), id)
+			if join := string(steps[3].Output); !strings.Contains(join, `left=\"left\"`) || !strings.Contains(join, "right=") {
+				t.Errorf("join given %s", join)
+			}
+		})
 	}
 }
