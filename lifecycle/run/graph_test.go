@@ -327,9 +327,14 @@ func TestGraphBranchesAreBounded(t *testing.T) {
 	mu.Lock()
 	n := started
 	mu.Unlock()
+	// Progress counts plan; the current step is the latest started.
+	mid := status(t, r, res.RunID)
 	close(release)
 	if n != 8 {
 		t.Errorf("%d branches ran at once, want 8", n)
+	}
+	if mid.StepsCompleted != 1 || mid.CurrentStep != "branch-h" {
+		t.Errorf("while 8 run: steps_completed %d, current_step %q; want 1, branch-h", mid.StepsCompleted, mid.CurrentStep)
 	}
 	if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" || st.StepsCompleted != 12 {
 		t.Fatalf("status %+v", st)
