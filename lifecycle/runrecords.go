@@ -109,6 +109,10 @@ type StepRecord struct {
 	Attempts   int             `json:"attempts,omitempty"`
 	// Epoch is the lease epoch of the runner that wrote the file.
 	Epoch int64 `json:"epoch,omitempty"`
+	// After and Next are a graph agent's (absent for a linear one): the
+	// steps this one depends on, and the successors it chose to run.
+	After []string `json:"after,omitempty"`
+	Next  []string `json:"next,omitempty"`
 }
 
 // SubmitRequest asks for a run (POST /agents/run).

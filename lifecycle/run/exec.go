@@ -302,6 +302,9 @@ func (x *execution) plan(ctx context.Context, doc lifecycle.RunStatus) (resumePl
 // runner's) is used for the writes, so a timed-out or canceled run can
 // still record its end.
 func (x *execution) execute(runCtx, ctx context.Context) outcome {
+	if x.agent.graph != nil {
+		return executeGraph(runCtx, ctx, x)
+	}
 	steps := x.agent.Steps
 	doc := x.w.snapshot()
 	p, err := x.plan(ctx, doc)
@@ -331,7 +334,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		if cause := context.Cause(runCtx); cause != nil {
 			return stoppedBy(cause)
 		}
-		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
+		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i], Outputs: byName(steps[:i], outputs)}
 		waits.fill(&in)
 		out, end := x.doStep(runCtx, ctx, i, s, in)
 		if end != nil {

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(submitKillEnv) != "" {
 		os.Exit(submitKillMain())
 	}
+	if os.Getenv(graphKillEnv) != "" {
+		os.Exit(graphKillMain())
+	}
 	goleak.VerifyTestMain(env.Wrap(m))
 }
 

@@ -33,6 +33,14 @@ type Step struct {
 	Idempotent bool
 	// Timeout bounds one attempt; 0 means Config.StepTimeout.
 	Timeout time.Duration
+	// After names the steps this one depends on, each declared before it.
+	// An agent with any After is a graph: a step runs once every step it
+	// depends on is done (completed or skipped), steps with nothing left
+	// to wait for run at once, side by side, and a step is skipped when
+	// none of its dependencies completed and chose it (StepOutput.Next).
+	// A step of a graph with no After starts the run. Without any After
+	// the steps run one after another in the order given.
+	After []string
 }
 
 // StepInput is what a step is given.
@@ -45,7 +53,13 @@ type StepInput struct {
 	// Input is the run's input, as given to Submit.
 	Input json.RawMessage
 	// Previous holds the outputs of the steps before this one, by position.
+	// In a graph agent only the steps this one depends on, directly or
+	// through others, that completed have one; the others are nil.
 	Previous []json.RawMessage
+	// Outputs holds the same outputs by step name (only the steps that
+	// completed and came before this one: in a graph, those it depends
+	// on directly or through others).
+	Outputs map[string]json.RawMessage
 	// Approval is the decision that let the run past its last approval
 	// gate before this step: who decided, the reason and its payload
 	// (Decision.Payload); nil when no approved gate came before this step.
@@ -69,8 +83,14 @@ type StepOutput struct {
 	Proposals []string
 	// Files are written under the run's output/ folder, e.g. "proposal.json".
 	Files map[string][]byte
-	// Await parks the run after this step (approval-run machine only).
+	// Await parks the run after this step (approval-run machine only; not
+	// in a graph agent).
 	Await *Await
+	// Next, in a graph agent, chooses which of the steps that depend on
+	// this one it lets run (their names); empty lets every one run. A step
+	// none of whose dependencies chose it is skipped, recorded so.
+	// Ignored by an agent without After.
+	Next []string
 }
 
 // Await parks a run after a step: at an approval gate, or until an external

@@ -600,6 +600,57 @@
     return svg;
   }
 
+  // drawStepGraph draws a graph agent's steps (names in the agent's
+  // order; after: by name, the steps each depends on) as an SVG, each
+  // step in the state its step file says (records; current: the step the
+  // status names while the run executes), and lights the path taken: the
+  // edges from a completed step to the steps it let run (its next, or all).
+  function drawStepGraph(names, after, records, current) {
+    const rec = new Map((records || []).map((r) => [r.step_name, r]));
+    const g = new dagre.graphlib.Graph();
+    g.setGraph({ rankdir: 'LR', nodesep: 18, ranksep: 44, marginx: 12, marginy: 12 });
+    g.setDefaultEdgeLabel(() => ({}));
+    for (const n of names) g.setNode(n, { width: textWidth(n, STATE_FONT) + 28, height: 36 });
+    for (const n of names) for (const d of after[n] || []) if (g.hasNode(d)) g.setEdge(d, n, {});
+    dagre.layout(g);
+    g.graph().lr = true;
+    const depth = ranks(g);
+    const state = (n) => (rec.get(n) ? rec.get(n).status : n === current ? 'running' : 'pending');
+    const taken = (from, to) => {
+      const r = rec.get(from);
+      return !!r && r.status === 'completed' && (!r.next || !r.next.length || r.next.includes(to));
+    };
+    const box = g.graph();
+    const width = Math.ceil(box.width), height = Math.ceil(box.height);
+    const svg = s('svg', { xmlns: SVGNS, role: 'img', 'aria-labelledby': 'step-graph-title', id: 'step-graph-svg', 'data-testid': 'step-graph',
+      width, height, viewBox: `0 0 ${width} ${height}` });
+    svg.style.minWidth = Math.ceil(width * MIN_SCALE) + 'px';
+    svg.append(s('title', { id: 'step-graph-title', text: 'Steps: ' + names.map((n) => n + ' ' + state(n)).join(', ') }),
+      s('defs', {},
+        s('marker', { id: 'sg-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+          s('path', { d: 'M0,0 L10,5 L0,10 z' })),
+        s('marker', { id: 'sg-arrow-path', class: 'path-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+          s('path', { d: 'M0,0 L10,5 L0,10 z' }))));
+    const edges = s('g', { class: 'transitions' });
+    for (const e of g.edges()) {
+      const lit = taken(e.v, e.w);
+      edges.append(s('g', { class: 'transition' + (lit ? ' path' : ' not-taken'), 'data-from': e.v, 'data-to': e.w, 'data-taken': String(lit) },
+        s('title', { text: `${e.v} → ${e.w}` + (lit ? ' (taken)' : '') }),
+        s('path', { d: edgePath(g, e, depth), 'marker-end': lit ? 'url(#sg-arrow-path)' : 'url(#sg-arrow)' })));
+    }
+    const nodes = s('g', { class: 'states' });
+    for (const n of names) {
+      const p = g.node(n), st = state(n);
+      const cls = ['state', 'step-' + st, st === 'completed' && 'path', st === 'running' && 'current'].filter(Boolean).join(' ');
+      nodes.append(s('g', { class: cls, 'data-step': n, 'data-status': st, 'data-testid': 'graph-step-' + n },
+        s('title', { text: n + ': ' + st }),
+        s('rect', { class: 'outer', x: p.x - p.width / 2, y: p.y - p.height / 2, width: p.width, height: p.height, rx: 8 }),
+        s('text', { x: p.x, y: p.y + 4, 'text-anchor': 'middle', text: n })));
+    }
+    svg.append(edges, nodes);
+    return svg;
+  }
+
   function transitionTable(spec) {
     return h('details', { id: 'transition-table' },
       h('summary', { text: 'Transition table of ' + spec.name }),
@@ -785,7 +836,9 @@
         select.addEventListener('change', () => { pager.status = select.value; pager.path = ''; refresh(); });
         pager.older.addEventListener('click', () => { if (pager.next) { pager.path = pager.next; refresh(); } });
         pager.newest.addEventListener('click', () => { pager.path = ''; refresh(); });
-        const steps = (a.steps || []).join(' → ');
+        // A graph agent's steps say what each waits for; a linear one's run in order.
+        const steps = a.after ? (a.steps || []).map((n) => (a.after[n] || []).length ? `${n} (after ${a.after[n].join(', ')})` : n).join('; ')
+          : (a.steps || []).join(' → ');
         list.append(h('section', { class: 'agent', 'data-agent': a.slug, 'aria-labelledby': 'agent-' + a.slug },
           h('header', {},
             h('h2', { id: 'agent-' + a.slug, class: 'mono', text: a.slug }),
@@ -841,6 +894,7 @@
     let path = null;
     let live = null;
     let agentSteps = [];
+    let agentAfter = null; // a graph agent's dependencies by step
 
     const title = h('h2', {}, 'Run ', h('span', { class: 'mono', id: 'run-id', text: runID }));
     const loadErr = h('div', { id: 'run-load-error', class: 'notice error', role: 'alert' });
@@ -849,6 +903,10 @@
     const table = h('div', { id: 'table-slot' });
     const stepsBody = h('tbody', { id: 'steps-body' });
     const stepsNote = h('p', { class: 'muted', id: 'steps-note' });
+    const graphBox = h('div', { class: 'diagram', id: 'step-graph' });
+    const graphSection = h('section', { 'aria-labelledby': 'graph-h', id: 'graph-section', hidden: true },
+      h('h3', { id: 'graph-h', text: 'Step graph' }),
+      h('p', { class: 'muted', text: 'Lit: the path taken. Dashed: skipped steps and edges not taken.' }), graphBox);
     const actionOK = h('div', { id: 'action-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
     const actionErr = h('div', { id: 'action-error', class: 'notice error', role: 'alert', 'data-testid': 'action-error' });
     const reason = h('input', { id: 'reason', type: 'text', maxlength: 500, placeholder: 'reason (optional)' });
@@ -873,6 +931,7 @@
         h('h3', { id: 'machine-h', text: 'Machine' }),
         h('p', { class: 'muted', text: 'Lit: the run\'s path. Moves before this page opened are the shortest path in the machine to the first state it saw.' }),
         diagram, table),
+      graphSection,
       h('section', { 'aria-labelledby': 'steps-h' },
         h('h3', { id: 'steps-h', text: 'Steps' }),
         h('table', { id: 'steps', 'data-testid': 'steps' },
@@ -955,6 +1014,7 @@
     // else, for step 1 without a marker, no later than the run started.
     function inProgress() {
       const st = status;
+      if (agentAfter) return null; // a graph's steps run side by side: their files say which
       if (!st || !st.lease || isTerminal(spec, st.status) || (st.steps_completed || 0) >= (st.steps_total || 0)) return null;
       const n = (st.steps_completed || 0) + 1;
       const marker = steps.find((r) => r.step_number === n);
@@ -987,8 +1047,16 @@
           h('td', {})));
       }
       stepsBody.replaceChildren(...rows);
+      renderGraph();
       tick();
       stepsNote.textContent = rows.length ? '' : 'No step has started yet.';
+    }
+    // renderGraph draws a graph agent's steps and the path its run took.
+    function renderGraph() {
+      graphSection.hidden = !agentAfter;
+      if (!agentAfter || !status) return;
+      const current = status.lease && !isTerminal(spec, status.status) ? status.current_step : null;
+      graphBox.replaceChildren(drawStepGraph(agentSteps, agentAfter, steps, current));
     }
     // tick shows the running step's elapsed time, every second while shown.
     let ticker = null;
@@ -1081,6 +1149,7 @@
         const agent = (await loadAgents()).find((a) => a.slug === status.agent_slug);
         spec = agent ? agent.spec : null;
         agentSteps = (agent && agent.steps) || [];
+        agentAfter = (agent && agent.after) || null;
       } catch (e) {
         loadErr.textContent = 'The agents could not be read: ' + e.describe();
       }
