@@ -261,11 +261,8 @@ func (a *admission) cancelParked(ctx context.Context, c candidate, f *flow, runI
 		if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
 			return nil // moved on meanwhile
 		}
-		if err := f.fire(ctx, d, f.cancel, lifecycle.ActorOrchestration); err != nil {
-			return err
-		}
-		a.ender.finishFields(d, nil)
-		return nil
+		ag, _ := a.cat.agent(d.AgentSlug)
+		return cancelOrCompensate(ctx, f, d, ag, lifecycle.ActorOrchestration, a.ender)
 	})
 	if err == nil {
 		if after := c.w.snapshot(); f.terminal(after.Status) {

@@ -94,6 +94,9 @@ func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.
 		}
 		now := ct.now()
 		switch {
+		case f.compensating != "" && d.Status == f.compensating:
+			// Being undone already: it ends canceled, or failed when a
+			// failure started the compensations.
 		case f.executing(d.Status) && f.requestCancel != "":
 			if d.Status == f.cancelRq {
 				return nil // asked already
@@ -110,10 +113,10 @@ func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.
 				return err
 			}
 		default:
-			if err := f.fire(ctx, d, f.cancel, actor); err != nil {
+			a, _ := ct.cat.agent(d.AgentSlug)
+			if err := cancelOrCompensate(ctx, f, d, a, actor, ct.ender); err != nil {
 				return err
 			}
-			ct.ender.finishFields(d, nil)
 		}
 		d.CancelRequested, d.CancelReason, d.CancelRequestedAt = true, req.Reason, &now
 		return nil

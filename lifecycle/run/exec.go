@@ -161,9 +161,22 @@ func (x *execution) run(ctx context.Context) {
 	if x.w.snapshot().CancelRequested {
 		cancel(errCanceled)
 	}
-	stopBeat := fence.Heartbeat(runCtx, e.cfg.Clock, e.cfg.HeartbeatInterval, x.w.renewed, x.beat)
-	out = x.execute(runCtx, sctx)
-	stopBeat()
+	if doc := x.w.snapshot(); x.flow.compensating != "" && doc.Status == x.flow.compensating {
+		out = resumedOutcome(doc) // claimed while compensating: no step runs again
+	} else {
+		stopBeat := fence.Heartbeat(runCtx, e.cfg.Clock, e.cfg.HeartbeatInterval, x.w.renewed, x.beat)
+		out = x.execute(runCtx, sctx)
+		stopBeat()
+	}
+	if x.compensates(out) {
+		// The phase has deadlines of its own, from its start; its end
+		// is written under its write context.
+		var endPhase func()
+		var pctx context.Context
+		out, pctx, endPhase = x.compensate(ctx, out)
+		defer endPhase()
+		wctx = pctx
+	}
 	x.finish(wctx, out)
 }
 
