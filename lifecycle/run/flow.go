@@ -21,8 +21,8 @@ type flow struct {
 	// compensating is where completed steps are undone before the end;
 	// "" on the canonical machine, which does not compensate.
 	compensating string
-	parked    []string
-	states    []string // every state of the machine
+	parked       []string
+	states       []string // every state of the machine
 
 	admit, start, stepDone, complete, fail, timeOut lifecycle.Event
 	cancel, requestCancel                           lifecycle.Event
