@@ -15,18 +15,11 @@ type CompensationEntry struct {
 	Action    string    `json:"action"`
 	StartedAt time.Time `json:"started_at"`
 	EndedAt   time.Time `json:"ended_at"`
-	// Outcome is CompensationDone or CompensationFailed.
+	// Outcome is "compensated" (the compensation returned nil) or
+	// "failed" (every attempt failed, or the compensation phase's
+	// deadline passed first; the run still ends).
 	Outcome  string `json:"outcome"`
 	Attempts int    `json:"attempts,omitempty"`
 	// Error is "CODE: message" when the compensation failed.
 	Error string `json:"error,omitempty"`
 }
-
-// Outcomes of a compensation.
-const (
-	// CompensationDone: the compensation returned nil.
-	CompensationDone = "compensated"
-	// CompensationFailed: every attempt failed, or the compensation
-	// phase's deadline passed first; the run still ends.
-	CompensationFailed = "failed"
-)

@@ -48,6 +48,12 @@ const (
 	reasonFailed   = "failed"
 )
 
+// The outcomes of a compensation in the log.
+const (
+	compensated        = "compensated"
+	compensationFailed = "failed"
+)
+
 // defaultCompensateAction is the action a compensation_log entry names
 // when its step names none.
 const defaultCompensateAction = "compensate"
@@ -143,11 +149,23 @@ func (p *compensationPhase) end() {
 	p.wcancel(nil)
 }
 
+// runSteps runs the steps under the execution's heartbeat, unless the run
+// was claimed while compensating: then no step runs again.
+func (x *execution) runSteps(runCtx, ctx context.Context) outcome {
+	if doc := x.w.snapshot(); x.flow.compensating != "" && doc.Status == x.flow.compensating {
+		return resumedOutcome(doc)
+	}
+	cfg := x.e.cfg
+	stopBeat := fence.Heartbeat(runCtx, cfg.Clock, cfg.HeartbeatInterval, x.w.renewed, x.beat)
+	defer stopBeat()
+	return x.execute(runCtx, ctx)
+}
+
 // compensate runs the compensation phase of an execution that ended with
 // out (or claimed a run found compensating) and gives the outcome the
-// terminal write records, with the context to write it under and the
-// phase's end, called once that write is done.
-func (x *execution) compensate(base context.Context, out outcome) (outcome, context.Context, func()) {
+// terminal write records, and the phase, whose write context the
+// terminal write uses; its end is called once that write is done.
+func (x *execution) compensate(base context.Context, out outcome) (outcome, *compensationPhase) {
 	p := x.newPhase(base)
 	stopBeat := fence.Heartbeat(p.cctx, x.e.cfg.Clock, x.e.cfg.HeartbeatInterval, x.w.renewed, func(ctx context.Context) bool {
 		if !x.beat(ctx) {
@@ -159,7 +177,7 @@ func (x *execution) compensate(base context.Context, out outcome) (outcome, cont
 	res := x.compensateAll(p, out)
 	stopBeat()
 	res.files = out.files
-	return res, p.wctx, p.end
+	return res, p
 }
 
 // compensateAll moves the run to compensating (unless it is there) and
@@ -271,7 +289,7 @@ func (x *execution) compensateStep(p *compensationPhase, rec lifecycle.StepRecor
 		Action: cmp.Or(s.CompensateAction, defaultCompensateAction), StartedAt: x.e.now()}
 	if context.Cause(p.cctx) == errRunTimeout {
 		// The phase's deadline passed: the rest are recorded, not run.
-		entry.EndedAt, entry.Outcome = entry.StartedAt, lifecycle.CompensationFailed
+		entry.EndedAt, entry.Outcome = entry.StartedAt, compensationFailed
 		entry.Error = codes.AgentTimeout + ": compensation phase exceeded " + seconds(x.e.cfg.RunTimeout)
 		return entry, nil
 	}
@@ -289,12 +307,12 @@ func (x *execution) compensateStep(p *compensationPhase, rec lifecycle.StepRecor
 	if err != nil && cause != nil && cause != errRunTimeout {
 		return entry, &outcome{kind: stopped, err: cause}
 	}
-	entry.EndedAt, entry.Attempts, entry.Outcome = x.e.now(), attempts, lifecycle.CompensationDone
+	entry.EndedAt, entry.Attempts, entry.Outcome = x.e.now(), attempts, compensated
 	if err != nil {
 		if cause == errRunTimeout {
 			err = lifecycle.NewRunError(codes.AgentTimeout, "compensation of %s stopped at the phase's limit %s", rec.StepName, seconds(x.e.cfg.RunTimeout))
 		}
-		entry.Outcome, entry.Error = lifecycle.CompensationFailed, runErrorText(err)
+		entry.Outcome, entry.Error = compensationFailed, runErrorText(err)
 		x.e.log.LogAttrs(p.wctx, slog.LevelError, "compensation_failed", slog.String("runId", in.RunID),
 			slog.String("step", rec.StepName), slog.String("error", entry.Error))
 	}

@@ -145,7 +145,7 @@ func TestCompensation(t *testing.T) {
 				if e.Action != "undo-"+e.Step || e.StartedAt.IsZero() || e.EndedAt.Before(e.StartedAt) || e.Attempts != 1 {
 					t.Errorf("entry %+v", e)
 				}
-				if (e.Outcome == lifecycle.CompensationFailed) != (e.Error != "") {
+				if (e.Outcome == "failed") != (e.Error != "") {
 					t.Errorf("entry %+v: error and outcome disagree", e)
 				}
 			}
@@ -182,7 +182,7 @@ func TestCompensationRetries(t *testing.T) {
 	}
 	st := g.wait(r, id, time.Second, time.Hour)
 	if st.Status != "canceled" || len(st.CompensationLog) != 1 || st.CompensationLog[0].Attempts != 3 ||
-		st.CompensationLog[0].Outcome != lifecycle.CompensationDone || st.CompensationLog[0].Action != "compensate" || calls != 3 {
+		st.CompensationLog[0].Outcome != "compensated" || st.CompensationLog[0].Action != "compensate" || calls != 3 {
 		t.Fatalf("after retries (%d calls): %+v", calls, st)
 	}
 }
