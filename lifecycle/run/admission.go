@@ -280,13 +280,11 @@ func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, do
 	b := byTimeout()
 	b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
 	err := c.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
-		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
-			return err
-		}
-		a.ender.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
-		return nil
+		ag, _ := a.cat.agent(d.AgentSlug)
+		return failOrCompensate(ctx, f, d, ag, lifecycle.ActorOrchestration, f.fail,
+			lifecycle.NewRunError(codes.AgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")), a.ender)
 	})
-	if err == nil {
+	if err == nil && f.terminal(c.w.snapshot().Status) {
 		a.ender.cleanup(ctx, c.slug, doc.RunID, "", "")
 		a.ender.finished(ctx, c.w.snapshot())
 	}

@@ -83,6 +83,26 @@ func cancelOrCompensate(ctx context.Context, f *flow, d *lifecycle.RunStatus, a 
 	return nil
 }
 
+// failOrCompensate is the failure of a run no runner executes (a reject,
+// an external wait's deadline) by event: to compensating, its error
+// written, when its agent compensates on failure and has completed steps
+// to undo; else failed at once.
+func failOrCompensate(ctx context.Context, f *flow, d *lifecycle.RunStatus, a *agentDef, actor lifecycle.Actor, event lifecycle.Event, runErr error, en *ender) error {
+	if f.compensate != "" && a != nil && a.CompensateOnFailure && a.compensates(d.StepsCompleted) {
+		if err := f.fire(ctx, d, f.compensate, actor); err != nil {
+			return err
+		}
+		msg := runErrorText(runErr)
+		d.Error = &msg
+		return nil
+	}
+	if err := f.fire(ctx, d, event, actor); err != nil {
+		return err
+	}
+	en.finishFields(d, runErr)
+	return nil
+}
+
 // compensates tells whether the execution, ending with out, must undo
 // completed steps first: always when its run is compensating already (a
 // takeover), else when it was canceled (or failed, if the agent asks) and

@@ -81,6 +81,9 @@ func TestCompensation(t *testing.T) {
 		{"failure compensates when asked", lifecycle.MachineApproval, true, "fail", nil, "failed",
 			[]string{"charge:compensated", "reserve:compensated"}, "PERMANENT_FAIL"},
 		{"failure does not compensate unasked", lifecycle.MachineApproval, false, "fail", nil, "failed", nil, "PERMANENT_FAIL"},
+		{"reject compensates when asked", lifecycle.MachineApproval, true, "reject", nil, "failed",
+			[]string{"ship:compensated", "charge:compensated", "reserve:compensated"}, "APPROVAL_REJECTED"},
+		{"reject does not compensate unasked", lifecycle.MachineApproval, false, "reject", nil, "failed", nil, "APPROVAL_REJECTED"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,7 +95,7 @@ func TestCompensation(t *testing.T) {
 			switch tt.last {
 			case "block":
 				third = b.step("ship") // no Compensate: a step cut by the cancel never completed
-			case "park":
+			case "park", "reject":
 				third.Run = func(context.Context, run.StepInput) (run.StepOutput, error) {
 					return run.StepOutput{Data: json.RawMessage(`{"step":"ship"}`), Await: &run.Await{Approval: "publish"}}, nil
 				}
@@ -114,6 +117,18 @@ func TestCompensation(t *testing.T) {
 				<-b.started
 				if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{Reason: "stop"}); err != nil {
 					t.Fatal(err)
+				}
+			case "reject":
+				if st := g.wait(r, id, time.Second, time.Hour); st.Status != "awaiting_approval" {
+					t.Fatalf("not parked: %+v", st)
+				}
+				st, err := r.Reject(context.Background(), id, lifecycle.ActorGateway, run.Decision{DecidedBy: "owner", Reason: "no"})
+				want := "failed"
+				if tt.onFailure {
+					want = "compensating"
+				}
+				if err != nil || st.Status != want {
+					t.Fatalf("reject: %+v %v", st, err)
 				}
 			case "park":
 				if st := g.wait(r, id, time.Second, time.Hour); st.Status != "awaiting_approval" {

@@ -193,15 +193,17 @@ func (ct *controller) reject(ctx context.Context, runID string, actor lifecycle.
 		if f.reject == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "reject"}
 		}
-		if err := f.fire(ctx, d, f.reject, actor); err != nil {
+		probe := *d // the move, tried first: a refused one writes no payload
+		if err := f.fire(ctx, &probe, f.reject, actor); err != nil {
 			return err
 		}
 		if err := wd.write(ctx, ct.store, d.AgentSlug, d.RunID); err != nil {
 			return err
 		}
 		decide(d, "rejected", dec, now, wd)
-		ct.ender.finishFields(d, lifecycle.NewRunError(codes.ApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
-		return nil
+		a, _ := ct.cat.agent(d.AgentSlug)
+		return failOrCompensate(ctx, f, d, a, actor, f.reject,
+			lifecycle.NewRunError(codes.ApprovalRejected, "%s", orDefault(dec.Reason, "rejected")), ct.ender)
 	})
 }
 
