@@ -213,3 +213,38 @@ func TestCompensateNeedsAMachineThatCompensates(t *testing.T) {
 		t.Fatalf("canonical agent with Compensate: %v", err)
 	}
 }
+
+// The compensation phase has RunTimeout from its start: a compensation
+// still running then is recorded failed AGENT_TIMEOUT, those after it are
+// recorded so without running, and the run still ends canceled.
+func TestCompensationPhaseDeadline(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	b := newBlocker()
+	u := &undoLog{}
+	hang := okStep("charge")
+	hang.Compensate = func(ctx context.Context, in run.CompensateInput) error {
+		u.add(in)
+		testSelect(ctx, make(chan struct{})) // until the phase's deadline
+		return ctx.Err()
+	}
+	agent := run.Agent{Slug: "shop", Machine: lifecycle.MachineCancelable, Steps: []run.Step{undoable("reserve", u, nil), hang, b.step("ship")}}
+	r, _ := g.runner("a", func(c *run.Config) { c.RunTimeout, c.StepTimeout = 10*time.Minute, time.Hour }, agent)
+	id := submit(t, r, "shop")
+	<-b.started
+	if _, err := r.Cancel(context.Background(), id, lifecycle.ActorGateway, run.CancelRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	st := g.wait(r, id, time.Minute, 2*time.Hour)
+	if st.Status != "canceled" || !slices.Equal(logSteps(st), []string{"charge:failed", "reserve:failed"}) {
+		t.Fatalf("after the phase's deadline: %+v", st)
+	}
+	for _, e := range st.CompensationLog {
+		if !strings.HasPrefix(e.Error, "AGENT_TIMEOUT") {
+			t.Errorf("entry %+v: want AGENT_TIMEOUT", e)
+		}
+	}
+	if got := u.names(); !slices.Equal(got, []string{"charge"}) {
+		t.Errorf("compensations ran %v, want charge alone", got)
+	}
+}
