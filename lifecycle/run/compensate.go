@@ -116,6 +116,9 @@ func (x *execution) compensates(out outcome) bool {
 	case doc.Status == f.compensating:
 		return true
 	case out.kind == canceled, out.kind == failed && x.agent.CompensateOnFailure:
+	case out.kind == timedOut && f.cancelRq != "" && doc.Status == f.cancelRq:
+		// cancel_requested cannot time out: the run ends canceled, so
+		// it is undone first.
 	default:
 		return false
 	}
