@@ -55,6 +55,10 @@ type RunStatus struct {
 	// Waits of the approval machine (docs/spec.md#approval-run).
 	Approval *Approval     `json:"approval,omitempty"`
 	External *ExternalWait `json:"external,omitempty"`
+	// CompensationLog lists the compensations run so far, in the order
+	// they ran (docs/spec.md#compensation): written as each ends while the
+	// run is compensating, complete in the terminal status.
+	CompensationLog []CompensationEntry `json:"compensation_log,omitempty"`
 	// ResumeCount counts takeovers after a runner was lost (docs/spec.md#recovery).
 	ResumeCount int `json:"resume_count,omitempty"`
 	// TakenOverAt is when a runner last took the run over (the claim that

@@ -13,7 +13,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/evidence"
-	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -161,9 +160,15 @@ func (x *execution) run(ctx context.Context) {
 	if x.w.snapshot().CancelRequested {
 		cancel(errCanceled)
 	}
-	stopBeat := fence.Heartbeat(runCtx, e.cfg.Clock, e.cfg.HeartbeatInterval, x.w.renewed, x.beat)
-	out = x.execute(runCtx, sctx)
-	stopBeat()
+	out = x.runSteps(runCtx, sctx)
+	if x.compensates(out) {
+		// The phase has deadlines of its own, from its start; its end
+		// is written under its write context.
+		var p *compensationPhase
+		out, p = x.compensate(ctx, out)
+		defer p.end()
+		wctx = p.wctx
+	}
 	x.finish(wctx, out)
 }
 

@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
+	if os.Getenv(compKillEnv) != "" {
+		os.Exit(compKillMain())
+	}
 	if os.Getenv(submitKillEnv) != "" {
 		os.Exit(submitKillMain())
 	}

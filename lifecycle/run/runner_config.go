@@ -31,7 +31,8 @@ type Step struct {
 	Resumable bool
 	// Idempotent: the step can safely run again after a crash.
 	Idempotent bool
-	// Timeout bounds one attempt; 0 means Config.StepTimeout.
+	// Timeout bounds one attempt; 0 means Config.StepTimeout. It bounds
+	// each attempt of Compensate too.
 	Timeout time.Duration
 	// After names the steps this one depends on, each declared before it.
 	// An agent with any After is a graph: a step runs once every step it
@@ -41,6 +42,17 @@ type Step struct {
 	// A step of a graph with no After starts the run. Without any After
 	// the steps run one after another in the order given.
 	After []string
+	// Compensate, when set, undoes the step once it completed: it runs
+	// when the run is canceled (or fails, with Agent.CompensateOnFailure)
+	// after this step completed, the completed steps' compensations in
+	// reverse order of completion, before the run ends
+	// (docs/spec.md#compensation). It is retried like Run and may run more
+	// than once (a crash during it runs it again), so it must be
+	// idempotent. Only the cancel-aware and approval machines compensate.
+	Compensate func(ctx context.Context, in CompensateInput) error
+	// CompensateAction names the compensation in the run's
+	// compensation_log; default "compensate".
+	CompensateAction string
 }
 
 // StepInput is what a step is given.
@@ -120,6 +132,9 @@ type Agent struct {
 	// Config.Concurrency (1 by default: one run at a time, the others
 	// queued for a slot).
 	Concurrency int
+	// CompensateOnFailure runs the steps' compensations when a run fails
+	// too, not only when it is canceled (docs/spec.md#compensation).
+	CompensateOnFailure bool
 }
 
 // Config configures a Runner. Only Store is required; every other field has
@@ -332,6 +347,10 @@ func validateAgent(a Agent) (flow, error) {
 		seen[s.Name] = true
 		if s.Run == nil {
 			return flow{}, fmt.Errorf("%w: agent %s step %s has no Run func", ErrInvalidConfig, a.Slug, s.Name)
+		}
+		if s.Compensate != nil && f.compensate == "" {
+			return flow{}, fmt.Errorf("%w: agent %s step %s: Compensate needs the %s or %s machine", ErrInvalidConfig, a.Slug, s.Name,
+				lifecycle.MachineCancelable, lifecycle.MachineApproval)
 		}
 	}
 	return f, nil

@@ -907,6 +907,16 @@
     const graphSection = h('section', { 'aria-labelledby': 'graph-h', id: 'graph-section', hidden: true },
       h('h3', { id: 'graph-h', text: 'Step graph' }),
       h('p', { class: 'muted', text: 'Lit: the path taken. Dashed: skipped steps and edges not taken.' }), graphBox);
+    // The compensation section shows only for a run that is compensating
+    // or compensated: its compensation_log, in the order the undos ran.
+    const compBody = h('tbody', { id: 'compensation-body' });
+    const compNote = h('p', { class: 'muted', id: 'compensation-note' });
+    const compSection = h('section', { 'aria-labelledby': 'compensation-h', id: 'compensation', hidden: true },
+      h('h3', { id: 'compensation-h', text: 'Compensation' }),
+      h('table', { 'data-testid': 'compensation' },
+        h('thead', {}, h('tr', {}, ['step', 'action', 'outcome', 'started', 'ended', 'attempts', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
+        compBody),
+      compNote);
     const actionOK = h('div', { id: 'action-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
     const actionErr = h('div', { id: 'action-error', class: 'notice error', role: 'alert', 'data-testid': 'action-error' });
     const reason = h('input', { id: 'reason', type: 'text', maxlength: 500, placeholder: 'reason (optional)' });
@@ -937,7 +947,8 @@
         h('table', { id: 'steps', 'data-testid': 'steps' },
           h('thead', {}, h('tr', {}, ['#', 'step', 'status', 'started', 'duration', 'summary', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
           stepsBody),
-        stepsNote));
+        stepsNote),
+      compSection);
 
     function fact(label, value, id) {
       return [h('dt', { text: label }), h('dd', { id }, value)];
@@ -1058,6 +1069,20 @@
       const current = status.lease && !isTerminal(spec, status.status) ? status.current_step : null;
       graphBox.replaceChildren(drawStepGraph(agentSteps, agentAfter, steps, current));
     }
+    function renderCompensation() {
+      const st = status;
+      const log = st.compensation_log || [];
+      compSection.hidden = !log.length && st.status !== 'compensating';
+      compBody.replaceChildren(...log.map((e) => h('tr', { 'data-step': e.step, 'data-testid': 'compensation-row', 'data-outcome': e.outcome },
+        h('td', {}, h('code', { text: e.step })),
+        h('td', { text: e.action }),
+        h('td', {}, badge(e.outcome === 'compensated' ? 'completed' : 'failed', { text: e.outcome })),
+        h('td', {}, fmtTime(e.started_at)),
+        h('td', {}, fmtTime(e.ended_at)),
+        h('td', { class: 'num', text: e.attempts || '' }),
+        h('td', { class: 'error', text: e.error || '' }))));
+      compNote.textContent = st.status === 'compensating' ? 'Undoing the completed steps, the last completed first; the run ends once every one has run.' : '';
+    }
     // tick shows the running step's elapsed time, every second while shown.
     let ticker = null;
     function tick() {
@@ -1098,6 +1123,7 @@
           loadErr.textContent = '';
           renderStatus();
           renderSteps();
+          renderCompensation();
           renderMachine();
           clearTimeout(lapseTimer);
           const wait = lapseWait([status]);
