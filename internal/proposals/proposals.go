@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
@@ -20,7 +21,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
 )
 
@@ -44,21 +44,21 @@ type doc struct {
 // concurrent use, also across processes.
 type Store struct {
 	s     *storage.Store
-	clock clock.Clock
+	now   func() time.Time
 	audit *records.AuditLog
 	log   *slog.Logger
 }
 
-// New returns a Store over s; a nil clk is the wall clock, a nil log
+// New returns a Store over s; a nil now is the wall clock's, a nil log
 // slog.Default(). node names this host in audit events.
-func New(s *storage.Store, clk clock.Clock, node string, log *slog.Logger) *Store {
-	if clk == nil {
-		clk = clock.Real()
+func New(s *storage.Store, now func() time.Time, node string, log *slog.Logger) *Store {
+	if now == nil {
+		now = time.Now
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{s: s, clock: clk, log: log, audit: &records.AuditLog{Store: s, Node: node, Now: clk.Now}}
+	return &Store{s: s, now: now, log: log, audit: &records.AuditLog{Store: s, Node: node, Now: now}}
 }
 
 // ConflictError refuses a move from a state that is not pending: a
@@ -105,7 +105,7 @@ func (st *Store) Create(ctx context.Context, actor lifecycle.Actor, p lifecycle.
 		return lifecycle.Proposal{}, &InvalidError{Field: "content_key", Reason: "required"}
 	}
 	key, _ := layout.ProposalKey(p.ID)
-	p.SchemaVersion, p.Status, p.CreatedAt = SchemaVersion, lifecycle.ProposalPending, st.clock.Now().UTC()
+	p.SchemaVersion, p.Status, p.CreatedAt = SchemaVersion, lifecycle.ProposalPending, st.now().UTC()
 	p.DecidedAt, p.DecidedBy, p.Reason = nil, "", ""
 	// The index entry first: a crash before the record leaves an entry
 	// whose record is missing, which readers skip; the other order would
@@ -177,7 +177,7 @@ func (st *Store) Decide(ctx context.Context, actor lifecycle.Actor, id string, t
 	if err != nil {
 		return lifecycle.Proposal{}, &InvalidError{Field: "proposal id", Reason: err.Error()}
 	}
-	now := st.clock.Now().UTC()
+	now := st.now().UTC()
 	_, after, err := (&fence.Record[doc, *doc]{Store: st.s, Key: key}).Apply(ctx, func(d *doc) error {
 		if d.Status != lifecycle.ProposalPending {
 			return &ConflictError{ID: id, Status: d.Status}

@@ -20,6 +20,8 @@ import (
 
 var t0 = time.Date(2026, 2, 14, 8, 0, 0, 0, time.UTC)
 
+func fake(t time.Time) func() time.Time { return clock.NewFake(t).Now }
+
 func draft(id string) lifecycle.Proposal {
 	return lifecycle.Proposal{ID: id, RunID: "run_1", AgentSlug: "archivist", Step: "create-proposal",
 		ContentKey: "agents/archivist/runs/run_1/output/" + id + ".json"}
@@ -35,7 +37,7 @@ func TestCreateByTheMemoryTable(t *testing.T) {
 		t.Run(string(actor), func(t *testing.T) {
 			t.Parallel()
 			s := memstore.New()
-			ps := proposals.New(s, clock.NewFake(t0), "n1", nil)
+			ps := proposals.New(s, fake(t0), "n1", nil)
 			p, err := ps.Create(context.Background(), actor, draft("prop_a"))
 			if (err == nil) != want {
 				t.Fatalf("Create by %s: err %v, want allowed=%v", actor, err, want)
@@ -67,7 +69,7 @@ func TestCreateIsCreateOnly(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New()
 	clk := clock.NewFake(t0)
-	ps := proposals.New(s, clk, "n1", nil)
+	ps := proposals.New(s, clk.Now, "n1", nil)
 	first, err := ps.Create(ctx, lifecycle.ActorMastra, draft("prop_a"))
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +119,7 @@ func TestPendingNewestFirstPaged(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New()
 	clk := clock.NewFake(t0)
-	ps := proposals.New(s, clk, "", nil)
+	ps := proposals.New(s, clk.Now, "", nil)
 	for i := range 5 {
 		if _, err := ps.Create(ctx, lifecycle.ActorMastra, draft(fmt.Sprintf("prop_%d", i))); err != nil {
 			t.Fatal(err)
@@ -182,7 +184,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := memstore.New()
-			ps := proposals.New(s, clock.NewFake(t0), "", nil)
+			ps := proposals.New(s, fake(t0), "", nil)
 			if _, err := ps.Create(ctx, lifecycle.ActorMastra, draft("prop_a")); err != nil {
 				t.Fatal(err)
 			}
