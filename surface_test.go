@@ -30,8 +30,11 @@ const (
 	// (Queue.SetPaused, Operator.SetPaused) and concurrency (QueueConfig);
 	// the dashboard's counts, last hour and bulk cancel; lifecycle.Unique
 	// and jobqueue.Snooze, unique jobs and snooze (issue 30); jobqueue.Operator
-	// (the Queue's operator side on a type of its own).
-	surfaceTotalCap = 527
+	// (the Queue's operator side on a type of its own). 527 -> 535
+	// (issue 32): the proposal record with its state and three states in
+	// lifecycle; the client's Proposals with its pending list, read and
+	// decision.
+	surfaceTotalCap = 536
 	// surfacePackagesCap bounds the number of public packages: 19 of the
 	// house, and one kept for the SQLite store.
 	surfacePackagesCap = 20
@@ -67,7 +70,7 @@ var surfaceCaps = map[string]struct {
 	"adapters/sqlitestore":    {6, "a SQLite Store, its config and its driver"},
 	"adapters/s3store":        {18, "an S3 Store, its config, and the driver a program checks (its error categories) and creates the bucket with"},
 	"adapters/httpapi":        {15, "the HTTP server"},
-	"adapters/httpapi/client": {44, "the Go client of the HTTP API; 41 -> 44: Operator.CancelJobs, JobCounts and JobActivity; 40 -> 41: Operator.SetPaused, a named queue's pause and resume; 39 -> 40: Operator.CancelJob; 35 -> 39: Operator with JobHistory, RequeueJobs and Queues, the dashboard's routes, on a type of their own so Client stays within its 25 methods"},
+	"adapters/httpapi/client": {48, "the Go client of the HTTP API; 44 -> 48: Proposals with Pending, Get and Decide, the proposals runs create and the gateway's decision, on a type of their own so Client stays within its 25 methods; 41 -> 44: Operator.CancelJobs, JobCounts and JobActivity; 40 -> 41: Operator.SetPaused, a named queue's pause and resume; 39 -> 40: Operator.CancelJob; 35 -> 39: Operator with JobHistory, RequeueJobs and Queues, the dashboard's routes, on a type of their own so Client stays within its 25 methods"},
 	"adapters/otlp":           {2, "the OTLP span exporter from the standard variables"},
 }
 

@@ -162,3 +162,29 @@ func TestErrorText(t *testing.T) {
 		}
 	}
 }
+
+func TestZoneGuest(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		actor lifecycle.Actor
+		zone  string
+		ok    bool
+	}{
+		{authority.ZoneGuest("zone_abc"), "zone_abc", true},
+		{"guest:", "", false},
+		{"guest:../x", "", false},
+		{lifecycle.ActorGateway, "", false},
+	} {
+		zone, ok := authority.GuestZone(tc.actor)
+		if ok != tc.ok || (ok && zone != tc.zone) {
+			t.Errorf("GuestZone(%q) = %q, %v", tc.actor, zone, ok)
+		}
+		for _, r := range []authority.Resource{authority.Jobs, authority.Artifacts, authority.Memory} {
+			for _, op := range authority.Operations(r) {
+				if authority.Check(tc.actor, r, op, authority.Scope{Own: true, Cleanup: true, Tool: true, ExplicitTool: true, Proposal: true}) == nil && tc.ok {
+					t.Errorf("a guest may %s %s", op, r)
+				}
+			}
+		}
+	}
+}
