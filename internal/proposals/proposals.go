@@ -114,6 +114,15 @@ func (st *Store) Create(ctx context.Context, actor lifecycle.Actor, p lifecycle.
 	if err != nil {
 		return lifecycle.Proposal{}, err
 	}
+	if st.s.SettleTime() > 0 {
+		// A store that settles may take the create-only write below over
+		// an existing record (and send a decided one back to pending).
+		if old, err := st.Get(ctx, p.ID); err == nil {
+			return st.existing(old, p)
+		} else if !errors.Is(err, storage.ErrNotFound) {
+			return lifecycle.Proposal{}, err
+		}
+	}
 	if _, err := st.s.Put(ctx, entry, []byte("{}"), storage.IfNotExists()); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return lifecycle.Proposal{}, err
 	}
@@ -122,18 +131,26 @@ func (st *Store) Create(ctx context.Context, actor lifecycle.Actor, p lifecycle.
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			return lifecycle.Proposal{}, err
 		}
-		_ = st.s.Delete(ctx, entry, storage.Condition{}) // this attempt's entry: the record keeps its own
 		old, gerr := st.Get(ctx, p.ID)
 		if gerr != nil {
 			return lifecycle.Proposal{}, gerr
 		}
-		if old.RunID != p.RunID || old.ContentKey != p.ContentKey {
-			return lifecycle.Proposal{}, &ConflictError{ID: p.ID, Status: old.Status}
+		if own, _ := layout.ProposalPendingKey(old.CreatedAt, old.ID); own != entry {
+			_ = st.s.Delete(ctx, entry, storage.Condition{}) // this attempt's entry; the record keeps its own
 		}
-		return old, nil
+		return st.existing(old, p)
 	}
 	st.record(ctx, actor, &d.Proposal, "")
 	return d.Proposal, nil
+}
+
+// existing answers a create of p that found old under its id: old itself
+// when it is the same proposal (a step run again), else a conflict.
+func (st *Store) existing(old, p lifecycle.Proposal) (lifecycle.Proposal, error) {
+	if old.RunID != p.RunID || old.ContentKey != p.ContentKey {
+		return lifecycle.Proposal{}, &ConflictError{ID: p.ID, Status: old.Status}
+	}
+	return old, nil
 }
 
 func (st *Store) record(ctx context.Context, actor lifecycle.Actor, p *lifecycle.Proposal, from lifecycle.ProposalState) {

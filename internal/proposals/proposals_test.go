@@ -13,6 +13,8 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/proposals"
 	"github.com/runconveyor/conveyor/internal/records"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
+	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -74,10 +76,14 @@ func TestCreateIsCreateOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(time.Minute)
-	again, err := ps.Create(ctx, lifecycle.ActorMastra, draft("prop_a"))
-	if err != nil || !again.CreatedAt.Equal(first.CreatedAt) {
-		t.Fatalf("again: %+v, %v", again, err)
+	// Again at the same instant (its index entry is the record's own),
+	// then later.
+	for range 2 {
+		again, err := ps.Create(ctx, lifecycle.ActorMastra, draft("prop_a"))
+		if err != nil || !again.CreatedAt.Equal(first.CreatedAt) {
+			t.Fatalf("again: %+v, %v", again, err)
+		}
+		clk.Advance(time.Minute)
 	}
 	other := draft("prop_a")
 	other.RunID = "run_2"
@@ -210,5 +216,55 @@ func TestDecide(t *testing.T) {
 	ps := proposals.New(memstore.New(), nil, "", nil)
 	if _, err := ps.Decide(ctx, lifecycle.ActorGateway, "prop_none", lifecycle.ProposalApplied, ""); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("a missing proposal: %v", err)
+	}
+}
+
+// TestSettlingStoreKeepsADecision: on a store that settles, whose
+// create-only write may take over an existing record, a step run again
+// after its proposal was applied leaves it applied.
+func TestSettlingStoreKeepsADecision(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := faultstore.New(memstore.New())
+	fs.SetSettle(10*time.Second, nil)
+	ps := proposals.New(storage.New(fs), fake(t0), "", nil)
+	if _, err := ps.Create(ctx, lifecycle.ActorMastra, draft("prop_a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Decide(ctx, lifecycle.ActorGateway, "prop_a", lifecycle.ProposalApplied, ""); err != nil {
+		t.Fatal(err)
+	}
+	fs.AcceptCreateOver(1)
+	if p, err := ps.Create(ctx, lifecycle.ActorMastra, draft("prop_a")); err != nil || p.Status != lifecycle.ProposalApplied {
+		t.Fatalf("again: %+v, %v", p, err)
+	}
+	if p, err := ps.Get(ctx, "prop_a"); err != nil || p.Status != lifecycle.ProposalApplied {
+		t.Fatalf("the record is %+v, %v; want it applied still", p, err)
+	}
+}
+
+// TestPendingOnSQLite lists the pending proposals on the Worker's default
+// store, whose key order the index relies on.
+func TestPendingOnSQLite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	ps := proposals.New(teststores.SQLite(t), clk.Now, "", nil)
+	for _, id := range []string{"prop_x", "prop_y", "prop_z"} {
+		if _, err := ps.Create(ctx, lifecycle.ActorGateway, draft(id)); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Hour * 24 * 40) // entries in other folders
+	}
+	page, _, err := ps.Pending(ctx, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range page {
+		got = append(got, p.ID)
+	}
+	if want := []string{"prop_z", "prop_y", "prop_x"}; !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v", got, want)
 	}
 }
