@@ -385,7 +385,9 @@ func TestSpecAuthorityMatrix(t *testing.T) {
 		var got []string
 		for _, line := range tables[r] {
 			if !strings.HasPrefix(line, "| ---") {
-				got = append(got, line)
+				// "(amended)" marks a cell the project changed from the
+				// platform's table; the paragraph below the table says why.
+				got = append(got, strings.ReplaceAll(line, " (amended) |", " |"))
 			}
 		}
 		if !slices.Equal(got, want) {

@@ -16,6 +16,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/webhook"
+	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
@@ -56,9 +57,18 @@ type Config struct {
 	Queue *jobqueue.Queue
 	// Inbox serves /inbox/*. Default none: 404 NOT_FOUND, as for Queue.
 	Inbox *inbox.Box
-	// NLM, with Runner, serves POST /nlm/callback (nlm.Sink). Default none:
-	// 404 NOT_FOUND, as for Queue.
+	// NLM, with Runner, serves POST /nlm/callback (nlm.Sink), and the NLM
+	// backend's own routes: POST /jobs/process and GET /nlm/jobs/{jobId}.
+	// Default none: 404 NOT_FOUND, as for Queue.
 	NLM *nlm.Processor
+	// NLMBackend is an NLM backend deployed apart (the Go client's
+	// NLMBackend) whose callbacks POST /nlm/callback checks and hands to
+	// the Runner. Default: NLM.
+	NLMBackend nlm.Backend
+	// Artifacts serves GET /artifacts/{artifactId} and GET
+	// /jobs/{jobId}/artifact. Default: the Queue's artifact store, else
+	// the NLM processor's; with none, 404 NOT_FOUND.
+	Artifacts *artifact.Store
 	// Store serves /quarantine (the list of quarantined records, a restore (Store.Restore of the HTTP API))
 	// and /proposals (the proposals runs created, and the gateway's
 	// decisions); give the store the Runner, Queue and Inbox write to.
@@ -181,6 +191,7 @@ type Server struct {
 	jobs       *jobRoutes
 	inbox      *inboxRoutes
 	callback   *callbackRoute
+	backend    *backendRoutes
 	quarantine *quarantineRoutes
 	schedules  *scheduleRoutes
 	proposals  *proposalRoutes
@@ -266,7 +277,7 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), metrics: metrics, actorOK: map[lifecycle.Actor]bool{},
 		runs: newRunRoutes(cfg.Runner, cs), jobs: &jobRoutes{queue: cfg.Queue, cursors: cs}, inbox: &inboxRoutes{box: cfg.Inbox, cursors: cs},
-		callback: &callbackRoute{}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules},
+		callback: &callbackRoute{}, backend: &backendRoutes{proc: cfg.NLM, queue: cfg.Queue, artifacts: cfg.Artifacts}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules},
 		proposals: &proposalRoutes{cursors: cs}}
 	if cfg.Store != nil {
 		s.proposals.props = proposals.New(cfg.Store, cfg.Clock.Now, "", cfg.Logger)
@@ -284,7 +295,17 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	}
 	s.cfg.Tokens = tokens
 	s.stream = stream
-	if cfg.NLM != nil {
+	switch {
+	case s.backend.artifacts != nil:
+	case cfg.Queue != nil:
+		s.backend.artifacts = cfg.Queue.Artifacts()
+	case cfg.NLM != nil:
+		s.backend.artifacts = cfg.NLM.Artifacts()
+	}
+	switch {
+	case cfg.NLMBackend != nil:
+		s.callback.sink = nlm.Sink(cfg.Runner, cfg.NLMBackend)
+	case cfg.NLM != nil:
 		s.callback.sink = nlm.Sink(cfg.Runner, cfg.NLM)
 	}
 	if err := s.mount(); err != nil {
@@ -390,7 +411,7 @@ func public(r *http.Request) bool {
 
 func (s *Server) routes() {
 	var table []route
-	for _, part := range [][]route{s.runs.table(), s.jobs.table(), s.inbox.table(), s.schedules.table(), s.quarantine.table(), s.proposals.table()} {
+	for _, part := range [][]route{s.runs.table(), s.jobs.table(), s.inbox.table(), s.schedules.table(), s.quarantine.table(), s.backend.table(), s.proposals.table()} {
 		table = append(table, part...)
 	}
 	table = append(table,

@@ -81,8 +81,9 @@ const (
 	Allowed
 	// OwnOnly: allowed on the caller's own job only (NLM backend, jobs).
 	OwnOnly
-	// AdminCleanup: deleting is allowed only as the system cleanup of
-	// artifacts older than N days (admin, artifacts).
+	// AdminCleanup: deleting is allowed only as the retention cleanup of
+	// artifacts older than N days and of finished jobs past their age
+	// (admin, artifacts and, amended, jobs).
 	AdminCleanup
 	// RegistryMetadata: the component writes registry metadata about
 	// artifacts, never an artifact itself (admin, artifacts),
@@ -145,7 +146,10 @@ var matrix = map[Resource][]Row{
 		{lifecycle.ActorOrchestration, map[Operation]Permission{Create: Allowed, Read: Allowed, UpdateStatus: Allowed, Delete: Denied}},
 		{lifecycle.ActorNLMBackend, map[Operation]Permission{Create: Denied, Read: OwnOnly, UpdateStatus: OwnOnly, Delete: Denied}},
 		{lifecycle.ActorMastra, map[Operation]Permission{Create: Denied, Read: Denied, UpdateStatus: Denied, Delete: Denied}},
-		{lifecycle.ActorAdmin, map[Operation]Permission{Create: Denied, Read: Allowed, UpdateStatus: Allowed, Delete: Denied}},
+		// The admin's delete is amended from the spec's denied to its
+		// cleanup of finished jobs past their retention age
+		// (docs/spec.md#authority-matrix): without it a year of jobs never goes.
+		{lifecycle.ActorAdmin, map[Operation]Permission{Create: Denied, Read: Allowed, UpdateStatus: Allowed, Delete: AdminCleanup}},
 		{lifecycle.ActorFrontend, map[Operation]Permission{Create: Denied, Read: Allowed, UpdateStatus: Denied, Delete: Denied}},
 	},
 	Artifacts: {
@@ -193,8 +197,8 @@ func Lookup(actor lifecycle.Actor, r Resource, op Operation) Permission {
 type Scope struct {
 	// Own: the job is the caller's own (OwnOnly cells).
 	Own bool
-	// Cleanup: the call is the admin cleanup of old artifacts (AdminCleanup
-	// cells).
+	// Cleanup: the call is the admin's retention cleanup of old artifacts
+	// or finished jobs (AdminCleanup cells).
 	Cleanup bool
 	// Tool: the read is a tool's a step called (ViaTool cells), explicitly
 	// named for the second layer (ViaExplicitTool cells).
@@ -262,7 +266,7 @@ func qualified(p Permission, scope Scope) (reason string, ok bool) {
 	case OwnOnly:
 		return "not the caller's own job", scope.Own
 	case AdminCleanup:
-		return "only the cleanup of old artifacts may delete", scope.Cleanup
+		return "only the retention cleanup of old records may delete", scope.Cleanup
 	case ViaTool:
 		return "only through a step's tool", scope.Tool
 	case ViaExplicitTool:

@@ -10,14 +10,16 @@ import (
 )
 
 // The matrix's tables (docs/spec.md#authority-matrix) transcribed by hand as
-// text, one line per component, cells in column order. "own", "cleanup"
+// text, one line per component, cells in column order. One cell is
+// amended, as docs/spec.md says: the admin's delete of jobs, the spec's ❌,
+// is its retention cleanup of finished jobs. "own", "cleanup"
 // and "meta" are the qualified cells; "-" is a component without a row.
 const specJobs = `
 gateway        ✅ ✅ ❌ ❌
 orchestration  ✅ ✅ ✅ ❌
 nlm-backend    ❌ own own ❌
 mastra         ❌ ❌ ❌ ❌
-admin          ❌ ✅ ✅ ❌
+admin          ❌ ✅ ✅ cleanup
 frontend       ❌ ✅ ❌ ❌
 system         - - - -
 memory-backend - - - -
