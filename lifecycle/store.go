@@ -147,6 +147,7 @@ type AuditEvent struct {
 	RunID      string    `json:"run_id,omitempty"`
 	EntryID    string    `json:"entry_id,omitempty"`
 	ArtifactID string    `json:"artifact_id,omitempty"`
+	ProposalID string    `json:"proposal_id,omitempty"`
 	From       string    `json:"from"` // empty for a creation
 	To         string    `json:"to"`
 	Node       string    `json:"node"` // the host that wrote

@@ -15,3 +15,12 @@ const (
 
 // ParseTokens parses the environment form of the tokens (TokensEnv).
 var ParseTokens = parseTokens
+
+// Routes lists the route table: method and path pattern.
+func Routes(s *Server) [][2]string {
+	out := make([][2]string, len(s.table))
+	for i, rt := range s.table {
+		out[i] = [2]string{rt.method, rt.path}
+	}
+	return out
+}

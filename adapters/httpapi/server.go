@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/internal/proposals"
 	xmachine "github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -68,9 +69,10 @@ type Config struct {
 	// /jobs/{jobId}/artifact. Default: the Queue's artifact store, else
 	// the NLM processor's; with none, 404 NOT_FOUND.
 	Artifacts *artifact.Store
-	// Store serves /quarantine (the list of quarantined records, a restore (Store.Restore of the HTTP API));
-	// give the store the Runner, Queue and Inbox write to. Default none:
-	// 404 NOT_FOUND, as for Queue.
+	// Store serves /quarantine (the list of quarantined records, a restore (Store.Restore of the HTTP API))
+	// and /proposals (the proposals runs created, and the gateway's
+	// decisions); give the store the Runner, Queue and Inbox write to.
+	// Default none: 404 NOT_FOUND, as for Queue.
 	Store *storage.Store
 
 	// CursorKey signs the cursors of the paged lists (HMAC-SHA256), so a
@@ -192,6 +194,9 @@ type Server struct {
 	backend    *backendRoutes
 	quarantine *quarantineRoutes
 	schedules  *scheduleRoutes
+	proposals  *proposalRoutes
+	// table is the route table as mounted.
+	table []route
 }
 
 // WebhookRoute maps an event of a webhook source to the agent whose run it
@@ -235,6 +240,9 @@ type route struct {
 	// traced: the route starts work that continues the caller's trace
 	// (its traceparent header), under a server span.
 	traced bool
+	// guest: a zone guest may call it (the inbox submission only); every
+	// other route refuses one.
+	guest bool
 	h      handlerFunc
 }
 
@@ -269,14 +277,18 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), metrics: metrics, actorOK: map[lifecycle.Actor]bool{},
 		runs: newRunRoutes(cfg.Runner, cs), jobs: &jobRoutes{queue: cfg.Queue, cursors: cs}, inbox: &inboxRoutes{box: cfg.Inbox, cursors: cs},
-		callback: &callbackRoute{}, backend: &backendRoutes{proc: cfg.NLM, queue: cfg.Queue, artifacts: cfg.Artifacts}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules}}
+		callback: &callbackRoute{}, backend: &backendRoutes{proc: cfg.NLM, queue: cfg.Queue, artifacts: cfg.Artifacts}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules},
+		proposals: &proposalRoutes{cursors: cs}}
+	if cfg.Store != nil {
+		s.proposals.props = proposals.New(cfg.Store, cfg.Clock.Now, "", cfg.Logger)
+	}
 	for _, a := range authority.Actors() {
 		s.actorOK[a] = true
 	}
 	tokens := make(map[string]lifecycle.Actor, len(cfg.Tokens))
 	for tok, a := range cfg.Tokens {
 		a = normalizeActor(a)
-		if tok == "" || !s.actorOK[a] {
+		if tok == "" || !s.knownActor(a) {
 			return nil, fmt.Errorf("%w: token for unknown actor %q", ErrInvalidConfig, a)
 		}
 		tokens[tok] = a
@@ -399,7 +411,7 @@ func public(r *http.Request) bool {
 
 func (s *Server) routes() {
 	var table []route
-	for _, part := range [][]route{s.runs.table(), s.jobs.table(), s.inbox.table(), s.schedules.table(), s.quarantine.table(), s.backend.table()} {
+	for _, part := range [][]route{s.runs.table(), s.jobs.table(), s.inbox.table(), s.schedules.table(), s.quarantine.table(), s.backend.table(), s.proposals.table()} {
 		table = append(table, part...)
 	}
 	table = append(table,
@@ -409,6 +421,7 @@ func (s *Server) routes() {
 		route{method: "GET", path: "/healthz", h: func(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
 			return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 		}})
+	s.table = table
 	allow := map[string][]string{}
 	for _, rt := range table {
 		s.mux.Handle(rt.method+" "+rt.path, s.handler(rt))
@@ -503,7 +516,11 @@ func (s *Server) handler(rt route) http.Handler {
 			defer spanEnd(span, w)
 		}
 		actor, _ := r.Context().Value(actorKey{}).(lifecycle.Actor)
-		if rt.actors != nil && !slices.Contains(rt.actors, actor) {
+		if err := guestRefused(rt, actor); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if _, guest := authority.GuestZone(actor); !guest && rt.actors != nil && !slices.Contains(rt.actors, actor) {
 			s.writeError(w, r, apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))
 			return
 		}

@@ -350,6 +350,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return x.writeFailure(ctx, err)
 		}
 		files = append(files, names...)
+		if err := x.createProposals(ctx, i, s, out); err != nil {
+			return x.writeFailure(ctx, err)
+		}
 		outputs[i] = out.Data
 		if i == len(steps)-1 && out.Await == nil {
 			x.lastProposals = out.Proposals

@@ -90,11 +90,17 @@ type StepOutput struct {
 	// Data is the step's checkpointed output, kept in the step file: it is
 	// handed to later steps and reused when a resumable step is skipped.
 	Data json.RawMessage
-	// Proposals are proposal ids the step created; they are added to the
-	// run's proposals_created.
+	// Proposals are ids of proposals the step made elsewhere; they are
+	// added to the run's proposals_created as they are (Propose makes
+	// proposals the SDK records).
 	Proposals []string
 	// Files are written under the run's output/ folder, e.g. "proposal.json".
 	Files map[string][]byte
+	// Propose names files of Files that are proposals: each gets a
+	// pending proposal record (docs/spec.md#proposal) whose content is
+	// that file, and its id is added to Proposals and so to the run's
+	// proposals_created. A name not in Files fails the step.
+	Propose []string
 	// Await parks the run after this step (approval-run machine only; not
 	// in a graph agent).
 	Await *Await

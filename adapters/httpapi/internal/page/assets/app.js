@@ -683,6 +683,8 @@
     else if ((m = hash.match(/^\/jobs\/([^/?]+)$/))) current = jobView(view, decodeURIComponent(m[1]));
     else if ((m = hash.match(/^\/jobs(?:\?(.*))?$/))) current = jobsView(view, new URLSearchParams(m[1] || ''));
     else if (hash === '/machines') current = machinesView(view);
+    else if (hash === '/proposals') current = proposalsView(view);
+    else if ((m = hash.match(/^\/proposals\/([^/]+)$/))) current = proposalView(view, decodeURIComponent(m[1]));
     else {
       view.append(h('h2', { text: 'Not found' }), h('p', {}, 'No page at ', h('code', { text: hash }), '. ', h('a', { href: '#/', text: 'Agents' })));
       setLive('idle', '');
@@ -967,7 +969,7 @@
         ...fact('Duration', fmtDuration(dur)),
         ...fact('Current step', (inProgress() || {}).name || st.current_step || '—', 'run-current-step'),
         ...fact('Steps', `${st.steps_completed || 0} / ${st.steps_total || 0}`, 'run-progress'),
-        ...(st.proposals_created && st.proposals_created.length ? fact('Proposals', st.proposals_created.join(', ')) : []),
+        ...(st.proposals_created && st.proposals_created.length ? fact('Proposals', proposalLinks(st.proposals_created), 'run-proposals') : []),
         ...(st.cancel_requested ? fact('Cancel', 'requested' + (st.cancel_reason ? ': ' + st.cancel_reason : '')) : []),
         ...(st.approval ? fact('Approval', approvalText(st.approval), 'run-approval') : []),
         ...(st.external ? fact(st.external.received_at ? 'External event' : 'Waiting for', externalText(st.external), 'run-external') : []),
@@ -2017,6 +2019,136 @@
       if (!stopped) live.start();
     })();
     return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+  }
+
+  // ---- proposals: the pending ones, one proposal, the gateway's decision
+
+  // proposalLinks links each proposal a run created to its page.
+  function proposalLinks(ids) {
+    const out = [];
+    ids.forEach((id, i) => {
+      if (i) out.push(', ');
+      out.push(h('a', { href: '#/proposals/' + enc(id), class: 'mono', 'data-testid': 'proposal-link', text: id }));
+    });
+    return out;
+  }
+
+  // decideButtons are Apply and Reject for a pending proposal (POST
+  // /proposals/{id}/decision: the gateway only; another actor reads the
+  // refusal in err). done runs after a decision.
+  function decideButtons(p, err, done) {
+    return [['applied', 'Apply', ''], ['rejected', 'Reject', 'secondary']].map(([status, label, cls]) => {
+      const b = h('button', { type: 'button', class: cls, 'data-decide': status, text: label });
+      b.addEventListener('click', async () => {
+        b.disabled = true;
+        err.textContent = '';
+        try {
+          await api('POST', '/proposals/' + enc(p.id) + '/decision', { status });
+          done();
+        } catch (e) {
+          err.textContent = label + ' refused: ' + e.describe();
+          b.disabled = false;
+        }
+      });
+      return b;
+    });
+  }
+
+  // proposalsView lists the pending proposals, newest first (GET
+  // /proposals/pending, a page at a time), read again on each proposal
+  // event of the stream, and every POLL_LIST_MS while the stream is down.
+  function proposalsView(view) {
+    let stopped = false, pagePath = '', shown = new Map();
+    const err = h('div', { id: 'proposals-error', class: 'notice error', role: 'alert' });
+    const body = h('tbody', { id: 'proposals-body' });
+    const note = h('p', { class: 'muted', id: 'proposals-note' });
+    const older = h('button', { type: 'button', class: 'secondary', id: 'proposals-older', hidden: '', text: 'Older' });
+    const newest = h('button', { type: 'button', class: 'secondary', id: 'proposals-newest', hidden: '', text: 'Newest' });
+    const table = h('table', { id: 'proposals', 'data-testid': 'proposals', 'aria-label': 'Pending proposals' },
+      h('thead', {}, h('tr', {}, ['proposal', 'run', 'agent', 'step', 'created', 'content', ''].map((c) => h('th', { scope: 'col', text: c })))), body);
+    view.append(h('h2', { text: 'Proposals' }),
+      h('p', { class: 'muted', text: 'Pending proposals, newest first. The gateway applies or rejects them.' }),
+      err, h('div', { class: 'scroll' }, table), note, h('p', {}, newest, ' ', older));
+    let nextPath = null;
+    async function load() {
+      return reading(table, async () => {
+        let page;
+        try {
+          page = await apiPage(pagePath || '/proposals/pending?limit=50');
+        } catch (e) {
+          if (!stopped) err.textContent = 'Proposals could not be read: ' + e.describe();
+          return;
+        }
+        if (stopped) return;
+        nextPath = page.next;
+        older.hidden = !nextPath;
+        newest.hidden = !pagePath;
+        note.textContent = page.items.length ? '' : 'No proposal is pending.';
+        shown = keepRows(body, shown, page.items, (p) => p.id, (p) => JSON.stringify(p), (p) => h('tr', { 'data-proposal': p.id },
+          h('td', {}, h('a', { href: '#/proposals/' + enc(p.id), class: 'mono', text: p.id })),
+          h('td', {}, h('a', { href: '#/runs/' + enc(p.run_id), class: 'mono', text: p.run_id })),
+          h('td', { class: 'mono', text: p.agent_slug }),
+          h('td', { text: p.step || '—' }),
+          h('td', {}, fmtTime(p.created_at)),
+          h('td', { class: 'mono', title: p.content_key, text: (p.content_key || '').split('/output/').pop() }),
+          h('td', { class: 'nowrap' }, ...decideButtons(p, err, load))));
+      });
+    }
+    older.addEventListener('click', () => { pagePath = nextPath; load(); });
+    newest.addEventListener('click', () => { pagePath = ''; load(); });
+    let pending = null;
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_LIST_MS,
+      onEvent: (type) => {
+        if (!type.startsWith('proposal.') || pending) return;
+        pending = setTimeout(() => { pending = null; if (!stopped) load(); }, 200);
+      },
+      poll: load,
+      onOpen: load,
+    });
+    load().then(() => { if (!stopped) live.start(); });
+    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+  }
+
+  // proposalView shows one proposal, and Apply and Reject while pending.
+  function proposalView(view, id) {
+    let stopped = false;
+    const err = h('div', { id: 'proposal-error', class: 'notice error', role: 'alert' });
+    const facts = h('dl', { class: 'facts', id: 'proposal-facts' });
+    const actions = h('div', { class: 'controls', id: 'proposal-actions' });
+    view.append(h('p', {}, h('a', { href: '#/proposals', text: '← Proposals' })),
+      h('h2', {}, 'Proposal ', h('code', { class: 'id', text: id })), err, facts, actions);
+    const fact = (label, value, fid) => [h('dt', { text: label }), h('dd', { id: fid }, value)];
+    async function load() {
+      let p;
+      try {
+        p = await api('GET', '/proposals/' + enc(id));
+      } catch (e) {
+        if (!stopped) err.textContent = 'The proposal could not be read: ' + e.describe();
+        return;
+      }
+      if (stopped) return;
+      facts.replaceChildren(
+        ...fact('Status', badge(p.status, { id: 'proposal-status', 'data-testid': 'proposal-status' })),
+        ...fact('Run', h('a', { href: '#/runs/' + enc(p.run_id), class: 'mono', text: p.run_id })),
+        ...fact('Agent', h('code', { text: p.agent_slug })),
+        ...fact('Step', p.step || '—'),
+        ...fact('Created', fmtTime(p.created_at)),
+        ...fact('Content', h('code', { text: p.content_key })),
+        ...(p.decided_at ? fact('Decided', [fmtTime(p.decided_at), ' by ', p.decided_by || '?']) : []),
+        ...(p.reason ? fact('Reason', p.reason) : []));
+      actions.replaceChildren(...(p.status === 'pending' ? decideButtons(p, err, load) : []));
+    }
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_LIST_MS,
+      onEvent: (type, d) => { if (type.startsWith('proposal.') && d.proposalId === id) load(); },
+      poll: load,
+      onOpen: load,
+    });
+    load().then(() => { if (!stopped) live.start(); });
+    return { stop() { stopped = true; live.stop(); } };
   }
 
   // ---- search by id, from the header: a job's id, else a run's
