@@ -33,8 +33,9 @@ const (
 	// (the Queue's operator side on a type of its own); the NLM backend
 	// deployed apart and the artifact reads (issue 32: nlm.Backend, the
 	// artifact record in lifecycle, the client's NLMBackend and artifact
-	// reads).
-	surfaceTotalCap = 538
+	// reads); inbox.Box.DispatchPending, the retry of the job an inbox
+	// entry starts (issue 32).
+	surfaceTotalCap = 539
 	// surfacePackagesCap bounds the number of public packages: 19 of the
 	// house, and one kept for the SQLite store.
 	surfacePackagesCap = 20
