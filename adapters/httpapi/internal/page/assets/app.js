@@ -1985,7 +1985,7 @@
     expired.checked = filter.expired;
     const body = h('tbody', { id: 'inbox-body' });
     const table = h('table', { id: 'inbox', 'aria-label': 'Inbox entries' },
-      h('thead', {}, h('tr', {}, ['entry', 'status', 'action', 'target', 'source', 'created', 'job', 'outcome', ''].map((c) => h('th', { scope: 'col', text: c })))),
+      h('thead', {}, h('tr', {}, ['entry', 'status', 'action', 'target', 'source', 'created', 'outcome', ''].map((c) => h('th', { scope: 'col', text: c })))),
       body);
     const note = h('p', { class: 'muted', 'data-testid': 'inbox-note' });
     const first = h('button', { type: 'button', class: 'secondary', 'data-testid': 'inbox-first', text: 'First page', hidden: '' });
@@ -2048,13 +2048,14 @@
       if (redo) redo.addEventListener('click', () => submit(again(x), redo));
       const src = x.source || {}, intent = x.intent || {};
       return h('tr', { 'data-entry': x.id, 'data-status': x.status },
-        h('td', { class: 'mono', 'data-label': 'entry' }, h('span', { class: 'id', text: x.id })),
+        // The entry and, below it, the job its action started (job_id).
+        h('td', { class: 'mono', 'data-label': 'entry' }, h('span', { class: 'id', text: x.id }),
+          x.job_id ? h('div', { class: 'job' }, 'job ', h('a', { href: '#/jobs/' + enc(x.job_id), class: 'id', 'data-testid': 'inbox-job', text: x.job_id })) : null),
         h('td', { 'data-label': 'status' }, inboxBadge(x), x.metadata && x.metadata.priority === 'high' ? h('span', { class: 'badge', 'data-priority': 'high', text: 'high' }) : null),
-        h('td', { class: 'mono', 'data-label': 'action', text: intent.action || '' }),
+        h('td', { class: 'mono action', 'data-label': 'action', text: intent.action || '' }),
         h('td', { class: 'mono target', 'data-label': 'target', text: intent.target || '' }),
         h('td', { 'data-label': 'source', text: (src.type || '') + (src.identity ? ' · ' + src.identity : '') }),
         h('td', { 'data-label': 'created' }, fmtTime(x.created_at)),
-        h('td', { 'data-label': 'job' }, x.job_id ? h('a', { href: '#/jobs/' + enc(x.job_id), class: 'mono id', 'data-testid': 'inbox-job', text: x.job_id }) : ''),
         h('td', { 'data-label': 'outcome' }, inboxOutcome(x)),
         h('td', {}, redo));
     };
