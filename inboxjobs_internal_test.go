@@ -2,6 +2,8 @@ package conveyor
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"strings"
 	"testing"
 
@@ -49,5 +51,61 @@ func TestInboxDispatchTwiceIsOneJob(t *testing.T) {
 	}
 	if n != 2 {
 		t.Fatalf("%d jobs after two dispatches of two entries, want 2", n)
+	}
+}
+
+// The enqueue of an entry's job fails (the queue refused it; then it
+// wrote the job but the answer was lost): the entry is accepted, pending
+// without a job, and the inbox pass of the Client (expiry, then the retry)
+// links it to one job, never two.
+func TestInboxJobRetriedByThePass(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, lost := range []bool{false, true} {
+		var fail atomic.Bool
+		fail.Store(true)
+		mw := func(next jobqueue.InsertFunc) jobqueue.InsertFunc {
+			return func(ctx context.Context, jobs []jobqueue.NewJob) ([]lifecycle.Job, error) {
+				if !fail.Load() {
+					return next(ctx, jobs)
+				}
+				if lost {
+					if _, err := next(ctx, jobs); err != nil {
+						return nil, err
+					}
+				}
+				return nil, errors.New("the store did not answer")
+			}
+		}
+		c, err := New(Config{Store: memstore.New(), InboxJobs: map[string]lifecycle.JobType{"propose-edit": lifecycle.JobBrief},
+			Queue: jobqueue.Config{InsertMiddleware: []func(jobqueue.InsertFunc) jobqueue.InsertFunc{mw}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := c.Inbox().Submit(ctx, lifecycle.ActorGateway, lifecycle.InboxSubmission{ID: "e1",
+			Source: lifecycle.InboxSource{Type: "ui", Identity: "owner"}, Intent: lifecycle.InboxIntent{Action: "propose-edit", Target: "t"}})
+		if err != nil || e.JobID != "" {
+			t.Fatalf("lost %v: Submit = %+v, %v; want accepted without a job", lost, e, err)
+		}
+		fail.Store(false)
+		pass := newInboxExpiry(c.Inbox(), 0, c.clock, c.log)
+		for range 2 {
+			if err := pass.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, _ := c.Inbox().Get(ctx, "e1"); got.JobID != "inbox:e1" {
+			t.Fatalf("lost %v: entry names job %q after the pass", lost, got.JobID)
+		}
+		n := 0
+		for _, err := range c.Jobs().List(ctx, lifecycle.ActorOrchestration) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if n != 1 {
+			t.Fatalf("lost %v: %d jobs, want 1", lost, n)
+		}
 	}
 }
