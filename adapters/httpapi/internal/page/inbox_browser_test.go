@@ -2,6 +2,7 @@ package page_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -64,7 +65,8 @@ func startInboxWorker(t *testing.T) *inboxWorker {
 			if e.Intent.Action != "propose-edit" {
 				return "", nil
 			}
-			j, err := queue.InsertJob(ctx, jobqueue.NewJob{JobID: "inbox:" + e.ID, JobType: lifecycle.JobBrief})
+			j, err := queue.InsertJob(ctx, jobqueue.NewJob{JobID: "inbox:" + e.ID, JobType: lifecycle.JobBrief,
+				Payload: json.RawMessage(`{"inbox_entry_id":"` + e.ID + `"}`)})
 			if errors.Is(err, lifecycle.ErrJobExists) {
 				return "inbox:" + e.ID, nil
 			}
@@ -219,6 +221,15 @@ func TestInboxPage(t *testing.T) {
 		chromedp.Click(css(`#inbox-show-expired`)),
 		chromedp.WaitNotPresent(css(expired)),
 	)
+
+	// The job links back to its entry.
+	do(t, ctx, "open the entry's job", 20*time.Second,
+		chromedp.Click(css(entryRow("inbox_2026-11-28_pending01", "pending")+` [data-testid="inbox-job"]`)),
+		chromedp.WaitVisible(css(`[data-testid="job-inbox-entry"]`)),
+	)
+	if back := get(t, ctx, "read the job's entry", chromedp.Text(css(`[data-testid="job-inbox-entry"]`))); back != "inbox_2026-11-28_pending01" {
+		t.Errorf("the job names entry %q", back)
+	}
 
 	for _, width := range []int64{800, 1400} {
 		do(t, ctx, "lay out the inbox", 20*time.Second,

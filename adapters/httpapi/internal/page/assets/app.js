@@ -1850,6 +1850,9 @@
         ...fact('type', h('span', { class: 'mono', text: job.job_type })),
         ...fact('agent', h('span', { class: 'mono', text: agentName(job.agent_slug) })),
         ...fact('run', job.run_id ? h('a', { href: '#/runs/' + enc(job.run_id), class: 'mono id', text: job.run_id }) : '—'),
+        // A job an inbox entry started names it in its payload (docs/spec.md#inbox-jobs).
+        ...(job.payload && typeof job.payload.inbox_entry_id === 'string'
+          ? fact('inbox entry', h('a', { href: '#/inbox', class: 'mono id', 'data-testid': 'job-inbox-entry', text: job.payload.inbox_entry_id })) : []),
         ...fact('attempt', `${job.attempt || 0} / ${job.max_attempts || 0}`),
         ...fact('created', fmtTime(job.created_at)),
         ...fact('updated', fmtTime(job.updated_at)),
