@@ -3,6 +3,7 @@ package conveyor
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"strings"
 	"testing"
@@ -77,7 +78,7 @@ func TestInboxJobRetriedByThePass(t *testing.T) {
 				return nil, errors.New("the store did not answer")
 			}
 		}
-		c, err := New(Config{Store: memstore.New(), InboxJobs: map[string]lifecycle.JobType{"propose-edit": lifecycle.JobBrief},
+		c, err := New(Config{Store: memstore.New(), Logger: slog.New(slog.DiscardHandler), InboxJobs: map[string]lifecycle.JobType{"propose-edit": lifecycle.JobBrief},
 			Queue: jobqueue.Config{InsertMiddleware: []func(jobqueue.InsertFunc) jobqueue.InsertFunc{mw}}})
 		if err != nil {
 			t.Fatal(err)
