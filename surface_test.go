@@ -36,8 +36,9 @@ const (
 	// reads); lifecycle.CompensationEntry and run.CompensateInput,
 	// compensation (issue 31); the proposal record with its state and
 	// three states in lifecycle, the client's Proposals with its pending
-	// list, read and decision (issue 32).
-	surfaceTotalCap = 549
+	// list, read and decision; inbox.Box.DispatchPending, the retry of the
+	// job an inbox entry starts (issue 32).
+	surfaceTotalCap = 550
 	// surfacePackagesCap bounds the number of public packages: 19 of the
 	// house, and one kept for the SQLite store.
 	surfacePackagesCap = 20

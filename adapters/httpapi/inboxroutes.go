@@ -51,9 +51,18 @@ func (h *inboxRoutes) inboxStats() handlerFunc {
 		}))
 }
 
-// statusQuery reads GET /inbox/entries's optional ?status= filter.
+// statusQuery reads GET /inbox/entries's optional ?status= filter and
+// ?include_expired=true, which lists the expired entries among the others
+// (the page's "show expired").
 func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) {
 	var opts inbox.ListOptions
+	switch v := r.URL.Query().Get("include_expired"); v {
+	case "", "false":
+	case "true":
+		opts.IncludeExpired = true
+	default:
+		return opts, apiErr(codes.InvalidRequest, "include_expired %q is not true or false", v)
+	}
 	if v := r.URL.Query().Get("status"); v != "" {
 		known := false
 		for _, st := range machine.InboxStates() {

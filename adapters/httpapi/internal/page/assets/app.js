@@ -685,6 +685,7 @@
     else if (hash === '/machines') current = machinesView(view);
     else if (hash === '/proposals') current = proposalsView(view);
     else if ((m = hash.match(/^\/proposals\/([^/]+)$/))) current = proposalView(view, decodeURIComponent(m[1]));
+    else if ((m = hash.match(/^\/inbox(?:\?(.*))?$/))) current = inboxView(view, new URLSearchParams(m[1] || ''));
     else {
       view.append(h('h2', { text: 'Not found' }), h('p', {}, 'No page at ', h('code', { text: hash }), '. ', h('a', { href: '#/', text: 'Agents' })));
       setLive('idle', '');
@@ -1946,6 +1947,9 @@
         ...fact('type', h('span', { class: 'mono', text: job.job_type })),
         ...fact('agent', h('span', { class: 'mono', text: agentName(job.agent_slug) })),
         ...fact('run', job.run_id ? h('a', { href: '#/runs/' + enc(job.run_id), class: 'mono id', text: job.run_id }) : '—'),
+        // A job an inbox entry started names it in its payload (docs/spec.md#inbox-jobs).
+        ...(job.payload && typeof job.payload.inbox_entry_id === 'string'
+          ? fact('inbox entry', h('a', { href: '#/inbox', class: 'mono id', 'data-testid': 'job-inbox-entry', text: job.payload.inbox_entry_id })) : []),
         ...fact('attempt', `${job.attempt || 0} / ${job.max_attempts || 0}`),
         ...fact('created', fmtTime(job.created_at)),
         ...fact('updated', fmtTime(job.updated_at)),
@@ -2149,6 +2153,196 @@
     });
     load().then(() => { if (!stopped) live.start(); });
     return { stop() { stopped = true; live.stop(); } };
+  }
+
+  // ---- the inbox (docs/spec.md#the-inbox-page): its entries with their
+  // badges, a page at a time, live from the event stream (inbox.*) with the
+  // counts (GET /inbox/stats) read every 30 s while the stream is down.
+
+  const INBOX_SHOWN = 50;
+  // clockIcon is the expired badge's clock.
+  function clockIcon() {
+    return s('svg', { class: 'clock', viewBox: '0 0 16 16', width: 12, height: 12, 'aria-hidden': 'true' },
+      s('circle', { cx: 8, cy: 8, r: 6.5 }), s('path', { d: 'M8 4v4l2.5 2' }));
+  }
+  function inboxBadge(e) {
+    const b = h('span', { class: 'badge inbox', 'data-status': e.status, 'data-testid': 'inbox-badge' });
+    if (e.status === 'expired') b.append(clockIcon(), ' ');
+    b.append(e.status);
+    return b;
+  }
+  // What became of an entry: its proposal (processed), the gate's reason
+  // (rejected), when it expires (pending) or expired.
+  function inboxOutcome(e) {
+    if (e.status === 'processed' && e.proposal_id) {
+      return h('span', {}, 'proposal ', h('a', { href: '#/proposals/' + enc(e.proposal_id), class: 'mono id', 'data-testid': 'inbox-proposal', text: e.proposal_id }));
+    }
+    if (e.status === 'rejected') return h('span', { class: 'error', 'data-testid': 'inbox-reason', text: e.rejection_reason || '' });
+    const end = Date.parse(e.created_at) + (e.metadata && e.metadata.ttl_hours || 0) * 3600e3;
+    if (isNaN(end)) return '';
+    return h('span', { class: 'muted' }, e.status === 'expired' ? 'expired ' : 'expires ', fmtTime(new Date(end).toISOString()));
+  }
+
+  // toasts shows a short note at the bottom of the page, once per entry.
+  const toasted = new Set();
+  function toast(text, id) {
+    if (id) { if (toasted.has(id)) return; toasted.add(id); }
+    let box = $('#toasts');
+    if (!box) { box = h('div', { id: 'toasts', class: 'toasts', role: 'status', 'aria-live': 'polite' }); document.body.append(box); }
+    const t = h('div', { class: 'toast', 'data-testid': 'toast', 'data-entry': id || '', text });
+    box.append(t);
+    setTimeout(() => t.remove(), 6000);
+  }
+
+  function inboxView(view, query) {
+    let stopped = false, seq = 0, shown = new Map(), pagePath = '', nextPath = null, lastStats = '';
+    const filter = { status: query.get('status') || '', expired: query.get('expired') === 'show' };
+    const err = h('div', { class: 'notice error', role: 'alert', 'data-testid': 'inbox-error' });
+    const stats = h('p', { class: 'muted', id: 'inbox-stats', 'data-testid': 'inbox-stats' });
+    // The quick add: a new entry from the page, as the owner.
+    const action = h('input', { id: 'inbox-action', name: 'action', value: 'propose-edit', required: true, spellcheck: 'false', 'data-testid': 'inbox-action' });
+    const target = h('input', { id: 'inbox-target', name: 'target', required: true, spellcheck: 'false', placeholder: 'notes/…', 'data-testid': 'inbox-target' });
+    const priority = h('select', { id: 'inbox-priority', 'data-testid': 'inbox-priority' }, h('option', { text: 'normal' }), h('option', { text: 'high' }));
+    const add = h('form', { class: 'controls', id: 'inbox-add', 'aria-label': 'Quick add' },
+      h('label', { for: 'inbox-action', text: 'Action' }), action,
+      h('label', { for: 'inbox-target', text: 'Target' }), target,
+      h('label', { for: 'inbox-priority', text: 'Priority' }), priority,
+      h('button', { type: 'submit', 'data-testid': 'inbox-add', text: 'Add' }));
+    const status = h('select', { id: 'inbox-status', 'data-testid': 'inbox-status' },
+      h('option', { value: '', text: 'every status' }), ...['pending', 'processed', 'rejected', 'expired'].map((st) => h('option', { value: st, text: st })));
+    status.value = filter.status;
+    const expired = h('input', { type: 'checkbox', id: 'inbox-show-expired', 'data-testid': 'inbox-show-expired' });
+    expired.checked = filter.expired;
+    const body = h('tbody', { id: 'inbox-body' });
+    const table = h('table', { id: 'inbox', 'aria-label': 'Inbox entries' },
+      h('thead', {}, h('tr', {}, ['entry', 'status', 'action', 'target', 'source', 'created', 'outcome', ''].map((c) => h('th', { scope: 'col', text: c })))),
+      body);
+    const note = h('p', { class: 'muted', 'data-testid': 'inbox-note' });
+    const first = h('button', { type: 'button', class: 'secondary', 'data-testid': 'inbox-first', text: 'First page', hidden: '' });
+    const next = h('button', { type: 'button', class: 'secondary', 'data-testid': 'inbox-next', text: 'Next page', hidden: '' });
+    view.append(h('h2', { text: 'Inbox' }), stats, err,
+      h('section', { 'aria-labelledby': 'inbox-add-h' }, h('h3', { id: 'inbox-add-h', text: 'Quick add' }), add),
+      h('section', { 'aria-labelledby': 'inbox-list-h' },
+        h('h3', { id: 'inbox-list-h', text: 'Entries' }),
+        h('div', { class: 'controls' }, h('label', { for: 'inbox-status', text: 'Status' }), status,
+          h('label', { class: 'check' }, expired, ' show expired')),
+        h('div', { class: 'scroll' }, table), note, h('p', { class: 'pager' }, first, next)));
+
+    function setFilter(f) {
+      Object.assign(filter, f);
+      const q = new URLSearchParams();
+      if (filter.status) q.set('status', filter.status);
+      if (filter.expired) q.set('expired', 'show');
+      history.replaceState(null, '', '#/inbox' + (q.toString() ? '?' + q : ''));
+      pagePath = '';
+      load();
+    }
+    status.addEventListener('change', () => setFilter({ status: status.value }));
+    expired.addEventListener('change', () => setFilter({ expired: expired.checked }));
+    first.addEventListener('click', () => { pagePath = ''; load(); });
+    next.addEventListener('click', () => { if (nextPath) { pagePath = nextPath; load(); } });
+
+    // submit sends an entry to POST /inbox/submit; the toast says it was
+    // accepted (→ pending).
+    async function submit(sub, btn) {
+      err.textContent = '';
+      btn.disabled = true;
+      try {
+        const res = await api('POST', '/inbox/submit', sub);
+        toast('Accepted for processing: ' + res.inbox_id, res.inbox_id);
+        load();
+        return res;
+      } catch (e) {
+        err.textContent = 'The entry was not accepted: ' + e.describe();
+        return null;
+      } finally {
+        btn.disabled = false;
+      }
+    }
+    add.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const btn = add.querySelector('button');
+      const res = await submit({ source: { type: 'ui', identity: 'owner' },
+        intent: { action: action.value.trim(), target: target.value.trim() }, metadata: { priority: priority.value } }, btn);
+      if (res) target.value = '';
+    });
+    // Re-create: a new entry with an old one's content (an expired or
+    // rejected one), under a fresh id.
+    const again = (x) => {
+      const m = x.metadata || {};
+      return { source: x.source, intent: x.intent, metadata: { priority: m.priority || 'normal', ttl_hours: m.ttl_hours || 0, correlation_id: m.correlation_id || undefined } };
+    };
+    const row = (x) => {
+      const redo = x.status === 'expired' || x.status === 'rejected'
+        ? h('button', { type: 'button', class: 'secondary', 'data-testid': 'inbox-recreate', text: 'Re-create' }) : null;
+      if (redo) redo.addEventListener('click', () => submit(again(x), redo));
+      const src = x.source || {}, intent = x.intent || {};
+      return h('tr', { 'data-entry': x.id, 'data-status': x.status },
+        // The entry and, below it, the job its action started (job_id).
+        h('td', { class: 'mono', 'data-label': 'entry' }, h('span', { class: 'id', text: x.id }),
+          x.job_id ? h('div', { class: 'job' }, 'job ', h('a', { href: '#/jobs/' + enc(x.job_id), class: 'id', 'data-testid': 'inbox-job', text: x.job_id })) : null),
+        h('td', { 'data-label': 'status' }, inboxBadge(x), x.metadata && x.metadata.priority === 'high' ? h('span', { class: 'badge', 'data-priority': 'high', text: 'high' }) : null),
+        h('td', { class: 'mono action', 'data-label': 'action', text: intent.action || '' }),
+        h('td', { class: 'mono target', 'data-label': 'target', text: intent.target || '' }),
+        h('td', { 'data-label': 'source', text: (src.type || '') + (src.identity ? ' · ' + src.identity : '') }),
+        h('td', { 'data-label': 'created' }, fmtTime(x.created_at)),
+        h('td', { 'data-label': 'outcome' }, inboxOutcome(x)),
+        h('td', {}, redo));
+    };
+
+    async function load() {
+      const mine = ++seq;
+      return reading(table, async () => {
+        let path = pagePath;
+        if (!path) {
+          const q = new URLSearchParams({ limit: INBOX_SHOWN });
+          if (filter.status) q.set('status', filter.status);
+          else if (filter.expired) q.set('include_expired', 'true');
+          path = '/inbox/entries?' + q;
+        }
+        const keep = (x) => (filter.status ? x.status === filter.status : filter.expired || x.status !== 'expired');
+        try {
+          const [page, st] = await Promise.all([listPage(path, INBOX_SHOWN, keep), api('GET', '/inbox/stats')]);
+          if (stopped || mine !== seq) return;
+          showStats(st);
+          nextPath = page.next;
+          next.hidden = !page.next;
+          first.hidden = !pagePath;
+          shown = keepRows(body, shown, page.items, (x) => x.id, (x) => JSON.stringify(x), row);
+          note.textContent = page.items.length ? '' : (filter.status ? 'No entries ' + filter.status + '.' : 'No entries.');
+          err.textContent = '';
+        } catch (e) {
+          if (stopped || mine !== seq) return;
+          err.textContent = 'The inbox could not be read: ' + e.describe();
+        }
+      });
+    }
+    function showStats(st) {
+      lastStats = JSON.stringify(st || {});
+      const c = st || {};
+      stats.replaceChildren(...['pending', 'processed', 'rejected', 'expired'].flatMap((k, i) =>
+        [i ? ' · ' : '', h('span', { 'data-count': k, text: (c[k] || 0) + ' ' + k })]));
+    }
+    // The fallback: the counts every 30 s; the entries are read again
+    // only when they changed.
+    async function poll() {
+      const st = await api('GET', '/inbox/stats');
+      if (!stopped && JSON.stringify(st || {}) !== lastStats) await load();
+    }
+    let pending = null;
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_LIST_MS,
+      onEvent: (type, d) => {
+        if (!type.startsWith('inbox.')) return;
+        if (type === 'inbox.new' && d.entryId) toast('Accepted for processing: ' + d.entryId, d.entryId);
+        if (!pending) pending = setTimeout(() => { pending = null; if (!stopped) load(); }, 200);
+      },
+      poll,
+      onOpen: load,
+    });
+    load().then(() => { if (!stopped) live.start(); });
+    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
   }
 
   // ---- search by id, from the header: a job's id, else a run's
