@@ -195,9 +195,8 @@ func open(ctx context.Context, cfg Config) (*sqlDriver, error) {
 // interior pages included, so a row over about 1,000 bytes (a job record,
 // an audit object) spills into an overflow page and a write of it can
 // land on an interior page too; a rowid table keeps rows up to about
-// 4,000 bytes in a leaf, its leaves ordered by insertion (the jobs in
-// flight share pages), and the key index holds only keys. A job's WAL
-// pages went from 14.5 to 8.9 (docs/performance.md). Every statement is
+// 4,000 bytes in a leaf, and the key index holds only keys. A job's WAL
+// pages went from about 14.3 to 8.7 (docs/performance.md). Every statement is
 // the same on both, so the schema version stays 1: a file an earlier
 // release made keeps its WITHOUT ROWID table and is read and written as
 // it is, and an earlier release drives a file made now.
