@@ -150,6 +150,9 @@ func (c *Client) build(owner, node string, metrics *prommetrics.Metrics) (err er
 	}
 	ic := cfg.Inbox
 	ic.Store, ic.Clock, ic.Node, ic.Logger = cfg.Store, c.clock, node, c.log
+	if ic.Dispatch, err = newInboxJobs(c.queue, cfg.InboxJobs, cfg.JobTypes); err != nil {
+		return err
+	}
 	if c.box, err = inbox.New(ic); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}

@@ -89,6 +89,13 @@ type Config struct {
 	// InboxExpiry is how often inbox entries past their TTL are expired.
 	// Default DefaultInboxExpiry; negative: never (another process does).
 	InboxExpiry time.Duration
+	// InboxJobs maps an inbox entry's action (intent.action) to the type of
+	// the job the entry starts (docs/spec.md#inbox-jobs): each entry the
+	// inbox accepts whose action is listed enqueues one job of that type,
+	// whose id is derived from the entry's, so a retry enqueues it once;
+	// the entry records the job's id and the job's payload the entry's.
+	// Each type is one of JobTypes or an NLM type. Default none.
+	InboxJobs map[string]lifecycle.JobType
 
 	// SubmitOnly makes a Client that executes nothing: Start runs only the
 	// retention janitor, and the engines serve submits, enqueues, reads and
@@ -163,6 +170,7 @@ func (c *Config) validate() error {
 		{"NLM.Logger", c.NLM.Logger != nil}, {"NLM.Node", c.NLM.Node != ""},
 		{"Inbox.Store", c.Inbox.Store != nil}, {"Inbox.Clock", c.Inbox.Clock != nil},
 		{"Inbox.Logger", c.Inbox.Logger != nil}, {"Inbox.Node", c.Inbox.Node != ""},
+		{"Inbox.Dispatch (use InboxJobs)", c.Inbox.Dispatch != nil},
 	} {
 		if f.set {
 			return fmt.Errorf("%w: %s is set by the Client from Config; leave it zero", ErrInvalidConfig, f.name)

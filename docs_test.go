@@ -362,12 +362,14 @@ func TestSpecAuthorityMatrix(t *testing.T) {
 			cur = authority.Jobs
 		case "Artifacts:":
 			cur = authority.Artifacts
+		case "Memory Backend:":
+			cur = authority.Memory
 		}
 		if cur != "" && strings.HasPrefix(line, "|") {
 			tables[cur] = append(tables[cur], line)
 		}
 	}
-	for _, r := range []authority.Resource{authority.Jobs, authority.Artifacts} {
+	for _, r := range []authority.Resource{authority.Jobs, authority.Artifacts, authority.Memory} {
 		var want []string
 		want = append(want, "| actor |")
 		for _, op := range authority.Operations(r) {
@@ -383,7 +385,9 @@ func TestSpecAuthorityMatrix(t *testing.T) {
 		var got []string
 		for _, line := range tables[r] {
 			if !strings.HasPrefix(line, "| ---") {
-				got = append(got, line)
+				// "(amended)" marks a cell the project changed from the
+				// platform's table; the paragraph below the table says why.
+				got = append(got, strings.ReplaceAll(line, " (amended) |", " |"))
 			}
 		}
 		if !slices.Equal(got, want) {

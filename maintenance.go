@@ -2,6 +2,7 @@ package conveyor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -98,8 +99,10 @@ func newInboxExpiry(box *inbox.Box, every time.Duration, clk clock.Clock, log *s
 	return &inboxExpiry{box: box, Base: maintenance.Base{Name: "inbox_expiry", Clock: clk, Logger: log, Period: every}}
 }
 
-// RunOnce expires the entries due.
+// RunOnce expires the entries due, then retries the jobs of pending
+// entries whose dispatch failed (Config.InboxJobs).
 func (e *inboxExpiry) RunOnce(ctx context.Context) error {
 	_, err := e.box.ExpireDue(ctx, lifecycle.ActorSystem)
-	return err
+	_, derr := e.box.DispatchPending(ctx)
+	return errors.Join(err, derr)
 }

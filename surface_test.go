@@ -30,10 +30,17 @@ const (
 	// (Queue.SetPaused, Operator.SetPaused) and concurrency (QueueConfig);
 	// the dashboard's counts, last hour and bulk cancel; lifecycle.Unique
 	// and jobqueue.Snooze, unique jobs and snooze (issue 30); jobqueue.Operator
-	// (the Queue's operator side on a type of its own); lifecycle's
-	// AllTenants, WithTenant and TenantOf and run's ActiveRunsByTenant
-	// (issue 31's tenants).
-	surfaceTotalCap = 531
+	// (the Queue's operator side on a type of its own); the NLM backend
+	// deployed apart and the artifact reads (issue 32: nlm.Backend, the
+	// artifact record in lifecycle, the client's NLMBackend and artifact
+	// reads); lifecycle.CompensationEntry and run.CompensateInput,
+	// compensation (issue 31); the proposal record with its state and
+	// three states in lifecycle, the client's Proposals with its pending
+	// list, read and decision; inbox.Box.DispatchPending, the retry of the
+	// job an inbox entry starts (issue 32); lifecycle's AllTenants,
+	// WithTenant and TenantOf and run's ActiveRunsByTenant (issue 31's
+	// tenants).
+	surfaceTotalCap = 554
 	// surfacePackagesCap bounds the number of public packages: 19 of the
 	// house, and one kept for the SQLite store.
 	surfacePackagesCap = 20
@@ -53,10 +60,10 @@ var surfaceCaps = map[string]struct {
 	reason string
 }{
 	".":                       {40, "the Client and its Config, the one way in"},
-	"lifecycle":               {168, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on; 165 -> 168: AllTenants, WithTenant and TenantOf, the tenant a call acts for, which every engine, the server and a user's code share (what a tenant may see is internal/tenancy's); 164 -> 165: Unique, a job's uniqueness (NewJob.Unique), which the queue, the server, the client and a user's code share; 160 -> 164: JobCounts, JobCountRow, JobActivity and JobActivityMinute, the dashboard's counts and last hour that the queue, the server and the client share; 151 -> 160: the general job machine's two states (RUNNING, CANCELLED) and its name as a job record carries it, and cancel's refusal, which the queue and the Go client both return: ErrJobFinished, ErrJobNotCancellable, JobCancelError with Error, Is, Code; 148 -> 151: MinPriority, MaxPriority and DefaultPriority, the range of a job's priority that the queue, the server, the client and a user's code share; 143 -> 148: JobHistory, JobAttempt, BulkResult, BulkFailure and QueueLane, the job page's bodies (a job's history, a bulk action's answer, a lane) that the queue, the server and the client share (the client imports no engine); 142 -> 143: ScheduleJob, the job of a periodic job's schedule, which the root Config, the scheduler, the server and the client share as they share Schedule; 139 -> 142: BatchError with its Error and Unwrap, the failure of a batch insert that the job queue and the Go client both return (the client imports no engine); 130 -> 139: four for what the job queue and the NLM processor both speak (JobOutput, SourceRef, ErrInvalidJob, DefaultProject), so the NLM processor no longer imports the queue, Schedules, the scheduler's public face, and Schedule with ScheduleProgress (4 with its JSON methods), the one schedule type the root Config, the scheduler, the server and the client share (the root's copy, 3 names, went)"},
+	"lifecycle":               {176, "the types: records, states, wire bodies, typed errors, sentinels, codes users match on; 173 -> 176: AllTenants, WithTenant and TenantOf, the tenant a call acts for, which every engine, the server and a user's code share (what a tenant may see is internal/tenancy's); 168 -> 173: Proposal, ProposalState and its three states, the proposal record the runner writes, the server serves and the client and the CLI read (the client imports no engine); 165 -> 168: Artifact and ArtifactType, the artifact record, which the artifact store, the server and the client (no engine) share, and CompensationEntry, a run's compensation_log entry; 164 -> 165: Unique, a job's uniqueness (NewJob.Unique), which the queue, the server, the client and a user's code share; 160 -> 164: JobCounts, JobCountRow, JobActivity and JobActivityMinute, the dashboard's counts and last hour that the queue, the server and the client share; 151 -> 160: the general job machine's two states (RUNNING, CANCELLED) and its name as a job record carries it, and cancel's refusal, which the queue and the Go client both return: ErrJobFinished, ErrJobNotCancellable, JobCancelError with Error, Is, Code; 148 -> 151: MinPriority, MaxPriority and DefaultPriority, the range of a job's priority that the queue, the server, the client and a user's code share; 143 -> 148: JobHistory, JobAttempt, BulkResult, BulkFailure and QueueLane, the job page's bodies (a job's history, a bulk action's answer, a lane) that the queue, the server and the client share (the client imports no engine); 142 -> 143: ScheduleJob, the job of a periodic job's schedule, which the root Config, the scheduler, the server and the client share as they share Schedule; 139 -> 142: BatchError with its Error and Unwrap, the failure of a batch insert that the job queue and the Go client both return (the client imports no engine); 130 -> 139: four for what the job queue and the NLM processor both speak (JobOutput, SourceRef, ErrInvalidJob, DefaultProject), so the NLM processor no longer imports the queue, Schedules, the scheduler's public face, and Schedule with ScheduleProgress (4 with its JSON methods), the one schedule type the root Config, the scheduler, the server and the client share (the root's copy, 3 names, went)"},
 	"lifecycle/clock":         {14, "Clock, Real, and the Fake with the controls a test moves it by"},
 	"lifecycle/run":           {45, "the Runner, the agent interfaces and the run config"},
-	"lifecycle/nlm":           {12, "the NLM processor"},
+	"lifecycle/nlm":           {15, "the NLM processor; 12 -> 15: Backend, Processor.Artifact and Processor.Artifacts, so a backend deployed apart is asked as one in the process is"},
 	"lifecycle/conveyortest":  {15, "the one user test kit for agents and handlers; 10 -> 15: StartAgent and AgentRun (Status, Steps, Approve, Reject, Deliver, Cancel), to answer a parked run and continue it"},
 	"jobqueue":                {61, "the Queue, its handlers and the job config; 60 -> 61: Operator, the operator's and the dashboard's side of the queue (lanes, history, counts, last hour, bulk requeue and cancel, pause, reconcile) on a type of its own so Queue stays within its 25 methods; 59 -> 60: Snooze, what a handler returns to run its job again later; 56 -> 59: CancelMatching, Counts and Activity, the dashboard's bulk cancel, counts and charts; 52 -> 56: InsertFunc, the link of the insert middleware a user writes (Config.InsertMiddleware), ResultAs, a job's result read back as the Go type its Typed handler returned, SetPaused (pause and resume in one method) and QueueConfig, a named queue's concurrency; 51 -> 52: Reconcile, an operator's repair after a store incident; 50 -> 51: Queue.Cancel; 45 -> 50: History, RequeueMatching and Lanes, the job page's reads and bulk action, with the bounds a caller plans by (MaxBulk, MaxLaneLocks)"},
 	"artifact":                {20, "the artifact store"},
@@ -69,7 +76,7 @@ var surfaceCaps = map[string]struct {
 	"adapters/sqlitestore":    {6, "a SQLite Store, its config and its driver"},
 	"adapters/s3store":        {18, "an S3 Store, its config, and the driver a program checks (its error categories) and creates the bucket with"},
 	"adapters/httpapi":        {15, "the HTTP server"},
-	"adapters/httpapi/client": {44, "the Go client of the HTTP API; 41 -> 44: Operator.CancelJobs, JobCounts and JobActivity; 40 -> 41: Operator.SetPaused, a named queue's pause and resume; 39 -> 40: Operator.CancelJob; 35 -> 39: Operator with JobHistory, RequeueJobs and Queues, the dashboard's routes, on a type of their own so Client stays within its 25 methods"},
+	"adapters/httpapi/client": {54, "the Go client of the HTTP API; 50 -> 54: Proposals with Pending, Get and Decide, the proposals runs create and the gateway's decision, on a type of their own so Client stays within its 25 methods; 41 -> 44: Operator.CancelJobs, JobCounts and JobActivity; 40 -> 41: Operator.SetPaused, a named queue's pause and resume; 39 -> 40: Operator.CancelJob; 35 -> 39: Operator with JobHistory, RequeueJobs and Queues, the dashboard's routes, on a type of their own so Client stays within its 25 methods"},
 	"adapters/otlp":           {2, "the OTLP span exporter from the standard variables"},
 }
 

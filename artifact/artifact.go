@@ -38,36 +38,9 @@ import (
 )
 
 // Artifact is an artifact record, projects/{cid}/artifacts/{artifact_id}.json
-// (docs/spec.md#artifact). The embedded lifecycle.Meta is its "version" (1 on
-// create; a finalized artifact is never rewritten: only a lost attempt's
-// artifact, which no job points at, is replaced by the next attempt's, with
-// the version counted on).
-type Artifact struct {
-	lifecycle.Meta
-
-	ArtifactID  string                `json:"artifact_id"`
-	JobID       string                `json:"job_id"`
-	RunID       string                `json:"run_id,omitempty"`
-	Type        Type                  `json:"type"`
-	AgentSlug   string                `json:"agent_slug"`
-	CreatedAt   time.Time             `json:"created_at"`
-	Finalized   bool                  `json:"finalized"`
-	FinalizedAt *time.Time            `json:"finalized_at,omitempty"`
-	URL         string                `json:"url,omitempty"`
-	EntityRefs  []string              `json:"entity_refs,omitempty"`
-	Tags        []string              `json:"tags,omitempty"`
-	Content     json.RawMessage       `json:"content"`
-	Sources     []lifecycle.SourceRef `json:"sources,omitempty"`
-	// ProjectID is the cid of the key; Conveyor adds it so a record read on
-	// its own says where it lives.
-	ProjectID string `json:"project_id,omitempty"`
-	// TenantID is the tenant of the job that wrote it (docs/spec.md#tenants);
-	// empty for the default tenant.
-	TenantID string `json:"tenant_id,omitempty"`
-	// Epoch is the fencing epoch of the claim that wrote it (Draft.Epoch);
-	// Conveyor adds it, omitted for artifacts written unfenced.
-	Epoch int64 `json:"epoch,omitempty"`
-}
+// (docs/spec.md#artifact): the types package's, so the Go client reads
+// the same type the store writes.
+type Artifact = lifecycle.Artifact
 
 // Draft is what a writer supplies to Create; the store fills in the id,
 // times, finalization, version and URL. Its text is bounded: at most

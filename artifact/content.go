@@ -12,7 +12,7 @@ import (
 )
 
 // Type is an artifact's content type (docs/spec.md#artifact).
-type Type string
+type Type = lifecycle.ArtifactType
 
 // The built-in content types (docs/spec.md#artifact).
 const (

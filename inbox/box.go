@@ -48,6 +48,15 @@ type Config struct {
 	DefaultTTL time.Duration
 	// Logger receives audit write failures. Default: slog.Default().
 	Logger *slog.Logger
+	// Dispatch, when set, is called with each entry the validation gate
+	// accepted, once it is stored, and answers the id of the job it
+	// enqueued for the entry, or "" for none (docs/spec.md#inbox-jobs). The
+	// Box records that id on the entry (job_id). It must be idempotent: an
+	// entry whose call failed, or whose id was not recorded, is offered
+	// again by DispatchPending. A failure is logged and leaves the entry
+	// pending without a job; Submit still succeeds. Default nil: entries
+	// start no jobs.
+	Dispatch func(ctx context.Context, e lifecycle.InboxEntry) (jobID string, err error)
 }
 
 // Box is the inbox (docs/spec.md#inbox-entry-lifecycle) over a Store: entries live at
@@ -333,8 +342,10 @@ func (b *Box) Submit(ctx context.Context, actor lifecycle.Actor, sub lifecycle.I
 		}
 		return lifecycle.InboxEntry{}, err
 	}
+	// The job first, so the stream's inbox.new finds the entry linked.
+	e := b.dispatch(ctx, doc.InboxEntry)
 	b.record(ctx, actor, &doc.InboxEntry, "")
-	return doc.InboxEntry, nil
+	return e, nil
 }
 
 func (b *Box) record(ctx context.Context, actor lifecycle.Actor, e *lifecycle.InboxEntry, from lifecycle.InboxState) {

@@ -17,6 +17,9 @@ type AgentInfo struct {
 	Spec        Spec     `json:"spec"`
 	Steps       []string `json:"steps"`
 	Concurrency int      `json:"concurrency"`
+	// After is a graph agent's: by step name, the steps it depends on
+	// (absent for a linear agent, whose steps run in the order listed).
+	After map[string][]string `json:"after,omitempty"`
 }
 
 // Quarantined is a record kept out of the way because it could not be

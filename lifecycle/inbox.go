@@ -46,6 +46,10 @@ type InboxEntry struct {
 	CreatedAt       time.Time     `json:"created_at"`
 	ProposalID      string        `json:"proposal_id,omitempty"`
 	RejectionReason string        `json:"rejection_reason,omitempty"`
+	// JobID is the job the entry's action started (docs/spec.md#inbox-jobs),
+	// set once the job is enqueued; empty for an action that maps to no
+	// job type, and on entries written before the field existed.
+	JobID string `json:"job_id,omitempty"`
 	// TenantID is the entry's tenant (docs/spec.md#tenants): empty for
 	// the default tenant, and in every entry written before tenants.
 	TenantID string `json:"tenant_id,omitempty"`

@@ -58,6 +58,10 @@ type RunStatus struct {
 	// Waits of the approval machine (docs/spec.md#approval-run).
 	Approval *Approval     `json:"approval,omitempty"`
 	External *ExternalWait `json:"external,omitempty"`
+	// CompensationLog lists the compensations run so far, in the order
+	// they ran (docs/spec.md#compensation): written as each ends while the
+	// run is compensating, complete in the terminal status.
+	CompensationLog []CompensationEntry `json:"compensation_log,omitempty"`
 	// ResumeCount counts takeovers after a runner was lost (docs/spec.md#recovery).
 	ResumeCount int `json:"resume_count,omitempty"`
 	// TakenOverAt is when a runner last took the run over (the claim that
@@ -112,6 +116,10 @@ type StepRecord struct {
 	Attempts   int             `json:"attempts,omitempty"`
 	// Epoch is the lease epoch of the runner that wrote the file.
 	Epoch int64 `json:"epoch,omitempty"`
+	// After and Next are a graph agent's (absent for a linear one): the
+	// steps this one depends on, and the successors it chose to run.
+	After []string `json:"after,omitempty"`
+	Next  []string `json:"next,omitempty"`
 }
 
 // SubmitRequest asks for a run (POST /agents/run).

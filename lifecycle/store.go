@@ -147,6 +147,7 @@ type AuditEvent struct {
 	RunID      string    `json:"run_id,omitempty"`
 	EntryID    string    `json:"entry_id,omitempty"`
 	ArtifactID string    `json:"artifact_id,omitempty"`
+	ProposalID string    `json:"proposal_id,omitempty"`
 	// TenantID is the tenant of the record the event is about
 	// (docs/spec.md#tenants); empty for the default tenant.
 	TenantID string `json:"tenant_id,omitempty"`

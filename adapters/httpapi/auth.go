@@ -53,7 +53,7 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 			return lifecycle.ActorGateway, nil
 		}
 		a = normalizeActor(a)
-		if !s.actorOK[a] {
+		if !s.knownActor(a) {
 			return "", apiErr(codes.Unauthorized, "unknown actor in %s", wire.ActorHeader)
 		}
 		return a, nil
@@ -133,7 +133,8 @@ func normalizeActor(a lifecycle.Actor) lifecycle.Actor {
 
 // parseTokens parses the environment form of the tokens,
 // "tok1=gateway,tok2=admin" (spaces around items are ignored). Actors are
-// those of the authority matrix's actors, and "owner", which means gateway.
+// those of the authority matrix's actors, "owner", which means gateway, and
+// "guest:{zone}", a zone guest.
 func parseTokens(s string) (map[string]lifecycle.Actor, error) {
 	out := map[string]lifecycle.Actor{}
 	for item := range strings.SplitSeq(s, ",") {
@@ -155,8 +156,10 @@ func parseTokens(s string) (map[string]lifecycle.Actor, error) {
 // LoadTokens reads the Worker's tokens: the token file at path (none when
 // path is empty), one "token actor" pair per line, blank lines and lines
 // starting with # ignored, then TokensEnv, whose tokens are added to the
-// file's. Actors are those of the authority matrix, and "owner", which
-// means gateway. Neither: an empty map.
+// file's. Actors are those of the authority matrix, "owner", which means
+// gateway, and "guest:{zone}", a guest of that zone, who may only submit
+// to the inbox (its entries' identity is "guest:{zone}"). Neither: an
+// empty map.
 func LoadTokens(path string) (map[string]lifecycle.Actor, error) {
 	out := map[string]lifecycle.Actor{}
 	if path != "" {
@@ -203,7 +206,7 @@ func addToken(m map[string]lifecycle.Actor, tok, value string) error {
 		return err
 	}
 	a := normalizeActor(actor)
-	known := false
+	_, known := authority.GuestZone(a)
 	for _, k := range authority.Actors() {
 		known = known || k == a
 	}
@@ -241,4 +244,20 @@ func CheckListen(addr string, tokens map[string]lifecycle.Actor) error {
 		return nil
 	}
 	return fmt.Errorf("%w: no tokens configured, so only a loopback address may be served, not %q (set %s or a token file)", ErrInvalidConfig, addr, TokensEnv)
+}
+
+// knownActor tells whether a names an actor a request may act as: one of
+// the authority matrix's, or a zone guest.
+func (s *Server) knownActor(a lifecycle.Actor) bool {
+	_, guest := authority.GuestZone(a)
+	return guest || s.actorOK[a]
+}
+
+// guestRefused refuses a zone guest every route but the inbox submission;
+// nil for any other actor, or a route that admits guests.
+func guestRefused(rt route, actor lifecycle.Actor) error {
+	if _, guest := authority.GuestZone(actor); !guest || rt.guest {
+		return nil
+	}
+	return apiErr(codes.Forbidden, "a zone guest (%s) may only POST /inbox/submit, not %s %s", actor, rt.method, rt.path)
 }

@@ -114,6 +114,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{name: "frontend submits an inbox entry", method: "POST", path: "/inbox/submit", token: "tok-frontend", ctype: js,
 			body: `{"source":{"type":"ui","identity":"owner"},"intent":{"action":"research","target":"x"},"metadata":{}}`, status: 403, code: "FORBIDDEN"},
 		{name: "inbox entries of an unknown status", method: "GET", path: "/inbox/entries?status=lost", token: gw, status: 400, code: "INVALID_REQUEST"},
+		{name: "inbox entries, include_expired neither true nor false", method: "GET", path: "/inbox/entries?include_expired=maybe", token: gw, status: 400, code: "INVALID_REQUEST"},
 		{name: "restore a key outside quarantine", method: "POST", path: "/quarantine/restore", token: admin, ctype: js, body: `{"qkey":"jobs/job-1.json"}`, status: 400, code: "INVALID_INPUT"},
 		{name: "restore an unknown record", method: "POST", path: "/quarantine/restore", token: admin, ctype: js, body: `{"qkey":"quarantine/nope.json"}`, status: 404, code: "NOT_FOUND"},
 		{name: "no event feed", method: "GET", path: "/events/stream", token: gw, status: 503, code: "SERVICE_UNAVAILABLE"},

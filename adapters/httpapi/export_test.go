@@ -16,6 +16,11 @@ const (
 // ParseTokens parses the environment form of the tokens (TokensEnv).
 var ParseTokens = parseTokens
 
-// Patterns are the server's routes, "METHOD /path" (the tenant attack test
-// covers each).
-func (s *Server) Patterns() []string { return s.patterns }
+// Routes lists the route table: method and path pattern.
+func Routes(s *Server) [][2]string {
+	out := make([][2]string, len(s.table))
+	for i, rt := range s.table {
+		out[i] = [2]string{rt.method, rt.path}
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/inbox"
+	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -19,7 +20,7 @@ type inboxRoutes struct {
 
 func (h *inboxRoutes) table() []route {
 	return []route{
-		{method: "POST", path: "/inbox/submit", actors: submitters, body: true, h: h.submitInbox()},
+		{method: "POST", path: "/inbox/submit", actors: submitters, guest: true, body: true, h: h.submitInbox()},
 		{method: "GET", path: "/inbox/stats", operator: true, h: h.inboxStats()},
 		{method: "GET", path: "/inbox/entries", h: h.inboxEntries()},
 	}
@@ -27,8 +28,13 @@ func (h *inboxRoutes) table() []route {
 
 func (h *inboxRoutes) submitInbox() handlerFunc {
 	return needs(h.box != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
-		func(ctx context.Context, _ lifecycle.Actor, sub lifecycle.InboxSubmission) (wire.InboxAnswer, error) {
-			// The route admits the owner's callers; the Worker, the gateway, is who
+		func(ctx context.Context, actor lifecycle.Actor, sub lifecycle.InboxSubmission) (wire.InboxAnswer, error) {
+			// A zone guest's entry carries its zone as its identity,
+			// whatever the body says: a guest speaks for no one else.
+			if _, guest := authority.GuestZone(actor); guest {
+				sub.Source.Identity = string(actor)
+			}
+			// The route admits the owner's callers and zone guests; the Worker, the gateway, is who
 			// writes a pending entry (docs/spec.md#inbox-entry-lifecycle).
 			e, err := h.box.Submit(ctx, lifecycle.ActorGateway, sub)
 			if err != nil {
@@ -45,9 +51,18 @@ func (h *inboxRoutes) inboxStats() handlerFunc {
 		}))
 }
 
-// statusQuery reads GET /inbox/entries's optional ?status= filter.
+// statusQuery reads GET /inbox/entries's optional ?status= filter and
+// ?include_expired=true, which lists the expired entries among the others
+// (the page's "show expired").
 func statusQuery(r *http.Request, _ lifecycle.Actor) (inbox.ListOptions, error) {
 	var opts inbox.ListOptions
+	switch v := r.URL.Query().Get("include_expired"); v {
+	case "", "false":
+	case "true":
+		opts.IncludeExpired = true
+	default:
+		return opts, apiErr(codes.InvalidRequest, "include_expired %q is not true or false", v)
+	}
 	if v := r.URL.Query().Get("status"); v != "" {
 		known := false
 		for _, st := range machine.InboxStates() {

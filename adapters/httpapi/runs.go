@@ -30,6 +30,7 @@ func newRunRoutes(r *run.Runner, cs *cursors) *runRoutes {
 		for _, st := range a.Steps {
 			info.Steps = append(info.Steps, st.Name)
 		}
+		info.After = graphOf(a.Steps)
 		h.agents = append(h.agents, info)
 		h.slugs[a.Slug] = true
 	}

@@ -16,10 +16,12 @@ import (
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/page"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/webhook"
+	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/codes"
 	xmachine "github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/proposals"
 	"github.com/runconveyor/conveyor/internal/storekey"
 	"github.com/runconveyor/conveyor/internal/tracing"
 	"github.com/runconveyor/conveyor/jobqueue"
@@ -56,12 +58,22 @@ type Config struct {
 	Queue *jobqueue.Queue
 	// Inbox serves /inbox/*. Default none: 404 NOT_FOUND, as for Queue.
 	Inbox *inbox.Box
-	// NLM, with Runner, serves POST /nlm/callback (nlm.Sink). Default none:
-	// 404 NOT_FOUND, as for Queue.
+	// NLM, with Runner, serves POST /nlm/callback (nlm.Sink), and the NLM
+	// backend's own routes: POST /jobs/process and GET /nlm/jobs/{jobId}.
+	// Default none: 404 NOT_FOUND, as for Queue.
 	NLM *nlm.Processor
-	// Store serves /quarantine (the list of quarantined records, a restore (Store.Restore of the HTTP API));
-	// give the store the Runner, Queue and Inbox write to. Default none:
-	// 404 NOT_FOUND, as for Queue.
+	// NLMBackend is an NLM backend deployed apart (the Go client's
+	// NLMBackend) whose callbacks POST /nlm/callback checks and hands to
+	// the Runner. Default: NLM.
+	NLMBackend nlm.Backend
+	// Artifacts serves GET /artifacts/{artifactId} and GET
+	// /jobs/{jobId}/artifact. Default: the Queue's artifact store, else
+	// the NLM processor's; with none, 404 NOT_FOUND.
+	Artifacts *artifact.Store
+	// Store serves /quarantine (the list of quarantined records, a restore (Store.Restore of the HTTP API))
+	// and /proposals (the proposals runs created, and the gateway's
+	// decisions); give the store the Runner, Queue and Inbox write to.
+	// Default none: 404 NOT_FOUND, as for Queue.
 	Store *storage.Store
 
 	// CursorKey signs the cursors of the paged lists (HMAC-SHA256), so a
@@ -164,14 +176,12 @@ type Config struct {
 // Server serves the Worker's HTTP API. It is an http.Handler, safe for
 // concurrent use.
 type Server struct {
-	cfg Config
-	mux *http.ServeMux
-	// patterns are the routes' "METHOD /path", in table order.
-	patterns []string
-	log      *slog.Logger
-	tracer   tracing.Tracer
-	metrics  *httpMetrics // nil: no Registerer
-	actorOK  map[lifecycle.Actor]bool
+	cfg     Config
+	mux     *http.ServeMux
+	log     *slog.Logger
+	tracer  tracing.Tracer
+	metrics *httpMetrics // nil: no Registerer
+	actorOK map[lifecycle.Actor]bool
 	// feed serves the event stream and its Run reads the store; nil when
 	// none is served.
 	feed *events.Feed
@@ -186,8 +196,12 @@ type Server struct {
 	jobs       *jobRoutes
 	inbox      *inboxRoutes
 	callback   *callbackRoute
+	backend    *backendRoutes
 	quarantine *quarantineRoutes
 	schedules  *scheduleRoutes
+	proposals  *proposalRoutes
+	// table is the route table as mounted.
+	table []route
 }
 
 // WebhookRoute maps an event of a webhook source to the agent whose run it
@@ -240,7 +254,10 @@ type route struct {
 	// traced: the route starts work that continues the caller's trace
 	// (its traceparent header), under a server span.
 	traced bool
-	h      handlerFunc
+	// guest: a zone guest may call it (the inbox submission only); every
+	// other route refuses one.
+	guest bool
+	h     handlerFunc
 }
 
 // New checks cfg and returns a Server.
@@ -274,7 +291,11 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), metrics: metrics, actorOK: map[lifecycle.Actor]bool{},
 		runs: newRunRoutes(cfg.Runner, cs), jobs: &jobRoutes{queue: cfg.Queue, cursors: cs}, inbox: &inboxRoutes{box: cfg.Inbox, cursors: cs},
-		callback: &callbackRoute{}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules}}
+		callback: &callbackRoute{}, backend: &backendRoutes{proc: cfg.NLM, queue: cfg.Queue, artifacts: cfg.Artifacts}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules},
+		proposals: &proposalRoutes{cursors: cs}}
+	if cfg.Store != nil {
+		s.proposals.props = proposals.New(cfg.Store, cfg.Clock.Now, "", cfg.Logger)
+	}
 	for _, a := range authority.Actors() {
 		s.actorOK[a] = true
 	}
@@ -285,7 +306,7 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 			return nil, err
 		}
 		a = normalizeActor(a)
-		if tok == "" || !s.actorOK[a] {
+		if tok == "" || !s.knownActor(a) {
 			return nil, fmt.Errorf("%w: token for unknown actor %q", ErrInvalidConfig, a)
 		}
 		if tenant != "" {
@@ -295,7 +316,17 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	}
 	s.cfg.Tokens = tokens
 	s.stream = stream
-	if cfg.NLM != nil {
+	switch {
+	case s.backend.artifacts != nil:
+	case cfg.Queue != nil:
+		s.backend.artifacts = cfg.Queue.Artifacts()
+	case cfg.NLM != nil:
+		s.backend.artifacts = cfg.NLM.Artifacts()
+	}
+	switch {
+	case cfg.NLMBackend != nil:
+		s.callback.sink = nlm.Sink(cfg.Runner, cfg.NLMBackend)
+	case cfg.NLM != nil:
 		s.callback.sink = nlm.Sink(cfg.Runner, cfg.NLM)
 	}
 	if err := s.mount(); err != nil {
@@ -418,7 +449,7 @@ func public(r *http.Request) bool {
 
 func (s *Server) routes() {
 	var table []route
-	for _, part := range [][]route{s.runs.table(), s.jobs.table(), s.inbox.table(), s.schedules.table(), s.quarantine.table()} {
+	for _, part := range [][]route{s.runs.table(), s.jobs.table(), s.inbox.table(), s.schedules.table(), s.quarantine.table(), s.backend.table(), s.proposals.table()} {
 		table = append(table, part...)
 	}
 	table = append(table,
@@ -428,9 +459,9 @@ func (s *Server) routes() {
 		route{method: "GET", path: "/healthz", h: func(w http.ResponseWriter, _ *http.Request, _ lifecycle.Actor) error {
 			return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 		}})
+	s.table = table
 	allow := map[string][]string{}
 	for _, rt := range table {
-		s.patterns = append(s.patterns, rt.method+" "+rt.path)
 		s.mux.Handle(rt.method+" "+rt.path, s.handler(rt))
 		allow[rt.path] = append(allow[rt.path], rt.method)
 		if rt.method == "GET" {
@@ -529,7 +560,11 @@ func (s *Server) handler(rt route) http.Handler {
 			s.writeError(w, r, apiErr(codes.NotFound, "%s %s is not served to tenant %s", rt.method, rt.path, t))
 			return
 		}
-		if rt.actors != nil && !slices.Contains(rt.actors, actor) {
+		if err := guestRefused(rt, actor); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if _, guest := authority.GuestZone(actor); !guest && rt.actors != nil && !slices.Contains(rt.actors, actor) {
 			s.writeError(w, r, apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))
 			return
 		}

@@ -6,9 +6,9 @@
 // when it returns. Each connection sets busy_timeout before anything else,
 // so a process waits for another's commit instead of failing. The file
 // holds three tables: meta (the schema version, so a later release can
-// migrate, and the last version issued), kv (key TEXT PRIMARY KEY, value,
-// version) and changes (a bounded log of the keys each version wrote,
-// which watchers follow). Beside it: SQLite's -wal and -shm, and -lock,
+// migrate, and the last version issued), kv (key, value, version: a
+// rowid table, its keys in their own index) and changes (a bounded log
+// of the keys each version wrote, which watchers follow). Beside it: SQLite's -wal and -shm, and -lock,
 // -turn, -bell-lock and -bell-turn (two FIFOs, left after Close), by which
 // processes take turns at writing (SQLite's busy handler alone let one
 // process starve another).
@@ -190,9 +190,22 @@ func open(ctx context.Context, cfg Config) (*sqlDriver, error) {
 	return d, nil
 }
 
+// kvTable is a rowid table with its keys in an index, not a WITHOUT ROWID
+// table keyed by them: a WITHOUT ROWID table is a B-tree of whole rows,
+// interior pages included, so a row over about 1,000 bytes (a job record,
+// an audit object) spills into an overflow page and a write of it can
+// land on an interior page too; a rowid table keeps rows up to about
+// 4,000 bytes in a leaf, and the key index holds only keys. A job's WAL
+// pages went from about 14.3 to 8.7 (docs/performance.md). Every statement is
+// the same on both, so the schema version stays 1: a file an earlier
+// release made keeps its WITHOUT ROWID table and is read and written as
+// it is, and an earlier release drives a file made now.
+const kvTable = "CREATE TABLE IF NOT EXISTS kv (key TEXT NOT NULL PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL)"
+
 var schema = []string{
 	"CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-	"CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID",
+	// A rowid table, its keys in an index: see kvTable.
+	kvTable,
 	"CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY, key TEXT NOT NULL, writer INTEGER NOT NULL)",
 	"INSERT OR IGNORE INTO meta (name, value) VALUES ('schema', " + strconv.Itoa(schemaVersion) + "), ('seq', 0)",
 }

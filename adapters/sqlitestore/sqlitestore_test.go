@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -295,4 +296,75 @@ func TestWatchPrunedLog(t *testing.T) {
 	if n > 8 {
 		t.Errorf("the change log holds %d entries after 21 writes, want at most keep+every = 8", n)
 	}
+}
+
+// earlierSchema is the schema the first release of this package made: kv
+// a WITHOUT ROWID table. Such a file is read and written as it is.
+var earlierSchema = []string{
+	"CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+	"CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID",
+	"CREATE TABLE changes (seq INTEGER PRIMARY KEY, key TEXT NOT NULL, writer INTEGER NOT NULL)",
+	"INSERT INTO meta (name, value) VALUES ('schema', 1), ('seq', 0)",
+}
+
+// TestConformanceEarlierLayout runs the whole contract on files made with
+// the earlier layout, and checks they keep it (nothing migrates them).
+func TestConformanceEarlierLayout(t *testing.T) {
+	storetest.TestDriver(t, func(t *testing.T) driver.Store {
+		path := filepath.Join(t.TempDir(), "store.db")
+		makeEarlier(t, path)
+		d, err := sqlitestore.NewDriver(context.Background(), sqlitestore.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = d.(io.Closer).Close()
+			if got := kvSQL(t, path); !strings.Contains(got, "WITHOUT ROWID") {
+				t.Errorf("the earlier layout was changed: %s", got)
+			}
+		})
+		return d
+	}, storetest.Capabilities{})
+}
+
+// TestLayout: a new file's kv is a rowid table (a WITHOUT ROWID one spills
+// job records into overflow pages: docs/performance.md).
+func TestLayout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s, err := sqlitestore.New(t.Context(), sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if got := kvSQL(t, path); strings.Contains(got, "WITHOUT ROWID") {
+		t.Errorf("kv is %s, want a rowid table", got)
+	}
+}
+
+func makeEarlier(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range earlierSchema {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func kvSQL(t *testing.T, path string) string {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var q string
+	if err := db.QueryRow("SELECT sql FROM sqlite_schema WHERE name = 'kv'").Scan(&q); err != nil {
+		t.Fatal(err)
+	}
+	return q
 }

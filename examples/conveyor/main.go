@@ -89,6 +89,10 @@ commands:
                                   stop a named queue's jobs from starting, on every Worker
                                   ("default" holds agents' jobs); running jobs finish
   inbox [-status pending]         inbox entries; inbox stats
+  proposals [pending] [-limit N] [-cursor C] [-all]
+                                  the pending proposals, newest first
+  proposals show <id> | proposals apply <id> [-reason R] | proposals reject <id> [-reason R]
+                                  one proposal; the gateway's decision on it
   quarantine [list] | quarantine restore <qkey>
   schedules [list] | schedules pause <id> | schedules resume <id>
   machine <name> [-format mermaid|dot|json]   canonical, cancelable, approval, step, job, general-job, nlm, inbox
@@ -264,6 +268,7 @@ func verbs() map[string]verb {
 		"history":    {1, (*command).history},
 		"queues":     {-1, (*command).queues},
 		"inbox":      {0, (*command).inbox},
+		"proposals":  {-1, (*command).proposals},
 		"quarantine": {-1, (*command).quarantine},
 		"schedules":  {-1, (*command).schedules},
 		"machine":    {1, func(c *command, _ context.Context, in *invocation) error { return c.machine(in.pos[0], in.format) }},

@@ -75,6 +75,7 @@ func (c *command) progress(st lifecycle.RunStatus) {
 }
 
 func (c *command) end(st lifecycle.RunStatus) error {
+	c.compensation(st)
 	if st.Error != nil {
 		return fmt.Errorf("run %s %s: %s", st.RunID, st.Status, *st.Error)
 	}

@@ -1,10 +1,10 @@
 // Package authority is the CRUD authority matrix as a table
 // (docs/spec.md#authority-matrix): which component may create, read,
-// update the status of and delete jobs, and write, read, modify and delete
-// artifacts. The job
-// queue and the artifact store check it on every call that takes an actor,
-// before any write, so a refusal is a clear FORBIDDEN error that leaves the
-// store untouched.
+// update the status of and delete jobs; write, read, modify and delete
+// artifacts; and read the Memory Backend's two layers or write to it
+// through a proposal. The job queue, the artifact store and the proposal
+// records check it on every call that takes an actor, before any write, so
+// a refusal is a clear FORBIDDEN error that leaves the store untouched.
 package authority
 
 import (
@@ -30,10 +30,11 @@ func Actors() []lifecycle.Actor {
 // Resource is a table of the matrix.
 type Resource string
 
-// The resources: the matrix's two tables.
+// The resources: the matrix's three tables.
 const (
 	Jobs      Resource = "jobs"      // the job queue
 	Artifacts Resource = "artifacts" // the artifact store
+	Memory    Resource = "memory"    // the Memory Backend, written only through proposals
 )
 
 // Operation is a column of the matrix.
@@ -48,6 +49,9 @@ const (
 	Delete       Operation = "delete"        // jobs, artifacts
 	WriteNew     Operation = "write_new"     // artifacts
 	Modify       Operation = "modify"        // artifacts
+	ReadLayer1   Operation = "read_layer1"   // memory: the first layer
+	ReadLayer2   Operation = "read_layer2"   // memory: the second layer
+	Write        Operation = "write"         // memory: a proposal's content, applied
 )
 
 // Operations lists the columns of a resource's table in the spec's order.
@@ -57,6 +61,8 @@ func Operations(r Resource) []Operation {
 		return []Operation{Create, Read, UpdateStatus, Delete}
 	case Artifacts:
 		return []Operation{WriteNew, Read, Modify, Delete}
+	case Memory:
+		return []Operation{ReadLayer1, ReadLayer2, Write}
 	}
 	return nil
 }
@@ -75,13 +81,26 @@ const (
 	Allowed
 	// OwnOnly: allowed on the caller's own job only (NLM backend, jobs).
 	OwnOnly
-	// AdminCleanup: deleting is allowed only as the system cleanup of
-	// artifacts older than N days (admin, artifacts).
+	// AdminCleanup: deleting is allowed only as the retention cleanup of
+	// artifacts older than N days and of finished jobs past their age
+	// (admin, artifacts and, amended, jobs).
 	AdminCleanup
 	// RegistryMetadata: the component writes registry metadata about
 	// artifacts, never an artifact itself (admin, artifacts),
 	// so writing a new artifact is refused.
 	RegistryMetadata
+	// ViaTool: Mastra reads the first layer of memory only through a tool
+	// a step calls (memory).
+	ViaTool
+	// ViaExplicitTool: Mastra reads the second layer only through a tool
+	// the step names explicitly (memory).
+	ViaExplicitTool
+	// ViaProposal: the component writes memory only by creating a
+	// proposal, which the gateway applies (Mastra, memory).
+	ViaProposal
+	// ViaGateway: the component writes memory only by asking the gateway,
+	// never itself, not even a proposal (orchestration, memory).
+	ViaGateway
 )
 
 // String renders a cell.
@@ -97,6 +116,14 @@ func (p Permission) String() string {
 		return "admin cleanup only"
 	case RegistryMetadata:
 		return "registry metadata only"
+	case ViaTool:
+		return "via tool"
+	case ViaExplicitTool:
+		return "via explicit tool"
+	case ViaProposal:
+		return "via proposal"
+	case ViaGateway:
+		return "via gateway"
 	}
 	return fmt.Sprintf("Permission(%d)", uint8(p))
 }
@@ -110,15 +137,19 @@ type Row struct {
 // matrix is the matrix of docs/spec.md#authority-matrix, row by row.
 // Components map onto actors as docs/spec.md#actors says: Gateway (Owner via
 // Frontend) is gateway, Orchestration Layer is orchestration, Membridge
-// Control Plane is admin. Mastra, system and, for jobs, the memory backend
-// have no row: everything is denied to them.
+// Control Plane is admin, the Apply Engine (Gateway) is gateway. Mastra,
+// system and, for jobs, the memory backend have no row: everything is
+// denied to them; the memory backend has no row in its own table either.
 var matrix = map[Resource][]Row{
 	Jobs: {
 		{lifecycle.ActorGateway, map[Operation]Permission{Create: Allowed, Read: Allowed, UpdateStatus: Denied, Delete: Denied}},
 		{lifecycle.ActorOrchestration, map[Operation]Permission{Create: Allowed, Read: Allowed, UpdateStatus: Allowed, Delete: Denied}},
 		{lifecycle.ActorNLMBackend, map[Operation]Permission{Create: Denied, Read: OwnOnly, UpdateStatus: OwnOnly, Delete: Denied}},
 		{lifecycle.ActorMastra, map[Operation]Permission{Create: Denied, Read: Denied, UpdateStatus: Denied, Delete: Denied}},
-		{lifecycle.ActorAdmin, map[Operation]Permission{Create: Denied, Read: Allowed, UpdateStatus: Allowed, Delete: Denied}},
+		// The admin's delete is amended from the spec's denied to its
+		// cleanup of finished jobs past their retention age
+		// (docs/spec.md#authority-matrix): without it a year of jobs never goes.
+		{lifecycle.ActorAdmin, map[Operation]Permission{Create: Denied, Read: Allowed, UpdateStatus: Allowed, Delete: AdminCleanup}},
 		{lifecycle.ActorFrontend, map[Operation]Permission{Create: Denied, Read: Allowed, UpdateStatus: Denied, Delete: Denied}},
 	},
 	Artifacts: {
@@ -128,6 +159,13 @@ var matrix = map[Resource][]Row{
 		{lifecycle.ActorAdmin, map[Operation]Permission{WriteNew: RegistryMetadata, Read: Allowed, Modify: Denied, Delete: AdminCleanup}},
 		{lifecycle.ActorFrontend, map[Operation]Permission{WriteNew: Denied, Read: Allowed, Modify: Denied, Delete: Denied}},
 		{lifecycle.ActorGateway, map[Operation]Permission{WriteNew: Denied, Read: Allowed, Modify: Denied, Delete: Denied}},
+	},
+	Memory: {
+		{lifecycle.ActorOrchestration, map[Operation]Permission{ReadLayer1: Allowed, ReadLayer2: Denied, Write: ViaGateway}},
+		{lifecycle.ActorMastra, map[Operation]Permission{ReadLayer1: ViaTool, ReadLayer2: ViaExplicitTool, Write: ViaProposal}},
+		{lifecycle.ActorNLMBackend, map[Operation]Permission{ReadLayer1: Allowed, ReadLayer2: Denied, Write: Denied}},
+		{lifecycle.ActorFrontend, map[Operation]Permission{ReadLayer1: Denied, ReadLayer2: Denied, Write: Denied}},
+		{lifecycle.ActorGateway, map[Operation]Permission{ReadLayer1: Allowed, ReadLayer2: Allowed, Write: Allowed}},
 	},
 }
 
@@ -159,9 +197,15 @@ func Lookup(actor lifecycle.Actor, r Resource, op Operation) Permission {
 type Scope struct {
 	// Own: the job is the caller's own (OwnOnly cells).
 	Own bool
-	// Cleanup: the call is the admin cleanup of old artifacts (AdminCleanup
-	// cells).
+	// Cleanup: the call is the admin's retention cleanup of old artifacts
+	// or finished jobs (AdminCleanup cells).
 	Cleanup bool
+	// Tool: the read is a tool's a step called (ViaTool cells), explicitly
+	// named for the second layer (ViaExplicitTool cells).
+	Tool, ExplicitTool bool
+	// Proposal: the write is the creation of a proposal (ViaProposal
+	// cells), not the write of its content.
+	Proposal bool
 }
 
 // ErrForbidden matches every refusal of the matrix. It is
@@ -201,25 +245,38 @@ func (e *ForbiddenError) Is(target error) bool { return target == ErrForbidden }
 
 // Check returns nil when the matrix lets actor perform op on r within
 // scope, and a *ForbiddenError otherwise. OwnOnly cells need scope.Own,
-// AdminCleanup cells need scope.Cleanup, RegistryMetadata never allows
-// writing an artifact.
+// AdminCleanup cells need scope.Cleanup, ViaTool and ViaExplicitTool
+// cells scope.Tool and scope.ExplicitTool, ViaProposal cells
+// scope.Proposal; RegistryMetadata and ViaGateway never allow.
 func Check(actor lifecycle.Actor, r Resource, op Operation, scope Scope) error {
 	p := Lookup(actor, r, op)
+	reason, ok := qualified(p, scope)
+	if ok {
+		return nil
+	}
+	return &ForbiddenError{Actor: actor, Resource: r, Operation: op, Permission: p, Reason: reason}
+}
+
+// qualified tells whether cell p allows a call within scope, and if not,
+// why (empty for a plain denial).
+func qualified(p Permission, scope Scope) (reason string, ok bool) {
 	switch p {
 	case Allowed:
-		return nil
+		return "", true
 	case OwnOnly:
-		if scope.Own {
-			return nil
-		}
-		return &ForbiddenError{Actor: actor, Resource: r, Operation: op, Permission: p, Reason: "not the caller's own job"}
+		return "not the caller's own job", scope.Own
 	case AdminCleanup:
-		if scope.Cleanup {
-			return nil
-		}
-		return &ForbiddenError{Actor: actor, Resource: r, Operation: op, Permission: p, Reason: "only the cleanup of old artifacts may delete"}
+		return "only the retention cleanup of old records may delete", scope.Cleanup
+	case ViaTool:
+		return "only through a step's tool", scope.Tool
+	case ViaExplicitTool:
+		return "only through a tool the step names explicitly", scope.ExplicitTool
+	case ViaProposal:
+		return "only by creating a proposal", scope.Proposal
+	case ViaGateway:
+		return "only through the gateway", false
 	}
-	return &ForbiddenError{Actor: actor, Resource: r, Operation: op, Permission: p}
+	return "", false
 }
 
 // Known tells whether the matrix has a row for actor in r.

@@ -20,4 +20,5 @@ const (
 	EventWaitExternal  lifecycle.Event = "wait_external"  // running → waiting_external
 	EventDeliver       lifecycle.Event = "deliver"        // waiting_external → running: the external event arrived
 	EventSkip          lifecycle.Event = "skip"           // step pending → skipped
+	EventCompensate    lifecycle.Event = "compensate"     // → compensating: undo the completed steps, then end
 )

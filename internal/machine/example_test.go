@@ -54,7 +54,7 @@ func ExampleMachine_Next() {
 	fmt.Println(m.Next(machine.ApprovalAwaitingApproval))
 	fmt.Println(m.IsTerminal(machine.ApprovalCancelled))
 	// Output:
-	// [running completed failed cancelled]
+	// [running completed failed cancelled compensating]
 	// true
 }
 

@@ -141,7 +141,7 @@ func TestMustNewPanicsOnBadDefinition(t *testing.T) {
 func TestQueries(t *testing.T) {
 	t.Parallel()
 	m := machine.CancelableRun()
-	if got := m.Next(machine.CancelableRunning); len(got) != 4 {
+	if got := m.Next(machine.CancelableRunning); len(got) != 5 {
 		t.Errorf("Next(running) = %v", got)
 	}
 	if m.Next("bogus") != nil {

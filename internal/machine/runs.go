@@ -31,6 +31,9 @@ const (
 	CancelableCanceled        CancelableRunState = "canceled"
 	CancelableTimeout         CancelableRunState = "timeout"
 	CancelableCancelRequested CancelableRunState = "cancel_requested"
+	// CancelableCompensating is an extension: the completed steps are
+	// being undone before the run ends canceled or failed.
+	CancelableCompensating CancelableRunState = "compensating"
 )
 
 // ApprovalRunState is a state of the approval run machine (docs/spec.md#approval-run).
@@ -45,6 +48,9 @@ const (
 	ApprovalCompleted        ApprovalRunState = "completed"
 	ApprovalFailed           ApprovalRunState = "failed"
 	ApprovalCancelled        ApprovalRunState = "cancelled"
+	// ApprovalCompensating is an extension: the completed steps are being
+	// undone before the run ends cancelled or failed.
+	ApprovalCompensating ApprovalRunState = "compensating"
 )
 
 // runStates lists the canonical run states in lifecycle order.
@@ -90,13 +96,17 @@ var canonicalRun = sync.OnceValue(func() *Machine[RunState, *lifecycle.RunStatus
 // cancelableRunStates lists the cancel-aware run states in the spec's order.
 func cancelableRunStates() []CancelableRunState {
 	return []CancelableRunState{CancelableQueued, CancelableRunning, CancelableSucceeded, CancelableFailed,
-		CancelableCanceled, CancelableTimeout, CancelableCancelRequested}
+		CancelableCanceled, CancelableTimeout, CancelableCancelRequested, CancelableCompensating}
 }
 
 // CancelableRun is the cancel-aware run machine (docs/spec.md#cancel-aware-run).
 // Cancellation is cooperative: the gateway (on the owner's behalf) or the
 // orchestration layer asks with request_cancel, and a run whose step finishes
 // first may still end succeeded or failed.
+//
+// Extension (docs/spec.md#extensions): compensating, entered from running or
+// cancel_requested when completed steps must be undone, left for canceled
+// or failed once every compensation has run.
 func CancelableRun() *Machine[CancelableRunState, *lifecycle.RunStatus] { return cancelableRun() }
 
 var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, *lifecycle.RunStatus] {
@@ -117,6 +127,10 @@ var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, *lifecycl
 			{From: CancelableCancelRequested, To: CancelableCanceled, Event: EventCancel, Actors: orch},
 			{From: CancelableCancelRequested, To: CancelableSucceeded, Event: EventSucceed, Actors: orch},
 			{From: CancelableCancelRequested, To: CancelableFailed, Event: EventFail, Actors: orch},
+			{From: CancelableRunning, To: CancelableCompensating, Event: EventCompensate, Actors: orch, Extension: true},
+			{From: CancelableCancelRequested, To: CancelableCompensating, Event: EventCompensate, Actors: orch, Extension: true},
+			{From: CancelableCompensating, To: CancelableCanceled, Event: EventCancel, Actors: orch, Extension: true},
+			{From: CancelableCompensating, To: CancelableFailed, Event: EventFail, Actors: orch, Extension: true},
 		},
 		GetState: statusOf[CancelableRunState],
 		SetState: setStatus[CancelableRunState],
@@ -126,7 +140,7 @@ var cancelableRun = sync.OnceValue(func() *Machine[CancelableRunState, *lifecycl
 // approvalRunStates lists the approval run states in the spec's order.
 func approvalRunStates() []ApprovalRunState {
 	return []ApprovalRunState{ApprovalPending, ApprovalRunning, ApprovalAwaitingApproval, ApprovalWaitingExternal,
-		ApprovalCompleted, ApprovalFailed, ApprovalCancelled}
+		ApprovalCompleted, ApprovalFailed, ApprovalCancelled, ApprovalCompensating}
 }
 
 // ApprovalRun is the approval run machine (docs/spec.md#approval-run): a run may park at an
@@ -134,6 +148,11 @@ func approvalRunStates() []ApprovalRunState {
 // every move; the gateway may also make the ones an owner or a webhook
 // causes: cancel, approve (→ running, or → completed when the gate was the
 // last step), reject (→ failed) and deliver (the external event arrived).
+//
+// Extension (docs/spec.md#extensions): compensating, entered from running or
+// a wait when completed steps must be undone (the gateway's cancel of a
+// parked run goes there), left for cancelled or failed by the
+// orchestration layer once every compensation has run.
 func ApprovalRun() *Machine[ApprovalRunState, *lifecycle.RunStatus] { return approvalRun() }
 
 var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, *lifecycle.RunStatus] {
@@ -161,6 +180,11 @@ var approvalRun = sync.OnceValue(func() *Machine[ApprovalRunState, *lifecycle.Ru
 			{From: ApprovalWaitingExternal, To: ApprovalCompleted, Event: EventComplete, Actors: both},
 			{From: ApprovalWaitingExternal, To: ApprovalFailed, Event: EventFail, Actors: orch},
 			{From: ApprovalWaitingExternal, To: ApprovalCancelled, Event: EventCancel, Actors: both},
+			{From: ApprovalRunning, To: ApprovalCompensating, Event: EventCompensate, Actors: both, Extension: true},
+			{From: ApprovalAwaitingApproval, To: ApprovalCompensating, Event: EventCompensate, Actors: both, Extension: true},
+			{From: ApprovalWaitingExternal, To: ApprovalCompensating, Event: EventCompensate, Actors: both, Extension: true},
+			{From: ApprovalCompensating, To: ApprovalCancelled, Event: EventCancel, Actors: orch, Extension: true},
+			{From: ApprovalCompensating, To: ApprovalFailed, Event: EventFail, Actors: orch, Extension: true},
 		},
 		GetState: statusOf[ApprovalRunState],
 		SetState: setStatus[ApprovalRunState],

@@ -25,8 +25,9 @@ var specCanonical = map[machine.RunState][]machine.RunState{
 // The cancel-aware run (docs/spec.md#cancel-aware-run).
 var specCancelable = map[machine.CancelableRunState][]machine.CancelableRunState{
 	"queued":           {"running", "canceled"},
-	"running":          {"succeeded", "failed", "timeout", "cancel_requested"},
-	"cancel_requested": {"canceled", "succeeded", "failed"},
+	"running":          {"succeeded", "failed", "timeout", "cancel_requested", "compensating"},
+	"cancel_requested": {"canceled", "succeeded", "failed", "compensating"},
+	"compensating":     {"canceled", "failed"}, // extension: compensation
 	"succeeded":        {},
 	"failed":           {},
 	"canceled":         {},
@@ -36,9 +37,10 @@ var specCancelable = map[machine.CancelableRunState][]machine.CancelableRunState
 // The approval run (docs/spec.md#approval-run).
 var specApproval = map[machine.ApprovalRunState][]machine.ApprovalRunState{
 	"pending":           {"running", "cancelled", "failed"},
-	"running":           {"completed", "failed", "cancelled", "awaiting_approval", "waiting_external"},
-	"awaiting_approval": {"running", "completed", "failed", "cancelled"},
-	"waiting_external":  {"running", "completed", "failed", "cancelled"},
+	"running":           {"completed", "failed", "cancelled", "awaiting_approval", "waiting_external", "compensating"},
+	"awaiting_approval": {"running", "completed", "failed", "cancelled", "compensating"},
+	"waiting_external":  {"running", "completed", "failed", "cancelled", "compensating"},
+	"compensating":      {"cancelled", "failed"}, // extension: compensation
 	"completed":         {},
 	"failed":            {},
 	"cancelled":         {},
@@ -122,8 +124,11 @@ func TestExtensionsAreMarked(t *testing.T) {
 	}
 	for _, m := range []interface{ Spec() lifecycle.Spec }{machine.CancelableRun(), machine.ApprovalRun(), machine.RunStep()} {
 		for _, tr := range m.Spec().Transitions {
-			if tr.Extension {
-				t.Errorf("%s: %s → %s is marked an extension; the spec has it", m.Spec().Name, tr.From, tr.To)
+			// The compensating state is Conveyor's (compensation, issue 31):
+			// every move into or out of it, and only those, is an extension.
+			comp := tr.From == "compensating" || tr.To == "compensating"
+			if tr.Extension != comp {
+				t.Errorf("%s: %s → %s: Extension = %v, want %v", m.Spec().Name, tr.From, tr.To, tr.Extension, comp)
 			}
 		}
 	}

@@ -33,6 +33,7 @@ func (ev *auditJSON) AppendJSON(b []byte) ([]byte, error) {
 	b = jsonenc.OmitEmpty(b, `,"run_id":`, ev.RunID)
 	b = jsonenc.OmitEmpty(b, `,"entry_id":`, ev.EntryID)
 	b = jsonenc.OmitEmpty(b, `,"artifact_id":`, ev.ArtifactID)
+	b = jsonenc.OmitEmpty(b, `,"proposal_id":`, ev.ProposalID)
 	b = jsonenc.OmitEmpty(b, `,"tenant_id":`, ev.TenantID)
 	b = append(b, `,"from":`...)
 	b = jsonenc.String(b, ev.From)

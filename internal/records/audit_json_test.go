@@ -16,7 +16,7 @@ func fullAuditEvent() *lifecycle.AuditEvent {
 	ev := func(event string, prior []lifecycle.AuditEvent) lifecycle.AuditEvent {
 		return lifecycle.AuditEvent{
 			ID: "x", TS: at, Event: event, Actor: "orchestration-layer", JobID: "job<1>", RunID: "run&1",
-			EntryID: "e1", ArtifactID: "a1", TenantID: "acme", From: "QUEUED", To: "CONTEXT_ASSEMBLY", Node: "host\u2028\xff",
+			EntryID: "e1", ArtifactID: "a1", ProposalID: "p1", TenantID: "acme", From: "QUEUED", To: "CONTEXT_ASSEMBLY", Node: "host\u2028\xff",
 			Context: json.RawMessage(`{"run_id": "r1"}`), Prior: prior,
 		}
 	}

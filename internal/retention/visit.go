@@ -114,6 +114,11 @@ func (j *Janitor) visitJob(ctx context.Context, k Kind, key string, now time.Tim
 		if !ok || err != nil || !JobEligible(&job, k == DeadJobs, now, age) {
 			return err
 		}
+		// The matrix lets no component delete a job but the admin's
+		// retention cleanup, which this is.
+		if err := authority.Check(lifecycle.ActorAdmin, authority.Jobs, authority.Delete, authority.Scope{Cleanup: true}); err != nil {
+			return err
+		}
 		return j.deleteFenced(ctx, k, key, ver, r)
 	}
 	id, ok := layout.ParseNLMJobKey(key)

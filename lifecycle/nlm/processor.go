@@ -77,8 +77,9 @@ type Config struct {
 	// Project is the cid of artifacts of requests without one. Default
 	// lifecycle.DefaultProject.
 	Project string
-	// CallbackURL is the callback of the requests Ask builds without one:
-	// where Sink is served. Default none (the request must name one).
+	// CallbackURL is the callback of the requests accepted without one
+	// (Ask builds them so): where Sink is served. Default none (the request
+	// must name one).
 	CallbackURL string
 	// Client posts the callbacks. Default: an *http.Client.
 	Client Poster
@@ -305,6 +306,9 @@ func (p *Processor) record(key, jobID string) *fence.Record[jobDoc, *jobDoc] {
 // the job as it stands, without error. Invalid requests (matching
 // lifecycle.ErrInvalidJob) write nothing.
 func (p *Processor) Accept(ctx context.Context, req lifecycle.NLMRequest) (lifecycle.NLMJob, error) {
+	if req.Callback == "" {
+		req.Callback = p.cfg.CallbackURL
+	}
 	if err := validateRequest(&req, p.cfg.Project); err != nil {
 		return lifecycle.NLMJob{}, err
 	}

@@ -48,12 +48,13 @@ func jobIDFor(runID string, step int) string {
 // (lifecycle.MachineApproval) that ask the NLM backend and wait for its
 // answer without holding a slot:
 //
-//   - name builds a Request from its StepInput with build, accepts it on p
+//   - name builds a Request from its StepInput with build, accepts it on b
 //     (enqueuing the NLM job) and parks the run in waiting_external for the
 //     job's callback. Left empty, the request's JobID is derived from the
 //     run id and the step's position (the same on every attempt, so a step
 //     run again enqueues no second job), RunID and AgentSlug are the run's
-//     and Callback is Config.CallbackURL, where Sink must be served.
+//     and Callback is the backend's default (a Processor's
+//     Config.CallbackURL), where Sink must be served.
 //   - name+"-result" runs once Sink has resumed the run: its output is the
 //     job's Result, or it fails the run with NLM_UNAVAILABLE (not retried)
 //     when the job ended in ERROR.
@@ -61,7 +62,7 @@ func jobIDFor(runID string, step int) string {
 // Both are idempotent and resumable. Put them next to each other, in this
 // order, in the agent's steps. The wait is bounded by the runner's
 // ExternalTimeout.
-func Ask(p *Processor, name string, build func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error)) []run.Step {
+func Ask(b Backend, name string, build func(ctx context.Context, in run.StepInput) (lifecycle.NLMRequest, error)) []run.Step {
 	ask := func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
 		req, err := build(ctx, in)
 		if err != nil {
@@ -76,14 +77,11 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in run.StepI
 		if req.AgentSlug == "" {
 			req.AgentSlug = in.AgentSlug
 		}
-		if req.Callback == "" {
-			req.Callback = p.cfg.CallbackURL
-		}
 		if req.RunID != in.RunID {
 			return run.StepOutput{}, &lifecycle.RunError{Code: codes.InvalidInput, Permanent: true,
 				Message: fmt.Sprintf("NLM request names run %q, not this run", req.RunID)}
 		}
-		job, err := p.Accept(ctx, req)
+		job, err := b.Accept(ctx, req)
 		if errors.Is(err, lifecycle.ErrInvalidJob) {
 			return run.StepOutput{}, &lifecycle.RunError{Code: codes.InvalidInput, Message: err.Error(), Permanent: true, Err: err}
 		}
@@ -100,7 +98,7 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in run.StepI
 			return run.StepOutput{}, &lifecycle.RunError{Code: codes.InternalError, Permanent: true,
 				Message: fmt.Sprintf("step %s-result must follow step %s", name, name)}
 		}
-		job, err := p.Get(ctx, a.JobID)
+		job, err := b.Get(ctx, a.JobID)
 		switch {
 		case err != nil:
 			return run.StepOutput{}, err
@@ -110,7 +108,11 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in run.StepI
 		case job.ArtifactID == "":
 			return run.StepOutput{}, lifecycle.NewRunError(codes.NLMUnavailable, "NLM job %s has no result yet (%s)", job.JobID, job.Status)
 		}
-		art, err := p.cfg.Artifacts.Get(ctx, lifecycle.ActorOrchestration, orDefault(job.Request.ProjectID, p.cfg.Project), job.ArtifactID)
+		project := ""
+		if job.Request != nil {
+			project = job.Request.ProjectID
+		}
+		art, err := b.Artifact(ctx, project, job.ArtifactID)
 		if err != nil {
 			return run.StepOutput{}, err
 		}
@@ -136,9 +138,9 @@ func Ask(p *Processor, name string, build func(ctx context.Context, in run.StepI
 // job has no run); 400 for a bad body, 404 for an unknown job, 409 when the
 // body contradicts the job's record, 503 when the store or the runner
 // failed (the processor tries again).
-func Sink(r *run.Runner, p *Processor) http.Handler {
+func Sink(r *run.Runner, b Backend) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		status, msg := sink(req.Context(), r, p, req)
+		status, msg := sink(req.Context(), r, b, req)
 		if status == http.StatusNoContent {
 			w.WriteHeader(status)
 			return
@@ -147,8 +149,8 @@ func Sink(r *run.Runner, p *Processor) http.Handler {
 	})
 }
 
-func sink(ctx context.Context, r *run.Runner, p *Processor, req *http.Request) (int, string) {
-	job, status, msg := callbackJob(ctx, p, req)
+func sink(ctx context.Context, r *run.Runner, b Backend, req *http.Request) (int, string) {
+	job, status, msg := callbackJob(ctx, b, req)
 	if status != 0 {
 		return status, msg
 	}
@@ -157,7 +159,7 @@ func sink(ctx context.Context, r *run.Runner, p *Processor, req *http.Request) (
 
 // callbackJob reads the callback and the NLM job it is about; a status
 // other than 0 refuses it.
-func callbackJob(ctx context.Context, p *Processor, req *http.Request) (lifecycle.NLMJob, int, string) {
+func callbackJob(ctx context.Context, b Backend, req *http.Request) (lifecycle.NLMJob, int, string) {
 	if req.Method != http.MethodPost {
 		return lifecycle.NLMJob{}, http.StatusMethodNotAllowed, "POST only"
 	}
@@ -168,7 +170,7 @@ func callbackJob(ctx context.Context, p *Processor, req *http.Request) (lifecycl
 	if err := storekey.ValidateID("job id", cb.JobID); err != nil {
 		return lifecycle.NLMJob{}, http.StatusBadRequest, err.Error()
 	}
-	job, err := p.Get(ctx, cb.JobID)
+	job, err := b.Get(ctx, cb.JobID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return lifecycle.NLMJob{}, http.StatusNotFound, "no NLM job " + cb.JobID

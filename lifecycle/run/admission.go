@@ -261,11 +261,8 @@ func (a *admission) cancelParked(ctx context.Context, c candidate, f *flow, runI
 		if !d.CancelRequested || d.Lease != nil || !slices.Contains(f.parked, d.Status) {
 			return nil // moved on meanwhile
 		}
-		if err := f.fire(ctx, d, f.cancel, lifecycle.ActorOrchestration); err != nil {
-			return err
-		}
-		a.ender.finishFields(d, nil)
-		return nil
+		ag, _ := a.cat.agent(d.AgentSlug)
+		return cancelOrCompensate(ctx, f, d, ag, lifecycle.ActorOrchestration, a.ender)
 	})
 	if err == nil {
 		if after := c.w.snapshot(); f.terminal(after.Status) {
@@ -283,13 +280,11 @@ func (a *admission) expireExternal(ctx context.Context, c candidate, f *flow, do
 	b := byTimeout()
 	b.tc.External = &lifecycle.ExternalWait{} // filled from the document written
 	err := c.w.apply(ctx, b, func(ctx context.Context, d *lifecycle.RunStatus) error {
-		if err := f.fire(ctx, d, f.fail, lifecycle.ActorOrchestration); err != nil {
-			return err
-		}
-		a.ender.finishFields(d, lifecycle.NewRunError(codes.AgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")))
-		return nil
+		ag, _ := a.cat.agent(d.AgentSlug)
+		return failOrCompensate(ctx, f, d, ag, lifecycle.ActorOrchestration, f.fail,
+			lifecycle.NewRunError(codes.AgentTimeout, "external event %s not received by %s", ext.EventType, ext.Deadline.Format("2006-01-02T15:04:05Z07:00")), a.ender)
 	})
-	if err == nil {
+	if err == nil && f.terminal(c.w.snapshot().Status) {
 		a.ender.cleanup(ctx, c.slug, doc.RunID, "", "")
 		a.ender.finished(ctx, c.w.snapshot())
 	}

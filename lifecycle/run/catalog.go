@@ -22,6 +22,8 @@ type agentDef struct {
 	Agent
 	flow        flow
 	concurrency int
+	// graph is the shape of a graph agent's steps; nil for a linear one.
+	graph *graph
 }
 
 // newCatalog checks the agents and gives each its flow and concurrency
@@ -48,6 +50,9 @@ func newCatalog(defaultConcurrency int, agents []Agent) (*catalog, error) {
 			def.concurrency = defaultConcurrency
 		}
 		def.Steps = append([]Step(nil), a.Steps...)
+		if def.graph, err = newGraph(a.Slug, def.Steps); err != nil {
+			return nil, err
+		}
 		c.agents[a.Slug] = def
 	}
 	return c, nil

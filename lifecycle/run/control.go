@@ -94,6 +94,9 @@ func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.
 		}
 		now := ct.now()
 		switch {
+		case f.compensating != "" && d.Status == f.compensating:
+			// Being undone already: it ends canceled, or failed when a
+			// failure started the compensations.
 		case f.executing(d.Status) && f.requestCancel != "":
 			if d.Status == f.cancelRq {
 				return nil // asked already
@@ -110,10 +113,10 @@ func (ct *controller) cancel(ctx context.Context, runID string, actor lifecycle.
 				return err
 			}
 		default:
-			if err := f.fire(ctx, d, f.cancel, actor); err != nil {
+			a, _ := ct.cat.agent(d.AgentSlug)
+			if err := cancelOrCompensate(ctx, f, d, a, actor, ct.ender); err != nil {
 				return err
 			}
-			ct.ender.finishFields(d, nil)
 		}
 		d.CancelRequested, d.CancelReason, d.CancelRequestedAt = true, req.Reason, &now
 		return nil
@@ -190,15 +193,17 @@ func (ct *controller) reject(ctx context.Context, runID string, actor lifecycle.
 		if f.reject == "" {
 			return &unsupportedError{Machine: f.machine, Operation: "reject"}
 		}
-		if err := f.fire(ctx, d, f.reject, actor); err != nil {
+		probe := *d // the move, tried first: a refused one writes no payload
+		if err := f.fire(ctx, &probe, f.reject, actor); err != nil {
 			return err
 		}
 		if err := wd.write(ctx, ct.store, d.AgentSlug, d.RunID); err != nil {
 			return err
 		}
 		decide(d, "rejected", dec, now, wd)
-		ct.ender.finishFields(d, lifecycle.NewRunError(codes.ApprovalRejected, "%s", orDefault(dec.Reason, "rejected")))
-		return nil
+		a, _ := ct.cat.agent(d.AgentSlug)
+		return failOrCompensate(ctx, f, d, a, actor, f.reject,
+			lifecycle.NewRunError(codes.ApprovalRejected, "%s", orDefault(dec.Reason, "rejected")), ct.ender)
 	})
 }
 

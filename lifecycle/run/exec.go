@@ -13,7 +13,6 @@ import (
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/evidence"
-	"github.com/runconveyor/conveyor/internal/fence"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
 	"github.com/runconveyor/conveyor/internal/tracing"
@@ -163,9 +162,15 @@ func (x *execution) run(ctx context.Context) {
 	if x.w.snapshot().CancelRequested {
 		cancel(errCanceled)
 	}
-	stopBeat := fence.Heartbeat(runCtx, e.cfg.Clock, e.cfg.HeartbeatInterval, x.w.renewed, x.beat)
-	out = x.execute(runCtx, sctx)
-	stopBeat()
+	out = x.runSteps(runCtx, sctx)
+	if x.compensates(out) {
+		// The phase has deadlines of its own, from its start; its end
+		// is written under its write context.
+		var p *compensationPhase
+		out, p = x.compensate(ctx, out)
+		defer p.end()
+		wctx = p.wctx
+	}
 	x.finish(wctx, out)
 }
 
@@ -304,6 +309,9 @@ func (x *execution) plan(ctx context.Context, doc lifecycle.RunStatus) (resumePl
 // runner's) is used for the writes, so a timed-out or canceled run can
 // still record its end.
 func (x *execution) execute(runCtx, ctx context.Context) outcome {
+	if x.agent.graph != nil {
+		return executeGraph(runCtx, ctx, x)
+	}
 	steps := x.agent.Steps
 	doc := x.w.snapshot()
 	p, err := x.plan(ctx, doc)
@@ -333,7 +341,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		if cause := context.Cause(runCtx); cause != nil {
 			return stoppedBy(cause)
 		}
-		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i]}
+		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i], Outputs: byName(steps[:i], outputs)}
 		waits.fill(&in)
 		out, end := x.doStep(runCtx, ctx, i, s, in)
 		if end != nil {
@@ -344,6 +352,9 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 			return x.writeFailure(ctx, err)
 		}
 		files = append(files, names...)
+		if err := x.createProposals(ctx, i, s, out); err != nil {
+			return x.writeFailure(ctx, err)
+		}
 		outputs[i] = out.Data
 		if i == len(steps)-1 && out.Await == nil {
 			x.lastProposals = out.Proposals

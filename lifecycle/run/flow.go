@@ -18,13 +18,17 @@ type flow struct {
 	running   string
 	completed string // the state complete leads to
 	cancelRq  string // cancel_requested, cancel-aware machine only
-	parked    []string
-	states    []string // every state of the machine
+	// compensating is where completed steps are undone before the end;
+	// "" on the canonical machine, which does not compensate.
+	compensating string
+	parked       []string
+	states       []string // every state of the machine
 
 	admit, start, stepDone, complete, fail, timeOut lifecycle.Event
 	cancel, requestCancel                           lifecycle.Event
 	awaitApproval, approve, reject                  lifecycle.Event
 	waitExternal, deliver                           lifecycle.Event
+	compensate                                      lifecycle.Event
 
 	fire     func(ctx context.Context, r *lifecycle.RunStatus, e lifecycle.Event, a lifecycle.Actor) error
 	terminal func(string) bool
@@ -76,6 +80,7 @@ func flowFor(machine string) (flow, bool) {
 		f.cancelRq = string(xmachine.CancelableCancelRequested)
 		f.start, f.complete, f.fail, f.timeOut = xmachine.EventStart, xmachine.EventSucceed, xmachine.EventFail, xmachine.EventTimeOut
 		f.cancel, f.requestCancel = xmachine.EventCancel, xmachine.EventRequestCancel
+		f.compensating, f.compensate = string(xmachine.CancelableCompensating), xmachine.EventCompensate
 		return f, true
 	case lifecycle.MachineApproval:
 		f := flowOf(xmachine.ApprovalRun())
@@ -85,6 +90,7 @@ func flowFor(machine string) (flow, bool) {
 		f.cancel = xmachine.EventCancel
 		f.awaitApproval, f.approve, f.reject = xmachine.EventAwaitApproval, xmachine.EventApprove, xmachine.EventReject
 		f.waitExternal, f.deliver = xmachine.EventWaitExternal, xmachine.EventDeliver
+		f.compensating, f.compensate = string(xmachine.ApprovalCompensating), xmachine.EventCompensate
 		return f, true
 	}
 	return flow{}, false
@@ -92,5 +98,5 @@ func flowFor(machine string) (flow, bool) {
 
 // executing tells whether a run in state s is being (or should be) executed.
 func (f *flow) executing(s string) bool {
-	return s == f.running || (f.cancelRq != "" && s == f.cancelRq)
+	return s == f.running || (f.cancelRq != "" && s == f.cancelRq) || (f.compensating != "" && s == f.compensating)
 }

@@ -19,8 +19,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
+	if os.Getenv(compKillEnv) != "" {
+		os.Exit(compKillMain())
+	}
 	if os.Getenv(submitKillEnv) != "" {
 		os.Exit(submitKillMain())
+	}
+	if os.Getenv(graphKillEnv) != "" {
+		os.Exit(graphKillMain())
 	}
 	goleak.VerifyTestMain(env.Wrap(m))
 }

@@ -31,8 +31,28 @@ type Step struct {
 	Resumable bool
 	// Idempotent: the step can safely run again after a crash.
 	Idempotent bool
-	// Timeout bounds one attempt; 0 means Config.StepTimeout.
+	// Timeout bounds one attempt; 0 means Config.StepTimeout. It bounds
+	// each attempt of Compensate too.
 	Timeout time.Duration
+	// After names the steps this one depends on, each declared before it.
+	// An agent with any After is a graph: a step runs once every step it
+	// depends on is done (completed or skipped), steps with nothing left
+	// to wait for run at once, side by side, and a step is skipped when
+	// none of its dependencies completed and chose it (StepOutput.Next).
+	// A step of a graph with no After starts the run. Without any After
+	// the steps run one after another in the order given.
+	After []string
+	// Compensate, when set, undoes the step once it completed: it runs
+	// when the run is canceled (or fails, with Agent.CompensateOnFailure)
+	// after this step completed, the completed steps' compensations in
+	// reverse order of completion, before the run ends
+	// (docs/spec.md#compensation). It is retried like Run and may run more
+	// than once (a crash during it runs it again), so it must be
+	// idempotent. Only the cancel-aware and approval machines compensate.
+	Compensate func(ctx context.Context, in CompensateInput) error
+	// CompensateAction names the compensation in the run's
+	// compensation_log; default "compensate".
+	CompensateAction string
 }
 
 // StepInput is what a step is given.
@@ -45,7 +65,13 @@ type StepInput struct {
 	// Input is the run's input, as given to Submit.
 	Input json.RawMessage
 	// Previous holds the outputs of the steps before this one, by position.
+	// In a graph agent only the steps this one depends on, directly or
+	// through others, that completed have one; the others are nil.
 	Previous []json.RawMessage
+	// Outputs holds the same outputs by step name (only the steps that
+	// completed and came before this one: in a graph, those it depends
+	// on directly or through others).
+	Outputs map[string]json.RawMessage
 	// Approval is the decision that let the run past its last approval
 	// gate before this step: who decided, the reason and its payload
 	// (Decision.Payload); nil when no approved gate came before this step.
@@ -64,13 +90,25 @@ type StepOutput struct {
 	// Data is the step's checkpointed output, kept in the step file: it is
 	// handed to later steps and reused when a resumable step is skipped.
 	Data json.RawMessage
-	// Proposals are proposal ids the step created; they are added to the
-	// run's proposals_created.
+	// Proposals are ids of proposals the step made elsewhere; they are
+	// added to the run's proposals_created as they are (Propose makes
+	// proposals the SDK records).
 	Proposals []string
 	// Files are written under the run's output/ folder, e.g. "proposal.json".
 	Files map[string][]byte
-	// Await parks the run after this step (approval-run machine only).
+	// Propose names files of Files that are proposals: each gets a
+	// pending proposal record (docs/spec.md#proposal) whose content is
+	// that file, and its id is added to Proposals and so to the run's
+	// proposals_created. A name not in Files fails the step.
+	Propose []string
+	// Await parks the run after this step (approval-run machine only; not
+	// in a graph agent).
 	Await *Await
+	// Next, in a graph agent, chooses which of the steps that depend on
+	// this one it lets run (their names); empty lets every one run. A step
+	// none of whose dependencies chose it is skipped, recorded so.
+	// Ignored by an agent without After.
+	Next []string
 }
 
 // Await parks a run after a step: at an approval gate, or until an external
@@ -100,6 +138,9 @@ type Agent struct {
 	// Config.Concurrency (1 by default: one run at a time, the others
 	// queued for a slot).
 	Concurrency int
+	// CompensateOnFailure runs the steps' compensations when a run fails
+	// too, not only when it is canceled (docs/spec.md#compensation).
+	CompensateOnFailure bool
 }
 
 // Config configures a Runner. Only Store is required; every other field has
@@ -312,6 +353,10 @@ func validateAgent(a Agent) (flow, error) {
 		seen[s.Name] = true
 		if s.Run == nil {
 			return flow{}, fmt.Errorf("%w: agent %s step %s has no Run func", ErrInvalidConfig, a.Slug, s.Name)
+		}
+		if s.Compensate != nil && f.compensate == "" {
+			return flow{}, fmt.Errorf("%w: agent %s step %s: Compensate needs the %s or %s machine", ErrInvalidConfig, a.Slug, s.Name,
+				lifecycle.MachineCancelable, lifecycle.MachineApproval)
 		}
 	}
 	return f, nil

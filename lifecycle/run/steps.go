@@ -44,6 +44,8 @@ func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepIn
 	}
 	if stepErr != nil {
 		stepErr = stoppedStepError(runCtx, s, stepErr)
+	} else {
+		stepErr = nameProposals(in, &out)
 	}
 	rec, err := newStepRecord(s, i, x.epoch, started, e.now(), out, attempts, stepErr)
 	if err != nil {

@@ -29,6 +29,8 @@
 //	inbox.status.update                → inbox.status.changed {entryId, status, from}
 //	job.create, job.status.update      → job.status.changed {jobId, status, from}
 //	nlm.status.update                  → nlm.status.changed {jobId, status, from}
+//	proposal.create                    → proposal.created {proposalId, runId, status, from}
+//	proposal.status.update             → proposal.status.changed {proposalId, runId, status, from}
 //
 // The audit events of runs carry neither the agent nor the step count, so
 // the feed reads them: the agent from the run index (once per run), the

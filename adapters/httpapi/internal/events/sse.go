@@ -17,6 +17,10 @@ const (
 	TypeInboxStatusChanged = "inbox.status.changed"
 	TypeJobStatusChanged   = "job.status.changed"
 	TypeNLMStatusChanged   = "nlm.status.changed"
+	// TypeProposalCreated and TypeProposalStatusChanged: a run created a
+	// proposal; the gateway applied or rejected one.
+	TypeProposalCreated       = "proposal.created"
+	TypeProposalStatusChanged = "proposal.status.changed"
 	// TypeStreamReset opens a resumed stream whose Last-Event-ID the feed
 	// cannot resume from exactly: the client may have missed events, and
 	// re-reads the state it shows. Its data is {"type", "reason"}, reason

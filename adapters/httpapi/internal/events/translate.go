@@ -48,6 +48,13 @@ type (
 		Status string `json:"status"`
 		From   string `json:"from"`
 	}
+	proposalData struct {
+		Type       string `json:"type"`
+		ProposalID string `json:"proposalId"`
+		RunID      string `json:"runId"`
+		Status     string `json:"status"`
+		From       string `json:"from"`
+	}
 )
 
 // batch is what one audit event became: its frames on the wire, ready to
@@ -225,6 +232,13 @@ func (t *translator) frames(ctx context.Context, ev *lifecycle.AuditEvent, b *ba
 	case "job.create", "job.status.update":
 		b.run = ev.RunID
 		add(TypeJobStatusChanged, jobStatusData{Type: TypeJobStatusChanged, JobID: ev.JobID, Status: ev.To, From: ev.From})
+	case "proposal.create", "proposal.status.update":
+		b.run = ev.RunID
+		typ := TypeProposalStatusChanged
+		if ev.Event == "proposal.create" {
+			typ = TypeProposalCreated
+		}
+		add(typ, proposalData{Type: typ, ProposalID: ev.ProposalID, RunID: ev.RunID, Status: ev.To, From: ev.From})
 	case "nlm.status.update":
 		add(TypeNLMStatusChanged, jobStatusData{Type: TypeNLMStatusChanged, JobID: ev.JobID, Status: ev.To, From: ev.From})
 	}

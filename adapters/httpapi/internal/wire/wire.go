@@ -138,3 +138,11 @@ type BulkBody struct {
 	Limit  int                `json:"limit,omitempty"`
 	Cursor string             `json:"cursor,omitempty"`
 }
+
+// ProposalDecisionBody is POST /proposals/{id}/decision's body
+// (docs/http-api.md): status "applied" or "rejected", and an optional
+// reason.
+type ProposalDecisionBody struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}

@@ -619,6 +619,57 @@
     return svg;
   }
 
+  // drawStepGraph draws a graph agent's steps (names in the agent's
+  // order; after: by name, the steps each depends on) as an SVG, each
+  // step in the state its step file says (records; current: the step the
+  // status names while the run executes), and lights the path taken: the
+  // edges from a completed step to the steps it let run (its next, or all).
+  function drawStepGraph(names, after, records, current) {
+    const rec = new Map((records || []).map((r) => [r.step_name, r]));
+    const g = new dagre.graphlib.Graph();
+    g.setGraph({ rankdir: 'LR', nodesep: 18, ranksep: 44, marginx: 12, marginy: 12 });
+    g.setDefaultEdgeLabel(() => ({}));
+    for (const n of names) g.setNode(n, { width: textWidth(n, STATE_FONT) + 28, height: 36 });
+    for (const n of names) for (const d of after[n] || []) if (g.hasNode(d)) g.setEdge(d, n, {});
+    dagre.layout(g);
+    g.graph().lr = true;
+    const depth = ranks(g);
+    const state = (n) => (rec.get(n) ? rec.get(n).status : n === current ? 'running' : 'pending');
+    const taken = (from, to) => {
+      const r = rec.get(from);
+      return !!r && r.status === 'completed' && (!r.next || !r.next.length || r.next.includes(to));
+    };
+    const box = g.graph();
+    const width = Math.ceil(box.width), height = Math.ceil(box.height);
+    const svg = s('svg', { xmlns: SVGNS, role: 'img', 'aria-labelledby': 'step-graph-title', id: 'step-graph-svg', 'data-testid': 'step-graph',
+      width, height, viewBox: `0 0 ${width} ${height}` });
+    svg.style.minWidth = Math.ceil(width * MIN_SCALE) + 'px';
+    svg.append(s('title', { id: 'step-graph-title', text: 'Steps: ' + names.map((n) => n + ' ' + state(n)).join(', ') }),
+      s('defs', {},
+        s('marker', { id: 'sg-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+          s('path', { d: 'M0,0 L10,5 L0,10 z' })),
+        s('marker', { id: 'sg-arrow-path', class: 'path-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+          s('path', { d: 'M0,0 L10,5 L0,10 z' }))));
+    const edges = s('g', { class: 'transitions' });
+    for (const e of g.edges()) {
+      const lit = taken(e.v, e.w);
+      edges.append(s('g', { class: 'transition' + (lit ? ' path' : ' not-taken'), 'data-from': e.v, 'data-to': e.w, 'data-taken': String(lit) },
+        s('title', { text: `${e.v} → ${e.w}` + (lit ? ' (taken)' : '') }),
+        s('path', { d: edgePath(g, e, depth), 'marker-end': lit ? 'url(#sg-arrow-path)' : 'url(#sg-arrow)' })));
+    }
+    const nodes = s('g', { class: 'states' });
+    for (const n of names) {
+      const p = g.node(n), st = state(n);
+      const cls = ['state', 'step-' + st, st === 'completed' && 'path', st === 'running' && 'current'].filter(Boolean).join(' ');
+      nodes.append(s('g', { class: cls, 'data-step': n, 'data-status': st, 'data-testid': 'graph-step-' + n },
+        s('title', { text: n + ': ' + st }),
+        s('rect', { class: 'outer', x: p.x - p.width / 2, y: p.y - p.height / 2, width: p.width, height: p.height, rx: 8 }),
+        s('text', { x: p.x, y: p.y + 4, 'text-anchor': 'middle', text: n })));
+    }
+    svg.append(edges, nodes);
+    return svg;
+  }
+
   function transitionTable(spec) {
     return h('details', { id: 'transition-table' },
       h('summary', { text: 'Transition table of ' + spec.name }),
@@ -651,6 +702,9 @@
     else if ((m = hash.match(/^\/jobs\/([^/?]+)$/))) current = jobView(view, decodeURIComponent(m[1]));
     else if ((m = hash.match(/^\/jobs(?:\?(.*))?$/))) current = jobsView(view, new URLSearchParams(m[1] || ''));
     else if (hash === '/machines') current = machinesView(view);
+    else if (hash === '/proposals') current = proposalsView(view);
+    else if ((m = hash.match(/^\/proposals\/([^/]+)$/))) current = proposalView(view, decodeURIComponent(m[1]));
+    else if ((m = hash.match(/^\/inbox(?:\?(.*))?$/))) current = inboxView(view, new URLSearchParams(m[1] || ''));
     else {
       view.append(h('h2', { text: 'Not found' }), h('p', {}, 'No page at ', h('code', { text: hash }), '. ', h('a', { href: '#/', text: 'Agents' })));
       setLive('idle', '');
@@ -804,7 +858,9 @@
         select.addEventListener('change', () => { pager.status = select.value; pager.path = ''; refresh(); });
         pager.older.addEventListener('click', () => { if (pager.next) { pager.path = pager.next; refresh(); } });
         pager.newest.addEventListener('click', () => { pager.path = ''; refresh(); });
-        const steps = (a.steps || []).join(' → ');
+        // A graph agent's steps say what each waits for; a linear one's run in order.
+        const steps = a.after ? (a.steps || []).map((n) => (a.after[n] || []).length ? `${n} (after ${a.after[n].join(', ')})` : n).join('; ')
+          : (a.steps || []).join(' → ');
         list.append(h('section', { class: 'agent', 'data-agent': a.slug, 'aria-labelledby': 'agent-' + a.slug },
           h('header', {},
             h('h2', { id: 'agent-' + a.slug, class: 'mono', text: a.slug }),
@@ -860,6 +916,7 @@
     let path = null;
     let live = null;
     let agentSteps = [];
+    let agentAfter = null; // a graph agent's dependencies by step
 
     const title = h('h2', {}, 'Run ', h('span', { class: 'mono', id: 'run-id', text: runID }));
     const loadErr = h('div', { id: 'run-load-error', class: 'notice error', role: 'alert' });
@@ -868,6 +925,20 @@
     const table = h('div', { id: 'table-slot' });
     const stepsBody = h('tbody', { id: 'steps-body' });
     const stepsNote = h('p', { class: 'muted', id: 'steps-note' });
+    const graphBox = h('div', { class: 'diagram', id: 'step-graph' });
+    const graphSection = h('section', { 'aria-labelledby': 'graph-h', id: 'graph-section', hidden: true },
+      h('h3', { id: 'graph-h', text: 'Step graph' }),
+      h('p', { class: 'muted', text: 'Lit: the path taken. Dashed: skipped steps and edges not taken.' }), graphBox);
+    // The compensation section shows only for a run that is compensating
+    // or compensated: its compensation_log, in the order the undos ran.
+    const compBody = h('tbody', { id: 'compensation-body' });
+    const compNote = h('p', { class: 'muted', id: 'compensation-note' });
+    const compSection = h('section', { 'aria-labelledby': 'compensation-h', id: 'compensation', hidden: true },
+      h('h3', { id: 'compensation-h', text: 'Compensation' }),
+      h('table', { 'data-testid': 'compensation' },
+        h('thead', {}, h('tr', {}, ['step', 'action', 'outcome', 'started', 'ended', 'attempts', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
+        compBody),
+      compNote);
     const actionOK = h('div', { id: 'action-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
     const actionErr = h('div', { id: 'action-error', class: 'notice error', role: 'alert', 'data-testid': 'action-error' });
     const reason = h('input', { id: 'reason', type: 'text', maxlength: 500, placeholder: 'reason (optional)' });
@@ -892,12 +963,14 @@
         h('h3', { id: 'machine-h', text: 'Machine' }),
         h('p', { class: 'muted', text: 'Lit: the run\'s path. Moves before this page opened are the shortest path in the machine to the first state it saw.' }),
         diagram, table),
+      graphSection,
       h('section', { 'aria-labelledby': 'steps-h' },
         h('h3', { id: 'steps-h', text: 'Steps' }),
         h('table', { id: 'steps', 'data-testid': 'steps' },
           h('thead', {}, h('tr', {}, ['#', 'step', 'status', 'started', 'duration', 'summary', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
           stepsBody),
-        stepsNote));
+        stepsNote),
+      compSection);
 
     function fact(label, value, id) {
       return [h('dt', { text: label }), h('dd', { id }, value)];
@@ -916,7 +989,7 @@
         ...fact('Duration', fmtDuration(dur)),
         ...fact('Current step', (inProgress() || {}).name || st.current_step || '—', 'run-current-step'),
         ...fact('Steps', `${st.steps_completed || 0} / ${st.steps_total || 0}`, 'run-progress'),
-        ...(st.proposals_created && st.proposals_created.length ? fact('Proposals', st.proposals_created.join(', ')) : []),
+        ...(st.proposals_created && st.proposals_created.length ? fact('Proposals', proposalLinks(st.proposals_created), 'run-proposals') : []),
         ...(st.cancel_requested ? fact('Cancel', 'requested' + (st.cancel_reason ? ': ' + st.cancel_reason : '')) : []),
         ...(st.approval ? fact('Approval', approvalText(st.approval), 'run-approval') : []),
         ...(st.external ? fact(st.external.received_at ? 'External event' : 'Waiting for', externalText(st.external), 'run-external') : []),
@@ -974,6 +1047,7 @@
     // else, for step 1 without a marker, no later than the run started.
     function inProgress() {
       const st = status;
+      if (agentAfter) return null; // a graph's steps run side by side: their files say which
       if (!st || !st.lease || isTerminal(spec, st.status) || (st.steps_completed || 0) >= (st.steps_total || 0)) return null;
       const n = (st.steps_completed || 0) + 1;
       const marker = steps.find((r) => r.step_number === n);
@@ -1006,8 +1080,30 @@
           h('td', {})));
       }
       stepsBody.replaceChildren(...rows);
+      renderGraph();
       tick();
       stepsNote.textContent = rows.length ? '' : 'No step has started yet.';
+    }
+    // renderGraph draws a graph agent's steps and the path its run took.
+    function renderGraph() {
+      graphSection.hidden = !agentAfter;
+      if (!agentAfter || !status) return;
+      const current = status.lease && !isTerminal(spec, status.status) ? status.current_step : null;
+      graphBox.replaceChildren(drawStepGraph(agentSteps, agentAfter, steps, current));
+    }
+    function renderCompensation() {
+      const st = status;
+      const log = st.compensation_log || [];
+      compSection.hidden = !log.length && st.status !== 'compensating';
+      compBody.replaceChildren(...log.map((e) => h('tr', { 'data-step': e.step, 'data-testid': 'compensation-row', 'data-outcome': e.outcome },
+        h('td', {}, h('code', { text: e.step })),
+        h('td', { text: e.action }),
+        h('td', {}, badge(e.outcome === 'compensated' ? 'completed' : 'failed', { text: e.outcome })),
+        h('td', {}, fmtTime(e.started_at)),
+        h('td', {}, fmtTime(e.ended_at)),
+        h('td', { class: 'num', text: e.attempts || '' }),
+        h('td', { class: 'error', text: e.error || '' }))));
+      compNote.textContent = st.status === 'compensating' ? 'Undoing the completed steps, the last completed first; the run ends once every one has run.' : '';
     }
     // tick shows the running step's elapsed time, every second while shown.
     let ticker = null;
@@ -1049,6 +1145,7 @@
           loadErr.textContent = '';
           renderStatus();
           renderSteps();
+          renderCompensation();
           renderMachine();
           clearTimeout(lapseTimer);
           const wait = lapseWait([status]);
@@ -1100,6 +1197,7 @@
         const agent = (await loadAgents()).find((a) => a.slug === status.agent_slug);
         spec = agent ? agent.spec : null;
         agentSteps = (agent && agent.steps) || [];
+        agentAfter = (agent && agent.after) || null;
       } catch (e) {
         loadErr.textContent = 'The agents could not be read: ' + e.describe();
       }
@@ -1868,6 +1966,9 @@
         ...fact('type', h('span', { class: 'mono', text: job.job_type })),
         ...fact('agent', h('span', { class: 'mono', text: agentName(job.agent_slug) })),
         ...fact('run', job.run_id ? h('a', { href: '#/runs/' + enc(job.run_id), class: 'mono id', text: job.run_id }) : '—'),
+        // A job an inbox entry started names it in its payload (docs/spec.md#inbox-jobs).
+        ...(job.payload && typeof job.payload.inbox_entry_id === 'string'
+          ? fact('inbox entry', h('a', { href: '#/inbox', class: 'mono id', 'data-testid': 'job-inbox-entry', text: job.payload.inbox_entry_id })) : []),
         ...fact('attempt', `${job.attempt || 0} / ${job.max_attempts || 0}`),
         ...fact('created', fmtTime(job.created_at)),
         ...fact('updated', fmtTime(job.updated_at)),
@@ -1940,6 +2041,326 @@
       await load();
       if (!stopped) live.start();
     })();
+    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+  }
+
+  // ---- proposals: the pending ones, one proposal, the gateway's decision
+
+  // proposalLinks links each proposal a run created to its page.
+  function proposalLinks(ids) {
+    const out = [];
+    ids.forEach((id, i) => {
+      if (i) out.push(', ');
+      out.push(h('a', { href: '#/proposals/' + enc(id), class: 'mono', 'data-testid': 'proposal-link', text: id }));
+    });
+    return out;
+  }
+
+  // decideButtons are Apply and Reject for a pending proposal (POST
+  // /proposals/{id}/decision: the gateway only; another actor reads the
+  // refusal in err). done runs after a decision.
+  function decideButtons(p, err, done) {
+    return [['applied', 'Apply', ''], ['rejected', 'Reject', 'secondary']].map(([status, label, cls]) => {
+      const b = h('button', { type: 'button', class: cls, 'data-decide': status, text: label });
+      b.addEventListener('click', async () => {
+        b.disabled = true;
+        err.textContent = '';
+        try {
+          await api('POST', '/proposals/' + enc(p.id) + '/decision', { status });
+          done();
+        } catch (e) {
+          err.textContent = label + ' refused: ' + e.describe();
+          b.disabled = false;
+        }
+      });
+      return b;
+    });
+  }
+
+  // proposalsView lists the pending proposals, newest first (GET
+  // /proposals/pending, a page at a time), read again on each proposal
+  // event of the stream, and every POLL_LIST_MS while the stream is down.
+  function proposalsView(view) {
+    let stopped = false, pagePath = '', shown = new Map();
+    const err = h('div', { id: 'proposals-error', class: 'notice error', role: 'alert' });
+    const body = h('tbody', { id: 'proposals-body' });
+    const note = h('p', { class: 'muted', id: 'proposals-note' });
+    const older = h('button', { type: 'button', class: 'secondary', id: 'proposals-older', hidden: '', text: 'Older' });
+    const newest = h('button', { type: 'button', class: 'secondary', id: 'proposals-newest', hidden: '', text: 'Newest' });
+    const table = h('table', { id: 'proposals', 'data-testid': 'proposals', 'aria-label': 'Pending proposals' },
+      h('thead', {}, h('tr', {}, ['proposal', 'run', 'agent', 'step', 'created', 'content', ''].map((c) => h('th', { scope: 'col', text: c })))), body);
+    view.append(h('h2', { text: 'Proposals' }),
+      h('p', { class: 'muted', text: 'Pending proposals, newest first. The gateway applies or rejects them.' }),
+      err, h('div', { class: 'scroll' }, table), note, h('p', {}, newest, ' ', older));
+    let nextPath = null;
+    async function load() {
+      return reading(table, async () => {
+        let page;
+        try {
+          page = await apiPage(pagePath || '/proposals/pending?limit=50');
+        } catch (e) {
+          if (!stopped) err.textContent = 'Proposals could not be read: ' + e.describe();
+          return;
+        }
+        if (stopped) return;
+        nextPath = page.next;
+        older.hidden = !nextPath;
+        newest.hidden = !pagePath;
+        note.textContent = page.items.length ? '' : 'No proposal is pending.';
+        shown = keepRows(body, shown, page.items, (p) => p.id, (p) => JSON.stringify(p), (p) => h('tr', { 'data-proposal': p.id },
+          h('td', {}, h('a', { href: '#/proposals/' + enc(p.id), class: 'mono', text: p.id })),
+          h('td', {}, h('a', { href: '#/runs/' + enc(p.run_id), class: 'mono', text: p.run_id })),
+          h('td', { class: 'mono', text: p.agent_slug }),
+          h('td', { text: p.step || '—' }),
+          h('td', {}, fmtTime(p.created_at)),
+          h('td', { class: 'mono', title: p.content_key, text: (p.content_key || '').split('/output/').pop() }),
+          h('td', { class: 'nowrap' }, ...decideButtons(p, err, load))));
+      });
+    }
+    older.addEventListener('click', () => { pagePath = nextPath; load(); });
+    newest.addEventListener('click', () => { pagePath = ''; load(); });
+    let pending = null;
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_LIST_MS,
+      onEvent: (type) => {
+        if (!type.startsWith('proposal.') || pending) return;
+        pending = setTimeout(() => { pending = null; if (!stopped) load(); }, 200);
+      },
+      poll: load,
+      onOpen: load,
+    });
+    load().then(() => { if (!stopped) live.start(); });
+    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+  }
+
+  // proposalView shows one proposal, and Apply and Reject while pending.
+  function proposalView(view, id) {
+    let stopped = false;
+    const err = h('div', { id: 'proposal-error', class: 'notice error', role: 'alert' });
+    const facts = h('dl', { class: 'facts', id: 'proposal-facts' });
+    const actions = h('div', { class: 'controls', id: 'proposal-actions' });
+    view.append(h('p', {}, h('a', { href: '#/proposals', text: '← Proposals' })),
+      h('h2', {}, 'Proposal ', h('code', { class: 'id', text: id })), err, facts, actions);
+    const fact = (label, value, fid) => [h('dt', { text: label }), h('dd', { id: fid }, value)];
+    async function load() {
+      let p;
+      try {
+        p = await api('GET', '/proposals/' + enc(id));
+      } catch (e) {
+        if (!stopped) err.textContent = 'The proposal could not be read: ' + e.describe();
+        return;
+      }
+      if (stopped) return;
+      facts.replaceChildren(
+        ...fact('Status', badge(p.status, { id: 'proposal-status', 'data-testid': 'proposal-status' })),
+        ...fact('Run', h('a', { href: '#/runs/' + enc(p.run_id), class: 'mono', text: p.run_id })),
+        ...fact('Agent', h('code', { text: p.agent_slug })),
+        ...fact('Step', p.step || '—'),
+        ...fact('Created', fmtTime(p.created_at)),
+        ...fact('Content', h('code', { text: p.content_key })),
+        ...(p.decided_at ? fact('Decided', [fmtTime(p.decided_at), ' by ', p.decided_by || '?']) : []),
+        ...(p.reason ? fact('Reason', p.reason) : []));
+      actions.replaceChildren(...(p.status === 'pending' ? decideButtons(p, err, load) : []));
+    }
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_LIST_MS,
+      onEvent: (type, d) => { if (type.startsWith('proposal.') && d.proposalId === id) load(); },
+      poll: load,
+      onOpen: load,
+    });
+    load().then(() => { if (!stopped) live.start(); });
+    return { stop() { stopped = true; live.stop(); } };
+  }
+
+  // ---- the inbox (docs/spec.md#the-inbox-page): its entries with their
+  // badges, a page at a time, live from the event stream (inbox.*) with the
+  // counts (GET /inbox/stats) read every 30 s while the stream is down.
+
+  const INBOX_SHOWN = 50;
+  // clockIcon is the expired badge's clock.
+  function clockIcon() {
+    return s('svg', { class: 'clock', viewBox: '0 0 16 16', width: 12, height: 12, 'aria-hidden': 'true' },
+      s('circle', { cx: 8, cy: 8, r: 6.5 }), s('path', { d: 'M8 4v4l2.5 2' }));
+  }
+  function inboxBadge(e) {
+    const b = h('span', { class: 'badge inbox', 'data-status': e.status, 'data-testid': 'inbox-badge' });
+    if (e.status === 'expired') b.append(clockIcon(), ' ');
+    b.append(e.status);
+    return b;
+  }
+  // What became of an entry: its proposal (processed), the gate's reason
+  // (rejected), when it expires (pending) or expired.
+  function inboxOutcome(e) {
+    if (e.status === 'processed' && e.proposal_id) {
+      return h('span', {}, 'proposal ', h('a', { href: '#/proposals/' + enc(e.proposal_id), class: 'mono id', 'data-testid': 'inbox-proposal', text: e.proposal_id }));
+    }
+    if (e.status === 'rejected') return h('span', { class: 'error', 'data-testid': 'inbox-reason', text: e.rejection_reason || '' });
+    const end = Date.parse(e.created_at) + (e.metadata && e.metadata.ttl_hours || 0) * 3600e3;
+    if (isNaN(end)) return '';
+    return h('span', { class: 'muted' }, e.status === 'expired' ? 'expired ' : 'expires ', fmtTime(new Date(end).toISOString()));
+  }
+
+  // toasts shows a short note at the bottom of the page, once per entry.
+  const toasted = new Set();
+  function toast(text, id) {
+    if (id) { if (toasted.has(id)) return; toasted.add(id); }
+    let box = $('#toasts');
+    if (!box) { box = h('div', { id: 'toasts', class: 'toasts', role: 'status', 'aria-live': 'polite' }); document.body.append(box); }
+    const t = h('div', { class: 'toast', 'data-testid': 'toast', 'data-entry': id || '', text });
+    box.append(t);
+    setTimeout(() => t.remove(), 6000);
+  }
+
+  function inboxView(view, query) {
+    let stopped = false, seq = 0, shown = new Map(), pagePath = '', nextPath = null, lastStats = '';
+    const filter = { status: query.get('status') || '', expired: query.get('expired') === 'show' };
+    const err = h('div', { class: 'notice error', role: 'alert', 'data-testid': 'inbox-error' });
+    const stats = h('p', { class: 'muted', id: 'inbox-stats', 'data-testid': 'inbox-stats' });
+    // The quick add: a new entry from the page, as the owner.
+    const action = h('input', { id: 'inbox-action', name: 'action', value: 'propose-edit', required: true, spellcheck: 'false', 'data-testid': 'inbox-action' });
+    const target = h('input', { id: 'inbox-target', name: 'target', required: true, spellcheck: 'false', placeholder: 'notes/…', 'data-testid': 'inbox-target' });
+    const priority = h('select', { id: 'inbox-priority', 'data-testid': 'inbox-priority' }, h('option', { text: 'normal' }), h('option', { text: 'high' }));
+    const add = h('form', { class: 'controls', id: 'inbox-add', 'aria-label': 'Quick add' },
+      h('label', { for: 'inbox-action', text: 'Action' }), action,
+      h('label', { for: 'inbox-target', text: 'Target' }), target,
+      h('label', { for: 'inbox-priority', text: 'Priority' }), priority,
+      h('button', { type: 'submit', 'data-testid': 'inbox-add', text: 'Add' }));
+    const status = h('select', { id: 'inbox-status', 'data-testid': 'inbox-status' },
+      h('option', { value: '', text: 'every status' }), ...['pending', 'processed', 'rejected', 'expired'].map((st) => h('option', { value: st, text: st })));
+    status.value = filter.status;
+    const expired = h('input', { type: 'checkbox', id: 'inbox-show-expired', 'data-testid': 'inbox-show-expired' });
+    expired.checked = filter.expired;
+    const body = h('tbody', { id: 'inbox-body' });
+    const table = h('table', { id: 'inbox', 'aria-label': 'Inbox entries' },
+      h('thead', {}, h('tr', {}, ['entry', 'status', 'action', 'target', 'source', 'created', 'outcome', ''].map((c) => h('th', { scope: 'col', text: c })))),
+      body);
+    const note = h('p', { class: 'muted', 'data-testid': 'inbox-note' });
+    const first = h('button', { type: 'button', class: 'secondary', 'data-testid': 'inbox-first', text: 'First page', hidden: '' });
+    const next = h('button', { type: 'button', class: 'secondary', 'data-testid': 'inbox-next', text: 'Next page', hidden: '' });
+    view.append(h('h2', { text: 'Inbox' }), stats, err,
+      h('section', { 'aria-labelledby': 'inbox-add-h' }, h('h3', { id: 'inbox-add-h', text: 'Quick add' }), add),
+      h('section', { 'aria-labelledby': 'inbox-list-h' },
+        h('h3', { id: 'inbox-list-h', text: 'Entries' }),
+        h('div', { class: 'controls' }, h('label', { for: 'inbox-status', text: 'Status' }), status,
+          h('label', { class: 'check' }, expired, ' show expired')),
+        h('div', { class: 'scroll' }, table), note, h('p', { class: 'pager' }, first, next)));
+
+    function setFilter(f) {
+      Object.assign(filter, f);
+      const q = new URLSearchParams();
+      if (filter.status) q.set('status', filter.status);
+      if (filter.expired) q.set('expired', 'show');
+      history.replaceState(null, '', '#/inbox' + (q.toString() ? '?' + q : ''));
+      pagePath = '';
+      load();
+    }
+    status.addEventListener('change', () => setFilter({ status: status.value }));
+    expired.addEventListener('change', () => setFilter({ expired: expired.checked }));
+    first.addEventListener('click', () => { pagePath = ''; load(); });
+    next.addEventListener('click', () => { if (nextPath) { pagePath = nextPath; load(); } });
+
+    // submit sends an entry to POST /inbox/submit; the toast says it was
+    // accepted (→ pending).
+    async function submit(sub, btn) {
+      err.textContent = '';
+      btn.disabled = true;
+      try {
+        const res = await api('POST', '/inbox/submit', sub);
+        toast('Accepted for processing: ' + res.inbox_id, res.inbox_id);
+        load();
+        return res;
+      } catch (e) {
+        err.textContent = 'The entry was not accepted: ' + e.describe();
+        return null;
+      } finally {
+        btn.disabled = false;
+      }
+    }
+    add.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const btn = add.querySelector('button');
+      const res = await submit({ source: { type: 'ui', identity: 'owner' },
+        intent: { action: action.value.trim(), target: target.value.trim() }, metadata: { priority: priority.value } }, btn);
+      if (res) target.value = '';
+    });
+    // Re-create: a new entry with an old one's content (an expired or
+    // rejected one), under a fresh id.
+    const again = (x) => {
+      const m = x.metadata || {};
+      return { source: x.source, intent: x.intent, metadata: { priority: m.priority || 'normal', ttl_hours: m.ttl_hours || 0, correlation_id: m.correlation_id || undefined } };
+    };
+    const row = (x) => {
+      const redo = x.status === 'expired' || x.status === 'rejected'
+        ? h('button', { type: 'button', class: 'secondary', 'data-testid': 'inbox-recreate', text: 'Re-create' }) : null;
+      if (redo) redo.addEventListener('click', () => submit(again(x), redo));
+      const src = x.source || {}, intent = x.intent || {};
+      return h('tr', { 'data-entry': x.id, 'data-status': x.status },
+        // The entry and, below it, the job its action started (job_id).
+        h('td', { class: 'mono', 'data-label': 'entry' }, h('span', { class: 'id', text: x.id }),
+          x.job_id ? h('div', { class: 'job' }, 'job ', h('a', { href: '#/jobs/' + enc(x.job_id), class: 'id', 'data-testid': 'inbox-job', text: x.job_id })) : null),
+        h('td', { 'data-label': 'status' }, inboxBadge(x), x.metadata && x.metadata.priority === 'high' ? h('span', { class: 'badge', 'data-priority': 'high', text: 'high' }) : null),
+        h('td', { class: 'mono action', 'data-label': 'action', text: intent.action || '' }),
+        h('td', { class: 'mono target', 'data-label': 'target', text: intent.target || '' }),
+        h('td', { 'data-label': 'source', text: (src.type || '') + (src.identity ? ' · ' + src.identity : '') }),
+        h('td', { 'data-label': 'created' }, fmtTime(x.created_at)),
+        h('td', { 'data-label': 'outcome' }, inboxOutcome(x)),
+        h('td', {}, redo));
+    };
+
+    async function load() {
+      const mine = ++seq;
+      return reading(table, async () => {
+        let path = pagePath;
+        if (!path) {
+          const q = new URLSearchParams({ limit: INBOX_SHOWN });
+          if (filter.status) q.set('status', filter.status);
+          else if (filter.expired) q.set('include_expired', 'true');
+          path = '/inbox/entries?' + q;
+        }
+        const keep = (x) => (filter.status ? x.status === filter.status : filter.expired || x.status !== 'expired');
+        try {
+          const [page, st] = await Promise.all([listPage(path, INBOX_SHOWN, keep), api('GET', '/inbox/stats')]);
+          if (stopped || mine !== seq) return;
+          showStats(st);
+          nextPath = page.next;
+          next.hidden = !page.next;
+          first.hidden = !pagePath;
+          shown = keepRows(body, shown, page.items, (x) => x.id, (x) => JSON.stringify(x), row);
+          note.textContent = page.items.length ? '' : (filter.status ? 'No entries ' + filter.status + '.' : 'No entries.');
+          err.textContent = '';
+        } catch (e) {
+          if (stopped || mine !== seq) return;
+          err.textContent = 'The inbox could not be read: ' + e.describe();
+        }
+      });
+    }
+    function showStats(st) {
+      lastStats = JSON.stringify(st || {});
+      const c = st || {};
+      stats.replaceChildren(...['pending', 'processed', 'rejected', 'expired'].flatMap((k, i) =>
+        [i ? ' · ' : '', h('span', { 'data-count': k, text: (c[k] || 0) + ' ' + k })]));
+    }
+    // The fallback: the counts every 30 s; the entries are read again
+    // only when they changed.
+    async function poll() {
+      const st = await api('GET', '/inbox/stats');
+      if (!stopped && JSON.stringify(st || {}) !== lastStats) await load();
+    }
+    let pending = null;
+    const live = new Live({
+      url: '/events/stream',
+      interval: POLL_LIST_MS,
+      onEvent: (type, d) => {
+        if (!type.startsWith('inbox.')) return;
+        if (type === 'inbox.new' && d.entryId) toast('Accepted for processing: ' + d.entryId, d.entryId);
+        if (!pending) pending = setTimeout(() => { pending = null; if (!stopped) load(); }, 200);
+      },
+      poll,
+      onOpen: load,
+    });
+    load().then(() => { if (!stopped) live.start(); });
     return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
   }
 

@@ -1,0 +1,48 @@
+package layout
+
+import (
+	"strings"
+	"time"
+
+	"github.com/runconveyor/conveyor/internal/storekey"
+)
+
+// The proposals' folders: the records, and the index of the pending ones,
+// newest first (an entry is NewestFirst(created_at, id)), which a
+// proposal leaves when it is applied or rejected.
+const (
+	ProposalsPrefix       = "proposals/"
+	ProposalsPendingIndex = "index/proposals-pending/"
+)
+
+// ProposalKey is a proposal record: proposals/{id}.json.
+func ProposalKey(id string) (string, error) {
+	if err := storekey.ValidateID("proposal id", id); err != nil {
+		return "", err
+	}
+	return ProposalsPrefix + id + ".json", nil
+}
+
+// ProposalPendingKey is a pending proposal's index entry:
+// index/proposals-pending/{NewestFirst(created, id)}.
+func ProposalPendingKey(created time.Time, id string) (string, error) {
+	if err := storekey.ValidateID("proposal id", id); err != nil {
+		return "", err
+	}
+	e, err := NewestFirst(created, id)
+	if err != nil {
+		return "", err
+	}
+	return ProposalsPendingIndex + e, nil
+}
+
+// ParseProposalPendingEntry returns the proposal id of an entry of the
+// pending index (a key less ProposalsPendingIndex), or false.
+func ParseProposalPendingEntry(entry string) (id string, ok bool) {
+	if strings.Count(entry, "/") != 3 {
+		return "", false
+	}
+	// The digits hold no "-"; the id may.
+	_, id, ok = strings.Cut(entry[strings.LastIndexByte(entry, '/')+1:], "-")
+	return id, ok && storekey.ValidateID("proposal id", id) == nil
+}

@@ -1,0 +1,206 @@
+package run_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/filestore"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// compKillEnv makes the test binary a runner process killed inside a
+// compensation (see compKillMain); its value is the shared directory.
+const compKillEnv = "CONVEYOR_LIFECYCLE_COMP_HELPER"
+
+// compKillAgent's steps and compensations append their name to
+// dir/executions.log each time they run. In the victim process the
+// compensation of "reserve" announces itself and hangs until killed.
+func compKillAgent(dir string, victim bool) run.Agent {
+	record := func(name string) error {
+		f, err := os.OpenFile(filepath.Join(dir, "executions.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = fmt.Fprintln(f, name)
+		return err
+	}
+	step := func(name string) run.Step {
+		return run.Step{Name: name, Resumable: true,
+			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+				return run.StepOutput{Summary: name}, record(name)
+			},
+			Compensate: func(ctx context.Context, in run.CompensateInput) error {
+				if err := record("undo-" + name); err != nil {
+					return err
+				}
+				if victim && name == "reserve" {
+					if err := os.WriteFile(filepath.Join(dir, "in-undo"), nil, 0o644); err != nil {
+						return err
+					}
+					<-ctx.Done() // until SIGKILL
+					return ctx.Err()
+				}
+				return nil
+			}}
+	}
+	hold := run.Step{Name: "hold", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+		if err := os.WriteFile(filepath.Join(dir, "in-hold"), nil, 0o644); err != nil {
+			return run.StepOutput{}, err
+		}
+		<-ctx.Done() // until the cancel
+		return run.StepOutput{}, ctx.Err()
+	}}
+	return run.Agent{Slug: "undoable", Machine: lifecycle.MachineCancelable, Steps: []run.Step{step("reserve"), step("charge"), hold}}
+}
+
+// compKillMain is the victim: a runner on the shared store that submits
+// one run, prints its id and executes it until killed.
+func compKillMain() int {
+	dir := os.Getenv(compKillEnv)
+	store, err := helperStore(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	r, err := run.NewRunner(run.Config{
+		Store: store, Owner: "victim", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		LeaseDuration: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+	}, compKillAgent(dir, true))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "undoable"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Println(res.RunID)
+	_ = r.Run(context.Background())
+	return 0
+}
+
+// A runner killed with SIGKILL inside a compensation: another runner takes
+// the compensating run over, runs the compensation in flight again (at
+// least once), never the one already recorded, and ends the run canceled
+// with the whole log.
+func TestSIGKILLedCompensationResumes(t *testing.T) {
+	t.Parallel()
+	t.Run("filestore", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		testCompKill(t, dir, nil, func() *storage.Store {
+			s, err := filestore.New(filepath.Join(dir, "store"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		})
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		testCompKill(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
+	})
+}
+
+func testCompKill(t *testing.T, dir string, env []string, open func() *storage.Store) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), compKillEnv+"="+dir), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	defer func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("victim printed no run id: %v\n%s", err, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	runID := strings.TrimSpace(line)
+	exists := func(name string) func() bool {
+		return func() bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
+	}
+	until(t, "the victim to enter hold", exists("in-hold"))
+	store := open()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The cancel comes from another process's runner (the gateway's); the
+	// victim learns it at its next heartbeat and starts compensating.
+	gw, err := run.NewRunner(run.Config{Store: store, Owner: "gateway", Logger: quiet}, compKillAgent(dir, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := gw.Cancel(context.Background(), runID, lifecycle.ActorGateway, run.CancelRequest{Reason: "customer left"}); err != nil || st.Status != "cancel_requested" {
+		t.Fatalf("cancel: %+v %v", st, err)
+	}
+	until(t, "the victim to enter the compensation of reserve", exists("in-undo"))
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup of any kind
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed = true
+	mid, err := gw.Status(context.Background(), runID)
+	if err != nil || mid.Status != "compensating" || len(mid.CompensationLog) != 1 || mid.CompensationLog[0].Step != "charge" {
+		t.Fatalf("at the kill: %+v %v", mid, err)
+	}
+
+	// A second runner, whose clock reads past the victim's lease.
+	clk := clock.NewFake(time.Now().Add(time.Hour))
+	r, err := run.NewRunner(run.Config{Store: store, Owner: "rescuer", Clock: clk, Logger: quiet}, compKillAgent(dir, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	st, err := r.Wait(wctx, runID)
+	if err != nil {
+		t.Fatalf("wait: %v (victim said:\n%s)", err, stderr.String())
+	}
+	if st.Status != "canceled" || st.ResumeCount != 1 || st.Error != nil || st.CancelReason != "customer left" {
+		t.Fatalf("after takeover: %+v", st)
+	}
+	if got, want := logSteps(st), []string{"charge:compensated", "reserve:compensated"}; !slices.Equal(got, want) {
+		t.Errorf("compensation_log %v, want %v", got, want)
+	}
+	if st.CompensationLog[0] != mid.CompensationLog[0] {
+		t.Errorf("the recorded compensation changed: %+v, was %+v", st.CompensationLog[0], mid.CompensationLog[0])
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "executions.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(string(log))
+	want := []string{"reserve", "charge", "undo-charge", "undo-reserve", "undo-reserve"}
+	if !slices.Equal(got, want) {
+		t.Errorf("executions %v, want %v: undo-charge once (recorded), undo-reserve again (in flight at the kill)", got, want)
+	}
+}

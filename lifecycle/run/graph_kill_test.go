@@ -1,0 +1,211 @@
+package run_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// graphKillEnv makes the test binary the victim of the graph kill test
+// (see graphKillMain): its value is the directory the processes share.
+const graphKillEnv = "CONVEYOR_GRAPH_KILL_HELPER"
+
+// graphKillAgent forks after "fetch" into "charge" (a side effect that
+// must never repeat) and "render" (idempotent, replayed), joined by
+// "publish". Every step appends its name to dir/executions.log. In the
+// victim, render announces itself once charge's step file is written and
+// hangs until killed.
+func graphKillAgent(dir string, victim bool, chargeDone func() bool) run.Agent {
+	step := func(name string, resumable, idempotent bool, after []string, body func(ctx context.Context) error) run.Step {
+		return run.Step{Name: name, Resumable: resumable, Idempotent: idempotent, After: after,
+			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+				f, err := os.OpenFile(filepath.Join(dir, "executions.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+				if err != nil {
+					return run.StepOutput{}, err
+				}
+				_, err = fmt.Fprintln(f, name)
+				_ = f.Close()
+				if err != nil {
+					return run.StepOutput{}, err
+				}
+				if body != nil {
+					if err := body(ctx); err != nil {
+						return run.StepOutput{}, err
+					}
+				}
+				data, _ := json.Marshal(outputsOf(in))
+				return run.StepOutput{Summary: name, Data: data}, nil
+			}}
+	}
+	hang := func(ctx context.Context) error {
+		if !victim {
+			return nil
+		}
+		for !chargeDone() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "in-render"), nil, 0o644); err != nil {
+			return err
+		}
+		<-ctx.Done() // until SIGKILL
+		return ctx.Err()
+	}
+	return run.Agent{Slug: "forked", Steps: []run.Step{
+		step("fetch", true, true, nil, nil),
+		step("charge", true, false, []string{"fetch"}, nil),
+		step("render", false, true, []string{"fetch"}, hang),
+		step("publish", true, false, []string{"charge", "render"}, nil),
+	}}
+}
+
+// graphKillMain is the victim process: a runner on a filestore in the
+// shared directory that submits one run of graphKillAgent, prints its id
+// and executes it until killed.
+func graphKillMain() int {
+	dir := os.Getenv(graphKillEnv)
+	store, err := helperStore(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var r *run.Runner
+	var runID string
+	chargeDone := func() bool {
+		steps, err := r.Steps(context.Background(), runID)
+		return err == nil && slices.ContainsFunc(steps, func(s lifecycle.StepRecord) bool {
+			return s.StepName == "charge" && s.Status == lifecycle.StepCompleted
+		})
+	}
+	r, err = run.NewRunner(run.Config{
+		Store: store, Owner: "victim", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		LeaseDuration: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
+	}, graphKillAgent(dir, true, chargeDone))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "forked"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	runID = res.RunID
+	fmt.Println(res.RunID)
+	_ = r.Run(context.Background())
+	return 0
+}
+
+// A runner killed (SIGKILL) in one branch of a graph, after the other
+// branch completed: a second runner takes the run over, runs the branch
+// not done (render, idempotent, again), never the done one (charge), and
+// the join gets both outputs.
+func TestSIGKILLedGraphRunnerIsTakenOver(t *testing.T) {
+	t.Parallel()
+	t.Run("filestore", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		testGraphSIGKILL(t, dir, nil, func() *storage.Store {
+			s, err := helperStore(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		})
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		testGraphSIGKILL(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
+	})
+}
+
+func testGraphSIGKILL(t *testing.T, dir string, env []string, open func() *storage.Store) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), graphKillEnv+"="+dir), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("victim printed no run id: %v\n%s", err, stderr.String())
+	}
+	runID := strings.TrimSpace(line)
+	until(t, "the victim to enter render after charge", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "in-render"))
+		return err == nil
+	})
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup of any kind
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+
+	// A second runner, whose clock reads past the victim's lease.
+	clk := clock.NewFake(time.Now().Add(time.Hour))
+	r, err := run.NewRunner(run.Config{Store: open(), Owner: "rescuer", Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, graphKillAgent(dir, false, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	st, err := r.Wait(wctx, runID)
+	if err != nil {
+		t.Fatalf("wait: %v (victim said:\n%s)", err, stderr.String())
+	}
+	if st.Status != "completed" || st.ResumeCount != 1 || st.StepsCompleted != 4 {
+		t.Fatalf("after takeover: %+v", st)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "executions.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(string(log))
+	count := map[string]int{}
+	for _, s := range got {
+		count[s]++
+	}
+	if want := map[string]int{"fetch": 1, "charge": 1, "render": 2, "publish": 1}; !mapsEqual(count, want) || got[len(got)-1] != "publish" {
+		t.Errorf("executions %v, want fetch, charge once, render twice, then publish", got)
+	}
+	steps, err := r.Steps(context.Background(), runID)
+	if err != nil || len(steps) != 4 {
+		t.Fatalf("step files %+v (%v)", steps, err)
+	}
+	wantEpoch := map[string]int64{"fetch": 1, "charge": 1, "render": 2, "publish": 2}
+	for _, s := range steps {
+		if s.Status != lifecycle.StepCompleted || s.Epoch != wantEpoch[s.StepName] {
+			t.Errorf("step %s: %s by epoch %d, want completed by epoch %d", s.StepName, s.Status, s.Epoch, wantEpoch[s.StepName])
+		}
+	}
+	if pub := string(steps[3].Output); !strings.Contains(pub, `charge=`) || !strings.Contains(pub, `render=`) {
+		t.Errorf("publish given %s, want charge's and render's outputs", pub)
+	}
+}

@@ -1,0 +1,68 @@
+package run_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/runconveyor/conveyor/internal/proposals"
+	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+)
+
+// TestStepProposes: a step that proposes one of its files gets a pending
+// proposal record whose content is that file, and the run's
+// proposals_created names the records, from a middle step and from the
+// last; a step that proposes a file it did not write fails the run.
+func TestStepProposes(t *testing.T) {
+	t.Parallel()
+	proposing := func(name string) run.Step {
+		return run.Step{Name: "propose-" + name[:5], Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{Files: map[string][]byte{name: []byte(`{"edit":1}`), "notes.txt": []byte("n")}, Propose: []string{name}}, nil
+		}}
+	}
+	tests := []struct {
+		name   string
+		steps  []run.Step
+		status string
+		n      int
+	}{
+		{"middle and last", []run.Step{okStep("load-context"), proposing("draft.json"), proposing("final.json")}, "completed", 2},
+		{"a file not written", []run.Step{{Name: "bad", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{Propose: []string{"missing.json"}}, nil
+		}}}, "failed", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, nil)
+			r, _ := g.runner("runner-a", nil, run.Agent{Slug: "archivist", Steps: tc.steps})
+			ctx := context.Background()
+			res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "archivist", Input: json.RawMessage(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := g.wait(r, res.RunID, 0, 0)
+			if st.Status != tc.status || len(st.ProposalsCreated) != tc.n {
+				t.Fatalf("status %s, proposals %v", st.Status, st.ProposalsCreated)
+			}
+			ps := proposals.New(g.store, nil, "", nil)
+			for _, id := range st.ProposalsCreated {
+				p, err := ps.Get(ctx, id)
+				if err != nil {
+					t.Fatalf("proposals_created names %s, which has no record: %v", id, err)
+				}
+				if p.RunID != res.RunID || p.AgentSlug != "archivist" || p.Status != lifecycle.ProposalPending || p.SchemaVersion != 1 {
+					t.Errorf("proposal %+v", p)
+				}
+				if b, _, err := g.store.Get(ctx, p.ContentKey); err != nil || string(b) != `{"edit":1}` {
+					t.Errorf("content at %s: %q, %v", p.ContentKey, b, err)
+				}
+			}
+			page, _, err := ps.Pending(ctx, 0, "")
+			if err != nil || len(page) != tc.n {
+				t.Fatalf("pending %d, %v", len(page), err)
+			}
+		})
+	}
+}
