@@ -32,6 +32,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -413,6 +414,10 @@ func (s *Store) Get(ctx context.Context, actor lifecycle.Actor, cid, id string) 
 		return Artifact{}, err
 	}
 	a, _, err := records.Read[Artifact](ctx, s.cfg.Store, key)
+	if err == nil && !tenancy.Sees(ctx, a.TenantID) {
+		// Another tenant's answers as missing, word for word.
+		return Artifact{}, &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound}
+	}
 	return a, err
 }
 

@@ -82,7 +82,8 @@ func (q *twiceCheck) createdTwice(ctx context.Context, d *jobDoc) (bool, error) 
 	if q.absent.Settle <= 0 {
 		return false, nil
 	}
-	art, err := q.artifacts.GetForJob(ctx, lifecycle.ActorOrchestration, q.project.of(d.Job), d.JobID)
+	// Read for every tenant: the worker's own check, not a caller's read.
+	art, err := q.artifacts.GetForJob(lifecycle.WithTenant(ctx, lifecycle.AllTenants), lifecycle.ActorOrchestration, q.project.of(d.Job), d.JobID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return false, nil

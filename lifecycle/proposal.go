@@ -35,4 +35,7 @@ type Proposal struct {
 	DecidedAt *time.Time `json:"decided_at,omitempty"`
 	DecidedBy Actor      `json:"decided_by,omitempty"`
 	Reason    string     `json:"reason,omitempty"`
+	// TenantID is its run's tenant (docs/spec.md#tenants); empty for the
+	// default tenant.
+	TenantID string `json:"tenant_id,omitempty"`
 }

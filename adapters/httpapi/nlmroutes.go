@@ -40,8 +40,10 @@ func (h *backendRoutes) table() []route {
 		}
 	}
 	return []route{
-		{method: "POST", path: "/jobs/process", actors: processActors, body: true, traced: true, h: h.process()},
-		{method: "GET", path: "/nlm/jobs/{jobId}", actors: nlmReaders, h: h.nlmJob()},
+		// The NLM backend's side is the Worker's machinery, as its
+		// callback is: an operator's (docs/design.md#tenants).
+		{method: "POST", path: "/jobs/process", operator: true, actors: processActors, body: true, traced: true, h: h.process()},
+		{method: "GET", path: "/nlm/jobs/{jobId}", operator: true, actors: nlmReaders, h: h.nlmJob()},
 		{method: "GET", path: "/artifacts/{artifactId}", actors: artifactReaders, h: h.artifact()},
 		{method: "GET", path: "/jobs/{jobId}/artifact", actors: jobArtifactReaders, h: h.jobArtifact()},
 	}

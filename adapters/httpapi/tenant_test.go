@@ -14,9 +14,12 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/events"
+	"github.com/runconveyor/conveyor/storage"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/machine"
+	"github.com/runconveyor/conveyor/internal/proposals"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -86,7 +89,28 @@ func TestTenantAttack(t *testing.T) {
 	if code != http.StatusCreated || json.Unmarshal(body, &entry) != nil || entry.ID == "" {
 		t.Fatalf("bolt inbox submit: %d %s", code, body)
 	}
-	boltIDs := []string{quick, gate, slow, ext, job.JobID, entry.ID}
+	// A proposal of bolt's run, and an artifact of bolt's, as the runner
+	// and a worker write them.
+	boltCtx := lifecycle.WithTenant(ctx, "bolt")
+	prop, err := proposals.New(g.store, time.Now, "test", nil).Create(boltCtx, lifecycle.ActorMastra, lifecycle.Proposal{
+		ID: "prop_bolt", RunID: quick, AgentSlug: "quick", ContentKey: "agents/quick/runs/" + quick + "/output/x.md", TenantID: "bolt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	artKey, err := layout.ArtifactKey(lifecycle.DefaultProject, "art-bolt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.store.Put(ctx, artKey, []byte(`{"version":1,"artifact_id":"art-bolt","job_id":"`+job.JobID+`","type":"BRIEF","agent_slug":"quick","created_at":"2026-11-28T09:00:00Z","finalized":true,"content":{},"tenant_id":"bolt"}`), storage.IfNotExists()); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := g.raw("GET", "/artifacts/art-bolt", "tok-bolt-admin", "", nil, nil); code != http.StatusOK {
+		t.Fatalf("bolt reads its artifact: %d %s", code, body)
+	}
+	if code, _, body := g.raw("GET", "/proposals/"+prop.ID, "tok-bolt-gw", "", nil, nil); code != http.StatusOK {
+		t.Fatalf("bolt reads its proposal: %d %s", code, body)
+	}
+	boltIDs := []string{quick, gate, slow, ext, job.JobID, entry.ID, prop.ID, "art-bolt"}
 
 	// notFound: acme's request answers 404 and the same body as for an id
 	// that does not exist (the id swapped), so nothing tells them apart.
@@ -187,17 +211,24 @@ func TestTenantAttack(t *testing.T) {
 				t.Errorf("acme submits an entry with bolt's id: %d %s, want 400", code, got)
 			}
 		},
-		"GET /inbox/stats":                    operator("GET", "/inbox/stats", ""),
-		"GET /inbox/entries":                  leavesOut("GET", "/inbox/entries", gw, "", 200),
-		"GET /schedules":                      operator("GET", "/schedules", ""),
-		"POST /schedules/{scheduleId}/pause":  operator("POST", "/schedules/nightly/pause", ""),
-		"POST /schedules/{scheduleId}/resume": operator("POST", "/schedules/nightly/resume", ""),
-		"GET /quarantine":                     operator("GET", "/quarantine", ""),
-		"POST /quarantine/restore":            operator("POST", "/quarantine/restore", `{}`),
-		"POST /nlm/callback":                  operator("POST", "/nlm/callback", `{}`),
-		"GET /events/stream":                  func(t *testing.T) { streamLeavesOut(t, g, boltIDs) },
-		"GET /metrics":                        operator("GET", "/metrics", ""),
-		"GET /healthz":                        leavesOut("GET", "/healthz", "", "", 200),
+		"GET /inbox/stats":                      operator("GET", "/inbox/stats", ""),
+		"GET /inbox/entries":                    leavesOut("GET", "/inbox/entries", gw, "", 200),
+		"GET /schedules":                        operator("GET", "/schedules", ""),
+		"POST /schedules/{scheduleId}/pause":    operator("POST", "/schedules/nightly/pause", ""),
+		"POST /schedules/{scheduleId}/resume":   operator("POST", "/schedules/nightly/resume", ""),
+		"GET /quarantine":                       operator("GET", "/quarantine", ""),
+		"POST /quarantine/restore":              operator("POST", "/quarantine/restore", `{}`),
+		"POST /nlm/callback":                    operator("POST", "/nlm/callback", `{}`),
+		"GET /events/stream":                    func(t *testing.T) { streamLeavesOut(t, g, boltIDs) },
+		"GET /metrics":                          operator("GET", "/metrics", ""),
+		"POST /jobs/process":                    operator("POST", "/jobs/process", `{}`),
+		"GET /nlm/jobs/{jobId}":                 operator("GET", "/nlm/jobs/nlm-1", ""),
+		"GET /artifacts/{artifactId}":           notFound("GET", "/artifacts/{id}", admin, "", "art-bolt"),
+		"GET /jobs/{jobId}/artifact":            notFound("GET", "/jobs/{id}/artifact", admin, "", job.JobID),
+		"GET /proposals/pending":                leavesOut("GET", "/proposals/pending", gw, "", 200),
+		"GET /proposals/{proposalId}":           notFound("GET", "/proposals/{id}", gw, "", prop.ID),
+		"POST /proposals/{proposalId}/decision": notFound("POST", "/proposals/{id}/decision", gw, `{"status":"applied"}`, prop.ID),
+		"GET /healthz":                          leavesOut("GET", "/healthz", "", "", 200),
 	}
 	for _, rt := range httpapi.Routes(g.server) {
 		p := rt[0] + " " + rt[1]

@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/paging"
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -154,7 +155,7 @@ func (st *Store) existing(old, p lifecycle.Proposal) (lifecycle.Proposal, error)
 }
 
 func (st *Store) record(ctx context.Context, actor lifecycle.Actor, p *lifecycle.Proposal, from lifecycle.ProposalState) {
-	ev := lifecycle.AuditEvent{Event: EventStatusUpdate, Actor: string(actor), RunID: p.RunID, ProposalID: p.ID, From: string(from), To: string(p.Status)}
+	ev := lifecycle.AuditEvent{Event: EventStatusUpdate, Actor: string(actor), RunID: p.RunID, ProposalID: p.ID, TenantID: p.TenantID, From: string(from), To: string(p.Status)}
 	if from == "" {
 		ev.Event = EventCreate
 	}
@@ -170,6 +171,10 @@ func (st *Store) Get(ctx context.Context, id string) (lifecycle.Proposal, error)
 		return lifecycle.Proposal{}, &InvalidError{Field: "proposal id", Reason: err.Error()}
 	}
 	d, _, err := records.Read[doc](ctx, st.s, key)
+	if err == nil && !tenancy.Sees(ctx, d.TenantID) {
+		// Another tenant's answers as missing, word for word.
+		return lifecycle.Proposal{}, &storage.OpError{Op: "get", Key: key, Kind: storage.ErrNotFound}
+	}
 	return d.Proposal, err
 }
 
@@ -195,6 +200,9 @@ func (st *Store) Decide(ctx context.Context, actor lifecycle.Actor, id string, t
 		return lifecycle.Proposal{}, &InvalidError{Field: "proposal id", Reason: err.Error()}
 	}
 	now := st.now().UTC()
+	if _, err := st.Get(ctx, id); err != nil {
+		return lifecycle.Proposal{}, err // missing, or another tenant's
+	}
 	_, after, err := (&fence.Record[doc, *doc]{Store: st.s, Key: key}).Apply(ctx, func(d *doc) error {
 		if d.Status != lifecycle.ProposalPending {
 			return &ConflictError{ID: id, Status: d.Status}

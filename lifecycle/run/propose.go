@@ -54,8 +54,9 @@ func (x *execution) createProposals(ctx context.Context, i int, s Step, out Step
 		if err != nil {
 			return &lifecycle.RunError{Code: codes.InternalError, Message: err.Error(), Permanent: true, Err: err}
 		}
-		p := lifecycle.Proposal{ID: proposalID(x.w.runID, i+1, name), RunID: x.w.runID, AgentSlug: x.agent.Slug, Step: s.Name, ContentKey: key}
-		if _, err := ps.Create(ctx, lifecycle.ActorMastra, p); err != nil {
+		p := lifecycle.Proposal{ID: proposalID(x.w.runID, i+1, name), RunID: x.w.runID, AgentSlug: x.agent.Slug, Step: s.Name, ContentKey: key,
+			TenantID: x.tenant}
+		if _, err := ps.Create(lifecycle.WithTenant(ctx, x.tenant), lifecycle.ActorMastra, p); err != nil {
 			return err
 		}
 	}
