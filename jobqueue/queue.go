@@ -115,7 +115,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
 	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,
 		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch, asked: q.locks.lost}
-	q.tally = &tally{store: store, clock: cfg.Clock, jobs: jobs, log: cfg.Logger}
+	q.tally = &tally{store: store, clock: cfg.Clock, jobs: jobs, log: cfg.Logger, quar: q.quar}
 	return q
 }
 
