@@ -177,6 +177,7 @@ type tally struct {
 	mu    sync.Mutex
 	seen  map[string]segment // audit key → its segment, for the open hours
 	names map[string]jobName // job id → its name
+	laned map[string]lanedJob // lane key → its job as a count last read it (counts_lanes.go)
 }
 
 // budget is one call's reads left (tallyReads); spent says a read was
