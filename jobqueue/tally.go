@@ -175,8 +175,8 @@ type tally struct {
 	quar  *quarantine // a rollup that does not decode goes there
 
 	mu    sync.Mutex
-	seen  map[string]segment // audit key → its segment, for the open hours
-	names map[string]jobName // job id → its name
+	seen  map[string]segment  // audit key → its segment, for the open hours
+	names map[string]jobName  // job id → its name
 	laned map[string]lanedJob // lane key → its job as a count last read it (counts_lanes.go)
 }
 
