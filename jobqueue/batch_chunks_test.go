@@ -174,3 +174,41 @@ func TestInsertManyPartial(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkInsertManyThousand: 1,000 jobs of one agent on sqlitestore,
+// in one InsertMany call and one Enqueue at a time, with the commits and
+// writes each costs (reported per 1,000 jobs).
+func BenchmarkInsertManyThousand(b *testing.B) {
+	for _, mode := range []string{"InsertMany", "Enqueue"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			log := &commitLog{Store: committingStores[1].new(b)}
+			q := newQueue(b, storage.New(log), clock.Real())
+			n := 0
+			for b.Loop() {
+				jobs := make([]jobqueue.NewJob, 1000)
+				for i := range jobs {
+					jobs[i] = spec(fmt.Sprintf("job-%07d", n), "a")
+					n++
+				}
+				if mode == "InsertMany" {
+					if _, err := q.InsertMany(ctx, jobs); err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				for _, j := range jobs {
+					if _, err := q.InsertJob(ctx, j); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			writes := 0
+			for _, w := range log.sizes {
+				writes += w
+			}
+			b.ReportMetric(float64(len(log.sizes))/float64(b.N), "commits/op")
+			b.ReportMetric(float64(writes+log.singles)/float64(b.N), "writes/op")
+		})
+	}
+}
