@@ -27,16 +27,19 @@ type RetentionConfig struct {
 	// Age is how long everything finished is kept; 0 (the default) turns
 	// retention off, except for the kinds Ages names. A kind without an
 	// entry in Ages is kept for Age, but for these, which follow their own
-	// defaults once Age is set: dead_jobs and artifacts are kept, and
+	// defaults once Age is set: dead_jobs and artifacts are kept,
 	// idempotency records are deleted as soon as their expires_at has
-	// passed.
+	// passed, and the job queue's rollups are kept 48 h (hours) and 90
+	// days (days).
 	Age time.Duration
 	// Ages overrides Age for a kind, by name: "runs" (finished runs, aged
 	// from finished_at), "audit" (audit days, from the day's end), "jobs"
 	// (COMPLETE jobs and finished NLM jobs, from updated_at), "dead_jobs",
 	// "idempotency" (from expires_at), "inbox" (expired entries, from the
-	// end of their TTL) and "artifacts" (from created_at, deleted by the
-	// admin's cleanup). An age is ≥ 0, or -1 to keep the kind; an entry
+	// end of their TTL), "artifacts" (from created_at, deleted by the
+	// admin's cleanup), "stats_hours" and "stats_days" (the job queue's
+	// rollups of the audit log behind its counts and charts, from the
+	// hour's or day's end, each kept while the counts may need it). An age is ≥ 0, or -1 to keep the kind; an entry
 	// applies even while Age is 0.
 	Ages map[string]time.Duration
 	// Interval is how often a pass is due, across every process sharing

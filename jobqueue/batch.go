@@ -53,8 +53,44 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 	if !q.store.CanCommit() {
 		return q.oneByOne(ctx, actor, jobs)
 	}
+	return q.commitChunks(ctx, actor, jobs)
+}
+
+// batchChunk is the most jobs one commit of a batch carries: a job is two
+// writes (its lane entry and record), a commit at most storage.MaxCommit.
+const batchChunk = storage.MaxCommit / 2
+
+// commitChunks commits valid jobs batchChunk at a time, in order, each
+// commit all or nothing, and stops at the first that fails: the jobs
+// before it landed and are returned, the error a *lifecycle.BatchError
+// whose Landed says how many (a failure of the first commit, nothing
+// written, stays as it is when it names no job). Why parts: a commit is
+// bounded (storage.MaxCommit) and a caller's batch need not be; a part of
+// 500 is 1,000 writes shared by one durable write.
+func (q *admission) commitChunks(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) ([]lifecycle.Job, error) {
+	out := make([]lifecycle.Job, 0, len(jobs))
+	for start := 0; start < len(jobs); start += batchChunk {
+		got, err := q.commitChunk(ctx, actor, jobs[start:min(start+batchChunk, len(jobs))], start)
+		if be, ok := errors.AsType[*lifecycle.BatchError](err); ok {
+			return out, &lifecycle.BatchError{Index: start + be.Index, Landed: start, Err: be.Err}
+		}
+		if err != nil && start > 0 {
+			return out, &lifecycle.BatchError{Index: start, Landed: start, Err: err}
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// commitChunk commits one part of a batch, the jobs from seq on: their
+// unique jobs resolved again when another insert created a generation
+// meanwhile.
+func (q *admission) commitChunk(ctx context.Context, actor lifecycle.Actor, jobs []NewJob, seq int) ([]lifecycle.Job, error) {
 	for range 4 {
-		out, err := q.commitUnique(ctx, actor, jobs)
+		out, err := q.commitUnique(ctx, actor, jobs, seq)
 		if be, ok := errors.AsType[*lifecycle.BatchError](err); ok && errors.Is(be.Err, lifecycle.ErrJobExists) && jobs[be.Index].Unique != nil {
 			continue // another insert created that generation meanwhile: resolve again
 		}
@@ -66,10 +102,11 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 // commitUnique is commitMany for a batch that may hold unique jobs: each
 // gets the id its uniqueness resolves to (unique.go), and one whose
 // uniqueness a job holds already, in the store or earlier in the batch,
-// is answered by that job, marked Duplicate, and not written.
-func (q *admission) commitUnique(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) ([]lifecycle.Job, error) {
+// is answered by that job, marked Duplicate, and not written. seq is the
+// jobs' place in their batch (commitMany).
+func (q *admission) commitUnique(ctx context.Context, actor lifecycle.Actor, jobs []NewJob, seq int) ([]lifecycle.Job, error) {
 	if !slices.ContainsFunc(jobs, func(n NewJob) bool { return n.Unique != nil }) {
-		return q.commitMany(ctx, actor, jobs)
+		return q.commitMany(ctx, actor, jobs, seq)
 	}
 	var (
 		now     = q.clock.Now().UTC()
@@ -102,7 +139,7 @@ func (q *admission) commitUnique(ctx context.Context, actor lifecycle.Actor, job
 	var landed []lifecycle.Job
 	var err error
 	if len(write) > 0 {
-		landed, err = q.commitMany(ctx, actor, write)
+		landed, err = q.commitMany(ctx, actor, write, seq)
 	}
 	if be, ok := errors.AsType[*lifecycle.BatchError](err); ok {
 		return nil, &lifecycle.BatchError{Index: at[be.Index], Err: be.Err}
@@ -137,7 +174,7 @@ func (q *admission) oneByOne(ctx context.Context, actor lifecycle.Actor, jobs []
 		}
 		endEnqueue(span, &jobs[i], err)
 		if err != nil {
-			return out, &lifecycle.BatchError{Index: i, Err: err}
+			return out, &lifecycle.BatchError{Index: i, Landed: i, Err: err}
 		}
 		out = append(out, j)
 	}
@@ -157,8 +194,10 @@ type batch struct {
 // agents that do not exist yet in one commit: all of them land at one
 // instant or none does, so no job is ever seen without its lane entry (no
 // write first, no undo, no re-lane of a slow write, as Enqueue needs).
-func (q *admission) commitMany(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) (_ []lifecycle.Job, err error) {
-	b, err := q.prepare(ctx, actor, jobs)
+// seq is the first job's place in its batch: a batch's later commits
+// order their jobs after the earlier ones' (prepare).
+func (q *admission) commitMany(ctx context.Context, actor lifecycle.Actor, jobs []NewJob, seq int) (_ []lifecycle.Job, err error) {
+	b, err := q.prepare(ctx, actor, jobs, seq)
 	defer func() {
 		for i := range b.spans {
 			endEnqueue(b.spans[i], &jobs[i], err)
@@ -182,8 +221,10 @@ func (q *admission) commitMany(ctx context.Context, actor lifecycle.Actor, jobs 
 // prepare builds the batch's records, each in its own conveyor.enqueue
 // span. The jobs of one agent get times a nanosecond apart (their run
 // times too), so its lane holds those of one priority and time in the
-// batch's order.
-func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []NewJob) (*batch, error) {
+// batch's order, counting from seq, the jobs' place in their batch, so
+// a batch of several commits stays in order on a clock that has not
+// moved between them.
+func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []NewJob, seq int) (*batch, error) {
 	n := len(jobs)
 	b := &batch{jobs: jobs, docs: make([]jobDoc, n), keys: make([]string, n), lanes: make([]string, n), spans: make([]tracing.Span, 0, n)}
 	now := q.clock.Now().UTC()
@@ -195,7 +236,7 @@ func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []N
 			return b, &lifecycle.BatchError{Index: i, Err: err}
 		}
 		b.keys[i] = key
-		if b.docs[i], b.lanes[i], err = newJobDoc(jctx, actor, jobs[i], now, time.Duration(i), q.rolling); err != nil {
+		if b.docs[i], b.lanes[i], err = newJobDoc(jctx, actor, jobs[i], now, time.Duration(seq+i), q.rolling); err != nil {
 			return b, &lifecycle.BatchError{Index: i, Err: err}
 		}
 		// A no-op but on a store that settles, and none of those commits.

@@ -140,7 +140,7 @@ func TestEnqueueManyAllOrNothing(t *testing.T) {
 		{"an unknown type", lifecycle.ActorGateway, bad(4, func(n *jobqueue.NewJob) { n.JobType = "NOPE" }), 4, lifecycle.ErrInvalidJob},
 		{"an id twice", lifecycle.ActorGateway, bad(5, func(n *jobqueue.NewJob) { n.JobID = "job-001" }), 5, lifecycle.ErrInvalidJob},
 		{"an id that exists", lifecycle.ActorGateway, bad(2, func(n *jobqueue.NewJob) { n.JobID = "old" }), 2, lifecycle.ErrJobExists},
-		{"over the cap", lifecycle.ActorGateway, func([]jobqueue.NewJob) []jobqueue.NewJob { return batchOf(501, "a") }, -1, lifecycle.ErrInvalidJob},
+		{"over the cap", lifecycle.ActorGateway, func([]jobqueue.NewJob) []jobqueue.NewJob { return batchOf(10001, "a") }, -1, lifecycle.ErrInvalidJob},
 		{"an actor who may not", lifecycle.ActorFrontend, func(js []jobqueue.NewJob) []jobqueue.NewJob { return js }, -1, lifecycle.ErrForbiddenActor},
 	}
 	for _, tt := range tests {

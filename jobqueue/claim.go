@@ -73,13 +73,13 @@ func (q *claimer) claimFor(ctx context.Context, worker string, noAssembly func(l
 			q.sched.putBack(a, now.Add(pauseRefresh))
 			continue
 		}
-		if !q.caps.admit(a) {
+		if !q.caps.tryStart(a) {
 			// Full in this process: looked at again when a claim
-			// counted against the full cap ends (caps.ended).
+			// counted against the full cap ends (caps.ended). Counted
+			// otherwise while it is tried: other lanes' claims see it.
 			q.sched.putBack(a, now.Add(q.leaseTTL))
 			continue
 		}
-		q.caps.started(a) // counted while it is tried: other lanes' claims see it
 		c, next, err := q.claimAgent(ctx, worker, a, now, noAssembly)
 		if c != nil {
 			a.mu.Lock()

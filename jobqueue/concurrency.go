@@ -163,10 +163,14 @@ func (c *caps) capKeys(lane string) [2]struct {
 	return out
 }
 
-// admit tells whether a claim of lane a may start now under its type's
-// and its queue's caps in this process; if not, a is woken when a claim
-// counted against the full cap ends.
-func (c *caps) admit(a *agentState) bool {
+// tryStart counts a claim of lane a against its type's and its queue's
+// caps in this process and tells whether it may start; if not, nothing is
+// counted and a is woken when a claim counted against the full cap ends.
+// The check and the count are one step under one lock: two claims apart
+// (check, then count) let N concurrent claims each see room for one and
+// run N past the cap. ended undoes a count and wakes the lanes its caps
+// held back.
+func (c *caps) tryStart(a *agentState) bool {
 	keys := c.capKeys(a.name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -179,18 +183,10 @@ func (c *caps) admit(a *agentState) bool {
 			return false
 		}
 	}
-	return true
-}
-
-// started counts a claim of lane a; ended undoes it and wakes the lanes
-// its caps held back.
-func (c *caps) started(a *agentState) {
-	keys := c.capKeys(a.name)
-	c.mu.Lock()
 	for _, k := range keys {
 		c.running[k.key]++
 	}
-	c.mu.Unlock()
+	return true
 }
 
 func (c *caps) ended(a *agentState, now time.Time) {

@@ -2,18 +2,14 @@ package jobqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"maps"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/authority"
-	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/storage"
 )
 
 // counts is Operator.Counts: the net counts of the audit log (the latest
@@ -43,7 +39,11 @@ func (t *tally) counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.Jo
 		}
 		partial = partial || !ok
 	}
+	rested := map[string]time.Time{} // job id → its latest rest in the open hours
 	ok, err = t.live(ctx, liveFrom, now, b, func(s segment) error {
+		if s.at.After(rested[s.job]) {
+			rested[s.job] = s.at
+		}
 		n, named, err := t.name(ctx, s.job, b)
 		if err != nil || !named {
 			return errOr(err, errBudget)
@@ -56,7 +56,7 @@ func (t *tally) counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.Jo
 	}
 	partial = partial || !ok || err != nil
 	t.forget(liveFrom)
-	if ok, err := t.inFlight(ctx, a.net, b); err != nil {
+	if ok, err := t.inFlight(ctx, a.net, b, liveFrom, rested, ok && err == nil); err != nil {
 		return lifecycle.JobCounts{}, err
 	} else if !ok {
 		partial = true
@@ -71,68 +71,6 @@ func errOr(err, otherwise error) error {
 		return err
 	}
 	return otherwise
-}
-
-// inFlight moves the jobs in flight in net: every job in flight is in its
-// lane or named by its agent's lock (docs/design.md#jobs), so the lanes'
-// entries and the locks name them all, and only they are read. A job at
-// rest (its audit object in the log) is counted there already; any other
-// counts where it is, and no longer where its trail says it last rested.
-// ok false: b ran out first.
-func (t *tally) inFlight(ctx context.Context, net map[netKey]int64, b *budget) (bool, error) {
-	ids := map[string]bool{}
-	for key, err := range t.store.List(ctx, layout.LanesPrefix) {
-		if err != nil {
-			return false, err
-		}
-		if _, _, id, ok := layout.ParseLaneKey(key); ok {
-			ids[id] = true
-		}
-	}
-	for key, err := range t.store.List(ctx, layout.AgentLocksPrefix) {
-		if err != nil {
-			return false, err
-		}
-		if _, _, ok := layout.ParseSlotLockKey(key); !ok {
-			continue // every lock of a lane names a job it runs: slot 0's and the others'
-		}
-		if !b.take() {
-			return false, nil
-		}
-		raw, _, err := t.store.Get(ctx, key)
-		if errors.Is(err, storage.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return false, err
-		}
-		var l agentLock
-		if json.Unmarshal(raw, &l) == nil && l.JobID != "" {
-			ids[l.JobID] = true
-		}
-	}
-	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		if !b.take() {
-			return false, nil
-		}
-		d, _, err := t.jobs.read(ctx, id)
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, errNewerRecord) {
-			continue // a lane entry ahead of its job, a job gone or not this release's
-		}
-		if err != nil {
-			return false, err
-		}
-		if flushes(d.Status) {
-			continue
-		}
-		n := nameOf(&d.Job)
-		t.remember(id, n)
-		net[netKey{n, d.Status}]++
-		if len(d.Trail) > 0 && d.Trail[0].From != "" {
-			net[netKey{n, d.Trail[0].From}]--
-		}
-	}
-	return true, nil
 }
 
 // countsOf is net as the API answers it: a row per job name, states with

@@ -14,9 +14,9 @@
 // ("_type." and the type, its agent_slug, in the default queue) side by
 // side, as many as the Worker's Slots unless TypeConfig caps them per
 // process or across processes; a named queue is paused and resumed for
-// every Worker (Operator.SetPaused). InsertMany enqueues up to 500 jobs at once: one commit, all
-// or nothing, on a store that commits several writes at once
-// (docs/spec.md#batch-insert). Insert, InsertJob, InsertMany, Job,
+// every Worker (Operator.SetPaused). InsertMany enqueues up to 10,000 jobs at once: a commit of
+// each 500, all or nothing, on a store that commits several writes at
+// once (docs/spec.md#batch-insert). Insert, InsertJob, InsertMany, Job,
 // Result, Wait and Retry act as the system (the program that embeds the
 // queue); Enqueue, EnqueueMany, Get, List and Requeue check the authority
 // matrix (docs/spec.md#authority-matrix) for the actor they are given, as

@@ -115,7 +115,7 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
 	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,
 		repair: repair, sched: q.sched, quar: q.quar, batch: cfg.SweepBatch, asked: q.locks.lost}
-	q.tally = &tally{store: store, clock: cfg.Clock, jobs: jobs, log: cfg.Logger}
+	q.tally = &tally{store: store, clock: cfg.Clock, jobs: jobs, log: cfg.Logger, quar: q.quar}
 	return q
 }
 
@@ -143,33 +143,38 @@ func (q *Queue) Enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob) (l
 }
 
 // EnqueueMany enqueues jobs, each as Enqueue would, as one batch (River's
-// InsertMany): at most 500 jobs (more is lifecycle.ErrInvalidJob), none
-// is written before every one is checked, and one invalid job, or two of
-// one job_id, fail the batch with a *lifecycle.BatchError naming the
-// job's index and nothing written. The jobs of one agent, priority and run
-// time are claimed in the batch's order. No jobs is no error.
+// InsertMany): at most 10,000 jobs (more is lifecycle.ErrInvalidJob),
+// none is written before every one is checked, and one invalid job, or
+// two of one job_id, fail the batch with a *lifecycle.BatchError naming
+// the job's index and nothing written. The jobs of one agent, priority
+// and run time are claimed in the batch's order. No jobs is no error.
 //
-// Which jobs landed when it fails (docs/spec.md#batch-insert):
+// Which jobs landed when it fails (docs/spec.md#batch-insert): always the
+// batch's first ones, returned, the rest not written; a
+// *lifecycle.BatchError's Landed says how many.
 //
 //   - On a store that commits several writes at once (storage's
-//     CanCommit: memstore, SQLite) the batch is one commit: all of it
-//     lands or none does. On an error nothing was written and the jobs
-//     returned are none; a job whose id exists is a *lifecycle.BatchError
-//     naming it, matching lifecycle.ErrJobExists. An error matching
-//     storage.ErrOutcomeUnknown means all landed or none did (the queue
-//     has read a record to find out, and could not).
+//     CanCommit: memstore, SQLite) the batch is written 500 jobs a
+//     commit, in order, each commit all or nothing, and the first that
+//     fails stops the batch. A failure of the first commit writes
+//     nothing (a job whose id exists is a *lifecycle.BatchError naming
+//     it, matching lifecycle.ErrJobExists; the store's error is returned
+//     as it is); a failure of a later one is a *lifecycle.BatchError
+//     whose Landed is where that commit starts and whose Index is the job
+//     at fault in it, or its first job. An error matching
+//     storage.ErrOutcomeUnknown means that commit landed whole or not at
+//     all (the queue has read a record to find out, and could not).
 //   - On another store (filestore, S3) the jobs are written one at a
-//     time, in order, and the first failure stops the batch: the jobs
-//     returned landed, and the error is a *lifecycle.BatchError whose
-//     Index is the job that failed (it too may have landed when the error
-//     matches storage.ErrOutcomeUnknown); the later jobs were not tried.
+//     time, in order, and the first failure stops the batch: the error
+//     is a *lifecycle.BatchError whose Index, and Landed, is the job that
+//     failed (it too may have landed when the error matches
+//     storage.ErrOutcomeUnknown); the later jobs were not tried.
 //
 // Jobs that name their ids can be sent again after a failure without
 // being created twice: a job that landed is refused with
-// lifecycle.ErrJobExists. A unique job (Unique set) whose uniqueness a job
-// holds, in the store or earlier in the batch, is answered by that job
-// with Duplicate set, and not written.
-// lifecycle.ErrJobExists.
+// lifecycle.ErrJobExists (or send jobs[Landed:]). A unique job (Unique
+// set) whose uniqueness a job holds, in the store or earlier in the
+// batch, is answered by that job with Duplicate set, and not written.
 //
 // Config.InsertMiddleware sees the batch first, whole, once the actor may
 // create jobs; no jobs pass by it.

@@ -29,6 +29,9 @@ func (q *admission) requeue(ctx context.Context, actor lifecycle.Actor, jobID st
 	if err := fire(ctx, &probe, machine.EventRequeue, actor); err != nil {
 		return lifecycle.Job{}, err // refused as the record stands: no lane entry written
 	}
+	if err := q.uniqueRequeueCheck(ctx, jobID); err != nil {
+		return lifecycle.Job{}, err
+	}
 	if err := q.locks.ensureAgent(ctx, cur.AgentSlug); err != nil {
 		return lifecycle.Job{}, err
 	}

@@ -75,8 +75,9 @@ func (q *Queue) Result(ctx context.Context, jobID string) (artifact.Artifact, er
 }
 
 // InsertMany is EnqueueMany as the system (the orchestration layer): at
-// most 500 jobs, all or nothing on a store that commits several writes at
-// once, else the jobs before the one that failed (EnqueueMany says which).
+// most 10,000 jobs, 500 a commit on a store that commits several writes
+// at once, else one at a time; on a failure the jobs returned landed and
+// the rest did not (EnqueueMany says how to tell).
 func (q *Queue) InsertMany(ctx context.Context, jobs []NewJob) ([]lifecycle.Job, error) {
 	return q.EnqueueMany(ctx, systemActor, jobs)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -171,10 +172,12 @@ type tally struct {
 	clock clock.Clock
 	jobs  *jobStore
 	log   *slog.Logger
+	quar  *quarantine // a rollup that does not decode goes there
 
 	mu    sync.Mutex
-	seen  map[string]segment // audit key → its segment, for the open hours
-	names map[string]jobName // job id → its name
+	seen  map[string]segment  // audit key → its segment, for the open hours
+	names map[string]jobName  // job id → its name
+	laned map[string]lanedJob // lane key → its job as a count last read it (counts_lanes.go)
 }
 
 // budget is one call's reads left (tallyReads); spent says a read was
@@ -427,25 +430,40 @@ func addHist(into, h []int) []int {
 func (t *tally) hour(ctx context.Context, h time.Time, a *hourAcc, b *budget) (ok bool, err error) {
 	prefix := statsHourPrefix + h.Format(statsHourFormat) + "/"
 	after, seq := layout.AuditAfter(h), 0
+	var chunks []chunkRecord // merged once all are read: a quarantined one rolls the hour anew
 	for key, err := range t.store.List(ctx, prefix) {
 		if err != nil {
 			return false, err
 		}
-		if key != fmt.Sprintf("%s%04d.json", prefix, seq) {
+		if want := fmt.Sprintf("%s%04d.json", prefix, seq); key != want {
 			// A chunk listed out of turn (one before it not listed yet,
 			// on a store that settles): merging it would roll the hour,
-			// and then its day, without that chunk, for good.
+			// and then its day, without that chunk, for good. Unless
+			// that one was quarantined: then the hour is rolled anew.
+			if _, _, gone := records.FindQuarantined(ctx, t.store, want); gone {
+				return t.rollWhole(ctx, h, a, b)
+			}
 			return false, nil
 		}
 		var c chunkRecord
-		if found, err := t.getRecord(ctx, key, &c, b); !found || err != nil {
+		found, err := t.getRecord(ctx, key, &c, b)
+		if errors.Is(err, errRollupQuarantined) {
+			return t.rollWhole(ctx, h, a, b)
+		}
+		if !found || err != nil {
 			return false, err
 		}
-		a.merge(h, &c)
+		chunks = append(chunks, c)
 		if c.Last {
+			for i := range chunks {
+				a.merge(h, &chunks[i])
+			}
 			return true, nil
 		}
 		after, seq = c.Through, seq+1
+	}
+	for i := range chunks {
+		a.merge(h, &chunks[i])
 	}
 	c := newAcc()
 	through, done, err := t.roll(ctx, h, after, c, b)
@@ -519,7 +537,7 @@ func (t *tally) getRecord(ctx context.Context, key string, v any, b *budget) (bo
 	if !b.take() {
 		return false, nil
 	}
-	raw, _, err := t.store.Get(ctx, key)
+	raw, ver, err := t.store.Get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return false, nil
 	}
@@ -527,8 +545,26 @@ func (t *tally) getRecord(ctx context.Context, key string, v any, b *budget) (bo
 		return false, err
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return false, fmt.Errorf("jobqueue: rollup %s: %w", key, err)
+		return false, errOr(t.poisonRollup(ctx, key, raw, ver, err), errRollupQuarantined)
 	}
+	return true, nil
+}
+
+// errRollupQuarantined is getRecord's answer for a rollup it found junk
+// and quarantined: the caller makes it again from the audit log.
+var errRollupQuarantined = errors.New("jobqueue: rollup quarantined")
+
+// rollWhole reads hour h from its audit objects into a, writing nothing:
+// the hour whose chunk was quarantined (its span is lost with it, and the
+// chunks after it cannot be written again). ok false: b ran out first.
+func (t *tally) rollWhole(ctx context.Context, h time.Time, a *hourAcc, b *budget) (bool, error) {
+	c := newAcc()
+	through, done, err := t.roll(ctx, h, layout.AuditAfter(h), c, b)
+	if err != nil || !done {
+		return false, err
+	}
+	rec := c.chunk(through, true)
+	a.merge(h, &rec)
 	return true, nil
 }
 
@@ -548,7 +584,11 @@ func (t *tally) putRecord(ctx context.Context, key string, v any) error {
 // first; what was made is kept.
 func (t *tally) day(ctx context.Context, d time.Time, b *budget) ([]netRow, bool, error) {
 	var r dayRecord
-	if found, err := t.getRecord(ctx, statsDayPrefix+d.Format(statsDayFormat)+".json", &r, b); found || err != nil || b.spent {
+	found, err := t.getRecord(ctx, statsDayPrefix+d.Format(statsDayFormat)+".json", &r, b)
+	if errors.Is(err, errRollupQuarantined) {
+		found, err = false, nil // made again below
+	}
+	if found || err != nil || b.spent {
 		return r.Net, found, err
 	}
 	base, start, err := t.latestDay(ctx, d)
@@ -576,23 +616,29 @@ func (t *tally) day(ctx context.Context, d time.Time, b *budget) ([]netRow, bool
 // latest day record before d and the day after it, or, with none, the
 // day of the log's first object (zero when the log has none before d).
 func (t *tally) latestDay(ctx context.Context, d time.Time) ([]netRow, time.Time, error) {
-	var last string
+	var before []string
 	for key, err := range t.store.List(ctx, statsDayPrefix) {
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		if key < statsDayPrefix+d.Format(statsDayFormat) {
-			last = key
+			before = append(before, key)
 		}
 	}
-	if last != "" {
+	for _, last := range slices.Backward(before) {
 		var r dayRecord
-		raw, _, err := t.store.Get(ctx, last)
+		raw, ver, err := t.store.Get(ctx, last)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue // retention took it meanwhile
+		}
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		if err := json.Unmarshal(raw, &r); err != nil {
-			return nil, time.Time{}, fmt.Errorf("jobqueue: rollup %s: %w", last, err)
+			if err := t.poisonRollup(ctx, last, raw, ver, err); err != nil {
+				return nil, time.Time{}, err
+			}
+			continue // quarantined: the day before it is the base
 		}
 		return r.Net, r.Day.Add(24 * time.Hour), nil
 	}
@@ -607,4 +653,19 @@ func (t *tally) latestDay(ctx context.Context, d time.Time) ([]netRow, time.Time
 		return nil, first.UTC().Truncate(24 * time.Hour), nil
 	}
 	return nil, time.Time{}, nil
+}
+
+// poisonRollup quarantines the rollup at key, which does not decode, so
+// that counts and activity answer from the rest instead of failing on it
+// at every call: the call that meets it answers what it can (partial
+// where the rollup was needed), and the next reader makes the record
+// again from the audit log, create-only, where it still can. An error is
+// the store's, the record left where it is.
+func (t *tally) poisonRollup(ctx context.Context, key string, raw []byte, ver storage.Version, cause error) error {
+	ce := &lifecycle.QuarantinedError{Key: key, Version: string(ver), Data: raw, Reason: "cannot decode", Err: cause}
+	if err := t.quar.poison(ctx, ce); !errors.Is(err, storage.ErrNotFound) {
+		return err
+	}
+	t.log.Warn("job rollup quarantined", "key", key, "err", cause)
+	return nil
 }

@@ -22,13 +22,18 @@ var ErrInvalidJob = errors.New("jobqueue: invalid job")
 // BatchError is the failure of a batch of jobs (the job queue's
 // EnqueueMany, the Go client's, POST /jobs/batch): job Index of the batch
 // (from 0) failed with Err, which errors.Is and errors.As look through.
-// Which jobs landed is the batch's rule (docs/spec.md#batch-insert): on a
-// store that commits several writes at once none did; on another the
-// jobs before Index did, and job Index too, perhaps, when Err matches the
-// store's outcome-unknown sentinel.
+// Landed says which jobs landed (docs/spec.md#batch-insert): the first
+// Landed of the batch were written (the caller is handed them), the rest
+// were not. A batch is written in parts, in order, each all or nothing
+// (500 jobs a commit on a store that commits several writes at once, one
+// job elsewhere): Landed is where the failed part starts, and Index is
+// the job at fault in it, or its first when the part failed as a whole
+// (the store's error). When Err matches the store's outcome-unknown
+// sentinel the failed part may have landed too, whole.
 type BatchError struct {
-	Index int
-	Err   error
+	Index  int
+	Landed int
+	Err    error
 }
 
 // Error names the job and its failure.

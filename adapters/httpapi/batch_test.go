@@ -54,7 +54,7 @@ func TestBatchRoute(t *testing.T) {
 		{"empty list", "tok-gateway", `{"jobs":[]}`, 400, codes.InvalidRequest, -1},
 		{"not a list", "tok-gateway", `{"jobs":{}}`, 400, codes.InvalidRequest, -1},
 		{"unknown field in a job", "tok-gateway", batchJSON(2, func(i int, j map[string]any) { j["bogus"] = i }), 400, codes.InvalidRequest, -1},
-		{"over the cap", "tok-gateway", batchJSON(501, nil), 413, codes.InputTooLarge, -1},
+		{"over the cap", "tok-gateway", batchJSON(10001, nil), 413, codes.InputTooLarge, -1},
 		{"a job without a type", "tok-gateway", batchJSON(3, func(i int, j map[string]any) {
 			if i == 1 {
 				delete(j, "job_type")
@@ -191,4 +191,47 @@ func TestClientEnqueueMany(t *testing.T) {
 		t.Fatalf("a refused actor's batch = %v; want a plain error", err)
 	}
 	apiError(t, err, http.StatusForbidden, codes.Forbidden)
+}
+
+// TestBatchRouteThousand: POST /jobs/batch takes 1,000 jobs on a store
+// that commits (500 a commit); when the second commit fails at a job that
+// exists, the answer names it and lists the first 500 as landed, the rest
+// absent, and the Go client reports the same as a *BatchError.
+func TestBatchRouteThousand(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, rigOpts{})
+	ctx := context.Background()
+	gw := g.client(lifecycle.ActorGateway)
+	status, _, body := g.raw("POST", "/jobs/batch", "tok-gateway", "application/json", []byte(batchJSON(1000, nil)), nil)
+	var a batchAnswer
+	if err := json.Unmarshal(body, &a); err != nil || status != http.StatusCreated || len(a.Jobs) != 1000 || a.Jobs[999].JobID != "job-999" {
+		t.Fatalf("a batch of 1,000: %d %.300s", status, body)
+	}
+
+	more := batchJSON(1000, func(i int, j map[string]any) { j["job_id"] = fmt.Sprintf("more-%04d", i) })
+	if _, err := gw.Enqueue(ctx, lifecycle.NewJob{JobID: "more-0700", JobType: lifecycle.JobBrief, AgentSlug: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	status, _, body = g.raw("POST", "/jobs/batch", "tok-gateway", "application/json", []byte(more), nil)
+	a = batchAnswer{}
+	if err := json.Unmarshal(body, &a); err != nil || status != http.StatusConflict || a.Code != codes.JobExists || a.Index == nil || *a.Index != 700 ||
+		len(a.Landed) != 500 || a.Landed[499].JobID != "more-0499" {
+		t.Fatalf("1,000 over more-0700: %d %.300s; want 409 JOB_EXISTS at job 700, the first 500 landed", status, body)
+	}
+	for id, want := range map[string]error{"more-0499": nil, "more-0500": lifecycle.ErrNotFound, "more-0999": lifecycle.ErrNotFound} {
+		if _, err := gw.Job(ctx, id); !errors.Is(err, want) {
+			t.Fatalf("%s after the failure: %v; want %v", id, err, want)
+		}
+	}
+
+	jobs := make([]lifecycle.NewJob, 1000)
+	for i := range jobs {
+		jobs[i] = lifecycle.NewJob{JobID: fmt.Sprintf("last-%04d", i), JobType: lifecycle.JobBrief, AgentSlug: "a"}
+	}
+	jobs[900].JobID = "more-0000"
+	landed, err := gw.EnqueueMany(ctx, jobs)
+	be, ok := errors.AsType[*lifecycle.BatchError](err)
+	if !ok || be.Index != 900 || be.Landed != 500 || len(landed) != 500 || landed[499].JobID != "last-0499" || !errors.Is(err, lifecycle.ErrJobExists) {
+		t.Fatalf("the client's 1,000 over more-0000 = %d landed, %v; want 500 and a *BatchError at 900, Landed 500", len(landed), err)
+	}
 }

@@ -68,13 +68,14 @@ func (h *jobRoutes) enqueueJob() handlerFunc {
 }
 
 // batchBodyTimes is how many times Config.MaxBodyBytes a batch's body may
-// be (8 MiB by default): up to 500 jobs, most far smaller than the 1 MiB
-// one job's payload may be; the queue bounds each job as POST /jobs does.
+// be (8 MiB by default): up to 10,000 jobs, most far smaller than the
+// 1 MiB one job's payload may be; the queue bounds each job as POST /jobs
+// does.
 const batchBodyTimes = 8
 
 // enqueueBatch is POST /jobs/batch: the queue's EnqueueMany. A job at
-// fault is answered with its index and the jobs that landed before it
-// (batchFailure).
+// fault, or a part of the batch that failed after others landed, is
+// answered with its index and the jobs that landed (batchFailure).
 func (h *jobRoutes) enqueueBatch() handlerFunc {
 	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusCreated, jsonBody(decodeBatch),
 		func(ctx context.Context, actor lifecycle.Actor, jobs []jobqueue.NewJob) (wire.BatchAnswer, error) {

@@ -40,9 +40,11 @@ const (
 	DefaultPageLimit = 50
 	MaxPageLimit     = 500
 	// MaxBatchJobs bounds the jobs of one batch insert (the queue's
-	// EnqueueMany, POST /jobs/batch), so that a batch is one commit of
-	// the store: two writes a job, within storage.MaxCommit's 1,000.
-	MaxBatchJobs = 500
+	// EnqueueMany, POST /jobs/batch): the queue checks them all before a
+	// write and holds them and their records in memory, and the batch is
+	// split into commits of at most 500 jobs (two writes a job, within
+	// the store's 1,000 a commit).
+	MaxBatchJobs = 10000
 )
 
 // TextKind says which control characters a text field may hold.

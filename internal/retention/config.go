@@ -44,10 +44,23 @@ const (
 	// docs/spec.md#artifact allows, with this kind's age as its cleanup
 	// age; by default they are kept.
 	Artifacts Kind = "artifacts"
+	// StatsHours are the job queue's hourly rollups of the audit log
+	// (stats/jobs/hours/), aged from the hour's end, and deleted only once
+	// the rollup of their day exists (counts may build it from them).
+	// Once Age is set they are kept DefaultStatsHours: the charts read the
+	// last hour, the counts the hours since the last closed day.
+	StatsHours Kind = "stats_hours"
+	// StatsDays are the job queue's daily rollups (stats/jobs/days/),
+	// aged from the day's end, and deleted only once the next day's
+	// exists (the counts start from the latest). Once Age is set they are
+	// kept DefaultStatsDays.
+	StatsDays Kind = "stats_days"
 )
 
 // Kinds returns every kind, in the order a pass goes through them.
-func Kinds() []Kind { return []Kind{Runs, Audit, Jobs, DeadJobs, Idempotency, Inbox, Artifacts} }
+func Kinds() []Kind {
+	return []Kind{Runs, Audit, Jobs, DeadJobs, Idempotency, Inbox, Artifacts, StatsHours, StatsDays}
+}
 
 // ByName returns ages by kind name (the form of the Client's config) as
 // Config.Ages; nil for nil. New refuses a name that is no kind.
@@ -79,8 +92,9 @@ type Config struct {
 	// retention off, except for the kinds Ages names. A kind without an
 	// entry in Ages is kept for Age, but for these, which follow their own
 	// defaults once Age is set: DeadJobs and Artifacts are kept (Forever),
-	// and Idempotency records are deleted as soon as their expires_at has
-	// passed (0).
+	// Idempotency records are deleted as soon as their expires_at has
+	// passed (0), and the rollups are kept DefaultStatsHours and
+	// DefaultStatsDays.
 	Age time.Duration
 	// Ages overrides Age for a kind: a duration ≥ 0, or Forever to keep
 	// the kind. An entry applies even while Age is 0.
@@ -124,6 +138,12 @@ const (
 	DefaultInterval = time.Hour
 	DefaultPage     = 500
 	DefaultLeaseTTL = 5 * time.Minute
+	// DefaultStatsHours and DefaultStatsDays are how long the job queue's
+	// rollups are kept once Age is set: two days of hours (the charts
+	// and counts read the last day's at most), 90 days of days (the
+	// counts read the latest; the rest is history kept a quarter).
+	DefaultStatsHours = 48 * time.Hour
+	DefaultStatsDays  = 90 * 24 * time.Hour
 )
 
 // AgeOf returns the age kind k is kept for under c: a duration ≥ 0, or
@@ -140,6 +160,10 @@ func (c *Config) AgeOf(k Kind) time.Duration {
 		return Forever
 	case Idempotency:
 		return 0
+	case StatsHours:
+		return DefaultStatsHours
+	case StatsDays:
+		return DefaultStatsDays
 	}
 	return c.Age
 }

@@ -96,6 +96,26 @@ func ExampleS3Lifecycle() {
 	//       "Expiration": {
 	//         "Days": 7
 	//       }
+	//     },
+	//     {
+	//       "ID": "conveyor-stats-hours",
+	//       "Status": "Enabled",
+	//       "Filter": {
+	//         "Prefix": "conveyor/stats/jobs/hours/"
+	//       },
+	//       "Expiration": {
+	//         "Days": 2
+	//       }
+	//     },
+	//     {
+	//       "ID": "conveyor-stats-days",
+	//       "Status": "Enabled",
+	//       "Filter": {
+	//         "Prefix": "conveyor/stats/jobs/days/"
+	//       },
+	//       "Expiration": {
+	//         "Days": 90
+	//       }
 	//     }
 	//   ]
 	// }

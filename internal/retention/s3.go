@@ -49,7 +49,11 @@ const completedTTL = 24 * time.Hour
 //   - jobs: jobs/ and nlm/jobs/ only when DeadJobs is not kept (a rule
 //     cannot spare DEAD jobs), with the longer of the two ages;
 //   - idempotency/: the age plus the 24 h a completed record lives;
-//   - audit/, inbox/expired/, and projects/ for artifacts.
+//   - audit/, inbox/expired/, and projects/ for artifacts;
+//   - the job queue's rollups, stats/jobs/hours/ and stats/jobs/days/,
+//     by age alone (a rule cannot see whether the counts still need one:
+//     a day older than its age with no later day is deleted too, and the
+//     counts make it again from the hours and audit objects left).
 //
 // Days are whole days, rounded up, at least 1. A kind kept (Forever) has
 // no rule. keyPrefix is the store's prefix in the bucket (s3store's
@@ -88,6 +92,8 @@ func S3Lifecycle(c Config, keyPrefix string, agents []string) ([]byte, error) {
 	}
 	add("inbox-expired", layout.InboxExpiredPrefix, c.AgeOf(Inbox))
 	add("artifacts", layout.ProjectsPrefix, c.AgeOf(Artifacts))
+	add("stats-hours", layout.StatsHoursPrefix, c.AgeOf(StatsHours))
+	add("stats-days", layout.StatsDaysPrefix, c.AgeOf(StatsDays))
 	if cfg.Rules == nil {
 		cfg.Rules = []S3Rule{}
 	}

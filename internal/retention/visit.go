@@ -23,6 +23,8 @@ var prefixes = map[Kind][]string{
 	Idempotency: {layout.IdempotencyPrefix},
 	Inbox:       {layout.InboxExpiredPrefix},
 	Artifacts:   {layout.ProjectsPrefix},
+	StatsHours:  {layout.StatsHoursPrefix},
+	StatsDays:   {layout.StatsDaysPrefix},
 }
 
 // errKindDone ends a kind's listing early: nothing after the key can be
@@ -64,6 +66,8 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 			return err
 		}
 		return j.deleteArtifact(ctx, cid, id, r)
+	case StatsHours, StatsDays:
+		return j.visitRollup(ctx, k, key, now, age, r)
 	}
 	return nil
 }

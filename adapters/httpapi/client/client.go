@@ -237,14 +237,16 @@ func jobBody(n lifecycle.NewJob) wire.JobBody {
 	return b
 }
 
-// EnqueueMany creates jobs as one batch (POST /jobs/batch): 1 to 500
+// EnqueueMany creates jobs as one batch (POST /jobs/batch): 1 to 10,000
 // jobs, in a body of at most 8 times the server's MaxBodyBytes. It
-// returns the jobs created, in order. A job at fault gives a
-// *lifecycle.BatchError naming its index, whose Err is the *Error, and
-// the jobs that landed before it: none on a server whose store commits
-// several writes at once (all or nothing), else the ones before Index
-// (docs/spec.md#batch-insert). Any other error wrote nothing, but
-// UPSTREAM_UNAVAILABLE, after which all the jobs may have landed or none.
+// returns the jobs created, in order. A batch that failed at one of its
+// jobs, or after some landed, gives a *lifecycle.BatchError naming the
+// job's index, whose Err is the *Error, and its Landed jobs, the batch's
+// first ones, returned: the server writes 500 jobs a commit where its
+// store commits several writes at once (each commit all or nothing), else
+// one at a time (docs/spec.md#batch-insert). Any other error wrote
+// nothing, but UPSTREAM_UNAVAILABLE, after which all the jobs may have
+// landed or none.
 func (c *Client) EnqueueMany(ctx context.Context, jobs []lifecycle.NewJob) ([]lifecycle.Job, error) {
 	body := wire.BatchBody{Jobs: make([]wire.JobBody, len(jobs))}
 	for i, n := range jobs {
@@ -252,7 +254,7 @@ func (c *Client) EnqueueMany(ctx context.Context, jobs []lifecycle.NewJob) ([]li
 	}
 	a, err := get[wire.BatchAnswer](ctx, connOf(c), http.MethodPost, "/jobs/batch", body)
 	if e, ok := errors.AsType[*Error](err); ok && e.batch != nil {
-		return e.batch.Landed, &lifecycle.BatchError{Index: e.batch.Index, Err: e}
+		return e.batch.Landed, &lifecycle.BatchError{Index: e.batch.Index, Landed: len(e.batch.Landed), Err: e}
 	}
 	return a.Jobs, err
 }

@@ -74,8 +74,8 @@ type UniqueBody struct {
 	States []lifecycle.JobState `json:"states,omitempty"`
 }
 
-// BatchBody is POST /jobs/batch's body (docs/http-api.md): 1 to 500 jobs,
-// each as POST /jobs takes one.
+// BatchBody is POST /jobs/batch's body (docs/http-api.md): 1 to 10,000
+// jobs, each as POST /jobs takes one.
 type BatchBody struct {
 	Jobs []JobBody `json:"jobs"`
 }
@@ -86,8 +86,8 @@ type BatchAnswer struct {
 }
 
 // BatchErrorBody is POST /jobs/batch's error answer for a job at fault:
-// the error form, the job's index and the jobs that landed before it
-// (none on a store that commits).
+// the error form, the job's index and the jobs that landed, the batch's
+// first ones (lifecycle.BatchError's Landed).
 type BatchErrorBody struct {
 	Code    string          `json:"code"`
 	Message string          `json:"message"`
