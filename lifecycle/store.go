@@ -151,9 +151,9 @@ type AuditEvent struct {
 	// TenantID is the tenant of the record the event is about
 	// (docs/spec.md#tenants); empty for the default tenant.
 	TenantID string `json:"tenant_id,omitempty"`
-	From       string    `json:"from"` // empty for a creation
-	To         string    `json:"to"`
-	Node       string    `json:"node"` // the host that wrote
+	From     string `json:"from"` // empty for a creation
+	To       string `json:"to"`
+	Node     string `json:"node"` // the host that wrote
 	// Context is the transition's context (docs/spec.md#transition-context, a
 	// TransitionContext as JSON: run id, user id, initiator,
 	// timestamp, metadata, approval and external-event details), when the

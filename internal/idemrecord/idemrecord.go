@@ -42,11 +42,11 @@ const (
 type Record struct {
 	lifecycle.Meta
 
-	Key         string          `json:"key"`
-	Source      string          `json:"source"`
+	Key    string `json:"key"`
+	Source string `json:"source"`
 	// TenantID is the tenant whose key this is (docs/spec.md#tenants);
 	// empty for the default tenant, whose keys are kept as given.
-	TenantID string `json:"tenant_id,omitempty"`
+	TenantID    string          `json:"tenant_id,omitempty"`
 	RunID       string          `json:"run_id,omitempty"`
 	Status      string          `json:"status"`
 	RequestHash string          `json:"request_hash"`
