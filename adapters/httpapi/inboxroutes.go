@@ -21,7 +21,7 @@ type inboxRoutes struct {
 func (h *inboxRoutes) table() []route {
 	return []route{
 		{method: "POST", path: "/inbox/submit", actors: submitters, guest: true, body: true, h: h.submitInbox()},
-		{method: "GET", path: "/inbox/stats", operator: true, h: h.inboxStats()},
+		{method: "GET", path: "/inbox/stats", h: h.inboxStats()},
 		{method: "GET", path: "/inbox/entries", h: h.inboxEntries()},
 	}
 }

@@ -128,8 +128,10 @@ type translator struct {
 	steps map[string]int
 	// Per pass (see begin): each run's status.json and the pending count
 	// are read at most once, so a pass costs one read per run touched.
-	status  map[string]runStatus
-	pending int // -1: not read in this pass
+	status map[string]runStatus
+	// pending is the pending count read in this pass, by tenant: an
+	// inbox.new goes to its entry's tenant alone, with that tenant's count.
+	pending map[string]int
 }
 
 func newTranslator(s *storage.Store, box *inbox.Box, agents *agentCache) *translator {
@@ -142,7 +144,10 @@ func (t *translator) begin() {
 		t.status = map[string]runStatus{}
 	}
 	clear(t.status)
-	t.pending = -1
+	if t.pending == nil {
+		t.pending = map[string]int{}
+	}
+	clear(t.pending)
 	if len(t.steps) > cacheCap {
 		clear(t.steps)
 	}
@@ -222,7 +227,7 @@ func (t *translator) frames(ctx context.Context, ev *lifecycle.AuditEvent, b *ba
 			add(TypeRunStatusChanged, runStatusData{Type: TypeRunStatusChanged, RunID: ev.RunID, AgentSlug: agent, Status: ev.To, From: ev.From})
 		}
 	case "inbox.create":
-		n, err := t.pendingCount(ctx)
+		n, err := t.pendingCount(ctx, ev.TenantID)
 		if err != nil {
 			return err
 		}
@@ -294,20 +299,23 @@ func (t *translator) runStatus(ctx context.Context, agent, runID string) (runSta
 	return st, nil
 }
 
-// pendingCount counts the pending inbox entries once per pass. The inbox
-// keeps no count, so this reads every live entry: O(live entries) per
-// pass that holds an inbox.create.
-func (t *translator) pendingCount(ctx context.Context) (int, error) {
-	if t.pending >= 0 {
-		return t.pending, nil
+// pendingCount counts tenant's pending inbox entries once per pass. The
+// inbox keeps no count, so this reads every live entry: O(live entries)
+// per pass and tenant that holds an inbox.create.
+func (t *translator) pendingCount(ctx context.Context, tenant string) (int, error) {
+	if n, ok := t.pending[tenant]; ok {
+		return n, nil
+	}
+	if t.pending == nil {
+		t.pending = map[string]int{}
 	}
 	n := 0
-	for _, err := range t.box.List(ctx, inbox.ListOptions{Status: lifecycle.InboxPending}) {
+	for _, err := range t.box.List(lifecycle.WithTenant(ctx, tenant), inbox.ListOptions{Status: lifecycle.InboxPending}) {
 		if err != nil {
 			return 0, err
 		}
 		n++
 	}
-	t.pending = n
+	t.pending[tenant] = n
 	return n, nil
 }
