@@ -41,7 +41,9 @@ func TestProposalsPage(t *testing.T) {
 	}
 	runner, err := run.NewRunner(run.Config{Store: store, Logger: quiet, PollInterval: 20 * time.Millisecond},
 		run.Agent{Slug: "archivist-violin", Steps: []run.Step{
-			{Name: "load-context", Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{Summary: "context"}, nil }},
+			{Name: "load-context", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+				return run.StepOutput{Summary: "context"}, nil
+			}},
 			{Name: "create-proposal", Run: propose("sonata-bwv1001.json", "partita-bwv1002.json")}}},
 		run.Agent{Slug: "summariser", Steps: []run.Step{{Name: "create-proposal", Run: propose("summary.json")}}})
 	if err != nil {
