@@ -134,6 +134,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 		}
 		d.Lease = &lifecycle.Lease{Owner: cl.owner, Epoch: epoch, ExpiresAt: now.Add(cl.lease)}
 		d.LastHeartbeatAt = &now
+		cl.nameFirstStep(d)
 		tried.leases = append(tried.leases, *d.Lease)
 		tried.resumed = resumed
 		return nil
@@ -154,6 +155,23 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 	x.flow, x.epoch, x.resumed = f, epoch, resumed
 	x.traceParent = traceParent
 	return nil
+}
+
+// nameFirstStep names in current_step the step the claimed execution
+// starts with, when no write named one yet: the claim is the run's first
+// write as executing, so a run polled or failing in its first step names
+// it (docs/spec.md#run-status). A count names each later step (the next
+// one, as it is about to start); a graph's first step is a root, started
+// first.
+func (cl *claims) nameFirstStep(d *lifecycle.RunStatus) {
+	if d.CurrentStep != "" {
+		return
+	}
+	a, ok := cl.cat.agent(d.AgentSlug)
+	if !ok || len(a.Steps) == 0 {
+		return
+	}
+	d.CurrentStep = a.Steps[min(d.StepsCompleted, len(a.Steps)-1)].Name
 }
 
 // wrote tells whether l is a lease the claim tried to write.
