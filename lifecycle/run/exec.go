@@ -487,7 +487,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 			if err := f.fire(ctx, d, f.awaitApproval, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now, AfterStep: n}
+			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now, RequestedBy: requestedBy(d), AfterStep: n}
 		case await.ExternalEvent != "" && f.waitExternal != "":
 			if err := f.fire(ctx, d, f.waitExternal, lifecycle.ActorOrchestration); err != nil {
 				return err
