@@ -38,8 +38,9 @@ const (
 	// three states in lifecycle, the client's Proposals with its pending
 	// list, read and decision; inbox.Box.DispatchPending, the retry of the
 	// job an inbox entry starts (issue 32); lifecycle.TriggerSource and
-	// lifecycle.TokensUsed, the run document's fields (issue 32).
-	surfaceTotalCap = 552
+	// lifecycle.TokensUsed, the run document's fields, and
+	// run.Runner.AllSteps, every declared step of a run (issue 32).
+	surfaceTotalCap = 553
 	// surfacePackagesCap bounds the number of public packages: 19 of the
 	// house, and one kept for the SQLite store.
 	surfacePackagesCap = 20

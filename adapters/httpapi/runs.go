@@ -119,7 +119,7 @@ func (h *runRoutes) runStatus() handlerFunc {
 
 func (h *runRoutes) runSteps() handlerFunc {
 	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) ([]lifecycle.StepRecord, error) {
-		steps, err := h.runner.Steps(ctx, id)
+		steps, err := h.runner.AllSteps(ctx, id)
 		if err == nil && steps == nil {
 			steps = []lifecycle.StepRecord{}
 		}
