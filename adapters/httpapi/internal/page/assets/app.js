@@ -820,7 +820,7 @@
           err.textContent = '';
           try {
             // A fresh request id per click: a retried request is the same run.
-            const res = await api('POST', '/agents/run', { agent_slug: a.slug, trigger: 'manual' }, { 'X-Request-ID': requestID() });
+            const res = await api('POST', '/agents/run', { agent_slug: a.slug, trigger: 'manual', source: 'ui' }, { 'X-Request-ID': requestID() });
             location.hash = '#/runs/' + enc(res.run_id);
           } catch (e) {
             err.textContent = 'The run was not started: ' + e.describe();
