@@ -158,17 +158,15 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 }
 
 // nameFirstStep names in current_step the step the claimed execution
-// starts with, when no write named one yet: the claim is the run's first
-// write as executing, so a run polled or failing in its first step names
-// it (docs/spec.md#run-status). A count names each later step (the next
-// one, as it is about to start); a graph's first step is a root, started
-// first.
+// starts with: the claim is the execution's first write, so a run polled
+// or failing in its first step names it, and a run resumed after a wait
+// names the step after the wait (docs/spec.md#run-status). A count names
+// each later step (the next one, as it is about to start). A graph
+// agent's steps run side by side: its first claim names step 1 (a root,
+// started first), its counts the latest started.
 func (cl *claims) nameFirstStep(d *lifecycle.RunStatus) {
-	if d.CurrentStep != "" {
-		return
-	}
 	a, ok := cl.cat.agent(d.AgentSlug)
-	if !ok || len(a.Steps) == 0 {
+	if !ok || len(a.Steps) == 0 || (a.graph != nil && d.CurrentStep != "") {
 		return
 	}
 	d.CurrentStep = a.Steps[min(d.StepsCompleted, len(a.Steps)-1)].Name

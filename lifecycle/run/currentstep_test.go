@@ -52,3 +52,39 @@ func TestCurrentStepNamesFirstStep(t *testing.T) {
 		})
 	}
 }
+
+// A parked run executes nothing: it names the step it last executed, and
+// the claim that resumes it names the next (docs/spec.md#run-status).
+func TestCurrentStepAcrossAWait(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	agent := run.Agent{Slug: "gated", Machine: lifecycle.MachineApproval, Steps: []run.Step{
+		{Name: "draft", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{Await: &run.Await{Approval: "ship"}}, nil
+		}},
+		{Name: "ship", Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
+			started <- struct{}{}
+			testWait(ctx, release)
+			return run.StepOutput{}, nil
+		}},
+	}}
+	r, _ := g.runner("a", nil, agent)
+	id := submit(t, r, agent.Slug)
+	if st := g.wait(r, id, 0, 0); st.Status != "awaiting_approval" || st.CurrentStep != "draft" {
+		t.Errorf("parked: %s, current_step %q; want awaiting_approval, draft", st.Status, st.CurrentStep)
+	}
+	if _, err := r.Approve(context.Background(), id, lifecycle.ActorGateway, run.Decision{}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	g.idle()
+	if st := status(t, r, id); st.Status != "running" || st.CurrentStep != "ship" {
+		t.Errorf("resumed: %s, current_step %q; want running, ship", st.Status, st.CurrentStep)
+	}
+	close(release)
+	if st := g.wait(r, id, 0, 0); st.Status != "completed" || st.CurrentStep != "ship" {
+		t.Errorf("completed: %s, current_step %q", st.Status, st.CurrentStep)
+	}
+}
