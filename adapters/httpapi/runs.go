@@ -87,7 +87,7 @@ func (h *runRoutes) submitRun(w http.ResponseWriter, r *http.Request, actor life
 		return apiErr(codes.AgentNotFound, "no agent %q", b.AgentSlug)
 	}
 	res, err := h.runner.Submit(r.Context(), lifecycle.SubmitRequest{
-		AgentSlug: b.AgentSlug, Trigger: b.Trigger, Input: b.Input,
+		AgentSlug: b.AgentSlug, Trigger: b.Trigger, Source: b.Source, Input: b.Input,
 		IdempotencyKey: idempotencyKey(r, actor),
 		Caller:         lifecycle.Caller{UserID: b.UserID, Metadata: b.Metadata},
 	})
@@ -119,7 +119,7 @@ func (h *runRoutes) runStatus() handlerFunc {
 
 func (h *runRoutes) runSteps() handlerFunc {
 	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) ([]lifecycle.StepRecord, error) {
-		steps, err := h.runner.Steps(ctx, id)
+		steps, err := h.runner.AllSteps(ctx, id)
 		if err == nil && steps == nil {
 			steps = []lifecycle.StepRecord{}
 		}
@@ -127,11 +127,12 @@ func (h *runRoutes) runSteps() handlerFunc {
 	})
 }
 
-// runsQuery reads GET /runs's filters: ?agent={slug} and ?status=, both
-// optional (no agent: the runs of every agent this Worker serves).
+// runsQuery reads GET /runs's filters: ?agent={slug}, ?status= and
+// ?repo={owner/name}, each optional (no agent: the runs of every agent
+// this Worker serves; a repo: that repository's runs, newest first).
 func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 	q := r.URL.Query()
-	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status"), Tenant: q.Get("tenant")}
+	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status"), Tenant: q.Get("tenant"), Repo: q.Get("repo")}
 	if rq.Tenant != "" {
 		// Read by an operator of every tenant only (run.RunQuery).
 		if err := storekey.ValidateID("tenant", rq.Tenant); err != nil {
@@ -160,7 +161,7 @@ func (h *runRoutes) listRuns() handlerFunc {
 		}
 		// The runs of an agent no longer configured are still history; only an
 		// agent with neither a definition nor a run is unknown.
-		if q.Agent != "" && q.Status == "" && q.Cursor == "" && len(page.Runs) == 0 && !h.slugs[q.Agent] {
+		if q.Agent != "" && q.Repo == "" && q.Status == "" && q.Cursor == "" && len(page.Runs) == 0 && !h.slugs[q.Agent] {
 			return nil, "", apiErr(codes.AgentNotFound, "no agent %q", q.Agent)
 		}
 		return page.Runs, page.Next, nil

@@ -231,6 +231,12 @@ func (j *Janitor) deleteRun(ctx context.Context, statusKey string, st *lifecycle
 		r.Skipped++
 		return nil
 	}
+	if st.RepoID != "" {
+		// Its entry among its repository's runs, written at submit.
+		if k, err := layout.RepoRunsKey(st.RepoID, st.StartedAt, runID); err == nil {
+			keys = append(keys, k)
+		}
+	}
 	for _, key := range keys {
 		if err := j.cfg.Store.Delete(ctx, key, storage.Condition{}); err != nil {
 			return err

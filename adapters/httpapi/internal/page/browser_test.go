@@ -285,6 +285,9 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 		t.Fatalf("run id on the page = %q", runID)
 	}
 	t.Logf("run %s", runID)
+	if st := w.status(t, runID); st.TriggerSource == nil || st.TriggerSource.Source != "ui" {
+		t.Errorf("a run started from the page has trigger_source %+v, want source ui", st.TriggerSource)
+	}
 
 	do(t, ctx, "see the run running, live", 20*time.Second,
 		chromedp.WaitVisible(css(`#run-status[data-status="running"]`)),

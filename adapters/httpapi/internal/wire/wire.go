@@ -18,6 +18,7 @@ import (
 type SubmitBody struct {
 	AgentSlug string            `json:"agent_slug"`
 	Trigger   string            `json:"trigger,omitempty"`
+	Source    string            `json:"source,omitempty"`
 	Input     json.RawMessage   `json:"input,omitempty"`
 	UserID    string            `json:"user_id,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
