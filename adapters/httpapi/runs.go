@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -44,6 +45,7 @@ func (h *runRoutes) table() []route {
 		{method: "GET", path: "/runs", h: h.listRuns()},
 		{method: "GET", path: "/runs/{runId}/status", h: h.runStatus()},
 		{method: "GET", path: "/runs/{runId}/steps", h: h.runSteps()},
+		{method: "GET", path: "/runs/{runId}/input", h: h.runInput()},
 		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(machine.EventCancel, machine.EventRequestCancel), body: true, h: h.cancelRun()},
 		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(machine.EventApprove), body: true, h: h.decide(true)},
 		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(machine.EventReject), body: true, h: h.decide(false)},
@@ -114,6 +116,18 @@ func pathID(r *http.Request, name, field string) (string, error) {
 func (h *runRoutes) runStatus() handlerFunc {
 	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) (lifecycle.RunStatus, error) {
 		return h.runner.Status(ctx, id)
+	})
+}
+
+// runInput is GET /runs/{runId}/input: what every step of the run is
+// given, for the run page.
+func (h *runRoutes) runInput() handlerFunc {
+	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) (wire.RunInputAnswer, error) {
+		in, err := h.runner.Input(ctx, id)
+		if in == nil {
+			in = json.RawMessage("null")
+		}
+		return wire.RunInputAnswer{RunID: id, Input: in}, err
 	})
 }
 

@@ -109,6 +109,13 @@ type SubmitAnswer struct {
 	Duplicate bool   `json:"duplicate,omitempty"`
 }
 
+// RunInputAnswer is GET /runs/{runId}/input's answer: the input the run
+// was submitted with, null for none.
+type RunInputAnswer struct {
+	RunID string          `json:"run_id"`
+	Input json.RawMessage `json:"input"`
+}
+
 // InboxAnswer is POST /inbox/submit's answer.
 type InboxAnswer struct {
 	InboxID string               `json:"inbox_id"`

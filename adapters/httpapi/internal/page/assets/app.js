@@ -925,6 +925,10 @@
     const table = h('div', { id: 'table-slot' });
     const stepsBody = h('tbody', { id: 'steps-body' });
     const stepsNote = h('p', { class: 'muted', id: 'steps-note' });
+    const inputPre = h('pre', { class: 'json', id: 'run-input', 'data-testid': 'run-input' });
+    const inputSection = h('section', { 'aria-labelledby': 'input-h' },
+      h('h3', { id: 'input-h', text: 'Input' }),
+      h('p', { class: 'muted', text: 'What every step is given; a step\'s output, under "output" in its row, reaches the steps after it by name.' }), inputPre);
     const graphBox = h('div', { class: 'diagram', id: 'step-graph' });
     const graphSection = h('section', { 'aria-labelledby': 'graph-h', id: 'graph-section', hidden: true },
       h('h3', { id: 'graph-h', text: 'Step graph' }),
@@ -977,7 +981,13 @@
           h('thead', {}, h('tr', {}, ['#', 'step', 'status', 'started', 'finished', 'duration', 'summary', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
           stepsBody),
         stepsNote),
+      inputSection,
       compSection);
+    // The run's input, read once: every step is given it, and each step's
+    // output (in its row) is handed on to the steps after it by name.
+    api('GET', '/runs/' + enc(runID) + '/input').then((a) => {
+      inputPre.textContent = a && a.input !== null && a.input !== undefined ? pretty(a.input) : 'No input.';
+    }, () => { inputPre.textContent = 'The input could not be read.'; });
 
     function fact(label, value, id) {
       return [h('dt', { text: label }), h('dd', { id }, value)];
@@ -1099,7 +1109,8 @@
         h('td', {}, fmtTime(r.started_at)),
         h('td', {}, fmtTime(r.finished_at)),
         h('td', { class: 'num', text: fmtDuration(stepDuration(r)) }),
-        h('td', { text: r.output_summary || '' }),
+        h('td', {}, r.output_summary || '', r.output !== undefined && r.output !== null
+          ? h('details', { 'data-testid': 'step-output' }, h('summary', { text: 'output' }), h('pre', { class: 'json', text: pretty(r.output) })) : null),
         h('td', { class: 'error', text: r.error || '' }));
       const running = () => h('tr', { 'data-step': cur.name, 'data-testid': 'step-row', 'data-status': 'running', class: 'in-progress current' },
         h('td', { class: 'num', text: cur.n }),
