@@ -25,6 +25,9 @@ var prefixes = map[Kind][]string{
 	Artifacts:   {layout.ProjectsPrefix},
 	StatsHours:  {layout.StatsHoursPrefix},
 	StatsDays:   {layout.StatsDaysPrefix},
+	// The index sorts before the records, so one listing in key order
+	// goes through both.
+	Proposals: {layout.ProposalsPendingIndex, layout.ProposalsPrefix},
 }
 
 // errKindDone ends a kind's listing early: nothing after the key can be
@@ -68,6 +71,8 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		return j.deleteArtifact(ctx, cid, id, r)
 	case StatsHours, StatsDays:
 		return j.visitRollup(ctx, k, key, now, age, r)
+	case Proposals:
+		return j.visitProposal(ctx, key, now, age, r)
 	}
 	return nil
 }
