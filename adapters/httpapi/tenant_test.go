@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -263,6 +264,16 @@ func TestTenantAttack(t *testing.T) {
 	}
 	if code, _, body := g.raw("GET", "/runs/"+gate+"/status", "tok-gateway", "", nil, nil); code != http.StatusNotFound {
 		t.Errorf("the default tenant reads bolt's run: %d %s", code, body)
+	}
+	// admin@* lists one tenant's runs through the Go client; a token of
+	// one tenant lists its own whatever it asks.
+	everyTenant := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-all-admin"}
+	if runs, _, err := everyTenant.Runs(ctx, client.Query{Tenant: "bolt", All: true}); err != nil || !slices.ContainsFunc(runs, func(r lifecycle.RunStatus) bool { return r.RunID == gate }) {
+		t.Errorf("admin@* lists bolt's runs: %d runs, %v", len(runs), err)
+	}
+	acme := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-acme-gw"}
+	if runs, _, err := acme.Runs(ctx, client.Query{Tenant: "bolt", All: true}); err != nil || slices.ContainsFunc(runs, func(r lifecycle.RunStatus) bool { return r.TenantID == "bolt" }) {
+		t.Errorf("acme asking for bolt's runs got them: %d runs, %v", len(runs), err)
 	}
 	// Every answer names the token's tenant, for the page to show.
 	for tok, want := range map[string]string{"tok-acme-gw": "acme", "tok-all-admin": "*", "tok-gateway": ""} {
