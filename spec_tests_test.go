@@ -85,3 +85,66 @@ func TestDocsCiteExistingTests(t *testing.T) {
 		}
 	}
 }
+
+// routeLitRe matches a route of the HTTP API's table in the source of
+// adapters/httpapi: route{method: "GET", path: "/runs/{runId}/status", ...}.
+var routeLitRe = regexp.MustCompile(`(?:route)?\{method: *"([A-Z]+)", *path: *"([^"]+)"`)
+
+// docRouteRe matches a row of docs/http-api.md's route table: its method
+// and its path, query left out.
+var docRouteRe = regexp.MustCompile("^\\| ([A-Z]+) \\| `([^`?]+)")
+
+// wildcardRe matches a path's wildcard, whose name may differ between the
+// page and the code.
+var wildcardRe = regexp.MustCompile(`\{[^}]*\}`)
+
+// TestHTTPAPIRoutes fails when docs/http-api.md's route table and the
+// Worker's route table disagree: a route documented that the Worker does
+// not serve, or one served that the page does not list. The webhooks,
+// mounted apart under /webhooks/, are left out.
+func TestHTTPAPIRoutes(t *testing.T) {
+	t.Parallel()
+	code := map[string]bool{}
+	files, err := filepath.Glob("adapters/httpapi/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range routeLitRe.FindAllStringSubmatch(string(b), -1) {
+			code[m[1]+" "+wildcardRe.ReplaceAllString(m[2], "{}")] = true
+		}
+	}
+	if !code["GET /runs/{}/status"] {
+		t.Fatalf("the route table was not read from adapters/httpapi: %d routes", len(code))
+	}
+
+	doc := map[string]bool{}
+	for _, line := range section(t, "docs/http-api.md", "## Routes") {
+		m := docRouteRe.FindStringSubmatch(line)
+		if m == nil || strings.HasPrefix(m[2], "/webhooks/") {
+			continue
+		}
+		r := m[1] + " " + wildcardRe.ReplaceAllString(m[2], "{}")
+		if doc[r] {
+			t.Errorf("docs/http-api.md lists %s twice", r)
+		}
+		doc[r] = true
+	}
+	for r := range doc {
+		if !code[r] {
+			t.Errorf("docs/http-api.md lists %s, which adapters/httpapi does not route", r)
+		}
+	}
+	for r := range code {
+		if !doc[r] {
+			t.Errorf("adapters/httpapi routes %s, which docs/http-api.md does not list", r)
+		}
+	}
+}
