@@ -302,7 +302,7 @@ func (j *Janitor) report(ctx context.Context, r *Report) {
 		slog.String("owner", r.Owner), slog.Int64("epoch", r.Epoch),
 		slog.Bool("done", r.Done), slog.Bool("resumed", r.Resumed),
 		slog.Int("listed", r.Listed), slog.Int("keys_deleted", r.Keys),
-		slog.Int("changed", r.Changed), slog.Int("skipped", r.Skipped),
+		slog.Int("changed", r.Changed), slog.Int("skipped", r.Skipped), slog.Int("refiled", r.Refiled),
 		slog.Duration("took", r.Ended.Sub(r.Started)),
 	}
 	for _, k := range Kinds() {
