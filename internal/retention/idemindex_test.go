@@ -259,7 +259,7 @@ func TestRefiledKeyStillDeduplicates(t *testing.T) {
 	}
 	rec.ExpiresAt = rec.ExpiresAt.Add(3 * time.Hour)
 	putJSON(t, s, rk, &rec, storage.IfMatch(ver))
-	setClock(clk, start.Add(26 * time.Hour)) // the entries' hour has ended
+	setClock(clk, start.Add(26*time.Hour)) // the entries' hour has ended
 	j := newJanitor(t, idemOnly(s, clk))
 	rep, _, err := j.Pass(ctx)
 	if err != nil || rep.Refiled != 1 || rep.Deleted[retention.Idempotency] != 1 {
@@ -271,11 +271,11 @@ func TestRefiledKeyStillDeduplicates(t *testing.T) {
 	if n := countPrefix(t, s, layout.IdempotencyExpiryPrefix); n != 1 {
 		t.Errorf("%d entries in all after the re-file, want 1 (the old one deleted)", n)
 	}
-	setClock(clk, start.Add(26*time.Hour + time.Minute))
+	setClock(clk, start.Add(26*time.Hour+time.Minute))
 	if res, err := r.Submit(ctx, req); err != nil || !res.Duplicate || res.RunID != first[ctx] {
 		t.Errorf("duplicate after the re-file: %+v, %v; want run %s", res, err, first[ctx])
 	}
-	setClock(clk, rec.ExpiresAt.Add(2 * time.Hour))
+	setClock(clk, rec.ExpiresAt.Add(2*time.Hour))
 	rep, _, err = j.Pass(ctx)
 	if err != nil || rep.Deleted[retention.Idempotency] != 1 || countPrefix(t, s, layout.IdempotencyPrefix) != 0 || countPrefix(t, s, layout.IdempotencyExpiryPrefix) != 0 {
 		t.Errorf("pass after the moved expiry: %+v, %v; want the record and its entry gone", rep, err)
