@@ -169,6 +169,7 @@ func TestTenantAttack(t *testing.T) {
 		},
 		"GET /runs/{runId}/status":   notFound("GET", "/runs/{id}/status", gw, "", quick),
 		"GET /runs/{runId}/steps":    notFound("GET", "/runs/{id}/steps", gw, "", quick),
+		"GET /runs/{runId}/input":    notFound("GET", "/runs/{id}/input", gw, "", quick),
 		"POST /runs/{runId}/cancel":  notFound("POST", "/runs/{id}/cancel", gw, `{}`, slow),
 		"POST /runs/{runId}/approve": notFound("POST", "/runs/{id}/approve", gw, `{}`, gate),
 		"POST /runs/{runId}/reject":  notFound("POST", "/runs/{id}/reject", gw, `{}`, gate),

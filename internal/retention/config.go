@@ -55,11 +55,17 @@ const (
 	// exists (the counts start from the latest). Once Age is set they are
 	// kept DefaultStatsDays.
 	StatsDays Kind = "stats_days"
+	// Proposals are applied or rejected proposals (proposals/), aged from
+	// decided_at; pending ones are the gateway's to decide and are kept.
+	// The pass also removes an entry of the pending index whose proposal
+	// was decided or never written (a writer that died between the two),
+	// once it is older than the kind's settle margin.
+	Proposals Kind = "proposals"
 )
 
 // Kinds returns every kind, in the order a pass goes through them.
 func Kinds() []Kind {
-	return []Kind{Runs, Audit, Jobs, DeadJobs, Idempotency, Inbox, Artifacts, StatsHours, StatsDays}
+	return []Kind{Runs, Audit, Jobs, DeadJobs, Idempotency, Inbox, Artifacts, StatsHours, StatsDays, Proposals}
 }
 
 // ByName returns ages by kind name (the form of the Client's config) as

@@ -20,9 +20,9 @@ import (
 // lists every record as well, for those without an entry.
 
 // idemFullDue tells whether the pass starting at now lists every
-// idempotency record.
-func (j *Janitor) idemFullDue(s *state, now time.Time) bool {
-	return now.Sub(s.IdemFullAt) >= j.cfg.IdempotencyFullListing
+// idempotency record, one every Config.IdempotencyFullListing.
+func idemFullDue(every time.Duration, s *state, now time.Time) bool {
+	return now.Sub(s.IdemFullAt) >= every
 }
 
 // idemPrefixes are the Idempotency kind's listings: the expiry index, and
@@ -38,8 +38,8 @@ func idemPrefixes(full bool) []string {
 // idemStop is the first expiry entry key of an hour not yet due at age:
 // the hour that holds now minus age has not ended that long ago, so
 // neither it nor any later hour is listed.
-func (j *Janitor) idemStop(age time.Duration) string {
-	return layout.IdempotencyExpiryHourPrefix(j.cfg.Clock.Now().UTC().Add(-age).Truncate(time.Hour))
+func idemStop(now time.Time, age time.Duration) string {
+	return layout.IdempotencyExpiryHourPrefix(now.UTC().Add(-age).Truncate(time.Hour))
 }
 
 // visitExpiryEntry judges the record an expiry entry names. An entry
@@ -68,7 +68,7 @@ func (j *Janitor) visitExpiryEntry(ctx context.Context, key string, now time.Tim
 		return j.cfg.Store.Delete(ctx, key, storage.Condition{})
 	}
 	if !IdempotencyEligible(&rec, now, age) {
-		return j.refile(ctx, key, recKey, &rec, now, age, r)
+		return refile(ctx, j.cfg.Store, key, recKey, &rec, now, age, r)
 	}
 	err = j.cfg.Store.Delete(ctx, recKey, storage.IfMatch(ver))
 	if errors.Is(err, storage.ErrPreconditionFailed) {
@@ -89,7 +89,7 @@ func (j *Janitor) visitExpiryEntry(ctx context.Context, key string, now time.Tim
 // (its expiry, or its lease's end when later), or an hour from now when
 // that cannot be told, then deletes the entry read. The new entry comes
 // first: a janitor stopped between leaves two entries, never none.
-func (j *Janitor) refile(ctx context.Context, key, recKey string, rec *idemrecord.Record, now time.Time, age time.Duration, r *Report) error {
+func refile(ctx context.Context, store *storage.Store, key, recKey string, rec *idemrecord.Record, now time.Time, age time.Duration, r *Report) error {
 	at := rec.ExpiresAt
 	if rec.Status == idemrecord.Processing {
 		if lease, ok := rec.LeaseEnd(); ok {
@@ -105,9 +105,9 @@ func (j *Janitor) refile(ctx context.Context, key, recKey string, rec *idemrecor
 	if !ok || next == key {
 		return nil
 	}
-	if _, err := j.cfg.Store.Put(ctx, next, []byte("{}"), storage.IfNotExists()); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
+	if _, err := store.Put(ctx, next, []byte("{}"), storage.IfNotExists()); err != nil && !errors.Is(err, storage.ErrPreconditionFailed) {
 		return err
 	}
 	r.Refiled++
-	return j.cfg.Store.Delete(ctx, key, storage.Condition{})
+	return store.Delete(ctx, key, storage.Condition{})
 }

@@ -54,7 +54,7 @@ func New(cfg Config) (*Janitor, error) {
 		Due: func(s *state, now time.Time) bool { return s.Pass != nil || !now.Before(s.NextPassAt) },
 		Begin: func(s *state, now time.Time) {
 			if s.Pass == nil {
-				s.Pass = &cursor{Started: now, Kind: Kinds()[0], IdemFull: j.idemFullDue(s, now)}
+				s.Pass = &cursor{Started: now, Kind: Kinds()[0], IdemFull: idemFullDue(j.cfg.IdempotencyFullListing, s, now)}
 			}
 		},
 		Quarantine: j.quarantine,
@@ -277,7 +277,7 @@ func (j *Janitor) page(ctx context.Context, k Kind, cur cursor, age time.Duratio
 	var keys []string
 	ps, stop := prefixes[k], ""
 	if k == Idempotency {
-		ps, stop = idemPrefixes(cur.IdemFull), j.idemStop(age)
+		ps, stop = idemPrefixes(cur.IdemFull), idemStop(j.cfg.Clock.Now(), age)
 	}
 	for _, prefix := range ps {
 		for key, err := range j.cfg.Store.ListAfter(ctx, prefix, cur.After) {

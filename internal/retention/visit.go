@@ -26,6 +26,9 @@ var prefixes = map[Kind][]string{
 	Artifacts:   {layout.ProjectsPrefix},
 	StatsHours:  {layout.StatsHoursPrefix},
 	StatsDays:   {layout.StatsDaysPrefix},
+	// The index sorts before the records, so one listing in key order
+	// goes through both.
+	Proposals: {layout.ProposalsPendingIndex, layout.ProposalsPrefix},
 }
 
 // errKindDone ends a kind's listing early: nothing after the key can be
@@ -69,6 +72,8 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		return j.deleteArtifact(ctx, cid, id, r)
 	case StatsHours, StatsDays:
 		return j.visitRollup(ctx, k, key, now, age, r)
+	case Proposals:
+		return j.visitProposal(ctx, key, now, age, r)
 	}
 	return nil
 }
@@ -234,6 +239,12 @@ func (j *Janitor) deleteRun(ctx context.Context, statusKey string, st *lifecycle
 	if err != nil {
 		r.Skipped++
 		return nil
+	}
+	if st.RepoID != "" {
+		// Its entry among its repository's runs, written at submit.
+		if k, err := layout.RepoRunsKey(st.RepoID, st.StartedAt, runID); err == nil {
+			keys = append(keys, k)
+		}
 	}
 	for _, key := range keys {
 		if err := j.cfg.Store.Delete(ctx, key, storage.Condition{}); err != nil {

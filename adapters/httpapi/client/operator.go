@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 
@@ -15,6 +16,16 @@ import (
 // Operator{Client: c}.
 type Operator struct {
 	Client *Client
+}
+
+// RunInput reads the input a run was submitted with, which every step is
+// given (GET /runs/{runId}/input); nil for a run submitted without one.
+func (o Operator) RunInput(ctx context.Context, runID string) (json.RawMessage, error) {
+	a, err := get[wire.RunInputAnswer](ctx, connOf(o.Client), http.MethodGet, runPath(runID, "/input"), nil)
+	if err != nil || string(a.Input) == "null" {
+		return nil, err
+	}
+	return a.Input, nil
 }
 
 // JobHistory reads a job with its moves from the audit log and its
