@@ -115,6 +115,13 @@ type Config struct {
 	// Page is how many keys one listing of a pass reads before it records
 	// its cursor; default 500.
 	Page int
+	// IdempotencyFullListing is how often a pass lists every idempotency
+	// record rather than only those its expiry index files under hours
+	// past: the records without an entry (written before the index, by an
+	// older release during a rolling upgrade, or by a submit that stopped
+	// between its record and its entry) are deleted at most this late.
+	// Default 24 h.
+	IdempotencyFullListing time.Duration
 	// LeaseTTL is how long the janitor's lease lasts unless renewed; a
 	// janitor renews it as it goes, and another process resumes a pass
 	// whose janitor died once the lease lapsed. Default 5 min.
@@ -144,6 +151,8 @@ const (
 	DefaultInterval = time.Hour
 	DefaultPage     = 500
 	DefaultLeaseTTL = 5 * time.Minute
+	// DefaultIdempotencyFullListing: see Config.IdempotencyFullListing.
+	DefaultIdempotencyFullListing = 24 * time.Hour
 	// DefaultStatsHours and DefaultStatsDays are how long the job queue's
 	// rollups are kept once Age is set: two days of hours (the charts
 	// and counts read the last day's at most), 90 days of days (the
@@ -214,6 +223,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if d.LeaseTTL <= 0 {
 		d.LeaseTTL = DefaultLeaseTTL
+	}
+	if d.IdempotencyFullListing <= 0 {
+		d.IdempotencyFullListing = DefaultIdempotencyFullListing
 	}
 	if d.Clock == nil {
 		d.Clock = clock.Real()

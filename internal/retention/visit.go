@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
@@ -153,6 +154,9 @@ func (j *Janitor) visitJob(ctx context.Context, k Kind, key string, now time.Tim
 // visitIdempotency judges an idempotency record, or a run marker of its
 // key.
 func (j *Janitor) visitIdempotency(ctx context.Context, key string, now time.Time, age time.Duration, r *Report) error {
+	if strings.HasPrefix(key, layout.IdempotencyExpiryPrefix) {
+		return j.visitExpiryEntry(ctx, key, now, age, r)
+	}
 	if _, ok := layout.ParseIdempotencyRunKey(key); ok {
 		var m idemrecord.Marker
 		ver, ok, err := j.read(ctx, key, &m, r)

@@ -383,6 +383,9 @@ func (im *idempotency) claimKey(ctx context.Context, key string, req lifecycle.S
 		c.rec = idemrecord.Record{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash, TenantID: tenancy.Creating(ctx)}
 		im.newGeneration(&c.rec, c.owner, im.now())
 		_, err = records.Create(ctx, im.store, key, &c.rec)
+		if err == nil {
+			im.fileExpiry(ctx, key, &c)
+		}
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			return c, err
 		}
