@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -76,22 +75,7 @@ func compKillMain() int {
 // with the whole log.
 func TestSIGKILLedCompensationResumes(t *testing.T) {
 	t.Parallel()
-	t.Run("filestore", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testCompKill(t, dir, nil, func() *storage.Store {
-			s, err := filestore.New(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testCompKill(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
-	})
+	onKillStores(t, false, testCompKill)
 }
 
 func testCompKill(t *testing.T, dir string, env []string, open func() *storage.Store) {

@@ -91,22 +91,7 @@ func graphKillMain() int {
 // the join gets both outputs.
 func TestSIGKILLedGraphRunnerIsTakenOver(t *testing.T) {
 	t.Parallel()
-	t.Run("filestore", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testGraphSIGKILL(t, dir, nil, func() *storage.Store {
-			s, err := helperStore(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testGraphSIGKILL(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
-	})
+	onKillStores(t, false, testGraphSIGKILL)
 }
 
 func testGraphSIGKILL(t *testing.T, dir string, env []string, open func() *storage.Store) {

@@ -121,31 +121,7 @@ func helperMain() int {
 
 func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
 	t.Parallel()
-	t.Run("filestore", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testSIGKILL(t, dir, nil, func() *storage.Store {
-			s, err := filestore.New(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testSIGKILL(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
-	})
-	t.Run("minio", func(t *testing.T) {
-		t.Parallel()
-		srv, bucket := env.MinIO(t)
-		prefix := fmt.Sprintf("kill-%d/", time.Now().UnixNano())
-		s := env.S3At(t, prefix)
-		vars := []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
-			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
-		testSIGKILL(t, t.TempDir(), vars, func() *storage.Store { return s })
-	})
+	onKillStores(t, true, testSIGKILL)
 }
 
 func testSIGKILL(t *testing.T, dir string, env []string, open func() *storage.Store) {

@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // The kill -9 tests share one shape: this test binary, started again with
@@ -98,4 +101,42 @@ func (v *victim) kill(t *testing.T) {
 	}
 	_ = v.cmd.Wait()
 	v.done = true
+}
+
+// victimTest is one kill -9 test over a store: the directory the victim
+// and the test share, the victim's extra environment, and how the test
+// opens the store the victim wrote.
+type victimTest func(t *testing.T, dir string, env []string, open func() *storage.Store)
+
+// onKillStores runs test as parallel subtests on a filestore and a SQLite
+// file in a shared directory, and with minio on a prefix of the test MinIO.
+func onKillStores(t *testing.T, minio bool, test victimTest) {
+	t.Run("filestore", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		test(t, dir, nil, func() *storage.Store {
+			s, err := filestore.New(filepath.Join(dir, "store"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		})
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		test(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
+	})
+	if !minio {
+		return
+	}
+	t.Run("minio", func(t *testing.T) {
+		t.Parallel()
+		srv, bucket := env.MinIO(t)
+		prefix := fmt.Sprintf("kill-%d/", time.Now().UnixNano())
+		s := env.S3At(t, prefix)
+		vars := []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
+			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
+		test(t, t.TempDir(), vars, func() *storage.Store { return s })
+	})
 }
