@@ -1,11 +1,13 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"net/http"
 	"testing"
 
+	"github.com/runconveyor/conveyor/adapters/httpapi/client"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -89,6 +91,14 @@ func TestJobCountsTenants(t *testing.T) {
 				t.Errorf("activity: %d cancelled, want %d", cancelled, c.want.cancelled)
 			}
 		})
+	}
+	// The Go client: a token of every tenant picks one with Operator.Tenant.
+	op := client.Operator{Client: &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-all-admin"}, Tenant: "acme"}
+	if c, err := op.JobCounts(context.Background()); err != nil || len(c.Rows) != 1 || c.Rows[0].TenantID != "acme" || c.Total[lifecycle.JobQueued] != 1 {
+		t.Errorf("the client's counts of acme: %+v, %v", c, err)
+	}
+	if a, err := op.JobActivity(context.Background()); err != nil || len(a.Minutes) != 60 {
+		t.Errorf("the client's activity of acme: %d minutes, %v", len(a.Minutes), err)
 	}
 	if code, _, body := g.raw("GET", "/stats/jobs/counts?tenant=bad/one", "tok-all-admin", "", nil, nil); code != http.StatusBadRequest {
 		t.Errorf("a tenant that is no key segment: %d %s, want 400", code, body)
