@@ -209,6 +209,7 @@ func TestUpgradeFrom558b656(t *testing.T) {
 
 	checkOldRuns(ctx, t, c)
 	checkOldJobs(ctx, t, c)
+	checkOldCounts(ctx, t, c)
 	checkOldRest(ctx, t, c)
 	checkOldFieldsKnown(t, before)
 

@@ -1627,11 +1627,17 @@
       const c = await api('GET', '/stats/jobs/counts');
       if (stopped || seq !== countSeq) return;
       const machinesSeen = new Set(), total = c.total || {};
-      const rows = (c.rows || []).map((r) => {
+      // A token of every tenant gets a row per tenant: added up by type
+      // and agent, as the list the counts link to shows every tenant's.
+      const merged = new Map();
+      for (const r of c.rows || []) {
         machinesSeen.add(r.machine || SPEC_JOB_MACHINE);
-        const by = r.counts || {};
-        return { type: r.job_type, agent: r.agent_slug || '', by, total: Object.values(by).reduce((x, y) => x + y, 0) };
-      });
+        const key = r.job_type + '\u0000' + (r.agent_slug || '');
+        const m = merged.get(key) || { type: r.job_type, agent: r.agent_slug || '', by: {}, total: 0 };
+        for (const [st, k] of Object.entries(r.counts || {})) { m.by[st] = (m.by[st] || 0) + k; m.total += k; }
+        merged.set(key, m);
+      }
+      const rows = [...merged.values()];
       const n = Object.values(total).reduce((x, y) => x + y, 0);
       // The columns are the states of the machines the counted jobs run
       // on, the spec's first: a queue of the user's types alone shows
