@@ -50,12 +50,9 @@ func tenantCounts(t *testing.T, q *jobqueue.Queue, ctx context.Context) (map[str
 func tenantList(t *testing.T, q *jobqueue.Queue, tenant string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
-	for j, err := range q.List(context.Background(), lifecycle.ActorAdmin) {
+	for j, err := range q.List(lifecycle.WithTenant(context.Background(), tenant), lifecycle.ActorAdmin) {
 		if err != nil {
 			t.Fatal(err)
-		}
-		if tenant != lifecycle.AllTenants && j.TenantID != tenant {
-			continue
 		}
 		out[fmt.Sprintf("%s/%s/%s", j.TenantID, j.AgentSlug, j.Status)]++
 	}

@@ -231,7 +231,8 @@ func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (l
 	return q.reads.get(ctx, actor, jobID)
 }
 
-// List yields every job in key order. The actor needs Read without
+// List yields every job of the context's tenant (every tenant's under
+// lifecycle.AllTenants) in key order. The actor needs Read without
 // qualification (the NLM backend may not list jobs).
 func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifecycle.Job, error] {
 	return q.reads.list(ctx, actor)
