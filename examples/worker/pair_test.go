@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -81,8 +82,24 @@ func splitRun(t *testing.T, pause bool) ([2]float64, error) {
 	}
 	began := time.Now()
 	ids := map[string]bool{}
-	for range splitRuns {
-		res, err := c.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: AgentResearch})
+	for i := range splitRuns {
+		// A client that retries, under one idempotency key a run: a
+		// runner stopped while it held SQLite's write lock holds up the
+		// API's writes (answered 502) until it runs again, so it is let
+		// run a moment, to finish its transaction, and stopped again.
+		req := lifecycle.SubmitRequest{AgentSlug: AgentResearch, IdempotencyKey: fmt.Sprintf("split-%d", i)}
+		res, err := c.Submit(ctx, req)
+		for err != nil && ctx.Err() == nil {
+			if e, ok := errors.AsType[*client.Error](err); !ok || e.Status < 500 {
+				break
+			}
+			if pause {
+				_ = r[1].cmd.Process.Signal(syscall.SIGCONT)
+				time.Sleep(100 * time.Millisecond)
+				_ = r[1].cmd.Process.Signal(syscall.SIGSTOP)
+			}
+			res, err = c.Submit(ctx, req)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
