@@ -39,7 +39,9 @@ type RetentionConfig struct {
 	// end of their TTL), "artifacts" (from created_at, deleted by the
 	// admin's cleanup), "stats_hours" and "stats_days" (the job queue's
 	// rollups of the audit log behind its counts and charts, from the
-	// hour's or day's end, each kept while the counts may need it). An age is ≥ 0, or -1 to keep the kind; an entry
+	// hour's or day's end, each kept while the counts may need it),
+	// "proposals" (applied or rejected, from decided_at; pending ones are
+	// kept). An age is ≥ 0, or -1 to keep the kind; an entry
 	// applies even while Age is 0.
 	Ages map[string]time.Duration
 	// Interval is how often a pass is due, across every process sharing

@@ -209,6 +209,7 @@ func TestUpgradeFrom558b656(t *testing.T) {
 
 	checkOldRuns(ctx, t, c)
 	checkOldJobs(ctx, t, c)
+	checkOldCounts(ctx, t, c)
 	checkOldRest(ctx, t, c)
 	checkOldFieldsKnown(t, before)
 
@@ -605,6 +606,14 @@ func driveOld(ctx context.Context, t *testing.T, c *conveyor.Client, clk *clock.
 		if _, _, err := clk.AdvanceToNext(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A document of 558b656 has no schema_version and no updated_at
+	// (read as version 1); written by this release, it has both.
+	if st, err := c.Runs().Status(ctx, oldCompleted); err != nil || st.SchemaVersion != 0 || st.UpdatedAt != nil {
+		t.Errorf("untouched old run: schema_version %d, updated_at %v (%v); want neither", st.SchemaVersion, st.UpdatedAt, err)
+	}
+	if st, err := c.Runs().Status(ctx, oldRequested); err != nil || st.SchemaVersion != 1 || st.UpdatedAt == nil {
+		t.Errorf("old run finished now: schema_version %d, updated_at %v (%v); want 1 and a time", st.SchemaVersion, st.UpdatedAt, err)
 	}
 	if steps, err := c.Runs().Steps(ctx, oldApproval); err != nil || len(steps) != 2 || steps[1].OutputSummary != `published {"from":"558b656"} by owner` {
 		t.Errorf("the old gate's next step after the approval: %+v, %v", steps, err)

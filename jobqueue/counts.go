@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/authority"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 )
 
@@ -61,7 +62,7 @@ func (t *tally) counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.Jo
 	} else if !ok {
 		partial = true
 	}
-	out := countsOf(a.net)
+	out := countsOf(ctx, a.net)
 	out.AsOf, out.Partial = now, partial
 	return out, nil
 }
@@ -73,14 +74,15 @@ func errOr(err, otherwise error) error {
 	return otherwise
 }
 
-// countsOf is net as the API answers it: a row per job name, states with
-// a count; a count below zero (a job whose earlier moves the log no longer
+// countsOf is net as the API answers it to a caller under ctx: a row per
+// job name of a tenant it sees (docs/design.md#tenants), states with a
+// count; a count below zero (a job whose earlier moves the log no longer
 // has: retention deleted their day) is left out.
-func countsOf(net map[netKey]int64) lifecycle.JobCounts {
+func countsOf(ctx context.Context, net map[netKey]int64) lifecycle.JobCounts {
 	out := lifecycle.JobCounts{Rows: []lifecycle.JobCountRow{}, Total: map[lifecycle.JobState]int64{}}
 	rows := map[jobName]map[lifecycle.JobState]int64{}
 	for k, n := range net {
-		if n <= 0 {
+		if n <= 0 || !tenancy.Sees(ctx, k.Tenant) {
 			continue
 		}
 		if rows[k.jobName] == nil {
@@ -90,13 +92,19 @@ func countsOf(net map[netKey]int64) lifecycle.JobCounts {
 		out.Total[k.state] += n
 	}
 	for name, c := range rows {
-		out.Rows = append(out.Rows, lifecycle.JobCountRow{JobType: name.JobType, AgentSlug: name.AgentSlug, Machine: name.Machine, Counts: c})
+		out.Rows = append(out.Rows, lifecycle.JobCountRow{TenantID: name.Tenant, JobType: name.JobType, AgentSlug: name.AgentSlug, Machine: name.Machine, Counts: c})
 	}
 	slices.SortFunc(out.Rows, func(x, y lifecycle.JobCountRow) int {
+		if c := strings.Compare(x.TenantID, y.TenantID); c != 0 {
+			return c
+		}
 		if c := strings.Compare(string(x.JobType), string(y.JobType)); c != 0 {
 			return c
 		}
-		return strings.Compare(x.AgentSlug, y.AgentSlug)
+		if c := strings.Compare(x.AgentSlug, y.AgentSlug); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Machine, y.Machine)
 	})
 	return out
 }
@@ -133,9 +141,10 @@ func (t *tally) activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.
 		return lifecycle.JobActivity{}, err
 	}
 	out := lifecycle.JobActivity{Minutes: make([]lifecycle.JobActivityMinute, 0, activityMinutes), Partial: partial || !ok}
+	seen := seenMinutes(ctx, a.minutes)
 	for at := first; !at.After(last); at = at.Add(time.Minute) {
 		m := lifecycle.JobActivityMinute{At: at}
-		if r := a.minutes[at]; r != nil {
+		if r := seen[at]; r != nil {
 			m.Completed, m.Failed, m.Cancelled = r.Completed, r.Failed, r.Cancelled
 			m.RunP50MS, m.RunP95MS = percentile(r.Run, r.MaxRunMS, 0.50), percentile(r.Run, r.MaxRunMS, 0.95)
 			m.WaitP95MS = percentile(r.Wait, r.MaxWaitMS, 0.95)
@@ -143,6 +152,24 @@ func (t *tally) activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.
 		out.Minutes = append(out.Minutes, m)
 	}
 	return out, nil
+}
+
+// seenMinutes adds up, minute by minute, the rows of the tenants a caller
+// under ctx sees (docs/design.md#tenants).
+func seenMinutes(ctx context.Context, minutes map[minuteKey]*minuteRow) map[time.Time]*minuteRow {
+	out := map[time.Time]*minuteRow{}
+	for k, r := range minutes {
+		if !tenancy.Sees(ctx, k.tenant) {
+			continue
+		}
+		into := out[k.at]
+		if into == nil {
+			into = &minuteRow{M: r.M}
+			out[k.at] = into
+		}
+		into.addUp(r)
+	}
+	return out
 }
 
 // percentile is the p-th of histogram h (latencyBounds): the upper bound

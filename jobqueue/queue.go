@@ -231,7 +231,8 @@ func (q *Queue) Get(ctx context.Context, actor lifecycle.Actor, jobID string) (l
 	return q.reads.get(ctx, actor, jobID)
 }
 
-// List yields every job in key order. The actor needs Read without
+// List yields every job of the context's tenant (every tenant's under
+// lifecycle.AllTenants) in key order. The actor needs Read without
 // qualification (the NLM backend may not list jobs).
 func (q *Queue) List(ctx context.Context, actor lifecycle.Actor) iter.Seq2[lifecycle.Job, error] {
 	return q.reads.list(ctx, actor)
@@ -397,7 +398,9 @@ func (o Operator) CancelMatching(ctx context.Context, actor lifecycle.Actor, jq 
 // shows (a requeue, a cancel, a completion). A call reads at most 20,000
 // records; past that the answer is Partial, what was rolled up is kept,
 // and the next call goes on. The actor needs Read without qualification,
-// as for List.
+// as for List. A row is one tenant's: a call acting for a tenant
+// (lifecycle.WithTenant; none: the default) counts its tenant's jobs, one
+// for every tenant (lifecycle.AllTenants) every tenant's, at the same cost.
 func (o Operator) Counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobCounts, error) {
 	q := o.Queue
 	return q.tally.counts(ctx, actor)
@@ -406,7 +409,8 @@ func (o Operator) Counts(ctx context.Context, actor lifecycle.Actor) (lifecycle.
 // Activity reads the last hour minute by minute (GET /stats/jobs/activity): the
 // jobs completed, the attempts failed, the jobs cancelled, and the run
 // time and wait of the attempts that ended, from the same rollups and
-// objects as Counts, bounded alike. The actor needs Read, as for List.
+// objects as Counts, bounded alike. The actor needs Read, as for List;
+// the minutes are of the tenants the call sees, as for Counts.
 func (o Operator) Activity(ctx context.Context, actor lifecycle.Actor) (lifecycle.JobActivity, error) {
 	q := o.Queue
 	return q.tally.activity(ctx, actor)

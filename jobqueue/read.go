@@ -7,6 +7,7 @@ import (
 
 	"github.com/runconveyor/conveyor/internal/authority"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -57,6 +58,9 @@ func (q *reader) list(ctx context.Context, actor lifecycle.Actor) iter.Seq2[life
 			return
 		}
 		for d, err := range q.docs(ctx) {
+			if err == nil && !tenancy.Sees(ctx, d.TenantID) {
+				continue // another tenant's, as ListPage and Get hide it
+			}
 			if !yield(d.Job, err) || err != nil {
 				return
 			}

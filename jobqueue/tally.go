@@ -64,6 +64,7 @@ var latencyBounds = []int64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000
 // the rest it came to, when, and the attempts that ended in it.
 type segment struct {
 	job      string
+	tenant   string // the job's, from its events (docs/design.md#tenants)
 	from, to lifecycle.JobState
 	at       time.Time
 	failed   int   // attempts that failed (moves into RETRY_BACKOFF)
@@ -84,6 +85,9 @@ func segmentOf(evs []lifecycle.AuditEvent) segment {
 		from, to := lifecycle.JobState(ev.From), lifecycle.JobState(ev.To)
 		if !s.isJob {
 			s.isJob, s.job, s.from = true, ev.JobID, from
+		}
+		if ev.TenantID != "" {
+			s.tenant = ev.TenantID
 		}
 		s.to, s.at = to, ev.TS
 		switch {
@@ -107,9 +111,11 @@ func segmentOf(evs []lifecycle.AuditEvent) segment {
 	return s
 }
 
-// jobName is what counts a job under: its type, agent and machine, which
-// never change.
+// jobName is what counts a job under: its tenant, type, agent and
+// machine, which never change. The tenant is left out of a rollup for the
+// default tenant, so the rollups written before tenants read as its.
 type jobName struct {
+	Tenant    string            `json:"tenant_id,omitempty"`
 	JobType   lifecycle.JobType `json:"job_type"`
 	AgentSlug string            `json:"agent_slug"`
 	Machine   string            `json:"machine"`
@@ -129,16 +135,18 @@ type netRow struct {
 }
 
 // minuteRow is one minute of an hour's rollup (M: the minute in the
-// hour), its histograms by latencyBounds.
+// hour) for one tenant (none: the default, as every row before tenants),
+// its histograms by latencyBounds.
 type minuteRow struct {
-	M         int   `json:"m"`
-	Completed int   `json:"completed,omitempty"`
-	Failed    int   `json:"failed,omitempty"`
-	Cancelled int   `json:"cancelled,omitempty"`
-	Run       []int `json:"run,omitempty"`
-	Wait      []int `json:"wait,omitempty"`
-	MaxRunMS  int64 `json:"max_run_ms,omitempty"`
-	MaxWaitMS int64 `json:"max_wait_ms,omitempty"`
+	M         int    `json:"m"`
+	Tenant    string `json:"tenant_id,omitempty"`
+	Completed int    `json:"completed,omitempty"`
+	Failed    int    `json:"failed,omitempty"`
+	Cancelled int    `json:"cancelled,omitempty"`
+	Run       []int  `json:"run,omitempty"`
+	Wait      []int  `json:"wait,omitempty"`
+	MaxRunMS  int64  `json:"max_run_ms,omitempty"`
+	MaxWaitMS int64  `json:"max_wait_ms,omitempty"`
 }
 
 // chunkRecord is stats/jobs/hours/{yyyymmddThh}/{nnnn}.json, one part
@@ -234,7 +242,7 @@ func (t *tally) name(ctx context.Context, id string, b *budget) (jobName, bool, 
 }
 
 func nameOf(j *lifecycle.Job) jobName {
-	return jobName{JobType: j.JobType, AgentSlug: j.AgentSlug, Machine: jobMachineOf(j).Name()}
+	return jobName{Tenant: j.TenantID, JobType: j.JobType, AgentSlug: j.AgentSlug, Machine: jobMachineOf(j).Name()}
 }
 
 func (t *tally) remember(id string, n jobName) {
@@ -314,25 +322,35 @@ func (t *tally) forget(from time.Time) {
 // hourAcc gathers an hour's (or any window's) segments.
 type hourAcc struct {
 	net     map[netKey]int64
-	minutes map[time.Time]*minuteRow // by the minute's start
+	minutes map[minuteKey]*minuteRow
 	objects int
 }
 
-func newAcc() *hourAcc {
-	return &hourAcc{net: map[netKey]int64{}, minutes: map[time.Time]*minuteRow{}}
+// minuteKey is a minute's start and a tenant.
+type minuteKey struct {
+	at     time.Time
+	tenant string
 }
 
-// add counts s, of the job named n.
+func newAcc() *hourAcc {
+	return &hourAcc{net: map[netKey]int64{}, minutes: map[minuteKey]*minuteRow{}}
+}
+
+// add counts s, of the job named n (the tenant its events say when its
+// record, gone, did not).
 func (a *hourAcc) add(s segment, n jobName) {
+	if n.Tenant == "" {
+		n.Tenant = s.tenant
+	}
 	a.objects++
 	a.net[netKey{n, s.to}]++
 	if s.from != "" {
 		a.net[netKey{n, s.from}]--
 	}
-	at := s.at.UTC().Truncate(time.Minute)
+	at := minuteKey{s.at.UTC().Truncate(time.Minute), n.Tenant}
 	m := a.minutes[at]
 	if m == nil {
-		m = &minuteRow{M: at.Minute()}
+		m = &minuteRow{M: at.at.Minute(), Tenant: n.Tenant}
 		a.minutes[at] = m
 	}
 	switch s.to {
@@ -378,8 +396,8 @@ func netRows(net map[netKey]int64) []netRow {
 		}
 	}
 	slices.SortFunc(out, func(x, y netRow) int {
-		return strings.Compare(fmt.Sprint(x.JobType, "\x00", x.AgentSlug, "\x00", x.Machine, "\x00", x.State),
-			fmt.Sprint(y.JobType, "\x00", y.AgentSlug, "\x00", y.Machine, "\x00", y.State))
+		return strings.Compare(fmt.Sprint(x.Tenant, "\x00", x.JobType, "\x00", x.AgentSlug, "\x00", x.Machine, "\x00", x.State),
+			fmt.Sprint(y.Tenant, "\x00", y.JobType, "\x00", y.AgentSlug, "\x00", y.Machine, "\x00", y.State))
 	})
 	return out
 }
@@ -387,7 +405,12 @@ func netRows(net map[netKey]int64) []netRow {
 // chunk is a as a chunk record.
 func (a *hourAcc) chunk(through string, last bool) chunkRecord {
 	r := chunkRecord{Through: through, Last: last, Objects: a.objects, Net: netRows(a.net)}
-	for _, at := range slices.SortedFunc(maps.Keys(a.minutes), time.Time.Compare) {
+	for _, at := range slices.SortedFunc(maps.Keys(a.minutes), func(x, y minuteKey) int {
+		if c := x.at.Compare(y.at); c != 0 {
+			return c
+		}
+		return strings.Compare(x.tenant, y.tenant)
+	}) {
 		r.Minutes = append(r.Minutes, *a.minutes[at])
 	}
 	return r
@@ -398,18 +421,23 @@ func (a *hourAcc) merge(h time.Time, c *chunkRecord) {
 	a.objects += c.Objects
 	a.addNet(c.Net)
 	for _, m := range c.Minutes {
-		at := h.Add(time.Duration(m.M) * time.Minute)
+		at := minuteKey{h.Add(time.Duration(m.M) * time.Minute), m.Tenant}
 		into := a.minutes[at]
 		if into == nil {
-			into = &minuteRow{M: m.M}
+			into = &minuteRow{M: m.M, Tenant: m.Tenant}
 			a.minutes[at] = into
 		}
-		into.Completed += m.Completed
-		into.Failed += m.Failed
-		into.Cancelled += m.Cancelled
-		into.Run, into.Wait = addHist(into.Run, m.Run), addHist(into.Wait, m.Wait)
-		into.MaxRunMS, into.MaxWaitMS = max(into.MaxRunMS, m.MaxRunMS), max(into.MaxWaitMS, m.MaxWaitMS)
+		into.addUp(&m)
 	}
+}
+
+// addUp adds minute m's work to r.
+func (r *minuteRow) addUp(m *minuteRow) {
+	r.Completed += m.Completed
+	r.Failed += m.Failed
+	r.Cancelled += m.Cancelled
+	r.Run, r.Wait = addHist(r.Run, m.Run), addHist(r.Wait, m.Wait)
+	r.MaxRunMS, r.MaxWaitMS = max(r.MaxRunMS, m.MaxRunMS), max(r.MaxWaitMS, m.MaxWaitMS)
 }
 
 func addHist(into, h []int) []int {

@@ -56,6 +56,11 @@ func TestTenantJobs(t *testing.T) {
 		if p, err := q.ListPage(c, lifecycle.ActorAdmin, jobqueue.JobQuery{}); err != nil || len(p.Jobs) != 0 {
 			t.Errorf("%s lists %d jobs, %v", name, len(p.Jobs), err)
 		}
+		for j, err := range q.List(c, lifecycle.ActorAdmin) {
+			if err != nil || j.TenantID == "acme" {
+				t.Errorf("%s's List yields %s of %q, %v", name, j.JobID, j.TenantID, err)
+			}
+		}
 	}
 	if got, err := q.Get(acme, lifecycle.ActorAdmin, job.JobID); err != nil || got.JobID != job.JobID {
 		t.Errorf("acme reads its job: %v", err)

@@ -8,8 +8,11 @@ import (
 // Approval is the approval a run waits for or got (docs/spec.md#run-status): a run's
 // status.json keeps it while the run waits at its gate and after.
 type Approval struct {
-	Action      string     `json:"action"`
-	RequestedAt time.Time  `json:"requested_at"`
+	Action      string    `json:"action"`
+	RequestedAt time.Time `json:"requested_at"`
+	// RequestedBy is on whose behalf the gate was asked for: the run's
+	// submitting user, else the agent (agent:{slug}).
+	RequestedBy string     `json:"requested_by,omitempty"`
 	Decision    string     `json:"decision,omitempty"` // "approved" or "rejected"
 	DecidedAt   *time.Time `json:"decided_at,omitempty"`
 	DecidedBy   string     `json:"decided_by,omitempty"`

@@ -111,6 +111,10 @@ type JobCounts struct {
 // rows whose jobs' records are gone); Machine names the job machine its
 // jobs run on (job, general-job).
 type JobCountRow struct {
+	// TenantID is the jobs' tenant (docs/spec.md#tenants): empty for the
+	// default tenant. A caller sees its own tenant's rows, one of every
+	// tenant every tenant's.
+	TenantID  string             `json:"tenant_id,omitempty"`
 	JobType   JobType            `json:"job_type"`
 	AgentSlug string             `json:"agent_slug"`
 	Machine   string             `json:"machine"`

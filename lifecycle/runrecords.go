@@ -73,6 +73,10 @@ type RunStatus struct {
 	// reader's clock and no runner has taken it over yet (an orphan the
 	// next claim resumes). The status writer drops it.
 	RunnerLostAt *time.Time `json:"runner_lost_at,omitempty"`
+	// QueuePosition is never stored: a status read sets it while the run
+	// is queued for a slot, to its place among its agent's runs waiting
+	// (1: the next to start; docs/spec.md#run-status says how exact).
+	QueuePosition int `json:"queue_position,omitempty"`
 	// DurationMS is set when the run ends.
 	DurationMS int64 `json:"duration_ms,omitempty"`
 	// TraceParent is the W3C traceparent of the submit that created the
@@ -80,12 +84,44 @@ type RunStatus struct {
 	// run, a takeover's too, starts its spans as its children
 	// (docs/spec.md#tracing). Empty when the submit carried no trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// SchemaVersion is the document's layout version, 1 when written; a
+	// document without it was written before it was kept
+	// and reads as version 1 (docs/spec.md#run-status).
+	SchemaVersion int `json:"schema_version,omitempty"`
+	// UpdatedAt is the time of the write that made this version.
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+	// TriggerSource says who or what asked for the run, beside the flat
+	// Trigger the platform's readers take.
+	TriggerSource *TriggerSource `json:"trigger_source,omitempty"`
+	// RepoID, PRID and PRURL name the repository and pull request of a
+	// run a repository's webhook started: the run is listed under its
+	// repository, newest first.
+	RepoID string `json:"repo_id,omitempty"`
+	PRID   string `json:"pr_id,omitempty"`
+	PRURL  string `json:"pr_url,omitempty"`
 	// LastAudit is the audit event of the write that made this version of
 	// the document. The writer puts it in the audit log right after the
 	// write; should that fail (or the writer die first), the run's next
 	// writer or a poll finds it missing there and writes it, so every
 	// status write has its audit event.
 	LastAudit *RunAuditRecord `json:"last_audit,omitempty"`
+}
+
+// TriggerSource is who or what asked for a run.
+type TriggerSource struct {
+	// Source is "ui", "cli", "webhook", "scheduled" or "api".
+	Source string `json:"source"`
+	// UserID is the user the submit was made for, if named.
+	UserID string `json:"user_id,omitempty"`
+	// WebhookEventID is the delivery id of the webhook event that
+	// started the run.
+	WebhookEventID string `json:"webhook_event_id,omitempty"`
+}
+
+// TokensUsed counts the model tokens a step used, when it says.
+type TokensUsed struct {
+	Input  int64 `json:"input"`
+	Output int64 `json:"output"`
 }
 
 // RunAuditRecord is an audit event and its id in the audit log: the id is
@@ -120,6 +156,8 @@ type StepRecord struct {
 	// steps this one depends on, and the successors it chose to run.
 	After []string `json:"after,omitempty"`
 	Next  []string `json:"next,omitempty"`
+	// TokensUsed is what the step reported it used (StepOutput).
+	TokensUsed *TokensUsed `json:"tokens_used,omitempty"`
 }
 
 // SubmitRequest asks for a run (POST /agents/run).
@@ -134,6 +172,15 @@ type SubmitRequest struct {
 	// github:{delivery_id}, api:{client_id}:{request_id},
 	// slack:{team_id}:{trigger_id}, scheduler:{schedule_id}:{execution_time}.
 	IdempotencyKey string
+	// Source is "ui", "cli", "webhook", "scheduled" or "api"; empty
+	// means by Trigger (cron: scheduled, event: webhook, else api).
+	Source string
+	// WebhookEventID is the delivery id of the event that started the run.
+	WebhookEventID string
+	// RepoID, PRID and PRURL name the repository ("owner/name") and the
+	// pull request a webhook run is about; a run with RepoID is listed
+	// under its repository.
+	RepoID, PRID, PRURL string
 	// Caller is the context of the run's creation (the initiator defaults
 	// by Trigger).
 	Caller

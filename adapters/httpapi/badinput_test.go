@@ -78,6 +78,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{name: "bad agent", method: "GET", path: "/runs?agent=..%2Fx", token: gw, status: 400, code: "INVALID_INPUT"},
 		{name: "bad agent slug in a body", method: "POST", path: "/agents/run", token: gw, ctype: js, body: `{"agent_slug":"../x"}`, status: 400, code: "INVALID_INPUT"},
 		{name: "runs with a bad limit", method: "GET", path: "/runs?limit=-1", token: gw, status: 400, code: "INVALID_REQUEST"},
+		{name: "runs of a repository no key can hold", method: "GET", path: "/runs?repo=octo/..x", token: gw, status: 400, code: "INVALID_REQUEST"},
 		{name: "runs with a bad cursor", method: "GET", path: "/runs?agent=quick&cursor=x", token: gw, status: 400, code: "INVALID_CURSOR"},
 		{name: "missing token", method: "GET", path: "/runs/" + quick.RunID + "/status", status: 401, code: "UNAUTHORIZED"},
 		{name: "unknown token", method: "GET", path: "/runs/" + quick.RunID + "/status", token: "tok-nope", status: 401, code: "UNAUTHORIZED"},

@@ -28,8 +28,8 @@ func (h *jobRoutes) table() []route {
 		{method: "POST", path: "/jobs", actors: matrixActors(authority.Create, false), body: true, traced: true, h: h.enqueueJob()},
 		{method: "POST", path: "/jobs/batch", actors: matrixActors(authority.Create, false), body: true, bodyTimes: batchBodyTimes, traced: true, h: h.enqueueBatch()},
 		{method: "GET", path: "/jobs", actors: matrixActors(authority.Read, true), h: h.listJobs()},
-		{method: "GET", path: "/stats/jobs/counts", operator: true, actors: matrixActors(authority.Read, true), h: h.jobCounts()},
-		{method: "GET", path: "/stats/jobs/activity", operator: true, actors: matrixActors(authority.Read, true), h: h.jobActivity()},
+		{method: "GET", path: "/stats/jobs/counts", actors: matrixActors(authority.Read, true), h: h.jobCounts()},
+		{method: "GET", path: "/stats/jobs/activity", actors: matrixActors(authority.Read, true), h: h.jobActivity()},
 		{method: "GET", path: "/jobs/{jobId}", actors: matrixActors(authority.Read, false), h: h.getJob()},
 		{method: "GET", path: "/jobs/{jobId}/history", actors: matrixActors(authority.Read, false), h: h.jobHistory()},
 		{method: "POST", path: "/jobs/{jobId}/requeue", actors: admin, h: h.requeueJob()},
@@ -213,20 +213,44 @@ func bulkList(b wire.BulkBody) string {
 	return listOf(&url.URL{Path: "/jobs", RawQuery: q.Encode()})
 }
 
-// jobCounts is GET /stats/jobs/counts: the queue's Counts.
+// jobCounts is GET /stats/jobs/counts: the queue's Counts, of the token's
+// tenant (statsTenant).
 func (h *jobRoutes) jobCounts() handlerFunc {
-	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) (lifecycle.JobCounts, error) {
-			return h.ops().Counts(ctx, actor)
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, statsTenant,
+		func(ctx context.Context, actor lifecycle.Actor, tenant string) (lifecycle.JobCounts, error) {
+			return h.ops().Counts(asTenant(ctx, tenant), actor)
 		}))
 }
 
-// jobActivity is GET /stats/jobs/activity: the queue's Activity, the last hour.
+// jobActivity is GET /stats/jobs/activity: the queue's Activity, the last
+// hour, of the token's tenant (statsTenant).
 func (h *jobRoutes) jobActivity() handlerFunc {
-	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, noInput,
-		func(ctx context.Context, actor lifecycle.Actor, _ struct{}) (lifecycle.JobActivity, error) {
-			return h.ops().Activity(ctx, actor)
+	return needs(h.queue != nil, "job queue", jsonRoute(http.StatusOK, statsTenant,
+		func(ctx context.Context, actor lifecycle.Actor, tenant string) (lifecycle.JobActivity, error) {
+			return h.ops().Activity(asTenant(ctx, tenant), actor)
 		}))
+}
+
+// statsTenant reads the job stats' ?tenant=: the one tenant a token of
+// every tenant asks for (none: every tenant's); any other token reads its
+// own tenant's, whatever it says, as GET /runs (docs/design.md#tenants).
+func statsTenant(r *http.Request, _ lifecycle.Actor) (string, error) {
+	t := r.URL.Query().Get("tenant")
+	if t == "" || lifecycle.TenantOf(r.Context()) != lifecycle.AllTenants {
+		return "", nil
+	}
+	if err := storekey.ValidateID("tenant", t); err != nil {
+		return "", err
+	}
+	return t, nil
+}
+
+// asTenant is ctx acting for tenant, when one is named.
+func asTenant(ctx context.Context, tenant string) context.Context {
+	if tenant == "" {
+		return ctx
+	}
+	return lifecycle.WithTenant(ctx, tenant)
 }
 
 func (h *jobRoutes) listLanes() handlerFunc {

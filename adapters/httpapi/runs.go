@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -44,6 +45,7 @@ func (h *runRoutes) table() []route {
 		{method: "GET", path: "/runs", h: h.listRuns()},
 		{method: "GET", path: "/runs/{runId}/status", h: h.runStatus()},
 		{method: "GET", path: "/runs/{runId}/steps", h: h.runSteps()},
+		{method: "GET", path: "/runs/{runId}/input", h: h.runInput()},
 		{method: "POST", path: "/runs/{runId}/cancel", actors: machineActors(machine.EventCancel, machine.EventRequestCancel), body: true, h: h.cancelRun()},
 		{method: "POST", path: "/runs/{runId}/approve", actors: machineActors(machine.EventApprove), body: true, h: h.decide(true)},
 		{method: "POST", path: "/runs/{runId}/reject", actors: machineActors(machine.EventReject), body: true, h: h.decide(false)},
@@ -87,7 +89,7 @@ func (h *runRoutes) submitRun(w http.ResponseWriter, r *http.Request, actor life
 		return apiErr(codes.AgentNotFound, "no agent %q", b.AgentSlug)
 	}
 	res, err := h.runner.Submit(r.Context(), lifecycle.SubmitRequest{
-		AgentSlug: b.AgentSlug, Trigger: b.Trigger, Input: b.Input,
+		AgentSlug: b.AgentSlug, Trigger: b.Trigger, Source: b.Source, Input: b.Input,
 		IdempotencyKey: idempotencyKey(r, actor),
 		Caller:         lifecycle.Caller{UserID: b.UserID, Metadata: b.Metadata},
 	})
@@ -117,9 +119,21 @@ func (h *runRoutes) runStatus() handlerFunc {
 	})
 }
 
+// runInput is GET /runs/{runId}/input: what every step of the run is
+// given, for the run page.
+func (h *runRoutes) runInput() handlerFunc {
+	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) (wire.RunInputAnswer, error) {
+		in, err := h.runner.Input(ctx, id)
+		if in == nil {
+			in = json.RawMessage("null")
+		}
+		return wire.RunInputAnswer{RunID: id, Input: in}, err
+	})
+}
+
 func (h *runRoutes) runSteps() handlerFunc {
 	return jsonRoute(http.StatusOK, pathParam("runId", "run_id"), func(ctx context.Context, _ lifecycle.Actor, id string) ([]lifecycle.StepRecord, error) {
-		steps, err := h.runner.Steps(ctx, id)
+		steps, err := h.runner.AllSteps(ctx, id)
 		if err == nil && steps == nil {
 			steps = []lifecycle.StepRecord{}
 		}
@@ -127,11 +141,12 @@ func (h *runRoutes) runSteps() handlerFunc {
 	})
 }
 
-// runsQuery reads GET /runs's filters: ?agent={slug} and ?status=, both
-// optional (no agent: the runs of every agent this Worker serves).
+// runsQuery reads GET /runs's filters: ?agent={slug}, ?status= and
+// ?repo={owner/name}, each optional (no agent: the runs of every agent
+// this Worker serves; a repo: that repository's runs, newest first).
 func runsQuery(r *http.Request, _ lifecycle.Actor) (run.RunQuery, error) {
 	q := r.URL.Query()
-	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status"), Tenant: q.Get("tenant")}
+	rq := run.RunQuery{Agent: q.Get("agent"), Status: q.Get("status"), Tenant: q.Get("tenant"), Repo: q.Get("repo")}
 	if rq.Tenant != "" {
 		// Read by an operator of every tenant only (run.RunQuery).
 		if err := storekey.ValidateID("tenant", rq.Tenant); err != nil {
@@ -160,7 +175,7 @@ func (h *runRoutes) listRuns() handlerFunc {
 		}
 		// The runs of an agent no longer configured are still history; only an
 		// agent with neither a definition nor a run is unknown.
-		if q.Agent != "" && q.Status == "" && q.Cursor == "" && len(page.Runs) == 0 && !h.slugs[q.Agent] {
+		if q.Agent != "" && q.Repo == "" && q.Status == "" && q.Cursor == "" && len(page.Runs) == 0 && !h.slugs[q.Agent] {
 			return nil, "", apiErr(codes.AgentNotFound, "no agent %q", q.Agent)
 		}
 		return page.Runs, page.Next, nil

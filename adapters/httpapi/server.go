@@ -237,7 +237,7 @@ type WebhookRoute struct {
 // route is one row of the route table: who may call it and what it does.
 type route struct {
 	method, path string
-	// operator: a view or move over every tenant's records (counts, lanes,
+	// operator: a view or move over every tenant's records (lanes,
 	// schedules, quarantine, metrics), served only to a token of the
 	// default tenant or of every tenant; another tenant's token is
 	// answered 404 (docs/design.md#tenants).

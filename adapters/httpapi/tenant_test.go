@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,6 +155,18 @@ func TestTenantAttack(t *testing.T) {
 		}
 	}
 	const gw, admin = "tok-acme-gw", "tok-acme-admin"
+	// confined: a view of acme's own records, whatever ?tenant= says:
+	// 200, nothing of bolt's (its ids, its rows).
+	confined := func(path string) func(t *testing.T) {
+		return func(t *testing.T) {
+			for _, q := range []string{"", "?tenant=bolt"} {
+				leavesOut("GET", path+q, admin, "", 200)(t)
+				if _, _, got := g.raw("GET", path+q, gw, "", nil, nil); strings.Contains(string(got), `"bolt"`) {
+					t.Errorf("GET %s%s as acme shows bolt: %s", path, q, got)
+				}
+			}
+		}
+	}
 	cases := map[string]func(t *testing.T){
 		"POST /agents/run": func(t *testing.T) {
 			// Bolt's key, sent by acme, is acme's own: a new run, not bolt's.
@@ -169,6 +182,7 @@ func TestTenantAttack(t *testing.T) {
 		},
 		"GET /runs/{runId}/status":   notFound("GET", "/runs/{id}/status", gw, "", quick),
 		"GET /runs/{runId}/steps":    notFound("GET", "/runs/{id}/steps", gw, "", quick),
+		"GET /runs/{runId}/input":    notFound("GET", "/runs/{id}/input", gw, "", quick),
 		"POST /runs/{runId}/cancel":  notFound("POST", "/runs/{id}/cancel", gw, `{}`, slow),
 		"POST /runs/{runId}/approve": notFound("POST", "/runs/{id}/approve", gw, `{}`, gate),
 		"POST /runs/{runId}/reject":  notFound("POST", "/runs/{id}/reject", gw, `{}`, gate),
@@ -198,8 +212,8 @@ func TestTenantAttack(t *testing.T) {
 		"POST /jobs/{jobId}/cancel":   notFound("POST", "/jobs/{id}/cancel", admin, "", job.JobID),
 		"POST /jobs/requeue":          leavesOut("POST", "/jobs/requeue", admin, `{}`, 200),
 		"POST /jobs/cancel":           leavesOut("POST", "/jobs/cancel", admin, `{}`, 200),
-		"GET /stats/jobs/counts":      operator("GET", "/stats/jobs/counts", ""),
-		"GET /stats/jobs/activity":    operator("GET", "/stats/jobs/activity", ""),
+		"GET /stats/jobs/counts":      confined("/stats/jobs/counts"),
+		"GET /stats/jobs/activity":    confined("/stats/jobs/activity"),
 		"GET /queues":                 operator("GET", "/queues", ""),
 		"POST /queues/{queue}/pause":  operator("POST", "/queues/quick/pause", ""),
 		"POST /queues/{queue}/resume": operator("POST", "/queues/quick/resume", ""),
@@ -262,6 +276,16 @@ func TestTenantAttack(t *testing.T) {
 	}
 	if code, _, body := g.raw("GET", "/runs/"+gate+"/status", "tok-gateway", "", nil, nil); code != http.StatusNotFound {
 		t.Errorf("the default tenant reads bolt's run: %d %s", code, body)
+	}
+	// admin@* lists one tenant's runs through the Go client; a token of
+	// one tenant lists its own whatever it asks.
+	everyTenant := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-all-admin"}
+	if runs, _, err := everyTenant.Runs(ctx, client.Query{Tenant: "bolt", All: true}); err != nil || !slices.ContainsFunc(runs, func(r lifecycle.RunStatus) bool { return r.RunID == gate }) {
+		t.Errorf("admin@* lists bolt's runs: %d runs, %v", len(runs), err)
+	}
+	acme := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-acme-gw"}
+	if runs, _, err := acme.Runs(ctx, client.Query{Tenant: "bolt", All: true}); err != nil || slices.ContainsFunc(runs, func(r lifecycle.RunStatus) bool { return r.TenantID == "bolt" }) {
+		t.Errorf("acme asking for bolt's runs got them: %d runs, %v", len(runs), err)
 	}
 	// Every answer names the token's tenant, for the page to show.
 	for tok, want := range map[string]string{"tok-acme-gw": "acme", "tok-all-admin": "*", "tok-gateway": ""} {

@@ -341,7 +341,7 @@ func (c *command) agents(ctx context.Context, _ *invocation) error {
 }
 
 func (c *command) submit(ctx context.Context, in *invocation) error {
-	req := lifecycle.SubmitRequest{AgentSlug: in.pos[0], IdempotencyKey: in.key}
+	req := lifecycle.SubmitRequest{AgentSlug: in.pos[0], IdempotencyKey: in.key, Source: "cli"}
 	if in.input != "" {
 		if !json.Valid([]byte(in.input)) {
 			return usageError("-input is not JSON")

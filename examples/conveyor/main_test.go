@@ -120,7 +120,7 @@ func TestCommands(t *testing.T) {
 		want []string // in stdout, or stderr for a failure
 	}{
 		{[]string{"agents"}, 0, []string{"quick", "gated", "approval", "draft, publish"}},
-		{[]string{"status", runID}, 0, []string{`"status": "completed"`, `"steps_completed": 2`}},
+		{[]string{"status", runID}, 0, []string{`"status": "completed"`, `"steps_completed": 2`, `"source": "cli"`}},
 		{[]string{"steps", runID}, 0, []string{"one", "two", "second"}},
 		{[]string{"runs", "quick"}, 0, []string{runID, "2/2"}},
 		{[]string{"runs", "-status", "completed", "-limit", "1", "-all"}, 0, []string{runID, "quick"}},

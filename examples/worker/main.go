@@ -119,7 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.config, "config", "", "JSON file of schedules (see config.go)")
 	fs.IntVar(&o.limits.MaxConnsPerAddr, "max-conns-per-addr", 128, "connections one client IP address may hold open; more are closed at once (behind a proxy: its pool; -1: no bound)")
 	fs.DurationVar(&o.retention.Age, "retention", 0, "delete finished history (runs, audit days, COMPLETE jobs, expired inbox entries; idempotency records once expired) this long after it finished, e.g. 168h; 0: keep everything")
-	fs.Func("retention-ages", "per-kind overrides of -retention, `kind=age,...` (kinds: runs audit jobs dead_jobs idempotency inbox artifacts stats_hours stats_days; age a duration or \"forever\"); dead_jobs and artifacts are kept unless named", o.retention.SetAges)
+	fs.Func("retention-ages", "per-kind overrides of -retention, `kind=age,...` (kinds: runs audit jobs dead_jobs idempotency inbox artifacts stats_hours stats_days proposals; age a duration or \"forever\"); dead_jobs and artifacts are kept unless named", o.retention.SetAges)
 	fs.DurationVar(&o.retention.Interval, "retention-interval", retention.DefaultInterval, "how often a retention pass is due, across every process sharing the store")
 	fs.BoolVar(&o.printS3, "print-s3-lifecycle", false, "print the S3 bucket lifecycle configuration for -retention and -retention-ages, and exit")
 	fs.BoolVar(&o.rollingUpgrade, "rolling-upgrade", false, "while Workers of the previous release share the store: write only jobs they can read (the user's job types on the spec's machine, no priorities); drop it once every Worker runs this release (CHANGELOG)")

@@ -663,3 +663,31 @@ func TestSlotLockAndPauseKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestIdempotencyExpiryKey(t *testing.T) {
+	t.Parallel()
+	rec := layout.IdempotencyKey("api:c:1")
+	at := time.Date(2026, 11, 28, 21, 37, 5, 0, time.UTC)
+	k, ok := layout.IdempotencyExpiryKey(rec, at)
+	if !ok || !strings.HasPrefix(k, layout.IdempotencyExpiryHourPrefix(at)) || storekey.ValidateKey(k) != nil {
+		t.Fatalf("IdempotencyExpiryKey = %q, %v", k, ok)
+	}
+	hour, back, ok := layout.ParseIdempotencyExpiryKey(k)
+	if !ok || back != rec || !hour.Equal(at.Truncate(time.Hour)) {
+		t.Fatalf("ParseIdempotencyExpiryKey(%q) = %v, %q, %v", k, hour, back, ok)
+	}
+	if _, ok := layout.IdempotencyExpiryKey("idempotency/runs/x.json", at); ok {
+		t.Error("a marker key made an expiry entry")
+	}
+	for _, bad := range []string{
+		layout.IdempotencyExpiryPrefix + "2026112821/zz.json",
+		layout.IdempotencyExpiryPrefix + "20261128xx/" + strings.Repeat("a", 64) + ".json",
+		layout.IdempotencyExpiryPrefix + "2026112821/" + strings.Repeat("g", 64) + ".json",
+		layout.IdempotencyExpiryPrefix + "2026112821",
+		"index/runs/x.json",
+	} {
+		if _, _, ok := layout.ParseIdempotencyExpiryKey(bad); ok {
+			t.Errorf("ParseIdempotencyExpiryKey(%q) ok", bad)
+		}
+	}
+}

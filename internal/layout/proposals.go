@@ -46,3 +46,14 @@ func ParseProposalPendingEntry(entry string) (id string, ok bool) {
 	_, id, ok = strings.Cut(entry[strings.LastIndexByte(entry, '/')+1:], "-")
 	return id, ok && storekey.ValidateID("proposal id", id) == nil
 }
+
+// ParseProposalKey returns the id of a proposal record's key
+// (ProposalKey), or false.
+func ParseProposalKey(key string) (id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, ProposalsPrefix)
+	if !ok {
+		return "", false
+	}
+	id, ok = strings.CutSuffix(rest, ".json")
+	return id, ok && !strings.Contains(id, "/") && storekey.ValidateID("proposal id", id) == nil
+}

@@ -55,11 +55,17 @@ const (
 	// exists (the counts start from the latest). Once Age is set they are
 	// kept DefaultStatsDays.
 	StatsDays Kind = "stats_days"
+	// Proposals are applied or rejected proposals (proposals/), aged from
+	// decided_at; pending ones are the gateway's to decide and are kept.
+	// The pass also removes an entry of the pending index whose proposal
+	// was decided or never written (a writer that died between the two),
+	// once it is older than the kind's settle margin.
+	Proposals Kind = "proposals"
 )
 
 // Kinds returns every kind, in the order a pass goes through them.
 func Kinds() []Kind {
-	return []Kind{Runs, Audit, Jobs, DeadJobs, Idempotency, Inbox, Artifacts, StatsHours, StatsDays}
+	return []Kind{Runs, Audit, Jobs, DeadJobs, Idempotency, Inbox, Artifacts, StatsHours, StatsDays, Proposals}
 }
 
 // ByName returns ages by kind name (the form of the Client's config) as
@@ -109,6 +115,13 @@ type Config struct {
 	// Page is how many keys one listing of a pass reads before it records
 	// its cursor; default 500.
 	Page int
+	// IdempotencyFullListing is how often a pass lists every idempotency
+	// record rather than only those its expiry index files under hours
+	// past: the records without an entry (written before the index, by an
+	// older release during a rolling upgrade, or by a submit that stopped
+	// between its record and its entry) are deleted at most this late.
+	// Default 24 h.
+	IdempotencyFullListing time.Duration
 	// LeaseTTL is how long the janitor's lease lasts unless renewed; a
 	// janitor renews it as it goes, and another process resumes a pass
 	// whose janitor died once the lease lapsed. Default 5 min.
@@ -138,6 +151,8 @@ const (
 	DefaultInterval = time.Hour
 	DefaultPage     = 500
 	DefaultLeaseTTL = 5 * time.Minute
+	// DefaultIdempotencyFullListing: see Config.IdempotencyFullListing.
+	DefaultIdempotencyFullListing = 24 * time.Hour
 	// DefaultStatsHours and DefaultStatsDays are how long the job queue's
 	// rollups are kept once Age is set: two days of hours (the charts
 	// and counts read the last day's at most), 90 days of days (the
@@ -208,6 +223,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if d.LeaseTTL <= 0 {
 		d.LeaseTTL = DefaultLeaseTTL
+	}
+	if d.IdempotencyFullListing <= 0 {
+		d.IdempotencyFullListing = DefaultIdempotencyFullListing
 	}
 	if d.Clock == nil {
 		d.Clock = clock.Real()

@@ -88,6 +88,16 @@ func ExampleS3Lifecycle() {
 	//       }
 	//     },
 	//     {
+	//       "ID": "conveyor-idempotency-expiry",
+	//       "Status": "Enabled",
+	//       "Filter": {
+	//         "Prefix": "conveyor/index/idempotency-expiry/"
+	//       },
+	//       "Expiration": {
+	//         "Days": 1
+	//       }
+	//     },
+	//     {
 	//       "ID": "conveyor-inbox-expired",
 	//       "Status": "Enabled",
 	//       "Filter": {

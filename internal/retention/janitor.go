@@ -54,7 +54,7 @@ func New(cfg Config) (*Janitor, error) {
 		Due: func(s *state, now time.Time) bool { return s.Pass != nil || !now.Before(s.NextPassAt) },
 		Begin: func(s *state, now time.Time) {
 			if s.Pass == nil {
-				s.Pass = &cursor{Started: now, Kind: Kinds()[0]}
+				s.Pass = &cursor{Started: now, Kind: Kinds()[0], IdemFull: idemFullDue(j.cfg.IdempotencyFullListing, s, now)}
 			}
 		},
 		Quarantine: j.quarantine,
@@ -90,8 +90,12 @@ type Report struct {
 	// between the janitor's read and its delete.
 	Changed int `json:"changed,omitempty"`
 	// Skipped counts records that could not be judged (they do not
-	// decode), which are left to their engine's quarantine.
+	// decode), which are left to their engine's quarantine, and index
+	// entries whose key names no record (skipped where they are).
 	Skipped int `json:"skipped,omitempty"`
+	// Refiled counts idempotency records read through their expiry entry
+	// but not expired yet, filed again under their current expiry.
+	Refiled int `json:"refiled,omitempty"`
 	// Err is the error that ended the call early, if any.
 	Err string `json:"error,omitempty"`
 }
@@ -117,6 +121,10 @@ type state struct {
 	NextPassAt time.Time `json:"next_pass_at"`
 	// LastPass is the report of the call that ended the last pass.
 	LastPass *Report `json:"last_pass,omitempty"`
+	// IdemFullAt is when the last pass that listed every idempotency
+	// record started (zero: none did, as after an upgrade from a release
+	// without the expiry index).
+	IdemFullAt time.Time `json:"idempotency_full_at,omitzero"`
 }
 
 // TurnLease is the janitor's lease, for maintenance.Turn.
@@ -126,6 +134,9 @@ type cursor struct {
 	Started time.Time `json:"started"`
 	Kind    Kind      `json:"kind"`
 	After   string    `json:"after,omitempty"`
+	// IdemFull is set on a pass that lists every idempotency record, not
+	// only those of the expiry index's past hours (idemFullDue).
+	IdemFull bool `json:"idempotency_full,omitempty"`
 }
 
 // Run calls Pass every Config.Check until ctx ends, and returns nil then;
@@ -206,6 +217,9 @@ func (j *Janitor) checkpoint(ctx context.Context, rec *fence.Record[state, *stat
 func (j *Janitor) finish(ctx context.Context, rec *fence.Record[state, *state], r *Report) error {
 	next := j.cfg.Clock.Now().UTC().Add(j.cfg.Interval)
 	return j.turn.Release(ctx, rec, func(s *state) {
+		if s.Pass != nil && s.Pass.IdemFull {
+			s.IdemFullAt = s.Pass.Started
+		}
 		s.Pass, s.NextPassAt, s.LastPass = nil, next, r
 	})
 }
@@ -221,12 +235,12 @@ func (j *Janitor) work(ctx context.Context, rec *fence.Record[state, *state], c 
 	for ; i < len(kinds); i++ {
 		k := kinds[i]
 		if cur.Kind != k {
-			cur = cursor{Started: c.Started, Kind: k}
+			cur = cursor{Started: c.Started, Kind: k, IdemFull: c.IdemFull}
 		}
 		age := j.cfg.AgeOf(k)
 	pages:
 		for age >= 0 {
-			keys, err := j.page(ctx, k, cur.After)
+			keys, err := j.page(ctx, k, cur, age)
 			r.Listed += len(keys)
 			if err != nil {
 				return err
@@ -255,14 +269,23 @@ func (j *Janitor) work(ctx context.Context, rec *fence.Record[state, *state], c 
 	return nil
 }
 
-// page lists up to Config.Page keys of kind k after after, across the
-// kind's prefixes in key order.
-func (j *Janitor) page(ctx context.Context, k Kind, after string) ([]string, error) {
+// page lists up to Config.Page keys of kind k after cur.After, across the
+// kind's prefixes in key order (for Idempotency, idemPrefixes), stopping
+// at a key not listed yet that nothing at or after can be eligible
+// (idemStop).
+func (j *Janitor) page(ctx context.Context, k Kind, cur cursor, age time.Duration) ([]string, error) {
 	var keys []string
-	for _, prefix := range prefixes[k] {
-		for key, err := range j.cfg.Store.ListAfter(ctx, prefix, after) {
+	ps, stop := prefixes[k], ""
+	if k == Idempotency {
+		ps, stop = idemPrefixes(cur.IdemFull), idemStop(j.cfg.Clock.Now(), age)
+	}
+	for _, prefix := range ps {
+		for key, err := range j.cfg.Store.ListAfter(ctx, prefix, cur.After) {
 			if err != nil {
 				return keys, err
+			}
+			if stop != "" && key >= stop {
+				break
 			}
 			keys = append(keys, key)
 			if len(keys) == j.cfg.Page {
@@ -279,7 +302,7 @@ func (j *Janitor) report(ctx context.Context, r *Report) {
 		slog.String("owner", r.Owner), slog.Int64("epoch", r.Epoch),
 		slog.Bool("done", r.Done), slog.Bool("resumed", r.Resumed),
 		slog.Int("listed", r.Listed), slog.Int("keys_deleted", r.Keys),
-		slog.Int("changed", r.Changed), slog.Int("skipped", r.Skipped),
+		slog.Int("changed", r.Changed), slog.Int("skipped", r.Skipped), slog.Int("refiled", r.Refiled),
 		slog.Duration("took", r.Ended.Sub(r.Started)),
 	}
 	for _, k := range Kinds() {

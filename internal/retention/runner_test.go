@@ -35,7 +35,7 @@ func TestRunnerHistoryIsDeletedWhole(t *testing.T) {
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	var ids []string
 	for _, key := range []string{"api:c:1", ""} {
-		res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "alpha", IdempotencyKey: key})
+		res, err := r.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "alpha", IdempotencyKey: key, RepoID: "octo/repo"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,8 @@ const completedTTL = 24 * time.Hour
 //     slots, beside their runs, are kept);
 //   - jobs: jobs/ and nlm/jobs/ only when DeadJobs is not kept (a rule
 //     cannot spare DEAD jobs), with the longer of the two ages;
-//   - idempotency/: the age plus the 24 h a completed record lives;
+//   - idempotency/ and its expiry index (index/idempotency-expiry/):
+//     the age plus the 24 h a completed record lives;
 //   - audit/, inbox/expired/, and projects/ for artifacts;
 //   - the job queue's rollups, stats/jobs/hours/ and stats/jobs/days/,
 //     by age alone (a rule cannot see whether the counts still need one:
@@ -89,6 +90,9 @@ func S3Lifecycle(c Config, keyPrefix string, agents []string) ([]byte, error) {
 	}
 	if a := c.AgeOf(Idempotency); a >= 0 {
 		add("idempotency", layout.IdempotencyPrefix, a+completedTTL)
+		// Their expiry index: with no janitor nothing reads it, and an
+		// entry outlives its record by at most the hour it names.
+		add("idempotency-expiry", layout.IdempotencyExpiryPrefix, a+completedTTL)
 	}
 	add("inbox-expired", layout.InboxExpiredPrefix, c.AgeOf(Inbox))
 	add("artifacts", layout.ProjectsPrefix, c.AgeOf(Artifacts))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/runconveyor/conveyor/artifact"
@@ -25,6 +26,9 @@ var prefixes = map[Kind][]string{
 	Artifacts:   {layout.ProjectsPrefix},
 	StatsHours:  {layout.StatsHoursPrefix},
 	StatsDays:   {layout.StatsDaysPrefix},
+	// The index sorts before the records, so one listing in key order
+	// goes through both.
+	Proposals: {layout.ProposalsPendingIndex, layout.ProposalsPrefix},
 }
 
 // errKindDone ends a kind's listing early: nothing after the key can be
@@ -68,6 +72,8 @@ func (j *Janitor) visit(ctx context.Context, k Kind, key string, age time.Durati
 		return j.deleteArtifact(ctx, cid, id, r)
 	case StatsHours, StatsDays:
 		return j.visitRollup(ctx, k, key, now, age, r)
+	case Proposals:
+		return j.visitProposal(ctx, key, now, age, r)
 	}
 	return nil
 }
@@ -148,6 +154,9 @@ func (j *Janitor) visitJob(ctx context.Context, k Kind, key string, now time.Tim
 // visitIdempotency judges an idempotency record, or a run marker of its
 // key.
 func (j *Janitor) visitIdempotency(ctx context.Context, key string, now time.Time, age time.Duration, r *Report) error {
+	if strings.HasPrefix(key, layout.IdempotencyExpiryPrefix) {
+		return j.visitExpiryEntry(ctx, key, now, age, r)
+	}
 	if _, ok := layout.ParseIdempotencyRunKey(key); ok {
 		var m idemrecord.Marker
 		ver, ok, err := j.read(ctx, key, &m, r)
@@ -230,6 +239,12 @@ func (j *Janitor) deleteRun(ctx context.Context, statusKey string, st *lifecycle
 	if err != nil {
 		r.Skipped++
 		return nil
+	}
+	if st.RepoID != "" {
+		// Its entry among its repository's runs, written at submit.
+		if k, err := layout.RepoRunsKey(st.RepoID, st.StartedAt, runID); err == nil {
+			keys = append(keys, k)
+		}
 	}
 	for _, key := range keys {
 		if err := j.cfg.Store.Delete(ctx, key, storage.Condition{}); err != nil {

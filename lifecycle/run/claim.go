@@ -134,6 +134,7 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 		}
 		d.Lease = &lifecycle.Lease{Owner: cl.owner, Epoch: epoch, ExpiresAt: now.Add(cl.lease)}
 		d.LastHeartbeatAt = &now
+		cl.nameFirstStep(d)
 		tried.leases = append(tried.leases, *d.Lease)
 		tried.resumed = resumed
 		return nil
@@ -154,6 +155,21 @@ func (cl *claims) claim(ctx context.Context, c candidate, reclaimOwn bool, x *ex
 	x.flow, x.epoch, x.resumed = f, epoch, resumed
 	x.traceParent, x.tenant = traceParent, tenant
 	return nil
+}
+
+// nameFirstStep names in current_step the step the claimed execution
+// starts with: the claim is the execution's first write, so a run polled
+// or failing in its first step names it, and a run resumed after a wait
+// names the step after the wait (docs/spec.md#run-status). A count names
+// each later step (the next one, as it is about to start). A graph
+// agent's steps run side by side: its first claim names step 1 (a root,
+// started first), its counts the latest started.
+func (cl *claims) nameFirstStep(d *lifecycle.RunStatus) {
+	a, ok := cl.cat.agent(d.AgentSlug)
+	if !ok || len(a.Steps) == 0 || (a.graph != nil && d.CurrentStep != "") {
+		return
+	}
+	d.CurrentStep = a.Steps[min(d.StepsCompleted, len(a.Steps)-1)].Name
 }
 
 // wrote tells whether l is a lease the claim tried to write.

@@ -1,20 +1,17 @@
 package run_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -67,31 +64,9 @@ func compKillAgent(dir string, victim bool) run.Agent {
 	return run.Agent{Slug: "undoable", Machine: lifecycle.MachineCancelable, Steps: []run.Step{step("reserve"), step("charge"), hold}}
 }
 
-// compKillMain is the victim: a runner on the shared store that submits
-// one run, prints its id and executes it until killed.
+// compKillMain is the victim: one run of compKillAgent.
 func compKillMain() int {
-	dir := os.Getenv(compKillEnv)
-	store, err := helperStore(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	r, err := run.NewRunner(run.Config{
-		Store: store, Owner: "victim", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		LeaseDuration: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
-	}, compKillAgent(dir, true))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "undoable"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	fmt.Println(res.RunID)
-	_ = r.Run(context.Background())
-	return 0
+	return victimMain(compKillEnv, 200*time.Millisecond, func(dir string, _ **run.Runner, _ *string) run.Agent { return compKillAgent(dir, true) })
 }
 
 // A runner killed with SIGKILL inside a compensation: another runner takes
@@ -100,49 +75,11 @@ func compKillMain() int {
 // with the whole log.
 func TestSIGKILLedCompensationResumes(t *testing.T) {
 	t.Parallel()
-	t.Run("filestore", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testCompKill(t, dir, nil, func() *storage.Store {
-			s, err := filestore.New(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testCompKill(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
-	})
+	onKillStores(t, false, testCompKill)
 }
 
 func testCompKill(t *testing.T, dir string, env []string, open func() *storage.Store) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), compKillEnv+"="+dir), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("victim printed no run id: %v\n%s", err, stderr.String())
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	runID := strings.TrimSpace(line)
+	v, runID := startVictim(t, compKillEnv, dir, env)
 	exists := func(name string) func() bool {
 		return func() bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
 	}
@@ -159,11 +96,7 @@ func testCompKill(t *testing.T, dir string, env []string, open func() *storage.S
 		t.Fatalf("cancel: %+v %v", st, err)
 	}
 	until(t, "the victim to enter the compensation of reserve", exists("in-undo"))
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup of any kind
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	killed = true
+	v.kill(t)
 	mid, err := gw.Status(context.Background(), runID)
 	if err != nil || mid.Status != "compensating" || len(mid.CompensationLog) != 1 || mid.CompensationLog[0].Step != "charge" {
 		t.Fatalf("at the kill: %+v %v", mid, err)
@@ -183,7 +116,7 @@ func testCompKill(t *testing.T, dir string, env []string, open func() *storage.S
 	defer wcancel()
 	st, err := r.Wait(wctx, runID)
 	if err != nil {
-		t.Fatalf("wait: %v (victim said:\n%s)", err, stderr.String())
+		t.Fatalf("wait: %v (victim said:\n%s)", err, v.stderr.String())
 	}
 	if st.Status != "canceled" || st.ResumeCount != 1 || st.Error != nil || st.CancelReason != "customer left" {
 		t.Fatalf("after takeover: %+v", st)

@@ -477,6 +477,9 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 		if await == nil {
 			return nil
 		}
+		// A run that parks executes nothing: it names the step it last
+		// executed until a claim resumes it with the next.
+		d.CurrentStep = x.agent.Steps[n-1].Name
 		if d.CancelRequested && f.cancel != "" {
 			// An acknowledged cancel landed while the step ran: the run
 			// does not park (nobody would move it on but an approval);
@@ -489,7 +492,7 @@ func (x *execution) count(ctx context.Context, n int, proposals []string, await 
 			if err := f.fire(ctx, d, f.awaitApproval, lifecycle.ActorOrchestration); err != nil {
 				return err
 			}
-			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now, AfterStep: n}
+			d.Approval = &lifecycle.Approval{Action: await.Approval, RequestedAt: now, RequestedBy: requestedBy(d), AfterStep: n}
 		case await.ExternalEvent != "" && f.waitExternal != "":
 			if err := f.fire(ctx, d, f.waitExternal, lifecycle.ActorOrchestration); err != nil {
 				return err

@@ -183,6 +183,9 @@ func (g *graphExec) settle(runCtx, bctx, ctx context.Context, res branchResult) 
 	if stepErr == nil {
 		stepErr = g.r.checkOutput(res.i, res.out)
 	}
+	if stepErr == nil {
+		stepErr = nameProposals(StepInput{RunID: g.doc.RunID, Step: res.i + 1}, &res.out)
+	}
 	switch {
 	case stepErr != nil && isStop(runCtx):
 		stepErr = stoppedStepError(runCtx, s, stepErr)
@@ -217,6 +220,10 @@ func (g *graphExec) settle(runCtx, bctx, ctx context.Context, res branchResult) 
 		return &o
 	}
 	g.files = append(g.files, names...)
+	if err := x.createProposals(ctx, res.i, s, res.out); err != nil {
+		o := x.writeFailure(ctx, err)
+		return &o
+	}
 	g.r.state[res.i], g.r.outputs[res.i], g.r.next[res.i] = lifecycle.StepCompleted, res.out.Data, res.out.Next
 	g.proposals = appendNew(g.proposals, res.out.Proposals...)
 	g.dirty = true

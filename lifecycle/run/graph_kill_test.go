@@ -1,14 +1,12 @@
 package run_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -73,41 +71,18 @@ func graphKillAgent(dir string, victim bool, chargeDone func() bool) run.Agent {
 	}}
 }
 
-// graphKillMain is the victim process: a runner on a filestore in the
-// shared directory that submits one run of graphKillAgent, prints its id
-// and executes it until killed.
+// graphKillMain is the victim process: one run of graphKillAgent, whose
+// render step waits until charge is recorded completed.
 func graphKillMain() int {
-	dir := os.Getenv(graphKillEnv)
-	store, err := helperStore(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	var r *run.Runner
-	var runID string
-	chargeDone := func() bool {
-		steps, err := r.Steps(context.Background(), runID)
-		return err == nil && slices.ContainsFunc(steps, func(s lifecycle.StepRecord) bool {
-			return s.StepName == "charge" && s.Status == lifecycle.StepCompleted
-		})
-	}
-	r, err = run.NewRunner(run.Config{
-		Store: store, Owner: "victim", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		LeaseDuration: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
-	}, graphKillAgent(dir, true, chargeDone))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "forked"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	runID = res.RunID
-	fmt.Println(res.RunID)
-	_ = r.Run(context.Background())
-	return 0
+	return victimMain(graphKillEnv, 500*time.Millisecond, func(dir string, r **run.Runner, runID *string) run.Agent {
+		chargeDone := func() bool {
+			steps, err := (*r).Steps(context.Background(), *runID)
+			return err == nil && slices.ContainsFunc(steps, func(s lifecycle.StepRecord) bool {
+				return s.StepName == "charge" && s.Status == lifecycle.StepCompleted
+			})
+		}
+		return graphKillAgent(dir, true, chargeDone)
+	})
 }
 
 // A runner killed (SIGKILL) in one branch of a graph, after the other
@@ -116,52 +91,16 @@ func graphKillMain() int {
 // the join gets both outputs.
 func TestSIGKILLedGraphRunnerIsTakenOver(t *testing.T) {
 	t.Parallel()
-	t.Run("filestore", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testGraphSIGKILL(t, dir, nil, func() *storage.Store {
-			s, err := helperStore(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testGraphSIGKILL(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
-	})
+	onKillStores(t, false, testGraphSIGKILL)
 }
 
 func testGraphSIGKILL(t *testing.T, dir string, env []string, open func() *storage.Store) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), graphKillEnv+"="+dir), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("victim printed no run id: %v\n%s", err, stderr.String())
-	}
-	runID := strings.TrimSpace(line)
+	v, runID := startVictim(t, graphKillEnv, dir, env)
 	until(t, "the victim to enter render after charge", func() bool {
 		_, err := os.Stat(filepath.Join(dir, "in-render"))
 		return err == nil
 	})
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup of any kind
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	v.kill(t)
 
 	// A second runner, whose clock reads past the victim's lease.
 	clk := clock.NewFake(time.Now().Add(time.Hour))
@@ -178,7 +117,7 @@ func testGraphSIGKILL(t *testing.T, dir string, env []string, open func() *stora
 	defer wcancel()
 	st, err := r.Wait(wctx, runID)
 	if err != nil {
-		t.Fatalf("wait: %v (victim said:\n%s)", err, stderr.String())
+		t.Fatalf("wait: %v (victim said:\n%s)", err, v.stderr.String())
 	}
 	if st.Status != "completed" || st.ResumeCount != 1 || st.StepsCompleted != 4 {
 		t.Fatalf("after takeover: %+v", st)

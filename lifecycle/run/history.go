@@ -61,6 +61,9 @@ func (h *history) indexCreated(ctx context.Context, doc *lifecycle.RunStatus) er
 	if err := putOnce(ctx, h.store, hist, nil); err != nil {
 		return err
 	}
+	if err := h.indexRepo(ctx, doc); err != nil {
+		return err
+	}
 	return putOnce(ctx, h.store, st, nil)
 }
 

@@ -1,14 +1,12 @@
 package run_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -116,90 +114,23 @@ func helperStore(dir string) (*storage.Store, error) {
 	return filestore.New(filepath.Join(dir, "store"))
 }
 
-// helperMain is the victim process: a runner on the shared store that
-// submits one run, prints its id and executes it until killed.
+// helperMain is the victim process: one run of killAgent.
 func helperMain() int {
-	dir := os.Getenv(helperEnv)
-	store, err := helperStore(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	r, err := run.NewRunner(run.Config{
-		Store: store, Owner: "victim", Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		LeaseDuration: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
-	}, killAgent(dir, true))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "killable"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	fmt.Println(res.RunID)
-	_ = r.Run(context.Background())
-	return 0
+	return victimMain(helperEnv, 500*time.Millisecond, func(dir string, _ **run.Runner, _ *string) run.Agent { return killAgent(dir, true) })
 }
 
 func TestSIGKILLedRunnerIsTakenOver(t *testing.T) {
 	t.Parallel()
-	t.Run("filestore", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testSIGKILL(t, dir, nil, func() *storage.Store {
-			s, err := filestore.New(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		testSIGKILL(t, dir, []string{helperSQLite + "=1"}, func() *storage.Store { return sqliteFor(t, dir) })
-	})
-	t.Run("minio", func(t *testing.T) {
-		t.Parallel()
-		srv, bucket := env.MinIO(t)
-		prefix := fmt.Sprintf("kill-%d/", time.Now().UnixNano())
-		s := env.S3At(t, prefix)
-		vars := []string{helperS3Endpoint + "=" + srv.Endpoint, helperS3Bucket + "=" + bucket, helperS3Prefix + "=" + prefix,
-			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
-		testSIGKILL(t, t.TempDir(), vars, func() *storage.Store { return s })
-	})
+	onKillStores(t, true, testSIGKILL)
 }
 
 func testSIGKILL(t *testing.T, dir string, env []string, open func() *storage.Store) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), helperEnv+"="+dir), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("victim printed no run id: %v\n%s", err, stderr.String())
-	}
-	runID := strings.TrimSpace(line)
+	v, runID := startVictim(t, helperEnv, dir, env)
 	until(t, "the victim to enter render", func() bool {
 		_, err := os.Stat(filepath.Join(dir, "in-render"))
 		return err == nil
 	})
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup of any kind
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	v.kill(t)
 
 	// A second runner, whose clock reads past the victim's lease.
 	store := open()
@@ -217,7 +148,7 @@ func testSIGKILL(t *testing.T, dir string, env []string, open func() *storage.St
 	defer wcancel()
 	st, err := r.Wait(wctx, runID)
 	if err != nil {
-		t.Fatalf("wait: %v (victim said:\n%s)", err, stderr.String())
+		t.Fatalf("wait: %v (victim said:\n%s)", err, v.stderr.String())
 	}
 	if st.Status != "completed" || st.ResumeCount != 1 || st.StepsCompleted != 4 {
 		t.Fatalf("after takeover: %+v", st)

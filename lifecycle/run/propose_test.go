@@ -13,7 +13,8 @@ import (
 // TestStepProposes: a step that proposes one of its files gets a pending
 // proposal record whose content is that file, and the run's
 // proposals_created names the records, from a middle step and from the
-// last; a step that proposes a file it did not write fails the run.
+// last, and from the branches of a graph; a step that proposes a file it
+// did not write fails the run.
 func TestStepProposes(t *testing.T) {
 	t.Parallel()
 	proposing := func(name string) run.Step {
@@ -21,6 +22,7 @@ func TestStepProposes(t *testing.T) {
 			return run.StepOutput{Files: map[string][]byte{name: []byte(`{"edit":1}`), "notes.txt": []byte("n")}, Propose: []string{name}}, nil
 		}}
 	}
+	after := func(s run.Step, deps ...string) run.Step { s.After = deps; return s }
 	tests := []struct {
 		name   string
 		steps  []run.Step
@@ -28,6 +30,8 @@ func TestStepProposes(t *testing.T) {
 		n      int
 	}{
 		{"middle and last", []run.Step{okStep("load-context"), proposing("draft.json"), proposing("final.json")}, "completed", 2},
+		// Two parallel branches of a graph, each proposing.
+		{"graph branches", []run.Step{okStep("load-context"), after(proposing("draft.json"), "load-context"), after(proposing("final.json"), "load-context")}, "completed", 2},
 		{"a file not written", []run.Step{{Name: "bad", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
 			return run.StepOutput{Propose: []string{"missing.json"}}, nil
 		}}}, "failed", 0},

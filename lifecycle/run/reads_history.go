@@ -12,6 +12,9 @@ import (
 
 // listRuns: see Runner.ListRuns.
 func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
+	if q.Repo != "" {
+		return rd.listRepoRuns(ctx, q)
+	}
 	limit, err := paging.Limit(q.Limit)
 	if err != nil {
 		return RunPage{}, err
@@ -118,6 +121,9 @@ type RunQuery struct {
 	Agent string
 	// Status keeps only the runs in this state; "" keeps every run.
 	Status string
+	// Repo, when set, lists the runs of this repository ("owner/name"),
+	// newest first, those of Agent only when Agent is set too.
+	Repo string
 	// Limit is the most runs in the page: 0 means 50,
 	// and more than 500 is refused.
 	Limit int

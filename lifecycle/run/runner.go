@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 
 	"github.com/runconveyor/conveyor/internal/deadline"
@@ -115,6 +116,13 @@ func (r *Runner) Status(ctx context.Context, runID string) (lifecycle.RunStatus,
 // Steps reads a run's step files in step order (GET /runs/{runId}/steps).
 func (r *Runner) Steps(ctx context.Context, runID string) ([]lifecycle.StepRecord, error) {
 	return r.reads.steps(ctx, runID)
+}
+
+// Input reads the input a run was submitted with (every step is given it),
+// nil for a run submitted without one. A run of another tenant than the
+// context's is not found, as for Status.
+func (r *Runner) Input(ctx context.Context, runID string) (json.RawMessage, error) {
+	return r.reads.input(ctx, runID)
 }
 
 // Runs reads the status of every run of an agent, oldest first, by

@@ -109,6 +109,9 @@ type StepOutput struct {
 	// none of whose dependencies chose it is skipped, recorded so.
 	// Ignored by an agent without After.
 	Next []string
+	// TokensUsed, when set, is kept in the step file (tokens_used): the
+	// model tokens the step used.
+	TokensUsed *lifecycle.TokensUsed
 }
 
 // Await parks a run after a step: at an approval gate, or until an external

@@ -246,6 +246,7 @@ func newStepRecord(s Step, i int, epoch int64, started, now time.Time, out StepO
 		rec.Error = err.Error()
 	} else {
 		rec.OutputSummary, rec.Output, rec.Proposals = out.Summary, out.Data, out.Proposals
+		rec.TokensUsed = out.TokensUsed
 	}
 	for _, e := range []lifecycle.Event{machine.EventStart, end} {
 		if _, ferr := machine.RunStep().Fire(context.Background(), &rec, e, lifecycle.ActorOrchestration); ferr != nil {

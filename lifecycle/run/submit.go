@@ -110,6 +110,9 @@ func checkSubmit(req *lifecycle.SubmitRequest) error {
 	if err := codes.CheckText("idempotency_key", req.IdempotencyKey, maxIdempotencyKeyBytes, codes.OneLine); err != nil {
 		return err
 	}
+	if err := checkSource(req); err != nil {
+		return err
+	}
 	return checkCaller(&req.Caller)
 }
 
@@ -164,6 +167,8 @@ func (cr *creator) createRun(ctx context.Context, agent *agentDef, req lifecycle
 	if agent.Machine != lifecycle.MachineCanonical {
 		doc.Machine = agent.Machine
 	}
+	doc.SchemaVersion, doc.UpdatedAt = runStatusSchema, &doc.StartedAt
+	setSource(&doc, &req)
 	b := callerBy(&req.Caller, lifecycle.ActorGateway, triggerInitiator(req.Trigger))
 	b.tc.RunID, b.tc.Timestamp = runID, doc.StartedAt
 	doc.LastAudit = cr.writers.auditRecord(&doc, "", b, 1)
@@ -378,6 +383,9 @@ func (im *idempotency) claimKey(ctx context.Context, key string, req lifecycle.S
 		c.rec = idemrecord.Record{Key: req.IdempotencyKey, Source: k.Source, RequestHash: hash, TenantID: tenancy.Creating(ctx)}
 		im.newGeneration(&c.rec, c.owner, im.now())
 		_, err = records.Create(ctx, im.store, key, &c.rec)
+		if err == nil {
+			im.fileExpiry(ctx, key, &c)
+		}
 		if !errors.Is(err, storage.ErrPreconditionFailed) {
 			return c, err
 		}

@@ -111,7 +111,11 @@ func (w *statusWriter) apply(ctx context.Context, b by, change func(ctx context.
 		if err := change(fctx, d); err != nil {
 			return err
 		}
-		d.RunnerLostAt = nil // a read's verdict, never stored
+		d.RunnerLostAt, d.QueuePosition = nil, 0 // a read's verdicts, never stored
+		updated := w.ws.now()
+		// A document of an older release (no schema_version) is of
+		// version 1; it says so once this release writes it.
+		d.UpdatedAt, d.SchemaVersion = &updated, max(d.SchemaVersion, runStatusSchema)
 		defer func() { d.LastAudit = w.ws.auditRecord(d, from, b, d.Version+1) }()
 		if epoch > 0 && d.Lease != nil { // a terminal or parking write drops the lease
 			now := w.ws.now()

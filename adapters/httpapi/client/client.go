@@ -157,7 +157,7 @@ func runPath(runID, what string) string { return "/runs/" + url.PathEscape(runID
 // Caller.Initiator is not sent: the server derives it from the trigger.
 func (c *Client) Submit(ctx context.Context, sr lifecycle.SubmitRequest) (lifecycle.SubmitResult, error) {
 	k := connOf(c)
-	body := wire.SubmitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
+	body := wire.SubmitBody{AgentSlug: sr.AgentSlug, Trigger: sr.Trigger, Source: sr.Source, Input: sr.Input, UserID: sr.UserID, Metadata: sr.Metadata}
 	req, err := k.newRequest(ctx, http.MethodPost, "/agents/run", nil, body)
 	if err != nil {
 		return lifecycle.SubmitResult{}, err

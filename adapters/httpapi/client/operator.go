@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 
@@ -15,6 +16,29 @@ import (
 // Operator{Client: c}.
 type Operator struct {
 	Client *Client
+	// Tenant is the one tenant whose job counts and activity a token of
+	// every tenant (actor@*) reads; "" reads every tenant's. A token of
+	// one tenant reads its own, whatever Tenant says.
+	Tenant string
+}
+
+// stats reads the job stats at path into out, for the Operator's tenant.
+func (o Operator) stats(ctx context.Context, path string, out any) error {
+	var q url.Values
+	if o.Tenant != "" {
+		q = url.Values{"tenant": {o.Tenant}}
+	}
+	return connOf(o.Client).call(ctx, http.MethodGet, path, q, nil, out)
+}
+
+// RunInput reads the input a run was submitted with, which every step is
+// given (GET /runs/{runId}/input); nil for a run submitted without one.
+func (o Operator) RunInput(ctx context.Context, runID string) (json.RawMessage, error) {
+	a, err := get[wire.RunInputAnswer](ctx, connOf(o.Client), http.MethodGet, runPath(runID, "/input"), nil)
+	if err != nil || string(a.Input) == "null" {
+		return nil, err
+	}
+	return a.Input, nil
 }
 
 // JobHistory reads a job with its moves from the audit log and its
@@ -103,12 +127,16 @@ func (o Operator) SetPaused(ctx context.Context, queue string, paused bool) erro
 // without reading the jobs that finished. Partial says the Worker read
 // its bound first: call again.
 func (o Operator) JobCounts(ctx context.Context) (lifecycle.JobCounts, error) {
-	return get[lifecycle.JobCounts](ctx, connOf(o.Client), http.MethodGet, "/stats/jobs/counts", nil)
+	var c lifecycle.JobCounts
+	err := o.stats(ctx, "/stats/jobs/counts", &c)
+	return c, err
 }
 
 // JobActivity reads the queue's last hour minute by minute (GET
 // /stats/jobs/activity): jobs completed, attempts failed, jobs cancelled, and
 // the run time and wait of the attempts that ended.
 func (o Operator) JobActivity(ctx context.Context) (lifecycle.JobActivity, error) {
-	return get[lifecycle.JobActivity](ctx, connOf(o.Client), http.MethodGet, "/stats/jobs/activity", nil)
+	var a lifecycle.JobActivity
+	err := o.stats(ctx, "/stats/jobs/activity", &a)
+	return a, err
 }

@@ -20,6 +20,12 @@ type Query struct {
 	Status string
 	// Type keeps the jobs of one type ("" every type).
 	Type string
+	// Repo keeps the runs of one repository, "owner/name" ("" every one).
+	Repo string
+	// Tenant lists the runs of one tenant, for a token of every tenant
+	// (actor@*; "" the default tenant's); a token of one tenant lists its
+	// own whatever this says.
+	Tenant string
 	// Limit is the size of a page: at most Limit items (0: the server's
 	// default, 50; at most 500; with All, 500).
 	Limit int
@@ -50,7 +56,7 @@ func (q Query) values(fields ...string) url.Values {
 // Runs reads a page of the runs q selects (GET /runs), newest first, and
 // the cursor of the next page ("" on the last); with q.All, every page.
 func (c *Client) Runs(ctx context.Context, q Query) ([]lifecycle.RunStatus, string, error) {
-	return list[lifecycle.RunStatus](ctx, connOf(c), "/runs", q, "agent", q.Agent, "status", q.Status)
+	return list[lifecycle.RunStatus](ctx, connOf(c), "/runs", q, "agent", q.Agent, "status", q.Status, "repo", q.Repo, "tenant", q.Tenant)
 }
 
 // Jobs reads a page of the jobs q selects (GET /jobs), in job id order,

@@ -87,7 +87,7 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 				}
 			}},
 			{Name: "summarize", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
-				return run.StepOutput{Summary: "two steps done"}, nil
+				return run.StepOutput{Summary: "two steps done", Data: json.RawMessage(`{"words":2}`)}, nil
 			}},
 		},
 	}
@@ -285,6 +285,9 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 		t.Fatalf("run id on the page = %q", runID)
 	}
 	t.Logf("run %s", runID)
+	if st := w.status(t, runID); st.TriggerSource == nil || st.TriggerSource.Source != "ui" {
+		t.Errorf("a run started from the page has trigger_source %+v, want source ui", st.TriggerSource)
+	}
 
 	do(t, ctx, "see the run running, live", 20*time.Second,
 		chromedp.WaitVisible(css(`#run-status[data-status="running"]`)),
@@ -339,6 +342,14 @@ func TestRunPageFollowsARunLive(t *testing.T) {
 		`[...document.querySelectorAll("#steps-body tr")].map(r => r.dataset.step + "=" + r.dataset.status)`))
 	if want := []string{"wait-for-test=completed", "summarize=completed"}; fmt.Sprint(steps) != fmt.Sprint(want) {
 		t.Errorf("steps shown = %v, want %v", steps, want)
+	}
+	// The run's input (none from the page's button) and each step's output.
+	if in := get(t, ctx, "read the input", chromedp.Text(css(`#run-input`))); in != "No input." {
+		t.Errorf("input shown = %q, want No input.", in)
+	}
+	if out := get(t, ctx, "read the step output", chromedp.Evaluate[string](
+		`document.querySelector('#steps-body tr[data-step="summarize"] details[data-testid="step-output"] pre').textContent`)); !strings.Contains(out, `"words": 2`) {
+		t.Errorf("summarize's output shown = %q, want its data", out)
 	}
 	if n := get(t, ctx, "count in-progress rows", chromedp.Evaluate[int](`document.querySelectorAll("#steps-body tr.in-progress").length`)); n != 0 {
 		t.Errorf("%d in-progress rows after the run ended", n)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -161,6 +162,21 @@ func parseGitHub(event, delivery, mediaType string, body []byte) (githubInput, e
 	return in, nil
 }
 
+// about names in a run's request the delivery, and the repository and
+// pull request the event is about: a pull_request* event's run carries
+// the pull request's number and page.
+func (in githubInput) about(req *lifecycle.SubmitRequest) {
+	req.WebhookEventID = in.Delivery
+	if _, err := layout.RepoRunsRepoPrefix(in.Repository); err != nil {
+		return // no repository, or a name no key can hold: the run is not listed by one
+	}
+	req.RepoID = in.Repository
+	if in.Number > 0 && strings.HasPrefix(in.Event, "pull_request") {
+		req.PRID = strconv.FormatInt(in.Number, 10)
+		req.PRURL = "https://github.com/" + in.Repository + "/pull/" + req.PRID
+	}
+}
+
 func truncate(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "..."
@@ -206,7 +222,7 @@ func (h *Handler) github(w http.ResponseWriter, r *http.Request) (answer, error)
 		return answer{}, err
 	}
 	if a == nil {
-		res, err := h.submit(ctx, agent, key, in, caller)
+		res, err := h.submit(ctx, agent, key, in, caller, in.about)
 		if err != nil {
 			return answer{}, err
 		}

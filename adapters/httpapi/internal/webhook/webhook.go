@@ -287,14 +287,18 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 }
 
 // submit starts a run for a routed delivery under its idempotency key.
-func (h *Handler) submit(ctx context.Context, agent, key string, input any, caller lifecycle.Caller) (lifecycle.SubmitResult, error) {
+func (h *Handler) submit(ctx context.Context, agent, key string, input any, caller lifecycle.Caller, about ...func(*lifecycle.SubmitRequest)) (lifecycle.SubmitResult, error) {
 	in, err := json.Marshal(input)
 	if err != nil {
 		return lifecycle.SubmitResult{}, err
 	}
-	return h.cfg.Runner.Submit(ctx, lifecycle.SubmitRequest{
-		AgentSlug: agent, Trigger: "event", Input: in, IdempotencyKey: key, Caller: caller,
-	})
+	req := lifecycle.SubmitRequest{
+		AgentSlug: agent, Trigger: "event", Source: "webhook", Input: in, IdempotencyKey: key, Caller: caller,
+	}
+	for _, f := range about {
+		f(&req)
+	}
+	return h.cfg.Runner.Submit(ctx, req)
 }
 
 func (h *Handler) logStarted(ctx context.Context, source, key, event, agent string, a answer, runID string) {

@@ -18,6 +18,7 @@ import (
 type SubmitBody struct {
 	AgentSlug string            `json:"agent_slug"`
 	Trigger   string            `json:"trigger,omitempty"`
+	Source    string            `json:"source,omitempty"`
 	Input     json.RawMessage   `json:"input,omitempty"`
 	UserID    string            `json:"user_id,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
@@ -106,6 +107,13 @@ type RestoreBody struct {
 type SubmitAnswer struct {
 	RunID     string `json:"run_id"`
 	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+// RunInputAnswer is GET /runs/{runId}/input's answer: the input the run
+// was submitted with, null for none.
+type RunInputAnswer struct {
+	RunID string          `json:"run_id"`
+	Input json.RawMessage `json:"input"`
 }
 
 // InboxAnswer is POST /inbox/submit's answer.

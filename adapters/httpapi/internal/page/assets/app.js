@@ -839,7 +839,7 @@
           err.textContent = '';
           try {
             // A fresh request id per click: a retried request is the same run.
-            const res = await api('POST', '/agents/run', { agent_slug: a.slug, trigger: 'manual' }, { 'X-Request-ID': requestID() });
+            const res = await api('POST', '/agents/run', { agent_slug: a.slug, trigger: 'manual', source: 'ui' }, { 'X-Request-ID': requestID() });
             location.hash = '#/runs/' + enc(res.run_id);
           } catch (e) {
             err.textContent = 'The run was not started: ' + e.describe();
@@ -925,6 +925,10 @@
     const table = h('div', { id: 'table-slot' });
     const stepsBody = h('tbody', { id: 'steps-body' });
     const stepsNote = h('p', { class: 'muted', id: 'steps-note' });
+    const inputPre = h('pre', { class: 'json', id: 'run-input', 'data-testid': 'run-input' });
+    const inputSection = h('section', { 'aria-labelledby': 'input-h' },
+      h('h3', { id: 'input-h', text: 'Input' }),
+      h('p', { class: 'muted', text: 'What every step is given; a step\'s output, under "output" in its row, reaches the steps after it by name.' }), inputPre);
     const graphBox = h('div', { class: 'diagram', id: 'step-graph' });
     const graphSection = h('section', { 'aria-labelledby': 'graph-h', id: 'graph-section', hidden: true },
       h('h3', { id: 'graph-h', text: 'Step graph' }),
@@ -939,6 +943,13 @@
         h('thead', {}, h('tr', {}, ['step', 'action', 'outcome', 'started', 'ended', 'attempts', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
         compBody),
       compNote);
+    const doneNotice = h('div', { id: 'run-done-notice', class: 'notice ok', role: 'status', 'aria-live': 'polite', hidden: true });
+    const notifyBtn = h('button', { type: 'button', id: 'btn-notify', class: 'secondary', text: 'Notify me when it ends',
+      hidden: !('Notification' in window) || Notification.permission !== 'default' });
+    notifyBtn.addEventListener('click', async () => {
+      try { await Notification.requestPermission(); } catch (_) { /* the in-page notice stays */ }
+      notifyBtn.hidden = true;
+    });
     const actionOK = h('div', { id: 'action-result', class: 'notice ok', role: 'status', 'aria-live': 'polite' });
     const actionErr = h('div', { id: 'action-error', class: 'notice error', role: 'alert', 'data-testid': 'action-error' });
     const reason = h('input', { id: 'reason', type: 'text', maxlength: 500, placeholder: 'reason (optional)' });
@@ -951,7 +962,7 @@
 
     view.append(
       h('p', {}, h('a', { href: '#/', text: '← Agents' })),
-      title, loadErr, facts,
+      title, loadErr, doneNotice, facts, notifyBtn,
       h('section', { 'aria-labelledby': 'controls-h' },
         h('h3', { id: 'controls-h', text: 'Control' }),
         h('div', { class: 'controls' },
@@ -967,10 +978,16 @@
       h('section', { 'aria-labelledby': 'steps-h' },
         h('h3', { id: 'steps-h', text: 'Steps' }),
         h('table', { id: 'steps', 'data-testid': 'steps' },
-          h('thead', {}, h('tr', {}, ['#', 'step', 'status', 'started', 'duration', 'summary', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
+          h('thead', {}, h('tr', {}, ['#', 'step', 'status', 'started', 'finished', 'duration', 'summary', 'error'].map((c) => h('th', { scope: 'col', text: c })))),
           stepsBody),
         stepsNote),
+      inputSection,
       compSection);
+    // The run's input, read once: every step is given it, and each step's
+    // output (in its row) is handed on to the steps after it by name.
+    api('GET', '/runs/' + enc(runID) + '/input').then((a) => {
+      inputPre.textContent = a && a.input !== null && a.input !== undefined ? pretty(a.input) : 'No input.';
+    }, () => { inputPre.textContent = 'The input could not be read.'; });
 
     function fact(label, value, id) {
       return [h('dt', { text: label }), h('dd', { id }, value)];
@@ -980,7 +997,10 @@
       const st = status;
       const dur = st.duration_ms || (st.finished_at ? new Date(st.finished_at) - new Date(st.started_at) : null);
       facts.replaceChildren(
-        ...fact('Status', [badge(st.status, { id: 'run-status', 'data-testid': 'run-status' }), ' ', runnerBadge(st)]),
+        ...fact('Status', [badge(st.status, { id: 'run-status', 'data-testid': 'run-status' }),
+          st.status === 'requested' ? h('span', { class: 'spinner', id: 'run-spinner', role: 'status', 'aria-label': 'waiting to be admitted', title: 'waiting to be admitted' }) : '',
+          ' ', runnerBadge(st)]),
+        ...(st.queue_position ? fact('Queue', queueText(st.queue_position), 'run-queue-position') : []),
         ...fact('Agent', h('code', { text: st.agent_slug }), 'run-agent'),
         ...fact('Machine', h('code', { text: (spec && spec.name) || st.machine || 'canonical-run' })),
         ...fact('Trigger', st.trigger || '—'),
@@ -988,7 +1008,8 @@
         ...fact('Finished', fmtTime(st.finished_at), 'run-finished'),
         ...fact('Duration', fmtDuration(dur)),
         ...fact('Current step', (inProgress() || {}).name || st.current_step || '—', 'run-current-step'),
-        ...fact('Steps', `${st.steps_completed || 0} / ${st.steps_total || 0}`, 'run-progress'),
+        ...fact('Steps', [h('progress', { id: 'run-progress-bar', max: st.steps_total || 1, value: Math.min(st.steps_completed || 0, st.steps_total || 0),
+          'aria-label': 'steps completed' }), ' ', h('span', { id: 'run-progress', text: `${st.steps_completed || 0} / ${st.steps_total || 0}` })]),
         ...(st.proposals_created && st.proposals_created.length ? fact('Proposals', proposalLinks(st.proposals_created), 'run-proposals') : []),
         ...(st.cancel_requested ? fact('Cancel', 'requested' + (st.cancel_reason ? ': ' + st.cancel_reason : '')) : []),
         ...(st.approval ? fact('Approval', approvalText(st.approval), 'run-approval') : []),
@@ -1012,6 +1033,22 @@
       setEnabled(buttons.cancel, can(['cancel', 'request_cancel']), 'The run cannot be canceled from ' + st.status);
       setEnabled(buttons.approve, can(['approve']), 'Nothing waits for approval in ' + st.status);
       setEnabled(buttons.reject, can(['reject']), 'Nothing waits for approval in ' + st.status);
+    }
+    // queueText says a queued run's place: the Worker counts its agent's
+    // runs queued before it, oldest first, as its runners pick them.
+    function queueText(n) {
+      return n === 1 ? 'next to start' : `position ${n} (${n - 1} queued ahead)`;
+    }
+    // notifyEnd tells the user that the run they watched ended: a system
+    // notification when the page may show one, else a notice on the page.
+    function notifyEnd(st) {
+      const text = `Run ${runID} ${st.status}.`;
+      if ('Notification' in window && Notification.permission === 'granted') {
+        try { new Notification('Conveyor', { body: text, tag: runID }); return; } catch (_) { /* fall back to the page */ }
+      }
+      doneNotice.textContent = text;
+      doneNotice.dataset.status = st.status;
+      doneNotice.hidden = false;
     }
     // approvalText is an approval gate's line: the action, the decision,
     // who decided and why, and the payload handed to the next steps.
@@ -1059,26 +1096,33 @@
       return { n, name, since, from };
     }
 
+    // renderSteps lists every step the agent declares (the Worker lists
+    // the pending ones too), the one executing highlighted in its place.
     function renderSteps() {
       const cur = inProgress();
-      const rows = steps.filter((r) => !cur || r.step_number !== cur.n).map((r) => h('tr', { 'data-step': r.step_name, 'data-testid': 'step-row', 'data-status': r.status },
+      const current = !cur && status && status.lease && !isTerminal(spec, status.status) ? status.current_step : null;
+      const row = (r) => h('tr', { 'data-step': r.step_name, 'data-testid': 'step-row', 'data-status': r.status,
+        class: r.status === 'running' && r.step_name === current ? 'current' : null },
         h('td', { class: 'num', text: r.step_number }),
         h('td', {}, h('code', { text: r.step_name })),
         h('td', {}, badge(r.status)),
         h('td', {}, fmtTime(r.started_at)),
+        h('td', {}, fmtTime(r.finished_at)),
         h('td', { class: 'num', text: fmtDuration(stepDuration(r)) }),
-        h('td', { text: r.output_summary || '' }),
-        h('td', { class: 'error', text: r.error || '' })));
-      if (cur) {
-        rows.push(h('tr', { 'data-step': cur.name, 'data-testid': 'step-row', 'data-status': 'running', class: 'in-progress' },
-          h('td', { class: 'num', text: cur.n }),
-          h('td', {}, h('code', { text: cur.name || '?' })),
-          h('td', {}, badge('running')),
-          h('td', {}, fmtTime(cur.since)),
-          h('td', { class: 'num', id: 'step-elapsed', 'data-since': cur.since, title: 'elapsed since ' + cur.from }),
-          h('td', { class: 'muted', text: 'in progress' }),
-          h('td', {})));
-      }
+        h('td', {}, r.output_summary || '', r.output !== undefined && r.output !== null
+          ? h('details', { 'data-testid': 'step-output' }, h('summary', { text: 'output' }), h('pre', { class: 'json', text: pretty(r.output) })) : null),
+        h('td', { class: 'error', text: r.error || '' }));
+      const running = () => h('tr', { 'data-step': cur.name, 'data-testid': 'step-row', 'data-status': 'running', class: 'in-progress current' },
+        h('td', { class: 'num', text: cur.n }),
+        h('td', {}, h('code', { text: cur.name || '?' })),
+        h('td', {}, badge('running')),
+        h('td', {}, fmtTime(cur.since)),
+        h('td', {}),
+        h('td', { class: 'num', id: 'step-elapsed', 'data-since': cur.since, title: 'elapsed since ' + cur.from }),
+        h('td', { class: 'muted', text: 'in progress' }),
+        h('td', {}));
+      const rows = steps.map((r) => (cur && r.step_number === cur.n ? running() : row(r)));
+      if (cur && !steps.some((r) => r.step_number === cur.n)) rows.push(running());
       stepsBody.replaceChildren(...rows);
       renderGraph();
       tick();
@@ -1139,7 +1183,9 @@
           ]);
           if (stopped) return;
           // A read older than what is shown (a slower parallel answer) is dropped.
+          const wasLive = status && !ended(status);
           if (!status || !(st.version < status.version)) status = st;
+          if (wasLive && ended(status)) notifyEnd(status);
           steps = sp || [];
           path.see(status.status);
           loadErr.textContent = '';
@@ -1159,6 +1205,10 @@
       } finally {
         busy = false;
       }
+    }
+
+    function ended(st) {
+      return isTerminal(spec, st.status) || (!spec && ['completed', 'failed'].includes(st.status));
     }
 
     async function act(label, method, url, body) {
@@ -1577,11 +1627,17 @@
       const c = await api('GET', '/stats/jobs/counts');
       if (stopped || seq !== countSeq) return;
       const machinesSeen = new Set(), total = c.total || {};
-      const rows = (c.rows || []).map((r) => {
+      // A token of every tenant gets a row per tenant: added up by type
+      // and agent, as the list the counts link to shows every tenant's.
+      const merged = new Map();
+      for (const r of c.rows || []) {
         machinesSeen.add(r.machine || SPEC_JOB_MACHINE);
-        const by = r.counts || {};
-        return { type: r.job_type, agent: r.agent_slug || '', by, total: Object.values(by).reduce((x, y) => x + y, 0) };
-      });
+        const key = r.job_type + '\u0000' + (r.agent_slug || '');
+        const m = merged.get(key) || { type: r.job_type, agent: r.agent_slug || '', by: {}, total: 0 };
+        for (const [st, k] of Object.entries(r.counts || {})) { m.by[st] = (m.by[st] || 0) + k; m.total += k; }
+        merged.set(key, m);
+      }
+      const rows = [...merged.values()];
       const n = Object.values(total).reduce((x, y) => x + y, 0);
       // The columns are the states of the machines the counted jobs run
       // on, the spec's first: a queue of the user's types alone shows
