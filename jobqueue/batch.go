@@ -253,7 +253,11 @@ func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []N
 // batch, naming it. Past storage.MaxCommit writes (many new agents) the
 // locks are committed first, on their own: a lock without jobs is what
 // Enqueue's first write leaves too.
-func (q *admission) commitBatch(ctx context.Context, b *batch) error {
+func (q *admission) commitBatch(ctx context.Context, b *batch) (err error) {
+	// The lane entries are this Queue's own writes: its callers add them
+	// to its cache once the batch lands (laneAdded).
+	ctx = q.lanes.mine(ctx)
+	defer func() { q.lanes.wroteMine(err) }()
 	agents := make([]string, 0, 1)
 	for i := range b.jobs {
 		if !slices.Contains(agents, b.jobs[i].AgentSlug) {

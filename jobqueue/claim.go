@@ -666,7 +666,10 @@ func (q *claimer) pickupJoint(ctx context.Context, s *agentClaim, c *Claim, key,
 		next = n
 		return []storage.Write{lw, {Key: key, Delete: true}}, nil
 	}
-	doc, ver, picked, vers, err := q.pickup(ctx, key, jobID, c, joint)
+	// The entry's delete is this Queue's own: its cache drops the entry
+	// (deleting), so its watch need not wake for it.
+	doc, ver, picked, vers, err := q.pickup(q.lanes.mine(ctx), key, jobID, c, joint)
+	q.lanes.wroteMine(err)
 	if vers != nil {
 		// Landed (a bury that followed may have failed: err).
 		s.lock, c.lockMeta, c.untaken, c.asRead = next, next.Meta, false, nil

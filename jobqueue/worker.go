@@ -148,7 +148,8 @@ func (w *Worker) stop(ctx context.Context) {
 func (w *Worker) watchLanes(ctx context.Context, wg *sync.WaitGroup) (watched bool) {
 	// Work other processes enqueue is found at the store's signal, not at
 	// the next poll; polling stays as the fallback.
-	ch, err := w.Queue.cfg.Store.Watch(ctx, layout.LanesPrefix)
+	// Marked as the Queue's: its own lane writes need not wake it (mine).
+	ch, err := w.Queue.cfg.Store.Watch(w.Queue.lanes.mine(ctx), layout.LanesPrefix)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		w.Queue.log.DebugContext(ctx, "jobqueue: the store cannot watch; polling the lanes", "worker", w.ID)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/runconveyor/conveyor/internal/origin"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -32,6 +33,7 @@ func (s *memDriver) Commit(ctx context.Context, writes []driver.Write) ([]driver
 		}
 	}
 	vs := make([]driver.Version, len(writes))
+	mark := origin.Of(ctx)
 	for i, w := range writes {
 		_, ok := s.data[w.Key]
 		switch {
@@ -47,7 +49,7 @@ func (s *memDriver) Commit(ctx context.Context, writes []driver.Write) ([]driver
 			s.data[w.Key] = entry{value: values[i], version: vs[i]}
 		}
 		if !w.Delete || ok {
-			s.notify(w.Key)
+			s.notify(w.Key, mark)
 		}
 	}
 	return vs, nil

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/runconveyor/conveyor/internal/origin"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -75,7 +76,7 @@ func (s *memDriver) Put(ctx context.Context, key string, value []byte, cond driv
 		s.order.insert(key)
 	}
 	s.data[key] = entry{value: v, version: ver}
-	s.notify(key)
+	s.notify(key, origin.Of(ctx))
 	return ver, nil
 }
 
@@ -90,7 +91,7 @@ func (s *memDriver) Delete(ctx context.Context, key string, cond driver.Conditio
 	if ok {
 		delete(s.data, key)
 		s.order.remove(key)
-		s.notify(key)
+		s.notify(key, origin.Of(ctx))
 	}
 	return nil
 }

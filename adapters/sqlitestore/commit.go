@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/origin"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -29,6 +30,8 @@ type op struct {
 	// their versions once it landed.
 	multi []driver.Write
 	vers  []driver.Version
+	// wrote is how many of the commit's keys (stage) are this op's.
+	wrote int
 	// state says who may touch the op next (see pending). The answer
 	// (ver, err) is set by whoever moved it to claimed or withdrawn,
 	// before done is signalled.
@@ -249,13 +252,36 @@ func (c *committer) commit(lead *op, batch []*op) (answered, requeue []*op) {
 		if len(keys) > 0 {
 			c.d.commits.Add(1)
 			c.d.watches.own(c.w.first, c.w.last)
-			c.d.watches.signal(keys, false)
+			c.d.watches.signal(keys, origins(keys, batch), false)
 		}
 		return answered, nil
 	}
 	c.reopen()
 	fail(batch, err)
 	return answered, nil
+}
+
+// origins is, beside keys (a commit's, as stage left them), the origin
+// each one's write was made under (its op's context's), or nil when none
+// was marked: a watch of the same origin leaves those keys out.
+func origins(keys []string, batch []*op) []*origin.Origin {
+	var out []*origin.Origin
+	i := 0
+	for _, o := range batch {
+		if o.wrote == 0 {
+			continue
+		}
+		if mark := origin.Of(o.ctx); mark != nil {
+			if out == nil {
+				out = make([]*origin.Origin, len(keys))
+			}
+			for j := range o.wrote {
+				out[i+j] = mark
+			}
+		}
+		i += o.wrote
+	}
+	return out
 }
 
 // reopen closes the write connection so the next commit starts from a
@@ -479,6 +505,7 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 	var keys []string
 	for _, o := range batch {
 		o.ver, o.err, o.vers = "", nil, nil
+		before := len(keys)
 		var err error
 		if o.multi != nil {
 			keys, err = w.stageMulti(ctx, o, &seq, keys)
@@ -497,6 +524,7 @@ func (w *writer) stage(ctx context.Context, batch []*op) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		o.wrote = len(keys) - before
 	}
 	if seq == first {
 		return nil, nil

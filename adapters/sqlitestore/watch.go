@@ -6,11 +6,16 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/runconveyor/conveyor/internal/origin"
 )
 
 // watch is one open Watch.
 type watch struct {
 	prefix string
+	// except: the origin its context was marked with; this Store's
+	// writes of that origin do not signal it (internal/origin).
+	except *origin.Origin
 	ch     chan struct{} // capacity 1: signals coalesce
 	stop   func() bool   // unregisters the close at the context's end
 }
@@ -58,7 +63,7 @@ func (d *sqlDriver) Watch(ctx context.Context, prefix string) (<-chan struct{}, 
 		}
 		ws.p = p
 	}
-	w := &watch{prefix: prefix, ch: make(chan struct{}, 1)}
+	w := &watch{prefix: prefix, except: origin.Of(ctx), ch: make(chan struct{}, 1)}
 	if ws.watches == nil {
 		ws.watches = make(map[*watch]struct{})
 	}
@@ -107,12 +112,16 @@ func (ws *watchSet) start(ctx context.Context) (*poller, error) {
 }
 
 // signal wakes the watchers of keys (of every key, with all); it never
-// blocks.
-func (ws *watchSet) signal(keys []string, all bool) {
+// blocks. origins, when not nil, is the origin each key's write was made
+// under: a watch of that origin is not woken by it (its writer knows).
+func (ws *watchSet) signal(keys []string, origins []*origin.Origin, all bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for w := range ws.watches {
-		for _, k := range keys {
+		for i, k := range keys {
+			if !all && origins != nil && w.except != nil && origins[i] == w.except {
+				continue
+			}
 			if all || strings.HasPrefix(k, w.prefix) {
 				select {
 				case w.ch <- struct{}{}:
@@ -245,7 +254,7 @@ func (p *poller) check() {
 		keys = []string{""}
 	}
 	if len(keys) > 0 {
-		ws.signal(keys, gap)
+		ws.signal(keys, nil, gap)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runconveyor/conveyor/internal/origin"
 	"github.com/runconveyor/conveyor/storage"
 	"github.com/runconveyor/conveyor/storage/driver"
 )
@@ -50,6 +51,7 @@ func testWatch(t *testing.T, s *storage.Store) {
 		{"NeverBlocksWriters", watchNeverBlocksWriters},
 		{"CancelClosesChannel", watchCancelClosesChannel},
 		{"InvalidPrefixAndDoneContext", watchInvalidPrefixAndDoneContext},
+		{"OtherOriginsSignal", watchOtherOriginsSignal},
 	} {
 		t.Run(sub.name, func(t *testing.T) { sub.test(t, s, w) })
 	}
@@ -121,6 +123,50 @@ func watchNeverBlocksWriters(t *testing.T, s *storage.Store, w watcher) {
 		}
 	}
 	wantSignal(t, ch, "after 200 unread writes")
+}
+
+// watchOtherOriginsSignal: a watch marked with a writer's origin (the
+// job queue's, internal/origin) may leave out that writer's own writes,
+// never another's: a write of another origin, or of none, signals it, as
+// does a Commit of another origin, however the writes before it were
+// marked.
+func watchOtherOriginsSignal(t *testing.T, s *storage.Store, w watcher) {
+	mine, theirs := origin.New(), origin.New()
+	ctx, cancel := context.WithCancel(origin.With(context.Background(), mine))
+	ch, err := w.Watch(ctx, "wo/")
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		wantClosed(t, ch)
+	})
+	ownCtx, theirCtx := origin.With(ctxT(t), mine), origin.With(ctxT(t), theirs)
+	put := func(ctx context.Context, key string) {
+		t.Helper()
+		if _, err := s.Put(ctx, key, []byte("x"), storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(ownCtx, "wo/own1")
+	put(theirCtx, "wo/theirs")
+	wantSignal(t, ch, "another origin's Put")
+	put(ownCtx, "wo/own2")
+	put(ctxT(t), "wo/unmarked")
+	wantSignal(t, ch, "an unmarked Put")
+	if err := s.Delete(theirCtx, "wo/own1", storage.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	wantSignal(t, ch, "another origin's Delete")
+	if !s.CanCommit() {
+		return
+	}
+	put(ownCtx, "wo/own3")
+	if _, err := s.Commit(theirCtx, []storage.Write{{Key: "wo/c1", Value: []byte("1")}, {Key: "wo/c2", Value: []byte("2")}}); err != nil {
+		t.Fatal(err)
+	}
+	wantSignal(t, ch, "another origin's Commit")
 }
 
 func watchCancelClosesChannel(t *testing.T, s *storage.Store, w watcher) {
