@@ -44,11 +44,6 @@ func callbackKey(jobID string) (string, error) {
 	return callbacksPrefix + jobID + ".json", nil
 }
 
-// Poster posts a job's callback; *http.Client is one.
-type Poster interface {
-	Do(req *http.Request) (*http.Response, error)
-}
-
 // CallbackBody is what the queue posts, as JSON, to the callback URL of a
 // job that ended (NewJob.Callback): COMPLETE with its artifact id, DEAD
 // with the last attempt's error, or CANCELLED. It is the NLM callback's
@@ -192,11 +187,16 @@ func fillCallbacks(cfg *Config) error {
 		return fmt.Errorf("%w: CallbackAttempts %d < 1, or a negative CallbackBackoff %s or CallbackTimeout %s",
 			ErrInvalidConfig, cfg.CallbackAttempts, cfg.CallbackBackoff, cfg.CallbackTimeout)
 	}
-	if cfg.CallbackClient == nil {
-		// A redirect could lead past CallbackHosts: not followed, so a 3xx
-		// is a failed attempt.
-		cfg.CallbackClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	// A redirect could lead past CallbackHosts: not followed, so a 3xx is
+	// a failed attempt. The caller's client is copied, not changed.
+	c := &http.Client{}
+	if cfg.CallbackClient != nil {
+		c = new(*cfg.CallbackClient)
 	}
+	if c.CheckRedirect == nil {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
+	cfg.CallbackClient = c
 	hosts := make([]string, 0, len(cfg.CallbackHosts))
 	for _, h := range cfg.CallbackHosts {
 		if _, _, err := net.SplitHostPort(h); err == nil || h == "" || strings.ContainsAny(h, "/@[] ") {

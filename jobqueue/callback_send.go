@@ -37,7 +37,7 @@ type callbackSender struct {
 	jobs     *jobStore
 	outbox   *outbox
 	units    *deadline.Units
-	client   Poster
+	client   *http.Client
 	hosts    callbackHosts
 	node     string
 	attempts int

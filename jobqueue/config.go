@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -149,9 +150,11 @@ type Config struct {
 	CallbackBackoff time.Duration
 	// CallbackTimeout bounds each callback attempt. Default 10 s.
 	CallbackTimeout time.Duration
-	// CallbackClient posts the callbacks. Default: an *http.Client that
-	// follows no redirect (a 3xx answer is a failed attempt).
-	CallbackClient Poster
+	// CallbackClient posts the callbacks; a copy is used, which follows no
+	// redirect unless the client sets its own CheckRedirect (a 3xx answer
+	// is then a failed attempt, and a redirect cannot lead past
+	// CallbackHosts). Default: an *http.Client.
+	CallbackClient *http.Client
 	// CallbackHosts, when set, are the only hosts a callback URL may name
 	// (host names or IP addresses, without a port, any case): a job naming
 	// another is refused with INVALID_INPUT, and an entry already written
