@@ -251,9 +251,10 @@ func (s *callbackSender) post(ctx context.Context, target string, body CallbackB
 // callbackFailedEvent is the audit event of a callback given up.
 const callbackFailedEvent = "job.callback.failed"
 
-// gaveUp records a callback given up: an audit event of the job (its
-// timeline shows it) and a WARN line. The job itself is not written: its
-// end stands, and a write would race a requeue.
+// gaveUp records a callback given up: a job.callback.failed event of the
+// job in the audit log (its error and attempts in the context's metadata)
+// and a WARN line. The job itself is not written: its end stands, and a
+// write would race a requeue.
 func (s *callbackSender) gaveUp(ctx context.Context, e *callbackEntry, body CallbackBody, cause error) {
 	attempts := strconv.Itoa(e.Attempts + 1)
 	s.log.WarnContext(ctx, "callback_failed", "job_id", e.JobID, "attempts", attempts, "err", cause)
