@@ -429,3 +429,79 @@ func TestCallbackWorker(t *testing.T) {
 		t.Fatalf("posts %+v, want one COMPLETE", got)
 	}
 }
+
+// failEnd is a driver that refuses the write that ends the job at key
+// COMPLETE, and every write of the job after it while blocked: a worker
+// whose terminal write never landed, as if it died then.
+type failEnd struct {
+	driver.Store
+	key     string
+	mu      sync.Mutex
+	failed  bool
+	blocked bool
+}
+
+func (f *failEnd) block(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blocked = on
+}
+
+func (f *failEnd) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	f.mu.Lock()
+	first := !f.failed && key == f.key && strings.Contains(string(value), `"status":"COMPLETE"`)
+	if first {
+		f.failed, f.blocked = true, true
+	}
+	fail := key == f.key && f.blocked
+	f.mu.Unlock()
+	if fail {
+		return "", errors.New("disk full")
+	}
+	return f.Store.Put(ctx, key, value, cond)
+}
+
+// TestCallbackEndNotLanded: on a store that cannot commit, an entry
+// written before a terminal write that failed is kept while the job may
+// still be written, posts nothing, and is dropped once the job moved on
+// without ending; the job's real end posts once.
+func TestCallbackEndNotLanded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	jobKey, _ := layout.JobKey("job-cb")
+	fe := &failEnd{Store: fileStore(t), key: jobKey}
+	s := storage.New(fe)
+	clk := clock.NewFake(t0)
+	rcv := newReceiver(t, always(http.StatusOK))
+	q := cbQueue(t, s, clk, jobqueue.HandlerFunc(sent), func(c *jobqueue.Config) { c.Backoff = []time.Duration{time.Second} })
+	enqueueCallback(t, q, "job-cb", rcv.URL)
+	if _, err := claim(t, q, "w1").Run(ctx, nil); err == nil {
+		t.Fatal("the terminal write did not fail")
+	}
+	if keys := outboxKeys(t, s); len(keys) != 1 {
+		t.Fatalf("outbox holds %v, want the entry written before the failed write", keys)
+	}
+	// The job is as it was before that write: its entry is kept, as the
+	// write might still land, and nothing is posted.
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if n := len(rcv.got()); n != 0 || len(outboxKeys(t, s)) != 1 {
+		t.Fatalf("%d posts for a job that has not ended; outbox %v", n, outboxKeys(t, s))
+	}
+	fe.block(false)
+	clk.Advance(time.Hour) // the lease lapses: the sweep rescues the job
+	if _, err := q.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if n := len(rcv.got()); n != 0 || len(outboxKeys(t, s)) != 0 {
+		t.Fatalf("%d posts, outbox %v: want the stale entry dropped unposted", n, outboxKeys(t, s))
+	}
+	clk.Advance(time.Hour)
+	if j := runJob(t, q); j.Status != lifecycle.JobComplete {
+		t.Fatalf("ran to %s", j.Status)
+	}
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if got := rcv.got(); len(got) != 1 || got[0].Status != lifecycle.JobComplete {
+		t.Fatalf("posts %+v, want the real end's", got)
+	}
+}
