@@ -105,6 +105,31 @@ type callbackEntry struct {
 type outbox struct {
 	store *storage.Store
 	wake  signal
+
+	mu    sync.Mutex
+	wrote map[string]bool // the entries written here since the sender's last pass
+}
+
+// written notes the entry of jobID written, and wakes the sender.
+func (o *outbox) written(jobID string) {
+	if key, err := callbackKey(jobID); err == nil {
+		o.mu.Lock()
+		if o.wrote == nil {
+			o.wrote = map[string]bool{}
+		}
+		o.wrote[key] = true
+		o.mu.Unlock()
+	}
+	o.wake.fire()
+}
+
+// takeWritten returns the entries written since the last call.
+func (o *outbox) takeWritten() map[string]bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	w := o.wrote
+	o.wrote = nil
+	return w
 }
 
 // entry is the outbox entry of d, about to be written at version ver, if

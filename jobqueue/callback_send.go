@@ -44,6 +44,14 @@ type callbackSender struct {
 	backoff  time.Duration
 	timeout  time.Duration
 	pending  time.Duration // the wait before an entry whose job's write is not seen yet is read again
+
+	// passing makes the passes of the Workers sharing this Queue take
+	// turns; it guards due.
+	passing sync.Mutex
+	// due is when each entry seen is next due, so a pass does not read
+	// an entry before then (an entry written here since is read at once;
+	// one another process wrote anew, at the time known).
+	due map[string]time.Time
 }
 
 // errNotNow: an entry is not due, or another sender holds it, until at.
@@ -71,6 +79,8 @@ func (s *callbackSender) run(ctx context.Context, owner string, period time.Dura
 // pass lists the outbox (its cost is the callbacks pending) and handles
 // each entry due; it returns when the next one is due (zero: none known).
 func (s *callbackSender) pass(ctx context.Context, owner string) (next time.Time) {
+	s.passing.Lock()
+	defer s.passing.Unlock()
 	var keys []string
 	for key, err := range s.store.List(ctx, callbacksPrefix) {
 		if err != nil {
@@ -82,11 +92,21 @@ func (s *callbackSender) pass(ctx context.Context, owner string) (next time.Time
 		keys = append(keys, key)
 	}
 	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, callbackParallel)
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, callbackParallel)
+		now   = s.clock.Now()
+		fresh = s.outbox.takeWritten()
+		due   = make(map[string]time.Time, len(keys))
 	)
 	for _, key := range keys {
+		if at, ok := s.due[key]; ok && now.Before(at) && !fresh[key] {
+			due[key] = at
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -98,13 +118,17 @@ func (s *callbackSender) pass(ctx context.Context, owner string) (next time.Time
 			defer func() { <-sem }()
 			at := s.one(ctx, key, owner)
 			mu.Lock()
-			if !at.IsZero() && (next.IsZero() || at.Before(next)) {
-				next = at
+			if !at.IsZero() {
+				due[key] = at
+				if next.IsZero() || at.Before(next) {
+					next = at
+				}
 			}
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	s.due = due
 	return next
 }
 

@@ -231,7 +231,7 @@ func (q *jobStore) updateJoint(ctx context.Context, jobID string, cached *jobDoc
 	_, nv := rec.Snapshot()
 	q.obs.observe(&prior, &d, d.Trail[carried:])
 	if q.outbox != nil && d.Callback != "" && callbackFinal(d.Status) && !callbackFinal(prior.Status) {
-		q.outbox.wake.fire()
+		q.outbox.written(d.JobID)
 	}
 	switch {
 	case audited:
