@@ -505,3 +505,36 @@ func TestCallbackEndNotLanded(t *testing.T) {
 		t.Fatalf("posts %+v, want the real end's", got)
 	}
 }
+
+// TestCallbackOnceAcrossProcesses: the senders of two processes sharing
+// the store, passing at once while the receiver is slow, post the entry
+// once between them (its lease).
+func TestCallbackOnceAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memstore.New()
+	clk := clock.NewFake(t0)
+	var mu sync.Mutex
+	posts := 0
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		posts++
+		mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+	}))
+	t.Cleanup(slow.Close)
+	a := cbQueue(t, s, clk, jobqueue.HandlerFunc(sent))
+	b := cbQueue(t, s, clk, jobqueue.HandlerFunc(sent))
+	enqueueCallback(t, a, "job-cb", slow.URL)
+	runJob(t, a)
+	var wg sync.WaitGroup
+	for i, q := range []*jobqueue.Queue{a, b} {
+		wg.Go(func() { jobqueue.SendCallbacks(ctx, q, "w"+string(rune('1'+i))) })
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if posts != 1 {
+		t.Fatalf("%d posts, want 1", posts)
+	}
+}
