@@ -42,8 +42,9 @@ const (
 	// tenants); lifecycle.TriggerSource and lifecycle.TokensUsed, the run
 	// document's fields, and run.Runner.AllSteps, every declared step of a
 	// run (issue 32); run.Runner.Input and client.Operator.RunInput, a
-	// run's input on the run page (issue 31).
-	surfaceTotalCap = 559
+	// run's input on the run page (issue 31); jobqueue.CallbackBody, what
+	// the queue posts to a job's callback (issue 32).
+	surfaceTotalCap = 560
 	// surfacePackagesCap bounds the number of public packages: 19 of the
 	// house, and one kept for the SQLite store.
 	surfacePackagesCap = 20
@@ -68,7 +69,7 @@ var surfaceCaps = map[string]struct {
 	"lifecycle/run":           {45, "the Runner, the agent interfaces and the run config"},
 	"lifecycle/nlm":           {15, "the NLM processor; 12 -> 15: Backend, Processor.Artifact and Processor.Artifacts, so a backend deployed apart is asked as one in the process is"},
 	"lifecycle/conveyortest":  {15, "the one user test kit for agents and handlers; 10 -> 15: StartAgent and AgentRun (Status, Steps, Approve, Reject, Deliver, Cancel), to answer a parked run and continue it"},
-	"jobqueue":                {61, "the Queue, its handlers and the job config; 60 -> 61: Operator, the operator's and the dashboard's side of the queue (lanes, history, counts, last hour, bulk requeue and cancel, pause, reconcile) on a type of its own so Queue stays within its 25 methods; 59 -> 60: Snooze, what a handler returns to run its job again later; 56 -> 59: CancelMatching, Counts and Activity, the dashboard's bulk cancel, counts and charts; 52 -> 56: InsertFunc, the link of the insert middleware a user writes (Config.InsertMiddleware), ResultAs, a job's result read back as the Go type its Typed handler returned, SetPaused (pause and resume in one method) and QueueConfig, a named queue's concurrency; 51 -> 52: Reconcile, an operator's repair after a store incident; 50 -> 51: Queue.Cancel; 45 -> 50: History, RequeueMatching and Lanes, the job page's reads and bulk action, with the bounds a caller plans by (MaxBulk, MaxLaneLocks)"},
+	"jobqueue":                {62, "the Queue, its handlers and the job config; 61 -> 62: CallbackBody, the body posted to a job's callback URL, for receivers to decode; 60 -> 61: Operator, the operator's and the dashboard's side of the queue (lanes, history, counts, last hour, bulk requeue and cancel, pause, reconcile) on a type of its own so Queue stays within its 25 methods; 59 -> 60: Snooze, what a handler returns to run its job again later; 56 -> 59: CancelMatching, Counts and Activity, the dashboard's bulk cancel, counts and charts; 52 -> 56: InsertFunc, the link of the insert middleware a user writes (Config.InsertMiddleware), ResultAs, a job's result read back as the Go type its Typed handler returned, SetPaused (pause and resume in one method) and QueueConfig, a named queue's concurrency; 51 -> 52: Reconcile, an operator's repair after a store incident; 50 -> 51: Queue.Cancel; 45 -> 50: History, RequeueMatching and Lanes, the job page's reads and bulk action, with the bounds a caller plans by (MaxBulk, MaxLaneLocks)"},
 	"artifact":                {20, "the artifact store"},
 	"inbox":                   {15, "the inbox"},
 	"storage":                 {37, "the portable Store, its conditions, versions, errors, patience and commits of several writes"},

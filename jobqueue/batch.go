@@ -39,6 +39,9 @@ func (q *admission) enqueueMany(ctx context.Context, actor lifecycle.Actor, jobs
 		if err := jobs[i].validate(q.maxAttemptsOf(jobs[i].JobType), q.userTypes); err != nil {
 			return nil, &lifecycle.BatchError{Index: i, Err: err}
 		}
+		if err := q.hosts.allow(jobs[i].Callback); err != nil {
+			return nil, &lifecycle.BatchError{Index: i, Err: err}
+		}
 		if err := q.checkRolling(&jobs[i]); err != nil {
 			return nil, &lifecycle.BatchError{Index: i, Err: err}
 		}

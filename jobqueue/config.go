@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -138,6 +139,28 @@ type Config struct {
 	// not here runs with no cap of its own; a queue exists by being named
 	// by a job. Default none.
 	Queues map[string]QueueConfig
+	// CallbackAttempts is how often the callback of a job that ended
+	// (NewJob.Callback; posted once the job is COMPLETE, DEAD or
+	// CANCELLED) is tried before it is given up, recorded as a
+	// job.callback.failed audit event of the job. Default 10.
+	CallbackAttempts int
+	// CallbackBackoff is the wait after a callback's first failed attempt,
+	// doubling after each (1 s, 2 s … 256 s with the defaults: about 8.5
+	// minutes in all). Default 1 s.
+	CallbackBackoff time.Duration
+	// CallbackTimeout bounds each callback attempt. Default 10 s.
+	CallbackTimeout time.Duration
+	// CallbackClient posts the callbacks; a copy is used, which follows no
+	// redirect unless the client sets its own CheckRedirect (a 3xx answer
+	// is then a failed attempt, and a redirect cannot lead past
+	// CallbackHosts). Default: an *http.Client.
+	CallbackClient *http.Client
+	// CallbackHosts, when set, are the only hosts a callback URL may name
+	// (host names or IP addresses, without a port, any case): a job naming
+	// another is refused with INVALID_INPUT, and an entry already written
+	// for one is given up. A callback is the caller's URL, fetched from
+	// the Worker's network. Default none: any host.
+	CallbackHosts []string
 }
 
 // TypeConfig is a user job type (Config.Types).
@@ -247,6 +270,9 @@ func fillConfig(cfg *Config) error {
 	}
 	if cfg.ArtifactActor == "" {
 		cfg.ArtifactActor = lifecycle.ActorNLMBackend
+	}
+	if err := fillCallbacks(cfg); err != nil {
+		return err
 	}
 	return checkCaps(cfg)
 }

@@ -219,6 +219,7 @@ type admission struct {
 	userTypes   map[lifecycle.JobType]string // Config.Types, each to its queue
 	rolling     bool                         // Config.RollingUpgrade
 	hints       uniqueHints                  // unique jobs' generations seen
+	hosts       callbackHosts                // Config.CallbackHosts
 }
 
 // checkRolling refuses, during a rolling upgrade (Config.RollingUpgrade),
@@ -242,6 +243,9 @@ func (q *admission) enqueue(ctx context.Context, actor lifecycle.Actor, n NewJob
 		return lifecycle.Job{}, err
 	}
 	if err := n.validate(q.maxAttemptsOf(n.JobType), q.userTypes); err != nil {
+		return lifecycle.Job{}, err
+	}
+	if err := q.hosts.allow(n.Callback); err != nil {
 		return lifecycle.Job{}, err
 	}
 	if err := q.checkRolling(&n); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 	"strings"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/records"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -72,4 +73,13 @@ func (q *Queue) JobEventsForTest(ctx context.Context, jobID string) iter.Seq2[li
 			}
 		}
 	}
+}
+
+// CallbacksPrefix holds the callback outbox.
+const CallbacksPrefix = callbacksPrefix
+
+// SendCallbacks makes one pass of the callback sender as owner, as a
+// Worker's does, and returns when the next entry is due (zero: none).
+func SendCallbacks(ctx context.Context, q *Queue, owner string) time.Time {
+	return q.callbacks.pass(ctx, owner)
 }

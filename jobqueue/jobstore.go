@@ -48,6 +48,8 @@ type jobStore struct {
 	audit  *auditor
 	obs    *observer
 	grace  stopGrace
+	// outbox writes the callback entry of a job that ends (callback.go).
+	outbox *outbox
 }
 
 // read reads a job; a poison record is quarantined and reads as missing
@@ -180,6 +182,7 @@ func (q *jobStore) updateJoint(ctx context.Context, jobID string, cached *jobDoc
 		rec.Seed(*cached, ver)
 	}
 	carried := 0
+	var from lifecycle.JobState // the job's state before the change
 	change := func(d *jobDoc) error {
 		now := q.clock.Now().UTC()
 		if now.Before(d.UpdatedAt) {
@@ -198,6 +201,7 @@ func (q *jobStore) updateJoint(ctx context.Context, jobID string, cached *jobDoc
 			d.Trail = slices.Grow(d.Trail, 2)
 		}
 		carried = len(d.Trail)
+		from = d.Status
 		if err := mutate(d, now); err != nil {
 			return err
 		}
@@ -207,15 +211,17 @@ func (q *jobStore) updateJoint(ctx context.Context, jobID string, cached *jobDoc
 		if len(d.Trail) > carried {
 			d.UpdatedAt = now
 		}
-		return nil
+		return q.callbackBefore(ctx, from, d, now)
 	}
 	var (
 		prior, d jobDoc
 		audited  bool
 		jointVs  []storage.Version
 	)
-	if joint != nil {
-		prior, d, audited, jointVs, err = rec.ApplyJoint(ctx, change, joint, q.audit.commitWrites)
+	must, n := q.withCallback(joint, &from)
+	if must != nil {
+		prior, d, audited, jointVs, err = rec.ApplyJoint(ctx, change, must, q.audit.commitWrites)
+		jointVs = jointVs[:min(len(jointVs), *n)]
 	} else {
 		prior, d, audited, err = rec.ApplyWith(ctx, change, q.audit.commitWrites)
 	}
@@ -224,6 +230,9 @@ func (q *jobStore) updateJoint(ctx context.Context, jobID string, cached *jobDoc
 	}
 	_, nv := rec.Snapshot()
 	q.obs.observe(&prior, &d, d.Trail[carried:])
+	if q.outbox != nil && d.Callback != "" && callbackFinal(d.Status) && !callbackFinal(prior.Status) {
+		q.outbox.written(d.JobID)
+	}
 	switch {
 	case audited:
 		q.audit.flushed(&d) // committed with the record

@@ -45,6 +45,8 @@ type Queue struct {
 	sweeper *sweeper
 	pauses  *pauses
 	tally   *tally
+	// callbacks posts the callbacks of the jobs that ended (callback.go).
+	callbacks *callbackSender
 }
 
 // New checks cfg, fills in its defaults and returns a Queue. A Config it
@@ -84,7 +86,11 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 	q.quar = &quarantine{store: store, mover: &quarantinepkg.Mover{Store: store, Clock: cfg.Clock, Log: cfg.Logger}, obs: obs}
 	absent := &evidence.Absence{Settle: store.SettleTime()}
 	audit := &auditor{store: store, log: cfg.Logger, node: cfg.Node, artifactActor: cfg.ArtifactActor}
-	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace}
+	ob := &outbox{store: store}
+	jobs := &jobStore{store: store, clock: cfg.Clock, quar: q.quar, absent: absent, audit: audit, obs: obs, grace: q.grace, outbox: ob}
+	q.callbacks = &callbackSender{store: store, clock: cfg.Clock, log: cfg.Logger, jobs: jobs, outbox: ob, units: q.units,
+		client: cfg.CallbackClient, hosts: callbackHosts(cfg.CallbackHosts), node: cfg.Node, attempts: cfg.CallbackAttempts,
+		backoff: cfg.CallbackBackoff, timeout: cfg.CallbackTimeout, pending: cfg.LeaseTTL}
 	q.lanes = &lanes{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, leaseTTL: cfg.LeaseTTL, grace: q.grace}
 	q.locks = &locks{store: store, clock: cfg.Clock, log: cfg.Logger, sched: q.sched, quar: q.quar, settle: absent.Settle, absent: absent, lost: &reconcileAsked{}}
 	retries := &retries{jobs: jobs, lanes: q.lanes, backoff: cfg.Backoff, types: cfg.Types}
@@ -110,7 +116,8 @@ func assemble(cfg Config, store *storage.Store) *Queue {
 		}
 	}
 	q.admit = &admission{store: store, clock: cfg.Clock, tracer: q.runner.tracer, jobs: jobs, lanes: q.lanes,
-		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, typeMax: typeMax, userTypes: userTypes, rolling: cfg.RollingUpgrade}
+		locks: q.locks, quar: q.quar, obs: obs, maxAttempts: cfg.MaxAttempts, typeMax: typeMax, userTypes: userTypes, rolling: cfg.RollingUpgrade,
+		hosts: callbackHosts(cfg.CallbackHosts)}
 	q.inserts = &inserts{admit: q.admit, mw: cfg.InsertMiddleware}
 	q.reads = &reader{store: store, watch: cfg.Store, clock: cfg.Clock, jobs: jobs, quar: q.quar, waits: obs.waits}
 	q.sweeper = &sweeper{Base: maintenance.Base{Name: "sweep", Clock: cfg.Clock, Logger: cfg.Logger}, store: store, jobs: jobs, locks: q.locks, audit: audit,

@@ -99,6 +99,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.pollLanes(ctx, poll)
 		})
 	}
+	// The callbacks of the jobs that ended: posted by every Worker, each
+	// entry once between them (callback_send.go).
+	cctx := activity.Start(ctx, clk)
+	wg.Go(func() {
+		ctx, end := activity.Enter(cctx, clk)
+		defer end()
+		w.Queue.callbacks.run(ctx, w.ID, callbackPeriod)
+	})
 	if sweep > 0 {
 		sctx := activity.Start(ctx, clk)
 		wg.Go(func() {

@@ -26,7 +26,9 @@ type NewJob struct {
 	MaxAttempts int
 	Payload     json.RawMessage
 	Context     JobContext
-	// Callback is an http or https URL, or empty.
+	// Callback is an http or https URL, or empty: once the job is
+	// COMPLETE, DEAD or CANCELLED the queue posts its result there, at
+	// least once (jobqueue.CallbackBody, docs/spec.md#job-record).
 	Callback string
 	// ProjectID is the artifact's cid; empty means the queue's Config.Project.
 	ProjectID string
