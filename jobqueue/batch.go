@@ -257,10 +257,16 @@ func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []N
 // locks are committed first, on their own: a lock without jobs is what
 // Enqueue's first write leaves too.
 func (q *admission) commitBatch(ctx context.Context, b *batch) (err error) {
-	// The lane entries are this Queue's own writes: its callers add them
-	// to its cache once the batch lands (laneAdded).
-	ctx = q.lanes.mine(ctx)
-	defer func() { q.lanes.wroteMine(err) }()
+	// One job's lane entry is this Queue's own write: its caller adds it
+	// to its cache once it lands (laneAdded). A batch of many signals its
+	// Workers as another writer's would: laneAdded keeps a key only for an
+	// agent already listed, and a batch's are spread over many not yet
+	// listed, so unsignalled they waited for the recheck (batched
+	// throughput fell by half, measured).
+	if len(b.jobs) == 1 {
+		ctx = q.lanes.mine(ctx)
+		defer func() { q.lanes.wroteMine(err) }()
+	}
 	agents := make([]string, 0, 1)
 	for i := range b.jobs {
 		if !slices.Contains(agents, b.jobs[i].AgentSlug) {
