@@ -2,7 +2,6 @@ package conveyor
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -104,10 +103,9 @@ func newInboxExpiry(box *inbox.Box, every time.Duration, clk clock.Clock, log *s
 	return &inboxExpiry{box: box, Base: maintenance.Base{Name: "inbox_expiry", Clock: clk, Logger: log, Period: every}}
 }
 
-// RunOnce expires the entries due, then retries the jobs of pending
-// entries whose dispatch failed (Config.InboxJobs).
+// RunOnce expires the entries due and, in the same listing, retries the
+// jobs of pending entries whose dispatch failed (Config.InboxJobs).
 func (e *inboxExpiry) RunOnce(ctx context.Context) error {
 	_, err := e.box.ExpireDue(ctx, lifecycle.ActorSystem)
-	_, derr := e.box.DispatchPending(ctx)
-	return errors.Join(err, derr)
+	return err
 }

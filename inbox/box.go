@@ -439,8 +439,10 @@ func notFound(key string) error {
 // ExpireDue is the system's cron (docs/spec.md#inbox-entry-lifecycle): every pending entry whose TTL
 // has run out goes pending → expired and moves to inbox/expired/ (written
 // there create-only, then removed from inbox/ if unchanged since), never
-// deleted. It also finishes moves a crashed run left half done. Only the
-// system actor expires. It returns the ids it moved.
+// deleted. It also finishes moves a crashed run left half done, and offers
+// each pending entry not due that names no job to Config.Dispatch again
+// (as DispatchPending does; a failure is logged). Only the system actor
+// expires. It returns the ids it moved.
 func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, error) {
 	if actor != lifecycle.ActorSystem {
 		return nil, forbidden(lifecycle.InboxExpired, machine.EventInboxExpire, actor, lifecycle.ActorSystem)
@@ -461,7 +463,13 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 		if err != nil {
 			return moved, err
 		}
-		if d.Status == lifecycle.InboxPending && !b.cfg.Clock.Now().Before(d.Expires()) {
+		if d.Status == lifecycle.InboxPending && b.cfg.Clock.Now().Before(d.Expires()) {
+			// Not due: the retry of a dispatch that failed, in this same
+			// listing rather than a second one (DispatchPending's work).
+			b.dispatch(ctx, d.InboxEntry)
+			continue
+		}
+		if d.Status == lifecycle.InboxPending {
 			rec := &fence.Record[entryDoc, *entryDoc]{Store: b.cfg.Store, Key: key}
 			_, d, err = rec.Apply(ctx, func(d *entryDoc) error {
 				if d.Status != lifecycle.InboxPending || b.cfg.Clock.Now().Before(d.Expires()) {

@@ -61,6 +61,7 @@ func (b *Box) linkJob(ctx context.Context, id, jobID string) error {
 // the retry of a dispatch that failed (the job store was down) or whose
 // link was not written (the process died between the two). It returns the
 // ids of the entries it linked; without Config.Dispatch it reads nothing.
+// ExpireDue does the same for the entries it reads, in its own listing.
 func (b *Box) DispatchPending(ctx context.Context) ([]string, error) {
 	if b.cfg.Dispatch == nil {
 		return nil, nil

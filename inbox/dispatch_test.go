@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/inbox"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 )
 
 // jobs is a Dispatch that records what it was offered and fails while
@@ -81,5 +83,42 @@ func TestDispatchLinksTheEntryAndRetries(t *testing.T) {
 	// Only e3 is offered again: its action starts no job, so it names none.
 	if len(j.offered) != 1 || j.offered[0] != "e3" {
 		t.Fatalf("offered again: %v, want [e3]", j.offered)
+	}
+}
+
+// The expiry pass retries a failed dispatch in its own listing: the entry
+// not due is linked, the one due is expired and offered nothing, and an
+// entry linked already is not offered again.
+func TestExpireDueRetriesDispatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j := &jobs{down: true}
+	clk := clock.NewFake(time.Date(2026, 2, 14, 9, 0, 0, 0, time.UTC))
+	b, err := inbox.New(inbox.Config{Store: memstore.New(), Clock: clk, Logger: slog.New(slog.DiscardHandler), Dispatch: j.dispatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := sub("due")
+	short.Metadata.TTLHours = 1
+	for _, s := range []lifecycle.InboxSubmission{short, sub("later")} {
+		if e, err := b.Submit(ctx, lifecycle.ActorGateway, s); err != nil || e.JobID != "" {
+			t.Fatalf("Submit %s with the jobs down = %+v, %v", s.ID, e, err)
+		}
+	}
+	j.down, j.offered = false, nil
+	clk.Advance(2 * time.Hour)
+	moved, err := b.ExpireDue(ctx, lifecycle.ActorSystem)
+	if err != nil || len(moved) != 1 || moved[0] != "due" {
+		t.Fatalf("ExpireDue = %v, %v; want [due]", moved, err)
+	}
+	if got, _ := b.Get(ctx, "later"); got.JobID != "job-of-later" {
+		t.Fatalf("later names job %q after the expiry pass", got.JobID)
+	}
+	if len(j.offered) != 1 || j.offered[0] != "later" {
+		t.Fatalf("offered %v, want [later]", j.offered)
+	}
+	j.offered = nil
+	if _, err := b.ExpireDue(ctx, lifecycle.ActorSystem); err != nil || len(j.offered) != 0 {
+		t.Fatalf("second pass: %v, offered %v; want nothing offered", err, j.offered)
 	}
 }
