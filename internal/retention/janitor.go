@@ -32,6 +32,9 @@ type Janitor struct {
 	// Artifacts kind's age as its cleanup age.
 	artifacts *artifact.Store
 	turn      *maintenance.Turn[state, *state]
+	// suspects are the pending-index entries read without their record
+	// on a store that settles (visitPendingEntry).
+	suspects absences
 }
 
 // New checks cfg and returns its Janitor.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/runconveyor/conveyor/internal/layout"
@@ -65,15 +66,17 @@ func (j *Janitor) visitPendingEntry(ctx context.Context, key, entry string, now 
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		// Never written, or read missing for a moment by a store that
-		// settles: only a store that does not settle proves it absent
-		// (readers skip an entry without its record meanwhile).
-		if j.cfg.Store.SettleTime() > 0 {
+		// settles: there, only a later pass, at least SettleTime on, that
+		// reads it missing again proves it absent (readers skip an entry
+		// without its record meanwhile).
+		if !j.suspects.confirmed(key, now, j.cfg.Store.SettleTime(), j.cfg.Interval) {
 			r.Skipped++
 			return nil
 		}
 	case err != nil:
 		return err
 	default:
+		j.suspects.forget(key)
 		var p lifecycle.Proposal
 		if json.Unmarshal(b, &p) != nil || p.Status == lifecycle.ProposalPending {
 			// Pending, or junk its reader quarantines: kept.
@@ -85,6 +88,52 @@ func (j *Janitor) visitPendingEntry(ctx context.Context, key, entry string, now 
 	if err := j.cfg.Store.Delete(ctx, key, storage.Condition{}); err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return err
 	}
+	j.suspects.forget(key)
 	r.Keys++
 	return nil
+}
+
+// absences are the pending-index entries a pass read without their record
+// on a store that settles, each with when it was first read so. Unlike
+// evidence.Absence, whose evidence lapses after 2×Settle (a key may be
+// written since), a suspicion here lasts across passes an Interval apart:
+// an entry past proposalEntryMargin has no create in flight that could
+// still write its record. Held in memory: a pass resumed by another
+// process starts its suspicions anew, which only delays the delete.
+type absences struct {
+	mu    sync.Mutex
+	first map[string]time.Time
+}
+
+// confirmed records key read missing at now and reports whether an
+// earlier pass read it missing at least settle before (at once when
+// settle is 0). Suspicions not confirmed within 3 intervals (their entry
+// went another way) are dropped.
+func (a *absences) confirmed(key string, now time.Time, settle, interval time.Duration) bool {
+	if settle <= 0 {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.first == nil {
+		a.first = map[string]time.Time{}
+	}
+	for k, t := range a.first {
+		if now.Sub(t) > 3*interval+settle {
+			delete(a.first, k)
+		}
+	}
+	t, ok := a.first[key]
+	if !ok {
+		a.first[key] = now
+		return false
+	}
+	return now.Sub(t) >= settle
+}
+
+// forget drops a suspicion: the record was read, or the entry deleted.
+func (a *absences) forget(key string) {
+	a.mu.Lock()
+	delete(a.first, key)
+	a.mu.Unlock()
 }

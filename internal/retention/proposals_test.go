@@ -10,6 +10,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/retention"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/storage"
@@ -75,4 +76,53 @@ func TestProposalsRetained(t *testing.T) {
 	if retention.ProposalEligible(&lifecycle.Proposal{Status: lifecycle.ProposalPending}, t0, 0) {
 		t.Error("a pending proposal is eligible")
 	}
+}
+
+// TestPendingEntryOnASettlingStore: on a store that settles, an old
+// pending-index entry read without its record is kept by the pass that
+// first reads it so and deleted by a later one (not kept forever), while
+// the entry of a pending proposal read missing once is kept: the next
+// pass finds its record.
+func TestPendingEntryOnASettlingStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	fs := faultstore.New(memstore.NewDriver())
+	fs.SetSettle(7*time.Second, clk.Now)
+	s := storage.New(fs)
+	put := func(key string, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		if _, err := s.Put(ctx, key, b, storage.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created := t0.Add(-2 * time.Hour)
+	lostIdx, _ := layout.ProposalPendingKey(created, "p-lost")
+	put(lostIdx, struct{}{})
+	rec, _ := layout.ProposalKey("p-pending")
+	pendingIdx, _ := layout.ProposalPendingKey(created, "p-pending")
+	put(rec, lifecycle.Proposal{SchemaVersion: 1, ID: "p-pending", RunID: "run-1", AgentSlug: "a", Status: lifecycle.ProposalPending, CreatedAt: created})
+	put(pendingIdx, struct{}{})
+	fs.Match(func(key string) bool { return key == rec })
+	fs.FalseNotFound(1)
+
+	j := newJanitor(t, retention.Config{Store: s, Owner: "p1", Clock: clk, Ages: map[retention.Kind]time.Duration{retention.Proposals: age}})
+	kept := func(pass string, want map[string]bool) {
+		t.Helper()
+		if r, ran, err := j.Pass(ctx); err != nil || !ran {
+			t.Fatalf("%s: Pass = %+v, %v, %v", pass, r, ran, err)
+		}
+		for key, want := range want {
+			if _, _, err := s.Get(ctx, key); (err == nil) != want {
+				t.Errorf("%s: %s kept = %v, want %v", pass, key, err == nil, want)
+			}
+		}
+	}
+	kept("first pass", map[string]bool{lostIdx: true, pendingIdx: true})
+	if fs.Faults().FalseNotFounds != 1 {
+		t.Fatalf("faults %+v, want one false not-found", fs.Faults())
+	}
+	clk.Advance(retention.DefaultInterval)
+	kept("second pass", map[string]bool{lostIdx: false, pendingIdx: true, rec: true})
 }
