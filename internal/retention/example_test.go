@@ -68,6 +68,16 @@ func ExampleS3Lifecycle() {
 	//       }
 	//     },
 	//     {
+	//       "ID": "conveyor-repo-runs",
+	//       "Status": "Enabled",
+	//       "Filter": {
+	//         "Prefix": "conveyor/index/repo-runs/"
+	//       },
+	//       "Expiration": {
+	//         "Days": 7
+	//       }
+	//     },
+	//     {
 	//       "ID": "conveyor-audit",
 	//       "Status": "Enabled",
 	//       "Filter": {

@@ -44,7 +44,8 @@ const completedTTL = 24 * time.Hour
 // finished record from one in flight that was not written for as long:
 //
 //   - runs: one rule per agent, for agents/{slug}/runs/, and one each for
-//     index/runs/, index/run-history/ and index/run-status/ (the agents'
+//     index/runs/, index/run-history/, index/run-status/ and
+//     index/repo-runs/ (the agents'
 //     slots, beside their runs, are kept);
 //   - jobs: jobs/ and nlm/jobs/ only when DeadJobs is not kept (a rule
 //     cannot spare DEAD jobs), with the longer of the two ages;
@@ -82,6 +83,10 @@ func S3Lifecycle(c Config, keyPrefix string, agents []string) ([]byte, error) {
 		// is put back by the Runner's index repair pass.
 		add("run-history", layout.RunHistoryPrefix, runs)
 		add("run-status", layout.RunStatusIndexPrefix, runs)
+		// A repository's runs, across agents: as the history lists (the
+		// janitor deletes an entry with its run; with no janitor nothing
+		// else would).
+		add("repo-runs", layout.RepoRunsPrefix, runs)
 	}
 	add("audit", layout.AuditPrefix, c.AgeOf(Audit))
 	if jobs, dead := c.AgeOf(Jobs), c.AgeOf(DeadJobs); jobs >= 0 && dead >= 0 {
