@@ -12,7 +12,7 @@ import (
 )
 
 // The idempotency records are read through their expiry index
-// (layout.IdempotencyExpiryKey, docs/design.md "Idempotency expiry
+// (layout.IdempotencyExpiryKey, docs/design.md#idempotency, "Expiry
 // index"): a pass lists the entries of the hours whose end is at least the
 // kind's age past, reads their records, deletes the expired ones (fenced
 // on the version read) then their entries, and files the others again
