@@ -57,6 +57,9 @@ func (j *Janitor) visitExpiryEntry(ctx context.Context, key string, now time.Tim
 	var rec idemrecord.Record
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
+		// One not-found is enough, even on a store that settles: a record
+		// read missing wrongly loses only its entry, and the full listing
+		// still judges it (at most IdempotencyFullListing late).
 		r.Changed++
 		return j.cfg.Store.Delete(ctx, key, storage.Condition{})
 	case err != nil:
