@@ -9,8 +9,8 @@ import (
 // IdempotencyExpiryPrefix lists the idempotency records by the hour they
 // expire: index/idempotency-expiry/{YYYYMMDDHH}/{sha256 of the key}.json,
 // written create-only with a record's first write, so the janitor reads
-// only the records of hours that have passed (docs/design.md, Idempotency
-// expiry index).
+// only the records of hours that have passed (docs/design.md#idempotency,
+// "Expiry index").
 const IdempotencyExpiryPrefix = "index/idempotency-expiry/"
 
 // expiryHour is the layout of an expiry entry's hour folder (UTC).
