@@ -691,3 +691,21 @@ func TestIdempotencyExpiryKey(t *testing.T) {
 		}
 	}
 }
+
+// ParseProposalPendingEntry reads what ProposalPendingKey writes and
+// refuses an entry whose time is not NewestFirst's digits.
+func TestParseProposalPendingEntry(t *testing.T) {
+	t.Parallel()
+	key, err := layout.ProposalPendingKey(time.Date(2026, 2, 14, 9, 0, 0, 0, time.UTC), "p-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := layout.ParseProposalPendingEntry(strings.TrimPrefix(key, layout.ProposalsPendingIndex)); !ok || id != "p-1" {
+		t.Errorf("ParseProposalPendingEntry(%q) = %q, %v; want p-1", key, id, ok)
+	}
+	for _, bad := range []string{"a/b/c/d-p-1", "92233/72/03/6854775807", "92233/72/03/685477580x-p-1", "p-1"} {
+		if id, ok := layout.ParseProposalPendingEntry(bad); ok {
+			t.Errorf("ParseProposalPendingEntry(%q) = %q, true; want false", bad, id)
+		}
+	}
+}

@@ -39,11 +39,7 @@ func ProposalPendingKey(created time.Time, id string) (string, error) {
 // ParseProposalPendingEntry returns the proposal id of an entry of the
 // pending index (a key less ProposalsPendingIndex), or false.
 func ParseProposalPendingEntry(entry string) (id string, ok bool) {
-	if strings.Count(entry, "/") != 3 {
-		return "", false
-	}
-	// The digits hold no "-"; the id may.
-	_, id, ok = strings.Cut(entry[strings.LastIndexByte(entry, '/')+1:], "-")
+	_, id, ok = ParseNewestFirst(entry)
 	return id, ok && storekey.ValidateID("proposal id", id) == nil
 }
 
