@@ -195,16 +195,19 @@ func entryLease(e *callbackEntry) *lifecycle.Lease { return &e.Lease }
 // commit of the job's end; else the job's as read, once the job's write
 // that the entry came before is seen to have landed. ok false: drop the
 // entry (the write lost its race, the job was requeued and will write an
-// entry of its own when it ends, or the job is gone). retry set: the write
-// is not seen yet; read it again then.
+// entry of its own when it ends, or the job is gone: on a store that
+// settles, read missing again Settle later, as one not-found may be false
+// there). retry set: the write is not seen yet; read it again then.
 func (s *callbackSender) bodyFor(ctx context.Context, e *callbackEntry, now time.Time) (body CallbackBody, ok bool, retry time.Time) {
 	if e.Joint {
 		return e.Body, true, time.Time{}
 	}
 	d, _, err := s.jobs.read(ctx, e.JobID)
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, storage.ErrNotFound) && s.jobs.gone(e.JobID, err):
 		return body, false, time.Time{}
+	case errors.Is(err, storage.ErrNotFound):
+		return body, false, now.Add(s.jobs.absent.Settle)
 	case err != nil:
 		s.warn(ctx, e.JobID, "read job", err)
 		return body, false, now.Add(s.backoff)

@@ -15,6 +15,7 @@ import (
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -536,5 +537,44 @@ func TestCallbackOnceAcrossProcesses(t *testing.T) {
 	defer mu.Unlock()
 	if posts != 1 {
 		t.Fatalf("%d posts, want 1", posts)
+	}
+}
+
+// TestCallbackKeptThroughAFalseNotFound: on a store that settles and
+// cannot commit, the sender reads the job an entry was written before;
+// one not-found read of it drops nothing (it may be false there), and the
+// callback is posted once the store answers again; a job truly gone drops
+// its entry once read missing Settle later.
+func TestCallbackKeptThroughAFalseNotFound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	fs := faultstore.New(fileStore(t))
+	fs.SetSettle(settle, clk.Now)
+	fs.Match(func(k string) bool { return strings.HasPrefix(k, "jobs/") })
+	s := storage.New(fs)
+	rcv := newReceiver(t, always(http.StatusOK))
+	q := cbQueue(t, s, clk, jobqueue.HandlerFunc(sent))
+	for _, id := range []string{"job-cb", "job-gone"} {
+		enqueueCallback(t, q, id, rcv.URL)
+		if j := runJob(t, q); j.Status != lifecycle.JobComplete {
+			t.Fatalf("ran to %s", j.Status)
+		}
+	}
+	if err := fs.Delete(ctx, "jobs/job-gone.json", storageCond()); err != nil {
+		t.Fatal(err)
+	}
+	fs.FalseNotFound(1)
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if keys := outboxKeys(t, s); fs.Faults().FalseNotFounds != 1 || len(keys) != 2 {
+		t.Fatalf("%d false not-founds; outbox %v, want both entries kept after one not-found each", fs.Faults().FalseNotFounds, keys)
+	}
+	clk.Advance(settle)
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if got := rcv.got(); len(got) != 1 || got[0].JobID != "job-cb" || got[0].Status != lifecycle.JobComplete {
+		t.Fatalf("posts %+v, want job-cb's end once", got)
+	}
+	if keys := outboxKeys(t, s); len(keys) != 0 {
+		t.Fatalf("outbox %v, want empty (job-gone read missing Settle apart)", keys)
 	}
 }
