@@ -45,8 +45,8 @@ type callbackSender struct {
 	timeout  time.Duration
 	pending  time.Duration // the wait before an entry whose job's write is not seen yet is read again
 
-	// passing makes the passes of the Workers sharing this Queue take
-	// turns; it guards due.
+	// passing is held by the one pass under way of the Workers sharing
+	// this Queue; it guards due.
 	passing sync.Mutex
 	// due is when each entry seen is next due, so a pass does not read
 	// an entry before then (an entry written here since is read at once;
@@ -78,8 +78,14 @@ func (s *callbackSender) run(ctx context.Context, owner string, period time.Dura
 
 // pass lists the outbox (its cost is the callbacks pending) and handles
 // each entry due; it returns when the next one is due (zero: none known).
+// While another Worker of this Queue makes a pass, it returns at once
+// (zero): that pass lists the outbox for both, and its Worker passes
+// again at the next wake or due entry, so the outbox is not listed once
+// per Worker at each wake.
 func (s *callbackSender) pass(ctx context.Context, owner string) (next time.Time) {
-	s.passing.Lock()
+	if !s.passing.TryLock() {
+		return time.Time{}
+	}
 	defer s.passing.Unlock()
 	var keys []string
 	for key, err := range s.store.List(ctx, callbacksPrefix) {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -576,5 +578,60 @@ func TestCallbackKeptThroughAFalseNotFound(t *testing.T) {
 	}
 	if keys := outboxKeys(t, s); len(keys) != 0 {
 		t.Fatalf("outbox %v, want empty (job-gone read missing Settle apart)", keys)
+	}
+}
+
+// outboxLists is a driver that counts the listings of the outbox.
+type outboxLists struct {
+	driver.Store
+	n atomic.Int32
+}
+
+func (o *outboxLists) Unwrap() driver.Store { return o.Store }
+
+func (o *outboxLists) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	if prefix == jobqueue.CallbacksPrefix {
+		o.n.Add(1)
+	}
+	return o.Store.ListAfter(ctx, prefix, after)
+}
+
+// TestCallbackOnePassPerQueue: while one Worker's pass of a Queue is under
+// way (its post waiting on the receiver), another Worker's pass of that
+// Queue returns at once without listing the outbox again, and the entry is
+// posted once.
+func TestCallbackOnePassPerQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lists := &outboxLists{Store: memstore.New()}
+	s := storage.New(lists)
+	clk := clock.NewFake(t0)
+	posting, release := make(chan struct{}), make(chan struct{})
+	var posts atomic.Int32
+	slow := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		if posts.Add(1) == 1 {
+			close(posting)
+		}
+		<-release
+	}))
+	t.Cleanup(slow.Close)
+	q := cbQueue(t, s, clk, jobqueue.HandlerFunc(sent))
+	enqueueCallback(t, q, "job-cb", slow.URL)
+	runJob(t, q)
+	first := make(chan struct{})
+	go func() { defer close(first); jobqueue.SendCallbacks(ctx, q, "w1") }()
+	<-posting
+	second := make(chan struct{})
+	go func() { defer close(second); jobqueue.SendCallbacks(ctx, q, "w2") }()
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Error("the second Worker's pass waited for the first's")
+	}
+	close(release)
+	<-first
+	<-second
+	if n, p := lists.n.Load(), posts.Load(); n != 1 || p != 1 {
+		t.Fatalf("%d listings of the outbox, %d posts; want 1 and 1", n, p)
 	}
 }
