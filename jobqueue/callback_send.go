@@ -191,8 +191,23 @@ func (s *callbackSender) one(ctx context.Context, key, owner string) time.Time {
 		s.drop(ctx, key, ver)
 		return time.Time{}
 	}
-	wait := s.backoff << min(e.Attempts, 30)
-	return s.again(ctx, rec, owner, &e, ver, now.Add(wait), err.Error(), true)
+	return s.again(ctx, rec, owner, &e, ver, now.Add(s.waitAfter(e.Attempts)), err.Error(), true)
+}
+
+// callbackMaxWait caps the doubling wait between two attempts.
+const callbackMaxWait = 24 * time.Hour
+
+// waitAfter is the wait after a failed attempt that attempts failed ones
+// came before: CallbackBackoff doubled each time, at most a day (or
+// CallbackBackoff, when longer), so many attempts of a long backoff do not
+// overflow into a negative wait (an attempt at every pass).
+func (s *callbackSender) waitAfter(attempts int) time.Duration {
+	shift := min(attempts, 30)
+	wait := s.backoff << shift
+	if wait>>shift != s.backoff || wait > callbackMaxWait {
+		return max(callbackMaxWait, s.backoff)
+	}
+	return wait
 }
 
 func entryLease(e *callbackEntry) *lifecycle.Lease { return &e.Lease }

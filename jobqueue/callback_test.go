@@ -635,3 +635,28 @@ func TestCallbackOnePassPerQueue(t *testing.T) {
 		t.Fatalf("%d listings of the outbox, %d posts; want 1 and 1", n, p)
 	}
 }
+
+// TestCallbackWaitCapped: the doubling wait between attempts stops at a
+// day, so many attempts of a long backoff never come due at once (the
+// doubled wait overflowing into a negative one).
+func TestCallbackWaitCapped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	rcv := newReceiver(t, always(http.StatusInternalServerError))
+	q := cbQueue(t, memstore.New(), clk, jobqueue.HandlerFunc(sent), func(c *jobqueue.Config) {
+		c.CallbackAttempts, c.CallbackBackoff = 40, 10*time.Second
+	})
+	enqueueCallback(t, q, "job-cb", rcv.URL)
+	runJob(t, q)
+	for i := range 35 {
+		next := jobqueue.SendCallbacks(ctx, q, "w1")
+		if wait := next.Sub(clk.Now()); wait <= 0 || wait > 24*time.Hour {
+			t.Fatalf("after attempt %d the next is %s away, want within (0, 24h]", i+1, wait)
+		}
+		clk.Advance(next.Sub(clk.Now()))
+	}
+	if n := len(rcv.got()); n != 35 {
+		t.Fatalf("%d attempts, want 35", n)
+	}
+}
