@@ -45,8 +45,8 @@ type callbackSender struct {
 	timeout  time.Duration
 	pending  time.Duration // the wait before an entry whose job's write is not seen yet is read again
 
-	// passing makes the passes of the Workers sharing this Queue take
-	// turns; it guards due.
+	// passing is held by the one pass under way of the Workers sharing
+	// this Queue; it guards due.
 	passing sync.Mutex
 	// due is when each entry seen is next due, so a pass does not read
 	// an entry before then (an entry written here since is read at once;
@@ -78,8 +78,14 @@ func (s *callbackSender) run(ctx context.Context, owner string, period time.Dura
 
 // pass lists the outbox (its cost is the callbacks pending) and handles
 // each entry due; it returns when the next one is due (zero: none known).
+// While another Worker of this Queue makes a pass, it returns at once
+// (zero): that pass lists the outbox for both, and its Worker passes
+// again at the next wake or due entry, so the outbox is not listed once
+// per Worker at each wake.
 func (s *callbackSender) pass(ctx context.Context, owner string) (next time.Time) {
-	s.passing.Lock()
+	if !s.passing.TryLock() {
+		return time.Time{}
+	}
 	defer s.passing.Unlock()
 	var keys []string
 	for key, err := range s.store.List(ctx, callbacksPrefix) {
@@ -185,8 +191,23 @@ func (s *callbackSender) one(ctx context.Context, key, owner string) time.Time {
 		s.drop(ctx, key, ver)
 		return time.Time{}
 	}
-	wait := s.backoff << min(e.Attempts, 30)
-	return s.again(ctx, rec, owner, &e, ver, now.Add(wait), err.Error(), true)
+	return s.again(ctx, rec, owner, &e, ver, now.Add(s.waitAfter(e.Attempts)), err.Error(), true)
+}
+
+// callbackMaxWait caps the doubling wait between two attempts.
+const callbackMaxWait = 24 * time.Hour
+
+// waitAfter is the wait after a failed attempt that attempts failed ones
+// came before: CallbackBackoff doubled each time, at most a day (or
+// CallbackBackoff, when longer), so many attempts of a long backoff do not
+// overflow into a negative wait (an attempt at every pass).
+func (s *callbackSender) waitAfter(attempts int) time.Duration {
+	shift := min(attempts, 30)
+	wait := s.backoff << shift
+	if wait>>shift != s.backoff || wait > callbackMaxWait {
+		return max(callbackMaxWait, s.backoff)
+	}
+	return wait
 }
 
 func entryLease(e *callbackEntry) *lifecycle.Lease { return &e.Lease }
@@ -195,16 +216,19 @@ func entryLease(e *callbackEntry) *lifecycle.Lease { return &e.Lease }
 // commit of the job's end; else the job's as read, once the job's write
 // that the entry came before is seen to have landed. ok false: drop the
 // entry (the write lost its race, the job was requeued and will write an
-// entry of its own when it ends, or the job is gone). retry set: the write
-// is not seen yet; read it again then.
+// entry of its own when it ends, or the job is gone: on a store that
+// settles, read missing again Settle later, as one not-found may be false
+// there). retry set: the write is not seen yet; read it again then.
 func (s *callbackSender) bodyFor(ctx context.Context, e *callbackEntry, now time.Time) (body CallbackBody, ok bool, retry time.Time) {
 	if e.Joint {
 		return e.Body, true, time.Time{}
 	}
 	d, _, err := s.jobs.read(ctx, e.JobID)
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, storage.ErrNotFound) && s.jobs.gone(e.JobID, err):
 		return body, false, time.Time{}
+	case errors.Is(err, storage.ErrNotFound):
+		return body, false, now.Add(s.jobs.absent.Settle)
 	case err != nil:
 		s.warn(ctx, e.JobID, "read job", err)
 		return body, false, now.Add(s.backoff)

@@ -4,17 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/codes"
 	"github.com/runconveyor/conveyor/internal/layout"
+	"github.com/runconveyor/conveyor/internal/testkit/faultstore"
 	"github.com/runconveyor/conveyor/internal/testkit/teststores"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
@@ -536,5 +539,124 @@ func TestCallbackOnceAcrossProcesses(t *testing.T) {
 	defer mu.Unlock()
 	if posts != 1 {
 		t.Fatalf("%d posts, want 1", posts)
+	}
+}
+
+// TestCallbackKeptThroughAFalseNotFound: on a store that settles and
+// cannot commit, the sender reads the job an entry was written before;
+// one not-found read of it drops nothing (it may be false there), and the
+// callback is posted once the store answers again; a job truly gone drops
+// its entry once read missing Settle later.
+func TestCallbackKeptThroughAFalseNotFound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	fs := faultstore.New(fileStore(t))
+	fs.SetSettle(settle, clk.Now)
+	fs.Match(func(k string) bool { return strings.HasPrefix(k, "jobs/") })
+	s := storage.New(fs)
+	rcv := newReceiver(t, always(http.StatusOK))
+	q := cbQueue(t, s, clk, jobqueue.HandlerFunc(sent))
+	for _, id := range []string{"job-cb", "job-gone"} {
+		enqueueCallback(t, q, id, rcv.URL)
+		if j := runJob(t, q); j.Status != lifecycle.JobComplete {
+			t.Fatalf("ran to %s", j.Status)
+		}
+	}
+	if err := fs.Delete(ctx, "jobs/job-gone.json", storageCond()); err != nil {
+		t.Fatal(err)
+	}
+	fs.FalseNotFound(1)
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if keys := outboxKeys(t, s); fs.Faults().FalseNotFounds != 1 || len(keys) != 2 {
+		t.Fatalf("%d false not-founds; outbox %v, want both entries kept after one not-found each", fs.Faults().FalseNotFounds, keys)
+	}
+	clk.Advance(settle)
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if got := rcv.got(); len(got) != 1 || got[0].JobID != "job-cb" || got[0].Status != lifecycle.JobComplete {
+		t.Fatalf("posts %+v, want job-cb's end once", got)
+	}
+	if keys := outboxKeys(t, s); len(keys) != 0 {
+		t.Fatalf("outbox %v, want empty (job-gone read missing Settle apart)", keys)
+	}
+}
+
+// outboxLists is a driver that counts the listings of the outbox.
+type outboxLists struct {
+	driver.Store
+	n atomic.Int32
+}
+
+func (o *outboxLists) Unwrap() driver.Store { return o.Store }
+
+func (o *outboxLists) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	if prefix == jobqueue.CallbacksPrefix {
+		o.n.Add(1)
+	}
+	return o.Store.ListAfter(ctx, prefix, after)
+}
+
+// TestCallbackOnePassPerQueue: while one Worker's pass of a Queue is under
+// way (its post waiting on the receiver), another Worker's pass of that
+// Queue returns at once without listing the outbox again, and the entry is
+// posted once.
+func TestCallbackOnePassPerQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lists := &outboxLists{Store: memstore.New()}
+	s := storage.New(lists)
+	clk := clock.NewFake(t0)
+	posting, release := make(chan struct{}), make(chan struct{})
+	var posts atomic.Int32
+	slow := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		if posts.Add(1) == 1 {
+			close(posting)
+		}
+		<-release
+	}))
+	t.Cleanup(slow.Close)
+	q := cbQueue(t, s, clk, jobqueue.HandlerFunc(sent))
+	enqueueCallback(t, q, "job-cb", slow.URL)
+	runJob(t, q)
+	first := make(chan struct{})
+	go func() { defer close(first); jobqueue.SendCallbacks(ctx, q, "w1") }()
+	<-posting
+	second := make(chan struct{})
+	go func() { defer close(second); jobqueue.SendCallbacks(ctx, q, "w2") }()
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Error("the second Worker's pass waited for the first's")
+	}
+	close(release)
+	<-first
+	<-second
+	if n, p := lists.n.Load(), posts.Load(); n != 1 || p != 1 {
+		t.Fatalf("%d listings of the outbox, %d posts; want 1 and 1", n, p)
+	}
+}
+
+// TestCallbackWaitCapped: the doubling wait between attempts stops at a
+// day, so many attempts of a long backoff never come due at once (the
+// doubled wait overflowing into a negative one).
+func TestCallbackWaitCapped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	rcv := newReceiver(t, always(http.StatusInternalServerError))
+	q := cbQueue(t, memstore.New(), clk, jobqueue.HandlerFunc(sent), func(c *jobqueue.Config) {
+		c.CallbackAttempts, c.CallbackBackoff = 40, 10*time.Second
+	})
+	enqueueCallback(t, q, "job-cb", rcv.URL)
+	runJob(t, q)
+	for i := range 35 {
+		next := jobqueue.SendCallbacks(ctx, q, "w1")
+		if wait := next.Sub(clk.Now()); wait <= 0 || wait > 24*time.Hour {
+			t.Fatalf("after attempt %d the next is %s away, want within (0, 24h]", i+1, wait)
+		}
+		clk.Advance(next.Sub(clk.Now()))
+	}
+	if n := len(rcv.got()); n != 35 {
+		t.Fatalf("%d attempts, want 35", n)
 	}
 }

@@ -145,8 +145,8 @@ type Config struct {
 	// job.callback.failed audit event of the job. Default 10.
 	CallbackAttempts int
 	// CallbackBackoff is the wait after a callback's first failed attempt,
-	// doubling after each (1 s, 2 s … 256 s with the defaults: about 8.5
-	// minutes in all). Default 1 s.
+	// doubling after each, up to a day (1 s, 2 s … 256 s with the
+	// defaults: about 8.5 minutes in all). Default 1 s.
 	CallbackBackoff time.Duration
 	// CallbackTimeout bounds each callback attempt. Default 10 s.
 	CallbackTimeout time.Duration
