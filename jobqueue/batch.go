@@ -259,10 +259,10 @@ func (q *admission) prepare(ctx context.Context, actor lifecycle.Actor, jobs []N
 func (q *admission) commitBatch(ctx context.Context, b *batch) (err error) {
 	// One job's lane entry is this Queue's own write: its caller adds it
 	// to its cache once it lands (laneAdded). A batch of many signals its
-	// Workers as another writer's would: laneAdded keeps a key only for an
-	// agent already listed, and a batch's are spread over many not yet
-	// listed, so unsignalled they waited for the recheck (batched
-	// throughput fell by half, measured).
+	// Workers as another writer's would: marked, batched inserts on SQLite
+	// ran at half their rate or less (measured; the Workers waited for
+	// the recheck, though laneAdded keeps or schedules every key: the
+	// cause is not pinned down, so the signal stays until it is).
 	if len(b.jobs) == 1 {
 		ctx = q.lanes.mine(ctx)
 		defer func() { q.lanes.wroteMine(err) }()
