@@ -30,10 +30,7 @@ func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	if q.Agent == "" {
 		slugs = rd.cat.slugs()
 	}
-	tenant := lifecycle.TenantOf(ctx)
-	if tenant == lifecycle.AllTenants {
-		tenant = q.Tenant
-	}
+	tenant := listedTenant(ctx, q)
 	prefixes := make([]string, len(slugs))
 	for i, s := range slugs {
 		if q.Status == "" {
@@ -112,6 +109,15 @@ func (rd *reads) runningByHeartbeat(ctx context.Context, limit int) ([]lifecycle
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// listedTenant is the tenant whose runs a list answers: the caller's,
+// or the one q names for a caller of every tenant.
+func listedTenant(ctx context.Context, q RunQuery) string {
+	if tenant := lifecycle.TenantOf(ctx); tenant != lifecycle.AllTenants {
+		return tenant
+	}
+	return q.Tenant
 }
 
 // RunQuery selects a page of runs for ListRuns.
