@@ -128,7 +128,9 @@ type RunQuery struct {
 	// Status keeps only the runs in this state; "" keeps every run.
 	Status string
 	// Repo, when set, lists the runs of this repository ("owner/name"),
-	// newest first, those of Agent only when Agent is set too.
+	// newest first, those of Agent only when Agent is set too. Its index
+	// holds every agent's and tenant's runs, so a page reads a bounded
+	// number of them and may come short, even empty, with a Next to go on.
 	Repo string
 	// Limit is the most runs in the page: 0 means 50,
 	// and more than 500 is refused.
