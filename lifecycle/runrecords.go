@@ -73,9 +73,10 @@ type RunStatus struct {
 	// reader's clock and no runner has taken it over yet (an orphan the
 	// next claim resumes). The status writer drops it.
 	RunnerLostAt *time.Time `json:"runner_lost_at,omitempty"`
-	// QueuePosition is never stored: a status read sets it while the run
-	// is queued for a slot, to its place among its agent's runs waiting
-	// (1: the next to start; docs/spec.md#run-status says how exact).
+	// QueuePosition is never stored: a read of one run's status sets it
+	// while the run is queued for a slot, to its place among its agent's
+	// runs waiting (1: the next to start; docs/spec.md#run-status says how
+	// exact). Lists and waits leave it unset.
 	QueuePosition int `json:"queue_position,omitempty"`
 	// DurationMS is set when the run ends.
 	DurationMS int64 `json:"duration_ms,omitempty"`

@@ -140,11 +140,8 @@ func (g *graphExec) advance(runCtx, bctx, ctx context.Context) *outcome {
 func (g *graphExec) start(bctx, ctx context.Context, i int) *outcome {
 	x := g.x
 	s := g.r.steps[i]
-	if !s.Idempotent {
-		if err := x.files.markStarted(ctx, i, s); err != nil {
-			o := x.startFailure(ctx, err)
-			return &o
-		}
+	if end := x.markStart(ctx, i, s); end != nil {
+		return end
 	}
 	prev, outs := g.r.input(i)
 	in := StepInput{RunID: g.doc.RunID, AgentSlug: g.doc.AgentSlug, Step: i + 1, Input: g.input, Previous: prev, Outputs: outs}
@@ -193,26 +190,17 @@ func (g *graphExec) settle(runCtx, bctx, ctx context.Context, res branchResult) 
 		stepErr = &lifecycle.RunError{Code: codes.Canceled, Permanent: true, Err: stepErr,
 			Message: fmt.Sprintf("step %s stopped: another step ended the run", s.Name)}
 	}
-	rec, err := newStepRecord(s, res.i, x.epoch, res.started, x.e.now(), res.out, res.attempts, stepErr)
-	if err != nil {
-		return &outcome{kind: failed, err: err}
-	}
-	rec.After = s.After
-	if stepErr == nil {
-		rec.Next = res.out.Next
-	}
-	if err := x.files.writeStep(ctx, rec); err != nil {
-		o := x.writeFailure(ctx, err)
-		return &o
-	}
-	if m, ok := x.e.cfg.Metrics.(stepMetrics); ok {
-		m.StepFinished(g.doc.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
-	}
-	x.records[rec.StepNumber] = rec
+	end := x.writeStepEnd(runCtx, ctx, res.i, s, res.started, res.out, res.attempts, stepErr, func(rec *lifecycle.StepRecord) {
+		rec.After = s.After
+		if stepErr == nil {
+			rec.Next = res.out.Next
+		}
+	})
 	if stepErr != nil {
 		g.r.state[res.i] = lifecycle.StepFailed
-		o := stepFailure(runCtx, stepErr)
-		return &o
+	}
+	if end != nil {
+		return end
 	}
 	names, err := x.files.writeFiles(ctx, res.out.Files)
 	if err != nil {

@@ -108,9 +108,6 @@ func (rd *reads) status(ctx context.Context, runID string) (lifecycle.RunStatus,
 		return lifecycle.RunStatus{}, fmt.Errorf("%w: %s", lifecycle.ErrRunNotFound, runID)
 	}
 	rd.markLost(&doc)
-	if err == nil {
-		rd.markQueued(ctx, &doc)
-	}
 	return doc, err
 }
 

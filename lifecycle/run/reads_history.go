@@ -30,10 +30,7 @@ func (rd *reads) listRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	if q.Agent == "" {
 		slugs = rd.cat.slugs()
 	}
-	tenant := lifecycle.TenantOf(ctx)
-	if tenant == lifecycle.AllTenants {
-		tenant = q.Tenant
-	}
+	tenant := listedTenant(ctx, q)
 	prefixes := make([]string, len(slugs))
 	for i, s := range slugs {
 		if q.Status == "" {
@@ -114,6 +111,15 @@ func (rd *reads) runningByHeartbeat(ctx context.Context, limit int) ([]lifecycle
 	return out, nil
 }
 
+// listedTenant is the tenant whose runs a list answers: the caller's,
+// or the one q names for a caller of every tenant.
+func listedTenant(ctx context.Context, q RunQuery) string {
+	if tenant := lifecycle.TenantOf(ctx); tenant != lifecycle.AllTenants {
+		return tenant
+	}
+	return q.Tenant
+}
+
 // RunQuery selects a page of runs for ListRuns.
 type RunQuery struct {
 	// Agent is the agent whose runs are listed; "" lists the runs of every
@@ -122,7 +128,9 @@ type RunQuery struct {
 	// Status keeps only the runs in this state; "" keeps every run.
 	Status string
 	// Repo, when set, lists the runs of this repository ("owner/name"),
-	// newest first, those of Agent only when Agent is set too.
+	// newest first, those of Agent only when Agent is set too. Its index
+	// holds every agent's and tenant's runs, so a page reads a bounded
+	// number of them and may come short, even empty, with a Next to go on.
 	Repo string
 	// Limit is the most runs in the page: 0 means 50,
 	// and more than 500 is refused.

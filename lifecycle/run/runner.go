@@ -110,7 +110,13 @@ func (r *Runner) Deliver(ctx context.Context, runID string, actor lifecycle.Acto
 // machine does not know, a run_id or agent_slug that is not its key's) is
 // quarantined, and Status, like Wait, returns a *lifecycle.QuarantinedError.
 func (r *Runner) Status(ctx context.Context, runID string) (lifecycle.RunStatus, error) {
-	return r.reads.status(ctx, runID)
+	doc, err := r.reads.status(ctx, runID)
+	if err == nil {
+		// Here only: its cost is the agent's queue, which Wait's poll,
+		// the listings and AllSteps must not pay on every read.
+		r.reads.markQueued(ctx, &doc)
+	}
+	return doc, err
 }
 
 // Steps reads a run's step files in step order (GET /runs/{runId}/steps).

@@ -89,8 +89,12 @@ func (h *history) indexRepo(ctx context.Context, doc *lifecycle.RunStatus) error
 }
 
 // listRepoRuns is ListRuns of q.Repo: the runs of one repository, newest
-// first, of every agent of this runner (Status filters as for an agent).
-// An entry whose run is gone (retention deleted it) is skipped.
+// first, of every agent of this runner (Status filters as for an agent),
+// of the tenant listed as for an agent. An entry whose run is gone
+// (retention deleted it) is skipped. The index holds every agent's and
+// tenant's runs of the repository and each entry costs a read of its
+// run, so a page reads at most repoPageBudget entries: a rare match
+// answers a short page with a next cursor, not a scan of the history.
 func (rd *reads) listRepoRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	limit, err := paging.Limit(q.Limit)
 	if err != nil {
@@ -104,7 +108,8 @@ func (rd *reads) listRepoRuns(ctx context.Context, q RunQuery) (RunPage, error) 
 	if err != nil {
 		return RunPage{}, &RequestError{Field: "repo", Reason: err.Error()}
 	}
-	runs, next, err := paging.Read(ctx, rd.store, []string{prefix}, after, limit, 0, func(ctx context.Context, _ int, entry string) (lifecycle.RunStatus, bool, error) {
+	tenant := listedTenant(ctx, q)
+	runs, next, err := paging.Read(ctx, rd.store, []string{prefix}, after, limit, repoPageBudget(limit), func(ctx context.Context, _ int, entry string) (lifecycle.RunStatus, bool, error) {
 		_, runID, ok := layout.ParseNewestFirst(entry)
 		if !ok {
 			return lifecycle.RunStatus{}, false, nil
@@ -116,7 +121,7 @@ func (rd *reads) listRepoRuns(ctx context.Context, q RunQuery) (RunPage, error) 
 			}
 			return lifecycle.RunStatus{}, false, err
 		}
-		keep := (q.Agent == "" || doc.AgentSlug == q.Agent) && (q.Status == "" || doc.Status == q.Status)
+		keep := doc.TenantID == tenant && (q.Agent == "" || doc.AgentSlug == q.Agent) && (q.Status == "" || doc.Status == q.Status)
 		return doc, keep, nil
 	})
 	if err != nil {
@@ -124,3 +129,6 @@ func (rd *reads) listRepoRuns(ctx context.Context, q RunQuery) (RunPage, error) 
 	}
 	return RunPage{Runs: runs, Next: next}, nil
 }
+
+// repoPageBudget bounds the entries one page of a repository's runs reads.
+func repoPageBudget(limit int) int { return max(4*limit, 200) }

@@ -29,14 +29,10 @@ import (
 // doStep runs step i (number i+1) and records how it went. end is set when
 // the execution ends here: stopped, the step failed, or a write failed.
 func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepInput) (StepOutput, *outcome) {
-	e := x.e
-	if !s.Idempotent {
-		if err := x.files.markStarted(ctx, i, s); err != nil {
-			end := x.startFailure(ctx, err)
-			return StepOutput{}, &end
-		}
+	if end := x.markStart(ctx, i, s); end != nil {
+		return StepOutput{}, end
 	}
-	started := e.now()
+	started := x.e.now()
 	out, attempts, stepErr := x.runStep(runCtx, s, in)
 	if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
 		end := stoppedBy(context.Cause(runCtx))
@@ -47,23 +43,48 @@ func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepIn
 	} else {
 		stepErr = nameProposals(in, &out)
 	}
-	rec, err := newStepRecord(s, i, x.epoch, started, e.now(), out, attempts, stepErr)
+	return out, x.writeStepEnd(runCtx, ctx, i, s, started, out, attempts, stepErr, nil)
+}
+
+// writeStepEnd records how step i's attempts ended (stepErr the error the
+// step ends with): its step file, fenced, completed by fill when set; the
+// step metrics; the record kept for the manifest. It returns the
+// execution's end when the step failed or the write did. A linear and a
+// graph execution both end their steps here.
+func (x *execution) writeStepEnd(runCtx, ctx context.Context, i int, s Step, started time.Time, out StepOutput, attempts int, stepErr error, fill func(*lifecycle.StepRecord)) *outcome {
+	rec, err := newStepRecord(s, i, x.epoch, started, x.e.now(), out, attempts, stepErr)
 	if err != nil {
-		return out, &outcome{kind: failed, err: err}
+		return &outcome{kind: failed, err: err}
+	}
+	if fill != nil {
+		fill(&rec)
 	}
 	if err := x.files.writeStep(ctx, rec); err != nil {
 		end := x.writeFailure(ctx, err)
-		return out, &end
+		return &end
 	}
-	if m, ok := e.cfg.Metrics.(stepMetrics); ok {
-		m.StepFinished(in.AgentSlug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
+	if m, ok := x.e.cfg.Metrics.(stepMetrics); ok {
+		m.StepFinished(x.agent.Slug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
 	}
 	x.records[rec.StepNumber] = rec
 	if stepErr != nil {
 		end := stepFailure(runCtx, stepErr)
-		return out, &end
+		return &end
 	}
-	return out, nil
+	return nil
+}
+
+// markStart writes the start marker of step i when it is not idempotent,
+// before it runs; it returns the execution's end when that failed.
+func (x *execution) markStart(ctx context.Context, i int, s Step) *outcome {
+	if s.Idempotent {
+		return nil
+	}
+	if err := x.files.markStarted(ctx, i, s); err != nil {
+		end := x.startFailure(ctx, err)
+		return &end
+	}
+	return nil
 }
 
 // startFailure is how the execution ends when marking a step started

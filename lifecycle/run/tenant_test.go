@@ -151,3 +151,73 @@ func TestTenantStepContext(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantRepoRuns: a repository's runs are listed as an agent's are, by
+// tenant (a caller of every tenant names one), and a page reads a bounded
+// number of entries however few match: 300 runs of "big" in the
+// repository beside 1 of "small" cost small's first page at most its
+// budget of reads, with a next cursor to go on.
+func TestTenantRepoRuns(t *testing.T) {
+	t.Parallel()
+	counting := &teststores.Counting{Store: memStore(t)}
+	plain := run.Agent{Slug: "plain", Machine: lifecycle.MachineCancelable, Steps: []run.Step{okStep("a")}}
+	r, err := run.NewRunner(run.Config{Store: storage.New(counting), Owner: "a", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, small := lifecycle.WithTenant(context.Background(), "big"), lifecycle.WithTenant(context.Background(), "small")
+	all := lifecycle.WithTenant(context.Background(), lifecycle.AllTenants)
+	if _, err := r.Submit(small, lifecycle.SubmitRequest{AgentSlug: plain.Slug, RepoID: "octo/repo"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 300 {
+		if _, err := r.Submit(big, lifecycle.SubmitRequest{AgentSlug: plain.Slug, RepoID: "octo/repo"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name     string
+		ctx      context.Context
+		q        run.RunQuery
+		want     int
+		maxReads int64 // an entry costs its run's index entry and status; another tenant's, the index entry
+	}{
+		{"big's", big, run.RunQuery{Repo: "octo/repo", Limit: 10}, 10, 2 * 10},
+		{"small's first page", small, run.RunQuery{Repo: "octo/repo", Limit: 10}, 0, 200},
+		{"every tenant's, small named", all, run.RunQuery{Repo: "octo/repo", Tenant: "small", Limit: 10}, 0, 2 * 200},
+		{"every tenant's, none named: the default", all, run.RunQuery{Repo: "octo/repo", Limit: 10}, 0, 2 * 200},
+	}
+	for _, tt := range tests {
+		counting.Reset()
+		p, err := r.ListRuns(tt.ctx, tt.q)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if gets := counting.Gets.Load(); len(p.Runs) != tt.want || gets > tt.maxReads {
+			t.Errorf("%s: %d runs, %d reads; want %d runs, at most %d reads", tt.name, len(p.Runs), gets, tt.want, tt.maxReads)
+		}
+		if tt.want == 0 && p.Next == "" {
+			t.Errorf("%s: no next cursor past the entries read", tt.name)
+		}
+		for _, s := range p.Runs {
+			if s.TenantID != "big" {
+				t.Errorf("%s: run %s of tenant %q", tt.name, s.RunID, s.TenantID)
+			}
+		}
+	}
+	// Small's run is reached by following the cursor.
+	found, q := 0, run.RunQuery{Repo: "octo/repo", Limit: 10}
+	for pages := 0; pages < 10; pages++ {
+		p, err := r.ListRuns(small, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found += len(p.Runs)
+		if q.Cursor = p.Next; q.Cursor == "" {
+			break
+		}
+	}
+	if found != 1 {
+		t.Errorf("small's runs of octo/repo, every page: %d; want 1", found)
+	}
+}
