@@ -10,7 +10,7 @@ import (
 // fileExpiry writes the expiry entry of the record just created at key
 // (layout.IdempotencyExpiryKey), create-only, under the hour its
 // generation expires: the janitor reads the records of hours past and
-// nothing else (docs/design.md, Idempotency expiry index). Only a record's
+// nothing else (docs/design.md, Idempotency: "Expiry index"). Only a record's
 // first write files it; an expiry moved later is re-filed by the janitor
 // when the entry's hour comes. A failed write is logged, not answered:
 // the record is written, and the janitor's daily full listing finds a

@@ -13,8 +13,8 @@ import (
 // TestKeyedHappyPathStoreRoundTrips is TestHappyPathStoreRoundTrips for a
 // submit with an idempotency key: the same run's writes, plus the key's
 // record (created, then completed: a put and a read-modify-write) and its
-// expiry entry, one create-only put (docs/design.md, Idempotency expiry
-// index). An unkeyed submit writes no entry (the test above holds it).
+// expiry entry, one create-only put (docs/design.md, Idempotency:
+// "Expiry index"). An unkeyed submit writes no entry (the test above holds it).
 func TestKeyedHappyPathStoreRoundTrips(t *testing.T) {
 	t.Parallel()
 	counting := &teststores.Counting{Store: memStore(t)}
