@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/authority"
@@ -33,12 +34,10 @@ var nlmReaders = []lifecycle.Actor{lifecycle.ActorOrchestration, lifecycle.Actor
 
 func (h *backendRoutes) table() []route {
 	artifactReaders := tableActors(authority.Artifacts, authority.Read)
-	var jobArtifactReaders []lifecycle.Actor
-	for _, a := range matrixActors(authority.Read, false) {
-		if authority.Lookup(a, authority.Artifacts, authority.Read) == authority.Allowed {
-			jobArtifactReaders = append(jobArtifactReaders, a)
-		}
-	}
+	// A job's artifact: who may read the job and the artifact both.
+	jobArtifactReaders := slices.DeleteFunc(matrixActors(authority.Read, false), func(a lifecycle.Actor) bool {
+		return !slices.Contains(artifactReaders, a)
+	})
 	return []route{
 		// The NLM backend's side is the Worker's machinery, as its
 		// callback is: an operator's (docs/design.md#tenants).
