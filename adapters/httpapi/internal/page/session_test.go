@@ -1,0 +1,77 @@
+package page_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/runconveyor/conveyor/adapters/httpapi"
+	"github.com/runconveyor/conveyor/jobqueue"
+	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+)
+
+// quiet discards the logs of the parts a page test runs.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// openPage serves api and starts a browser (bin) for it: the server's URL
+// and the browser's context. Both close when the test ends, the browser
+// two minutes after the start at the latest, so that a wait which never
+// ends fails the test rather than hangs it.
+func openPage(t *testing.T, bin string, api http.Handler) (string, context.Context) {
+	t.Helper()
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	bctx, closeBrowser := browser(t, bin)
+	overall := time.AfterFunc(2*time.Minute, closeBrowser)
+	t.Cleanup(func() { overall.Stop(); closeBrowser() })
+	return srv.URL, bctx
+}
+
+// runWhileTesting runs each of runs (a Runner's Run, the API's) until
+// the test ends, and waits for them then. Call it before openPage: the
+// browser and the server close first.
+func runWhileTesting(t *testing.T, runs ...func(context.Context) error) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, len(runs))
+	for _, r := range runs {
+		go func() { done <- r(ctx) }()
+	}
+	t.Cleanup(func() {
+		stop()
+		for range runs {
+			<-done
+		}
+	})
+}
+
+// waitStatus waits, ten seconds at most, until run id rests in want.
+func waitStatus(t *testing.T, r *run.Runner, id, want string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st, err := r.Wait(wctx, id); err != nil || st.Status != want {
+		t.Fatalf("run %s: %s %v", id, st.Status, err)
+	}
+}
+
+// queueAPI is the API and page of the job queue q on store, beside a
+// Runner whose one agent does nothing (the page's run views need one).
+func queueAPI(t *testing.T, store *storage.Store, q *jobqueue.Queue) *httpapi.Server {
+	t.Helper()
+	noop := []run.Step{{Name: "noop", Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{}, nil }}}
+	runner, err := run.NewRunner(run.Config{Store: store, Logger: quiet}, run.Agent{Slug: "plain", Steps: noop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := httpapi.New(httpapi.Config{Runner: runner, Queue: q, Store: store, Page: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api
+}
