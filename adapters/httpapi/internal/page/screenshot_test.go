@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -74,28 +73,17 @@ func TestScreenshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- runner.Run(rctx) }()
-	go func() { done <- api.Run(rctx) }()
-	srv := httptest.NewServer(api)
-	defer func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		stop()
-		for range 2 {
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Error(err)
-			}
-		}
-	}()
+	s := serveWorker(api)
+	s.spawn(runner.Run)
+	s.spawn(api.Run)
+	defer s.stop(t)
 	res, err := runner.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "demo-approval", Trigger: "manual"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	do(t, ctx, "open the waiting run", 30*time.Second,
 		chromedp.EmulateViewport(1200, 1150),
-		chromedp.Navigate(srv.URL+"/ui/#/runs/"+res.RunID),
+		chromedp.Navigate(s.URL+"/ui/#/runs/"+res.RunID),
 		chromedp.WaitVisible(css(`#run-status[data-status="awaiting_approval"]`)),
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
 	)

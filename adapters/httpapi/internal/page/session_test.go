@@ -2,10 +2,13 @@ package page_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +77,70 @@ func queueAPI(t *testing.T, store *storage.Store, q *jobqueue.Queue) *httpapi.Se
 		t.Fatal(err)
 	}
 	return api
+}
+
+// served is a Worker's API served on 127.0.0.1 (httptest listens on
+// loopback only: a Worker without tokens serves loopback only, and the
+// test touches no other network), with the parts it runs beside it.
+type served struct {
+	URL    string
+	srv    *httptest.Server
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan error
+	n      int
+}
+
+func serveWorker(h http.Handler) *served {
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := httptest.NewServer(h)
+	return &served{URL: srv.URL, srv: srv, ctx: ctx, cancel: cancel, done: make(chan error, 4)}
+}
+
+// spawn runs f (a Runner's Run, the API's) until stop; from the test's
+// goroutine only.
+func (s *served) spawn(f func(context.Context) error) {
+	s.n++
+	go func() { s.done <- f(s.ctx) }()
+}
+
+// closeServer cuts the open event streams, which end only with their
+// clients, then closes the server, which waits for every request.
+func (s *served) closeServer() {
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}
+
+// stopRuns ends what spawn started and reports any error but the cancel.
+func (s *served) stopRuns(t *testing.T) {
+	s.cancel()
+	for range s.n {
+		if err := <-s.done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("worker: %v", err)
+		}
+	}
+}
+
+// stop is closeServer, then stopRuns.
+func (s *served) stop(t *testing.T) {
+	s.closeServer()
+	s.stopRuns(t)
+}
+
+// submitRun starts a run through the API at url, as a client would, with
+// body the POST /agents/run request.
+func submitRun(t *testing.T, url, body string) string {
+	t.Helper()
+	res, err := http.Post(url+"/agents/run", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct {
+		RunID string `json:"run_id"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("submit: status %d, %v", res.StatusCode, err)
+	}
+	return out.RunID
 }
