@@ -65,7 +65,7 @@ func tableActors(r authority.Resource, op authority.Operation) []lifecycle.Actor
 // answered as it stands). The processor's Run takes it from there and
 // posts the request's callback.
 func (h *backendRoutes) process() handlerFunc {
-	return needs(h.proc != nil, "NLM processor", jsonRoute(http.StatusAccepted, jsonBody(decodeNLMRequest),
+	return needs(h.proc != nil, "NLM processor", jsonRoute(http.StatusAccepted, jsonBody(requiredBody[lifecycle.NLMRequest]),
 		func(ctx context.Context, _ lifecycle.Actor, req lifecycle.NLMRequest) (lifecycle.NLMJob, error) {
 			job, err := h.proc.Accept(ctx, req)
 			return job, jobScoped(err)
@@ -117,14 +117,4 @@ func (h *backendRoutes) jobArtifact() handlerFunc {
 			}
 			return h.artifacts.Get(ctx, actor, job.ProjectID, job.ArtifactID)
 		}))
-}
-
-// decodeNLMRequest decodes POST /jobs/process's body strictly; the
-// processor checks its fields.
-func decodeNLMRequest(data []byte) (lifecycle.NLMRequest, error) {
-	var req lifecycle.NLMRequest
-	if err := decodeStrict(data, &req, false); err != nil {
-		return req, err
-	}
-	return req, nil
 }
