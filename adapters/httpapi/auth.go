@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
@@ -253,11 +254,18 @@ func (s *Server) knownActor(a lifecycle.Actor) bool {
 	return guest || s.actorOK[a]
 }
 
-// guestRefused refuses a zone guest every route but the inbox submission;
-// nil for any other actor, or a route that admits guests.
-func guestRefused(rt route, actor lifecycle.Actor) error {
-	if _, guest := authority.GuestZone(actor); !guest || rt.guest {
-		return nil
+// refusal is why rt refuses actor, nil when it admits it: a zone guest is
+// admitted by the routes that admit guests only (the inbox submission),
+// any other actor by the route's actors.
+func refusal(rt route, actor lifecycle.Actor) error {
+	if _, guest := authority.GuestZone(actor); guest {
+		if rt.guest {
+			return nil
+		}
+		return apiErr(codes.Forbidden, "a zone guest (%s) may only POST /inbox/submit, not %s %s", actor, rt.method, rt.path)
 	}
-	return apiErr(codes.Forbidden, "a zone guest (%s) may only POST /inbox/submit, not %s %s", actor, rt.method, rt.path)
+	if rt.actors != nil && !slices.Contains(rt.actors, actor) {
+		return apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors))
+	}
+	return nil
 }

@@ -560,12 +560,8 @@ func (s *Server) handler(rt route) http.Handler {
 			s.writeError(w, r, apiErr(codes.NotFound, "%s %s is not served to tenant %s", rt.method, rt.path, t))
 			return
 		}
-		if err := guestRefused(rt, actor); err != nil {
+		if err := refusal(rt, actor); err != nil {
 			s.writeError(w, r, err)
-			return
-		}
-		if _, guest := authority.GuestZone(actor); !guest && rt.actors != nil && !slices.Contains(rt.actors, actor) {
-			s.writeError(w, r, apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))
 			return
 		}
 		if rt.body {
