@@ -2,8 +2,6 @@ package page_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,18 +122,4 @@ func submitAndWait(t *testing.T, r *run.Runner, agent string) string {
 	}
 	t.Fatalf("run %s of %s did not complete", res.RunID, agent)
 	return ""
-}
-
-// screenshot writes the page as name into CONVEYOR_SCREENSHOTS, when set.
-func screenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	dir := os.Getenv("CONVEYOR_SCREENSHOTS")
-	if dir == "" {
-		return
-	}
-	png := get(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot())
-	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s: %d bytes", name, len(png))
 }

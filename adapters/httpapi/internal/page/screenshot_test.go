@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,17 +38,7 @@ func TestScreenshots(t *testing.T) {
 	defer closeBrowser()
 	overall := time.AfterFunc(3*time.Minute, closeBrowser)
 	defer overall.Stop()
-	shoot := func(name string) {
-		t.Helper()
-		png := get(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot())
-		if len(png) > 300<<10 {
-			t.Errorf("%s is %d bytes, over 300 KB", name, len(png))
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s: %d bytes", name, len(png))
-	}
+	shoot := func(name string) { t.Helper(); screenshot(t, ctx, name) }
 
 	// The run page: a run of the approval machine whose first step asked
 	// for approval of "publish".

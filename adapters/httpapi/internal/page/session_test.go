@@ -8,10 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -143,4 +146,23 @@ func submitRun(t *testing.T, url, body string) string {
 		t.Fatalf("submit: status %d, %v", res.StatusCode, err)
 	}
 	return out.RunID
+}
+
+// screenshot writes the page as name into the folder CONVEYOR_SCREENSHOTS
+// names, when it is set; a screenshot over 300 KB fails the test (they are
+// kept in docs/).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("CONVEYOR_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	png := get(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot())
+	if len(png) > 300<<10 {
+		t.Errorf("%s is %d bytes, over 300 KB", name, len(png))
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d bytes", name, len(png))
 }
