@@ -202,29 +202,38 @@ func loadTokenFile(out map[string]lifecycle.Actor, path string) error {
 }
 
 func addToken(m map[string]lifecycle.Actor, tok, value string) error {
-	actor, tenant, err := splitTenant(lifecycle.Actor(value))
+	if tok == "" {
+		return fmt.Errorf("%w: empty token", ErrInvalidConfig)
+	}
+	a, err := normalToken(lifecycle.Actor(value))
 	if err != nil {
 		return err
-	}
-	a := normalizeActor(actor)
-	_, known := authority.GuestZone(a)
-	for _, k := range authority.Actors() {
-		known = known || k == a
-	}
-	switch {
-	case tok == "":
-		return fmt.Errorf("%w: empty token", ErrInvalidConfig)
-	case !known:
-		return fmt.Errorf("%w: unknown actor %q", ErrInvalidConfig, actor)
 	}
 	if _, dup := m[tok]; dup {
 		return fmt.Errorf("%w: a token is given twice", ErrInvalidConfig)
 	}
-	if value = string(a); tenant != "" {
-		value += "@" + tenant
-	}
-	m[tok] = lifecycle.Actor(value)
+	m[tok] = a
 	return nil
+}
+
+// normalToken is a token's "actor[@tenant]" as the Server keeps it: the
+// actor normalized ("owner" is gateway), its tenant as given. An actor
+// neither of the authority matrix nor a zone guest, or a tenant no key
+// segment can be, is an ErrInvalidConfig.
+func normalToken(v lifecycle.Actor) (lifecycle.Actor, error) {
+	actor, tenant, err := splitTenant(v)
+	if err != nil {
+		return "", err
+	}
+	a := normalizeActor(actor)
+	_, known := authority.GuestZone(a)
+	if !known && !slices.Contains(authority.Actors(), a) {
+		return "", fmt.Errorf("%w: unknown actor %q", ErrInvalidConfig, actor)
+	}
+	if tenant != "" {
+		a += lifecycle.Actor("@" + tenant)
+	}
+	return a, nil
 }
 
 // CheckListen refuses to serve addr without tokens unless addr is a

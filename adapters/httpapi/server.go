@@ -301,16 +301,12 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	}
 	tokens := make(map[string]lifecycle.Actor, len(cfg.Tokens))
 	for tok, v := range cfg.Tokens {
-		a, tenant, err := splitTenant(v)
+		a, err := normalToken(v)
+		if tok == "" {
+			err = fmt.Errorf("%w: empty token", ErrInvalidConfig)
+		}
 		if err != nil {
-			return nil, err
-		}
-		a = normalizeActor(a)
-		if tok == "" || !s.knownActor(a) {
-			return nil, fmt.Errorf("%w: token for unknown actor %q", ErrInvalidConfig, a)
-		}
-		if tenant != "" {
-			a += lifecycle.Actor("@" + tenant)
+			return nil, fmt.Errorf("token for %q: %w", v, err)
 		}
 		tokens[tok] = a
 	}
