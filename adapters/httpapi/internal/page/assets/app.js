@@ -2180,7 +2180,9 @@
         }
         if (stopped) return;
         pages.shown(page.next);
-        note.textContent = page.items.length ? '' : 'No proposal is pending.';
+        // A page reads a bounded part of the index, every tenant's: one may
+        // hold none of this token's and still have older ones after it.
+        note.textContent = page.items.length ? '' : page.next ? 'None on this page; older ones follow.' : 'No proposal is pending.';
         shown = keepRows(body, shown, page.items, (p) => p.id, (p) => JSON.stringify(p), (p) => h('tr', { 'data-proposal': p.id },
           h('td', {}, h('a', { href: '#/proposals/' + enc(p.id), class: 'mono', text: p.id })),
           h('td', {}, h('a', { href: '#/runs/' + enc(p.run_id), class: 'mono', text: p.run_id })),
