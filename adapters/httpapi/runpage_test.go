@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"maps"
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
@@ -56,38 +55,5 @@ func TestStepsListPendingAndRunsByRepo(t *testing.T) {
 		if r.RunID != ids[0] && r.RunID != ids[1] {
 			t.Errorf("run %s listed for octo/repo", r.RunID)
 		}
-	}
-}
-
-// TestRepoRunsBoundedPerTenant: a repository's index holds every tenant's
-// runs. A tenant whose one run lies behind 250 of another's gets a short
-// first page of GET /runs?repo= with a next cursor (a page reads a
-// bounded number of entries, not the repository's history), and its run
-// on a later page.
-func TestRepoRunsBoundedPerTenant(t *testing.T) {
-	t.Parallel()
-	all := maps.Clone(tokens)
-	maps.Copy(all, tenantTokens)
-	g := newRig(t, rigOpts{tokens: all})
-	submit := func(tenant string) string {
-		t.Helper()
-		r, err := g.runner.Submit(lifecycle.WithTenant(context.Background(), tenant), lifecycle.SubmitRequest{AgentSlug: "quick", Trigger: "event", RepoID: "octo/repo"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.RunID
-	}
-	mine := submit("acme") // the oldest: last, newest first
-	for range 250 {
-		submit("bolt")
-	}
-	acme := &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-acme-gw"}
-	page, next, err := acme.Runs(context.Background(), client.Query{Repo: "octo/repo", Limit: 50})
-	if err != nil || len(page) != 0 || next == "" {
-		t.Fatalf("acme's first page: %d runs, next %q, %v; want none and a next cursor", len(page), next, err)
-	}
-	runs, _, err := acme.Runs(context.Background(), client.Query{Repo: "octo/repo", All: true})
-	if err != nil || len(runs) != 1 || runs[0].RunID != mine {
-		t.Fatalf("acme's runs of octo/repo: %d, %v; want %s alone", len(runs), err, mine)
 	}
 }

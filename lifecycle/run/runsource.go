@@ -90,10 +90,7 @@ func (h *history) indexRepo(ctx context.Context, doc *lifecycle.RunStatus) error
 
 // listRepoRuns is ListRuns of q.Repo: the runs of one repository, newest
 // first, of every agent of this runner (Status filters as for an agent).
-// An entry whose run is gone (retention deleted it) is skipped. The index
-// holds the repository's whole history, every tenant's and agent's: a page
-// reads at most max(4·limit, 200) entries, so a rare match answers a short
-// page with a next cursor rather than a read of the history.
+// An entry whose run is gone (retention deleted it) is skipped.
 func (rd *reads) listRepoRuns(ctx context.Context, q RunQuery) (RunPage, error) {
 	limit, err := paging.Limit(q.Limit)
 	if err != nil {
@@ -107,7 +104,7 @@ func (rd *reads) listRepoRuns(ctx context.Context, q RunQuery) (RunPage, error) 
 	if err != nil {
 		return RunPage{}, &RequestError{Field: "repo", Reason: err.Error()}
 	}
-	runs, next, err := paging.Read(ctx, rd.store, []string{prefix}, after, limit, max(4*limit, 200), func(ctx context.Context, _ int, entry string) (lifecycle.RunStatus, bool, error) {
+	runs, next, err := paging.Read(ctx, rd.store, []string{prefix}, after, limit, 0, func(ctx context.Context, _ int, entry string) (lifecycle.RunStatus, bool, error) {
 		_, runID, ok := layout.ParseNewestFirst(entry)
 		if !ok {
 			return lifecycle.RunStatus{}, false, nil
