@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
@@ -201,29 +202,38 @@ func loadTokenFile(out map[string]lifecycle.Actor, path string) error {
 }
 
 func addToken(m map[string]lifecycle.Actor, tok, value string) error {
-	actor, tenant, err := splitTenant(lifecycle.Actor(value))
+	if tok == "" {
+		return fmt.Errorf("%w: empty token", ErrInvalidConfig)
+	}
+	a, err := normalToken(lifecycle.Actor(value))
 	if err != nil {
 		return err
-	}
-	a := normalizeActor(actor)
-	_, known := authority.GuestZone(a)
-	for _, k := range authority.Actors() {
-		known = known || k == a
-	}
-	switch {
-	case tok == "":
-		return fmt.Errorf("%w: empty token", ErrInvalidConfig)
-	case !known:
-		return fmt.Errorf("%w: unknown actor %q", ErrInvalidConfig, actor)
 	}
 	if _, dup := m[tok]; dup {
 		return fmt.Errorf("%w: a token is given twice", ErrInvalidConfig)
 	}
-	if value = string(a); tenant != "" {
-		value += "@" + tenant
-	}
-	m[tok] = lifecycle.Actor(value)
+	m[tok] = a
 	return nil
+}
+
+// normalToken is a token's "actor[@tenant]" as the Server keeps it: the
+// actor normalized ("owner" is gateway), its tenant as given. An actor
+// neither of the authority matrix nor a zone guest, or a tenant no key
+// segment can be, is an ErrInvalidConfig.
+func normalToken(v lifecycle.Actor) (lifecycle.Actor, error) {
+	actor, tenant, err := splitTenant(v)
+	if err != nil {
+		return "", err
+	}
+	a := normalizeActor(actor)
+	_, known := authority.GuestZone(a)
+	if !known && !slices.Contains(authority.Actors(), a) {
+		return "", fmt.Errorf("%w: unknown actor %q", ErrInvalidConfig, actor)
+	}
+	if tenant != "" {
+		a += lifecycle.Actor("@" + tenant)
+	}
+	return a, nil
 }
 
 // CheckListen refuses to serve addr without tokens unless addr is a
@@ -253,11 +263,18 @@ func (s *Server) knownActor(a lifecycle.Actor) bool {
 	return guest || s.actorOK[a]
 }
 
-// guestRefused refuses a zone guest every route but the inbox submission;
-// nil for any other actor, or a route that admits guests.
-func guestRefused(rt route, actor lifecycle.Actor) error {
-	if _, guest := authority.GuestZone(actor); !guest || rt.guest {
-		return nil
+// refusal is why rt refuses actor, nil when it admits it: a zone guest is
+// admitted by the routes that admit guests only (the inbox submission),
+// any other actor by the route's actors.
+func refusal(rt route, actor lifecycle.Actor) error {
+	if _, guest := authority.GuestZone(actor); guest {
+		if rt.guest {
+			return nil
+		}
+		return apiErr(codes.Forbidden, "a zone guest (%s) may only POST /inbox/submit, not %s %s", actor, rt.method, rt.path)
 	}
-	return apiErr(codes.Forbidden, "a zone guest (%s) may only POST /inbox/submit, not %s %s", actor, rt.method, rt.path)
+	if rt.actors != nil && !slices.Contains(rt.actors, actor) {
+		return apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors))
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	"github.com/runconveyor/conveyor/artifact"
 	"github.com/runconveyor/conveyor/internal/authority"
@@ -33,12 +34,10 @@ var nlmReaders = []lifecycle.Actor{lifecycle.ActorOrchestration, lifecycle.Actor
 
 func (h *backendRoutes) table() []route {
 	artifactReaders := tableActors(authority.Artifacts, authority.Read)
-	var jobArtifactReaders []lifecycle.Actor
-	for _, a := range matrixActors(authority.Read, false) {
-		if authority.Lookup(a, authority.Artifacts, authority.Read) == authority.Allowed {
-			jobArtifactReaders = append(jobArtifactReaders, a)
-		}
-	}
+	// A job's artifact: who may read the job and the artifact both.
+	jobArtifactReaders := slices.DeleteFunc(matrixActors(authority.Read, false), func(a lifecycle.Actor) bool {
+		return !slices.Contains(artifactReaders, a)
+	})
 	return []route{
 		// The NLM backend's side is the Worker's machinery, as its
 		// callback is: an operator's (docs/design.md#tenants).
@@ -66,7 +65,7 @@ func tableActors(r authority.Resource, op authority.Operation) []lifecycle.Actor
 // answered as it stands). The processor's Run takes it from there and
 // posts the request's callback.
 func (h *backendRoutes) process() handlerFunc {
-	return needs(h.proc != nil, "NLM processor", jsonRoute(http.StatusAccepted, jsonBody(decodeNLMRequest),
+	return needs(h.proc != nil, "NLM processor", jsonRoute(http.StatusAccepted, jsonBody(requiredBody[lifecycle.NLMRequest]),
 		func(ctx context.Context, _ lifecycle.Actor, req lifecycle.NLMRequest) (lifecycle.NLMJob, error) {
 			job, err := h.proc.Accept(ctx, req)
 			return job, jobScoped(err)
@@ -118,14 +117,4 @@ func (h *backendRoutes) jobArtifact() handlerFunc {
 			}
 			return h.artifacts.Get(ctx, actor, job.ProjectID, job.ArtifactID)
 		}))
-}
-
-// decodeNLMRequest decodes POST /jobs/process's body strictly; the
-// processor checks its fields.
-func decodeNLMRequest(data []byte) (lifecycle.NLMRequest, error) {
-	var req lifecycle.NLMRequest
-	if err := decodeStrict(data, &req, false); err != nil {
-		return req, err
-	}
-	return req, nil
 }

@@ -20,15 +20,7 @@ type proposalRoutes struct {
 
 // deciders are the actors the Memory Backend's table lets write the
 // memory themselves: who applies or rejects a proposal (the gateway).
-func deciders() []lifecycle.Actor {
-	var out []lifecycle.Actor
-	for _, a := range authority.Actors() {
-		if authority.Lookup(a, authority.Memory, authority.Write) == authority.Allowed {
-			out = append(out, a)
-		}
-	}
-	return out
-}
+func deciders() []lifecycle.Actor { return tableActors(authority.Memory, authority.Write) }
 
 func (h *proposalRoutes) table() []route {
 	return []route{

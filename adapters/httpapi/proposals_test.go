@@ -3,10 +3,12 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/httpapi/client"
@@ -123,5 +125,39 @@ func TestZoneGuest(t *testing.T) {
 	}
 	if _, err := httpapi.ParseTokens("t1=guest:../x"); err == nil {
 		t.Fatal("a guest of a zone that is no id was taken")
+	}
+}
+
+// TestPendingProposalsBoundedPerTenant: the pending index holds every
+// tenant's proposals. A tenant whose one proposal lies behind 250 of
+// another's gets a short first page with a next cursor (a page reads a
+// bounded number of entries, not the whole index), and its proposal on a
+// later page.
+func TestPendingProposalsBoundedPerTenant(t *testing.T) {
+	t.Parallel()
+	all := maps.Clone(tokens)
+	maps.Copy(all, tenantTokens)
+	g := newRig(t, rigOpts{tokens: all})
+	at := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	ps := proposals.New(g.store, func() time.Time { at = at.Add(time.Second); return at }, "", nil)
+	create := func(tenant, id string) {
+		t.Helper()
+		if _, err := ps.Create(lifecycle.WithTenant(context.Background(), tenant), lifecycle.ActorMastra, lifecycle.Proposal{ID: id, RunID: "run_1",
+			AgentSlug: "quick", ContentKey: "agents/quick/runs/run_1/output/" + id + ".json", TenantID: tenant}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("acme", "prop_acme") // the oldest: last, newest first
+	for i := range 250 {
+		create("bolt", fmt.Sprintf("prop_bolt_%03d", i))
+	}
+	acme := client.Proposals{Client: &client.Client{BaseURL: g.srv.URL, HTTP: g.srv.Client(), Token: "tok-acme-gw"}}
+	page, next, err := acme.Pending(context.Background(), client.Query{Limit: 50})
+	if err != nil || len(page) != 0 || next == "" {
+		t.Fatalf("acme's first page: %d proposals, next %q, %v; want none and a next cursor", len(page), next, err)
+	}
+	got, _, err := acme.Pending(context.Background(), client.Query{All: true})
+	if err != nil || len(got) != 1 || got[0].ID != "prop_acme" {
+		t.Fatalf("acme's pending proposals: %+v, %v; want prop_acme alone", got, err)
 	}
 }

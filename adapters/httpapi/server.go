@@ -301,16 +301,12 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	}
 	tokens := make(map[string]lifecycle.Actor, len(cfg.Tokens))
 	for tok, v := range cfg.Tokens {
-		a, tenant, err := splitTenant(v)
+		a, err := normalToken(v)
+		if tok == "" {
+			err = fmt.Errorf("%w: empty token", ErrInvalidConfig)
+		}
 		if err != nil {
-			return nil, err
-		}
-		a = normalizeActor(a)
-		if tok == "" || !s.knownActor(a) {
-			return nil, fmt.Errorf("%w: token for unknown actor %q", ErrInvalidConfig, a)
-		}
-		if tenant != "" {
-			a += lifecycle.Actor("@" + tenant)
+			return nil, fmt.Errorf("token for %q: %w", v, err)
 		}
 		tokens[tok] = a
 	}
@@ -560,12 +556,8 @@ func (s *Server) handler(rt route) http.Handler {
 			s.writeError(w, r, apiErr(codes.NotFound, "%s %s is not served to tenant %s", rt.method, rt.path, t))
 			return
 		}
-		if err := guestRefused(rt, actor); err != nil {
+		if err := refusal(rt, actor); err != nil {
 			s.writeError(w, r, err)
-			return
-		}
-		if _, guest := authority.GuestZone(actor); !guest && rt.actors != nil && !slices.Contains(rt.actors, actor) {
-			s.writeError(w, r, apiErr(codes.Forbidden, "actor %s may not %s %s (allowed: %s)", actor, rt.method, rt.path, joinActors(rt.actors)))
 			return
 		}
 		if rt.body {

@@ -105,6 +105,14 @@ func optionalBody[B any](data []byte) (B, error) {
 	return b, err
 }
 
+// requiredBody decodes a body that must be given, strictly, for a callee
+// that checks its fields itself.
+func requiredBody[B any](data []byte) (B, error) {
+	var b B
+	err := decodeStrict(data, &b, false)
+	return b, err
+}
+
 // pageParams are a list's paging parameters: ?limit= (0 when absent: the
 // SDK's default) and ?cursor=.
 type pageParams struct {

@@ -111,7 +111,16 @@ func TestTenantAttack(t *testing.T) {
 	if code, _, body := g.raw("GET", "/proposals/"+prop.ID, "tok-bolt-gw", "", nil, nil); code != http.StatusOK {
 		t.Fatalf("bolt reads its proposal: %d %s", code, body)
 	}
-	boltIDs := []string{quick, gate, slow, ext, job.JobID, entry.ID, prop.ID, "art-bolt"}
+	// A run of bolt's about a repository, as a webhook starts one: listed
+	// by GET /runs?repo= to bolt.
+	repoRun, err := g.runner.Submit(boltCtx, lifecycle.SubmitRequest{AgentSlug: "quick", Trigger: "event", RepoID: "octo/repo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs, _, err := bolt.Runs(ctx, client.Query{Repo: "octo/repo"}); err != nil || len(runs) != 1 || runs[0].RunID != repoRun.RunID {
+		t.Fatalf("bolt lists its repository's runs: %+v, %v", runs, err)
+	}
+	boltIDs := []string{quick, gate, slow, ext, repoRun.RunID, job.JobID, entry.ID, prop.ID, "art-bolt"}
 
 	// notFound: acme's request answers 404 and the same body as for an id
 	// that does not exist (the id swapped), so nothing tells them apart.
@@ -179,6 +188,7 @@ func TestTenantAttack(t *testing.T) {
 		"GET /runs": func(t *testing.T) {
 			leavesOut("GET", "/runs", gw, "", 200)(t)
 			leavesOut("GET", "/runs?status=completed", admin, "", 200)(t)
+			leavesOut("GET", "/runs?repo=octo/repo", gw, "", 200)(t)
 		},
 		"GET /runs/{runId}/status":   notFound("GET", "/runs/{id}/status", gw, "", quick),
 		"GET /runs/{runId}/steps":    notFound("GET", "/runs/{id}/steps", gw, "", quick),

@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +18,7 @@ import (
 // compensation_log of the run document.
 func TestCompensationCLI(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
 	store := memstore.New()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	step := func(name string, await *run.Await) run.Step {
 		return run.Step{Name: name,
 			Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
@@ -38,17 +33,9 @@ func TestCompensationCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: true, EventPollInterval: 20 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	done := make(chan struct{}, 2)
-	go func() { _ = r.Run(ctx); done <- struct{}{} }()
-	go func() { _ = srv.Run(ctx); done <- struct{}{} }()
-	t.Cleanup(func() { cancel(); <-done; <-done; ts.Close() })
+	url := serve(t, r, store, httpapi.Config{})
 
-	code, out, errs := conveyor(t, ts.URL, "submit", "order")
+	code, out, errs := conveyor(t, url, "submit", "order")
 	if code != 0 {
 		t.Fatalf("submit: %d %s", code, errs)
 	}
@@ -58,10 +45,10 @@ func TestCompensationCLI(t *testing.T) {
 	if st, err := r.Wait(wctx, id); err != nil || st.Status != "awaiting_approval" {
 		t.Fatalf("at the gate: %s %v", st.Status, err)
 	}
-	if code, out, errs := conveyor(t, ts.URL, "cancel", id, "-reason", "out of stock"); code != 0 || !strings.Contains(out, `"compensating"`) {
+	if code, out, errs := conveyor(t, url, "cancel", id, "-reason", "out of stock"); code != 0 || !strings.Contains(out, `"compensating"`) {
 		t.Fatalf("cancel: %d %s %s", code, out, errs)
 	}
-	code, out, errs = conveyor(t, ts.URL, "watch", id)
+	code, out, errs = conveyor(t, url, "watch", id)
 	if code != 0 {
 		t.Fatalf("watch: %d %s %s", code, out, errs)
 	}
@@ -70,7 +57,7 @@ func TestCompensationCLI(t *testing.T) {
 	if charge < 0 || reserve < charge || !strings.Contains(squash, "run "+id+" cancelled") {
 		t.Errorf("watch prints:\n%s", out)
 	}
-	code, out, errs = conveyor(t, ts.URL, "status", id)
+	code, out, errs = conveyor(t, url, "status", id)
 	var st lifecycle.RunStatus
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.CompensationLog) != 2 || st.CompensationLog[0].Step != "charge" {
 		t.Errorf("status: %d %s %s", code, out, errs)

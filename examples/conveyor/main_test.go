@@ -20,6 +20,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
 )
 
 // childEnv, set, makes the test binary the conveyor command itself: the
@@ -50,9 +51,7 @@ func TestMain(m *testing.M) {
 // and one that waits for approval, the API with its event feed.
 func worker(t *testing.T) (string, *run.Runner) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	store := memstore.New()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ok := func(summary string, await *run.Await) func(context.Context, run.StepInput) (run.StepOutput, error) {
 		return func(context.Context, run.StepInput) (run.StepOutput, error) {
 			return run.StepOutput{Summary: summary, Await: await}, nil
@@ -77,11 +76,23 @@ func worker(t *testing.T) (string, *run.Runner) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Events: true, EventPollInterval: 20 * time.Millisecond, Schedules: sched.View(), Logger: quiet})
+	return serve(t, r, store, httpapi.Config{Schedules: sched.View()}), r
+}
+
+// quiet discards the logs of the Workers the tests serve.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// serve serves cfg's API over r on store, with its event feed, and runs
+// the Runner and the feed until the test ends: the API's URL.
+func serve(t *testing.T, r *run.Runner, store *storage.Store, cfg httpapi.Config) string {
+	t.Helper()
+	cfg.Runner, cfg.Store, cfg.Events, cfg.EventPollInterval, cfg.Logger = r, store, true, 20*time.Millisecond, quiet
+	srv, err := httpapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	go func() { _ = r.Run(ctx); done <- struct{}{} }()
 	go func() { _ = srv.Run(ctx); done <- struct{}{} }()
@@ -91,7 +102,7 @@ func worker(t *testing.T) (string, *run.Runner) {
 		<-done
 		ts.Close()
 	})
-	return ts.URL, r
+	return ts.URL
 }
 
 // conveyor runs the CLI and returns its exit code and output.

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +17,8 @@ import (
 // not), and the list is empty after.
 func TestProposalsCommands(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	store := memstore.New()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	propose := func(context.Context, run.StepInput) (run.StepOutput, error) {
 		return run.StepOutput{Files: map[string][]byte{"proposal.json": []byte(`{}`)}, Propose: []string{"proposal.json"}}, nil
 	}
@@ -31,16 +27,9 @@ func TestProposalsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.New(httpapi.Config{Runner: r, Store: store, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	done := make(chan struct{})
-	go func() { _ = r.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; ts.Close() })
+	url := serve(t, r, store, httpapi.Config{})
 
-	code, out, errs := conveyor(t, ts.URL, "submit", "proposer", "-watch")
+	code, out, errs := conveyor(t, url, "submit", "proposer", "-watch")
 	if code != 0 || !strings.Contains(out, "completed") {
 		t.Fatalf("submit: %d %s %s", code, out, errs)
 	}
@@ -63,7 +52,7 @@ func TestProposalsCommands(t *testing.T) {
 		{[]string{"proposals", "frobnicate"}, 2, "proposals [pending]"},
 	}
 	for _, s := range steps {
-		code, out, errs := conveyor(t, ts.URL, s.args...)
+		code, out, errs := conveyor(t, url, s.args...)
 		got := out
 		if s.code != 0 {
 			got = errs
@@ -72,7 +61,7 @@ func TestProposalsCommands(t *testing.T) {
 			t.Fatalf("%v: exit %d (want %d), %q not in\n%s%s", s.args, code, s.code, s.want, out, errs)
 		}
 	}
-	if _, out, _ := conveyor(t, ts.URL, "proposals"); strings.Contains(out, id) {
+	if _, out, _ := conveyor(t, url, "proposals"); strings.Contains(out, id) {
 		t.Fatalf("an applied proposal is still listed:\n%s", out)
 	}
 }

@@ -227,6 +227,9 @@ func (st *Store) Decide(ctx context.Context, actor lifecycle.Actor, id string, t
 // Pending reads a page of the pending proposals, newest first, from
 // cursor ("" for the first page) with at most limit (0: 50; over 500 is
 // refused). next is the cursor of the following page, "" after the last.
+// The index holds every tenant's: a page reads at most max(4·limit, 200)
+// entries, so a tenant among many others' proposals may get a short page,
+// even an empty one, with a next cursor, not a read of them all.
 func (st *Store) Pending(ctx context.Context, limit int, cursor string) (page []lifecycle.Proposal, next string, err error) {
 	limit, err = paging.Limit(limit)
 	if err != nil {
@@ -236,7 +239,7 @@ func (st *Store) Pending(ctx context.Context, limit int, cursor string) (page []
 	if err != nil {
 		return nil, "", err
 	}
-	return paging.Read(ctx, st.s, []string{layout.ProposalsPendingIndex}, after, limit, 0,
+	return paging.Read(ctx, st.s, []string{layout.ProposalsPendingIndex}, after, limit, max(4*limit, 200),
 		func(ctx context.Context, _ int, entry string) (lifecycle.Proposal, bool, error) {
 			id, ok := layout.ParseProposalPendingEntry(entry)
 			if !ok {

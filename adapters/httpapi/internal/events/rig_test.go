@@ -129,7 +129,13 @@ func newRig(t *testing.T, store *storage.Store, cfg events.Config) *rig {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- feed.Run(ctx) }()
-	r.srv = httptest.NewServer(feed)
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// The server's authentication gives the feed the token's tenant.
+		if t := req.Header.Get(tenantHeader); t != "" {
+			req = req.WithContext(lifecycle.WithTenant(req.Context(), t))
+		}
+		feed.ServeHTTP(w, req)
+	}))
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -178,8 +184,24 @@ func (r *rig) open(query, lastID string) *stream {
 	return s
 }
 
+// tenantHeader names, to the rig's server, the tenant a client acts for.
+const tenantHeader = "X-Test-Tenant"
+
+// openAs is open("", "") by a client acting for tenant.
+func (r *rig) openAs(tenant string) *stream {
+	r.t.Helper()
+	s, start := r.connect("", "", tenant)
+	start()
+	return s
+}
+
 // openPaused is open with a client that reads nothing until start.
 func (r *rig) openPaused(query, lastID string) (*stream, func()) {
+	r.t.Helper()
+	return r.connect(query, lastID, "")
+}
+
+func (r *rig) connect(query, lastID, tenant string) (*stream, func()) {
 	r.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.srv.URL+"/events/stream"+query, nil)
@@ -188,6 +210,9 @@ func (r *rig) openPaused(query, lastID string) (*stream, func()) {
 	}
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
+	}
+	if tenant != "" {
+		req.Header.Set(tenantHeader, tenant)
 	}
 	resp, err := r.srv.Client().Do(req)
 	if err != nil {

@@ -131,7 +131,9 @@ type translator struct {
 	status map[string]runStatus
 	// pending is the pending count read in this pass, by tenant: an
 	// inbox.new goes to its entry's tenant alone, with that tenant's count.
+	// counted: pending holds this pass's read (a tenant missing has none).
 	pending map[string]int
+	counted bool
 }
 
 func newTranslator(s *storage.Store, box *inbox.Box, agents *agentCache) *translator {
@@ -148,6 +150,7 @@ func (t *translator) begin() {
 		t.pending = map[string]int{}
 	}
 	clear(t.pending)
+	t.counted = false
 	if len(t.steps) > cacheCap {
 		clear(t.steps)
 	}
@@ -299,23 +302,24 @@ func (t *translator) runStatus(ctx context.Context, agent, runID string) (runSta
 	return st, nil
 }
 
-// pendingCount counts tenant's pending inbox entries once per pass. The
-// inbox keeps no count, so this reads every live entry: O(live entries)
-// per pass and tenant that holds an inbox.create.
+// pendingCount counts tenant's pending inbox entries, reading the inbox
+// once per pass, every tenant's entries at once. The inbox keeps no count,
+// so this reads every live entry: O(live entries) per pass that holds an
+// inbox.create, however many tenants its entries are of.
 func (t *translator) pendingCount(ctx context.Context, tenant string) (int, error) {
-	if n, ok := t.pending[tenant]; ok {
-		return n, nil
+	if t.counted {
+		return t.pending[tenant], nil
 	}
 	if t.pending == nil {
 		t.pending = map[string]int{}
 	}
-	n := 0
-	for _, err := range t.box.List(lifecycle.WithTenant(ctx, tenant), inbox.ListOptions{Status: lifecycle.InboxPending}) {
+	for e, err := range t.box.List(lifecycle.WithTenant(ctx, lifecycle.AllTenants), inbox.ListOptions{Status: lifecycle.InboxPending}) {
 		if err != nil {
+			clear(t.pending)
 			return 0, err
 		}
-		n++
+		t.pending[e.TenantID]++
 	}
-	t.pending[tenant] = n
-	return n, nil
+	t.counted = true
+	return t.pending[tenant], nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -97,17 +96,10 @@ func serveActivity(t *testing.T, clk clock.Clock, work func(context.Context), fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	fctx, stopFeed := context.WithCancel(context.Background())
-	feedDone := make(chan struct{})
-	go func() { defer close(feedDone); _ = api.Run(fctx) }()
-	srv := httptest.NewServer(api)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		stopFeed()
-		<-feedDone
-	})
-	return &activityWorker{URL: srv.URL, queue: q}
+	s := serveWorker(api)
+	s.spawn(api.Run)
+	t.Cleanup(func() { s.stop(t) })
+	return &activityWorker{URL: s.URL, queue: q}
 }
 
 // chartGeometry measures the charts: per chart its values added up by

@@ -3,7 +3,6 @@ package page_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -116,35 +115,21 @@ func startWorker(t *testing.T, withFeed bool) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	workers := 1
-	go func() { done <- runner.Run(ctx) }()
-	if withFeed {
-		workers++
-		go func() { done <- api.Run(ctx) }()
-	}
-	// httptest listens on 127.0.0.1 only: the Worker without tokens serves
-	// loopback only, and the test touches no other network.
 	w.gate = newGate(api)
-	w.srv = httptest.NewServer(w.gate)
-	w.URL = w.srv.URL
+	s := serveWorker(w.gate)
+	s.spawn(runner.Run)
+	if withFeed {
+		s.spawn(api.Run)
+	}
+	w.srv, w.URL = s.srv, s.URL
 	w.stop = func() {
-		// Open event streams end with their clients; cut them before Close,
-		// which waits for every request, then stop the runner and the feed.
-		w.srv.CloseClientConnections()
-		w.srv.Close()
+		s.closeServer()
 		select {
 		case <-w.release:
 		default:
 			close(w.release)
 		}
-		cancel()
-		for range workers {
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("worker: %v", err)
-			}
-		}
+		s.stopRuns(t)
 	}
 	return w
 }
@@ -430,18 +415,7 @@ func TestRunPageFallsBackToPolling(t *testing.T) {
 // submit starts a run of the demo agent through the API.
 func (w *worker) submit(t *testing.T) string {
 	t.Helper()
-	res, err := http.Post(w.URL+"/agents/run", "application/json", strings.NewReader(`{"agent_slug":"`+demoAgent+`"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var out struct {
-		RunID string `json:"run_id"`
-	}
-	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != http.StatusCreated {
-		t.Fatalf("submit: status %d, %v", res.StatusCode, err)
-	}
-	return out.RunID
+	return submitRun(t, w.URL, `{"agent_slug":"`+demoAgent+`"}`)
 }
 
 // An agent's run list draws the answer to its latest read only: a read

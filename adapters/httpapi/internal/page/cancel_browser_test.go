@@ -3,20 +3,15 @@ package page_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // The jobs page of a queue of a user's job type alone: its counts have the
@@ -27,7 +22,6 @@ func TestJobsPageGeneralMachineAndCancel(t *testing.T) {
 	bin := chromium(t)
 	ctx := context.Background()
 	store := memstore.New()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q, err := jobqueue.New(jobqueue.Config{Store: store, Logger: quiet, Types: map[lifecycle.JobType]jobqueue.TypeConfig{
 		"SEND_EMAIL": {Handler: jobqueue.HandlerFunc(func(context.Context, lifecycle.Job) (lifecycle.JobOutput, error) {
 			return lifecycle.JobOutput{Content: json.RawMessage(`{}`)}, nil
@@ -40,25 +34,11 @@ func TestJobsPageGeneralMachineAndCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	noop := []run.Step{{Name: "noop", Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{}, nil }}}
-	runner, err := run.NewRunner(run.Config{Store: store, Logger: quiet}, run.Agent{Slug: "plain", Steps: noop})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(httpapi.Config{Runner: runner, Queue: q, Store: store, Page: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	bctx, closeBrowser := browser(t, bin)
-	defer closeBrowser()
-	overall := time.AfterFunc(2*time.Minute, closeBrowser)
-	defer overall.Stop()
+	url, bctx := openPage(t, bin, queueAPI(t, store, q))
 
 	row := `#jobs-body tr[data-job="email-1"]`
 	do(t, bctx, "open the jobs page", 30*time.Second,
-		chromedp.Navigate(srv.URL+"/ui/#/jobs"),
+		chromedp.Navigate(url+"/ui/#/jobs"),
 		chromedp.WaitVisible(css(`#job-counts tr[data-type="SEND_EMAIL"] td[data-state="QUEUED"] a`)),
 		chromedp.WaitVisible(css(row)),
 	)

@@ -2,9 +2,6 @@ package page_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +22,6 @@ func TestRunPageShowsCompensation(t *testing.T) {
 	bin := chromium(t)
 	ctx := context.Background()
 	store := memstore.New()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	step := func(name string, await *run.Await, undo error) run.Step {
 		return run.Step{Name: name,
 			Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
@@ -47,41 +43,25 @@ func TestRunPageShowsCompensation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- runner.Run(rctx) }()
-	defer func() { stop(); <-ran }()
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	wait := func(id, want string) {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if st, err := runner.Wait(wctx, id); err != nil || st.Status != want {
-			t.Fatalf("run %s: %s %v", id, st.Status, err)
-		}
-	}
+	runWhileTesting(t, runner.Run)
 	res, err := runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "order"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait(res.RunID, "awaiting_approval")
+	waitStatus(t, runner, res.RunID, "awaiting_approval")
 	if _, err := runner.Cancel(ctx, res.RunID, lifecycle.ActorGateway, run.CancelRequest{Reason: "out of stock"}); err != nil {
 		t.Fatal(err)
 	}
-	wait(res.RunID, "cancelled")
+	waitStatus(t, runner, res.RunID, "cancelled")
 	plain, err := runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: "plain"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait(plain.RunID, "completed")
+	waitStatus(t, runner, plain.RunID, "completed")
 
-	bctx, closeBrowser := browser(t, bin)
-	defer closeBrowser()
-	overall := time.AfterFunc(2*time.Minute, closeBrowser)
-	defer overall.Stop()
+	url, bctx := openPage(t, bin, api)
 	do(t, bctx, "open the compensated run", 30*time.Second,
-		chromedp.Navigate(srv.URL+"/ui/#/runs/"+res.RunID),
+		chromedp.Navigate(url+"/ui/#/runs/"+res.RunID),
 		chromedp.WaitVisible(css(`#run-status[data-status="cancelled"]`)),
 		chromedp.WaitVisible(css(`#compensation tr[data-step="reserve"]`)),
 	)
@@ -92,7 +72,7 @@ func TestRunPageShowsCompensation(t *testing.T) {
 		t.Errorf("compensation rows %q", rows)
 	}
 	do(t, bctx, "open the plain run", 30*time.Second,
-		chromedp.Navigate(srv.URL+"/ui/#/runs/"+plain.RunID),
+		chromedp.Navigate(url+"/ui/#/runs/"+plain.RunID),
 		chromedp.WaitVisible(css(`#run-status[data-status="completed"]`)),
 	)
 	if shown := get(t, bctx, "is the section shown", chromedp.Evaluate[bool](`!document.querySelector('#compensation').hidden`)); shown {

@@ -100,18 +100,9 @@ func startInboxWorker(t *testing.T) *inboxWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.Run(rctx) }()
-	srv := httptest.NewServer(api)
-	return &inboxWorker{URL: srv.URL, box: box, clock: clk, stop: func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Error(err)
-		}
-	}}
+	s := serveWorker(api)
+	s.spawn(api.Run)
+	return &inboxWorker{URL: s.URL, box: box, clock: clk, stop: func() { s.stop(t) }}
 }
 
 // entryRow is the selector of an entry's row, in a state.

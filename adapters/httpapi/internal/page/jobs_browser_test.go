@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -118,18 +117,11 @@ func startJobsWorker(t *testing.T) *jobsWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fctx, stopFeed := context.WithCancel(context.Background())
-	feedDone := make(chan struct{})
-	go func() { defer close(feedDone); _ = api.Run(fctx) }()
 	w.gate = newGate(api)
-	srv := httptest.NewServer(w.gate) // 127.0.0.1 only
-	w.URL = srv.URL
-	w.stop = func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		stopFeed()
-		<-feedDone
-	}
+	s := serveWorker(w.gate)
+	s.spawn(api.Run)
+	w.URL = s.URL
+	w.stop = func() { s.stop(t) }
 	return w
 }
 

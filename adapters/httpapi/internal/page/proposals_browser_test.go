@@ -2,11 +2,6 @@ package page_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +24,6 @@ func TestProposalsPage(t *testing.T) {
 	bin := chromium(t)
 	ctx := context.Background()
 	store := memstore.New()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	propose := func(names ...string) func(context.Context, run.StepInput) (run.StepOutput, error) {
 		return func(context.Context, run.StepInput) (run.StepOutput, error) {
 			files := map[string][]byte{}
@@ -53,12 +47,7 @@ func TestProposalsPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 2)
-	go func() { done <- runner.Run(rctx) }()
-	go func() { done <- api.Run(rctx) }()
-	srv := httptest.NewServer(api)
-	defer func() { srv.Close(); stop(); <-done; <-done }()
+	runWhileTesting(t, runner.Run, api.Run)
 
 	first := submitAndWait(t, runner, "archivist-violin")
 	second := submitAndWait(t, runner, "summariser")
@@ -67,13 +56,10 @@ func TestProposalsPage(t *testing.T) {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 
-	bctx, closeBrowser := browser(t, bin)
-	defer closeBrowser()
-	overall := time.AfterFunc(2*time.Minute, closeBrowser)
-	defer overall.Stop()
+	url, bctx := openPage(t, bin, api)
 	do(t, bctx, "open the completed run", 30*time.Second,
 		chromedp.EmulateViewport(1100, 700),
-		chromedp.Navigate(srv.URL+"/ui/#/runs/"+first),
+		chromedp.Navigate(url+"/ui/#/runs/"+first),
 		chromedp.WaitVisible(css(`#run-proposals a[data-testid="proposal-link"]`)),
 	)
 	links := get(t, bctx, "read the run's proposal links", chromedp.Evaluate[[]string](
@@ -100,7 +86,7 @@ func TestProposalsPage(t *testing.T) {
 	do(t, bctx, "apply one as the gateway", 30*time.Second,
 		chromedp.Click(css(`#proposals-body tr[data-proposal="`+target+`"] button[data-decide="applied"]`)),
 		chromedp.WaitNotPresent(css(`#proposals-body tr[data-proposal="`+target+`"]`)),
-		chromedp.Navigate(srv.URL+"/ui/#/proposals/"+target),
+		chromedp.Navigate(url+"/ui/#/proposals/"+target),
 		chromedp.WaitVisible(css(`#proposal-status[data-status="applied"]`)),
 	)
 	if n := get(t, bctx, "count the buttons", chromedp.Evaluate[int](`document.querySelectorAll('#proposal-actions button').length`)); n != 0 {
@@ -109,7 +95,7 @@ func TestProposalsPage(t *testing.T) {
 	do(t, bctx, "a frontend is refused", 30*time.Second,
 		chromedp.SetValue(css(`#actor`), "frontend"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#actor").dispatchEvent(new Event("change"))`),
-		chromedp.Navigate(srv.URL+"/ui/#/proposals"),
+		chromedp.Navigate(url+"/ui/#/proposals"),
 		chromedp.WaitVisible(css(`#proposals-body tr[data-proposal="`+st.ProposalsCreated[1]+`"] button[data-decide="rejected"]`)),
 		chromedp.Click(css(`#proposals-body tr[data-proposal="`+st.ProposalsCreated[1]+`"] button[data-decide="rejected"]`)),
 		chromedp.WaitVisible(css(`#proposals-error`)),
@@ -136,18 +122,4 @@ func submitAndWait(t *testing.T, r *run.Runner, agent string) string {
 	}
 	t.Fatalf("run %s of %s did not complete", res.RunID, agent)
 	return ""
-}
-
-// screenshot writes the page as name into CONVEYOR_SCREENSHOTS, when set.
-func screenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	dir := os.Getenv("CONVEYOR_SCREENSHOTS")
-	if dir == "" {
-		return
-	}
-	png := get(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot())
-	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s: %d bytes", name, len(png))
 }

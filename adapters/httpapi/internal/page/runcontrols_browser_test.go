@@ -3,9 +3,6 @@ package page_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +23,6 @@ func TestRunPageCancelFollowsTheMachine(t *testing.T) {
 	bin := chromium(t)
 	ctx := context.Background()
 	store := memstore.New()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	done := func(context.Context, run.StepInput) (run.StepOutput, error) {
 		return run.StepOutput{Summary: "done"}, nil
 	}
@@ -43,35 +39,23 @@ func TestRunPageCancelFollowsTheMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- runner.Run(rctx) }()
-	defer func() { stop(); <-ran }()
-	srv := httptest.NewServer(api)
-	defer srv.Close()
+	runWhileTesting(t, runner.Run)
 	submit := func(slug string, want string) string {
 		t.Helper()
 		res, err := runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: slug})
 		if err != nil {
 			t.Fatal(err)
 		}
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if st, err := runner.Wait(wctx, res.RunID); err != nil || st.Status != want {
-			t.Fatalf("run of %s: %s %v", slug, st.Status, err)
-		}
+		waitStatus(t, runner, res.RunID, want)
 		return res.RunID
 	}
 	plain, gated := submit("plain", "completed"), submit("gated", "awaiting_approval")
 
-	bctx, closeBrowser := browser(t, bin)
-	defer closeBrowser()
-	overall := time.AfterFunc(2*time.Minute, closeBrowser)
-	defer overall.Stop()
+	url, bctx := openPage(t, bin, api)
 	visible := `(sel) => { const el = document.querySelector(sel); return !!el && !el.hidden && el.getClientRects().length > 0; }`
 
 	do(t, bctx, "open the canonical run", 30*time.Second,
-		chromedp.Navigate(srv.URL+"/ui/#/runs/"+plain),
+		chromedp.Navigate(url+"/ui/#/runs/"+plain),
 		chromedp.WaitVisible(css(`#run-status[data-status="completed"]`)),
 		chromedp.WaitVisible(css(`#cancel-note`)),
 	)
@@ -83,7 +67,7 @@ func TestRunPageCancelFollowsTheMachine(t *testing.T) {
 	}
 
 	do(t, bctx, "open the approval run", 30*time.Second,
-		chromedp.Navigate(srv.URL+"/ui/#/runs/"+gated),
+		chromedp.Navigate(url+"/ui/#/runs/"+gated),
 		chromedp.WaitVisible(css(`#run-status[data-status="awaiting_approval"]`)),
 		chromedp.WaitVisible(css(`#btn-cancel`)),
 	)

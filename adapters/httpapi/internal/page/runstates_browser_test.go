@@ -2,12 +2,8 @@ package page_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -63,45 +59,18 @@ func startQueueWorker(t *testing.T) *queueWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- api.Run(ctx) }()
-	started := false
-	w.start = func() { started = true; go func() { done <- runner.Run(ctx) }() }
 	w.gate = newGate(api)
-	srv := httptest.NewServer(w.gate)
-	w.URL = srv.URL
-	w.stop = func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		cancel()
-		n := 1
-		if started {
-			n++
-		}
-		for range n {
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("worker: %v", err)
-			}
-		}
-	}
+	s := serveWorker(w.gate)
+	s.spawn(api.Run)
+	w.start = func() { s.spawn(runner.Run) }
+	w.URL = s.URL
+	w.stop = func() { s.stop(t) }
 	return w
 }
 
 func (w *queueWorker) submit(t *testing.T) string {
 	t.Helper()
-	res, err := http.Post(w.URL+"/agents/run", "application/json", strings.NewReader(`{"agent_slug":"`+queueAgent+`","source":"ui"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var out struct {
-		RunID string `json:"run_id"`
-	}
-	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != http.StatusCreated {
-		t.Fatalf("submit: status %d, %v", res.StatusCode, err)
-	}
-	return out.RunID
+	return submitRun(t, w.URL, `{"agent_slug":"`+queueAgent+`","source":"ui"}`)
 }
 
 // The run page's states (docs/spec.md#the-run-page): a spinner while the

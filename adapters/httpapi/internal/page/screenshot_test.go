@@ -6,9 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -40,17 +38,7 @@ func TestScreenshots(t *testing.T) {
 	defer closeBrowser()
 	overall := time.AfterFunc(3*time.Minute, closeBrowser)
 	defer overall.Stop()
-	shoot := func(name string) {
-		t.Helper()
-		png := get(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot())
-		if len(png) > 300<<10 {
-			t.Errorf("%s is %d bytes, over 300 KB", name, len(png))
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s: %d bytes", name, len(png))
-	}
+	shoot := func(name string) { t.Helper(); screenshot(t, ctx, name) }
 
 	// The run page: a run of the approval machine whose first step asked
 	// for approval of "publish".
@@ -74,28 +62,17 @@ func TestScreenshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- runner.Run(rctx) }()
-	go func() { done <- api.Run(rctx) }()
-	srv := httptest.NewServer(api)
-	defer func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		stop()
-		for range 2 {
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Error(err)
-			}
-		}
-	}()
+	s := serveWorker(api)
+	s.spawn(runner.Run)
+	s.spawn(api.Run)
+	defer s.stop(t)
 	res, err := runner.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "demo-approval", Trigger: "manual"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	do(t, ctx, "open the waiting run", 30*time.Second,
 		chromedp.EmulateViewport(1200, 1150),
-		chromedp.Navigate(srv.URL+"/ui/#/runs/"+res.RunID),
+		chromedp.Navigate(s.URL+"/ui/#/runs/"+res.RunID),
 		chromedp.WaitVisible(css(`#run-status[data-status="awaiting_approval"]`)),
 		chromedp.WaitVisible(css(`#live[data-mode="stream"]`)),
 	)

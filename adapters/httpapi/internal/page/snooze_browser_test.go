@@ -2,20 +2,15 @@ package page_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/runconveyor/conveyor/adapters/httpapi"
 	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/run"
 )
 
 // TestJobPageSnooze: a job whose handler snoozed shows the move RUNNING →
@@ -25,7 +20,6 @@ func TestJobPageSnooze(t *testing.T) {
 	bin := chromium(t)
 	ctx := context.Background()
 	store := memstore.New()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q, err := jobqueue.New(jobqueue.Config{Store: store, Logger: quiet, Types: map[lifecycle.JobType]jobqueue.TypeConfig{
 		"POLL": {Handler: jobqueue.HandlerFunc(func(context.Context, lifecycle.Job) (lifecycle.JobOutput, error) {
 			return lifecycle.JobOutput{}, jobqueue.Snooze(time.Hour)
@@ -43,25 +37,11 @@ func TestJobPageSnooze(t *testing.T) {
 	if j, err := c.Run(ctx, nil); err != nil || j.Status != lifecycle.JobQueued {
 		t.Fatalf("run: %s, %v", j.Status, err)
 	}
-	noop := []run.Step{{Name: "noop", Run: func(context.Context, run.StepInput) (run.StepOutput, error) { return run.StepOutput{}, nil }}}
-	runner, err := run.NewRunner(run.Config{Store: store, Logger: quiet}, run.Agent{Slug: "plain", Steps: noop})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(httpapi.Config{Runner: runner, Queue: q, Store: store, Page: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	bctx, closeBrowser := browser(t, bin)
-	defer closeBrowser()
-	overall := time.AfterFunc(2*time.Minute, closeBrowser)
-	defer overall.Stop()
+	url, bctx := openPage(t, bin, queueAPI(t, store, q))
 
 	move := `#job-timeline li[data-from="RUNNING"][data-to="QUEUED"]`
 	do(t, bctx, "open the snoozed job", 30*time.Second,
-		chromedp.Navigate(srv.URL+"/ui/#/jobs/poll-1"),
+		chromedp.Navigate(url+"/ui/#/jobs/poll-1"),
 		chromedp.WaitVisible(css(`#job-status[data-status="QUEUED"]`)),
 		chromedp.WaitVisible(css(move)),
 	)

@@ -71,6 +71,35 @@
     }
   }
 
+  // pager keeps a paged list's place: path, the page shown ('' the first),
+  // and following, the path of the page after it (null after the last).
+  // Its two buttons move it, each hidden where it leads nowhere: toFirst
+  // back to the first page, toNext on; either reads with load. shown(next)
+  // records the answer to a read of path.
+  function pager(toFirst, toNext, load) {
+    const p = {
+      path: '', following: null,
+      shown(next) {
+        p.following = next || null;
+        toNext.hidden = !p.following;
+        toFirst.hidden = !p.path;
+      },
+    };
+    toFirst.addEventListener('click', () => { p.path = ''; load(); });
+    toNext.addEventListener('click', () => { if (p.following) { p.path = p.following; load(); } });
+    return p;
+  }
+
+  // burst runs fn once for a burst of events: ms after the first kick,
+  // however many follow meanwhile; cancel drops one not yet run.
+  function burst(fn, ms) {
+    let timer = null;
+    return {
+      kick() { if (!timer) timer = setTimeout(() => { timer = null; fn(); }, ms); },
+      cancel() { clearTimeout(timer); timer = null; },
+    };
+  }
+
   function fmtTime(iso) {
     if (!iso) return '—';
     const d = new Date(iso);
@@ -1531,7 +1560,7 @@
   function jobsView(view, query) {
     let stopped = false;
     const filter = { status: query.get('status') || '', type: query.get('type') || '', agent: query.get('agent') || '' };
-    let specs = {}, pagePath = '', nextPath = null; // the job machines, by name
+    let specs = {}; // the job machines, by name
     const specOf = (j) => specs[jobMachineName(j)] || null;
 
     const err = h('div', { id: 'jobs-error', class: 'notice error', role: 'alert' });
@@ -1612,13 +1641,12 @@
       for (const k of Object.keys(selects)) {
         if (selects[k].value !== filter[k]) fillSelect(selects[k], [...selects[k].options].map((o) => o.value), filter[k], selects[k].options[0].text, k === 'agent' ? agentName : null);
       }
-      pagePath = '';
+      pages.path = '';
       showBulk();
       loadList();
     }
     for (const [k, sel] of Object.entries(selects)) sel.addEventListener('change', () => setFilter({ [k]: sel.value }));
-    first.addEventListener('click', () => { pagePath = ''; loadList(); });
-    next.addEventListener('click', () => { if (nextPath) { pagePath = nextPath; loadList(); } });
+    const pages = pager(first, next, () => loadList());
 
     // The counts are one read (GET /stats/jobs/counts): each row is one
     // job type and agent ("—" for jobs whose records are gone).
@@ -1868,7 +1896,7 @@
       const seq = ++listSeq;
       const keep = (j) => (!filter.status || j.status === filter.status) && (!filter.type || j.job_type === filter.type) &&
         (!filter.agent || j.agent_slug === filter.agent);
-      let path = pagePath;
+      let path = pages.path;
       if (!path) {
         path = '/jobs?limit=' + JOBS_SHOWN;
         for (const k of ['status', 'type', 'agent']) if (filter[k]) path += '&' + k + '=' + enc(filter[k]);
@@ -1883,12 +1911,10 @@
           items = items.concat(page.items);
         }
         if (stopped || seq !== listSeq) return;
-        nextPath = page.next;
-        next.hidden = !nextPath;
-        first.hidden = !pagePath;
+        pages.shown(page.next);
         shownJobs = keepRows(listBody, shownJobs, items, (j) => j.job_id,
           (j) => JSON.stringify([j, jobActions(j).map((a) => a.event)]), jobRow);
-        listNote.textContent = items.length ? '' : pagePath ? 'No more jobs.' : 'No jobs match.';
+        listNote.textContent = items.length ? '' : pages.path ? 'No more jobs.' : 'No jobs match.';
         listNote.className = 'muted';
       } catch (e) {
         if (stopped || seq !== listSeq) return;
@@ -1924,14 +1950,11 @@
     }
 
     // A job's move is an event of the feed: a burst of them costs one read.
-    let pending = null;
+    const reread = burst(() => { if (!stopped) refresh(); }, 300);
     const live = new Live({
       url: '/events/stream',
       interval: POLL_LIST_MS,
-      onEvent: (type) => {
-        if (!type.startsWith('job.') || pending) return;
-        pending = setTimeout(() => { pending = null; if (!stopped) refresh(); }, 300);
-      },
+      onEvent: (type) => { if (type.startsWith('job.')) reread.kick(); },
       poll: () => refresh(),
       onOpen: () => refresh(),
     });
@@ -1951,7 +1974,7 @@
       await refresh();
       if (!stopped) live.start();
     })();
-    return { stop() { stopped = true; clearTimeout(pending); clearInterval(queuesTimer); clearInterval(chartsTimer); resize.stop(); live.stop(); } };
+    return { stop() { stopped = true; reread.cancel(); clearInterval(queuesTimer); clearInterval(chartsTimer); resize.stop(); live.stop(); } };
   }
 
   // ---- one job: its arguments, its result, its attempts and its moves
@@ -2079,14 +2102,11 @@
       load();
     }
     // The job's own events read it again, a burst of them once.
-    let pending = null;
+    const reread = burst(() => { if (!stopped) load(); }, 200);
     const live = new Live({
       url: '/events/stream',
       interval: POLL_RUN_MS,
-      onEvent: (type, d) => {
-        if (!type.startsWith('job.') || d.jobId !== jobID || pending) return;
-        pending = setTimeout(() => { pending = null; if (!stopped) load(); }, 200);
-      },
+      onEvent: (type, d) => { if (type.startsWith('job.') && d.jobId === jobID) reread.kick(); },
       poll: load,
       onOpen: load,
     });
@@ -2097,7 +2117,7 @@
       await load();
       if (!stopped) live.start();
     })();
-    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+    return { stop() { stopped = true; reread.cancel(); live.stop(); } };
   }
 
   // ---- proposals: the pending ones, one proposal, the gateway's decision
@@ -2137,7 +2157,7 @@
   // /proposals/pending, a page at a time), read again on each proposal
   // event of the stream, and every POLL_LIST_MS while the stream is down.
   function proposalsView(view) {
-    let stopped = false, pagePath = '', shown = new Map();
+    let stopped = false, shown = new Map();
     const err = h('div', { id: 'proposals-error', class: 'notice error', role: 'alert' });
     const body = h('tbody', { id: 'proposals-body' });
     const note = h('p', { class: 'muted', id: 'proposals-note' });
@@ -2148,21 +2168,21 @@
     view.append(h('h2', { text: 'Proposals' }),
       h('p', { class: 'muted', text: 'Pending proposals, newest first. The gateway applies or rejects them.' }),
       err, h('div', { class: 'scroll' }, table), note, h('p', {}, newest, ' ', older));
-    let nextPath = null;
+    const pages = pager(newest, older, () => load());
     async function load() {
       return reading(table, async () => {
         let page;
         try {
-          page = await apiPage(pagePath || '/proposals/pending?limit=50');
+          page = await apiPage(pages.path || '/proposals/pending?limit=50');
         } catch (e) {
           if (!stopped) err.textContent = 'Proposals could not be read: ' + e.describe();
           return;
         }
         if (stopped) return;
-        nextPath = page.next;
-        older.hidden = !nextPath;
-        newest.hidden = !pagePath;
-        note.textContent = page.items.length ? '' : 'No proposal is pending.';
+        pages.shown(page.next);
+        // A page reads a bounded part of the index, every tenant's: one may
+        // hold none of this token's and still have older ones after it.
+        note.textContent = page.items.length ? '' : page.next ? 'None on this page; older ones follow.' : 'No proposal is pending.';
         shown = keepRows(body, shown, page.items, (p) => p.id, (p) => JSON.stringify(p), (p) => h('tr', { 'data-proposal': p.id },
           h('td', {}, h('a', { href: '#/proposals/' + enc(p.id), class: 'mono', text: p.id })),
           h('td', {}, h('a', { href: '#/runs/' + enc(p.run_id), class: 'mono', text: p.run_id })),
@@ -2173,21 +2193,16 @@
           h('td', { class: 'nowrap' }, ...decideButtons(p, err, load))));
       });
     }
-    older.addEventListener('click', () => { pagePath = nextPath; load(); });
-    newest.addEventListener('click', () => { pagePath = ''; load(); });
-    let pending = null;
+    const reread = burst(() => { if (!stopped) load(); }, 200);
     const live = new Live({
       url: '/events/stream',
       interval: POLL_LIST_MS,
-      onEvent: (type) => {
-        if (!type.startsWith('proposal.') || pending) return;
-        pending = setTimeout(() => { pending = null; if (!stopped) load(); }, 200);
-      },
+      onEvent: (type) => { if (type.startsWith('proposal.')) reread.kick(); },
       poll: load,
       onOpen: load,
     });
     load().then(() => { if (!stopped) live.start(); });
-    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+    return { stop() { stopped = true; reread.cancel(); live.stop(); } };
   }
 
   // proposalView shows one proposal, and Apply and Reject while pending.
@@ -2270,7 +2285,7 @@
   }
 
   function inboxView(view, query) {
-    let stopped = false, seq = 0, shown = new Map(), pagePath = '', nextPath = null, lastStats = '';
+    let stopped = false, seq = 0, shown = new Map(), lastStats = '';
     const filter = { status: query.get('status') || '', expired: query.get('expired') === 'show' };
     const err = h('div', { class: 'notice error', role: 'alert', 'data-testid': 'inbox-error' });
     const stats = h('p', { class: 'muted', id: 'inbox-stats', 'data-testid': 'inbox-stats' });
@@ -2309,13 +2324,12 @@
       if (filter.status) q.set('status', filter.status);
       if (filter.expired) q.set('expired', 'show');
       history.replaceState(null, '', '#/inbox' + (q.toString() ? '?' + q : ''));
-      pagePath = '';
+      pages.path = '';
       load();
     }
     status.addEventListener('change', () => setFilter({ status: status.value }));
     expired.addEventListener('change', () => setFilter({ expired: expired.checked }));
-    first.addEventListener('click', () => { pagePath = ''; load(); });
-    next.addEventListener('click', () => { if (nextPath) { pagePath = nextPath; load(); } });
+    const pages = pager(first, next, () => load());
 
     // submit sends an entry to POST /inbox/submit; the toast says it was
     // accepted (→ pending).
@@ -2368,7 +2382,7 @@
     async function load() {
       const mine = ++seq;
       return reading(table, async () => {
-        let path = pagePath;
+        let path = pages.path;
         if (!path) {
           const q = new URLSearchParams({ limit: INBOX_SHOWN });
           if (filter.status) q.set('status', filter.status);
@@ -2380,9 +2394,7 @@
           const [page, st] = await Promise.all([listPage(path, INBOX_SHOWN, keep), api('GET', '/inbox/stats')]);
           if (stopped || mine !== seq) return;
           showStats(st);
-          nextPath = page.next;
-          next.hidden = !page.next;
-          first.hidden = !pagePath;
+          pages.shown(page.next);
           shown = keepRows(body, shown, page.items, (x) => x.id, (x) => JSON.stringify(x), row);
           note.textContent = page.items.length ? '' : (filter.status ? 'No entries ' + filter.status + '.' : 'No entries.');
           err.textContent = '';
@@ -2404,20 +2416,20 @@
       const st = await api('GET', '/inbox/stats');
       if (!stopped && JSON.stringify(st || {}) !== lastStats) await load();
     }
-    let pending = null;
+    const reread = burst(() => { if (!stopped) load(); }, 200);
     const live = new Live({
       url: '/events/stream',
       interval: POLL_LIST_MS,
       onEvent: (type, d) => {
         if (!type.startsWith('inbox.')) return;
         if (type === 'inbox.new' && d.entryId) toast('Accepted for processing: ' + d.entryId, d.entryId);
-        if (!pending) pending = setTimeout(() => { pending = null; if (!stopped) load(); }, 200);
+        reread.kick();
       },
       poll,
       onOpen: load,
     });
     load().then(() => { if (!stopped) live.start(); });
-    return { stop() { stopped = true; clearTimeout(pending); live.stop(); } };
+    return { stop() { stopped = true; reread.cancel(); live.stop(); } };
   }
 
   // ---- search by id, from the header: a job's id, else a run's
