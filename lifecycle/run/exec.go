@@ -343,18 +343,11 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 		}
 		in := StepInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: i + 1, Input: input, Previous: outputs[:i], Outputs: byName(steps[:i], outputs)}
 		waits.fill(&in)
-		out, end := x.doStep(runCtx, ctx, i, s, in)
+		out, names, end := x.doStep(runCtx, ctx, i, s, in)
 		if end != nil {
 			return *end
 		}
-		names, err := x.files.writeFiles(ctx, out.Files)
-		if err != nil {
-			return x.writeFailure(ctx, err)
-		}
 		files = append(files, names...)
-		if err := x.createProposals(ctx, i, s, out); err != nil {
-			return x.writeFailure(ctx, err)
-		}
 		outputs[i] = out.Data
 		if i == len(steps)-1 && out.Await == nil {
 			x.lastProposals = out.Proposals

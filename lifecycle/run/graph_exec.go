@@ -159,7 +159,8 @@ func (g *graphExec) start(bctx, ctx context.Context, i int) *outcome {
 	return nil
 }
 
-// settle records how a step ended: its step file, then its output files.
+// settle records how a step ended: its output files and proposals, then
+// its step file (writeStepEnd).
 // It returns the run's end when the step failed or stopped, or a write
 // failed.
 func (g *graphExec) settle(runCtx, bctx, ctx context.Context, res branchResult) *outcome {
@@ -190,7 +191,7 @@ func (g *graphExec) settle(runCtx, bctx, ctx context.Context, res branchResult) 
 		stepErr = &lifecycle.RunError{Code: codes.Canceled, Permanent: true, Err: stepErr,
 			Message: fmt.Sprintf("step %s stopped: another step ended the run", s.Name)}
 	}
-	end := x.writeStepEnd(runCtx, ctx, res.i, s, res.started, res.out, res.attempts, stepErr, func(rec *lifecycle.StepRecord) {
+	names, end := x.writeStepEnd(runCtx, ctx, res.i, s, res.started, res.out, res.attempts, stepErr, func(rec *lifecycle.StepRecord) {
 		rec.After = s.After
 		if stepErr == nil {
 			rec.Next = res.out.Next
@@ -202,16 +203,7 @@ func (g *graphExec) settle(runCtx, bctx, ctx context.Context, res branchResult) 
 	if end != nil {
 		return end
 	}
-	names, err := x.files.writeFiles(ctx, res.out.Files)
-	if err != nil {
-		o := x.writeFailure(ctx, err)
-		return &o
-	}
 	g.files = append(g.files, names...)
-	if err := x.createProposals(ctx, res.i, s, res.out); err != nil {
-		o := x.writeFailure(ctx, err)
-		return &o
-	}
 	g.r.state[res.i], g.r.outputs[res.i], g.r.next[res.i] = lifecycle.StepCompleted, res.out.Data, res.out.Next
 	g.proposals = appendNew(g.proposals, res.out.Proposals...)
 	g.dirty = true

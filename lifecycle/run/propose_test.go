@@ -3,11 +3,17 @@ package run_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/runconveyor/conveyor/adapters/memstore"
 	"github.com/runconveyor/conveyor/internal/proposals"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
+	"github.com/runconveyor/conveyor/storage"
+	"github.com/runconveyor/conveyor/storage/driver"
 )
 
 // TestStepProposes: a step that proposes one of its files gets a pending
@@ -68,5 +74,61 @@ func TestStepProposes(t *testing.T) {
 				t.Fatalf("pending %d, %v", len(page), err)
 			}
 		})
+	}
+}
+
+// putOrder records the keys of every Put, in order.
+type putOrder struct {
+	driver.Store
+	mu   sync.Mutex
+	keys []string
+}
+
+func (p *putOrder) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	p.mu.Lock()
+	p.keys = append(p.keys, key)
+	p.mu.Unlock()
+	return p.Store.Put(ctx, key, value, cond)
+}
+
+// TestProposalsBeforeTheStepFile: a completed step's output file and its
+// proposal's record are written before the step file that names them, so
+// a crash between cannot leave a completed step (kept by a takeover
+// without running again) naming records that do not exist.
+func TestProposalsBeforeTheStepFile(t *testing.T) {
+	t.Parallel()
+	for _, graph := range []bool{false, true} {
+		rec := &putOrder{Store: memstore.NewDriver()}
+		g := newRig(t, storage.New(rec))
+		first, second := okStep("load-context"), run.Step{Name: "draft", Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+			return run.StepOutput{Files: map[string][]byte{"draft.json": []byte(`{}`)}, Propose: []string{"draft.json"}}, nil
+		}}
+		if graph {
+			second.After = []string{"load-context"}
+		}
+		r, _ := g.runner("runner-a", nil, run.Agent{Slug: "archivist", Steps: []run.Step{first, second}})
+		res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: "archivist"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := g.wait(r, res.RunID, 0, 0); st.Status != "completed" || len(st.ProposalsCreated) != 1 {
+			t.Fatalf("graph %v: %s, proposals %v", graph, st.Status, st.ProposalsCreated)
+		}
+		rec.mu.Lock()
+		at := func(match func(string) bool) int { return slices.IndexFunc(rec.keys, match) }
+		// The last put of the step file: a step that is not idempotent has
+		// its start marker written there first.
+		stepFile := -1
+		for i, k := range rec.keys {
+			if strings.Contains(k, "/steps/") && strings.HasSuffix(k, "-draft.json") {
+				stepFile = i
+			}
+		}
+		output := at(func(k string) bool { return strings.HasSuffix(k, "/output/draft.json") })
+		proposal := at(func(k string) bool { return strings.HasPrefix(k, "proposals/") })
+		rec.mu.Unlock()
+		if stepFile < 0 || output < 0 || proposal < 0 || output > stepFile || proposal > stepFile {
+			t.Errorf("graph %v: step file put #%d, output #%d, proposal #%d: both must come first", graph, stepFile, output, proposal)
+		}
 	}
 }

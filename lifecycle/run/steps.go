@@ -28,40 +28,55 @@ import (
 
 // doStep runs step i (number i+1) and records how it went. end is set when
 // the execution ends here: stopped, the step failed, or a write failed.
-func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepInput) (StepOutput, *outcome) {
+func (x *execution) doStep(runCtx, ctx context.Context, i int, s Step, in StepInput) (StepOutput, []string, *outcome) {
 	if end := x.markStart(ctx, i, s); end != nil {
-		return StepOutput{}, end
+		return StepOutput{}, nil, end
 	}
 	started := x.e.now()
 	out, attempts, stepErr := x.runStep(runCtx, s, in)
 	if stepErr != nil && isStop(runCtx) && !isTimeout(runCtx) && context.Cause(runCtx) != errCanceled {
 		end := stoppedBy(context.Cause(runCtx))
-		return out, &end
+		return out, nil, &end
 	}
 	if stepErr != nil {
 		stepErr = stoppedStepError(runCtx, s, stepErr)
 	} else {
 		stepErr = nameProposals(in, &out)
 	}
-	return out, x.writeStepEnd(runCtx, ctx, i, s, started, out, attempts, stepErr, nil)
+	names, end := x.writeStepEnd(runCtx, ctx, i, s, started, out, attempts, stepErr, nil)
+	return out, names, end
 }
 
 // writeStepEnd records how step i's attempts ended (stepErr the error the
-// step ends with): its step file, fenced, completed by fill when set; the
-// step metrics; the record kept for the manifest. It returns the
-// execution's end when the step failed or the write did. A linear and a
-// graph execution both end their steps here.
-func (x *execution) writeStepEnd(runCtx, ctx context.Context, i int, s Step, started time.Time, out StepOutput, attempts int, stepErr error, fill func(*lifecycle.StepRecord)) *outcome {
+// step ends with). A step that completed has its output files and its
+// proposals' records written first, then its step file: the step file
+// names them, and a takeover keeps a completed step without running it
+// again, so nothing it names may be left unwritten by a crash. Then the
+// step file, fenced, completed by fill when set; the step metrics; the
+// record kept for the manifest. It returns the names of the files written
+// and the execution's end when the step failed or a write did. A linear
+// and a graph execution both end their steps here.
+func (x *execution) writeStepEnd(runCtx, ctx context.Context, i int, s Step, started time.Time, out StepOutput, attempts int, stepErr error, fill func(*lifecycle.StepRecord)) ([]string, *outcome) {
 	rec, err := newStepRecord(s, i, x.epoch, started, x.e.now(), out, attempts, stepErr)
 	if err != nil {
-		return &outcome{kind: failed, err: err}
+		return nil, &outcome{kind: failed, err: err}
 	}
 	if fill != nil {
 		fill(&rec)
 	}
+	var names []string
+	if stepErr == nil {
+		if names, err = x.files.writeFiles(ctx, out.Files); err == nil {
+			err = x.createProposals(ctx, i, s, out)
+		}
+		if err != nil {
+			end := x.writeFailure(ctx, err)
+			return nil, &end
+		}
+	}
 	if err := x.files.writeStep(ctx, rec); err != nil {
 		end := x.writeFailure(ctx, err)
-		return &end
+		return nil, &end
 	}
 	if m, ok := x.e.cfg.Metrics.(stepMetrics); ok {
 		m.StepFinished(x.agent.Slug, s.Name, string(rec.Status), rec.FinishedAt.Sub(*rec.StartedAt))
@@ -69,9 +84,9 @@ func (x *execution) writeStepEnd(runCtx, ctx context.Context, i int, s Step, sta
 	x.records[rec.StepNumber] = rec
 	if stepErr != nil {
 		end := stepFailure(runCtx, stepErr)
-		return &end
+		return nil, &end
 	}
-	return nil
+	return names, nil
 }
 
 // markStart writes the start marker of step i when it is not idempotent,
