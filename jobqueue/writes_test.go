@@ -446,11 +446,14 @@ func TestWorkerPollsSoonAfterWork(t *testing.T) {
 	clk := clock.NewFake(t0)
 	q1, q2 := newQueue(t, storage.New(s), clk), newQueue(t, storage.New(s), clk)
 	startWorker(t, &jobqueue.Worker{Queue: q1, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1})
-	<-clk.WaitForTimers(2) // idle from the start: the loop and the lane poll wait an hour
+	// Three timers: the loop's, the lane poll's and the callback sender's
+	// (its minute's look at the outbox); waiting for two could return
+	// before the lane poll armed its own.
+	<-clk.WaitForTimers(3) // idle from the start: the loop and the lane poll wait an hour
 	enqueue(t, q2, "job-1", "agent-x")
 	clk.Advance(time.Hour)
 	waitFor(t, func() bool { return get(t, q2, "job-1").Status == lifecycle.JobComplete })
-	<-clk.WaitForTimers(2) // it found work: the lane poll's next look is 25 ms away
+	<-clk.WaitForTimers(3) // it found work: the lane poll's next look is 25 ms away
 	enqueue(t, q2, "job-2", "agent-y")
 	clk.Advance(25 * time.Millisecond)
 	waitFor(t, func() bool { return get(t, q2, "job-2").Status == lifecycle.JobComplete })
