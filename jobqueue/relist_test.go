@@ -66,7 +66,7 @@ func TestOwnLaneWritesNoRelist(t *testing.T) {
 				from = newQueue(t, storage.New(ls), clk)
 			}
 			startWorker(t, &jobqueue.Worker{Queue: q, ID: "w1", Handlers: okHandlers(), PollInterval: time.Hour, SweepInterval: -1})
-			<-clk.WaitForTimers(1)
+			<-clk.WaitForTimers(2) // the loop's and the callback sender's
 			base := ls.whole.Load()
 			// A signal that lands while the Worker is between a listing
 			// and its wait may find nothing new to list (a race the
@@ -90,7 +90,7 @@ func TestOwnLaneWritesNoRelist(t *testing.T) {
 					}
 					return false
 				})
-				<-clk.WaitForTimers(1)
+				<-clk.WaitForTimers(2) // the loop's and the callback sender's
 			}
 			n := ls.whole.Load() - base
 			t.Logf("listed %d (%d jobs nudged)", n, nudged)

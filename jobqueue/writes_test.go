@@ -361,7 +361,7 @@ func TestWorkerWakesOnWatch(t *testing.T) {
 	if p := within(t, "the Worker's Watch", ws.watched); p != layout.LanesPrefix {
 		t.Fatalf("watched %q, want the lanes %q", p, layout.LanesPrefix)
 	}
-	<-clk.WaitForTimers(1) // the loop waits, an hour
+	<-clk.WaitForTimers(2) // the loop waits, an hour (and the callback sender a minute)
 	enqueue(t, q2, "job-1", "agent-x")
 	clk.Advance(time.Second) // past the last listing's rate limit, far short of the poll
 	ws.ch <- struct{}{}
