@@ -2,18 +2,15 @@ package run_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -26,15 +23,7 @@ const compKillEnv = "CONVEYOR_LIFECYCLE_COMP_HELPER"
 // dir/executions.log each time they run. In the victim process the
 // compensation of "reserve" announces itself and hangs until killed.
 func compKillAgent(dir string, victim bool) run.Agent {
-	record := func(name string) error {
-		f, err := os.OpenFile(filepath.Join(dir, "executions.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = fmt.Fprintln(f, name)
-		return err
-	}
+	record := func(name string) error { return logExecution(dir, name) }
 	step := func(name string) run.Step {
 		return run.Step{Name: name, Resumable: true,
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -103,21 +92,7 @@ func testCompKill(t *testing.T, dir string, env []string, open func() *storage.S
 	}
 
 	// A second runner, whose clock reads past the victim's lease.
-	clk := clock.NewFake(time.Now().Add(time.Hour))
-	r, err := run.NewRunner(run.Config{Store: store, Owner: "rescuer", Clock: clk, Logger: quiet}, compKillAgent(dir, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	st, err := r.Wait(wctx, runID)
-	if err != nil {
-		t.Fatalf("wait: %v (victim said:\n%s)", err, v.stderr.String())
-	}
+	st, _ := rescue(t, v, store, compKillAgent(dir, false), runID)
 	if st.Status != "canceled" || st.ResumeCount != 1 || st.Error != nil || st.CancelReason != "customer left" {
 		t.Fatalf("after takeover: %+v", st)
 	}
@@ -127,11 +102,7 @@ func testCompKill(t *testing.T, dir string, env []string, open func() *storage.S
 	if st.CompensationLog[0] != mid.CompensationLog[0] {
 		t.Errorf("the recorded compensation changed: %+v, was %+v", st.CompensationLog[0], mid.CompensationLog[0])
 	}
-	log, err := os.ReadFile(filepath.Join(dir, "executions.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Fields(string(log))
+	got := executions(t, dir)
 	want := []string{"reserve", "charge", "undo-charge", "undo-reserve", "undo-reserve"}
 	if !slices.Equal(got, want) {
 		t.Errorf("executions %v, want %v: undo-charge once (recorded), undo-reserve again (in flight at the kill)", got, want)

@@ -3,9 +3,6 @@ package run_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +11,6 @@ import (
 	"time"
 
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -32,13 +28,7 @@ func graphKillAgent(dir string, victim bool, chargeDone func() bool) run.Agent {
 	step := func(name string, resumable, idempotent bool, after []string, body func(ctx context.Context) error) run.Step {
 		return run.Step{Name: name, Resumable: resumable, Idempotent: idempotent, After: after,
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
-				f, err := os.OpenFile(filepath.Join(dir, "executions.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-				if err != nil {
-					return run.StepOutput{}, err
-				}
-				_, err = fmt.Fprintln(f, name)
-				_ = f.Close()
-				if err != nil {
+				if err := logExecution(dir, name); err != nil {
 					return run.StepOutput{}, err
 				}
 				if body != nil {
@@ -103,30 +93,11 @@ func testGraphSIGKILL(t *testing.T, dir string, env []string, open func() *stora
 	v.kill(t)
 
 	// A second runner, whose clock reads past the victim's lease.
-	clk := clock.NewFake(time.Now().Add(time.Hour))
-	r, err := run.NewRunner(run.Config{Store: open(), Owner: "rescuer", Clock: clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, graphKillAgent(dir, false, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	st, err := r.Wait(wctx, runID)
-	if err != nil {
-		t.Fatalf("wait: %v (victim said:\n%s)", err, v.stderr.String())
-	}
+	st, r := rescue(t, v, open(), graphKillAgent(dir, false, nil), runID)
 	if st.Status != "completed" || st.ResumeCount != 1 || st.StepsCompleted != 4 {
 		t.Fatalf("after takeover: %+v", st)
 	}
-	log, err := os.ReadFile(filepath.Join(dir, "executions.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Fields(string(log))
+	got := executions(t, dir)
 	count := map[string]int{}
 	for _, s := range got {
 		count[s]++

@@ -3,13 +3,9 @@ package run_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +13,6 @@ import (
 	"github.com/runconveyor/conveyor/adapters/s3store"
 	"github.com/runconveyor/conveyor/adapters/sqlitestore"
 	"github.com/runconveyor/conveyor/lifecycle"
-	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -30,15 +25,7 @@ const helperEnv = "CONVEYOR_LIFECYCLE_HELPER"
 // run, so the test can count executions across processes. In the victim
 // process "render" announces itself and then hangs until it is killed.
 func killAgent(dir string, victim bool) run.Agent {
-	record := func(name string) error {
-		f, err := os.OpenFile(filepath.Join(dir, "executions.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = fmt.Fprintln(f, name)
-		return err
-	}
+	record := func(name string) error { return logExecution(dir, name) }
 	step := func(name string, resumable, idempotent bool, body func(ctx context.Context) error) run.Step {
 		return run.Step{Name: name, Resumable: resumable, Idempotent: idempotent,
 			Run: func(ctx context.Context, in run.StepInput) (run.StepOutput, error) {
@@ -133,31 +120,11 @@ func testSIGKILL(t *testing.T, dir string, env []string, open func() *storage.St
 	v.kill(t)
 
 	// A second runner, whose clock reads past the victim's lease.
-	store := open()
-	clk := clock.NewFake(time.Now().Add(time.Hour))
-	r, err := run.NewRunner(run.Config{Store: store, Owner: "rescuer", Clock: clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, killAgent(dir, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	st, err := r.Wait(wctx, runID)
-	if err != nil {
-		t.Fatalf("wait: %v (victim said:\n%s)", err, v.stderr.String())
-	}
+	st, r := rescue(t, v, open(), killAgent(dir, false), runID)
 	if st.Status != "completed" || st.ResumeCount != 1 || st.StepsCompleted != 4 {
 		t.Fatalf("after takeover: %+v", st)
 	}
-	log, err := os.ReadFile(filepath.Join(dir, "executions.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Fields(string(log))
+	got := executions(t, dir)
 	want := []string{"fetch", "charge", "render", "render", "publish"}
 	if !slices.Equal(got, want) {
 		t.Errorf("executions %v, want %v: charge (not idempotent) once, render (idempotent) replayed", got, want)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/filestore"
 	"github.com/runconveyor/conveyor/lifecycle"
+	"github.com/runconveyor/conveyor/lifecycle/clock"
 	"github.com/runconveyor/conveyor/lifecycle/run"
 	"github.com/runconveyor/conveyor/storage"
 )
@@ -139,4 +140,54 @@ func onKillStores(t *testing.T, minio bool, test victimTest) {
 			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
 		test(t, t.TempDir(), vars, func() *storage.Store { return s })
 	})
+}
+
+// logExecution appends name to dir/executions.log: the steps of the kill
+// tests' agents record each run there, so a test counts executions across
+// processes.
+func logExecution(dir, name string) error {
+	f, err := os.OpenFile(filepath.Join(dir, "executions.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, name)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// executions reads dir/executions.log back, in order.
+func executions(t *testing.T, dir string) []string {
+	t.Helper()
+	log, err := os.ReadFile(filepath.Join(dir, "executions.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(log))
+}
+
+// rescue runs a second runner (owner "rescuer", its clock past the
+// victim's lease) on store with agent until run runID rests (ends or
+// parks), within 30 s, and returns the run's status then, with the runner
+// (stopped: for its reads).
+func rescue(t *testing.T, v *victim, store *storage.Store, agent run.Agent, runID string) (lifecycle.RunStatus, *run.Runner) {
+	t.Helper()
+	clk := clock.NewFake(time.Now().Add(time.Hour))
+	r, err := run.NewRunner(run.Config{Store: store, Owner: "rescuer", Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	st, err := r.Wait(wctx, runID)
+	if err != nil {
+		t.Fatalf("wait: %v (victim said:\n%s)", err, v.stderr.String())
+	}
+	return st, r
 }
