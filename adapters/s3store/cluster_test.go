@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/testkit/miniotest"
 	"github.com/runconveyor/conveyor/storage"
@@ -62,15 +63,34 @@ func (s *spread) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[
 	return s.pick().ListAfter(ctx, prefix, after)
 }
 
-func newClusterStore(tb testing.TB) *spread {
-	tb.Helper()
-	c, bkt := clusterEnv(tb)
+// clusterSlots bounds how many checks of the suite use the cluster at
+// once. The suite runs its checks side by side; on a 2-core machine that
+// also runs other packages' tests, all of them at once (1,000-key lists,
+// 8 MB values, racing writers) on four MinIO processes cost the cluster
+// its write quorum for tens of seconds (CI: 503 SlowDownWrite from every
+// check, every node up). The checks are about the store's semantics, not
+// about load, which the Worker scenarios cover.
+var clusterSlots = make(chan struct{}, 4)
+
+func newClusterStore(t *testing.T) *spread {
+	t.Helper()
+	c, bkt := clusterEnv(t)
+	clusterSlots <- struct{}{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cluster logs:\n%s", c.Logs())
+		}
+		<-clusterSlots
+	})
+	if err := c.Writable(t.Context(), time.Minute); err != nil {
+		t.Fatalf("the cluster lost write quorum and did not regain it in a minute: %v", err)
+	}
 	prefix := randomPrefix()
 	sp := &spread{}
 	for i := range c.Nodes {
 		s, err := openWithClient(c.Client(i, &http.Client{Transport: transport}), bkt, prefix)
 		if err != nil {
-			tb.Fatal(err)
+			t.Fatal(err)
 		}
 		sp.nodes = append(sp.nodes, s.d)
 	}

@@ -201,6 +201,25 @@ func (c *Cluster) Resume(ctx context.Context, i int) error {
 	return n.waitPath(ctx, "/minio/health/cluster?maintenance=true", n.resumeLimit)
 }
 
+// Writable waits, up to limit, until every running node's cluster health
+// check answers 200: each of them sees write quorum. A loaded machine can
+// take quorum away for a while (internode calls time out and drives are
+// counted offline; seen in CI as 503 SlowDownWrite with every node up),
+// and a test about the store's semantics rather than about that waits
+// here first.
+func (c *Cluster) Writable(ctx context.Context, limit time.Duration) error {
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.Nodes {
+		if n.isHalted() {
+			continue
+		}
+		wg.Go(func() { errs[i] = n.waitPath(ctx, "/minio/health/cluster", limit) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // Client returns an S3 client talking to node i (see Server.Client).
 func (c *Cluster) Client(i int, httpClient *http.Client) *s3.Client {
 	return c.Nodes[i].Client(httpClient)
