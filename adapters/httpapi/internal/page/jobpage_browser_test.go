@@ -22,6 +22,16 @@ func asAdmin(then ...chromedp.Action[chromedp.Void]) []chromedp.Action[chromedp.
 	}, then...)
 }
 
+// clickFresh clicks the element sel matches at the moment of the click,
+// once it is shown: a panel the page draws again (the view opening once
+// more after the actor changed, a refresh) replaces the node a
+// WaitVisible found, and chromedp's Click on that node then fails with
+// "Could not find node with given id" (seen in CI).
+func clickFresh(sel string) chromedp.Action[chromedp.Void] {
+	q, _ := json.Marshal(sel)
+	return chromedp.Poll[chromedp.Void](`(() => { const e = document.querySelector(`+string(q)+`); if (!e || e.hidden || !e.offsetParent) return false; e.click(); return true; })()`, chromedp.WithPollingInterval(20*time.Millisecond))
+}
+
 // TestJobPage: the dead job, reached from the list by its whole id: its
 // arguments, its attempt with the error and code it failed with, its
 // moves from the audit log, and the requeue the machine gives the admin,
@@ -80,8 +90,7 @@ func TestJobPage(t *testing.T) {
 		t.Errorf("%d requeue buttons for the gateway", n)
 	}
 	do(t, ctx, "requeue as admin", 20*time.Second, asAdmin(
-		chromedp.WaitVisible(css(`#job-actions [data-testid="job-requeue"]`)),
-		chromedp.Click(css(`#job-actions [data-testid="job-requeue"]`)),
+		clickFresh(`#job-actions [data-testid="job-requeue"]`),
 		chromedp.WaitVisible(css(`#job-status[data-status="QUEUED"]`)),
 		chromedp.WaitVisible(css(`#job-timeline li[data-from="DEAD"][data-to="QUEUED"]`)),
 	)...)
@@ -226,8 +235,7 @@ func TestQueuesPanelPausesAQueue(t *testing.T) {
 		t.Error("the gateway is offered a queue's pause")
 	}
 	do(t, ctx, "pause the default queue as admin", 20*time.Second, asAdmin(
-		chromedp.WaitVisible(css(row+` [data-testid="pause-queue"]`)),
-		chromedp.Click(css(row+` [data-testid="pause-queue"]`)),
+		clickFresh(row+` [data-testid="pause-queue"]`),
 		chromedp.WaitVisible(css(row+`[data-paused="true"] [data-testid="resume-queue"]`)),
 		chromedp.WaitVisible(css(`#jobs-result`)),
 	)...)
@@ -235,7 +243,7 @@ func TestQueuesPanelPausesAQueue(t *testing.T) {
 		t.Fatalf("a claim while the page paused the queue: %v, %v", c, err)
 	}
 	do(t, ctx, "resume it", 20*time.Second,
-		chromedp.Click(css(row+` [data-testid="resume-queue"]`)),
+		clickFresh(row+` [data-testid="resume-queue"]`),
 		chromedp.WaitVisible(css(row+`[data-paused="false"] [data-testid="pause-queue"]`)),
 	)
 	c, err := w.queue.Claim(context.Background(), "page-test")
