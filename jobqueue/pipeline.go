@@ -270,6 +270,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		out, err = work(ctx, job)
 		return err
 	})
+	c.handlerReturned()
 	if err != nil {
 		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
 	}
@@ -310,6 +311,7 @@ func (c *Claim) work(ctx context.Context, h Handler) (lifecycle.Job, error) {
 		out, err = h.Work(ctx, job)
 		return err
 	})
+	c.handlerReturned()
 	if wait, ok := snoozed(err); ok {
 		return c.snooze(ctx, wait)
 	}

@@ -41,9 +41,12 @@ type Worker struct {
 	// without a Handler (Config.Types). Not needed when every job type has
 	// its own Handler.
 	Handlers Handlers
-	// Slots is how many jobs the worker runs at once: of different agents
-	// (an agent runs one job at a time), or of a job type's lane, as many
-	// as its TypeConfig caps allow. Default 1.
+	// Slots is how many jobs' handlers the worker runs at once: of
+	// different agents (an agent runs one job at a time), or of a job
+	// type's lane, as many as its TypeConfig caps allow. A slot claims its
+	// next job once a handler returns, while that job's end is still
+	// being written (at most one such end a slot); the agent, and the
+	// type's caps, count the job until its end is written. Default 1.
 	Slots int
 	// PollInterval is the longest wait after finding no work: how soon work
 	// enqueued by other processes is found after idleness, and, over a
@@ -237,7 +240,18 @@ func (w *Worker) pollLanes(ctx context.Context, poll time.Duration) {
 	}
 }
 
+// loop is one slot: it claims a job, runs it and claims the next. The
+// next claim starts once the handler has returned, while the job's end
+// (its artifact, record and audit commit, the agent lock kept or freed)
+// is still being written, as River's completer frees its executors: a
+// slot's handler does not wait on its predecessor's fsync. A slot has at
+// most one such end in flight, so at most Slots handlers run and at most
+// Slots ends are written at once; the agent stays busy until its job's
+// end is written, so its next job waits for it as before.
 func (w *Worker) loop(ctx context.Context, poll time.Duration) {
+	clk := w.Queue.clock
+	var ending chan struct{} // closed once the previous job's Run returned
+	defer func() { w.waitClosed(ctx, ending, false) }()
 	for ctx.Err() == nil {
 		c, err := w.Queue.claims.claimFor(ctx, w.ID, w.noAssembly)
 		if err != nil && ctx.Err() == nil {
@@ -249,8 +263,39 @@ func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 			}
 			continue
 		}
-		if _, err := c.Run(ctx, w.Handlers); err != nil && ctx.Err() == nil {
-			w.Queue.log.WarnContext(ctx, "jobqueue: run", "worker", w.ID, "job_id", c.Job().JobID, "err", err)
-		}
+		worked, done := make(chan struct{}), make(chan struct{})
+		c.worked = func() { close(worked) }
+		rctx := activity.Start(ctx, clk)
+		go func() {
+			ctx, end := activity.Enter(rctx, clk)
+			defer end()
+			defer close(done)
+			if _, err := c.Run(ctx, w.Handlers); err != nil && ctx.Err() == nil {
+				w.Queue.log.WarnContext(ctx, "jobqueue: run", "worker", w.ID, "job_id", c.Job().JobID, "err", err)
+			}
+			c.handlerReturned() // a run that ended before its handler
+		}()
+		prev := ending
+		ending = done // the deferred wait covers this run from here on
+		w.waitClosed(ctx, worked, true)
+		w.waitClosed(ctx, prev, false)
 	}
+}
+
+// waitClosed waits until ch (nil: nothing to wait for) is closed, or, if
+// orDone, ctx is done, counting as idle on the Queue's clock meanwhile.
+func (w *Worker) waitClosed(ctx context.Context, ch chan struct{}, orDone bool) {
+	if ch == nil {
+		return
+	}
+	resume := activity.Wait(ctx, w.Queue.clock, func() bool { return isClosed(ch) || (orDone && ctx.Err() != nil) })
+	defer resume()
+	if orDone {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		return
+	}
+	<-ch
 }
