@@ -782,19 +782,21 @@ type Claim struct {
 	// Queue's cache held it, put back by such a release.
 	untaken bool
 	asRead  *agentLock
-	// worked, when set (by a Worker's slot), is called once the job's
+	// worked, when set (by a Worker's slot), fires once the job's
 	// handler has returned, before the job's end is written: the slot
 	// may claim its next job while this one's end commits (Worker.loop).
-	// Called at most once, from the goroutine that runs the claim.
-	worked func()
+	worked onWorked
 }
 
-// handlerReturned tells the claim's Worker slot, if any, that the
-// handler is done with: only the job's end is left to write.
-func (c *Claim) handlerReturned() {
-	if f := c.worked; f != nil {
-		c.worked = nil
-		f()
+// onWorked is a Worker slot's wish to hear that a claim's handler is
+// done with: only the job's end is left to write. It fires at most once,
+// from the goroutine that runs the claim.
+type onWorked func()
+
+func (f *onWorked) fire() {
+	if g := *f; g != nil {
+		*f = nil
+		g()
 	}
 }
 

@@ -270,7 +270,7 @@ func (c *Claim) pipeline(ctx context.Context, h Handler) (lifecycle.Job, error) 
 		out, err = work(ctx, job)
 		return err
 	})
-	c.handlerReturned()
+	c.worked.fire()
 	if err != nil {
 		return c.orchestrate(ctx, lifecycle.JobNotebookLMCall, sctx, err)
 	}
@@ -311,7 +311,7 @@ func (c *Claim) work(ctx context.Context, h Handler) (lifecycle.Job, error) {
 		out, err = h.Work(ctx, job)
 		return err
 	})
-	c.handlerReturned()
+	c.worked.fire()
 	if wait, ok := snoozed(err); ok {
 		return c.snooze(ctx, wait)
 	}

@@ -273,7 +273,7 @@ func (w *Worker) loop(ctx context.Context, poll time.Duration) {
 			if _, err := c.Run(ctx, w.Handlers); err != nil && ctx.Err() == nil {
 				w.Queue.log.WarnContext(ctx, "jobqueue: run", "worker", w.ID, "job_id", c.Job().JobID, "err", err)
 			}
-			c.handlerReturned() // a run that ended before its handler
+			c.worked.fire() // a run that ended before its handler
 		}()
 		prev := ending
 		ending = done // the deferred wait covers this run from here on
