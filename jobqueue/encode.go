@@ -3,6 +3,7 @@ package jobqueue
 import (
 	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/machine"
@@ -15,6 +16,39 @@ import (
 // of a job's CPU outside the store (docs/performance.md). A field added to
 // jobDoc or lifecycle.Job must be added here; the test fails until it is.
 func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
+	j := &d.Job
+	b, err := appendJobHead(b, d)
+	if err != nil {
+		return b, err
+	}
+	if b, err = appendJobOutcome(b, j); err != nil {
+		return b, err
+	}
+	if b, err = appendSchedule(b, j); err != nil {
+		return b, err
+	}
+	b = jsonenc.OmitEmpty(b, `,"ready_key":`, j.ReadyKey)
+	if b, err = appendLease(b, j.Lease); err != nil {
+		return b, err
+	}
+	if b, err = appendTrail(b, j.Trail); err != nil {
+		return b, err
+	}
+	b = jsonenc.OmitEmpty(b, `,"traceparent":`, j.TraceParent)
+	if j.Duplicate { // an insert's answer only: never in a stored record
+		b = append(b, `,"duplicate":true`...)
+	}
+	b = jsonenc.OmitEmpty(b, `,"audit_artifact":`, d.AuditArtifact)
+	if d.RanEpoch != 0 {
+		b = append(b, `,"ran_epoch":`...)
+		b = jsonenc.Int(b, d.RanEpoch)
+	}
+	return append(b, '}'), nil
+}
+
+// appendJobHead opens the record and appends its members from "version"
+// to "updated_at": what every job has from its insert on.
+func appendJobHead(b []byte, d *jobDoc) ([]byte, error) {
 	j := &d.Job
 	b = append(b, `{"version":`...)
 	b = jsonenc.Int(b, d.Version)
@@ -46,9 +80,13 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 		return b, err
 	}
 	b = append(b, `,"updated_at":`...)
-	if b, err = jsonenc.Time(b, j.UpdatedAt); err != nil {
-		return b, err
-	}
+	return jsonenc.Time(b, j.UpdatedAt)
+}
+
+// appendJobOutcome appends the members from "artifact_id" to
+// "next_attempt_at": what the job's runs, failures and cancel left, all
+// but "error" omitted when empty.
+func appendJobOutcome(b []byte, j *lifecycle.Job) ([]byte, error) {
 	b = jsonenc.OmitEmpty(b, `,"artifact_id":`, j.ArtifactID)
 	b = append(b, `,"error":`...)
 	if j.Error == nil {
@@ -58,48 +96,28 @@ func (d *jobDoc) AppendJSON(b []byte) ([]byte, error) {
 	}
 	b = jsonenc.OmitEmpty(b, `,"machine":`, j.Machine)
 	b = jsonenc.OmitEmpty(b, `,"tenant_id":`, j.TenantID)
-	if j.CancelRequestedAt != nil {
-		b = append(b, `,"cancel_requested_at":`...)
-		if b, err = jsonenc.Time(b, *j.CancelRequestedAt); err != nil {
-			return b, err
-		}
+	b, err := appendOptTime(b, `,"cancel_requested_at":`, j.CancelRequestedAt)
+	if err != nil {
+		return b, err
 	}
 	b = jsonenc.OmitEmpty(b, `,"cancel_requested_by":`, string(j.CancelRequestedBy))
 	b = jsonenc.OmitEmpty(b, `,"project_id":`, j.ProjectID)
 	b = jsonenc.OmitEmpty(b, `,"error_code":`, j.ErrorCode)
 	b = jsonenc.OmitEmpty(b, `,"failed_step":`, string(j.FailedStep))
-	if j.QueuedAt != nil {
-		b = append(b, `,"queued_at":`...)
-		if b, err = jsonenc.Time(b, *j.QueuedAt); err != nil {
-			return b, err
-		}
-	}
-	if j.NextAttemptAt != nil {
-		b = append(b, `,"next_attempt_at":`...)
-		if b, err = jsonenc.Time(b, *j.NextAttemptAt); err != nil {
-			return b, err
-		}
-	}
-	if b, err = appendSchedule(b, j); err != nil {
+	if b, err = appendOptTime(b, `,"queued_at":`, j.QueuedAt); err != nil {
 		return b, err
 	}
-	b = jsonenc.OmitEmpty(b, `,"ready_key":`, j.ReadyKey)
-	if b, err = appendLease(b, j.Lease); err != nil {
-		return b, err
+	return appendOptTime(b, `,"next_attempt_at":`, j.NextAttemptAt)
+}
+
+// appendOptTime appends the member name (with its leading comma) and t,
+// omitted when t is nil.
+func appendOptTime(b []byte, name string, t *time.Time) ([]byte, error) {
+	if t == nil {
+		return b, nil
 	}
-	if b, err = appendTrail(b, j.Trail); err != nil {
-		return b, err
-	}
-	b = jsonenc.OmitEmpty(b, `,"traceparent":`, j.TraceParent)
-	if j.Duplicate { // an insert's answer only: never in a stored record
-		b = append(b, `,"duplicate":true`...)
-	}
-	b = jsonenc.OmitEmpty(b, `,"audit_artifact":`, d.AuditArtifact)
-	if d.RanEpoch != 0 {
-		b = append(b, `,"ran_epoch":`...)
-		b = jsonenc.Int(b, d.RanEpoch)
-	}
-	return append(b, '}'), nil
+	b = append(b, name...)
+	return jsonenc.Time(b, *t)
 }
 
 // appendSchedule appends the "priority" and "scheduled_at" members, each

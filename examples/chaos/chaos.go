@@ -155,10 +155,7 @@ type run struct {
 
 // Run performs one chaos run: setup, the chaos window, the drain, the
 // checks. An error means the run could not be made (setup); violations
-// are in the Report. It stays one function (about 90 lines) because it
-// reads as the run's phases in order, each phase its own method, and the
-// temporary directory's deferred removal depends on the outcome (kept
-// when there are violations).
+// are in the Report.
 func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.Workers < 1 || o.Jobs < 1 || o.Agents < 1 || o.Slots < 1 {
 		return nil, errors.New("workers, jobs, agents and slots must be at least 1")
@@ -176,83 +173,113 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if r.tmp, err = os.MkdirTemp("", "conveyor-chaos-"); err != nil {
 		return nil, err
 	}
-	keep := false
+	// The temporary directory stays for a look when the report kept it
+	// (violations); registered first, so it outlives the store's cleanup.
 	defer func() {
-		if !keep {
+		if r.rep.Kept == "" {
 			_ = os.RemoveAll(r.tmp)
 		}
 	}()
-	r.logDir = o.LogDir
-	if r.logDir == "" {
-		r.logDir = filepath.Join(r.tmp, "logs")
-	}
-	if err := os.MkdirAll(r.logDir, 0o755); err != nil {
-		return nil, err
-	}
-	cleanup, err := r.openStore(ctx)
+	q, cleanup, err := r.setup(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
+	plan := plannedJobs(o)
+	if err := r.startWorkers(); err != nil {
+		return nil, err
+	}
+	enqViolations := r.scenario(ctx, q, plan)
+	r.drain(ctx, plan)
+	if err := r.report(ctx, plan, enqViolations); err != nil {
+		return nil, err
+	}
+	r.rep.Total = time.Since(begin)
+	return r.rep, nil
+}
+
+// setup makes the log directory, opens the store and the gateway's queue;
+// cleanup closes the store.
+func (r *run) setup(ctx context.Context) (q *jobqueue.Queue, cleanup func(), err error) {
+	r.logDir = r.o.LogDir
+	if r.logDir == "" {
+		r.logDir = filepath.Join(r.tmp, "logs")
+	}
+	if err := os.MkdirAll(r.logDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	if cleanup, err = r.openStore(ctx); err != nil {
+		return nil, nil, err
+	}
 	// The parent enqueues as the gateway does, through the same outage as
 	// the workers; it corrupts and checks through the store itself.
 	gw := r.store
 	if r.base.OutageFile != "" {
 		gw = storage.New(&outageStore{Store: r.store, marker: r.base.OutageFile})
 	}
-	q, err := jobqueue.New(queueConfig(gw, "chaos-gateway", o.Lease, o.Step, slog.New(slog.DiscardHandler)))
+	q, err = jobqueue.New(queueConfig(gw, "chaos-gateway", r.o.Lease, r.o.Step, slog.New(slog.DiscardHandler)))
 	if err != nil {
-		return nil, err
+		cleanup()
+		return nil, nil, err
 	}
-	plan := plannedJobs(o)
+	return q, cleanup, nil
+}
 
-	for slot := range o.Workers {
+// startWorkers starts one worker process per slot, or none.
+func (r *run) startWorkers() error {
+	for slot := range r.o.Workers {
 		if err := r.startWorker(slot); err != nil {
 			r.stopWorkers()
-			return nil, err
+			return err
 		}
 	}
-	r.log.Info("chaos: workers started", "workers", o.Workers, "store", o.Store, "logs", r.logDir)
+	r.log.Info("chaos: workers started", "workers", r.o.Workers, "store", r.o.Store, "logs", r.logDir)
+	return nil
+}
 
+// scenario enqueues the plan during the chaos window and returns the
+// enqueue's violations once both end.
+func (r *run) scenario(ctx context.Context, q *jobqueue.Queue, plan []Planned) []Violation {
 	// Enqueue the jobs over the first 70 % of the window, so that faults
 	// meet work in flight.
 	enqueued := make(chan []Violation, 1)
 	chaosCtx, stopChaos := context.WithCancel(ctx)
 	go func() { enqueued <- r.enqueue(ctx, q, plan) }()
 	start := time.Now()
-	r.chaos(chaosCtx, time.Now().Add(o.Duration))
+	r.chaos(chaosCtx, time.Now().Add(r.o.Duration))
 	stopChaos()
 	close(r.endPauses)
 	r.pauses.Wait()
 	r.rep.Chaos = time.Since(start)
-	enqViolations := <-enqueued
+	return <-enqueued
+}
 
-	r.drain(ctx, plan)
-
+// report stops the workers, sweeps, checks the final state and fills the
+// Report; it keeps the logs (Kept) when there are violations and no
+// directory was given.
+func (r *run) report(ctx context.Context, plan []Planned, enqViolations []Violation) error {
 	var vs []Violation
 	vs = append(vs, enqViolations...)
 	vs = append(vs, r.stopWorkers()...)
 
 	sweepVs, err := r.finalSweep(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	vs = append(vs, sweepVs...)
 
 	st, err := r.finalState(ctx, plan)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	vs = append(vs, Check(st)...)
 	r.rep.Violations = vs
 	r.fill(st)
 	r.rep.WorkerLog = countLogs(r.logDir)
-	r.rep.Total = time.Since(begin)
-	if len(vs) > 0 && o.LogDir == "" && o.Dir == "" {
-		keep = true
+	if len(vs) > 0 && r.o.LogDir == "" && r.o.Dir == "" {
 		r.rep.Kept = r.logDir
 	}
-	return r.rep, nil
+	return nil
 }
 
 // drain waits until every job settles, or the bounded wait ends.
