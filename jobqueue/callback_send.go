@@ -1,11 +1,8 @@
 package jobqueue
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -15,6 +12,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/audit"
 	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/fence"
+	"github.com/runconveyor/conveyor/internal/hookpost"
 	"github.com/runconveyor/conveyor/internal/jsonenc"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/records"
@@ -276,24 +274,7 @@ func (s *callbackSender) post(ctx context.Context, target string, body CallbackB
 	if err != nil {
 		return err
 	}
-	_, err = deadline.Do(ctx, s.units, "job "+body.JobID+" callback", s.timeout, func(ctx context.Context) (struct{}, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(b))
-		if err != nil {
-			return struct{}{}, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := s.client.Do(req)
-		if err != nil {
-			return struct{}{}, err
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			return struct{}{}, fmt.Errorf("HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
-		}
-		return struct{}{}, nil
-	})
-	return err
+	return hookpost.Post(ctx, s.units, "job "+body.JobID+" callback", s.timeout, s.client, target, b)
 }
 
 // callbackFailedEvent is the audit event of a callback given up.

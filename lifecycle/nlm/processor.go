@@ -1,12 +1,10 @@
 package nlm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -19,6 +17,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/evidence"
 	"github.com/runconveyor/conveyor/internal/fence"
+	"github.com/runconveyor/conveyor/internal/hookpost"
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/records"
@@ -435,23 +434,7 @@ func (p *Processor) post(ctx context.Context, target string, cb lifecycle.NLMCal
 	}
 	wait := p.cfg.CallbackBackoff
 	for attempt := 1; ; attempt++ {
-		_, err := deadline.Do(ctx, p.units, "nlm "+cb.JobID+" CALLBACK", p.cfg.CallbackTimeout, func(ctx context.Context) (struct{}, error) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
-			if err != nil {
-				return struct{}{}, err
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := p.cfg.Client.Do(req)
-			if err != nil {
-				return struct{}{}, err
-			}
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-			resp.Body.Close()
-			if resp.StatusCode/100 != 2 {
-				return struct{}{}, fmt.Errorf("HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
-			}
-			return struct{}{}, nil
-		})
+		err := hookpost.Post(ctx, p.units, "nlm "+cb.JobID+" CALLBACK", p.cfg.CallbackTimeout, p.cfg.Client, target, body)
 		if err == nil {
 			return nil
 		}
