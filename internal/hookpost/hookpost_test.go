@@ -12,7 +12,10 @@ import (
 	"github.com/runconveyor/conveyor/internal/deadline"
 	"github.com/runconveyor/conveyor/internal/hookpost"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestPost: a 2xx is delivery, with the body and content type sent; any
 // other status is an error naming it; an answer that never comes ends at
