@@ -448,7 +448,7 @@ func (b *Box) ExpireDue(ctx context.Context, actor lifecycle.Actor) ([]string, e
 		return nil, forbidden(lifecycle.InboxExpired, machine.EventInboxExpire, actor, lifecycle.ActorSystem)
 	}
 	var moved []string
-	for key, err := range b.cfg.Store.List(ctx, layout.InboxPrefix) {
+	for key, err := range b.keys(ctx, false) {
 		if err != nil {
 			return moved, err
 		}
@@ -521,7 +521,8 @@ func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[lifecycle.In
 			yield(lifecycle.InboxEntry{}, err)
 			return
 		}
-		for key, err := range b.cfg.Store.List(ctx, layout.InboxPrefix) {
+		withExpired := opts.IncludeExpired || opts.Status == lifecycle.InboxExpired
+		for key, err := range b.keys(ctx, withExpired) {
 			if err != nil {
 				yield(lifecycle.InboxEntry{}, err)
 				return
@@ -534,6 +535,32 @@ func (b *Box) List(ctx context.Context, opts ListOptions) iter.Seq2[lifecycle.In
 			if ok && !yield(e, nil) {
 				return
 			}
+		}
+	}
+}
+
+// keys lists the inbox's keys in order; without expired, it steps over
+// inbox/expired/ in one jump instead of listing it, so what the expiry
+// pass and the lists of live entries cost does not grow with the expired
+// entries kept ('0' is the byte after '/': no live key sorts between).
+func (b *Box) keys(ctx context.Context, expired bool) iter.Seq2[string, error] {
+	if expired {
+		return b.cfg.Store.List(ctx, layout.InboxPrefix)
+	}
+	return func(yield func(string, error) bool) {
+		for key, err := range b.cfg.Store.List(ctx, layout.InboxPrefix) {
+			if err != nil || !layout.IsInboxExpiredKey(key) {
+				if !yield(key, err) || err != nil {
+					return
+				}
+				continue
+			}
+			for key, err := range b.cfg.Store.ListAfter(ctx, layout.InboxPrefix, strings.TrimSuffix(layout.InboxExpiredPrefix, "/")+"0") {
+				if !yield(key, err) || err != nil {
+					return
+				}
+			}
+			return
 		}
 	}
 }
