@@ -105,10 +105,12 @@ func (s *callbackSender) pass(ctx context.Context, owner string) (next time.Time
 	)
 	for _, key := range keys {
 		if at, ok := s.due[key]; ok && now.Before(at) && !fresh[key] {
+			mu.Lock() // the posts started above write due and next too
 			due[key] = at
 			if next.IsZero() || at.Before(next) {
 				next = at
 			}
+			mu.Unlock()
 			continue
 		}
 		select {
