@@ -102,12 +102,14 @@ func (x *execution) writeEnd(ctx context.Context, out outcome) error {
 		case done:
 			d.StepsCompleted = len(x.agent.Steps)
 			d.CurrentStep = x.agent.Steps[len(x.agent.Steps)-1].Name
-			d.ProposalsCreated = appendNew(d.ProposalsCreated, x.lastProposals...)
 		case failed:
 			runErr = out.err
 		case timedOut:
 			runErr = lifecycle.NewRunError(codes.AgentTimeout, "execution exceeded %s limit", seconds(e.cfg.RunTimeout))
 		}
+		// Proposals created and not yet counted: the last step's, or a
+		// graph branch's that settled after another branch ended the run.
+		d.ProposalsCreated = appendNew(d.ProposalsCreated, x.lastProposals...)
 		if err := f.fire(ctx, d, f.endEvent(out.kind, d.Status), lifecycle.ActorOrchestration); err != nil {
 			return err
 		}

@@ -96,10 +96,12 @@ func (g *graphExec) loop(runCtx, ctx context.Context) outcome {
 		resume()
 		ended(g.settle(runCtx, bctx, ctx, res))
 	}
+	// The ending write counts the last ones, whatever the end: a branch
+	// settled after another ended the run may have created one.
+	x.lastProposals = g.proposals
 	if end != nil {
 		return *end
 	}
-	x.lastProposals = g.proposals // the completing write counts the last ones
 	return outcome{kind: done, files: g.files}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/runconveyor/conveyor/adapters/memstore"
+	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/proposals"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/run"
@@ -131,4 +132,58 @@ func TestProposalsBeforeTheStepFile(t *testing.T) {
 			t.Errorf("graph %v: step file put #%d, output #%d, proposal #%d: both must come first", graph, stepFile, output, proposal)
 		}
 	}
+}
+
+// TestFailedGraphNamesItsProposals: a branch that proposed and returned
+// while another branch's failure was being written (the failure's step
+// file held until then) settles after the run ended; its proposal record
+// is still named by the failed run's proposals_created.
+func TestFailedGraphNamesItsProposals(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil)
+	badReturned, proposed := make(chan struct{}), make(chan struct{})
+	held := &holdKey{Store: g.tracked(), suffix: "-bad.json", open: proposed}
+	prop := run.Step{Name: "prop", After: []string{"plan"}, Idempotent: true, Run: func(ctx context.Context, _ run.StepInput) (run.StepOutput, error) {
+		testWait(ctx, badReturned)
+		defer close(proposed)
+		return run.StepOutput{Files: map[string][]byte{"draft.json": []byte(`{}`)}, Propose: []string{"draft.json"}}, nil
+	}}
+	bad := run.Step{Name: "bad", After: []string{"plan"}, Idempotent: true, Run: func(context.Context, run.StepInput) (run.StepOutput, error) {
+		defer close(badReturned)
+		return run.StepOutput{}, lifecycle.NewRunError("VALIDATION_ERROR", "bad input")
+	}}
+	agent := run.Agent{Slug: "halfway", Steps: []run.Step{okStep("plan"), prop, bad, echoStep("join", "prop", "bad")}}
+	r, _ := g.around(storage.New(held)).runner("runner-a", func(c *run.Config) { c.StepRetries = -1 }, agent)
+	res, err := r.Submit(context.Background(), lifecycle.SubmitRequest{AgentSlug: agent.Slug})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := g.wait(r, res.RunID, 0, 0)
+	if st.Status != "failed" {
+		t.Fatalf("status %+v", st)
+	}
+	var records []string
+	for key, err := range g.store.List(context.Background(), layout.ProposalsPrefix) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		records = append(records, key)
+	}
+	if len(records) != len(st.ProposalsCreated) {
+		t.Fatalf("proposal records %v, the run names %v", records, st.ProposalsCreated)
+	}
+}
+
+// holdKey holds every Put of a key ending in suffix until open is closed.
+type holdKey struct {
+	*storage.Store
+	suffix string
+	open   <-chan struct{}
+}
+
+func (h *holdKey) Put(ctx context.Context, key string, value []byte, cond storage.Condition) (storage.Version, error) {
+	if strings.HasSuffix(key, h.suffix) {
+		testWait(ctx, h.open)
+	}
+	return h.Store.Put(ctx, key, value, cond)
 }
