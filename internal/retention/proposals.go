@@ -78,10 +78,14 @@ func (j *Janitor) visitPendingEntry(ctx context.Context, key, entry string, now 
 	default:
 		j.suspects.forget(key)
 		var p lifecycle.Proposal
-		if json.Unmarshal(b, &p) != nil || p.Status == lifecycle.ProposalPending {
-			// Pending, or junk its reader quarantines: kept.
-			return nil
+		if json.Unmarshal(b, &p) != nil {
+			return nil // junk its reader quarantines: kept
 		}
+		if own, _ := layout.ProposalPendingKey(p.CreatedAt, p.ID); p.Status == lifecycle.ProposalPending && own == key {
+			return nil // the entry of a pending proposal
+		}
+		// Decided, or an entry an earlier attempt of the create left
+		// under another time (readers skip it: it is not the record's).
 	}
 	// Decided, or never written: the entry names nothing a reader of the
 	// pending list should see.

@@ -46,6 +46,10 @@ func TestProposalsRetained(t *testing.T) {
 	oldRejected, _ := proposal("p-old-rejected", lifecycle.ProposalRejected, old, &old, false)
 	newApplied, _ := proposal("p-new-applied", lifecycle.ProposalApplied, old, &recent, false)
 	pending, pendingIdx := proposal("p-pending", lifecycle.ProposalPending, old, nil, true)
+	// An entry an earlier attempt of p-pending's create left under
+	// another time: not the record's, so it goes though the record stays.
+	staleIdx, _ := layout.ProposalPendingKey(old.Add(-time.Minute), "p-pending")
+	put(staleIdx, struct{}{})
 	// Entries without a record: an old one (its writer died) and a young one.
 	lostIdx, _ := layout.ProposalPendingKey(t0.Add(-2*time.Hour), "p-lost")
 	youngIdx, _ := layout.ProposalPendingKey(t0.Add(-time.Minute), "p-young")
@@ -59,7 +63,7 @@ func TestProposalsRetained(t *testing.T) {
 	}
 	for key, want := range map[string]bool{
 		oldApplied: false, oldAppliedIdx: false, oldRejected: false, newApplied: true,
-		pending: true, pendingIdx: true, lostIdx: false, youngIdx: true,
+		pending: true, pendingIdx: true, staleIdx: false, lostIdx: false, youngIdx: true,
 	} {
 		_, _, err := s.Get(ctx, key)
 		if got := err == nil; got != want {
@@ -72,7 +76,7 @@ func TestProposalsRetained(t *testing.T) {
 	if r.Deleted[retention.Proposals] != 2 {
 		t.Errorf("deleted %d proposals, want 2 (%+v)", r.Deleted[retention.Proposals], r)
 	}
-	// With retention off for the kind, nothing of it goes.
+	// A pending proposal is never eligible, however old.
 	if retention.ProposalEligible(&lifecycle.Proposal{Status: lifecycle.ProposalPending}, t0, 0) {
 		t.Error("a pending proposal is eligible")
 	}
