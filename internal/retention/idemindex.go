@@ -73,18 +73,11 @@ func (j *Janitor) visitExpiryEntry(ctx context.Context, key string, now time.Tim
 	if !IdempotencyEligible(&rec, now, age) {
 		return refile(ctx, j.cfg.Store, key, recKey, &rec, now, age, r)
 	}
-	err = j.cfg.Store.Delete(ctx, recKey, storage.IfMatch(ver))
-	if errors.Is(err, storage.ErrPreconditionFailed) {
-		// Written since the read (a new generation): the entry stays,
-		// and the next pass reads it again and re-files it.
-		r.Changed++
-		return nil
-	}
-	if err != nil {
+	// A record written since the read (a new generation) stays, and so
+	// does its entry: the next pass reads it again and re-files it.
+	if gone, err := j.deleteIfMatch(ctx, Idempotency, recKey, ver, r); !gone || err != nil {
 		return err
 	}
-	r.deleted(Idempotency, 1)
-	r.Keys++
 	return j.cfg.Store.Delete(ctx, key, storage.Condition{})
 }
 

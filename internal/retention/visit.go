@@ -196,17 +196,24 @@ func (j *Janitor) read(ctx context.Context, key string, doc any, r *Report) (sto
 
 // deleteFenced deletes key if it still holds the version judged.
 func (j *Janitor) deleteFenced(ctx context.Context, k Kind, key string, ver storage.Version, r *Report) error {
+	_, err := j.deleteIfMatch(ctx, k, key, ver, r)
+	return err
+}
+
+// deleteIfMatch is deleteFenced, telling whether the record went: a
+// record written since the read is counted as changed and kept.
+func (j *Janitor) deleteIfMatch(ctx context.Context, k Kind, key string, ver storage.Version, r *Report) (bool, error) {
 	err := j.cfg.Store.Delete(ctx, key, storage.IfMatch(ver))
 	if errors.Is(err, storage.ErrPreconditionFailed) {
 		r.Changed++
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	r.deleted(k, 1)
 	r.Keys++
-	return nil
+	return true, nil
 }
 
 // deleteRun deletes a finished run whose status.json was judged at ver.
