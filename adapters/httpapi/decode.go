@@ -189,16 +189,6 @@ func decodeBatch(data []byte) ([]jobqueue.NewJob, error) {
 	return out, nil
 }
 
-// decodeSubmission decodes POST /inbox/submit's body
-// (the inbox's validation gate runs in Box.Submit).
-func decodeSubmission(data []byte) (lifecycle.InboxSubmission, error) {
-	var sub lifecycle.InboxSubmission
-	if err := decodeStrict(data, &sub, false); err != nil {
-		return sub, err
-	}
-	return sub, nil
-}
-
 // decodeCallback decodes and checks POST /nlm/callback's body.
 func decodeCallback(data []byte) (lifecycle.NLMCallbackBody, error) {
 	var cb lifecycle.NLMCallbackBody

@@ -7,6 +7,7 @@ import (
 
 	"github.com/runconveyor/conveyor/adapters/httpapi/internal/wire"
 	"github.com/runconveyor/conveyor/internal/codes"
+	"github.com/runconveyor/conveyor/lifecycle"
 )
 
 // FuzzDecodeRequests feeds every request decoder arbitrary bytes: none may
@@ -45,8 +46,8 @@ func FuzzDecodeRequests(f *testing.F) {
 		check("decodeEvent", err)
 		_, err = decodeJob(data)
 		check("decodeJob", err)
-		_, err = decodeSubmission(data)
-		check("decodeSubmission", err)
+		_, err = requiredBody[lifecycle.InboxSubmission](data)
+		check("inbox submission", err)
 		_, err = decodeCallback(data)
 		check("decodeCallback", err)
 		_, err = decodeRestore(data)

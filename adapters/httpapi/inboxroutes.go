@@ -27,7 +27,7 @@ func (h *inboxRoutes) table() []route {
 }
 
 func (h *inboxRoutes) submitInbox() handlerFunc {
-	return needs(h.box != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(decodeSubmission),
+	return needs(h.box != nil, "inbox", jsonRoute(http.StatusCreated, jsonBody(requiredBody[lifecycle.InboxSubmission]),
 		func(ctx context.Context, actor lifecycle.Actor, sub lifecycle.InboxSubmission) (wire.InboxAnswer, error) {
 			// A zone guest's entry carries its zone as its identity,
 			// whatever the body says: a guest speaks for no one else.
