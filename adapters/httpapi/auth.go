@@ -54,7 +54,7 @@ func (s *Server) authenticate(r *http.Request) (lifecycle.Actor, error) {
 			return lifecycle.ActorGateway, nil
 		}
 		a = normalizeActor(a)
-		if !s.knownActor(a) {
+		if !knownActor(a) {
 			return "", apiErr(codes.Unauthorized, "unknown actor in %s", wire.ActorHeader)
 		}
 		return a, nil
@@ -226,8 +226,7 @@ func normalToken(v lifecycle.Actor) (lifecycle.Actor, error) {
 		return "", err
 	}
 	a := normalizeActor(actor)
-	_, known := authority.GuestZone(a)
-	if !known && !slices.Contains(authority.Actors(), a) {
+	if !knownActor(a) {
 		return "", fmt.Errorf("%w: unknown actor %q", ErrInvalidConfig, actor)
 	}
 	if tenant != "" {
@@ -258,9 +257,9 @@ func CheckListen(addr string, tokens map[string]lifecycle.Actor) error {
 
 // knownActor tells whether a names an actor a request may act as: one of
 // the authority matrix's, or a zone guest.
-func (s *Server) knownActor(a lifecycle.Actor) bool {
+func knownActor(a lifecycle.Actor) bool {
 	_, guest := authority.GuestZone(a)
-	return guest || s.actorOK[a]
+	return guest || slices.Contains(authority.Actors(), a)
 }
 
 // refusal is why rt refuses actor, nil when it admits it: a zone guest is

@@ -181,7 +181,6 @@ type Server struct {
 	log     *slog.Logger
 	tracer  tracing.Tracer
 	metrics *httpMetrics // nil: no Registerer
-	actorOK map[lifecycle.Actor]bool
 	// feed serves the event stream and its Run reads the store; nil when
 	// none is served.
 	feed *events.Feed
@@ -289,26 +288,18 @@ func newServer(cfg Config, stream http.Handler) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Registerer: %w", ErrInvalidConfig, err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), metrics: metrics, actorOK: map[lifecycle.Actor]bool{},
+	s := &Server{cfg: cfg, log: cfg.Logger, tracer: tracing.New(cfg.TracerProvider), metrics: metrics,
 		runs: newRunRoutes(cfg.Runner, cs), jobs: &jobRoutes{queue: cfg.Queue, cursors: cs}, inbox: &inboxRoutes{box: cfg.Inbox, cursors: cs},
 		callback: &callbackRoute{}, backend: &backendRoutes{proc: cfg.NLM, queue: cfg.Queue, artifacts: cfg.Artifacts}, quarantine: &quarantineRoutes{store: cfg.Store, cursors: cs}, schedules: &scheduleRoutes{sched: cfg.Schedules},
 		proposals: &proposalRoutes{cursors: cs}}
 	if cfg.Store != nil {
 		s.proposals.props = proposals.New(cfg.Store, cfg.Clock.Now, "", cfg.Logger)
 	}
-	for _, a := range authority.Actors() {
-		s.actorOK[a] = true
-	}
 	tokens := make(map[string]lifecycle.Actor, len(cfg.Tokens))
 	for tok, v := range cfg.Tokens {
-		a, err := normalToken(v)
-		if tok == "" {
-			err = fmt.Errorf("%w: empty token", ErrInvalidConfig)
-		}
-		if err != nil {
+		if err := addToken(tokens, tok, string(v)); err != nil {
 			return nil, fmt.Errorf("token for %q: %w", v, err)
 		}
-		tokens[tok] = a
 	}
 	s.cfg.Tokens = tokens
 	s.stream = stream
