@@ -123,6 +123,22 @@ func (o *outbox) written(jobID string) {
 	o.wake.fire()
 }
 
+// putBack returns entries taken by takeWritten that a pass could not
+// handle, for the next one.
+func (o *outbox) putBack(keys map[string]bool) {
+	if len(keys) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.wrote == nil {
+		o.wrote = map[string]bool{}
+	}
+	for k := range keys {
+		o.wrote[k] = true
+	}
+}
+
 // takeWritten returns the entries written since the last call.
 func (o *outbox) takeWritten() map[string]bool {
 	o.mu.Lock()

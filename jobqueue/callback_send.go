@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -50,6 +52,8 @@ type callbackSender struct {
 	// an entry before then (an entry written here since is read at once;
 	// one another process wrote anew, at the time known).
 	due map[string]time.Time
+	// listed is when a pass last listed the outbox; guarded by passing.
+	listed time.Time
 }
 
 // errNotNow: an entry is not due, or another sender holds it, until at.
@@ -63,7 +67,7 @@ func (e *errNotNow) Error() string { return "callback not due until " + e.at.Str
 func (s *callbackSender) run(ctx context.Context, owner string, period time.Duration) {
 	for {
 		wake := s.outbox.wake.wait()
-		next := s.pass(ctx, owner)
+		next := s.pass(ctx, owner, period)
 		wait := period
 		if !next.IsZero() {
 			wait = min(wait, max(next.Sub(s.clock.Now()), 0))
@@ -80,29 +84,51 @@ func (s *callbackSender) run(ctx context.Context, owner string, period time.Dura
 // (zero): that pass lists the outbox for both, and its Worker passes
 // again at the next wake or due entry, so the outbox is not listed once
 // per Worker at each wake.
-func (s *callbackSender) pass(ctx context.Context, owner string) (next time.Time) {
+//
+// A pass woken by this process's own writes, with no entry due and the
+// last listing younger than period, handles those entries only: while a
+// receiver is down and entries wait out their backoff, each job's end
+// does not list the whole backlog again.
+func (s *callbackSender) pass(ctx context.Context, owner string, period time.Duration) (next time.Time) {
 	if !s.passing.TryLock() {
 		return time.Time{}
 	}
 	defer s.passing.Unlock()
+	now, fresh := s.clock.Now(), s.outbox.takeWritten()
 	var keys []string
-	for key, err := range s.store.List(ctx, callbacksPrefix) {
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.WarnContext(ctx, "jobqueue: callback outbox listing failed", "err", err)
+	full := s.listed.IsZero() || now.Sub(s.listed) >= period || s.anyDue(now)
+	if full {
+		for key, err := range s.store.List(ctx, callbacksPrefix) {
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.WarnContext(ctx, "jobqueue: callback outbox listing failed", "err", err)
+				}
+				s.outbox.putBack(fresh)
+				return s.clock.Now().Add(s.backoff)
 			}
-			return s.clock.Now().Add(s.backoff)
+			keys = append(keys, key)
 		}
-		keys = append(keys, key)
+		s.listed = now
+	} else {
+		keys = slices.Sorted(maps.Keys(fresh))
 	}
 	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, callbackParallel)
-		now   = s.clock.Now()
-		fresh = s.outbox.takeWritten()
-		due   = make(map[string]time.Time, len(keys))
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, callbackParallel)
+		due = make(map[string]time.Time, len(keys))
 	)
+	if !full {
+		// The entries not looked at keep their times.
+		for key, at := range s.due {
+			if !fresh[key] {
+				due[key] = at
+				if next.IsZero() || at.Before(next) {
+					next = at
+				}
+			}
+		}
+	}
 	for _, key := range keys {
 		if at, ok := s.due[key]; ok && now.Before(at) && !fresh[key] {
 			mu.Lock() // the posts started above write due and next too
@@ -136,6 +162,16 @@ func (s *callbackSender) pass(ctx context.Context, owner string) (next time.Time
 	wg.Wait()
 	s.due = due
 	return next
+}
+
+// anyDue tells whether an entry seen is due at now; passing held.
+func (s *callbackSender) anyDue(now time.Time) bool {
+	for _, at := range s.due {
+		if !now.Before(at) {
+			return true
+		}
+	}
+	return false
 }
 
 // one handles the entry at key: it takes the entry's lease, posts the

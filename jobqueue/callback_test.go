@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"net/http"
 	"net/http/httptest"
@@ -658,5 +659,39 @@ func TestCallbackWaitCapped(t *testing.T) {
 	}
 	if n := len(rcv.got()); n != 35 {
 		t.Fatalf("%d attempts, want 35", n)
+	}
+}
+
+// TestCallbackBacklogNotListedPerEnd: while a receiver is down and 5
+// entries wait out their backoff, a job that ends with a callback is
+// posted by a pass that does not list the outbox again; the pass after
+// the listing period (or when an entry falls due) lists it.
+func TestCallbackBacklogNotListedPerEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lists := &outboxLists{Store: memstore.New()}
+	clk := clock.NewFake(t0)
+	down := newReceiver(t, always(http.StatusInternalServerError))
+	up := newReceiver(t, always(http.StatusOK))
+	q := cbQueue(t, storage.New(lists), clk, jobqueue.HandlerFunc(sent))
+	for i := range 5 {
+		enqueueCallback(t, q, fmt.Sprintf("job-down-%d", i), down.URL)
+		runJob(t, q)
+	}
+	jobqueue.SendCallbacks(ctx, q, "w1") // lists, fails each once: backlog
+	before := lists.n.Load()
+	enqueueCallback(t, q, "job-up", up.URL)
+	runJob(t, q)
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if n := lists.n.Load() - before; n != 0 || len(up.got()) != 1 {
+		t.Fatalf("a job's end beside a backlog: %d listings, %d posts; want 0 and 1", n, len(up.got()))
+	}
+	if n := len(down.got()); n != 5 {
+		t.Fatalf("the backlog was posted %d times, want 5 (not before its backoff)", n)
+	}
+	clk.Advance(time.Minute)
+	jobqueue.SendCallbacks(ctx, q, "w1")
+	if n := lists.n.Load() - before; n != 1 {
+		t.Fatalf("%d listings after the period, want 1", n)
 	}
 }

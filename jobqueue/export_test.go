@@ -81,5 +81,5 @@ const CallbacksPrefix = callbacksPrefix
 // SendCallbacks makes one pass of the callback sender as owner, as a
 // Worker's does, and returns when the next entry is due (zero: none).
 func SendCallbacks(ctx context.Context, q *Queue, owner string) time.Time {
-	return q.callbacks.pass(ctx, owner)
+	return q.callbacks.pass(ctx, owner, callbackPeriod)
 }
