@@ -108,6 +108,62 @@ func TestHistoryAttempts(t *testing.T) {
 	})
 }
 
+// TestRestingRecordKeepsNoAuditedTrail: where the store commits several
+// keys at once, a job that comes to rest (RETRY_BACKOFF, COMPLETE) is
+// stored without its trail and audit_artifact, its moves being in the
+// audit object of the same commit; where it does not, the record keeps
+// them until its next write. Either way the history shows every move.
+func TestRestingRecordKeepsNoAuditedTrail(t *testing.T) {
+	stores := map[string]func(testing.TB) *storage.Store{"memstore": func(testing.TB) *storage.Store { return memstore.New() },
+		"filestore": fileStore, "sqlite": teststores.SQLite}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := open(t)
+			clk := clock.NewFake(t0)
+			q := newQueue(t, s, clk)
+			enqueue(t, q, "job-1", "agent-a")
+			raw := func() string {
+				b, _, err := s.Get(ctx, "jobs/job-1.json")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(b)
+			}
+			check := func(at lifecycle.JobState) {
+				t.Helper()
+				rec := raw()
+				kept := strings.Contains(rec, `"trail"`) || strings.Contains(rec, `"audit_artifact"`)
+				if kept == s.CanCommit() {
+					t.Fatalf("%s on %s (commits %v): trail or audit_artifact kept %v: %s", at, name, s.CanCommit(), kept, rec)
+				}
+			}
+			if j := runOnce(t, q, failingAt(errors.New("first failure"))); j.Status != lifecycle.JobRetryBackoff {
+				t.Fatalf("after attempt 1: %s", j.Status)
+			}
+			check(lifecycle.JobRetryBackoff)
+			clk.Advance(time.Minute)
+			if j := runOnce(t, q, okHandlers()); j.Status != lifecycle.JobComplete {
+				t.Fatalf("after attempt 2: %s", j.Status)
+			}
+			check(lifecycle.JobComplete)
+			h, err := (jobqueue.Operator{Queue: q}).History(ctx, lifecycle.ActorAdmin, "job-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var path []string
+			for _, m := range h.Moves {
+				path = append(path, string(m.To))
+			}
+			want := "[PENDING QUEUED CONTEXT_ASSEMBLY RETRY_BACKOFF QUEUED CONTEXT_ASSEMBLY NOTEBOOKLM_CALL ARTIFACT_WRITE COMPLETE]"
+			if got := fmt.Sprint(path); got != want {
+				t.Fatalf("moves %s\nwant  %s", got, want)
+			}
+		})
+	}
+}
+
 // TestRequeueMatching: a bulk requeue moves the DEAD jobs of the filter,
 // at most its limit a call, passes over jobs in other states, and refuses
 // an actor the machine does not give the move, or a limit past MaxBulk,

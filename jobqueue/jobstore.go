@@ -73,7 +73,20 @@ func (q *jobStore) read(ctx context.Context, jobID string) (jobDoc, storage.Vers
 // jobRecord is the job at key as the core writes it: validated on every
 // read, so a record that is not a job of this key is poison.
 func (q *jobStore) record(key string) *fence.Record[jobDoc, *jobDoc] {
-	return &fence.Record[jobDoc, *jobDoc]{Store: q.store, Key: key, Validate: func(d *jobDoc) error { return validJob(key, d) }}
+	return &fence.Record[jobDoc, *jobDoc]{Store: q.store, Key: key, Validate: func(d *jobDoc) error { return validJob(key, d) },
+		Trim: trimAudited}
+}
+
+// trimAudited is a job record at rest as stored in the commit of its audit
+// object (Record.Trim): the trail holds the moves not yet in the audit
+// log, so it is stored empty, and so is audit_artifact. Where the audit
+// object is written after the record (no commit of several keys), the
+// record keeps them until its next write, which makes sure the object
+// exists first.
+func trimAudited(d *jobDoc) {
+	if flushes(d.Status) {
+		d.Trail, d.AuditArtifact = nil, ""
+	}
 }
 
 // validJob refuses a decoded job that cannot be this key's job.

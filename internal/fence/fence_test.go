@@ -311,9 +311,11 @@ type noCommit struct{ driver.Store }
 
 // TestApplyWith: on a store that commits, the record's write and the
 // others land in one commit under the record's IfMatch (a stale version
-// is re-read and judged again, as Apply's); another write's refused
-// condition, or a store that cannot commit, leaves the record's write
-// alone; a lost lease writes nothing.
+// is re-read and judged again, as Apply's), the record stored as Trim
+// shapes it; another write's refused condition, or a store that cannot
+// commit, leaves the record's write alone, untrimmed; a lost lease writes
+// nothing. The document returned is never trimmed; the cached one is the
+// stored one.
 func TestApplyWith(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -342,7 +344,8 @@ func TestApplyWith(t *testing.T) {
 			if tc.otherThere {
 				mustCreate(t, s, "other.json", doc{State: "old"})
 			}
-			r := &fence.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "a", Epoch: 1}
+			r := &fence.Record[doc, *doc]{Store: s, Key: "r.json", Lease: leaseOf, Owner: "a", Epoch: 1,
+				Trim: func(d *doc) { d.Lease = nil }}
 			r.Seed(doc{State: "running", Lease: &lifecycle.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}}, v)
 			if tc.meddle || tc.lost {
 				lease := &lifecycle.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}
@@ -386,8 +389,17 @@ func TestApplyWith(t *testing.T) {
 			case !tc.committed && !errors.Is(oerr, storage.ErrNotFound):
 				t.Fatalf("other key %s, %v: want none", other, oerr)
 			}
-			if err == nil && after.State != "done" {
-				t.Fatalf("after %+v", after)
+			if err == nil && (after.State != "done" || after.Lease == nil) {
+				t.Fatalf("after %+v: want the changed document, lease kept", after)
+			}
+			if err != nil {
+				return
+			}
+			if trimmed := stored.Lease == nil; trimmed != tc.committed {
+				t.Fatalf("record %s: trimmed %v, want %v (trimmed when the other write rode in its commit)", got, trimmed, tc.committed)
+			}
+			if cached, cv := r.Snapshot(); (cached.Lease == nil) != tc.committed || cv == "" {
+				t.Fatalf("cached %+v at %q: want the stored document %s", cached, cv, got)
 			}
 		})
 	}

@@ -51,6 +51,11 @@ type Record[T any, P records.Doc[T]] struct {
 	Clone func(P) T
 	// Validate judges a decoded document; an error makes it poison.
 	Validate func(P) error
+	// Trim, when set, shapes the stored copy of a document whose write
+	// carries also's writes in its commit: what they record is left out of
+	// it (a job's moves, once in the audit object of the same commit). The
+	// document an Apply returns keeps it; the cached one is the stored one.
+	Trim func(P)
 
 	mu     sync.Mutex
 	doc    T
@@ -249,11 +254,10 @@ func (r *Record[T, P]) apply(ctx context.Context, change func(P) error, must, al
 			continue
 		}
 		P(&doc).StorageMeta().Version++
-		b, err := records.Encode[T, P](&doc)
-		if err != nil {
-			return before, after, false, nil, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
+		w, err := r.put(ctx, &doc, must, also)
+		if w.b == nil {
+			return before, after, false, nil, err // not encoded: nothing written
 		}
-		w, err := r.put(ctx, &doc, b, must, also)
 		if w.commit && err != nil && !errors.Is(err, storage.ErrOutcomeUnknown) && !failedAt(err, r.Key) {
 			if failedAtAny(err, w.must) {
 				return before, after, false, nil, err // a joint write refused: nothing written
@@ -263,14 +267,14 @@ func (r *Record[T, P]) apply(ctx context.Context, change func(P) error, must, al
 		}
 		switch {
 		case err == nil:
-			r.doc, r.ver, r.fresh = doc, w.v, false
+			r.doc, r.ver, r.fresh = w.storedDoc(doc), w.v, false
 			return prior, r.clone(&doc), w.with, w.mustVers, nil
 		case errors.Is(err, storage.ErrOutcomeUnknown):
 			// The write may have landed: it did if the stored bytes are
 			// ours (a commit lands whole or not at all).
 			got, gv, gerr := r.Store.Get(ctx, r.Key)
-			if gerr == nil && bytes.Equal(got, b) {
-				r.doc, r.ver, r.fresh = doc, gv, false
+			if gerr == nil && bytes.Equal(got, w.b) {
+				r.doc, r.ver, r.fresh = w.storedDoc(doc), gv, false
 				return prior, r.clone(&doc), w.with, r.readBack(ctx, w.must), nil
 			}
 		case errors.Is(err, storage.ErrPreconditionFailed):
@@ -290,20 +294,33 @@ func (r *Record[T, P]) apply(ctx context.Context, change func(P) error, must, al
 // written is what put wrote: the record's version, whether it was a
 // commit, whether also's writes went with it (with), and must's writes
 // and their versions.
-type written struct {
+type written[T any] struct {
 	v        storage.Version
 	commit   bool
 	with     bool
 	must     []storage.Write
 	mustVers []storage.Version
+	// b is the record's bytes as sent, nil when nothing was (must or
+	// the encoding failed); stored is the copy Trim shaped, written in
+	// place of the document, or nil when the document was.
+	b      []byte
+	stored *T
 }
 
-// put writes the record's bytes b (of doc) under IfMatch of the version
-// last read or written: one Put, or, when must or also give writes, one
-// commit of the record's write first, then must's, then also's (also
-// failing, the record's write goes without them; must failing, nothing
-// is written).
-func (r *Record[T, P]) put(ctx context.Context, doc P, b []byte, must, also func(P) ([]storage.Write, error)) (w written, err error) {
+// storedDoc is the document as written: the trimmed copy, if any, else doc.
+func (w *written[T]) storedDoc(doc T) T {
+	if w.stored != nil {
+		return *w.stored
+	}
+	return doc
+}
+
+// put writes doc, encoded, under IfMatch of the version last read or
+// written: one Put, or, when must or also give writes, one commit of the
+// record's write first, then must's, then also's (also failing, the
+// record's write goes without them; must failing, nothing is written).
+// With also's writes, the record written is Trim's copy of doc.
+func (r *Record[T, P]) put(ctx context.Context, doc P, must, also func(P) ([]storage.Write, error)) (w written[T], err error) {
 	if must != nil {
 		if w.must, err = must(doc); err != nil {
 			return w, err
@@ -313,6 +330,16 @@ func (r *Record[T, P]) put(ctx context.Context, doc P, b []byte, must, also func
 	if also != nil {
 		more, _ = also(doc) // writes it cannot make are the caller's to make apart, as without a commit
 	}
+	if len(more) > 0 && r.Trim != nil {
+		t := r.clone(doc)
+		r.Trim(&t)
+		w.stored, doc = &t, &t
+	}
+	b, err := records.Encode[T, P](doc)
+	if err != nil {
+		return w, fmt.Errorf("conveyor: encode %s: %w", r.Key, err)
+	}
+	w.b = b
 	if len(w.must)+len(more) == 0 {
 		w.v, err = r.Store.Put(ctx, r.Key, b, storage.IfMatch(r.ver))
 		return w, err
