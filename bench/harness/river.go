@@ -136,6 +136,13 @@ func (d *riverDriver) ServerCPU(context.Context) (time.Duration, error) {
 	return procTreeCPU(pid)
 }
 
+// Quiet writes Postgres's dirty buffers now (CHECKPOINT), so its
+// checkpointer does not write them during the next measurement.
+func (d *riverDriver) Quiet(ctx context.Context) error {
+	_, err := d.pool.Exec(ctx, "CHECKPOINT")
+	return err
+}
+
 func (d *riverDriver) Reset(ctx context.Context) error {
 	_, err := d.pool.Exec(ctx, "TRUNCATE river_job")
 	return err

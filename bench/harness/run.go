@@ -49,6 +49,9 @@ type Result struct {
 	P50 time.Duration `json:"p50_ns"`
 	P99 time.Duration `json:"p99_ns"`
 	Max time.Duration `json:"max_ns"`
+	// Settled is the wait for a quiet machine before the measurement
+	// (Settle), when one was asked for.
+	Settled *Settled `json:"settled,omitempty"`
 }
 
 // PerJob is a cost per job, or -1 where the system does not expose it.
@@ -76,6 +79,9 @@ type ThroughputConfig struct {
 	// Timeout bounds the whole measurement; 0 means 2 minutes plus 100 ms
 	// a job, generous for the slowest system.
 	Timeout time.Duration
+	// Settle, when set, waits for a quiet machine after the reset and
+	// before the workers start (Settle).
+	Settle *SettleConfig
 }
 
 // Throughput runs cfg.Jobs no-op jobs end to end through d: workers with
@@ -98,6 +104,9 @@ func Throughput(ctx context.Context, d Driver, cfg ThroughputConfig) (Result, er
 	defer cancel()
 	if err := d.Reset(ctx); err != nil {
 		return res, fmt.Errorf("%s: reset: %w", d.Name(), err)
+	}
+	if err := settle(ctx, d, cfg.Settle, &res); err != nil {
+		return res, err
 	}
 	before, err := d.Counters(ctx)
 	if err != nil {
@@ -246,6 +255,8 @@ type LatencyConfig struct {
 	Slots int
 	// Agents spreads the jobs as in throughput mode.
 	Agents int
+	// Settle is as ThroughputConfig's.
+	Settle *SettleConfig
 }
 
 // ChildEnv names the environment variable that makes a process (the bench
@@ -269,6 +280,9 @@ func Latency(ctx context.Context, d Driver, cfg LatencyConfig) (Result, error) {
 	res := Result{System: d.Name(), Mode: "latency", Workers: cfg.Slots, Batch: 1, Insert: InsertCall(d, 1), Jobs: cfg.Jobs}
 	if err := d.Reset(ctx); err != nil {
 		return res, fmt.Errorf("%s: reset: %w", d.Name(), err)
+	}
+	if err := settle(ctx, d, cfg.Settle, &res); err != nil {
+		return res, err
 	}
 	if d.Addr() == "" {
 		return res, fmt.Errorf("%s: no other process can reach it", d.Name())

@@ -41,6 +41,7 @@ type options struct {
 	pg, pgData, redisAddr, minioBin, dir     string
 	riverFast                                bool
 	out, cpuProfile                          string
+	settleMax                                time.Duration
 }
 
 // defaultSystems are the comparison (29): the SDK on SQLite and on
@@ -62,6 +63,9 @@ func parseFlags() options {
 	flag.StringVar(&o.batchSystems, "batch-systems", "sdk-memstore,sdk-sqlite,river,river-tuned",
 		"systems measured with batches too (filestore and MinIO may be added: their InsertMany writes a key at a time, no store commits several)")
 	flag.BoolVar(&o.riverFast, "river-insert-many-fast", false, "River's batches through InsertManyFast (COPY FROM, no rows returned) instead of InsertMany")
+	flag.DurationVar(&o.settleMax, "settle-max", 20*time.Second, "before each measurement of the rounds, wait up to this long for a quiet machine "+
+		"(a checkpoint of the run's Postgres, whichever system is next, sync(2), then the machine's CPU under 5% busy for two 250 ms windows): what one system leaves running "+
+		"must not slow the next; 0: no wait")
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds; medians are over rounds")
 	flag.IntVar(&o.jobs, "jobs", 0, "jobs per throughput measurement; 0: sized per system, W and batch by a warm-up measurement to last -seconds")
 	flag.IntVar(&o.jobsFile, "jobs-filestore", 0, "jobs per throughput measurement on filestore (0: as -jobs)")
@@ -380,30 +384,52 @@ func (b *bench) round(ctx context.Context, r int) {
 				if !lat[d.Name()] || d.Name() == harness.NameMemstore {
 					continue
 				}
-				res, err := harness.Latency(ctx, d, harness.LatencyConfig{Jobs: b.o.latJobs, Rate: b.o.rate, Slots: w, Agents: b.o.agents})
+				res, err := harness.Latency(ctx, d, harness.LatencyConfig{Jobs: b.o.latJobs, Rate: b.o.rate, Slots: w, Agents: b.o.agents,
+					Settle: b.settle()})
 				if err != nil {
 					log.Fatalf("round %d: W=%d: %v", r+1, w, err)
 				}
 				res.Round = r + 1
 				b.results = append(b.results, res)
-				log.Printf("round %d latency    W=%-3d %-14s %6d jobs at %.0f/s  p50 %s  p99 %s  max %s", r+1, w, d.Name(), res.Jobs, b.o.rate,
-					ms(res.P50), ms(res.P99), ms(res.Max))
+				log.Printf("round %d latency    W=%-3d %-14s %6d jobs at %.0f/s  p50 %s  p99 %s  max %s%s", r+1, w, d.Name(), res.Jobs, b.o.rate,
+					ms(res.P50), ms(res.P99), ms(res.Max), settleNote(res.Settled))
 			}
 		}
 	}
 }
 
+// settleNote is how long the wait for a quiet machine took, for the log.
+func settleNote(s *harness.Settled) string {
+	switch {
+	case s == nil:
+		return ""
+	case !s.Quiet:
+		return fmt.Sprintf("  (not quiet after %s: %.0f%% busy)", s.Waited.Round(100*time.Millisecond), 100*s.Busy)
+	}
+	return fmt.Sprintf("  (settled in %s)", s.Waited.Round(100*time.Millisecond))
+}
+
+// settle is the wait for a quiet machine before a measurement of the
+// rounds (not the warm-up's), or nil for none (-settle-max 0).
+func (b *bench) settle() *harness.SettleConfig {
+	if b.o.settleMax <= 0 {
+		return nil
+	}
+	return &harness.SettleConfig{Max: b.o.settleMax, Also: b.drivers}
+}
+
 func (b *bench) throughput(ctx context.Context, r int, d harness.Driver, w, bat int) {
 	n := b.sizes[cfgKey{d.Name(), w, bat}]
-	res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n, Agents: b.o.agents, Slots: w, Enqueuers: b.enqueuers(w), Batch: bat})
+	res, err := harness.Throughput(ctx, d, harness.ThroughputConfig{Jobs: n, Agents: b.o.agents, Slots: w, Enqueuers: b.enqueuers(w), Batch: bat,
+		Settle: b.settle()})
 	if err != nil {
 		log.Fatalf("round %d: W=%d: %v", r+1, w, err)
 	}
 	res.Round = r + 1
 	b.results = append(b.results, res)
-	log.Printf("round %d throughput W=%-3d %-14s %-16s %6d jobs %8.1f jobs/s  cpu/job %s ms  %s", r+1, w, d.Name(),
+	log.Printf("round %d throughput W=%-3d %-14s %-16s %6d jobs %8.1f jobs/s  cpu/job %s ms  %s%s", r+1, w, d.Name(),
 		insertLabel(res.Batch, res.Insert), n, res.JobsPerSec,
-		cpuCell(res.CPUPerJob, perJob(res, res.CPUProcess), perJob(res, res.CPUServer)), costLine(res))
+		cpuCell(res.CPUPerJob, perJob(res, res.CPUProcess), perJob(res, res.CPUServer)), costLine(res), settleNote(res.Settled))
 	if res.CPUError != "" {
 		log.Printf("round %d throughput W=%-3d %-14s server CPU unknown: %s", r+1, w, d.Name(), res.CPUError)
 	}
