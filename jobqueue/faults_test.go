@@ -304,6 +304,16 @@ func TestFaultOutageDuringAJobIsWaitedOut(t *testing.T) {
 			case err := <-done:
 				t.Fatalf("Run returned during the outage after %d refused calls: %v", fs.Failed(), err)
 			}
+			// And only once the write waits again: a retry that fired but
+			// has not yet made its call leaves other timers armed, and a
+			// loop moving the clock meanwhile ran it past the heartbeat,
+			// which then waited for the claim the write holds (a hang
+			// under load).
+			idleCtx, cancel := context.WithTimeout(ctx, hangLimit)
+			if err := clk.WaitIdle(idleCtx); err != nil {
+				t.Fatalf("the claim never waited again after %d refused calls: %v", fs.Failed(), err)
+			}
+			cancel()
 			clk.Advance(100 * time.Millisecond)
 		}
 		<-clk.WaitForTimers(timers) // the heartbeat, (the step's deadline) and the write's next retry
