@@ -112,7 +112,9 @@ func TestHistoryAttempts(t *testing.T) {
 // keys at once, a job that comes to rest (RETRY_BACKOFF, COMPLETE) is
 // stored without its trail and audit_artifact, its moves being in the
 // audit object of the same commit; where it does not, the record keeps
-// them until its next write. Either way the history shows every move.
+// them until its next write. Either way the history shows every move. A
+// DEAD record keeps its trail on every store (retention may delete its
+// audit days first).
 func TestRestingRecordKeepsNoAuditedTrail(t *testing.T) {
 	stores := map[string]func(testing.TB) *storage.Store{"memstore": func(testing.TB) *storage.Store { return memstore.New() },
 		"filestore": fileStore, "sqlite": teststores.SQLite}
@@ -159,6 +161,13 @@ func TestRestingRecordKeepsNoAuditedTrail(t *testing.T) {
 			want := "[PENDING QUEUED CONTEXT_ASSEMBLY RETRY_BACKOFF QUEUED CONTEXT_ASSEMBLY NOTEBOOKLM_CALL ARTIFACT_WRITE COMPLETE]"
 			if got := fmt.Sprint(path); got != want {
 				t.Fatalf("moves %s\nwant  %s", got, want)
+			}
+			enqueue(t, q, "job-2", "agent-b")
+			if j := runOnce(t, q, failingAt(jobqueue.Permanent(errors.New("bad input")))); j.Status != lifecycle.JobDead {
+				t.Fatalf("job-2: %s", j.Status)
+			}
+			if b, _, err := s.Get(ctx, "jobs/job-2.json"); err != nil || !strings.Contains(string(b), `"trail"`) {
+				t.Fatalf("DEAD record on %s: %s, %v: want its trail kept", name, b, err)
 			}
 		})
 	}

@@ -79,12 +79,13 @@ func (q *jobStore) record(key string) *fence.Record[jobDoc, *jobDoc] {
 
 // trimAudited is a job record at rest as stored in the commit of its audit
 // object (Record.Trim): the trail holds the moves not yet in the audit
-// log, so it is stored empty, and so is audit_artifact. Where the audit
-// object is written after the record (no commit of several keys), the
-// record keeps them until its next write, which makes sure the object
-// exists first.
+// log, so it is stored empty, and so is audit_artifact. A DEAD record
+// keeps them: dead jobs outlive the audit days retention deletes, and its
+// last attempt stays readable there. Where the audit object is written
+// after the record (no commit of several keys), the record keeps them
+// until its next write, which makes sure the object exists first.
 func trimAudited(d *jobDoc) {
-	if flushes(d.Status) {
+	if flushes(d.Status) && d.Status != lifecycle.JobDead {
 		d.Trail, d.AuditArtifact = nil, ""
 	}
 }

@@ -117,9 +117,10 @@ type Job struct {
 	Lease *Lease `json:"lease,omitempty"`
 	// Trail lists the transitions not yet in the audit log: those since
 	// the job last came to rest (COMPLETE, DEAD, RETRY_BACKOFF), and, at
-	// rest, those that brought it there. The write that brings a job to
-	// rest writes them as one audit object (issue 12); a later writer, or
-	// Sweep, writes it should that writer have died before it did.
+	// rest, those that brought it there, unless the store committed the
+	// record with their audit object (DEAD keeps them). The write that
+	// brings a job to rest writes them as one audit object; a later
+	// writer, or Sweep, writes it should that writer have died before it did.
 	Trail []JobMove `json:"trail,omitempty"`
 	// TraceParent is the W3C traceparent of the enqueue that created the
 	// job: every worker that runs it starts its spans as its children

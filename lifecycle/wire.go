@@ -17,7 +17,7 @@ import (
 // Context.EntityRefs at most 256 refs of
 // 1,024 bytes, all valid UTF-8 without NUL or control characters.
 type NewJob struct {
-	// JobID is the job's id; empty means a fresh UUID v4.
+	// JobID is the job's id; empty means a fresh UUID of version 7.
 	JobID     string
 	RunID     string
 	JobType   JobType

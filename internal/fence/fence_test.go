@@ -309,6 +309,17 @@ func TestRecordKeepsUnknownMembers(t *testing.T) {
 // noCommit hides the Commit of the store under it, as filestore has none.
 type noCommit struct{ driver.Store }
 
+// landedUnknown commits through the store under it, then answers
+// ErrOutcomeUnknown, as a commit whose answer was lost.
+type landedUnknown struct{ driver.Store }
+
+func (l landedUnknown) Commit(ctx context.Context, ws []driver.Write) ([]driver.Version, error) {
+	if _, err := l.Store.(driver.Committer).Commit(ctx, ws); err != nil {
+		return nil, err
+	}
+	return nil, &driver.OpError{Op: "commit", Key: ws[0].Key, Kind: storage.ErrOutcomeUnknown}
+}
+
 // TestApplyWith: on a store that commits, the record's write and the
 // others land in one commit under the record's IfMatch (a stale version
 // is re-read and judged again, as Apply's), the record stored as Trim
@@ -321,6 +332,7 @@ func TestApplyWith(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		noCommit   bool
+		unknown    bool // the commit lands, its answer is ErrOutcomeUnknown
 		otherThere bool // the other key exists before: its create-only write is refused
 		meddle     bool // someone writes the record between the owner's read and write
 		lost       bool // the lease was taken over
@@ -331,14 +343,18 @@ func TestApplyWith(t *testing.T) {
 		{name: "stale version, re-read, commits", meddle: true, committed: true},
 		{name: "other write refused: the record alone", otherThere: true},
 		{name: "store cannot commit: the record alone", noCommit: true},
+		{name: "landed, outcome unknown: read back as written, trimmed", unknown: true, committed: true},
 		{name: "lease lost: nothing", lost: true, wantErr: lifecycle.ErrLeaseLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			s := memstore.New()
-			if tc.noCommit {
+			switch {
+			case tc.noCommit:
 				s = storage.New(noCommit{s.Unwrap()})
+			case tc.unknown:
+				s = storage.New(landedUnknown{s.Unwrap()})
 			}
 			v := mustCreate(t, s, "r.json", doc{State: "running", Lease: &lifecycle.Lease{Owner: "a", Epoch: 1, ExpiresAt: t0}})
 			if tc.otherThere {
@@ -394,6 +410,9 @@ func TestApplyWith(t *testing.T) {
 			}
 			if err != nil {
 				return
+			}
+			if want := map[bool]int64{false: 1, true: 2}[tc.meddle]; stored.Version != want {
+				t.Fatalf("record %s: version %d, want %d (one write of ours)", got, stored.Version, want)
 			}
 			if trimmed := stored.Lease == nil; trimmed != tc.committed {
 				t.Fatalf("record %s: trimmed %v, want %v (trimmed when the other write rode in its commit)", got, trimmed, tc.committed)
