@@ -77,14 +77,7 @@ func TestHistoryAttempts(t *testing.T) {
 		if h.Partial || h.Job.Status != lifecycle.JobComplete || !strings.Contains(string(h.Result), `"title":"Brief"`) {
 			t.Fatalf("history of %s, partial %v, result %s", h.Job.Status, h.Partial, h.Result)
 		}
-		var path []string
-		for _, m := range h.Moves {
-			path = append(path, string(m.To))
-		}
-		want := "[PENDING QUEUED CONTEXT_ASSEMBLY RETRY_BACKOFF QUEUED CONTEXT_ASSEMBLY RETRY_BACKOFF FAILED DEAD QUEUED CONTEXT_ASSEMBLY NOTEBOOKLM_CALL ARTIFACT_WRITE COMPLETE]"
-		if got := fmt.Sprint(path); got != want {
-			t.Fatalf("moves %s\nwant  %s", got, want)
-		}
+		checkPath(t, h, "[PENDING QUEUED CONTEXT_ASSEMBLY RETRY_BACKOFF QUEUED CONTEXT_ASSEMBLY RETRY_BACKOFF FAILED DEAD QUEUED CONTEXT_ASSEMBLY NOTEBOOKLM_CALL ARTIFACT_WRITE COMPLETE]")
 		wantAttempts := []struct {
 			n       int
 			outcome lifecycle.JobState
@@ -106,6 +99,18 @@ func TestHistoryAttempts(t *testing.T) {
 			t.Fatalf("history of a missing job: %v", err)
 		}
 	})
+}
+
+// checkPath checks the states a history's moves went to, in order.
+func checkPath(t *testing.T, h lifecycle.JobHistory, want string) {
+	t.Helper()
+	var path []string
+	for _, m := range h.Moves {
+		path = append(path, string(m.To))
+	}
+	if got := fmt.Sprint(path); got != want {
+		t.Fatalf("moves %s\nwant  %s", got, want)
+	}
 }
 
 // TestRestingRecordKeepsNoAuditedTrail: where the store commits several
@@ -154,14 +159,7 @@ func TestRestingRecordKeepsNoAuditedTrail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var path []string
-			for _, m := range h.Moves {
-				path = append(path, string(m.To))
-			}
-			want := "[PENDING QUEUED CONTEXT_ASSEMBLY RETRY_BACKOFF QUEUED CONTEXT_ASSEMBLY NOTEBOOKLM_CALL ARTIFACT_WRITE COMPLETE]"
-			if got := fmt.Sprint(path); got != want {
-				t.Fatalf("moves %s\nwant  %s", got, want)
-			}
+			checkPath(t, h, "[PENDING QUEUED CONTEXT_ASSEMBLY RETRY_BACKOFF QUEUED CONTEXT_ASSEMBLY NOTEBOOKLM_CALL ARTIFACT_WRITE COMPLETE]")
 			enqueue(t, q, "job-2", "agent-b")
 			if j := runOnce(t, q, failingAt(jobqueue.Permanent(errors.New("bad input")))); j.Status != lifecycle.JobDead {
 				t.Fatalf("job-2: %s", j.Status)

@@ -56,7 +56,7 @@ func TestBusyShare(t *testing.T) {
 
 // TestSettleWaitsOutABusyMachine keeps one core busy, then idle: Settle
 // must not return while the spinner runs (a quarter-second window on two
-// cores is then at least ~40% busy), and must return quiet after it stops.
+// cores is then at least ~40% busy).
 func TestSettleWaitsOutABusyMachine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spins a core for a second")
@@ -81,11 +81,10 @@ func TestSettleWaitsOutABusyMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Quiet {
-		t.Skipf("the machine was not quiet within 15 s after the spinner stopped (%.0f%% busy): too loaded to tell", 100*s.Busy)
-	}
+	// Quiet or not (a loaded machine may stay busy past Max), it must not
+	// have returned while the spinner ran.
 	if took := time.Since(start); took < spin {
-		t.Fatalf("Settle returned after %s, while one core was still spinning (until %s)", took, spin)
+		t.Fatalf("Settle returned after %s (quiet %v, %.0f%% busy), while one core was still spinning (until %s)", took, s.Quiet, 100*s.Busy, spin)
 	}
 }
 
