@@ -30,9 +30,10 @@ func confine(ctx context.Context, j *lifecycle.Job) error {
 // one namespace for every tenant, so an insert of an id another tenant
 // holds would answer JOB_EXISTS and tell the id is taken
 // (docs/design.md#tenants). Such a caller's jobs get the queue's ids, or
-// a unique job's, whose uniqueness is the tenant's own.
+// a unique job's, whose uniqueness is the tenant's own. A schedule's
+// periodic job in a named tenant keeps the slot's id (tenancy.Naming).
 func namedID(ctx context.Context, id string) error {
-	if t := lifecycle.TenantOf(ctx); id != "" && t != "" && t != lifecycle.AllTenants {
+	if t := lifecycle.TenantOf(ctx); id != "" && t != "" && t != lifecycle.AllTenants && !tenancy.NamesIDs(ctx) {
 		return badJob("job_id %q: a job of tenant %s takes the queue's id (give unique.key for one of its own)", id, t)
 	}
 	return nil

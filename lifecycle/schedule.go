@@ -44,6 +44,9 @@ type Schedule struct {
 	// Job, when set, makes each slot enqueue this job instead of starting
 	// a run: a periodic job (docs/spec.md#periodic-jobs).
 	Job *ScheduleJob `json:"job,omitempty"`
+	// Tenant is the tenant the slots' runs and jobs belong to
+	// (docs/spec.md#tenants), a storage id. Default "": the default tenant.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ScheduleJob is the job each slot of a periodic job's schedule enqueues,

@@ -45,6 +45,7 @@ import (
 	"github.com/runconveyor/conveyor/internal/layout"
 	"github.com/runconveyor/conveyor/internal/quarantine"
 	"github.com/runconveyor/conveyor/internal/storekey"
+	"github.com/runconveyor/conveyor/internal/tenancy"
 	"github.com/runconveyor/conveyor/jobqueue"
 	"github.com/runconveyor/conveyor/lifecycle"
 	"github.com/runconveyor/conveyor/lifecycle/clock"
@@ -112,6 +113,11 @@ func compile(s *Schedule) (slots, error) {
 	}
 	if err := checkTarget(s); err != nil {
 		return nil, err
+	}
+	if s.Tenant != "" {
+		if err := storekey.ValidateID("schedule "+s.ID+" tenant", s.Tenant); err != nil {
+			return nil, err
+		}
 	}
 	if s.Jitter < 0 || s.CatchUp < 0 {
 		return nil, bad("negative jitter or catch_up")
@@ -594,10 +600,13 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 	} else if err != nil {
 		return err
 	}
+	// The slot's run or job is its schedule's tenant's; the schedule's own
+	// state above is no tenant's.
+	tctx := lifecycle.WithTenant(ctx, sc.Tenant)
 	if sc.Job != nil {
-		return s.startJob(ctx, sc, slot, caughtUp, claim)
+		return s.startJob(tenancy.Naming(tctx), sc, slot, caughtUp, claim)
 	}
-	res, err := s.cfg.Runner.Submit(ctx, lifecycle.SubmitRequest{AgentSlug: sc.Agent, Trigger: "cron",
+	res, err := s.cfg.Runner.Submit(tctx, lifecycle.SubmitRequest{AgentSlug: sc.Agent, Trigger: "cron",
 		Input: sc.Input, IdempotencyKey: Key(sc.ID, slot)})
 	var failed *run.IdempotencyFailedError
 	if errors.As(err, &failed) {

@@ -26,3 +26,20 @@ func Creating(ctx context.Context) string {
 	}
 	return ""
 }
+
+type namingKey struct{}
+
+// Naming returns ctx marked as the operator's own configuration creating
+// records in a named tenant (a schedule's periodic job): it may give the
+// job's id, which a named tenant's caller may not (ids are one namespace,
+// and a caller's choice would tell whether another tenant holds one). The
+// mark is not reachable from outside the module.
+func Naming(ctx context.Context) context.Context {
+	return context.WithValue(ctx, namingKey{}, true)
+}
+
+// NamesIDs tells whether ctx carries Naming's mark.
+func NamesIDs(ctx context.Context) bool {
+	named, _ := ctx.Value(namingKey{}).(bool)
+	return named
+}

@@ -187,6 +187,9 @@ func (rd *reads) runs(ctx context.Context, slug string) ([]lifecycle.RunStatus, 
 		if err != nil {
 			return nil, err
 		}
+		if !tenancy.Sees(ctx, doc.TenantID) {
+			continue // another tenant's run, as missing as in Status
+		}
 		rd.markLost(&doc)
 		out = append(out, doc)
 	}

@@ -133,7 +133,8 @@ func (r *Runner) Input(ctx context.Context, runID string) (json.RawMessage, erro
 
 // Runs reads the status of every run of an agent, oldest first, by
 // listing its run folders: its cost is the agent's history. ListRuns reads
-// a page from the indexes (GET /runs).
+// a page from the indexes (GET /runs). Only the context's tenant's runs
+// are returned, as for Status.
 func (r *Runner) Runs(ctx context.Context, slug string) ([]lifecycle.RunStatus, error) {
 	return r.reads.runs(ctx, slug)
 }

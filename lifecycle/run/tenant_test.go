@@ -73,6 +73,13 @@ func TestTenantListCost(t *testing.T) {
 			}
 		}
 	}
+	// Runs (every run of an agent, from its folders) is confined alike.
+	for ctx, want := range map[context.Context]int{small: 3, big: 300, context.Background(): 0, lifecycle.WithTenant(context.Background(), lifecycle.AllTenants): 303} {
+		sts, err := r.Runs(ctx, plain.Slug)
+		if err != nil || len(sts) != want {
+			t.Errorf("Runs for tenant %q: %d runs, %v; want %d", lifecycle.TenantOf(ctx), len(sts), err, want)
+		}
+	}
 	// Big's calls do not reach small's runs; an operator of every tenant's do.
 	for _, id := range mine {
 		if _, err := r.Status(big, id); !errors.Is(err, lifecycle.ErrRunNotFound) {
