@@ -148,14 +148,15 @@ func resumedOutcome(doc lifecycle.RunStatus) outcome {
 // lease lost or the runner stopping), the checkpoint and terminal writes
 // under wctx (two FinishGrace longer), each timer on the runner's clock.
 type compensationPhase struct {
+	x                *execution
 	cctx, wctx       context.Context
 	ccancel, wcancel context.CancelCauseFunc
 	timers           []clock.Timer
 }
 
-func (x *execution) newPhase(base context.Context) *compensationPhase {
+func newPhase(x *execution, base context.Context) *compensationPhase {
 	cfg := x.e.cfg
-	p := &compensationPhase{}
+	p := &compensationPhase{x: x}
 	p.wctx, p.wcancel = context.WithCancelCause(base)
 	p.cctx, p.ccancel = context.WithCancelCause(p.wctx)
 	p.timers = append(p.timers,
@@ -189,7 +190,7 @@ func (x *execution) runSteps(runCtx, ctx context.Context) outcome {
 // terminal write records, and the phase, whose write context the
 // terminal write uses; its end is called once that write is done.
 func (x *execution) compensate(base context.Context, out outcome) (outcome, *compensationPhase) {
-	p := x.newPhase(base)
+	p := newPhase(x, base)
 	stopBeat := fence.Heartbeat(p.cctx, x.e.cfg.Clock, x.e.cfg.HeartbeatInterval, x.w.renewed, func(ctx context.Context) bool {
 		if !x.beat(ctx) {
 			p.ccancel(lifecycle.ErrLeaseLost)
@@ -197,15 +198,16 @@ func (x *execution) compensate(base context.Context, out outcome) (outcome, *com
 		}
 		return true
 	})
-	res := x.compensateAll(p, out)
+	res := p.all(out)
 	stopBeat()
 	res.files = out.files
 	return res, p
 }
 
-// compensateAll moves the run to compensating (unless it is there) and
-// runs every compensation not yet in its log.
-func (x *execution) compensateAll(p *compensationPhase, out outcome) outcome {
+// all moves the run to compensating (unless it is there) and runs every
+// compensation not yet in its log.
+func (p *compensationPhase) all(out outcome) outcome {
+	x := p.x
 	f := x.flow
 	if x.w.snapshot().Status != f.compensating {
 		err := x.w.apply(p.wctx, bySystem(), func(ctx context.Context, d *lifecycle.RunStatus) error {
@@ -228,7 +230,7 @@ func (x *execution) compensateAll(p *compensationPhase, out outcome) outcome {
 	if end.kind == failed {
 		reason = reasonFailed
 	}
-	todo, err := x.toCompensate(p.wctx, doc)
+	todo, err := p.todo(doc)
 	if err != nil {
 		return x.writeFailure(p.wctx, err)
 	}
@@ -239,24 +241,25 @@ func (x *execution) compensateAll(p *compensationPhase, out outcome) outcome {
 	x.e.log.LogAttrs(p.wctx, slog.LevelInfo, "compensation_started", slog.String("runId", doc.RunID),
 		slog.String("reason", reason), slog.Int("compensations", len(todo)))
 	for _, rec := range todo {
-		entry, stop := x.compensateStep(p, rec, CompensateInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: rec.StepNumber,
+		entry, stop := p.step(rec, CompensateInput{RunID: doc.RunID, AgentSlug: doc.AgentSlug, Step: rec.StepNumber,
 			StepName: rec.StepName, Input: input, Output: rec.Output, Reason: reason})
 		if stop != nil {
 			return *stop
 		}
-		if err := x.checkpointCompensation(p.wctx, entry); err != nil {
+		if err := p.checkpoint(entry); err != nil {
 			return x.writeFailure(p.wctx, err)
 		}
 	}
 	return end
 }
 
-// toCompensate reads the run's step files and gives the completed steps
-// with a Compensate not yet in the log, the last completed first (by
-// finish time, then position: parallel branches are undone in reverse of
-// how they ended).
-func (x *execution) toCompensate(ctx context.Context, doc lifecycle.RunStatus) ([]lifecycle.StepRecord, error) {
-	files, err := x.e.readSteps(ctx, doc.AgentSlug, doc.RunID)
+// todo reads the run's step files and gives the completed steps with a
+// Compensate not yet in the log, the last completed first (by finish
+// time, then position: parallel branches are undone in reverse of how
+// they ended).
+func (p *compensationPhase) todo(doc lifecycle.RunStatus) ([]lifecycle.StepRecord, error) {
+	x := p.x
+	files, err := x.e.readSteps(p.wctx, doc.AgentSlug, doc.RunID)
 	if err != nil {
 		return nil, err
 	}
@@ -301,12 +304,13 @@ func (a *agentDef) step(n int, name string) (Step, bool) {
 	return a.Steps[n-1], true
 }
 
-// compensateStep runs the compensation of one completed step as a step:
-// its attempts under the step's timeout with the run's retries and
-// backoff (runStep). stop is set when the phase must end without a
-// record: the lease lost or the runner stopping (the next owner runs the
-// compensation again: at least once).
-func (x *execution) compensateStep(p *compensationPhase, rec lifecycle.StepRecord, in CompensateInput) (lifecycle.CompensationEntry, *outcome) {
+// step runs the compensation of one completed step as a step: its
+// attempts under the step's timeout with the run's retries and backoff
+// (runStep). stop is set when the phase must end without a record: the
+// lease lost or the runner stopping (the next owner runs the compensation
+// again: at least once).
+func (p *compensationPhase) step(rec lifecycle.StepRecord, in CompensateInput) (lifecycle.CompensationEntry, *outcome) {
+	x := p.x
 	s, _ := x.agent.step(rec.StepNumber, rec.StepName)
 	entry := lifecycle.CompensationEntry{Step: rec.StepName, StepNumber: rec.StepNumber,
 		Action: cmp.Or(s.CompensateAction, defaultCompensateAction), StartedAt: x.e.now()}
@@ -342,11 +346,11 @@ func (x *execution) compensateStep(p *compensationPhase, rec lifecycle.StepRecor
 	return entry, nil
 }
 
-// checkpointCompensation records one ended compensation in status.json,
-// fenced by the lease like every status write: a crash after it does not
-// run the compensation again.
-func (x *execution) checkpointCompensation(ctx context.Context, entry lifecycle.CompensationEntry) error {
-	return x.w.apply(ctx, bySystem(), func(_ context.Context, d *lifecycle.RunStatus) error {
+// checkpoint records one ended compensation in status.json, fenced by the
+// lease like every status write: a crash after it does not run the
+// compensation again.
+func (p *compensationPhase) checkpoint(entry lifecycle.CompensationEntry) error {
+	return p.x.w.apply(p.wctx, bySystem(), func(_ context.Context, d *lifecycle.RunStatus) error {
 		for _, e := range d.CompensationLog {
 			if e.StepNumber == entry.StepNumber {
 				return nil // recorded by a write whose answer was lost

@@ -328,7 +328,7 @@ func (x *execution) execute(runCtx, ctx context.Context) outcome {
 	if end != nil {
 		return *end
 	}
-	waits, err := x.loadWaits(ctx, doc)
+	waits, err := x.e.loadWaits(ctx, doc)
 	if err != nil {
 		return x.countFailure(ctx, err)
 	}

@@ -100,15 +100,15 @@ func (wd *waitData) bytesLen() int { return len(wd.payload) }
 // read again after the settle time; a record still missing, unreadable or
 // of another schema fails the run (RUN_RESUME_FAILED): its step would run
 // without what it was given.
-func (x *execution) readPayload(ctx context.Context, doc lifecycle.RunStatus, sha string) (json.RawMessage, error) {
+func (e *executor) readPayload(ctx context.Context, doc lifecycle.RunStatus, sha string) (json.RawMessage, error) {
 	key, err := layout.RunWaitKey(doc.AgentSlug, doc.RunID, sha)
 	if err != nil {
 		return nil, lifecycle.NewRunError(codes.RunResumeFailed, "payload %s: %v", sha, err)
 	}
-	b, _, err := x.e.store.Get(ctx, key)
-	if errors.Is(err, storage.ErrNotFound) && x.e.absent.Settle > 0 {
-		if err = activity.Sleep(ctx, x.e.cfg.Clock, x.e.absent.Settle); err == nil {
-			b, _, err = x.e.store.Get(ctx, key)
+	b, _, err := e.store.Get(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) && e.absent.Settle > 0 {
+		if err = activity.Sleep(ctx, e.cfg.Clock, e.absent.Settle); err == nil {
+			b, _, err = e.store.Get(ctx, key)
 		}
 	}
 	switch {
@@ -142,12 +142,12 @@ type waitInputs struct {
 // received event, each to the steps after the one that waited. A record
 // written before waits kept their step (AfterStep 0) hands nothing, as
 // then.
-func (x *execution) loadWaits(ctx context.Context, doc lifecycle.RunStatus) (waitInputs, error) {
+func (e *executor) loadWaits(ctx context.Context, doc lifecycle.RunStatus) (waitInputs, error) {
 	var w waitInputs
 	if a := doc.Approval; a != nil && a.Decision == "approved" && a.AfterStep > 0 {
 		dec := &Decision{DecidedBy: a.DecidedBy, Reason: a.Reason}
 		if a.PayloadSHA256 != "" {
-			p, err := x.readPayload(ctx, doc, a.PayloadSHA256)
+			p, err := e.readPayload(ctx, doc, a.PayloadSHA256)
 			if err != nil {
 				return w, err
 			}
@@ -156,15 +156,15 @@ func (x *execution) loadWaits(ctx context.Context, doc lifecycle.RunStatus) (wai
 		w.approval, w.approvalAfter = dec, a.AfterStep
 	}
 	if ev := doc.External; ev != nil && ev.ReceivedAt != nil && ev.AfterStep > 0 {
-		e := &ExternalEvent{Type: ev.EventType, ID: ev.EventID, Source: ev.Source}
+		got := &ExternalEvent{Type: ev.EventType, ID: ev.EventID, Source: ev.Source}
 		if ev.PayloadSHA256 != "" {
-			p, err := x.readPayload(ctx, doc, ev.PayloadSHA256)
+			p, err := e.readPayload(ctx, doc, ev.PayloadSHA256)
 			if err != nil {
 				return w, err
 			}
-			e.Payload = p
+			got.Payload = p
 		}
-		w.event, w.eventAfter = e, ev.AfterStep
+		w.event, w.eventAfter = got, ev.AfterStep
 	}
 	return w, nil
 }
