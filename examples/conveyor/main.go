@@ -640,8 +640,9 @@ func (c *command) schedules(ctx context.Context, in *invocation) error {
 }
 
 // printSchedules lists schedules as a table: what each starts (an
-// agent's run, or a periodic job's type and lane), when, and the run or
-// job its latest fired slot started.
+// agent's run, or a periodic job's type and lane, and for which tenant
+// when not the default one), when, and the run or job its latest fired
+// slot started.
 func printSchedules(out io.Writer, infos []lifecycle.ScheduleInfo) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCHEDULE\tSTARTS\tWHEN\tNEXT\tLAST\tSTATE")
@@ -660,6 +661,9 @@ func printSchedules(out io.Writer, infos []lifecycle.ScheduleInfo) error {
 			if j.AgentSlug != "" {
 				target += " in " + j.AgentSlug
 			}
+		}
+		if info.Tenant != "" {
+			target += " for " + info.Tenant
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", info.ID, target, when, info.Next.Format(time.RFC3339), orElse(last, "-"), state)
 	}

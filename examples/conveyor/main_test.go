@@ -246,15 +246,15 @@ func TestAddrAsTheWorkerTakesIt(t *testing.T) {
 }
 
 // TestPrintSchedules: the schedules table names what each schedule
-// starts, a run of an agent or a periodic job, and the run or job of its
-// latest slot.
+// starts, a run of an agent or a periodic job (and its tenant), and the
+// run or job of its latest slot.
 func TestPrintSchedules(t *testing.T) {
 	t.Parallel()
 	next := time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)
 	infos := []lifecycle.ScheduleInfo{
 		{Schedule: lifecycle.Schedule{ID: "digest", Agent: "quick", Cron: "@hourly"},
 			ScheduleProgress: lifecycle.ScheduleProgress{Next: next, LastRunID: "run_1"}},
-		{Schedule: lifecycle.Schedule{ID: "nightly", Every: time.Hour, Job: &lifecycle.ScheduleJob{JobType: "SEND_EMAIL", AgentSlug: "mail"}},
+		{Schedule: lifecycle.Schedule{ID: "nightly", Every: time.Hour, Job: &lifecycle.ScheduleJob{JobType: "SEND_EMAIL", AgentSlug: "mail"}, Tenant: "acme"},
 			ScheduleProgress: lifecycle.ScheduleProgress{Next: next, LastJobID: "scheduler:nightly:2026-03-01T01:00:00Z", Paused: true, PausedBy: "ops"}},
 	}
 	var out bytes.Buffer
@@ -265,7 +265,7 @@ func TestPrintSchedules(t *testing.T) {
 	want := [][]string{
 		{"SCHEDULE", "STARTS", "LAST"},
 		{"digest", "run of quick", "@hourly", "run_1", "active"},
-		{"nightly", "job SEND_EMAIL in mail", "every 1h0m0s", "scheduler:nightly:2026-03-01T01:00:00Z", "paused by ops"},
+		{"nightly", "job SEND_EMAIL in mail for acme", "every 1h0m0s", "scheduler:nightly:2026-03-01T01:00:00Z", "paused by ops"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out.String())

@@ -790,7 +790,8 @@
         // every is a Go duration ("20s"); a number (nanoseconds) from an
         // older server still reads.
         const every = typeof x.every === 'number' ? Math.round(x.every / 1e9) + 's' : x.every;
-        const starts = x.job ? 'job ' + x.job.job_type + (x.job.agent_slug ? ' in ' + x.job.agent_slug : '') : 'run of ' + x.agent;
+        const starts = (x.job ? 'job ' + x.job.job_type + (x.job.agent_slug ? ' in ' + x.job.agent_slug : '') : 'run of ' + x.agent) +
+          (x.tenant ? ' for ' + x.tenant : '');
         const last = x.job
           ? (x.last_job_id ? h('span', { class: 'mono', 'data-job': x.last_job_id, text: x.last_job_id }) : '—')
           : (x.last_run_id ? h('a', { href: '#/runs/' + enc(x.last_run_id), class: 'mono', text: x.last_run_id }) : '—');
