@@ -104,7 +104,7 @@ func (s *Scheduler) startJob(ctx context.Context, sc *Schedule, slot time.Time, 
 		defer cancel()
 	}
 	j := sc.Job
-	_, err := s.cfg.Queue.InsertJob(ectx, jobqueue.NewJob{JobID: id, JobType: j.JobType, AgentSlug: j.AgentSlug,
+	_, err := s.cfg.Queue.InsertJob(s.creating(ectx, sc), jobqueue.NewJob{JobID: id, JobType: j.JobType, AgentSlug: j.AgentSlug,
 		Payload: j.Payload, MaxAttempts: j.MaxAttempts})
 	switch {
 	case err == nil:
@@ -130,7 +130,9 @@ func (s *Scheduler) startJob(ctx context.Context, sc *Schedule, slot time.Time, 
 // the claim is taken over and its time returned. A zero time and no error:
 // the slot is dealt with. errUnsettled: not yet.
 func (s *Scheduler) takeOver(ctx context.Context, sc *Schedule, slot time.Time, id string) (time.Time, error) {
-	_, err := s.cfg.Queue.Job(ctx, id)
+	// Read as every tenant's: the slot's job is whichever tenant's process
+	// made it, and a found read must not be lost to a tenant's view.
+	_, err := s.cfg.Queue.Job(lifecycle.WithTenant(ctx, lifecycle.AllTenants), id)
 	var qe *lifecycle.QuarantinedError
 	switch {
 	case err == nil || errors.As(err, &qe):

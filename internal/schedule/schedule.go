@@ -600,13 +600,10 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 	} else if err != nil {
 		return err
 	}
-	// The slot's run or job is its schedule's tenant's; the schedule's own
-	// state above is no tenant's.
-	tctx := lifecycle.WithTenant(ctx, sc.Tenant)
 	if sc.Job != nil {
-		return s.startJob(tenancy.Naming(tctx), sc, slot, caughtUp, claim)
+		return s.startJob(ctx, sc, slot, caughtUp, claim)
 	}
-	res, err := s.cfg.Runner.Submit(tctx, lifecycle.SubmitRequest{AgentSlug: sc.Agent, Trigger: "cron",
+	res, err := s.cfg.Runner.Submit(s.creating(ctx, sc), lifecycle.SubmitRequest{AgentSlug: sc.Agent, Trigger: "cron",
 		Input: sc.Input, IdempotencyKey: Key(sc.ID, slot)})
 	var failed *run.IdempotencyFailedError
 	if errors.As(err, &failed) {
@@ -627,6 +624,15 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 			slog.Time("slot", slot), slog.String("runId", res.RunID), slog.Bool("caughtUp", caughtUp))
 	}
 	return s.advance(ctx, sc, slot, firing{runID: res.RunID}, 0)
+}
+
+// creating is ctx acting for sc's tenant, as the creator of a slot's run
+// or job: the schedule's own state is no tenant's. The slot's run keeps
+// its idempotency key, and its job its id, unscoped by the tenant
+// (tenancy.Naming): processes that disagree on the tenant (one of an
+// earlier release, or an edit rolling out) still fire a slot once.
+func (s *Scheduler) creating(ctx context.Context, sc *Schedule) context.Context {
+	return tenancy.Naming(lifecycle.WithTenant(ctx, sc.Tenant))
 }
 
 // firing is what a fired slot started: its run or its job.

@@ -44,9 +44,10 @@ func TestScheduleTenant(t *testing.T) {
 			if st.TenantID != "acme" {
 				t.Errorf("run %s of tenant %q, want acme", st.RunID, st.TenantID)
 			}
-			keys = append(keys, st.IdempotencyKey)
+			keys = append(keys, st.IdempotencyKey) // the slot's, unscoped
 		}
-		if len(keys) != len(want) {
+		slices.Sort(keys)
+		if fmt.Sprint(keys) != fmt.Sprint(want) {
 			t.Fatalf("acme's runs %v, want one a slot: %v", keys, want)
 		}
 		// The default tenant lists only the schedule without a tenant.
@@ -90,6 +91,64 @@ func TestScheduleTenant(t *testing.T) {
 			if _, err := q.Job(context.Background(), id); !errors.Is(err, storage.ErrNotFound) {
 				t.Fatalf("the default tenant reads acme's job %s: %v, want not found", id, err)
 			}
+		}
+	})
+}
+
+// TestScheduleTenantMixed: processes that disagree on a schedule's tenant
+// (one of an earlier release, which knows none, or a tenant's edit
+// rolling out) still fire each slot once: one run, or one job, in the
+// tenant of the process that fired it.
+func TestScheduleTenantMixed(t *testing.T) {
+	t.Parallel()
+	all := lifecycle.WithTenant(context.Background(), lifecycle.AllTenants)
+	t.Run("runs", func(t *testing.T) {
+		t.Parallel()
+		g := newRig(t, nil)
+		theirs := every5("digest")
+		theirs.Tenant = "acme"
+		p := g.start(nil, every5("digest"))
+		g.start(nil, theirs)
+		g.settle(g.clock, 2)
+		for range 6 {
+			g.clock.Advance(5 * time.Minute)
+			g.settle(g.clock, 2)
+		}
+		sts, err := p.runner.Runs(all, agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, st := range sts {
+			keys = append(keys, st.IdempotencyKey)
+		}
+		slices.Sort(keys)
+		if want := slotKeys("digest", day0, g.clock.Now()); fmt.Sprint(keys) != fmt.Sprint(want) {
+			t.Fatalf("runs of the slots %v, want one a slot: %v", keys, want)
+		}
+	})
+	t.Run("jobs", func(t *testing.T) {
+		t.Parallel()
+		g := newRig(t, nil)
+		theirs := digestEvery("digest", 5*time.Minute)
+		theirs.Tenant = "acme"
+		p := g.startJobs(digestEvery("digest", 5*time.Minute))
+		g.startJobs(theirs)
+		g.settle(g.clock, 2)
+		for range 6 {
+			g.clock.Advance(5 * time.Minute)
+			g.settle(g.clock, 2)
+		}
+		var ids []string
+		for j, err := range p.queue.List(all, lifecycle.ActorOrchestration) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, j.JobID)
+		}
+		slices.Sort(ids)
+		if want := slotKeys("digest", day0, g.clock.Now()); fmt.Sprint(ids) != fmt.Sprint(want) {
+			t.Fatalf("jobs of the slots %v, want one a slot: %v", ids, want)
 		}
 	})
 }

@@ -30,10 +30,12 @@ func Creating(ctx context.Context) string {
 type namingKey struct{}
 
 // Naming returns ctx marked as the operator's own configuration creating
-// records in a named tenant (a schedule's periodic job): it may give the
-// job's id, which a named tenant's caller may not (ids are one namespace,
-// and a caller's choice would tell whether another tenant holds one). The
-// mark is not reachable from outside the module.
+// records in a named tenant (a schedule's slot): it may give a job's id,
+// which a named tenant's caller may not (ids are one namespace, and a
+// caller's choice would tell whether another tenant holds one), and a
+// run's idempotency key is kept as given, not scoped by the tenant, so a
+// slot is one key whatever tenant a process fires it for. The mark is not
+// reachable from outside the module.
 func Naming(ctx context.Context) context.Context {
 	return context.WithValue(ctx, namingKey{}, true)
 }

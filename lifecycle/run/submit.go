@@ -354,7 +354,9 @@ func (im *idempotency) submit(ctx context.Context, agent *agentDef, req lifecycl
 	if err != nil {
 		return lifecycle.SubmitResult{}, &RequestError{Field: "idempotency_key", Reason: err.Error()}
 	}
-	req.IdempotencyKey = tenantScopedKey(tenancy.Creating(ctx), req.IdempotencyKey)
+	if !tenancy.NamesIDs(ctx) {
+		req.IdempotencyKey = tenantScopedKey(tenancy.Creating(ctx), req.IdempotencyKey)
+	}
 	key := layout.IdempotencyKey(req.IdempotencyKey)
 	c, err := im.claimKey(ctx, key, req, k, requestHash(req))
 	if err != nil {
