@@ -154,7 +154,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := &client.Client{BaseURL: base, Token: *token, Actor: lifecycle.Actor(*actor)}
-	cmd := &command{c: c, out: stdout, errOut: stderr}
+	cmd := &command{c: c, printer: printer{out: stdout}, errOut: stderr}
 	err = cmd.run(ctx, fs.Arg(0), fs.Args()[1:])
 	var ue usageError
 	switch {
@@ -181,9 +181,15 @@ type usageError string
 func (e usageError) Error() string { return string(e) }
 
 type command struct {
-	c      *client.Client
-	out    io.Writer
+	c *client.Client
+	printer
 	errOut io.Writer
+}
+
+// printer writes what the commands answer: JSON, a run's status and its
+// progress while watched.
+type printer struct {
+	out io.Writer
 }
 
 // invocation is one command's positional arguments and flags.
@@ -683,22 +689,22 @@ func (c *command) events(ctx context.Context, in *invocation) error {
 	return nil
 }
 
-func (c *command) printJob(j lifecycle.Job, err error) error {
+func (p printer) printJob(j lifecycle.Job, err error) error {
 	if err != nil {
 		return err
 	}
-	return c.json(j)
+	return p.json(j)
 }
 
-func (c *command) printStatus(st lifecycle.RunStatus, err error) error {
+func (p printer) printStatus(st lifecycle.RunStatus, err error) error {
 	if err != nil {
 		return err
 	}
-	return c.json(st)
+	return p.json(st)
 }
 
-func (c *command) json(v any) error {
-	enc := json.NewEncoder(c.out)
+func (p printer) json(v any) error {
+	enc := json.NewEncoder(p.out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }

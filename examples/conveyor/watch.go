@@ -64,21 +64,21 @@ func (c *command) watch(ctx context.Context, runID string) error {
 }
 
 // progress prints one line: time, state, a bar of steps done, the step.
-func (c *command) progress(st lifecycle.RunStatus) {
+func (p printer) progress(st lifecycle.RunStatus) {
 	const width = 20
 	done := 0
 	if st.StepsTotal > 0 {
 		done = min(width, st.StepsCompleted*width/st.StepsTotal)
 	}
 	bar := strings.Repeat("█", done) + strings.Repeat("░", width-done)
-	fmt.Fprintf(c.out, "%s  %-18s %s %d/%d  %s\n", time.Now().Format("15:04:05"), st.Status, bar, st.StepsCompleted, st.StepsTotal, st.CurrentStep)
+	fmt.Fprintf(p.out, "%s  %-18s %s %d/%d  %s\n", time.Now().Format("15:04:05"), st.Status, bar, st.StepsCompleted, st.StepsTotal, st.CurrentStep)
 }
 
-func (c *command) end(st lifecycle.RunStatus) error {
-	c.compensation(st)
+func (p printer) end(st lifecycle.RunStatus) error {
+	p.compensation(st)
 	if st.Error != nil {
 		return fmt.Errorf("run %s %s: %s", st.RunID, st.Status, *st.Error)
 	}
-	fmt.Fprintf(c.out, "run %s %s\n", st.RunID, st.Status)
+	fmt.Fprintf(p.out, "run %s %s\n", st.RunID, st.Status)
 	return nil
 }
