@@ -2,12 +2,12 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Before each measurement the harness waits for a quiet machine. Rounds
@@ -50,7 +50,7 @@ type Settled struct {
 }
 
 // Settle asks d's server and cfg.Also's to finish their background work
-// (Quieter; a server asked twice does it twice), flushes
+// (Quieter; each system once, by name), flushes
 // the kernel's dirty pages (sync(2)), then waits until the machine's CPU
 // has been quiet for two windows in a row, or cfg.Max passed.
 func Settle(ctx context.Context, d Driver, cfg SettleConfig) (Settled, error) {
@@ -64,7 +64,12 @@ func Settle(ctx context.Context, d Driver, cfg SettleConfig) (Settled, error) {
 		cfg.Max = 20 * time.Second
 	}
 	start := time.Now()
+	asked := map[string]bool{}
 	for _, d := range append([]Driver{d}, cfg.Also...) {
+		if asked[d.Name()] {
+			continue // d is among the run's systems too
+		}
+		asked[d.Name()] = true
 		if q, ok := d.(Quieter); ok {
 			if err := q.Quiet(ctx); err != nil {
 				return Settled{}, fmt.Errorf("%s: quiet: %w", d.Name(), err)
@@ -102,40 +107,32 @@ func Settle(ctx context.Context, d Driver, cfg SettleConfig) (Settled, error) {
 	return s, nil
 }
 
-// machineCPU is the first line of /proc/stat: the machine's CPU time in
-// clock ticks, all cores, by kind.
+// machineCPU is the machine's CPU time, all cores, from /proc/stat (read
+// by procfs), in seconds.
 type machineCPU struct {
-	total, idle int64 // idle: idle only (iowait counts as busy: the disk is)
+	total, idle float64 // idle: idle only (iowait counts as busy: the disk is)
 }
 
 func readMachineCPU() (machineCPU, error) {
-	b, err := os.ReadFile("/proc/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return machineCPU{}, err
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return parseMachineCPU(line)
+	return machineCPUOf(fs)
 }
 
-// parseMachineCPU reads "cpu  user nice system idle iowait irq softirq
-// steal ...".
-func parseMachineCPU(line string) (machineCPU, error) {
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return machineCPU{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+// machineCPUOf reads the machine's CPU time from fs's stat: user, nice,
+// system, idle, iowait, irq, softirq and steal (guest time is already in
+// user and nice).
+func machineCPUOf(fs procfs.FS) (machineCPU, error) {
+	st, err := fs.Stat()
+	if err != nil {
+		return machineCPU{}, err
 	}
-	var m machineCPU
-	// user nice system idle iowait irq softirq steal: guest time, after
-	// them, is already in user and nice.
-	for i, s := range f[1:min(len(f), 9)] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return machineCPU{}, fmt.Errorf("/proc/stat: %q: %w", s, err)
-		}
-		m.total += n
-		if i == 3 {
-			m.idle = n
-		}
+	c := st.CPUTotal
+	m := machineCPU{total: c.User + c.Nice + c.System + c.Idle + c.Iowait + c.IRQ + c.SoftIRQ + c.Steal, idle: c.Idle}
+	if m.total <= 0 {
+		return machineCPU{}, errors.New("/proc/stat: no cpu line")
 	}
 	return m, nil
 }
@@ -146,7 +143,7 @@ func (m machineCPU) busyShare(a machineCPU) float64 {
 	if total <= 0 {
 		return 0
 	}
-	return float64(total-(m.idle-a.idle)) / float64(total)
+	return (total - (m.idle - a.idle)) / total
 }
 
 // settle is Settle for a measurement that asked for it (cfg not nil),

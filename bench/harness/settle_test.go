@@ -2,37 +2,57 @@ package harness
 
 import (
 	"context"
+	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
-func TestParseMachineCPU(t *testing.T) {
+// TestMachineCPU reads /proc/stat files through procfs: the CPU time and
+// idle of the "cpu" line (guest time not counted twice), in seconds of
+// USER_HZ ticks, and an error for a file without the line or with garbage.
+func TestMachineCPU(t *testing.T) {
 	t.Parallel()
+	const hz = 100 // procfs reads /proc/stat in USER_HZ, 100 on Linux
 	for _, tc := range []struct {
-		name, line  string
-		total, idle int64
+		name, stat  string
+		total, idle float64
 		bad         bool
 	}{
-		{name: "linux 6", line: "cpu  8801162 38241 2606816 4422487 75724 0 175603 3010 0 0", total: 8801162 + 38241 + 2606816 + 4422487 + 75724 + 175603 + 3010, idle: 4422487},
-		{name: "guest time not counted twice", line: "cpu  10 0 10 70 10 0 0 0 5 5", total: 100, idle: 70},
-		{name: "old kernel, four fields", line: "cpu  1 2 3 4", total: 10, idle: 4},
-		{name: "not the cpu line", line: "intr 1 2 3 4 5", bad: true},
-		{name: "too short", line: "cpu 1 2", bad: true},
-		{name: "not a number", line: "cpu 1 2 x 4 5", bad: true},
+		{name: "linux 6", stat: "cpu  8801162 38241 2606816 4422487 75724 0 175603 3010 0 0\ncpu0 1 1 1 1 1 0 0 0 0 0\nbtime 1\n",
+			total: float64(8801162+38241+2606816+4422487+75724+175603+3010) / hz, idle: 4422487.0 / hz},
+		{name: "guest time not counted twice", stat: "cpu  10 0 10 70 10 0 0 0 5 5\n", total: 1, idle: 0.7},
+		{name: "old kernel, four fields", stat: "cpu  1 2 3 4\n", total: 0.1, idle: 0.04},
+		{name: "no cpu line", stat: "intr 1 2 3 4 5\n", bad: true},
+		{name: "not a number", stat: "cpu 1 2 x 4 5\n", bad: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := parseMachineCPU(tc.line)
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(tc.stat), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fs, err := procfs.NewFS(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := machineCPUOf(fs)
 			if tc.bad {
 				if err == nil {
-					t.Fatalf("parsed %q: %+v", tc.line, m)
+					t.Fatalf("read %q: %+v", tc.stat, m)
 				}
 				return
 			}
-			if err != nil || m.total != tc.total || m.idle != tc.idle {
-				t.Fatalf("parseMachineCPU(%q) = %+v, %v; want total %d idle %d", tc.line, m, err, tc.total, tc.idle)
+			if err != nil || math.Abs(m.total-tc.total) > 1e-6 || math.Abs(m.idle-tc.idle) > 1e-6 {
+				t.Fatalf("machineCPUOf(%q) = %+v, %v; want total %v idle %v", tc.stat, m, err, tc.total, tc.idle)
 			}
 		})
+	}
+	if _, err := readMachineCPU(); err != nil {
+		t.Fatalf("this machine's /proc/stat: %v", err)
 	}
 }
 
