@@ -2,8 +2,6 @@ package jobqueue
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runconveyor/conveyor/artifact"
@@ -40,22 +39,14 @@ import (
 type NewJob lifecycle.NewJob
 
 // newUUID is a job's id when its enqueue names none: a UUID of version 7
-// (RFC 9562), its first 48 bits the milliseconds of now, the rest random.
-// Ids that sort by creation keep a store's key index appending rather
-// than writing a random page of it per insert (docs/performance.md), and
-// list the job keys in creation order. Ids made by earlier releases
-// (version 4) stay valid.
-func newUUID(now time.Time) string {
-	var b [16]byte
-	_, _ = rand.Read(b[6:])
-	ms := uint64(now.UnixMilli())
-	for i := range 6 {
-		b[i] = byte(ms >> (40 - 8*i))
-	}
-	b[6] = b[6]&0x0f | 0x70
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+// (RFC 9562), its first 48 bits the milliseconds of now, then a
+// sub-millisecond sequence that keeps this process's ids increasing, then
+// random bits (google/uuid). Ids that sort by creation keep a store's key
+// index appending rather than writing a random page of it per insert
+// (docs/performance.md), and list the job keys in creation order. Ids
+// made by earlier releases (version 4) stay valid.
+func newUUID() string {
+	return uuid.Must(uuid.NewV7()).String() // crypto/rand never fails (Go 1.24+)
 }
 
 func badJob(format string, args ...any) error {
@@ -74,7 +65,7 @@ func (n *NewJob) validate(defaultMax int, user map[lifecycle.JobType]string) err
 			return err
 		}
 	} else if n.JobID == "" {
-		n.JobID = newUUID(time.Now())
+		n.JobID = newUUID()
 	}
 	if err := n.checkID(); err != nil {
 		return err
