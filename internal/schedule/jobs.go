@@ -104,7 +104,7 @@ func (s *Scheduler) startJob(ctx context.Context, sc *Schedule, slot time.Time, 
 		defer cancel()
 	}
 	j := sc.Job
-	_, err := s.cfg.Queue.InsertJob(s.creating(ectx, sc), jobqueue.NewJob{JobID: id, JobType: j.JobType, AgentSlug: j.AgentSlug,
+	_, err := s.cfg.Queue.InsertJob(creating(ectx, sc), jobqueue.NewJob{JobID: id, JobType: j.JobType, AgentSlug: j.AgentSlug,
 		Payload: j.Payload, MaxAttempts: j.MaxAttempts})
 	switch {
 	case err == nil:

@@ -603,7 +603,7 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 	if sc.Job != nil {
 		return s.startJob(ctx, sc, slot, caughtUp, claim)
 	}
-	res, err := s.cfg.Runner.Submit(s.creating(ctx, sc), lifecycle.SubmitRequest{AgentSlug: sc.Agent, Trigger: "cron",
+	res, err := s.cfg.Runner.Submit(creating(ctx, sc), lifecycle.SubmitRequest{AgentSlug: sc.Agent, Trigger: "cron",
 		Input: sc.Input, IdempotencyKey: Key(sc.ID, slot)})
 	var failed *run.IdempotencyFailedError
 	if errors.As(err, &failed) {
@@ -631,7 +631,7 @@ func (s *Scheduler) start(ctx context.Context, sc *Schedule, slot time.Time, cau
 // its idempotency key, and its job its id, unscoped by the tenant
 // (tenancy.Naming): processes that disagree on the tenant (one of an
 // earlier release, or an edit rolling out) still fire a slot once.
-func (s *Scheduler) creating(ctx context.Context, sc *Schedule) context.Context {
+func creating(ctx context.Context, sc *Schedule) context.Context {
 	return tenancy.Naming(lifecycle.WithTenant(ctx, sc.Tenant))
 }
 
